@@ -69,8 +69,17 @@ typedef struct ctc_tensor {
   size_t offset;                 /* parameters: byte offset into the model arena */
   void *data;                    /* free-standing tensors (files, driver buffers) */
 } ctc_tensor;
-int64_t ctc_tensor_numel(const ctc_tensor *t);
-size_t ctc_tensor_bytes(const ctc_tensor *t);
+int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
+size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
+
+/* ---- small utilities (rt_error.c) -------------------------------------- */
+
+/* "[512, 784]" ("[]" for a scalar) into buf; returns buf. */
+char *ctc_format_shape(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Prepends "prefix: " to err->msg (no-op when err is NULL). */
+void ctc_error_prefix(ctc_error *err, const char *prefix);
+/* Reads a whole file into a malloc'ed buffer (*buf is never NULL on success). */
+int ctc_read_file(const char *path, void **buf, size_t *size, ctc_error *err);
 
 /* ---- what a generated model describes ---------------------------------- */
 

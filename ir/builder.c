@@ -1,0 +1,151 @@
+/* builder.c - creating programs, functions, values and instructions; type helpers. */
+#include <string.h>
+#include "ir.h"
+
+const OpInfo ir_ops[IR__COUNT] = {
+#define OP(id, name, nargs, kind, cexpr) {name, nargs, kind, cexpr},
+#include "ops.def"
+#undef OP
+};
+
+static const char *const dtype_names[DT_COUNT] = {"f32", "f64", "i64", "i32", "bool"};
+static const size_t dtype_sizes[DT_COUNT] = {4, 8, 8, 4, 1};
+
+const char *ir_dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names[t] : "?"; }
+size_t ir_dtype_size(DType t) { return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0; }
+int ir_dtype_is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+
+int64_t ir_numel(const Type *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->dims[i];
+  return n;
+}
+
+int ir_type_eq(const Type *a, const Type *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static char *dims_str(const Type *t, char *buf, size_t cap, const char *sep) {
+  size_t n = 0;
+  buf[0] = 0;
+  n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "[");
+  for (int i = 0; i < t->ndim; i++)
+    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%lld", i ? sep : "",
+                          (long long)t->dims[i]);
+  snprintf(buf + n, n < cap ? cap - n : 0, "]");
+  return buf;
+}
+
+char *ir_type_str(const Type *t, char *buf, size_t cap) {
+  char dims[256];
+  dims_str(t, dims, sizeof dims, ",");
+  snprintf(buf, cap, "%s%s", ir_dtype_name(t->dtype), dims);
+  return buf;
+}
+
+char *ir_shape_str(const Type *t, char *buf, size_t cap) { return dims_str(t, buf, cap, ", "); }
+
+int ir_broadcast_shapes(const Type *a, const Type *b, Type *out) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+  Type r = *a;
+  r.ndim = n;
+  for (int i = 0; i < n; i++) {
+    int ia = i - (n - a->ndim), ib = i - (n - b->ndim);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) return -1;
+    r.dims[i] = da == 1 ? db : da;
+  }
+  *out = r;
+  return 0;
+}
+
+Program *ir_program_new(Arena *a, const SrcFile *src) {
+  Program *p = arena_alloc(a, sizeof *p);
+  p->arena = a;
+  p->src = src;
+  p->model_name = "net";
+  p->class_name = "Net";
+  return p;
+}
+
+Func *ir_func_new(Program *p, const char *name, Span loc) {
+  Func *f = arena_alloc(p->arena, sizeof *f);
+  f->name = arena_strdup(p->arena, name);
+  f->loc = loc;
+  vec_push(p->arena, &p->funcs, f);
+  return f;
+}
+
+static ValId new_value(Program *p, Func *f, ValKind k, Type t, const char *name) {
+  Value v = {0};
+  v.kind = k;
+  v.type = t;
+  v.name = arena_strdup(p->arena, name ? name : "t");
+  v.def = -1;
+  v.index = -1;
+  vec_push(p->arena, &f->values, v);
+  return f->values.len - 1;
+}
+
+ValId ir_add_input(Program *p, Func *f, const char *name, Type t) {
+  ValId v = new_value(p, f, V_INPUT, t, name);
+  f->values.data[v].index = f->inputs.len;
+  vec_push(p->arena, &f->inputs, v);
+  return v;
+}
+
+ValId ir_param_value(Program *p, Func *f, int param_index) {
+  for (int i = 0; i < f->values.len; i++)
+    if (f->values.data[i].kind == V_PARAM && f->values.data[i].index == param_index) return i;
+  /* readable name: "conv1.weight" -> "conv1_weight" */
+  char *nm = arena_strdup(p->arena, p->params.data[param_index].name);
+  for (char *c = nm; *c; c++)
+    if (*c == '.') *c = '_';
+  ValId v = new_value(p, f, V_PARAM, p->params.data[param_index].type, nm);
+  f->values.data[v].index = param_index;
+  return v;
+}
+
+ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res,
+              const int64_t *attr, int nattr, double fattr, Span loc, const char *name) {
+  CHECK(nattr <= IR_MAX_ATTRS);
+  CHECK(ir_ops[op].nargs < 0 || ir_ops[op].nargs == nargs);
+  ValId r = new_value(p, f, V_INST, res, name ? name : ir_ops[op].name);
+  Inst in = {0};
+  in.op = op;
+  in.res = r;
+  in.nargs = nargs;
+  in.args = arena_alloc(p->arena, sizeof(ValId) * (size_t)(nargs ? nargs : 1));
+  if (nargs) memcpy(in.args, args, sizeof(ValId) * (size_t)nargs);
+  if (nattr) memcpy(in.attr, attr, sizeof(int64_t) * (size_t)nattr);
+  in.fattr = fattr;
+  in.loc = loc;
+  f->values.data[r].def = f->insts.len;
+  vec_push(p->arena, &f->insts, in);
+  return r;
+}
+
+ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc) {
+  Type t = {0};
+  t.dtype = dt;
+  return ir_emit(p, f, IR_CONST, NULL, 0, t, NULL, 0, v, loc, "c");
+}
+
+void ir_add_output(Program *p, Func *f, ValId v, const char *name) {
+  vec_push(p->arena, &f->outputs, v);
+  vec_push(p->arena, &f->out_names, arena_strdup(p->arena, name));
+}
+
+void ir_compact(Func *f) {
+  int n = 0;
+  for (int i = 0; i < f->insts.len; i++) {
+    if (f->insts.data[i].dead) continue;
+    f->insts.data[n] = f->insts.data[i];
+    f->values.data[f->insts.data[n].res].def = n;
+    n++;
+  }
+  f->insts.len = n;
+}

@@ -1,0 +1,185 @@
+/* ir.h - ctc's typed SSA IR.
+ *
+ * A Program holds the model's parameter table (PyTorch state_dict names) and
+ * one Func per entry point. A Func is straight-line SSA: values are referenced
+ * by index (ValId) into fn->values; every value has exactly one definition
+ * (an Inst, or it is an entry input or a parameter) and a static Type.
+ * The primitives are the rows of ops.def.
+ *
+ * Text form (printer; `ctc compile --emit ir`):
+ *   func forward(%x: f32[64,1,28,28]) -> (%out: f32[64,10]) {
+ *     %fc1_weight = param "fc1.weight" : f32[512,784]
+ *     %3 = matmul[0,1] %x_1, %fc1_weight : f32[64,512]      ; model.py:17:9
+ *     return %out
+ *   }
+ */
+#ifndef CTC_IR_H
+#define CTC_IR_H
+
+#include "../support/support.h"
+
+/* ---- types -------------------------------------------------------------- */
+
+typedef enum DType { DT_F32, DT_F64, DT_I64, DT_I32, DT_BOOL, DT_COUNT } DType;
+
+#define IR_MAX_DIMS 8
+typedef struct Type {
+  DType dtype;
+  int ndim;                    /* 0 for scalars */
+  int64_t dims[IR_MAX_DIMS];   /* all static, > 0 */
+} Type;
+
+const char *ir_dtype_name(DType t);   /* "f32" */
+size_t ir_dtype_size(DType t);
+int ir_dtype_is_float(DType t);
+int64_t ir_numel(const Type *t);
+int ir_type_eq(const Type *a, const Type *b);
+/* "f32[64,1,28,28]" into buf (returns buf). */
+char *ir_type_str(const Type *t, char *buf, size_t cap);
+/* "[64, 1, 28, 28]" (PyTorch's spelling, for diagnostics). */
+char *ir_shape_str(const Type *t, char *buf, size_t cap);
+
+/* ---- ops ---------------------------------------------------------------- */
+
+typedef enum OpKind_ { K_ELEM, K_REDUCE, K_SHAPE, K_LINALG, K_CONST, K_SPECIAL } OpClass;
+
+typedef enum Op {
+#define OP(id, name, nargs, kind, cexpr) IR_##id,
+#include "ops.def"
+#undef OP
+  IR__COUNT
+} Op;
+
+typedef struct OpInfo {
+  const char *name;   /* printer spelling */
+  int nargs;          /* -1: variable */
+  OpClass kind;
+  const char *c_expr; /* K_ELEM template over A, B, C */
+} OpInfo;
+extern const OpInfo ir_ops[IR__COUNT];   /* constant table from ops.def */
+
+/* ---- values and instructions ------------------------------------------- */
+
+typedef int32_t ValId;            /* index into Func.values; -1 = none */
+
+typedef enum ValKind {
+  V_INST,      /* defined by an instruction */
+  V_INPUT,     /* an entry argument (caller's memory, read-only) */
+  V_PARAM,     /* a model parameter or buffer (in the model arena) */
+} ValKind;
+
+typedef struct Value {
+  ValKind kind;
+  Type type;
+  const char *name;   /* readable hint from the model ("fc1", "x"); may repeat; never NULL */
+  int def;            /* V_INST: index of the defining Inst */
+  int index;          /* V_INPUT: argument position; V_PARAM: Program.params index */
+} Value;
+
+#define IR_MAX_ATTRS 16
+typedef struct Inst {
+  Op op;
+  ValId res;          /* the single result */
+  int nargs;
+  ValId *args;        /* nargs operands */
+  int64_t attr[IR_MAX_ATTRS];  /* integer attributes, see ops.def */
+  double fattr;       /* CONST value */
+  Span loc;           /* the model.py span this op came from */
+  int dead;           /* set by passes that delete; removed by ir_compact */
+} Inst;
+
+typedef struct Func {
+  const char *name;           /* entry name: "forward" */
+  Vec(Value) values;
+  Vec(Inst) insts;            /* in execution order */
+  Vec(ValId) inputs;          /* V_INPUT values in argument order */
+  Vec(ValId) outputs;         /* returned values */
+  Vec(const char *) out_names;/* one per output ("out", "loss") */
+  Span loc;                   /* the def in model.py */
+} Func;
+
+/* A parameter or buffer of the model. */
+typedef struct Param {
+  const char *name;           /* state_dict name: "conv1.weight" */
+  Type type;
+  int is_buffer;              /* register_buffer rather than nn.Parameter */
+  int init;                   /* PINIT_* : how <model>_init fills it */
+  double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
+  const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
+  Span loc;                   /* where it was created */
+} Param;
+enum { PINIT_ZERO, PINIT_CONST, PINIT_UNIFORM, PINIT_NORMAL, PINIT_DATA };
+
+typedef struct Program {
+  Arena *arena;
+  const SrcFile *src;
+  const char *model_name;     /* C prefix: "net" (from the class, lower-cased) */
+  const char *class_name;     /* the nn.Module class: "Net" */
+  Vec(Param) params;          /* state_dict order */
+  Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
+} Program;
+
+/* ---- builder (builder.c) ------------------------------------------------ */
+
+Program *ir_program_new(Arena *a, const SrcFile *src);
+Func *ir_func_new(Program *p, const char *name, Span loc);
+ValId ir_add_input(Program *p, Func *f, const char *name, Type t);
+ValId ir_param_value(Program *p, Func *f, int param_index); /* one value per param per func */
+/* Append an instruction; returns its result value (named `name`, NULL -> op name). */
+ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res,
+              const int64_t *attr, int nattr, double fattr, Span loc, const char *name);
+ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc);
+void ir_add_output(Program *p, Func *f, ValId v, const char *name);
+static inline Value *ir_val(Func *f, ValId v) { return &f->values.data[v]; }
+static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; }
+/* Remove instructions marked dead (values keep their ids). */
+void ir_compact(Func *f);
+
+/* ---- printer (printer.c) and verifier (verify.c) ------------------------ */
+
+void ir_print_func(FILE *out, const Program *p, const Func *f);
+void ir_print_program(FILE *out, const Program *p);
+/* Checks SSA form, operand counts, dtypes and every op's shape rule.
+ * Returns 0, or prints the first problem to `out` and returns -1. */
+int ir_verify(const Program *p, const Func *f, FILE *out);
+
+/* ---- passes -------------------------------------------------------------
+ * Each pass is one file with the signature `void pass(Program *, Func *)`.
+ * The driver (compiler/pipeline.c) runs them in order and verifies after each. */
+
+void ir_pass_dce(Program *p, Func *f);       /* dce.c: drop instructions whose result is unused */
+
+/* ---- memory plan (plan.c) -------------------------------------------------
+ * Every tensor lives at a static byte offset in one arena:
+ *   [ parameters (state_dict order) | activations of the running entry ]
+ * Activations are packed by liveness (first fit), so entries share the space. */
+
+typedef enum LocBase { LOC_NONE = -2, LOC_ARENA = -1 /* >= 0: entry input k */ } LocBase;
+typedef struct Loc {
+  int base;          /* LOC_ARENA, LOC_NONE (scalar constants: inlined), or input index */
+  int64_t offset;    /* bytes from the base */
+} Loc;
+
+typedef struct FuncPlan {
+  Loc *loc;          /* per value */
+  int64_t *scratch;  /* per instruction: arena offset of its scratch space, -1 if none */
+  int64_t peak;      /* bytes of the activation region this function needs */
+} FuncPlan;
+
+typedef struct MemPlan {
+  int64_t *param_offset;   /* per Program.params entry, 64-byte aligned */
+  int64_t params_bytes;    /* size of the parameter region */
+  FuncPlan *funcs;         /* per Program.funcs entry */
+  int64_t arena_bytes;     /* params_bytes + max peak */
+} MemPlan;
+
+/* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer). */
+int64_t ir_scratch_bytes(const Func *f, const Inst *in);
+/* Value v may share storage with its operand (RESHAPE of a value in memory). */
+int ir_is_view(const Func *f, ValId v);
+MemPlan *ir_plan_memory(Program *p);
+
+/* numpy broadcasting of a and b into out; returns 0 or -1 if incompatible. */
+int ir_broadcast_shapes(const Type *a, const Type *b, Type *out);
+
+#endif

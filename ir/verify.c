@@ -1,0 +1,205 @@
+/* verify.c - the IR verifier: SSA order, operand counts, dtypes and every
+ * primitive's shape rule. Run after every pass in tests (`ctc compile --verify-each`). */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir.h"
+
+typedef struct V {
+  const Func *f;
+  FILE *out;
+  const Inst *in;
+} V;
+
+static int fail(V *v, const char *fmt, ...) CTC_PRINTF(2, 3);
+static int fail(V *v, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(v->out, "ir verifier: func %s", v->f->name);
+  if (v->in)
+    fprintf(v->out, ", instruction %d (%s)", (int)(v->in - v->f->insts.data),
+            ir_ops[v->in->op].name);
+  fprintf(v->out, ": ");
+  vfprintf(v->out, fmt, ap);
+  fprintf(v->out, "\n");
+  va_end(ap);
+  return -1;
+}
+
+static const Type *T(V *v, int k) { return &v->f->values.data[v->in->args[k]].type; }
+
+/* Shape rule of one instruction, given that its operands are valid. */
+static int check_shape(V *v) {
+  const Inst *in = v->in;
+  const Type *r = &v->f->values.data[in->res].type;
+  char b1[200], b2[200];
+  switch (ir_ops[in->op].kind) {
+  case K_ELEM: {
+    Type acc = {0};
+    acc.dtype = r->dtype;
+    for (int k = 0; k < in->nargs; k++) {
+      Type t = *T(v, k);
+      t.dtype = r->dtype;
+      if (ir_broadcast_shapes(&acc, &t, &acc) < 0)
+        return fail(v, "operand %d %s does not broadcast", k, ir_type_str(T(v, k), b1, sizeof b1));
+    }
+    acc.dtype = r->dtype;
+    if (!ir_type_eq(&acc, r))
+      return fail(v, "result %s, operands broadcast to %s", ir_type_str(r, b1, sizeof b1),
+                  ir_type_str(&acc, b2, sizeof b2));
+    int cmp = in->op >= IR_CMP_EQ && in->op <= IR_CMP_GE;
+    if (cmp && r->dtype != DT_BOOL) return fail(v, "comparison must give bool");
+    if (in->op == IR_WHERE && T(v, 0)->dtype != DT_BOOL) return fail(v, "where needs a bool condition");
+    for (int k = in->op == IR_WHERE ? 1 : 0; k < in->nargs && !cmp && in->op != IR_CAST; k++)
+      if (T(v, k)->dtype != r->dtype)
+        return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype),
+                    ir_dtype_name(r->dtype));
+    return 0;
+  }
+  case K_CONST:
+    if (in->op == IR_CONST && r->ndim != 0) return fail(v, "const must be a scalar");
+    if (in->op == IR_IOTA && r->ndim != 1) return fail(v, "iota must be 1-D");
+    return 0;
+  case K_REDUCE: {
+    const Type *a = T(v, 0);
+    if (a->ndim != r->ndim || a->dtype != r->dtype) return fail(v, "reduce keeps rank and dtype");
+    for (int i = 0; i < a->ndim; i++) {
+      int red = (int)((in->attr[0] >> i) & 1);
+      if (r->dims[i] != (red ? 1 : a->dims[i])) return fail(v, "bad reduced shape on axis %d", i);
+    }
+    return 0;
+  }
+  case K_SHAPE:
+    break;
+  default:
+    break;
+  }
+  const Type *a = T(v, 0);
+  switch (in->op) {
+  case IR_RESHAPE:
+    if (ir_numel(a) != ir_numel(r) || a->dtype != r->dtype) return fail(v, "reshape changes size");
+    return 0;
+  case IR_PERMUTE: {
+    int seen = 0;
+    if (a->ndim != r->ndim) return fail(v, "permute changes rank");
+    for (int i = 0; i < r->ndim; i++) {
+      int64_t s = in->attr[i];
+      if (s < 0 || s >= a->ndim || (seen >> s) & 1) return fail(v, "bad permutation");
+      seen |= 1 << s;
+      if (r->dims[i] != a->dims[s]) return fail(v, "permute shape mismatch on axis %d", i);
+    }
+    return 0;
+  }
+  case IR_BROADCAST: {
+    Type t;
+    if (ir_broadcast_shapes(a, r, &t) < 0 || !ir_type_eq(&t, r)) return fail(v, "bad broadcast");
+    return 0;
+  }
+  case IR_SLICE:
+    if (a->ndim != r->ndim) return fail(v, "slice changes rank");
+    for (int i = 0; i < r->ndim; i++) {
+      int64_t st = in->attr[2 * i], sp = in->attr[2 * i + 1];
+      if (st < 0 || sp <= 0 || st + (r->dims[i] - 1) * sp >= a->dims[i])
+        return fail(v, "slice out of range on axis %d", i);
+    }
+    return 0;
+  case IR_CONCAT: {
+    int64_t ax = in->attr[0], tot = 0;
+    for (int k = 0; k < in->nargs; k++) {
+      const Type *t = T(v, k);
+      if (t->ndim != r->ndim) return fail(v, "concat rank mismatch");
+      for (int i = 0; i < r->ndim; i++)
+        if (i != ax && t->dims[i] != r->dims[i]) return fail(v, "concat shape mismatch");
+      tot += t->dims[ax];
+    }
+    if (tot != r->dims[ax]) return fail(v, "concat size mismatch");
+    return 0;
+  }
+  case IR_MATMUL: {
+    const Type *b = T(v, 1);
+    if (a->ndim < 2 || b->ndim < 2) return fail(v, "matmul needs rank >= 2");
+    int64_t m = in->attr[0] ? a->dims[a->ndim - 1] : a->dims[a->ndim - 2];
+    int64_t ka = in->attr[0] ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+    int64_t kb = in->attr[1] ? b->dims[b->ndim - 1] : b->dims[b->ndim - 2];
+    int64_t n = in->attr[1] ? b->dims[b->ndim - 2] : b->dims[b->ndim - 1];
+    if (ka != kb) return fail(v, "matmul inner dims %lld vs %lld", (long long)ka, (long long)kb);
+    if (r->dims[r->ndim - 2] != m || r->dims[r->ndim - 1] != n) return fail(v, "matmul result shape");
+    Type ba = *a, bb = *b, bt;
+    ba.ndim -= 2;
+    bb.ndim -= 2;
+    if (ir_broadcast_shapes(&ba, &bb, &bt) < 0 || bt.ndim != r->ndim - 2)
+      return fail(v, "matmul batch dims");
+    for (int i = 0; i < bt.ndim; i++)
+      if (bt.dims[i] != r->dims[i]) return fail(v, "matmul batch dims");
+    return 0;
+  }
+  case IR_CONV2D: {
+    const Type *w = T(v, 1);
+    if (a->ndim != 4 || w->ndim != 4 || r->ndim != 4) return fail(v, "conv2d needs 4-D tensors");
+    if (a->dims[1] != w->dims[1]) return fail(v, "conv2d channel mismatch");
+    for (int d = 0; d < 2; d++) {
+      int64_t in_ = a->dims[2 + d], k = w->dims[2 + d], s = in->attr[d], pd = in->attr[2 + d],
+              dl = in->attr[4 + d];
+      int64_t o = (in_ + 2 * pd - dl * (k - 1) - 1) / s + 1;
+      if (r->dims[2 + d] != o) return fail(v, "conv2d output size");
+    }
+    if (r->dims[0] != a->dims[0] || r->dims[1] != w->dims[0]) return fail(v, "conv2d output dims");
+    return 0;
+  }
+  case IR_MAXPOOL2D:
+  case IR_AVGPOOL2D:
+    if (a->ndim != 4 || r->ndim != 4 || r->dims[0] != a->dims[0] || r->dims[1] != a->dims[1])
+      return fail(v, "pool needs 4-D tensors");
+    return 0;
+  case IR_EMBEDDING: {
+    const Type *ix = T(v, 1);
+    if (a->ndim != 2 || ix->dtype != DT_I64 || r->ndim != ix->ndim + 1) return fail(v, "embedding types");
+    return 0;
+  }
+  default:
+    return 0;
+  }
+}
+
+int ir_verify(const Program *p, const Func *f, FILE *out) {
+  V v = {f, out, NULL};
+  char *defined = calloc((size_t)f->values.len + 1, 1);
+  int rc = 0;
+  for (int i = 0; i < f->values.len && !rc; i++) {
+    const Value *val = &f->values.data[i];
+    if (val->kind != V_INST) defined[i] = 1;
+    if (val->kind == V_PARAM &&
+        (val->index < 0 || val->index >= p->params.len ||
+         !ir_type_eq(&val->type, &p->params.data[val->index].type)))
+      rc = fail(&v, "value %d: bad parameter reference", i);
+    for (int d = 0; d < val->type.ndim && !rc; d++)
+      if (val->type.dims[d] <= 0) rc = fail(&v, "value %d has a non-positive dim", i);
+  }
+  for (int i = 0; i < f->insts.len && !rc; i++) {
+    const Inst *in = &f->insts.data[i];
+    v.in = in;
+    if (in->dead) continue;
+    if (ir_ops[in->op].nargs >= 0 && in->nargs != ir_ops[in->op].nargs) {
+      rc = fail(&v, "expected %d operands, has %d", ir_ops[in->op].nargs, in->nargs);
+      break;
+    }
+    for (int k = 0; k < in->nargs && !rc; k++) {
+      ValId a = in->args[k];
+      if (a < 0 || a >= f->values.len) rc = fail(&v, "operand %d out of range", k);
+      else if (!defined[a]) rc = fail(&v, "operand %d (%%%d) used before its definition", k, (int)a);
+    }
+    if (rc) break;
+    if (in->res < 0 || in->res >= f->values.len || defined[in->res] ||
+        f->values.data[in->res].def != i || f->values.data[in->res].kind != V_INST)
+      rc = fail(&v, "result is not a fresh SSA value");
+    else {
+      defined[in->res] = 1;
+      rc = check_shape(&v);
+    }
+  }
+  v.in = NULL;
+  for (int i = 0; i < f->outputs.len && !rc; i++)
+    if (f->outputs.data[i] < 0 || !defined[f->outputs.data[i]]) rc = fail(&v, "output %d undefined", i);
+  free(defined);
+  return rc;
+}

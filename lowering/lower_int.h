@@ -1,0 +1,222 @@
+/* lower_int.h - internals shared by the files of lowering/.
+ *
+ *   values.c    PV: the compile-time Python values, equality, printing
+ *   eval.c      the evaluator: statements and expressions over PVs
+ *   builtins.c  Python builtins, math, and name lookup in torch / nn / F
+ *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
+ *   tensor.c    tensor operations: shape inference and IR emission
+ *   lowering.c  the entry: run the module, pick the model, stage entries */
+#ifndef CTC_LOWER_INT_H
+#define CTC_LOWER_INT_H
+
+#include <setjmp.h>
+#include "lowering.h"
+
+typedef struct PV PV;
+typedef struct Env Env;
+typedef struct L L;
+
+typedef enum PVKind {
+  PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR,
+  PV_TUPLE,     /* immutable: items/n */
+  PV_LIST,      /* mutable: items/n/cap */
+  PV_DICT,      /* ordered: keys/items/n */
+  PV_SLICE,     /* items[0..2]: start, stop, step (PV_NONE when absent) */
+  PV_ELLIPSIS,
+  PV_FUNC,      /* a def or lambda: node + closure env */
+  PV_CLASS,     /* a user class (node != NULL) or a builtin class (bi != 0) */
+  PV_OBJ,       /* an instance: of a user class or a builtin layer */
+  PV_BOUND,     /* method bound to self: fn + self */
+  PV_BUILTIN,   /* native function bi, optionally bound to self */
+  PV_NS,        /* a namespace: torch, torch.nn, F, math, an unknown import */
+  PV_TENSOR,    /* see Tensor below */
+  PV_DTYPE,     /* torch.float32 ... */
+} PVKind;
+
+/* A parameter or buffer created at compile time (nn.Linear's weight ...). */
+typedef struct Slot {
+  Type type;
+  int is_buffer;
+  int init;              /* PINIT_* */
+  double init_a, init_b;
+  double *data;          /* PINIT_DATA values */
+  int index;             /* Program.params index once the state_dict is built, else -1 */
+  Span loc;
+} Slot;
+
+/* A tensor during evaluation: an IR value of the function being staged, a
+ * parameter slot, or a compile-time constant (host data, in __init__). */
+typedef struct Tensor {
+  Type type;
+  ValId v;               /* >= 0: IR value in L->fn */
+  Slot *slot;            /* a parameter / buffer */
+  double *data;          /* compile-time values (row-major), or NULL */
+  int requires_grad;     /* nn.Parameter(...) */
+} Tensor;
+
+typedef struct ObjModule ObjModule;
+
+struct PV {
+  PVKind k;
+  int64_t i;             /* INT, BOOL */
+  double f;              /* FLOAT */
+  const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN */
+  PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
+  PV **keys;             /* DICT keys */
+  int n, cap;
+  Node *node;            /* FUNC: def/lambda node; CLASS: class node */
+  Env *env;              /* FUNC closure; CLASS attribute env */
+  PV **defaults;         /* FUNC: evaluated default per param (NULL if none) */
+  PV *cls;               /* OBJ: its class; CLASS: first base (single inheritance chain) */
+  PV *self;              /* BOUND / BUILTIN: bound receiver */
+  PV *fn;                /* BOUND: the function */
+  int bi;                /* BUILTIN / builtin CLASS id (BI_*), 0 otherwise */
+  ObjModule *mod;        /* OBJ that is an nn.Module */
+  Env *attrs;            /* OBJ attributes */
+  Tensor *t;             /* TENSOR */
+  DType dt;              /* DTYPE */
+};
+
+/* Registration order of an nn.Module's state, as PyTorch keeps it. */
+typedef enum { REG_PARAM, REG_BUFFER, REG_CHILD } RegKind;
+typedef struct Reg { RegKind kind; const char *name; PV *val; } Reg;
+struct ObjModule {
+  Vec(Reg) regs;         /* in registration order */
+  int training;          /* self.training */
+};
+
+/* A scope: names to values, ordered, with a parent (closure chain). */
+struct Env {
+  Vec(const char *) names;
+  Vec(PV *) vals;
+  Env *parent;
+};
+
+/* The lowering context: one per compile, passed everywhere. */
+struct L {
+  Arena *a;
+  Diag *d;
+  const SrcFile *src;
+  Program *prog;
+  Func *fn;              /* function being staged, NULL at compile time */
+  Env *globals;
+  Env *builtins;
+  jmp_buf *on_error;     /* where lower_error jumps */
+  int depth;             /* call depth (bounded) */
+  int64_t steps;         /* statements executed (bounded, no hangs) */
+  /* call stack for notes */
+  Span stack_span[64];
+  const char *stack_name[64];
+  int nstack;
+  int no_grad;           /* inside `with torch.no_grad()` */
+};
+
+/* ---- errors ---- */
+CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);
+
+/* ---- values.c ---- */
+PV *pv_new(L *L, PVKind k);
+PV *pv_none(L *L);
+PV *pv_bool(L *L, int b);
+PV *pv_int(L *L, int64_t i);
+PV *pv_float(L *L, double f);
+PV *pv_str(L *L, const char *s);
+PV *pv_tuple(L *L, PV **items, int n);
+PV *pv_list(L *L, PV **items, int n);
+void pv_list_append(L *L, PV *list, PV *x);
+PV *pv_dict(L *L);
+PV *pv_dict_get(PV *d, PV *key);              /* NULL if absent */
+void pv_dict_set(L *L, PV *d, PV *key, PV *val);
+PV *pv_tensor(L *L, Tensor *t);
+PV *pv_builtin(L *L, int bi, const char *name, PV *self);
+PV *pv_ns(L *L, const char *name);
+PV *pv_dtype(L *L, DType dt);
+const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
+const char *pv_repr(L *L, const PV *v);      /* short Python-like text */
+int pv_equal(const PV *a, const PV *b);      /* Python == for compile-time values */
+int pv_is_seq(const PV *v);                  /* tuple or list */
+int pv_is_num(const PV *v);                  /* bool, int, float */
+double pv_num(const PV *v);
+int pv_class_is(const PV *cls, const PV *base); /* subclass test along the chain */
+int pv_is_module(const PV *v);               /* an nn.Module instance */
+Env *env_new(L *L, Env *parent);
+PV *env_get(Env *e, const char *name);       /* this scope only */
+PV *env_lookup(Env *e, const char *name);    /* through parents */
+void env_set(L *L, Env *e, const char *name, PV *v);
+
+/* ---- eval.c ---- */
+PV *eval_expr(L *L, Node *n);
+void exec_block(L *L, Env *env, NodeVec *body);  /* top level / class bodies */
+/* Call any callable with positional and keyword arguments. */
+PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwnames, PV **kwvals, int nkw);
+PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if missing */
+PV *getattr_opt(L *L, Span at, PV *obj, const char *name);     /* NULL if missing */
+void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val);
+int truthy(L *L, Span at, PV *v);
+/* Iterate a compile-time iterable: returns a fresh array of items in *out. */
+int iter_items(L *L, Span at, PV *v, PV ***out);
+
+/* ---- builtins.c ---- */
+/* Argument binding for native functions: positional or keyword by name.
+ * spec: "x,dim=,keepdim=" (names; '=' marks optional). Fills out[] (NULL = absent). */
+typedef struct Args {
+  Span at;
+  PV **args; int nargs;
+  const char **kwnames; PV **kwvals; int nkw;
+  const char *fname;     /* for messages */
+} Args;
+void bind_args(L *L, Args *A, const char *spec, PV **out);
+int64_t arg_int(L *L, Span at, PV *v, const char *what);
+double arg_num(L *L, Span at, PV *v, const char *what);
+int arg_bool(L *L, Span at, PV *v, const char *what);
+/* int or tuple/list of ints into out (n written); `count` = expected count (pairs for pools). */
+int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what);
+void builtins_install(L *L, Env *builtins);
+/* Attribute of a namespace (torch.xxx, nn.xxx, F.xxx, math.xxx); NULL if none. */
+PV *ns_getattr(L *L, Span at, PV *ns, const char *name);
+PV *call_builtin(L *L, PV *fn, Args *A);
+/* Tensor methods and attributes (x.view, x.shape) */
+PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
+
+/* ---- layers.c ---- */
+PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
+PV *layer_forward(L *L, PV *obj, Args *A);       /* calling a builtin layer object */
+PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
+void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
+PV *layer_class(L *L, const char *name);         /* nn.<name> or NULL */
+Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
+PV *param_tensor(L *L, Slot *s);
+
+/* ---- tensor.c ---- */
+ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
+PV *t_wrap(L *L, ValId v);                       /* IR value -> PV tensor */
+Type t_type(PV *tensor);
+PV *t_binary(L *L, Span at, int op, PV *a, PV *b);   /* frontend OpKind: OP_ADD ... */
+PV *t_compare(L *L, Span at, int op, PV *a, PV *b);
+PV *t_unary(L *L, Span at, Op op, PV *x);
+PV *t_matmul(L *L, Span at, PV *a, PV *b);
+PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n); /* one -1 allowed */
+PV *t_permute(L *L, Span at, PV *x, const int64_t *perm, int n);
+PV *t_transpose(L *L, Span at, PV *x, int64_t d0, int64_t d1);
+PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int keepdim, int mean);
+PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log);
+PV *t_cast(L *L, Span at, PV *x, DType dt);
+PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t step);
+PV *t_index(L *L, Span at, PV *x, PV *index);    /* x[...] */
+PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim);
+PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const int64_t pad[2],
+             const int64_t dil[2]);
+PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2],
+             const int64_t p[2], const int64_t dil[2], int ceil_mode, int count_include_pad);
+PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b);
+PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps);
+PV *t_embedding(L *L, Span at, PV *w, PV *idx);
+PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
+PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
+PV *t_scalar_like(L *L, Span at, double v, DType dt);
+int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range check */
+/* A compile-time tensor factory (torch.zeros(...) in __init__, or a constant in forward). */
+PV *t_const_tensor(L *L, Span at, Type t, double fill);
+const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
+
+#endif

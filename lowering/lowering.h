@@ -1,0 +1,35 @@
+/* lowering.h - staging a parsed model file into IR.
+ *
+ * Module-level code and every __init__ run at compile time in a small
+ * evaluator (ints, floats, strings, tuples, lists, dicts, classes, layer
+ * objects); the chosen model's forward is then run once more with tensor
+ * values that are IR values of static shape, so the Python-level structure
+ * (loops over layers, shape arithmetic, `if` on configuration) disappears and
+ * only tensor operations remain, each an instruction with its source line. */
+#ifndef CTC_LOWERING_H
+#define CTC_LOWERING_H
+
+#include "../frontend/frontend.h"
+#include "../ir/ir.h"
+
+/* An input shape from the command line: --input x=f32[64,1,28,28]. */
+typedef struct InputSpec {
+  const char *name;   /* the entry's parameter name */
+  Type type;
+} InputSpec;
+
+typedef struct LowerOptions {
+  const char *model;        /* --model NAME: class or module-level instance; NULL = default */
+  const char *prefix;       /* --name: C prefix of generated symbols; NULL = from the class */
+  int ninputs;
+  const InputSpec *inputs;  /* --input specs (win over example_inputs in the file) */
+} LowerOptions;
+
+/* Parse "x=f32[64,1,28,28]" (dtype optional, default f32). 0 ok, -1 bad syntax. */
+int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out);
+
+/* Evaluate the module, instantiate the model, stage its entries. Returns NULL
+ * after reporting errors through d. */
+Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, const LowerOptions *opt);
+
+#endif

@@ -1,0 +1,160 @@
+/* rt_error.c - status codes, error messages, dtypes and small utilities.
+ *
+ * Everything here is pure and allocation-free except ctc_read_file, which
+ * reads a whole file into memory for the safetensors and .npy readers.
+ * Sizes are computed with explicit overflow checks: a file may claim any
+ * shape, and nothing may be allocated or indexed from an overflowed product. */
+#include "ctc_rt.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- status codes ------------------------------------------------------ */
+
+const char *ctc_strerror(int code) {
+  switch (code) {
+    case CTC_OK: return "success";
+    case CTC_ERR_IO: return "file could not be opened, read or written";
+    case CTC_ERR_FORMAT: return "file is malformed";
+    case CTC_ERR_MISSING: return "tensor is missing from the file";
+    case CTC_ERR_SHAPE: return "tensor has the wrong shape";
+    case CTC_ERR_DTYPE: return "tensor has the wrong dtype";
+    case CTC_ERR_ARENA: return "arena is too small or misaligned";
+    case CTC_ERR_ARG: return "bad argument";
+    case CTC_ERR_NOMEM: return "out of memory";
+    default: return "unknown error";
+  }
+}
+
+int ctc_fail(ctc_error *err, int code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    err->code = code;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+void ctc_error_prefix(ctc_error *err, const char *prefix) {
+  if (!err || !prefix) return;
+  char old[sizeof err->msg];
+  memcpy(old, err->msg, sizeof old);
+  old[sizeof old - 1] = '\0';
+  snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+}
+
+/* ---- dtypes and tensors ------------------------------------------------- */
+
+size_t ctc_dtype_size(ctc_dtype t) {
+  switch (t) {
+    case CTC_F32: return 4;
+    case CTC_F64: return 8;
+    case CTC_I64: return 8;
+    case CTC_I32: return 4;
+    case CTC_BOOL: return 1;
+    case CTC_U8: return 1;
+    default: return 0;
+  }
+}
+
+const char *ctc_dtype_name(ctc_dtype t) {
+  switch (t) {
+    case CTC_F32: return "f32";
+    case CTC_F64: return "f64";
+    case CTC_I64: return "i64";
+    case CTC_I32: return "i32";
+    case CTC_BOOL: return "bool";
+    case CTC_U8: return "u8";
+    default: return "?";
+  }
+}
+
+int64_t ctc_tensor_numel(const ctc_tensor *t) {
+  if (!t || t->ndim < 0 || t->ndim > CTC_MAX_DIMS) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) {
+    int64_t d = t->shape[i];
+    if (d < 0) return -1;
+    if (d != 0 && n > INT64_MAX / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+size_t ctc_tensor_bytes(const ctc_tensor *t) {
+  int64_t n = ctc_tensor_numel(t);
+  size_t es = t ? ctc_dtype_size(t->dtype) : 0;
+  if (n < 0 || es == 0) return SIZE_MAX;
+  if ((uint64_t)n > SIZE_MAX / es) return SIZE_MAX;
+  return (size_t)n * es;
+}
+
+/* ---- utilities ---------------------------------------------------------- */
+
+char *ctc_format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
+  if (!buf || n == 0) return buf;
+  size_t len = 0;
+  buf[0] = '\0';
+  /* Appends while there is room; snprintf truncates safely at the end. */
+  for (int i = -1; i <= ndim && len < n; i++) {
+    int w;
+    if (i < 0) w = snprintf(buf + len, n - len, "[");
+    else if (i == ndim) w = snprintf(buf + len, n - len, "]");
+    else w = snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+  return buf;
+}
+
+int ctc_read_file(const char *path, void **bufp, size_t *sizep, ctc_error *err) {
+  *bufp = NULL;
+  *sizep = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+
+  /* Start from the file size when it is known (regular files); grow for pipes. */
+  struct stat sb;
+  size_t cap = 1 << 16;
+  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0 &&
+      (uint64_t)sb.st_size < SIZE_MAX)
+    cap = (size_t)sb.st_size + 1;
+  char *buf = malloc(cap);
+  if (!buf) {
+    fclose(f);
+    return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, cap);
+  }
+  size_t len = 0;
+  for (;;) {
+    if (len == cap) {
+      if (cap > SIZE_MAX / 2) break; /* cannot grow; reported as a read error below */
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory reading the file", path);
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  int bad = ferror(f) || !feof(f);
+  int saved = errno;
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return ctc_fail(err, CTC_ERR_IO, "%s: cannot read: %s", path, strerror(saved ? saved : EIO));
+  }
+  *bufp = buf;
+  *sizep = len;
+  return CTC_OK;
+}
