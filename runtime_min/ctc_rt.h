@@ -118,7 +118,8 @@ typedef struct ctc_safetensors {
   ctc_tensor *tensors;           /* data points into buf */
 } ctc_safetensors;
 int ctc_st_read(ctc_safetensors *st, const char *path, ctc_error *err);
-int ctc_st_parse(ctc_safetensors *st, void *buf, size_t size, ctc_error *err); /* takes buf */
+/* Parses a file already in memory; takes buf (malloc'ed; freed on failure too). */
+int ctc_st_parse(ctc_safetensors *st, void *buf, size_t size, ctc_error *err);
 const ctc_tensor *ctc_st_find(const ctc_safetensors *st, const char *name);
 void ctc_st_free(ctc_safetensors *st);
 /* Writes tensors (using .data) in the given order; dtypes F32, F64, I64, I32, BOOL, U8. */

@@ -4,6 +4,9 @@
  * reads a whole file into memory for the safetensors and .npy readers.
  * Sizes are computed with explicit overflow checks: a file may claim any
  * shape, and nothing may be allocated or indexed from an overflowed product. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* fileno, fstat */
+#endif
 #include "ctc_rt.h"
 
 #include <errno.h>
@@ -43,10 +46,15 @@ int ctc_fail(ctc_error *err, int code, const char *fmt, ...) {
 
 void ctc_error_prefix(ctc_error *err, const char *prefix) {
   if (!err || !prefix) return;
-  char old[sizeof err->msg];
-  memcpy(old, err->msg, sizeof old);
-  old[sizeof old - 1] = '\0';
-  snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+  char out[sizeof err->msg];
+  size_t cap = sizeof out - 1, len = 0;
+  /* prefix, ": ", then the old message, truncated to fit */
+  const char *parts[3] = {prefix, ": ", err->msg};
+  for (int p = 0; p < 3; p++)
+    for (const char *s = parts[p]; (p < 2 || s < err->msg + sizeof err->msg) && *s && len < cap; s++)
+      out[len++] = *s;
+  out[len] = '\0';
+  memcpy(err->msg, out, len + 1);
 }
 
 /* ---- dtypes and tensors ------------------------------------------------- */

@@ -303,7 +303,7 @@ static int json_int_array(Json *j, int64_t *vals, int max, int *count) {
     return CTC_OK;
   }
   for (;;) {
-    int64_t v;
+    int64_t v = 0;
     if ((rc = json_int(j, &v))) return rc;
     if (*count == max) return -1;
     vals[(*count)++] = v;
@@ -608,7 +608,7 @@ static int build_header(int n, const ctc_tensor *ts, StrBuf *hb, ctc_error *err)
   sb_puts(hb, "{");
   for (int i = 0; i < n; i++) {
     const ctc_tensor *t = &ts[i];
-    size_t bytes;
+    size_t bytes = 0;
     if ((rc = check_write_tensor(t, &bytes, err))) return rc;
     if (bytes > SIZE_MAX - pos) return ctc_fail(err, CTC_ERR_ARG, "tensors are too large to write");
     if (i) sb_puts(hb, ",");
@@ -626,7 +626,7 @@ static int build_header(int n, const ctc_tensor *ts, StrBuf *hb, ctc_error *err)
   }
   sb_puts(hb, "}");
   while (!hb->failed && hb->len % 8 != 0) sb_puts(hb, " ");
-  if (hb->failed) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory building the header");
+  if (hb->failed || !hb->s) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory building the header");
   return check_duplicates(n, ts, err, CTC_ERR_ARG);
 }
 
@@ -636,7 +636,7 @@ int ctc_st_write(const char *path, int n, const ctc_tensor *tensors, ctc_error *
   int rc = build_header(n, tensors, &hb, err);
   if (rc) {
     free(hb.s);
-    if (path) ctc_error_prefix(err, path);
+    ctc_error_prefix(err, path);
     return rc;
   }
   FILE *f = fopen(path, "wb");

@@ -1,0 +1,556 @@
+/* rt_driver.c - the command-line program around a generated model.
+ *
+ *   ./net run [ENTRY] [--weights W.safetensors] --input X.npy ... [--output Y.npy ...]
+ *             [--save OUT.safetensors] [--repeat N] [--verbose]
+ *   ./net infer ...      same as `run` with the default entry (entries[0], "forward")
+ *   ./net info           model name, source, arena size, entries and parameters
+ *   ./net --help
+ *
+ * `--input NAME=X.npy` / `--output NAME=Y.npy` bind by name; plain paths fill
+ * the remaining inputs/outputs in declaration order. Every input must be given
+ * and have exactly the declared shape; its dtype must match, except that f64
+ * data is converted for an f32 input and i32/i64 data for an i64/i32 input
+ * (range-checked). Outputs without an --output path are computed but not
+ * written. Nothing is printed on success unless --verbose or --repeat is given.
+ *
+ * Errors go to stderr as "PROG: error: MESSAGE". Exit status: 0 ok, 1 usage or
+ * data error (bad command line, wrong shapes or dtypes, malformed files), 2 I/O
+ * error (a file could not be opened, read or written; out of memory).
+ *
+ * ctc_blas_setup re-executes the program once with OPENBLAS_CORETYPE set from
+ * cpuid when the runtime is built with -DCTC_HAVE_CBLAS (see below). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* setenv, execv, clock_gettime */
+#endif
+#include "ctc_rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IO_ALIGN 64 /* alignment of the input and output buffers */
+
+/* ---- OpenBLAS core type ---------------------------------------------------- */
+
+#if defined(CTC_HAVE_CBLAS) && defined(__x86_64__)
+#include <cpuid.h>
+
+/* XCR0: which register states the OS saves (AVX needs bits 1-2, AVX-512 5-7). */
+static uint64_t read_xcr0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+
+/* The OpenBLAS core type for this CPU, or NULL to leave OpenBLAS alone. */
+static const char *detect_coretype(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return NULL;
+  int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  if (!osxsave || !avx) return NULL;
+  uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0x6) != 0x6) return NULL;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return NULL;
+  int avx2 = (b >> 5) & 1, f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+  if (f && dq && bw && vl && (xcr0 & 0xE6) == 0xE6) return "SkylakeX";
+  if (avx2 && fma) return "Haswell";
+  return NULL;
+}
+#endif
+
+void ctc_blas_setup(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+#if defined(CTC_HAVE_CBLAS) && defined(__x86_64__)
+  /* OpenBLAS reads OPENBLAS_CORETYPE in a library constructor, before main, so
+   * the only way to set it from here is to re-execute ourselves once.
+   * CTC_NO_REEXEC guards against loops; a user-set OPENBLAS_CORETYPE wins. */
+  if (getenv("OPENBLAS_CORETYPE") || getenv("CTC_NO_REEXEC") || !argv) return;
+  const char *type = detect_coretype();
+  if (!type) return;
+  if (setenv("OPENBLAS_CORETYPE", type, 1) != 0 || setenv("CTC_NO_REEXEC", "1", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  /* execv failed: carry on with whatever kernels OpenBLAS picked. */
+#endif
+}
+
+/* ---- small helpers --------------------------------------------------------- */
+
+/* Exit status for a ctc_status: 2 for I/O (and memory), 1 for everything else. */
+static int exit_status(int code) {
+  if (code == CTC_OK) return 0;
+  return code == CTC_ERR_IO || code == CTC_ERR_NOMEM ? 2 : 1;
+}
+
+static int report(const char *prog, const ctc_error *err) {
+  fprintf(stderr, "%s: error: %s\n", prog, err->msg);
+  return exit_status(err->code);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* aligned_alloc needs a size that is a multiple of the alignment; never 0. */
+static void *alloc_aligned(size_t align, size_t bytes) {
+  if (bytes > SIZE_MAX - align) return NULL;
+  size_t n = bytes ? (bytes + align - 1) / align * align : align;
+  void *p = aligned_alloc(align, n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+
+static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
+  const char *dflt = desc->nentries > 0 ? desc->entries[0].name : "forward";
+  fprintf(f,
+          "usage: %s COMMAND [options]\n"
+          "\n"
+          "Model '%s', compiled by ctc from %s.\n"
+          "\n"
+          "commands:\n"
+          "  run [ENTRY] [options]     call ENTRY (default: %s) on .npy inputs\n"
+          "  infer [options]           same as `run %s`\n"
+          "  info                      print the entries, their inputs and outputs, the parameters\n"
+          "                            and the arena size\n"
+          "  help, --help, -h          print this text\n"
+          "\n"
+          "options of run and infer:\n"
+          "  --weights W.safetensors   load the parameters from W (without it they stay as the\n"
+          "                            model initialised them)\n"
+          "  --input X.npy             an input, in declaration order; one per input\n"
+          "  --input NAME=X.npy        bind input NAME\n"
+          "  --output Y.npy            where to write an output, in order (NAME=Y.npy binds by\n"
+          "                            name); outputs without a path are not written\n"
+          "  --save OUT.safetensors    save the parameters after the call(s), e.g. after a\n"
+          "                            training step\n"
+          "  --repeat N                call the entry N times; print the median ms per call to stderr\n"
+          "  --verbose, -v             print timings to stderr\n"
+          "\n"
+          "Inputs must have exactly the declared shapes. Dtypes must match, except that\n"
+          "float64 data is converted for a float32 input and int32/int64 for int64/int32.\n"
+          "\n"
+          "entries:",
+          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt);
+  for (int i = 0; i < desc->nentries; i++) fprintf(f, " %s", desc->entries[i].name);
+  fprintf(f, "\n\n"
+             "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
+             "environment: OPENBLAS_CORETYPE (chosen from the CPU when unset and the program\n"
+             "uses OpenBLAS), CTC_NO_REEXEC=1 (do not re-execute to set it)\n");
+}
+
+/* ---- info -------------------------------------------------------------------- */
+
+static void print_tensor(const char *indent, const ctc_tensor *t) {
+  char sh[256];
+  printf("%s%s %s%s\n", indent, t->name ? t->name : "?", ctc_dtype_name(t->dtype),
+         ctc_format_shape(sh, sizeof sh, t->ndim, t->shape));
+}
+
+static int cmd_info(const ctc_model_desc *desc) {
+  printf("model: %s\n", desc->name ? desc->name : "?");
+  printf("source: %s\n", desc->source ? desc->source : "?");
+  printf("arena: %zu bytes (align %zu)\n", desc->arena_bytes, desc->arena_align);
+#ifdef CTC_HAVE_CBLAS
+  const char *core = getenv("OPENBLAS_CORETYPE");
+  printf("openblas coretype: %s\n", core ? core : "(chosen by OpenBLAS)");
+#endif
+  for (int i = 0; i < desc->nentries; i++) {
+    const ctc_entry *e = &desc->entries[i];
+    printf("entry %s: %d input%s, %d output%s\n", e->name, e->ninputs, e->ninputs == 1 ? "" : "s",
+           e->noutputs, e->noutputs == 1 ? "" : "s");
+    for (int k = 0; k < e->ninputs; k++) print_tensor("  input  ", &e->inputs[k]);
+    for (int k = 0; k < e->noutputs; k++) print_tensor("  output ", &e->outputs[k]);
+  }
+  int64_t total = 0;
+  for (int i = 0; i < desc->nparams; i++) {
+    int64_t n = ctc_tensor_numel(&desc->params[i]);
+    if (n > 0 && total <= INT64_MAX - n) total += n;
+  }
+  printf("parameters: %d (%lld values)\n", desc->nparams, (long long)total);
+  for (int i = 0; i < desc->nparams; i++) print_tensor("  ", &desc->params[i]);
+  return 0;
+}
+
+/* ---- run: command line --------------------------------------------------------- */
+
+typedef struct RunArgs {
+  const char *entry;           /* NULL: entries[0] */
+  const char *weights, *save;
+  const char **inputs, **outputs; /* as given (NAME=path or path) */
+  int ninputs, noutputs;
+  long repeat;
+  int verbose, help;
+} RunArgs;
+
+/* Parses run/infer options into a (malloc'ed arrays of argv pointers). */
+static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ctc_error *err) {
+  memset(a, 0, sizeof *a);
+  a->repeat = 1;
+  a->inputs = calloc((size_t)argc + 1, sizeof *a->inputs);
+  a->outputs = calloc((size_t)argc + 1, sizeof *a->outputs);
+  if (!a->inputs || !a->outputs) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      a->help = 1;
+      continue;
+    }
+    if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
+      a->verbose = 1;
+      continue;
+    }
+    if (arg[0] != '-' || arg[1] == '\0') {
+      if (allow_entry && !a->entry) {
+        a->entry = arg;
+        continue;
+      }
+      return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
+    }
+    /* --name VALUE or --name=VALUE */
+    char name[32];
+    const char *eq = strchr(arg, '='), *val;
+    size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (nl >= sizeof name) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", arg);
+    memcpy(name, arg, nl);
+    name[nl] = '\0';
+    int known = !strcmp(name, "--weights") || !strcmp(name, "--input") || !strcmp(name, "--output") ||
+                !strcmp(name, "--save") || !strcmp(name, "--repeat");
+    if (!known) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", name);
+    if (eq) val = eq + 1;
+    else if (i + 1 < argc) val = argv[++i];
+    else return ctc_fail(err, CTC_ERR_ARG, "option %s needs a value", name);
+
+    if (!strcmp(name, "--input")) a->inputs[a->ninputs++] = val;
+    else if (!strcmp(name, "--output")) a->outputs[a->noutputs++] = val;
+    else if (!strcmp(name, "--weights") || !strcmp(name, "--save")) {
+      const char **slot = name[2] == 'w' ? &a->weights : &a->save;
+      if (*slot) return ctc_fail(err, CTC_ERR_ARG, "option %s given twice", name);
+      *slot = val;
+    } else { /* --repeat */
+      char *end;
+      a->repeat = strtol(val, &end, 10);
+      if (*val == '\0' || *end != '\0' || a->repeat < 1 || a->repeat > 1000000000L)
+        return ctc_fail(err, CTC_ERR_ARG, "--repeat needs a positive integer, not '%s'", val);
+    }
+  }
+  return CTC_OK;
+}
+
+static void free_run_args(RunArgs *a) {
+  free(a->inputs);
+  free(a->outputs);
+}
+
+/* The names of tensors ts[0..n) as "x, y" into buf. */
+static const char *name_list(char *buf, size_t cap, int n, const ctc_tensor *ts) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && len < cap; i++) {
+    int w = snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", ts[i].name);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+  return buf;
+}
+
+/* Assigns the given paths to the n declared tensors: NAME=path binds by name,
+ * plain paths fill the free slots in order. paths[k] receives the path of
+ * tensor k (NULL when none). `what` is "input" or "output". */
+static int bind_paths(const ctc_entry *e, const char *what, int n, const ctc_tensor *decl, int ngiven,
+                      const char *const *given, const char **paths, ctc_error *err) {
+  char names[512];
+  if (ngiven > n)
+    return ctc_fail(err, CTC_ERR_ARG, "entry '%s' has %d %s%s (%s), got %d --%s", e->name, n, what,
+                    n == 1 ? "" : "s", name_list(names, sizeof names, n, decl), ngiven, what);
+  int *is_named = calloc((size_t)ngiven + 1, sizeof *is_named);
+  if (!is_named) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  int rc = CTC_OK;
+  for (int g = 0; g < ngiven && rc == CTC_OK; g++) {
+    const char *eq = strchr(given[g], '=');
+    if (!eq) continue;
+    for (int k = 0; k < n; k++) {
+      size_t nl = strlen(decl[k].name);
+      if ((size_t)(eq - given[g]) == nl && strncmp(given[g], decl[k].name, nl) == 0) {
+        if (paths[k]) rc = ctc_fail(err, CTC_ERR_ARG, "%s '%s' is given twice", what, decl[k].name);
+        paths[k] = eq + 1;
+        is_named[g] = 1;
+        break;
+      }
+    }
+  }
+  for (int g = 0, k = 0; g < ngiven && rc == CTC_OK; g++) {
+    if (is_named[g]) continue;
+    while (k < n && paths[k]) k++;
+    if (k == n) break; /* unreachable: ngiven <= n */
+    paths[k] = given[g];
+  }
+  free(is_named);
+  return rc;
+}
+
+/* ---- run: data --------------------------------------------------------------- */
+
+/* Everything `run` allocates, released by run_free. */
+typedef struct Run {
+  void *arena, *model;
+  void **in, **out;            /* aligned buffers per input / output */
+  const char **in_paths, **out_paths;
+  int nin, nout;
+} Run;
+
+static void run_free(Run *r) {
+  for (int i = 0; r->in && i < r->nin; i++) free(r->in[i]);
+  for (int i = 0; r->out && i < r->nout; i++) free(r->out[i]);
+  free(r->in);
+  free(r->out);
+  free(r->in_paths);
+  free(r->out_paths);
+  free(r->model);
+  free(r->arena);
+}
+
+/* Copies (converting where allowed) the .npy data in `got` into dst, laid out as `want`. */
+static int convert_input(const ctc_tensor *want, const ctc_tensor *got, const char *path, void *dst,
+                         ctc_error *err) {
+  char ws[256], gs[256];
+  int same = want->ndim == got->ndim;
+  for (int d = 0; same && d < want->ndim; d++) same = want->shape[d] == got->shape[d];
+  if (!same)
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: input '%s' has shape %s, expected %s", path, want->name,
+                    ctc_format_shape(gs, sizeof gs, got->ndim, got->shape),
+                    ctc_format_shape(ws, sizeof ws, want->ndim, want->shape));
+  size_t n = (size_t)ctc_tensor_numel(want);
+  const unsigned char *src = got->data;
+  unsigned char *out = dst;
+  if (got->dtype == want->dtype) {
+    memcpy(dst, got->data, ctc_tensor_bytes(want));
+  } else if (want->dtype == CTC_F32 && got->dtype == CTC_F64) {
+    for (size_t i = 0; i < n; i++) {
+      double v;
+      memcpy(&v, src + 8 * i, 8);
+      float x = (float)v;
+      memcpy(out + 4 * i, &x, 4);
+    }
+  } else if (want->dtype == CTC_I64 && got->dtype == CTC_I32) {
+    for (size_t i = 0; i < n; i++) {
+      int32_t v;
+      memcpy(&v, src + 4 * i, 4);
+      int64_t x = v;
+      memcpy(out + 8 * i, &x, 8);
+    }
+  } else if (want->dtype == CTC_I32 && got->dtype == CTC_I64) {
+    for (size_t i = 0; i < n; i++) {
+      int64_t v;
+      memcpy(&v, src + 8 * i, 8);
+      if (v < INT32_MIN || v > INT32_MAX)
+        return ctc_fail(err, CTC_ERR_DTYPE, "%s: input '%s' (i32) gets int64 value %lld at index %zu, "
+                        "which does not fit", path, want->name, (long long)v, i);
+      int32_t x = (int32_t)v;
+      memcpy(out + 4 * i, &x, 4);
+    }
+  } else {
+    return ctc_fail(err, CTC_ERR_DTYPE, "%s: input '%s' has dtype %s, expected %s", path, want->name,
+                    ctc_dtype_name(got->dtype), ctc_dtype_name(want->dtype));
+  }
+  return CTC_OK;
+}
+
+/* Allocates the arena and the model and calls init. */
+static int make_model(const ctc_model_desc *desc, Run *r, ctc_error *err) {
+  size_t align = desc->arena_align ? desc->arena_align : 64;
+  if (align & (align - 1)) return ctc_fail(err, CTC_ERR_ARENA, "arena alignment %zu is not a power of two", align);
+  if (align < sizeof(void *)) align = sizeof(void *);
+  size_t bytes = desc->arena_bytes;
+  if (bytes > SIZE_MAX - align) return ctc_fail(err, CTC_ERR_NOMEM, "arena of %zu bytes is too large", bytes);
+  size_t rounded = bytes ? (bytes + align - 1) / align * align : align;
+  r->arena = alloc_aligned(align, rounded);
+  r->model = calloc(1, desc->model_size ? desc->model_size : 1);
+  if (!r->arena || !r->model)
+    return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate the model (%zu bytes of arena)", rounded);
+  int rc = desc->init ? desc->init(r->model, r->arena, rounded) : CTC_OK;
+  if (rc) return ctc_fail(err, rc, "model initialisation failed: %s", ctc_strerror(rc));
+  return CTC_OK;
+}
+
+/* Reads every bound input into an aligned buffer of the declared layout. */
+static int read_inputs(const ctc_entry *e, Run *r, ctc_error *err) {
+  for (int i = 0; i < e->ninputs; i++) {
+    ctc_tensor got;
+    int rc = ctc_npy_read(r->in_paths[i], &got, err);
+    if (rc) return rc;
+    size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
+    r->in[i] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    if (!r->in[i]) rc = ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
+    else rc = convert_input(&e->inputs[i], &got, r->in_paths[i], r->in[i], err);
+    ctc_tensor_free(&got);
+    if (rc) return rc;
+  }
+  return CTC_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Calls the entry `repeat` times; prints the median time per call with --repeat. */
+static int call_entry(const char *prog, const ctc_entry *e, Run *r, const RunArgs *a, ctc_error *err) {
+  double *ms = malloc((size_t)a->repeat * sizeof *ms);
+  if (!ms) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  int rc = CTC_OK;
+  for (long k = 0; k < a->repeat && rc == CTC_OK; k++) {
+    double t0 = now_ms();
+    rc = e->call(r->model, (const void *const *)r->in, (void *const *)r->out);
+    ms[k] = now_ms() - t0;
+  }
+  if (rc) {
+    free(ms);
+    return ctc_fail(err, rc, "entry '%s' failed: %s (status %d)", e->name, ctc_strerror(rc), rc);
+  }
+  if (a->repeat > 1 || a->verbose) {
+    size_t n = (size_t)a->repeat;
+    qsort(ms, n, sizeof *ms, cmp_double);
+    double med = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    fprintf(stderr, "%s: %s: median %.4f ms per call over %ld call%s (min %.4f ms)\n", prog, e->name, med,
+            a->repeat, a->repeat == 1 ? "" : "s", ms[0]);
+  }
+  free(ms);
+  return CTC_OK;
+}
+
+static int write_outputs(const ctc_entry *e, Run *r, ctc_error *err) {
+  for (int j = 0; j < e->noutputs; j++) {
+    if (!r->out_paths[j]) continue;
+    ctc_tensor t = e->outputs[j];
+    t.data = r->out[j];
+    int rc = ctc_npy_write(r->out_paths[j], &t, err);
+    if (rc) return rc;
+  }
+  return CTC_OK;
+}
+
+static void verbose_time(const RunArgs *a, const char *prog, const char *what, double t0) {
+  if (a->verbose) fprintf(stderr, "%s: %s: %.3f ms\n", prog, what, now_ms() - t0);
+}
+
+/* The steps of `run`, after the command line has been parsed. */
+static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, const RunArgs *a, Run *r,
+                  ctc_error *err) {
+  int rc;
+  r->nin = e->ninputs;
+  r->nout = e->noutputs;
+  r->in = calloc((size_t)e->ninputs + 1, sizeof *r->in);
+  r->out = calloc((size_t)e->noutputs + 1, sizeof *r->out);
+  r->in_paths = calloc((size_t)e->ninputs + 1, sizeof *r->in_paths);
+  r->out_paths = calloc((size_t)e->noutputs + 1, sizeof *r->out_paths);
+  if (!r->in || !r->out || !r->in_paths || !r->out_paths) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+
+  char names[512];
+  if ((rc = bind_paths(e, "input", e->ninputs, e->inputs, a->ninputs, a->inputs, r->in_paths, err))) return rc;
+  for (int i = 0; i < e->ninputs; i++)
+    if (!r->in_paths[i])
+      return ctc_fail(err, CTC_ERR_ARG, "entry '%s' takes %d input%s (%s); input '%s' is not given (--input)",
+                      e->name, e->ninputs, e->ninputs == 1 ? "" : "s",
+                      name_list(names, sizeof names, e->ninputs, e->inputs), e->inputs[i].name);
+  if ((rc = bind_paths(e, "output", e->noutputs, e->outputs, a->noutputs, a->outputs, r->out_paths, err)))
+    return rc;
+
+  double t0 = now_ms();
+  if ((rc = make_model(desc, r, err))) return rc;
+  verbose_time(a, prog, "init", t0);
+  if (a->weights) {
+    t0 = now_ms();
+    if ((rc = ctc_model_load(desc, r->model, a->weights, err))) return rc;
+    verbose_time(a, prog, "load weights", t0);
+  }
+  t0 = now_ms();
+  if ((rc = read_inputs(e, r, err))) return rc;
+  for (int j = 0; j < e->noutputs; j++) {
+    size_t bytes = ctc_tensor_bytes(&e->outputs[j]);
+    r->out[j] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    if (!r->out[j]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate output '%s'", e->outputs[j].name);
+  }
+  verbose_time(a, prog, "read inputs", t0);
+  if ((rc = call_entry(prog, e, r, a, err))) return rc;
+  t0 = now_ms();
+  if ((rc = write_outputs(e, r, err))) return rc;
+  verbose_time(a, prog, "write outputs", t0);
+  if (a->save) {
+    t0 = now_ms();
+    if ((rc = ctc_model_save(desc, r->model, a->save, err))) return rc;
+    verbose_time(a, prog, "save weights", t0);
+  }
+  return CTC_OK;
+}
+
+static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char **argv, int is_infer) {
+  ctc_error err = {0, ""};
+  RunArgs a;
+  Run r;
+  memset(&r, 0, sizeof r);
+  int rc = parse_run_args(argc, argv, !is_infer, &a, &err);
+  if (rc == CTC_OK && a.help) {
+    usage(stdout, prog, desc);
+    free_run_args(&a);
+    return 0;
+  }
+  const ctc_entry *e = NULL;
+  if (rc == CTC_OK) {
+    e = ctc_model_entry(desc, a.entry);
+    if (!e && !a.entry) {
+      rc = ctc_fail(&err, CTC_ERR_ARG, "the model has no entry points");
+    } else if (!e) {
+      char names[512] = "";
+      size_t len = 0;
+      for (int i = 0; i < desc->nentries && len < sizeof names; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", desc->entries[i].name);
+      rc = ctc_fail(&err, CTC_ERR_ARG, "unknown entry '%s' (entries: %s)", a.entry, names);
+    }
+  }
+  if (rc == CTC_OK) rc = do_run(prog, desc, e, &a, &r, &err);
+  run_free(&r);
+  free_run_args(&a);
+  if (rc == CTC_OK) return 0;
+  int status = report(prog, &err);
+  if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s --help'\n", prog, prog);
+  return status;
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
+  ctc_blas_setup(argc, argv);
+  const char *prog = argc > 0 && argv[0] ? argv[0] : (desc && desc->name ? desc->name : "ctc-model");
+  if (!desc) {
+    fprintf(stderr, "%s: error: no model description\n", prog);
+    return 1;
+  }
+  if (argc < 2) {
+    usage(stderr, prog, desc);
+    return 1;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout, prog, desc);
+    return 0;
+  }
+  if (!strcmp(cmd, "run") || !strcmp(cmd, "infer")) return cmd_run(prog, desc, argc - 2, argv + 2, cmd[0] == 'i');
+  if (!strcmp(cmd, "info")) {
+    if (argc > 2) {
+      if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+        usage(stdout, prog, desc);
+        return 0;
+      }
+      fprintf(stderr, "%s: error: unexpected argument '%s' to info\n", prog, argv[2]);
+      return 1;
+    }
+    return cmd_info(desc);
+  }
+  fprintf(stderr, "%s: error: unknown %s '%s' (try '%s --help')\n", prog,
+          cmd[0] == '-' ? "option" : "command", cmd, prog);
+  return 1;
+}

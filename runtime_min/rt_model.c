@@ -1,0 +1,100 @@
+/* rt_model.c - loading and saving a generated model's parameters.
+ *
+ * A model's parameters live in its arena at desc->params[i].offset (the arena
+ * is desc->arena_of(model)). Loading reads a safetensors file, checks every
+ * parameter first (present, exact shape, dtype) and only then copies, so a
+ * failed load leaves the model untouched. Tensors in the file that the model
+ * does not use are ignored. Saving writes the parameters in state_dict order. */
+#include "ctc_rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name) {
+  if (!desc || desc->nentries <= 0 || !desc->entries) return NULL;
+  if (!name) return &desc->entries[0];
+  for (int i = 0; i < desc->nentries; i++)
+    if (desc->entries[i].name && strcmp(desc->entries[i].name, name) == 0) return &desc->entries[i];
+  return NULL;
+}
+
+/* The parameter's place in the arena, checked against desc->arena_bytes. */
+static int param_span(const ctc_model_desc *desc, const ctc_tensor *p, size_t *bytes, ctc_error *err) {
+  *bytes = ctc_tensor_bytes(p);
+  if (*bytes == SIZE_MAX || p->offset > desc->arena_bytes || *bytes > desc->arena_bytes - p->offset)
+    return ctc_fail(err, CTC_ERR_ARENA, "parameter '%s' does not fit in the arena (%zu bytes at offset %zu)",
+                    p->name, *bytes, p->offset);
+  return CTC_OK;
+}
+
+/* Checks that file tensor f can be loaded into parameter p. */
+static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *f, ctc_error *err) {
+  char want[128], got[128];
+  if (!f) return ctc_fail(err, CTC_ERR_MISSING, "%s: tensor '%s' is missing", path, p->name);
+  /* F64 data is accepted for an F32 parameter: it is converted (rounded) on copy. */
+  if (f->dtype != p->dtype && !(p->dtype == CTC_F32 && f->dtype == CTC_F64))
+    return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", path, p->name,
+                    ctc_dtype_name(f->dtype), ctc_dtype_name(p->dtype));
+  int same = f->ndim == p->ndim;
+  for (int d = 0; same && d < p->ndim; d++) same = f->shape[d] == p->shape[d];
+  if (!same)
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: tensor '%s' has shape %s, expected %s", path, p->name,
+                    ctc_format_shape(got, sizeof got, f->ndim, f->shape),
+                    ctc_format_shape(want, sizeof want, p->ndim, p->shape));
+  return CTC_OK;
+}
+
+/* Copies file data into the arena; the source may be unaligned, so memcpy. */
+static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor *f, size_t bytes) {
+  if (f->dtype == p->dtype) {
+    memcpy(dst, f->data, bytes);
+    return;
+  }
+  size_t n = bytes / sizeof(float); /* F64 -> F32 */
+  const unsigned char *src = f->data;
+  for (size_t i = 0; i < n; i++) {
+    double v;
+    memcpy(&v, src + i * sizeof v, sizeof v);
+    float x = (float)v;
+    memcpy(dst + i * sizeof x, &x, sizeof x);
+  }
+}
+
+int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err) {
+  if (!desc || !model || !path) return ctc_fail(err, CTC_ERR_ARG, "ctc_model_load: NULL argument");
+  unsigned char *arena = desc->arena_of ? desc->arena_of(model) : NULL;
+  if (!arena && desc->nparams > 0) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
+  ctc_safetensors st;
+  int rc = ctc_st_read(&st, path, err);
+  if (rc) return rc;
+  size_t bytes;
+  for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
+    const ctc_tensor *p = &desc->params[i];
+    if (!(rc = param_span(desc, p, &bytes, err))) rc = check_param(path, p, ctc_st_find(&st, p->name), err);
+  }
+  for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
+    const ctc_tensor *p = &desc->params[i];
+    bytes = ctc_tensor_bytes(p);
+    copy_param(arena + p->offset, p, ctc_st_find(&st, p->name), bytes);
+  }
+  ctc_st_free(&st);
+  return rc;
+}
+
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err) {
+  if (!desc || !model || !path) return ctc_fail(err, CTC_ERR_ARG, "ctc_model_save: NULL argument");
+  unsigned char *arena = desc->arena_of ? desc->arena_of((void *)model) : NULL;
+  if (!arena && desc->nparams > 0) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
+  if (desc->nparams <= 0) return ctc_st_write(path, 0, NULL, err);
+  ctc_tensor *ts = malloc((size_t)desc->nparams * sizeof *ts);
+  if (!ts) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  int rc = CTC_OK;
+  size_t bytes;
+  for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
+    ts[i] = desc->params[i];
+    if ((rc = param_span(desc, &ts[i], &bytes, err)) == CTC_OK) ts[i].data = arena + ts[i].offset;
+  }
+  if (rc == CTC_OK) rc = ctc_st_write(path, desc->nparams, ts, err);
+  free(ts);
+  return rc;
+}
