@@ -12,6 +12,15 @@
 #include <setjmp.h>
 #include "lowering.h"
 
+/* Builtin functions and classes (builtins.def). */
+enum {
+#define B(id, name) BI_##id,
+#include "builtins.def"
+#undef B
+  BI__COUNT
+};
+extern const char *const bi_names[BI__COUNT];
+
 typedef struct PV PV;
 typedef struct Env Env;
 typedef struct L L;
@@ -67,7 +76,8 @@ struct PV {
   Node *node;            /* FUNC: def/lambda node; CLASS: class node */
   Env *env;              /* FUNC closure; CLASS attribute env */
   PV **defaults;         /* FUNC: evaluated default per param (NULL if none) */
-  PV *cls;               /* OBJ: its class; CLASS: first base (single inheritance chain) */
+  PV *cls;               /* OBJ: its class; CLASS: first base (single inheritance chain);
+                            FUNC: the class whose body defined it (for super()) */
   PV *self;              /* BOUND / BUILTIN: bound receiver */
   PV *fn;                /* BOUND: the function */
   int bi;                /* BUILTIN / builtin CLASS id (BI_*), 0 otherwise */
@@ -109,6 +119,8 @@ struct L {
   const char *stack_name[64];
   int nstack;
   int no_grad;           /* inside `with torch.no_grad()` */
+  Env *env;              /* the current local scope */
+  PV *retval;            /* value of the last `return` */
 };
 
 /* ---- errors ---- */
@@ -146,7 +158,9 @@ void env_set(L *L, Env *e, const char *name, PV *v);
 
 /* ---- eval.c ---- */
 PV *eval_expr(L *L, Node *n);
-void exec_block(L *L, Env *env, NodeVec *body);  /* top level / class bodies */
+/* Execute statements in env; returns EX_NORMAL, EX_RETURN (L->retval set), EX_BREAK, EX_CONTINUE. */
+enum { EX_NORMAL, EX_RETURN, EX_BREAK, EX_CONTINUE };
+int exec_block(L *L, Env *env, NodeVec *body);
 /* Call any callable with positional and keyword arguments. */
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwnames, PV **kwvals, int nkw);
 PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if missing */
@@ -175,6 +189,7 @@ void builtins_install(L *L, Env *builtins);
 /* Attribute of a namespace (torch.xxx, nn.xxx, F.xxx, math.xxx); NULL if none. */
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name);
 PV *call_builtin(L *L, PV *fn, Args *A);
+PV *torch_call(L *L, PV *fn, Args *A);          /* torchlib.c: torch, F, nn.init, Tensor methods */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
 
@@ -183,7 +198,6 @@ PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
 PV *layer_forward(L *L, PV *obj, Args *A);       /* calling a builtin layer object */
 PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
-PV *layer_class(L *L, const char *name);         /* nn.<name> or NULL */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
 
@@ -212,6 +226,8 @@ PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b);
 PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps);
 PV *t_embedding(L *L, Span at, PV *w, PV *idx);
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
+PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
+PV *t_dropout(L *L, Span at, PV *x, double p, int training);
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
 PV *t_scalar_like(L *L, Span at, double v, DType dt);
 int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range check */

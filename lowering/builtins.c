@@ -1,0 +1,618 @@
+/* builtins.c - Python builtins, math, methods of compile-time values and of
+ * nn.Module, argument binding for native functions, and namespaces
+ * (torch, torch.nn, torch.nn.functional, math, dataclasses). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lower_int.h"
+
+const char *const bi_names[BI__COUNT] = {
+#define B(id, name) name,
+#include "builtins.def"
+#undef B
+};
+
+
+/* ---- argument binding -------------------------------------------------- */
+
+void bind_args(L *L, Args *A, const char *spec, PV **out) {
+  const char *names[24];
+  int opt[24], n = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *p = buf; *p && n < 24;) {
+    char *e = strchr(p, ',');
+    if (e) *e = 0;
+    size_t len = strlen(p);
+    opt[n] = len && p[len - 1] == '=';
+    if (opt[n]) p[len - 1] = 0;
+    names[n++] = arena_strdup(L->a, p);
+    p = e ? e + 1 : p + len;
+  }
+  for (int i = 0; i < n; i++) out[i] = NULL;
+  if (A->nargs > n)
+    lower_error(L, A->at, "%s() takes at most %d arguments (%d given)", A->fname, n, A->nargs);
+  for (int i = 0; i < A->nargs; i++) out[i] = A->args[i];
+  for (int k = 0; k < A->nkw; k++) {
+    int found = -1;
+    for (int i = 0; i < n; i++)
+      if (strcmp(names[i], A->kwnames[k]) == 0) found = i;
+    if (found < 0) lower_error(L, A->at, "%s() got an unexpected keyword argument '%s'", A->fname, A->kwnames[k]);
+    if (out[found]) lower_error(L, A->at, "%s() got multiple values for argument '%s'", A->fname, A->kwnames[k]);
+    out[found] = A->kwvals[k];
+  }
+  for (int i = 0; i < n; i++)
+    if (!out[i] && !opt[i]) lower_error(L, A->at, "%s() missing required argument '%s'", A->fname, names[i]);
+}
+
+int64_t arg_int(L *L, Span at, PV *v, const char *what) {
+  if (v->k == PV_INT || v->k == PV_BOOL) return v->i;
+  if (v->k == PV_TENSOR)
+    lower_error(L, at, "%s must be known at compile time, but it is a tensor", what);
+  lower_error(L, at, "%s must be an int, not '%s'", what, pv_kind_name(v));
+}
+
+double arg_num(L *L, Span at, PV *v, const char *what) {
+  if (pv_is_num(v)) return pv_num(v);
+  if (v->k == PV_TENSOR)
+    lower_error(L, at, "%s must be known at compile time, but it is a tensor", what);
+  lower_error(L, at, "%s must be a number, not '%s'", what, pv_kind_name(v));
+}
+
+int arg_bool(L *L, Span at, PV *v, const char *what) {
+  if (v->k == PV_BOOL || v->k == PV_INT) return v->i != 0;
+  if (v->k == PV_NONE) return 0;
+  lower_error(L, at, "%s must be a bool, not '%s'", what, pv_kind_name(v));
+}
+
+int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what) {
+  if (pv_is_seq(v)) {
+    if (v->n > max) lower_error(L, at, "%s has too many entries (%d, at most %d)", what, v->n, max);
+    for (int i = 0; i < v->n; i++) out[i] = arg_int(L, at, v->items[i], what);
+    return v->n;
+  }
+  out[0] = arg_int(L, at, v, what);
+  return 1;
+}
+
+/* ---- namespaces --------------------------------------------------------- */
+
+static int dtype_by_name(const char *n, DType *dt) {
+  static const struct { const char *n; DType d; } t[] = {
+      {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
+      {"int64", DT_I64},   {"long", DT_I64},  {"int32", DT_I32},   {"int", DT_I32},
+      {"bool", DT_BOOL}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(t[i].n, n) == 0) {
+      *dt = t[i].d;
+      return 1;
+    }
+  return 0;
+}
+
+static PV *find_in_range(L *L, int lo, int hi, const char *name, PV *self) {
+  for (int i = lo; i <= hi; i++)
+    if (strcmp(bi_names[i], name) == 0) return pv_builtin(L, i, bi_names[i], self);
+  return NULL;
+}
+
+static PV *builtin_class(L *L, int bi) {
+  PV *c = pv_new(L, PV_CLASS);
+  c->bi = bi;
+  c->s = bi_names[bi];
+  return c;
+}
+
+PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
+  const char *m = ns->s;
+  DType dt;
+  if (strcmp(m, "torch") == 0) {
+    if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
+    if (strcmp(name, "nn") == 0) return pv_ns(L, "torch.nn");
+    if (strcmp(name, "optim") == 0) return pv_ns(L, "torch.optim");
+    if (strcmp(name, "autograd") == 0) return pv_ns(L, "torch.autograd");
+    static const int tensor_only[] = {BI_T_SIZE, BI_T_DIM, BI_T_CONTIGUOUS, BI_T_T, BI_T_FLOAT,
+                                      BI_T_DOUBLE, BI_T_LONG, BI_T_INT, BI_T_TO, BI_T_TYPE_AS,
+                                      BI_T_ITEM, BI_T_TOLIST, BI_T_NUMPY, BI_T_BACKWARD,
+                                      BI_T_VIEW, BI_T_EXPAND, BI_T_NEW_ZEROS, BI_T_NEW_ONES,
+                                      BI_T_REPEAT, BI_T_FILL_, BI_T_ADD_, BI_T_MUL_, BI_T_ZERO_,
+                                      BI_T_DETACH, BI_T_MASKED_FILL, BI_T_SQUARE};
+    PV *f = find_in_range(L, BI_T_ZEROS, BI_T_ZERO_, name, NULL);
+    if (f)
+      for (size_t i = 0; i < sizeof tensor_only / sizeof tensor_only[0]; i++)
+        if (f->bi == tensor_only[i]) f = NULL;
+    if (f) return f;
+    if (strcmp(name, "Tensor") == 0) return builtin_class(L, BI_C_OBJECT);
+    return NULL;
+  }
+  if (strcmp(m, "torch.nn") == 0) {
+    if (strcmp(name, "functional") == 0) return pv_ns(L, "torch.nn.functional");
+    if (strcmp(name, "init") == 0) return pv_ns(L, "torch.nn.init");
+    for (int i = BI_C_MODULE; i < BI_C_OBJECT; i++)
+      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
+    return NULL;
+  }
+  if (strcmp(m, "torch.nn.functional") == 0)
+    return find_in_range(L, BI_F_RELU, BI_F_SCALED_DOT_PRODUCT_ATTENTION, name, NULL);
+  if (strcmp(m, "torch.nn.init") == 0) return find_in_range(L, BI_I_NORMAL_, BI_I_KAIMING_UNIFORM_, name, NULL);
+  if (strcmp(m, "math") == 0) {
+    if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
+    if (strcmp(name, "e") == 0) return pv_float(L, M_E);
+    if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
+    if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
+    return find_in_range(L, BI_M_SQRT, BI_M_PROD, name, NULL);
+  }
+  if (strcmp(m, "dataclasses") == 0) return find_in_range(L, BI_DATACLASS, BI_FIELD, name, NULL);
+  if (strcmp(m, "torch.optim") == 0 || strcmp(m, "torch.autograd") == 0) return NULL;
+  if (strcmp(m, "typing") == 0) return pv_none(L);
+  /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
+   * module, so files that import it still compile as long as compiled code
+   * does not use it. */
+  return pv_ns(L, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
+}
+
+void builtins_install(L *L, Env *b) {
+  for (int i = BI_RANGE; i <= BI_REPR; i++) env_set(L, b, bi_names[i], pv_builtin(L, i, bi_names[i], NULL));
+  env_set(L, b, "object", builtin_class(L, BI_C_OBJECT));
+  env_set(L, b, "__name__", pv_str(L, "__ctc__"));
+}
+
+/* ---- module introspection ----------------------------------------------- */
+
+static void collect_params(L *L, PV *obj, PV *out, PV *seen) {
+  for (int i = 0; i < obj->mod->regs.len; i++) {
+    Reg *r = &obj->mod->regs.data[i];
+    if (r->kind == REG_PARAM && r->val->k == PV_TENSOR) {
+      int dup = 0;
+      for (int k = 0; k < seen->n; k++) dup |= seen->items[k] == r->val;
+      if (!dup) {
+        pv_list_append(L, seen, r->val);
+        pv_list_append(L, out, r->val);
+      }
+    } else if (r->kind == REG_CHILD && pv_is_module(r->val))
+      collect_params(L, r->val, out, seen);
+  }
+}
+
+static void collect_modules(L *L, PV *obj, PV *out) {
+  pv_list_append(L, out, obj);
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
+      collect_modules(L, obj->mod->regs.data[i].val, out);
+}
+
+static void set_training(PV *obj, int t) {
+  obj->mod->training = t;
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
+      set_training(obj->mod->regs.data[i].val, t);
+}
+
+static PV *module_call(L *L, PV *fn, Args *A) {
+  PV *self = fn->self, *a[4];
+  switch (fn->bi) {
+  case BI_MOD_INIT: return pv_none(L);
+  case BI_MOD_PARAMETERS: {
+    PV *out = pv_list(L, NULL, 0);
+    collect_params(L, self, out, pv_list(L, NULL, 0));
+    return out;
+  }
+  case BI_MOD_NAMED_PARAMETERS:
+    lower_error(L, A->at, "named_parameters() is not supported at compile time yet; use parameters()");
+  case BI_MOD_MODULES: {
+    PV *out = pv_list(L, NULL, 0);
+    collect_modules(L, self, out);
+    return out;
+  }
+  case BI_MOD_CHILDREN: {
+    PV *out = pv_list(L, NULL, 0);
+    for (int i = 0; i < self->mod->regs.len; i++)
+      if (self->mod->regs.data[i].kind == REG_CHILD) pv_list_append(L, out, self->mod->regs.data[i].val);
+    return out;
+  }
+  case BI_MOD_TRAIN:
+    bind_args(L, A, "mode=", a);
+    if (L->fn) lower_error(L, A->at, "model.train() inside compiled code is not supported; train/eval mode is fixed per entry");
+    set_training(self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1);
+    return self;
+  case BI_MOD_EVAL:
+    bind_args(L, A, "", a);
+    if (L->fn) lower_error(L, A->at, "model.eval() inside compiled code is not supported; train/eval mode is fixed per entry");
+    set_training(self, 0);
+    return self;
+  case BI_MOD_APPLY: {
+    bind_args(L, A, "fn", a);
+    PV *mods = pv_list(L, NULL, 0);
+    collect_modules(L, self, mods);
+    /* PyTorch applies to children first, then self */
+    for (int i = mods->n - 1; i >= 0; i--) call_value(L, A->at, a[0], &mods->items[i], 1, NULL, NULL, 0);
+    return self;
+  }
+  case BI_MOD_REGISTER_BUFFER: {
+    bind_args(L, A, "name,tensor,persistent=", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "buffer name must be a string");
+    if (a[1]->k != PV_TENSOR) lower_error(L, A->at, "register_buffer needs a tensor");
+    Tensor *t = a[1]->t;
+    if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);
+    Slot *s = slot_new(L, A->at, t->type, PINIT_DATA, 0, 0);
+    s->is_buffer = 1;
+    s->data = t->data;
+    PV *pt = param_tensor(L, s);
+    vec_push(L->a, &self->mod->regs, ((Reg){REG_BUFFER, a[0]->s, pt}));
+    if (!self->attrs) self->attrs = env_new(L, NULL);
+    env_set(L, self->attrs, a[0]->s, pt);
+    return pv_none(L);
+  }
+  case BI_MOD_REGISTER_PARAMETER:
+  case BI_MOD_ADD_MODULE:
+    bind_args(L, A, "name,value", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "name must be a string");
+    module_setattr(L, A->at, self, a[0]->s, a[1]);
+    return pv_none(L);
+  case BI_MOD_ZERO_GRAD: return pv_none(L);
+  case BI_MOD_TO: return self;
+  default: break;
+  }
+  BUG("module method %d", fn->bi);
+}
+
+/* ---- Python builtins ----------------------------------------------------- */
+
+static PV *minmax(L *L, Args *A, int is_max) {
+  PV **items = A->args;
+  int n = A->nargs;
+  if (n == 1) n = iter_items(L, A->at, A->args[0], &items);
+  if (n == 0) lower_error(L, A->at, "%s() of an empty sequence", A->fname);
+  PV *best = items[0];
+  for (int i = 1; i < n; i++) {
+    if (!pv_is_num(items[i]) || !pv_is_num(best))
+      lower_error(L, A->at, "%s() works on numbers at compile time", A->fname);
+    if (is_max ? pv_num(items[i]) > pv_num(best) : pv_num(items[i]) < pv_num(best)) best = items[i];
+  }
+  return best;
+}
+
+static const char *fstr(L *L, PV *fmt, Args *A) {
+  /* "{}".format(...) with positional {} and {0} fields only */
+  const char *s = fmt->s, *out = "";
+  int next = 0;
+  for (; *s; s++) {
+    if (*s == '{' && s[1] == '{') { out = arena_printf(L->a, "%s{", out); s++; continue; }
+    if (*s == '}' && s[1] == '}') { out = arena_printf(L->a, "%s}", out); s++; continue; }
+    if (*s == '{') {
+      const char *e = strchr(s, '}');
+      if (!e) break;
+      int idx = next++;
+      if (e > s + 1 && s[1] >= '0' && s[1] <= '9') idx = atoi(s + 1);
+      if (idx >= A->nargs) lower_error(L, A->at, "format() has too few arguments");
+      out = arena_printf(L->a, "%s%s", out, pv_repr(L, A->args[idx]));
+      s = e;
+      continue;
+    }
+    out = arena_printf(L->a, "%s%c", out, *s);
+  }
+  return out;
+}
+
+PV *call_builtin(L *L, PV *fn, Args *A) {
+  PV *a[8];
+  int bi = fn->bi;
+  if (bi >= BI_MOD_INIT && bi <= BI_MOD_NAMED_PARAMETERS) return module_call(L, fn, A);
+  switch (bi) {
+  case BI_RANGE: {
+    bind_args(L, A, "a,b=,c=", a);
+    int64_t lo = 0, hi, st = 1;
+    if (a[1]) {
+      lo = arg_int(L, A->at, a[0], "range start");
+      hi = arg_int(L, A->at, a[1], "range stop");
+      if (a[2]) st = arg_int(L, A->at, a[2], "range step");
+    } else
+      hi = arg_int(L, A->at, a[0], "range stop");
+    if (st == 0) lower_error(L, A->at, "range() step must not be zero");
+    PV *r = pv_list(L, NULL, 0);
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+      if (r->n > 10000000) lower_error(L, A->at, "range() is too long to unroll at compile time");
+      pv_list_append(L, r, pv_int(L, i));
+    }
+    r->k = PV_TUPLE;
+    return r;
+  }
+  case BI_LEN: {
+    bind_args(L, A, "x", a);
+    if (a[0]->k == PV_STR) return pv_int(L, (int64_t)strlen(a[0]->s));
+    if (a[0]->k == PV_TENSOR) return pv_int(L, a[0]->t->type.ndim ? a[0]->t->type.dims[0] : 0);
+    PV **it;
+    return pv_int(L, iter_items(L, A->at, a[0], &it));
+  }
+  case BI_INT:
+  case BI_FLOAT:
+  case BI_BOOL: {
+    bind_args(L, A, "x=", a);
+    if (!a[0]) return bi == BI_INT ? pv_int(L, 0) : bi == BI_FLOAT ? pv_float(L, 0) : pv_bool(L, 0);
+    if (bi == BI_BOOL) return pv_bool(L, truthy(L, A->at, a[0]));
+    if (a[0]->k == PV_STR) {
+      char *end;
+      if (bi == BI_FLOAT) {
+        double d = strtod(a[0]->s, &end);
+        if (*end || end == a[0]->s) lower_error(L, A->at, "could not convert string to float: '%s'", a[0]->s);
+        return pv_float(L, d);
+      }
+      long long v = strtoll(a[0]->s, &end, 10);
+      if (*end || end == a[0]->s) lower_error(L, A->at, "invalid literal for int(): '%s'", a[0]->s);
+      return pv_int(L, v);
+    }
+    if (a[0]->k == PV_TENSOR)
+      lower_error(L, A->at, "%s() of a tensor reads its value on the host; that cannot be compiled", A->fname);
+    double v = arg_num(L, A->at, a[0], "argument");
+    if (bi == BI_FLOAT) return pv_float(L, v);
+    if (!(fabs(v) < 9.2e18)) lower_error(L, A->at, "cannot convert %g to int", v);
+    return pv_int(L, (int64_t)v);
+  }
+  case BI_STR:
+    bind_args(L, A, "x=", a);
+    return pv_str(L, a[0] ? pv_repr(L, a[0]) : "");
+  case BI_REPR:
+    bind_args(L, A, "x", a);
+    return pv_str(L, pv_repr(L, a[0]));
+  case BI_LIST:
+  case BI_TUPLE:
+  case BI_SORTED:
+  case BI_REVERSED: {
+    bind_args(L, A, "x=", a);
+    PV **it = NULL;
+    int n = a[0] ? iter_items(L, A->at, a[0], &it) : 0;
+    PV *r = bi == BI_TUPLE ? pv_tuple(L, it, n) : pv_list(L, it, n);
+    if (bi == BI_REVERSED)
+      for (int i = 0; i < n / 2; i++) {
+        PV *t = r->items[i];
+        r->items[i] = r->items[n - 1 - i];
+        r->items[n - 1 - i] = t;
+      }
+    if (bi == BI_SORTED)
+      for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && pv_is_num(r->items[j]) && pv_num(r->items[j]) < pv_num(r->items[j - 1]); j--) {
+          PV *t = r->items[j];
+          r->items[j] = r->items[j - 1];
+          r->items[j - 1] = t;
+        }
+    return r;
+  }
+  case BI_DICT: {
+    PV *d = pv_dict(L);
+    if (A->nargs > 1) lower_error(L, A->at, "dict() takes at most 1 positional argument");
+    if (A->nargs == 1) {
+      if (A->args[0]->k != PV_DICT) lower_error(L, A->at, "dict(x) needs a dict at compile time");
+      for (int i = 0; i < A->args[0]->n; i++) pv_dict_set(L, d, A->args[0]->keys[i], A->args[0]->items[i]);
+    }
+    for (int k = 0; k < A->nkw; k++) pv_dict_set(L, d, pv_str(L, A->kwnames[k]), A->kwvals[k]);
+    return d;
+  }
+  case BI_ENUMERATE: {
+    bind_args(L, A, "x,start=", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    int64_t st = a[1] ? arg_int(L, A->at, a[1], "start") : 0;
+    PV *r = pv_list(L, NULL, 0);
+    for (int i = 0; i < n; i++) {
+      PV *pair[2] = {pv_int(L, st + i), it[i]};
+      pv_list_append(L, r, pv_tuple(L, pair, 2));
+    }
+    return r;
+  }
+  case BI_ZIP: {
+    PV *r = pv_list(L, NULL, 0);
+    PV **its[8];
+    int ns[8], n = 1 << 30;
+    if (A->nargs > 8) lower_error(L, A->at, "zip() of more than 8 sequences is not supported");
+    for (int i = 0; i < A->nargs; i++) {
+      ns[i] = iter_items(L, A->at, A->args[i], &its[i]);
+      if (ns[i] < n) n = ns[i];
+    }
+    if (!A->nargs) n = 0;
+    for (int k = 0; k < n; k++) {
+      PV *t[8];
+      for (int i = 0; i < A->nargs; i++) t[i] = its[i][k];
+      pv_list_append(L, r, pv_tuple(L, t, A->nargs));
+    }
+    return r;
+  }
+  case BI_MIN: return minmax(L, A, 0);
+  case BI_MAX: return minmax(L, A, 1);
+  case BI_ABS:
+    bind_args(L, A, "x", a);
+    if (a[0]->k == PV_TENSOR) return t_unary(L, A->at, IR_ABS, a[0]);
+    if (a[0]->k == PV_FLOAT) return pv_float(L, fabs(a[0]->f));
+    return pv_int(L, llabs((long long)arg_int(L, A->at, a[0], "abs() argument")));
+  case BI_SUM: {
+    bind_args(L, A, "x,start=", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    PV *acc = a[1] ? a[1] : pv_int(L, 0);
+    for (int i = 0; i < n; i++) {
+      if (acc->k == PV_TENSOR || it[i]->k == PV_TENSOR) acc = t_binary(L, A->at, OP_ADD, acc, it[i]);
+      else if (pv_is_num(acc) && pv_is_num(it[i]))
+        acc = acc->k == PV_FLOAT || it[i]->k == PV_FLOAT ? pv_float(L, pv_num(acc) + pv_num(it[i]))
+                                                          : pv_int(L, acc->i + it[i]->i);
+      else lower_error(L, A->at, "sum() of '%s' values is not supported", pv_kind_name(it[i]));
+    }
+    return acc;
+  }
+  case BI_ISINSTANCE: {
+    bind_args(L, A, "obj,cls", a);
+    PV **cls = &a[1];
+    int n = 1;
+    if (a[1]->k == PV_TUPLE) {
+      cls = a[1]->items;
+      n = a[1]->n;
+    }
+    for (int i = 0; i < n; i++) {
+      PV *c = cls[i];
+      if (c->k == PV_BUILTIN) {
+        int ok = (c->bi == BI_INT && a[0]->k == PV_INT) || (c->bi == BI_FLOAT && a[0]->k == PV_FLOAT) ||
+                 (c->bi == BI_BOOL && a[0]->k == PV_BOOL) || (c->bi == BI_STR && a[0]->k == PV_STR) ||
+                 (c->bi == BI_LIST && a[0]->k == PV_LIST) || (c->bi == BI_TUPLE && a[0]->k == PV_TUPLE) ||
+                 (c->bi == BI_DICT && a[0]->k == PV_DICT);
+        if (ok) return pv_bool(L, 1);
+        continue;
+      }
+      if (c->k != PV_CLASS) lower_error(L, A->at, "isinstance() arg 2 must be a class");
+      if (c->bi == BI_C_OBJECT) return pv_bool(L, 1);
+      if (a[0]->k == PV_OBJ && a[0]->bi != BI_SUPER_PROXY && pv_class_is(a[0]->cls, c)) return pv_bool(L, 1);
+      if (a[0]->k == PV_OBJ && a[0]->mod && c->bi == BI_C_MODULE) return pv_bool(L, 1);
+    }
+    return pv_bool(L, 0);
+  }
+  case BI_HASATTR:
+    bind_args(L, A, "obj,name", a);
+    if (a[1]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
+    if (a[0]->k == PV_NS) {
+      /* hasattr(F, 'scaled_dot_product_attention'): true only for what ctc knows */
+      PV *v = ns_getattr(L, A->at, a[0], a[1]->s);
+      return pv_bool(L, v && v->k != PV_NS);
+    }
+    return pv_bool(L, getattr_opt(L, A->at, a[0], a[1]->s) != NULL);
+  case BI_GETATTR: {
+    bind_args(L, A, "obj,name,default=", a);
+    if (a[1]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
+    PV *v = getattr_opt(L, A->at, a[0], a[1]->s);
+    if (!v && a[2]) return a[2];
+    return v ? v : getattr_value(L, A->at, a[0], a[1]->s);
+  }
+  case BI_SETATTR:
+    bind_args(L, A, "obj,name,value", a);
+    if (a[1]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
+    setattr_value(L, A->at, a[0], a[1]->s, a[2]);
+    return pv_none(L);
+  case BI_PRINT: return pv_none(L); /* prints at compile time are dropped */
+  case BI_SUPER: {
+    bind_args(L, A, "cls=,obj=", a);
+    PV *cls = a[0], *obj = a[1];
+    if (!cls) {
+      cls = env_lookup(L->env, "__class__");
+      if (!cls) lower_error(L, A->at, "super() without arguments must be used inside a method");
+      /* the first parameter of the enclosing method */
+      obj = env_lookup(L->env, "self");
+      if (!obj) lower_error(L, A->at, "super() without arguments needs the method's first parameter to be 'self'");
+    }
+    if (!obj || obj->k != PV_OBJ || cls->k != PV_CLASS) lower_error(L, A->at, "super() arguments must be a class and an instance");
+    PV *p = pv_new(L, PV_OBJ);
+    p->bi = BI_SUPER_PROXY;
+    p->self = obj;
+    p->cls = cls->cls;
+    return p;
+  }
+  case BI_ROUND: {
+    bind_args(L, A, "x,n=", a);
+    double v = arg_num(L, A->at, a[0], "round() argument");
+    if (a[1]) {
+      double s = pow(10, (double)arg_int(L, A->at, a[1], "ndigits"));
+      return pv_float(L, nearbyint(v * s) / s);
+    }
+    return pv_int(L, (int64_t)nearbyint(v));
+  }
+  case BI_ANY:
+  case BI_ALL: {
+    bind_args(L, A, "x", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    for (int i = 0; i < n; i++) {
+      int t = truthy(L, A->at, it[i]);
+      if (bi == BI_ANY && t) return pv_bool(L, 1);
+      if (bi == BI_ALL && !t) return pv_bool(L, 0);
+    }
+    return pv_bool(L, bi == BI_ALL);
+  }
+  case BI_TYPE:
+    bind_args(L, A, "x", a);
+    if (a[0]->k == PV_OBJ) return a[0]->cls;
+    lower_error(L, A->at, "type() is only supported on objects at compile time");
+  case BI_DATACLASS: lower_error(L, A->at, "@dataclass(...) with arguments is not supported; use @dataclass");
+  case BI_FIELD: {
+    bind_args(L, A, "default=,default_factory=", a);
+    if (a[0]) return a[0];
+    if (a[1]) return call_value(L, A->at, a[1], NULL, 0, NULL, NULL, 0);
+    lower_error(L, A->at, "field() needs a default");
+  }
+  case BI_LIST_APPEND:
+    bind_args(L, A, "x", a);
+    pv_list_append(L, fn->self, a[0]);
+    return pv_none(L);
+  case BI_LIST_EXTEND: {
+    bind_args(L, A, "x", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    for (int i = 0; i < n; i++) pv_list_append(L, fn->self, it[i]);
+    return pv_none(L);
+  }
+  case BI_DICT_ITEMS:
+  case BI_DICT_KEYS:
+  case BI_DICT_VALUES: {
+    PV *d = fn->self, *r = pv_list(L, NULL, 0);
+    for (int i = 0; i < d->n; i++) {
+      PV *pair[2] = {d->keys[i], d->items[i]};
+      pv_list_append(L, r, bi == BI_DICT_KEYS ? d->keys[i] : bi == BI_DICT_VALUES ? d->items[i] : pv_tuple(L, pair, 2));
+    }
+    return r;
+  }
+  case BI_DICT_GET: {
+    bind_args(L, A, "key,default=", a);
+    PV *v = pv_dict_get(fn->self, a[0]);
+    return v ? v : a[1] ? a[1] : pv_none(L);
+  }
+  case BI_STR_FORMAT: return pv_str(L, fstr(L, fn->self, A));
+  case BI_STR_JOIN: {
+    bind_args(L, A, "items", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    const char *s = "";
+    for (int i = 0; i < n; i++) s = arena_printf(L->a, "%s%s%s", s, i ? fn->self->s : "", pv_repr(L, it[i]));
+    return pv_str(L, s);
+  }
+  case BI_STR_STARTSWITH:
+  case BI_STR_ENDSWITH: {
+    bind_args(L, A, "prefix", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "expected a string");
+    size_t ls = strlen(fn->self->s), lp = strlen(a[0]->s);
+    if (lp > ls) return pv_bool(L, 0);
+    return pv_bool(L, strncmp(bi == BI_STR_STARTSWITH ? fn->self->s : fn->self->s + ls - lp, a[0]->s, lp) == 0);
+  }
+  case BI_M_SQRT: case BI_M_EXP: case BI_M_LOG: case BI_M_TANH: case BI_M_COS: case BI_M_SIN:
+  case BI_M_CEIL: case BI_M_FLOOR: case BI_M_ISQRT: {
+    bind_args(L, A, "x", a);
+    double x = arg_num(L, A->at, a[0], "argument");
+    switch (bi) {
+    case BI_M_SQRT:
+      if (x < 0) lower_error(L, A->at, "math domain error: sqrt(%g)", x);
+      return pv_float(L, sqrt(x));
+    case BI_M_EXP: return pv_float(L, exp(x));
+    case BI_M_LOG:
+      if (x <= 0) lower_error(L, A->at, "math domain error: log(%g)", x);
+      return pv_float(L, log(x));
+    case BI_M_TANH: return pv_float(L, tanh(x));
+    case BI_M_COS: return pv_float(L, cos(x));
+    case BI_M_SIN: return pv_float(L, sin(x));
+    case BI_M_CEIL: return pv_int(L, (int64_t)ceil(x));
+    case BI_M_FLOOR: return pv_int(L, (int64_t)floor(x));
+    default:
+      if (x < 0) lower_error(L, A->at, "isqrt() argument must be nonnegative");
+      return pv_int(L, (int64_t)floor(sqrt(x)));
+    }
+  }
+  case BI_M_POW:
+    bind_args(L, A, "x,y", a);
+    return pv_float(L, pow(arg_num(L, A->at, a[0], "x"), arg_num(L, A->at, a[1], "y")));
+  case BI_M_PROD: {
+    bind_args(L, A, "x", a);
+    PV **it;
+    int n = iter_items(L, A->at, a[0], &it);
+    PV *acc = pv_int(L, 1);
+    for (int i = 0; i < n; i++) {
+      if (!pv_is_num(it[i])) lower_error(L, A->at, "prod() needs numbers");
+      if (acc->k == PV_INT && it[i]->k != PV_FLOAT) acc = pv_int(L, acc->i * it[i]->i);
+      else acc = pv_float(L, pv_num(acc) * pv_num(it[i]));
+    }
+    return acc;
+  }
+  default: return torch_call(L, fn, A);
+  }
+}

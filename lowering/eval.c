@@ -1,0 +1,1041 @@
+/* eval.c - the compile-time evaluator: Python statements and expressions over
+ * PVs. Tensor-valued operations are forwarded to tensor.c, which emits IR
+ * into L->fn while a function is being staged. */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include "lower_int.h"
+
+#define MAX_DEPTH 60                 /* nested calls */
+#define MAX_STEPS 20000000           /* statements executed per compile */
+
+CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(L->d, at, fmt, ap);
+  va_end(ap);
+  for (int i = L->nstack - 1; i >= 0 && i >= L->nstack - 8; i--)
+    diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
+  longjmp(*L->on_error, 1);
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
+
+static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
+  int isf = a->k == PV_FLOAT || b->k == PV_FLOAT;
+  if (!isf) {
+    int64_t x = a->i, y = b->i, r = 0;
+    switch (op) {
+    case OP_ADD: if (__builtin_add_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
+    case OP_SUB: if (__builtin_sub_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
+    case OP_MUL: if (__builtin_mul_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
+    case OP_DIV:
+      if (y == 0) lower_error(L, at, "division by zero");
+      return pv_float(L, (double)x / (double)y);
+    case OP_FLOORDIV:
+    case OP_MOD: {
+      if (y == 0) lower_error(L, at, "integer division or modulo by zero");
+      if (x == INT64_MIN && y == -1) goto ovf;
+      int64_t q = x / y, m = x % y;
+      if (m != 0 && ((m < 0) != (y < 0))) {
+        q -= 1;
+        m += y;
+      }
+      return pv_int(L, op == OP_FLOORDIV ? q : m);
+    }
+    case OP_POW: {
+      if (y < 0) return pv_float(L, pow((double)x, (double)y));
+      int64_t acc = 1;
+      for (int64_t i = 0; i < y; i++)
+        if (__builtin_mul_overflow(acc, x, &acc)) goto ovf;
+      return pv_int(L, acc);
+    }
+    case OP_LSHIFT: if (y < 0 || y > 62) goto ovf; return pv_int(L, x << y);
+    case OP_RSHIFT: if (y < 0) goto ovf; return pv_int(L, y > 63 ? (x < 0 ? -1 : 0) : x >> y);
+    case OP_BITAND: return pv_int(L, x & y);
+    case OP_BITOR: return pv_int(L, x | y);
+    case OP_BITXOR: return pv_int(L, x ^ y);
+    default: break;
+    }
+  } else {
+    double x = pv_num(a), y = pv_num(b);
+    switch (op) {
+    case OP_ADD: return pv_float(L, x + y);
+    case OP_SUB: return pv_float(L, x - y);
+    case OP_MUL: return pv_float(L, x * y);
+    case OP_DIV:
+      if (y == 0) lower_error(L, at, "float division by zero");
+      return pv_float(L, x / y);
+    case OP_FLOORDIV:
+      if (y == 0) lower_error(L, at, "float floor division by zero");
+      return pv_float(L, floor(x / y));
+    case OP_MOD: {
+      if (y == 0) lower_error(L, at, "float modulo by zero");
+      double m = fmod(x, y);
+      if (m != 0 && ((m < 0) != (y < 0))) m += y;
+      return pv_float(L, m);
+    }
+    case OP_POW: return pv_float(L, pow(x, y));
+    default: break;
+    }
+  }
+  lower_error(L, at, "unsupported operand types for %s: '%s' and '%s'", fe_op_spelling(op),
+              pv_kind_name(a), pv_kind_name(b));
+ovf:
+  lower_error(L, at, "integer overflow in compile-time arithmetic");
+}
+
+static PV *concat_seq(L *L, PV *a, PV *b) {
+  PV *r = a->k == PV_TUPLE ? pv_tuple(L, a->items, a->n) : pv_list(L, a->items, a->n);
+  for (int i = 0; i < b->n; i++) pv_list_append(L, r, b->items[i]);
+  return r;
+}
+
+static PV *binop(L *L, Span at, int op, PV *a, PV *b) {
+  if (is_tensor(a) || is_tensor(b)) {
+    if (op == OP_MATMUL) return t_matmul(L, at, a, b);
+    return t_binary(L, at, op, a, b);
+  }
+  if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
+  if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR)
+    return pv_str(L, arena_printf(L->a, "%s%s", a->s, b->s));
+  if (op == OP_ADD && pv_is_seq(a) && a->k == b->k) return concat_seq(L, a, b);
+  if (op == OP_MUL && (pv_is_seq(a) || a->k == PV_STR) && b->k == PV_INT) {
+    PV *t = a;
+    a = b;
+    b = t;
+  }
+  if (op == OP_MUL && a->k == PV_INT && (pv_is_seq(b) || b->k == PV_STR)) {
+    if (a->i > 1000000) lower_error(L, at, "sequence repetition too large");
+    if (b->k == PV_STR) {
+      const char *s = "";
+      for (int64_t i = 0; i < a->i; i++) s = arena_printf(L->a, "%s%s", s, b->s);
+      return pv_str(L, s);
+    }
+    PV *r = b->k == PV_TUPLE ? pv_tuple(L, NULL, 0) : pv_list(L, NULL, 0);
+    for (int64_t i = 0; i < a->i; i++)
+      for (int k = 0; k < b->n; k++) pv_list_append(L, r, b->items[k]);
+    return r;
+  }
+  if (op == OP_MOD && a->k == PV_STR)
+    lower_error(L, at, "'%%' string formatting is not supported; use an f-string");
+  lower_error(L, at, "unsupported operand types for %s: '%s' and '%s'", fe_op_spelling(op),
+              pv_kind_name(a), pv_kind_name(b));
+}
+
+static int compare(L *L, Span at, int op, PV *a, PV *b) {
+  switch (op) {
+  case OP_IS: return a == b || (a->k == PV_NONE && b->k == PV_NONE) ||
+                     (a->k == PV_BOOL && b->k == PV_BOOL && a->i == b->i);
+  case OP_ISNOT: return !compare(L, at, OP_IS, a, b);
+  case OP_EQ: return pv_equal(a, b);
+  case OP_NE: return !pv_equal(a, b);
+  case OP_IN:
+  case OP_NOTIN: {
+    int found = 0;
+    if (b->k == PV_STR && a->k == PV_STR) found = strstr(b->s, a->s) != NULL;
+    else if (b->k == PV_DICT) found = pv_dict_get(b, a) != NULL;
+    else if (pv_is_seq(b)) {
+      for (int i = 0; i < b->n && !found; i++) found = pv_equal(a, b->items[i]);
+    } else
+      lower_error(L, at, "'in' needs a tuple, list, dict or str on the right, not '%s'", pv_kind_name(b));
+    return op == OP_IN ? found : !found;
+  }
+  default: break;
+  }
+  int c;
+  if (pv_is_num(a) && pv_is_num(b)) {
+    double x = pv_num(a), y = pv_num(b);
+    if (a->k != PV_FLOAT && b->k != PV_FLOAT) c = a->i < b->i ? -1 : a->i > b->i;
+    else c = x < y ? -1 : x > y;
+  } else if (a->k == PV_STR && b->k == PV_STR) {
+    c = strcmp(a->s, b->s);
+  } else if (pv_is_seq(a) && a->k == b->k) {
+    c = 0;
+    int n = a->n < b->n ? a->n : b->n;
+    for (int i = 0; i < n && !c; i++) {
+      if (pv_equal(a->items[i], b->items[i])) continue;
+      c = compare(L, at, OP_LT, a->items[i], b->items[i]) ? -1 : 1;
+    }
+    if (!c) c = a->n < b->n ? -1 : a->n > b->n;
+  } else {
+    lower_error(L, at, "'%s' is not supported between '%s' and '%s'", fe_op_spelling(op),
+                pv_kind_name(a), pv_kind_name(b));
+  }
+  switch (op) {
+  case OP_LT: return c < 0;
+  case OP_LE: return c <= 0;
+  case OP_GT: return c > 0;
+  case OP_GE: return c >= 0;
+  default: return 0;
+  }
+}
+
+int truthy(L *L, Span at, PV *v) {
+  switch (v->k) {
+  case PV_NONE: return 0;
+  case PV_BOOL:
+  case PV_INT: return v->i != 0;
+  case PV_FLOAT: return v->f != 0;
+  case PV_STR: return v->s[0] != 0;
+  case PV_TUPLE:
+  case PV_LIST:
+  case PV_DICT: return v->n != 0;
+  case PV_TENSOR:
+    lower_error(L, at,
+                "the truth value of a tensor depends on run-time data; a tensor-valued condition "
+                "cannot be compiled (conditions must be known at compile time)");
+  default: return 1;
+  }
+}
+
+/* ---- iteration -------------------------------------------------------- */
+
+int iter_items(L *L, Span at, PV *v, PV ***out) {
+  switch (v->k) {
+  case PV_TUPLE:
+  case PV_LIST:
+    *out = v->items;
+    return v->n;
+  case PV_DICT:
+    *out = v->keys;
+    return v->n;
+  case PV_STR: {
+    int n = (int)strlen(v->s);
+    PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) r[i] = pv_str(L, arena_strndup(L->a, v->s + i, 1));
+    *out = r;
+    return n;
+  }
+  case PV_OBJ:
+    if (v->mod && v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST)) {
+      PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
+      int n = 0;
+      for (int i = 0; i < v->mod->regs.len; i++)
+        if (v->mod->regs.data[i].kind == REG_CHILD) r[n++] = v->mod->regs.data[i].val;
+      *out = r;
+      return n;
+    }
+    if (v->mod && v->cls && v->cls->bi == BI_C_MODULEDICT) {
+      PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
+      int n = 0;
+      for (int i = 0; i < v->mod->regs.len; i++)
+        if (v->mod->regs.data[i].kind == REG_CHILD) r[n++] = pv_str(L, v->mod->regs.data[i].name);
+      *out = r;
+      return n;
+    }
+    break;
+  case PV_TENSOR:
+    lower_error(L, at, "iterating over a tensor is not supported in compiled code; index it or "
+                       "use unbind-free tensor operations");
+  default: break;
+  }
+  lower_error(L, at, "'%s' object is not iterable at compile time", pv_kind_name(v));
+}
+
+/* ---- attributes ------------------------------------------------------- */
+
+static PV *class_lookup(PV *cls, const char *name) {
+  for (PV *c = cls; c; c = c->cls)
+    if (c->env) {
+      PV *v = env_get(c->env, name);
+      if (v) return v;
+    }
+  return NULL;
+}
+
+static PV *bind_method(L *L, PV *self, PV *f) {
+  if (f->k != PV_FUNC) return f;
+  PV *b = pv_new(L, PV_BOUND);
+  b->self = self;
+  b->fn = f;
+  return b;
+}
+
+/* Builtin nn.Module methods reachable on every module object. */
+static PV *module_method(L *L, PV *obj, const char *name) {
+  static const int ids[] = {BI_MOD_PARAMETERS, BI_MOD_TRAIN, BI_MOD_EVAL, BI_MOD_APPLY,
+                            BI_MOD_REGISTER_BUFFER, BI_MOD_REGISTER_PARAMETER, BI_MOD_ADD_MODULE,
+                            BI_MOD_ZERO_GRAD, BI_MOD_TO, BI_MOD_MODULES, BI_MOD_CHILDREN,
+                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT};
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+    if (strcmp(bi_names[ids[i]], name) == 0) return pv_builtin(L, ids[i], bi_names[ids[i]], obj);
+  return NULL;
+}
+
+PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
+  switch (obj->k) {
+  case PV_NS: return ns_getattr(L, at, obj, name);
+  case PV_TENSOR: return tensor_getattr(L, at, obj, name);
+  case PV_CLASS: {
+    if (strcmp(name, "__name__") == 0) return pv_str(L, obj->s);
+    return class_lookup(obj, name);
+  }
+  case PV_OBJ: {
+    if (obj->bi == BI_SUPER_PROXY) {
+      PV *f = class_lookup(obj->cls, name);
+      if (f) return bind_method(L, obj->self, f);
+      if (obj->self->mod) return module_method(L, obj->self, name);
+      if (strcmp(name, "__init__") == 0) return pv_builtin(L, BI_MOD_INIT, "__init__", obj->self);
+      return NULL;
+    }
+    PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
+    if (v) return v;
+    if (obj->mod && strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
+    PV *f = class_lookup(obj->cls, name);
+    if (f) return bind_method(L, obj, f);
+    if (obj->mod) return module_method(L, obj, name);
+    return NULL;
+  }
+  case PV_LIST:
+    if (strcmp(name, "append") == 0) return pv_builtin(L, BI_LIST_APPEND, "append", obj);
+    if (strcmp(name, "extend") == 0) return pv_builtin(L, BI_LIST_EXTEND, "extend", obj);
+    return NULL;
+  case PV_DICT:
+    if (strcmp(name, "items") == 0) return pv_builtin(L, BI_DICT_ITEMS, "items", obj);
+    if (strcmp(name, "keys") == 0) return pv_builtin(L, BI_DICT_KEYS, "keys", obj);
+    if (strcmp(name, "values") == 0) return pv_builtin(L, BI_DICT_VALUES, "values", obj);
+    if (strcmp(name, "get") == 0) return pv_builtin(L, BI_DICT_GET, "get", obj);
+    return NULL;
+  case PV_STR:
+    if (strcmp(name, "format") == 0) return pv_builtin(L, BI_STR_FORMAT, "format", obj);
+    if (strcmp(name, "join") == 0) return pv_builtin(L, BI_STR_JOIN, "join", obj);
+    if (strcmp(name, "startswith") == 0) return pv_builtin(L, BI_STR_STARTSWITH, "startswith", obj);
+    if (strcmp(name, "endswith") == 0) return pv_builtin(L, BI_STR_ENDSWITH, "endswith", obj);
+    return NULL;
+  case PV_DTYPE:
+    if (strcmp(name, "is_floating_point") == 0) return NULL;
+    return NULL;
+  default: return NULL;
+  }
+}
+
+PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
+  PV *v = getattr_opt(L, at, obj, name);
+  if (!v) {
+    if (obj->k == PV_NS)
+      lower_error(L, at, "'%s.%s' is not supported by ctc (or does not exist)", obj->s, name);
+    lower_error(L, at, "'%s' object has no attribute '%s'", pv_kind_name(obj), name);
+  }
+  return v;
+}
+
+void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_OBJ && obj->bi != BI_SUPER_PROXY) {
+    if (L->fn && obj->mod)
+      lower_error(L, at, "assigning 'self.%s' inside compiled code is a Python side effect that "
+                         "ctc cannot compile; keep state changes in __init__", name);
+    if (obj->mod) {
+      module_setattr(L, at, obj, name, val);
+      return;
+    }
+    if (!obj->attrs) obj->attrs = env_new(L, NULL);
+    env_set(L, obj->attrs, name, val);
+    return;
+  }
+  if (obj->k == PV_CLASS) {
+    env_set(L, obj->env, name, val);
+    return;
+  }
+  lower_error(L, at, "cannot set attribute '%s' on a '%s'", name, pv_kind_name(obj));
+}
+
+/* ---- calls ------------------------------------------------------------ */
+
+static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
+                         const char **kwn, PV **kwv, int nkw) {
+  Node *def = fn->node;
+  Env *env = env_new(L, fn->env);
+  int np = def->list.len, ai = 0;
+  PV *all[64];
+  int nall = 0;
+  if (self) all[nall++] = self;
+  for (int i = 0; i < nargs && nall < 64; i++) all[nall++] = args[i];
+  if (nargs + (self != NULL) > 64) lower_error(L, at, "too many arguments");
+  int *bound = arena_alloc(L->a, sizeof(int) * (size_t)(np + 1));
+  PV *varargs = NULL, *kwargs = NULL;
+  int kwonly = 0;
+  for (int i = 0; i < np; i++) {
+    Node *p = def->list.data[i];
+    if (p->op == PARAM_SLASH) continue;
+    if (p->op == PARAM_VARARGS) {
+      kwonly = 1;
+      if (!p->name) continue;
+      varargs = pv_tuple(L, NULL, 0);
+      while (ai < nall) pv_list_append(L, varargs, all[ai++]);
+      env_set(L, env, p->name, varargs);
+      bound[i] = 1;
+      continue;
+    }
+    if (p->op == PARAM_KWARGS) {
+      kwargs = pv_dict(L);
+      env_set(L, env, p->name, kwargs);
+      bound[i] = 1;
+      continue;
+    }
+    if (!kwonly && ai < nall) {
+      env_set(L, env, p->name, all[ai++]);
+      bound[i] = 1;
+    }
+  }
+  if (ai < nall)
+    lower_error(L, at, "%s() takes %d positional arguments but %d were given", def->name ? def->name : "lambda",
+                ai, nall);
+  for (int k = 0; k < nkw; k++) {
+    int found = 0;
+    for (int i = 0; i < np; i++) {
+      Node *p = def->list.data[i];
+      if (p->op != PARAM_PLAIN || !p->name || strcmp(p->name, kwn[k])) continue;
+      if (bound[i]) lower_error(L, at, "%s() got multiple values for argument '%s'", def->name, kwn[k]);
+      env_set(L, env, p->name, kwv[k]);
+      bound[i] = found = 1;
+    }
+    if (!found) {
+      if (!kwargs)
+        lower_error(L, at, "%s() got an unexpected keyword argument '%s'", def->name ? def->name : "lambda", kwn[k]);
+      pv_dict_set(L, kwargs, pv_str(L, kwn[k]), kwv[k]);
+    }
+  }
+  for (int i = 0; i < np; i++) {
+    Node *p = def->list.data[i];
+    if (bound[i] || p->op != PARAM_PLAIN || !p->name) continue;
+    if (!fn->defaults || !fn->defaults[i])
+      lower_error(L, at, "%s() missing required argument '%s'", def->name ? def->name : "lambda", p->name);
+    env_set(L, env, p->name, fn->defaults[i]);
+  }
+  if (fn->cls) env_set(L, env, "__class__", fn->cls);
+  if (L->depth >= MAX_DEPTH) lower_error(L, at, "compile-time recursion is too deep (more than %d calls)", MAX_DEPTH);
+  if (L->nstack < 64) {
+    L->stack_span[L->nstack] = at;
+    L->stack_name[L->nstack] = def->name ? def->name : "lambda";
+  }
+  L->nstack++;
+  L->depth++;
+  Env *saved = L->env;
+  PV *result;
+  if (def->kind == N_LAMBDA) {
+    L->env = env;
+    result = eval_expr(L, def->a);
+  } else {
+    int r = exec_block(L, env, &def->body);
+    result = r == EX_RETURN ? L->retval : pv_none(L);
+  }
+  L->env = saved;
+  L->depth--;
+  L->nstack--;
+  return result;
+}
+
+static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw);
+
+PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
+  switch (fn->k) {
+  case PV_FUNC: return call_function(L, at, fn, NULL, args, nargs, kwn, kwv, nkw);
+  case PV_BOUND:
+    if (fn->fn->k == PV_FUNC) return call_function(L, at, fn->fn, fn->self, args, nargs, kwn, kwv, nkw);
+    return call_value(L, at, fn->fn, args, nargs, kwn, kwv, nkw);
+  case PV_BUILTIN: {
+    Args A = {at, args, nargs, kwn, kwv, nkw, fn->s};
+    return call_builtin(L, fn, &A);
+  }
+  case PV_CLASS: return instantiate(L, at, fn, args, nargs, kwn, kwv, nkw);
+  case PV_OBJ:
+    if (fn->mod) {
+      if (fn->cls->bi) {
+        Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
+        return layer_forward(L, fn, &A);
+      }
+      PV *fwd = class_lookup(fn->cls, "forward");
+      if (!fwd) lower_error(L, at, "module '%s' has no forward method", fn->cls->s);
+      if (L->nstack < 64) {
+        L->stack_span[L->nstack] = at;
+        L->stack_name[L->nstack] = arena_printf(L->a, "%s.forward", fn->cls->s);
+      }
+      return call_value(L, at, bind_method(L, fn, fwd), args, nargs, kwn, kwv, nkw);
+    } else {
+      PV *c = getattr_opt(L, at, fn, "__call__");
+      if (c) return call_value(L, at, c, args, nargs, kwn, kwv, nkw);
+    }
+    break;
+  default: break;
+  }
+  lower_error(L, at, "'%s' object is not callable", pv_kind_name(fn));
+}
+
+/* A @dataclass: __init__ from the annotated class attributes, in order. */
+static void dataclass_init(L *L, Span at, PV *cls, PV *obj, PV **args, int nargs, const char **kwn,
+                           PV **kwv, int nkw) {
+  Node *cd = cls->node;
+  int pos = 0;
+  for (int i = 0; i < cd->body.len; i++) {
+    Node *s = cd->body.data[i];
+    if (s->kind != N_ANNASSIGN || s->a->kind != N_NAME) continue;
+    const char *name = s->a->name;
+    PV *v = NULL;
+    if (pos < nargs) v = args[pos++];
+    for (int k = 0; k < nkw; k++)
+      if (strcmp(kwn[k], name) == 0) v = kwv[k];
+    if (!v) v = env_get(cls->env, name);
+    if (!v) lower_error(L, at, "%s() missing required argument '%s'", cls->s, name);
+    setattr_value(L, at, obj, name, v);
+  }
+  if (pos < nargs) lower_error(L, at, "%s() takes %d positional arguments but %d were given", cls->s, pos, nargs);
+}
+
+static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
+  if (cls->bi) {
+    Args A = {at, args, nargs, kwn, kwv, nkw, cls->s};
+    return layer_construct(L, cls, &A);
+  }
+  PV *obj;
+  int is_module = 0;
+  for (PV *c = cls; c; c = c->cls)
+    if (c->bi == BI_C_MODULE) is_module = 1;
+  if (is_module) obj = module_new(L, cls);
+  else {
+    obj = pv_new(L, PV_OBJ);
+    obj->cls = cls;
+    obj->attrs = env_new(L, NULL);
+  }
+  PV *init = class_lookup(cls, "__init__");
+  if (init) call_value(L, at, bind_method(L, obj, init), args, nargs, kwn, kwv, nkw);
+  else if (env_get(cls->env, "__dataclass__")) dataclass_init(L, at, cls, obj, args, nargs, kwn, kwv, nkw);
+  else if (nargs || nkw) lower_error(L, at, "%s() takes no arguments", cls->s);
+  return obj;
+}
+
+/* ---- expressions ------------------------------------------------------ */
+
+static PV *lookup_name(L *L, Node *n) {
+  PV *v = env_lookup(L->env, n->name);
+  if (!v) v = env_get(L->globals, n->name);
+  if (!v) v = env_get(L->builtins, n->name);
+  if (!v) lower_error(L, n->span, "name '%s' is not defined", n->name);
+  return v;
+}
+
+static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
+  if (pv_is_seq(obj) || obj->k == PV_STR) {
+    int64_t len = obj->k == PV_STR ? (int64_t)strlen(obj->s) : obj->n;
+    if (idx->k == PV_SLICE) {
+      int64_t st = idx->items[2]->k == PV_NONE ? 1 : arg_int(L, at, idx->items[2], "slice step");
+      if (st == 0) lower_error(L, at, "slice step cannot be zero");
+      int64_t lo, hi;
+      if (st > 0) {
+        lo = idx->items[0]->k == PV_NONE ? 0 : arg_int(L, at, idx->items[0], "slice start");
+        hi = idx->items[1]->k == PV_NONE ? len : arg_int(L, at, idx->items[1], "slice stop");
+        if (lo < 0) lo += len;
+        if (hi < 0) hi += len;
+        lo = lo < 0 ? 0 : lo > len ? len : lo;
+        hi = hi < 0 ? 0 : hi > len ? len : hi;
+      } else {
+        lo = idx->items[0]->k == PV_NONE ? len - 1 : arg_int(L, at, idx->items[0], "slice start");
+        hi = idx->items[1]->k == PV_NONE ? -1 : arg_int(L, at, idx->items[1], "slice stop");
+        if (idx->items[0]->k != PV_NONE && lo < 0) lo += len;
+        if (idx->items[1]->k != PV_NONE && hi < 0) hi += len;
+        lo = lo < -1 ? -1 : lo > len - 1 ? len - 1 : lo;
+        hi = hi < -1 ? -1 : hi > len - 1 ? len - 1 : hi;
+      }
+      PV *r = obj->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
+      const char *s = "";
+      for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        if (obj->k == PV_STR) s = arena_printf(L->a, "%s%c", s, obj->s[i]);
+        else pv_list_append(L, r, obj->items[i]);
+      }
+      return obj->k == PV_STR ? pv_str(L, s) : r;
+    }
+    int64_t i = arg_int(L, at, idx, "index");
+    if (i < 0) i += len;
+    if (i < 0 || i >= len) lower_error(L, at, "index %lld out of range for a %s of length %lld",
+                                       (long long)arg_int(L, at, idx, "index"), pv_kind_name(obj), (long long)len);
+    if (obj->k == PV_STR) return pv_str(L, arena_strndup(L->a, obj->s + i, 1));
+    return obj->items[i];
+  }
+  if (obj->k == PV_DICT) {
+    PV *v = pv_dict_get(obj, idx);
+    if (!v) lower_error(L, at, "key %s not found in dict", pv_repr(L, idx));
+    return v;
+  }
+  if (pv_is_module(obj) && obj->cls->bi) {
+    PV **items;
+    int n = iter_items(L, at, obj, &items);
+    if (obj->cls->bi == BI_C_MODULEDICT) {
+      for (int i = 0; i < obj->mod->regs.len; i++)
+        if (idx->k == PV_STR && strcmp(obj->mod->regs.data[i].name, idx->s) == 0) return obj->mod->regs.data[i].val;
+      lower_error(L, at, "ModuleDict has no key %s", pv_repr(L, idx));
+    }
+    int64_t i = arg_int(L, at, idx, "index");
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) lower_error(L, at, "index %lld out of range for a %s of %d modules", (long long)i, obj->cls->s, n);
+    return items[i];
+  }
+  lower_error(L, at, "'%s' object is not subscriptable", pv_kind_name(obj));
+}
+
+static void eval_call_args(L *L, Node *n, PV ***args, int *nargs, const char ***kwn, PV ***kwv, int *nkw) {
+  PV *pos = pv_list(L, NULL, 0);
+  Vec(const char *) kn = {0};
+  Vec(PV *) kv = {0};
+  for (int i = 0; i < n->list.len; i++) {
+    Node *a = n->list.data[i];
+    if (a->kind == N_STARRED) {
+      PV *s = eval_expr(L, a->a);
+      PV **it;
+      int cnt = iter_items(L, a->span, s, &it);
+      for (int k = 0; k < cnt; k++) pv_list_append(L, pos, it[k]);
+    } else if (a->kind == N_GENEXP) {
+      pv_list_append(L, pos, eval_expr(L, a));
+    } else {
+      pv_list_append(L, pos, eval_expr(L, a));
+    }
+  }
+  for (int i = 0; i < n->list2.len; i++) {
+    Node *k = n->list2.data[i];
+    PV *v = eval_expr(L, k->a);
+    if (!k->name) {
+      if (v->k != PV_DICT) lower_error(L, k->span, "argument after ** must be a dict");
+      for (int j = 0; j < v->n; j++) {
+        if (v->keys[j]->k != PV_STR) lower_error(L, k->span, "keywords must be strings");
+        vec_push(L->a, &kn, v->keys[j]->s);
+        vec_push(L->a, &kv, v->items[j]);
+      }
+      continue;
+    }
+    vec_push(L->a, &kn, k->name);
+    vec_push(L->a, &kv, v);
+  }
+  *args = pos->items;
+  *nargs = pos->n;
+  *kwn = kn.data;
+  *kwv = kv.data;
+  *nkw = kn.len;
+}
+
+static void assign_target(L *L, Node *t, PV *v);
+
+/* Comprehension loops: for each generator in turn, then evaluate elt. */
+static void comp_loop(L *L, Node *n, int gi, PV *out, PV *dict) {
+  if (gi == n->list.len) {
+    if (dict) pv_dict_set(L, dict, eval_expr(L, n->a), eval_expr(L, n->b));
+    else pv_list_append(L, out, eval_expr(L, n->a));
+    return;
+  }
+  Node *g = n->list.data[gi];
+  PV *it = eval_expr(L, g->b);
+  PV **items;
+  int cnt = iter_items(L, g->span, it, &items);
+  for (int i = 0; i < cnt; i++) {
+    assign_target(L, g->a, items[i]);
+    int ok = 1;
+    for (int k = 0; k < g->list.len && ok; k++) ok = truthy(L, g->list.data[k]->span, eval_expr(L, g->list.data[k]));
+    if (ok) comp_loop(L, n, gi + 1, out, dict);
+  }
+}
+
+static PV *make_function(L *L, Node *def) {
+  PV *f = pv_new(L, PV_FUNC);
+  f->node = def;
+  f->s = def->name ? def->name : "<lambda>";
+  f->env = L->env;
+  f->defaults = arena_alloc(L->a, sizeof(PV *) * (size_t)(def->list.len + 1));
+  for (int i = 0; i < def->list.len; i++)
+    if (def->list.data[i]->b) f->defaults[i] = eval_expr(L, def->list.data[i]->b);
+  return f;
+}
+
+PV *eval_expr(L *L, Node *n) {
+  switch (n->kind) {
+  case N_NAME: return lookup_name(L, n);
+  case N_INT: return pv_int(L, n->ival);
+  case N_FLOAT: return pv_float(L, n->fval);
+  case N_STR: return pv_str(L, n->sval);
+  case N_FSTR: return pv_str(L, n->sval);
+  case N_CONST:
+    switch (n->op) {
+    case CONST_NONE: return pv_none(L);
+    case CONST_TRUE: return pv_bool(L, 1);
+    case CONST_FALSE: return pv_bool(L, 0);
+    default: return pv_new(L, PV_ELLIPSIS);
+    }
+  case N_ATTR: return getattr_value(L, n->span, eval_expr(L, n->a), n->name);
+  case N_SUBSCRIPT: {
+    PV *obj = eval_expr(L, n->a);
+    return index_value(L, n->span, obj, eval_expr(L, n->b));
+  }
+  case N_SLICE: {
+    PV *s = pv_new(L, PV_SLICE);
+    s->items = arena_alloc(L->a, 3 * sizeof(PV *));
+    s->n = 3;
+    Node *parts[3] = {n->a, n->b, n->c};
+    for (int i = 0; i < 3; i++) s->items[i] = parts[i] ? eval_expr(L, parts[i]) : pv_none(L);
+    return s;
+  }
+  case N_CALL: {
+    PV *fn = eval_expr(L, n->a);
+    PV **args, **kwv;
+    const char **kwn;
+    int nargs, nkw;
+    eval_call_args(L, n, &args, &nargs, &kwn, &kwv, &nkw);
+    return call_value(L, n->span, fn, args, nargs, kwn, kwv, nkw);
+  }
+  case N_BINOP: {
+    PV *a = eval_expr(L, n->a), *b = eval_expr(L, n->b);
+    return binop(L, n->span, n->op, a, b);
+  }
+  case N_UNARY: {
+    PV *a = eval_expr(L, n->a);
+    if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
+    if (a->k == PV_TENSOR) {
+      if (n->op == OP_NEG) return t_unary(L, n->span, IR_NEG, a);
+      if (n->op == OP_POS) return a;
+      lower_error(L, n->span, "operator '~' is not supported on tensors");
+    }
+    if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
+    if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
+    if (n->op == OP_INVERT) {
+      if (a->k == PV_FLOAT) lower_error(L, n->span, "bad operand type for unary ~: 'float'");
+      return pv_int(L, ~a->i);
+    }
+    if (a->k == PV_FLOAT) return pv_float(L, -a->f);
+    if (a->i == INT64_MIN) lower_error(L, n->span, "integer overflow in compile-time arithmetic");
+    return pv_int(L, -a->i);
+  }
+  case N_BOOLOP: {
+    PV *a = eval_expr(L, n->a);
+    int t = truthy(L, n->a->span, a);
+    if (n->op == OP_AND ? !t : t) return a;
+    return eval_expr(L, n->b);
+  }
+  case N_COMPARE: {
+    PV *left = eval_expr(L, n->list.data[0]);
+    PV *result = NULL;
+    for (int i = 0; i + 1 < n->list.len; i++) {
+      PV *right = eval_expr(L, n->list.data[i + 1]);
+      int op = n->cmpops[i];
+      if (left->k == PV_TENSOR || right->k == PV_TENSOR) {
+        if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");
+        if (op == OP_IS || op == OP_ISNOT)
+          return pv_bool(L, compare(L, n->span, op, left, right));
+        return t_compare(L, n->span, op, left, right);
+      }
+      if (!compare(L, n->span, op, left, right)) return pv_bool(L, 0);
+      left = right;
+      result = pv_bool(L, 1);
+    }
+    return result ? result : pv_bool(L, 1);
+  }
+  case N_IFEXP: return truthy(L, n->a->span, eval_expr(L, n->a)) ? eval_expr(L, n->b) : eval_expr(L, n->c);
+  case N_LAMBDA: return make_function(L, n);
+  case N_TUPLE:
+  case N_LIST:
+  case N_SET: {
+    PV *r = n->kind == N_TUPLE ? pv_tuple(L, NULL, 0) : pv_list(L, NULL, 0);
+    for (int i = 0; i < n->list.len; i++) {
+      Node *e = n->list.data[i];
+      if (e->kind == N_STARRED) {
+        PV **it;
+        int cnt = iter_items(L, e->span, eval_expr(L, e->a), &it);
+        for (int k = 0; k < cnt; k++) pv_list_append(L, r, it[k]);
+      } else
+        pv_list_append(L, r, eval_expr(L, e));
+    }
+    return r;
+  }
+  case N_DICT: {
+    PV *d = pv_dict(L);
+    for (int i = 0; i < n->list.len; i++) {
+      if (!n->list.data[i]) {
+        PV *m = eval_expr(L, n->list2.data[i]);
+        if (m->k != PV_DICT) lower_error(L, n->list2.data[i]->span, "'**' needs a dict");
+        for (int k = 0; k < m->n; k++) pv_dict_set(L, d, m->keys[k], m->items[k]);
+        continue;
+      }
+      pv_dict_set(L, d, eval_expr(L, n->list.data[i]), eval_expr(L, n->list2.data[i]));
+    }
+    return d;
+  }
+  case N_LISTCOMP:
+  case N_GENEXP:
+  case N_SETCOMP:
+  case N_DICTCOMP: {
+    Env *saved = L->env;
+    L->env = env_new(L, saved);
+    PV *out = pv_list(L, NULL, 0), *dict = n->kind == N_DICTCOMP ? pv_dict(L) : NULL;
+    comp_loop(L, n, 0, out, dict);
+    L->env = saved;
+    return dict ? dict : out;
+  }
+  case N_STARRED: lower_error(L, n->span, "starred expression is not allowed here");
+  case N_NAMEDEXPR: {
+    PV *v = eval_expr(L, n->b);
+    assign_target(L, n->a, v);
+    return v;
+  }
+  default: break;
+  }
+  lower_error(L, n->span, "this expression (%s) is not supported by ctc", fe_node_kind_name(n->kind));
+}
+
+/* ---- statements ------------------------------------------------------- */
+
+static void name_tensor(L *L, PV *v, const char *name) {
+  if (v->k != PV_TENSOR || !L->fn || v->t->v < 0) return;
+  Value *val = ir_val(L->fn, v->t->v);
+  if (val->kind == V_INST) val->name = arena_strdup(L->a, name);
+}
+
+static void assign_target(L *L, Node *t, PV *v) {
+  switch (t->kind) {
+  case N_NAME:
+    name_tensor(L, v, t->name);
+    env_set(L, L->env, t->name, v);
+    return;
+  case N_ATTR: setattr_value(L, t->span, eval_expr(L, t->a), t->name, v); return;
+  case N_SUBSCRIPT: {
+    PV *obj = eval_expr(L, t->a), *idx = eval_expr(L, t->b);
+    if (obj->k == PV_LIST) {
+      int64_t i = arg_int(L, t->b->span, idx, "list index");
+      if (i < 0) i += obj->n;
+      if (i < 0 || i >= obj->n) lower_error(L, t->span, "list assignment index out of range");
+      obj->items[i] = v;
+      return;
+    }
+    if (obj->k == PV_DICT) {
+      pv_dict_set(L, obj, idx, v);
+      return;
+    }
+    if (obj->k == PV_TENSOR)
+      lower_error(L, t->span, "assigning into a slice of a tensor is an in-place update; ctc compiles "
+                              "value semantics only (use torch.where or torch.cat)");
+    lower_error(L, t->span, "'%s' object does not support item assignment", pv_kind_name(obj));
+  }
+  case N_TUPLE:
+  case N_LIST: {
+    PV **items;
+    int cnt;
+    if (v->k == PV_TENSOR) lower_error(L, t->span, "unpacking a tensor is not supported; use split or indexing");
+    cnt = iter_items(L, t->span, v, &items);
+    int star = -1, nt = t->list.len;
+    for (int i = 0; i < nt; i++)
+      if (t->list.data[i]->kind == N_STARRED) star = i;
+    if (star < 0 && cnt != nt)
+      lower_error(L, t->span, "cannot unpack %d values into %d targets", cnt, nt);
+    if (star >= 0 && cnt < nt - 1)
+      lower_error(L, t->span, "not enough values to unpack (expected at least %d, got %d)", nt - 1, cnt);
+    int k = 0;
+    for (int i = 0; i < nt; i++) {
+      if (i == star) {
+        int take = cnt - (nt - 1);
+        assign_target(L, t->list.data[i]->a, pv_list(L, items + k, take));
+        k += take;
+      } else
+        assign_target(L, t->list.data[i], items[k++]);
+    }
+    return;
+  }
+  default: lower_error(L, t->span, "cannot assign to this expression");
+  }
+}
+
+static void exec_import(L *L, Node *s) {
+  for (int i = 0; i < s->list.len; i++) {
+    Node *al = s->list.data[i];
+    const char *full = al->name;
+    if (s->kind == N_IMPORTFROM) {
+      if (strcmp(al->name, "*") == 0)
+        lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+      full = arena_printf(L->a, "%s.%s", s->name ? s->name : "", al->name);
+      PV *ns = pv_ns(L, s->name ? s->name : "");
+      PV *v = ns_getattr(L, al->span, ns, al->name);
+      env_set(L, L->env, al->name2 ? al->name2 : al->name, v ? v : pv_ns(L, full));
+      continue;
+    }
+    if (al->name2) {
+      env_set(L, L->env, al->name2, pv_ns(L, full));
+    } else {
+      /* import torch.nn binds "torch" */
+      const char *dot = strchr(full, '.');
+      env_set(L, L->env, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full,
+              pv_ns(L, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full));
+    }
+  }
+}
+
+static void exec_classdef(L *L, Node *s) {
+  PV *cls = pv_new(L, PV_CLASS);
+  cls->s = s->name;
+  cls->node = s;
+  cls->env = env_new(L, L->env);
+  if (s->list.len > 1) {
+    /* multiple inheritance: accept only when the extra bases are plain object */
+    lower_error(L, s->list.data[1]->span, "multiple inheritance is not supported by ctc");
+  }
+  if (s->list.len == 1) {
+    PV *base = eval_expr(L, s->list.data[0]);
+    if (base->k != PV_CLASS) lower_error(L, s->list.data[0]->span, "base class must be a class, not '%s'", pv_kind_name(base));
+    if (base->bi && base->bi != BI_C_MODULE && base->bi != BI_C_OBJECT)
+      lower_error(L, s->list.data[0]->span, "subclassing the builtin layer '%s' is not supported", base->s);
+    cls->cls = base->bi == BI_C_OBJECT ? NULL : base;
+  }
+  Env *saved = L->env;
+  L->env = cls->env;
+  for (int i = 0; i < s->body.len; i++) {
+    Node *st = s->body.data[i];
+    if (st->kind == N_FUNCDEF) {
+      PV *f = make_function(L, st);
+      f->env = saved;  /* methods see the enclosing scope, not the class body */
+      f->cls = cls;
+      for (int k = st->decorators.len - 1; k >= 0; k--) {
+        PV *dec = eval_expr(L, st->decorators.data[k]);
+        (void)dec;  /* @staticmethod, @property ... are not supported beyond plain methods */
+        lower_error(L, st->decorators.data[k]->span, "decorators on methods are not supported by ctc");
+      }
+      env_set(L, cls->env, st->name, f);
+      continue;
+    }
+    exec_block(L, cls->env, &(NodeVec){&s->body.data[i], 1, 1});
+  }
+  L->env = saved;
+  for (int k = s->decorators.len - 1; k >= 0; k--) {
+    PV *dec = eval_expr(L, s->decorators.data[k]);
+    if (dec->k == PV_BUILTIN && dec->bi == BI_DATACLASS) env_set(L, cls->env, "__dataclass__", pv_bool(L, 1));
+    else if (dec->k == PV_BUILTIN && dec->bi == BI_T_NO_GRAD) continue;
+    else lower_error(L, s->decorators.data[k]->span, "this class decorator is not supported by ctc (only @dataclass)");
+  }
+  env_set(L, L->env, s->name, cls);
+}
+
+static int exec_stmt(L *L, Node *s) {
+  if (++L->steps > MAX_STEPS)
+    lower_error(L, s->span, "compile-time evaluation did not finish after %d statements (an endless loop?)", MAX_STEPS);
+  switch (s->kind) {
+  case N_EXPR_STMT: {
+    PV *v = eval_expr(L, s->a);
+    (void)v;
+    return EX_NORMAL;
+  }
+  case N_ASSIGN: {
+    PV *v = eval_expr(L, s->a);
+    for (int i = 0; i < s->list.len; i++) assign_target(L, s->list.data[i], v);
+    return EX_NORMAL;
+  }
+  case N_AUGASSIGN: {
+    PV *cur = eval_expr(L, s->a), *rhs = eval_expr(L, s->b);
+    PV *v;
+    if (cur->k == PV_LIST && s->op == OP_ADD) {
+      PV **it;
+      int cnt = iter_items(L, s->b->span, rhs, &it);
+      for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
+      v = cur;
+    } else
+      v = binop(L, s->span, s->op, cur, rhs);
+    assign_target(L, s->a, v);
+    return EX_NORMAL;
+  }
+  case N_ANNASSIGN:
+    if (s->b) assign_target(L, s->a, eval_expr(L, s->b));
+    return EX_NORMAL;
+  case N_RETURN:
+    L->retval = s->a ? eval_expr(L, s->a) : pv_none(L);
+    return EX_RETURN;
+  case N_IF: {
+    int t = truthy(L, s->a->span, eval_expr(L, s->a));
+    return exec_block(L, L->env, t ? &s->body : &s->orelse);
+  }
+  case N_FOR: {
+    PV *it = eval_expr(L, s->b);
+    PV **items;
+    int cnt = iter_items(L, s->b->span, it, &items);
+    for (int i = 0; i < cnt; i++) {
+      assign_target(L, s->a, items[i]);
+      int r = exec_block(L, L->env, &s->body);
+      if (r == EX_RETURN) return r;
+      if (r == EX_BREAK) return EX_NORMAL;
+    }
+    return exec_block(L, L->env, &s->orelse);
+  }
+  case N_WHILE: {
+    while (truthy(L, s->a->span, eval_expr(L, s->a))) {
+      int r = exec_block(L, L->env, &s->body);
+      if (r == EX_RETURN) return r;
+      if (r == EX_BREAK) return EX_NORMAL;
+      if (++L->steps > MAX_STEPS) lower_error(L, s->span, "compile-time loop did not finish (an endless loop?)");
+    }
+    return exec_block(L, L->env, &s->orelse);
+  }
+  case N_WITH: {
+    for (int i = 0; i < s->list.len; i++) {
+      Node *it = s->list.data[i];
+      PV *cm = eval_expr(L, it->a);
+      if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_NO_GRAD))
+        lower_error(L, it->span, "only 'with torch.no_grad():' is supported as a context manager");
+      if (it->b) lower_error(L, it->b->span, "'with torch.no_grad() as ...' binds nothing useful");
+    }
+    L->no_grad++;
+    int r = exec_block(L, L->env, &s->body);
+    L->no_grad--;
+    return r;
+  }
+  case N_PASS: return EX_NORMAL;
+  case N_BREAK: return EX_BREAK;
+  case N_CONTINUE: return EX_CONTINUE;
+  case N_ASSERT: {
+    PV *c = eval_expr(L, s->a);
+    if (!truthy(L, s->a->span, c)) {
+      const char *msg = s->b ? pv_repr(L, eval_expr(L, s->b)) : NULL;
+      lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
+    }
+    return EX_NORMAL;
+  }
+  case N_DEL:
+    for (int i = 0; i < s->list.len; i++) {
+      Node *t = s->list.data[i];
+      if (t->kind != N_NAME) lower_error(L, t->span, "only 'del name' is supported");
+      env_set(L, L->env, t->name, pv_none(L));
+    }
+    return EX_NORMAL;
+  case N_RAISE:
+    lower_error(L, s->span, "exception raised at compile time%s%s", s->a ? ": " : "",
+                s->a && s->a->kind == N_CALL && s->a->list.len && s->a->list.data[0]->kind == N_STR
+                    ? s->a->list.data[0]->sval : "");
+  case N_GLOBAL:
+    lower_error(L, s->span, "'global' and 'nonlocal' are not supported by ctc");
+  case N_TRY:
+    /* Compile-time code runs the try body only: a failure there is a
+     * compile error, so handlers would never run. */
+    {
+      int r = exec_block(L, L->env, &s->body);
+      if (r != EX_NORMAL) return r;
+      r = exec_block(L, L->env, &s->orelse);
+      if (r != EX_NORMAL) return r;
+      return exec_block(L, L->env, &s->body2);
+    }
+  case N_IMPORT:
+  case N_IMPORTFROM: exec_import(L, s); return EX_NORMAL;
+  case N_FUNCDEF: {
+    PV *f = make_function(L, s);
+    for (int k = s->decorators.len - 1; k >= 0; k--) {
+      PV *dec = eval_expr(L, s->decorators.data[k]);
+      if (dec->k == PV_BUILTIN && dec->bi == BI_T_NO_GRAD) continue;
+      lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
+    }
+    env_set(L, L->env, s->name, f);
+    return EX_NORMAL;
+  }
+  case N_CLASSDEF: exec_classdef(L, s); return EX_NORMAL;
+  default: break;
+  }
+  lower_error(L, s->span, "this statement (%s) is not supported by ctc", fe_node_kind_name(s->kind));
+}
+
+int exec_block(L *L, Env *env, NodeVec *body) {
+  Env *saved = L->env;
+  L->env = env;
+  int r = EX_NORMAL;
+  for (int i = 0; i < body->len && r == EX_NORMAL; i++) r = exec_stmt(L, body->data[i]);
+  L->env = saved;
+  return r;
+}

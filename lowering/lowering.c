@@ -1,0 +1,199 @@
+/* lowering.c - the entry of lowering: run the module at compile time, pick
+ * the model, build the state_dict table, stage forward into IR. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lower_int.h"
+
+int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text) return -1;
+  out->name = arena_strndup(a, text, (size_t)(eq - text));
+  const char *p = eq + 1;
+  Type t = {0};
+  t.dtype = DT_F32;
+  static const struct { const char *n; DType d; } dts[] = {
+      {"f32", DT_F32}, {"f64", DT_F64}, {"i64", DT_I64}, {"i32", DT_I32}, {"bool", DT_BOOL}};
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+    size_t n = strlen(dts[i].n);
+    if (strncmp(p, dts[i].n, n) == 0 && p[n] == '[') {
+      t.dtype = dts[i].d;
+      p += n;
+    }
+  }
+  if (*p != '[') return -1;
+  p++;
+  while (*p != ']') {
+    if (t.ndim == IR_MAX_DIMS) return -1;
+    char *end;
+    long long d = strtoll(p, &end, 10);
+    if (end == p || d <= 0 || d > ((long long)1 << 40)) return -1;
+    t.dims[t.ndim++] = d;
+    p = end;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    else if (*p != ']') return -1;
+    while (*p == ' ') p++;
+  }
+  if (p[1]) return -1;
+  out->type = t;
+  return 0;
+}
+
+/* state_dict: own parameters, then buffers, then children, recursively. */
+static void build_state_dict(L *L, PV *obj, const char *prefix) {
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < obj->mod->regs.len; i++) {
+      Reg *r = &obj->mod->regs.data[i];
+      if ((int)r->kind != pass) continue;
+      const char *name = prefix[0] ? arena_printf(L->a, "%s.%s", prefix, r->name) : r->name;
+      if (r->kind == REG_CHILD) {
+        if (pv_is_module(r->val)) build_state_dict(L, r->val, name);
+        continue;
+      }
+      if (r->val->k != PV_TENSOR || !r->val->t->slot) continue; /* bias=None */
+      Slot *s = r->val->t->slot;
+      if (s->index >= 0) continue; /* tied: one parameter, first name */
+      Param p = {0};
+      p.name = arena_strdup(L->a, name);
+      p.type = s->type;
+      p.is_buffer = s->is_buffer;
+      p.init = s->init;
+      p.init_a = s->init_a;
+      p.init_b = s->init_b;
+      p.init_data = s->data;
+      p.loc = s->loc;
+      s->index = L->prog->params.len;
+      vec_push(L->a, &L->prog->params, p);
+    }
+}
+
+static void set_eval(PV *obj) {
+  obj->mod->training = 0;
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
+      set_eval(obj->mod->regs.data[i].val);
+}
+
+static Span file_span(const SrcFile *f) {
+  Span s = {f, 1, 1, 1, 1};
+  return s;
+}
+
+static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
+  if (opt->model) {
+    PV *v = env_get(L->globals, opt->model);
+    if (!v) lower_error(L, top, "--model %s: no class or module-level object of that name in the file", opt->model);
+    if (v->k == PV_CLASS && !v->bi) return call_value(L, v->node->span, v, NULL, 0, NULL, NULL, 0);
+    if (pv_is_module(v)) return v;
+    lower_error(L, top, "--model %s names a %s, not an nn.Module class or instance", opt->model, pv_kind_name(v));
+  }
+  PV *m = env_get(L->globals, "model");
+  if (m && pv_is_module(m)) return m;
+  PV *only = NULL;
+  int count = 0;
+  const char *names = "";
+  for (int i = 0; i < L->globals->names.len; i++) {
+    PV *v = L->globals->vals.data[i];
+    if (v->k != PV_CLASS || v->bi || env_get(L->globals, L->globals->names.data[i]) != v) continue;
+    int is_mod = 0;
+    for (PV *c = v; c; c = c->cls) is_mod |= c->bi == BI_C_MODULE;
+    if (!is_mod) continue;
+    only = v;
+    names = arena_printf(L->a, "%s%s%s", names, count ? ", " : "", v->s);
+    count++;
+  }
+  if (count == 0) lower_error(L, top, "no nn.Module subclass or module-level 'model' found in the file");
+  if (count > 1)
+    lower_error(L, top, "the file defines several nn.Module classes (%s); choose one with --model NAME", names);
+  return call_value(L, only->node->span, only, NULL, 0, NULL, NULL, 0);
+}
+
+static const char *c_prefix(L *L, const char *cls) {
+  char *p = arena_strdup(L->a, cls);
+  for (char *c = p; *c; c++) *c = isalnum((unsigned char)*c) ? (char)tolower((unsigned char)*c) : '_';
+  return p;
+}
+
+static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
+  PV *fwd = getattr_opt(L, top, model, "forward");
+  if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
+    if (model->cls->bi == BI_C_SEQUENTIAL) lower_error(L, top, "a bare nn.Sequential model needs --input x=...; wrap it in a class to name inputs");
+    lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
+  }
+  Node *def = fwd->fn->node;
+  PV *examples = env_get(L->globals, "example_inputs");
+  if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
+  for (int i = 0; i < opt->ninputs; i++) {
+    int found = 0;
+    for (int k = 1; k < def->list.len; k++) found |= def->list.data[k]->name && !strcmp(def->list.data[k]->name, opt->inputs[i].name);
+    if (!found)
+      lower_error(L, def->span, "--input %s: forward has no parameter named '%s'", opt->inputs[i].name, opt->inputs[i].name);
+  }
+  Func *f = ir_func_new(L->prog, "forward", def->span);
+  L->fn = f;
+  PV *args[32];
+  int nargs = 0;
+  for (int k = 1; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN) lower_error(L, p->span, "forward with *args or **kwargs cannot be compiled");
+    const InputSpec *spec = NULL;
+    for (int i = 0; i < opt->ninputs; i++)
+      if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
+    Type t;
+    if (spec) t = spec->type;
+    else if (examples && pv_is_seq(examples) && k - 1 < examples->n && examples->items[k - 1]->k == PV_TENSOR)
+      t = examples->items[k - 1]->t->type;
+    else if (p->b) break; /* remaining parameters keep their defaults */
+    else
+      lower_error(L, p->span,
+                  "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
+                  "example_inputs = (torch.randn(...), ...) in the file",
+                  p->name, p->name);
+    if (nargs == 32) lower_error(L, p->span, "too many inputs");
+    args[nargs++] = t_wrap(L, ir_add_input(L->prog, f, p->name, t));
+  }
+  if (L->nstack < 64) {
+    L->stack_span[L->nstack] = def->span;
+    L->stack_name[L->nstack] = "forward";
+  }
+  PV *r = call_value(L, def->span, fwd, args, nargs, NULL, NULL, 0);
+  PV **outs = &r;
+  int nout = 1;
+  if (pv_is_seq(r)) {
+    outs = r->items;
+    nout = r->n;
+  }
+  for (int i = 0; i < nout; i++) {
+    if (outs[i]->k != PV_TENSOR)
+      lower_error(L, def->span, "forward must return a tensor or a tuple of tensors, but returned %s %s",
+                  nout > 1 ? "an element of type" : "a", pv_kind_name(outs[i]));
+    ValId v = t_val(L, def->span, outs[i]);
+    ir_add_output(L->prog, f, v, nout == 1 ? "out" : arena_printf(L->a, "out%d", i));
+  }
+  L->fn = NULL;
+}
+
+Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, const LowerOptions *opt) {
+  jmp_buf jb;
+  L ctx = {0}, *L = &ctx;
+  L->a = a;
+  L->d = d;
+  L->src = src;
+  L->prog = ir_program_new(a, src);
+  L->on_error = &jb;
+  if (setjmp(jb)) return NULL;
+  L->builtins = env_new(L, NULL);
+  builtins_install(L, L->builtins);
+  L->globals = env_new(L, NULL);
+  L->env = L->globals;
+  exec_block(L, L->globals, &module->body);
+  Span top = file_span(src);
+  PV *model = pick_model(L, opt, top);
+  L->prog->class_name = model->cls->s;
+  L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
+  build_state_dict(L, model, "");
+  set_eval(model);
+  stage_forward(L, model, opt, top);
+  return L->prog;
+}

@@ -1,0 +1,736 @@
+/* torchlib.c - torch.*, torch.nn.functional.*, torch.nn.init.* and Tensor
+ * methods: argument handling in PyTorch's spelling, then tensor.c. */
+#include <math.h>
+#include <string.h>
+#include "lower_int.h"
+
+static PV *need_tensor(L *L, Span at, PV *v, const char *what) {
+  if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s must be a tensor, got '%s'", what, v ? pv_kind_name(v) : "nothing");
+  return v;
+}
+
+/* Shape arguments: f(2, 3), f((2, 3)), f([2, 3]), f(torch.Size). */
+static int shape_args(L *L, Args *A, int skip, int64_t *dims) {
+  int n = A->nargs - skip;
+  if (n == 1 && pv_is_seq(A->args[skip])) return arg_ints(L, A->at, A->args[skip], dims, IR_MAX_DIMS, "shape");
+  if (n > IR_MAX_DIMS) lower_error(L, A->at, "too many dimensions");
+  for (int i = 0; i < n; i++) dims[i] = arg_int(L, A->at, A->args[skip + i], "shape dimension");
+  return n;
+}
+
+static PV *kw(Args *A, const char *name) {
+  for (int i = 0; i < A->nkw; i++)
+    if (strcmp(A->kwnames[i], name) == 0) return A->kwvals[i];
+  return NULL;
+}
+
+static DType dtype_kw(L *L, Args *A, DType dflt) {
+  PV *d = kw(A, "dtype");
+  if (!d || d->k == PV_NONE) return dflt;
+  if (d->k != PV_DTYPE) lower_error(L, A->at, "dtype must be a torch dtype");
+  return d->dt;
+}
+
+/* Keyword arguments that factories accept and ctc ignores (device, layout ...). */
+static Args strip_factory_kw(L *L, Args *A) {
+  Args B = *A;
+  B.kwnames = arena_alloc(L->a, sizeof(char *) * (size_t)(A->nkw + 1));
+  B.kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nkw + 1));
+  B.nkw = 0;
+  for (int i = 0; i < A->nkw; i++) {
+    const char *k = A->kwnames[i];
+    if (!strcmp(k, "dtype") || !strcmp(k, "device") || !strcmp(k, "requires_grad") || !strcmp(k, "layout") ||
+        !strcmp(k, "generator") || !strcmp(k, "pin_memory") || !strcmp(k, "memory_format"))
+      continue;
+    B.kwnames[B.nkw] = k;
+    B.kwvals[B.nkw++] = A->kwvals[i];
+  }
+  return B;
+}
+
+static Type type_of(DType dt, int n, const int64_t *dims) {
+  Type t = {0};
+  t.dtype = dt;
+  t.ndim = n;
+  for (int i = 0; i < n; i++) t.dims[i] = dims[i];
+  return t;
+}
+
+/* Compile-time random numbers (torch.randn in __init__ or example_inputs):
+ * values only matter for shapes and parameter placeholders. */
+static double rnd_uniform(uint64_t *s) {
+  *s += 0x9E3779B97F4A7C15ull;
+  uint64_t z = *s;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0;
+}
+
+static PV *factory(L *L, int bi, Args *A0) {
+  Args Bq = strip_factory_kw(L, A0);
+  Args *A = &Bq;
+  int64_t dims[IR_MAX_DIMS];
+  PV *a[4];
+  switch (bi) {
+  case BI_T_ZEROS:
+  case BI_T_ONES:
+  case BI_T_RANDN:
+  case BI_T_RAND: {
+    if (A->nkw) lower_error(L, A->at, "unexpected keyword argument '%s'", A->kwnames[0]);
+    int n = shape_args(L, A, 0, dims);
+    for (int i = 0; i < n; i++)
+      if (dims[i] <= 0) lower_error(L, A->at, "tensor dimensions must be positive (got %lld)", (long long)dims[i]);
+    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
+    if (bi == BI_T_RANDN || bi == BI_T_RAND) {
+      if (L->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
+      uint64_t s = 42;
+      for (int64_t i = 0; i < ir_numel(&t->t->type); i++) {
+        double u = rnd_uniform(&s);
+        t->t->data[i] = bi == BI_T_RAND ? u : sqrt(-2 * log(u + 1e-300)) * cos(2 * M_PI * rnd_uniform(&s));
+      }
+    }
+    return t;
+  }
+  case BI_T_FULL: {
+    bind_args(L, A, "size,fill_value", a);
+    int n = arg_ints(L, A->at, a[0], dims, IR_MAX_DIMS, "size");
+    double v = arg_num(L, A->at, a[1], "fill_value");
+    DType dflt = a[1]->k == PV_FLOAT ? DT_F32 : a[1]->k == PV_BOOL ? DT_BOOL : DT_I64;
+    return t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, dflt), n, dims), v);
+  }
+  case BI_T_RANDINT: {
+    bind_args(L, A, "low,high=,size=", a);
+    int64_t lo = 0, hi;
+    PV *size = a[2];
+    if (!a[2]) {
+      hi = arg_int(L, A->at, a[0], "high");
+      size = a[1];
+    } else {
+      lo = arg_int(L, A->at, a[0], "low");
+      hi = arg_int(L, A->at, a[1], "high");
+    }
+    if (!size) lower_error(L, A->at, "randint() needs a size");
+    int n = arg_ints(L, A->at, size, dims, IR_MAX_DIMS, "size");
+    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_I64), n, dims), 0);
+    uint64_t s = 7;
+    for (int64_t i = 0; i < ir_numel(&t->t->type); i++) t->t->data[i] = lo + floor(rnd_uniform(&s) * (double)(hi - lo));
+    return t;
+  }
+  case BI_T_ARANGE: {
+    bind_args(L, A, "a,b=,c=", a);
+    double lo = 0, hi, st = 1;
+    int isf = 0;
+    for (int i = 0; i < 3; i++) isf |= a[i] && a[i]->k == PV_FLOAT;
+    if (a[1]) {
+      lo = arg_num(L, A->at, a[0], "start");
+      hi = arg_num(L, A->at, a[1], "end");
+      if (a[2]) st = arg_num(L, A->at, a[2], "step");
+    } else
+      hi = arg_num(L, A->at, a[0], "end");
+    if (st == 0) lower_error(L, A->at, "arange step must not be zero");
+    int64_t n = (int64_t)ceil((hi - lo) / st);
+    if (n <= 0) lower_error(L, A->at, "arange is empty; empty tensors are not supported");
+    DType dt = dtype_kw(L, A0, isf ? DT_F32 : DT_I64);
+    if (L->fn) {
+      Type t = type_of(dt, 1, &n);
+      if (ir_dtype_is_float(dt) && (lo != floor(lo) || st != floor(st)))
+        lower_error(L, A->at, "arange with fractional start/step inside compiled code is not supported");
+      int64_t attr[2] = {(int64_t)lo, (int64_t)st};
+      return t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
+    }
+    PV *t = t_const_tensor(L, A->at, type_of(dt, 1, &n), 0);
+    for (int64_t i = 0; i < n; i++) t->t->data[i] = lo + (double)i * st;
+    return t;
+  }
+  case BI_T_EYE: {
+    bind_args(L, A, "n,m=", a);
+    int64_t d[2] = {arg_int(L, A->at, a[0], "n"), a[1] ? arg_int(L, A->at, a[1], "m") : arg_int(L, A->at, a[0], "n")};
+    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), 2, d), 0);
+    for (int64_t i = 0; i < d[0] && i < d[1]; i++) t->t->data[i * d[1] + i] = 1;
+    return t;
+  }
+  case BI_T_TRIL:
+  case BI_T_TRIU: {
+    bind_args(L, A, "x,diagonal=", a);
+    need_tensor(L, A->at, a[0], "input");
+    if (!a[0]->t->data || a[0]->t->type.ndim != 2)
+      lower_error(L, A->at, "torch.%s is supported on 2-D compile-time tensors (e.g. in __init__)", bi_names[bi]);
+    int64_t dg = a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0;
+    Type t = a[0]->t->type;
+    PV *r = t_const_tensor(L, A->at, t, 0);
+    for (int64_t i = 0; i < t.dims[0]; i++)
+      for (int64_t j = 0; j < t.dims[1]; j++) {
+        int keep = bi == BI_T_TRIL ? j - i <= dg : j - i >= dg;
+        r->t->data[i * t.dims[1] + j] = keep ? a[0]->t->data[i * t.dims[1] + j] : 0;
+      }
+    return r;
+  }
+  case BI_T_TENSOR: {
+    bind_args(L, A, "data", a);
+    if (pv_is_num(a[0])) {
+      DType dflt = a[0]->k == PV_FLOAT ? DT_F32 : a[0]->k == PV_BOOL ? DT_BOOL : DT_I64;
+      return t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, dflt), 0, dims), pv_num(a[0]));
+    }
+    if (!pv_is_seq(a[0])) lower_error(L, A->at, "torch.tensor() needs numbers or a flat list of numbers");
+    int64_t n = a[0]->n;
+    int isf = 0;
+    for (int i = 0; i < a[0]->n; i++) {
+      if (!pv_is_num(a[0]->items[i])) lower_error(L, A->at, "torch.tensor() supports flat lists of numbers");
+      isf |= a[0]->items[i]->k == PV_FLOAT;
+    }
+    if (n == 0) lower_error(L, A->at, "empty tensors are not supported");
+    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, isf ? DT_F32 : DT_I64), 1, &n), 0);
+    for (int i = 0; i < a[0]->n; i++) t->t->data[i] = pv_num(a[0]->items[i]);
+    return t;
+  }
+  case BI_T_ZEROS_LIKE:
+  case BI_T_ONES_LIKE:
+  case BI_T_FULL_LIKE: {
+    bind_args(L, A, bi == BI_T_FULL_LIKE ? "x,fill_value" : "x", a);
+    need_tensor(L, A->at, a[0], "input");
+    double v = bi == BI_T_ONES_LIKE ? 1 : bi == BI_T_FULL_LIKE ? arg_num(L, A->at, a[1], "fill_value") : 0;
+    Type t = a[0]->t->type;
+    t.dtype = dtype_kw(L, A0, t.dtype);
+    return t_const_tensor(L, A->at, t, v);
+  }
+  default: BUG("factory %d", bi);
+  }
+}
+
+static PV *size_tuple(L *L, const Type *t) {
+  PV *r = pv_tuple(L, NULL, 0);
+  for (int i = 0; i < t->ndim; i++) pv_list_append(L, r, pv_int(L, t->dims[i]));
+  return r;
+}
+
+static int dims_arg(L *L, Span at, PV *v, int64_t *dims) {
+  if (!v || v->k == PV_NONE) return 0;
+  return arg_ints(L, at, v, dims, IR_MAX_DIMS, "dim");
+}
+
+static PV *unary_fn(L *L, Args *A, Op op) {
+  PV *a[1];
+  bind_args(L, A, "input", a);
+  return t_unary(L, A->at, op, need_tensor(L, A->at, a[0], "input"));
+}
+
+static PV *pool(L *L, Args *A, Op op) {
+  PV *a[7];
+  if (op == IR_MAXPOOL2D) bind_args(L, A, "input,kernel_size,stride=,padding=,dilation=,ceil_mode=,return_indices=", a);
+  else bind_args(L, A, "input,kernel_size,stride=,padding=,ceil_mode=,count_include_pad=,divisor_override=", a);
+  int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
+  if (arg_ints(L, A->at, a[1], k, 2, "kernel_size") == 1) k[1] = k[0];
+  if (a[2] && a[2]->k != PV_NONE && !(pv_is_seq(a[2]) && a[2]->n == 0)) {
+    if (arg_ints(L, A->at, a[2], s, 2, "stride") == 1) s[1] = s[0];
+  } else {
+    s[0] = k[0];
+    s[1] = k[1];
+  }
+  if (a[3] && arg_ints(L, A->at, a[3], p, 2, "padding") == 1) p[1] = p[0];
+  int ceil_mode = 0, cip = 1;
+  if (op == IR_MAXPOOL2D) {
+    if (a[4] && arg_ints(L, A->at, a[4], d, 2, "dilation") == 1) d[1] = d[0];
+    if (a[5]) ceil_mode = arg_bool(L, A->at, a[5], "ceil_mode");
+    if (a[6] && arg_bool(L, A->at, a[6], "return_indices")) lower_error(L, A->at, "return_indices=True is not supported");
+  } else {
+    if (a[4]) ceil_mode = arg_bool(L, A->at, a[4], "ceil_mode");
+    if (a[5]) cip = arg_bool(L, A->at, a[5], "count_include_pad");
+    if (a[6] && a[6]->k != PV_NONE) lower_error(L, A->at, "divisor_override is not supported");
+  }
+  return t_pool2d(L, A->at, op, need_tensor(L, A->at, a[0], "input"), k, s, p, d, ceil_mode, cip);
+}
+
+PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
+  int64_t o[2];
+  if (arg_ints(L, at, size, o, 2, "output_size") == 1) o[1] = o[0];
+  Type t = x->t->type;
+  if (t.ndim != 4) lower_error(L, at, "adaptive_avg_pool2d expects a 4-D input, got %s", shape_str(L, &t));
+  if (o[0] == 1 && o[1] == 1) {
+    int64_t dims[2] = {2, 3};
+    return t_reduce(L, at, IR_REDUCE_SUM, x, dims, 2, 1, 1);
+  }
+  if (t.dims[2] % o[0] || t.dims[3] % o[1])
+    lower_error(L, at, "adaptive_avg_pool2d to %lldx%lld needs input sizes divisible by it (input %s)",
+                (long long)o[0], (long long)o[1], shape_str(L, &t));
+  int64_t k[2] = {t.dims[2] / o[0], t.dims[3] / o[1]}, p[2] = {0, 0}, d[2] = {1, 1};
+  return t_pool2d(L, at, IR_AVGPOOL2D, x, k, k, p, d, 0, 1);
+}
+
+PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
+  if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
+  if (!training || p == 0) return x;
+  lower_error(L, at, "dropout in training mode is not supported yet; compile the model in eval mode");
+}
+
+static PV *init_fn(L *L, int bi, Args *A) {
+  PV *a[4];
+  switch (bi) {
+  case BI_I_NORMAL_: bind_args(L, A, "tensor,mean=,std=", a); break;
+  case BI_I_UNIFORM_: bind_args(L, A, "tensor,a=,b=", a); break;
+  case BI_I_CONSTANT_: bind_args(L, A, "tensor,val", a); break;
+  case BI_I_XAVIER_UNIFORM_: bind_args(L, A, "tensor,gain=", a); break;
+  case BI_I_KAIMING_NORMAL_:
+  case BI_I_KAIMING_UNIFORM_: bind_args(L, A, "tensor,a=,mode=,nonlinearity=", a); break;
+  default: bind_args(L, A, "tensor", a); break;
+  }
+  need_tensor(L, A->at, a[0], "tensor");
+  Slot *s = a[0]->t->slot;
+  if (!s) lower_error(L, A->at, "nn.init functions need a parameter");
+  if (L->fn) lower_error(L, A->at, "nn.init inside compiled code is not supported");
+  Type t = s->type;
+  int64_t fan_in = t.ndim >= 2 ? ir_numel(&t) / t.dims[0] : t.dims[0];
+  int64_t fan_out = t.ndim >= 2 ? ir_numel(&t) / t.dims[1] : t.dims[0];
+  switch (bi) {
+  case BI_I_NORMAL_:
+    s->init = PINIT_NORMAL;
+    s->init_a = a[1] ? arg_num(L, A->at, a[1], "mean") : 0;
+    s->init_b = a[2] ? arg_num(L, A->at, a[2], "std") : 1;
+    break;
+  case BI_I_UNIFORM_:
+    s->init = PINIT_UNIFORM;
+    s->init_a = a[1] ? arg_num(L, A->at, a[1], "a") : 0;
+    s->init_b = a[2] ? arg_num(L, A->at, a[2], "b") : 1;
+    break;
+  case BI_I_ZEROS_: s->init = PINIT_ZERO; break;
+  case BI_I_ONES_: s->init = PINIT_CONST; s->init_a = 1; break;
+  case BI_I_CONSTANT_: s->init = PINIT_CONST; s->init_a = arg_num(L, A->at, a[1], "val"); break;
+  case BI_I_XAVIER_UNIFORM_: {
+    double g = a[1] ? arg_num(L, A->at, a[1], "gain") : 1, b = g * sqrt(6.0 / (double)(fan_in + fan_out));
+    s->init = PINIT_UNIFORM;
+    s->init_a = -b;
+    s->init_b = b;
+    break;
+  }
+  default: {
+    double neg = a[1] ? arg_num(L, A->at, a[1], "a") : 0;
+    double gain = sqrt(2.0 / (1 + neg * neg));
+    double std = gain / sqrt((double)fan_in);
+    if (bi == BI_I_KAIMING_NORMAL_) {
+      s->init = PINIT_NORMAL;
+      s->init_a = 0;
+      s->init_b = std;
+    } else {
+      s->init = PINIT_UNIFORM;
+      s->init_a = -sqrt(3.0) * std;
+      s->init_b = sqrt(3.0) * std;
+    }
+  }
+  }
+  s->data = NULL;
+  return a[0];
+}
+
+/* split / chunk along dim: a tuple of slices. */
+static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
+  Type t = x->t->type;
+  dim = t_norm_dim(L, at, dim, t.ndim);
+  int64_t n = t.dims[dim];
+  PV *out = pv_tuple(L, NULL, 0);
+  if (chunks) {
+    int64_t c = arg_int(L, at, size, "chunks");
+    if (c <= 0) lower_error(L, at, "chunk expects a positive number of chunks");
+    int64_t step = (n + c - 1) / c;
+    for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + step, 1));
+    return out;
+  }
+  if (pv_is_seq(size)) {
+    int64_t s = 0;
+    for (int i = 0; i < size->n; i++) {
+      int64_t len = arg_int(L, at, size->items[i], "split size");
+      if (len <= 0 || s + len > n) lower_error(L, at, "split sizes do not add up to the dimension size %lld", (long long)n);
+      pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
+      s += len;
+    }
+    if (s != n) lower_error(L, at, "split sizes add up to %lld, but dimension %lld has size %lld", (long long)s, (long long)dim, (long long)n);
+    return out;
+  }
+  int64_t len = arg_int(L, at, size, "split size");
+  if (len <= 0) lower_error(L, at, "split size must be positive");
+  for (int64_t s = 0; s < n; s += len) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
+  return out;
+}
+
+/* Tensor methods and torch functions that take the tensor first. */
+static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
+  Args B = *A0;
+  Args *A = &B;
+  PV *a[8];
+  PV *x = self;
+  if (!x) {
+    if (A->nargs == 0 && A->nkw == 0) lower_error(L, A->at, "%s() missing the input tensor", A->fname);
+    if (A->nargs) {
+      x = A->args[0];
+      B.args++;
+      B.nargs--;
+    } else {
+      x = NULL;
+      for (int i = 0; i < A->nkw; i++)
+        if (!strcmp(A->kwnames[i], "input")) x = A->kwvals[i];
+      if (!x) lower_error(L, A->at, "%s() missing the input tensor", A->fname);
+      B.kwnames = arena_alloc(L->a, sizeof(char *) * (size_t)A->nkw);
+      B.kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)A->nkw);
+      B.nkw = 0;
+      for (int i = 0; i < A0->nkw; i++)
+        if (strcmp(A0->kwnames[i], "input")) {
+          B.kwnames[B.nkw] = A0->kwnames[i];
+          B.kwvals[B.nkw++] = A0->kwvals[i];
+        }
+    }
+  }
+  Span at = A->at;
+  if (bi == BI_T_CAT || bi == BI_T_STACK) {
+    bind_args(L, A, "dim=", a);
+    PV **items;
+    int n = iter_items(L, at, x, &items);
+    int64_t dim = a[0] ? arg_int(L, at, a[0], "dim") : 0;
+    if (bi == BI_T_STACK) {
+      PV **us = arena_alloc(L->a, sizeof(PV *) * (size_t)(n + 1));
+      for (int i = 0; i < n; i++) {
+        Type t = need_tensor(L, at, items[i], "stack input")->t->type;
+        int64_t d = t_norm_dim(L, at, dim, t.ndim + 1), nd[IR_MAX_DIMS];
+        int k = 0;
+        for (int j = 0; j <= t.ndim; j++) nd[j] = j == d ? 1 : t.dims[k++];
+        us[i] = t_reshape(L, at, items[i], nd, t.ndim + 1);
+      }
+      return t_concat(L, at, us, n, dim);
+    }
+    return t_concat(L, at, items, n, dim);
+  }
+  need_tensor(L, at, x, "input");
+  Type t = x->t->type;
+  int64_t dims[IR_MAX_DIMS];
+  switch (bi) {
+  case BI_T_SIZE:
+    bind_args(L, A, "dim=", a);
+    if (a[0] && a[0]->k != PV_NONE) return pv_int(L, t.dims[t_norm_dim(L, at, arg_int(L, at, a[0], "dim"), t.ndim)]);
+    return size_tuple(L, &t);
+  case BI_T_DIM: return pv_int(L, t.ndim);
+  case BI_T_NUMEL: return pv_int(L, ir_numel(&t));
+  case BI_T_CONTIGUOUS:
+  case BI_T_DETACH:
+  case BI_T_CLONE: return x;
+  case BI_T_VIEW:
+  case BI_T_RESHAPE: {
+    if (A->nargs == 1 && A->args[0]->k == PV_DTYPE) lower_error(L, at, "view(dtype) is not supported");
+    int n = shape_args(L, A, 0, dims);
+    return t_reshape(L, at, x, dims, n);
+  }
+  case BI_T_FLATTEN: {
+    bind_args(L, A, "start_dim=,end_dim=", a);
+    int64_t s = a[0] ? arg_int(L, at, a[0], "start_dim") : 0, e = a[1] ? arg_int(L, at, a[1], "end_dim") : -1;
+    if (t.ndim == 0) return t_reshape(L, at, x, (int64_t[]){1}, 1);
+    s = t_norm_dim(L, at, s, t.ndim);
+    e = t_norm_dim(L, at, e, t.ndim);
+    if (s > e) lower_error(L, at, "flatten: start_dim cannot come after end_dim");
+    int n = 0;
+    for (int i = 0; i < t.ndim; i++) {
+      if (i > s && i <= e) dims[n - 1] *= t.dims[i];
+      else dims[n++] = t.dims[i];
+    }
+    return t_reshape(L, at, x, dims, n);
+  }
+  case BI_T_SQUEEZE: {
+    bind_args(L, A, "dim=", a);
+    int n = 0;
+    int64_t d = a[0] && a[0]->k != PV_NONE ? t_norm_dim(L, at, arg_int(L, at, a[0], "dim"), t.ndim) : -1;
+    for (int i = 0; i < t.ndim; i++)
+      if (!(t.dims[i] == 1 && (d < 0 || d == i))) dims[n++] = t.dims[i];
+    if (n == 0) {
+      ValId v = t_val(L, at, x);
+      Type o = t;
+      o.ndim = 0;
+      return t_wrap(L, ir_emit(L->prog, L->fn, IR_RESHAPE, &v, 1, o, NULL, 0, 0, at, "squeeze"));
+    }
+    return t_reshape(L, at, x, dims, n);
+  }
+  case BI_T_UNSQUEEZE: {
+    bind_args(L, A, "dim", a);
+    int64_t d = t_norm_dim(L, at, arg_int(L, at, a[0], "dim"), t.ndim + 1);
+    int n = 0;
+    for (int i = 0; i <= t.ndim; i++) dims[n++] = i == d ? 1 : t.dims[i - (i > d)];
+    return t_reshape(L, at, x, dims, n);
+  }
+  case BI_T_TRANSPOSE:
+    bind_args(L, A, "dim0,dim1", a);
+    return t_transpose(L, at, x, arg_int(L, at, a[0], "dim0"), arg_int(L, at, a[1], "dim1"));
+  case BI_T_T:
+    if (t.ndim > 2) lower_error(L, at, "t() expects a tensor with at most 2 dimensions, got %s", shape_str(L, &t));
+    return t.ndim < 2 ? x : t_transpose(L, at, x, 0, 1);
+  case BI_T_PERMUTE: {
+    int n = shape_args(L, A, 0, dims);
+    return t_permute(L, at, x, dims, n);
+  }
+  case BI_T_EXPAND: {
+    int n = shape_args(L, A, 0, dims);
+    if (n < t.ndim) lower_error(L, at, "expand: the number of sizes (%d) must be at least the tensor's dimensions (%d)", n, t.ndim);
+    Type r = t;
+    r.ndim = n;
+    for (int i = 0; i < n; i++) {
+      int j = i - (n - t.ndim);
+      int64_t cur = j >= 0 ? t.dims[j] : 1;
+      r.dims[i] = dims[i] == -1 ? cur : dims[i];
+      if (cur != 1 && cur != r.dims[i])
+        lower_error(L, at, "expand: cannot expand shape %s to %s", shape_str(L, &t), shape_str(L, &r));
+    }
+    ValId v = t_val(L, at, x);
+    return t_wrap(L, ir_emit(L->prog, L->fn, IR_BROADCAST, &v, 1, r, NULL, 0, 0, at, "expand"));
+  }
+  case BI_T_RELU: return t_unary(L, at, IR_RELU, x);
+  case BI_T_TANH: return t_unary(L, at, IR_TANH, x);
+  case BI_T_SIGMOID: return t_unary(L, at, IR_SIGMOID, x);
+  case BI_T_EXP: return t_unary(L, at, IR_EXP, x);
+  case BI_T_LOG: return t_unary(L, at, IR_LOG, x);
+  case BI_T_SQRT: return t_unary(L, at, IR_SQRT, x);
+  case BI_T_RSQRT: return t_unary(L, at, IR_RSQRT, x);
+  case BI_T_ABS: return t_unary(L, at, IR_ABS, x);
+  case BI_T_NEG: return t_unary(L, at, IR_NEG, x);
+  case BI_T_ERF: return t_unary(L, at, IR_ERF, x);
+  case BI_T_SQUARE: return t_binary(L, at, OP_MUL, x, x);
+  case BI_T_POW:
+    bind_args(L, A, "exponent", a);
+    return t_binary(L, at, OP_POW, x, a[0]);
+  case BI_T_ADD:
+  case BI_T_SUB: {
+    bind_args(L, A, "other,alpha=", a);
+    PV *o = a[0];
+    if (a[1]) o = a[0]->k == PV_TENSOR ? t_binary(L, at, OP_MUL, a[0], a[1]) : pv_float(L, pv_num(a[0]) * arg_num(L, at, a[1], "alpha"));
+    return t_binary(L, at, bi == BI_T_ADD ? OP_ADD : OP_SUB, x, o);
+  }
+  case BI_T_MUL:
+    bind_args(L, A, "other", a);
+    return t_binary(L, at, OP_MUL, x, a[0]);
+  case BI_T_DIV:
+    bind_args(L, A, "other,rounding_mode=", a);
+    if (a[1] && a[1]->k != PV_NONE) lower_error(L, at, "div with rounding_mode is not supported");
+    return t_binary(L, at, OP_DIV, x, a[0]);
+  case BI_T_MATMUL:
+  case BI_T_MM:
+  case BI_T_BMM:
+    bind_args(L, A, "other", a);
+    return t_matmul(L, at, x, need_tensor(L, at, a[0], "other"));
+  case BI_T_MAXIMUM:
+  case BI_T_MINIMUM: {
+    bind_args(L, A, "other", a);
+    PV *y = need_tensor(L, at, a[0], "other");
+    PV *c = t_compare(L, at, bi == BI_T_MAXIMUM ? OP_GT : OP_LT, x, y);
+    return t_where(L, at, c, x, y);
+  }
+  case BI_T_CLAMP: {
+    bind_args(L, A, "min=,max=", a);
+    PV *r = x;
+    if (a[0] && a[0]->k != PV_NONE) r = t_where(L, at, t_compare(L, at, OP_LT, r, a[0]), a[0], r);
+    if (a[1] && a[1]->k != PV_NONE) r = t_where(L, at, t_compare(L, at, OP_GT, r, a[1]), a[1], r);
+    return r;
+  }
+  case BI_T_WHERE:
+    bind_args(L, A, "input,other", a);
+    return t_where(L, at, x, a[0], a[1]);
+  case BI_T_SUM:
+  case BI_T_MEAN:
+  case BI_T_AMAX: {
+    bind_args(L, A, "dim=,keepdim=,dtype=", a);
+    int n = dims_arg(L, at, a[0], dims);
+    int keep = a[1] ? arg_bool(L, at, a[1], "keepdim") : 0;
+    PV *in = x;
+    if (a[2] && a[2]->k == PV_DTYPE) in = t_cast(L, at, x, a[2]->dt);
+    return t_reduce(L, at, bi == BI_T_AMAX ? IR_REDUCE_MAX : IR_REDUCE_SUM, in, dims, n, keep, bi == BI_T_MEAN);
+  }
+  case BI_T_MAX:
+  case BI_T_MIN:
+  case BI_T_ARGMAX:
+    lower_error(L, at, "%s() is a host-side read (values and indices); it is not supported in compiled code — "
+                       "use amax for the values", A->fname);
+  case BI_T_SOFTMAX:
+  case BI_T_LOG_SOFTMAX: {
+    bind_args(L, A, "dim,dtype=", a);
+    PV *in = x;
+    if (a[1] && a[1]->k == PV_DTYPE) in = t_cast(L, at, x, a[1]->dt);
+    return t_softmax(L, at, in, arg_int(L, at, a[0], "dim"), bi == BI_T_LOG_SOFTMAX);
+  }
+  case BI_T_FLOAT: return t_cast(L, at, x, DT_F32);
+  case BI_T_DOUBLE: return t_cast(L, at, x, DT_F64);
+  case BI_T_LONG: return t_cast(L, at, x, DT_I64);
+  case BI_T_INT: return t_cast(L, at, x, DT_I32);
+  case BI_T_TO: {
+    for (int i = 0; i < A->nargs; i++)
+      if (A->args[i]->k == PV_DTYPE) return t_cast(L, at, x, A->args[i]->dt);
+      else if (A->args[i]->k == PV_TENSOR) return t_cast(L, at, x, A->args[i]->t->type.dtype);
+    PV *d = kw(A, "dtype");
+    if (d && d->k == PV_DTYPE) return t_cast(L, at, x, d->dt);
+    return x; /* .to(device) */
+  }
+  case BI_T_TYPE_AS:
+    bind_args(L, A, "other", a);
+    return t_cast(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype);
+  case BI_T_MASKED_FILL:
+    bind_args(L, A, "mask,value", a);
+    return t_where(L, at, need_tensor(L, at, a[0], "mask"), a[1], x);
+  case BI_T_SPLIT:
+  case BI_T_CHUNK:
+    bind_args(L, A, bi == BI_T_SPLIT ? "split_size_or_sections,dim=" : "chunks,dim=", a);
+    return split(L, at, x, a[0], a[1] ? arg_int(L, at, a[1], "dim") : 0, bi == BI_T_CHUNK);
+  case BI_T_EQ:
+    bind_args(L, A, "other", a);
+    return t_compare(L, at, OP_EQ, x, a[0]);
+  case BI_T_NEW_ZEROS:
+  case BI_T_NEW_ONES: {
+    int n = shape_args(L, &(Args){at, A->args, A->nargs, NULL, NULL, 0, A->fname}, 0, dims);
+    Type r = t;
+    r.ndim = n;
+    for (int i = 0; i < n; i++) r.dims[i] = dims[i];
+    return t_const_tensor(L, at, r, bi == BI_T_NEW_ONES);
+  }
+  case BI_T_ITEM:
+  case BI_T_TOLIST:
+  case BI_T_NUMPY:
+    lower_error(L, at, "'.%s()' reads a tensor's value on the host; that cannot be compiled into the model "
+                       "(compute it in the driver from the output instead)", bi_names[bi]);
+  case BI_T_BACKWARD:
+    lower_error(L, at, "'.backward()' is only supported in a training function (not yet implemented)");
+  case BI_T_FILL_:
+  case BI_T_ADD_:
+  case BI_T_MUL_:
+  case BI_T_ZERO_:
+    if (x->t->slot && !L->fn) return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
+    lower_error(L, at, "in-place '%s' is not supported in compiled code; use the out-of-place form", bi_names[bi]);
+  case BI_T_REPEAT:
+    lower_error(L, at, "repeat() is not supported yet; use expand()");
+  default: break;
+  }
+  lower_error(L, at, "'%s' is not supported on tensors by ctc", A->fname);
+}
+
+static PV *functional(L *L, int bi, Args *A) {
+  PV *a[8];
+  Span at = A->at;
+  switch (bi) {
+  case BI_F_RELU:
+    bind_args(L, A, "input,inplace=", a);
+    return t_unary(L, at, IR_RELU, need_tensor(L, at, a[0], "input"));
+  case BI_F_TANH: return unary_fn(L, A, IR_TANH);
+  case BI_F_SIGMOID: return unary_fn(L, A, IR_SIGMOID);
+  case BI_F_LEAKY_RELU: {
+    bind_args(L, A, "input,negative_slope=,inplace=", a);
+    PV *x = need_tensor(L, at, a[0], "input");
+    double s = a[1] ? arg_num(L, at, a[1], "negative_slope") : 0.01;
+    return t_where(L, at, t_compare(L, at, OP_GT, x, pv_float(L, 0)), x, t_binary(L, at, OP_MUL, x, pv_float(L, s)));
+  }
+  case BI_F_GELU: {
+    bind_args(L, A, "input,approximate=", a);
+    int tanh_approx = 0;
+    if (a[1]) {
+      if (a[1]->k != PV_STR || (strcmp(a[1]->s, "tanh") && strcmp(a[1]->s, "none")))
+        lower_error(L, at, "gelu approximate must be 'none' or 'tanh'");
+      tanh_approx = !strcmp(a[1]->s, "tanh");
+    }
+    return t_gelu(L, at, need_tensor(L, at, a[0], "input"), tanh_approx);
+  }
+  case BI_F_SILU: {
+    bind_args(L, A, "input,inplace=", a);
+    PV *x = need_tensor(L, at, a[0], "input");
+    return t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x));
+  }
+  case BI_F_SOFTMAX:
+  case BI_F_LOG_SOFTMAX: {
+    bind_args(L, A, "input,dim=,_stacklevel=,dtype=", a);
+    if (!a[1] || a[1]->k == PV_NONE)
+      lower_error(L, at, "%s without dim is deprecated in PyTorch; pass dim explicitly", A->fname);
+    PV *x = need_tensor(L, at, a[0], "input");
+    if (a[3] && a[3]->k == PV_DTYPE) x = t_cast(L, at, x, a[3]->dt);
+    return t_softmax(L, at, x, arg_int(L, at, a[1], "dim"), bi == BI_F_LOG_SOFTMAX);
+  }
+  case BI_F_MAX_POOL2D: return pool(L, A, IR_MAXPOOL2D);
+  case BI_F_AVG_POOL2D: return pool(L, A, IR_AVGPOOL2D);
+  case BI_F_ADAPTIVE_AVG_POOL2D:
+    bind_args(L, A, "input,output_size", a);
+    return t_adaptive_avg_pool2d(L, at, need_tensor(L, at, a[0], "input"), a[1]);
+  case BI_F_CONV2D: {
+    bind_args(L, A, "input,weight,bias=,stride=,padding=,dilation=,groups=", a);
+    int64_t s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
+    if (a[3] && arg_ints(L, at, a[3], s, 2, "stride") == 1) s[1] = s[0];
+    if (a[4]) {
+      if (a[4]->k == PV_STR) lower_error(L, at, "string padding ('same', 'valid') is not supported yet");
+      if (arg_ints(L, at, a[4], p, 2, "padding") == 1) p[1] = p[0];
+    }
+    if (a[5] && arg_ints(L, at, a[5], d, 2, "dilation") == 1) d[1] = d[0];
+    if (a[6] && arg_int(L, at, a[6], "groups") != 1) lower_error(L, at, "conv2d with groups != 1 is not supported yet");
+    return t_conv2d(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
+                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL, s, p, d);
+  }
+  case BI_F_LINEAR:
+    bind_args(L, A, "input,weight,bias=", a);
+    return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
+                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL);
+  case BI_F_DROPOUT:
+    bind_args(L, A, "input,p=,training=,inplace=", a);
+    return t_dropout(L, at, need_tensor(L, at, a[0], "input"), a[1] ? arg_num(L, at, a[1], "p") : 0.5,
+                     a[2] ? arg_bool(L, at, a[2], "training") : 1);
+  case BI_F_LAYER_NORM: {
+    bind_args(L, A, "input,normalized_shape,weight=,bias=,eps=", a);
+    int64_t ns[IR_MAX_DIMS];
+    int n = arg_ints(L, at, a[1], ns, IR_MAX_DIMS, "normalized_shape");
+    PV *x = need_tensor(L, at, a[0], "input");
+    Type t = x->t->type;
+    for (int i = 0; i < n; i++)
+      if (n > t.ndim || t.dims[t.ndim - n + i] != ns[i])
+        lower_error(L, at, "layer_norm: normalized_shape does not match the last dimensions of input %s", shape_str(L, &t));
+    return t_layer_norm(L, at, x, n, a[2], a[3], a[4] ? arg_num(L, at, a[4], "eps") : 1e-5);
+  }
+  case BI_F_EMBEDDING:
+    bind_args(L, A, "input,weight,padding_idx=", a);
+    return t_embedding(L, at, need_tensor(L, at, a[1], "weight"), need_tensor(L, at, a[0], "input"));
+  default: break;
+  }
+  lower_error(L, at, "F.%s is not supported by ctc yet", A->fname);
+}
+
+PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
+  if (!strcmp(name, "shape")) {
+    PV *r = pv_tuple(L, NULL, 0);
+    for (int i = 0; i < t->t->type.ndim; i++) pv_list_append(L, r, pv_int(L, t->t->type.dims[i]));
+    return r;
+  }
+  if (!strcmp(name, "dtype")) return pv_dtype(L, t->t->type.dtype);
+  if (!strcmp(name, "ndim")) return pv_int(L, t->t->type.ndim);
+  if (!strcmp(name, "T")) return t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1);
+  if (!strcmp(name, "data")) return t;
+  if (!strcmp(name, "device")) return pv_str(L, "cpu");
+  if (!strcmp(name, "requires_grad")) return pv_bool(L, t->t->requires_grad);
+  if (!strcmp(name, "grad")) lower_error(L, at, "'.grad' is not supported yet");
+  for (int i = BI_T_ZEROS; i <= BI_T_ZERO_; i++)
+    if (strcmp(bi_names[i], name) == 0) {
+      if (i >= BI_T_ZEROS && i <= BI_T_SET_NUM_THREADS && i != BI_T_TRIL && i != BI_T_TRIU) continue;
+      return pv_builtin(L, i, bi_names[i], t);
+    }
+  if (!strcmp(name, "softmax")) return pv_builtin(L, BI_T_SOFTMAX, "softmax", t);
+  return NULL;
+}
+
+PV *torch_call(L *L, PV *fn, Args *A) {
+  int bi = fn->bi;
+  if (bi >= BI_I_NORMAL_ && bi <= BI_I_KAIMING_UNIFORM_) return init_fn(L, bi, A);
+  if (bi >= BI_F_RELU && bi <= BI_F_SCALED_DOT_PRODUCT_ATTENTION) return functional(L, bi, A);
+  switch (bi) {
+  case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:
+  case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
+  case BI_T_FULL_LIKE:
+    return factory(L, bi, A);
+  case BI_T_TRIL:
+  case BI_T_TRIU:
+    if (fn->self) {
+      Args B = *A;
+      PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));
+      args[0] = fn->self;
+      for (int i = 0; i < A->nargs; i++) args[i + 1] = A->args[i];
+      B.args = args;
+      B.nargs++;
+      return factory(L, bi, &B);
+    }
+    return factory(L, bi, A);
+  case BI_T_MANUAL_SEED:
+  case BI_T_SET_NUM_THREADS: return pv_none(L);
+  case BI_T_NO_GRAD: return fn; /* used as `with torch.no_grad():` */
+  default: return tensor_fn(L, bi, fn->self, A);
+  }
+}
