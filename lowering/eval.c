@@ -14,7 +14,7 @@ CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
   va_start(ap, fmt);
   diag_verror(L->d, at, fmt, ap);
   va_end(ap);
-  for (int i = L->nstack - 1; i >= 0 && i >= L->nstack - 8; i--)
+  for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--) /* 0 is the entry itself */
     diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
   longjmp(*L->on_error, 1);
 }
@@ -430,6 +430,18 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
 
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw);
 
+/* The result of calling a sub-module is named after it: self.conv1(x) -> "conv1". */
+static PV *name_result(L *L, PV *module, PV *r) {
+  if (!L->fn || !module->mod->path || r->k != PV_TENSOR || r->t->v < 0 || r->t->slot) return r;
+  Value *v = ir_val(L->fn, r->t->v);
+  if (v->kind != V_INST) return r;
+  char *nm = arena_strdup(L->a, module->mod->path);
+  for (char *c = nm; *c; c++)
+    if (*c == '.') *c = '_';
+  v->name = nm;
+  return r;
+}
+
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   switch (fn->k) {
   case PV_FUNC: return call_function(L, at, fn, NULL, args, nargs, kwn, kwv, nkw);
@@ -445,7 +457,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
     if (fn->mod) {
       if (fn->cls->bi) {
         Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
-        return layer_forward(L, fn, &A);
+        return name_result(L, fn, layer_forward(L, fn, &A));
       }
       PV *fwd = class_lookup(fn->cls, "forward");
       if (!fwd) lower_error(L, at, "module '%s' has no forward method", fn->cls->s);
@@ -453,7 +465,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
         L->stack_span[L->nstack] = at;
         L->stack_name[L->nstack] = arena_printf(L->a, "%s.forward", fn->cls->s);
       }
-      return call_value(L, at, bind_method(L, fn, fwd), args, nargs, kwn, kwv, nkw);
+      return name_result(L, fn, call_value(L, at, bind_method(L, fn, fwd), args, nargs, kwn, kwv, nkw));
     } else {
       PV *c = getattr_opt(L, at, fn, "__call__");
       if (c) return call_value(L, at, c, args, nargs, kwn, kwv, nkw);

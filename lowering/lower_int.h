@@ -93,6 +93,7 @@ typedef struct Reg { RegKind kind; const char *name; PV *val; } Reg;
 struct ObjModule {
   Vec(Reg) regs;         /* in registration order */
   int training;          /* self.training */
+  const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
 };
 
 /* A scope: names to values, ordered, with a parent (closure chain). */

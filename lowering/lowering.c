@@ -48,7 +48,10 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
       if ((int)r->kind != pass) continue;
       const char *name = prefix[0] ? arena_printf(L->a, "%s.%s", prefix, r->name) : r->name;
       if (r->kind == REG_CHILD) {
-        if (pv_is_module(r->val)) build_state_dict(L, r->val, name);
+        if (pv_is_module(r->val)) {
+          if (!r->val->mod->path) r->val->mod->path = name;
+          build_state_dict(L, r->val, name);
+        }
         continue;
       }
       if (r->val->k != PV_TENSOR || !r->val->t->slot) continue; /* bias=None */

@@ -1,0 +1,345 @@
+/* main.c - the ctc driver: command line, the pass pipeline, and `ctc build`
+ * invoking the system C compiler. */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "../codegen_c/codegen_c.h"
+#include "../frontend/frontend.h"
+#include "../ir/ir.h"
+#include "../lowering/lowering.h"
+
+#define CTC_VERSION "0.1.0"
+
+static const char *usage =
+    "usage: ctc <command> FILE [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile FILE -o OUT.c   compile a PyTorch model file to C (writes OUT.c and OUT.h)\n"
+    "  build FILE -o PROGRAM   compile, then build PROGRAM with the system C compiler and the\n"
+    "                          runtime (OpenBLAS and OpenMP when present); also keeps PROGRAM.c/.h\n"
+    "  check FILE              parse, evaluate and shape-check only\n"
+    "\n"
+    "options:\n"
+    "  -o PATH                 output file\n"
+    "  --target c              code generator (only c for now)\n"
+    "  --emit ast|ir|c         what `compile` writes (default c); ast and ir go to -o or stdout\n"
+    "  --model NAME            the nn.Module class or module-level instance to compile\n"
+    "                          (default: the module-level `model`, else the only nn.Module class)\n"
+    "  --name PREFIX           C prefix of generated symbols (default: the class name, lower-case)\n"
+    "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
+    "                          repeatable; wins over example_inputs in the file\n"
+    "  --verify-each           run the IR verifier after every pass\n"
+    "  --stats                 print parameter count, arena size and timings to stderr\n"
+    "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
+    "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
+    "  --no-openmp             (build) do not pass -fopenmp\n"
+    "  -h, --help              this help\n"
+    "  --version               print the version\n"
+    "\n"
+    "exit status: 0 success, 1 error in the model or the command line, 2 I/O error or the C\n"
+    "compiler failed, 3 internal error (a bug in ctc)\n";
+
+typedef struct Opts {
+  const char *cmd, *file, *out, *target, *emit, *cc;
+  int verify_each, stats, no_blas, no_openmp;
+  LowerOptions lower;
+  InputSpec inputs[32];
+} Opts;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+#define NEXT()                                                         \
+  (i + 1 < argc ? argv[++i]                                            \
+                : (diag_plain(d, "option '%s' needs an argument", s), (char *)NULL))
+    if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+      fputs(usage, stdout);
+      exit(0);
+    } else if (!strcmp(s, "--version")) {
+      printf("ctc %s\n", CTC_VERSION);
+      exit(0);
+    } else if (!strcmp(s, "-o")) {
+      if (!(o->out = NEXT())) return -1;
+    } else if (!strcmp(s, "--target")) {
+      if (!(o->target = NEXT())) return -1;
+    } else if (!strcmp(s, "--emit")) {
+      if (!(o->emit = NEXT())) return -1;
+    } else if (!strcmp(s, "--model")) {
+      if (!(o->lower.model = NEXT())) return -1;
+    } else if (!strcmp(s, "--name")) {
+      if (!(o->lower.prefix = NEXT())) return -1;
+    } else if (!strcmp(s, "--cc")) {
+      if (!(o->cc = NEXT())) return -1;
+    } else if (!strcmp(s, "--input")) {
+      const char *spec = NEXT();
+      if (!spec) return -1;
+      if (o->lower.ninputs == 32) {
+        diag_plain(d, "too many --input options");
+        return -1;
+      }
+      if (lower_parse_input_spec(a, spec, &o->inputs[o->lower.ninputs]) < 0) {
+        diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] (dtypes f32 f64 i64 i32 bool)", spec);
+        return -1;
+      }
+      o->lower.ninputs++;
+    } else if (!strcmp(s, "--verify-each")) {
+      o->verify_each = 1;
+    } else if (!strcmp(s, "--stats")) {
+      o->stats = 1;
+    } else if (!strcmp(s, "--no-blas")) {
+      o->no_blas = 1;
+    } else if (!strcmp(s, "--no-openmp")) {
+      o->no_openmp = 1;
+    } else if (s[0] == '-' && s[1]) {
+      diag_plain(d, "unknown option '%s' (see ctc --help)", s);
+      return -1;
+    } else if (!o->cmd) {
+      o->cmd = s;
+    } else if (!o->file) {
+      o->file = s;
+    } else {
+      diag_plain(d, "unexpected argument '%s'", s);
+      return -1;
+    }
+#undef NEXT
+  }
+  o->lower.inputs = o->inputs;
+  if (!o->cmd) {
+    fputs(usage, stderr);
+    return -1;
+  }
+  if (strcmp(o->cmd, "compile") && strcmp(o->cmd, "build") && strcmp(o->cmd, "check")) {
+    diag_plain(d, "unknown command '%s' (expected compile, build or check)", o->cmd);
+    return -1;
+  }
+  if (!o->file) {
+    diag_plain(d, "'%s' needs a model file", o->cmd);
+    return -1;
+  }
+  if (o->target && strcmp(o->target, "c")) {
+    diag_plain(d, "unknown --target '%s' (only 'c' is implemented; 'cuda' is planned)", o->target);
+    return -1;
+  }
+  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "c")) {
+    diag_plain(d, "unknown --emit '%s' (expected ast, ir or c)", o->emit);
+    return -1;
+  }
+  if (!strcmp(o->cmd, "build") && !o->out) {
+    diag_plain(d, "'build' needs -o PROGRAM");
+    return -1;
+  }
+  if (!strcmp(o->cmd, "compile") && !o->out && (!o->emit || !strcmp(o->emit, "c"))) {
+    diag_plain(d, "'compile' needs -o OUT.c");
+    return -1;
+  }
+  return 0;
+}
+
+/* Run the verifier; an invalid IR after a pass is a bug in ctc. */
+static void verify(const Program *p, const char *after) {
+  for (int i = 0; i < p->funcs.len; i++)
+    if (ir_verify(p, p->funcs.data[i], stderr) < 0) BUG("invalid IR after %s", after);
+}
+
+static FILE *open_out(Diag *d, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) diag_plain(d, "cannot write '%s': %s", path, strerror(errno));
+  return f;
+}
+
+/* OUT.c -> OUT.h ; anything else -> anything.h */
+static const char *header_path(Arena *a, const char *c_path) {
+  size_t n = strlen(c_path);
+  if (n > 2 && !strcmp(c_path + n - 2, ".c")) return arena_printf(a, "%.*s.h", (int)(n - 2), c_path);
+  return arena_printf(a, "%s.h", c_path);
+}
+
+static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, const char *c_path) {
+  const char *h_path = header_path(a, c_path);
+  FILE *c = open_out(d, c_path);
+  if (!c) return CTC_EXIT_IO;
+  FILE *h = open_out(d, h_path);
+  if (!h) {
+    fclose(c);
+    return CTC_EXIT_IO;
+  }
+  char *hb = arena_strdup(a, h_path);
+  int rc = cg_c_emit(p, plan, c, h, basename(hb));
+  int werr = ferror(c) | ferror(h);
+  werr |= fclose(c) | fclose(h);
+  if (rc < 0) return CTC_EXIT_USER;
+  if (werr) {
+    diag_plain(d, "error writing '%s'", c_path);
+    return CTC_EXIT_IO;
+  }
+  return 0;
+}
+
+static int run_cmd(char *const argv[]) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Where the runtime sources are: $CTC_RUNTIME_DIR, else <dir of ctc>/../runtime_min. */
+static const char *runtime_dir(Arena *a) {
+  const char *env = getenv("CTC_RUNTIME_DIR");
+  if (env && *env) return env;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "runtime_min";
+  exe[n] = 0;
+  return arena_printf(a, "%s/../runtime_min", dirname(exe));
+}
+
+/* Does `cc` link a program against OpenBLAS's cblas? */
+static int have_openblas(Arena *a, const char *cc, const char *dir) {
+  const char *src = arena_printf(a, "%s/.ctc_blas_probe_%d.c", dir, (int)getpid());
+  const char *bin = arena_printf(a, "%s/.ctc_blas_probe_%d", dir, (int)getpid());
+  FILE *f = fopen(src, "w");
+  if (!f) return 0;
+  fputs("#include <cblas.h>\nint main(void){float a=1,b=1,c=0;"
+        "cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c!=1;}\n", f);
+  fclose(f);
+  pid_t pid = fork();
+  int ok = 0;
+  if (pid == 0) {
+    freopen("/dev/null", "w", stderr);
+    execlp(cc, cc, src, "-o", bin, "-lopenblas", (char *)NULL);
+    _exit(127);
+  } else if (pid > 0) {
+    int st;
+    waitpid(pid, &st, 0);
+    ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  remove(src);
+  remove(bin);
+  return ok;
+}
+
+static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
+  const char *cc = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  const char *rt = runtime_dir(a);
+  char *outdup = arena_strdup(a, o->out);
+  const char *outdir = dirname(outdup);
+  int blas = !o->no_blas && have_openblas(a, cc, outdir);
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c"};
+  char *argv[48];
+  int n = 0;
+  argv[n++] = (char *)cc;
+  argv[n++] = "-std=c11";
+  argv[n++] = "-O3";
+  argv[n++] = "-march=native";
+  argv[n++] = "-D_POSIX_C_SOURCE=200809L";
+  argv[n++] = "-DCTC_MAIN";
+  if (blas) argv[n++] = "-DCTC_HAVE_CBLAS";
+  if (!o->no_openmp) argv[n++] = "-fopenmp";
+  argv[n++] = arena_printf(a, "-I%s", rt);
+  argv[n++] = (char *)c_path;
+  for (size_t i = 0; i < sizeof rt_files / sizeof rt_files[0]; i++) {
+    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
+    if (access(path, R_OK) != 0) {
+      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
+      return CTC_EXIT_IO;
+    }
+    argv[n++] = (char *)path;
+  }
+  argv[n++] = "-o";
+  argv[n++] = (char *)o->out;
+  if (blas) argv[n++] = "-lopenblas";
+  argv[n++] = "-lm";
+  argv[n] = NULL;
+  int rc = run_cmd(argv);
+  if (rc != 0) {
+    diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, o->out);
+    return CTC_EXIT_IO;
+  }
+  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s%s\n", o->out, cc, blas ? " +openblas" : "", o->no_openmp ? "" : " +openmp");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  Arena *a = arena_new();
+  Diag d;
+  diag_init(&d, stderr);
+  Opts o = {0};
+  if (parse_args(a, &d, argc, argv, &o) < 0) return CTC_EXIT_USER;
+  double t0 = now_ms();
+  SrcFile *src = src_read(a, o.file);
+  if (!src) {
+    diag_plain(&d, "cannot read '%s': %s", o.file, strerror(errno));
+    return CTC_EXIT_IO;
+  }
+  Node *mod = fe_parse(a, &d, src);
+  if (!mod) return CTC_EXIT_USER;
+  double t_parse = now_ms();
+  if (o.emit && !strcmp(o.emit, "ast")) {
+    FILE *f = o.out ? open_out(&d, o.out) : stdout;
+    if (!f) return CTC_EXIT_IO;
+    fe_dump(f, mod);
+    if (f != stdout) fclose(f);
+    return 0;
+  }
+  Program *p = lower_program(a, &d, src, mod, &o.lower);
+  if (!p || d.nerrors) return CTC_EXIT_USER;
+  double t_lower = now_ms();
+  verify(p, "lowering");
+  if (!strcmp(o.cmd, "check")) {
+    int64_t nparam = 0;
+    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+    char tb[256];
+    Func *f = p->funcs.data[0];
+    fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict, forward -> ", o.file,
+            p->class_name, p->params.len, (long long)nparam);
+    for (int i = 0; i < f->outputs.len; i++)
+      fprintf(stdout, "%s%s", i ? ", " : "", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
+    fprintf(stdout, "\n");
+    return 0;
+  }
+  /* the pass pipeline */
+  for (int i = 0; i < p->funcs.len; i++) {
+    ir_pass_dce(p, p->funcs.data[i]);
+    if (o.verify_each) verify(p, "dce");
+  }
+  if (o.emit && !strcmp(o.emit, "ir")) {
+    FILE *f = o.out ? open_out(&d, o.out) : stdout;
+    if (!f) return CTC_EXIT_IO;
+    ir_print_program(f, p);
+    if (f != stdout) fclose(f);
+    return 0;
+  }
+  MemPlan *plan = ir_plan_memory(p);
+  const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
+  int rc = write_c(a, &d, p, plan, c_path);
+  if (rc) return rc;
+  double t_emit = now_ms();
+  if (o.stats) {
+    int64_t nparam = 0;
+    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+    fprintf(stderr, "ctc: %s: %lld parameters in %d tensors, arena %lld bytes (params %lld), %d instructions\n",
+            o.file, (long long)nparam, p->params.len, (long long)plan->arena_bytes, (long long)plan->params_bytes,
+            p->funcs.data[0]->insts.len);
+    fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
+            t_emit - t_lower);
+  }
+  if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path);
+  return 0;
+}

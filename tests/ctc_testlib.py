@@ -1,0 +1,127 @@
+"""Shared helpers for ctc's pytest suite: build ctc, compile a model file with it,
+run the generated program, and run the same file under PyTorch (the oracle).
+
+The oracle is PyTorch itself (Debian's python3-torch), loaded from the model
+file exactly as a user would run it."""
+import importlib.util
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CTC = os.path.join(ROOT, "build", "ctc")
+BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+_DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64",
+       np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8"}
+_NP = {v: k for k, v in _DT.items()}
+
+
+def build_ctc():
+    """Build build/ctc with the hand-written build.ninja (once per session)."""
+    r = subprocess.run(["ninja", "-C", ROOT], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
+
+
+def st_write(path, tensors):
+    """Write a safetensors file from {name: np.ndarray} (in dict order)."""
+    header, blobs, off = {}, [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        b = a.tobytes()
+        header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def st_read(path):
+    """Read a safetensors file into {name: np.ndarray}, in file order."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, d in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = d["data_offsets"]
+        out[name] = np.frombuffer(data[base + b:base + e], dtype=_NP[d["dtype"]]).reshape(d["shape"])
+    return out
+
+
+def load_module(path, name="user_model"):
+    """Import a model file the way a user runs it under PyTorch."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run(args, cwd=None, timeout=300, check=True):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def ctc_build(model_py, out, *opts):
+    """`ctc build` a model file into the program `out`."""
+    return run([CTC, "build", model_py, "-o", out, *opts])
+
+
+def state_dict_np(model):
+    return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+
+
+def compare(name, got, want, rtol, atol):
+    """Assert closeness with a message giving the max abs and rel differences."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"{name}: shape {got.shape} vs torch {want.shape}"
+    diff = np.abs(got - want)
+    ok = diff <= atol + rtol * np.abs(want)
+    if not ok.all():
+        i = np.unravel_index(np.argmax(diff - rtol * np.abs(want)), diff.shape)
+        raise AssertionError(f"{name}: max abs diff {diff.max():.3g} at {i} (ctc {got[i]!r}, torch {want[i]!r}); "
+                             f"{(~ok).sum()} of {ok.size} elements outside rtol={rtol} atol={atol}")
+    return float(diff.max())
+
+
+def run_forward(tmp, model_py, model, inputs, opts=(), exe_name="net"):
+    """Build model_py with ctc, load the torch model's weights by state_dict
+    name, run forward on inputs (list of np arrays), return the outputs."""
+    exe = os.path.join(tmp, exe_name)
+    ctc_build(model_py, exe, *opts)
+    w = os.path.join(tmp, "weights.safetensors")
+    st_write(w, state_dict_np(model))
+    args = [exe, "infer", "--weights", w]
+    for i, x in enumerate(inputs):
+        p = os.path.join(tmp, f"in{i}.npy")
+        np.save(p, x)
+        args += ["--input", p]
+    info = run([exe, "info"]).stdout
+    nout = _count_outputs(info)
+    outs = [os.path.join(tmp, f"out{i}.npy") for i in range(nout)]
+    for o in outs:
+        args += ["--output", o]
+    run(args)
+    return [np.load(o) for o in outs]
+
+
+def _count_outputs(info):
+    """Number of outputs of the first entry, from `./net info`
+    ("entry forward: 1 input, 2 outputs")."""
+    import re
+    m = re.search(r"^entry \S+: \d+ inputs?, (\d+) outputs?", info, re.M)
+    assert m, info
+    return int(m.group(1))
