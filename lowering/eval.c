@@ -942,6 +942,9 @@ static int exec_stmt(L *L, Node *s) {
       int cnt = iter_items(L, s->b->span, rhs, &it);
       for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
       v = cur;
+    } else if (cur->k == PV_TENSOR && L->fn) {
+      /* `x += y` on a tensor updates it in place: other names bound to it see the change */
+      v = t_inplace(L, s->span, cur, binop(L, s->span, s->op, cur, rhs));
     } else
       v = binop(L, s->span, s->op, cur, rhs);
     assign_target(L, s->a, v);

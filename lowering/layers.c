@@ -195,10 +195,12 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
   case BI_C_IDENTITY:
     if (bi == BI_C_IDENTITY) return o; /* nn.Identity accepts and ignores any arguments */
     bind_args(L, A, "inplace=", a);
+    env_set(L, o->attrs, "inplace", pv_bool(L, a[0] ? arg_bool(L, at, a[0], "inplace") : 0));
     return o;
   case BI_C_LEAKYRELU:
     bind_args(L, A, "negative_slope=,inplace=", a);
     env_set(L, o->attrs, "negative_slope", a[0] ? pv_float(L, arg_num(L, at, a[0], "negative_slope")) : pv_float(L, 0.01));
+    env_set(L, o->attrs, "inplace", pv_bool(L, a[1] ? arg_bool(L, at, a[1], "inplace") : 0));
     return o;
   case BI_C_GELU:
     bind_args(L, A, "approximate=", a);
@@ -287,6 +289,12 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
   lower_error(L, at, "nn.%s is not supported by ctc yet", cls->s);
 }
 
+/* inplace=True layers update their input tensor, as PyTorch does. */
+static PV *inplace(L *L, Span at, PV *o, PV *x, PV *r) {
+  PV *f = env_get(o->attrs, "inplace");
+  return f && f->i ? t_inplace(L, at, x, r) : r;
+}
+
 /* Calling a builtin layer object: its forward. */
 PV *layer_forward(L *L, PV *o, Args *A) {
   PV *a[2];
@@ -327,14 +335,14 @@ PV *layer_forward(L *L, PV *o, Args *A) {
     return t_pool2d(L, at, bi == BI_C_MAXPOOL2D ? IR_MAXPOOL2D : IR_AVGPOOL2D, x, k, s, p, d, cm, cip);
   }
   case BI_C_ADAPTIVEAVGPOOL2D: return t_adaptive_avg_pool2d(L, at, x, env_get(o->attrs, "output_size"));
-  case BI_C_RELU: return t_unary(L, at, IR_RELU, x);
+  case BI_C_RELU: return inplace(L, at, o, x, t_unary(L, at, IR_RELU, x));
   case BI_C_TANH: return t_unary(L, at, IR_TANH, x);
   case BI_C_SIGMOID: return t_unary(L, at, IR_SIGMOID, x);
-  case BI_C_SILU: return t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x));
+  case BI_C_SILU: return inplace(L, at, o, x, t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x)));
   case BI_C_IDENTITY: return x;
   case BI_C_LEAKYRELU: {
     double s = get_num(L, o, "negative_slope");
-    return t_where(L, at, t_compare(L, at, OP_GT, x, pv_float(L, 0)), x, t_binary(L, at, OP_MUL, x, pv_float(L, s)));
+    return inplace(L, at, o, x, t_where(L, at, t_compare(L, at, OP_GT, x, pv_float(L, 0)), x, t_binary(L, at, OP_MUL, x, pv_float(L, s))));
   }
   case BI_C_GELU: {
     PV *ap = env_get(o->attrs, "approximate");

@@ -230,6 +230,9 @@ PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training);
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
+/* In-place update (x.add_(...), inplace=True, x += ...): x takes r's value, so every
+ * Python name bound to the same tensor sees it, as in PyTorch. Returns x. */
+PV *t_inplace(L *L, Span at, PV *x, PV *r);
 PV *t_scalar_like(L *L, Span at, double v, DType dt);
 int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range check */
 /* A compile-time tensor factory (torch.zeros(...) in __init__, or a constant in forward). */

@@ -217,6 +217,28 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
   return t_wrap(L, emit(L, at, IR_WHERE, args, 3, r, NULL, 0, "where"));
 }
 
+PV *t_inplace(L *L, Span at, PV *x, PV *r) {
+  if (x->k != PV_TENSOR) lower_error(L, at, "in-place operation needs a tensor");
+  if (x->t->slot)
+    lower_error(L, at, "in-place update of a parameter or buffer inside compiled code is not supported");
+  if (!L->fn) lower_error(L, at, "in-place tensor updates at compile time are not supported");
+  Type t = x->t->type;
+  if (!ir_type_eq(&t, &r->t->type)) {
+    ValId v = t_val(L, at, r);
+    Type rt = *ir_type(L->fn, v);
+    Type b;
+    if (ir_broadcast_shapes(&t, &rt, &b) < 0 || b.ndim != t.ndim || ir_numel(&b) != ir_numel(&t))
+      lower_error(L, at, "in-place result of shape %s cannot be stored into a tensor of shape %s",
+                  shape_str(L, &rt), shape_str(L, &t));
+    v = cast_to(L, at, v, t.dtype);
+    r = t_wrap(L, v);
+    if (!ir_type_eq(&t, &r->t->type)) r = t_reshape(L, at, r, t.dims, t.ndim);
+  }
+  x->t->v = t_val(L, at, r);
+  x->t->data = NULL;
+  return x;
+}
+
 /* ---- shapes ------------------------------------------------------------- */
 
 PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {

@@ -592,13 +592,23 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_ADD_:
   case BI_T_MUL_:
   case BI_T_ZERO_:
-    if (x->t->slot && !L->fn) return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
-    lower_error(L, at, "in-place '%s' is not supported in compiled code; use the out-of-place form", bi_names[bi]);
+    if (x->t->slot && !L->fn) {
+      if (bi == BI_T_ADD_ || bi == BI_T_MUL_) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
+      return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
+    }
+    if (bi == BI_T_ZERO_) return t_inplace(L, at, x, t_const_tensor(L, at, t, 0));
+    bind_args(L, A, bi == BI_T_FILL_ ? "value" : "other", a);
+    if (bi == BI_T_FILL_) return t_inplace(L, at, x, t_const_tensor(L, at, t, arg_num(L, at, a[0], "value")));
+    return t_inplace(L, at, x, t_binary(L, at, bi == BI_T_ADD_ ? OP_ADD : OP_MUL, x, a[0]));
   case BI_T_REPEAT:
     lower_error(L, at, "repeat() is not supported yet; use expand()");
   default: break;
   }
   lower_error(L, at, "'%s' is not supported on tensors by ctc", A->fname);
+}
+
+static PV *maybe_inplace(L *L, Span at, PV *flag, PV *x, PV *r) {
+  return flag && arg_bool(L, at, flag, "inplace") ? t_inplace(L, at, x, r) : r;
 }
 
 static PV *functional(L *L, int bi, Args *A) {
@@ -607,14 +617,14 @@ static PV *functional(L *L, int bi, Args *A) {
   switch (bi) {
   case BI_F_RELU:
     bind_args(L, A, "input,inplace=", a);
-    return t_unary(L, at, IR_RELU, need_tensor(L, at, a[0], "input"));
+    return maybe_inplace(L, at, a[1], a[0], t_unary(L, at, IR_RELU, need_tensor(L, at, a[0], "input")));
   case BI_F_TANH: return unary_fn(L, A, IR_TANH);
   case BI_F_SIGMOID: return unary_fn(L, A, IR_SIGMOID);
   case BI_F_LEAKY_RELU: {
     bind_args(L, A, "input,negative_slope=,inplace=", a);
     PV *x = need_tensor(L, at, a[0], "input");
     double s = a[1] ? arg_num(L, at, a[1], "negative_slope") : 0.01;
-    return t_where(L, at, t_compare(L, at, OP_GT, x, pv_float(L, 0)), x, t_binary(L, at, OP_MUL, x, pv_float(L, s)));
+    return maybe_inplace(L, at, a[2], x, t_where(L, at, t_compare(L, at, OP_GT, x, pv_float(L, 0)), x, t_binary(L, at, OP_MUL, x, pv_float(L, s))));
   }
   case BI_F_GELU: {
     bind_args(L, A, "input,approximate=", a);
@@ -629,7 +639,7 @@ static PV *functional(L *L, int bi, Args *A) {
   case BI_F_SILU: {
     bind_args(L, A, "input,inplace=", a);
     PV *x = need_tensor(L, at, a[0], "input");
-    return t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x));
+    return maybe_inplace(L, at, a[1], x, t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x)));
   }
   case BI_F_SOFTMAX:
   case BI_F_LOG_SOFTMAX: {

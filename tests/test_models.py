@@ -22,7 +22,7 @@ def check_model(tmp_path, path, make, inputs, opts=()):
     model = make(mod)
     model.eval()
     with torch.no_grad():
-        want = model(*[torch.from_numpy(x) for x in inputs])
+        want = model(*[torch.from_numpy(x.copy()) for x in inputs])
     if isinstance(want, torch.Tensor):
         want = (want,)
     got = run_forward(str(tmp_path), path, model, inputs, opts)
