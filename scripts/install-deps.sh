@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what ctc needs to build, test and run its demo, from Debian's packages.
+# Needs root (runs apt-get; uses sudo when not root). Does nothing when all is present.
+set -euo pipefail
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in gcc clang ninja-build libopenblas-dev zlib1g-dev python3-numpy python3-pytest python3-torch \
+         dataset-fashion-mnist; do
+  have_pkg "$p" || need+=("$p")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "installing: ${need[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
