@@ -259,9 +259,12 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
   }
   int64_t total = ir_numel(&in);
   if (infer >= 0) {
-    if (known == 0 || total % known)
-      lower_error(L, at, "shape '%s' is invalid for input of shape %s (%lld elements)",
-                  arena_printf(L->a, "[%s]", ""), shape_str(L, &in), (long long)total);
+    if (known == 0 || total % known) {
+      const char *req = "";
+      for (int i = 0; i < n; i++) req = arena_printf(L->a, "%s%s%lld", req, i ? ", " : "", (long long)dims[i]);
+      lower_error(L, at, "shape '[%s]' is invalid for input of shape %s (%lld elements)", req, shape_str(L, &in),
+                  (long long)total);
+    }
     out.dims[infer] = total / known;
   }
   if (ir_numel(&out) != total) {

@@ -1,0 +1,112 @@
+"""Bad input: every rejected model file gets a located diagnostic
+(path:line:col: error: ...), a source line and caret, exit status 1, and never
+a crash. Exact messages live here."""
+import os
+import random
+import subprocess
+
+import pytest
+
+from ctc_testlib import BENCH, CTC
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+
+def check(tmp_path, src, *opts, name="bad.py"):
+    p = tmp_path / name
+    p.write_bytes(src if isinstance(src, bytes) else src.encode())
+    r = subprocess.run([CTC, "check", str(p), *opts], capture_output=True, text=True, timeout=30)
+    return r, str(p)
+
+
+CASES = [
+    # (label, source, options, expected "line:col: error: message" fragment)
+    ("syntax", HEAD + "class Net(nn.Module)\n    pass\n", (), "5:21: error: expected ':'"),
+    ("shape_mismatch", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.fc = nn.Linear(10, 5)\n\n    def forward(self, x):\n        return self.fc(x)\n",
+     ("--input", "x=f32[3,12]"), "11:16: error: shape mismatch in linear layer: input [3, 12], weight [5, 10]"),
+    ("matmul_shapes", HEAD + "class Net(nn.Module):\n    def forward(self, x, y):\n        return x @ y\n",
+     ("--input", "x=f32[2,3]", "--input", "y=f32[4,5]"),
+     "7:16: error: shape mismatch in matmul: [2, 3] @ [4, 5] (inner dimensions 3 and 4 differ)"),
+    ("broadcast", HEAD + "class Net(nn.Module):\n    def forward(self, x, y):\n        return x + y\n",
+     ("--input", "x=f32[2,3]", "--input", "y=f32[4]"),
+     "7:16: error: shape mismatch in '+': [2, 3] and [4] cannot be broadcast together"),
+    ("item_in_if", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        if x.sum().item() > 0:\n"
+     "            return x\n        return -x\n", ("--input", "x=f32[4]"),
+     "7:12: error: '.item()' reads a tensor's value on the host"),
+    ("tensor_if", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        if x.sum() > 0:\n"
+     "            return x\n        return -x\n", ("--input", "x=f32[4]"),
+     "7:12: error: the truth value of a tensor depends on run-time data"),
+    ("undefined_name", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x + y\n",
+     ("--input", "x=f32[4]"), "7:20: error: name 'y' is not defined"),
+    ("unknown_layer", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.rnn = nn.Transformer()\n", (), "8:20: error: 'torch.nn.Transformer' is not supported by ctc"),
+    ("no_input_shape", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x\n", (),
+     "6:23: error: the shape of input 'x' is unknown"),
+    ("reshape", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x.view(5, -1)\n",
+     ("--input", "x=f32[4,3]"), "7:16: error: shape '[5, -1]' is invalid for input of shape [4, 3] (12 elements)"),
+    ("side_effect", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.n = 0\n\n    def forward(self, x):\n        self.n = 1\n        return x\n",
+     ("--input", "x=f32[4]"), "11:9: error: assigning 'self.n' inside compiled code"),
+    ("assert", HEAD + "N = 3\nassert N % 2 == 0, f'N must be even'\n", (),
+     "6:1: error: assertion failed at compile time: N must be even"),
+    ("several_models", HEAD + "class A(nn.Module):\n    pass\n\nclass B(nn.Module):\n    pass\n", (),
+     "1:1: error: the file defines several nn.Module classes (A, B); choose one with --model NAME"),
+    ("helper_call_note", HEAD + "class Net(nn.Module):\n    def block(self, x):\n        return x @ x\n\n"
+     "    def forward(self, x):\n        return self.block(x)\n", ("--input", "x=f32[2,3]"),
+     "7:16: error: shape mismatch in matmul"),
+]
+
+
+@pytest.mark.parametrize("label,src,opts,want", CASES, ids=[c[0] for c in CASES])
+def test_diagnostic(tmp_path, label, src, opts, want):
+    r, path = check(tmp_path, src, *opts)
+    assert r.returncode == 1, r.stderr
+    assert f"{path}:{want}" in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert any(set(l.strip()) <= set("^~") and "^" in l for l in lines), "no caret line:\n" + r.stderr
+
+
+def test_note_points_at_the_call(tmp_path):
+    r, path = check(tmp_path, CASES[-1][1], "--input", "x=f32[2,3]")
+    assert f"{path}:10:16: note: in 'block' called here" in r.stderr, r.stderr
+
+
+def test_bad_command_lines(tmp_path):
+    for args, msg in [(["frobnicate", "x.py"], "unknown command 'frobnicate'"),
+                      (["compile", "x.py", "--input", "x=f32[2,,3]"], "bad --input"),
+                      (["compile", "x.py", "--target", "fpga", "-o", "a.c"], "unknown --target 'fpga'"),
+                      (["compile", "x.py", "--bogus"], "unknown option '--bogus'"),
+                      (["compile", "x.py"], "'compile' needs -o OUT.c")]:
+        r = subprocess.run([CTC, *args], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and msg in r.stderr, (args, r.stderr)
+    r = subprocess.run([CTC, "check", str(tmp_path / "missing.py")], capture_output=True, text=True)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    r = subprocess.run([CTC, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "usage: ctc" in r.stdout
+
+
+def test_random_bytes_and_mutations_never_crash(tmp_path):
+    """Random bytes and byte-level mutations of real model files: exit 0 or 1,
+    a diagnostic when 1, never a signal or a hang."""
+    rng = random.Random(1234)
+    seeds = [open(os.path.join(BENCH, f), "rb").read() for f in sorted(os.listdir(BENCH))]
+    for i in range(60):
+        if i % 3 == 0:
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+        else:
+            data = bytearray(rng.choice(seeds))
+            for _ in range(rng.randrange(1, 6)):
+                k = rng.randrange(len(data))
+                op = rng.randrange(3)
+                if op == 0:
+                    data[k] = rng.randrange(256)
+                elif op == 1:
+                    del data[k:k + rng.randrange(1, 20)]
+                else:
+                    data[k:k] = bytes(rng.choice(b"()[]{}:,.=+-*@ \n\t#'\"\\0123456789abcxyz"))
+            data = bytes(data)
+        r, path = check(tmp_path, data, "--model", "GPT", name=f"fuzz{i}.py")
+        assert r.returncode in (0, 1), f"case {i}: exit {r.returncode}\n{r.stderr[-2000:]}"
+        if r.returncode == 1:
+            assert "error:" in r.stderr, f"case {i}: no diagnostic"
