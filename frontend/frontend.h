@@ -66,7 +66,7 @@ typedef enum NodeKind {
   N_TRY,         /* try: body  list(handlers: N_EXCEPT)  else: orelse  finally: body2 */
   N_EXCEPT,      /* except a [as name]: body */
   N_IMPORT,      /* import list(N_ALIAS) */
-  N_IMPORTFROM,  /* from name import list(N_ALIAS); ival = leading dots */
+  N_IMPORTFROM,  /* from name import list(N_ALIAS); ival = leading dots (name NULL in `from . import x`) */
   N_ALIAS,       /* name [as name2]; name may be dotted "torch.nn"; name "*" for star */
   N_FUNCDEF,     /* def name(list: N_PARAM) -> c: body; decorators */
   N_PARAM,       /* name [: c] [= b]; op = PARAM_* kind */
@@ -86,7 +86,7 @@ typedef enum NodeKind {
   N_STARRED,     /* *a (in calls, displays, assignment targets) */
   N_BINOP,       /* a op b */
   N_UNARY,       /* op a: OP_NEG, OP_POS, OP_INVERT, OP_NOT */
-  N_BOOLOP,      /* a and b / a or b: op = OP_AND | OP_OR */
+  N_BOOLOP,      /* a and b / a or b: op = OP_AND | OP_OR; chains nest to the left */
   N_COMPARE,     /* a op b, chained: list = operands (n+1), ops in cmpops (n) */
   N_IFEXP,       /* b if a else c: a test, b body, c orelse */
   N_LAMBDA,      /* lambda list(N_PARAM): a */
@@ -117,8 +117,8 @@ typedef enum OpKind {
 } OpKind;
 
 enum { CONST_NONE, CONST_TRUE, CONST_FALSE, CONST_ELLIPSIS };
-/* N_PARAM kinds: plain, *args, **kwargs; a bare `*` or `/` marker is PARAM_STAR with name NULL
- * or PARAM_SLASH. */
+/* N_PARAM kinds: plain, *args, **kwargs; a bare `*` marker is PARAM_VARARGS with name NULL,
+ * a `/` marker is PARAM_SLASH (name NULL). */
 enum { PARAM_PLAIN, PARAM_VARARGS, PARAM_KWARGS, PARAM_SLASH };
 
 typedef struct Node Node;
