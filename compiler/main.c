@@ -34,7 +34,6 @@ static const char *usage =
     "  --name PREFIX           C prefix of generated symbols (default: the class name, lower-case)\n"
     "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
     "                          repeatable; wins over example_inputs in the file\n"
-    "  --verify-each           run the IR verifier after every pass\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
@@ -47,7 +46,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int verify_each, stats, no_blas, no_openmp;
+  int stats, no_blas, no_openmp;
   LowerOptions lower;
   InputSpec inputs[32];
 } Opts;
@@ -94,8 +93,6 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
         return -1;
       }
       o->lower.ninputs++;
-    } else if (!strcmp(s, "--verify-each")) {
-      o->verify_each = 1;
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -147,7 +144,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   return 0;
 }
 
-/* Run the verifier; an invalid IR after a pass is a bug in ctc. */
+/* The verifier runs after lowering and after every pass (it is cheap next to
+ * compiling the C): an invalid IR is a bug in ctc. */
 static void verify(const Program *p, const char *after) {
   for (int i = 0; i < p->funcs.len; i++)
     if (ir_verify(p, p->funcs.data[i], stderr) < 0) BUG("invalid IR after %s", after);
@@ -317,7 +315,7 @@ int main(int argc, char **argv) {
   /* the pass pipeline */
   for (int i = 0; i < p->funcs.len; i++) {
     ir_pass_dce(p, p->funcs.data[i]);
-    if (o.verify_each) verify(p, "dce");
+    verify(p, "dce");
   }
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
