@@ -1,0 +1,83 @@
+/* cg_int.h - internals shared by the C backend's files.
+ *
+ *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
+ *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
+ *   emit_ops.c  the loops of each primitive
+ *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor */
+#ifndef CTC_CG_INT_H
+#define CTC_CG_INT_H
+
+#include "codegen_c.h"
+
+/* ---- cg_util.c ----------------------------------------------------------- */
+
+/* A growable text buffer (malloc'ed; cg_buf_free releases it). */
+typedef struct Buf {
+  char *s;        /* NUL-terminated text, NULL while empty */
+  size_t len, cap;
+} Buf;
+void cg_printf(Buf *b, const char *fmt, ...) CTC_PRINTF(2, 3);
+void cg_puts(Buf *b, const char *s);
+void cg_buf_free(Buf *b);
+
+const char *cg_ctype(DType t);        /* "float", "double", "int64_t", "int32_t", "unsigned char" */
+const char *cg_rt_dtype(DType t);     /* "CTC_F32" ... */
+/* A C literal of type t for v: "1.0f", "(-0.5f)", "INFINITY", "3", "INT64_C(5000000000)".
+ * Negative values come parenthesised so that they can be substituted anywhere. */
+void cg_literal(Buf *b, DType t, double v);
+/* Expands an ops.def c_expr template: A/B/C become ops[0..2]; for compute type
+ * ct == f32 the libm calls get their float names (exp -> expf); integer
+ * literals of the template become literals of ct when ct is floating. */
+void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType ct);
+
+/* Identifier allocation: names come from the model, are sanitised to C
+ * identifiers and uniquified (x, x_1, x_2 ...) against C keywords, the
+ * names the emitted code uses itself and every name given out before. */
+typedef struct Names {
+  const char *prefix;  /* model prefix: "net" (names "net_..." are file-global) */
+  char **used;         /* malloc'ed */
+  int n, cap;
+} Names;
+void cg_names_init(Names *ns, const char *prefix);
+const char *cg_name(Names *ns, const char *hint);   /* valid until cg_names_free */
+void cg_names_free(Names *ns);
+/* Sanitises s into a C identifier in buf (no uniquification). */
+void cg_ident(char *buf, size_t cap, const char *s);
+
+/* ---- kernels.c ----------------------------------------------------------- */
+
+/* Which helpers the generated file needs (set while emitting the entries). */
+typedef struct Kernels {
+  unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt> */
+  unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
+  unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
+  unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
+} Kernels;
+void cg_emit_kernels(Buf *b, const Kernels *k);
+const char *cg_dt_suffix(DType t);  /* "f32" ... */
+
+/* ---- emit_ops.c ---------------------------------------------------------- */
+
+/* The state of emitting one entry function. */
+typedef struct CgFunc {
+  const Program *p;
+  const Func *f;
+  const FuncPlan *fp;
+  const char **cname;      /* per value: its C name */
+  unsigned char *ref;      /* per value: referenced by the emitted body */
+  Buf *out;                /* the body being written */
+  int ind;                 /* current indentation (spaces) */
+  const char **sname;      /* per instruction: C name of its scratch buffer, or NULL */
+  Kernels *k;
+} CgFunc;
+
+/* Writes instruction i's comment and code into c->out. */
+void cg_emit_inst(CgFunc *c, int i);
+/* The value's C pointer name (marks it referenced). */
+const char *cg_ref(CgFunc *c, ValId v);
+/* Whether v is a scalar constant written as a literal. */
+int cg_is_literal(const CgFunc *c, ValId v);
+/* "model.py:17" or "" into buf. */
+void cg_where(char *buf, size_t cap, Span loc);
+
+#endif

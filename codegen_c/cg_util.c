@@ -1,0 +1,227 @@
+/* cg_util.c - text buffers, C types and literals, identifiers, c_expr templates. */
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cg_int.h"
+
+/* ---- buffers -------------------------------------------------------------- */
+
+static void buf_reserve(Buf *b, size_t extra) {
+  if (b->len + extra + 1 <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + extra + 1) cap *= 2;
+  b->s = realloc(b->s, cap);
+  CHECK(b->s != NULL);
+  b->cap = cap;
+}
+
+void cg_printf(Buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char tmp[512];
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  CHECK(n >= 0);
+  buf_reserve(b, (size_t)n);
+  if ((size_t)n < sizeof tmp) {
+    memcpy(b->s + b->len, tmp, (size_t)n + 1);
+  } else {
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  b->len += (size_t)n;
+}
+
+void cg_puts(Buf *b, const char *s) {
+  size_t n = strlen(s);
+  buf_reserve(b, n);
+  memcpy(b->s + b->len, s, n + 1);
+  b->len += n;
+}
+
+void cg_buf_free(Buf *b) {
+  free(b->s);
+  b->s = NULL;
+  b->len = b->cap = 0;
+}
+
+/* ---- types and literals ---------------------------------------------------- */
+
+const char *cg_ctype(DType t) {
+  switch (t) {
+  case DT_F32: return "float";
+  case DT_F64: return "double";
+  case DT_I64: return "int64_t";
+  case DT_I32: return "int32_t";
+  case DT_BOOL: return "unsigned char";
+  default: BUG("bad dtype %d", (int)t);
+  }
+}
+
+const char *cg_rt_dtype(DType t) {
+  switch (t) {
+  case DT_F32: return "CTC_F32";
+  case DT_F64: return "CTC_F64";
+  case DT_I64: return "CTC_I64";
+  case DT_I32: return "CTC_I32";
+  case DT_BOOL: return "CTC_BOOL";
+  default: BUG("bad dtype %d", (int)t);
+  }
+}
+
+/* The shortest %g spelling of v that reads back as the same float/double. */
+static void float_digits(char *buf, size_t cap, double v, int is_f32) {
+  for (int prec = is_f32 ? 6 : 15; prec <= (is_f32 ? 9 : 17); prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (is_f32 ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) break;
+  }
+  if (!strpbrk(buf, ".e")) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, ".0");
+  }
+}
+
+void cg_literal(Buf *b, DType t, double v) {
+  char d[64];
+  switch (t) {
+  case DT_F32:
+  case DT_F64:
+    if (t == DT_F32) v = (float)v;
+    if (isnan(v)) {
+      cg_puts(b, "NAN");
+      return;
+    }
+    if (isinf(v)) {
+      cg_puts(b, v > 0 ? "INFINITY" : "(-INFINITY)");
+      return;
+    }
+    float_digits(d, sizeof d, v, t == DT_F32);
+    cg_printf(b, "%s%s%s%s", d[0] == '-' ? "(" : "", d, t == DT_F32 ? "f" : "", d[0] == '-' ? ")" : "");
+    return;
+  case DT_I64: {
+    long long x = (long long)v;
+    if (x >= -2147483647LL && x <= 2147483647LL)
+      cg_printf(b, x < 0 ? "(%lld)" : "%lld", x);
+    else
+      cg_printf(b, "INT64_C(%lld)", x);
+    return;
+  }
+  case DT_I32: {
+    long long x = (long long)v;
+    if (x == INT32_MIN) cg_puts(b, "INT32_MIN");
+    else cg_printf(b, x < 0 ? "(%lld)" : "%lld", x);
+    return;
+  }
+  case DT_BOOL:
+    cg_puts(b, v != 0 ? "1" : "0");
+    return;
+  default: BUG("bad dtype %d", (int)t);
+  }
+}
+
+/* ---- c_expr templates ------------------------------------------------------- */
+
+static const char *const libm_fns[] = {"exp", "log", "sqrt", "tanh", "fabs", "erf", "pow", "cos", "sin", NULL};
+
+void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType ct) {
+  const char *s = tmpl;
+  while (*s) {
+    if (isalpha((unsigned char)*s) || *s == '_') {
+      const char *e = s;
+      while (isalnum((unsigned char)*e) || *e == '_') e++;
+      size_t n = (size_t)(e - s);
+      if (n == 1 && *s >= 'A' && *s < 'A' + nops) {
+        cg_puts(b, ops[*s - 'A']);
+      } else {
+        int fn = 0;
+        for (int i = 0; libm_fns[i]; i++)
+          if (strlen(libm_fns[i]) == n && !strncmp(libm_fns[i], s, n)) fn = 1;
+        cg_printf(b, "%.*s%s", (int)n, s, fn && ct == DT_F32 ? "f" : "");
+      }
+      s = e;
+    } else if (isdigit((unsigned char)*s)) {
+      const char *e = s;
+      while (isdigit((unsigned char)*e) || *e == '.') e++;
+      if (ir_dtype_is_float(ct)) cg_literal(b, ct, strtod(s, NULL));
+      else cg_printf(b, "%.*s", (int)(e - s), s);
+      s = e;
+    } else {
+      cg_printf(b, "%c", *s++);
+    }
+  }
+}
+
+/* ---- identifiers ------------------------------------------------------------ */
+
+/* C keywords, and every name the generated code uses besides the model's. */
+static const char *const reserved[] = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "bool", "true", "false", "asm", "typeof",
+    /* types, macros and library functions */
+    "int64_t", "int32_t", "uint64_t", "uint32_t", "uintptr_t", "size_t", "NULL", "INT64_C", "INT64_MIN",
+    "INT32_MIN", "INFINITY", "NAN", "isnan", "memcpy", "memset", "main", "errno", "exp", "expf", "log",
+    "logf", "sqrt", "sqrtf", "tanh", "tanhf", "fabs", "fabsf", "erf", "erff", "pow", "powf", "cos", "sin",
+    /* locals of the generated entry functions */
+    "A", "m", "i", "j", "k", "n", "v", "acc", "ix", "xp", "yp", "nc", "oh", "ow", "kh", "kw", "ih", "iw",
+    "jn", "j0", "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "r0", "r1", "r2", "r3", "r4", "r5", "r6",
+    "r7", "h0", "h1", "w0", "w1", "cnt", "ha", "hb", "wa", "wb", NULL};
+
+void cg_ident(char *buf, size_t cap, const char *s) {
+  size_t n = 0;
+  if (!*s || isdigit((unsigned char)*s) || *s == '_') buf[n++] = 'v';
+  if (*s == '_') buf[n++] = '_';
+  for (; *s && n + 1 < cap; s++) buf[n++] = isalnum((unsigned char)*s) || *s == '_' ? *s : '_';
+  buf[n] = 0;
+}
+
+void cg_names_init(Names *ns, const char *prefix) {
+  memset(ns, 0, sizeof *ns);
+  ns->prefix = prefix;
+}
+
+static int taken(const Names *ns, const char *s) {
+  for (int i = 0; reserved[i]; i++)
+    if (!strcmp(reserved[i], s)) return 1;
+  for (int i = 0; i < ns->n; i++)
+    if (!strcmp(ns->used[i], s)) return 1;
+  return 0;
+}
+
+static int has_prefix(const char *s, const char *pre) { return !strncmp(s, pre, strlen(pre)); }
+
+const char *cg_name(Names *ns, const char *hint) {
+  char base[96], cand[128];
+  cg_ident(base, sizeof base, hint);
+  size_t pl = strlen(ns->prefix);
+  /* File-global names: the runtime's, the generator's and the model's API. */
+  if (has_prefix(base, "ctc_") || has_prefix(base, "CTC_") || has_prefix(base, "cblas") ||
+      has_prefix(base, "Cblas") || (!strncmp(base, ns->prefix, pl) && base[pl] == '_')) {
+    char t[sizeof base + 2];
+    snprintf(t, sizeof t, "v_%s", base);
+    snprintf(base, sizeof base, "%.*s", (int)sizeof base - 1, t);
+  }
+  snprintf(cand, sizeof cand, "%s", base);
+  for (int k = 1; taken(ns, cand); k++) snprintf(cand, sizeof cand, "%s_%d", base, k);
+  if (ns->n == ns->cap) {
+    ns->cap = ns->cap ? 2 * ns->cap : 64;
+    ns->used = realloc(ns->used, sizeof(char *) * (size_t)ns->cap);
+    CHECK(ns->used != NULL);
+  }
+  size_t len = strlen(cand) + 1;
+  char *s = malloc(len);
+  CHECK(s != NULL);
+  memcpy(s, cand, len);
+  ns->used[ns->n++] = s;
+  return s;
+}
+
+void cg_names_free(Names *ns) {
+  for (int i = 0; i < ns->n; i++) free(ns->used[i]);
+  free(ns->used);
+  memset(ns, 0, sizeof *ns);
+}

@@ -1,0 +1,32 @@
+/* codegen_c.h - the C backend: scheduled IR + memory plan -> model.c and model.h.
+ *
+ * The generated pair is C11 and links against runtime_min (ctc_rt.h). For a
+ * program whose model_name is "net", model.h declares
+ *
+ *   typedef struct net_t { unsigned char *arena; size_t arena_bytes; } net_t;
+ *   #define NET_ARENA_BYTES ((size_t)N)
+ *   size_t net_arena_bytes(void);
+ *   int net_init(net_t *m, void *arena, size_t bytes);   (no malloc; 64-byte aligned arena)
+ *   int net_load(net_t *m, const char *safetensors_path);
+ *   int net_save(const net_t *m, const char *path);
+ *   int net_<entry>(net_t *m, const T *input..., T *output...);   one per Func
+ *   extern const ctc_model_desc net_desc;
+ *
+ * and model.c defines them; with -DCTC_MAIN it also has a main() that runs the
+ * runtime's command-line driver. Build switches of the generated code:
+ * -DCTC_HAVE_CBLAS (+ -lopenblas) calls cblas_sgemm/dgemm for GEMMs, otherwise a
+ * portable blocked kernel is used; -fopenmp parallelises the outer loops of the
+ * heavy ops. Output is deterministic: the same IR gives the same text. */
+#ifndef CTC_CODEGEN_C_H
+#define CTC_CODEGEN_C_H
+
+#include "../ir/ir.h"
+
+/* Writes the model's C source to c_out and its header to h_out. The source
+ * includes the header as `#include "<h_name>"`. Expects DCE to have run (it
+ * emits every instruction) and `plan` to come from ir_plan_memory(p).
+ * Returns 0, or -1 after printing the reason to stderr (a name clash between
+ * an entry and the API, an unsupported construct). */
+int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, const char *h_name);
+
+#endif

@@ -1,0 +1,524 @@
+/* emit_c.c - the structure of the generated model.c / model.h.
+ *
+ * model.c, top to bottom:
+ *   header comment (source, class, entries, arena size, how to build)
+ *   includes; CTC_OMP_FOR (an OpenMP pragma under -fopenmp, else nothing)
+ *   helper kernels the entries use (kernels.c)
+ *   parameter data (PINIT_DATA) and <m>_arena_bytes / _init / _load / _save
+ *   one function per entry (emit_entry): null checks, a pointer per tensor
+ *     with its shape, each instruction's loops, the outputs copied out
+ *   the ctc_model_desc the runtime works from, and main() under CTC_MAIN.
+ *
+ * Pointers to the arena are `restrict` only where that is true for the whole
+ * function: read-only tensors (parameters, inputs and their views) and
+ * activations whose bytes no other tensor or scratch buffer reuses. Storage
+ * reused over time would make `restrict` on function-wide pointers undefined
+ * behaviour, so those are plain pointers (the kernels' parameters are
+ * restrict, and each instruction's result never overlaps its operands). */
+#include <stdlib.h>
+#include <string.h>
+#include "cg_int.h"
+
+typedef long long ll;
+
+typedef struct Gen {
+  const Program *p;
+  const MemPlan *mp;
+  char prefix[64];        /* "net" */
+  char upper[64];         /* "NET" */
+  Kernels k;
+  Buf *sig;               /* per func: its C prototype (no semicolon) */
+  Buf *doc;               /* per func: one-line description for comments */
+} Gen;
+
+static const char *basename_of(const char *path) {
+  const char *s = path ? strrchr(path, '/') : NULL;
+  return s ? s + 1 : path ? path : "?";
+}
+
+/* A C string literal for s. */
+static void c_string(Buf *b, const char *s) {
+  cg_puts(b, "\"");
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\' || *s == '?') cg_printf(b, "\\%c", *s);   /* '?': no trigraphs */
+    else if ((unsigned char)*s < 32 || (unsigned char)*s >= 127) cg_printf(b, "\\%03o", (unsigned char)*s);
+    else cg_printf(b, "%c", *s);
+  }
+  cg_puts(b, "\"");
+}
+
+/* {"name", CTC_F32, 2, {512, 784}, offset, NULL} */
+static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset) {
+  cg_puts(b, "{");
+  c_string(b, name);
+  cg_printf(b, ", %s, %d, {", cg_rt_dtype(t->dtype), t->ndim);
+  for (int i = 0; i < t->ndim; i++) cg_printf(b, "%s%lld", i ? ", " : "", (ll)t->dims[i]);
+  if (!t->ndim) cg_puts(b, "0");
+  cg_printf(b, "}, %lld, NULL}", (ll)offset);
+}
+
+/* s made safe to put inside a comment (in buf). */
+static const char *comment_text(char *buf, size_t cap, const char *s) {
+  size_t n = 0;
+  for (; *s && n + 2 < cap; s++) {
+    buf[n++] = *s;
+    if (s[0] == '*' && s[1] == '/') buf[n++] = ' ';
+    if (s[0] == '/' && s[1] == '*') buf[n++] = ' ';
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+static const char *type_str(const Type *t, char *buf, size_t cap) { return ir_type_str(t, buf, cap); }
+
+/* ---- entry functions ---------------------------------------------------------- */
+
+static int is_result(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  return val->kind == V_INST && val->def >= 0 && val->def < f->insts.len && f->insts.data[val->def].res == v;
+}
+
+/* The value whose storage v uses (itself unless v is a view). */
+static ValId root_of(const Func *f, ValId v) {
+  while (ir_is_view(f, v)) v = f->insts.data[f->values.data[v].def].args[0];
+  return v;
+}
+
+/* Whether the activation v may be a function-wide restrict pointer: it has
+ * no views, and no other tensor or scratch buffer of f overlaps its bytes. */
+static int exclusive(const Func *f, const FuncPlan *fp, ValId v) {
+  const Loc *l = &fp->loc[v];
+  int64_t lo = l->offset, hi = lo + ir_numel(&f->values.data[v].type) *
+                                        (int64_t)ir_dtype_size(f->values.data[v].type.dtype);
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (fp->scratch[i] >= 0) {
+      int64_t s0 = fp->scratch[i], s1 = s0 + ir_scratch_bytes(f, in);
+      if (s0 < hi && lo < s1) return 0;
+    }
+    ValId w = in->res;
+    if (w == v || fp->loc[w].base != LOC_ARENA) continue;
+    if (ir_is_view(f, w)) {
+      if (root_of(f, w) == v) return 0;
+      continue;
+    }
+    const Type *t = &f->values.data[w].type;
+    int64_t w0 = fp->loc[w].offset, w1 = w0 + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
+    if (w0 < hi && lo < w1) return 0;
+  }
+  return 1;
+}
+
+static void emit_entry(Gen *g, int fi, Buf *out) {
+  const Program *p = g->p;
+  const Func *f = p->funcs.data[fi];
+  const FuncPlan *fp = &g->mp->funcs[fi];
+  int nv = f->values.len;
+  Names ns;
+  cg_names_init(&ns, g->prefix);
+  const char **cname = calloc((size_t)nv + 1, sizeof *cname);
+  unsigned char *ref = calloc((size_t)nv + 1, 1);
+  const char **oname = calloc((size_t)f->outputs.len + 1, sizeof *oname);
+  const char **sname = calloc((size_t)f->insts.len + 1, sizeof *sname);
+  CHECK(cname && ref && oname && sname);
+  char tb[300];
+
+  /* Names: the function's parameters first, then tensors in order of definition. */
+  for (int k = 0; k < f->inputs.len; k++) cname[f->inputs.data[k]] = cg_name(&ns, f->values.data[f->inputs.data[k]].name);
+  for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(&ns, f->out_names.data[k]);
+  for (int v = 0; v < nv; v++)
+    if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(&ns, f->values.data[v].name);
+  for (int i = 0; i < f->insts.len; i++)
+    if (f->insts.data[i].op != IR_CONST) cname[f->insts.data[i].res] = cg_name(&ns, f->values.data[f->insts.data[i].res].name);
+  for (int i = 0; i < f->insts.len; i++)
+    if (fp->scratch[i] >= 0) {
+      char hint[128];
+      snprintf(hint, sizeof hint, "%s_col", cname[f->insts.data[i].res]);
+      sname[i] = cg_name(&ns, hint);
+    }
+
+  /* Prototype and description. */
+  Buf *sig = &g->sig[fi], *doc = &g->doc[fi];
+  char fname[128];
+  cg_ident(fname, sizeof fname, f->name);
+  cg_printf(sig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
+  cg_printf(doc, "%s(", fname);
+  for (int k = 0; k < f->inputs.len; k++) {
+    ValId v = f->inputs.data[k];
+    const Type *t = &f->values.data[v].type;
+    cg_printf(sig, ", const %s *%s", cg_ctype(t->dtype), cname[v]);
+    cg_printf(doc, "%s%s %s", k ? ", " : "", cname[v], type_str(t, tb, sizeof tb));
+  }
+  cg_puts(doc, ") -> ");
+  for (int k = 0; k < f->outputs.len; k++) {
+    const Type *t = &f->values.data[f->outputs.data[k]].type;
+    cg_printf(sig, ", %s *%s", cg_ctype(t->dtype), oname[k]);
+    cg_printf(doc, "%s%s %s", k ? ", " : "", oname[k], type_str(t, tb, sizeof tb));
+  }
+  cg_puts(sig, ")");
+
+  /* Body. */
+  Buf body = {0};
+  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k};
+  for (int i = 0; i < f->insts.len; i++) cg_emit_inst(&c, i);
+  if (f->outputs.len) {
+    if (body.len) cg_puts(&body, "\n");
+    cg_puts(&body, "  /* outputs */\n");
+  }
+  for (int k = 0; k < f->outputs.len; k++) {
+    ValId v = f->outputs.data[k];
+    const Type *t = &f->values.data[v].type;
+    if (cg_is_literal(&c, v)) {
+      cg_printf(&body, "  %s[0] = ", oname[k]);
+      cg_literal(&body, t->dtype, f->insts.data[f->values.data[v].def].fattr);
+      cg_puts(&body, ";\n");
+    } else {
+      cg_printf(&body, "  memcpy(%s, %s, sizeof(%s) * %lld);\n", oname[k], cg_ref(&c, v), cg_ctype(t->dtype),
+                (ll)ir_numel(t));
+    }
+  }
+
+  /* Declarations of the tensors the body uses: parameters, then the rest. */
+  Buf decl = {0};
+  int arena = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int v = 0; v < nv; v++) {
+      const Value *val = &f->values.data[v];
+      if (!ref[v] || val->kind == V_INPUT || (val->kind == V_PARAM) != (pass == 0)) continue;
+      CHECK(val->kind == V_PARAM || is_result(f, v));
+      const char *ct = cg_ctype(val->type.dtype);
+      const Loc *l = &fp->loc[v];
+      ValId r = root_of(f, v);
+      int view = r != v, readonly = f->values.data[r].kind != V_INST;
+      const char *rs = readonly || (!view && exclusive(f, fp, v)) ? "restrict " : "";
+      type_str(&val->type, tb, sizeof tb);
+      if (l->base >= 0) {
+        cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
+                  cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
+        continue;
+      }
+      CHECK(l->base == LOC_ARENA);
+      arena = 1;
+      const char *cq = readonly || view ? "const " : "";
+      cg_printf(&decl, "  %s%s *%s%s = (%s%s *)(A + %lld);  /* %s", cq, ct, rs, cname[v], cq, ct, (ll)l->offset, tb);
+      char pn[256];
+      if (val->kind == V_PARAM) cg_printf(&decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
+      if (view) cg_printf(&decl, ", view of %s", cname[r]);
+      cg_puts(&decl, " */\n");
+    }
+  for (int i = 0; i < f->insts.len; i++) {
+    if (!sname[i]) continue;
+    const Inst *in = &f->insts.data[i];
+    const Type *r = &f->values.data[in->res].type, *w = &f->values.data[in->args[1]].type;
+    arena = 1;
+    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s[%lld,%lld] im2col scratch of %s */\n", cg_ctype(r->dtype),
+              sname[i], cg_ctype(r->dtype), (ll)fp->scratch[i], ir_dtype_name(r->dtype),
+              (ll)(w->dims[1] * w->dims[2] * w->dims[3]), (ll)(r->dims[2] * r->dims[3]), cname[in->res]);
+  }
+
+  char where[256];
+  cg_where(where, sizeof where, f->loc);
+  cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
+  cg_printf(out, "%s {\n", sig->s);
+  cg_puts(out, "  if (!m || !m->arena");
+  for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
+  for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
+  cg_puts(out, ") return CTC_ERR_ARG;\n");
+  if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
+  if (decl.len) cg_puts(out, decl.s);
+  if (body.len) cg_printf(out, "\n%s", body.s);
+  cg_puts(out, "  return CTC_OK;\n}\n\n");
+
+  cg_buf_free(&decl);
+  cg_buf_free(&body);
+  cg_names_free(&ns);
+  free(cname);
+  free(ref);
+  free(oname);
+  free(sname);
+}
+
+/* ---- parameters: data, init, load, save ----------------------------------------------- */
+
+static void emit_param_data(Gen *g, Buf *b) {
+  const Program *p = g->p;
+  for (int i = 0; i < p->params.len; i++) {
+    const Param *pr = &p->params.data[i];
+    if (pr->init != PINIT_DATA || !pr->init_data) continue;
+    int64_t n = ir_numel(&pr->type);
+    char pn[256];
+    cg_printf(b, "/* %s */\nstatic const %s ctc_data_%d[%lld] = {", comment_text(pn, sizeof pn, pr->name), cg_ctype(pr->type.dtype), i, (ll)n);
+    for (int64_t k = 0; k < n; k++) {
+      cg_puts(b, k % 8 ? " " : "\n  ");
+      cg_literal(b, pr->type.dtype, pr->init_data[k]);
+      if (k + 1 < n) cg_puts(b, ",");
+    }
+    cg_puts(b, "\n};\n\n");
+  }
+}
+
+static void emit_init(Gen *g, Buf *b) {
+  const Program *p = g->p;
+  const char *P = g->prefix;
+  char tb[300];
+  cg_printf(b, "size_t %s_arena_bytes(void) { return %s_ARENA_BYTES; }\n\n", P, g->upper);
+  cg_printf(b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
+  cg_puts(b, "  if (!m || !arena) return CTC_ERR_ARG;\n");
+  cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0) return CTC_ERR_ARENA;\n", g->upper);
+  cg_puts(b, "  m->arena = arena;\n  m->arena_bytes = bytes;\n");
+  if (p->params.len) cg_puts(b, "  unsigned char *A = m->arena;\n");
+  for (int i = 0; i < p->params.len; i++) {
+    const Param *pr = &p->params.data[i];
+    const Type *t = &pr->type;
+    int64_t off = g->mp->param_offset[i], n = ir_numel(t);
+    const char *ct = cg_ctype(t->dtype), *sf = cg_dt_suffix(t->dtype);
+    char pn[256];
+    cg_printf(b, "  /* %s %s: ", comment_text(pn, sizeof pn, pr->name), type_str(t, tb, sizeof tb));
+    switch (pr->init) {
+    case PINIT_CONST:
+      cg_puts(b, "constant */\n");
+      cg_printf(b, "  for (int64_t i = 0; i < %lld; i++) ((%s *)(A + %lld))[i] = ", (ll)n, ct, (ll)off);
+      cg_literal(b, t->dtype, pr->init_a);
+      cg_puts(b, ";\n");
+      break;
+    case PINIT_UNIFORM:
+    case PINIT_NORMAL: {
+      int u = pr->init == PINIT_UNIFORM;
+      cg_printf(b, "%s */\n", u ? "uniform(a, b)" : "normal(mean, std)");
+      cg_printf(b, "  ctc_fill_%s_%s((%s *)(A + %lld), %lld, %d, ", u ? "uniform" : "normal", sf, ct, (ll)off, (ll)n, i);
+      cg_literal(b, DT_F64, pr->init_a);
+      cg_puts(b, ", ");
+      cg_literal(b, DT_F64, pr->init_b);
+      cg_puts(b, ");\n");
+      if (u) g->k.uniform[t->dtype] = 1;
+      else g->k.normal[t->dtype] = 1;
+      break;
+    }
+    case PINIT_DATA:
+      if (pr->init_data) {
+        cg_puts(b, "data */\n");
+        cg_printf(b, "  memcpy(A + %lld, ctc_data_%d, sizeof ctc_data_%d);\n", (ll)off, i, i);
+        break;
+      }
+      goto zeros;   /* no data: zeros */
+    default:
+    zeros:
+      cg_puts(b, "zeros */\n");
+      cg_printf(b, "  memset(A + %lld, 0, %lld);\n", (ll)off, (ll)(n * (int64_t)ir_dtype_size(t->dtype)));
+      break;
+    }
+  }
+  cg_puts(b, "  return CTC_OK;\n}\n\n");
+  cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
+  cg_puts(b, "  if (!m || !m->arena || !safetensors_path) return CTC_ERR_ARG;\n");
+  cg_printf(b, "  return ctc_model_load(&%s_desc, m, safetensors_path, NULL);\n}\n\n", P);
+  cg_printf(b, "int %s_save(const %s_t *m, const char *path) {\n", P, P);
+  cg_puts(b, "  if (!m || !m->arena || !path) return CTC_ERR_ARG;\n");
+  cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+}
+
+/* ---- the model descriptor -------------------------------------------------------- */
+
+static void emit_desc(Gen *g, Buf *b) {
+  const Program *p = g->p;
+  const char *P = g->prefix;
+  cg_puts(b, "/* ---- what the runtime sees: parameters and entries ---- */\n\n");
+  if (p->params.len) {
+    cg_puts(b, "static const ctc_tensor ctc_params[] = {\n");
+    for (int i = 0; i < p->params.len; i++) {
+      cg_puts(b, "  ");
+      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i]);
+      cg_puts(b, ",\n");
+    }
+    cg_puts(b, "};\n\n");
+  }
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    const Func *f = p->funcs.data[fi];
+    char fname[128];
+    cg_ident(fname, sizeof fname, f->name);
+    /* Names in the descriptor: the model's (the driver binds NAME=X.npy by
+     * them); the C parameter name where two inputs share a name. */
+    Names ns;
+    cg_names_init(&ns, g->prefix);
+    const char **in_names = calloc((size_t)f->inputs.len + 1, sizeof *in_names);
+    CHECK(in_names);
+    for (int k = 0; k < f->inputs.len; k++) {
+      const char *cn = cg_name(&ns, f->values.data[f->inputs.data[k]].name);
+      in_names[k] = f->values.data[f->inputs.data[k]].name;
+      for (int j = 0; j < k; j++)
+        if (!strcmp(in_names[j], in_names[k])) in_names[k] = cn;
+    }
+    if (f->inputs.len) {
+      cg_printf(b, "static const ctc_tensor ctc_in_%s[] = {\n", fname);
+      for (int k = 0; k < f->inputs.len; k++) {
+        cg_puts(b, "  ");
+        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0);
+        cg_puts(b, ",\n");
+      }
+      cg_puts(b, "};\n");
+    }
+    if (f->outputs.len) {
+      cg_printf(b, "static const ctc_tensor ctc_out_%s[] = {\n", fname);
+      for (int k = 0; k < f->outputs.len; k++) {
+        cg_puts(b, "  ");
+        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0);
+        cg_puts(b, ",\n");
+      }
+      cg_puts(b, "};\n");
+    }
+    cg_printf(b, "static int ctc_call_%s(void *m, const void *const *in, void *const *out) {\n", fname);
+    if (!f->inputs.len) cg_puts(b, "  (void)in;\n");
+    if (!f->outputs.len) cg_puts(b, "  (void)out;\n");
+    cg_printf(b, "  return %s_%s((%s_t *)m", P, fname, P);
+    for (int k = 0; k < f->inputs.len; k++)
+      cg_printf(b, ", (const %s *)in[%d]", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype), k);
+    for (int k = 0; k < f->outputs.len; k++)
+      cg_printf(b, ", (%s *)out[%d]", cg_ctype(f->values.data[f->outputs.data[k]].type.dtype), k);
+    cg_puts(b, ");\n}\n\n");
+    cg_names_free(&ns);
+    free(in_names);
+  }
+  cg_puts(b, "static const ctc_entry ctc_entries[] = {\n");
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    const Func *f = p->funcs.data[fi];
+    char fname[128];
+    cg_ident(fname, sizeof fname, f->name);
+    cg_puts(b, "  {");
+    c_string(b, f->name);
+    cg_printf(b, ", %d, %d, ", f->inputs.len, f->outputs.len);
+    if (f->inputs.len) cg_printf(b, "ctc_in_%s, ", fname);
+    else cg_puts(b, "NULL, ");
+    if (f->outputs.len) cg_printf(b, "ctc_out_%s, ", fname);
+    else cg_puts(b, "NULL, ");
+    cg_printf(b, "ctc_call_%s},\n", fname);
+  }
+  cg_puts(b, "};\n\n");
+  cg_printf(b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",
+            P, P);
+  cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n\n", P);
+  cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
+  c_string(b, P);
+  cg_puts(b, ", ");
+  c_string(b, p->src && p->src->path ? p->src->path : "");
+  cg_printf(b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n", P, g->upper);
+  if (p->params.len) cg_printf(b, "  %d, ctc_params,\n", p->params.len);
+  else cg_puts(b, "  0, NULL,\n");
+  cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n};\n", p->funcs.len);
+}
+
+/* ---- files ---------------------------------------------------------------------- */
+
+static void emit_header(Gen *g, FILE *h, const char *src) {
+  const char *P = g->prefix, *U = g->upper;
+  const MemPlan *mp = g->mp;
+  char cls[256];
+  comment_text(cls, sizeof cls, g->p->class_name ? g->p->class_name : "?");
+  fprintf(h, "/* %s.h - generated by ctc from %s (class %s). Do not edit. */\n", P, src, cls);
+  fprintf(h, "#ifndef CTC_GENERATED_%s_H\n#define CTC_GENERATED_%s_H\n\n", U, U);
+  fprintf(h, "#include <stddef.h>\n#include <stdint.h>\n#include \"ctc_rt.h\"\n\n");
+  fprintf(h, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  fprintf(h, "/* Arena bytes the model needs: parameters (%lld), then the activations of\n"
+             " * the running entry (%lld). */\n",
+          (ll)mp->params_bytes, (ll)(mp->arena_bytes - mp->params_bytes));
+  fprintf(h, "#define %s_ARENA_BYTES ((size_t)%lld)\n\n", U, (ll)mp->arena_bytes);
+  fprintf(h, "/* A model instance: everything lives in the caller's arena. */\n");
+  fprintf(h, "typedef struct %s_t {\n  unsigned char *arena;  /* parameters, then activations */\n"
+             "  size_t arena_bytes;\n} %s_t;\n\n", P, P);
+  fprintf(h, "size_t %s_arena_bytes(void);\n", P);
+  fprintf(h, "/* Takes `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned; nothing is\n"
+             " * allocated) and initialises the parameters as the model does (seeded RNG). */\n", U);
+  fprintf(h, "int %s_init(%s_t *m, void *arena, size_t bytes);\n", P, P);
+  fprintf(h, "/* Parameters by their PyTorch state_dict names. */\n");
+  fprintf(h, "int %s_load(%s_t *m, const char *safetensors_path);\n", P, P);
+  fprintf(h, "int %s_save(const %s_t *m, const char *path);\n\n", P, P);
+  fprintf(h, "/* Entry points. Outputs are written to caller storage that must not overlap\n"
+             " * the inputs. Every function returns CTC_OK or an error code (ctc_strerror). */\n");
+  for (int fi = 0; fi < g->p->funcs.len; fi++) fprintf(h, "/* %s */\n%s;\n", g->doc[fi].s, g->sig[fi].s);
+  fprintf(h, "\n/* The model as the runtime sees it (ctc_model_load, ctc_main, ...). */\n");
+  fprintf(h, "extern const ctc_model_desc %s_desc;\n\n", P);
+  fprintf(h, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
+}
+
+int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, const char *h_name) {
+  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", NULL};
+  Gen g;
+  memset(&g, 0, sizeof g);
+  g.p = p;
+  g.mp = plan;
+  cg_ident(g.prefix, sizeof g.prefix, p->model_name ? p->model_name : "net");
+  for (int i = 0; g.prefix[i]; i++)
+    g.upper[i] = (char)(g.prefix[i] >= 'a' && g.prefix[i] <= 'z' ? g.prefix[i] - 'a' + 'A' : g.prefix[i]);
+  for (int i = 0; i < p->funcs.len; i++) {
+    char a[128], b[128];
+    cg_ident(a, sizeof a, p->funcs.data[i]->name);
+    for (int k = 0; api[k]; k++)
+      if (!strcmp(a, api[k])) {
+        fprintf(stderr, "ctc: error: entry '%s' clashes with the generated %s_%s\n", a, g.prefix, a);
+        return -1;
+      }
+    for (int j = 0; j < i; j++) {
+      cg_ident(b, sizeof b, p->funcs.data[j]->name);
+      if (!strcmp(a, b)) {
+        fprintf(stderr, "ctc: error: two entries are both named '%s'\n", a);
+        return -1;
+      }
+    }
+  }
+  g.sig = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
+  g.doc = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
+  CHECK(g.sig && g.doc);
+
+  Buf entries = {0}, init = {0}, data = {0}, desc = {0}, kern = {0};
+  for (int fi = 0; fi < p->funcs.len; fi++) emit_entry(&g, fi, &entries);
+  emit_param_data(&g, &data);
+  emit_init(&g, &init);
+  emit_desc(&g, &desc);
+  cg_emit_kernels(&kern, &g.k);
+
+  char src[1024];
+  comment_text(src, sizeof src, p->src && p->src->path ? p->src->path : "?");
+  char stem[256];
+  snprintf(stem, sizeof stem, "%s", basename_of(h_name));
+  char *dot = strrchr(stem, '.');
+  if (dot) *dot = 0;
+  const MemPlan *mp = plan;
+  FILE *c = c_out;
+  char cls[256];
+  comment_text(cls, sizeof cls, p->class_name ? p->class_name : "?");
+  fprintf(c, "/* %s.c - generated by ctc from %s (class %s). Do not edit.\n *\n", stem, src, cls);
+  fprintf(c, " * Entry points:\n");
+  for (int fi = 0; fi < p->funcs.len; fi++) fprintf(c, " *   %s\n", g.doc[fi].s);
+  fprintf(c, " * Arena: %lld bytes = parameters %lld + activations %lld (64-byte aligned).\n *\n",
+          (ll)mp->arena_bytes, (ll)mp->params_bytes, (ll)(mp->arena_bytes - mp->params_bytes));
+  fprintf(c, " * Build a program around it with the runtime (RT = ctc's runtime_min folder):\n"
+             " *   cc -std=c11 -O2 -DCTC_MAIN %s.c -I$RT $RT/rt_*.c -lm -o %s\n"
+             " * Add -DCTC_HAVE_CBLAS ... -lopenblas to run GEMMs with OpenBLAS, and -fopenmp\n"
+             " * to run the outer loops of the heavy ops in parallel. Usage: ./%s --help */\n",
+          stem, stem, stem);
+  fprintf(c, "#include \"%s\"\n#include \"ctc_rt.h\"\n\n", h_name);
+  fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n");
+  fprintf(c, "#ifdef CTC_HAVE_CBLAS\n#include <cblas.h>\n#endif\n\n");
+  fprintf(c, "#ifdef _OPENMP\n#define CTC_OMP_FOR _Pragma(\"omp parallel for\")\n#else\n#define CTC_OMP_FOR\n#endif\n\n");
+  if (kern.len) fputs(kern.s, c);
+  if (data.len) fputs(data.s, c);
+  fputs(init.s, c);
+  if (entries.len) fputs(entries.s, c);
+  fputs(desc.s, c);
+  fprintf(c, "\n#ifdef CTC_MAIN\nint main(int argc, char **argv) { return ctc_main(argc, argv, &%s_desc); }\n#endif\n",
+          g.prefix);
+
+  emit_header(&g, h_out, src);
+
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    cg_buf_free(&g.sig[fi]);
+    cg_buf_free(&g.doc[fi]);
+  }
+  free(g.sig);
+  free(g.doc);
+  cg_buf_free(&entries);
+  cg_buf_free(&init);
+  cg_buf_free(&data);
+  cg_buf_free(&desc);
+  cg_buf_free(&kern);
+  return ferror(c_out) || ferror(h_out) ? -1 : 0;
+}

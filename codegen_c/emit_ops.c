@@ -1,0 +1,735 @@
+/* emit_ops.c - the C loops of each primitive.
+ *
+ * Every tensor is a pointer to row-major data (declared by emit_c.c at the top
+ * of the entry function); scalar constants are written as literals. Most ops
+ * are a loop nest over the result with each operand addressed through
+ * compile-time strides (nest() below): adjacent axes that are contiguous for
+ * every access are merged, so same-shape elementwise ops become one flat loop.
+ * GEMMs and convolutions call cblas (-DCTC_HAVE_CBLAS) or the portable kernels
+ * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel. */
+#include <string.h>
+#include "cg_int.h"
+
+/* Loops with fewer elements than this are not worth waking threads for. */
+#define OMP_MIN_WORK ((int64_t)1 << 15)
+#define MAX_ACC 4
+#define IDX_CAP 320
+
+typedef long long ll;
+
+static void ind(CgFunc *c) { cg_printf(c->out, "%*s", c->ind, ""); }
+#define LINE(c, ...) (ind(c), cg_printf((c)->out, __VA_ARGS__))
+
+static const Type *ty(const CgFunc *c, ValId v) { return &c->f->values.data[v].type; }
+
+static const Inst *def_of(const CgFunc *c, ValId v) {
+  const Value *val = &c->f->values.data[v];
+  if (val->kind != V_INST || val->def < 0 || val->def >= c->f->insts.len) return NULL;
+  const Inst *in = &c->f->insts.data[val->def];
+  return in->res == v ? in : NULL;
+}
+
+int cg_is_literal(const CgFunc *c, ValId v) {
+  const Inst *in = def_of(c, v);
+  return in && in->op == IR_CONST;
+}
+
+const char *cg_ref(CgFunc *c, ValId v) {
+  CHECK(!cg_is_literal(c, v));
+  c->ref[v] = 1;
+  return c->cname[v];
+}
+
+void cg_where(char *buf, size_t cap, Span loc) {
+  buf[0] = 0;
+  if (!loc.file || !loc.file->path) return;
+  const char *base = strrchr(loc.file->path, '/');
+  snprintf(buf, cap, "%s:%d", base ? base + 1 : loc.file->path, loc.line);
+}
+
+/* Element v[idx] as C text: a load, or the literal of a scalar constant. */
+static void load(CgFunc *c, Buf *b, ValId v, const char *idx) {
+  if (cg_is_literal(c, v)) cg_literal(b, ty(c, v)->dtype, def_of(c, v)->fattr);
+  else cg_printf(b, "%s[%s]", cg_ref(c, v), idx);
+}
+
+/* "x" or "x + i0 * 12": a pointer into v at element offset idx. */
+static void ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx) {
+  if (!strcmp(idx, "0")) cg_printf(b, "%s", cg_ref(c, v));
+  else cg_printf(b, "%s + %s", cg_ref(c, v), idx);
+}
+
+static void cstrides(const Type *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= t->dims[i];
+  }
+}
+
+/* ---- loop nests ------------------------------------------------------------ */
+
+/* One array addressed by the nest: element offset + stride per axis. */
+typedef struct Acc {
+  int64_t off;
+  int64_t st[IR_MAX_DIMS];
+} Acc;
+
+typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
+
+/* The index expression of an access: "7 + i0 * 12 + i1". */
+static void index_expr(char *out, int n, char var[][16], int64_t off, const int64_t *st) {
+  size_t len = 0;
+  out[0] = 0;
+  if (off) len += (size_t)snprintf(out + len, IDX_CAP - len, "%lld", (ll)off);
+  for (int k = 0; k < n && len < IDX_CAP; k++) {
+    if (!st[k]) continue;
+    const char *sep = len ? " + " : "";
+    if (st[k] == 1) len += (size_t)snprintf(out + len, IDX_CAP - len, "%s%s", sep, var[k]);
+    else len += (size_t)snprintf(out + len, IDX_CAP - len, "%s%s * %lld", sep, var[k], (ll)st[k]);
+  }
+  if (!len) snprintf(out, IDX_CAP, "0");
+  CHECK(len < IDX_CAP);
+}
+
+/* Loops over dims[nd], calling body once in the innermost loop with the index
+ * expression of every access. Size-1 axes are dropped and adjacent axes merged
+ * where every access is contiguous across them. */
+static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
+                 int omp, int braces) {
+  int64_t d[IR_MAX_DIMS], st[MAX_ACC][IR_MAX_DIMS], total = 1;
+  int n = 0;
+  CHECK(na <= MAX_ACC);
+  for (int k = 0; k < nd; k++) {
+    total *= dims[k];
+    if (dims[k] == 1) continue;
+    int merge = n > 0;
+    for (int a = 0; a < na && merge; a++) merge = st[a][n - 1] == acc[a].st[k] * dims[k];
+    if (merge) {
+      d[n - 1] *= dims[k];
+      for (int a = 0; a < na; a++) st[a][n - 1] = acc[a].st[k];
+      continue;
+    }
+    d[n] = dims[k];
+    for (int a = 0; a < na; a++) st[a][n] = acc[a].st[k];
+    n++;
+  }
+  char var[IR_MAX_DIMS][16], idx[MAX_ACC][IDX_CAP];
+  for (int k = 0; k < n; k++) snprintf(var[k], sizeof var[k], n == 1 ? "i" : "i%d", k);
+  for (int a = 0; a < na; a++) index_expr(idx[a], n, var, acc[a].off, st[a]);
+  int base = c->ind;
+  if (omp && n > 0 && d[0] > 1 && total >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  for (int k = 0; k < n; k++) {
+    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", var[k], var[k], (ll)d[k], var[k],
+         braces && k == n - 1 ? " {" : "");
+    c->ind += 2;
+  }
+  if (braces && n == 0) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  body(c, idx, u);
+  if (braces) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  c->ind = base;
+}
+
+/* Strides of operand a (numpy broadcasting) over the axes of result shape r. */
+static void bcast_strides(const Type *a, const Type *r, int64_t *st) {
+  int64_t cs[IR_MAX_DIMS];
+  cstrides(a, cs);
+  for (int k = 0; k < r->ndim; k++) {
+    int ax = k - (r->ndim - a->ndim);
+    st[k] = ax >= 0 && a->dims[ax] != 1 ? cs[ax] : 0;
+  }
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+typedef struct ElemU {
+  const Inst *in;
+  int acc[3];   /* access index of each operand (0 is the result) */
+} ElemU;
+
+/* The type the op's expression computes in. */
+static DType compute_type(const CgFunc *c, const Inst *in) {
+  if (in->op == IR_CAST || (in->op >= IR_CMP_EQ && in->op <= IR_CMP_GE)) return ty(c, in->args[0])->dtype;
+  return ty(c, in->res)->dtype;
+}
+
+static const char *elem_template(const Inst *in, DType ct) {
+  if (!ir_dtype_is_float(ct)) {
+    if (in->op == IR_ABS) return "(A < 0 ? -A : A)";
+    if (in->op == IR_MAX) return "(A > B ? A : B)";
+    if (in->op == IR_MIN) return "(A < B ? A : B)";
+  }
+  return ir_ops[in->op].c_expr;
+}
+
+static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  ElemU *u = up;
+  const Inst *in = u->in;
+  Buf ops[3] = {{0}}, e = {0};
+  const char *txt[3];
+  for (int k = 0; k < in->nargs; k++) {
+    load(c, &ops[k], in->args[k], idx[u->acc[k]]);
+    txt[k] = ops[k].s;
+  }
+  DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
+  if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(&e, "(unsigned char)(%s != 0)", txt[0]);
+  else if (in->op == IR_CAST) cg_printf(&e, "(%s)%s", cg_ctype(rt), txt[0]);
+  else cg_expand(&e, elem_template(in, ct), txt, in->nargs, ct);
+  LINE(c, "%s[%s] = %s;\n", cg_ref(c, in->res), idx[0], e.s);
+  for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
+  cg_buf_free(&e);
+}
+
+static void emit_elem(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  Acc acc[MAX_ACC];
+  ElemU u = {in, {0, 0, 0}};
+  int na = 1;
+  memset(acc, 0, sizeof acc);
+  cstrides(r, acc[0].st);
+  for (int k = 0; k < in->nargs; k++) {
+    if (cg_is_literal(c, in->args[k])) continue;
+    bcast_strides(ty(c, in->args[k]), r, acc[na].st);
+    u.acc[k] = na++;
+  }
+  nest(c, r->ndim, r->dims, na, acc, elem_body, &u, 1, 0);
+}
+
+/* ---- data movement ----------------------------------------------------------- */
+
+typedef struct CopyU {
+  ValId dst, src;
+} CopyU;
+
+static void copy_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  CopyU *u = up;
+  Buf e = {0};
+  load(c, &e, u->src, idx[1]);
+  LINE(c, "%s[%s] = %s;\n", cg_ref(c, u->dst), idx[0], e.s);
+  cg_buf_free(&e);
+}
+
+/* dst (shape dims over nd axes, accessed by acc[0]) = src (acc[1]). */
+static void copy_nest(CgFunc *c, ValId dst, ValId src, int nd, const int64_t *dims, const Acc *acc) {
+  CopyU u = {dst, src};
+  nest(c, nd, dims, 2, acc, copy_body, &u, 1, 0);
+}
+
+static void emit_permute(CgFunc *c, const Inst *in) {
+  const Type *a = ty(c, in->args[0]), *r = ty(c, in->res);
+  Acc acc[2];
+  int64_t ast[IR_MAX_DIMS];
+  memset(acc, 0, sizeof acc);
+  cstrides(r, acc[0].st);
+  cstrides(a, ast);
+  for (int k = 0; k < r->ndim; k++) acc[1].st[k] = ast[in->attr[k]];
+  copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+}
+
+static void emit_broadcast(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  Acc acc[2];
+  memset(acc, 0, sizeof acc);
+  cstrides(r, acc[0].st);
+  bcast_strides(ty(c, in->args[0]), r, acc[1].st);
+  copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+}
+
+static void emit_slice(CgFunc *c, const Inst *in) {
+  const Type *a = ty(c, in->args[0]), *r = ty(c, in->res);
+  Acc acc[2];
+  int64_t ast[IR_MAX_DIMS];
+  memset(acc, 0, sizeof acc);
+  cstrides(r, acc[0].st);
+  cstrides(a, ast);
+  for (int k = 0; k < r->ndim; k++) {
+    acc[1].off += in->attr[2 * k] * ast[k];
+    acc[1].st[k] = ast[k] * in->attr[2 * k + 1];
+  }
+  copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+}
+
+static void emit_concat(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  int ax = (int)in->attr[0];
+  int64_t rst[IR_MAX_DIMS], at = 0;
+  cstrides(r, rst);
+  for (int k = 0; k < in->nargs; k++) {
+    const Type *a = ty(c, in->args[k]);
+    Acc acc[2];
+    memset(acc, 0, sizeof acc);
+    memcpy(acc[0].st, rst, sizeof rst);
+    acc[0].off = at * rst[ax];
+    cstrides(a, acc[1].st);
+    if (k) cg_puts(c->out, "\n");
+    LINE(c, "/* part %d: [%lld, %lld) of axis %d */\n", k, (ll)at, (ll)(at + a->dims[ax]), ax);
+    copy_nest(c, in->res, in->args[k], a->ndim, a->dims, acc);
+    at += a->dims[ax];
+  }
+}
+
+static void emit_reshape(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  if (cg_is_literal(c, in->args[0])) {   /* a scalar constant given a shape */
+    Acc acc[2];
+    memset(acc, 0, sizeof acc);
+    cstrides(r, acc[0].st);
+    copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+    return;
+  }
+  LINE(c, "memcpy(%s, %s, sizeof(%s) * %lld);\n", cg_ref(c, in->res), cg_ref(c, in->args[0]),
+       cg_ctype(r->dtype), (ll)ir_numel(r));
+}
+
+static void emit_iota(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  const char *y = cg_ref(c, in->res);
+  Buf e = {0};
+  if (in->attr[0]) cg_printf(&e, "%lld + ", (ll)in->attr[0]);
+  if (in->attr[1] == 1) cg_puts(&e, "i");
+  else cg_printf(&e, "i * %lld", (ll)in->attr[1]);
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) %s[i] = (%s)(%s);\n", (ll)r->dims[0], y, cg_ctype(r->dtype),
+       e.s);
+  cg_buf_free(&e);
+}
+
+/* ---- reductions --------------------------------------------------------------- */
+
+static const char *acc_type(const Inst *in, DType t) {
+  if (in->op == IR_REDUCE_MAX) return cg_ctype(t);
+  return ir_dtype_is_float(t) ? "double" : "int64_t";
+}
+
+static const char *acc_init(const Inst *in, DType t) {
+  if (in->op == IR_REDUCE_SUM) return "0";
+  switch (t) {
+  case DT_F32: case DT_F64: return "-INFINITY";
+  case DT_I64: return "INT64_MIN";
+  case DT_I32: return "INT32_MIN";
+  default: return "0";
+  }
+}
+
+/* "acc += x[...]" or the NaN-propagating max update, as one statement. */
+static void acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) {
+  DType t = ty(c, in->res)->dtype;
+  if (in->op == IR_REDUCE_SUM) LINE(c, "%s += %s;\n", accv, x);
+  else if (ir_dtype_is_float(t))
+    LINE(c, "{ const %s v = %s; if (v > %s || isnan(v)) %s = v; }\n", cg_ctype(t), x, accv, accv);
+  else LINE(c, "if (%s > %s) %s = %s;\n", x, accv, accv, x);
+}
+
+static void add_var(char vars[][16], int64_t *st, int *n, const char *name, int64_t stride) {
+  snprintf(vars[*n], 16, "%s", name);
+  st[(*n)++] = stride;
+}
+
+static void emit_reduce(CgFunc *c, const Inst *in) {
+  const Type *a = ty(c, in->args[0]), *r = ty(c, in->res);
+  DType t = r->dtype;
+  const char *ct = cg_ctype(t), *at = acc_type(in, t), *init = acc_init(in, t);
+  /* Coalesce the operand's axes into alternating runs of kept and reduced ones. */
+  int64_t d[IR_MAX_DIMS], st[IR_MAX_DIMS];
+  int red[IR_MAX_DIMS], n = 0;
+  for (int k = 0; k < a->ndim; k++) {
+    if (a->dims[k] == 1) continue;
+    int rk = (int)((in->attr[0] >> k) & 1);
+    if (n && red[n - 1] == rk) {
+      d[n - 1] *= a->dims[k];
+      continue;
+    }
+    d[n] = a->dims[k];
+    red[n++] = rk;
+  }
+  int nred = 0;
+  for (int k = n - 1; k >= 0; k--) st[k] = k == n - 1 ? 1 : st[k + 1] * d[k + 1];
+  for (int k = 0; k < n; k++) nred += red[k];
+  if (!nred || cg_is_literal(c, in->args[0])) {   /* nothing to reduce: a copy */
+    Acc acc[2];
+    memset(acc, 0, sizeof acc);
+    cstrides(r, acc[0].st);
+    cstrides(a, acc[1].st);
+    copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+    return;
+  }
+  const char *x = cg_ref(c, in->args[0]), *y = cg_ref(c, in->res);
+  char kvar[IR_MAX_DIMS][16], rvar[IR_MAX_DIMS][16];
+  int64_t kd[IR_MAX_DIMS], kst[IR_MAX_DIMS], kost[IR_MAX_DIMS], rd[IR_MAX_DIMS], rst[IR_MAX_DIMS];
+  int nk = 0, nr = 0;
+  for (int k = 0; k < n; k++) {
+    if (red[k]) rd[nr] = d[k], rst[nr++] = st[k];
+    else kd[nk] = d[k], kst[nk++] = st[k];
+  }
+  for (int k = nk - 1; k >= 0; k--) kost[k] = k == nk - 1 ? 1 : kost[k + 1] * kd[k + 1];
+  int column = !red[n - 1];   /* the innermost axis is kept: accumulate rows of it */
+  int nouter = column ? nk - 1 : nk;
+  for (int k = 0; k < nk; k++) snprintf(kvar[k], 16, "i%d", k);
+  for (int k = 0; k < nr; k++) snprintf(rvar[k], 16, "r%d", k);
+  int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 256 ? 256 : inner;
+  int chunked = column && inner > chunk;
+  int base = c->ind;
+  int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
+  if (outer_count > 1 && ir_numel(a) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  for (int k = 0; k < nouter; k++) {
+    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", kvar[k], kvar[k], (ll)kd[k], kvar[k],
+         k == nouter - 1 && !chunked ? " {" : "");
+    c->ind += 2;
+  }
+  if (chunked) {
+    LINE(c, "for (int64_t j0 = 0; j0 < %lld; j0 += %lld) {\n", (ll)inner, (ll)chunk);
+    c->ind += 2;
+  } else if (!nouter) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  /* Index expressions: x over outer kept + reduced (+ column j), y over kept. */
+  char xi[IDX_CAP], yi[IDX_CAP], jv[32], lim[32];
+  int64_t xs[2 * IR_MAX_DIMS + 2];
+  char vars[2 * IR_MAX_DIMS + 2][16];
+  int nv = 0;
+  for (int k = 0; k < nouter; k++) add_var(vars, xs, &nv, kvar[k], kst[k]);
+  for (int k = 0; k < nr; k++) add_var(vars, xs, &nv, rvar[k], rst[k]);
+  if (chunked) add_var(vars, xs, &nv, "j0", 1);
+  if (column) add_var(vars, xs, &nv, "j", 1);
+  index_expr(xi, nv, vars, 0, xs);
+  nv = 0;
+  for (int k = 0; k < nouter; k++) add_var(vars, xs, &nv, kvar[k], kost[k]);
+  if (chunked) add_var(vars, xs, &nv, "j0", 1);
+  if (column) add_var(vars, xs, &nv, "j", 1);
+  index_expr(yi, nv, vars, 0, xs);
+  if (column) {
+    snprintf(jv, sizeof jv, "acc[j]");
+    if (chunked) {
+      LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)inner, (ll)chunk, (ll)inner,
+           (ll)chunk);
+      snprintf(lim, sizeof lim, "jn");
+    } else {
+      snprintf(lim, sizeof lim, "%lld", (ll)inner);
+    }
+    LINE(c, "%s acc[%lld];\n", at, (ll)chunk);
+    LINE(c, "for (int64_t j = 0; j < %s; j++) acc[j] = %s;\n", lim, init);
+  } else {
+    snprintf(jv, sizeof jv, "acc");
+    LINE(c, "%s acc = %s;\n", at, init);
+  }
+  int rbase = c->ind;
+  for (int k = 0; k < nr; k++) {
+    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);
+    c->ind += 2;
+  }
+  char xe[IDX_CAP + 64];
+  snprintf(xe, sizeof xe, "%s[%s]", x, xi);
+  if (column) {
+    LINE(c, "for (int64_t j = 0; j < %s; j++)\n", lim);
+    c->ind += 2;
+  }
+  acc_update(c, in, jv, xe);
+  c->ind = rbase;
+  char cast[64] = "";
+  if (strcmp(at, ct)) snprintf(cast, sizeof cast, "(%s)", ct);
+  if (column) LINE(c, "for (int64_t j = 0; j < %s; j++) %s[%s] = %sacc[j];\n", lim, y, yi, cast);
+  else LINE(c, "%s[%s] = %sacc;\n", y, yi, cast);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+}
+
+/* ---- matmul and convolution ------------------------------------------------------ */
+
+/* One GEMM call: c[M,N] = op(a) op(b), pointers as C text. */
+static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
+                      int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc) {
+  int blas = t == DT_F32 || t == DT_F64;
+  c->k->gemm[t] = 1;
+  if (blas) {
+    cg_puts(c->out, "#ifdef CTC_HAVE_CBLAS\n");
+    LINE(c, "cblas_%cgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, %s, %lld, %s, %s, %lld);\n",
+         t == DT_F32 ? 's' : 'd', ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans",
+         (ll)M, (ll)N, (ll)K, t == DT_F32 ? "1.0f" : "1.0", pa, (ll)lda, pb, (ll)ldb,
+         t == DT_F32 ? "0.0f" : "0.0", pc, (ll)ldc);
+    cg_puts(c->out, "#else\n");
+  }
+  LINE(c, "ctc_gemm_%s(%d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", cg_dt_suffix(t), ta, tb,
+       (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
+  if (blas) cg_puts(c->out, "#endif\n");
+}
+
+typedef struct MatU {
+  const Inst *in;
+  int64_t M, N, K, lda, ldb;
+} MatU;
+
+static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  MatU *u = up;
+  const Inst *in = u->in;
+  Buf pa = {0}, pb = {0}, pc = {0};
+  ptr_at(c, &pc, in->res, idx[0]);
+  ptr_at(c, &pa, in->args[0], idx[1]);
+  ptr_at(c, &pb, in->args[1], idx[2]);
+  gemm_call(c, ty(c, in->res)->dtype, (int)in->attr[0], (int)in->attr[1], u->M, u->N, u->K, pa.s, u->lda, pb.s,
+            u->ldb, pc.s, u->N);
+  cg_buf_free(&pa);
+  cg_buf_free(&pb);
+  cg_buf_free(&pc);
+}
+
+static void emit_matmul(CgFunc *c, const Inst *in) {
+  const Type *a = ty(c, in->args[0]), *b = ty(c, in->args[1]), *r = ty(c, in->res);
+  int ta = (int)in->attr[0];
+  MatU u = {in, 0, 0, 0, 0, 0};
+  u.M = r->dims[r->ndim - 2];
+  u.N = r->dims[r->ndim - 1];
+  u.K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+  u.lda = a->dims[a->ndim - 1];
+  u.ldb = b->dims[b->ndim - 1];
+  /* Batch axes: the result's leading axes, a and b broadcast over them. */
+  Type ba = *a, bb = *b, br = *r;
+  ba.ndim -= 2, bb.ndim -= 2, br.ndim -= 2;
+  Acc acc[3];
+  memset(acc, 0, sizeof acc);
+  cstrides(&br, acc[0].st);
+  bcast_strides(&ba, &br, acc[1].st);
+  bcast_strides(&bb, &br, acc[2].st);
+  for (int k = 0; k < br.ndim; k++) {
+    acc[0].st[k] *= u.M * u.N;
+    acc[1].st[k] *= u.M * u.K;
+    acc[2].st[k] *= u.K * u.N;
+  }
+  if (!ta && ir_numel(&bb) == 1 && ir_numel(&ba) == ir_numel(&br)) {
+    /* b is shared by the whole batch and a is not transposed: one GEMM with
+     * the batch folded into the rows. */
+    u.M *= ir_numel(&br);
+    char idx[3][IDX_CAP] = {"0", "0", "0"};
+    matmul_body(c, idx, &u);
+    return;
+  }
+  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, 0, 1);
+}
+
+static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
+  const Type *x = ty(c, in->args[0]), *w = ty(c, in->args[1]), *r = ty(c, in->res);
+  DType t = r->dtype;
+  int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+  int64_t O = w->dims[0], KH = w->dims[2], KW = w->dims[3], OH = r->dims[2], OW = r->dims[3];
+  int64_t ckk = C * KH * KW, ohw = OH * OW;
+  const char *scratch = c->sname[i];
+  const char *xs = cg_ref(c, in->args[0]), *ws = cg_ref(c, in->args[1]), *ys = cg_ref(c, in->res);
+  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
+  snprintf(xn, sizeof xn, N > 1 ? "%s + n * %lld" : "%s", xs, (ll)(C * H * W));
+  snprintf(yn, sizeof yn, N > 1 ? "%s + n * %lld" : "%s", ys, (ll)(O * ohw));
+  if (scratch) {
+    snprintf(col, sizeof col, "%s", scratch);
+    c->k->im2col[t] = 1;
+  } else {
+    snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
+  }
+  int base = c->ind;
+  if (N > 1) {
+    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
+    c->ind += 2;
+  }
+  if (scratch)
+    LINE(c, "ctc_im2col_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n",
+         cg_dt_suffix(t), xn, (ll)C, (ll)H, (ll)W, (ll)KH, (ll)KW, (ll)in->attr[0], (ll)in->attr[1],
+         (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)OH, (ll)OW, col);
+  gemm_call(c, t, 0, 0, O, ohw, ckk, ws, ckk, col, ohw, yn, ohw);
+  if (N > 1) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  c->ind = base;
+}
+
+/* ---- pooling and embedding -------------------------------------------------------- */
+
+/* Whether a pooling window can reach outside the image (padding, ceil mode). */
+static int needs_check(int64_t in_size, int64_t out_size, int64_t k, int64_t s, int64_t p, int64_t dil) {
+  return p > 0 || (out_size - 1) * s + (k - 1) * dil >= in_size;
+}
+
+/* "oh * 2 - 1 + kh * 2", leaving out the trivial parts. */
+static void win_index(char *buf, size_t cap, const char *o, int64_t s, int64_t p, const char *k, int64_t d) {
+  int n = s == 1 ? snprintf(buf, cap, "%s", o) : snprintf(buf, cap, "%s * %lld", o, (ll)s);
+  if (p) n += snprintf(buf + n, cap - (size_t)n, " - %lld", (ll)p);
+  if (d == 1) snprintf(buf + n, cap - (size_t)n, " + %s", k);
+  else snprintf(buf + n, cap - (size_t)n, " + %s * %lld", k, (ll)d);
+}
+
+static void emit_pool(CgFunc *c, const Inst *in) {
+  const Type *x = ty(c, in->args[0]), *r = ty(c, in->res);
+  DType t = r->dtype;
+  const char *ct = cg_ctype(t);
+  int is_max = in->op == IR_MAXPOOL2D;
+  int64_t NC = x->dims[0] * x->dims[1], H = x->dims[2], W = x->dims[3], OH = r->dims[2], OW = r->dims[3];
+  int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4],
+          pw = in->attr[5];
+  int64_t dh = is_max ? in->attr[6] : 1, dw = is_max ? in->attr[7] : 1;
+  int cip = !is_max && in->attr[6];
+  int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
+  const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
+  int base = c->ind;
+  if (NC > 1 && ir_numel(r) * kh * kw >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
+  c->ind += 2;
+  LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
+  LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
+  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
+  c->ind += 2;
+  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+  c->ind += 2;
+  char ih[128], iw[128];
+  win_index(ih, sizeof ih, "oh", sh, ph, "kh", dh);
+  win_index(iw, sizeof iw, "ow", sw, pw, "kw", dw);
+  if (is_max) {
+    LINE(c, "%s acc = %s;\n", ct, acc_init(in, t));
+    LINE(c, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)kh);
+    c->ind += 2;
+    LINE(c, "const int64_t ih = %s;\n", ih);
+    if (chk_h) LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)H);
+    LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)kw);
+    c->ind += 2;
+    LINE(c, "const int64_t iw = %s;\n", iw);
+    if (chk_w) LINE(c, "if (iw < 0 || iw >= %lld) continue;\n", (ll)W);
+    LINE(c, "const %s v = xp[ih * %lld + iw];\n", ct, (ll)W);
+    LINE(c, ir_dtype_is_float(t) ? "if (v > acc || isnan(v)) acc = v;\n" : "if (v > acc) acc = v;\n");
+    c->ind -= 2;
+    LINE(c, "}\n");
+    c->ind -= 2;
+    LINE(c, "}\n");
+    LINE(c, "yp[oh * %lld + ow] = acc;\n", (ll)OW);
+  } else if (!chk_h && !chk_w) {
+    /* every window lies inside the image: a plain mean */
+    const char *at = ir_dtype_is_float(t) ? "double" : "int64_t";
+    LINE(c, "%s acc = 0;\n", at);
+    LINE(c, "for (int64_t kh = 0; kh < %lld; kh++)\n", (ll)kh);
+    LINE(c, "  for (int64_t kw = 0; kw < %lld; kw++) acc += xp[(%s) * %lld + %s];\n", (ll)kw, ih, (ll)W, iw);
+    LINE(c, "yp[oh * %lld + ow] = (%s)(acc / %lld);\n", (ll)OW, ct, (ll)(kh * kw));
+  } else {
+    /* PyTorch's divisor: the window clipped to the padded image (count_include_pad)
+     * or to the image itself. */
+    const char *at = ir_dtype_is_float(t) ? "double" : "int64_t";
+    LINE(c, "const int64_t h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw, (ll)pw);
+    LINE(c, "const int64_t h1 = h0 + %lld < %lld ? h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
+         (ll)(H + ph));
+    LINE(c, "const int64_t w1 = w0 + %lld < %lld ? w0 + %lld : %lld;\n", (ll)kw, (ll)(W + pw), (ll)kw,
+         (ll)(W + pw));
+    if (cip) LINE(c, "const int64_t cnt = (h1 - h0) * (w1 - w0);\n");
+    LINE(c, "const int64_t ha = h0 < 0 ? 0 : h0, hb = h1 > %lld ? %lld : h1;\n", (ll)H, (ll)H);
+    LINE(c, "const int64_t wa = w0 < 0 ? 0 : w0, wb = w1 > %lld ? %lld : w1;\n", (ll)W, (ll)W);
+    LINE(c, "%s acc = 0;\n", at);
+    LINE(c, "for (int64_t ih = ha; ih < hb; ih++)\n");
+    LINE(c, "  for (int64_t iw = wa; iw < wb; iw++) acc += xp[ih * %lld + iw];\n", (ll)W);
+    LINE(c, "yp[oh * %lld + ow] = (%s)(acc / %s);\n", (ll)OW, ct, cip ? "cnt" : "((hb - ha) * (wb - wa))");
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+}
+
+static void emit_embedding(CgFunc *c, const Inst *in) {
+  const Type *w = ty(c, in->args[0]), *ix = ty(c, in->args[1]);
+  int64_t V = w->dims[0], D = w->dims[1], n = ir_numel(ix);
+  const char *ct = cg_ctype(w->dtype), *ws = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
+  Buf e = {0};
+  load(c, &e, in->args[1], "i");
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)n);
+  c->ind += 2;
+  LINE(c, "int64_t ix = %s;\n", e.s);
+  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(V - 1), (ll)(V - 1),
+       (ll)(V - 1));
+  LINE(c, "memcpy(%s + i * %lld, %s + ix * %lld, sizeof(%s) * %lld);\n", ys, (ll)D, ws, (ll)D, ct, (ll)D);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_buf_free(&e);
+}
+
+/* ---- one instruction ----------------------------------------------------------------- */
+
+/* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
+static void comment(CgFunc *c, const Inst *in) {
+  char where[256], tb[256];
+  Buf b = {0};
+  cg_where(where, sizeof where, in->loc);
+  if (where[0]) cg_printf(&b, "%s  ", where);
+  cg_printf(&b, "%s(", ir_ops[in->op].name);
+  for (int k = 0; k < in->nargs; k++) {
+    if (k) cg_puts(&b, ", ");
+    if (cg_is_literal(c, in->args[k]))
+      cg_literal(&b, ty(c, in->args[k])->dtype, def_of(c, in->args[k])->fattr);
+    else cg_puts(&b, c->cname[in->args[k]]);
+    if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
+  }
+  cg_puts(&b, ")");
+  const int64_t *a = in->attr;
+  switch (in->op) {
+  case IR_REDUCE_SUM: case IR_REDUCE_MAX:
+    cg_puts(&b, " over axes");
+    for (int k = 0; k < IR_MAX_DIMS; k++)
+      if ((a[0] >> k) & 1) cg_printf(&b, " %d", k);
+    break;
+  case IR_PERMUTE:
+    cg_puts(&b, " to axes");
+    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld", (ll)a[k]);
+    break;
+  case IR_SLICE:
+    cg_puts(&b, " start:step");
+    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
+    break;
+  case IR_CONCAT: cg_printf(&b, " on axis %lld", (ll)a[0]); break;
+  case IR_IOTA: cg_printf(&b, " start %lld step %lld", (ll)a[0], (ll)a[1]); break;
+  case IR_CONV2D:
+    cg_printf(&b, " stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
+              (ll)a[4], (ll)a[5]);
+    break;
+  case IR_MAXPOOL2D:
+    cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1],
+              (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)a[6], (ll)a[7]);
+    break;
+  case IR_AVGPOOL2D:
+    cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld%s", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
+              (ll)a[4], (ll)a[5], a[6] ? " count_include_pad" : "");
+    break;
+  default: break;
+  }
+  cg_printf(&b, " -> %s %s", c->cname[in->res], ir_type_str(ty(c, in->res), tb, sizeof tb));
+  if (ir_is_view(c->f, in->res)) cg_puts(&b, ": a view, no code");
+  /* A comment must not be closed early by the text inside it. */
+  for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
+  LINE(c, "/* %s */\n", b.s);
+  cg_buf_free(&b);
+}
+
+void cg_emit_inst(CgFunc *c, int i) {
+  const Inst *in = &c->f->insts.data[i];
+  if (in->op == IR_CONST) return;   /* written as a literal where it is used */
+  if (c->out->len) cg_puts(c->out, "\n");
+  comment(c, in);
+  if (ir_is_view(c->f, in->res)) return;
+  switch (ir_ops[in->op].kind) {
+  case K_ELEM: emit_elem(c, in); return;
+  case K_REDUCE: emit_reduce(c, in); return;
+  default: break;
+  }
+  switch (in->op) {
+  case IR_IOTA: emit_iota(c, in); return;
+  case IR_RESHAPE: emit_reshape(c, in); return;
+  case IR_PERMUTE: emit_permute(c, in); return;
+  case IR_BROADCAST: emit_broadcast(c, in); return;
+  case IR_SLICE: emit_slice(c, in); return;
+  case IR_CONCAT: emit_concat(c, in); return;
+  case IR_MATMUL: emit_matmul(c, in); return;
+  case IR_CONV2D: emit_conv2d(c, i, in); return;
+  case IR_MAXPOOL2D: case IR_AVGPOOL2D: emit_pool(c, in); return;
+  case IR_EMBEDDING: emit_embedding(c, in); return;
+  default: BUG("codegen_c: no emitter for %s", ir_ops[in->op].name);
+  }
+}

@@ -1,0 +1,146 @@
+/* kernels.c - helper functions written once into a generated model.c.
+ *
+ * The texts below are templates over $T (the C element type) and $S (the
+ * dtype suffix: f32, f64, ...). Only the helpers an entry uses are written,
+ * so the file has no unused static functions (-Wunused-function). The GEMM for
+ * f32/f64 is only compiled without -DCTC_HAVE_CBLAS (cblas_sgemm/dgemm then). */
+#include <string.h>
+#include "cg_int.h"
+
+const char *cg_dt_suffix(DType t) { return ir_dtype_name(t); }
+
+static const char gemm_text[] =
+    "/* C[M,N] = op(A) op(B), row-major. op(A) is A[M,K] (row stride lda) or, if ta,\n"
+    " * the transpose of A[K,M]; op(B) is B[K,N] or, if tb, the transpose of B[N,K].\n"
+    " * Blocked over 4 rows of C and 256 of its columns: each row of B is loaded\n"
+    " * once per block and reused for 4 rows of C; the inner loop runs along rows\n"
+    " * of B and C, so it vectorises. With tb, rows of B are dot products. */\n"
+    "static void ctc_gemm_$S(int ta, int tb, int64_t M, int64_t N, int64_t K,\n"
+    "                        const $T *restrict a, int64_t lda, const $T *restrict b, int64_t ldb,\n"
+    "                        $T *restrict c, int64_t ldc) {\n"
+    "  CTC_OMP_FOR\n"
+    "  for (int64_t i0 = 0; i0 < M; i0 += 4) {\n"
+    "    const int64_t mi = M - i0 < 4 ? M - i0 : 4;\n"
+    "    if (tb) {\n"
+    "      for (int64_t j = 0; j < N; j++) {\n"
+    "        const $T *restrict bj = b + j * ldb;\n"
+    "        for (int64_t ii = 0; ii < mi; ii++) {\n"
+    "          const int64_t i = i0 + ii;\n"
+    "          $T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "          int64_t k = 0;\n"
+    "          if (!ta) {\n"
+    "            const $T *restrict ai = a + i * lda;\n"
+    "            for (; k + 8 <= K; k += 8)\n"
+    "              for (int u = 0; u < 8; u++) s[u] += ai[k + u] * bj[k + u];\n"
+    "            for (; k < K; k++) s[0] += ai[k] * bj[k];\n"
+    "          } else {\n"
+    "            for (; k < K; k++) s[0] += a[k * lda + i] * bj[k];\n"
+    "          }\n"
+    "          c[i * ldc + j] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));\n"
+    "        }\n"
+    "      }\n"
+    "      continue;\n"
+    "    }\n"
+    "    for (int64_t j0 = 0; j0 < N; j0 += 256) {\n"
+    "      const int64_t nj = N - j0 < 256 ? N - j0 : 256;\n"
+    "      for (int64_t ii = 0; ii < mi; ii++)\n"
+    "        for (int64_t j = 0; j < nj; j++) c[(i0 + ii) * ldc + j0 + j] = 0;\n"
+    "      for (int64_t k = 0; k < K; k++) {\n"
+    "        const $T *restrict bk = b + k * ldb + j0;\n"
+    "        for (int64_t ii = 0; ii < mi; ii++) {\n"
+    "          const $T aik = ta ? a[k * lda + i0 + ii] : a[(i0 + ii) * lda + k];\n"
+    "          $T *restrict ci = c + (i0 + ii) * ldc + j0;\n"
+    "          for (int64_t j = 0; j < nj; j++) ci[j] += aik * bk[j];\n"
+    "        }\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+static const char im2col_text[] =
+    "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel:\n"
+    " * col[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw],\n"
+    " * 0 where that falls into the padding. Then conv = w[O, C*KH*KW] x col. */\n"
+    "static void ctc_im2col_$S(const $T *restrict x, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
+    "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
+    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict col) {\n"
+    "  CTC_OMP_FOR\n"
+    "  for (int64_t r = 0; r < C * KH * KW; r++) {\n"
+    "    const int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;\n"
+    "    const $T *restrict xc = x + c * H * W;\n"
+    "    for (int64_t oh = 0; oh < OH; oh++) {\n"
+    "      const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "      $T *restrict d = col + (r * OH + oh) * OW;\n"
+    "      if (ih < 0 || ih >= H) {\n"
+    "        for (int64_t ow = 0; ow < OW; ow++) d[ow] = 0;\n"
+    "        continue;\n"
+    "      }\n"
+    "      for (int64_t ow = 0; ow < OW; ow++) {\n"
+    "        const int64_t iw = ow * sw - pw + kw * dw;\n"
+    "        d[ow] = iw >= 0 && iw < W ? xc[ih * W + iw] : 0;\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+static const char rng_text[] =
+    "/* Parameter initialisation draws from a counter-based generator (seed 0):\n"
+    " * number i of parameter k is splitmix64's finaliser of (mix(k) ^ i), so every\n"
+    " * value is a pure function of (k, i) and init is deterministic. */\n"
+    "static uint64_t ctc_mix64(uint64_t z) {\n"
+    "  z += UINT64_C(0x9E3779B97F4A7C15);\n"
+    "  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);\n"
+    "  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);\n"
+    "  return z ^ (z >> 31);\n"
+    "}\n"
+    "\n"
+    "/* Uniform in [0, 1) with 53 random bits. */\n"
+    "static double ctc_u01(uint64_t key, uint64_t i) {\n"
+    "  return (double)(ctc_mix64(ctc_mix64(key) ^ i) >> 11) * (1.0 / 9007199254740992.0);\n"
+    "}\n";
+
+static const char uniform_text[] =
+    "static void ctc_fill_uniform_$S($T *p, int64_t n, uint64_t key, double lo, double hi) {\n"
+    "  for (int64_t i = 0; i < n; i++) p[i] = ($T)(lo + (hi - lo) * ctc_u01(key, (uint64_t)i));\n"
+    "}\n";
+
+static const char normal_text[] =
+    "/* Box-Muller: two uniforms per value. */\n"
+    "static void ctc_fill_normal_$S($T *p, int64_t n, uint64_t key, double mean, double std) {\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    double u1 = ctc_u01(key, 2 * (uint64_t)i), u2 = ctc_u01(key, 2 * (uint64_t)i + 1);\n"
+    "    p[i] = ($T)(mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));\n"
+    "  }\n"
+    "}\n";
+
+/* Writes text with $T and $S replaced for dtype t. */
+static void instantiate(Buf *b, const char *text, DType t) {
+  for (const char *s = text; *s; s++) {
+    if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
+    else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
+    else cg_printf(b, "%c", *s);
+  }
+}
+
+void cg_emit_kernels(Buf *b, const Kernels *k) {
+  for (int t = 0; t < DT_COUNT; t++) {
+    if (!k->gemm[t]) continue;
+    int blas = t == DT_F32 || t == DT_F64;
+    if (blas) cg_puts(b, "#ifndef CTC_HAVE_CBLAS\n");
+    instantiate(b, gemm_text, (DType)t);
+    if (blas) cg_puts(b, "#endif\n");
+    cg_puts(b, "\n");
+  }
+  for (int t = 0; t < DT_COUNT; t++)
+    if (k->im2col[t]) {
+      instantiate(b, im2col_text, (DType)t);
+      cg_puts(b, "\n");
+    }
+  int rng = 0;
+  for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
+  if (rng) cg_printf(b, "%s\n", rng_text);
+  for (int t = 0; t < DT_COUNT; t++) {
+    if (k->uniform[t]) instantiate(b, uniform_text, (DType)t), cg_puts(b, "\n");
+    if (k->normal[t]) instantiate(b, normal_text, (DType)t), cg_puts(b, "\n");
+  }
+}

@@ -1,0 +1,180 @@
+/* plan.c - static memory planning.
+ *
+ * Every tensor gets a fixed place before any code is generated:
+ *
+ *   arena = [ parameters, state_dict order | activations of the running entry ]
+ *
+ * Parameters are laid out one after another, each 64-byte aligned. Each entry
+ * point then packs its activations into the region after them by liveness:
+ * a value lives from its defining instruction to its last use (outputs to the
+ * end of the function), and is placed first-fit at the lowest offset that no
+ * value live at the same time occupies. Intervals are closed, so an
+ * instruction's result never overlaps any of its operands, nor its scratch
+ * buffer: the generated loops may treat them as distinct objects.
+ *
+ * Values that need no storage of their own:
+ *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
+ *   - views (RESHAPE of a value in memory): same Loc as the operand; the
+ *     operand's lifetime is extended over the view's uses;
+ *   - entry inputs (base = input index, in the caller's memory) and
+ *     parameters (their offset in the parameter region).
+ * Entries run one at a time, so they all share the activation region. */
+#include <stdlib.h>
+#include <string.h>
+#include "ir.h"
+
+#define PLAN_ALIGN 64
+
+static int64_t align_up(int64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+
+static int64_t value_bytes(const Type *t) { return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype); }
+
+/* Whether v is the result of a (live, compacted) instruction of f. */
+static int is_inst_result(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  return val->kind == V_INST && val->def >= 0 && val->def < f->insts.len &&
+         f->insts.data[val->def].res == v;
+}
+
+static int is_scalar_const(const Func *f, ValId v) {
+  return is_inst_result(f, v) && f->insts.data[f->values.data[v].def].op == IR_CONST;
+}
+
+int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
+  if (in->op != IR_CONV2D) return 0;
+  const Type *w = &f->values.data[in->args[1]].type;
+  const Type *r = &f->values.data[in->res].type;
+  /* A 1x1 convolution with stride 1 and no padding reads its input as the
+   * column matrix directly. */
+  if (w->dims[2] == 1 && w->dims[3] == 1 && in->attr[0] == 1 && in->attr[1] == 1 && in->attr[2] == 0 &&
+      in->attr[3] == 0)
+    return 0;
+  return w->dims[1] * w->dims[2] * w->dims[3] * r->dims[2] * r->dims[3] * (int64_t)ir_dtype_size(r->dtype);
+}
+
+int ir_is_view(const Func *f, ValId v) {
+  if (!is_inst_result(f, v)) return 0;
+  const Inst *in = &f->insts.data[f->values.data[v].def];
+  return in->op == IR_RESHAPE && !is_scalar_const(f, in->args[0]);
+}
+
+/* ---- first-fit allocation over live intervals -------------------------- */
+
+typedef struct Block {
+  int64_t off, size;   /* bytes, relative to the activation region */
+  int end;             /* last instruction index during which it is live */
+} Block;
+
+typedef struct Packer {
+  Block *live;         /* blocks still live, sorted by offset */
+  int n, cap;
+  int64_t peak;
+} Packer;
+
+/* Places `size` bytes live over [t, end]; returns the offset. */
+static int64_t pack(Packer *pk, int t, int end, int64_t size) {
+  int k = 0;
+  for (int i = 0; i < pk->n; i++)   /* drop blocks that died before t */
+    if (pk->live[i].end >= t) pk->live[k++] = pk->live[i];
+  pk->n = k;
+  size = align_up(size);
+  int64_t off = 0;
+  int at = 0;
+  for (; at < pk->n; at++) {
+    if (pk->live[at].off - off >= size) break;
+    int64_t e = pk->live[at].off + pk->live[at].size;
+    if (e > off) off = e;
+  }
+  if (pk->n == pk->cap) {
+    pk->cap = pk->cap ? 2 * pk->cap : 64;
+    pk->live = realloc(pk->live, sizeof(Block) * (size_t)pk->cap);
+    CHECK(pk->live != NULL);
+  }
+  memmove(pk->live + at + 1, pk->live + at, sizeof(Block) * (size_t)(pk->n - at));
+  pk->live[at] = (Block){off, size, end};
+  pk->n++;
+  if (off + size > pk->peak) pk->peak = off + size;
+  return off;
+}
+
+static void plan_func(Program *p, Func *f, const MemPlan *mp, FuncPlan *fp) {
+  int nv = f->values.len, ni = f->insts.len;
+  fp->loc = arena_alloc(p->arena, sizeof(Loc) * (size_t)(nv ? nv : 1));
+  fp->scratch = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  ValId *root = malloc(sizeof(ValId) * (size_t)(nv ? nv : 1));
+  int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
+  CHECK(root && last);
+
+  for (int v = 0; v < nv; v++) {
+    const Value *val = &f->values.data[v];
+    root[v] = -1;
+    last[v] = -1;
+    fp->loc[v] = (Loc){LOC_NONE, 0};
+    if (val->kind == V_INPUT) {
+      fp->loc[v] = (Loc){val->index, 0};
+      root[v] = v;
+    } else if (val->kind == V_PARAM) {
+      fp->loc[v] = (Loc){LOC_ARENA, mp->param_offset[val->index]};
+      root[v] = v;
+    }
+  }
+  /* Storage roots: a view stores nothing, it reads its operand's root. */
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    fp->scratch[i] = -1;
+    if (in->op == IR_CONST) continue;
+    root[in->res] = ir_is_view(f, in->res) ? root[in->args[0]] : in->res;
+    if (last[in->res] < i) last[in->res] = i;
+  }
+  /* Lifetimes of the roots: every use of the root or of one of its views. */
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    for (int k = 0; k < in->nargs; k++) {
+      ValId r = root[in->args[k]];
+      if (r >= 0 && last[r] < i) last[r] = i;
+    }
+  }
+  for (int i = 0; i < f->outputs.len; i++) {
+    ValId r = root[f->outputs.data[i]];
+    if (r >= 0) last[r] = ni;
+  }
+
+  Packer pk = {0};
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    ValId r = in->res;
+    if (in->op == IR_CONST) continue;
+    if (root[r] != r) {
+      fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
+    } else {
+      int64_t off = pack(&pk, i, last[r], value_bytes(&f->values.data[r].type));
+      fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + off};
+    }
+    int64_t sb = ir_scratch_bytes(f, in);
+    if (sb > 0) fp->scratch[i] = mp->params_bytes + pack(&pk, i, i, sb);
+  }
+  fp->peak = pk.peak;
+  free(pk.live);
+  free(root);
+  free(last);
+}
+
+MemPlan *ir_plan_memory(Program *p) {
+  MemPlan *mp = arena_alloc(p->arena, sizeof *mp);
+  int np = p->params.len;
+  mp->param_offset = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(np ? np : 1));
+  int64_t off = 0;
+  for (int i = 0; i < np; i++) {
+    mp->param_offset[i] = off;
+    off = align_up(off + value_bytes(&p->params.data[i].type));
+  }
+  mp->params_bytes = off;
+  mp->funcs = arena_alloc(p->arena, sizeof(FuncPlan) * (size_t)(p->funcs.len ? p->funcs.len : 1));
+  int64_t peak = 0;
+  for (int i = 0; i < p->funcs.len; i++) {
+    plan_func(p, p->funcs.data[i], mp, &mp->funcs[i]);
+    if (mp->funcs[i].peak > peak) peak = mp->funcs[i].peak;
+  }
+  mp->arena_bytes = mp->params_bytes + peak;
+  return mp;
+}

@@ -1,0 +1,701 @@
+/* cg_harness.c - builds small IR programs covering every primitive, runs
+ * DCE + memory planning + the C emitter on them, and writes for each suite
+ *
+ *   OUT/<suite>/<suite>.c, <suite>.h   the generated model
+ *   OUT/<suite>/manifest.json         entries, inputs (with a distribution to
+ *                                     draw them from), outputs, parameters
+ *
+ * test_codegen.py compiles the models with the runtime, runs each entry and
+ * compares with numpy. The harness also checks the memory plan itself: no two
+ * tensors live at the same time share bytes, an instruction's result never
+ * overlaps its operands or scratch, every offset is 64-byte aligned.
+ *
+ * usage: cg_harness OUTDIR */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "../../codegen_c/codegen_c.h"
+
+/* ---- building programs ---------------------------------------------------- */
+
+typedef struct H {
+  Arena *a;
+  SrcFile *src;
+  Program *p;
+  Func *f;
+  int line;                 /* source line given to the next instruction */
+  const char *dist[64];     /* per input of f: how test_codegen.py draws it */
+  FILE *man;                /* manifest being written */
+  int nentries;
+} H;
+
+static H h;
+
+static Span L(void) {
+  Span s = {h.src, h.line, 1, h.line, 2};
+  return s;
+}
+
+static Type ty(DType dt, int nd, ...) {
+  Type t = {0};
+  va_list ap;
+  va_start(ap, nd);
+  t.dtype = dt;
+  t.ndim = nd;
+  for (int i = 0; i < nd; i++) t.dims[i] = va_arg(ap, int);
+  va_end(ap);
+  return t;
+}
+
+static Type tyof(ValId v) { return *ir_type(h.f, v); }
+
+static ValId emit(Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr, const char *name) {
+  h.line++;
+  return ir_emit(h.p, h.f, op, args, nargs, res, attr, nattr, 0, L(), name);
+}
+
+static ValId input(const char *name, Type t, const char *dist) {
+  h.dist[h.f->inputs.len] = dist;
+  return ir_add_input(h.p, h.f, name, t);
+}
+
+static ValId cst(DType dt, double v) { return ir_const(h.p, h.f, dt, v, L()); }
+
+static ValId un(Op op, ValId a, const char *name) { return emit(op, &a, 1, tyof(a), NULL, 0, name); }
+
+static ValId cast(ValId a, DType dt, const char *name) {
+  Type t = tyof(a);
+  t.dtype = dt;
+  return emit(IR_CAST, &a, 1, t, NULL, 0, name);
+}
+
+static ValId bin(Op op, ValId a, ValId b, const char *name) {
+  Type ta = tyof(a), tb = tyof(b), r;
+  CHECK(ir_broadcast_shapes(&ta, &tb, &r) == 0);
+  r.dtype = op >= IR_CMP_EQ && op <= IR_CMP_GE ? DT_BOOL : ta.dtype;
+  ValId args[2] = {a, b};
+  return emit(op, args, 2, r, NULL, 0, name);
+}
+
+static ValId where(ValId c, ValId a, ValId b, const char *name) {
+  Type t1 = tyof(c), t2 = tyof(a), t3 = tyof(b), r;
+  CHECK(ir_broadcast_shapes(&t1, &t2, &r) == 0);
+  CHECK(ir_broadcast_shapes(&r, &t3, &r) == 0);
+  r.dtype = t2.dtype;
+  ValId args[3] = {c, a, b};
+  return emit(IR_WHERE, args, 3, r, NULL, 0, name);
+}
+
+static ValId reduce(Op op, ValId a, int mask, const char *name) {
+  Type t = tyof(a);
+  for (int i = 0; i < t.ndim; i++)
+    if ((mask >> i) & 1) t.dims[i] = 1;
+  int64_t at = mask;
+  return emit(op, &a, 1, t, &at, 1, name);
+}
+
+static ValId permute(ValId a, const char *name, ...) {
+  Type t = tyof(a), r = t;
+  int64_t perm[IR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, name);
+  for (int i = 0; i < t.ndim; i++) {
+    perm[i] = va_arg(ap, int);
+    r.dims[i] = t.dims[perm[i]];
+  }
+  va_end(ap);
+  return emit(IR_PERMUTE, &a, 1, r, perm, t.ndim, name);
+}
+
+/* slice(a, name, start0, step0, count0, start1, ...) */
+static ValId slice(ValId a, const char *name, ...) {
+  Type t = tyof(a);
+  int64_t at[2 * IR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, name);
+  for (int i = 0; i < t.ndim; i++) {
+    at[2 * i] = va_arg(ap, int);
+    at[2 * i + 1] = va_arg(ap, int);
+    t.dims[i] = va_arg(ap, int);
+  }
+  va_end(ap);
+  return emit(IR_SLICE, &a, 1, t, at, 2 * t.ndim, name);
+}
+
+static ValId concat(int axis, const char *name, int n, ...) {
+  ValId args[8];
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) args[i] = va_arg(ap, ValId);
+  va_end(ap);
+  Type t = tyof(args[0]);
+  t.dims[axis] = 0;
+  for (int i = 0; i < n; i++) t.dims[axis] += tyof(args[i]).dims[axis];
+  int64_t at = axis;
+  return emit(IR_CONCAT, args, n, t, &at, 1, name);
+}
+
+static ValId to_shape(Op op, ValId a, Type t, const char *name) {
+  t.dtype = tyof(a).dtype;
+  return emit(op, &a, 1, t, NULL, 0, name);
+}
+
+static ValId iota(DType dt, int n, int start, int step, const char *name) {
+  int64_t at[2] = {start, step};
+  return emit(IR_IOTA, NULL, 0, ty(dt, 1, n), at, 2, name);
+}
+
+static ValId matmul(ValId a, ValId b, int ta, int tb, const char *name) {
+  Type A = tyof(a), B = tyof(b), ba = A, bb = B, r;
+  ba.ndim -= 2;
+  bb.ndim -= 2;
+  CHECK(ir_broadcast_shapes(&ba, &bb, &r) == 0);
+  r.dims[r.ndim++] = ta ? A.dims[A.ndim - 1] : A.dims[A.ndim - 2];
+  r.dims[r.ndim++] = tb ? B.dims[B.ndim - 2] : B.dims[B.ndim - 1];
+  r.dtype = A.dtype;
+  int64_t at[2] = {ta, tb};
+  ValId args[2] = {a, b};
+  return emit(IR_MATMUL, args, 2, r, at, 2, name);
+}
+
+static int64_t outsz(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int ceil) {
+  int64_t num = in + 2 * p - d * (k - 1) - 1;
+  int64_t o = (ceil ? (num + s - 1) / s : num / s) + 1;
+  if (ceil && (o - 1) * s >= in + p) o--;   /* PyTorch: the last window must start inside */
+  return o;
+}
+
+static ValId conv(ValId x, ValId w, int sh, int sw, int ph, int pw, int dh, int dw, const char *name) {
+  Type X = tyof(x), W = tyof(w);
+  Type r = ty(X.dtype, 4, (int)X.dims[0], (int)W.dims[0], (int)outsz(X.dims[2], W.dims[2], sh, ph, dh, 0),
+              (int)outsz(X.dims[3], W.dims[3], sw, pw, dw, 0));
+  int64_t at[6] = {sh, sw, ph, pw, dh, dw};
+  ValId args[2] = {x, w};
+  return emit(IR_CONV2D, args, 2, r, at, 6, name);
+}
+
+static ValId pool(Op op, ValId x, int kh, int kw, int sh, int sw, int ph, int pw, int e6, int e7, int ceil,
+                  const char *name) {
+  Type X = tyof(x);
+  int dh = op == IR_MAXPOOL2D ? e6 : 1, dw = op == IR_MAXPOOL2D ? e7 : 1;
+  Type r = ty(X.dtype, 4, (int)X.dims[0], (int)X.dims[1], (int)outsz(X.dims[2], kh, sh, ph, dh, ceil),
+              (int)outsz(X.dims[3], kw, sw, pw, dw, ceil));
+  int64_t at[8] = {kh, kw, sh, sw, ph, pw, e6, e7};
+  return emit(op, &x, 1, r, at, 8, name);
+}
+
+static ValId embedding(ValId w, ValId idx, const char *name) {
+  Type I = tyof(idx), W = tyof(w), r = I;
+  r.dtype = W.dtype;
+  r.dims[r.ndim++] = W.dims[1];
+  ValId args[2] = {w, idx};
+  return emit(IR_EMBEDDING, args, 2, r, NULL, 0, name);
+}
+
+static void out(ValId v, const char *name) { ir_add_output(h.p, h.f, v, name); }
+
+/* ---- manifest -------------------------------------------------------------- */
+
+static void json_tensor(FILE *m, const char *name, const Type *t, const char *dist) {
+  fprintf(m, "{\"name\": \"%s\", \"dtype\": \"%s\", \"shape\": [", name, ir_dtype_name(t->dtype));
+  for (int i = 0; i < t->ndim; i++) fprintf(m, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+  fprintf(m, "]");
+  if (dist) fprintf(m, ", \"dist\": \"%s\"", dist);
+  fprintf(m, "}");
+}
+
+static void entry(const char *name) {
+  h.f = ir_func_new(h.p, name, L());
+  memset(h.dist, 0, sizeof h.dist);
+}
+
+/* Finishes the current entry: verify, record in the manifest. */
+static void entry_done(void) {
+  Func *f = h.f;
+  if (ir_verify(h.p, f, stderr)) BUG("harness built an invalid function %s", f->name);
+  FILE *m = h.man;
+  fprintf(m, "%s\n    {\"name\": \"%s\", \"inputs\": [", h.nentries++ ? "," : "", f->name);
+  for (int i = 0; i < f->inputs.len; i++) {
+    fprintf(m, "%s", i ? ", " : "");
+    json_tensor(m, f->values.data[f->inputs.data[i]].name, ir_type(f, f->inputs.data[i]), h.dist[i]);
+  }
+  fprintf(m, "], \"outputs\": [");
+  for (int i = 0; i < f->outputs.len; i++) {
+    fprintf(m, "%s", i ? ", " : "");
+    json_tensor(m, f->out_names.data[i], ir_type(f, f->outputs.data[i]), NULL);
+  }
+  fprintf(m, "]}");
+}
+
+static char outdir[512];
+
+static void suite(const char *name) {
+  char path[1024];
+  h.a = arena_new();
+  h.src = src_from_string(h.a, "model.py", "# test\n");
+  h.p = ir_program_new(h.a, h.src);
+  h.p->model_name = arena_strdup(h.a, name);
+  h.p->class_name = arena_strdup(h.a, name);
+  h.line = 1;
+  snprintf(path, sizeof path, "%s/%s", outdir, name);
+  if (mkdir(path, 0777) && errno != EEXIST) BUG("cannot create %s", path);
+  snprintf(path, sizeof path, "%s/%s/manifest.json", outdir, name);
+  h.man = fopen(path, "w");
+  CHECK(h.man);
+  h.nentries = 0;
+  fprintf(h.man, "{\"name\": \"%s\", \"entries\": [", name);
+}
+
+/* ---- checking the plan -------------------------------------------------------- */
+
+static int plan_errors;
+
+static void plan_fail(const Func *f, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "plan error in %s: ", f->name);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  plan_errors++;
+}
+
+static ValId root_of(const Func *f, ValId v) {
+  while (ir_is_view(f, v)) v = f->insts.data[f->values.data[v].def].args[0];
+  return v;
+}
+
+static void check_plan(const Program *p, const MemPlan *mp) {
+  for (int i = 0; i < p->params.len; i++)
+    if (mp->param_offset[i] % 64 || mp->param_offset[i] + (int64_t)(ir_numel(&p->params.data[i].type) *
+        (int64_t)ir_dtype_size(p->params.data[i].type.dtype)) > mp->params_bytes)
+      plan_fail(p->funcs.data[0], "parameter %d misplaced", i);
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    const Func *f = p->funcs.data[fi];
+    const FuncPlan *fp = &mp->funcs[fi];
+    int ni = f->insts.len, nv = f->values.len;
+    /* live interval of every storage root */
+    int *first = malloc(sizeof(int) * (size_t)nv), *last = malloc(sizeof(int) * (size_t)nv);
+    for (int v = 0; v < nv; v++) first[v] = last[v] = -1;
+    for (int i = 0; i < ni; i++) {
+      const Inst *in = &f->insts.data[i];
+      ValId r = root_of(f, in->res);
+      if (r == in->res) first[r] = last[r] = i;
+      for (int k = 0; k < in->nargs; k++) {
+        ValId a = root_of(f, in->args[k]);
+        if (last[a] < i) last[a] = i;
+      }
+    }
+    for (int k = 0; k < f->outputs.len; k++) last[root_of(f, f->outputs.data[k])] = ni;
+    for (int i = 0; i < ni; i++) {
+      const Inst *in = &f->insts.data[i];
+      const Loc *l = &fp->loc[in->res];
+      if (in->op == IR_CONST) {
+        if (l->base != LOC_NONE) plan_fail(f, "const %d has storage", i);
+        continue;
+      }
+      if (ir_is_view(f, in->res)) {
+        const Loc *o = &fp->loc[in->args[0]];
+        if (o->base != l->base || o->offset != l->offset) plan_fail(f, "view %d not at its operand", i);
+        continue;
+      }
+      if (l->base != LOC_ARENA || l->offset % 64 || l->offset < mp->params_bytes) plan_fail(f, "inst %d misplaced", i);
+      if (fp->scratch[i] >= 0 && (fp->scratch[i] % 64 || fp->scratch[i] < mp->params_bytes))
+        plan_fail(f, "scratch %d misplaced", i);
+      if ((fp->scratch[i] >= 0) != (ir_scratch_bytes(f, in) > 0)) plan_fail(f, "scratch %d missing", i);
+    }
+    /* pairwise: roots (and scratch) live at the same time must not overlap */
+    typedef struct R { int64_t lo, hi; int t0, t1; } R;
+    R *rs = malloc(sizeof(R) * (size_t)(2 * ni + 1));
+    int n = 0;
+    int64_t peak_end = 0;
+    for (int i = 0; i < ni; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op != IR_CONST && !ir_is_view(f, in->res)) {
+        const Type *t = ir_type((Func *)f, in->res);
+        int64_t lo = fp->loc[in->res].offset;
+        rs[n++] = (R){lo, lo + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype), first[in->res], last[in->res]};
+      }
+      if (fp->scratch[i] >= 0) rs[n++] = (R){fp->scratch[i], fp->scratch[i] + ir_scratch_bytes(f, in), i, i};
+    }
+    for (int a = 0; a < n; a++) {
+      if (rs[a].hi > peak_end) peak_end = rs[a].hi;
+      for (int b = a + 1; b < n; b++)
+        if (rs[a].lo < rs[b].hi && rs[b].lo < rs[a].hi && rs[a].t0 <= rs[b].t1 && rs[b].t0 <= rs[a].t1)
+          plan_fail(f, "storage %d and %d overlap while both live", a, b);
+    }
+    if (peak_end > mp->params_bytes + fp->peak || mp->params_bytes + fp->peak > mp->arena_bytes)
+      plan_fail(f, "peak too small");
+    free(rs);
+    free(first);
+    free(last);
+  }
+}
+
+static void suite_done(void) {
+  Program *p = h.p;
+  char path[1024], hname[256];
+  fprintf(h.man, "\n  ], \"params\": [");
+  for (int i = 0; i < p->params.len; i++) {
+    fprintf(h.man, "%s\n    ", i ? "," : "");
+    json_tensor(h.man, p->params.data[i].name, &p->params.data[i].type, NULL);
+  }
+  fprintf(h.man, "]}\n");
+  fclose(h.man);
+  for (int i = 0; i < p->funcs.len; i++) {
+    ir_pass_dce(p, p->funcs.data[i]);
+    if (ir_verify(p, p->funcs.data[i], stderr)) BUG("invalid after dce");
+  }
+  MemPlan *mp = ir_plan_memory(p);
+  check_plan(p, mp);
+  snprintf(hname, sizeof hname, "%s.h", p->model_name);
+  snprintf(path, sizeof path, "%s/%s/%s.c", outdir, p->model_name, p->model_name);
+  FILE *c = fopen(path, "w");
+  snprintf(path, sizeof path, "%s/%s/%s", outdir, p->model_name, hname);
+  FILE *hh = fopen(path, "w");
+  CHECK(c && hh);
+  if (cg_c_emit(p, mp, c, hh, hname)) BUG("cg_c_emit failed for %s", p->model_name);
+  fclose(c);
+  fclose(hh);
+  snprintf(path, sizeof path, "%s/%s/plan.txt", outdir, p->model_name);
+  FILE *pt = fopen(path, "w");
+  CHECK(pt);
+  fprintf(pt, "arena_bytes %lld params_bytes %lld\n", (long long)mp->arena_bytes, (long long)mp->params_bytes);
+  for (int i = 0; i < p->funcs.len; i++)
+    fprintf(pt, "func %s peak %lld insts %d\n", p->funcs.data[i]->name, (long long)mp->funcs[i].peak,
+            p->funcs.data[i]->insts.len);
+  fclose(pt);
+  arena_free(h.a);
+}
+
+/* ---- the suites ------------------------------------------------------------------ */
+
+static void suite_elem(void) {
+  suite("elem");
+
+  entry("unary");
+  ValId x = input("x", ty(DT_F32, 3, 2, 3, 4), "normal");
+  out(un(IR_NEG, x, "neg"), "neg");
+  out(un(IR_EXP, x, "exp"), "exp");   /* a value named like a libm function */
+  out(un(IR_TANH, x, "tanh"), "tanh");
+  out(un(IR_SIGMOID, x, "sigmoid"), "sigmoid");
+  out(un(IR_ABS, x, "abs"), "abs");
+  out(un(IR_ERF, x, "erf"), "erf");
+  out(un(IR_RELU, x, "relu"), "relu");
+  entry_done();
+
+  entry("unary_pos");
+  x = input("x", ty(DT_F32, 2, 5, 7), "pos");
+  out(un(IR_LOG, x, "log"), "log");
+  out(un(IR_SQRT, x, "sqrt"), "sqrt");
+  out(un(IR_RSQRT, x, "rsqrt"), "rsqrt");
+  entry_done();
+
+  entry("binary");
+  ValId a = input("a", ty(DT_F32, 2, 6, 5), "pos");
+  ValId b = input("b", ty(DT_F32, 2, 6, 5), "pos");
+  out(bin(IR_ADD, a, b, "add"), "add");
+  out(bin(IR_SUB, a, b, "sub"), "sub");
+  out(bin(IR_MUL, a, b, "mul"), "mul");
+  out(bin(IR_DIV, a, b, "div"), "div");
+  out(bin(IR_POW, a, b, "pow"), "pow");
+  out(bin(IR_MAX, a, b, "max"), "max");
+  out(bin(IR_MIN, a, b, "min"), "min");
+  entry_done();
+
+  entry("bcast");
+  a = input("a", ty(DT_F32, 3, 4, 1, 3), "normal");
+  b = input("b", ty(DT_F32, 2, 5, 1), "normal");
+  ValId cc = input("c", ty(DT_F32, 1, 3), "normal");
+  out(bin(IR_ADD, a, b, "ab"), "add");                               /* [4,5,3] */
+  out(bin(IR_MUL, a, cst(DT_F32, 2.5), "a2"), "mul_scalar");
+  out(bin(IR_SUB, cst(DT_F32, 1), b, "one_minus_b"), "rsub_scalar");
+  out(bin(IR_MAX, a, cst(DT_F32, 0), "amax0"), "max_zero");
+  out(bin(IR_DIV, b, cc, "bc"), "div_bcast");                        /* [5,3] */
+  ValId bigx = input("big", ty(DT_F32, 3, 64, 32, 24), "normal");
+  ValId row = input("row", ty(DT_F32, 1, 24), "normal");
+  ValId big = bin(IR_ADD, bigx, row, "big_plus_row");
+  out(bin(IR_MUL, big, cst(DT_F32, -0.5), "big_scaled"), "big");     /* big enough for OpenMP */
+  entry_done();
+
+  entry("compare");
+  a = input("a", ty(DT_F32, 2, 4, 5), "small");
+  b = input("b", ty(DT_F32, 2, 4, 5), "small");
+  out(bin(IR_CMP_EQ, a, b, "eq"), "eq");
+  out(bin(IR_CMP_NE, a, b, "ne"), "ne");
+  out(bin(IR_CMP_LT, a, b, "lt"), "lt");
+  out(bin(IR_CMP_LE, a, b, "le"), "le");
+  out(bin(IR_CMP_GT, a, cst(DT_F32, 0), "gt"), "gt0");
+  out(bin(IR_CMP_GE, a, b, "ge"), "ge");
+  ValId m = bin(IR_CMP_GT, a, b, "mask");
+  out(where(m, a, b, "w"), "where");
+  ValId cond = input("cond", ty(DT_BOOL, 1, 5), "bool");
+  out(where(cond, a, cst(DT_F32, -1), "w2"), "where_bcast");
+  entry_done();
+
+  entry("casts");
+  x = input("x", ty(DT_F32, 1, 9), "normal3");
+  ValId i = input("i", ty(DT_I64, 2, 3, 3), "int");
+  out(cast(x, DT_I64, "xi"), "f2i");
+  out(cast(i, DT_F32, "if"), "i2f");
+  out(cast(x, DT_BOOL, "xb"), "f2b");
+  out(cast(cast(x, DT_BOOL, "xb2"), DT_F32, "bf"), "b2f");
+  out(cast(x, DT_F64, "xd"), "f2d");
+  out(bin(IR_ADD, i, cst(DT_I64, 3), "i3"), "iadd");
+  out(bin(IR_MAX, i, cst(DT_I64, 0), "imax"), "imax");
+  out(un(IR_ABS, i, "iabs"), "iabs");
+  out(cast(i, DT_I32, "i32"), "i2i32");
+  entry_done();
+
+  entry("chain");   /* a chain of ops: the plan reuses two slots */
+  x = input("x", ty(DT_F32, 1, 1000), "normal");
+  ValId t = x;
+  for (int k = 0; k < 10; k++) t = bin(k % 2 ? IR_MUL : IR_ADD, t, cst(DT_F32, 0.5 + k), "t");
+  out(t, "out");
+  entry_done();
+
+  entry("f64");
+  x = input("x", ty(DT_F64, 2, 3, 4), "normal");
+  ValId e = un(IR_EXP, x, "e");
+  out(bin(IR_ADD, e, cst(DT_F64, 0.1), "e1"), "exp_plus");
+  out(un(IR_SIGMOID, x, "s"), "sigmoid");
+  entry_done();
+
+  suite_done();
+}
+
+static void suite_reduce(void) {
+  suite("reduce");
+  static const int masks[] = {1, 2, 8, 6, 15, 10, 5, 9};
+  entry("sums");
+  ValId x = input("x", ty(DT_F32, 4, 2, 3, 4, 5), "normal");
+  for (int k = 0; k < 8; k++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "sum_%d", masks[k]);
+    out(reduce(IR_REDUCE_SUM, x, masks[k], nm), nm);
+  }
+  entry_done();
+  entry("maxes");
+  x = input("x", ty(DT_F32, 4, 2, 3, 4, 5), "normal");
+  for (int k = 0; k < 8; k++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "max_%d", masks[k]);
+    out(reduce(IR_REDUCE_MAX, x, masks[k], nm), nm);
+  }
+  entry_done();
+  entry("columns");   /* column reductions wider than one chunk, and big ones */
+  x = input("x", ty(DT_F32, 2, 300, 600), "normal");
+  out(reduce(IR_REDUCE_SUM, x, 1, "colsum"), "colsum");
+  out(reduce(IR_REDUCE_MAX, x, 1, "colmax"), "colmax");
+  out(reduce(IR_REDUCE_SUM, x, 2, "rowsum"), "rowsum");
+  ValId y = input("y", ty(DT_F32, 3, 16, 40, 70), "normal");
+  out(reduce(IR_REDUCE_SUM, y, 5, "sum02"), "sum02");
+  out(reduce(IR_REDUCE_MAX, y, 2, "max1"), "max1");
+  entry_done();
+  entry("typed");
+  ValId d = input("d", ty(DT_F64, 2, 5, 6), "normal");
+  ValId i = input("i", ty(DT_I64, 2, 5, 6), "int");
+  out(reduce(IR_REDUCE_SUM, d, 2, "dsum"), "dsum");
+  out(reduce(IR_REDUCE_MAX, d, 1, "dmax"), "dmax");
+  out(reduce(IR_REDUCE_SUM, i, 1, "isum"), "isum");
+  out(reduce(IR_REDUCE_MAX, i, 3, "imax"), "imax");
+  entry_done();
+  suite_done();
+}
+
+static void suite_shape(void) {
+  suite("shape");
+  entry("moves");
+  ValId x = input("x", ty(DT_F32, 3, 2, 3, 4), "normal");
+  out(permute(x, "p201", 2, 0, 1), "perm201");
+  out(permute(x, "p021", 0, 2, 1), "perm021");
+  ValId m = input("m", ty(DT_F32, 2, 4, 5), "normal");
+  out(permute(m, "mt", 1, 0), "transpose");
+  ValId s = input("s", ty(DT_F32, 3, 6, 7, 8), "normal");
+  out(slice(s, "sl", 1, 2, 3, 0, 3, 3, 2, 1, 5), "slice");   /* s[1::2, 0::3, 2:7] */
+  out(slice(s, "sl2", 0, 1, 6, 0, 1, 7, 3, 1, 4), "slice_last");
+  ValId c1 = input("c1", ty(DT_F32, 3, 2, 3, 4), "normal");
+  ValId c2 = input("c2", ty(DT_F32, 3, 2, 2, 4), "normal");
+  ValId c3 = input("c3", ty(DT_F32, 3, 2, 1, 4), "normal");
+  out(concat(1, "cat1", 3, c1, c2, c3), "cat1");
+  out(concat(0, "cat0", 2, c1, c1), "cat0");
+  out(concat(2, "cat2", 2, c2, c2), "cat2");
+  ValId bsrc = input("bsrc", ty(DT_F32, 2, 3, 1), "normal");
+  out(to_shape(IR_BROADCAST, bsrc, ty(DT_F32, 3, 2, 3, 4), "bc"), "broadcast");
+  out(to_shape(IR_BROADCAST, cst(DT_F32, 7), ty(DT_F32, 2, 2, 3), "fill"), "fill");
+  entry_done();
+
+  entry("views");
+  x = input("x", ty(DT_F32, 3, 2, 3, 4), "normal");
+  ValId xv = to_shape(IR_RESHAPE, x, ty(DT_F32, 2, 6, 4), "x_flat");          /* view of an input */
+  out(bin(IR_ADD, xv, cst(DT_F32, 1), "xp1"), "x_plus_1");
+  out(xv, "x_view");                                                           /* output = view of input */
+  ValId e = un(IR_EXP, x, "e");
+  ValId ev = to_shape(IR_RESHAPE, e, ty(DT_F32, 1, 24), "e_flat");            /* view of an intermediate */
+  ValId ev2 = to_shape(IR_RESHAPE, ev, ty(DT_F32, 2, 4, 6), "e_2d");          /* view of a view */
+  ValId t1 = un(IR_NEG, x, "t1");                                              /* must not clobber e */
+  ValId t2 = bin(IR_MUL, t1, t1, "t2");
+  out(bin(IR_ADD, ev2, to_shape(IR_RESHAPE, t2, ty(DT_F32, 2, 4, 6), "t2v"), "sum"), "e_plus_t2");
+  out(ev, "e_flat");
+  ValId dead = un(IR_TANH, x, "dead_value");                                   /* removed by dce */
+  (void)dead;
+  out(to_shape(IR_RESHAPE, cst(DT_F32, 3), ty(DT_F32, 2, 1, 1), "c11"), "const_11");
+  out(cst(DT_F32, 0.25), "scalar");
+  out(iota(DT_F32, 7, 3, 2, "ramp"), "iota");
+  out(iota(DT_I64, 5, 0, 1, "ar"), "arange");
+  entry_done();
+
+  entry("names");   /* values named like C keywords, locals and API names */
+  ValId in_ = input("int", ty(DT_F32, 1, 3), "normal");
+  ValId a1 = un(IR_NEG, in_, "A");
+  ValId a2 = un(IR_NEG, a1, "m");
+  ValId a3 = un(IR_NEG, a2, "i");
+  ValId a4 = bin(IR_ADD, a3, in_, "shape_init");
+  ValId a5 = bin(IR_ADD, a4, a1, "acc");
+  out(bin(IR_ADD, a5, a2, "for"), "return");
+  entry_done();
+
+  suite_done();
+}
+
+static void suite_linalg(void) {
+  suite("linalg");
+  entry("mm");
+  ValId a = input("a", ty(DT_F32, 2, 5, 7), "normal");
+  ValId at = input("at", ty(DT_F32, 2, 7, 5), "normal");
+  ValId b = input("b", ty(DT_F32, 2, 7, 3), "normal");
+  ValId bt = input("bt", ty(DT_F32, 2, 3, 7), "normal");
+  out(matmul(a, b, 0, 0, "nn"), "nn");
+  out(matmul(at, b, 1, 0, "tn"), "tn");
+  out(matmul(a, bt, 0, 1, "nt"), "nt");
+  out(matmul(at, bt, 1, 1, "tt"), "tt");
+  entry_done();
+
+  entry("bmm");
+  ValId x = input("x", ty(DT_F32, 4, 2, 3, 5, 7), "normal");
+  ValId w = input("w", ty(DT_F32, 2, 7, 4), "normal");
+  ValId wb = input("wb", ty(DT_F32, 3, 3, 7, 4), "normal");
+  ValId x1 = input("x1", ty(DT_F32, 4, 2, 1, 5, 7), "normal");
+  ValId q = input("q", ty(DT_F32, 3, 4, 7, 5), "normal");
+  ValId k = input("k", ty(DT_F32, 3, 4, 3, 7), "normal");
+  out(matmul(x, w, 0, 0, "fold"), "fold");          /* [2,3,5,4]: one GEMM */
+  out(matmul(x, wb, 0, 0, "bb"), "bcast_b");        /* b batch broadcast over dim 0 */
+  out(matmul(x1, wb, 0, 0, "ba"), "bcast_a");       /* a batch broadcast over dim 1 */
+  out(matmul(q, k, 1, 1, "qk"), "tt_batched");      /* [4,5,3] */
+  out(matmul(k, q, 0, 0, "kq"), "nn_batched");      /* [4,3,5] */
+  entry_done();
+
+  entry("big");
+  a = input("a", ty(DT_F32, 2, 67, 100), "normal");
+  b = input("b", ty(DT_F32, 2, 100, 300), "normal");
+  bt = input("bt", ty(DT_F32, 2, 70, 100), "normal");
+  out(matmul(a, b, 0, 0, "ab"), "ab");
+  out(matmul(a, bt, 0, 1, "abt"), "abt");
+  entry_done();
+
+  entry("conv");
+  x = input("x", ty(DT_F32, 4, 2, 3, 9, 10), "normal");
+  w = input("w", ty(DT_F32, 4, 4, 3, 3, 3), "normal");
+  ValId w1 = input("w1", ty(DT_F32, 4, 5, 3, 1, 1), "normal");
+  out(conv(x, w, 1, 1, 0, 0, 1, 1, "c_plain"), "plain");
+  out(conv(x, w, 2, 2, 1, 1, 1, 1, "c_s2p1"), "s2p1");
+  out(conv(x, w, 1, 2, 2, 1, 2, 1, "c_dil"), "dil");
+  out(conv(x, w1, 1, 1, 0, 0, 1, 1, "c_1x1"), "k1x1");
+  out(conv(x, w1, 2, 2, 0, 0, 1, 1, "c_1x1s2"), "k1x1s2");
+  ValId one = input("one", ty(DT_F32, 4, 1, 3, 9, 10), "normal");
+  out(conv(one, w, 1, 1, 1, 1, 1, 1, "c_n1"), "batch1");
+  entry_done();
+
+  entry("dmm");
+  ValId d1 = input("d1", ty(DT_F64, 2, 4, 6), "normal");
+  ValId d2 = input("d2", ty(DT_F64, 2, 6, 3), "normal");
+  out(matmul(d1, d2, 0, 0, "dd"), "dd");
+  entry_done();
+  suite_done();
+}
+
+static void suite_nn(void) {
+  suite("nn");
+  entry("pools");
+  ValId x = input("x", ty(DT_F32, 4, 2, 3, 8, 9), "normal");
+  out(pool(IR_MAXPOOL2D, x, 2, 2, 2, 2, 0, 0, 1, 1, 0, "mp"), "max2");
+  out(pool(IR_MAXPOOL2D, x, 3, 3, 2, 2, 1, 1, 1, 1, 0, "mp3"), "max3p1");
+  out(pool(IR_MAXPOOL2D, x, 3, 2, 1, 2, 1, 0, 2, 1, 0, "mpd"), "maxdil");
+  out(pool(IR_MAXPOOL2D, x, 3, 3, 2, 2, 0, 0, 1, 1, 1, "mpc"), "maxceil");
+  out(pool(IR_AVGPOOL2D, x, 2, 2, 2, 2, 0, 0, 1, 0, 0, "ap"), "avg2");
+  out(pool(IR_AVGPOOL2D, x, 3, 3, 2, 2, 1, 1, 1, 0, 0, "ap3i"), "avg3_incl");
+  out(pool(IR_AVGPOOL2D, x, 3, 3, 2, 2, 1, 1, 0, 0, 0, "ap3e"), "avg3_excl");
+  out(pool(IR_AVGPOOL2D, x, 3, 3, 2, 2, 0, 0, 1, 0, 1, "apc"), "avgceil");
+  entry_done();
+  entry("embed");
+  ValId w = input("w", ty(DT_F32, 2, 10, 4), "normal");
+  ValId idx = input("idx", ty(DT_I64, 2, 2, 3), "index10");
+  out(embedding(w, idx, "emb"), "emb");
+  out(embedding(w, cst(DT_I64, 7), "emb1"), "emb_const");
+  entry_done();
+  suite_done();
+}
+
+static double data_w[6] = {1, -2, 3.5, 0.25, -1e-3, 100};
+
+static int add_param(const char *name, Type t, int init, double a, double b, const double *data) {
+  Param pr = {0};
+  pr.name = arena_strdup(h.a, name);
+  pr.type = t;
+  pr.init = init;
+  pr.init_a = a;
+  pr.init_b = b;
+  pr.init_data = data;
+  pr.loc = L();
+  vec_push(h.a, &h.p->params, pr);
+  return h.p->params.len - 1;
+}
+
+static void suite_params(void) {
+  suite("params");
+  int pw = add_param("fc.weight", ty(DT_F32, 2, 2, 3), PINIT_DATA, 0, 0, data_w);
+  int pb = add_param("fc.bias", ty(DT_F32, 1, 2), PINIT_CONST, 0.5, 0, NULL);
+  int pz = add_param("zeros", ty(DT_F32, 1, 5), PINIT_ZERO, 0, 0, NULL);
+  int pu = add_param("u", ty(DT_F32, 1, 4000), PINIT_UNIFORM, -0.5, 1.5, NULL);
+  int pn = add_param("nrm", ty(DT_F64, 1, 4000), PINIT_NORMAL, 1, 2, NULL);
+  int pi = add_param("steps", ty(DT_I64, 0), PINIT_CONST, 7, 0, NULL);
+  entry("get");
+  out(ir_param_value(h.p, h.f, pw), "w");
+  out(ir_param_value(h.p, h.f, pb), "b");
+  out(ir_param_value(h.p, h.f, pz), "z");
+  out(ir_param_value(h.p, h.f, pu), "u");
+  out(ir_param_value(h.p, h.f, pn), "n");
+  out(ir_param_value(h.p, h.f, pi), "steps");
+  entry_done();
+  entry("forward");
+  ValId x = input("x", ty(DT_F32, 2, 4, 3), "normal");
+  ValId wv = ir_param_value(h.p, h.f, pw);
+  ValId y = matmul(x, wv, 0, 1, "fc");
+  y = bin(IR_ADD, y, ir_param_value(h.p, h.f, pb), "fc_out");
+  out(y, "out");
+  out(to_shape(IR_RESHAPE, wv, ty(DT_F32, 1, 6), "w_flat"), "w_flat");   /* view of a parameter */
+  entry_done();
+  suite_done();
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
+    return 2;
+  }
+  snprintf(outdir, sizeof outdir, "%s", argv[1]);
+  if (mkdir(outdir, 0777) && errno != EEXIST) BUG("cannot create %s", outdir);
+  suite_elem();
+  suite_reduce();
+  suite_shape();
+  suite_linalg();
+  suite_nn();
+  suite_params();
+  if (plan_errors) {
+    fprintf(stderr, "%d plan errors\n", plan_errors);
+    return 1;
+  }
+  return 0;
+}

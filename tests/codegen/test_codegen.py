@@ -1,0 +1,478 @@
+"""Tests of the C code generator (codegen_c/), memory planning (ir/plan.c) and
+DCE (ir/dce.c).
+
+cg_harness.c builds small IR programs that cover every primitive, runs
+dce + plan + cg_c_emit, and checks the memory plan. Here the generated models
+are compiled with the runtime (runtime_min/) in several configurations, run
+through the runtime's driver (`./prog run ENTRY --input a.npy ... --output
+y.npy`) and compared with numpy references. Every generated file must also
+compile warning-free under gcc and clang (-std=c11 -Wall -Wextra -Werror
+-pedantic), with and without -DCTC_HAVE_CBLAS and -fopenmp.
+"""
+import concurrent.futures
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RT = os.path.join(ROOT, "runtime_min")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUITES = ["elem", "reduce", "shape", "linalg", "nn", "params"]
+WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+JOBS = max(2, os.cpu_count() or 2)
+
+# Configurations the models are built and run in: (compiler, flags, libs).
+VARIANTS = {
+    "gcc": ("gcc", ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"], []),
+    "gcc_blas_omp": ("gcc", ["-O2", "-DCTC_HAVE_CBLAS", "-fopenmp"], ["-lopenblas"]),
+    "clang": ("clang", ["-O2"], []),
+}
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise AssertionError("command failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout, r.stderr))
+    return r
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("codegen")
+
+
+@pytest.fixture(scope="session")
+def generated(work):
+    """Builds the harness, runs it; returns the output folder."""
+    exe = str(work / "cg_harness")
+    objs = []
+    cflags = ["-std=c11", "-O1", "-g", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
+              "-fsanitize=address,undefined"]
+    srcs = ["support/arena.c", "support/source.c", "support/diag.c", "ir/builder.c", "ir/printer.c",
+            "ir/verify.c"]
+    mine = ["ir/plan.c", "ir/dce.c"] + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
+                                         if f.endswith(".c")] + ["tests/codegen/cg_harness.c"]
+
+    def cc(src, strict):
+        o = str(work / (src.replace("/", "_") + ".o"))
+        run(["gcc"] + cflags + (["-Wall", "-Wextra", "-Werror"] if strict else []) + ["-c", os.path.join(ROOT, src),
+                                                                                     "-o", o])
+        return o
+
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        objs = list(ex.map(lambda s: cc(s, False), srcs)) + list(ex.map(lambda s: cc(s, True), mine))
+    run(["gcc", "-fsanitize=address,undefined"] + objs + ["-lm", "-o", exe])
+    out = work / "out"
+    run([exe, str(out)])
+    return out
+
+
+def manifest(generated, suite):
+    with open(generated / suite / "manifest.json") as f:
+        return json.load(f)
+
+
+# ---- building the models ---------------------------------------------------------
+
+_built = {}
+
+
+def runtime_lib(work, variant):
+    cc, flags, _ = VARIANTS[variant]
+    key = ("rt", variant)
+    if key not in _built:
+        d = work / ("rt_" + variant)
+        d.mkdir(exist_ok=True)
+        srcs = sorted(f for f in os.listdir(RT) if f.endswith(".c"))
+        objs = []
+
+        def one(src):
+            o = str(d / (src[:-2] + ".o"))
+            run([cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L"] + flags + ["-I", RT, "-c", os.path.join(RT, src), "-o", o])
+            return o
+
+        with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+            objs = list(ex.map(one, srcs))
+        lib = str(d / "libctc_rt.a")
+        run(["ar", "rcs", lib] + objs)
+        _built[key] = lib
+    return _built[key]
+
+
+def program(work, generated, variant, suite):
+    key = (variant, suite)
+    if key not in _built:
+        cc, flags, libs = VARIANTS[variant]
+        lib = runtime_lib(work, variant)
+        exe = str(work / ("%s_%s" % (suite, variant)))
+        src = str(generated / suite / (suite + ".c"))
+        run([cc] + WARN + flags + ["-DCTC_MAIN", "-I", RT, src, lib] + libs + ["-lm", "-o", exe])
+        _built[key] = exe
+    return _built[key]
+
+
+# ---- inputs and references ----------------------------------------------------------
+
+DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "bool": np.bool_}
+
+
+def draw(t, rng):
+    shape, dt, dist = tuple(t["shape"]), DTYPES[t["dtype"]], t.get("dist", "normal")
+    if dist == "normal":
+        v = rng.standard_normal(shape)
+    elif dist == "normal3":
+        v = 3 * rng.standard_normal(shape)
+    elif dist == "pos":
+        v = rng.uniform(0.5, 2.0, shape)
+    elif dist == "small":
+        v = rng.integers(-2, 3, shape)
+    elif dist == "int":
+        v = rng.integers(-5, 6, shape)
+    elif dist == "bool":
+        v = rng.integers(0, 2, shape) > 0
+    elif dist.startswith("index"):
+        v = rng.integers(-2, int(dist[5:]) + 2, shape)
+    else:
+        raise ValueError(dist)
+    return np.asarray(v).astype(dt)
+
+
+def erf(x):
+    return np.vectorize(math.erf)(x.astype(np.float64))
+
+
+def sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def red(x, mask, f):
+    axes = tuple(k for k in range(x.ndim) if (mask >> k) & 1)
+    return f(x, axis=axes, keepdims=True)
+
+
+def conv2d(x, w, stride, pad, dil):
+    x = x.astype(np.float64)
+    w = w.astype(np.float64)
+    N, C, H, W = x.shape
+    O, _, KH, KW = w.shape
+    OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (W + 2 * pad[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    out = np.zeros((N, O, OH, OW))
+    for kh in range(KH):
+        for kw in range(KW):
+            h0, w0 = kh * dil[0], kw * dil[1]
+            patch = xp[:, :, h0:h0 + stride[0] * (OH - 1) + 1:stride[0], w0:w0 + stride[1] * (OW - 1) + 1:stride[1]]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, kh, kw])
+    return out
+
+
+def pool_out(n, k, s, p, d, ceil):
+    num = n + 2 * p - d * (k - 1) - 1
+    o = (-(-num // s) if ceil else num // s) + 1
+    if ceil and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def maxpool(x, k, s, p, d=(1, 1), ceil=False):
+    N, C, H, W = x.shape
+    OH, OW = pool_out(H, k[0], s[0], p[0], d[0], ceil), pool_out(W, k[1], s[1], p[1], d[1], ceil)
+    out = np.full((N, C, OH, OW), -np.inf, dtype=x.dtype)
+    for oh in range(OH):
+        for ow in range(OW):
+            for kh in range(k[0]):
+                for kw in range(k[1]):
+                    ih, iw = oh * s[0] - p[0] + kh * d[0], ow * s[1] - p[1] + kw * d[1]
+                    if 0 <= ih < H and 0 <= iw < W:
+                        out[:, :, oh, ow] = np.maximum(out[:, :, oh, ow], x[:, :, ih, iw])
+    return out
+
+
+def avgpool(x, k, s, p, cip, ceil=False):
+    N, C, H, W = x.shape
+    OH, OW = pool_out(H, k[0], s[0], p[0], 1, ceil), pool_out(W, k[1], s[1], p[1], 1, ceil)
+    out = np.zeros((N, C, OH, OW))
+    for oh in range(OH):
+        for ow in range(OW):
+            h0, w0 = oh * s[0] - p[0], ow * s[1] - p[1]
+            h1, w1 = min(h0 + k[0], H + p[0]), min(w0 + k[1], W + p[1])
+            size = (h1 - h0) * (w1 - w0)
+            h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, H), min(w1, W)
+            div = size if cip else (h1 - h0) * (w1 - w0)
+            out[:, :, oh, ow] = x[:, :, h0:h1, w0:w1].astype(np.float64).sum(axis=(2, 3)) / div
+    return out
+
+
+def chain(x):
+    t = x
+    for k in range(10):
+        t = (t * np.float32(0.5 + k)) if k % 2 else (t + np.float32(0.5 + k))
+    return t
+
+
+MASKS = [1, 2, 8, 6, 15, 10, 5, 9]
+
+# (suite, entry) -> function of the inputs (by manifest name) giving the outputs in order.
+REFS = {
+    ("elem", "unary"): lambda x: [-x, np.exp(x), np.tanh(x), sig(x), np.abs(x), erf(x), np.maximum(x, 0)],
+    ("elem", "unary_pos"): lambda x: [np.log(x), np.sqrt(x), 1 / np.sqrt(x)],
+    ("elem", "binary"): lambda a, b: [a + b, a - b, a * b, a / b, np.power(a.astype(np.float64), b), np.maximum(a, b),
+                                      np.minimum(a, b)],
+    ("elem", "bcast"): lambda a, b, c, big, row: [a + b, a * 2.5, 1 - b, np.maximum(a, 0), b / c, (big + row) * -0.5],
+    ("elem", "compare"): lambda a, b, cond: [a == b, a != b, a < b, a <= b, a > 0, a >= b, np.where(a > b, a, b),
+                                             np.where(cond, a, np.float32(-1))],
+    ("elem", "casts"): lambda x, i: [np.trunc(x).astype(np.int64), i.astype(np.float32), x != 0,
+                                     (x != 0).astype(np.float32), x.astype(np.float64), i + 3, np.maximum(i, 0),
+                                     np.abs(i), i.astype(np.int32)],
+    ("elem", "chain"): lambda x: [chain(x)],
+    ("elem", "f64"): lambda x: [np.exp(x) + 0.1, sig(x)],
+    ("reduce", "sums"): lambda x: [red(x.astype(np.float64), m, np.sum) for m in MASKS],
+    ("reduce", "maxes"): lambda x: [red(x, m, np.max) for m in MASKS],
+    ("reduce", "columns"): lambda x, y: [red(x.astype(np.float64), 1, np.sum), red(x, 1, np.max),
+                                         red(x.astype(np.float64), 2, np.sum), red(y.astype(np.float64), 5, np.sum),
+                                         red(y, 2, np.max)],
+    ("reduce", "typed"): lambda d, i: [red(d, 2, np.sum), red(d, 1, np.max), red(i, 1, np.sum), red(i, 3, np.max)],
+    ("shape", "moves"): lambda x, m, s, c1, c2, c3, bsrc: [
+        x.transpose(2, 0, 1), x.transpose(0, 2, 1), m.T, s[1::2, ::3, 2:7], s[:, :, 3:7],
+        np.concatenate([c1, c2, c3], 1), np.concatenate([c1, c1], 0), np.concatenate([c2, c2], 2),
+        np.broadcast_to(bsrc, (2, 3, 4)), np.full((2, 3), 7, np.float32)],
+    ("shape", "views"): lambda x: [
+        x.reshape(6, 4) + 1, x.reshape(6, 4), np.exp(x).reshape(4, 6) + (x * x).reshape(4, 6), np.exp(x).reshape(24),
+        np.full((1, 1), 3, np.float32), np.float32(0.25), 3 + 2 * np.arange(7, dtype=np.float32), np.arange(5)],
+    ("shape", "names"): lambda x: [((-x) + x) + (-x) + x],
+    ("linalg", "mm"): lambda a, at, b, bt: [a @ b, at.T @ b, a @ bt.T, at.T @ bt.T],
+    ("linalg", "bmm"): lambda x, w, wb, x1, q, k: [x @ w, x @ wb, x1 @ wb, q.transpose(0, 2, 1) @ k.transpose(0, 2, 1),
+                                                  k @ q],
+    ("linalg", "big"): lambda a, b, bt: [a.astype(np.float64) @ b, a.astype(np.float64) @ bt.T],
+    ("linalg", "conv"): lambda x, w, w1, one: [
+        conv2d(x, w, (1, 1), (0, 0), (1, 1)), conv2d(x, w, (2, 2), (1, 1), (1, 1)), conv2d(x, w, (1, 2), (2, 1), (2, 1)),
+        conv2d(x, w1, (1, 1), (0, 0), (1, 1)), conv2d(x, w1, (2, 2), (0, 0), (1, 1)),
+        conv2d(one, w, (1, 1), (1, 1), (1, 1))],
+    ("linalg", "dmm"): lambda d1, d2: [d1 @ d2],
+    ("nn", "pools"): lambda x: [
+        maxpool(x, (2, 2), (2, 2), (0, 0)), maxpool(x, (3, 3), (2, 2), (1, 1)), maxpool(x, (3, 2), (1, 2), (1, 0), (2, 1)),
+        maxpool(x, (3, 3), (2, 2), (0, 0), ceil=True), avgpool(x, (2, 2), (2, 2), (0, 0), True),
+        avgpool(x, (3, 3), (2, 2), (1, 1), True), avgpool(x, (3, 3), (2, 2), (1, 1), False),
+        avgpool(x, (3, 3), (2, 2), (0, 0), True, ceil=True)],
+    ("nn", "embed"): lambda w, idx: [w[np.clip(idx, 0, 9)], w[7]],
+}
+
+CASES = sorted(REFS)
+
+
+def call(exe, entry, tmp, inputs, outs, extra=()):
+    args = [exe, "run", entry] + list(extra)
+    for k, v in enumerate(inputs):
+        p = str(tmp / ("in%d.npy" % k))
+        np.save(p, v)
+        args += ["--input", p]
+    paths = [str(tmp / ("out%d.npy" % k)) for k in range(len(outs))]
+    for p in paths:
+        args += ["--output", p]
+    env = dict(os.environ, OMP_NUM_THREADS="2", ASAN_OPTIONS="detect_leaks=0")
+    run(args, env=env)
+    return [np.load(p) for p in paths]
+
+
+def check(got, want, spec, tol):
+    want = np.asarray(want)
+    assert list(got.shape) == spec["shape"], (spec["name"], got.shape, spec["shape"])
+    assert got.dtype == DTYPES[spec["dtype"]], (spec["name"], got.dtype)
+    if got.dtype.kind in "fc":
+        np.testing.assert_allclose(got, want.astype(got.dtype), rtol=tol, atol=tol, err_msg=spec["name"])
+    else:
+        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=spec["name"])
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("suite,entry", CASES)
+def test_entry(work, generated, tmp_path, variant, suite, entry):
+    cc = VARIANTS[variant][0]
+    if not have(cc):
+        pytest.skip(cc + " not installed")
+    exe = program(work, generated, variant, suite)
+    ent = next(e for e in manifest(generated, suite)["entries"] if e["name"] == entry)
+    rng = np.random.default_rng(zlib.crc32((suite + "/" + entry).encode()))
+    inputs = [draw(t, rng) for t in ent["inputs"]]
+    got = call(exe, entry, tmp_path, inputs, ent["outputs"])
+    want = REFS[(suite, entry)](*inputs)
+    tol = 1e-4 if suite in ("reduce", "linalg", "nn") else 1e-5
+    assert len(got) == len(want) == len(ent["outputs"])
+    for g, w, spec in zip(got, want, ent["outputs"]):
+        check(g, w, spec, tol)
+
+
+def test_every_entry_has_a_reference(generated):
+    for s in SUITES:
+        for e in manifest(generated, s)["entries"]:
+            assert (s, e["name"]) in REFS or s == "params", (s, e["name"])
+
+
+# ---- warnings: every configuration, both compilers ------------------------------------
+
+def test_warning_free(generated):
+    jobs = []
+    for cc in ("gcc", "clang"):
+        if not have(cc):
+            continue
+        for flags in ([], ["-DCTC_HAVE_CBLAS"], ["-fopenmp"], ["-DCTC_HAVE_CBLAS", "-fopenmp"]):
+            for s in SUITES:
+                jobs.append([cc] + WARN + ["-O2", "-fsyntax-only" if cc == "clang" else "-c", "-o", os.devnull] + flags +
+                            ["-I", RT, str(generated / s / (s + ".c"))])
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        results = list(ex.map(lambda c: subprocess.run(c, capture_output=True, text=True), jobs))
+    bad = [" ".join(c) + "\n" + r.stderr for c, r in zip(jobs, results) if r.returncode or r.stderr]
+    assert not bad, "\n".join(bad)
+
+
+def test_header_compiles_alone(generated, tmp_path):
+    src = tmp_path / "use.c"
+    src.write_text('#include "shape.h"\nint main(void) { return (int)shape_arena_bytes() == 0; }\n')
+    run(["gcc"] + WARN + ["-I", str(generated / "shape"), "-I", RT, "-c", str(src), "-o", os.devnull])
+
+
+# ---- structure of the generated code -------------------------------------------------
+
+def test_deterministic(generated, work):
+    out2 = work / "out2"
+    run([str(work / "cg_harness"), str(out2)])
+    for s in SUITES:
+        for f in (s + ".c", s + ".h", "manifest.json"):
+            assert (generated / s / f).read_bytes() == (out2 / s / f).read_bytes(), f
+
+
+def test_dce_and_views(generated):
+    c = (generated / "shape" / "shape.c").read_text()
+    assert "dead_value" not in c                     # unused tanh removed by DCE
+    assert "a view, no code" in c                    # reshapes are views
+    assert "const float *restrict x_flat = x;" in c  # view of an input reads the caller's memory
+    assert "model.py:" in c                          # ops point back at the model
+
+
+def test_api(generated):
+    h = (generated / "params" / "params.h").read_text()
+    for decl in ["typedef struct params_t {", "size_t params_arena_bytes(void);",
+                 "int params_init(params_t *m, void *arena, size_t bytes);",
+                 "int params_load(params_t *m, const char *safetensors_path);",
+                 "int params_save(const params_t *m, const char *path);",
+                 "int params_forward(params_t *m, const float *x, float *out, float *w_flat);",
+                 "extern const ctc_model_desc params_desc;"]:
+        assert decl in h, decl
+    c = (generated / "params" / "params.c").read_text()
+    assert "#ifdef CTC_MAIN" in c and "ctc_main(argc, argv, &params_desc)" in c
+
+
+def test_plan_reuses_memory(generated):
+    plan = (generated / "elem" / "plan.txt").read_text()
+    line = next(l for l in plan.splitlines() if l.startswith("func chain "))
+    peak = int(line.split()[3])
+    assert peak <= 2 * 4032, plan    # 10 ops on 4000 bytes: two slots, ping-pong
+
+
+def test_names_are_sanitised(generated):
+    c = (generated / "shape" / "shape.c").read_text()
+    assert "int shape_names(shape_t *m, const float *int_1, float *return_1)" in c
+    assert "v_shape_init" in c
+
+
+# ---- parameters: init, load, save -------------------------------------------------
+
+ST_DTYPES = {"f32": ("F32", np.float32), "f64": ("F64", np.float64), "i64": ("I64", np.int64)}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, (dt, arr) in tensors.items():
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dt = {"F32": np.float32, "F64": np.float64, "I64": np.int64}[t["dtype"]]
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=dt).reshape(t["shape"])
+    return out
+
+
+@pytest.mark.parametrize("variant", ["gcc", "gcc_blas_omp"])
+def test_params(work, generated, tmp_path, variant):
+    exe = program(work, generated, variant, "params")
+    w, b, z, u, n, steps = call(exe, "get", tmp_path, [], range(6))
+    np.testing.assert_array_equal(w, np.array([1, -2, 3.5, 0.25, -1e-3, 100], np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(b, [0.5, 0.5])
+    np.testing.assert_array_equal(z, np.zeros(5))
+    assert u.dtype == np.float32 and u.min() >= -0.5 and u.max() < 1.5 and abs(u.mean() - 0.5) < 0.05
+    assert n.dtype == np.float64 and abs(n.mean() - 1) < 0.15 and abs(n.std() - 2) < 0.15
+    assert steps.shape == () and steps == 7
+    again = call(exe, "get", tmp_path, [], range(6))
+    np.testing.assert_array_equal(again[3], u)       # the init RNG is deterministic
+
+    x = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    out, w_flat = call(exe, "forward", tmp_path, [x], range(2))
+    np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(w_flat, w.reshape(6))
+
+    rng = np.random.default_rng(2)
+    new = {"fc.weight": ("F32", rng.standard_normal((2, 3)).astype(np.float32)),
+           "fc.bias": ("F32", rng.standard_normal(2).astype(np.float32)),
+           "zeros": ("F32", np.ones(5, np.float32)), "u": ("F32", np.zeros(4000, np.float32)),
+           "nrm": ("F64", np.zeros(4000)), "steps": ("I64", np.array(3, np.int64))}
+    wpath, spath = str(tmp_path / "w.safetensors"), str(tmp_path / "saved.safetensors")
+    write_safetensors(wpath, new)
+    out, w_flat = call(exe, "forward", tmp_path, [x], range(2), ["--weights", wpath, "--save", spath])
+    nw, nb = new["fc.weight"][1], new["fc.bias"][1]
+    np.testing.assert_allclose(out, x @ nw.T + nb, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(w_flat, nw.reshape(6))
+    saved = read_safetensors(spath)
+    for k, (_, v) in new.items():
+        np.testing.assert_array_equal(saved[k], v)
+
+
+# ---- the numpy references themselves, against PyTorch where it is installed ----------
+
+def test_references_match_torch():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    for s, p, d in [((1, 1), (0, 0), (1, 1)), ((2, 2), (1, 1), (1, 1)), ((1, 2), (2, 1), (2, 1))]:
+        np.testing.assert_allclose(conv2d(x, w, s, p, d), F.conv2d(tx, tw, stride=s, padding=p, dilation=d).numpy(),
+                                   rtol=1e-4, atol=1e-4)
+    x = x[:, :, :8, :9].copy()
+    tx = torch.from_numpy(x)
+    for k, s, p, d, ceil in [((3, 3), (2, 2), (1, 1), (1, 1), False), ((3, 2), (1, 2), (1, 0), (2, 1), False),
+                             ((3, 3), (2, 2), (0, 0), (1, 1), True)]:
+        np.testing.assert_allclose(maxpool(x, k, s, p, d, ceil),
+                                   F.max_pool2d(tx, k, s, p, d, ceil_mode=ceil).numpy())
+    for k, s, p, cip, ceil in [((3, 3), (2, 2), (1, 1), True, False), ((3, 3), (2, 2), (1, 1), False, False),
+                               ((3, 3), (2, 2), (0, 0), True, True)]:
+        np.testing.assert_allclose(avgpool(x, k, s, p, cip, ceil),
+                                   F.avg_pool2d(tx, k, s, p, ceil_mode=ceil, count_include_pad=cip).numpy(),
+                                   rtol=1e-5, atol=1e-6)
