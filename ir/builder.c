@@ -139,6 +139,11 @@ void ir_add_output(Program *p, Func *f, ValId v, const char *name) {
   vec_push(p->arena, &f->out_names, arena_strdup(p->arena, name));
 }
 
+void ir_add_update(Program *p, Func *f, int param, ValId v) {
+  vec_push(p->arena, &f->updates, v);
+  vec_push(p->arena, &f->update_params, param);
+}
+
 void ir_compact(Func *f) {
   int n = 0;
   for (int i = 0; i < f->insts.len; i++) {

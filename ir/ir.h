@@ -88,13 +88,26 @@ typedef struct Inst {
   int dead;           /* set by passes that delete; removed by ir_compact */
 } Inst;
 
+/* What an entry is for; the runtime driver picks entries by kind. */
+typedef enum FuncKind {
+  FK_FORWARD,      /* inference: inputs -> outputs */
+  FK_TRAIN,        /* a training step: (data, labels) -> loss, updates parameters */
+  FK_FUNCTION,     /* any other compiled function */
+} FuncKind;
+
 typedef struct Func {
   const char *name;           /* entry name: "forward" */
+  FuncKind kind;
   Vec(Value) values;
   Vec(Inst) insts;            /* in execution order */
   Vec(ValId) inputs;          /* V_INPUT values in argument order */
   Vec(ValId) outputs;         /* returned values */
   Vec(const char *) out_names;/* one per output ("out", "loss") */
+  /* State written back when the entry finishes (training steps): parameter
+   * update_params[i] (a Program.params index) := value updates[i]. All reads
+   * of the old values happen before any write. */
+  Vec(ValId) updates;
+  Vec(int) update_params;
   Span loc;                   /* the def in model.py */
 } Func;
 
@@ -103,6 +116,8 @@ typedef struct Param {
   const char *name;           /* state_dict name: "conv1.weight" */
   Type type;
   int is_buffer;              /* register_buffer rather than nn.Parameter */
+  int is_state;               /* optimizer state ("optimizer.<param>.momentum_buffer"):
+                                 saved and loaded with the weights, not a model tensor */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
@@ -130,6 +145,8 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name);
 ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc);
 void ir_add_output(Program *p, Func *f, ValId v, const char *name);
+/* At the end of f, parameter `param` := v (type must equal the parameter's). */
+void ir_add_update(Program *p, Func *f, int param, ValId v);
 static inline Value *ir_val(Func *f, ValId v) { return &f->values.data[v]; }
 static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; }
 /* Remove instructions marked dead (values keep their ids). */

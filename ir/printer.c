@@ -14,8 +14,10 @@ static int nattrs(const Func *f, const Inst *in) {
   case IR_SLICE: return 2 * r->ndim;
   case IR_MATMUL: return 2;
   case IR_CONV2D: return 6;
-  case IR_MAXPOOL2D: return 8;
-  case IR_AVGPOOL2D: return 7;
+  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: return 8;
+  case IR_AVGPOOL2D: case IR_AVGPOOL2D_BWD: return 7;
+  case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT: return 6;
+  case IR_UNSLICE: return 2 * f->values.data[in->args[0]].type.ndim;
   default: return 0;
   }
 }
@@ -55,6 +57,11 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
     }
     fprintf(out, " : %s", ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
     if (in->loc.file) fprintf(out, "    ; line %d", in->loc.line);
+    fprintf(out, "\n");
+  }
+  for (int i = 0; i < f->updates.len; i++) {
+    fprintf(out, "  update \"%s\" := ", p->params.data[f->update_params.data[i]].name);
+    print_val(out, f, f->updates.data[i]);
     fprintf(out, "\n");
   }
   fprintf(out, "  return");

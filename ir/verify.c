@@ -151,6 +151,28 @@ static int check_shape(V *v) {
     if (a->ndim != 4 || r->ndim != 4 || r->dims[0] != a->dims[0] || r->dims[1] != a->dims[1])
       return fail(v, "pool needs 4-D tensors");
     return 0;
+  case IR_UNSLICE: {
+    if (a->ndim != r->ndim) return fail(v, "unslice changes rank");
+    for (int i = 0; i < r->ndim; i++) {
+      int64_t st = in->attr[2 * i], sp = in->attr[2 * i + 1];
+      if (st < 0 || sp <= 0 || st + (a->dims[i] - 1) * sp >= r->dims[i])
+        return fail(v, "unslice out of range on axis %d", i);
+    }
+    return 0;
+  }
+  case IR_CONV2D_BWD_INPUT:
+  case IR_CONV2D_BWD_WEIGHT:
+    if (a->ndim != 4 || T(v, 1)->ndim != 4 || r->ndim != 4) return fail(v, "conv2d gradients need 4-D tensors");
+    return 0;
+  case IR_MAXPOOL2D_BWD:
+    if (!ir_type_eq(a, r) || T(v, 1)->ndim != 4) return fail(v, "maxpool2d_bwd types");
+    return 0;
+  case IR_AVGPOOL2D_BWD:
+    if (a->ndim != 4 || r->ndim != 4) return fail(v, "avgpool2d_bwd needs 4-D tensors");
+    return 0;
+  case IR_EMBEDDING_BWD:
+    if (a->dtype != DT_I64 || r->ndim != 2 || T(v, 1)->ndim != a->ndim + 1) return fail(v, "embedding_bwd types");
+    return 0;
   case IR_EMBEDDING: {
     const Type *ix = T(v, 1);
     if (a->ndim != 2 || ix->dtype != DT_I64 || r->ndim != ix->ndim + 1) return fail(v, "embedding types");
@@ -200,6 +222,13 @@ int ir_verify(const Program *p, const Func *f, FILE *out) {
   v.in = NULL;
   for (int i = 0; i < f->outputs.len && !rc; i++)
     if (f->outputs.data[i] < 0 || !defined[f->outputs.data[i]]) rc = fail(&v, "output %d undefined", i);
+  for (int i = 0; i < f->updates.len && !rc; i++) {
+    ValId u = f->updates.data[i];
+    int pi = f->update_params.data[i];
+    if (u < 0 || !defined[u]) rc = fail(&v, "update %d undefined", i);
+    else if (pi < 0 || pi >= p->params.len || !ir_type_eq(&f->values.data[u].type, &p->params.data[pi].type))
+      rc = fail(&v, "update %d does not match its parameter", i);
+  }
   free(defined);
   return rc;
 }

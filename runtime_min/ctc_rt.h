@@ -85,12 +85,16 @@ int ctc_read_file(const char *path, void **buf, size_t *size, ctc_error *err);
 
 /* One generated entry point, called generically: inputs[i] points at the data
  * of inputs desc i, outputs[j] at caller-owned storage for output j. */
+/* What an entry is for (the driver's `train` looks for CTC_ENTRY_TRAIN). */
+enum { CTC_ENTRY_FORWARD = 0, CTC_ENTRY_TRAIN = 1, CTC_ENTRY_FUNCTION = 2 };
+
 typedef struct ctc_entry {
   const char *name;              /* "forward", "train_step", ... */
   int ninputs, noutputs;
   const ctc_tensor *inputs;      /* names, dtypes, shapes (offset unused) */
   const ctc_tensor *outputs;
   int (*call)(void *model, const void *const *inputs, void *const *outputs);
+  int kind;                      /* CTC_ENTRY_*; TRAIN: inputs (data, labels), output 0 = loss */
 } ctc_entry;
 
 typedef struct ctc_model_desc {

@@ -110,10 +110,10 @@ static const ctc_tensor mix_out[] = {
     {.name = "z", .dtype = CTC_BOOL, .ndim = 1, .shape = {4}},
 };
 static const ctc_entry entries[] = {
-    {"forward", 1, 1, fwd_in, fwd_out, fake_forward},
-    {"bump", 2, 0, bump_in, NULL, fake_bump},
-    {"mix", 5, 5, mix_in, mix_out, fake_mix},
-    {"fail", 0, 0, NULL, NULL, fake_fail},
+    {"forward", 1, 1, fwd_in, fwd_out, fake_forward, CTC_ENTRY_FORWARD},
+    {"bump", 2, 0, bump_in, NULL, fake_bump, CTC_ENTRY_FORWARD},
+    {"mix", 5, 5, mix_in, mix_out, fake_mix, CTC_ENTRY_FORWARD},
+    {"fail", 0, 0, NULL, NULL, fake_fail, CTC_ENTRY_FORWARD},
 };
 
 static const ctc_model_desc desc = {
