@@ -32,6 +32,9 @@ static const char *usage =
     "  --model NAME            the nn.Module class or module-level instance to compile\n"
     "                          (default: the module-level `model`, else the only nn.Module class)\n"
     "  --name PREFIX           C prefix of generated symbols (default: the class name, lower-case)\n"
+    "  --entry NAME            also compile the module-level function NAME as an entry (repeatable;\n"
+    "                          default: every function that calls backward(), step() or\n"
+    "                          torch.autograd.grad, e.g. a train_step)\n"
     "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
     "                          repeatable; wins over example_inputs in the file\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
@@ -49,6 +52,7 @@ typedef struct Opts {
   int stats, no_blas, no_openmp;
   LowerOptions lower;
   InputSpec inputs[32];
+  const char *entries[256];
 } Opts;
 
 static double now_ms(void) {
@@ -79,6 +83,14 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       if (!(o->lower.model = NEXT())) return -1;
     } else if (!strcmp(s, "--name")) {
       if (!(o->lower.prefix = NEXT())) return -1;
+    } else if (!strcmp(s, "--entry")) {
+      const char *e = NEXT();
+      if (!e) return -1;
+      if (o->lower.nentries == 256) {
+        diag_plain(d, "too many --entry options");
+        return -1;
+      }
+      o->entries[o->lower.nentries++] = e;
     } else if (!strcmp(s, "--cc")) {
       if (!(o->cc = NEXT())) return -1;
     } else if (!strcmp(s, "--input")) {
@@ -113,6 +125,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
 #undef NEXT
   }
   o->lower.inputs = o->inputs;
+  o->lower.entries = o->entries;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

@@ -132,8 +132,17 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
       if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
     return NULL;
   }
-  if (strcmp(m, "torch.nn.functional") == 0)
-    return find_in_range(L, BI_F_RELU, BI_F_SCALED_DOT_PRODUCT_ATTENTION, name, NULL);
+  if (strcmp(m, "torch.nn.functional") == 0) {
+    PV *f = find_in_range(L, BI_F_RELU, BI_F_SCALED_DOT_PRODUCT_ATTENTION, name, NULL);
+    return f ? f : find_in_range(L, BI_F_CROSS_ENTROPY, BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS, name, NULL);
+  }
+  if (strcmp(m, "torch.optim") == 0) {
+    for (int i = BI_O_SGD; i <= BI_O_ADADELTA; i++)
+      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
+    if (strcmp(name, "lr_scheduler") == 0) return pv_ns(L, "torch.optim.lr_scheduler");
+    return NULL;
+  }
+  if (strcmp(m, "torch.autograd") == 0) return strcmp(name, "grad") == 0 ? pv_builtin(L, BI_AG_GRAD, "grad", NULL) : NULL;
   if (strcmp(m, "torch.nn.init") == 0) return find_in_range(L, BI_I_NORMAL_, BI_I_KAIMING_UNIFORM_, name, NULL);
   if (strcmp(m, "math") == 0) {
     if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
@@ -143,7 +152,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     return find_in_range(L, BI_M_SQRT, BI_M_PROD, name, NULL);
   }
   if (strcmp(m, "dataclasses") == 0) return find_in_range(L, BI_DATACLASS, BI_FIELD, name, NULL);
-  if (strcmp(m, "torch.optim") == 0 || strcmp(m, "torch.autograd") == 0) return NULL;
+  if (strcmp(m, "torch.optim.lr_scheduler") == 0) return NULL;
   if (strcmp(m, "typing") == 0) return pv_none(L);
   /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
    * module, so files that import it still compile as long as compiled code
@@ -210,14 +219,12 @@ static PV *module_call(L *L, PV *fn, Args *A) {
       if (self->mod->regs.data[i].kind == REG_CHILD) pv_list_append(L, out, self->mod->regs.data[i].val);
     return out;
   }
-  case BI_MOD_TRAIN:
+  case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
     bind_args(L, A, "mode=", a);
-    if (L->fn) lower_error(L, A->at, "model.train() inside compiled code is not supported; train/eval mode is fixed per entry");
     set_training(self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1);
     return self;
   case BI_MOD_EVAL:
     bind_args(L, A, "", a);
-    if (L->fn) lower_error(L, A->at, "model.eval() inside compiled code is not supported; train/eval mode is fixed per entry");
     set_training(self, 0);
     return self;
   case BI_MOD_APPLY: {
@@ -249,7 +256,10 @@ static PV *module_call(L *L, PV *fn, Args *A) {
     if (a[0]->k != PV_STR) lower_error(L, A->at, "name must be a string");
     module_setattr(L, A->at, self, a[0]->s, a[1]);
     return pv_none(L);
-  case BI_MOD_ZERO_GRAD: return pv_none(L);
+  case BI_MOD_ZERO_GRAD: /* model.zero_grad(): like optimizer.zero_grad() */
+    L->pending.len = L->pending_seed.len = 0;
+    L->zeroed = 1;
+    return pv_none(L);
   case BI_MOD_TO: return self;
   default: break;
   }

@@ -283,6 +283,11 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
+    if (obj->cls && obj->cls->bi >= BI_O_SGD && obj->cls->bi <= BI_O_ADADELTA) {
+      if (strcmp(name, "zero_grad") == 0) return pv_builtin(L, BI_OPT_ZERO_GRAD, "zero_grad", obj);
+      if (strcmp(name, "step") == 0) return pv_builtin(L, BI_OPT_STEP, "step", obj);
+      return NULL;
+    }
     if (obj->mod && strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);

@@ -125,8 +125,13 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
     t->requires_grad = a[1] ? arg_bool(L, at, a[1], "requires_grad") : 1;
     return pv_tensor(L, t);
   }
+  if (bi >= BI_O_SGD && bi <= BI_O_ADADELTA) return optim_construct(L, cls, A);
   if (L->fn) lower_error(L, at, "creating layers inside compiled code is not supported; create them in __init__");
   PV *o = module_new(L, cls);
+  if (loss_fn_of_class(bi)) {
+    loss_construct(L, o, loss_fn_of_class(bi), A);
+    return o;
+  }
   switch (bi) {
   case BI_C_LINEAR: {
     bind_args(L, A, "in_features,out_features,bias=,device=,dtype=", a);
@@ -310,6 +315,7 @@ PV *layer_forward(L *L, PV *o, Args *A) {
     for (int i = 0; i < n; i++) x = call_value(L, at, items[i], &x, 1, NULL, NULL, 0);
     return x;
   }
+  if (loss_fn_of_class(bi)) return loss_module_forward(L, o, loss_fn_of_class(bi), A);
   bind_args(L, A, "input", a);
   PV *x = a[0];
   if (x->k != PV_TENSOR) lower_error(L, at, "%s expects a tensor input, got '%s'", o->cls->s, pv_kind_name(x));

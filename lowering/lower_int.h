@@ -121,6 +121,12 @@ struct L {
   int nstack;
   int no_grad;           /* inside `with torch.no_grad()` */
   Env *env;              /* the current local scope */
+  /* staging a training function (training.c) */
+  Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
+  Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
+  int zeroed;            /* zero_grad() was called in this function */
+  int stepped;           /* optimizer.step() was called */
+  ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
   PV *retval;            /* value of the last `return` */
 };
 
@@ -201,6 +207,18 @@ PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
+
+/* ---- losses.c / training.c ---- */
+int loss_fn_of_class(int cls);                      /* BI_C_*LOSS -> BI_F_* or 0 */
+PV *loss_functional(L *L, int fn, Args *A);
+void loss_construct(L *L, PV *o, int fn, Args *A);
+PV *loss_module_forward(L *L, PV *o, int fn, Args *A);
+PV *optim_construct(L *L, PV *cls, Args *A);       /* torch.optim.SGD(...) */
+PV *optim_call(L *L, PV *fn, Args *A);             /* optimizer.step() / zero_grad() */
+PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
+PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
+/* Stage a module-level function as an entry (train_step, ...). */
+void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
 
 /* ---- tensor.c ---- */
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */

@@ -71,11 +71,57 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
     }
 }
 
+/* Save (save=1) or restore the training flags of a module tree, in walk order. */
+typedef Vec(int) IntVec;
+
+static void training_flags(L *L, PV *obj, IntVec *flags, int *pos, int save) {
+  if (save) vec_push(L->a, flags, obj->mod->training);
+  else obj->mod->training = flags->data[(*pos)++];
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
+      training_flags(L, obj->mod->regs.data[i].val, flags, pos, save);
+}
+
 static void set_eval(PV *obj) {
   obj->mod->training = 0;
   for (int i = 0; i < obj->mod->regs.len; i++)
     if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
       set_eval(obj->mod->regs.data[i].val);
+}
+
+/* Does this function's body call .backward(), .step() or autograd.grad? */
+static int mentions_training(const Node *n) {
+  if (!n) return 0;
+  if (n->kind == N_CALL && n->a && n->a->kind == N_ATTR &&
+      (!strcmp(n->a->name, "backward") || !strcmp(n->a->name, "step") ||
+       (!strcmp(n->a->name, "grad") && n->a->a && n->a->a->kind == N_ATTR && !strcmp(n->a->a->name, "autograd"))))
+    return 1;
+  if (mentions_training(n->a) || mentions_training(n->b) || mentions_training(n->c)) return 1;
+  const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++)
+      if (mentions_training(vs[k]->data[i])) return 1;
+  return 0;
+}
+
+static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top) {
+  PV *examples = env_get(L->globals, "example_inputs");
+  for (int i = 0; i < opt->nentries; i++) {
+    const char *name = opt->entries[i];
+    if (!strcmp(name, "forward")) continue;
+    PV *f = env_get(L->globals, name);
+    if (!f || f->k != PV_FUNC)
+      lower_error(L, top, "--entry %s: no module-level function of that name in the file", name);
+    stage_function(L, name, f, opt, examples);
+  }
+  if (opt->nentries) return;
+  for (int i = 0; i < module->body.len; i++) {
+    Node *s = module->body.data[i];
+    if (s->kind != N_FUNCDEF || !mentions_training(s)) continue;
+    PV *f = env_get(L->globals, s->name);
+    if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
+    stage_function(L, s->name, f, opt, examples);
+  }
 }
 
 static Span file_span(const SrcFile *f) {
@@ -87,7 +133,21 @@ static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
   if (opt->model) {
     PV *v = env_get(L->globals, opt->model);
     if (!v) lower_error(L, top, "--model %s: no class or module-level object of that name in the file", opt->model);
-    if (v->k == PV_CLASS && !v->bi) return call_value(L, v->node->span, v, NULL, 0, NULL, NULL, 0);
+    if (v->k == PV_CLASS && !v->bi) {
+      /* the file's own instance, if it made exactly one: the functions it
+       * compiles (train_step, ...) use that object */
+      PV *inst = NULL;
+      int n = 0;
+      for (int i = 0; i < L->globals->vals.len; i++) {
+        PV *g = L->globals->vals.data[i];
+        if (pv_is_module(g) && g->cls == v && g != inst) {
+          inst = g;
+          n++;
+        }
+      }
+      if (n == 1) return inst;
+      return call_value(L, v->node->span, v, NULL, 0, NULL, NULL, 0);
+    }
     if (pv_is_module(v)) return v;
     lower_error(L, top, "--model %s names a %s, not an nn.Module class or instance", opt->model, pv_kind_name(v));
   }
@@ -126,13 +186,8 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   }
   Node *def = fwd->fn->node;
   PV *examples = env_get(L->globals, "example_inputs");
+  if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
-  for (int i = 0; i < opt->ninputs; i++) {
-    int found = 0;
-    for (int k = 1; k < def->list.len; k++) found |= def->list.data[k]->name && !strcmp(def->list.data[k]->name, opt->inputs[i].name);
-    if (!found)
-      lower_error(L, def->span, "--input %s: forward has no parameter named '%s'", opt->inputs[i].name, opt->inputs[i].name);
-  }
   Func *f = ir_func_new(L->prog, "forward", def->span);
   L->fn = f;
   PV *args[32];
@@ -196,7 +251,25 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->prog->class_name = model->cls->s;
   L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
   build_state_dict(L, model, "");
+  /* forward is the inference entry: eval mode; training functions see the mode
+   * the module-level code left (PyTorch's default: training) */
+  IntVec flags = {0};
+  int pos = 0;
+  training_flags(L, model, &flags, &pos, 1);
   set_eval(model);
   stage_forward(L, model, opt, top);
+  training_flags(L, model, &flags, &pos, 0);
+  stage_entries(L, module, opt, top);
+  /* every --input must name a parameter of some entry */
+  for (int i = 0; i < opt->ninputs; i++) {
+    int found = 0;
+    for (int k = 0; k < L->prog->funcs.len && !found; k++) {
+      Func *f = L->prog->funcs.data[k];
+      for (int j = 0; j < f->inputs.len; j++) found |= !strcmp(ir_val(f, f->inputs.data[j])->name, opt->inputs[i].name);
+    }
+    if (!found)
+      lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",
+                  opt->inputs[i].name, opt->inputs[i].name);
+  }
   return L->prog;
 }

@@ -23,6 +23,10 @@ typedef struct LowerOptions {
   const char *prefix;       /* --name: C prefix of generated symbols; NULL = from the class */
   int ninputs;
   const InputSpec *inputs;  /* --input specs (win over example_inputs in the file) */
+  int nentries;
+  const char *const *entries; /* --entry NAME: module-level functions to compile as entries;
+                                 none given: every function that calls backward()/step()/
+                                 torch.autograd.grad */
 } LowerOptions;
 
 /* Parse "x=f32[64,1,28,28]" (dtype optional, default f32). 0 ok, -1 bad syntax. */

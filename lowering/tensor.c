@@ -34,6 +34,7 @@ ValId t_val(L *L, Span at, PV *x) {
   if (t->slot) {
     if (t->slot->index < 0)
       lower_error(L, at, "this tensor is a parameter of a module that is not part of the model");
+    if (L->param_cur && L->param_cur[t->slot->index] >= 0) return L->param_cur[t->slot->index]; /* after a step */
     return ir_param_value(L->prog, L->fn, t->slot->index);
   }
   if (t->data) {

@@ -582,12 +582,14 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     return t_const_tensor(L, at, r, bi == BI_T_NEW_ONES);
   }
   case BI_T_ITEM:
+    /* In a training function, `return loss.item()` hands the scalar to the caller. */
+    if (L->fn && L->fn->kind != FK_FORWARD && t.ndim == 0) return x;
+    /* fall through */
   case BI_T_TOLIST:
   case BI_T_NUMPY:
     lower_error(L, at, "'.%s()' reads a tensor's value on the host; that cannot be compiled into the model "
                        "(compute it in the driver from the output instead)", bi_names[bi]);
-  case BI_T_BACKWARD:
-    lower_error(L, at, "'.backward()' is only supported in a training function (not yet implemented)");
+  case BI_T_BACKWARD: return tensor_backward(L, x, A);
   case BI_T_FILL_:
   case BI_T_ADD_:
   case BI_T_MUL_:
@@ -721,6 +723,9 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   int bi = fn->bi;
   if (bi >= BI_I_NORMAL_ && bi <= BI_I_KAIMING_UNIFORM_) return init_fn(L, bi, A);
   if (bi >= BI_F_RELU && bi <= BI_F_SCALED_DOT_PRODUCT_ATTENTION) return functional(L, bi, A);
+  if (bi >= BI_F_CROSS_ENTROPY && bi <= BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS) return loss_functional(L, bi, A);
+  if (bi == BI_OPT_ZERO_GRAD || bi == BI_OPT_STEP) return optim_call(L, fn, A);
+  if (bi == BI_AG_GRAD) return autograd_grad(L, A);
   switch (bi) {
   case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:
   case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:

@@ -1,0 +1,35 @@
+/* ad_int.h - internals of autograd_ad: the emission context the rules use. */
+#ifndef CTC_AD_INT_H
+#define CTC_AD_INT_H
+
+#include "autograd.h"
+
+typedef struct Ad {
+  Program *p;
+  Func *f;
+  Span loc;        /* span of the instruction being differentiated */
+} Ad;
+
+/* A VJP rule: given the (copied) forward instruction and the adjoint g of its
+ * result, set dargs[k] to the adjoint contribution for operand k, for every k
+ * with need[k] set (leave -1 where there is none). Shapes of dargs[k] equal the
+ * operand's. */
+typedef void (*VjpRule)(Ad *ad, const Inst *in, ValId g, const int *need, ValId *dargs);
+extern const VjpRule ad_vjp_rules[IR__COUNT];
+
+/* emission helpers (reverse.c) */
+Type *ad_type(Ad *ad, ValId v);
+ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr,
+              const char *name);
+ValId ad_const(Ad *ad, DType dt, double v);
+ValId ad_bin(Ad *ad, Op op, ValId a, ValId b);      /* elementwise, numpy broadcasting */
+ValId ad_un(Ad *ad, Op op, ValId a);
+ValId ad_cmp(Ad *ad, Op op, ValId a, ValId b);      /* -> bool */
+ValId ad_where(Ad *ad, ValId c, ValId a, ValId b);
+ValId ad_cast(Ad *ad, ValId a, DType dt);
+ValId ad_reshape(Ad *ad, ValId a, const Type *t);
+ValId ad_broadcast(Ad *ad, ValId a, const Type *t); /* a broadcast to t's shape */
+ValId ad_sum_to(Ad *ad, ValId g, const Type *t);    /* reduce a broadcast adjoint back to t's shape */
+ValId ad_zeros(Ad *ad, const Type *t);
+
+#endif

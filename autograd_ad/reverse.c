@@ -1,0 +1,167 @@
+/* reverse.c - reverse-mode AD: the adjoint sweep over a function's
+ * instructions, accumulating adjoints; the per-primitive rules live in vjp.c. */
+#include <stdlib.h>
+#include <string.h>
+#include "ad_int.h"
+
+Type *ad_type(Ad *ad, ValId v) { return ir_type(ad->f, v); }
+
+ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr,
+              const char *name) {
+  return ir_emit(ad->p, ad->f, op, args, nargs, res, attr, nattr, 0, ad->loc, name);
+}
+
+ValId ad_const(Ad *ad, DType dt, double v) { return ir_const(ad->p, ad->f, dt, v, ad->loc); }
+
+static int is_const(Ad *ad, ValId v, double *val) {
+  Value *x = ir_val(ad->f, v);
+  if (x->kind != V_INST || ad->f->insts.data[x->def].op != IR_CONST) return 0;
+  if (val) *val = ad->f->insts.data[x->def].fattr;
+  return 1;
+}
+
+ValId ad_bin(Ad *ad, Op op, ValId a, ValId b) {
+  Type r;
+  if (ir_broadcast_shapes(ad_type(ad, a), ad_type(ad, b), &r) < 0) BUG("ad: shapes do not broadcast");
+  r.dtype = ad_type(ad, a)->dtype;
+  double c;
+  /* small algebraic clean-ups keep the backward code readable */
+  if (op == IR_MUL && is_const(ad, b, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, a))) return a;
+  if (op == IR_MUL && is_const(ad, a, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, b))) return b;
+  ValId args[2] = {a, b};
+  return ad_emit(ad, op, args, 2, r, NULL, 0, "grad");
+}
+
+ValId ad_un(Ad *ad, Op op, ValId a) { return ad_emit(ad, op, &a, 1, *ad_type(ad, a), NULL, 0, "grad"); }
+
+ValId ad_cmp(Ad *ad, Op op, ValId a, ValId b) {
+  Type r;
+  if (ir_broadcast_shapes(ad_type(ad, a), ad_type(ad, b), &r) < 0) BUG("ad: shapes do not broadcast");
+  r.dtype = DT_BOOL;
+  ValId args[2] = {a, b};
+  return ad_emit(ad, op, args, 2, r, NULL, 0, "mask");
+}
+
+ValId ad_where(Ad *ad, ValId c, ValId a, ValId b) {
+  Type r;
+  if (ir_broadcast_shapes(ad_type(ad, c), ad_type(ad, a), &r) < 0 || ir_broadcast_shapes(&r, ad_type(ad, b), &r) < 0)
+    BUG("ad: where shapes");
+  r.dtype = ad_type(ad, a)->dtype;
+  ValId args[3] = {c, a, b};
+  return ad_emit(ad, IR_WHERE, args, 3, r, NULL, 0, "grad");
+}
+
+ValId ad_cast(Ad *ad, ValId a, DType dt) {
+  Type t = *ad_type(ad, a);
+  if (t.dtype == dt) return a;
+  t.dtype = dt;
+  return ad_emit(ad, IR_CAST, &a, 1, t, NULL, 0, "grad");
+}
+
+ValId ad_reshape(Ad *ad, ValId a, const Type *t) {
+  Type r = *t;
+  r.dtype = ad_type(ad, a)->dtype;
+  if (ir_type_eq(&r, ad_type(ad, a))) return a;
+  return ad_emit(ad, IR_RESHAPE, &a, 1, r, NULL, 0, "grad");
+}
+
+ValId ad_broadcast(Ad *ad, ValId a, const Type *t) {
+  Type r = *t;
+  r.dtype = ad_type(ad, a)->dtype;
+  if (ir_type_eq(&r, ad_type(ad, a))) return a;
+  return ad_emit(ad, IR_BROADCAST, &a, 1, r, NULL, 0, "grad");
+}
+
+ValId ad_sum_to(Ad *ad, ValId g, const Type *t) {
+  Type gt = *ad_type(ad, g);
+  if (gt.ndim == t->ndim) {
+    int same = 1;
+    for (int i = 0; i < t->ndim; i++) same &= gt.dims[i] == t->dims[i];
+    if (same) return g;
+  }
+  /* reduce the leading axes t lacks and the axes where t has size 1 */
+  int lead = gt.ndim - t->ndim;
+  int64_t mask = 0;
+  Type kd = gt;
+  for (int i = 0; i < gt.ndim; i++) {
+    int j = i - lead;
+    if (j < 0 || (t->dims[j] == 1 && gt.dims[i] != 1)) {
+      mask |= (int64_t)1 << i;
+      kd.dims[i] = 1;
+    }
+  }
+  ValId r = g;
+  if (mask) r = ad_emit(ad, IR_REDUCE_SUM, &g, 1, kd, &mask, 1, "grad");
+  return ad_reshape(ad, r, t);
+}
+
+ValId ad_zeros(Ad *ad, const Type *t) {
+  ValId z = ad_const(ad, t->dtype, 0);
+  if (t->ndim == 0) return z;
+  return ad_broadcast(ad, z, t);
+}
+
+/* ---- the sweep -------------------------------------------------------------- */
+
+void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads) {
+  int nv = f->values.len, ni = f->insts.len;
+  char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
+  ValId *adj = malloc(sizeof(ValId) * ((size_t)nv + 1));
+  if (!active || !adj) BUG("out of memory");
+  for (int i = 0; i < nv; i++) adj[i] = -1;
+  for (int i = 0; i < nwrt; i++) active[wrt[i]] = 1;
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->dead || !ir_dtype_is_float(f->values.data[in->res].type.dtype)) continue;
+    for (int k = 0; k < in->nargs; k++)
+      if (active[in->args[k]]) active[in->res] = 1;
+  }
+  Ad ad = {p, f, f->loc};
+  for (int s = 0; s < nseeds; s++) {
+    ValId v = seeds[s].value, g = seeds[s].seed;
+    if (g < 0) {
+      ad.loc = f->values.data[v].kind == V_INST ? f->insts.data[f->values.data[v].def].loc : f->loc;
+      g = ad_const(&ad, f->values.data[v].type.dtype, 1);
+      g = ad_broadcast(&ad, g, ir_type(f, v));
+    }
+    adj[v] = adj[v] < 0 ? g : ad_bin(&ad, IR_ADD, adj[v], g);
+  }
+  for (int i = ni - 1; i >= 0; i--) {
+    Inst in = f->insts.data[i];   /* a copy: emitting grows f->insts */
+    if (in.dead || adj[in.res] < 0 || !active[in.res]) continue;
+    int need[8] = {0};
+    ValId dargs[8];
+    int any = 0;
+    if (in.nargs > 8) BUG("ad: too many operands");
+    for (int k = 0; k < in.nargs; k++) {
+      ValId a = in.args[k];
+      need[k] = active[a] && ir_dtype_is_float(f->values.data[a].type.dtype);
+      any |= need[k];
+      dargs[k] = -1;
+    }
+    if (!any) continue;
+    ad.loc = in.loc;
+    if (!ad_vjp_rules[in.op]) BUG("no VJP rule for '%s'", ir_ops[in.op].name);
+    ad_vjp_rules[in.op](&ad, &in, adj[in.res], need, dargs);
+    for (int k = 0; k < in.nargs; k++) {
+      if (!need[k] || dargs[k] < 0) continue;
+      ValId a = in.args[k];
+      if (!ir_type_eq(ir_type(f, dargs[k]), ir_type(f, a))) {
+        char b1[128], b2[128];
+        BUG("VJP of '%s' gave %s for an operand of type %s", ir_ops[in.op].name,
+            ir_type_str(ir_type(f, dargs[k]), b1, sizeof b1), ir_type_str(ir_type(f, a), b2, sizeof b2));
+      }
+      adj[a] = adj[a] < 0 ? dargs[k] : ad_bin(&ad, IR_ADD, adj[a], dargs[k]);
+    }
+  }
+  ad.loc = f->loc;
+  for (int i = 0; i < nwrt; i++) {
+    grads[i] = adj[wrt[i]] >= 0 ? adj[wrt[i]] : ad_zeros(&ad, ir_type(f, wrt[i]));
+    if (f->values.data[grads[i]].kind == V_INST) {
+      const Value *w = &f->values.data[wrt[i]];
+      f->values.data[grads[i]].name = arena_printf(p->arena, "%s_grad", w->name);
+    }
+  }
+  free(active);
+  free(adj);
+}

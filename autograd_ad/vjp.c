@@ -1,0 +1,222 @@
+/* vjp.c - one VJP rule per primitive of ir/ops.def. Each rule emits only
+ * primitives, so the reverse sweep is ordinary IR that later passes optimise
+ * (and that can itself be differentiated where its primitives have rules).
+ * The table at the bottom is built from ops.def: a primitive without a rule is
+ * a compile error of ctc, not a silent zero gradient. */
+#include <math.h>
+#include "ad_int.h"
+
+#define ARG(k) (in->args[k])
+#define RES (in->res)
+#define TY(v) ad_type(ad, (v))
+
+static void vjp_NEG(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_un(ad, IR_NEG, g); }
+static void vjp_EXP(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_bin(ad, IR_MUL, g, RES); }
+static void vjp_LOG(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_bin(ad, IR_DIV, g, ARG(0)); }
+static void vjp_SQRT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* d sqrt(x) = g / (2 sqrt(x)) */
+  d[0] = ad_bin(ad, IR_DIV, ad_bin(ad, IR_MUL, g, ad_const(ad, TY(g)->dtype, 0.5)), RES);
+}
+static void vjp_RSQRT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3 */
+  ValId y3 = ad_bin(ad, IR_MUL, ad_bin(ad, IR_MUL, RES, RES), RES);
+  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, y3, ad_const(ad, TY(g)->dtype, -0.5)));
+}
+static void vjp_TANH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId one = ad_const(ad, TY(g)->dtype, 1);
+  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_SUB, one, ad_bin(ad, IR_MUL, RES, RES)));
+}
+static void vjp_SIGMOID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId one = ad_const(ad, TY(g)->dtype, 1);
+  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
+}
+static void vjp_ABS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* sign(x) * g, with sign(0) = 0 as in PyTorch */
+  DType dt = TY(g)->dtype;
+  ValId zero = ad_const(ad, dt, 0);
+  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);
+  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, g), pos);
+}
+static void vjp_ERF(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  DType dt = TY(g)->dtype;
+  ValId x2 = ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0)));
+  ValId e = ad_bin(ad, IR_MUL, ad_un(ad, IR_EXP, x2), ad_const(ad, dt, 2.0 / sqrt(M_PI)));
+  d[0] = ad_bin(ad, IR_MUL, g, e);
+}
+static void vjp_RELU(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId zero = ad_const(ad, TY(g)->dtype, 0);
+  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);
+}
+static void vjp_CAST(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_cast(ad, g, TY(ARG(0))->dtype);
+}
+static void vjp_ADD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) d[0] = ad_sum_to(ad, g, TY(ARG(0)));
+  if (need[1]) d[1] = ad_sum_to(ad, g, TY(ARG(1)));
+}
+static void vjp_SUB(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) d[0] = ad_sum_to(ad, g, TY(ARG(0)));
+  if (need[1]) d[1] = ad_sum_to(ad, ad_un(ad, IR_NEG, g), TY(ARG(1)));
+}
+static void vjp_MUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ARG(1)), TY(ARG(0)));
+  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ARG(0)), TY(ARG(1)));
+}
+static void vjp_DIV(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId ga = ad_bin(ad, IR_DIV, g, ARG(1));
+  if (need[0]) d[0] = ad_sum_to(ad, ga, TY(ARG(0)));
+  /* d/db a/b = -a/b^2 = -(g/b) * y/a... use -(g/b) * (a/b) = -(g/b) * y */
+  if (need[1]) d[1] = ad_sum_to(ad, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ga, RES)), TY(ARG(1)));
+}
+static void vjp_POW(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  DType dt = TY(g)->dtype;
+  if (need[0]) {
+    /* b * a^(b-1) */
+    ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
+    ValId t = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
+    d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, t), TY(ARG(0)));
+  }
+  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)))), TY(ARG(1)));
+}
+static void minmax(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d, Op cmp) {
+  ValId zero = ad_const(ad, TY(g)->dtype, 0);
+  ValId first = ad_cmp(ad, cmp, ARG(0), ARG(1));  /* ties go to the second operand */
+  if (need[0]) d[0] = ad_sum_to(ad, ad_where(ad, first, g, zero), TY(ARG(0)));
+  if (need[1]) d[1] = ad_sum_to(ad, ad_where(ad, first, zero, g), TY(ARG(1)));
+}
+static void vjp_MAX(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { minmax(ad, in, g, need, d, IR_CMP_GT); }
+static void vjp_MIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { minmax(ad, in, g, need, d, IR_CMP_LT); }
+/* comparisons and constants have no gradient (their operands are not reached) */
+#define NO_GRAD(ID) \
+  static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { (void)ad; (void)in; (void)g; (void)need; (void)d; }
+NO_GRAD(CMP_EQ) NO_GRAD(CMP_NE) NO_GRAD(CMP_LT) NO_GRAD(CMP_LE) NO_GRAD(CMP_GT) NO_GRAD(CMP_GE)
+NO_GRAD(CONST) NO_GRAD(IOTA)
+
+static void vjp_WHERE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId zero = ad_const(ad, TY(g)->dtype, 0);
+  if (need[1]) d[1] = ad_sum_to(ad, ad_where(ad, ARG(0), g, zero), TY(ARG(1)));
+  if (need[2]) d[2] = ad_sum_to(ad, ad_where(ad, ARG(0), zero, g), TY(ARG(2)));
+}
+static void vjp_REDUCE_SUM(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_broadcast(ad, g, TY(ARG(0)));
+}
+static void vjp_REDUCE_MAX(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* like torch.amax: the gradient is shared evenly between tied maxima */
+  DType dt = TY(g)->dtype;
+  ValId mask = ad_cast(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), RES), dt);
+  Type kd = *TY(RES);
+  ValId cnt = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, kd, in->attr, 1, "count");
+  d[0] = ad_bin(ad, IR_MUL, ad_bin(ad, IR_DIV, g, cnt), mask);
+}
+static void vjp_RESHAPE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_reshape(ad, g, TY(ARG(0)));
+}
+static void vjp_PERMUTE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  int n = TY(RES)->ndim;
+  int64_t inv[IR_MAX_DIMS];
+  for (int i = 0; i < n; i++) inv[in->attr[i]] = i;
+  d[0] = ad_emit(ad, IR_PERMUTE, &g, 1, *TY(ARG(0)), inv, n, "grad");
+}
+static void vjp_BROADCAST(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_sum_to(ad, g, TY(ARG(0)));
+}
+static void vjp_SLICE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_UNSLICE, &g, 1, *TY(ARG(0)), in->attr, 2 * TY(RES)->ndim, "grad");
+}
+static void vjp_UNSLICE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_SLICE, &g, 1, *TY(ARG(0)), in->attr, 2 * TY(RES)->ndim, "grad");
+}
+static void vjp_CONCAT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  int64_t axis = in->attr[0], off = 0;
+  int nd = TY(RES)->ndim;
+  for (int k = 0; k < in->nargs; k++) {
+    Type t = *TY(ARG(k));
+    if (need[k]) {
+      int64_t attr[2 * IR_MAX_DIMS];
+      for (int i = 0; i < nd; i++) {
+        attr[2 * i] = i == axis ? off : 0;
+        attr[2 * i + 1] = 1;
+      }
+      d[k] = ad_emit(ad, IR_SLICE, &g, 1, t, attr, 2 * nd, "grad");
+    }
+    off += t.dims[axis];
+  }
+}
+/* C = op(A) op(B) with op = transpose when the flag is set; batch dims broadcast. */
+static void vjp_MATMUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  int ta = (int)in->attr[0], tb = (int)in->attr[1];
+  ValId A = ARG(0), B = ARG(1);
+  Type tA = *TY(A), tB = *TY(B), tg = *TY(g);
+  if (need[0]) {
+    int64_t f[2];
+    ValId x[2];
+    if (!ta) { x[0] = g; x[1] = B; f[0] = 0; f[1] = !tb; }   /* dA = g op(B)^T */
+    else     { x[0] = B; x[1] = g; f[0] = tb; f[1] = 1; }    /* dA = op(B) g^T */
+    Type r = tg;
+    r.dims[r.ndim - 2] = tA.dims[tA.ndim - 2];
+    r.dims[r.ndim - 1] = tA.dims[tA.ndim - 1];
+    d[0] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, 2, "grad"), &tA);
+  }
+  if (need[1]) {
+    if (tB.ndim == 2 && tA.ndim > 2 && !ta) {
+      /* a shared weight: fold the batch into the rows, one GEMM */
+      int64_t rows = ir_numel(&tA) / tA.dims[tA.ndim - 1];
+      Type a2 = tA, g2 = tg;
+      a2.ndim = g2.ndim = 2;
+      a2.dims[0] = g2.dims[0] = rows;
+      a2.dims[1] = tA.dims[tA.ndim - 1];
+      g2.dims[1] = tg.dims[tg.ndim - 1];
+      ValId A2 = ad_reshape(ad, A, &a2), G2 = ad_reshape(ad, g, &g2);
+      int64_t f[2] = {1, 0};
+      ValId x[2] = {tb ? G2 : A2, tb ? A2 : G2};
+      d[1] = ad_emit(ad, IR_MATMUL, x, 2, tB, f, 2, "grad");
+    } else {
+      int64_t f[2];
+      ValId x[2];
+      if (!tb) { x[0] = A; x[1] = g; f[0] = !ta; f[1] = 0; } /* dB = op(A)^T g */
+      else     { x[0] = g; x[1] = A; f[0] = 1; f[1] = ta; }  /* dB = g^T op(A) */
+      Type r = tg;
+      r.dims[r.ndim - 2] = tB.dims[tB.ndim - 2];
+      r.dims[r.ndim - 1] = tB.dims[tB.ndim - 1];
+      d[1] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, 2, "grad"), &tB);
+    }
+  }
+}
+static void vjp_CONV2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) {
+    ValId x[2] = {g, ARG(1)};
+    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
+  }
+  if (need[1]) {
+    ValId x[2] = {ARG(0), g};
+    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+  }
+}
+static void vjp_MAXPOOL2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId x[2] = {ARG(0), g};
+  d[0] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(0)), in->attr, 8, "grad");
+}
+static void vjp_AVGPOOL2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_AVGPOOL2D_BWD, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
+}
+static void vjp_EMBEDDING(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) {
+    ValId x[2] = {ARG(1), g};
+    d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), NULL, 0, "grad");
+  }
+}
+/* The gradient primitives are linear in the adjoint operand; their own VJPs
+ * (needed only for second-order derivatives) come with forward-mode work. */
+#define NOT_YET(ID)                                                                          \
+  static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {         \
+    (void)ad; (void)g; (void)need; (void)d;                                                  \
+    BUG("second-order gradient through '%s' is not implemented yet", ir_ops[in->op].name);   \
+  }
+NOT_YET(CONV2D_BWD_INPUT) NOT_YET(CONV2D_BWD_WEIGHT) NOT_YET(MAXPOOL2D_BWD) NOT_YET(AVGPOOL2D_BWD)
+NOT_YET(EMBEDDING_BWD)
+
+const VjpRule ad_vjp_rules[IR__COUNT] = {
+#define OP(id, name, nargs, kind, cexpr) vjp_##id,
+#include "../ir/ops.def"
+#undef OP
+};

@@ -1,0 +1,247 @@
+/* losses.c - loss functions (F.cross_entropy ..., nn.CrossEntropyLoss ...),
+ * lowered to primitives with PyTorch's reductions and options. */
+#include <math.h>
+#include <string.h>
+#include "lower_int.h"
+
+enum { RED_MEAN, RED_SUM, RED_NONE };
+
+static int reduction_of(L *L, Span at, PV *v) {
+  if (!v) return RED_MEAN;
+  if (v->k != PV_STR) lower_error(L, at, "reduction must be 'mean', 'sum' or 'none'");
+  if (!strcmp(v->s, "mean")) return RED_MEAN;
+  if (!strcmp(v->s, "sum")) return RED_SUM;
+  if (!strcmp(v->s, "none")) return RED_NONE;
+  lower_error(L, at, "reduction must be 'mean', 'sum' or 'none', not '%s'", v->s);
+}
+
+static PV *reduce(L *L, Span at, PV *x, int red) {
+  if (red == RED_NONE) return x;
+  return t_reduce(L, at, IR_REDUCE_SUM, x, NULL, 0, 0, red == RED_MEAN);
+}
+
+static PV *tensor_arg(L *L, Span at, PV *v, const char *what) {
+  if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s must be a tensor", what);
+  return v;
+}
+
+static void same_shape(L *L, Span at, const char *fn, PV *a, PV *b) {
+  Type ta = a->t->type, tb = b->t->type;
+  int ok = ta.ndim == tb.ndim;
+  for (int i = 0; ok && i < ta.ndim; i++) ok = ta.dims[i] == tb.dims[i];
+  if (!ok)
+    lower_error(L, at, "%s: input %s and target %s must have the same shape", fn, shape_str(L, &ta),
+                shape_str(L, &tb));
+}
+
+/* nll over log-probabilities logp[N, C] and class indices target[N]. */
+static PV *nll(L *L, Span at, PV *logp, PV *target, int red, int64_t ignore_index, double smoothing, const char *fn) {
+  Type tl = logp->t->type, tt = target->t->type;
+  if (tl.ndim != 2)
+    lower_error(L, at, "%s: only [N, C] inputs are supported, got %s", fn, shape_str(L, &tl));
+  if (!ir_dtype_is_float(tt.dtype)) {
+    if (tt.ndim != 1 || tt.dims[0] != tl.dims[0])
+      lower_error(L, at, "%s: target %s must have shape [%lld] for input %s", fn, shape_str(L, &tt),
+                  (long long)tl.dims[0], shape_str(L, &tl));
+  } else {
+    /* class probabilities: -sum(target * logp) */
+    same_shape(L, at, fn, logp, target);
+    PV *per = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, target, logp),
+                                              (int64_t[]){1}, 1, 0, 0));
+    if (smoothing > 0) {
+      PV *u = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, logp, (int64_t[]){1}, 1, 0, 1));
+      per = t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, per, pv_float(L, 1 - smoothing)),
+                     t_binary(L, at, OP_MUL, u, pv_float(L, smoothing)));
+    }
+    return reduce(L, at, per, red);
+  }
+  int64_t C = tl.dims[1];
+  /* one-hot of the targets by comparing with iota: no gather primitive needed */
+  Type it = {0};
+  it.dtype = DT_I64;
+  it.ndim = 1;
+  it.dims[0] = C;
+  int64_t ia[2] = {0, 1};
+  PV *iota = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "classes"));
+  PV *tcol = t_reshape(L, at, t_cast(L, at, target, DT_I64), (int64_t[]){tl.dims[0], 1}, 2);
+  PV *onehot = t_cast(L, at, t_compare(L, at, OP_EQ, iota, tcol), tl.dtype);
+  PV *per = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, onehot, logp),
+                                            (int64_t[]){1}, 1, 0, 0));
+  PV *valid = t_cast(L, at, t_compare(L, at, OP_NE, t_cast(L, at, target, DT_I64), pv_int(L, ignore_index)), tl.dtype);
+  if (smoothing > 0) {
+    /* (1 - e) * nll + e * mean_c(-logp), as PyTorch defines label smoothing */
+    PV *u = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, logp, (int64_t[]){1}, 1, 0, 1));
+    per = t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, per, pv_float(L, 1 - smoothing)),
+                   t_binary(L, at, OP_MUL, u, pv_float(L, smoothing)));
+  }
+  per = t_binary(L, at, OP_MUL, per, valid);
+  if (red == RED_NONE) return per;
+  PV *sum = t_reduce(L, at, IR_REDUCE_SUM, per, NULL, 0, 0, 0);
+  if (red == RED_SUM) return sum;
+  /* mean over the targets that are not ignored */
+  return t_binary(L, at, OP_DIV, sum, t_reduce(L, at, IR_REDUCE_SUM, valid, NULL, 0, 0, 0));
+}
+
+typedef struct LossOpts {
+  int red;
+  int64_t ignore_index;
+  double smoothing, beta;
+} LossOpts;
+
+PV *loss_apply(L *L, Span at, int kind, PV *x, PV *y, const LossOpts *o);
+
+PV *loss_apply(L *L, Span at, int kind, PV *x, PV *y, const LossOpts *o) {
+  tensor_arg(L, at, x, "input");
+  tensor_arg(L, at, y, "target");
+  switch (kind) {
+  case BI_F_CROSS_ENTROPY:
+    return nll(L, at, t_softmax(L, at, x, 1, 1), y, o->red, o->ignore_index, o->smoothing, "cross_entropy");
+  case BI_F_NLL_LOSS:
+    return nll(L, at, x, y, o->red, o->ignore_index, 0, "nll_loss");
+  case BI_F_MSE_LOSS: {
+    same_shape(L, at, "mse_loss", x, y);
+    PV *d = t_binary(L, at, OP_SUB, x, y);
+    return reduce(L, at, t_binary(L, at, OP_MUL, d, d), o->red);
+  }
+  case BI_F_L1_LOSS:
+    same_shape(L, at, "l1_loss", x, y);
+    return reduce(L, at, t_unary(L, at, IR_ABS, t_binary(L, at, OP_SUB, x, y)), o->red);
+  case BI_F_SMOOTH_L1_LOSS: {
+    same_shape(L, at, "smooth_l1_loss", x, y);
+    PV *d = t_unary(L, at, IR_ABS, t_binary(L, at, OP_SUB, x, y));
+    PV *r;
+    if (o->beta == 0) r = d;
+    else {
+      PV *q = t_binary(L, at, OP_MUL, t_binary(L, at, OP_MUL, d, d), pv_float(L, 0.5 / o->beta));
+      r = t_where(L, at, t_compare(L, at, OP_LT, d, pv_float(L, o->beta)), q,
+                  t_binary(L, at, OP_SUB, d, pv_float(L, 0.5 * o->beta)));
+    }
+    return reduce(L, at, r, o->red);
+  }
+  case BI_F_BINARY_CROSS_ENTROPY: {
+    same_shape(L, at, "binary_cross_entropy", x, y);
+    /* PyTorch clamps the logs at -100 so that p = 0 or 1 stays finite */
+    PV *lp = t_unary(L, at, IR_LOG, x);
+    PV *lq = t_unary(L, at, IR_LOG, t_binary(L, at, OP_SUB, pv_float(L, 1), x));
+    ValId args[2];
+    Type tt = lp->t->type;
+    args[0] = t_val(L, at, lp);
+    args[1] = ir_const(L->prog, L->fn, tt.dtype, -100, at);
+    lp = t_wrap(L, ir_emit(L->prog, L->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_p"));
+    args[0] = t_val(L, at, lq);
+    lq = t_wrap(L, ir_emit(L->prog, L->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_1mp"));
+    PV *r = t_unary(L, at, IR_NEG, t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, y, lp),
+                                            t_binary(L, at, OP_MUL, t_binary(L, at, OP_SUB, pv_float(L, 1), y), lq)));
+    return reduce(L, at, r, o->red);
+  }
+  case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS: {
+    same_shape(L, at, "binary_cross_entropy_with_logits", x, y);
+    /* max(x, 0) - x*y + log(1 + exp(-|x|)), the stable form */
+    PV *r = t_binary(L, at, OP_SUB, t_unary(L, at, IR_RELU, x), t_binary(L, at, OP_MUL, x, y));
+    PV *sp = t_unary(L, at, IR_LOG, t_binary(L, at, OP_ADD, pv_float(L, 1),
+                                             t_unary(L, at, IR_EXP, t_unary(L, at, IR_NEG, t_unary(L, at, IR_ABS, x)))));
+    return reduce(L, at, t_binary(L, at, OP_ADD, r, sp), o->red);
+  }
+  default: BUG("loss %d", kind);
+  }
+}
+
+static const struct { int cls, fn; } loss_map[] = {
+    {BI_C_CROSSENTROPYLOSS, BI_F_CROSS_ENTROPY}, {BI_C_NLLLOSS, BI_F_NLL_LOSS},
+    {BI_C_MSELOSS, BI_F_MSE_LOSS},               {BI_C_L1LOSS, BI_F_L1_LOSS},
+    {BI_C_SMOOTHL1LOSS, BI_F_SMOOTH_L1_LOSS},    {BI_C_BCELOSS, BI_F_BINARY_CROSS_ENTROPY},
+    {BI_C_BCEWITHLOGITSLOSS, BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS}};
+
+int loss_fn_of_class(int cls) {
+  for (size_t i = 0; i < sizeof loss_map / sizeof loss_map[0]; i++)
+    if (loss_map[i].cls == cls) return loss_map[i].fn;
+  return 0;
+}
+
+static LossOpts parse_opts(L *L, Span at, int fn, PV *red, PV *ignore, PV *smooth, PV *beta) {
+  LossOpts o = {reduction_of(L, at, red), -100, 0, 1};
+  if (ignore) o.ignore_index = arg_int(L, at, ignore, "ignore_index");
+  if (smooth) {
+    o.smoothing = arg_num(L, at, smooth, "label_smoothing");
+    if (o.smoothing < 0 || o.smoothing > 1) lower_error(L, at, "label_smoothing must be between 0 and 1");
+  }
+  if (beta) {
+    o.beta = arg_num(L, at, beta, "beta");
+    if (o.beta < 0) lower_error(L, at, "smooth_l1_loss beta must be non-negative");
+  }
+  (void)fn;
+  return o;
+}
+
+/* The spec of each loss's arguments after (input, target), as PyTorch spells them. */
+static const char *loss_spec(int fn) {
+  switch (fn) {
+  case BI_F_CROSS_ENTROPY: return "weight=,size_average=,ignore_index=,reduce=,reduction=,label_smoothing=";
+  case BI_F_NLL_LOSS: return "weight=,size_average=,ignore_index=,reduce=,reduction=";
+  case BI_F_SMOOTH_L1_LOSS: return "size_average=,reduce=,reduction=,beta=";
+  case BI_F_BINARY_CROSS_ENTROPY: return "weight=,size_average=,reduce=,reduction=";
+  case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS: return "weight=,size_average=,reduce=,reduction=,pos_weight=";
+  default: return "size_average=,reduce=,reduction=";
+  }
+}
+
+static void check_unsupported(L *L, Span at, const char *spec, PV **a) {
+  const char *names[] = {"weight", "size_average", "reduce", "pos_weight"};
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  int i = 0;
+  for (char *p = strtok(buf, ","); p; p = strtok(NULL, ","), i++) {
+    p[strcspn(p, "=")] = 0;
+    for (size_t k = 0; k < 4; k++)
+      if (!strcmp(p, names[k]) && a[i] && a[i]->k != PV_NONE)
+        lower_error(L, at, "loss option '%s' is not supported yet", p);
+  }
+}
+
+static PV *opt_named(const char *spec, PV **a, const char *name) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  int i = 0;
+  for (char *p = strtok(buf, ","); p; p = strtok(NULL, ","), i++) {
+    p[strcspn(p, "=")] = 0;
+    if (!strcmp(p, name)) return a[i];
+  }
+  return NULL;
+}
+
+/* F.cross_entropy(input, target, ...) and friends. */
+PV *loss_functional(L *L, int fn, Args *A) {
+  PV *a[10];
+  const char *tail = loss_spec(fn);
+  char spec[300];
+  snprintf(spec, sizeof spec, "input,target,%s", tail);
+  bind_args(L, A, spec, a);
+  if (!L->fn) lower_error(L, A->at, "losses are computed inside compiled functions only");
+  check_unsupported(L, A->at, tail, a + 2);
+  LossOpts o = parse_opts(L, A->at, fn, opt_named(tail, a + 2, "reduction"), opt_named(tail, a + 2, "ignore_index"),
+                          opt_named(tail, a + 2, "label_smoothing"), opt_named(tail, a + 2, "beta"));
+  return loss_apply(L, A->at, fn, a[0], a[1], &o);
+}
+
+/* nn.CrossEntropyLoss(...): the options are stored on the module object. */
+void loss_construct(L *L, PV *o, int fn, Args *A) {
+  PV *a[10];
+  bind_args(L, A, loss_spec(fn), a);
+  check_unsupported(L, A->at, loss_spec(fn), a);
+  const char *spec = loss_spec(fn);
+  PV *red = opt_named(spec, a, "reduction"), *ig = opt_named(spec, a, "ignore_index");
+  PV *sm = opt_named(spec, a, "label_smoothing"), *beta = opt_named(spec, a, "beta");
+  parse_opts(L, A->at, fn, red, ig, sm, beta); /* validate now, at the constructor's line */
+  env_set(L, o->attrs, "reduction", red ? red : pv_str(L, "mean"));
+  if (ig) env_set(L, o->attrs, "ignore_index", ig);
+  if (sm) env_set(L, o->attrs, "label_smoothing", sm);
+  if (beta) env_set(L, o->attrs, "beta", beta);
+}
+
+PV *loss_module_forward(L *L, PV *o, int fn, Args *A) {
+  PV *a[2];
+  bind_args(L, A, "input,target", a);
+  LossOpts opts = parse_opts(L, A->at, fn, env_get(o->attrs, "reduction"), env_get(o->attrs, "ignore_index"),
+                             env_get(o->attrs, "label_smoothing"), env_get(o->attrs, "beta"));
+  return loss_apply(L, A->at, fn, a[0], a[1], &opts);
+}

@@ -1,0 +1,418 @@
+/* training.c - training functions: loss.backward(), torch.autograd.grad,
+ * optimizer.zero_grad()/step() and the torch.optim optimizers, lowered into
+ * the function being staged. backward() records the loss; step() runs reverse
+ * AD (autograd_ad/) for the recorded losses with respect to the optimizer's
+ * parameters, then emits the update rule, whose results become the entry's
+ * parameter write-backs. Optimizer state (momentum buffers, moments, step
+ * counts) is extra arena tensors saved with the weights. */
+#include <math.h>
+#include <string.h>
+#include "../autograd_ad/autograd.h"
+#include "lower_int.h"
+
+/* ---- optimizers: construction at compile time ---------------------------- */
+
+typedef struct OptSpec {
+  int bi;
+  const char *args;   /* after params, in PyTorch's order */
+} OptSpec;
+
+static const OptSpec opt_specs[] = {
+    {BI_O_SGD, "lr=,momentum=,dampening=,weight_decay=,nesterov=,maximize=,foreach=,differentiable="},
+    {BI_O_ADAM, "lr=,betas=,eps=,weight_decay=,amsgrad=,foreach=,maximize=,capturable=,differentiable=,fused="},
+    {BI_O_ADAMW, "lr=,betas=,eps=,weight_decay=,amsgrad=,maximize=,foreach=,capturable="},
+    {BI_O_RMSPROP, "lr=,alpha=,eps=,weight_decay=,momentum=,centered=,foreach=,maximize=,differentiable="},
+    {BI_O_ADAGRAD, "lr=,lr_decay=,weight_decay=,initial_accumulator_value=,eps=,foreach=,maximize="},
+    {BI_O_ADADELTA, "lr=,rho=,eps=,weight_decay=,foreach=,maximize="},
+};
+
+static double num_or(L *L, Span at, PV *v, double dflt, const char *what) {
+  return v && v->k != PV_NONE ? arg_num(L, at, v, what) : dflt;
+}
+
+PV *optim_construct(L *L, PV *cls, Args *A) {
+  const OptSpec *sp = NULL;
+  for (size_t i = 0; i < sizeof opt_specs / sizeof opt_specs[0]; i++)
+    if (opt_specs[i].bi == cls->bi) sp = &opt_specs[i];
+  if (!sp) BUG("optimizer %d", cls->bi);
+  char spec[300];
+  snprintf(spec, sizeof spec, "params,%s", sp->args);
+  PV *a[16];
+  bind_args(L, A, spec, a);
+  Span at = A->at;
+  PV **items;
+  int n = iter_items(L, at, a[0], &items);
+  PV *params = pv_list(L, NULL, 0);
+  for (int i = 0; i < n; i++) {
+    if (items[i]->k == PV_DICT)
+      lower_error(L, at, "parameter groups (dicts) are not supported yet; pass model.parameters()");
+    if (items[i]->k != PV_TENSOR || !items[i]->t->slot)
+      lower_error(L, at, "optimizer parameters must be model parameters (model.parameters())");
+    pv_list_append(L, params, items[i]);
+  }
+  if (n == 0) lower_error(L, at, "optimizer got an empty parameter list");
+  PV *o = pv_new(L, PV_OBJ);
+  o->cls = cls;
+  o->attrs = env_new(L, NULL);
+  env_set(L, o->attrs, "params", params);
+  /* hyper-parameters, with PyTorch 1.13's defaults */
+  double lr_default = cls->bi == BI_O_SGD ? -1 : cls->bi == BI_O_ADAM || cls->bi == BI_O_ADAMW ? 1e-3
+                      : cls->bi == BI_O_ADADELTA ? 1.0 : 1e-2;
+  double lr = num_or(L, at, a[1], lr_default, "lr");
+  if (lr < 0) lower_error(L, at, "SGD needs a learning rate (lr=...)");
+  env_set(L, o->attrs, "lr", pv_float(L, lr));
+  const char *names[16];
+  int nn = 0;
+  char buf[300];
+  snprintf(buf, sizeof buf, "%s", sp->args);
+  for (char *p = strtok(buf, ","); p && nn < 16; p = strtok(NULL, ",")) {
+    p[strcspn(p, "=")] = 0;
+    names[nn++] = arena_strdup(L->a, p);
+  }
+  for (int i = 1; i < nn; i++) {
+    PV *v = a[1 + i];
+    const char *k = names[i];
+    if (!strcmp(k, "foreach") || !strcmp(k, "differentiable") || !strcmp(k, "capturable") || !strcmp(k, "fused")) {
+      if (v && v->k != PV_NONE && truthy(L, at, v) && strcmp(k, "foreach"))
+        lower_error(L, at, "optimizer option %s=True is not supported", k);
+      continue;
+    }
+    if (!strcmp(k, "maximize")) {
+      if (v && truthy(L, at, v)) lower_error(L, at, "maximize=True is not supported yet");
+      continue;
+    }
+    if (v) env_set(L, o->attrs, k, v);
+  }
+  return o;
+}
+
+/* ---- staging helpers ---------------------------------------------------- */
+
+static double hp(L *L, Span at, PV *opt, const char *name, double dflt) {
+  PV *v = env_get(opt->attrs, name);
+  return v && v->k != PV_NONE ? arg_num(L, at, v, name) : dflt;
+}
+
+static int hpb(L *L, Span at, PV *opt, const char *name) {
+  PV *v = env_get(opt->attrs, name);
+  return v && v->k != PV_NONE ? arg_bool(L, at, v, name) : 0;
+}
+
+/* The global name an optimizer is bound to ("optimizer"), for state names. */
+static const char *opt_name(L *L, PV *opt) {
+  for (int i = 0; i < L->globals->names.len; i++)
+    if (L->globals->vals.data[i] == opt) return L->globals->names.data[i];
+  return "optimizer";
+}
+
+/* An optimizer-state tensor: found by name or appended to the parameter table. */
+static PV *state(L *L, Span at, const char *name, const Type *t, double init) {
+  for (int i = 0; i < L->prog->params.len; i++)
+    if (!strcmp(L->prog->params.data[i].name, name)) {
+      Slot *s = slot_new(L, at, *t, PINIT_CONST, init, 0);
+      s->index = i;
+      return param_tensor(L, s);
+    }
+  Param p = {0};
+  p.name = arena_strdup(L->a, name);
+  p.type = *t;
+  p.is_state = 1;
+  p.init = init == 0 ? PINIT_ZERO : PINIT_CONST;
+  p.init_a = init;
+  p.loc = at;
+  vec_push(L->a, &L->prog->params, p);
+  Slot *s = slot_new(L, at, *t, p.init, init, 0);
+  s->index = L->prog->params.len - 1;
+  /* grow the per-parameter override table */
+  ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)L->prog->params.len);
+  for (int i = 0; i < L->prog->params.len - 1; i++) cur[i] = L->param_cur ? L->param_cur[i] : -1;
+  cur[L->prog->params.len - 1] = -1;
+  L->param_cur = cur;
+  return param_tensor(L, s);
+}
+
+/* Record that parameter/state `t` becomes `v` when the entry finishes. */
+static void update(L *L, Span at, PV *t, PV *v) {
+  int idx = t->t->slot->index;
+  ValId val = t_val(L, at, v);
+  ir_add_update(L->prog, L->fn, idx, val);
+  L->param_cur[idx] = val;
+}
+
+/* x * c, skipping the multiplication when c is 1 */
+static PV *mul_c(L *L, Span at, PV *x, double c) { return c == 1 ? x : t_binary(L, at, OP_MUL, x, pv_float(L, c)); }
+
+#define ADD(a, b) t_binary(L, at, OP_ADD, (a), (b))
+#define SUB(a, b) t_binary(L, at, OP_SUB, (a), (b))
+#define MUL(a, b) t_binary(L, at, OP_MUL, (a), (b))
+#define DIV(a, b) t_binary(L, at, OP_DIV, (a), (b))
+#define F(x) pv_float(L, (x))
+#define SQRT(a) t_unary(L, at, IR_SQRT, (a))
+
+/* One optimizer update for parameter p with gradient g (PV tensors). */
+static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pname, PV *p, PV *g, PV *tcount) {
+  int bi = opt->cls->bi;
+  Type t = p->t->type;
+  double lr = hp(L, at, opt, "lr", 0), wd = hp(L, at, opt, "weight_decay", 0);
+  const char *pre = arena_printf(L->a, "%s.%s", oname, pname);
+  if (bi != BI_O_ADAMW && wd != 0) g = ADD(g, MUL(p, F(wd)));
+  switch (bi) {
+  case BI_O_SGD: {
+    double mom = hp(L, at, opt, "momentum", 0), damp = hp(L, at, opt, "dampening", 0);
+    int nesterov = hpb(L, at, opt, "nesterov");
+    if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
+    PV *d = g;
+    if (mom != 0) {
+      PV *buf = state(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
+      PV *nb = ADD(MUL(buf, F(mom)), mul_c(L, at, g, 1 - damp));
+      if (damp != 0) {
+        /* PyTorch's first step sets buf = g (no dampening) */
+        PV *first = t_compare(L, at, OP_EQ, tcount, F(0));
+        nb = t_where(L, at, first, g, nb);
+      }
+      update(L, at, buf, nb);
+      d = nesterov ? ADD(g, MUL(nb, F(mom))) : nb;
+    }
+    update(L, at, p, SUB(p, MUL(d, F(lr))));
+    return;
+  }
+  case BI_O_ADAM:
+  case BI_O_ADAMW: {
+    PV *betas = env_get(opt->attrs, "betas");
+    double b1 = 0.9, b2 = 0.999;
+    if (betas) {
+      if (!pv_is_seq(betas) || betas->n != 2) lower_error(L, at, "betas must be a pair");
+      b1 = arg_num(L, at, betas->items[0], "beta1");
+      b2 = arg_num(L, at, betas->items[1], "beta2");
+    }
+    double eps = hp(L, at, opt, "eps", 1e-8);
+    PV *slot = p; /* AdamW decays the weight first: p * (1 - lr * wd), default wd 1e-2 */
+    if (bi == BI_O_ADAMW) p = MUL(p, F(1 - lr * (env_get(opt->attrs, "weight_decay") ? wd : 1e-2)));
+    PV *m = state(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
+    PV *v = state(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
+    PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
+    PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
+    update(L, at, m, nm);
+    update(L, at, v, nv);
+    PV *step = ADD(tcount, F(1));
+    PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, F(b1), step));
+    PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
+    PV *den_v = nv;
+    if (hpb(L, at, opt, "amsgrad")) {
+      PV *vmax = state(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
+      PV *nmax = t_where(L, at, t_compare(L, at, OP_GT, vmax, nv), vmax, nv);
+      update(L, at, vmax, nmax);
+      den_v = nmax;
+    }
+    PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
+    PV *stepsize = DIV(F(lr), bc1);
+    update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
+    return;
+  }
+  case BI_O_RMSPROP: {
+    double alpha = hp(L, at, opt, "alpha", 0.99), eps = hp(L, at, opt, "eps", 1e-8), mom = hp(L, at, opt, "momentum", 0);
+    PV *sq = state(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
+    PV *nsq = ADD(MUL(sq, F(alpha)), MUL(MUL(g, g), F(1 - alpha)));
+    update(L, at, sq, nsq);
+    PV *avg;
+    if (hpb(L, at, opt, "centered")) {
+      PV *ga = state(L, at, arena_printf(L->a, "%s.grad_avg", pre), &t, 0);
+      PV *nga = ADD(MUL(ga, F(alpha)), MUL(g, F(1 - alpha)));
+      update(L, at, ga, nga);
+      avg = ADD(SQRT(SUB(nsq, MUL(nga, nga))), F(eps));
+    } else
+      avg = ADD(SQRT(nsq), F(eps));
+    if (mom > 0) {
+      PV *buf = state(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
+      PV *nb = ADD(MUL(buf, F(mom)), DIV(g, avg));
+      update(L, at, buf, nb);
+      update(L, at, p, SUB(p, MUL(nb, F(lr))));
+    } else
+      update(L, at, p, SUB(p, MUL(DIV(g, avg), F(lr))));
+    return;
+  }
+  case BI_O_ADAGRAD: {
+    double lrd = hp(L, at, opt, "lr_decay", 0), eps = hp(L, at, opt, "eps", 1e-10);
+    double init = hp(L, at, opt, "initial_accumulator_value", 0);
+    PV *sum = state(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
+    PV *nsum = ADD(sum, MUL(g, g));
+    update(L, at, sum, nsum);
+    PV *clr = DIV(F(lr), ADD(F(1), MUL(tcount, F(lrd))));
+    update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
+    return;
+  }
+  case BI_O_ADADELTA: {
+    double rho = hp(L, at, opt, "rho", 0.9), eps = hp(L, at, opt, "eps", 1e-6);
+    PV *sq = state(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
+    PV *acc = state(L, at, arena_printf(L->a, "%s.acc_delta", pre), &t, 0);
+    PV *nsq = ADD(MUL(sq, F(rho)), MUL(MUL(g, g), F(1 - rho)));
+    PV *delta = MUL(DIV(SQRT(ADD(acc, F(eps))), SQRT(ADD(nsq, F(eps)))), g);
+    update(L, at, sq, nsq);
+    update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
+    update(L, at, p, SUB(p, MUL(delta, F(lr))));
+    return;
+  }
+  default: BUG("optimizer %d", bi);
+  }
+}
+
+/* The name of a parameter slot in the state_dict ("fc1.weight"). */
+static const char *slot_name(L *L, Slot *s) { return L->prog->params.data[s->index].name; }
+
+static PV *optimizer_step(L *L, PV *opt, Span at) {
+  if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
+  if (!L->zeroed)
+    lower_error(L, at, "optimizer.step() without an earlier optimizer.zero_grad() in this function would accumulate "
+                       "gradients across calls; call zero_grad() first");
+  if (L->pending.len == 0) lower_error(L, at, "optimizer.step() without a preceding loss.backward()");
+  PV *params = env_get(opt->attrs, "params");
+  int n = params->n;
+  ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)n), *grads = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
+  for (int i = 0; i < n; i++) wrt[i] = t_val(L, at, params->items[i]);
+  AdSeed *seeds = arena_alloc(L->a, sizeof(AdSeed) * (size_t)L->pending.len);
+  for (int i = 0; i < L->pending.len; i++) {
+    seeds[i].value = L->pending.data[i];
+    seeds[i].seed = L->pending_seed.data[i];
+  }
+  ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads);
+  const char *oname = opt_name(L, opt);
+  Type st = {0};
+  st.dtype = DT_F32;
+  PV *count = state(L, at, arena_printf(L->a, "%s.step", oname), &st, 0);
+  PV *tcount = t_wrap(L, t_val(L, at, count));
+  for (int i = 0; i < n; i++) {
+    Slot *s = params->items[i]->t->slot;
+    step_param(L, at, opt, oname, slot_name(L, s), param_tensor(L, s), t_wrap(L, grads[i]), tcount);
+  }
+  update(L, at, count, ADD(tcount, F(1)));
+  L->pending.len = L->pending_seed.len = 0;
+  L->stepped = 1;
+  return pv_none(L);
+}
+
+PV *optim_call(L *L, PV *fn, Args *A) {
+  PV *opt = fn->self, *a[2];
+  if (fn->bi == BI_OPT_ZERO_GRAD) {
+    bind_args(L, A, "set_to_none=", a);
+    L->pending.len = L->pending_seed.len = 0;
+    L->zeroed = 1;
+    return pv_none(L);
+  }
+  bind_args(L, A, "closure=", a);
+  if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "optimizer.step(closure) is not supported");
+  return optimizer_step(L, opt, A->at);
+}
+
+PV *tensor_backward(L *L, PV *t, Args *A) {
+  PV *a[4];
+  bind_args(L, A, "gradient=,retain_graph=,create_graph=,inputs=", a);
+  if (!L->fn) lower_error(L, A->at, "backward() must be called inside a compiled training function");
+  if (a[2] && truthy(L, A->at, a[2])) lower_error(L, A->at, "backward(create_graph=True) is not supported yet");
+  if (a[3] && a[3]->k != PV_NONE) lower_error(L, A->at, "backward(inputs=...) is not supported yet");
+  ValId v = t_val(L, A->at, t);
+  ValId seed = -1;
+  if (a[0] && a[0]->k != PV_NONE) {
+    ValId s = t_val(L, A->at, a[0]);
+    if (!ir_type_eq(ir_type(L->fn, s), ir_type(L->fn, v)))
+      lower_error(L, A->at, "backward(gradient): gradient %s must have the shape of the tensor %s",
+                  shape_str(L, ir_type(L->fn, s)), shape_str(L, ir_type(L->fn, v)));
+    seed = s;
+  } else if (ir_type(L->fn, v)->ndim != 0)
+    lower_error(L, A->at, "backward() without a gradient needs a scalar, but the tensor has shape %s",
+                shape_str(L, ir_type(L->fn, v)));
+  if (!ir_dtype_is_float(ir_type(L->fn, v)->dtype)) lower_error(L, A->at, "backward() needs a floating-point tensor");
+  vec_push(L->a, &L->pending, v);
+  vec_push(L->a, &L->pending_seed, seed);
+  return pv_none(L);
+}
+
+PV *autograd_grad(L *L, Args *A) {
+  PV *a[8];
+  bind_args(L, A, "outputs,inputs,grad_outputs=,retain_graph=,create_graph=,only_inputs=,allow_unused=,is_grads_batched=", a);
+  if (!L->fn) lower_error(L, A->at, "torch.autograd.grad must be called inside a compiled function");
+  if (a[4] && truthy(L, A->at, a[4])) lower_error(L, A->at, "create_graph=True (double backward) is not supported yet");
+  PV **outs, **ins, **gos = NULL;
+  int no = a[0]->k == PV_TENSOR ? (outs = &a[0], 1) : iter_items(L, A->at, a[0], &outs);
+  int ni = a[1]->k == PV_TENSOR ? (ins = &a[1], 1) : iter_items(L, A->at, a[1], &ins);
+  int ng = 0;
+  if (a[2] && a[2]->k != PV_NONE) ng = a[2]->k == PV_TENSOR ? (gos = &a[2], 1) : iter_items(L, A->at, a[2], &gos);
+  if (ng && ng != no) lower_error(L, A->at, "grad_outputs must have one tensor per output");
+  AdSeed *seeds = arena_alloc(L->a, sizeof(AdSeed) * (size_t)(no + 1));
+  for (int i = 0; i < no; i++) {
+    seeds[i].value = t_val(L, A->at, outs[i]);
+    seeds[i].seed = ng && gos[i]->k != PV_NONE ? t_val(L, A->at, gos[i]) : -1;
+    if (seeds[i].seed < 0 && ir_type(L->fn, seeds[i].value)->ndim != 0)
+      lower_error(L, A->at, "grad can be implicitly created only for scalar outputs (shape %s)",
+                  shape_str(L, ir_type(L->fn, seeds[i].value)));
+  }
+  ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1)), *g = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1));
+  for (int i = 0; i < ni; i++) wrt[i] = t_val(L, A->at, ins[i]);
+  ad_reverse(L->prog, L->fn, seeds, no, wrt, ni, g);
+  PV *r = pv_tuple(L, NULL, 0);
+  for (int i = 0; i < ni; i++) pv_list_append(L, r, t_wrap(L, g[i]));
+  return r;
+}
+
+/* ---- entries ------------------------------------------------------------- */
+
+void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV *examples) {
+  Node *def = fnv->node;
+  Func *f = ir_func_new(L->prog, name, def->span);
+  f->kind = FK_FUNCTION;
+  L->fn = f;
+  L->pending.len = L->pending_seed.len = 0;
+  L->zeroed = L->stepped = 0;
+  L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
+  for (int i = 0; i < L->prog->params.len; i++) L->param_cur[i] = -1;
+  PV *ex = NULL;
+  if (examples && examples->k == PV_DICT) ex = pv_dict_get(examples, pv_str(L, name));
+  if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
+  PV *args[32];
+  int nargs = 0;
+  for (int k = 0; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN) lower_error(L, p->span, "an entry with *args or **kwargs cannot be compiled");
+    const InputSpec *spec = NULL;
+    for (int i = 0; i < opt->ninputs; i++)
+      if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
+    Type t;
+    if (spec) t = spec->type;
+    else if (ex && pv_is_seq(ex) && k < ex->n && ex->items[k]->k == PV_TENSOR) t = ex->items[k]->t->type;
+    else if (p->b) break;
+    else
+      lower_error(L, p->span,
+                  "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
+                  "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
+                  p->name, name, p->name, name);
+    if (nargs == 32) lower_error(L, p->span, "too many inputs");
+    args[nargs++] = t_wrap(L, ir_add_input(L->prog, f, p->name, t));
+  }
+  if (L->nstack < 64) {
+    L->stack_span[L->nstack] = def->span;
+    L->stack_name[L->nstack] = name;
+  }
+  PV *r = call_value(L, def->span, fnv, args, nargs, NULL, NULL, 0);
+  if (L->pending.len)
+    lower_error(L, def->span, "'%s' calls backward() but no optimizer.step() uses the gradients", name);
+  if (L->stepped) f->kind = FK_TRAIN;
+  PV **outs = &r;
+  int nout = r->k == PV_NONE ? 0 : 1;
+  if (pv_is_seq(r)) {
+    outs = r->items;
+    nout = r->n;
+  }
+  for (int i = 0; i < nout; i++) {
+    if (outs[i]->k != PV_TENSOR)
+      lower_error(L, def->span, "'%s' must return tensors, but returned a %s", name, pv_kind_name(outs[i]));
+    ir_add_output(L->prog, f, t_val(L, def->span, outs[i]),
+                  nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
+  }
+  if (f->kind == FK_TRAIN) {
+    if (nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0)
+      lower_error(L, def->span, "training function '%s' must return the loss (a scalar tensor) first", name);
+    if (f->inputs.len != 2)
+      lower_error(L, def->span, "training function '%s' must take (data, labels) to be driven by `./net train`", name);
+  }
+  L->fn = NULL;
+  L->param_cur = NULL;
+}
