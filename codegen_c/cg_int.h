@@ -50,6 +50,7 @@ void cg_ident(char *buf, size_t cap, const char *s);
 typedef struct Kernels {
   unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt> */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
+  unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
 } Kernels;
@@ -77,6 +78,14 @@ void cg_emit_inst(CgFunc *c, int i);
 const char *cg_ref(CgFunc *c, ValId v);
 /* Whether v is a scalar constant written as a literal. */
 int cg_is_literal(const CgFunc *c, ValId v);
+/* The geometry of a convolution or of one of its gradients (CONV2D,
+ * CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT): image x[N,C,H,W], kernel w[O,C,KH,KW],
+ * output y[N,O,OH,OW], whichever of them are operands or the result. */
+typedef struct ConvGeom {
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t ckk, ohw;   /* C*KH*KW and OH*OW: the column matrix of one image */
+} ConvGeom;
+void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
 

@@ -12,6 +12,12 @@
  *   int net_<entry>(net_t *m, const T *input..., T *output...);   one per Func
  *   extern const ctc_model_desc net_desc;
  *
+ * An entry with parameter updates (Func.updates: a training step) computes
+ * everything from the old parameter values, copies its outputs out and then
+ * writes the new values into the parameters. Optimizer state (Param.is_state,
+ * the last parameters) is saved and loaded with the weights but may be missing
+ * from a weights file (ctc_model_desc.noptional).
+ *
  * and model.c defines them; with -DCTC_MAIN it also has a main() that runs the
  * runtime's command-line driver. Build switches of the generated code:
  * -DCTC_HAVE_CBLAS (+ -lopenblas) calls cblas_sgemm/dgemm for GEMMs, otherwise a

@@ -14,7 +14,16 @@
  * activations whose bytes no other tensor or scratch buffer reuses. Storage
  * reused over time would make `restrict` on function-wide pointers undefined
  * behaviour, so those are plain pointers (the kernels' parameters are
- * restrict, and each instruction's result never overlaps its operands). */
+ * restrict, and each instruction's result never overlaps its operands).
+ * An entry with parameter updates (a training step) writes its parameters at
+ * the end, so there the parameters and their views are not restrict either.
+ *
+ * Updates: after the outputs are copied out, each updated parameter gets its
+ * new value (a memcpy from the value's storage, which is an activation, an
+ * input or another parameter; a literal for a 0-d constant). Every read of the
+ * entry happens before the first write-back; write-backs whose value is itself
+ * a parameter go first, ordered so that no parameter is overwritten before it
+ * was read (a cycle of such updates is refused). */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -109,7 +118,58 @@ static int exclusive(const Func *f, const FuncPlan *fp, ValId v) {
   return 1;
 }
 
-static void emit_entry(Gen *g, int fi, Buf *out) {
+/* The parameter whose storage v is (itself or through views), or -1. */
+static int param_of(const Func *f, ValId v) {
+  const Value *r = &f->values.data[root_of(f, v)];
+  return r->kind == V_PARAM ? r->index : -1;
+}
+
+/* The order in which f's updates are written back (indices into f->updates;
+ * -1 marks an identity update, which writes nothing). Returns 0, or -1 after
+ * printing why the updates cannot be ordered. */
+static int update_order(const Program *p, const Func *f, int *order) {
+  int n = f->updates.len, k = 0;
+  unsigned char *done = calloc((size_t)n + 1, 1);
+  CHECK(done);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < i; j++)
+      if (f->update_params.data[i] == f->update_params.data[j]) {
+        fprintf(stderr, "ctc: error: entry '%s' updates parameter '%s' twice\n", f->name,
+                p->params.data[f->update_params.data[i]].name);
+        free(done);
+        return -1;
+      }
+  for (int i = 0; i < n; i++)
+    if (param_of(f, f->updates.data[i]) == f->update_params.data[i]) done[i] = 1;   /* p := p */
+  /* Values that are parameters: each before the update that overwrites its parameter. */
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int i = 0; i < n; i++) {
+      if (done[i] || param_of(f, f->updates.data[i]) < 0) continue;
+      int blocked = 0;
+      for (int j = 0; j < n && !blocked; j++)
+        blocked = j != i && !done[j] && param_of(f, f->updates.data[j]) == f->update_params.data[i];
+      if (blocked) continue;
+      order[k++] = i;
+      done[i] = 1;
+      progress = 1;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (!done[i] && param_of(f, f->updates.data[i]) >= 0) {
+      fprintf(stderr, "ctc: error: entry '%s': the updates of parameter '%s' and others form a cycle (each reads "
+                      "another's old value)\n", f->name, p->params.data[f->update_params.data[i]].name);
+      free(done);
+      return -1;
+    }
+  for (int i = 0; i < n; i++)
+    if (!done[i]) order[k++] = i;
+  while (k < n) order[k++] = -1;
+  free(done);
+  return 0;
+}
+
+static int emit_entry(Gen *g, int fi, Buf *out) {
   const Program *p = g->p;
   const Func *f = p->funcs.data[fi];
   const FuncPlan *fp = &g->mp->funcs[fi];
@@ -156,6 +216,10 @@ static void emit_entry(Gen *g, int fi, Buf *out) {
     cg_printf(doc, "%s%s %s", k ? ", " : "", oname[k], type_str(t, tb, sizeof tb));
   }
   cg_puts(sig, ")");
+  if (f->updates.len) cg_printf(doc, "; updates %d parameter%s", f->updates.len, f->updates.len == 1 ? "" : "s");
+  int *order = calloc((size_t)f->updates.len + 1, sizeof *order);
+  CHECK(order);
+  int rc = update_order(p, f, order);
 
   /* Body. */
   Buf body = {0};
@@ -178,9 +242,33 @@ static void emit_entry(Gen *g, int fi, Buf *out) {
     }
   }
 
+  int arena = 0;
+  if (f->updates.len) {
+    if (body.len) cg_puts(&body, "\n");
+    cg_puts(&body, "  /* parameter updates (every read above saw the old values) */\n");
+  }
+  for (int k = 0; k < f->updates.len && !rc; k++) {
+    if (order[k] < 0) continue;
+    ValId v = f->updates.data[order[k]];
+    const Param *pr = &p->params.data[f->update_params.data[order[k]]];
+    int64_t off = g->mp->param_offset[f->update_params.data[order[k]]];
+    const Type *t = &pr->type;
+    char pn[256];
+    comment_text(pn, sizeof pn, pr->name);
+    arena = 1;
+    if (cg_is_literal(&c, v)) {
+      Buf lit = {0};
+      cg_literal(&lit, t->dtype, f->insts.data[f->values.data[v].def].fattr);
+      cg_printf(&body, "  *(%s *)(A + %lld) = %s;  /* %s := %s */\n", cg_ctype(t->dtype), (ll)off, lit.s, pn, lit.s);
+      cg_buf_free(&lit);
+    } else {
+      cg_printf(&body, "  memcpy(A + %lld, %s, %lld);  /* %s := %s */\n", (ll)off, cg_ref(&c, v),
+                (ll)(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype)), pn, cname[v]);
+    }
+  }
+
   /* Declarations of the tensors the body uses: parameters, then the rest. */
   Buf decl = {0};
-  int arena = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int v = 0; v < nv; v++) {
       const Value *val = &f->values.data[v];
@@ -190,7 +278,9 @@ static void emit_entry(Gen *g, int fi, Buf *out) {
       const Loc *l = &fp->loc[v];
       ValId r = root_of(f, v);
       int view = r != v, readonly = f->values.data[r].kind != V_INST;
-      const char *rs = readonly || (!view && exclusive(f, fp, v)) ? "restrict " : "";
+      /* parameters are written at the end of an entry with updates: not restrict there */
+      int written = f->updates.len && f->values.data[r].kind == V_PARAM;
+      const char *rs = (readonly && !written) || (!view && !readonly && exclusive(f, fp, v)) ? "restrict " : "";
       type_str(&val->type, tb, sizeof tb);
       if (l->base >= 0) {
         cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
@@ -209,11 +299,13 @@ static void emit_entry(Gen *g, int fi, Buf *out) {
   for (int i = 0; i < f->insts.len; i++) {
     if (!sname[i]) continue;
     const Inst *in = &f->insts.data[i];
-    const Type *r = &f->values.data[in->res].type, *w = &f->values.data[in->args[1]].type;
+    const Type *r = &f->values.data[in->res].type;
+    ConvGeom cg;
+    cg_conv_geom(f, in, &cg);
     arena = 1;
-    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s[%lld,%lld] im2col scratch of %s */\n", cg_ctype(r->dtype),
-              sname[i], cg_ctype(r->dtype), (ll)fp->scratch[i], ir_dtype_name(r->dtype),
-              (ll)(w->dims[1] * w->dims[2] * w->dims[3]), (ll)(r->dims[2] * r->dims[3]), cname[in->res]);
+    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s[%lld,%lld] column scratch of %s */\n", cg_ctype(r->dtype),
+              sname[i], cg_ctype(r->dtype), (ll)fp->scratch[i], ir_dtype_name(r->dtype), (ll)cg.ckk, (ll)cg.ohw,
+              cname[in->res]);
   }
 
   char where[256];
@@ -236,6 +328,8 @@ static void emit_entry(Gen *g, int fi, Buf *out) {
   free(ref);
   free(oname);
   free(sname);
+  free(order);
+  return rc;
 }
 
 /* ---- parameters: data, init, load, save ----------------------------------------------- */
@@ -315,6 +409,21 @@ static void emit_init(Gen *g, Buf *b) {
   cg_printf(b, "int %s_save(const %s_t *m, const char *path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !path) return CTC_ERR_ARG;\n");
   cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+}
+
+/* Optimizer state (Param.is_state) comes after every model tensor: the
+ * descriptor marks the last noptional parameters as optional in a weights file. */
+static int n_state_params(const Program *p) {
+  int n = 0;
+  for (int i = 0; i < p->params.len; i++) n += p->params.data[i].is_state != 0;
+  return n;
+}
+
+static void check_state_params(const Program *p) {
+  int n = n_state_params(p);
+  for (int i = p->params.len - n; i < p->params.len; i++)
+    if (!p->params.data[i].is_state)
+      BUG("codegen_c: optimizer state parameters are not the last ones (%s)", p->params.data[i].name);
 }
 
 /* ---- the model descriptor -------------------------------------------------------- */
@@ -404,7 +513,9 @@ static void emit_desc(Gen *g, Buf *b) {
   cg_printf(b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n", P, g->upper);
   if (p->params.len) cg_printf(b, "  %d, ctc_params,\n", p->params.len);
   else cg_puts(b, "  0, NULL,\n");
-  cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n};\n", p->funcs.len);
+  cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n", p->funcs.len);
+  cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n};\n",
+            n_state_params(p));
 }
 
 /* ---- files ---------------------------------------------------------------------- */
@@ -470,7 +581,19 @@ int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, c
   CHECK(g.sig && g.doc);
 
   Buf entries = {0}, init = {0}, data = {0}, desc = {0}, kern = {0};
-  for (int fi = 0; fi < p->funcs.len; fi++) emit_entry(&g, fi, &entries);
+  int rc = 0;
+  for (int fi = 0; fi < p->funcs.len && !rc; fi++) rc = emit_entry(&g, fi, &entries);
+  check_state_params(p);
+  if (rc) {
+    for (int fi = 0; fi < p->funcs.len; fi++) {
+      cg_buf_free(&g.sig[fi]);
+      cg_buf_free(&g.doc[fi]);
+    }
+    free(g.sig);
+    free(g.doc);
+    cg_buf_free(&entries);
+    return -1;
+  }
   emit_param_data(&g, &data);
   emit_init(&g, &init);
   emit_desc(&g, &desc);

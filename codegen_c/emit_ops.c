@@ -6,7 +6,14 @@
  * compile-time strides (nest() below): adjacent axes that are contiguous for
  * every access are merged, so same-shape elementwise ops become one flat loop.
  * GEMMs and convolutions call cblas (-DCTC_HAVE_CBLAS) or the portable kernels
- * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel. */
+ * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel; loops
+ * that accumulate (+=) are only parallel over disjoint parts of their result.
+ *
+ * Gradient primitives: UNSLICE zeroes and scatters; CONV2D_BWD_INPUT is a GEMM
+ * w^T g[n] into the column scratch, then col2im (scatter-add); CONV2D_BWD_WEIGHT
+ * is im2col of x[n], then a GEMM g[n] col^T accumulated over the batch (beta = 1
+ * from the second image on); the pooling gradients loop over windows per image;
+ * EMBEDDING_BWD adds rows of g at the clamped indices. */
 #include <string.h>
 #include "cg_int.h"
 
@@ -442,21 +449,25 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
 
 /* ---- matmul and convolution ------------------------------------------------------ */
 
-/* One GEMM call: c[M,N] = op(a) op(b), pointers as C text. */
+/* One GEMM call: c[M,N] = op(a) op(b), pointers as C text. acc: NULL (overwrite c)
+ * or a C condition under which c is accumulated into instead (c += ...). */
 static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
-                      int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc) {
+                      int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
   int blas = t == DT_F32 || t == DT_F64;
+  const char *one = t == DT_F32 ? "1.0f" : "1.0", *zero = t == DT_F32 ? "0.0f" : "0.0";
+  char beta[64];
+  if (acc) snprintf(beta, sizeof beta, "(%s ? %s : %s)", acc, one, zero);
+  else snprintf(beta, sizeof beta, "%s", zero);
   c->k->gemm[t] = 1;
   if (blas) {
     cg_puts(c->out, "#ifdef CTC_HAVE_CBLAS\n");
     LINE(c, "cblas_%cgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, %s, %lld, %s, %s, %lld);\n",
          t == DT_F32 ? 's' : 'd', ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans",
-         (ll)M, (ll)N, (ll)K, t == DT_F32 ? "1.0f" : "1.0", pa, (ll)lda, pb, (ll)ldb,
-         t == DT_F32 ? "0.0f" : "0.0", pc, (ll)ldc);
+         (ll)M, (ll)N, (ll)K, one, pa, (ll)lda, pb, (ll)ldb, beta, pc, (ll)ldc);
     cg_puts(c->out, "#else\n");
   }
-  LINE(c, "ctc_gemm_%s(%d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", cg_dt_suffix(t), ta, tb,
-       (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
+  LINE(c, "ctc_gemm_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", cg_dt_suffix(t), ta, tb,
+       acc ? acc : "0", (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
   if (blas) cg_puts(c->out, "#endif\n");
 }
 
@@ -473,7 +484,7 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   ptr_at(c, &pa, in->args[0], idx[1]);
   ptr_at(c, &pb, in->args[1], idx[2]);
   gemm_call(c, ty(c, in->res)->dtype, (int)in->attr[0], (int)in->attr[1], u->M, u->N, u->K, pa.s, u->lda, pb.s,
-            u->ldb, pc.s, u->N);
+            u->ldb, pc.s, u->N, NULL);
   cg_buf_free(&pa);
   cg_buf_free(&pb);
   cg_buf_free(&pc);
@@ -512,17 +523,57 @@ static void emit_matmul(CgFunc *c, const Inst *in) {
   nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, 0, 1);
 }
 
+void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
+  const Type *a0 = &f->values.data[in->args[0]].type, *a1 = &f->values.data[in->args[1]].type;
+  const Type *r = &f->values.data[in->res].type;
+  const Type *x, *w, *y;   /* image, kernel and output shapes, whichever are operands */
+  switch (in->op) {
+  case IR_CONV2D: x = a0, w = a1, y = r; break;
+  case IR_CONV2D_BWD_INPUT: x = r, w = a1, y = a0; break;
+  case IR_CONV2D_BWD_WEIGHT: x = a0, w = r, y = a1; break;
+  default: BUG("cg_conv_geom: not a convolution");
+  }
+  g->N = x->dims[0], g->C = x->dims[1], g->H = x->dims[2], g->W = x->dims[3];
+  g->O = w->dims[0], g->KH = w->dims[2], g->KW = w->dims[3], g->OH = y->dims[2], g->OW = y->dims[3];
+  g->ckk = g->C * g->KH * g->KW;
+  g->ohw = g->OH * g->OW;
+}
+
+/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call. */
+static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, const ConvGeom *g, const char *from,
+                      const char *to) {
+  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n", kernel,
+       cg_dt_suffix(t), from, (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
+       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to);
+}
+
+/* "p" or "p + n * 12": v's slice for image n (when there are several). */
+static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride) {
+  if (N > 1) snprintf(buf, cap, "%s + n * %lld", cg_ref(c, v), (ll)stride);
+  else snprintf(buf, cap, "%s", cg_ref(c, v));
+}
+
+static void open_batch(CgFunc *c, int64_t N) {
+  if (N <= 1) return;
+  LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
+  c->ind += 2;
+}
+
+static void close_batch(CgFunc *c, int64_t N) {
+  if (N <= 1) return;
+  c->ind -= 2;
+  LINE(c, "}\n");
+}
+
+/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n. */
 static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
-  const Type *x = ty(c, in->args[0]), *w = ty(c, in->args[1]), *r = ty(c, in->res);
-  DType t = r->dtype;
-  int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
-  int64_t O = w->dims[0], KH = w->dims[2], KW = w->dims[3], OH = r->dims[2], OW = r->dims[3];
-  int64_t ckk = C * KH * KW, ohw = OH * OW;
-  const char *scratch = c->sname[i];
-  const char *xs = cg_ref(c, in->args[0]), *ws = cg_ref(c, in->args[1]), *ys = cg_ref(c, in->res);
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
   char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
-  snprintf(xn, sizeof xn, N > 1 ? "%s + n * %lld" : "%s", xs, (ll)(C * H * W));
-  snprintf(yn, sizeof yn, N > 1 ? "%s + n * %lld" : "%s", ys, (ll)(O * ohw));
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
+  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw);
   if (scratch) {
     snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
@@ -530,19 +581,56 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
     snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
   }
   int base = c->ind;
-  if (N > 1) {
-    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
-    c->ind += 2;
+  open_batch(c, g.N);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
+  gemm_call(c, t, 0, 0, g.O, g.ohw, g.ckk, ws, g.ckk, col, g.ohw, yn, g.ohw, NULL);
+  close_batch(c, g.N);
+  c->ind = base;
+}
+
+/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n. */
+static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
+  char gn[IDX_CAP], dxn[IDX_CAP];
+  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw);
+  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W);
+  int base = c->ind;
+  open_batch(c, g.N);
+  if (scratch) {
+    c->k->col2im[t] = 1;
+    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
+    fold_call(c, "col2im", t, in, &g, scratch, dxn);
+  } else {
+    /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
+    gemm_call(c, t, 1, 0, g.C, g.ohw, g.O, ws, g.C, gn, g.ohw, dxn, g.ohw, NULL);
   }
-  if (scratch)
-    LINE(c, "ctc_im2col_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n",
-         cg_dt_suffix(t), xn, (ll)C, (ll)H, (ll)W, (ll)KH, (ll)KW, (ll)in->attr[0], (ll)in->attr[1],
-         (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)OH, (ll)OW, col);
-  gemm_call(c, t, 0, 0, O, ohw, ckk, ws, ckk, col, ohw, yn, ohw);
-  if (N > 1) {
-    c->ind -= 2;
-    LINE(c, "}\n");
+  close_batch(c, g.N);
+  c->ind = base;
+}
+
+/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. */
+static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *dws = cg_ref(c, in->res);
+  char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
+  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw);
+  if (scratch) {
+    snprintf(col, sizeof col, "%s", scratch);
+    c->k->im2col[t] = 1;
+  } else {
+    snprintf(col, sizeof col, "%s", xn);
   }
+  int base = c->ind;
+  open_batch(c, g.N);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
+  gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
+  close_batch(c, g.N);
   c->ind = base;
 }
 
@@ -652,6 +740,154 @@ static void emit_embedding(CgFunc *c, const Inst *in) {
   cg_buf_free(&e);
 }
 
+/* The loops of a pooling gradient: open_images opens `for nc {` (the caller
+ * then declares its per-image pointers), window_loops `for oh for ow {`,
+ * close_windows closes all three. Images run in parallel: each one writes only
+ * its own slice of the result, so the += of overlapping windows never races. */
+static int open_images(CgFunc *c, int64_t NC, int64_t work) {
+  int base = c->ind;
+  if (NC > 1 && work >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
+  c->ind += 2;
+  return base;
+}
+
+static void window_loops(CgFunc *c, int64_t OH, int64_t OW) {
+  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
+  c->ind += 2;
+  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+  c->ind += 2;
+}
+
+static void close_windows(CgFunc *c, int base) {
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 4;
+  LINE(c, "}\n");
+  c->ind = base;
+}
+
+/* dx = 0; each window's g goes to the first position holding the window's max
+ * (the rule of max_pool2d's forward in PyTorch: v > max or v is NaN), summed
+ * where windows overlap. */
+static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
+  const Type *x = ty(c, in->args[0]), *g = ty(c, in->args[1]), *r = ty(c, in->res);
+  DType t = r->dtype;
+  const char *ct = cg_ctype(t);
+  int64_t NC = x->dims[0] * x->dims[1], H = x->dims[2], W = x->dims[3], OH = g->dims[2], OW = g->dims[3];
+  int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4],
+          pw = in->attr[5], dh = in->attr[6], dw = in->attr[7];
+  int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
+  const char *xs = cg_ref(c, in->args[0]), *gs = cg_ref(c, in->args[1]), *ds = cg_ref(c, in->res);
+  int base = open_images(c, NC, ir_numel(g) * kh * kw);
+  LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  window_loops(c, OH, OW);
+  char ih[128], iw[128];
+  win_index(ih, sizeof ih, "oh", sh, ph, "kh", dh);
+  win_index(iw, sizeof iw, "ow", sw, pw, "kw", dw);
+  LINE(c, "int64_t at = -1;   /* where the max is; the first in-bounds position to begin with */\n");
+  LINE(c, "%s mx = 0;\n", ct);
+  LINE(c, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)kh);
+  c->ind += 2;
+  LINE(c, "const int64_t ih = %s;\n", ih);
+  if (chk_h) LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)H);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)kw);
+  c->ind += 2;
+  LINE(c, "const int64_t iw = %s;\n", iw);
+  if (chk_w) LINE(c, "if (iw < 0 || iw >= %lld) continue;\n", (ll)W);
+  LINE(c, "const %s v = xp[ih * %lld + iw];\n", ct, (ll)W);
+  LINE(c, ir_dtype_is_float(t) ? "if (at < 0 || v > mx || isnan(v)) {\n" : "if (at < 0 || v > mx) {\n");
+  LINE(c, "  mx = v;\n");
+  LINE(c, "  at = ih * %lld + iw;\n", (ll)W);
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  LINE(c, "if (at >= 0) dp[at] += gp[oh * %lld + ow];\n", (ll)OW);
+  close_windows(c, base);
+}
+
+/* dx = 0; each window's g / divisor added over the window's in-bounds
+ * positions (the divisor as in the forward). */
+static void emit_avgpool_bwd(CgFunc *c, const Inst *in) {
+  const Type *g = ty(c, in->args[0]), *r = ty(c, in->res);
+  DType t = r->dtype;
+  const char *ct = cg_ctype(t);
+  int64_t NC = r->dims[0] * r->dims[1], H = r->dims[2], W = r->dims[3], OH = g->dims[2], OW = g->dims[3];
+  int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4],
+          pw = in->attr[5];
+  int cip = in->attr[6] != 0;
+  int chk_h = needs_check(H, OH, kh, sh, ph, 1), chk_w = needs_check(W, OW, kw, sw, pw, 1);
+  const char *gs = cg_ref(c, in->args[0]), *ds = cg_ref(c, in->res);
+  int base = open_images(c, NC, ir_numel(g) * kh * kw);
+  LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, gs, (ll)(OH * OW));
+  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  window_loops(c, OH, OW);
+  if (!chk_h && !chk_w) {
+    char ih[128], iw[128];
+    win_index(ih, sizeof ih, "oh", sh, 0, "kh", 1);
+    win_index(iw, sizeof iw, "ow", sw, 0, "kw", 1);
+    LINE(c, "const %s d = gp[oh * %lld + ow] / %lld;\n", ct, (ll)OW, (ll)(kh * kw));
+    LINE(c, "for (int64_t kh = 0; kh < %lld; kh++)\n", (ll)kh);
+    LINE(c, "  for (int64_t kw = 0; kw < %lld; kw++) dp[(%s) * %lld + %s] += d;\n", (ll)kw, ih, (ll)W, iw);
+  } else {
+    LINE(c, "const int64_t h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw, (ll)pw);
+    LINE(c, "const int64_t h1 = h0 + %lld < %lld ? h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
+         (ll)(H + ph));
+    LINE(c, "const int64_t w1 = w0 + %lld < %lld ? w0 + %lld : %lld;\n", (ll)kw, (ll)(W + pw), (ll)kw,
+         (ll)(W + pw));
+    if (cip) LINE(c, "const int64_t cnt = (h1 - h0) * (w1 - w0);\n");
+    LINE(c, "const int64_t ha = h0 < 0 ? 0 : h0, hb = h1 > %lld ? %lld : h1;\n", (ll)H, (ll)H);
+    LINE(c, "const int64_t wa = w0 < 0 ? 0 : w0, wb = w1 > %lld ? %lld : w1;\n", (ll)W, (ll)W);
+    LINE(c, "const %s d = gp[oh * %lld + ow] / %s;\n", ct, (ll)OW, cip ? "cnt" : "((hb - ha) * (wb - wa))");
+    LINE(c, "for (int64_t ih = ha; ih < hb; ih++)\n");
+    LINE(c, "  for (int64_t iw = wa; iw < wb; iw++) dp[ih * %lld + iw] += d;\n", (ll)W);
+  }
+  close_windows(c, base);
+}
+
+/* dw = 0; then g's rows added at their (clamped) indices, in index order. */
+static void emit_embedding_bwd(CgFunc *c, const Inst *in) {
+  const Type *ix = ty(c, in->args[0]), *r = ty(c, in->res);
+  int64_t V = r->dims[0], D = r->dims[1], n = ir_numel(ix);
+  const char *ct = cg_ctype(r->dtype), *gs = cg_ref(c, in->args[1]), *ds = cg_ref(c, in->res);
+  Buf e = {0};
+  load(c, &e, in->args[0], "i");
+  LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", ds, ct, (ll)ir_numel(r));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)n);
+  c->ind += 2;
+  LINE(c, "int64_t ix = %s;\n", e.s);
+  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(V - 1), (ll)(V - 1),
+       (ll)(V - 1));
+  LINE(c, "for (int64_t d = 0; d < %lld; d++) %s[ix * %lld + d] += %s[i * %lld + d];\n", (ll)D, ds, (ll)D, gs,
+       (ll)D);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_buf_free(&e);
+}
+
+/* result = 0, then g at the positions SLICE with the same attributes reads. */
+static void emit_unslice(CgFunc *c, const Inst *in) {
+  const Type *g = ty(c, in->args[0]), *r = ty(c, in->res);
+  Acc acc[2];
+  int64_t rst[IR_MAX_DIMS];
+  int covers = 1;
+  memset(acc, 0, sizeof acc);
+  cstrides(r, rst);
+  cstrides(g, acc[1].st);
+  for (int k = 0; k < g->ndim; k++) {
+    acc[0].off += in->attr[2 * k] * rst[k];
+    acc[0].st[k] = rst[k] * in->attr[2 * k + 1];
+    covers &= g->dims[k] == r->dims[k];   /* then start 0, step 1 (verified in range) */
+  }
+  if (!covers) LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", cg_ref(c, in->res), cg_ctype(r->dtype), (ll)ir_numel(r));
+  copy_nest(c, in->res, in->args[0], g->ndim, g->dims, acc);
+}
+
 /* ---- one instruction ----------------------------------------------------------------- */
 
 /* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
@@ -690,11 +926,19 @@ static void comment(CgFunc *c, const Inst *in) {
     cg_printf(&b, " stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
               (ll)a[4], (ll)a[5]);
     break;
-  case IR_MAXPOOL2D:
+  case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT:
+    cg_printf(&b, " stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
+              (ll)a[4], (ll)a[5]);
+    break;
+  case IR_UNSLICE:
+    cg_puts(&b, " start:step");
+    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
+    break;
+  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD:
     cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1],
               (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)a[6], (ll)a[7]);
     break;
-  case IR_AVGPOOL2D:
+  case IR_AVGPOOL2D: case IR_AVGPOOL2D_BWD:
     cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld%s", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
               (ll)a[4], (ll)a[5], a[6] ? " count_include_pad" : "");
     break;
@@ -730,6 +974,12 @@ void cg_emit_inst(CgFunc *c, int i) {
   case IR_CONV2D: emit_conv2d(c, i, in); return;
   case IR_MAXPOOL2D: case IR_AVGPOOL2D: emit_pool(c, in); return;
   case IR_EMBEDDING: emit_embedding(c, in); return;
+  case IR_UNSLICE: emit_unslice(c, in); return;
+  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in); return;
+  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in); return;
+  case IR_MAXPOOL2D_BWD: emit_maxpool_bwd(c, in); return;
+  case IR_AVGPOOL2D_BWD: emit_avgpool_bwd(c, in); return;
+  case IR_EMBEDDING_BWD: emit_embedding_bwd(c, in); return;
   default: BUG("codegen_c: no emitter for %s", ir_ops[in->op].name);
   }
 }

@@ -10,12 +10,13 @@
 const char *cg_dt_suffix(DType t) { return ir_dtype_name(t); }
 
 static const char gemm_text[] =
-    "/* C[M,N] = op(A) op(B), row-major. op(A) is A[M,K] (row stride lda) or, if ta,\n"
-    " * the transpose of A[K,M]; op(B) is B[K,N] or, if tb, the transpose of B[N,K].\n"
+    "/* C[M,N] = op(A) op(B), or C += op(A) op(B) if acc; row-major. op(A) is A[M,K]\n"
+    " * (row stride lda) or, if ta, the transpose of A[K,M]; op(B) is B[K,N] or, if\n"
+    " * tb, the transpose of B[N,K].\n"
     " * Blocked over 4 rows of C and 256 of its columns: each row of B is loaded\n"
     " * once per block and reused for 4 rows of C; the inner loop runs along rows\n"
     " * of B and C, so it vectorises. With tb, rows of B are dot products. */\n"
-    "static void ctc_gemm_$S(int ta, int tb, int64_t M, int64_t N, int64_t K,\n"
+    "static void ctc_gemm_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K,\n"
     "                        const $T *restrict a, int64_t lda, const $T *restrict b, int64_t ldb,\n"
     "                        $T *restrict c, int64_t ldc) {\n"
     "  CTC_OMP_FOR\n"
@@ -36,14 +37,15 @@ static const char gemm_text[] =
     "          } else {\n"
     "            for (; k < K; k++) s[0] += a[k * lda + i] * bj[k];\n"
     "          }\n"
-    "          c[i * ldc + j] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));\n"
+    "          const $T d = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));\n"
+    "          c[i * ldc + j] = acc ? c[i * ldc + j] + d : d;\n"
     "        }\n"
     "      }\n"
     "      continue;\n"
     "    }\n"
     "    for (int64_t j0 = 0; j0 < N; j0 += 256) {\n"
     "      const int64_t nj = N - j0 < 256 ? N - j0 : 256;\n"
-    "      for (int64_t ii = 0; ii < mi; ii++)\n"
+    "      for (int64_t ii = 0; ii < mi && !acc; ii++)\n"
     "        for (int64_t j = 0; j < nj; j++) c[(i0 + ii) * ldc + j0 + j] = 0;\n"
     "      for (int64_t k = 0; k < K; k++) {\n"
     "        const $T *restrict bk = b + k * ldb + j0;\n"
@@ -80,6 +82,35 @@ static const char im2col_text[] =
     "        d[ow] = iw >= 0 && iw < W ? xc[ih * W + iw] : 0;\n"
     "      }\n"
     "    }\n"
+    "  }\n"
+    "}\n";
+
+static const char col2im_text[] =
+    "/* The adjoint of im2col: folds col[C*KH*KW, OH*OW] back into an image x[C,H,W],\n"
+    " * x[c][ih][iw] = sum of col[(c*KH + kh)*KW + kw][oh*OW + ow] over the window\n"
+    " * positions that read (ih, iw); positions no window reads get 0. Each channel\n"
+    " * is written by one thread only. */\n"
+    "static void ctc_col2im_$S(const $T *restrict col, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
+    "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
+    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict x) {\n"
+    "  CTC_OMP_FOR\n"
+    "  for (int64_t c = 0; c < C; c++) {\n"
+    "    $T *restrict xc = x + c * H * W;\n"
+    "    for (int64_t i = 0; i < H * W; i++) xc[i] = 0;\n"
+    "    for (int64_t kh = 0; kh < KH; kh++)\n"
+    "      for (int64_t kw = 0; kw < KW; kw++) {\n"
+    "        const int64_t r = (c * KH + kh) * KW + kw;\n"
+    "        for (int64_t oh = 0; oh < OH; oh++) {\n"
+    "          const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "          if (ih < 0 || ih >= H) continue;\n"
+    "          const $T *restrict d = col + (r * OH + oh) * OW;\n"
+    "          $T *restrict xr = xc + ih * W;\n"
+    "          for (int64_t ow = 0; ow < OW; ow++) {\n"
+    "            const int64_t iw = ow * sw - pw + kw * dw;\n"
+    "            if (iw >= 0 && iw < W) xr[iw] += d[ow];\n"
+    "          }\n"
+    "        }\n"
+    "      }\n"
     "  }\n"
     "}\n";
 
@@ -134,6 +165,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
       instantiate(b, im2col_text, (DType)t);
+      cg_puts(b, "\n");
+    }
+  for (int t = 0; t < DT_COUNT; t++)
+    if (k->col2im[t]) {
+      instantiate(b, col2im_text, (DType)t);
       cg_puts(b, "\n");
     }
   int rng = 0;

@@ -1,10 +1,10 @@
 /* dce.c - dead code elimination.
  *
- * The function's outputs are the roots. Walking the instructions backwards,
- * an instruction is live when its result is used by a live instruction or is
- * an output; the operands of a live instruction become used. Everything else
- * is marked dead and removed by ir_compact. Straight-line SSA makes one
- * backward sweep exact (uses always come after definitions). */
+ * The function's outputs and parameter update values are the roots. Walking
+ * the instructions backwards, an instruction is live when its result is used by
+ * a live instruction or is a root; the operands of a live instruction become
+ * used. Everything else is marked dead and removed by ir_compact. Straight-line
+ * SSA makes one backward sweep exact (uses always come after definitions). */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"
@@ -15,6 +15,7 @@ void ir_pass_dce(Program *p, Func *f) {
   unsigned char *used = calloc((size_t)f->values.len + 1, 1);
   CHECK(used != NULL);
   for (int i = 0; i < f->outputs.len; i++) used[f->outputs.data[i]] = 1;
+  for (int i = 0; i < f->updates.len; i++) used[f->updates.data[i]] = 1;
   for (int i = f->insts.len - 1; i >= 0; i--) {
     Inst *in = &f->insts.data[i];
     if (in->dead || !used[in->res]) {

@@ -18,7 +18,17 @@
  *     operand's lifetime is extended over the view's uses;
  *   - entry inputs (base = input index, in the caller's memory) and
  *     parameters (their offset in the parameter region).
- * Entries run one at a time, so they all share the activation region. */
+ * Entries run one at a time, so they all share the activation region.
+ *
+ * Parameter updates (Func.updates, training steps) are written back after the
+ * last instruction, so update values live to the end like outputs. An update
+ * value that is an instruction result is an activation, which never shares
+ * bytes with a parameter; one that is a parameter (or a view of one) is
+ * ordered by the emitter so that it is read before it is overwritten.
+ *
+ * Scratch (ir_scratch_bytes) is the column matrix [C*KH*KW, OH*OW] of one image
+ * for CONV2D, CONV2D_BWD_INPUT and CONV2D_BWD_WEIGHT; it lives only during its
+ * instruction. */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"
@@ -40,16 +50,41 @@ static int is_scalar_const(const Func *f, ValId v) {
   return is_inst_result(f, v) && f->insts.data[f->values.data[v].def].op == IR_CONST;
 }
 
+/* Whether a convolution (or one of its gradients) reads its input image as the
+ * column matrix directly: a 1x1 kernel, stride 1, no padding (and, defensively,
+ * an output the size of the input). */
+static int conv_is_pointwise(const Inst *in, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  return kh == 1 && kw == 1 && in->attr[0] == 1 && in->attr[1] == 1 && in->attr[2] == 0 && in->attr[3] == 0 &&
+         h == oh && w == ow;
+}
+
 int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
-  if (in->op != IR_CONV2D) return 0;
-  const Type *w = &f->values.data[in->args[1]].type;
-  const Type *r = &f->values.data[in->res].type;
-  /* A 1x1 convolution with stride 1 and no padding reads its input as the
-   * column matrix directly. */
-  if (w->dims[2] == 1 && w->dims[3] == 1 && in->attr[0] == 1 && in->attr[1] == 1 && in->attr[2] == 0 &&
-      in->attr[3] == 0)
-    return 0;
-  return w->dims[1] * w->dims[2] * w->dims[3] * r->dims[2] * r->dims[3] * (int64_t)ir_dtype_size(r->dtype);
+  const Type *a0, *a1, *r;
+  int64_t C, KH, KW, H, W, OH, OW;
+  switch (in->op) {
+  case IR_CONV2D:   /* x[N,C,H,W] w[O,C,KH,KW] -> y[N,O,OH,OW]: im2col of x[n] */
+    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
+    r = &f->values.data[in->res].type;
+    C = a1->dims[1], KH = a1->dims[2], KW = a1->dims[3], H = a0->dims[2], W = a0->dims[3];
+    OH = r->dims[2], OW = r->dims[3];
+    break;
+  case IR_CONV2D_BWD_INPUT:   /* g[N,O,OH,OW] w[O,C,KH,KW] -> dx[N,C,H,W]: w^T g[n], then col2im */
+    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
+    r = &f->values.data[in->res].type;
+    C = a1->dims[1], KH = a1->dims[2], KW = a1->dims[3], H = r->dims[2], W = r->dims[3];
+    OH = a0->dims[2], OW = a0->dims[3];
+    break;
+  case IR_CONV2D_BWD_WEIGHT:   /* x[N,C,H,W] g[N,O,OH,OW] -> dw[O,C,KH,KW]: im2col of x[n] */
+    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
+    r = &f->values.data[in->res].type;
+    C = r->dims[1], KH = r->dims[2], KW = r->dims[3], H = a0->dims[2], W = a0->dims[3];
+    OH = a1->dims[2], OW = a1->dims[3];
+    break;
+  default: return 0;
+  }
+  if (conv_is_pointwise(in, KH, KW, H, W, OH, OW)) return 0;
+  /* The column matrix of one image: [C*KH*KW, OH*OW]. */
+  return C * KH * KW * OH * OW * (int64_t)ir_dtype_size(r->dtype);
 }
 
 int ir_is_view(const Func *f, ValId v) {
@@ -134,8 +169,14 @@ static void plan_func(Program *p, Func *f, const MemPlan *mp, FuncPlan *fp) {
       if (r >= 0 && last[r] < i) last[r] = i;
     }
   }
+  /* Outputs are copied out, and update values written back to their
+   * parameters, after the last instruction: they live to the end. */
   for (int i = 0; i < f->outputs.len; i++) {
     ValId r = root[f->outputs.data[i]];
+    if (r >= 0) last[r] = ni;
+  }
+  for (int i = 0; i < f->updates.len; i++) {
+    ValId r = root[f->updates.data[i]];
     if (r >= 0) last[r] = ni;
   }
 

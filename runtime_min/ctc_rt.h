@@ -109,6 +109,7 @@ typedef struct ctc_model_desc {
   const ctc_entry *entries;      /* entries[0] is the default (forward) */
   int (*init)(void *model, void *arena, size_t bytes);
   void *(*arena_of)(void *model);   /* the arena a model was initialised with */
+  int noptional;  /* the last noptional params (optimizer state) may be missing from a weights file: they keep their init values */
 } ctc_model_desc;
 
 /* ---- safetensors (rt_safetensors.c) ------------------------------------ */
@@ -140,7 +141,8 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
 
 /* Load every parameter of desc from a safetensors file into the model's arena.
  * Missing tensors, wrong shapes and wrong dtypes are errors naming the tensor;
- * extra tensors in the file are ignored. */
+ * extra tensors in the file are ignored. The last desc->noptional parameters
+ * (optimizer state) may be missing: they keep their values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
 int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name);

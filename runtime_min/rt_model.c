@@ -4,7 +4,10 @@
  * is desc->arena_of(model)). Loading reads a safetensors file, checks every
  * parameter first (present, exact shape, dtype) and only then copies, so a
  * failed load leaves the model untouched. Tensors in the file that the model
- * does not use are ignored. Saving writes the parameters in state_dict order. */
+ * does not use are ignored. The last desc->noptional parameters (optimizer
+ * state, which a file exported from PyTorch does not have) may be missing: they
+ * keep their values; present ones are checked like the rest. Saving writes the
+ * parameters in state_dict order, optional ones included. */
 #include "ctc_rt.h"
 
 #include <stdlib.h>
@@ -68,14 +71,19 @@ int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ct
   int rc = ctc_st_read(&st, path, err);
   if (rc) return rc;
   size_t bytes;
+  /* Parameters from index `first_optional` on may be missing from the file. */
+  int first_optional = desc->noptional > 0 && desc->noptional <= desc->nparams ? desc->nparams - desc->noptional
+                                                                                : desc->nparams;
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    const ctc_tensor *p = &desc->params[i];
-    if (!(rc = param_span(desc, p, &bytes, err))) rc = check_param(path, p, ctc_st_find(&st, p->name), err);
+    const ctc_tensor *p = &desc->params[i], *f = ctc_st_find(&st, p->name);
+    if ((rc = param_span(desc, p, &bytes, err))) break;
+    if (f || i < first_optional) rc = check_param(path, p, f, err);
   }
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    const ctc_tensor *p = &desc->params[i];
+    const ctc_tensor *p = &desc->params[i], *f = ctc_st_find(&st, p->name);
+    if (!f) continue;   /* an optional parameter the file lacks */
     bytes = ctc_tensor_bytes(p);
-    copy_param(arena + p->offset, p, ctc_st_find(&st, p->name), bytes);
+    copy_param(arena + p->offset, p, f, bytes);
   }
   ctc_st_free(&st);
   return rc;

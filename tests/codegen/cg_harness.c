@@ -6,7 +6,9 @@
  *                                     draw them from), outputs, parameters
  *
  * test_codegen.py compiles the models with the runtime, runs each entry and
- * compares with numpy. The harness also checks the memory plan itself: no two
+ * compares with numpy, or with PyTorch's autograd for the gradient primitives
+ * (suite grad); suite train is a training step with parameter updates and
+ * optimizer state. The harness also checks the memory plan itself: no two
  * tensors live at the same time share bytes, an instruction's result never
  * overlaps its operands or scratch, every offset is 64-byte aligned.
  *
@@ -194,6 +196,60 @@ static ValId embedding(ValId w, ValId idx, const char *name) {
   return emit(IR_EMBEDDING, args, 2, r, NULL, 0, name);
 }
 
+/* ---- gradient primitives ---- */
+
+/* unslice(g, result type, name, start0, step0, start1, ...) */
+static ValId unslice(ValId g, Type r, const char *name, ...) {
+  int64_t at[2 * IR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, name);
+  for (int i = 0; i < r.ndim; i++) {
+    at[2 * i] = va_arg(ap, int);
+    at[2 * i + 1] = va_arg(ap, int);
+  }
+  va_end(ap);
+  r.dtype = tyof(g).dtype;
+  return emit(IR_UNSLICE, &g, 1, r, at, 2 * r.ndim, name);
+}
+
+/* The output type of conv(x, w) with these attributes (the shape g must have). */
+static Type conv_out(Type X, Type W, const int64_t *at) {
+  return ty(X.dtype, 4, (int)X.dims[0], (int)W.dims[0], (int)outsz(X.dims[2], W.dims[2], at[0], at[2], at[4], 0),
+            (int)outsz(X.dims[3], W.dims[3], at[1], at[3], at[5], 0));
+}
+
+static ValId conv_bwd_input(ValId g, ValId w, Type xt, const int64_t *at, const char *name) {
+  ValId args[2] = {g, w};
+  return emit(IR_CONV2D_BWD_INPUT, args, 2, xt, at, 6, name);
+}
+
+static ValId conv_bwd_weight(ValId x, ValId g, Type wt, const int64_t *at, const char *name) {
+  ValId args[2] = {x, g};
+  return emit(IR_CONV2D_BWD_WEIGHT, args, 2, wt, at, 6, name);
+}
+
+/* The output type of a pooling op over x of type X (at: kh kw sh sw ph pw e6 e7). */
+static Type pool_out(Op op, Type X, const int64_t *at, int ceil) {
+  int dh = op == IR_MAXPOOL2D ? (int)at[6] : 1, dw = op == IR_MAXPOOL2D ? (int)at[7] : 1;
+  return ty(X.dtype, 4, (int)X.dims[0], (int)X.dims[1], (int)outsz(X.dims[2], at[0], at[2], at[4], dh, ceil),
+            (int)outsz(X.dims[3], at[1], at[3], at[5], dw, ceil));
+}
+
+static ValId maxpool_bwd(ValId x, ValId g, const int64_t *at, const char *name) {
+  ValId args[2] = {x, g};
+  return emit(IR_MAXPOOL2D_BWD, args, 2, tyof(x), at, 8, name);
+}
+
+static ValId avgpool_bwd(ValId g, Type xt, const int64_t *at, const char *name) {
+  return emit(IR_AVGPOOL2D_BWD, &g, 1, xt, at, 7, name);
+}
+
+static ValId embedding_bwd(ValId idx, ValId g, int V, const char *name) {
+  Type G = tyof(g);
+  ValId args[2] = {idx, g};
+  return emit(IR_EMBEDDING_BWD, args, 2, ty(G.dtype, 2, V, (int)G.dims[G.ndim - 1]), NULL, 0, name);
+}
+
 static void out(ValId v, const char *name) { ir_add_output(h.p, h.f, v, name); }
 
 /* ---- manifest -------------------------------------------------------------- */
@@ -289,6 +345,7 @@ static void check_plan(const Program *p, const MemPlan *mp) {
       }
     }
     for (int k = 0; k < f->outputs.len; k++) last[root_of(f, f->outputs.data[k])] = ni;
+    for (int k = 0; k < f->updates.len; k++) last[root_of(f, f->updates.data[k])] = ni;
     for (int i = 0; i < ni; i++) {
       const Inst *in = &f->insts.data[i];
       const Loc *l = &fp->loc[in->res];
@@ -638,6 +695,135 @@ static void suite_nn(void) {
   suite_done();
 }
 
+/* Gradient primitives; test_codegen.py has the same case tables (GRAD_*) and
+ * takes its references from PyTorch's autograd. */
+static const int64_t conv_cases[][6] = {   /* stride h w, pad h w, dilation h w */
+    {1, 1, 0, 0, 1, 1}, {2, 2, 1, 1, 1, 1}, {1, 2, 2, 1, 2, 1},
+    {4, 3, 0, 0, 1, 1},   /* rows 3, 7, 8 and columns 2, 5, 8, 9 of x are read by no window */
+};
+static const int64_t maxpool_cases[][9] = {   /* kh kw sh sw ph pw dh dw ceil */
+    {2, 2, 2, 2, 0, 0, 1, 1, 0}, {3, 3, 1, 1, 1, 1, 1, 1, 0}, {3, 3, 2, 2, 1, 1, 1, 1, 0},
+    {3, 2, 1, 2, 1, 0, 2, 1, 0}, {3, 3, 2, 2, 0, 0, 1, 1, 1}, {2, 3, 1, 1, 0, 1, 2, 2, 0},
+};
+static const int64_t avgpool_cases[][8] = {   /* kh kw sh sw ph pw count_include_pad ceil */
+    {2, 2, 2, 2, 0, 0, 1, 0}, {3, 3, 2, 2, 1, 1, 1, 0}, {3, 3, 2, 2, 1, 1, 0, 0},
+    {3, 3, 1, 1, 1, 1, 0, 0}, {3, 3, 2, 2, 0, 0, 1, 1}, {2, 3, 2, 2, 1, 1, 0, 1}, {3, 2, 1, 2, 1, 1, 1, 0},
+};
+#define NCASES(a) ((int)(sizeof(a) / sizeof(a[0])))
+
+static void suite_grad(void) {
+  char nm[64];
+  suite("grad");
+
+  entry("unslice");
+  ValId g1 = input("g1", ty(DT_F32, 3, 3, 3, 5), "normal");
+  ValId g2 = input("g2", ty(DT_F32, 3, 6, 7, 4), "normal");
+  ValId g3 = input("g3", ty(DT_F32, 2, 2, 5), "normal");
+  ValId g4 = input("g4", ty(DT_I64, 2, 2, 3), "int");
+  out(unslice(g1, ty(DT_F32, 3, 6, 7, 8), "u1", 1, 2, 0, 3, 2, 1), "steps");      /* s[1::2, ::3, 2:7] */
+  out(unslice(g2, ty(DT_F32, 3, 6, 7, 8), "u2", 0, 1, 0, 1, 3, 1), "last_axis");  /* s[:, :, 3:7] */
+  out(unslice(g3, ty(DT_F32, 2, 2, 5), "u3", 0, 1, 0, 1), "whole");              /* no zeros at all */
+  out(unslice(g4, ty(DT_I64, 2, 5, 7), "u4", 3, 1, 0, 3), "int");                /* s[3:, ::3] */
+  out(unslice(cst(DT_F32, 2.5), ty(DT_F32, 0), "u5"), "scalar");
+  entry_done();
+
+  entry("conv_bwd");   /* a non-square kernel under each attribute set, then 1x1 kernels */
+  ValId x = input("x", ty(DT_F32, 4, 2, 3, 9, 10), "normal");
+  ValId w = input("w", ty(DT_F32, 4, 4, 3, 3, 2), "normal");
+  ValId gs[NCASES(conv_cases)];
+  for (int k = 0; k < NCASES(conv_cases); k++) {
+    snprintf(nm, sizeof nm, "g%d", k);
+    gs[k] = input(nm, conv_out(tyof(x), tyof(w), conv_cases[k]), "normal");
+  }
+  for (int k = 0; k < NCASES(conv_cases); k++) {
+    snprintf(nm, sizeof nm, "dx%d", k);
+    out(conv_bwd_input(gs[k], w, tyof(x), conv_cases[k], nm), nm);
+    snprintf(nm, sizeof nm, "dw%d", k);
+    out(conv_bwd_weight(x, gs[k], tyof(w), conv_cases[k], nm), nm);
+  }
+  static const int64_t pointwise[6] = {1, 1, 0, 0, 1, 1}, strided[6] = {2, 2, 0, 0, 1, 1}, pad1[6] = {1, 1, 1, 1, 1, 1};
+  ValId w1 = input("w1", ty(DT_F32, 4, 5, 3, 1, 1), "normal");
+  ValId gp = input("gp", conv_out(tyof(x), tyof(w1), pointwise), "normal");
+  ValId gq = input("gq", conv_out(tyof(x), tyof(w1), strided), "normal");
+  ValId x1 = input("x1", ty(DT_F32, 4, 1, 3, 9, 10), "normal");
+  ValId gb = input("gb", conv_out(tyof(x1), tyof(w), pad1), "normal");
+  out(conv_bwd_input(gp, w1, tyof(x), pointwise, "dx_1x1"), "dx_1x1");   /* no column scratch */
+  out(conv_bwd_weight(x, gp, tyof(w1), pointwise, "dw_1x1"), "dw_1x1");
+  out(conv_bwd_input(gq, w1, tyof(x), strided, "dx_1x1s2"), "dx_1x1s2");
+  out(conv_bwd_weight(x, gq, tyof(w1), strided, "dw_1x1s2"), "dw_1x1s2");
+  out(conv_bwd_input(gb, w, tyof(x1), pad1, "dx_n1"), "dx_n1");           /* batch 1 */
+  out(conv_bwd_weight(x1, gb, tyof(w), pad1, "dw_n1"), "dw_n1");
+  entry_done();
+
+  entry("conv_bwd_big");   /* big enough for the parallel loops; f64 through dgemm */
+  static const int64_t same[6] = {1, 1, 1, 1, 1, 1}, s2[6] = {2, 2, 1, 0, 1, 1};
+  x = input("x", ty(DT_F32, 4, 4, 8, 16, 16), "normal");
+  w = input("w", ty(DT_F32, 4, 16, 8, 3, 3), "normal");
+  ValId g = input("g", conv_out(tyof(x), tyof(w), same), "normal");
+  out(conv_bwd_input(g, w, tyof(x), same, "dx"), "dx");
+  out(conv_bwd_weight(x, g, tyof(w), same, "dw"), "dw");
+  ValId xd = input("xd", ty(DT_F64, 4, 3, 2, 7, 6), "normal");
+  ValId wd = input("wd", ty(DT_F64, 4, 3, 2, 2, 3), "normal");
+  ValId gd = input("gd", conv_out(tyof(xd), tyof(wd), s2), "normal");
+  out(conv_bwd_input(gd, wd, tyof(xd), s2, "dxd"), "dx_f64");
+  out(conv_bwd_weight(xd, gd, tyof(wd), s2, "dwd"), "dw_f64");
+  entry_done();
+
+  entry("maxpool_bwd");   /* x has many ties: PyTorch routes each window's g to its first max */
+  x = input("x", ty(DT_F32, 4, 2, 3, 8, 9), "small");
+  ValId xn = input("xn", ty(DT_F32, 4, 2, 3, 8, 9), "normal");
+  ValId gm[NCASES(maxpool_cases)];
+  for (int k = 0; k < NCASES(maxpool_cases); k++) {
+    snprintf(nm, sizeof nm, "g%d", k);
+    gm[k] = input(nm, pool_out(IR_MAXPOOL2D, tyof(x), maxpool_cases[k], (int)maxpool_cases[k][8]), "normal");
+  }
+  for (int k = 0; k < NCASES(maxpool_cases); k++) {
+    snprintf(nm, sizeof nm, "dx%d", k);
+    out(maxpool_bwd(x, gm[k], maxpool_cases[k], nm), nm);
+  }
+  out(maxpool_bwd(xn, gm[1], maxpool_cases[1], "dxn"), "dx_normal");
+  entry_done();
+
+  entry("maxpool_bwd_big");
+  static const int64_t mp2[8] = {2, 2, 2, 2, 0, 0, 1, 1}, mp3[8] = {3, 3, 1, 1, 1, 1, 1, 1};
+  x = input("x", ty(DT_F32, 4, 4, 8, 32, 32), "small");
+  ValId ga = input("gp", pool_out(IR_MAXPOOL2D, tyof(x), mp2, 0), "normal");   /* named like locals */
+  ValId gc = input("at", pool_out(IR_MAXPOOL2D, tyof(x), mp3, 0), "normal");
+  out(maxpool_bwd(x, ga, mp2, "dxa"), "k2s2");
+  out(maxpool_bwd(x, gc, mp3, "dxc"), "k3s1p1");
+  entry_done();
+
+  entry("avgpool_bwd");
+  Type xt = ty(DT_F32, 4, 2, 3, 8, 9);
+  ValId ga_[NCASES(avgpool_cases)];
+  for (int k = 0; k < NCASES(avgpool_cases); k++) {
+    snprintf(nm, sizeof nm, "g%d", k);
+    ga_[k] = input(nm, pool_out(IR_AVGPOOL2D, xt, avgpool_cases[k], (int)avgpool_cases[k][7]), "normal");
+  }
+  for (int k = 0; k < NCASES(avgpool_cases); k++) {
+    snprintf(nm, sizeof nm, "dx%d", k);
+    out(avgpool_bwd(ga_[k], xt, avgpool_cases[k], nm), nm);
+  }
+  static const int64_t ap3[8] = {3, 3, 1, 1, 1, 1, 0, 0};
+  Type big = ty(DT_F32, 4, 4, 8, 32, 32);
+  ValId gbig = input("gbig", pool_out(IR_AVGPOOL2D, big, ap3, 0), "normal");
+  out(avgpool_bwd(gbig, big, ap3, "dxbig"), "big");
+  entry_done();
+
+  entry("embedding_bwd");
+  ValId idx = input("idx", ty(DT_I64, 2, 2, 6), "range5");   /* in range, with repeats */
+  ValId ge = input("g", ty(DT_F32, 3, 2, 6, 3), "normal");
+  ValId idx2 = input("idx2", ty(DT_I64, 1, 7), "index5");    /* out of range: clamped */
+  ValId ge2 = input("g2", ty(DT_F32, 2, 7, 3), "normal");
+  ValId ge3 = input("g3", ty(DT_F32, 1, 3), "normal");
+  out(embedding_bwd(idx, ge, 5, "dw"), "dw");
+  out(embedding_bwd(idx2, ge2, 5, "dw2"), "dw_clamped");
+  out(embedding_bwd(cst(DT_I64, 3), ge3, 5, "dw3"), "dw_const");
+  entry_done();
+
+  suite_done();
+}
+
 static double data_w[6] = {1, -2, 3.5, 0.25, -1e-3, 100};
 
 static int add_param(const char *name, Type t, int init, double a, double b, const double *data) {
@@ -680,6 +866,93 @@ static void suite_params(void) {
   suite_done();
 }
 
+/* An entry with parameter updates (a training step) and optimizer state. The
+ * updates are listed in an order that is wrong to write back naively: prev_w
+ * := w and prev2_w := prev_w must read the old values before w and prev_w are
+ * overwritten. */
+static void suite_train(void) {
+  suite("train");
+  int pw = add_param("w", ty(DT_F32, 2, 3, 4), PINIT_UNIFORM, -1, 1, NULL);
+  int pb = add_param("b", ty(DT_F32, 0), PINIT_CONST, 0.5, 0, NULL);
+  int pf = add_param("frozen", ty(DT_F32, 1, 2), PINIT_CONST, 3, 0, NULL);
+  int pflag = add_param("flag", ty(DT_F32, 0), PINIT_ZERO, 0, 0, NULL);
+  int plast = add_param("last_g", ty(DT_F32, 2, 3, 4), PINIT_ZERO, 0, 0, NULL);
+  h.p->params.data[pflag].is_buffer = h.p->params.data[plast].is_buffer = 1;
+  int pm = add_param("optimizer.w.momentum_buffer", ty(DT_F32, 2, 3, 4), PINIT_ZERO, 0, 0, NULL);
+  int ps = add_param("optimizer.step", ty(DT_I64, 0), PINIT_CONST, 0, 0, NULL);
+  int pp = add_param("optimizer.prev_w", ty(DT_F32, 2, 3, 4), PINIT_ZERO, 0, 0, NULL);
+  int pp2 = add_param("optimizer.prev2_w", ty(DT_F32, 2, 3, 4), PINIT_ZERO, 0, 0, NULL);
+  for (int k = pm; k <= pp2; k++) h.p->params.data[k].is_state = 1;
+
+  entry("step");
+  h.f->kind = FK_TRAIN;
+  ValId g = input("g", ty(DT_F32, 2, 3, 4), "normal");
+  ValId gb = input("gb", ty(DT_F32, 1, 1), "normal");
+  ValId w = ir_param_value(h.p, h.f, pw), b = ir_param_value(h.p, h.f, pb);
+  ValId w_new = bin(IR_SUB, w, bin(IR_MUL, g, cst(DT_F32, 0.1), "lr_g"), "w_new");
+  ValId b_new = bin(IR_SUB, b, bin(IR_MUL, to_shape(IR_RESHAPE, gb, ty(DT_F32, 0), "gb0"), cst(DT_F32, 0.1), "lr_gb"),
+                    "b_new");
+  ValId mom = bin(IR_ADD, bin(IR_MUL, ir_param_value(h.p, h.f, pm), cst(DT_F32, 0.9), "decayed"), g, "mom_new");
+  ValId step = bin(IR_ADD, ir_param_value(h.p, h.f, ps), cst(DT_I64, 1), "step_new");
+  ValId prev = ir_param_value(h.p, h.f, pp);
+  ValId prev_view = to_shape(IR_RESHAPE, to_shape(IR_RESHAPE, prev, ty(DT_F32, 1, 12), "prev_flat"),
+                             ty(DT_F32, 2, 3, 4), "prev_again");
+  ValId unused = bin(IR_MUL, w, w, "unused");   /* removed by dce: neither output nor update */
+  (void)unused;
+  out(reduce(IR_REDUCE_SUM, bin(IR_MUL, w, w, "w2"), 3, "loss"), "loss");
+  out(w, "w_old");
+  out(b_new, "b_new");
+  ir_add_update(h.p, h.f, pw, w_new);
+  ir_add_update(h.p, h.f, pp, w);            /* old w, after w's own update in this list */
+  ir_add_update(h.p, h.f, pp2, prev_view);   /* old prev_w, through views */
+  ir_add_update(h.p, h.f, pb, b_new);        /* 0-d */
+  ir_add_update(h.p, h.f, pf, ir_param_value(h.p, h.f, pf));   /* p := p writes nothing */
+  ir_add_update(h.p, h.f, pflag, cst(DT_F32, 1));              /* a literal */
+  ir_add_update(h.p, h.f, plast, g);                           /* an entry input */
+  ir_add_update(h.p, h.f, pm, mom);
+  ir_add_update(h.p, h.f, ps, step);                           /* 0-d i64 */
+  entry_done();
+
+  entry("forward");
+  ValId x = input("x", ty(DT_F32, 2, 2, 4), "normal");
+  out(bin(IR_ADD, matmul(x, ir_param_value(h.p, h.f, pw), 0, 1, "xw"), ir_param_value(h.p, h.f, pb), "y"), "y");
+  entry_done();
+  suite_done();
+}
+
+/* Updates that cannot be written back must be refused (cg_c_emit fails):
+ * a cycle of parameters each taking another's old value, and a parameter
+ * updated twice. */
+static void check_refusals(void) {
+  for (int kind = 0; kind < 2; kind++) {
+    h.a = arena_new();
+    h.src = src_from_string(h.a, "model.py", "# test\n");
+    h.p = ir_program_new(h.a, h.src);
+    h.p->model_name = arena_strdup(h.a, "refused");
+    int p0 = add_param("p0", ty(DT_F32, 1, 2), PINIT_ZERO, 0, 0, NULL);
+    int p1 = add_param("p1", ty(DT_F32, 1, 2), PINIT_ZERO, 0, 0, NULL);
+    h.f = ir_func_new(h.p, "step", L());
+    ValId v0 = ir_param_value(h.p, h.f, p0), v1 = ir_param_value(h.p, h.f, p1);
+    if (kind == 0) {   /* p0 := p1, p1 := p0 */
+      ir_add_update(h.p, h.f, p0, v1);
+      ir_add_update(h.p, h.f, p1, v0);
+    } else {           /* p0 := p1, p0 := -p1 */
+      ir_add_update(h.p, h.f, p0, v1);
+      ir_add_update(h.p, h.f, p0, emit(IR_NEG, &v1, 1, tyof(v1), NULL, 0, "neg"));
+    }
+    if (ir_verify(h.p, h.f, stderr)) BUG("refusal program invalid");
+    ir_pass_dce(h.p, h.f);
+    MemPlan *mp = ir_plan_memory(h.p);
+    FILE *c = tmpfile(), *hh = tmpfile();
+    CHECK(c && hh);
+    fprintf(stderr, "(expected) ");
+    if (cg_c_emit(h.p, mp, c, hh, "refused.h") != -1) plan_fail(h.f, "updates case %d not refused", kind);
+    fclose(c);
+    fclose(hh);
+    arena_free(h.a);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -693,6 +966,9 @@ int main(int argc, char **argv) {
   suite_linalg();
   suite_nn();
   suite_params();
+  suite_grad();
+  suite_train();
+  check_refusals();
   if (plan_errors) {
     fprintf(stderr, "%d plan errors\n", plan_errors);
     return 1;

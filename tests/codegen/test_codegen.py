@@ -5,9 +5,12 @@ cg_harness.c builds small IR programs that cover every primitive, runs
 dce + plan + cg_c_emit, and checks the memory plan. Here the generated models
 are compiled with the runtime (runtime_min/) in several configurations, run
 through the runtime's driver (`./prog run ENTRY --input a.npy ... --output
-y.npy`) and compared with numpy references. Every generated file must also
-compile warning-free under gcc and clang (-std=c11 -Wall -Wextra -Werror
--pedantic), with and without -DCTC_HAVE_CBLAS and -fopenmp.
+y.npy`) and compared with numpy references (PyTorch's autograd for the gradient
+primitives). The training step (suite train) runs through the driver with
+--save/--weights to check parameter updates and optional optimizer state.
+Every generated file must also compile warning-free under gcc and clang
+(-std=c11 -Wall -Wextra -Werror -pedantic), with and without -DCTC_HAVE_CBLAS
+and -fopenmp.
 """
 import concurrent.futures
 import json
@@ -24,7 +27,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RT = os.path.join(ROOT, "runtime_min")
 HERE = os.path.dirname(os.path.abspath(__file__))
-SUITES = ["elem", "reduce", "shape", "linalg", "nn", "params"]
+SUITES = ["elem", "reduce", "shape", "linalg", "nn", "params", "grad", "train"]
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 JOBS = max(2, os.cpu_count() or 2)
 
@@ -34,6 +37,10 @@ VARIANTS = {
     "gcc_blas_omp": ("gcc", ["-O2", "-DCTC_HAVE_CBLAS", "-fopenmp"], ["-lopenblas"]),
     "clang": ("clang", ["-O2"], []),
 }
+
+
+# What the runtime links against (zlib: the driver reads gzip'ed datasets).
+RT_LIBS = ["-lz", "-lm"]
 
 
 def run(cmd, **kw):
@@ -117,7 +124,7 @@ def program(work, generated, variant, suite):
         lib = runtime_lib(work, variant)
         exe = str(work / ("%s_%s" % (suite, variant)))
         src = str(generated / suite / (suite + ".c"))
-        run([cc] + WARN + flags + ["-DCTC_MAIN", "-I", RT, src, lib] + libs + ["-lm", "-o", exe])
+        run([cc] + WARN + flags + ["-DCTC_MAIN", "-I", RT, src, lib] + libs + RT_LIBS + ["-o", exe])
         _built[key] = exe
     return _built[key]
 
@@ -143,6 +150,8 @@ def draw(t, rng):
         v = rng.integers(0, 2, shape) > 0
     elif dist.startswith("index"):
         v = rng.integers(-2, int(dist[5:]) + 2, shape)
+    elif dist.startswith("range"):
+        v = rng.integers(0, int(dist[5:]), shape)
     else:
         raise ValueError(dist)
     return np.asarray(v).astype(dt)
@@ -269,6 +278,97 @@ REFS = {
     ("nn", "embed"): lambda w, idx: [w[np.clip(idx, 0, 9)], w[7]],
 }
 
+
+# ---- gradient primitives: references from PyTorch's autograd ----------------------------
+# The case tables are cg_harness.c's (conv_cases, maxpool_cases, avgpool_cases).
+
+GRAD_CONV = [(1, 1, 0, 0, 1, 1), (2, 2, 1, 1, 1, 1), (1, 2, 2, 1, 2, 1), (4, 3, 0, 0, 1, 1)]
+GRAD_MAXPOOL = [(2, 2, 2, 2, 0, 0, 1, 1, 0), (3, 3, 1, 1, 1, 1, 1, 1, 0), (3, 3, 2, 2, 1, 1, 1, 1, 0),
+                (3, 2, 1, 2, 1, 0, 2, 1, 0), (3, 3, 2, 2, 0, 0, 1, 1, 1), (2, 3, 1, 1, 0, 1, 2, 2, 0)]
+GRAD_AVGPOOL = [(2, 2, 2, 2, 0, 0, 1, 0), (3, 3, 2, 2, 1, 1, 1, 0), (3, 3, 2, 2, 1, 1, 0, 0),
+                (3, 3, 1, 1, 1, 1, 0, 0), (3, 3, 2, 2, 0, 0, 1, 1), (2, 3, 2, 2, 1, 1, 0, 1), (3, 2, 1, 2, 1, 1, 1, 0)]
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def conv_grads(x, w, g, a):
+    """(dx, dw) of F.conv2d(x, w, stride a[0:2], padding a[2:4], dilation a[4:6]) for output grad g."""
+    torch = _torch()
+    tx = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    tw = torch.from_numpy(w.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(tx, tw, stride=a[0:2], padding=a[2:4], dilation=a[4:6])
+    y.backward(torch.from_numpy(g.astype(np.float64)))
+    return [tx.grad.numpy(), tw.grad.numpy()]
+
+
+def maxpool_grad(x, g, c):
+    """Autograd of F.max_pool2d in the input's own dtype (ties go where PyTorch sends them)."""
+    torch = _torch()
+    tx = torch.from_numpy(x.copy()).requires_grad_()
+    y = torch.nn.functional.max_pool2d(tx, c[0:2], c[2:4], c[4:6], c[6:8], ceil_mode=bool(c[8]))
+    y.backward(torch.from_numpy(g))
+    return tx.grad.numpy()
+
+
+def avgpool_grad(shape, g, c):
+    torch = _torch()
+    tx = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.avg_pool2d(tx, c[0:2], c[2:4], c[4:6], ceil_mode=bool(c[7]), count_include_pad=bool(c[6]))
+    y.backward(torch.from_numpy(g.astype(np.float64)))
+    return tx.grad.numpy()
+
+
+def embedding_grad(idx, g, V):
+    torch = _torch()
+    tw = torch.zeros((V, g.shape[-1]), dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.embedding(torch.from_numpy(idx), tw).backward(torch.from_numpy(g.astype(np.float64)))
+    return tw.grad.numpy()
+
+
+def embedding_grad_clamped(idx, g, V):
+    out = np.zeros((V, g.shape[-1]))
+    np.add.at(out, np.clip(idx, 0, V - 1).reshape(-1), g.reshape(-1, g.shape[-1]))
+    return out
+
+
+def unslice(shape, index, g):
+    out = np.zeros(shape, g.dtype)
+    out[index] = g
+    return out
+
+
+def _grad_conv_bwd(x, w, g0, g1, g2, g3, w1, gp, gq, x1, gb):
+    out = []
+    for g, a in zip([g0, g1, g2, g3], GRAD_CONV):
+        out += conv_grads(x, w, g, a)
+    return (out + conv_grads(x, w1, gp, (1, 1, 0, 0, 1, 1)) + conv_grads(x, w1, gq, (2, 2, 0, 0, 1, 1)) +
+            conv_grads(x1, w, gb, (1, 1, 1, 1, 1, 1)))
+
+
+def _grad_embedding(idx, g, idx2, g2, g3):
+    dw3 = np.zeros((5, 3), np.float32)
+    dw3[3] = g3
+    return [embedding_grad(idx, g, 5), embedding_grad_clamped(idx2, g2, 5), dw3]
+
+
+REFS.update({
+    ("grad", "unslice"): lambda g1, g2, g3, g4: [
+        unslice((6, 7, 8), np.s_[1::2, ::3, 2:7], g1), unslice((6, 7, 8), np.s_[:, :, 3:7], g2), g3,
+        unslice((5, 7), np.s_[3:, ::3], g4), np.float32(2.5)],
+    ("grad", "conv_bwd"): _grad_conv_bwd,
+    ("grad", "conv_bwd_big"): lambda x, w, g, xd, wd, gd: conv_grads(x, w, g, (1, 1, 1, 1, 1, 1)) +
+    conv_grads(xd, wd, gd, (2, 2, 1, 0, 1, 1)),
+    ("grad", "maxpool_bwd"): lambda x, xn, *gs: [maxpool_grad(x, g, c) for g, c in zip(gs, GRAD_MAXPOOL)] +
+    [maxpool_grad(xn, gs[1], GRAD_MAXPOOL[1])],
+    ("grad", "maxpool_bwd_big"): lambda x, ga, gc: [maxpool_grad(x, ga, (2, 2, 2, 2, 0, 0, 1, 1, 0)),
+                                                     maxpool_grad(x, gc, (3, 3, 1, 1, 1, 1, 1, 1, 0))],
+    ("grad", "avgpool_bwd"): lambda *gs: [avgpool_grad((2, 3, 8, 9), g, c) for g, c in zip(gs, GRAD_AVGPOOL)] +
+    [avgpool_grad((4, 8, 32, 32), gs[-1], (3, 3, 1, 1, 1, 1, 0, 0))],
+    ("grad", "embedding_bwd"): _grad_embedding,
+})
+
 CASES = sorted(REFS)
 
 
@@ -308,7 +408,7 @@ def test_entry(work, generated, tmp_path, variant, suite, entry):
     inputs = [draw(t, rng) for t in ent["inputs"]]
     got = call(exe, entry, tmp_path, inputs, ent["outputs"])
     want = REFS[(suite, entry)](*inputs)
-    tol = 1e-4 if suite in ("reduce", "linalg", "nn") else 1e-5
+    tol = 1e-4 if suite in ("reduce", "linalg", "nn", "grad") else 1e-5
     assert len(got) == len(want) == len(ent["outputs"])
     for g, w, spec in zip(got, want, ent["outputs"]):
         check(g, w, spec, tol)
@@ -317,7 +417,7 @@ def test_entry(work, generated, tmp_path, variant, suite, entry):
 def test_every_entry_has_a_reference(generated):
     for s in SUITES:
         for e in manifest(generated, s)["entries"]:
-            assert (s, e["name"]) in REFS or s == "params", (s, e["name"])
+            assert (s, e["name"]) in REFS or s in ("params", "train"), (s, e["name"])
 
 
 # ---- warnings: every configuration, both compilers ------------------------------------
@@ -476,3 +576,119 @@ def test_references_match_torch():
         np.testing.assert_allclose(avgpool(x, k, s, p, cip, ceil),
                                    F.avg_pool2d(tx, k, s, p, ceil_mode=ceil, count_include_pad=cip).numpy(),
                                    rtol=1e-5, atol=1e-6)
+
+
+# ---- training steps: parameter updates, optimizer state ------------------------------------
+
+TRAIN_MODEL = ["w", "b", "frozen", "flag", "last_g"]
+TRAIN_STATE = ["optimizer.w.momentum_buffer", "optimizer.step", "optimizer.prev_w", "optimizer.prev2_w"]
+
+
+def run_status(args):
+    env = dict(os.environ, OMP_NUM_THREADS="2", ASAN_OPTIONS="detect_leaks=0")
+    return subprocess.run(args, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("variant", ["gcc", "gcc_blas_omp"])
+def test_train_updates(work, generated, tmp_path, variant):
+    """cg_harness's train/step: w := w - 0.1 g, b := b - 0.1 gb (0-d), momentum := 0.9 m + g,
+    step := step + 1 (0-d i64), prev_w := old w, prev2_w := old prev_w, flag := 1,
+    last_g := g, frozen := frozen; outputs read the old values."""
+    exe = program(work, generated, variant, "train")
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal((3, 4)).astype(np.float32)
+    gb = rng.standard_normal(1).astype(np.float32)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    s0, s1, s2 = (str(tmp_path / ("s%d.safetensors" % k)) for k in range(3))
+
+    call(exe, "forward", tmp_path, [x], [None], ["--save", s0])   # the initial state
+    init = read_safetensors(s0)
+    assert list(init) == TRAIN_MODEL + TRAIN_STATE
+    w0, b0 = init["w"], init["b"]
+    assert b0.shape == () and b0 == np.float32(0.5) and init["optimizer.step"].shape == ()
+    assert init["optimizer.step"].dtype == np.int64 and init["optimizer.step"] == 0
+
+    f32 = np.float32
+    w1 = w0 - g * f32(0.1)
+    w2 = w1 - g * f32(0.1)
+    b1 = b0 - gb[0] * f32(0.1)
+    b2 = b1 - gb[0] * f32(0.1)
+    # two steps in one process
+    loss, w_old, b_new = call(exe, "step", tmp_path, [g, gb], range(3), ["--repeat", "2", "--save", s1])
+    np.testing.assert_allclose(loss, [[np.sum(w1.astype(np.float64) ** 2)]], rtol=1e-5)
+    np.testing.assert_array_equal(w_old, w1)          # outputs see the parameters before the write-back
+    assert b_new.shape == () and b_new == b2
+    st = read_safetensors(s1)
+    np.testing.assert_array_equal(st["w"], w2)
+    assert st["b"].shape == () and st["b"] == b2
+    np.testing.assert_array_equal(st["frozen"], [3, 3])
+    assert st["flag"] == 1
+    np.testing.assert_array_equal(st["last_g"], g)
+    np.testing.assert_allclose(st["optimizer.w.momentum_buffer"], 1.9 * g, rtol=1e-6)
+    assert st["optimizer.step"] == 2
+    np.testing.assert_array_equal(st["optimizer.prev_w"], w1)
+    np.testing.assert_array_equal(st["optimizer.prev2_w"], w0)
+
+    # a third step in a new process, from the saved state (optimizer state included)
+    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", s1, "--save", s2])
+    st = read_safetensors(s2)
+    np.testing.assert_array_equal(st["w"], w2 - g * f32(0.1))
+    np.testing.assert_allclose(st["optimizer.w.momentum_buffer"], 2.71 * g, rtol=1e-6)
+    assert st["optimizer.step"] == 3
+    np.testing.assert_array_equal(st["optimizer.prev_w"], w2)
+    np.testing.assert_array_equal(st["optimizer.prev2_w"], w1)
+
+
+@pytest.mark.parametrize("variant", ["gcc"])
+def test_optional_state(work, generated, tmp_path, variant):
+    """A weights file exported from PyTorch has no optimizer state: loading it keeps
+    the state's init values; state that is present is checked like any tensor."""
+    exe = program(work, generated, variant, "train")
+    rng = np.random.default_rng(8)
+    wc = rng.standard_normal((3, 4)).astype(np.float32)
+    model = {"w": ("F32", wc), "b": ("F32", np.array(-1.5, np.float32)), "frozen": ("F32", np.ones(2, np.float32)),
+             "flag": ("F32", np.array(0, np.float32)), "last_g": ("F32", np.zeros((3, 4), np.float32))}
+    wpath, spath = str(tmp_path / "model.safetensors"), str(tmp_path / "saved.safetensors")
+    write_safetensors(wpath, model)
+    g = rng.standard_normal((3, 4)).astype(np.float32)
+    gb = np.array([2.0], np.float32)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    y, = call(exe, "forward", tmp_path, [x], range(1), ["--weights", wpath])
+    np.testing.assert_allclose(y, x @ wc.T - 1.5, rtol=1e-5, atol=1e-5)
+    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", wpath, "--save", spath])
+    st = read_safetensors(spath)
+    np.testing.assert_array_equal(st["w"], wc - g * np.float32(0.1))
+    assert st["b"] == np.float32(-1.5) - np.float32(2.0) * np.float32(0.1)
+    np.testing.assert_array_equal(st["optimizer.w.momentum_buffer"], g)   # 0.9 * 0 + g
+    assert st["optimizer.step"] == 1
+    np.testing.assert_array_equal(st["optimizer.prev_w"], wc)
+    np.testing.assert_array_equal(st["optimizer.prev2_w"], np.zeros((3, 4)))
+
+    # present state with a wrong shape, and a missing model tensor, are errors
+    xpath = str(tmp_path / "x.npy")
+    np.save(xpath, x)
+    bad = dict(model, **{"optimizer.prev_w": ("F32", np.zeros((4, 3), np.float32))})
+    write_safetensors(wpath, bad)
+    r = run_status([exe, "run", "forward", "--weights", wpath, "--input", xpath])
+    assert r.returncode != 0 and "optimizer.prev_w" in r.stderr and "shape" in r.stderr, r.stderr
+    write_safetensors(wpath, {k: v for k, v in model.items() if k != "b"})
+    r = run_status([exe, "run", "forward", "--weights", wpath, "--input", xpath])
+    assert r.returncode != 0 and "'b'" in r.stderr and "missing" in r.stderr, r.stderr
+
+
+def test_train_code(generated):
+    c = (generated / "train" / "train.c").read_text()
+    step = c[c.index("int train_step("):c.index("int train_forward(")]
+    fwd = c[c.index("int train_forward("):]
+    fwd = fwd[:fwd.index("\n}\n")]
+    # parameters are written at the end of a training step: never restrict there
+    assert "const float *w = (const float *)(A + 0);" in step, step
+    assert "restrict prev" not in step and "restrict optimizer" not in step and "restrict b " not in step
+    assert "const float *restrict w = " in fwd                       # read-only in forward
+    # write-back order: old values are read before they are overwritten
+    order = [step.index(s) for s in ("optimizer.prev2_w := ", "optimizer.prev_w := w ", "/* w := w_new")]
+    assert order == sorted(order), step
+    assert "frozen" not in step[step.index("parameter updates"):]     # p := p writes nothing
+    assert "unused" not in step                                       # dce keeps updates, drops the rest
+    assert "CTC_ENTRY_TRAIN" in c
+    assert "  4,  /* noptional" in c
