@@ -163,6 +163,29 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc);
  * Built with OpenMP, the same re-exec sets OMP_WAIT_POLICY=passive if unset. */
 void ctc_blas_setup(int argc, char **argv);
 
+/* ---- data sets for `train` (rt_data.c; needs zlib, -lz) ----------------- */
+
+/* Reads a data set (first dimension = samples) into a malloc'ed tensor; free
+ * it with ctc_tensor_free. The format is told from the content: .npy, or IDX
+ * (the MNIST container: magic 0x00000803 for u8 [N, H, W] images, 0x00000801
+ * for u8 [N] labels; also i8/i16/i32/f32/f64 data, i8 and i16 read as i32),
+ * plain or gzipped. Truncated or malformed files are CTC_ERR_FORMAT. */
+int ctc_dataset_load(const char *path, ctc_tensor *out, ctc_error *err);
+
+/* How samples become floats (computed in the destination's precision). */
+typedef struct ctc_data_xform {
+  int scale_u8;                  /* u8 data becomes x / 255 (torchvision's ToTensor) */
+  double mean, std;              /* then, if std != 0, (x - mean) / std (transforms.Normalize) */
+} ctc_data_xform;
+
+/* Copies samples rows[0..n) of ds (rows NULL: samples 0..n) into dst, each as
+ * numel(ds) / ds->shape[0] values of `dtype`. Any data converts to f32/f64
+ * (with xf, which may be NULL: plain conversion); integers, and integral
+ * floats, to i64/i32 (range-checked); u8 and bool only to themselves.
+ * Out-of-range rows are CTC_ERR_ARG. */
+int ctc_dataset_gather(const ctc_tensor *ds, const int64_t *rows, int64_t n, ctc_dtype dtype,
+                       const ctc_data_xform *xf, void *dst, ctc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

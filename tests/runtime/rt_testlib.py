@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RT_DIR = os.path.join(REPO, "runtime_min")
 RT_SOURCES = [os.path.join(RT_DIR, f) for f in
-              ("rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c")]
+              ("rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_data.c")]
 LIB = os.path.join(REPO, "build", "libctc_rt.a")
 FAKE_SRC = os.path.join(HERE, "fake_model.c")
 CC = os.environ.get("CC", "cc")
@@ -33,7 +33,7 @@ def lib_is_fresh():
 
 
 def compile_c(out, sources, extra=()):
-    cmd = [CC, *CFLAGS, *extra, "-I", RT_DIR, *sources, "-o", str(out), "-lm"]
+    cmd = [CC, *CFLAGS, *extra, "-I", RT_DIR, *sources, "-o", str(out), "-lz", "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"compile failed: {' '.join(cmd)}\n{r.stderr}"
     return str(out)
