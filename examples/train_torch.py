@@ -228,7 +228,9 @@ def main():
     if not args.labels or bool(args.test_data) != bool(args.test_labels):
         ap.error("--data needs --labels, --test-data needs --test-labels")
 
-    example = getattr(mod, "example_inputs", None)
+    example = getattr(mod, "example_inputs", None)  # (x,) or {"forward": (x,), ...}
+    if isinstance(example, dict):
+        example = example.get("forward")
     example = example[0] if isinstance(example, (tuple, list)) and example else None
     if args.sample_shape:
         sample_shape = tuple(int(v) for v in args.sample_shape.split(","))
