@@ -1,8 +1,9 @@
 """The seed CNN ("Network"): two 5x5 convolutions and three linear layers, for
-28x28 grey-scale images such as Fashion-MNIST. Runs unchanged under PyTorch:
+28x28 grey-scale images such as Fashion-MNIST, with its training step.
+Runs unchanged under PyTorch:
 
-    python3 seed_cnn.py            # prints the output shape
-    ctc build seed_cnn.py -o net   # standalone program: ./net infer ...
+    python3 seed_cnn.py            # one training step on random data
+    ctc build seed_cnn.py -o net   # standalone program: ./net infer ..., ./net train ...
 """
 import torch
 import torch.nn as nn
@@ -29,7 +30,21 @@ class Network(nn.Module):
 
 BATCH = 64
 model = Network()
-example_inputs = (torch.randn(BATCH, 1, 28, 28),)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def train_step(images, labels):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {
+    "forward": (torch.randn(BATCH, 1, 28, 28),),
+    "train_step": (torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))),
+}
 
 if __name__ == "__main__":
-    print(model(*example_inputs).shape)
+    print("loss", train_step(*example_inputs["train_step"]).item())

@@ -140,6 +140,11 @@ void ir_add_output(Program *p, Func *f, ValId v, const char *name) {
 }
 
 void ir_add_update(Program *p, Func *f, int param, ValId v) {
+  for (int i = 0; i < f->updates.len; i++)
+    if (f->update_params.data[i] == param) { /* a later update of the same parameter wins */
+      f->updates.data[i] = v;
+      return;
+    }
   vec_push(p->arena, &f->updates, v);
   vec_push(p->arena, &f->update_params, param);
 }

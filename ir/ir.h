@@ -145,7 +145,8 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name);
 ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc);
 void ir_add_output(Program *p, Func *f, ValId v, const char *name);
-/* At the end of f, parameter `param` := v (type must equal the parameter's). */
+/* At the end of f, parameter `param` := v (type must equal the parameter's);
+ * updating the same parameter again replaces the earlier update. */
 void ir_add_update(Program *p, Func *f, int param, ValId v);
 static inline Value *ir_val(Func *f, ValId v) { return &f->values.data[v]; }
 static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; }
