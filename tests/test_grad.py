@@ -182,7 +182,7 @@ def test_model_gradients(tmp_path, label, path, cls, arg, shape, classes):
     src.write_text(model_grad_source(path, cls, nll))
     exe = tmp_path / "net"
     run([CTC, "build", src, "-o", exe, "--model", cls, "--input", f"{arg}=f32[{','.join(map(str, shape))}]",
-         "--input", f"x=f32[{','.join(map(str, shape))}]", "--input", f"y=i64[{shape[0]}]"])
+         "--input", f"x=f32[{','.join(map(str, shape))}]", "--input", f"y=i64[{shape[0]}]", "--entry", "grads"])
     mod = load_module(str(src), label + "_grads")
     torch.manual_seed(0)
     model = getattr(mod, cls)()
