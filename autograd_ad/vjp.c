@@ -90,7 +90,7 @@ static void vjp_MIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) 
 #define NO_GRAD(ID) \
   static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { (void)ad; (void)in; (void)g; (void)need; (void)d; }
 NO_GRAD(CMP_EQ) NO_GRAD(CMP_NE) NO_GRAD(CMP_LT) NO_GRAD(CMP_LE) NO_GRAD(CMP_GT) NO_GRAD(CMP_GE)
-NO_GRAD(CONST) NO_GRAD(IOTA)
+NO_GRAD(CONST) NO_GRAD(IOTA) NO_GRAD(RAND_UNIFORM)
 
 static void vjp_WHERE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   ValId zero = ad_const(ad, TY(g)->dtype, 0);

@@ -306,6 +306,23 @@ static void emit_iota(CgFunc *c, const Inst *in) {
   cg_buf_free(&e);
 }
 
+/* Counter-based uniform random numbers: element i hashes offset + i + 1 with
+ * splitmix64's finaliser and keeps the top 24 bits (exact in float). */
+static void emit_rand_uniform(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  const char *y = cg_ref(c, in->res);
+  Buf off = {0};
+  if (cg_is_literal(c, in->args[0])) cg_printf(&off, "%lld", (ll)def_of(c, in->args[0])->fattr);
+  else cg_printf(&off, "%s[0]", cg_ref(c, in->args[0]));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)ir_numel(r));
+  LINE(c, "  uint64_t z = ((uint64_t)%s + (uint64_t)i + 1u) * 0x9E3779B97F4A7C15u;\n", off.s);
+  LINE(c, "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;\n");
+  LINE(c, "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;\n");
+  LINE(c, "  %s[i] = (%s)((z ^ (z >> 31)) >> 40) * (%s)(1.0 / 16777216.0);\n", y, cg_ctype(r->dtype), cg_ctype(r->dtype));
+  LINE(c, "}\n");
+  cg_buf_free(&off);
+}
+
 /* ---- reductions --------------------------------------------------------------- */
 
 static const char *acc_type(const Inst *in, DType t) {
@@ -965,6 +982,7 @@ void cg_emit_inst(CgFunc *c, int i) {
   }
   switch (in->op) {
   case IR_IOTA: emit_iota(c, in); return;
+  case IR_RAND_UNIFORM: emit_rand_uniform(c, in); return;
   case IR_RESHAPE: emit_reshape(c, in); return;
   case IR_PERMUTE: emit_permute(c, in); return;
   case IR_BROADCAST: emit_broadcast(c, in); return;

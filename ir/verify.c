@@ -151,6 +151,10 @@ static int check_shape(V *v) {
     if (a->ndim != 4 || r->ndim != 4 || r->dims[0] != a->dims[0] || r->dims[1] != a->dims[1])
       return fail(v, "pool needs 4-D tensors");
     return 0;
+  case IR_RAND_UNIFORM:
+    if (a->dtype != DT_I64 || a->ndim != 0 || !ir_dtype_is_float(r->dtype))
+      return fail(v, "rand_uniform takes an i64 scalar offset and gives floats");
+    return 0;
   case IR_UNSLICE: {
     if (a->ndim != r->ndim) return fail(v, "unslice changes rank");
     for (int i = 0; i < r->ndim; i++) {

@@ -217,6 +217,11 @@ PV *optim_construct(L *L, PV *cls, Args *A);       /* torch.optim.SGD(...) */
 PV *optim_call(L *L, PV *fn, Args *A);             /* optimizer.step() / zero_grad() */
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
+/* State tensors of a training entry (optimizer buffers, the RNG offset): found by
+ * name or appended to the parameter table (is_state); state_update records the
+ * value written back when the entry finishes (later uses in the entry see it). */
+PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init);
+void state_update(L *L, Span at, PV *t, PV *v);
 /* Stage a module-level function as an entry (train_step, ...). */
 void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
 

@@ -257,10 +257,28 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
   return t_pool2d(L, at, IR_AVGPOOL2D, x, k, k, p, d, 0, 1);
 }
 
+/* Dropout: identity in eval mode; in training mode a counter-based random mask
+ * (RAND_UNIFORM keyed by the `rng.offset` state, advanced by each use), keeping
+ * each element with probability 1 - p and scaling it by 1 / (1 - p). Equal to
+ * PyTorch's in distribution, not bit for bit. */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
   if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
   if (!training || p == 0) return x;
-  lower_error(L, at, "dropout in training mode is not supported yet; compile the model in eval mode");
+  if (!L->fn || !L->param_cur)
+    lower_error(L, at, "dropout in training mode needs a compiled training function (forward entries run in eval mode)");
+  Type st = {0};
+  st.dtype = DT_I64;
+  PV *off = state_tensor(L, at, "rng.offset", &st, 0);
+  ValId o = t_val(L, at, off);
+  Type rt = x->t->type;
+  if (!ir_dtype_is_float(rt.dtype)) lower_error(L, at, "dropout needs a floating-point tensor");
+  PV *u = t_wrap(L, ir_emit(L->prog, L->fn, IR_RAND_UNIFORM, &o, 1, rt, NULL, 0, 0, at, "uniform"));
+  PV *keep = t_compare(L, at, OP_GE, u, pv_float(L, p));
+  PV *y = p >= 1 ? t_binary(L, at, OP_MUL, x, pv_int(L, 0))
+                 : t_where(L, at, keep, t_binary(L, at, OP_MUL, x, pv_float(L, 1.0 / (1.0 - p))), pv_float(L, 0));
+  state_update(L, at, off, t_binary(L, at, OP_ADD, t_wrap(L, o), pv_int(L, ir_numel(&rt))));
+  ir_val(L->fn, y->t->v)->name = "dropout";
+  return y;
 }
 
 static PV *init_fn(L *L, int bi, Args *A) {

@@ -106,7 +106,8 @@ static const char *opt_name(L *L, PV *opt) {
 }
 
 /* An optimizer-state tensor: found by name or appended to the parameter table. */
-static PV *state(L *L, Span at, const char *name, const Type *t, double init) {
+PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
+  if (!L->fn || !L->param_cur) lower_error(L, at, "this needs state and is only supported inside a compiled training function");
   for (int i = 0; i < L->prog->params.len; i++)
     if (!strcmp(L->prog->params.data[i].name, name)) {
       Slot *s = slot_new(L, at, *t, PINIT_CONST, init, 0);
@@ -132,7 +133,7 @@ static PV *state(L *L, Span at, const char *name, const Type *t, double init) {
 }
 
 /* Record that parameter/state `t` becomes `v` when the entry finishes. */
-static void update(L *L, Span at, PV *t, PV *v) {
+void state_update(L *L, Span at, PV *t, PV *v) {
   int idx = t->t->slot->index;
   ValId val = t_val(L, at, v);
   ir_add_update(L->prog, L->fn, idx, val);
@@ -163,17 +164,17 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
     PV *d = g;
     if (mom != 0) {
-      PV *buf = state(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
+      PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
       PV *nb = ADD(MUL(buf, F(mom)), mul_c(L, at, g, 1 - damp));
       if (damp != 0) {
         /* PyTorch's first step sets buf = g (no dampening) */
         PV *first = t_compare(L, at, OP_EQ, tcount, F(0));
         nb = t_where(L, at, first, g, nb);
       }
-      update(L, at, buf, nb);
+      state_update(L, at, buf, nb);
       d = nesterov ? ADD(g, MUL(nb, F(mom))) : nb;
     }
-    update(L, at, p, SUB(p, MUL(d, F(lr))));
+    state_update(L, at, p, SUB(p, MUL(d, F(lr))));
     return;
   }
   case BI_O_ADAM:
@@ -188,68 +189,68 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     double eps = hp(L, at, opt, "eps", 1e-8);
     PV *slot = p; /* AdamW decays the weight first: p * (1 - lr * wd), default wd 1e-2 */
     if (bi == BI_O_ADAMW) p = MUL(p, F(1 - lr * (env_get(opt->attrs, "weight_decay") ? wd : 1e-2)));
-    PV *m = state(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
-    PV *v = state(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
+    PV *m = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
+    PV *v = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
     PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
     PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
-    update(L, at, m, nm);
-    update(L, at, v, nv);
+    state_update(L, at, m, nm);
+    state_update(L, at, v, nv);
     PV *step = ADD(tcount, F(1));
     PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, F(b1), step));
     PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
     PV *den_v = nv;
     if (hpb(L, at, opt, "amsgrad")) {
-      PV *vmax = state(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
+      PV *vmax = state_tensor(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
       PV *nmax = t_where(L, at, t_compare(L, at, OP_GT, vmax, nv), vmax, nv);
-      update(L, at, vmax, nmax);
+      state_update(L, at, vmax, nmax);
       den_v = nmax;
     }
     PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
     PV *stepsize = DIV(F(lr), bc1);
-    update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
+    state_update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
     return;
   }
   case BI_O_RMSPROP: {
     double alpha = hp(L, at, opt, "alpha", 0.99), eps = hp(L, at, opt, "eps", 1e-8), mom = hp(L, at, opt, "momentum", 0);
-    PV *sq = state(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
+    PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
     PV *nsq = ADD(MUL(sq, F(alpha)), MUL(MUL(g, g), F(1 - alpha)));
-    update(L, at, sq, nsq);
+    state_update(L, at, sq, nsq);
     PV *avg;
     if (hpb(L, at, opt, "centered")) {
-      PV *ga = state(L, at, arena_printf(L->a, "%s.grad_avg", pre), &t, 0);
+      PV *ga = state_tensor(L, at, arena_printf(L->a, "%s.grad_avg", pre), &t, 0);
       PV *nga = ADD(MUL(ga, F(alpha)), MUL(g, F(1 - alpha)));
-      update(L, at, ga, nga);
+      state_update(L, at, ga, nga);
       avg = ADD(SQRT(SUB(nsq, MUL(nga, nga))), F(eps));
     } else
       avg = ADD(SQRT(nsq), F(eps));
     if (mom > 0) {
-      PV *buf = state(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
+      PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
       PV *nb = ADD(MUL(buf, F(mom)), DIV(g, avg));
-      update(L, at, buf, nb);
-      update(L, at, p, SUB(p, MUL(nb, F(lr))));
+      state_update(L, at, buf, nb);
+      state_update(L, at, p, SUB(p, MUL(nb, F(lr))));
     } else
-      update(L, at, p, SUB(p, MUL(DIV(g, avg), F(lr))));
+      state_update(L, at, p, SUB(p, MUL(DIV(g, avg), F(lr))));
     return;
   }
   case BI_O_ADAGRAD: {
     double lrd = hp(L, at, opt, "lr_decay", 0), eps = hp(L, at, opt, "eps", 1e-10);
     double init = hp(L, at, opt, "initial_accumulator_value", 0);
-    PV *sum = state(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
+    PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
     PV *nsum = ADD(sum, MUL(g, g));
-    update(L, at, sum, nsum);
+    state_update(L, at, sum, nsum);
     PV *clr = DIV(F(lr), ADD(F(1), MUL(tcount, F(lrd))));
-    update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
+    state_update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
     return;
   }
   case BI_O_ADADELTA: {
     double rho = hp(L, at, opt, "rho", 0.9), eps = hp(L, at, opt, "eps", 1e-6);
-    PV *sq = state(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
-    PV *acc = state(L, at, arena_printf(L->a, "%s.acc_delta", pre), &t, 0);
+    PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
+    PV *acc = state_tensor(L, at, arena_printf(L->a, "%s.acc_delta", pre), &t, 0);
     PV *nsq = ADD(MUL(sq, F(rho)), MUL(MUL(g, g), F(1 - rho)));
     PV *delta = MUL(DIV(SQRT(ADD(acc, F(eps))), SQRT(ADD(nsq, F(eps)))), g);
-    update(L, at, sq, nsq);
-    update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
-    update(L, at, p, SUB(p, MUL(delta, F(lr))));
+    state_update(L, at, sq, nsq);
+    state_update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
+    state_update(L, at, p, SUB(p, MUL(delta, F(lr))));
     return;
   }
   default: BUG("optimizer %d", bi);
@@ -278,13 +279,13 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
   const char *oname = opt_name(L, opt);
   Type st = {0};
   st.dtype = DT_F32;
-  PV *count = state(L, at, arena_printf(L->a, "%s.step", oname), &st, 0);
+  PV *count = state_tensor(L, at, arena_printf(L->a, "%s.step", oname), &st, 0);
   PV *tcount = t_wrap(L, t_val(L, at, count));
   for (int i = 0; i < n; i++) {
     Slot *s = params->items[i]->t->slot;
     step_param(L, at, opt, oname, slot_name(L, s), param_tensor(L, s), t_wrap(L, grads[i]), tcount);
   }
-  update(L, at, count, ADD(tcount, F(1)));
+  state_update(L, at, count, ADD(tcount, F(1)));
   L->pending.len = L->pending_seed.len = 0;
   L->stepped = 1;
   return pv_none(L);

@@ -191,6 +191,18 @@ static int cmd_info(const ctc_model_desc *desc) {
   return 0;
 }
 
+/* Models with dropout keep their random stream's position in an i64 state
+ * tensor "rng.offset"; `train --seed S` starts the stream at S * 2^40 (unless the
+ * weights file already carried a position), so each seed gives its own masks. */
+static void seed_rng(const ctc_model_desc *desc, void *model, uint64_t seed) {
+  for (int i = 0; i < desc->nparams; i++) {
+    const ctc_tensor *p = &desc->params[i];
+    if (strcmp(p->name, "rng.offset") || p->dtype != CTC_I64 || p->ndim != 0) continue;
+    int64_t *off = (int64_t *)((unsigned char *)desc->arena_of(model) + p->offset);
+    if (*off == 0) *off = (int64_t)((seed & 0xFFFFFF) << 40);
+  }
+}
+
 /* ---- run: command line --------------------------------------------------------- */
 
 typedef struct RunArgs {
@@ -902,6 +914,7 @@ static int train_setup(const ctc_model_desc *desc, const TrainArgs *a, Train *t,
 
   if ((rc = make_model(desc, &t->r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, t->r.model, a->weights, err))) return rc;
+  seed_rng(desc, t->r.model, a->seed);
   for (int i = 0; i < 2; i++) {
     size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
     t->in[i] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
