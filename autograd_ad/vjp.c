@@ -43,6 +43,15 @@ static void vjp_ERF(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) 
   ValId e = ad_bin(ad, IR_MUL, ad_un(ad, IR_EXP, x2), ad_const(ad, dt, 2.0 / sqrt(M_PI)));
   d[0] = ad_bin(ad, IR_MUL, g, e);
 }
+static void vjp_COS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, g, ad_un(ad, IR_SIN, ARG(0))));
+}
+static void vjp_SIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_bin(ad, IR_MUL, g, ad_un(ad, IR_COS, ARG(0)));
+}
+static void vjp_FLOOR(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_zeros(ad, TY(ARG(0))); /* piecewise constant, as in PyTorch */
+}
 static void vjp_RELU(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   ValId zero = ad_const(ad, TY(g)->dtype, 0);
   d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);

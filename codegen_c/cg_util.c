@@ -124,7 +124,7 @@ void cg_literal(Buf *b, DType t, double v) {
 
 /* ---- c_expr templates ------------------------------------------------------- */
 
-static const char *const libm_fns[] = {"exp", "log", "sqrt", "tanh", "fabs", "erf", "pow", "cos", "sin", NULL};
+static const char *const libm_fns[] = {"exp", "log", "sqrt", "tanh", "fabs", "erf", "pow", "cos", "sin", "floor", NULL};
 
 void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType ct) {
   const char *s = tmpl;

@@ -500,7 +500,10 @@ static void emit_desc(Gen *g, Buf *b) {
     if (f->outputs.len) cg_printf(b, "ctc_out_%s, ", fname);
     else cg_puts(b, "NULL, ");
     cg_printf(b, "ctc_call_%s, %s},\n", fname,
-              f->kind == FK_TRAIN ? "CTC_ENTRY_TRAIN" : f->kind == FK_FUNCTION ? "CTC_ENTRY_FUNCTION" : "CTC_ENTRY_FORWARD");
+              f->kind == FK_TRAIN      ? "CTC_ENTRY_TRAIN"
+              : f->kind == FK_FUNCTION ? "CTC_ENTRY_FUNCTION"
+              : f->kind == FK_SCHED    ? "CTC_ENTRY_SCHED"
+                                       : "CTC_ENTRY_FORWARD");
   }
   cg_puts(b, "};\n\n");
   cg_printf(b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",

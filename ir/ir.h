@@ -93,6 +93,7 @@ typedef enum FuncKind {
   FK_FORWARD,      /* inference: inputs -> outputs */
   FK_TRAIN,        /* a training step: (data, labels) -> loss, updates parameters */
   FK_FUNCTION,     /* any other compiled function */
+  FK_SCHED,        /* an LR scheduler step, run by the driver after every epoch */
 } FuncKind;
 
 typedef struct Func {

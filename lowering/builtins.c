@@ -152,7 +152,11 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     return find_in_range(L, BI_M_SQRT, BI_M_PROD, name, NULL);
   }
   if (strcmp(m, "dataclasses") == 0) return find_in_range(L, BI_DATACLASS, BI_FIELD, name, NULL);
-  if (strcmp(m, "torch.optim.lr_scheduler") == 0) return NULL;
+  if (strcmp(m, "torch.optim.lr_scheduler") == 0) {
+    for (int i = BI_S_STEPLR; i <= BI_S_ONECYCLELR; i++)
+      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
+    return NULL;
+  }
   if (strcmp(m, "typing") == 0) return pv_none(L);
   /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
    * module, so files that import it still compile as long as compiled code

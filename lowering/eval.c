@@ -283,6 +283,8 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
+    if (obj->cls && obj->cls->bi >= BI_S_STEPLR && obj->cls->bi <= BI_S_ONECYCLELR)
+      return strcmp(name, "step") == 0 ? pv_builtin(L, BI_SCHED_STEP, "step", obj) : NULL;
     if (obj->cls && obj->cls->bi >= BI_O_SGD && obj->cls->bi <= BI_O_ADADELTA) {
       if (strcmp(name, "zero_grad") == 0) return pv_builtin(L, BI_OPT_ZERO_GRAD, "zero_grad", obj);
       if (strcmp(name, "step") == 0) return pv_builtin(L, BI_OPT_STEP, "step", obj);

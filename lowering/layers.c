@@ -126,6 +126,7 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
     return pv_tensor(L, t);
   }
   if (bi >= BI_O_SGD && bi <= BI_O_ADADELTA) return optim_construct(L, cls, A);
+  if (bi >= BI_S_STEPLR && bi <= BI_S_ONECYCLELR) return sched_construct(L, cls, A);
   if (L->fn) lower_error(L, at, "creating layers inside compiled code is not supported; create them in __init__");
   PV *o = module_new(L, cls);
   if (loss_fn_of_class(bi)) {

@@ -215,6 +215,11 @@ void loss_construct(L *L, PV *o, int fn, Args *A);
 PV *loss_module_forward(L *L, PV *o, int fn, Args *A);
 PV *optim_construct(L *L, PV *cls, Args *A);       /* torch.optim.SGD(...) */
 PV *optim_call(L *L, PV *fn, Args *A);             /* optimizer.step() / zero_grad() */
+PV *sched_construct(L *L, PV *cls, Args *A);       /* torch.optim.lr_scheduler.StepLR(...) */
+PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a compiled function */
+/* After the entries are staged: an FK_SCHED entry for every scheduler whose
+ * step() no entry called (PyTorch users step them once per epoch). */
+void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
 /* State tensors of a training entry (optimizer buffers, the RNG offset): found by

@@ -260,6 +260,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   stage_forward(L, model, opt, top);
   training_flags(L, model, &flags, &pos, 0);
   stage_entries(L, module, opt, top);
+  stage_scheduler_entries(L);
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {
     int found = 0;

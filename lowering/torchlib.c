@@ -743,6 +743,7 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   if (bi >= BI_F_RELU && bi <= BI_F_SCALED_DOT_PRODUCT_ATTENTION) return functional(L, bi, A);
   if (bi >= BI_F_CROSS_ENTROPY && bi <= BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS) return loss_functional(L, bi, A);
   if (bi == BI_OPT_ZERO_GRAD || bi == BI_OPT_STEP) return optim_call(L, fn, A);
+  if (bi == BI_SCHED_STEP) return sched_call(L, fn, A);
   if (bi == BI_AG_GRAD) return autograd_grad(L, A);
   switch (bi) {
   case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:

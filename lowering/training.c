@@ -150,11 +150,22 @@ static PV *mul_c(L *L, Span at, PV *x, double c) { return c == 1 ? x : t_binary(
 #define F(x) pv_float(L, (x))
 #define SQRT(a) t_unary(L, at, IR_SQRT, (a))
 
+/* The learning rate: a constant, or with an LR scheduler the state tensor
+ * "<optimizer>.lr" that the scheduler's step() rewrites. */
+static PV *opt_lr(L *L, Span at, PV *opt, const char *oname) {
+  PV *sched = env_get(opt->attrs, "scheduler");
+  if (!sched) return F(hp(L, at, opt, "lr", 0));
+  Type st = {0};
+  st.dtype = DT_F32;
+  return state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
+}
+
 /* One optimizer update for parameter p with gradient g (PV tensors). */
 static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pname, PV *p, PV *g, PV *tcount) {
   int bi = opt->cls->bi;
   Type t = p->t->type;
-  double lr = hp(L, at, opt, "lr", 0), wd = hp(L, at, opt, "weight_decay", 0);
+  double wd = hp(L, at, opt, "weight_decay", 0);
+  PV *LR = opt_lr(L, at, opt, oname);
   const char *pre = arena_printf(L->a, "%s.%s", oname, pname);
   if (bi != BI_O_ADAMW && wd != 0) g = ADD(g, MUL(p, F(wd)));
   switch (bi) {
@@ -174,7 +185,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
       state_update(L, at, buf, nb);
       d = nesterov ? ADD(g, MUL(nb, F(mom))) : nb;
     }
-    state_update(L, at, p, SUB(p, MUL(d, F(lr))));
+    state_update(L, at, p, SUB(p, MUL(d, LR)));
     return;
   }
   case BI_O_ADAM:
@@ -188,7 +199,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     }
     double eps = hp(L, at, opt, "eps", 1e-8);
     PV *slot = p; /* AdamW decays the weight first: p * (1 - lr * wd), default wd 1e-2 */
-    if (bi == BI_O_ADAMW) p = MUL(p, F(1 - lr * (env_get(opt->attrs, "weight_decay") ? wd : 1e-2)));
+    if (bi == BI_O_ADAMW) p = MUL(p, SUB(F(1), MUL(LR, F(env_get(opt->attrs, "weight_decay") ? wd : 1e-2))));
     PV *m = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
     PV *v = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
     PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
@@ -206,7 +217,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
       den_v = nmax;
     }
     PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
-    PV *stepsize = DIV(F(lr), bc1);
+    PV *stepsize = DIV(LR, bc1);
     state_update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
     return;
   }
@@ -227,9 +238,9 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
       PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
       PV *nb = ADD(MUL(buf, F(mom)), DIV(g, avg));
       state_update(L, at, buf, nb);
-      state_update(L, at, p, SUB(p, MUL(nb, F(lr))));
+      state_update(L, at, p, SUB(p, MUL(nb, LR)));
     } else
-      state_update(L, at, p, SUB(p, MUL(DIV(g, avg), F(lr))));
+      state_update(L, at, p, SUB(p, MUL(DIV(g, avg), LR)));
     return;
   }
   case BI_O_ADAGRAD: {
@@ -238,7 +249,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
     PV *nsum = ADD(sum, MUL(g, g));
     state_update(L, at, sum, nsum);
-    PV *clr = DIV(F(lr), ADD(F(1), MUL(tcount, F(lrd))));
+    PV *clr = DIV(LR, ADD(F(1), MUL(tcount, F(lrd))));
     state_update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
     return;
   }
@@ -250,7 +261,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     PV *delta = MUL(DIV(SQRT(ADD(acc, F(eps))), SQRT(ADD(nsq, F(eps)))), g);
     state_update(L, at, sq, nsq);
     state_update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
-    state_update(L, at, p, SUB(p, MUL(delta, F(lr))));
+    state_update(L, at, p, SUB(p, MUL(delta, LR)));
     return;
   }
   default: BUG("optimizer %d", bi);
@@ -352,6 +363,171 @@ PV *autograd_grad(L *L, Args *A) {
   PV *r = pv_tuple(L, NULL, 0);
   for (int i = 0; i < ni; i++) pv_list_append(L, r, t_wrap(L, g[i]));
   return r;
+}
+
+/* ---- LR schedulers -------------------------------------------------------------
+ * A scheduler makes its optimizer read the learning rate from the state tensor
+ * "<optimizer>.lr"; scheduler.step() advances "<scheduler>.last_epoch" and writes
+ * lr(last_epoch) in closed form (PyTorch's _get_closed_form_lr). Called inside a
+ * compiled function it is staged there (per-step schedules); otherwise ctc adds
+ * an entry "<scheduler>_step" that `./net train` runs after every epoch. */
+
+static const char *sched_spec(int bi) {
+  switch (bi) {
+  case BI_S_STEPLR: return "optimizer,step_size,gamma=,last_epoch=,verbose=";
+  case BI_S_MULTISTEPLR: return "optimizer,milestones,gamma=,last_epoch=,verbose=";
+  case BI_S_EXPONENTIALLR: return "optimizer,gamma,last_epoch=,verbose=";
+  case BI_S_COSINEANNEALINGLR: return "optimizer,T_max,eta_min=,last_epoch=,verbose=";
+  case BI_S_LINEARLR: return "optimizer,start_factor=,end_factor=,total_iters=,last_epoch=,verbose=";
+  default: return "optimizer,max_lr,total_steps=,epochs=,steps_per_epoch=,pct_start=,anneal_strategy=,"
+                  "cycle_momentum=,base_momentum=,max_momentum=,div_factor=,final_div_factor=,three_phase=,"
+                  "last_epoch=,verbose=";
+  }
+}
+
+/* lr(n) as a Python number, for the value the scheduler sets at construction. */
+static double sched_lr0(L *L, PV *s) {
+  double base = pv_num(env_get(s->attrs, "base_lr"));
+  switch (s->cls->bi) {
+  case BI_S_LINEARLR: return base * pv_num(env_get(s->attrs, "start_factor"));
+  default: return base;
+  }
+}
+
+/* lr(n) as IR, n an f32 scalar tensor (the number of steps taken). */
+static PV *sched_lr(L *L, Span at, PV *s, PV *n) {
+  double base = pv_num(env_get(s->attrs, "base_lr"));
+  switch (s->cls->bi) {
+  case BI_S_STEPLR: {
+    double gamma = pv_num(env_get(s->attrs, "gamma"));
+    PV *k = t_unary(L, at, IR_FLOOR, DIV(n, F((double)env_get(s->attrs, "step_size")->i)));
+    return MUL(F(base), t_binary(L, at, OP_POW, F(gamma), k));
+  }
+  case BI_S_MULTISTEPLR: {
+    double gamma = pv_num(env_get(s->attrs, "gamma"));
+    PV *ms = env_get(s->attrs, "milestones"), *k = MUL(n, F(0));
+    for (int i = 0; i < ms->n; i++)
+      k = ADD(k, t_cast(L, at, t_compare(L, at, OP_GE, n, F((double)ms->items[i]->i)), DT_F32));
+    return MUL(F(base), t_binary(L, at, OP_POW, F(gamma), k));
+  }
+  case BI_S_EXPONENTIALLR:
+    return MUL(F(base), t_binary(L, at, OP_POW, F(pv_num(env_get(s->attrs, "gamma"))), n));
+  case BI_S_COSINEANNEALINGLR: {
+    double tmax = pv_num(env_get(s->attrs, "T_max")), emin = pv_num(env_get(s->attrs, "eta_min"));
+    PV *c = t_unary(L, at, IR_COS, MUL(n, F(M_PI / tmax)));
+    return ADD(F(emin), MUL(F((base - emin) / 2), ADD(F(1), c)));
+  }
+  case BI_S_LINEARLR: {
+    double sf = pv_num(env_get(s->attrs, "start_factor")), ef = pv_num(env_get(s->attrs, "end_factor"));
+    double total = (double)env_get(s->attrs, "total_iters")->i;
+    PV *m = t_where(L, at, t_compare(L, at, OP_LT, n, F(total)), n, F(total));
+    return MUL(F(base), ADD(F(sf), MUL(m, F((ef - sf) / total))));
+  }
+  default: BUG("scheduler %d", s->cls->bi);
+  }
+}
+
+PV *sched_construct(L *L, PV *cls, Args *A) {
+  PV *a[16];
+  Span at = A->at;
+  const char *spec = sched_spec(cls->bi);
+  bind_args(L, A, spec, a);
+  if (cls->bi == BI_S_ONECYCLELR) lower_error(L, at, "OneCycleLR is not supported yet");
+  PV *opt = a[0];
+  if (opt->k != PV_OBJ || !opt->cls || opt->cls->bi < BI_O_SGD || opt->cls->bi > BI_O_ADADELTA)
+    lower_error(L, at, "the first argument of a scheduler must be an optimizer");
+  if (env_get(opt->attrs, "scheduler")) lower_error(L, at, "only one LR scheduler per optimizer is supported");
+  PV *s = pv_new(L, PV_OBJ);
+  s->cls = cls;
+  s->attrs = env_new(L, NULL);
+  env_set(L, s->attrs, "optimizer", opt);
+  env_set(L, s->attrs, "base_lr", env_get(opt->attrs, "lr"));
+  int bi = cls->bi;
+  /* which positional slots hold what, per the specs above */
+  PV *last = bi == BI_S_LINEARLR ? a[4] : bi == BI_S_EXPONENTIALLR ? a[2] : a[3];
+  if (last && arg_int(L, at, last, "last_epoch") != -1) lower_error(L, at, "resuming a scheduler (last_epoch) is not supported");
+  switch (bi) {
+  case BI_S_STEPLR:
+    if (arg_int(L, at, a[1], "step_size") <= 0) lower_error(L, at, "step_size must be positive");
+    env_set(L, s->attrs, "step_size", pv_int(L, arg_int(L, at, a[1], "step_size")));
+    env_set(L, s->attrs, "gamma", pv_float(L, a[2] ? arg_num(L, at, a[2], "gamma") : 0.1));
+    break;
+  case BI_S_MULTISTEPLR: {
+    PV **ms;
+    int n = iter_items(L, at, a[1], &ms);
+    PV *l = pv_list(L, NULL, 0);
+    for (int i = 0; i < n; i++) pv_list_append(L, l, pv_int(L, arg_int(L, at, ms[i], "milestone")));
+    env_set(L, s->attrs, "milestones", l);
+    env_set(L, s->attrs, "gamma", pv_float(L, a[2] ? arg_num(L, at, a[2], "gamma") : 0.1));
+    break;
+  }
+  case BI_S_EXPONENTIALLR: env_set(L, s->attrs, "gamma", pv_float(L, arg_num(L, at, a[1], "gamma"))); break;
+  case BI_S_COSINEANNEALINGLR:
+    if (arg_num(L, at, a[1], "T_max") <= 0) lower_error(L, at, "T_max must be positive");
+    env_set(L, s->attrs, "T_max", pv_float(L, arg_num(L, at, a[1], "T_max")));
+    env_set(L, s->attrs, "eta_min", pv_float(L, a[2] ? arg_num(L, at, a[2], "eta_min") : 0));
+    break;
+  case BI_S_LINEARLR: {
+    double sf = a[1] ? arg_num(L, at, a[1], "start_factor") : 1.0 / 3, ef = a[2] ? arg_num(L, at, a[2], "end_factor") : 1.0;
+    int64_t ti = a[3] ? arg_int(L, at, a[3], "total_iters") : 5;
+    if (sf <= 0 || sf > 1 || ef < 0 || ef > 1 || ti <= 0) lower_error(L, at, "LinearLR factors must be in (0, 1] and total_iters positive");
+    env_set(L, s->attrs, "start_factor", pv_float(L, sf));
+    env_set(L, s->attrs, "end_factor", pv_float(L, ef));
+    env_set(L, s->attrs, "total_iters", pv_int(L, ti));
+    break;
+  }
+  default: break;
+  }
+  env_set(L, opt->attrs, "scheduler", s);
+  env_set(L, opt->attrs, "lr0", pv_float(L, sched_lr0(L, s)));
+  return s;
+}
+
+static const char *global_name(L *L, PV *v, const char *dflt) {
+  for (int i = 0; i < L->globals->names.len; i++)
+    if (L->globals->vals.data[i] == v) return L->globals->names.data[i];
+  return dflt;
+}
+
+static void sched_step(L *L, Span at, PV *s) {
+  PV *opt = env_get(s->attrs, "optimizer");
+  const char *sname = global_name(L, s, "scheduler"), *oname = opt_name(L, opt);
+  Type st = {0};
+  st.dtype = DT_F32;
+  PV *n = state_tensor(L, at, arena_printf(L->a, "%s.last_epoch", sname), &st, 0);
+  PV *n1 = ADD(t_wrap(L, t_val(L, at, n)), F(1));
+  PV *lr = state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
+  state_update(L, at, lr, sched_lr(L, at, s, n1));
+  state_update(L, at, n, n1);
+  env_set(L, s->attrs, "stepped", pv_bool(L, 1));
+}
+
+PV *sched_call(L *L, PV *fn, Args *A) {
+  PV *a[2];
+  bind_args(L, A, "epoch=", a);
+  if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "scheduler.step(epoch) is deprecated and not supported");
+  if (!L->fn) lower_error(L, A->at, "scheduler.step() at compile time has no effect; call it in a compiled function or "
+                                    "let `./net train` call it after every epoch");
+  sched_step(L, A->at, fn->self);
+  return pv_none(L);
+}
+
+void stage_scheduler_entries(L *L) {
+  for (int i = 0; i < L->globals->vals.len; i++) {
+    PV *s = L->globals->vals.data[i];
+    if (s->k != PV_OBJ || !s->cls || s->cls->bi < BI_S_STEPLR || s->cls->bi > BI_S_ONECYCLELR) continue;
+    if (env_get(s->attrs, "stepped")) continue;
+    const char *name = arena_printf(L->a, "%s_step", L->globals->names.data[i]);
+    Span at = L->prog->funcs.data[0]->loc;
+    Func *f = ir_func_new(L->prog, name, at);
+    f->kind = FK_SCHED;
+    L->fn = f;
+    L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
+    for (int k = 0; k < L->prog->params.len; k++) L->param_cur[k] = -1;
+    sched_step(L, at, s);
+    L->fn = NULL;
+    L->param_cur = NULL;
+  }
 }
 
 /* ---- entries ------------------------------------------------------------- */

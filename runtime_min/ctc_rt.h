@@ -86,7 +86,12 @@ int ctc_read_file(const char *path, void **buf, size_t *size, ctc_error *err);
 /* One generated entry point, called generically: inputs[i] points at the data
  * of inputs desc i, outputs[j] at caller-owned storage for output j. */
 /* What an entry is for (the driver's `train` looks for CTC_ENTRY_TRAIN). */
-enum { CTC_ENTRY_FORWARD = 0, CTC_ENTRY_TRAIN = 1, CTC_ENTRY_FUNCTION = 2 };
+enum {
+  CTC_ENTRY_FORWARD = 0,
+  CTC_ENTRY_TRAIN = 1,
+  CTC_ENTRY_FUNCTION = 2,
+  CTC_ENTRY_SCHED = 3,   /* an LR scheduler's step(): no inputs or outputs; `train` calls it after every epoch */
+};
 
 typedef struct ctc_entry {
   const char *name;              /* "forward", "train_step", ... */

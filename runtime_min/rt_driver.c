@@ -1110,6 +1110,13 @@ static int do_train(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ct
     if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
     printf("\n");
     fflush(stdout);
+    /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it) */
+    for (int i = 0; i < desc->nentries; i++) {
+      const ctc_entry *e = &desc->entries[i];
+      if (e->kind != CTC_ENTRY_SCHED) continue;
+      if ((rc = e->call(t->r.model, NULL, NULL)))
+        return ctc_fail(err, rc, "entry '%s' failed after epoch %lld: %s", e->name, epoch, ctc_strerror(rc));
+    }
   }
   if (t->log) {
     int bad = ferror(t->log);
