@@ -131,6 +131,18 @@ static PV *elem2(L *L, Span at, Op op, const char *opname, PV *a, PV *b, DType d
 }
 
 PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
+  if (pv_is_num(a) && pv_is_num(b)) {
+    /* two Python numbers (as lowering code may combine constants): fold */
+    double x = pv_num(a), y = pv_num(b);
+    switch (op) {
+    case OP_ADD: return pv_float(L, x + y);
+    case OP_SUB: return pv_float(L, x - y);
+    case OP_MUL: return pv_float(L, x * y);
+    case OP_DIV: return pv_float(L, x / y);
+    case OP_POW: return pv_float(L, pow(x, y));
+    default: BUG("t_binary on two numbers");
+    }
+  }
   DType dt = promote(a, b);
   switch (op) {
   case OP_ADD: return elem2(L, at, IR_ADD, "+", a, b, dt, dt);
