@@ -160,6 +160,16 @@ static PV *opt_lr(L *L, Span at, PV *opt, const char *oname) {
   return state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
 }
 
+/* The momentum (SGD) or beta1 (Adam): a constant, or with OneCycleLR's
+ * cycle_momentum the state tensor "<optimizer>.momentum" the scheduler rewrites. */
+static PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt) {
+  PV *m0 = env_get(opt->attrs, "mom0");
+  if (!m0) return F(dflt);
+  Type st = {0};
+  st.dtype = DT_F32;
+  return state_tensor(L, at, arena_printf(L->a, "%s.momentum", oname), &st, pv_num(m0));
+}
+
 /* One optimizer update for parameter p with gradient g (PV tensors). */
 static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pname, PV *p, PV *g, PV *tcount) {
   int bi = opt->cls->bi;
@@ -174,16 +184,17 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     int nesterov = hpb(L, at, opt, "nesterov");
     if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
     PV *d = g;
-    if (mom != 0) {
+    PV *MOM = opt_mom(L, at, opt, oname, mom);
+    if (mom != 0 || MOM->k == PV_TENSOR) {
       PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
-      PV *nb = ADD(MUL(buf, F(mom)), mul_c(L, at, g, 1 - damp));
+      PV *nb = ADD(MUL(buf, MOM), mul_c(L, at, g, 1 - damp));
       if (damp != 0) {
         /* PyTorch's first step sets buf = g (no dampening) */
         PV *first = t_compare(L, at, OP_EQ, tcount, F(0));
         nb = t_where(L, at, first, g, nb);
       }
       state_update(L, at, buf, nb);
-      d = nesterov ? ADD(g, MUL(nb, F(mom))) : nb;
+      d = nesterov ? ADD(g, MUL(nb, MOM)) : nb;
     }
     state_update(L, at, p, SUB(p, MUL(d, LR)));
     return;
@@ -202,12 +213,13 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     if (bi == BI_O_ADAMW) p = MUL(p, SUB(F(1), MUL(LR, F(env_get(opt->attrs, "weight_decay") ? wd : 1e-2))));
     PV *m = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
     PV *v = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
-    PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
+    PV *B1 = opt_mom(L, at, opt, oname, b1);
+    PV *nm = ADD(MUL(m, B1), MUL(g, SUB(F(1), B1)));
     PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
     state_update(L, at, m, nm);
     state_update(L, at, v, nv);
     PV *step = ADD(tcount, F(1));
-    PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, F(b1), step));
+    PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, B1, step));
     PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
     PV *den_v = nv;
     if (hpb(L, at, opt, "amsgrad")) {
@@ -385,10 +397,46 @@ static const char *sched_spec(int bi) {
   }
 }
 
+/* OneCycleLR's phases: (end step, start value, end value) for lr or momentum. */
+static int onecycle_phases(L *L, PV *s, int mom, double end[3], double a[3], double b[3]) {
+  double T = pv_num(env_get(s->attrs, "total_steps")), pct = pv_num(env_get(s->attrs, "pct_start"));
+  double init = pv_num(env_get(s->attrs, "initial_lr")), mx = pv_num(env_get(s->attrs, "max_lr"));
+  double mn = pv_num(env_get(s->attrs, "min_lr"));
+  double bm = pv_num(env_get(s->attrs, "base_momentum")), xm = pv_num(env_get(s->attrs, "max_momentum"));
+  if (pv_num(env_get(s->attrs, "three_phase"))) {
+    end[0] = pct * T - 1; end[1] = 2 * pct * T - 2; end[2] = T - 1;
+    a[0] = mom ? xm : init; b[0] = mom ? bm : mx;
+    a[1] = mom ? bm : mx;   b[1] = mom ? xm : init;
+    a[2] = mom ? xm : init; b[2] = mom ? xm : mn;
+    return 3;
+  }
+  end[0] = pct * T - 1; end[1] = T - 1;
+  a[0] = mom ? xm : init; b[0] = mom ? bm : mx;
+  a[1] = mom ? bm : mx;   b[1] = mom ? xm : mn;
+  return 2;
+}
+
+/* OneCycleLR's value at step n (an f32 scalar tensor), annealing phase by phase. */
+static PV *onecycle_value(L *L, Span at, PV *s, PV *n, int mom) {
+  double end[3], a[3], b[3];
+  int np = onecycle_phases(L, s, mom, end, a, b);
+  int cosine = (int)pv_num(env_get(s->attrs, "cos"));
+  PV *r = NULL;
+  for (int i = np - 1; i >= 0; i--) {
+    double start = i ? end[i - 1] : 0;
+    PV *pct = DIV(SUB(n, F(start)), F(end[i] - start));
+    PV *v = cosine ? ADD(F(b[i]), MUL(F((a[i] - b[i]) / 2), ADD(t_unary(L, at, IR_COS, MUL(pct, F(M_PI))), F(1))))
+                   : ADD(F(a[i]), MUL(pct, F(b[i] - a[i])));
+    r = r ? t_where(L, at, t_compare(L, at, OP_LE, n, F(end[i])), v, r) : v;
+  }
+  return r;
+}
+
 /* lr(n) as a Python number, for the value the scheduler sets at construction. */
 static double sched_lr0(L *L, PV *s) {
   double base = pv_num(env_get(s->attrs, "base_lr"));
   switch (s->cls->bi) {
+  case BI_S_ONECYCLELR: return pv_num(env_get(s->attrs, "initial_lr"));
   case BI_S_LINEARLR: return base * pv_num(env_get(s->attrs, "start_factor"));
   default: return base;
   }
@@ -423,6 +471,7 @@ static PV *sched_lr(L *L, Span at, PV *s, PV *n) {
     PV *m = t_where(L, at, t_compare(L, at, OP_LT, n, F(total)), n, F(total));
     return MUL(F(base), ADD(F(sf), MUL(m, F((ef - sf) / total))));
   }
+  case BI_S_ONECYCLELR: return onecycle_value(L, at, s, n, 0);
   default: BUG("scheduler %d", s->cls->bi);
   }
 }
@@ -432,7 +481,6 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
   Span at = A->at;
   const char *spec = sched_spec(cls->bi);
   bind_args(L, A, spec, a);
-  if (cls->bi == BI_S_ONECYCLELR) lower_error(L, at, "OneCycleLR is not supported yet");
   PV *opt = a[0];
   if (opt->k != PV_OBJ || !opt->cls || opt->cls->bi < BI_O_SGD || opt->cls->bi > BI_O_ADADELTA)
     lower_error(L, at, "the first argument of a scheduler must be an optimizer");
@@ -444,7 +492,7 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
   env_set(L, s->attrs, "base_lr", env_get(opt->attrs, "lr"));
   int bi = cls->bi;
   /* which positional slots hold what, per the specs above */
-  PV *last = bi == BI_S_LINEARLR ? a[4] : bi == BI_S_EXPONENTIALLR ? a[2] : a[3];
+  PV *last = bi == BI_S_LINEARLR ? a[4] : bi == BI_S_EXPONENTIALLR ? a[2] : bi == BI_S_ONECYCLELR ? a[13] : a[3];
   if (last && arg_int(L, at, last, "last_epoch") != -1) lower_error(L, at, "resuming a scheduler (last_epoch) is not supported");
   switch (bi) {
   case BI_S_STEPLR:
@@ -476,6 +524,44 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
     env_set(L, s->attrs, "total_iters", pv_int(L, ti));
     break;
   }
+  case BI_S_ONECYCLELR: {
+    /* a[]: 1 max_lr 2 total_steps 3 epochs 4 steps_per_epoch 5 pct_start 6 anneal_strategy
+     * 7 cycle_momentum 8 base_momentum 9 max_momentum 10 div_factor 11 final_div_factor 12 three_phase */
+    if (pv_is_seq(a[1])) lower_error(L, at, "a max_lr per parameter group is not supported");
+    double mx = arg_num(L, at, a[1], "max_lr");
+    int64_t total;
+    if (a[2] && a[2]->k != PV_NONE) total = arg_int(L, at, a[2], "total_steps");
+    else if (a[3] && a[4] && a[3]->k != PV_NONE && a[4]->k != PV_NONE)
+      total = arg_int(L, at, a[3], "epochs") * arg_int(L, at, a[4], "steps_per_epoch");
+    else lower_error(L, at, "OneCycleLR needs total_steps, or epochs and steps_per_epoch");
+    if (total <= 0) lower_error(L, at, "OneCycleLR total_steps must be positive");
+    double pct = a[5] ? arg_num(L, at, a[5], "pct_start") : 0.3;
+    if (pct < 0 || pct > 1) lower_error(L, at, "pct_start must be between 0 and 1");
+    int cosine = 1;
+    if (a[6]) {
+      if (a[6]->k != PV_STR || (strcmp(a[6]->s, "cos") && strcmp(a[6]->s, "linear")))
+        lower_error(L, at, "anneal_strategy must be 'cos' or 'linear'");
+      cosine = !strcmp(a[6]->s, "cos");
+    }
+    double div = a[10] ? arg_num(L, at, a[10], "div_factor") : 25, fdiv = a[11] ? arg_num(L, at, a[11], "final_div_factor") : 1e4;
+    env_set(L, s->attrs, "max_lr", pv_float(L, mx));
+    env_set(L, s->attrs, "initial_lr", pv_float(L, mx / div));
+    env_set(L, s->attrs, "min_lr", pv_float(L, mx / div / fdiv));
+    env_set(L, s->attrs, "total_steps", pv_float(L, (double)total));
+    env_set(L, s->attrs, "pct_start", pv_float(L, pct));
+    env_set(L, s->attrs, "cos", pv_int(L, cosine));
+    env_set(L, s->attrs, "three_phase", pv_int(L, a[12] ? arg_bool(L, at, a[12], "three_phase") : 0));
+    env_set(L, s->attrs, "base_momentum", pv_float(L, a[8] ? arg_num(L, at, a[8], "base_momentum") : 0.85));
+    env_set(L, s->attrs, "max_momentum", pv_float(L, a[9] ? arg_num(L, at, a[9], "max_momentum") : 0.95));
+    if (!a[7] || arg_bool(L, at, a[7], "cycle_momentum")) {
+      int ob = opt->cls->bi;
+      if (ob != BI_O_SGD && ob != BI_O_ADAM && ob != BI_O_ADAMW)
+        lower_error(L, at, "OneCycleLR's cycle_momentum is supported with SGD, Adam and AdamW; pass cycle_momentum=False");
+      env_set(L, opt->attrs, "mom0", env_get(s->attrs, "max_momentum"));
+      env_set(L, s->attrs, "cycle_momentum", pv_bool(L, 1));
+    }
+    break;
+  }
   default: break;
   }
   env_set(L, opt->attrs, "scheduler", s);
@@ -498,6 +584,10 @@ static void sched_step(L *L, Span at, PV *s) {
   PV *n1 = ADD(t_wrap(L, t_val(L, at, n)), F(1));
   PV *lr = state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
   state_update(L, at, lr, sched_lr(L, at, s, n1));
+  if (env_get(s->attrs, "cycle_momentum")) {
+    PV *m = state_tensor(L, at, arena_printf(L->a, "%s.momentum", oname), &st, pv_num(env_get(opt->attrs, "mom0")));
+    state_update(L, at, m, onecycle_value(L, at, s, n1, 1));
+  }
   state_update(L, at, n, n1);
   env_set(L, s->attrs, "stepped", pv_bool(L, 1));
 }

@@ -108,3 +108,38 @@ def test_train_command_steps_the_scheduler(tmp_path):
     run([exe, "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", "3",
          "--batch", "4", "--save", tmp_path / "out.safetensors"])
     assert abs(float(st_read(tmp_path / "out.safetensors")["optimizer.lr"]) - 0.1 * 0.5 ** 3) < 1e-8
+
+
+@pytest.mark.parametrize("opt,args", [
+    ("SGD(model.parameters(), lr=0.1, momentum=0.9)", "max_lr=0.5, total_steps=10"),
+    ("Adam(model.parameters(), lr=0.1)", "max_lr=0.05, epochs=2, steps_per_epoch=5, anneal_strategy='linear'"),
+    ("SGD(model.parameters(), lr=0.1, momentum=0.9)", "max_lr=0.5, total_steps=10, three_phase=True"),
+    ("SGD(model.parameters(), lr=0.1)", "max_lr=0.5, total_steps=10, cycle_momentum=False, pct_start=0.4"),
+], ids=["sgd_cos", "adam_linear", "three_phase", "no_momentum_cycle"])
+def test_onecycle(tmp_path, opt, args):
+    """OneCycleLR stepped inside train_step: lr and momentum (SGD) / beta1 (Adam)
+    follow PyTorch's at every step, and so do the parameters."""
+    path, exe = build(tmp_path, "OneCycleLR", args, opt=opt, inner="scheduler.step()")
+    mod = load_module(str(path), "onecycle")
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(2)
+    for k in range(9):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        y = rng.integers(0, 3, 4).astype(np.int64)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{k}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--save", nxt])
+        w = nxt
+        mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+        got = st_read(w)
+        group = mod.optimizer.param_groups[0]
+        # atol 1e-8: f32 cancellation in (1 + cos) as the cosine reaches -1 near min_lr
+        assert abs(float(got["optimizer.lr"]) - group["lr"]) <= 1e-5 * group["lr"] + 1e-8, (k, got["optimizer.lr"], group["lr"])
+        if "optimizer.momentum" in got:
+            want_m = group["betas"][0] if "betas" in group else group["momentum"]
+            assert abs(float(got["optimizer.momentum"]) - want_m) < 1e-6, (k, got["optimizer.momentum"], want_m)
+    for k, v in mod.model.state_dict().items():
+        compare(f"OneCycleLR: {k}", got[k], v.numpy(), 1e-3, 1e-5)
