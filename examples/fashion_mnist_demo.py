@@ -11,7 +11,7 @@ the C that ctc generates, and the same way with PyTorch, side by side.
 
 Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 Run through ./demo.sh, which installs what is missing and builds ctc first.
-Options: --epochs N (default 2), --limit N (use the first N images)."""
+Options: --epochs N (default 2), --limit N (use the first N images), --seed S."""
 import argparse
 import os
 import re
@@ -48,11 +48,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="initial weights and batch order (both sides)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     data = ["--data", f"{DATA}/train-images-idx3-ubyte.gz", "--labels", f"{DATA}/train-labels-idx1-ubyte.gz",
             "--test-data", f"{DATA}/t10k-images-idx3-ubyte.gz", "--test-labels", f"{DATA}/t10k-labels-idx1-ubyte.gz",
-            "--batch", "64", "--epochs", str(a.epochs), "--seed", "0"]
+            "--batch", "64", "--epochs", str(a.epochs), "--seed", str(a.seed)]
     if a.limit:
         data += ["--limit", str(a.limit)]
     exe = os.path.join(OUT, "seed_cnn")
@@ -61,7 +62,7 @@ def main():
     print(f"ctc: compiled and built {exe} in {time.time() - t0:.2f} s\n")
     init = os.path.join(OUT, "init.safetensors")
     torch_py = [sys.executable, os.path.join(HERE, "train_torch.py"), MODEL]
-    run(torch_py + ["--write-init", init, "--seed", "0"])
+    run(torch_py + ["--write-init", init, "--seed", str(a.seed)])
     print("\n== generated C ==")
     c_out = run([exe, "train", "--weights", init, *data, "--save", os.path.join(OUT, "trained.safetensors"),
                  "--log", os.path.join(OUT, "loss_c.csv")],
