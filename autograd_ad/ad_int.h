@@ -17,6 +17,12 @@ typedef struct Ad {
 typedef void (*VjpRule)(Ad *ad, const Inst *in, ValId g, const int *need, ValId *dargs);
 extern const VjpRule ad_vjp_rules[IR__COUNT];
 
+/* A JVP rule: given the (copied) forward instruction and the tangents of its
+ * operands (-1 where an operand's tangent is zero; at least one is not),
+ * return the tangent of the result (-1 if it is zero). */
+typedef ValId (*JvpRule)(Ad *ad, const Inst *in, const ValId *t);
+extern const JvpRule ad_jvp_rules[IR__COUNT];
+
 /* emission helpers (reverse.c) */
 Type *ad_type(Ad *ad, ValId v);
 ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr,

@@ -23,7 +23,19 @@ typedef struct AdSeed {
  * called) for the sum over seeds of <seed, value>, and stores in grads[i] the
  * gradient with respect to wrt[i] (an all-zero tensor if wrt[i] does not
  * influence the seeds). Only floating-point paths are differentiated. */
+/* Several sweeps over one function (a jacobian, one direction at a time) pass
+ * the instruction count from before the first sweep, so that a later sweep does
+ * not differentiate the code an earlier sweep appended. */
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
                 ValId *grads);
+
+/* Forward mode: appends to f, for f's first `ninsts` instructions (-1: all
+ * present when it is called), the tangent instructions (the JVP rule of each primitive, jvp.c) given the
+ * tangents seeds[i].seed of the values seeds[i].value, and stores in touts[i]
+ * the tangent of outs[i] (an all-zero tensor if it does not depend on the
+ * seeds). Composes with ad_reverse: forward over reverse gives Hessian-vector
+ * products. */
+void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
+                ValId *touts);
 
 #endif

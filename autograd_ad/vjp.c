@@ -214,15 +214,53 @@ static void vjp_EMBEDDING(Ad *ad, const Inst *in, ValId g, const int *need, ValI
     d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), NULL, 0, "grad");
   }
 }
-/* The gradient primitives are linear in the adjoint operand; their own VJPs
- * (needed only for second-order derivatives) come with forward-mode work. */
-#define NOT_YET(ID)                                                                          \
-  static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {         \
-    (void)ad; (void)g; (void)need; (void)d;                                                  \
-    BUG("second-order gradient through '%s' is not implemented yet", ir_ops[in->op].name);   \
+/* The gradient primitives are linear in their adjoint operand (and bilinear for
+ * the conv ones); their VJPs are the transposed linear maps, which keeps the
+ * table closed under differentiation (second order: reverse over reverse). */
+static void vjp_CONV2D_BWD_INPUT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* y = conv^T(gy, w):  d/dgy = conv(g, w),  d/dw = conv2d_bwd_weight(g, gy) */
+  if (need[0]) {
+    ValId x[2] = {g, ARG(1)};
+    d[0] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
   }
-NOT_YET(CONV2D_BWD_INPUT) NOT_YET(CONV2D_BWD_WEIGHT) NOT_YET(MAXPOOL2D_BWD) NOT_YET(AVGPOOL2D_BWD)
-NOT_YET(EMBEDDING_BWD)
+  if (need[1]) {
+    ValId x[2] = {g, ARG(0)};
+    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+  }
+}
+static void vjp_CONV2D_BWD_WEIGHT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* y = sum x (x) gy:  d/dx = conv2d_bwd_input(gy, g),  d/dgy = conv(x, g) */
+  if (need[0]) {
+    ValId x[2] = {ARG(1), g};
+    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
+  }
+  if (need[1]) {
+    ValId x[2] = {ARG(0), g};
+    d[1] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+  }
+}
+static void vjp_MAXPOOL2D_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* linear in gy (routing fixed by x, piecewise constant in x) */
+  if (need[1]) {
+    ValId x[2] = {ARG(0), g};
+    d[1] = ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(ARG(1)), in->attr, 8, "grad");
+  }
+}
+static void vjp_MAXPOOL2D_JVP(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[1]) {
+    ValId x[2] = {ARG(0), g};
+    d[1] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(1)), in->attr, 8, "grad");
+  }
+}
+static void vjp_AVGPOOL2D_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_AVGPOOL2D, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
+}
+static void vjp_EMBEDDING_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[1]) {
+    ValId x[2] = {g, ARG(0)};
+    d[1] = ad_emit(ad, IR_EMBEDDING, x, 2, *TY(ARG(1)), NULL, 0, "grad");
+  }
+}
 
 const VjpRule ad_vjp_rules[IR__COUNT] = {
 #define OP(id, name, nargs, kind, cexpr) vjp_##id,

@@ -788,7 +788,9 @@ static void close_windows(CgFunc *c, int base) {
  * (the rule of max_pool2d's forward in PyTorch: v > max or v is NaN), summed
  * where windows overlap. */
 static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
-  const Type *x = ty(c, in->args[0]), *g = ty(c, in->args[1]), *r = ty(c, in->res);
+  /* MAXPOOL2D_JVP shares the window scan: it gathers dx at each window's max */
+  int jvp = in->op == IR_MAXPOOL2D_JVP;
+  const Type *x = ty(c, in->args[0]), *r = ty(c, in->res), *g = jvp ? r : ty(c, in->args[1]);
   DType t = r->dtype;
   const char *ct = cg_ctype(t);
   int64_t NC = x->dims[0] * x->dims[1], H = x->dims[2], W = x->dims[3], OH = g->dims[2], OW = g->dims[3];
@@ -797,9 +799,14 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *gs = cg_ref(c, in->args[1]), *ds = cg_ref(c, in->res);
   int base = open_images(c, NC, ir_numel(g) * kh * kw);
-  LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
-  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  if (jvp) {
+    LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
+    LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
+  } else {
+    LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  }
   window_loops(c, OH, OW);
   char ih[128], iw[128];
   win_index(ih, sizeof ih, "oh", sh, ph, "kh", dh);
@@ -823,7 +830,8 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "}\n");
   c->ind -= 2;
   LINE(c, "}\n");
-  LINE(c, "if (at >= 0) dp[at] += gp[oh * %lld + ow];\n", (ll)OW);
+  if (jvp) LINE(c, "op[oh * %lld + ow] = at >= 0 ? tp[at] : 0;\n", (ll)OW);
+  else LINE(c, "if (at >= 0) dp[at] += gp[oh * %lld + ow];\n", (ll)OW);
   close_windows(c, base);
 }
 
@@ -951,7 +959,7 @@ static void comment(CgFunc *c, const Inst *in) {
     cg_puts(&b, " start:step");
     for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
     break;
-  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD:
+  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: case IR_MAXPOOL2D_JVP:
     cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1],
               (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)a[6], (ll)a[7]);
     break;
@@ -995,7 +1003,8 @@ void cg_emit_inst(CgFunc *c, int i) {
   case IR_UNSLICE: emit_unslice(c, in); return;
   case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in); return;
   case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in); return;
-  case IR_MAXPOOL2D_BWD: emit_maxpool_bwd(c, in); return;
+  case IR_MAXPOOL2D_BWD:
+  case IR_MAXPOOL2D_JVP: emit_maxpool_bwd(c, in); return;
   case IR_AVGPOOL2D_BWD: emit_avgpool_bwd(c, in); return;
   case IR_EMBEDDING_BWD: emit_embedding_bwd(c, in); return;
   default: BUG("codegen_c: no emitter for %s", ir_ops[in->op].name);

@@ -14,7 +14,7 @@ static int nattrs(const Func *f, const Inst *in) {
   case IR_SLICE: return 2 * r->ndim;
   case IR_MATMUL: return 2;
   case IR_CONV2D: return 6;
-  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: return 8;
+  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: case IR_MAXPOOL2D_JVP: return 8;
   case IR_AVGPOOL2D: case IR_AVGPOOL2D_BWD: return 7;
   case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT: return 6;
   case IR_UNSLICE: return 2 * f->values.data[in->args[0]].type.ndim;

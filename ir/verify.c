@@ -171,6 +171,9 @@ static int check_shape(V *v) {
   case IR_MAXPOOL2D_BWD:
     if (!ir_type_eq(a, r) || T(v, 1)->ndim != 4) return fail(v, "maxpool2d_bwd types");
     return 0;
+  case IR_MAXPOOL2D_JVP:
+    if (!ir_type_eq(a, T(v, 1)) || r->ndim != 4) return fail(v, "maxpool2d_jvp types");
+    return 0;
   case IR_AVGPOOL2D_BWD:
     if (a->ndim != 4 || r->ndim != 4) return fail(v, "avgpool2d_bwd needs 4-D tensors");
     return 0;

@@ -109,6 +109,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "nn") == 0) return pv_ns(L, "torch.nn");
+    if (strcmp(name, "func") == 0) return pv_ns(L, "torch.func");
     if (strcmp(name, "optim") == 0) return pv_ns(L, "torch.optim");
     if (strcmp(name, "autograd") == 0) return pv_ns(L, "torch.autograd");
     static const int tensor_only[] = {BI_T_SIZE, BI_T_DIM, BI_T_CONTIGUOUS, BI_T_T, BI_T_FLOAT,
@@ -142,7 +143,17 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     if (strcmp(name, "lr_scheduler") == 0) return pv_ns(L, "torch.optim.lr_scheduler");
     return NULL;
   }
-  if (strcmp(m, "torch.autograd") == 0) return strcmp(name, "grad") == 0 ? pv_builtin(L, BI_AG_GRAD, "grad", NULL) : NULL;
+  if (strcmp(m, "torch.autograd") == 0) {
+    if (strcmp(name, "functional") == 0) return pv_ns(L, "torch.autograd.functional");
+    if (strcmp(name, "forward_ad") == 0) return pv_ns(L, "torch.autograd.forward_ad");
+    return strcmp(name, "grad") == 0 ? pv_builtin(L, BI_AG_GRAD, "grad", NULL) : NULL;
+  }
+  if (strcmp(m, "torch.autograd.functional") == 0) return find_in_range(L, BI_AF_JVP, BI_AF_HESSIAN, name, NULL);
+  if (strcmp(m, "torch.autograd.forward_ad") == 0) return find_in_range(L, BI_FW_DUAL_LEVEL, BI_FW_UNPACK_DUAL, name, NULL);
+  if (strcmp(m, "torch.func") == 0 || strcmp(m, "functorch") == 0) {
+    if (strcmp(name, "functional_call") == 0) return NULL;
+    return find_in_range(L, BI_TF_GRAD, BI_TF_HESSIAN, name, NULL);
+  }
   if (strcmp(m, "torch.nn.init") == 0) return find_in_range(L, BI_I_NORMAL_, BI_I_KAIMING_UNIFORM_, name, NULL);
   if (strcmp(m, "math") == 0) {
     if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);

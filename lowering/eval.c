@@ -296,8 +296,12 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->mod) return module_method(L, obj, name);
     return NULL;
   }
+  case PV_TUPLE:
+    if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
+      return obj->items[!strcmp(name, "tangent")];
+    return NULL;
   case PV_LIST:
-    if (strcmp(name, "append") == 0) return pv_builtin(L, BI_LIST_APPEND, "append", obj);
+    if (strcmp(name, "append") == 0 && obj->k == PV_LIST) return pv_builtin(L, BI_LIST_APPEND, "append", obj);
     if (strcmp(name, "extend") == 0) return pv_builtin(L, BI_LIST_EXTEND, "extend", obj);
     return NULL;
   case PV_DICT:
@@ -992,8 +996,15 @@ static int exec_stmt(L *L, Node *s) {
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
       PV *cm = eval_expr(L, it->a);
+      if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
+        /* forward_ad.dual_level(): duals made inside belong to this level */
+        if (it->b) lower_error(L, it->b->span, "'with dual_level() as ...' binds nothing useful");
+        L->dual_primal.len = L->dual_tangent.len = 0;
+        continue;
+      }
       if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_NO_GRAD))
-        lower_error(L, it->span, "only 'with torch.no_grad():' is supported as a context manager");
+        lower_error(L, it->span, "only 'with torch.no_grad():' and 'with forward_ad.dual_level():' are supported "
+                                 "as context managers");
       if (it->b) lower_error(L, it->b->span, "'with torch.no_grad() as ...' binds nothing useful");
     }
     L->no_grad++;

@@ -127,6 +127,8 @@ struct L {
   int zeroed;            /* zero_grad() was called in this function */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
+  Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
+  Vec(ValId) dual_tangent; /* and their tangents */
   PV *retval;            /* value of the last `return` */
 };
 
@@ -222,6 +224,9 @@ PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a 
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
+/* functional.c: torch.autograd.functional, forward_ad and torch.func, built on
+ * ad_reverse / ad_forward (jacobians unrolled one direction at a time) */
+PV *functional_call(L *L, PV *fn, Args *A);
 /* State tensors of a training entry (optimizer buffers, the RNG offset): found by
  * name or appended to the parameter table (is_state); state_update records the
  * value written back when the entry finishes (later uses in the entry see it). */

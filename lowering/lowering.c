@@ -89,13 +89,16 @@ static void set_eval(PV *obj) {
       set_eval(obj->mod->regs.data[i].val);
 }
 
-/* Does this function's body call .backward(), .step() or autograd.grad? */
+/* Does this function's body call backward(), step(), or a differentiation API
+ * (autograd.grad, jvp, vjp, hvp, vhp, jacobian, hessian, jacrev, jacfwd,
+ * unpack_dual, grad, grad_and_value)? */
 static int mentions_training(const Node *n) {
+  static const char *const names[] = {"backward", "step", "grad", "jvp", "vjp", "hvp", "vhp", "jacobian",
+                                      "hessian", "jacrev", "jacfwd", "unpack_dual", "grad_and_value"};
   if (!n) return 0;
-  if (n->kind == N_CALL && n->a && n->a->kind == N_ATTR &&
-      (!strcmp(n->a->name, "backward") || !strcmp(n->a->name, "step") ||
-       (!strcmp(n->a->name, "grad") && n->a->a && n->a->a->kind == N_ATTR && !strcmp(n->a->a->name, "autograd"))))
-    return 1;
+  if (n->kind == N_CALL && n->a && (n->a->kind == N_ATTR || n->a->kind == N_NAME))
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+      if (!strcmp(n->a->name, names[k])) return 1;
   if (mentions_training(n->a) || mentions_training(n->b) || mentions_training(n->c)) return 1;
   const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
   for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)

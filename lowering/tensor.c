@@ -38,12 +38,35 @@ ValId t_val(L *L, Span at, PV *x) {
     return ir_param_value(L->prog, L->fn, t->slot->index);
   }
   if (t->data) {
-    /* a compile-time constant: only uniform fills are lowered (as a broadcast scalar) */
+    /* a compile-time constant: uniform fills are lowered as a broadcast scalar;
+     * others become a constant tensor in the arena ("ctc.const.N", initialised
+     * by <model>_init, saved with the weights like optimizer state) */
     int64_t n = ir_numel(&t->type);
-    for (int64_t i = 1; i < n; i++)
-      if (t->data[i] != t->data[0])
-        lower_error(L, at, "a tensor computed at compile time with varying values is used in compiled "
-                           "code; register it as a buffer (self.register_buffer) instead");
+    int uniform = 1;
+    for (int64_t i = 1; i < n && uniform; i++) uniform = t->data[i] == t->data[0];
+    if (!uniform) {
+      Param p = {0};
+      p.name = arena_printf(L->a, "ctc.const.%d", L->prog->params.len);
+      p.type = t->type;
+      p.is_state = 1;
+      p.init = PINIT_DATA;
+      p.init_data = t->data;
+      p.loc = at;
+      vec_push(L->a, &L->prog->params, p);
+      Slot *s = slot_new(L, at, t->type, PINIT_DATA, 0, 0);
+      s->is_buffer = 1;
+      s->index = L->prog->params.len - 1;
+      s->data = t->data;
+      t->slot = s;
+      t->data = NULL;
+      if (L->param_cur) {
+        ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)L->prog->params.len);
+        for (int i = 0; i < L->prog->params.len - 1; i++) cur[i] = L->param_cur[i];
+        cur[L->prog->params.len - 1] = -1;
+        L->param_cur = cur;
+      }
+      return ir_param_value(L->prog, L->fn, s->index);
+    }
     ValId c = ir_const(L->prog, L->fn, t->type.dtype, n ? t->data[0] : 0, at);
     if (t->type.ndim == 0) return c;
     return ir_emit(L->prog, L->fn, IR_BROADCAST, &c, 1, t->type, NULL, 0, 0, at, "full");

@@ -504,6 +504,8 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_ABS: return t_unary(L, at, IR_ABS, x);
   case BI_T_NEG: return t_unary(L, at, IR_NEG, x);
   case BI_T_ERF: return t_unary(L, at, IR_ERF, x);
+  case BI_T_SIN: return t_unary(L, at, IR_SIN, x);
+  case BI_T_COS: return t_unary(L, at, IR_COS, x);
   case BI_T_SQUARE: return t_binary(L, at, OP_MUL, x, x);
   case BI_T_POW:
     bind_args(L, A, "exponent", a);
@@ -745,6 +747,7 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   if (bi == BI_OPT_ZERO_GRAD || bi == BI_OPT_STEP) return optim_call(L, fn, A);
   if (bi == BI_SCHED_STEP) return sched_call(L, fn, A);
   if (bi == BI_AG_GRAD) return autograd_grad(L, A);
+  if (bi >= BI_AF_JVP && bi <= BI_TF_VJP_FN) return functional_call(L, fn, A);
   switch (bi) {
   case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:
   case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:

@@ -1,0 +1,176 @@
+/* jvp.c - one JVP rule per primitive of ir/ops.def (forward mode). A rule gets
+ * the operands' tangents (-1 = zero) and emits primitives for the result's
+ * tangent. As with vjp.c, the table is generated from ops.def, so every
+ * primitive has a rule or ctc does not compile. */
+#include <math.h>
+#include "ad_int.h"
+
+#define ARG(k) (in->args[k])
+#define RES (in->res)
+#define TY(v) ad_type(ad, (v))
+
+/* the tangent t, or zeros shaped like v */
+static ValId tz(Ad *ad, ValId t, ValId v) { return t >= 0 ? t : ad_zeros(ad, TY(v)); }
+/* a tangent broadcast to the result's shape */
+static ValId to_res(Ad *ad, const Inst *in, ValId t) { return ad_broadcast(ad, t, TY(RES)); }
+static ValId same(Ad *ad, const Inst *in, ValId t) {
+  return ad_emit(ad, in->op, &t, 1, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+}
+static ValId mulc(Ad *ad, ValId a, double c) { return ad_bin(ad, IR_MUL, a, ad_const(ad, TY(a)->dtype, c)); }
+
+static ValId jvp_NEG(Ad *ad, const Inst *in, const ValId *t) { return ad_un(ad, IR_NEG, t[0]); }
+static ValId jvp_EXP(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_MUL, t[0], RES); }
+static ValId jvp_LOG(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_DIV, t[0], ARG(0)); }
+static ValId jvp_SQRT(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_DIV, mulc(ad, t[0], 0.5), RES); }
+static ValId jvp_RSQRT(Ad *ad, const Inst *in, const ValId *t) {
+  ValId y3 = ad_bin(ad, IR_MUL, ad_bin(ad, IR_MUL, RES, RES), RES);
+  return ad_bin(ad, IR_MUL, t[0], mulc(ad, y3, -0.5));
+}
+static ValId jvp_TANH(Ad *ad, const Inst *in, const ValId *t) {
+  ValId one = ad_const(ad, TY(RES)->dtype, 1);
+  return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_SUB, one, ad_bin(ad, IR_MUL, RES, RES)));
+}
+static ValId jvp_SIGMOID(Ad *ad, const Inst *in, const ValId *t) {
+  ValId one = ad_const(ad, TY(RES)->dtype, 1);
+  return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
+}
+static ValId jvp_ABS(Ad *ad, const Inst *in, const ValId *t) {
+  DType dt = TY(RES)->dtype;
+  ValId zero = ad_const(ad, dt, 0);
+  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), t[0], zero);
+  return ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, t[0]), pos);
+}
+static ValId jvp_ERF(Ad *ad, const Inst *in, const ValId *t) {
+  ValId e = ad_un(ad, IR_EXP, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0))));
+  return ad_bin(ad, IR_MUL, t[0], mulc(ad, e, 2.0 / sqrt(M_PI)));
+}
+static ValId jvp_COS(Ad *ad, const Inst *in, const ValId *t) {
+  return ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, t[0], ad_un(ad, IR_SIN, ARG(0))));
+}
+static ValId jvp_SIN(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_MUL, t[0], ad_un(ad, IR_COS, ARG(0))); }
+static ValId jvp_RELU(Ad *ad, const Inst *in, const ValId *t) {
+  ValId zero = ad_const(ad, TY(RES)->dtype, 0);
+  return ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), t[0], zero);
+}
+static ValId jvp_CAST(Ad *ad, const Inst *in, const ValId *t) {
+  return ir_dtype_is_float(TY(RES)->dtype) ? ad_cast(ad, t[0], TY(RES)->dtype) : -1;
+}
+/* zero tangent: piecewise constant, integer or boolean results, constants */
+#define ZERO(ID) \
+  static ValId jvp_##ID(Ad *ad, const Inst *in, const ValId *t) { (void)ad; (void)in; (void)t; return -1; }
+ZERO(FLOOR) ZERO(CMP_EQ) ZERO(CMP_NE) ZERO(CMP_LT) ZERO(CMP_LE) ZERO(CMP_GT) ZERO(CMP_GE) ZERO(CONST) ZERO(IOTA)
+ZERO(RAND_UNIFORM)
+
+static ValId jvp_ADD(Ad *ad, const Inst *in, const ValId *t) {
+  if (t[0] < 0) return to_res(ad, in, t[1]);
+  if (t[1] < 0) return to_res(ad, in, t[0]);
+  return to_res(ad, in, ad_bin(ad, IR_ADD, t[0], t[1]));
+}
+static ValId jvp_SUB(Ad *ad, const Inst *in, const ValId *t) {
+  if (t[0] < 0) return to_res(ad, in, ad_un(ad, IR_NEG, t[1]));
+  if (t[1] < 0) return to_res(ad, in, t[0]);
+  return to_res(ad, in, ad_bin(ad, IR_SUB, t[0], t[1]));
+}
+static ValId jvp_MUL(Ad *ad, const Inst *in, const ValId *t) {
+  ValId r = -1;
+  if (t[0] >= 0) r = ad_bin(ad, IR_MUL, t[0], ARG(1));
+  if (t[1] >= 0) {
+    ValId s = ad_bin(ad, IR_MUL, ARG(0), t[1]);
+    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
+  }
+  return to_res(ad, in, r);
+}
+static ValId jvp_DIV(Ad *ad, const Inst *in, const ValId *t) {
+  /* (da - y db) / b */
+  ValId num = t[0] >= 0 ? t[0] : -1;
+  if (t[1] >= 0) {
+    ValId s = ad_bin(ad, IR_MUL, RES, t[1]);
+    num = num < 0 ? ad_un(ad, IR_NEG, s) : ad_bin(ad, IR_SUB, num, s);
+  }
+  return to_res(ad, in, ad_bin(ad, IR_DIV, num, ARG(1)));
+}
+static ValId jvp_POW(Ad *ad, const Inst *in, const ValId *t) {
+  DType dt = TY(RES)->dtype;
+  ValId r = -1;
+  if (t[0] >= 0) {
+    ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
+    r = ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1)));
+  }
+  if (t[1] >= 0) {
+    ValId s = ad_bin(ad, IR_MUL, t[1], ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0))));
+    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
+  }
+  return to_res(ad, in, r);
+}
+static ValId minmax(Ad *ad, const Inst *in, const ValId *t, Op cmp) {
+  ValId first = ad_cmp(ad, cmp, ARG(0), ARG(1)); /* ties take the second operand, as the VJP */
+  return ad_where(ad, first, tz(ad, t[0], ARG(0)), tz(ad, t[1], ARG(1)));
+}
+static ValId jvp_MAX(Ad *ad, const Inst *in, const ValId *t) { return to_res(ad, in, minmax(ad, in, t, IR_CMP_GT)); }
+static ValId jvp_MIN(Ad *ad, const Inst *in, const ValId *t) { return to_res(ad, in, minmax(ad, in, t, IR_CMP_LT)); }
+static ValId jvp_WHERE(Ad *ad, const Inst *in, const ValId *t) {
+  return to_res(ad, in, ad_where(ad, ARG(0), tz(ad, t[1], ARG(1)), tz(ad, t[2], ARG(2))));
+}
+static ValId jvp_REDUCE_SUM(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_REDUCE_MAX(Ad *ad, const Inst *in, const ValId *t) {
+  /* the average of the tangents at the tied maxima (matches the VJP) */
+  DType dt = TY(RES)->dtype;
+  ValId mask = ad_cast(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), RES), dt);
+  ValId num = ad_bin(ad, IR_MUL, t[0], mask);
+  ValId s = ad_emit(ad, IR_REDUCE_SUM, &num, 1, *TY(RES), in->attr, 1, "tangent");
+  ValId c = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, *TY(RES), in->attr, 1, "count");
+  return ad_bin(ad, IR_DIV, s, c);
+}
+static ValId jvp_RESHAPE(Ad *ad, const Inst *in, const ValId *t) { return ad_reshape(ad, t[0], TY(RES)); }
+static ValId jvp_PERMUTE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_BROADCAST(Ad *ad, const Inst *in, const ValId *t) { return to_res(ad, in, t[0]); }
+static ValId jvp_SLICE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_UNSLICE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_CONCAT(Ad *ad, const Inst *in, const ValId *t) {
+  ValId xs[64];
+  if (in->nargs > 64) BUG("concat of too many tensors");
+  for (int k = 0; k < in->nargs; k++) xs[k] = tz(ad, t[k], ARG(k));
+  return ad_emit(ad, IR_CONCAT, xs, in->nargs, *TY(RES), in->attr, 1, "tangent");
+}
+/* bilinear ops: op(da, b) + op(a, db) */
+static ValId bilinear(Ad *ad, const Inst *in, const ValId *t) {
+  ValId r = -1;
+  for (int k = 0; k < 2; k++) {
+    if (t[k] < 0) continue;
+    ValId x[2] = {ARG(0), ARG(1)};
+    x[k] = t[k];
+    ValId s = ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
+  }
+  return r;
+}
+static ValId jvp_MATMUL(Ad *ad, const Inst *in, const ValId *t) { return bilinear(ad, in, t); }
+static ValId jvp_CONV2D(Ad *ad, const Inst *in, const ValId *t) { return bilinear(ad, in, t); }
+static ValId jvp_CONV2D_BWD_INPUT(Ad *ad, const Inst *in, const ValId *t) { return bilinear(ad, in, t); }
+static ValId jvp_CONV2D_BWD_WEIGHT(Ad *ad, const Inst *in, const ValId *t) { return bilinear(ad, in, t); }
+static ValId jvp_MAXPOOL2D(Ad *ad, const Inst *in, const ValId *t) {
+  ValId x[2] = {ARG(0), t[0]};
+  return ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(RES), in->attr, 8, "tangent");
+}
+/* linear in their second operand; the routing by x is piecewise constant */
+static ValId second_linear(Ad *ad, const Inst *in, const ValId *t) {
+  if (t[1] < 0) return -1;
+  ValId x[2] = {ARG(0), t[1]};
+  return ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+}
+static ValId jvp_MAXPOOL2D_BWD(Ad *ad, const Inst *in, const ValId *t) { return second_linear(ad, in, t); }
+static ValId jvp_MAXPOOL2D_JVP(Ad *ad, const Inst *in, const ValId *t) { return second_linear(ad, in, t); }
+static ValId jvp_EMBEDDING_BWD(Ad *ad, const Inst *in, const ValId *t) { return second_linear(ad, in, t); }
+static ValId jvp_AVGPOOL2D(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_AVGPOOL2D_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_EMBEDDING(Ad *ad, const Inst *in, const ValId *t) {
+  if (t[0] < 0) return -1;
+  ValId x[2] = {t[0], ARG(1)};
+  return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), NULL, 0, "tangent");
+}
+
+const JvpRule ad_jvp_rules[IR__COUNT] = {
+#define OP(id, name, nargs, kind, cexpr) jvp_##id,
+#include "../ir/ops.def"
+#undef OP
+};
