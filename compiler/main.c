@@ -318,12 +318,15 @@ int main(int argc, char **argv) {
     int64_t nparam = 0;
     for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
     char tb[256];
-    Func *f = p->funcs.data[0];
-    fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict, forward -> ", o.file,
-            p->class_name, p->params.len, (long long)nparam);
-    for (int i = 0; i < f->outputs.len; i++)
-      fprintf(stdout, "%s%s", i ? ", " : "", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
-    fprintf(stdout, "\n");
+    fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o.file, p->class_name,
+            p->params.len, (long long)nparam);
+    for (int k = 0; k < p->funcs.len; k++) {
+      Func *f = p->funcs.data[k];
+      fprintf(stdout, "  entry %s ->", f->name);
+      for (int i = 0; i < f->outputs.len; i++)
+        fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
+      fprintf(stdout, "\n");
+    }
     return 0;
   }
   /* the pass pipeline */

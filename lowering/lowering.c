@@ -120,7 +120,9 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
   if (opt->nentries) return;
   for (int i = 0; i < module->body.len; i++) {
     Node *s = module->body.data[i];
-    if (s->kind != N_FUNCDEF || !mentions_training(s)) continue;
+    /* private helpers (_name) and functions without parameters (a script's main)
+     * are not entries unless named with --entry */
+    if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0 || !mentions_training(s)) continue;
     PV *f = env_get(L->globals, s->name);
     if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
     stage_function(L, s->name, f, opt, examples);
@@ -169,7 +171,7 @@ static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
     names = arena_printf(L->a, "%s%s%s", names, count ? ", " : "", v->s);
     count++;
   }
-  if (count == 0) lower_error(L, top, "no nn.Module subclass or module-level 'model' found in the file");
+  if (count == 0) return NULL; /* a file of functions only (its entries are staged alone) */
   if (count > 1)
     lower_error(L, top, "the file defines several nn.Module classes (%s); choose one with --model NAME", names);
   return call_value(L, only->node->span, only, NULL, 0, NULL, NULL, 0);
@@ -251,18 +253,30 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   exec_block(L, L->globals, &module->body);
   Span top = file_span(src);
   PV *model = pick_model(L, opt, top);
-  L->prog->class_name = model->cls->s;
-  L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
-  build_state_dict(L, model, "");
-  /* forward is the inference entry: eval mode; training functions see the mode
-   * the module-level code left (PyTorch's default: training) */
-  IntVec flags = {0};
-  int pos = 0;
-  training_flags(L, model, &flags, &pos, 1);
-  set_eval(model);
-  stage_forward(L, model, opt, top);
-  training_flags(L, model, &flags, &pos, 0);
+  if (model) {
+    L->prog->class_name = model->cls->s;
+    L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
+    build_state_dict(L, model, "");
+    /* forward is the inference entry: eval mode; training functions see the mode
+     * the module-level code left (PyTorch's default: training) */
+    IntVec flags = {0};
+    int pos = 0;
+    training_flags(L, model, &flags, &pos, 1);
+    set_eval(model);
+    stage_forward(L, model, opt, top);
+    training_flags(L, model, &flags, &pos, 0);
+  } else {
+    /* no nn.Module: the file's functions are the entries; the C prefix is the file's name */
+    const char *base = strrchr(src->path, '/');
+    base = base ? base + 1 : src->path;
+    const char *dot = strrchr(base, '.');
+    L->prog->class_name = "(none)";
+    L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
+  }
   stage_entries(L, module, opt, top);
+  if (L->prog->funcs.len == 0)
+    lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
+                        "calls backward(), step() or a differentiation API (name one with --entry NAME)");
   stage_scheduler_entries(L);
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {

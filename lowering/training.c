@@ -608,7 +608,7 @@ void stage_scheduler_entries(L *L) {
     if (s->k != PV_OBJ || !s->cls || s->cls->bi < BI_S_STEPLR || s->cls->bi > BI_S_ONECYCLELR) continue;
     if (env_get(s->attrs, "stepped")) continue;
     const char *name = arena_printf(L->a, "%s_step", L->globals->names.data[i]);
-    Span at = L->prog->funcs.data[0]->loc;
+    Span at = L->prog->funcs.len ? L->prog->funcs.data[0]->loc : (Span){L->src, 1, 1, 1, 1};
     Func *f = ir_func_new(L->prog, name, at);
     f->kind = FK_SCHED;
     L->fn = f;
