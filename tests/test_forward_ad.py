@@ -322,3 +322,20 @@ def test_torch_func_spellings(tmp_path):
         run(args)
         for o, wt in zip(outs, want):
             compare(entry, np.load(o), wt.detach().numpy(), 1e-6, 1e-9)
+
+
+def test_hessian_eigenvalue_example():
+    """examples/hessian_top_eigenvalue.py: power iteration on compiled hvp on real
+    Fashion-MNIST data agrees with the same iteration on PyTorch's hvp."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from ctc_testlib import EXAMPLES
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        pytest.skip("dataset-fashion-mnist is not installed")
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "hessian_top_eigenvalue.py"), "--iters", "8"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    vals = [float(v) for v in re.findall(r"eigenvalue after 8 iterations: ([0-9.]+)", r.stdout)]
+    assert len(vals) == 2 and abs(vals[0] - vals[1]) <= 1e-4 * vals[1], r.stdout
