@@ -18,6 +18,7 @@ MODELS = [
     (os.path.join(EXAMPLES, "seed_cnn.py"), []),
     (os.path.join(EXAMPLES, "cifar_net.py"), []),
     (os.path.join(EXAMPLES, "mlp_sequential.py"), []),
+    (os.path.join(EXAMPLES, "hessian_top_eigenvalue.py"), []),
 ]
 RT = os.path.join(ROOT, "runtime_min")
 FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "-I" + RT]
