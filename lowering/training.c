@@ -354,7 +354,9 @@ PV *autograd_grad(L *L, Args *A) {
   PV *a[8];
   bind_args(L, A, "outputs,inputs,grad_outputs=,retain_graph=,create_graph=,only_inputs=,allow_unused=,is_grads_batched=", a);
   if (!L->fn) lower_error(L, A->at, "torch.autograd.grad must be called inside a compiled function");
-  if (a[4] && truthy(L, A->at, a[4])) lower_error(L, A->at, "create_graph=True (double backward) is not supported yet");
+  /* create_graph needs nothing special: the gradients are ordinary SSA values,
+   * and every primitive the adjoint code uses has a VJP rule, so a later
+   * grad() differentiates through them (double backward) */
   PV **outs, **ins, **gos = NULL;
   int no = a[0]->k == PV_TENSOR ? (outs = &a[0], 1) : iter_items(L, A->at, a[0], &outs);
   int ni = a[1]->k == PV_TENSOR ? (ins = &a[1], 1) : iter_items(L, A->at, a[1], &ins);

@@ -339,3 +339,39 @@ def test_hessian_eigenvalue_example():
     assert r.returncode == 0, r.stderr
     vals = [float(v) for v in re.findall(r"eigenvalue after 8 iterations: ([0-9.]+)", r.stdout)]
     assert len(vals) == 2 and abs(vals[0] - vals[1]) <= 1e-4 * vals[1], r.stdout
+
+
+DOUBLE = """\
+import torch
+
+
+def f(x):
+    return (torch.tanh(x) ** 3).sum() + (x @ x.t()).exp().sum() * 0.01
+
+
+def double_backward(x, v):
+    (g,) = torch.autograd.grad(f(x), x, create_graph=True)
+    return torch.autograd.grad((g * v).sum(), x)
+
+
+example_inputs = {"double_backward": (torch.randn(3, 4).double(), torch.randn(3, 4).double())}
+"""
+
+
+def test_double_backward(tmp_path):
+    """torch.autograd.grad(..., create_graph=True) then grad again: reverse over
+    reverse gives H v, compared with PyTorch in float64."""
+    path = tmp_path / "db.py"
+    path.write_text(DOUBLE)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    rng = np.random.default_rng(11)
+    x, v = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "v.npy", v)
+    run([exe, "run", "double_backward", "--input", tmp_path / "x.npy", "--input", tmp_path / "v.npy",
+         "--output", tmp_path / "hv.npy"])
+    mod = load_module(str(path), "double_mod")
+    tx = torch.tensor(x, requires_grad=True)
+    want = mod.double_backward(tx, torch.from_numpy(v))[0]
+    compare("double backward", np.load(tmp_path / "hv.npy"), want.detach().numpy(), 1e-6, 1e-9)
