@@ -232,6 +232,8 @@ PV *functional_call(L *L, PV *fn, Args *A);
  * value written back when the entry finishes (later uses in the entry see it). */
 PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init);
 void state_update(L *L, Span at, PV *t, PV *v);
+/* A parameter was appended to Program.params: extend L->param_cur to match. */
+void param_table_grew(L *L);
 /* Stage a module-level function as an entry (train_step, ...). */
 void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
 

@@ -59,12 +59,7 @@ ValId t_val(L *L, Span at, PV *x) {
       s->data = t->data;
       t->slot = s;
       t->data = NULL;
-      if (L->param_cur) {
-        ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)L->prog->params.len);
-        for (int i = 0; i < L->prog->params.len - 1; i++) cur[i] = L->param_cur[i];
-        cur[L->prog->params.len - 1] = -1;
-        L->param_cur = cur;
-      }
+      param_table_grew(L);
       return ir_param_value(L->prog, L->fn, s->index);
     }
     ValId c = ir_const(L->prog, L->fn, t->type.dtype, n ? t->data[0] : 0, at);

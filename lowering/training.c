@@ -99,10 +99,21 @@ static int hpb(L *L, Span at, PV *opt, const char *name) {
 }
 
 /* The global name an optimizer is bound to ("optimizer"), for state names. */
-static const char *opt_name(L *L, PV *opt) {
+static const char *global_name(L *L, PV *v, const char *dflt) {
   for (int i = 0; i < L->globals->names.len; i++)
-    if (L->globals->vals.data[i] == opt) return L->globals->names.data[i];
-  return "optimizer";
+    if (L->globals->vals.data[i] == v) return L->globals->names.data[i];
+  return dflt;
+}
+
+static const char *opt_name(L *L, PV *opt) { return global_name(L, opt, "optimizer"); }
+
+void param_table_grew(L *L) {
+  if (!L->param_cur) return;
+  int n = L->prog->params.len;
+  ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
+  for (int i = 0; i < n - 1; i++) cur[i] = L->param_cur[i];
+  cur[n - 1] = -1;
+  L->param_cur = cur;
 }
 
 /* An optimizer-state tensor: found by name or appended to the parameter table. */
@@ -124,11 +135,7 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
   vec_push(L->a, &L->prog->params, p);
   Slot *s = slot_new(L, at, *t, p.init, init, 0);
   s->index = L->prog->params.len - 1;
-  /* grow the per-parameter override table */
-  ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)L->prog->params.len);
-  for (int i = 0; i < L->prog->params.len - 1; i++) cur[i] = L->param_cur ? L->param_cur[i] : -1;
-  cur[L->prog->params.len - 1] = -1;
-  L->param_cur = cur;
+  param_table_grew(L);
   return param_tensor(L, s);
 }
 
@@ -569,12 +576,6 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
   env_set(L, opt->attrs, "scheduler", s);
   env_set(L, opt->attrs, "lr0", pv_float(L, sched_lr0(L, s)));
   return s;
-}
-
-static const char *global_name(L *L, PV *v, const char *dflt) {
-  for (int i = 0; i < L->globals->names.len; i++)
-    if (L->globals->vals.data[i] == v) return L->globals->names.data[i];
-  return dflt;
 }
 
 static void sched_step(L *L, Span at, PV *s) {

@@ -58,6 +58,36 @@ CASES = [
 ]
 
 
+TRAIN_HEAD = HEAD + ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                     "        self.fc = nn.Linear(4, 3)\n\n    def forward(self, x):\n        return self.fc(x)\n\n\n"
+                     "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+TRAIN_IN = ("--input", "x=f32[2,4]", "--input", "y=i64[2]")
+# line numbers below: TRAIN_HEAD ends on line 15
+CASES += [
+    ("step_without_zero_grad", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    loss = F.cross_entropy(model(x), y)\n"
+     "    loss.backward()\n    optimizer.step()\n    return loss\n", TRAIN_IN,
+     "21:5: error: optimizer.step() without an earlier optimizer.zero_grad()"),
+    ("backward_without_step", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    optimizer.zero_grad()\n"
+     "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    return loss\n", TRAIN_IN,
+     "18:1: error: 'train_step' calls backward() but no optimizer.step() uses the gradients"),
+    ("backward_non_scalar", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    optimizer.zero_grad()\n"
+     "    model(x).backward()\n    optimizer.step()\n    return model(x).sum()\n", TRAIN_IN,
+     "20:5: error: backward() without a gradient needs a scalar, but the tensor has shape [2, 3]"),
+    ("loss_shapes", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    optimizer.zero_grad()\n"
+     "    loss = F.mse_loss(model(x), x)\n    loss.backward()\n    optimizer.step()\n    return loss\n", TRAIN_IN,
+     "20:12: error: mse_loss: input [2, 3] and target [2, 4] must have the same shape"),
+    ("unknown_entry", TRAIN_HEAD, ("--entry", "nope", "--input", "x=f32[2,4]"), "1:1: error: --entry nope: no module-level function of that name"),
+    ("scheduler_arg", TRAIN_HEAD + "sched = torch.optim.lr_scheduler.StepLR(optimizer, step_size=0)\n", (),
+     "16:9: error: step_size must be positive"),
+    ("hvp_non_scalar", HEAD + "from torch.autograd.functional import hvp\n\n\ndef g(x):\n    return x * 2\n\n\n"
+     "def h(x, v):\n    return hvp(g, x, v)\n", ("--input", "x=f32[3]", "--input", "v=f32[3]"),
+     "13:12: error: hvp needs a function with a scalar output, but it returns shape [3]"),
+    ("jvp_tangent_shape", HEAD + "from torch.autograd.functional import jvp\n\n\ndef g(x):\n    return x.sum()\n\n\n"
+     "def h(x, v):\n    return jvp(g, x, v)\n", ("--input", "x=f32[3]", "--input", "v=f32[4]"),
+     "13:12: error: v 0 has shape [4], expected [3]"),
+]
+
+
 @pytest.mark.parametrize("label,src,opts,want", CASES, ids=[c[0] for c in CASES])
 def test_diagnostic(tmp_path, label, src, opts, want):
     r, path = check(tmp_path, src, *opts)
@@ -68,7 +98,8 @@ def test_diagnostic(tmp_path, label, src, opts, want):
 
 
 def test_note_points_at_the_call(tmp_path):
-    r, path = check(tmp_path, CASES[-1][1], "--input", "x=f32[2,3]")
+    src = next(c[1] for c in CASES if c[0] == "helper_call_note")
+    r, path = check(tmp_path, src, "--input", "x=f32[2,3]")
     assert f"{path}:10:16: note: in 'block' called here" in r.stderr, r.stderr
 
 

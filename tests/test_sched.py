@@ -77,14 +77,14 @@ def test_epoch_schedule(tmp_path, cls):
         assert abs(got - want) <= 1e-5 * abs(want) + 1e-9, f"{cls} step {k + 1}: lr {got} vs PyTorch {want}"
 
 
-def test_schedule_inside_train_step(tmp_path):
-    path, exe = build(tmp_path, "StepLR", "step_size=2, gamma=0.5", opt="Adam(model.parameters(), lr=0.05)",
-                      inner="scheduler.step()")
-    mod = load_module(str(path), "sched_inner")
+def paired_steps(tmp_path, exe, mod, steps, seed, each=None):
+    """Run train_step `steps` times in the compiled program (weights round-tripping
+    through safetensors) and in PyTorch on the same batches; `each(k, weights)`
+    checks after every step. Returns the program's final weights."""
     w = tmp_path / "w.safetensors"
     st_write(w, state_dict_np(mod.model))
-    rng = np.random.default_rng(0)
-    for k in range(6):
+    rng = np.random.default_rng(seed)
+    for k in range(steps):
         x = rng.standard_normal((4, 6)).astype(np.float32)
         y = rng.integers(0, 3, 4).astype(np.int64)
         np.save(tmp_path / "x.npy", x)
@@ -94,7 +94,16 @@ def test_schedule_inside_train_step(tmp_path):
              "--save", nxt])
         w = nxt
         mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
-    got = st_read(w)
+        if each:
+            each(k, st_read(w))
+    return st_read(w)
+
+
+def test_schedule_inside_train_step(tmp_path):
+    path, exe = build(tmp_path, "StepLR", "step_size=2, gamma=0.5", opt="Adam(model.parameters(), lr=0.05)",
+                      inner="scheduler.step()")
+    mod = load_module(str(path), "sched_inner")
+    got = paired_steps(tmp_path, exe, mod, 6, 0)
     for k, v in mod.model.state_dict().items():
         compare(f"StepLR in train_step: {k}", got[k], v.numpy(), 1e-3, 1e-5)
     assert abs(float(got["optimizer.lr"]) - mod.optimizer.param_groups[0]["lr"]) < 1e-8
@@ -121,25 +130,14 @@ def test_onecycle(tmp_path, opt, args):
     follow PyTorch's at every step, and so do the parameters."""
     path, exe = build(tmp_path, "OneCycleLR", args, opt=opt, inner="scheduler.step()")
     mod = load_module(str(path), "onecycle")
-    w = tmp_path / "w.safetensors"
-    st_write(w, state_dict_np(mod.model))
-    rng = np.random.default_rng(2)
-    for k in range(9):
-        x = rng.standard_normal((4, 6)).astype(np.float32)
-        y = rng.integers(0, 3, 4).astype(np.int64)
-        np.save(tmp_path / "x.npy", x)
-        np.save(tmp_path / "y.npy", y)
-        nxt = tmp_path / f"w{k}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt])
-        w = nxt
-        mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
-        got = st_read(w)
+
+    def each(k, got):
         group = mod.optimizer.param_groups[0]
         # atol 1e-8: f32 cancellation in (1 + cos) as the cosine reaches -1 near min_lr
         assert abs(float(got["optimizer.lr"]) - group["lr"]) <= 1e-5 * group["lr"] + 1e-8, (k, got["optimizer.lr"], group["lr"])
         if "optimizer.momentum" in got:
             want_m = group["betas"][0] if "betas" in group else group["momentum"]
             assert abs(float(got["optimizer.momentum"]) - want_m) < 1e-6, (k, got["optimizer.momentum"], want_m)
+    got = paired_steps(tmp_path, exe, mod, 9, 2, each)
     for k, v in mod.model.state_dict().items():
         compare(f"OneCycleLR: {k}", got[k], v.numpy(), 1e-3, 1e-5)
