@@ -22,7 +22,9 @@ typedef struct AdSeed {
 /* Appends to f the reverse sweep of f's instructions (those present when it is
  * called) for the sum over seeds of <seed, value>, and stores in grads[i] the
  * gradient with respect to wrt[i] (an all-zero tensor if wrt[i] does not
- * influence the seeds). Only floating-point paths are differentiated. */
+ * influence the seeds). Only floating-point paths are differentiated; DETACH
+ * results and instructions staged under no_grad()/inference_mode()
+ * (Inst.nograd) are constants. */
 /* Several sweeps over one function (a jacobian, one direction at a time) pass
  * the instruction count from before the first sweep, so that a later sweep does
  * not differentiate the code an earlier sweep appended. */
@@ -34,8 +36,13 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
  * tangents seeds[i].seed of the values seeds[i].value, and stores in touts[i]
  * the tangent of outs[i] (an all-zero tensor if it does not depend on the
  * seeds). Composes with ad_reverse: forward over reverse gives Hessian-vector
- * products. */
+ * products.
+ * Stop-gradient: DETACH results and NG_ALL instructions carry no tangent;
+ * NG_REVERSE (torch.no_grad()) instructions carry none only if `as_reverse` is
+ * set, i.e. where the sweep computes what PyTorch computes by double backward
+ * (torch.autograd.functional.jvp/hvp/vhp/hessian): PyTorch's forward-mode AD
+ * (make_dual, torch.func.jvp/jacfwd) ignores no_grad. */
 void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
-                ValId *touts);
+                ValId *touts, int as_reverse);
 
 #endif

@@ -4,7 +4,7 @@
 #include "ad_int.h"
 
 void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
-                ValId *touts) {
+                ValId *touts, int as_reverse) {
   int nv = f->values.len, ni = ninsts >= 0 && ninsts < f->insts.len ? ninsts : f->insts.len;
   ValId *tan = malloc(sizeof(ValId) * ((size_t)nv + 1));
   if (!tan) BUG("out of memory");
@@ -15,12 +15,18 @@ void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds
     if (!ir_type_eq(ir_type(f, seeds[s].seed), ir_type(f, v))) BUG("ad_forward: seed type differs from its value");
     tan[v] = tan[v] < 0 ? seeds[s].seed : ad_bin(&ad, IR_ADD, tan[v], seeds[s].seed);
   }
+  int maxargs = 1;
+  for (int i = 0; i < ni; i++)
+    if (f->insts.data[i].nargs > maxargs) maxargs = f->insts.data[i].nargs;
+  ValId *t = malloc(sizeof(ValId) * (size_t)maxargs);
+  if (!t) BUG("out of memory");
   for (int i = 0; i < ni; i++) {
     Inst in = f->insts.data[i]; /* a copy: emitting grows f->insts */
     if (in.dead || !ir_dtype_is_float(f->values.data[in.res].type.dtype)) continue;
-    ValId t[8];
+    /* stop-gradient: detach() and inference_mode() always; no_grad() only where
+     * this sweep stands for reverse mode (PyTorch's forward AD ignores no_grad) */
+    if (in.op == IR_DETACH || in.nograd == NG_ALL || (as_reverse && in.nograd == NG_REVERSE)) continue;
     int any = 0;
-    if (in.nargs > 8) BUG("ad: too many operands");
     for (int k = 0; k < in.nargs; k++) {
       ValId a = in.args[k];
       t[k] = ir_dtype_is_float(f->values.data[a].type.dtype) ? tan[a] : -1;
@@ -44,4 +50,5 @@ void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds
       f->values.data[touts[i]].name = arena_printf(p->arena, "%s_tangent", f->values.data[o].name);
   }
   free(tan);
+  free(t);
 }

@@ -127,8 +127,7 @@ static ValId jvp_BROADCAST(Ad *ad, const Inst *in, const ValId *t) { return to_r
 static ValId jvp_SLICE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_UNSLICE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_CONCAT(Ad *ad, const Inst *in, const ValId *t) {
-  ValId xs[64];
-  if (in->nargs > 64) BUG("concat of too many tensors");
+  ValId *xs = arena_alloc(ad->p->arena, sizeof(ValId) * (size_t)in->nargs);
   for (int k = 0; k < in->nargs; k++) xs[k] = tz(ad, t[k], ARG(k));
   return ad_emit(ad, IR_CONCAT, xs, in->nargs, *TY(RES), in->attr, 1, "tangent");
 }
@@ -164,10 +163,12 @@ static ValId jvp_EMBEDDING_BWD(Ad *ad, const Inst *in, const ValId *t) { return 
 static ValId jvp_AVGPOOL2D(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_AVGPOOL2D_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_EMBEDDING(Ad *ad, const Inst *in, const ValId *t) {
+  /* linear in the weight; PyTorch's tangent includes the padding row */
   if (t[0] < 0) return -1;
   ValId x[2] = {t[0], ARG(1)};
-  return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), NULL, 0, "tangent");
+  return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), in->attr, 2, "tangent");
 }
+static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {
 #define OP(id, name, nargs, kind, cexpr) jvp_##id,

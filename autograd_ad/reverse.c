@@ -113,6 +113,9 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     if (in->dead || !ir_dtype_is_float(f->values.data[in->res].type.dtype)) continue;
+    /* stop-gradient: detach() and code staged under no_grad()/inference_mode()
+     * are constants (their result is active only if it is itself a wrt value) */
+    if (in->op == IR_DETACH || in->nograd != NG_NONE) continue;
     for (int k = 0; k < in->nargs; k++)
       if (active[in->args[k]]) active[in->res] = 1;
   }
@@ -126,13 +129,17 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
     }
     adj[v] = adj[v] < 0 ? g : ad_bin(&ad, IR_ADD, adj[v], g);
   }
+  int maxargs = 1;
+  for (int i = 0; i < ni; i++)
+    if (f->insts.data[i].nargs > maxargs) maxargs = f->insts.data[i].nargs;
+  int *need = malloc(sizeof(int) * (size_t)maxargs);
+  ValId *dargs = malloc(sizeof(ValId) * (size_t)maxargs);
+  if (!need || !dargs) BUG("out of memory");
   for (int i = ni - 1; i >= 0; i--) {
     Inst in = f->insts.data[i];   /* a copy: emitting grows f->insts */
     if (in.dead || adj[in.res] < 0 || !active[in.res]) continue;
-    int need[8] = {0};
-    ValId dargs[8];
+    if (in.op == IR_DETACH || in.nograd != NG_NONE) continue;
     int any = 0;
-    if (in.nargs > 8) BUG("ad: too many operands");
     for (int k = 0; k < in.nargs; k++) {
       ValId a = in.args[k];
       need[k] = active[a] && ir_dtype_is_float(f->values.data[a].type.dtype);
@@ -164,4 +171,6 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
   }
   free(active);
   free(adj);
+  free(need);
+  free(dargs);
 }

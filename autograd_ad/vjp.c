@@ -209,9 +209,10 @@ static void vjp_AVGPOOL2D(Ad *ad, const Inst *in, ValId g, const int *need, ValI
   d[0] = ad_emit(ad, IR_AVGPOOL2D_BWD, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
 }
 static void vjp_EMBEDDING(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* the padding index (attr[0], attr[1]) carries over: its row gets no gradient */
   if (need[0]) {
     ValId x[2] = {ARG(1), g};
-    d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), NULL, 0, "grad");
+    d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), in->attr, 2, "grad");
   }
 }
 /* The gradient primitives are linear in their adjoint operand (and bilinear for
@@ -256,11 +257,22 @@ static void vjp_AVGPOOL2D_BWD(Ad *ad, const Inst *in, ValId g, const int *need, 
   d[0] = ad_emit(ad, IR_AVGPOOL2D, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
 }
 static void vjp_EMBEDDING_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* the transpose of a scatter-add is a gather; positions holding the padding
+   * index were not scattered, so they gather zero */
   if (need[1]) {
     ValId x[2] = {g, ARG(0)};
     d[1] = ad_emit(ad, IR_EMBEDDING, x, 2, *TY(ARG(1)), NULL, 0, "grad");
+    if (in->attr[0]) {
+      Type it = *TY(ARG(0));
+      ValId pad = ad_cmp(ad, IR_CMP_EQ, ARG(0), ad_const(ad, DT_I64, (double)in->attr[1]));
+      it.dims[it.ndim++] = 1;
+      pad = ad_reshape(ad, pad, &it);
+      d[1] = ad_where(ad, pad, ad_const(ad, TY(g)->dtype, 0), d[1]);
+    }
   }
 }
+/* detach(): a constant to differentiation */
+static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 
 const VjpRule ad_vjp_rules[IR__COUNT] = {
 #define OP(id, name, nargs, kind, cexpr) vjp_##id,

@@ -888,6 +888,7 @@ static void emit_embedding_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "int64_t ix = %s;\n", e.s);
   LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(V - 1), (ll)(V - 1),
        (ll)(V - 1));
+  if (in->attr[0]) LINE(c, "if (ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
   LINE(c, "for (int64_t d = 0; d < %lld; d++) %s[ix * %lld + d] += %s[i * %lld + d];\n", (ll)D, ds, (ll)D, gs,
        (ll)D);
   c->ind -= 2;
@@ -991,7 +992,7 @@ void cg_emit_inst(CgFunc *c, int i) {
   switch (in->op) {
   case IR_IOTA: emit_iota(c, in); return;
   case IR_RAND_UNIFORM: emit_rand_uniform(c, in); return;
-  case IR_RESHAPE: emit_reshape(c, in); return;
+  case IR_RESHAPE: case IR_DETACH: emit_reshape(c, in); return;
   case IR_PERMUTE: emit_permute(c, in); return;
   case IR_BROADCAST: emit_broadcast(c, in); return;
   case IR_SLICE: emit_slice(c, in); return;

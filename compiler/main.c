@@ -51,8 +51,8 @@ typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp;
   LowerOptions lower;
-  InputSpec inputs[32];
-  const char *entries[256];
+  Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
+  Vec(const char *) entries;  /* --entry, repeatable */
 } Opts;
 
 static double now_ms(void) {
@@ -86,25 +86,18 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--entry")) {
       const char *e = NEXT();
       if (!e) return -1;
-      if (o->lower.nentries == 256) {
-        diag_plain(d, "too many --entry options");
-        return -1;
-      }
-      o->entries[o->lower.nentries++] = e;
+      vec_push(a, &o->entries, e);
     } else if (!strcmp(s, "--cc")) {
       if (!(o->cc = NEXT())) return -1;
     } else if (!strcmp(s, "--input")) {
       const char *spec = NEXT();
       if (!spec) return -1;
-      if (o->lower.ninputs == 32) {
-        diag_plain(d, "too many --input options");
-        return -1;
-      }
-      if (lower_parse_input_spec(a, spec, &o->inputs[o->lower.ninputs]) < 0) {
+      InputSpec is;
+      if (lower_parse_input_spec(a, spec, &is) < 0) {
         diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] (dtypes f32 f64 i64 i32 bool)", spec);
         return -1;
       }
-      o->lower.ninputs++;
+      vec_push(a, &o->inputs, is);
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -124,8 +117,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     }
 #undef NEXT
   }
-  o->lower.inputs = o->inputs;
-  o->lower.entries = o->entries;
+  o->lower.inputs = o->inputs.data;
+  o->lower.ninputs = o->inputs.len;
+  o->lower.entries = o->entries.data;
+  o->lower.nentries = o->entries.len;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

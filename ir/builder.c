@@ -123,6 +123,7 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
   if (nattr) memcpy(in.attr, attr, sizeof(int64_t) * (size_t)nattr);
   in.fattr = fattr;
   in.loc = loc;
+  in.nograd = f->grad_mode;
   f->values.data[r].def = f->insts.len;
   vec_push(p->arena, &f->insts, in);
   return r;

@@ -85,8 +85,18 @@ typedef struct Inst {
   int64_t attr[IR_MAX_ATTRS];  /* integer attributes, see ops.def */
   double fattr;       /* CONST value */
   Span loc;           /* the model.py span this op came from */
+  int nograd;         /* NG_*: staged under torch.no_grad() / inference_mode() */
   int dead;           /* set by passes that delete; removed by ir_compact */
 } Inst;
+
+/* Grad mode an instruction was staged in (Inst.nograd, Func.grad_mode). */
+enum {
+  NG_NONE = 0,     /* gradients flow (the default) */
+  NG_REVERSE = 1,  /* torch.no_grad() / set_grad_enabled(False): a constant to reverse mode
+                      (and to forward sweeps that stand for reverse mode: hvp, vhp, ...);
+                      forward-mode AD (make_dual, torch.func.jvp) still flows, as in PyTorch */
+  NG_ALL = 2,      /* torch.inference_mode(): a constant to both modes, like detach() */
+};
 
 /* What an entry is for; the runtime driver picks entries by kind. */
 typedef enum FuncKind {
@@ -110,6 +120,7 @@ typedef struct Func {
   Vec(ValId) updates;
   Vec(int) update_params;
   Span loc;                   /* the def in model.py */
+  int grad_mode;              /* NG_*: ir_emit stamps it on every new instruction */
 } Func;
 
 /* A parameter or buffer of the model. */

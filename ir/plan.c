@@ -14,7 +14,7 @@
  *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
- *   - views (RESHAPE of a value in memory): same Loc as the operand; the
+ *   - views (RESHAPE or DETACH of a value in memory): same Loc as the operand; the
  *     operand's lifetime is extended over the view's uses;
  *   - entry inputs (base = input index, in the caller's memory) and
  *     parameters (their offset in the parameter region).
@@ -90,7 +90,7 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
 int ir_is_view(const Func *f, ValId v) {
   if (!is_inst_result(f, v)) return 0;
   const Inst *in = &f->insts.data[f->values.data[v].def];
-  return in->op == IR_RESHAPE && !is_scalar_const(f, in->args[0]);
+  return (in->op == IR_RESHAPE || in->op == IR_DETACH) && !is_scalar_const(f, in->args[0]);
 }
 
 /* ---- first-fit allocation over live intervals -------------------------- */

@@ -18,6 +18,7 @@ static int nattrs(const Func *f, const Inst *in) {
   case IR_AVGPOOL2D: case IR_AVGPOOL2D_BWD: return 7;
   case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT: return 6;
   case IR_UNSLICE: return 2 * f->values.data[in->args[0]].type.ndim;
+  case IR_EMBEDDING: case IR_EMBEDDING_BWD: return in->attr[0] ? 2 : 0;
   default: return 0;
   }
 }
@@ -56,6 +57,7 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
       print_val(out, f, in->args[k]);
     }
     fprintf(out, " : %s", ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
+    if (in->nograd) fprintf(out, " %s", in->nograd == NG_ALL ? "inference_mode" : "no_grad");
     if (in->loc.file) fprintf(out, "    ; line %d", in->loc.line);
     fprintf(out, "\n");
   }

@@ -79,6 +79,9 @@ static int check_shape(V *v) {
   case IR_RESHAPE:
     if (ir_numel(a) != ir_numel(r) || a->dtype != r->dtype) return fail(v, "reshape changes size");
     return 0;
+  case IR_DETACH:
+    if (!ir_type_eq(a, r)) return fail(v, "detach changes the type");
+    return 0;
   case IR_PERMUTE: {
     int seen = 0;
     if (a->ndim != r->ndim) return fail(v, "permute changes rank");

@@ -259,7 +259,7 @@ static PV *module_method(L *L, PV *obj, const char *name) {
   static const int ids[] = {BI_MOD_PARAMETERS, BI_MOD_TRAIN, BI_MOD_EVAL, BI_MOD_APPLY,
                             BI_MOD_REGISTER_BUFFER, BI_MOD_REGISTER_PARAMETER, BI_MOD_ADD_MODULE,
                             BI_MOD_ZERO_GRAD, BI_MOD_TO, BI_MOD_MODULES, BI_MOD_CHILDREN,
-                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT};
+                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT, BI_MOD_REQUIRES_GRAD_};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
     if (strcmp(bi_names[ids[i]], name) == 0) return pv_builtin(L, ids[i], bi_names[ids[i]], obj);
   return NULL;
@@ -348,6 +348,10 @@ void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
   }
   if (obj->k == PV_CLASS) {
     env_set(L, obj->env, name, val);
+    return;
+  }
+  if (obj->k == PV_TENSOR) {
+    tensor_setattr(L, at, obj, name, val);
     return;
   }
   lower_error(L, at, "cannot set attribute '%s' on a '%s'", name, pv_kind_name(obj));
@@ -453,11 +457,22 @@ static PV *name_result(L *L, PV *module, PV *r) {
   return r;
 }
 
+/* A function decorated with @torch.no_grad() (etc.) runs in that grad mode. */
+static PV *call_function_gm(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
+                            const char **kwn, PV **kwv, int nkw) {
+  if (!fn->grad_mode) return call_function(L, at, fn, self, args, nargs, kwn, kwv, nkw);
+  int restore = L->grad_mode;
+  grad_mode_set(L, fn->grad_mode - 1);
+  PV *r = call_function(L, at, fn, self, args, nargs, kwn, kwv, nkw);
+  grad_mode_set(L, restore);
+  return r;
+}
+
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   switch (fn->k) {
-  case PV_FUNC: return call_function(L, at, fn, NULL, args, nargs, kwn, kwv, nkw);
+  case PV_FUNC: return call_function_gm(L, at, fn, NULL, args, nargs, kwn, kwv, nkw);
   case PV_BOUND:
-    if (fn->fn->k == PV_FUNC) return call_function(L, at, fn->fn, fn->self, args, nargs, kwn, kwv, nkw);
+    if (fn->fn->k == PV_FUNC) return call_function_gm(L, at, fn->fn, fn->self, args, nargs, kwn, kwv, nkw);
     return call_value(L, at, fn->fn, args, nargs, kwn, kwv, nkw);
   case PV_BUILTIN: {
     Args A = {at, args, nargs, kwn, kwv, nkw, fn->s};
@@ -993,6 +1008,7 @@ static int exec_stmt(L *L, Node *s) {
     return exec_block(L, L->env, &s->orelse);
   }
   case N_WITH: {
+    int restore = L->grad_mode; /* grad-mode managers restore it on exit, innermost first */
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
       PV *cm = eval_expr(L, it->a);
@@ -1002,14 +1018,16 @@ static int exec_stmt(L *L, Node *s) {
         L->dual_primal.len = L->dual_tangent.len = 0;
         continue;
       }
-      if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_NO_GRAD))
-        lower_error(L, it->span, "only 'with torch.no_grad():' and 'with forward_ad.dual_level():' are supported "
-                                 "as context managers");
-      if (it->b) lower_error(L, it->b->span, "'with torch.no_grad() as ...' binds nothing useful");
+      if (cm->k == PV_BUILTIN && cm->bi >= BI_T_NO_GRAD && cm->bi <= BI_T_INFERENCE_MODE)
+        lower_error(L, it->span, "'%s' needs to be called: 'with torch.%s():'", cm->s, cm->s);
+      if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_GRAD_MODE))
+        lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode) and "
+                                 "'with forward_ad.dual_level():' are supported as context managers");
+      if (it->b) lower_error(L, it->b->span, "'with torch.%s() as ...' binds nothing useful", cm->s);
+      grad_mode_set(L, (int)cm->i);
     }
-    L->no_grad++;
     int r = exec_block(L, L->env, &s->body);
-    L->no_grad--;
+    grad_mode_set(L, restore);
     return r;
   }
   case N_PASS: return EX_NORMAL;
@@ -1052,7 +1070,16 @@ static int exec_stmt(L *L, Node *s) {
     PV *f = make_function(L, s);
     for (int k = s->decorators.len - 1; k >= 0; k--) {
       PV *dec = eval_expr(L, s->decorators.data[k]);
-      if (dec->k == PV_BUILTIN && dec->bi == BI_T_NO_GRAD) continue;
+      /* @torch.no_grad(), @torch.enable_grad(), @torch.inference_mode() (bare forms too) */
+      if (dec->k == PV_BUILTIN && (dec->bi == BI_T_NO_GRAD || dec->bi == BI_T_ENABLE_GRAD ||
+                                   dec->bi == BI_T_INFERENCE_MODE)) {
+        f->grad_mode = 1 + (dec->bi == BI_T_NO_GRAD ? NG_REVERSE : dec->bi == BI_T_ENABLE_GRAD ? NG_NONE : NG_ALL);
+        continue;
+      }
+      if (dec->k == PV_BUILTIN && dec->bi == BI_T_GRAD_MODE && dec->n < 0) {
+        f->grad_mode = 1 + (int)dec->i;
+        continue;
+      }
       lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
     }
     env_set(L, L->env, s->name, f);

@@ -122,7 +122,7 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
       for (int64_t k = 0; k < ni; k++) {
         AdSeed s = {xv[i], one_hot(L, at, &ti, k)};
         ValId t;
-        ad_forward(L->prog, L->fn, base, &s, 1, &ov, 1, &t);
+        ad_forward(L->prog, L->fn, base, &s, 1, &ov, 1, &t, 0);
         cols[k] = t_wrap(L, t);
       }
       J[i] = assemble(L, at, cols, (int)ni, &ti, &to, 0);
@@ -156,7 +156,9 @@ static ValId *grads_of(L *L, Span at, PV *out, PV **xs, int n) {
 }
 
 /* Hessian blocks H[i][k] = d2 out / dxs[i] dxs[k], by forward over reverse. */
-static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single) {
+/* as_reverse: the forward sweep stands for PyTorch's double backward
+ * (torch.autograd.functional.hessian), so no_grad() blocks it (ad_forward) */
+static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as_reverse) {
   ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n);
   int base = L->fn->insts.len; /* primal + gradient code: what each sweep differentiates */
   PV **rowsH = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
@@ -169,7 +171,7 @@ static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single) {
       for (int64_t j = 0; j < nk; j++) {
         AdSeed s = {xv[k], one_hot(L, at, &tk, j)};
         ValId t;
-        ad_forward(L->prog, L->fn, base, &s, 1, &g[i], 1, &t);
+        ad_forward(L->prog, L->fn, base, &s, 1, &g[i], 1, &t, as_reverse);
         cols[j] = t_wrap(L, t);
       }
       blocks[k] = assemble(L, at, cols, (int)nk, &tk, &ti, 0);
@@ -223,7 +225,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     ValId *xv = vals(L, at, xs, n);
     for (int i = 0; i < n; i++) s[i] = (AdSeed){xv[i], seeds[i]};
     ValId ov = t_val(L, at, out), t;
-    ad_forward(L->prog, L->fn, -1, s, n, &ov, 1, &t);
+    ad_forward(L->prog, L->fn, -1, s, n, &ov, 1, &t, 1); /* PyTorch: double backward */
     PV *r[2] = {out, t_wrap(L, t)};
     return pv_tuple(L, r, 2);
   }
@@ -238,7 +240,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n), *hv = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
     AdSeed *s = arena_alloc(L->a, sizeof(AdSeed) * (size_t)n);
     for (int i = 0; i < n; i++) s[i] = (AdSeed){xv[i], seeds[i]};
-    ad_forward(L->prog, L->fn, -1, s, n, g, n, hv);
+    ad_forward(L->prog, L->fn, -1, s, n, g, n, hv, 1);
     PV *r[2] = {out, pack(L, wrap_all(L, hv, n), n, single)};
     return pv_tuple(L, r, 2);
   }
@@ -254,7 +256,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
   }
   default:
     need_scalar(L, at, out, "hessian");
-    return hessian_of(L, at, out, xs, n, single);
+    return hessian_of(L, at, out, xs, n, single, 1);
   }
 }
 
@@ -279,7 +281,7 @@ static PV *forward_ad(L *L, int bi, Args *A) {
   ValId v = t_val(L, at, a[0]), t;
   AdSeed *s = arena_alloc(L->a, sizeof(AdSeed) * (size_t)(L->dual_primal.len + 1));
   for (int i = 0; i < L->dual_primal.len; i++) s[i] = (AdSeed){L->dual_primal.data[i], L->dual_tangent.data[i]};
-  ad_forward(L->prog, L->fn, -1, s, L->dual_primal.len, &v, 1, &t);
+  ad_forward(L->prog, L->fn, -1, s, L->dual_primal.len, &v, 1, &t, 0);
   PV *r[2] = {a[0], t_wrap(L, t)};
   PV *tup = pv_tuple(L, r, 2);
   tup->bi = BI_FW_UNPACK_DUAL; /* .primal / .tangent */
@@ -323,7 +325,7 @@ static PV *apply_transform(L *L, PV *self, Args *A) {
   case BI_TF_JACFWD: return pack(L, jacobian_of(L, at, out, xs, nan_, kind == BI_TF_JACFWD), nan_, single);
   default:
     need_scalar(L, at, out, "hessian");
-    return hessian_of(L, at, out, xs, nan_, single);
+    return hessian_of(L, at, out, xs, nan_, single, 0); /* jacfwd(jacrev) */
   }
 }
 
@@ -355,7 +357,7 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
     }
     PV *out = call_f(L, at, a[0], xs, np);
     ValId ov = t_val(L, at, out), t;
-    ad_forward(L->prog, L->fn, -1, s, np, &ov, 1, &t);
+    ad_forward(L->prog, L->fn, -1, s, np, &ov, 1, &t, 0);
     PV *r[2] = {out, t_wrap(L, t)};
     return pv_tuple(L, r, 2);
   }

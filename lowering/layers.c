@@ -22,7 +22,7 @@ PV *param_tensor(L *L, Slot *s) {
   t->type = s->type;
   t->v = -1;
   t->slot = s;
-  t->requires_grad = !s->is_buffer;
+  t->requires_grad = !s->is_buffer && !s->frozen;
   return pv_tensor(L, t);
 }
 
@@ -287,6 +287,7 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
     if (a[3] && a[3]->k != PV_NONE) lower_error(L, at, "Embedding max_norm is not supported");
     set_int(L, o, "num_embeddings", d[0]);
     set_int(L, o, "embedding_dim", d[1]);
+    env_set(L, o->attrs, "padding_idx", a[2] ? a[2] : pv_none(L));
     new_param(L, at, o, "weight", DT_F32, 2, d, PINIT_NORMAL, 0, 1);
     return o;
   }
@@ -381,7 +382,7 @@ PV *layer_forward(L *L, PV *o, Args *A) {
         lower_error(L, at, "shape mismatch in LayerNorm: input %s, normalized_shape %s", shape_str(L, &t), pv_repr(L, ns));
     return t_layer_norm(L, at, x, ns->n, attr_w, attr_b, get_num(L, o, "eps"));
   }
-  case BI_C_EMBEDDING: return t_embedding(L, at, attr_w, x);
+  case BI_C_EMBEDDING: return t_embedding(L, at, attr_w, x, env_get(o->attrs, "padding_idx"));
   default: break;
   }
   lower_error(L, at, "calling nn.%s is not supported by ctc yet", o->cls->s);

@@ -50,6 +50,7 @@ typedef struct Slot {
   double init_a, init_b;
   double *data;          /* PINIT_DATA values */
   int index;             /* Program.params index once the state_dict is built, else -1 */
+  int frozen;            /* requires_grad = False: optimizers skip it */
   Span loc;
 } Slot;
 
@@ -60,7 +61,8 @@ typedef struct Tensor {
   ValId v;               /* >= 0: IR value in L->fn */
   Slot *slot;            /* a parameter / buffer */
   double *data;          /* compile-time values (row-major), or NULL */
-  int requires_grad;     /* nn.Parameter(...) */
+  int requires_grad;     /* nn.Parameter(...), requires_grad_() */
+  int is_data;           /* x.data inside compiled code: a detached alias (no in-place) */
 } Tensor;
 
 typedef struct ObjModule ObjModule;
@@ -85,6 +87,7 @@ struct PV {
   Env *attrs;            /* OBJ attributes */
   Tensor *t;             /* TENSOR */
   DType dt;              /* DTYPE */
+  int grad_mode;         /* FUNC decorated with @torch.no_grad() etc.: NG_* + 1; 0 if none */
 };
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -119,7 +122,7 @@ struct L {
   Span stack_span[64];
   const char *stack_name[64];
   int nstack;
-  int no_grad;           /* inside `with torch.no_grad()` */
+  int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
   Env *env;              /* the current local scope */
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
@@ -201,6 +204,13 @@ PV *call_builtin(L *L, PV *fn, Args *A);
 PV *torch_call(L *L, PV *fn, Args *A);          /* torchlib.c: torch, F, nn.init, Tensor methods */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
+void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val); /* p.requires_grad = False */
+/* Grad mode (torchlib.c): sets L->grad_mode and the staged function's, which
+ * ir_emit stamps on new instructions (Inst.nograd). A call of torch.no_grad(),
+ * enable_grad(), inference_mode() or set_grad_enabled() returns a BI_T_GRAD_MODE
+ * value: i = the mode it enters, n = the mode to restore on exit or -1. */
+void grad_mode_set(L *L, int mode);
+PV *t_detach(L *L, Span at, PV *x);               /* x.detach(): a DETACH view */
 
 /* ---- layers.c ---- */
 PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
@@ -234,6 +244,10 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init);
 void state_update(L *L, Span at, PV *t, PV *v);
 /* A parameter was appended to Program.params: extend L->param_cur to match. */
 void param_table_grew(L *L);
+/* lowering.c: the IR inputs of the entry being staged (L->fn), one per parameter of
+ * def from `first` on, typed by --input NAME=... or the example tuple; parameters
+ * with defaults and no shape end the list. entry: NULL for forward (messages). */
+PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOptions *opt, PV *examples, int *n);
 /* Stage a module-level function as an entry (train_step, ...). */
 void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
 
@@ -260,7 +274,7 @@ PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2]
              const int64_t p[2], const int64_t dil[2], int ceil_mode, int count_include_pad);
 PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b);
 PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps);
-PV *t_embedding(L *L, Span at, PV *w, PV *idx);
+PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx); /* padding_idx: NULL or None for none */
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training);

@@ -183,6 +183,38 @@ static const char *c_prefix(L *L, const char *cls) {
   return p;
 }
 
+PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOptions *opt, PV *examples, int *n) {
+  PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(def->list.len + 1));
+  int nargs = 0;
+  for (int k = first; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN)
+      lower_error(L, p->span, "%s with *args or **kwargs cannot be compiled", entry ? "an entry" : "forward");
+    const InputSpec *spec = NULL;
+    for (int i = 0; i < opt->ninputs; i++)
+      if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
+    Type t;
+    int ex = k - first;
+    if (spec) t = spec->type;
+    else if (examples && pv_is_seq(examples) && ex < examples->n && examples->items[ex]->k == PV_TENSOR)
+      t = examples->items[ex]->t->type;
+    else if (p->b) break; /* remaining parameters keep their defaults */
+    else if (!entry)
+      lower_error(L, p->span,
+                  "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
+                  "example_inputs = (torch.randn(...), ...) in the file",
+                  p->name, p->name);
+    else
+      lower_error(L, p->span,
+                  "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
+                  "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
+                  p->name, entry, p->name, entry);
+    args[nargs++] = t_wrap(L, ir_add_input(L->prog, L->fn, p->name, t));
+  }
+  *n = nargs;
+  return args;
+}
+
 static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *fwd = getattr_opt(L, top, model, "forward");
   if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
@@ -195,27 +227,9 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
   Func *f = ir_func_new(L->prog, "forward", def->span);
   L->fn = f;
-  PV *args[32];
-  int nargs = 0;
-  for (int k = 1; k < def->list.len; k++) {
-    Node *p = def->list.data[k];
-    if (p->op != PARAM_PLAIN) lower_error(L, p->span, "forward with *args or **kwargs cannot be compiled");
-    const InputSpec *spec = NULL;
-    for (int i = 0; i < opt->ninputs; i++)
-      if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
-    Type t;
-    if (spec) t = spec->type;
-    else if (examples && pv_is_seq(examples) && k - 1 < examples->n && examples->items[k - 1]->k == PV_TENSOR)
-      t = examples->items[k - 1]->t->type;
-    else if (p->b) break; /* remaining parameters keep their defaults */
-    else
-      lower_error(L, p->span,
-                  "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
-                  "example_inputs = (torch.randn(...), ...) in the file",
-                  p->name, p->name);
-    if (nargs == 32) lower_error(L, p->span, "too many inputs");
-    args[nargs++] = t_wrap(L, ir_add_input(L->prog, f, p->name, t));
-  }
+  f->grad_mode = L->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
+  int nargs;
+  PV **args = entry_inputs(L, def, 1, NULL, opt, examples, &nargs);
   if (L->nstack < 64) {
     L->stack_span[L->nstack] = def->span;
     L->stack_name[L->nstack] = "forward";

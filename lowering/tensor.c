@@ -253,6 +253,9 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
   if (x->t->slot)
     lower_error(L, at, "in-place update of a parameter or buffer inside compiled code is not supported");
   if (!L->fn) lower_error(L, at, "in-place tensor updates at compile time are not supported");
+  if (x->t->is_data)
+    lower_error(L, at, "in-place update through '.data' inside compiled code is not supported "
+                       "(use 'with torch.no_grad():' on the tensor itself)");
   Type t = x->t->type;
   if (!ir_type_eq(&t, &r->t->type)) {
     ValId v = t_val(L, at, r);
@@ -659,9 +662,18 @@ PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps) {
   return y;
 }
 
-PV *t_embedding(L *L, Span at, PV *w, PV *idx) {
+PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx) {
   need_fn(L, at, "embedding");
   Type ti = idx->t->type, tw = w->t->type;
+  if (tw.ndim != 2) lower_error(L, at, "embedding weight must be 2-D, got shape %s", shape_str(L, &tw));
+  int64_t pad[2] = {0, 0};   /* EMBEDDING attrs: has a padding index, the index */
+  if (padding_idx && padding_idx->k != PV_NONE) {
+    int64_t p = arg_int(L, at, padding_idx, "padding_idx");
+    if (p < -tw.dims[0] || p >= tw.dims[0])
+      lower_error(L, at, "padding_idx %lld is out of range for %lld embeddings", (long long)p, (long long)tw.dims[0]);
+    pad[0] = 1;
+    pad[1] = p < 0 ? p + tw.dims[0] : p;
+  }
   if (ti.dtype != DT_I64 && ti.dtype != DT_I32)
     lower_error(L, at, "embedding indices must be an integer tensor (torch.long), got %s", ir_dtype_name(ti.dtype));
   if (ti.ndim + 1 > IR_MAX_DIMS) lower_error(L, at, "too many dimensions");
@@ -669,7 +681,7 @@ PV *t_embedding(L *L, Span at, PV *w, PV *idx) {
   r.dtype = tw.dtype;
   r.dims[r.ndim++] = tw.dims[1];
   ValId args[2] = {t_val(L, at, w), cast_to(L, at, t_val(L, at, idx), DT_I64)};
-  return t_wrap(L, emit(L, at, IR_EMBEDDING, args, 2, r, NULL, 0, "embedding"));
+  return t_wrap(L, emit(L, at, IR_EMBEDDING, args, 2, r, pad, 2, "embedding"));
 }
 
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx) {

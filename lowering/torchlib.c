@@ -425,9 +425,22 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     return size_tuple(L, &t);
   case BI_T_DIM: return pv_int(L, t.ndim);
   case BI_T_NUMEL: return pv_int(L, ir_numel(&t));
-  case BI_T_CONTIGUOUS:
-  case BI_T_DETACH:
-  case BI_T_CLONE: return x;
+  case BI_T_CONTIGUOUS: return x;
+  case BI_T_DETACH: bind_args(L, A, "", a); return t_detach(L, at, x);
+  case BI_T_CLONE: { /* a new tensor object: in-place updates of the clone leave x alone */
+    bind_args(L, A, "memory_format=", a);
+    if (!L->fn) {
+      Tensor *t = arena_alloc(L->a, sizeof *t);
+      *t = *x->t;
+      t->slot = NULL;
+      return pv_tensor(L, t);
+    }
+    return t_wrap(L, t_val(L, at, x));
+  }
+  case BI_T_REQUIRES_GRAD_:
+    bind_args(L, A, "requires_grad=", a);
+    tensor_setattr(L, at, x, "requires_grad", a[0] ? a[0] : pv_bool(L, 1));
+    return x;
   case BI_T_VIEW:
   case BI_T_RESHAPE: {
     if (A->nargs == 1 && A->args[0]->k == PV_DTYPE) lower_error(L, at, "view(dtype) is not supported");
@@ -711,10 +724,70 @@ static PV *functional(L *L, int bi, Args *A) {
   }
   case BI_F_EMBEDDING:
     bind_args(L, A, "input,weight,padding_idx=", a);
-    return t_embedding(L, at, need_tensor(L, at, a[1], "weight"), need_tensor(L, at, a[0], "input"));
+    return t_embedding(L, at, need_tensor(L, at, a[1], "weight"), need_tensor(L, at, a[0], "input"), a[2]);
   default: break;
   }
   lower_error(L, at, "F.%s is not supported by ctc yet", A->fname);
+}
+
+/* ---- grad mode and stop-gradient ------------------------------------------- */
+
+void grad_mode_set(L *L, int mode) {
+  L->grad_mode = mode;
+  if (L->fn) L->fn->grad_mode = mode;
+}
+
+static PV *grad_mode_ctx(L *L, int bi, Args *A) {
+  PV *a[1];
+  PV *c = pv_builtin(L, BI_T_GRAD_MODE, bi_names[bi], NULL);
+  c->n = -1;
+  switch (bi) {
+  case BI_T_NO_GRAD: bind_args(L, A, "", a); c->i = NG_REVERSE; break;
+  case BI_T_ENABLE_GRAD: bind_args(L, A, "", a); c->i = NG_NONE; break;
+  case BI_T_INFERENCE_MODE:
+    bind_args(L, A, "mode=", a);
+    c->i = !a[0] || arg_bool(L, A->at, a[0], "mode") ? NG_ALL : L->grad_mode;
+    break;
+  default: /* set_grad_enabled: switches when called, restores on leaving a `with` */
+    bind_args(L, A, "mode", a);
+    c->i = arg_bool(L, A->at, a[0], "mode") ? NG_NONE : NG_REVERSE;
+    c->n = L->grad_mode;
+    grad_mode_set(L, (int)c->i);
+    break;
+  }
+  return c;
+}
+
+PV *t_detach(L *L, Span at, PV *x) {
+  if (x->k != PV_TENSOR) lower_error(L, at, "detach() needs a tensor, got '%s'", pv_kind_name(x));
+  if (!L->fn) { /* compile time: no autograd; a new tensor object on the same data */
+    Tensor *t = arena_alloc(L->a, sizeof *t);
+    *t = *x->t;
+    t->slot = NULL;
+    t->requires_grad = 0;
+    if (x->t->slot) lower_error(L, at, "detach() of a parameter outside compiled code is not supported");
+    return pv_tensor(L, t);
+  }
+  ValId v = t_val(L, at, x);
+  return t_wrap(L, ir_emit(L->prog, L->fn, IR_DETACH, &v, 1, *ir_type(L->fn, v), NULL, 0, 0, at,
+                           ir_val(L->fn, v)->name));
+}
+
+void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
+  if (strcmp(name, "requires_grad") != 0)
+    lower_error(L, at, "setting '.%s' of a tensor is not supported by ctc", name);
+  int rg = arg_bool(L, at, val, "requires_grad");
+  if (t->t->slot) {
+    if (t->t->slot->is_buffer && rg) lower_error(L, at, "a buffer cannot require gradients in ctc");
+    if (L->fn) lower_error(L, at, "change requires_grad of parameters in __init__ or at module level, "
+                                  "not inside a compiled function");
+    t->t->slot->frozen = !rg;
+    t->t->requires_grad = rg;
+    return;
+  }
+  if (!rg && L->fn && t->t->v >= 0 && ir_dtype_is_float(t->t->type.dtype)) /* a constant from here on */
+    t->t->v = t_val(L, at, t_detach(L, at, t));
+  t->t->requires_grad = rg;
 }
 
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
@@ -726,9 +799,15 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "dtype")) return pv_dtype(L, t->t->type.dtype);
   if (!strcmp(name, "ndim")) return pv_int(L, t->t->type.ndim);
   if (!strcmp(name, "T")) return t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1);
-  if (!strcmp(name, "data")) return t;
+  if (!strcmp(name, "data")) {
+    if (!L->fn) return t; /* compile time (__init__): the tensor itself, for in-place initialisation */
+    PV *d = t_detach(L, at, t);
+    d->t->is_data = 1;
+    return d;
+  }
   if (!strcmp(name, "device")) return pv_str(L, "cpu");
-  if (!strcmp(name, "requires_grad")) return pv_bool(L, t->t->requires_grad);
+  if (!strcmp(name, "requires_grad"))
+    return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) lower_error(L, at, "'.grad' is not supported yet");
   for (int i = BI_T_ZEROS; i <= BI_T_ZERO_; i++)
     if (strcmp(bi_names[i], name) == 0) {
@@ -767,7 +846,12 @@ PV *torch_call(L *L, PV *fn, Args *A) {
     return factory(L, bi, A);
   case BI_T_MANUAL_SEED:
   case BI_T_SET_NUM_THREADS: return pv_none(L);
-  case BI_T_NO_GRAD: return fn; /* used as `with torch.no_grad():` */
+  case BI_T_NO_GRAD:
+  case BI_T_ENABLE_GRAD:
+  case BI_T_SET_GRAD_ENABLED:
+  case BI_T_INFERENCE_MODE: return grad_mode_ctx(L, bi, A);
+  case BI_T_IS_GRAD_ENABLED: return pv_bool(L, L->grad_mode == NG_NONE);
+  case BI_T_GRAD_MODE: lower_error(L, A->at, "a grad-mode context manager is not callable");
   default: return tensor_fn(L, bi, fn->self, A);
   }
 }

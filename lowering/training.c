@@ -313,6 +313,7 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
   PV *tcount = t_wrap(L, t_val(L, at, count));
   for (int i = 0; i < n; i++) {
     Slot *s = params->items[i]->t->slot;
+    if (s->frozen) continue; /* requires_grad = False: no .grad, so PyTorch's step skips it */
     step_param(L, at, opt, oname, slot_name(L, s), param_tensor(L, s), t_wrap(L, grads[i]), tcount);
   }
   state_update(L, at, count, ADD(tcount, F(1)));
@@ -630,6 +631,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   Func *f = ir_func_new(L->prog, name, def->span);
   f->kind = FK_FUNCTION;
   L->fn = f;
+  f->grad_mode = L->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
   L->pending.len = L->pending_seed.len = 0;
   L->zeroed = L->stepped = 0;
   L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
@@ -637,26 +639,8 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   PV *ex = NULL;
   if (examples && examples->k == PV_DICT) ex = pv_dict_get(examples, pv_str(L, name));
   if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
-  PV *args[32];
-  int nargs = 0;
-  for (int k = 0; k < def->list.len; k++) {
-    Node *p = def->list.data[k];
-    if (p->op != PARAM_PLAIN) lower_error(L, p->span, "an entry with *args or **kwargs cannot be compiled");
-    const InputSpec *spec = NULL;
-    for (int i = 0; i < opt->ninputs; i++)
-      if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
-    Type t;
-    if (spec) t = spec->type;
-    else if (ex && pv_is_seq(ex) && k < ex->n && ex->items[k]->k == PV_TENSOR) t = ex->items[k]->t->type;
-    else if (p->b) break;
-    else
-      lower_error(L, p->span,
-                  "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
-                  "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
-                  p->name, name, p->name, name);
-    if (nargs == 32) lower_error(L, p->span, "too many inputs");
-    args[nargs++] = t_wrap(L, ir_add_input(L->prog, f, p->name, t));
-  }
+  int nargs;
+  PV **args = entry_inputs(L, def, 0, name, opt, ex, &nargs);
   if (L->nstack < 64) {
     L->stack_span[L->nstack] = def->span;
     L->stack_name[L->nstack] = name;
@@ -677,12 +661,10 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     ir_add_output(L->prog, f, t_val(L, def->span, outs[i]),
                   nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
   }
-  if (f->kind == FK_TRAIN) {
-    if (nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0)
-      lower_error(L, def->span, "training function '%s' must return the loss (a scalar tensor) first", name);
-    if (f->inputs.len != 2)
-      lower_error(L, def->span, "training function '%s' must take (data, labels) to be driven by `./net train`", name);
-  }
+  /* `./net train` drives (data, labels) -> loss steps; other updating functions
+   * (a DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
+  if (f->kind == FK_TRAIN && (f->inputs.len != 2 || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
+    f->kind = FK_FUNCTION;
   L->fn = NULL;
   L->param_cur = NULL;
 }
