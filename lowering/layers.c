@@ -371,7 +371,7 @@ PV *layer_forward(L *L, PV *o, Args *A) {
       if (i > s && i <= e) dims[n - 1] *= t.dims[i];
       else dims[n++] = t.dims[i];
     }
-    return t_reshape(L, at, x, dims, n);
+    return t_mark_view(L, x, t_reshape(L, at, x, dims, n));
   }
   case BI_C_DROPOUT: return t_dropout(L, at, x, get_num(L, o, "p"), o->mod->training);
   case BI_C_LAYERNORM: {

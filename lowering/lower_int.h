@@ -63,6 +63,8 @@ typedef struct Tensor {
   double *data;          /* compile-time values (row-major), or NULL */
   int requires_grad;     /* nn.Parameter(...), requires_grad_() */
   int is_data;           /* x.data inside compiled code: a detached alias (no in-place) */
+  int is_view;           /* a view (x.view, x[i], x.t(), x.detach() ...) of a staged tensor */
+  int viewed;            /* some view of this tensor was taken */
 } Tensor;
 
 typedef struct ObjModule ObjModule;
@@ -282,6 +284,10 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
 /* In-place update (x.add_(...), inplace=True, x += ...): x takes r's value, so every
  * Python name bound to the same tensor sees it, as in PyTorch. Returns x. */
 PV *t_inplace(L *L, Span at, PV *x, PV *r);
+/* v (a tensor, or a list/tuple of them) is a view of base: PyTorch shares their
+ * storage, ctc's IR has value semantics, so in-place updates of either one are
+ * refused from here on (t_inplace) rather than silently not propagated. Returns v. */
+PV *t_mark_view(L *L, PV *base, PV *v);
 PV *t_scalar_like(L *L, Span at, double v, DType dt);
 int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range check */
 /* A compile-time tensor factory (torch.zeros(...) in __init__, or a constant in forward). */

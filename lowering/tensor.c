@@ -256,6 +256,14 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
   if (x->t->is_data)
     lower_error(L, at, "in-place update through '.data' inside compiled code is not supported "
                        "(use 'with torch.no_grad():' on the tensor itself)");
+  if (x->t->is_view)
+    lower_error(L, at, "in-place update of a view (a slice, view, reshape, transpose, expand or detach of "
+                       "another tensor) inside compiled code is not supported: ctc compiles value semantics, so "
+                       "the update would not reach the tensor it views; use an out-of-place operation");
+  if (x->t->viewed)
+    lower_error(L, at, "in-place update of a tensor that has views (slices, view/reshape, transpose, expand, "
+                       "detach) inside compiled code is not supported: ctc compiles value semantics, so the "
+                       "views would not see the update; use an out-of-place operation");
   Type t = x->t->type;
   if (!ir_type_eq(&t, &r->t->type)) {
     ValId v = t_val(L, at, r);
@@ -368,7 +376,22 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
 }
 
 /* x[idx]: ints, slices, None, Ellipsis and single-element lists ([-1]). */
-PV *t_index(L *L, Span at, PV *x, PV *idx) {
+PV *t_mark_view(L *L, PV *base, PV *v) {
+  if (!L->fn || base->k != PV_TENSOR) return v;
+  if (pv_is_seq(v)) {
+    for (int i = 0; i < v->n; i++) t_mark_view(L, base, v->items[i]);
+    return v;
+  }
+  if (v->k != PV_TENSOR || v == base) return v;
+  v->t->is_view = 1;
+  base->t->viewed = 1;
+  return v;
+}
+
+static PV *index_tensor(L *L, Span at, PV *x, PV *idx);
+PV *t_index(L *L, Span at, PV *x, PV *idx) { return t_mark_view(L, x, index_tensor(L, at, x, idx)); }
+
+static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
   PV **items = &idx;
   int n = 1;
   if (idx->k == PV_TUPLE) {

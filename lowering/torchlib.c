@@ -798,7 +798,8 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   }
   if (!strcmp(name, "dtype")) return pv_dtype(L, t->t->type.dtype);
   if (!strcmp(name, "ndim")) return pv_int(L, t->t->type.ndim);
-  if (!strcmp(name, "T")) return t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1);
+  if (!strcmp(name, "T"))
+    return t_mark_view(L, t, t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1));
   if (!strcmp(name, "data")) {
     if (!L->fn) return t; /* compile time (__init__): the tensor itself, for in-place initialisation */
     PV *d = t_detach(L, at, t);
@@ -852,6 +853,13 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   case BI_T_INFERENCE_MODE: return grad_mode_ctx(L, bi, A);
   case BI_T_IS_GRAD_ENABLED: return pv_bool(L, L->grad_mode == NG_NONE);
   case BI_T_GRAD_MODE: lower_error(L, A->at, "a grad-mode context manager is not callable");
+  case BI_T_VIEW: case BI_T_RESHAPE: case BI_T_FLATTEN: case BI_T_SQUEEZE: case BI_T_UNSQUEEZE:
+  case BI_T_TRANSPOSE: case BI_T_PERMUTE: case BI_T_T: case BI_T_SPLIT: case BI_T_CHUNK: case BI_T_EXPAND:
+  case BI_T_DETACH: { /* views share storage with their input in PyTorch */
+    PV *base = fn->self ? fn->self : A->nargs ? A->args[0] : NULL;
+    PV *r = tensor_fn(L, bi, fn->self, A);
+    return base ? t_mark_view(L, base, r) : r;
+  }
   default: return tensor_fn(L, bi, fn->self, A);
   }
 }
