@@ -334,10 +334,13 @@ BAD = [
     ("with torch.no_grad:\n        y = x * 2\n    return y", "'no_grad' needs to be called: 'with torch.no_grad():'"),
     ("y = x * 1\n    y.data.add_(1)\n    return y", "in-place update through '.data' inside compiled code is not supported"),
     ("x.data = x * 2\n    return x", "setting '.data' of a tensor is not supported by ctc"),
+    ("y = x * 1\n    y[0:2].add_(5)\n    return y", "in-place update of a view"),
+    ("y = x * 1\n    z = y.view(-1)\n    y.mul_(2)\n    return z", "in-place update of a tensor that has views"),
+    ("y = x.detach()\n    y.add_(1)\n    return y", "in-place update of a view"),
 ]
 
 
-@pytest.mark.parametrize("body,msg", BAD, ids=["no_grad_uncalled", "data_inplace", "data_assign"])
+@pytest.mark.parametrize("body,msg", BAD, ids=["no_grad_uncalled", "data_inplace", "data_assign", "view_inplace", "viewed_inplace", "detach_inplace"])
 def test_misuse_is_diagnosed(tmp_path, body, msg):
     p = tmp_path / "bad.py"
     p.write_text(f"import torch\n\n\ndef f(x):\n    {body}\n\n\nexample_inputs = {{'f': (torch.randn(3),)}}\n")
