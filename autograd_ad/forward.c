@@ -5,6 +5,7 @@
 
 void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
                 ValId *touts, int as_reverse) {
+  ir_pass_event(p, f, "ad_forward", 0);
   int nv = f->values.len, ni = ninsts >= 0 && ninsts < f->insts.len ? ninsts : f->insts.len;
   ValId *tan = malloc(sizeof(ValId) * ((size_t)nv + 1));
   if (!tan) BUG("out of memory");
@@ -51,4 +52,5 @@ void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds
   }
   free(tan);
   free(t);
+  ir_pass_event(p, f, "ad_forward", 1);
 }

@@ -104,6 +104,7 @@ ValId ad_zeros(Ad *ad, const Type *t) {
 /* ---- the sweep -------------------------------------------------------------- */
 
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads) {
+  ir_pass_event(p, f, "ad_reverse", 0);
   int nv = f->values.len, ni = f->insts.len;
   char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
   ValId *adj = malloc(sizeof(ValId) * ((size_t)nv + 1));
@@ -173,4 +174,5 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
   free(adj);
   free(need);
   free(dargs);
+  ir_pass_event(p, f, "ad_reverse", 1);
 }

@@ -38,6 +38,9 @@ static const char *usage =
     "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
     "                          repeatable; wins over example_inputs in the file\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
+    "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
+    "                          ad_forward, dce, or all); repeatable\n"
+    "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
     "  --no-openmp             (build) do not pass -fopenmp\n"
@@ -53,6 +56,7 @@ typedef struct Opts {
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
+  Vec(const char *) dump_before, dump_after; /* pass names, or "all" */
 } Opts;
 
 static double now_ms(void) {
@@ -98,6 +102,18 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
         return -1;
       }
       vec_push(a, &o->inputs, is);
+    } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
+      const char *pass = NEXT();
+      if (!pass) return -1;
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "dce", "lower", "all"};
+      int ok = 0;
+      for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
+      if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, dce%s or all)", pass, s,
+                   s[7] == 'a' ? ", lower" : "");
+        return -1;
+      }
+      vec_push(a, s[7] == 'b' ? &o->dump_before : &o->dump_after, pass);
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -157,6 +173,34 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
 static void verify(const Program *p, const char *after) {
   for (int i = 0; i < p->funcs.len; i++)
     if (ir_verify(p, p->funcs.data[i], stderr) < 0) BUG("invalid IR after %s", after);
+}
+
+static int wants(const Opts *o, int after, const char *pass) {
+  for (int i = 0; i < (after ? o->dump_after.len : o->dump_before.len); i++) {
+    const char *w = after ? o->dump_after.data[i] : o->dump_before.data[i];
+    if (!strcmp(w, pass) || !strcmp(w, "all")) return 1;
+  }
+  return 0;
+}
+
+/* The pass hook (ir.h): dumps on request, and verifies after every AD sweep. */
+static void pass_hook(void *ctx, const Program *p, const Func *f, const char *pass, int after) {
+  const Opts *o = ctx;
+  if (wants(o, after, pass)) {
+    fprintf(stderr, "; ---- IR of %s %s %s ----\n", f->name, after ? "after" : "before", pass);
+    ir_print_func(stderr, p, f);
+  }
+  if (after && ir_verify(p, f, stderr) < 0) BUG("invalid IR after %s of %s", pass, f->name);
+}
+
+/* Runs a pass over every function, with the hook around it and the verifier after. */
+static void run_pass(Program *p, const char *name, void (*pass)(Program *, Func *)) {
+  for (int i = 0; i < p->funcs.len; i++) {
+    ir_pass_event(p, p->funcs.data[i], name, 0);
+    pass(p, p->funcs.data[i]);
+    ir_pass_event(p, p->funcs.data[i], name, 1);
+  }
+  verify(p, name);
 }
 
 static FILE *open_out(Diag *d, const char *path) {
@@ -305,6 +349,8 @@ int main(int argc, char **argv) {
     if (f != stdout) fclose(f);
     return 0;
   }
+  o.lower.hook = pass_hook;
+  o.lower.hook_ctx = &o;
   Program *p = lower_program(a, &d, src, mod, &o.lower);
   if (!p || d.nerrors) return CTC_EXIT_USER;
   double t_lower = now_ms();
@@ -324,11 +370,9 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+  for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
   /* the pass pipeline */
-  for (int i = 0; i < p->funcs.len; i++) {
-    ir_pass_dce(p, p->funcs.data[i]);
-    verify(p, "dce");
-  }
+  run_pass(p, "dce", ir_pass_dce);
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
@@ -337,6 +381,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   MemPlan *plan = ir_plan_memory(p);
+  if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
   int rc = write_c(a, &d, p, plan, c_path);
   if (rc) return rc;

@@ -129,6 +129,10 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
   return r;
 }
 
+void ir_pass_event(Program *p, const Func *f, const char *pass, int after) {
+  if (p->hook) p->hook(p->hook_ctx, p, f, pass, after);
+}
+
 ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc) {
   Type t = {0};
   t.dtype = dt;

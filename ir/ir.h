@@ -137,14 +137,22 @@ typedef struct Param {
 } Param;
 enum { PINIT_ZERO, PINIT_CONST, PINIT_UNIFORM, PINIT_NORMAL, PINIT_DATA };
 
-typedef struct Program {
+/* Instrumentation around every AD sweep and pass: compiler/main.c prints the
+ * IR (--dump-before / --dump-after) and verifies it. `after` is 0 before the
+ * pass, 1 after it. */
+typedef struct Program Program;
+typedef void (*IrPassHook)(void *ctx, const Program *p, const Func *f, const char *pass, int after);
+
+struct Program {
   Arena *arena;
   const SrcFile *src;
   const char *model_name;     /* C prefix: "net" (from the class, lower-cased) */
   const char *class_name;     /* the nn.Module class: "Net" */
   Vec(Param) params;          /* state_dict order */
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
-} Program;
+  IrPassHook hook;            /* NULL: none */
+  void *hook_ctx;
+};
 
 /* ---- builder (builder.c) ------------------------------------------------ */
 
@@ -162,6 +170,8 @@ void ir_add_output(Program *p, Func *f, ValId v, const char *name);
 void ir_add_update(Program *p, Func *f, int param, ValId v);
 static inline Value *ir_val(Func *f, ValId v) { return &f->values.data[v]; }
 static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; }
+/* Report a pass (or AD sweep) starting (after = 0) or done (1) to p->hook. */
+void ir_pass_event(Program *p, const Func *f, const char *pass, int after);
 /* Remove instructions marked dead (values keep their ids). */
 void ir_compact(Func *f);
 
@@ -208,6 +218,10 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */
 int ir_is_view(const Func *f, ValId v);
 MemPlan *ir_plan_memory(Program *p);
+/* plan_check.c: recomputes lifetimes and checks that no two values live at the
+ * same time share bytes, views sit on their operands, everything fits its
+ * region. Returns 0, or prints the first problem to `out` and returns -1. */
+int ir_plan_check(const Program *p, const MemPlan *mp, FILE *out);
 
 /* numpy broadcasting of a and b into out; returns 0 or -1 if incompatible. */
 int ir_broadcast_shapes(const Type *a, const Type *b, Type *out);

@@ -258,6 +258,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->d = d;
   L->src = src;
   L->prog = ir_program_new(a, src);
+  L->prog->hook = opt->hook;
+  L->prog->hook_ctx = opt->hook_ctx;
   L->on_error = &jb;
   if (setjmp(jb)) return NULL;
   L->builtins = env_new(L, NULL);

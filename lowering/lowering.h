@@ -27,6 +27,8 @@ typedef struct LowerOptions {
   const char *const *entries; /* --entry NAME: module-level functions to compile as entries;
                                  none given: every function that calls backward()/step()/
                                  torch.autograd.grad */
+  IrPassHook hook;          /* set on the Program before staging (AD sweeps report to it) */
+  void *hook_ctx;
 } LowerOptions;
 
 /* Parse "x=f32[64,1,28,28]" (dtype optional, default f32). 0 ok, -1 bad syntax. */

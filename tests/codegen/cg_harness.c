@@ -318,77 +318,9 @@ static void plan_fail(const Func *f, const char *fmt, ...) {
   plan_errors++;
 }
 
-static ValId root_of(const Func *f, ValId v) {
-  while (ir_is_view(f, v)) v = f->insts.data[f->values.data[v].def].args[0];
-  return v;
-}
-
+/* the compiler's own plan checker (ir/plan_check.c), which ctc runs on every compile */
 static void check_plan(const Program *p, const MemPlan *mp) {
-  for (int i = 0; i < p->params.len; i++)
-    if (mp->param_offset[i] % 64 || mp->param_offset[i] + (int64_t)(ir_numel(&p->params.data[i].type) *
-        (int64_t)ir_dtype_size(p->params.data[i].type.dtype)) > mp->params_bytes)
-      plan_fail(p->funcs.data[0], "parameter %d misplaced", i);
-  for (int fi = 0; fi < p->funcs.len; fi++) {
-    const Func *f = p->funcs.data[fi];
-    const FuncPlan *fp = &mp->funcs[fi];
-    int ni = f->insts.len, nv = f->values.len;
-    /* live interval of every storage root */
-    int *first = malloc(sizeof(int) * (size_t)nv), *last = malloc(sizeof(int) * (size_t)nv);
-    for (int v = 0; v < nv; v++) first[v] = last[v] = -1;
-    for (int i = 0; i < ni; i++) {
-      const Inst *in = &f->insts.data[i];
-      ValId r = root_of(f, in->res);
-      if (r == in->res) first[r] = last[r] = i;
-      for (int k = 0; k < in->nargs; k++) {
-        ValId a = root_of(f, in->args[k]);
-        if (last[a] < i) last[a] = i;
-      }
-    }
-    for (int k = 0; k < f->outputs.len; k++) last[root_of(f, f->outputs.data[k])] = ni;
-    for (int k = 0; k < f->updates.len; k++) last[root_of(f, f->updates.data[k])] = ni;
-    for (int i = 0; i < ni; i++) {
-      const Inst *in = &f->insts.data[i];
-      const Loc *l = &fp->loc[in->res];
-      if (in->op == IR_CONST) {
-        if (l->base != LOC_NONE) plan_fail(f, "const %d has storage", i);
-        continue;
-      }
-      if (ir_is_view(f, in->res)) {
-        const Loc *o = &fp->loc[in->args[0]];
-        if (o->base != l->base || o->offset != l->offset) plan_fail(f, "view %d not at its operand", i);
-        continue;
-      }
-      if (l->base != LOC_ARENA || l->offset % 64 || l->offset < mp->params_bytes) plan_fail(f, "inst %d misplaced", i);
-      if (fp->scratch[i] >= 0 && (fp->scratch[i] % 64 || fp->scratch[i] < mp->params_bytes))
-        plan_fail(f, "scratch %d misplaced", i);
-      if ((fp->scratch[i] >= 0) != (ir_scratch_bytes(f, in) > 0)) plan_fail(f, "scratch %d missing", i);
-    }
-    /* pairwise: roots (and scratch) live at the same time must not overlap */
-    typedef struct R { int64_t lo, hi; int t0, t1; } R;
-    R *rs = malloc(sizeof(R) * (size_t)(2 * ni + 1));
-    int n = 0;
-    int64_t peak_end = 0;
-    for (int i = 0; i < ni; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op != IR_CONST && !ir_is_view(f, in->res)) {
-        const Type *t = ir_type((Func *)f, in->res);
-        int64_t lo = fp->loc[in->res].offset;
-        rs[n++] = (R){lo, lo + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype), first[in->res], last[in->res]};
-      }
-      if (fp->scratch[i] >= 0) rs[n++] = (R){fp->scratch[i], fp->scratch[i] + ir_scratch_bytes(f, in), i, i};
-    }
-    for (int a = 0; a < n; a++) {
-      if (rs[a].hi > peak_end) peak_end = rs[a].hi;
-      for (int b = a + 1; b < n; b++)
-        if (rs[a].lo < rs[b].hi && rs[b].lo < rs[a].hi && rs[a].t0 <= rs[b].t1 && rs[b].t0 <= rs[a].t1)
-          plan_fail(f, "storage %d and %d overlap while both live", a, b);
-    }
-    if (peak_end > mp->params_bytes + fp->peak || mp->params_bytes + fp->peak > mp->arena_bytes)
-      plan_fail(f, "peak too small");
-    free(rs);
-    free(first);
-    free(last);
-  }
+  if (ir_plan_check(p, mp, stderr) < 0) plan_fail(p->funcs.data[0], "ir_plan_check failed (see above)");
 }
 
 static void suite_done(void) {

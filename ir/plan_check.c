@@ -1,0 +1,133 @@
+/* plan_check.c - an independent check of a memory plan.
+ *
+ * Recomputes every value's lifetime from the rules stated in plan.c (a value
+ * lives from its defining instruction to its last use, or a use of one of its
+ * views; outputs and update values to the end; scratch during its
+ * instruction) and verifies, without trusting the packer:
+ *   - parameters are 64-byte aligned, disjoint and inside the parameter region;
+ *   - a view has its operand's location; a scalar constant has none;
+ *   - every activation and scratch buffer is 64-byte aligned and lies inside the
+ *     function's peak, which fits the arena; scratch exactly where needed;
+ *   - no two blocks that are live at the same instruction share a byte.
+ * compiler/main.c runs it after planning, on every compile. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir.h"
+
+typedef struct Blk {
+  int64_t off, size;
+  int start, end;     /* closed interval of instruction indices */
+  ValId v;            /* -1: scratch of instruction `start` */
+} Blk;
+
+static int by_start(const void *a, const void *b) {
+  const Blk *x = a, *y = b;
+  return x->start != y->start ? (x->start > y->start) - (x->start < y->start) : (x->off > y->off) - (x->off < y->off);
+}
+
+static int fail(FILE *out, const Func *f, const char *fmt, ...) CTC_PRINTF(3, 4);
+static int fail(FILE *out, const Func *f, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(out, "memory plan of '%s': ", f->name);
+  vfprintf(out, fmt, ap);
+  fprintf(out, "\n");
+  va_end(ap);
+  return -1;
+}
+
+static int64_t bytes_of(const Type *t) { return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype); }
+
+static int check_func(const Program *p, const Func *f, const MemPlan *mp, const FuncPlan *fp, FILE *out) {
+  int nv = f->values.len, ni = f->insts.len;
+  ValId *root = malloc(sizeof(ValId) * (size_t)(nv + 1));
+  int *last = malloc(sizeof(int) * (size_t)(nv + 1));
+  Blk *b = malloc(sizeof(Blk) * (size_t)(nv + ni + 1));
+  int nb = 0, rc = 0;
+  if (!root || !last || !b) BUG("out of memory");
+  for (int v = 0; v < nv; v++) root[v] = v, last[v] = -1;
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (ir_is_view(f, in->res)) {
+      root[in->res] = root[in->args[0]];
+      const Loc *a = &fp->loc[in->res], *o = &fp->loc[in->args[0]];
+      if (a->base != o->base || a->offset != o->offset) {
+        rc = fail(out, f, "view %s is not at its operand's location", f->values.data[in->res].name);
+        goto done;
+      }
+    }
+    if (last[in->res] < i) last[in->res] = i;
+    for (int k = 0; k < in->nargs; k++)
+      if (last[root[in->args[k]]] < i) last[root[in->args[k]]] = i;
+  }
+  for (int i = 0; i < f->outputs.len; i++) last[root[f->outputs.data[i]]] = ni;
+  for (int i = 0; i < f->updates.len; i++) last[root[f->updates.data[i]]] = ni;
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    const Loc *l = &fp->loc[in->res];
+    if (in->op == IR_CONST) {
+      if (l->base != LOC_NONE) rc = fail(out, f, "constant %s has storage", f->values.data[in->res].name);
+    } else if (root[in->res] == in->res) {
+      if (l->base != LOC_ARENA) rc = fail(out, f, "%s is not in the arena", f->values.data[in->res].name);
+      else b[nb++] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), i, last[in->res], in->res};
+    }
+    if ((fp->scratch[i] >= 0) != (ir_scratch_bytes(f, in) > 0))
+      rc = fail(out, f, "instruction %d (%s) %s scratch space", i, ir_ops[in->op].name,
+                fp->scratch[i] >= 0 ? "has unneeded" : "lacks its");
+    if (fp->scratch[i] >= 0) b[nb++] = (Blk){fp->scratch[i], ir_scratch_bytes(f, in), i, i, -1};
+    if (rc) goto done;
+  }
+  for (int k = 0; k < nb; k++)
+    if (b[k].off < mp->params_bytes || b[k].off % 64 || b[k].off + b[k].size > mp->params_bytes + fp->peak ||
+        mp->params_bytes + fp->peak > mp->arena_bytes) {
+      rc = fail(out, f, "%s at [%lld, +%lld) is unaligned or outside the activation region",
+                b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch", (long long)b[k].off, (long long)b[k].size);
+      goto done;
+    }
+  /* sweep in order of definition; `act` holds the blocks still live */
+  qsort(b, (size_t)nb, sizeof(Blk), by_start);
+  Blk **act = malloc(sizeof(Blk *) * (size_t)(nb + 1));
+  if (!act) BUG("out of memory");
+  int na = 0;
+  for (int k = 0; k < nb && !rc; k++) {
+    int m = 0;
+    for (int j = 0; j < na; j++)
+      if (act[j]->end >= b[k].start) act[m++] = act[j];
+    na = m;
+    for (int j = 0; j < na; j++)
+      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size) {
+        const char *n1 = act[j]->v >= 0 ? f->values.data[act[j]->v].name : "scratch";
+        const char *n2 = b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch";
+        fprintf(out, "memory plan of '%s': %s and %s are live together at instruction %d and share bytes "
+                     "([%lld, +%lld) and [%lld, +%lld))\n", f->name, n1, n2, b[k].start, (long long)act[j]->off,
+                (long long)act[j]->size, (long long)b[k].off, (long long)b[k].size);
+        rc = -1;
+        break;
+      }
+    act[na++] = &b[k];
+  }
+  free(act);
+done:
+  free(root);
+  free(last);
+  free(b);
+  (void)p;
+  return rc;
+}
+
+int ir_plan_check(const Program *p, const MemPlan *mp, FILE *out) {
+  int64_t end = 0;
+  for (int i = 0; i < p->params.len; i++) {
+    int64_t off = mp->param_offset[i], sz = bytes_of(&p->params.data[i].type);
+    if (off % 64 || off < end || off + sz > mp->params_bytes) {
+      fprintf(out, "memory plan: parameter '%s' at %lld (+%lld) overlaps, is unaligned or outside [0, %lld)\n",
+              p->params.data[i].name, (long long)off, (long long)sz, (long long)mp->params_bytes);
+      return -1;
+    }
+    end = off + sz;
+  }
+  for (int i = 0; i < p->funcs.len; i++)
+    if (check_func(p, p->funcs.data[i], mp, &mp->funcs[i], out) < 0) return -1;
+  return 0;
+}
