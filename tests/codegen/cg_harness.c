@@ -373,6 +373,10 @@ static void suite_elem(void) {
   out(un(IR_ABS, x, "abs"), "abs");
   out(un(IR_ERF, x, "erf"), "erf");
   out(un(IR_RELU, x, "relu"), "relu");
+  out(un(IR_COS, x, "cos"), "cos");
+  out(un(IR_SIN, x, "sin"), "sin");
+  out(un(IR_FLOOR, x, "floor"), "floor");
+  out(un(IR_DETACH, un(IR_EXP, x, "e"), "detached"), "detach");
   entry_done();
 
   entry("unary_pos");
