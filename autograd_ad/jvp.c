@@ -35,10 +35,12 @@ static ValId jvp_SIGMOID(Ad *ad, const Inst *in, const ValId *t) {
   return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
 }
 static ValId jvp_ABS(Ad *ad, const Inst *in, const ValId *t) {
+  /* t * sgn(x) as PyTorch (sgn(NaN) = 0) */
   DType dt = TY(RES)->dtype;
   ValId zero = ad_const(ad, dt, 0);
-  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), t[0], zero);
-  return ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, t[0]), pos);
+  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
+  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
+  return ad_bin(ad, IR_MUL, t[0], sgn);
 }
 static ValId jvp_ERF(Ad *ad, const Inst *in, const ValId *t) {
   ValId e = ad_un(ad, IR_EXP, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0))));
@@ -125,10 +127,13 @@ static ValId jvp_WHERE(Ad *ad, const Inst *in, const ValId *t) {
 }
 static ValId jvp_REDUCE_SUM(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_REDUCE_MAX(Ad *ad, const Inst *in, const ValId *t) {
-  /* the average of the tangents at the tied maxima (matches the VJP) */
+  /* the average of the tangents at the tied maxima (matches the VJP); selected
+   * with where() as PyTorch's amaxamin_jvp, so an inf/NaN tangent elsewhere
+   * does not leak in as inf * 0 */
   DType dt = TY(RES)->dtype;
-  ValId mask = ad_cast(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), RES), dt);
-  ValId num = ad_bin(ad, IR_MUL, t[0], mask);
+  ValId eq = ad_cmp(ad, IR_CMP_EQ, ARG(0), RES);
+  ValId mask = ad_cast(ad, eq, dt);
+  ValId num = ad_where(ad, eq, t[0], ad_const(ad, dt, 0));
   ValId s = ad_emit(ad, IR_REDUCE_SUM, &num, 1, *TY(RES), in->attr, 1, "tangent");
   ValId c = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, *TY(RES), in->attr, 1, "count");
   return ad_bin(ad, IR_DIV, s, c);

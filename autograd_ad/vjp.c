@@ -31,11 +31,13 @@ static void vjp_SIGMOID(Ad *ad, const Inst *in, ValId g, const int *need, ValId 
   d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
 }
 static void vjp_ABS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  /* sign(x) * g, with sign(0) = 0 as in PyTorch */
+  /* g * sgn(x), with sgn(0) = sgn(NaN) = 0 as in PyTorch (a product: g = inf at
+   * x = 0 gives NaN there too) */
   DType dt = TY(g)->dtype;
   ValId zero = ad_const(ad, dt, 0);
-  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);
-  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, g), pos);
+  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
+  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
+  d[0] = ad_bin(ad, IR_MUL, g, sgn);
 }
 static void vjp_ERF(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   DType dt = TY(g)->dtype;
