@@ -35,10 +35,12 @@ static ValId jvp_SIGMOID(Ad *ad, const Inst *in, const ValId *t) {
   return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
 }
 static ValId jvp_ABS(Ad *ad, const Inst *in, const ValId *t) {
+  /* t * sgn(x) as PyTorch (sgn(NaN) = 0) */
   DType dt = TY(RES)->dtype;
   ValId zero = ad_const(ad, dt, 0);
-  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), t[0], zero);
-  return ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, t[0]), pos);
+  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
+  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
+  return ad_bin(ad, IR_MUL, t[0], sgn);
 }
 static ValId jvp_ERF(Ad *ad, const Inst *in, const ValId *t) {
   ValId e = ad_un(ad, IR_EXP, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0))));
@@ -49,8 +51,9 @@ static ValId jvp_COS(Ad *ad, const Inst *in, const ValId *t) {
 }
 static ValId jvp_SIN(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_MUL, t[0], ad_un(ad, IR_COS, ARG(0))); }
 static ValId jvp_RELU(Ad *ad, const Inst *in, const ValId *t) {
+  /* as the VJP: 0 where y <= 0, else t (t at NaN) */
   ValId zero = ad_const(ad, TY(RES)->dtype, 0);
-  return ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), t[0], zero);
+  return ad_where(ad, ad_cmp(ad, IR_CMP_LE, RES, zero), zero, t[0]);
 }
 static ValId jvp_CAST(Ad *ad, const Inst *in, const ValId *t) {
   return ir_dtype_is_float(TY(RES)->dtype) ? ad_cast(ad, t[0], TY(RES)->dtype) : -1;
@@ -89,22 +92,33 @@ static ValId jvp_DIV(Ad *ad, const Inst *in, const ValId *t) {
   }
   return to_res(ad, in, ad_bin(ad, IR_DIV, num, ARG(1)));
 }
+/* PyTorch's pow rules (as vjp.c): nothing from da where b == 0, nothing from db
+ * where a == 0 and b >= 0 */
 static ValId jvp_POW(Ad *ad, const Inst *in, const ValId *t) {
   DType dt = TY(RES)->dtype;
-  ValId r = -1;
+  ValId r = -1, zero = ad_const(ad, dt, 0);
   if (t[0] >= 0) {
     ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
-    r = ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1)));
+    ValId da = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
+    r = ad_bin(ad, IR_MUL, t[0], ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(1), zero), zero, da));
   }
   if (t[1] >= 0) {
-    ValId s = ad_bin(ad, IR_MUL, t[1], ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0))));
+    ValId v = ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)));
+    ValId at0 = ad_where(ad, ad_cmp(ad, IR_CMP_GE, ARG(1), zero), zero, v);
+    ValId s = ad_bin(ad, IR_MUL, t[1], ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), zero), at0, v));
     r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
   }
   return to_res(ad, in, r);
 }
-static ValId minmax(Ad *ad, const Inst *in, const ValId *t, Op cmp) {
-  ValId first = ad_cmp(ad, cmp, ARG(0), ARG(1)); /* ties take the second operand, as the VJP */
-  return ad_where(ad, first, tz(ad, t[0], ARG(0)), tz(ad, t[1], ARG(1)));
+/* PyTorch's forward-mode rule for maximum/minimum: the mean of the tangents at
+ * ties, the winner's tangent elsewhere; where a NaN makes the comparison false,
+ * the second operand's (which is not the transpose of the VJP there, in
+ * PyTorch either). */
+static ValId minmax(Ad *ad, const Inst *in, const ValId *t, Op win0) {
+  ValId t0 = tz(ad, t[0], ARG(0)), t1 = tz(ad, t[1], ARG(1));
+  ValId tie = ad_cmp(ad, IR_CMP_EQ, ARG(0), ARG(1));
+  ValId mean = mulc(ad, ad_bin(ad, IR_ADD, t0, t1), 0.5);
+  return ad_where(ad, tie, mean, ad_where(ad, ad_cmp(ad, win0, ARG(0), ARG(1)), t0, t1));
 }
 static ValId jvp_MAX(Ad *ad, const Inst *in, const ValId *t) { return to_res(ad, in, minmax(ad, in, t, IR_CMP_GT)); }
 static ValId jvp_MIN(Ad *ad, const Inst *in, const ValId *t) { return to_res(ad, in, minmax(ad, in, t, IR_CMP_LT)); }
@@ -113,10 +127,13 @@ static ValId jvp_WHERE(Ad *ad, const Inst *in, const ValId *t) {
 }
 static ValId jvp_REDUCE_SUM(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_REDUCE_MAX(Ad *ad, const Inst *in, const ValId *t) {
-  /* the average of the tangents at the tied maxima (matches the VJP) */
+  /* the average of the tangents at the tied maxima (matches the VJP); selected
+   * with where() as PyTorch's amaxamin_jvp, so an inf/NaN tangent elsewhere
+   * does not leak in as inf * 0 */
   DType dt = TY(RES)->dtype;
-  ValId mask = ad_cast(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), RES), dt);
-  ValId num = ad_bin(ad, IR_MUL, t[0], mask);
+  ValId eq = ad_cmp(ad, IR_CMP_EQ, ARG(0), RES);
+  ValId mask = ad_cast(ad, eq, dt);
+  ValId num = ad_where(ad, eq, t[0], ad_const(ad, dt, 0));
   ValId s = ad_emit(ad, IR_REDUCE_SUM, &num, 1, *TY(RES), in->attr, 1, "tangent");
   ValId c = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, *TY(RES), in->attr, 1, "count");
   return ad_bin(ad, IR_DIV, s, c);

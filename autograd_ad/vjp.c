@@ -31,11 +31,13 @@ static void vjp_SIGMOID(Ad *ad, const Inst *in, ValId g, const int *need, ValId 
   d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
 }
 static void vjp_ABS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  /* sign(x) * g, with sign(0) = 0 as in PyTorch */
+  /* g * sgn(x), with sgn(0) = sgn(NaN) = 0 as in PyTorch (a product: g = inf at
+   * x = 0 gives NaN there too) */
   DType dt = TY(g)->dtype;
   ValId zero = ad_const(ad, dt, 0);
-  ValId pos = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);
-  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_un(ad, IR_NEG, g), pos);
+  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
+  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
+  d[0] = ad_bin(ad, IR_MUL, g, sgn);
 }
 static void vjp_ERF(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   DType dt = TY(g)->dtype;
@@ -53,8 +55,9 @@ static void vjp_FLOOR(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d
   d[0] = ad_zeros(ad, TY(ARG(0))); /* piecewise constant, as in PyTorch */
 }
 static void vjp_RELU(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  /* PyTorch's threshold_backward(g, y, 0): 0 where y <= 0, else g (g at NaN) */
   ValId zero = ad_const(ad, TY(g)->dtype, 0);
-  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), g, zero);
+  d[0] = ad_where(ad, ad_cmp(ad, IR_CMP_LE, RES, zero), zero, g);
 }
 static void vjp_CAST(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   d[0] = ad_cast(ad, g, TY(ARG(0))->dtype);
@@ -77,24 +80,45 @@ static void vjp_DIV(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) 
   /* d/db a/b = -a/b^2 = -(g/b) * y/a... use -(g/b) * (a/b) = -(g/b) * y */
   if (need[1]) d[1] = ad_sum_to(ad, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ga, RES)), TY(ARG(1)));
 }
+/* PyTorch's pow_backward: no gradient for a where b == 0 (even at a = 0, where
+ * b a^(b-1) would be 0 * inf), none for b where a == 0 and b >= 0 (y log a
+ * would be 0 * -inf). */
+static ValId pow_da(Ad *ad, const Inst *in, DType dt) {
+  ValId zero = ad_const(ad, dt, 0);
+  ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
+  ValId t = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
+  return ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(1), zero), zero, t);
+}
+static ValId pow_db(Ad *ad, const Inst *in, DType dt) {
+  ValId zero = ad_const(ad, dt, 0);
+  ValId v = ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)));
+  ValId at0 = ad_where(ad, ad_cmp(ad, IR_CMP_GE, ARG(1), zero), zero, v);
+  return ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), zero), at0, v);
+}
 static void vjp_POW(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   DType dt = TY(g)->dtype;
-  if (need[0]) {
-    /* b * a^(b-1) */
-    ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
-    ValId t = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
-    d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, t), TY(ARG(0)));
-  }
-  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)))), TY(ARG(1)));
+  if (need[0]) d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, pow_da(ad, in, dt)), TY(ARG(0)));
+  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, pow_db(ad, in, dt)), TY(ARG(1)));
 }
-static void minmax(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d, Op cmp) {
-  ValId zero = ad_const(ad, TY(g)->dtype, 0);
-  ValId first = ad_cmp(ad, cmp, ARG(0), ARG(1));  /* ties go to the second operand */
-  if (need[0]) d[0] = ad_sum_to(ad, ad_where(ad, first, g, zero), TY(ARG(0)));
-  if (need[1]) d[1] = ad_sum_to(ad, ad_where(ad, first, zero, g), TY(ARG(1)));
+/* torch.maximum / torch.minimum: ties share g evenly; an operand gets nothing
+ * only where it loses (lose0/lose1 compare a with b), so a NaN on either side
+ * sends g to both, as in PyTorch. */
+static void minmax(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d, Op lose0, Op lose1) {
+  DType dt = TY(g)->dtype;
+  ValId zero = ad_const(ad, dt, 0);
+  ValId tie = ad_cmp(ad, IR_CMP_EQ, ARG(0), ARG(1));
+  ValId half = ad_bin(ad, IR_MUL, g, ad_const(ad, dt, 0.5));
+  if (need[0])
+    d[0] = ad_sum_to(ad, ad_where(ad, tie, half, ad_where(ad, ad_cmp(ad, lose0, ARG(0), ARG(1)), zero, g)), TY(ARG(0)));
+  if (need[1])
+    d[1] = ad_sum_to(ad, ad_where(ad, tie, half, ad_where(ad, ad_cmp(ad, lose1, ARG(0), ARG(1)), zero, g)), TY(ARG(1)));
 }
-static void vjp_MAX(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { minmax(ad, in, g, need, d, IR_CMP_GT); }
-static void vjp_MIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { minmax(ad, in, g, need, d, IR_CMP_LT); }
+static void vjp_MAX(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  minmax(ad, in, g, need, d, IR_CMP_LT, IR_CMP_GT);
+}
+static void vjp_MIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  minmax(ad, in, g, need, d, IR_CMP_GT, IR_CMP_LT);
+}
 /* comparisons and constants have no gradient (their operands are not reached) */
 #define NO_GRAD(ID) \
   static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { (void)ad; (void)in; (void)g; (void)need; (void)d; }

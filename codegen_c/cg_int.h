@@ -25,9 +25,11 @@ const char *cg_rt_dtype(DType t);     /* "CTC_F32" ... */
 /* A C literal of type t for v: "1.0f", "(-0.5f)", "INFINITY", "3", "INT64_C(5000000000)".
  * Negative values come parenthesised so that they can be substituted anywhere. */
 void cg_literal(Buf *b, DType t, double v);
-/* Expands an ops.def c_expr template: A/B/C become ops[0..2]; for compute type
- * ct == f32 the libm calls get their float names (exp -> expf); integer
- * literals of the template become literals of ct when ct is floating. */
+/* Expands an ops.def c_expr template: A/B/C become ops[0..2]; the <math.h>
+ * calls, written with their double names, get the names of the compute type
+ * (exp -> expf when ct is f32); a call of a function the emitter does not know
+ * is a BUG, so no template silently computes in double. The numbers of the
+ * template become literals of ct when ct is floating. */
 void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType ct);
 
 /* Identifier allocation: names come from the model, are sanitised to C
@@ -53,6 +55,7 @@ typedef struct Kernels {
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
+  unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_dt_suffix(DType t);  /* "f32" ... */

@@ -102,6 +102,12 @@ void cg_literal(Buf *b, DType t, double v) {
     cg_printf(b, "%s%s%s%s", d[0] == '-' ? "(" : "", d, t == DT_F32 ? "f" : "", d[0] == '-' ? ")" : "");
     return;
   case DT_I64: {
+    /* v converted as a C cast would on x86-64 (and as PyTorch's casts do there):
+     * truncated, NaN and out-of-range values give INT64_MIN; never UB here */
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0) || v == -9223372036854775808.0) {
+      cg_puts(b, "INT64_MIN");
+      return;
+    }
     long long x = (long long)v;
     if (x >= -2147483647LL && x <= 2147483647LL)
       cg_printf(b, x < 0 ? "(%lld)" : "%lld", x);
@@ -110,6 +116,10 @@ void cg_literal(Buf *b, DType t, double v) {
     return;
   }
   case DT_I32: {
+    if (!(v > -2147483649.0 && v < 2147483648.0)) {   /* as for int64 */
+      cg_puts(b, "INT32_MIN");
+      return;
+    }
     long long x = (long long)v;
     if (x == INT32_MIN) cg_puts(b, "INT32_MIN");
     else cg_printf(b, x < 0 ? "(%lld)" : "%lld", x);
@@ -124,7 +134,22 @@ void cg_literal(Buf *b, DType t, double v) {
 
 /* ---- c_expr templates ------------------------------------------------------- */
 
-static const char *const libm_fns[] = {"exp", "log", "sqrt", "tanh", "fabs", "erf", "pow", "cos", "sin", "floor", NULL};
+/* The <math.h> functions templates may call, by their double names; f32 code
+ * calls the float versions (expf), so nothing is computed in double by accident. */
+static const char *const libm_fns[] = {"exp",  "expm1", "exp2", "log",   "log1p", "log2",  "log10", "sqrt",
+                                       "cbrt", "tanh",  "sinh", "cosh",  "atanh", "asinh", "acosh", "fabs",
+                                       "erf",  "erfc",  "pow",  "cos",   "sin",   "tan",   "acos",  "asin",
+                                       "atan", "atan2", "floor", "ceil", "round", "trunc", "rint",  "nearbyint",
+                                       "fmod", "fmin",  "fmax", "copysign", "hypot", "remainder", "lgamma",
+                                       "tgamma", NULL};
+/* Type-generic macros of <math.h>, called as they are. */
+static const char *const generic_fns[] = {"isnan", "isinf", "isfinite", "signbit", NULL};
+
+static int in_list(const char *const *list, const char *s, size_t n) {
+  for (int i = 0; list[i]; i++)
+    if (strlen(list[i]) == n && !strncmp(list[i], s, n)) return 1;
+  return 0;
+}
 
 void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType ct) {
   const char *s = tmpl;
@@ -133,13 +158,17 @@ void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType
       const char *e = s;
       while (isalnum((unsigned char)*e) || *e == '_') e++;
       size_t n = (size_t)(e - s);
+      const char *after = e;
+      while (*after == ' ') after++;
       if (n == 1 && *s >= 'A' && *s < 'A' + nops) {
         cg_puts(b, ops[*s - 'A']);
+      } else if (*after == '(' && in_list(libm_fns, s, n)) {
+        cg_printf(b, "%.*s%s", (int)n, s, ct == DT_F32 ? "f" : "");
+      } else if (*after == '(' && !in_list(generic_fns, s, n) && strncmp(s, "ctc_", 4)) {
+        BUG("c_expr template \"%s\" calls %.*s, which the emitter does not know (add it to libm_fns)", tmpl,
+            (int)n, s);
       } else {
-        int fn = 0;
-        for (int i = 0; libm_fns[i]; i++)
-          if (strlen(libm_fns[i]) == n && !strncmp(libm_fns[i], s, n)) fn = 1;
-        cg_printf(b, "%.*s%s", (int)n, s, fn && ct == DT_F32 ? "f" : "");
+        cg_printf(b, "%.*s", (int)n, s);
       }
       s = e;
     } else if (isdigit((unsigned char)*s)) {
@@ -165,7 +194,8 @@ static const char *const reserved[] = {
     /* types, macros and library functions */
     "int64_t", "int32_t", "uint64_t", "uint32_t", "uintptr_t", "size_t", "NULL", "INT64_C", "INT64_MIN",
     "INT32_MIN", "INFINITY", "NAN", "isnan", "memcpy", "memset", "main", "errno", "exp", "expf", "log",
-    "logf", "sqrt", "sqrtf", "tanh", "tanhf", "fabs", "fabsf", "erf", "erff", "pow", "powf", "cos", "sin",
+    "logf", "sqrt", "sqrtf", "tanh", "tanhf", "fabs", "fabsf", "erf", "erff", "pow", "powf", "cos", "cosf",
+    "sin", "sinf", "floor", "floorf", "expm1", "expm1f", "log1p", "log1pf", "isinf", "isfinite", "signbit",
     /* locals of the generated entry functions */
     "A", "m", "i", "j", "k", "n", "v", "acc", "ix", "xp", "yp", "nc", "oh", "ow", "kh", "kw", "ih", "iw",
     "jn", "j0", "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "r0", "r1", "r2", "r3", "r4", "r5", "r6",
@@ -187,6 +217,9 @@ void cg_names_init(Names *ns, const char *prefix) {
 static int taken(const Names *ns, const char *s) {
   for (int i = 0; reserved[i]; i++)
     if (!strcmp(reserved[i], s)) return 1;
+  size_t n = strlen(s);   /* the math functions templates may call: exp and expf ... */
+  if (in_list(libm_fns, s, n) || in_list(generic_fns, s, n) || (n > 1 && s[n - 1] == 'f' && in_list(libm_fns, s, n - 1)))
+    return 1;
   for (int i = 0; i < ns->n; i++)
     if (!strcmp(ns->used[i], s)) return 1;
   return 0;

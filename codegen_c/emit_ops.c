@@ -166,13 +166,38 @@ static DType compute_type(const CgFunc *c, const Inst *in) {
   return ty(c, in->res)->dtype;
 }
 
-static const char *elem_template(const Inst *in, DType ct) {
+/* Integer forms: no NaN to propagate, and arithmetic wraps modulo 2**bits as in
+ * PyTorch (done in unsigned arithmetic: signed overflow would be UB in C). */
+static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
+  if (ct == DT_I64 || ct == DT_I32) {
+    int w = ct == DT_I64;
+    switch (in->op) {
+    case IR_NEG: return w ? "(int64_t)(0u - (uint64_t)A)" : "(int32_t)(0u - (uint32_t)A)";
+    case IR_ABS: return w ? "(A < 0 ? (int64_t)(0u - (uint64_t)A) : A)" : "(A < 0 ? (int32_t)(0u - (uint32_t)A) : A)";
+    case IR_ADD: return w ? "(int64_t)((uint64_t)A + (uint64_t)B)" : "(int32_t)((uint32_t)A + (uint32_t)B)";
+    case IR_SUB: return w ? "(int64_t)((uint64_t)A - (uint64_t)B)" : "(int32_t)((uint32_t)A - (uint32_t)B)";
+    case IR_MUL: return w ? "(int64_t)((uint64_t)A * (uint64_t)B)" : "(int32_t)((uint32_t)A * (uint32_t)B)";
+    case IR_POW:
+      c->k->ipow = 1;
+      return w ? "ctc_ipow(A, B)" : "(int32_t)ctc_ipow(A, B)";
+    default: break;
+    }
+  }
   if (!ir_dtype_is_float(ct)) {
-    if (in->op == IR_ABS) return "(A < 0 ? -A : A)";
     if (in->op == IR_MAX) return "(A > B ? A : B)";
     if (in->op == IR_MIN) return "(A < B ? A : B)";
   }
   return ir_ops[in->op].c_expr;
+}
+
+/* A float -> integer conversion as x86-64 (and so PyTorch there) does it:
+ * truncation, and the type's minimum for NaN and out-of-range values (a plain C
+ * cast would be UB). */
+static void float_to_int(Buf *e, DType rt, const char *x) {
+  if (rt == DT_I64)
+    cg_printf(e, "(%s >= -9223372036854775808.0 && %s < 9223372036854775808.0 ? (int64_t)%s : INT64_MIN)", x, x, x);
+  else
+    cg_printf(e, "(%s > -2147483649.0 && %s < 2147483648.0 ? (int32_t)%s : INT32_MIN)", x, x, x);
 }
 
 static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
@@ -186,8 +211,9 @@ static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   }
   DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
   if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(&e, "(unsigned char)(%s != 0)", txt[0]);
+  else if (in->op == IR_CAST && ir_dtype_is_float(ct) && (rt == DT_I64 || rt == DT_I32)) float_to_int(&e, rt, txt[0]);
   else if (in->op == IR_CAST) cg_printf(&e, "(%s)%s", cg_ctype(rt), txt[0]);
-  else cg_expand(&e, elem_template(in, ct), txt, in->nargs, ct);
+  else cg_expand(&e, elem_template(c, in, ct), txt, in->nargs, ct);
   LINE(c, "%s[%s] = %s;\n", cg_ref(c, in->res), idx[0], e.s);
   for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
   cg_buf_free(&e);
@@ -327,7 +353,7 @@ static void emit_rand_uniform(CgFunc *c, const Inst *in) {
 
 static const char *acc_type(const Inst *in, DType t) {
   if (in->op == IR_REDUCE_MAX) return cg_ctype(t);
-  return ir_dtype_is_float(t) ? "double" : "int64_t";
+  return ir_dtype_is_float(t) ? "double" : "uint64_t";   /* integer sums wrap, never UB */
 }
 
 static const char *acc_init(const Inst *in, DType t) {

@@ -144,6 +144,17 @@ static const char normal_text[] =
     "  }\n"
     "}\n";
 
+/* Integer pow as PyTorch's powi: exact, modulo 2**64 (the caller truncates to
+ * int32); negative exponents give 0 except for bases 1 and -1. */
+static const char ipow_text[] =
+    "static int64_t ctc_ipow(int64_t a, int64_t b) {\n"
+    "  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
+    "  uint64_t r = 1, x = (uint64_t)a;\n"
+    "  for (; b; b >>= 1, x *= x)\n"
+    "    if (b & 1) r *= x;\n"
+    "  return (int64_t)r;\n"
+    "}\n";
+
 /* Writes text with $T and $S replaced for dtype t. */
 static void instantiate(Buf *b, const char *text, DType t) {
   for (const char *s = text; *s; s++) {
@@ -172,6 +183,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       instantiate(b, col2im_text, (DType)t);
       cg_puts(b, "\n");
     }
+  if (k->ipow) cg_printf(b, "%s\n", ipow_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);

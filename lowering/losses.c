@@ -64,17 +64,20 @@ static PV *nll(L *L, Span at, PV *logp, PV *target, int red, int64_t ignore_inde
   int64_t ia[2] = {0, 1};
   PV *iota = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "classes"));
   PV *tcol = t_reshape(L, at, t_cast(L, at, target, DT_I64), (int64_t[]){tl.dims[0], 1}, 2);
-  PV *onehot = t_cast(L, at, t_compare(L, at, OP_EQ, iota, tcol), tl.dtype);
-  PV *per = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, onehot, logp),
+  /* select with where(), not a multiply by the one-hot: 0 * -inf would be NaN
+   * where PyTorch's gather reads only the target's log-probability */
+  PV *onehot = t_compare(L, at, OP_EQ, iota, tcol);
+  PV *per = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, t_where(L, at, onehot, logp, pv_float(L, 0)),
                                             (int64_t[]){1}, 1, 0, 0));
-  PV *valid = t_cast(L, at, t_compare(L, at, OP_NE, t_cast(L, at, target, DT_I64), pv_int(L, ignore_index)), tl.dtype);
+  PV *validb = t_compare(L, at, OP_NE, t_cast(L, at, target, DT_I64), pv_int(L, ignore_index));
+  PV *valid = t_cast(L, at, validb, tl.dtype);
   if (smoothing > 0) {
     /* (1 - e) * nll + e * mean_c(-logp), as PyTorch defines label smoothing */
     PV *u = t_unary(L, at, IR_NEG, t_reduce(L, at, IR_REDUCE_SUM, logp, (int64_t[]){1}, 1, 0, 1));
     per = t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, per, pv_float(L, 1 - smoothing)),
                    t_binary(L, at, OP_MUL, u, pv_float(L, smoothing)));
   }
-  per = t_binary(L, at, OP_MUL, per, valid);
+  per = t_where(L, at, validb, per, pv_float(L, 0));
   if (red == RED_NONE) return per;
   PV *sum = t_reduce(L, at, IR_REDUCE_SUM, per, NULL, 0, 0, 0);
   if (red == RED_SUM) return sum;

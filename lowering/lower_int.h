@@ -281,6 +281,8 @@ PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training);
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
+PV *t_minmax(L *L, Span at, Op op, PV *a, PV *b);       /* IR_MAX / IR_MIN: NaN from either side */
+PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi);      /* lo, hi: NULL, None, numbers or tensors */
 /* In-place update (x.add_(...), inplace=True, x += ...): x takes r's value, so every
  * Python name bound to the same tensor sees it, as in PyTorch. Returns x. */
 PV *t_inplace(L *L, Span at, PV *x, PV *r);

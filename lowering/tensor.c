@@ -108,16 +108,19 @@ static ValId cast_to(L *L, Span at, ValId v, DType dt) {
 
 static int dt_rank(DType d) { return d == DT_BOOL ? 0 : (d == DT_I32 || d == DT_I64) ? 1 : 2; }
 
+/* Result dtype of an op between tensors of dtypes da and db. */
+static DType promote2(DType da, DType db) {
+  if (dt_rank(da) != dt_rank(db)) return dt_rank(da) > dt_rank(db) ? da : db;
+  if (da == DT_F64 || db == DT_F64) return DT_F64;
+  if (da == DT_I64 || db == DT_I64) return DT_I64;
+  return da;
+}
+
 /* Result dtype of a binary op between a and b (tensors or Python numbers). */
 static DType promote(PV *a, PV *b) {
   DType da = a->k == PV_TENSOR ? a->t->type.dtype : DT_COUNT;
   DType db = b->k == PV_TENSOR ? b->t->type.dtype : DT_COUNT;
-  if (da != DT_COUNT && db != DT_COUNT) {
-    if (dt_rank(da) != dt_rank(db)) return dt_rank(da) > dt_rank(db) ? da : db;
-    if (da == DT_F64 || db == DT_F64) return DT_F64;
-    if (da == DT_I64 || db == DT_I64) return DT_I64;
-    return da;
-  }
+  if (da != DT_COUNT && db != DT_COUNT) return promote2(da, db);
   DType dt = da != DT_COUNT ? da : db;
   PV *s = da != DT_COUNT ? b : a;
   int srank = s->k == PV_FLOAT ? 2 : s->k == PV_INT ? 1 : 0;
@@ -125,9 +128,30 @@ static DType promote(PV *a, PV *b) {
   return dt;
 }
 
+/* A Python number as a constant of an operation of dtype dt. PyTorch wraps an
+ * integer scalar into an int32 operation modulo 2**32 (x + 2**32 == x); an int64
+ * constant must be exact in the IR's double (a rounded one would be a silently
+ * wrong value). */
+static double scalar_of(L *L, Span at, PV *x, DType dt) {
+  if (x->k == PV_FLOAT || (dt != DT_I32 && dt != DT_I64)) return pv_num(x);
+  if (dt == DT_I32) return (double)(int32_t)(uint32_t)(uint64_t)x->i;
+  if (x->i > ((int64_t)1 << 53) || x->i < -((int64_t)1 << 53))
+    lower_error(L, at, "integer constant %lld is too large for ctc (int64 constants are exact only up to 2**53)",
+                (long long)x->i);
+  return (double)x->i;
+}
+
+/* PyTorch's check when a Python int is stored into an integer tensor (where,
+ * masked_fill, clamp): "value cannot be converted to type int without overflow". */
+static void check_fits(L *L, Span at, PV *x, DType dt) {
+  if (!x || x->k != PV_INT || dt != DT_I32) return;
+  if (x->i < INT32_MIN || x->i > INT32_MAX)
+    lower_error(L, at, "value %lld cannot be converted to type int32 without overflow", (long long)x->i);
+}
+
 static ValId operand(L *L, Span at, PV *x, DType dt) {
   if (x->k == PV_TENSOR) return cast_to(L, at, t_val(L, at, x), dt);
-  if (pv_is_num(x)) return ir_const(L->prog, L->fn, dt, pv_num(x), at);
+  if (pv_is_num(x)) return ir_const(L->prog, L->fn, dt, scalar_of(L, at, x, dt), at);
   lower_error(L, at, "expected a tensor or a number, got '%s'", pv_kind_name(x));
 }
 
@@ -170,10 +194,16 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
     if (!ir_dtype_is_float(dt)) dt = DT_F32;
     return elem2(L, at, IR_DIV, "/", a, b, dt, dt);
   case OP_POW:
+    if (!ir_dtype_is_float(dt) && pv_is_num(b) && pv_num(b) < 0)
+      lower_error(L, at, "integers to negative integer powers are not allowed (as in PyTorch)");
     if (pv_is_num(b) && pv_num(b) == 2.0 && a->k == PV_TENSOR) return elem2(L, at, IR_MUL, "**", a, a, dt, dt);
     if (pv_is_num(b) && pv_num(b) == 1.0 && a->k == PV_TENSOR) return a;
+    /* PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt, which differ from
+     * pow at -inf and -0.0 (sqrt(-inf) = nan, rsqrt(-0.0) = -inf) */
     if (pv_is_num(b) && pv_num(b) == 0.5 && a->k == PV_TENSOR && ir_dtype_is_float(dt))
       return t_unary(L, at, IR_SQRT, a);
+    if (pv_is_num(b) && pv_num(b) == -0.5 && a->k == PV_TENSOR && ir_dtype_is_float(dt))
+      return t_unary(L, at, IR_RSQRT, a);
     return elem2(L, at, IR_POW, "**", a, b, dt, dt);
   case OP_FLOORDIV:
   case OP_MOD:
@@ -224,12 +254,28 @@ PV *t_unary(L *L, Span at, Op op, PV *x) {
   return t_wrap(L, emit(L, at, op, &v, 1, *ir_type(L->fn, v), NULL, 0, ir_ops[op].name));
 }
 
+/* A value converted to dtype dt as PyTorch's casts do on x86-64 (and as the
+ * generated code does): rounded to float, truncated to an integer with the
+ * type's minimum for NaN and out-of-range values (integers narrowed to int32
+ * wrap), != 0 for bool. */
+static double convert_value(double v, DType from, DType dt) {
+  if (dt == DT_I32 && (from == DT_I64 || from == DT_I32))   /* integer narrowing wraps */
+    return (double)(int32_t)(uint32_t)(uint64_t)(int64_t)v;
+  switch (dt) {
+  case DT_F32: return (double)(float)v;
+  case DT_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? trunc(v) : -9223372036854775808.0;
+  case DT_I32: return v > -2147483649.0 && v < 2147483648.0 ? trunc(v) : -2147483648.0;
+  case DT_BOOL: return v != 0;
+  default: return v;
+  }
+}
+
 PV *t_cast(L *L, Span at, PV *x, DType dt) {
   if (x->t->data && !L->fn) {
     Type t = x->t->type;
     t.dtype = dt;
     PV *r = t_const_tensor(L, at, t, 0);
-    memcpy(r->t->data, x->t->data, sizeof(double) * (size_t)ir_numel(&t));
+    for (int64_t i = 0; i < ir_numel(&t); i++) r->t->data[i] = convert_value(x->t->data[i], x->t->type.dtype, dt);
     return r;
   }
   return t_wrap(L, cast_to(L, at, t_val(L, at, x), dt));
@@ -238,6 +284,10 @@ PV *t_cast(L *L, Span at, PV *x, DType dt) {
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
   need_fn(L, at, "where");
   DType dt = promote(a, b);
+  if (dt == DT_COUNT)   /* two Python numbers: PyTorch's default dtypes */
+    dt = a->k == PV_FLOAT || b->k == PV_FLOAT ? DT_F32 : a->k == PV_BOOL && b->k == PV_BOOL ? DT_BOOL : DT_I64;
+  check_fits(L, at, a, dt);
+  check_fits(L, at, b, dt);
   ValId vc = t_val(L, at, c);
   if (ir_type(L->fn, vc)->dtype != DT_BOOL) vc = cast_to(L, at, vc, DT_BOOL);
   ValId va = operand(L, at, a, dt), vb = operand(L, at, b, dt);
@@ -722,3 +772,50 @@ PV *t_gelu(L *L, Span at, PV *x, int tanh_approx) {
   return y;
 }
 
+
+/* torch.maximum / torch.minimum: the MAX/MIN primitives, which propagate a NaN
+ * from either operand as PyTorch does (a where() on a comparison would not). */
+PV *t_minmax(L *L, Span at, Op op, PV *a, PV *b) {
+  DType dt = promote(a, b);
+  return elem2(L, at, op, op == IR_MAX ? "maximum" : "minimum", a, b, dt, dt);
+}
+
+/* x.clamp(lo, hi) = min(max(x, lo), hi) in PyTorch's dtype (promoted with the
+ * bounds), NaN kept, with clamp's gradient: g where lo <= x <= hi, else 0 (at
+ * NaN too; g at the bounds themselves). Written as where()s whose branches
+ * other than x do not depend on x; the NaN branch is a constant NaN. */
+PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi) {
+  need_fn(L, at, "clamp");
+  if (lo && lo->k == PV_NONE) lo = NULL;
+  if (hi && hi->k == PV_NONE) hi = NULL;
+  if (!lo && !hi) lower_error(L, at, "clamp: at least one of 'min' or 'max' must not be None");
+  DType dt = promote(x, lo ? lo : hi);
+  if (lo && hi) dt = promote2(dt, promote(x, hi));
+  check_fits(L, at, lo, dt);
+  check_fits(L, at, hi, dt);
+  PV *xt = t_wrap(L, operand(L, at, x, dt));
+  int fl = ir_dtype_is_float(dt);
+  /* PyTorch: a NaN bound alone leaves x as it is (with both, everything is NaN) */
+  if (fl && (!lo || !hi) && pv_is_num(lo ? lo : hi) && isnan(pv_num(lo ? lo : hi))) return xt;
+  PV *lo2 = lo;   /* the value where x < lo: min(lo, hi), NaN if hi is */
+  if (lo && hi) {
+    if (pv_is_num(lo) && pv_is_num(hi)) lo2 = pv_num(lo) <= pv_num(hi) ? lo : hi;
+    else lo2 = t_where(L, at, t_compare(L, at, OP_LE, lo, hi), lo, hi);
+  }
+  PV *nan = t_wrap(L, ir_const(L->prog, L->fn, dt, NAN, at));
+  PV *r;
+  if (!fl) {   /* no NaN: the two where()s of min(max(x, lo), hi) */
+    r = xt;
+    if (hi) r = t_where(L, at, t_compare(L, at, OP_GT, r, hi), hi, r);
+    if (lo) r = t_where(L, at, t_compare(L, at, OP_LT, xt, lo), lo2, r);
+  } else if (!hi) {
+    r = t_where(L, at, t_compare(L, at, OP_GE, xt, lo), xt, t_where(L, at, t_compare(L, at, OP_LT, xt, lo), lo, nan));
+  } else if (!lo) {
+    r = t_where(L, at, t_compare(L, at, OP_LE, xt, hi), xt, t_where(L, at, t_compare(L, at, OP_GT, xt, hi), hi, nan));
+  } else {
+    PV *in = t_where(L, at, t_compare(L, at, OP_LE, xt, hi), xt, hi);
+    r = t_where(L, at, t_compare(L, at, OP_GE, xt, lo), in, t_where(L, at, t_compare(L, at, OP_LT, xt, lo), lo2, nan));
+  }
+  ir_val(L->fn, r->t->v)->name = "clamp";
+  return r;
+}

@@ -546,16 +546,11 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_MINIMUM: {
     bind_args(L, A, "other", a);
     PV *y = need_tensor(L, at, a[0], "other");
-    PV *c = t_compare(L, at, bi == BI_T_MAXIMUM ? OP_GT : OP_LT, x, y);
-    return t_where(L, at, c, x, y);
+    return t_minmax(L, at, bi == BI_T_MAXIMUM ? IR_MAX : IR_MIN, x, y);
   }
-  case BI_T_CLAMP: {
+  case BI_T_CLAMP:
     bind_args(L, A, "min=,max=", a);
-    PV *r = x;
-    if (a[0] && a[0]->k != PV_NONE) r = t_where(L, at, t_compare(L, at, OP_LT, r, a[0]), a[0], r);
-    if (a[1] && a[1]->k != PV_NONE) r = t_where(L, at, t_compare(L, at, OP_GT, r, a[1]), a[1], r);
-    return r;
-  }
+    return t_clamp(L, at, x, a[0], a[1]);
   case BI_T_WHERE:
     bind_args(L, A, "input,other", a);
     return t_where(L, at, x, a[0], a[1]);

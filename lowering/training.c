@@ -231,7 +231,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     PV *den_v = nv;
     if (hpb(L, at, opt, "amsgrad")) {
       PV *vmax = state_tensor(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
-      PV *nmax = t_where(L, at, t_compare(L, at, OP_GT, vmax, nv), vmax, nv);
+      PV *nmax = t_minmax(L, at, IR_MAX, vmax, nv);   /* torch.maximum: NaN propagates */
       state_update(L, at, vmax, nmax);
       den_v = nmax;
     }
