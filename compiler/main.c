@@ -342,6 +342,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   MemPlan *plan = ir_plan_memory(p);
+  if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
+    diag_error(&d, plan->error_at, "%s", plan->error);
+    return CTC_EXIT_USER;
+  }
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
   int rc = write_c(a, &d, p, plan, c_path);
   if (rc) return rc;
