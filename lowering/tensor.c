@@ -286,8 +286,9 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
       infer = i;
       continue;
     }
-    if (dims[i] <= 0) lower_error(L, at, "invalid shape dimension %lld", (long long)dims[i]);
-    if (ir_mul(known, dims[i], &known) < 0) known = -1;   /* overflow: no input can match */
+    if (dims[i] < 0) lower_error(L, at, "invalid shape dimension %lld", (long long)dims[i]);
+    /* 0 (ctc's tensors are never empty) or overflow: no input can match */
+    if (dims[i] == 0 || ir_mul(known, dims[i], &known) < 0) known = -1;
     out.dims[i] = dims[i];
   }
   int64_t total = ir_numel(&in);

@@ -78,9 +78,7 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_RANDN:
   case BI_T_RAND: {
     if (A->nkw) lower_error(L, A->at, "unexpected keyword argument '%s'", A->kwnames[0]);
-    int n = shape_args(L, A, 0, dims);
-    for (int i = 0; i < n; i++)
-      if (dims[i] <= 0) lower_error(L, A->at, "tensor dimensions must be positive (got %lld)", (long long)dims[i]);
+    int n = shape_args(L, A, 0, dims);   /* sizes <= 0: t_const_tensor's diagnostic */
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
     if (bi == BI_T_RANDN || bi == BI_T_RAND) {
       if (L->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
@@ -130,6 +128,8 @@ static PV *factory(L *L, int bi, Args *A0) {
       hi = arg_num(L, A->at, a[0], "end");
     if (st == 0) lower_error(L, A->at, "arange step must not be zero");
     double len = ceil((hi - lo) / st);   /* NaN, inf or huge: never converted to int64 */
+    if (isnan(len) || isinf(lo) || isinf(hi))
+      lower_error(L, A->at, "torch.arange: unsupported range %g -> %g", lo, hi);
     if (!(len < 9.2e18))
       lower_error(L, A->at, "torch.arange with %.4g elements is too large for ctc", len);
     int64_t n = len > 0 ? (int64_t)len : 0;
