@@ -360,6 +360,7 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
     lower_error(L, at, "zero-size tensors are not supported by ctc: this slice of a tensor of shape %s is empty "
                 "(shape %s)", shape_str(L, &in), shape_str(L, &out));
   }
+  if (cnt == 1) step = 1;   /* one element: any step reads it; keeps (cnt-1)*step < n and stride*step small */
   if (cnt == n && step == 1) return x;
   out.dims[axis] = cnt;
   int64_t attr[2 * IR_MAX_DIMS];
