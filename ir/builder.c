@@ -70,11 +70,13 @@ const char *ir_type_problem(const Type *t, char *buf, size_t cap) {
 }
 
 /* The choke point for every tensor type that enters the IR. */
-static void check_type(Program *p, const Type *t, Span at) {
-  char msg[512];
+static void check_type(Program *p, const Type *t, Span at, const char *input) {
+  char msg[512], full[600];
   if (!ir_type_problem(t, msg, sizeof msg)) return;
-  if (p->type_error) p->type_error(p->type_error_ctx, at, msg);
-  BUG("%s", msg);
+  if (input) snprintf(full, sizeof full, "input '%s': %s", input, msg);
+  else snprintf(full, sizeof full, "%s", msg);
+  if (p->type_error) p->type_error(p->type_error_ctx, at, full);
+  BUG("%s", full);
 }
 
 int ir_type_eq(const Type *a, const Type *b) {
@@ -147,7 +149,7 @@ static ValId new_value(Program *p, Func *f, ValKind k, Type t, const char *name)
 }
 
 ValId ir_add_input(Program *p, Func *f, const char *name, Type t) {
-  check_type(p, &t, f->loc);
+  check_type(p, &t, f->loc, name ? name : "?");
   ValId v = new_value(p, f, V_INPUT, t, name);
   f->values.data[v].index = f->inputs.len;
   vec_push(p->arena, &f->inputs, v);
@@ -170,7 +172,7 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name) {
   CHECK(nattr <= IR_MAX_ATTRS);
   CHECK(ir_ops[op].nargs < 0 || ir_ops[op].nargs == nargs);
-  check_type(p, &res, loc);
+  check_type(p, &res, loc, NULL);
   ValId r = new_value(p, f, V_INST, res, name ? name : ir_ops[op].name);
   Inst in = {0};
   in.op = op;

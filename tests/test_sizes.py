@@ -88,6 +88,8 @@ CASES = [
      "7:20: error: torch.arange with 1e+300 elements is too large for ctc"),
     ("negative_size", ret("x + x.new_zeros(-1)"), ("--input", "x=f32[4]"),
      "7:20: error: negative dimension -1 in shape [-1]"),
+    ("input_too_large", ret("x[0]"), ("--input", "x=f32[1048576,1048576,2]"),
+     "6:5: error: input 'x': tensor of shape [1048576, 1048576, 2] " + TOO_BIG.format("8796093022208")),
     # --- the arena limit: at the parameter, or the op, that goes past 2**40 bytes ---
     ("arena_params",
      fwd("        return self.c(self.b(self.a(x)))",
