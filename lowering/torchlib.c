@@ -139,8 +139,10 @@ static PV *factory(L *L, int bi, Args *A0) {
       Type t = type_of(dt, 1, &n);
       if (ir_dtype_is_float(dt) && (lo != floor(lo) || st != floor(st)))
         lower_error(L, A->at, "arange with fractional start/step inside compiled code is not supported");
-      if (!(fabs(lo) < 9.2e18 && fabs(st) < 9.2e18))
-        lower_error(L, A->at, "torch.arange: start or step is too large for ctc (%g, %g)", lo, st);
+      /* the generated loop computes start + i * step in int64 */
+      if (!(fabs(lo) < 9.2e18 && fabs(st) < 9.2e18 && fabs(lo + (double)(n - 1) * st) < 9.2e18))
+        lower_error(L, A->at, "torch.arange: values beyond the int64 range are not supported by ctc (start %g, "
+                              "step %g, %lld elements)", lo, st, (long long)n);
       int64_t attr[2] = {(int64_t)lo, (int64_t)st};
       return t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
     }

@@ -86,6 +86,9 @@ CASES = [
      "7:20: error: torch.arange: unsupported range 0 -> nan"),
     ("arange_float_huge", ret("x + torch.arange(1e300)"), ("--input", "x=f32[4]"),
      "7:20: error: torch.arange with 1e+300 elements is too large for ctc"),
+    ("arange_int64_range", ret("x[0] + torch.arange(9e18, 1e19, 1e17)"), ("--input", "x=f32[4]"),
+     "7:23: error: torch.arange: values beyond the int64 range are not supported by ctc (start 9e+18, step 1e+17, "
+     "10 elements)"),
     ("negative_size", ret("x + x.new_zeros(-1)"), ("--input", "x=f32[4]"),
      "7:20: error: negative dimension -1 in shape [-1]"),
     ("input_too_large", ret("x[0]"), ("--input", "x=f32[1048576,1048576,2]"),
