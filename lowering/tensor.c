@@ -649,10 +649,19 @@ PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2]
         ir_add(tx.dims[2 + d], 2 * p[d], &in) < 0 || ir_sub(in, span, &in) < 0)
       lower_error(L, at, "pooling: kernel size or dilation is too large (%lld, %lld)", (long long)k[d], (long long)dil[d]);
     if (in < 0) lower_error(L, at, "pooling: input %s is too small for kernel %lldx%lld", shape_str(L, &tx), (long long)k[0], (long long)k[1]);
-    int64_t o = (ceil_mode ? (in + s[d] - 1) / s[d] : in / s[d]) + 1;
-    if (ceil_mode && (o - 1) * s[d] >= tx.dims[2 + d] + p[d]) o--;
+    int64_t o = (ceil_mode && in > 0 ? (in - 1) / s[d] + 1 : in / s[d]) + 1, last;   /* ceil without overflow */
+    /* ceil_mode: the last window must start inside the input or its left padding */
+    if (ceil_mode && (ir_mul(o - 1, s[d], &last) < 0 || last >= tx.dims[2 + d] + p[d])) o--;
     r.dims[2 + d] = o;
   }
+  /* The work (and every product the code generator forms from it) stays far
+   * from int64 overflow: at most 2**40 window reads. */
+  char why[512];
+  if (ir_type_problem(&r, why, sizeof why)) lower_error(L, at, "%s", why);
+  int64_t reads[3] = {ir_numel(&r), k[0], k[1]}, nreads;
+  if (ir_prod(reads, 3, &nreads) < 0 || nreads > CTC_MAX_ARENA_BYTES)
+    lower_error(L, at, "pooling: kernel %lldx%lld is too large (more than 2**40 window reads)", (long long)k[0],
+                (long long)k[1]);
   if (ceil_mode && op == IR_AVGPOOL2D) lower_error(L, at, "avg_pool2d with ceil_mode=True is not supported yet");
   if (!ir_dtype_is_float(tx.dtype)) lower_error(L, at, "pooling needs a floating-point tensor");
   ValId v = t_val(L, at, x);

@@ -75,6 +75,9 @@ CASES = [
      "7:16: error: pooling: padding should be at most half the kernel size"),
     ("pool_dilation_overflow", ret("F.max_pool2d(x, 3, dilation=2**62)"), ("--input", "x=f32[1,1,4,4]"),
      "7:16: error: pooling: kernel size or dilation is too large (3, 4611686018427387904)"),
+    ("pool_huge_kernel", ret("F.max_pool2d(x, 2**62, padding=2**61)"), ("--input", "x=f32[1,1,5,5]"),
+     "7:16: error: pooling: kernel 4611686018427387904x4611686018427387904 is too large (more than 2**40 window "
+     "reads)"),
     ("matmul_batch_too_large", ret("x.expand(2**20, 1, 4, 4) @ x.expand(1, 2**20, 4, 4)"),
      ("--input", "x=f32[4,4]"),
      "7:16: error: tensor of shape [1048576, 1048576, 4, 4] " + TOO_BIG.format("70368744177664")),
@@ -173,3 +176,12 @@ def test_arena_limit_is_not_off_by_one(tmp_path):
     assert r.returncode == 1, r.stderr
     assert r.stderr.splitlines()[0] == (f"{path}:7:16: error: tensor of shape [262145, 1048576] "
                                         + TOO_BIG.format("1099515822080")), r.stderr
+
+
+def test_pool_ceil_mode_huge_stride(tmp_path):
+    """ceil_mode output sizes are computed without overflow: a stride of
+    2**63-1 gives one window (PyTorch itself rejects it: integer out of range)."""
+    r, _ = compile_(tmp_path, ret("F.max_pool2d(x, 2, stride=9223372036854775807, ceil_mode=True)"),
+                    "--input", "x=f32[1,1,5,5]", "--emit", "ir")
+    assert r.returncode == 0, r.stderr
+    assert ": f32[1,1,1,1]" in (tmp_path / "m.c").read_text()
