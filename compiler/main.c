@@ -314,7 +314,17 @@ int main(int argc, char **argv) {
   if (!p || d.nerrors) return CTC_EXIT_USER;
   double t_lower = now_ms();
   verify(p, "lowering");
+  /* the pass pipeline */
+  for (int i = 0; i < p->funcs.len; i++) {
+    ir_pass_dce(p, p->funcs.data[i]);
+    verify(p, "dce");
+  }
   if (!strcmp(o.cmd, "check")) {
+    MemPlan *plan = ir_plan_memory(p);   /* check reports what compile would */
+    if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
+      diag_error(&d, plan->error_at, "%s", plan->error);
+      return CTC_EXIT_USER;
+    }
     int64_t nparam = 0;
     for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
     char tb[256];
@@ -328,11 +338,6 @@ int main(int argc, char **argv) {
       fprintf(stdout, "\n");
     }
     return 0;
-  }
-  /* the pass pipeline */
-  for (int i = 0; i < p->funcs.len; i++) {
-    ir_pass_dce(p, p->funcs.data[i]);
-    verify(p, "dce");
   }
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;

@@ -185,3 +185,13 @@ def test_pool_ceil_mode_huge_stride(tmp_path):
                     "--input", "x=f32[1,1,5,5]", "--emit", "ir")
     assert r.returncode == 0, r.stderr
     assert ": f32[1,1,1,1]" in (tmp_path / "m.c").read_text()
+
+
+def test_check_reports_the_arena_limit(tmp_path):
+    """`ctc check` plans memory too, so it rejects what `compile` would."""
+    p = tmp_path / "m.py"
+    p.write_text(fwd("        y = x.expand(2**18, 2**20)\n        z = torch.relu(y)\n        return z.sum()"))
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[1]"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[0] == (f"{p}:8:13: error: the model needs at least 2199023255552 bytes of memory "
+                                        "here, more than ctc's limit of 1099511627776 bytes (2**40)"), r.stderr
