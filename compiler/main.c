@@ -355,7 +355,15 @@ int main(int argc, char **argv) {
   if (!p || d.nerrors) return CTC_EXIT_USER;
   double t_lower = now_ms();
   verify(p, "lowering");
+  for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
+  /* the pass pipeline */
+  run_pass(p, "dce", ir_pass_dce);
   if (!strcmp(o.cmd, "check")) {
+    MemPlan *plan = ir_plan_memory(p);   /* check reports what compile would */
+    if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
+      diag_error(&d, plan->error_at, "%s", plan->error);
+      return CTC_EXIT_USER;
+    }
     int64_t nparam = 0;
     for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
     char tb[256];
@@ -370,9 +378,6 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
-  /* the pass pipeline */
-  run_pass(p, "dce", ir_pass_dce);
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
@@ -381,6 +386,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   MemPlan *plan = ir_plan_memory(p);
+  if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
+    diag_error(&d, plan->error_at, "%s", plan->error);
+    return CTC_EXIT_USER;
+  }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
   int rc = write_c(a, &d, p, plan, c_path);

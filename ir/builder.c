@@ -15,10 +15,68 @@ const char *ir_dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names
 size_t ir_dtype_size(DType t) { return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0; }
 int ir_dtype_is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
+int ir_prod(const int64_t *dims, int n, int64_t *r) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    if (ir_mul(p, dims[i], &p) < 0) return -1;
+  *r = p;
+  return 0;
+}
+
 int64_t ir_numel(const Type *t) {
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; i++) n *= t->dims[i];
-  return n;
+  int64_t n;
+  return ir_prod(t->dims, t->ndim, &n) < 0 ? INT64_MAX : n;
+}
+
+int ir_type_bytes(const Type *t, int64_t *bytes) {
+  int64_t n;
+  if (ir_prod(t->dims, t->ndim, &n) < 0) return -1;
+  return ir_mul(n, (int64_t)ir_dtype_size(t->dtype), bytes);
+}
+
+const char *ir_type_problem(const Type *t, char *buf, size_t cap) {
+  char shape[256];
+  int zero = 0;
+  if (t->ndim < 0 || t->ndim > IR_MAX_DIMS) {
+    snprintf(buf, cap, "tensor of %d dimensions (ctc supports at most %d)", t->ndim, IR_MAX_DIMS);
+    return buf;
+  }
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->dims[i] < 0) {
+      snprintf(buf, cap, "negative dimension %lld in shape %s", (long long)t->dims[i],
+               ir_shape_str(t, shape, sizeof shape));
+      return buf;
+    }
+    zero |= t->dims[i] == 0;
+  }
+  if (zero) {
+    snprintf(buf, cap, "zero-size tensors are not supported by ctc: shape %s", ir_shape_str(t, shape, sizeof shape));
+    return buf;
+  }
+  int64_t bytes;
+  if (ir_type_bytes(t, &bytes) < 0) {
+    double b = (double)ir_dtype_size(t->dtype);
+    for (int i = 0; i < t->ndim; i++) b *= (double)t->dims[i];
+    snprintf(buf, cap, "tensor of shape %s is too large (%.3g bytes; ctc's limit is 2**40 bytes)",
+             ir_shape_str(t, shape, sizeof shape), b);
+    return buf;
+  }
+  if (bytes > CTC_MAX_ARENA_BYTES) {
+    snprintf(buf, cap, "tensor of shape %s is too large (%lld bytes; ctc's limit is 2**40 bytes)",
+             ir_shape_str(t, shape, sizeof shape), (long long)bytes);
+    return buf;
+  }
+  return NULL;
+}
+
+/* The choke point for every tensor type that enters the IR. */
+static void check_type(Program *p, const Type *t, Span at, const char *input) {
+  char msg[512], full[600];
+  if (!ir_type_problem(t, msg, sizeof msg)) return;
+  if (input) snprintf(full, sizeof full, "input '%s': %s", input, msg);
+  else snprintf(full, sizeof full, "%s", msg);
+  if (p->type_error) p->type_error(p->type_error_ctx, at, full);
+  BUG("%s", full);
 }
 
 int ir_type_eq(const Type *a, const Type *b) {
@@ -91,6 +149,7 @@ static ValId new_value(Program *p, Func *f, ValKind k, Type t, const char *name)
 }
 
 ValId ir_add_input(Program *p, Func *f, const char *name, Type t) {
+  check_type(p, &t, f->loc, name ? name : "?");
   ValId v = new_value(p, f, V_INPUT, t, name);
   f->values.data[v].index = f->inputs.len;
   vec_push(p->arena, &f->inputs, v);
@@ -113,6 +172,7 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name) {
   CHECK(nattr <= IR_MAX_ATTRS);
   CHECK(ir_ops[op].nargs < 0 || ir_ops[op].nargs == nargs);
+  check_type(p, &res, loc, NULL);
   ValId r = new_value(p, f, V_INST, res, name ? name : ir_ops[op].name);
   Inst in = {0};
   in.op = op;

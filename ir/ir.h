@@ -32,7 +32,34 @@ typedef struct Type {
 const char *ir_dtype_name(DType t);   /* "f32" */
 size_t ir_dtype_size(DType t);
 int ir_dtype_is_float(DType t);
+/* Elements of t. Exact for every type that passed ir_type_problem (the IR
+ * builder checks each value's type); saturates at INT64_MAX otherwise. */
 int64_t ir_numel(const Type *t);
+
+/* ---- sizes ----------------------------------------------------------------
+ * Every product or sum of dims, strides, element counts and byte sizes goes
+ * through these checked helpers: they store the exact result and return 0, or
+ * return -1 when it does not fit in int64 (nothing wraps). */
+static inline int ir_mul(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r) ? -1 : 0; }
+static inline int ir_add(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r) ? -1 : 0; }
+static inline int ir_sub(int64_t a, int64_t b, int64_t *r) { return __builtin_sub_overflow(a, b, r) ? -1 : 0; }
+/* Product of n dims (0 or -1 as above). */
+int ir_prod(const int64_t *dims, int n, int64_t *r);
+/* Byte size of a tensor of type t (0 or -1 as above). */
+int ir_type_bytes(const Type *t, int64_t *bytes);
+
+/* The largest arena (parameters + activations of one entry, in bytes) and so
+ * the largest tensor a compiled program may have: 1 TiB = 2**40 bytes. It is
+ * far above any real model (the arena is one malloc at run time), and it keeps
+ * every byte offset, offset + size, and element index (< 2**40) of the memory
+ * plan and of the generated code far from int64 overflow. */
+#define CTC_MAX_ARENA_BYTES ((int64_t)1 << 40)
+
+/* Why t cannot be the type of a tensor in a compiled program, or NULL if it
+ * can: a dim <= 0 ("zero-size tensors are not supported by ctc: shape [2, 0]"),
+ * or a byte size past CTC_MAX_ARENA_BYTES ("tensor of shape [...] is too large
+ * (N bytes ...)"). The message is written into buf. */
+const char *ir_type_problem(const Type *t, char *buf, size_t cap);
 int ir_type_eq(const Type *a, const Type *b);
 /* "f32[64,1,28,28]" into buf (returns buf). */
 char *ir_type_str(const Type *t, char *buf, size_t cap);
@@ -152,6 +179,11 @@ struct Program {
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
   IrPassHook hook;            /* NULL: none */
   void *hook_ctx;
+  /* Called by ir_emit / ir_add_input, before anything is added, with the
+   * instruction's location when a result type fails ir_type_problem; lowering
+   * reports it as a user error there (it must not return). NULL: a ctc bug. */
+  void (*type_error)(void *ctx, Span at, const char *msg);
+  void *type_error_ctx;
 };
 
 /* ---- builder (builder.c) ------------------------------------------------ */
@@ -211,9 +243,15 @@ typedef struct MemPlan {
   int64_t params_bytes;    /* size of the parameter region */
   FuncPlan *funcs;         /* per Program.funcs entry */
   int64_t arena_bytes;     /* params_bytes + max peak */
+  /* Non-NULL when the arena would exceed CTC_MAX_ARENA_BYTES: the message, at
+   * the parameter's creation or the instruction that first goes past it. The
+   * rest of the plan is then incomplete and must not be used. */
+  const char *error;
+  Span error_at;
 } MemPlan;
 
-/* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer). */
+/* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer);
+ * INT64_MAX when that does not fit in int64. */
 int64_t ir_scratch_bytes(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */
 int ir_is_view(const Func *f, ValId v);

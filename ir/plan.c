@@ -28,7 +28,12 @@
  *
  * Scratch (ir_scratch_bytes) is the column matrix [C*KH*KW, OH*OW] of one image
  * for CONV2D, CONV2D_BWD_INPUT and CONV2D_BWD_WEIGHT; it lives only during its
- * instruction. */
+ * instruction.
+ *
+ * Sizes: every value's type passed ir_type_problem when it was built (at most
+ * CTC_MAX_ARENA_BYTES bytes), and planning stops at the first parameter or
+ * instruction that takes the arena past CTC_MAX_ARENA_BYTES (MemPlan.error), so
+ * offsets stay below 2**41 and no sum here can wrap. */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"
@@ -37,7 +42,11 @@
 
 static int64_t align_up(int64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
 
-static int64_t value_bytes(const Type *t) { return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype); }
+/* Bytes of a value; INT64_MAX if that does not fit (never for a checked type). */
+static int64_t value_bytes(const Type *t) {
+  int64_t b;
+  return ir_type_bytes(t, &b) < 0 ? INT64_MAX : b;
+}
 
 /* Whether v is the result of a (live, compacted) instruction of f. */
 static int is_inst_result(const Func *f, ValId v) {
@@ -84,7 +93,8 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   }
   if (conv_is_pointwise(in, KH, KW, H, W, OH, OW)) return 0;
   /* The column matrix of one image: [C*KH*KW, OH*OW]. */
-  return C * KH * KW * OH * OW * (int64_t)ir_dtype_size(r->dtype);
+  int64_t d[6] = {C, KH, KW, OH, OW, (int64_t)ir_dtype_size(r->dtype)}, b;
+  return ir_prod(d, 6, &b) < 0 ? INT64_MAX : b;
 }
 
 int ir_is_view(const Func *f, ValId v) {
@@ -132,7 +142,21 @@ static int64_t pack(Packer *pk, int t, int end, int64_t size) {
   return off;
 }
 
-static void plan_func(Program *p, Func *f, const MemPlan *mp, FuncPlan *fp) {
+static const char *too_large(Program *p, int64_t need) {
+  if (need == INT64_MAX)
+    return arena_printf(p->arena, "the model needs more memory than ctc's limit of %lld bytes (2**40)",
+                        (long long)CTC_MAX_ARENA_BYTES);
+  return arena_printf(p->arena, "the model needs at least %lld bytes of memory here, more than ctc's limit of "
+                      "%lld bytes (2**40)", (long long)need, (long long)CTC_MAX_ARENA_BYTES);
+}
+
+/* Whether `size` more bytes at the end of an activation region with peak
+ * `peak` could still fit (a cheap bound that keeps pack() from wrapping). */
+static int fits(const MemPlan *mp, int64_t peak, int64_t size) {
+  return size <= CTC_MAX_ARENA_BYTES && mp->params_bytes + peak + size <= CTC_MAX_ARENA_BYTES + PLAN_ALIGN;
+}
+
+static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   int nv = f->values.len, ni = f->insts.len;
   fp->loc = arena_alloc(p->arena, sizeof(Loc) * (size_t)(nv ? nv : 1));
   fp->scratch = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(ni ? ni : 1));
@@ -185,14 +209,26 @@ static void plan_func(Program *p, Func *f, const MemPlan *mp, FuncPlan *fp) {
     const Inst *in = &f->insts.data[i];
     ValId r = in->res;
     if (in->op == IR_CONST) continue;
+    int64_t vb = root[r] != r ? 0 : value_bytes(&f->values.data[r].type), sb = ir_scratch_bytes(f, in);
+    if (!fits(mp, pk.peak, vb) || !fits(mp, pk.peak, sb) || !fits(mp, pk.peak + vb, sb)) {
+      int64_t need = INT64_MAX;
+      if (vb < INT64_MAX && sb < INT64_MAX) need = mp->params_bytes + pk.peak + vb + sb;
+      mp->error = too_large(p, need);
+      mp->error_at = in->loc;
+      break;
+    }
     if (root[r] != r) {
       fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
     } else {
-      int64_t off = pack(&pk, i, last[r], value_bytes(&f->values.data[r].type));
+      int64_t off = pack(&pk, i, last[r], vb);
       fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + off};
     }
-    int64_t sb = ir_scratch_bytes(f, in);
     if (sb > 0) fp->scratch[i] = mp->params_bytes + pack(&pk, i, i, sb);
+    if (mp->params_bytes + pk.peak > CTC_MAX_ARENA_BYTES) {
+      mp->error = too_large(p, mp->params_bytes + pk.peak);
+      mp->error_at = in->loc;
+      break;
+    }
   }
   fp->peak = pk.peak;
   free(pk.live);
@@ -207,13 +243,20 @@ MemPlan *ir_plan_memory(Program *p) {
   int64_t off = 0;
   for (int i = 0; i < np; i++) {
     mp->param_offset[i] = off;
-    off = align_up(off + value_bytes(&p->params.data[i].type));
+    int64_t b = value_bytes(&p->params.data[i].type);
+    if (b > CTC_MAX_ARENA_BYTES || off + b > CTC_MAX_ARENA_BYTES) {
+      mp->error = too_large(p, b > CTC_MAX_ARENA_BYTES ? INT64_MAX : off + b);
+      mp->error_at = p->params.data[i].loc;
+      return mp;
+    }
+    off = align_up(off + b);
   }
   mp->params_bytes = off;
   mp->funcs = arena_alloc(p->arena, sizeof(FuncPlan) * (size_t)(p->funcs.len ? p->funcs.len : 1));
   int64_t peak = 0;
   for (int i = 0; i < p->funcs.len; i++) {
     plan_func(p, p->funcs.data[i], mp, &mp->funcs[i]);
+    if (mp->error) return mp;
     if (mp->funcs[i].peak > peak) peak = mp->funcs[i].peak;
   }
   mp->arena_bytes = mp->params_bytes + peak;

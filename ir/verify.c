@@ -204,8 +204,8 @@ int ir_verify(const Program *p, const Func *f, FILE *out) {
         (val->index < 0 || val->index >= p->params.len ||
          !ir_type_eq(&val->type, &p->params.data[val->index].type)))
       rc = fail(&v, "value %d: bad parameter reference", i);
-    for (int d = 0; d < val->type.ndim && !rc; d++)
-      if (val->type.dims[d] <= 0) rc = fail(&v, "value %d has a non-positive dim", i);
+    char why[512];   /* every dim > 0 and at most CTC_MAX_ARENA_BYTES bytes (the builder's check) */
+    if (!rc && ir_type_problem(&val->type, why, sizeof why)) rc = fail(&v, "value %d: %s", i, why);
   }
   for (int i = 0; i < f->insts.len && !rc; i++) {
     const Inst *in = &f->insts.data[i];

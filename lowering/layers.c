@@ -7,6 +7,8 @@
 
 
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b) {
+  char msg[512];
+  if (ir_type_problem(&t, msg, sizeof msg)) lower_error(L, at, "%s", msg);   /* too large, or empty */
   Slot *s = arena_alloc(L->a, sizeof *s);
   s->type = t;
   s->init = init;
@@ -163,9 +165,12 @@ PV *layer_construct(L *L, PV *cls, Args *A) {
     env_set(L, o->attrs, "stride", pair_pv(L, s));
     env_set(L, o->attrs, "padding", pair_pv(L, p));
     env_set(L, o->attrs, "dilation", pair_pv(L, d));
-    double bound = 1.0 / sqrt((double)(cin * k[0] * k[1] > 0 ? cin * k[0] * k[1] : 1));
     int64_t wd[4] = {cout, cin, k[0], k[1]};
-    new_param(L, at, o, "weight", DT_F32, 4, wd, PINIT_UNIFORM, -bound, bound);
+    PV *w = new_param(L, at, o, "weight", DT_F32, 4, wd, PINIT_UNIFORM, 0, 0);
+    /* fan-in of the checked weight (its numel fits, so this product does too) */
+    double bound = 1.0 / sqrt((double)(cin * k[0] * k[1]));
+    w->t->slot->init_a = -bound;
+    w->t->slot->init_b = bound;
     if (!a[7] || arg_bool(L, at, a[7], "bias")) new_param(L, at, o, "bias", DT_F32, 1, &cout, PINIT_UNIFORM, -bound, bound);
     else module_setattr(L, at, o, "bias", pv_none(L));
     return o;

@@ -251,6 +251,9 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   L->fn = NULL;
 }
 
+/* The IR builder's size check (ir_type_problem) failed: a user error at the op. */
+static CTC_NORETURN void type_error(void *ctx, Span at, const char *msg) { lower_error((L *)ctx, at, "%s", msg); }
+
 Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, const LowerOptions *opt) {
   jmp_buf jb;
   L ctx = {0}, *L = &ctx;
@@ -260,8 +263,13 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->prog = ir_program_new(a, src);
   L->prog->hook = opt->hook;
   L->prog->hook_ctx = opt->hook_ctx;
+  L->prog->type_error = type_error;
+  L->prog->type_error_ctx = L;   /* cleared on return: L lives on this stack frame */
   L->on_error = &jb;
-  if (setjmp(jb)) return NULL;
+  if (setjmp(jb)) {
+    L->prog->type_error = NULL;
+    return NULL;
+  }
   L->builtins = env_new(L, NULL);
   builtins_install(L, L->builtins);
   L->globals = env_new(L, NULL);
@@ -305,5 +313,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
       lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",
                   opt->inputs[i].name, opt->inputs[i].name);
   }
+  L->prog->type_error = NULL;
+  L->prog->type_error_ctx = NULL;
   return L->prog;
 }

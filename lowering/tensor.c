@@ -81,6 +81,8 @@ int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim) {
 }
 
 PV *t_const_tensor(L *L, Span at, Type t, double fill) {
+  char msg[512];
+  if (ir_type_problem(&t, msg, sizeof msg)) lower_error(L, at, "%s", msg);   /* too large, or empty */
   int64_t n = ir_numel(&t);
   if (n > (1 << 26)) lower_error(L, at, "compile-time tensor of %lld elements is too large", (long long)n);
   Tensor *x = arena_alloc(L->a, sizeof *x);
@@ -345,13 +347,14 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
       infer = i;
       continue;
     }
-    if (dims[i] <= 0) lower_error(L, at, "invalid shape dimension %lld", (long long)dims[i]);
-    known *= dims[i];
+    if (dims[i] < 0) lower_error(L, at, "invalid shape dimension %lld", (long long)dims[i]);
+    /* 0 (ctc's tensors are never empty) or overflow: no input can match */
+    if (dims[i] == 0 || ir_mul(known, dims[i], &known) < 0) known = -1;
     out.dims[i] = dims[i];
   }
   int64_t total = ir_numel(&in);
-  if (infer >= 0) {
-    if (known == 0 || total % known) {
+  if (known < 0 || infer >= 0) {
+    if (known <= 0 || total % known) {
       const char *req = "";
       for (int i = 0; i < n; i++) req = arena_printf(L->a, "%s%s%lld", req, i ? ", " : "", (long long)dims[i]);
       lower_error(L, at, "shape '[%s]' is invalid for input of shape %s (%lld elements)", req, shape_str(L, &in),
@@ -412,8 +415,13 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
   start = start < 0 ? 0 : start > n ? n : start;
   stop = stop < 0 ? 0 : stop > n ? n : stop;
   if (step <= 0) lower_error(L, at, "slice step must be positive");
-  int64_t cnt = stop > start ? (stop - start + step - 1) / step : 0;
-  if (cnt == 0) lower_error(L, at, "this slice is empty; empty tensors are not supported");
+  int64_t cnt = stop > start ? (stop - start - 1) / step + 1 : 0;   /* no overflow for any step */
+  if (cnt == 0) {
+    out.dims[axis] = 0;
+    lower_error(L, at, "zero-size tensors are not supported by ctc: this slice of a tensor of shape %s is empty "
+                "(shape %s)", shape_str(L, &in), shape_str(L, &out));
+  }
+  if (cnt == 1) step = 1;   /* one element: any step reads it; keeps (cnt-1)*step < n and stride*step small */
   if (cnt == n && step == 1) return x;
   out.dims[axis] = cnt;
   int64_t attr[2 * IR_MAX_DIMS];
@@ -537,7 +545,8 @@ PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim) {
     if (!ok)
       lower_error(L, at, "torch.cat: shapes %s and %s differ outside dimension %lld", shape_str(L, &r),
                   shape_str(L, &t), (long long)dim);
-    tot += t.dims[dim];
+    if (ir_add(tot, t.dims[dim], &tot) < 0)
+      lower_error(L, at, "torch.cat: the result is too large (dimension %lld overflows)", (long long)dim);
     vs[i] = t_val(L, at, xs[i]);
   }
   r.dims[dim] = tot;
@@ -681,8 +690,13 @@ PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const 
   r.dims[1] = tw.dims[0];
   for (int d = 0; d < 2; d++) {
     if (stride[d] <= 0 || pad[d] < 0 || dil[d] <= 0) lower_error(L, at, "conv2d: invalid stride, padding or dilation");
-    int64_t o = (tx.dims[2 + d] + 2 * pad[d] - dil[d] * (tw.dims[2 + d] - 1) - 1) / stride[d] + 1;
-    if (o <= 0 || tx.dims[2 + d] + 2 * pad[d] < dil[d] * (tw.dims[2 + d] - 1) + 1)
+    /* o = (in + 2*pad - dil*(k-1) - 1) / stride + 1, checked */
+    int64_t padded, span, o;
+    if (ir_mul(pad[d], 2, &padded) < 0 || ir_add(padded, tx.dims[2 + d], &padded) < 0 ||
+        ir_mul(dil[d], tw.dims[2 + d] - 1, &span) < 0 || ir_add(span, 1, &span) < 0)
+      lower_error(L, at, "conv2d: padding or dilation is too large (%lld, %lld)", (long long)pad[d], (long long)dil[d]);
+    o = padded < span ? 0 : (padded - span) / stride[d] + 1;
+    if (o <= 0)
       lower_error(L, at, "conv2d: input %s is too small for kernel %lldx%lld", shape_str(L, &tx),
                   (long long)tw.dims[2], (long long)tw.dims[3]);
     r.dims[2 + d] = o;
@@ -704,13 +718,26 @@ PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2]
   if (tx.ndim != 4) lower_error(L, at, "2-D pooling expects a 4-D input [N, C, H, W], got shape %s", shape_str(L, &tx));
   for (int d = 0; d < 2; d++) {
     if (k[d] <= 0 || s[d] <= 0 || p[d] < 0) lower_error(L, at, "pooling: invalid kernel, stride or padding");
-    if (p[d] * 2 > k[d]) lower_error(L, at, "pooling: padding should be at most half the kernel size");
-    int64_t span = dil[d] * (k[d] - 1) + 1, in = tx.dims[2 + d] + 2 * p[d] - span;
+    if (p[d] > k[d] / 2) lower_error(L, at, "pooling: padding should be at most half the kernel size");
+    if (dil[d] <= 0) lower_error(L, at, "pooling: dilation must be positive");
+    int64_t span, in;   /* in = H + 2*p - (dil*(k-1) + 1), checked (p <= k/2) */
+    if (ir_mul(dil[d], k[d] - 1, &span) < 0 || ir_add(span, 1, &span) < 0 ||
+        ir_add(tx.dims[2 + d], 2 * p[d], &in) < 0 || ir_sub(in, span, &in) < 0)
+      lower_error(L, at, "pooling: kernel size or dilation is too large (%lld, %lld)", (long long)k[d], (long long)dil[d]);
     if (in < 0) lower_error(L, at, "pooling: input %s is too small for kernel %lldx%lld", shape_str(L, &tx), (long long)k[0], (long long)k[1]);
-    int64_t o = (ceil_mode ? (in + s[d] - 1) / s[d] : in / s[d]) + 1;
-    if (ceil_mode && (o - 1) * s[d] >= tx.dims[2 + d] + p[d]) o--;
+    int64_t o = (ceil_mode && in > 0 ? (in - 1) / s[d] + 1 : in / s[d]) + 1, last;   /* ceil without overflow */
+    /* ceil_mode: the last window must start inside the input or its left padding */
+    if (ceil_mode && (ir_mul(o - 1, s[d], &last) < 0 || last >= tx.dims[2 + d] + p[d])) o--;
     r.dims[2 + d] = o;
   }
+  /* The work (and every product the code generator forms from it) stays far
+   * from int64 overflow: at most 2**40 window reads. */
+  char why[512];
+  if (ir_type_problem(&r, why, sizeof why)) lower_error(L, at, "%s", why);
+  int64_t reads[3] = {ir_numel(&r), k[0], k[1]}, nreads;
+  if (ir_prod(reads, 3, &nreads) < 0 || nreads > CTC_MAX_ARENA_BYTES)
+    lower_error(L, at, "pooling: kernel %lldx%lld is too large (more than 2**40 window reads)", (long long)k[0],
+                (long long)k[1]);
   if (ceil_mode && op == IR_AVGPOOL2D) lower_error(L, at, "avg_pool2d with ceil_mode=True is not supported yet");
   if (!ir_dtype_is_float(tx.dtype)) lower_error(L, at, "pooling needs a floating-point tensor");
   ValId v = t_val(L, at, x);

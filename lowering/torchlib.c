@@ -78,9 +78,7 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_RANDN:
   case BI_T_RAND: {
     if (A->nkw) lower_error(L, A->at, "unexpected keyword argument '%s'", A->kwnames[0]);
-    int n = shape_args(L, A, 0, dims);
-    for (int i = 0; i < n; i++)
-      if (dims[i] <= 0) lower_error(L, A->at, "tensor dimensions must be positive (got %lld)", (long long)dims[i]);
+    int n = shape_args(L, A, 0, dims);   /* sizes <= 0: t_const_tensor's diagnostic */
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
     if (bi == BI_T_RANDN || bi == BI_T_RAND) {
       if (L->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
@@ -129,13 +127,22 @@ static PV *factory(L *L, int bi, Args *A0) {
     } else
       hi = arg_num(L, A->at, a[0], "end");
     if (st == 0) lower_error(L, A->at, "arange step must not be zero");
-    int64_t n = (int64_t)ceil((hi - lo) / st);
-    if (n <= 0) lower_error(L, A->at, "arange is empty; empty tensors are not supported");
+    double len = ceil((hi - lo) / st);   /* NaN, inf or huge: never converted to int64 */
+    if (isnan(len) || isinf(lo) || isinf(hi))
+      lower_error(L, A->at, "torch.arange: unsupported range %g -> %g", lo, hi);
+    if (!(len < 9.2e18))
+      lower_error(L, A->at, "torch.arange with %.4g elements is too large for ctc", len);
+    int64_t n = len > 0 ? (int64_t)len : 0;
+    if (n <= 0) lower_error(L, A->at, "zero-size tensors are not supported by ctc: this arange is empty (shape [0])");
     DType dt = dtype_kw(L, A0, isf ? DT_F32 : DT_I64);
     if (L->fn) {
       Type t = type_of(dt, 1, &n);
       if (ir_dtype_is_float(dt) && (lo != floor(lo) || st != floor(st)))
         lower_error(L, A->at, "arange with fractional start/step inside compiled code is not supported");
+      /* the generated loop computes start + i * step in int64 */
+      if (!(fabs(lo) < 9.2e18 && fabs(st) < 9.2e18 && fabs(lo + (double)(n - 1) * st) < 9.2e18))
+        lower_error(L, A->at, "torch.arange: values beyond the int64 range are not supported by ctc (start %g, "
+                              "step %g, %lld elements)", lo, st, (long long)n);
       int64_t attr[2] = {(int64_t)lo, (int64_t)st};
       return t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
     }
@@ -246,6 +253,14 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
   if (arg_ints(L, at, size, o, 2, "output_size") == 1) o[1] = o[0];
   Type t = x->t->type;
   if (t.ndim != 4) lower_error(L, at, "adaptive_avg_pool2d expects a 4-D input, got %s", shape_str(L, &t));
+  if (o[0] <= 0 || o[1] <= 0) {
+    if (o[0] < 0 || o[1] < 0)
+      lower_error(L, at, "adaptive_avg_pool2d: output size %lldx%lld must not be negative", (long long)o[0], (long long)o[1]);
+    Type r = t;
+    r.dims[2] = o[0], r.dims[3] = o[1];
+    lower_error(L, at, "zero-size tensors are not supported by ctc: adaptive_avg_pool2d to %lldx%lld gives shape %s",
+                (long long)o[0], (long long)o[1], shape_str(L, &r));
+  }
   if (o[0] == 1 && o[1] == 1) {
     int64_t dims[2] = {2, 3};
     return t_reduce(L, at, IR_REDUCE_SUM, x, dims, 2, 1, 1);
@@ -348,7 +363,7 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   if (chunks) {
     int64_t c = arg_int(L, at, size, "chunks");
     if (c <= 0) lower_error(L, at, "chunk expects a positive number of chunks");
-    int64_t step = (n + c - 1) / c;
+    int64_t step = (n - 1) / c + 1;   /* ceil(n / c) without overflow */
     for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + step, 1));
     return out;
   }
@@ -356,7 +371,7 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
     int64_t s = 0;
     for (int i = 0; i < size->n; i++) {
       int64_t len = arg_int(L, at, size->items[i], "split size");
-      if (len <= 0 || s + len > n) lower_error(L, at, "split sizes do not add up to the dimension size %lld", (long long)n);
+      if (len <= 0 || len > n - s) lower_error(L, at, "split sizes do not add up to the dimension size %lld", (long long)n);
       pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
       s += len;
     }
