@@ -378,7 +378,7 @@ PV *layer_forward(L *L, PV *o, Args *A) {
     Type t = x->t->type;
     for (int i = 0; i < ns->n; i++)
       if (ns->n > t.ndim || t.dims[t.ndim - ns->n + i] != ns->items[i]->i)
-        lower_error(L, at, "shape mismatch in LayerNorm: input %s, normalized_shape %s", shape_str(L, &t), pv_repr(L, ns));
+        lower_error(L, at, "shape mismatch in LayerNorm: input %s, normalized_shape %s", shape_str(L, &t), pv_repr(L, at, ns));
     return t_layer_norm(L, at, x, ns->n, attr_w, attr_b, get_num(L, o, "eps"));
   }
   case BI_C_EMBEDDING: return t_embedding(L, at, attr_w, x);
