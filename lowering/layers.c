@@ -36,6 +36,12 @@ PV *module_new(L *L, PV *cls) {
 }
 
 static void reg_set(L *L, PV *obj, RegKind k, const char *name, PV *val) {
+  /* every registered name is also an attribute (module_setattr, register_buffer):
+   * a name that is not one is new, and needs no scan (100,000 children stay linear) */
+  if (obj->attrs && !env_get(obj->attrs, name)) {
+    vec_push(L->a, &obj->mod->regs, ((Reg){k, arena_strdup(L->a, name), val}));
+    return;
+  }
   for (int i = 0; i < obj->mod->regs.len; i++)
     if (strcmp(obj->mod->regs.data[i].name, name) == 0) {
       obj->mod->regs.data[i].kind = k;
@@ -45,8 +51,27 @@ static void reg_set(L *L, PV *obj, RegKind k, const char *name, PV *val) {
   vec_push(L->a, &obj->mod->regs, ((Reg){k, arena_strdup(L->a, name), val}));
 }
 
+/* Is `target` in the module tree under `m`? Each module is visited once; the tree's
+ * depth is bounded (PyTorch's recursive state_dict() fails past its recursion limit). */
+static int module_reaches(L *L, Span at, PV *m, PV *target, PV *seen, int depth) {
+  if (m == target) return 1;
+  if (depth > 1000) lower_error(L, at, "nn.Module nesting is deeper than 1000 levels");
+  eval_charge(L, at, 1);
+  if (pv_dict_get(seen, m)) return 0;
+  pv_dict_set(L, at, seen, m, m);
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val) && module_reaches(L, at, r->val, target, seen, depth + 1))
+      return 1;
+  }
+  return 0;
+}
+
 /* self.name = val on a module: sub-modules and parameters are registered. */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (pv_is_module(val) && module_reaches(L, at, val, obj, pv_dict(L), 0))
+    lower_error(L, at, "assigning this module to '%s' makes the module contain itself; PyTorch's state_dict(), "
+                       "train() and eval() would recurse forever on it", name);
   if (pv_is_module(val)) reg_set(L, obj, REG_CHILD, name, val);
   else if (val->k == PV_TENSOR && val->t->slot && !val->t->slot->is_buffer) reg_set(L, obj, REG_PARAM, name, val);
   else if (val->k == PV_TENSOR && val->t->requires_grad && val->t->data) {

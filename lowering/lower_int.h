@@ -267,6 +267,7 @@ void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV 
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
 PV *t_wrap(L *L, ValId v);                       /* IR value -> PV tensor */
 Type t_type(PV *tensor);
+void need_tensor_arg(L *L, Span at, PV *x, const char *op);   /* error unless x is a tensor */
 PV *t_binary(L *L, Span at, int op, PV *a, PV *b);   /* frontend OpKind: OP_ADD ... */
 PV *t_compare(L *L, Span at, int op, PV *a, PV *b);
 PV *t_unary(L *L, Span at, Op op, PV *x);

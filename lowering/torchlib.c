@@ -111,6 +111,10 @@ static PV *factory(L *L, int bi, Args *A0) {
       hi = arg_int(L, A->at, a[1], "high");
     }
     if (!size) lower_error(L, A->at, "randint() needs a size");
+    if (lo >= hi)
+      lower_error(L, A->at, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld", (long long)lo,
+                  (long long)hi);
+    ck_sub(L, A->at, hi, lo); /* the range must fit */
     int n = arg_ints(L, A->at, size, dims, IR_MAX_DIMS, "size");
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_I64), n, dims), 0);
     uint64_t s = 7;
@@ -146,6 +150,8 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_EYE: {
     bind_args(L, A, "n,m=", a);
     int64_t d[2] = {arg_int(L, A->at, a[0], "n"), a[1] ? arg_int(L, A->at, a[1], "m") : arg_int(L, A->at, a[0], "n")};
+    for (int i = 0; i < 2; i++)
+      if (d[i] < 0) lower_error(L, A->at, "%s must be greater or equal to 0, got %lld", i ? "m" : "n", (long long)d[i]);
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), 2, d), 0);
     for (int64_t i = 0; i < d[0] && i < d[1]; i++) t->t->data[i * d[1] + i] = 1;
     return t;
