@@ -236,9 +236,11 @@ static PV *module_call(L *L, PV *fn, Args *A) {
     return out;
   }
   case BI_MOD_CHILDREN: {
-    PV *out = pv_list(L, NULL, 0);
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L); /* each child once, as PyTorch's memo */
     for (int i = 0; i < self->mod->regs.len; i++)
-      if (self->mod->regs.data[i].kind == REG_CHILD) pv_list_append(L, out, self->mod->regs.data[i].val);
+      if (self->mod->regs.data[i].kind == REG_CHILD && pv_is_module(self->mod->regs.data[i].val) &&
+          first_visit(L, A->at, seen, self->mod->regs.data[i].val))
+        pv_list_append(L, out, self->mod->regs.data[i].val);
     return out;
   }
   case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
@@ -580,7 +582,9 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
       }
       if (!isfinite(v) || nd > 308) return pv_float(L, v);
       if (nd < -308) return pv_float(L, copysign(0.0, v));
-      double s = pow(10, (double)nd), r = nearbyint(v * s) / s;
+      if (nd >= 0) /* printf rounds the exact binary value half-to-even, as Python's round */
+        return pv_float(L, strtod(arena_printf(L->a, "%.*f", (int)nd, v), NULL));
+      double s = pow(10, (double)-nd), r = nearbyint(v / s) * s;
       return pv_float(L, isfinite(r) ? r : v);
     }
     if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);

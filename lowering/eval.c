@@ -167,9 +167,17 @@ static PV *binop(L *L, Span at, int op, PV *a, PV *b) {
       if ((uint64_t)cnt > ((uint64_t)1 << 28) / len)
         lower_error(L, at, "string too long for compile time (more than %d MiB)", 1 << 8);
       eval_charge(L, at, (int64_t)(((uint64_t)cnt * len) >> 6));
-      SB sb = {0};
-      for (int64_t i = 0; i < cnt; i++) sb_add(L, at, &sb, b->s, len);
-      return pv_str(L, sb_done(L, &sb));
+      size_t total = (size_t)cnt * len;
+      char *p = arena_alloc(L->a, total + 1);
+      memcpy(p, b->s, len);
+      for (size_t done = len; done < total;) { /* doubling copies */
+        size_t k = done < total - done ? done : total - done;
+        memcpy(p + done, p, k);
+        done += k;
+      }
+      PV *r = pv_new(L, PV_STR);
+      r->s = p;
+      return r;
     }
     if (!b->n || !cnt) return b->k == PV_TUPLE ? pv_tuple(L, NULL, 0) : pv_list(L, NULL, 0);
     if (cnt > INT32_MAX / b->n) eval_charge(L, at, INT64_MAX);  /* more than the step limit */

@@ -694,12 +694,11 @@ static PV *functional(L *L, int bi, Args *A) {
     if (a[5] && arg_ints(L, at, a[5], d, 2, "dilation") == 1) d[1] = d[0];
     if (a[6] && arg_int(L, at, a[6], "groups") != 1) lower_error(L, at, "conv2d with groups != 1 is not supported yet");
     return t_conv2d(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
-                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL, s, p, d);
+                    a[2], s, p, d);
   }
   case BI_F_LINEAR:
     bind_args(L, A, "input,weight,bias=", a);
-    return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
-                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL);
+    return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"), a[2]);
   case BI_F_DROPOUT:
     bind_args(L, A, "input,p=,training=,inplace=", a);
     return t_dropout(L, at, need_tensor(L, at, a[0], "input"), a[1] ? arg_num(L, at, a[1], "p") : 0.5,
