@@ -282,12 +282,14 @@ int iter_items(L *L, Span at, PV *v, PV ***out) {
     return v->n;
   case PV_STR: {
     int n = (int)strlen(v->s);
+    eval_charge(L, at, n);
     PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) r[i] = pv_str(L, arena_strndup(L->a, v->s + i, 1));
     *out = r;
     return n;
   }
   case PV_OBJ:
+    if (v->mod) eval_charge(L, at, v->mod->regs.len);
     if (v->mod && v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST)) {
       PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
       int n = 0;

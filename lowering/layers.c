@@ -51,17 +51,18 @@ static void reg_set(L *L, PV *obj, RegKind k, const char *name, PV *val) {
   vec_push(L->a, &obj->mod->regs, ((Reg){k, arena_strdup(L->a, name), val}));
 }
 
-/* Is `target` in the module tree under `m`? Each module is visited once; the tree's
- * depth is bounded (PyTorch's recursive state_dict() fails past its recursion limit). */
-static int module_reaches(L *L, Span at, PV *m, PV *target, PV *seen, int depth) {
+/* Is `target` in the module tree under `m`? Module trees stay acyclic (checked at
+ * every registration), so this walk ends; it visits every path, as PyTorch's
+ * state_dict() does, and charges each to the step limit, so a tree whose paths
+ * explode (m = Sequential(m, m) in a loop) is diagnosed here rather than hanging
+ * the later walks (state_dict names). The depth is bounded as PyTorch's recursion. */
+static int module_reaches(L *L, Span at, PV *m, PV *target, int depth) {
   if (m == target) return 1;
   if (depth > 1000) lower_error(L, at, "nn.Module nesting is deeper than 1000 levels");
   eval_charge(L, at, 1);
-  if (pv_dict_get(seen, m)) return 0;
-  pv_dict_set(L, at, seen, m, m);
   for (int i = 0; i < m->mod->regs.len; i++) {
     Reg *r = &m->mod->regs.data[i];
-    if (r->kind == REG_CHILD && pv_is_module(r->val) && module_reaches(L, at, r->val, target, seen, depth + 1))
+    if (r->kind == REG_CHILD && pv_is_module(r->val) && module_reaches(L, at, r->val, target, depth + 1))
       return 1;
   }
   return 0;
@@ -69,7 +70,7 @@ static int module_reaches(L *L, Span at, PV *m, PV *target, PV *seen, int depth)
 
 /* self.name = val on a module: sub-modules and parameters are registered. */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
-  if (pv_is_module(val) && module_reaches(L, at, val, obj, pv_dict(L), 0))
+  if (pv_is_module(val) && module_reaches(L, at, val, obj, 0))
     lower_error(L, at, "assigning this module to '%s' makes the module contain itself; PyTorch's state_dict(), "
                        "train() and eval() would recurse forever on it", name);
   if (pv_is_module(val)) reg_set(L, obj, REG_CHILD, name, val);

@@ -377,7 +377,7 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
   start = start < 0 ? 0 : start > n ? n : start;
   stop = stop < 0 ? 0 : stop > n ? n : stop;
   if (step <= 0) lower_error(L, at, "slice step must be positive");
-  int64_t cnt = stop > start ? (stop - start + step - 1) / step : 0;
+  int64_t cnt = stop > start ? (stop - start - 1) / step + 1 : 0; /* no overflow for huge steps */
   if (cnt == 0) lower_error(L, at, "this slice is empty; empty tensors are not supported");
   if (cnt == n && step == 1) return x;
   out.dims[axis] = cnt;

@@ -354,15 +354,15 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   if (chunks) {
     int64_t c = arg_int(L, at, size, "chunks");
     if (c <= 0) lower_error(L, at, "chunk expects a positive number of chunks");
-    int64_t step = (n + c - 1) / c;
-    for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + step, 1));
+    int64_t step = n / c + (n % c != 0); /* ceil(n / c) without overflow */
+    for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, step > n - s ? n : s + step, 1));
     return out;
   }
   if (pv_is_seq(size)) {
     int64_t s = 0;
     for (int i = 0; i < size->n; i++) {
       int64_t len = arg_int(L, at, size->items[i], "split size");
-      if (len <= 0 || s + len > n) lower_error(L, at, "split sizes do not add up to the dimension size %lld", (long long)n);
+      if (len <= 0 || len > n - s) lower_error(L, at, "split sizes do not add up to the dimension size %lld", (long long)n);
       pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
       s += len;
     }
@@ -371,7 +371,10 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   }
   int64_t len = arg_int(L, at, size, "split size");
   if (len <= 0) lower_error(L, at, "split size must be positive");
-  for (int64_t s = 0; s < n; s += len) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
+  for (int64_t s = 0, e; s < n; s = e) { /* the last piece may be shorter; s + len may not fit */
+    e = len > n - s ? n : s + len;
+    pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, e, 1));
+  }
   return out;
 }
 
