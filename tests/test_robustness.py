@@ -161,6 +161,31 @@ class Net(nn.Module):
     compare("forward", got, want, 0, 0)
 
 
+def test_huge_counts_and_steps_in_forward(tmp_path):
+    """chunk/split counts and slice bounds/steps near 2**62 (overflowed int64 before)
+    give PyTorch's pieces."""
+    src = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        a = x.chunk(2**62)
+        b = x.split(2**62)
+        c = x[::2**62]
+        d = x[1:2**62]
+        e = x[-2**62:2**62:2**61]
+        return a[1] * 10 + a[3] + b[0].sum() + c.sum() * 100 + d.sum() * 1000 + e * 7 + x.chunk(2**40)[2]
+"""
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    mod = load_module(str(p))
+    inp = np.array([1.5, 2.0, -3.0, 4.25], dtype=np.float32)
+    want = mod.Net()(torch_tensor(inp)).numpy()
+    got = run_forward(str(tmp_path), str(p), mod.Net(), [inp], opts=("--input", "x=f32[4]"))[0]
+    compare("forward", got, want, 0, 0)
+
+
 def torch_tensor(a):
     import torch
     return torch.from_numpy(a)
@@ -184,6 +209,10 @@ DIAG = [
      "9:1: error: assigning this module to 'me' makes the module contain itself"),
     ("module_cycle_indirect", "import torch.nn as nn\na = nn.Sequential()\nb = nn.Sequential(a)\n"
      "a.add_module('b', b)\n", (), "4:1: error: assigning this module to 'b' makes the module contain itself"),
+    ("module_paths_explode", "import torch.nn as nn\nm = nn.Linear(2, 2)\nfor i in range(40):\n"
+     "    m = nn.Sequential(m, m)\n", (), "4:9: error: compile-time evaluation did not finish after 20000000 steps"),
+    ("module_nesting_deep", "import torch.nn as nn\nm = nn.ReLU()\nfor i in range(3000):\n    m = nn.Sequential(m)\n",
+     (), "4:9: error: nn.Module nesting is deeper than 1000 levels"),
     # class 3: NULL dereferences
     ("setattr_builtin_class", "import torch.nn as nn\nnn.Linear.x = 1\n", (),
      "2:1: error: cannot set attribute 'x' on the builtin class 'Linear'"),
