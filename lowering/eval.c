@@ -697,6 +697,7 @@ static void eval_call_args(L *L, Node *n, PV ***args, int *nargs, const char ***
       PV *s = eval_expr(L, a->a);
       PV **it;
       int cnt = iter_items(L, a->span, s, &it);
+      eval_charge(L, a->span, cnt);
       for (int k = 0; k < cnt; k++) pv_list_append(L, pos, it[k]);
     } else if (a->kind == N_GENEXP) {
       pv_list_append(L, pos, eval_expr(L, a));
@@ -857,6 +858,7 @@ PV *eval_expr(L *L, Node *n) {
       if (e->kind == N_STARRED) {
         PV **it;
         int cnt = iter_items(L, e->span, eval_expr(L, e->a), &it);
+        eval_charge(L, e->span, cnt);
         for (int k = 0; k < cnt; k++) pv_list_append(L, r, it[k]);
       } else
         pv_list_append(L, r, eval_expr(L, e));
@@ -939,6 +941,7 @@ static void assign_target(L *L, Node *t, PV *v) {
     int cnt;
     if (v->k == PV_TENSOR) lower_error(L, t->span, "unpacking a tensor is not supported; use split or indexing");
     cnt = iter_items(L, t->span, v, &items);
+    eval_charge(L, t->span, cnt);
     int star = -1, nt = t->list.len;
     for (int i = 0; i < nt; i++)
       if (t->list.data[i]->kind == N_STARRED) star = i;
@@ -1066,6 +1069,7 @@ static int exec_stmt(L *L, Node *s) {
     if (cur->k == PV_LIST && s->op == OP_ADD) {
       PV **it;
       int cnt = iter_items(L, s->b->span, rhs, &it);
+      eval_charge(L, s->span, cnt);
       for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
       v = cur;
     } else if (cur->k == PV_TENSOR && L->fn) {

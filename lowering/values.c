@@ -73,8 +73,10 @@ static uint64_t str_hash(const char *s) {
 /* Hash consistent with pv_equal on hashable values; *bad receives the first
  * unhashable value (a list, dict, slice), depth past the limit sets *deep. */
 static uint64_t hash_rec(const PV *v, int depth, const PV **bad, int *deep) {
+  if (*deep >= (1 << 26)) return 0; /* past the step limit: the caller's charge stops it */
+  (*deep) += 2;                      /* counts the values hashed (bit 0: too deep) */
   if (depth > MAX_VALUE_DEPTH) {
-    *deep = 1;
+    *deep |= 1;
     return 0;
   }
   switch (v->k) {
@@ -111,7 +113,8 @@ static uint64_t pv_hash_at(L *L, Span at, const PV *v) {
   const PV *bad = NULL;
   int deep = 0;
   uint64_t h = hash_rec(v, 0, &bad, &deep);
-  if (deep) lower_error(L, at, "maximum recursion depth exceeded while hashing a value (RecursionError)");
+  eval_charge(L, at, deep >> 1);
+  if (deep & 1) lower_error(L, at, "maximum recursion depth exceeded while hashing a value (RecursionError)");
   if (bad) lower_error(L, at, "unhashable type: '%s'", pv_kind_name(bad));
   return h;
 }
@@ -470,6 +473,7 @@ static int eq_rec(L *L, Span at, const PV *a, const PV *b, int depth) {
   if (a == b) return 1;
   if (a->k != b->k) return 0;
   if (depth >= MAX_VALUE_DEPTH) lower_error(L, at, "maximum recursion depth exceeded in comparison (RecursionError)");
+  if (a->k == PV_TUPLE || a->k == PV_LIST || a->k == PV_DICT) eval_charge(L, at, a->n);
   switch (a->k) {
   case PV_TUPLE:
   case PV_LIST:
