@@ -308,24 +308,55 @@ static PV *minmax(L *L, Args *A, int is_max) {
 }
 
 static const char *fstr(L *L, PV *fmt, Args *A) {
-  /* "{}".format(...) with positional {} and {0} fields only */
+  /* "...".format(...): fields {}, {0}, {name}, with !r/!s/!a and a :spec */
   const char *s = fmt->s;
   SB out = {0};
   int next = 0;
   for (; *s; s++) {
     if (*s == '{' && s[1] == '{') { sb_add(L, A->at, &out, "{", 1); s++; continue; }
     if (*s == '}' && s[1] == '}') { sb_add(L, A->at, &out, "}", 1); s++; continue; }
-    if (*s == '{') {
-      const char *e = strchr(s, '}');
-      if (!e) break;
-      int64_t idx = next++;
-      if (e > s + 1 && s[1] >= '0' && s[1] <= '9') idx = strtoll(s + 1, NULL, 10);
-      if (idx < 0 || idx >= A->nargs) lower_error(L, A->at, "format() has too few arguments");
-      sb_adds(L, A->at, &out, pv_to_str(L, A->at, A->args[idx]));
-      s = e;
+    if (*s == '}') lower_error(L, A->at, "Single '}' encountered in format string");
+    if (*s != '{') {
+      sb_add(L, A->at, &out, s, 1);
       continue;
     }
-    sb_add(L, A->at, &out, s, 1);
+    const char *e = strchr(s, '}');
+    if (!e) lower_error(L, A->at, "Single '{' encountered in format string");
+    size_t nl = strcspn(s + 1, "!:}");
+    const char *name = arena_strndup(L->a, s + 1, nl), *p = s + 1 + nl;
+    PV *v = NULL;
+    if (!name[0]) {
+      if (next < 0) lower_error(L, A->at, "cannot switch from manual field specification to automatic field numbering");
+      if (next >= A->nargs) lower_error(L, A->at, "Replacement index %d out of range for positional args tuple", next);
+      v = A->args[next++];
+    } else if (strspn(name, "0123456789") == nl) {
+      if (next > 0) lower_error(L, A->at, "cannot switch from automatic field numbering to manual field specification");
+      next = -1;
+      int64_t idx = nl > 9 ? INT32_MAX : strtoll(name, NULL, 10);
+      if (idx >= A->nargs) lower_error(L, A->at, "Replacement index %lld out of range for positional args tuple", (long long)idx);
+      v = A->args[idx];
+    } else {
+      for (int k = 0; k < A->nkw; k++)
+        if (strcmp(A->kwnames[k], name) == 0) v = A->kwvals[k];
+      if (!v) lower_error(L, A->at, "format(): no argument named '%s' (attribute and index fields are not supported)", name);
+    }
+    char conv = 0;
+    if (*p == '!') {
+      conv = p[1];
+      if (!conv || !strchr("rsa", conv)) lower_error(L, A->at, "Unknown conversion specifier %c", conv ? conv : ' ');
+      p += 2;
+    }
+    const char *spec = "";
+    if (*p == ':') {
+      spec = arena_strndup(L->a, p + 1, (size_t)(e - p - 1));
+      if (strchr(spec, '{')) lower_error(L, A->at, "nested fields in format specs are not supported by str.format here");
+      p = e;
+    }
+    if (p != e) lower_error(L, A->at, "expected '}' before end of string");
+    if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, A->at, v));
+    else if (conv == 's') v = pv_str(L, pv_to_str(L, A->at, v));
+    sb_adds(L, A->at, &out, pv_format(L, A->at, v, spec));
+    s = e;
   }
   return sb_done(L, &out);
 }

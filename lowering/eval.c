@@ -3,6 +3,7 @@
  * into L->fn while a function is being staged. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include "lower_int.h"
 
@@ -763,6 +764,150 @@ static PV *make_function(L *L, Node *def) {
   return f;
 }
 
+/* Every span in an expression parsed out of an f-string points at the f-string. */
+static void respan(Node *n, Span at, int depth) {
+  if (!n || depth > 10000) return;
+  n->span = at;
+  respan(n->a, at, depth + 1);
+  respan(n->b, at, depth + 1);
+  respan(n->c, at, depth + 1);
+  NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++) respan(vs[k]->data[i], at, depth + 1);
+}
+
+/* Evaluates the expression text e[0..n) of a replacement field, parsed as "(e)" on
+ * the f-string's line (so a parse error is reported on it; columns count from the
+ * expression). */
+static PV *fstring_field(L *L, Span at, const char *e, size_t n) {
+  size_t pre = (size_t)(at.line > 0 ? at.line - 1 : 0) + (size_t)(at.col > 0 ? at.col - 1 : 0);
+  char *text = arena_alloc(L->a, pre + n + 4);
+  size_t k = 0;
+  for (int i = 1; i < at.line; i++) text[k++] = '\n';
+  text[k++] = '(';
+  memcpy(text + k, e, n);
+  k += n;
+  text[k++] = ')';
+  text[k++] = '\n';
+  text[k] = 0;
+  SrcFile *f = src_from_string(L->a, at.file ? at.file->path : "<f-string>", text);
+  Node *m = fe_parse(L->a, L->d, f);
+  if (!m) longjmp(*L->on_error, 1); /* the parse error is reported */
+  if (m->body.len != 1 || m->body.data[0]->kind != N_EXPR_STMT)
+    lower_error(L, at, "f-string: expected one expression in '{%.*s}'", (int)n, e);
+  Node *x = m->body.data[0]->a;
+  respan(x, at, 0);
+  return eval_expr(L, x);
+}
+
+/* End of a replacement field's part that starts at s: the first of `stops` outside
+ * brackets and quotes, or NULL. */
+static const char *field_end(const char *s, const char *stops) {
+  int depth = 0;
+  char q = 0;
+  for (; *s; s++) {
+    if (q) {
+      if (*s == '\\' && s[1]) s++;
+      else if (*s == q) q = 0;
+      continue;
+    }
+    if (*s == '\'' || *s == '"') q = *s;
+    else if (strchr("([{", *s)) depth++;
+    else if (strchr(")]", *s) || (*s == '}' && depth > 0)) depth--;
+    else if (!depth && strchr(stops, *s)) {
+      /* '!=' is an operator, not a conversion */
+      if (*s == '!' && s[1] == '=') continue;
+      return s;
+    }
+  }
+  return NULL;
+}
+
+/* f"...": literal text (escapes processed, {{ }} halved) and replacement fields
+ * {expr[=][!r|!s|!a][:spec]}, the spec itself may hold fields. */
+static const char *fstring_text(L *L, Span at, const char *s, int nested) {
+  SB out = {0};
+  while (*s) {
+    if ((*s == '{' && s[1] == '{') || (*s == '}' && s[1] == '}')) {
+      sb_add(L, at, &out, s, 1);
+      s += 2;
+      continue;
+    }
+    if (*s == '\\' && !nested) {
+      char c = s[1], e[2] = {0, 0};
+      s += 2;
+      switch (c) {
+      case 'n': e[0] = '\n'; break;
+      case 't': e[0] = '\t'; break;
+      case 'r': e[0] = '\r'; break;
+      case '0': e[0] = '\0'; break;
+      case 'a': e[0] = '\a'; break;
+      case 'b': e[0] = '\b'; break;
+      case 'f': e[0] = '\f'; break;
+      case 'v': e[0] = '\v'; break;
+      case '\\': case '\'': case '"': e[0] = c; break;
+      case '\n': continue; /* line continuation */
+      case 'x':
+        if (s[0] && s[1] && strchr("0123456789abcdefABCDEF", s[0]) && strchr("0123456789abcdefABCDEF", s[1])) {
+          char h[3] = {s[0], s[1], 0};
+          e[0] = (char)strtol(h, NULL, 16);
+          s += 2;
+          break;
+        }
+        /* fall through */
+      default:
+        sb_add(L, at, &out, "\\", 1);
+        if (c) sb_add(L, at, &out, &c, 1);
+        else s--;
+        continue;
+      }
+      if (e[0]) sb_add(L, at, &out, e, 1);
+      else lower_error(L, at, "f-string: a NUL character is not supported in compile-time strings");
+      continue;
+    }
+    if (*s == '}') lower_error(L, at, "f-string: single '}' is not allowed");
+    if (*s != '{') {
+      sb_add(L, at, &out, s, 1);
+      s++;
+      continue;
+    }
+    const char *e0 = s + 1, *e1 = field_end(e0, "!:}");
+    if (!e1) lower_error(L, at, "f-string: expecting '}'");
+    const char *ee = e1;
+    int debug = 0;
+    while (ee > e0 && (ee[-1] == ' ')) ee--;
+    if (ee > e0 && ee[-1] == '=' && !(ee - e0 >= 2 && strchr("=!<>", ee[-2]))) {
+      debug = 1;
+      sb_add(L, at, &out, e0, (size_t)(e1 - e0)); /* "expr=" as written */
+      ee--;
+    }
+    if (ee == e0) lower_error(L, at, "f-string: empty expression not allowed");
+    PV *v = fstring_field(L, at, e0, (size_t)(ee - e0));
+    char conv = debug ? 'r' : 0;
+    const char *p = e1;
+    if (*p == '!') {
+      conv = p[1];
+      if (!conv || !strchr("rsa", conv) || (p[2] != ':' && p[2] != '}'))
+        lower_error(L, at, "f-string: invalid conversion character: expected 's', 'r', or 'a'");
+      p += 2;
+    }
+    const char *spec = "";
+    if (*p == ':') {
+      const char *q = field_end(p + 1, "}");
+      if (!q) lower_error(L, at, "f-string: expecting '}'");
+      spec = fstring_text(L, at, arena_strndup(L->a, p + 1, (size_t)(q - p - 1)), 1);
+      if (debug && conv == 'r') conv = 0; /* f"{x=:.2f}" formats the value */
+      p = q;
+    }
+    if (*p != '}') lower_error(L, at, "f-string: expecting '}'");
+    s = p + 1;
+    if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, at, v));
+    else if (conv == 's') v = pv_str(L, pv_to_str(L, at, v));
+    sb_adds(L, at, &out, pv_format(L, at, v, spec));
+  }
+  return sb_done(L, &out);
+}
+
 PV *eval_expr(L *L, Node *n) {
   switch (n->kind) {
   case N_NAME: {
@@ -773,7 +918,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_INT: return pv_int(L, n->ival);
   case N_FLOAT: return pv_float(L, n->fval);
   case N_STR: return pv_str(L, n->sval);
-  case N_FSTR: return pv_str(L, n->sval);
+  case N_FSTR: return pv_str(L, fstring_text(L, n->span, n->sval, 0));
   case N_CONST:
     switch (n->op) {
     case CONST_NONE: return pv_none(L);

@@ -161,6 +161,7 @@ PV *pv_dtype(L *L, DType dt);
 const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
 const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints it ([[...]] for cycles) */
 const char *pv_to_str(L *L, Span at, const PV *v); /* str(v) */
+const char *pv_format(L *L, Span at, const PV *v, const char *spec); /* format(v, spec) */
 int pv_equal(L *L, Span at, const PV *a, const PV *b); /* Python ==; RecursionError past depth 1000 */
 /* Python ints are unbounded; ctc keeps int64: exact when the result fits, otherwise a
  * located "integer too large for ctc". Float->int as int()/floor()/round() do it

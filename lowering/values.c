@@ -556,3 +556,134 @@ void env_set(L *L, Env *e, const char *name, PV *v) {
   } else if (e->hidx)
     env_index_insert(e, e->names.len - 1);
 }
+
+/* ---- format(value, spec): Python's format-spec mini-language ---------------------
+ * [[fill]align][sign][#][0][width][,|_][.precision][type] for str, int, bool and float. */
+static void group_digits(char *buf, size_t cap, char sep) {
+  /* inserts sep every 3 digits in the leading run of digits of buf */
+  char *p = buf;
+  if (*p == '-' || *p == '+' || *p == ' ') p++;
+  size_t nd = 0;
+  while (p[nd] >= '0' && p[nd] <= '9') nd++;
+  if (nd <= 3) return;
+  size_t extra = (nd - 1) / 3, len = strlen(buf);
+  if (len + extra + 1 > cap) return;
+  size_t head = (size_t)(p - buf);
+  memmove(p + nd + extra, p + nd, len - head - nd + 1);
+  for (size_t i = nd, o = nd + extra, k = 0; i > 0; k++) {
+    if (k && k % 3 == 0) p[--o] = sep;
+    p[--o] = p[--i];
+  }
+}
+
+const char *pv_format(L *L, Span at, const PV *v, const char *spec) {
+  if (!spec[0]) return pv_to_str(L, at, v);
+  const char *s = spec;
+  char fill = ' ', align = 0, sign = '-', type = 0, grouping = 0;
+  int alt = 0, width = -1, prec = -1;
+  if (s[0] && s[1] && strchr("<>=^", s[1])) {
+    fill = s[0];
+    align = s[1];
+    s += 2;
+  } else if (s[0] && strchr("<>=^", s[0]))
+    align = *s++;
+  if (*s && strchr("+- ", *s)) sign = *s++;
+  if (*s == '#') alt = 1, s++;
+  if (*s == '0') {
+    if (!align) fill = '0', align = '=';
+    s++;
+  }
+  if (*s >= '0' && *s <= '9') {
+    width = 0;
+    while (*s >= '0' && *s <= '9' && width < 100000) width = width * 10 + (*s++ - '0');
+  }
+  if (*s == ',' || *s == '_') grouping = *s++;
+  if (*s == '.') {
+    s++;
+    if (!(*s >= '0' && *s <= '9')) lower_error(L, at, "Format specifier missing precision");
+    prec = 0;
+    while (*s >= '0' && *s <= '9' && prec < 1000) prec = prec * 10 + (*s++ - '0');
+  }
+  if (*s) type = *s++;
+  if (*s || width >= 100000 || prec >= 1000) lower_error(L, at, "Invalid format specifier '%s'", spec);
+  (void)alt;
+  char body[1400];
+  const char *txt;
+  int numeric = 1;
+  if (v->k == PV_STR) {
+    if (type && type != 's') lower_error(L, at, "Unknown format code '%c' for object of type 'str'", type);
+    if (sign != '-' || grouping || align == '=') lower_error(L, at, "Invalid format specifier '%s' for a str", spec);
+    txt = prec >= 0 ? arena_strndup(L->a, v->s, (size_t)prec) : v->s;
+    numeric = 0;
+  } else if ((v->k == PV_INT || v->k == PV_BOOL) && (!type || strchr("dnbxXoc", type))) {
+    if (prec >= 0) lower_error(L, at, "Precision not allowed in integer format specifier");
+    int64_t x = v->i;
+    uint64_t m = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    char digits[80];
+    int nd = 0;
+    if (type == 'c') {
+      if (x < 0 || x > 127) lower_error(L, at, "format code 'c' supports only ASCII here");
+      digits[nd++] = (char)x;
+      numeric = 0;
+    } else {
+      unsigned base = type == 'b' ? 2 : type == 'o' ? 8 : (type == 'x' || type == 'X') ? 16 : 10;
+      const char *dig = type == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+      char rev[80];
+      int nr = 0;
+      do { rev[nr++] = dig[m % base]; m /= base; } while (m);
+      if (alt && base != 10) { digits[nd++] = '0'; digits[nd++] = type == 'b' ? 'b' : type == 'o' ? 'o' : type; }
+      while (nr) digits[nd++] = rev[--nr];
+    }
+    digits[nd] = 0;
+    snprintf(body, sizeof body, "%s%s", x < 0 ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "", digits);
+    if (grouping) group_digits(body, sizeof body, grouping);
+    txt = body;
+  } else if (pv_is_num(v) && (!type || strchr("eEfFgG%n", type))) {
+    double x = pv_num(v);
+    char fmt[16];
+    const char *suffix = "";
+    if (type == '%') { x *= 100; suffix = "%"; }
+    int p = prec < 0 ? 6 : prec;
+    char t = type == '%' ? 'f' : type == 'n' ? 'g' : type;
+    if (!type) {
+      if (prec < 0) txt = float_repr(L, x);
+      else {
+        snprintf(fmt, sizeof fmt, "%%.%dg", p ? p : 1);
+        snprintf(body, sizeof body, fmt, x);
+        txt = body;
+      }
+      if (isfinite(x) && !strpbrk(txt, ".e")) txt = arena_printf(L->a, "%s.0", txt);
+    } else {
+      snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", p, t);
+      snprintf(body, sizeof body, fmt, x);
+      txt = body;
+    }
+    if (!signbit(x) || isnan(x)) txt = arena_printf(L->a, "%s%s%s", sign == '+' ? "+" : sign == ' ' ? " " : "", txt, suffix);
+    else txt = arena_printf(L->a, "%s%s", txt, suffix);
+    if (grouping) {
+      snprintf(body, sizeof body, "%s", txt);
+      group_digits(body, sizeof body, grouping);
+      txt = body;
+    }
+  } else if (pv_is_num(v))
+    lower_error(L, at, "Unknown format code '%c' for object of type '%s'", type, pv_kind_name(v));
+  else
+    lower_error(L, at, "format spec '%s' is not supported for a '%s' at compile time", spec, pv_kind_name(v));
+  size_t len = strlen(txt);
+  if (width < 0 || (size_t)width <= len) return arena_strdup(L->a, txt);
+  if (!align) align = numeric ? '>' : '<';
+  size_t pad = (size_t)width - len, left = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+  char *out = arena_alloc(L->a, (size_t)width + 1);
+  size_t o = 0, i = 0;
+  if (align == '=') { /* sign first, then fill */
+    if (txt[0] == '-' || txt[0] == '+' || txt[0] == ' ') out[o++] = txt[i++];
+    if (txt[i] == '0' && txt[i + 1] && strchr("xXob", txt[i + 1])) { out[o++] = txt[i++]; out[o++] = txt[i++]; }
+    left = pad;
+  }
+  for (size_t k = 0; k < left; k++) out[o++] = fill;
+  memcpy(out + o, txt + i, len - i);
+  o += len - i;
+  while (o < (size_t)width) out[o++] = fill;
+  out[o] = 0;
+  return out;
+}

@@ -109,6 +109,27 @@ assert C.s == 'a' and v == 'ab'
 assert 'ab' * 3 == 'ababab' and [1, 2] * 2 == [1, 2, 1, 2] and 3 * (1,) == (1, 1, 1) and [0] * -1 == []
 assert len('xy' * 1000000) == 2000000
 """,
+    # f-strings were not interpolated at all (f"l{i}" stayed "l{i}": a ModuleDict
+    # built with f-string keys silently kept one layer)
+    "fstrings": r"""
+x = [1, "a"]
+y = 2.5
+n = 1234567
+d = {'k': 3}
+assert f"{x} {y} {y!r} {3}" == "[1, 'a'] 2.5 2.5 3", f"{x}"
+assert f"{y:.3f}|{y:8.2f}|{n:,}|{n:_}|{n:>10}|{n:<10}|{n:^11}|{n:010d}|{-n:+d}|{n:x}|{n:#x}|{n:b}|{n:o}" == "2.500|    2.50|1,234,567|1_234_567|   1234567|1234567   |  1234567  |0001234567|-1234567|12d687|0x12d687|100101101011010000111|4553207"
+assert f"{'s':>4}|{'s':*^5}|{'abc':.2}|{d['k']}|{x!r}|{'q'!r}|{y=}|{n=:,}|{{}}|{1.0/3:.4}|{2.0:.3}|{1e20:g}|{0.5:%}|{0.25:.1%}|{-0.0}|{True}|{True:>5}|{1e-5:e}|{3:.2f}" == "   s|**s**|ab|3|[1, 'a']|'q'|y=2.5|n=1,234,567|{}|0.3333|2.0|1e+20|50.000000%|25.0%|-0.0|True|    1|1.000000e-05|3.00", f"{y=}"
+w = 7
+assert f"{y:{w}.{2}f}" == "   2.50"
+assert f"a\tb\\{w != 3}" == "a\tb\\True"
+assert f'''{w
+}''' == "7"
+assert "{} {:.2f} {!r} {:>4}|{name:*<4}".format("a", 2.0, "b", 7, name="n") == "a 2.00 'b'    7|n***"
+assert "{0}{1}{0}".format(1, 2) == "121"
+import torch.nn as nn
+md = nn.ModuleDict({f"l{i}": nn.Linear(2, 2) for i in range(3)})
+assert len(list(md.parameters())) == 6 and f"{len(md)} layers" == "3 layers"
+""",
     "sequential_100000": """
 import torch.nn as nn
 seq = nn.Sequential(*[nn.ReLU()] * 100000)
