@@ -193,30 +193,39 @@ static int first_visit(L *L, Span at, PV *seen, PV *v) {
   return 1;
 }
 
-static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen) {
+/* a module tree built top-down in a loop can be arbitrarily deep */
+static void depth_check(L *L, Span at, int depth) {
+  if (depth > 1000)
+    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive walks fail too)");
+}
+
+static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
   for (int i = 0; i < obj->mod->regs.len; i++) {
     Reg *r = &obj->mod->regs.data[i];
     if (r->kind == REG_PARAM && r->val->k == PV_TENSOR) {
       if (first_visit(L, at, seen, r->val)) pv_list_append(L, out, r->val);
     } else if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, at, seen, r->val))
-      collect_params(L, at, r->val, out, seen);
+      collect_params(L, at, r->val, out, seen, depth + 1);
   }
 }
 
-static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen) {
+static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
   pv_list_append(L, out, obj);
   for (int i = 0; i < obj->mod->regs.len; i++)
     if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
         first_visit(L, at, seen, obj->mod->regs.data[i].val))
-      collect_modules(L, at, obj->mod->regs.data[i].val, out, seen);
+      collect_modules(L, at, obj->mod->regs.data[i].val, out, seen, depth + 1);
 }
 
-static void set_training(L *L, Span at, PV *obj, int t, PV *seen) {
+static void set_training(L *L, Span at, PV *obj, int t, PV *seen, int depth) {
+  depth_check(L, at, depth);
   obj->mod->training = t;
   for (int i = 0; i < obj->mod->regs.len; i++)
     if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
         first_visit(L, at, seen, obj->mod->regs.data[i].val))
-      set_training(L, at, obj->mod->regs.data[i].val, t, seen);
+      set_training(L, at, obj->mod->regs.data[i].val, t, seen, depth + 1);
 }
 
 static PV *module_call(L *L, PV *fn, Args *A) {
@@ -225,14 +234,14 @@ static PV *module_call(L *L, PV *fn, Args *A) {
   case BI_MOD_INIT: return pv_none(L);
   case BI_MOD_PARAMETERS: {
     PV *out = pv_list(L, NULL, 0);
-    collect_params(L, A->at, self, out, pv_dict(L));
+    collect_params(L, A->at, self, out, pv_dict(L), 0);
     return out;
   }
   case BI_MOD_NAMED_PARAMETERS:
     lower_error(L, A->at, "named_parameters() is not supported at compile time yet; use parameters()");
   case BI_MOD_MODULES: {
     PV *out = pv_list(L, NULL, 0);
-    collect_modules(L, A->at, self, out, pv_dict(L));
+    collect_modules(L, A->at, self, out, pv_dict(L), 0);
     return out;
   }
   case BI_MOD_CHILDREN: {
@@ -245,16 +254,16 @@ static PV *module_call(L *L, PV *fn, Args *A) {
   }
   case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
     bind_args(L, A, "mode=", a);
-    set_training(L, A->at, self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1, pv_dict(L));
+    set_training(L, A->at, self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1, pv_dict(L), 0);
     return self;
   case BI_MOD_EVAL:
     bind_args(L, A, "", a);
-    set_training(L, A->at, self, 0, pv_dict(L));
+    set_training(L, A->at, self, 0, pv_dict(L), 0);
     return self;
   case BI_MOD_APPLY: {
     bind_args(L, A, "fn", a);
     PV *mods = pv_list(L, NULL, 0);
-    collect_modules(L, A->at, self, mods, pv_dict(L));
+    collect_modules(L, A->at, self, mods, pv_dict(L), 0);
     /* PyTorch applies to children first, then self */
     for (int i = mods->n - 1; i >= 0; i--) call_value(L, A->at, a[0], &mods->items[i], 1, NULL, NULL, 0);
     return self;

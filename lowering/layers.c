@@ -68,6 +68,20 @@ static int module_reaches(L *L, Span at, PV *m, PV *target, int depth) {
   return 0;
 }
 
+/* Before the model's tree is walked recursively (state_dict names, train/eval
+ * flags): its depth is bounded (a tree built top-down in a loop is not checked at
+ * registration) and its paths are charged to the step limit. */
+static void tree_check(L *L, Span at, PV *m, int depth) {
+  if (depth > 1000)
+    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive state_dict() fails too)");
+  eval_charge(L, at, 1);
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val)) tree_check(L, at, r->val, depth + 1);
+  }
+}
+void module_tree_check(L *L, Span at, PV *root) { tree_check(L, at, root, 0); }
+
 /* self.name = val on a module: sub-modules and parameters are registered. */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
   if (pv_is_module(val) && module_reaches(L, at, val, obj, 0))

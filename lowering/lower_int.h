@@ -234,6 +234,7 @@ PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
 PV *layer_forward(L *L, PV *obj, Args *A);       /* calling a builtin layer object */
 PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
+void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
 

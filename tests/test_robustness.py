@@ -234,6 +234,14 @@ DIAG = [
      "    m = nn.Sequential(m, m)\n", (), "4:9: error: compile-time evaluation did not finish after 20000000 steps"),
     ("module_nesting_deep", "import torch.nn as nn\nm = nn.ReLU()\nfor i in range(3000):\n    m = nn.Sequential(m)\n",
      (), "4:9: error: nn.Module nesting is deeper than 1000 levels"),
+    ("module_deep_top_down", "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+     "        super().__init__()\n        cur = self\n        for i in range(200000):\n"
+     "            nxt = nn.Sequential()\n            cur.add_module('c', nxt)\n            cur = nxt\n\n"
+     "    def forward(self, x):\n        return x\n", ("--input", "x=f32[2]"),
+     "1:1: error: nn.Module nesting is deeper than 1000 levels"),
+    ("module_deep_parameters", "import torch.nn as nn\nroot = nn.Sequential()\ncur = root\nfor i in range(5000):\n"
+     "    nxt = nn.Sequential()\n    cur.add_module('c', nxt)\n    cur = nxt\np = list(root.parameters())\n", (),
+     "8:10: error: nn.Module nesting is deeper than 1000 levels"),
     # class 3: NULL dereferences
     ("setattr_builtin_class", "import torch.nn as nn\nnn.Linear.x = 1\n", (),
      "2:1: error: cannot set attribute 'x' on the builtin class 'Linear'"),
