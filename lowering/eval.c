@@ -201,8 +201,7 @@ static int compare_rec(L *L, Span at, int op, PV *a, PV *b, int depth);
 static int compare(L *L, Span at, int op, PV *a, PV *b) { return compare_rec(L, at, op, a, b, 0); }
 static int compare_rec(L *L, Span at, int op, PV *a, PV *b, int depth) {
   switch (op) {
-  case OP_IS: return a == b || (a->k == PV_NONE && b->k == PV_NONE) ||
-                     (a->k == PV_BOOL && b->k == PV_BOOL && a->i == b->i);
+  case OP_IS: return pv_is(a, b);
   case OP_ISNOT: return !compare_rec(L, at, OP_IS, a, b, depth);
   case OP_EQ: return pv_equal(L, at, a, b);
   case OP_NE: return !pv_equal(L, at, a, b);

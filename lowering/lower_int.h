@@ -163,6 +163,7 @@ const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints 
 const char *pv_to_str(L *L, Span at, const PV *v); /* str(v) */
 const char *pv_format(L *L, Span at, const PV *v, const char *spec); /* format(v, spec) */
 int pv_equal(L *L, Span at, const PV *a, const PV *b); /* Python ==; RecursionError past depth 1000 */
+int pv_is(const PV *a, const PV *b);                    /* Python `is` */
 /* Python ints are unbounded; ctc keeps int64: exact when the result fits, otherwise a
  * located "integer too large for ctc". Float->int as int()/floor()/round() do it
  * (OverflowError for infinity, ValueError for NaN). */

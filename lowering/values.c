@@ -100,8 +100,10 @@ static uint64_t hash_rec(const PV *v, int depth, const PV **bad, int *deep) {
   case PV_TENSOR: return mix64((uint64_t)(uintptr_t)v->t);
   case PV_BUILTIN: return mix64((uint64_t)v->bi * 31 + (uint64_t)(uintptr_t)v->self);
   case PV_BOUND: return mix64((uint64_t)(uintptr_t)v->fn ^ (uint64_t)(uintptr_t)v->self);
-  case PV_FUNC:
   case PV_CLASS:
+    if (v->bi) return mix64((uint64_t)v->bi * 131); /* nn.Linear: one class however it was looked up */
+    return mix64((uint64_t)(uintptr_t)v);
+  case PV_FUNC:
   case PV_OBJ: return mix64((uint64_t)(uintptr_t)v);
   default:
     if (!*bad) *bad = v;
@@ -150,6 +152,24 @@ static int key_equal(const PV *a, const PV *b) {
   case PV_TENSOR: return a->t == b->t;
   case PV_BUILTIN: return a->bi == b->bi && a->self == b->self;
   case PV_BOUND: return a->fn == b->fn && a->self == b->self;
+  case PV_CLASS: return a->bi && a->bi == b->bi;
+  default: return 0;
+  }
+}
+
+/* Python's `is` on compile-time values: identity, where ctc makes fresh values for
+ * what Python keeps unique (None, bools, builtin classes and functions, dtypes). */
+int pv_is(const PV *a, const PV *b) {
+  if (a == b) return 1;
+  if (a->k != b->k) return 0;
+  switch (a->k) {
+  case PV_NONE:
+  case PV_ELLIPSIS: return 1;
+  case PV_BOOL: return a->i == b->i;
+  case PV_CLASS: return a->bi && a->bi == b->bi;
+  case PV_BUILTIN: return a->bi == b->bi && a->self == b->self && !a->self;
+  case PV_NS: return strcmp(a->s, b->s) == 0;
+  case PV_DTYPE: return a->dt == b->dt;
   default: return 0;
   }
 }

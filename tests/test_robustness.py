@@ -130,6 +130,15 @@ import torch.nn as nn
 md = nn.ModuleDict({f"l{i}": nn.Linear(2, 2) for i in range(3)})
 assert len(list(md.parameters())) == 6 and f"{len(md)} layers" == "3 layers"
 """,
+    "identity_of_builtins": """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+m = nn.Linear(2, 2)
+assert type(m) == nn.Linear and type(m) is nn.Linear and nn.ReLU != nn.Linear
+assert F.relu is F.relu and torch.float32 is torch.float32 and None is None
+assert {nn.Linear: 1}[nn.Linear] == 1
+""",
     "sequential_100000": """
 import torch.nn as nn
 seq = nn.Sequential(*[nn.ReLU()] * 100000)
