@@ -1,6 +1,7 @@
 /* builtins.c - Python builtins, math, methods of compile-time values and of
  * nn.Module, argument binding for native functions, and namespaces
  * (torch, torch.nn, torch.nn.functional, math, dataclasses). */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,33 +184,48 @@ void builtins_install(L *L, Env *b) {
 
 /* ---- module introspection ----------------------------------------------- */
 
-static void collect_params(L *L, PV *obj, PV *out, PV *seen) {
+/* Module walks visit each module once (PyTorch's memo in named_modules), and
+ * parameters once by identity; `seen` is a dict used as a set (O(1) lookups). */
+static int first_visit(L *L, Span at, PV *seen, PV *v) {
+  eval_charge(L, at, 1);
+  if (pv_dict_get(seen, v)) return 0;
+  pv_dict_set(L, at, seen, v, v);
+  return 1;
+}
+
+/* a module tree built top-down in a loop can be arbitrarily deep */
+static void depth_check(L *L, Span at, int depth) {
+  if (depth > 1000)
+    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive walks fail too)");
+}
+
+static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
   for (int i = 0; i < obj->mod->regs.len; i++) {
     Reg *r = &obj->mod->regs.data[i];
     if (r->kind == REG_PARAM && r->val->k == PV_TENSOR) {
-      int dup = 0;
-      for (int k = 0; k < seen->n; k++) dup |= seen->items[k] == r->val;
-      if (!dup) {
-        pv_list_append(L, seen, r->val);
-        pv_list_append(L, out, r->val);
-      }
-    } else if (r->kind == REG_CHILD && pv_is_module(r->val))
-      collect_params(L, r->val, out, seen);
+      if (first_visit(L, at, seen, r->val)) pv_list_append(L, out, r->val);
+    } else if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, at, seen, r->val))
+      collect_params(L, at, r->val, out, seen, depth + 1);
   }
 }
 
-static void collect_modules(L *L, PV *obj, PV *out) {
+static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
   pv_list_append(L, out, obj);
   for (int i = 0; i < obj->mod->regs.len; i++)
-    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
-      collect_modules(L, obj->mod->regs.data[i].val, out);
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
+        first_visit(L, at, seen, obj->mod->regs.data[i].val))
+      collect_modules(L, at, obj->mod->regs.data[i].val, out, seen, depth + 1);
 }
 
-static void set_training(PV *obj, int t) {
+static void set_training(L *L, Span at, PV *obj, int t, PV *seen, int depth) {
+  depth_check(L, at, depth);
   obj->mod->training = t;
   for (int i = 0; i < obj->mod->regs.len; i++)
-    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val))
-      set_training(obj->mod->regs.data[i].val, t);
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
+        first_visit(L, at, seen, obj->mod->regs.data[i].val))
+      set_training(L, at, obj->mod->regs.data[i].val, t, seen, depth + 1);
 }
 
 static PV *module_call(L *L, PV *fn, Args *A) {
@@ -218,42 +234,44 @@ static PV *module_call(L *L, PV *fn, Args *A) {
   case BI_MOD_INIT: return pv_none(L);
   case BI_MOD_PARAMETERS: {
     PV *out = pv_list(L, NULL, 0);
-    collect_params(L, self, out, pv_list(L, NULL, 0));
+    collect_params(L, A->at, self, out, pv_dict(L), 0);
     return out;
   }
   case BI_MOD_NAMED_PARAMETERS:
     lower_error(L, A->at, "named_parameters() is not supported at compile time yet; use parameters()");
   case BI_MOD_MODULES: {
     PV *out = pv_list(L, NULL, 0);
-    collect_modules(L, self, out);
+    collect_modules(L, A->at, self, out, pv_dict(L), 0);
     return out;
   }
   case BI_MOD_CHILDREN: {
-    PV *out = pv_list(L, NULL, 0);
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L); /* each child once, as PyTorch's memo */
     for (int i = 0; i < self->mod->regs.len; i++)
-      if (self->mod->regs.data[i].kind == REG_CHILD) pv_list_append(L, out, self->mod->regs.data[i].val);
+      if (self->mod->regs.data[i].kind == REG_CHILD && pv_is_module(self->mod->regs.data[i].val) &&
+          first_visit(L, A->at, seen, self->mod->regs.data[i].val))
+        pv_list_append(L, out, self->mod->regs.data[i].val);
     return out;
   }
   case BI_MOD_REQUIRES_GRAD_: { /* freezing: optimizers skip these parameters */
     bind_args(L, A, "requires_grad=", a);
     int rg = a[0] ? arg_bool(L, A->at, a[0], "requires_grad") : 1;
     PV *ps = pv_list(L, NULL, 0);
-    collect_params(L, self, ps, pv_list(L, NULL, 0));
+    collect_params(L, A->at, self, ps, pv_dict(L), 0);
     for (int i = 0; i < ps->n; i++) tensor_setattr(L, A->at, ps->items[i], "requires_grad", pv_bool(L, rg));
     return self;
   }
   case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
     bind_args(L, A, "mode=", a);
-    set_training(self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1);
+    set_training(L, A->at, self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1, pv_dict(L), 0);
     return self;
   case BI_MOD_EVAL:
     bind_args(L, A, "", a);
-    set_training(self, 0);
+    set_training(L, A->at, self, 0, pv_dict(L), 0);
     return self;
   case BI_MOD_APPLY: {
     bind_args(L, A, "fn", a);
     PV *mods = pv_list(L, NULL, 0);
-    collect_modules(L, self, mods);
+    collect_modules(L, A->at, self, mods, pv_dict(L), 0);
     /* PyTorch applies to children first, then self */
     for (int i = mods->n - 1; i >= 0; i--) call_value(L, A->at, a[0], &mods->items[i], 1, NULL, NULL, 0);
     return self;
@@ -296,6 +314,7 @@ static PV *minmax(L *L, Args *A, int is_max) {
   int n = A->nargs;
   if (n == 1) n = iter_items(L, A->at, A->args[0], &items);
   if (n == 0) lower_error(L, A->at, "%s() of an empty sequence", A->fname);
+  eval_charge(L, A->at, n);
   PV *best = items[0];
   for (int i = 1; i < n; i++) {
     if (!pv_is_num(items[i]) || !pv_is_num(best))
@@ -306,25 +325,70 @@ static PV *minmax(L *L, Args *A, int is_max) {
 }
 
 static const char *fstr(L *L, PV *fmt, Args *A) {
-  /* "{}".format(...) with positional {} and {0} fields only */
-  const char *s = fmt->s, *out = "";
+  /* "...".format(...): fields {}, {0}, {name}, with !r/!s/!a and a :spec */
+  const char *s = fmt->s;
+  SB out = {0};
   int next = 0;
   for (; *s; s++) {
-    if (*s == '{' && s[1] == '{') { out = arena_printf(L->a, "%s{", out); s++; continue; }
-    if (*s == '}' && s[1] == '}') { out = arena_printf(L->a, "%s}", out); s++; continue; }
-    if (*s == '{') {
-      const char *e = strchr(s, '}');
-      if (!e) break;
-      int idx = next++;
-      if (e > s + 1 && s[1] >= '0' && s[1] <= '9') idx = atoi(s + 1);
-      if (idx >= A->nargs) lower_error(L, A->at, "format() has too few arguments");
-      out = arena_printf(L->a, "%s%s", out, pv_repr(L, A->args[idx]));
-      s = e;
+    if (*s == '{' && s[1] == '{') { sb_add(L, A->at, &out, "{", 1); s++; continue; }
+    if (*s == '}' && s[1] == '}') { sb_add(L, A->at, &out, "}", 1); s++; continue; }
+    if (*s == '}') lower_error(L, A->at, "Single '}' encountered in format string");
+    if (*s != '{') {
+      sb_add(L, A->at, &out, s, 1);
       continue;
     }
-    out = arena_printf(L->a, "%s%c", out, *s);
+    const char *e = strchr(s, '}');
+    if (!e) lower_error(L, A->at, "Single '{' encountered in format string");
+    size_t nl = strcspn(s + 1, "!:}");
+    const char *name = arena_strndup(L->a, s + 1, nl), *p = s + 1 + nl;
+    PV *v = NULL;
+    if (!name[0]) {
+      if (next < 0) lower_error(L, A->at, "cannot switch from manual field specification to automatic field numbering");
+      if (next >= A->nargs) lower_error(L, A->at, "Replacement index %d out of range for positional args tuple", next);
+      v = A->args[next++];
+    } else if (strspn(name, "0123456789") == nl) {
+      if (next > 0) lower_error(L, A->at, "cannot switch from automatic field numbering to manual field specification");
+      next = -1;
+      int64_t idx = nl > 9 ? INT32_MAX : strtoll(name, NULL, 10);
+      if (idx >= A->nargs) lower_error(L, A->at, "Replacement index %lld out of range for positional args tuple", (long long)idx);
+      v = A->args[idx];
+    } else {
+      for (int k = 0; k < A->nkw; k++)
+        if (strcmp(A->kwnames[k], name) == 0) v = A->kwvals[k];
+      if (!v) lower_error(L, A->at, "format(): no argument named '%s' (attribute and index fields are not supported)", name);
+    }
+    char conv = 0;
+    if (*p == '!') {
+      conv = p[1];
+      if (!conv || !strchr("rsa", conv)) lower_error(L, A->at, "Unknown conversion specifier %c", conv ? conv : ' ');
+      p += 2;
+    }
+    const char *spec = "";
+    if (*p == ':') {
+      spec = arena_strndup(L->a, p + 1, (size_t)(e - p - 1));
+      if (strchr(spec, '{')) lower_error(L, A->at, "nested fields in format specs are not supported by str.format here");
+      p = e;
+    }
+    if (p != e) lower_error(L, A->at, "expected '}' before end of string");
+    if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, A->at, v));
+    else if (conv == 's') v = pv_str(L, pv_to_str(L, A->at, v));
+    sb_adds(L, A->at, &out, pv_format(L, A->at, v, spec));
+    s = e;
   }
-  return out;
+  return sb_done(L, &out);
+}
+
+/* Merge sort (stable, as Python's sort) with Python's < */
+static void merge_sort(L *L, Span at, PV **v, PV **tmp, int n) {
+  if (n < 2) return;
+  int h = n / 2;
+  merge_sort(L, at, v, tmp, h);
+  merge_sort(L, at, v + h, tmp, n - h);
+  int i = 0, j = h, k = 0;
+  while (i < h && j < n) tmp[k++] = pv_less(L, at, v[j], v[i]) ? v[j++] : v[i++];
+  while (i < h) tmp[k++] = v[i++];
+  while (j < n) tmp[k++] = v[j++];
+  memcpy(v, tmp, sizeof(PV *) * (size_t)n);
 }
 
 PV *call_builtin(L *L, PV *fn, Args *A) {
@@ -341,13 +405,17 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
       if (a[2]) st = arg_int(L, A->at, a[2], "range step");
     } else
       hi = arg_int(L, A->at, a[0], "range stop");
-    if (st == 0) lower_error(L, A->at, "range() step must not be zero");
-    PV *r = pv_list(L, NULL, 0);
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
-      if (r->n > 10000000) lower_error(L, A->at, "range() is too long to unroll at compile time");
-      pv_list_append(L, r, pv_int(L, i));
-    }
-    r->k = PV_TUPLE;
+    if (st == 0) lower_error(L, A->at, "range() arg 3 must not be zero");
+    /* the length first (lo + k * st never overflows for k < cnt) */
+    uint64_t span = st > 0 ? (lo < hi ? (uint64_t)hi - (uint64_t)lo : 0) : (lo > hi ? (uint64_t)lo - (uint64_t)hi : 0);
+    uint64_t ust = st > 0 ? (uint64_t)st : (uint64_t)0 - (uint64_t)st;
+    uint64_t cnt = span ? (span - 1) / ust + 1 : 0;
+    if (cnt > 10000000) lower_error(L, A->at, "range() of %llu items is too long to unroll at compile time", (unsigned long long)cnt);
+    eval_charge(L, A->at, (int64_t)cnt);
+    PV *r = pv_tuple(L, NULL, 0);
+    r->items = arena_alloc(L->a, sizeof(PV *) * (size_t)(cnt + 1));
+    r->cap = (int)cnt + 1;
+    for (uint64_t k = 0; k < cnt; k++) r->items[r->n++] = pv_int(L, (int64_t)((uint64_t)lo + k * (uint64_t)st));
     return r;
   }
   case BI_LEN: {
@@ -370,23 +438,26 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
         if (*end || end == a[0]->s) lower_error(L, A->at, "could not convert string to float: '%s'", a[0]->s);
         return pv_float(L, d);
       }
+      errno = 0;
       long long v = strtoll(a[0]->s, &end, 10);
-      if (*end || end == a[0]->s) lower_error(L, A->at, "invalid literal for int(): '%s'", a[0]->s);
+      while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+      if (*end || end == a[0]->s) lower_error(L, A->at, "invalid literal for int() with base 10: '%s'", a[0]->s);
+      if (errno == ERANGE) int_too_large(L, A->at);
       return pv_int(L, v);
     }
     if (a[0]->k == PV_TENSOR)
       lower_error(L, A->at, "%s() of a tensor reads its value on the host; that cannot be compiled", A->fname);
     double v = arg_num(L, A->at, a[0], "argument");
     if (bi == BI_FLOAT) return pv_float(L, v);
-    if (!(fabs(v) < 9.2e18)) lower_error(L, A->at, "cannot convert %g to int", v);
-    return pv_int(L, (int64_t)v);
+    if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);
+    return pv_int(L, ck_float_to_int(L, A->at, trunc(v)));
   }
   case BI_STR:
     bind_args(L, A, "x=", a);
-    return pv_str(L, a[0] ? pv_repr(L, a[0]) : "");
+    return pv_str(L, a[0] ? pv_to_str(L, A->at, a[0]) : "");
   case BI_REPR:
     bind_args(L, A, "x", a);
-    return pv_str(L, pv_repr(L, a[0]));
+    return pv_str(L, pv_repr(L, A->at, a[0]));
   case BI_LIST:
   case BI_TUPLE:
   case BI_SORTED:
@@ -394,6 +465,7 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     bind_args(L, A, "x=", a);
     PV **it = NULL;
     int n = a[0] ? iter_items(L, A->at, a[0], &it) : 0;
+    eval_charge(L, A->at, n);
     PV *r = bi == BI_TUPLE ? pv_tuple(L, it, n) : pv_list(L, it, n);
     if (bi == BI_REVERSED)
       for (int i = 0; i < n / 2; i++) {
@@ -401,13 +473,12 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
         r->items[i] = r->items[n - 1 - i];
         r->items[n - 1 - i] = t;
       }
-    if (bi == BI_SORTED)
-      for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && pv_is_num(r->items[j]) && pv_num(r->items[j]) < pv_num(r->items[j - 1]); j--) {
-          PV *t = r->items[j];
-          r->items[j] = r->items[j - 1];
-          r->items[j - 1] = t;
-        }
+    if (bi == BI_SORTED) {
+      int lg = 1;
+      while ((1 << lg) < n && lg < 31) lg++;
+      eval_charge(L, A->at, (int64_t)n * lg);
+      merge_sort(L, A->at, r->items, arena_alloc(L->a, sizeof(PV *) * (size_t)(n + 1)), n);
+    }
     return r;
   }
   case BI_DICT: {
@@ -415,9 +486,10 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     if (A->nargs > 1) lower_error(L, A->at, "dict() takes at most 1 positional argument");
     if (A->nargs == 1) {
       if (A->args[0]->k != PV_DICT) lower_error(L, A->at, "dict(x) needs a dict at compile time");
-      for (int i = 0; i < A->args[0]->n; i++) pv_dict_set(L, d, A->args[0]->keys[i], A->args[0]->items[i]);
+      eval_charge(L, A->at, A->args[0]->n);
+      for (int i = 0; i < A->args[0]->n; i++) pv_dict_set(L, A->at, d, A->args[0]->keys[i], A->args[0]->items[i]);
     }
-    for (int k = 0; k < A->nkw; k++) pv_dict_set(L, d, pv_str(L, A->kwnames[k]), A->kwvals[k]);
+    for (int k = 0; k < A->nkw; k++) pv_dict_set(L, A->at, d, pv_str(L, A->kwnames[k]), A->kwvals[k]);
     return d;
   }
   case BI_ENUMERATE: {
@@ -425,6 +497,8 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
     int64_t st = a[1] ? arg_int(L, A->at, a[1], "start") : 0;
+    eval_charge(L, A->at, n);
+    if (n) ck_add(L, A->at, st, n - 1); /* the last index fits */
     PV *r = pv_list(L, NULL, 0);
     for (int i = 0; i < n; i++) {
       PV *pair[2] = {pv_int(L, st + i), it[i]};
@@ -442,6 +516,7 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
       if (ns[i] < n) n = ns[i];
     }
     if (!A->nargs) n = 0;
+    eval_charge(L, A->at, n);
     for (int k = 0; k < n; k++) {
       PV *t[8];
       for (int i = 0; i < A->nargs; i++) t[i] = its[i][k];
@@ -455,17 +530,21 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     bind_args(L, A, "x", a);
     if (a[0]->k == PV_TENSOR) return t_unary(L, A->at, IR_ABS, a[0]);
     if (a[0]->k == PV_FLOAT) return pv_float(L, fabs(a[0]->f));
-    return pv_int(L, llabs((long long)arg_int(L, A->at, a[0], "abs() argument")));
+    {
+      int64_t x = arg_int(L, A->at, a[0], "abs() argument");
+      return pv_int(L, x < 0 ? ck_neg(L, A->at, x) : x);
+    }
   case BI_SUM: {
     bind_args(L, A, "x,start=", a);
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
     PV *acc = a[1] ? a[1] : pv_int(L, 0);
+    eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
       if (acc->k == PV_TENSOR || it[i]->k == PV_TENSOR) acc = t_binary(L, A->at, OP_ADD, acc, it[i]);
       else if (pv_is_num(acc) && pv_is_num(it[i]))
         acc = acc->k == PV_FLOAT || it[i]->k == PV_FLOAT ? pv_float(L, pv_num(acc) + pv_num(it[i]))
-                                                          : pv_int(L, acc->i + it[i]->i);
+                                                          : pv_int(L, ck_add(L, A->at, acc->i, it[i]->i));
       else lower_error(L, A->at, "sum() of '%s' values is not supported", pv_kind_name(it[i]));
     }
     return acc;
@@ -537,17 +616,34 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
   case BI_ROUND: {
     bind_args(L, A, "x,n=", a);
     double v = arg_num(L, A->at, a[0], "round() argument");
-    if (a[1]) {
-      double s = pow(10, (double)arg_int(L, A->at, a[1], "ndigits"));
-      return pv_float(L, nearbyint(v * s) / s);
+    if (a[1] && a[1]->k != PV_NONE) {
+      int64_t nd = arg_int(L, A->at, a[1], "ndigits");
+      if (a[0]->k != PV_FLOAT) {
+        /* round(int, n): unchanged for n >= 0, else to a multiple of 10**-n (half to even) */
+        int64_t x = a[0]->i;
+        if (nd >= 0) return pv_int(L, x);
+        if (nd < -18) return pv_int(L, 0);
+        int64_t p = ck_pow(L, A->at, 10, -nd), q = x / p, m = x % p;
+        if (m < 0) { m += p; q -= 1; }
+        if (m > p - m || (m == p - m && (q & 1))) q += 1; /* half to even */
+        return pv_int(L, ck_mul(L, A->at, q, p));
+      }
+      if (!isfinite(v) || nd > 308) return pv_float(L, v);
+      if (nd < -308) return pv_float(L, copysign(0.0, v));
+      if (nd >= 0) /* printf rounds the exact binary value half-to-even, as Python's round */
+        return pv_float(L, strtod(arena_printf(L->a, "%.*f", (int)nd, v), NULL));
+      double s = pow(10, (double)-nd), r = nearbyint(v / s) * s;
+      return pv_float(L, isfinite(r) ? r : v);
     }
-    return pv_int(L, (int64_t)nearbyint(v));
+    if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);
+    return pv_int(L, ck_float_to_int(L, A->at, nearbyint(v)));
   }
   case BI_ANY:
   case BI_ALL: {
     bind_args(L, A, "x", a);
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
+    eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
       int t = truthy(L, A->at, it[i]);
       if (bi == BI_ANY && t) return pv_bool(L, 1);
@@ -574,6 +670,7 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     bind_args(L, A, "x", a);
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
+    eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) pv_list_append(L, fn->self, it[i]);
     return pv_none(L);
   }
@@ -581,6 +678,7 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
   case BI_DICT_KEYS:
   case BI_DICT_VALUES: {
     PV *d = fn->self, *r = pv_list(L, NULL, 0);
+    eval_charge(L, A->at, d->n);
     for (int i = 0; i < d->n; i++) {
       PV *pair[2] = {d->keys[i], d->items[i]};
       pv_list_append(L, r, bi == BI_DICT_KEYS ? d->keys[i] : bi == BI_DICT_VALUES ? d->items[i] : pv_tuple(L, pair, 2));
@@ -589,7 +687,7 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
   }
   case BI_DICT_GET: {
     bind_args(L, A, "key,default=", a);
-    PV *v = pv_dict_get(fn->self, a[0]);
+    PV *v = pv_dict_lookup(L, A->at, fn->self, a[0]);
     return v ? v : a[1] ? a[1] : pv_none(L);
   }
   case BI_STR_FORMAT: return pv_str(L, fstr(L, fn->self, A));
@@ -597,9 +695,16 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     bind_args(L, A, "items", a);
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
-    const char *s = "";
-    for (int i = 0; i < n; i++) s = arena_printf(L->a, "%s%s%s", s, i ? fn->self->s : "", pv_repr(L, it[i]));
-    return pv_str(L, s);
+    eval_charge(L, A->at, n);
+    SB sb = {0};
+    size_t ls = strlen(fn->self->s);
+    for (int i = 0; i < n; i++) {
+      if (it[i]->k != PV_STR)
+        lower_error(L, A->at, "sequence item %d: expected str instance, %s found", i, pv_kind_name(it[i]));
+      if (i) sb_add(L, A->at, &sb, fn->self->s, ls);
+      sb_adds(L, A->at, &sb, it[i]->s);
+    }
+    return pv_str(L, sb_done(L, &sb));
   }
   case BI_STR_STARTSWITH:
   case BI_STR_ENDSWITH: {
@@ -612,36 +717,53 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
   case BI_M_SQRT: case BI_M_EXP: case BI_M_LOG: case BI_M_TANH: case BI_M_COS: case BI_M_SIN:
   case BI_M_CEIL: case BI_M_FLOOR: case BI_M_ISQRT: {
     bind_args(L, A, "x", a);
+    if ((bi == BI_M_CEIL || bi == BI_M_FLOOR) && (a[0]->k == PV_INT || a[0]->k == PV_BOOL)) return pv_int(L, a[0]->i);
+    if (bi == BI_M_ISQRT) {
+      if (a[0]->k != PV_INT && a[0]->k != PV_BOOL)
+        lower_error(L, A->at, "'%s' object cannot be interpreted as an integer", pv_kind_name(a[0]));
+      int64_t n = a[0]->i;
+      if (n < 0) lower_error(L, A->at, "isqrt() argument must be nonnegative");
+      int64_t r = (int64_t)sqrt((double)n);
+      while (r > 0 && (r > 3037000499 || r * r > n)) r--;
+      while (r < 3037000499 && (r + 1) * (r + 1) <= n) r++;
+      return pv_int(L, r);
+    }
     double x = arg_num(L, A->at, a[0], "argument");
     switch (bi) {
     case BI_M_SQRT:
       if (x < 0) lower_error(L, A->at, "math domain error: sqrt(%g)", x);
       return pv_float(L, sqrt(x));
-    case BI_M_EXP: return pv_float(L, exp(x));
+    case BI_M_EXP:
+      if (isinf(exp(x)) && isfinite(x)) lower_error(L, A->at, "math range error (OverflowError)");
+      return pv_float(L, exp(x));
     case BI_M_LOG:
       if (x <= 0) lower_error(L, A->at, "math domain error: log(%g)", x);
       return pv_float(L, log(x));
     case BI_M_TANH: return pv_float(L, tanh(x));
     case BI_M_COS: return pv_float(L, cos(x));
     case BI_M_SIN: return pv_float(L, sin(x));
-    case BI_M_CEIL: return pv_int(L, (int64_t)ceil(x));
-    case BI_M_FLOOR: return pv_int(L, (int64_t)floor(x));
-    default:
-      if (x < 0) lower_error(L, A->at, "isqrt() argument must be nonnegative");
-      return pv_int(L, (int64_t)floor(sqrt(x)));
+    case BI_M_CEIL: return pv_int(L, ck_float_to_int(L, A->at, ceil(x)));
+    default: return pv_int(L, ck_float_to_int(L, A->at, floor(x)));
     }
   }
   case BI_M_POW:
     bind_args(L, A, "x,y", a);
-    return pv_float(L, pow(arg_num(L, A->at, a[0], "x"), arg_num(L, A->at, a[1], "y")));
+    {
+      double x = arg_num(L, A->at, a[0], "x"), y = arg_num(L, A->at, a[1], "y"), r = pow(x, y);
+      if ((x == 0 && y < 0) || (x < 0 && isfinite(x) && y != floor(y) && isfinite(y)))
+        lower_error(L, A->at, "math domain error (ValueError)");
+      if (isinf(r) && isfinite(x) && isfinite(y)) lower_error(L, A->at, "math range error (OverflowError)");
+      return pv_float(L, r);
+    }
   case BI_M_PROD: {
     bind_args(L, A, "x", a);
     PV **it;
     int n = iter_items(L, A->at, a[0], &it);
     PV *acc = pv_int(L, 1);
+    eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
       if (!pv_is_num(it[i])) lower_error(L, A->at, "prod() needs numbers");
-      if (acc->k == PV_INT && it[i]->k != PV_FLOAT) acc = pv_int(L, acc->i * it[i]->i);
+      if (acc->k == PV_INT && it[i]->k != PV_FLOAT) acc = pv_int(L, ck_mul(L, A->at, acc->i, it[i]->i));
       else acc = pv_float(L, pv_num(acc) * pv_num(it[i]));
     }
     return acc;

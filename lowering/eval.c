@@ -3,11 +3,13 @@
  * into L->fn while a function is being staged. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include "lower_int.h"
 
 #define MAX_DEPTH 60                 /* nested calls */
-#define MAX_STEPS 20000000           /* statements executed per compile */
+#define MAX_STEPS 20000000           /* statements executed (and work in builtins) per compile */
+#define MAX_MEM_MIB 2048             /* compile-time values, MiB */
 
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
   va_list ap;
@@ -19,6 +21,19 @@ CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
   longjmp(*L->on_error, 1);
 }
 
+/* Every statement costs one step, and builtins charge the work they do (items
+ * produced, elements copied), so no compile-time computation runs unbounded; the
+ * arena never frees, so its size bounds the memory compile-time values use. */
+void eval_charge(L *L, Span at, int64_t work) {
+  if (work < 0) work = 0;
+  if (work > MAX_STEPS || (L->steps += work) > MAX_STEPS)
+    lower_error(L, at, "compile-time evaluation did not finish after %d steps (an endless loop, or work "
+                       "too large for compile time?)", MAX_STEPS);
+  if (arena_bytes(L->a) > ((size_t)MAX_MEM_MIB << 20))
+    lower_error(L, at, "compile-time values use more than %d MiB (an endless loop, or data too large for "
+                       "compile time?)", MAX_MEM_MIB);
+}
+
 /* ---- small helpers ---------------------------------------------------- */
 
 static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
@@ -26,18 +41,18 @@ static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
 static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
   int isf = a->k == PV_FLOAT || b->k == PV_FLOAT;
   if (!isf) {
-    int64_t x = a->i, y = b->i, r = 0;
+    int64_t x = a->i, y = b->i;
     switch (op) {
-    case OP_ADD: if (__builtin_add_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
-    case OP_SUB: if (__builtin_sub_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
-    case OP_MUL: if (__builtin_mul_overflow(x, y, &r)) goto ovf; return pv_int(L, r);
+    case OP_ADD: return pv_int(L, ck_add(L, at, x, y));
+    case OP_SUB: return pv_int(L, ck_sub(L, at, x, y));
+    case OP_MUL: return pv_int(L, ck_mul(L, at, x, y));
     case OP_DIV:
       if (y == 0) lower_error(L, at, "division by zero");
       return pv_float(L, (double)x / (double)y);
     case OP_FLOORDIV:
     case OP_MOD: {
       if (y == 0) lower_error(L, at, "integer division or modulo by zero");
-      if (x == INT64_MIN && y == -1) goto ovf;
+      if (y == -1) return pv_int(L, op == OP_MOD ? 0 : ck_neg(L, at, x));
       int64_t q = x / y, m = x % y;
       if (m != 0 && ((m < 0) != (y < 0))) {
         q -= 1;
@@ -45,15 +60,21 @@ static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
       }
       return pv_int(L, op == OP_FLOORDIV ? q : m);
     }
-    case OP_POW: {
-      if (y < 0) return pv_float(L, pow((double)x, (double)y));
-      int64_t acc = 1;
-      for (int64_t i = 0; i < y; i++)
-        if (__builtin_mul_overflow(acc, x, &acc)) goto ovf;
-      return pv_int(L, acc);
-    }
-    case OP_LSHIFT: if (y < 0 || y > 62) goto ovf; return pv_int(L, x << y);
-    case OP_RSHIFT: if (y < 0) goto ovf; return pv_int(L, y > 63 ? (x < 0 ? -1 : 0) : x >> y);
+    case OP_POW:
+      if (y < 0) {
+        if (x == 0) lower_error(L, at, "0.0 cannot be raised to a negative power (ZeroDivisionError)");
+        return pv_float(L, pow((double)x, (double)y));
+      }
+      return pv_int(L, ck_pow(L, at, x, y));
+    case OP_LSHIFT:
+      if (y < 0) lower_error(L, at, "negative shift count");
+      if (x == 0) return pv_int(L, 0);
+      if (y == 63 && x == -1) return pv_int(L, INT64_MIN);
+      if (y > 62) int_too_large(L, at);
+      return pv_int(L, ck_mul(L, at, x, (int64_t)1 << y));
+    case OP_RSHIFT:
+      if (y < 0) lower_error(L, at, "negative shift count");
+      return pv_int(L, y > 63 ? (x < 0 ? -1 : 0) : x >> y);
     case OP_BITAND: return pv_int(L, x & y);
     case OP_BITOR: return pv_int(L, x | y);
     case OP_BITXOR: return pv_int(L, x ^ y);
@@ -69,27 +90,59 @@ static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
       if (y == 0) lower_error(L, at, "float division by zero");
       return pv_float(L, x / y);
     case OP_FLOORDIV:
-      if (y == 0) lower_error(L, at, "float floor division by zero");
-      return pv_float(L, floor(x / y));
     case OP_MOD: {
-      if (y == 0) lower_error(L, at, "float modulo by zero");
-      double m = fmod(x, y);
-      if (m != 0 && ((m < 0) != (y < 0))) m += y;
-      return pv_float(L, m);
+      /* CPython's float_divmod */
+      if (y == 0) lower_error(L, at, op == OP_MOD ? "float modulo by zero" : "float floor division by zero");
+      double m = fmod(x, y), div = (x - m) / y, fd;
+      if (m != 0) {
+        if ((y < 0) != (m < 0)) {
+          m += y;
+          div -= 1.0;
+        }
+      } else
+        m = copysign(0.0, y);
+      if (div != 0) {
+        fd = floor(div);
+        if (div - fd > 0.5) fd += 1.0;
+      } else
+        fd = copysign(0.0, x / y);
+      return pv_float(L, op == OP_MOD ? m : fd);
     }
-    case OP_POW: return pv_float(L, pow(x, y));
+    case OP_POW: {
+      if (x == 0 && y < 0) lower_error(L, at, "0.0 cannot be raised to a negative power (ZeroDivisionError)");
+      if (x < 0 && y != floor(y) && isfinite(y))
+        lower_error(L, at, "a negative number raised to a fractional power is a complex number; not supported by ctc");
+      double r = pow(x, y);
+      if (isinf(r) && isfinite(x) && isfinite(y)) lower_error(L, at, "(34, 'Numerical result out of range') (OverflowError)");
+      return pv_float(L, r);
+    }
     default: break;
     }
   }
   lower_error(L, at, "unsupported operand types for %s: '%s' and '%s'", fe_op_spelling(op),
               pv_kind_name(a), pv_kind_name(b));
-ovf:
-  lower_error(L, at, "integer overflow in compile-time arithmetic");
 }
 
-static PV *concat_seq(L *L, PV *a, PV *b) {
+static PV *concat_seq(L *L, Span at, PV *a, PV *b) {
+  eval_charge(L, at, (int64_t)a->n + b->n);
   PV *r = a->k == PV_TUPLE ? pv_tuple(L, a->items, a->n) : pv_list(L, a->items, a->n);
   for (int i = 0; i < b->n; i++) pv_list_append(L, r, b->items[i]);
+  return r;
+}
+
+/* a + b for strings; with `grow`, in a buffer twice the size (see PV.owned). */
+static PV *concat_str(L *L, Span at, const char *a, const char *b, int grow) {
+  size_t la = strlen(a), lb = strlen(b);
+  eval_charge(L, at, (int64_t)((la + lb) >> 6));
+  if (la + lb > ((size_t)1 << 28)) lower_error(L, at, "string too long for compile time (more than %d MiB)", 1 << 8);
+  size_t cap = grow ? 2 * (la + lb) + 32 : la + lb + 1;
+  char *p = arena_alloc(L->a, cap);
+  memcpy(p, a, la);
+  memcpy(p + la, b, lb + 1);
+  PV *r = pv_new(L, PV_STR);
+  r->s = p;
+  r->n = (int)(la + lb);
+  r->cap = (int)cap;
   return r;
 }
 
@@ -99,24 +152,43 @@ static PV *binop(L *L, Span at, int op, PV *a, PV *b) {
     return t_binary(L, at, op, a, b);
   }
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
-  if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR)
-    return pv_str(L, arena_printf(L->a, "%s%s", a->s, b->s));
-  if (op == OP_ADD && pv_is_seq(a) && a->k == b->k) return concat_seq(L, a, b);
+  if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return concat_str(L, at, a->s, b->s, 0);
+  if (op == OP_ADD && pv_is_seq(a) && a->k == b->k) return concat_seq(L, at, a, b);
   if (op == OP_MUL && (pv_is_seq(a) || a->k == PV_STR) && b->k == PV_INT) {
     PV *t = a;
     a = b;
     b = t;
   }
-  if (op == OP_MUL && a->k == PV_INT && (pv_is_seq(b) || b->k == PV_STR)) {
-    if (a->i > 1000000) lower_error(L, at, "sequence repetition too large");
+  if (op == OP_MUL && (a->k == PV_INT || a->k == PV_BOOL) && (pv_is_seq(b) || b->k == PV_STR)) {
+    /* linear in the result; its size is charged as work before anything is built */
+    int64_t cnt = a->i < 0 ? 0 : a->i;
     if (b->k == PV_STR) {
-      const char *s = "";
-      for (int64_t i = 0; i < a->i; i++) s = arena_printf(L->a, "%s%s", s, b->s);
-      return pv_str(L, s);
+      size_t len = strlen(b->s);
+      if (!len || !cnt) return pv_str(L, "");
+      if ((uint64_t)cnt > ((uint64_t)1 << 28) / len)
+        lower_error(L, at, "string too long for compile time (more than %d MiB)", 1 << 8);
+      eval_charge(L, at, (int64_t)(((uint64_t)cnt * len) >> 6));
+      size_t total = (size_t)cnt * len;
+      char *p = arena_alloc(L->a, total + 1);
+      memcpy(p, b->s, len);
+      for (size_t done = len; done < total;) { /* doubling copies */
+        size_t k = done < total - done ? done : total - done;
+        memcpy(p + done, p, k);
+        done += k;
+      }
+      PV *r = pv_new(L, PV_STR);
+      r->s = p;
+      return r;
     }
+    if (!b->n || !cnt) return b->k == PV_TUPLE ? pv_tuple(L, NULL, 0) : pv_list(L, NULL, 0);
+    if (cnt > INT32_MAX / b->n) eval_charge(L, at, INT64_MAX);  /* more than the step limit */
+    int64_t total = cnt * b->n;
+    eval_charge(L, at, total);
+    PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)total);
+    for (int64_t i = 0; i < cnt; i++) memcpy(items + i * b->n, b->items, sizeof(PV *) * (size_t)b->n);
     PV *r = b->k == PV_TUPLE ? pv_tuple(L, NULL, 0) : pv_list(L, NULL, 0);
-    for (int64_t i = 0; i < a->i; i++)
-      for (int k = 0; k < b->n; k++) pv_list_append(L, r, b->items[k]);
+    r->items = items;
+    r->n = r->cap = (int)total;
     return r;
   }
   if (op == OP_MOD && a->k == PV_STR)
@@ -125,20 +197,22 @@ static PV *binop(L *L, Span at, int op, PV *a, PV *b) {
               pv_kind_name(a), pv_kind_name(b));
 }
 
-static int compare(L *L, Span at, int op, PV *a, PV *b) {
+static int compare_rec(L *L, Span at, int op, PV *a, PV *b, int depth);
+static int compare(L *L, Span at, int op, PV *a, PV *b) { return compare_rec(L, at, op, a, b, 0); }
+static int compare_rec(L *L, Span at, int op, PV *a, PV *b, int depth) {
   switch (op) {
-  case OP_IS: return a == b || (a->k == PV_NONE && b->k == PV_NONE) ||
-                     (a->k == PV_BOOL && b->k == PV_BOOL && a->i == b->i);
-  case OP_ISNOT: return !compare(L, at, OP_IS, a, b);
-  case OP_EQ: return pv_equal(a, b);
-  case OP_NE: return !pv_equal(a, b);
+  case OP_IS: return pv_is(a, b);
+  case OP_ISNOT: return !compare_rec(L, at, OP_IS, a, b, depth);
+  case OP_EQ: return pv_equal(L, at, a, b);
+  case OP_NE: return !pv_equal(L, at, a, b);
   case OP_IN:
   case OP_NOTIN: {
     int found = 0;
     if (b->k == PV_STR && a->k == PV_STR) found = strstr(b->s, a->s) != NULL;
-    else if (b->k == PV_DICT) found = pv_dict_get(b, a) != NULL;
+    else if (b->k == PV_DICT) found = pv_dict_lookup(L, at, b, a) != NULL;
     else if (pv_is_seq(b)) {
-      for (int i = 0; i < b->n && !found; i++) found = pv_equal(a, b->items[i]);
+      eval_charge(L, at, b->n);
+      for (int i = 0; i < b->n && !found; i++) found = a == b->items[i] || pv_equal(L, at, a, b->items[i]);
     } else
       lower_error(L, at, "'in' needs a tuple, list, dict or str on the right, not '%s'", pv_kind_name(b));
     return op == OP_IN ? found : !found;
@@ -155,9 +229,11 @@ static int compare(L *L, Span at, int op, PV *a, PV *b) {
   } else if (pv_is_seq(a) && a->k == b->k) {
     c = 0;
     int n = a->n < b->n ? a->n : b->n;
+    if (depth >= 1000) lower_error(L, at, "maximum recursion depth exceeded in comparison (RecursionError)");
+    eval_charge(L, at, n);
     for (int i = 0; i < n && !c; i++) {
-      if (pv_equal(a->items[i], b->items[i])) continue;
-      c = compare(L, at, OP_LT, a->items[i], b->items[i]) ? -1 : 1;
+      if (a->items[i] == b->items[i] || pv_equal(L, at, a->items[i], b->items[i])) continue;
+      c = compare_rec(L, at, OP_LT, a->items[i], b->items[i], depth + 1) ? -1 : 1;
     }
     if (!c) c = a->n < b->n ? -1 : a->n > b->n;
   } else {
@@ -172,6 +248,8 @@ static int compare(L *L, Span at, int op, PV *a, PV *b) {
   default: return 0;
   }
 }
+
+int pv_less(L *L, Span at, PV *a, PV *b) { return compare(L, at, OP_LT, a, b); }
 
 int truthy(L *L, Span at, PV *v) {
   switch (v->k) {
@@ -204,12 +282,14 @@ int iter_items(L *L, Span at, PV *v, PV ***out) {
     return v->n;
   case PV_STR: {
     int n = (int)strlen(v->s);
+    eval_charge(L, at, n);
     PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) r[i] = pv_str(L, arena_strndup(L->a, v->s + i, 1));
     *out = r;
     return n;
   }
   case PV_OBJ:
+    if (v->mod) eval_charge(L, at, v->mod->regs.len);
     if (v->mod && v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST)) {
       PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
       int n = 0;
@@ -346,7 +426,7 @@ void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
     env_set(L, obj->attrs, name, val);
     return;
   }
-  if (obj->k == PV_CLASS) {
+  if (obj->k == PV_CLASS && !obj->bi && obj->env) {
     env_set(L, obj->env, name, val);
     return;
   }
@@ -354,6 +434,9 @@ void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
     tensor_setattr(L, at, obj, name, val);
     return;
   }
+  if (obj->k == PV_CLASS)
+    lower_error(L, at, "cannot set attribute '%s' on the builtin class '%s' (ctc does not support modifying "
+                       "torch or Python classes)", name, obj->s ? obj->s : "?");
   lower_error(L, at, "cannot set attribute '%s' on a '%s'", name, pv_kind_name(obj));
 }
 
@@ -410,7 +493,7 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
     if (!found) {
       if (!kwargs)
         lower_error(L, at, "%s() got an unexpected keyword argument '%s'", def->name ? def->name : "lambda", kwn[k]);
-      pv_dict_set(L, kwargs, pv_str(L, kwn[k]), kwv[k]);
+      pv_dict_set(L, at, kwargs, pv_str(L, kwn[k]), kwv[k]);
     }
   }
   for (int i = 0; i < np; i++) {
@@ -577,13 +660,19 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
         lo = lo < -1 ? -1 : lo > len - 1 ? len - 1 : lo;
         hi = hi < -1 ? -1 : hi > len - 1 ? len - 1 : hi;
       }
-      PV *r = obj->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
-      const char *s = "";
-      for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
-        if (obj->k == PV_STR) s = arena_printf(L->a, "%s%c", s, obj->s[i]);
-        else pv_list_append(L, r, obj->items[i]);
+      /* the number of items first: lo + k * st never overflows for k < cnt */
+      uint64_t span = st > 0 ? (lo < hi ? (uint64_t)hi - (uint64_t)lo : 0) : (lo > hi ? (uint64_t)lo - (uint64_t)hi : 0);
+      uint64_t ust = st > 0 ? (uint64_t)st : (uint64_t)0 - (uint64_t)st;
+      int64_t cnt = span ? (int64_t)((span - 1) / ust + 1) : 0;
+      eval_charge(L, at, cnt);
+      if (obj->k == PV_STR) {
+        char *s = arena_alloc(L->a, (size_t)cnt + 1);
+        for (int64_t k = 0; k < cnt; k++) s[k] = obj->s[lo + k * st];
+        return pv_str(L, s);
       }
-      return obj->k == PV_STR ? pv_str(L, s) : r;
+      PV *r = obj->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
+      for (int64_t k = 0; k < cnt; k++) pv_list_append(L, r, obj->items[lo + k * st]);
+      return r;
     }
     int64_t i = arg_int(L, at, idx, "index");
     if (i < 0) i += len;
@@ -593,8 +682,8 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
     return obj->items[i];
   }
   if (obj->k == PV_DICT) {
-    PV *v = pv_dict_get(obj, idx);
-    if (!v) lower_error(L, at, "key %s not found in dict", pv_repr(L, idx));
+    PV *v = pv_dict_lookup(L, at, obj, idx);
+    if (!v) lower_error(L, at, "key %s not found in dict", pv_repr(L, at, idx));
     return v;
   }
   if (pv_is_module(obj) && obj->cls->bi) {
@@ -603,7 +692,7 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
     if (obj->cls->bi == BI_C_MODULEDICT) {
       for (int i = 0; i < obj->mod->regs.len; i++)
         if (idx->k == PV_STR && strcmp(obj->mod->regs.data[i].name, idx->s) == 0) return obj->mod->regs.data[i].val;
-      lower_error(L, at, "ModuleDict has no key %s", pv_repr(L, idx));
+      lower_error(L, at, "ModuleDict has no key %s", pv_repr(L, at, idx));
     }
     int64_t i = arg_int(L, at, idx, "index");
     if (i < 0) i += n;
@@ -623,6 +712,7 @@ static void eval_call_args(L *L, Node *n, PV ***args, int *nargs, const char ***
       PV *s = eval_expr(L, a->a);
       PV **it;
       int cnt = iter_items(L, a->span, s, &it);
+      eval_charge(L, a->span, cnt);
       for (int k = 0; k < cnt; k++) pv_list_append(L, pos, it[k]);
     } else if (a->kind == N_GENEXP) {
       pv_list_append(L, pos, eval_expr(L, a));
@@ -657,7 +747,10 @@ static void assign_target(L *L, Node *t, PV *v);
 /* Comprehension loops: for each generator in turn, then evaluate elt. */
 static void comp_loop(L *L, Node *n, int gi, PV *out, PV *dict) {
   if (gi == n->list.len) {
-    if (dict) pv_dict_set(L, dict, eval_expr(L, n->a), eval_expr(L, n->b));
+    if (dict) {
+      PV *k = eval_expr(L, n->a);
+      pv_dict_set(L, n->a->span, dict, k, eval_expr(L, n->b));
+    }
     else pv_list_append(L, out, eval_expr(L, n->a));
     return;
   }
@@ -666,6 +759,7 @@ static void comp_loop(L *L, Node *n, int gi, PV *out, PV *dict) {
   PV **items;
   int cnt = iter_items(L, g->span, it, &items);
   for (int i = 0; i < cnt; i++) {
+    eval_charge(L, g->span, 1);
     assign_target(L, g->a, items[i]);
     int ok = 1;
     for (int k = 0; k < g->list.len && ok; k++) ok = truthy(L, g->list.data[k]->span, eval_expr(L, g->list.data[k]));
@@ -684,13 +778,161 @@ static PV *make_function(L *L, Node *def) {
   return f;
 }
 
+/* Every span in an expression parsed out of an f-string points at the f-string. */
+static void respan(Node *n, Span at, int depth) {
+  if (!n || depth > 10000) return;
+  n->span = at;
+  respan(n->a, at, depth + 1);
+  respan(n->b, at, depth + 1);
+  respan(n->c, at, depth + 1);
+  NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++) respan(vs[k]->data[i], at, depth + 1);
+}
+
+/* Evaluates the expression text e[0..n) of a replacement field, parsed as "(e)" on
+ * the f-string's line (so a parse error is reported on it; columns count from the
+ * expression). */
+static PV *fstring_field(L *L, Span at, const char *e, size_t n) {
+  size_t pre = (size_t)(at.line > 0 ? at.line - 1 : 0) + (size_t)(at.col > 0 ? at.col - 1 : 0);
+  char *text = arena_alloc(L->a, pre + n + 4);
+  size_t k = 0;
+  for (int i = 1; i < at.line; i++) text[k++] = '\n';
+  text[k++] = '(';
+  memcpy(text + k, e, n);
+  k += n;
+  text[k++] = ')';
+  text[k++] = '\n';
+  text[k] = 0;
+  SrcFile *f = src_from_string(L->a, at.file ? at.file->path : "<f-string>", text);
+  Node *m = fe_parse(L->a, L->d, f);
+  if (!m) longjmp(*L->on_error, 1); /* the parse error is reported */
+  if (m->body.len != 1 || m->body.data[0]->kind != N_EXPR_STMT)
+    lower_error(L, at, "f-string: expected one expression in '{%.*s}'", (int)n, e);
+  Node *x = m->body.data[0]->a;
+  respan(x, at, 0);
+  return eval_expr(L, x);
+}
+
+/* End of a replacement field's part that starts at s: the first of `stops` outside
+ * brackets and quotes, or NULL. */
+static const char *field_end(const char *s, const char *stops) {
+  int depth = 0;
+  char q = 0;
+  for (; *s; s++) {
+    if (q) {
+      if (*s == '\\' && s[1]) s++;
+      else if (*s == q) q = 0;
+      continue;
+    }
+    if (*s == '\'' || *s == '"') q = *s;
+    else if (strchr("([{", *s)) depth++;
+    else if (strchr(")]", *s) || (*s == '}' && depth > 0)) depth--;
+    else if (!depth && strchr(stops, *s)) {
+      /* '!=' is an operator, not a conversion */
+      if (*s == '!' && s[1] == '=') continue;
+      return s;
+    }
+  }
+  return NULL;
+}
+
+/* f"...": literal text (escapes processed, {{ }} halved) and replacement fields
+ * {expr[=][!r|!s|!a][:spec]}, the spec itself may hold fields. */
+static const char *fstring_text(L *L, Span at, const char *s, int nested) {
+  SB out = {0};
+  while (*s) {
+    if ((*s == '{' && s[1] == '{') || (*s == '}' && s[1] == '}')) {
+      sb_add(L, at, &out, s, 1);
+      s += 2;
+      continue;
+    }
+    if (*s == '\\' && !nested) {
+      char c = s[1], e[2] = {0, 0};
+      s += 2;
+      switch (c) {
+      case 'n': e[0] = '\n'; break;
+      case 't': e[0] = '\t'; break;
+      case 'r': e[0] = '\r'; break;
+      case '0': e[0] = '\0'; break;
+      case 'a': e[0] = '\a'; break;
+      case 'b': e[0] = '\b'; break;
+      case 'f': e[0] = '\f'; break;
+      case 'v': e[0] = '\v'; break;
+      case '\\': case '\'': case '"': e[0] = c; break;
+      case '\n': continue; /* line continuation */
+      case 'x':
+        if (s[0] && s[1] && strchr("0123456789abcdefABCDEF", s[0]) && strchr("0123456789abcdefABCDEF", s[1])) {
+          char h[3] = {s[0], s[1], 0};
+          e[0] = (char)strtol(h, NULL, 16);
+          s += 2;
+          break;
+        }
+        /* fall through */
+      default:
+        sb_add(L, at, &out, "\\", 1);
+        if (c) sb_add(L, at, &out, &c, 1);
+        else s--;
+        continue;
+      }
+      if (e[0]) sb_add(L, at, &out, e, 1);
+      else lower_error(L, at, "f-string: a NUL character is not supported in compile-time strings");
+      continue;
+    }
+    if (*s == '}') lower_error(L, at, "f-string: single '}' is not allowed");
+    if (*s != '{') {
+      sb_add(L, at, &out, s, 1);
+      s++;
+      continue;
+    }
+    const char *e0 = s + 1, *e1 = field_end(e0, "!:}");
+    if (!e1) lower_error(L, at, "f-string: expecting '}'");
+    const char *ee = e1;
+    int debug = 0;
+    while (ee > e0 && (ee[-1] == ' ')) ee--;
+    if (ee > e0 && ee[-1] == '=' && !(ee - e0 >= 2 && strchr("=!<>", ee[-2]))) {
+      debug = 1;
+      sb_add(L, at, &out, e0, (size_t)(e1 - e0)); /* "expr=" as written */
+      ee--;
+    }
+    if (ee == e0) lower_error(L, at, "f-string: empty expression not allowed");
+    PV *v = fstring_field(L, at, e0, (size_t)(ee - e0));
+    char conv = debug ? 'r' : 0;
+    const char *p = e1;
+    if (*p == '!') {
+      conv = p[1];
+      if (!conv || !strchr("rsa", conv) || (p[2] != ':' && p[2] != '}'))
+        lower_error(L, at, "f-string: invalid conversion character: expected 's', 'r', or 'a'");
+      p += 2;
+    }
+    const char *spec = "";
+    if (*p == ':') {
+      const char *q = field_end(p + 1, "}");
+      if (!q) lower_error(L, at, "f-string: expecting '}'");
+      spec = fstring_text(L, at, arena_strndup(L->a, p + 1, (size_t)(q - p - 1)), 1);
+      if (debug && conv == 'r') conv = 0; /* f"{x=:.2f}" formats the value */
+      p = q;
+    }
+    if (*p != '}') lower_error(L, at, "f-string: expecting '}'");
+    s = p + 1;
+    if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, at, v));
+    else if (conv == 's') v = pv_str(L, pv_to_str(L, at, v));
+    sb_adds(L, at, &out, pv_format(L, at, v, spec));
+  }
+  return sb_done(L, &out);
+}
+
 PV *eval_expr(L *L, Node *n) {
   switch (n->kind) {
-  case N_NAME: return lookup_name(L, n);
+  case N_NAME: {
+    PV *v = lookup_name(L, n);
+    v->owned = 0; /* read: no longer held by one name only */
+    return v;
+  }
   case N_INT: return pv_int(L, n->ival);
   case N_FLOAT: return pv_float(L, n->fval);
   case N_STR: return pv_str(L, n->sval);
-  case N_FSTR: return pv_str(L, n->sval);
+  case N_FSTR: return pv_str(L, fstring_text(L, n->span, n->sval, 0));
   case N_CONST:
     switch (n->op) {
     case CONST_NONE: return pv_none(L);
@@ -738,8 +980,7 @@ PV *eval_expr(L *L, Node *n) {
       return pv_int(L, ~a->i);
     }
     if (a->k == PV_FLOAT) return pv_float(L, -a->f);
-    if (a->i == INT64_MIN) lower_error(L, n->span, "integer overflow in compile-time arithmetic");
-    return pv_int(L, -a->i);
+    return pv_int(L, ck_neg(L, n->span, a->i));
   }
   case N_BOOLOP: {
     PV *a = eval_expr(L, n->a);
@@ -776,6 +1017,7 @@ PV *eval_expr(L *L, Node *n) {
       if (e->kind == N_STARRED) {
         PV **it;
         int cnt = iter_items(L, e->span, eval_expr(L, e->a), &it);
+        eval_charge(L, e->span, cnt);
         for (int k = 0; k < cnt; k++) pv_list_append(L, r, it[k]);
       } else
         pv_list_append(L, r, eval_expr(L, e));
@@ -788,10 +1030,11 @@ PV *eval_expr(L *L, Node *n) {
       if (!n->list.data[i]) {
         PV *m = eval_expr(L, n->list2.data[i]);
         if (m->k != PV_DICT) lower_error(L, n->list2.data[i]->span, "'**' needs a dict");
-        for (int k = 0; k < m->n; k++) pv_dict_set(L, d, m->keys[k], m->items[k]);
+        for (int k = 0; k < m->n; k++) pv_dict_set(L, n->span, d, m->keys[k], m->items[k]);
         continue;
       }
-      pv_dict_set(L, d, eval_expr(L, n->list.data[i]), eval_expr(L, n->list2.data[i]));
+      PV *k = eval_expr(L, n->list.data[i]);
+      pv_dict_set(L, n->list.data[i]->span, d, k, eval_expr(L, n->list2.data[i]));
     }
     return d;
   }
@@ -829,6 +1072,7 @@ static void assign_target(L *L, Node *t, PV *v) {
   switch (t->kind) {
   case N_NAME:
     name_tensor(L, v, t->name);
+    v->owned = 0;
     env_set(L, L->env, t->name, v);
     return;
   case N_ATTR: setattr_value(L, t->span, eval_expr(L, t->a), t->name, v); return;
@@ -842,7 +1086,7 @@ static void assign_target(L *L, Node *t, PV *v) {
       return;
     }
     if (obj->k == PV_DICT) {
-      pv_dict_set(L, obj, idx, v);
+      pv_dict_set(L, t->b->span, obj, idx, v);
       return;
     }
     if (obj->k == PV_TENSOR)
@@ -856,6 +1100,7 @@ static void assign_target(L *L, Node *t, PV *v) {
     int cnt;
     if (v->k == PV_TENSOR) lower_error(L, t->span, "unpacking a tensor is not supported; use split or indexing");
     cnt = iter_items(L, t->span, v, &items);
+    eval_charge(L, t->span, cnt);
     int star = -1, nt = t->list.len;
     for (int i = 0; i < nt; i++)
       if (t->list.data[i]->kind == N_STARRED) star = i;
@@ -947,8 +1192,7 @@ static void exec_classdef(L *L, Node *s) {
 }
 
 static int exec_stmt(L *L, Node *s) {
-  if (++L->steps > MAX_STEPS)
-    lower_error(L, s->span, "compile-time evaluation did not finish after %d statements (an endless loop?)", MAX_STEPS);
+  eval_charge(L, s->span, 1);
   switch (s->kind) {
   case N_EXPR_STMT: {
     PV *v = eval_expr(L, s->a);
@@ -961,11 +1205,30 @@ static int exec_stmt(L *L, Node *s) {
     return EX_NORMAL;
   }
   case N_AUGASSIGN: {
-    PV *cur = eval_expr(L, s->a), *rhs = eval_expr(L, s->b);
+    /* name += str: the name's own string (made by an earlier `name += ...`, not read
+     * since) grows in place, so a loop of += stays linear as in CPython */
+    PV *cur = s->a->kind == N_NAME ? lookup_name(L, s->a) : eval_expr(L, s->a);
+    int owned = cur->owned;
+    cur->owned = 0;
+    PV *rhs = eval_expr(L, s->b);
     PV *v;
+    if (s->a->kind == N_NAME && cur->k == PV_STR && rhs->k == PV_STR && s->op == OP_ADD) {
+      size_t lb = strlen(rhs->s);
+      if (owned && (size_t)cur->n + lb + 1 <= (size_t)cur->cap && (size_t)cur->n + lb <= ((size_t)1 << 28)) {
+        eval_charge(L, s->span, (int64_t)(lb >> 6));
+        memcpy((char *)cur->s + cur->n, rhs->s, lb + 1);
+        cur->n += (int)lb;
+        v = cur;
+      } else
+        v = concat_str(L, s->span, cur->s, rhs->s, 1);
+      assign_target(L, s->a, v);
+      v->owned = 1;
+      return EX_NORMAL;
+    }
     if (cur->k == PV_LIST && s->op == OP_ADD) {
       PV **it;
       int cnt = iter_items(L, s->b->span, rhs, &it);
+      eval_charge(L, s->span, cnt);
       for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
       v = cur;
     } else if (cur->k == PV_TENSOR && L->fn) {
@@ -1003,7 +1266,7 @@ static int exec_stmt(L *L, Node *s) {
       int r = exec_block(L, L->env, &s->body);
       if (r == EX_RETURN) return r;
       if (r == EX_BREAK) return EX_NORMAL;
-      if (++L->steps > MAX_STEPS) lower_error(L, s->span, "compile-time loop did not finish (an endless loop?)");
+      eval_charge(L, s->span, 1);
     }
     return exec_block(L, L->env, &s->orelse);
   }
@@ -1036,7 +1299,7 @@ static int exec_stmt(L *L, Node *s) {
   case N_ASSERT: {
     PV *c = eval_expr(L, s->a);
     if (!truthy(L, s->a->span, c)) {
-      const char *msg = s->b ? pv_repr(L, eval_expr(L, s->b)) : NULL;
+      const char *msg = s->b ? pv_to_str(L, s->b->span, eval_expr(L, s->b)) : NULL;
       lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
     }
     return EX_NORMAL;

@@ -38,6 +38,12 @@ PV *module_new(L *L, PV *cls) {
 }
 
 static void reg_set(L *L, PV *obj, RegKind k, const char *name, PV *val) {
+  /* every registered name is also an attribute (module_setattr, register_buffer):
+   * a name that is not one is new, and needs no scan (100,000 children stay linear) */
+  if (obj->attrs && !env_get(obj->attrs, name)) {
+    vec_push(L->a, &obj->mod->regs, ((Reg){k, arena_strdup(L->a, name), val}));
+    return;
+  }
   for (int i = 0; i < obj->mod->regs.len; i++)
     if (strcmp(obj->mod->regs.data[i].name, name) == 0) {
       obj->mod->regs.data[i].kind = k;
@@ -47,8 +53,42 @@ static void reg_set(L *L, PV *obj, RegKind k, const char *name, PV *val) {
   vec_push(L->a, &obj->mod->regs, ((Reg){k, arena_strdup(L->a, name), val}));
 }
 
+/* Is `target` in the module tree under `m`? Module trees stay acyclic (checked at
+ * every registration), so this walk ends; it visits every path, as PyTorch's
+ * state_dict() does, and charges each to the step limit, so a tree whose paths
+ * explode (m = Sequential(m, m) in a loop) is diagnosed here rather than hanging
+ * the later walks (state_dict names). The depth is bounded as PyTorch's recursion. */
+static int module_reaches(L *L, Span at, PV *m, PV *target, int depth) {
+  if (m == target) return 1;
+  if (depth > 1000) lower_error(L, at, "nn.Module nesting is deeper than 1000 levels");
+  eval_charge(L, at, 1);
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val) && module_reaches(L, at, r->val, target, depth + 1))
+      return 1;
+  }
+  return 0;
+}
+
+/* Before the model's tree is walked recursively (state_dict names, train/eval
+ * flags): its depth is bounded (a tree built top-down in a loop is not checked at
+ * registration) and its paths are charged to the step limit. */
+static void tree_check(L *L, Span at, PV *m, int depth) {
+  if (depth > 1000)
+    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive state_dict() fails too)");
+  eval_charge(L, at, 1);
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val)) tree_check(L, at, r->val, depth + 1);
+  }
+}
+void module_tree_check(L *L, Span at, PV *root) { tree_check(L, at, root, 0); }
+
 /* self.name = val on a module: sub-modules and parameters are registered. */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (pv_is_module(val) && module_reaches(L, at, val, obj, 0))
+    lower_error(L, at, "assigning this module to '%s' makes the module contain itself; PyTorch's state_dict(), "
+                       "train() and eval() would recurse forever on it", name);
   if (pv_is_module(val)) reg_set(L, obj, REG_CHILD, name, val);
   else if (val->k == PV_TENSOR && val->t->slot && !val->t->slot->is_buffer) reg_set(L, obj, REG_PARAM, name, val);
   else if (val->k == PV_TENSOR && val->t->requires_grad && val->t->data) {
@@ -384,7 +424,7 @@ PV *layer_forward(L *L, PV *o, Args *A) {
     Type t = x->t->type;
     for (int i = 0; i < ns->n; i++)
       if (ns->n > t.ndim || t.dims[t.ndim - ns->n + i] != ns->items[i]->i)
-        lower_error(L, at, "shape mismatch in LayerNorm: input %s, normalized_shape %s", shape_str(L, &t), pv_repr(L, ns));
+        lower_error(L, at, "shape mismatch in LayerNorm: input %s, normalized_shape %s", shape_str(L, &t), pv_repr(L, at, ns));
     return t_layer_norm(L, at, x, ns->n, attr_w, attr_b, get_num(L, o, "eps"));
   }
   case BI_C_EMBEDDING: return t_embedding(L, at, attr_w, x, env_get(o->attrs, "padding_idx"));

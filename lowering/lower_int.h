@@ -90,6 +90,10 @@ struct PV {
   Tensor *t;             /* TENSOR */
   DType dt;              /* DTYPE */
   int grad_mode;         /* FUNC decorated with @torch.no_grad() etc.: NG_* + 1; 0 if none */
+  int *hidx; int hcap;   /* DICT: hash index over keys (slot = item index + 1), once n grows */
+  int owned;             /* STR made by `name += ...`, held by that name only and not read
+                            since: the next `name += ...` may append in place (n = length,
+                            cap = buffer size), which keeps a loop of `+=` linear */
 };
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -106,6 +110,7 @@ struct Env {
   Vec(const char *) names;
   Vec(PV *) vals;
   Env *parent;
+  int *hidx; int hcap;   /* hash index over names (slot = index + 1), once the scope grows */
 };
 
 /* The lowering context: one per compile, passed everywhere. */
@@ -151,15 +156,37 @@ PV *pv_tuple(L *L, PV **items, int n);
 PV *pv_list(L *L, PV **items, int n);
 void pv_list_append(L *L, PV *list, PV *x);
 PV *pv_dict(L *L);
-PV *pv_dict_get(PV *d, PV *key);              /* NULL if absent */
-void pv_dict_set(L *L, PV *d, PV *key, PV *val);
+PV *pv_dict_get(PV *d, PV *key);              /* NULL if absent; key known hashable (a str ...) */
+PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key); /* user key: TypeError if unhashable */
+void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val);
 PV *pv_tensor(L *L, Tensor *t);
 PV *pv_builtin(L *L, int bi, const char *name, PV *self);
 PV *pv_ns(L *L, const char *name);
 PV *pv_dtype(L *L, DType dt);
 const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
-const char *pv_repr(L *L, const PV *v);      /* short Python-like text */
-int pv_equal(const PV *a, const PV *b);      /* Python == for compile-time values */
+const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints it ([[...]] for cycles) */
+const char *pv_to_str(L *L, Span at, const PV *v); /* str(v) */
+const char *pv_format(L *L, Span at, const PV *v, const char *spec); /* format(v, spec) */
+int pv_equal(L *L, Span at, const PV *a, const PV *b); /* Python ==; RecursionError past depth 1000 */
+int pv_is(const PV *a, const PV *b);                    /* Python `is` */
+/* Python ints are unbounded; ctc keeps int64: exact when the result fits, otherwise a
+ * located "integer too large for ctc". Float->int as int()/floor()/round() do it
+ * (OverflowError for infinity, ValueError for NaN). */
+int64_t ck_add(L *L, Span at, int64_t a, int64_t b);
+int64_t ck_sub(L *L, Span at, int64_t a, int64_t b);
+int64_t ck_mul(L *L, Span at, int64_t a, int64_t b);
+int64_t ck_neg(L *L, Span at, int64_t a);
+int64_t ck_pow(L *L, Span at, int64_t a, int64_t b);       /* b >= 0 */
+int64_t ck_float_to_int(L *L, Span at, double f);         /* f already integral (or truncated) */
+CTC_NORETURN void int_too_large(L *L, Span at);
+/* Work done inside a builtin (items produced, bytes copied): counted against the
+ * step limit, and the compile-time memory limit checked. */
+void eval_charge(L *L, Span at, int64_t work);
+/* A string being built (amortised growth in the arena, length bounded). */
+typedef struct SB { char *p; size_t len, cap; } SB;
+void sb_add(L *L, Span at, SB *b, const char *s, size_t n);
+void sb_adds(L *L, Span at, SB *b, const char *s);
+const char *sb_done(L *L, SB *b);
 int pv_is_seq(const PV *v);                  /* tuple or list */
 int pv_is_num(const PV *v);                  /* bool, int, float */
 double pv_num(const PV *v);
@@ -181,6 +208,7 @@ PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if miss
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name);     /* NULL if missing */
 void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val);
 int truthy(L *L, Span at, PV *v);
+int pv_less(L *L, Span at, PV *a, PV *b);   /* Python a < b on compile-time values */
 /* Iterate a compile-time iterable: returns a fresh array of items in *out. */
 int iter_items(L *L, Span at, PV *v, PV ***out);
 
@@ -219,6 +247,7 @@ PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
 PV *layer_forward(L *L, PV *obj, Args *A);       /* calling a builtin layer object */
 PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
+void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
 
@@ -257,6 +286,7 @@ void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV 
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
 PV *t_wrap(L *L, ValId v);                       /* IR value -> PV tensor */
 Type t_type(PV *tensor);
+void need_tensor_arg(L *L, Span at, PV *x, const char *op);   /* error unless x is a tensor */
 PV *t_binary(L *L, Span at, int op, PV *a, PV *b);   /* frontend OpKind: OP_ADD ... */
 PV *t_compare(L *L, Span at, int op, PV *a, PV *b);
 PV *t_unary(L *L, Span at, Op op, PV *x);

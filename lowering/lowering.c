@@ -280,6 +280,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   if (model) {
     L->prog->class_name = model->cls->s;
     L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
+    module_tree_check(L, top, model); /* the recursive walks below stay bounded */
     build_state_dict(L, model, "");
     /* forward is the inference entry: eval mode; training functions see the mode
      * the module-level code left (PyTorch's default: training) */

@@ -13,6 +13,20 @@ const char *shape_str(L *L, const Type *t) {
 
 Type t_type(PV *t) { return t->t->type; }
 
+/* Operands that must be tensors (a Python number or list is not one here). */
+void need_tensor_arg(L *L, Span at, PV *x, const char *op) {
+  if (!x || x->k != PV_TENSOR)
+    lower_error(L, at, "%s: expected a tensor, got '%s'", op, x ? pv_kind_name(x) : "nothing");
+}
+/* An optional tensor operand (bias, weight): None or a tensor. */
+static void opt_tensor_arg(L *L, Span at, PV *x, const char *op) {
+  if (x && x->k != PV_NONE) need_tensor_arg(L, at, x, op);
+}
+static void ndim_arg(L *L, Span at, PV *w, int ndim, const char *what) {
+  if (w->t->type.ndim != ndim)
+    lower_error(L, at, "%s must be %d-D, got shape %s", what, ndim, shape_str(L, &w->t->type));
+}
+
 PV *t_wrap(L *L, ValId v) {
   Tensor *t = arena_alloc(L->a, sizeof *t);
   t->type = *ir_type(L->fn, v);
@@ -81,6 +95,10 @@ int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim) {
 }
 
 PV *t_const_tensor(L *L, Span at, Type t, double fill) {
+  for (int i = 0; i < t.ndim; i++)
+    if (t.dims[i] < 0)
+      lower_error(L, at, "Trying to create tensor with negative dimension %lld: %s", (long long)t.dims[i],
+                  shape_str(L, &t));
   char msg[512];
   if (ir_type_problem(&t, msg, sizeof msg)) lower_error(L, at, "%s", msg);   /* too large, or empty */
   int64_t n = ir_numel(&t);
@@ -273,6 +291,7 @@ static double convert_value(double v, DType from, DType dt) {
 }
 
 PV *t_cast(L *L, Span at, PV *x, DType dt) {
+  need_tensor_arg(L, at, x, "cast");
   if (x->t->data && !L->fn) {
     Type t = x->t->type;
     t.dtype = dt;
@@ -284,6 +303,7 @@ PV *t_cast(L *L, Span at, PV *x, DType dt) {
 }
 
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
+  need_tensor_arg(L, at, c, "where");
   need_fn(L, at, "where");
   DType dt = promote(a, b);
   if (dt == DT_COUNT)   /* two Python numbers: PyTorch's default dtypes */
@@ -301,6 +321,8 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
 }
 
 PV *t_inplace(L *L, Span at, PV *x, PV *r) {
+  need_tensor_arg(L, at, x, "inplace");
+  need_tensor_arg(L, at, r, "inplace");
   if (x->k != PV_TENSOR) lower_error(L, at, "in-place operation needs a tensor");
   if (x->t->slot)
     lower_error(L, at, "in-place update of a parameter or buffer inside compiled code is not supported");
@@ -336,6 +358,7 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
 /* ---- shapes ------------------------------------------------------------- */
 
 PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
+  need_tensor_arg(L, at, x, "reshape");
   Type in = x->t->type, out = in;
   if (n > IR_MAX_DIMS) lower_error(L, at, "too many dimensions (%d)", n);
   int infer = -1;
@@ -378,6 +401,7 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
 }
 
 PV *t_permute(L *L, Span at, PV *x, const int64_t *perm, int n) {
+  need_tensor_arg(L, at, x, "permute");
   Type in = x->t->type, out = in;
   if (n != in.ndim)
     lower_error(L, at, "permute needs %d dimensions for a tensor of shape %s, got %d", in.ndim, shape_str(L, &in), n);
@@ -396,6 +420,7 @@ PV *t_permute(L *L, Span at, PV *x, const int64_t *perm, int n) {
 }
 
 PV *t_transpose(L *L, Span at, PV *x, int64_t d0, int64_t d1) {
+  need_tensor_arg(L, at, x, "transpose");
   int nd = x->t->type.ndim;
   int64_t p[IR_MAX_DIMS];
   for (int i = 0; i < nd; i++) p[i] = i;
@@ -408,6 +433,7 @@ PV *t_transpose(L *L, Span at, PV *x, int64_t d0, int64_t d1) {
 }
 
 PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t step) {
+  need_tensor_arg(L, at, x, "slice");
   Type in = x->t->type, out = in;
   int64_t n = in.dims[axis];
   if (start < 0) start += n;
@@ -450,6 +476,7 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx);
 PV *t_index(L *L, Span at, PV *x, PV *idx) { return t_mark_view(L, x, index_tensor(L, at, x, idx)); }
 
 static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
+  need_tensor_arg(L, at, x, "index");
   PV **items = &idx;
   int n = 1;
   if (idx->k == PV_TUPLE) {
@@ -532,6 +559,9 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
 
 PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim) {
   if (n == 0) lower_error(L, at, "torch.cat needs at least one tensor");
+  for (int i = 0; i < n; i++)
+    if (xs[i]->k != PV_TENSOR)
+      lower_error(L, at, "torch.cat: expected a sequence of tensors, but item %d is '%s'", i, pv_kind_name(xs[i]));
   if (n == 1) return xs[0];
   Type r = xs[0]->t->type;
   dim = t_norm_dim(L, at, dim, r.ndim);
@@ -557,6 +587,7 @@ PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim) {
 /* ---- reductions and composites ------------------------------------------ */
 
 PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int keepdim, int mean) {
+  need_tensor_arg(L, at, x, "reduce");
   need_fn(L, at, "a reduction");
   ValId v = t_val(L, at, x);
   Type in = *ir_type(L->fn, v), kd = in, out = in;
@@ -592,6 +623,7 @@ PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int ke
 }
 
 PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
+  need_tensor_arg(L, at, x, "softmax");
   need_fn(L, at, "softmax");
   if (!ir_dtype_is_float(x->t->type.dtype)) x = t_cast(L, at, x, DT_F32);
   PV *m = t_reduce(L, at, IR_REDUCE_MAX, x, &dim, 1, 1, 0);
@@ -654,6 +686,10 @@ PV *t_matmul(L *L, Span at, PV *a, PV *b) {
 }
 
 PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b) {
+  need_tensor_arg(L, at, x, "linear");
+  need_tensor_arg(L, at, w, "linear");
+  opt_tensor_arg(L, at, b, "linear bias");
+  ndim_arg(L, at, w, 2, "linear weight");
   need_fn(L, at, "linear");
   Type tx = x->t->type, tw = w->t->type;
   if (tx.ndim == 0 || tx.dims[tx.ndim - 1] != tw.dims[1])
@@ -678,6 +714,10 @@ PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b) {
 
 PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const int64_t pad[2],
              const int64_t dil[2]) {
+  need_tensor_arg(L, at, x, "conv2d");
+  need_tensor_arg(L, at, w, "conv2d");
+  opt_tensor_arg(L, at, b, "conv2d bias");
+  ndim_arg(L, at, w, 4, "conv2d weight");
   need_fn(L, at, "conv2d");
   Type tx = x->t->type, tw = w->t->type;
   if (tx.ndim != 4)
@@ -713,6 +753,7 @@ PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const 
 
 PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2], const int64_t p[2],
              const int64_t dil[2], int ceil_mode, int count_include_pad) {
+  need_tensor_arg(L, at, x, "pool2d");
   need_fn(L, at, "pooling");
   Type tx = x->t->type, r = tx;
   if (tx.ndim != 4) lower_error(L, at, "2-D pooling expects a 4-D input [N, C, H, W], got shape %s", shape_str(L, &tx));
@@ -747,6 +788,9 @@ PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2]
 }
 
 PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps) {
+  need_tensor_arg(L, at, x, "layer_norm");
+  opt_tensor_arg(L, at, w, "layer_norm weight");
+  opt_tensor_arg(L, at, b, "layer_norm bias");
   need_fn(L, at, "layer_norm");
   Type tx = x->t->type;
   int64_t dims[IR_MAX_DIMS];
@@ -763,9 +807,11 @@ PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps) {
 }
 
 PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx) {
+  need_tensor_arg(L, at, w, "embedding");
+  need_tensor_arg(L, at, idx, "embedding");
+  ndim_arg(L, at, w, 2, "embedding weight");
   need_fn(L, at, "embedding");
   Type ti = idx->t->type, tw = w->t->type;
-  if (tw.ndim != 2) lower_error(L, at, "embedding weight must be 2-D, got shape %s", shape_str(L, &tw));
   int64_t pad[2] = {0, 0};   /* EMBEDDING attrs: has a padding index, the index */
   if (padding_idx && padding_idx->k != PV_NONE) {
     int64_t p = arg_int(L, at, padding_idx, "padding_idx");
@@ -785,6 +831,7 @@ PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx) {
 }
 
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx) {
+  need_tensor_arg(L, at, x, "gelu");
   PV *inner;
   if (tanh_approx) {
     PV *x3 = t_binary(L, at, OP_MUL, t_binary(L, at, OP_MUL, x, x), x);

@@ -109,6 +109,10 @@ static PV *factory(L *L, int bi, Args *A0) {
       hi = arg_int(L, A->at, a[1], "high");
     }
     if (!size) lower_error(L, A->at, "randint() needs a size");
+    if (lo >= hi)
+      lower_error(L, A->at, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld", (long long)lo,
+                  (long long)hi);
+    ck_sub(L, A->at, hi, lo); /* the range must fit */
     int n = arg_ints(L, A->at, size, dims, IR_MAX_DIMS, "size");
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_I64), n, dims), 0);
     uint64_t s = 7;
@@ -153,6 +157,8 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_EYE: {
     bind_args(L, A, "n,m=", a);
     int64_t d[2] = {arg_int(L, A->at, a[0], "n"), a[1] ? arg_int(L, A->at, a[1], "m") : arg_int(L, A->at, a[0], "n")};
+    for (int i = 0; i < 2; i++)
+      if (d[i] < 0) lower_error(L, A->at, "%s must be greater or equal to 0, got %lld", i ? "m" : "n", (long long)d[i]);
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), 2, d), 0);
     for (int64_t i = 0; i < d[0] && i < d[1]; i++) t->t->data[i * d[1] + i] = 1;
     return t;
@@ -364,7 +370,7 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
     int64_t c = arg_int(L, at, size, "chunks");
     if (c <= 0) lower_error(L, at, "chunk expects a positive number of chunks");
     int64_t step = (n - 1) / c + 1;   /* ceil(n / c) without overflow */
-    for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + step, 1));
+    for (int64_t s = 0; s < n; s += step) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, step > n - s ? n : s + step, 1));
     return out;
   }
   if (pv_is_seq(size)) {
@@ -380,7 +386,10 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   }
   int64_t len = arg_int(L, at, size, "split size");
   if (len <= 0) lower_error(L, at, "split size must be positive");
-  for (int64_t s = 0; s < n; s += len) pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, s + len, 1));
+  for (int64_t s = 0, e; s < n; s = e) { /* the last piece may be shorter; s + len may not fit */
+    e = len > n - s ? n : s + len;
+    pv_list_append(L, out, t_slice(L, at, x, (int)dim, s, e, 1));
+  }
   return out;
 }
 
@@ -711,12 +720,11 @@ static PV *functional(L *L, int bi, Args *A) {
     if (a[5] && arg_ints(L, at, a[5], d, 2, "dilation") == 1) d[1] = d[0];
     if (a[6] && arg_int(L, at, a[6], "groups") != 1) lower_error(L, at, "conv2d with groups != 1 is not supported yet");
     return t_conv2d(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
-                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL, s, p, d);
+                    a[2], s, p, d);
   }
   case BI_F_LINEAR:
     bind_args(L, A, "input,weight,bias=", a);
-    return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
-                    a[2] && a[2]->k == PV_TENSOR ? a[2] : NULL);
+    return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"), a[2]);
   case BI_F_DROPOUT:
     bind_args(L, A, "input,p=,training=,inplace=", a);
     return t_dropout(L, at, need_tensor(L, at, a[0], "input"), a[1] ? arg_num(L, at, a[1], "p") : 0.5,

@@ -22,6 +22,7 @@ struct Arena {
   Chunk *chunks;  /* every chunk, newest first */
   char *cur;      /* next free byte in the current chunk */
   char *end;      /* end of the current chunk's payload */
+  size_t total;   /* bytes obtained from malloc so far (arena_bytes) */
 };
 
 static char *chunk_data(Chunk *c) {
@@ -37,6 +38,7 @@ static Chunk *chunk_new(Arena *a, size_t payload) {
   Chunk *c = calloc(1, payload + extra);
   if (!c) BUG("out of memory (allocating %zu bytes)", payload);
   c->cap = payload;
+  a->total += payload + extra;
   c->next = a->chunks;
   a->chunks = c;
   return c;
@@ -56,6 +58,8 @@ void arena_free(Arena *a) {
   }
   free(a);
 }
+
+size_t arena_bytes(const Arena *a) { return a->total; }
 
 void *arena_alloc(Arena *a, size_t n) {
   if (n == 0) n = 1;

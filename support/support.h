@@ -38,6 +38,7 @@ typedef struct Arena Arena;
 Arena *arena_new(void);
 void arena_free(Arena *a);
 void *arena_alloc(Arena *a, size_t n);                   /* zeroed; aborts via BUG on OOM */
+size_t arena_bytes(const Arena *a);                      /* bytes taken from malloc so far */
 void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
