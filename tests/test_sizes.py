@@ -93,7 +93,7 @@ CASES = [
      "7:23: error: torch.arange: values beyond the int64 range are not supported by ctc (start 9e+18, step 1e+17, "
      "10 elements)"),
     ("negative_size", ret("x + x.new_zeros(-1)"), ("--input", "x=f32[4]"),
-     "7:20: error: negative dimension -1 in shape [-1]"),
+     "7:20: error: Trying to create tensor with negative dimension -1: [-1]"),
     ("input_too_large", ret("x[0]"), ("--input", "x=f32[1048576,1048576,2]"),
      "6:5: error: input 'x': tensor of shape [1048576, 1048576, 2] " + TOO_BIG.format("8796093022208")),
     # --- the arena limit: at the parameter, or the op, that goes past 2**40 bytes ---
