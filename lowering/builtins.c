@@ -508,17 +508,16 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
   }
   case BI_ZIP: {
     PV *r = pv_list(L, NULL, 0);
-    PV **its[8];
-    int ns[8], n = 1 << 30;
-    if (A->nargs > 8) lower_error(L, A->at, "zip() of more than 8 sequences is not supported");
+    PV ***its = arena_alloc(L->a, sizeof(PV **) * (size_t)(A->nargs + 1));
+    int *ns = arena_alloc(L->a, sizeof(int) * (size_t)(A->nargs + 1)), n = 1 << 30;
     for (int i = 0; i < A->nargs; i++) {
       ns[i] = iter_items(L, A->at, A->args[i], &its[i]);
       if (ns[i] < n) n = ns[i];
     }
     if (!A->nargs) n = 0;
     eval_charge(L, A->at, n);
+    PV **t = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));   /* pv_tuple copies it */
     for (int k = 0; k < n; k++) {
-      PV *t[8];
       for (int i = 0; i < A->nargs; i++) t[i] = its[i][k];
       pv_list_append(L, r, pv_tuple(L, t, A->nargs));
     }

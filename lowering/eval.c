@@ -447,11 +447,10 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
   Node *def = fn->node;
   Env *env = env_new(L, fn->env);
   int np = def->list.len, ai = 0;
-  PV *all[64];
+  PV **all = arena_alloc(L->a, sizeof(PV *) * (size_t)(nargs + 1));   /* no fixed limit (f(*big_list)) */
   int nall = 0;
   if (self) all[nall++] = self;
-  for (int i = 0; i < nargs && nall < 64; i++) all[nall++] = args[i];
-  if (nargs + (self != NULL) > 64) lower_error(L, at, "too many arguments");
+  for (int i = 0; i < nargs; i++) all[nall++] = args[i];
   int *bound = arena_alloc(L->a, sizeof(int) * (size_t)(np + 1));
   PV *varargs = NULL, *kwargs = NULL;
   int kwonly = 0;

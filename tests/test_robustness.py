@@ -29,6 +29,13 @@ def ctc_check(tmp_path, src, *opts):
 # ---- legal programs: ctc computes what Python computes ------------------------------
 
 AGREE = {
+    "no_fixed_argument_limits": """
+def f(*a, **k):
+    return len(a) + len(k)
+assert f(*list(range(300)), **{f'k{i}': i for i in range(70)}) == 370
+z = list(zip(*[[i, i + 1] for i in range(20)]))
+assert len(z) == 2 and z[1][19] == 20
+""",
     "repr_cycles": """
 x = []
 x.append(x)
