@@ -3,7 +3,8 @@
 #include "ir.h"
 
 const OpInfo ir_ops[IR__COUNT] = {
-#define OP(id, name, nargs, kind, cexpr) {name, nargs, kind, cexpr},
+#define OP(id, name, nargs, kind, nattr, cexpr) {name, nargs, kind, nattr, cexpr, 0},
+#define EW(id, name, nargs, cexpr, dA, dB) {name, nargs, K_ELEM, 0, cexpr, 1},
 #include "ops.def"
 #undef OP
 };
