@@ -3,8 +3,7 @@
 #include "ir.h"
 
 const OpInfo ir_ops[IR__COUNT] = {
-#define OP(id, name, nargs, kind, nattr, cexpr) {name, nargs, kind, nattr, cexpr, 0},
-#define EW(id, name, nargs, cexpr, dA, dB) {name, nargs, K_ELEM, 0, cexpr, 1},
+#define OP(id, name, nargs, kind, nattr, cexpr) {name, nargs, kind, nattr, cexpr},
 #include "ops.def"
 #undef OP
 };

@@ -61,7 +61,6 @@ typedef struct OpInfo {
   OpClass kind;
   int nattr;          /* >= 0: that many attributes; < 0: an NA_* code */
   const char *c_expr; /* K_ELEM template over A, B, C */
-  int has_deriv;      /* an EW row: generic VJP/JVP from its derivative columns */
 } OpInfo;
 extern const OpInfo ir_ops[IR__COUNT];   /* constant table from ops.def */
 
