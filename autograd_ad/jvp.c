@@ -1,8 +1,8 @@
-/* jvp.c - one JVP rule per primitive of ir/ops.def (forward mode). A rule gets
- * the operands' tangents (-1 = zero) and emits primitives for the result's
- * tangent. As with vjp.c, the table is generated from ops.def, so every
- * primitive has a rule or ctc does not compile. */
-#include <math.h>
+/* jvp.c - the JVP of every primitive of ir/ops.def (forward mode): one generic
+ * rule for its EW rows (from the derivative columns, as the VJP) and one rule
+ * per OP row. A rule gets the operands' tangents (-1 = zero) and emits
+ * primitives for the result's tangent. As with vjp.c, the table is generated
+ * from ops.def, so every primitive has a rule or ctc does not compile. */
 #include "ad_int.h"
 
 #define ARG(k) (in->args[k])

@@ -1,4 +1,6 @@
-/* vjp.c - one VJP rule per primitive of ir/ops.def. Each rule emits only
+/* vjp.c - the VJP of every primitive of ir/ops.def: one generic rule for its
+ * EW rows (g times the row's derivative columns, which ad_elem_deriv below
+ * evaluates for jvp.c too) and one rule per OP row. Each rule emits only
  * primitives, so the reverse sweep is ordinary IR that later passes optimise
  * (and that can itself be differentiated where its primitives have rules).
  * The table at the bottom is built from ops.def: a primitive without a rule is
