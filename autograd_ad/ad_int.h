@@ -23,11 +23,20 @@ extern const VjpRule ad_vjp_rules[IR__COUNT];
 typedef ValId (*JvpRule)(Ad *ad, const Inst *in, const ValId *t);
 extern const JvpRule ad_jvp_rules[IR__COUNT];
 
+/* Elementwise primitives given by their derivatives (ops.def's EW rows, vjp.c):
+ * d result / d operand k, or -1 where it is zero; *den is -1, or a divisor that
+ * ad_elem_apply divides by (an OVER(n, d) column). */
+ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den);
+/* x * d / den: the VJP applies it to the adjoint, the JVP to a tangent. */
+ValId ad_elem_apply(Ad *ad, ValId x, ValId d, ValId den);
+
 /* emission helpers (reverse.c) */
 Type *ad_type(Ad *ad, ValId v);
-ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr,
-              const char *name);
+/* Emits op; it takes from attr (NULL: none) as many attributes as ops.def's
+ * nattr column gives for it (ir_op_nattrs). */
+ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name);
 ValId ad_const(Ad *ad, DType dt, double v);
+int ad_is_const(Ad *ad, ValId v, double *val);      /* v is a CONST instruction's result (its value in *val) */
 ValId ad_bin(Ad *ad, Op op, ValId a, ValId b);      /* elementwise, numpy broadcasting */
 ValId ad_un(Ad *ad, Op op, ValId a);
 ValId ad_cmp(Ad *ad, Op op, ValId a, ValId b);      /* -> bool */

@@ -1,8 +1,9 @@
 /* autograd.h - automatic differentiation as IR -> IR transforms.
  *
  * Reverse mode appends the adjoint sweep to a function: for each instruction,
- * in reverse order, the VJP rule of its primitive (vjp.c, one rule per row of
- * ir/ops.def) emits ordinary primitives computing the operands' adjoints from
+ * in reverse order, the VJP rule of its primitive (vjp.c: the generic rule of
+ * ir/ops.def's EW rows, which reads their derivative columns, or the row's own
+ * vjp_<ID>) emits ordinary primitives computing the operands' adjoints from
  * the result's adjoint. Saved primal values are just SSA values the adjoint
  * instructions read; the memory planner decides how long they live. Every
  * emitted instruction carries the source span of the forward instruction it
@@ -25,18 +26,22 @@ typedef struct AdSeed {
  * influence the seeds). Only floating-point paths are differentiated; DETACH
  * results and instructions staged under no_grad()/inference_mode()
  * (Inst.nograd) are constants. */
-/* Several sweeps over one function (a jacobian, one direction at a time) pass
- * the instruction count from before the first sweep, so that a later sweep does
- * not differentiate the code an earlier sweep appended. */
+/* Several sweeps over one function (a jacobian, one row at a time) need no
+ * care: adjoints flow only backwards from the seeds, so the code an earlier
+ * sweep appended is never reached. */
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
                 ValId *grads);
 
 /* Forward mode: appends to f, for f's first `ninsts` instructions (-1: all
- * present when it is called), the tangent instructions (the JVP rule of each primitive, jvp.c) given the
- * tangents seeds[i].seed of the values seeds[i].value, and stores in touts[i]
+ * present when it is called), the tangent instructions (the JVP rule of each
+ * primitive, jvp.c; EW rows share the generic one) given the tangents
+ * seeds[i].seed of the values seeds[i].value, and stores in touts[i]
  * the tangent of outs[i] (an all-zero tensor if it does not depend on the
- * seeds). Composes with ad_reverse: forward over reverse gives Hessian-vector
- * products.
+ * seeds). Several sweeps over one function (a forward-mode jacobian, one
+ * direction at a time) pass the instruction count from before the first one as
+ * `ninsts`, so that a sweep does not differentiate the tangent code an earlier
+ * sweep appended (which depends on the same seeds). Composes with ad_reverse:
+ * forward over reverse gives Hessian-vector products.
  * Stop-gradient: DETACH results and NG_ALL instructions carry no tangent;
  * NG_REVERSE (torch.no_grad()) instructions carry none only if `as_reverse` is
  * set, i.e. where the sweep computes what PyTorch computes by double backward

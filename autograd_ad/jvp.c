@@ -1,8 +1,8 @@
-/* jvp.c - one JVP rule per primitive of ir/ops.def (forward mode). A rule gets
- * the operands' tangents (-1 = zero) and emits primitives for the result's
- * tangent. As with vjp.c, the table is generated from ops.def, so every
- * primitive has a rule or ctc does not compile. */
-#include <math.h>
+/* jvp.c - the JVP of every primitive of ir/ops.def (forward mode): one generic
+ * rule for its EW rows (from the derivative columns, as the VJP) and one rule
+ * per OP row. A rule gets the operands' tangents (-1 = zero) and emits
+ * primitives for the result's tangent. As with vjp.c, the table is generated
+ * from ops.def, so every primitive has a rule or ctc does not compile. */
 #include "ad_int.h"
 
 #define ARG(k) (in->args[k])
@@ -14,42 +14,29 @@ static ValId tz(Ad *ad, ValId t, ValId v) { return t >= 0 ? t : ad_zeros(ad, TY(
 /* a tangent broadcast to the result's shape */
 static ValId to_res(Ad *ad, const Inst *in, ValId t) { return ad_broadcast(ad, t, TY(RES)); }
 static ValId same(Ad *ad, const Inst *in, ValId t) {
-  return ad_emit(ad, in->op, &t, 1, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+  return ad_emit(ad, in->op, &t, 1, *TY(RES), in->attr, "tangent");
 }
 static ValId mulc(Ad *ad, ValId a, double c) { return ad_bin(ad, IR_MUL, a, ad_const(ad, TY(a)->dtype, c)); }
 
-static ValId jvp_NEG(Ad *ad, const Inst *in, const ValId *t) { return ad_un(ad, IR_NEG, t[0]); }
-static ValId jvp_EXP(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_MUL, t[0], RES); }
-static ValId jvp_LOG(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_DIV, t[0], ARG(0)); }
-static ValId jvp_SQRT(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_DIV, mulc(ad, t[0], 0.5), RES); }
-static ValId jvp_RSQRT(Ad *ad, const Inst *in, const ValId *t) {
-  ValId y3 = ad_bin(ad, IR_MUL, ad_bin(ad, IR_MUL, RES, RES), RES);
-  return ad_bin(ad, IR_MUL, t[0], mulc(ad, y3, -0.5));
+/* EW rows (ops.def): the sum over operands with a tangent of tk * dk (ad_elem_deriv,
+ * the same derivative the VJP uses), broadcast to the result */
+static ValId jvp_elem(Ad *ad, const Inst *in, const ValId *t) {
+  ValId r = -1;
+  for (int k = 0; k < in->nargs; k++) {
+    if (t[k] < 0) continue;
+    ValId den, dk = ad_elem_deriv(ad, in, k, &den);
+    if (dk < 0) continue;
+    double c;
+    if (r >= 0 && den < 0 && ad_is_const(ad, dk, &c) && c == -1) {
+      r = ad_bin(ad, IR_SUB, r, t[k]);   /* r - tk rather than r + -tk */
+      continue;
+    }
+    ValId s = ad_elem_apply(ad, t[k], dk, den);
+    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
+  }
+  return r < 0 ? -1 : to_res(ad, in, r);
 }
-static ValId jvp_TANH(Ad *ad, const Inst *in, const ValId *t) {
-  ValId one = ad_const(ad, TY(RES)->dtype, 1);
-  return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_SUB, one, ad_bin(ad, IR_MUL, RES, RES)));
-}
-static ValId jvp_SIGMOID(Ad *ad, const Inst *in, const ValId *t) {
-  ValId one = ad_const(ad, TY(RES)->dtype, 1);
-  return ad_bin(ad, IR_MUL, t[0], ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
-}
-static ValId jvp_ABS(Ad *ad, const Inst *in, const ValId *t) {
-  /* t * sgn(x) as PyTorch (sgn(NaN) = 0) */
-  DType dt = TY(RES)->dtype;
-  ValId zero = ad_const(ad, dt, 0);
-  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
-  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
-  return ad_bin(ad, IR_MUL, t[0], sgn);
-}
-static ValId jvp_ERF(Ad *ad, const Inst *in, const ValId *t) {
-  ValId e = ad_un(ad, IR_EXP, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0))));
-  return ad_bin(ad, IR_MUL, t[0], mulc(ad, e, 2.0 / sqrt(M_PI)));
-}
-static ValId jvp_COS(Ad *ad, const Inst *in, const ValId *t) {
-  return ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, t[0], ad_un(ad, IR_SIN, ARG(0))));
-}
-static ValId jvp_SIN(Ad *ad, const Inst *in, const ValId *t) { return ad_bin(ad, IR_MUL, t[0], ad_un(ad, IR_COS, ARG(0))); }
+
 static ValId jvp_RELU(Ad *ad, const Inst *in, const ValId *t) {
   /* as the VJP: 0 where y <= 0, else t (t at NaN) */
   ValId zero = ad_const(ad, TY(RES)->dtype, 0);
@@ -58,58 +45,11 @@ static ValId jvp_RELU(Ad *ad, const Inst *in, const ValId *t) {
 static ValId jvp_CAST(Ad *ad, const Inst *in, const ValId *t) {
   return ir_dtype_is_float(TY(RES)->dtype) ? ad_cast(ad, t[0], TY(RES)->dtype) : -1;
 }
-/* zero tangent: piecewise constant, integer or boolean results, constants */
+/* zero tangent: constants */
 #define ZERO(ID) \
   static ValId jvp_##ID(Ad *ad, const Inst *in, const ValId *t) { (void)ad; (void)in; (void)t; return -1; }
-ZERO(FLOOR) ZERO(CMP_EQ) ZERO(CMP_NE) ZERO(CMP_LT) ZERO(CMP_LE) ZERO(CMP_GT) ZERO(CMP_GE) ZERO(CONST) ZERO(IOTA)
-ZERO(RAND_UNIFORM)
+ZERO(CONST) ZERO(IOTA) ZERO(RAND_UNIFORM)
 
-static ValId jvp_ADD(Ad *ad, const Inst *in, const ValId *t) {
-  if (t[0] < 0) return to_res(ad, in, t[1]);
-  if (t[1] < 0) return to_res(ad, in, t[0]);
-  return to_res(ad, in, ad_bin(ad, IR_ADD, t[0], t[1]));
-}
-static ValId jvp_SUB(Ad *ad, const Inst *in, const ValId *t) {
-  if (t[0] < 0) return to_res(ad, in, ad_un(ad, IR_NEG, t[1]));
-  if (t[1] < 0) return to_res(ad, in, t[0]);
-  return to_res(ad, in, ad_bin(ad, IR_SUB, t[0], t[1]));
-}
-static ValId jvp_MUL(Ad *ad, const Inst *in, const ValId *t) {
-  ValId r = -1;
-  if (t[0] >= 0) r = ad_bin(ad, IR_MUL, t[0], ARG(1));
-  if (t[1] >= 0) {
-    ValId s = ad_bin(ad, IR_MUL, ARG(0), t[1]);
-    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
-  }
-  return to_res(ad, in, r);
-}
-static ValId jvp_DIV(Ad *ad, const Inst *in, const ValId *t) {
-  /* (da - y db) / b */
-  ValId num = t[0] >= 0 ? t[0] : -1;
-  if (t[1] >= 0) {
-    ValId s = ad_bin(ad, IR_MUL, RES, t[1]);
-    num = num < 0 ? ad_un(ad, IR_NEG, s) : ad_bin(ad, IR_SUB, num, s);
-  }
-  return to_res(ad, in, ad_bin(ad, IR_DIV, num, ARG(1)));
-}
-/* PyTorch's pow rules (as vjp.c): nothing from da where b == 0, nothing from db
- * where a == 0 and b >= 0 */
-static ValId jvp_POW(Ad *ad, const Inst *in, const ValId *t) {
-  DType dt = TY(RES)->dtype;
-  ValId r = -1, zero = ad_const(ad, dt, 0);
-  if (t[0] >= 0) {
-    ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
-    ValId da = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
-    r = ad_bin(ad, IR_MUL, t[0], ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(1), zero), zero, da));
-  }
-  if (t[1] >= 0) {
-    ValId v = ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)));
-    ValId at0 = ad_where(ad, ad_cmp(ad, IR_CMP_GE, ARG(1), zero), zero, v);
-    ValId s = ad_bin(ad, IR_MUL, t[1], ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), zero), at0, v));
-    r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
-  }
-  return to_res(ad, in, r);
-}
 /* PyTorch's forward-mode rule for maximum/minimum: the mean of the tangents at
  * ties, the winner's tangent elsewhere; where a NaN makes the comparison false,
  * the second operand's (which is not the transpose of the VJP there, in
@@ -134,8 +74,8 @@ static ValId jvp_REDUCE_MAX(Ad *ad, const Inst *in, const ValId *t) {
   ValId eq = ad_cmp(ad, IR_CMP_EQ, ARG(0), RES);
   ValId mask = ad_cast(ad, eq, dt);
   ValId num = ad_where(ad, eq, t[0], ad_const(ad, dt, 0));
-  ValId s = ad_emit(ad, IR_REDUCE_SUM, &num, 1, *TY(RES), in->attr, 1, "tangent");
-  ValId c = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, *TY(RES), in->attr, 1, "count");
+  ValId s = ad_emit(ad, IR_REDUCE_SUM, &num, 1, *TY(RES), in->attr, "tangent");
+  ValId c = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, *TY(RES), in->attr, "count");
   return ad_bin(ad, IR_DIV, s, c);
 }
 static ValId jvp_RESHAPE(Ad *ad, const Inst *in, const ValId *t) { return ad_reshape(ad, t[0], TY(RES)); }
@@ -146,7 +86,7 @@ static ValId jvp_UNSLICE(Ad *ad, const Inst *in, const ValId *t) { return same(a
 static ValId jvp_CONCAT(Ad *ad, const Inst *in, const ValId *t) {
   ValId *xs = arena_alloc(ad->p->arena, sizeof(ValId) * (size_t)in->nargs);
   for (int k = 0; k < in->nargs; k++) xs[k] = tz(ad, t[k], ARG(k));
-  return ad_emit(ad, IR_CONCAT, xs, in->nargs, *TY(RES), in->attr, 1, "tangent");
+  return ad_emit(ad, IR_CONCAT, xs, in->nargs, *TY(RES), in->attr, "tangent");
 }
 /* bilinear ops: op(da, b) + op(a, db) */
 static ValId bilinear(Ad *ad, const Inst *in, const ValId *t) {
@@ -155,7 +95,7 @@ static ValId bilinear(Ad *ad, const Inst *in, const ValId *t) {
     if (t[k] < 0) continue;
     ValId x[2] = {ARG(0), ARG(1)};
     x[k] = t[k];
-    ValId s = ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+    ValId s = ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, "tangent");
     r = r < 0 ? s : ad_bin(ad, IR_ADD, r, s);
   }
   return r;
@@ -166,13 +106,13 @@ static ValId jvp_CONV2D_BWD_INPUT(Ad *ad, const Inst *in, const ValId *t) { retu
 static ValId jvp_CONV2D_BWD_WEIGHT(Ad *ad, const Inst *in, const ValId *t) { return bilinear(ad, in, t); }
 static ValId jvp_MAXPOOL2D(Ad *ad, const Inst *in, const ValId *t) {
   ValId x[2] = {ARG(0), t[0]};
-  return ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(RES), in->attr, 8, "tangent");
+  return ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(RES), in->attr, "tangent");
 }
 /* linear in their second operand; the routing by x is piecewise constant */
 static ValId second_linear(Ad *ad, const Inst *in, const ValId *t) {
   if (t[1] < 0) return -1;
   ValId x[2] = {ARG(0), t[1]};
-  return ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, IR_MAX_ATTRS, "tangent");
+  return ad_emit(ad, in->op, x, 2, *TY(RES), in->attr, "tangent");
 }
 static ValId jvp_MAXPOOL2D_BWD(Ad *ad, const Inst *in, const ValId *t) { return second_linear(ad, in, t); }
 static ValId jvp_MAXPOOL2D_JVP(Ad *ad, const Inst *in, const ValId *t) { return second_linear(ad, in, t); }
@@ -183,12 +123,13 @@ static ValId jvp_EMBEDDING(Ad *ad, const Inst *in, const ValId *t) {
   /* linear in the weight; PyTorch's tangent includes the padding row */
   if (t[0] < 0) return -1;
   ValId x[2] = {t[0], ARG(1)};
-  return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), in->attr, 2, "tangent");
+  return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), in->attr, "tangent");
 }
 static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {
-#define OP(id, name, nargs, kind, cexpr) jvp_##id,
+#define OP(id, name, nargs, kind, nattr, cexpr) jvp_##id,
+#define EW(id, name, nargs, cexpr, dA, dB) jvp_elem,
 #include "../ir/ops.def"
 #undef OP
 };

@@ -6,14 +6,14 @@
 
 Type *ad_type(Ad *ad, ValId v) { return ir_type(ad->f, v); }
 
-ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, int nattr,
-              const char *name) {
-  return ir_emit(ad->p, ad->f, op, args, nargs, res, attr, nattr, 0, ad->loc, name);
+ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name) {
+  int nattr = ir_op_nattrs(op, &res, nargs > 0 ? ad_type(ad, args[0]) : NULL, attr);
+  return ir_emit(ad->p, ad->f, op, args, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
 }
 
 ValId ad_const(Ad *ad, DType dt, double v) { return ir_const(ad->p, ad->f, dt, v, ad->loc); }
 
-static int is_const(Ad *ad, ValId v, double *val) {
+int ad_is_const(Ad *ad, ValId v, double *val) {
   Value *x = ir_val(ad->f, v);
   if (x->kind != V_INST || ad->f->insts.data[x->def].op != IR_CONST) return 0;
   if (val) *val = ad->f->insts.data[x->def].fattr;
@@ -26,20 +26,20 @@ ValId ad_bin(Ad *ad, Op op, ValId a, ValId b) {
   r.dtype = ad_type(ad, a)->dtype;
   double c;
   /* small algebraic clean-ups keep the backward code readable */
-  if (op == IR_MUL && is_const(ad, b, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, a))) return a;
-  if (op == IR_MUL && is_const(ad, a, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, b))) return b;
+  if (op == IR_MUL && ad_is_const(ad, b, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, a))) return a;
+  if (op == IR_MUL && ad_is_const(ad, a, &c) && c == 1 && ir_type_eq(&r, ad_type(ad, b))) return b;
   ValId args[2] = {a, b};
-  return ad_emit(ad, op, args, 2, r, NULL, 0, "grad");
+  return ad_emit(ad, op, args, 2, r, NULL, "grad");
 }
 
-ValId ad_un(Ad *ad, Op op, ValId a) { return ad_emit(ad, op, &a, 1, *ad_type(ad, a), NULL, 0, "grad"); }
+ValId ad_un(Ad *ad, Op op, ValId a) { return ad_emit(ad, op, &a, 1, *ad_type(ad, a), NULL, "grad"); }
 
 ValId ad_cmp(Ad *ad, Op op, ValId a, ValId b) {
   Type r;
   if (ir_broadcast_shapes(ad_type(ad, a), ad_type(ad, b), &r) < 0) BUG("ad: shapes do not broadcast");
   r.dtype = DT_BOOL;
   ValId args[2] = {a, b};
-  return ad_emit(ad, op, args, 2, r, NULL, 0, "mask");
+  return ad_emit(ad, op, args, 2, r, NULL, "mask");
 }
 
 ValId ad_where(Ad *ad, ValId c, ValId a, ValId b) {
@@ -48,28 +48,28 @@ ValId ad_where(Ad *ad, ValId c, ValId a, ValId b) {
     BUG("ad: where shapes");
   r.dtype = ad_type(ad, a)->dtype;
   ValId args[3] = {c, a, b};
-  return ad_emit(ad, IR_WHERE, args, 3, r, NULL, 0, "grad");
+  return ad_emit(ad, IR_WHERE, args, 3, r, NULL, "grad");
 }
 
 ValId ad_cast(Ad *ad, ValId a, DType dt) {
   Type t = *ad_type(ad, a);
   if (t.dtype == dt) return a;
   t.dtype = dt;
-  return ad_emit(ad, IR_CAST, &a, 1, t, NULL, 0, "grad");
+  return ad_emit(ad, IR_CAST, &a, 1, t, NULL, "grad");
 }
 
 ValId ad_reshape(Ad *ad, ValId a, const Type *t) {
   Type r = *t;
   r.dtype = ad_type(ad, a)->dtype;
   if (ir_type_eq(&r, ad_type(ad, a))) return a;
-  return ad_emit(ad, IR_RESHAPE, &a, 1, r, NULL, 0, "grad");
+  return ad_emit(ad, IR_RESHAPE, &a, 1, r, NULL, "grad");
 }
 
 ValId ad_broadcast(Ad *ad, ValId a, const Type *t) {
   Type r = *t;
   r.dtype = ad_type(ad, a)->dtype;
   if (ir_type_eq(&r, ad_type(ad, a))) return a;
-  return ad_emit(ad, IR_BROADCAST, &a, 1, r, NULL, 0, "grad");
+  return ad_emit(ad, IR_BROADCAST, &a, 1, r, NULL, "grad");
 }
 
 ValId ad_sum_to(Ad *ad, ValId g, const Type *t) {
@@ -91,7 +91,7 @@ ValId ad_sum_to(Ad *ad, ValId g, const Type *t) {
     }
   }
   ValId r = g;
-  if (mask) r = ad_emit(ad, IR_REDUCE_SUM, &g, 1, kd, &mask, 1, "grad");
+  if (mask) r = ad_emit(ad, IR_REDUCE_SUM, &g, 1, kd, &mask, "grad");
   return ad_reshape(ad, r, t);
 }
 

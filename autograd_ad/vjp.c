@@ -1,4 +1,6 @@
-/* vjp.c - one VJP rule per primitive of ir/ops.def. Each rule emits only
+/* vjp.c - the VJP of every primitive of ir/ops.def: one generic rule for its
+ * EW rows (g times the row's derivative columns, which ad_elem_deriv below
+ * evaluates for jvp.c too) and one rule per OP row. Each rule emits only
  * primitives, so the reverse sweep is ordinary IR that later passes optimise
  * (and that can itself be differentiated where its primitives have rules).
  * The table at the bottom is built from ops.def: a primitive without a rule is
@@ -6,54 +8,92 @@
 #include <math.h>
 #include "ad_int.h"
 
+/* ---- elementwise primitives given by their derivatives (ops.def's EW rows) ---- */
+
+/* The derivative columns of ops.def, evaluated: these macros are the language
+ * the columns are written in (ops.def's header lists them). */
+ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den) {
+  *den = -1;
+#define A (in->args[0])
+#define B (in->args[1])
+#define R (in->res)
+#define K(c) ad_const(ad, ad_type(ad, in->res)->dtype, (c))
+#define ONE K(1)
+#define ZERO K(0)
+#define NODIFF (-1)
+#define OVER(n, d) (*den = (d), (n))
+#define NEG(x) ad_un(ad, IR_NEG, (x))
+#define EXP(x) ad_un(ad, IR_EXP, (x))
+#define LOG(x) ad_un(ad, IR_LOG, (x))
+#define SIN(x) ad_un(ad, IR_SIN, (x))
+#define COS(x) ad_un(ad, IR_COS, (x))
+#define ADD(x, y) ad_bin(ad, IR_ADD, (x), (y))
+#define SUB(x, y) ad_bin(ad, IR_SUB, (x), (y))
+#define MUL(x, y) ad_bin(ad, IR_MUL, (x), (y))
+#define DIV(x, y) ad_bin(ad, IR_DIV, (x), (y))
+#define POW(x, y) ad_bin(ad, IR_POW, (x), (y))
+#define EQ(x, y) ad_cmp(ad, IR_CMP_EQ, (x), (y))
+#define LT(x, y) ad_cmp(ad, IR_CMP_LT, (x), (y))
+#define GT(x, y) ad_cmp(ad, IR_CMP_GT, (x), (y))
+#define GE(x, y) ad_cmp(ad, IR_CMP_GE, (x), (y))
+#define WHERE(c, x, y) ad_where(ad, (c), (x), (y))
+  switch (in->op) {
+#define OP(id, name, nargs, kind, nattr, cexpr)
+#define EW(id, name, nargs, cexpr, dA, dB) \
+  case IR_##id: return k == 0 ? (ValId)(dA) : (ValId)(dB);
+#include "../ir/ops.def"
+#undef OP
+  default: BUG("ad_elem_deriv: '%s' has no derivative columns", ir_ops[in->op].name);
+  }
+#undef A
+#undef B
+#undef R
+#undef K
+#undef ONE
+#undef ZERO
+#undef NODIFF
+#undef OVER
+#undef NEG
+#undef EXP
+#undef LOG
+#undef SIN
+#undef COS
+#undef ADD
+#undef SUB
+#undef MUL
+#undef DIV
+#undef POW
+#undef EQ
+#undef LT
+#undef GT
+#undef GE
+#undef WHERE
+}
+
+ValId ad_elem_apply(Ad *ad, ValId x, ValId d, ValId den) {
+  double c = 0;
+  int unit = ad_is_const(ad, d, &c) && (c == 1 || c == -1);
+  if (!unit) x = ad_bin(ad, IR_MUL, x, d);
+  else if (c == -1) x = ad_un(ad, IR_NEG, x);
+  if (den >= 0) x = ad_bin(ad, IR_DIV, x, den);
+  return x;
+}
+
+/* operand k's adjoint: sum_to(g * dk) (the operand may have been broadcast) */
+static void vjp_elem(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  for (int k = 0; k < in->nargs; k++) {
+    if (!need[k]) continue;
+    ValId den, dk = ad_elem_deriv(ad, in, k, &den);
+    if (dk >= 0) d[k] = ad_sum_to(ad, ad_elem_apply(ad, g, dk, den), ad_type(ad, in->args[k]));
+  }
+}
+
+/* ---- hand-written rules ------------------------------------------------------ */
+
 #define ARG(k) (in->args[k])
 #define RES (in->res)
 #define TY(v) ad_type(ad, (v))
 
-static void vjp_NEG(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_un(ad, IR_NEG, g); }
-static void vjp_EXP(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_bin(ad, IR_MUL, g, RES); }
-static void vjp_LOG(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { d[0] = ad_bin(ad, IR_DIV, g, ARG(0)); }
-static void vjp_SQRT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  /* d sqrt(x) = g / (2 sqrt(x)) */
-  d[0] = ad_bin(ad, IR_DIV, ad_bin(ad, IR_MUL, g, ad_const(ad, TY(g)->dtype, 0.5)), RES);
-}
-static void vjp_RSQRT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3 */
-  ValId y3 = ad_bin(ad, IR_MUL, ad_bin(ad, IR_MUL, RES, RES), RES);
-  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, y3, ad_const(ad, TY(g)->dtype, -0.5)));
-}
-static void vjp_TANH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  ValId one = ad_const(ad, TY(g)->dtype, 1);
-  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_SUB, one, ad_bin(ad, IR_MUL, RES, RES)));
-}
-static void vjp_SIGMOID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  ValId one = ad_const(ad, TY(g)->dtype, 1);
-  d[0] = ad_bin(ad, IR_MUL, g, ad_bin(ad, IR_MUL, RES, ad_bin(ad, IR_SUB, one, RES)));
-}
-static void vjp_ABS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  /* g * sgn(x), with sgn(0) = sgn(NaN) = 0 as in PyTorch (a product: g = inf at
-   * x = 0 gives NaN there too) */
-  DType dt = TY(g)->dtype;
-  ValId zero = ad_const(ad, dt, 0);
-  ValId neg = ad_where(ad, ad_cmp(ad, IR_CMP_LT, ARG(0), zero), ad_const(ad, dt, -1), zero);
-  ValId sgn = ad_where(ad, ad_cmp(ad, IR_CMP_GT, ARG(0), zero), ad_const(ad, dt, 1), neg);
-  d[0] = ad_bin(ad, IR_MUL, g, sgn);
-}
-static void vjp_ERF(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  DType dt = TY(g)->dtype;
-  ValId x2 = ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ARG(0), ARG(0)));
-  ValId e = ad_bin(ad, IR_MUL, ad_un(ad, IR_EXP, x2), ad_const(ad, dt, 2.0 / sqrt(M_PI)));
-  d[0] = ad_bin(ad, IR_MUL, g, e);
-}
-static void vjp_COS(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, g, ad_un(ad, IR_SIN, ARG(0))));
-}
-static void vjp_SIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_bin(ad, IR_MUL, g, ad_un(ad, IR_COS, ARG(0)));
-}
-static void vjp_FLOOR(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_zeros(ad, TY(ARG(0))); /* piecewise constant, as in PyTorch */
-}
 static void vjp_RELU(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   /* PyTorch's threshold_backward(g, y, 0): 0 where y <= 0, else g (g at NaN) */
   ValId zero = ad_const(ad, TY(g)->dtype, 0);
@@ -61,44 +101,6 @@ static void vjp_RELU(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d)
 }
 static void vjp_CAST(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   d[0] = ad_cast(ad, g, TY(ARG(0))->dtype);
-}
-static void vjp_ADD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  if (need[0]) d[0] = ad_sum_to(ad, g, TY(ARG(0)));
-  if (need[1]) d[1] = ad_sum_to(ad, g, TY(ARG(1)));
-}
-static void vjp_SUB(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  if (need[0]) d[0] = ad_sum_to(ad, g, TY(ARG(0)));
-  if (need[1]) d[1] = ad_sum_to(ad, ad_un(ad, IR_NEG, g), TY(ARG(1)));
-}
-static void vjp_MUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  if (need[0]) d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ARG(1)), TY(ARG(0)));
-  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, ARG(0)), TY(ARG(1)));
-}
-static void vjp_DIV(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  ValId ga = ad_bin(ad, IR_DIV, g, ARG(1));
-  if (need[0]) d[0] = ad_sum_to(ad, ga, TY(ARG(0)));
-  /* d/db a/b = -a/b^2 = -(g/b) * y/a... use -(g/b) * (a/b) = -(g/b) * y */
-  if (need[1]) d[1] = ad_sum_to(ad, ad_un(ad, IR_NEG, ad_bin(ad, IR_MUL, ga, RES)), TY(ARG(1)));
-}
-/* PyTorch's pow_backward: no gradient for a where b == 0 (even at a = 0, where
- * b a^(b-1) would be 0 * inf), none for b where a == 0 and b >= 0 (y log a
- * would be 0 * -inf). */
-static ValId pow_da(Ad *ad, const Inst *in, DType dt) {
-  ValId zero = ad_const(ad, dt, 0);
-  ValId bm1 = ad_bin(ad, IR_SUB, ARG(1), ad_const(ad, dt, 1));
-  ValId t = ad_bin(ad, IR_MUL, ARG(1), ad_bin(ad, IR_POW, ARG(0), bm1));
-  return ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(1), zero), zero, t);
-}
-static ValId pow_db(Ad *ad, const Inst *in, DType dt) {
-  ValId zero = ad_const(ad, dt, 0);
-  ValId v = ad_bin(ad, IR_MUL, RES, ad_un(ad, IR_LOG, ARG(0)));
-  ValId at0 = ad_where(ad, ad_cmp(ad, IR_CMP_GE, ARG(1), zero), zero, v);
-  return ad_where(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), zero), at0, v);
-}
-static void vjp_POW(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  DType dt = TY(g)->dtype;
-  if (need[0]) d[0] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, pow_da(ad, in, dt)), TY(ARG(0)));
-  if (need[1]) d[1] = ad_sum_to(ad, ad_bin(ad, IR_MUL, g, pow_db(ad, in, dt)), TY(ARG(1)));
 }
 /* torch.maximum / torch.minimum: ties share g evenly; an operand gets nothing
  * only where it loses (lose0/lose1 compare a with b), so a NaN on either side
@@ -119,10 +121,9 @@ static void vjp_MAX(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) 
 static void vjp_MIN(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   minmax(ad, in, g, need, d, IR_CMP_GT, IR_CMP_LT);
 }
-/* comparisons and constants have no gradient (their operands are not reached) */
+/* constants have no gradient (their operands are not reached) */
 #define NO_GRAD(ID) \
   static void vjp_##ID(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) { (void)ad; (void)in; (void)g; (void)need; (void)d; }
-NO_GRAD(CMP_EQ) NO_GRAD(CMP_NE) NO_GRAD(CMP_LT) NO_GRAD(CMP_LE) NO_GRAD(CMP_GT) NO_GRAD(CMP_GE)
 NO_GRAD(CONST) NO_GRAD(IOTA) NO_GRAD(RAND_UNIFORM)
 
 static void vjp_WHERE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
@@ -138,7 +139,7 @@ static void vjp_REDUCE_MAX(Ad *ad, const Inst *in, ValId g, const int *need, Val
   DType dt = TY(g)->dtype;
   ValId mask = ad_cast(ad, ad_cmp(ad, IR_CMP_EQ, ARG(0), RES), dt);
   Type kd = *TY(RES);
-  ValId cnt = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, kd, in->attr, 1, "count");
+  ValId cnt = ad_emit(ad, IR_REDUCE_SUM, &mask, 1, kd, in->attr, "count");
   d[0] = ad_bin(ad, IR_MUL, ad_bin(ad, IR_DIV, g, cnt), mask);
 }
 static void vjp_RESHAPE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
@@ -148,16 +149,16 @@ static void vjp_PERMUTE(Ad *ad, const Inst *in, ValId g, const int *need, ValId 
   int n = TY(RES)->ndim;
   int64_t inv[IR_MAX_DIMS];
   for (int i = 0; i < n; i++) inv[in->attr[i]] = i;
-  d[0] = ad_emit(ad, IR_PERMUTE, &g, 1, *TY(ARG(0)), inv, n, "grad");
+  d[0] = ad_emit(ad, IR_PERMUTE, &g, 1, *TY(ARG(0)), inv, "grad");
 }
 static void vjp_BROADCAST(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   d[0] = ad_sum_to(ad, g, TY(ARG(0)));
 }
 static void vjp_SLICE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_emit(ad, IR_UNSLICE, &g, 1, *TY(ARG(0)), in->attr, 2 * TY(RES)->ndim, "grad");
+  d[0] = ad_emit(ad, IR_UNSLICE, &g, 1, *TY(ARG(0)), in->attr, "grad");
 }
 static void vjp_UNSLICE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_emit(ad, IR_SLICE, &g, 1, *TY(ARG(0)), in->attr, 2 * TY(RES)->ndim, "grad");
+  d[0] = ad_emit(ad, IR_SLICE, &g, 1, *TY(ARG(0)), in->attr, "grad");
 }
 static void vjp_CONCAT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   int64_t axis = in->attr[0], off = 0;
@@ -170,7 +171,7 @@ static void vjp_CONCAT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *
         attr[2 * i] = i == axis ? off : 0;
         attr[2 * i + 1] = 1;
       }
-      d[k] = ad_emit(ad, IR_SLICE, &g, 1, t, attr, 2 * nd, "grad");
+      d[k] = ad_emit(ad, IR_SLICE, &g, 1, t, attr, "grad");
     }
     off += t.dims[axis];
   }
@@ -188,7 +189,7 @@ static void vjp_MATMUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *
     Type r = tg;
     r.dims[r.ndim - 2] = tA.dims[tA.ndim - 2];
     r.dims[r.ndim - 1] = tA.dims[tA.ndim - 1];
-    d[0] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, 2, "grad"), &tA);
+    d[0] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, "grad"), &tA);
   }
   if (need[1]) {
     if (tB.ndim == 2 && tA.ndim > 2 && !ta) {
@@ -202,7 +203,7 @@ static void vjp_MATMUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *
       ValId A2 = ad_reshape(ad, A, &a2), G2 = ad_reshape(ad, g, &g2);
       int64_t f[2] = {1, 0};
       ValId x[2] = {tb ? G2 : A2, tb ? A2 : G2};
-      d[1] = ad_emit(ad, IR_MATMUL, x, 2, tB, f, 2, "grad");
+      d[1] = ad_emit(ad, IR_MATMUL, x, 2, tB, f, "grad");
     } else {
       int64_t f[2];
       ValId x[2];
@@ -211,32 +212,32 @@ static void vjp_MATMUL(Ad *ad, const Inst *in, ValId g, const int *need, ValId *
       Type r = tg;
       r.dims[r.ndim - 2] = tB.dims[tB.ndim - 2];
       r.dims[r.ndim - 1] = tB.dims[tB.ndim - 1];
-      d[1] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, 2, "grad"), &tB);
+      d[1] = ad_sum_to(ad, ad_emit(ad, IR_MATMUL, x, 2, r, f, "grad"), &tB);
     }
   }
 }
 static void vjp_CONV2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   if (need[0]) {
     ValId x[2] = {g, ARG(1)};
-    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
+    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, "grad");
   }
   if (need[1]) {
     ValId x[2] = {ARG(0), g};
-    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, "grad");
   }
 }
 static void vjp_MAXPOOL2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   ValId x[2] = {ARG(0), g};
-  d[0] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(0)), in->attr, 8, "grad");
+  d[0] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(0)), in->attr, "grad");
 }
 static void vjp_AVGPOOL2D(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_emit(ad, IR_AVGPOOL2D_BWD, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
+  d[0] = ad_emit(ad, IR_AVGPOOL2D_BWD, &g, 1, *TY(ARG(0)), in->attr, "grad");
 }
 static void vjp_EMBEDDING(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   /* the padding index (attr[0], attr[1]) carries over: its row gets no gradient */
   if (need[0]) {
     ValId x[2] = {ARG(1), g};
-    d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), in->attr, 2, "grad");
+    d[0] = ad_emit(ad, IR_EMBEDDING_BWD, x, 2, *TY(ARG(0)), in->attr, "grad");
   }
 }
 /* The gradient primitives are linear in their adjoint operand (and bilinear for
@@ -246,46 +247,46 @@ static void vjp_CONV2D_BWD_INPUT(Ad *ad, const Inst *in, ValId g, const int *nee
   /* y = conv^T(gy, w):  d/dgy = conv(g, w),  d/dw = conv2d_bwd_weight(g, gy) */
   if (need[0]) {
     ValId x[2] = {g, ARG(1)};
-    d[0] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
+    d[0] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(0)), in->attr, "grad");
   }
   if (need[1]) {
     ValId x[2] = {g, ARG(0)};
-    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+    d[1] = ad_emit(ad, IR_CONV2D_BWD_WEIGHT, x, 2, *TY(ARG(1)), in->attr, "grad");
   }
 }
 static void vjp_CONV2D_BWD_WEIGHT(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   /* y = sum x (x) gy:  d/dx = conv2d_bwd_input(gy, g),  d/dgy = conv(x, g) */
   if (need[0]) {
     ValId x[2] = {ARG(1), g};
-    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, 6, "grad");
+    d[0] = ad_emit(ad, IR_CONV2D_BWD_INPUT, x, 2, *TY(ARG(0)), in->attr, "grad");
   }
   if (need[1]) {
     ValId x[2] = {ARG(0), g};
-    d[1] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(1)), in->attr, 6, "grad");
+    d[1] = ad_emit(ad, IR_CONV2D, x, 2, *TY(ARG(1)), in->attr, "grad");
   }
 }
 static void vjp_MAXPOOL2D_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   /* linear in gy (routing fixed by x, piecewise constant in x) */
   if (need[1]) {
     ValId x[2] = {ARG(0), g};
-    d[1] = ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(ARG(1)), in->attr, 8, "grad");
+    d[1] = ad_emit(ad, IR_MAXPOOL2D_JVP, x, 2, *TY(ARG(1)), in->attr, "grad");
   }
 }
 static void vjp_MAXPOOL2D_JVP(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   if (need[1]) {
     ValId x[2] = {ARG(0), g};
-    d[1] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(1)), in->attr, 8, "grad");
+    d[1] = ad_emit(ad, IR_MAXPOOL2D_BWD, x, 2, *TY(ARG(1)), in->attr, "grad");
   }
 }
 static void vjp_AVGPOOL2D_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
-  d[0] = ad_emit(ad, IR_AVGPOOL2D, &g, 1, *TY(ARG(0)), in->attr, 7, "grad");
+  d[0] = ad_emit(ad, IR_AVGPOOL2D, &g, 1, *TY(ARG(0)), in->attr, "grad");
 }
 static void vjp_EMBEDDING_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   /* the transpose of a scatter-add is a gather; positions holding the padding
    * index were not scattered, so they gather zero */
   if (need[1]) {
     ValId x[2] = {g, ARG(0)};
-    d[1] = ad_emit(ad, IR_EMBEDDING, x, 2, *TY(ARG(1)), NULL, 0, "grad");
+    d[1] = ad_emit(ad, IR_EMBEDDING, x, 2, *TY(ARG(1)), NULL, "grad");
     if (in->attr[0]) {
       Type it = *TY(ARG(0));
       ValId pad = ad_cmp(ad, IR_CMP_EQ, ARG(0), ad_const(ad, DT_I64, (double)in->attr[1]));
@@ -299,7 +300,8 @@ static void vjp_EMBEDDING_BWD(Ad *ad, const Inst *in, ValId g, const int *need, 
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 
 const VjpRule ad_vjp_rules[IR__COUNT] = {
-#define OP(id, name, nargs, kind, cexpr) vjp_##id,
+#define OP(id, name, nargs, kind, nattr, cexpr) vjp_##id,
+#define EW(id, name, nargs, cexpr, dA, dB) vjp_elem,
 #include "../ir/ops.def"
 #undef OP
 };

@@ -958,6 +958,7 @@ static void comment(CgFunc *c, const Inst *in) {
   }
   cg_puts(&b, ")");
   const int64_t *a = in->attr;
+  int na = ir_nattrs(c->f, in);
   switch (in->op) {
   case IR_REDUCE_SUM: case IR_REDUCE_MAX:
     cg_puts(&b, " over axes");
@@ -966,11 +967,11 @@ static void comment(CgFunc *c, const Inst *in) {
     break;
   case IR_PERMUTE:
     cg_puts(&b, " to axes");
-    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld", (ll)a[k]);
+    for (int k = 0; k < na; k++) cg_printf(&b, " %lld", (ll)a[k]);
     break;
   case IR_SLICE:
     cg_puts(&b, " start:step");
-    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
+    for (int k = 0; k < na / 2; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
     break;
   case IR_CONCAT: cg_printf(&b, " on axis %lld", (ll)a[0]); break;
   case IR_IOTA: cg_printf(&b, " start %lld step %lld", (ll)a[0], (ll)a[1]); break;
@@ -984,7 +985,7 @@ static void comment(CgFunc *c, const Inst *in) {
     break;
   case IR_UNSLICE:
     cg_puts(&b, " start:step");
-    for (int k = 0; k < ty(c, in->res)->ndim; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
+    for (int k = 0; k < na / 2; k++) cg_printf(&b, " %lld:%lld", (ll)a[2 * k], (ll)a[2 * k + 1]);
     break;
   case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: case IR_MAXPOOL2D_JVP:
     cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1],
@@ -994,7 +995,11 @@ static void comment(CgFunc *c, const Inst *in) {
     cg_printf(&b, " kernel %lldx%lld stride %lldx%lld pad %lldx%lld%s", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
               (ll)a[4], (ll)a[5], a[6] ? " count_include_pad" : "");
     break;
-  default: break;
+  case IR_MATMUL: break;   /* the ^T marks above */
+  default:   /* the others as the IR printer writes them */
+    for (int k = 0; k < na; k++) cg_printf(&b, "%s%lld", k ? "," : " [", (ll)a[k]);
+    if (na) cg_puts(&b, "]");
+    break;
   }
   cg_printf(&b, " -> %s %s", c->cname[in->res], ir_type_str(ty(c, in->res), tb, sizeof tb));
   if (ir_is_view(c->f, in->res)) cg_puts(&b, ": a view, no code");
@@ -1004,36 +1009,56 @@ static void comment(CgFunc *c, const Inst *in) {
   cg_buf_free(&b);
 }
 
+/* ---- the emitter table ---------------------------------------------------------------
+ * Generated from ops.def: K_ELEM and K_REDUCE rows share the generic emitters,
+ * every other row names emit_<ID>, so a primitive without an emitter does not
+ * compile. */
+
+typedef void (*Emitter)(CgFunc *c, int i, const Inst *in);
+#define EMITTER(ID, call) \
+  static void emit_##ID(CgFunc *c, int i, const Inst *in) { (void)c; (void)i; (void)in; call; }
+EMITTER(ELEM, emit_elem(c, in))
+EMITTER(REDUCE, emit_reduce(c, in))
+EMITTER(CONST, (void)0)   /* never called: a literal where it is used */
+EMITTER(IOTA, emit_iota(c, in))
+EMITTER(RAND_UNIFORM, emit_rand_uniform(c, in))
+EMITTER(RESHAPE, emit_reshape(c, in))
+EMITTER(DETACH, emit_reshape(c, in))
+EMITTER(PERMUTE, emit_permute(c, in))
+EMITTER(BROADCAST, emit_broadcast(c, in))
+EMITTER(SLICE, emit_slice(c, in))
+EMITTER(CONCAT, emit_concat(c, in))
+EMITTER(MATMUL, emit_matmul(c, in))
+EMITTER(CONV2D, emit_conv2d(c, i, in))
+EMITTER(MAXPOOL2D, emit_pool(c, in))
+EMITTER(AVGPOOL2D, emit_pool(c, in))
+EMITTER(EMBEDDING, emit_embedding(c, in))
+EMITTER(UNSLICE, emit_unslice(c, in))
+EMITTER(CONV2D_BWD_INPUT, emit_conv2d_bwd_input(c, i, in))
+EMITTER(CONV2D_BWD_WEIGHT, emit_conv2d_bwd_weight(c, i, in))
+EMITTER(MAXPOOL2D_BWD, emit_maxpool_bwd(c, in))
+EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
+EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))
+EMITTER(EMBEDDING_BWD, emit_embedding_bwd(c, in))
+
+#define EMITTER_K_ELEM(id) emit_ELEM
+#define EMITTER_K_REDUCE(id) emit_REDUCE
+#define EMITTER_K_SHAPE(id) emit_##id
+#define EMITTER_K_LINALG(id) emit_##id
+#define EMITTER_K_CONST(id) emit_##id
+#define EMITTER_K_SPECIAL(id) emit_##id
+static const Emitter cg_emitters[IR__COUNT] = {
+#define OP(id, name, nargs, kind, nattr, cexpr) EMITTER_##kind(id),
+#define EW(id, name, nargs, cexpr, dA, dB) emit_ELEM,
+#include "../ir/ops.def"
+#undef OP
+};
+
 void cg_emit_inst(CgFunc *c, int i) {
   const Inst *in = &c->f->insts.data[i];
   if (in->op == IR_CONST) return;   /* written as a literal where it is used */
   if (c->out->len) cg_puts(c->out, "\n");
   comment(c, in);
   if (ir_is_view(c->f, in->res)) return;
-  switch (ir_ops[in->op].kind) {
-  case K_ELEM: emit_elem(c, in); return;
-  case K_REDUCE: emit_reduce(c, in); return;
-  default: break;
-  }
-  switch (in->op) {
-  case IR_IOTA: emit_iota(c, in); return;
-  case IR_RAND_UNIFORM: emit_rand_uniform(c, in); return;
-  case IR_RESHAPE: case IR_DETACH: emit_reshape(c, in); return;
-  case IR_PERMUTE: emit_permute(c, in); return;
-  case IR_BROADCAST: emit_broadcast(c, in); return;
-  case IR_SLICE: emit_slice(c, in); return;
-  case IR_CONCAT: emit_concat(c, in); return;
-  case IR_MATMUL: emit_matmul(c, in); return;
-  case IR_CONV2D: emit_conv2d(c, i, in); return;
-  case IR_MAXPOOL2D: case IR_AVGPOOL2D: emit_pool(c, in); return;
-  case IR_EMBEDDING: emit_embedding(c, in); return;
-  case IR_UNSLICE: emit_unslice(c, in); return;
-  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in); return;
-  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in); return;
-  case IR_MAXPOOL2D_BWD:
-  case IR_MAXPOOL2D_JVP: emit_maxpool_bwd(c, in); return;
-  case IR_AVGPOOL2D_BWD: emit_avgpool_bwd(c, in); return;
-  case IR_EMBEDDING_BWD: emit_embedding_bwd(c, in); return;
-  default: BUG("codegen_c: no emitter for %s", ir_ops[in->op].name);
-  }
+  cg_emitters[in->op](c, i, in);
 }

@@ -3,7 +3,7 @@
 #include "ir.h"
 
 const OpInfo ir_ops[IR__COUNT] = {
-#define OP(id, name, nargs, kind, cexpr) {name, nargs, kind, cexpr},
+#define OP(id, name, nargs, kind, nattr, cexpr) {name, nargs, kind, nattr, cexpr},
 #include "ops.def"
 #undef OP
 };

@@ -6,11 +6,13 @@
  * (an Inst, or it is an entry input or a parameter) and a static Type.
  * The primitives are the rows of ops.def.
  *
- * Text form (printer; `ctc compile --emit ir`):
- *   func forward(%x: f32[64,1,28,28]) -> (%out: f32[64,10]) {
- *     %fc1_weight = param "fc1.weight" : f32[512,784]
- *     %3 = matmul[0,1] %x_1, %fc1_weight : f32[64,512]      ; model.py:17:9
- *     return %out
+ * Text form (printer; `ctc compile --emit ir`): values print as %name.id,
+ * attributes (as many as ops.def's nattr says) in brackets, and each
+ * instruction's source line as a comment:
+ *   func forward(%x.0: f32[64,784]) {
+ *     %fc1_weight.1 = param "fc1.weight" : f32[512,784]
+ *     %fc1.2 = matmul[0,1] %x.0, %fc1_weight.1 : f32[64,512]    ; line 17
+ *     return %fc1.2
  *   }
  */
 #ifndef CTC_IR_H
@@ -71,19 +73,28 @@ char *ir_shape_str(const Type *t, char *buf, size_t cap);
 typedef enum OpKind_ { K_ELEM, K_REDUCE, K_SHAPE, K_LINALG, K_CONST, K_SPECIAL } OpClass;
 
 typedef enum Op {
-#define OP(id, name, nargs, kind, cexpr) IR_##id,
+#define OP(id, name, nargs, kind, nattr, cexpr) IR_##id,
 #include "ops.def"
 #undef OP
   IR__COUNT
 } Op;
 
+/* ops.def's attribute-count codes (OpInfo.nattr < 0) */
+enum { NA_RANK = -1, NA_2RANK = -2, NA_2RANK_A = -3, NA_FLAG2 = -4 };
+
 typedef struct OpInfo {
   const char *name;   /* printer spelling */
   int nargs;          /* -1: variable */
   OpClass kind;
+  int nattr;          /* >= 0: that many attributes; < 0: an NA_* code */
   const char *c_expr; /* K_ELEM template over A, B, C */
 } OpInfo;
 extern const OpInfo ir_ops[IR__COUNT];   /* constant table from ops.def */
+
+/* How many attributes an instruction of op with result type res, operand 0 of
+ * type a0 (NULL if none) and attributes attr (NULL: all zero) uses: ops.def's
+ * nattr column evaluated. ir_nattrs does it for an instruction of f. */
+int ir_op_nattrs(Op op, const Type *res, const Type *a0, const int64_t *attr);
 
 /* ---- values and instructions ------------------------------------------- */
 
@@ -208,6 +219,8 @@ void ir_pass_event(Program *p, const Func *f, const char *pass, int after);
 void ir_compact(Func *f);
 
 /* ---- printer (printer.c) and verifier (verify.c) ------------------------ */
+
+int ir_nattrs(const Func *f, const Inst *in);   /* see ir_op_nattrs */
 
 void ir_print_func(FILE *out, const Program *p, const Func *f);
 void ir_print_program(FILE *out, const Program *p);

@@ -5,22 +5,20 @@ static void print_val(FILE *out, const Func *f, ValId v) {
   fprintf(out, "%%%s.%d", f->values.data[v].name, (int)v);
 }
 
-static int nattrs(const Func *f, const Inst *in) {
-  const Type *r = &f->values.data[in->res].type;
-  switch (in->op) {
-  case IR_IOTA: return 2;
-  case IR_REDUCE_SUM: case IR_REDUCE_MAX: case IR_CONCAT: return 1;
-  case IR_PERMUTE: return r->ndim;
-  case IR_SLICE: return 2 * r->ndim;
-  case IR_MATMUL: return 2;
-  case IR_CONV2D: return 6;
-  case IR_MAXPOOL2D: case IR_MAXPOOL2D_BWD: case IR_MAXPOOL2D_JVP: return 8;
-  case IR_AVGPOOL2D: case IR_AVGPOOL2D_BWD: return 7;
-  case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT: return 6;
-  case IR_UNSLICE: return 2 * f->values.data[in->args[0]].type.ndim;
-  case IR_EMBEDDING: case IR_EMBEDDING_BWD: return in->attr[0] ? 2 : 0;
-  default: return 0;
+/* ops.def's nattr column, evaluated */
+int ir_op_nattrs(Op op, const Type *res, const Type *a0, const int64_t *attr) {
+  switch (ir_ops[op].nattr) {
+  case NA_RANK: return res->ndim;
+  case NA_2RANK: return 2 * res->ndim;
+  case NA_2RANK_A: return a0 ? 2 * a0->ndim : 0;
+  case NA_FLAG2: return attr && attr[0] ? 2 : 0;
+  default: return ir_ops[op].nattr;
   }
+}
+
+int ir_nattrs(const Func *f, const Inst *in) {
+  return ir_op_nattrs(in->op, &f->values.data[in->res].type,
+                      in->nargs > 0 ? &f->values.data[in->args[0]].type : NULL, in->attr);
 }
 
 void ir_print_func(FILE *out, const Program *p, const Func *f) {
@@ -45,7 +43,7 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
     fprintf(out, "  ");
     print_val(out, f, in->res);
     fprintf(out, " = %s", ir_ops[in->op].name);
-    int na = nattrs(f, in);
+    int na = ir_nattrs(f, in);
     if (na) {
       fprintf(out, "[");
       for (int k = 0; k < na; k++) fprintf(out, "%s%lld", k ? "," : "", (long long)in->attr[k]);

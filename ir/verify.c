@@ -193,6 +193,16 @@ static int check_shape(V *v) {
   }
 }
 
+/* An instruction uses as many attributes as ops.def's nattr column says (so the
+ * printed form shows all of them); the others must be 0. */
+static int check_attrs(V *v) {
+  int na = ir_nattrs(v->f, v->in);
+  if (na < 0 || na > IR_MAX_ATTRS) return fail(v, "%d attributes (at most %d)", na, IR_MAX_ATTRS);
+  for (int k = na; k < IR_MAX_ATTRS; k++)
+    if (v->in->attr[k]) return fail(v, "attribute %d is %lld but the op uses %d", k, (long long)v->in->attr[k], na);
+  return 0;
+}
+
 int ir_verify(const Program *p, const Func *f, FILE *out) {
   V v = {f, out, NULL};
   char *defined = calloc((size_t)f->values.len + 1, 1);
@@ -226,7 +236,8 @@ int ir_verify(const Program *p, const Func *f, FILE *out) {
       rc = fail(&v, "result is not a fresh SSA value");
     else {
       defined[in->res] = 1;
-      rc = check_shape(&v);
+      rc = check_attrs(&v);
+      if (!rc) rc = check_shape(&v);
     }
   }
   v.in = NULL;

@@ -196,6 +196,8 @@ static ValId embedding(ValId w, ValId idx, const char *name) {
   return emit(IR_EMBEDDING, args, 2, r, NULL, 0, name);
 }
 
+static ValId rand_uniform(ValId offset, Type r, const char *name) { return emit(IR_RAND_UNIFORM, &offset, 1, r, NULL, 0, name); }
+
 /* ---- gradient primitives ---- */
 
 /* unslice(g, result type, name, start0, step0, start1, ...) */
@@ -238,6 +240,11 @@ static Type pool_out(Op op, Type X, const int64_t *at, int ceil) {
 static ValId maxpool_bwd(ValId x, ValId g, const int64_t *at, const char *name) {
   ValId args[2] = {x, g};
   return emit(IR_MAXPOOL2D_BWD, args, 2, tyof(x), at, 8, name);
+}
+
+static ValId maxpool_jvp(ValId x, ValId t, const int64_t *at, int ceil, const char *name) {
+  ValId args[2] = {x, t};
+  return emit(IR_MAXPOOL2D_JVP, args, 2, pool_out(IR_MAXPOOL2D, tyof(x), at, ceil), at, 8, name);
 }
 
 static ValId avgpool_bwd(ValId g, Type xt, const int64_t *at, const char *name) {
@@ -628,6 +635,12 @@ static void suite_nn(void) {
   out(embedding(w, idx, "emb"), "emb");
   out(embedding(w, cst(DT_I64, 7), "emb1"), "emb_const");
   entry_done();
+  entry("rand");   /* the counter-based stream of ops.def, from an input offset and from literals */
+  ValId off = input("offset", ty(DT_I64, 0), "int");
+  out(rand_uniform(off, ty(DT_F32, 3, 3, 5, 7), "u"), "u");
+  out(rand_uniform(cst(DT_I64, 1099511627779.0), ty(DT_F64, 1, 1000), "ud"), "u_f64_big_offset");
+  out(rand_uniform(cst(DT_I64, -7), ty(DT_F32, 2, 4, 4), "un"), "u_negative_offset");
+  entry_done();
   suite_done();
 }
 
@@ -727,6 +740,17 @@ static void suite_grad(void) {
   ValId gc = input("at", pool_out(IR_MAXPOOL2D, tyof(x), mp3, 0), "normal");
   out(maxpool_bwd(x, ga, mp2, "dxa"), "k2s2");
   out(maxpool_bwd(x, gc, mp3, "dxc"), "k3s1p1");
+  entry_done();
+
+  entry("maxpool_jvp");   /* the tangent at each window's first max (ties as in maxpool_bwd) */
+  x = input("x", ty(DT_F32, 4, 2, 3, 8, 9), "small");
+  xn = input("xn", ty(DT_F32, 4, 2, 3, 8, 9), "normal");
+  ValId tx = input("t", ty(DT_F32, 4, 2, 3, 8, 9), "normal");
+  for (int k = 0; k < NCASES(maxpool_cases); k++) {
+    snprintf(nm, sizeof nm, "dy%d", k);
+    out(maxpool_jvp(x, tx, maxpool_cases[k], (int)maxpool_cases[k][8], nm), nm);
+  }
+  out(maxpool_jvp(xn, tx, maxpool_cases[1], 0, "dyn"), "dy_normal");
   entry_done();
 
   entry("avgpool_bwd");

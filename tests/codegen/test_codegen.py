@@ -224,6 +224,19 @@ def avgpool(x, k, s, p, cip, ceil=False):
     return out
 
 
+def rand_uniform(offset, shape, dtype):
+    """ops.def's RAND_UNIFORM: element i is the top 24 bits of the (offset + i + 1)-th
+    output of splitmix64 seeded with 0, i.e. its finaliser applied to
+    (offset + i + 1) * 0x9E3779B97F4A7C15 (mod 2**64), divided by 2**24."""
+    n = int(np.prod(shape))
+    z = np.asarray(offset, np.int64).astype(np.uint64) + np.arange(1, n + 1, dtype=np.uint64)
+    z = z * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return ((z >> np.uint64(40)).astype(np.float64) / 2.0**24).astype(dtype).reshape(shape)
+
+
 def chain(x):
     t = x
     for k in range(10):
@@ -277,6 +290,8 @@ REFS = {
         avgpool(x, (3, 3), (2, 2), (1, 1), True), avgpool(x, (3, 3), (2, 2), (1, 1), False),
         avgpool(x, (3, 3), (2, 2), (0, 0), True, ceil=True)],
     ("nn", "embed"): lambda w, idx: [w[np.clip(idx, 0, 9)], w[7]],
+    ("nn", "rand"): lambda off: [rand_uniform(off, (3, 5, 7), np.float32), rand_uniform(2**40 + 3, (1000,), np.float64),
+                                 rand_uniform(-7, (4, 4), np.float32)],
 }
 
 
@@ -311,6 +326,17 @@ def maxpool_grad(x, g, c):
     y = torch.nn.functional.max_pool2d(tx, c[0:2], c[2:4], c[4:6], c[6:8], ceil_mode=bool(c[8]))
     y.backward(torch.from_numpy(g))
     return tx.grad.numpy()
+
+
+def maxpool_tangent(x, t, c):
+    """The tangent of F.max_pool2d at x along t: t at the positions PyTorch's
+    return_indices picks (each window's first max)."""
+    torch = _torch()
+    _, idx = torch.nn.functional.max_pool2d(torch.from_numpy(x), c[0:2], c[2:4], c[4:6], c[6:8],
+                                            ceil_mode=bool(c[8]), return_indices=True)
+    n, ch = x.shape[:2]
+    idx = idx.numpy()
+    return np.take_along_axis(t.reshape(n, ch, -1), idx.reshape(n, ch, -1), axis=2).reshape(idx.shape)
 
 
 def avgpool_grad(shape, g, c):
@@ -363,6 +389,8 @@ REFS.update({
     conv_grads(xd, wd, gd, (2, 2, 1, 0, 1, 1)),
     ("grad", "maxpool_bwd"): lambda x, xn, *gs: [maxpool_grad(x, g, c) for g, c in zip(gs, GRAD_MAXPOOL)] +
     [maxpool_grad(xn, gs[1], GRAD_MAXPOOL[1])],
+    ("grad", "maxpool_jvp"): lambda x, xn, t: [maxpool_tangent(x, t, c) for c in GRAD_MAXPOOL] +
+    [maxpool_tangent(xn, t, GRAD_MAXPOOL[1])],
     ("grad", "maxpool_bwd_big"): lambda x, ga, gc: [maxpool_grad(x, ga, (2, 2, 2, 2, 0, 0, 1, 1, 0)),
                                                      maxpool_grad(x, gc, (3, 3, 1, 1, 1, 1, 1, 1, 0))],
     ("grad", "avgpool_bwd"): lambda *gs: [avgpool_grad((2, 3, 8, 9), g, c) for g, c in zip(gs, GRAD_AVGPOOL)] +
