@@ -1271,13 +1271,18 @@ static int exec_stmt(L *L, Node *s) {
   }
   case N_WITH: {
     int restore = L->grad_mode; /* grad-mode managers restore it on exit, innermost first */
+    int dual = 0;               /* this statement opens a forward_ad.dual_level() */
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
       PV *cm = eval_expr(L, it->a);
       if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
         /* forward_ad.dual_level(): duals made inside belong to this level */
         if (it->b) lower_error(L, it->b->span, "'with dual_level() as ...' binds nothing useful");
+        if (L->dual_depth || dual)   /* PyTorch: "Nested forward mode AD is not supported at the moment" */
+          lower_error(L, it->span, "nested forward_ad.dual_level() is not supported (as in PyTorch); use "
+                                   "torch.func.jvp for higher-order forward mode");
         L->dual_primal.len = L->dual_tangent.len = 0;
+        dual = 1;
         continue;
       }
       if (cm->k == PV_BUILTIN && cm->bi >= BI_T_NO_GRAD && cm->bi <= BI_T_INFERENCE_MODE)
@@ -1288,7 +1293,9 @@ static int exec_stmt(L *L, Node *s) {
       if (it->b) lower_error(L, it->b->span, "'with torch.%s() as ...' binds nothing useful", cm->s);
       grad_mode_set(L, (int)cm->i);
     }
+    L->dual_depth += dual;
     int r = exec_block(L, L->env, &s->body);
+    L->dual_depth -= dual;
     grad_mode_set(L, restore);
     return r;
   }

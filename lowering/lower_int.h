@@ -139,6 +139,7 @@ struct L {
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
+  int dual_depth;        /* open `with dual_level():` statements (at most 1) */
   PV *retval;            /* value of the last `return` */
 };
 

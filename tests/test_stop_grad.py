@@ -337,10 +337,12 @@ BAD = [
     ("y = x * 1\n    y[0:2].add_(5)\n    return y", "in-place update of a view"),
     ("y = x * 1\n    z = y.view(1, 3)\n    y.mul_(2)\n    return z", "in-place update of a tensor that has views"),
     ("y = x.detach()\n    y.add_(1)\n    return y", "in-place update of a view"),
+    ("import torch.autograd.forward_ad as fw\n    with fw.dual_level():\n        with fw.dual_level():\n"
+     "            return fw.unpack_dual(fw.make_dual(x, x)).tangent", "nested forward_ad.dual_level() is not supported"),
 ]
 
 
-@pytest.mark.parametrize("body,msg", BAD, ids=["no_grad_uncalled", "data_inplace", "data_assign", "view_inplace", "viewed_inplace", "detach_inplace"])
+@pytest.mark.parametrize("body,msg", BAD, ids=["no_grad_uncalled", "data_inplace", "data_assign", "view_inplace", "viewed_inplace", "detach_inplace", "nested_dual_level"])
 def test_misuse_is_diagnosed(tmp_path, body, msg):
     p = tmp_path / "bad.py"
     p.write_text(f"import torch\n\n\ndef f(x):\n    {body}\n\n\nexample_inputs = {{'f': (torch.randn(3),)}}\n")
