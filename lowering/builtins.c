@@ -112,16 +112,15 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     if (strcmp(name, "func") == 0) return pv_ns(L, "torch.func");
     if (strcmp(name, "optim") == 0) return pv_ns(L, "torch.optim");
     if (strcmp(name, "autograd") == 0) return pv_ns(L, "torch.autograd");
-    static const int tensor_only[] = {BI_T_SIZE, BI_T_DIM, BI_T_CONTIGUOUS, BI_T_T, BI_T_FLOAT,
+    static const int tensor_only[] = {BI_T_SIZE, BI_T_DIM, BI_T_CONTIGUOUS, BI_T_FLOAT,
                                       BI_T_DOUBLE, BI_T_LONG, BI_T_INT, BI_T_TO, BI_T_TYPE_AS,
                                       BI_T_ITEM, BI_T_TOLIST, BI_T_NUMPY, BI_T_BACKWARD,
                                       BI_T_VIEW, BI_T_EXPAND, BI_T_NEW_ZEROS, BI_T_NEW_ONES,
-                                      BI_T_REPEAT, BI_T_FILL_, BI_T_ADD_, BI_T_MUL_, BI_T_ZERO_,
-                                      BI_T_DETACH, BI_T_MASKED_FILL, BI_T_SQUARE};
+                                      BI_T_REPEAT, BI_T_FILL_, BI_T_ADD_, BI_T_MUL_, BI_T_ZERO_};
     PV *f = find_in_range(L, BI_T_ZEROS, BI_T_ZERO_, name, NULL);
     if (f)
       for (size_t i = 0; i < sizeof tensor_only / sizeof tensor_only[0]; i++)
-        if (f->bi == tensor_only[i]) f = NULL;
+        if (f && f->bi == tensor_only[i]) f = NULL;
     if (f) return f;
     if (strcmp(name, "Tensor") == 0) return builtin_class(L, BI_C_OBJECT);
     return NULL;
