@@ -28,6 +28,7 @@ The default run takes a fixed deterministic subset of the samples; the
 accepted, passing forward / VJP / JVP) and the list of problems."""
 import itertools
 import math
+import operator
 import os
 import re
 import subprocess
@@ -59,6 +60,13 @@ RANDOM_OPS = {"bernoulli", "normal", "multinomial", "uniform", "cauchy", "expone
 # Reflected operators: OpInfo name -> Python operator (spelled `arg OP x`).
 RMAGIC = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rdiv__": "/", "__rpow__": "**",
           "__rmatmul__": "@", "__rmod__": "%", "__rand__": "&", "__ror__": "|", "__rxor__": "^"}
+
+# Operator spellings of OpInfo.operator_variant: binary `x OP y`, unary `OP x`.
+BINOPS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.pow: "**",
+          operator.matmul: "@", operator.mod: "%", operator.and_: "&", operator.or_: "|", operator.xor: "^",
+          operator.lshift: "<<", operator.rshift: ">>", operator.eq: "==", operator.ne: "!=", operator.lt: "<",
+          operator.le: "<=", operator.gt: ">", operator.ge: ">="}
+UNOPS = {operator.neg: "-", operator.invert: "~", abs: "abs"}
 
 NP_OK = {torch.float32, torch.float64, torch.int64, torch.int32, torch.bool}
 DIAG = re.compile(r"^\S+:\d+:\d+: error: ", re.M)
@@ -115,6 +123,17 @@ class _Writer:
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
         raise Unusable(type(v).__name__)
 
+    def index(self, v):
+        """A subscript: slices, None, ..., ints, tensors, lists."""
+        if isinstance(v, tuple):
+            return ", ".join(self.index(x) for x in v) + ("," if len(v) == 1 else "")
+        if isinstance(v, slice):
+            parts = ["" if p is None else self.lit(p) for p in (v.start, v.stop, v.step)]
+            return ":".join(parts[:2]) + (":" + parts[2] if parts[2] else "")
+        if v is Ellipsis:
+            return "..."
+        return self.lit(v)
+
 
 def _spellings(op):
     """(kind, callee) pairs: how PyTorch users write this op."""
@@ -122,6 +141,8 @@ def _spellings(op):
     name = op.name
     if name in RMAGIC:
         return [("operator", RMAGIC[name])]
+    if op.operator_variant is operator.getitem:
+        return [("getitem", None)]
     if name.startswith("nn.functional."):
         short = name[len("nn.functional."):]
         if getattr(torch.nn.functional, short, None) is op.op:
@@ -134,20 +155,28 @@ def _spellings(op):
         out.append(("function", "torch." + name))
     if op.method_variant is not None and "." not in name and not name.startswith("_"):
         out.append(("method", name))
+    if op.operator_variant in BINOPS:
+        out.append(("binop", BINOPS[op.operator_variant]))
+    if op.operator_variant in UNOPS:
+        out.append(("unop", UNOPS[op.operator_variant]))
+    if op.inplace_variant is not None and "." not in name and not name.startswith("_"):
+        out.append(("inplace", op.inplace_variant.__name__))
     return out
 
 
 class Case:
     def __init__(self, key, label, op_id, dtype, names, arrays, expr):
         self.key, self.label, self.op_id, self.dtype = key, label, op_id, dtype
-        self.names, self.arrays, self.expr = names, arrays, expr
+        self.names, self.arrays = names, arrays
+        # expr: an expression, or (statements, expression) for in-place spellings
+        self.pre, self.expr = expr if isinstance(expr, tuple) else ("", expr)
         self.floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
         self.want = None       # PyTorch's forward outputs (list of np arrays)
         self.status = None     # accepted / refused / bad
         self.grad = self.jvp = None  # derived cases (Case-like dicts)
 
     def src(self):
-        return f"def {self.key}({', '.join(self.names)}):  # {self.label}\n    return {self.expr}\n\n\n"
+        return f"def {self.key}({', '.join(self.names)}):  # {self.label}\n{self.pre}    return {self.expr}\n\n\n"
 
 
 def _sample_expr(kind, callee, sample, w):
@@ -156,16 +185,28 @@ def _sample_expr(kind, callee, sample, w):
         x = w.tensor(inp)
     elif isinstance(inp, (list, tuple)) and inp and all(isinstance(t, torch.Tensor) for t in inp):
         if kind != "function":
-            raise Unusable("method on a list")
+            raise Unusable("a list input needs the function form")
         x = w.lit(list(inp))
     else:
         raise Unusable("input")
-    args = [w.lit(a) for a in sample.args]
     kwargs = [f"{k}={w.lit(v)}" for k, v in sample.kwargs.items()]
-    if kind == "operator":
-        if len(args) != 1 or kwargs:
-            raise Unusable("operator form")
+    if kind == "getitem":
+        if len(sample.args) != 1 or kwargs:
+            raise Unusable("getitem form")
+        return f"{x}[{w.index(sample.args[0])}]"
+    args = [w.lit(a) for a in sample.args]
+    if kind in ("operator", "binop", "unop") and kwargs:
+        raise Unusable("operator form")
+    if kind == "operator" and len(args) == 1:
         return f"{args[0]} {callee} {x}"
+    if kind == "binop" and len(args) == 1:
+        return f"{x} {callee} {args[0]}"
+    if kind == "unop" and not args:
+        return f"{callee}({x})" if callee == "abs" else f"{callee}{x}"
+    if kind in ("operator", "binop", "unop"):
+        raise Unusable("operator form")
+    if kind == "inplace":
+        return (f"    r = {x}.clone()\n    r.{callee}({', '.join(args + kwargs)})\n", "r")
     if kind == "method":
         return f"{x}.{callee}({', '.join(args + kwargs)})"
     return f"{callee}({', '.join([x] + args + kwargs)})"
@@ -266,7 +307,7 @@ def make_ad_cases(c):
     # VJP
     gnames = [f"g{i}" for i in range(nout)]
     gk = "g" + c.key[1:]
-    gsrc = (f"def {gk}({', '.join(c.names + gnames)}):  # {c.label} vjp\n    out = {c.expr}\n"
+    gsrc = (f"def {gk}({', '.join(c.names + gnames)}):  # {c.label} vjp\n{c.pre}    out = {c.expr}\n"
             f"    return torch.autograd.grad(out, ({', '.join(fl)},), "
             f"{gnames[0] if nout == 1 else '(' + ', '.join(gnames) + ',)'})\n\n\n")
     vjp = None
@@ -293,7 +334,8 @@ def make_ad_cases(c):
     else:
         ret = ", ".join(f"fwAD.unpack_dual(out[{i}]).tangent" for i in range(nout))
     jsrc = (f"def {jk}({', '.join(c.names + tnames)}):  # {c.label} jvp\n"
-            f"    with fwAD.dual_level():\n{body}        out = {c.expr}\n        return {ret}\n\n\n")
+            f"    with fwAD.dual_level():\n{body}{textwrap.indent(c.pre, '    ')}        out = {c.expr}\n"
+            f"        return {ret}\n\n\n")
     jvp = None
     try:
         ts = [rng.standard_normal(xs[i].shape) for i in c.floats]
