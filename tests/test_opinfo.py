@@ -323,7 +323,7 @@ def torch_forward(c):
     return [o.copy() for o in outs]
 
 
-def _ad_arrays(c, rng):
+def _ad_arrays(c):
     """float64 copies of the inputs (ints/bools unchanged)."""
     return [a.astype(np.float64) if a.dtype.kind == "f" else a for a in c.arrays]
 
@@ -333,7 +333,7 @@ def make_ad_cases(c):
     if not c.floats or not all(o.dtype.kind == "f" for o in c.want):
         return None, None
     rng = np.random.default_rng(zlib.crc32(c.label.encode()))
-    xs = _ad_arrays(c, rng)
+    xs = _ad_arrays(c)
     fl = [c.names[i] for i in c.floats]
     nout = len(c.want)
     # VJP
