@@ -442,6 +442,8 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   need_tensor(L, at, x, "input");
   Type t = x->t->type;
   int64_t dims[IR_MAX_DIMS];
+  /* ops below that read no arguments: refuse any (e.g. out=) rather than ignore them */
+  if ((bi >= BI_T_RELU && bi <= BI_T_COS) || bi == BI_T_SQUARE || bi == BI_T_T) bind_args(L, A, "", a);
   switch (bi) {
   case BI_T_SIZE:
     bind_args(L, A, "dim=", a);
@@ -543,7 +545,10 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_ERF: return t_unary(L, at, IR_ERF, x);
   case BI_T_SIN: return t_unary(L, at, IR_SIN, x);
   case BI_T_COS: return t_unary(L, at, IR_COS, x);
-  case BI_T_SQUARE: return t_binary(L, at, OP_MUL, x, x);
+  case BI_T_SQUARE: {
+    PV *y = t.dtype == DT_BOOL ? t_cast(L, at, x, DT_I64) : x;
+    return t_binary(L, at, OP_MUL, y, y);
+  }
   case BI_T_POW:
     bind_args(L, A, "exponent", a);
     return t_binary(L, at, OP_POW, x, a[0]);
@@ -551,7 +556,9 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_SUB: {
     bind_args(L, A, "other,alpha=", a);
     PV *o = a[0];
-    if (a[1]) o = a[0]->k == PV_TENSOR ? t_binary(L, at, OP_MUL, a[0], a[1]) : pv_float(L, pv_num(a[0]) * arg_num(L, at, a[1], "alpha"));
+    if (a[1] && a[0]->k == PV_TENSOR) o = t_binary(L, at, OP_MUL, a[0], a[1]);
+    else if (a[1] && a[0]->k == PV_INT && a[1]->k == PV_INT) o = pv_int(L, a[0]->i * a[1]->i);
+    else if (a[1]) o = pv_float(L, pv_num(a[0]) * arg_num(L, at, a[1], "alpha"));
     return t_binary(L, at, bi == BI_T_ADD ? OP_ADD : OP_SUB, x, o);
   }
   case BI_T_MUL:
@@ -576,8 +583,8 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     bind_args(L, A, "min=,max=", a);
     return t_clamp(L, at, x, a[0], a[1]);
   case BI_T_WHERE:
-    bind_args(L, A, "input,other", a);
-    return t_where(L, at, x, a[0], a[1]);
+    bind_args(L, A, self ? "condition,other" : "input,other", a);
+    return self ? t_where(L, at, a[0], x, a[1]) : t_where(L, at, x, a[0], a[1]);
   case BI_T_SUM:
   case BI_T_MEAN:
   case BI_T_AMAX: {
@@ -586,6 +593,7 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     int keep = a[1] ? arg_bool(L, at, a[1], "keepdim") : 0;
     PV *in = x;
     if (a[2] && a[2]->k == PV_DTYPE) in = t_cast(L, at, x, a[2]->dt);
+    else if (bi == BI_T_SUM && !ir_dtype_is_float(t.dtype)) in = t_cast(L, at, x, DT_I64);
     return t_reduce(L, at, bi == BI_T_AMAX ? IR_REDUCE_MAX : IR_REDUCE_SUM, in, dims, n, keep, bi == BI_T_MEAN);
   }
   case BI_T_MAX:
@@ -617,7 +625,7 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     return t_cast(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype);
   case BI_T_MASKED_FILL:
     bind_args(L, A, "mask,value", a);
-    return t_where(L, at, need_tensor(L, at, a[0], "mask"), a[1], x);
+    return t_cast(L, at, t_where(L, at, need_tensor(L, at, a[0], "mask"), a[1], x), t.dtype);
   case BI_T_SPLIT:
   case BI_T_CHUNK:
     bind_args(L, A, bi == BI_T_SPLIT ? "split_size_or_sections,dim=" : "chunks,dim=", a);
@@ -628,7 +636,10 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_NEW_ZEROS:
   case BI_T_NEW_ONES: {
     int n = shape_args(L, &(Args){at, A->args, A->nargs, NULL, NULL, 0, A->fname}, 0, dims);
+    Args K = strip_factory_kw(L, A);
+    if (K.nkw) lower_error(L, at, "%s() got an unexpected keyword argument '%s'", A->fname, K.kwnames[0]);
     Type r = t;
+    r.dtype = dtype_kw(L, A, t.dtype);
     r.ndim = n;
     for (int i = 0; i < n; i++) r.dims[i] = dims[i];
     return t_const_tensor(L, at, r, bi == BI_T_NEW_ONES);
