@@ -35,8 +35,9 @@ SEED_DIR = os.path.join(HERE, "fuzz_seeds")
 ASAN_CTC = os.path.join(ROOT, "build", "asan", "ctc")
 ASAN_RT = os.path.join(ROOT, "build", "asan", "libctc_rt.a")
 RT_DIR = os.path.join(ROOT, "runtime_min")
+# Generated code compiles without warnings (as test_hygiene checks for the examples).
 SAN_CFLAGS = ["-std=c11", "-O0", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-              "-fno-sanitize-recover=all", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN"]
+              "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN"]
 # Distinct exit codes for the sanitizers (1 is ctc's user-error status). The
 # compiler's arenas are never freed (the process exits): no leak checking.
 SAN_ENV = {**os.environ,
@@ -224,6 +225,110 @@ def run_program(exe, workdir, rng_seed):
         if r.returncode != 0 or SAN_REPORT.search(r.stderr):
             return f"run {entry}: exit {r.returncode}\n{r.stderr[-4000:]}"
     return None
+
+
+# ---- differential check against PyTorch (opt-in: --diff) ------------------------------------
+
+TORCH_SIDE = r"""
+import json, sys, numpy as np, torch
+sys.path.insert(0, %(here)r)
+from ctc_testlib import load_module, st_write, state_dict_np
+src, work, entry = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+torch.manual_seed(0)
+mod = load_module(src, "mutant")
+model = getattr(mod, "model", None)
+if not isinstance(model, torch.nn.Module):
+    mods = [v for v in vars(mod).values() if isinstance(v, torch.nn.Module)]
+    model = mods[0] if len(mods) == 1 else None
+if model is not None:
+    st_write(work + "/w0.safetensors", state_dict_np(model))
+xs = [torch.from_numpy(np.load(p)) for p in entry["inputs"]]
+if entry["name"] == "forward":
+    model.eval()
+    with torch.no_grad():
+        out = model(*xs)
+else:
+    xs = [x.requires_grad_(True) if x.is_floating_point() else x for x in xs]
+    out = getattr(mod, entry["name"])(*xs)
+flat = []
+def walk(o):
+    if isinstance(o, (tuple, list)):
+        for e in o: walk(e)
+    elif isinstance(o, torch.Tensor):
+        flat.append(o.detach().numpy())
+    elif isinstance(o, (int, float)):
+        flat.append(np.array(o))
+walk(out)
+for k, a in enumerate(flat):
+    np.save(work + "/t%%d.npy" %% k, a)
+if model is not None:
+    st_write(work + "/w1.safetensors", state_dict_np(model))
+print(len(flat))
+"""
+
+
+def diff_against_torch(src, c_path, exe, workdir, rng_seed):
+    """Run each entry of the program and of PyTorch on the same inputs and
+    weights; returns (mismatches, skipped) as lists of strings."""
+    import json
+    import numpy as np
+    from ctc_testlib import st_read
+    info = subprocess.run([exe, "info"], capture_output=True, text=True, env=SAN_ENV, timeout=RUN_TIMEOUT).stdout
+    uses_rng = "rand_uniform(" in open(c_path).read()
+    rng = np.random.default_rng(rng_seed)
+    bad, skipped = [], []
+    for entry, inputs, nout in parse_info(info):
+        d = os.path.join(workdir, "diff_" + entry)
+        os.makedirs(d, exist_ok=True)
+        paths = []
+        for k, (name, dt, shape) in enumerate(inputs):
+            a = (rng.standard_normal(shape).astype(_NP_DTYPE[dt]) if dt in ("f32", "f64")
+                 else rng.integers(0, 2, shape).astype(_NP_DTYPE[dt]))
+            paths.append(os.path.join(d, f"in{k}.npy"))
+            np.save(paths[-1], a)
+        try:
+            r = subprocess.run(["/usr/bin/python3", "-c", TORCH_SIDE % {"here": HERE}, src, d,
+                                json.dumps({"name": entry, "inputs": paths})],
+                               capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            skipped.append(f"{entry}: torch timeout")
+            continue
+        if r.returncode != 0:
+            skipped.append(f"{entry}: torch rejects it: {(r.stderr.strip().splitlines() or ['?'])[-1][:150]}")
+            continue
+        ntorch = int(r.stdout.split()[-1])
+        args = [exe, "run", entry, "--save", os.path.join(d, "w1c.safetensors")]
+        if os.path.exists(os.path.join(d, "w0.safetensors")):
+            args += ["--weights", os.path.join(d, "w0.safetensors")]
+        for p in paths:
+            args += ["--input", p]
+        for k in range(nout):
+            args += ["--output", os.path.join(d, f"c{k}.npy")]
+        rc = subprocess.run(args, capture_output=True, text=True, env=SAN_ENV, timeout=RUN_TIMEOUT)
+        if rc.returncode != 0:
+            bad.append(f"{entry}: ctc program exit {rc.returncode}: {rc.stderr[-300:]}")
+            continue
+        if uses_rng and entry != "forward":
+            skipped.append(f"{entry}: random (dropout) in training mode")
+            continue
+        if ntorch != nout:
+            bad.append(f"{entry}: {nout} outputs from ctc, {ntorch} from torch")
+            continue
+        pairs = [(f"output {k}", np.load(os.path.join(d, f"c{k}.npy")), np.load(os.path.join(d, f"t{k}.npy")))
+                 for k in range(nout)]
+        if os.path.exists(os.path.join(d, "w1.safetensors")):
+            wc, wt = st_read(os.path.join(d, "w1c.safetensors")), st_read(os.path.join(d, "w1.safetensors"))
+            pairs += [(f"parameter {n} after the call", wc[n], wt[n]) for n in wt if n in wc]
+        for what, got, want in pairs:
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            if got.shape != want.shape and got.size == want.size == 1:
+                got = got.reshape(want.shape)
+            if got.shape != want.shape:
+                bad.append(f"{entry} {what}: shape {got.shape} vs torch {want.shape}")
+            elif not np.allclose(got, want, rtol=2e-3, atol=2e-4, equal_nan=True):
+                i = np.unravel_index(np.nanargmax(np.abs(got - want)), got.shape) if got.size else ()
+                bad.append(f"{entry} {what}: max diff at {i}: ctc {got[i]!r} torch {want[i]!r}")
+    return bad, skipped
 
 
 def build_and_run(c_path, workdir, rng_seed):
@@ -603,10 +708,10 @@ def mutants_for(seed_path, n, rng_seed, wild=True):
     return out
 
 
-def campaign(workdir, n_per_seed, runs_per_seed, rng_seed, wild=True, jobs=2, log=None, seeds=None):
+def campaign(workdir, n_per_seed, runs_per_seed, rng_seed, wild=True, jobs=2, log=None, seeds=None, diff=False):
     """Mutate every seed, compile each mutant with the sanitized ctc, build and run a
-    sample of those that compile. Returns (stats, failures); failures are
-    (what, mutant_path, output)."""
+    sample of those that compile (with diff, also compare them with PyTorch).
+    Returns (stats, failures); failures are (what, mutant_path, output)."""
     seeds = seeds or seed_files()
     work = []
     for sp in seeds:
@@ -622,7 +727,7 @@ def campaign(workdir, n_per_seed, runs_per_seed, rng_seed, wild=True, jobs=2, lo
         verdict, rc, out = compile_c(path, path[:-3] + ".c")
         return base, path, ops, verdict, out
 
-    stats = {"mutants": 0, "ok": 0, "diag": 0, "bad": 0, "run": 0, "by_op": {}}
+    stats = {"mutants": 0, "ok": 0, "diag": 0, "bad": 0, "run": 0, "diffed": 0, "diff_skipped": 0, "by_op": {}}
     failures, ran = [], {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, work))
@@ -645,15 +750,24 @@ def campaign(workdir, n_per_seed, runs_per_seed, rng_seed, wild=True, jobs=2, lo
     def run_one(path):
         d = path[:-3] + ".run"
         os.makedirs(d, exist_ok=True)
-        return path, build_and_run(path[:-3] + ".c", d, 1)
+        err = build_and_run(path[:-3] + ".c", d, 1)
+        mism, skipped = [], []
+        if diff and not err and os.path.exists(os.path.join(d, "net")):
+            mism, skipped = diff_against_torch(path, path[:-3] + ".c", os.path.join(d, "net"), d, 2)
+        return path, err, mism, skipped
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for path, err in pool.map(run_one, to_run):
+        for path, err, mism, skipped in pool.map(run_one, to_run):
             stats["run"] += 1
             if err:
                 failures.append(("run: " + err.splitlines()[0], path, err))
+            if diff and not err:
+                stats["diffed"] += 1
+                stats["diff_skipped"] += len(skipped)
+            if mism:
+                failures.append(("differs from PyTorch: " + mism[0], path, "\n".join(mism + skipped)))
             if log:
-                log(f"{'run ok' if not err else 'RUN BAD':<12} {os.path.basename(path)}")
+                log(f"{'run ok' if not err else 'RUN BAD':<12} {os.path.basename(path)} {mism} {skipped}")
     return stats, failures
 
 
@@ -661,7 +775,8 @@ def format_stats(stats):
     n = max(stats["mutants"], 1)
     lines = [f"{stats['mutants']} mutants: {stats['ok']} compiled (exit 0, {100 * stats['ok'] / n:.0f}%), "
              f"{stats['diag']} diagnosed (exit 1), {stats['bad']} bad; {stats['run']} built and run under "
-             f"the sanitizers"]
+             f"the sanitizers" + (f", {stats['diffed']} compared with PyTorch ({stats['diff_skipped']} entries "
+                                  f"skipped)" if stats["diffed"] else "")]
     for op, d in sorted(stats["by_op"].items()):
         lines.append(f"  {op:<14} ok {d['ok']:>4}  diag {d['diag']:>4}  bad {d['bad']:>3}")
     return "\n".join(lines)
@@ -744,8 +859,9 @@ def test_mutants_never_crash_and_mostly_reach_codegen(asan_ctc, tmp_path):
     t0 = time.time()
     stats, failures = campaign(str(tmp_path), MUTANTS_PER_SEED, RUNS_PER_SEED, FUZZ_SEED)
     print(format_stats(stats), f"\n({time.time() - t0:.0f} s)")
-    assert not failures, f"{len(failures)} bad mutants:\n" + "\n\n".join(
-        format_failure(*f) for f in failures[:5])
+    if failures:
+        pytest.fail(f"{len(failures)} bad mutants:\n" + "\n\n".join(format_failure(*f) for f in failures[:5]),
+                    pytrace=False)
     assert stats["ok"] >= 0.3 * stats["mutants"], "mutants mostly die before codegen:\n" + format_stats(stats)
     assert stats["run"] >= len(seed_files()) * min(RUNS_PER_SEED, 1) // 2
 
@@ -763,6 +879,7 @@ def main(argv):
     ap.add_argument("--minutes", type=float, default=0, help="keep going with seed+1, seed+2, ... this long")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", help="folder for bad mutants and their output")
+    ap.add_argument("--diff", action="store_true", help="compare the programs run with PyTorch")
     ap.add_argument("-v", action="store_true", help="one line per mutant")
     args = ap.parse_args(argv)
     build_asan()
@@ -770,7 +887,7 @@ def main(argv):
     while True:
         work = tempfile.mkdtemp(prefix="ctc_fuzz_")
         stats, failures = campaign(work, args.mutants, args.runs, rng_seed, jobs=args.jobs,
-                                   log=print if args.v else None)
+                                   log=print if args.v else None, diff=args.diff)
         print(f"round seed={rng_seed} ({time.time() - t0:.0f} s so far)\n{format_stats(stats)}", flush=True)
         for what, path, out in failures:
             total_bad += 1
