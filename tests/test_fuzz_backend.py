@@ -832,6 +832,57 @@ def test_arena_guard_catches_an_access_past_a_tensor(asan_ctc, tmp_path):
     assert err and "use-after-poison" in err, err
 
 
+LINEAR_F64 = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.fc(x.double())
+
+
+model = Net()
+
+
+def grads(x, w):
+    return torch.autograd.grad(F.linear(x.double(), w).sum(), (x, w))
+
+
+example_inputs = {"forward": (torch.randn(3, 6),), "grads": (torch.randn(3, 6), torch.randn(4, 6))}
+"""
+
+
+def test_linear_of_a_double_input(asan_ctc, tmp_path):
+    """Found by the fuzz: a linear layer on an f64 input (x is cast to the weight's
+    dtype) declared an f64 result for an f32 GEMM (wrong code in forward, an
+    internal error in its VJP)."""
+    import numpy as np
+    from ctc_testlib import st_write
+    src = tmp_path / "lin.py"
+    src.write_text(LINEAR_F64)
+    c = str(tmp_path / "lin.c")
+    verdict, rc, out = compile_c(str(src), c)
+    assert verdict == "ok", out
+    assert build_and_run(c, str(tmp_path), 0) is None
+    exe = str(tmp_path / "net")
+    info = subprocess.run([exe, "info"], capture_output=True, text=True, env=SAN_ENV).stdout
+    assert "output out f32[3, 4]" in info, info
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((3, 6), (4, 6), (4,)))
+    st_write(tmp_path / "w.safetensors", {"fc.weight": w, "fc.bias": b})
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run([exe, "run", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy",
+                        "--output", tmp_path / "y.npy"], capture_output=True, text=True, env=SAN_ENV)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
 def test_mutators_are_deterministic_and_change_the_source():
     seed = seed_files()[0]
     a = mutants_for(seed, 12, 5)
