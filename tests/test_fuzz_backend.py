@@ -438,6 +438,9 @@ KWARGS = ["keepdim=True", "bias=False", "inplace=True", "padding=1", "stride=2",
           "create_graph=True", "retain_graph=True", "ignore_index=1", "beta=2.0", "negative_slope=0.3",
           "dilation=2", "kernel_size=1", "elementwise_affine=False", "padding_idx=0", "gamma=0.1"]
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta"}
+OPTIM_KWARGS = ["momentum=0.9", "nesterov=True", "weight_decay=0.1", "amsgrad=True", "betas=(0.8, 0.9)",
+                "centered=True", "alpha=0.5", "dampening=0.5", "rho=0.8", "lr_decay=0.01", "eps=1e-3",
+                "maximize=True", "initial_accumulator_value=0.1"]
 
 
 class Source:
@@ -690,7 +693,7 @@ def m_optimizer(s, rng, wild):
         v = rng.choice(["0.0", "1.0", "0.9", "0.5", "True", "False", "(0.5, 0.5)", "1e-8", "-0.1", "10.0"])
         return s.replace([(a, b, v)])
     end = s.span(c)[1] - 1  # before ')'
-    return s.replace([(end, end, ", " + rng.choice(KWARGS[11:22]))])
+    return s.replace([(end, end, ", " + rng.choice(OPTIM_KWARGS))])
 
 
 def m_add_kwarg(s, rng, wild):
