@@ -74,6 +74,14 @@ static int check_shape(V *v) {
   default:
     break;
   }
+  /* Data operands have the result's dtype (the C emitters use one element type);
+   * rand_uniform's offset and the indices of embedding / embedding_bwd are i64. */
+  for (int k = 0; k < in->nargs; k++) {
+    if (in->op == IR_RAND_UNIFORM || (in->op == IR_EMBEDDING && k == 1) || (in->op == IR_EMBEDDING_BWD && k == 0))
+      continue;
+    if (T(v, k)->dtype != r->dtype)
+      return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype), ir_dtype_name(r->dtype));
+  }
   const Type *a = T(v, 0);
   switch (in->op) {
   case IR_RESHAPE:

@@ -701,6 +701,7 @@ PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b) {
     xin = t_reshape(L, at, x, d, 2);
   }
   Type r = xin->t->type;
+  r.dtype = tw.dtype;   /* x is cast to the weight's dtype, as in conv2d */
   r.dims[r.ndim - 1] = tw.dims[0];
   ValId args[2] = {operand(L, at, xin, tw.dtype), t_val(L, at, w)};
   int64_t attr[2] = {0, 1};
