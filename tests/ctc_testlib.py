@@ -8,12 +8,13 @@ import json
 import os
 import struct
 import subprocess
-import sys
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CTC = os.path.join(ROOT, "build", "ctc")
+# CTC_BIN runs the suite against another build of ctc, e.g. the sanitizer build:
+# CTC_BIN=build/asan/ctc ASAN_OPTIONS=detect_leaks=0 ./run_tests.sh
+CTC = os.path.abspath(os.environ.get("CTC_BIN") or os.path.join(ROOT, "build", "ctc"))
 BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
 EXAMPLES = os.path.join(ROOT, "examples")
 
@@ -112,6 +113,21 @@ def run_forward(tmp, model_py, model, inputs, opts=(), exe_name="net"):
     info = run([exe, "info"]).stdout
     nout = _count_outputs(info)
     outs = [os.path.join(tmp, f"out{i}.npy") for i in range(nout)]
+    for o in outs:
+        args += ["--output", o]
+    run(args)
+    return [np.load(o) for o in outs]
+
+
+def run_entry(tmp, exe, entry, arrays, nout):
+    """Run one entry of a built program on numpy inputs (`./net run ENTRY`, or
+    `./net infer` for forward); returns its nout outputs as numpy arrays."""
+    args = [exe, "run", entry] if entry != "forward" else [exe, "infer"]
+    for i, a in enumerate(arrays):
+        p = os.path.join(tmp, f"{entry}_in{i}.npy")
+        np.save(p, a)
+        args += ["--input", p]
+    outs = [os.path.join(tmp, f"{entry}_out{i}.npy") for i in range(nout)]
     for o in outs:
         args += ["--output", o]
     run(args)

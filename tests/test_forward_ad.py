@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import ctc_testlib
 from ctc_testlib import CTC, compare, load_module, run, st_write, state_dict_np
 from test_grad import CASES, HEAD, inputs_for, parse
 
@@ -62,14 +63,7 @@ def jvp_program(tmp_path_factory):
 
 
 def run_entry(tmp, exe, entry, arrays):
-    args = [exe, "run", entry]
-    for i, a in enumerate(arrays):
-        p = tmp / f"{entry}_in{i}.npy"
-        np.save(p, a)
-        args += ["--input", p]
-    args += ["--output", tmp / f"{entry}_out.npy"]
-    run(args)
-    return np.load(tmp / f"{entry}_out.npy")
+    return ctc_testlib.run_entry(tmp, exe, entry, arrays, 1)[0]
 
 
 @pytest.mark.parametrize("k", range(len(CASES)), ids=[c[0] for c in CASES])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, EXAMPLES, compare, load_module, run, st_write, state_dict_np
+from ctc_testlib import CTC, EXAMPLES, compare, load_module, run, run_entry, st_write, state_dict_np
 
 HEAD = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n" \
        "class Net(nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
@@ -111,17 +111,6 @@ def grad_program(tmp_path_factory):
     return tmp, exe, path, shapes
 
 
-def run_entry(tmp, exe, entry, arrays, nout):
-    args = [exe, "run", entry]
-    for i, a in enumerate(arrays):
-        p = tmp / f"{entry}_in{i}.npy"
-        np.save(p, a)
-        args += ["--input", p]
-    outs = [tmp / f"{entry}_out{i}.npy" for i in range(nout)]
-    for o in outs:
-        args += ["--output", o]
-    run(args)
-    return [np.load(o) for o in outs]
 
 
 @pytest.mark.parametrize("k", range(len(CASES)), ids=[c[0] for c in CASES])

@@ -7,15 +7,13 @@ comparison demands NaN exactly where PyTorch has NaN, infinities of the same
 sign where PyTorch has them, the sign of zero for the ops where PyTorch's is
 well defined, and rtol 1e-4 / atol 1e-5 elsewhere (float32). Also: f32 code
 calls the float versions of the math functions (expf, not exp)."""
-import math
-import os
 import re
 
 import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run
+from ctc_testlib import CTC, compare, load_module, run, run_entry
 
 V = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.0, 0.5, 3.0], dtype=np.float32)
 N = len(V)
@@ -156,17 +154,6 @@ def program(tmp_path_factory):
     return tmp, exe, path, load_module(str(path), "nan_model")
 
 
-def run_entry(tmp, exe, entry, arrays, nout):
-    args = [exe, "run", entry] if entry != "forward" else [exe, "infer"]
-    for i, a in enumerate(arrays):
-        p = tmp / f"{entry}_in{i}.npy"
-        np.save(p, a)
-        args += ["--input", p]
-    outs = [tmp / f"{entry}_out{i}.npy" for i in range(nout)]
-    for o in outs:
-        args += ["--output", o]
-    run(args)
-    return [np.load(o) for o in outs]
 
 
 def test_forward_special_values(program):

@@ -16,13 +16,11 @@ C emitter. These tests make a row without *tests* fail too:
 """
 import os
 import re
-import subprocess
 
 import numpy as np
-import pytest
 import torch
 
-from ctc_testlib import CTC, ROOT, compare, load_module, run
+from ctc_testlib import CTC, ROOT, compare, load_module, run, run_entry
 
 OPS_DEF = os.path.join(ROOT, "ir", "ops.def")
 
@@ -234,15 +232,7 @@ def test_every_primitive_is_differentiated_by_the_ad_tests(tmp_path):
 
 
 def _run(exe, tmp, entry, arrays, nout):
-    args = [exe, "run", entry]
-    for i, a in enumerate(arrays):
-        np.save(tmp / f"{entry}_in{i}.npy", a)
-        args += ["--input", tmp / f"{entry}_in{i}.npy"]
-    outs = [tmp / f"{entry}_out{i}.npy" for i in range(nout)]
-    for o in outs:
-        args += ["--output", o]
-    run(args)
-    return [np.load(o) for o in outs]
+    return run_entry(tmp, exe, entry, arrays, nout)
 
 
 def test_second_order_rules_against_torch(tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from ctc_testlib import CTC, compare, load_module, run, run_entry, st_read, st_write, state_dict_np
 
 FUNCS = '''\
 import torch
@@ -219,16 +219,8 @@ def test_matches_pytorch(program, entry):
     want = getattr(mod, entry)(*targs)
     want = list(want) if isinstance(want, tuple) else [want]
     want = [np.zeros_like(arrays[-1]) if w is None else w.detach().numpy() for w in want]
-    args = [exe, "run", entry]
-    for i, a in enumerate(arrays):
-        np.save(tmp / f"{entry}_in{i}.npy", a)
-        args += ["--input", tmp / f"{entry}_in{i}.npy"]
-    outs = [tmp / f"{entry}_out{i}.npy" for i in range(len(want))]
-    for o in outs:
-        args += ["--output", o]
-    run(args)
-    for i, (o, w) in enumerate(zip(outs, want)):
-        compare(f"{entry}[{i}]", np.load(o), w, 1e-9, 1e-12)
+    for i, (g, w) in enumerate(zip(run_entry(tmp, exe, entry, arrays, len(want)), want)):
+        compare(f"{entry}[{i}]", g, w, 1e-9, 1e-12)
 
 
 TRAIN = '''\
