@@ -25,7 +25,8 @@ times
          torch); the column is left out otherwise.
 
 It prints a Markdown table: median ms per call (median over the rounds of each
-round's median), torch/ctc ratios, the peak RSS of each process (getrusage
+round's median) and the fastest call, torch/ctc ratios of the medians and of the
+minima (the minima move less when other processes load the machine), the peak RSS of each process (getrusage
 ru_maxrss: the largest over the rounds), and ctc's compile time. Nothing is
 asserted about speed."""
 import argparse
@@ -275,16 +276,18 @@ def main():
     head = ["workload", f"torch {tv} tuned ms", "ctc ms", "torch/ctc"]
     if tc_version:
         head += [f"torch.compile {tc_version} ms", "compile/ctc"]
-    head += ["torch peak RSS", "ctc peak RSS", "ctc compile (wall / CPU)"]
+    head += ["torch/ctc of mins", "torch peak RSS", "ctc peak RSS", "ctc compile (wall / CPU)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for model, mode, compile_ms, s in rows:
         t, c = s["torch"], s["ctc"]
-        cells = [f"{model} {mode}", f"{t['median']:.2f}", f"{c['median']:.2f}", f"{t['median'] / c['median']:.2f}"]
+        cells = [f"{model} {mode}", f"{t['median']:.2f} (min {t['min']:.2f})", f"{c['median']:.2f} (min {c['min']:.2f})",
+                 f"{t['median'] / c['median']:.2f}"]
         if tc_version:
             k = s["compile"]
-            cells += [f"{k['median']:.2f}", f"{k['median'] / c['median']:.2f}"]
-        cells += [f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB", f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
+            cells += [f"{k['median']:.2f} (min {k['min']:.2f})", f"{k['median'] / c['median']:.2f}"]
+        cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
+                  f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
         print("| " + " | ".join(cells) + " |")
     return 0
 
