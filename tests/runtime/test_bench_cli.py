@@ -91,3 +91,16 @@ def test_errors_and_help(fake):
         assert r.stdout == ""
     r = run(fake, "bench", "fail")
     assert r.returncode == 1 and "entry 'fail' failed at call 1" in r.stderr
+
+
+def test_bench_under_asan(fake_asan):
+    """Every dtype's random fill, the timing loop and the error paths, with ASan+UBSan."""
+    exe, env = fake_asan
+    r = run(exe, "bench", "mix", "--iters", "4", "--warmup", "1", "--int-max", "256", env=env)
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)[0] == "mix"
+    r = run(exe, "bench", "train_step", "--iters", "3", env={**env, "FAKE_MODEL": "train"})
+    assert r.returncode == 0, r.stderr
+    for args in (["fail"], ["nope"], ["--iters", "0"], ["mix", "--int-max", "257"]):
+        r = run(exe, "bench", *args, env=env)
+        assert r.returncode == 1, (args, r.stderr)
