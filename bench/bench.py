@@ -1,0 +1,296 @@
+"""ctc's generated program against tuned PyTorch on the bench models, in one run.
+
+usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt] [--modes forward,train]
+                                       [--rounds 3] [--iters 20] [--warmup 3] [--threads 2]
+
+For each model of ../shared/bench/models (make_model(), make_inputs()) it writes
+the file a user would write around it: `model`, an SGD-momentum `optimizer`, a
+`train_step(x, y)` doing the cross-entropy step of ../shared/bench/torch_step.py,
+and `example_inputs`; builds it with `ctc build` (and times `ctc compile` of the
+same file: best wall and CPU time of 3); then, in --rounds rounds that alternate the two,
+times
+
+  ctc:   `./net bench ENTRY --iters K --warmup W --int-max C` (random inputs;
+         integers in [0, C), C = the classes of the forward output, which is also
+         the vocabulary for gpt), with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
+         --threads (the program sets OPENBLAS_CORETYPE and OMP_WAIT_POLICY itself);
+  torch: Debian's PyTorch (/usr/bin/python3) eager, **tuned**: OMP_WAIT_POLICY=passive,
+         OPENBLAS_CORETYPE from the CPU's flags (AVX-512 -> SkylakeX, AVX2+FMA ->
+         Haswell, as the generated driver chooses it), torch.set_num_threads(--threads);
+         forward under no_grad, train = zero_grad, forward, cross_entropy, backward,
+         step, on make_inputs(); W warm-up calls then K timed calls, in a fresh
+         process per round (like ./net bench);
+  torch.compile: the same in bench/.venv/bin/python when a torch 2.x with
+         torch.compile imports there (`python3 -m venv bench/.venv` and pip install
+         torch); the column is left out otherwise.
+
+It prints a Markdown table: median ms per call (median over the rounds of each
+round's median) and the fastest call, torch/ctc ratios of the medians and of the
+minima (the minima move less when other processes load the machine), the peak RSS of each process (getrusage
+ru_maxrss: the largest over the rounds), and ctc's compile time. Nothing is
+asserted about speed."""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CTC = os.path.join(ROOT, "build", "ctc")
+MODELS_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
+SYSTEM_PYTHON = "/usr/bin/python3"
+VENV_PYTHON = os.path.join(HERE, ".venv", "bin", "python")
+
+# What a user appends to the bench model file to train it (the step of torch_step.py).
+WRAPPER = """
+
+# ---- added by bench/bench.py: the training step a user would write ----
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+_x, _y = make_inputs()
+example_inputs = {"forward": (_x,), "train_step": (_x, _y)}
+"""
+
+ENTRY = {"forward": "forward", "train": "train_step"}
+BENCH_LINE = re.compile(r"^bench \S+: median ([0-9.]+) ms, min ([0-9.]+) ms per call .*peak RSS ([0-9.]+) MiB$", re.M)
+
+
+def openblas_coretype():
+    """OPENBLAS_CORETYPE for this CPU, chosen as runtime_min/rt_driver.c does."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return None
+    if {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
+
+
+def torch_env(threads):
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"),
+               OMP_NUM_THREADS=str(threads))
+    core = os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    return env
+
+
+# ---- the torch worker (run in its own process) -------------------------------------------
+
+
+def torch_worker(a):
+    """Times one model and mode in this process; prints one JSON line."""
+    import importlib.util
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    spec = importlib.util.spec_from_file_location("bench_model", os.path.join(MODELS_DIR, a.model + ".py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    model = m.make_model()
+    x, y = m.make_inputs()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    fwd = model
+    if a.compiled:
+        fwd = torch.compile(model)
+
+    def step():
+        opt.zero_grad()
+        logits = fwd(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+
+    if a.mode == "forward":
+        def call():
+            with torch.no_grad():
+                fwd(x)
+    else:
+        call = step
+    for _ in range(a.warmup):
+        call()
+    ms = []
+    for _ in range(a.iters):
+        t = time.perf_counter()
+        call()
+        ms.append((time.perf_counter() - t) * 1e3)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps({"median": statistics.median(ms), "min": min(ms), "rss": rss, "version": torch.__version__}))
+
+
+def run_torch(python, model, mode, a, compiled=False):
+    cmd = [python, os.path.abspath(__file__), "--torch-worker", model, mode, "--iters", str(a.iters),
+           "--warmup", str(a.warmup), "--threads", str(a.threads)]
+    if compiled:
+        cmd.append("--compiled")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(a.threads), timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"torch worker failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def have_torch_compile():
+    """The venv's torch version when it is 2.x and has torch.compile, else None (and why)."""
+    if not os.path.exists(VENV_PYTHON):
+        return None, "no bench/.venv"
+    r = subprocess.run([VENV_PYTHON, "-c", "import torch; assert hasattr(torch, 'compile'); print(torch.__version__)"],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"torch in bench/.venv does not import: {last}"
+    return r.stdout.strip(), None
+
+
+# ---- ctc ------------------------------------------------------------------------------
+
+
+def build_ctc():
+    r = subprocess.run(["ninja", "-C", ROOT], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
+
+
+def prepare(model, d):
+    """Writes the user file, builds ./net, times `ctc compile`; returns (exe, compile ms, classes)."""
+    with open(os.path.join(MODELS_DIR, model + ".py")) as f:
+        src = f.read()
+    path = os.path.join(d, model + ".py")
+    with open(path, "w") as f:
+        f.write(src + WRAPPER)
+    exe = os.path.join(d, model)
+    r = subprocess.run([CTC, "build", path, "-o", exe], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"ctc build {path} failed:\n{r.stderr}")
+    times, cpu = [], []
+    for _ in range(3):
+        t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = subprocess.run([CTC, "compile", path, "-o", os.path.join(d, model + "_c.c")], capture_output=True, text=True)
+        times.append((time.perf_counter() - t) * 1e3)
+        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((ru2.ru_utime + ru2.ru_stime - ru.ru_utime - ru.ru_stime) * 1e3)
+        if r.returncode != 0:
+            raise RuntimeError(f"ctc compile {path} failed:\n{r.stderr}")
+    info = subprocess.run([exe, "info"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"entry forward:.*?\n(?:  input .*\n)*  output \S+ \w+\[([0-9, ]+)\]", info)
+    classes = int(m.group(1).split(",")[-1]) if m else 2
+    return exe, (min(times), min(cpu)), classes
+
+
+def run_ctc(exe, mode, classes, a):
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    m = BENCH_LINE.search(r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return {"median": float(m.group(1)), "min": float(m.group(2)), "rss": float(m.group(3))}
+
+
+# ---- the table -------------------------------------------------------------------------
+
+
+def summarize(rounds):
+    return {"median": statistics.median(r["median"] for r in rounds), "min": min(r["min"] for r in rounds),
+            "rss": max(r["rss"] for r in rounds)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mlp,lenet,gpt")
+    ap.add_argument("--modes", default="forward,train")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-compile-column", action="store_true", help="skip torch.compile even if available")
+    ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_worker:
+        a.model, a.mode = a.torch_worker
+        return torch_worker(a)
+    models = [m for m in a.models.split(",") if m]
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in ENTRY:
+            ap.error(f"unknown mode '{m}' (forward, train)")
+    for m in models:
+        if not os.path.exists(os.path.join(MODELS_DIR, m + ".py")):
+            ap.error(f"no model {m}.py in {MODELS_DIR}")
+
+    build_ctc()
+    tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile()
+    env = torch_env(a.threads)
+    print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
+          f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}; "
+          f"torch.compile: {tc_version or 'skipped (' + why + ')'}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ctc_bench_") as d:
+        for model in models:
+            exe, compile_ms, classes = prepare(model, d)
+            for mode in modes:
+                res = {"ctc": [], "torch": [], "compile": []}
+                for _ in range(a.rounds):
+                    res["ctc"].append(run_ctc(exe, mode, classes, a))
+                    res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
+                    if tc_version:
+                        try:
+                            res["compile"].append(run_torch(VENV_PYTHON, model, mode, a, compiled=True))
+                        except RuntimeError as e:  # inductor needs a C++ toolchain and Python headers
+                            print(f"# torch.compile failed, column left out: {str(e)[-300:]}", file=sys.stderr)
+                            tc_version = None
+                s = {k: summarize(v) for k, v in res.items() if v and (k != "compile" or tc_version)}
+                s["torch_version"] = res["torch"][0].get("version", "?")
+                rows.append((model, mode, compile_ms, s))
+                print(f"# {model} {mode}: torch {s['torch']['median']:.3f} ms, ctc {s['ctc']['median']:.3f} ms",
+                      file=sys.stderr, flush=True)
+    tv = rows[0][3]["torch_version"] if rows else "?"
+    head = ["workload", f"torch {tv} tuned ms", "ctc ms", "torch/ctc"]
+    if tc_version:
+        head += [f"torch.compile {tc_version} ms", "compile/ctc"]
+    head += ["torch/ctc of mins", "torch peak RSS", "ctc peak RSS", "ctc compile (wall / CPU)"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for model, mode, compile_ms, s in rows:
+        t, c = s["torch"], s["ctc"]
+        cells = [f"{model} {mode}", f"{t['median']:.2f} (min {t['min']:.2f})", f"{c['median']:.2f} (min {c['min']:.2f})",
+                 f"{t['median'] / c['median']:.2f}"]
+        if tc_version:
+            k = s["compile"]
+            cells += [f"{k['median']:.2f} (min {k['min']:.2f})", f"{k['median'] / c['median']:.2f}"]
+        cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
+                  f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

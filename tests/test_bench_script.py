@@ -1,0 +1,30 @@
+"""bench/bench.py runs end to end on the smallest workload and prints its table
+(one round, one call: a smoke test of the script, never of the speed)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ctc_testlib import BENCH, ROOT
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
+def test_bench_script_prints_the_table():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "mlp", "--rounds", "1",
+                        "--iters", "1", "--warmup", "0", "--no-compile-column"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# 1 rounds x 1 calls") and "torch.compile: skipped" in lines[0], lines[0]
+    assert "OMP_WAIT_POLICY=passive" in lines[0]
+    assert lines[1].startswith("| workload | torch ") and lines[1].endswith("| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |")
+    num = r"[0-9]+\.[0-9]{2}"
+    ms = rf"{num} \(min {num}\)"
+    for mode, line in zip(("forward", "train"), lines[3:5]):
+        assert re.fullmatch(rf"\| mlp {mode} \| {ms} \| {ms} \| {num} \| {num} \| [0-9]+ MiB \| [0-9]+ MiB \| [0-9]+ / [0-9]+ ms \|",
+                            line), line
+    assert len(lines) == 5, r.stdout
