@@ -35,10 +35,17 @@ void cg_expand(Buf *b, const char *tmpl, const char *const *ops, int nops, DType
 /* Identifier allocation: names come from the model, are sanitised to C
  * identifiers and uniquified (x, x_1, x_2 ...) against C keywords, the
  * names the emitted code uses itself and every name given out before. */
+typedef struct StrMap {   /* string -> int, open addressing (keys borrowed) */
+  const char **keys;
+  int *vals;
+  size_t cap, n;
+} StrMap;
 typedef struct Names {
   const char *prefix;  /* model prefix: "net" (names "net_..." are file-global) */
-  char **used;         /* malloc'ed */
+  char **used;         /* malloc'ed: the names given out, and the keys of `next` */
   int n, cap;
+  StrMap set;          /* the used names, for O(1) lookups */
+  StrMap next;         /* base name -> the next suffix to try (x_1, x_2 ...) */
 } Names;
 void cg_names_init(Names *ns, const char *prefix);
 const char *cg_name(Names *ns, const char *hint);   /* valid until cg_names_free */

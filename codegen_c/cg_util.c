@@ -209,6 +209,52 @@ void cg_ident(char *buf, size_t cap, const char *s) {
   buf[n] = 0;
 }
 
+static size_t str_hash(const char *s) {
+  size_t h = 1469598103934665603u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+/* The slot of key in m (its key NULL if absent). */
+static size_t map_slot(const StrMap *m, const char *key) {
+  size_t i = str_hash(key) & (m->cap - 1);
+  while (m->keys[i] && strcmp(m->keys[i], key)) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static int *map_get(const StrMap *m, const char *key) {
+  if (!m->cap) return NULL;
+  size_t i = map_slot(m, key);
+  return m->keys[i] ? &m->vals[i] : NULL;
+}
+
+static void map_put(StrMap *m, const char *key, int val) {
+  if (2 * (m->n + 1) > m->cap) {   /* grow: load factor at most 1/2 */
+    StrMap g = {0};
+    g.cap = m->cap ? 2 * m->cap : 64;
+    g.keys = calloc(g.cap, sizeof *g.keys);
+    g.vals = calloc(g.cap, sizeof *g.vals);
+    CHECK(g.keys && g.vals);
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->keys[i]) {
+        size_t j = map_slot(&g, m->keys[i]);
+        g.keys[j] = m->keys[i], g.vals[j] = m->vals[i], g.n++;
+      }
+    free(m->keys);
+    free(m->vals);
+    *m = g;
+  }
+  size_t i = map_slot(m, key);
+  if (!m->keys[i]) m->keys[i] = key, m->n++;
+  m->vals[i] = val;
+}
+
+static void map_free(StrMap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
 void cg_names_init(Names *ns, const char *prefix) {
   memset(ns, 0, sizeof *ns);
   ns->prefix = prefix;
@@ -220,9 +266,7 @@ static int taken(const Names *ns, const char *s) {
   size_t n = strlen(s);   /* the math functions templates may call: exp and expf ... */
   if (in_list(libm_fns, s, n) || in_list(generic_fns, s, n) || (n > 1 && s[n - 1] == 'f' && in_list(libm_fns, s, n - 1)))
     return 1;
-  for (int i = 0; i < ns->n; i++)
-    if (!strcmp(ns->used[i], s)) return 1;
-  return 0;
+  return map_get(&ns->set, s) != NULL;
 }
 
 static int has_prefix(const char *s, const char *pre) { return !strncmp(s, pre, strlen(pre)); }
@@ -239,7 +283,25 @@ const char *cg_name(Names *ns, const char *hint) {
     snprintf(base, sizeof base, "%.*s", (int)sizeof base - 1, t);
   }
   snprintf(cand, sizeof cand, "%s", base);
-  for (int k = 1; taken(ns, cand); k++) snprintf(cand, sizeof cand, "%s_%d", base, k);
+  if (taken(ns, cand)) {
+    /* names are never released, so every suffix below the remembered one is taken */
+    int *next = map_get(&ns->next, base), k = next ? *next : 1;
+    for (; snprintf(cand, sizeof cand, "%s_%d", base, k), taken(ns, cand); k++) {}
+    size_t blen = strlen(base) + 1;
+    char *key = malloc(blen);   /* freed with the used names */
+    CHECK(key != NULL);
+    memcpy(key, base, blen);
+    if (next) free(key), *next = k + 1;
+    else {
+      if (ns->n == ns->cap) {
+        ns->cap = ns->cap ? 2 * ns->cap : 64;
+        ns->used = realloc(ns->used, sizeof(char *) * (size_t)ns->cap);
+        CHECK(ns->used != NULL);
+      }
+      ns->used[ns->n++] = key;   /* owned here; not a name given out */
+      map_put(&ns->next, key, k + 1);
+    }
+  }
   if (ns->n == ns->cap) {
     ns->cap = ns->cap ? 2 * ns->cap : 64;
     ns->used = realloc(ns->used, sizeof(char *) * (size_t)ns->cap);
@@ -250,11 +312,14 @@ const char *cg_name(Names *ns, const char *hint) {
   CHECK(s != NULL);
   memcpy(s, cand, len);
   ns->used[ns->n++] = s;
+  map_put(&ns->set, s, 1);
   return s;
 }
 
 void cg_names_free(Names *ns) {
   for (int i = 0; i < ns->n; i++) free(ns->used[i]);
   free(ns->used);
+  map_free(&ns->set);
+  map_free(&ns->next);
   memset(ns, 0, sizeof *ns);
 }
