@@ -230,7 +230,8 @@ int ir_verify(const Program *p, const Func *f, FILE *out);
 
 /* ---- passes -------------------------------------------------------------
  * Each pass is one file with the signature `void pass(Program *, Func *)`.
- * The driver (compiler/pipeline.c) runs them in order and verifies after each. */
+ * The driver (compiler/main.c, run_pass) runs them in order, reports them to the
+ * pass hook and verifies after each. */
 
 void ir_pass_dce(Program *p, Func *f);       /* dce.c: drop instructions whose result is unused */
 

@@ -1,5 +1,6 @@
 /* verify.c - the IR verifier: SSA order, operand counts, dtypes and every
- * primitive's shape rule. Run after every pass in tests (`ctc compile --verify-each`). */
+ * primitive's shape rule. compiler/main.c runs it after lowering, after every AD sweep
+ * (the pass hook) and after every pass, on every compile. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

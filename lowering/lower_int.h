@@ -4,7 +4,11 @@
  *   eval.c      the evaluator: statements and expressions over PVs
  *   builtins.c  Python builtins, math, and name lookup in torch / nn / F
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
+ *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
+ *   losses.c    loss functions and modules, lowered to primitives
+ *   training.c  optimizers, LR schedulers, backward(), autograd.grad, staging of entries
+ *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
  *   lowering.c  the entry: run the module, pick the model, stage entries */
 #ifndef CTC_LOWER_INT_H
 #define CTC_LOWER_INT_H
