@@ -13,7 +13,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # CTC_BIN runs the suite against another build of ctc, e.g. the sanitizer build:
-# CTC_BIN=build/asan/ctc ASAN_OPTIONS=detect_leaks=0 ./run_tests.sh
+# CTC_BIN=build/asan/ctc CTC_RUNTIME_DIR=$PWD/runtime_min ASAN_OPTIONS=detect_leaks=0 ./run_tests.sh
 CTC = os.path.abspath(os.environ.get("CTC_BIN") or os.path.join(ROOT, "build", "ctc"))
 BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
 EXAMPLES = os.path.join(ROOT, "examples")
