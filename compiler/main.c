@@ -216,22 +216,38 @@ static const char *header_path(Arena *a, const char *c_path) {
   return arena_printf(a, "%s.h", c_path);
 }
 
+/* model.c and model.h go to temporary files renamed into place when both are
+ * complete: a failed write (a full disk) leaves earlier outputs untouched. */
 static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, const char *c_path) {
   const char *h_path = header_path(a, c_path);
-  FILE *c = open_out(d, c_path);
-  if (!c) return CTC_EXIT_IO;
-  FILE *h = open_out(d, h_path);
-  if (!h) {
-    fclose(c);
+  OutFile c, h;
+  if (out_open(a, &c, c_path) < 0) {
+    diag_plain(d, "cannot write '%s': %s", c_path, strerror(errno));
+    return CTC_EXIT_IO;
+  }
+  if (out_open(a, &h, h_path) < 0) {
+    diag_plain(d, "cannot write '%s': %s", h_path, strerror(errno));
+    out_commit(&c, 0);
     return CTC_EXIT_IO;
   }
   char *hb = arena_strdup(a, h_path);
-  int rc = cg_c_emit(p, plan, c, h, basename(hb));
-  int werr = ferror(c) | ferror(h);
-  werr |= fclose(c) | fclose(h);
-  if (rc < 0) return CTC_EXIT_USER;
-  if (werr) {
-    diag_plain(d, "error writing '%s'", c_path);
+  int rc = cg_c_emit(p, plan, c.f, h.f, basename(hb));
+  if (rc < 0 && !ferror(c.f) && !ferror(h.f)) {   /* the emitter refused (it said why) */
+    out_commit(&h, 0);
+    out_commit(&c, 0);
+    return CTC_EXIT_USER;
+  }
+  /* both complete before either replaces its old file (write errors show in ferror) */
+  OutFile *bad = NULL;
+  int err = 0;
+  if (out_close(&c, 1) < 0) bad = &c, err = errno;
+  if (out_close(&h, !bad) < 0 && !bad) {
+    bad = &h, err = errno;
+    unlink(c.tmp);
+  }
+  if (!bad && (out_rename(&h) < 0 || out_rename(&c) < 0)) bad = &c, err = errno;
+  if (bad) {
+    diag_plain(d, "cannot write '%s': %s (the previous file, if any, is unchanged)", bad->path, strerror(err));
     return CTC_EXIT_IO;
   }
   return 0;

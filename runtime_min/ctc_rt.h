@@ -81,6 +81,21 @@ void ctc_error_prefix(ctc_error *err, const char *prefix);
 /* Reads a whole file into a malloc'ed buffer (*buf is never NULL on success). */
 int ctc_read_file(const char *path, void **buf, size_t *size, ctc_error *err);
 
+/* Writing a file without ever losing the old one: ctc_wopen creates a temporary
+ * file beside `path` (same folder, so the rename is atomic); ctc_wwrite appends
+ * bytes (returns 1 if all were written);
+ * ctc_wcommit flushes, fsyncs and renames it over `path` if `ok`, and otherwise
+ * (or when any step fails: ENOSPC, EIO, ...) removes it and reports the path,
+ * leaving an existing file at `path` byte-identical. */
+typedef struct ctc_wfile {
+  void *f;            /* the FILE * of the temporary file (keeps this header free of stdio) */
+  const char *path;
+  char tmp[4096];
+} ctc_wfile;
+int ctc_wopen(ctc_wfile *w, const char *path, ctc_error *err);
+int ctc_wwrite(ctc_wfile *w, const void *data, size_t n);
+int ctc_wcommit(ctc_wfile *w, int ok, ctc_error *err);
+
 /* ---- what a generated model describes ---------------------------------- */
 
 /* One generated entry point, called generically: inputs[i] points at the data

@@ -713,7 +713,8 @@ typedef struct Train {
   void *in[2], **out;             /* buffers of the training entry */
   void *fin, **fout;              /* buffers of the forward entry */
   int64_t *order, *rows;          /* sample order of the epoch; 0..N-1 for the test set */
-  FILE *log;
+  FILE *log;                  /* logw.f: --log goes to a temporary file renamed at the end */
+  ctc_wfile logw;
 } Train;
 
 static void train_free(Train *t) {
@@ -731,7 +732,7 @@ static void train_free(Train *t) {
   free(t->fout);
   free(t->order);
   free(t->rows);
-  if (t->log) fclose(t->log);
+  if (t->log) ctc_wcommit(&t->logw, 0, NULL);   /* a failed run leaves an old log as it was */
 }
 
 /* Values per sample: the product of all dimensions but the first. */
@@ -939,8 +940,8 @@ static int train_setup(const ctc_model_desc *desc, const TrainArgs *a, Train *t,
   }
   if (a->save && (rc = check_writable(a->save, err))) return rc;
   if (a->log) {
-    t->log = fopen(a->log, "w");
-    if (!t->log) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", a->log, strerror(errno));
+    if ((rc = ctc_wopen(&t->logw, a->log, err))) return rc;
+    t->log = t->logw.f;
     fprintf(t->log, "epoch,step,loss\n");
   }
   return CTC_OK;
@@ -1124,10 +1125,9 @@ static int do_train(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ct
     }
   }
   if (t->log) {
-    int bad = ferror(t->log);
-    bad |= fclose(t->log) != 0;
+    int ok = !ferror(t->log);
     t->log = NULL;
-    if (bad) return ctc_fail(err, CTC_ERR_IO, "%s: write failed", a->log);
+    if ((rc = ctc_wcommit(&t->logw, ok, err))) return rc;
   }
   if (a->save) return ctc_model_save(desc, t->r.model, a->save, err);
   return CTC_OK;

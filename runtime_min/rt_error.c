@@ -1,7 +1,9 @@
 /* rt_error.c - status codes, error messages, dtypes and small utilities.
  *
  * Everything here is pure and allocation-free except ctc_read_file, which
- * reads a whole file into memory for the safetensors and .npy readers.
+ * reads a whole file into memory for the safetensors and .npy readers, and
+ * ctc_wopen/ctc_wcommit, which replace a file atomically (temporary file,
+ * fsync, rename).
  * Sizes are computed with explicit overflow checks: a file may claim any
  * shape, and nothing may be allocated or indexed from an overflowed product. */
 #ifndef _POSIX_C_SOURCE
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- status codes ------------------------------------------------------ */
 
@@ -119,6 +122,44 @@ char *ctc_format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
     len += (size_t)w;
   }
   return buf;
+}
+
+int ctc_wopen(ctc_wfile *w, const char *path, ctc_error *err) {
+  w->f = NULL;
+  w->path = path;
+  if (snprintf(w->tmp, sizeof w->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof w->tmp)
+    return ctc_fail(err, CTC_ERR_IO, "%s: path too long", path);
+  int fd = mkstemp(w->tmp);
+  if (fd < 0) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+  fchmod(fd, 0644);   /* as fopen would create it (before the umask) */
+  w->f = fdopen(fd, "wb");
+  if (!w->f) {
+    int saved = errno;
+    close(fd);
+    unlink(w->tmp);
+    return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(saved));
+  }
+  return CTC_OK;
+}
+
+int ctc_wwrite(ctc_wfile *w, const void *data, size_t n) {
+  return w->f && (n == 0 || fwrite(data, 1, n, (FILE *)w->f) == n);
+}
+
+int ctc_wcommit(ctc_wfile *w, int ok, ctc_error *err) {
+  int saved = ok ? 0 : (errno ? errno : EIO);
+  if (!w->f) return ctc_fail(err, CTC_ERR_IO, "%s: not open", w->path);
+  FILE *f = w->f;
+  if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = 0, saved = errno;
+  if (fclose(f) != 0 && ok) ok = 0, saved = errno;
+  w->f = NULL;
+  if (ok && rename(w->tmp, w->path) != 0) ok = 0, saved = errno;
+  if (!ok) {
+    unlink(w->tmp);
+    return ctc_fail(err, CTC_ERR_IO, "%s: cannot write: %s (the previous file, if any, is unchanged)", w->path,
+                    strerror(saved ? saved : EIO));
+  }
+  return CTC_OK;
 }
 
 int ctc_read_file(const char *path, void **bufp, size_t *sizep, ctc_error *err) {

@@ -291,18 +291,9 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err) {
   pre[8] = (unsigned char)(hl & 0xFF);
   pre[9] = (unsigned char)(hl >> 8);
 
-  FILE *f = fopen(path, "wb");
-  if (!f) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-  int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, hl, f) == hl &&
-           (bytes == 0 || fwrite(t->data, 1, bytes, f) == bytes);
-  int saved = errno;
-  if (fclose(f) != 0 && ok) {
-    ok = 0;
-    saved = errno;
-  }
-  if (!ok) {
-    remove(path);
-    return ctc_fail(err, CTC_ERR_IO, "%s: cannot write: %s", path, strerror(saved ? saved : EIO));
-  }
-  return CTC_OK;
+  ctc_wfile w;
+  int rc = ctc_wopen(&w, path, err);
+  if (rc) return rc;
+  int ok = ctc_wwrite(&w, pre, 10) && ctc_wwrite(&w, hdr, hl) && ctc_wwrite(&w, t->data, bytes);
+  return ctc_wcommit(&w, ok, err);
 }

@@ -639,27 +639,16 @@ int ctc_st_write(const char *path, int n, const ctc_tensor *tensors, ctc_error *
     ctc_error_prefix(err, path);
     return rc;
   }
-  FILE *f = fopen(path, "wb");
-  if (!f) {
+  ctc_wfile w;
+  rc = ctc_wopen(&w, path, err);
+  if (rc) {
     free(hb.s);
-    return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    return rc;
   }
   unsigned char len8[8];
   for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hb.len >> (8 * k));
-  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hb.s, 1, hb.len, f) == hb.len;
-  for (int i = 0; ok && i < n; i++) {
-    size_t bytes = ctc_tensor_bytes(&tensors[i]);
-    ok = bytes == 0 || fwrite(tensors[i].data, 1, bytes, f) == bytes;
-  }
-  int saved = errno;
-  if (fclose(f) != 0 && ok) {
-    ok = 0;
-    saved = errno;
-  }
+  int ok = ctc_wwrite(&w, len8, 8) && ctc_wwrite(&w, hb.s, hb.len);
+  for (int i = 0; ok && i < n; i++) ok = ctc_wwrite(&w, tensors[i].data, ctc_tensor_bytes(&tensors[i]));
   free(hb.s);
-  if (!ok) {
-    remove(path);
-    return ctc_fail(err, CTC_ERR_IO, "%s: cannot write: %s", path, strerror(saved ? saved : EIO));
-  }
-  return CTC_OK;
+  return ctc_wcommit(&w, ok, err);
 }

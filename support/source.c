@@ -1,9 +1,51 @@
-/* source.c - reading source files whole, and spans. */
+/* source.c - reading source files whole, writing outputs atomically, and spans. */
 #include "support.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int out_open(Arena *a, OutFile *o, const char *path) {
+  o->path = path;
+  o->tmp = arena_printf(a, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(o->tmp);
+  o->f = NULL;
+  if (fd < 0) return -1;
+  fchmod(fd, 0644);
+  o->f = fdopen(fd, "w");
+  if (!o->f) {
+    int e = errno;
+    close(fd);
+    unlink(o->tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+int out_close(OutFile *o, int ok) {
+  int e = ok ? 0 : EIO;
+  if (!o->f) return -1;
+  if (ok && (fflush(o->f) != 0 || ferror(o->f) || fsync(fileno(o->f)) != 0)) ok = 0, e = errno ? errno : EIO;
+  if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
+  o->f = NULL;
+  if (ok) return 0;
+  unlink(o->tmp);
+  errno = e;
+  return -1;
+}
+
+int out_rename(OutFile *o) {
+  if (rename(o->tmp, o->path) == 0) return 0;
+  int e = errno;
+  unlink(o->tmp);
+  errno = e;
+  return -1;
+}
+
+int out_commit(OutFile *o, int ok) { return out_close(o, ok) < 0 ? -1 : out_rename(o); }
 
 /* Files bigger than this are refused (EFBIG): lines, columns and token counts
  * are ints, and no model file comes anywhere near it. */

@@ -78,6 +78,23 @@ typedef struct Span {
 } Span;
 
 SrcFile *src_read(Arena *a, const char *path);            /* NULL if unreadable (errno set) */
+
+/* An output file replaced atomically: out_open writes to a temporary file
+ * beside path; out_commit flushes, fsyncs and renames it over path when ok
+ * (returns 0), else removes it (returns -1, errno set) and path keeps its old
+ * contents. A failed write never leaves a truncated model.c behind. */
+typedef struct OutFile {
+  FILE *f;
+  const char *path;
+  char *tmp;
+} OutFile;
+int out_open(Arena *a, OutFile *o, const char *path);      /* 0, or -1 with errno */
+int out_commit(OutFile *o, int ok);
+/* The two halves of out_commit, for files that must change together: out_close
+ * flushes, fsyncs and closes (removing the temporary file and returning -1 on
+ * failure or !ok); out_rename then puts a closed file in place. */
+int out_close(OutFile *o, int ok);
+int out_rename(OutFile *o);
 SrcFile *src_from_string(Arena *a, const char *path, const char *text);
 Span span_join(Span a, Span b);                           /* from a's start to b's end */
 
