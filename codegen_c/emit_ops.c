@@ -1104,9 +1104,169 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
   free(acc);
 }
 
+/* ---- row kernels (kernels/: KN_ROW) ----------------------------------------------------
+ * Per row of the space (outer loops i0.., OpenMP on the first), the kernel's
+ * loops over the row's elements j in order. Before loop p: the per-row values
+ * that exist from p on and the accumulators of the reductions that run in p;
+ * in loop p: the row elements of p (locals; stored if outputs, kept in a
+ * `<name>_row[]` array if a later loop reads them) and the accumulator updates;
+ * after it: the reductions' values. The accumulation order and the NaN rule are
+ * emit_reduce's, so results equal the unfused ones. */
+
+typedef struct RowK {
+  const Kernel *kn;
+  const char **local;    /* per value: its local (values of this kernel) */
+  const char **accn;     /* per value: the accumulator of a reduction */
+  const char **rowarr;   /* per value: its per-row array, or NULL */
+  int nout;              /* outer axes (the space's rank - 1) */
+} RowK;
+
+/* The index of v (broadcast over the space) at row (i0, ...), element j when with_j. */
+static void row_index(const CgFunc *c, const RowK *u, ValId v, int with_j, char *out) {
+  int64_t st[IR_MAX_DIMS];
+  char var[IR_MAX_DIMS][16];
+  const Type *S = &u->kn->space;
+  bcast_strides(ty(c, v), S, st);
+  for (int k = 0; k < u->nout; k++) snprintf(var[k], sizeof var[k], "i%d", k);
+  snprintf(var[u->nout], sizeof var[u->nout], "j");
+  if (!with_j) st[u->nout] = 0;
+  index_expr(out, u->nout + 1, var, 0, st);
+}
+
+/* Operand v of an instruction that runs in loop `ph` (-1: per row, outside the loops). */
+static void row_operand(CgFunc *c, const RowK *u, ValId v, int ph, Buf *b) {
+  const Inst *d = def_of(c, v);
+  char idx[IDX_CAP];
+  if (in_kernel(c, u->kn, v)) {
+    int di = (int)(d - c->f->insts.data);
+    int full = ir_type_eq(ty(c, v), &u->kn->space) && d->op != IR_REDUCE_SUM && d->op != IR_REDUCE_MAX;
+    if (!full || c->s->phase[di] == ph) {
+      cg_puts(b, u->local[v]);
+      return;
+    }
+    if (u->rowarr[v]) {
+      cg_printf(b, "%s[j]", u->rowarr[v]);
+      return;
+    }
+    /* a stored row element of an earlier loop: read back */
+  }
+  row_index(c, u, v, ph >= 0, idx);
+  load(c, b, v, idx);
+}
+
+static void row_store(CgFunc *c, const RowK *u, ValId v, const char *val, int with_j) {
+  if (c->fp->loc[v].base == LOC_LOCAL) return;
+  char idx[IDX_CAP];
+  row_index(c, u, v, with_j, idx);
+  LINE(c, "%s[%s] = %s;\n", cg_ref(c, v), idx, val);
+}
+
+/* Elementwise instruction in as `const T local = expr;` (+ its store / row array). */
+static void row_elem(CgFunc *c, const RowK *u, const Inst *in, int ph) {
+  Buf ops[3] = {{0}}, e = {0};
+  const char *txt[3];
+  for (int k = 0; k < in->nargs; k++) {
+    row_operand(c, u, in->args[k], ph, &ops[k]);
+    txt[k] = ops[k].s;
+  }
+  elem_expr(c, in, txt, &e);
+  ValId r = in->res;
+  LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, r)->dtype), u->local[r], e.s);
+  row_store(c, u, r, u->local[r], ph >= 0);
+  if (u->rowarr[r]) LINE(c, "%s[j] = %s;\n", u->rowarr[r], u->local[r]);
+  for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
+  cg_buf_free(&e);
+}
+
+static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
+
+static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
+  const Type *S = &kn->space;
+  const KnSchedule *s = c->s;
+  int nv = c->f->values.len;
+  RowK u = {kn, calloc((size_t)nv + 1, sizeof(char *)), calloc((size_t)nv + 1, sizeof(char *)),
+            calloc((size_t)nv + 1, sizeof(char *)), S->ndim - 1};
+  CHECK(u.local && u.accn && u.rowarr);
+  int64_t rowlen = S->dims[S->ndim - 1];
+  char hint[160];
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    ValId r = in->res;
+    if (c->fp->loc[r].base == LOC_LOCAL) u.local[r] = c->cname[r];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[r]), u.local[r] = cg_name(c->ns, hint);
+    if (is_reduction(in)) snprintf(hint, sizeof hint, "%s_acc", c->cname[r]), u.accn[r] = cg_name(c->ns, hint);
+    if (s->rowbuf[r]) snprintf(hint, sizeof hint, "%s_row", c->cname[r]), u.rowarr[r] = cg_name(c->ns, hint);
+  }
+  int base = c->ind;
+  int64_t rows = ir_numel(S) / rowlen;
+  if (u.nout > 0 && S->dims[0] > 1 && ir_numel(S) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  for (int k = 0; k < u.nout; k++) {
+    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == u.nout - 1 ? " {" : "");
+    c->ind += 2;
+  }
+  if (!u.nout) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  (void)rows;
+  for (int i = kn->first; i <= kn->last; i++)
+    if (u.rowarr[c->f->insts.data[i].res] && c->f->insts.data[i].op != IR_CONST)
+      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, c->f->insts.data[i].res)->dtype), u.rowarr[c->f->insts.data[i].res],
+           (ll)rowlen);
+  for (int p = 0; p <= kn->nloops; p++) {
+    /* per-row values that exist from loop p on, then the accumulators of loop p */
+    int any = 0;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) {
+        any = 1;
+        LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
+      } else if (!ir_type_eq(ty(c, in->res), S)) {
+        row_elem(c, &u, in, -1);
+      } else {
+        any = 1;
+      }
+    }
+    if (!any) continue;
+    LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+    c->ind += 2;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) {
+        Buf x = {0};
+        row_operand(c, &u, in->args[0], p, &x);
+        acc_update(c, in, u.accn[in->res], x.s);
+        cg_buf_free(&x);
+      } else if (ir_type_eq(ty(c, in->res), S)) {
+        row_elem(c, &u, in, p);
+      }
+    }
+    c->ind -= 2;
+    LINE(c, "}\n");
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+      DType t = ty(c, in->res)->dtype;
+      const char *ct = cg_ctype(t);
+      LINE(c, "const %s %s = %s%s%s%s;\n", ct, u.local[in->res], strcmp(acc_type(in, t), ct) ? "(" : "",
+           strcmp(acc_type(in, t), ct) ? ct : "", strcmp(acc_type(in, t), ct) ? ")" : "", u.accn[in->res]);
+      row_store(c, &u, in->res, u.local[in->res], 0);
+    }
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+  free(u.local);
+  free(u.accn);
+  free(u.rowarr);
+}
+
 void cg_emit_kernel(CgFunc *c, int k) {
   const Kernel *kn = &c->s->kernels.data[k];
-  if (kn->kind != KN_ELEM) {
+  if (kn->kind != KN_ELEM && kn->kind != KN_ROW) {
     for (int i = kn->first; i <= kn->last; i++) cg_emit_inst(c, i);
     return;
   }
@@ -1114,9 +1274,13 @@ void cg_emit_kernel(CgFunc *c, int k) {
   int nops = 0;
   for (int i = kn->first; i <= kn->last; i++) nops += c->f->insts.data[i].op != IR_CONST;
   if (c->out->len) cg_puts(c->out, "\n");
-  if (nops > 1) {
+  if (nops > 1 || kn->kind == KN_ROW) {
     Buf b = {0};
-    cg_printf(&b, "kernel %d: %d elementwise ops fused over %s, stores", k, nops, ir_type_str(&kn->space, tb, sizeof tb));
+    if (kn->kind == KN_ROW)
+      cg_printf(&b, "kernel %d: %d ops fused per row of %s (%d loop%s over each row), stores", k, nops,
+                ir_type_str(&kn->space, tb, sizeof tb), kn->nloops, kn->nloops == 1 ? "" : "s");
+    else
+      cg_printf(&b, "kernel %d: %d elementwise ops fused over %s, stores", k, nops, ir_type_str(&kn->space, tb, sizeof tb));
     for (int j = 0; j < kn->outputs.len; j++) cg_printf(&b, "%s %s", j ? "," : "", c->cname[kn->outputs.data[j]]);
     if (!kn->outputs.len) cg_puts(&b, " nothing");
     for (char *t = b.s; (t = strstr(t, "*/")) != NULL;) t[1] = '|';
@@ -1125,7 +1289,8 @@ void cg_emit_kernel(CgFunc *c, int k) {
   }
   for (int i = kn->first; i <= kn->last; i++)
     if (c->f->insts.data[i].op != IR_CONST) comment(c, &c->f->insts.data[i]);
-  emit_elem_kernel(c, kn);
+  if (kn->kind == KN_ROW) emit_row_kernel(c, kn);
+  else emit_elem_kernel(c, kn);
 }
 
 /* ---- the emitter table ---------------------------------------------------------------

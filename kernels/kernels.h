@@ -11,11 +11,22 @@
  *   KN_ELEM  a chain of K_ELEM instructions with one result shape (`space`);
  *            operands broadcast numpy-style; every intermediate used only
  *            inside the kernel is a scalar local of the loop body (no storage).
- *   KN_OP    one instruction with its own emitter (GEMM, reduction, conv ...).
+ *   KN_ROW   reductions over the last axis of `space` with their elementwise
+ *            prologue (ops computing the reduced operand) and epilogue (ops
+ *            using the reduced values broadcast back over the row): softmax,
+ *            log_softmax, layer norm, mean/var, cross-entropy. Per row (an
+ *            OpenMP iteration; a thread block on a GPU), `nloops` loops over
+ *            the row's elements: a reduction runs in its operand's loop, and
+ *            ops that need its value in later ones. Values of the row that a
+ *            later loop reads stay in a per-row array (no arena storage).
+ *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
  *            constant: no code.
  *
- * Fusion rule (KN_ELEM): an elementwise instruction joins the open kernel when
+ * Fusion rules. KN_ROW: a reduction over the last axis joins (or turns into a
+ * KN_ROW) the open kernel whose space is its operand's shape; an elementwise
+ * instruction joins a KN_ROW when its result has the space's shape (a row
+ * element) or the per-row shape (last dim 1). KN_ELEM: an elementwise instruction joins the open kernel when
  * its result shape is the kernel's space, each operand is a literal, a value of
  * this kernel (read as its local, at the same element) or memory written by an
  * earlier kernel; chains have no length limit. A value is
@@ -26,7 +37,10 @@
 
 #include "../ir/ir.h"
 
-typedef enum KnKind { KN_ELEM, KN_OP, KN_VIEW } KnKind;
+typedef enum KnKind { KN_ELEM, KN_ROW, KN_OP, KN_VIEW } KnKind;
+
+/* Largest per-row array (bytes) a KN_ROW loop body keeps on the stack. */
+#define KN_MAX_ROWBUF 16384
 
 typedef struct Kernel {
   KnKind kind;
@@ -34,11 +48,15 @@ typedef struct Kernel {
   int first, last;     /* its instructions: insts[first..last] of the Func, in order */
   Vec(ValId) inputs;   /* values read from memory (not literals), each once */
   Vec(ValId) outputs;  /* values it stores */
+  int nloops;          /* KN_ROW: loops over each row (reductions need their operand's loop done) */
 } Kernel;
 
 typedef struct KnSchedule {
   Vec(Kernel) kernels;
   int *kernel_of;      /* per instruction: its kernel */
+  int *phase;          /* per instruction of a KN_ROW: the loop it runs in (row elements,
+                          reductions), or before which it runs (per-row values) */
+  unsigned char *rowbuf;  /* per value: a row element kept in a per-row array, read in a later loop */
   PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values */
   int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
 } KnSchedule;

@@ -28,13 +28,48 @@ static int same_shape(const Type *a, const Type *b) {
   return 1;
 }
 
+/* A reduction over exactly the last axis of an array (of more than one
+ * element per row): the reduction a KN_ROW kernel is built around. */
+static int row_reduction(const Func *f, const Inst *in) {
+  if (in->op != IR_REDUCE_SUM && in->op != IR_REDUCE_MAX) return 0;
+  const Type *a = &f->values.data[in->args[0]].type;
+  return !is_literal(f, in->args[0]) && a->ndim >= 1 && a->dims[a->ndim - 1] > 1 &&
+         in->attr[0] == ((int64_t)1 << (a->ndim - 1));
+}
+
+/* The per-row shape of a row kernel's space: the last dim made 1. */
+static Type row_shape(const Type *space) {
+  Type r = *space;
+  r.dims[r.ndim - 1] = 1;
+  return r;
+}
+
+/* Whether elementwise instruction in (result type rt) may join kernel kn:
+ * KN_ELEM: its result has the space's shape, and it reads the values of the
+ * kernel at the same element; KN_ROW: its result is a full row element (the
+ * space's shape) or a per-row value (row_shape), reading the kernel's values
+ * of either kind. Memory operands may broadcast in any legal way. */
+static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
+  Type row = kn->kind == KN_ROW ? row_shape(&kn->space) : kn->space;
+  if (!same_shape(rt, &kn->space) && !(kn->kind == KN_ROW && same_shape(rt, &row))) return 0;
+  for (int a = 0; a < in->nargs; a++) {
+    const Inst *d = def_of(f, in->args[a]);
+    if (!d || d->op == IR_CONST || (int)(d - f->insts.data) < kn->first) continue;   /* memory or literal */
+    const Type *at = &f->values.data[in->args[a]].type;
+    if (!same_shape(at, rt) && !(kn->kind == KN_ROW && same_shape(at, &row))) return 0;
+  }
+  return 1;
+}
+
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   Arena *A = p->arena;
   int ni = f->insts.len, nv = f->values.len;
   KnSchedule *s = arena_alloc(A, sizeof *s);
   s->kernel_of = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
+  s->phase = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
+  s->rowbuf = arena_alloc(A, (size_t)(nv ? nv : 1));
   unsigned char *nostore = arena_alloc(A, (size_t)(nv ? nv : 1));
-  int open = -1;   /* the KN_ELEM kernel instructions may still join, or -1 */
+  int open = -1;   /* the KN_ELEM or KN_ROW kernel instructions may still join, or -1 */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     const Type *rt = &f->values.data[in->res].type;
@@ -44,13 +79,14 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       continue;
     }
     int k = s->kernels.len;
-    if (fuse && open >= 0 && ir_ops[in->op].kind == K_ELEM && same_shape(rt, &s->kernels.data[open].space)) {
+    if (fuse && open >= 0) {
       Kernel *kn = &s->kernels.data[open];
-      int ok = 1;
-      for (int a = 0; a < in->nargs && ok; a++) {
-        const Inst *d = def_of(f, in->args[a]);
-        /* read as this kernel's local: its shape is the space, same element */
-        if (d && d->op != IR_CONST && (int)(d - f->insts.data) >= kn->first) ok = same_shape(&f->values.data[in->args[a]].type, rt);
+      int ok = 0;
+      if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
+        kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
+        ok = 1;
+      } else if (ir_ops[in->op].kind == K_ELEM) {
+        ok = joins(f, kn, in, rt);
       }
       if (ok) {
         s->kernel_of[i] = open;
@@ -64,36 +100,82 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     kn.first = kn.last = i;
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res)) kn.kind = KN_VIEW;
+    else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
     s->kernel_of[i] = k;
-    open = kn.kind == KN_ELEM ? k : -1;   /* a view closes the open kernel (kernels are contiguous) */
+    /* a view closes the open kernel (kernels are contiguous) */
+    open = kn.kind == KN_ELEM || kn.kind == KN_ROW ? k : -1;
   }
   /* Which results leave their kernel. */
   unsigned char *used_out = arena_alloc(A, (size_t)(nv ? nv : 1));
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
+    KnKind kind = s->kernels.data[s->kernel_of[i]].kind;
     for (int a = 0; a < in->nargs; a++) {
       const Inst *d = def_of(f, in->args[a]);
       if (!d) continue;
       int di = (int)(d - f->insts.data);
-      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) ||
-          s->kernels.data[s->kernel_of[i]].kind != KN_ELEM)
+      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || (kind != KN_ELEM && kind != KN_ROW))
         used_out[in->args[a]] = 1;
     }
   }
   for (int i = 0; i < f->outputs.len; i++) used_out[f->outputs.data[i]] = 1;
   for (int i = 0; i < f->updates.len; i++) used_out[f->updates.data[i]] = 1;
+  /* Row kernels: the loop over the row each instruction runs in (phase).
+   * A reduction runs in its operand's loop and its value exists from the next
+   * loop on; a row element runs in the first loop where all its operands
+   * exist; a per-row value is computed before the loop where it first exists
+   * (`avail`, kept in phase). A row element read in a later loop than its own
+   * is kept in a per-row array (rowbuf), or, over KN_MAX_ROWBUF bytes, stored. */
+  int *avail = arena_alloc(A, sizeof(int) * (size_t)(nv ? nv : 1));
+  for (int k = 0; k < s->kernels.len; k++) {
+    Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ROW) continue;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST) continue;
+      int full = same_shape(&f->values.data[in->res].type, &kn->space), ph = 0;
+      for (int a = 0; a < in->nargs; a++) {
+        const Inst *d = def_of(f, in->args[a]);
+        if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
+        int q = avail[in->args[a]];
+        if (q > ph) ph = q;
+      }
+      s->phase[i] = ph;
+      if (row_reduction(f, in)) {
+        avail[in->res] = ph + 1;
+        if (ph + 1 > kn->nloops) kn->nloops = ph + 1;
+      } else {
+        avail[in->res] = ph;
+        if (full && ph + 1 > kn->nloops) kn->nloops = ph + 1;
+      }
+    }
+    int64_t rowbytes = kn->space.dims[kn->space.ndim - 1] * 8;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      for (int a = 0; a < in->nargs; a++) {
+        ValId v = in->args[a];
+        const Inst *d = def_of(f, v);
+        if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
+        if (!same_shape(&f->values.data[v].type, &kn->space) || s->phase[d - f->insts.data] == s->phase[i]) continue;
+        if (used_out[v]) continue;   /* read back from its array */
+        if (rowbytes <= KN_MAX_ROWBUF) s->rowbuf[v] = 1;
+        else used_out[v] = 1;
+      }
+    }
+  }
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     Kernel *kn = &s->kernels.data[s->kernel_of[i]];
+    int fused = kn->kind == KN_ELEM || kn->kind == KN_ROW;
     if (in->op == IR_CONST) continue;
-    if (kn->kind == KN_ELEM && !used_out[in->res]) nostore[in->res] = 1;
+    if (fused && !used_out[in->res]) nostore[in->res] = 1;
     else if (kn->kind != KN_VIEW) vec_push(A, &kn->outputs, in->res);
     for (int a = 0; a < in->nargs; a++) {
       ValId v = in->args[a];
       const Inst *d = def_of(f, v);
-      if (is_literal(f, v) || (d && s->kernel_of[d - f->insts.data] == s->kernel_of[i] && kn->kind == KN_ELEM)) continue;
+      if (is_literal(f, v) || (d && s->kernel_of[d - f->insts.data] == s->kernel_of[i] && fused)) continue;
       int dup = 0;
       for (int j = 0; j < kn->inputs.len; j++) dup |= kn->inputs.data[j] == v;
       if (!dup) vec_push(A, &kn->inputs, v);
@@ -111,12 +193,16 @@ static void print_val(FILE *out, const Func *f, ValId v) {
 
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
   char tb[256];
-  static const char *const kind[] = {"elementwise", "op", "view"};
+  static const char *const kind[] = {"elementwise", "row", "op", "view"};
   fprintf(out, "func %s: %d instructions, %d kernels (%d with code)\n", f->name, f->insts.len, s->kernels.len,
           s->ncode);
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
-    fprintf(out, "  kernel %d: %s over %s\n", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
+    fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
+    if (kn->kind == KN_ROW)
+      fprintf(out, ", rows of %lld, %d loop%s per row", (long long)kn->space.dims[kn->space.ndim - 1], kn->nloops,
+              kn->nloops == 1 ? "" : "s");
+    fprintf(out, "\n");
     fprintf(out, "    inputs:");
     for (int j = 0; j < kn->inputs.len; j++) print_val(out, f, kn->inputs.data[j]);
     fprintf(out, "\n    outputs:");
@@ -126,7 +212,11 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST) continue;
       fprintf(out, "    %%%s.%d = %s%s : %s", f->values.data[in->res].name, in->res, ir_ops[in->op].name,
-              kn_internal(s, in->res) ? " (local)" : "", ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
+              kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
+              ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
+      if (kn->kind == KN_ROW)
+        fprintf(out, "  [%s %d]", same_shape(&f->values.data[in->res].type, &kn->space) || row_reduction(f, in)
+                                      ? "loop" : "per row, before loop", s->phase[i]);
       if (in->loc.line > 0) fprintf(out, "    ; line %d", in->loc.line);
       fprintf(out, "\n");
     }

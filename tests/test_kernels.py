@@ -93,17 +93,52 @@ def test_chain_generated_code(tmp_path):
 
 
 def test_softmax_partition(tmp_path):
-    """softmax = reduce_max | sub, exp | reduce_sum | div: 4 kernels (5 unfused)."""
+    """softmax is one row kernel of 3 loops per row: max | sub, exp, sum | div (5 loop nests unfused)."""
     fused = code_kernels(kernels_of(tmp_path, SOFTMAX, "--input", "x=f32[8,32]")["forward"])
-    assert [k.split(" over")[0] for k in fused] == ["op", "elementwise", "op", "elementwise"], fused
-    assert re.search(r"= sub \(local\) .*\n.*= exp : ", fused[1]), fused[1]
+    assert len(fused) == 1, fused
+    assert fused[0].startswith("row over f32[8,32], rows of 32, 3 loops per row"), fused[0]
+    ops = re.findall(r"= (\w+)( \(local\)| \(row array\))? : \S+  \[loop (\d)\]", fused[0])
+    assert ops == [("reduce_max", " (local)", "0"), ("sub", " (local)", "1"), ("exp", " (row array)", "1"),
+                   ("reduce_sum", " (local)", "1"), ("div", "", "2")], fused[0]
     unfused = code_kernels(kernels_of(tmp_path, SOFTMAX, "--input", "x=f32[8,32]", "--no-fuse")["forward"])
     assert len(unfused) == 5
     assert "(local)" not in "".join(unfused)
 
 
-def test_broadcast_and_shape_change_split(tmp_path):
-    """A broadcast operand joins the loop; a result of another shape starts a new kernel."""
+LAYERNORM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+
+    def forward(self, x):
+        return F.log_softmax(self.ln(x), dim=-1), x.mean(dim=-1)
+"""
+
+
+def test_layer_norm_log_softmax_mean_one_kernel(tmp_path):
+    """Layer norm, then log_softmax, and a mean of the same rows: one kernel, 5 loops
+    per row; only the two results touch memory (plus the view of the mean)."""
+    ks = kernels_of(tmp_path, LAYERNORM, "--input", "x=f32[8,32]")["forward"]
+    code = code_kernels(ks)
+    assert len(code) == 1 and code[0].startswith("row over f32[8,32], rows of 32, 5 loops per row"), ks
+    assert len(re.findall(r"^    %\S+ = \w+ : ", code[0], re.M)) == 2, code[0]   # stored: the two results
+    p = tmp_path / "ln.py"
+    p.write_text(LAYERNORM)
+    c = tmp_path / "ln.c"
+    run([CTC, "compile", str(p), "--input", "x=f32[8,32]", "-o", str(c)])
+    body = c.read_text().split("int net_forward(")[1]
+    assert body.count("for (int64_t j = 0; j < 32; j++)") == 5, body
+    assert len(re.findall(r"\*\)\(A \+ \d+\);", body)) == 5, body   # weight, bias, 2 results, the view
+
+
+def test_broadcast_row_and_shape_change(tmp_path):
+    """Broadcast operands join; a reduction over the last axis pulls its prologue and
+    the ops over the same rows into one row kernel; another reduction does not."""
     src = """
 import torch
 import torch.nn as nn
@@ -112,13 +147,12 @@ class Net(nn.Module):
     def forward(self, x, s):
         y = torch.relu(x * s)
         z = y.sum(dim=1, keepdim=True)
-        return y + 1.0, z * 2.0 + s
+        return torch.softmax(x, dim=-1), y + 1.0, z * 2.0 + s, x.sum(dim=0)
 """
     ks = code_kernels(kernels_of(tmp_path, src, "--input", "x=f32[4,8]", "--input", "s=f32[4,1]")["forward"])
-    kinds = [k.split("\n")[0] for k in ks]
-    assert kinds == ["elementwise over f32[4,8]", "op over f32[4,1]", "elementwise over f32[4,8]",
-                     "elementwise over f32[4,1]"], kinds
-    assert re.search(r"= mul \(local\).*\n.*= relu : ", ks[0]), ks[0]   # relu is stored: used by two kernels
+    assert [k.split("\n")[0] for k in ks] == ["row over f32[4,8], rows of 8, 3 loops per row", "op over f32[1,8]"], ks
+    assert re.search(r"outputs: %softmax\.\d+ %add\.\d+ %add\.\d+\n", ks[0]), ks[0]
+    assert re.search(r"= mul \(local\) : f32\[4,1\]  \[per row, before loop 1\]", ks[0]), ks[0]
 
 
 def test_sgd_update_is_one_kernel_per_parameter(tmp_path):
