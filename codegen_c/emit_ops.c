@@ -1113,6 +1113,14 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
  * after it: the reductions' values. The accumulation order and the NaN rule are
  * emit_reduce's, so results equal the unfused ones. */
 
+/* Whether a and b have the same shape (any dtypes): a row element of the space. */
+static int same_dims(const Type *a, const Type *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (a->dims[k] != b->dims[k]) return 0;
+  return 1;
+}
+
 typedef struct RowK {
   const Kernel *kn;
   const char **local;    /* per value: its local (values of this kernel) */
@@ -1139,7 +1147,7 @@ static void row_operand(CgFunc *c, const RowK *u, ValId v, int ph, Buf *b) {
   char idx[IDX_CAP];
   if (in_kernel(c, u->kn, v)) {
     int di = (int)(d - c->f->insts.data);
-    int full = ir_type_eq(ty(c, v), &u->kn->space) && d->op != IR_REDUCE_SUM && d->op != IR_REDUCE_MAX;
+    int full = same_dims(ty(c, v), &u->kn->space);
     if (!full || c->s->phase[di] == ph) {
       cg_puts(b, u->local[v]);
       return;
@@ -1223,7 +1231,7 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       if (is_reduction(in)) {
         any = 1;
         LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
-      } else if (!ir_type_eq(ty(c, in->res), S)) {
+      } else if (!same_dims(ty(c, in->res), S)) {
         row_elem(c, &u, in, -1);
       } else {
         any = 1;
@@ -1240,7 +1248,7 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
         row_operand(c, &u, in->args[0], p, &x);
         acc_update(c, in, u.accn[in->res], x.s);
         cg_buf_free(&x);
-      } else if (ir_type_eq(ty(c, in->res), S)) {
+      } else if (same_dims(ty(c, in->res), S)) {
         row_elem(c, &u, in, p);
       }
     }
