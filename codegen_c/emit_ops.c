@@ -1050,6 +1050,11 @@ static int read_later(const CgFunc *c, const Kernel *kn, int i, ValId v) {
 static void elemk_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   ElemK *u = up;
   const Kernel *kn = u->kn;
+  /* Every input of the element first: a result may be stored over an input in place. */
+  for (int j = 0; j < kn->inputs.len; j++) {
+    ValId v = kn->inputs.data[j];
+    LINE(c, "const %s %s = %s[%s];\n", cg_ctype(ty(c, v)->dtype), u->local[v], cg_ref(c, v), idx[u->acc[v]]);
+  }
   for (int i = kn->first; i <= kn->last; i++) {
     const Inst *in = &c->f->insts.data[i];
     if (in->op == IR_CONST) continue;
@@ -1057,8 +1062,8 @@ static void elemk_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
     const char *txt[3];
     for (int k = 0; k < in->nargs; k++) {
       ValId a = in->args[k];
-      if (in_kernel(c, kn, a)) cg_puts(&ops[k], u->local[a]);
-      else load(c, &ops[k], a, idx[u->acc[a]]);
+      if (cg_is_literal(c, a)) load(c, &ops[k], a, "0");
+      else cg_puts(&ops[k], u->local[a]);   /* a value of the kernel or an input loaded above */
       txt[k] = ops[k].s;
     }
     elem_expr(c, in, txt, &e);
@@ -1089,6 +1094,11 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
   for (int j = 0; j < kn->inputs.len; j++) {
     bcast_strides(ty(c, kn->inputs.data[j]), S, acc[na].st);
     u.acc[kn->inputs.data[j]] = na++;
+  }
+  for (int j = 0; j < kn->inputs.len; j++) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
+    u.local[kn->inputs.data[j]] = cg_name(c->ns, hint);
   }
   for (int i = kn->first; i <= kn->last; i++) {
     const Inst *in = &c->f->insts.data[i];

@@ -256,11 +256,17 @@ typedef struct Loc {
 typedef struct PlanHints {
   const int *step;              /* per instruction */
   const unsigned char *nostore; /* per value */
+  /* per value r: -1, or an operand v of r's kernel that the kernel reads only at
+   * r's own element indices with r's element size; r may then take over v's
+   * bytes if v dies in that kernel (in place: the emitter loads every input of
+   * an element before it stores any output of it). NULL: never. */
+  const ValId *inplace;
 } PlanHints;
 
 typedef struct FuncPlan {
   Loc *loc;          /* per value */
   PlanHints hints;   /* as given (NULL members: unfused) */
+  ValId *shares;     /* per value: the value whose bytes it took over in place (PlanHints.inplace), or -1 */
   int64_t *scratch;  /* per instruction: arena offset of its scratch space, -1 if none */
   int64_t peak;      /* bytes of the activation region this function needs */
 } FuncPlan;

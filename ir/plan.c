@@ -17,6 +17,10 @@
  * the kernel of its last use, so a fused loop's results never share bytes with
  * any array it reads, and values internal to a kernel (nostore) get no storage.
  *
+ * In place: a kernel result may take over the bytes of an operand that dies
+ * in the same kernel when the schedule allows it (PlanHints.inplace: same
+ * shape, same element size, read only element by element), FuncPlan.shares.
+ *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
  *   - views (RESHAPE or DETACH of a value in memory): same Loc as the operand; the
@@ -147,6 +151,17 @@ static int64_t pack(Packer *pk, int t, int end, int64_t size) {
   return off;
 }
 
+/* Extends the block at `off` that is live up to step t to `end` (an in-place
+ * result taking over its operand's bytes). Returns 0 if there is none. */
+static int extend(Packer *pk, int64_t off, int t, int end) {
+  for (int i = 0; i < pk->n; i++)
+    if (pk->live[i].off == off && pk->live[i].end == t) {
+      pk->live[i].end = end;
+      return 1;
+    }
+  return 0;
+}
+
 static const char *too_large(Program *p, int64_t need) {
   if (need == INT64_MAX)
     return arena_printf(p->arena, "the model needs more memory than ctc's limit of %lld bytes (2**40)",
@@ -170,6 +185,9 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   int nv = f->values.len, ni = f->insts.len;
   fp->loc = arena_alloc(p->arena, sizeof(Loc) * (size_t)(nv ? nv : 1));
   fp->scratch = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  fp->shares = arena_alloc(p->arena, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  unsigned char *taken = arena_alloc(p->arena, (size_t)(nv ? nv : 1));   /* bytes taken over in place */
+  for (int v = 0; v < nv; v++) fp->shares[v] = -1;
   ValId *root = malloc(sizeof(ValId) * (size_t)(nv ? nv : 1));
   int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
   CHECK(root && last);
@@ -232,8 +250,15 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       mp->error_at = in->loc;
       break;
     }
+    ValId ip = h->inplace ? h->inplace[r] : -1;
     if (root[r] != r) {
       fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
+    } else if (ip >= 0 && root[ip] == ip && is_inst_result(f, ip) && fp->loc[ip].base == LOC_ARENA && !taken[ip] &&
+               last[ip] == t && value_bytes(&f->values.data[ip].type) == vb &&
+               extend(&pk, fp->loc[ip].offset - mp->params_bytes, t, last[r])) {
+      fp->loc[r] = fp->loc[ip];   /* in place: ip dies in this kernel, which reads it element by element */
+      fp->shares[r] = ip;
+      taken[ip] = 1;
     } else {
       int64_t off = pack(&pk, t, last[r], vb);
       fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + off};

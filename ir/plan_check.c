@@ -12,7 +12,9 @@
  *   - a view has its operand's location; a scalar constant has none;
  *   - every activation and scratch buffer is 64-byte aligned and lies inside the
  *     function's peak, which fits the arena; scratch exactly where needed;
- *   - no two blocks that are live at the same instruction share a byte.
+ *   - no two blocks that are live at the same instruction share a byte, except a
+ *     result written in place over an operand (FuncPlan.shares, allowed by
+ *     PlanHints.inplace) of its shape and element size that dies in its kernel.
  * compiler/main.c runs it after planning, on every compile. */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -42,6 +44,18 @@ static int fail(FILE *out, const Func *f, const char *fmt, ...) {
 }
 
 static int64_t bytes_of(const Type *t) { return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype); }
+
+/* Whether b (a result) legally takes over a's bytes in place: the plan says
+ * so, the schedule allowed the pair, a dies in b's kernel, same place and size. */
+static int in_place(const Func *f, const FuncPlan *fp, const PlanHints *h, const Blk *a, const Blk *b) {
+  if (a->v < 0 || b->v < 0 || !fp->shares || fp->shares[b->v] != a->v || !h->inplace || h->inplace[b->v] != a->v)
+    return 0;
+  const Type *ta = &f->values.data[a->v].type, *tb = &f->values.data[b->v].type;
+  if (ta->ndim != tb->ndim || ir_dtype_size(ta->dtype) != ir_dtype_size(tb->dtype)) return 0;
+  for (int k = 0; k < ta->ndim; k++)
+    if (ta->dims[k] != tb->dims[k]) return 0;
+  return a->end == b->start && a->off == b->off && a->size == b->size;
+}
 
 static int check_func(const Program *p, const Func *f, const MemPlan *mp, const FuncPlan *fp, FILE *out) {
   int nv = f->values.len, ni = f->insts.len;
@@ -131,7 +145,8 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
       if (act[j]->end >= b[k].start) act[m++] = act[j];
     na = m;
     for (int j = 0; j < na; j++)
-      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size) {
+      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size &&
+          !in_place(f, fp, h, act[j], &b[k])) {
         const char *n1 = act[j]->v >= 0 ? f->values.data[act[j]->v].name : "scratch";
         const char *n2 = b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch";
         fprintf(out, "memory plan of '%s': %s and %s are live together at instruction %d and share bytes "

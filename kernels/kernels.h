@@ -57,7 +57,8 @@ typedef struct KnSchedule {
   int *phase;          /* per instruction of a KN_ROW: the loop it runs in (row elements,
                           reductions), or before which it runs (per-row values) */
   unsigned char *rowbuf;  /* per value: a row element kept in a per-row array, read in a later loop */
-  PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values */
+  PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,
+                          inplace = per KN_ELEM result an input of its shape whose bytes it may take */
   int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
 } KnSchedule;
 

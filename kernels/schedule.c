@@ -181,9 +181,36 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       if (!dup) vec_push(A, &kn->inputs, v);
     }
   }
+  /* In place (KN_ELEM): each stored result may take over the bytes of one input
+   * of the same shape and element size (read only at the result's own
+   * element); the plan does it when that input dies in this kernel. */
+  ValId *inplace = arena_alloc(A, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  for (int v = 0; v < nv; v++) inplace[v] = -1;
+  for (int k = 0; k < s->kernels.len && fuse; k++) {
+    Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ELEM) continue;
+    int nin = kn->inputs.len;
+    for (int o = 0; o < kn->outputs.len; o++) {
+      ValId r = kn->outputs.data[o];
+      const Type *rt = &f->values.data[r].type;
+      for (int j = 0; j < nin; j++) {
+        ValId v = kn->inputs.data[j];
+        const Type *vt = &f->values.data[v].type;
+        const Inst *d = def_of(f, v);
+        int claimed = 0;
+        for (int q = 0; q < o; q++) claimed |= inplace[kn->outputs.data[q]] == v;
+        if (!claimed && d && d->op != IR_CONST && !ir_is_view(f, v) && same_shape(vt, rt) &&
+            ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
+          inplace[r] = v;
+          break;
+        }
+      }
+    }
+  }
   for (int k = 0; k < s->kernels.len; k++) s->ncode += s->kernels.data[k].kind != KN_VIEW;
   s->hints.step = s->kernel_of;
   s->hints.nostore = nostore;
+  s->hints.inplace = inplace;
   return s;
 }
 

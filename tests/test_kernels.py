@@ -80,7 +80,8 @@ def test_chain_generated_code(tmp_path):
     body = c.read_text().split("int net_forward(")[1]
     assert body.count("for (int64_t") <= 2, body            # one nest (merged to one loop or two)
     assert "kernel 0: 5 elementwise ops fused over f32[4,16]" in body
-    assert re.search(r"const float y = \(x\[.*\] \+ b\[.*\]\);", body), body
+    assert re.search(r"const float x_e = x\[.*\];\n *const float b_e = b\[.*\];\n *const float y = \(x_e \+ b_e\);",
+                     body), body
     # only the stored result (and the parameter) are arena pointers
     assert len(re.findall(r"\*\)\(A \+ \d+\);", body)) == 2, body
     m = re.search(r"entry forward: (\d+) instructions, (\d+) with code; (\d+) kernels after fusion, "
@@ -90,6 +91,36 @@ def test_chain_generated_code(tmp_path):
     m = re.search(r"entry forward: \d+ instructions, (\d+) with code; (\d+) kernels \(--no-fuse\), "
                   r"activations (\d+) bytes", r.stderr)
     assert m and int(m.group(1)) == int(m.group(2)) == 5 and int(m.group(3)) > 256, r.stderr
+
+
+def test_in_place(tmp_path):
+    """A fused result takes over the bytes of an input that dies in its kernel (same
+    shape and element size); an input still needed later is not overwritten."""
+    src = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x):
+        a = torch.matmul(x, self.w)
+        b = torch.tanh(a) + 1.0
+        c = torch.matmul(b, self.w)
+        return torch.matmul(c * 2.0, self.w) + c
+"""
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    c = tmp_path / "m.c"
+    run([CTC, "compile", str(p), "--input", "x=f32[4,16]", "-o", str(c)])
+    body = c.read_text().split("int net_forward(")[1]
+    off = dict((m.group(1), int(m.group(2))) for m in re.finditer(r"float \*(?:restrict )?(\w+) = \(float \*\)\(A \+ (\d+)\);", body))
+    assert off["b"] == off["a"], body                       # a dies in b's loop: b is written over it
+    assert off["mul"] != off["c"], body                     # c is read again after c * 2.0
+    for name in ("a", "b"):
+        assert not re.search(r"\*restrict %s = " % name, body), body   # shared bytes: not restrict
 
 
 def test_softmax_partition(tmp_path):
