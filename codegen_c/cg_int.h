@@ -8,6 +8,7 @@
 #define CTC_CG_INT_H
 
 #include "codegen_c.h"
+#include "../kernels/kernels.h"
 
 /* ---- cg_util.c ----------------------------------------------------------- */
 
@@ -80,10 +81,16 @@ typedef struct CgFunc {
   int ind;                 /* current indentation (spaces) */
   const char **sname;      /* per instruction: C name of its scratch buffer, or NULL */
   Kernels *k;
+  const KnSchedule *s;     /* the entry's kernels (kernels/) */
+  Names *ns;               /* the entry's identifiers (locals of fused loops) */
 } CgFunc;
 
-/* Writes instruction i's comment and code into c->out. */
+/* Writes instruction i's comment and code into c->out (not for K_ELEM
+ * instructions of a fused kernel). */
 void cg_emit_inst(CgFunc *c, int i);
+/* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
+ * instruction's own code otherwise. */
+void cg_emit_kernel(CgFunc *c, int k);
 /* The value's C pointer name (marks it referenced). */
 const char *cg_ref(CgFunc *c, ValId v);
 /* Whether v is a scalar constant written as a literal. */

@@ -34,5 +34,11 @@
  * Returns 0, or -1 after printing the reason to stderr (a name clash between
  * an entry and the API, an unsupported construct). */
 int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, const char *h_name);
+/* The same from the kernel layer's schedules (kernels/kernels.h), one per
+ * Program.funcs entry, which must be the ones `plan` was made with
+ * (ir_plan_memory_hints with their hints). cg_c_emit uses unfused schedules. */
+struct KnSchedule;
+int cg_c_emit_sched(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, FILE *c_out,
+                    FILE *h_out, const char *h_name);
 
 #endif

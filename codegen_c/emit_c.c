@@ -33,6 +33,7 @@ typedef long long ll;
 typedef struct Gen {
   const Program *p;
   const MemPlan *mp;
+  struct KnSchedule *const *sched;   /* per func */
   char prefix[64];        /* "net" */
   char upper[64];         /* "NET" */
   Kernels k;
@@ -223,8 +224,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   /* Body. */
   Buf body = {0};
-  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k};
-  for (int i = 0; i < f->insts.len; i++) cg_emit_inst(&c, i);
+  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns};
+  for (int k = 0; k < c.s->kernels.len; k++) cg_emit_kernel(&c, k);
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
     cg_puts(&body, "  /* outputs */\n");
@@ -555,11 +556,19 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
 }
 
 int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, const char *h_name) {
+  KnSchedule **s = arena_alloc(p->arena, sizeof *s * (size_t)(p->funcs.len + 1));
+  for (int i = 0; i < p->funcs.len; i++) s[i] = kn_schedule(p, p->funcs.data[i], 0);
+  return cg_c_emit_sched(p, plan, s, c_out, h_out, h_name);
+}
+
+int cg_c_emit_sched(const Program *p, const MemPlan *plan, KnSchedule *const *sched, FILE *c_out, FILE *h_out,
+                    const char *h_name) {
   static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", NULL};
   Gen g;
   memset(&g, 0, sizeof g);
   g.p = p;
   g.mp = plan;
+  g.sched = sched;
   cg_ident(g.prefix, sizeof g.prefix, p->model_name ? p->model_name : "net");
   for (int i = 0; g.prefix[i]; i++)
     g.upper[i] = (char)(g.prefix[i] >= 'a' && g.prefix[i] <= 'z' ? g.prefix[i] - 'a' + 'A' : g.prefix[i]);

@@ -14,12 +14,12 @@
  * is im2col of x[n], then a GEMM g[n] col^T accumulated over the batch (beta = 1
  * from the second image on); the pooling gradients loop over windows per image;
  * EMBEDDING_BWD adds rows of g at the clamped indices. */
+#include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
 
 /* Loops with fewer elements than this are not worth waking threads for. */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
-#define MAX_ACC 4
 #define IDX_CAP 320
 
 typedef long long ll;
@@ -42,7 +42,7 @@ int cg_is_literal(const CgFunc *c, ValId v) {
 }
 
 const char *cg_ref(CgFunc *c, ValId v) {
-  CHECK(!cg_is_literal(c, v));
+  CHECK(!cg_is_literal(c, v) && c->fp->loc[v].base != LOC_LOCAL);
   c->ref[v] = 1;
   return c->cname[v];
 }
@@ -104,9 +104,11 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
  * where every access is contiguous across them. */
 static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
-  int64_t d[IR_MAX_DIMS], st[MAX_ACC][IR_MAX_DIMS], total = 1;
+  int64_t d[IR_MAX_DIMS], total = 1;
+  int64_t (*st)[IR_MAX_DIMS] = malloc(sizeof *st * (size_t)(na ? na : 1));
+  char (*idx)[IDX_CAP] = malloc(sizeof *idx * (size_t)(na ? na : 1));
   int n = 0;
-  CHECK(na <= MAX_ACC);
+  CHECK(st && idx);
   for (int k = 0; k < nd; k++) {
     total *= dims[k];
     if (dims[k] == 1) continue;
@@ -121,7 +123,7 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
     for (int a = 0; a < na; a++) st[a][n] = acc[a].st[k];
     n++;
   }
-  char var[IR_MAX_DIMS][16], idx[MAX_ACC][IDX_CAP];
+  char var[IR_MAX_DIMS][16];
   for (int k = 0; k < n; k++) snprintf(var[k], sizeof var[k], n == 1 ? "i" : "i%d", k);
   for (int a = 0; a < na; a++) index_expr(idx[a], n, var, acc[a].off, st[a]);
   int base = c->ind;
@@ -141,6 +143,8 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
     LINE(c, "}\n");
   }
   c->ind = base;
+  free(st);
+  free(idx);
 }
 
 /* Strides of operand a (numpy broadcasting) over the axes of result shape r. */
@@ -200,6 +204,15 @@ static void float_to_int(Buf *e, DType rt, const char *x) {
     cg_printf(e, "(%s > -2147483649.0 && %s < 2147483648.0 ? (int32_t)%s : INT32_MIN)", x, x, x);
 }
 
+/* The C expression of elementwise instruction in over operand texts txt. */
+static void elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) {
+  DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
+  if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(e, "(unsigned char)(%s != 0)", txt[0]);
+  else if (in->op == IR_CAST && ir_dtype_is_float(ct) && (rt == DT_I64 || rt == DT_I32)) float_to_int(e, rt, txt[0]);
+  else if (in->op == IR_CAST) cg_printf(e, "(%s)%s", cg_ctype(rt), txt[0]);
+  else cg_expand(e, elem_template(c, in, ct), txt, in->nargs, ct);
+}
+
 static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   ElemU *u = up;
   const Inst *in = u->in;
@@ -209,11 +222,7 @@ static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
     load(c, &ops[k], in->args[k], idx[u->acc[k]]);
     txt[k] = ops[k].s;
   }
-  DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
-  if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(&e, "(unsigned char)(%s != 0)", txt[0]);
-  else if (in->op == IR_CAST && ir_dtype_is_float(ct) && (rt == DT_I64 || rt == DT_I32)) float_to_int(&e, rt, txt[0]);
-  else if (in->op == IR_CAST) cg_printf(&e, "(%s)%s", cg_ctype(rt), txt[0]);
-  else cg_expand(&e, elem_template(c, in, ct), txt, in->nargs, ct);
+  elem_expr(c, in, txt, &e);
   LINE(c, "%s[%s] = %s;\n", cg_ref(c, in->res), idx[0], e.s);
   for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
   cg_buf_free(&e);
@@ -221,7 +230,7 @@ static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
 
 static void emit_elem(CgFunc *c, const Inst *in) {
   const Type *r = ty(c, in->res);
-  Acc acc[MAX_ACC];
+  Acc acc[4];
   ElemU u = {in, {0, 0, 0}};
   int na = 1;
   memset(acc, 0, sizeof acc);
@@ -1007,6 +1016,299 @@ static void comment(CgFunc *c, const Inst *in) {
   for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
   LINE(c, "/* %s */\n", b.s);
   cg_buf_free(&b);
+}
+
+/* ---- fused elementwise kernels (kernels/: KN_ELEM) -------------------------------------
+ * One loop nest over the kernel's space. Each instruction's value is a local
+ * of the loop body (`const float relu = ...;`) read by the later instructions
+ * of the kernel; only the kernel's outputs are stored, inputs are loaded with
+ * their broadcast strides. An output no later instruction of the kernel reads
+ * is stored directly. */
+
+typedef struct ElemK {
+  const Kernel *kn;
+  const char **local;   /* per value: its local's name (values of this kernel) */
+  int *acc;             /* per value: its access (outputs, then inputs), -1 */
+} ElemK;
+
+static int in_kernel(const CgFunc *c, const Kernel *kn, ValId v) {
+  const Inst *d = def_of(c, v);
+  if (!d || d->op == IR_CONST) return 0;
+  int i = (int)(d - c->f->insts.data);
+  return i >= kn->first && i <= kn->last;
+}
+
+static int read_later(const CgFunc *c, const Kernel *kn, int i, ValId v) {
+  for (int j = i + 1; j <= kn->last; j++) {
+    const Inst *x = &c->f->insts.data[j];
+    for (int a = 0; a < x->nargs; a++)
+      if (x->args[a] == v) return 1;
+  }
+  return 0;
+}
+
+static void elemk_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  ElemK *u = up;
+  const Kernel *kn = u->kn;
+  /* Every input of the element first: a result may be stored over an input in place. */
+  for (int j = 0; j < kn->inputs.len; j++) {
+    ValId v = kn->inputs.data[j];
+    LINE(c, "const %s %s = %s[%s];\n", cg_ctype(ty(c, v)->dtype), u->local[v], cg_ref(c, v), idx[u->acc[v]]);
+  }
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    Buf ops[3] = {{0}}, e = {0};
+    const char *txt[3];
+    for (int k = 0; k < in->nargs; k++) {
+      ValId a = in->args[k];
+      if (cg_is_literal(c, a)) load(c, &ops[k], a, "0");
+      else cg_puts(&ops[k], u->local[a]);   /* a value of the kernel or an input loaded above */
+      txt[k] = ops[k].s;
+    }
+    elem_expr(c, in, txt, &e);
+    ValId r = in->res;
+    const char *ct = cg_ctype(ty(c, r)->dtype);
+    if (u->acc[r] >= 0 && !read_later(c, kn, i, r)) {
+      LINE(c, "%s[%s] = %s;\n", cg_ref(c, r), idx[u->acc[r]], e.s);
+    } else {
+      LINE(c, "const %s %s = %s;\n", ct, u->local[r], e.s);
+      if (u->acc[r] >= 0) LINE(c, "%s[%s] = %s;\n", cg_ref(c, r), idx[u->acc[r]], u->local[r]);
+    }
+    for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
+    cg_buf_free(&e);
+  }
+}
+
+static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
+  const Type *S = &kn->space;
+  int nv = c->f->values.len, na = 0;
+  ElemK u = {kn, calloc((size_t)nv + 1, sizeof(char *)), malloc(sizeof(int) * ((size_t)nv + 1))};
+  Acc *acc = calloc((size_t)(kn->outputs.len + kn->inputs.len + 1), sizeof *acc);
+  CHECK(u.local && u.acc && acc);
+  for (int v = 0; v < nv; v++) u.acc[v] = -1;
+  for (int j = 0; j < kn->outputs.len; j++) {
+    cstrides(S, acc[na].st);
+    u.acc[kn->outputs.data[j]] = na++;
+  }
+  for (int j = 0; j < kn->inputs.len; j++) {
+    bcast_strides(ty(c, kn->inputs.data[j]), S, acc[na].st);
+    u.acc[kn->inputs.data[j]] = na++;
+  }
+  for (int j = 0; j < kn->inputs.len; j++) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
+    u.local[kn->inputs.data[j]] = cg_name(c->ns, hint);
+  }
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    char hint[160];
+    /* a kernel-local value has no pointer: its local takes the value's name */
+    if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
+  }
+  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, 1, 1);
+  free(u.local);
+  free(u.acc);
+  free(acc);
+}
+
+/* ---- row kernels (kernels/: KN_ROW) ----------------------------------------------------
+ * Per row of the space (outer loops i0.., OpenMP on the first), the kernel's
+ * loops over the row's elements j in order. Before loop p: the per-row values
+ * that exist from p on and the accumulators of the reductions that run in p;
+ * in loop p: the row elements of p (locals; stored if outputs, kept in a
+ * `<name>_row[]` array if a later loop reads them) and the accumulator updates;
+ * after it: the reductions' values. The accumulation order and the NaN rule are
+ * emit_reduce's, so results equal the unfused ones. */
+
+/* Whether a and b have the same shape (any dtypes): a row element of the space. */
+static int same_dims(const Type *a, const Type *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (a->dims[k] != b->dims[k]) return 0;
+  return 1;
+}
+
+typedef struct RowK {
+  const Kernel *kn;
+  const char **local;    /* per value: its local (values of this kernel) */
+  const char **accn;     /* per value: the accumulator of a reduction */
+  const char **rowarr;   /* per value: its per-row array, or NULL */
+  int nout;              /* outer axes (the space's rank - 1) */
+} RowK;
+
+/* The index of v (broadcast over the space) at row (i0, ...), element j when with_j. */
+static void row_index(const CgFunc *c, const RowK *u, ValId v, int with_j, char *out) {
+  int64_t st[IR_MAX_DIMS];
+  char var[IR_MAX_DIMS][16];
+  const Type *S = &u->kn->space;
+  bcast_strides(ty(c, v), S, st);
+  for (int k = 0; k < u->nout; k++) snprintf(var[k], sizeof var[k], "i%d", k);
+  snprintf(var[u->nout], sizeof var[u->nout], "j");
+  if (!with_j) st[u->nout] = 0;
+  index_expr(out, u->nout + 1, var, 0, st);
+}
+
+/* Operand v of an instruction that runs in loop `ph` (-1: per row, outside the loops). */
+static void row_operand(CgFunc *c, const RowK *u, ValId v, int ph, Buf *b) {
+  const Inst *d = def_of(c, v);
+  char idx[IDX_CAP];
+  if (in_kernel(c, u->kn, v)) {
+    int di = (int)(d - c->f->insts.data);
+    int full = same_dims(ty(c, v), &u->kn->space);
+    if (!full || c->s->phase[di] == ph) {
+      cg_puts(b, u->local[v]);
+      return;
+    }
+    if (u->rowarr[v]) {
+      cg_printf(b, "%s[j]", u->rowarr[v]);
+      return;
+    }
+    /* a stored row element of an earlier loop: read back */
+  }
+  row_index(c, u, v, ph >= 0, idx);
+  load(c, b, v, idx);
+}
+
+static void row_store(CgFunc *c, const RowK *u, ValId v, const char *val, int with_j) {
+  if (c->fp->loc[v].base == LOC_LOCAL) return;
+  char idx[IDX_CAP];
+  row_index(c, u, v, with_j, idx);
+  LINE(c, "%s[%s] = %s;\n", cg_ref(c, v), idx, val);
+}
+
+/* Elementwise instruction in as `const T local = expr;` (+ its store / row array). */
+static void row_elem(CgFunc *c, const RowK *u, const Inst *in, int ph) {
+  Buf ops[3] = {{0}}, e = {0};
+  const char *txt[3];
+  for (int k = 0; k < in->nargs; k++) {
+    row_operand(c, u, in->args[k], ph, &ops[k]);
+    txt[k] = ops[k].s;
+  }
+  elem_expr(c, in, txt, &e);
+  ValId r = in->res;
+  LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, r)->dtype), u->local[r], e.s);
+  row_store(c, u, r, u->local[r], ph >= 0);
+  if (u->rowarr[r]) LINE(c, "%s[j] = %s;\n", u->rowarr[r], u->local[r]);
+  for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
+  cg_buf_free(&e);
+}
+
+static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
+
+static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
+  const Type *S = &kn->space;
+  const KnSchedule *s = c->s;
+  int nv = c->f->values.len;
+  RowK u = {kn, calloc((size_t)nv + 1, sizeof(char *)), calloc((size_t)nv + 1, sizeof(char *)),
+            calloc((size_t)nv + 1, sizeof(char *)), S->ndim - 1};
+  CHECK(u.local && u.accn && u.rowarr);
+  int64_t rowlen = S->dims[S->ndim - 1];
+  char hint[160];
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    ValId r = in->res;
+    if (c->fp->loc[r].base == LOC_LOCAL) u.local[r] = c->cname[r];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[r]), u.local[r] = cg_name(c->ns, hint);
+    if (is_reduction(in)) snprintf(hint, sizeof hint, "%s_acc", c->cname[r]), u.accn[r] = cg_name(c->ns, hint);
+    if (s->rowbuf[r]) snprintf(hint, sizeof hint, "%s_row", c->cname[r]), u.rowarr[r] = cg_name(c->ns, hint);
+  }
+  int base = c->ind;
+  int64_t rows = ir_numel(S) / rowlen;
+  if (u.nout > 0 && S->dims[0] > 1 && ir_numel(S) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  for (int k = 0; k < u.nout; k++) {
+    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == u.nout - 1 ? " {" : "");
+    c->ind += 2;
+  }
+  if (!u.nout) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  (void)rows;
+  for (int i = kn->first; i <= kn->last; i++)
+    if (u.rowarr[c->f->insts.data[i].res] && c->f->insts.data[i].op != IR_CONST)
+      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, c->f->insts.data[i].res)->dtype), u.rowarr[c->f->insts.data[i].res],
+           (ll)rowlen);
+  for (int p = 0; p <= kn->nloops; p++) {
+    /* per-row values that exist from loop p on, then the accumulators of loop p */
+    int any = 0;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) {
+        any = 1;
+        LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
+      } else if (!same_dims(ty(c, in->res), S)) {
+        row_elem(c, &u, in, -1);
+      } else {
+        any = 1;
+      }
+    }
+    if (!any) continue;
+    LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+    c->ind += 2;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) {
+        Buf x = {0};
+        row_operand(c, &u, in->args[0], p, &x);
+        acc_update(c, in, u.accn[in->res], x.s);
+        cg_buf_free(&x);
+      } else if (same_dims(ty(c, in->res), S)) {
+        row_elem(c, &u, in, p);
+      }
+    }
+    c->ind -= 2;
+    LINE(c, "}\n");
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+      DType t = ty(c, in->res)->dtype;
+      const char *ct = cg_ctype(t);
+      LINE(c, "const %s %s = %s%s%s%s;\n", ct, u.local[in->res], strcmp(acc_type(in, t), ct) ? "(" : "",
+           strcmp(acc_type(in, t), ct) ? ct : "", strcmp(acc_type(in, t), ct) ? ")" : "", u.accn[in->res]);
+      row_store(c, &u, in->res, u.local[in->res], 0);
+    }
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+  free(u.local);
+  free(u.accn);
+  free(u.rowarr);
+}
+
+void cg_emit_kernel(CgFunc *c, int k) {
+  const Kernel *kn = &c->s->kernels.data[k];
+  if (kn->kind != KN_ELEM && kn->kind != KN_ROW) {
+    for (int i = kn->first; i <= kn->last; i++) cg_emit_inst(c, i);
+    return;
+  }
+  char tb[256];
+  int nops = 0;
+  for (int i = kn->first; i <= kn->last; i++) nops += c->f->insts.data[i].op != IR_CONST;
+  if (c->out->len) cg_puts(c->out, "\n");
+  if (nops > 1 || kn->kind == KN_ROW) {
+    Buf b = {0};
+    if (kn->kind == KN_ROW)
+      cg_printf(&b, "kernel %d: %d ops fused per row of %s (%d loop%s over each row), stores", k, nops,
+                ir_type_str(&kn->space, tb, sizeof tb), kn->nloops, kn->nloops == 1 ? "" : "s");
+    else
+      cg_printf(&b, "kernel %d: %d elementwise ops fused over %s, stores", k, nops, ir_type_str(&kn->space, tb, sizeof tb));
+    for (int j = 0; j < kn->outputs.len; j++) cg_printf(&b, "%s %s", j ? "," : "", c->cname[kn->outputs.data[j]]);
+    if (!kn->outputs.len) cg_puts(&b, " nothing");
+    for (char *t = b.s; (t = strstr(t, "*/")) != NULL;) t[1] = '|';
+    LINE(c, "/* %s */\n", b.s);
+    cg_buf_free(&b);
+  }
+  for (int i = kn->first; i <= kn->last; i++)
+    if (c->f->insts.data[i].op != IR_CONST) comment(c, &c->f->insts.data[i]);
+  if (kn->kind == KN_ROW) emit_row_kernel(c, kn);
+  else emit_elem_kernel(c, kn);
 }
 
 /* ---- the emitter table ---------------------------------------------------------------

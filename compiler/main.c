@@ -12,6 +12,7 @@
 #include "../codegen_c/codegen_c.h"
 #include "../frontend/frontend.h"
 #include "../ir/ir.h"
+#include "../kernels/kernels.h"
 #include "../lowering/lowering.h"
 
 #define CTC_VERSION "0.1.0"
@@ -28,7 +29,9 @@ static const char *usage =
     "options:\n"
     "  -o PATH                 output file\n"
     "  --target c              code generator (only c for now)\n"
-    "  --emit ast|ir|c         what `compile` writes (default c); ast and ir go to -o or stdout\n"
+    "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
+    "                          into fused loop nests) go to -o or stdout\n"
+    "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --model NAME            the nn.Module class or module-level instance to compile\n"
     "                          (default: the module-level `model`, else the only nn.Module class)\n"
     "  --name PREFIX           C prefix of generated symbols (default: the class name, lower-case)\n"
@@ -52,7 +55,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp;
+  int stats, no_blas, no_openmp, no_fuse;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -116,6 +119,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       vec_push(a, s[7] == 'b' ? &o->dump_before : &o->dump_after, pass);
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
+    } else if (!strcmp(s, "--no-fuse")) {
+      o->no_fuse = 1;
     } else if (!strcmp(s, "--no-blas")) {
       o->no_blas = 1;
     } else if (!strcmp(s, "--no-openmp")) {
@@ -153,8 +158,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "unknown --target '%s' (only 'c' is implemented; 'cuda' is planned)", o->target);
     return -1;
   }
-  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "c")) {
-    diag_plain(d, "unknown --emit '%s' (expected ast, ir or c)", o->emit);
+  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "c")) {
+    diag_plain(d, "unknown --emit '%s' (expected ast, ir, kernels or c)", o->emit);
     return -1;
   }
   if (!strcmp(o->cmd, "build") && !o->out) {
@@ -218,7 +223,8 @@ static const char *header_path(Arena *a, const char *c_path) {
 
 /* model.c and model.h go to temporary files renamed into place when both are
  * complete: a failed write (a full disk) leaves earlier outputs untouched. */
-static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, const char *c_path) {
+static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, KnSchedule *const *sched,
+                   const char *c_path) {
   const char *h_path = header_path(a, c_path);
   OutFile c, h;
   if (out_open(a, &c, c_path) < 0) {
@@ -231,7 +237,7 @@ static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, con
     return CTC_EXIT_IO;
   }
   char *hb = arena_strdup(a, h_path);
-  int rc = cg_c_emit(p, plan, c.f, h.f, basename(hb));
+  int rc = cg_c_emit_sched(p, plan, sched, c.f, h.f, basename(hb));
   if (rc < 0 && !ferror(c.f) && !ferror(h.f)) {   /* the emitter refused (it said why) */
     out_commit(&h, 0);
     out_commit(&c, 0);
@@ -401,14 +407,28 @@ int main(int argc, char **argv) {
     if (f != stdout) fclose(f);
     return 0;
   }
-  MemPlan *plan = ir_plan_memory(p);
+  /* the kernel layer: one schedule per entry, the plan over its kernels */
+  KnSchedule **sched = arena_alloc(a, sizeof *sched * (size_t)(p->funcs.len + 1));
+  PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
+  for (int i = 0; i < p->funcs.len; i++) {
+    sched[i] = kn_schedule(p, p->funcs.data[i], !o.no_fuse);
+    hints[i] = sched[i]->hints;
+  }
+  if (o.emit && !strcmp(o.emit, "kernels")) {
+    FILE *f = o.out ? open_out(&d, o.out) : stdout;
+    if (!f) return CTC_EXIT_IO;
+    for (int i = 0; i < p->funcs.len; i++) kn_print(f, p, p->funcs.data[i], sched[i]);
+    if (f != stdout) fclose(f);
+    return 0;
+  }
+  MemPlan *plan = ir_plan_memory_hints(p, hints);
   if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
     diag_error(&d, plan->error_at, "%s", plan->error);
     return CTC_EXIT_USER;
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
-  int rc = write_c(a, &d, p, plan, c_path);
+  int rc = write_c(a, &d, p, plan, sched, c_path);
   if (rc) return rc;
   double t_emit = now_ms();
   if (o.stats) {
@@ -417,6 +437,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ctc: %s: %lld parameters in %d tensors, arena %lld bytes (params %lld), %d instructions\n",
             o.file, (long long)nparam, p->params.len, (long long)plan->arena_bytes, (long long)plan->params_bytes,
             p->funcs.data[0]->insts.len);
+    for (int i = 0; i < p->funcs.len; i++) {   /* fusion: loop nests before and after */
+      const Func *f = p->funcs.data[i];
+      int ncode = 0;
+      for (int k = 0; k < f->insts.len; k++)
+        ncode += f->insts.data[k].op != IR_CONST && !ir_is_view(f, f->insts.data[k].res);
+      fprintf(stderr, "ctc: entry %s: %d instructions, %d with code; %d kernels%s, activations %lld bytes\n", f->name,
+              f->insts.len, ncode, sched[i]->ncode, o.no_fuse ? " (--no-fuse)" : " after fusion",
+              (long long)plan->funcs[i].peak);
+    }
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);
   }

@@ -240,14 +240,34 @@ void ir_pass_dce(Program *p, Func *f);       /* dce.c: drop instructions whose r
  *   [ parameters (state_dict order) | activations of the running entry ]
  * Activations are packed by liveness (first fit), so entries share the space. */
 
-typedef enum LocBase { LOC_NONE = -2, LOC_ARENA = -1 /* >= 0: entry input k */ } LocBase;
+typedef enum LocBase {
+  LOC_LOCAL = -3,    /* lives only inside one fused kernel (a scalar local): no storage */
+  LOC_NONE = -2, LOC_ARENA = -1 /* >= 0: entry input k */
+} LocBase;
 typedef struct Loc {
   int base;          /* LOC_ARENA, LOC_NONE (scalar constants: inlined), or input index */
   int64_t offset;    /* bytes from the base */
 } Loc;
 
+/* What the kernel layer (kernels/) tells the planner about one function:
+ * step[i] is instruction i's kernel (non-decreasing along the instructions);
+ * lifetimes are measured in steps, so all operands of a kernel live until its
+ * end and its results from its start. nostore[v] marks values that live only
+ * inside their kernel (LOC_LOCAL). NULL hints: one step per instruction. */
+typedef struct PlanHints {
+  const int *step;              /* per instruction */
+  const unsigned char *nostore; /* per value */
+  /* per value r: -1, or an operand v of r's kernel that the kernel reads only at
+   * r's own element indices with r's element size; r may then take over v's
+   * bytes if v dies in that kernel (in place: the emitter loads every input of
+   * an element before it stores any output of it). NULL: never. */
+  const ValId *inplace;
+} PlanHints;
+
 typedef struct FuncPlan {
   Loc *loc;          /* per value */
+  PlanHints hints;   /* as given (NULL members: unfused) */
+  ValId *shares;     /* per value: the value whose bytes it took over in place (PlanHints.inplace), or -1 */
   int64_t *scratch;  /* per instruction: arena offset of its scratch space, -1 if none */
   int64_t peak;      /* bytes of the activation region this function needs */
 } FuncPlan;
@@ -270,6 +290,8 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */
 int ir_is_view(const Func *f, ValId v);
 MemPlan *ir_plan_memory(Program *p);
+/* The same over kernels: hints[k] for Program.funcs[k] (see PlanHints). */
+MemPlan *ir_plan_memory_hints(Program *p, const PlanHints *hints);
 /* plan_check.c: recomputes lifetimes and checks that no two values live at the
  * same time share bytes, views sit on their operands, everything fits its
  * region. Returns 0, or prints the first problem to `out` and returns -1. */

@@ -12,6 +12,15 @@
  * instruction's result never overlaps any of its operands, nor its scratch
  * buffer: the generated loops may treat them as distinct objects.
  *
+ * With hints from the kernel layer (ir_plan_memory_hints, PlanHints), time is
+ * counted in kernels instead of instructions: a value lives from its kernel to
+ * the kernel of its last use, so a fused loop's results never share bytes with
+ * any array it reads, and values internal to a kernel (nostore) get no storage.
+ *
+ * In place: a kernel result may take over the bytes of an operand that dies
+ * in the same kernel when the schedule allows it (PlanHints.inplace: same
+ * shape, same element size, read only element by element), FuncPlan.shares.
+ *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
  *   - views (RESHAPE or DETACH of a value in memory): same Loc as the operand; the
@@ -142,6 +151,17 @@ static int64_t pack(Packer *pk, int t, int end, int64_t size) {
   return off;
 }
 
+/* Extends the block at `off` that is live up to step t to `end` (an in-place
+ * result taking over its operand's bytes). Returns 0 if there is none. */
+static int extend(Packer *pk, int64_t off, int t, int end) {
+  for (int i = 0; i < pk->n; i++)
+    if (pk->live[i].off == off && pk->live[i].end == t) {
+      pk->live[i].end = end;
+      return 1;
+    }
+  return 0;
+}
+
 static const char *too_large(Program *p, int64_t need) {
   if (need == INT64_MAX)
     return arena_printf(p->arena, "the model needs more memory than ctc's limit of %lld bytes (2**40)",
@@ -156,10 +176,18 @@ static int fits(const MemPlan *mp, int64_t peak, int64_t size) {
   return size <= CTC_MAX_ARENA_BYTES && mp->params_bytes + peak + size <= CTC_MAX_ARENA_BYTES + PLAN_ALIGN;
 }
 
+/* Instruction i's time step: its kernel, or i itself without hints. */
+static int step_of(const PlanHints *h, int i) { return h->step ? h->step[i] : i; }
+
 static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
+  const PlanHints *h = &fp->hints;
+  int nsteps = f->insts.len ? step_of(h, f->insts.len - 1) + 1 : 0;
   int nv = f->values.len, ni = f->insts.len;
   fp->loc = arena_alloc(p->arena, sizeof(Loc) * (size_t)(nv ? nv : 1));
   fp->scratch = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  fp->shares = arena_alloc(p->arena, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  unsigned char *taken = arena_alloc(p->arena, (size_t)(nv ? nv : 1));   /* bytes taken over in place */
+  for (int v = 0; v < nv; v++) fp->shares[v] = -1;
   ValId *root = malloc(sizeof(ValId) * (size_t)(nv ? nv : 1));
   int *last = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
   CHECK(root && last);
@@ -181,34 +209,39 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     fp->scratch[i] = -1;
-    if (in->op == IR_CONST) continue;
+    if (in->op == IR_CONST || (h->nostore && h->nostore[in->res])) continue;
     root[in->res] = ir_is_view(f, in->res) ? root[in->args[0]] : in->res;
-    if (last[in->res] < i) last[in->res] = i;
+    if (last[in->res] < step_of(h, i)) last[in->res] = step_of(h, i);
   }
   /* Lifetimes of the roots: every use of the root or of one of its views. */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     for (int k = 0; k < in->nargs; k++) {
       ValId r = root[in->args[k]];
-      if (r >= 0 && last[r] < i) last[r] = i;
+      if (r >= 0 && last[r] < step_of(h, i)) last[r] = step_of(h, i);
     }
   }
   /* Outputs are copied out, and update values written back to their
    * parameters, after the last instruction: they live to the end. */
   for (int i = 0; i < f->outputs.len; i++) {
     ValId r = root[f->outputs.data[i]];
-    if (r >= 0) last[r] = ni;
+    if (r >= 0) last[r] = nsteps;
   }
   for (int i = 0; i < f->updates.len; i++) {
     ValId r = root[f->updates.data[i]];
-    if (r >= 0) last[r] = ni;
+    if (r >= 0) last[r] = nsteps;
   }
 
   Packer pk = {0};
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     ValId r = in->res;
+    int t = step_of(h, i);
     if (in->op == IR_CONST) continue;
+    if (h->nostore && h->nostore[r]) {   /* a scalar local of its kernel */
+      fp->loc[r] = (Loc){LOC_LOCAL, 0};
+      continue;
+    }
     int64_t vb = root[r] != r ? 0 : value_bytes(&f->values.data[r].type), sb = ir_scratch_bytes(f, in);
     if (!fits(mp, pk.peak, vb) || !fits(mp, pk.peak, sb) || !fits(mp, pk.peak + vb, sb)) {
       int64_t need = INT64_MAX;
@@ -217,13 +250,20 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       mp->error_at = in->loc;
       break;
     }
+    ValId ip = h->inplace ? h->inplace[r] : -1;
     if (root[r] != r) {
       fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
+    } else if (ip >= 0 && root[ip] == ip && is_inst_result(f, ip) && fp->loc[ip].base == LOC_ARENA && !taken[ip] &&
+               last[ip] == t && value_bytes(&f->values.data[ip].type) == vb &&
+               extend(&pk, fp->loc[ip].offset - mp->params_bytes, t, last[r])) {
+      fp->loc[r] = fp->loc[ip];   /* in place: ip dies in this kernel, which reads it element by element */
+      fp->shares[r] = ip;
+      taken[ip] = 1;
     } else {
-      int64_t off = pack(&pk, i, last[r], vb);
+      int64_t off = pack(&pk, t, last[r], vb);
       fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + off};
     }
-    if (sb > 0) fp->scratch[i] = mp->params_bytes + pack(&pk, i, i, sb);
+    if (sb > 0) fp->scratch[i] = mp->params_bytes + pack(&pk, t, t, sb);
     if (mp->params_bytes + pk.peak > CTC_MAX_ARENA_BYTES) {
       mp->error = too_large(p, mp->params_bytes + pk.peak);
       mp->error_at = in->loc;
@@ -236,7 +276,9 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   free(last);
 }
 
-MemPlan *ir_plan_memory(Program *p) {
+MemPlan *ir_plan_memory(Program *p) { return ir_plan_memory_hints(p, NULL); }
+
+MemPlan *ir_plan_memory_hints(Program *p, const PlanHints *hints) {
   MemPlan *mp = arena_alloc(p->arena, sizeof *mp);
   int np = p->params.len;
   mp->param_offset = arena_alloc(p->arena, sizeof(int64_t) * (size_t)(np ? np : 1));
@@ -255,6 +297,7 @@ MemPlan *ir_plan_memory(Program *p) {
   mp->funcs = arena_alloc(p->arena, sizeof(FuncPlan) * (size_t)(p->funcs.len ? p->funcs.len : 1));
   int64_t peak = 0;
   for (int i = 0; i < p->funcs.len; i++) {
+    if (hints) mp->funcs[i].hints = hints[i];
     plan_func(p, p->funcs.data[i], mp, &mp->funcs[i]);
     if (mp->error) return mp;
     if (mp->funcs[i].peak > peak) peak = mp->funcs[i].peak;

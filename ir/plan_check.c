@@ -3,12 +3,18 @@
  * Recomputes every value's lifetime from the rules stated in plan.c (a value
  * lives from its defining instruction to its last use, or a use of one of its
  * views; outputs and update values to the end; scratch during its
- * instruction) and verifies, without trusting the packer:
+ * instruction; time counted in kernels when the plan has PlanHints) and
+ * verifies, without trusting the packer:
+ *   - kernels are in instruction order; a kernel-local value (nostore) has no
+ *     storage, is no constant, view operand, output or update, and every use
+ *     is in its own kernel; every other instruction result is stored;
  *   - parameters are 64-byte aligned, disjoint and inside the parameter region;
  *   - a view has its operand's location; a scalar constant has none;
  *   - every activation and scratch buffer is 64-byte aligned and lies inside the
  *     function's peak, which fits the arena; scratch exactly where needed;
- *   - no two blocks that are live at the same instruction share a byte.
+ *   - no two blocks that are live at the same instruction share a byte, except a
+ *     result written in place over an operand (FuncPlan.shares, allowed by
+ *     PlanHints.inplace) of its shape and element size that dies in its kernel.
  * compiler/main.c runs it after planning, on every compile. */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -39,8 +45,23 @@ static int fail(FILE *out, const Func *f, const char *fmt, ...) {
 
 static int64_t bytes_of(const Type *t) { return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype); }
 
+/* Whether b (a result) legally takes over a's bytes in place: the plan says
+ * so, the schedule allowed the pair, a dies in b's kernel, same place and size. */
+static int in_place(const Func *f, const FuncPlan *fp, const PlanHints *h, const Blk *a, const Blk *b) {
+  if (a->v < 0 || b->v < 0 || !fp->shares || fp->shares[b->v] != a->v || !h->inplace || h->inplace[b->v] != a->v)
+    return 0;
+  const Type *ta = &f->values.data[a->v].type, *tb = &f->values.data[b->v].type;
+  if (ta->ndim != tb->ndim || ir_dtype_size(ta->dtype) != ir_dtype_size(tb->dtype)) return 0;
+  for (int k = 0; k < ta->ndim; k++)
+    if (ta->dims[k] != tb->dims[k]) return 0;
+  return a->end == b->start && a->off == b->off && a->size == b->size;
+}
+
 static int check_func(const Program *p, const Func *f, const MemPlan *mp, const FuncPlan *fp, FILE *out) {
   int nv = f->values.len, ni = f->insts.len;
+  const PlanHints *h = &fp->hints;
+#define STEP(i) (h->step ? h->step[i] : (i))
+  int nsteps = ni ? STEP(ni - 1) + 1 : 0;
   ValId *root = malloc(sizeof(ValId) * (size_t)(nv + 1));
   int *last = malloc(sizeof(int) * (size_t)(nv + 1));
   Blk *b = malloc(sizeof(Blk) * (size_t)(nv + ni + 1));
@@ -49,6 +70,25 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
   for (int v = 0; v < nv; v++) root[v] = v, last[v] = -1;
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
+    if (i && STEP(i) < STEP(i - 1)) {
+      rc = fail(out, f, "instruction %d is in an earlier kernel than instruction %d", i, i - 1);
+      goto done;
+    }
+    /* A kernel-local value: no storage, and every use in its own kernel. */
+    int local = h->nostore && h->nostore[in->res];
+    if ((fp->loc[in->res].base == LOC_LOCAL) != local || (local && (in->op == IR_CONST || ir_is_view(f, in->res)))) {
+      rc = fail(out, f, "%s is %s", f->values.data[in->res].name,
+                local ? "kernel-local but has storage" : "stored nowhere but not kernel-local");
+      goto done;
+    }
+    for (int k = 0; k < in->nargs; k++) {
+      ValId a = in->args[k];
+      const Value *av = &f->values.data[a];
+      if (h->nostore && h->nostore[a] && (av->kind != V_INST || STEP(av->def) != STEP(i) || ir_is_view(f, in->res))) {
+        rc = fail(out, f, "kernel-local %s is used outside its kernel (instruction %d)", av->name, i);
+        goto done;
+      }
+    }
     if (ir_is_view(f, in->res)) {
       root[in->res] = root[in->args[0]];
       const Loc *a = &fp->loc[in->res], *o = &fp->loc[in->args[0]];
@@ -57,25 +97,34 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
         goto done;
       }
     }
-    if (last[in->res] < i) last[in->res] = i;
+    if (last[in->res] < STEP(i)) last[in->res] = STEP(i);
     for (int k = 0; k < in->nargs; k++)
-      if (last[root[in->args[k]]] < i) last[root[in->args[k]]] = i;
+      if (last[root[in->args[k]]] < STEP(i)) last[root[in->args[k]]] = STEP(i);
   }
-  for (int i = 0; i < f->outputs.len; i++) last[root[f->outputs.data[i]]] = ni;
-  for (int i = 0; i < f->updates.len; i++) last[root[f->updates.data[i]]] = ni;
+  for (int i = 0; i < f->outputs.len; i++) last[root[f->outputs.data[i]]] = nsteps;
+  for (int i = 0; i < f->updates.len; i++) last[root[f->updates.data[i]]] = nsteps;
+  for (int i = 0; i < f->outputs.len + f->updates.len; i++) {
+    ValId v = i < f->outputs.len ? f->outputs.data[i] : f->updates.data[i - f->outputs.len];
+    if (h->nostore && h->nostore[v]) {
+      rc = fail(out, f, "%s is returned or written back but kernel-local", f->values.data[v].name);
+      goto done;
+    }
+  }
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     const Loc *l = &fp->loc[in->res];
     if (in->op == IR_CONST) {
       if (l->base != LOC_NONE) rc = fail(out, f, "constant %s has storage", f->values.data[in->res].name);
+    } else if (l->base == LOC_LOCAL) {
+      /* checked above: kernel-local, no bytes */
     } else if (root[in->res] == in->res) {
       if (l->base != LOC_ARENA) rc = fail(out, f, "%s is not in the arena", f->values.data[in->res].name);
-      else b[nb++] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), i, last[in->res], in->res};
+      else b[nb++] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), STEP(i), last[in->res], in->res};
     }
     if ((fp->scratch[i] >= 0) != (ir_scratch_bytes(f, in) > 0))
       rc = fail(out, f, "instruction %d (%s) %s scratch space", i, ir_ops[in->op].name,
                 fp->scratch[i] >= 0 ? "has unneeded" : "lacks its");
-    if (fp->scratch[i] >= 0) b[nb++] = (Blk){fp->scratch[i], ir_scratch_bytes(f, in), i, i, -1};
+    if (fp->scratch[i] >= 0) b[nb++] = (Blk){fp->scratch[i], ir_scratch_bytes(f, in), STEP(i), STEP(i), -1};
     if (rc) goto done;
   }
   for (int k = 0; k < nb; k++)
@@ -96,7 +145,8 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
       if (act[j]->end >= b[k].start) act[m++] = act[j];
     na = m;
     for (int j = 0; j < na; j++)
-      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size) {
+      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size &&
+          !in_place(f, fp, h, act[j], &b[k])) {
         const char *n1 = act[j]->v >= 0 ? f->values.data[act[j]->v].name : "scratch";
         const char *n2 = b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch";
         fprintf(out, "memory plan of '%s': %s and %s are live together at instruction %d and share bytes "
@@ -114,6 +164,7 @@ done:
   free(b);
   (void)p;
   return rc;
+#undef STEP
 }
 
 int ir_plan_check(const Program *p, const MemPlan *mp, FILE *out) {

@@ -1,0 +1,73 @@
+/* kernels.h - the kernel (schedule) layer between ir/ and the emitters.
+ *
+ * kn_schedule partitions an entry's instructions (after DCE) into kernels: a
+ * kernel is what one emitter writes as one loop nest (codegen_c) or one
+ * __global__ function (the planned CUDA target). Kernels are contiguous runs
+ * of the instruction order, so a kernel index is also a time step for the
+ * memory plan: ir_plan_memory_hints() takes KnSchedule.hints (per instruction
+ * its kernel, per value whether it lives only inside its kernel).
+ *
+ * Kinds:
+ *   KN_ELEM  a chain of K_ELEM instructions with one result shape (`space`);
+ *            operands broadcast numpy-style; every intermediate used only
+ *            inside the kernel is a scalar local of the loop body (no storage).
+ *   KN_ROW   reductions over the last axis of `space` with their elementwise
+ *            prologue (ops computing the reduced operand) and epilogue (ops
+ *            using the reduced values broadcast back over the row): softmax,
+ *            log_softmax, layer norm, mean/var, cross-entropy. Per row (an
+ *            OpenMP iteration; a thread block on a GPU), `nloops` loops over
+ *            the row's elements: a reduction runs in its operand's loop, and
+ *            ops that need its value in later ones. Values of the row that a
+ *            later loop reads stay in a per-row array (no arena storage).
+ *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
+ *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
+ *            constant: no code.
+ *
+ * Fusion rules. KN_ROW: a reduction over the last axis joins (or turns into a
+ * KN_ROW) the open kernel whose space is its operand's shape; an elementwise
+ * instruction joins a KN_ROW when its result has the space's shape (a row
+ * element) or the per-row shape (last dim 1). KN_ELEM: an elementwise instruction joins the open kernel when
+ * its result shape is the kernel's space, each operand is a literal, a value of
+ * this kernel (read as its local, at the same element) or memory written by an
+ * earlier kernel; chains have no length limit. A value is
+ * an output (stored) when it is used by another kernel, viewed, returned or a
+ * parameter update. */
+#ifndef CTC_KERNELS_H
+#define CTC_KERNELS_H
+
+#include "../ir/ir.h"
+
+typedef enum KnKind { KN_ELEM, KN_ROW, KN_OP, KN_VIEW } KnKind;
+
+/* Largest per-row array (bytes) a KN_ROW loop body keeps on the stack. */
+#define KN_MAX_ROWBUF 16384
+
+typedef struct Kernel {
+  KnKind kind;
+  Type space;          /* iteration space: the shape its loop nest runs over (the result's) */
+  int first, last;     /* its instructions: insts[first..last] of the Func, in order */
+  Vec(ValId) inputs;   /* values read from memory (not literals), each once */
+  Vec(ValId) outputs;  /* values it stores */
+  int nloops;          /* KN_ROW: loops over each row (reductions need their operand's loop done) */
+} Kernel;
+
+typedef struct KnSchedule {
+  Vec(Kernel) kernels;
+  int *kernel_of;      /* per instruction: its kernel */
+  int *phase;          /* per instruction of a KN_ROW: the loop it runs in (row elements,
+                          reductions), or before which it runs (per-row values) */
+  unsigned char *rowbuf;  /* per value: a row element kept in a per-row array, read in a later loop */
+  PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,
+                          inplace = per KN_ELEM result an input of its shape whose bytes it may take */
+  int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
+} KnSchedule;
+
+/* Partitions f's instructions; fuse = 0 gives one kernel per instruction
+ * (the unfused reference, `ctc --no-fuse`). Allocates in p->arena. */
+KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
+/* Whether v lives only inside its kernel (a scalar local, no storage). */
+static inline int kn_internal(const KnSchedule *s, ValId v) { return s->hints.nostore[v] != 0; }
+/* `--emit kernels`: the partition, one block per kernel, with model lines. */
+void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
+
+#endif

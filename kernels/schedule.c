@@ -1,0 +1,252 @@
+/* schedule.c - partitioning an entry into kernels (see kernels.h).
+ *
+ * One walk over the instructions in order keeps one open KN_ELEM kernel and
+ * decides for each instruction whether it joins it (the fusion rule in
+ * kernels.h) or closes it. Because kernels are contiguous runs, the kernel
+ * index is a valid time step for the memory plan. Then the uses of every value
+ * decide which kernel results are stored (outputs) and which stay scalar
+ * locals (PlanHints.nostore). */
+#include <string.h>
+#include "kernels.h"
+
+static const Inst *def_of(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  if (val->kind != V_INST || val->def < 0 || val->def >= f->insts.len) return NULL;
+  const Inst *in = &f->insts.data[val->def];
+  return in->res == v ? in : NULL;
+}
+
+static int is_literal(const Func *f, ValId v) {
+  const Inst *in = def_of(f, v);
+  return in && in->op == IR_CONST;
+}
+
+static int same_shape(const Type *a, const Type *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (a->dims[k] != b->dims[k]) return 0;
+  return 1;
+}
+
+/* A reduction over exactly the last axis of an array (of more than one
+ * element per row): the reduction a KN_ROW kernel is built around. */
+static int row_reduction(const Func *f, const Inst *in) {
+  if (in->op != IR_REDUCE_SUM && in->op != IR_REDUCE_MAX) return 0;
+  const Type *a = &f->values.data[in->args[0]].type;
+  return !is_literal(f, in->args[0]) && a->ndim >= 1 && a->dims[a->ndim - 1] > 1 &&
+         in->attr[0] == ((int64_t)1 << (a->ndim - 1));
+}
+
+/* The per-row shape of a row kernel's space: the last dim made 1. */
+static Type row_shape(const Type *space) {
+  Type r = *space;
+  r.dims[r.ndim - 1] = 1;
+  return r;
+}
+
+/* Whether elementwise instruction in (result type rt) may join kernel kn:
+ * KN_ELEM: its result has the space's shape, and it reads the values of the
+ * kernel at the same element; KN_ROW: its result is a full row element (the
+ * space's shape) or a per-row value (row_shape), reading the kernel's values
+ * of either kind. Memory operands may broadcast in any legal way. */
+static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
+  Type row = kn->kind == KN_ROW ? row_shape(&kn->space) : kn->space;
+  if (!same_shape(rt, &kn->space) && !(kn->kind == KN_ROW && same_shape(rt, &row))) return 0;
+  for (int a = 0; a < in->nargs; a++) {
+    const Inst *d = def_of(f, in->args[a]);
+    if (!d || d->op == IR_CONST || (int)(d - f->insts.data) < kn->first) continue;   /* memory or literal */
+    const Type *at = &f->values.data[in->args[a]].type;
+    if (!same_shape(at, rt) && !(kn->kind == KN_ROW && same_shape(at, &row))) return 0;
+  }
+  return 1;
+}
+
+KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
+  Arena *A = p->arena;
+  int ni = f->insts.len, nv = f->values.len;
+  KnSchedule *s = arena_alloc(A, sizeof *s);
+  s->kernel_of = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
+  s->phase = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
+  s->rowbuf = arena_alloc(A, (size_t)(nv ? nv : 1));
+  unsigned char *nostore = arena_alloc(A, (size_t)(nv ? nv : 1));
+  int open = -1;   /* the KN_ELEM or KN_ROW kernel instructions may still join, or -1 */
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    const Type *rt = &f->values.data[in->res].type;
+    if (in->op == IR_CONST && s->kernels.len) {   /* a literal: no code, no storage */
+      s->kernel_of[i] = s->kernels.len - 1;
+      s->kernels.data[s->kernels.len - 1].last = i;
+      continue;
+    }
+    int k = s->kernels.len;
+    if (fuse && open >= 0) {
+      Kernel *kn = &s->kernels.data[open];
+      int ok = 0;
+      if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
+        kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
+        ok = 1;
+      } else if (ir_ops[in->op].kind == K_ELEM) {
+        ok = joins(f, kn, in, rt);
+      }
+      if (ok) {
+        s->kernel_of[i] = open;
+        kn->last = i;
+        continue;
+      }
+    }
+    /* a new kernel */
+    Kernel kn;
+    memset(&kn, 0, sizeof kn);
+    kn.first = kn.last = i;
+    kn.space = *rt;
+    if (in->op == IR_CONST || ir_is_view(f, in->res)) kn.kind = KN_VIEW;
+    else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
+    else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
+    vec_push(A, &s->kernels, kn);
+    s->kernel_of[i] = k;
+    /* a view closes the open kernel (kernels are contiguous) */
+    open = kn.kind == KN_ELEM || kn.kind == KN_ROW ? k : -1;
+  }
+  /* Which results leave their kernel. */
+  unsigned char *used_out = arena_alloc(A, (size_t)(nv ? nv : 1));
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    KnKind kind = s->kernels.data[s->kernel_of[i]].kind;
+    for (int a = 0; a < in->nargs; a++) {
+      const Inst *d = def_of(f, in->args[a]);
+      if (!d) continue;
+      int di = (int)(d - f->insts.data);
+      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || (kind != KN_ELEM && kind != KN_ROW))
+        used_out[in->args[a]] = 1;
+    }
+  }
+  for (int i = 0; i < f->outputs.len; i++) used_out[f->outputs.data[i]] = 1;
+  for (int i = 0; i < f->updates.len; i++) used_out[f->updates.data[i]] = 1;
+  /* Row kernels: the loop over the row each instruction runs in (phase).
+   * A reduction runs in its operand's loop and its value exists from the next
+   * loop on; a row element runs in the first loop where all its operands
+   * exist; a per-row value is computed before the loop where it first exists
+   * (`avail`, kept in phase). A row element read in a later loop than its own
+   * is kept in a per-row array (rowbuf), or, over KN_MAX_ROWBUF bytes, stored. */
+  int *avail = arena_alloc(A, sizeof(int) * (size_t)(nv ? nv : 1));
+  for (int k = 0; k < s->kernels.len; k++) {
+    Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ROW) continue;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST) continue;
+      int full = same_shape(&f->values.data[in->res].type, &kn->space), ph = 0;
+      for (int a = 0; a < in->nargs; a++) {
+        const Inst *d = def_of(f, in->args[a]);
+        if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
+        int q = avail[in->args[a]];
+        if (q > ph) ph = q;
+      }
+      s->phase[i] = ph;
+      if (row_reduction(f, in)) {
+        avail[in->res] = ph + 1;
+        if (ph + 1 > kn->nloops) kn->nloops = ph + 1;
+      } else {
+        avail[in->res] = ph;
+        if (full && ph + 1 > kn->nloops) kn->nloops = ph + 1;
+      }
+    }
+    int64_t rowbytes = kn->space.dims[kn->space.ndim - 1] * 8;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      for (int a = 0; a < in->nargs; a++) {
+        ValId v = in->args[a];
+        const Inst *d = def_of(f, v);
+        if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
+        if (!same_shape(&f->values.data[v].type, &kn->space) || s->phase[d - f->insts.data] == s->phase[i]) continue;
+        if (used_out[v]) continue;   /* read back from its array */
+        if (rowbytes <= KN_MAX_ROWBUF) s->rowbuf[v] = 1;
+        else used_out[v] = 1;
+      }
+    }
+  }
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    Kernel *kn = &s->kernels.data[s->kernel_of[i]];
+    int fused = kn->kind == KN_ELEM || kn->kind == KN_ROW;
+    if (in->op == IR_CONST) continue;
+    if (fused && !used_out[in->res]) nostore[in->res] = 1;
+    else if (kn->kind != KN_VIEW) vec_push(A, &kn->outputs, in->res);
+    for (int a = 0; a < in->nargs; a++) {
+      ValId v = in->args[a];
+      const Inst *d = def_of(f, v);
+      if (is_literal(f, v) || (d && s->kernel_of[d - f->insts.data] == s->kernel_of[i] && fused)) continue;
+      int dup = 0;
+      for (int j = 0; j < kn->inputs.len; j++) dup |= kn->inputs.data[j] == v;
+      if (!dup) vec_push(A, &kn->inputs, v);
+    }
+  }
+  /* In place (KN_ELEM): each stored result may take over the bytes of one input
+   * of the same shape and element size (read only at the result's own
+   * element); the plan does it when that input dies in this kernel. */
+  ValId *inplace = arena_alloc(A, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  for (int v = 0; v < nv; v++) inplace[v] = -1;
+  for (int k = 0; k < s->kernels.len && fuse; k++) {
+    Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ELEM) continue;
+    int nin = kn->inputs.len;
+    for (int o = 0; o < kn->outputs.len; o++) {
+      ValId r = kn->outputs.data[o];
+      const Type *rt = &f->values.data[r].type;
+      for (int j = 0; j < nin; j++) {
+        ValId v = kn->inputs.data[j];
+        const Type *vt = &f->values.data[v].type;
+        const Inst *d = def_of(f, v);
+        int claimed = 0;
+        for (int q = 0; q < o; q++) claimed |= inplace[kn->outputs.data[q]] == v;
+        if (!claimed && d && d->op != IR_CONST && !ir_is_view(f, v) && same_shape(vt, rt) &&
+            ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
+          inplace[r] = v;
+          break;
+        }
+      }
+    }
+  }
+  for (int k = 0; k < s->kernels.len; k++) s->ncode += s->kernels.data[k].kind != KN_VIEW;
+  s->hints.step = s->kernel_of;
+  s->hints.nostore = nostore;
+  s->hints.inplace = inplace;
+  return s;
+}
+
+static void print_val(FILE *out, const Func *f, ValId v) {
+  fprintf(out, " %%%s.%d", f->values.data[v].name, v);
+}
+
+void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
+  char tb[256];
+  static const char *const kind[] = {"elementwise", "row", "op", "view"};
+  fprintf(out, "func %s: %d instructions, %d kernels (%d with code)\n", f->name, f->insts.len, s->kernels.len,
+          s->ncode);
+  for (int k = 0; k < s->kernels.len; k++) {
+    const Kernel *kn = &s->kernels.data[k];
+    fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
+    if (kn->kind == KN_ROW)
+      fprintf(out, ", rows of %lld, %d loop%s per row", (long long)kn->space.dims[kn->space.ndim - 1], kn->nloops,
+              kn->nloops == 1 ? "" : "s");
+    fprintf(out, "\n");
+    fprintf(out, "    inputs:");
+    for (int j = 0; j < kn->inputs.len; j++) print_val(out, f, kn->inputs.data[j]);
+    fprintf(out, "\n    outputs:");
+    for (int j = 0; j < kn->outputs.len; j++) print_val(out, f, kn->outputs.data[j]);
+    fprintf(out, "\n");
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST) continue;
+      fprintf(out, "    %%%s.%d = %s%s : %s", f->values.data[in->res].name, in->res, ir_ops[in->op].name,
+              kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
+              ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
+      if (kn->kind == KN_ROW)
+        fprintf(out, "  [%s %d]", same_shape(&f->values.data[in->res].type, &kn->space) || row_reduction(f, in)
+                                      ? "loop" : "per row, before loop", s->phase[i]);
+      if (in->loc.line > 0) fprintf(out, "    ; line %d", in->loc.line);
+      fprintf(out, "\n");
+    }
+  }
+  (void)p;
+}

@@ -1,0 +1,257 @@
+"""The kernel layer (kernels/): the partition `ctc compile --emit kernels` prints,
+the memory plan over kernels (fused intermediates get no storage), the C it
+gives, and fused against unfused (`--no-fuse`) results on the bench models."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ctc_testlib import BENCH, CTC, build_ctc, run, st_read, st_write
+
+CHAIN = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        y = x + self.b
+        y = y * 2.0
+        y = torch.exp(y)
+        y = y - 1.0
+        y = torch.tanh(y)
+        return y
+"""
+
+SOFTMAX = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _build():
+    build_ctc()
+
+
+def kernels_of(tmp_path, src, *opts, name="m.py"):
+    """The `--emit kernels` text of src, split per func: {func: [kernel blocks]}."""
+    p = tmp_path / name
+    p.write_text(src)
+    out = run([CTC, "compile", str(p), "--emit", "kernels", *opts]).stdout
+    funcs = {}
+    for block in re.split(r"^func ", out, flags=re.M)[1:]:
+        fname = block.split(":", 1)[0]
+        funcs[fname] = re.split(r"^  kernel \d+: ", block, flags=re.M)[1:]
+    return funcs
+
+
+def code_kernels(blocks):
+    return [b for b in blocks if not b.startswith("view")]
+
+
+def test_chain_of_five_is_one_kernel(tmp_path):
+    ks = code_kernels(kernels_of(tmp_path, CHAIN, "--input", "x=f32[4,16]")["forward"])
+    assert len(ks) == 1, ks
+    k = ks[0]
+    assert k.startswith("elementwise over f32[4,16]")
+    assert re.search(r"inputs: %x\.\d+ %b\.\d+\n", k), k
+    assert len(re.findall(r"^    outputs: %\S+\n", k, re.M)) == 1
+    ops = re.findall(r"= (\w+)( \(local\))? : \S+ +; line (\d+)", k)
+    assert [o[0] for o in ops] == ["add", "mul", "exp", "sub", "tanh"]
+    assert [bool(o[1]) for o in ops] == [True] * 4 + [False]   # only the result is stored
+    assert [int(o[2]) for o in ops] == [11, 12, 13, 14, 15]    # model lines
+
+
+def test_chain_generated_code(tmp_path):
+    """One loop nest, the intermediates are scalar locals with the model's names, no arena."""
+    p = tmp_path / "m.py"
+    p.write_text(CHAIN)
+    c = tmp_path / "m.c"
+    r = run([CTC, "compile", str(p), "--input", "x=f32[4,16]", "-o", str(c), "--stats"])
+    body = c.read_text().split("int net_forward(")[1]
+    assert body.count("for (int64_t") <= 2, body            # one nest (merged to one loop or two)
+    assert "kernel 0: 5 elementwise ops fused over f32[4,16]" in body
+    assert re.search(r"const float x_e = x\[.*\];\n *const float b_e = b\[.*\];\n *const float y = \(x_e \+ b_e\);",
+                     body), body
+    # only the stored result (and the parameter) are arena pointers
+    assert len(re.findall(r"\*\)\(A \+ \d+\);", body)) == 2, body
+    m = re.search(r"entry forward: (\d+) instructions, (\d+) with code; (\d+) kernels after fusion, "
+                  r"activations (\d+) bytes", r.stderr)
+    assert m and (int(m.group(2)), int(m.group(3)), int(m.group(4))) == (5, 1, 256), r.stderr
+    r = run([CTC, "compile", str(p), "--input", "x=f32[4,16]", "-o", str(c), "--stats", "--no-fuse"])
+    m = re.search(r"entry forward: \d+ instructions, (\d+) with code; (\d+) kernels \(--no-fuse\), "
+                  r"activations (\d+) bytes", r.stderr)
+    assert m and int(m.group(1)) == int(m.group(2)) == 5 and int(m.group(3)) > 256, r.stderr
+
+
+def test_in_place(tmp_path):
+    """A fused result takes over the bytes of an input that dies in its kernel (same
+    shape and element size); an input still needed later is not overwritten."""
+    src = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x):
+        a = torch.matmul(x, self.w)
+        b = torch.tanh(a) + 1.0
+        c = torch.matmul(b, self.w)
+        return torch.matmul(c * 2.0, self.w) + c
+"""
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    c = tmp_path / "m.c"
+    run([CTC, "compile", str(p), "--input", "x=f32[4,16]", "-o", str(c)])
+    body = c.read_text().split("int net_forward(")[1]
+    off = dict((m.group(1), int(m.group(2))) for m in re.finditer(r"float \*(?:restrict )?(\w+) = \(float \*\)\(A \+ (\d+)\);", body))
+    assert off["b"] == off["a"], body                       # a dies in b's loop: b is written over it
+    assert off["mul"] != off["c"], body                     # c is read again after c * 2.0
+    for name in ("a", "b"):
+        assert not re.search(r"\*restrict %s = " % name, body), body   # shared bytes: not restrict
+
+
+def test_softmax_partition(tmp_path):
+    """softmax is one row kernel of 3 loops per row: max | sub, exp, sum | div (5 loop nests unfused)."""
+    fused = code_kernels(kernels_of(tmp_path, SOFTMAX, "--input", "x=f32[8,32]")["forward"])
+    assert len(fused) == 1, fused
+    assert fused[0].startswith("row over f32[8,32], rows of 32, 3 loops per row"), fused[0]
+    ops = re.findall(r"= (\w+)( \(local\)| \(row array\))? : \S+  \[loop (\d)\]", fused[0])
+    assert ops == [("reduce_max", " (local)", "0"), ("sub", " (local)", "1"), ("exp", " (row array)", "1"),
+                   ("reduce_sum", " (local)", "1"), ("div", "", "2")], fused[0]
+    unfused = code_kernels(kernels_of(tmp_path, SOFTMAX, "--input", "x=f32[8,32]", "--no-fuse")["forward"])
+    assert len(unfused) == 5
+    assert "(local)" not in "".join(unfused)
+
+
+LAYERNORM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+
+    def forward(self, x):
+        return F.log_softmax(self.ln(x), dim=-1), x.mean(dim=-1)
+"""
+
+
+def test_layer_norm_log_softmax_mean_one_kernel(tmp_path):
+    """Layer norm, then log_softmax, and a mean of the same rows: one kernel, 5 loops
+    per row; only the two results touch memory (plus the view of the mean)."""
+    ks = kernels_of(tmp_path, LAYERNORM, "--input", "x=f32[8,32]")["forward"]
+    code = code_kernels(ks)
+    assert len(code) == 1 and code[0].startswith("row over f32[8,32], rows of 32, 5 loops per row"), ks
+    assert len(re.findall(r"^    %\S+ = \w+ : ", code[0], re.M)) == 2, code[0]   # stored: the two results
+    p = tmp_path / "ln.py"
+    p.write_text(LAYERNORM)
+    c = tmp_path / "ln.c"
+    run([CTC, "compile", str(p), "--input", "x=f32[8,32]", "-o", str(c)])
+    body = c.read_text().split("int net_forward(")[1]
+    assert body.count("for (int64_t j = 0; j < 32; j++)") == 5, body
+    assert len(re.findall(r"\*\)\(A \+ \d+\);", body)) == 5, body   # weight, bias, 2 results, the view
+
+
+def test_broadcast_row_and_shape_change(tmp_path):
+    """Broadcast operands join; a reduction over the last axis pulls its prologue and
+    the ops over the same rows into one row kernel; another reduction does not."""
+    src = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def forward(self, x, s):
+        y = torch.relu(x * s)
+        z = y.sum(dim=1, keepdim=True)
+        return torch.softmax(x, dim=-1), y + 1.0, z * 2.0 + s, x.sum(dim=0)
+"""
+    ks = code_kernels(kernels_of(tmp_path, src, "--input", "x=f32[4,8]", "--input", "s=f32[4,1]")["forward"])
+    assert [k.split("\n")[0] for k in ks] == ["row over f32[4,8], rows of 8, 3 loops per row", "op over f32[1,8]"], ks
+    assert re.search(r"outputs: %softmax\.\d+ %add\.\d+ %add\.\d+\n", ks[0]), ks[0]
+    assert re.search(r"= mul \(local\) : f32\[4,1\]  \[per row, before loop 1\]", ks[0]), ks[0]
+
+
+def test_sgd_update_is_one_kernel_per_parameter(tmp_path):
+    src = open(os.path.join(BENCH, "mlp.py")).read() + TRAIN
+    ks = kernels_of(tmp_path, src, "--input", "x=f32[4,1,28,28]", "--input", "y=i64[4]")["train_step"]
+    upd = [k for k in ks if k.startswith("elementwise over f32[512,784]")]
+    assert len(upd) == 1 and len(re.findall(r"^    %", upd[0], re.M)) == 4, upd   # momentum + step, one pass
+
+
+TRAIN = """
+
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+
+# (file, forward's input name, x, y): small batches keep the builds and runs fast
+BENCH_CASES = [
+    ("mlp.py", "x", lambda r: r.standard_normal((8, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 8)),
+    ("lenet.py", "t", lambda r: r.standard_normal((4, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 4)),
+    ("gpt.py", "idx", lambda r: r.integers(0, 256, (2, 128)), lambda r: r.integers(0, 256, (2, 128))),
+]
+
+
+def _spec(name, a):
+    dt = "i64" if a.dtype == np.int64 else "f32"
+    return f"{name}={dt}[{','.join(map(str, a.shape))}]"
+
+
+@pytest.mark.parametrize("case", BENCH_CASES, ids=[c[0] for c in BENCH_CASES])
+def test_fused_matches_unfused(tmp_path, case):
+    """Forward and one SGD-momentum train step: fused and unfused programs agree
+    (outputs, loss and the updated parameters) within 1e-6."""
+    fname, xname, mkx, mky = case
+    rng = np.random.default_rng(0)
+    x, y = mkx(rng), mky(rng).astype(np.int64)
+    src = tmp_path / fname
+    src.write_text(open(os.path.join(BENCH, fname)).read() + TRAIN)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    res = {}
+    for mode in ("fused", "unfused"):
+        exe = tmp_path / mode
+        opts = ["--no-fuse"] if mode == "unfused" else []
+        specs = ["--input", _spec("x", x), "--input", _spec("y", y)]
+        if xname != "x":
+            specs += ["--input", _spec(xname, x)]
+        run([CTC, "build", str(src), "-o", str(exe), *specs, *opts], timeout=600)
+        w = tmp_path / "w.safetensors"
+        if mode == "fused":   # one set of random weights for both programs
+            run([str(exe), "run", "forward", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "o.npy"),
+                 "--save", str(w)])
+        out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+        run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--output", str(out)])
+        run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--repeat", "2"])
+        res[mode] = (np.load(out), np.load(loss), st_read(str(saved)))
+    (fo, fl, fw), (uo, ul, uw) = res["fused"], res["unfused"]
+    np.testing.assert_allclose(fo, uo, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(fl, ul, rtol=1e-6, atol=1e-6)
+    assert fw.keys() == uw.keys()
+    for k in fw:
+        np.testing.assert_allclose(fw[k], uw[k], rtol=1e-6, atol=1e-6, err_msg=k)
