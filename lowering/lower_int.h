@@ -134,6 +134,8 @@ struct L {
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
+  ValId *grad_acc;       /* per Program param: its accumulated .grad in L->fn, or -1 (training.c) */
+  int grad_n;            /* entries of grad_acc */
   int zeroed;            /* zero_grad() was called in this function */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
@@ -265,6 +267,8 @@ PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a 
  * step() no entry called (PyTorch users step them once per epoch). */
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
+void grads_zero(L *L);                             /* optimizer/model.zero_grad() */
+PV *clip_grad(L *L, PV *fn, Args *A);              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
 /* functional.c: torch.autograd.functional, forward_ad and torch.func, built on
  * ad_reverse / ad_forward (jacobians unrolled one direction at a time) */
