@@ -395,7 +395,11 @@ static PV *module_call(L *L, PV *fn, Args *A) {
     return pv_none(L);
   case BI_MOD_ZERO_GRAD: /* model.zero_grad(): like optimizer.zero_grad() */
     bind_args(L, A, "set_to_none=", a);
-    grads_zero(L);
+    {
+      PV *ps = pv_list(L, NULL, 0);
+      collect_params(L, A->at, self, ps, pv_dict(L), 0);
+      grads_zero(L, A->at, ps);
+    }
     return pv_none(L);
   case BI_MOD_TO: return self;
   default: break;

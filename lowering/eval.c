@@ -519,7 +519,10 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
     L->env = env;
     result = eval_expr(L, def->a);
   } else {
+    struct Cont *cont = L->cont; /* a callee's `if`s on run-time tensors do not continue into the caller */
+    L->cont = NULL;
     int r = exec_block(L, env, &def->body);
+    L->cont = cont;
     result = r == EX_RETURN ? L->retval : pv_none(L);
   }
   L->env = saved;
@@ -1456,6 +1459,28 @@ static PV *select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b) {
                      "tensors and numbers can be selected with torch.where", what, pv_kind_name(a), pv_kind_name(b));
 }
 
+/* What follows the block being executed, up to the end of the function: the
+ * rest of the enclosing block and, above it, its own continuation. */
+struct Cont {
+  NodeVec *body;
+  int rest;
+  struct Cont *up;
+};
+
+/* Run what follows an `if` on one path: the rest of its block, then the
+ * enclosing blocks' rests, until something returns. */
+static int run_tail(L *L, Env *e, NodeVec *body, int rest, struct Cont *up) {
+  Node *bad = impure_stmt(body, rest);
+  if (bad) impure_error(L, bad);
+  struct Cont *saved = L->cont;
+  L->cont = up;
+  NodeVec tail = {body->data + rest, body->len - rest, body->len - rest};
+  int r = exec_block(L, e, &tail);
+  L->cont = saved;
+  if (r == EX_NORMAL && up) return run_tail(L, e, up->body, up->rest, up->up);
+  return r;
+}
+
 static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consumed) {
   Type ct = t_type(c);
   int64_t numel = 1;
@@ -1465,10 +1490,13 @@ static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consume
   if (!bad) bad = impure_stmt(&s->orelse, 0);
   if (bad) impure_error(L, bad);
   Env *e0 = L->env, *e1 = env_copy(L, e0), *e2 = env_copy(L, e0);
+  struct Cont *up = L->cont, here = {body, rest, up};
+  L->cont = &here; /* an `if` nested in a branch continues with what follows this one */
   int r1 = exec_block(L, e1, &s->body);
   PV *v1 = L->retval;
   int r2 = exec_block(L, e2, &s->orelse);
   PV *v2 = L->retval;
+  L->cont = up;
   if (r1 == EX_NORMAL && r2 == EX_NORMAL) {
     for (int i = 0; i < e1->names.len; i++) {
       const char *n = e1->names.data[i];
@@ -1477,18 +1505,18 @@ static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consume
     }
     return EX_NORMAL;
   }
+  if ((r1 != EX_NORMAL && r1 != EX_RETURN) || (r2 != EX_NORMAL && r2 != EX_RETURN))
+    lower_error(L, s->span, "break/continue under an `if` on a run-time tensor cannot be compiled");
   if (r1 == EX_NORMAL || r2 == EX_NORMAL) {
-    /* one branch returned: the rest of the block is the other path */
-    if ((bad = impure_stmt(body, rest))) impure_error(L, bad);
-    NodeVec tail = {body->data + rest, body->len - rest, body->len - rest};
-    int r = exec_block(L, r1 == EX_NORMAL ? e1 : e2, &tail);
+    /* one branch returned: what follows the `if` is the other path */
+    int r = run_tail(L, r1 == EX_NORMAL ? e1 : e2, body, rest, up);
     if (r != EX_RETURN)
-      lower_error(L, s->span, "one path through this `if` on a run-time tensor returns and the other does not");
+      lower_error(L, s->span, "one path through this `if` on a run-time tensor returns a value and the other reaches "
+                              "the end of the function");
     if (r1 == EX_NORMAL) v1 = L->retval;
     else v2 = L->retval;
     *consumed = 1;
-  } else if (r1 != EX_RETURN || r2 != EX_RETURN)
-    lower_error(L, s->span, "break/continue under an `if` on a run-time tensor cannot be compiled");
+  }
   L->retval = select_value(L, s->span, "return", c, v1, v2);
   return EX_RETURN;
 }
@@ -1500,7 +1528,10 @@ int exec_block(L *L, Env *env, NodeVec *body) {
   for (int i = 0; i < body->len && r == EX_NORMAL; i++) {
     Node *s = body->data[i];
     if (s->kind != N_IF || !L->fn) {
+      struct Cont *cont = L->cont; /* loops, with, try: their bodies are not followed by this block's rest */
+      L->cont = NULL;
       r = exec_stmt(L, s);
+      L->cont = cont;
       continue;
     }
     eval_charge(L, s->span, 1);
@@ -1509,8 +1540,13 @@ int exec_block(L *L, Env *env, NodeVec *body) {
       int consumed = 0;
       r = staged_if(L, s, c, body, i + 1, &consumed);
       if (consumed) break;
-    } else
+    } else {
+      /* a compile-time `if`: a staged `if` inside continues with what follows it */
+      struct Cont *up = L->cont, here = {body, i + 1, up};
+      L->cont = &here;
       r = exec_block(L, L->env, truthy(L, s->a->span, c) ? &s->body : &s->orelse);
+      L->cont = up;
+    }
   }
   L->env = saved;
   return r;

@@ -135,7 +135,8 @@ struct L {
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
   ValId *grad_acc;       /* per Program param: its accumulated .grad in L->fn, or -1 (training.c) */
-  int grad_n;            /* entries of grad_acc */
+  unsigned char *grad_flags; /* per Program param: GF_* (training.c) */
+  int grad_n;            /* entries of grad_acc and grad_flags */
   int zeroed;            /* zero_grad() was called in this function */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
@@ -143,6 +144,8 @@ struct L {
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
   PV *retval;            /* value of the last `return` */
+  struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
+                            `if` on a run-time tensor (NULL outside such ifs and in calls) */
 };
 
 /* ---- errors ---- */
@@ -267,7 +270,8 @@ PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a 
  * step() no entry called (PyTorch users step them once per epoch). */
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
-void grads_zero(L *L);                             /* optimizer/model.zero_grad() */
+/* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
+void grads_zero(L *L, Span at, PV *params);
 PV *clip_grad(L *L, PV *fn, Args *A);              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
 /* functional.c: torch.autograd.functional, forward_ad and torch.func, built on

@@ -392,15 +392,56 @@ static const char *slot_name(L *L, Slot *s) { return L->prog->params.data[s->ind
  * backward() calls before one step() accumulate, as PyTorch's .grad does, and
  * clipping rewrites the accumulated gradients the step then reads. */
 
-void grads_zero(L *L) {
-  L->pending.len = L->pending_seed.len = 0;
-  for (int i = 0; i < L->grad_n; i++) L->grad_acc[i] = -1;
+enum { GF_CLEARED = 1, GF_READ = 2 }; /* a zero_grad() in the function clears it; a clip/step reads it */
+
+static void grads_grow(L *L) {
+  int np = L->prog->params.len;
+  if (L->grad_n >= np) return;
+  ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)np);
+  unsigned char *f = arena_alloc(L->a, (size_t)np);
+  for (int i = 0; i < np; i++) {
+    g[i] = i < L->grad_n ? L->grad_acc[i] : -1;
+    f[i] = i < L->grad_n ? L->grad_flags[i] : 0;
+  }
+  L->grad_acc = g;
+  L->grad_flags = f;
+  L->grad_n = np;
+}
+
+static void grads_materialize(L *L, Span at, PV *extra);
+
+/* PyTorch's zero_grad clears only the gradients of its optimizer's (or module's)
+ * parameters: the others keep theirs, even across calls. */
+void grads_zero(L *L, Span at, PV *params) {
+  if (L->fn) {
+    grads_materialize(L, at, NULL);
+    grads_grow(L);
+  }
+  for (int i = 0; params && i < params->n; i++) {
+    int idx = params->items[i]->k == PV_TENSOR && params->items[i]->t->slot ? params->items[i]->t->slot->index : -1;
+    if (idx < 0 || idx >= L->grad_n) continue;
+    L->grad_acc[idx] = -1;
+    L->grad_flags[idx] |= GF_CLEARED;
+  }
   L->zeroed = 1;
 }
 
 static void grads_reset(L *L) {
   L->grad_acc = NULL;
+  L->grad_flags = NULL;
   L->grad_n = 0;
+}
+
+/* At the end of a training function: a gradient a clip or step read must be
+ * cleared by some zero_grad() of the function, or PyTorch would carry it into
+ * the next call (which a compiled entry, without .grad state, cannot). */
+static void grads_check_cleared(L *L, Span at, const char *name) {
+  for (int i = 0; i < L->grad_n; i++)
+    if ((L->grad_flags[i] & GF_READ) && !(L->grad_flags[i] & GF_CLEARED))
+      lower_error(L, at, "'%s' uses the gradient of '%s' but no zero_grad() in it clears that gradient (an "
+                         "optimizer's zero_grad() clears only its own parameters): PyTorch would add it to the next "
+                         "call's gradients; call model.zero_grad() or leave the parameter out",
+                  name, L->prog->params.data[i].name);
 }
 
 static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
@@ -436,13 +477,7 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   }
   ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads);
   L->pending.len = L->pending_seed.len = 0;
-  int np = L->prog->params.len;
-  if (L->grad_n < np) {
-    ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)np);
-    for (int i = 0; i < np; i++) g[i] = i < L->grad_n ? L->grad_acc[i] : -1;
-    L->grad_acc = g;
-    L->grad_n = np;
-  }
+  grads_grow(L);
   for (int i = 0; i < n; i++) {
     int idx = list->items[i]->t->slot->index;
     ValId prev = L->grad_acc[idx];
@@ -450,10 +485,12 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   }
 }
 
-/* The accumulated gradient of a parameter, or -1 (None). */
+/* The accumulated gradient of a parameter, or -1 (None); marks it read. */
 static ValId grad_of(L *L, PV *p) {
   int idx = p->t->slot->index;
-  return idx >= 0 && idx < L->grad_n && !p->t->slot->frozen ? L->grad_acc[idx] : -1;
+  if (idx < 0 || idx >= L->grad_n || p->t->slot->frozen || L->grad_acc[idx] < 0) return -1;
+  L->grad_flags[idx] |= GF_READ;
+  return L->grad_acc[idx];
 }
 
 /* torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=2.0,
@@ -556,7 +593,7 @@ PV *optim_call(L *L, PV *fn, Args *A) {
   PV *opt = fn->self, *a[2];
   if (fn->bi == BI_OPT_ZERO_GRAD) {
     bind_args(L, A, "set_to_none=", a);
-    grads_zero(L);
+    grads_zero(L, A->at, env_get(opt->attrs, "params"));
     return pv_none(L);
   }
   if (fn->bi == BI_OPT_ADD_PARAM_GROUP) {
@@ -915,6 +952,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   if (L->zeroed < 0)
     lower_error(L, def->span, "'%s' calls optimizer.step() without optimizer.zero_grad() before or after it: its "
                               "gradients would accumulate across calls; call zero_grad()", name);
+  grads_check_cleared(L, def->span, name);
   persist_group_lrs(L, def->span);
   PV **outs = &r;
   int nout = r->k == PV_NONE ? 0 : 1;

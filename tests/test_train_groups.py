@@ -96,7 +96,8 @@ OPTIMIZERS = {
                 "lr=0.01, weight_decay=0.01)", 0.01),
     "Adagrad": ("Adagrad([{'params': decay, 'lr_decay': 0.01}, {'params': nodecay, 'weight_decay': 0.1}], lr=0.05)",
                 0.05),
-    "Adadelta": ("Adadelta([{'params': decay, 'rho': 0.8}, {'params': nodecay, 'weight_decay': 0.1}], lr=1.0)", 1.0),
+    "Adadelta": ("Adadelta([{'params': decay, 'rho': 0.8}, {'params': nodecay, 'weight_decay': 0.1, 'maximize': True}], "
+                 "lr=1.0)", 1.0),
 }
 
 CLIPS = {
@@ -214,6 +215,38 @@ def train_step(x, y, it):
 example_inputs = {{"forward": (torch.randn(4, 6),),
                    "train_step": (torch.randn(1, 4, 6), torch.randint(0, 3, (1, 4)), torch.tensor(0))}}
 """
+
+
+ORDER = UNGROUPED.replace("""\
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x[0]), y[0])
+    loss.backward()
+    optimizer.step()""", """\
+    loss = F.cross_entropy(model(x[0]), y[0])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+    loss2 = F.cross_entropy(model(x[1]), y[1]) * 0.5
+    loss2.backward()
+    torch.nn.utils.clip_grad_value_(model.fc2.parameters(), 0.01)
+    optimizer.step()
+    model.zero_grad()""").replace("torch.randn(1, 4, 6), torch.randint(0, 3, (1, 4))",
+                                 "torch.randn(2, 4, 6), torch.randint(0, 3, (2, 4))")
+
+
+def test_backward_clip_backward_step(tmp_path):
+    """Gradients of a backward() after a clip add to the clipped ones, and a second
+    clip on some parameters acts on the sums: the order of the calls is PyTorch's."""
+    src = ORDER.format(extra="")
+    assert "clip_grad_value_" in src and "torch.randn(2, 4, 6)" in src
+    paired(tmp_path, src, 4, (2, 4, 6), (2, 4), 3, "order")
+
+
+def test_gradient_kept_across_calls_is_refused(tmp_path):
+    """optimizer.zero_grad() clears only the optimizer's parameters: fc1 (in no
+    group) keeps its gradient into the next call in PyTorch, where the clip reads
+    it; a compiled entry has no .grad state, so ctc refuses this."""
+    err = ctc_error(tmp_path, ORDER.replace("model.zero_grad()", "optimizer.zero_grad()").format(extra=""))
+    assert "e.py:21:" in err and "uses the gradient of 'fc1.weight' but no zero_grad() in it clears" in err, err
 
 
 def test_parameter_in_no_group_is_not_updated(tmp_path):
@@ -610,3 +643,53 @@ def test_nanogpt_train_step(tmp_path):
     mod, got = paired(tmp_path, GPT_SRC, 10, (3, 4, 8), (3, 4, 8), 17, "nanogpt", x_int=True)
     assert "lm_head.weight" not in got  # tied: one parameter, PyTorch's first name
     assert len(mod.optimizer.param_groups) == 2
+
+
+STAGED_IF = """\
+import math
+import torch
+import torch.nn as nn
+
+
+def scale(s):
+    if s > 1.5:
+        return 2.0
+    elif s < -1.5:
+        r = s * s
+        r += 1
+        return r
+    k = math.exp(s) if s > 0 else 0.5
+    return k
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        s = x.sum()
+        if s > 0:
+            y = x * 2
+            z = 1
+        else:
+            y = -x
+            z = 3
+        return y * scale(s) + z + (0 <= s <= 1) * 10.0
+
+
+model = Net()
+example_inputs = {"forward": (torch.randn(4),)}
+"""
+
+
+def test_if_on_runtime_tensor(tmp_path):
+    """`if`/`elif`/`else`, early returns, a conditional expression and a chained
+    comparison on a run-time 0-d tensor: every path matches PyTorch."""
+    path = tmp_path / "m.py"
+    path.write_text(STAGED_IF)
+    mod = load_module(str(path), "staged_if")
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    for total in [-3.0, -1.0, 0.0, 0.5, 1.0, 3.0]:
+        x = np.full(4, total / 4, dtype=np.float32)
+        np.save(tmp_path / "x.npy", x)
+        run([exe, "infer", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"])
+        compare(f"staged if, sum {total}", np.load(tmp_path / "o.npy"), mod.model(torch.from_numpy(x)).numpy(), 1e-6,
+                1e-6)
