@@ -272,7 +272,8 @@ void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 /* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
 void grads_zero(L *L, Span at, PV *params);
-PV *clip_grad(L *L, PV *fn, Args *A);              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
+PV *clip_grad(L *L, PV *fn, Args *A);
+PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
 /* functional.c: torch.autograd.functional, forward_ad and torch.func, built on
  * ad_reverse / ad_forward (jacobians unrolled one direction at a time) */

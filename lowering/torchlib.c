@@ -827,7 +827,7 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "device")) return pv_str(L, "cpu");
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
-  if (!strcmp(name, "grad")) lower_error(L, at, "'.grad' is not supported yet");
+  if (!strcmp(name, "grad")) return param_grad(L, at, t);
   for (int i = BI_T_ZEROS; i <= BI_T_ZERO_; i++)
     if (strcmp(bi_names[i], name) == 0) {
       if (i >= BI_T_ZEROS && i <= BI_T_SET_NUM_THREADS && i != BI_T_TRIL && i != BI_T_TRIU) continue;

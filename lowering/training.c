@@ -493,6 +493,19 @@ static ValId grad_of(L *L, PV *p) {
   return L->grad_acc[idx];
 }
 
+/* p.grad: the gradient accumulated by the backward() calls since the last
+ * zero_grad() (None at compile time, for tensors that are not parameters, and
+ * before any backward()). Read-only: `p.grad = ...` and in-place updates of it
+ * are not supported. */
+PV *param_grad(L *L, Span at, PV *t) {
+  if (!L->fn || !t->t->slot || t->t->slot->is_buffer || t->t->slot->frozen || t->t->slot->index < 0)
+    return pv_none(L);
+  PV *one = pv_list(L, &t, 1);
+  grads_materialize(L, at, one);
+  ValId g = grad_of(L, t);
+  return g < 0 ? pv_none(L) : t_detach(L, at, t_wrap(L, g));
+}
+
 /* torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=2.0,
  * error_if_nonfinite=False) and clip_grad_value_(parameters, clip_value), as
  * PyTorch 1.13 computes them: the total norm is the norm of the per-parameter

@@ -693,3 +693,25 @@ def test_if_on_runtime_tensor(tmp_path):
         run([exe, "infer", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"])
         compare(f"staged if, sum {total}", np.load(tmp_path / "o.npy"), mod.model(torch.from_numpy(x)).numpy(), 1e-6,
                 1e-6)
+
+
+GRAD_ATTR = UNGROUPED.replace("""\
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x[0]), y[0])
+    loss.backward()
+    optimizer.step()
+    return loss""", """\
+    model.zero_grad()
+    loss = F.cross_entropy(model(x[0]), y[0])
+    loss.backward()
+    g1 = model.fc1.weight.grad.clone()
+    loss = loss + F.cross_entropy(model(x[0] * 2), y[0])
+    loss.backward()  # (the first loss's graph is not retained: only the new term adds)
+    optimizer.step()
+    return loss, g1, model.fc2.bias.grad * 1.0""").replace("loss = loss + F", "loss = F")
+
+
+def test_grad_attribute(tmp_path):
+    """p.grad in a training function: the accumulated gradient at that point."""
+    assert "g1 = model.fc1.weight.grad" in GRAD_ATTR
+    paired(tmp_path, GRAD_ATTR.format(extra=""), 3, (1, 4, 6), (1, 4), 3, "gradattr")
