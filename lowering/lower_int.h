@@ -137,7 +137,8 @@ struct L {
   ValId *grad_acc;       /* per Program param: its accumulated .grad in L->fn, or -1 (training.c) */
   unsigned char *grad_flags; /* per Program param: GF_* (training.c) */
   int grad_n;            /* entries of grad_acc and grad_flags */
-  int zeroed;            /* zero_grad() was called in this function */
+  int zeroed;            /* zero_grad() was called in this function (-1: only a step so far) */
+  Span unzeroed_step;    /* that step() */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */

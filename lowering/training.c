@@ -573,7 +573,10 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
   /* zero_grad() before step(), or after it (nanoGPT zeroes at the end of its
    * iteration): either way every call starts without gradients; checked when
    * the function ends (stage_function) */
-  if (!L->zeroed) L->zeroed = -1;
+  if (!L->zeroed) {
+    L->zeroed = -1;
+    L->unzeroed_step = at;
+  }
   grads_materialize(L, at, NULL);
   PV *groups = env_get(opt->attrs, "param_groups");
   int any = 0;
@@ -963,8 +966,8 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     lower_error(L, def->span, "'%s' calls backward() but no optimizer.step() uses the gradients", name);
   if (L->stepped) f->kind = FK_TRAIN;
   if (L->zeroed < 0)
-    lower_error(L, def->span, "'%s' calls optimizer.step() without optimizer.zero_grad() before or after it: its "
-                              "gradients would accumulate across calls; call zero_grad()", name);
+    lower_error(L, L->unzeroed_step, "optimizer.step() without an optimizer.zero_grad() before or after it in '%s' "
+                                     "would accumulate gradients across calls; call zero_grad()", name);
   grads_check_cleared(L, def->span, name);
   persist_group_lrs(L, def->span);
   PV **outs = &r;

@@ -71,7 +71,7 @@ TRAIN_IN = ("--input", "x=f32[2,4]", "--input", "y=i64[2]")
 CASES += [
     ("step_without_zero_grad", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    loss = F.cross_entropy(model(x), y)\n"
      "    loss.backward()\n    optimizer.step()\n    return loss\n", TRAIN_IN,
-     "21:5: error: optimizer.step() without an earlier optimizer.zero_grad()"),
+     "21:5: error: optimizer.step() without an optimizer.zero_grad() before or after it"),
     ("backward_without_step", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    optimizer.zero_grad()\n"
      "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    return loss\n", TRAIN_IN,
      "18:1: error: 'train_step' calls backward() but no optimizer.step() uses the gradients"),

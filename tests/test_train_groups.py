@@ -400,7 +400,7 @@ BODY_ERRORS = [
     ("""\
     loss = F.cross_entropy(model(x), y)
     loss.backward()
-    optimizer.step()""", 20, "calls optimizer.step() without optimizer.zero_grad() before or after it"),
+    optimizer.step()""", 23, "optimizer.step() without an optimizer.zero_grad() before or after it"),
     ("""\
     optimizer.zero_grad()
     loss = F.cross_entropy(model(x), y)
