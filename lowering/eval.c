@@ -1255,6 +1255,7 @@ static int exec_stmt(L *L, Node *s) {
       v = cur;
     } else if (cur->k == PV_TENSOR && L->fn) {
       /* `x += y` on a tensor updates it in place: other names bound to it see the change */
+      staged_effect_check(L, s->span, "an in-place update of a tensor (write `x = x + ...`)");
       v = t_inplace(L, s->span, cur, binop(L, s->span, s->op, cur, rhs));
     } else
       v = binop(L, s->span, s->op, cur, rhs);
@@ -1429,6 +1430,12 @@ static Node *impure_stmt(NodeVec *b, int from) {
   return NULL;
 }
 
+void staged_effect_check(L *L, Span at, const char *what) {
+  if (L->staged_depth)
+    lower_error(L, at, "%s under an `if` on a run-time tensor cannot be compiled: ctc runs both branches and selects "
+                       "values with torch.where, so effects would happen on both paths", what);
+}
+
 CTC_NORETURN static void impure_error(L *L, Node *s) {
   lower_error(L, s->span, "this statement depends on an `if` whose condition is a run-time tensor: ctc computes both "
                           "branches and selects with torch.where, so they (and what follows a branch that returns) "
@@ -1492,6 +1499,7 @@ static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consume
   Env *e0 = L->env, *e1 = env_copy(L, e0), *e2 = env_copy(L, e0);
   struct Cont *up = L->cont, here = {body, rest, up};
   L->cont = &here; /* an `if` nested in a branch continues with what follows this one */
+  L->staged_depth++;
   int r1 = exec_block(L, e1, &s->body);
   PV *v1 = L->retval;
   int r2 = exec_block(L, e2, &s->orelse);
@@ -1503,6 +1511,7 @@ static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consume
       PV *b = env_get(e2, n);
       if (b) env_set(L, e0, n, select_value(L, s->span, arena_printf(L->a, "'%s'", n), c, e1->vals.data[i], b));
     }
+    L->staged_depth--;
     return EX_NORMAL;
   }
   if ((r1 != EX_NORMAL && r1 != EX_RETURN) || (r2 != EX_NORMAL && r2 != EX_RETURN))
@@ -1517,6 +1526,7 @@ static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consume
     else v2 = L->retval;
     *consumed = 1;
   }
+  L->staged_depth--;
   L->retval = select_value(L, s->span, "return", c, v1, v2);
   return EX_RETURN;
 }

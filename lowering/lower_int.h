@@ -145,6 +145,7 @@ struct L {
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
   PV *retval;            /* value of the last `return` */
+  int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time tensor (NULL outside such ifs and in calls) */
 };
@@ -218,6 +219,9 @@ int truthy(L *L, Span at, PV *v);
 int pv_less(L *L, Span at, PV *a, PV *b);   /* Python a < b on compile-time values */
 /* Iterate a compile-time iterable: returns a fresh array of items in *out. */
 int iter_items(L *L, Span at, PV *v, PV ***out);
+/* An effect (backward, step, a state or in-place update, a list mutation) inside a
+ * branch of an `if` on a run-time tensor, which runs both branches: a located error. */
+void staged_effect_check(L *L, Span at, const char *what);
 
 /* ---- builtins.c ---- */
 /* Argument binding for native functions: positional or keyword by name.

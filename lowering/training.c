@@ -214,6 +214,7 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
 
 /* Record that parameter/state `t` becomes `v` when the entry finishes. */
 void state_update(L *L, Span at, PV *t, PV *v) {
+  staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
   int idx = t->t->slot->index;
   ValId val = t_val(L, at, v);
   ir_add_update(L->prog, L->fn, idx, val);
@@ -413,6 +414,7 @@ static void grads_materialize(L *L, Span at, PV *extra);
 /* PyTorch's zero_grad clears only the gradients of its optimizer's (or module's)
  * parameters: the others keep theirs, even across calls. */
 void grads_zero(L *L, Span at, PV *params) {
+  staged_effect_check(L, at, "zero_grad()");
   if (L->fn) {
     grads_materialize(L, at, NULL);
     grads_grow(L);
@@ -516,6 +518,7 @@ PV *clip_grad(L *L, PV *fn, Args *A) {
   bind_args(L, A, norm ? "parameters,max_norm,norm_type=,error_if_nonfinite=,foreach=" : "parameters,clip_value,foreach=", a);
   Span at = A->at;
   if (!L->fn) lower_error(L, at, "%s() must be called inside a compiled training function", A->fname);
+  staged_effect_check(L, at, "gradient clipping");
   PV **items;
   int n = a[0]->k == PV_TENSOR ? (items = &a[0], 1) : iter_items(L, at, a[0], &items);
   PV *params = pv_list(L, NULL, 0);
@@ -570,6 +573,7 @@ PV *clip_grad(L *L, PV *fn, Args *A) {
 
 static PV *optimizer_step(L *L, PV *opt, Span at) {
   if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
+  staged_effect_check(L, at, "optimizer.step()");
   /* zero_grad() before step(), or after it (nanoGPT zeroes at the end of its
    * iteration): either way every call starts without gradients; checked when
    * the function ends (stage_function) */
@@ -626,6 +630,7 @@ PV *tensor_backward(L *L, PV *t, Args *A) {
   PV *a[4];
   bind_args(L, A, "gradient=,retain_graph=,create_graph=,inputs=", a);
   if (!L->fn) lower_error(L, A->at, "backward() must be called inside a compiled training function");
+  staged_effect_check(L, A->at, "backward()");
   if (a[2] && truthy(L, A->at, a[2])) lower_error(L, A->at, "backward(create_graph=True) is not supported yet");
   if (a[3] && a[3]->k != PV_NONE) lower_error(L, A->at, "backward(inputs=...) is not supported yet");
   ValId v = t_val(L, A->at, t);

@@ -656,7 +656,7 @@ def scale(s):
         return 2.0
     elif s < -1.5:
         r = s * s
-        r += 1
+        r = r + 1
         return r
     k = math.exp(s) if s > 0 else 0.5
     return k
@@ -715,3 +715,24 @@ def test_grad_attribute(tmp_path):
     """p.grad in a training function: the accumulated gradient at that point."""
     assert "g1 = model.fc1.weight.grad" in GRAD_ATTR
     paired(tmp_path, GRAD_ATTR.format(extra=""), 3, (1, 4, 6), (1, 4), 3, "gradattr")
+
+
+@pytest.mark.parametrize("body,line,msg", [
+    ("""\
+    y = x * 1
+    if x.sum() > 0:
+        y += 1
+    return y""", 15, "an in-place update of a tensor (write `x = x + ...`) under an `if` on a run-time tensor"),
+    ("""\
+    if x.sum() > 0:
+        y = helper(x)
+    else:
+        y = x
+    return y""", 7, "an in-place tensor update under an `if` on a run-time tensor"),
+], ids=["augassign", "inplace_in_callee"])
+def test_staged_if_effects_refused(tmp_path, body, line, msg):
+    src = ("import torch\nimport torch.nn as nn\n\n\ndef helper(x):\n    z = x * 2\n    z.add_(1)\n    return z\n\n\n"
+           "class Net(nn.Module):\n    def forward(self, x):\n" + "\n".join("    " + l for l in body.splitlines()) +
+           "\n\n\nmodel = Net()\nexample_inputs = {'forward': (torch.randn(4),)}\n")
+    err = ctc_error(tmp_path, src)
+    assert f"e.py:{line}:" in err and msg in err, err
