@@ -1025,8 +1025,12 @@ PV *eval_expr(L *L, Node *n) {
   }
   case N_IFEXP: {
     PV *c = eval_expr(L, n->a);
-    if (c->k == PV_TENSOR && L->fn && !c->t->data) /* both computed, then selected (see staged_if) */
-      return select_value(L, n->span, "the conditional expression", c, eval_expr(L, n->b), eval_expr(L, n->c));
+    if (c->k == PV_TENSOR && L->fn && !c->t->data) { /* both computed, then selected (see staged_if) */
+      L->staged_depth++;
+      PV *a = eval_expr(L, n->b), *b = eval_expr(L, n->c);
+      L->staged_depth--;
+      return select_value(L, n->span, "the conditional expression", c, a, b);
+    }
     return truthy(L, n->a->span, c) ? eval_expr(L, n->b) : eval_expr(L, n->c);
   }
   case N_LAMBDA: return make_function(L, n);
