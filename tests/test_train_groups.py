@@ -639,7 +639,11 @@ def test_nanogpt_train_step(tmp_path):
     step (get_lr warmup-cosine set by hand, 3 micro-batches, clip_grad_norm_(1.0),
     zero_grad(set_to_none=True) at the end), compiled unchanged: loss, norm and
     every parameter match PyTorch for 10 steps, through warmup, cosine decay and
-    the min_lr tail."""
+    the min_lr tail. The initial weights come from torch.manual_seed(0) (paired):
+    AdamW's first update is lr * g / (|g| + eps), which turns the float32 rounding
+    of near-zero gradient elements into visible differences; over 27
+    initialisations tried, one went past rtol 1e-4 (1.3e-4, in c_attn.weight),
+    the others stayed below ~5e-6 normwise."""
     mod, got = paired(tmp_path, GPT_SRC, 10, (3, 4, 8), (3, 4, 8), 17, "nanogpt", x_int=True)
     assert "lm_head.weight" not in got  # tied: one parameter, PyTorch's first name
     assert len(mod.optimizer.param_groups) == 2
