@@ -130,6 +130,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   if (strcmp(m, "torch.nn") == 0) {
     if (strcmp(name, "functional") == 0) return pv_ns(L, "torch.nn.functional");
     if (strcmp(name, "init") == 0) return pv_ns(L, "torch.nn.init");
+    if (strcmp(name, "utils") == 0) return pv_ns(L, "torch.nn.utils");
     for (int i = BI_C_MODULE; i < BI_C_OBJECT; i++)
       if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
     return NULL;
@@ -154,6 +155,10 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   if (strcmp(m, "torch.func") == 0 || strcmp(m, "functorch") == 0) {
     if (strcmp(name, "functional_call") == 0) return NULL;
     return find_in_range(L, BI_TF_GRAD, BI_TF_HESSIAN, name, NULL);
+  }
+  if (strcmp(m, "torch.nn.utils") == 0) {
+    if (strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
+    return find_in_range(L, BI_U_CLIP_GRAD_NORM_, BI_U_CLIP_GRAD_VALUE_, name, NULL);
   }
   if (strcmp(m, "torch.nn.init") == 0) return find_in_range(L, BI_I_NORMAL_, BI_I_KAIMING_UNIFORM_, name, NULL);
   if (strcmp(m, "math") == 0) {
@@ -228,6 +233,42 @@ static void set_training(L *L, Span at, PV *obj, int t, PV *seen, int depth) {
       set_training(L, at, obj->mod->regs.data[i].val, t, seen, depth + 1);
 }
 
+static const char *str_arg(L *L, Span at, PV *v, const char *what) {
+  if (v->k != PV_STR) lower_error(L, at, "%s must be a string, not %s", what, pv_kind_name(v));
+  return v->s;
+}
+
+/* named_modules(): (name, module) pairs, pre-order, names joined with '.';
+ * memo (a dict used as a set, NULL for remove_duplicate=False) skips modules
+ * already visited, as PyTorch does. */
+static void named_modules(L *L, Span at, PV *obj, const char *prefix, PV *out, PV *memo, int depth) {
+  depth_check(L, at, depth);
+  if (memo && !first_visit(L, at, memo, obj)) return;
+  eval_charge(L, at, 1);
+  pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, prefix), obj}, 2));
+  for (int i = 0; i < obj->mod->regs.len; i++) {
+    Reg *r = &obj->mod->regs.data[i];
+    if (r->kind != REG_CHILD || !pv_is_module(r->val)) continue;
+    named_modules(L, at, r->val, prefix[0] ? arena_printf(L->a, "%s.%s", prefix, r->name) : r->name, out, memo,
+                  depth + 1);
+  }
+}
+
+static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out, int depth) {
+  depth_check(L, at, depth);
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < obj->mod->regs.len; i++) {
+      Reg *r = &obj->mod->regs.data[i];
+      if ((int)r->kind != pass) continue;
+      const char *name = arena_printf(L->a, "%s%s", prefix, r->name);
+      eval_charge(L, at, 1);
+      if (r->kind == REG_CHILD) {
+        if (pv_is_module(r->val)) state_dict_into(L, at, r->val, arena_printf(L->a, "%s.", name), out, depth + 1);
+      } else if (r->val->k == PV_TENSOR)
+        pv_dict_set(L, at, out, pv_str(L, name), r->val);
+    }
+}
+
 static PV *module_call(L *L, PV *fn, Args *A) {
   PV *self = fn->self, *a[4];
   switch (fn->bi) {
@@ -238,7 +279,62 @@ static PV *module_call(L *L, PV *fn, Args *A) {
     return out;
   }
   case BI_MOD_NAMED_PARAMETERS:
-    lower_error(L, A->at, "named_parameters() is not supported at compile time yet; use parameters()");
+  case BI_MOD_NAMED_BUFFERS:
+  case BI_MOD_BUFFERS: {
+    /* PyTorch's _named_members: the modules of named_modules(prefix), each one's own
+     * parameters (buffers) in registration order, each tensor once (memo) */
+    bind_args(L, A, "prefix=,recurse=,remove_duplicate=", a);
+    const char *prefix = a[0] ? str_arg(L, A->at, a[0], "prefix") : "";
+    int recurse = a[1] ? arg_bool(L, A->at, a[1], "recurse") : 1;
+    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
+    PV *mods = pv_list(L, NULL, 0);
+    if (recurse) named_modules(L, A->at, self, prefix, mods, dedup ? pv_dict(L) : NULL, 0);
+    else pv_list_append(L, mods, pv_tuple(L, (PV *[]){pv_str(L, prefix), self}, 2));
+    RegKind want = fn->bi == BI_MOD_NAMED_PARAMETERS ? REG_PARAM : REG_BUFFER;
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
+    for (int m = 0; m < mods->n; m++) {
+      const char *mp = mods->items[m]->items[0]->s;
+      ObjModule *om = mods->items[m]->items[1]->mod;
+      for (int i = 0; i < om->regs.len; i++) {
+        Reg *r = &om->regs.data[i];
+        if (r->kind != want || r->val->k != PV_TENSOR) continue;
+        if (dedup && !first_visit(L, A->at, seen, r->val)) continue;
+        if (fn->bi == BI_MOD_BUFFERS) {
+          pv_list_append(L, out, r->val);
+          continue;
+        }
+        PV *name = pv_str(L, mp[0] ? arena_printf(L->a, "%s.%s", mp, r->name) : r->name);
+        pv_list_append(L, out, pv_tuple(L, (PV *[]){name, r->val}, 2));
+      }
+    }
+    return out;
+  }
+  case BI_MOD_NAMED_MODULES: {
+    bind_args(L, A, "memo=,prefix=,remove_duplicate=", a);
+    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "named_modules(memo=...) is not supported");
+    const char *prefix = a[1] ? str_arg(L, A->at, a[1], "prefix") : "";
+    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
+    PV *out = pv_list(L, NULL, 0);
+    named_modules(L, A->at, self, prefix, out, dedup ? pv_dict(L) : NULL, 0);
+    return out;
+  }
+  case BI_MOD_NAMED_CHILDREN: {
+    bind_args(L, A, "", a);
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
+    for (int i = 0; i < self->mod->regs.len; i++) {
+      Reg *r = &self->mod->regs.data[i];
+      if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, A->at, seen, r->val))
+        pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, r->name), r->val}, 2));
+    }
+    return out;
+  }
+  case BI_MOD_STATE_DICT: { /* names -> tensors: own parameters, buffers, then children (no memo) */
+    bind_args(L, A, "destination=,prefix=,keep_vars=", a);
+    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "state_dict(destination=...) is not supported");
+    PV *out = pv_dict(L);
+    state_dict_into(L, A->at, self, a[1] ? str_arg(L, A->at, a[1], "prefix") : "", out, 0);
+    return out;
+  }
   case BI_MOD_MODULES: {
     PV *out = pv_list(L, NULL, 0);
     collect_modules(L, A->at, self, out, pv_dict(L), 0);
@@ -298,8 +394,12 @@ static PV *module_call(L *L, PV *fn, Args *A) {
     module_setattr(L, A->at, self, a[0]->s, a[1]);
     return pv_none(L);
   case BI_MOD_ZERO_GRAD: /* model.zero_grad(): like optimizer.zero_grad() */
-    L->pending.len = L->pending_seed.len = 0;
-    L->zeroed = 1;
+    bind_args(L, A, "set_to_none=", a);
+    {
+      PV *ps = pv_list(L, NULL, 0);
+      collect_params(L, A->at, self, ps, pv_dict(L), 0);
+      grads_zero(L, A->at, ps);
+    }
     return pv_none(L);
   case BI_MOD_TO: return self;
   default: break;
@@ -394,7 +494,7 @@ static void merge_sort(L *L, Span at, PV **v, PV **tmp, int n) {
 PV *call_builtin(L *L, PV *fn, Args *A) {
   PV *a[8];
   int bi = fn->bi;
-  if (bi >= BI_MOD_INIT && bi <= BI_MOD_NAMED_PARAMETERS) return module_call(L, fn, A);
+  if (bi >= BI_MOD_INIT && bi <= BI_MOD_STATE_DICT) return module_call(L, fn, A);
   switch (bi) {
   case BI_RANGE: {
     bind_args(L, A, "a,b=,c=", a);
@@ -726,6 +826,20 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
       while (r > 0 && (r > 3037000499 || r * r > n)) r--;
       while (r < 3037000499 && (r + 1) * (r + 1) <= n) r++;
       return pv_int(L, r);
+    }
+    if (a[0]->k == PV_TENSOR && bi != BI_M_CEIL && bi != BI_M_FLOOR && !a[0]->t->data) {
+      /* math.cos(t) on a one-element run-time tensor (a learning rate computed from
+       * the iteration counter): PyTorch converts it to a float; ctc stages the op on
+       * a 0-d tensor */
+      Type tt = t_type(a[0]);
+      int64_t numel = 1;
+      for (int d = 0; d < tt.ndim; d++) numel *= tt.dims[d];
+      if (numel != 1) lower_error(L, A->at, "only one element tensors can be converted to Python scalars");
+      PV *x0 = tt.ndim ? t_reshape(L, A->at, a[0], NULL, 0) : a[0];
+      static const struct { int bi; Op op; } ops[] = {{BI_M_SQRT, IR_SQRT}, {BI_M_EXP, IR_EXP}, {BI_M_LOG, IR_LOG},
+                                                      {BI_M_TANH, IR_TANH}, {BI_M_COS, IR_COS}, {BI_M_SIN, IR_SIN}};
+      for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (ops[k].bi == bi) return t_unary(L, A->at, ops[k].op, x0);
     }
     double x = arg_num(L, A->at, a[0], "argument");
     switch (bi) {

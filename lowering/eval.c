@@ -339,7 +339,9 @@ static PV *module_method(L *L, PV *obj, const char *name) {
   static const int ids[] = {BI_MOD_PARAMETERS, BI_MOD_TRAIN, BI_MOD_EVAL, BI_MOD_APPLY,
                             BI_MOD_REGISTER_BUFFER, BI_MOD_REGISTER_PARAMETER, BI_MOD_ADD_MODULE,
                             BI_MOD_ZERO_GRAD, BI_MOD_TO, BI_MOD_MODULES, BI_MOD_CHILDREN,
-                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT, BI_MOD_REQUIRES_GRAD_};
+                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT, BI_MOD_REQUIRES_GRAD_,
+                            BI_MOD_NAMED_MODULES, BI_MOD_NAMED_CHILDREN, BI_MOD_NAMED_BUFFERS,
+                            BI_MOD_BUFFERS, BI_MOD_STATE_DICT};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
     if (strcmp(bi_names[ids[i]], name) == 0) return pv_builtin(L, ids[i], bi_names[ids[i]], obj);
   return NULL;
@@ -368,6 +370,7 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->cls && obj->cls->bi >= BI_O_SGD && obj->cls->bi <= BI_O_ADADELTA) {
       if (strcmp(name, "zero_grad") == 0) return pv_builtin(L, BI_OPT_ZERO_GRAD, "zero_grad", obj);
       if (strcmp(name, "step") == 0) return pv_builtin(L, BI_OPT_STEP, "step", obj);
+      if (strcmp(name, "add_param_group") == 0) return pv_builtin(L, BI_OPT_ADD_PARAM_GROUP, "add_param_group", obj);
       return NULL;
     }
     if (obj->mod && strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
@@ -516,7 +519,10 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
     L->env = env;
     result = eval_expr(L, def->a);
   } else {
+    struct Cont *cont = L->cont; /* a callee's `if`s on run-time tensors do not continue into the caller */
+    L->cont = NULL;
     int r = exec_block(L, env, &def->body);
+    L->cont = cont;
     result = r == EX_RETURN ? L->retval : pv_none(L);
   }
   L->env = saved;
@@ -921,6 +927,8 @@ static const char *fstring_text(L *L, Span at, const char *s, int nested) {
   return sb_done(L, &out);
 }
 
+static PV *select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b);
+
 PV *eval_expr(L *L, Node *n) {
   switch (n->kind) {
   case N_NAME: {
@@ -994,10 +1002,20 @@ PV *eval_expr(L *L, Node *n) {
       PV *right = eval_expr(L, n->list.data[i + 1]);
       int op = n->cmpops[i];
       if (left->k == PV_TENSOR || right->k == PV_TENSOR) {
-        if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");
-        if (op == OP_IS || op == OP_ISNOT)
+        if (op == OP_IS || op == OP_ISNOT) {
+          if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");
           return pv_bool(L, compare(L, n->span, op, left, right));
-        return t_compare(L, n->span, op, left, right);
+        }
+        PV *c = t_compare(L, n->span, op, left, right);
+        if (n->list.len == 2) return c;
+        /* `0 <= x <= 1` on one-element tensors: Python's `and` of the links */
+        Type ct = t_type(c);
+        int64_t numel = 1;
+        for (int d = 0; d < ct.ndim; d++) numel *= ct.dims[d];
+        if (numel != 1) lower_error(L, n->span, "Boolean value of Tensor with more than one value is ambiguous");
+        result = result && result->k == PV_TENSOR ? t_where(L, n->span, result, c, pv_bool(L, 0)) : c;
+        left = right;
+        continue;
       }
       if (!compare(L, n->span, op, left, right)) return pv_bool(L, 0);
       left = right;
@@ -1005,7 +1023,16 @@ PV *eval_expr(L *L, Node *n) {
     }
     return result ? result : pv_bool(L, 1);
   }
-  case N_IFEXP: return truthy(L, n->a->span, eval_expr(L, n->a)) ? eval_expr(L, n->b) : eval_expr(L, n->c);
+  case N_IFEXP: {
+    PV *c = eval_expr(L, n->a);
+    if (c->k == PV_TENSOR && L->fn && !c->t->data) { /* both computed, then selected (see staged_if) */
+      L->staged_depth++;
+      PV *a = eval_expr(L, n->b), *b = eval_expr(L, n->c);
+      L->staged_depth--;
+      return select_value(L, n->span, "the conditional expression", c, a, b);
+    }
+    return truthy(L, n->a->span, c) ? eval_expr(L, n->b) : eval_expr(L, n->c);
+  }
   case N_LAMBDA: return make_function(L, n);
   case N_TUPLE:
   case N_LIST:
@@ -1232,6 +1259,7 @@ static int exec_stmt(L *L, Node *s) {
       v = cur;
     } else if (cur->k == PV_TENSOR && L->fn) {
       /* `x += y` on a tensor updates it in place: other names bound to it see the change */
+      staged_effect_check(L, s->span, "an in-place update of a tensor (write `x = x + ...`)");
       v = t_inplace(L, s->span, cur, binop(L, s->span, s->op, cur, rhs));
     } else
       v = binop(L, s->span, s->op, cur, rhs);
@@ -1304,6 +1332,7 @@ static int exec_stmt(L *L, Node *s) {
   case N_CONTINUE: return EX_CONTINUE;
   case N_ASSERT: {
     PV *c = eval_expr(L, s->a);
+    if (c->k == PV_TENSOR && L->fn && !c->t->data) return EX_NORMAL; /* a run-time check: not compiled */
     if (!truthy(L, s->a->span, c)) {
       const char *msg = s->b ? pv_to_str(L, s->b->span, eval_expr(L, s->b)) : NULL;
       lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
@@ -1360,11 +1389,179 @@ static int exec_stmt(L *L, Node *s) {
   lower_error(L, s->span, "this statement (%s) is not supported by ctc", fe_node_kind_name(s->kind));
 }
 
+/* ---- `if` on a run-time tensor ---------------------------------------------
+ * A condition that is a one-element tensor computed by the staged function (a
+ * learning rate from the iteration counter: `if it < warmup_iters: return ...`)
+ * cannot choose a branch at compile time. ctc runs both branches, each on its
+ * own copy of the local names, and merges them with torch.where: names bound to
+ * different values become where(cond, then, else), and when a branch returns,
+ * the statements after the `if` run on the other path and the two return values
+ * are selected. This is exact only for code without side effects, so the
+ * branches (and those statements) may only bind local names, return, and nest
+ * such `if`s; anything else is refused. */
+
+static Node *impure_stmt(NodeVec *b, int from) {
+  for (int i = from; i < b->len; i++) {
+    Node *s = b->data[i];
+    switch (s->kind) {
+    case N_ASSIGN:
+      for (int k = 0; k < s->list.len; k++) {
+        Node *t = s->list.data[k];
+        if (t->kind == N_TUPLE) {
+          for (int j = 0; j < t->list.len; j++)
+            if (t->list.data[j]->kind != N_NAME) return t->list.data[j];
+        } else if (t->kind != N_NAME)
+          return t;
+      }
+      break;
+    case N_AUGASSIGN:
+    case N_ANNASSIGN:
+      if (s->a->kind != N_NAME) return s;
+      break;
+    case N_RETURN: case N_PASS: case N_ASSERT: break;
+    case N_EXPR_STMT:
+      if (s->a->kind != N_STR) return s;
+      break;
+    case N_IF: {
+      Node *n = impure_stmt(&s->body, 0);
+      if (!n) n = impure_stmt(&s->orelse, 0);
+      if (n) return n;
+      break;
+    }
+    default: return s;
+    }
+  }
+  return NULL;
+}
+
+void staged_effect_check(L *L, Span at, const char *what) {
+  if (L->staged_depth)
+    lower_error(L, at, "%s under an `if` on a run-time tensor cannot be compiled: ctc runs both branches and selects "
+                       "values with torch.where, so effects would happen on both paths", what);
+}
+
+CTC_NORETURN static void impure_error(L *L, Node *s) {
+  lower_error(L, s->span, "this statement depends on an `if` whose condition is a run-time tensor: ctc computes both "
+                          "branches and selects with torch.where, so they (and what follows a branch that returns) "
+                          "may only assign local names and return");
+}
+
+static Env *env_copy(L *L, Env *e) {
+  Env *c = env_new(L, e->parent);
+  for (int i = 0; i < e->names.len; i++) env_set(L, c, e->names.data[i], e->vals.data[i]);
+  return c;
+}
+
+/* The value a name (or the function's result) has after the `if`. */
+static PV *select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b) {
+  if (a == b) return a;
+  int ta = a->k == PV_TENSOR || pv_is_num(a), tb = b->k == PV_TENSOR || pv_is_num(b);
+  if (ta && tb) {
+    if (a->k == b->k && a->k != PV_TENSOR && pv_num(a) == pv_num(b)) return a;
+    return t_where(L, at, c, a, b);
+  }
+  if (pv_is_seq(a) && a->k == b->k && a->n == b->n) {
+    PV *r = a->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
+    for (int i = 0; i < a->n; i++) pv_list_append(L, r, select_value(L, at, what, c, a->items[i], b->items[i]));
+    return r;
+  }
+  if (!ta && !tb && pv_equal(L, at, a, b)) return a;
+  lower_error(L, at, "the branches of this `if` on a run-time tensor give %s different values (%s and %s); only "
+                     "tensors and numbers can be selected with torch.where", what, pv_kind_name(a), pv_kind_name(b));
+}
+
+/* What follows the block being executed, up to the end of the function: the
+ * rest of the enclosing block and, above it, its own continuation. */
+struct Cont {
+  NodeVec *body;
+  int rest;
+  struct Cont *up;
+};
+
+/* Run what follows an `if` on one path: the rest of its block, then the
+ * enclosing blocks' rests, until something returns. */
+static int run_tail(L *L, Env *e, NodeVec *body, int rest, struct Cont *up) {
+  Node *bad = impure_stmt(body, rest);
+  if (bad) impure_error(L, bad);
+  struct Cont *saved = L->cont;
+  L->cont = up;
+  NodeVec tail = {body->data + rest, body->len - rest, body->len - rest};
+  int r = exec_block(L, e, &tail);
+  L->cont = saved;
+  if (r == EX_NORMAL && up) return run_tail(L, e, up->body, up->rest, up->up);
+  return r;
+}
+
+static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consumed) {
+  Type ct = t_type(c);
+  int64_t numel = 1;
+  for (int d = 0; d < ct.ndim; d++) numel *= ct.dims[d];
+  if (numel != 1) lower_error(L, s->a->span, "Boolean value of Tensor with more than one value is ambiguous");
+  Node *bad = impure_stmt(&s->body, 0);
+  if (!bad) bad = impure_stmt(&s->orelse, 0);
+  if (bad) impure_error(L, bad);
+  Env *e0 = L->env, *e1 = env_copy(L, e0), *e2 = env_copy(L, e0);
+  struct Cont *up = L->cont, here = {body, rest, up};
+  L->cont = &here; /* an `if` nested in a branch continues with what follows this one */
+  L->staged_depth++;
+  int r1 = exec_block(L, e1, &s->body);
+  PV *v1 = L->retval;
+  int r2 = exec_block(L, e2, &s->orelse);
+  PV *v2 = L->retval;
+  L->cont = up;
+  if (r1 == EX_NORMAL && r2 == EX_NORMAL) {
+    for (int i = 0; i < e1->names.len; i++) {
+      const char *n = e1->names.data[i];
+      PV *b = env_get(e2, n);
+      if (b) env_set(L, e0, n, select_value(L, s->span, arena_printf(L->a, "'%s'", n), c, e1->vals.data[i], b));
+    }
+    L->staged_depth--;
+    return EX_NORMAL;
+  }
+  if ((r1 != EX_NORMAL && r1 != EX_RETURN) || (r2 != EX_NORMAL && r2 != EX_RETURN))
+    lower_error(L, s->span, "break/continue under an `if` on a run-time tensor cannot be compiled");
+  if (r1 == EX_NORMAL || r2 == EX_NORMAL) {
+    /* one branch returned: what follows the `if` is the other path */
+    int r = run_tail(L, r1 == EX_NORMAL ? e1 : e2, body, rest, up);
+    if (r != EX_RETURN)
+      lower_error(L, s->span, "one path through this `if` on a run-time tensor returns a value and the other reaches "
+                              "the end of the function");
+    if (r1 == EX_NORMAL) v1 = L->retval;
+    else v2 = L->retval;
+    *consumed = 1;
+  }
+  L->staged_depth--;
+  L->retval = select_value(L, s->span, "return", c, v1, v2);
+  return EX_RETURN;
+}
+
 int exec_block(L *L, Env *env, NodeVec *body) {
   Env *saved = L->env;
   L->env = env;
   int r = EX_NORMAL;
-  for (int i = 0; i < body->len && r == EX_NORMAL; i++) r = exec_stmt(L, body->data[i]);
+  for (int i = 0; i < body->len && r == EX_NORMAL; i++) {
+    Node *s = body->data[i];
+    if (s->kind != N_IF || !L->fn) {
+      struct Cont *cont = L->cont; /* loops, with, try: their bodies are not followed by this block's rest */
+      L->cont = NULL;
+      r = exec_stmt(L, s);
+      L->cont = cont;
+      continue;
+    }
+    eval_charge(L, s->span, 1);
+    PV *c = eval_expr(L, s->a);
+    if (c->k == PV_TENSOR && !c->t->data) {
+      int consumed = 0;
+      r = staged_if(L, s, c, body, i + 1, &consumed);
+      if (consumed) break;
+    } else {
+      /* a compile-time `if`: a staged `if` inside continues with what follows it */
+      struct Cont *up = L->cont, here = {body, i + 1, up};
+      L->cont = &here;
+      r = exec_block(L, L->env, truthy(L, s->a->span, c) ? &s->body : &s->orelse);
+      L->cont = up;
+    }
+  }
   L->env = saved;
   return r;
 }

@@ -138,13 +138,20 @@ struct L {
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
-  int zeroed;            /* zero_grad() was called in this function */
+  ValId *grad_acc;       /* per Program param: its accumulated .grad in L->fn, or -1 (training.c) */
+  unsigned char *grad_flags; /* per Program param: GF_* (training.c) */
+  int grad_n;            /* entries of grad_acc and grad_flags */
+  int zeroed;            /* zero_grad() was called in this function (-1: only a step so far) */
+  Span unzeroed_step;    /* that step() */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
   PV *retval;            /* value of the last `return` */
+  int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
+  struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
+                            `if` on a run-time tensor (NULL outside such ifs and in calls) */
 };
 
 /* ---- errors ---- */
@@ -216,6 +223,9 @@ int truthy(L *L, Span at, PV *v);
 int pv_less(L *L, Span at, PV *a, PV *b);   /* Python a < b on compile-time values */
 /* Iterate a compile-time iterable: returns a fresh array of items in *out. */
 int iter_items(L *L, Span at, PV *v, PV ***out);
+/* An effect (backward, step, a state or in-place update, a list mutation) inside a
+ * branch of an `if` on a run-time tensor, which runs both branches: a located error. */
+void staged_effect_check(L *L, Span at, const char *what);
 
 /* ---- builtins.c ---- */
 /* Argument binding for native functions: positional or keyword by name.
@@ -269,6 +279,10 @@ PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a 
  * step() no entry called (PyTorch users step them once per epoch). */
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
+/* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
+void grads_zero(L *L, Span at, PV *params);
+PV *clip_grad(L *L, PV *fn, Args *A);
+PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
 PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
 /* functional.c: torch.autograd.functional, forward_ad and torch.func, built on
  * ad_reverse / ad_forward (jacobians unrolled one direction at a time) */

@@ -321,6 +321,7 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
 }
 
 PV *t_inplace(L *L, Span at, PV *x, PV *r) {
+  staged_effect_check(L, at, "an in-place tensor update");
   need_tensor_arg(L, at, x, "inplace");
   need_tensor_arg(L, at, r, "inplace");
   if (x->k != PV_TENSOR) lower_error(L, at, "in-place operation needs a tensor");

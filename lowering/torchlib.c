@@ -838,7 +838,7 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "device")) return pv_str(L, "cpu");
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
-  if (!strcmp(name, "grad")) lower_error(L, at, "'.grad' is not supported yet");
+  if (!strcmp(name, "grad")) return param_grad(L, at, t);
   for (int i = BI_T_ZEROS; i <= BI_T_ZERO_; i++)
     if (strcmp(bi_names[i], name) == 0) {
       if (i >= BI_T_ZEROS && i <= BI_T_SET_NUM_THREADS && i != BI_T_TRIL && i != BI_T_TRIU) continue;
@@ -853,7 +853,8 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   if (bi >= BI_I_NORMAL_ && bi <= BI_I_KAIMING_UNIFORM_) return init_fn(L, bi, A);
   if (bi >= BI_F_RELU && bi <= BI_F_SCALED_DOT_PRODUCT_ATTENTION) return functional(L, bi, A);
   if (bi >= BI_F_CROSS_ENTROPY && bi <= BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS) return loss_functional(L, bi, A);
-  if (bi == BI_OPT_ZERO_GRAD || bi == BI_OPT_STEP) return optim_call(L, fn, A);
+  if (bi >= BI_OPT_ZERO_GRAD && bi <= BI_OPT_ADD_PARAM_GROUP) return optim_call(L, fn, A);
+  if (bi == BI_U_CLIP_GRAD_NORM_ || bi == BI_U_CLIP_GRAD_VALUE_) return clip_grad(L, fn, A);
   if (bi == BI_SCHED_STEP) return sched_call(L, fn, A);
   if (bi == BI_AG_GRAD) return autograd_grad(L, A);
   if (bi >= BI_AF_JVP && bi <= BI_TF_VJP_FN) return functional_call(L, fn, A);

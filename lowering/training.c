@@ -6,28 +6,115 @@
  * parameter write-backs. Optimizer state (momentum buffers, moments, step
  * counts) is extra arena tensors saved with the weights. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../autograd_ad/autograd.h"
 #include "lower_int.h"
 
 /* ---- optimizers: construction at compile time ---------------------------- */
 
+/* Each optimizer's constructor options after `params`, in PyTorch 1.13's order,
+ * with their defaults: R required (SGD's lr), N None, F/T booleans, (a;b) a pair.
+ * A parameter group takes from these every option it does not set itself. */
 typedef struct OptSpec {
   int bi;
-  const char *args;   /* after params, in PyTorch's order */
+  const char *args;
 } OptSpec;
 
 static const OptSpec opt_specs[] = {
-    {BI_O_SGD, "lr=,momentum=,dampening=,weight_decay=,nesterov=,maximize=,foreach=,differentiable="},
-    {BI_O_ADAM, "lr=,betas=,eps=,weight_decay=,amsgrad=,foreach=,maximize=,capturable=,differentiable=,fused="},
-    {BI_O_ADAMW, "lr=,betas=,eps=,weight_decay=,amsgrad=,maximize=,foreach=,capturable="},
-    {BI_O_RMSPROP, "lr=,alpha=,eps=,weight_decay=,momentum=,centered=,foreach=,maximize=,differentiable="},
-    {BI_O_ADAGRAD, "lr=,lr_decay=,weight_decay=,initial_accumulator_value=,eps=,foreach=,maximize="},
-    {BI_O_ADADELTA, "lr=,rho=,eps=,weight_decay=,foreach=,maximize="},
+    {BI_O_SGD, "lr=R,momentum=0,dampening=0,weight_decay=0,nesterov=F,maximize=F,foreach=N,differentiable=F"},
+    {BI_O_ADAM, "lr=0.001,betas=(0.9;0.999),eps=1e-08,weight_decay=0,amsgrad=F,foreach=N,maximize=F,capturable=F,"
+                "differentiable=F,fused=F"},
+    {BI_O_ADAMW, "lr=0.001,betas=(0.9;0.999),eps=1e-08,weight_decay=0.01,amsgrad=F,maximize=F,foreach=N,capturable=F"},
+    {BI_O_RMSPROP, "lr=0.01,alpha=0.99,eps=1e-08,weight_decay=0,momentum=0,centered=F,foreach=N,maximize=F,"
+                   "differentiable=F"},
+    {BI_O_ADAGRAD, "lr=0.01,lr_decay=0,weight_decay=0,initial_accumulator_value=0,eps=1e-10,foreach=N,maximize=F"},
+    {BI_O_ADADELTA, "lr=1.0,rho=0.9,eps=1e-06,weight_decay=0,foreach=N,maximize=F"},
 };
 
-static double num_or(L *L, Span at, PV *v, double dflt, const char *what) {
-  return v && v->k != PV_NONE ? arg_num(L, at, v, what) : dflt;
+static PV *spec_default(L *L, const char *d) {
+  if (!strcmp(d, "N")) return pv_none(L);
+  if (!strcmp(d, "F") || !strcmp(d, "T")) return pv_bool(L, d[0] == 'T');
+  if (d[0] == '(') {
+    PV *it[2] = {pv_float(L, strtod(d + 1, NULL)), pv_float(L, strtod(strchr(d, ';') + 1, NULL))};
+    return pv_tuple(L, it, 2);
+  }
+  if (!strpbrk(d, ".e")) return pv_int(L, strtoll(d, NULL, 10));
+  return pv_float(L, strtod(d, NULL));
+}
+
+static PV *key(L *L, const char *k) { return pv_str(L, k); }
+
+#define REQUIRED "<required parameter>" /* PyTorch's `required` sentinel (SGD's lr) */
+
+/* The value of option `name` in a parameter group (a dict), as a number. */
+static double hp(L *L, Span at, PV *group, const char *name, double dflt) {
+  PV *v = pv_dict_get(group, key(L, name));
+  return v && v->k != PV_NONE ? arg_num(L, at, v, name) : dflt;
+}
+
+static int hpb(L *L, Span at, PV *group, const char *name) {
+  PV *v = pv_dict_get(group, key(L, name));
+  return v && v->k != PV_NONE ? arg_bool(L, at, v, name) : 0;
+}
+
+static int opt_is_optimizer(PV *o) { return o->k == PV_OBJ && o->cls && o->cls->bi >= BI_O_SGD && o->cls->bi <= BI_O_ADADELTA; }
+
+/* optimizer.add_param_group(group), also used by the constructor: PyTorch's
+ * checks (params a tensor or an iterable of parameters, none already in a
+ * group), then the options the group does not set from the defaults. The dict
+ * itself is kept (and completed) as in PyTorch, so `for g in
+ * optimizer.param_groups: g['lr'] = ...` changes it. */
+static void add_group(L *L, Span at, PV *opt, PV *group) {
+  if (group->k != PV_DICT) lower_error(L, at, "param_group must be a dict, not %s", pv_kind_name(group));
+  PV *ps = pv_dict_get(group, key(L, "params"));
+  if (!ps) lower_error(L, at, "a parameter group needs a 'params' entry");
+  PV **items;
+  int n = ps->k == PV_TENSOR ? (items = &ps, 1) : ps->k == PV_DICT ? 0 : iter_items(L, at, ps, &items);
+  if (ps->k == PV_DICT) lower_error(L, at, "optimizer parameters need to be tensors, not a dict");
+  PV *list = pv_list(L, NULL, 0), *seen = pv_dict(L);
+  for (int i = 0; i < n; i++) {
+    if (items[i]->k != PV_TENSOR || !items[i]->t->slot || items[i]->t->slot->is_buffer)
+      lower_error(L, at, "optimizer parameters must be model parameters (model.parameters()), not %s",
+                  items[i]->k == PV_TENSOR ? "a tensor computed in the program" : pv_kind_name(items[i]));
+    if (pv_dict_get(seen, items[i]))
+      lower_error(L, at, "a parameter group contains the same parameter twice (PyTorch warns that this will be an "
+                         "error; ctc refuses it)");
+    pv_dict_set(L, at, seen, items[i], items[i]);
+    pv_list_append(L, list, items[i]);
+  }
+  PV *groups = env_get(opt->attrs, "param_groups");
+  for (int g = 0; g < groups->n; g++) {
+    PV *gp = pv_dict_get(groups->items[g], key(L, "params"));
+    for (int i = 0; i < gp->n; i++)
+      for (int j = 0; j < list->n; j++)
+        if (gp->items[i]->t->slot == list->items[j]->t->slot)
+          lower_error(L, at, "some parameters appear in more than one parameter group");
+  }
+  pv_dict_set(L, at, group, key(L, "params"), list);
+  PV *defaults = env_get(opt->attrs, "defaults");
+  for (int i = 0; i < defaults->n; i++) {
+    if (pv_dict_get(group, defaults->keys[i])) continue;
+    if (defaults->items[i]->k == PV_STR && !strcmp(defaults->items[i]->s, REQUIRED))
+      lower_error(L, at, "parameter group didn't specify a value of required optimization parameter %s",
+                  defaults->keys[i]->s);
+    pv_dict_set(L, at, group, defaults->keys[i], defaults->items[i]);
+  }
+  for (int i = 0; i < defaults->n; i++) {
+    const char *k = defaults->keys[i]->s;
+    PV *v = pv_dict_get(group, defaults->keys[i]);
+    if ((!strcmp(k, "differentiable") || !strcmp(k, "capturable") || !strcmp(k, "fused")) && v->k != PV_NONE &&
+        truthy(L, at, v))
+      lower_error(L, at, "optimizer option %s=True is not supported", k);
+  }
+  PV *lr = pv_dict_get(group, key(L, "lr"));
+  if (lr->k != PV_TENSOR && arg_num(L, at, lr, "lr") < 0) lower_error(L, at, "Invalid learning rate: %g", pv_num(lr));
+  pv_list_append(L, groups, group);
+  /* the learning rate the group starts with: the initial value of its lr state
+   * tensor once compiled code sets it (group_lr_state) */
+  pv_list_append(L, env_get(opt->attrs, "lr_init"), lr->k == PV_TENSOR ? pv_float(L, 0) : lr);
+  PV *all = env_get(opt->attrs, "params");
+  for (int i = 0; i < list->n; i++) pv_list_append(L, all, list->items[i]);
 }
 
 PV *optim_construct(L *L, PV *cls, Args *A) {
@@ -35,68 +122,54 @@ PV *optim_construct(L *L, PV *cls, Args *A) {
   for (size_t i = 0; i < sizeof opt_specs / sizeof opt_specs[0]; i++)
     if (opt_specs[i].bi == cls->bi) sp = &opt_specs[i];
   if (!sp) BUG("optimizer %d", cls->bi);
-  char spec[300];
-  snprintf(spec, sizeof spec, "params,%s", sp->args);
-  PV *a[16];
+  /* names and defaults from the spec */
+  const char *names[16], *dflts[16];
+  int nn = 0;
+  char buf[300], spec[400];
+  snprintf(buf, sizeof buf, "%s", sp->args);
+  int len = snprintf(spec, sizeof spec, "params");
+  for (char *p = strtok(buf, ","); p && nn < 16; p = strtok(NULL, ",")) {
+    char *eq = strchr(p, '=');
+    *eq = 0;
+    names[nn] = arena_strdup(L->a, p);
+    dflts[nn++] = arena_strdup(L->a, eq + 1);
+    len += snprintf(spec + len, sizeof spec - (size_t)len, ",%s=", p);
+  }
+  PV *a[17];
   bind_args(L, A, spec, a);
   Span at = A->at;
-  PV **items;
-  int n = iter_items(L, at, a[0], &items);
-  PV *params = pv_list(L, NULL, 0);
-  for (int i = 0; i < n; i++) {
-    if (items[i]->k == PV_DICT)
-      lower_error(L, at, "parameter groups (dicts) are not supported yet; pass model.parameters()");
-    if (items[i]->k != PV_TENSOR || !items[i]->t->slot)
-      lower_error(L, at, "optimizer parameters must be model parameters (model.parameters())");
-    pv_list_append(L, params, items[i]);
-  }
-  if (n == 0) lower_error(L, at, "optimizer got an empty parameter list");
   PV *o = pv_new(L, PV_OBJ);
   o->cls = cls;
   o->attrs = env_new(L, NULL);
-  env_set(L, o->attrs, "params", params);
-  /* hyper-parameters, with PyTorch 1.13's defaults */
-  double lr_default = cls->bi == BI_O_SGD ? -1 : cls->bi == BI_O_ADAM || cls->bi == BI_O_ADAMW ? 1e-3
-                      : cls->bi == BI_O_ADADELTA ? 1.0 : 1e-2;
-  double lr = num_or(L, at, a[1], lr_default, "lr");
-  if (lr < 0) lower_error(L, at, "SGD needs a learning rate (lr=...)");
-  env_set(L, o->attrs, "lr", pv_float(L, lr));
-  const char *names[16];
-  int nn = 0;
-  char buf[300];
-  snprintf(buf, sizeof buf, "%s", sp->args);
-  for (char *p = strtok(buf, ","); p && nn < 16; p = strtok(NULL, ",")) {
-    p[strcspn(p, "=")] = 0;
-    names[nn++] = arena_strdup(L->a, p);
+  PV *defaults = pv_dict(L);
+  for (int i = 0; i < nn; i++) {
+    PV *v = a[1 + i] ? a[1 + i] : !strcmp(dflts[i], "R") ? pv_str(L, REQUIRED) : spec_default(L, dflts[i]);
+    if (!strcmp(names[i], "betas") && (!pv_is_seq(v) || v->n != 2)) lower_error(L, at, "betas must be a pair");
+    pv_dict_set(L, at, defaults, key(L, names[i]), v);
   }
-  for (int i = 1; i < nn; i++) {
-    PV *v = a[1 + i];
-    const char *k = names[i];
-    if (!strcmp(k, "foreach") || !strcmp(k, "differentiable") || !strcmp(k, "capturable") || !strcmp(k, "fused")) {
-      if (v && v->k != PV_NONE && truthy(L, at, v) && strcmp(k, "foreach"))
-        lower_error(L, at, "optimizer option %s=True is not supported", k);
-      continue;
+  env_set(L, o->attrs, "defaults", defaults);
+  env_set(L, o->attrs, "param_groups", pv_list(L, NULL, 0));
+  env_set(L, o->attrs, "params", pv_list(L, NULL, 0));
+  env_set(L, o->attrs, "lr_init", pv_list(L, NULL, 0));
+  PV **items;
+  int n = a[0]->k == PV_TENSOR ? (items = &a[0], 1) : iter_items(L, at, a[0], &items);
+  if (n == 0) lower_error(L, at, "optimizer got an empty parameter list");
+  if (items[0]->k == PV_DICT) {
+    for (int i = 0; i < n; i++) {
+      if (items[i]->k != PV_DICT) lower_error(L, at, "parameter groups must all be dicts");
+      add_group(L, at, o, items[i]);
     }
-    if (!strcmp(k, "maximize")) {
-      if (v && truthy(L, at, v)) lower_error(L, at, "maximize=True is not supported yet");
-      continue;
-    }
-    if (v) env_set(L, o->attrs, k, v);
+  } else {
+    PV *g = pv_dict(L);
+    pv_dict_set(L, at, g, key(L, "params"), a[0]);
+    add_group(L, at, o, g);
   }
+  PV *g0 = env_get(o->attrs, "param_groups")->items[0];
+  env_set(L, o->attrs, "lr", pv_dict_get(g0, key(L, "lr")));
   return o;
 }
 
 /* ---- staging helpers ---------------------------------------------------- */
-
-static double hp(L *L, Span at, PV *opt, const char *name, double dflt) {
-  PV *v = env_get(opt->attrs, name);
-  return v && v->k != PV_NONE ? arg_num(L, at, v, name) : dflt;
-}
-
-static int hpb(L *L, Span at, PV *opt, const char *name) {
-  PV *v = env_get(opt->attrs, name);
-  return v && v->k != PV_NONE ? arg_bool(L, at, v, name) : 0;
-}
 
 /* The global name an optimizer is bound to ("optimizer"), for state names. */
 static const char *global_name(L *L, PV *v, const char *dflt) {
@@ -141,6 +214,7 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
 
 /* Record that parameter/state `t` becomes `v` when the entry finishes. */
 void state_update(L *L, Span at, PV *t, PV *v) {
+  staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
   int idx = t->t->slot->index;
   ValId val = t_val(L, at, v);
   ir_add_update(L->prog, L->fn, idx, val);
@@ -157,14 +231,34 @@ static PV *mul_c(L *L, Span at, PV *x, double c) { return c == 1 ? x : t_binary(
 #define F(x) pv_float(L, (x))
 #define SQRT(a) t_unary(L, at, IR_SQRT, (a))
 
-/* The learning rate: a constant, or with an LR scheduler the state tensor
+/* A parameter group's learning rate: a number, or a tensor the compiled code
+ * set (`g['lr'] = get_lr(it)`), or with an LR scheduler the state tensor
  * "<optimizer>.lr" that the scheduler's step() rewrites. */
-static PV *opt_lr(L *L, Span at, PV *opt, const char *oname) {
-  PV *sched = env_get(opt->attrs, "scheduler");
-  if (!sched) return F(hp(L, at, opt, "lr", 0));
-  Type st = {0};
-  st.dtype = DT_F32;
-  return state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
+static PV *lr_tensor(L *L, Span at, PV *v);
+
+static PV *group_lr(L *L, Span at, PV *opt, PV *group, const char *oname) {
+  PV *v = pv_dict_get(group, key(L, "lr"));
+  if (env_get(opt->attrs, "scheduler")) {
+    if (v->k == PV_TENSOR)
+      lower_error(L, at, "setting a parameter group's lr by hand and an LR scheduler on the same optimizer is not "
+                         "supported");
+    Type st = {0};
+    st.dtype = DT_F32;
+    return state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
+  }
+  if (v->k != PV_TENSOR) return F(arg_num(L, at, v, "lr"));
+  return lr_tensor(L, at, v);
+}
+
+/* a learning rate given as a tensor, as an f32 0-d tensor */
+static PV *lr_tensor(L *L, Span at, PV *v) {
+  Type t = t_type(v);
+  int64_t numel = 1;
+  for (int d = 0; d < t.ndim; d++) numel *= t.dims[d];
+  if (numel != 1) lower_error(L, at, "a parameter group's lr must be a number or a one-element tensor, not shape %s",
+                              shape_str(L, &t));
+  if (t.ndim) v = t_reshape(L, at, v, NULL, 0);
+  return ir_dtype_is_float(t.dtype) ? v : t_cast(L, at, v, DT_F32);
 }
 
 /* The momentum (SGD) or beta1 (Adam): a constant, or with OneCycleLR's
@@ -178,17 +272,18 @@ static PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt) {
 }
 
 /* One optimizer update for parameter p with gradient g (PV tensors). */
-static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pname, PV *p, PV *g, PV *tcount) {
+static void step_param(L *L, Span at, PV *opt, PV *group, PV *LR, const char *oname, const char *pname, PV *p, PV *g,
+                       PV *tcount) {
   int bi = opt->cls->bi;
   Type t = p->t->type;
-  double wd = hp(L, at, opt, "weight_decay", 0);
-  PV *LR = opt_lr(L, at, opt, oname);
+  double wd = hp(L, at, group, "weight_decay", 0);
   const char *pre = arena_printf(L->a, "%s.%s", oname, pname);
+  if (hpb(L, at, group, "maximize")) g = t_unary(L, at, IR_NEG, g); /* PyTorch 1.13 negates the gradient first */
   if (bi != BI_O_ADAMW && wd != 0) g = ADD(g, MUL(p, F(wd)));
   switch (bi) {
   case BI_O_SGD: {
-    double mom = hp(L, at, opt, "momentum", 0), damp = hp(L, at, opt, "dampening", 0);
-    int nesterov = hpb(L, at, opt, "nesterov");
+    double mom = hp(L, at, group, "momentum", 0), damp = hp(L, at, group, "dampening", 0);
+    int nesterov = hpb(L, at, group, "nesterov");
     if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
     PV *d = g;
     PV *MOM = opt_mom(L, at, opt, oname, mom);
@@ -208,16 +303,16 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
   }
   case BI_O_ADAM:
   case BI_O_ADAMW: {
-    PV *betas = env_get(opt->attrs, "betas");
+    PV *betas = pv_dict_get(group, key(L, "betas"));
     double b1 = 0.9, b2 = 0.999;
     if (betas) {
       if (!pv_is_seq(betas) || betas->n != 2) lower_error(L, at, "betas must be a pair");
       b1 = arg_num(L, at, betas->items[0], "beta1");
       b2 = arg_num(L, at, betas->items[1], "beta2");
     }
-    double eps = hp(L, at, opt, "eps", 1e-8);
+    double eps = hp(L, at, group, "eps", 1e-8);
     PV *slot = p; /* AdamW decays the weight first: p * (1 - lr * wd), default wd 1e-2 */
-    if (bi == BI_O_ADAMW) p = MUL(p, SUB(F(1), MUL(LR, F(env_get(opt->attrs, "weight_decay") ? wd : 1e-2))));
+    if (bi == BI_O_ADAMW) p = MUL(p, SUB(F(1), MUL(LR, F(wd))));
     PV *m = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
     PV *v = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
     PV *B1 = opt_mom(L, at, opt, oname, b1);
@@ -229,7 +324,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, B1, step));
     PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
     PV *den_v = nv;
-    if (hpb(L, at, opt, "amsgrad")) {
+    if (hpb(L, at, group, "amsgrad")) {
       PV *vmax = state_tensor(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
       PV *nmax = t_minmax(L, at, IR_MAX, vmax, nv);   /* torch.maximum: NaN propagates */
       state_update(L, at, vmax, nmax);
@@ -241,12 +336,12 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     return;
   }
   case BI_O_RMSPROP: {
-    double alpha = hp(L, at, opt, "alpha", 0.99), eps = hp(L, at, opt, "eps", 1e-8), mom = hp(L, at, opt, "momentum", 0);
+    double alpha = hp(L, at, group, "alpha", 0.99), eps = hp(L, at, group, "eps", 1e-8), mom = hp(L, at, group, "momentum", 0);
     PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
     PV *nsq = ADD(MUL(sq, F(alpha)), MUL(MUL(g, g), F(1 - alpha)));
     state_update(L, at, sq, nsq);
     PV *avg;
-    if (hpb(L, at, opt, "centered")) {
+    if (hpb(L, at, group, "centered")) {
       PV *ga = state_tensor(L, at, arena_printf(L->a, "%s.grad_avg", pre), &t, 0);
       PV *nga = ADD(MUL(ga, F(alpha)), MUL(g, F(1 - alpha)));
       state_update(L, at, ga, nga);
@@ -263,8 +358,8 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     return;
   }
   case BI_O_ADAGRAD: {
-    double lrd = hp(L, at, opt, "lr_decay", 0), eps = hp(L, at, opt, "eps", 1e-10);
-    double init = hp(L, at, opt, "initial_accumulator_value", 0);
+    double lrd = hp(L, at, group, "lr_decay", 0), eps = hp(L, at, group, "eps", 1e-10);
+    double init = hp(L, at, group, "initial_accumulator_value", 0);
     PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
     PV *nsum = ADD(sum, MUL(g, g));
     state_update(L, at, sum, nsum);
@@ -273,7 +368,7 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
     return;
   }
   case BI_O_ADADELTA: {
-    double rho = hp(L, at, opt, "rho", 0.9), eps = hp(L, at, opt, "eps", 1e-6);
+    double rho = hp(L, at, group, "rho", 0.9), eps = hp(L, at, group, "eps", 1e-6);
     PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
     PV *acc = state_tensor(L, at, arena_printf(L->a, "%s.acc_delta", pre), &t, 0);
     PV *nsq = ADD(MUL(sq, F(rho)), MUL(MUL(g, g), F(1 - rho)));
@@ -290,34 +385,226 @@ static void step_param(L *L, Span at, PV *opt, const char *oname, const char *pn
 /* The name of a parameter slot in the state_dict ("fc1.weight"). */
 static const char *slot_name(L *L, Slot *s) { return L->prog->params.data[s->index].name; }
 
-static PV *optimizer_step(L *L, PV *opt, Span at) {
-  if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
-  if (!L->zeroed)
-    lower_error(L, at, "optimizer.step() without an earlier optimizer.zero_grad() in this function would accumulate "
-                       "gradients across calls; call zero_grad() first");
-  if (L->pending.len == 0) lower_error(L, at, "optimizer.step() without a preceding loss.backward()");
-  PV *params = env_get(opt->attrs, "params");
-  int n = params->n;
+/* ---- gradients: backward(), accumulation, clipping ----------------------
+ * backward() records its loss; the gradients are computed when something needs
+ * them (clip_grad_norm_, step()) by one reverse sweep over the losses recorded
+ * since, with respect to the parameters of every optimizer (and those being
+ * clipped), and added to the accumulated gradients L->grad_acc: several
+ * backward() calls before one step() accumulate, as PyTorch's .grad does, and
+ * clipping rewrites the accumulated gradients the step then reads. */
+
+enum { GF_CLEARED = 1, GF_READ = 2 }; /* a zero_grad() in the function clears it; a clip/step reads it */
+
+static void grads_grow(L *L) {
+  int np = L->prog->params.len;
+  if (L->grad_n >= np) return;
+  ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)np);
+  unsigned char *f = arena_alloc(L->a, (size_t)np);
+  for (int i = 0; i < np; i++) {
+    g[i] = i < L->grad_n ? L->grad_acc[i] : -1;
+    f[i] = i < L->grad_n ? L->grad_flags[i] : 0;
+  }
+  L->grad_acc = g;
+  L->grad_flags = f;
+  L->grad_n = np;
+}
+
+static void grads_materialize(L *L, Span at, PV *extra);
+
+/* PyTorch's zero_grad clears only the gradients of its optimizer's (or module's)
+ * parameters: the others keep theirs, even across calls. */
+void grads_zero(L *L, Span at, PV *params) {
+  staged_effect_check(L, at, "zero_grad()");
+  if (L->fn) {
+    grads_materialize(L, at, NULL);
+    grads_grow(L);
+  }
+  for (int i = 0; params && i < params->n; i++) {
+    int idx = params->items[i]->k == PV_TENSOR && params->items[i]->t->slot ? params->items[i]->t->slot->index : -1;
+    if (idx < 0 || idx >= L->grad_n) continue;
+    L->grad_acc[idx] = -1;
+    L->grad_flags[idx] |= GF_CLEARED;
+  }
+  L->zeroed = 1;
+}
+
+static void grads_reset(L *L) {
+  L->grad_acc = NULL;
+  L->grad_flags = NULL;
+  L->grad_n = 0;
+}
+
+/* At the end of a training function: a gradient a clip or step read must be
+ * cleared by some zero_grad() of the function, or PyTorch would carry it into
+ * the next call (which a compiled entry, without .grad state, cannot). */
+static void grads_check_cleared(L *L, Span at, const char *name) {
+  for (int i = 0; i < L->grad_n; i++)
+    if ((L->grad_flags[i] & GF_READ) && !(L->grad_flags[i] & GF_CLEARED))
+      lower_error(L, at, "'%s' uses the gradient of '%s' but no zero_grad() in it clears that gradient (an "
+                         "optimizer's zero_grad() clears only its own parameters): PyTorch would add it to the next "
+                         "call's gradients; call model.zero_grad() or leave the parameter out",
+                  name, L->prog->params.data[i].name);
+}
+
+static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
+  if (p->k != PV_TENSOR || !p->t->slot || p->t->slot->frozen || p->t->slot->index < 0) return;
+  if (pv_dict_get(seen, p)) return;
+  pv_dict_set(L, at, seen, p, p);
+  pv_list_append(L, list, p);
+}
+
+/* Run the reverse sweep for the pending losses; `extra` (NULL or a list of
+ * parameters) joins the optimizers' parameters as inputs. */
+static void grads_materialize(L *L, Span at, PV *extra) {
+  if (L->pending.len == 0) return;
+  PV *list = pv_list(L, NULL, 0), *seen = pv_dict(L);
+  for (int i = 0; extra && i < extra->n; i++) wrt_add(L, at, list, seen, extra->items[i]);
+  for (int i = 0; i < L->globals->vals.len; i++) {
+    PV *o = L->globals->vals.data[i];
+    if (!opt_is_optimizer(o)) continue;
+    PV *ps = env_get(o->attrs, "params");
+    for (int k = 0; k < ps->n; k++) wrt_add(L, at, list, seen, ps->items[k]);
+  }
+  int n = list->n;
+  if (n == 0) {
+    L->pending.len = L->pending_seed.len = 0;
+    return;
+  }
   ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)n), *grads = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
-  for (int i = 0; i < n; i++) wrt[i] = t_val(L, at, params->items[i]);
+  for (int i = 0; i < n; i++) wrt[i] = t_val(L, at, list->items[i]);
   AdSeed *seeds = arena_alloc(L->a, sizeof(AdSeed) * (size_t)L->pending.len);
   for (int i = 0; i < L->pending.len; i++) {
     seeds[i].value = L->pending.data[i];
     seeds[i].seed = L->pending_seed.data[i];
   }
   ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads);
+  L->pending.len = L->pending_seed.len = 0;
+  grads_grow(L);
+  for (int i = 0; i < n; i++) {
+    int idx = list->items[i]->t->slot->index;
+    ValId prev = L->grad_acc[idx];
+    L->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
+  }
+}
+
+/* The accumulated gradient of a parameter, or -1 (None); marks it read. */
+static ValId grad_of(L *L, PV *p) {
+  int idx = p->t->slot->index;
+  if (idx < 0 || idx >= L->grad_n || p->t->slot->frozen || L->grad_acc[idx] < 0) return -1;
+  L->grad_flags[idx] |= GF_READ;
+  return L->grad_acc[idx];
+}
+
+/* p.grad: the gradient accumulated by the backward() calls since the last
+ * zero_grad() (None at compile time, for tensors that are not parameters, and
+ * before any backward()). Read-only: `p.grad = ...` and in-place updates of it
+ * are not supported. */
+PV *param_grad(L *L, Span at, PV *t) {
+  if (!L->fn || !t->t->slot || t->t->slot->is_buffer || t->t->slot->frozen || t->t->slot->index < 0)
+    return pv_none(L);
+  PV *one = pv_list(L, &t, 1);
+  grads_materialize(L, at, one);
+  ValId g = grad_of(L, t);
+  return g < 0 ? pv_none(L) : t_detach(L, at, t_wrap(L, g));
+}
+
+/* torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=2.0,
+ * error_if_nonfinite=False) and clip_grad_value_(parameters, clip_value), as
+ * PyTorch 1.13 computes them: the total norm is the norm of the per-parameter
+ * norms, the gradients are scaled by clamp(max_norm / (total + 1e-6), max=1). */
+PV *clip_grad(L *L, PV *fn, Args *A) {
+  PV *a[5];
+  int norm = fn->bi == BI_U_CLIP_GRAD_NORM_;
+  bind_args(L, A, norm ? "parameters,max_norm,norm_type=,error_if_nonfinite=,foreach=" : "parameters,clip_value,foreach=", a);
+  Span at = A->at;
+  if (!L->fn) lower_error(L, at, "%s() must be called inside a compiled training function", A->fname);
+  staged_effect_check(L, at, "gradient clipping");
+  PV **items;
+  int n = a[0]->k == PV_TENSOR ? (items = &a[0], 1) : iter_items(L, at, a[0], &items);
+  PV *params = pv_list(L, NULL, 0);
+  for (int i = 0; i < n; i++) {
+    if (items[i]->k != PV_TENSOR || !items[i]->t->slot)
+      lower_error(L, at, "%s() needs model parameters (model.parameters()), not %s", A->fname,
+                  items[i]->k == PV_TENSOR ? "a computed tensor" : pv_kind_name(items[i]));
+    pv_list_append(L, params, items[i]);
+  }
+  grads_materialize(L, at, params);
+  int ng = 0;
+  for (int i = 0; i < n; i++) ng += grad_of(L, params->items[i]) >= 0;
+  if (ng == 0)
+    lower_error(L, at, "%s() without a preceding loss.backward(): the parameters have no gradients to clip", A->fname);
+  if (!norm) {
+    double v = arg_num(L, at, a[1], "clip_value");
+    for (int i = 0; i < n; i++) {
+      ValId g = grad_of(L, params->items[i]);
+      if (g < 0) continue;
+      L->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, t_clamp(L, at, t_wrap(L, g), F(-v), F(v)));
+    }
+    return pv_none(L);
+  }
+  double max_norm = arg_num(L, at, a[1], "max_norm");
+  double p = a[2] ? arg_num(L, at, a[2], "norm_type") : 2.0;
+  if (a[3] && arg_bool(L, at, a[3], "error_if_nonfinite"))
+    lower_error(L, at, "clip_grad_norm_(error_if_nonfinite=True) would raise at run time, which compiled code cannot; "
+                       "return the total norm and check it with torch.isfinite instead");
+  if (!(p > 0) && !isinf(p)) lower_error(L, at, "clip_grad_norm_ supports norm_type > 0 and inf, not %g", p);
+  if (isinf(p) && p < 0) lower_error(L, at, "clip_grad_norm_ supports norm_type > 0 and inf, not -inf");
+  PV *total = NULL;
+  for (int i = 0; i < n; i++) {
+    ValId gv = grad_of(L, params->items[i]);
+    if (gv < 0) continue;
+    PV *g = t_wrap(L, gv), *part;
+    if (isinf(p)) part = t_reduce(L, at, IR_REDUCE_MAX, t_unary(L, at, IR_ABS, g), NULL, 0, 0, 0);
+    else if (p == 2) part = t_reduce(L, at, IR_REDUCE_SUM, MUL(g, g), NULL, 0, 0, 0);
+    else if (p == 1) part = t_reduce(L, at, IR_REDUCE_SUM, t_unary(L, at, IR_ABS, g), NULL, 0, 0, 0);
+    else part = t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_POW, t_unary(L, at, IR_ABS, g), F(p)), NULL, 0, 0, 0);
+    total = !total ? part : isinf(p) ? t_minmax(L, at, IR_MAX, total, part) : ADD(total, part);
+  }
+  if (!isinf(p) && p != 1) total = p == 2 ? SQRT(total) : t_binary(L, at, OP_POW, total, F(1 / p));
+  PV *coef = DIV(F(max_norm), ADD(total, F(1e-6)));
+  coef = t_clamp(L, at, coef, NULL, F(1.0));
+  for (int i = 0; i < n; i++) {
+    ValId g = grad_of(L, params->items[i]);
+    if (g < 0) continue;
+    L->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, MUL(t_wrap(L, g), coef));
+  }
+  return total;
+}
+
+static PV *optimizer_step(L *L, PV *opt, Span at) {
+  if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
+  staged_effect_check(L, at, "optimizer.step()");
+  /* zero_grad() before step(), or after it (nanoGPT zeroes at the end of its
+   * iteration): either way every call starts without gradients; checked when
+   * the function ends (stage_function) */
+  if (!L->zeroed) {
+    L->zeroed = -1;
+    L->unzeroed_step = at;
+  }
+  grads_materialize(L, at, NULL);
+  PV *groups = env_get(opt->attrs, "param_groups");
+  int any = 0;
+  for (int gi = 0; gi < groups->n; gi++) {
+    PV *ps = pv_dict_get(groups->items[gi], key(L, "params"));
+    for (int i = 0; i < ps->n; i++) any |= grad_of(L, ps->items[i]) >= 0;
+  }
+  if (!any) lower_error(L, at, "optimizer.step() without a preceding loss.backward()");
   const char *oname = opt_name(L, opt);
   Type st = {0};
   st.dtype = DT_F32;
   PV *count = state_tensor(L, at, arena_printf(L->a, "%s.step", oname), &st, 0);
   PV *tcount = t_wrap(L, t_val(L, at, count));
-  for (int i = 0; i < n; i++) {
-    Slot *s = params->items[i]->t->slot;
-    if (s->frozen) continue; /* requires_grad = False: no .grad, so PyTorch's step skips it */
-    step_param(L, at, opt, oname, slot_name(L, s), param_tensor(L, s), t_wrap(L, grads[i]), tcount);
+  for (int gi = 0; gi < groups->n; gi++) {
+    PV *group = groups->items[gi], *ps = pv_dict_get(group, key(L, "params"));
+    PV *LR = group_lr(L, at, opt, group, oname);
+    for (int i = 0; i < ps->n; i++) {
+      Slot *s = ps->items[i]->t->slot;
+      ValId g = grad_of(L, ps->items[i]);
+      if (g < 0) continue; /* frozen (requires_grad = False): no .grad, so PyTorch's step skips it */
+      step_param(L, at, opt, group, LR, oname, slot_name(L, s), param_tensor(L, s), t_wrap(L, g), tcount);
+    }
   }
   state_update(L, at, count, ADD(tcount, F(1)));
-  L->pending.len = L->pending_seed.len = 0;
   L->stepped = 1;
   return pv_none(L);
 }
@@ -326,8 +613,12 @@ PV *optim_call(L *L, PV *fn, Args *A) {
   PV *opt = fn->self, *a[2];
   if (fn->bi == BI_OPT_ZERO_GRAD) {
     bind_args(L, A, "set_to_none=", a);
-    L->pending.len = L->pending_seed.len = 0;
-    L->zeroed = 1;
+    grads_zero(L, A->at, env_get(opt->attrs, "params"));
+    return pv_none(L);
+  }
+  if (fn->bi == BI_OPT_ADD_PARAM_GROUP) {
+    bind_args(L, A, "param_group", a);
+    add_group(L, A->at, opt, a[0]);
     return pv_none(L);
   }
   bind_args(L, A, "closure=", a);
@@ -339,6 +630,7 @@ PV *tensor_backward(L *L, PV *t, Args *A) {
   PV *a[4];
   bind_args(L, A, "gradient=,retain_graph=,create_graph=,inputs=", a);
   if (!L->fn) lower_error(L, A->at, "backward() must be called inside a compiled training function");
+  staged_effect_check(L, A->at, "backward()");
   if (a[2] && truthy(L, A->at, a[2])) lower_error(L, A->at, "backward(create_graph=True) is not supported yet");
   if (a[3] && a[3]->k != PV_NONE) lower_error(L, A->at, "backward(inputs=...) is not supported yet");
   ValId v = t_val(L, A->at, t);
@@ -492,9 +784,15 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
   const char *spec = sched_spec(cls->bi);
   bind_args(L, A, spec, a);
   PV *opt = a[0];
-  if (opt->k != PV_OBJ || !opt->cls || opt->cls->bi < BI_O_SGD || opt->cls->bi > BI_O_ADADELTA)
+  if (!opt_is_optimizer(opt))
     lower_error(L, at, "the first argument of a scheduler must be an optimizer");
   if (env_get(opt->attrs, "scheduler")) lower_error(L, at, "only one LR scheduler per optimizer is supported");
+  PV *groups = env_get(opt->attrs, "param_groups");
+  for (int i = 0; i < groups->n; i++) {
+    PV *glr = pv_dict_get(groups->items[i], key(L, "lr"));
+    if (glr->k == PV_TENSOR || pv_num(glr) != pv_num(env_get(opt->attrs, "lr")))
+      lower_error(L, at, "an LR scheduler on parameter groups with different learning rates is not supported yet");
+  }
   PV *s = pv_new(L, PV_OBJ);
   s->cls = cls;
   s->attrs = env_new(L, NULL);
@@ -626,6 +924,28 @@ void stage_scheduler_entries(L *L) {
 
 /* ---- entries ------------------------------------------------------------- */
 
+/* A learning rate compiled code set by hand (`g['lr'] = get_lr(it)`) is a value
+ * of the function being staged; at its end it is written to the state tensor
+ * "<optimizer>.param_groups.<i>.lr" (initially the group's lr), which the group
+ * reads from then on, in this entry and in others, as PyTorch's dict keeps it. */
+static void persist_group_lrs(L *L, Span at) {
+  for (int i = 0; i < L->globals->vals.len; i++) {
+    PV *o = L->globals->vals.data[i];
+    if (!opt_is_optimizer(o)) continue;
+    PV *groups = env_get(o->attrs, "param_groups"), *init = env_get(o->attrs, "lr_init");
+    for (int gi = 0; gi < groups->n; gi++) {
+      PV *v = pv_dict_get(groups->items[gi], key(L, "lr"));
+      if (v->k != PV_TENSOR || v->t->slot || v->t->data) continue;
+      Type st = {0};
+      st.dtype = DT_F32;
+      PV *s = state_tensor(L, at, arena_printf(L->a, "%s.param_groups.%d.lr", L->globals->names.data[i], gi), &st,
+                           pv_num(init->items[gi]));
+      state_update(L, at, s, lr_tensor(L, at, v));
+      pv_dict_set(L, at, groups->items[gi], key(L, "lr"), s);
+    }
+  }
+}
+
 void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV *examples) {
   Node *def = fnv->node;
   Func *f = ir_func_new(L->prog, name, def->span);
@@ -634,6 +954,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   f->grad_mode = L->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
   L->pending.len = L->pending_seed.len = 0;
   L->zeroed = L->stepped = 0;
+  grads_reset(L);
   L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
   for (int i = 0; i < L->prog->params.len; i++) L->param_cur[i] = -1;
   PV *ex = NULL;
@@ -649,6 +970,11 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   if (L->pending.len)
     lower_error(L, def->span, "'%s' calls backward() but no optimizer.step() uses the gradients", name);
   if (L->stepped) f->kind = FK_TRAIN;
+  if (L->zeroed < 0)
+    lower_error(L, L->unzeroed_step, "optimizer.step() without an optimizer.zero_grad() before or after it in '%s' "
+                                     "would accumulate gradients across calls; call zero_grad()", name);
+  grads_check_cleared(L, def->span, name);
+  persist_group_lrs(L, def->span);
   PV **outs = &r;
   int nout = r->k == PV_NONE ? 0 : 1;
   if (pv_is_seq(r)) {

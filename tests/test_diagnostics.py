@@ -32,9 +32,14 @@ CASES = [
     ("item_in_if", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        if x.sum().item() > 0:\n"
      "            return x\n        return -x\n", ("--input", "x=f32[4]"),
      "7:12: error: '.item()' reads a tensor's value on the host"),
-    ("tensor_if", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        if x.sum() > 0:\n"
-     "            return x\n        return -x\n", ("--input", "x=f32[4]"),
-     "7:12: error: the truth value of a tensor depends on run-time data"),
+    # (an `if` on a one-element tensor with pure branches compiles to torch.where: see
+    # test_train_groups.py; a `while` cannot)
+    ("tensor_while", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        while x.sum() > 0:\n"
+     "            x = x - 1\n        return x\n", ("--input", "x=f32[4]"),
+     "7:15: error: the truth value of a tensor depends on run-time data"),
+    ("tensor_if_effect", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        if x.sum() > 0:\n"
+     "            print(x)\n        return -x\n", ("--input", "x=f32[4]"),
+     "8:13: error: this statement depends on an `if` whose condition is a run-time tensor"),
     ("undefined_name", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x + y\n",
      ("--input", "x=f32[4]"), "7:20: error: name 'y' is not defined"),
     ("unknown_layer", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
@@ -64,7 +69,7 @@ TRAIN_IN = ("--input", "x=f32[2,4]", "--input", "y=i64[2]")
 CASES += [
     ("step_without_zero_grad", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    loss = F.cross_entropy(model(x), y)\n"
      "    loss.backward()\n    optimizer.step()\n    return loss\n", TRAIN_IN,
-     "21:5: error: optimizer.step() without an earlier optimizer.zero_grad()"),
+     "21:5: error: optimizer.step() without an optimizer.zero_grad() before or after it"),
     ("backward_without_step", TRAIN_HEAD + "\n\ndef train_step(x, y):\n    optimizer.zero_grad()\n"
      "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    return loss\n", TRAIN_IN,
      "18:1: error: 'train_step' calls backward() but no optimizer.step() uses the gradients"),
