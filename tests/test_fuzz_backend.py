@@ -132,6 +132,7 @@ _DT_BYTES = {"f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 _DECL = re.compile(r"^  (?:const )?(?:unsigned )?\w+ \*(?:restrict )?(\w+) = \((?:const )?(?:unsigned )?\w+ \*\)\(A \+ (\d+)\);"
                    r"  /\* (\w+)\[([\d,]*)\]( column scratch of (\w+))?")
 _INST = re.compile(r"^  /\* (?:\S+:\d+  )?\w+\(")
+_KERNEL = re.compile(r"^  /\* kernel \d+: ")
 
 
 def _inst_names(line):
@@ -150,8 +151,8 @@ def _inst_names(line):
 
 def guard_arena(c_text):
     """Instrument generated C so that ASan sees accesses between the tensors of
-    the one arena: before each instruction the whole arena is poisoned except
-    the instruction's operands, result and scratch; it is unpoisoned again
+    the one arena: before each instruction (or fused kernel: all of its ops) the
+    whole arena is poisoned except the operands, results and scratch; it is unpoisoned again
     before the outputs and parameter updates are written. (Without this, an
     access past a tensor that stays inside the arena goes unnoticed.)"""
     m = re.search(r"\b(\w+_ARENA_BYTES)\b", c_text)
@@ -159,7 +160,21 @@ def guard_arena(c_text):
         return c_text
     size = m.group(1)
     out, decls, scratch, in_entry = [], {}, {}, False
+    group = None   # a fused kernel: [index in out of its guard line, names of all its ops]
+
+    def close_group():
+        nonlocal group
+        if group is not None:
+            at, names = group
+            names += [scratch[n] for n in names if n in scratch]
+            allow = "".join(f" ctc_fz_allow(A + {decls[n][0]}, {decls[n][1]});" for n in dict.fromkeys(names)
+                            if n in decls)
+            out[at] = f"  ctc_fz_poison(A, {size});{allow}"
+            group = None
+
     for line in c_text.splitlines():
+        if group is not None and not _INST.match(line):
+            close_group()
         if line.startswith("  unsigned char *A = m->arena;"):
             in_entry, decls, scratch = True, {}, {}
         elif line == "}":
@@ -174,6 +189,11 @@ def guard_arena(c_text):
                 decls[d.group(1)] = (int(d.group(2)), n)
                 if d.group(6):
                     scratch[d.group(6)] = d.group(1)
+            elif _KERNEL.match(line):   # one guard for the whole kernel: all its ops' tensors
+                group = [len(out), []]
+                out.append("")
+            elif _INST.match(line) and group is not None:
+                group[1] += _inst_names(line)
             elif _INST.match(line):
                 names = _inst_names(line)
                 names += [scratch[n] for n in names if n in scratch]
@@ -884,11 +904,17 @@ def test_arena_guard_catches_an_access_past_a_tensor(asan_ctc, tmp_path):
     assert verdict == "ok", out
     text = open(c).read()
     fwd = text.index("_forward(")
-    loop = re.compile(r"(for \(int64_t i = 0; i < )(\d+)(; i\+\+\)\n\s+\w+\[i\] = )")
+    loop = re.compile(r"(for \(int64_t i = 0; i < )(\d+)(; i\+\+\) \{\n\s+const float \w+ = \w+\[i\];)")
     m = loop.search(text, fwd)
     assert m, "no elementwise loop in the generated forward"
-    with open(c, "w") as f:
-        f.write(text[:m.start(2)] + str(int(m.group(2)) + 1) + text[m.end(2):])
+    text = text[:m.start(2)] + str(int(m.group(2)) + 1) + text[m.end(2):]
+    with open(c, "w") as f:   # the overrun stays inside the arena: only the guard can see it
+        f.write(text)
+    h = c[:-2] + ".h"
+    ht = open(h).read()
+    ht = re.sub(r"(#define \w+_ARENA_BYTES \D*)(\d+)", lambda d: d.group(1) + str(int(d.group(2)) + 4096), ht)
+    with open(h, "w") as f:
+        f.write(ht)
     err = build_and_run(c, str(tmp_path), 0)
     assert err and "use-after-poison" in err, err
 

@@ -92,7 +92,7 @@ def emitted_primitives(out_dir):
 
 
 def test_codegen_harness_emits_every_primitive(tmp_path):
-    srcs = HARNESS_SRCS + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
+    srcs = HARNESS_SRCS + [f"{d}/{f}" for d in ("codegen_c", "kernels") for f in sorted(os.listdir(os.path.join(ROOT, d)))
                            if f.endswith(".c")]
     exe = tmp_path / "cg_harness"
     run(["gcc", "-std=c11", "-O0", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE"] +
