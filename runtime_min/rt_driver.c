@@ -520,6 +520,18 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   return CTC_OK;
 }
 
+
+/* The entry called `name` (NULL: the default one), or a usage error naming them all. */
+static int find_entry(const ctc_model_desc *desc, const char *name, const ctc_entry **out, ctc_error *err) {
+  *out = ctc_model_entry(desc, name);
+  if (*out) return CTC_OK;
+  if (!name) return ctc_fail(err, CTC_ERR_ARG, "the model has no entry points");
+  char names[512] = "";
+  size_t len = 0;
+  for (int i = 0; i < desc->nentries && len < sizeof names; i++)
+    len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", desc->entries[i].name);
+  return ctc_fail(err, CTC_ERR_ARG, "unknown entry '%s' (entries: %s)", name, names);
+}
 static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char **argv, int is_infer) {
   ctc_error err = {0, ""};
   RunArgs a;
@@ -532,18 +544,7 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
     return 0;
   }
   const ctc_entry *e = NULL;
-  if (rc == CTC_OK) {
-    e = ctc_model_entry(desc, a.entry);
-    if (!e && !a.entry) {
-      rc = ctc_fail(&err, CTC_ERR_ARG, "the model has no entry points");
-    } else if (!e) {
-      char names[512] = "";
-      size_t len = 0;
-      for (int i = 0; i < desc->nentries && len < sizeof names; i++)
-        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", desc->entries[i].name);
-      rc = ctc_fail(&err, CTC_ERR_ARG, "unknown entry '%s' (entries: %s)", a.entry, names);
-    }
-  }
+  if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
   if (rc == CTC_OK) rc = do_run(prog, desc, e, &a, &r, &err);
   run_free(&r);
   free_run_args(&a);
@@ -1365,18 +1366,7 @@ static int cmd_bench(const char *prog, const ctc_model_desc *desc, int argc, cha
     return 0;
   }
   const ctc_entry *e = NULL;
-  if (rc == CTC_OK) {
-    e = ctc_model_entry(desc, a.entry);
-    if (!e && !a.entry) {
-      rc = ctc_fail(&err, CTC_ERR_ARG, "the model has no entry points");
-    } else if (!e) {
-      char names[512] = "";
-      size_t len = 0;
-      for (int i = 0; i < desc->nentries && len < sizeof names; i++)
-        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", desc->entries[i].name);
-      rc = ctc_fail(&err, CTC_ERR_ARG, "unknown entry '%s' (entries: %s)", a.entry, names);
-    }
-  }
+  if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
   if (rc == CTC_OK) rc = do_bench(prog, desc, e, &a, &r, &err);
   run_free(&r);
   if (rc == CTC_OK) return 0;
