@@ -29,8 +29,10 @@ typedef struct AdSeed {
 /* Several sweeps over one function (a jacobian, one row at a time) need no
  * care: adjoints flow only backwards from the seeds, so the code an earlier
  * sweep appended is never reached. */
+/* reached (NULL if not wanted): reached[i] = 1 if some seed depends on wrt[i]
+ * through differentiable code, 0 if its gradient is "None" in PyTorch's terms. */
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
-                ValId *grads);
+                ValId *grads, int *reached);
 
 /* Forward mode: appends to f, for f's first `ninsts` instructions (-1: all
  * present when it is called), the tangent instructions (the JVP rule of each

@@ -103,7 +103,8 @@ ValId ad_zeros(Ad *ad, const Type *t) {
 
 /* ---- the sweep -------------------------------------------------------------- */
 
-void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads) {
+void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads,
+                int *reached) {
   ir_pass_event(p, f, "ad_reverse", 0);
   int nv = f->values.len, ni = f->insts.len;
   char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
@@ -164,6 +165,7 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
   }
   ad.loc = f->loc;
   for (int i = 0; i < nwrt; i++) {
+    if (reached) reached[i] = adj[wrt[i]] >= 0;
     grads[i] = adj[wrt[i]] >= 0 ? adj[wrt[i]] : ad_zeros(&ad, ir_type(f, wrt[i]));
     if (f->values.data[grads[i]].kind == V_INST) {
       const Value *w = &f->values.data[wrt[i]];

@@ -135,7 +135,7 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
   for (int64_t k = 0; k < no; k++) {
     AdSeed s = {ov, one_hot(L, at, &to, k)};
-    ad_reverse(L->prog, L->fn, &s, 1, xv, n, g);
+    ad_reverse(L->prog, L->fn, &s, 1, xv, n, g, NULL);
     for (int i = 0; i < n; i++) rows[i][k] = t_wrap(L, g[i]);
   }
   for (int i = 0; i < n; i++) J[i] = assemble(L, at, rows[i], (int)no, &to, &xs[i]->t->type, 1);
@@ -151,7 +151,7 @@ static void need_scalar(L *L, Span at, PV *out, const char *fn) {
 static ValId *grads_of(L *L, Span at, PV *out, PV **xs, int n) {
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
   AdSeed s = {t_val(L, at, out), -1};
-  ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g);
+  ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
   return g;
 }
 
@@ -212,7 +212,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     else need_scalar(L, at, out, "vjp without v");
     ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
     AdSeed s = {t_val(L, at, out), seed};
-    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g);
+    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
     PV *r[2] = {out, pack(L, wrap_all(L, g, n), n, single)};
     return pv_tuple(L, r, 2);
   }
@@ -379,7 +379,7 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
     seeds_like(L, at, a[0], &out, 1, &seed, "cotangent");
     ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)xt->n);
     AdSeed s = {t_val(L, at, out), seed};
-    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xt->items, xt->n), xt->n, g);
+    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xt->items, xt->n), xt->n, g, NULL);
     return pv_tuple(L, wrap_all(L, g, xt->n), xt->n);
   }
   case BI_TF_APPLY: return apply_transform(L, fn->self, A);

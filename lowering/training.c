@@ -477,10 +477,12 @@ static void grads_materialize(L *L, Span at, PV *extra) {
     seeds[i].value = L->pending.data[i];
     seeds[i].seed = L->pending_seed.data[i];
   }
-  ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads);
+  int *reached = arena_alloc(L->a, sizeof(int) * (size_t)n);
+  ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads, reached);
   L->pending.len = L->pending_seed.len = 0;
   grads_grow(L);
   for (int i = 0; i < n; i++) {
+    if (!reached[i]) continue;   /* not in the graph of these losses: .grad stays None, step() skips it */
     int idx = list->items[i]->t->slot->index;
     ValId prev = L->grad_acc[idx];
     L->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
@@ -673,7 +675,7 @@ PV *autograd_grad(L *L, Args *A) {
   }
   ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1)), *g = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1));
   for (int i = 0; i < ni; i++) wrt[i] = t_val(L, A->at, ins[i]);
-  ad_reverse(L->prog, L->fn, seeds, no, wrt, ni, g);
+  ad_reverse(L->prog, L->fn, seeds, no, wrt, ni, g, NULL);
   PV *r = pv_tuple(L, NULL, 0);
   for (int i = 0; i < ni; i++) pv_list_append(L, r, t_wrap(L, g[i]));
   return r;

@@ -294,8 +294,37 @@ example_inputs = {"forward": (torch.randn(8, 6),),
 '''
 
 
-@pytest.mark.parametrize("name,body", [("dqn_no_grad", DQN), ("dqn_detach", DQN_DETACH), ("distill_frozen", DISTILL)],
-                         ids=["dqn_no_grad", "dqn_detach", "distill_frozen"])
+UNUSED = '''\
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = QNet()
+        self.spare = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+model = TwoHeads()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.1)
+
+
+def update(x, a, r, s2):
+    optimizer.zero_grad()
+    loss = F.mse_loss((model(x) * a).sum(1), r)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(8, 6),),
+                  "update": (torch.randn(8, 6), torch.randn(8, 4), torch.randn(8), torch.randn(8, 6))}
+'''
+
+
+@pytest.mark.parametrize("name,body", [("dqn_no_grad", DQN), ("dqn_detach", DQN_DETACH), ("distill_frozen", DISTILL),
+                                       ("unused_params", UNUSED)],
+                         ids=["dqn_no_grad", "dqn_detach", "distill_frozen", "unused_params"])
 def test_training_with_stopped_gradients(tmp_path, name, body):
     path = tmp_path / f"{name}.py"
     path.write_text(TRAIN.format(body=body))
@@ -320,6 +349,8 @@ def test_training_with_stopped_gradients(tmp_path, name, body):
         compare(f"{name}: {k} after 5 steps", got[k], v.numpy(), 1e-4, 1e-6)
     if name == "distill_frozen":  # the frozen teacher is untouched and has no optimizer state
         assert not any(k.startswith("optimizer.teacher") for k in got)
+    if name == "unused_params":  # no .grad (None), so PyTorch's step skips it: no decay, no state
+        assert not any(k.startswith("optimizer.spare") for k in got)
 
 
 BAD = [
