@@ -220,6 +220,25 @@ typedef struct RunArgs {
 } RunArgs;
 
 /* Parses run/infer options into a (malloc'ed arrays of argv pointers). */
+/* The option at argv[*i], "--name VALUE" or "--name=VALUE", when it is one of
+ * `known` (NULL-terminated): its name into name[32] and its value into *val
+ * (advancing *i past a separate value). Anything else is a usage error. */
+static int option_value(int argc, char **argv, int *i, const char *const *known, char *name, const char **val,
+                        ctc_error *err) {
+  const char *arg = argv[*i], *eq = strchr(arg, '=');
+  size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
+  if (nl >= 32) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", arg);
+  memcpy(name, arg, nl);
+  name[nl] = '\0';
+  int ok = 0;
+  for (int k = 0; known[k]; k++) ok |= !strcmp(name, known[k]);
+  if (!ok) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", name);
+  if (eq) *val = eq + 1;
+  else if (*i + 1 < argc) *val = argv[++*i];
+  else return ctc_fail(err, CTC_ERR_ARG, "option %s needs a value", name);
+  return CTC_OK;
+}
+
 static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ctc_error *err) {
   memset(a, 0, sizeof *a);
   a->repeat = 1;
@@ -244,18 +263,11 @@ static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ct
       return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
     }
     /* --name VALUE or --name=VALUE */
+    static const char *const known[] = {"--weights", "--input", "--output", "--save", "--repeat", NULL};
     char name[32];
-    const char *eq = strchr(arg, '='), *val;
-    size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (nl >= sizeof name) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", arg);
-    memcpy(name, arg, nl);
-    name[nl] = '\0';
-    int known = !strcmp(name, "--weights") || !strcmp(name, "--input") || !strcmp(name, "--output") ||
-                !strcmp(name, "--save") || !strcmp(name, "--repeat");
-    if (!known) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", name);
-    if (eq) val = eq + 1;
-    else if (i + 1 < argc) val = argv[++i];
-    else return ctc_fail(err, CTC_ERR_ARG, "option %s needs a value", name);
+    const char *val;
+    int orc = option_value(argc, argv, &i, known, name, &val, err);
+    if (orc) return orc;
 
     if (!strcmp(name, "--input")) a->inputs[a->ninputs++] = val;
     else if (!strcmp(name, "--output")) a->outputs[a->noutputs++] = val;
@@ -645,21 +657,15 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
       continue;
     }
     if (arg[0] != '-' || arg[1] == '\0') return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
+    static const char *const known[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels", "--save",
+                                        "--log", "--batch", "--epochs", "--limit", "--seed", "--normalize", NULL};
     char name[32];
-    const char *eq = strchr(arg, '='), *val;
-    size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (nl >= sizeof name) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", arg);
-    memcpy(name, arg, nl);
-    name[nl] = '\0';
+    const char *val;
+    int orc = option_value(argc, argv, &i, known, name, &val, err);
+    if (orc) return orc;
     int path = -1;
     for (int k = 0; k < (int)(sizeof path_opts / sizeof path_opts[0]); k++)
       if (!strcmp(name, path_opts[k])) path = k;
-    int known = path >= 0 || !strcmp(name, "--batch") || !strcmp(name, "--epochs") || !strcmp(name, "--limit") ||
-                !strcmp(name, "--seed") || !strcmp(name, "--normalize");
-    if (!known) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", name);
-    if (eq) val = eq + 1;
-    else if (i + 1 < argc) val = argv[++i];
-    else return ctc_fail(err, CTC_ERR_ARG, "option %s needs a value", name);
 
     int rc = CTC_OK;
     if (path >= 0) {
@@ -1228,18 +1234,11 @@ static int parse_bench_args(int argc, char **argv, BenchArgs *a, ctc_error *err)
       a->entry = arg;
       continue;
     }
+    static const char *const known[] = {"--iters", "--warmup", "--weights", "--seed", "--int-max", NULL};
     char name[32];
-    const char *eq = strchr(arg, '='), *val;
-    size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (nl >= sizeof name) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", arg);
-    memcpy(name, arg, nl);
-    name[nl] = '\0';
-    int known = !strcmp(name, "--iters") || !strcmp(name, "--warmup") || !strcmp(name, "--weights") ||
-                !strcmp(name, "--seed") || !strcmp(name, "--int-max");
-    if (!known) return ctc_fail(err, CTC_ERR_ARG, "unknown option '%s'", name);
-    if (eq) val = eq + 1;
-    else if (i + 1 < argc) val = argv[++i];
-    else return ctc_fail(err, CTC_ERR_ARG, "option %s needs a value", name);
+    const char *val;
+    int orc = option_value(argc, argv, &i, known, name, &val, err);
+    if (orc) return orc;
     int rc = CTC_OK;
     if (!strcmp(name, "--iters")) {
       rc = parse_ll(name, val, 1, 100000000LL, &a->iters, err);
