@@ -18,6 +18,23 @@ CTC = os.path.abspath(os.environ.get("CTC_BIN") or os.path.join(ROOT, "build", "
 BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
 EXAMPLES = os.path.join(ROOT, "examples")
 
+# What a user appends to a ../shared/bench model file to train it: the SGD-momentum
+# cross-entropy step of ../shared/bench/torch_step.py (bench/bench.py writes the same).
+BENCH_TRAIN_STEP = """
+
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+
 _DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64",
        np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8"}
 _NP = {v: k for k, v in _DT.items()}

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import BENCH, CTC, build_ctc, run, st_read, st_write
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc, run, st_read
 
 CHAIN = """
 import torch
@@ -193,20 +193,7 @@ def test_sgd_update_is_one_kernel_per_parameter(tmp_path):
     assert len(upd) == 1 and len(re.findall(r"^    %", upd[0], re.M)) == 4, upd   # momentum + step, one pass
 
 
-TRAIN = """
-
-model = make_model()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    logits = model(x)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-    loss.backward()
-    optimizer.step()
-    return loss
-"""
+TRAIN = BENCH_TRAIN_STEP
 
 # (file, forward's input name, x, y): small batches keep the builds and runs fast
 BENCH_CASES = [

@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from ctc_testlib import BENCH, CTC, build_ctc
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RT = os.path.join(ROOT, "runtime_min")
@@ -128,19 +128,7 @@ int main(int argc, char **argv) {
 }
 """
 
-TRAIN_WRAPPER = """
-model = make_model()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    logits = model(x)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-    loss.backward()
-    optimizer.step()
-    return loss
-
+TRAIN_WRAPPER = BENCH_TRAIN_STEP + """
 
 _x, _y = make_inputs()
 example_inputs = {"forward": (_x,), "train_step": (_x, _y)}
