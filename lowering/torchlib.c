@@ -394,6 +394,8 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
 }
 
 /* Tensor methods and torch functions that take the tensor first. */
+static PV *compile_time_copy(L *L, Span at, PV *x, const char *what);
+
 static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   Args B = *A0;
   Args *A = &B;
@@ -455,13 +457,7 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   case BI_T_DETACH: bind_args(L, A, "", a); return t_detach(L, at, x);
   case BI_T_CLONE: { /* a new tensor object: in-place updates of the clone leave x alone */
     bind_args(L, A, "memory_format=", a);
-    if (!L->fn) {
-      Tensor *t = arena_alloc(L->a, sizeof *t);
-      *t = *x->t;
-      t->slot = NULL;
-      return pv_tensor(L, t);
-    }
-    return t_wrap(L, t_val(L, at, x));
+    return L->fn ? t_wrap(L, t_val(L, at, x)) : compile_time_copy(L, at, x, "clone");
   }
   case BI_T_REQUIRES_GRAD_:
     bind_args(L, A, "requires_grad=", a);
@@ -787,16 +783,19 @@ static PV *grad_mode_ctx(L *L, int bi, Args *A) {
   return c;
 }
 
+/* A new tensor object on the same compile-time data (in-place updates are refused
+ * at compile time, so sharing the data is safe); parameters have no data yet. */
+static PV *compile_time_copy(L *L, Span at, PV *x, const char *what) {
+  if (x->t->slot) lower_error(L, at, "%s() of a parameter outside compiled code is not supported", what);
+  Tensor *t = arena_alloc(L->a, sizeof *t);
+  *t = *x->t;
+  t->requires_grad = 0;
+  return pv_tensor(L, t);
+}
+
 PV *t_detach(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "detach() needs a tensor, got '%s'", pv_kind_name(x));
-  if (!L->fn) { /* compile time: no autograd; a new tensor object on the same data */
-    Tensor *t = arena_alloc(L->a, sizeof *t);
-    *t = *x->t;
-    t->slot = NULL;
-    t->requires_grad = 0;
-    if (x->t->slot) lower_error(L, at, "detach() of a parameter outside compiled code is not supported");
-    return pv_tensor(L, t);
-  }
+  if (!L->fn) return compile_time_copy(L, at, x, "detach"); /* compile time: no autograd */
   ValId v = t_val(L, at, x);
   return t_wrap(L, ir_emit(L->prog, L->fn, IR_DETACH, &v, 1, *ir_type(L->fn, v), NULL, 0, 0, at,
                            ir_val(L->fn, v)->name));
