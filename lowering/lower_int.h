@@ -31,10 +31,10 @@ enum {
 #define LAYER(id, name, construct, forward, fn, options) BI_##id,
 #define OPTIM(id, name, defaults, rule) BI_##id,
 #define SCHED(id, name, spec, init, rule) BI_##id,
-#include "builtins.def"
-#include "torch.def"
-#include "layers.def"
-#include "optim.def"
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -234,10 +234,10 @@ struct L {
 #define LAYER(id, name, construct, forward, fn, options) BuiltinFn construct, forward;
 #define OPTIM(id, name, defaults, rule) OptRule rule;
 #define SCHED(id, name, spec, init, rule) SchedInit init; SchedRule rule;
-#include "builtins.def"
-#include "torch.def"
-#include "layers.def"
-#include "optim.def"
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
 #undef B
 #undef CLASS
 #undef LAYER

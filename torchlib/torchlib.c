@@ -2,7 +2,7 @@
  * methods: argument handling in PyTorch's spelling, then tensor.c. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 static PV *need_tensor(L *L, Span at, PV *v, const char *what) {
   if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s must be a tensor, got '%s'", what, v ? pv_kind_name(v) : "nothing");

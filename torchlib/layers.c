@@ -3,7 +3,7 @@
  * their forwards (which call tensor.c). */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b) {

@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 #define MAX_DEPTH 60                 /* nested calls */
 #define MAX_STEPS 20000000           /* statements executed (and work in builtins) per compile */

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 const BuiltinRow bi_rows[BI__COUNT] = {
     [BI_NONE_] = {"", 0, BK_FN, bi_not_callable, NULL, 0, 0, NULL, NULL, NULL, NULL},
@@ -18,10 +18,10 @@ const BuiltinRow bi_rows[BI__COUNT] = {
 #define SCHED(id, nm, spec_, init, rule) \
   [BI_##id] = {nm, NS_LR_SCHEDULER, BK_SCHED, sched_new, NULL, NS_SCHEDULER, 0, spec_, NULL, init, rule},
 #define BI_0 BI_NONE_
-#include "builtins.def"
-#include "torch.def"
-#include "layers.def"
-#include "optim.def"
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -36,10 +36,10 @@ const char *const bi_names[BI__COUNT] = {
 #define LAYER(id, nm, construct, fwd, fn, options) [BI_##id] = nm,
 #define OPTIM(id, nm, defaults, rule) [BI_##id] = nm,
 #define SCHED(id, nm, spec_, init, rule) [BI_##id] = nm,
-#include "builtins.def"
-#include "torch.def"
-#include "layers.def"
-#include "optim.def"
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
 #undef B
 #undef CLASS
 #undef LAYER

@@ -8,7 +8,7 @@
  * sweep per output element). */
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 /* A fresh IR value equal to x, so that differentiation sees the function's
  * inputs as independent variables (values computed from x earlier are constants

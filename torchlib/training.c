@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 /* ---- optimizers: construction at compile time ---------------------------- */
 

@@ -2,7 +2,7 @@
  * lowered to primitives with PyTorch's reductions and options. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 enum { RED_MEAN, RED_SUM, RED_NONE };
 
