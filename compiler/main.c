@@ -313,7 +313,8 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_data.c"};
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+                            "rt_data.c"};
   char *argv[48];
   int n = 0;
   argv[n++] = (char *)cc;
