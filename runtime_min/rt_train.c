@@ -229,6 +229,7 @@ typedef struct Train {
   size_t snap_bytes;              /* the parameters' part of the arena: [0, snap_bytes) */
   int stop_signal;                /* SIGINT / SIGTERM seen after a step */
   int numeric_fault;              /* stopped by a non-finite loss or parameter */
+  const char *prog;               /* for warnings */
 } Train;
 
 /* Positions in "ctc.train.state". */
@@ -788,7 +789,7 @@ static int bad_loss(const ctc_model_desc *desc, const TrainArgs *a, Train *t, do
   if (a->nan_skip) {
     memcpy(desc->arena_of(t->r.model), t->snap, t->snap_bytes);
     fprintf(stderr, "%s%s: warning: loss is %s at epoch %lld, step %lld (step %lld of the run): update skipped\n",
-            isatty(fileno(stderr)) ? "\r\033[K" : "", t->step->name, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+            isatty(fileno(stderr)) ? "\r\033[K" : "", t->prog, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
             t->epoch, t->done, global);
     return CTC_OK;
   }
@@ -909,6 +910,7 @@ static int train_loop(const ctc_model_desc *desc, const TrainArgs *a, Train *t, 
 }
 
 static int do_train(const char *prog, const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_error *err) {
+  t->prog = prog;
   int rc = train_setup(desc, a, t, err);
   if (rc) return rc;
   if (a->resume && a->checkpoint && strcmp(a->resume, a->checkpoint)) t->ckpt_epoch = t->ckpt_done = 0;

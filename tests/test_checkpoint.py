@@ -229,7 +229,7 @@ def test_nan_loss_skip_undoes_the_step(net, tmp_path):
     skip = tmp_path / "skip.safetensors"
     r = run([net / "net", "train", "--data", xbad, "--labels", net / "y.npy", "--epochs", "1", "--no-shuffle",
              "--nan-policy", "skip", "--save", skip])
-    assert "warning: loss is nan at epoch 1, step 3 (step 3 of the run): update skipped" in r.stderr
+    assert "net: warning: loss is nan at epoch 1, step 3 (step 3 of the run): update skipped" in r.stderr
     assert "(1 step skipped)" in r.stdout
     keep = np.r_[0:16, 24:N]
     np.save(tmp_path / "x7.npy", np.load(net / "x.npy")[keep])
