@@ -22,7 +22,7 @@ import pytest
 
 from ctc_testlib import ROOT, st_write
 
-SECONDS = int(os.environ.get("CTC_FUZZ_SECONDS", "4"))
+SECONDS = int(os.environ.get("CTC_FUZZ_SECONDS", "3"))
 HARNESSES = ["frontend", "safetensors", "npy", "idx", "args"]
 REGRESS = os.path.join(ROOT, "tests", "fuzz_regress")
 CORPUS = os.path.join(ROOT, "tests", "fuzz_corpus")  # hand-written seeds (args)
@@ -99,6 +99,8 @@ def test_fuzz_harness(fuzz_bin, tmp_path, name):
     art = str(tmp_path) + "/"
     cmd = [exe, f"-max_total_time={SECONDS}", "-timeout=10", "-rss_limit_mb=2048", "-close_fd_mask=3",
            f"-artifact_prefix={art}", "-print_final_stats=1", str(corpus)]
+    if name == "frontend":
+        cmd.insert(1, "-dict=" + os.path.join(ROOT, "fuzz", "python.dict"))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120, errors="replace")
     found = sorted(p for p in os.listdir(tmp_path) if p.split("-")[0] in ("crash", "leak", "timeout", "oom", "slow"))
     assert r.returncode == 0 and not found, (f"fuzz_{name} found a problem ({', '.join(found) or 'exit ' + str(r.returncode)}"
