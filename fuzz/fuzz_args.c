@@ -2,7 +2,7 @@
  * infer, info, bench, train and their options) on the runtime tests' fake models
  * (tests/runtime/fake_model.c). The input is the argument list, one argument per
  * line; a first line "T" selects the training model. The harness works in a
- * fresh temporary folder holding small valid files (x.npy, y.npy, in.npy,
+ * fresh temporary folder ($CTC_FUZZ_DIR if set) holding small valid files (x.npy, y.npy, in.npy,
  * w.safetensors, tw.safetensors) so that options can reach the data paths.
  * Counts of more than 3 digits are refused (a legal `--epochs 100000000` is a
  * long run, not a finding). Run with -close_fd_mask=3 (usage text on every
@@ -21,8 +21,10 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
+  /* $CTC_FUZZ_DIR (tests/test_fuzz.py gives a folder it removes), else a new one in /tmp */
   char dir[] = "/tmp/ctc_fuzz_args.XXXXXX";
-  if (!mkdtemp(dir) || chdir(dir) != 0) abort();
+  const char *given = getenv("CTC_FUZZ_DIR");
+  if (given ? chdir(given) != 0 : !mkdtemp(dir) || chdir(dir) != 0) abort();
   float x[8 * 4], in[2 * 4];
   int64_t y[8];
   for (int i = 0; i < 32; i++) x[i] = (float)(i % 7) * 0.25f - 0.5f;

@@ -101,7 +101,10 @@ def test_fuzz_harness(fuzz_bin, tmp_path, name):
            f"-artifact_prefix={art}", "-print_final_stats=1", str(corpus)]
     if name == "frontend":
         cmd.insert(1, "-dict=" + os.path.join(ROOT, "fuzz", "python.dict"))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120, errors="replace")
+    work = tmp_path / "work"  # fuzz_args's working folder
+    work.mkdir()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120, errors="replace",
+                       env={**os.environ, "CTC_FUZZ_DIR": str(work)})
     found = sorted(p for p in os.listdir(tmp_path) if p.split("-")[0] in ("crash", "leak", "timeout", "oom", "slow"))
     assert r.returncode == 0 and not found, (f"fuzz_{name} found a problem ({', '.join(found) or 'exit ' + str(r.returncode)}"
                                             f" in {tmp_path}):\n" + r.stderr[-6000:])
@@ -116,5 +119,5 @@ def test_fuzz_regressions(fuzz_bin, tmp_path, name):
     if not files:
         pytest.skip(f"no regression inputs for fuzz_{name} yet")
     r = subprocess.run([os.path.join(fuzz_bin, f"fuzz_{name}"), "-close_fd_mask=3", *files], capture_output=True,
-                       text=True, timeout=300, errors="replace")
+                       text=True, timeout=300, errors="replace", env={**os.environ, "CTC_FUZZ_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-6000:]
