@@ -1,0 +1,195 @@
+"""The other LR schedulers of torch.optim.lr_scheduler (issue 16): LambdaLR,
+MultiplicativeLR, ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR,
+SequentialLR, ChainedScheduler and ReduceLROnPlateau, against PyTorch 1.13.
+
+Each file holds several cases written as users write them: one small model
+(several heads), one optimizer and scheduler per head, a train_step that steps
+each optimizer and then each scheduler (per-step schedules), or a scheduler
+stepped once per epoch. The compiled program runs step by step (the weights,
+optimizer and scheduler state round-tripping through safetensors, so the state
+survives save/load) and the learning rate and parameters of every case are
+compared with PyTorch's after every step. MAX_REL collects the largest relative
+difference of the learning rate per scheduler (printed with -s)."""
+import atexit
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+
+HEADER = """\
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import (ChainedScheduler, ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts,
+                                      CyclicLR, ExponentialLR, LambdaLR, LinearLR, MultiplicativeLR, MultiStepLR,
+                                      PolynomialLR, ReduceLROnPlateau, SequentialLR, StepLR)
+
+
+def warmup_cosine(epoch):
+    if epoch < 4:
+        return (epoch + 1) / 4
+    return 0.5 * (1.0 + math.cos(math.pi * (epoch - 4) / 20))
+
+
+def every_third(epoch):
+    if epoch % 3 == 0:
+        return 0.8
+    return 1.0
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList([nn.Linear(6, 3) for _ in range({n})])
+
+    def forward(self, x):
+        return self.heads[0](x)
+
+
+model = Net()
+"""
+
+MAX_REL = {}
+
+
+def _report():
+    if MAX_REL:
+        print("\nmax relative lr difference to PyTorch per scheduler:")
+        for k in sorted(MAX_REL):
+            print(f"  {k:32s} {MAX_REL[k]:.3g}")
+
+
+atexit.register(_report)
+
+
+def source(cases, per_step=True, extra=""):
+    """cases: (label, optimizer ctor with {p} for the parameters, scheduler lines with {o} for
+    the optimizer and {s} the scheduler's name). One head, optimizer o<i>, scheduler s<i> per case."""
+    src = HEADER.format(n=len(cases))
+    body = []
+    for i, (_, opt, sched) in enumerate(cases):
+        src += f"o{i} = torch.optim.{opt.format(p=f'model.heads[{i}].parameters()')}\n"
+        src += sched.format(o=f"o{i}", s=f"s{i}") + "\n"
+        body.append(f"    o{i}.zero_grad()\n    loss{i} = F.cross_entropy(model.heads[{i}](x), y)\n"
+                    f"    loss{i}.backward()\n    o{i}.step()\n" + (f"    s{i}.step()\n" if per_step else ""))
+    src += "\n\ndef train_step(x, y):\n" + "".join(body)
+    src += "    return " + " + ".join(f"loss{i}" for i in range(len(cases))) + "\n" + extra
+    src += ("\n\nexample_inputs = {\"forward\": (torch.randn(4, 6),), "
+            "\"train_step\": (torch.randn(4, 6), torch.randint(0, 3, (4,)))}\n")
+    return src
+
+
+def build(tmp_path, src, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    exe = tmp_path / name
+    run([CTC, "build", path, "-o", exe])
+    return path, exe, load_module(str(path), name)
+
+
+def check_lr(label, got, want, k, rtol=1e-5, atol=1e-9):
+    rel = abs(got - want) / max(abs(want), 1e-30)
+    MAX_REL[label] = max(MAX_REL.get(label, 0.0), rel if abs(got - want) > atol else 0.0)
+    assert abs(got - want) <= rtol * abs(want) + atol, f"{label} step {k}: lr {got} vs PyTorch {want}"
+
+
+def drive(tmp_path, exe, mod, cases, steps, between=None, seed=0, rtol_p=1e-4):
+    """train_step `steps` times in both; after each, every case's lr (and SGD
+    momentum) and parameters are compared. between(k, w) runs after each step (epoch
+    entries) and returns the weights file to continue from."""
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(seed)
+    for k in range(steps):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        y = rng.integers(0, 3, 4).astype(np.int64)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{k}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--save", nxt])
+        w = nxt
+        mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+        if between:
+            w = between(k, w)
+        got = st_read(w)
+        for i, (label, _, _) in enumerate(cases):
+            group = getattr(mod, f"o{i}").param_groups[0]
+            check_lr(label, float(got[f"o{i}.lr"]), group["lr"], k + 1)
+            if f"o{i}.momentum" in got:
+                assert abs(float(got[f"o{i}.momentum"]) - group["momentum"]) < 1e-6, (label, k, group["momentum"])
+            for pn, v in mod.model.heads[i].state_dict().items():
+                compare(f"{label} step {k + 1}: heads.{i}.{pn}", got[f"heads.{i}.{pn}"], v.numpy(), rtol_p, 1e-5)
+
+
+SGD = "SGD({p}, lr=0.1, momentum=0.9)"
+ADAM = "Adam({p}, lr=0.05)"
+
+SINGLE = [
+    ("LambdaLR(lambda)", SGD, "{s} = LambdaLR({o}, lr_lambda=lambda epoch: 0.95 ** epoch)"),
+    ("LambdaLR(def, if)", ADAM, "{s} = LambdaLR({o}, warmup_cosine)"),
+    ("MultiplicativeLR(lambda)", SGD, "{s} = MultiplicativeLR({o}, lr_lambda=lambda epoch: 0.9)"),
+    ("MultiplicativeLR(def, if)", ADAM, "{s} = MultiplicativeLR({o}, [every_third])"),
+    ("ConstantLR", SGD, "{s} = ConstantLR({o}, factor=0.5, total_iters=4)"),
+    ("ConstantLR(defaults)", ADAM, "{s} = ConstantLR({o})"),
+    ("PolynomialLR", SGD, "{s} = PolynomialLR({o}, total_iters=10, power=2.0)"),
+    ("PolynomialLR(defaults)", ADAM, "{s} = PolynomialLR({o})"),
+    ("CosineAnnealingWarmRestarts", SGD, "{s} = CosineAnnealingWarmRestarts({o}, T_0=5)"),
+    ("CosineAnnealingWarmRestarts(T_mult)", ADAM,
+     "{s} = CosineAnnealingWarmRestarts({o}, T_0=3, T_mult=2, eta_min=0.01)"),
+]
+
+CYCLIC = [
+    ("CyclicLR(triangular)", "SGD({p}, lr=0.1, momentum=0.9)",
+     "{s} = CyclicLR({o}, base_lr=0.01, max_lr=0.1, step_size_up=4)"),
+    ("CyclicLR(triangular2)", "SGD({p}, lr=0.1)",
+     "{s} = CyclicLR({o}, 0.02, 0.2, step_size_up=3, step_size_down=5, mode='triangular2', cycle_momentum=False)"),
+    ("CyclicLR(exp_range)", "SGD({p}, lr=0.1, momentum=0.5)",
+     "{s} = CyclicLR({o}, 0.01, 0.1, step_size_up=2, mode='exp_range', gamma=0.9, base_momentum=0.7, "
+     "max_momentum=0.95)"),
+    ("CyclicLR(scale_fn cycle)", "Adam({p}, lr=0.1)",
+     "{s} = CyclicLR({o}, 0.01, 0.1, step_size_up=3, scale_fn=lambda x: 1 / (2.0 ** (x - 1)), cycle_momentum=False)"),
+    ("CyclicLR(scale_fn iterations)", "SGD({p}, lr=0.1, momentum=0.9, nesterov=True)",
+     "{s} = CyclicLR({o}, 0.01, 0.1, step_size_up=5, scale_fn=lambda x: 0.97 ** x, scale_mode='iterations')"),
+]
+
+COMPOSED = [
+    ("SequentialLR(Linear, Exponential)", SGD,
+     "{s} = SequentialLR({o}, [LinearLR({o}, start_factor=0.1, total_iters=5), ExponentialLR({o}, gamma=0.9)], "
+     "milestones=[5])"),
+    ("SequentialLR(Constant, Cosine, Step)", ADAM,
+     "_a = ConstantLR({o}, factor=0.5, total_iters=3)\n_b = CosineAnnealingLR({o}, T_max=10)\n"
+     "_c = StepLR({o}, step_size=3, gamma=0.5)\n{s} = SequentialLR({o}, schedulers=[_a, _b, _c], milestones=[4, 12])"),
+    ("SequentialLR(Lambda, Multiplicative)", SGD,
+     "{s} = SequentialLR({o}, [LambdaLR({o}, warmup_cosine), MultiplicativeLR({o}, lambda e: 0.9)], milestones=[6])"),
+    ("SequentialLR(WarmRestarts, Polynomial)", SGD,
+     "{s} = SequentialLR({o}, [CosineAnnealingWarmRestarts({o}, T_0=4), PolynomialLR({o}, total_iters=8)], "
+     "milestones=[9])"),
+    ("ChainedScheduler(Constant, Exponential)", SGD,
+     "{s} = ChainedScheduler([ConstantLR({o}, factor=0.5, total_iters=4), ExponentialLR({o}, gamma=0.9)])"),
+    ("ChainedScheduler(Linear, Cosine, MultiStep)", ADAM,
+     "{s} = ChainedScheduler([LinearLR({o}, start_factor=0.2, total_iters=6), CosineAnnealingLR({o}, T_max=8),\n"
+     "    MultiStepLR({o}, milestones=[3, 7, 7], gamma=0.5)])"),
+    ("ChainedScheduler(Polynomial, Step, Multiplicative)", SGD,
+     "{s} = ChainedScheduler([PolynomialLR({o}, total_iters=12, power=0.5), StepLR({o}, 4, 0.7),\n"
+     "    MultiplicativeLR({o}, every_third)])"),
+]
+
+
+def test_single_schedulers(tmp_path):
+    path, exe, mod = build(tmp_path, source(SINGLE), "single")
+    drive(tmp_path, exe, mod, SINGLE, 24)
+
+
+def test_cyclic(tmp_path):
+    path, exe, mod = build(tmp_path, source(CYCLIC), "cyclic")
+    drive(tmp_path, exe, mod, CYCLIC, 22)
+
+
+def test_sequential_and_chained(tmp_path):
+    path, exe, mod = build(tmp_path, source(COMPOSED), "composed")
+    drive(tmp_path, exe, mod, COMPOSED, 24)
