@@ -582,7 +582,9 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
  * Test accuracy: argmax of the first CTC_ENTRY_FORWARD entry's logits [B, C],
  * over the whole test set in batches of its B, the last one padded with zeros
- * (padded rows are ignored). */
+ * (padded rows are ignored). After each epoch the LR schedulers' entries
+ * (CTC_ENTRY_SCHED) run; one with an input (ReduceLROnPlateau.step(metrics)) gets
+ * the mean cross-entropy of those logits on the test set, which is printed. */
 
 typedef struct TrainArgs {
   const char *weights, *data, *labels, *test_data, *test_labels, *save, *log;
@@ -618,7 +620,9 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --limit N                 use only the first N samples of each data set\n"
           "  --test-data X, --test-labels Y\n"
           "                            after each epoch, print the test accuracy: argmax of the\n"
-          "                            forward entry's logits over the whole test set\n"
+          "                            forward entry's logits over the whole test set; with a\n"
+          "                            ReduceLROnPlateau, the test loss (mean cross-entropy of\n"
+          "                            the logits) too, which its step() gets\n"
           "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
           "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
           "\n"
@@ -1039,11 +1043,32 @@ static int64_t argmax_row(const unsigned char *row, ctc_dtype dt, int64_t n) {
   return best;
 }
 
-/* Test accuracy (0..1) with the forward entry, in batches padded with zeros. */
-static int evaluate(Train *t, const TrainArgs *a, double *acc, ctc_error *err) {
+/* -log softmax(row)[label]: the cross-entropy of one row of logits (as PyTorch's,
+ * in double; log-probabilities give their NLL, since log_softmax is idempotent). */
+static double cross_entropy_row(const unsigned char *row, ctc_dtype dt, int64_t n, int64_t label) {
+  double mx = -INFINITY, sum = 0, v, at = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t k = 0; k < n; k++) {
+      if (dt == CTC_F32) {
+        float f;
+        memcpy(&f, row + 4 * k, 4);
+        v = f;
+      } else {
+        memcpy(&v, row + 8 * k, 8);
+      }
+      if (pass == 0) mx = v > mx || isnan(v) ? v : mx;
+      else sum += exp(v - mx);
+      if (k == label) at = v;
+    }
+  return mx + log(sum) - at;
+}
+
+/* Test accuracy (0..1) and mean cross-entropy with the forward entry, in batches padded with zeros. */
+static int evaluate(Train *t, const TrainArgs *a, double *acc, double *loss, ctc_error *err) {
   const ctc_entry *f = t->fwd;
   const ctc_tensor *xin = &f->inputs[0], *o = &f->outputs[0];
   int64_t fb = xin->shape[0], n = t->tx.shape[0], c = o->shape[1], correct = 0;
+  double ce = 0;
   size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
   const int64_t *labels = t->ty.data;
   for (int64_t start = 0; start < n; start += fb) {
@@ -1057,11 +1082,15 @@ static int evaluate(Train *t, const TrainArgs *a, double *acc, ctc_error *err) {
     rc = f->call(t->r.model, (const void *const *)&t->fin, (void *const *)t->fout);
     if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", f->name, ctc_strerror(rc), rc);
     size_t row_bytes = (size_t)c * ctc_dtype_size(o->dtype);
-    for (int64_t i = 0; i < m; i++)
-      correct += argmax_row((const unsigned char *)t->fout[0] + (size_t)i * row_bytes, o->dtype, c) ==
-                 labels[start + i];
+    for (int64_t i = 0; i < m; i++) {
+      const unsigned char *row = (const unsigned char *)t->fout[0] + (size_t)i * row_bytes;
+      correct += argmax_row(row, o->dtype, c) == labels[start + i];
+      if (labels[start + i] >= 0 && labels[start + i] < c) ce += cross_entropy_row(row, o->dtype, c, labels[start + i]);
+      else ce = NAN;
+    }
   }
   *acc = (double)correct / (double)n;
+  *loss = ce / (double)n;
   return CTC_OK;
 }
 
@@ -1114,20 +1143,35 @@ static int do_train(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ct
   p.tty = isatty(fileno(stderr));
   p.epochs = a->epochs;
   p.steps = t->x.shape[0] / t->batch; /* drop_last */
+  /* ReduceLROnPlateau's entry takes the metric: the evaluation loss */
+  int plateau = 0;
+  for (int i = 0; i < desc->nentries; i++) {
+    const ctc_entry *e = &desc->entries[i];
+    if (e->kind != CTC_ENTRY_SCHED || e->ninputs == 0) continue;
+    plateau = 1;
+    if (!a->test_data)
+      return ctc_fail(err, CTC_ERR_ARG, "'%s' (ReduceLROnPlateau.step(metrics)) needs the evaluation loss: pass "
+                      "--test-data and --test-labels", e->name);
+  }
   for (long long epoch = 1; epoch <= a->epochs; epoch++) {
-    double loss = 0, ms = 0, acc = 0;
+    double loss = 0, ms = 0, acc = 0, test_loss = 0;
     if ((rc = train_epoch(t, a, &p, epoch, &loss, &ms, err))) return rc;
     if (p.tty) fprintf(stderr, "\r\033[K");
-    if (a->test_data && (rc = evaluate(t, a, &acc, err))) return rc;
+    if (a->test_data && (rc = evaluate(t, a, &acc, &test_loss, err))) return rc;
     printf("epoch %lld: loss %.4f, %.0f samples/s", epoch, loss, ms > 0 ? (double)(p.steps * t->batch) * 1e3 / ms : 0);
     if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
+    if (plateau) printf(", test loss %.6f", test_loss);
     printf("\n");
     fflush(stdout);
-    /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it) */
+    /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it);
+     * ReduceLROnPlateau gets the mean cross-entropy on the test set */
     for (int i = 0; i < desc->nentries; i++) {
       const ctc_entry *e = &desc->entries[i];
       if (e->kind != CTC_ENTRY_SCHED) continue;
-      if ((rc = e->call(t->r.model, NULL, NULL)))
+      float m32 = (float)test_loss;
+      double m64 = test_loss;
+      const void *in[1] = {e->ninputs && e->inputs[0].dtype == CTC_F64 ? (const void *)&m64 : (const void *)&m32};
+      if ((rc = e->call(t->r.model, e->ninputs ? in : NULL, NULL)))
         return ctc_fail(err, rc, "entry '%s' failed after epoch %lld: %s", e->name, epoch, ctc_strerror(rc));
     }
   }
