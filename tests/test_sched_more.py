@@ -193,3 +193,140 @@ def test_cyclic(tmp_path):
 def test_sequential_and_chained(tmp_path):
     path, exe, mod = build(tmp_path, source(COMPOSED), "composed")
     drive(tmp_path, exe, mod, COMPOSED, 24)
+
+
+PLATEAU = [
+    ("ReduceLROnPlateau(min rel)", SGD, "{s} = ReduceLROnPlateau({o}, patience=2, factor=0.5)"),
+    ("ReduceLROnPlateau(max, cooldown)", ADAM,
+     "{s} = ReduceLROnPlateau({o}, mode='max', patience=1, factor=0.3, cooldown=2, threshold=0.01)"),
+    ("ReduceLROnPlateau(abs, min_lr)", SGD,
+     "{s} = ReduceLROnPlateau({o}, threshold_mode='abs', threshold=0.05, patience=1, cooldown=1, min_lr=0.02)"),
+    ("ReduceLROnPlateau(max abs, eps)", ADAM,
+     "{s} = ReduceLROnPlateau({o}, 'max', factor=0.9, patience=0, threshold=0.02, threshold_mode='abs', eps=0.004)"),
+]
+METRICS = [1.0, 0.9, 0.95, 0.92, 0.91, 0.85, 0.86, 0.87, 0.88, 0.80, 0.81, 0.81, 0.82, 0.7, 0.75, 0.76, 0.77,
+           0.78, 0.6, 0.61, 0.62, 0.63, 0.64, 0.65, 0.66, 0.9, 0.5]
+
+
+def test_reduce_lr_on_plateau(tmp_path):
+    """scheduler.step(val_loss) once per epoch in a compiled function, on a loss
+    sequence that improves, stalls (reductions), and improves within cooldowns;
+    lr and the state (best, num_bad_epochs, cooldown_counter) as PyTorch's."""
+    extra = "\n\ndef end_of_epoch(val_loss):\n" + "".join(f"    s{i}.step(val_loss)\n" for i in range(len(PLATEAU)))
+    src = source(PLATEAU, per_step=False, extra=extra).replace(
+        '"train_step":', '"end_of_epoch": (torch.tensor(1.0),), "train_step":')
+    path, exe, mod = build(tmp_path, src, "plateau")
+
+    def between(k, w):
+        m = np.array(METRICS[k], dtype=np.float32)
+        np.save(tmp_path / "m.npy", m)
+        nxt = tmp_path / f"p{k}.safetensors"
+        run([exe, "run", "end_of_epoch", "--weights", w, "--input", tmp_path / "m.npy", "--save", nxt])
+        mod.end_of_epoch(torch.from_numpy(m))
+        got = st_read(nxt)
+        for i in range(len(PLATEAU)):
+            s = getattr(mod, f"s{i}")
+            assert float(got[f"s{i}.best"]) == s.best, (i, k, got[f"s{i}.best"], s.best)
+            assert float(got[f"s{i}.num_bad_epochs"]) == s.num_bad_epochs, (i, k)
+            assert float(got[f"s{i}.cooldown_counter"]) == s.cooldown_counter, (i, k)
+        return nxt
+    drive(tmp_path, exe, mod, PLATEAU, len(METRICS), between)
+    for i in range(len(PLATEAU)):  # every case reduced its lr at least twice
+        o = getattr(mod, f"o{i}")
+        assert o.param_groups[0]["lr"] < o.defaults["lr"] * 0.95 ** 2, (i, o.param_groups[0]["lr"])
+    # eps stops case 3 at 0.05 * 0.9 ** 3, where one more reduction would change the lr by less than eps
+    assert abs(mod.o3.param_groups[0]["lr"] - 0.05 * 0.9 ** 3) < 1e-12, mod.o3.param_groups[0]["lr"]
+
+
+def test_epoch_entries_of_composed(tmp_path):
+    """The same compositions stepped once per epoch outside the training function:
+    ctc adds one entry <scheduler>_step per ChainedScheduler/SequentialLR (none for
+    their members), run after each epoch as `./net train` does."""
+    path, exe, mod = build(tmp_path, source(COMPOSED, per_step=False), "composed_epochs")
+    info = run([exe, "info"]).stdout
+    entries = set(re.findall(r"entry (\w+)", info))
+    assert {f"s{i}_step" for i in range(len(COMPOSED))} <= entries and not any("_a_step" in e for e in entries), info
+
+    def between(k, w):
+        for i in range(len(COMPOSED)):
+            nxt = tmp_path / f"e{k}_{i}.safetensors"
+            run([exe, "run", f"s{i}_step", "--weights", w, "--save", nxt])
+            getattr(mod, f"s{i}").step()
+            w = nxt
+        return w
+    drive(tmp_path, exe, mod, COMPOSED, 20, between)
+
+
+PLATEAU_TRAIN = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, threshold=0.5, patience=1, cooldown=1, factor=0.5)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(8, 6),), "train_step": (torch.randn(8, 6), torch.randint(0, 3, (8,)))}
+"""
+
+
+def test_train_feeds_plateau_the_test_loss(tmp_path):
+    """`./net train --test-data` passes ReduceLROnPlateau the mean cross-entropy on
+    the test set after each epoch (printed as `test loss`): it equals PyTorch's
+    F.cross_entropy of the saved model on the test set, and PyTorch's
+    ReduceLROnPlateau fed those losses gives the saved lr and state, epoch by
+    epoch (state saved and loaded between runs) and over several epochs in one run."""
+    path, exe, mod = build(tmp_path, PLATEAU_TRAIN, "plateau_train")
+    rng = np.random.default_rng(3)
+    for name, n in (("x", 32), ("tx", 20)):
+        np.save(tmp_path / f"{name}.npy", rng.standard_normal((n, 6)).astype(np.float32))
+        np.save(tmp_path / f"{name[:-1]}y.npy" if name == "tx" else tmp_path / "y.npy",
+                rng.integers(0, 3, n).astype(np.int64))
+    tx, ty = torch.from_numpy(np.load(tmp_path / "tx.npy")), torch.from_numpy(np.load(tmp_path / "ty.npy"))
+    common = [exe, "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--test-data",
+              tmp_path / "tx.npy", "--test-labels", tmp_path / "ty.npy"]
+    r = run(common[:6] + ["--epochs", "1"], check=False)
+    assert r.returncode == 1 and "needs the evaluation loss: pass --test-data and --test-labels" in r.stderr, r.stderr
+    w, lrs = None, []
+    for epoch, count in enumerate([1, 1, 1, 1, 3]):
+        out = tmp_path / f"t{epoch}.safetensors"
+        res = run(common + ["--epochs", str(count), "--save", out] + (["--weights", w] if w else []))
+        losses = [float(v) for v in re.findall(r"test loss (\d+\.\d+)", res.stdout)]
+        assert len(losses) == count, res.stdout
+        got = st_read(out)
+        model = mod.Net()
+        model.load_state_dict({k: torch.from_numpy(got[k].copy()) for k in model.state_dict()})
+        want = F_ce(model, tx, ty)
+        assert abs(losses[-1] - want) <= 1e-5 * want + 1e-6, (losses[-1], want)
+        for loss in losses:
+            mod.scheduler.step(loss)
+        lrs.append(mod.optimizer.param_groups[0]["lr"])
+        check_lr("ReduceLROnPlateau(./net train)", float(got["optimizer.lr"]), lrs[-1], epoch + 1)
+        assert float(got["scheduler.num_bad_epochs"]) == mod.scheduler.num_bad_epochs
+        assert float(got["scheduler.cooldown_counter"]) == mod.scheduler.cooldown_counter
+        w = out
+    assert lrs[-1] <= 0.1 * 0.5 ** 2, lrs
+
+
+def F_ce(model, x, y):
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(model(x).double(), y))
