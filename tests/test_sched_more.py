@@ -330,3 +330,72 @@ def test_train_feeds_plateau_the_test_loss(tmp_path):
 def F_ce(model, x, y):
     with torch.no_grad():
         return float(torch.nn.functional.cross_entropy(model(x).double(), y))
+
+
+ERRORS = [
+    ("CyclicLR(optimizer, 0.01, 0.1)", "Adam", "optimizer must support momentum with `cycle_momentum` option enabled"),
+    ("CyclicLR(optimizer, 0.01, 0.1)", "RMSprop", "CyclicLR's cycle_momentum is supported with SGD"),
+    ("CyclicLR(optimizer, 0.01, 0.1, mode='cosine')", "SGD", "mode is invalid and scale_fn is None"),
+    ("SequentialLR(optimizer, [StepLR(optimizer, 2), ExponentialLR(optimizer, 0.9)], milestones=[2, 4])", "SGD",
+     "expects number of schedulers provided to be one more than the number of milestone points"),
+    ("SequentialLR(optimizer, [ChainedScheduler([StepLR(optimizer, 2)]), ExponentialLR(optimizer, 0.9)], [3])", "SGD",
+     "SequentialLR cannot hold a ChainedScheduler"),
+    ("ChainedScheduler([StepLR(optimizer, 2), ReduceLROnPlateau(optimizer)])", "SGD",
+     "ChainedScheduler cannot hold ReduceLROnPlateau"),
+    ("ChainedScheduler([StepLR(optimizer, 2), StepLR(other, 3)])", "SGD",
+     "ChainedScheduler expects all schedulers to belong to the same optimizer"),
+    ("LambdaLR(optimizer, [lambda e: 1.0, lambda e: 0.5])", "SGD", "Expected 1 lr_lambdas, but got 2"),
+    ("ConstantLR(optimizer, factor=1.5)", "SGD", "Constant multiplicative factor expected to be between 0 and 1."),
+    ("CosineAnnealingWarmRestarts(optimizer, T_0=0)", "SGD", "Expected positive integer T_0, but got 0"),
+    ("CosineAnnealingWarmRestarts(optimizer, T_0=5, T_mult=1.5)", "SGD", "Expected integer T_mult >= 1, but got 1.5"),
+    ("ReduceLROnPlateau(optimizer, factor=1.0)", "SGD", "Factor should be < 1.0."),
+    ("ReduceLROnPlateau(optimizer, mode='lowest')", "SGD", "mode lowest is unknown!"),
+    ("ReduceLROnPlateau(optimizer, threshold_mode='pct')", "SGD", "threshold mode pct is unknown!"),
+]
+
+ERR_SRC = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import *
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+other = torch.optim.SGD(model.parameters(), lr=0.1)
+optimizer = torch.optim.{opt}(model.parameters(), lr=0.1)
+scheduler = {sched}
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    {step}
+"""
+
+
+def test_errors(tmp_path):
+    """Arguments PyTorch rejects, with its messages, and what ctc cannot compile:
+    located errors at the constructor (or the step() call)."""
+    cases = [(s, o, m, "scheduler.step()", 19) for s, o, m in ERRORS]
+    cases += [("ReduceLROnPlateau(optimizer)", "SGD", "metrics", "scheduler.step()", 26),
+              ("StepLR(optimizer, 2)", "SGD", "scheduler.step(epoch) is deprecated and not supported",
+               "scheduler.step(3)", 26)]
+    for sched, opt, msg, step, line in cases:
+        path = tmp_path / "e.py"
+        path.write_text(ERR_SRC.format(opt=opt, sched=sched, step=step).replace(
+            "from torch.optim.lr_scheduler import *", "from torch.optim.lr_scheduler import (ChainedScheduler, "
+            "ConstantLR, CosineAnnealingWarmRestarts, CyclicLR, ExponentialLR, LambdaLR, ReduceLROnPlateau, "
+            "SequentialLR, StepLR)"))
+        r = run([CTC, "compile", path, "-o", tmp_path / "e.c", "--input", "x=f32[3,4]", "--input", "y=i64[3]"],
+                check=False)
+        assert r.returncode == 1 and f"e.py:{line}:" in r.stderr and msg in r.stderr, (sched, r.stderr)
