@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from ctc_testlib import CTC, compare, load_module, run, run_entry, st_read, st_write, state_dict_np
 
 HEADER = """\
 import math
@@ -399,3 +399,15 @@ def test_errors(tmp_path):
         r = run([CTC, "compile", path, "-o", tmp_path / "e.c", "--input", "x=f32[3,4]", "--input", "y=i64[3]"],
                 check=False)
         assert r.returncode == 1 and f"e.py:{line}:" in r.stderr and msg in r.stderr, (sched, r.stderr)
+
+
+def test_get_last_lr(tmp_path):
+    """scheduler.get_last_lr() in a compiled function: the learning rate the
+    scheduler set, as a 0-d tensor the entry can return (the one of this step)."""
+    src = source([SINGLE[1]]).replace("    return loss0\n", "    return loss0, s0.get_last_lr()[0]\n")
+    path, exe, mod = build(tmp_path, src, "last_lr")
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    y = np.array([0, 1, 2, 1], dtype=np.int64)
+    _, lr = run_entry(str(tmp_path), exe, "train_step", [x, y], 2)
+    mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+    assert abs(float(lr) - mod.s0.get_last_lr()[0]) < 1e-8 and mod.s0.get_last_lr()[0] != 0.05 / 4, float(lr)

@@ -683,6 +683,15 @@ static void sched_step(L *L, Span at, PV *s, PV *metrics) {
 
 PV *bi_sched_method(L *L, PV *fn, Args *A) {
   PV *a[2], *s = fn->self;
+  if (fn->bi == BI_SCHED_GET_LAST_LR) {
+    /* the groups' learning rates: numbers at compile time, in compiled code the
+     * state tensor's current value (a 0-d f32 tensor, e.g. to return it) */
+    bind_args(L, A, "", a);
+    PV *opt = opt_of(s), *r = pv_list(L, NULL, 0), *v = pv_float(L, num(opt, "lr0"));
+    if (L->fn) v = cur(L, A->at, state(L, A->at, global_name(L, opt, "optimizer"), "lr", DT_F32, num(opt, "lr0")));
+    for (int i = 0; i < env_get(opt->attrs, "param_groups")->n; i++) pv_list_append(L, r, v);
+    return r;
+  }
   int plateau = s->cls->bi == BI_S_REDUCELRONPLATEAU;
   bind_args(L, A, plateau ? "metrics,epoch=" : "epoch=", a);
   PV *epoch = a[plateau];
