@@ -122,7 +122,7 @@ static PV *lambda_arg(L *L, Span at, PV *opt, PV *v) {
 
 static int64_t pos_int(L *L, Span at, PV *v, int64_t dflt, const char *what) {
   int64_t x = v && v->k != PV_NONE ? arg_int(L, at, v, what) : dflt;
-  if (x <= 0) lower_error(L, at, "%s must be a positive integer, got %lld", what, (long long)x);
+  if (x <= 0) lower_error(L, at, "%s must be positive, got %lld", what, (long long)x);
   return x;
 }
 static double opt_num(L *L, Span at, PV *v, double dflt, const char *what) {
