@@ -71,11 +71,12 @@ def source(cases, per_step=True, extra=""):
     the optimizer and {s} the scheduler's name). One head, optimizer o<i>, scheduler s<i> per case."""
     src = HEADER.format(n=len(cases))
     body = []
-    for i, (_, opt, sched) in enumerate(cases):
+    for i, (_, opt, sched, *stepped) in enumerate(cases):
         src += f"o{i} = torch.optim.{opt.format(p=f'model.heads[{i}].parameters()')}\n"
         src += sched.format(o=f"o{i}", s=f"s{i}") + "\n"
+        steps = "".join(f"    {n.format(s=f's{i}')}.step()\n" for n in (stepped[0] if stepped else ["{s}"]))
         body.append(f"    o{i}.zero_grad()\n    loss{i} = F.cross_entropy(model.heads[{i}](x), y)\n"
-                    f"    loss{i}.backward()\n    o{i}.step()\n" + (f"    s{i}.step()\n" if per_step else ""))
+                    f"    loss{i}.backward()\n    o{i}.step()\n" + (steps if per_step else ""))
     src += "\n\ndef train_step(x, y):\n" + "".join(body)
     src += "    return " + " + ".join(f"loss{i}" for i in range(len(cases))) + "\n" + extra
     src += ("\n\nexample_inputs = {\"forward\": (torch.randn(4, 6),), "
@@ -117,7 +118,7 @@ def drive(tmp_path, exe, mod, cases, steps, between=None, seed=0, rtol_p=1e-4):
         if between:
             w = between(k, w)
         got = st_read(w)
-        for i, (label, _, _) in enumerate(cases):
+        for i, (label, *_) in enumerate(cases):
             group = getattr(mod, f"o{i}").param_groups[0]
             check_lr(label, float(got[f"o{i}.lr"]), group["lr"], k + 1)
             if f"o{i}.momentum" in got:
@@ -175,6 +176,8 @@ COMPOSED = [
     ("ChainedScheduler(Linear, Cosine, MultiStep)", ADAM,
      "{s} = ChainedScheduler([LinearLR({o}, start_factor=0.2, total_iters=6), CosineAnnealingLR({o}, T_max=8),\n"
      "    MultiStepLR({o}, milestones=[3, 7, 7], gamma=0.5)])"),
+    ("two stepped by hand (Linear, Step)", ADAM,
+     "_w{s} = LinearLR({o}, start_factor=0.5, total_iters=4)\n{s} = StepLR({o}, step_size=3, gamma=0.5)", ["_w{s}", "{s}"]),
     ("ChainedScheduler(Polynomial, Step, Multiplicative)", SGD,
      "{s} = ChainedScheduler([PolynomialLR({o}, total_iters=12, power=0.5), StepLR({o}, 4, 0.7),\n"
      "    MultiplicativeLR({o}, every_third)])"),
@@ -257,11 +260,13 @@ def test_epoch_entries_of_composed(tmp_path):
     assert {f"s{i}_step" for i in range(len(COMPOSED))} <= entries and not any("_a_step" in e for e in entries), info
 
     def between(k, w):
-        for i in range(len(COMPOSED)):
-            nxt = tmp_path / f"e{k}_{i}.safetensors"
-            run([exe, "run", f"s{i}_step", "--weights", w, "--save", nxt])
-            getattr(mod, f"s{i}").step()
-            w = nxt
+        for i, (_, _, _, *stepped) in enumerate(COMPOSED):
+            for name in stepped[0] if stepped else ["{s}"]:
+                name = name.format(s=f"s{i}")
+                nxt = tmp_path / f"e{k}_{name}.safetensors"
+                run([exe, "run", f"{name}_step", "--weights", w, "--save", nxt])
+                getattr(mod, name).step()
+                w = nxt
         return w
     drive(tmp_path, exe, mod, COMPOSED, 20, between)
 
