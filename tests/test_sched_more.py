@@ -157,6 +157,9 @@ CYCLIC = [
      "{s} = CyclicLR({o}, 0.01, 0.1, step_size_up=3, scale_fn=lambda x: 1 / (2.0 ** (x - 1)), cycle_momentum=False)"),
     ("CyclicLR(scale_fn iterations)", "SGD({p}, lr=0.1, momentum=0.9, nesterov=True)",
      "{s} = CyclicLR({o}, 0.01, 0.1, step_size_up=5, scale_fn=lambda x: 0.97 ** x, scale_mode='iterations')"),
+    ("SequentialLR(Linear, CyclicLR momentum)", "SGD({p}, lr=0.1, momentum=0.9)",
+     "{s} = SequentialLR({o}, [LinearLR({o}, start_factor=0.5, total_iters=4),\n"
+     "    CyclicLR({o}, 0.01, 0.1, step_size_up=3, mode='triangular2')], milestones=[5])"),
 ]
 
 COMPOSED = [
