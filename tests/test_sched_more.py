@@ -14,10 +14,9 @@ import atexit
 import re
 
 import numpy as np
-import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_entry, st_read, st_write, state_dict_np
+from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
 
 HEADER = """\
 import math
