@@ -226,8 +226,18 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
       return t_unary(L, at, IR_RSQRT, a);
     return elem2(L, at, IR_POW, "**", a, b, dt, dt);
   case OP_FLOORDIV:
-  case OP_MOD:
-    lower_error(L, at, "operator '%s' on tensors is not supported by ctc yet", fe_op_spelling(op));
+  case OP_MOD: {
+    /* floor(a / b) and a - b * floor(a / b) (Python's signs), integers through
+     * f64 (exact below 2**53): e.g. an epoch counter in an lr_lambda */
+    if (dt == DT_BOOL || dt == DT_COUNT) lower_error(L, at, "operator '%s' needs numbers", fe_op_spelling(op));
+    if (!ir_dtype_is_float(dt) && pv_is_num(b) && pv_num(b) == 0)
+      lower_error(L, at, "integer division or modulo by zero");
+    DType ct = ir_dtype_is_float(dt) ? dt : DT_F64;
+    PV *x = a->k == PV_TENSOR ? t_cast(L, at, a, ct) : a, *y = b->k == PV_TENSOR ? t_cast(L, at, b, ct) : b;
+    PV *q = t_unary(L, at, IR_FLOOR, t_binary(L, at, OP_DIV, x, y));
+    PV *r = op == OP_FLOORDIV ? q : t_binary(L, at, OP_SUB, x, t_binary(L, at, OP_MUL, y, q));
+    return ct == dt ? r : t_cast(L, at, r, dt);
+  }
   default:
     lower_error(L, at, "operator '%s' is not supported on tensors", fe_op_spelling(op));
   }
