@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "py.h"
 
 /* ---- argument binding -------------------------------------------------- */
 
@@ -40,15 +40,15 @@ void bind_args(L *L, Args *A, const char *spec, PV **out) {
 
 int64_t arg_int(L *L, Span at, PV *v, const char *what) {
   if (v->k == PV_INT || v->k == PV_BOOL) return v->i;
-  if (v->k == PV_TENSOR)
-    lower_error(L, at, "%s must be known at compile time, but it is a tensor", what);
+  if (pv_is_host(v))
+    lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be an int, not '%s'", what, pv_kind_name(v));
 }
 
 double arg_num(L *L, Span at, PV *v, const char *what) {
   if (pv_is_num(v)) return pv_num(v);
-  if (v->k == PV_TENSOR)
-    lower_error(L, at, "%s must be known at compile time, but it is a tensor", what);
+  if (pv_is_host(v))
+    lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be a number, not '%s'", what, pv_kind_name(v));
 }
 
@@ -68,224 +68,71 @@ int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what) {
   return 1;
 }
 
-/* ---- module introspection ----------------------------------------------- */
+/* ---- the table of builtins.def -------------------------------------------- */
 
-/* Module walks visit each module once (PyTorch's memo in named_modules), and
- * parameters once by identity; `seen` is a dict used as a set (O(1) lookups). */
-static int first_visit(L *L, Span at, PV *seen, PV *v) {
-  eval_charge(L, at, 1);
-  if (pv_dict_get(seen, v)) return 0;
-  pv_dict_set(L, at, seen, v, v);
-  return 1;
+const PyRow py_rows[PY_BI__COUNT] = {
+    [BI_NONE_] = {"", 0, BK_FN, NULL, 0},
+#define B(id, nm, ns_, handler, a) [BI_##id] = {nm, ns_, BK_FN, handler, a},
+#define CLASS(id, nm, ns_, construct) [BI_##id] = {nm, ns_, BK_CLASS, construct, 0},
+#include "builtins.def"
+#undef B
+#undef CLASS
+};
+
+PV *py_builtin(L *L, int bi, PV *self) {
+  const PyRow *r = &py_rows[bi];
+  if (r->kind == BK_FN) return pv_native(L, r->call, bi, r->name, self);
+  PV *c = pv_new(L, PV_CLASS);
+  c->bi = bi;
+  c->s = r->name;
+  return c;
 }
 
-/* a module tree built top-down in a loop can be arbitrarily deep */
-static void depth_check(L *L, Span at, int depth) {
-  if (depth > 1000)
-    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive walks fail too)");
-}
-
-static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
-  depth_check(L, at, depth);
-  for (int i = 0; i < obj->mod->regs.len; i++) {
-    Reg *r = &obj->mod->regs.data[i];
-    if (r->kind == REG_PARAM && r->val->k == PV_TENSOR) {
-      if (first_visit(L, at, seen, r->val)) pv_list_append(L, out, r->val);
-    } else if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, at, seen, r->val))
-      collect_params(L, at, r->val, out, seen, depth + 1);
-  }
-}
-
-static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
-  depth_check(L, at, depth);
-  pv_list_append(L, out, obj);
-  for (int i = 0; i < obj->mod->regs.len; i++)
-    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
-        first_visit(L, at, seen, obj->mod->regs.data[i].val))
-      collect_modules(L, at, obj->mod->regs.data[i].val, out, seen, depth + 1);
-}
-
-static void set_training(L *L, Span at, PV *obj, int t, PV *seen, int depth) {
-  depth_check(L, at, depth);
-  obj->mod->training = t;
-  for (int i = 0; i < obj->mod->regs.len; i++)
-    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
-        first_visit(L, at, seen, obj->mod->regs.data[i].val))
-      set_training(L, at, obj->mod->regs.data[i].val, t, seen, depth + 1);
-}
-
-static const char *str_arg(L *L, Span at, PV *v, const char *what) {
-  if (v->k != PV_STR) lower_error(L, at, "%s must be a string, not %s", what, pv_kind_name(v));
-  return v->s;
-}
-
-/* named_modules(): (name, module) pairs, pre-order, names joined with '.';
- * memo (a dict used as a set, NULL for remove_duplicate=False) skips modules
- * already visited, as PyTorch does. */
-static void named_modules(L *L, Span at, PV *obj, const char *prefix, PV *out, PV *memo, int depth) {
-  depth_check(L, at, depth);
-  if (memo && !first_visit(L, at, memo, obj)) return;
-  eval_charge(L, at, 1);
-  pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, prefix), obj}, 2));
-  for (int i = 0; i < obj->mod->regs.len; i++) {
-    Reg *r = &obj->mod->regs.data[i];
-    if (r->kind != REG_CHILD || !pv_is_module(r->val)) continue;
-    named_modules(L, at, r->val, prefix[0] ? arena_printf(L->a, "%s.%s", prefix, r->name) : r->name, out, memo,
-                  depth + 1);
-  }
-}
-
-static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out, int depth) {
-  depth_check(L, at, depth);
-  for (int pass = 0; pass < 3; pass++)
-    for (int i = 0; i < obj->mod->regs.len; i++) {
-      Reg *r = &obj->mod->regs.data[i];
-      if ((int)r->kind != pass) continue;
-      const char *name = arena_printf(L->a, "%s%s", prefix, r->name);
-      eval_charge(L, at, 1);
-      if (r->kind == REG_CHILD) {
-        if (pv_is_module(r->val)) state_dict_into(L, at, r->val, arena_printf(L->a, "%s.", name), out, depth + 1);
-      } else if (r->val->k == PV_TENSOR)
-        pv_dict_set(L, at, out, pv_str(L, name), r->val);
+PV *py_lookup(L *L, unsigned ns, const char *name, PV *self) {
+  for (int i = 1; i < PY_BI__COUNT; i++)
+    if ((py_rows[i].ns & ns) && strcmp(py_rows[i].name, name) == 0) {
+      PV *v = py_builtin(L, i, self);
+      if (v->k == PV_BUILTIN) v->i = py_rows[i].ns & ns;
+      return v;
     }
+  return NULL;
 }
 
-PV *bi_module_method(L *L, PV *fn, Args *A) {
-  PV *self = fn->self, *a[4];
-  switch (fn->bi) {
-  case BI_MOD_INIT: return pv_none(L);
-  case BI_MOD_PARAMETERS: {
-    PV *out = pv_list(L, NULL, 0);
-    collect_params(L, A->at, self, out, pv_dict(L), 0);
-    return out;
+void py_install_builtins(L *L, Env *b) {
+  for (int i = 1; i < PY_BI__COUNT; i++) {
+    if (!py_rows[i].call) BUG("builtin row %d has no handler", i);
+    for (int j = i + 1; j < PY_BI__COUNT; j++)
+      if ((py_rows[i].ns & py_rows[j].ns) && strcmp(py_rows[i].name, py_rows[j].name) == 0)
+        BUG("builtin '%s' registered twice in one namespace", py_rows[i].name);
+    if (py_rows[i].ns & NS_BUILTINS) env_set(L, b, py_rows[i].name, py_builtin(L, i, NULL));
   }
-  case BI_MOD_NAMED_PARAMETERS:
-  case BI_MOD_NAMED_BUFFERS:
-  case BI_MOD_BUFFERS: {
-    /* PyTorch's _named_members: the modules of named_modules(prefix), each one's own
-     * parameters (buffers) in registration order, each tensor once (memo) */
-    bind_args(L, A, "prefix=,recurse=,remove_duplicate=", a);
-    const char *prefix = a[0] ? str_arg(L, A->at, a[0], "prefix") : "";
-    int recurse = a[1] ? arg_bool(L, A->at, a[1], "recurse") : 1;
-    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
-    PV *mods = pv_list(L, NULL, 0);
-    if (recurse) named_modules(L, A->at, self, prefix, mods, dedup ? pv_dict(L) : NULL, 0);
-    else pv_list_append(L, mods, pv_tuple(L, (PV *[]){pv_str(L, prefix), self}, 2));
-    RegKind want = fn->bi == BI_MOD_NAMED_PARAMETERS ? REG_PARAM : REG_BUFFER;
-    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
-    for (int m = 0; m < mods->n; m++) {
-      const char *mp = mods->items[m]->items[0]->s;
-      ObjModule *om = mods->items[m]->items[1]->mod;
-      for (int i = 0; i < om->regs.len; i++) {
-        Reg *r = &om->regs.data[i];
-        if (r->kind != want || r->val->k != PV_TENSOR) continue;
-        if (dedup && !first_visit(L, A->at, seen, r->val)) continue;
-        if (fn->bi == BI_MOD_BUFFERS) {
-          pv_list_append(L, out, r->val);
-          continue;
-        }
-        PV *name = pv_str(L, mp[0] ? arena_printf(L->a, "%s.%s", mp, r->name) : r->name);
-        pv_list_append(L, out, pv_tuple(L, (PV *[]){name, r->val}, 2));
-      }
-    }
-    return out;
+  env_set(L, b, "__name__", pv_str(L, "__ctc__"));
+}
+
+/* ---- Python modules (math, dataclasses, typing) -------------------------- */
+
+PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
+  const char *m = ns->s;
+  if (strcmp(m, "math") == 0) {
+    if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
+    if (strcmp(name, "e") == 0) return pv_float(L, M_E);
+    if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
+    if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
+    return py_lookup(L, NS_MATH, name, NULL);
   }
-  case BI_MOD_NAMED_MODULES: {
-    bind_args(L, A, "memo=,prefix=,remove_duplicate=", a);
-    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "named_modules(memo=...) is not supported");
-    const char *prefix = a[1] ? str_arg(L, A->at, a[1], "prefix") : "";
-    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
-    PV *out = pv_list(L, NULL, 0);
-    named_modules(L, A->at, self, prefix, out, dedup ? pv_dict(L) : NULL, 0);
-    return out;
-  }
-  case BI_MOD_NAMED_CHILDREN: {
-    bind_args(L, A, "", a);
-    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
-    for (int i = 0; i < self->mod->regs.len; i++) {
-      Reg *r = &self->mod->regs.data[i];
-      if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, A->at, seen, r->val))
-        pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, r->name), r->val}, 2));
-    }
-    return out;
-  }
-  case BI_MOD_STATE_DICT: { /* names -> tensors: own parameters, buffers, then children (no memo) */
-    bind_args(L, A, "destination=,prefix=,keep_vars=", a);
-    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "state_dict(destination=...) is not supported");
-    PV *out = pv_dict(L);
-    state_dict_into(L, A->at, self, a[1] ? str_arg(L, A->at, a[1], "prefix") : "", out, 0);
-    return out;
-  }
-  case BI_MOD_MODULES: {
-    PV *out = pv_list(L, NULL, 0);
-    collect_modules(L, A->at, self, out, pv_dict(L), 0);
-    return out;
-  }
-  case BI_MOD_CHILDREN: {
-    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L); /* each child once, as PyTorch's memo */
-    for (int i = 0; i < self->mod->regs.len; i++)
-      if (self->mod->regs.data[i].kind == REG_CHILD && pv_is_module(self->mod->regs.data[i].val) &&
-          first_visit(L, A->at, seen, self->mod->regs.data[i].val))
-        pv_list_append(L, out, self->mod->regs.data[i].val);
-    return out;
-  }
-  case BI_MOD_REQUIRES_GRAD_: { /* freezing: optimizers skip these parameters */
-    bind_args(L, A, "requires_grad=", a);
-    int rg = a[0] ? arg_bool(L, A->at, a[0], "requires_grad") : 1;
-    PV *ps = pv_list(L, NULL, 0);
-    collect_params(L, A->at, self, ps, pv_dict(L), 0);
-    for (int i = 0; i < ps->n; i++) tensor_setattr(L, A->at, ps->items[i], "requires_grad", pv_bool(L, rg));
-    return self;
-  }
-  case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
-    bind_args(L, A, "mode=", a);
-    set_training(L, A->at, self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1, pv_dict(L), 0);
-    return self;
-  case BI_MOD_EVAL:
-    bind_args(L, A, "", a);
-    set_training(L, A->at, self, 0, pv_dict(L), 0);
-    return self;
-  case BI_MOD_APPLY: {
-    bind_args(L, A, "fn", a);
-    PV *mods = pv_list(L, NULL, 0);
-    collect_modules(L, A->at, self, mods, pv_dict(L), 0);
-    /* PyTorch applies to children first, then self */
-    for (int i = mods->n - 1; i >= 0; i--) call_value(L, A->at, a[0], &mods->items[i], 1, NULL, NULL, 0);
-    return self;
-  }
-  case BI_MOD_REGISTER_BUFFER: {
-    bind_args(L, A, "name,tensor,persistent=", a);
-    if (a[0]->k != PV_STR) lower_error(L, A->at, "buffer name must be a string");
-    if (a[1]->k != PV_TENSOR) lower_error(L, A->at, "register_buffer needs a tensor");
-    Tensor *t = a[1]->t;
-    if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);
-    Slot *s = slot_new(L, A->at, t->type, PINIT_DATA, 0, 0);
-    s->is_buffer = 1;
-    s->data = t->data;
-    PV *pt = param_tensor(L, s);
-    vec_push(L->a, &self->mod->regs, ((Reg){REG_BUFFER, a[0]->s, pt}));
-    if (!self->attrs) self->attrs = env_new(L, NULL);
-    env_set(L, self->attrs, a[0]->s, pt);
-    return pv_none(L);
-  }
-  case BI_MOD_REGISTER_PARAMETER:
-  case BI_MOD_ADD_MODULE:
-    bind_args(L, A, "name,value", a);
-    if (a[0]->k != PV_STR) lower_error(L, A->at, "name must be a string");
-    module_setattr(L, A->at, self, a[0]->s, a[1]);
-    return pv_none(L);
-  case BI_MOD_ZERO_GRAD: /* model.zero_grad(): like optimizer.zero_grad() */
-    bind_args(L, A, "set_to_none=", a);
-    {
-      PV *ps = pv_list(L, NULL, 0);
-      collect_params(L, A->at, self, ps, pv_dict(L), 0);
-      grads_zero(L, A->at, ps);
-    }
-    return pv_none(L);
-  case BI_MOD_TO: return self;
-  default: break;
-  }
-  BUG("module method %d", fn->bi);
+  if (strcmp(m, "dataclasses") == 0) return py_lookup(L, NS_DATACLASSES, name, NULL);
+  if (strcmp(m, "typing") == 0) return pv_none(L);
+  return NULL;
+}
+
+PV *bi_not_callable(L *L, PV *fn, Args *A) { lower_error(L, A->at, "'%s' is not callable", fn->s); }
+
+/* object(), the root of user classes */
+PV *bi_object_new(L *L, PV *cls, Args *A) {
+  PV *o = pv_new(L, PV_OBJ);
+  o->cls = cls;
+  o->attrs = env_new(L, NULL);
+  return o;
 }
 
 /* ---- Python builtins ----------------------------------------------------- */
@@ -402,7 +249,10 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_LEN: {
     bind_args(L, A, "x", a);
     if (a[0]->k == PV_STR) return pv_int(L, (int64_t)strlen(a[0]->s));
-    if (a[0]->k == PV_TENSOR) return pv_int(L, a[0]->t->type.ndim ? a[0]->t->type.dims[0] : 0);
+    if (pv_is_host(a[0])) {
+      PV *r = L->host->math(L, A->at, "len", a[0]);
+      if (r) return r;
+    }
     PV **it;
     return pv_int(L, iter_items(L, A->at, a[0], &it));
   }
@@ -426,8 +276,10 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       if (errno == ERANGE) int_too_large(L, A->at);
       return pv_int(L, v);
     }
-    if (a[0]->k == PV_TENSOR)
-      lower_error(L, A->at, "%s() of a tensor reads its value on the host; that cannot be compiled", A->fname);
+    if (pv_is_host(a[0])) {
+      PV *r = L->host->math(L, A->at, A->fname, a[0]);
+      if (r) return r;
+    }
     double v = arg_num(L, A->at, a[0], "argument");
     if (bi == BI_FLOAT) return pv_float(L, v);
     if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);
@@ -508,7 +360,10 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_MAX: return minmax(L, A, 1);
   case BI_ABS:
     bind_args(L, A, "x", a);
-    if (a[0]->k == PV_TENSOR) return t_unary(L, A->at, IR_ABS, a[0]);
+    if (pv_is_host(a[0])) {
+      PV *r = L->host->math(L, A->at, "abs", a[0]);
+      if (r) return r;
+    }
     if (a[0]->k == PV_FLOAT) return pv_float(L, fabs(a[0]->f));
     {
       int64_t x = arg_int(L, A->at, a[0], "abs() argument");
@@ -521,7 +376,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     PV *acc = a[1] ? a[1] : pv_int(L, 0);
     eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
-      if (acc->k == PV_TENSOR || it[i]->k == PV_TENSOR) acc = t_binary(L, A->at, OP_ADD, acc, it[i]);
+      if (pv_is_host(acc) || pv_is_host(it[i])) acc = L->host->binary(L, A->at, OP_ADD, acc, it[i]);
       else if (pv_is_num(acc) && pv_is_num(it[i]))
         acc = acc->k == PV_FLOAT || it[i]->k == PV_FLOAT ? pv_float(L, pv_num(acc) + pv_num(it[i]))
                                                           : pv_int(L, ck_add(L, A->at, acc->i, it[i]->i));
@@ -548,9 +403,9 @@ PV *bi_python(L *L, PV *fn, Args *A) {
         continue;
       }
       if (c->k != PV_CLASS) lower_error(L, A->at, "isinstance() arg 2 must be a class");
-      if (c->bi == BI_C_OBJECT) return pv_bool(L, 1);
+      if (c->bi == BI_OBJECT) return pv_bool(L, 1);
       if (a[0]->k == PV_OBJ && a[0]->bi != BI_SUPER_PROXY && pv_class_is(a[0]->cls, c)) return pv_bool(L, 1);
-      if (a[0]->k == PV_OBJ && a[0]->mod && c->bi == BI_C_MODULE) return pv_bool(L, 1);
+      if (c->bi && L->host->isinstance(a[0], c) == 1) return pv_bool(L, 1);
     }
     return pv_bool(L, 0);
   }
@@ -559,7 +414,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     if (a[1]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
     if (a[0]->k == PV_NS) {
       /* hasattr(F, 'scaled_dot_product_attention'): true only for what ctc knows */
-      PV *v = ns_getattr(L, A->at, a[0], a[1]->s);
+      PV *v = getattr_opt(L, A->at, a[0], a[1]->s);
       return pv_bool(L, v && v->k != PV_NS);
     }
     return pv_bool(L, getattr_opt(L, A->at, a[0], a[1]->s) != NULL);
@@ -576,6 +431,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     setattr_value(L, A->at, a[0], a[1]->s, a[2]);
     return pv_none(L);
   case BI_PRINT: return pv_none(L); /* prints at compile time are dropped */
+  case BI_OBJECT_INIT: return pv_none(L);
   case BI_SUPER: {
     bind_args(L, A, "cls=,obj=", a);
     PV *cls = a[0], *obj = a[1];
@@ -708,19 +564,9 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       while (r < 3037000499 && (r + 1) * (r + 1) <= n) r++;
       return pv_int(L, r);
     }
-    if (a[0]->k == PV_TENSOR && bi != BI_M_CEIL && bi != BI_M_FLOOR && !a[0]->t->data) {
-      /* math.cos(t) on a one-element run-time tensor (a learning rate computed from
-       * the iteration counter): PyTorch converts it to a float; ctc stages the op on
-       * a 0-d tensor */
-      Type tt = t_type(a[0]);
-      int64_t numel = 1;
-      for (int d = 0; d < tt.ndim; d++) numel *= tt.dims[d];
-      if (numel != 1) lower_error(L, A->at, "only one element tensors can be converted to Python scalars");
-      PV *x0 = tt.ndim ? t_reshape(L, A->at, a[0], NULL, 0) : a[0];
-      static const struct { int bi; Op op; } ops[] = {{BI_M_SQRT, IR_SQRT}, {BI_M_EXP, IR_EXP}, {BI_M_LOG, IR_LOG},
-                                                      {BI_M_TANH, IR_TANH}, {BI_M_COS, IR_COS}, {BI_M_SIN, IR_SIN}};
-      for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        if (ops[k].bi == bi) return t_unary(L, A->at, ops[k].op, x0);
+    if (pv_is_host(a[0])) { /* math.cos(t) on a run-time tensor: the host may stage it */
+      PV *r = L->host->math(L, A->at, py_rows[bi].name, a[0]);
+      if (r) return r;
     }
     double x = arg_num(L, A->at, a[0], "argument");
     switch (bi) {

@@ -1,11 +1,11 @@
-/* eval.c - the compile-time evaluator: Python statements and expressions over
- * PVs. Tensor-valued operations are forwarded to tensor.c, which emits IR
- * into L->fn while a function is being staged. */
+/* eval.c - the compile-time evaluator: Python expressions, calls, attributes,
+ * iteration over PVs (statements: exec.c). Operations on host values (tensors)
+ * go to the host through L->host. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "py_int.h"
 
 #define MAX_DEPTH 60                 /* nested calls */
 #define MAX_STEPS 20000000           /* statements executed (and work in builtins) per compile */
@@ -36,7 +36,7 @@ void eval_charge(L *L, Span at, int64_t work) {
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
+static int is_host(const PV *v) { return pv_is_host(v); }
 
 static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
   int isf = a->k == PV_FLOAT || b->k == PV_FLOAT;
@@ -131,7 +131,7 @@ static PV *concat_seq(L *L, Span at, PV *a, PV *b) {
 }
 
 /* a + b for strings; with `grow`, in a buffer twice the size (see PV.owned). */
-static PV *concat_str(L *L, Span at, const char *a, const char *b, int grow) {
+PV *py_concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   size_t la = strlen(a), lb = strlen(b);
   eval_charge(L, at, (int64_t)((la + lb) >> 6));
   if (la + lb > ((size_t)1 << 28)) lower_error(L, at, "string too long for compile time (more than %d MiB)", 1 << 8);
@@ -146,13 +146,10 @@ static PV *concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   return r;
 }
 
-static PV *binop(L *L, Span at, int op, PV *a, PV *b) {
-  if (is_tensor(a) || is_tensor(b)) {
-    if (op == OP_MATMUL) return t_matmul(L, at, a, b);
-    return t_binary(L, at, op, a, b);
-  }
+PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
+  if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
-  if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return concat_str(L, at, a->s, b->s, 0);
+  if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
   if (op == OP_ADD && pv_is_seq(a) && a->k == b->k) return concat_seq(L, at, a, b);
   if (op == OP_MUL && (pv_is_seq(a) || a->k == PV_STR) && b->k == PV_INT) {
     PV *t = a;
@@ -261,10 +258,8 @@ int truthy(L *L, Span at, PV *v) {
   case PV_TUPLE:
   case PV_LIST:
   case PV_DICT: return v->n != 0;
-  case PV_TENSOR:
-    lower_error(L, at,
-                "the truth value of a tensor depends on run-time data; a tensor-valued condition "
-                "cannot be compiled (conditions must be known at compile time)");
+  case PV_HOST:
+  case PV_HOSTC: return L->host->truth(L, at, v);
   default: return 1;
   }
 }
@@ -289,27 +284,12 @@ int iter_items(L *L, Span at, PV *v, PV ***out) {
     return n;
   }
   case PV_OBJ:
-    if (v->mod) eval_charge(L, at, v->mod->regs.len);
-    if (v->mod && v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST)) {
-      PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
-      int n = 0;
-      for (int i = 0; i < v->mod->regs.len; i++)
-        if (v->mod->regs.data[i].kind == REG_CHILD) r[n++] = v->mod->regs.data[i].val;
-      *out = r;
-      return n;
-    }
-    if (v->mod && v->cls && v->cls->bi == BI_C_MODULEDICT) {
-      PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
-      int n = 0;
-      for (int i = 0; i < v->mod->regs.len; i++)
-        if (v->mod->regs.data[i].kind == REG_CHILD) r[n++] = pv_str(L, v->mod->regs.data[i].name);
-      *out = r;
-      return n;
-    }
+  case PV_HOST:
+  case PV_HOSTC: {
+    int n = L->host->iterate(L, at, v, out);
+    if (n >= 0) return n;
     break;
-  case PV_TENSOR:
-    lower_error(L, at, "iterating over a tensor is not supported in compiled code; index it or "
-                       "use unbind-free tensor operations");
+  }
   default: break;
   }
   lower_error(L, at, "'%s' object is not iterable at compile time", pv_kind_name(v));
@@ -334,13 +314,12 @@ static PV *bind_method(L *L, PV *self, PV *f) {
   return b;
 }
 
-/* Builtin nn.Module methods reachable on every module object. */
-static PV *module_method(L *L, PV *obj, const char *name) { return bi_lookup(L, NS_MODULE, name, obj); }
-
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
-  case PV_NS: return ns_getattr(L, at, obj, name);
-  case PV_TENSOR: return tensor_getattr(L, at, obj, name);
+  case PV_NS: {
+    PV *v = py_module_attr(L, at, obj, name);
+    return v ? v : L->host->getattr(L, at, obj, name);
+  }
   case PV_CLASS: {
     if (strcmp(name, "__name__") == 0) return pv_str(L, obj->s);
     return class_lookup(obj, name);
@@ -349,32 +328,21 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->bi == BI_SUPER_PROXY) {
       PV *f = class_lookup(obj->cls, name);
       if (f) return bind_method(L, obj->self, f);
-      if (obj->self->mod) return module_method(L, obj->self, name);
-      if (strcmp(name, "__init__") == 0) return pv_builtin(L, BI_MOD_INIT, "__init__", obj->self);
+      f = L->host->getattr(L, at, obj->self, name);
+      if (f) return f;
+      if (strcmp(name, "__init__") == 0) return py_builtin(L, BI_OBJECT_INIT, obj->self);
       return NULL;
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
-    /* an instance of a builtin class that is no module (an optimizer, a scheduler):
-     * its methods are the rows of its class's method namespace */
-    if (!obj->mod && obj->cls && obj->cls->bi) return bi_lookup(L, bi_rows[obj->cls->bi].methods, name, obj);
-    if (obj->mod && strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
-    if (obj->mod) return module_method(L, obj, name);
-    return NULL;
+    return L->host->getattr(L, at, obj, name);
   }
-  case PV_TUPLE:
-    if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
-      return obj->items[!strcmp(name, "tangent")];
-    return NULL;
-  case PV_LIST: return bi_lookup(L, NS_LIST, name, obj);
-  case PV_DICT: return bi_lookup(L, NS_DICT, name, obj);
-  case PV_STR: return bi_lookup(L, NS_STR, name, obj);
-  case PV_DTYPE:
-    if (strcmp(name, "is_floating_point") == 0) return NULL;
-    return NULL;
-  default: return NULL;
+  case PV_LIST: return py_lookup(L, NS_LIST, name, obj);
+  case PV_DICT: return py_lookup(L, NS_DICT, name, obj);
+  case PV_STR: return py_lookup(L, NS_STR, name, obj);
+  default: return L->host->getattr(L, at, obj, name);
   }
 }
 
@@ -389,24 +357,14 @@ PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
 }
 
 void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (L->host->setattr(L, at, obj, name, val)) return;
   if (obj->k == PV_OBJ && obj->bi != BI_SUPER_PROXY) {
-    if (L->fn && obj->mod)
-      lower_error(L, at, "assigning 'self.%s' inside compiled code is a Python side effect that "
-                         "ctc cannot compile; keep state changes in __init__", name);
-    if (obj->mod) {
-      module_setattr(L, at, obj, name, val);
-      return;
-    }
     if (!obj->attrs) obj->attrs = env_new(L, NULL);
     env_set(L, obj->attrs, name, val);
     return;
   }
   if (obj->k == PV_CLASS && !obj->bi && obj->env) {
     env_set(L, obj->env, name, val);
-    return;
-  }
-  if (obj->k == PV_TENSOR) {
-    tensor_setattr(L, at, obj, name, val);
     return;
   }
   if (obj->k == PV_CLASS)
@@ -505,26 +463,13 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
 
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw);
 
-/* The result of calling a sub-module is named after it: self.conv1(x) -> "conv1". */
-static PV *name_result(L *L, PV *module, PV *r) {
-  if (!L->fn || !module->mod->path || r->k != PV_TENSOR || r->t->v < 0 || r->t->slot) return r;
-  Value *v = ir_val(L->fn, r->t->v);
-  if (v->kind != V_INST) return r;
-  char *nm = arena_strdup(L->a, module->mod->path);
-  for (char *c = nm; *c; c++)
-    if (*c == '.') *c = '_';
-  v->name = nm;
-  return r;
-}
-
-/* A function decorated with @torch.no_grad() (etc.) runs in that grad mode. */
+/* A function with a host decorator (@torch.no_grad() ...) runs under it. */
 static PV *call_function_gm(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
                             const char **kwn, PV **kwv, int nkw) {
-  if (!fn->grad_mode) return call_function(L, at, fn, self, args, nargs, kwn, kwv, nkw);
-  int restore = L->grad_mode;
-  grad_mode_set(L, fn->grad_mode - 1);
+  if (!fn->deco) return call_function(L, at, fn, self, args, nargs, kwn, kwv, nkw);
+  int token = L->host->deco_enter(L, fn);
   PV *r = call_function(L, at, fn, self, args, nargs, kwn, kwv, nkw);
-  grad_mode_set(L, restore);
+  L->host->deco_exit(L, token);
   return r;
 }
 
@@ -536,22 +481,13 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
     return call_value(L, at, fn->fn, args, nargs, kwn, kwv, nkw);
   case PV_BUILTIN: {
     Args A = {at, args, nargs, kwn, kwv, nkw, fn->s};
-    return call_builtin(L, fn, &A);
+    return fn->call(L, fn, &A);
   }
   case PV_CLASS: return instantiate(L, at, fn, args, nargs, kwn, kwv, nkw);
   case PV_OBJ:
-    if (fn->mod) {
-      if (fn->cls->bi) {
-        Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
-        return name_result(L, fn, layer_call(L, fn, &A));
-      }
-      PV *fwd = class_lookup(fn->cls, "forward");
-      if (!fwd) lower_error(L, at, "module '%s' has no forward method", fn->cls->s);
-      if (L->nstack < 64) {
-        L->stack_span[L->nstack] = at;
-        L->stack_name[L->nstack] = arena_printf(L->a, "%s.forward", fn->cls->s);
-      }
-      return name_result(L, fn, call_value(L, at, bind_method(L, fn, fwd), args, nargs, kwn, kwv, nkw));
+    if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */
+      Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
+      return L->host->call(L, at, fn, &A);
     } else {
       PV *c = getattr_opt(L, at, fn, "__call__");
       if (c) return call_value(L, at, c, args, nargs, kwn, kwv, nkw);
@@ -585,14 +521,10 @@ static void dataclass_init(L *L, Span at, PV *cls, PV *obj, PV **args, int nargs
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   if (cls->bi) {
     Args A = {at, args, nargs, kwn, kwv, nkw, cls->s};
-    return class_construct(L, cls, &A);
+    return cls->bi == BI_OBJECT ? bi_object_new(L, cls, &A) : L->host->construct(L, cls, &A);
   }
-  PV *obj;
-  int is_module = 0;
-  for (PV *c = cls; c; c = c->cls)
-    if (c->bi == BI_C_MODULE) is_module = 1;
-  if (is_module) obj = module_new(L, cls);
-  else {
+  PV *obj = L->host->instance(L, cls);
+  if (!obj) {
     obj = pv_new(L, PV_OBJ);
     obj->cls = cls;
     obj->attrs = env_new(L, NULL);
@@ -606,7 +538,7 @@ static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char 
 
 /* ---- expressions ------------------------------------------------------ */
 
-static PV *lookup_name(L *L, Node *n) {
+PV *py_lookup_name(L *L, Node *n) {
   PV *v = env_lookup(L->env, n->name);
   if (!v) v = env_get(L->globals, n->name);
   if (!v) v = env_get(L->builtins, n->name);
@@ -615,7 +547,10 @@ static PV *lookup_name(L *L, Node *n) {
 }
 
 static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
-  if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
+  if (is_host(obj)) {
+    PV *r = L->host->index(L, at, obj, idx);
+    if (r) return r;
+  }
   if (pv_is_seq(obj) || obj->k == PV_STR) {
     int64_t len = obj->k == PV_STR ? (int64_t)strlen(obj->s) : obj->n;
     if (idx->k == PV_SLICE) {
@@ -663,18 +598,9 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
     if (!v) lower_error(L, at, "key %s not found in dict", pv_repr(L, at, idx));
     return v;
   }
-  if (pv_is_module(obj) && obj->cls->bi) {
-    PV **items;
-    int n = iter_items(L, at, obj, &items);
-    if (obj->cls->bi == BI_C_MODULEDICT) {
-      for (int i = 0; i < obj->mod->regs.len; i++)
-        if (idx->k == PV_STR && strcmp(obj->mod->regs.data[i].name, idx->s) == 0) return obj->mod->regs.data[i].val;
-      lower_error(L, at, "ModuleDict has no key %s", pv_repr(L, at, idx));
-    }
-    int64_t i = arg_int(L, at, idx, "index");
-    if (i < 0) i += n;
-    if (i < 0 || i >= n) lower_error(L, at, "index %lld out of range for a %s of %d modules", (long long)i, obj->cls->s, n);
-    return items[i];
+  if (obj->k == PV_OBJ) {
+    PV *r = L->host->index(L, at, obj, idx);
+    if (r) return r;
   }
   lower_error(L, at, "'%s' object is not subscriptable", pv_kind_name(obj));
 }
@@ -719,7 +645,6 @@ static void eval_call_args(L *L, Node *n, PV ***args, int *nargs, const char ***
   *nkw = kn.len;
 }
 
-static void assign_target(L *L, Node *t, PV *v);
 
 /* Comprehension loops: for each generator in turn, then evaluate elt. */
 static void comp_loop(L *L, Node *n, int gi, PV *out, PV *dict) {
@@ -737,14 +662,14 @@ static void comp_loop(L *L, Node *n, int gi, PV *out, PV *dict) {
   int cnt = iter_items(L, g->span, it, &items);
   for (int i = 0; i < cnt; i++) {
     eval_charge(L, g->span, 1);
-    assign_target(L, g->a, items[i]);
+    py_assign_target(L, g->a, items[i]);
     int ok = 1;
     for (int k = 0; k < g->list.len && ok; k++) ok = truthy(L, g->list.data[k]->span, eval_expr(L, g->list.data[k]));
     if (ok) comp_loop(L, n, gi + 1, out, dict);
   }
 }
 
-static PV *make_function(L *L, Node *def) {
+PV *py_make_function(L *L, Node *def) {
   PV *f = pv_new(L, PV_FUNC);
   f->node = def;
   f->s = def->name ? def->name : "<lambda>";
@@ -899,12 +824,11 @@ static const char *fstring_text(L *L, Span at, const char *s, int nested) {
   return sb_done(L, &out);
 }
 
-static PV *select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b);
 
 PV *eval_expr(L *L, Node *n) {
   switch (n->kind) {
   case N_NAME: {
-    PV *v = lookup_name(L, n);
+    PV *v = py_lookup_name(L, n);
     v->owned = 0; /* read: no longer held by one name only */
     return v;
   }
@@ -942,16 +866,12 @@ PV *eval_expr(L *L, Node *n) {
   }
   case N_BINOP: {
     PV *a = eval_expr(L, n->a), *b = eval_expr(L, n->b);
-    return binop(L, n->span, n->op, a, b);
+    return py_binop(L, n->span, n->op, a, b);
   }
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
-    if (a->k == PV_TENSOR) {
-      if (n->op == OP_NEG) return t_unary(L, n->span, IR_NEG, a);
-      if (n->op == OP_POS) return a;
-      lower_error(L, n->span, "operator '~' is not supported on tensors");
-    }
+    if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
     if (n->op == OP_INVERT) {
@@ -973,19 +893,16 @@ PV *eval_expr(L *L, Node *n) {
     for (int i = 0; i + 1 < n->list.len; i++) {
       PV *right = eval_expr(L, n->list.data[i + 1]);
       int op = n->cmpops[i];
-      if (left->k == PV_TENSOR || right->k == PV_TENSOR) {
+      if (is_host(left) || is_host(right)) {
         if (op == OP_IS || op == OP_ISNOT) {
           if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");
           return pv_bool(L, compare(L, n->span, op, left, right));
         }
-        PV *c = t_compare(L, n->span, op, left, right);
+        PV *c = L->host->compare(L, n->span, op, left, right);
         if (n->list.len == 2) return c;
         /* `0 <= x <= 1` on one-element tensors: Python's `and` of the links */
-        Type ct = t_type(c);
-        int64_t numel = 1;
-        for (int d = 0; d < ct.ndim; d++) numel *= ct.dims[d];
-        if (numel != 1) lower_error(L, n->span, "Boolean value of Tensor with more than one value is ambiguous");
-        result = result && result->k == PV_TENSOR ? t_where(L, n->span, result, c, pv_bool(L, 0)) : c;
+        L->host->check_cond(L, n->span, c);
+        result = result && is_host(result) ? L->host->select(L, n->span, result, c, pv_bool(L, 0)) : c;
         left = right;
         continue;
       }
@@ -997,15 +914,15 @@ PV *eval_expr(L *L, Node *n) {
   }
   case N_IFEXP: {
     PV *c = eval_expr(L, n->a);
-    if (c->k == PV_TENSOR && L->fn && !c->t->data) { /* both computed, then selected (see staged_if) */
+    if (L->host->runtime(L, c)) { /* both computed, then selected (see staged_if) */
       L->staged_depth++;
       PV *a = eval_expr(L, n->b), *b = eval_expr(L, n->c);
       L->staged_depth--;
-      return select_value(L, n->span, "the conditional expression", c, a, b);
+      return py_select_value(L, n->span, "the conditional expression", c, a, b);
     }
     return truthy(L, n->a->span, c) ? eval_expr(L, n->b) : eval_expr(L, n->c);
   }
-  case N_LAMBDA: return make_function(L, n);
+  case N_LAMBDA: return py_make_function(L, n);
   case N_TUPLE:
   case N_LIST:
   case N_SET: {
@@ -1050,7 +967,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_STARRED: lower_error(L, n->span, "starred expression is not allowed here");
   case N_NAMEDEXPR: {
     PV *v = eval_expr(L, n->b);
-    assign_target(L, n->a, v);
+    py_assign_target(L, n->a, v);
     return v;
   }
   default: break;
@@ -1058,483 +975,3 @@ PV *eval_expr(L *L, Node *n) {
   lower_error(L, n->span, "this expression (%s) is not supported by ctc", fe_node_kind_name(n->kind));
 }
 
-/* ---- statements ------------------------------------------------------- */
-
-static void name_tensor(L *L, PV *v, const char *name) {
-  if (v->k != PV_TENSOR || !L->fn || v->t->v < 0) return;
-  Value *val = ir_val(L->fn, v->t->v);
-  if (val->kind == V_INST) val->name = arena_strdup(L->a, name);
-}
-
-static void assign_target(L *L, Node *t, PV *v) {
-  switch (t->kind) {
-  case N_NAME:
-    name_tensor(L, v, t->name);
-    v->owned = 0;
-    env_set(L, L->env, t->name, v);
-    return;
-  case N_ATTR: setattr_value(L, t->span, eval_expr(L, t->a), t->name, v); return;
-  case N_SUBSCRIPT: {
-    PV *obj = eval_expr(L, t->a), *idx = eval_expr(L, t->b);
-    if (obj->k == PV_LIST) {
-      int64_t i = arg_int(L, t->b->span, idx, "list index");
-      if (i < 0) i += obj->n;
-      if (i < 0 || i >= obj->n) lower_error(L, t->span, "list assignment index out of range");
-      obj->items[i] = v;
-      return;
-    }
-    if (obj->k == PV_DICT) {
-      pv_dict_set(L, t->b->span, obj, idx, v);
-      return;
-    }
-    if (obj->k == PV_TENSOR)
-      lower_error(L, t->span, "assigning into a slice of a tensor is an in-place update; ctc compiles "
-                              "value semantics only (use torch.where or torch.cat)");
-    lower_error(L, t->span, "'%s' object does not support item assignment", pv_kind_name(obj));
-  }
-  case N_TUPLE:
-  case N_LIST: {
-    PV **items;
-    int cnt;
-    if (v->k == PV_TENSOR) lower_error(L, t->span, "unpacking a tensor is not supported; use split or indexing");
-    cnt = iter_items(L, t->span, v, &items);
-    eval_charge(L, t->span, cnt);
-    int star = -1, nt = t->list.len;
-    for (int i = 0; i < nt; i++)
-      if (t->list.data[i]->kind == N_STARRED) star = i;
-    if (star < 0 && cnt != nt)
-      lower_error(L, t->span, "cannot unpack %d values into %d targets", cnt, nt);
-    if (star >= 0 && cnt < nt - 1)
-      lower_error(L, t->span, "not enough values to unpack (expected at least %d, got %d)", nt - 1, cnt);
-    int k = 0;
-    for (int i = 0; i < nt; i++) {
-      if (i == star) {
-        int take = cnt - (nt - 1);
-        assign_target(L, t->list.data[i]->a, pv_list(L, items + k, take));
-        k += take;
-      } else
-        assign_target(L, t->list.data[i], items[k++]);
-    }
-    return;
-  }
-  default: lower_error(L, t->span, "cannot assign to this expression");
-  }
-}
-
-static void exec_import(L *L, Node *s) {
-  for (int i = 0; i < s->list.len; i++) {
-    Node *al = s->list.data[i];
-    const char *full = al->name;
-    if (s->kind == N_IMPORTFROM) {
-      if (strcmp(al->name, "*") == 0)
-        lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
-      full = arena_printf(L->a, "%s.%s", s->name ? s->name : "", al->name);
-      PV *ns = pv_ns(L, s->name ? s->name : "");
-      PV *v = ns_getattr(L, al->span, ns, al->name);
-      env_set(L, L->env, al->name2 ? al->name2 : al->name, v ? v : pv_ns(L, full));
-      continue;
-    }
-    if (al->name2) {
-      env_set(L, L->env, al->name2, pv_ns(L, full));
-    } else {
-      /* import torch.nn binds "torch" */
-      const char *dot = strchr(full, '.');
-      env_set(L, L->env, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full,
-              pv_ns(L, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full));
-    }
-  }
-}
-
-static void exec_classdef(L *L, Node *s) {
-  PV *cls = pv_new(L, PV_CLASS);
-  cls->s = s->name;
-  cls->node = s;
-  cls->env = env_new(L, L->env);
-  if (s->list.len > 1) {
-    /* multiple inheritance: accept only when the extra bases are plain object */
-    lower_error(L, s->list.data[1]->span, "multiple inheritance is not supported by ctc");
-  }
-  if (s->list.len == 1) {
-    PV *base = eval_expr(L, s->list.data[0]);
-    if (base->k != PV_CLASS) lower_error(L, s->list.data[0]->span, "base class must be a class, not '%s'", pv_kind_name(base));
-    if (base->bi && base->bi != BI_C_MODULE && base->bi != BI_C_OBJECT)
-      lower_error(L, s->list.data[0]->span, "subclassing the builtin layer '%s' is not supported", base->s);
-    cls->cls = base->bi == BI_C_OBJECT ? NULL : base;
-  }
-  Env *saved = L->env;
-  L->env = cls->env;
-  for (int i = 0; i < s->body.len; i++) {
-    Node *st = s->body.data[i];
-    if (st->kind == N_FUNCDEF) {
-      PV *f = make_function(L, st);
-      f->env = saved;  /* methods see the enclosing scope, not the class body */
-      f->cls = cls;
-      for (int k = st->decorators.len - 1; k >= 0; k--) {
-        PV *dec = eval_expr(L, st->decorators.data[k]);
-        (void)dec;  /* @staticmethod, @property ... are not supported beyond plain methods */
-        lower_error(L, st->decorators.data[k]->span, "decorators on methods are not supported by ctc");
-      }
-      env_set(L, cls->env, st->name, f);
-      continue;
-    }
-    exec_block(L, cls->env, &(NodeVec){&s->body.data[i], 1, 1});
-  }
-  L->env = saved;
-  for (int k = s->decorators.len - 1; k >= 0; k--) {
-    PV *dec = eval_expr(L, s->decorators.data[k]);
-    if (dec->k == PV_BUILTIN && dec->bi == BI_DATACLASS) env_set(L, cls->env, "__dataclass__", pv_bool(L, 1));
-    else if (dec->k == PV_BUILTIN && dec->bi == BI_T_NO_GRAD) continue;
-    else lower_error(L, s->decorators.data[k]->span, "this class decorator is not supported by ctc (only @dataclass)");
-  }
-  env_set(L, L->env, s->name, cls);
-}
-
-static int exec_stmt(L *L, Node *s) {
-  eval_charge(L, s->span, 1);
-  switch (s->kind) {
-  case N_EXPR_STMT: {
-    PV *v = eval_expr(L, s->a);
-    (void)v;
-    return EX_NORMAL;
-  }
-  case N_ASSIGN: {
-    PV *v = eval_expr(L, s->a);
-    for (int i = 0; i < s->list.len; i++) assign_target(L, s->list.data[i], v);
-    return EX_NORMAL;
-  }
-  case N_AUGASSIGN: {
-    /* name += str: the name's own string (made by an earlier `name += ...`, not read
-     * since) grows in place, so a loop of += stays linear as in CPython */
-    PV *cur = s->a->kind == N_NAME ? lookup_name(L, s->a) : eval_expr(L, s->a);
-    int owned = cur->owned;
-    cur->owned = 0;
-    PV *rhs = eval_expr(L, s->b);
-    PV *v;
-    if (s->a->kind == N_NAME && cur->k == PV_STR && rhs->k == PV_STR && s->op == OP_ADD) {
-      size_t lb = strlen(rhs->s);
-      if (owned && (size_t)cur->n + lb + 1 <= (size_t)cur->cap && (size_t)cur->n + lb <= ((size_t)1 << 28)) {
-        eval_charge(L, s->span, (int64_t)(lb >> 6));
-        memcpy((char *)cur->s + cur->n, rhs->s, lb + 1);
-        cur->n += (int)lb;
-        v = cur;
-      } else
-        v = concat_str(L, s->span, cur->s, rhs->s, 1);
-      assign_target(L, s->a, v);
-      v->owned = 1;
-      return EX_NORMAL;
-    }
-    if (cur->k == PV_LIST && s->op == OP_ADD) {
-      PV **it;
-      int cnt = iter_items(L, s->b->span, rhs, &it);
-      eval_charge(L, s->span, cnt);
-      for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
-      v = cur;
-    } else if (cur->k == PV_TENSOR && L->fn) {
-      /* `x += y` on a tensor updates it in place: other names bound to it see the change */
-      staged_effect_check(L, s->span, "an in-place update of a tensor (write `x = x + ...`)");
-      v = t_inplace(L, s->span, cur, binop(L, s->span, s->op, cur, rhs));
-    } else
-      v = binop(L, s->span, s->op, cur, rhs);
-    assign_target(L, s->a, v);
-    return EX_NORMAL;
-  }
-  case N_ANNASSIGN:
-    if (s->b) assign_target(L, s->a, eval_expr(L, s->b));
-    return EX_NORMAL;
-  case N_RETURN:
-    L->retval = s->a ? eval_expr(L, s->a) : pv_none(L);
-    return EX_RETURN;
-  case N_IF: {
-    int t = truthy(L, s->a->span, eval_expr(L, s->a));
-    return exec_block(L, L->env, t ? &s->body : &s->orelse);
-  }
-  case N_FOR: {
-    PV *it = eval_expr(L, s->b);
-    PV **items;
-    int cnt = iter_items(L, s->b->span, it, &items);
-    for (int i = 0; i < cnt; i++) {
-      assign_target(L, s->a, items[i]);
-      int r = exec_block(L, L->env, &s->body);
-      if (r == EX_RETURN) return r;
-      if (r == EX_BREAK) return EX_NORMAL;
-    }
-    return exec_block(L, L->env, &s->orelse);
-  }
-  case N_WHILE: {
-    while (truthy(L, s->a->span, eval_expr(L, s->a))) {
-      int r = exec_block(L, L->env, &s->body);
-      if (r == EX_RETURN) return r;
-      if (r == EX_BREAK) return EX_NORMAL;
-      eval_charge(L, s->span, 1);
-    }
-    return exec_block(L, L->env, &s->orelse);
-  }
-  case N_WITH: {
-    int restore = L->grad_mode; /* grad-mode managers restore it on exit, innermost first */
-    int dual = 0;               /* this statement opens a forward_ad.dual_level() */
-    for (int i = 0; i < s->list.len; i++) {
-      Node *it = s->list.data[i];
-      PV *cm = eval_expr(L, it->a);
-      if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
-        /* forward_ad.dual_level(): duals made inside belong to this level */
-        if (it->b) lower_error(L, it->b->span, "'with dual_level() as ...' binds nothing useful");
-        if (L->dual_depth || dual)   /* PyTorch: "Nested forward mode AD is not supported at the moment" */
-          lower_error(L, it->span, "nested forward_ad.dual_level() is not supported (as in PyTorch); use "
-                                   "torch.func.jvp for higher-order forward mode");
-        L->dual_primal.len = L->dual_tangent.len = 0;
-        dual = 1;
-        continue;
-      }
-      if (cm->k == PV_BUILTIN && (cm->bi == BI_T_NO_GRAD || cm->bi == BI_T_ENABLE_GRAD ||
-                                   cm->bi == BI_T_SET_GRAD_ENABLED || cm->bi == BI_T_INFERENCE_MODE))
-        lower_error(L, it->span, "'%s' needs to be called: 'with torch.%s():'", cm->s, cm->s);
-      if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_GRAD_MODE))
-        lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode) and "
-                                 "'with forward_ad.dual_level():' are supported as context managers");
-      if (it->b) lower_error(L, it->b->span, "'with torch.%s() as ...' binds nothing useful", cm->s);
-      grad_mode_set(L, (int)cm->i);
-    }
-    L->dual_depth += dual;
-    int r = exec_block(L, L->env, &s->body);
-    L->dual_depth -= dual;
-    grad_mode_set(L, restore);
-    return r;
-  }
-  case N_PASS: return EX_NORMAL;
-  case N_BREAK: return EX_BREAK;
-  case N_CONTINUE: return EX_CONTINUE;
-  case N_ASSERT: {
-    PV *c = eval_expr(L, s->a);
-    if (c->k == PV_TENSOR && L->fn && !c->t->data) return EX_NORMAL; /* a run-time check: not compiled */
-    if (!truthy(L, s->a->span, c)) {
-      const char *msg = s->b ? pv_to_str(L, s->b->span, eval_expr(L, s->b)) : NULL;
-      lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
-    }
-    return EX_NORMAL;
-  }
-  case N_DEL:
-    for (int i = 0; i < s->list.len; i++) {
-      Node *t = s->list.data[i];
-      if (t->kind != N_NAME) lower_error(L, t->span, "only 'del name' is supported");
-      env_set(L, L->env, t->name, pv_none(L));
-    }
-    return EX_NORMAL;
-  case N_RAISE:
-    lower_error(L, s->span, "exception raised at compile time%s%s", s->a ? ": " : "",
-                s->a && s->a->kind == N_CALL && s->a->list.len && s->a->list.data[0]->kind == N_STR
-                    ? s->a->list.data[0]->sval : "");
-  case N_GLOBAL:
-    lower_error(L, s->span, "'global' and 'nonlocal' are not supported by ctc");
-  case N_TRY:
-    /* Compile-time code runs the try body only: a failure there is a
-     * compile error, so handlers would never run. */
-    {
-      int r = exec_block(L, L->env, &s->body);
-      if (r != EX_NORMAL) return r;
-      r = exec_block(L, L->env, &s->orelse);
-      if (r != EX_NORMAL) return r;
-      return exec_block(L, L->env, &s->body2);
-    }
-  case N_IMPORT:
-  case N_IMPORTFROM: exec_import(L, s); return EX_NORMAL;
-  case N_FUNCDEF: {
-    PV *f = make_function(L, s);
-    for (int k = s->decorators.len - 1; k >= 0; k--) {
-      PV *dec = eval_expr(L, s->decorators.data[k]);
-      /* @torch.no_grad(), @torch.enable_grad(), @torch.inference_mode() (bare forms too) */
-      if (dec->k == PV_BUILTIN && (dec->bi == BI_T_NO_GRAD || dec->bi == BI_T_ENABLE_GRAD ||
-                                   dec->bi == BI_T_INFERENCE_MODE)) {
-        f->grad_mode = 1 + (dec->bi == BI_T_NO_GRAD ? NG_REVERSE : dec->bi == BI_T_ENABLE_GRAD ? NG_NONE : NG_ALL);
-        continue;
-      }
-      if (dec->k == PV_BUILTIN && dec->bi == BI_T_GRAD_MODE && dec->n < 0) {
-        f->grad_mode = 1 + (int)dec->i;
-        continue;
-      }
-      lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
-    }
-    env_set(L, L->env, s->name, f);
-    return EX_NORMAL;
-  }
-  case N_CLASSDEF: exec_classdef(L, s); return EX_NORMAL;
-  default: break;
-  }
-  lower_error(L, s->span, "this statement (%s) is not supported by ctc", fe_node_kind_name(s->kind));
-}
-
-/* ---- `if` on a run-time tensor ---------------------------------------------
- * A condition that is a one-element tensor computed by the staged function (a
- * learning rate from the iteration counter: `if it < warmup_iters: return ...`)
- * cannot choose a branch at compile time. ctc runs both branches, each on its
- * own copy of the local names, and merges them with torch.where: names bound to
- * different values become where(cond, then, else), and when a branch returns,
- * the statements after the `if` run on the other path and the two return values
- * are selected. This is exact only for code without side effects, so the
- * branches (and those statements) may only bind local names, return, and nest
- * such `if`s; anything else is refused. */
-
-static Node *impure_stmt(NodeVec *b, int from) {
-  for (int i = from; i < b->len; i++) {
-    Node *s = b->data[i];
-    switch (s->kind) {
-    case N_ASSIGN:
-      for (int k = 0; k < s->list.len; k++) {
-        Node *t = s->list.data[k];
-        if (t->kind == N_TUPLE) {
-          for (int j = 0; j < t->list.len; j++)
-            if (t->list.data[j]->kind != N_NAME) return t->list.data[j];
-        } else if (t->kind != N_NAME)
-          return t;
-      }
-      break;
-    case N_AUGASSIGN:
-    case N_ANNASSIGN:
-      if (s->a->kind != N_NAME) return s;
-      break;
-    case N_RETURN: case N_PASS: case N_ASSERT: break;
-    case N_EXPR_STMT:
-      if (s->a->kind != N_STR) return s;
-      break;
-    case N_IF: {
-      Node *n = impure_stmt(&s->body, 0);
-      if (!n) n = impure_stmt(&s->orelse, 0);
-      if (n) return n;
-      break;
-    }
-    default: return s;
-    }
-  }
-  return NULL;
-}
-
-void staged_effect_check(L *L, Span at, const char *what) {
-  if (L->staged_depth)
-    lower_error(L, at, "%s under an `if` on a run-time tensor cannot be compiled: ctc runs both branches and selects "
-                       "values with torch.where, so effects would happen on both paths", what);
-}
-
-CTC_NORETURN static void impure_error(L *L, Node *s) {
-  lower_error(L, s->span, "this statement depends on an `if` whose condition is a run-time tensor: ctc computes both "
-                          "branches and selects with torch.where, so they (and what follows a branch that returns) "
-                          "may only assign local names and return");
-}
-
-static Env *env_copy(L *L, Env *e) {
-  Env *c = env_new(L, e->parent);
-  for (int i = 0; i < e->names.len; i++) env_set(L, c, e->names.data[i], e->vals.data[i]);
-  return c;
-}
-
-/* The value a name (or the function's result) has after the `if`. */
-static PV *select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b) {
-  if (a == b) return a;
-  int ta = a->k == PV_TENSOR || pv_is_num(a), tb = b->k == PV_TENSOR || pv_is_num(b);
-  if (ta && tb) {
-    if (a->k == b->k && a->k != PV_TENSOR && pv_num(a) == pv_num(b)) return a;
-    return t_where(L, at, c, a, b);
-  }
-  if (pv_is_seq(a) && a->k == b->k && a->n == b->n) {
-    PV *r = a->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
-    for (int i = 0; i < a->n; i++) pv_list_append(L, r, select_value(L, at, what, c, a->items[i], b->items[i]));
-    return r;
-  }
-  if (!ta && !tb && pv_equal(L, at, a, b)) return a;
-  lower_error(L, at, "the branches of this `if` on a run-time tensor give %s different values (%s and %s); only "
-                     "tensors and numbers can be selected with torch.where", what, pv_kind_name(a), pv_kind_name(b));
-}
-
-/* What follows the block being executed, up to the end of the function: the
- * rest of the enclosing block and, above it, its own continuation. */
-struct Cont {
-  NodeVec *body;
-  int rest;
-  struct Cont *up;
-};
-
-/* Run what follows an `if` on one path: the rest of its block, then the
- * enclosing blocks' rests, until something returns. */
-static int run_tail(L *L, Env *e, NodeVec *body, int rest, struct Cont *up) {
-  Node *bad = impure_stmt(body, rest);
-  if (bad) impure_error(L, bad);
-  struct Cont *saved = L->cont;
-  L->cont = up;
-  NodeVec tail = {body->data + rest, body->len - rest, body->len - rest};
-  int r = exec_block(L, e, &tail);
-  L->cont = saved;
-  if (r == EX_NORMAL && up) return run_tail(L, e, up->body, up->rest, up->up);
-  return r;
-}
-
-static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consumed) {
-  Type ct = t_type(c);
-  int64_t numel = 1;
-  for (int d = 0; d < ct.ndim; d++) numel *= ct.dims[d];
-  if (numel != 1) lower_error(L, s->a->span, "Boolean value of Tensor with more than one value is ambiguous");
-  Node *bad = impure_stmt(&s->body, 0);
-  if (!bad) bad = impure_stmt(&s->orelse, 0);
-  if (bad) impure_error(L, bad);
-  Env *e0 = L->env, *e1 = env_copy(L, e0), *e2 = env_copy(L, e0);
-  struct Cont *up = L->cont, here = {body, rest, up};
-  L->cont = &here; /* an `if` nested in a branch continues with what follows this one */
-  L->staged_depth++;
-  int r1 = exec_block(L, e1, &s->body);
-  PV *v1 = L->retval;
-  int r2 = exec_block(L, e2, &s->orelse);
-  PV *v2 = L->retval;
-  L->cont = up;
-  if (r1 == EX_NORMAL && r2 == EX_NORMAL) {
-    for (int i = 0; i < e1->names.len; i++) {
-      const char *n = e1->names.data[i];
-      PV *b = env_get(e2, n);
-      if (b) env_set(L, e0, n, select_value(L, s->span, arena_printf(L->a, "'%s'", n), c, e1->vals.data[i], b));
-    }
-    L->staged_depth--;
-    return EX_NORMAL;
-  }
-  if ((r1 != EX_NORMAL && r1 != EX_RETURN) || (r2 != EX_NORMAL && r2 != EX_RETURN))
-    lower_error(L, s->span, "break/continue under an `if` on a run-time tensor cannot be compiled");
-  if (r1 == EX_NORMAL || r2 == EX_NORMAL) {
-    /* one branch returned: what follows the `if` is the other path */
-    int r = run_tail(L, r1 == EX_NORMAL ? e1 : e2, body, rest, up);
-    if (r != EX_RETURN)
-      lower_error(L, s->span, "one path through this `if` on a run-time tensor returns a value and the other reaches "
-                              "the end of the function");
-    if (r1 == EX_NORMAL) v1 = L->retval;
-    else v2 = L->retval;
-    *consumed = 1;
-  }
-  L->staged_depth--;
-  L->retval = select_value(L, s->span, "return", c, v1, v2);
-  return EX_RETURN;
-}
-
-int exec_block(L *L, Env *env, NodeVec *body) {
-  Env *saved = L->env;
-  L->env = env;
-  int r = EX_NORMAL;
-  for (int i = 0; i < body->len && r == EX_NORMAL; i++) {
-    Node *s = body->data[i];
-    if (s->kind != N_IF || !L->fn) {
-      struct Cont *cont = L->cont; /* loops, with, try: their bodies are not followed by this block's rest */
-      L->cont = NULL;
-      r = exec_stmt(L, s);
-      L->cont = cont;
-      continue;
-    }
-    eval_charge(L, s->span, 1);
-    PV *c = eval_expr(L, s->a);
-    if (c->k == PV_TENSOR && !c->t->data) {
-      int consumed = 0;
-      r = staged_if(L, s, c, body, i + 1, &consumed);
-      if (consumed) break;
-    } else {
-      /* a compile-time `if`: a staged `if` inside continues with what follows it */
-      struct Cont *up = L->cont, here = {body, i + 1, up};
-      L->cont = &here;
-      r = exec_block(L, L->env, truthy(L, s->a->span, c) ? &s->body : &s->orelse);
-      L->cont = up;
-    }
-  }
-  L->env = saved;
-  return r;
-}

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "py.h"
 
 PV *pv_new(L *L, PVKind k) {
   PV *v = arena_alloc(L->a, sizeof *v);
@@ -91,13 +91,13 @@ static uint64_t hash_rec(const PV *v, int depth, const PV **bad, int *deep) {
     return mix64((uint64_t)v->f ^ 0x7ff);
   case PV_STR: return str_hash(v->s);
   case PV_NS: return str_hash(v->s) ^ 0x5a5a;
-  case PV_DTYPE: return mix64((uint64_t)v->dt + 77);
+  case PV_HOSTC: return mix64((uint64_t)v->dt + 77);
   case PV_TUPLE: {
     uint64_t h = 0x345678;
     for (int i = 0; i < v->n; i++) h = mix64(h ^ hash_rec(v->items[i], depth + 1, bad, deep));
     return h;
   }
-  case PV_TENSOR: return mix64((uint64_t)(uintptr_t)v->t);
+  case PV_HOST: return mix64((uint64_t)(uintptr_t)v->t);
   case PV_BUILTIN: return mix64((uint64_t)v->bi * 31 + (uint64_t)(uintptr_t)v->self);
   case PV_BOUND: return mix64((uint64_t)(uintptr_t)v->fn ^ (uint64_t)(uintptr_t)v->self);
   case PV_CLASS:
@@ -143,13 +143,13 @@ static int key_equal(const PV *a, const PV *b) {
   case PV_ELLIPSIS: return 1;
   case PV_STR:
   case PV_NS: return strcmp(a->s, b->s) == 0;
-  case PV_DTYPE: return a->dt == b->dt;
+  case PV_HOSTC: return a->dt == b->dt;
   case PV_TUPLE:
     if (a->n != b->n) return 0;
     for (int i = 0; i < a->n; i++)
       if (!key_equal(a->items[i], b->items[i])) return 0;
     return 1;
-  case PV_TENSOR: return a->t == b->t;
+  case PV_HOST: return a->t == b->t;
   case PV_BUILTIN: return a->bi == b->bi && a->self == b->self;
   case PV_BOUND: return a->fn == b->fn && a->self == b->self;
   case PV_CLASS: return a->bi && a->bi == b->bi;
@@ -169,7 +169,7 @@ int pv_is(const PV *a, const PV *b) {
   case PV_CLASS: return a->bi && a->bi == b->bi;
   case PV_BUILTIN: return a->bi == b->bi && a->self == b->self && !a->self;
   case PV_NS: return strcmp(a->s, b->s) == 0;
-  case PV_DTYPE: return a->dt == b->dt;
+  case PV_HOSTC: return a->dt == b->dt;
   default: return 0;
   }
 }
@@ -239,14 +239,10 @@ void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val) {
         break;
       }
 }
-PV *pv_tensor(L *L, Tensor *t) {
-  PV *v = pv_new(L, PV_TENSOR);
-  v->t = t;
-  return v;
-}
-PV *pv_builtin(L *L, int bi, const char *name, PV *self) {
+PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self) {
   PV *v = pv_new(L, PV_BUILTIN);
   v->bi = bi;
+  v->call = call;
   v->s = name;
   v->self = self;
   return v;
@@ -254,11 +250,6 @@ PV *pv_builtin(L *L, int bi, const char *name, PV *self) {
 PV *pv_ns(L *L, const char *name) {
   PV *v = pv_new(L, PV_NS);
   v->s = arena_strdup(L->a, name);
-  return v;
-}
-PV *pv_dtype(L *L, DType dt) {
-  PV *v = pv_new(L, PV_DTYPE);
-  v->dt = dt;
   return v;
 }
 
@@ -280,8 +271,8 @@ const char *pv_kind_name(const PV *v) {
   case PV_BOUND: return "method";
   case PV_BUILTIN: return "builtin function";
   case PV_NS: return "module";
-  case PV_TENSOR: return "Tensor";
-  case PV_DTYPE: return "torch.dtype";
+  case PV_HOST:
+  case PV_HOSTC: return v->s; /* the host's name for its kind */
   }
   return "?";
 }
@@ -457,8 +448,8 @@ static void repr_rec(L *L, Span at, SB *b, const PV *v, ReprStack *st) {
     st->n--;
     return;
   }
-  case PV_TENSOR: sb_adds(L, at, b, arena_printf(L->a, "Tensor(%s)", shape_str(L, &v->t->type))); return;
-  case PV_DTYPE: sb_adds(L, at, b, arena_printf(L->a, "torch.%s", ir_dtype_name(v->dt))); return;
+  case PV_HOST:
+  case PV_HOSTC: sb_adds(L, at, b, L->host->repr(L, at, v)); return;
   case PV_FUNC:
   case PV_CLASS:
   case PV_NS:
@@ -522,7 +513,7 @@ int pv_class_is(const PV *cls, const PV *base) {
   return 0;
 }
 
-int pv_is_module(const PV *v) { return v->k == PV_OBJ && v->mod != NULL; }
+int pv_is_host(const PV *v) { return v->k == PV_HOST || v->k == PV_HOSTC; }
 
 Env *env_new(L *L, Env *parent) {
   Env *e = arena_alloc(L->a, sizeof *e);

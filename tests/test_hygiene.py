@@ -142,3 +142,30 @@ def test_build_ninja_is_generated_from_the_folders():
     r = subprocess.run(["python3", os.path.join(ROOT, "scripts", "configure.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def _includes(path):
+    with open(path) as f:
+        return re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), flags=re.M)
+
+
+def test_python_interpreter_includes_nothing_of_torch():
+    # python/ knows nothing of torch: it reaches tensors, modules and the torch
+    # namespaces only through the host-object protocol (HostOps in python/py.h);
+    # torchlib/ includes python/'s public header, never the other way round
+    files = sorted(glob.glob(os.path.join(ROOT, "python", "*.[ch]")) + glob.glob(os.path.join(ROOT, "python", "*.def")))
+    assert any(f.endswith("py.h") for f in files)
+    bad = [f"{os.path.relpath(f, ROOT)}: {inc}" for f in files for inc in _includes(f)
+           if re.search(r"(^|/)(torchlib|ir|lowering|autograd_ad|codegen_c|kernels)/", inc) or inc.endswith("torch_int.h")]
+    assert not bad, "python/ includes the torch side:\n" + "\n".join(bad)
+    torch = sorted(glob.glob(os.path.join(ROOT, "torchlib", "*.[ch]")))
+    assert torch and any("../python/py.h" in _includes(f) for f in torch)
+    # python/ also names no torch type or function
+    words = re.compile(r"\b(Tensor|ObjModule|Program|Func|ValId|t_[a-z_]+\(|ir_[a-z_]+\(|BI_[CTFOS]_[A-Z_0-9]+)\b")
+    hits = []
+    for f in files:
+        with open(f) as fh:
+            for no, line in enumerate(_strip_comments(fh.read()).split("\n"), 1):
+                if words.search(line):
+                    hits.append(f"{os.path.relpath(f, ROOT)}:{no}: {line.strip()}")
+    assert not hits, "python/ uses torch names:\n" + "\n".join(hits)

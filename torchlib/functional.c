@@ -8,7 +8,7 @@
  * sweep per output element). */
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 /* A fresh IR value equal to x, so that differentiation sees the function's
  * inputs as independent variables (values computed from x earlier are constants
@@ -16,8 +16,8 @@
 static PV *fresh(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "inputs to differentiate must be tensors, got '%s'", pv_kind_name(x));
   ValId v = t_val(L, at, x);
-  if (!ir_dtype_is_float(ir_type(L->fn, v)->dtype)) lower_error(L, at, "only floating-point tensors can be differentiated");
-  return t_wrap(L, ir_emit(L->prog, L->fn, IR_RESHAPE, &v, 1, *ir_type(L->fn, v), NULL, 0, 0, at, ir_val(L->fn, v)->name));
+  if (!ir_dtype_is_float(ir_type(L->T->fn, v)->dtype)) lower_error(L, at, "only floating-point tensors can be differentiated");
+  return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &v, 1, *ir_type(L->T->fn, v), NULL, 0, 0, at, ir_val(L->T->fn, v)->name));
 }
 
 /* inputs: a tensor or a tuple/list of tensors -> fresh copies; *single says which */
@@ -45,7 +45,7 @@ static void seeds_like(L *L, Span at, PV *v, PV **like, int n, ValId *out, const
   if (nv != n) lower_error(L, at, "%s has %d tensors, expected %d", what, nv, n);
   for (int i = 0; i < n; i++) {
     out[i] = t_val(L, at, items[i]);
-    Type a = *ir_type(L->fn, out[i]), b = like[i]->t->type;
+    Type a = *ir_type(L->T->fn, out[i]), b = like[i]->t->type;
     if (!ir_type_eq(&a, &b)) {
       if (a.ndim != b.ndim || ir_numel(&a) != ir_numel(&b) || memcmp(a.dims, b.dims, sizeof(int64_t) * (size_t)a.ndim))
         lower_error(L, at, "%s %d has shape %s, expected %s", what, i, shape_str(L, &a), shape_str(L, &b));
@@ -82,7 +82,7 @@ static ValId one_hot(L *L, Span at, const Type *t, int64_t k) {
   it.ndim = 1;
   it.dims[0] = n;
   int64_t ia[2] = {0, 1};
-  PV *iota = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "index"));
+  PV *iota = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "index"));
   PV *oh = t_cast(L, at, t_compare(L, at, OP_EQ, iota, pv_int(L, k)), t->dtype);
   if (t->ndim == 0) return t_val(L, at, t_reshape(L, at, oh, NULL, 0));
   return t_val(L, at, t_reshape(L, at, oh, t->dims, t->ndim));
@@ -114,7 +114,7 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   ValId ov = t_val(L, at, out), *xv = vals(L, at, xs, n);
   PV **J = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
   if (forward) {
-    int base = L->fn->insts.len; /* the primal code; later sweeps must not see earlier ones */
+    int base = L->T->fn->insts.len; /* the primal code; later sweeps must not see earlier ones */
     for (int i = 0; i < n; i++) {
       Type ti = xs[i]->t->type;
       int64_t ni = ir_numel(&ti);
@@ -122,7 +122,7 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
       for (int64_t k = 0; k < ni; k++) {
         AdSeed s = {xv[i], one_hot(L, at, &ti, k)};
         ValId t;
-        ad_forward(L->prog, L->fn, base, &s, 1, &ov, 1, &t, 0);
+        ad_forward(L->T->prog, L->T->fn, base, &s, 1, &ov, 1, &t, 0);
         cols[k] = t_wrap(L, t);
       }
       J[i] = assemble(L, at, cols, (int)ni, &ti, &to, 0);
@@ -135,7 +135,7 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
   for (int64_t k = 0; k < no; k++) {
     AdSeed s = {ov, one_hot(L, at, &to, k)};
-    ad_reverse(L->prog, L->fn, &s, 1, xv, n, g, NULL);
+    ad_reverse(L->T->prog, L->T->fn, &s, 1, xv, n, g, NULL);
     for (int i = 0; i < n; i++) rows[i][k] = t_wrap(L, g[i]);
   }
   for (int i = 0; i < n; i++) J[i] = assemble(L, at, rows[i], (int)no, &to, &xs[i]->t->type, 1);
@@ -151,7 +151,7 @@ static void need_scalar(L *L, Span at, PV *out, const char *fn) {
 static ValId *grads_of(L *L, Span at, PV *out, PV **xs, int n) {
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
   AdSeed s = {t_val(L, at, out), -1};
-  ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
+  ad_reverse(L->T->prog, L->T->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
   return g;
 }
 
@@ -160,7 +160,7 @@ static ValId *grads_of(L *L, Span at, PV *out, PV **xs, int n) {
  * (torch.autograd.functional.hessian), so no_grad() blocks it (ad_forward) */
 static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as_reverse) {
   ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n);
-  int base = L->fn->insts.len; /* primal + gradient code: what each sweep differentiates */
+  int base = L->T->fn->insts.len; /* primal + gradient code: what each sweep differentiates */
   PV **rowsH = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
   for (int i = 0; i < n; i++) {
     PV **blocks = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
@@ -171,7 +171,7 @@ static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as
       for (int64_t j = 0; j < nk; j++) {
         AdSeed s = {xv[k], one_hot(L, at, &tk, j)};
         ValId t;
-        ad_forward(L->prog, L->fn, base, &s, 1, &g[i], 1, &t, as_reverse);
+        ad_forward(L->T->prog, L->T->fn, base, &s, 1, &g[i], 1, &t, as_reverse);
         cols[j] = t_wrap(L, t);
       }
       blocks[k] = assemble(L, at, cols, (int)nk, &tk, &ti, 0);
@@ -182,7 +182,7 @@ static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as
 }
 
 static void need_fn_ctx(L *L, Span at, const char *what) {
-  if (!L->fn) lower_error(L, at, "%s must be called inside a compiled function (an entry)", what);
+  if (!L->T->fn) lower_error(L, at, "%s must be called inside a compiled function (an entry)", what);
 }
 
 /* torch.autograd.functional.* */
@@ -212,7 +212,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     else need_scalar(L, at, out, "vjp without v");
     ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
     AdSeed s = {t_val(L, at, out), seed};
-    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
+    ad_reverse(L->T->prog, L->T->fn, &s, 1, vals(L, at, xs, n), n, g, NULL);
     PV *r[2] = {out, pack(L, wrap_all(L, g, n), n, single)};
     return pv_tuple(L, r, 2);
   }
@@ -225,7 +225,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     ValId *xv = vals(L, at, xs, n);
     for (int i = 0; i < n; i++) s[i] = (AdSeed){xv[i], seeds[i]};
     ValId ov = t_val(L, at, out), t;
-    ad_forward(L->prog, L->fn, -1, s, n, &ov, 1, &t, 1); /* PyTorch: double backward */
+    ad_forward(L->T->prog, L->T->fn, -1, s, n, &ov, 1, &t, 1); /* PyTorch: double backward */
     PV *r[2] = {out, t_wrap(L, t)};
     return pv_tuple(L, r, 2);
   }
@@ -240,7 +240,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
     ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n), *hv = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
     AdSeed *s = arena_alloc(L->a, sizeof(AdSeed) * (size_t)n);
     for (int i = 0; i < n; i++) s[i] = (AdSeed){xv[i], seeds[i]};
-    ad_forward(L->prog, L->fn, -1, s, n, g, n, hv, 1);
+    ad_forward(L->T->prog, L->T->fn, -1, s, n, g, n, hv, 1);
     PV *r[2] = {out, pack(L, wrap_all(L, hv, n), n, single)};
     return pv_tuple(L, r, 2);
   }
@@ -272,16 +272,16 @@ static PV *forward_ad(L *L, int bi, Args *A) {
     PV *d = fresh(L, at, a[0]);
     ValId t;
     seeds_like(L, at, a[1], &d, 1, &t, "tangent");
-    vec_push(L->a, &L->dual_primal, t_val(L, at, d));
-    vec_push(L->a, &L->dual_tangent, t);
+    vec_push(L->a, &L->T->dual_primal, t_val(L, at, d));
+    vec_push(L->a, &L->T->dual_tangent, t);
     return d;
   }
   bind_args(L, A, "tensor,level=", a);
   if (a[0]->k != PV_TENSOR) lower_error(L, at, "unpack_dual needs a tensor");
   ValId v = t_val(L, at, a[0]), t;
-  AdSeed *s = arena_alloc(L->a, sizeof(AdSeed) * (size_t)(L->dual_primal.len + 1));
-  for (int i = 0; i < L->dual_primal.len; i++) s[i] = (AdSeed){L->dual_primal.data[i], L->dual_tangent.data[i]};
-  ad_forward(L->prog, L->fn, -1, s, L->dual_primal.len, &v, 1, &t, 0);
+  AdSeed *s = arena_alloc(L->a, sizeof(AdSeed) * (size_t)(L->T->dual_primal.len + 1));
+  for (int i = 0; i < L->T->dual_primal.len; i++) s[i] = (AdSeed){L->T->dual_primal.data[i], L->T->dual_tangent.data[i]};
+  ad_forward(L->T->prog, L->T->fn, -1, s, L->T->dual_primal.len, &v, 1, &t, 0);
   PV *r[2] = {a[0], t_wrap(L, t)};
   PV *tup = pv_tuple(L, r, 2);
   tup->bi = BI_FW_UNPACK_DUAL; /* .primal / .tangent */
@@ -357,7 +357,7 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
     }
     PV *out = call_f(L, at, a[0], xs, np);
     ValId ov = t_val(L, at, out), t;
-    ad_forward(L->prog, L->fn, -1, s, np, &ov, 1, &t, 0);
+    ad_forward(L->T->prog, L->T->fn, -1, s, np, &ov, 1, &t, 0);
     PV *r[2] = {out, t_wrap(L, t)};
     return pv_tuple(L, r, 2);
   }
@@ -379,7 +379,7 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
     seeds_like(L, at, a[0], &out, 1, &seed, "cotangent");
     ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)xt->n);
     AdSeed s = {t_val(L, at, out), seed};
-    ad_reverse(L->prog, L->fn, &s, 1, vals(L, at, xt->items, xt->n), xt->n, g, NULL);
+    ad_reverse(L->T->prog, L->T->fn, &s, 1, vals(L, at, xt->items, xt->n), xt->n, g, NULL);
     return pv_tuple(L, wrap_all(L, g, xt->n), xt->n);
   }
   case BI_TF_APPLY: return apply_transform(L, fn->self, A);

@@ -3,7 +3,7 @@
  * their forwards (which call tensor.c). */
 #include <math.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b) {
@@ -147,13 +147,6 @@ static PV *pair_pv(L *L, const int64_t v[2]) {
 
 /* ---- the classes of layers.def -------------------------------------------- */
 
-PV *bi_object_new(L *L, PV *cls, Args *A) {
-  PV *o = pv_new(L, PV_OBJ);
-  o->cls = cls;
-  o->attrs = env_new(L, NULL);
-  return o;
-}
-
 PV *bi_parameter_new(L *L, PV *cls, Args *A) {
   PV *a[2];
   Span at = A->at;
@@ -171,7 +164,7 @@ PV *layer_module_new(L *L, PV *cls, Args *A) { return module_new(L, cls); }
 
 /* A builtin layer object, created outside compiled code. */
 static PV *layer_new(L *L, PV *cls, Args *A) {
-  if (L->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
+  if (L->T->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
   return module_new(L, cls);
 }
 

@@ -2,7 +2,7 @@
  * lowered to primitives with PyTorch's reductions and options. */
 #include <math.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 enum { RED_MEAN, RED_SUM, RED_NONE };
 
@@ -62,7 +62,7 @@ static PV *nll(L *L, Span at, PV *logp, PV *target, int red, int64_t ignore_inde
   it.ndim = 1;
   it.dims[0] = C;
   int64_t ia[2] = {0, 1};
-  PV *iota = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "classes"));
+  PV *iota = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "classes"));
   PV *tcol = t_reshape(L, at, t_cast(L, at, target, DT_I64), (int64_t[]){tl.dims[0], 1}, 2);
   /* select with where(), not a multiply by the one-hot: 0 * -inf would be NaN
    * where PyTorch's gather reads only the target's log-probability */
@@ -129,10 +129,10 @@ PV *loss_apply(L *L, Span at, int kind, PV *x, PV *y, const LossOpts *o) {
     ValId args[2];
     Type tt = lp->t->type;
     args[0] = t_val(L, at, lp);
-    args[1] = ir_const(L->prog, L->fn, tt.dtype, -100, at);
-    lp = t_wrap(L, ir_emit(L->prog, L->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_p"));
+    args[1] = ir_const(L->T->prog, L->T->fn, tt.dtype, -100, at);
+    lp = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_p"));
     args[0] = t_val(L, at, lq);
-    lq = t_wrap(L, ir_emit(L->prog, L->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_1mp"));
+    lq = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_MAX, args, 2, tt, NULL, 0, 0, at, "log_1mp"));
     PV *r = t_unary(L, at, IR_NEG, t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, y, lp),
                                             t_binary(L, at, OP_MUL, t_binary(L, at, OP_SUB, pv_float(L, 1), y), lq)));
     return reduce(L, at, r, o->red);
@@ -208,7 +208,7 @@ PV *bi_loss(L *L, PV *fnv, Args *A) {
   char spec[300];
   snprintf(spec, sizeof spec, "input,target,%s", tail);
   bind_args(L, A, spec, a);
-  if (!L->fn) lower_error(L, A->at, "losses are computed inside compiled functions only");
+  if (!L->T->fn) lower_error(L, A->at, "losses are computed inside compiled functions only");
   check_unsupported(L, A->at, tail, a + 2);
   LossOpts o = parse_opts(L, A->at, fn, opt_named(tail, a + 2, "reduction"), opt_named(tail, a + 2, "ignore_index"),
                           opt_named(tail, a + 2, "label_smoothing"), opt_named(tail, a + 2, "beta"));
@@ -219,7 +219,7 @@ PV *bi_loss(L *L, PV *fnv, Args *A) {
 PV *loss_module_new(L *L, PV *cls, Args *A) {
   PV *a[10];
   int fn = bi_rows[cls->bi].arg;
-  if (L->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
+  if (L->T->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
   PV *o = module_new(L, cls);
   bind_args(L, A, loss_spec(fn), a);
   check_unsupported(L, A->at, loss_spec(fn), a);

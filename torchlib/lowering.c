@@ -3,7 +3,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   const char *eq = strchr(text, '=');
@@ -66,8 +66,8 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
       p.init_b = s->init_b;
       p.init_data = s->data;
       p.loc = s->loc;
-      s->index = L->prog->params.len;
-      vec_push(L->a, &L->prog->params, p);
+      s->index = L->T->prog->params.len;
+      vec_push(L->a, &L->T->prog->params, p);
     }
 }
 
@@ -209,7 +209,7 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
                   "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
                   "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
                   p->name, entry, p->name, entry);
-    args[nargs++] = t_wrap(L, ir_add_input(L->prog, L->fn, p->name, t));
+    args[nargs++] = t_wrap(L, ir_add_input(L->T->prog, L->T->fn, p->name, t));
   }
   *n = nargs;
   return args;
@@ -225,9 +225,9 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *examples = env_get(L->globals, "example_inputs");
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
-  Func *f = ir_func_new(L->prog, "forward", def->span);
-  L->fn = f;
-  f->grad_mode = L->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
+  Func *f = ir_func_new(L->T->prog, "forward", def->span);
+  L->T->fn = f;
+  f->grad_mode = L->T->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
   int nargs;
   PV **args = entry_inputs(L, def, 1, NULL, opt, examples, &nargs);
   if (L->nstack < 64) {
@@ -246,9 +246,9 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
       lower_error(L, def->span, "forward must return a tensor or a tuple of tensors, but returned %s %s",
                   nout > 1 ? "an element of type" : "a", pv_kind_name(outs[i]));
     ValId v = t_val(L, def->span, outs[i]);
-    ir_add_output(L->prog, f, v, nout == 1 ? "out" : arena_printf(L->a, "out%d", i));
+    ir_add_output(L->T->prog, f, v, nout == 1 ? "out" : arena_printf(L->a, "out%d", i));
   }
-  L->fn = NULL;
+  L->T->fn = NULL;
 }
 
 /* The IR builder's size check (ir_type_problem) failed: a user error at the op. */
@@ -257,29 +257,33 @@ static CTC_NORETURN void type_error(void *ctx, Span at, const char *msg) { lower
 Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, const LowerOptions *opt) {
   jmp_buf jb;
   L ctx = {0}, *L = &ctx;
+  struct HostState hs = {0};
+  L->T = &hs;
+  L->host = &torch_host;
   L->a = a;
   L->d = d;
   L->src = src;
-  L->prog = ir_program_new(a, src);
-  L->prog->hook = opt->hook;
-  L->prog->hook_ctx = opt->hook_ctx;
-  L->prog->type_error = type_error;
-  L->prog->type_error_ctx = L;   /* cleared on return: L lives on this stack frame */
+  L->T->prog = ir_program_new(a, src);
+  L->T->prog->hook = opt->hook;
+  L->T->prog->hook_ctx = opt->hook_ctx;
+  L->T->prog->type_error = type_error;
+  L->T->prog->type_error_ctx = L;   /* cleared on return: L lives on this stack frame */
   L->on_error = &jb;
   if (setjmp(jb)) {
-    L->prog->type_error = NULL;
+    L->T->prog->type_error = NULL;
     return NULL;
   }
   L->builtins = env_new(L, NULL);
-  builtins_install(L, L->builtins);
+  torch_tables_check();
+  py_install_builtins(L, L->builtins);
   L->globals = env_new(L, NULL);
   L->env = L->globals;
   exec_block(L, L->globals, &module->body);
   Span top = file_span(src);
   PV *model = pick_model(L, opt, top);
   if (model) {
-    L->prog->class_name = model->cls->s;
-    L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
+    L->T->prog->class_name = model->cls->s;
+    L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
     module_tree_check(L, top, model); /* the recursive walks below stay bounded */
     build_state_dict(L, model, "");
     /* forward is the inference entry: eval mode; training functions see the mode
@@ -295,26 +299,26 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     const char *base = strrchr(src->path, '/');
     base = base ? base + 1 : src->path;
     const char *dot = strrchr(base, '.');
-    L->prog->class_name = "(none)";
-    L->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
+    L->T->prog->class_name = "(none)";
+    L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
   }
   stage_entries(L, module, opt, top);
-  if (L->prog->funcs.len == 0)
+  if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
                         "calls backward(), step() or a differentiation API (name one with --entry NAME)");
   stage_scheduler_entries(L);
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {
     int found = 0;
-    for (int k = 0; k < L->prog->funcs.len && !found; k++) {
-      Func *f = L->prog->funcs.data[k];
+    for (int k = 0; k < L->T->prog->funcs.len && !found; k++) {
+      Func *f = L->T->prog->funcs.data[k];
       for (int j = 0; j < f->inputs.len; j++) found |= !strcmp(ir_val(f, f->inputs.data[j])->name, opt->inputs[i].name);
     }
     if (!found)
       lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",
                   opt->inputs[i].name, opt->inputs[i].name);
   }
-  L->prog->type_error = NULL;
-  L->prog->type_error_ctx = NULL;
-  return L->prog;
+  L->T->prog->type_error = NULL;
+  L->T->prog->type_error_ctx = NULL;
+  return L->T->prog;
 }

@@ -5,10 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 const BuiltinRow bi_rows[BI__COUNT] = {
-    [BI_NONE_] = {"", 0, BK_FN, bi_not_callable, NULL, 0, 0, NULL, NULL, NULL, NULL},
 #define B(id, nm, ns_, handler, a) [BI_##id] = {nm, ns_, BK_FN, handler, NULL, 0, a, NULL, NULL, NULL, NULL},
 #define CLASS(id, nm, ns_, construct) [BI_##id] = {nm, ns_, BK_CLASS, construct, NULL, 0, 0, NULL, NULL, NULL, NULL},
 #define LAYER(id, nm, construct, fwd, fn, options) \
@@ -18,10 +17,9 @@ const BuiltinRow bi_rows[BI__COUNT] = {
 #define SCHED(id, nm, spec_, init, rule) \
   [BI_##id] = {nm, NS_LR_SCHEDULER, BK_SCHED, sched_new, NULL, NS_SCHEDULER, 0, spec_, NULL, init, rule},
 #define BI_0 BI_NONE_
-#include "../python/builtins.def"
-#include "../torchlib/torch.def"
-#include "../torchlib/layers.def"
-#include "../torchlib/optim.def"
+#include "torch.def"
+#include "layers.def"
+#include "optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -30,16 +28,14 @@ const BuiltinRow bi_rows[BI__COUNT] = {
 };
 
 const char *const bi_names[BI__COUNT] = {
-    [BI_NONE_] = "",
 #define B(id, nm, ns_, handler, a) [BI_##id] = nm,
 #define CLASS(id, nm, ns_, construct) [BI_##id] = nm,
 #define LAYER(id, nm, construct, fwd, fn, options) [BI_##id] = nm,
 #define OPTIM(id, nm, defaults, rule) [BI_##id] = nm,
 #define SCHED(id, nm, spec_, init, rule) [BI_##id] = nm,
-#include "../python/builtins.def"
-#include "../torchlib/torch.def"
-#include "../torchlib/layers.def"
-#include "../torchlib/optim.def"
+#include "torch.def"
+#include "layers.def"
+#include "optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -47,7 +43,7 @@ const char *const bi_names[BI__COUNT] = {
 #undef SCHED
 };
 
-PV *bi_not_callable(L *L, PV *fn, Args *A) { lower_error(L, A->at, "'%s' is not callable", fn->s); }
+PV *pv_builtin(L *L, int bi, const char *name, PV *self) { return pv_native(L, bi_rows[bi].call, bi, name, self); }
 
 PV *bi_value(L *L, int bi, PV *self) {
   const BuiltinRow *r = &bi_rows[bi];
@@ -87,8 +83,6 @@ static const struct { const char *path; unsigned ns; } namespaces[] = {
     {"torch.autograd.forward_ad", NS_FORWARD_AD},
     {"torch.func", NS_FUNC},
     {"functorch", NS_FUNC},
-    {"math", NS_MATH},
-    {"dataclasses", NS_DATACLASSES},
 };
 
 static int ns_index(const char *path) {
@@ -115,16 +109,9 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   DType dt;
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
-    if (strcmp(name, "Tensor") == 0) return bi_value(L, BI_C_OBJECT, NULL);
-  }
-  if (strcmp(m, "math") == 0) {
-    if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
-    if (strcmp(name, "e") == 0) return pv_float(L, M_E);
-    if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
-    if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
+    if (strcmp(name, "Tensor") == 0) return py_lookup(L, NS_BUILTINS, "object", NULL);
   }
   if (strcmp(m, "torch.nn.utils") == 0 && strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
-  if (strcmp(m, "typing") == 0) return pv_none(L);
   int k = ns_index(m);
   if (k >= 0) {
     const char *sub = arena_printf(L->a, "%s.%s", m, name);
@@ -138,8 +125,8 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
 }
 
 /* A name found twice in one namespace would make a row unreachable. */
-static void table_check(void) {
-  for (int i = 1; i < BI__COUNT; i++) {
+void torch_tables_check(void) {
+  for (int i = PY_BI__COUNT; i < BI__COUNT; i++) {
     if (!bi_rows[i].name || !bi_rows[i].call) BUG("builtin row %d has no name or handler", i);
     for (int j = i + 1; j < BI__COUNT; j++)
       if ((bi_rows[i].ns & bi_rows[j].ns) && strcmp(bi_rows[i].name, bi_rows[j].name) == 0)
@@ -147,16 +134,7 @@ static void table_check(void) {
   }
 }
 
-void builtins_install(L *L, Env *b) {
-  table_check();
-  for (int i = 0; i < BI__COUNT; i++)
-    if (bi_rows[i].ns & NS_BUILTINS) env_set(L, b, bi_rows[i].name, bi_value(L, i, NULL));
-  env_set(L, b, "__name__", pv_str(L, "__ctc__"));
-}
-
 /* ---- calls --------------------------------------------------------------- */
-
-PV *call_builtin(L *L, PV *fn, Args *A) { return bi_rows[fn->bi].call(L, fn, A); }
 
 PV *class_construct(L *L, PV *cls, Args *A) { return bi_rows[cls->bi].call(L, cls, A); }
 

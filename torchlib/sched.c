@@ -21,7 +21,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 #define ADD(a, b) t_binary(L, at, OP_ADD, (a), (b))
 #define SUB(a, b) t_binary(L, at, OP_SUB, (a), (b))
@@ -688,7 +688,7 @@ PV *bi_sched_method(L *L, PV *fn, Args *A) {
      * state tensor's current value (a 0-d f32 tensor, e.g. to return it) */
     bind_args(L, A, "", a);
     PV *opt = opt_of(s), *r = pv_list(L, NULL, 0), *v = pv_float(L, num(opt, "lr0"));
-    if (L->fn) v = cur(L, A->at, state(L, A->at, global_name(L, opt, "optimizer"), "lr", DT_F32, num(opt, "lr0")));
+    if (L->T->fn) v = cur(L, A->at, state(L, A->at, global_name(L, opt, "optimizer"), "lr", DT_F32, num(opt, "lr0")));
     for (int i = 0; i < env_get(opt->attrs, "param_groups")->n; i++) pv_list_append(L, r, v);
     return r;
   }
@@ -696,7 +696,7 @@ PV *bi_sched_method(L *L, PV *fn, Args *A) {
   bind_args(L, A, plateau ? "metrics,epoch=" : "epoch=", a);
   PV *epoch = a[plateau];
   if (epoch && epoch->k != PV_NONE) lower_error(L, A->at, "scheduler.step(epoch) is deprecated and not supported");
-  if (!L->fn) lower_error(L, A->at, "scheduler.step() at compile time has no effect; call it in a compiled function or "
+  if (!L->T->fn) lower_error(L, A->at, "scheduler.step() at compile time has no effect; call it in a compiled function or "
                                     "let `./net train` call it after every epoch");
   sched_step(L, A->at, s, plateau ? a[0] : NULL);
   return pv_none(L);
@@ -711,20 +711,20 @@ void stage_scheduler_entries(L *L) {
     if (bi_kind_of(s) != BK_SCHED) continue;
     if (env_get(s->attrs, "stepped") || env_get(s->attrs, "parent")) continue;
     const char *name = arena_printf(L->a, "%s_step", L->globals->names.data[i]);
-    Span at = L->prog->funcs.len ? L->prog->funcs.data[0]->loc : (Span){L->src, 1, 1, 1, 1};
-    Func *f = ir_func_new(L->prog, name, at);
+    Span at = L->T->prog->funcs.len ? L->T->prog->funcs.data[0]->loc : (Span){L->src, 1, 1, 1, 1};
+    Func *f = ir_func_new(L->T->prog, name, at);
     f->kind = FK_SCHED;
-    L->fn = f;
-    L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
-    for (int k = 0; k < L->prog->params.len; k++) L->param_cur[k] = -1;
+    L->T->fn = f;
+    L->T->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->T->prog->params.len + 1));
+    for (int k = 0; k < L->T->prog->params.len; k++) L->T->param_cur[k] = -1;
     PV *metrics = NULL;
     if (s->cls->bi == BI_S_REDUCELRONPLATEAU) {
       Type t = {0};
       t.dtype = DT_F32;
-      metrics = t_wrap(L, ir_add_input(L->prog, f, "metrics", t));
+      metrics = t_wrap(L, ir_add_input(L->T->prog, f, "metrics", t));
     }
     sched_step(L, at, s, metrics);
-    L->fn = NULL;
-    L->param_cur = NULL;
+    L->T->fn = NULL;
+    L->T->param_cur = NULL;
   }
 }

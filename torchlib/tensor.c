@@ -1,10 +1,25 @@
 /* tensor.c - tensor operations: type promotion, shape inference, and IR
- * emission into the function being staged (L->fn). Composite operations
+ * emission into the function being staged (L->T->fn). Composite operations
  * (softmax, layer_norm, gelu, ...) lower to primitives here. Shape errors are
  * reported at the user's source span and name both shapes. */
 #include <math.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
+
+/* Tensors and dtypes are host values of the interpreter (PV_HOST, PV_HOSTC). */
+PV *pv_tensor(L *L, Tensor *t) {
+  PV *v = pv_new(L, PV_TENSOR);
+  v->t = t;
+  v->s = "Tensor";
+  return v;
+}
+PV *pv_dtype(L *L, DType dt) {
+  PV *v = pv_new(L, PV_DTYPE);
+  v->dt = dt;
+  v->s = "torch.dtype";
+  return v;
+}
+int pv_is_module(const PV *v) { return v->k == PV_OBJ && v->mod != NULL; }
 
 const char *shape_str(L *L, const Type *t) {
   char buf[256];
@@ -29,13 +44,13 @@ static void ndim_arg(L *L, Span at, PV *w, int ndim, const char *what) {
 
 PV *t_wrap(L *L, ValId v) {
   Tensor *t = arena_alloc(L->a, sizeof *t);
-  t->type = *ir_type(L->fn, v);
+  t->type = *ir_type(L->T->fn, v);
   t->v = v;
   return pv_tensor(L, t);
 }
 
 static void need_fn(L *L, Span at, const char *what) {
-  if (!L->fn)
+  if (!L->T->fn)
     lower_error(L, at, "%s on tensors is only supported inside compiled functions (forward), not at "
                        "compile time", what);
 }
@@ -48,8 +63,8 @@ ValId t_val(L *L, Span at, PV *x) {
   if (t->slot) {
     if (t->slot->index < 0)
       lower_error(L, at, "this tensor is a parameter of a module that is not part of the model");
-    if (L->param_cur && L->param_cur[t->slot->index] >= 0) return L->param_cur[t->slot->index]; /* after a step */
-    return ir_param_value(L->prog, L->fn, t->slot->index);
+    if (L->T->param_cur && L->T->param_cur[t->slot->index] >= 0) return L->T->param_cur[t->slot->index]; /* after a step */
+    return ir_param_value(L->T->prog, L->T->fn, t->slot->index);
   }
   if (t->data) {
     /* a compile-time constant: uniform fills are lowered as a broadcast scalar;
@@ -60,31 +75,31 @@ ValId t_val(L *L, Span at, PV *x) {
     for (int64_t i = 1; i < n && uniform; i++) uniform = t->data[i] == t->data[0];
     if (!uniform) {
       Param p = {0};
-      p.name = arena_printf(L->a, "ctc.const.%d", L->prog->params.len);
+      p.name = arena_printf(L->a, "ctc.const.%d", L->T->prog->params.len);
       p.type = t->type;
       p.is_state = 1;
       p.init = PINIT_DATA;
       p.init_data = t->data;
       p.loc = at;
-      vec_push(L->a, &L->prog->params, p);
+      vec_push(L->a, &L->T->prog->params, p);
       Slot *s = slot_new(L, at, t->type, PINIT_DATA, 0, 0);
       s->is_buffer = 1;
-      s->index = L->prog->params.len - 1;
+      s->index = L->T->prog->params.len - 1;
       s->data = t->data;
       t->slot = s;
       t->data = NULL;
       param_table_grew(L);
-      return ir_param_value(L->prog, L->fn, s->index);
+      return ir_param_value(L->T->prog, L->T->fn, s->index);
     }
-    ValId c = ir_const(L->prog, L->fn, t->type.dtype, n ? t->data[0] : 0, at);
+    ValId c = ir_const(L->T->prog, L->T->fn, t->type.dtype, n ? t->data[0] : 0, at);
     if (t->type.ndim == 0) return c;
-    return ir_emit(L->prog, L->fn, IR_BROADCAST, &c, 1, t->type, NULL, 0, 0, at, "full");
+    return ir_emit(L->T->prog, L->T->fn, IR_BROADCAST, &c, 1, t->type, NULL, 0, 0, at, "full");
   }
   BUG("tensor without a value");
 }
 
 PV *t_scalar_like(L *L, Span at, double v, DType dt) {
-  return t_wrap(L, ir_const(L->prog, L->fn, dt, v, at));
+  return t_wrap(L, ir_const(L->T->prog, L->T->fn, dt, v, at));
 }
 
 int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim) {
@@ -113,15 +128,15 @@ PV *t_const_tensor(L *L, Span at, Type t, double fill) {
 
 static ValId emit(L *L, Span at, Op op, const ValId *args, int nargs, Type res, const int64_t *attr,
                   int nattr, const char *name) {
-  return ir_emit(L->prog, L->fn, op, args, nargs, res, attr, nattr, 0, at, name);
+  return ir_emit(L->T->prog, L->T->fn, op, args, nargs, res, attr, nattr, 0, at, name);
 }
 
 static ValId cast_to(L *L, Span at, ValId v, DType dt) {
-  Type t = *ir_type(L->fn, v);
+  Type t = *ir_type(L->T->fn, v);
   if (t.dtype == dt) return v;
-  Value *val = ir_val(L->fn, v);
-  if (val->kind == V_INST && L->fn->insts.data[val->def].op == IR_CONST)
-    return ir_const(L->prog, L->fn, dt, L->fn->insts.data[val->def].fattr, at);
+  Value *val = ir_val(L->T->fn, v);
+  if (val->kind == V_INST && L->T->fn->insts.data[val->def].op == IR_CONST)
+    return ir_const(L->T->prog, L->T->fn, dt, L->T->fn->insts.data[val->def].fattr, at);
   t.dtype = dt;
   return emit(L, at, IR_CAST, &v, 1, t, NULL, 0, "cast");
 }
@@ -171,7 +186,7 @@ static void check_fits(L *L, Span at, PV *x, DType dt) {
 
 static ValId operand(L *L, Span at, PV *x, DType dt) {
   if (x->k == PV_TENSOR) return cast_to(L, at, t_val(L, at, x), dt);
-  if (pv_is_num(x)) return ir_const(L->prog, L->fn, dt, scalar_of(L, at, x, dt), at);
+  if (pv_is_num(x)) return ir_const(L->T->prog, L->T->fn, dt, scalar_of(L, at, x, dt), at);
   lower_error(L, at, "expected a tensor or a number, got '%s'", pv_kind_name(x));
 }
 
@@ -186,7 +201,7 @@ static Type bcast(L *L, Span at, const char *opname, Type a, Type b) {
 static PV *elem2(L *L, Span at, Op op, const char *opname, PV *a, PV *b, DType dt, DType rdt) {
   need_fn(L, at, opname);
   ValId va = operand(L, at, a, dt), vb = operand(L, at, b, dt);
-  Type r = bcast(L, at, opname, *ir_type(L->fn, va), *ir_type(L->fn, vb));
+  Type r = bcast(L, at, opname, *ir_type(L->T->fn, va), *ir_type(L->T->fn, vb));
   r.dtype = rdt;
   ValId args[2] = {va, vb};
   return t_wrap(L, emit(L, at, op, args, 2, r, NULL, 0, ir_ops[op].name));
@@ -255,7 +270,7 @@ PV *t_compare(L *L, Span at, int op, PV *a, PV *b) {
   case OP_GE: o = IR_CMP_GE; break;
   default: lower_error(L, at, "operator '%s' is not supported on tensors", fe_op_spelling(op));
   }
-  if (a->k == PV_TENSOR && a->t->data && !L->fn) {
+  if (a->k == PV_TENSOR && a->t->data && !L->T->fn) {
     /* compile-time comparison of a constant tensor (e.g. a mask) */
     if (!pv_is_num(b)) lower_error(L, at, "compile-time tensor comparison needs a number");
     Type t = a->t->type;
@@ -276,12 +291,12 @@ PV *t_compare(L *L, Span at, int op, PV *a, PV *b) {
 PV *t_unary(L *L, Span at, Op op, PV *x) {
   need_fn(L, at, ir_ops[op].name);
   ValId v = t_val(L, at, x);
-  DType dt = ir_type(L->fn, v)->dtype;
+  DType dt = ir_type(L->T->fn, v)->dtype;
   if (op != IR_NEG && op != IR_ABS && op != IR_RELU && !ir_dtype_is_float(dt)) {
     v = cast_to(L, at, v, DT_F32);
     dt = DT_F32;
   }
-  return t_wrap(L, emit(L, at, op, &v, 1, *ir_type(L->fn, v), NULL, 0, ir_ops[op].name));
+  return t_wrap(L, emit(L, at, op, &v, 1, *ir_type(L->T->fn, v), NULL, 0, ir_ops[op].name));
 }
 
 /* A value converted to dtype dt as PyTorch's casts do on x86-64 (and as the
@@ -302,7 +317,7 @@ static double convert_value(double v, DType from, DType dt) {
 
 PV *t_cast(L *L, Span at, PV *x, DType dt) {
   need_tensor_arg(L, at, x, "cast");
-  if (x->t->data && !L->fn) {
+  if (x->t->data && !L->T->fn) {
     Type t = x->t->type;
     t.dtype = dt;
     PV *r = t_const_tensor(L, at, t, 0);
@@ -321,10 +336,10 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
   check_fits(L, at, a, dt);
   check_fits(L, at, b, dt);
   ValId vc = t_val(L, at, c);
-  if (ir_type(L->fn, vc)->dtype != DT_BOOL) vc = cast_to(L, at, vc, DT_BOOL);
+  if (ir_type(L->T->fn, vc)->dtype != DT_BOOL) vc = cast_to(L, at, vc, DT_BOOL);
   ValId va = operand(L, at, a, dt), vb = operand(L, at, b, dt);
-  Type r = bcast(L, at, "where", *ir_type(L->fn, vc), *ir_type(L->fn, va));
-  r = bcast(L, at, "where", r, *ir_type(L->fn, vb));
+  Type r = bcast(L, at, "where", *ir_type(L->T->fn, vc), *ir_type(L->T->fn, va));
+  r = bcast(L, at, "where", r, *ir_type(L->T->fn, vb));
   r.dtype = dt;
   ValId args[3] = {vc, va, vb};
   return t_wrap(L, emit(L, at, IR_WHERE, args, 3, r, NULL, 0, "where"));
@@ -337,7 +352,7 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
   if (x->k != PV_TENSOR) lower_error(L, at, "in-place operation needs a tensor");
   if (x->t->slot)
     lower_error(L, at, "in-place update of a parameter or buffer inside compiled code is not supported");
-  if (!L->fn) lower_error(L, at, "in-place tensor updates at compile time are not supported");
+  if (!L->T->fn) lower_error(L, at, "in-place tensor updates at compile time are not supported");
   if (x->t->is_data)
     lower_error(L, at, "in-place update through '.data' inside compiled code is not supported "
                        "(use 'with torch.no_grad():' on the tensor itself)");
@@ -352,7 +367,7 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
   Type t = x->t->type;
   if (!ir_type_eq(&t, &r->t->type)) {
     ValId v = t_val(L, at, r);
-    Type rt = *ir_type(L->fn, v);
+    Type rt = *ir_type(L->T->fn, v);
     Type b;
     if (ir_broadcast_shapes(&t, &rt, &b) < 0 || b.ndim != t.ndim || ir_numel(&b) != ir_numel(&t))
       lower_error(L, at, "in-place result of shape %s cannot be stored into a tensor of shape %s",
@@ -401,14 +416,14 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
     lower_error(L, at, "cannot reshape a tensor of shape %s (%lld elements) into %s (%lld elements)",
                 shape_str(L, &in), (long long)total, ir_shape_str(&out, buf, sizeof buf), (long long)ir_numel(&out));
   }
-  if (x->t->data && !L->fn) {
+  if (x->t->data && !L->T->fn) {
     PV *r = t_const_tensor(L, at, out, 0);
     memcpy(r->t->data, x->t->data, sizeof(double) * (size_t)total);
     return r;
   }
   ValId v = t_val(L, at, x);
   if (ir_type_eq(&in, &out)) return x;
-  return t_wrap(L, emit(L, at, IR_RESHAPE, &v, 1, out, NULL, 0, ir_val(L->fn, v)->name));
+  return t_wrap(L, emit(L, at, IR_RESHAPE, &v, 1, out, NULL, 0, ir_val(L->T->fn, v)->name));
 }
 
 PV *t_permute(L *L, Span at, PV *x, const int64_t *perm, int n) {
@@ -472,7 +487,7 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
 
 /* x[idx]: ints, slices, None, Ellipsis and single-element lists ([-1]). */
 PV *t_mark_view(L *L, PV *base, PV *v) {
-  if (!L->fn || base->k != PV_TENSOR) return v;
+  if (!L->T->fn || base->k != PV_TENSOR) return v;
   if (pv_is_seq(v)) {
     for (int i = 0; i < v->n; i++) t_mark_view(L, base, v->items[i]);
     return v;
@@ -601,7 +616,7 @@ PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int ke
   need_tensor_arg(L, at, x, "reduce");
   need_fn(L, at, "a reduction");
   ValId v = t_val(L, at, x);
-  Type in = *ir_type(L->fn, v), kd = in, out = in;
+  Type in = *ir_type(L->T->fn, v), kd = in, out = in;
   if (mean && !ir_dtype_is_float(in.dtype))
     lower_error(L, at, "mean() needs a floating-point tensor; cast it with .float() first");
   int64_t mask = 0, count = 1;
@@ -625,11 +640,11 @@ PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int ke
   int64_t attr[1] = {mask};
   ValId r = emit(L, at, op, &v, 1, kd, attr, 1, op == IR_REDUCE_MAX ? "max" : mean ? "mean" : "sum");
   if (mean) {
-    ValId c = ir_const(L->prog, L->fn, kd.dtype, 1.0 / (double)count, at);
+    ValId c = ir_const(L->T->prog, L->T->fn, kd.dtype, 1.0 / (double)count, at);
     ValId args[2] = {r, c};
     r = emit(L, at, IR_MUL, args, 2, kd, NULL, 0, "mean");
   }
-  if (!ir_type_eq(&kd, &out)) r = emit(L, at, IR_RESHAPE, &r, 1, out, NULL, 0, ir_val(L->fn, r)->name);
+  if (!ir_type_eq(&kd, &out)) r = emit(L, at, IR_RESHAPE, &r, 1, out, NULL, 0, ir_val(L->T->fn, r)->name);
   return t_wrap(L, r);
 }
 
@@ -642,7 +657,7 @@ PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
   PV *e = t_unary(L, at, IR_EXP, z);
   PV *s = t_reduce(L, at, IR_REDUCE_SUM, e, &dim, 1, 1, 0);
   PV *r = log ? t_binary(L, at, OP_SUB, z, t_unary(L, at, IR_LOG, s)) : t_binary(L, at, OP_DIV, e, s);
-  ir_val(L->fn, r->t->v)->name = log ? "log_softmax" : "softmax";
+  ir_val(L->T->fn, r->t->v)->name = log ? "log_softmax" : "softmax";
   return r;
 }
 
@@ -814,7 +829,7 @@ PV *t_layer_norm(L *L, Span at, PV *x, int nnorm, PV *w, PV *b, double eps) {
   PV *y = t_binary(L, at, OP_MUL, xc, rstd);
   if (w && w->k == PV_TENSOR) y = t_binary(L, at, OP_MUL, y, w);
   if (b && b->k == PV_TENSOR) y = t_binary(L, at, OP_ADD, y, b);
-  ir_val(L->fn, y->t->v)->name = "layer_norm";
+  ir_val(L->T->fn, y->t->v)->name = "layer_norm";
   return y;
 }
 
@@ -854,7 +869,7 @@ PV *t_gelu(L *L, Span at, PV *x, int tanh_approx) {
   }
   PV *y = t_binary(L, at, OP_MUL, t_binary(L, at, OP_MUL, x, pv_float(L, 0.5)),
                    t_binary(L, at, OP_ADD, inner, pv_float(L, 1.0)));
-  ir_val(L->fn, y->t->v)->name = "gelu";
+  ir_val(L->T->fn, y->t->v)->name = "gelu";
   return y;
 }
 
@@ -888,7 +903,7 @@ PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi) {
     if (pv_is_num(lo) && pv_is_num(hi)) lo2 = pv_num(lo) <= pv_num(hi) ? lo : hi;
     else lo2 = t_where(L, at, t_compare(L, at, OP_LE, lo, hi), lo, hi);
   }
-  PV *nan = t_wrap(L, ir_const(L->prog, L->fn, dt, NAN, at));
+  PV *nan = t_wrap(L, ir_const(L->T->prog, L->T->fn, dt, NAN, at));
   PV *r;
   if (!fl) {   /* no NaN: the two where()s of min(max(x, lo), hi) */
     r = xt;
@@ -902,6 +917,6 @@ PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi) {
     PV *in = t_where(L, at, t_compare(L, at, OP_LE, xt, hi), xt, hi);
     r = t_where(L, at, t_compare(L, at, OP_GE, xt, lo), in, t_where(L, at, t_compare(L, at, OP_LT, xt, lo), lo2, nan));
   }
-  ir_val(L->fn, r->t->v)->name = "clamp";
+  ir_val(L->T->fn, r->t->v)->name = "clamp";
   return r;
 }

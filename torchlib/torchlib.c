@@ -2,7 +2,7 @@
  * methods: argument handling in PyTorch's spelling, then tensor.c. */
 #include <math.h>
 #include <string.h>
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 static PV *need_tensor(L *L, Span at, PV *v, const char *what) {
   if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s must be a tensor, got '%s'", what, v ? pv_kind_name(v) : "nothing");
@@ -81,7 +81,7 @@ static PV *factory(L *L, int bi, Args *A0) {
     int n = shape_args(L, A, 0, dims);   /* sizes <= 0: t_const_tensor's diagnostic */
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
     if (bi == BI_T_RANDN || bi == BI_T_RAND) {
-      if (L->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
+      if (L->T->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
       uint64_t s = 42;
       for (int64_t i = 0; i < ir_numel(&t->t->type); i++) {
         double u = rnd_uniform(&s);
@@ -139,7 +139,7 @@ static PV *factory(L *L, int bi, Args *A0) {
     int64_t n = len > 0 ? (int64_t)len : 0;
     if (n <= 0) lower_error(L, A->at, "zero-size tensors are not supported by ctc: this arange is empty (shape [0])");
     DType dt = dtype_kw(L, A0, isf ? DT_F32 : DT_I64);
-    if (L->fn) {
+    if (L->T->fn) {
       Type t = type_of(dt, 1, &n);
       if (ir_dtype_is_float(dt) && (lo != floor(lo) || st != floor(st)))
         lower_error(L, A->at, "arange with fractional start/step inside compiled code is not supported");
@@ -148,7 +148,7 @@ static PV *factory(L *L, int bi, Args *A0) {
         lower_error(L, A->at, "torch.arange: values beyond the int64 range are not supported by ctc (start %g, "
                               "step %g, %lld elements)", lo, st, (long long)n);
       int64_t attr[2] = {(int64_t)lo, (int64_t)st};
-      return t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
+      return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
     }
     PV *t = t_const_tensor(L, A->at, type_of(dt, 1, &n), 0);
     for (int64_t i = 0; i < n; i++) t->t->data[i] = lo + (double)i * st;
@@ -279,7 +279,7 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
 PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
   if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
   if (!training || p == 0) return x;
-  if (!L->fn || !L->param_cur)
+  if (!L->T->fn || !L->T->param_cur)
     lower_error(L, at, "dropout in training mode needs a compiled training function (forward entries run in eval mode)");
   Type st = {0};
   st.dtype = DT_I64;
@@ -287,12 +287,12 @@ PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
   ValId o = t_val(L, at, off);
   Type rt = x->t->type;
   if (!ir_dtype_is_float(rt.dtype)) lower_error(L, at, "dropout needs a floating-point tensor");
-  PV *u = t_wrap(L, ir_emit(L->prog, L->fn, IR_RAND_UNIFORM, &o, 1, rt, NULL, 0, 0, at, "uniform"));
+  PV *u = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RAND_UNIFORM, &o, 1, rt, NULL, 0, 0, at, "uniform"));
   PV *keep = t_compare(L, at, OP_GE, u, pv_float(L, p));
   PV *y = p >= 1 ? t_binary(L, at, OP_MUL, x, pv_int(L, 0))
                  : t_where(L, at, keep, t_binary(L, at, OP_MUL, x, pv_float(L, 1.0 / (1.0 - p))), pv_float(L, 0));
   state_update(L, at, off, t_binary(L, at, OP_ADD, t_wrap(L, o), pv_int(L, ir_numel(&rt))));
-  ir_val(L->fn, y->t->v)->name = "dropout";
+  ir_val(L->T->fn, y->t->v)->name = "dropout";
   return y;
 }
 
@@ -310,7 +310,7 @@ static PV *init_fn(L *L, int bi, Args *A) {
   need_tensor(L, A->at, a[0], "tensor");
   Slot *s = a[0]->t->slot;
   if (!s) lower_error(L, A->at, "nn.init functions need a parameter");
-  if (L->fn) lower_error(L, A->at, "nn.init inside compiled code is not supported");
+  if (L->T->fn) lower_error(L, A->at, "nn.init inside compiled code is not supported");
   Type t = s->type;
   int64_t fan_in = t.ndim >= 2 ? ir_numel(&t) / t.dims[0] : t.dims[0];
   int64_t fan_out = t.ndim >= 2 ? ir_numel(&t) / t.dims[1] : t.dims[0];
@@ -354,9 +354,9 @@ static PV *init_fn(L *L, int bi, Args *A) {
   return a[0];
 }
 
-/* split / chunk along dim: a tuple of slices. */
 PV *bi_init(L *L, PV *fn, Args *A) { return init_fn(L, fn->bi, A); }
 
+/* split / chunk along dim: a tuple of slices. */
 static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   Type t = x->t->type;
   dim = t_norm_dim(L, at, dim, t.ndim);
@@ -475,7 +475,7 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_DETACH: bind_args(L, A, "", a); return t_detach(L, at, x);
   case BI_T_CLONE: { /* a new tensor object: in-place updates of the clone leave x alone */
     bind_args(L, A, "memory_format=", a);
-    return L->fn ? t_wrap(L, t_val(L, at, x)) : compile_time_copy(L, at, x, "clone");
+    return L->T->fn ? t_wrap(L, t_val(L, at, x)) : compile_time_copy(L, at, x, "clone");
   }
   case BI_T_REQUIRES_GRAD_:
     bind_args(L, A, "requires_grad=", a);
@@ -511,7 +511,7 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
       ValId v = t_val(L, at, x);
       Type o = t;
       o.ndim = 0;
-      return t_wrap(L, ir_emit(L->prog, L->fn, IR_RESHAPE, &v, 1, o, NULL, 0, 0, at, "squeeze"));
+      return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &v, 1, o, NULL, 0, 0, at, "squeeze"));
     }
     return t_reshape(L, at, x, dims, n);
   }
@@ -545,7 +545,7 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
         lower_error(L, at, "expand: cannot expand shape %s to %s", shape_str(L, &t), shape_str(L, &r));
     }
     ValId v = t_val(L, at, x);
-    return t_wrap(L, ir_emit(L->prog, L->fn, IR_BROADCAST, &v, 1, r, NULL, 0, 0, at, "expand"));
+    return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_BROADCAST, &v, 1, r, NULL, 0, 0, at, "expand"));
   }
   case BI_T_RELU: /* torch.relu, x.relu(), F.relu (inplace=), nn.ReLU */
     a[0] = NULL; /* F.relu and nn.ReLU take inplace=, torch.relu and x.relu() nothing */
@@ -654,7 +654,7 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   }
   case BI_T_ITEM:
     /* In a training function, `return loss.item()` hands the scalar to the caller. */
-    if (L->fn && L->fn->kind != FK_FORWARD && t.ndim == 0) return x;
+    if (L->T->fn && L->T->fn->kind != FK_FORWARD && t.ndim == 0) return x;
     /* fall through */
   case BI_T_TOLIST:
   case BI_T_NUMPY:
@@ -665,7 +665,7 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_ADD_:
   case BI_T_MUL_:
   case BI_T_ZERO_:
-    if (x->t->slot && !L->fn) {
+    if (x->t->slot && !L->T->fn) {
       if (bi == BI_T_ADD_ || bi == BI_T_MUL_) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
       return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
     }
@@ -756,8 +756,8 @@ PV *bi_functional(L *L, PV *fn, Args *A) {
 /* ---- grad mode and stop-gradient ------------------------------------------- */
 
 void grad_mode_set(L *L, int mode) {
-  L->grad_mode = mode;
-  if (L->fn) L->fn->grad_mode = mode;
+  L->T->grad_mode = mode;
+  if (L->T->fn) L->T->fn->grad_mode = mode;
 }
 
 static PV *grad_mode_ctx(L *L, int bi, Args *A) {
@@ -769,12 +769,12 @@ static PV *grad_mode_ctx(L *L, int bi, Args *A) {
   case BI_T_ENABLE_GRAD: bind_args(L, A, "", a); c->i = NG_NONE; break;
   case BI_T_INFERENCE_MODE:
     bind_args(L, A, "mode=", a);
-    c->i = !a[0] || arg_bool(L, A->at, a[0], "mode") ? NG_ALL : L->grad_mode;
+    c->i = !a[0] || arg_bool(L, A->at, a[0], "mode") ? NG_ALL : L->T->grad_mode;
     break;
   default: /* set_grad_enabled: switches when called, restores on leaving a `with` */
     bind_args(L, A, "mode", a);
     c->i = arg_bool(L, A->at, a[0], "mode") ? NG_NONE : NG_REVERSE;
-    c->n = L->grad_mode;
+    c->n = L->T->grad_mode;
     grad_mode_set(L, (int)c->i);
     break;
   }
@@ -793,10 +793,10 @@ static PV *compile_time_copy(L *L, Span at, PV *x, const char *what) {
 
 PV *t_detach(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "detach() needs a tensor, got '%s'", pv_kind_name(x));
-  if (!L->fn) return compile_time_copy(L, at, x, "detach"); /* compile time: no autograd */
+  if (!L->T->fn) return compile_time_copy(L, at, x, "detach"); /* compile time: no autograd */
   ValId v = t_val(L, at, x);
-  return t_wrap(L, ir_emit(L->prog, L->fn, IR_DETACH, &v, 1, *ir_type(L->fn, v), NULL, 0, 0, at,
-                           ir_val(L->fn, v)->name));
+  return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_DETACH, &v, 1, *ir_type(L->T->fn, v), NULL, 0, 0, at,
+                           ir_val(L->T->fn, v)->name));
 }
 
 void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
@@ -805,13 +805,13 @@ void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
   int rg = arg_bool(L, at, val, "requires_grad");
   if (t->t->slot) {
     if (t->t->slot->is_buffer && rg) lower_error(L, at, "a buffer cannot require gradients in ctc");
-    if (L->fn) lower_error(L, at, "change requires_grad of parameters in __init__ or at module level, "
+    if (L->T->fn) lower_error(L, at, "change requires_grad of parameters in __init__ or at module level, "
                                   "not inside a compiled function");
     t->t->slot->frozen = !rg;
     t->t->requires_grad = rg;
     return;
   }
-  if (!rg && L->fn && t->t->v >= 0 && ir_dtype_is_float(t->t->type.dtype)) /* a constant from here on */
+  if (!rg && L->T->fn && t->t->v >= 0 && ir_dtype_is_float(t->t->type.dtype)) /* a constant from here on */
     t->t->v = t_val(L, at, t_detach(L, at, t));
   t->t->requires_grad = rg;
 }
@@ -827,7 +827,7 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "T"))
     return t_mark_view(L, t, t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1));
   if (!strcmp(name, "data")) {
-    if (!L->fn) return t; /* compile time (__init__): the tensor itself, for in-place initialisation */
+    if (!L->T->fn) return t; /* compile time (__init__): the tensor itself, for in-place initialisation */
     PV *d = t_detach(L, at, t);
     d->t->is_data = 1;
     return d;
@@ -865,7 +865,7 @@ PV *bi_torch(L *L, PV *fn, Args *A) {
   case BI_T_ENABLE_GRAD:
   case BI_T_SET_GRAD_ENABLED:
   case BI_T_INFERENCE_MODE: return grad_mode_ctx(L, bi, A);
-  case BI_T_IS_GRAD_ENABLED: return pv_bool(L, L->grad_mode == NG_NONE);
+  case BI_T_IS_GRAD_ENABLED: return pv_bool(L, L->T->grad_mode == NG_NONE);
   case BI_T_GRAD_MODE: lower_error(L, A->at, "a grad-mode context manager is not callable");
   case BI_T_VIEW: case BI_T_RESHAPE: case BI_T_FLATTEN: case BI_T_SQUEEZE: case BI_T_UNSQUEEZE:
   case BI_T_TRANSPOSE: case BI_T_PERMUTE: case BI_T_T: case BI_T_SPLIT: case BI_T_CHUNK: case BI_T_EXPAND:

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "../lowering/lower_int.h"
+#include "torch_int.h"
 
 /* ---- optimizers: construction at compile time ---------------------------- */
 
@@ -149,19 +149,19 @@ const char *global_name(L *L, PV *v, const char *dflt) {
 static const char *opt_name(L *L, PV *opt) { return global_name(L, opt, "optimizer"); }
 
 void param_table_grew(L *L) {
-  if (!L->param_cur) return;
-  int n = L->prog->params.len;
+  if (!L->T->param_cur) return;
+  int n = L->T->prog->params.len;
   ValId *cur = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
-  for (int i = 0; i < n - 1; i++) cur[i] = L->param_cur[i];
+  for (int i = 0; i < n - 1; i++) cur[i] = L->T->param_cur[i];
   cur[n - 1] = -1;
-  L->param_cur = cur;
+  L->T->param_cur = cur;
 }
 
 /* An optimizer-state tensor: found by name or appended to the parameter table. */
 PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
-  if (!L->fn || !L->param_cur) lower_error(L, at, "this needs state and is only supported inside a compiled training function");
-  for (int i = 0; i < L->prog->params.len; i++)
-    if (!strcmp(L->prog->params.data[i].name, name)) {
+  if (!L->T->fn || !L->T->param_cur) lower_error(L, at, "this needs state and is only supported inside a compiled training function");
+  for (int i = 0; i < L->T->prog->params.len; i++)
+    if (!strcmp(L->T->prog->params.data[i].name, name)) {
       Slot *s = slot_new(L, at, *t, PINIT_CONST, init, 0);
       s->index = i;
       return param_tensor(L, s);
@@ -173,9 +173,9 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
   p.init = init == 0 ? PINIT_ZERO : PINIT_CONST;
   p.init_a = init;
   p.loc = at;
-  vec_push(L->a, &L->prog->params, p);
+  vec_push(L->a, &L->T->prog->params, p);
   Slot *s = slot_new(L, at, *t, p.init, init, 0);
-  s->index = L->prog->params.len - 1;
+  s->index = L->T->prog->params.len - 1;
   param_table_grew(L);
   return param_tensor(L, s);
 }
@@ -185,8 +185,8 @@ void state_update(L *L, Span at, PV *t, PV *v) {
   staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
   int idx = t->t->slot->index;
   ValId val = t_val(L, at, v);
-  ir_add_update(L->prog, L->fn, idx, val);
-  L->param_cur[idx] = val;
+  ir_add_update(L->T->prog, L->T->fn, idx, val);
+  L->T->param_cur[idx] = val;
 }
 
 /* x * c, skipping the multiplication when c is 1 */
@@ -359,30 +359,30 @@ void opt_adadelta(L *L, Span at, OptStep *s) {
 }
 
 /* The name of a parameter slot in the state_dict ("fc1.weight"). */
-static const char *slot_name(L *L, Slot *s) { return L->prog->params.data[s->index].name; }
+static const char *slot_name(L *L, Slot *s) { return L->T->prog->params.data[s->index].name; }
 
 /* ---- gradients: backward(), accumulation, clipping ----------------------
  * backward() records its loss; the gradients are computed when something needs
  * them (clip_grad_norm_, step()) by one reverse sweep over the losses recorded
  * since, with respect to the parameters of every optimizer (and those being
- * clipped), and added to the accumulated gradients L->grad_acc: several
+ * clipped), and added to the accumulated gradients L->T->grad_acc: several
  * backward() calls before one step() accumulate, as PyTorch's .grad does, and
  * clipping rewrites the accumulated gradients the step then reads. */
 
 enum { GF_CLEARED = 1, GF_READ = 2 }; /* a zero_grad() in the function clears it; a clip/step reads it */
 
 static void grads_grow(L *L) {
-  int np = L->prog->params.len;
-  if (L->grad_n >= np) return;
+  int np = L->T->prog->params.len;
+  if (L->T->grad_n >= np) return;
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)np);
   unsigned char *f = arena_alloc(L->a, (size_t)np);
   for (int i = 0; i < np; i++) {
-    g[i] = i < L->grad_n ? L->grad_acc[i] : -1;
-    f[i] = i < L->grad_n ? L->grad_flags[i] : 0;
+    g[i] = i < L->T->grad_n ? L->T->grad_acc[i] : -1;
+    f[i] = i < L->T->grad_n ? L->T->grad_flags[i] : 0;
   }
-  L->grad_acc = g;
-  L->grad_flags = f;
-  L->grad_n = np;
+  L->T->grad_acc = g;
+  L->T->grad_flags = f;
+  L->T->grad_n = np;
 }
 
 static void grads_materialize(L *L, Span at, PV *extra);
@@ -391,35 +391,35 @@ static void grads_materialize(L *L, Span at, PV *extra);
  * parameters: the others keep theirs, even across calls. */
 void grads_zero(L *L, Span at, PV *params) {
   staged_effect_check(L, at, "zero_grad()");
-  if (L->fn) {
+  if (L->T->fn) {
     grads_materialize(L, at, NULL);
     grads_grow(L);
   }
   for (int i = 0; params && i < params->n; i++) {
     int idx = params->items[i]->k == PV_TENSOR && params->items[i]->t->slot ? params->items[i]->t->slot->index : -1;
-    if (idx < 0 || idx >= L->grad_n) continue;
-    L->grad_acc[idx] = -1;
-    L->grad_flags[idx] |= GF_CLEARED;
+    if (idx < 0 || idx >= L->T->grad_n) continue;
+    L->T->grad_acc[idx] = -1;
+    L->T->grad_flags[idx] |= GF_CLEARED;
   }
-  L->zeroed = 1;
+  L->T->zeroed = 1;
 }
 
 static void grads_reset(L *L) {
-  L->grad_acc = NULL;
-  L->grad_flags = NULL;
-  L->grad_n = 0;
+  L->T->grad_acc = NULL;
+  L->T->grad_flags = NULL;
+  L->T->grad_n = 0;
 }
 
 /* At the end of a training function: a gradient a clip or step read must be
  * cleared by some zero_grad() of the function, or PyTorch would carry it into
  * the next call (which a compiled entry, without .grad state, cannot). */
 static void grads_check_cleared(L *L, Span at, const char *name) {
-  for (int i = 0; i < L->grad_n; i++)
-    if ((L->grad_flags[i] & GF_READ) && !(L->grad_flags[i] & GF_CLEARED))
+  for (int i = 0; i < L->T->grad_n; i++)
+    if ((L->T->grad_flags[i] & GF_READ) && !(L->T->grad_flags[i] & GF_CLEARED))
       lower_error(L, at, "'%s' uses the gradient of '%s' but no zero_grad() in it clears that gradient (an "
                          "optimizer's zero_grad() clears only its own parameters): PyTorch would add it to the next "
                          "call's gradients; call model.zero_grad() or leave the parameter out",
-                  name, L->prog->params.data[i].name);
+                  name, L->T->prog->params.data[i].name);
 }
 
 static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
@@ -432,7 +432,7 @@ static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
 /* Run the reverse sweep for the pending losses; `extra` (NULL or a list of
  * parameters) joins the optimizers' parameters as inputs. */
 static void grads_materialize(L *L, Span at, PV *extra) {
-  if (L->pending.len == 0) return;
+  if (L->T->pending.len == 0) return;
   PV *list = pv_list(L, NULL, 0), *seen = pv_dict(L);
   for (int i = 0; extra && i < extra->n; i++) wrt_add(L, at, list, seen, extra->items[i]);
   for (int i = 0; i < L->globals->vals.len; i++) {
@@ -443,34 +443,34 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   }
   int n = list->n;
   if (n == 0) {
-    L->pending.len = L->pending_seed.len = 0;
+    L->T->pending.len = L->T->pending_seed.len = 0;
     return;
   }
   ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)n), *grads = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
   for (int i = 0; i < n; i++) wrt[i] = t_val(L, at, list->items[i]);
-  AdSeed *seeds = arena_alloc(L->a, sizeof(AdSeed) * (size_t)L->pending.len);
-  for (int i = 0; i < L->pending.len; i++) {
-    seeds[i].value = L->pending.data[i];
-    seeds[i].seed = L->pending_seed.data[i];
+  AdSeed *seeds = arena_alloc(L->a, sizeof(AdSeed) * (size_t)L->T->pending.len);
+  for (int i = 0; i < L->T->pending.len; i++) {
+    seeds[i].value = L->T->pending.data[i];
+    seeds[i].seed = L->T->pending_seed.data[i];
   }
   int *reached = arena_alloc(L->a, sizeof(int) * (size_t)n);
-  ad_reverse(L->prog, L->fn, seeds, L->pending.len, wrt, n, grads, reached);
-  L->pending.len = L->pending_seed.len = 0;
+  ad_reverse(L->T->prog, L->T->fn, seeds, L->T->pending.len, wrt, n, grads, reached);
+  L->T->pending.len = L->T->pending_seed.len = 0;
   grads_grow(L);
   for (int i = 0; i < n; i++) {
     if (!reached[i]) continue;   /* not in the graph of these losses: .grad stays None, step() skips it */
     int idx = list->items[i]->t->slot->index;
-    ValId prev = L->grad_acc[idx];
-    L->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
+    ValId prev = L->T->grad_acc[idx];
+    L->T->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
   }
 }
 
 /* The accumulated gradient of a parameter, or -1 (None); marks it read. */
 static ValId grad_of(L *L, PV *p) {
   int idx = p->t->slot->index;
-  if (idx < 0 || idx >= L->grad_n || p->t->slot->frozen || L->grad_acc[idx] < 0) return -1;
-  L->grad_flags[idx] |= GF_READ;
-  return L->grad_acc[idx];
+  if (idx < 0 || idx >= L->T->grad_n || p->t->slot->frozen || L->T->grad_acc[idx] < 0) return -1;
+  L->T->grad_flags[idx] |= GF_READ;
+  return L->T->grad_acc[idx];
 }
 
 /* p.grad: the gradient accumulated by the backward() calls since the last
@@ -478,7 +478,7 @@ static ValId grad_of(L *L, PV *p) {
  * before any backward()). Read-only: `p.grad = ...` and in-place updates of it
  * are not supported. */
 PV *param_grad(L *L, Span at, PV *t) {
-  if (!L->fn || !t->t->slot || t->t->slot->is_buffer || t->t->slot->frozen || t->t->slot->index < 0)
+  if (!L->T->fn || !t->t->slot || t->t->slot->is_buffer || t->t->slot->frozen || t->t->slot->index < 0)
     return pv_none(L);
   PV *one = pv_list(L, &t, 1);
   grads_materialize(L, at, one);
@@ -495,7 +495,7 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   int norm = fn->bi == BI_U_CLIP_GRAD_NORM_;
   bind_args(L, A, norm ? "parameters,max_norm,norm_type=,error_if_nonfinite=,foreach=" : "parameters,clip_value,foreach=", a);
   Span at = A->at;
-  if (!L->fn) lower_error(L, at, "%s() must be called inside a compiled training function", A->fname);
+  if (!L->T->fn) lower_error(L, at, "%s() must be called inside a compiled training function", A->fname);
   staged_effect_check(L, at, "gradient clipping");
   PV **items;
   int n = a[0]->k == PV_TENSOR ? (items = &a[0], 1) : iter_items(L, at, a[0], &items);
@@ -516,7 +516,7 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
     for (int i = 0; i < n; i++) {
       ValId g = grad_of(L, params->items[i]);
       if (g < 0) continue;
-      L->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, t_clamp(L, at, t_wrap(L, g), F(-v), F(v)));
+      L->T->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, t_clamp(L, at, t_wrap(L, g), F(-v), F(v)));
     }
     return pv_none(L);
   }
@@ -544,20 +544,20 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   for (int i = 0; i < n; i++) {
     ValId g = grad_of(L, params->items[i]);
     if (g < 0) continue;
-    L->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, MUL(t_wrap(L, g), coef));
+    L->T->grad_acc[params->items[i]->t->slot->index] = t_val(L, at, MUL(t_wrap(L, g), coef));
   }
   return total;
 }
 
 static PV *optimizer_step(L *L, PV *opt, Span at) {
-  if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
+  if (!L->T->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
   staged_effect_check(L, at, "optimizer.step()");
   /* zero_grad() before step(), or after it (nanoGPT zeroes at the end of its
    * iteration): either way every call starts without gradients; checked when
    * the function ends (stage_function) */
-  if (!L->zeroed) {
-    L->zeroed = -1;
-    L->unzeroed_step = at;
+  if (!L->T->zeroed) {
+    L->T->zeroed = -1;
+    L->T->unzeroed_step = at;
   }
   grads_materialize(L, at, NULL);
   PV *groups = env_get(opt->attrs, "param_groups");
@@ -583,7 +583,7 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
     }
   }
   state_update(L, at, count, ADD(tcount, F(1)));
-  L->stepped = 1;
+  L->T->stepped = 1;
   return pv_none(L);
 }
 
@@ -607,7 +607,7 @@ PV *bi_optim_method(L *L, PV *fn, Args *A) {
 PV *tensor_backward(L *L, PV *t, Args *A) {
   PV *a[4];
   bind_args(L, A, "gradient=,retain_graph=,create_graph=,inputs=", a);
-  if (!L->fn) lower_error(L, A->at, "backward() must be called inside a compiled training function");
+  if (!L->T->fn) lower_error(L, A->at, "backward() must be called inside a compiled training function");
   staged_effect_check(L, A->at, "backward()");
   if (a[2] && truthy(L, A->at, a[2])) lower_error(L, A->at, "backward(create_graph=True) is not supported yet");
   if (a[3] && a[3]->k != PV_NONE) lower_error(L, A->at, "backward(inputs=...) is not supported yet");
@@ -615,23 +615,23 @@ PV *tensor_backward(L *L, PV *t, Args *A) {
   ValId seed = -1;
   if (a[0] && a[0]->k != PV_NONE) {
     ValId s = t_val(L, A->at, a[0]);
-    if (!ir_type_eq(ir_type(L->fn, s), ir_type(L->fn, v)))
+    if (!ir_type_eq(ir_type(L->T->fn, s), ir_type(L->T->fn, v)))
       lower_error(L, A->at, "backward(gradient): gradient %s must have the shape of the tensor %s",
-                  shape_str(L, ir_type(L->fn, s)), shape_str(L, ir_type(L->fn, v)));
+                  shape_str(L, ir_type(L->T->fn, s)), shape_str(L, ir_type(L->T->fn, v)));
     seed = s;
-  } else if (ir_type(L->fn, v)->ndim != 0)
+  } else if (ir_type(L->T->fn, v)->ndim != 0)
     lower_error(L, A->at, "backward() without a gradient needs a scalar, but the tensor has shape %s",
-                shape_str(L, ir_type(L->fn, v)));
-  if (!ir_dtype_is_float(ir_type(L->fn, v)->dtype)) lower_error(L, A->at, "backward() needs a floating-point tensor");
-  vec_push(L->a, &L->pending, v);
-  vec_push(L->a, &L->pending_seed, seed);
+                shape_str(L, ir_type(L->T->fn, v)));
+  if (!ir_dtype_is_float(ir_type(L->T->fn, v)->dtype)) lower_error(L, A->at, "backward() needs a floating-point tensor");
+  vec_push(L->a, &L->T->pending, v);
+  vec_push(L->a, &L->T->pending_seed, seed);
   return pv_none(L);
 }
 
 PV *bi_autograd_grad(L *L, PV *fn, Args *A) {
   PV *a[8];
   bind_args(L, A, "outputs,inputs,grad_outputs=,retain_graph=,create_graph=,only_inputs=,allow_unused=,is_grads_batched=", a);
-  if (!L->fn) lower_error(L, A->at, "torch.autograd.grad must be called inside a compiled function");
+  if (!L->T->fn) lower_error(L, A->at, "torch.autograd.grad must be called inside a compiled function");
   /* create_graph needs nothing special: the gradients are ordinary SSA values,
    * and every primitive the adjoint code uses has a VJP rule, so a later
    * grad() differentiates through them (double backward) */
@@ -645,13 +645,13 @@ PV *bi_autograd_grad(L *L, PV *fn, Args *A) {
   for (int i = 0; i < no; i++) {
     seeds[i].value = t_val(L, A->at, outs[i]);
     seeds[i].seed = ng && gos[i]->k != PV_NONE ? t_val(L, A->at, gos[i]) : -1;
-    if (seeds[i].seed < 0 && ir_type(L->fn, seeds[i].value)->ndim != 0)
+    if (seeds[i].seed < 0 && ir_type(L->T->fn, seeds[i].value)->ndim != 0)
       lower_error(L, A->at, "grad can be implicitly created only for scalar outputs (shape %s)",
-                  shape_str(L, ir_type(L->fn, seeds[i].value)));
+                  shape_str(L, ir_type(L->T->fn, seeds[i].value)));
   }
   ValId *wrt = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1)), *g = arena_alloc(L->a, sizeof(ValId) * (size_t)(ni + 1));
   for (int i = 0; i < ni; i++) wrt[i] = t_val(L, A->at, ins[i]);
-  ad_reverse(L->prog, L->fn, seeds, no, wrt, ni, g, NULL);
+  ad_reverse(L->T->prog, L->T->fn, seeds, no, wrt, ni, g, NULL);
   PV *r = pv_tuple(L, NULL, 0);
   for (int i = 0; i < ni; i++) pv_list_append(L, r, t_wrap(L, g[i]));
   return r;
@@ -683,15 +683,15 @@ static void persist_group_lrs(L *L, Span at) {
 
 void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV *examples) {
   Node *def = fnv->node;
-  Func *f = ir_func_new(L->prog, name, def->span);
+  Func *f = ir_func_new(L->T->prog, name, def->span);
   f->kind = FK_FUNCTION;
-  L->fn = f;
-  f->grad_mode = L->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
-  L->pending.len = L->pending_seed.len = 0;
-  L->zeroed = L->stepped = 0;
+  L->T->fn = f;
+  f->grad_mode = L->T->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
+  L->T->pending.len = L->T->pending_seed.len = 0;
+  L->T->zeroed = L->T->stepped = 0;
   grads_reset(L);
-  L->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->prog->params.len + 1));
-  for (int i = 0; i < L->prog->params.len; i++) L->param_cur[i] = -1;
+  L->T->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->T->prog->params.len + 1));
+  for (int i = 0; i < L->T->prog->params.len; i++) L->T->param_cur[i] = -1;
   PV *ex = NULL;
   if (examples && examples->k == PV_DICT) ex = pv_dict_get(examples, pv_str(L, name));
   if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
@@ -702,11 +702,11 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     L->stack_name[L->nstack] = name;
   }
   PV *r = call_value(L, def->span, fnv, args, nargs, NULL, NULL, 0);
-  if (L->pending.len)
+  if (L->T->pending.len)
     lower_error(L, def->span, "'%s' calls backward() but no optimizer.step() uses the gradients", name);
-  if (L->stepped) f->kind = FK_TRAIN;
-  if (L->zeroed < 0)
-    lower_error(L, L->unzeroed_step, "optimizer.step() without an optimizer.zero_grad() before or after it in '%s' "
+  if (L->T->stepped) f->kind = FK_TRAIN;
+  if (L->T->zeroed < 0)
+    lower_error(L, L->T->unzeroed_step, "optimizer.step() without an optimizer.zero_grad() before or after it in '%s' "
                                      "would accumulate gradients across calls; call zero_grad()", name);
   grads_check_cleared(L, def->span, name);
   persist_group_lrs(L, def->span);
@@ -719,13 +719,13 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   for (int i = 0; i < nout; i++) {
     if (outs[i]->k != PV_TENSOR)
       lower_error(L, def->span, "'%s' must return tensors, but returned a %s", name, pv_kind_name(outs[i]));
-    ir_add_output(L->prog, f, t_val(L, def->span, outs[i]),
+    ir_add_output(L->T->prog, f, t_val(L, def->span, outs[i]),
                   nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
   }
   /* `./net train` drives (data, labels) -> loss steps; other updating functions
    * (a DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
   if (f->kind == FK_TRAIN && (f->inputs.len != 2 || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
     f->kind = FK_FUNCTION;
-  L->fn = NULL;
-  L->param_cur = NULL;
+  L->T->fn = NULL;
+  L->T->param_cur = NULL;
 }

@@ -1,41 +1,41 @@
-/* lower_int.h - internals shared by the files of lowering/.
+/* torch_int.h - internals shared by the files of torchlib/, the torch library
+ * that hosts the Python interpreter (python/py.h): it registers the torch
+ * namespaces from its tables and implements the host objects.
  *
- *   values.c    PV: the compile-time Python values, equality, printing
- *   eval.c      the evaluator: statements and expressions over PVs
- *   registry.c  the registration tables (builtins.def, torch.def, layers.def,
- *               optim.def): name lookup by namespace, calls through the rows
- *   builtins.c  handlers of builtins.def: Python builtins, math, value and nn.Module methods
- *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
+ *   registry.c  the registration tables (torch.def, layers.def, optim.def): name
+ *               lookup by namespace, calls through the rows
+ *   host.c      the host-object protocol (HostOps) for the interpreter
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
+ *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
+ *   module.c    nn.Module methods (parameters(), state_dict(), train() ...)
  *   losses.c    loss functions and modules, lowered to primitives
  *   training.c  optimizers and their update rules, backward(), autograd.grad,
  *               staging of entries
  *   sched.c     LR schedulers: their rules, construction, step() and entries
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
- *   lowering.c  the entry: run the module, pick the model, stage entries */
-#ifndef CTC_LOWER_INT_H
-#define CTC_LOWER_INT_H
+ *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries */
+#ifndef CTC_TORCH_INT_H
+#define CTC_TORCH_INT_H
 
-#include <setjmp.h>
-#include "lowering.h"
+#include "../python/py.h"
+#include "../lowering/lowering.h"
 
-/* The registration table: every native function and builtin class the
- * evaluator knows is one row, in builtins.def (Python), torch.def (torch,
- * Tensor methods, F, nn.init, autograd ...), layers.def (nn classes) and
- * optim.def (optimizers, LR schedulers). BI_<ID> names a row; nothing depends
- * on the order of rows (no code compares BI_ ids except for equality). */
+/* The registration tables: every torch function and class is one row, in
+ * torch.def (torch, Tensor methods, F, nn.init, autograd ...), layers.def (nn
+ * classes) and optim.def (optimizers, LR schedulers); Python's own are in
+ * python/builtins.def. BI_<ID> names a row; nothing depends on the order of rows
+ * (no code compares BI_ ids except for equality). */
 enum {
-  BI_NONE_,
+  TBI__FIRST = PY_BI__COUNT - 1, /* torch's rows are numbered after Python's */
 #define B(id, name, ns, handler, arg) BI_##id,
 #define CLASS(id, name, ns, construct) BI_##id,
 #define LAYER(id, name, construct, forward, fn, options) BI_##id,
 #define OPTIM(id, name, defaults, rule) BI_##id,
 #define SCHED(id, name, spec, init, rule) BI_##id,
-#include "../python/builtins.def"
-#include "../torchlib/torch.def"
-#include "../torchlib/layers.def"
-#include "../torchlib/optim.def"
+#include "torch.def"
+#include "layers.def"
+#include "optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -44,14 +44,8 @@ enum {
   BI__COUNT
 };
 
-/* Namespaces a row is found in (BuiltinRow.ns). */
+/* Namespaces a row is found in (BuiltinRow.ns; Python's are in py.h). */
 enum {
-  NS_BUILTINS = 1u << 0,     /* Python builtins (range, len ...) */
-  NS_MATH = 1u << 1,         /* math.* */
-  NS_DATACLASSES = 1u << 2,  /* dataclasses.* */
-  NS_LIST = 1u << 3,         /* methods of a list */
-  NS_DICT = 1u << 4,         /* methods of a dict */
-  NS_STR = 1u << 5,          /* methods of a str */
   NS_TORCH = 1u << 6,        /* torch.* */
   NS_TENSOR = 1u << 7,       /* Tensor methods (x.view ...) */
   NS_NN = 1u << 8,           /* torch.nn.* classes */
@@ -69,19 +63,12 @@ enum {
   NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
 };
 
-typedef struct PV PV;
-typedef struct L L;
-typedef struct Args Args;
 typedef struct OptStep OptStep;
-/* A native function: fn is the PV_BUILTIN called (fn->bi its row, fn->self the bound
- * receiver, or NULL), or for a class row the class being constructed, or for a
- * layer's forward the module object called. */
-typedef PV *BuiltinFn(L *L, PV *fn, Args *A);
 typedef void OptRule(L *L, Span at, OptStep *s);
 typedef double SchedInit(L *L, Span at, PV *sched, PV **a);
 typedef struct SchedStep SchedStep;
 typedef PV *SchedRule(L *L, Span at, SchedStep *st);
-enum { BK_FN = 1, BK_CLASS, BK_LAYER, BK_OPTIM, BK_SCHED };
+enum { BK_LAYER = BK_CLASS + 1, BK_OPTIM, BK_SCHED }; /* after py.h's BK_FN, BK_CLASS */
 typedef struct BuiltinRow {
   const char *name;
   unsigned ns;           /* NS_* bits: where the name is found */
@@ -103,24 +90,8 @@ PV *bi_lookup(L *L, unsigned ns, const char *name, PV *self);
 PV *bi_value(L *L, int bi, PV *self);          /* row bi as a value */
 int bi_kind_of(const PV *obj);                 /* BK_* of an object's builtin class, 0 if none */
 
-typedef struct Env Env;
-
-typedef enum PVKind {
-  PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR,
-  PV_TUPLE,     /* immutable: items/n */
-  PV_LIST,      /* mutable: items/n/cap */
-  PV_DICT,      /* ordered: keys/items/n */
-  PV_SLICE,     /* items[0..2]: start, stop, step (PV_NONE when absent) */
-  PV_ELLIPSIS,
-  PV_FUNC,      /* a def or lambda: node + closure env */
-  PV_CLASS,     /* a user class (node != NULL) or a builtin class (bi != 0) */
-  PV_OBJ,       /* an instance: of a user class or a builtin layer */
-  PV_BOUND,     /* method bound to self: fn + self */
-  PV_BUILTIN,   /* native function bi, optionally bound to self */
-  PV_NS,        /* a namespace: torch, torch.nn, F, math, an unknown import */
-  PV_TENSOR,    /* see Tensor below */
-  PV_DTYPE,     /* torch.float32 ... */
-} PVKind;
+#define PV_TENSOR PV_HOST   /* torchlib's names for the host kinds */
+#define PV_DTYPE PV_HOSTC
 
 /* A parameter or buffer created at compile time (nn.Linear's weight ...). */
 typedef struct Slot {
@@ -136,7 +107,7 @@ typedef struct Slot {
 
 /* A tensor during evaluation: an IR value of the function being staged, a
  * parameter slot, or a compile-time constant (host data, in __init__). */
-typedef struct Tensor {
+typedef struct HostValue {
   Type type;
   ValId v;               /* >= 0: IR value in L->fn */
   Slot *slot;            /* a parameter / buffer */
@@ -147,99 +118,46 @@ typedef struct Tensor {
   int viewed;            /* some view of this tensor was taken */
 } Tensor;
 
-typedef struct ObjModule ObjModule;
-
-struct PV {
-  PVKind k;
-  int64_t i;             /* INT, BOOL; BUILTIN: the NS_ bits its row was found under (0: made directly) */
-  double f;              /* FLOAT */
-  const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN */
-  PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
-  PV **keys;             /* DICT keys */
-  int n, cap;
-  Node *node;            /* FUNC: def/lambda node; CLASS: class node */
-  Env *env;              /* FUNC closure; CLASS attribute env */
-  PV **defaults;         /* FUNC: evaluated default per param (NULL if none) */
-  PV *cls;               /* OBJ: its class; CLASS: first base (single inheritance chain);
-                            FUNC: the class whose body defined it (for super()) */
-  PV *self;              /* BOUND / BUILTIN: bound receiver */
-  PV *fn;                /* BOUND: the function */
-  int bi;                /* BUILTIN / builtin CLASS id (BI_*), 0 otherwise */
-  ObjModule *mod;        /* OBJ that is an nn.Module */
-  Env *attrs;            /* OBJ attributes */
-  Tensor *t;             /* TENSOR */
-  DType dt;              /* DTYPE */
-  int grad_mode;         /* FUNC decorated with @torch.no_grad() etc.: NG_* + 1; 0 if none */
-  int *hidx; int hcap;   /* DICT: hash index over keys (slot = item index + 1), once n grows */
-  int owned;             /* STR made by `name += ...`, held by that name only and not read
-                            since: the next `name += ...` may append in place (n = length,
-                            cap = buffer size), which keeps a loop of `+=` linear */
-};
-
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
 typedef enum { REG_PARAM, REG_BUFFER, REG_CHILD } RegKind;
 typedef struct Reg { RegKind kind; const char *name; PV *val; } Reg;
-struct ObjModule {
+typedef struct HostObj ObjModule;
+struct HostObj {
   Vec(Reg) regs;         /* in registration order */
   int training;          /* self.training */
   const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
 };
 
-/* A scope: names to values, ordered, with a parent (closure chain). */
-struct Env {
-  Vec(const char *) names;
-  Vec(PV *) vals;
-  Env *parent;
-  int *hidx; int hcap;   /* hash index over names (slot = index + 1), once the scope grows */
-};
-
-/* The lowering context: one per compile, passed everywhere. */
-struct L {
-  Arena *a;
-  Diag *d;
-  const SrcFile *src;
+/* The torch library's part of the context (L->T). */
+struct HostState {
   Program *prog;
   Func *fn;              /* function being staged, NULL at compile time */
-  Env *globals;
-  Env *builtins;
-  jmp_buf *on_error;     /* where lower_error jumps */
-  int depth;             /* call depth (bounded) */
-  int64_t steps;         /* statements executed (bounded, no hangs) */
-  /* call stack for notes */
-  Span stack_span[64];
-  const char *stack_name[64];
-  int nstack;
   int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
-  Env *env;              /* the current local scope */
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
-  ValId *grad_acc;       /* per Program param: its accumulated .grad in L->fn, or -1 (training.c) */
+  ValId *grad_acc;       /* per Program param: its accumulated .grad in L->T->fn, or -1 (training.c) */
   unsigned char *grad_flags; /* per Program param: GF_* (training.c) */
   int grad_n;            /* entries of grad_acc and grad_flags */
   int zeroed;            /* zero_grad() was called in this function (-1: only a step so far) */
   Span unzeroed_step;    /* that step() */
   int stepped;           /* optimizer.step() was called */
-  ValId *param_cur;      /* per Program param: its current value in L->fn (after a step), or -1 */
+  ValId *param_cur;      /* per Program param: its current value in L->T->fn (after a step), or -1 */
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
-  PV *retval;            /* value of the last `return` */
-  int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
-  struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
-                            `if` on a run-time tensor (NULL outside such ifs and in calls) */
 };
+extern const HostOps torch_host;   /* host.c */
 
-/* The handlers named by the tables (defined in the files of lowering/). */
+/* The handlers named by the tables. */
 #define B(id, name, ns, handler, arg) BuiltinFn handler;
 #define CLASS(id, name, ns, construct) BuiltinFn construct;
 #define LAYER(id, name, construct, forward, fn, options) BuiltinFn construct, forward;
 #define OPTIM(id, name, defaults, rule) OptRule rule;
 #define SCHED(id, name, spec, init, rule) SchedInit init; SchedRule rule;
-#include "../python/builtins.def"
-#include "../torchlib/torch.def"
-#include "../torchlib/layers.def"
-#include "../torchlib/optim.def"
+#include "torch.def"
+#include "layers.def"
+#include "optim.def"
 #undef B
 #undef CLASS
 #undef LAYER
@@ -264,106 +182,23 @@ PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum
 /* A default in the tables' spelling (N, F, T, 'str', (a;b), numbers) as a value. */
 PV *spec_value(L *L, const char *d);
 
-/* ---- errors ---- */
-CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);
-
-/* ---- values.c ---- */
-PV *pv_new(L *L, PVKind k);
-PV *pv_none(L *L);
-PV *pv_bool(L *L, int b);
-PV *pv_int(L *L, int64_t i);
-PV *pv_float(L *L, double f);
-PV *pv_str(L *L, const char *s);
-PV *pv_tuple(L *L, PV **items, int n);
-PV *pv_list(L *L, PV **items, int n);
-void pv_list_append(L *L, PV *list, PV *x);
-PV *pv_dict(L *L);
-PV *pv_dict_get(PV *d, PV *key);              /* NULL if absent; key known hashable (a str ...) */
-PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key); /* user key: TypeError if unhashable */
-void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val);
+/* ---- values of the host (tensor.c, registry.c) ---- */
 PV *pv_tensor(L *L, Tensor *t);
-PV *pv_builtin(L *L, int bi, const char *name, PV *self);
-PV *pv_ns(L *L, const char *name);
 PV *pv_dtype(L *L, DType dt);
-const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
-const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints it ([[...]] for cycles) */
-const char *pv_to_str(L *L, Span at, const PV *v); /* str(v) */
-const char *pv_format(L *L, Span at, const PV *v, const char *spec); /* format(v, spec) */
-int pv_equal(L *L, Span at, const PV *a, const PV *b); /* Python ==; RecursionError past depth 1000 */
-int pv_is(const PV *a, const PV *b);                    /* Python `is` */
-/* Python ints are unbounded; ctc keeps int64: exact when the result fits, otherwise a
- * located "integer too large for ctc". Float->int as int()/floor()/round() do it
- * (OverflowError for infinity, ValueError for NaN). */
-int64_t ck_add(L *L, Span at, int64_t a, int64_t b);
-int64_t ck_sub(L *L, Span at, int64_t a, int64_t b);
-int64_t ck_mul(L *L, Span at, int64_t a, int64_t b);
-int64_t ck_neg(L *L, Span at, int64_t a);
-int64_t ck_pow(L *L, Span at, int64_t a, int64_t b);       /* b >= 0 */
-int64_t ck_float_to_int(L *L, Span at, double f);         /* f already integral (or truncated) */
-CTC_NORETURN void int_too_large(L *L, Span at);
-/* Work done inside a builtin (items produced, bytes copied): counted against the
- * step limit, and the compile-time memory limit checked. */
-void eval_charge(L *L, Span at, int64_t work);
-/* A string being built (amortised growth in the arena, length bounded). */
-typedef struct SB { char *p; size_t len, cap; } SB;
-void sb_add(L *L, Span at, SB *b, const char *s, size_t n);
-void sb_adds(L *L, Span at, SB *b, const char *s);
-const char *sb_done(L *L, SB *b);
-int pv_is_seq(const PV *v);                  /* tuple or list */
-int pv_is_num(const PV *v);                  /* bool, int, float */
-double pv_num(const PV *v);
-int pv_class_is(const PV *cls, const PV *base); /* subclass test along the chain */
+PV *pv_builtin(L *L, int bi, const char *name, PV *self);  /* torch's row bi as a PV_BUILTIN */
 int pv_is_module(const PV *v);               /* an nn.Module instance */
-Env *env_new(L *L, Env *parent);
-PV *env_get(Env *e, const char *name);       /* this scope only */
-PV *env_lookup(Env *e, const char *name);    /* through parents */
-void env_set(L *L, Env *e, const char *name, PV *v);
 
-/* ---- eval.c ---- */
-PV *eval_expr(L *L, Node *n);
-/* Execute statements in env; returns EX_NORMAL, EX_RETURN (L->retval set), EX_BREAK, EX_CONTINUE. */
-enum { EX_NORMAL, EX_RETURN, EX_BREAK, EX_CONTINUE };
-int exec_block(L *L, Env *env, NodeVec *body);
-/* Call any callable with positional and keyword arguments. */
-PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwnames, PV **kwvals, int nkw);
-PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if missing */
-PV *getattr_opt(L *L, Span at, PV *obj, const char *name);     /* NULL if missing */
-void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val);
-int truthy(L *L, Span at, PV *v);
-int pv_less(L *L, Span at, PV *a, PV *b);   /* Python a < b on compile-time values */
-/* Iterate a compile-time iterable: returns a fresh array of items in *out. */
-int iter_items(L *L, Span at, PV *v, PV ***out);
-/* An effect (backward, step, a state or in-place update, a list mutation) inside a
- * branch of an `if` on a run-time tensor, which runs both branches: a located error. */
-void staged_effect_check(L *L, Span at, const char *what);
-
-/* ---- builtins.c ---- */
-/* Argument binding for native functions: positional or keyword by name.
- * spec: "x,dim=,keepdim=" (names; '=' marks optional). Fills out[] (NULL = absent). */
-struct Args {
-  Span at;
-  PV **args; int nargs;
-  const char **kwnames; PV **kwvals; int nkw;
-  const char *fname;     /* for messages */
-};
-void bind_args(L *L, Args *A, const char *spec, PV **out);
-int64_t arg_int(L *L, Span at, PV *v, const char *what);
-double arg_num(L *L, Span at, PV *v, const char *what);
-int arg_bool(L *L, Span at, PV *v, const char *what);
-/* int or tuple/list of ints into out (n written); `count` = expected count (pairs for pools). */
-int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what);
 /* registry.c: the table, namespaces and the calls through it */
-void builtins_install(L *L, Env *builtins);
+void torch_tables_check(void);                    /* no name twice in one namespace */
 /* Attribute of a namespace (torch.xxx, nn.xxx, F.xxx, math.xxx); NULL if none. */
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name);
-PV *call_builtin(L *L, PV *fn, Args *A);          /* bi_rows[fn->bi].call */
 BuiltinFn optim_new, sched_new;                  /* training.c: the constructors of OPTIM and SCHED rows */
 PV *class_construct(L *L, PV *cls, Args *A);      /* a builtin class called: its constructor */
 PV *layer_call(L *L, PV *obj, Args *A);           /* a builtin layer object called: its forward */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
 void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val); /* p.requires_grad = False */
-/* Grad mode (torchlib.c): sets L->grad_mode and the staged function's, which
+/* Grad mode (torchlib.c): sets L->T->grad_mode and the staged function's, which
  * ir_emit stamps on new instructions (Inst.nograd). A call of torch.no_grad(),
  * enable_grad(), inference_mode() or set_grad_enabled() returns a BI_T_GRAD_MODE
  * value: i = the mode it enters, n = the mode to restore on exit or -1. */

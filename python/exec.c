@@ -1,0 +1,444 @@
+/* exec.c - the compile-time evaluator's statements: assignment, loops, with,
+ * imports, classes, functions, and the `if` on a run-time host value (both
+ * branches run, their values merged with the host's select). */
+#include <string.h>
+#include "py_int.h"
+
+static int is_host(const PV *v) { return pv_is_host(v); }
+
+/* ---- statements ------------------------------------------------------- */
+
+void py_assign_target(L *L, Node *t, PV *v) {
+  switch (t->kind) {
+  case N_NAME:
+    L->host->name_value(L, v, t->name);
+    v->owned = 0;
+    env_set(L, L->env, t->name, v);
+    return;
+  case N_ATTR: setattr_value(L, t->span, eval_expr(L, t->a), t->name, v); return;
+  case N_SUBSCRIPT: {
+    PV *obj = eval_expr(L, t->a), *idx = eval_expr(L, t->b);
+    if (obj->k == PV_LIST) {
+      int64_t i = arg_int(L, t->b->span, idx, "list index");
+      if (i < 0) i += obj->n;
+      if (i < 0 || i >= obj->n) lower_error(L, t->span, "list assignment index out of range");
+      obj->items[i] = v;
+      return;
+    }
+    if (obj->k == PV_DICT) {
+      pv_dict_set(L, t->b->span, obj, idx, v);
+      return;
+    }
+    if (L->host->setitem(L, t->span, obj, idx, v)) return;
+    lower_error(L, t->span, "'%s' object does not support item assignment", pv_kind_name(obj));
+  }
+  case N_TUPLE:
+  case N_LIST: {
+    PV **items;
+    int cnt;
+    if (v->k == PV_HOST) lower_error(L, t->span, "unpacking a %s is not supported; use split or indexing", pv_kind_name(v));
+    cnt = iter_items(L, t->span, v, &items);
+    eval_charge(L, t->span, cnt);
+    int star = -1, nt = t->list.len;
+    for (int i = 0; i < nt; i++)
+      if (t->list.data[i]->kind == N_STARRED) star = i;
+    if (star < 0 && cnt != nt)
+      lower_error(L, t->span, "cannot unpack %d values into %d targets", cnt, nt);
+    if (star >= 0 && cnt < nt - 1)
+      lower_error(L, t->span, "not enough values to unpack (expected at least %d, got %d)", nt - 1, cnt);
+    int k = 0;
+    for (int i = 0; i < nt; i++) {
+      if (i == star) {
+        int take = cnt - (nt - 1);
+        py_assign_target(L, t->list.data[i]->a, pv_list(L, items + k, take));
+        k += take;
+      } else
+        py_assign_target(L, t->list.data[i], items[k++]);
+    }
+    return;
+  }
+  default: lower_error(L, t->span, "cannot assign to this expression");
+  }
+}
+
+static void exec_import(L *L, Node *s) {
+  for (int i = 0; i < s->list.len; i++) {
+    Node *al = s->list.data[i];
+    const char *full = al->name;
+    if (s->kind == N_IMPORTFROM) {
+      if (strcmp(al->name, "*") == 0)
+        lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+      full = arena_printf(L->a, "%s.%s", s->name ? s->name : "", al->name);
+      PV *ns = pv_ns(L, s->name ? s->name : "");
+      PV *v = getattr_opt(L, al->span, ns, al->name);
+      env_set(L, L->env, al->name2 ? al->name2 : al->name, v ? v : pv_ns(L, full));
+      continue;
+    }
+    if (al->name2) {
+      env_set(L, L->env, al->name2, pv_ns(L, full));
+    } else {
+      /* import torch.nn binds "torch" */
+      const char *dot = strchr(full, '.');
+      env_set(L, L->env, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full,
+              pv_ns(L, dot ? arena_strndup(L->a, full, (size_t)(dot - full)) : full));
+    }
+  }
+}
+
+static void exec_classdef(L *L, Node *s) {
+  PV *cls = pv_new(L, PV_CLASS);
+  cls->s = s->name;
+  cls->node = s;
+  cls->env = env_new(L, L->env);
+  if (s->list.len > 1) {
+    /* multiple inheritance: accept only when the extra bases are plain object */
+    lower_error(L, s->list.data[1]->span, "multiple inheritance is not supported by ctc");
+  }
+  if (s->list.len == 1) {
+    PV *base = eval_expr(L, s->list.data[0]);
+    if (base->k != PV_CLASS) lower_error(L, s->list.data[0]->span, "base class must be a class, not '%s'", pv_kind_name(base));
+    if (base->bi && base->bi != BI_OBJECT && !L->host->can_subclass(base))
+      lower_error(L, s->list.data[0]->span, "subclassing the builtin layer '%s' is not supported", base->s);
+    cls->cls = base->bi == BI_OBJECT ? NULL : base;
+  }
+  Env *saved = L->env;
+  L->env = cls->env;
+  for (int i = 0; i < s->body.len; i++) {
+    Node *st = s->body.data[i];
+    if (st->kind == N_FUNCDEF) {
+      PV *f = py_make_function(L, st);
+      f->env = saved;  /* methods see the enclosing scope, not the class body */
+      f->cls = cls;
+      for (int k = st->decorators.len - 1; k >= 0; k--) {
+        PV *dec = eval_expr(L, st->decorators.data[k]);
+        (void)dec;  /* @staticmethod, @property ... are not supported beyond plain methods */
+        lower_error(L, st->decorators.data[k]->span, "decorators on methods are not supported by ctc");
+      }
+      env_set(L, cls->env, st->name, f);
+      continue;
+    }
+    exec_block(L, cls->env, &(NodeVec){&s->body.data[i], 1, 1});
+  }
+  L->env = saved;
+  for (int k = s->decorators.len - 1; k >= 0; k--) {
+    PV *dec = eval_expr(L, s->decorators.data[k]);
+    if (dec->k == PV_BUILTIN && dec->bi == BI_DATACLASS) env_set(L, cls->env, "__dataclass__", pv_bool(L, 1));
+    else if (dec->k == PV_BUILTIN && L->host->decorate(L, dec, pv_new(L, PV_FUNC))) continue;
+    else lower_error(L, s->decorators.data[k]->span, "this class decorator is not supported by ctc (only @dataclass)");
+  }
+  env_set(L, L->env, s->name, cls);
+}
+
+static int exec_stmt(L *L, Node *s) {
+  eval_charge(L, s->span, 1);
+  switch (s->kind) {
+  case N_EXPR_STMT: {
+    PV *v = eval_expr(L, s->a);
+    (void)v;
+    return EX_NORMAL;
+  }
+  case N_ASSIGN: {
+    PV *v = eval_expr(L, s->a);
+    for (int i = 0; i < s->list.len; i++) py_assign_target(L, s->list.data[i], v);
+    return EX_NORMAL;
+  }
+  case N_AUGASSIGN: {
+    /* name += str: the name's own string (made by an earlier `name += ...`, not read
+     * since) grows in place, so a loop of += stays linear as in CPython */
+    PV *cur = s->a->kind == N_NAME ? py_lookup_name(L, s->a) : eval_expr(L, s->a);
+    int owned = cur->owned;
+    cur->owned = 0;
+    PV *rhs = eval_expr(L, s->b);
+    PV *v;
+    if (s->a->kind == N_NAME && cur->k == PV_STR && rhs->k == PV_STR && s->op == OP_ADD) {
+      size_t lb = strlen(rhs->s);
+      if (owned && (size_t)cur->n + lb + 1 <= (size_t)cur->cap && (size_t)cur->n + lb <= ((size_t)1 << 28)) {
+        eval_charge(L, s->span, (int64_t)(lb >> 6));
+        memcpy((char *)cur->s + cur->n, rhs->s, lb + 1);
+        cur->n += (int)lb;
+        v = cur;
+      } else
+        v = py_concat_str(L, s->span, cur->s, rhs->s, 1);
+      py_assign_target(L, s->a, v);
+      v->owned = 1;
+      return EX_NORMAL;
+    }
+    if (cur->k == PV_LIST && s->op == OP_ADD) {
+      PV **it;
+      int cnt = iter_items(L, s->b->span, rhs, &it);
+      eval_charge(L, s->span, cnt);
+      for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
+      v = cur;
+    } else if (!is_host(cur) || !(v = L->host->inplace(L, s->span, s->op, cur, rhs)))
+      v = py_binop(L, s->span, s->op, cur, rhs);
+    py_assign_target(L, s->a, v);
+    return EX_NORMAL;
+  }
+  case N_ANNASSIGN:
+    if (s->b) py_assign_target(L, s->a, eval_expr(L, s->b));
+    return EX_NORMAL;
+  case N_RETURN:
+    L->retval = s->a ? eval_expr(L, s->a) : pv_none(L);
+    return EX_RETURN;
+  case N_IF: {
+    int t = truthy(L, s->a->span, eval_expr(L, s->a));
+    return exec_block(L, L->env, t ? &s->body : &s->orelse);
+  }
+  case N_FOR: {
+    PV *it = eval_expr(L, s->b);
+    PV **items;
+    int cnt = iter_items(L, s->b->span, it, &items);
+    for (int i = 0; i < cnt; i++) {
+      py_assign_target(L, s->a, items[i]);
+      int r = exec_block(L, L->env, &s->body);
+      if (r == EX_RETURN) return r;
+      if (r == EX_BREAK) return EX_NORMAL;
+    }
+    return exec_block(L, L->env, &s->orelse);
+  }
+  case N_WHILE: {
+    while (truthy(L, s->a->span, eval_expr(L, s->a))) {
+      int r = exec_block(L, L->env, &s->body);
+      if (r == EX_RETURN) return r;
+      if (r == EX_BREAK) return EX_NORMAL;
+      eval_charge(L, s->span, 1);
+    }
+    return exec_block(L, L->env, &s->orelse);
+  }
+  case N_WITH: {
+    int tokens[16], nt = 0;
+    if (s->list.len > 16) lower_error(L, s->span, "more than 16 context managers in one `with`");
+    for (int i = 0; i < s->list.len; i++) {
+      Node *it = s->list.data[i];
+      tokens[nt++] = L->host->with_enter(L, it->span, it, eval_expr(L, it->a));
+    }
+    int r = exec_block(L, L->env, &s->body);
+    while (nt) L->host->with_exit(L, tokens[--nt]);
+    return r;
+  }
+  case N_PASS: return EX_NORMAL;
+  case N_BREAK: return EX_BREAK;
+  case N_CONTINUE: return EX_CONTINUE;
+  case N_ASSERT: {
+    PV *c = eval_expr(L, s->a);
+    if (L->host->runtime(L, c)) return EX_NORMAL; /* a run-time check: not compiled */
+    if (!truthy(L, s->a->span, c)) {
+      const char *msg = s->b ? pv_to_str(L, s->b->span, eval_expr(L, s->b)) : NULL;
+      lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
+    }
+    return EX_NORMAL;
+  }
+  case N_DEL:
+    for (int i = 0; i < s->list.len; i++) {
+      Node *t = s->list.data[i];
+      if (t->kind != N_NAME) lower_error(L, t->span, "only 'del name' is supported");
+      env_set(L, L->env, t->name, pv_none(L));
+    }
+    return EX_NORMAL;
+  case N_RAISE:
+    lower_error(L, s->span, "exception raised at compile time%s%s", s->a ? ": " : "",
+                s->a && s->a->kind == N_CALL && s->a->list.len && s->a->list.data[0]->kind == N_STR
+                    ? s->a->list.data[0]->sval : "");
+  case N_GLOBAL:
+    lower_error(L, s->span, "'global' and 'nonlocal' are not supported by ctc");
+  case N_TRY:
+    /* Compile-time code runs the try body only: a failure there is a
+     * compile error, so handlers would never run. */
+    {
+      int r = exec_block(L, L->env, &s->body);
+      if (r != EX_NORMAL) return r;
+      r = exec_block(L, L->env, &s->orelse);
+      if (r != EX_NORMAL) return r;
+      return exec_block(L, L->env, &s->body2);
+    }
+  case N_IMPORT:
+  case N_IMPORTFROM: exec_import(L, s); return EX_NORMAL;
+  case N_FUNCDEF: {
+    PV *f = py_make_function(L, s);
+    for (int k = s->decorators.len - 1; k >= 0; k--) {
+      PV *dec = eval_expr(L, s->decorators.data[k]);
+      if (L->host->decorate(L, dec, f)) continue; /* @torch.no_grad() ... */
+      lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
+    }
+    env_set(L, L->env, s->name, f);
+    return EX_NORMAL;
+  }
+  case N_CLASSDEF: exec_classdef(L, s); return EX_NORMAL;
+  default: break;
+  }
+  lower_error(L, s->span, "this statement (%s) is not supported by ctc", fe_node_kind_name(s->kind));
+}
+
+/* ---- `if` on a run-time tensor ---------------------------------------------
+ * A condition that is a one-element tensor computed by the staged function (a
+ * learning rate from the iteration counter: `if it < warmup_iters: return ...`)
+ * cannot choose a branch at compile time. ctc runs both branches, each on its
+ * own copy of the local names, and merges them with torch.where: names bound to
+ * different values become where(cond, then, else), and when a branch returns,
+ * the statements after the `if` run on the other path and the two return values
+ * are selected. This is exact only for code without side effects, so the
+ * branches (and those statements) may only bind local names, return, and nest
+ * such `if`s; anything else is refused. */
+
+static Node *impure_stmt(NodeVec *b, int from) {
+  for (int i = from; i < b->len; i++) {
+    Node *s = b->data[i];
+    switch (s->kind) {
+    case N_ASSIGN:
+      for (int k = 0; k < s->list.len; k++) {
+        Node *t = s->list.data[k];
+        if (t->kind == N_TUPLE) {
+          for (int j = 0; j < t->list.len; j++)
+            if (t->list.data[j]->kind != N_NAME) return t->list.data[j];
+        } else if (t->kind != N_NAME)
+          return t;
+      }
+      break;
+    case N_AUGASSIGN:
+    case N_ANNASSIGN:
+      if (s->a->kind != N_NAME) return s;
+      break;
+    case N_RETURN: case N_PASS: case N_ASSERT: break;
+    case N_EXPR_STMT:
+      if (s->a->kind != N_STR) return s;
+      break;
+    case N_IF: {
+      Node *n = impure_stmt(&s->body, 0);
+      if (!n) n = impure_stmt(&s->orelse, 0);
+      if (n) return n;
+      break;
+    }
+    default: return s;
+    }
+  }
+  return NULL;
+}
+
+void staged_effect_check(L *L, Span at, const char *what) {
+  if (L->staged_depth)
+    lower_error(L, at, "%s under an `if` on a run-time tensor cannot be compiled: ctc runs both branches and selects "
+                       "values with torch.where, so effects would happen on both paths", what);
+}
+
+CTC_NORETURN static void impure_error(L *L, Node *s) {
+  lower_error(L, s->span, "this statement depends on an `if` whose condition is a run-time tensor: ctc computes both "
+                          "branches and selects with torch.where, so they (and what follows a branch that returns) "
+                          "may only assign local names and return");
+}
+
+static Env *env_copy(L *L, Env *e) {
+  Env *c = env_new(L, e->parent);
+  for (int i = 0; i < e->names.len; i++) env_set(L, c, e->names.data[i], e->vals.data[i]);
+  return c;
+}
+
+/* The value a name (or the function's result) has after the `if`. */
+PV *py_select_value(L *L, Span at, const char *what, PV *c, PV *a, PV *b) {
+  if (a == b) return a;
+  int ta = a->k == PV_HOST || pv_is_num(a), tb = b->k == PV_HOST || pv_is_num(b);
+  if (ta && tb) {
+    if (a->k == b->k && a->k != PV_HOST && pv_num(a) == pv_num(b)) return a;
+    return L->host->select(L, at, c, a, b);
+  }
+  if (pv_is_seq(a) && a->k == b->k && a->n == b->n) {
+    PV *r = a->k == PV_LIST ? pv_list(L, NULL, 0) : pv_tuple(L, NULL, 0);
+    for (int i = 0; i < a->n; i++) pv_list_append(L, r, py_select_value(L, at, what, c, a->items[i], b->items[i]));
+    return r;
+  }
+  if (!ta && !tb && pv_equal(L, at, a, b)) return a;
+  lower_error(L, at, "the branches of this `if` on a run-time tensor give %s different values (%s and %s); only "
+                     "tensors and numbers can be selected with torch.where", what, pv_kind_name(a), pv_kind_name(b));
+}
+
+/* What follows the block being executed, up to the end of the function: the
+ * rest of the enclosing block and, above it, its own continuation. */
+struct Cont {
+  NodeVec *body;
+  int rest;
+  struct Cont *up;
+};
+
+/* Run what follows an `if` on one path: the rest of its block, then the
+ * enclosing blocks' rests, until something returns. */
+static int run_tail(L *L, Env *e, NodeVec *body, int rest, struct Cont *up) {
+  Node *bad = impure_stmt(body, rest);
+  if (bad) impure_error(L, bad);
+  struct Cont *saved = L->cont;
+  L->cont = up;
+  NodeVec tail = {body->data + rest, body->len - rest, body->len - rest};
+  int r = exec_block(L, e, &tail);
+  L->cont = saved;
+  if (r == EX_NORMAL && up) return run_tail(L, e, up->body, up->rest, up->up);
+  return r;
+}
+
+static int staged_if(L *L, Node *s, PV *c, NodeVec *body, int rest, int *consumed) {
+  L->host->check_cond(L, s->a->span, c);
+  Node *bad = impure_stmt(&s->body, 0);
+  if (!bad) bad = impure_stmt(&s->orelse, 0);
+  if (bad) impure_error(L, bad);
+  Env *e0 = L->env, *e1 = env_copy(L, e0), *e2 = env_copy(L, e0);
+  struct Cont *up = L->cont, here = {body, rest, up};
+  L->cont = &here; /* an `if` nested in a branch continues with what follows this one */
+  L->staged_depth++;
+  int r1 = exec_block(L, e1, &s->body);
+  PV *v1 = L->retval;
+  int r2 = exec_block(L, e2, &s->orelse);
+  PV *v2 = L->retval;
+  L->cont = up;
+  if (r1 == EX_NORMAL && r2 == EX_NORMAL) {
+    for (int i = 0; i < e1->names.len; i++) {
+      const char *n = e1->names.data[i];
+      PV *b = env_get(e2, n);
+      if (b) env_set(L, e0, n, py_select_value(L, s->span, arena_printf(L->a, "'%s'", n), c, e1->vals.data[i], b));
+    }
+    L->staged_depth--;
+    return EX_NORMAL;
+  }
+  if ((r1 != EX_NORMAL && r1 != EX_RETURN) || (r2 != EX_NORMAL && r2 != EX_RETURN))
+    lower_error(L, s->span, "break/continue under an `if` on a run-time tensor cannot be compiled");
+  if (r1 == EX_NORMAL || r2 == EX_NORMAL) {
+    /* one branch returned: what follows the `if` is the other path */
+    int r = run_tail(L, r1 == EX_NORMAL ? e1 : e2, body, rest, up);
+    if (r != EX_RETURN)
+      lower_error(L, s->span, "one path through this `if` on a run-time tensor returns a value and the other reaches "
+                              "the end of the function");
+    if (r1 == EX_NORMAL) v1 = L->retval;
+    else v2 = L->retval;
+    *consumed = 1;
+  }
+  L->staged_depth--;
+  L->retval = py_select_value(L, s->span, "return", c, v1, v2);
+  return EX_RETURN;
+}
+
+int exec_block(L *L, Env *env, NodeVec *body) {
+  Env *saved = L->env;
+  L->env = env;
+  int r = EX_NORMAL;
+  for (int i = 0; i < body->len && r == EX_NORMAL; i++) {
+    Node *s = body->data[i];
+    if (s->kind != N_IF) {
+      struct Cont *cont = L->cont; /* loops, with, try: their bodies are not followed by this block's rest */
+      L->cont = NULL;
+      r = exec_stmt(L, s);
+      L->cont = cont;
+      continue;
+    }
+    eval_charge(L, s->span, 1);
+    PV *c = eval_expr(L, s->a);
+    if (L->host->runtime(L, c)) {
+      int consumed = 0;
+      r = staged_if(L, s, c, body, i + 1, &consumed);
+      if (consumed) break;
+    } else {
+      /* a compile-time `if`: a staged `if` inside continues with what follows it */
+      struct Cont *up = L->cont, here = {body, i + 1, up};
+      L->cont = &here;
+      r = exec_block(L, L->env, truthy(L, s->a->span, c) ? &s->body : &s->orelse);
+      L->cont = up;
+    }
+  }
+  L->env = saved;
+  return r;
+}

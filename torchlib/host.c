@@ -1,0 +1,264 @@
+/* host.c - torchlib's side of the host-object protocol (HostOps in
+ * python/py.h): what the Python interpreter (python/) does with tensors,
+ * dtypes, nn.Module objects, optimizers, torch namespaces, grad-mode context
+ * managers and decorators, which it does not know itself. */
+#include <string.h>
+#include "torch_int.h"
+
+static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
+
+static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
+  switch (obj->k) {
+  case PV_NS: return ns_getattr(L, at, obj, name);
+  case PV_TENSOR: return tensor_getattr(L, at, obj, name);
+  case PV_OBJ:
+    if (obj->mod) {
+      if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
+      return bi_lookup(L, NS_MODULE, name, obj);
+    }
+    /* an instance of a builtin class that is no module (an optimizer, a scheduler):
+     * its methods are the rows of its class's method namespace */
+    if (obj->cls && obj->cls->bi) return bi_lookup(L, bi_rows[obj->cls->bi].methods, name, obj);
+    return NULL;
+  case PV_TUPLE:
+    if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
+      return obj->items[!strcmp(name, "tangent")];
+    return NULL;
+  default: return NULL;
+  }
+}
+
+static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_TENSOR) {
+    tensor_setattr(L, at, obj, name, val);
+    return 1;
+  }
+  if (obj->k == PV_OBJ && obj->mod) {
+    if (L->T->fn)
+      lower_error(L, at, "assigning 'self.%s' inside compiled code is a Python side effect that "
+                         "ctc cannot compile; keep state changes in __init__", name);
+    module_setattr(L, at, obj, name, val);
+    return 1;
+  }
+  return 0;
+}
+
+/* The result of calling a sub-module is named after it: self.conv1(x) -> "conv1". */
+static PV *h_call_result(L *L, PV *module, PV *r) {
+  if (!L->T->fn || !module->mod || !module->mod->path || r->k != PV_TENSOR || r->t->v < 0 || r->t->slot) return r;
+  Value *v = ir_val(L->T->fn, r->t->v);
+  if (v->kind != V_INST) return r;
+  char *nm = arena_strdup(L->a, module->mod->path);
+  for (char *c = nm; *c; c++)
+    if (*c == '.') *c = '_';
+  v->name = nm;
+  return r;
+}
+
+/* Calling a module: a builtin layer's forward, or the user's forward method. */
+static PV *h_call(L *L, Span at, PV *obj, Args *A) {
+  if (obj->cls->bi) return h_call_result(L, obj, layer_call(L, obj, A));
+  PV *fwd = getattr_opt(L, at, obj, "forward");
+  if (!fwd) lower_error(L, at, "module '%s' has no forward method", obj->cls->s);
+  if (L->nstack < 64) { /* the frame's name in notes */
+    L->stack_span[L->nstack] = at;
+    L->stack_name[L->nstack] = arena_printf(L->a, "%s.forward", obj->cls->s);
+  }
+  return h_call_result(L, obj, call_value(L, at, fwd, A->args, A->nargs, A->kwnames, A->kwvals, A->nkw));
+}
+
+static PV *h_binary(L *L, Span at, int op, PV *a, PV *b) {
+  if (op == OP_MATMUL) return t_matmul(L, at, a, b);
+  return t_binary(L, at, op, a, b);
+}
+
+static PV *h_unary(L *L, Span at, int op, PV *a) {
+  if (!is_tensor(a)) lower_error(L, at, "bad operand type for unary %s: '%s'", fe_op_spelling(op), pv_kind_name(a));
+  if (op == OP_NEG) return t_unary(L, at, IR_NEG, a);
+  if (op == OP_POS) return a;
+  lower_error(L, at, "operator '~' is not supported on tensors");
+}
+
+static void one_element(L *L, Span at, PV *c) {
+  Type ct = t_type(c);
+  int64_t numel = 1;
+  for (int d = 0; d < ct.ndim; d++) numel *= ct.dims[d];
+  if (numel != 1) lower_error(L, at, "Boolean value of Tensor with more than one value is ambiguous");
+}
+
+static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) { return t_compare(L, at, op, a, b); }
+
+static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
+  if (pv_is_module(obj) && obj->cls->bi) {
+    PV **items;
+    int n = iter_items(L, at, obj, &items);
+    if (obj->cls->bi == BI_C_MODULEDICT) {
+      for (int i = 0; i < obj->mod->regs.len; i++)
+        if (idx->k == PV_STR && strcmp(obj->mod->regs.data[i].name, idx->s) == 0) return obj->mod->regs.data[i].val;
+      lower_error(L, at, "ModuleDict has no key %s", pv_repr(L, at, idx));
+    }
+    int64_t i = arg_int(L, at, idx, "index");
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) lower_error(L, at, "index %lld out of range for a %s of %d modules", (long long)i, obj->cls->s, n);
+    return items[i];
+  }
+  return NULL;
+}
+
+static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
+  if (obj->k == PV_TENSOR)
+    lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
+                       "value semantics only (use torch.where or torch.cat)");
+  return 0;
+}
+
+static int h_iterate(L *L, Span at, PV *v, PV ***out) {
+  if (v->k == PV_TENSOR)
+    lower_error(L, at, "iterating over a tensor is not supported in compiled code; index it or "
+                       "use unbind-free tensor operations");
+  if (v->k != PV_OBJ || !v->mod) return -1;
+  eval_charge(L, at, v->mod->regs.len);
+  int seq = v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST);
+  int dict = v->cls && v->cls->bi == BI_C_MODULEDICT;
+  if (!seq && !dict) return -1;
+  PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
+  int n = 0;
+  for (int i = 0; i < v->mod->regs.len; i++)
+    if (v->mod->regs.data[i].kind == REG_CHILD)
+      r[n++] = seq ? v->mod->regs.data[i].val : pv_str(L, v->mod->regs.data[i].name);
+  *out = r;
+  return n;
+}
+
+static int h_truth(L *L, Span at, PV *v) {
+  if (v->k == PV_TENSOR)
+    lower_error(L, at,
+                "the truth value of a tensor depends on run-time data; a tensor-valued condition "
+                "cannot be compiled (conditions must be known at compile time)");
+  return 1;
+}
+
+static int h_runtime(L *L, PV *v) { return v->k == PV_TENSOR && L->T->fn && !v->t->data; }
+
+static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) { return t_where(L, at, c, a, b); }
+
+static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
+  if (cur->k != PV_TENSOR || !L->T->fn) return NULL;
+  /* `x += y` on a tensor updates it in place: other names bound to it see the change */
+  staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");
+  return t_inplace(L, at, cur, h_binary(L, at, op, cur, rhs));
+}
+
+static void h_name_value(L *L, PV *v, const char *name) {
+  if (v->k != PV_TENSOR || !L->T->fn || v->t->v < 0) return;
+  Value *val = ir_val(L->T->fn, v->t->v);
+  if (val->kind == V_INST) val->name = arena_strdup(L->a, name);
+}
+
+static PV *h_construct(L *L, PV *cls, Args *A) { return class_construct(L, cls, A); }
+
+static PV *h_instance(L *L, PV *cls) {
+  for (PV *c = cls; c; c = c->cls)
+    if (c->bi == BI_C_MODULE) return module_new(L, cls);
+  return NULL;
+}
+
+static int h_can_subclass(const PV *base) { return base->bi == BI_C_MODULE; }
+
+static int h_isinstance(const PV *obj, const PV *cls) {
+  if (cls->bi == BI_C_MODULE) return obj->k == PV_OBJ && obj->mod;
+  return -1;
+}
+
+/* `with torch.no_grad():` (enable_grad, set_grad_enabled, inference_mode) and
+ * `with forward_ad.dual_level():`; the token restores the grad mode and closes
+ * the dual level (bit 16). */
+static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
+  int token = L->T->grad_mode;
+  if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
+    /* forward_ad.dual_level(): duals made inside belong to this level */
+    if (it->b) lower_error(L, it->b->span, "'with dual_level() as ...' binds nothing useful");
+    if (L->T->dual_depth) /* PyTorch: "Nested forward mode AD is not supported at the moment" */
+      lower_error(L, it->span, "nested forward_ad.dual_level() is not supported (as in PyTorch); use "
+                               "torch.func.jvp for higher-order forward mode");
+    L->T->dual_primal.len = L->T->dual_tangent.len = 0;
+    L->T->dual_depth++;
+    return token | 1 << 16;
+  }
+  if (cm->k == PV_BUILTIN && (cm->bi == BI_T_NO_GRAD || cm->bi == BI_T_ENABLE_GRAD ||
+                               cm->bi == BI_T_SET_GRAD_ENABLED || cm->bi == BI_T_INFERENCE_MODE))
+    lower_error(L, it->span, "'%s' needs to be called: 'with torch.%s():'", cm->s, cm->s);
+  if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_GRAD_MODE))
+    lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode) and "
+                             "'with forward_ad.dual_level():' are supported as context managers");
+  if (it->b) lower_error(L, it->b->span, "'with torch.%s() as ...' binds nothing useful", cm->s);
+  if (cm->n >= 0) token = (int)cm->n; /* set_grad_enabled switched when called: restore what it replaced */
+  grad_mode_set(L, (int)cm->i);
+  return token;
+}
+
+static void h_with_exit(L *L, int token) {
+  if (token & 1 << 16) L->T->dual_depth--;
+  grad_mode_set(L, token & 0xffff);
+}
+
+/* @torch.no_grad(), @torch.enable_grad(), @torch.inference_mode() (bare forms too) */
+static int h_decorate(L *L, PV *dec, PV *f) {
+  if (dec->k == PV_BUILTIN && (dec->bi == BI_T_NO_GRAD || dec->bi == BI_T_ENABLE_GRAD ||
+                               dec->bi == BI_T_INFERENCE_MODE)) {
+    f->deco = 1 + (dec->bi == BI_T_NO_GRAD ? NG_REVERSE : dec->bi == BI_T_ENABLE_GRAD ? NG_NONE : NG_ALL);
+    return 1;
+  }
+  if (dec->k == PV_BUILTIN && dec->bi == BI_T_GRAD_MODE && dec->n < 0) {
+    f->deco = 1 + (int)dec->i;
+    return 1;
+  }
+  return 0;
+}
+
+static int h_deco_enter(L *L, PV *fn) {
+  int restore = L->T->grad_mode;
+  grad_mode_set(L, fn->deco - 1);
+  return restore;
+}
+
+static void h_deco_exit(L *L, int token) { grad_mode_set(L, token); }
+
+/* math.cos(t) on a one-element run-time tensor (a learning rate computed from the
+ * iteration counter): PyTorch converts it to a float; ctc stages the op on a 0-d
+ * tensor. abs(t), len(t), sum() of tensors, int(t)/float(t) too. */
+static PV *h_math(L *L, Span at, const char *f, PV *x) {
+  if (x->k != PV_TENSOR) return NULL;
+  if (!strcmp(f, "abs")) return t_unary(L, at, IR_ABS, x);
+  if (!strcmp(f, "len")) return pv_int(L, x->t->type.ndim ? x->t->type.dims[0] : 0);
+  if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool"))
+    lower_error(L, at, "%s() of a tensor reads its value on the host; that cannot be compiled", f);
+  static const struct { const char *f; Op op; } ops[] = {{"sqrt", IR_SQRT}, {"exp", IR_EXP}, {"log", IR_LOG},
+                                                         {"tanh", IR_TANH}, {"cos", IR_COS}, {"sin", IR_SIN}};
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    if (!strcmp(ops[k].f, f) && !x->t->data) {
+      Type tt = t_type(x);
+      int64_t numel = 1;
+      for (int d = 0; d < tt.ndim; d++) numel *= tt.dims[d];
+      if (numel != 1) lower_error(L, at, "only one element tensors can be converted to Python scalars");
+      return t_unary(L, at, ops[k].op, tt.ndim ? t_reshape(L, at, x, NULL, 0) : x);
+    }
+  return NULL;
+}
+
+static const char *h_repr(L *L, Span at, const PV *v) {
+  if (v->k == PV_TENSOR) return arena_printf(L->a, "Tensor(%s)", shape_str(L, &v->t->type));
+  return arena_printf(L->a, "torch.%s", ir_dtype_name(v->dt));
+}
+
+
+const HostOps torch_host = {
+    .getattr = h_getattr, .setattr = h_setattr, .call = h_call,
+    .binary = h_binary, .unary = h_unary, .compare = h_compare, .index = h_index, .setitem = h_setitem,
+    .iterate = h_iterate, .truth = h_truth, .runtime = h_runtime, .check_cond = one_element,
+    .select = h_select, .inplace = h_inplace, .name_value = h_name_value, .construct = h_construct,
+    .instance = h_instance, .can_subclass = h_can_subclass, .isinstance = h_isinstance,
+    .with_enter = h_with_enter, .with_exit = h_with_exit, .decorate = h_decorate,
+    .deco_enter = h_deco_enter, .deco_exit = h_deco_exit, .math = h_math, .repr = h_repr,
+};

@@ -1,0 +1,226 @@
+/* module.c - the methods of nn.Module objects (parameters(), named_modules(),
+ * state_dict(), train()/eval(), register_buffer() ...): the NS_MODULE rows of
+ * torch.def. */
+#include <string.h>
+#include "torch_int.h"
+
+/* ---- module introspection ----------------------------------------------- */
+
+/* Module walks visit each module once (PyTorch's memo in named_modules), and
+ * parameters once by identity; `seen` is a dict used as a set (O(1) lookups). */
+static int first_visit(L *L, Span at, PV *seen, PV *v) {
+  eval_charge(L, at, 1);
+  if (pv_dict_get(seen, v)) return 0;
+  pv_dict_set(L, at, seen, v, v);
+  return 1;
+}
+
+/* a module tree built top-down in a loop can be arbitrarily deep */
+static void depth_check(L *L, Span at, int depth) {
+  if (depth > 1000)
+    lower_error(L, at, "nn.Module nesting is deeper than 1000 levels (PyTorch's recursive walks fail too)");
+}
+
+static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
+  for (int i = 0; i < obj->mod->regs.len; i++) {
+    Reg *r = &obj->mod->regs.data[i];
+    if (r->kind == REG_PARAM && r->val->k == PV_TENSOR) {
+      if (first_visit(L, at, seen, r->val)) pv_list_append(L, out, r->val);
+    } else if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, at, seen, r->val))
+      collect_params(L, at, r->val, out, seen, depth + 1);
+  }
+}
+
+static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
+  depth_check(L, at, depth);
+  pv_list_append(L, out, obj);
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
+        first_visit(L, at, seen, obj->mod->regs.data[i].val))
+      collect_modules(L, at, obj->mod->regs.data[i].val, out, seen, depth + 1);
+}
+
+static void set_training(L *L, Span at, PV *obj, int t, PV *seen, int depth) {
+  depth_check(L, at, depth);
+  obj->mod->training = t;
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (obj->mod->regs.data[i].kind == REG_CHILD && pv_is_module(obj->mod->regs.data[i].val) &&
+        first_visit(L, at, seen, obj->mod->regs.data[i].val))
+      set_training(L, at, obj->mod->regs.data[i].val, t, seen, depth + 1);
+}
+
+static const char *str_arg(L *L, Span at, PV *v, const char *what) {
+  if (v->k != PV_STR) lower_error(L, at, "%s must be a string, not %s", what, pv_kind_name(v));
+  return v->s;
+}
+
+/* named_modules(): (name, module) pairs, pre-order, names joined with '.';
+ * memo (a dict used as a set, NULL for remove_duplicate=False) skips modules
+ * already visited, as PyTorch does. */
+static void named_modules(L *L, Span at, PV *obj, const char *prefix, PV *out, PV *memo, int depth) {
+  depth_check(L, at, depth);
+  if (memo && !first_visit(L, at, memo, obj)) return;
+  eval_charge(L, at, 1);
+  pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, prefix), obj}, 2));
+  for (int i = 0; i < obj->mod->regs.len; i++) {
+    Reg *r = &obj->mod->regs.data[i];
+    if (r->kind != REG_CHILD || !pv_is_module(r->val)) continue;
+    named_modules(L, at, r->val, prefix[0] ? arena_printf(L->a, "%s.%s", prefix, r->name) : r->name, out, memo,
+                  depth + 1);
+  }
+}
+
+static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out, int depth) {
+  depth_check(L, at, depth);
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < obj->mod->regs.len; i++) {
+      Reg *r = &obj->mod->regs.data[i];
+      if ((int)r->kind != pass) continue;
+      const char *name = arena_printf(L->a, "%s%s", prefix, r->name);
+      eval_charge(L, at, 1);
+      if (r->kind == REG_CHILD) {
+        if (pv_is_module(r->val)) state_dict_into(L, at, r->val, arena_printf(L->a, "%s.", name), out, depth + 1);
+      } else if (r->val->k == PV_TENSOR)
+        pv_dict_set(L, at, out, pv_str(L, name), r->val);
+    }
+}
+
+PV *bi_module_method(L *L, PV *fn, Args *A) {
+  PV *self = fn->self, *a[4];
+  switch (fn->bi) {
+  case BI_MOD_INIT: return pv_none(L);
+  case BI_MOD_PARAMETERS: {
+    PV *out = pv_list(L, NULL, 0);
+    collect_params(L, A->at, self, out, pv_dict(L), 0);
+    return out;
+  }
+  case BI_MOD_NAMED_PARAMETERS:
+  case BI_MOD_NAMED_BUFFERS:
+  case BI_MOD_BUFFERS: {
+    /* PyTorch's _named_members: the modules of named_modules(prefix), each one's own
+     * parameters (buffers) in registration order, each tensor once (memo) */
+    bind_args(L, A, "prefix=,recurse=,remove_duplicate=", a);
+    const char *prefix = a[0] ? str_arg(L, A->at, a[0], "prefix") : "";
+    int recurse = a[1] ? arg_bool(L, A->at, a[1], "recurse") : 1;
+    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
+    PV *mods = pv_list(L, NULL, 0);
+    if (recurse) named_modules(L, A->at, self, prefix, mods, dedup ? pv_dict(L) : NULL, 0);
+    else pv_list_append(L, mods, pv_tuple(L, (PV *[]){pv_str(L, prefix), self}, 2));
+    RegKind want = fn->bi == BI_MOD_NAMED_PARAMETERS ? REG_PARAM : REG_BUFFER;
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
+    for (int m = 0; m < mods->n; m++) {
+      const char *mp = mods->items[m]->items[0]->s;
+      ObjModule *om = mods->items[m]->items[1]->mod;
+      for (int i = 0; i < om->regs.len; i++) {
+        Reg *r = &om->regs.data[i];
+        if (r->kind != want || r->val->k != PV_TENSOR) continue;
+        if (dedup && !first_visit(L, A->at, seen, r->val)) continue;
+        if (fn->bi == BI_MOD_BUFFERS) {
+          pv_list_append(L, out, r->val);
+          continue;
+        }
+        PV *name = pv_str(L, mp[0] ? arena_printf(L->a, "%s.%s", mp, r->name) : r->name);
+        pv_list_append(L, out, pv_tuple(L, (PV *[]){name, r->val}, 2));
+      }
+    }
+    return out;
+  }
+  case BI_MOD_NAMED_MODULES: {
+    bind_args(L, A, "memo=,prefix=,remove_duplicate=", a);
+    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "named_modules(memo=...) is not supported");
+    const char *prefix = a[1] ? str_arg(L, A->at, a[1], "prefix") : "";
+    int dedup = a[2] ? arg_bool(L, A->at, a[2], "remove_duplicate") : 1;
+    PV *out = pv_list(L, NULL, 0);
+    named_modules(L, A->at, self, prefix, out, dedup ? pv_dict(L) : NULL, 0);
+    return out;
+  }
+  case BI_MOD_NAMED_CHILDREN: {
+    bind_args(L, A, "", a);
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L);
+    for (int i = 0; i < self->mod->regs.len; i++) {
+      Reg *r = &self->mod->regs.data[i];
+      if (r->kind == REG_CHILD && pv_is_module(r->val) && first_visit(L, A->at, seen, r->val))
+        pv_list_append(L, out, pv_tuple(L, (PV *[]){pv_str(L, r->name), r->val}, 2));
+    }
+    return out;
+  }
+  case BI_MOD_STATE_DICT: { /* names -> tensors: own parameters, buffers, then children (no memo) */
+    bind_args(L, A, "destination=,prefix=,keep_vars=", a);
+    if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "state_dict(destination=...) is not supported");
+    PV *out = pv_dict(L);
+    state_dict_into(L, A->at, self, a[1] ? str_arg(L, A->at, a[1], "prefix") : "", out, 0);
+    return out;
+  }
+  case BI_MOD_MODULES: {
+    PV *out = pv_list(L, NULL, 0);
+    collect_modules(L, A->at, self, out, pv_dict(L), 0);
+    return out;
+  }
+  case BI_MOD_CHILDREN: {
+    PV *out = pv_list(L, NULL, 0), *seen = pv_dict(L); /* each child once, as PyTorch's memo */
+    for (int i = 0; i < self->mod->regs.len; i++)
+      if (self->mod->regs.data[i].kind == REG_CHILD && pv_is_module(self->mod->regs.data[i].val) &&
+          first_visit(L, A->at, seen, self->mod->regs.data[i].val))
+        pv_list_append(L, out, self->mod->regs.data[i].val);
+    return out;
+  }
+  case BI_MOD_REQUIRES_GRAD_: { /* freezing: optimizers skip these parameters */
+    bind_args(L, A, "requires_grad=", a);
+    int rg = a[0] ? arg_bool(L, A->at, a[0], "requires_grad") : 1;
+    PV *ps = pv_list(L, NULL, 0);
+    collect_params(L, A->at, self, ps, pv_dict(L), 0);
+    for (int i = 0; i < ps->n; i++) tensor_setattr(L, A->at, ps->items[i], "requires_grad", pv_bool(L, rg));
+    return self;
+  }
+  case BI_MOD_TRAIN: /* a compile-time switch: code staged after it is specialised */
+    bind_args(L, A, "mode=", a);
+    set_training(L, A->at, self, a[0] ? arg_bool(L, A->at, a[0], "mode") : 1, pv_dict(L), 0);
+    return self;
+  case BI_MOD_EVAL:
+    bind_args(L, A, "", a);
+    set_training(L, A->at, self, 0, pv_dict(L), 0);
+    return self;
+  case BI_MOD_APPLY: {
+    bind_args(L, A, "fn", a);
+    PV *mods = pv_list(L, NULL, 0);
+    collect_modules(L, A->at, self, mods, pv_dict(L), 0);
+    /* PyTorch applies to children first, then self */
+    for (int i = mods->n - 1; i >= 0; i--) call_value(L, A->at, a[0], &mods->items[i], 1, NULL, NULL, 0);
+    return self;
+  }
+  case BI_MOD_REGISTER_BUFFER: {
+    bind_args(L, A, "name,tensor,persistent=", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "buffer name must be a string");
+    if (a[1]->k != PV_TENSOR) lower_error(L, A->at, "register_buffer needs a tensor");
+    Tensor *t = a[1]->t;
+    if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);
+    Slot *s = slot_new(L, A->at, t->type, PINIT_DATA, 0, 0);
+    s->is_buffer = 1;
+    s->data = t->data;
+    PV *pt = param_tensor(L, s);
+    vec_push(L->a, &self->mod->regs, ((Reg){REG_BUFFER, a[0]->s, pt}));
+    if (!self->attrs) self->attrs = env_new(L, NULL);
+    env_set(L, self->attrs, a[0]->s, pt);
+    return pv_none(L);
+  }
+  case BI_MOD_REGISTER_PARAMETER:
+  case BI_MOD_ADD_MODULE:
+    bind_args(L, A, "name,value", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "name must be a string");
+    module_setattr(L, A->at, self, a[0]->s, a[1]);
+    return pv_none(L);
+  case BI_MOD_ZERO_GRAD: /* model.zero_grad(): like optimizer.zero_grad() */
+    bind_args(L, A, "set_to_none=", a);
+    {
+      PV *ps = pv_list(L, NULL, 0);
+      collect_params(L, A->at, self, ps, pv_dict(L), 0);
+      grads_zero(L, A->at, ps);
+    }
+    return pv_none(L);
+  case BI_MOD_TO: return self;
+  default: break;
+  }
+  BUG("module method %d", fn->bi);
+}
+
