@@ -744,8 +744,8 @@ PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const 
     r.dims[2 + d] = o;
   }
   ValId args[2] = {operand(L, at, x, tw.dtype), t_val(L, at, w)};
-  int64_t attr[6] = {stride[0], stride[1], pad[0], pad[1], dil[0], dil[1]};
-  PV *y = t_wrap(L, emit(L, at, IR_CONV2D, args, 2, r, attr, 6, "conv"));
+  int64_t attr[7] = {stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], 1};
+  PV *y = t_wrap(L, emit(L, at, IR_CONV2D, args, 2, r, attr, 7, "conv"));
   if (b && b->k == PV_TENSOR) {
     int64_t d[3] = {b->t->type.dims[0], 1, 1};
     y = t_binary(L, at, OP_ADD, y, t_reshape(L, at, b, d, 3));
