@@ -345,4 +345,33 @@ int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range
 PV *t_const_tensor(L *L, Span at, Type t, double fill);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
 
+
+/* ---- nn_ops.c: convolution, padding, resampling, normalization and activation
+ * layers (nsp: spatial dims, 1 or 2; the conv attributes have nsp values) ---- */
+PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+             const int64_t *dil, int64_t groups);
+PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+                     const int64_t *out_pad, const int64_t *dil, int64_t groups);
+PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double value); /* 0 constant 1 reflect 2 replicate 3 circular */
+PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, PV *align, PV *recompute);
+PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t factor, int unshuffle);
+PV *t_batch_norm(L *L, Span at, PV *x, PV *rm, PV *rv, PV *w, PV *b, int training, double momentum, double eps,
+                 PV *num_batches_tracked);   /* momentum < 0: None */
+PV *t_instance_norm(L *L, Span at, PV *x, PV *w, PV *b, double eps);
+PV *t_group_norm(L *L, Span at, PV *x, int64_t groups, PV *w, PV *b, double eps);
+PV *t_softplus(L *L, Span at, PV *x, double beta, double threshold);
+PV *t_elu(L *L, Span at, PV *x, double alpha, double scale, double input_scale);
+PV *t_hardtanh(L *L, Span at, PV *x, double lo, double hi);
+PV *t_hardsigmoid(L *L, Span at, PV *x);
+PV *t_hardswish(L *L, Span at, PV *x);
+PV *t_mish(L *L, Span at, PV *x);
+PV *t_softsign(L *L, Span at, PV *x);
+PV *t_tanhshrink(L *L, Span at, PV *x);
+PV *t_hardshrink(L *L, Span at, PV *x, double lambd);
+PV *t_softshrink(L *L, Span at, PV *x, double lambd);
+PV *t_logsigmoid(L *L, Span at, PV *x);
+PV *t_threshold(L *L, Span at, PV *x, double threshold, double value);
+PV *t_glu(L *L, Span at, PV *x, int64_t dim);
+PV *t_prelu(L *L, Span at, PV *x, PV *w);
+
 #endif

@@ -1,0 +1,603 @@
+/* nn_ops.c - the staging of the convolution, padding, resampling, normalization
+ * and activation layers of torch.nn / torch.nn.functional: grouped and 1-D
+ * convolutions, conv_transpose (CONV2D_BWD_INPUT), F.pad (PAD), F.interpolate
+ * (UPSAMPLE), pixel_shuffle, batch/instance/group norm and the activations of
+ * issue 15, composed from primitives so that their derivatives are the
+ * primitives' rules. Each composition is chosen so that its VJP and JVP equal
+ * PyTorch 1.13's derivative formulas, at the kinks too (noted per function),
+ * and so that an unselected branch of a where() cannot turn a zero adjoint into
+ * NaN (0 * inf): its operand is clamped into the range where it is used. */
+#include <math.h>
+#include <string.h>
+#include "lower_int.h"
+
+#define ADD(a, b) t_binary(L, at, OP_ADD, (a), (b))
+#define SUB(a, b) t_binary(L, at, OP_SUB, (a), (b))
+#define MUL(a, b) t_binary(L, at, OP_MUL, (a), (b))
+#define DIV(a, b) t_binary(L, at, OP_DIV, (a), (b))
+#define NUM(c) pv_float(L, (c))
+#define WHERE(c, a, b) t_where(L, at, (c), (a), (b))
+#define CMP(op, a, b) t_compare(L, at, (op), (a), (b))
+
+static ValId nn_emit(L *L, Span at, Op op, const ValId *args, int nargs, Type r, const int64_t *attr, int nattr,
+                     double fattr, const char *name) {
+  return ir_emit(L->prog, L->fn, op, args, nargs, r, attr, nattr, fattr, at, name);
+}
+
+static void need_fn_nn(L *L, Span at, const char *what) {
+  if (!L->fn)
+    lower_error(L, at, "%s on tensors is only supported inside compiled functions (forward), not at compile time",
+                what);
+}
+
+/* ---- convolutions ------------------------------------------------------------- */
+
+/* x [N, C, *sp] (or unbatched [C, *sp]) with nsp = 1 or 2 spatial dims: a 4-D view
+ * [N, C, H, W] (H = 1 for 1-D) and whether a batch dim was added. */
+static PV *as_image(L *L, Span at, PV *x, int nsp, const char *what, int *unbatched) {
+  Type t = x->t->type;
+  *unbatched = t.ndim == nsp + 1;
+  if (t.ndim != nsp + 2 && !*unbatched)
+    lower_error(L, at, "%s expects a %d-D or %d-D input, got shape %s", what, nsp + 1, nsp + 2, shape_str(L, &t));
+  int64_t d[4];
+  int k = 0;
+  if (*unbatched) d[k++] = 1;
+  for (int i = 0; i < t.ndim; i++) {
+    if (nsp == 1 && i == t.ndim - 1) d[k++] = 1;
+    d[k++] = t.dims[i];
+  }
+  return t_reshape(L, at, x, d, 4);
+}
+
+/* y [N, O, H', W'] back to the caller's rank */
+static PV *from_image(L *L, Span at, PV *y, int nsp, int unbatched) {
+  Type t = y->t->type;
+  int64_t d[4];
+  int k = 0;
+  for (int i = unbatched; i < 4; i++)
+    if (!(nsp == 1 && i == 2)) d[k++] = t.dims[i];
+  return t_reshape(L, at, y, d, k);
+}
+
+static PV *add_channel_bias(L *L, Span at, PV *y, PV *b, int nsp) {
+  if (!b || b->k == PV_NONE) return y;
+  need_tensor_arg(L, at, b, "convolution bias");
+  int64_t d[3] = {b->t->type.dims[0], 1, 1};
+  if (b->t->type.ndim != 1 || b->t->type.dims[0] != y->t->type.dims[1])
+    lower_error(L, at, "convolution bias must have shape [%lld], got %s", (long long)y->t->type.dims[1],
+                shape_str(L, &b->t->type));
+  return ADD(y, t_reshape(L, at, b, d, 1 + nsp));
+}
+
+static void conv_params_check(L *L, Span at, int nsp, const int64_t *s, const int64_t *p, const int64_t *d,
+                              int64_t groups, const char *what) {
+  for (int i = 0; i < nsp; i++)
+    if (s[i] <= 0 || p[i] < 0 || d[i] <= 0 || p[i] > ((int64_t)1 << 40) || d[i] > ((int64_t)1 << 40))
+      lower_error(L, at, "%s: invalid stride, padding or dilation", what);
+  if (groups <= 0) lower_error(L, at, "%s: groups must be positive, got %lld", what, (long long)groups);
+}
+
+/* F.conv1d / F.conv2d with groups: x [N, C, *sp], w [O, C / groups, *k]. */
+PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+             const int64_t *dil, int64_t groups) {
+  const char *what = nsp == 1 ? "conv1d" : "conv2d";
+  need_tensor_arg(L, at, x, what);
+  need_tensor_arg(L, at, w, what);
+  need_fn_nn(L, at, what);
+  conv_params_check(L, at, nsp, stride, pad, dil, groups, what);
+  Type tw = w->t->type;
+  if (tw.ndim != nsp + 2)
+    lower_error(L, at, "%s weight must be %d-D, got shape %s", what, nsp + 2, shape_str(L, &tw));
+  int unb;
+  PV *x4 = as_image(L, at, x, nsp, what, &unb);
+  Type tx = x4->t->type;
+  if (tw.dims[0] % groups)
+    lower_error(L, at, "%s: out_channels (%lld) must be divisible by groups (%lld)", what, (long long)tw.dims[0],
+                (long long)groups);
+  if (tx.dims[1] != tw.dims[1] * groups)
+    lower_error(L, at, "shape mismatch in %s: input %s has %lld channels, weight %s with groups=%lld expects %lld",
+                what, shape_str(L, &x->t->type), (long long)tx.dims[1], shape_str(L, &tw), (long long)groups,
+                (long long)(tw.dims[1] * groups));
+  PV *w4 = w;
+  if (nsp == 1) {
+    int64_t d[4] = {tw.dims[0], tw.dims[1], 1, tw.dims[2]};
+    w4 = t_reshape(L, at, w, d, 4);
+  }
+  int64_t s2[2] = {nsp == 1 ? 1 : stride[0], stride[nsp - 1]}, p2[2] = {nsp == 1 ? 0 : pad[0], pad[nsp - 1]},
+          d2[2] = {nsp == 1 ? 1 : dil[0], dil[nsp - 1]};
+  Type r = tx;
+  r.dtype = tw.dtype;
+  r.dims[1] = tw.dims[0];
+  Type k4 = w4->t->type;
+  for (int i = 0; i < 2; i++) {
+    int64_t span = d2[i] * (k4.dims[2 + i] - 1) + 1, padded = tx.dims[2 + i] + 2 * p2[i];
+    if (padded < span)
+      lower_error(L, at, "%s: input %s is too small for the kernel %s", what, shape_str(L, &x->t->type),
+                  shape_str(L, &tw));
+    r.dims[2 + i] = (padded - span) / s2[i] + 1;
+  }
+  ValId args[2] = {t_val(L, at, tx.dtype == tw.dtype ? x4 : t_cast(L, at, x4, tw.dtype)), t_val(L, at, w4)};
+  int64_t attr[7] = {s2[0], s2[1], p2[0], p2[1], d2[0], d2[1], groups};
+  PV *y = t_wrap(L, nn_emit(L, at, IR_CONV2D, args, 2, r, attr, 7, 0, "conv"));
+  y = add_channel_bias(L, at, y, b, 2);
+  return from_image(L, at, y, nsp, unb);
+}
+
+/* F.conv_transpose1d / 2d: x [N, Cin, *sp], w [Cin, Cout / groups, *k]: the input
+ * gradient of the convolution with these attributes (CONV2D_BWD_INPUT), so its
+ * derivatives are the convolution's. The output is (in - 1) * stride - 2 * pad +
+ * dil * (k - 1) + output_padding + 1 per axis. */
+PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+                     const int64_t *out_pad, const int64_t *dil, int64_t groups) {
+  const char *what = nsp == 1 ? "conv_transpose1d" : "conv_transpose2d";
+  need_tensor_arg(L, at, x, what);
+  need_tensor_arg(L, at, w, what);
+  need_fn_nn(L, at, what);
+  conv_params_check(L, at, nsp, stride, pad, dil, groups, what);
+  Type tw = w->t->type;
+  if (tw.ndim != nsp + 2)
+    lower_error(L, at, "%s weight must be %d-D, got shape %s", what, nsp + 2, shape_str(L, &tw));
+  int unb;
+  PV *x4 = as_image(L, at, x, nsp, what, &unb);
+  Type tx = x4->t->type;
+  if (tx.dims[1] != tw.dims[0] || tw.dims[0] % groups)
+    lower_error(L, at, "shape mismatch in %s: input %s has %lld channels, weight %s (groups=%lld) expects %lld", what,
+                shape_str(L, &x->t->type), (long long)tx.dims[1], shape_str(L, &tw), (long long)groups,
+                (long long)tw.dims[0]);
+  PV *w4 = w;
+  if (nsp == 1) {
+    int64_t d[4] = {tw.dims[0], tw.dims[1], 1, tw.dims[2]};
+    w4 = t_reshape(L, at, w, d, 4);
+  }
+  int64_t s2[2] = {nsp == 1 ? 1 : stride[0], stride[nsp - 1]}, p2[2] = {nsp == 1 ? 0 : pad[0], pad[nsp - 1]},
+          d2[2] = {nsp == 1 ? 1 : dil[0], dil[nsp - 1]}, o2[2] = {nsp == 1 ? 0 : out_pad[0], out_pad[nsp - 1]};
+  Type r = tx;
+  r.dtype = tw.dtype;
+  r.dims[1] = tw.dims[1] * groups;
+  Type k4 = w4->t->type;
+  for (int i = 0; i < 2; i++) {
+    if (o2[i] < 0 || (o2[i] >= s2[i] && o2[i] >= d2[i]))
+      lower_error(L, at, "%s: output padding must be smaller than either stride or dilation, got output_padding %lld, "
+                         "stride %lld, dilation %lld", what, (long long)o2[i], (long long)s2[i], (long long)d2[i]);
+    if (o2[i] >= s2[i])
+      lower_error(L, at, "%s: output_padding (%lld) not smaller than the stride (%lld) is not supported by ctc", what,
+                  (long long)o2[i], (long long)s2[i]);
+    int64_t o = (tx.dims[2 + i] - 1) * s2[i] - 2 * p2[i] + d2[i] * (k4.dims[2 + i] - 1) + o2[i] + 1;
+    if (o <= 0)
+      lower_error(L, at, "%s: the output would be empty (input %s, weight %s, padding %lld)", what,
+                  shape_str(L, &x->t->type), shape_str(L, &tw), (long long)p2[i]);
+    r.dims[2 + i] = o;
+  }
+  ValId args[2] = {t_val(L, at, tx.dtype == tw.dtype ? x4 : t_cast(L, at, x4, tw.dtype)), t_val(L, at, w4)};
+  int64_t attr[7] = {s2[0], s2[1], p2[0], p2[1], d2[0], d2[1], groups};
+  PV *y = t_wrap(L, nn_emit(L, at, IR_CONV2D_BWD_INPUT, args, 2, r, attr, 7, 0, "conv_transpose"));
+  y = add_channel_bias(L, at, y, b, 2);
+  return from_image(L, at, y, nsp, unb);
+}
+
+/* ---- padding -------------------------------------------------------------------- */
+
+/* F.pad(x, pads, mode, value): pads = (left, right) of the last dim, then of the
+ * one before, ... (PyTorch's order). mode: 0 constant, 1 reflect, 2 replicate,
+ * 3 circular. Negative constant pads crop (a slice after padding). */
+PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double value) {
+  static const char *const names[] = {"constant", "reflect", "replicate", "circular"};
+  need_tensor_arg(L, at, x, "pad");
+  need_fn_nn(L, at, "pad");
+  Type tx = x->t->type;
+  if (npads % 2 || npads / 2 > tx.ndim)
+    lower_error(L, at, "pad: the padding has %d values for a %d-D input (an even number, at most two per dimension)",
+                npads, tx.ndim);
+  int np = npads / 2;
+  if (mode != 0) {
+    /* PyTorch 1.13: reflect/replicate/circular pad 1 to 3 trailing dims of a batched
+     * or unbatched input ((np + 1)-D or (np + 2)-D) */
+    if (np < 1 || np > 3 || (tx.ndim != np + 1 && tx.ndim != np + 2))
+      lower_error(L, at, "pad: %s padding of %d dimension(s) needs a %d-D or %d-D input, got shape %s", names[mode], np,
+                  np + 1, np + 2, shape_str(L, &tx));
+  }
+  int64_t lo[IR_MAX_DIMS] = {0}, hi[IR_MAX_DIMS] = {0};
+  for (int k = 0; k < np; k++) {
+    int ax = tx.ndim - 1 - k;
+    lo[ax] = pads[2 * k], hi[ax] = pads[2 * k + 1];
+    if (mode != 0 && (lo[ax] < 0 || hi[ax] < 0))
+      lower_error(L, at, "pad: negative padding is only supported in constant mode");
+    if (mode == 1 && (lo[ax] >= tx.dims[ax] || hi[ax] >= tx.dims[ax]))
+      lower_error(L, at, "pad: reflect padding (%lld, %lld) must be smaller than the input dimension %d of size %lld "
+                         "(shape %s)", (long long)lo[ax], (long long)hi[ax], ax, (long long)tx.dims[ax],
+                  shape_str(L, &tx));
+    if (mode == 3 && (lo[ax] > tx.dims[ax] || hi[ax] > tx.dims[ax]))
+      lower_error(L, at, "pad: circular padding (%lld, %lld) must be at most the size %lld of dimension %d",
+                  (long long)lo[ax], (long long)hi[ax], (long long)tx.dims[ax], ax);
+    if (lo[ax] > ((int64_t)1 << 40) || hi[ax] > ((int64_t)1 << 40) || tx.dims[ax] + lo[ax] + hi[ax] <= 0)
+      lower_error(L, at, "pad: padding (%lld, %lld) of dimension %d (size %lld) leaves no elements or is too large",
+                  (long long)lo[ax], (long long)hi[ax], ax, (long long)tx.dims[ax]);
+  }
+  if (mode == 3) {
+    /* circular: cat(x[-lo:], x, x[:hi]) along each padded axis */
+    PV *y = x;
+    for (int ax = tx.ndim - np; ax < tx.ndim; ax++) {
+      int64_t n = y->t->type.dims[ax];
+      PV *parts[3];
+      int k = 0;
+      if (lo[ax]) parts[k++] = t_slice(L, at, y, ax, n - lo[ax], n, 1);
+      parts[k++] = y;
+      if (hi[ax]) parts[k++] = t_slice(L, at, y, ax, 0, hi[ax], 1);
+      if (k > 1) y = t_concat(L, at, parts, k, ax);
+    }
+    return y;
+  }
+  /* constant: pad by the positive parts, then crop the negative ones */
+  Type r = tx;
+  int64_t attr[1 + IR_MAX_DIMS] = {mode};
+  int any = 0, crop = 0;
+  for (int ax = 0; ax < tx.ndim; ax++) {
+    int64_t l = lo[ax] > 0 ? lo[ax] : 0, h = hi[ax] > 0 ? hi[ax] : 0;
+    attr[1 + ax] = l;
+    r.dims[ax] += l + h;
+    any |= l || h;
+    crop |= lo[ax] < 0 || hi[ax] < 0;
+  }
+  PV *y = x;
+  if (any) {
+    ValId v = t_val(L, at, x);
+    char why[512];
+    if (ir_type_problem(&r, why, sizeof why)) lower_error(L, at, "pad: %s", why);
+    y = t_wrap(L, nn_emit(L, at, IR_PAD, &v, 1, r, attr, 1 + tx.ndim, mode == 0 ? value : 0, "pad"));
+  }
+  if (crop)
+    for (int ax = 0; ax < tx.ndim; ax++) {
+      int64_t n = y->t->type.dims[ax];
+      if (lo[ax] < 0 || hi[ax] < 0)
+        y = t_slice(L, at, y, ax, lo[ax] < 0 ? -lo[ax] : 0, hi[ax] < 0 ? n + hi[ax] : n, 1);
+    }
+  return y;
+}
+
+/* ---- resampling ---------------------------------------------------------------- */
+
+static int64_t double_bits(double d) {
+  int64_t b;
+  memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+/* F.interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor)
+ * for mode nearest (3-D and 4-D inputs), linear (3-D) and bilinear (4-D). */
+PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, PV *align, PV *recompute) {
+  need_tensor_arg(L, at, x, "interpolate");
+  need_fn_nn(L, at, "interpolate");
+  Type tx = x->t->type;
+  int m = !strcmp(mode, "nearest") ? 0 : !strcmp(mode, "bilinear") || !strcmp(mode, "linear") ? 1 : -1;
+  if (m < 0)
+    lower_error(L, at, "interpolate: mode '%s' is not supported by ctc (nearest, linear, bilinear are)", mode);
+  int nsp = tx.ndim - 2;
+  if (nsp < 1 || nsp > 2 || (m == 1 && nsp != (strcmp(mode, "linear") ? 2 : 1)))
+    lower_error(L, at, "interpolate: mode '%s' with a %d-D input %s is not supported (nearest takes 3-D or 4-D, "
+                       "linear 3-D, bilinear 4-D inputs)", mode, tx.ndim, shape_str(L, &tx));
+  if (!ir_dtype_is_float(tx.dtype)) lower_error(L, at, "interpolate needs a floating-point input");
+  int has_size = size && size->k != PV_NONE, has_scale = scale && scale->k != PV_NONE;
+  if (has_size == has_scale)
+    lower_error(L, at, has_size ? "interpolate: only one of size or scale_factor should be defined"
+                                : "interpolate: either size or scale_factor should be defined");
+  int ac = 0;
+  if (align && align->k != PV_NONE) {
+    if (m == 0)
+      lower_error(L, at, "interpolate: align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear");
+    ac = arg_bool(L, at, align, "align_corners");
+  }
+  int64_t out[2];
+  double sc[2] = {0, 0};
+  if (has_size) {
+    int n = arg_ints(L, at, size, out, 2, "size");
+    if (n == 1) out[1] = out[0];
+    else if (n != nsp) lower_error(L, at, "interpolate: size has %d values for %d spatial dimensions", n, nsp);
+  } else {
+    if (scale->k == PV_TUPLE || scale->k == PV_LIST) {
+      if (scale->n != nsp)
+        lower_error(L, at, "interpolate: scale_factor has %d values for %d spatial dimensions", scale->n, nsp);
+      for (int i = 0; i < nsp; i++) sc[i] = arg_num(L, at, scale->items[i], "scale_factor");
+    } else {
+      sc[0] = sc[1] = arg_num(L, at, scale, "scale_factor");
+    }
+    for (int i = 0; i < nsp; i++) {
+      double o = floor((double)tx.dims[2 + i] * sc[i]);
+      if (!(sc[i] > 0) || !(o >= 1) || o > (double)((int64_t)1 << 40))
+        lower_error(L, at, "interpolate: scale_factor %g gives an output size of %g for input size %lld", sc[i], o,
+                    (long long)tx.dims[2 + i]);
+      out[i] = (int64_t)o;
+    }
+    if (recompute && recompute->k != PV_NONE && arg_bool(L, at, recompute, "recompute_scale_factor"))
+      sc[0] = sc[1] = 0;   /* the scale is then in / out */
+  }
+  for (int i = 0; i < nsp; i++)
+    if (out[i] <= 0) lower_error(L, at, "interpolate: output size %lld must be positive", (long long)out[i]);
+  /* 1-D as an image of height 1 (in = out = 1 is the identity on that axis) */
+  int64_t d4[4] = {tx.dims[0], tx.dims[1], nsp == 1 ? 1 : tx.dims[2], tx.dims[tx.ndim - 1]};
+  PV *x4 = nsp == 1 ? t_reshape(L, at, x, d4, 4) : x;
+  Type r = x4->t->type;
+  r.dims[2] = nsp == 1 ? 1 : out[0];
+  r.dims[3] = out[nsp - 1];
+  char why[512];
+  if (ir_type_problem(&r, why, sizeof why)) lower_error(L, at, "interpolate: %s", why);
+  int64_t attr[4] = {m, ac, nsp == 1 ? 0 : double_bits(sc[0]), double_bits(sc[nsp - 1])};
+  ValId v = t_val(L, at, x4);
+  PV *y = t_wrap(L, nn_emit(L, at, IR_UPSAMPLE, &v, 1, r, attr, 4, 0, "upsample"));
+  if (nsp == 1) {
+    int64_t d3[3] = {r.dims[0], r.dims[1], r.dims[3]};
+    y = t_reshape(L, at, y, d3, 3);
+  }
+  return y;
+}
+
+/* F.pixel_shuffle(x, r): [*, C r^2, H, W] -> [*, C, H r, W r]; pixel_unshuffle the inverse. */
+PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t f, int unshuffle) {
+  const char *what = unshuffle ? "pixel_unshuffle" : "pixel_shuffle";
+  need_tensor_arg(L, at, x, what);
+  need_fn_nn(L, at, what);
+  Type t = x->t->type;
+  if (t.ndim < 3 || t.ndim + 3 > IR_MAX_DIMS)
+    lower_error(L, at, "%s expects an input with 3 to %d dimensions, got shape %s", what, IR_MAX_DIMS - 3,
+                shape_str(L, &t));
+  if (f <= 0) lower_error(L, at, "%s: the factor must be positive, got %lld", what, (long long)f);
+  int b = t.ndim - 3;
+  int64_t C = t.dims[b], H = t.dims[b + 1], W = t.dims[b + 2];
+  int64_t d[IR_MAX_DIMS], perm[IR_MAX_DIMS];
+  for (int i = 0; i < b; i++) d[i] = t.dims[i], perm[i] = i;
+  if (!unshuffle) {
+    if (C % (f * f))
+      lower_error(L, at, "pixel_shuffle expects its input's channel dimension (%lld) to be divisible by the square of "
+                         "upscale_factor (%lld)", (long long)C, (long long)(f * f));
+    /* [.., C, f, f, H, W] -> [.., C, H, f, W, f] */
+    d[b] = C / (f * f), d[b + 1] = f, d[b + 2] = f, d[b + 3] = H, d[b + 4] = W;
+    PV *y = t_reshape(L, at, x, d, b + 5);
+    int64_t p[5] = {0, 3, 1, 4, 2};
+    for (int i = 0; i < 5; i++) perm[b + i] = b + p[i];
+    y = t_permute(L, at, y, perm, b + 5);
+    d[b] = C / (f * f), d[b + 1] = H * f, d[b + 2] = W * f;
+    return t_reshape(L, at, y, d, b + 3);
+  }
+  if (H % f || W % f)
+    lower_error(L, at, "pixel_unshuffle expects height (%lld) and width (%lld) to be divisible by downscale_factor "
+                       "(%lld)", (long long)H, (long long)W, (long long)f);
+  /* [.., C, H/f, f, W/f, f] -> [.., C, f, f, H/f, W/f] */
+  d[b] = C, d[b + 1] = H / f, d[b + 2] = f, d[b + 3] = W / f, d[b + 4] = f;
+  PV *y = t_reshape(L, at, x, d, b + 5);
+  int64_t p[5] = {0, 2, 4, 1, 3};
+  for (int i = 0; i < 5; i++) perm[b + i] = b + p[i];
+  y = t_permute(L, at, y, perm, b + 5);
+  d[b] = C * f * f, d[b + 1] = H / f, d[b + 2] = W / f;
+  return t_reshape(L, at, y, d, b + 3);
+}
+
+/* ---- normalization ------------------------------------------------------------- */
+
+/* per-channel vector v [C] shaped to broadcast against x [N, C, ...] */
+static PV *per_channel(L *L, Span at, PV *v, const Type *tx, const char *what) {
+  need_tensor_arg(L, at, v, what);
+  if (v->t->type.ndim != 1 || v->t->type.dims[0] != tx->dims[1])
+    lower_error(L, at, "%s must have shape [%lld] (the input's channels), got %s", what, (long long)tx->dims[1],
+                shape_str(L, &v->t->type));
+  int64_t d[IR_MAX_DIMS];
+  d[0] = tx->dims[1];
+  for (int i = 2; i < tx->ndim; i++) d[i - 1] = 1;
+  return t_reshape(L, at, v, d, tx->ndim - 1);
+}
+
+static PV *affine(L *L, Span at, PV *y, PV *w, PV *b, const Type *tx) {
+  if (w && w->k != PV_NONE) y = MUL(y, per_channel(L, at, w, tx, "weight"));
+  if (b && b->k != PV_NONE) y = ADD(y, per_channel(L, at, b, tx, "bias"));
+  return y;
+}
+
+/* F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+ * over x [N, C, ...]. Training (or no running statistics): the batch's mean and
+ * biased variance normalize; the running statistics (buffers) are then updated
+ * as PyTorch does, with the unbiased variance, (1 - m) * running + m * batch,
+ * momentum < 0 meaning None (the cumulative average 1 / num_batches_tracked);
+ * num_batches_tracked (may be NULL) += 1. Eval: the running statistics. */
+PV *t_batch_norm(L *L, Span at, PV *x, PV *rm, PV *rv, PV *w, PV *b, int training, double momentum, double eps,
+                 PV *nbt) {
+  need_tensor_arg(L, at, x, "batch_norm");
+  need_fn_nn(L, at, "batch_norm");
+  Type tx = x->t->type;
+  if (tx.ndim < 2) lower_error(L, at, "batch_norm expects an input with at least 2 dimensions, got shape %s",
+                               shape_str(L, &tx));
+  if (!ir_dtype_is_float(tx.dtype)) lower_error(L, at, "batch_norm needs a floating-point input");
+  int have_stats = rm && rm->k != PV_NONE && rv && rv->k != PV_NONE;
+  if (!training && !have_stats)
+    lower_error(L, at, "batch_norm in eval mode needs running_mean and running_var (track_running_stats=True)");
+  int64_t red[IR_MAX_DIMS], n = 1;
+  int nr = 0;
+  for (int i = 0; i < tx.ndim; i++)
+    if (i != 1) red[nr++] = i, n *= tx.dims[i];
+  PV *mean, *var;
+  if (training) {
+    if (n <= 1)
+      lower_error(L, at, "Expected more than 1 value per channel when training, got input size %s", shape_str(L, &tx));
+    mean = t_reduce(L, at, IR_REDUCE_SUM, x, red, nr, 1, 1);
+    PV *xc = SUB(x, mean);
+    var = t_reduce(L, at, IR_REDUCE_SUM, MUL(xc, xc), red, nr, 1, 1);
+    PV *y = MUL(xc, t_unary(L, at, IR_RSQRT, ADD(var, NUM(eps))));
+    if (have_stats) {
+      if (!rm->t->slot || !rv->t->slot || rm->t->slot->index < 0 || rv->t->slot->index < 0)
+        lower_error(L, at, "batch_norm in training mode updates running_mean and running_var, which must be buffers of "
+                           "the model");
+      PV *factor = NUM(momentum);
+      if (nbt && nbt->k == PV_TENSOR && nbt->t->slot && nbt->t->slot->index >= 0) {
+        PV *nb = ADD(nbt, pv_int(L, 1));
+        state_update(L, at, nbt, nb);
+        if (momentum < 0) factor = DIV(pv_float(L, 1.0), t_cast(L, at, nb, tx.dtype));
+      } else if (momentum < 0) {
+        lower_error(L, at, "batch_norm with momentum=None needs the num_batches_tracked buffer");
+      }
+      int64_t c1[1] = {tx.dims[1]};
+      PV *bm = t_reshape(L, at, t_detach(L, at, mean), c1, 1);
+      PV *bv = t_reshape(L, at, MUL(t_detach(L, at, var), NUM((double)n / (double)(n - 1))), c1, 1);
+      PV *keep = momentum < 0 ? SUB(pv_float(L, 1.0), factor) : NUM(1.0 - momentum);
+      state_update(L, at, rm, ADD(MUL(rm, keep), MUL(bm, factor)));
+      state_update(L, at, rv, ADD(MUL(rv, keep), MUL(bv, factor)));
+    }
+    return affine(L, at, y, w, b, &tx);
+  }
+  PV *m = per_channel(L, at, rm, &tx, "running_mean"), *v = per_channel(L, at, rv, &tx, "running_var");
+  PV *y = MUL(SUB(x, m), t_unary(L, at, IR_RSQRT, ADD(v, NUM(eps))));
+  return affine(L, at, y, w, b, &tx);
+}
+
+/* F.instance_norm without running statistics: each (sample, channel) over its
+ * spatial positions (biased variance), then the per-channel affine. */
+PV *t_instance_norm(L *L, Span at, PV *x, PV *w, PV *b, double eps) {
+  need_tensor_arg(L, at, x, "instance_norm");
+  need_fn_nn(L, at, "instance_norm");
+  Type tx = x->t->type;
+  if (tx.ndim < 3) lower_error(L, at, "instance_norm expects an input [N, C, ...] with spatial dimensions, got %s",
+                               shape_str(L, &tx));
+  int64_t red[IR_MAX_DIMS], n = 1;
+  int nr = 0;
+  for (int i = 2; i < tx.ndim; i++) red[nr++] = i, n *= tx.dims[i];
+  if (n <= 1)
+    lower_error(L, at, "Expected more than 1 spatial element when training, got input size %s", shape_str(L, &tx));
+  PV *mean = t_reduce(L, at, IR_REDUCE_SUM, x, red, nr, 1, 1);
+  PV *xc = SUB(x, mean);
+  PV *var = t_reduce(L, at, IR_REDUCE_SUM, MUL(xc, xc), red, nr, 1, 1);
+  return affine(L, at, MUL(xc, t_unary(L, at, IR_RSQRT, ADD(var, NUM(eps)))), w, b, &tx);
+}
+
+/* F.group_norm(x [N, C, ...], G, weight, bias, eps): statistics per sample over
+ * each group of C / G channels and all positions. */
+PV *t_group_norm(L *L, Span at, PV *x, int64_t groups, PV *w, PV *b, double eps) {
+  need_tensor_arg(L, at, x, "group_norm");
+  need_fn_nn(L, at, "group_norm");
+  Type tx = x->t->type;
+  if (tx.ndim < 2) lower_error(L, at, "group_norm expects an input [N, C, ...], got %s", shape_str(L, &tx));
+  if (groups <= 0 || tx.dims[1] % groups)
+    lower_error(L, at, "Expected number of channels in input (%lld) to be divisible by num_groups (%lld)",
+                (long long)tx.dims[1], (long long)groups);
+  int64_t d[3] = {tx.dims[0], groups, ir_numel(&tx) / tx.dims[0] / groups}, two = 2;
+  PV *xg = t_reshape(L, at, x, d, 3);
+  PV *mean = t_reduce(L, at, IR_REDUCE_SUM, xg, &two, 1, 1, 1);
+  PV *xc = SUB(xg, mean);
+  PV *var = t_reduce(L, at, IR_REDUCE_SUM, MUL(xc, xc), &two, 1, 1, 1);
+  PV *y = t_reshape(L, at, MUL(xc, t_unary(L, at, IR_RSQRT, ADD(var, NUM(eps)))), tx.dims, tx.ndim);
+  return affine(L, at, y, w, b, &tx);
+}
+
+/* ---- activations ------------------------------------------------------------------
+ * PyTorch 1.13's backward formulas (derivatives.yaml, the *_backward kernels) decide
+ * which side of a kink a boundary point takes; each where() below selects the same
+ * side, so the VJP and JVP of the composition give PyTorch's value there. */
+
+/* log(1 + e) */
+static PV *log1p_(L *L, Span at, PV *e) { return t_unary(L, at, IR_LOG, ADD(e, NUM(1.0))); }
+
+/* softplus: bx > threshold ? x : log1p(exp(bx)) / b; softplus_backward takes the
+ * log1p side at bx == threshold. The exp argument is clamped to the threshold
+ * where its side is not selected (no inf * 0 in the adjoint). */
+PV *t_softplus(L *L, Span at, PV *x, double beta, double threshold) {
+  PV *bx = beta == 1 ? x : MUL(x, NUM(beta));
+  PV *lin = CMP(OP_GT, bx, NUM(threshold));
+  PV *e = t_unary(L, at, IR_EXP, WHERE(lin, NUM(threshold), bx));
+  PV *sp = log1p_(L, at, e);
+  if (beta != 1) sp = DIV(sp, NUM(beta));
+  return WHERE(lin, x, sp);
+}
+
+/* elu(x, alpha, scale, input_scale): x > 0 ? scale x : scale alpha (exp(x is) - 1);
+ * elu_backward takes the exponential side at x == 0 (so SELU's slope there is
+ * scale * alpha, as in PyTorch). ELU, SELU and CELU are this. */
+PV *t_elu(L *L, Span at, PV *x, double alpha, double scale, double input_scale) {
+  PV *pos = CMP(OP_GT, x, NUM(0));
+  PV *xn = WHERE(pos, NUM(0), x);
+  if (input_scale != 1) xn = MUL(xn, NUM(input_scale));
+  PV *neg = MUL(SUB(t_unary(L, at, IR_EXP, xn), NUM(1.0)), NUM(scale * alpha));
+  return WHERE(pos, scale == 1 ? x : MUL(x, NUM(scale)), neg);
+}
+
+/* hardtanh(min, max) (and relu6 = hardtanh(0, 6)): gradient 0 at and beyond both
+ * ends (hardtanh_backward: x <= min || x >= max), NaN passes through. */
+PV *t_hardtanh(L *L, Span at, PV *x, double lo, double hi) {
+  if (lo > hi) lower_error(L, at, "hardtanh: min_val (%g) cannot be greater than max_val (%g)", lo, hi);
+  return WHERE(CMP(OP_LE, x, NUM(lo)), NUM(lo), WHERE(CMP(OP_GE, x, NUM(hi)), NUM(hi), x));
+}
+
+/* hardsigmoid: (x + 3) / 6 clamped to [0, 1]; gradient 1/6 strictly inside (-3, 3). */
+PV *t_hardsigmoid(L *L, Span at, PV *x) {
+  PV *mid = DIV(ADD(x, NUM(3)), NUM(6));
+  return WHERE(CMP(OP_LE, x, NUM(-3)), NUM(0), WHERE(CMP(OP_GE, x, NUM(3)), NUM(1), mid));
+}
+
+/* hardswish: x (x + 3) / 6 on [-3, 3]; hardswish_backward: 0 below -3, x / 3 + 1/2
+ * on the closed interval [-3, 3] (so -1/2 at -3 and 3/2 at 3), 1 above. */
+PV *t_hardswish(L *L, Span at, PV *x) {
+  PV *mid = DIV(MUL(x, ADD(x, NUM(3))), NUM(6));
+  return WHERE(CMP(OP_LT, x, NUM(-3)), NUM(0), WHERE(CMP(OP_LE, x, NUM(3)), mid, x));
+}
+
+/* mish: x tanh(softplus(x)) */
+PV *t_mish(L *L, Span at, PV *x) { return MUL(x, t_unary(L, at, IR_TANH, t_softplus(L, at, x, 1, 20))); }
+
+/* softsign: x / (1 + |x|) */
+PV *t_softsign(L *L, Span at, PV *x) { return DIV(x, ADD(t_unary(L, at, IR_ABS, x), NUM(1))); }
+
+/* tanhshrink: x - tanh(x) */
+PV *t_tanhshrink(L *L, Span at, PV *x) { return SUB(x, t_unary(L, at, IR_TANH, x)); }
+
+/* hardshrink: 0 on [-l, l] (boundaries included, gradient 0 there), else x; NaN passes */
+PV *t_hardshrink(L *L, Span at, PV *x, double l) {
+  return WHERE(CMP(OP_LE, t_unary(L, at, IR_ABS, x), NUM(l)), NUM(0), x);
+}
+
+/* softshrink: x - l above l, x + l below -l, else 0 (gradient 0 on [-l, l]) */
+PV *t_softshrink(L *L, Span at, PV *x, double l) {
+  if (l < 0) lower_error(L, at, "softshrink: lambda must be greater or equal to 0, but found to be %g", l);
+  return WHERE(CMP(OP_GT, x, NUM(l)), SUB(x, NUM(l)), WHERE(CMP(OP_LT, x, NUM(-l)), ADD(x, NUM(l)), NUM(0)));
+}
+
+/* logsigmoid: -softplus(-x), stable for both signs; gradient sigmoid(-x) (1/2 at 0) */
+PV *t_logsigmoid(L *L, Span at, PV *x) {
+  return t_unary(L, at, IR_NEG, t_softplus(L, at, t_unary(L, at, IR_NEG, x), 1, 20));
+}
+
+/* threshold(x, th, value): x <= th ? value : x (threshold_backward: 0 where x <= th);
+ * NaN passes through */
+PV *t_threshold(L *L, Span at, PV *x, double th, double value) {
+  return WHERE(CMP(OP_LE, x, NUM(th)), NUM(value), x);
+}
+
+/* glu(x, dim): a * sigmoid(b) for the two halves a, b of x along dim */
+PV *t_glu(L *L, Span at, PV *x, int64_t dim) {
+  need_tensor_arg(L, at, x, "glu");
+  Type t = x->t->type;
+  if (t.ndim == 0) lower_error(L, at, "glu does not support scalars because halving size must be even");
+  int d = (int)t_norm_dim(L, at, dim, t.ndim);
+  if (t.dims[d] % 2)
+    lower_error(L, at, "Halving dimension must be even, but dimension %d is size %lld", d, (long long)t.dims[d]);
+  int64_t h = t.dims[d] / 2;
+  return MUL(t_slice(L, at, x, d, 0, h, 1), t_unary(L, at, IR_SIGMOID, t_slice(L, at, x, d, h, 2 * h, 1)));
+}
+
+/* prelu(x, w): x > 0 ? x : w x, w of 1 or C (channel dim 1, or 0 for a 1-D input)
+ * elements; at x == 0 the w x side (prelu's backward: dx = w g, dw = x g = 0). */
+PV *t_prelu(L *L, Span at, PV *x, PV *w) {
+  need_tensor_arg(L, at, x, "prelu");
+  need_tensor_arg(L, at, w, "prelu weight");
+  Type t = x->t->type, tw = w->t->type;
+  int64_t nw = ir_numel(&tw);
+  PV *wb = w;
+  if (nw != 1) {
+    int cd = t.ndim >= 2 ? 1 : 0;
+    if (t.ndim == 0 || tw.ndim != 1 || t.dims[cd] != nw)
+      lower_error(L, at, "Mismatch of parameter numbers and input channel size. Found parameter numbers = %lld and "
+                         "channel size = %lld.", (long long)nw, (long long)(t.ndim ? t.dims[cd] : 1));
+    int64_t d[IR_MAX_DIMS];
+    d[0] = nw;
+    for (int i = cd + 1; i < t.ndim; i++) d[i - cd] = 1;
+    wb = t_reshape(L, at, w, d, t.ndim - cd);
+  } else if (tw.ndim != 0) {
+    int64_t one = 1;
+    wb = t_reshape(L, at, w, &one, 0);
+  }
+  return WHERE(CMP(OP_GT, x, NUM(0)), x, MUL(wb, x));
+}
