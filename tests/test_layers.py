@@ -1,0 +1,316 @@
+"""The layers of real model files (issue 9 item 5, issue 15 item 4) against PyTorch
+running the same file:
+
+- module and functional forms in one model file (grouped, depthwise and 1-D
+  convolutions, reflect padding_mode, transposed convolutions, padding layers,
+  Upsample / interpolate, PixelShuffle, BatchNorm1d/2d in eval mode with
+  running statistics, InstanceNorm2d, GroupNorm, PReLU and the activations),
+  forward in float32 (rtol 1e-4);
+- gradients at the kinks (the values at exactly a threshold), float64: the VJP
+  against torch.autograd and the JVP against PyTorch's forward AD (rtol 1e-6);
+- training steps through BatchNorm: batch statistics, running_mean /
+  running_var (unbiased) / num_batches_tracked updated as buffers (momentum and
+  momentum=None), parameters after SGD steps;
+- located errors for what ctc refuses.
+The VJP and JVP of every layer with random inputs are in test_grad.CASES (and so
+test_forward_ad.py)."""
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, run_entry, run_forward, st_read, st_write, state_dict_np
+
+MODEL = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_g = nn.Conv2d(4, 6, 3, padding=1, groups=2)
+        self.conv_dw = nn.Conv2d(4, 8, (3, 2), stride=2, padding=1, groups=4, bias=False)
+        self.conv_refl = nn.Conv2d(4, 4, 3, padding=1, padding_mode='reflect')
+        self.conv_repl = nn.Conv2d(4, 2, 3, padding=(2, 1), padding_mode='replicate', dilation=2)
+        self.conv1d = nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2)
+        self.convt = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.convt1 = nn.ConvTranspose1d(4, 2, 4, stride=2)
+        self.zpad = nn.ZeroPad2d((1, 2, 0, 1))
+        self.cpad = nn.ConstantPad1d((2, 1), 0.5)
+        self.rpad = nn.ReflectionPad2d(2)
+        self.rpad1 = nn.ReflectionPad1d((1, 2))
+        self.reppad = nn.ReplicationPad2d((1, 0, 2, 1))
+        self.up = nn.Upsample(scale_factor=2, mode='nearest')
+        self.upb = nn.Upsample(size=(9, 11), mode='bilinear', align_corners=True)
+        self.upn = nn.UpsamplingNearest2d(scale_factor=3)
+        self.upbl = nn.UpsamplingBilinear2d(size=(8, 8))
+        self.ps = nn.PixelShuffle(2)
+        self.pu = nn.PixelUnshuffle(2)
+        self.bn2 = nn.BatchNorm2d(4)
+        self.bn1 = nn.BatchNorm1d(6, affine=False)
+        self.inorm = nn.InstanceNorm2d(4, affine=True)
+        self.inorm_plain = nn.InstanceNorm2d(4)
+        self.gn = nn.GroupNorm(2, 4)
+        self.prelu = nn.PReLU(4)
+        self.prelu1 = nn.PReLU()
+        self.acts = nn.ModuleList([
+            nn.Softplus(), nn.Softplus(beta=2, threshold=1), nn.ELU(), nn.ELU(0.5), nn.SELU(), nn.CELU(1.5),
+            nn.Hardtanh(), nn.Hardtanh(-0.5, 1.0), nn.ReLU6(), nn.Hardsigmoid(), nn.Hardswish(), nn.Mish(),
+            nn.Softsign(), nn.Tanhshrink(), nn.Hardshrink(), nn.Hardshrink(0.3), nn.Softshrink(0.3),
+            nn.LogSigmoid(), nn.Threshold(0.1, 20.0)])
+        self.softmin = nn.Softmin(dim=1)
+        self.glu = nn.GLU(dim=1)
+
+    def forward(self, x, s):   # x [2, 4, 6, 4], s [2, 4, 7]
+        out = [self.conv_g(x), self.conv_dw(x), self.conv_refl(x), self.conv_repl(x), self.conv1d(s),
+               self.convt(x), self.convt1(s), self.zpad(x), self.cpad(s), self.rpad(x), self.rpad1(s),
+               self.reppad(x), self.up(x), self.upb(x), self.upn(x), self.upbl(x), self.ps(x), self.pu(x),
+               self.bn2(x), self.bn1(self.conv1d(s)), self.inorm(x), self.inorm_plain(x), self.gn(x),
+               self.prelu(x), self.prelu1(s), self.softmin(x), self.glu(x)]
+        y = x * 3
+        for act in self.acts:
+            out.append(act(y))
+        # functional forms
+        w = self.conv_g.weight
+        out += [F.conv2d(x, w, None, 1, 1, 1, 2), F.conv1d(s, self.conv1d.weight, stride=2, padding=1, groups=2),
+                F.conv_transpose2d(x, self.convt.weight, self.convt.bias, stride=2, padding=1, output_padding=1,
+                                   groups=2),
+                F.conv_transpose1d(s, self.convt1.weight, stride=2),
+                F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), mode='reflect'), F.pad(x, [0, 2, 1, 1], 'replicate'),
+                F.pad(x, (2, 1, 1, 2), mode='circular'), F.pad(x, (-1, 2, 1, -2), value=-1.0),
+                F.pad(s, (1, 1, 0, 0, 1, 0)),
+                F.interpolate(x, scale_factor=1.5), F.interpolate(x, size=(4, 7), mode='bilinear'),
+                F.interpolate(x, scale_factor=(0.5, 2.5), mode='bilinear', align_corners=False),
+                F.interpolate(x, scale_factor=1.7, mode='bilinear', recompute_scale_factor=True),
+                F.interpolate(s, scale_factor=2), F.interpolate(s, size=10, mode='linear', align_corners=True),
+                F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2),
+                F.batch_norm(x, self.bn2.running_mean, self.bn2.running_var, self.bn2.weight, self.bn2.bias),
+                F.instance_norm(x), F.group_norm(x, 4), F.group_norm(x, 2, self.gn.weight, self.gn.bias, eps=1e-3),
+                F.softplus(y, 0.5, 2.0), F.elu(y, 2.0), F.selu(y), F.celu(y, 0.7), F.hardtanh(y, -1.5, 2.0),
+                F.relu6(y), F.hardsigmoid(y), F.hardswish(y), F.mish(y), F.softsign(y), F.tanhshrink(y),
+                F.hardshrink(y, 1.0), F.softshrink(y), F.logsigmoid(y), F.threshold(y, -0.5, 3.0),
+                F.glu(s, 1), F.glu(x, -1), F.prelu(x, self.prelu.weight), F.softmin(x, -1), F.softmin(s, dim=0)]
+        return tuple(out)
+
+
+example_inputs = (torch.randn(2, 4, 6, 4), torch.randn(2, 4, 7))
+"""
+
+
+def _torch_model(path):
+    mod = load_module(str(path), "layers_model")
+    torch.manual_seed(0)
+    m = mod.Net()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, b in m.named_buffers():   # running statistics that are not the initial 0 and 1
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            elif name.endswith("num_batches_tracked"):
+                b.fill_(7)
+        for name, p in m.named_parameters():   # affine parameters that are not the initial 1 and 0
+            if "bn" in name or "norm" in name or "gn" in name or "prelu" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1 if name.endswith("weight") else 0))
+    return m.eval()
+
+
+def test_layers_forward_match_pytorch(tmp_path):
+    path = tmp_path / "layers.py"
+    path.write_text(MODEL)
+    m = _torch_model(path)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 6, 4)).astype(np.float32)
+    s = rng.standard_normal((2, 4, 7)).astype(np.float32)
+    got = run_forward(str(tmp_path), str(path), m, [x, s])
+    with torch.no_grad():
+        want = m(torch.from_numpy(x), torch.from_numpy(s))
+    assert len(got) == len(want) > 80
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"output {k}", g, w.numpy(), 1e-4, 1e-5)
+    # the state_dict: buffers included (num_batches_tracked is int64), in PyTorch's order
+    info = run([tmp_path / "net", "info"]).stdout
+    for name, v in m.state_dict().items():
+        assert name in info, name
+
+
+# ---- gradients at the kinks -------------------------------------------------------------
+
+KINKS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.autograd.forward_ad as fwAD
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def acts(x):
+    return [F.softplus(x, 2.0, 1.0), F.elu(x), F.selu(x), F.celu(x, 0.5), F.hardtanh(x, -0.5, 1.0), F.relu6(x),
+            F.hardsigmoid(x), F.hardswish(x), F.hardshrink(x, 0.3), F.softshrink(x, 0.3), F.threshold(x, 0.1, 20.0),
+            F.logsigmoid(x), F.mish(x), F.softsign(x), F.tanhshrink(x), F.leaky_relu(x, 0.2), F.relu(x)]
+
+
+def vjps(x, p):
+    return tuple(torch.autograd.grad((a * p).sum(), x)[0] for a in acts(x))
+
+
+def jvps(x, t):
+    with fwAD.dual_level():
+        return tuple(fwAD.unpack_dual(a).tangent for a in acts(fwAD.make_dual(x, t)))
+
+
+def prelu_grads(x, w, p):
+    return torch.autograd.grad((F.prelu(x, w) * p).sum(), (x, w))
+
+
+def prelu_jvp(x, w, tx, tw):
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(F.prelu(fwAD.make_dual(x, tx), fwAD.make_dual(w, tw))).tangent
+
+
+X = torch.tensor([-3.0, -1.0, -0.5, -0.3, 0.0, 0.1, 0.3, 0.5, 1.0, 3.0, 6.0, 2.5, -7.0, 30.0, -30.0, 100.0],
+                 dtype=torch.float64)
+XP = torch.tensor([[-1.0, 0.0, 2.0], [0.0, 0.5, -0.25]], dtype=torch.float64).reshape(2, 3, 1)
+WP = torch.tensor([0.25, -0.5, 2.0], dtype=torch.float64)
+example_inputs = {"forward": (X,), "vjps": (X, X), "jvps": (X, X), "prelu_grads": (XP, WP, XP),
+                  "prelu_jvp": (XP, WP, XP, WP)}
+"""
+NACTS = 17
+
+
+def test_gradients_at_the_kinks(tmp_path):
+    path = tmp_path / "kinks.py"
+    path.write_text(KINKS)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe] + sum([["--entry", e] for e in ("vjps", "jvps", "prelu_grads", "prelu_jvp")],
+                                              []))
+    mod = load_module(str(path), "kinks_mod")
+    x = mod.X.numpy()
+    p = np.random.default_rng(1).standard_normal(x.shape)
+    got = run_entry(str(tmp_path), exe, "vjps", [x, p], NACTS)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = mod.vjps(tx, torch.from_numpy(p))
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"VJP of activation {k} at the kinks", g, w.numpy(), 1e-6, 1e-12)
+    got = run_entry(str(tmp_path), exe, "jvps", [x, p], NACTS)
+    want = mod.jvps(torch.from_numpy(x), torch.from_numpy(p))
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"JVP of activation {k} at the kinks", g, w.numpy(), 1e-6, 1e-12)
+    xp, wp = mod.XP.numpy(), mod.WP.numpy()
+    pp = np.random.default_rng(2).standard_normal(xp.shape)
+    got = run_entry(str(tmp_path), exe, "prelu_grads", [xp, wp, pp], 2)
+    want = mod.prelu_grads(torch.from_numpy(xp).requires_grad_(), torch.from_numpy(wp).requires_grad_(),
+                           torch.from_numpy(pp))
+    for name, g, w in zip("xw", got, want):
+        compare(f"prelu d{name} at 0", g, w.numpy(), 1e-6, 1e-12)
+    tw = np.random.default_rng(3).standard_normal(wp.shape)
+    (got,) = run_entry(str(tmp_path), exe, "prelu_jvp", [xp, wp, pp, tw], 1)
+    want = mod.prelu_jvp(*(torch.from_numpy(a) for a in (xp, wp, pp, tw)))
+    compare("prelu JVP at 0", got, want.numpy(), 1e-6, 1e-12)
+
+
+# ---- BatchNorm in training steps ------------------------------------------------------------
+
+TRAIN = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4, momentum={momentum})
+        self.fc = nn.Linear(4 * 5 * 5, 6)
+        self.bn1 = nn.BatchNorm1d(6)
+        self.out = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv(x)))
+        return self.out(F.elu(self.bn1(self.fc(h.flatten(1)))))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {{"forward": (torch.randn(4, 3, 5, 5),), "train_step": (torch.randn(4, 3, 5, 5), torch.randn(4, 2))}}
+"""
+
+
+@pytest.mark.parametrize("momentum", ["0.1", "None"])
+def test_batchnorm_training_steps(tmp_path, momentum):
+    path = tmp_path / "bn_train.py"
+    path.write_text(TRAIN.format(momentum=momentum))
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "bn_train_" + momentum)
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(4)
+    for step in range(3):
+        x = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+        y = rng.standard_normal((4, 2)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", nxt])
+        lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+        compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            assert got[k].dtype == np.int64 and int(got[k]) == int(v) == 3, (k, got[k], v)
+        else:
+            compare(f"{k} after 3 steps", got[k], v.numpy(), 1e-4, 1e-5)
+    # eval mode (forward) uses the running statistics the steps left
+    mod.model.eval()
+    x = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    np.save(tmp_path / "xe.npy", x)
+    run([exe, "infer", "--weights", w, "--input", tmp_path / "xe.npy", "--output", tmp_path / "ye.npy"])
+    with torch.no_grad():
+        compare("eval forward", np.load(tmp_path / "ye.npy"), mod.model(torch.from_numpy(x)).numpy(), 1e-4, 1e-5)
+
+
+# ---- refusals -----------------------------------------------------------------------
+
+ERR_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Net(nn.Module):\n"
+
+
+@pytest.mark.parametrize("body,shape,msg", [
+    ("    def forward(self, x):\n        return F.pad(x, (3, 0), mode='reflect')\n", "f32[1,2,3]",
+     "7:16: error: pad: reflect padding (3, 0) must be smaller than the input dimension 2 of size 3"),
+    ("    def forward(self, x):\n        return F.conv2d(x, torch.ones(4, 3, 1, 1), groups=2)\n", "f32[1,6,3,3]",
+     "7:16: error: conv2d: out_channels (4) must be divisible by groups (2)"),
+    ("    def __init__(self):\n        super().__init__()\n        self.c = nn.Conv2d(4, 6, 3, groups=4)\n\n"
+     "    def forward(self, x):\n        return self.c(x)\n", "f32[1,4,5,5]",
+     "9:18: error: out_channels must be divisible by groups"),
+    ("    def forward(self, x):\n        return F.interpolate(x, scale_factor=2, mode='bicubic')\n", "f32[1,2,3,3]",
+     "7:16: error: interpolate: mode 'bicubic' is not supported by ctc (nearest, linear, bilinear are)"),
+    ("    def forward(self, x):\n        return F.pixel_shuffle(x, 2)\n", "f32[1,6,3,3]",
+     "7:16: error: pixel_shuffle expects its input's channel dimension (6) to be divisible by the square of "
+     "upscale_factor (4)"),
+])
+def test_refusals(tmp_path, body, shape, msg):
+    path = tmp_path / "bad.py"
+    path.write_text(ERR_HEAD + body)
+    r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", f"x={shape}"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert msg in r.stderr, r.stderr
