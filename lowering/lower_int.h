@@ -374,4 +374,41 @@ PV *t_threshold(L *L, Span at, PV *x, double threshold, double value);
 PV *t_glu(L *L, Span at, PV *x, int64_t dim);
 PV *t_prelu(L *L, Span at, PV *x, PV *w);
 
+PV *t_random(L *L, Span at, Type t, int normal);   /* rand / randn in a training function (rng.offset) */
+int nn_pad_mode(L *L, Span at, PV *mode);          /* 'constant' 0, 'reflect' 1, 'replicate' 2, 'circular' 3 */
+/* torch.nn.functional's forms (the handlers of their registration rows) */
+PV *nnf_conv1d(L *L, PV *fn, Args *A);
+PV *nnf_conv2d(L *L, PV *fn, Args *A);
+PV *nnf_conv_transpose1d(L *L, PV *fn, Args *A);
+PV *nnf_conv_transpose2d(L *L, PV *fn, Args *A);
+PV *nnf_pad(L *L, PV *fn, Args *A);
+PV *nnf_interpolate(L *L, PV *fn, Args *A);
+PV *nnf_upsample_nearest(L *L, PV *fn, Args *A);
+PV *nnf_upsample_bilinear(L *L, PV *fn, Args *A);
+PV *nnf_pixel_shuffle(L *L, PV *fn, Args *A);
+PV *nnf_pixel_unshuffle(L *L, PV *fn, Args *A);
+PV *nnf_batch_norm(L *L, PV *fn, Args *A);
+PV *nnf_instance_norm(L *L, PV *fn, Args *A);
+PV *nnf_group_norm(L *L, PV *fn, Args *A);
+PV *nnf_softplus(L *L, PV *fn, Args *A);
+PV *nnf_elu(L *L, PV *fn, Args *A);
+PV *nnf_selu(L *L, PV *fn, Args *A);
+PV *nnf_celu(L *L, PV *fn, Args *A);
+PV *nnf_hardtanh(L *L, PV *fn, Args *A);
+PV *nnf_relu6(L *L, PV *fn, Args *A);
+PV *nnf_hardsigmoid(L *L, PV *fn, Args *A);
+PV *nnf_hardswish(L *L, PV *fn, Args *A);
+PV *nnf_mish(L *L, PV *fn, Args *A);
+PV *nnf_softsign(L *L, PV *fn, Args *A);
+PV *nnf_tanhshrink(L *L, PV *fn, Args *A);
+PV *nnf_logsigmoid(L *L, PV *fn, Args *A);
+PV *nnf_hardshrink(L *L, PV *fn, Args *A);
+PV *nnf_softshrink(L *L, PV *fn, Args *A);
+PV *nnf_threshold(L *L, PV *fn, Args *A);
+PV *nnf_glu(L *L, PV *fn, Args *A);
+PV *nnf_prelu(L *L, PV *fn, Args *A);
+PV *nnf_softmin(L *L, PV *fn, Args *A);
+PV *nnf_rand_like(L *L, PV *fn, Args *A);
+PV *nnf_randn_like(L *L, PV *fn, Args *A);
+
 #endif

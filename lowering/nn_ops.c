@@ -391,6 +391,20 @@ static PV *affine(L *L, Span at, PV *y, PV *w, PV *b, const Type *tx) {
   return y;
 }
 
+/* running statistics are updated in place: a buffer of the model is written back
+ * when the entry finishes (later reads in it see the new value), another tensor
+ * takes the new value as an in-place update would */
+static void stat_update(L *L, Span at, PV *t, PV *v) {
+  if (t->t->slot) {
+    if (t->t->slot->index < 0 || !L->param_cur)
+      lower_error(L, at, "batch_norm in training mode updates its running statistics, which needs a compiled training "
+                         "function and buffers of the model");
+    state_update(L, at, t, v);
+  } else {
+    t_inplace(L, at, t, v);
+  }
+}
+
 /* F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
  * over x [N, C, ...]. Training (or no running statistics): the batch's mean and
  * biased variance normalize; the running statistics (buffers) are then updated
@@ -421,13 +435,12 @@ PV *t_batch_norm(L *L, Span at, PV *x, PV *rm, PV *rv, PV *w, PV *b, int trainin
     var = t_reduce(L, at, IR_REDUCE_SUM, MUL(xc, xc), red, nr, 1, 1);
     PV *y = MUL(xc, t_unary(L, at, IR_RSQRT, ADD(var, NUM(eps))));
     if (have_stats) {
-      if (!rm->t->slot || !rv->t->slot || rm->t->slot->index < 0 || rv->t->slot->index < 0)
-        lower_error(L, at, "batch_norm in training mode updates running_mean and running_var, which must be buffers of "
-                           "the model");
+      need_tensor_arg(L, at, rm, "running_mean");
+      need_tensor_arg(L, at, rv, "running_var");
       PV *factor = NUM(momentum);
-      if (nbt && nbt->k == PV_TENSOR && nbt->t->slot && nbt->t->slot->index >= 0) {
+      if (nbt && nbt->k == PV_TENSOR) {
         PV *nb = ADD(nbt, pv_int(L, 1));
-        state_update(L, at, nbt, nb);
+        stat_update(L, at, nbt, nb);
         if (momentum < 0) factor = DIV(pv_float(L, 1.0), t_cast(L, at, nb, tx.dtype));
       } else if (momentum < 0) {
         lower_error(L, at, "batch_norm with momentum=None needs the num_batches_tracked buffer");
@@ -436,8 +449,8 @@ PV *t_batch_norm(L *L, Span at, PV *x, PV *rm, PV *rv, PV *w, PV *b, int trainin
       PV *bm = t_reshape(L, at, t_detach(L, at, mean), c1, 1);
       PV *bv = t_reshape(L, at, MUL(t_detach(L, at, var), NUM((double)n / (double)(n - 1))), c1, 1);
       PV *keep = momentum < 0 ? SUB(pv_float(L, 1.0), factor) : NUM(1.0 - momentum);
-      state_update(L, at, rm, ADD(MUL(rm, keep), MUL(bm, factor)));
-      state_update(L, at, rv, ADD(MUL(rv, keep), MUL(bv, factor)));
+      stat_update(L, at, rm, ADD(MUL(rm, keep), MUL(bm, factor)));
+      stat_update(L, at, rv, ADD(MUL(rv, keep), MUL(bv, factor)));
     }
     return affine(L, at, y, w, b, &tx);
   }
@@ -601,3 +614,353 @@ PV *t_prelu(L *L, Span at, PV *x, PV *w) {
   }
   return WHERE(CMP(OP_GT, x, NUM(0)), x, MUL(wb, x));
 }
+
+/* ---- random tensors in compiled code ------------------------------------------------ */
+
+/* torch.rand_like / randn_like / rand / randn inside a compiled training function:
+ * RAND_UNIFORM keyed by the `rng.offset` state (as dropout), normals by Box-Muller
+ * from two uniform draws. Equal to PyTorch's in distribution, not bit for bit. */
+PV *t_random(L *L, Span at, Type t, int normal) {
+  const char *what = normal ? "randn" : "rand";
+  if (!L->fn || !L->param_cur)
+    lower_error(L, at, "torch.%s in compiled code needs a compiled training function (it advances the random-number "
+                       "state, which forward entries do not have)", what);
+  if (!ir_dtype_is_float(t.dtype)) lower_error(L, at, "torch.%s needs a floating-point dtype", what);
+  Type st = {0};
+  st.dtype = DT_I64;
+  PV *off = state_tensor(L, at, "rng.offset", &st, 0);
+  ValId o = t_val(L, at, off);
+  int64_t n = ir_numel(&t);
+  PV *u = t_wrap(L, nn_emit(L, at, IR_RAND_UNIFORM, &o, 1, t, NULL, 0, 0, "uniform"));
+  PV *r = u;
+  if (normal) {
+    ValId o2 = t_val(L, at, ADD(t_wrap(L, o), pv_int(L, n)));
+    PV *u2 = t_wrap(L, nn_emit(L, at, IR_RAND_UNIFORM, &o2, 1, t, NULL, 0, 0, "uniform"));
+    PV *rad = t_unary(L, at, IR_SQRT, MUL(t_unary(L, at, IR_LOG, SUB(NUM(1.0), u)), NUM(-2.0)));
+    r = MUL(rad, t_unary(L, at, IR_COS, MUL(u2, NUM(2 * M_PI))));
+  }
+  state_update(L, at, off, ADD(t_wrap(L, o), pv_int(L, normal ? 2 * n : n)));
+  return r;
+}
+
+/* ---- the functional forms: torch.nn.functional's signatures ------------------------------
+ * Each handler binds PyTorch's parameter names, so a module whose options are the
+ * same names (nn.ELU(alpha) and F.elu(input, alpha)) calls it with its attributes. */
+
+static double opt_num(L *L, Span at, PV *v, double dflt, const char *what) {
+  return v && v->k != PV_NONE ? arg_num(L, at, v, what) : dflt;
+}
+
+static int opt_bool(L *L, Span at, PV *v, int dflt, const char *what) {
+  return v && v->k != PV_NONE ? arg_bool(L, at, v, what) : dflt;
+}
+
+/* n ints from an int or a sequence of n (stride=2, padding=(1, 0)) */
+static void ints_n(L *L, Span at, PV *v, int n, int64_t dflt, int64_t *out, const char *what) {
+  if (!v || v->k == PV_NONE) {
+    for (int i = 0; i < n; i++) out[i] = dflt;
+    return;
+  }
+  int64_t tmp[IR_MAX_DIMS];
+  int k = arg_ints(L, at, v, tmp, IR_MAX_DIMS, what);
+  if (k == 1)
+    for (int i = 0; i < n; i++) out[i] = tmp[0];
+  else if (k == n)
+    for (int i = 0; i < n; i++) out[i] = tmp[i];
+  else
+    lower_error(L, at, "%s must be an int or a tuple of %d ints, got %d values", what, n, k);
+}
+
+static PV *need_tensor_x(L *L, Span at, PV *x, const char *what) {
+  if (!x || x->k != PV_TENSOR)
+    lower_error(L, at, "%s: expected a tensor input, got '%s'", what, x ? pv_kind_name(x) : "nothing");
+  return x;
+}
+
+/* inplace=True: the input tensor takes the result (every name bound to it sees it) */
+static PV *maybe_inplace(L *L, Span at, PV *flag, PV *x, PV *r) {
+  return flag && flag->k != PV_NONE && arg_bool(L, at, flag, "inplace") ? t_inplace(L, at, x, r) : r;
+}
+
+/* padding of a convolution: ints, or 'valid' / 'same' (stride 1: total d (k - 1),
+ * the extra one at the end, as PyTorch, through an explicit F.pad) */
+static PV *conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil,
+                        int64_t *pad) {
+  if (!padv || padv->k != PV_STR) {
+    ints_n(L, at, padv, nsp, 0, pad, "padding");
+    return x;
+  }
+  for (int i = 0; i < nsp; i++) pad[i] = 0;
+  if (!strcmp(padv->s, "valid")) return x;
+  if (strcmp(padv->s, "same"))
+    lower_error(L, at, "Invalid padding string '%s', should be one of ('valid', 'same')", padv->s);
+  for (int i = 0; i < nsp; i++)
+    if (stride[i] != 1) lower_error(L, at, "padding='same' is not supported for strided convolutions");
+  need_tensor_x(L, at, w, "convolution weight");
+  int64_t extra[2 * 2] = {0};
+  int asym = 0;
+  Type tw = w->t->type;
+  for (int i = 0; i < nsp; i++) {
+    int64_t total = dil[i] * (tw.dims[tw.ndim - nsp + i] - 1);
+    pad[i] = total / 2;
+    int64_t e = total - 2 * pad[i];
+    extra[2 * (nsp - 1 - i) + 1] = e;   /* F.pad order: last dim first, (left, right) */
+    asym |= e != 0;
+  }
+  return asym ? t_pad(L, at, x, extra, 2 * nsp, 0, 0) : x;
+}
+
+static PV *nnf_convnd(L *L, Args *A, int nsp) {
+  PV *a[7];
+  Span at = A->at;
+  bind_args(L, A, "input,weight,bias=,stride=,padding=,dilation=,groups=", a);
+  int64_t s[2], p[2], d[2];
+  ints_n(L, at, a[3], nsp, 1, s, "stride");
+  ints_n(L, at, a[5], nsp, 1, d, "dilation");
+  PV *x = conv_padding(L, at, nsp, need_tensor_x(L, at, a[0], A->fname), a[1], a[4], s, d, p);
+  int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
+  return t_convnd(L, at, nsp, x, need_tensor_x(L, at, a[1], "weight"), a[2], s, p, d, g);
+}
+PV *nnf_conv1d(L *L, PV *fn, Args *A) { (void)fn; return nnf_convnd(L, A, 1); }
+PV *nnf_conv2d(L *L, PV *fn, Args *A) { (void)fn; return nnf_convnd(L, A, 2); }
+
+static PV *nnf_conv_transpose(L *L, Args *A, int nsp) {
+  PV *a[8];
+  Span at = A->at;
+  bind_args(L, A, "input,weight,bias=,stride=,padding=,output_padding=,groups=,dilation=", a);
+  int64_t s[2], p[2], op[2], d[2];
+  ints_n(L, at, a[3], nsp, 1, s, "stride");
+  ints_n(L, at, a[4], nsp, 0, p, "padding");
+  ints_n(L, at, a[5], nsp, 0, op, "output_padding");
+  ints_n(L, at, a[7], nsp, 1, d, "dilation");
+  int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
+  return t_conv_transpose(L, at, nsp, need_tensor_x(L, at, a[0], A->fname), need_tensor_x(L, at, a[1], "weight"), a[2],
+                          s, p, op, d, g);
+}
+PV *nnf_conv_transpose1d(L *L, PV *fn, Args *A) { (void)fn; return nnf_conv_transpose(L, A, 1); }
+PV *nnf_conv_transpose2d(L *L, PV *fn, Args *A) { (void)fn; return nnf_conv_transpose(L, A, 2); }
+
+int nn_pad_mode(L *L, Span at, PV *mode) {
+  static const char *const names[] = {"constant", "reflect", "replicate", "circular"};
+  if (!mode || mode->k == PV_NONE) return 0;
+  if (mode->k != PV_STR) lower_error(L, at, "pad: mode must be a string");
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(mode->s, names[i])) return i;
+  lower_error(L, at, "pad: unsupported padding mode '%s' (constant, reflect, replicate, circular)", mode->s);
+}
+
+PV *nnf_pad(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[4];
+  Span at = A->at;
+  bind_args(L, A, "input,pad,mode=,value=", a);
+  int64_t p[2 * IR_MAX_DIMS];
+  int n = arg_ints(L, at, a[1], p, 2 * IR_MAX_DIMS, "pad");
+  int mode = nn_pad_mode(L, at, a[2]);
+  double v = opt_num(L, at, a[3], 0, "value");
+  if (mode != 0 && a[3] && a[3]->k != PV_NONE && v != 0)
+    lower_error(L, at, "pad: padding mode '%s' doesn't take in value argument", a[2]->s);
+  return t_pad(L, at, need_tensor_x(L, at, a[0], "pad"), p, n, mode, v);
+}
+
+PV *nnf_interpolate(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[7];
+  Span at = A->at;
+  bind_args(L, A, "input,size=,scale_factor=,mode=,align_corners=,recompute_scale_factor=,antialias=", a);
+  const char *mode = "nearest";
+  if (a[3] && a[3]->k != PV_NONE) {
+    if (a[3]->k != PV_STR) lower_error(L, at, "interpolate: mode must be a string");
+    mode = a[3]->s;
+  }
+  if (opt_bool(L, at, a[6], 0, "antialias")) lower_error(L, at, "interpolate: antialias=True is not supported by ctc");
+  return t_interpolate(L, at, need_tensor_x(L, at, a[0], "interpolate"), a[1], a[2], mode, a[4], a[5]);
+}
+
+/* F.upsample_nearest(input, size, scale_factor) and F.upsample_bilinear (align_corners=True) */
+PV *nnf_upsample_nearest(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[3];
+  bind_args(L, A, "input,size=,scale_factor=", a);
+  return t_interpolate(L, A->at, need_tensor_x(L, A->at, a[0], "upsample"), a[1], a[2], "nearest", NULL, NULL);
+}
+PV *nnf_upsample_bilinear(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[3];
+  bind_args(L, A, "input,size=,scale_factor=", a);
+  return t_interpolate(L, A->at, need_tensor_x(L, A->at, a[0], "upsample"), a[1], a[2], "bilinear", pv_bool(L, 1),
+                       NULL);
+}
+
+PV *nnf_pixel_shuffle(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,upscale_factor", a);
+  return t_pixel_shuffle(L, A->at, need_tensor_x(L, A->at, a[0], "pixel_shuffle"),
+                         arg_int(L, A->at, a[1], "upscale_factor"), 0);
+}
+PV *nnf_pixel_unshuffle(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,downscale_factor", a);
+  return t_pixel_shuffle(L, A->at, need_tensor_x(L, A->at, a[0], "pixel_unshuffle"),
+                         arg_int(L, A->at, a[1], "downscale_factor"), 1);
+}
+
+PV *nnf_batch_norm(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[8];
+  Span at = A->at;
+  bind_args(L, A, "input,running_mean,running_var,weight=,bias=,training=,momentum=,eps=", a);
+  double m = a[6] && a[6]->k == PV_NONE ? -1 : opt_num(L, at, a[6], 0.1, "momentum");
+  return t_batch_norm(L, at, need_tensor_x(L, at, a[0], "batch_norm"), a[1], a[2], a[3], a[4],
+                      opt_bool(L, at, a[5], 0, "training"), m, opt_num(L, at, a[7], 1e-5, "eps"), NULL);
+}
+
+PV *nnf_instance_norm(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[8];
+  Span at = A->at;
+  bind_args(L, A, "input,running_mean=,running_var=,weight=,bias=,use_input_stats=,momentum=,eps=", a);
+  if ((a[1] && a[1]->k != PV_NONE) || (a[2] && a[2]->k != PV_NONE) || !opt_bool(L, at, a[5], 1, "use_input_stats"))
+    lower_error(L, at, "instance_norm with running statistics is not supported by ctc");
+  return t_instance_norm(L, at, need_tensor_x(L, at, a[0], "instance_norm"), a[3], a[4],
+                         opt_num(L, at, a[7], 1e-5, "eps"));
+}
+
+PV *nnf_group_norm(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[5];
+  Span at = A->at;
+  bind_args(L, A, "input,num_groups,weight=,bias=,eps=", a);
+  return t_group_norm(L, at, need_tensor_x(L, at, a[0], "group_norm"), arg_int(L, at, a[1], "num_groups"), a[2], a[3],
+                      opt_num(L, at, a[4], 1e-5, "eps"));
+}
+
+/* activations: F.<name>(input, options..., inplace=) */
+PV *nnf_softplus(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[3];
+  bind_args(L, A, "input,beta=,threshold=", a);
+  return t_softplus(L, A->at, need_tensor_x(L, A->at, a[0], "softplus"), opt_num(L, A->at, a[1], 1, "beta"),
+                    opt_num(L, A->at, a[2], 20, "threshold"));
+}
+PV *nnf_elu(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[3];
+  bind_args(L, A, "input,alpha=,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "elu");
+  return maybe_inplace(L, A->at, a[2], x, t_elu(L, A->at, x, opt_num(L, A->at, a[1], 1, "alpha"), 1, 1));
+}
+PV *nnf_selu(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "selu");
+  return maybe_inplace(L, A->at, a[1], x,
+                       t_elu(L, A->at, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1));
+}
+PV *nnf_celu(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[3];
+  bind_args(L, A, "input,alpha=,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "celu");
+  double alpha = opt_num(L, A->at, a[1], 1, "alpha");
+  if (alpha == 0) lower_error(L, A->at, "ZeroDivisionError: celu with alpha 0");
+  return maybe_inplace(L, A->at, a[2], x, t_elu(L, A->at, x, alpha, 1, 1.0 / alpha));
+}
+PV *nnf_hardtanh(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[4];
+  bind_args(L, A, "input,min_val=,max_val=,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "hardtanh");
+  return maybe_inplace(L, A->at, a[3], x,
+                       t_hardtanh(L, A->at, x, opt_num(L, A->at, a[1], -1, "min_val"), opt_num(L, A->at, a[2], 1, "max_val")));
+}
+PV *nnf_relu6(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "relu6");
+  return maybe_inplace(L, A->at, a[1], x, t_hardtanh(L, A->at, x, 0, 6));
+}
+#define NNF_UNARY_INPLACE(name, call)                                   \
+  PV *nnf_##name(L *L, PV *fn, Args *A) {                               \
+    (void)fn;                                                           \
+    PV *a[2];                                                           \
+    bind_args(L, A, "input,inplace=", a);                               \
+    PV *x = need_tensor_x(L, A->at, a[0], #name);                       \
+    return maybe_inplace(L, A->at, a[1], x, call(L, A->at, x));         \
+  }
+NNF_UNARY_INPLACE(hardsigmoid, t_hardsigmoid)
+NNF_UNARY_INPLACE(hardswish, t_hardswish)
+NNF_UNARY_INPLACE(mish, t_mish)
+#define NNF_UNARY(name, call)                                           \
+  PV *nnf_##name(L *L, PV *fn, Args *A) {                               \
+    (void)fn;                                                           \
+    PV *a[1];                                                           \
+    bind_args(L, A, "input", a);                                        \
+    return call(L, A->at, need_tensor_x(L, A->at, a[0], #name));        \
+  }
+NNF_UNARY(softsign, t_softsign)
+NNF_UNARY(tanhshrink, t_tanhshrink)
+NNF_UNARY(logsigmoid, t_logsigmoid)
+PV *nnf_hardshrink(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,lambd=", a);
+  return t_hardshrink(L, A->at, need_tensor_x(L, A->at, a[0], "hardshrink"), opt_num(L, A->at, a[1], 0.5, "lambd"));
+}
+PV *nnf_softshrink(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,lambd=", a);
+  return t_softshrink(L, A->at, need_tensor_x(L, A->at, a[0], "softshrink"), opt_num(L, A->at, a[1], 0.5, "lambd"));
+}
+PV *nnf_threshold(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[4];
+  bind_args(L, A, "input,threshold,value,inplace=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "threshold");
+  return maybe_inplace(L, A->at, a[3], x,
+                       t_threshold(L, A->at, x, arg_num(L, A->at, a[1], "threshold"), arg_num(L, A->at, a[2], "value")));
+}
+PV *nnf_glu(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,dim=", a);
+  return t_glu(L, A->at, need_tensor_x(L, A->at, a[0], "glu"),
+               a[1] && a[1]->k != PV_NONE ? arg_int(L, A->at, a[1], "dim") : -1);
+}
+PV *nnf_prelu(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "input,weight", a);
+  return t_prelu(L, A->at, need_tensor_x(L, A->at, a[0], "prelu"), need_tensor_x(L, A->at, a[1], "prelu weight"));
+}
+/* F.softmin(input, dim=None, _stacklevel=3, dtype=None): softmax(-x); no dim: PyTorch's
+ * implicit choice (0 for 0-, 1- and 3-D inputs, else 1) */
+PV *nnf_softmin(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[4];
+  bind_args(L, A, "input,dim=,_stacklevel=,dtype=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], "softmin");
+  if (a[3] && a[3]->k != PV_NONE) lower_error(L, A->at, "softmin: dtype= is not supported by ctc");
+  int nd = x->t->type.ndim;
+  int64_t dim = a[1] && a[1]->k != PV_NONE ? arg_int(L, A->at, a[1], "dim") : (nd == 0 || nd == 1 || nd == 3 ? 0 : 1);
+  return t_softmax(L, A->at, t_unary(L, A->at, IR_NEG, x), t_norm_dim(L, A->at, dim, nd ? nd : 1), 0);
+}
+/* torch.rand_like / randn_like (x, dtype=...) in compiled code */
+static PV *rand_like(L *L, Args *A, int normal) {
+  PV *a[6];
+  bind_args(L, A, "input,dtype=,layout=,device=,requires_grad=,memory_format=", a);
+  PV *x = need_tensor_x(L, A->at, a[0], normal ? "randn_like" : "rand_like");
+  Type t = x->t->type;
+  if (a[1] && a[1]->k != PV_NONE) {
+    if (a[1]->k != PV_DTYPE) lower_error(L, A->at, "dtype must be a torch dtype");
+    t.dtype = a[1]->dt;
+  }
+  return t_random(L, A->at, t, normal);
+}
+PV *nnf_rand_like(L *L, PV *fn, Args *A) { (void)fn; return rand_like(L, A, 0); }
+PV *nnf_randn_like(L *L, PV *fn, Args *A) { (void)fn; return rand_like(L, A, 1); }
