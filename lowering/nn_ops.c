@@ -541,11 +541,11 @@ PV *t_hardsigmoid(L *L, Span at, PV *x) {
   return WHERE(CMP(OP_LE, x, NUM(-3)), NUM(0), WHERE(CMP(OP_GE, x, NUM(3)), NUM(1), mid));
 }
 
-/* hardswish: x (x + 3) / 6 on [-3, 3]; hardswish_backward: 0 below -3, x / 3 + 1/2
- * on the closed interval [-3, 3] (so -1/2 at -3 and 3/2 at 3), 1 above. */
+/* hardswish: x (x + 3) / 6 on [-3, 3]; PyTorch 1.13's gradient: 0 below -3, x / 3 + 1/2
+ * on [-3, 3) (so -1/2 at -3), 1 from 3 on. */
 PV *t_hardswish(L *L, Span at, PV *x) {
   PV *mid = DIV(MUL(x, ADD(x, NUM(3))), NUM(6));
-  return WHERE(CMP(OP_LT, x, NUM(-3)), NUM(0), WHERE(CMP(OP_LE, x, NUM(3)), mid, x));
+  return WHERE(CMP(OP_LT, x, NUM(-3)), NUM(0), WHERE(CMP(OP_LT, x, NUM(3)), mid, x));
 }
 
 /* mish: x tanh(softplus(x)) */
