@@ -51,7 +51,8 @@ def st_write(path, tensors):
     """Write a safetensors file from {name: np.ndarray} (in dict order)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a)
+        a = a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (ascontiguousarray makes 0-d arrays 1-d)
         b = a.tobytes()
         header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)

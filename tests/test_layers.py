@@ -306,16 +306,16 @@ ERR_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F
 
 @pytest.mark.parametrize("body,shape,msg", [
     ("    def forward(self, x):\n        return F.pad(x, (3, 0), mode='reflect')\n", "f32[1,2,3]",
-     "7:16: error: pad: reflect padding (3, 0) must be smaller than the input dimension 2 of size 3"),
-    ("    def forward(self, x):\n        return F.conv2d(x, torch.ones(4, 3, 1, 1), groups=2)\n", "f32[1,6,3,3]",
-     "7:16: error: conv2d: out_channels (4) must be divisible by groups (2)"),
+     "8:16: error: pad: reflect padding (3, 0) must be smaller than the input dimension 2 of size 3"),
+    ("    def forward(self, x):\n        return F.conv2d(x, torch.ones(3, 3, 1, 1), groups=2)\n", "f32[1,6,3,3]",
+     "8:16: error: conv2d: out_channels (3) must be divisible by groups (2)"),
     ("    def __init__(self):\n        super().__init__()\n        self.c = nn.Conv2d(4, 6, 3, groups=4)\n\n"
      "    def forward(self, x):\n        return self.c(x)\n", "f32[1,4,5,5]",
      "9:18: error: out_channels must be divisible by groups"),
     ("    def forward(self, x):\n        return F.interpolate(x, scale_factor=2, mode='bicubic')\n", "f32[1,2,3,3]",
-     "7:16: error: interpolate: mode 'bicubic' is not supported by ctc (nearest, linear, bilinear are)"),
+     "8:16: error: interpolate: mode 'bicubic' is not supported by ctc (nearest, linear, bilinear are)"),
     ("    def forward(self, x):\n        return F.pixel_shuffle(x, 2)\n", "f32[1,6,3,3]",
-     "7:16: error: pixel_shuffle expects its input's channel dimension (6) to be divisible by the square of "
+     "8:16: error: pixel_shuffle expects its input's channel dimension (6) to be divisible by the square of "
      "upscale_factor (4)"),
 ])
 def test_refusals(tmp_path, body, shape, msg):

@@ -9,7 +9,7 @@
  * NaN (0 * inf): its operand is clamped into the range where it is used. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 #define ADD(a, b) t_binary(L, at, OP_ADD, (a), (b))
 #define SUB(a, b) t_binary(L, at, OP_SUB, (a), (b))
@@ -964,3 +964,324 @@ static PV *rand_like(L *L, Args *A, int normal) {
 }
 PV *nnf_rand_like(L *L, PV *fn, Args *A) { (void)fn; return rand_like(L, A, 0); }
 PV *nnf_randn_like(L *L, PV *fn, Args *A) { (void)fn; return rand_like(L, A, 1); }
+
+/* ---- the module forms: constructors (parameters and buffers in PyTorch's order,
+ * PyTorch's initialisation) and forwards. Modules whose options are their
+ * functional's keywords (nn.ELU, nn.Upsample, nn.PixelShuffle) need none of this:
+ * their rows pass the options to the nnf_ handler. ---------------------------------- */
+
+static PV *nn_layer_new(L *L, PV *cls, Args *A) {
+  if (L->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
+  return module_new(L, cls);
+}
+
+static PV *nn_layer_input(L *L, PV *o, Args *A) {
+  PV *a[1];
+  bind_args(L, A, "input", a);
+  if (a[0]->k != PV_TENSOR) lower_error(L, A->at, "%s expects a tensor input, got '%s'", o->cls->s, pv_kind_name(a[0]));
+  return a[0];
+}
+
+static Type nn_type(DType dt, int n, const int64_t *dims) {
+  Type t = {0};
+  t.dtype = dt;
+  t.ndim = n;
+  for (int i = 0; i < n; i++) t.dims[i] = dims[i];
+  return t;
+}
+
+static PV *nn_param(L *L, Span at, PV *o, const char *name, int n, const int64_t *dims, int init, double a, double b) {
+  for (int i = 0; i < n; i++)
+    if (dims[i] <= 0)
+      lower_error(L, at, "parameter '%s' would have a non-positive dimension (%lld)", name, (long long)dims[i]);
+  PV *p = param_tensor(L, slot_new(L, at, nn_type(DT_F32, n, dims), init, a, b));
+  module_setattr(L, at, o, name, p);
+  return p;
+}
+
+static PV *nn_buffer(L *L, Span at, PV *o, const char *name, DType dt, int n, const int64_t *dims, int init, double a) {
+  Slot *s = slot_new(L, at, nn_type(dt, n, dims), init, a, 0);
+  s->is_buffer = 1;
+  PV *t = param_tensor(L, s);
+  vec_push(L->a, &o->mod->regs, ((Reg){REG_BUFFER, arena_strdup(L->a, name), t}));
+  env_set(L, o->attrs, name, t);
+  return t;
+}
+
+static PV *tuple_of(L *L, const int64_t *v, int n) {
+  PV *items[IR_MAX_DIMS];
+  for (int i = 0; i < n; i++) items[i] = pv_int(L, v[i]);
+  return pv_tuple(L, items, n);
+}
+
+static void ints_attr(L *L, Span at, PV *o, const char *name, int n, int64_t *out) {
+  PV *v = env_get(o->attrs, name);
+  ints_n(L, at, v, n, 0, out, name);
+}
+
+/* nn.Conv1d / Conv2d / ConvTranspose1d / ConvTranspose2d */
+static void conv_kind(int bi, int *nsp, int *transposed) {
+  *nsp = bi == BI_C_CONV1D || bi == BI_C_CONVTRANSPOSE1D ? 1 : 2;
+  *transposed = bi == BI_C_CONVTRANSPOSE1D || bi == BI_C_CONVTRANSPOSE2D;
+}
+
+PV *nn_conv_new(L *L, PV *cls, Args *A) {
+  PV *a[12], *o = nn_layer_new(L, cls, A);
+  Span at = A->at;
+  int nsp, tr;
+  conv_kind(cls->bi, &nsp, &tr);
+  if (tr)
+    bind_args(L, A, "in_channels,out_channels,kernel_size,stride=,padding=,output_padding=,groups=,bias=,dilation=,"
+                    "padding_mode=,device=,dtype=", a);
+  else {
+    bind_args(L, A, "in_channels,out_channels,kernel_size,stride=,padding=,dilation=,groups=,bias=,padding_mode=,"
+                    "device=,dtype=", a);
+    /* one layout for both: output_padding at 5, groups 6, bias 7, dilation 8, padding_mode 9 */
+    PV *d = a[5], *g = a[6], *b = a[7], *pm = a[8];
+    a[5] = NULL, a[6] = g, a[7] = b, a[8] = d, a[9] = pm;
+  }
+  int64_t cin = arg_int(L, at, a[0], "in_channels"), cout = arg_int(L, at, a[1], "out_channels");
+  int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
+  if (g <= 0) lower_error(L, at, "groups must be a positive integer");
+  if (cin <= 0 || cout <= 0) lower_error(L, at, "in_channels and out_channels must be positive");
+  if (cin % g) lower_error(L, at, "in_channels must be divisible by groups");
+  if (cout % g) lower_error(L, at, "out_channels must be divisible by groups");
+  int64_t k[2], s[2], p[2] = {0, 0}, op[2] = {0, 0}, d[2];
+  ints_n(L, at, a[2], nsp, 1, k, "kernel_size");
+  ints_n(L, at, a[3], nsp, 1, s, "stride");
+  ints_n(L, at, a[8], nsp, 1, d, "dilation");
+  if (tr) ints_n(L, at, a[5], nsp, 0, op, "output_padding");
+  const char *pmode = "zeros";
+  if (a[9] && a[9]->k != PV_NONE) {
+    if (a[9]->k != PV_STR) lower_error(L, at, "padding_mode must be a string");
+    pmode = a[9]->s;
+    if (strcmp(pmode, "zeros") && strcmp(pmode, "reflect") && strcmp(pmode, "replicate") && strcmp(pmode, "circular"))
+      lower_error(L, at, "padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], but got "
+                         "padding_mode='%s'", pmode);
+    if (tr && strcmp(pmode, "zeros"))
+      lower_error(L, at, "Only \"zeros\" padding mode is supported for %s", cls->s);
+  }
+  if (a[4] && a[4]->k == PV_STR) {
+    if (tr) lower_error(L, at, "%s does not take string padding", cls->s);
+    if (strcmp(a[4]->s, "same") && strcmp(a[4]->s, "valid"))
+      lower_error(L, at, "Invalid padding string '%s', should be one of ('valid', 'same')", a[4]->s);
+    if (!strcmp(a[4]->s, "same") && (s[0] != 1 || s[nsp - 1] != 1))
+      lower_error(L, at, "padding='same' is not supported for strided convolutions");
+    if (!strcmp(a[4]->s, "same") && strcmp(pmode, "zeros"))
+      lower_error(L, at, "padding='same' with padding_mode='%s' is not supported by ctc", pmode);
+    env_set(L, o->attrs, "padding", a[4]);
+  } else {
+    ints_n(L, at, a[4], nsp, 0, p, "padding");
+    env_set(L, o->attrs, "padding", tuple_of(L, p, nsp));
+  }
+  env_set(L, o->attrs, "in_channels", pv_int(L, cin));
+  env_set(L, o->attrs, "out_channels", pv_int(L, cout));
+  env_set(L, o->attrs, "kernel_size", tuple_of(L, k, nsp));
+  env_set(L, o->attrs, "stride", tuple_of(L, s, nsp));
+  env_set(L, o->attrs, "dilation", tuple_of(L, d, nsp));
+  env_set(L, o->attrs, "output_padding", tuple_of(L, op, nsp));
+  env_set(L, o->attrs, "groups", pv_int(L, g));
+  env_set(L, o->attrs, "padding_mode", pv_str(L, pmode));
+  int64_t wd[4] = {tr ? cin : cout, tr ? cout / g : cin / g, k[0], k[nsp - 1]};
+  /* kaiming_uniform_(a=sqrt(5)) and the bias: bound 1 / sqrt(fan_in), fan_in = weight.size(1) * prod(k) */
+  double fan_in = (double)wd[1] * (double)k[0] * (double)(nsp == 2 ? k[1] : 1);
+  double bound = 1.0 / sqrt(fan_in);
+  nn_param(L, at, o, "weight", 2 + nsp, wd, PINIT_UNIFORM, -bound, bound);
+  if (!a[7] || arg_bool(L, at, a[7], "bias")) nn_param(L, at, o, "bias", 1, &cout, PINIT_UNIFORM, -bound, bound);
+  else module_setattr(L, at, o, "bias", pv_none(L));
+  return o;
+}
+
+PV *nn_conv_forward(L *L, PV *o, Args *A) {
+  Span at = A->at;
+  int nsp, tr;
+  conv_kind(o->cls->bi, &nsp, &tr);
+  PV *x;
+  int64_t s[2], p[2] = {0, 0}, op[2], d[2];
+  if (tr) {
+    PV *a[2];
+    bind_args(L, A, "input,output_size=", a);
+    if (a[1] && a[1]->k != PV_NONE) lower_error(L, at, "%s: output_size= is not supported by ctc", o->cls->s);
+    x = need_tensor_x(L, at, a[0], o->cls->s);
+  } else {
+    x = nn_layer_input(L, o, A);
+  }
+  ints_attr(L, at, o, "stride", nsp, s);
+  ints_attr(L, at, o, "dilation", nsp, d);
+  ints_attr(L, at, o, "output_padding", nsp, op);
+  int64_t g = arg_int(L, at, env_get(o->attrs, "groups"), "groups");
+  PV *w = env_get(o->attrs, "weight"), *b = env_get(o->attrs, "bias");
+  if (tr) {
+    ints_attr(L, at, o, "padding", nsp, p);
+    return t_conv_transpose(L, at, nsp, x, w, b, s, p, op, d, g);
+  }
+  PV *pv = env_get(o->attrs, "padding");
+  PV *pm = env_get(o->attrs, "padding_mode");
+  int mode = pm && pm->k == PV_STR && strcmp(pm->s, "zeros") ? nn_pad_mode(L, at, pm) : 0;
+  if (mode && pv->k != PV_STR) {
+    /* F.pad(x, reversed padding repeated twice, mode), then no padding */
+    ints_n(L, at, pv, nsp, 0, p, "padding");
+    int64_t pads[4];
+    for (int i = 0; i < nsp; i++) pads[2 * i] = pads[2 * i + 1] = p[nsp - 1 - i];
+    x = t_pad(L, at, x, pads, 2 * nsp, mode, 0);
+    p[0] = p[1] = 0;
+  } else {
+    x = conv_padding(L, at, nsp, x, w, pv, s, d, p);
+  }
+  return t_convnd(L, at, nsp, x, w, b, s, p, d, g);
+}
+
+/* nn.ZeroPad2d, ConstantPad1d/2d/3d, ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d */
+static void pad_kind(int bi, int *nsp, int *mode) {
+  switch (bi) {
+  case BI_C_ZEROPAD2D: *nsp = 2, *mode = 0; return;
+  case BI_C_CONSTANTPAD1D: *nsp = 1, *mode = 0; return;
+  case BI_C_CONSTANTPAD2D: *nsp = 2, *mode = 0; return;
+  case BI_C_CONSTANTPAD3D: *nsp = 3, *mode = 0; return;
+  case BI_C_REFLECTIONPAD1D: *nsp = 1, *mode = 1; return;
+  case BI_C_REFLECTIONPAD2D: *nsp = 2, *mode = 1; return;
+  case BI_C_REFLECTIONPAD3D: *nsp = 3, *mode = 1; return;
+  case BI_C_REPLICATIONPAD1D: *nsp = 1, *mode = 2; return;
+  case BI_C_REPLICATIONPAD2D: *nsp = 2, *mode = 2; return;
+  default: *nsp = 3, *mode = 2; return;
+  }
+}
+
+PV *nn_pad_new(L *L, PV *cls, Args *A) {
+  PV *a[2], *o = nn_layer_new(L, cls, A);
+  Span at = A->at;
+  int nsp, mode;
+  pad_kind(cls->bi, &nsp, &mode);
+  int constant = cls->bi == BI_C_CONSTANTPAD1D || cls->bi == BI_C_CONSTANTPAD2D || cls->bi == BI_C_CONSTANTPAD3D;
+  bind_args(L, A, constant ? "padding,value" : "padding", a);
+  int64_t p[6], tmp[6];
+  int n = arg_ints(L, at, a[0], tmp, 6, "padding");
+  if (n == 1)
+    for (int i = 0; i < 2 * nsp; i++) p[i] = tmp[0];
+  else if (n == 2 * nsp)
+    for (int i = 0; i < n; i++) p[i] = tmp[i];
+  else
+    lower_error(L, at, "%s: padding must be an int or a tuple of %d ints, got %d", cls->s, 2 * nsp, n);
+  env_set(L, o->attrs, "padding", tuple_of(L, p, 2 * nsp));
+  env_set(L, o->attrs, "value", pv_float(L, constant ? arg_num(L, at, a[1], "value") : 0));
+  (void)mode;
+  return o;
+}
+
+PV *nn_pad_forward(L *L, PV *o, Args *A) {
+  Span at = A->at;
+  PV *x = nn_layer_input(L, o, A);
+  int nsp, mode;
+  pad_kind(o->cls->bi, &nsp, &mode);
+  int64_t p[6];
+  int n = arg_ints(L, at, env_get(o->attrs, "padding"), p, 6, "padding");
+  return t_pad(L, at, x, p, n, mode, arg_num(L, at, env_get(o->attrs, "value"), "value"));
+}
+
+/* nn.PReLU(num_parameters=1, init=0.25) */
+PV *nn_prelu_new(L *L, PV *cls, Args *A) {
+  PV *a[4], *o = nn_layer_new(L, cls, A);
+  bind_args(L, A, "num_parameters=,init=,device=,dtype=", a);
+  int64_t n = a[0] ? arg_int(L, A->at, a[0], "num_parameters") : 1;
+  env_set(L, o->attrs, "num_parameters", pv_int(L, n));
+  nn_param(L, A->at, o, "weight", 1, &n, PINIT_CONST, opt_num(L, A->at, a[1], 0.25, "init"), 0);
+  return o;
+}
+
+PV *nn_prelu_forward(L *L, PV *o, Args *A) {
+  return t_prelu(L, A->at, nn_layer_input(L, o, A), env_get(o->attrs, "weight"));
+}
+
+/* nn.BatchNorm1d / 2d, InstanceNorm1d / 2d: (num_features, eps, momentum, affine,
+ * track_running_stats); weight, bias, then the buffers running_mean, running_var,
+ * num_batches_tracked, as PyTorch registers them. */
+static int is_instance(int bi) { return bi == BI_C_INSTANCENORM1D || bi == BI_C_INSTANCENORM2D; }
+
+PV *nn_norm_new(L *L, PV *cls, Args *A) {
+  PV *a[7], *o = nn_layer_new(L, cls, A);
+  Span at = A->at;
+  int inst = is_instance(cls->bi);
+  bind_args(L, A, "num_features,eps=,momentum=,affine=,track_running_stats=,device=,dtype=", a);
+  int64_t c = arg_int(L, at, a[0], "num_features");
+  int affine = opt_bool(L, at, a[3], !inst, "affine"), track = opt_bool(L, at, a[4], !inst, "track_running_stats");
+  if (inst && track)
+    lower_error(L, at, "%s with track_running_stats=True is not supported by ctc", cls->s);
+  env_set(L, o->attrs, "num_features", pv_int(L, c));
+  env_set(L, o->attrs, "eps", pv_float(L, opt_num(L, at, a[1], 1e-5, "eps")));
+  env_set(L, o->attrs, "momentum", a[2] && a[2]->k == PV_NONE ? pv_none(L)
+                                                              : pv_float(L, opt_num(L, at, a[2], 0.1, "momentum")));
+  env_set(L, o->attrs, "affine", pv_bool(L, affine));
+  env_set(L, o->attrs, "track_running_stats", pv_bool(L, track));
+  if (affine) {
+    nn_param(L, at, o, "weight", 1, &c, PINIT_CONST, 1, 0);
+    nn_param(L, at, o, "bias", 1, &c, PINIT_ZERO, 0, 0);
+  } else {
+    module_setattr(L, at, o, "weight", pv_none(L));
+    module_setattr(L, at, o, "bias", pv_none(L));
+  }
+  if (track) {
+    nn_buffer(L, at, o, "running_mean", DT_F32, 1, &c, PINIT_ZERO, 0);
+    nn_buffer(L, at, o, "running_var", DT_F32, 1, &c, PINIT_CONST, 1);
+    nn_buffer(L, at, o, "num_batches_tracked", DT_I64, 0, NULL, PINIT_ZERO, 0);
+  } else {
+    env_set(L, o->attrs, "running_mean", pv_none(L));
+    env_set(L, o->attrs, "running_var", pv_none(L));
+    env_set(L, o->attrs, "num_batches_tracked", pv_none(L));
+  }
+  return o;
+}
+
+PV *nn_norm_forward(L *L, PV *o, Args *A) {
+  Span at = A->at;
+  PV *x = nn_layer_input(L, o, A);
+  int bi = o->cls->bi, inst = is_instance(bi);
+  Type t = x->t->type;
+  int64_t c = arg_int(L, at, env_get(o->attrs, "num_features"), "num_features");
+  int ok = bi == BI_C_BATCHNORM1D ? t.ndim == 2 || t.ndim == 3 : bi == BI_C_BATCHNORM2D ? t.ndim == 4
+         : bi == BI_C_INSTANCENORM1D ? t.ndim == 3 : t.ndim == 4;
+  if (!ok)
+    lower_error(L, at, "%s expects a %s input, got shape %s", o->cls->s,
+                bi == BI_C_BATCHNORM1D ? "2-D or 3-D" : bi == BI_C_INSTANCENORM1D ? "3-D" : "4-D", shape_str(L, &t));
+  if (t.dims[1] != c)
+    lower_error(L, at, "%s(%lld) got an input with %lld channels (shape %s)", o->cls->s, (long long)c,
+                (long long)t.dims[1], shape_str(L, &t));
+  double eps = arg_num(L, at, env_get(o->attrs, "eps"), "eps");
+  PV *w = env_get(o->attrs, "weight"), *b = env_get(o->attrs, "bias");
+  if (inst) return t_instance_norm(L, at, x, w, b, eps);
+  PV *mv = env_get(o->attrs, "momentum");
+  double m = mv->k == PV_NONE ? -1 : arg_num(L, at, mv, "momentum");
+  int track = arg_bool(L, at, env_get(o->attrs, "track_running_stats"), "track_running_stats");
+  int training = o->mod->training || !track;
+  return t_batch_norm(L, at, x, env_get(o->attrs, "running_mean"), env_get(o->attrs, "running_var"), w, b, training,
+                      m, eps, track ? env_get(o->attrs, "num_batches_tracked") : NULL);
+}
+
+/* nn.GroupNorm(num_groups, num_channels, eps=1e-5, affine=True) */
+PV *nn_groupnorm_new(L *L, PV *cls, Args *A) {
+  PV *a[6], *o = nn_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "num_groups,num_channels,eps=,affine=,device=,dtype=", a);
+  int64_t g = arg_int(L, at, a[0], "num_groups"), c = arg_int(L, at, a[1], "num_channels");
+  if (g <= 0 || c % g) lower_error(L, at, "num_channels must be divisible by num_groups");
+  env_set(L, o->attrs, "num_groups", pv_int(L, g));
+  env_set(L, o->attrs, "num_channels", pv_int(L, c));
+  env_set(L, o->attrs, "eps", pv_float(L, opt_num(L, at, a[2], 1e-5, "eps")));
+  if (opt_bool(L, at, a[3], 1, "affine")) {
+    nn_param(L, at, o, "weight", 1, &c, PINIT_CONST, 1, 0);
+    nn_param(L, at, o, "bias", 1, &c, PINIT_ZERO, 0, 0);
+  } else {
+    module_setattr(L, at, o, "weight", pv_none(L));
+    module_setattr(L, at, o, "bias", pv_none(L));
+  }
+  return o;
+}
+
+PV *nn_groupnorm_forward(L *L, PV *o, Args *A) {
+  Span at = A->at;
+  PV *x = nn_layer_input(L, o, A);
+  if (x->t->type.ndim < 2 || x->t->type.dims[1] != env_get(o->attrs, "num_channels")->i)
+    lower_error(L, at, "GroupNorm(%lld channels) got an input of shape %s", (long long)env_get(o->attrs, "num_channels")->i,
+                shape_str(L, &x->t->type));
+  return t_group_norm(L, at, x, env_get(o->attrs, "num_groups")->i, env_get(o->attrs, "weight"),
+                      env_get(o->attrs, "bias"), arg_num(L, at, env_get(o->attrs, "eps"), "eps"));
+}
