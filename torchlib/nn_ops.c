@@ -502,6 +502,14 @@ PV *t_group_norm(L *L, Span at, PV *x, int64_t groups, PV *w, PV *b, double eps)
  * which side of a kink a boundary point takes; each where() below selects the same
  * side, so the VJP and JVP of the composition give PyTorch's value there. */
 
+/* the constant c where it stands for a value of x's dtype: an int for an integer
+ * tensor when c is integral (relu6 and threshold keep int64 results, as PyTorch) */
+static PV *num_like(L *L, PV *x, double c) {
+  if (x->k == PV_TENSOR && !ir_dtype_is_float(x->t->type.dtype) && c == floor(c) && fabs(c) < 9e15)
+    return pv_int(L, (int64_t)c);
+  return pv_float(L, c);
+}
+
 /* log(1 + e) */
 static PV *log1p_(L *L, Span at, PV *e) { return t_unary(L, at, IR_LOG, ADD(e, NUM(1.0))); }
 
@@ -532,7 +540,7 @@ PV *t_elu(L *L, Span at, PV *x, double alpha, double scale, double input_scale) 
  * ends (hardtanh_backward: x <= min || x >= max), NaN passes through. */
 PV *t_hardtanh(L *L, Span at, PV *x, double lo, double hi) {
   if (lo > hi) lower_error(L, at, "hardtanh: min_val (%g) cannot be greater than max_val (%g)", lo, hi);
-  return WHERE(CMP(OP_LE, x, NUM(lo)), NUM(lo), WHERE(CMP(OP_GE, x, NUM(hi)), NUM(hi), x));
+  return WHERE(CMP(OP_LE, x, NUM(lo)), num_like(L, x, lo), WHERE(CMP(OP_GE, x, NUM(hi)), num_like(L, x, hi), x));
 }
 
 /* hardsigmoid: (x + 3) / 6 clamped to [0, 1]; gradient 1/6 strictly inside (-3, 3). */
@@ -559,7 +567,7 @@ PV *t_tanhshrink(L *L, Span at, PV *x) { return SUB(x, t_unary(L, at, IR_TANH, x
 
 /* hardshrink: 0 on [-l, l] (boundaries included, gradient 0 there), else x; NaN passes */
 PV *t_hardshrink(L *L, Span at, PV *x, double l) {
-  return WHERE(CMP(OP_LE, t_unary(L, at, IR_ABS, x), NUM(l)), NUM(0), x);
+  return WHERE(CMP(OP_LE, t_unary(L, at, IR_ABS, x), NUM(l)), num_like(L, x, 0), x);
 }
 
 /* softshrink: x - l above l, x + l below -l, else 0 (gradient 0 on [-l, l]) */
@@ -576,7 +584,7 @@ PV *t_logsigmoid(L *L, Span at, PV *x) {
 /* threshold(x, th, value): x <= th ? value : x (threshold_backward: 0 where x <= th);
  * NaN passes through */
 PV *t_threshold(L *L, Span at, PV *x, double th, double value) {
-  return WHERE(CMP(OP_LE, x, NUM(th)), NUM(value), x);
+  return WHERE(CMP(OP_LE, x, NUM(th)), num_like(L, x, value), x);
 }
 
 /* glu(x, dim): a * sigmoid(b) for the two halves a, b of x along dim */
