@@ -324,3 +324,83 @@ def test_refusals(tmp_path, body, shape, msg):
     r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", f"x={shape}"], check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert msg in r.stderr, r.stderr
+
+
+# ---- random tensors in a training function ------------------------------------------------
+
+RANDOM = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x):
+    optimizer.zero_grad()
+    h = model(x)
+    eps = torch.randn_like(h)
+    u = torch.rand_like(h)
+    z = torch.randn(200, 100)
+    loss = ((h + eps * 0.5) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    return loss, eps, u, z, torch.rand(50, 40, dtype=torch.float64)
+
+
+example_inputs = {"forward": (torch.randn(8, 4),), "train_step": (torch.randn(8, 4),)}
+"""
+
+
+def test_random_tensors_in_training_steps(tmp_path):
+    path = tmp_path / "rand.py"
+    path.write_text(RANDOM)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "rand_mod")
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    x = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    draws = []
+    for step in range(2):
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        outs = [tmp_path / f"o{k}.npy" for k in range(5)]
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--save", nxt] +
+            sum([["--output", o] for o in outs], []))
+        loss, eps, u, z, ud = [np.load(o) for o in outs]
+        assert ud.dtype == np.float64 and u.dtype == np.float32
+        assert 0 <= u.min() and u.max() < 1 and 0 <= ud.min() and ud.max() < 1
+        assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02, (z.mean(), z.std())
+        assert abs(ud.mean() - 0.5) < 0.02 and abs(ud.std() - 12 ** -0.5) < 0.02
+        # the loss and the update used these draws: PyTorch's step with the same eps
+        with torch.no_grad():
+            sd = st_read(w)
+            mod.model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items() if k in
+                                       mod.model.state_dict()})
+        h = mod.model(torch.from_numpy(x))
+        want = ((h + torch.from_numpy(eps) * 0.5) ** 2).mean()
+        compare(f"loss at step {step}", float(loss), float(want), 1e-5, 1e-6)
+        draws.append(z)
+        w = nxt
+    assert not np.allclose(draws[0], draws[1])   # the stream moved on
+    assert "rng.offset" in run([exe, "info"]).stdout
+
+
+def test_random_tensors_in_forward_refused(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(ERR_HEAD + "    def forward(self, x):\n        return x + torch.randn_like(x)\n")
+    r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", "x=f32[2,3]"], check=False)
+    assert r.returncode == 1 and "8:20: error: torch.randn in compiled code needs a compiled training function" in \
+        r.stderr, r.stderr

@@ -81,7 +81,7 @@ static PV *factory(L *L, int bi, Args *A0) {
     int n = shape_args(L, A, 0, dims);   /* sizes <= 0: t_const_tensor's diagnostic */
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
     if (bi == BI_T_RANDN || bi == BI_T_RAND) {
-      if (L->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
+      if (L->fn) return t_random(L, A->at, t->t->type, bi == BI_T_RANDN);   /* the rng.offset stream */
       uint64_t s = 42;
       for (int64_t i = 0; i < ir_numel(&t->t->type); i++) {
         double u = rnd_uniform(&s);
