@@ -52,6 +52,13 @@ class Net(nn.Module):
         self.inorm = nn.InstanceNorm2d(4, affine=True)
         self.inorm_plain = nn.InstanceNorm2d(4)
         self.gn = nn.GroupNorm(2, 4)
+        self.bn_nostats = nn.BatchNorm2d(4, track_running_stats=False)
+        self.inorm1 = nn.InstanceNorm1d(4, affine=True)
+        self.conv_same = nn.Conv2d(4, 4, (2, 3), padding='same', dilation=(1, 2))
+        self.conv_circ = nn.Conv1d(4, 4, 3, padding=2, padding_mode='circular')
+        self.uplin = nn.Upsample(scale_factor=2.5, mode='linear')
+        self.cpad2 = nn.ConstantPad2d((0, 1, 2, 3), -2.0)
+        self.reppad1 = nn.ReplicationPad1d(3)
         self.prelu = nn.PReLU(4)
         self.prelu1 = nn.PReLU()
         self.acts = nn.ModuleList([
@@ -67,7 +74,8 @@ class Net(nn.Module):
                self.convt(x), self.convt1(s), self.zpad(x), self.cpad(s), self.rpad(x), self.rpad1(s),
                self.reppad(x), self.up(x), self.upb(x), self.upn(x), self.upbl(x), self.ps(x), self.pu(x),
                self.bn2(x), self.bn1(self.conv1d(s)), self.inorm(x), self.inorm_plain(x), self.gn(x),
-               self.prelu(x), self.prelu1(s), self.softmin(x), self.glu(x)]
+               self.prelu(x), self.prelu1(s), self.softmin(x), self.glu(x), self.bn_nostats(x), self.inorm1(s),
+               self.conv_same(x), self.conv_circ(s), self.uplin(s), self.cpad2(x), self.reppad1(s)]
         y = x * 3
         for act in self.acts:
             out.append(act(y))
