@@ -72,7 +72,8 @@ static PV *add_channel_bias(L *L, Span at, PV *y, PV *b, int nsp) {
 static void conv_params_check(L *L, Span at, int nsp, const int64_t *s, const int64_t *p, const int64_t *d,
                               int64_t groups, const char *what) {
   for (int i = 0; i < nsp; i++)
-    if (s[i] <= 0 || p[i] < 0 || d[i] <= 0 || p[i] > ((int64_t)1 << 40) || d[i] > ((int64_t)1 << 40))
+    if (s[i] <= 0 || p[i] < 0 || d[i] <= 0 || s[i] > ((int64_t)1 << 40) || p[i] > ((int64_t)1 << 40) ||
+        d[i] > ((int64_t)1 << 40))
       lower_error(L, at, "%s: invalid stride, padding or dilation", what);
   if (groups <= 0) lower_error(L, at, "%s: groups must be positive, got %lld", what, (long long)groups);
 }
@@ -110,7 +111,9 @@ PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride,
   r.dims[1] = tw.dims[0];
   Type k4 = w4->t->type;
   for (int i = 0; i < 2; i++) {
-    int64_t span = d2[i] * (k4.dims[2 + i] - 1) + 1, padded = tx.dims[2 + i] + 2 * p2[i];
+    int64_t span, padded = tx.dims[2 + i] + 2 * p2[i];   /* dims < 2^40, pads <= 2^40: no overflow */
+    if (ir_mul(d2[i], k4.dims[2 + i] - 1, &span) < 0 || ir_add(span, 1, &span) < 0)
+      lower_error(L, at, "%s: dilation %lld is too large for the kernel %s", what, (long long)d2[i], shape_str(L, &tw));
     if (padded < span)
       lower_error(L, at, "%s: input %s is too small for the kernel %s", what, shape_str(L, &x->t->type),
                   shape_str(L, &tw));
@@ -162,7 +165,11 @@ PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t 
     if (o2[i] >= s2[i])
       lower_error(L, at, "%s: output_padding (%lld) not smaller than the stride (%lld) is not supported by ctc", what,
                   (long long)o2[i], (long long)s2[i]);
-    int64_t o = (tx.dims[2 + i] - 1) * s2[i] - 2 * p2[i] + d2[i] * (k4.dims[2 + i] - 1) + o2[i] + 1;
+    int64_t o, span;
+    if (ir_mul(tx.dims[2 + i] - 1, s2[i], &o) < 0 || ir_mul(d2[i], k4.dims[2 + i] - 1, &span) < 0 ||
+        ir_add(o, span, &o) < 0 || ir_add(o, o2[i] + 1 - 2 * p2[i], &o) < 0 || o > ((int64_t)1 << 40))
+      lower_error(L, at, "%s: the output size is too large (input %s, weight %s)", what, shape_str(L, &x->t->type),
+                  shape_str(L, &tw));
     if (o <= 0)
       lower_error(L, at, "%s: the output would be empty (input %s, weight %s, padding %lld)", what,
                   shape_str(L, &x->t->type), shape_str(L, &tw), (long long)p2[i]);
@@ -209,7 +216,8 @@ PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double
     if (mode == 3 && (lo[ax] > tx.dims[ax] || hi[ax] > tx.dims[ax]))
       lower_error(L, at, "pad: circular padding (%lld, %lld) must be at most the size %lld of dimension %d",
                   (long long)lo[ax], (long long)hi[ax], (long long)tx.dims[ax], ax);
-    if (lo[ax] > ((int64_t)1 << 40) || hi[ax] > ((int64_t)1 << 40) || tx.dims[ax] + lo[ax] + hi[ax] <= 0)
+    if (lo[ax] > ((int64_t)1 << 40) || hi[ax] > ((int64_t)1 << 40) || lo[ax] < -((int64_t)1 << 40) ||
+        hi[ax] < -((int64_t)1 << 40) || tx.dims[ax] + lo[ax] + hi[ax] <= 0)
       lower_error(L, at, "pad: padding (%lld, %lld) of dimension %d (size %lld) leaves no elements or is too large",
                   (long long)lo[ax], (long long)hi[ax], ax, (long long)tx.dims[ax]);
   }
@@ -311,8 +319,12 @@ PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, P
     if (recompute && recompute->k != PV_NONE && arg_bool(L, at, recompute, "recompute_scale_factor"))
       sc[0] = sc[1] = 0;   /* the scale is then in / out */
   }
-  for (int i = 0; i < nsp; i++)
+  for (int i = 0; i < nsp; i++) {
     if (out[i] <= 0) lower_error(L, at, "interpolate: output size %lld must be positive", (long long)out[i]);
+    if (out[i] > ((int64_t)1 << 24))   /* the generated code holds a table of source indices per output row/column */
+      lower_error(L, at, "interpolate: output size %lld is too large for ctc (at most 16777216 per dimension)",
+                  (long long)out[i]);
+  }
   /* 1-D as an image of height 1 (in = out = 1 is the identity on that axis) */
   int64_t d4[4] = {tx.dims[0], tx.dims[1], nsp == 1 ? 1 : tx.dims[2], tx.dims[tx.ndim - 1]};
   PV *x4 = nsp == 1 ? t_reshape(L, at, x, d4, 4) : x;
@@ -345,6 +357,9 @@ PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t f, int unshuffle) {
   int64_t C = t.dims[b], H = t.dims[b + 1], W = t.dims[b + 2];
   int64_t d[IR_MAX_DIMS], perm[IR_MAX_DIMS];
   for (int i = 0; i < b; i++) d[i] = t.dims[i], perm[i] = i;
+  int64_t ff;
+  if (ir_mul(f, f, &ff) < 0 || ir_mul(ff, C, &ff) < 0)
+    lower_error(L, at, "%s: the factor %lld is too large", what, (long long)f);
   if (!unshuffle) {
     if (C % (f * f))
       lower_error(L, at, "pixel_shuffle expects its input's channel dimension (%lld) to be divisible by the square of "
