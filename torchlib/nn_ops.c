@@ -517,12 +517,13 @@ PV *t_group_norm(L *L, Span at, PV *x, int64_t groups, PV *w, PV *b, double eps)
  * which side of a kink a boundary point takes; each where() below selects the same
  * side, so the VJP and JVP of the composition give PyTorch's value there. */
 
-/* the constant c where it stands for a value of x's dtype: an int for an integer
- * tensor when c is integral (relu6 and threshold keep int64 results, as PyTorch) */
+/* the constant c where it stands for a value of x's dtype: for an integer tensor
+ * c converted to it (truncated, as PyTorch's Scalar to int64_t), so relu6, hardtanh
+ * and threshold keep integer results with PyTorch's values */
+static int is_int_tensor(PV *x) { return x->k == PV_TENSOR && !ir_dtype_is_float(x->t->type.dtype); }
+static double like(PV *x, double c) { return is_int_tensor(x) && fabs(c) < 9e15 ? trunc(c) : c; }
 static PV *num_like(L *L, PV *x, double c) {
-  if (x->k == PV_TENSOR && !ir_dtype_is_float(x->t->type.dtype) && c == floor(c) && fabs(c) < 9e15)
-    return pv_int(L, (int64_t)c);
-  return pv_float(L, c);
+  return is_int_tensor(x) && fabs(c) < 9e15 ? pv_int(L, (int64_t)c) : pv_float(L, c);
 }
 
 /* log(1 + e) */
@@ -555,6 +556,7 @@ PV *t_elu(L *L, Span at, PV *x, double alpha, double scale, double input_scale) 
  * ends (hardtanh_backward: x <= min || x >= max), NaN passes through. */
 PV *t_hardtanh(L *L, Span at, PV *x, double lo, double hi) {
   if (lo > hi) lower_error(L, at, "hardtanh: min_val (%g) cannot be greater than max_val (%g)", lo, hi);
+  lo = like(x, lo), hi = like(x, hi);
   return WHERE(CMP(OP_LE, x, NUM(lo)), num_like(L, x, lo), WHERE(CMP(OP_GE, x, NUM(hi)), num_like(L, x, hi), x));
 }
 
@@ -599,6 +601,7 @@ PV *t_logsigmoid(L *L, Span at, PV *x) {
 /* threshold(x, th, value): x <= th ? value : x (threshold_backward: 0 where x <= th);
  * NaN passes through */
 PV *t_threshold(L *L, Span at, PV *x, double th, double value) {
+  th = like(x, th);
   return WHERE(CMP(OP_LE, x, NUM(th)), num_like(L, x, value), x);
 }
 
