@@ -11,7 +11,11 @@ running the same file:
 - training steps through BatchNorm: batch statistics, running_mean /
   running_var (unbiased) / num_batches_tracked updated as buffers (momentum and
   momentum=None), parameters after SGD steps;
-- located errors for what ctc refuses.
+- located errors for what ctc refuses;
+- torch.rand/randn(_like) in a training function (statistics, and the step that
+  uses the draws);
+- model files in the style of pytorch/examples (super_resolution, fast_neural_style's
+  TransformerNet, a DCGAN trained two steps with two Adam optimizers).
 The VJP and JVP of every layer with random inputs are in test_grad.CASES (and so
 test_forward_ad.py)."""
 import numpy as np
@@ -412,3 +416,237 @@ def test_random_tensors_in_forward_refused(tmp_path):
     r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", "x=f32[2,3]"], check=False)
     assert r.returncode == 1 and "8:20: error: torch.randn in compiled code needs a compiled training function" in \
         r.stderr, r.stderr
+
+
+# ---- model files in the style of pytorch/examples (written for these tests) ------------------
+
+DCGAN = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+nz, ngf, ndf, nc = 8, 4, 4, 3
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super(Generator, self).__init__()
+        self.main = nn.Sequential(
+            nn.ConvTranspose2d(nz, ngf * 4, 4, 1, 0, bias=False),
+            nn.BatchNorm2d(ngf * 4),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(ngf * 2),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(ngf * 2, nc, 4, 2, 1, bias=False),
+            nn.Tanh()
+        )
+
+    def forward(self, input):
+        return self.main(input)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super(Discriminator, self).__init__()
+        self.main = nn.Sequential(
+            nn.Conv2d(nc, ndf, 4, 2, 1, bias=False),
+            nn.LeakyReLU(0.2, inplace=True),
+            nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(ndf * 2),
+            nn.LeakyReLU(0.2, inplace=True),
+            nn.Conv2d(ndf * 2, 1, 4, 1, 0, bias=False),
+            nn.Sigmoid()
+        )
+
+    def forward(self, input):
+        return self.main(input).view(-1, 1).squeeze(1)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.netG = Generator()
+        self.netD = Discriminator()
+
+    def forward(self, noise):
+        return self.netD(self.netG(noise))
+
+
+model = Net()
+criterion = nn.BCELoss()
+optimizerD = torch.optim.Adam(model.netD.parameters(), lr=0.01, betas=(0.5, 0.999))
+optimizerG = torch.optim.Adam(model.netG.parameters(), lr=0.01, betas=(0.5, 0.999))
+
+
+def train_step(real, noise):
+    model.netD.zero_grad()
+    label = torch.full((real.size(0),), 1.0)
+    errD_real = criterion(model.netD(real), label)
+    errD_real.backward()
+    fake = model.netG(noise)
+    errD_fake = criterion(model.netD(fake.detach()), label * 0.0)
+    errD_fake.backward()
+    optimizerD.step()
+    model.netG.zero_grad()
+    errG = criterion(model.netD(fake), label)
+    errG.backward()
+    optimizerG.step()
+    return errD_real + errD_fake, errG
+
+
+example_inputs = {"forward": (torch.randn(4, nz, 1, 1),),
+                  "train_step": (torch.randn(4, nc, 16, 16), torch.randn(4, nz, 1, 1))}
+"""
+
+SUPER_RES = """\
+import torch
+import torch.nn as nn
+import torch.nn.init as init
+
+
+class Net(nn.Module):
+    def __init__(self, upscale_factor=3):
+        super(Net, self).__init__()
+        self.relu = nn.ReLU()
+        self.conv1 = nn.Conv2d(1, 16, (5, 5), (1, 1), (2, 2))
+        self.conv2 = nn.Conv2d(16, 16, (3, 3), (1, 1), (1, 1))
+        self.conv3 = nn.Conv2d(16, 8, (3, 3), (1, 1), (1, 1))
+        self.conv4 = nn.Conv2d(8, upscale_factor ** 2, (3, 3), (1, 1), (1, 1))
+        self.pixel_shuffle = nn.PixelShuffle(upscale_factor)
+
+    def forward(self, x):
+        x = self.relu(self.conv1(x))
+        x = self.relu(self.conv2(x))
+        x = self.relu(self.conv3(x))
+        x = self.pixel_shuffle(self.conv4(x))
+        return x
+
+
+example_inputs = (torch.randn(2, 1, 7, 6),)
+"""
+
+STYLE = """\
+import torch
+
+
+class TransformerNet(torch.nn.Module):
+    def __init__(self):
+        super(TransformerNet, self).__init__()
+        self.conv1 = ConvLayer(3, 8, kernel_size=9, stride=1)
+        self.in1 = torch.nn.InstanceNorm2d(8, affine=True)
+        self.conv2 = ConvLayer(8, 16, kernel_size=3, stride=2)
+        self.in2 = torch.nn.InstanceNorm2d(16, affine=True)
+        self.res1 = ResidualBlock(16)
+        self.deconv1 = UpsampleConvLayer(16, 8, kernel_size=3, stride=1, upsample=2)
+        self.in4 = torch.nn.InstanceNorm2d(8, affine=True)
+        self.deconv3 = ConvLayer(8, 3, kernel_size=9, stride=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, X):
+        y = self.relu(self.in1(self.conv1(X)))
+        y = self.relu(self.in2(self.conv2(y)))
+        y = self.res1(y)
+        y = self.relu(self.in4(self.deconv1(y)))
+        y = self.deconv3(y)
+        return y
+
+
+class ConvLayer(torch.nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride):
+        super(ConvLayer, self).__init__()
+        reflection_padding = kernel_size // 2
+        self.reflection_pad = torch.nn.ReflectionPad2d(reflection_padding)
+        self.conv2d = torch.nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+
+    def forward(self, x):
+        out = self.reflection_pad(x)
+        out = self.conv2d(out)
+        return out
+
+
+class ResidualBlock(torch.nn.Module):
+    def __init__(self, channels):
+        super(ResidualBlock, self).__init__()
+        self.conv1 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in1 = torch.nn.InstanceNorm2d(channels, affine=True)
+        self.conv2 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in2 = torch.nn.InstanceNorm2d(channels, affine=True)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x):
+        residual = x
+        out = self.relu(self.in1(self.conv1(x)))
+        out = self.in2(self.conv2(out))
+        out = out + residual
+        return out
+
+
+class UpsampleConvLayer(torch.nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, upsample=None):
+        super(UpsampleConvLayer, self).__init__()
+        self.upsample = upsample
+        reflection_padding = kernel_size // 2
+        self.reflection_pad = torch.nn.ReflectionPad2d(reflection_padding)
+        self.conv2d = torch.nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+
+    def forward(self, x):
+        x_in = x
+        if self.upsample:
+            x_in = torch.nn.functional.interpolate(x_in, mode='nearest', scale_factor=self.upsample)
+        out = self.reflection_pad(x_in)
+        out = self.conv2d(out)
+        return out
+
+
+example_inputs = (torch.randn(1, 3, 12, 10),)
+"""
+
+
+@pytest.mark.parametrize("name,src,cls,shapes", [
+    ("super_resolution", SUPER_RES, "Net", [(2, 1, 7, 6)]),
+    ("fast_neural_style", STYLE, "TransformerNet", [(1, 3, 12, 10)]),
+])
+def test_example_style_models_forward(tmp_path, name, src, cls, shapes):
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    mod = load_module(str(path), name)
+    torch.manual_seed(0)
+    m = getattr(mod, cls)()
+    with torch.no_grad():
+        for p_name, p in m.named_parameters():   # affine InstanceNorm parameters away from 1 and 0
+            if ".in" in "." + p_name:
+                p.copy_(torch.randn(p.shape) * 0.3 + (1 if p_name.endswith("weight") else 0))
+    m.eval()
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got = run_forward(str(tmp_path), str(path), m, xs, opts=("--model", cls))
+    with torch.no_grad():
+        want = m(*[torch.from_numpy(x) for x in xs])
+    compare(f"{name} forward", got[0], want.numpy(), 1e-4, 1e-5)
+
+
+def test_dcgan_training_steps(tmp_path):
+    path = tmp_path / "dcgan.py"
+    path.write_text(DCGAN)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "dcgan_mod")
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(7)
+    for step in range(2):
+        real = np.tanh(rng.standard_normal((4, 3, 16, 16))).astype(np.float32)
+        noise = rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
+        np.save(tmp_path / "r.npy", real)
+        np.save(tmp_path / "n.npy", noise)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "r.npy", "--input", tmp_path / "n.npy",
+             "--output", tmp_path / "ld.npy", "--output", tmp_path / "lg.npy", "--save", nxt])
+        ld, lg = mod.train_step(torch.from_numpy(real), torch.from_numpy(noise))
+        compare(f"errD at step {step}", float(np.load(tmp_path / "ld.npy")), float(ld), 1e-4, 1e-5)
+        compare(f"errG at step {step}", float(np.load(tmp_path / "lg.npy")), float(lg), 1e-4, 1e-5)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        compare(f"{k} after 2 steps", got[k], v.numpy(), 1e-3, 1e-5)
