@@ -52,8 +52,7 @@ def st_write(path, tensors):
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
         a = np.asarray(a)
-        a = a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (ascontiguousarray makes 0-d arrays 1-d)
-        b = a.tobytes()
+        b = np.ascontiguousarray(a).tobytes()  # (ascontiguousarray makes a 0-d array 1-d)
         header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
