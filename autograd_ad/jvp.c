@@ -125,6 +125,11 @@ static ValId jvp_EMBEDDING(Ad *ad, const Inst *in, const ValId *t) {
   ValId x[2] = {t[0], ARG(1)};
   return ad_emit(ad, IR_EMBEDDING, x, 2, *TY(RES), in->attr, "tangent");
 }
+/* linear maps: the same op on the tangent (a constant pad value has none: ad_emit's fattr is 0) */
+static ValId jvp_PAD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_PAD_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_UPSAMPLE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_UPSAMPLE_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {

@@ -296,6 +296,28 @@ static void vjp_EMBEDDING_BWD(Ad *ad, const Inst *in, ValId g, const int *need, 
     }
   }
 }
+/* pad and upsample are linear maps; their gradient primitives are their
+ * transposes, so each pair is closed under differentiation. Constant padding's
+ * transpose reads the interior back (a SLICE); the padding value has no
+ * gradient. */
+static void vjp_PAD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (in->attr[0] == 0) {
+    int64_t attr[2 * IR_MAX_DIMS];
+    for (int i = 0; i < TY(RES)->ndim; i++) attr[2 * i] = in->attr[1 + i], attr[2 * i + 1] = 1;
+    d[0] = ad_emit(ad, IR_SLICE, &g, 1, *TY(ARG(0)), attr, "grad");
+  } else {
+    d[0] = ad_emit(ad, IR_PAD_BWD, &g, 1, *TY(ARG(0)), in->attr, "grad");
+  }
+}
+static void vjp_PAD_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_PAD, &g, 1, *TY(ARG(0)), in->attr, "grad");
+}
+static void vjp_UPSAMPLE(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_UPSAMPLE_BWD, &g, 1, *TY(ARG(0)), in->attr, "grad");
+}
+static void vjp_UPSAMPLE_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_emit(ad, IR_UPSAMPLE, &g, 1, *TY(ARG(0)), in->attr, "grad");
+}
 /* detach(): a constant to differentiation */
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 

@@ -100,7 +100,8 @@ int cg_is_literal(const CgFunc *c, ValId v);
  * output y[N,O,OH,OW], whichever of them are operands or the result. */
 typedef struct ConvGeom {
   int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t ckk, ohw;   /* C*KH*KW and OH*OW: the column matrix of one image */
+  int64_t G, Cg, Og;  /* groups (attr[6]) and the channels of one group: C / G in, O / G out */
+  int64_t ckk, ohw;   /* Cg*KH*KW and OH*OW: the column matrix of one image and group */
 } ConvGeom;
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */

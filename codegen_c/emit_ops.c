@@ -14,6 +14,7 @@
  * is im2col of x[n], then a GEMM g[n] col^T accumulated over the batch (beta = 1
  * from the second image on); the pooling gradients loop over windows per image;
  * EMBEDDING_BWD adds rows of g at the clamped indices. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -587,7 +588,9 @@ void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
   }
   g->N = x->dims[0], g->C = x->dims[1], g->H = x->dims[2], g->W = x->dims[3];
   g->O = w->dims[0], g->KH = w->dims[2], g->KW = w->dims[3], g->OH = y->dims[2], g->OW = y->dims[3];
-  g->ckk = g->C * g->KH * g->KW;
+  g->G = in->attr[6] > 0 ? in->attr[6] : 1;
+  g->Cg = g->C / g->G, g->Og = g->O / g->G;
+  g->ckk = g->Cg * g->KH * g->KW;
   g->ohw = g->OH * g->OW;
 }
 
@@ -595,37 +598,48 @@ void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
 static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, const ConvGeom *g, const char *from,
                       const char *to) {
   LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n", kernel,
-       cg_dt_suffix(t), from, (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
+       cg_dt_suffix(t), from, (ll)g->Cg, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
        (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to);
 }
 
-/* "p" or "p + n * 12": v's slice for image n (when there are several). */
-static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride) {
-  if (N > 1) snprintf(buf, cap, "%s + n * %lld", cg_ref(c, v), (ll)stride);
-  else snprintf(buf, cap, "%s", cg_ref(c, v));
+/* "p" or "p + n * 12" or "p + n * 12 + grp * 4": v's slice for image n (when
+ * there are several) and group grp (when there are several). */
+static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, int64_t G,
+                      int64_t gstride) {
+  int k = snprintf(buf, cap, "%s", cg_ref(c, v));
+  if (N > 1) k += snprintf(buf + k, cap - (size_t)k, " + n * %lld", (ll)stride);
+  if (G > 1) snprintf(buf + k, cap - (size_t)k, " + grp * %lld", (ll)gstride);
 }
 
-static void open_batch(CgFunc *c, int64_t N) {
-  if (N <= 1) return;
-  LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
-  c->ind += 2;
+/* for n { for grp { ... } }, each loop only where it has several iterations */
+static void open_batch(CgFunc *c, const ConvGeom *g) {
+  if (g->N > 1) {
+    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)g->N);
+    c->ind += 2;
+  }
+  if (g->G > 1) {
+    LINE(c, "for (int64_t grp = 0; grp < %lld; grp++) {\n", (ll)g->G);
+    c->ind += 2;
+  }
 }
 
-static void close_batch(CgFunc *c, int64_t N) {
-  if (N <= 1) return;
-  c->ind -= 2;
-  LINE(c, "}\n");
+static void close_batch(CgFunc *c, const ConvGeom *g) {
+  for (int k = (g->N > 1) + (g->G > 1); k > 0; k--) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
 }
 
-/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n. */
+/* y[n][group] = w[group][Og, Cg*KH*KW] x im2col(x[n][group]) for each image n and group. */
 static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
-  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
-  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw);
+  const char *scratch = c->sname[i];
+  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
   if (scratch) {
     snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
@@ -633,45 +647,47 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
     snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
   }
   int base = c->ind;
-  open_batch(c, g.N);
+  open_batch(c, &g);
   if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
-  gemm_call(c, t, 0, 0, g.O, g.ohw, g.ckk, ws, g.ckk, col, g.ohw, yn, g.ohw, NULL);
-  close_batch(c, g.N);
+  gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, col, g.ohw, yn, g.ohw, NULL);
+  close_batch(c, &g);
   c->ind = base;
 }
 
-/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n. */
+/* dx[n][group] = col2im(w[group]^T[Cg*KH*KW, Og] x g[n][group][Og, OH*OW]) for each image n and group. */
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
-  char gn[IDX_CAP], dxn[IDX_CAP];
-  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw);
-  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W);
+  const char *scratch = c->sname[i];
+  char gn[IDX_CAP], dxn[IDX_CAP], wg[IDX_CAP];
+  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
   int base = c->ind;
-  open_batch(c, g.N);
+  open_batch(c, &g);
   if (scratch) {
     c->k->col2im[t] = 1;
-    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
+    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.Og, wg, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
     fold_call(c, "col2im", t, in, &g, scratch, dxn);
   } else {
     /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
-    gemm_call(c, t, 1, 0, g.C, g.ohw, g.O, ws, g.C, gn, g.ohw, dxn, g.ohw, NULL);
+    gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, gn, g.ohw, dxn, g.ohw, NULL);
   }
-  close_batch(c, g.N);
+  close_batch(c, &g);
   c->ind = base;
 }
 
-/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. */
+/* dw[group][Og, Cg*KH*KW] = sum over n of g[n][group][Og, OH*OW] x im2col(x[n][group])^T. */
 static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *dws = cg_ref(c, in->res);
-  char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
-  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw);
+  const char *scratch = c->sname[i];
+  char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP], dwg[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr(c, dwg, sizeof dwg, in->res, 1, 0, g.G, g.Og * g.ckk);
   if (scratch) {
     snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
@@ -679,10 +695,10 @@ static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
     snprintf(col, sizeof col, "%s", xn);
   }
   int base = c->ind;
-  open_batch(c, g.N);
+  open_batch(c, &g);
   if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
-  gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
-  close_batch(c, g.N);
+  gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dwg, g.ckk, g.N > 1 ? "n > 0" : NULL);
+  close_batch(c, &g);
   c->ind = base;
 }
 
@@ -949,6 +965,250 @@ static void emit_unslice(CgFunc *c, const Inst *in) {
   copy_nest(c, in->res, in->args[0], g->ndim, g->dims, acc);
 }
 
+/* ---- padding and resampling --------------------------------------------------------- */
+
+/* Row-major "0 + i0 * 12 + i1 * 4 + i2 * 1" of index variables <v>0.. over t's dims. */
+static void flat_index(char *buf, size_t cap, char v, const Type *t) {
+  int64_t st[IR_MAX_DIMS];
+  cstrides(t, st);
+  int n = snprintf(buf, cap, "0");
+  for (int k = 0; k < t->ndim; k++) n += snprintf(buf + n, cap - (size_t)n, " + %c%d * %lld", v, k, (ll)st[k]);
+}
+
+/* The loops of PAD and PAD_BWD over the padded shape p (i0, i1, ...), each with the
+ * source index s<k> in x's shape along its axis: reflect and replicate map every
+ * position into x; constant padding gives i - lo, which the caller checks. */
+static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, int omp) {
+  int mode = (int)in->attr[0];
+  for (int k = 0; k < p->ndim; k++) {
+    int64_t lo = in->attr[1 + k], X = x->dims[k];
+    if (k == 0 && omp) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
+    c->ind += 2;
+    if (lo == 0 && p->dims[k] == X) LINE(c, "const int64_t s%d = i%d;\n", k, k);
+    else if (mode == 1)
+      LINE(c, "const int64_t s%d = i%d < %lld ? %lld - i%d : i%d >= %lld ? %lld - i%d : i%d - %lld;\n", k, k, (ll)lo,
+           (ll)lo, k, k, (ll)(lo + X), (ll)(2 * (X - 1) + lo), k, k, (ll)lo);
+    else if (mode == 2)
+      LINE(c, "const int64_t s%d = i%d < %lld ? 0 : i%d >= %lld ? %lld : i%d - %lld;\n", k, k, (ll)lo, k,
+           (ll)(lo + X), (ll)(X - 1), k, (ll)lo);
+    else LINE(c, "const int64_t s%d = i%d - %lld;\n", k, k, (ll)lo);
+  }
+}
+
+static void pad_close(CgFunc *c, int nd) {
+  for (int k = 0; k < nd; k++) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+}
+
+/* y[i] = x[source of i], or the constant outside x in mode 0. */
+static void emit_pad(CgFunc *c, const Inst *in) {
+  const Type *x = ty(c, in->args[0]), *r = ty(c, in->res);
+  char yi[IDX_CAP * 2], xi[IDX_CAP * 2];
+  flat_index(yi, sizeof yi, 'i', r);
+  flat_index(xi, sizeof xi, 's', x);
+  int base = c->ind;
+  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= OMP_MIN_WORK);
+  const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
+  if (in->attr[0] == 0) {
+    Buf cond = {0}, val = {0};
+    for (int k = 0; k < r->ndim; k++)
+      if (in->attr[1 + k] || r->dims[k] != x->dims[k])
+        cg_printf(&cond, "%ss%d >= 0 && s%d < %lld", cond.len ? " && " : "", k, k, (ll)x->dims[k]);
+    cg_literal(&val, r->dtype, in->fattr);
+    if (cond.len) LINE(c, "%s[%s] = %s ? %s[%s] : %s;\n", ys, yi, cond.s, xs, xi, val.s);
+    else LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
+    cg_buf_free(&cond);
+    cg_buf_free(&val);
+  } else {
+    LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
+  }
+  pad_close(c, r->ndim);
+  c->ind = base;
+}
+
+/* dx = 0; then each g element added into the x element PAD read it from. In
+ * parallel only over a first axis without padding (else two threads could add
+ * into one element). */
+static void emit_pad_bwd(CgFunc *c, const Inst *in) {
+  const Type *g = ty(c, in->args[0]), *r = ty(c, in->res);
+  char gi[IDX_CAP * 2], xi[IDX_CAP * 2];
+  flat_index(gi, sizeof gi, 'i', g);
+  flat_index(xi, sizeof xi, 's', r);
+  LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", cg_ref(c, in->res), cg_ctype(r->dtype), (ll)ir_numel(r));
+  int base = c->ind;
+  int omp = g->ndim > 0 && g->dims[0] > 1 && in->attr[1] == 0 && g->dims[0] == r->dims[0] &&
+            ir_numel(g) >= OMP_MIN_WORK;
+  pad_loops(c, in, r, g, omp);
+  LINE(c, "%s[%s] += %s[%s];\n", cg_ref(c, in->res), xi, cg_ref(c, in->args[0]), gi);
+  pad_close(c, g->ndim);
+  c->ind = base;
+}
+
+/* The source pixels and weights of one axis of an UPSAMPLE from `in` to `out`
+ * positions, as PyTorch 1.13 computes them (UpSample.h, UpSampleKernel.cpp):
+ * nearest: nearest_idx, in float; bilinear: area_pixel_compute_scale,
+ * area_pixel_compute_source_index and compute_source_index_and_lambda in the
+ * tensor's opmath type (float for f32, double for f64). scale: the
+ * scale_factor given, <= 0 for none. exact: nearest_idx's shortcuts for
+ * out == in and out == 2 in, which differ from the formula when a scale factor
+ * like 1.1 gives out == in: PyTorch 1.13 takes them in the backward always,
+ * in the forward only on its channels-last path, i.e. for inputs with one
+ * channel (then a contiguous tensor is channels-last contiguous too). */
+static void upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
+                          int64_t *i0, int64_t *i1, double *l0, double *l1) {
+  for (int64_t o = 0; o < out; o++) {
+    if (mode == 0) {
+      if (exact && out == in) i0[o] = o;
+      else if (exact && out == 2 * in) i0[o] = o >> 1;
+      else {
+        float sc = scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
+        int64_t ix = (int64_t)floorf((float)o * sc);
+        i0[o] = ix < in - 1 ? ix : in - 1;
+      }
+      i1[o] = i0[o], l0[o] = 1, l1[o] = 0;
+      continue;
+    }
+    if (out == in) {
+      i0[o] = i1[o] = o, l0[o] = 1, l1[o] = 0;
+      continue;
+    }
+    double real, lam;
+    if (t == DT_F32) {
+      float sc = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
+                       : scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
+      float r = align ? sc * (float)o : (float)((double)sc * ((double)o + 0.5) - 0.5);
+      if (!align && r < 0) r = 0;
+      int64_t ix = (int64_t)r;
+      float lf = r - (float)ix;
+      lf = lf < 0 ? 0 : lf > 1 ? 1 : lf;
+      real = r, lam = lf;
+      l0[o] = 1.0f - lf;
+    } else {
+      double sc = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
+                        : scale > 0 ? 1.0 / scale : (double)in / (double)out;
+      double r = align ? sc * (double)o : sc * ((double)o + 0.5) - 0.5;
+      if (!align && r < 0) r = 0;
+      int64_t ix = (int64_t)r;
+      double ld = r - (double)ix;
+      ld = ld < 0 ? 0 : ld > 1 ? 1 : ld;
+      real = r, lam = ld;
+      l0[o] = 1.0 - ld;
+    }
+    i0[o] = (int64_t)real;
+    i1[o] = i0[o] + (i0[o] < in - 1 ? 1 : 0);
+    l1[o] = lam;
+  }
+}
+
+static double attr_double(int64_t bits) {
+  double d;
+  memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+static void index_table(CgFunc *c, const char *name, const int64_t *v, int64_t n) {
+  Buf b = {0};
+  for (int64_t k = 0; k < n; k++) cg_printf(&b, "%s%lld", k ? (k % 16 ? ", " : ",\n    ") : "", (ll)v[k]);
+  LINE(c, "static const int64_t %s[%lld] = {%s};\n", name, (ll)n, b.s);
+  cg_buf_free(&b);
+}
+
+static void weight_table(CgFunc *c, const char *name, DType t, const double *v, int64_t n) {
+  Buf b = {0};
+  for (int64_t k = 0; k < n; k++) {
+    if (k) cg_puts(&b, k % 8 ? ", " : ",\n    ");
+    cg_literal(&b, t, v[k]);
+  }
+  LINE(c, "static const %s %s[%lld] = {%s};\n", cg_ctype(t), name, (ll)n, b.s);
+  cg_buf_free(&b);
+}
+
+/* UPSAMPLE (x -> y) and UPSAMPLE_BWD (g -> dx): the index and weight tables of
+ * both axes are computed here, at compile time, and written as static arrays;
+ * the loops read them. The forward interpolates along W, then H (PyTorch's
+ * order); the backward adds each g element into its source pixels, image by
+ * image (each image's slice is written by one thread). */
+static void emit_upsample(CgFunc *c, const Inst *in) {
+  int bwd = in->op == IR_UPSAMPLE_BWD;
+  const Type *small = bwd ? ty(c, in->res) : ty(c, in->args[0]), *big = bwd ? ty(c, in->args[0]) : ty(c, in->res);
+  DType t = big->dtype;
+  const char *ct = cg_ctype(t);
+  int mode = (int)in->attr[0], align = (int)in->attr[1];
+  int64_t NC = small->dims[0] * small->dims[1], H = small->dims[2], W = small->dims[3], OH = big->dims[2],
+          OW = big->dims[3];
+  int64_t *ih0 = calloc((size_t)(2 * OH + 2 * OW), sizeof(int64_t));
+  double *lh = calloc((size_t)(2 * OH + 2 * OW), sizeof(double));
+  int64_t *ih1 = ih0 + OH, *iw0 = ih0 + 2 * OH, *iw1 = iw0 + OW;
+  double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
+  if (!ih0 || !lh) BUG("out of memory");
+  int exact = bwd || small->dims[1] == 1;
+  upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, exact, ih0, ih1, lh0, lh1);
+  upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, exact, iw0, iw1, lw0, lw1);
+  int base = c->ind;
+  LINE(c, "{\n");
+  c->ind += 2;
+  index_table(c, "uh0", ih0, OH);
+  index_table(c, "uw0", iw0, OW);
+  if (mode == 1) {
+    index_table(c, "uh1", ih1, OH);
+    index_table(c, "uw1", iw1, OW);
+    weight_table(c, "lh0", t, lh0, OH);
+    weight_table(c, "lh1", t, lh1, OH);
+    weight_table(c, "lw0", t, lw0, OW);
+    weight_table(c, "lw1", t, lw1, OW);
+  }
+  const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
+  if (NC > 1 && ir_numel(big) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
+  c->ind += 2;
+  if (!bwd) {
+    LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
+    LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "const %s *xr0 = xp + uh0[oh] * %lld;\n", ct, (ll)W);
+    if (mode == 0) {
+      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) yp[oh * %lld + ow] = xr0[uw0[ow]];\n", (ll)OW, (ll)OW);
+    } else {
+      LINE(c, "const %s *xr1 = xp + uh1[oh] * %lld;\n", ct, (ll)W);
+      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++)\n", (ll)OW);
+      LINE(c, "  yp[oh * %lld + ow] = (xr0[uw0[ow]] * lw0[ow] + xr0[uw1[ow]] * lw1[ow]) * lh0[oh] +\n", (ll)OW);
+      LINE(c, "                       (xr1[uw0[ow]] * lw0[ow] + xr1[uw1[ow]] * lw1[ow]) * lh1[oh];\n");
+    }
+  } else {
+    LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
+    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    c->ind += 2;
+    LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
+    if (mode == 0) {
+      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
+    } else {
+      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
+      LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
+      LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
+      LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
+    }
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+  free(ih0);
+  free(lh);
+}
+
 /* ---- one instruction ----------------------------------------------------------------- */
 
 /* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
@@ -984,13 +1244,25 @@ static void comment(CgFunc *c, const Inst *in) {
     break;
   case IR_CONCAT: cg_printf(&b, " on axis %lld", (ll)a[0]); break;
   case IR_IOTA: cg_printf(&b, " start %lld step %lld", (ll)a[0], (ll)a[1]); break;
-  case IR_CONV2D:
+  case IR_CONV2D: case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT:
     cg_printf(&b, " stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
               (ll)a[4], (ll)a[5]);
+    if (a[6] > 1) cg_printf(&b, " groups %lld", (ll)a[6]);
     break;
-  case IR_CONV2D_BWD_INPUT: case IR_CONV2D_BWD_WEIGHT:
-    cg_printf(&b, " stride %lldx%lld pad %lldx%lld dilation %lldx%lld", (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3],
-              (ll)a[4], (ll)a[5]);
+  case IR_PAD: case IR_PAD_BWD: {
+    static const char *const modes[] = {"constant", "reflect", "replicate"};
+    cg_printf(&b, " %s", a[0] >= 0 && a[0] <= 2 ? modes[a[0]] : "?");
+    if (in->op == IR_PAD && a[0] == 0) {
+      cg_puts(&b, " ");
+      cg_literal(&b, ty(c, in->res)->dtype, in->fattr);
+    }
+    cg_puts(&b, " before");
+    for (int k = 1; k < na; k++) cg_printf(&b, " %lld", (ll)a[k]);
+    break;
+  }
+  case IR_UPSAMPLE: case IR_UPSAMPLE_BWD:
+    cg_printf(&b, " %s%s scale %g x %g", a[0] ? "bilinear" : "nearest", a[1] ? " align_corners" : "",
+              attr_double(a[2]), attr_double(a[3]));
     break;
   case IR_UNSLICE:
     cg_puts(&b, " start:step");
@@ -1342,6 +1614,10 @@ EMITTER(MAXPOOL2D_BWD, emit_maxpool_bwd(c, in))
 EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
 EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))
 EMITTER(EMBEDDING_BWD, emit_embedding_bwd(c, in))
+EMITTER(PAD, emit_pad(c, in))
+EMITTER(PAD_BWD, emit_pad_bwd(c, in))
+EMITTER(UPSAMPLE, emit_upsample(c, in))
+EMITTER(UPSAMPLE_BWD, emit_upsample(c, in))
 
 #define EMITTER_K_ELEM(id) emit_ELEM
 #define EMITTER_K_REDUCE(id) emit_REDUCE

@@ -80,7 +80,7 @@ typedef enum Op {
 } Op;
 
 /* ops.def's attribute-count codes (OpInfo.nattr < 0) */
-enum { NA_RANK = -1, NA_2RANK = -2, NA_2RANK_A = -3, NA_FLAG2 = -4 };
+enum { NA_RANK = -1, NA_2RANK = -2, NA_2RANK_A = -3, NA_FLAG2 = -4, NA_RANK1 = -5 };
 
 typedef struct OpInfo {
   const char *name;   /* printer spelling */

@@ -12,6 +12,7 @@ int ir_op_nattrs(Op op, const Type *res, const Type *a0, const int64_t *attr) {
   case NA_2RANK: return 2 * res->ndim;
   case NA_2RANK_A: return a0 ? 2 * a0->ndim : 0;
   case NA_FLAG2: return attr && attr[0] ? 2 : 0;
+  case NA_RANK1: return 1 + res->ndim;
   default: return ir_ops[op].nattr;
   }
 }
@@ -49,7 +50,7 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
       for (int k = 0; k < na; k++) fprintf(out, "%s%lld", k ? "," : "", (long long)in->attr[k]);
       fprintf(out, "]");
     }
-    if (in->op == IR_CONST) fprintf(out, " %.9g", in->fattr);
+    if (in->op == IR_CONST || (in->op == IR_PAD && in->attr[0] == 0)) fprintf(out, " %.9g", in->fattr);
     for (int k = 0; k < in->nargs; k++) {
       fprintf(out, k ? ", " : " ");
       print_val(out, f, in->args[k]);

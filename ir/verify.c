@@ -145,17 +145,23 @@ static int check_shape(V *v) {
       if (bt.dims[i] != r->dims[i]) return fail(v, "matmul batch dims");
     return 0;
   }
-  case IR_CONV2D: {
-    const Type *w = T(v, 1);
-    if (a->ndim != 4 || w->ndim != 4 || r->ndim != 4) return fail(v, "conv2d needs 4-D tensors");
-    if (a->dims[1] != w->dims[1]) return fail(v, "conv2d channel mismatch");
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_INPUT:
+  case IR_CONV2D_BWD_WEIGHT: {
+    /* image x[N,C,H,W], kernel w[O,C/G,KH,KW], output y[N,O,OH,OW]: whichever are operands */
+    const Type *x = in->op == IR_CONV2D_BWD_INPUT ? r : a, *w = in->op == IR_CONV2D_BWD_WEIGHT ? r : T(v, 1),
+               *y = in->op == IR_CONV2D ? r : in->op == IR_CONV2D_BWD_INPUT ? a : T(v, 1);
+    int64_t G = in->attr[6];
+    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return fail(v, "conv2d needs 4-D tensors");
+    if (G < 1 || w->dims[0] % G || x->dims[1] != w->dims[1] * G) return fail(v, "conv2d channel mismatch");
     for (int d = 0; d < 2; d++) {
-      int64_t in_ = a->dims[2 + d], k = w->dims[2 + d], s = in->attr[d], pd = in->attr[2 + d],
+      int64_t in_ = x->dims[2 + d], k = w->dims[2 + d], s = in->attr[d], pd = in->attr[2 + d],
               dl = in->attr[4 + d];
+      if (s < 1 || pd < 0 || dl < 1) return fail(v, "conv2d attributes");
       int64_t o = (in_ + 2 * pd - dl * (k - 1) - 1) / s + 1;
-      if (r->dims[2 + d] != o) return fail(v, "conv2d output size");
+      if (y->dims[2 + d] != o) return fail(v, "conv2d output size");
     }
-    if (r->dims[0] != a->dims[0] || r->dims[1] != w->dims[0]) return fail(v, "conv2d output dims");
+    if (y->dims[0] != x->dims[0] || y->dims[1] != w->dims[0]) return fail(v, "conv2d output dims");
     return 0;
   }
   case IR_MAXPOOL2D:
@@ -176,9 +182,26 @@ static int check_shape(V *v) {
     }
     return 0;
   }
-  case IR_CONV2D_BWD_INPUT:
-  case IR_CONV2D_BWD_WEIGHT:
-    if (a->ndim != 4 || T(v, 1)->ndim != 4 || r->ndim != 4) return fail(v, "conv2d gradients need 4-D tensors");
+  case IR_PAD:
+  case IR_PAD_BWD: {
+    /* x the unpadded shape, p the padded one */
+    const Type *x = in->op == IR_PAD ? a : r, *p = in->op == IR_PAD ? r : a;
+    int64_t mode = in->attr[0];
+    if (x->ndim != p->ndim || a->dtype != r->dtype) return fail(v, "pad types");
+    if (mode < 0 || mode > 2 || (in->op == IR_PAD_BWD && mode == 0)) return fail(v, "pad mode");
+    for (int i = 0; i < x->ndim; i++) {
+      int64_t lo = in->attr[1 + i], hi = p->dims[i] - x->dims[i] - lo;
+      if (lo < 0 || hi < 0) return fail(v, "pad sizes on axis %d", i);
+      if (mode == 1 && (lo >= x->dims[i] || hi >= x->dims[i])) return fail(v, "reflect pad too large on axis %d", i);
+    }
+    return 0;
+  }
+  case IR_UPSAMPLE:
+  case IR_UPSAMPLE_BWD:
+    if (a->ndim != 4 || r->ndim != 4 || a->dims[0] != r->dims[0] || a->dims[1] != r->dims[1] ||
+        a->dtype != r->dtype || !ir_dtype_is_float(r->dtype))
+      return fail(v, "upsample types");
+    if (in->attr[0] < 0 || in->attr[0] > 1 || in->attr[1] < 0 || in->attr[1] > 1) return fail(v, "upsample mode");
     return 0;
   case IR_MAXPOOL2D_BWD:
     if (!ir_type_eq(a, r) || T(v, 1)->ndim != 4) return fail(v, "maxpool2d_bwd types");

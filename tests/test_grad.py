@@ -53,6 +53,23 @@ CASES = [
     ("losses", ["x=4,5", "y=4,5"], "F.mse_loss(x, y) + F.l1_loss(x, y) + F.smooth_l1_loss(x, y, beta=0.5) + "
                                    "F.binary_cross_entropy_with_logits(x, torch.sigmoid(y))"),
     ("bce", ["x=4,5", "y=4,5"], "F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(y), reduction='sum')"),
+    ("conv_groups", ["x=2,4,7,6", "w=6,2,3,3", "v=4,1,3,2"],
+     "F.conv2d(x, w, padding=1, groups=2)[:, :4, ::2, ::2] + F.conv2d(x, v, stride=2, padding=(1, 0), groups=4)"),
+    ("conv1d", ["x=2,4,9", "w=6,2,3"], "F.conv1d(x, w, stride=2, padding=1, dilation=2, groups=2)"),
+    ("conv_transpose", ["x=2,4,4,3", "w=4,3,3,2", "b=6"],
+     "F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2)"),
+    ("pad", ["x=2,3,5,6"], "F.pad(x, (1, 2, 2, 0), mode='reflect') + F.pad(x, (1, 2, 2, 0), mode='replicate') * 2 + "
+                           "F.pad(x, (1, 2, 2, 0), value=0.5) + F.pad(x, (1, 2, 2, 0), mode='circular')"),
+    ("interpolate", ["x=2,2,5,6"], "F.interpolate(x, scale_factor=2) + F.interpolate(x, size=(10, 12), mode='bilinear', "
+                                   "align_corners=True) + F.interpolate(x, scale_factor=2, mode='bilinear')"),
+    ("activations", ["x=3,7"], "F.softplus(x, 2, 1) + F.elu(x) + F.selu(x) + F.celu(x, 0.5) + F.hardtanh(x, -0.5, 0.5)"
+                               " + F.relu6(x * 4) + F.hardsigmoid(x * 4) + F.hardswish(x * 4) + F.mish(x) + "
+                               "F.softsign(x) + F.tanhshrink(x) + F.hardshrink(x) + F.softshrink(x) + F.logsigmoid(x)"
+                               " + F.threshold(x, 0.1, -1.0)"),
+    ("glu_prelu_softmin", ["x=2,4,3", "w=4"], "F.glu(x, 1) * F.prelu(x, w)[:, :2] + F.softmin(x, 1)[:, 2:]"),
+    ("norms", ["x=3,4,5,2", "w=4", "b=4"], "F.batch_norm(x, None, None, w, b, training=True) + "
+                                           "F.instance_norm(x, weight=w, bias=b) + F.group_norm(x, 2, w, b)"),
+    ("pixel_shuffle", ["x=2,8,3,2"], "F.pixel_shuffle(x, 2) * F.pixel_shuffle(F.pixel_unshuffle(F.pixel_shuffle(x, 2), 2) ** 2, 2)"),
 ]
 
 

@@ -136,6 +136,8 @@ def f(x, w, e):
     s = s + (x[:, :, 1:4:2, ::3] ** 2).sum()
     s = s + (F.embedding(IDX, e, padding_idx=3) ** 2).sum() + (F.embedding(IDX, e) ** 3).sum()
     s = s + (torch.cos(x) * torch.sin(x) * x.detach()).sum()
+    s = s + (F.pad(x, (1, 2, 2, 1), mode='reflect') ** 3).sum() + (F.pad(x, (0, 2, 1, 1), mode='replicate') ** 3).sum()
+    s = s + (F.interpolate(x, scale_factor=2, mode='bilinear') ** 3).sum() + (F.interpolate(x, size=(9, 7)) ** 3).sum()
     return s
 
 

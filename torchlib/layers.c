@@ -132,19 +132,6 @@ static PV *new_param(L *L, Span at, PV *obj, const char *name, DType dt, int ndi
 static void set_int(L *L, PV *obj, const char *name, int64_t v) { env_set(L, obj->attrs, name, pv_int(L, v)); }
 static double get_num(L *L, PV *obj, const char *name) { return pv_num(env_get(obj->attrs, name)); }
 
-static void pair(L *L, Span at, PV *v, int64_t dflt, int64_t out[2], const char *what) {
-  if (!v) {
-    out[0] = out[1] = dflt;
-    return;
-  }
-  if (arg_ints(L, at, v, out, 2, what) == 1) out[1] = out[0];
-}
-
-static PV *pair_pv(L *L, const int64_t v[2]) {
-  PV *items[2] = {pv_int(L, v[0]), pv_int(L, v[1])};
-  return pv_tuple(L, items, 2);
-}
-
 /* ---- the classes of layers.def -------------------------------------------- */
 
 PV *bi_parameter_new(L *L, PV *cls, Args *A) {
@@ -245,46 +232,6 @@ PV *layer_linear_new(L *L, PV *cls, Args *A) {
 PV *layer_linear_forward(L *L, PV *o, Args *A) {
   PV *x = layer_input(L, o, A);
   return t_linear(L, A->at, x, env_get(o->attrs, "weight"), env_get(o->attrs, "bias"));
-}
-
-PV *layer_conv2d_new(L *L, PV *cls, Args *A) {
-  PV *a[9], *o = layer_new(L, cls, A);
-  Span at = A->at;
-  bind_args(L, A, "in_channels,out_channels,kernel_size,stride=,padding=,dilation=,groups=,bias=,padding_mode=", a);
-  int64_t cin = arg_int(L, at, a[0], "in_channels"), cout = arg_int(L, at, a[1], "out_channels");
-  int64_t k[2], s[2], p[2], d[2];
-  pair(L, at, a[2], 1, k, "kernel_size");
-  pair(L, at, a[3], 1, s, "stride");
-  if (a[4] && a[4]->k == PV_STR) lower_error(L, at, "string padding ('same', 'valid') is not supported yet");
-  pair(L, at, a[4], 0, p, "padding");
-  pair(L, at, a[5], 1, d, "dilation");
-  if (a[6] && arg_int(L, at, a[6], "groups") != 1) lower_error(L, at, "Conv2d with groups != 1 is not supported yet");
-  if (a[8] && (a[8]->k != PV_STR || strcmp(a[8]->s, "zeros"))) lower_error(L, at, "only padding_mode='zeros' is supported");
-  set_int(L, o, "in_channels", cin);
-  set_int(L, o, "out_channels", cout);
-  env_set(L, o->attrs, "kernel_size", pair_pv(L, k));
-  env_set(L, o->attrs, "stride", pair_pv(L, s));
-  env_set(L, o->attrs, "padding", pair_pv(L, p));
-  env_set(L, o->attrs, "dilation", pair_pv(L, d));
-  int64_t wd[4] = {cout, cin, k[0], k[1]};
-  PV *w = new_param(L, at, o, "weight", DT_F32, 4, wd, PINIT_UNIFORM, 0, 0);
-  /* fan-in of the checked weight (its numel fits, so this product does too) */
-  double bound = 1.0 / sqrt((double)(cin * k[0] * k[1]));
-  w->t->slot->init_a = -bound;
-  w->t->slot->init_b = bound;
-  if (!a[7] || arg_bool(L, at, a[7], "bias")) new_param(L, at, o, "bias", DT_F32, 1, &cout, PINIT_UNIFORM, -bound, bound);
-  else module_setattr(L, at, o, "bias", pv_none(L));
-  return o;
-}
-
-PV *layer_conv2d_forward(L *L, PV *o, Args *A) {
-  PV *x = layer_input(L, o, A);
-  Span at = A->at;
-  int64_t s[2], p[2], d[2];
-  arg_ints(L, at, env_get(o->attrs, "stride"), s, 2, "stride");
-  arg_ints(L, at, env_get(o->attrs, "padding"), p, 2, "padding");
-  arg_ints(L, at, env_get(o->attrs, "dilation"), d, 2, "dilation");
-  return t_conv2d(L, at, x, env_get(o->attrs, "weight"), env_get(o->attrs, "bias"), s, p, d);
 }
 
 PV *layer_dropout_forward(L *L, PV *o, Args *A) {

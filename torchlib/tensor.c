@@ -739,45 +739,6 @@ PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b) {
   return y;
 }
 
-PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const int64_t pad[2],
-             const int64_t dil[2]) {
-  need_tensor_arg(L, at, x, "conv2d");
-  need_tensor_arg(L, at, w, "conv2d");
-  opt_tensor_arg(L, at, b, "conv2d bias");
-  ndim_arg(L, at, w, 4, "conv2d weight");
-  need_fn(L, at, "conv2d");
-  Type tx = x->t->type, tw = w->t->type;
-  if (tx.ndim != 4)
-    lower_error(L, at, "conv2d expects a 4-D input [N, C, H, W], got shape %s", shape_str(L, &tx));
-  if (tx.dims[1] != tw.dims[1])
-    lower_error(L, at, "shape mismatch in conv2d: input %s has %lld channels, weight %s expects %lld",
-                shape_str(L, &tx), (long long)tx.dims[1], shape_str(L, &tw), (long long)tw.dims[1]);
-  Type r = tx;
-  r.dtype = tw.dtype;
-  r.dims[1] = tw.dims[0];
-  for (int d = 0; d < 2; d++) {
-    if (stride[d] <= 0 || pad[d] < 0 || dil[d] <= 0) lower_error(L, at, "conv2d: invalid stride, padding or dilation");
-    /* o = (in + 2*pad - dil*(k-1) - 1) / stride + 1, checked */
-    int64_t padded, span, o;
-    if (ir_mul(pad[d], 2, &padded) < 0 || ir_add(padded, tx.dims[2 + d], &padded) < 0 ||
-        ir_mul(dil[d], tw.dims[2 + d] - 1, &span) < 0 || ir_add(span, 1, &span) < 0)
-      lower_error(L, at, "conv2d: padding or dilation is too large (%lld, %lld)", (long long)pad[d], (long long)dil[d]);
-    o = padded < span ? 0 : (padded - span) / stride[d] + 1;
-    if (o <= 0)
-      lower_error(L, at, "conv2d: input %s is too small for kernel %lldx%lld", shape_str(L, &tx),
-                  (long long)tw.dims[2], (long long)tw.dims[3]);
-    r.dims[2 + d] = o;
-  }
-  ValId args[2] = {operand(L, at, x, tw.dtype), t_val(L, at, w)};
-  int64_t attr[6] = {stride[0], stride[1], pad[0], pad[1], dil[0], dil[1]};
-  PV *y = t_wrap(L, emit(L, at, IR_CONV2D, args, 2, r, attr, 6, "conv"));
-  if (b && b->k == PV_TENSOR) {
-    int64_t d[3] = {b->t->type.dims[0], 1, 1};
-    y = t_binary(L, at, OP_ADD, y, t_reshape(L, at, b, d, 3));
-  }
-  return y;
-}
-
 PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2], const int64_t p[2],
              const int64_t dil[2], int ceil_mode, int count_include_pad) {
   need_tensor_arg(L, at, x, "pool2d");

@@ -266,8 +266,6 @@ PV *t_cast(L *L, Span at, PV *x, DType dt);
 PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t step);
 PV *t_index(L *L, Span at, PV *x, PV *index);    /* x[...] */
 PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim);
-PV *t_conv2d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t stride[2], const int64_t pad[2],
-             const int64_t dil[2]);
 PV *t_pool2d(L *L, Span at, Op op, PV *x, const int64_t k[2], const int64_t s[2],
              const int64_t p[2], const int64_t dil[2], int ceil_mode, int count_include_pad);
 PV *t_linear(L *L, Span at, PV *x, PV *w, PV *b);
@@ -291,5 +289,82 @@ int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range
 /* A compile-time tensor factory (torch.zeros(...) in __init__, or a constant in forward). */
 PV *t_const_tensor(L *L, Span at, Type t, double fill);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
+
+
+/* ---- torchlib/nn_ops.c: convolution, padding, resampling, normalization and activation
+ * layers (nsp: spatial dims, 1 or 2; the conv attributes have nsp values) ---- */
+PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+             const int64_t *dil, int64_t groups);
+PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+                     const int64_t *out_pad, const int64_t *dil, int64_t groups);
+PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double value); /* 0 constant 1 reflect 2 replicate 3 circular */
+PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, PV *align, PV *recompute);
+PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t factor, int unshuffle);
+PV *t_batch_norm(L *L, Span at, PV *x, PV *rm, PV *rv, PV *w, PV *b, int training, double momentum, double eps,
+                 PV *num_batches_tracked);   /* momentum < 0: None */
+PV *t_instance_norm(L *L, Span at, PV *x, PV *w, PV *b, double eps);
+PV *t_group_norm(L *L, Span at, PV *x, int64_t groups, PV *w, PV *b, double eps);
+PV *t_softplus(L *L, Span at, PV *x, double beta, double threshold);
+PV *t_elu(L *L, Span at, PV *x, double alpha, double scale, double input_scale);
+PV *t_hardtanh(L *L, Span at, PV *x, double lo, double hi);
+PV *t_hardsigmoid(L *L, Span at, PV *x);
+PV *t_hardswish(L *L, Span at, PV *x);
+PV *t_mish(L *L, Span at, PV *x);
+PV *t_softsign(L *L, Span at, PV *x);
+PV *t_tanhshrink(L *L, Span at, PV *x);
+PV *t_hardshrink(L *L, Span at, PV *x, double lambd);
+PV *t_softshrink(L *L, Span at, PV *x, double lambd);
+PV *t_logsigmoid(L *L, Span at, PV *x);
+PV *t_threshold(L *L, Span at, PV *x, double threshold, double value);
+PV *t_glu(L *L, Span at, PV *x, int64_t dim);
+PV *t_prelu(L *L, Span at, PV *x, PV *w);
+
+PV *t_random(L *L, Span at, Type t, int normal);   /* rand / randn in a training function (rng.offset) */
+int nn_pad_mode(L *L, Span at, PV *mode);          /* 'constant' 0, 'reflect' 1, 'replicate' 2, 'circular' 3 */
+/* torch.nn.functional's forms (the handlers of their registration rows) */
+PV *nnf_conv1d(L *L, PV *fn, Args *A);
+PV *nnf_conv2d(L *L, PV *fn, Args *A);
+PV *nnf_conv_transpose1d(L *L, PV *fn, Args *A);
+PV *nnf_conv_transpose2d(L *L, PV *fn, Args *A);
+PV *nnf_pad(L *L, PV *fn, Args *A);
+PV *nnf_interpolate(L *L, PV *fn, Args *A);
+PV *nnf_upsample_nearest(L *L, PV *fn, Args *A);
+PV *nnf_upsample_bilinear(L *L, PV *fn, Args *A);
+PV *nnf_pixel_shuffle(L *L, PV *fn, Args *A);
+PV *nnf_pixel_unshuffle(L *L, PV *fn, Args *A);
+PV *nnf_batch_norm(L *L, PV *fn, Args *A);
+PV *nnf_instance_norm(L *L, PV *fn, Args *A);
+PV *nnf_group_norm(L *L, PV *fn, Args *A);
+PV *nnf_softplus(L *L, PV *fn, Args *A);
+PV *nnf_elu(L *L, PV *fn, Args *A);
+PV *nnf_selu(L *L, PV *fn, Args *A);
+PV *nnf_celu(L *L, PV *fn, Args *A);
+PV *nnf_hardtanh(L *L, PV *fn, Args *A);
+PV *nnf_relu6(L *L, PV *fn, Args *A);
+PV *nnf_hardsigmoid(L *L, PV *fn, Args *A);
+PV *nnf_hardswish(L *L, PV *fn, Args *A);
+PV *nnf_mish(L *L, PV *fn, Args *A);
+PV *nnf_softsign(L *L, PV *fn, Args *A);
+PV *nnf_tanhshrink(L *L, PV *fn, Args *A);
+PV *nnf_logsigmoid(L *L, PV *fn, Args *A);
+PV *nnf_hardshrink(L *L, PV *fn, Args *A);
+PV *nnf_softshrink(L *L, PV *fn, Args *A);
+PV *nnf_threshold(L *L, PV *fn, Args *A);
+PV *nnf_glu(L *L, PV *fn, Args *A);
+PV *nnf_prelu(L *L, PV *fn, Args *A);
+PV *nnf_softmin(L *L, PV *fn, Args *A);
+PV *nnf_rand_like(L *L, PV *fn, Args *A);
+PV *nnf_randn_like(L *L, PV *fn, Args *A);
+/* the module forms' constructors and forwards (layers.def rows) */
+PV *nn_conv_new(L *L, PV *cls, Args *A);        /* Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d */
+PV *nn_conv_forward(L *L, PV *o, Args *A);
+PV *nn_pad_new(L *L, PV *cls, Args *A);         /* ZeroPad2d, Constant/Reflection/ReplicationPad1d-3d */
+PV *nn_pad_forward(L *L, PV *o, Args *A);
+PV *nn_prelu_new(L *L, PV *cls, Args *A);
+PV *nn_prelu_forward(L *L, PV *o, Args *A);
+PV *nn_norm_new(L *L, PV *cls, Args *A);        /* BatchNorm1d/2d, InstanceNorm1d/2d */
+PV *nn_norm_forward(L *L, PV *o, Args *A);
+PV *nn_groupnorm_new(L *L, PV *cls, Args *A);
+PV *nn_groupnorm_forward(L *L, PV *o, Args *A);
 
 #endif

@@ -81,7 +81,7 @@ static PV *factory(L *L, int bi, Args *A0) {
     int n = shape_args(L, A, 0, dims);   /* sizes <= 0: t_const_tensor's diagnostic */
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, DT_F32), n, dims), bi == BI_T_ONES ? 1 : 0);
     if (bi == BI_T_RANDN || bi == BI_T_RAND) {
-      if (L->T->fn) lower_error(L, A->at, "torch.%s inside compiled code is not supported yet", bi_names[bi]);
+      if (L->T->fn) return t_random(L, A->at, t->t->type, bi == BI_T_RANDN);   /* the rng.offset stream */
       uint64_t s = 42;
       for (int64_t i = 0; i < ir_numel(&t->t->type); i++) {
         double u = rnd_uniform(&s);
@@ -714,19 +714,6 @@ PV *bi_functional(L *L, PV *fn, Args *A) {
   case BI_F_ADAPTIVE_AVG_POOL2D:
     bind_args(L, A, "input,output_size", a);
     return t_adaptive_avg_pool2d(L, at, need_tensor(L, at, a[0], "input"), a[1]);
-  case BI_F_CONV2D: {
-    bind_args(L, A, "input,weight,bias=,stride=,padding=,dilation=,groups=", a);
-    int64_t s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
-    if (a[3] && arg_ints(L, at, a[3], s, 2, "stride") == 1) s[1] = s[0];
-    if (a[4]) {
-      if (a[4]->k == PV_STR) lower_error(L, at, "string padding ('same', 'valid') is not supported yet");
-      if (arg_ints(L, at, a[4], p, 2, "padding") == 1) p[1] = p[0];
-    }
-    if (a[5] && arg_ints(L, at, a[5], d, 2, "dilation") == 1) d[1] = d[0];
-    if (a[6] && arg_int(L, at, a[6], "groups") != 1) lower_error(L, at, "conv2d with groups != 1 is not supported yet");
-    return t_conv2d(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"),
-                    a[2], s, p, d);
-  }
   case BI_F_LINEAR:
     bind_args(L, A, "input,weight,bias=", a);
     return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"), a[2]);

@@ -169,13 +169,17 @@ static int64_t outsz(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int
   return o;
 }
 
-static ValId conv(ValId x, ValId w, int sh, int sw, int ph, int pw, int dh, int dw, const char *name) {
+static ValId conv_g(ValId x, ValId w, int sh, int sw, int ph, int pw, int dh, int dw, int groups, const char *name) {
   Type X = tyof(x), W = tyof(w);
   Type r = ty(X.dtype, 4, (int)X.dims[0], (int)W.dims[0], (int)outsz(X.dims[2], W.dims[2], sh, ph, dh, 0),
               (int)outsz(X.dims[3], W.dims[3], sw, pw, dw, 0));
-  int64_t at[6] = {sh, sw, ph, pw, dh, dw};
+  int64_t at[7] = {sh, sw, ph, pw, dh, dw, groups};
   ValId args[2] = {x, w};
-  return emit(IR_CONV2D, args, 2, r, at, 6, name);
+  return emit(IR_CONV2D, args, 2, r, at, 7, name);
+}
+
+static ValId conv(ValId x, ValId w, int sh, int sw, int ph, int pw, int dh, int dw, const char *name) {
+  return conv_g(x, w, sh, sw, ph, pw, dh, dw, 1, name);
 }
 
 static ValId pool(Op op, ValId x, int kh, int kw, int sh, int sw, int ph, int pw, int e6, int e7, int ceil,
@@ -220,14 +224,73 @@ static Type conv_out(Type X, Type W, const int64_t *at) {
             (int)outsz(X.dims[3], W.dims[3], at[1], at[3], at[5], 0));
 }
 
-static ValId conv_bwd_input(ValId g, ValId w, Type xt, const int64_t *at, const char *name) {
+/* at: stride h w, pad h w, dilation h w (6 values); groups apart */
+static ValId conv_bwd_input_g(ValId g, ValId w, Type xt, const int64_t *at, int groups, const char *name) {
+  int64_t a7[7] = {at[0], at[1], at[2], at[3], at[4], at[5], groups};
   ValId args[2] = {g, w};
-  return emit(IR_CONV2D_BWD_INPUT, args, 2, xt, at, 6, name);
+  return emit(IR_CONV2D_BWD_INPUT, args, 2, xt, a7, 7, name);
+}
+
+static ValId conv_bwd_weight_g(ValId x, ValId g, Type wt, const int64_t *at, int groups, const char *name) {
+  int64_t a7[7] = {at[0], at[1], at[2], at[3], at[4], at[5], groups};
+  ValId args[2] = {x, g};
+  return emit(IR_CONV2D_BWD_WEIGHT, args, 2, wt, a7, 7, name);
+}
+
+static ValId conv_bwd_input(ValId g, ValId w, Type xt, const int64_t *at, const char *name) {
+  return conv_bwd_input_g(g, w, xt, at, 1, name);
 }
 
 static ValId conv_bwd_weight(ValId x, ValId g, Type wt, const int64_t *at, const char *name) {
-  ValId args[2] = {x, g};
-  return emit(IR_CONV2D_BWD_WEIGHT, args, 2, wt, at, 6, name);
+  return conv_bwd_weight_g(x, g, wt, at, 1, name);
+}
+
+/* pad(x, mode, value, name, lo0, hi0, lo1, hi1, ...): every axis */
+static ValId pad_op(Op op, ValId x, Type r, int mode, double value, const int *lo) {
+  int64_t at[1 + IR_MAX_DIMS];
+  at[0] = mode;
+  for (int i = 0; i < r.ndim; i++) at[1 + i] = lo[i];
+  h.line++;
+  return ir_emit(h.p, h.f, op, &x, 1, r, at, 1 + r.ndim, value, L(), op == IR_PAD ? "pad" : "pad_grad");
+}
+
+static ValId pad(ValId x, int mode, double value, ...) {
+  Type r = tyof(x);
+  int lo[IR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, value);
+  for (int i = 0; i < r.ndim; i++) {
+    lo[i] = va_arg(ap, int);
+    r.dims[i] += lo[i] + va_arg(ap, int);
+  }
+  va_end(ap);
+  return pad_op(IR_PAD, x, r, mode, value, lo);
+}
+
+/* pad_bwd(g, x type, mode, lo0, lo1, ...) */
+static ValId pad_bwd(ValId g, Type xt, int mode, ...) {
+  int lo[IR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, mode);
+  for (int i = 0; i < xt.ndim; i++) lo[i] = va_arg(ap, int);
+  va_end(ap);
+  xt.dtype = tyof(g).dtype;
+  return pad_op(IR_PAD_BWD, g, xt, mode, 0, lo);
+}
+
+/* upsample to [.., oh, ow]; sh, sw: the scale_factor given (0: none) */
+static ValId upsample_op(Op op, ValId x, Type r, int mode, int align, double sh, double sw, const char *name) {
+  int64_t at[4] = {mode, align, 0, 0};
+  memcpy(&at[2], &sh, sizeof sh);
+  memcpy(&at[3], &sw, sizeof sw);
+  r.dtype = tyof(x).dtype;
+  return emit(op, &x, 1, r, at, 4, name);
+}
+
+static ValId upsample(ValId x, int oh, int ow, int mode, int align, double sh, double sw, const char *name) {
+  Type X = tyof(x);
+  return upsample_op(IR_UPSAMPLE, x, ty(X.dtype, 4, (int)X.dims[0], (int)X.dims[1], oh, ow), mode, align, sh, sw,
+                     name);
 }
 
 /* The output type of a pooling op over x of type X (at: kh kw sh sw ph pw e6 e7). */
@@ -608,6 +671,18 @@ static void suite_linalg(void) {
   out(conv(one, w, 1, 1, 1, 1, 1, 1, "c_n1"), "batch1");
   entry_done();
 
+  entry("conv_groups");   /* grouped and depthwise convolutions */
+  x = input("x", ty(DT_F32, 4, 2, 4, 7, 6), "normal");
+  ValId wg = input("wg", ty(DT_F32, 4, 6, 2, 3, 3), "normal");
+  ValId wdw = input("wdw", ty(DT_F32, 4, 8, 1, 3, 2), "normal");
+  ValId wp = input("wp", ty(DT_F32, 4, 4, 1, 1, 1), "normal");
+  out(conv_g(x, wg, 1, 1, 1, 1, 1, 1, 2, "c_g2"), "groups2");
+  out(conv_g(x, wdw, 2, 1, 1, 0, 1, 2, 4, "c_dw"), "depthwise");
+  out(conv_g(x, wp, 1, 1, 0, 0, 1, 1, 4, "c_dw1x1"), "depthwise_1x1");
+  ValId xg1 = input("x1", ty(DT_F32, 4, 1, 4, 7, 6), "normal");
+  out(conv_g(xg1, wg, 2, 2, 0, 0, 1, 1, 2, "c_g2n1"), "groups2_batch1");
+  entry_done();
+
   entry("dmm");
   ValId d1 = input("d1", ty(DT_F64, 2, 4, 6), "normal");
   ValId d2 = input("d2", ty(DT_F64, 2, 6, 3), "normal");
@@ -635,6 +710,45 @@ static void suite_nn(void) {
   out(embedding(w, idx, "emb"), "emb");
   out(embedding(w, cst(DT_I64, 7), "emb1"), "emb_const");
   entry_done();
+  entry("pad");   /* constant, reflect and replicate padding on one to three axes */
+  x = input("x", ty(DT_F32, 4, 2, 3, 5, 6), "normal");
+  out(pad(x, 0, 1.5, 0, 0, 0, 0, 0, 3, 1, 2), "constant");
+  out(pad(x, 1, 0.0, 0, 0, 0, 0, 1, 3, 2, 1), "reflect");
+  out(pad(x, 2, 0.0, 0, 0, 0, 0, 2, 2, 3, 0), "replicate");
+  out(pad(x, 0, 0.0, 0, 0, 2, 0, 1, 1, 1, 1), "zeros3");
+  ValId x3 = input("x3", ty(DT_F32, 3, 2, 3, 7), "normal");
+  out(pad(x3, 1, 0.0, 0, 0, 0, 0, 3, 3), "reflect1d");
+  out(pad(x3, 2, 0.0, 0, 0, 0, 0, 0, 4), "replicate1d");
+  ValId xd = input("xd", ty(DT_F64, 4, 1, 2, 4, 3), "normal");
+  out(pad(xd, 1, 0.0, 0, 0, 0, 0, 3, 2, 2, 2), "reflect_f64");
+  ValId xb = input("xb", ty(DT_F32, 4, 2, 8, 32, 32), "normal");
+  out(pad(xb, 1, 0.0, 0, 0, 0, 0, 2, 2, 2, 2), "reflect_big");   /* big enough for OpenMP */
+  entry_done();
+
+  entry("upsample");   /* nearest and bilinear, sizes and scale factors (PyTorch's index formulas) */
+  x = input("x", ty(DT_F32, 4, 2, 3, 5, 4), "normal");
+  out(upsample(x, 10, 8, 0, 0, 0, 0, "n2x"), "nearest_2x");
+  out(upsample(x, 7, 9, 0, 0, 0, 0, "nsz"), "nearest_size");
+  out(upsample(x, 7, 6, 0, 0, 1.5, 1.5, "nsc"), "nearest_scale");
+  out(upsample(x, 6, 2, 0, 0, 1.3, 0.5, "nsc2"), "nearest_scale2");
+  out(upsample(x, 5, 5, 0, 0, 1.1, 1.3, "nsc3"), "nearest_same_size");
+  out(upsample(x, 9, 7, 1, 0, 0, 0, "bsz"), "bilinear_size");
+  out(upsample(x, 9, 7, 1, 1, 0, 0, "bal"), "bilinear_align");
+  out(upsample(x, 10, 8, 1, 0, 2, 2, "b2x"), "bilinear_2x");
+  out(upsample(x, 3, 2, 1, 0, 0.6, 0.6, "bdown"), "bilinear_down");
+  out(upsample(x, 1, 3, 1, 1, 0, 0, "bal1"), "bilinear_align_1");
+  out(upsample(x, 11, 5, 1, 0, 2.3, 1.3, "bsc"), "bilinear_scale");
+  xd = input("xd", ty(DT_F64, 4, 1, 2, 5, 4), "normal");
+  out(upsample(xd, 8, 6, 1, 0, 1.7, 1.7, "bd"), "bilinear_f64");
+  out(upsample(xd, 8, 6, 0, 0, 1.7, 1.7, "nd"), "nearest_f64");
+  out(upsample(xd, 8, 6, 1, 1, 0, 0, "bad"), "bilinear_align_f64");
+  xb = input("xb", ty(DT_F32, 4, 2, 8, 16, 16), "normal");
+  out(upsample(xb, 32, 32, 1, 0, 0, 0, "bbig"), "bilinear_big");
+  ValId x1c = input("x1c", ty(DT_F32, 4, 2, 1, 5, 4), "normal");   /* one channel: PyTorch's other path */
+  out(upsample(x1c, 5, 5, 0, 0, 1.1, 1.3, "n1c"), "nearest_same_size_1ch");
+  out(upsample(x1c, 10, 5, 0, 0, 2.1, 1.3, "n1c2"), "nearest_twice_size_1ch");
+  entry_done();
+
   entry("rand");   /* the counter-based stream of ops.def, from an input offset and from literals */
   ValId off = input("offset", ty(DT_I64, 0), "int");
   out(rand_uniform(off, ty(DT_F32, 3, 3, 5, 7), "u"), "u");
@@ -716,6 +830,49 @@ static void suite_grad(void) {
   ValId gd = input("gd", conv_out(tyof(xd), tyof(wd), s2), "normal");
   out(conv_bwd_input(gd, wd, tyof(xd), s2, "dxd"), "dx_f64");
   out(conv_bwd_weight(xd, gd, tyof(wd), s2, "dwd"), "dw_f64");
+  entry_done();
+
+  entry("conv_groups_bwd");   /* grouped, depthwise, and conv_transpose2d with output_padding */
+  static const int64_t g_pad1[6] = {1, 1, 1, 1, 1, 1}, g_dw[6] = {2, 1, 1, 0, 1, 2}, g_tr[6] = {2, 2, 1, 1, 1, 1};
+  x = input("x", ty(DT_F32, 4, 2, 4, 7, 6), "normal");
+  ValId wg = input("wg", ty(DT_F32, 4, 6, 2, 3, 3), "normal");
+  ValId wdw = input("wdw", ty(DT_F32, 4, 8, 1, 3, 2), "normal");
+  ValId gg = input("gg", conv_out(tyof(x), tyof(wg), g_pad1), "normal");
+  ValId gdw = input("gdw", conv_out(tyof(x), tyof(wdw), g_dw), "normal");
+  ValId xt_in = input("xt", ty(DT_F32, 4, 2, 6, 4, 3), "normal");   /* conv_transpose2d input */
+  out(conv_bwd_input_g(gg, wg, tyof(x), g_pad1, 2, "dx_g2"), "dx_g2");
+  out(conv_bwd_weight_g(x, gg, tyof(wg), g_pad1, 2, "dw_g2"), "dw_g2");
+  out(conv_bwd_input_g(gdw, wdw, tyof(x), g_dw, 4, "dx_dw"), "dx_dw");
+  out(conv_bwd_weight_g(x, gdw, tyof(wdw), g_dw, 4, "dw_dw"), "dw_dw");
+  out(conv_bwd_input_g(xt_in, wg, ty(DT_F32, 4, 2, 4, 8, 6), g_tr, 2, "ct"), "conv_transpose");
+  entry_done();
+
+  entry("pad_bwd");   /* the transposes of reflect and replicate padding (constant: a slice) */
+  Type pxt = ty(DT_F32, 4, 2, 3, 5, 6);
+  ValId gr = input("gr", ty(DT_F32, 4, 2, 3, 9, 9), "normal");
+  ValId grp = input("grp", ty(DT_F32, 4, 2, 3, 9, 9), "normal");
+  ValId gp1 = input("g1", ty(DT_F32, 3, 2, 3, 13), "normal");
+  out(pad_bwd(gr, pxt, 1, 0, 0, 1, 2), "reflect");       /* lo (1, 2), hi (3, 1) */
+  out(pad_bwd(grp, pxt, 2, 0, 0, 2, 3), "replicate");    /* lo (2, 3), hi (2, 0) */
+  out(pad_bwd(gp1, ty(DT_F32, 3, 2, 3, 7), 1, 0, 0, 3), "reflect1d");
+  ValId gbp = input("gbig", ty(DT_F32, 4, 4, 8, 36, 36), "normal");
+  out(pad_bwd(gbp, ty(DT_F32, 4, 4, 8, 32, 32), 2, 0, 0, 2, 2), "replicate_big");
+  entry_done();
+
+  entry("upsample_bwd");
+  Type uxt = ty(DT_F32, 4, 2, 3, 5, 4);
+  ValId u0 = input("g0", ty(DT_F32, 4, 2, 3, 7, 9), "normal");
+  ValId u1 = input("g1", ty(DT_F32, 4, 2, 3, 9, 7), "normal");
+  ValId u2 = input("g2", ty(DT_F32, 4, 2, 3, 9, 7), "normal");
+  ValId u3 = input("g3", ty(DT_F32, 4, 2, 3, 7, 6), "normal");
+  ValId u4 = input("g4", ty(DT_F32, 4, 2, 3, 3, 2), "normal");
+  out(upsample_op(IR_UPSAMPLE_BWD, u0, uxt, 0, 0, 0, 0, "dn"), "nearest_size");
+  out(upsample_op(IR_UPSAMPLE_BWD, u1, uxt, 1, 0, 0, 0, "db"), "bilinear_size");
+  out(upsample_op(IR_UPSAMPLE_BWD, u2, uxt, 1, 1, 0, 0, "dba"), "bilinear_align");
+  out(upsample_op(IR_UPSAMPLE_BWD, u3, uxt, 0, 0, 1.5, 1.5, "dns"), "nearest_scale");
+  out(upsample_op(IR_UPSAMPLE_BWD, u4, uxt, 1, 0, 0.6, 0.6, "dbd"), "bilinear_down");
+  ValId u5 = input("g5", ty(DT_F32, 4, 2, 3, 5, 5), "normal");
+  out(upsample_op(IR_UPSAMPLE_BWD, u5, uxt, 0, 0, 1.1, 1.3, "dnss"), "nearest_same_size");
   entry_done();
 
   entry("maxpool_bwd");   /* x has many ties: PyTorch routes each window's g to its first max */

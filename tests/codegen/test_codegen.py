@@ -398,6 +398,90 @@ REFS.update({
     ("grad", "embedding_bwd"): _grad_embedding,
 })
 
+
+# ---- grouped convolution, padding and resampling: references from PyTorch ------------------
+
+
+def _t(a):
+    return _torch().from_numpy(np.ascontiguousarray(a))
+
+
+def conv_g(x, w, stride, pad, dil, groups):
+    F = _torch().nn.functional
+    return F.conv2d(_t(x.astype(np.float64)), _t(w.astype(np.float64)), stride=stride, padding=pad, dilation=dil,
+                    groups=groups).numpy()
+
+
+def conv_grads_g(x, w, g, a, groups):
+    torch = _torch()
+    tx = _t(x.astype(np.float64)).requires_grad_()
+    tw = _t(w.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(tx, tw, stride=a[0:2], padding=a[2:4], dilation=a[4:6], groups=groups)
+    y.backward(_t(g.astype(np.float64)))
+    return [tx.grad.numpy(), tw.grad.numpy()]
+
+
+def pad_ref(x, p, mode="constant", value=0.0):
+    return _torch().nn.functional.pad(_t(x), p, mode=mode, value=value).numpy()
+
+
+def pad_grad(shape, g, p, mode):
+    torch = _torch()
+    tx = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.pad(tx, p, mode=mode).backward(_t(g.astype(np.float64)))
+    return tx.grad.numpy()
+
+
+def interp(x, mode, size=None, scale=None, align=None):
+    return _torch().nn.functional.interpolate(_t(x), size=size, scale_factor=scale, mode=mode,
+                                              align_corners=align).numpy()
+
+
+def interp_grad(shape, g, mode, size=None, scale=None, align=None):
+    torch = _torch()
+    tx = torch.zeros(shape, dtype=torch.float32, requires_grad=True)
+    torch.nn.functional.interpolate(tx, size=size, scale_factor=scale, mode=mode, align_corners=align).backward(_t(g))
+    return tx.grad.numpy()
+
+
+def _conv_transpose(x, w, stride, pad, out_pad, groups):
+    F = _torch().nn.functional
+    return F.conv_transpose2d(_t(x.astype(np.float64)), _t(w.astype(np.float64)), stride=stride, padding=pad,
+                              output_padding=out_pad, groups=groups).numpy()
+
+
+REFS.update({
+    ("linalg", "conv_groups"): lambda x, wg, wdw, wp, x1: [
+        conv_g(x, wg, 1, 1, 1, 2), conv_g(x, wdw, (2, 1), (1, 0), (1, 2), 4), conv_g(x, wp, 1, 0, 1, 4),
+        conv_g(x1, wg, 2, 0, 1, 2)],
+    ("grad", "conv_groups_bwd"): lambda x, wg, wdw, gg, gdw, xt: (
+        conv_grads_g(x, wg, gg, (1, 1, 1, 1, 1, 1), 2) + conv_grads_g(x, wdw, gdw, (2, 1, 1, 0, 1, 2), 4) +
+        [_conv_transpose(xt, wg, 2, 1, (1, 1), 2)]),
+    ("nn", "pad"): lambda x, x3, xd, xb: [
+        pad_ref(x, (1, 2, 0, 3), value=1.5), pad_ref(x, (2, 1, 1, 3), "reflect"), pad_ref(x, (3, 0, 2, 2), "replicate"),
+        pad_ref(x, (1, 1, 1, 1, 2, 0)), pad_ref(x3, (3, 3), "reflect"), pad_ref(x3, (0, 4), "replicate"),
+        pad_ref(xd, (2, 2, 3, 2), "reflect"), pad_ref(xb, (2, 2, 2, 2), "reflect")],
+    ("grad", "pad_bwd"): lambda gr, grp, g1, gbig: [
+        pad_grad((2, 3, 5, 6), gr, (2, 1, 1, 3), "reflect"), pad_grad((2, 3, 5, 6), grp, (3, 0, 2, 2), "replicate"),
+        pad_grad((2, 3, 7), g1, (3, 3), "reflect"), pad_grad((4, 8, 32, 32), gbig, (2, 2, 2, 2), "replicate")],
+    ("nn", "upsample"): lambda x, xd, xb, x1c: [
+        interp(x, "nearest", size=(10, 8)), interp(x, "nearest", size=(7, 9)), interp(x, "nearest", scale=1.5),
+        interp(x, "nearest", scale=(1.3, 0.5)), interp(x, "nearest", scale=(1.1, 1.3)),
+        interp(x, "bilinear", size=(9, 7), align=False), interp(x, "bilinear", size=(9, 7), align=True),
+        interp(x, "bilinear", scale=2, align=False), interp(x, "bilinear", scale=0.6, align=False),
+        interp(x, "bilinear", size=(1, 3), align=True), interp(x, "bilinear", scale=(2.3, 1.3), align=False),
+        interp(xd, "bilinear", scale=1.7, align=False), interp(xd, "nearest", scale=1.7),
+        interp(xd, "bilinear", size=(8, 6), align=True), interp(xb, "bilinear", size=(32, 32), align=False),
+        interp(x1c, "nearest", scale=(1.1, 1.3)), interp(x1c, "nearest", scale=(2.1, 1.3))],
+    ("grad", "upsample_bwd"): lambda g0, g1, g2, g3, g4, g5: [
+        interp_grad((2, 3, 5, 4), g0, "nearest", size=(7, 9)),
+        interp_grad((2, 3, 5, 4), g1, "bilinear", size=(9, 7), align=False),
+        interp_grad((2, 3, 5, 4), g2, "bilinear", size=(9, 7), align=True),
+        interp_grad((2, 3, 5, 4), g3, "nearest", scale=1.5),
+        interp_grad((2, 3, 5, 4), g4, "bilinear", scale=0.6, align=False),
+        interp_grad((2, 3, 5, 4), g5, "nearest", scale=(1.1, 1.3))],
+})
+
 CASES = sorted(REFS)
 
 
