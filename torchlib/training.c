@@ -104,6 +104,10 @@ PV *optim_new(L *L, PV *cls, Args *A) {
     len += snprintf(spec + len, sizeof spec - (size_t)len, ",%s=", p);
   }
   PV *a[17];
+  for (int k = 0; k < A->nkw; k++)
+    if (cls->bi == BI_O_NADAM && !strcmp(A->kwnames[k], "decoupled_weight_decay"))
+      lower_error(L, A->at, "NAdam(decoupled_weight_decay=...) is not an option of PyTorch 1.13's NAdam (it came in "
+                            "2.0), which ctc follows: use weight_decay (the L2 form) or AdamW");
   bind_args(L, A, spec, a);
   Span at = A->at;
   PV *o = pv_new(L, PV_OBJ);

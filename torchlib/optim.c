@@ -1,0 +1,271 @@
+/* optim.c - update rules of the optimizers added for issue 16 (rows of
+ * optim.def): Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam and LBFGS, as
+ * PyTorch 1.13 computes them (torch/optim/<name>.py, the _single_tensor_
+ * functions). The constructor, parameter groups, the step count and the
+ * gradients are shared with the other optimizers (training.c); a rule gets one
+ * parameter (OptStep, lower_int.h) and writes it and its state.
+ *
+ * PyTorch computes the step-dependent scalars (bias corrections, RAdam's rho_t,
+ * NAdam's mu, ASGD's eta) in Python doubles and applies them to float32 tensors
+ * as float32 scalars; the rules compute them in f64 from the step count
+ * (scalar IR values) and cast them to the parameter's dtype, so RAdam's
+ * rectification test (rho_t > 5, decided within 0.004 at step 5 with the
+ * default betas) is taken exactly as PyTorch takes it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../autograd_ad/autograd.h"
+#include "../lowering/lower_int.h"
+
+#define ADD(a, b) t_binary(L, at, OP_ADD, (a), (b))
+#define SUB(a, b) t_binary(L, at, OP_SUB, (a), (b))
+#define MUL(a, b) t_binary(L, at, OP_MUL, (a), (b))
+#define DIV(a, b) t_binary(L, at, OP_DIV, (a), (b))
+#define POW(a, b) t_binary(L, at, OP_POW, (a), (b))
+#define F(x) pv_float(L, (x))
+#define SQRT(a) t_unary(L, at, IR_SQRT, (a))
+#define GT(a, b) t_compare(L, at, OP_GT, (a), (b))
+#define LT(a, b) t_compare(L, at, OP_LT, (a), (b))
+#define EQ(a, b) t_compare(L, at, OP_EQ, (a), (b))
+#define WHERE(c, a, b) t_where(L, at, (c), (a), (b))
+/* a state tensor of the parameter's shape, zero-initialised */
+#define ST(name) state_tensor(L, at, arena_printf(L->a, "%s." name, s->pre), &s->t, 0)
+
+/* a 0-d f32 state tensor (PyTorch's torch.tensor(x) state entries) */
+static PV *scalar_state(L *L, Span at, OptStep *s, const char *name, double init) {
+  Type t = {0};
+  t.dtype = DT_F32;
+  return state_tensor(L, at, arena_printf(L->a, "%s.%s", s->pre, name), &t, init);
+}
+
+/* x (a number or a tensor) as a tensor of dtype dt; numbers stay numbers */
+static PV *as_dt(L *L, Span at, PV *x, DType dt) {
+  if (x->k != PV_TENSOR) return x;
+  return x->t->type.dtype == dt ? x : t_cast(L, at, x, dt);
+}
+
+/* the step number of this step (PyTorch's `step` after `step_t += 1`), f64 */
+static PV *step64(L *L, Span at, OptStep *s) { return t_cast(L, at, ADD(s->tcount, F(1)), DT_F64); }
+
+/* a pair option ("betas", "etas", "step_sizes") */
+static void opt_pair(L *L, Span at, PV *group, const char *name, double *a, double *b) {
+  PV *v = pv_dict_get(group, pv_str(L, name));
+  if (!v || !pv_is_seq(v) || v->n != 2) lower_error(L, at, "%s must be a pair", name);
+  *a = arg_num(L, at, v->items[0], name);
+  *b = arg_num(L, at, v->items[1], name);
+}
+
+static void check_betas(L *L, Span at, double b1, double b2) {
+  if (!(b1 >= 0 && b1 < 1)) lower_error(L, at, "Invalid beta parameter at index 0: %g", b1);
+  if (!(b2 >= 0 && b2 < 1)) lower_error(L, at, "Invalid beta parameter at index 1: %g", b2);
+}
+
+static double hp_nonneg(L *L, Span at, PV *group, const char *name, const char *what, double dflt) {
+  double v = opt_hp(L, at, group, name, dflt);
+  if (!(v >= 0)) lower_error(L, at, "Invalid %s value: %g", what, v);
+  return v;
+}
+
+/* torch.sign: 1, -1, 0 (and 0 for NaN, as PyTorch's CPU kernel gives) */
+static PV *sign(L *L, Span at, PV *x) { return WHERE(GT(x, F(0)), F(1), WHERE(LT(x, F(0)), F(-1), F(0))); }
+
+/* ---- Adamax ---------------------------------------------------------------- */
+
+void opt_adamax(L *L, Span at, OptStep *s) {
+  double b1, b2;
+  opt_pair(L, at, s->group, "betas", &b1, &b2);
+  check_betas(L, at, b1, b2);
+  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
+  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  DType dt = s->t.dtype;
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  PV *m = ST("exp_avg"), *u = ST("exp_inf");
+  PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
+  /* amax over [exp_inf * beta2, |g| + eps]: NaN propagates */
+  PV *nu = t_minmax(L, at, IR_MAX, MUL(u, F(b2)), ADD(t_unary(L, at, IR_ABS, g), F(eps)));
+  state_update(L, at, m, nm);
+  state_update(L, at, u, nu);
+  PV *bc = SUB(F(1), POW(F(b1), step64(L, at, s)));
+  PV *clr = as_dt(L, at, DIV(as_dt(L, at, s->LR, DT_F64), bc), dt);
+  state_update(L, at, p, SUB(p, MUL(clr, DIV(nm, nu))));
+}
+
+/* ---- NAdam ------------------------------------------------------------------ */
+
+void opt_nadam(L *L, Span at, OptStep *s) {
+  double b1, b2;
+  opt_pair(L, at, s->group, "betas", &b1, &b2);
+  check_betas(L, at, b1, b2);
+  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
+  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  double md = hp_nonneg(L, at, s->group, "momentum_decay", "momentum_decay", 4e-3);
+  DType dt = s->t.dtype;
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  PV *step = step64(L, at, s);
+  PV *bc2 = SUB(F(1), POW(F(b2), step));
+  PV *mu = MUL(F(b1), SUB(F(1), MUL(F(0.5), POW(F(0.96), MUL(step, F(md))))));
+  PV *mu_next = MUL(F(b1), SUB(F(1), MUL(F(0.5), POW(F(0.96), MUL(ADD(step, F(1)), F(md))))));
+  /* mu_product is a float32 tensor multiplied by the Python doubles mu, mu_next */
+  PV *mp = scalar_state(L, at, s, "mu_product", 1);
+  PV *nmp = MUL(mp, as_dt(L, at, mu, DT_F32));
+  PV *mp_next = MUL(MUL(nmp, as_dt(L, at, mu, DT_F32)), as_dt(L, at, mu_next, DT_F32));
+  state_update(L, at, mp, nmp);
+  PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
+  PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
+  PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
+  state_update(L, at, m, nm);
+  state_update(L, at, v, nv);
+  PV *denom = ADD(SQRT(DIV(nv, as_dt(L, at, bc2, dt))), F(eps));
+  PV *lr = as_dt(L, at, s->LR, DT_F64);
+  PV *c1 = DIV(MUL(lr, SUB(F(1), mu)), SUB(F(1), as_dt(L, at, nmp, DT_F64)));
+  PV *c2 = DIV(MUL(lr, mu_next), SUB(F(1), as_dt(L, at, mp_next, DT_F64)));
+  PV *p1 = SUB(p, MUL(as_dt(L, at, c1, dt), DIV(g, denom)));
+  state_update(L, at, p, SUB(p1, MUL(as_dt(L, at, c2, dt), DIV(nm, denom))));
+}
+
+/* ---- RAdam ------------------------------------------------------------------ */
+
+void opt_radam(L *L, Span at, OptStep *s) {
+  double b1, b2;
+  opt_pair(L, at, s->group, "betas", &b1, &b2);
+  check_betas(L, at, b1, b2);
+  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
+  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  DType dt = s->t.dtype;
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  PV *step = step64(L, at, s);
+  PV *bc1 = SUB(F(1), POW(F(b1), step)), *bc2 = SUB(F(1), POW(F(b2), step));
+  PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
+  PV *nm = ADD(MUL(m, F(b1)), MUL(g, F(1 - b1)));
+  PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
+  state_update(L, at, m, nm);
+  state_update(L, at, v, nv);
+  PV *bcm = DIV(nm, as_dt(L, at, bc1, dt));
+  double rho_inf = 2 / (1 - b2) - 1;
+  PV *rho_t = SUB(F(rho_inf), DIV(MUL(MUL(step, F(2)), POW(F(b2), step)), bc2));
+  /* the variance rectification, where rho_t > 5 (a select on the step count:
+   * the other side's NaN from sqrt of a negative number is not taken) */
+  PV *rect = SQRT(DIV(MUL(MUL(SUB(rho_t, F(4)), SUB(rho_t, F(2))), F(rho_inf)),
+                      MUL(F((rho_inf - 4) * (rho_inf - 2)), rho_t)));
+  PV *lr = as_dt(L, at, s->LR, dt);
+  PV *adaptive = DIV(as_dt(L, at, SQRT(bc2), dt), ADD(SQRT(nv), F(eps)));
+  PV *rectified = MUL(MUL(MUL(bcm, lr), adaptive), as_dt(L, at, rect, dt));
+  PV *plain = MUL(bcm, lr);
+  state_update(L, at, p, SUB(p, WHERE(GT(rho_t, F(5)), rectified, plain)));
+}
+
+/* ---- ASGD ------------------------------------------------------------------- */
+
+void opt_asgd(L *L, Span at, OptStep *s) {
+  PV *group = s->group;
+  hp_nonneg(L, at, group, "weight_decay", "weight_decay", 0);
+  double lambd = opt_hp(L, at, group, "lambd", 1e-4), alpha = opt_hp(L, at, group, "alpha", 0.75);
+  double t0 = opt_hp(L, at, group, "t0", 1e6);
+  DType dt = s->t.dtype;
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  PV *step = step64(L, at, s);
+  PV *lr64 = as_dt(L, at, s->LR, DT_F64);
+  /* eta and mu: float32 scalars; PyTorch sets eta to the group's lr when the
+   * state is created (the first step), so the first step reads the lr */
+  PV *eta_s = scalar_state(L, at, s, "eta", 0), *mu_s = scalar_state(L, at, s, "mu", 1);
+  PV *first = EQ(s->tcount, F(0));
+  PV *eta = as_dt(L, at, WHERE(first, as_dt(L, at, lr64, DT_F32), eta_s), DT_F64);
+  PV *mu = as_dt(L, at, mu_s, DT_F64);
+  PV *ax = ST("ax");
+  PV *p1 = MUL(p, as_dt(L, at, SUB(F(1), MUL(F(lambd), eta)), dt));
+  PV *p2 = SUB(p1, MUL(g, as_dt(L, at, eta, dt)));
+  PV *nax = WHERE(t_compare(L, at, OP_NE, mu, F(1)), ADD(ax, MUL(SUB(p2, ax), as_dt(L, at, mu, dt))), p2);
+  state_update(L, at, p, p2);
+  state_update(L, at, ax, nax);
+  PV *neta = DIV(lr64, POW(ADD(F(1), MUL(MUL(F(lambd), lr64), step)), F(alpha)));
+  PV *d = SUB(step, F(t0));
+  PV *nmu = DIV(F(1), WHERE(GT(d, F(1)), d, F(1)));
+  state_update(L, at, eta_s, as_dt(L, at, neta, DT_F32));
+  state_update(L, at, mu_s, as_dt(L, at, nmu, DT_F32));
+}
+
+/* ---- Rprop ------------------------------------------------------------------ */
+
+void opt_rprop(L *L, Span at, OptStep *s) {
+  double em, ep, smin, smax;
+  opt_pair(L, at, s->group, "etas", &em, &ep);
+  opt_pair(L, at, s->group, "step_sizes", &smin, &smax);
+  if (!(0 < em && em < 1 && 1 < ep)) lower_error(L, at, "Invalid eta values: %g, %g", em, ep);
+  DType dt = s->t.dtype;
+  PV *g = s->g, *p = s->p;
+  PV *prev = ST("prev"), *ss = ST("step_size");
+  /* step_size starts as the group's lr (filled when the state is created) */
+  PV *ss0 = WHERE(EQ(s->tcount, F(0)), as_dt(L, at, s->LR, dt), ss);
+  PV *prod = MUL(g, prev);
+  /* sign(g * prev) mapped to etaplus, etaminus, 1; NaN stays NaN */
+  PV *factor = WHERE(GT(prod, F(0)), F(ep), WHERE(LT(prod, F(0)), F(em), ADD(MUL(prod, F(0)), F(1))));
+  PV *nss = t_clamp(L, at, MUL(ss0, factor), F(smin), F(smax));
+  PV *ng = WHERE(EQ(factor, F(em)), F(0), g);
+  state_update(L, at, p, SUB(p, MUL(sign(L, at, ng), nss)));
+  state_update(L, at, prev, ng);
+  state_update(L, at, ss, nss);
+}
+
+/* ---- SparseAdam ------------------------------------------------------------- */
+
+/* The rows a sparse gradient has: PyTorch's nn.Embedding(sparse=True) gives a
+ * sparse gradient whose indices are the looked-up rows (padding_idx excluded),
+ * and SparseAdam updates exactly those rows, whether or not the gradient values
+ * there are zero. ctc's gradients are dense: the rows are found by walking the
+ * accumulated gradient back to its embedding_bwd instructions (added together
+ * over several lookups and backward() calls, negated under maximize) and
+ * counting their lookups: a [V, 1] mask of rows looked up at least once. */
+static PV *sparse_rows(L *L, Span at, ValId g, PV *mask, const char *pname) {
+  const Value *val = ir_val(L->fn, g);
+  const Inst *in = val->kind == V_INST ? &L->fn->insts.data[val->def] : NULL;
+  if (in && (in->op == IR_ADD || in->op == IR_NEG)) {
+    ValId a = in->args[0], b = in->op == IR_ADD ? in->args[1] : -1;
+    mask = sparse_rows(L, at, a, mask, pname);
+    return b >= 0 ? sparse_rows(L, at, b, mask, pname) : mask;
+  }
+  if (!in || in->op != IR_EMBEDDING_BWD)
+    lower_error(L, at, "SparseAdam does not support dense gradients, please consider Adam instead (the gradient of "
+                       "'%s' does not come from embedding lookups only: use nn.Embedding(sparse=True) and leave "
+                       "the gradients unclipped)", pname);
+  ValId idx = in->args[0];
+  int64_t attr[2] = {in->attr[0], in->attr[1]};
+  Type rt = *ir_type(L->fn, in->res);
+  PV *ix = t_wrap(L, idx);
+  Type it = t_type(ix);
+  /* ones of the index's shape with a trailing 1 (materialised, not a broadcast) */
+  PV *ones = t_cast(L, at, EQ(ix, ix), rt.dtype);
+  int64_t dims[IR_MAX_DIMS + 1];
+  for (int i = 0; i < it.ndim; i++) dims[i] = it.dims[i];
+  dims[it.ndim] = 1;
+  ones = t_reshape(L, at, ones, dims, it.ndim + 1);
+  rt.dims[1] = 1;
+  ValId args[2] = {idx, t_val(L, at, ones)};
+  PV *cnt = t_wrap(L, ir_emit(L->prog, L->fn, IR_EMBEDDING_BWD, args, 2, rt, attr, 2, 0, at, "rows"));
+  return mask ? ADD(mask, cnt) : cnt;
+}
+
+void opt_sparseadam(L *L, Span at, OptStep *s) {
+  double b1, b2;
+  opt_pair(L, at, s->group, "betas", &b1, &b2);
+  check_betas(L, at, b1, b2);
+  double eps = opt_hp(L, at, s->group, "eps", 1e-8);
+  if (!(eps > 0)) lower_error(L, at, "Invalid epsilon value: %g", eps);
+  PV *lrv = pv_dict_get(s->group, pv_str(L, "lr"));
+  if (lrv && lrv->k != PV_TENSOR && !(arg_num(L, at, lrv, "lr") > 0))
+    lower_error(L, at, "Invalid learning rate: %g", arg_num(L, at, lrv, "lr"));
+  DType dt = s->t.dtype;
+  if (s->t.ndim != 2) lower_error(L, at, "SparseAdam does not support dense gradients, please consider Adam instead");
+  PV *g = s->g, *p = s->p;
+  PV *rows = GT(sparse_rows(L, at, t_val(L, at, g), NULL, s->pre), F(0));
+  PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
+  /* old + (new - old) * (1 - beta), on the gradient's rows only */
+  PV *um = MUL(SUB(g, m), F(1 - b1)), *uv = MUL(SUB(MUL(g, g), v), F(1 - b2));
+  PV *nm = ADD(m, um), *nv = ADD(v, uv);
+  state_update(L, at, m, WHERE(rows, nm, m));
+  state_update(L, at, v, WHERE(rows, nv, v));
+  PV *numer = ADD(um, m), *denom = ADD(SQRT(ADD(uv, v)), F(eps));
+  PV *step = step64(L, at, s);
+  PV *bc1 = SUB(F(1), POW(F(b1), step)), *bc2 = SUB(F(1), POW(F(b2), step));
+  PV *size = as_dt(L, at, DIV(MUL(as_dt(L, at, s->LR, DT_F64), SQRT(bc2)), bc1), dt);
+  state_update(L, at, p, WHERE(rows, ADD(p, MUL(t_unary(L, at, IR_NEG, size), DIV(numer, denom))), p));
+}
