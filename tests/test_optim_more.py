@@ -198,3 +198,63 @@ def test_optimizer_options_and_groups(tmp_path, opt):
     maximize where PyTorch 1.13 has it: 20 steps against PyTorch."""
     worst = train_paired(tmp_path, source(CASES[opt]), "optim_" + opt, state_keys=STATE[opt])
     record(opt, worst)
+
+
+SPARSE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, sparse=True)
+        self.emb2 = nn.Embedding(10, 4, padding_idx=1, sparse=True)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        # only the first token of emb reaches the loss: the rows of the other
+        # tokens are looked up with a zero gradient (SparseAdam still updates them)
+        return self.fc(self.emb(x)[:, 0] + self.emb2(x).mean(1))
+
+
+model = Net()
+opt0 = torch.optim.SparseAdam({groups})
+opt1 = torch.optim.Adam(model.fc.parameters(), lr=0.01)
+OPTS = [opt0, opt1]
+
+
+def train_step(x, y):
+    opt0.zero_grad()
+    opt1.zero_grad()
+    for i in range(2):
+        loss = F.cross_entropy(model(x[i]), y[i]) / 2
+        loss.backward()
+    opt0.step()
+    opt1.step()
+    return loss
+
+
+example_inputs = {{"forward": (torch.randint(0, 10, (4, 3)),),
+                   "train_step": (torch.randint(0, 10, (2, 4, 3)), torch.randint(0, 3, (2, 4)))}}
+"""
+
+
+@pytest.mark.parametrize("groups", [
+    "list(model.emb.parameters()) + list(model.emb2.parameters()), lr=0.05",
+    "[{'params': [model.emb.weight]}, {'params': [model.emb2.weight], 'betas': (0.8, 0.9), 'eps': 1e-6, "
+    "'lr': 0.1, 'maximize': True}], lr=0.02",
+])
+def test_sparse_adam(tmp_path, groups):
+    """SparseAdam on nn.Embedding(sparse=True) with dense storage: the moments
+    and the parameter change only on the rows looked up since zero_grad (rows
+    7-9 never are; padding_idx's row is not in PyTorch's sparse gradient),
+    including rows looked up with a zero gradient; two micro-batches. (The
+    groups list their parameters: PyTorch 1.13's SparseAdam constructor consumes
+    a generator given as a group's params, leaving that group empty.)"""
+    def batch(rng):
+        return rng.integers(0, 7, (2, 4, 3)), rng.integers(0, 3, (2, 4))
+    worst = train_paired(tmp_path, SPARSE.format(groups=groups), "sparse_adam", make_batch=batch,
+                         state_keys=STATE["SparseAdam"])
+    record("SparseAdam", worst)

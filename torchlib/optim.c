@@ -261,9 +261,10 @@ void opt_sparseadam(L *L, Span at, OptStep *s) {
   /* old + (new - old) * (1 - beta), on the gradient's rows only */
   PV *um = MUL(SUB(g, m), F(1 - b1)), *uv = MUL(SUB(MUL(g, g), v), F(1 - b2));
   PV *nm = ADD(m, um), *nv = ADD(v, uv);
+  PV *numer = ADD(um, m), *denom = ADD(SQRT(ADD(uv, v)), F(eps));
+  /* (after state_update, m and v read as their new values) */
   state_update(L, at, m, WHERE(rows, nm, m));
   state_update(L, at, v, WHERE(rows, nv, v));
-  PV *numer = ADD(um, m), *denom = ADD(SQRT(ADD(uv, v)), F(eps));
   PV *step = step64(L, at, s);
   PV *bc1 = SUB(F(1), POW(F(b1), step)), *bc2 = SUB(F(1), POW(F(b2), step));
   PV *size = as_dt(L, at, DIV(MUL(as_dt(L, at, s->LR, DT_F64), SQRT(bc2)), bc1), dt);
