@@ -57,6 +57,14 @@ model = Many({n})
 OPTS = [{names}]
 
 
+{train_step}
+
+
+example_inputs = {{"forward": (torch.randn(4, 6, dtype=DT),),
+                   "train_step": (torch.randn(4, 6, dtype=DT), torch.randint(0, 3, (4,)))}}
+"""
+
+STEP = """\
 def train_step(x, y):
     losses = []
     for net, opt in zip(model.nets, OPTS):
@@ -65,12 +73,19 @@ def train_step(x, y):
         loss.backward()
         opt.step()
         losses.append(loss)
-    return tuple(losses)
+    return tuple(losses)"""
 
-
-example_inputs = {{"forward": (torch.randn(4, 6, dtype=DT),),
-                   "train_step": (torch.randn(4, 6, dtype=DT), torch.randint(0, 3, (4,)))}}
-"""
+CLOSURE_STEP = """\
+def train_step(x, y):
+    losses = []
+    for net, opt in zip(model.nets, OPTS):
+        def closure():
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            return loss
+        losses.append(opt.step(closure))
+    return tuple(losses)"""
 
 # P: all parameters of the case's network; W / B: its weights / its biases
 # (for parameter groups with different options).
@@ -115,7 +130,7 @@ STATE = {"Adamax": ("exp_avg", "exp_inf"), "NAdam": ("exp_avg", "exp_avg_sq", "m
 MAXREL = {}
 
 
-def source(cases, dtype="float32"):
+def source(cases, dtype="float32", step=STEP):
     opts, names = [], []
     for i, c in enumerate(cases):
         net = f"model.nets[{i}]"
@@ -123,7 +138,7 @@ def source(cases, dtype="float32"):
              .replace("'params': B", f"'params': [{net}.b1, {net}.b2]"))
         opts.append(f"opt{i} = torch.optim.{c}")
         names.append(f"opt{i}")
-    return HEAD.format(dtype=dtype, n=len(cases), opts="\n".join(opts), names=", ".join(names))
+    return HEAD.format(dtype=dtype, n=len(cases), opts="\n".join(opts), names=", ".join(names), train_step=step)
 
 
 def relmax(got, want):
@@ -258,3 +273,20 @@ def test_sparse_adam(tmp_path, groups):
     worst = train_paired(tmp_path, SPARSE.format(groups=groups), "sparse_adam", make_batch=batch,
                          state_keys=STATE["SparseAdam"])
     record("SparseAdam", worst)
+
+
+LBFGS_CASES = [
+    "LBFGS(P, lr=0.5, max_iter=4, history_size=2)",      # the history shifts after 2 pairs
+    "LBFGS(P, lr=1, max_iter=5, max_eval=3, history_size=3)",    # max_eval stops it
+    "LBFGS(P, lr=0.2, max_iter=3, tolerance_grad=0.05, tolerance_change=1e-3, history_size=2)",
+]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_lbfgs(tmp_path, dtype):
+    """optimizer.step(closure) with LBFGS (line_search_fn=None): the closure
+    (zero_grad, forward, backward) is inlined once per iteration; max_iter,
+    max_eval, tolerance_grad/change and the history wrap-around."""
+    src = source(LBFGS_CASES, dtype=dtype, step=CLOSURE_STEP)
+    worst = train_paired(tmp_path, src, "lbfgs_" + dtype, steps=10)
+    record("LBFGS " + dtype, worst)

@@ -270,3 +270,258 @@ void opt_sparseadam(L *L, Span at, OptStep *s) {
   PV *size = as_dt(L, at, DIV(MUL(as_dt(L, at, s->LR, DT_F64), SQRT(bc2)), bc1), dt);
   state_update(L, at, p, WHERE(rows, ADD(p, MUL(t_unary(L, at, IR_NEG, size), DIV(numer, denom))), p));
 }
+
+/* ---- optimizer.step(closure) and LBFGS ------------------------------------- */
+
+/* The closure of optimizer.step(closure), called as PyTorch calls it: with
+ * gradients enabled (step() itself runs under no_grad). Returns its value. */
+PV *optim_call_closure(L *L, Span at, PV *closure) {
+  int mode = L->grad_mode;
+  grad_mode_set(L, NG_NONE);
+  PV *r = call_value(L, at, closure, NULL, 0, NULL, NULL, 0);
+  grad_mode_set(L, mode);
+  return r;
+}
+
+/* LBFGS has no per-parameter update: optimizer.step() without a closure */
+void opt_lbfgs(L *L, Span at, OptStep *s) {
+  lower_error(L, at, "LBFGS.step() needs a closure that re-evaluates the model and returns the loss: "
+                     "optimizer.step(closure)");
+}
+
+static const char *lbfgs_oname(L *L, PV *opt) {
+  for (int i = 0; i < L->globals->names.len; i++)
+    if (L->globals->vals.data[i] == opt) return L->globals->names.data[i];
+  return "optimizer";
+}
+
+static PV *dot(L *L, Span at, PV *a, PV *b) { return t_reduce(L, at, IR_REDUCE_SUM, MUL(a, b), NULL, 0, 0, 0); }
+static PV *absmax(L *L, Span at, PV *a) {
+  return t_reduce(L, at, IR_REDUCE_MAX, t_unary(L, at, IR_ABS, a), NULL, 0, 0, 0);
+}
+/* flags are f32 0/1 scalars: and = product, or = max, as a condition: > 0.5 */
+static PV *flag(L *L, Span at, PV *cond) { return t_cast(L, at, cond, DT_F32); }
+static PV *on(L *L, Span at, PV *f) { return GT(f, F(0.5)); }
+static PV *f_or(L *L, Span at, PV *a, PV *b) { return t_minmax(L, at, IR_MAX, a, b); }
+
+typedef struct {
+  int n;          /* parameters */
+  PV **p;         /* their PV tensors (slots) */
+  int64_t *off, *numel;
+  int64_t N;      /* total elements */
+  DType dt;
+} LbParams;
+
+/* PyTorch's _gather_flat_grad: the gradients (zeros for None) concatenated */
+static PV *lb_flat_grad(L *L, Span at, LbParams *P) {
+  PV **v = arena_alloc(L->a, sizeof(PV *) * (size_t)P->n);
+  for (int i = 0; i < P->n; i++) {
+    PV *g = param_grad(L, at, P->p[i]);
+    Type t = {0};
+    t.dtype = P->dt;
+    t.ndim = 1;
+    t.dims[0] = P->numel[i];
+    v[i] = g->k == PV_NONE ? t_const_tensor(L, at, t, 0) : t_reshape(L, at, g, &P->numel[i], 1);
+  }
+  return P->n == 1 ? v[0] : t_concat(L, at, v, P->n, 0);
+}
+
+/* evaluate the closure at the parameter values x[]: its loss as f64, and the flat gradient */
+static PV *lb_eval(L *L, Span at, LbParams *P, PV **x, PV *closure, PV **g) {
+  for (int i = 0; i < P->n; i++) L->param_cur[P->p[i]->t->slot->index] = t_val(L, at, x[i]);
+  PV *loss = optim_call_closure(L, at, closure);
+  if (loss->k != PV_TENSOR || ir_numel(&loss->t->type) != 1)
+    lower_error(L, at, "the closure of LBFGS.step() must return the loss (a one-element tensor), not %s",
+                loss->k == PV_TENSOR ? shape_str(L, &loss->t->type) : pv_kind_name(loss));
+  *g = lb_flat_grad(L, at, P);
+  return loss;
+}
+
+static PV *loss64(L *L, Span at, PV *loss) {
+  PV *l = loss->t->type.ndim ? t_reshape(L, at, loss, NULL, 0) : loss;
+  return t_cast(L, at, l, DT_F64);
+}
+
+/* optimizer.step(closure) of LBFGS, PyTorch 1.13's algorithm with
+ * line_search_fn=None: up to max_iter iterations, each moving the parameters
+ * by t * d (d the L-BFGS direction from the last history_size pairs) and
+ * re-evaluating the closure (inlined: its forward and backward are staged once
+ * per iteration). Trip counts are compile-time: an exit (PyTorch's `break`s on
+ * the run-time values) sets a flag after which the remaining iterations change
+ * nothing (selects). The history is history_size slots per vector, newest
+ * last, shifted when a pair is added; unused slots are zero and contribute
+ * nothing to the two-loop recursion. The state (d, t, old_dirs, old_stps, ro,
+ * H_diag, prev_flat_grad, prev_loss, n_iter, func_evals) is kept under the
+ * first parameter's name, as PyTorch keeps it, and saved with the weights. */
+PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
+  if (!L->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
+  staged_effect_check(L, at, "optimizer.step()");
+  if (!L->zeroed) {
+    L->zeroed = -1;
+    L->unzeroed_step = at;
+  }
+  PV *groups = env_get(opt->attrs, "param_groups");
+  if (groups->n != 1) lower_error(L, at, "LBFGS doesn't support per-parameter options (parameter groups)");
+  PV *group = groups->items[0];
+  PV *lsf = pv_dict_get(group, pv_str(L, "line_search_fn"));
+  if (lsf && lsf->k != PV_NONE) {
+    if (lsf->k == PV_STR && !strcmp(lsf->s, "strong_wolfe"))
+      lower_error(L, at, "LBFGS(line_search_fn='strong_wolfe') is not supported by ctc yet: use line_search_fn=None "
+                         "(a fixed step of lr per iteration)");
+    lower_error(L, at, "only 'strong_wolfe' is supported");
+  }
+  PV *lrv = pv_dict_get(group, pv_str(L, "lr"));
+  if (lrv->k == PV_TENSOR || env_get(opt->attrs, "scheduler"))
+    lower_error(L, at, "LBFGS with a learning rate that changes (set by hand or by an LR scheduler) is not supported");
+  double lr = arg_num(L, at, lrv, "lr");
+  int64_t max_iter = arg_int(L, at, pv_dict_get(group, pv_str(L, "max_iter")), "max_iter");
+  PV *mev = pv_dict_get(group, pv_str(L, "max_eval"));
+  int64_t max_eval = mev && mev->k != PV_NONE ? arg_int(L, at, mev, "max_eval") : max_iter * 5 / 4;
+  double tol_grad = opt_hp(L, at, group, "tolerance_grad", 1e-7);
+  double tol_change = opt_hp(L, at, group, "tolerance_change", 1e-9);
+  int64_t H = arg_int(L, at, pv_dict_get(group, pv_str(L, "history_size")), "history_size");
+  if (max_iter < 0 || max_iter > 1000) lower_error(L, at, "LBFGS max_iter must be between 0 and 1000 in ctc (each iteration is staged), not %lld", (long long)max_iter);
+  if (H < 1 || H > 1000) lower_error(L, at, "LBFGS history_size must be between 1 and 1000 in ctc, not %lld", (long long)H);
+  if (max_iter * H > 20000)
+    lower_error(L, at, "LBFGS max_iter * history_size = %lld is too large for ctc, which stages every step of the "
+                       "two-loop recursion (at most 20000)", (long long)(max_iter * H));
+  /* the parameters, flattened in group order */
+  PV *ps = pv_dict_get(group, pv_str(L, "params"));
+  LbParams P = {0};
+  P.n = ps->n;
+  P.p = arena_alloc(L->a, sizeof(PV *) * (size_t)P.n);
+  P.off = arena_alloc(L->a, sizeof(int64_t) * (size_t)P.n);
+  P.numel = arena_alloc(L->a, sizeof(int64_t) * (size_t)P.n);
+  for (int i = 0; i < P.n; i++) {
+    Slot *sl = ps->items[i]->t->slot;
+    P.p[i] = param_tensor(L, sl);
+    if (i == 0) P.dt = sl->type.dtype;
+    if (sl->type.dtype != P.dt || !ir_dtype_is_float(P.dt))
+      lower_error(L, at, "LBFGS needs parameters of one floating-point dtype");
+    P.off[i] = P.N;
+    P.numel[i] = ir_numel(&sl->type);
+    P.N += P.numel[i];
+  }
+  DType dt = P.dt;
+  const char *oname = lbfgs_oname(L, opt);
+  const char *pre = arena_printf(L->a, "%s.%s", oname, L->prog->params.data[P.p[0]->t->slot->index].name);
+  Type tn = {0}, t0 = {0}, tf = {0};
+  tn.dtype = dt;
+  tn.ndim = 1;
+  tn.dims[0] = P.N;
+  t0.dtype = dt;
+  tf.dtype = DT_F32;
+#define LST(name, type, init) state_tensor(L, at, arena_printf(L->a, "%s." name, pre), &(type), init)
+  PV *s_fe = LST("func_evals", tf, 0), *s_niter = LST("n_iter", tf, 0), *s_d = LST("d", tn, 0), *s_t = LST("t", t0, 0);
+  PV *s_h = LST("H_diag", t0, 1), *s_pg = LST("prev_flat_grad", tn, 0), *s_pl = LST("prev_loss", t0, 0);
+  PV *s_nold = LST("num_old", tf, 0);
+  PV **s_dirs = arena_alloc(L->a, sizeof(PV *) * (size_t)H * 3), **s_stps = s_dirs + H, **s_ro = s_dirs + 2 * H;
+  for (int64_t j = 0; j < H; j++) {
+    s_dirs[j] = state_tensor(L, at, arena_printf(L->a, "%s.old_dirs.%lld", pre, (long long)j), &tn, 0);
+    s_stps[j] = state_tensor(L, at, arena_printf(L->a, "%s.old_stps.%lld", pre, (long long)j), &tn, 0);
+    s_ro[j] = state_tensor(L, at, arena_printf(L->a, "%s.ro.%lld", pre, (long long)j), &t0, 0);
+  }
+#undef LST
+  /* current values (t_wrap: later state_updates do not change them) */
+#define CUR(s) t_wrap(L, t_val(L, at, (s)))
+  PV *fe = CUR(s_fe), *niter = CUR(s_niter), *d = CUR(s_d), *t = CUR(s_t), *hd = CUR(s_h), *pg = CUR(s_pg);
+  PV *pl = t_cast(L, at, CUR(s_pl), DT_F64), *nold = CUR(s_nold);
+  PV **dirs = arena_alloc(L->a, sizeof(PV *) * (size_t)H * 4), **stps = dirs + H, **ro = dirs + 2 * H, **al = dirs + 3 * H;
+  for (int64_t j = 0; j < H; j++) {
+    dirs[j] = CUR(s_dirs[j]);
+    stps[j] = CUR(s_stps[j]);
+    ro[j] = CUR(s_ro[j]);
+  }
+  PV **x = arena_alloc(L->a, sizeof(PV *) * (size_t)P.n);
+  for (int i = 0; i < P.n; i++) x[i] = CUR(P.p[i]);
+#undef CUR
+  /* evaluate initial f(x) and df/dx */
+  PV *g, *orig = lb_eval(L, at, &P, x, closure, &g);
+  PV *loss = loss64(L, at, orig);
+  fe = ADD(fe, F(1));
+  PV *evals = F(1);
+  PV *opt_cond = flag(L, at, t_compare(L, at, OP_LE, absmax(L, at, g), F(tol_grad)));
+  PV *done = opt_cond;   /* the optimal condition: return at once */
+  for (int64_t it = 1; it <= max_iter; it++) {
+    PV *A = SUB(F(1), done), *Ab = on(L, at, A);
+    niter = WHERE(Ab, ADD(niter, F(1)), niter);
+    PV *first = flag(L, at, EQ(niter, F(1)));
+    /* the L-BFGS memory update, where not the first iteration and ys > 1e-10 */
+    PV *y = SUB(g, pg), *sv = MUL(d, t), *ys = dot(L, at, y, sv);
+    PV *addb = on(L, at, MUL(MUL(A, SUB(F(1), first)), flag(L, at, GT(ys, F(1e-10)))));
+    PV **nd = arena_alloc(L->a, sizeof(PV *) * (size_t)H * 3), **ns = nd + H, **nr = nd + 2 * H;
+    for (int64_t j = 0; j < H; j++) {
+      nd[j] = WHERE(addb, j + 1 < H ? dirs[j + 1] : y, dirs[j]);
+      ns[j] = WHERE(addb, j + 1 < H ? stps[j + 1] : sv, stps[j]);
+      nr[j] = WHERE(addb, j + 1 < H ? ro[j + 1] : DIV(F(1), ys), ro[j]);
+    }
+    for (int64_t j = 0; j < H; j++) {
+      dirs[j] = nd[j];
+      stps[j] = ns[j];
+      ro[j] = nr[j];
+    }
+    hd = WHERE(addb, DIV(ys, dot(L, at, y, y)), hd);
+    PV *firstb = on(L, at, MUL(A, first));
+    hd = WHERE(firstb, F(1), hd);
+    nold = WHERE(addb, t_minmax(L, at, IR_MIN, ADD(nold, F(1)), F((double)H)), nold);
+    /* the two-loop recursion (newest to oldest, then back) */
+    PV *q = t_unary(L, at, IR_NEG, g);
+    for (int64_t j = H - 1; j >= 0; j--) {
+      al[j] = MUL(dot(L, at, stps[j], q), ro[j]);
+      q = ADD(q, MUL(dirs[j], t_unary(L, at, IR_NEG, al[j])));
+    }
+    PV *r = MUL(q, hd);
+    for (int64_t j = 0; j < H; j++) {
+      PV *be = MUL(dot(L, at, dirs[j], r), ro[j]);
+      r = ADD(r, MUL(stps[j], SUB(al[j], be)));
+    }
+    d = WHERE(Ab, WHERE(on(L, at, first), t_unary(L, at, IR_NEG, g), r), d);
+    pg = WHERE(Ab, g, pg);
+    pl = WHERE(Ab, loss, pl);
+    /* the step length: min(1, 1 / |g|_1) * lr on the very first iteration, then lr */
+    PV *inv = DIV(F(1), t_reduce(L, at, IR_REDUCE_SUM, t_unary(L, at, IR_ABS, g), NULL, 0, 0, 0));
+    PV *t_first = MUL(WHERE(LT(inv, F(1)), inv, F(1)), F(lr));
+    t = WHERE(Ab, WHERE(on(L, at, first), t_first, F(lr)), t);
+    /* directional derivative below tolerance: stop before moving */
+    PV *gtd = dot(L, at, g, d);
+    PV *brk = flag(L, at, GT(gtd, F(-tol_change)));
+    PV *A2 = MUL(A, SUB(F(1), brk)), *A2b = on(L, at, A2);
+    done = f_or(L, at, done, MUL(A, brk));
+    for (int i = 0; i < P.n; i++) {
+      Type pt = P.p[i]->t->type;
+      PV *di = t_reshape(L, at, t_slice(L, at, d, 0, P.off[i], P.off[i] + P.numel[i], 1), pt.dims, pt.ndim);
+      x[i] = WHERE(A2b, ADD(x[i], MUL(di, t)), x[i]);
+    }
+    if (it != max_iter) {
+      /* re-evaluate (not in the last iteration, as PyTorch) */
+      PV *ng, *nl = loss64(L, at, lb_eval(L, at, &P, x, closure, &ng));
+      loss = WHERE(A2b, nl, loss);
+      g = WHERE(A2b, ng, g);
+      opt_cond = flag(L, at, t_compare(L, at, OP_LE, absmax(L, at, g), F(tol_grad)));
+      evals = ADD(evals, A2);
+      fe = ADD(fe, A2);
+    }
+    /* the other exits: max_eval, optimality, lack of progress */
+    PV *c = f_or(L, at, flag(L, at, t_compare(L, at, OP_GE, evals, F((double)max_eval))), opt_cond);
+    c = f_or(L, at, c, flag(L, at, t_compare(L, at, OP_LE, absmax(L, at, MUL(d, t)), F(tol_change))));
+    c = f_or(L, at, c, flag(L, at, LT(t_unary(L, at, IR_ABS, SUB(loss, pl)), F(tol_change))));
+    done = f_or(L, at, done, MUL(A2, c));
+  }
+  /* write back the parameters and the state */
+  for (int i = 0; i < P.n; i++) state_update(L, at, P.p[i], x[i]);
+  state_update(L, at, s_fe, fe);
+  state_update(L, at, s_niter, niter);
+  state_update(L, at, s_d, d);
+  state_update(L, at, s_t, as_dt(L, at, t, dt));
+  state_update(L, at, s_h, as_dt(L, at, hd, dt));
+  state_update(L, at, s_pg, pg);
+  state_update(L, at, s_pl, as_dt(L, at, pl, dt));
+  state_update(L, at, s_nold, nold);
+  for (int64_t j = 0; j < H; j++) {
+    state_update(L, at, s_dirs[j], dirs[j]);
+    state_update(L, at, s_stps[j], stps[j]);
+    state_update(L, at, s_ro[j], ro[j]);
+  }
+  L->stepped = 1;
+  return orig;
+}

@@ -428,8 +428,9 @@ static void grads_check_cleared(L *L, Span at, const char *name) {
 
 static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
   if (p->k != PV_TENSOR || !p->t->slot || p->t->slot->frozen || p->t->slot->index < 0) return;
-  if (pv_dict_get(seen, p)) return;
-  pv_dict_set(L, at, seen, p, p);
+  PV *k = pv_int(L, p->t->slot->index);   /* by parameter: two tensor values may stand for one */
+  if (pv_dict_get(seen, k)) return;
+  pv_dict_set(L, at, seen, k, p);
   pv_list_append(L, list, p);
 }
 
@@ -604,7 +605,13 @@ PV *bi_optim_method(L *L, PV *fn, Args *A) {
     return pv_none(L);
   }
   bind_args(L, A, "closure=", a);
-  if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "optimizer.step(closure) is not supported");
+  if (a[0] && a[0]->k != PV_NONE) {
+    /* step(closure): LBFGS re-evaluates it (optim.c); the others call it once, then step */
+    if (opt->cls->bi == BI_O_LBFGS) return lbfgs_step(L, opt, a[0], A->at);
+    PV *loss = optim_call_closure(L, A->at, a[0]);
+    optimizer_step(L, opt, A->at);
+    return loss;
+  }
   return optimizer_step(L, opt, A->at);
 }
 
