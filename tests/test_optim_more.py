@@ -286,7 +286,16 @@ LBFGS_CASES = [
 def test_lbfgs(tmp_path, dtype):
     """optimizer.step(closure) with LBFGS (line_search_fn=None): the closure
     (zero_grad, forward, backward) is inlined once per iteration; max_iter,
-    max_eval, tolerance_grad/change and the history wrap-around."""
-    src = source(LBFGS_CASES, dtype=dtype, step=CLOSURE_STEP)
-    worst = train_paired(tmp_path, src, "lbfgs_" + dtype, steps=10)
+    max_eval, tolerance_grad/change and the history wrap-around.
+
+    LBFGS with a fixed step and no line search is ill-conditioned: PyTorch's
+    own float32 and float64 runs of the first two cases drift apart by 1e-4 at
+    step 5 and by 1 at step 7 (1/ys amplifies rounding), so the cases are
+    compared exactly in float64 (rtol 1e-8), and float32 is checked on the
+    well-conditioned third case only (PyTorch f32 vs f64: 3e-6 over 10 steps)."""
+    if dtype == "float64":
+        src, tol = source(LBFGS_CASES, dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-8, atol=1e-12)
+    else:
+        src, tol = source(LBFGS_CASES[2:], dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-4, atol=1e-5)
+    worst = train_paired(tmp_path, src, "lbfgs_" + dtype, steps=10, **tol)
     record("LBFGS " + dtype, worst)
