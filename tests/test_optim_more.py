@@ -268,8 +268,8 @@ def test_sparse_adam(tmp_path, groups):
     including rows looked up with a zero gradient; two micro-batches. (The
     groups list their parameters: PyTorch 1.13's SparseAdam constructor consumes
     a generator given as a group's params, leaving that group empty.)"""
-    def batch(rng):
-        return rng.integers(0, 7, (2, 4, 3)), rng.integers(0, 3, (2, 4))
+    def batch(rng):   # some steps look up rows 0-2 only: rows 3-6 keep their moments then
+        return rng.integers(0, int(rng.choice([3, 7])), (2, 4, 3)), rng.integers(0, 3, (2, 4))
     worst = train_paired(tmp_path, SPARSE.format(groups=groups), "sparse_adam", make_batch=batch,
                          state_keys=STATE["SparseAdam"])
     record("SparseAdam", worst)
@@ -299,3 +299,83 @@ def test_lbfgs(tmp_path, dtype):
         src, tol = source(LBFGS_CASES[2:], dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-4, atol=1e-5)
     worst = train_paired(tmp_path, src, "lbfgs_" + dtype, steps=10, **tol)
     record("LBFGS " + dtype, worst)
+
+
+DIAG = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).mean(1))
+
+
+model = Net()
+optimizer = torch.optim.{opt}
+
+
+def train_step(x, y):
+    def closure():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+    {step}
+    return loss
+
+
+example_inputs = {{"forward": (torch.randint(0, 10, (4, 3)),),
+                   "train_step": (torch.randint(0, 10, (4, 3)), torch.randint(0, 3, (4,)))}}
+"""
+
+DIAGNOSTICS = [
+    ("NAdam(model.parameters(), decoupled_weight_decay=True)", "loss = optimizer.step(closure)",
+     "NAdam(decoupled_weight_decay=...) is not an option of PyTorch 1.13's NAdam"),
+    ("NAdam(model.parameters(), maximize=True)", "loss = optimizer.step(closure)",
+     "NAdam() got an unexpected keyword argument 'maximize'"),
+    ("SparseAdam(model.parameters())", "loss = optimizer.step(closure)",
+     "SparseAdam does not support dense gradients, please consider Adam instead (the gradient of "
+     "'optimizer.fc.weight' does not come from embedding lookups only"),
+    ("Rprop(model.parameters(), etas=(1.5, 0.5))", "loss = optimizer.step(closure)", "Invalid eta values: 1.5, 0.5"),
+    ("RAdam(model.parameters(), betas=(1.0, 0.9))", "loss = optimizer.step(closure)",
+     "Invalid beta parameter at index 0: 1"),
+    ("LBFGS(model.parameters(), line_search_fn='strong_wolfe')", "loss = optimizer.step(closure)",
+     "LBFGS(line_search_fn='strong_wolfe') is not supported by ctc yet"),
+    ("LBFGS(model.parameters(), line_search_fn='armijo')", "loss = optimizer.step(closure)",
+     "only 'strong_wolfe' is supported"),
+    ("LBFGS(model.parameters())", "loss = closure()\n    optimizer.step()",
+     "LBFGS.step() needs a closure that re-evaluates the model and returns the loss"),
+    ("LBFGS([{'params': model.fc.parameters()}, {'params': model.emb.parameters(), 'lr': 0.1}])",
+     "loss = optimizer.step(closure)", "LBFGS doesn't support per-parameter options (parameter groups)"),
+    ("LBFGS(model.parameters(), max_iter=300, history_size=100)", "loss = optimizer.step(closure)",
+     "LBFGS max_iter * history_size = 30000 is too large for ctc"),
+]
+
+
+@pytest.mark.parametrize("opt,step,msg", DIAGNOSTICS, ids=[d[0].split("(")[0] + str(i) for i, d in enumerate(DIAGNOSTICS)])
+def test_diagnostics(tmp_path, opt, step, msg):
+    path = tmp_path / "m.py"
+    path.write_text(DIAG.format(opt=opt, step=step))
+    r = run([CTC, "check", path], check=False)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "error: " + msg in r.stderr, r.stderr
+    assert "m.py:" in r.stderr
+
+
+def test_embedding_sparse_and_step_closure(tmp_path):
+    """nn.Embedding(sparse=True) with SGD (which takes sparse gradients in
+    PyTorch; ctc's are dense, the same numbers), and optimizer.step(closure) of
+    a non-LBFGS optimizer: the closure runs once, step returns its loss."""
+    src = DIAG.replace("nn.Embedding(10, 4)", "nn.Embedding(10, 4, sparse=True)").format(
+        opt="SGD(model.parameters(), lr=0.1)", step="loss = optimizer.step(closure)")
+    def batch(rng):
+        return rng.integers(0, 10, (4, 3)), rng.integers(0, 3, (4,))
+    src = src.replace("optimizer = ", "opt0 = ").replace("optimizer.", "opt0.") + "OPTS = [opt0]\n"
+    train_paired(tmp_path, src, "emb_closure", steps=5, make_batch=batch)
