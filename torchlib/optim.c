@@ -382,9 +382,9 @@ PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
   int64_t H = arg_int(L, at, pv_dict_get(group, pv_str(L, "history_size")), "history_size");
   if (max_iter < 0 || max_iter > 1000) lower_error(L, at, "LBFGS max_iter must be between 0 and 1000 in ctc (each iteration is staged), not %lld", (long long)max_iter);
   if (H < 1 || H > 1000) lower_error(L, at, "LBFGS history_size must be between 1 and 1000 in ctc, not %lld", (long long)H);
-  if (max_iter * H > 20000)
+  if (max_iter * H > 4000)
     lower_error(L, at, "LBFGS max_iter * history_size = %lld is too large for ctc, which stages every step of the "
-                       "two-loop recursion (at most 20000)", (long long)(max_iter * H));
+                       "two-loop recursion (at most 4000: PyTorch's defaults, 20 * 100, give 9 MB of C)", (long long)(max_iter * H));
   /* the parameters, flattened in group order */
   PV *ps = pv_dict_get(group, pv_str(L, "params"));
   LbParams P = {0};
@@ -439,7 +439,7 @@ PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
   PV *g, *orig = lb_eval(L, at, &P, x, closure, &g);
   PV *loss = loss64(L, at, orig);
   fe = ADD(fe, F(1));
-  PV *evals = F(1);
+  PV *evals = t_scalar_like(L, at, 1, DT_F32);
   PV *opt_cond = flag(L, at, t_compare(L, at, OP_LE, absmax(L, at, g), F(tol_grad)));
   PV *done = opt_cond;   /* the optimal condition: return at once */
   for (int64_t it = 1; it <= max_iter; it++) {
