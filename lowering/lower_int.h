@@ -11,6 +11,8 @@
  *   losses.c    loss functions and modules, lowered to primitives
  *   training.c  optimizers and their update rules, LR schedulers and their rules,
  *               backward(), autograd.grad, staging of entries
+ *   optim.c     the update rules of Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam;
+ *               LBFGS and optimizer.step(closure)
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
  *   lowering.c  the entry: run the module, pick the model, stage entries */
 #ifndef CTC_LOWER_INT_H
