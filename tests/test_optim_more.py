@@ -257,6 +257,7 @@ def train_step(x, y):
     for i in range(2):
         loss = F.cross_entropy(model(x[i]), y[i]) / 2
         loss.backward()
+    {clip}
     opt0.step()
     opt1.step()
     return loss
@@ -267,12 +268,12 @@ example_inputs = {{"forward": (torch.randint(0, 10, (4, 3)),),
 """
 
 
-@pytest.mark.parametrize("groups", [
-    "list(model.emb.parameters()) + list(model.emb2.parameters()), lr=0.05",
-    "[{'params': [model.emb.weight]}, {'params': [model.emb2.weight], 'betas': (0.8, 0.9), 'eps': 1e-6, "
-    "'lr': 0.1, 'maximize': True}], lr=0.02",
+@pytest.mark.parametrize("groups,clip", [
+    ("list(model.emb.parameters()) + list(model.emb2.parameters()), lr=0.05", "pass"),
+    ("[{'params': [model.emb.weight]}, {'params': [model.emb2.weight], 'betas': (0.8, 0.9), 'eps': 1e-6, "
+     "'lr': 0.1, 'maximize': True}], lr=0.02", "pass"),
 ])
-def test_sparse_adam(tmp_path, groups):
+def test_sparse_adam(tmp_path, groups, clip):
     """SparseAdam on nn.Embedding(sparse=True) with dense storage: the moments
     and the parameter change only on the rows looked up since zero_grad (rows
     7-9 never are; padding_idx's row is not in PyTorch's sparse gradient),
@@ -281,7 +282,7 @@ def test_sparse_adam(tmp_path, groups):
     a generator given as a group's params, leaving that group empty.)"""
     def batch(rng):   # some steps look up rows 0-2 only: rows 3-6 keep their moments then
         return rng.integers(0, int(rng.choice([3, 7])), (2, 4, 3)), rng.integers(0, 3, (2, 4))
-    worst = train_paired(tmp_path, SPARSE.format(groups=groups), "sparse_adam", make_batch=batch,
+    worst = train_paired(tmp_path, SPARSE.format(groups=groups, clip=clip), "sparse_adam", make_batch=batch,
                          state_keys=STATE["SparseAdam"])
     record("SparseAdam", worst)
 
@@ -355,8 +356,8 @@ DIAGNOSTICS = [
     ("NAdam(model.parameters(), maximize=True)", "loss = optimizer.step(closure)",
      "NAdam() got an unexpected keyword argument 'maximize'"),
     ("SparseAdam(model.parameters())", "loss = optimizer.step(closure)",
-     "SparseAdam does not support dense gradients, please consider Adam instead (the gradient of "
-     "'optimizer.fc.weight' does not come from embedding lookups only"),
+     "SparseAdam does not support dense gradients, please consider Adam instead ('optimizer.emb.weight' is not the "
+     "weight of an nn.Embedding(sparse=True))"),
     ("Rprop(model.parameters(), etas=(1.5, 0.5))", "loss = optimizer.step(closure)", "Invalid eta values: 1.5, 0.5"),
     ("RAdam(model.parameters(), betas=(1.0, 0.9))", "loss = optimizer.step(closure)",
      "Invalid beta parameter at index 0: 1"),
@@ -393,3 +394,28 @@ def test_embedding_sparse_and_step_closure(tmp_path):
         return rng.integers(0, 10, (4, 3)), rng.integers(0, 3, (4,))
     src = src.replace("optimizer = ", "opt0 = ").replace("optimizer.", "opt0.") + "OPTS = [opt0]\n"
     train_paired(tmp_path, src, "emb_closure", steps=5, make_batch=batch)
+
+
+@pytest.mark.parametrize("opt,step,msg", [
+    ("SparseAdam([model.emb.weight])", "loss = closure()\n    (model.emb.weight ** 2).sum().backward()\n"
+     "    optimizer.step()",
+     "SparseAdam does not support dense gradients, please consider Adam instead (the gradient of "
+     "'optimizer.emb.weight' does not come from embedding lookups only"),
+    ("SGD(model.parameters(), lr=0.1)",
+     "loss = closure()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()",
+     "clip_grad_norm_() of the sparse gradient of 'emb.weight' (nn.Embedding(sparse=True)) is not supported: "
+     "PyTorch 1.13 counts it in the total norm but does not scale it"),
+    ("SGD(model.parameters(), lr=0.1)",
+     "loss = closure()\n    torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)\n    optimizer.step()",
+     "clip_grad_value_() of the sparse gradient of 'emb.weight' (nn.Embedding(sparse=True)) is not supported: "
+     "PyTorch 1.13 cannot clamp a sparse tensor"),
+])
+def test_sparse_diagnostics(tmp_path, opt, step, msg):
+    """With nn.Embedding(sparse=True): SparseAdam on a gradient with a dense
+    part (PyTorch's sparse + dense accumulate to dense), and gradient clipping of the sparse gradient (which PyTorch 1.13 silently leaves
+    unscaled, or refuses)."""
+    path = tmp_path / "m.py"
+    path.write_text(DIAG.replace("nn.Embedding(10, 4)", "nn.Embedding(10, 4, sparse=True)").format(opt=opt, step=step))
+    r = run([CTC, "check", path], check=False)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "error: " + msg in r.stderr, r.stderr

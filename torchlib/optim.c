@@ -218,6 +218,9 @@ void opt_rprop(L *L, Span at, OptStep *s) {
 static PV *sparse_rows(L *L, Span at, ValId g, PV *mask, const char *pname) {
   const Value *val = ir_val(L->fn, g);
   const Inst *in = val->kind == V_INST ? &L->fn->insts.data[val->def] : NULL;
+  /* clip_grad_norm_ scales the gradient by a scalar: same rows */
+  if (in && in->op == IR_MUL && (ir_type(L->fn, in->args[0])->ndim == 0 || ir_type(L->fn, in->args[1])->ndim == 0))
+    return sparse_rows(L, at, in->args[ir_type(L->fn, in->args[0])->ndim == 0], mask, pname);
   if (in && (in->op == IR_ADD || in->op == IR_NEG)) {
     ValId a = in->args[0], b = in->op == IR_ADD ? in->args[1] : -1;
     mask = sparse_rows(L, at, a, mask, pname);
@@ -225,8 +228,7 @@ static PV *sparse_rows(L *L, Span at, ValId g, PV *mask, const char *pname) {
   }
   if (!in || in->op != IR_EMBEDDING_BWD)
     lower_error(L, at, "SparseAdam does not support dense gradients, please consider Adam instead (the gradient of "
-                       "'%s' does not come from embedding lookups only: use nn.Embedding(sparse=True) and leave "
-                       "the gradients unclipped)", pname);
+                       "'%s' does not come from embedding lookups only: use nn.Embedding(sparse=True))", pname);
   ValId idx = in->args[0];
   int64_t attr[2] = {in->attr[0], in->attr[1]};
   Type rt = *ir_type(L->fn, in->res);
@@ -255,6 +257,9 @@ void opt_sparseadam(L *L, Span at, OptStep *s) {
     lower_error(L, at, "Invalid learning rate: %g", arg_num(L, at, lrv, "lr"));
   DType dt = s->t.dtype;
   if (s->t.ndim != 2) lower_error(L, at, "SparseAdam does not support dense gradients, please consider Adam instead");
+  if (!s->p->t->slot || !s->p->t->slot->sparse_grad)
+    lower_error(L, at, "SparseAdam does not support dense gradients, please consider Adam instead ('%s' is not the "
+                       "weight of an nn.Embedding(sparse=True))", s->pre);
   PV *g = s->g, *p = s->p;
   PV *rows = GT(sparse_rows(L, at, t_val(L, at, g), NULL, s->pre), F(0));
   PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");

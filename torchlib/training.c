@@ -513,7 +513,13 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   }
   grads_materialize(L, at, params);
   int ng = 0;
-  for (int i = 0; i < n; i++) ng += grad_of(L, params->items[i]) >= 0;
+  for (int i = 0; i < n; i++) {
+    ng += grad_of(L, params->items[i]) >= 0;
+    if (params->items[i]->t->slot->sparse_grad && grad_of(L, params->items[i]) >= 0)
+      lower_error(L, at, "%s() of the sparse gradient of '%s' (nn.Embedding(sparse=True)) is not supported: PyTorch "
+                         "1.13 %s", A->fname, L->prog->params.data[params->items[i]->t->slot->index].name,
+                  norm ? "counts it in the total norm but does not scale it" : "cannot clamp a sparse tensor");
+  }
   if (ng == 0)
     lower_error(L, at, "%s() without a preceding loss.backward(): the parameters have no gradients to clip", A->fname);
   if (!norm) {
