@@ -327,15 +327,19 @@ PV *layer_layernorm_forward(L *L, PV *o, Args *A) {
 }
 
 PV *layer_embedding_new(L *L, PV *cls, Args *A) {
-  PV *a[4], *o = layer_new(L, cls, A);
+  PV *a[7], *o = layer_new(L, cls, A);
   Span at = A->at;
-  bind_args(L, A, "num_embeddings,embedding_dim,padding_idx=,max_norm=", a);
+  /* sparse=True changes only the gradient's storage (SparseAdam reads which rows it has) */
+  bind_args(L, A, "num_embeddings,embedding_dim,padding_idx=,max_norm=,norm_type=,scale_grad_by_freq=,sparse=", a);
   int64_t d[2] = {arg_int(L, at, a[0], "num_embeddings"), arg_int(L, at, a[1], "embedding_dim")};
   if (a[3] && a[3]->k != PV_NONE) lower_error(L, at, "Embedding max_norm is not supported");
+  if (a[5] && arg_bool(L, at, a[5], "scale_grad_by_freq")) lower_error(L, at, "Embedding scale_grad_by_freq is not supported");
+  int sparse = a[6] && arg_bool(L, at, a[6], "sparse");
   set_int(L, o, "num_embeddings", d[0]);
   set_int(L, o, "embedding_dim", d[1]);
   env_set(L, o->attrs, "padding_idx", a[2] ? a[2] : pv_none(L));
-  new_param(L, at, o, "weight", DT_F32, 2, d, PINIT_NORMAL, 0, 1);
+  PV *w = new_param(L, at, o, "weight", DT_F32, 2, d, PINIT_NORMAL, 0, 1);
+  if (sparse && w && w->k == PV_TENSOR && w->t->slot) w->t->slot->sparse_grad = 1;
   return o;
 }
 

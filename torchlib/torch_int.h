@@ -13,6 +13,8 @@
  *   training.c  optimizers and their update rules, backward(), autograd.grad,
  *               staging of entries
  *   sched.c     LR schedulers: their rules, construction, step() and entries
+ *   optim.c     the update rules of Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam;
+ *               LBFGS and optimizer.step(closure)
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
  *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries */
 #ifndef CTC_TORCH_INT_H
@@ -102,6 +104,8 @@ typedef struct Slot {
   double *data;          /* PINIT_DATA values */
   int index;             /* Program.params index once the state_dict is built, else -1 */
   int frozen;            /* requires_grad = False: optimizers skip it */
+  int sparse_grad;       /* weight of nn.Embedding(sparse=True) / F.embedding(sparse=True): PyTorch's
+                            gradient is sparse (SparseAdam takes it; clip_grad_norm_ does not scale it) */
   Span loc;
 } Slot;
 
@@ -179,6 +183,10 @@ double opt_hp(L *L, Span at, PV *group, const char *name, double dflt);
 int opt_hpb(L *L, Span at, PV *group, const char *name);
 PV *opt_l2(L *L, Span at, OptStep *s);            /* g + weight_decay * p (L2 penalty) */
 PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum/beta1, OneCycleLR may cycle it */
+/* optim.c: optimizer.step(closure): the closure called with gradients enabled;
+ * LBFGS's step, which re-evaluates it */
+PV *optim_call_closure(L *L, Span at, PV *closure);
+PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at);
 /* A default in the tables' spelling (N, F, T, 'str', (a;b), numbers) as a value. */
 PV *spec_value(L *L, const char *d);
 

@@ -733,7 +733,10 @@ PV *bi_functional(L *L, PV *fn, Args *A) {
     return t_layer_norm(L, at, x, n, a[2], a[3], a[4] ? arg_num(L, at, a[4], "eps") : 1e-5);
   }
   case BI_F_EMBEDDING:
-    bind_args(L, A, "input,weight,padding_idx=", a);
+    bind_args(L, A, "input,weight,padding_idx=,max_norm=,norm_type=,scale_grad_by_freq=,sparse=", a);
+    if (a[3] && a[3]->k != PV_NONE) lower_error(L, at, "embedding max_norm is not supported");
+    if (a[5] && arg_bool(L, at, a[5], "scale_grad_by_freq")) lower_error(L, at, "embedding scale_grad_by_freq is not supported");
+    if (a[6] && arg_bool(L, at, a[6], "sparse") && a[1]->k == PV_TENSOR && a[1]->t->slot) a[1]->t->slot->sparse_grad = 1;
     return t_embedding(L, at, need_tensor(L, at, a[1], "weight"), need_tensor(L, at, a[0], "input"), a[2]);
   default: break;
   }

@@ -104,6 +104,10 @@ PV *optim_new(L *L, PV *cls, Args *A) {
     len += snprintf(spec + len, sizeof spec - (size_t)len, ",%s=", p);
   }
   PV *a[17];
+  for (int k = 0; k < A->nkw; k++)
+    if (cls->bi == BI_O_NADAM && !strcmp(A->kwnames[k], "decoupled_weight_decay"))
+      lower_error(L, A->at, "NAdam(decoupled_weight_decay=...) is not an option of PyTorch 1.13's NAdam (it came in "
+                            "2.0), which ctc follows: use weight_decay (the L2 form) or AdamW");
   bind_args(L, A, spec, a);
   Span at = A->at;
   PV *o = pv_new(L, PV_OBJ);
@@ -424,8 +428,9 @@ static void grads_check_cleared(L *L, Span at, const char *name) {
 
 static void wrt_add(L *L, Span at, PV *list, PV *seen, PV *p) {
   if (p->k != PV_TENSOR || !p->t->slot || p->t->slot->frozen || p->t->slot->index < 0) return;
-  if (pv_dict_get(seen, p)) return;
-  pv_dict_set(L, at, seen, p, p);
+  PV *k = pv_int(L, p->t->slot->index);   /* by parameter: two tensor values may stand for one */
+  if (pv_dict_get(seen, k)) return;
+  pv_dict_set(L, at, seen, k, p);
   pv_list_append(L, list, p);
 }
 
@@ -508,7 +513,13 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   }
   grads_materialize(L, at, params);
   int ng = 0;
-  for (int i = 0; i < n; i++) ng += grad_of(L, params->items[i]) >= 0;
+  for (int i = 0; i < n; i++) {
+    ng += grad_of(L, params->items[i]) >= 0;
+    if (params->items[i]->t->slot->sparse_grad && grad_of(L, params->items[i]) >= 0)
+      lower_error(L, at, "%s() of the sparse gradient of '%s' (nn.Embedding(sparse=True)) is not supported: PyTorch "
+                         "1.13 %s", A->fname, L->T->prog->params.data[params->items[i]->t->slot->index].name,
+                  norm ? "counts it in the total norm but does not scale it" : "cannot clamp a sparse tensor");
+  }
   if (ng == 0)
     lower_error(L, at, "%s() without a preceding loss.backward(): the parameters have no gradients to clip", A->fname);
   if (!norm) {
@@ -600,7 +611,13 @@ PV *bi_optim_method(L *L, PV *fn, Args *A) {
     return pv_none(L);
   }
   bind_args(L, A, "closure=", a);
-  if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "optimizer.step(closure) is not supported");
+  if (a[0] && a[0]->k != PV_NONE) {
+    /* step(closure): LBFGS re-evaluates it (optim.c); the others call it once, then step */
+    if (opt->cls->bi == BI_O_LBFGS) return lbfgs_step(L, opt, a[0], A->at);
+    PV *loss = optim_call_closure(L, A->at, a[0]);
+    optimizer_step(L, opt, A->at);
+    return loss;
+  }
   return optimizer_step(L, opt, A->at);
 }
 
