@@ -931,6 +931,14 @@ PV *t_divmod(L *L, Span at, int kind, PV *a, PV *b) {
   }
 }
 
+/* a binary op computed in floating point (integers promote to float32) */
+PV *t_float_binary(L *L, Span at, Op op, PV *a, PV *b) {
+  DType dt = promote(a, b);
+  if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", ir_ops[op].name);
+  if (!ir_dtype_is_float(dt)) dt = DT_F32;
+  return elem2(L, at, op, ir_ops[op].name, a, b, dt, dt);
+}
+
 /* & | ^ on integer and bool tensors (PyTorch refuses floats) */
 PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b) {
   const char *name = ir_ops[op].name;
@@ -1117,6 +1125,7 @@ PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index) {
   int64_t k = ir_numel(&it);
   int scalar = t.ndim == 0;
   if (scalar) {
+    if (k != 1) lower_error(L, at, "index_select(): index to a 0-d tensor can have only 1 value, got %lld", (long long)k);
     t.ndim = 1;
     t.dims[0] = 1;
     v = emit(L, at, IR_RESHAPE, &v, 1, t, NULL, 0, "x");
@@ -1129,7 +1138,7 @@ PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index) {
   iv = emit(L, at, IR_RESHAPE, &iv, 1, i2, NULL, 0, "index");
   ValId args[2] = {v, iv};
   ValId g = emit(L, at, IR_GATHER, args, 2, r, &d, 1, "index_select");
-  if (scalar && it.ndim == 0) g = emit(L, at, IR_RESHAPE, &g, 1, (Type){.dtype = t.dtype}, NULL, 0, "index_select");
+  if (scalar) g = emit(L, at, IR_RESHAPE, &g, 1, (Type){.dtype = t.dtype}, NULL, 0, "index_select");   /* 0-d stays 0-d */
   return t_wrap(L, g);
 }
 
@@ -1229,7 +1238,7 @@ PV *t_tri(L *L, Span at, PV *x, int64_t k, int upper) {
   r = emit(L, at, IR_RESHAPE, &r, 1, rt, NULL, 0, "row_plus_k");
   c = emit(L, at, IR_RESHAPE, &c, 1, ct, NULL, 0, "col");
   PV *keep = t_compare(L, at, upper ? OP_GE : OP_LE, t_wrap(L, c), t_wrap(L, r));
-  return t_where(L, at, keep, x, pv_int(L, 0));
+  return t_where(L, at, keep, x, t.dtype == DT_BOOL ? pv_bool(L, 0) : pv_int(L, 0));
 }
 
 /* x.repeat(*sizes): per repeated axis, x as [..., 1, d, ...] broadcast to
@@ -1374,4 +1383,202 @@ PV *t_norm(L *L, Span at, PV *x, double p, const int64_t *dims, int nd, int keep
     r = t_binary(L, at, OP_POW, s, pv_float(L, 1 / p));
   }
   return r;
+}
+
+/* flip along dims: a gather with a reversed iota per axis */
+PV *t_flip(L *L, Span at, PV *x, const int64_t *dims, int nd) {
+  need_tensor_arg(L, at, x, "flip");
+  need_fn(L, at, "flip");
+  Type t = x->t->type;
+  int64_t seen = 0;
+  for (int i = 0; i < nd; i++) {
+    int64_t d = t_norm_dim(L, at, dims[i], t.ndim);
+    if ((seen >> d) & 1) lower_error(L, at, "flip: dim %lld appears multiple times in the list of dims", (long long)d);
+    seen |= (int64_t)1 << d;
+    if (t.ndim == 0 || t.dims[d] == 1) continue;
+    int64_t attr[2] = {t.dims[d] - 1, -1};
+    Type it = {.dtype = DT_I64, .ndim = 1, .dims = {t.dims[d]}};
+    ValId iv = emit(L, at, IR_IOTA, NULL, 0, it, attr, 2, "reversed");
+    it = t;
+    it.dtype = DT_I64;
+    for (int k = 0; k < t.ndim; k++) it.dims[k] = k == d ? t.dims[d] : 1;
+    iv = emit(L, at, IR_RESHAPE, &iv, 1, it, NULL, 0, "reversed");
+    ValId args[2] = {t_val(L, at, x), iv};
+    x = t_wrap(L, emit(L, at, IR_GATHER, args, 2, t, &d, 1, "flip"));
+  }
+  return x;
+}
+
+/* roll by shifts along dims (None: of the flattened tensor): two slices concatenated */
+PV *t_roll(L *L, Span at, PV *x, const int64_t *shifts, int ns, const int64_t *dims, int nd) {
+  need_tensor_arg(L, at, x, "roll");
+  need_fn(L, at, "roll");
+  Type t = x->t->type;
+  if (nd == 0) {
+    if (ns != 1) lower_error(L, at, "roll: shifts must be a single int when dims is None");
+    int64_t n = ir_numel(&t), z = 0;
+    PV *f = t_reshape(L, at, x, &n, 1);
+    PV *r = t_roll(L, at, f, shifts, 1, &z, 1);
+    return t_reshape(L, at, r, t.dims, t.ndim);
+  }
+  if (ns != nd) lower_error(L, at, "roll: shifts and dimensions must align (%d shifts, %d dims)", ns, nd);
+  for (int i = 0; i < nd; i++) {
+    int64_t d = t_norm_dim(L, at, dims[i], t.ndim), n = t.ndim ? t.dims[d] : 1;
+    int64_t s = ((shifts[i] % n) + n) % n;
+    if (!s) continue;
+    PV *parts[2] = {t_slice(L, at, x, (int)d, n - s, n, 1), t_slice(L, at, x, (int)d, 0, n - s, 1)};
+    x = t_concat(L, at, parts, 2, d);
+  }
+  return x;
+}
+
+/* repeat_interleave(x, r, dim): each element r times along dim ([.., n, 1, ..]
+ * broadcast to [.., n, r, ..], merged); dim None: of the flattened tensor */
+PV *t_repeat_interleave(L *L, Span at, PV *x, int64_t r, PV *dim) {
+  need_tensor_arg(L, at, x, "repeat_interleave");
+  need_fn(L, at, "repeat_interleave");
+  if (r < 0) lower_error(L, at, "repeat_interleave: repeats can not be negative");
+  if (r == 0) lower_error(L, at, "repeat_interleave with 0 repeats would give an empty tensor, which ctc does not support");
+  Type t = x->t->type;
+  if (!dim || dim->k == PV_NONE) {
+    int64_t n = ir_numel(&t);
+    x = t_reshape(L, at, x, &n, 1);
+    t = x->t->type;
+  }
+  int64_t d = dim && dim->k != PV_NONE ? t_norm_dim(L, at, arg_int(L, at, dim, "dim"), t.ndim) : 0;
+  if (t.ndim == 0) {
+    int64_t one = 1;
+    x = t_reshape(L, at, x, &one, 1);
+    t = x->t->type;
+  }
+  if (t.ndim + 1 > IR_MAX_DIMS) lower_error(L, at, "repeat_interleave of a tensor of %d dimensions is not supported", t.ndim);
+  Type e = t;
+  e.ndim = t.ndim + 1;
+  for (int k = t.ndim; k > d + 1; k--) e.dims[k] = e.dims[k - 1];
+  e.dims[d + 1] = 1;
+  ValId v = t_val(L, at, x);
+  v = emit(L, at, IR_RESHAPE, &v, 1, e, NULL, 0, "x");
+  e.dims[d + 1] = r;
+  v = emit(L, at, IR_BROADCAST, &v, 1, e, NULL, 0, "repeat_interleave");
+  Type out = t;
+  out.dims[d] = ck_mul(L, at, t.dims[d], r);
+  return t_wrap(L, emit(L, at, IR_RESHAPE, &v, 1, out, NULL, 0, "repeat_interleave"));
+}
+
+/* torch.take(x, index): the flattened x gathered (negative indices count from the end) */
+PV *t_take(L *L, Span at, PV *x, PV *index) {
+  need_tensor_arg(L, at, x, "take");
+  need_fn(L, at, "take");
+  Type t = x->t->type;
+  int64_t n = ir_numel(&t);
+  PV *f = t_reshape(L, at, x, &n, 1);
+  ValId iv = index_val(L, at, index, "take");
+  Type it = *ir_type(L->fn, iv), flat = it;
+  flat.ndim = 1;
+  flat.dims[0] = ir_numel(&it);
+  PV *i = t_wrap(L, emit(L, at, IR_RESHAPE, &iv, 1, flat, NULL, 0, "index"));
+  i = t_where(L, at, t_compare(L, at, OP_LT, i, pv_int(L, 0)), t_binary(L, at, OP_ADD, i, pv_int(L, n)), i);
+  PV *g = t_gather(L, at, f, 0, i);
+  return t_reshape(L, at, g, it.dims, it.ndim);
+}
+
+/* x.index_add(dim, index, source, alpha): scatter_add with the 1-D index along dim */
+PV *t_index_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src, PV *alpha) {
+  need_tensor_arg(L, at, x, "index_add");
+  need_tensor_arg(L, at, src, "index_add");
+  need_fn(L, at, "index_add");
+  ValId iv = index_val(L, at, index, "index_add");
+  Type t = x->t->type, st = src->t->type, it = *ir_type(L->fn, iv);
+  if (it.ndim > 1) lower_error(L, at, "index_add: the index must be 0-D or 1-D");
+  if (t.dtype != st.dtype) lower_error(L, at, "index_add: self (%s) and source (%s) must have the same dtype",
+                                       ir_dtype_name(t.dtype), ir_dtype_name(st.dtype));
+  if (t.ndim == 0) lower_error(L, at, "index_add on 0-d tensors is not supported");
+  int64_t d = t_norm_dim(L, at, dim, t.ndim), k = ir_numel(&it);
+  Type want = t;
+  want.dims[d] = k;
+  if (!ir_type_eq(&want, &st))
+    lower_error(L, at, "index_add: source %s must have the shape of self %s with dimension %lld of size %lld",
+                shape_str(L, &st), shape_str(L, &t), (long long)d, (long long)k);
+  if (alpha && !(pv_is_num(alpha) && pv_num(alpha) == 1)) src = t_binary(L, at, OP_MUL, src, alpha);
+  Type i2 = want;
+  i2.dtype = DT_I64;
+  for (int i = 0; i < t.ndim; i++) i2.dims[i] = i == d ? k : 1;
+  iv = emit(L, at, IR_RESHAPE, &iv, 1, i2, NULL, 0, "index");
+  ValId args[3] = {t_val(L, at, x), iv, t_val(L, at, src)};
+  return t_wrap(L, emit(L, at, IR_SCATTER_ADD, args, 3, t, &d, 1, "index_add"));
+}
+
+/* isnan / isinf / isposinf / isneginf / isfinite by comparisons */
+PV *t_isclass(L *L, Span at, int kind, PV *x) {
+  need_tensor_arg(L, at, x, "isnan");
+  need_fn(L, at, "isnan");
+  switch (kind) {
+  case 'n': return t_compare(L, at, OP_NE, x, x);
+  case 'i': return t_compare(L, at, OP_EQ, t_unary(L, at, IR_ABS, x), pv_float(L, INFINITY));
+  case '+': return t_compare(L, at, OP_EQ, x, pv_float(L, INFINITY));
+  case '-': return t_compare(L, at, OP_EQ, x, pv_float(L, -INFINITY));
+  default:
+    if (!ir_dtype_is_float(x->t->type.dtype)) return t_compare(L, at, OP_EQ, x, x);
+    return t_compare(L, at, OP_LT, t_unary(L, at, IR_ABS, x), pv_float(L, INFINITY));
+  }
+}
+
+/* nan_to_num: NaN -> nan, +-inf -> posinf / neginf (default: the dtype's largest finite values) */
+PV *t_nan_to_num(L *L, Span at, PV *x, PV *nan, PV *posinf, PV *neginf) {
+  need_tensor_arg(L, at, x, "nan_to_num");
+  DType dt = x->t->type.dtype;
+  if (!ir_dtype_is_float(dt)) return t_wrap(L, t_val(L, at, x));
+  double big = dt == DT_F32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
+  PV *pn = nan && nan->k != PV_NONE ? nan : pv_float(L, 0);
+  PV *pp = posinf && posinf->k != PV_NONE ? posinf : pv_float(L, big);
+  PV *ng = neginf && neginf->k != PV_NONE ? neginf : pv_float(L, -big);
+  PV *r = t_where(L, at, t_isclass(L, at, '+', x), pp, x);
+  r = t_where(L, at, t_isclass(L, at, '-', x), ng, r);
+  return t_where(L, at, t_isclass(L, at, 'n', x), pn, r);
+}
+
+/* any / all over dims: of x != 0, bool results */
+PV *t_anyall(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim, int all) {
+  need_tensor_arg(L, at, x, all ? "all" : "any");
+  PV *nz = t_cast(L, at, t_compare(L, at, OP_NE, x, pv_int(L, 0)), DT_I64);
+  PV *r = all ? t_amin(L, at, nz, dims, nd, keepdim) : t_reduce(L, at, IR_REDUCE_MAX, nz, dims, nd, keepdim, 0);
+  return t_cast(L, at, r, DT_BOOL);
+}
+
+/* fmax / fmin: C's fmax (a NaN loses to a number); ties go to the first operand */
+PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min) {
+  need_fn(L, at, is_min ? "fmin" : "fmax");
+  if (a->k != PV_TENSOR || b->k != PV_TENSOR) lower_error(L, at, "%s needs two tensors", is_min ? "fmin" : "fmax");
+  PV *c = t_compare(L, at, is_min ? OP_LE : OP_GE, a, b);
+  if (ir_dtype_is_float(promote(a, b))) c = t_bitwise(L, at, IR_BIT_OR, c, t_compare(L, at, OP_NE, b, b));
+  return t_where(L, at, c, a, b);
+}
+
+/* logaddexp (base e or 2): PyTorch's max + log1p(exp(-|a - b|)), a where both are the same infinity */
+PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2) {
+  need_fn(L, at, "logaddexp");
+  PV *m = t_minmax(L, at, IR_MAX, a, b);
+  PV *d = t_unary(L, at, IR_ABS, t_binary(L, at, OP_SUB, a, b));
+  PV *r;
+  if (base2) {
+    /* m + log1p(2^-|a-b|) / ln 2 */
+    r = t_binary(L, at, OP_ADD, m, t_binary(L, at, OP_DIV, t_unary(L, at, IR_LOG1P, t_unary(L, at, IR_EXP2, t_unary(L, at, IR_NEG, d))),
+                                           pv_float(L, M_LN2)));
+  } else {
+    r = t_binary(L, at, OP_ADD, m, t_unary(L, at, IR_LOG1P, t_unary(L, at, IR_EXP, t_unary(L, at, IR_NEG, d))));
+  }
+  PV *same_inf = t_bitwise(L, at, IR_BIT_AND, t_isclass(L, at, 'i', a), t_compare(L, at, OP_EQ, a, b));
+  return t_where(L, at, same_inf, a, r);
+}
+
+/* xlogy(x, y): 0 where x == 0 (unless y is NaN), else x * log(y) */
+PV *t_xlogy(L *L, Span at, PV *x, PV *y) {
+  need_fn(L, at, "xlogy");
+  if (x->k != PV_TENSOR || y->k != PV_TENSOR) lower_error(L, at, "xlogy needs two tensors");
+  DType dt = promote(x, y);
+  if (!ir_dtype_is_float(dt)) dt = DT_F32;
+  PV *xf = t_cast(L, at, x, dt), *yf = t_cast(L, at, y, dt);
+  PV *r = t_binary(L, at, OP_MUL, xf, t_unary(L, at, IR_LOG, yf));
+  r = t_where(L, at, t_compare(L, at, OP_EQ, xf, pv_int(L, 0)), pv_float(L, 0), r);
+  return t_where(L, at, t_compare(L, at, OP_NE, yf, yf), pv_float(L, NAN), r);
 }

@@ -968,10 +968,15 @@ static void suite_more(void) {
   ValId u = input("u", ty(DT_F32, 2, 4, 6), "unit");
   out(un(IR_ASIN, u, "asin"), "asin");
   out(un(IR_ACOS, u, "acos"), "acos");
+  out(un(IR_ATANH, u, "atanh"), "atanh");
+  out(un(IR_TAN, u, "tan"), "tan");
+  out(un(IR_ASINH, x3, "asinh"), "asinh");
+  out(un(IR_ERFC, x3, "erfc"), "erfc");
   ValId p = input("p", ty(DT_F64, 2, 4, 6), "pos");
   out(un(IR_LOG1P, p, "log1p"), "log1p");
   out(un(IR_LOG2, p, "log2"), "log2");
   out(un(IR_LOG10, p, "log10"), "log10");
+  out(un(IR_ACOSH, bin(IR_ADD, p, cst(DT_F64, 1), "p1"), "acosh"), "acosh");
   entry_done();
 
   entry("binary");

@@ -421,7 +421,8 @@ def _more_unary(x, x3, u, p):
     torch = _torch()
     return [_t(f, x) for f in (torch.expm1, torch.exp2, torch.atan, torch.sinh, torch.cosh, torch.sign,
                                torch.trunc)] + [_t(torch.round, x3), _t(torch.asin, u), _t(torch.acos, u)] + \
-        [_t(f, p) for f in (torch.log1p, torch.log2, torch.log10)]
+        [_t(torch.atanh, u), _t(torch.tan, u), _t(torch.asinh, x3), _t(torch.erfc, x3)] + \
+        [_t(f, p) for f in (torch.log1p, torch.log2, torch.log10)] + [_t(torch.acosh, p + 1)]
 
 
 def _more_binary(a, b, d, e):
