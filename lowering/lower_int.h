@@ -2,12 +2,15 @@
  *
  *   values.c    PV: the compile-time Python values, equality, printing
  *   eval.c      the evaluator: statements and expressions over PVs
- *   builtins.c  Python builtins, math, and name lookup in torch / nn / F
+ *   registry.c  the registration tables (builtins.def, torch.def, layers.def,
+ *               optim.def): name lookup by namespace, calls through the rows
+ *   builtins.c  handlers of builtins.def: Python builtins, math, value and nn.Module methods
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
  *   losses.c    loss functions and modules, lowered to primitives
- *   training.c  optimizers, LR schedulers, backward(), autograd.grad, staging of entries
+ *   training.c  optimizers and their update rules, LR schedulers and their rules,
+ *               backward(), autograd.grad, staging of entries
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
  *   lowering.c  the entry: run the module, pick the model, stage entries */
 #ifndef CTC_LOWER_INT_H
@@ -16,18 +19,89 @@
 #include <setjmp.h>
 #include "lowering.h"
 
-/* Builtin functions and classes (builtins.def). */
+/* The registration table: every native function and builtin class the
+ * evaluator knows is one row, in builtins.def (Python), torch.def (torch,
+ * Tensor methods, F, nn.init, autograd ...), layers.def (nn classes) and
+ * optim.def (optimizers, LR schedulers). BI_<ID> names a row; nothing depends
+ * on the order of rows (no code compares BI_ ids except for equality). */
 enum {
-#define B(id, name) BI_##id,
-#include "builtins.def"
+  BI_NONE_,
+#define B(id, name, ns, handler, arg) BI_##id,
+#define CLASS(id, name, ns, construct) BI_##id,
+#define LAYER(id, name, construct, forward, fn, options) BI_##id,
+#define OPTIM(id, name, defaults, rule) BI_##id,
+#define SCHED(id, name, spec, init, rule) BI_##id,
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
 #undef B
+#undef CLASS
+#undef LAYER
+#undef OPTIM
+#undef SCHED
   BI__COUNT
 };
-extern const char *const bi_names[BI__COUNT];
+
+/* Namespaces a row is found in (BuiltinRow.ns). */
+enum {
+  NS_BUILTINS = 1u << 0,     /* Python builtins (range, len ...) */
+  NS_MATH = 1u << 1,         /* math.* */
+  NS_DATACLASSES = 1u << 2,  /* dataclasses.* */
+  NS_LIST = 1u << 3,         /* methods of a list */
+  NS_DICT = 1u << 4,         /* methods of a dict */
+  NS_STR = 1u << 5,          /* methods of a str */
+  NS_TORCH = 1u << 6,        /* torch.* */
+  NS_TENSOR = 1u << 7,       /* Tensor methods (x.view ...) */
+  NS_NN = 1u << 8,           /* torch.nn.* classes */
+  NS_F = 1u << 9,            /* torch.nn.functional.* */
+  NS_INIT = 1u << 10,        /* torch.nn.init.* */
+  NS_UTILS = 1u << 11,       /* torch.nn.utils.* */
+  NS_OPTIM = 1u << 12,       /* torch.optim.* */
+  NS_LR_SCHEDULER = 1u << 13, /* torch.optim.lr_scheduler.* */
+  NS_AUTOGRAD = 1u << 14,    /* torch.autograd.* */
+  NS_AUTOGRAD_F = 1u << 15,  /* torch.autograd.functional.* */
+  NS_FORWARD_AD = 1u << 16,  /* torch.autograd.forward_ad.* */
+  NS_FUNC = 1u << 17,        /* torch.func.* (and functorch.*) */
+  NS_MODULE = 1u << 18,      /* methods of every nn.Module object */
+  NS_OPTIMIZER = 1u << 19,   /* methods of an optimizer object */
+  NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
+};
 
 typedef struct PV PV;
-typedef struct Env Env;
 typedef struct L L;
+typedef struct Args Args;
+typedef struct OptStep OptStep;
+/* A native function: fn is the PV_BUILTIN called (fn->bi its row, fn->self the bound
+ * receiver, or NULL), or for a class row the class being constructed, or for a
+ * layer's forward the module object called. */
+typedef PV *BuiltinFn(L *L, PV *fn, Args *A);
+typedef void OptRule(L *L, Span at, OptStep *s);
+typedef double SchedInit(L *L, Span at, PV *sched, PV **a);
+typedef PV *SchedRule(L *L, Span at, PV *sched, PV *n, PV *lr);
+enum { BK_FN = 1, BK_CLASS, BK_LAYER, BK_OPTIM, BK_SCHED };
+typedef struct BuiltinRow {
+  const char *name;
+  unsigned ns;           /* NS_* bits: where the name is found */
+  int kind;              /* BK_* */
+  BuiltinFn *call;       /* BK_FN: the function; classes: the constructor */
+  BuiltinFn *forward;    /* BK_LAYER: calling an instance */
+  unsigned methods;      /* classes: the namespace of their instances' builtin methods */
+  int arg;               /* B: the handler's small argument; LAYER: the functional row it calls */
+  const char *spec;      /* LAYER: constructor options; OPTIM: defaults; SCHED: constructor arguments */
+  OptRule *opt_rule;     /* BK_OPTIM: the update of one parameter */
+  SchedInit *sched_init; /* BK_SCHED: constructor checks, initial learning rate */
+  SchedRule *sched_rule; /* BK_SCHED: the learning rate after n steps */
+} BuiltinRow;
+extern const BuiltinRow bi_rows[BI__COUNT];
+extern const char *const bi_names[BI__COUNT];
+/* The row named `name` in any namespace of `ns` (as a PV_BUILTIN bound to self, or
+ * a PV_CLASS), or NULL. */
+PV *bi_lookup(L *L, unsigned ns, const char *name, PV *self);
+PV *bi_value(L *L, int bi, PV *self);          /* row bi as a value */
+int bi_kind_of(const PV *obj);                 /* BK_* of an object's builtin class, 0 if none */
+
+typedef struct Env Env;
 
 typedef enum PVKind {
   PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR,
@@ -75,7 +149,7 @@ typedef struct ObjModule ObjModule;
 
 struct PV {
   PVKind k;
-  int64_t i;             /* INT, BOOL */
+  int64_t i;             /* INT, BOOL; BUILTIN: the NS_ bits its row was found under (0: made directly) */
   double f;              /* FLOAT */
   const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN */
   PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
@@ -154,6 +228,40 @@ struct L {
                             `if` on a run-time tensor (NULL outside such ifs and in calls) */
 };
 
+/* The handlers named by the tables (defined in the files of lowering/). */
+#define B(id, name, ns, handler, arg) BuiltinFn handler;
+#define CLASS(id, name, ns, construct) BuiltinFn construct;
+#define LAYER(id, name, construct, forward, fn, options) BuiltinFn construct, forward;
+#define OPTIM(id, name, defaults, rule) OptRule rule;
+#define SCHED(id, name, spec, init, rule) SchedInit init; SchedRule rule;
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
+#undef B
+#undef CLASS
+#undef LAYER
+#undef OPTIM
+#undef SCHED
+
+/* One optimizer update (OptRule): the parameter p (its current value), its
+ * gradient g (maximize already applied), its parameter group (a dict of options:
+ * opt_hp/opt_hpb read them), the learning rate LR (a number or an f32 tensor),
+ * the optimizer's step count before this step (f32 tensor), and the prefix of its
+ * state tensors ("optimizer.fc1.weight"). The rule writes p and its state with
+ * state_update. */
+struct OptStep {
+  PV *opt, *group, *LR, *p, *g, *tcount;
+  const char *oname, *pre;
+  Type t;
+};
+double opt_hp(L *L, Span at, PV *group, const char *name, double dflt);
+int opt_hpb(L *L, Span at, PV *group, const char *name);
+PV *opt_l2(L *L, Span at, OptStep *s);            /* g + weight_decay * p (L2 penalty) */
+PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum/beta1, OneCycleLR may cycle it */
+/* A default in the tables' spelling (N, F, T, 'str', (a;b), numbers) as a value. */
+PV *spec_value(L *L, const char *d);
+
 /* ---- errors ---- */
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);
 
@@ -230,23 +338,26 @@ void staged_effect_check(L *L, Span at, const char *what);
 /* ---- builtins.c ---- */
 /* Argument binding for native functions: positional or keyword by name.
  * spec: "x,dim=,keepdim=" (names; '=' marks optional). Fills out[] (NULL = absent). */
-typedef struct Args {
+struct Args {
   Span at;
   PV **args; int nargs;
   const char **kwnames; PV **kwvals; int nkw;
   const char *fname;     /* for messages */
-} Args;
+};
 void bind_args(L *L, Args *A, const char *spec, PV **out);
 int64_t arg_int(L *L, Span at, PV *v, const char *what);
 double arg_num(L *L, Span at, PV *v, const char *what);
 int arg_bool(L *L, Span at, PV *v, const char *what);
 /* int or tuple/list of ints into out (n written); `count` = expected count (pairs for pools). */
 int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what);
+/* registry.c: the table, namespaces and the calls through it */
 void builtins_install(L *L, Env *builtins);
 /* Attribute of a namespace (torch.xxx, nn.xxx, F.xxx, math.xxx); NULL if none. */
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name);
-PV *call_builtin(L *L, PV *fn, Args *A);
-PV *torch_call(L *L, PV *fn, Args *A);          /* torchlib.c: torch, F, nn.init, Tensor methods */
+PV *call_builtin(L *L, PV *fn, Args *A);          /* bi_rows[fn->bi].call */
+BuiltinFn optim_new, sched_new;                  /* training.c: the constructors of OPTIM and SCHED rows */
+PV *class_construct(L *L, PV *cls, Args *A);      /* a builtin class called: its constructor */
+PV *layer_call(L *L, PV *obj, Args *A);           /* a builtin layer object called: its forward */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
 void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val); /* p.requires_grad = False */
@@ -258,8 +369,6 @@ void grad_mode_set(L *L, int mode);
 PV *t_detach(L *L, Span at, PV *x);               /* x.detach(): a DETACH view */
 
 /* ---- layers.c ---- */
-PV *layer_construct(L *L, PV *cls, Args *A);     /* nn.Linear(...) etc. */
-PV *layer_forward(L *L, PV *obj, Args *A);       /* calling a builtin layer object */
 PV *module_new(L *L, PV *cls);                   /* a fresh nn.Module object */
 void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
 void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
@@ -267,26 +376,13 @@ Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
 
 /* ---- losses.c / training.c ---- */
-int loss_fn_of_class(int cls);                      /* BI_C_*LOSS -> BI_F_* or 0 */
-PV *loss_functional(L *L, int fn, Args *A);
-void loss_construct(L *L, PV *o, int fn, Args *A);
-PV *loss_module_forward(L *L, PV *o, int fn, Args *A);
-PV *optim_construct(L *L, PV *cls, Args *A);       /* torch.optim.SGD(...) */
-PV *optim_call(L *L, PV *fn, Args *A);             /* optimizer.step() / zero_grad() */
-PV *sched_construct(L *L, PV *cls, Args *A);       /* torch.optim.lr_scheduler.StepLR(...) */
-PV *sched_call(L *L, PV *fn, Args *A);             /* scheduler.step() inside a compiled function */
 /* After the entries are staged: an FK_SCHED entry for every scheduler whose
  * step() no entry called (PyTorch users step them once per epoch). */
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 /* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
 void grads_zero(L *L, Span at, PV *params);
-PV *clip_grad(L *L, PV *fn, Args *A);
-PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */              /* torch.nn.utils.clip_grad_norm_ / clip_grad_value_ */
-PV *autograd_grad(L *L, Args *A);                  /* torch.autograd.grad(...) */
-/* functional.c: torch.autograd.functional, forward_ad and torch.func, built on
- * ad_reverse / ad_forward (jacobians unrolled one direction at a time) */
-PV *functional_call(L *L, PV *fn, Args *A);
+PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */
 /* State tensors of a training entry (optimizer buffers, the RNG offset): found by
  * name or appended to the parameter table (is_state); state_update records the
  * value written back when the entry finishes (later uses in the entry see it). */

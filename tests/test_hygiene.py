@@ -73,3 +73,64 @@ def test_weights_round_trip_by_name(tmp_path):
     st_write(w, bad)
     r = run([exe, "run", "--weights", w, "--input", x], check=False)
     assert r.returncode == 1 and "fc1.weight" in r.stderr and "[120, 400]" in r.stderr, r.stderr
+
+
+# ---- the lowering's registration tables (issue 15) --------------------------
+import glob
+import re
+
+# A builtin's handler comes from its row (builtins.def, torch.def, layers.def,
+# optim.def), never from its position: no BI_ id may be compared by order, and no
+# loop may walk a range of ids (a row appended anywhere must work).
+_BI = r"BI_(?!_COUNT\b)[A-Z][A-Z0-9_]*"
+_RANGE = [
+    re.compile(_BI + r"\s*(<=|>=|<(?!<)|>(?!>))"),          # BI_X < ..., BI_X >= ...
+    re.compile(r"(?<![-<>])(<=|>=|<|>)\s*" + _BI),           # ... <= BI_X
+    re.compile(r"=\s*" + _BI + r"\s*;[^;]*;"),               # for (i = BI_X; ...; ...)
+]
+
+
+def _strip_comments(src):
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def _enum_range_uses(src):
+    bad = []
+    for no, line in enumerate(_strip_comments(src).split("\n"), 1):
+        if any(p.search(line) for p in _RANGE):
+            bad.append(f"{no}: {line.strip()}")
+    return bad
+
+
+LOWERING_DIRS = ["lowering", "python", "torchlib"]
+
+
+def _lowering_sources():
+    out = []
+    for d in LOWERING_DIRS:
+        for ext in ("c", "h", "def"):
+            out += glob.glob(os.path.join(ROOT, d, f"*.{ext}"))
+    return sorted(out)
+
+
+def test_range_check_detector_detects():
+    # the detector itself: each way of dispatching by position is caught
+    for src in ["if (bi >= BI_F_RELU && bi <= BI_F_GELU) return f();",
+                "for (int i = BI_C_MODULE; i < BI_C_OBJECT; i++) x();",
+                "if (o->cls->bi < BI_S_STEPLR) continue;",
+                "return BI_O_SGD <= bi;"]:
+        assert _enum_range_uses(src), src
+    for src in ["if (bi == BI_T_RELU || bi != BI_F_GELU) f();", "for (int i = 0; i < BI__COUNT; i++) g();",
+                "/* bi >= BI_F_RELU */ x = 1u << 3;", "if (o->bi == BI_C_MODULE && n > 0) h();"]:
+        assert not _enum_range_uses(src), src
+
+
+def test_no_dispatch_by_enum_position():
+    srcs = _lowering_sources()
+    assert any(s.endswith("registry.c") for s in srcs)
+    bad = []
+    for path in srcs:
+        with open(path) as f:
+            bad += [f"{os.path.relpath(path, ROOT)}:{b}" for b in _enum_range_uses(f.read())]
+    assert not bad, "builtins compared by their position in the tables:\n" + "\n".join(bad)

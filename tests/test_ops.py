@@ -108,6 +108,8 @@ GROUPS = {
         self.ap = nn.AvgPool2d(2, 2)
         self.aap = nn.AdaptiveAvgPool2d((1, 1))
         self.aap2 = nn.AdaptiveAvgPool2d(2)
+        self.mp_all = nn.MaxPool2d(3, 2, 1, 2, False, True)
+        self.ap_all = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
 """, [
         ("MaxPool2d", "self.mp(x)"), ("MaxPool_pad", "self.mp3(x)"), ("max_pool2d_tuple", "F.max_pool2d(x, (2, 2))"),
         ("max_pool2d_int", "F.max_pool2d(x, 3)"), ("max_pool2d_ceil", "F.max_pool2d(x, 3, 2, ceil_mode=True)"),
@@ -115,6 +117,8 @@ GROUPS = {
         ("AvgPool2d", "self.ap(x)"), ("avg_pool2d_pad", "F.avg_pool2d(x, 3, stride=2, padding=1)"),
         ("avg_pool2d_nopad", "F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)"),
         ("adaptive1", "self.aap(x)"), ("adaptive_fn", "F.adaptive_avg_pool2d(x, 1)"), ("adaptive2", "self.aap2(x)"),
+        ("MaxPool2d_options", "self.mp_all(x)"), ("AvgPool2d_options", "self.ap_all(x)"),
+        ("pool_attrs", "x * (self.mp_all.dilation + self.mp_all.padding + int(self.ap_all.count_include_pad))"),
     ], ["x=f32[2,3,8,10]"]),
     "norm_embed": ("""\
         self.ln = nn.LayerNorm(6)

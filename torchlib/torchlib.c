@@ -2,7 +2,7 @@
  * methods: argument handling in PyTorch's spelling, then tensor.c. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 static PV *need_tensor(L *L, Span at, PV *v, const char *what) {
   if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s must be a tensor, got '%s'", what, v ? pv_kind_name(v) : "nothing");
@@ -222,12 +222,6 @@ static int dims_arg(L *L, Span at, PV *v, int64_t *dims) {
   return arg_ints(L, at, v, dims, IR_MAX_DIMS, "dim");
 }
 
-static PV *unary_fn(L *L, Args *A, Op op) {
-  PV *a[1];
-  bind_args(L, A, "input", a);
-  return t_unary(L, A->at, op, need_tensor(L, A->at, a[0], "input"));
-}
-
 static PV *pool(L *L, Args *A, Op op) {
   PV *a[7];
   if (op == IR_MAXPOOL2D) bind_args(L, A, "input,kernel_size,stride=,padding=,dilation=,ceil_mode=,return_indices=", a);
@@ -361,6 +355,8 @@ static PV *init_fn(L *L, int bi, Args *A) {
 }
 
 /* split / chunk along dim: a tuple of slices. */
+PV *bi_init(L *L, PV *fn, Args *A) { return init_fn(L, fn->bi, A); }
+
 static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   Type t = x->t->type;
   dim = t_norm_dim(L, at, dim, t.ndim);
@@ -395,33 +391,56 @@ static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
 
 /* Tensor methods and torch functions that take the tensor first. */
 static PV *compile_time_copy(L *L, Span at, PV *x, const char *what);
+static PV *maybe_inplace(L *L, Span at, PV *flag, PV *x, PV *r) {
+  return flag && arg_bool(L, at, flag, "inplace") ? t_inplace(L, at, x, r) : r;
+}
 
-static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
-  Args B = *A0;
+
+/* The tensor a torch function or Tensor method applies to: the bound receiver
+ * (x.exp()), else the first argument or `input=` (torch.exp(x)); *B receives
+ * the remaining arguments. */
+static PV *take_input(L *L, PV *self, Args *A0, Args *B) {
+  *B = *A0;
+  if (self) return self;
+  if (A0->nargs == 0 && A0->nkw == 0) lower_error(L, A0->at, "%s() missing the input tensor", A0->fname);
+  if (A0->nargs) {
+    B->args++;
+    B->nargs--;
+    return A0->args[0];
+  }
+  PV *x = NULL;
+  for (int i = 0; i < A0->nkw; i++)
+    if (!strcmp(A0->kwnames[i], "input")) x = A0->kwvals[i];
+  if (!x) lower_error(L, A0->at, "%s() missing the input tensor", A0->fname);
+  B->kwnames = arena_alloc(L->a, sizeof(char *) * (size_t)A0->nkw);
+  B->kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)A0->nkw);
+  B->nkw = 0;
+  for (int i = 0; i < A0->nkw; i++)
+    if (strcmp(A0->kwnames[i], "input")) {
+      B->kwnames[B->nkw] = A0->kwnames[i];
+      B->kwvals[B->nkw++] = A0->kwvals[i];
+    }
+  return x;
+}
+
+/* A row whose function is one elementwise primitive, arg = its Op: torch.exp(x),
+ * x.exp(), F.tanh(x) ... (no other arguments: any, e.g. out=, is refused rather
+ * than ignored). */
+PV *bi_unary(L *L, PV *fn, Args *A0) {
+  Args B;
+  PV *a[1], *x = take_input(L, fn->self, A0, &B);
+  bind_args(L, &B, "", a);
+  need_tensor(L, B.at, x, "input");
+  return t_unary(L, B.at, (Op)bi_rows[fn->bi].arg, x);
+}
+
+static PV *tensor_fn(L *L, PV *fn, Args *A0) {
+  int bi = fn->bi;
+  PV *self = fn->self;
+  Args B;
   Args *A = &B;
   PV *a[8];
-  PV *x = self;
-  if (!x) {
-    if (A->nargs == 0 && A->nkw == 0) lower_error(L, A->at, "%s() missing the input tensor", A->fname);
-    if (A->nargs) {
-      x = A->args[0];
-      B.args++;
-      B.nargs--;
-    } else {
-      x = NULL;
-      for (int i = 0; i < A->nkw; i++)
-        if (!strcmp(A->kwnames[i], "input")) x = A->kwvals[i];
-      if (!x) lower_error(L, A->at, "%s() missing the input tensor", A->fname);
-      B.kwnames = arena_alloc(L->a, sizeof(char *) * (size_t)A->nkw);
-      B.kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)A->nkw);
-      B.nkw = 0;
-      for (int i = 0; i < A0->nkw; i++)
-        if (strcmp(A0->kwnames[i], "input")) {
-          B.kwnames[B.nkw] = A0->kwnames[i];
-          B.kwvals[B.nkw++] = A0->kwvals[i];
-        }
-    }
-  }
+  PV *x = take_input(L, self, A0, &B);
   Span at = A->at;
   if (bi == BI_T_CAT || bi == BI_T_STACK) {
     bind_args(L, A, "dim=", a);
@@ -444,8 +463,7 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   need_tensor(L, at, x, "input");
   Type t = x->t->type;
   int64_t dims[IR_MAX_DIMS];
-  /* ops below that read no arguments: refuse any (e.g. out=) rather than ignore them */
-  if ((bi >= BI_T_RELU && bi <= BI_T_COS) || bi == BI_T_SQUARE || bi == BI_T_T) bind_args(L, A, "", a);
+  if (bi == BI_T_SQUARE || bi == BI_T_T) bind_args(L, A, "", a); /* no arguments: refuse any (e.g. out=) */
   switch (bi) {
   case BI_T_SIZE:
     bind_args(L, A, "dim=", a);
@@ -529,18 +547,10 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
     ValId v = t_val(L, at, x);
     return t_wrap(L, ir_emit(L->prog, L->fn, IR_BROADCAST, &v, 1, r, NULL, 0, 0, at, "expand"));
   }
-  case BI_T_RELU: return t_unary(L, at, IR_RELU, x);
-  case BI_T_TANH: return t_unary(L, at, IR_TANH, x);
-  case BI_T_SIGMOID: return t_unary(L, at, IR_SIGMOID, x);
-  case BI_T_EXP: return t_unary(L, at, IR_EXP, x);
-  case BI_T_LOG: return t_unary(L, at, IR_LOG, x);
-  case BI_T_SQRT: return t_unary(L, at, IR_SQRT, x);
-  case BI_T_RSQRT: return t_unary(L, at, IR_RSQRT, x);
-  case BI_T_ABS: return t_unary(L, at, IR_ABS, x);
-  case BI_T_NEG: return t_unary(L, at, IR_NEG, x);
-  case BI_T_ERF: return t_unary(L, at, IR_ERF, x);
-  case BI_T_SIN: return t_unary(L, at, IR_SIN, x);
-  case BI_T_COS: return t_unary(L, at, IR_COS, x);
+  case BI_T_RELU: /* torch.relu, x.relu(), F.relu (inplace=), nn.ReLU */
+    a[0] = NULL; /* F.relu and nn.ReLU take inplace=, torch.relu and x.relu() nothing */
+    bind_args(L, A, fn->i & (NS_F | NS_NN) ? "inplace=" : "", a);
+    return maybe_inplace(L, at, a[0], x, t_unary(L, at, IR_RELU, x));
   case BI_T_SQUARE: {
     PV *y = t.dtype == DT_BOOL ? t_cast(L, at, x, DT_I64) : x;
     return t_binary(L, at, OP_MUL, y, y);
@@ -599,9 +609,11 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
                        "use amax for the values", A->fname);
   case BI_T_SOFTMAX:
   case BI_T_LOG_SOFTMAX: {
-    bind_args(L, A, "dim,dtype=", a);
+    bind_args(L, A, "dim=,_stacklevel=,dtype=", a);
+    if (!a[0] || a[0]->k == PV_NONE)
+      lower_error(L, at, "%s without dim is deprecated in PyTorch; pass dim explicitly", A->fname);
     PV *in = x;
-    if (a[1] && a[1]->k == PV_DTYPE) in = t_cast(L, at, x, a[1]->dt);
+    if (a[2] && a[2]->k == PV_DTYPE) in = t_cast(L, at, x, a[2]->dt);
     return t_softmax(L, at, in, arg_int(L, at, a[0], "dim"), bi == BI_T_LOG_SOFTMAX);
   }
   case BI_T_FLOAT: return t_cast(L, at, x, DT_F32);
@@ -668,19 +680,14 @@ static PV *tensor_fn(L *L, int bi, PV *self, Args *A0) {
   lower_error(L, at, "'%s' is not supported on tensors by ctc", A->fname);
 }
 
-static PV *maybe_inplace(L *L, Span at, PV *flag, PV *x, PV *r) {
-  return flag && arg_bool(L, at, flag, "inplace") ? t_inplace(L, at, x, r) : r;
-}
 
-static PV *functional(L *L, int bi, Args *A) {
+/* torch.nn.functional (relu, tanh, sigmoid, softmax, log_softmax are torch.def rows
+ * shared with torch and Tensor methods: tensor_fn) */
+PV *bi_functional(L *L, PV *fn, Args *A) {
   PV *a[8];
   Span at = A->at;
+  int bi = fn->bi;
   switch (bi) {
-  case BI_F_RELU:
-    bind_args(L, A, "input,inplace=", a);
-    return maybe_inplace(L, at, a[1], a[0], t_unary(L, at, IR_RELU, need_tensor(L, at, a[0], "input")));
-  case BI_F_TANH: return unary_fn(L, A, IR_TANH);
-  case BI_F_SIGMOID: return unary_fn(L, A, IR_SIGMOID);
   case BI_F_LEAKY_RELU: {
     bind_args(L, A, "input,negative_slope=,inplace=", a);
     PV *x = need_tensor(L, at, a[0], "input");
@@ -701,15 +708,6 @@ static PV *functional(L *L, int bi, Args *A) {
     bind_args(L, A, "input,inplace=", a);
     PV *x = need_tensor(L, at, a[0], "input");
     return maybe_inplace(L, at, a[1], x, t_binary(L, at, OP_MUL, x, t_unary(L, at, IR_SIGMOID, x)));
-  }
-  case BI_F_SOFTMAX:
-  case BI_F_LOG_SOFTMAX: {
-    bind_args(L, A, "input,dim=,_stacklevel=,dtype=", a);
-    if (!a[1] || a[1]->k == PV_NONE)
-      lower_error(L, at, "%s without dim is deprecated in PyTorch; pass dim explicitly", A->fname);
-    PV *x = need_tensor(L, at, a[0], "input");
-    if (a[3] && a[3]->k == PV_DTYPE) x = t_cast(L, at, x, a[3]->dt);
-    return t_softmax(L, at, x, arg_int(L, at, a[1], "dim"), bi == BI_F_LOG_SOFTMAX);
   }
   case BI_F_MAX_POOL2D: return pool(L, A, IR_MAXPOOL2D);
   case BI_F_AVG_POOL2D: return pool(L, A, IR_AVGPOOL2D);
@@ -838,25 +836,12 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) return param_grad(L, at, t);
-  for (int i = BI_T_ZEROS; i <= BI_T_ZERO_; i++)
-    if (strcmp(bi_names[i], name) == 0) {
-      if (i >= BI_T_ZEROS && i <= BI_T_SET_NUM_THREADS && i != BI_T_TRIL && i != BI_T_TRIU) continue;
-      return pv_builtin(L, i, bi_names[i], t);
-    }
-  if (!strcmp(name, "softmax")) return pv_builtin(L, BI_T_SOFTMAX, "softmax", t);
-  return NULL;
+  return bi_lookup(L, NS_TENSOR, name, t);
 }
 
-PV *torch_call(L *L, PV *fn, Args *A) {
+/* The rows of torch.def in torch, Tensor methods (and F for those shared). */
+PV *bi_torch(L *L, PV *fn, Args *A) {
   int bi = fn->bi;
-  if (bi >= BI_I_NORMAL_ && bi <= BI_I_KAIMING_UNIFORM_) return init_fn(L, bi, A);
-  if (bi >= BI_F_RELU && bi <= BI_F_SCALED_DOT_PRODUCT_ATTENTION) return functional(L, bi, A);
-  if (bi >= BI_F_CROSS_ENTROPY && bi <= BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS) return loss_functional(L, bi, A);
-  if (bi >= BI_OPT_ZERO_GRAD && bi <= BI_OPT_ADD_PARAM_GROUP) return optim_call(L, fn, A);
-  if (bi == BI_U_CLIP_GRAD_NORM_ || bi == BI_U_CLIP_GRAD_VALUE_) return clip_grad(L, fn, A);
-  if (bi == BI_SCHED_STEP) return sched_call(L, fn, A);
-  if (bi == BI_AG_GRAD) return autograd_grad(L, A);
-  if (bi >= BI_AF_JVP && bi <= BI_TF_VJP_FN) return functional_call(L, fn, A);
   switch (bi) {
   case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:
   case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
@@ -886,9 +871,9 @@ PV *torch_call(L *L, PV *fn, Args *A) {
   case BI_T_TRANSPOSE: case BI_T_PERMUTE: case BI_T_T: case BI_T_SPLIT: case BI_T_CHUNK: case BI_T_EXPAND:
   case BI_T_DETACH: { /* views share storage with their input in PyTorch */
     PV *base = fn->self ? fn->self : A->nargs ? A->args[0] : NULL;
-    PV *r = tensor_fn(L, bi, fn->self, A);
+    PV *r = tensor_fn(L, fn, A);
     return base ? t_mark_view(L, base, r) : r;
   }
-  default: return tensor_fn(L, bi, fn->self, A);
+  default: return tensor_fn(L, fn, A);
   }
 }

@@ -4,7 +4,7 @@
  * reported at the user's source span and name both shapes. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 const char *shape_str(L *L, const Type *t) {
   char buf[256];

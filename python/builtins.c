@@ -1,18 +1,10 @@
-/* builtins.c - Python builtins, math, methods of compile-time values and of
- * nn.Module, argument binding for native functions, and namespaces
- * (torch, torch.nn, torch.nn.functional, math, dataclasses). */
+/* builtins.c - the handlers of builtins.def: Python builtins, math, methods of
+ * compile-time values and of nn.Module; argument binding for native functions. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
-
-const char *const bi_names[BI__COUNT] = {
-#define B(id, name) name,
-#include "builtins.def"
-#undef B
-};
-
+#include "../lowering/lower_int.h"
 
 /* ---- argument binding -------------------------------------------------- */
 
@@ -74,117 +66,6 @@ int arg_ints(L *L, Span at, PV *v, int64_t *out, int max, const char *what) {
   }
   out[0] = arg_int(L, at, v, what);
   return 1;
-}
-
-/* ---- namespaces --------------------------------------------------------- */
-
-static int dtype_by_name(const char *n, DType *dt) {
-  static const struct { const char *n; DType d; } t[] = {
-      {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
-      {"int64", DT_I64},   {"long", DT_I64},  {"int32", DT_I32},   {"int", DT_I32},
-      {"bool", DT_BOOL}};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (strcmp(t[i].n, n) == 0) {
-      *dt = t[i].d;
-      return 1;
-    }
-  return 0;
-}
-
-static PV *find_in_range(L *L, int lo, int hi, const char *name, PV *self) {
-  for (int i = lo; i <= hi; i++)
-    if (strcmp(bi_names[i], name) == 0) return pv_builtin(L, i, bi_names[i], self);
-  return NULL;
-}
-
-static PV *builtin_class(L *L, int bi) {
-  PV *c = pv_new(L, PV_CLASS);
-  c->bi = bi;
-  c->s = bi_names[bi];
-  return c;
-}
-
-PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
-  const char *m = ns->s;
-  DType dt;
-  if (strcmp(m, "torch") == 0) {
-    if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
-    if (strcmp(name, "nn") == 0) return pv_ns(L, "torch.nn");
-    if (strcmp(name, "func") == 0) return pv_ns(L, "torch.func");
-    if (strcmp(name, "optim") == 0) return pv_ns(L, "torch.optim");
-    if (strcmp(name, "autograd") == 0) return pv_ns(L, "torch.autograd");
-    /* Tensor methods that are not torch.* functions (torch.t, torch.detach,
-     * torch.masked_fill, torch.zero_ ... are: their first argument is the tensor) */
-    static const int tensor_only[] = {BI_T_SIZE, BI_T_DIM, BI_T_CONTIGUOUS, BI_T_FLOAT,
-                                      BI_T_DOUBLE, BI_T_LONG, BI_T_INT, BI_T_TO, BI_T_TYPE_AS,
-                                      BI_T_ITEM, BI_T_TOLIST, BI_T_NUMPY, BI_T_BACKWARD,
-                                      BI_T_VIEW, BI_T_EXPAND, BI_T_NEW_ZEROS, BI_T_NEW_ONES,
-                                      BI_T_REPEAT, BI_T_ADD_, BI_T_MUL_, BI_T_REQUIRES_GRAD_};
-    PV *f = find_in_range(L, BI_T_ZEROS, BI_T_ZERO_, name, NULL);
-    for (size_t i = 0; f && i < sizeof tensor_only / sizeof tensor_only[0]; i++)
-      if (f->bi == tensor_only[i]) f = NULL;
-    if (f) return f;
-    if (strcmp(name, "Tensor") == 0) return builtin_class(L, BI_C_OBJECT);
-    return NULL;
-  }
-  if (strcmp(m, "torch.nn") == 0) {
-    if (strcmp(name, "functional") == 0) return pv_ns(L, "torch.nn.functional");
-    if (strcmp(name, "init") == 0) return pv_ns(L, "torch.nn.init");
-    if (strcmp(name, "utils") == 0) return pv_ns(L, "torch.nn.utils");
-    for (int i = BI_C_MODULE; i < BI_C_OBJECT; i++)
-      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
-    return NULL;
-  }
-  if (strcmp(m, "torch.nn.functional") == 0) {
-    PV *f = find_in_range(L, BI_F_RELU, BI_F_SCALED_DOT_PRODUCT_ATTENTION, name, NULL);
-    return f ? f : find_in_range(L, BI_F_CROSS_ENTROPY, BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS, name, NULL);
-  }
-  if (strcmp(m, "torch.optim") == 0) {
-    for (int i = BI_O_SGD; i <= BI_O_ADADELTA; i++)
-      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
-    if (strcmp(name, "lr_scheduler") == 0) return pv_ns(L, "torch.optim.lr_scheduler");
-    return NULL;
-  }
-  if (strcmp(m, "torch.autograd") == 0) {
-    if (strcmp(name, "functional") == 0) return pv_ns(L, "torch.autograd.functional");
-    if (strcmp(name, "forward_ad") == 0) return pv_ns(L, "torch.autograd.forward_ad");
-    return strcmp(name, "grad") == 0 ? pv_builtin(L, BI_AG_GRAD, "grad", NULL) : NULL;
-  }
-  if (strcmp(m, "torch.autograd.functional") == 0) return find_in_range(L, BI_AF_JVP, BI_AF_HESSIAN, name, NULL);
-  if (strcmp(m, "torch.autograd.forward_ad") == 0) return find_in_range(L, BI_FW_DUAL_LEVEL, BI_FW_UNPACK_DUAL, name, NULL);
-  if (strcmp(m, "torch.func") == 0 || strcmp(m, "functorch") == 0) {
-    if (strcmp(name, "functional_call") == 0) return NULL;
-    return find_in_range(L, BI_TF_GRAD, BI_TF_HESSIAN, name, NULL);
-  }
-  if (strcmp(m, "torch.nn.utils") == 0) {
-    if (strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
-    return find_in_range(L, BI_U_CLIP_GRAD_NORM_, BI_U_CLIP_GRAD_VALUE_, name, NULL);
-  }
-  if (strcmp(m, "torch.nn.init") == 0) return find_in_range(L, BI_I_NORMAL_, BI_I_KAIMING_UNIFORM_, name, NULL);
-  if (strcmp(m, "math") == 0) {
-    if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
-    if (strcmp(name, "e") == 0) return pv_float(L, M_E);
-    if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
-    if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
-    return find_in_range(L, BI_M_SQRT, BI_M_PROD, name, NULL);
-  }
-  if (strcmp(m, "dataclasses") == 0) return find_in_range(L, BI_DATACLASS, BI_FIELD, name, NULL);
-  if (strcmp(m, "torch.optim.lr_scheduler") == 0) {
-    for (int i = BI_S_STEPLR; i <= BI_S_ONECYCLELR; i++)
-      if (strcmp(bi_names[i], name) == 0) return builtin_class(L, i);
-    return NULL;
-  }
-  if (strcmp(m, "typing") == 0) return pv_none(L);
-  /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
-   * module, so files that import it still compile as long as compiled code
-   * does not use it. */
-  return pv_ns(L, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
-}
-
-void builtins_install(L *L, Env *b) {
-  for (int i = BI_RANGE; i <= BI_REPR; i++) env_set(L, b, bi_names[i], pv_builtin(L, i, bi_names[i], NULL));
-  env_set(L, b, "object", builtin_class(L, BI_C_OBJECT));
-  env_set(L, b, "__name__", pv_str(L, "__ctc__"));
 }
 
 /* ---- module introspection ----------------------------------------------- */
@@ -269,7 +150,7 @@ static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out,
     }
 }
 
-static PV *module_call(L *L, PV *fn, Args *A) {
+PV *bi_module_method(L *L, PV *fn, Args *A) {
   PV *self = fn->self, *a[4];
   switch (fn->bi) {
   case BI_MOD_INIT: return pv_none(L);
@@ -491,10 +372,10 @@ static void merge_sort(L *L, Span at, PV **v, PV **tmp, int n) {
   memcpy(v, tmp, sizeof(PV *) * (size_t)n);
 }
 
-PV *call_builtin(L *L, PV *fn, Args *A) {
+/* The Python builtins, math, dataclasses and the methods of str, list, dict. */
+PV *bi_python(L *L, PV *fn, Args *A) {
   PV *a[8];
   int bi = fn->bi;
-  if (bi >= BI_MOD_INIT && bi <= BI_MOD_STATE_DICT) return module_call(L, fn, A);
   switch (bi) {
   case BI_RANGE: {
     bind_args(L, A, "a,b=,c=", a);
@@ -881,6 +762,6 @@ PV *call_builtin(L *L, PV *fn, Args *A) {
     }
     return acc;
   }
-  default: return torch_call(L, fn, A);
+  default: BUG("builtin %s", fn->s);
   }
 }

@@ -3,7 +3,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   const char *eq = strchr(text, '=');

@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 #define MAX_DEPTH 60                 /* nested calls */
 #define MAX_STEPS 20000000           /* statements executed (and work in builtins) per compile */
@@ -335,17 +335,7 @@ static PV *bind_method(L *L, PV *self, PV *f) {
 }
 
 /* Builtin nn.Module methods reachable on every module object. */
-static PV *module_method(L *L, PV *obj, const char *name) {
-  static const int ids[] = {BI_MOD_PARAMETERS, BI_MOD_TRAIN, BI_MOD_EVAL, BI_MOD_APPLY,
-                            BI_MOD_REGISTER_BUFFER, BI_MOD_REGISTER_PARAMETER, BI_MOD_ADD_MODULE,
-                            BI_MOD_ZERO_GRAD, BI_MOD_TO, BI_MOD_MODULES, BI_MOD_CHILDREN,
-                            BI_MOD_NAMED_PARAMETERS, BI_MOD_INIT, BI_MOD_REQUIRES_GRAD_,
-                            BI_MOD_NAMED_MODULES, BI_MOD_NAMED_CHILDREN, BI_MOD_NAMED_BUFFERS,
-                            BI_MOD_BUFFERS, BI_MOD_STATE_DICT};
-  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-    if (strcmp(bi_names[ids[i]], name) == 0) return pv_builtin(L, ids[i], bi_names[ids[i]], obj);
-  return NULL;
-}
+static PV *module_method(L *L, PV *obj, const char *name) { return bi_lookup(L, NS_MODULE, name, obj); }
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
@@ -365,14 +355,9 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
-    if (obj->cls && obj->cls->bi >= BI_S_STEPLR && obj->cls->bi <= BI_S_ONECYCLELR)
-      return strcmp(name, "step") == 0 ? pv_builtin(L, BI_SCHED_STEP, "step", obj) : NULL;
-    if (obj->cls && obj->cls->bi >= BI_O_SGD && obj->cls->bi <= BI_O_ADADELTA) {
-      if (strcmp(name, "zero_grad") == 0) return pv_builtin(L, BI_OPT_ZERO_GRAD, "zero_grad", obj);
-      if (strcmp(name, "step") == 0) return pv_builtin(L, BI_OPT_STEP, "step", obj);
-      if (strcmp(name, "add_param_group") == 0) return pv_builtin(L, BI_OPT_ADD_PARAM_GROUP, "add_param_group", obj);
-      return NULL;
-    }
+    /* an instance of a builtin class that is no module (an optimizer, a scheduler):
+     * its methods are the rows of its class's method namespace */
+    if (!obj->mod && obj->cls && obj->cls->bi) return bi_lookup(L, bi_rows[obj->cls->bi].methods, name, obj);
     if (obj->mod && strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
@@ -383,22 +368,9 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
       return obj->items[!strcmp(name, "tangent")];
     return NULL;
-  case PV_LIST:
-    if (strcmp(name, "append") == 0 && obj->k == PV_LIST) return pv_builtin(L, BI_LIST_APPEND, "append", obj);
-    if (strcmp(name, "extend") == 0) return pv_builtin(L, BI_LIST_EXTEND, "extend", obj);
-    return NULL;
-  case PV_DICT:
-    if (strcmp(name, "items") == 0) return pv_builtin(L, BI_DICT_ITEMS, "items", obj);
-    if (strcmp(name, "keys") == 0) return pv_builtin(L, BI_DICT_KEYS, "keys", obj);
-    if (strcmp(name, "values") == 0) return pv_builtin(L, BI_DICT_VALUES, "values", obj);
-    if (strcmp(name, "get") == 0) return pv_builtin(L, BI_DICT_GET, "get", obj);
-    return NULL;
-  case PV_STR:
-    if (strcmp(name, "format") == 0) return pv_builtin(L, BI_STR_FORMAT, "format", obj);
-    if (strcmp(name, "join") == 0) return pv_builtin(L, BI_STR_JOIN, "join", obj);
-    if (strcmp(name, "startswith") == 0) return pv_builtin(L, BI_STR_STARTSWITH, "startswith", obj);
-    if (strcmp(name, "endswith") == 0) return pv_builtin(L, BI_STR_ENDSWITH, "endswith", obj);
-    return NULL;
+  case PV_LIST: return bi_lookup(L, NS_LIST, name, obj);
+  case PV_DICT: return bi_lookup(L, NS_DICT, name, obj);
+  case PV_STR: return bi_lookup(L, NS_STR, name, obj);
   case PV_DTYPE:
     if (strcmp(name, "is_floating_point") == 0) return NULL;
     return NULL;
@@ -571,7 +543,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
     if (fn->mod) {
       if (fn->cls->bi) {
         Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
-        return name_result(L, fn, layer_forward(L, fn, &A));
+        return name_result(L, fn, layer_call(L, fn, &A));
       }
       PV *fwd = class_lookup(fn->cls, "forward");
       if (!fwd) lower_error(L, at, "module '%s' has no forward method", fn->cls->s);
@@ -613,7 +585,7 @@ static void dataclass_init(L *L, Span at, PV *cls, PV *obj, PV **args, int nargs
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   if (cls->bi) {
     Args A = {at, args, nargs, kwn, kwv, nkw, cls->s};
-    return layer_construct(L, cls, &A);
+    return class_construct(L, cls, &A);
   }
   PV *obj;
   int is_module = 0;
@@ -1313,7 +1285,8 @@ static int exec_stmt(L *L, Node *s) {
         dual = 1;
         continue;
       }
-      if (cm->k == PV_BUILTIN && cm->bi >= BI_T_NO_GRAD && cm->bi <= BI_T_INFERENCE_MODE)
+      if (cm->k == PV_BUILTIN && (cm->bi == BI_T_NO_GRAD || cm->bi == BI_T_ENABLE_GRAD ||
+                                   cm->bi == BI_T_SET_GRAD_ENABLED || cm->bi == BI_T_INFERENCE_MODE))
         lower_error(L, it->span, "'%s' needs to be called: 'with torch.%s():'", cm->s, cm->s);
       if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_GRAD_MODE))
         lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode) and "

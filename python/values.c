@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 PV *pv_new(L *L, PVKind k) {
   PV *v = arena_alloc(L->a, sizeof *v);

@@ -8,7 +8,7 @@
  * sweep per output element). */
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 /* A fresh IR value equal to x, so that differentiation sees the function's
  * inputs as independent variables (values computed from x earlier are constants
@@ -387,9 +387,6 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
   }
 }
 
-PV *functional_call(L *L, PV *fn, Args *A) {
-  int bi = fn->bi;
-  if (bi >= BI_AF_JVP && bi <= BI_AF_HESSIAN) return autograd_functional(L, bi, A);
-  if (bi >= BI_FW_DUAL_LEVEL && bi <= BI_FW_UNPACK_DUAL) return forward_ad(L, bi, A);
-  return torch_func(L, fn, A);
-}
+PV *bi_autograd_functional(L *L, PV *fn, Args *A) { return autograd_functional(L, fn->bi, A); }
+PV *bi_forward_ad(L *L, PV *fn, Args *A) { return forward_ad(L, fn->bi, A); }
+PV *bi_torch_func(L *L, PV *fn, Args *A) { return torch_func(L, fn, A); }

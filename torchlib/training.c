@@ -9,56 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../autograd_ad/autograd.h"
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 /* ---- optimizers: construction at compile time ---------------------------- */
-
-/* Each optimizer's constructor options after `params`, in PyTorch 1.13's order,
- * with their defaults: R required (SGD's lr), N None, F/T booleans, (a;b) a pair.
- * A parameter group takes from these every option it does not set itself. */
-typedef struct OptSpec {
-  int bi;
-  const char *args;
-} OptSpec;
-
-static const OptSpec opt_specs[] = {
-    {BI_O_SGD, "lr=R,momentum=0,dampening=0,weight_decay=0,nesterov=F,maximize=F,foreach=N,differentiable=F"},
-    {BI_O_ADAM, "lr=0.001,betas=(0.9;0.999),eps=1e-08,weight_decay=0,amsgrad=F,foreach=N,maximize=F,capturable=F,"
-                "differentiable=F,fused=F"},
-    {BI_O_ADAMW, "lr=0.001,betas=(0.9;0.999),eps=1e-08,weight_decay=0.01,amsgrad=F,maximize=F,foreach=N,capturable=F"},
-    {BI_O_RMSPROP, "lr=0.01,alpha=0.99,eps=1e-08,weight_decay=0,momentum=0,centered=F,foreach=N,maximize=F,"
-                   "differentiable=F"},
-    {BI_O_ADAGRAD, "lr=0.01,lr_decay=0,weight_decay=0,initial_accumulator_value=0,eps=1e-10,foreach=N,maximize=F"},
-    {BI_O_ADADELTA, "lr=1.0,rho=0.9,eps=1e-06,weight_decay=0,foreach=N,maximize=F"},
-};
-
-static PV *spec_default(L *L, const char *d) {
-  if (!strcmp(d, "N")) return pv_none(L);
-  if (!strcmp(d, "F") || !strcmp(d, "T")) return pv_bool(L, d[0] == 'T');
-  if (d[0] == '(') {
-    PV *it[2] = {pv_float(L, strtod(d + 1, NULL)), pv_float(L, strtod(strchr(d, ';') + 1, NULL))};
-    return pv_tuple(L, it, 2);
-  }
-  if (!strpbrk(d, ".e")) return pv_int(L, strtoll(d, NULL, 10));
-  return pv_float(L, strtod(d, NULL));
-}
 
 static PV *key(L *L, const char *k) { return pv_str(L, k); }
 
 #define REQUIRED "<required parameter>" /* PyTorch's `required` sentinel (SGD's lr) */
 
 /* The value of option `name` in a parameter group (a dict), as a number. */
-static double hp(L *L, Span at, PV *group, const char *name, double dflt) {
+double opt_hp(L *L, Span at, PV *group, const char *name, double dflt) {
   PV *v = pv_dict_get(group, key(L, name));
   return v && v->k != PV_NONE ? arg_num(L, at, v, name) : dflt;
 }
 
-static int hpb(L *L, Span at, PV *group, const char *name) {
+int opt_hpb(L *L, Span at, PV *group, const char *name) {
   PV *v = pv_dict_get(group, key(L, name));
   return v && v->k != PV_NONE ? arg_bool(L, at, v, name) : 0;
 }
 
-static int opt_is_optimizer(PV *o) { return o->k == PV_OBJ && o->cls && o->cls->bi >= BI_O_SGD && o->cls->bi <= BI_O_ADADELTA; }
+static int opt_is_optimizer(PV *o) { return bi_kind_of(o) == BK_OPTIM; }
 
 /* optimizer.add_param_group(group), also used by the constructor: PyTorch's
  * checks (params a tensor or an iterable of parameters, none already in a
@@ -117,16 +87,14 @@ static void add_group(L *L, Span at, PV *opt, PV *group) {
   for (int i = 0; i < list->n; i++) pv_list_append(L, all, list->items[i]);
 }
 
-PV *optim_construct(L *L, PV *cls, Args *A) {
-  const OptSpec *sp = NULL;
-  for (size_t i = 0; i < sizeof opt_specs / sizeof opt_specs[0]; i++)
-    if (opt_specs[i].bi == cls->bi) sp = &opt_specs[i];
-  if (!sp) BUG("optimizer %d", cls->bi);
+/* torch.optim.<Name>(params, ...): an OPTIM row of optim.def. */
+PV *optim_new(L *L, PV *cls, Args *A) {
+  const char *defaults_spec = bi_rows[cls->bi].spec;
   /* names and defaults from the spec */
   const char *names[16], *dflts[16];
   int nn = 0;
   char buf[300], spec[400];
-  snprintf(buf, sizeof buf, "%s", sp->args);
+  snprintf(buf, sizeof buf, "%s", defaults_spec);
   int len = snprintf(spec, sizeof spec, "params");
   for (char *p = strtok(buf, ","); p && nn < 16; p = strtok(NULL, ",")) {
     char *eq = strchr(p, '=');
@@ -143,7 +111,7 @@ PV *optim_construct(L *L, PV *cls, Args *A) {
   o->attrs = env_new(L, NULL);
   PV *defaults = pv_dict(L);
   for (int i = 0; i < nn; i++) {
-    PV *v = a[1 + i] ? a[1 + i] : !strcmp(dflts[i], "R") ? pv_str(L, REQUIRED) : spec_default(L, dflts[i]);
+    PV *v = a[1 + i] ? a[1 + i] : !strcmp(dflts[i], "R") ? pv_str(L, REQUIRED) : spec_value(L, dflts[i]);
     if (!strcmp(names[i], "betas") && (!pv_is_seq(v) || v->n != 2)) lower_error(L, at, "betas must be a pair");
     pv_dict_set(L, at, defaults, key(L, names[i]), v);
   }
@@ -263,7 +231,7 @@ static PV *lr_tensor(L *L, Span at, PV *v) {
 
 /* The momentum (SGD) or beta1 (Adam): a constant, or with OneCycleLR's
  * cycle_momentum the state tensor "<optimizer>.momentum" the scheduler rewrites. */
-static PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt) {
+PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt) {
   PV *m0 = env_get(opt->attrs, "mom0");
   if (!m0) return F(dflt);
   Type st = {0};
@@ -271,115 +239,123 @@ static PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt) {
   return state_tensor(L, at, arena_printf(L->a, "%s.momentum", oname), &st, pv_num(m0));
 }
 
-/* One optimizer update for parameter p with gradient g (PV tensors). */
+/* One optimizer update for parameter p with gradient g (PV tensors): PyTorch
+ * 1.13 negates the gradient first under maximize, then the row's rule. */
 static void step_param(L *L, Span at, PV *opt, PV *group, PV *LR, const char *oname, const char *pname, PV *p, PV *g,
                        PV *tcount) {
-  int bi = opt->cls->bi;
-  Type t = p->t->type;
-  double wd = hp(L, at, group, "weight_decay", 0);
-  const char *pre = arena_printf(L->a, "%s.%s", oname, pname);
-  if (hpb(L, at, group, "maximize")) g = t_unary(L, at, IR_NEG, g); /* PyTorch 1.13 negates the gradient first */
-  if (bi != BI_O_ADAMW && wd != 0) g = ADD(g, MUL(p, F(wd)));
-  switch (bi) {
-  case BI_O_SGD: {
-    double mom = hp(L, at, group, "momentum", 0), damp = hp(L, at, group, "dampening", 0);
-    int nesterov = hpb(L, at, group, "nesterov");
-    if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
-    PV *d = g;
-    PV *MOM = opt_mom(L, at, opt, oname, mom);
-    if (mom != 0 || MOM->k == PV_TENSOR) {
-      PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
-      PV *nb = ADD(MUL(buf, MOM), mul_c(L, at, g, 1 - damp));
-      if (damp != 0) {
-        /* PyTorch's first step sets buf = g (no dampening) */
-        PV *first = t_compare(L, at, OP_EQ, tcount, F(0));
-        nb = t_where(L, at, first, g, nb);
-      }
-      state_update(L, at, buf, nb);
-      d = nesterov ? ADD(g, MUL(nb, MOM)) : nb;
+  OptStep s = {opt, group, LR, p, g, tcount, oname, arena_printf(L->a, "%s.%s", oname, pname), p->t->type};
+  if (opt_hpb(L, at, group, "maximize")) s.g = t_unary(L, at, IR_NEG, g);
+  bi_rows[opt->cls->bi].opt_rule(L, at, &s);
+}
+
+PV *opt_l2(L *L, Span at, OptStep *s) {
+  double wd = opt_hp(L, at, s->group, "weight_decay", 0);
+  return wd != 0 ? ADD(s->g, MUL(s->p, F(wd))) : s->g;
+}
+
+#define ST(name) state_tensor(L, at, arena_printf(L->a, "%s." name, s->pre), &s->t, 0)
+
+void opt_sgd(L *L, Span at, OptStep *s) {
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  double mom = opt_hp(L, at, s->group, "momentum", 0), damp = opt_hp(L, at, s->group, "dampening", 0);
+  int nesterov = opt_hpb(L, at, s->group, "nesterov");
+  if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
+  PV *d = g;
+  PV *MOM = opt_mom(L, at, s->opt, s->oname, mom);
+  if (mom != 0 || MOM->k == PV_TENSOR) {
+    PV *buf = ST("momentum_buffer");
+    PV *nb = ADD(MUL(buf, MOM), mul_c(L, at, g, 1 - damp));
+    if (damp != 0) {
+      /* PyTorch's first step sets buf = g (no dampening) */
+      PV *first = t_compare(L, at, OP_EQ, s->tcount, F(0));
+      nb = t_where(L, at, first, g, nb);
     }
-    state_update(L, at, p, SUB(p, MUL(d, LR)));
-    return;
+    state_update(L, at, buf, nb);
+    d = nesterov ? ADD(g, MUL(nb, MOM)) : nb;
   }
-  case BI_O_ADAM:
-  case BI_O_ADAMW: {
-    PV *betas = pv_dict_get(group, key(L, "betas"));
-    double b1 = 0.9, b2 = 0.999;
-    if (betas) {
-      if (!pv_is_seq(betas) || betas->n != 2) lower_error(L, at, "betas must be a pair");
-      b1 = arg_num(L, at, betas->items[0], "beta1");
-      b2 = arg_num(L, at, betas->items[1], "beta2");
-    }
-    double eps = hp(L, at, group, "eps", 1e-8);
-    PV *slot = p; /* AdamW decays the weight first: p * (1 - lr * wd), default wd 1e-2 */
-    if (bi == BI_O_ADAMW) p = MUL(p, SUB(F(1), MUL(LR, F(wd))));
-    PV *m = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg", pre), &t, 0);
-    PV *v = state_tensor(L, at, arena_printf(L->a, "%s.exp_avg_sq", pre), &t, 0);
-    PV *B1 = opt_mom(L, at, opt, oname, b1);
-    PV *nm = ADD(MUL(m, B1), MUL(g, SUB(F(1), B1)));
-    PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
-    state_update(L, at, m, nm);
-    state_update(L, at, v, nv);
-    PV *step = ADD(tcount, F(1));
-    PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, B1, step));
-    PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
-    PV *den_v = nv;
-    if (hpb(L, at, group, "amsgrad")) {
-      PV *vmax = state_tensor(L, at, arena_printf(L->a, "%s.max_exp_avg_sq", pre), &t, 0);
-      PV *nmax = t_minmax(L, at, IR_MAX, vmax, nv);   /* torch.maximum: NaN propagates */
-      state_update(L, at, vmax, nmax);
-      den_v = nmax;
-    }
-    PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
-    PV *stepsize = DIV(LR, bc1);
-    state_update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
-    return;
+  state_update(L, at, p, SUB(p, MUL(d, s->LR)));
+}
+
+/* Adam, and AdamW (decoupled: the weight decays first, p * (1 - lr * wd)) */
+static void adam(L *L, Span at, OptStep *s, int decoupled) {
+  PV *LR = s->LR, *g = decoupled ? s->g : opt_l2(L, at, s), *p = s->p, *group = s->group;
+  PV *betas = pv_dict_get(group, key(L, "betas"));
+  double b1 = 0.9, b2 = 0.999;
+  if (betas) {
+    if (!pv_is_seq(betas) || betas->n != 2) lower_error(L, at, "betas must be a pair");
+    b1 = arg_num(L, at, betas->items[0], "beta1");
+    b2 = arg_num(L, at, betas->items[1], "beta2");
   }
-  case BI_O_RMSPROP: {
-    double alpha = hp(L, at, group, "alpha", 0.99), eps = hp(L, at, group, "eps", 1e-8), mom = hp(L, at, group, "momentum", 0);
-    PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
-    PV *nsq = ADD(MUL(sq, F(alpha)), MUL(MUL(g, g), F(1 - alpha)));
-    state_update(L, at, sq, nsq);
-    PV *avg;
-    if (hpb(L, at, group, "centered")) {
-      PV *ga = state_tensor(L, at, arena_printf(L->a, "%s.grad_avg", pre), &t, 0);
-      PV *nga = ADD(MUL(ga, F(alpha)), MUL(g, F(1 - alpha)));
-      state_update(L, at, ga, nga);
-      avg = ADD(SQRT(SUB(nsq, MUL(nga, nga))), F(eps));
-    } else
-      avg = ADD(SQRT(nsq), F(eps));
-    if (mom > 0) {
-      PV *buf = state_tensor(L, at, arena_printf(L->a, "%s.momentum_buffer", pre), &t, 0);
-      PV *nb = ADD(MUL(buf, F(mom)), DIV(g, avg));
-      state_update(L, at, buf, nb);
-      state_update(L, at, p, SUB(p, MUL(nb, LR)));
-    } else
-      state_update(L, at, p, SUB(p, MUL(DIV(g, avg), LR)));
-    return;
+  double eps = opt_hp(L, at, group, "eps", 1e-8), wd = opt_hp(L, at, group, "weight_decay", 0);
+  PV *slot = p;
+  if (decoupled) p = MUL(p, SUB(F(1), MUL(LR, F(wd))));
+  PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
+  PV *B1 = opt_mom(L, at, s->opt, s->oname, b1);
+  PV *nm = ADD(MUL(m, B1), MUL(g, SUB(F(1), B1)));
+  PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
+  state_update(L, at, m, nm);
+  state_update(L, at, v, nv);
+  PV *step = ADD(s->tcount, F(1));
+  PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, B1, step));
+  PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
+  PV *den_v = nv;
+  if (opt_hpb(L, at, group, "amsgrad")) {
+    PV *vmax = ST("max_exp_avg_sq");
+    PV *nmax = t_minmax(L, at, IR_MAX, vmax, nv);   /* torch.maximum: NaN propagates */
+    state_update(L, at, vmax, nmax);
+    den_v = nmax;
   }
-  case BI_O_ADAGRAD: {
-    double lrd = hp(L, at, group, "lr_decay", 0), eps = hp(L, at, group, "eps", 1e-10);
-    double init = hp(L, at, group, "initial_accumulator_value", 0);
-    PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", pre), &t, init);
-    PV *nsum = ADD(sum, MUL(g, g));
-    state_update(L, at, sum, nsum);
-    PV *clr = DIV(LR, ADD(F(1), MUL(tcount, F(lrd))));
-    state_update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
-    return;
-  }
-  case BI_O_ADADELTA: {
-    double rho = hp(L, at, group, "rho", 0.9), eps = hp(L, at, group, "eps", 1e-6);
-    PV *sq = state_tensor(L, at, arena_printf(L->a, "%s.square_avg", pre), &t, 0);
-    PV *acc = state_tensor(L, at, arena_printf(L->a, "%s.acc_delta", pre), &t, 0);
-    PV *nsq = ADD(MUL(sq, F(rho)), MUL(MUL(g, g), F(1 - rho)));
-    PV *delta = MUL(DIV(SQRT(ADD(acc, F(eps))), SQRT(ADD(nsq, F(eps)))), g);
-    state_update(L, at, sq, nsq);
-    state_update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
-    state_update(L, at, p, SUB(p, MUL(delta, LR)));
-    return;
-  }
-  default: BUG("optimizer %d", bi);
-  }
+  PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
+  PV *stepsize = DIV(LR, bc1);
+  state_update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
+}
+void opt_adam(L *L, Span at, OptStep *s) { adam(L, at, s, 0); }
+void opt_adamw(L *L, Span at, OptStep *s) { adam(L, at, s, 1); }
+
+void opt_rmsprop(L *L, Span at, OptStep *s) {
+  PV *g = opt_l2(L, at, s), *p = s->p, *group = s->group;
+  double alpha = opt_hp(L, at, group, "alpha", 0.99), eps = opt_hp(L, at, group, "eps", 1e-8);
+  double mom = opt_hp(L, at, group, "momentum", 0);
+  PV *sq = ST("square_avg");
+  PV *nsq = ADD(MUL(sq, F(alpha)), MUL(MUL(g, g), F(1 - alpha)));
+  state_update(L, at, sq, nsq);
+  PV *avg;
+  if (opt_hpb(L, at, group, "centered")) {
+    PV *ga = ST("grad_avg");
+    PV *nga = ADD(MUL(ga, F(alpha)), MUL(g, F(1 - alpha)));
+    state_update(L, at, ga, nga);
+    avg = ADD(SQRT(SUB(nsq, MUL(nga, nga))), F(eps));
+  } else
+    avg = ADD(SQRT(nsq), F(eps));
+  if (mom > 0) {
+    PV *buf = ST("momentum_buffer");
+    PV *nb = ADD(MUL(buf, F(mom)), DIV(g, avg));
+    state_update(L, at, buf, nb);
+    state_update(L, at, p, SUB(p, MUL(nb, s->LR)));
+  } else
+    state_update(L, at, p, SUB(p, MUL(DIV(g, avg), s->LR)));
+}
+
+void opt_adagrad(L *L, Span at, OptStep *s) {
+  PV *g = opt_l2(L, at, s), *p = s->p, *group = s->group;
+  double lrd = opt_hp(L, at, group, "lr_decay", 0), eps = opt_hp(L, at, group, "eps", 1e-10);
+  double init = opt_hp(L, at, group, "initial_accumulator_value", 0);
+  PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", s->pre), &s->t, init);
+  PV *nsum = ADD(sum, MUL(g, g));
+  state_update(L, at, sum, nsum);
+  PV *clr = DIV(s->LR, ADD(F(1), MUL(s->tcount, F(lrd))));
+  state_update(L, at, p, SUB(p, MUL(clr, DIV(g, ADD(SQRT(nsum), F(eps))))));
+}
+
+void opt_adadelta(L *L, Span at, OptStep *s) {
+  PV *g = opt_l2(L, at, s), *p = s->p, *group = s->group;
+  double rho = opt_hp(L, at, group, "rho", 0.9), eps = opt_hp(L, at, group, "eps", 1e-6);
+  PV *sq = ST("square_avg"), *acc = ST("acc_delta");
+  PV *nsq = ADD(MUL(sq, F(rho)), MUL(MUL(g, g), F(1 - rho)));
+  PV *delta = MUL(DIV(SQRT(ADD(acc, F(eps))), SQRT(ADD(nsq, F(eps)))), g);
+  state_update(L, at, sq, nsq);
+  state_update(L, at, acc, ADD(MUL(acc, F(rho)), MUL(MUL(delta, delta), F(1 - rho))));
+  state_update(L, at, p, SUB(p, MUL(delta, s->LR)));
 }
 
 /* The name of a parameter slot in the state_dict ("fc1.weight"). */
@@ -514,7 +490,7 @@ PV *param_grad(L *L, Span at, PV *t) {
  * error_if_nonfinite=False) and clip_grad_value_(parameters, clip_value), as
  * PyTorch 1.13 computes them: the total norm is the norm of the per-parameter
  * norms, the gradients are scaled by clamp(max_norm / (total + 1e-6), max=1). */
-PV *clip_grad(L *L, PV *fn, Args *A) {
+PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   PV *a[5];
   int norm = fn->bi == BI_U_CLIP_GRAD_NORM_;
   bind_args(L, A, norm ? "parameters,max_norm,norm_type=,error_if_nonfinite=,foreach=" : "parameters,clip_value,foreach=", a);
@@ -611,7 +587,7 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
   return pv_none(L);
 }
 
-PV *optim_call(L *L, PV *fn, Args *A) {
+PV *bi_optim_method(L *L, PV *fn, Args *A) {
   PV *opt = fn->self, *a[2];
   if (fn->bi == BI_OPT_ZERO_GRAD) {
     bind_args(L, A, "set_to_none=", a);
@@ -652,7 +628,7 @@ PV *tensor_backward(L *L, PV *t, Args *A) {
   return pv_none(L);
 }
 
-PV *autograd_grad(L *L, Args *A) {
+PV *bi_autograd_grad(L *L, PV *fn, Args *A) {
   PV *a[8];
   bind_args(L, A, "outputs,inputs,grad_outputs=,retain_graph=,create_graph=,only_inputs=,allow_unused=,is_grads_batched=", a);
   if (!L->fn) lower_error(L, A->at, "torch.autograd.grad must be called inside a compiled function");
@@ -687,19 +663,6 @@ PV *autograd_grad(L *L, Args *A) {
  * lr(last_epoch) in closed form (PyTorch's _get_closed_form_lr). Called inside a
  * compiled function it is staged there (per-step schedules); otherwise ctc adds
  * an entry "<scheduler>_step" that `./net train` runs after every epoch. */
-
-static const char *sched_spec(int bi) {
-  switch (bi) {
-  case BI_S_STEPLR: return "optimizer,step_size,gamma=,last_epoch=,verbose=";
-  case BI_S_MULTISTEPLR: return "optimizer,milestones,gamma=,last_epoch=,verbose=";
-  case BI_S_EXPONENTIALLR: return "optimizer,gamma,last_epoch=,verbose=";
-  case BI_S_COSINEANNEALINGLR: return "optimizer,T_max,eta_min=,last_epoch=,verbose=";
-  case BI_S_LINEARLR: return "optimizer,start_factor=,end_factor=,total_iters=,last_epoch=,verbose=";
-  default: return "optimizer,max_lr,total_steps=,epochs=,steps_per_epoch=,pct_start=,anneal_strategy=,"
-                  "cycle_momentum=,base_momentum=,max_momentum=,div_factor=,final_div_factor=,three_phase=,"
-                  "last_epoch=,verbose=";
-  }
-}
 
 /* OneCycleLR's phases: (end step, start value, end value) for lr or momentum. */
 static int onecycle_phases(L *L, PV *s, int mom, double end[3], double a[3], double b[3]) {
@@ -736,55 +699,139 @@ static PV *onecycle_value(L *L, Span at, PV *s, PV *n, int mom) {
   return r;
 }
 
-/* lr(n) as a Python number, for the value the scheduler sets at construction. */
-static double sched_lr0(L *L, PV *s) {
-  double base = pv_num(env_get(s->attrs, "base_lr"));
-  switch (s->cls->bi) {
-  case BI_S_ONECYCLELR: return pv_num(env_get(s->attrs, "initial_lr"));
-  case BI_S_LINEARLR: return base * pv_num(env_get(s->attrs, "start_factor"));
-  default: return base;
-  }
+/* The rules of optim.def's SCHED rows: lr(n) as IR, n an f32 scalar tensor (the
+ * number of steps taken), in PyTorch's closed form (_get_closed_form_lr); `lr`
+ * is the learning rate before this step, for rules written recursively. The
+ * init functions check and keep the constructor's arguments (a[0] is the
+ * optimizer) and return the learning rate at construction. */
+static double base_lr(PV *s) { return pv_num(env_get(s->attrs, "base_lr")); }
+static PV *gamma_arg(L *L, Span at, PV *v, double dflt) { return pv_float(L, v ? arg_num(L, at, v, "gamma") : dflt); }
+
+double sched_steplr_init(L *L, Span at, PV *s, PV **a) {
+  if (arg_int(L, at, a[1], "step_size") <= 0) lower_error(L, at, "step_size must be positive");
+  env_set(L, s->attrs, "step_size", pv_int(L, arg_int(L, at, a[1], "step_size")));
+  env_set(L, s->attrs, "gamma", gamma_arg(L, at, a[2], 0.1));
+  return base_lr(s);
+}
+PV *sched_steplr(L *L, Span at, PV *s, PV *n, PV *lr) {
+  double gamma = pv_num(env_get(s->attrs, "gamma"));
+  PV *k = t_unary(L, at, IR_FLOOR, DIV(n, F((double)env_get(s->attrs, "step_size")->i)));
+  return MUL(F(base_lr(s)), t_binary(L, at, OP_POW, F(gamma), k));
 }
 
-/* lr(n) as IR, n an f32 scalar tensor (the number of steps taken). */
-static PV *sched_lr(L *L, Span at, PV *s, PV *n) {
-  double base = pv_num(env_get(s->attrs, "base_lr"));
-  switch (s->cls->bi) {
-  case BI_S_STEPLR: {
-    double gamma = pv_num(env_get(s->attrs, "gamma"));
-    PV *k = t_unary(L, at, IR_FLOOR, DIV(n, F((double)env_get(s->attrs, "step_size")->i)));
-    return MUL(F(base), t_binary(L, at, OP_POW, F(gamma), k));
-  }
-  case BI_S_MULTISTEPLR: {
-    double gamma = pv_num(env_get(s->attrs, "gamma"));
-    PV *ms = env_get(s->attrs, "milestones"), *k = MUL(n, F(0));
-    for (int i = 0; i < ms->n; i++)
-      k = ADD(k, t_cast(L, at, t_compare(L, at, OP_GE, n, F((double)ms->items[i]->i)), DT_F32));
-    return MUL(F(base), t_binary(L, at, OP_POW, F(gamma), k));
-  }
-  case BI_S_EXPONENTIALLR:
-    return MUL(F(base), t_binary(L, at, OP_POW, F(pv_num(env_get(s->attrs, "gamma"))), n));
-  case BI_S_COSINEANNEALINGLR: {
-    double tmax = pv_num(env_get(s->attrs, "T_max")), emin = pv_num(env_get(s->attrs, "eta_min"));
-    PV *c = t_unary(L, at, IR_COS, MUL(n, F(M_PI / tmax)));
-    return ADD(F(emin), MUL(F((base - emin) / 2), ADD(F(1), c)));
-  }
-  case BI_S_LINEARLR: {
-    double sf = pv_num(env_get(s->attrs, "start_factor")), ef = pv_num(env_get(s->attrs, "end_factor"));
-    double total = (double)env_get(s->attrs, "total_iters")->i;
-    PV *m = t_where(L, at, t_compare(L, at, OP_LT, n, F(total)), n, F(total));
-    return MUL(F(base), ADD(F(sf), MUL(m, F((ef - sf) / total))));
-  }
-  case BI_S_ONECYCLELR: return onecycle_value(L, at, s, n, 0);
-  default: BUG("scheduler %d", s->cls->bi);
-  }
+double sched_multisteplr_init(L *L, Span at, PV *s, PV **a) {
+  PV **ms;
+  int n = iter_items(L, at, a[1], &ms);
+  PV *l = pv_list(L, NULL, 0);
+  for (int i = 0; i < n; i++) pv_list_append(L, l, pv_int(L, arg_int(L, at, ms[i], "milestone")));
+  env_set(L, s->attrs, "milestones", l);
+  env_set(L, s->attrs, "gamma", gamma_arg(L, at, a[2], 0.1));
+  return base_lr(s);
+}
+PV *sched_multisteplr(L *L, Span at, PV *s, PV *n, PV *lr) {
+  double gamma = pv_num(env_get(s->attrs, "gamma"));
+  PV *ms = env_get(s->attrs, "milestones"), *k = MUL(n, F(0));
+  for (int i = 0; i < ms->n; i++)
+    k = ADD(k, t_cast(L, at, t_compare(L, at, OP_GE, n, F((double)ms->items[i]->i)), DT_F32));
+  return MUL(F(base_lr(s)), t_binary(L, at, OP_POW, F(gamma), k));
 }
 
-PV *sched_construct(L *L, PV *cls, Args *A) {
-  PV *a[16];
+double sched_exponentiallr_init(L *L, Span at, PV *s, PV **a) {
+  env_set(L, s->attrs, "gamma", pv_float(L, arg_num(L, at, a[1], "gamma")));
+  return base_lr(s);
+}
+PV *sched_exponentiallr(L *L, Span at, PV *s, PV *n, PV *lr) {
+  return MUL(F(base_lr(s)), t_binary(L, at, OP_POW, F(pv_num(env_get(s->attrs, "gamma"))), n));
+}
+
+double sched_cosineannealinglr_init(L *L, Span at, PV *s, PV **a) {
+  if (arg_num(L, at, a[1], "T_max") <= 0) lower_error(L, at, "T_max must be positive");
+  env_set(L, s->attrs, "T_max", pv_float(L, arg_num(L, at, a[1], "T_max")));
+  env_set(L, s->attrs, "eta_min", pv_float(L, a[2] ? arg_num(L, at, a[2], "eta_min") : 0));
+  return base_lr(s);
+}
+PV *sched_cosineannealinglr(L *L, Span at, PV *s, PV *n, PV *lr) {
+  double tmax = pv_num(env_get(s->attrs, "T_max")), emin = pv_num(env_get(s->attrs, "eta_min"));
+  PV *c = t_unary(L, at, IR_COS, MUL(n, F(M_PI / tmax)));
+  return ADD(F(emin), MUL(F((base_lr(s) - emin) / 2), ADD(F(1), c)));
+}
+
+double sched_linearlr_init(L *L, Span at, PV *s, PV **a) {
+  double sf = a[1] ? arg_num(L, at, a[1], "start_factor") : 1.0 / 3, ef = a[2] ? arg_num(L, at, a[2], "end_factor") : 1.0;
+  int64_t ti = a[3] ? arg_int(L, at, a[3], "total_iters") : 5;
+  if (sf <= 0 || sf > 1 || ef < 0 || ef > 1 || ti <= 0) lower_error(L, at, "LinearLR factors must be in (0, 1] and total_iters positive");
+  env_set(L, s->attrs, "start_factor", pv_float(L, sf));
+  env_set(L, s->attrs, "end_factor", pv_float(L, ef));
+  env_set(L, s->attrs, "total_iters", pv_int(L, ti));
+  return base_lr(s) * sf;
+}
+PV *sched_linearlr(L *L, Span at, PV *s, PV *n, PV *lr) {
+  double sf = pv_num(env_get(s->attrs, "start_factor")), ef = pv_num(env_get(s->attrs, "end_factor"));
+  double total = (double)env_get(s->attrs, "total_iters")->i;
+  PV *m = t_where(L, at, t_compare(L, at, OP_LT, n, F(total)), n, F(total));
+  return MUL(F(base_lr(s)), ADD(F(sf), MUL(m, F((ef - sf) / total))));
+}
+
+double sched_onecyclelr_init(L *L, Span at, PV *s, PV **a) {
+  /* a[]: 1 max_lr 2 total_steps 3 epochs 4 steps_per_epoch 5 pct_start 6 anneal_strategy
+   * 7 cycle_momentum 8 base_momentum 9 max_momentum 10 div_factor 11 final_div_factor 12 three_phase */
+  PV *opt = a[0];
+  if (pv_is_seq(a[1])) lower_error(L, at, "a max_lr per parameter group is not supported");
+  double mx = arg_num(L, at, a[1], "max_lr");
+  int64_t total;
+  if (a[2] && a[2]->k != PV_NONE) total = arg_int(L, at, a[2], "total_steps");
+  else if (a[3] && a[4] && a[3]->k != PV_NONE && a[4]->k != PV_NONE)
+    total = arg_int(L, at, a[3], "epochs") * arg_int(L, at, a[4], "steps_per_epoch");
+  else lower_error(L, at, "OneCycleLR needs total_steps, or epochs and steps_per_epoch");
+  if (total <= 0) lower_error(L, at, "OneCycleLR total_steps must be positive");
+  double pct = a[5] ? arg_num(L, at, a[5], "pct_start") : 0.3;
+  if (pct < 0 || pct > 1) lower_error(L, at, "pct_start must be between 0 and 1");
+  int cosine = 1;
+  if (a[6]) {
+    if (a[6]->k != PV_STR || (strcmp(a[6]->s, "cos") && strcmp(a[6]->s, "linear")))
+      lower_error(L, at, "anneal_strategy must be 'cos' or 'linear'");
+    cosine = !strcmp(a[6]->s, "cos");
+  }
+  double div = a[10] ? arg_num(L, at, a[10], "div_factor") : 25, fdiv = a[11] ? arg_num(L, at, a[11], "final_div_factor") : 1e4;
+  env_set(L, s->attrs, "max_lr", pv_float(L, mx));
+  env_set(L, s->attrs, "initial_lr", pv_float(L, mx / div));
+  env_set(L, s->attrs, "min_lr", pv_float(L, mx / div / fdiv));
+  env_set(L, s->attrs, "total_steps", pv_float(L, (double)total));
+  env_set(L, s->attrs, "pct_start", pv_float(L, pct));
+  env_set(L, s->attrs, "cos", pv_int(L, cosine));
+  env_set(L, s->attrs, "three_phase", pv_int(L, a[12] ? arg_bool(L, at, a[12], "three_phase") : 0));
+  env_set(L, s->attrs, "base_momentum", pv_float(L, a[8] ? arg_num(L, at, a[8], "base_momentum") : 0.85));
+  env_set(L, s->attrs, "max_momentum", pv_float(L, a[9] ? arg_num(L, at, a[9], "max_momentum") : 0.95));
+  if (!a[7] || arg_bool(L, at, a[7], "cycle_momentum")) {
+    int ob = opt->cls->bi;
+    if (ob != BI_O_SGD && ob != BI_O_ADAM && ob != BI_O_ADAMW)
+      lower_error(L, at, "OneCycleLR's cycle_momentum is supported with SGD, Adam and AdamW; pass cycle_momentum=False");
+    env_set(L, opt->attrs, "mom0", env_get(s->attrs, "max_momentum"));
+    env_set(L, s->attrs, "cycle_momentum", pv_bool(L, 1));
+  }
+  return mx / div;
+}
+PV *sched_onecyclelr(L *L, Span at, PV *s, PV *n, PV *lr) { return onecycle_value(L, at, s, n, 0); }
+
+/* The position of argument `name` in a bind_args spec, or -1. */
+static int spec_pos(const char *spec, const char *name) {
+  size_t n = strlen(name);
+  int i = 0;
+  for (const char *p = spec; *p; i++) {
+    if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '=' || !p[n])) return i;
+    p = strchr(p, ',');
+    if (!p) break;
+    p++;
+  }
+  return -1;
+}
+
+/* torch.optim.lr_scheduler.<Name>(optimizer, ...): a SCHED row of optim.def. */
+PV *sched_new(L *L, PV *cls, Args *A) {
+  PV *a[24];
   Span at = A->at;
-  const char *spec = sched_spec(cls->bi);
-  bind_args(L, A, spec, a);
+  const BuiltinRow *row = &bi_rows[cls->bi];
+  bind_args(L, A, row->spec, a);
   PV *opt = a[0];
   if (!opt_is_optimizer(opt))
     lower_error(L, at, "the first argument of a scheduler must be an optimizer");
@@ -800,82 +847,13 @@ PV *sched_construct(L *L, PV *cls, Args *A) {
   s->attrs = env_new(L, NULL);
   env_set(L, s->attrs, "optimizer", opt);
   env_set(L, s->attrs, "base_lr", env_get(opt->attrs, "lr"));
-  int bi = cls->bi;
-  /* which positional slots hold what, per the specs above */
-  PV *last = bi == BI_S_LINEARLR ? a[4] : bi == BI_S_EXPONENTIALLR ? a[2] : bi == BI_S_ONECYCLELR ? a[13] : a[3];
+  int li = spec_pos(row->spec, "last_epoch");
+  if (li < 0) BUG("scheduler %s has no last_epoch", row->name);
+  PV *last = a[li];
   if (last && arg_int(L, at, last, "last_epoch") != -1) lower_error(L, at, "resuming a scheduler (last_epoch) is not supported");
-  switch (bi) {
-  case BI_S_STEPLR:
-    if (arg_int(L, at, a[1], "step_size") <= 0) lower_error(L, at, "step_size must be positive");
-    env_set(L, s->attrs, "step_size", pv_int(L, arg_int(L, at, a[1], "step_size")));
-    env_set(L, s->attrs, "gamma", pv_float(L, a[2] ? arg_num(L, at, a[2], "gamma") : 0.1));
-    break;
-  case BI_S_MULTISTEPLR: {
-    PV **ms;
-    int n = iter_items(L, at, a[1], &ms);
-    PV *l = pv_list(L, NULL, 0);
-    for (int i = 0; i < n; i++) pv_list_append(L, l, pv_int(L, arg_int(L, at, ms[i], "milestone")));
-    env_set(L, s->attrs, "milestones", l);
-    env_set(L, s->attrs, "gamma", pv_float(L, a[2] ? arg_num(L, at, a[2], "gamma") : 0.1));
-    break;
-  }
-  case BI_S_EXPONENTIALLR: env_set(L, s->attrs, "gamma", pv_float(L, arg_num(L, at, a[1], "gamma"))); break;
-  case BI_S_COSINEANNEALINGLR:
-    if (arg_num(L, at, a[1], "T_max") <= 0) lower_error(L, at, "T_max must be positive");
-    env_set(L, s->attrs, "T_max", pv_float(L, arg_num(L, at, a[1], "T_max")));
-    env_set(L, s->attrs, "eta_min", pv_float(L, a[2] ? arg_num(L, at, a[2], "eta_min") : 0));
-    break;
-  case BI_S_LINEARLR: {
-    double sf = a[1] ? arg_num(L, at, a[1], "start_factor") : 1.0 / 3, ef = a[2] ? arg_num(L, at, a[2], "end_factor") : 1.0;
-    int64_t ti = a[3] ? arg_int(L, at, a[3], "total_iters") : 5;
-    if (sf <= 0 || sf > 1 || ef < 0 || ef > 1 || ti <= 0) lower_error(L, at, "LinearLR factors must be in (0, 1] and total_iters positive");
-    env_set(L, s->attrs, "start_factor", pv_float(L, sf));
-    env_set(L, s->attrs, "end_factor", pv_float(L, ef));
-    env_set(L, s->attrs, "total_iters", pv_int(L, ti));
-    break;
-  }
-  case BI_S_ONECYCLELR: {
-    /* a[]: 1 max_lr 2 total_steps 3 epochs 4 steps_per_epoch 5 pct_start 6 anneal_strategy
-     * 7 cycle_momentum 8 base_momentum 9 max_momentum 10 div_factor 11 final_div_factor 12 three_phase */
-    if (pv_is_seq(a[1])) lower_error(L, at, "a max_lr per parameter group is not supported");
-    double mx = arg_num(L, at, a[1], "max_lr");
-    int64_t total;
-    if (a[2] && a[2]->k != PV_NONE) total = arg_int(L, at, a[2], "total_steps");
-    else if (a[3] && a[4] && a[3]->k != PV_NONE && a[4]->k != PV_NONE)
-      total = arg_int(L, at, a[3], "epochs") * arg_int(L, at, a[4], "steps_per_epoch");
-    else lower_error(L, at, "OneCycleLR needs total_steps, or epochs and steps_per_epoch");
-    if (total <= 0) lower_error(L, at, "OneCycleLR total_steps must be positive");
-    double pct = a[5] ? arg_num(L, at, a[5], "pct_start") : 0.3;
-    if (pct < 0 || pct > 1) lower_error(L, at, "pct_start must be between 0 and 1");
-    int cosine = 1;
-    if (a[6]) {
-      if (a[6]->k != PV_STR || (strcmp(a[6]->s, "cos") && strcmp(a[6]->s, "linear")))
-        lower_error(L, at, "anneal_strategy must be 'cos' or 'linear'");
-      cosine = !strcmp(a[6]->s, "cos");
-    }
-    double div = a[10] ? arg_num(L, at, a[10], "div_factor") : 25, fdiv = a[11] ? arg_num(L, at, a[11], "final_div_factor") : 1e4;
-    env_set(L, s->attrs, "max_lr", pv_float(L, mx));
-    env_set(L, s->attrs, "initial_lr", pv_float(L, mx / div));
-    env_set(L, s->attrs, "min_lr", pv_float(L, mx / div / fdiv));
-    env_set(L, s->attrs, "total_steps", pv_float(L, (double)total));
-    env_set(L, s->attrs, "pct_start", pv_float(L, pct));
-    env_set(L, s->attrs, "cos", pv_int(L, cosine));
-    env_set(L, s->attrs, "three_phase", pv_int(L, a[12] ? arg_bool(L, at, a[12], "three_phase") : 0));
-    env_set(L, s->attrs, "base_momentum", pv_float(L, a[8] ? arg_num(L, at, a[8], "base_momentum") : 0.85));
-    env_set(L, s->attrs, "max_momentum", pv_float(L, a[9] ? arg_num(L, at, a[9], "max_momentum") : 0.95));
-    if (!a[7] || arg_bool(L, at, a[7], "cycle_momentum")) {
-      int ob = opt->cls->bi;
-      if (ob != BI_O_SGD && ob != BI_O_ADAM && ob != BI_O_ADAMW)
-        lower_error(L, at, "OneCycleLR's cycle_momentum is supported with SGD, Adam and AdamW; pass cycle_momentum=False");
-      env_set(L, opt->attrs, "mom0", env_get(s->attrs, "max_momentum"));
-      env_set(L, s->attrs, "cycle_momentum", pv_bool(L, 1));
-    }
-    break;
-  }
-  default: break;
-  }
+  double lr0 = row->sched_init(L, at, s, a);
   env_set(L, opt->attrs, "scheduler", s);
-  env_set(L, opt->attrs, "lr0", pv_float(L, sched_lr0(L, s)));
+  env_set(L, opt->attrs, "lr0", pv_float(L, lr0));
   return s;
 }
 
@@ -887,7 +865,7 @@ static void sched_step(L *L, Span at, PV *s) {
   PV *n = state_tensor(L, at, arena_printf(L->a, "%s.last_epoch", sname), &st, 0);
   PV *n1 = ADD(t_wrap(L, t_val(L, at, n)), F(1));
   PV *lr = state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
-  state_update(L, at, lr, sched_lr(L, at, s, n1));
+  state_update(L, at, lr, bi_rows[s->cls->bi].sched_rule(L, at, s, n1, t_wrap(L, t_val(L, at, lr))));
   if (env_get(s->attrs, "cycle_momentum")) {
     PV *m = state_tensor(L, at, arena_printf(L->a, "%s.momentum", oname), &st, pv_num(env_get(opt->attrs, "mom0")));
     state_update(L, at, m, onecycle_value(L, at, s, n1, 1));
@@ -896,7 +874,7 @@ static void sched_step(L *L, Span at, PV *s) {
   env_set(L, s->attrs, "stepped", pv_bool(L, 1));
 }
 
-PV *sched_call(L *L, PV *fn, Args *A) {
+PV *bi_sched_method(L *L, PV *fn, Args *A) {
   PV *a[2];
   bind_args(L, A, "epoch=", a);
   if (a[0] && a[0]->k != PV_NONE) lower_error(L, A->at, "scheduler.step(epoch) is deprecated and not supported");
@@ -909,7 +887,7 @@ PV *sched_call(L *L, PV *fn, Args *A) {
 void stage_scheduler_entries(L *L) {
   for (int i = 0; i < L->globals->vals.len; i++) {
     PV *s = L->globals->vals.data[i];
-    if (s->k != PV_OBJ || !s->cls || s->cls->bi < BI_S_STEPLR || s->cls->bi > BI_S_ONECYCLELR) continue;
+    if (bi_kind_of(s) != BK_SCHED) continue;
     if (env_get(s->attrs, "stepped")) continue;
     const char *name = arena_printf(L->a, "%s_step", L->globals->names.data[i]);
     Span at = L->prog->funcs.len ? L->prog->funcs.data[0]->loc : (Span){L->src, 1, 1, 1, 1};

@@ -2,7 +2,7 @@
  * lowered to primitives with PyTorch's reductions and options. */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 enum { RED_MEAN, RED_SUM, RED_NONE };
 
@@ -149,18 +149,6 @@ PV *loss_apply(L *L, Span at, int kind, PV *x, PV *y, const LossOpts *o) {
   }
 }
 
-static const struct { int cls, fn; } loss_map[] = {
-    {BI_C_CROSSENTROPYLOSS, BI_F_CROSS_ENTROPY}, {BI_C_NLLLOSS, BI_F_NLL_LOSS},
-    {BI_C_MSELOSS, BI_F_MSE_LOSS},               {BI_C_L1LOSS, BI_F_L1_LOSS},
-    {BI_C_SMOOTHL1LOSS, BI_F_SMOOTH_L1_LOSS},    {BI_C_BCELOSS, BI_F_BINARY_CROSS_ENTROPY},
-    {BI_C_BCEWITHLOGITSLOSS, BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS}};
-
-int loss_fn_of_class(int cls) {
-  for (size_t i = 0; i < sizeof loss_map / sizeof loss_map[0]; i++)
-    if (loss_map[i].cls == cls) return loss_map[i].fn;
-  return 0;
-}
-
 static LossOpts parse_opts(L *L, Span at, int fn, PV *red, PV *ignore, PV *smooth, PV *beta) {
   LossOpts o = {reduction_of(L, at, red), -100, 0, 1};
   if (ignore) o.ignore_index = arg_int(L, at, ignore, "ignore_index");
@@ -213,8 +201,9 @@ static PV *opt_named(const char *spec, PV **a, const char *name) {
 }
 
 /* F.cross_entropy(input, target, ...) and friends. */
-PV *loss_functional(L *L, int fn, Args *A) {
+PV *bi_loss(L *L, PV *fnv, Args *A) {
   PV *a[10];
+  int fn = fnv->bi;
   const char *tail = loss_spec(fn);
   char spec[300];
   snprintf(spec, sizeof spec, "input,target,%s", tail);
@@ -227,8 +216,11 @@ PV *loss_functional(L *L, int fn, Args *A) {
 }
 
 /* nn.CrossEntropyLoss(...): the options are stored on the module object. */
-void loss_construct(L *L, PV *o, int fn, Args *A) {
+PV *loss_module_new(L *L, PV *cls, Args *A) {
   PV *a[10];
+  int fn = bi_rows[cls->bi].arg;
+  if (L->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
+  PV *o = module_new(L, cls);
   bind_args(L, A, loss_spec(fn), a);
   check_unsupported(L, A->at, loss_spec(fn), a);
   const char *spec = loss_spec(fn);
@@ -239,10 +231,12 @@ void loss_construct(L *L, PV *o, int fn, Args *A) {
   if (ig) env_set(L, o->attrs, "ignore_index", ig);
   if (sm) env_set(L, o->attrs, "label_smoothing", sm);
   if (beta) env_set(L, o->attrs, "beta", beta);
+  return o;
 }
 
-PV *loss_module_forward(L *L, PV *o, int fn, Args *A) {
+PV *loss_module_call(L *L, PV *o, Args *A) {
   PV *a[2];
+  int fn = bi_rows[o->cls->bi].arg;
   bind_args(L, A, "input,target", a);
   LossOpts opts = parse_opts(L, A->at, fn, env_get(o->attrs, "reduction"), env_get(o->attrs, "ignore_index"),
                              env_get(o->attrs, "label_smoothing"), env_get(o->attrs, "beta"));

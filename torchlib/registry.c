@@ -1,0 +1,182 @@
+/* registry.c - the registration table (builtins.def, torch.def, layers.def,
+ * optim.def) as one array indexed by BI_ id; lookup of a name in a namespace
+ * (torch.X, F.X, nn.X, x.X on a tensor ...) by the rows' NS_ bits, and calls
+ * through the rows' handlers. Nothing here depends on the order of the rows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../lowering/lower_int.h"
+
+const BuiltinRow bi_rows[BI__COUNT] = {
+    [BI_NONE_] = {"", 0, BK_FN, bi_not_callable, NULL, 0, 0, NULL, NULL, NULL, NULL},
+#define B(id, nm, ns_, handler, a) [BI_##id] = {nm, ns_, BK_FN, handler, NULL, 0, a, NULL, NULL, NULL, NULL},
+#define CLASS(id, nm, ns_, construct) [BI_##id] = {nm, ns_, BK_CLASS, construct, NULL, 0, 0, NULL, NULL, NULL, NULL},
+#define LAYER(id, nm, construct, fwd, fn, options) \
+  [BI_##id] = {nm, NS_NN, BK_LAYER, construct, fwd, NS_MODULE, BI_##fn, options, NULL, NULL, NULL},
+#define OPTIM(id, nm, defaults, rule) \
+  [BI_##id] = {nm, NS_OPTIM, BK_OPTIM, optim_new, NULL, NS_OPTIMIZER, 0, defaults, rule, NULL, NULL},
+#define SCHED(id, nm, spec_, init, rule) \
+  [BI_##id] = {nm, NS_LR_SCHEDULER, BK_SCHED, sched_new, NULL, NS_SCHEDULER, 0, spec_, NULL, init, rule},
+#define BI_0 BI_NONE_
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
+#undef B
+#undef CLASS
+#undef LAYER
+#undef OPTIM
+#undef SCHED
+};
+
+const char *const bi_names[BI__COUNT] = {
+    [BI_NONE_] = "",
+#define B(id, nm, ns_, handler, a) [BI_##id] = nm,
+#define CLASS(id, nm, ns_, construct) [BI_##id] = nm,
+#define LAYER(id, nm, construct, fwd, fn, options) [BI_##id] = nm,
+#define OPTIM(id, nm, defaults, rule) [BI_##id] = nm,
+#define SCHED(id, nm, spec_, init, rule) [BI_##id] = nm,
+#include "../python/builtins.def"
+#include "../torchlib/torch.def"
+#include "../torchlib/layers.def"
+#include "../torchlib/optim.def"
+#undef B
+#undef CLASS
+#undef LAYER
+#undef OPTIM
+#undef SCHED
+};
+
+PV *bi_not_callable(L *L, PV *fn, Args *A) { lower_error(L, A->at, "'%s' is not callable", fn->s); }
+
+PV *bi_value(L *L, int bi, PV *self) {
+  const BuiltinRow *r = &bi_rows[bi];
+  if (r->kind == BK_FN) return pv_builtin(L, bi, r->name, self);
+  PV *c = pv_new(L, PV_CLASS);
+  c->bi = bi;
+  c->s = r->name;
+  return c;
+}
+
+PV *bi_lookup(L *L, unsigned ns, const char *name, PV *self) {
+  for (int i = 0; i < BI__COUNT; i++)
+    if ((bi_rows[i].ns & ns) && strcmp(bi_rows[i].name, name) == 0) {
+      PV *v = bi_value(L, i, self);
+      if (v->k == PV_BUILTIN) v->i = bi_rows[i].ns & ns; /* the spelling it was found as */
+      return v;
+    }
+  return NULL;
+}
+
+int bi_kind_of(const PV *obj) {
+  return obj && obj->k == PV_OBJ && obj->cls && obj->cls->bi ? bi_rows[obj->cls->bi].kind : 0;
+}
+
+/* ---- namespaces --------------------------------------------------------- */
+
+static const struct { const char *path; unsigned ns; } namespaces[] = {
+    {"torch", NS_TORCH},
+    {"torch.nn", NS_NN},
+    {"torch.nn.functional", NS_F},
+    {"torch.nn.init", NS_INIT},
+    {"torch.nn.utils", NS_UTILS},
+    {"torch.optim", NS_OPTIM},
+    {"torch.optim.lr_scheduler", NS_LR_SCHEDULER},
+    {"torch.autograd", NS_AUTOGRAD},
+    {"torch.autograd.functional", NS_AUTOGRAD_F},
+    {"torch.autograd.forward_ad", NS_FORWARD_AD},
+    {"torch.func", NS_FUNC},
+    {"functorch", NS_FUNC},
+    {"math", NS_MATH},
+    {"dataclasses", NS_DATACLASSES},
+};
+
+static int ns_index(const char *path) {
+  for (size_t i = 0; i < sizeof namespaces / sizeof namespaces[0]; i++)
+    if (strcmp(namespaces[i].path, path) == 0) return (int)i;
+  return -1;
+}
+
+static int dtype_by_name(const char *n, DType *dt) {
+  static const struct { const char *n; DType d; } t[] = {
+      {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
+      {"int64", DT_I64},   {"long", DT_I64},  {"int32", DT_I32},   {"int", DT_I32},
+      {"bool", DT_BOOL}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(t[i].n, n) == 0) {
+      *dt = t[i].d;
+      return 1;
+    }
+  return 0;
+}
+
+PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
+  const char *m = ns->s;
+  DType dt;
+  if (strcmp(m, "torch") == 0) {
+    if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
+    if (strcmp(name, "Tensor") == 0) return bi_value(L, BI_C_OBJECT, NULL);
+  }
+  if (strcmp(m, "math") == 0) {
+    if (strcmp(name, "pi") == 0) return pv_float(L, M_PI);
+    if (strcmp(name, "e") == 0) return pv_float(L, M_E);
+    if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
+    if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
+  }
+  if (strcmp(m, "torch.nn.utils") == 0 && strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
+  if (strcmp(m, "typing") == 0) return pv_none(L);
+  int k = ns_index(m);
+  if (k >= 0) {
+    const char *sub = arena_printf(L->a, "%s.%s", m, name);
+    if (ns_index(sub) >= 0) return pv_ns(L, sub);
+    return bi_lookup(L, namespaces[k].ns, name, NULL);
+  }
+  /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
+   * module, so files that import it still compile as long as compiled code
+   * does not use it. */
+  return pv_ns(L, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
+}
+
+/* A name found twice in one namespace would make a row unreachable. */
+static void table_check(void) {
+  for (int i = 1; i < BI__COUNT; i++) {
+    if (!bi_rows[i].name || !bi_rows[i].call) BUG("builtin row %d has no name or handler", i);
+    for (int j = i + 1; j < BI__COUNT; j++)
+      if ((bi_rows[i].ns & bi_rows[j].ns) && strcmp(bi_rows[i].name, bi_rows[j].name) == 0)
+        BUG("builtin '%s' registered twice in one namespace", bi_rows[i].name);
+  }
+}
+
+void builtins_install(L *L, Env *b) {
+  table_check();
+  for (int i = 0; i < BI__COUNT; i++)
+    if (bi_rows[i].ns & NS_BUILTINS) env_set(L, b, bi_rows[i].name, bi_value(L, i, NULL));
+  env_set(L, b, "__name__", pv_str(L, "__ctc__"));
+}
+
+/* ---- calls --------------------------------------------------------------- */
+
+PV *call_builtin(L *L, PV *fn, Args *A) { return bi_rows[fn->bi].call(L, fn, A); }
+
+PV *class_construct(L *L, PV *cls, Args *A) { return bi_rows[cls->bi].call(L, cls, A); }
+
+PV *layer_call(L *L, PV *obj, Args *A) {
+  BuiltinFn *f = bi_rows[obj->cls->bi].forward;
+  if (!f) lower_error(L, A->at, "calling nn.%s is not supported by ctc yet", obj->cls->s);
+  return f(L, obj, A);
+}
+
+PV *spec_value(L *L, const char *d) {
+  if (!strcmp(d, "N")) return pv_none(L);
+  if (!strcmp(d, "F") || !strcmp(d, "T")) return pv_bool(L, d[0] == 'T');
+  if (d[0] == '\'') {
+    const char *e = strchr(d + 1, '\'');
+    return pv_str(L, arena_strndup(L->a, d + 1, e ? (size_t)(e - d - 1) : strlen(d + 1)));
+  }
+  if (d[0] == '(') {
+    PV *it[2] = {pv_float(L, strtod(d + 1, NULL)), pv_float(L, strtod(strchr(d, ';') + 1, NULL))};
+    return pv_tuple(L, it, 2);
+  }
+  if (!strpbrk(d, ".e")) return pv_int(L, strtoll(d, NULL, 10));
+  return pv_float(L, strtod(d, NULL));
+}
