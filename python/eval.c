@@ -950,7 +950,7 @@ PV *eval_expr(L *L, Node *n) {
     if (a->k == PV_TENSOR) {
       if (n->op == OP_NEG) return t_unary(L, n->span, IR_NEG, a);
       if (n->op == OP_POS) return a;
-      lower_error(L, n->span, "operator '~' is not supported on tensors");
+      return t_invert(L, n->span, a);   /* OP_INVERT: bitwise not (logical on bool) */
     }
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;

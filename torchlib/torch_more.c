@@ -5,7 +5,7 @@
  * plain elementwise ones. The tensor-level work is in tensor.c (t_divmod ...). */
 #include <math.h>
 #include <string.h>
-#include "lower_int.h"
+#include "../lowering/lower_int.h"
 
 /* The input tensor of a call: the receiver of a method (x.log1p()), else the
  * first positional argument or `input=` (torch.log1p(x)); A keeps the rest. */
