@@ -367,6 +367,10 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   case PV_TUPLE:
     if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
       return obj->items[!strcmp(name, "tangent")];
+    /* torch.return_types of max/min(dim) and aminmax */
+    if (obj->bi == BI_T_MAX && (!strcmp(name, "values") || !strcmp(name, "indices")))
+      return obj->items[!strcmp(name, "indices")];
+    if (obj->bi == BI_T_AMINMAX && (!strcmp(name, "min") || !strcmp(name, "max"))) return obj->items[!strcmp(name, "max")];
     return NULL;
   case PV_LIST: return bi_lookup(L, NS_LIST, name, obj);
   case PV_DICT: return bi_lookup(L, NS_DICT, name, obj);

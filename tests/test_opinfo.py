@@ -583,7 +583,7 @@ def _run(per_dtype, tmp_path, floor):
 
 
 def test_opinfo_subset(tmp_path):
-    _run(SUBSET, tmp_path, (85, 70, 70))
+    _run(SUBSET, tmp_path, (190, 150, 150))
 
 
 @pytest.mark.slow

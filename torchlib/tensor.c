@@ -1190,7 +1190,9 @@ PV *t_max_dim(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min) {
   if (t.ndim == 0) {
     items[0] = x;
     items[1] = t_const_tensor(L, at, (Type){.dtype = DT_I64}, 0);
-    return pv_tuple(L, items, 2);
+    PV *r = pv_tuple(L, items, 2);
+    r->bi = BI_T_MAX;
+    return r;
   }
   PV *xs = x;
   if (t.dtype == DT_BOOL) xs = t_cast(L, at, x, DT_I64);   /* argmax refuses bool; max(dim) does not */
@@ -1206,7 +1208,9 @@ PV *t_max_dim(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min) {
   }
   items[0] = val;
   items[1] = idx;
-  return pv_tuple(L, items, 2);
+  PV *r = pv_tuple(L, items, 2);
+  r->bi = BI_T_MAX;   /* a torch.return_types.max: .values, .indices */
+  return r;
 }
 
 /* amin: -amax(-x) for floats, ~amax(~x) for integers (exact at INT_MIN) */

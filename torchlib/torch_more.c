@@ -279,7 +279,9 @@ PV *bi_more(L *L, PV *fn, Args *A) {
     PV *mx = t_reduce(L, at, IR_REDUCE_MAX, x, dims, n, keep, 0);
     if (x->t->type.dtype == DT_BOOL) mx = t_cast(L, at, mx, DT_BOOL);
     PV *items[2] = {t_amin(L, at, x, dims, n, keep), mx};
-    return pv_tuple(L, items, 2);
+    PV *r = pv_tuple(L, items, 2);
+    r->bi = BI_T_AMINMAX;   /* .min, .max */
+    return r;
   }
   case BI_T_NANSUM:
   case BI_T_NANMEAN: {
