@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -415,14 +416,45 @@ def ctc_check(tmp, key, src, arrays):
     return f"ctc check exit {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}"
 
 
+RT = os.path.join(os.path.dirname(HERE), "runtime_min")
+_runtime_libs = {}
+_runtime_lock = threading.Lock()
+
+
+def _runtime_lib(tmp):
+    """The runtime compiled once per sweep (an archive in tmp)."""
+    with _runtime_lock:
+        return _runtime_lib_locked(tmp)
+
+
+def _runtime_lib_locked(tmp):
+    if tmp not in _runtime_libs:
+        objs = []
+        for src in sorted(f for f in os.listdir(RT) if f.endswith(".c")):
+            o = os.path.join(tmp, "rt_" + src[:-2] + ".o")
+            subprocess.run(["cc", "-std=c11", "-O1", "-D_POSIX_C_SOURCE=200809L", "-I", RT, "-c",
+                            os.path.join(RT, src), "-o", o], check=True, capture_output=True)
+            objs.append(o)
+        lib = os.path.join(tmp, "libctc_rt_opinfo.a")
+        subprocess.run(["ar", "rcs", lib] + objs, check=True, capture_output=True)
+        _runtime_libs[tmp] = lib
+    return _runtime_libs[tmp]
+
+
 def ctc_build(tmp, name, items):
+    """`ctc compile`, then the C compiler at -O0 (the sweep checks values, not
+    speed: ctc build's -O3 -march=native takes ten times longer on these files
+    of hundreds of entries, and ISO C mode computes the same values at any level)."""
     path = os.path.join(tmp, f"{name}.py")
     with open(path, "w") as f:
         f.write(file_text(items))
     exe = os.path.join(tmp, name)
     entries = [x for k, _, _ in items for x in ("--entry", k)]
-    r = subprocess.run([CTC, "build", path, "-o", exe, "--no-blas", "--no-openmp", *entries],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run([CTC, "compile", path, "-o", exe + ".c", *entries], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return exe, r
+    r = subprocess.run(["cc", "-std=c11", "-O0", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN", "-I", RT, exe + ".c",
+                        _runtime_lib(tmp), "-lz", "-lm", "-o", exe], capture_output=True, text=True, timeout=900)
     return exe, r
 
 
