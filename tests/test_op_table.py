@@ -127,6 +127,7 @@ class Net(nn.Module):
 
 
 IDX = torch.tensor([0, 2, 1, 3, 3, 4]).reshape(2, 3)
+IDX2 = torch.tensor([0, 5, 5, 100, 3, 3, 125, 7]).reshape(2, 4)
 
 
 def f(x, w, e):
@@ -137,6 +138,9 @@ def f(x, w, e):
     s = s + (x[:, :, 1:4:2, ::3] ** 2).sum()
     s = s + (F.embedding(IDX, e, padding_idx=3) ** 2).sum() + (F.embedding(IDX, e) ** 3).sum()
     s = s + (torch.cos(x) * torch.sin(x) * x.detach()).sum()
+    # gather / scatter_add / cumsum: each other's VJPs, differentiated again
+    s = s + (torch.gather(x.flatten(1), 1, IDX2) ** 2).sum() + (x.cumsum(2) ** 2).sum() * 0.01
+    s = s + (torch.zeros(2, 9, dtype=x.dtype).scatter_add(1, IDX2 % 9, x.flatten(1)[:, 1:5]) ** 3).sum()
     return s
 
 

@@ -183,3 +183,38 @@ def test_edge_values(tmp_path):
         w = w.numpy()
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"output {k}")
+
+
+REFUSED = [
+    ("x & y", "not implemented for floating-point tensors"),
+    ("~x", "not implemented for floating-point tensors"),
+    ("i // 0", "ZeroDivisionError: integer division by zero"),
+    ("i % 0", "ZeroDivisionError: integer modulo by zero"),
+    ("(x > 0) % (y > 0)", "not implemented for 'Bool'"),
+    ("torch.div(x, y, rounding_mode='round')", "rounding_mode to be one of None, 'trunc', or 'floor'"),
+    ("torch.norm(x, p='nuc')", "p='nuc' is not supported"),
+    ("torch.gather(x, 1, y)", "must be an integer tensor"),
+    ("torch.gather(x, 1, i[:, :, None])", "must have the same number of dimensions"),
+    ("x.scatter_add(0, i, i)", "self.dtype to be equal to src.dtype"),
+    ("torch.index_select(x, 0, i)", "must be 0-D or 1-D"),
+    ("torch.argmax(x > 0)", "not implemented for 'Bool'"),
+    ("torch.var(i)", "only supports floating-point"),
+    ("x.repeat(2)", "can not be smaller than the number of dimensions"),
+    ("torch.flip(x, (0, 0))", "appears multiple times"),
+    ("torch.tril(x[0])", "at least 2 dimensions"),
+    ("torch.cumsum(x, 2)", "out of range"),
+]
+
+
+@pytest.mark.parametrize("expr,msg", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused(tmp_path, expr, msg):
+    """Misuse gives PyTorch's error as a located diagnostic (exit 1), never a crash."""
+    import re
+    import subprocess
+    from ctc_testlib import CTC
+    path = tmp_path / "bad.py"
+    path.write_text("import torch\n\n\ndef f(x, y, i):\n    return " + expr + "\n\n\n"
+                    "example_inputs = {'f': (torch.zeros(3, 4), torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.int64))}\n")
+    r = subprocess.run([CTC, "check", path, "--entry", "f"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and re.search(r"bad.py:5:\d+: error: ", r.stderr), (r.returncode, r.stderr)
+    assert msg in r.stderr, r.stderr

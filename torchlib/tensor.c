@@ -1338,6 +1338,17 @@ PV *t_logsumexp(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim) 
   return squeeze_dims(L, at, r, dims, nd, keepdim);
 }
 
+/* root(s) (sqrt, or s ** e) with PyTorch's gradient at s == 0: the norm and
+ * std backward formulas mask the result's zeros, giving 0 where the chain rule
+ * would give 0 * inf. The double where keeps both the value (0) and the
+ * derivative of the selected branch (0) finite. */
+static PV *root0(L *L, Span at, PV *s, double e) {
+  PV *z = t_compare(L, at, OP_EQ, s, pv_int(L, 0));
+  PV *safe = t_where(L, at, z, pv_float(L, 1), s);
+  PV *r = e == 0.5 ? t_unary(L, at, IR_SQRT, safe) : t_binary(L, at, OP_POW, safe, pv_float(L, e));
+  return t_where(L, at, z, pv_float(L, 0), r);
+}
+
 /* var / std over dims with Bessel's correction: sum((x - mean)^2) / (N - correction) */
 PV *t_var(L *L, Span at, PV *x, const int64_t *dims, int nd, double correction, int keepdim, int is_std) {
   const char *name = is_std ? "std" : "var";
@@ -1357,7 +1368,7 @@ PV *t_var(L *L, Span at, PV *x, const int64_t *dims, int nd, double correction, 
                   : t_binary(L, at, OP_MUL, dev, dev);
   double den = (double)count - correction;
   PV *v = t_binary(L, at, OP_DIV, ss, pv_float(L, den > 0 ? den : 0));
-  if (is_std) v = t_unary(L, at, IR_SQRT, v);
+  if (is_std) v = root0(L, at, v, 0.5);
   return t.ndim ? squeeze_dims(L, at, v, dims, nd, keepdim) : v;
 }
 
@@ -1372,7 +1383,7 @@ PV *t_norm(L *L, Span at, PV *x, double p, const int64_t *dims, int nd, int keep
   }
   PV *r;
   if (p == 2) {
-    r = t_unary(L, at, IR_SQRT, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, x, x), dims, nd, keepdim, 0));
+    r = root0(L, at, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, x, x), dims, nd, keepdim, 0), 0.5);
   } else if (p == 1) {
     r = t_reduce(L, at, IR_REDUCE_SUM, t_unary(L, at, IR_ABS, x), dims, nd, keepdim, 0);
   } else if (isinf(p)) {
@@ -1384,7 +1395,7 @@ PV *t_norm(L *L, Span at, PV *x, double p, const int64_t *dims, int nd, int keep
   } else {
     PV *s = t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_POW, t_unary(L, at, IR_ABS, x), pv_float(L, p)), dims, nd,
                      keepdim, 0);
-    r = t_binary(L, at, OP_POW, s, pv_float(L, 1 / p));
+    r = root0(L, at, s, 1 / p);
   }
   return r;
 }
