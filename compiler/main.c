@@ -313,7 +313,8 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_data.c"};
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+                            "rt_data.c"};
   char *argv[48];
   int n = 0;
   argv[n++] = (char *)cc;
@@ -349,8 +350,8 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  Arena *a = arena_new();
+/* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
+static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
   diag_init(&d, stderr);
   Opts o = {0};
@@ -451,4 +452,11 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  Arena *a = arena_new();
+  int rc = run_ctc(a, argc, argv);
+  arena_free(a);
+  return rc;
 }

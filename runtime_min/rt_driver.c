@@ -5,7 +5,7 @@
  *   ./net infer ...      same as `run` with the default entry (entries[0], "forward")
  *   ./net info           model name, source, arena size, entries and parameters
  *   ./net train --data X --labels Y --epochs E [options]
- *                        train with the model's training entry (see cmd_train)
+ *                        train with the model's training entry (rt_train.c)
  *   ./net bench [ENTRY] [--iters K] [--warmup W] [--weights W] [--seed S] [--int-max M]
  *                        time ENTRY on random inputs (see cmd_bench)
  *   ./net --help
@@ -27,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv, clock_gettime */
 #endif
 #include "ctc_rt.h"
+#include "rt_driver_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -37,7 +38,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IO_ALIGN 64 /* alignment of the input and output buffers */
 
 /* ---- OpenBLAS core type ---------------------------------------------------- */
 
@@ -101,19 +101,19 @@ static int exit_status(int code) {
   return code == CTC_ERR_IO || code == CTC_ERR_NOMEM ? 2 : 1;
 }
 
-static int report(const char *prog, const ctc_error *err) {
+int ctc_drv_report(const char *prog, const ctc_error *err) {
   fprintf(stderr, "%s: error: %s\n", prog, err->msg);
   return exit_status(err->code);
 }
 
-static double now_ms(void) {
+double ctc_drv_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* aligned_alloc needs a size that is a multiple of the alignment; never 0. */
-static void *alloc_aligned(size_t align, size_t bytes) {
+void *ctc_drv_alloc_aligned(size_t align, size_t bytes) {
   if (bytes > SIZE_MAX - align) return NULL;
   size_t n = bytes ? (bytes + align - 1) / align * align : align;
   void *p = aligned_alloc(align, n);
@@ -199,7 +199,7 @@ static int cmd_info(const ctc_model_desc *desc) {
 /* Models with dropout keep their random stream's position in an i64 state
  * tensor "rng.offset"; `train --seed S` starts the stream at S * 2^40 (unless the
  * weights file already carried a position), so each seed gives its own masks. */
-static void seed_rng(const ctc_model_desc *desc, void *model, uint64_t seed) {
+void ctc_drv_seed_rng(const ctc_model_desc *desc, void *model, uint64_t seed) {
   for (int i = 0; i < desc->nparams; i++) {
     const ctc_tensor *p = &desc->params[i];
     if (strcmp(p->name, "rng.offset") || p->dtype != CTC_I64 || p->ndim != 0) continue;
@@ -223,7 +223,7 @@ typedef struct RunArgs {
 /* The option at argv[*i], "--name VALUE" or "--name=VALUE", when it is one of
  * `known` (NULL-terminated): its name into name[32] and its value into *val
  * (advancing *i past a separate value). Anything else is a usage error. */
-static int option_value(int argc, char **argv, int *i, const char *const *known, char *name, const char **val,
+int ctc_drv_option_value(int argc, char **argv, int *i, const char *const *known, char *name, const char **val,
                         ctc_error *err) {
   const char *arg = argv[*i], *eq = strchr(arg, '=');
   size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
@@ -266,7 +266,7 @@ static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ct
     static const char *const known[] = {"--weights", "--input", "--output", "--save", "--repeat", NULL};
     char name[32];
     const char *val;
-    int orc = option_value(argc, argv, &i, known, name, &val, err);
+    int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
     if (orc) return orc;
 
     if (!strcmp(name, "--input")) a->inputs[a->ninputs++] = val;
@@ -339,15 +339,8 @@ static int bind_paths(const ctc_entry *e, const char *what, int n, const ctc_ten
 
 /* ---- run: data --------------------------------------------------------------- */
 
-/* Everything `run` allocates, released by run_free. */
-typedef struct Run {
-  void *arena, *model;
-  void **in, **out;            /* aligned buffers per input / output */
-  const char **in_paths, **out_paths;
-  int nin, nout;
-} Run;
 
-static void run_free(Run *r) {
+void ctc_drv_run_free(ctc_drv_run *r) {
   for (int i = 0; r->in && i < r->nin; i++) free(r->in[i]);
   for (int i = 0; r->out && i < r->nout; i++) free(r->out[i]);
   free(r->in);
@@ -405,14 +398,14 @@ static int convert_input(const ctc_tensor *want, const ctc_tensor *got, const ch
 }
 
 /* Allocates the arena and the model and calls init. */
-static int make_model(const ctc_model_desc *desc, Run *r, ctc_error *err) {
+int ctc_drv_make_model(const ctc_model_desc *desc, ctc_drv_run *r, ctc_error *err) {
   size_t align = desc->arena_align ? desc->arena_align : 64;
   if (align & (align - 1)) return ctc_fail(err, CTC_ERR_ARENA, "arena alignment %zu is not a power of two", align);
   if (align < sizeof(void *)) align = sizeof(void *);
   size_t bytes = desc->arena_bytes;
   if (bytes > SIZE_MAX - align) return ctc_fail(err, CTC_ERR_NOMEM, "arena of %zu bytes is too large", bytes);
   size_t rounded = bytes ? (bytes + align - 1) / align * align : align;
-  r->arena = alloc_aligned(align, rounded);
+  r->arena = ctc_drv_alloc_aligned(align, rounded);
   r->model = calloc(1, desc->model_size ? desc->model_size : 1);
   if (!r->arena || !r->model)
     return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate the model (%zu bytes of arena)", rounded);
@@ -422,13 +415,13 @@ static int make_model(const ctc_model_desc *desc, Run *r, ctc_error *err) {
 }
 
 /* Reads every bound input into an aligned buffer of the declared layout. */
-static int read_inputs(const ctc_entry *e, Run *r, ctc_error *err) {
+static int read_inputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
   for (int i = 0; i < e->ninputs; i++) {
     ctc_tensor got;
     int rc = ctc_npy_read(r->in_paths[i], &got, err);
     if (rc) return rc;
     size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
-    r->in[i] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    r->in[i] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!r->in[i]) rc = ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
     else rc = convert_input(&e->inputs[i], &got, r->in_paths[i], r->in[i], err);
     ctc_tensor_free(&got);
@@ -443,14 +436,14 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Calls the entry `repeat` times; prints the median time per call with --repeat. */
-static int call_entry(const char *prog, const ctc_entry *e, Run *r, const RunArgs *a, ctc_error *err) {
+static int call_entry(const char *prog, const ctc_entry *e, ctc_drv_run *r, const RunArgs *a, ctc_error *err) {
   double *ms = malloc((size_t)a->repeat * sizeof *ms);
   if (!ms) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   int rc = CTC_OK;
   for (long k = 0; k < a->repeat && rc == CTC_OK; k++) {
-    double t0 = now_ms();
+    double t0 = ctc_drv_now_ms();
     rc = e->call(r->model, (const void *const *)r->in, (void *const *)r->out);
-    ms[k] = now_ms() - t0;
+    ms[k] = ctc_drv_now_ms() - t0;
   }
   if (rc) {
     free(ms);
@@ -467,7 +460,7 @@ static int call_entry(const char *prog, const ctc_entry *e, Run *r, const RunArg
   return CTC_OK;
 }
 
-static int write_outputs(const ctc_entry *e, Run *r, ctc_error *err) {
+static int write_outputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
   for (int j = 0; j < e->noutputs; j++) {
     if (!r->out_paths[j]) continue;
     ctc_tensor t = e->outputs[j];
@@ -479,11 +472,11 @@ static int write_outputs(const ctc_entry *e, Run *r, ctc_error *err) {
 }
 
 static void verbose_time(const RunArgs *a, const char *prog, const char *what, double t0) {
-  if (a->verbose) fprintf(stderr, "%s: %s: %.3f ms\n", prog, what, now_ms() - t0);
+  if (a->verbose) fprintf(stderr, "%s: %s: %.3f ms\n", prog, what, ctc_drv_now_ms() - t0);
 }
 
 /* The steps of `run`, after the command line has been parsed. */
-static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, const RunArgs *a, Run *r,
+static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, const RunArgs *a, ctc_drv_run *r,
                   ctc_error *err) {
   int rc;
   r->nin = e->ninputs;
@@ -504,28 +497,28 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   if ((rc = bind_paths(e, "output", e->noutputs, e->outputs, a->noutputs, a->outputs, r->out_paths, err)))
     return rc;
 
-  double t0 = now_ms();
-  if ((rc = make_model(desc, r, err))) return rc;
+  double t0 = ctc_drv_now_ms();
+  if ((rc = ctc_drv_make_model(desc, r, err))) return rc;
   verbose_time(a, prog, "init", t0);
   if (a->weights) {
-    t0 = now_ms();
+    t0 = ctc_drv_now_ms();
     if ((rc = ctc_model_load(desc, r->model, a->weights, err))) return rc;
     verbose_time(a, prog, "load weights", t0);
   }
-  t0 = now_ms();
+  t0 = ctc_drv_now_ms();
   if ((rc = read_inputs(e, r, err))) return rc;
   for (int j = 0; j < e->noutputs; j++) {
     size_t bytes = ctc_tensor_bytes(&e->outputs[j]);
-    r->out[j] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    r->out[j] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!r->out[j]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate output '%s'", e->outputs[j].name);
   }
   verbose_time(a, prog, "read inputs", t0);
   if ((rc = call_entry(prog, e, r, a, err))) return rc;
-  t0 = now_ms();
+  t0 = ctc_drv_now_ms();
   if ((rc = write_outputs(e, r, err))) return rc;
   verbose_time(a, prog, "write outputs", t0);
   if (a->save) {
-    t0 = now_ms();
+    t0 = ctc_drv_now_ms();
     if ((rc = ctc_model_save(desc, r->model, a->save, err))) return rc;
     verbose_time(a, prog, "save weights", t0);
   }
@@ -547,7 +540,7 @@ static int find_entry(const ctc_model_desc *desc, const char *name, const ctc_en
 static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char **argv, int is_infer) {
   ctc_error err = {0, ""};
   RunArgs a;
-  Run r;
+  ctc_drv_run r;
   memset(&r, 0, sizeof r);
   int rc = parse_run_args(argc, argv, !is_infer, &a, &err);
   if (rc == CTC_OK && a.help) {
@@ -558,405 +551,28 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
   const ctc_entry *e = NULL;
   if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
   if (rc == CTC_OK) rc = do_run(prog, desc, e, &a, &r, &err);
-  run_free(&r);
+  ctc_drv_run_free(&r);
   free_run_args(&a);
   if (rc == CTC_OK) return 0;
-  int status = report(prog, &err);
+  int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s --help'\n", prog, prog);
   return status;
 }
 
-/* ---- train ----------------------------------------------------------------------
- *
- *   ./net train --data X --labels Y --epochs E [--weights W] [--batch B] [--no-shuffle]
- *               [--seed S] [--test-data X --test-labels Y] [--save OUT] [--log FILE]
- *               [--normalize MEAN,STD] [--limit N]
- *
- * The training step is the first entry of kind CTC_ENTRY_TRAIN: inputs (data
- * [B, ...], labels [B, ...]), output 0 the loss; one call does the forward and
- * backward passes and the optimizer update on the parameters in the arena.
- * B is fixed at compile time. Each epoch takes floor(N / B) batches (the last
- * partial batch is dropped, as DataLoader(drop_last=True) does), in file order
- * (--no-shuffle) or in the order of a permutation that depends only on --seed
- * and the epoch (splitmix64 + Fisher-Yates; examples/train_torch.py draws the
- * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
- * Test accuracy: argmax of the first CTC_ENTRY_FORWARD entry's logits [B, C],
- * over the whole test set in batches of its B, the last one padded with zeros
- * (padded rows are ignored). */
-
-typedef struct TrainArgs {
-  const char *weights, *data, *labels, *test_data, *test_labels, *save, *log;
-  long long batch, epochs, limit; /* 0: not given */
-  unsigned long long seed;
-  int no_shuffle, help;
-  ctc_data_xform xf;             /* u8 scaling and --normalize, for the data (not the labels) */
-} TrainArgs;
-
-static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
-  long long b = step && step->ninputs > 0 && step->inputs[0].ndim > 0 ? (long long)step->inputs[0].shape[0] : 0;
-  fprintf(f,
-          "usage: %s train --data X --labels Y --epochs E [options]\n"
-          "\n"
-          "Trains the model with its training entry (%s): each call runs the forward and\n"
-          "backward passes and the optimizer update compiled into the model.\n"
-          "\n"
-          "options:\n"
-          "  --data X, --labels Y      training samples and their labels: .npy files, or IDX files\n"
-          "                            as MNIST ships them (gzipped or not). Values convert to the\n"
-          "                            entry's input dtype; u8 data becomes x / 255 for a float input\n"
-          "                            (like torchvision's ToTensor)\n"
-          "  --epochs E                passes over the training set\n"
-          "  --batch B                 the batch size, which is fixed when the model is compiled\n",
-          prog, step ? step->name : "none in this model");
-  if (b > 0) fprintf(f, "                            (this model: %lld); another B is an error\n", b);
-  fprintf(f,
-          "  --weights W.safetensors   initial parameters (default: the model's own initialisation)\n"
-          "  --no-shuffle              take the batches in file order\n"
-          "  --seed S                  shuffling seed (default 0): the order of every epoch depends\n"
-          "                            only on S and the epoch number\n"
-          "  --normalize MEAN,STD      (x - MEAN) / STD after the scaling (transforms.Normalize)\n"
-          "  --limit N                 use only the first N samples of each data set\n"
-          "  --test-data X, --test-labels Y\n"
-          "                            after each epoch, print the test accuracy: argmax of the\n"
-          "                            forward entry's logits over the whole test set\n"
-          "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
-          "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
-          "\n"
-          "Every epoch takes floor(N / B) batches: the last partial batch is dropped, as with\n"
-          "PyTorch's DataLoader(drop_last=True). Progress goes to stderr; one line per epoch\n"
-          "to stdout: `epoch 1: loss 0.5123, 4321 samples/s, test accuracy 84.21%%`.\n"
-          "exit status: 0 ok, 1 usage or data error, 2 I/O error\n");
-}
-
-static int parse_count(const char *name, const char *val, long long *out, ctc_error *err) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(val, &end, 10);
-  if (*val == '\0' || *end != '\0' || errno || v < 1 || v > (1LL << 40))
-    return ctc_fail(err, CTC_ERR_ARG, "%s needs a positive integer, not '%s'", name, val);
-  *out = v;
-  return CTC_OK;
-}
-
-static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err) {
-  static const char *const path_opts[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels",
-                                          "--save", "--log"};
-  const char **path_slots[] = {&a->weights, &a->data, &a->labels, &a->test_data, &a->test_labels,
-                               &a->save, &a->log};
-  memset(a, 0, sizeof *a);
-  a->xf.scale_u8 = 1;
-  int have_seed = 0;
-  for (int i = 0; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-      a->help = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--no-shuffle")) {
-      a->no_shuffle = 1;
-      continue;
-    }
-    if (arg[0] != '-' || arg[1] == '\0') return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
-    static const char *const known[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels", "--save",
-                                        "--log", "--batch", "--epochs", "--limit", "--seed", "--normalize", NULL};
-    char name[32];
-    const char *val;
-    int orc = option_value(argc, argv, &i, known, name, &val, err);
-    if (orc) return orc;
-    int path = -1;
-    for (int k = 0; k < (int)(sizeof path_opts / sizeof path_opts[0]); k++)
-      if (!strcmp(name, path_opts[k])) path = k;
-
-    int rc = CTC_OK;
-    if (path >= 0) {
-      if (*path_slots[path]) return ctc_fail(err, CTC_ERR_ARG, "option %s given twice", name);
-      if (!*val) return ctc_fail(err, CTC_ERR_ARG, "option %s needs a file name", name);
-      *path_slots[path] = val;
-    } else if (!strcmp(name, "--batch")) {
-      rc = parse_count(name, val, &a->batch, err);
-    } else if (!strcmp(name, "--epochs")) {
-      rc = parse_count(name, val, &a->epochs, err);
-    } else if (!strcmp(name, "--limit")) {
-      rc = parse_count(name, val, &a->limit, err);
-    } else if (!strcmp(name, "--seed")) {
-      char *end;
-      errno = 0;
-      a->seed = strtoull(val, &end, 10);
-      if (*val < '0' || *val > '9' || *end != '\0' || errno)
-        return ctc_fail(err, CTC_ERR_ARG, "--seed needs a non-negative integer below 2^64, not '%s'", val);
-      have_seed = 1;
-    } else { /* --normalize MEAN,STD */
-      char *end;
-      double mean = strtod(val, &end), sd = 0;
-      int ok = end != val && *end == ',';
-      if (ok) {
-        const char *s2 = end + 1;
-        sd = strtod(s2, &end);
-        ok = end != s2 && *end == '\0' && isfinite(mean) && isfinite(sd) && sd != 0;
-      }
-      if (!ok)
-        return ctc_fail(err, CTC_ERR_ARG, "--normalize needs MEAN,STD (two numbers, STD not 0), not '%s'", val);
-      a->xf.mean = mean;
-      a->xf.std = sd;
-    }
-    if (rc) return rc;
-  }
-  if (a->help) return CTC_OK;
-  if (!a->data || !a->labels) return ctc_fail(err, CTC_ERR_ARG, "train needs --data X and --labels Y");
-  if (!a->epochs) return ctc_fail(err, CTC_ERR_ARG, "train needs --epochs E");
-  if (!a->test_data != !a->test_labels)
-    return ctc_fail(err, CTC_ERR_ARG, "--test-data and --test-labels go together");
-  if (have_seed && a->no_shuffle) return ctc_fail(err, CTC_ERR_ARG, "--seed has no effect with --no-shuffle");
-  return CTC_OK;
-}
-
-/* Everything `train` allocates, released by train_free. */
-typedef struct Train {
-  Run r;                          /* the arena and the model (r.in/r.out unused) */
-  const ctc_entry *step, *fwd;    /* the training entry; the forward entry or NULL */
-  int64_t batch;                  /* B of the training entry */
-  int64_t nclasses;               /* C of the forward entry's [B, C] output; 0: unknown */
-  ctc_tensor x, y, tx, ty;        /* the data sets; integer labels converted to i64 */
-  void *in[2], **out;             /* buffers of the training entry */
-  void *fin, **fout;              /* buffers of the forward entry */
-  int64_t *order, *rows;          /* sample order of the epoch; 0..N-1 for the test set */
-  FILE *log;                  /* logw.f: --log goes to a temporary file renamed at the end */
-  ctc_wfile logw;
-} Train;
-
-static void train_free(Train *t) {
-  run_free(&t->r);
-  ctc_tensor_free(&t->x);
-  ctc_tensor_free(&t->y);
-  ctc_tensor_free(&t->tx);
-  ctc_tensor_free(&t->ty);
-  free(t->in[0]);
-  free(t->in[1]);
-  for (int j = 0; t->out && j < t->step->noutputs; j++) free(t->out[j]);
-  free(t->out);
-  free(t->fin);
-  for (int j = 0; t->fout && j < t->fwd->noutputs; j++) free(t->fout[j]);
-  free(t->fout);
-  free(t->order);
-  free(t->rows);
-  if (t->log) ctc_wcommit(&t->logw, 0, NULL);   /* a failed run leaves an old log as it was */
-}
-
-/* Values per sample: the product of all dimensions but the first. */
-static int64_t per_sample(const ctc_tensor *t) {
-  if (t->ndim < 1) return -1;
-  ctc_tensor one = *t;
-  one.shape[0] = 1;
-  return ctc_tensor_numel(&one);
-}
-
-/* The training entry, checked: (data [B, ...], labels [B, ...]) -> loss [] (float). */
-static int find_train_entry(const ctc_model_desc *desc, const ctc_entry **out, ctc_error *err) {
-  const ctc_entry *e = NULL;
-  for (int i = 0; i < desc->nentries && !e; i++)
-    if (desc->entries[i].kind == CTC_ENTRY_TRAIN) e = &desc->entries[i];
-  if (!e) {
-    char names[512] = "";
-    size_t len = 0;
-    for (int i = 0; i < desc->nentries && len < sizeof names; i++)
-      len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", desc->entries[i].name);
-    return ctc_fail(err, CTC_ERR_ARG, "model '%s' has no training entry (entries: %s)",
-                    desc->name ? desc->name : "?", names);
-  }
-  *out = e;
-  char sh[128], sh2[128];
-  if (e->ninputs != 2 || e->noutputs < 1)
-    return ctc_fail(err, CTC_ERR_ARG, "training entry '%s' has %d inputs and %d outputs; train needs 2 inputs "
-                    "(data, labels) and the loss as the first output", e->name, e->ninputs, e->noutputs);
-  const ctc_tensor *x = &e->inputs[0], *y = &e->inputs[1], *l = &e->outputs[0];
-  if (x->ndim < 1 || x->shape[0] < 1 || y->ndim < 1 || y->shape[0] != x->shape[0] || per_sample(x) < 0 ||
-      per_sample(y) < 0)
-    return ctc_fail(err, CTC_ERR_SHAPE, "training entry '%s': inputs '%s' %s and '%s' %s do not share a batch "
-                    "dimension", e->name, x->name, ctc_format_shape(sh, sizeof sh, x->ndim, x->shape), y->name,
-                    ctc_format_shape(sh2, sizeof sh2, y->ndim, y->shape));
-  if (ctc_tensor_numel(l) != 1 || (l->dtype != CTC_F32 && l->dtype != CTC_F64))
-    return ctc_fail(err, CTC_ERR_SHAPE, "training entry '%s': output '%s' (%s%s) is not a scalar loss", e->name,
-                    l->name, ctc_dtype_name(l->dtype), ctc_format_shape(sh, sizeof sh, l->ndim, l->shape));
-  return CTC_OK;
-}
-
-/* The first forward entry; NULL when there is none. */
-static const ctc_entry *find_forward_entry(const ctc_model_desc *desc) {
-  for (int i = 0; i < desc->nentries; i++)
-    if (desc->entries[i].kind == CTC_ENTRY_FORWARD) return &desc->entries[i];
-  return NULL;
-}
-
-/* Can the forward entry give test accuracy: one input [B, ...] with samples like
- * the training data, logits [B, C] first? */
-static int check_forward_entry(const Train *t, ctc_error *err) {
-  const ctc_entry *f = t->fwd;
-  if (!f)
-    return ctc_fail(err, CTC_ERR_ARG, "--test-data needs a forward entry (logits for argmax); the model has none");
-  char a[128], b[128], c[128];
-  const ctc_tensor *x = f->ninputs == 1 ? &f->inputs[0] : NULL, *o = f->noutputs >= 1 ? &f->outputs[0] : NULL;
-  if (!x || !o || x->ndim < 1 || x->shape[0] < 1 || per_sample(x) != per_sample(&t->step->inputs[0]) ||
-      o->ndim != 2 || o->shape[0] != x->shape[0] || o->shape[1] < 1 || (o->dtype != CTC_F32 && o->dtype != CTC_F64))
-    return ctc_fail(err, CTC_ERR_SHAPE, "for test accuracy, forward entry '%s' must map one input [B, ...] shaped "
-                    "like '%s' %s to logits [B, C] (it has %d input%s%s, output %s)", f->name,
-                    t->step->inputs[0].name,
-                    ctc_format_shape(a, sizeof a, t->step->inputs[0].ndim, t->step->inputs[0].shape), f->ninputs,
-                    f->ninputs == 1 ? " " : "s", f->ninputs == 1 ? ctc_format_shape(b, sizeof b, x->ndim, x->shape) : "",
-                    o ? ctc_format_shape(c, sizeof c, o->ndim, o->shape) : "none");
-  return CTC_OK;
-}
-
-/* Loads a data set whose samples must hold `per` values each (what: "input 'x'
- * of entry 'train_step' has shape [64, 1, 28, 28]", for messages); keeps at
- * most `limit` samples (0: all). */
-static int load_set(const char *path, long long limit, int64_t per, const char *what, ctc_tensor *t,
-                    ctc_error *err) {
-  int rc = ctc_dataset_load(path, t, err);
-  if (rc) return rc;
-  char gs[256];
-  if (t->ndim < 1)
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s: a data set needs a first dimension that counts the samples; it has "
-                    "shape []", path);
-  int64_t got = per_sample(t);
-  if (got != per)
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s: data of shape %s has %lld value%s per sample, but %s: %lld value%s "
-                    "per sample", path, ctc_format_shape(gs, sizeof gs, t->ndim, t->shape), (long long)got,
-                    got == 1 ? "" : "s", what, (long long)per, per == 1 ? "" : "s");
-  if (limit > 0 && t->shape[0] > limit) t->shape[0] = limit;
-  return CTC_OK;
-}
-
-/* Loads a data set for input `in` of entry e. */
-static int load_input_set(const char *path, long long limit, const ctc_entry *e, const ctc_tensor *in, ctc_tensor *t,
-                          ctc_error *err) {
-  char what[384], sh[256];
-  snprintf(what, sizeof what, "input '%s' of entry '%s' has shape %s", in->name, e->name,
-           ctc_format_shape(sh, sizeof sh, in->ndim, in->shape));
-  return load_set(path, limit, per_sample(in), what, t, err);
-}
-
-/* Replaces integer-valued labels by an i64 copy, checking 0 <= label < nclasses
- * when nclasses > 0. */
-static int labels_to_i64(const char *path, ctc_tensor *y, int64_t nclasses, const char *fwd_name, ctc_error *err) {
-  ctc_tensor c = *y;
-  c.dtype = CTC_I64;
-  size_t bytes = ctc_tensor_bytes(&c);
-  c.data = bytes == SIZE_MAX ? NULL : malloc(bytes ? bytes : 1);
-  if (!c.data) return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory converting the labels", path);
-  int rc = ctc_dataset_gather(y, NULL, y->shape[0], CTC_I64, NULL, c.data, err);
-  if (rc) {
-    free(c.data);
-    ctc_error_prefix(err, path);
-    return rc;
-  }
-  ctc_tensor_free(y);
-  *y = c;
-  int64_t n = ctc_tensor_numel(y), per = y->shape[0] ? n / y->shape[0] : 1;
-  const int64_t *v = y->data;
-  for (int64_t i = 0; nclasses > 0 && i < n; i++)
-    if (v[i] < 0 || v[i] >= nclasses)
-      return ctc_fail(err, CTC_ERR_SHAPE, "%s: label %lld of sample %lld is out of range: forward entry '%s' has "
-                      "%lld classes (0 to %lld)", path, (long long)v[i], (long long)(i / per), fwd_name,
-                      (long long)nclasses, (long long)nclasses - 1);
-  return CTC_OK;
-}
-
 /* Aligned, zeroed buffers for every output of e. */
-static int alloc_outputs(const ctc_entry *e, void ***out, ctc_error *err) {
+int ctc_drv_alloc_outputs(const ctc_entry *e, void ***out, ctc_error *err) {
   *out = calloc((size_t)e->noutputs + 1, sizeof **out);
   if (!*out) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   for (int j = 0; j < e->noutputs; j++) {
     size_t bytes = ctc_tensor_bytes(&e->outputs[j]);
-    (*out)[j] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    (*out)[j] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!(*out)[j]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate output '%s'", e->outputs[j].name);
   }
   return CTC_OK;
 }
 
-/* Fails early (before hours of training) when OUT cannot be written. */
-static int check_writable(const char *path, ctc_error *err) {
-  if (access(path, F_OK) == 0) {
-    if (access(path, W_OK) != 0) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    return CTC_OK;
-  }
-  FILE *f = fopen(path, "wb");
-  if (!f) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-  fclose(f);
-  remove(path);
-  return CTC_OK;
-}
-
-/* Validates the entries, loads the data and the weights, allocates the buffers. */
-static int train_setup(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ctc_error *err) {
-  int rc;
-  if ((rc = find_train_entry(desc, &t->step, err))) return rc;
-  const ctc_entry *e = t->step;
-  const ctc_tensor *xin = &e->inputs[0], *yin = &e->inputs[1];
-  t->batch = xin->shape[0];
-  char sh[256];
-  if (a->batch && a->batch != t->batch)
-    return ctc_fail(err, CTC_ERR_ARG, "--batch %lld: the model was compiled for batches of %lld (input '%s' of "
-                    "'%s' is %s%s); for another batch size, compile it with example inputs of that batch",
-                    a->batch, (long long)t->batch, xin->name, e->name, ctc_dtype_name(xin->dtype),
-                    ctc_format_shape(sh, sizeof sh, xin->ndim, xin->shape));
-  t->fwd = find_forward_entry(desc);
-  if (a->test_data && (rc = check_forward_entry(t, err))) return rc;
-  int int_labels = yin->dtype == CTC_I64 || yin->dtype == CTC_I32;
-  if (int_labels && per_sample(yin) == 1 && t->fwd && check_forward_entry(t, NULL) == CTC_OK)
-    t->nclasses = t->fwd->outputs[0].shape[1];
-
-  if ((rc = load_input_set(a->data, a->limit, e, xin, &t->x, err))) return rc;
-  if ((rc = load_input_set(a->labels, a->limit, e, yin, &t->y, err))) return rc;
-  if (t->x.shape[0] != t->y.shape[0])
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s has %lld samples but %s has %lld labels", a->data,
-                    (long long)t->x.shape[0], a->labels, (long long)t->y.shape[0]);
-  if (t->x.shape[0] < t->batch)
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s: %lld training samples are fewer than one batch of %lld", a->data,
-                    (long long)t->x.shape[0], (long long)t->batch);
-  if (int_labels && (rc = labels_to_i64(a->labels, &t->y, t->nclasses, t->fwd ? t->fwd->name : "", err))) return rc;
-  if (a->test_data) {
-    if ((rc = load_input_set(a->test_data, a->limit, t->fwd, &t->fwd->inputs[0], &t->tx, err))) return rc;
-    if ((rc = load_set(a->test_labels, a->limit, 1, "test accuracy needs one label per sample", &t->ty, err)))
-      return rc;
-    if (t->tx.shape[0] != t->ty.shape[0])
-      return ctc_fail(err, CTC_ERR_SHAPE, "%s has %lld samples but %s has %lld labels", a->test_data,
-                      (long long)t->tx.shape[0], a->test_labels, (long long)t->ty.shape[0]);
-    if (t->tx.shape[0] < 1) return ctc_fail(err, CTC_ERR_SHAPE, "%s: the test set is empty", a->test_data);
-    if ((rc = labels_to_i64(a->test_labels, &t->ty, 0, "", err))) return rc;
-  }
-
-  if ((rc = make_model(desc, &t->r, err))) return rc;
-  if (a->weights && (rc = ctc_model_load(desc, t->r.model, a->weights, err))) return rc;
-  seed_rng(desc, t->r.model, a->seed);
-  for (int i = 0; i < 2; i++) {
-    size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
-    t->in[i] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
-    if (!t->in[i]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
-  }
-  if ((rc = alloc_outputs(e, &t->out, err))) return rc;
-  int64_t n = t->x.shape[0], tn = a->test_data ? t->tx.shape[0] : 0;
-  t->order = malloc((size_t)n * sizeof *t->order);
-  if (!t->order) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-  if (a->test_data) {
-    size_t bytes = ctc_tensor_bytes(&t->fwd->inputs[0]);
-    t->fin = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
-    t->rows = malloc((size_t)tn * sizeof *t->rows);
-    if (!t->fin || !t->rows) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < tn; i++) t->rows[i] = i;
-    if ((rc = alloc_outputs(t->fwd, &t->fout, err))) return rc;
-  }
-  if (a->save && (rc = check_writable(a->save, err))) return rc;
-  if (a->log) {
-    if ((rc = ctc_wopen(&t->logw, a->log, err))) return rc;
-    t->log = t->logw.f;
-    fprintf(t->log, "epoch,step,loss\n");
-  }
-  return CTC_OK;
-}
-
-/* ---- train: shuffling (examples/train_torch.py has the same code) ---- */
-
-static uint64_t splitmix64(uint64_t *s) {
+/* splitmix64 (shuffling in train, random inputs in bench; examples/train_torch.py has the same code). */
+uint64_t ctc_drv_splitmix64(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -964,200 +580,12 @@ static uint64_t splitmix64(uint64_t *s) {
 }
 
 /* Uniform in [0, m), m >= 1, without modulo bias. */
-static uint64_t rand_below(uint64_t *s, uint64_t m) {
+uint64_t ctc_drv_rand_below(uint64_t *s, uint64_t m) {
   uint64_t reject_below = (0 - m) % m; /* 2^64 mod m */
   for (;;) {
-    uint64_t r = splitmix64(s);
+    uint64_t r = ctc_drv_splitmix64(s);
     if (r >= reject_below) return r % m;
   }
-}
-
-/* The sample order of epoch `epoch` (1-based): 0..n-1, Fisher-Yates shuffled from a
- * state that depends only on the seed and the epoch. */
-static void epoch_order(int64_t *order, int64_t n, int shuffle, uint64_t seed, long long epoch) {
-  for (int64_t i = 0; i < n; i++) order[i] = i;
-  if (!shuffle) return;
-  uint64_t s = seed ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ULL);
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)rand_below(&s, (uint64_t)i + 1), tmp = order[i];
-    order[i] = order[j];
-    order[j] = tmp;
-  }
-}
-
-/* ---- train: progress and evaluation ---- */
-
-typedef struct Progress {
-  int tty;                      /* stderr is a terminal: one line, rewritten with \r */
-  long long epochs, steps;      /* steps per epoch */
-  double train_ms;              /* time in training steps so far, all epochs */
-  double last_ms;               /* when the tty line was last written */
-} Progress;
-
-static const char *fmt_duration(char *buf, size_t n, double sec) {
-  if (!(sec >= 0) || sec > 1e8) return snprintf(buf, n, "?"), buf;
-  long long s = (long long)(sec + 0.5);
-  if (s >= 3600) snprintf(buf, n, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  else snprintf(buf, n, "%lld:%02lld", s / 60, s % 60);
-  return buf;
-}
-
-/* After step `step` (1-based) of epoch `epoch`; epoch_ms: time in this epoch's steps. */
-static void progress(Progress *p, long long epoch, long long step, double mean_loss, int64_t batch, double epoch_ms) {
-  double now = now_ms();
-  if (p->tty) {
-    if (step < p->steps && now - p->last_ms < 100) return;
-  } else if (step == p->steps || (step * 10) / p->steps == ((step - 1) * 10) / p->steps) {
-    return; /* not a tty: about every 10% of an epoch */
-  }
-  p->last_ms = now;
-  long long done = (epoch - 1) * p->steps + step, left = p->epochs * p->steps - done;
-  double rate = epoch_ms > 0 ? (double)step * (double)batch * 1e3 / epoch_ms : 0;
-  char eta[32];
-  fmt_duration(eta, sizeof eta, p->train_ms / (double)done * (double)left / 1e3);
-  fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s", p->tty ? "\r\033[K" : "",
-          epoch, p->epochs, step, p->steps, mean_loss, rate, eta, p->tty ? "" : "\n");
-  fflush(stderr);
-}
-
-/* Index of the largest of n values (the first one; NaN counts as largest, as in torch.argmax). */
-static int64_t argmax_row(const unsigned char *row, ctc_dtype dt, int64_t n) {
-  int64_t best = 0;
-  double bv = 0;
-  for (int64_t k = 0; k < n; k++) {
-    double v;
-    if (dt == CTC_F32) {
-      float f;
-      memcpy(&f, row + 4 * k, 4);
-      v = f;
-    } else {
-      memcpy(&v, row + 8 * k, 8);
-    }
-    if (isnan(v)) return k;
-    if (k == 0 || v > bv) best = k, bv = v;
-  }
-  return best;
-}
-
-/* Test accuracy (0..1) with the forward entry, in batches padded with zeros. */
-static int evaluate(Train *t, const TrainArgs *a, double *acc, ctc_error *err) {
-  const ctc_entry *f = t->fwd;
-  const ctc_tensor *xin = &f->inputs[0], *o = &f->outputs[0];
-  int64_t fb = xin->shape[0], n = t->tx.shape[0], c = o->shape[1], correct = 0;
-  size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
-  const int64_t *labels = t->ty.data;
-  for (int64_t start = 0; start < n; start += fb) {
-    int64_t m = n - start < fb ? n - start : fb;
-    int rc = ctc_dataset_gather(&t->tx, t->rows + start, m, xin->dtype, &a->xf, t->fin, err);
-    if (rc) {
-      ctc_error_prefix(err, a->test_data);
-      return rc;
-    }
-    memset((unsigned char *)t->fin + (size_t)m * sample_bytes, 0, (size_t)(fb - m) * sample_bytes);
-    rc = f->call(t->r.model, (const void *const *)&t->fin, (void *const *)t->fout);
-    if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", f->name, ctc_strerror(rc), rc);
-    size_t row_bytes = (size_t)c * ctc_dtype_size(o->dtype);
-    for (int64_t i = 0; i < m; i++)
-      correct += argmax_row((const unsigned char *)t->fout[0] + (size_t)i * row_bytes, o->dtype, c) ==
-                 labels[start + i];
-  }
-  *acc = (double)correct / (double)n;
-  return CTC_OK;
-}
-
-/* One epoch of training steps; *mean_loss and *ms (time in steps) for the summary. */
-static int train_epoch(Train *t, const TrainArgs *a, Progress *p, long long epoch, double *mean_loss, double *ms,
-                       ctc_error *err) {
-  const ctc_entry *e = t->step;
-  const ctc_data_xform *xf = &a->xf;
-  double sum = 0, t0 = now_ms();
-  epoch_order(t->order, t->x.shape[0], !a->no_shuffle, a->seed, epoch);
-  for (long long s = 1; s <= p->steps; s++) {
-    const int64_t *rows = t->order + (s - 1) * t->batch;
-    int rc = ctc_dataset_gather(&t->x, rows, t->batch, e->inputs[0].dtype, xf, t->in[0], err);
-    if (rc) {
-      ctc_error_prefix(err, a->data);
-      return rc;
-    }
-    if ((rc = ctc_dataset_gather(&t->y, rows, t->batch, e->inputs[1].dtype, NULL, t->in[1], err))) {
-      ctc_error_prefix(err, a->labels);
-      return rc;
-    }
-    double s0 = now_ms();
-    rc = e->call(t->r.model, (const void *const *)t->in, (void *const *)t->out);
-    p->train_ms += now_ms() - s0;
-    if (rc)
-      return ctc_fail(err, rc, "entry '%s' failed at epoch %lld, step %lld: %s (status %d)", e->name, epoch, s,
-                      ctc_strerror(rc), rc);
-    double loss;
-    if (e->outputs[0].dtype == CTC_F32) {
-      float l;
-      memcpy(&l, t->out[0], sizeof l);
-      loss = l;
-    } else {
-      memcpy(&loss, t->out[0], sizeof loss);
-    }
-    sum += loss;
-    if (t->log && fprintf(t->log, "%lld,%lld,%.9g\n", epoch, s, loss) < 0)
-      return ctc_fail(err, CTC_ERR_IO, "%s: write failed: %s", a->log, strerror(errno));
-    progress(p, epoch, s, sum / (double)s, t->batch, now_ms() - t0);
-  }
-  *mean_loss = sum / (double)p->steps;
-  *ms = now_ms() - t0;
-  return CTC_OK;
-}
-
-static int do_train(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ctc_error *err) {
-  int rc = train_setup(desc, a, t, err);
-  if (rc) return rc;
-  Progress p = {0};
-  p.tty = isatty(fileno(stderr));
-  p.epochs = a->epochs;
-  p.steps = t->x.shape[0] / t->batch; /* drop_last */
-  for (long long epoch = 1; epoch <= a->epochs; epoch++) {
-    double loss = 0, ms = 0, acc = 0;
-    if ((rc = train_epoch(t, a, &p, epoch, &loss, &ms, err))) return rc;
-    if (p.tty) fprintf(stderr, "\r\033[K");
-    if (a->test_data && (rc = evaluate(t, a, &acc, err))) return rc;
-    printf("epoch %lld: loss %.4f, %.0f samples/s", epoch, loss, ms > 0 ? (double)(p.steps * t->batch) * 1e3 / ms : 0);
-    if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
-    printf("\n");
-    fflush(stdout);
-    /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it) */
-    for (int i = 0; i < desc->nentries; i++) {
-      const ctc_entry *e = &desc->entries[i];
-      if (e->kind != CTC_ENTRY_SCHED) continue;
-      if ((rc = e->call(t->r.model, NULL, NULL)))
-        return ctc_fail(err, rc, "entry '%s' failed after epoch %lld: %s", e->name, epoch, ctc_strerror(rc));
-    }
-  }
-  if (t->log) {
-    int ok = !ferror(t->log);
-    t->log = NULL;
-    if ((rc = ctc_wcommit(&t->logw, ok, err))) return rc;
-  }
-  if (a->save) return ctc_model_save(desc, t->r.model, a->save, err);
-  return CTC_OK;
-}
-
-static int cmd_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv) {
-  ctc_error err = {0, ""};
-  TrainArgs a;
-  Train t;
-  memset(&t, 0, sizeof t);
-  int rc = parse_train_args(argc, argv, &a, &err);
-  if (rc == CTC_OK && a.help) {
-    const ctc_entry *step = NULL;
-    find_train_entry(desc, &step, NULL);
-    train_usage(stdout, prog, step);
-    return 0;
-  }
-  if (rc == CTC_OK) rc = do_train(desc, &a, &t, &err);
-  train_free(&t);
-  if (rc == CTC_OK) return 0;
-  int status = report(prog, &err);
-  if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s train --help'\n", prog, prog);
-  return status;
 }
 
 /* ---- bench ----------------------------------------------------------------------
@@ -1237,7 +665,7 @@ static int parse_bench_args(int argc, char **argv, BenchArgs *a, ctc_error *err)
     static const char *const known[] = {"--iters", "--warmup", "--weights", "--seed", "--int-max", NULL};
     char name[32];
     const char *val;
-    int orc = option_value(argc, argv, &i, known, name, &val, err);
+    int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
     if (orc) return orc;
     int rc = CTC_OK;
     if (!strcmp(name, "--iters")) {
@@ -1271,7 +699,7 @@ static int fill_random(const ctc_tensor *t, void *dst, uint64_t *s, long long in
     return ctc_fail(err, CTC_ERR_ARG, "--int-max %lld: input '%s' is %s, whose values stop at %lld", int_max,
                     t->name, ctc_dtype_name(t->dtype), limit - 1);
   for (int64_t i = 0; i < n; i++) {
-    double u = (double)(splitmix64(s) >> 11) * 0x1p-53 * 2.0 - 1.0; /* [-1, 1) */
+    double u = (double)(ctc_drv_splitmix64(s) >> 11) * 0x1p-53 * 2.0 - 1.0; /* [-1, 1) */
     switch (t->dtype) {
     case CTC_F32: {
       float v = (float)u;
@@ -1282,20 +710,20 @@ static int fill_random(const ctc_tensor *t, void *dst, uint64_t *s, long long in
       memcpy(out + 8 * i, &u, 8);
       break;
     case CTC_I64: {
-      int64_t v = (int64_t)rand_below(s, (uint64_t)int_max);
+      int64_t v = (int64_t)ctc_drv_rand_below(s, (uint64_t)int_max);
       memcpy(out + 8 * i, &v, 8);
       break;
     }
     case CTC_I32: {
-      int32_t v = (int32_t)rand_below(s, (uint64_t)int_max);
+      int32_t v = (int32_t)ctc_drv_rand_below(s, (uint64_t)int_max);
       memcpy(out + 4 * i, &v, 4);
       break;
     }
     case CTC_U8:
-      out[i] = (unsigned char)rand_below(s, (uint64_t)int_max);
+      out[i] = (unsigned char)ctc_drv_rand_below(s, (uint64_t)int_max);
       break;
     case CTC_BOOL:
-      out[i] = (unsigned char)(splitmix64(s) & 1);
+      out[i] = (unsigned char)(ctc_drv_splitmix64(s) & 1);
       break;
     default:
       return ctc_fail(err, CTC_ERR_DTYPE, "input '%s' has an unknown dtype", t->name);
@@ -1311,31 +739,31 @@ static long peak_rss_kib(void) {
   return ru.ru_maxrss; /* Linux: KiB */
 }
 
-static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, const BenchArgs *a, Run *r,
+static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, const BenchArgs *a, ctc_drv_run *r,
                     ctc_error *err) {
   int rc;
   r->nin = e->ninputs;
   r->nout = e->noutputs;
   r->in = calloc((size_t)e->ninputs + 1, sizeof *r->in);
   if (!r->in) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-  if ((rc = make_model(desc, r, err))) return rc;
+  if ((rc = ctc_drv_make_model(desc, r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, r->model, a->weights, err))) return rc;
-  seed_rng(desc, r->model, a->seed);
+  ctc_drv_seed_rng(desc, r->model, a->seed);
   uint64_t s = a->seed ^ 0x6A09E667F3BCC908ULL;
   for (int i = 0; i < e->ninputs; i++) {
     size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
-    r->in[i] = bytes == SIZE_MAX ? NULL : alloc_aligned(IO_ALIGN, bytes);
+    r->in[i] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!r->in[i]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
     if ((rc = fill_random(&e->inputs[i], r->in[i], &s, a->int_max, err))) return rc;
   }
-  if ((rc = alloc_outputs(e, &r->out, err))) return rc;
+  if ((rc = ctc_drv_alloc_outputs(e, &r->out, err))) return rc;
   double *ms = malloc((size_t)a->iters * sizeof *ms);
   if (!ms) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   long long total = a->warmup + a->iters;
   for (long long k = 0; k < total; k++) {
-    double t0 = now_ms();
+    double t0 = ctc_drv_now_ms();
     rc = e->call(r->model, (const void *const *)r->in, (void *const *)r->out);
-    double t = now_ms() - t0;
+    double t = ctc_drv_now_ms() - t0;
     if (rc) {
       free(ms);
       return ctc_fail(err, rc, "entry '%s' failed at call %lld: %s (status %d)", e->name, k + 1, ctc_strerror(rc),
@@ -1357,7 +785,7 @@ static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entr
 static int cmd_bench(const char *prog, const ctc_model_desc *desc, int argc, char **argv) {
   ctc_error err = {0, ""};
   BenchArgs a;
-  Run r;
+  ctc_drv_run r;
   memset(&r, 0, sizeof r);
   int rc = parse_bench_args(argc, argv, &a, &err);
   if (rc == CTC_OK && a.help) {
@@ -1367,9 +795,9 @@ static int cmd_bench(const char *prog, const ctc_model_desc *desc, int argc, cha
   const ctc_entry *e = NULL;
   if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
   if (rc == CTC_OK) rc = do_bench(prog, desc, e, &a, &r, &err);
-  run_free(&r);
+  ctc_drv_run_free(&r);
   if (rc == CTC_OK) return 0;
-  int status = report(prog, &err);
+  int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s bench --help'\n", prog, prog);
   return status;
 }
@@ -1393,7 +821,7 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
     return 0;
   }
   if (!strcmp(cmd, "run") || !strcmp(cmd, "infer")) return cmd_run(prog, desc, argc - 2, argv + 2, cmd[0] == 'i');
-  if (!strcmp(cmd, "train")) return cmd_train(prog, desc, argc - 2, argv + 2);
+  if (!strcmp(cmd, "train")) return ctc_drv_train(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) {
     if (argc > 2) {

@@ -51,8 +51,8 @@ def st_write(path, tensors):
     """Write a safetensors file from {name: np.ndarray} (in dict order)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
-        b = a.tobytes()
+        a = np.asarray(a)
+        b = np.ascontiguousarray(a).tobytes()  # (ascontiguousarray makes a 0-d array 1-d)
         header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)

@@ -134,3 +134,11 @@ def test_no_dispatch_by_enum_position():
         with open(path) as f:
             bad += [f"{os.path.relpath(path, ROOT)}:{b}" for b in _enum_range_uses(f.read())]
     assert not bad, "builtins compared by their position in the tables:\n" + "\n".join(bad)
+
+
+def test_build_ninja_is_generated_from_the_folders():
+    """build.ninja is written by scripts/configure.py from the source folders; a
+    stale one (a .c file added without re-running it) fails here."""
+    r = subprocess.run(["python3", os.path.join(ROOT, "scripts", "configure.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -13,7 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RT_DIR = os.path.join(REPO, "runtime_min")
 RT_SOURCES = [os.path.join(RT_DIR, f) for f in
-              ("rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_data.c")]
+              ("rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+                        "rt_data.c")]
 LIB = os.path.join(REPO, "build", "libctc_rt.a")
 FAKE_SRC = os.path.join(HERE, "fake_model.c")
 CC = os.environ.get("CC", "cc")
@@ -28,7 +29,7 @@ def lib_is_fresh():
     """build/libctc_rt.a exists and is newer than every runtime source."""
     if not os.path.exists(LIB):
         return False
-    newest = max(os.path.getmtime(p) for p in RT_SOURCES + [os.path.join(RT_DIR, "ctc_rt.h")])
+    newest = max(os.path.getmtime(p) for p in RT_SOURCES + [os.path.join(RT_DIR, h) for h in ("ctc_rt.h", "rt_driver_int.h")])
     return os.path.getmtime(LIB) >= newest
 
 

@@ -1,0 +1,42 @@
+/* rt_driver_int.h - internal to the driver: helpers shared by rt_driver.c
+ * (run, infer, info, bench, the dispatch) and rt_train.c (train). Not part of
+ * the runtime's API (ctc_rt.h). */
+#ifndef CTC_RT_DRIVER_INT_H
+#define CTC_RT_DRIVER_INT_H
+
+#include "ctc_rt.h"
+
+#include <stdint.h>
+
+#define CTC_DRV_IO_ALIGN 64 /* alignment of the input and output buffers */
+
+/* Everything `run` allocates, released by ctc_drv_run_free. */
+typedef struct ctc_drv_run {
+  void *arena, *model;
+  void **in, **out;            /* aligned buffers per input / output */
+  const char **in_paths, **out_paths;
+  int nin, nout;
+} ctc_drv_run;
+
+/* Prints "PROG: error: MSG" and returns the exit status for err->code. */
+int ctc_drv_report(const char *prog, const ctc_error *err);
+double ctc_drv_now_ms(void);
+/* Zeroed, aligned; size rounded up to the alignment; never 0 bytes. */
+void *ctc_drv_alloc_aligned(size_t align, size_t bytes);
+/* Positions the "rng.offset" state tensor (dropout's stream) at seed * 2^40 when it is 0. */
+void ctc_drv_seed_rng(const ctc_model_desc *desc, void *model, uint64_t seed);
+/* "--name VALUE" / "--name=VALUE" at argv[*i] when name is one of `known`. */
+int ctc_drv_option_value(int argc, char **argv, int *i, const char *const *known, char *name, const char **val,
+                         ctc_error *err);
+void ctc_drv_run_free(ctc_drv_run *r);
+/* Allocates the arena and the model and calls init. */
+int ctc_drv_make_model(const ctc_model_desc *desc, ctc_drv_run *r, ctc_error *err);
+/* Aligned, zeroed buffers for every output of e. */
+int ctc_drv_alloc_outputs(const ctc_entry *e, void ***out, ctc_error *err);
+uint64_t ctc_drv_splitmix64(uint64_t *s);
+uint64_t ctc_drv_rand_below(uint64_t *s, uint64_t m); /* uniform in [0, m), m >= 1 */
+
+/* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
+int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
+
+#endif
