@@ -1291,6 +1291,13 @@ PV *t_expand_to(L *L, Span at, PV *x, Type r) {
 /* lerp(a, b, w): PyTorch's a + w (b - a) where |w| < 0.5, else b - (b - a)(1 - w) */
 PV *t_lerp(L *L, Span at, PV *a, PV *b, PV *w) {
   need_fn(L, at, "lerp");
+  need_tensor_arg(L, at, a, "lerp");
+  need_tensor_arg(L, at, b, "lerp");
+  DType dt = a->t->type.dtype;
+  if (!ir_dtype_is_float(dt) || b->t->type.dtype != dt || (w->k == PV_TENSOR && w->t->type.dtype != dt))
+    lower_error(L, at, "lerp: expected floating-point tensors of one dtype (input %s, end %s%s%s)", ir_dtype_name(dt),
+                ir_dtype_name(b->t->type.dtype), w->k == PV_TENSOR ? ", weight " : "",
+                w->k == PV_TENSOR ? ir_dtype_name(w->t->type.dtype) : "");
   PV *d = t_binary(L, at, OP_SUB, b, a);
   if (pv_is_num(w)) {
     double x = pv_num(w);
