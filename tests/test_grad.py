@@ -76,6 +76,8 @@ CASES += [
                                       "torch.norm(x, p=1, dim=1) + torch.norm(x, float('inf'), dim=1)"),
     ("lerp_addc", ["x=3,4", "y=3,4", "w=3,4"], "torch.lerp(x, y, w) + torch.lerp(x, y, 0.7) + "
                                                "torch.addcmul(x, y, w, value=0.5) + torch.addcdiv(x, y, w.abs() + 1)"),
+    ("addmm_family", ["x=3,4", "y=4,5", "v=4"], "torch.addmm(x @ y, x, y, beta=0.5, alpha=2)[:, :4] + "
+                                                "torch.addr(x, x[:, 0], v) + torch.outer(x[0], v).t()[:3]"),
     ("clamp_tril_repeat", ["x=3,4"], "torch.clamp_min(x, -0.5) * x.clamp_max(0.5) + torch.tril(x, 1) + "
                                      "x.triu(-1) + x.repeat(1, 2)[:, 3:7]"),
 ]

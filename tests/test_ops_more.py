@@ -113,6 +113,15 @@ GROUPS = {
         ("repeat_tuple", "z.repeat((1, 2, 1))"), ("expand_as", "w.expand_as(x)"), ("view_as", "z.view_as(z).sum(0)"),
         ("reshape_as", "x.reshape_as(w.expand(4, 4))"), ("mT", "z.mT"), ("mT_matmul", "z @ z.mT"),
     ], ["x=f32[4,4]", "w=f32[4]", "z=f32[2,3,4]"]),
+    "linalg_more": ("", [
+        ("dot", "torch.dot(v, w)"), ("vdot", "v.vdot(w)"), ("inner", "torch.inner(m, b)"), ("inner_vec", "v.inner(w)"),
+        ("outer", "torch.outer(v, u)"), ("ger", "v.ger(u)"), ("mv", "torch.mv(m, u)"),
+        ("addmm", "torch.addmm(c, m, n)"), ("addmm_scaled", "c.addmm(m, n, beta=0.5, alpha=2)"),
+        ("addmm_bcast", "torch.addmm(u2, m, n)"), ("addmm_beta0", "torch.addmm(c.log(), m, n, beta=0)"),
+        ("addmv", "torch.addmv(v, m, u, alpha=-1)"), ("addr", "torch.addr(c, v, u, beta=2)"),
+        ("baddbmm", "torch.baddbmm(z, y, y.mT)"), ("addbmm", "torch.addbmm(c2, y, y.mT, alpha=0.5)"),
+    ], ["v=f32[4]", "w=f32[4]", "u=f32[5]", "u2=f32[5]", "m=f32[4,5]", "n=f32[5,5]", "b=f32[3,5]", "c=f32[4,5]",
+        "c2=f32[3,3]", "y=f32[2,3,4]", "z=f32[2,3,3]"]),
 }
 
 

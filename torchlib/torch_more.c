@@ -89,6 +89,35 @@ PV *bi_logical(L *L, PV *fn, Args *A) {
   return t_logical(L, A->at, kind, x, a[0]);
 }
 
+static void need_ndim(L *L, Span at, PV *x, int nd, const char *fname, const char *what) {
+  need_tensor_arg(L, at, x, fname);
+  if (x->t->type.ndim != nd)
+    lower_error(L, at, "%s: %s must be %d-D, got shape %s", fname, what, nd, shape_str(L, &x->t->type));
+}
+
+/* beta * input + alpha * p (PyTorch's addmm family: input is ignored when beta == 0) */
+static PV *scaled_sum(L *L, Span at, PV *input, PV *p, PV *beta, PV *alpha) {
+  if (alpha && !(pv_is_num(alpha) && pv_num(alpha) == 1)) p = t_binary(L, at, OP_MUL, p, alpha);
+  if (beta && pv_is_num(beta) && pv_num(beta) == 0) {
+    Type t = input->t->type, r;
+    if (ir_broadcast_shapes(&t, &p->t->type, &r) < 0 || r.ndim != p->t->type.ndim)
+      lower_error(L, at, "input %s does not broadcast to %s", shape_str(L, &t), shape_str(L, &p->t->type));
+    return p;
+  }
+  PV *i = beta && !(pv_is_num(beta) && pv_num(beta) == 1) ? t_binary(L, at, OP_MUL, input, beta) : input;
+  PV *r = t_binary(L, at, OP_ADD, i, p);
+  if (r->t->type.ndim != p->t->type.ndim)
+    lower_error(L, at, "input %s does not broadcast to %s", shape_str(L, &input->t->type), shape_str(L, &p->t->type));
+  return r;
+}
+
+static PV *outer(L *L, Span at, PV *a, PV *b) {
+  need_ndim(L, at, a, 1, "outer", "input");
+  need_ndim(L, at, b, 1, "outer", "vec2");
+  int64_t da[2] = {a->t->type.dims[0], 1}, db[2] = {1, b->t->type.dims[0]};
+  return t_binary(L, at, OP_MUL, t_reshape(L, at, a, da, 2), t_reshape(L, at, b, db, 2));
+}
+
 /* The rest, by row. */
 PV *bi_more(L *L, PV *fn, Args *A) {
   Args B = *A;
@@ -334,6 +363,64 @@ PV *bi_more(L *L, PV *fn, Args *A) {
     bind_args(L, &B, "repeats,dim=,output_size=", a);
     if (a[0]->k == PV_TENSOR) lower_error(L, at, "repeat_interleave with a tensor of repeats is not supported (an int is)");
     return t_repeat_interleave(L, at, x, arg_int(L, at, a[0], "repeats"), a[1]);
+  case BI_T_DOT:
+  case BI_T_VDOT:
+    bind_args(L, &B, "other", a);
+    need_ndim(L, at, x, 1, A->fname, "input");
+    need_ndim(L, at, a[0], 1, A->fname, "other");
+    if (x->t->type.dtype != a[0]->t->type.dtype)
+      lower_error(L, at, "%s: expected both vectors to have the same dtype, but found %s and %s", A->fname,
+                  ir_dtype_name(x->t->type.dtype), ir_dtype_name(a[0]->t->type.dtype));
+    return t_matmul(L, at, x, a[0]);
+  case BI_T_INNER: {   /* contraction over the last dims */
+    bind_args(L, &B, "other", a);
+    need_tensor_arg(L, at, a[0], "other");
+    Type ta = x->t->type, tb = a[0]->t->type;
+    if (ta.ndim == 0 || tb.ndim == 0) return t_binary(L, at, OP_MUL, x, a[0]);
+    int64_t k = ta.dims[ta.ndim - 1];
+    int64_t d2[2] = {ir_numel(&ta) / k, k}, e2[2] = {ir_numel(&tb) / tb.dims[tb.ndim - 1], tb.dims[tb.ndim - 1]};
+    PV *m = t_matmul(L, at, t_reshape(L, at, x, d2, 2), t_transpose(L, at, t_reshape(L, at, a[0], e2, 2), 0, 1));
+    int64_t out[IR_MAX_DIMS];
+    int n = 0;
+    if (ta.ndim - 1 + tb.ndim - 1 > IR_MAX_DIMS) lower_error(L, at, "inner: too many dimensions");
+    for (int i = 0; i < ta.ndim - 1; i++) out[n++] = ta.dims[i];
+    for (int i = 0; i < tb.ndim - 1; i++) out[n++] = tb.dims[i];
+    return t_reshape(L, at, m, out, n);
+  }
+  case BI_T_OUTER:
+  case BI_T_GER:
+    bind_args(L, &B, "vec2", a);
+    return outer(L, at, x, a[0]);
+  case BI_T_MV:
+    bind_args(L, &B, "vec", a);
+    need_ndim(L, at, x, 2, "mv", "input");
+    need_ndim(L, at, a[0], 1, "mv", "vec");
+    return t_matmul(L, at, x, a[0]);
+  case BI_T_ADDMM:
+    bind_args(L, &B, "mat1,mat2,beta=,alpha=", a);
+    need_ndim(L, at, a[0], 2, "addmm", "mat1");
+    need_ndim(L, at, a[1], 2, "addmm", "mat2");
+    return scaled_sum(L, at, x, t_matmul(L, at, a[0], a[1]), a[2], a[3]);
+  case BI_T_ADDMV:
+    bind_args(L, &B, "mat,vec,beta=,alpha=", a);
+    need_ndim(L, at, a[0], 2, "addmv", "mat");
+    need_ndim(L, at, a[1], 1, "addmv", "vec");
+    return scaled_sum(L, at, x, t_matmul(L, at, a[0], a[1]), a[2], a[3]);
+  case BI_T_ADDR:
+    bind_args(L, &B, "vec1,vec2,beta=,alpha=", a);
+    return scaled_sum(L, at, x, outer(L, at, a[0], a[1]), a[2], a[3]);
+  case BI_T_BADDBMM:
+  case BI_T_ADDBMM: {
+    bind_args(L, &B, "batch1,batch2,beta=,alpha=", a);
+    need_ndim(L, at, a[0], 3, A->fname, "batch1");
+    need_ndim(L, at, a[1], 3, A->fname, "batch2");
+    PV *p = t_matmul(L, at, a[0], a[1]);
+    if (bi == BI_T_ADDBMM) {
+      int64_t d0 = 0;
+      p = t_reduce(L, at, IR_REDUCE_SUM, p, &d0, 1, 0, 0);
+    }
+    return scaled_sum(L, at, x, p, a[2], a[3]);
+  }
   default: BUG("bi_more: row %s", bi_names[bi]);
   }
 }
