@@ -62,7 +62,7 @@ CASES += [
                              "torch.sinh(x) + x.cosh()"),
     ("hyperbolic_more", ["x=3,4"], "torch.tan(torch.tanh(x)) + torch.asinh(x) + torch.acosh(x.abs() + 1.5) + "
                                    "torch.atanh(0.9 * torch.tanh(x)) + torch.erfc(x)"),
-    ("atan2", ["x=3,4", "y=3,4"], "torch.atan2(x, y) + x.atan2(y.abs() + 1)"),
+    ("atan2", ["x=3,4", "y=3,4"], "torch.atan2(x, y) + x.atan2(y.abs() + 1) + torch.copysign(x, y) * x"),
     ("remainder_fmod", ["x=3,4", "y=3,4"], "torch.remainder(3 * x, y) + torch.fmod(3 * x, y) + x % 0.7 + "
                                            "x.fmod(-0.4)"),
     ("round_sign_frac", ["x=3,4"], "torch.round(x * 3) * x + torch.sign(x) * x + torch.trunc(2 * x) * x + "
@@ -79,7 +79,8 @@ CASES += [
     ("addmm_family", ["x=3,4", "y=4,5", "v=4"], "torch.addmm(x @ y, x, y, beta=0.5, alpha=2)[:, :4] + "
                                                 "torch.addr(x, x[:, 0], v) + torch.outer(x[0], v).t()[:3]"),
     ("clamp_tril_repeat", ["x=3,4"], "torch.clamp_min(x, -0.5) * x.clamp_max(0.5) + torch.tril(x, 1) + "
-                                     "x.triu(-1) + x.repeat(1, 2)[:, 3:7]"),
+                                     "x.triu(-1) + x.repeat(1, 2)[:, 3:7] + x.diff(prepend=x[:, :1]) + "
+                                     "torch.diagonal(x, 1).sum() * torch.trace(x)"),
 ]
 
 

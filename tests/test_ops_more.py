@@ -39,7 +39,7 @@ GROUPS = {
         ("nan_to_num_args", "(x / 0).nan_to_num(nan=1.0, posinf=2.0, neginf=-2.0)"),
     ], ["x=f32[4,9]", "i=i64[4,9]"]),
     "binary_more": ("", [
-        ("atan2", "torch.atan2(x, y)"), ("arctan2", "torch.arctan2(x, y)"), ("x.atan2", "x.atan2(y)"),
+        ("atan2", "torch.atan2(x, y)"), ("copysign", "torch.copysign(x, y)"), ("copysign_s", "x.copysign(-1.0)"), ("arctan2", "torch.arctan2(x, y)"), ("x.atan2", "x.atan2(y)"),
         ("remainder", "torch.remainder(x, y)"), ("mod", "x % y"), ("mod_scalar", "x % 0.75"),
         ("rmod", "2.5 % (y.abs() + 0.5)"), ("x.remainder", "x.remainder(-1.5)"), ("fmod", "torch.fmod(x, y)"),
         ("x.fmod", "x.fmod(0.7)"), ("floor_divide", "torch.floor_divide(x, y)"), ("floordiv", "x // y"),
@@ -112,6 +112,10 @@ GROUPS = {
         ("tril_batched", "torch.tril(z, -1)"), ("repeat", "x.repeat(2, 3)"), ("repeat_more", "x.repeat(2, 1, 1)"),
         ("repeat_tuple", "z.repeat((1, 2, 1))"), ("expand_as", "w.expand_as(x)"), ("view_as", "z.view_as(z).sum(0)"),
         ("reshape_as", "x.reshape_as(w.expand(4, 4))"), ("mT", "z.mT"), ("mT_matmul", "z @ z.mT"),
+        ("diff", "torch.diff(x)"), ("diff_n", "x.diff(n=2, dim=0)"), ("diff_pre", "torch.diff(w, prepend=w[:1], append=w)"),
+        ("diff_bool", "torch.diff(x > 0, dim=0)"), ("diagonal", "torch.diagonal(x)"), ("diagonal_k", "x.diagonal(1)"),
+        ("diagonal_neg", "torch.diagonal(z[0], offset=-1)"), ("diagonal_swap", "x.diagonal(0, 1, 0)"),
+        ("diag", "torch.diag(z[1], 2)"), ("trace", "torch.trace(z[0])"), ("trace_m", "x.trace()"),
     ], ["x=f32[4,4]", "w=f32[4]", "z=f32[2,3,4]"]),
     "linalg_more": ("", [
         ("dot", "torch.dot(v, w)"), ("vdot", "v.vdot(w)"), ("inner", "torch.inner(m, b)"), ("inner_vec", "v.inner(w)"),

@@ -67,7 +67,8 @@ PV *bi_ew_binary(L *L, PV *fn, Args *A) {
   case IR_FMOD: return t_divmod(L, at, 'm', x, a[0]);
   case IR_FLOORDIV: return t_divmod(L, at, 'f', x, a[0]);
   case IR_BIT_AND: case IR_BIT_OR: case IR_BIT_XOR: return t_bitwise(L, at, (Op)bi_rows[fn->bi].arg, x, a[0]);
-  case IR_ATAN2: return t_float_binary(L, at, IR_ATAN2, x, a[0]);   /* integers promote to float32 */
+  case IR_ATAN2:
+  case IR_COPYSIGN: return t_float_binary(L, at, (Op)bi_rows[fn->bi].arg, x, a[0]);   /* integers promote to float32 */
   default: BUG("bi_ew_binary: row %s", bi_names[fn->bi]);
   }
 }
@@ -116,6 +117,20 @@ static PV *outer(L *L, Span at, PV *a, PV *b) {
   need_ndim(L, at, b, 1, "outer", "vec2");
   int64_t da[2] = {a->t->type.dims[0], 1}, db[2] = {1, b->t->type.dims[0]};
   return t_binary(L, at, OP_MUL, t_reshape(L, at, a, da, 2), t_reshape(L, at, b, db, 2));
+}
+
+/* the diagonal of a matrix at offset k: the flattened matrix gathered at k, k + m + 1, ... */
+static PV *diagonal2(L *L, Span at, PV *x, int64_t k) {
+  Type t = x->t->type;
+  int64_t n = t.dims[0], m = t.dims[1];
+  int64_t count = k >= 0 ? (n < m - k ? n : m - k) : (n + k < m ? n + k : m);
+  if (count <= 0) lower_error(L, at, "diagonal: offset %lld leaves an empty diagonal of a %s matrix, which ctc does not support",
+                              (long long)k, shape_str(L, &t));
+  int64_t flat = n * m, attr[2] = {k >= 0 ? k : -k * m, m + 1};
+  PV *f = t_reshape(L, at, x, &flat, 1);
+  Type it = {.dtype = DT_I64, .ndim = 1, .dims = {count}};
+  PV *idx = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, attr, 2, 0, at, "diagonal"));
+  return t_gather(L, at, f, 0, idx);
 }
 
 /* The rest, by row. */
@@ -420,6 +435,48 @@ PV *bi_more(L *L, PV *fn, Args *A) {
       p = t_reduce(L, at, IR_REDUCE_SUM, p, &d0, 1, 0, 0);
     }
     return scaled_sum(L, at, x, p, a[2], a[3]);
+  }
+  case BI_T_DIFF: {
+    bind_args(L, &B, "n=,dim=,prepend=,append=", a);
+    int64_t n = a[0] ? arg_int(L, at, a[0], "n") : 1;
+    int64_t d = t_norm_dim(L, at, a[1] ? arg_int(L, at, a[1], "dim") : -1, x->t->type.ndim);
+    if (x->t->type.ndim == 0) lower_error(L, at, "diff expects input to be at least one-dimensional");
+    if (n < 0) lower_error(L, at, "order must be non-negative but got %lld", (long long)n);
+    PV *parts[3];
+    int np = 0;
+    if (a[2] && a[2]->k != PV_NONE) parts[np++] = a[2];
+    parts[np++] = x;
+    if (a[3] && a[3]->k != PV_NONE) parts[np++] = a[3];
+    if (np > 1) x = t_concat(L, at, parts, np, d);
+    for (int64_t k = 0; k < n; k++) {
+      int64_t len = x->t->type.dims[d];
+      if (len <= 1) lower_error(L, at, "diff would give an empty tensor, which ctc does not support");
+      PV *hi = t_slice(L, at, x, (int)d, 1, len, 1), *lo = t_slice(L, at, x, (int)d, 0, len - 1, 1);
+      x = x->t->type.dtype == DT_BOOL ? t_compare(L, at, OP_NE, hi, lo) : t_binary(L, at, OP_SUB, hi, lo);
+    }
+    return x;
+  }
+  case BI_T_DIAGONAL: {
+    bind_args(L, &B, "offset=,dim1=,dim2=", a);
+    int64_t k = a[0] ? arg_int(L, at, a[0], "offset") : 0;
+    if (x->t->type.ndim != 2) lower_error(L, at, "diagonal is supported on 2-D tensors (got shape %s)", shape_str(L, &x->t->type));
+    int64_t d1 = t_norm_dim(L, at, a[1] ? arg_int(L, at, a[1], "dim1") : 0, 2);
+    int64_t d2 = t_norm_dim(L, at, a[2] ? arg_int(L, at, a[2], "dim2") : 1, 2);
+    if (d1 == d2) lower_error(L, at, "diagonal dimensions cannot be identical %lld, %lld", (long long)d1, (long long)d2);
+    return t_mark_view(L, x, diagonal2(L, at, d1 == 0 ? x : t_transpose(L, at, x, 0, 1), k));   /* a view in PyTorch */
+  }
+  case BI_T_DIAG:
+    bind_args(L, &B, "diagonal=", a);
+    if (x->t->type.ndim != 2)
+      lower_error(L, at, "diag is supported on 2-D tensors (a 1-D one would build a matrix), got shape %s",
+                  shape_str(L, &x->t->type));
+    return diagonal2(L, at, x, a[0] ? arg_int(L, at, a[0], "diagonal") : 0);
+  case BI_T_TRACE: {
+    bind_args(L, &B, "", a);
+    if (x->t->type.ndim != 2) lower_error(L, at, "trace: expected a matrix, but got tensor with dim %d", x->t->type.ndim);
+    PV *dg = diagonal2(L, at, x, 0);
+    if (!ir_dtype_is_float(dg->t->type.dtype)) dg = t_cast(L, at, dg, DT_I64);
+    return t_reduce(L, at, IR_REDUCE_SUM, dg, NULL, 0, 0, 0);
   }
   default: BUG("bi_more: row %s", bi_names[bi]);
   }

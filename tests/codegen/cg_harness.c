@@ -987,6 +987,7 @@ static void suite_more(void) {
   out(bin(IR_FMOD, a, b, "fmod"), "fmod");
   out(bin(IR_FLOORDIV, a, b, "floordiv"), "floor_divide");
   out(bin(IR_REMAINDER, a, cst(DT_F32, -1.5), "rem_scalar"), "remainder_scalar");
+  out(bin(IR_COPYSIGN, a, b, "copysign"), "copysign");
   ValId d = input("d", ty(DT_F64, 1, 7), "normal3");
   ValId e = input("e", ty(DT_F64, 1, 7), "normal");
   out(bin(IR_REMAINDER, d, e, "drem"), "remainder_f64");
@@ -1006,6 +1007,7 @@ static void suite_more(void) {
   out(bin(IR_REMAINDER, a, b, "remainder"), "remainder");
   out(bin(IR_FMOD, a, b, "fmod"), "fmod");
   out(bin(IR_FLOORDIV, a, b, "floordiv"), "floor_divide");
+  out(bin(IR_COPYSIGN, a, b, "copysign"), "copysign");
   d = input("d", ty(DT_F64, 1, 64), "edge");
   e = input("e", ty(DT_F64, 1, 64), "edge");
   out(bin(IR_REMAINDER, d, e, "drem"), "remainder_f64");

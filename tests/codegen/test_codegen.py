@@ -429,7 +429,8 @@ def _more_binary(a, b, d, e):
     torch = _torch()
     floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
     return [_t(torch.atan2, a, b), _t(torch.remainder, a, b), _t(torch.fmod, a, b), _t(floor, a, b),
-            _t(torch.remainder, a, np.float32(-1.5)), _t(torch.remainder, d, e), _t(floor, d, e)]
+            _t(torch.remainder, a, np.float32(-1.5)), _t(torch.copysign, a, b), _t(torch.remainder, d, e),
+            _t(floor, d, e)]
 
 
 def _more_edges(a, b, d, e):
@@ -437,7 +438,7 @@ def _more_edges(a, b, d, e):
     floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
     return [_t(torch.sign, a), _t(torch.round, a), _t(torch.trunc, a), _t(torch.expm1, a), _t(torch.atan, a),
             _t(torch.atan2, a, b), _t(torch.remainder, a, b), _t(torch.fmod, a, b), _t(floor, a, b),
-            _t(torch.remainder, d, e), _t(floor, d, e), _t(torch.sign, d)]
+            _t(torch.copysign, a, b), _t(torch.remainder, d, e), _t(floor, d, e), _t(torch.sign, d)]
 
 
 def _more_ints(i, j, k, l, m, n):
