@@ -615,7 +615,7 @@ def _run(per_dtype, tmp_path, floor):
 
 
 def test_opinfo_subset(tmp_path):
-    _run(SUBSET, tmp_path, (190, 150, 150))
+    _run(SUBSET, tmp_path, (205, 165, 165))
 
 
 @pytest.mark.slow
