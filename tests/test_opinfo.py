@@ -620,7 +620,7 @@ def test_opinfo_subset(tmp_path):
 
 @pytest.mark.slow
 def test_opinfo_rest(tmp_path):
-    _run(REST, tmp_path, (75, 55, 55))
+    _run(REST, tmp_path, (170, 125, 125))
 
 
 if __name__ == "__main__":

@@ -1315,6 +1315,11 @@ PV *t_addc(L *L, Span at, PV *x, PV *t1, PV *t2, PV *value, int div) {
   need_fn(L, at, div ? "addcdiv" : "addcmul");
   if (div && !ir_dtype_is_float(promote(t1, t2)))
     lower_error(L, at, "addcdiv: integer division with addcdiv is no longer supported");
+  /* integer tensors take value converted to their type (PyTorch: 3.14 -> 3) */
+  if (value && value->k == PV_FLOAT && !ir_dtype_is_float(promote2(promote(x, t1), promote(t1, t2)))) {
+    if (!(fabs(value->f) < 9.2e18)) lower_error(L, at, "value %g cannot be converted to an integer", value->f);
+    value = pv_int(L, (int64_t)value->f);
+  }
   PV *p = value && !(pv_is_num(value) && pv_num(value) == 1) ? t_binary(L, at, OP_MUL, value, t1) : t1;
   return t_binary(L, at, OP_ADD, x, t_binary(L, at, div ? OP_DIV : OP_MUL, p, t2));
 }

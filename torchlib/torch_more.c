@@ -323,6 +323,11 @@ PV *bi_more(L *L, PV *fn, Args *A) {
     PV *mx = t_reduce(L, at, IR_REDUCE_MAX, x, dims, n, keep, 0);
     if (x->t->type.dtype == DT_BOOL) mx = t_cast(L, at, mx, DT_BOOL);
     PV *items[2] = {t_amin(L, at, x, dims, n, keep), mx};
+    if (x->t->type.ndim == 0 && a[0] && a[0]->k != PV_NONE && keep) {   /* PyTorch: a 0-d input gives [1] here */
+      int64_t one = 1;
+      items[0] = t_reshape(L, at, items[0], &one, 1);
+      items[1] = t_reshape(L, at, items[1], &one, 1);
+    }
     PV *r = pv_tuple(L, items, 2);
     r->bi = BI_T_AMINMAX;   /* .min, .max */
     return r;
