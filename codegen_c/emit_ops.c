@@ -190,6 +190,9 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
                           : "(B == 0 ? 0 : B == -1 ? (int32_t)(0u - (uint32_t)A) : A / B)";
     case IR_FMOD: return "(B == 0 || B == -1 ? 0 : A % B)";
     case IR_ROUND: case IR_TRUNC: return "A";
+    /* the count modulo the width, no UB: unsigned left shift, sign-filling right shift */
+    case IR_SHL: return w ? "(int64_t)((uint64_t)A << (B & 63))" : "(int32_t)((uint32_t)A << (B & 31))";
+    case IR_SHR: return w ? "(A < 0 ? ~(~A >> (B & 63)) : A >> (B & 63))" : "(A < 0 ? ~(~A >> (B & 31)) : A >> (B & 31))";
     default: break;
     }
   }

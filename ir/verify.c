@@ -54,6 +54,8 @@ static int check_shape(V *v) {
     if ((in->op == IR_BIT_NOT || in->op == IR_BIT_AND || in->op == IR_BIT_OR || in->op == IR_BIT_XOR) &&
         ir_dtype_is_float(r->dtype))
       return fail(v, "bitwise ops take integer or bool operands, not %s", ir_dtype_name(r->dtype));
+    if ((in->op == IR_SHL || in->op == IR_SHR) && r->dtype != DT_I64 && r->dtype != DT_I32)
+      return fail(v, "shifts take integer operands, not %s", ir_dtype_name(r->dtype));
     for (int k = in->op == IR_WHERE ? 1 : 0; k < in->nargs && !cmp && in->op != IR_CAST; k++)
       if (T(v, k)->dtype != r->dtype)
         return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype),

@@ -230,6 +230,8 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
   case OP_BITAND: return t_bitwise(L, at, IR_BIT_AND, a, b);
   case OP_BITOR: return t_bitwise(L, at, IR_BIT_OR, a, b);
   case OP_BITXOR: return t_bitwise(L, at, IR_BIT_XOR, a, b);
+  case OP_LSHIFT: return t_bitwise(L, at, IR_SHL, a, b);
+  case OP_RSHIFT: return t_bitwise(L, at, IR_SHR, a, b);
   default:
     lower_error(L, at, "operator '%s' is not supported on tensors", fe_op_spelling(op));
   }
@@ -947,6 +949,7 @@ PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b) {
   if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", name);
   if (ir_dtype_is_float(dt) || (pv_is_num(a) && a->k == PV_FLOAT) || (pv_is_num(b) && b->k == PV_FLOAT))
     lower_error(L, at, "\"%s\" is not implemented for floating-point tensors (only integer and bool)", name);
+  if ((op == IR_SHL || op == IR_SHR) && dt == DT_BOOL) dt = DT_I64;   /* bool shifts as int64 (PyTorch) */
   return elem2(L, at, op, name, a, b, dt, dt);
 }
 

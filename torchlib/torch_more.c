@@ -66,7 +66,8 @@ PV *bi_ew_binary(L *L, PV *fn, Args *A) {
   case IR_REMAINDER: return t_divmod(L, at, '%', x, a[0]);
   case IR_FMOD: return t_divmod(L, at, 'm', x, a[0]);
   case IR_FLOORDIV: return t_divmod(L, at, 'f', x, a[0]);
-  case IR_BIT_AND: case IR_BIT_OR: case IR_BIT_XOR: return t_bitwise(L, at, (Op)bi_rows[fn->bi].arg, x, a[0]);
+  case IR_BIT_AND: case IR_BIT_OR: case IR_BIT_XOR: case IR_SHL: case IR_SHR:
+    return t_bitwise(L, at, (Op)bi_rows[fn->bi].arg, x, a[0]);
   case IR_ATAN2:
   case IR_COPYSIGN: return t_float_binary(L, at, (Op)bi_rows[fn->bi].arg, x, a[0]);   /* integers promote to float32 */
   default: BUG("bi_ew_binary: row %s", bi_names[fn->bi]);

@@ -1026,6 +1026,9 @@ static void suite_more(void) {
   out(bin(IR_BIT_OR, i, j, "bor"), "or");
   out(bin(IR_BIT_XOR, i, j, "bxor"), "xor");
   out(un(IR_BIT_NOT, i, "bnot"), "not");
+  ValId sh = input("sh", ty(DT_I64, 1, 6), "shift");
+  out(bin(IR_SHL, i, sh, "shl"), "shl");
+  out(bin(IR_SHR, i, sh, "shr"), "shr");
   out(un(IR_SIGN, i, "isign"), "sign");
   ValId k = input("k", ty(DT_I32, 1, 6), "int");
   ValId l = input("l", ty(DT_I32, 1, 6), "nonzero");
@@ -1033,6 +1036,8 @@ static void suite_more(void) {
   out(bin(IR_FLOORDIV, k, l, "fdiv32"), "floor_divide_i32");
   out(bin(IR_BIT_XOR, k, l, "xor32"), "xor_i32");
   out(un(IR_BIT_NOT, k, "not32"), "not_i32");
+  out(bin(IR_SHL, k, cst(DT_I32, 33), "shl32"), "shl_i32");
+  out(bin(IR_SHR, k, cst(DT_I32, 2), "shr32"), "shr_i32");
   ValId m = input("m", ty(DT_BOOL, 2, 4, 6), "bool");
   ValId n = input("n", ty(DT_BOOL, 1, 6), "bool");
   out(bin(IR_BIT_AND, m, n, "mand"), "bool_and");

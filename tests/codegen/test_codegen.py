@@ -155,6 +155,8 @@ def draw(t, rng):
     elif dist == "edge":   # 0, -0, halves, NaN, infinities, and some normal numbers
         special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, -3.0, np.nan, np.inf, -np.inf])
         v = np.where(rng.random(shape) < 0.6, rng.choice(special, shape), 3 * rng.standard_normal(shape))
+    elif dist == "shift":   # counts past the width and negative ones (taken modulo the width)
+        v = rng.choice([0, 1, 3, 63, 64, 70, -1], shape)
     elif dist == "bool":
         v = rng.integers(0, 2, shape) > 0
     elif dist.startswith("index"):
@@ -441,14 +443,16 @@ def _more_edges(a, b, d, e):
             _t(torch.copysign, a, b), _t(torch.remainder, d, e), _t(floor, d, e), _t(torch.sign, d)]
 
 
-def _more_ints(i, j, k, l, m, n):
+def _more_ints(i, j, sh, k, l, m, n):
     torch = _torch()
     floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
     trunc = lambda x, y: torch.div(x, y, rounding_mode="trunc")
     return [_t(torch.remainder, i, j), _t(torch.fmod, i, j), _t(floor, i, j), _t(trunc, i, j),
             _t(torch.bitwise_and, i, j), _t(torch.bitwise_or, i, j), _t(torch.bitwise_xor, i, j),
-            _t(torch.bitwise_not, i), _t(torch.sign, i), _t(torch.remainder, k, l), _t(floor, k, l),
-            _t(torch.bitwise_xor, k, l), _t(torch.bitwise_not, k), _t(torch.bitwise_and, m, n),
+            _t(torch.bitwise_not, i), _t(torch.bitwise_left_shift, i, sh), _t(torch.bitwise_right_shift, i, sh),
+            _t(torch.sign, i), _t(torch.remainder, k, l), _t(floor, k, l),
+            _t(torch.bitwise_xor, k, l), _t(torch.bitwise_not, k), _t(lambda t: t << 33, k), _t(lambda t: t >> 2, k),
+            _t(torch.bitwise_and, m, n),
             _t(torch.bitwise_or, m, n), _t(torch.bitwise_xor, m, n), _t(torch.bitwise_not, m),
             np.zeros_like(i), np.zeros_like(i), np.int64(np.iinfo(np.int64).min)]
 
