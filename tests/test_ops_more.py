@@ -103,6 +103,7 @@ GROUPS = {
         ("take_along_dim", "torch.take_along_dim(x, k, dim=1)"), ("take_along_dim_flat", "torch.take_along_dim(x, s)"),
         ("take_along_dim_bcast", "x.take_along_dim(k[:1], 0)"),
         ("take_argmax", "torch.take_along_dim(x, x.argmax(1, keepdim=True), dim=1)"),
+        ("one_hot", "F.one_hot(s, 4)"), ("one_hot_2d", "F.one_hot(k, num_classes=5)"),
         ("take", "torch.take(x, k - 2)"), ("index_add", "x.index_add(1, s, y[:, :3])"),
         ("index_add_alpha", "torch.index_add(x, 0, s, y[:3], alpha=2)"),
         ("flip", "torch.flip(x, (0, 1))"), ("x.flip", "x.flip(1)"), ("fliplr", "torch.fliplr(x)"),

@@ -484,6 +484,23 @@ PV *bi_more(L *L, PV *fn, Args *A) {
     if (!ir_dtype_is_float(dg->t->type.dtype)) dg = t_cast(L, at, dg, DT_I64);
     return t_reduce(L, at, IR_REDUCE_SUM, dg, NULL, 0, 0, 0);
   }
+  case BI_F_ONE_HOT: {   /* x[..., None] == arange(num_classes), as int64 */
+    bind_args(L, &B, "num_classes=", a);
+    int64_t n = a[0] ? arg_int(L, at, a[0], "num_classes") : -1;
+    if (n < 0) lower_error(L, at, "one_hot needs num_classes: the default (max label + 1) is a read of the tensor's values");
+    if (n == 0) lower_error(L, at, "one_hot with num_classes=0 gives an empty tensor, which ctc does not support");
+    if (x->t->type.dtype != DT_I64) lower_error(L, at, "one_hot is only applicable to index tensors (int64)");
+    if (x->t->type.ndim + 1 > IR_MAX_DIMS) lower_error(L, at, "one_hot: too many dimensions");
+    int64_t attr[2] = {0, 1};
+    Type it = {.dtype = DT_I64, .ndim = 1, .dims = {n}};
+    PV *classes = t_wrap(L, ir_emit(L->prog, L->fn, IR_IOTA, NULL, 0, it, attr, 2, 0, at, "classes"));
+    int64_t dims2[IR_MAX_DIMS];
+    Type t = x->t->type;
+    for (int i = 0; i < t.ndim; i++) dims2[i] = t.dims[i];
+    dims2[t.ndim] = 1;
+    PV *col = t_reshape(L, at, x, dims2, t.ndim + 1);
+    return t_cast(L, at, t_compare(L, at, OP_EQ, col, classes), DT_I64);
+  }
   default: BUG("bi_more: row %s", bi_names[bi]);
   }
 }
