@@ -9,8 +9,9 @@
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
  *   losses.c    loss functions and modules, lowered to primitives
- *   training.c  optimizers and their update rules, LR schedulers and their rules,
- *               backward(), autograd.grad, staging of entries
+ *   training.c  optimizers and their update rules, backward(), autograd.grad,
+ *               staging of entries
+ *   sched.c     LR schedulers: their rules, construction, step() and entries
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
  *   lowering.c  the entry: run the module, pick the model, stage entries */
 #ifndef CTC_LOWER_INT_H
@@ -78,7 +79,8 @@ typedef struct OptStep OptStep;
 typedef PV *BuiltinFn(L *L, PV *fn, Args *A);
 typedef void OptRule(L *L, Span at, OptStep *s);
 typedef double SchedInit(L *L, Span at, PV *sched, PV **a);
-typedef PV *SchedRule(L *L, Span at, PV *sched, PV *n, PV *lr);
+typedef struct SchedStep SchedStep;
+typedef PV *SchedRule(L *L, Span at, SchedStep *st);
 enum { BK_FN = 1, BK_CLASS, BK_LAYER, BK_OPTIM, BK_SCHED };
 typedef struct BuiltinRow {
   const char *name;
@@ -374,6 +376,20 @@ void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
 void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
+
+/* One LR scheduler step (SchedRule, sched.c): the learning rate after step n. */
+struct SchedStep {
+  PV *s;             /* the scheduler */
+  PV *n;             /* its last_epoch after this step (f32 scalar tensor) */
+  PV *lr;            /* the learning rate before this step (f32 scalar tensor) */
+  PV *mask;          /* NULL, or a bool tensor: the step happens where it holds (state writes) */
+  PV *reset;         /* NULL, or a bool tensor: where it holds this is PyTorch's step(0) */
+  PV *metrics;       /* ReduceLROnPlateau.step(metrics) */
+  int closed;        /* 1: PyTorch's closed form (NULL if none), 0: its recursive get_lr() from lr */
+  const char *sname, *oname; /* prefixes of the scheduler's and the optimizer's state tensors */
+};
+/* training.c: the global name bound to v, or dflt */
+const char *global_name(L *L, PV *v, const char *dflt);
 
 /* ---- losses.c / training.c ---- */
 /* After the entries are staged: an FK_SCHED entry for every scheduler whose

@@ -35,7 +35,9 @@
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
  * Test accuracy: argmax of the first CTC_ENTRY_FORWARD entry's logits [B, C],
  * over the whole test set in batches of its B, the last one padded with zeros
- * (padded rows are ignored).
+ * (padded rows are ignored). After each epoch the LR schedulers' entries
+ * (CTC_ENTRY_SCHED) run; one with an input (ReduceLROnPlateau.step(metrics)) gets
+ * the mean cross-entropy of those logits on the test set, which is printed.
  *
  * Checkpoints (--checkpoint DIR) are one safetensors file, DIR/checkpoint.safetensors,
  * replaced atomically (ctc_st_write: temporary file, fsync, rename), so the previous
@@ -90,7 +92,9 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --limit N                 use only the first N samples of each data set\n"
           "  --test-data X, --test-labels Y\n"
           "                            after each epoch, print the test accuracy: argmax of the\n"
-          "                            forward entry's logits over the whole test set\n"
+          "                            forward entry's logits over the whole test set; with a\n"
+          "                            ReduceLROnPlateau, the test loss (mean cross-entropy of\n"
+          "                            the logits) too, which its step() gets\n"
           "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
           "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
           "  --checkpoint DIR          write DIR/checkpoint.safetensors (parameters, optimizer and\n"
@@ -732,11 +736,32 @@ static int64_t argmax_row(const unsigned char *row, ctc_dtype dt, int64_t n) {
   return best;
 }
 
-/* Test accuracy (0..1) with the forward entry, in batches padded with zeros. */
-static int evaluate(Train *t, const TrainArgs *a, double *acc, ctc_error *err) {
+/* -log softmax(row)[label]: the cross-entropy of one row of logits (as PyTorch's,
+ * in double; log-probabilities give their NLL, since log_softmax is idempotent). */
+static double cross_entropy_row(const unsigned char *row, ctc_dtype dt, int64_t n, int64_t label) {
+  double mx = -INFINITY, sum = 0, v, at = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t k = 0; k < n; k++) {
+      if (dt == CTC_F32) {
+        float f;
+        memcpy(&f, row + 4 * k, 4);
+        v = f;
+      } else {
+        memcpy(&v, row + 8 * k, 8);
+      }
+      if (pass == 0) mx = v > mx || isnan(v) ? v : mx;
+      else sum += exp(v - mx);
+      if (k == label) at = v;
+    }
+  return mx + log(sum) - at;
+}
+
+/* Test accuracy (0..1) and mean cross-entropy with the forward entry, in batches padded with zeros. */
+static int evaluate(Train *t, const TrainArgs *a, double *acc, double *loss, ctc_error *err) {
   const ctc_entry *f = t->fwd;
   const ctc_tensor *xin = &f->inputs[0], *o = &f->outputs[0];
   int64_t fb = xin->shape[0], n = t->tx.shape[0], c = o->shape[1], correct = 0;
+  double ce = 0;
   size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
   const int64_t *labels = t->ty.data;
   for (int64_t start = 0; start < n; start += fb) {
@@ -750,11 +775,15 @@ static int evaluate(Train *t, const TrainArgs *a, double *acc, ctc_error *err) {
     rc = f->call(t->r.model, (const void *const *)&t->fin, (void *const *)t->fout);
     if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", f->name, ctc_strerror(rc), rc);
     size_t row_bytes = (size_t)c * ctc_dtype_size(o->dtype);
-    for (int64_t i = 0; i < m; i++)
-      correct += argmax_row((const unsigned char *)t->fout[0] + (size_t)i * row_bytes, o->dtype, c) ==
-                 labels[start + i];
+    for (int64_t i = 0; i < m; i++) {
+      const unsigned char *row = (const unsigned char *)t->fout[0] + (size_t)i * row_bytes;
+      correct += argmax_row(row, o->dtype, c) == labels[start + i];
+      if (labels[start + i] >= 0 && labels[start + i] < c) ce += cross_entropy_row(row, o->dtype, c, labels[start + i]);
+      else ce = NAN;
+    }
   }
   *acc = (double)correct / (double)n;
+  *loss = ce / (double)n;
   return CTC_OK;
 }
 
@@ -859,21 +888,28 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
 /* The end of an epoch: test accuracy, the epoch line, the scheduler entries. */
 static int end_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, const Progress *p, double ms, long long ran,
                      ctc_error *err) {
-  double acc = 0;
-  int rc;
+  double acc = 0, test_loss = 0;
+  int rc, plateau = 0;
+  for (int i = 0; i < desc->nentries; i++)
+    plateau |= desc->entries[i].kind == CTC_ENTRY_SCHED && desc->entries[i].ninputs > 0;
   if (p->tty) fprintf(stderr, "\r\033[K");
-  if (a->test_data && (rc = evaluate(t, a, &acc, err))) return rc;
+  if (a->test_data && (rc = evaluate(t, a, &acc, &test_loss, err))) return rc;
   printf("epoch %lld: loss %.4f, %.0f samples/s", t->epoch, t->counted ? t->loss_sum / (double)t->counted : NAN,
          ms > 0 ? (double)(ran * t->batch) * 1e3 / ms : 0);
   if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
+  if (plateau) printf(", test loss %.6f", test_loss);
   if (t->counted < t->steps) printf(" (%lld step%s skipped)", t->steps - t->counted, t->steps - t->counted == 1 ? "" : "s");
   printf("\n");
   fflush(stdout);
-  /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it) */
+  /* epoch-wise LR schedulers (scheduler.step() after each epoch, as PyTorch users write it);
+   * ReduceLROnPlateau gets the mean cross-entropy on the test set */
   for (int i = 0; i < desc->nentries; i++) {
     const ctc_entry *e = &desc->entries[i];
     if (e->kind != CTC_ENTRY_SCHED) continue;
-    if ((rc = e->call(t->r.model, NULL, NULL)))
+    float m32 = (float)test_loss;
+    double m64 = test_loss;
+    const void *in[1] = {e->ninputs && e->inputs[0].dtype == CTC_F64 ? (const void *)&m64 : (const void *)&m32};
+    if ((rc = e->call(t->r.model, e->ninputs ? in : NULL, NULL)))
       return ctc_fail(err, rc, "entry '%s' failed after epoch %lld: %s", e->name, t->epoch, ctc_strerror(rc));
   }
   return CTC_OK;
@@ -894,6 +930,12 @@ static int train_loop(const ctc_model_desc *desc, const TrainArgs *a, Train *t, 
   p.steps = t->steps;
   p.first = (t->epoch - 1) * t->steps + t->done;
   int rc = CTC_OK;
+  for (int i = 0; i < desc->nentries; i++) {
+    const ctc_entry *e = &desc->entries[i];
+    if (e->kind == CTC_ENTRY_SCHED && e->ninputs > 0 && !a->test_data)
+      return ctc_fail(err, CTC_ERR_ARG, "'%s' (ReduceLROnPlateau.step(metrics)) needs the evaluation loss: pass "
+                      "--test-data and --test-labels", e->name);
+  }
   while (t->epoch <= a->epochs) {
     double ms = 0;
     long long ran = 0;
