@@ -130,6 +130,20 @@ static ValId jvp_PAD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, i
 static ValId jvp_PAD_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_UPSAMPLE(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
 static ValId jvp_UPSAMPLE_BWD(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_CUMSUM(Ad *ad, const Inst *in, const ValId *t) { return same(ad, in, t[0]); }
+static ValId jvp_GATHER(Ad *ad, const Inst *in, const ValId *t) {
+  if (t[0] < 0) return -1;
+  ValId x[2] = {t[0], ARG(1)};
+  return ad_emit(ad, IR_GATHER, x, 2, *TY(RES), in->attr, "tangent");
+}
+static ValId jvp_SCATTER_ADD(Ad *ad, const Inst *in, const ValId *t) {
+  /* linear in base and src */
+  if (t[2] < 0) return to_res(ad, in, t[0]);
+  ValId base = t[0] >= 0 ? t[0] : ad_const(ad, TY(RES)->dtype, 0);
+  ValId x[3] = {base, ARG(1), t[2]};
+  return ad_emit(ad, IR_SCATTER_ADD, x, 3, *TY(RES), in->attr, "tangent");
+}
+ZERO(ARGMAX)   /* an i64 result: never differentiated */
 static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {

@@ -27,11 +27,16 @@ ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den) {
 #define LOG(x) ad_un(ad, IR_LOG, (x))
 #define SIN(x) ad_un(ad, IR_SIN, (x))
 #define COS(x) ad_un(ad, IR_COS, (x))
+#define RSQRT(x) ad_un(ad, IR_RSQRT, (x))
+#define SINH(x) ad_un(ad, IR_SINH, (x))
+#define COSH(x) ad_un(ad, IR_COSH, (x))
+#define TRUNC(x) ad_un(ad, IR_TRUNC, (x))
 #define ADD(x, y) ad_bin(ad, IR_ADD, (x), (y))
 #define SUB(x, y) ad_bin(ad, IR_SUB, (x), (y))
 #define MUL(x, y) ad_bin(ad, IR_MUL, (x), (y))
 #define DIV(x, y) ad_bin(ad, IR_DIV, (x), (y))
 #define POW(x, y) ad_bin(ad, IR_POW, (x), (y))
+#define FLOORDIV(x, y) ad_bin(ad, IR_FLOORDIV, (x), (y))
 #define EQ(x, y) ad_cmp(ad, IR_CMP_EQ, (x), (y))
 #define LT(x, y) ad_cmp(ad, IR_CMP_LT, (x), (y))
 #define GT(x, y) ad_cmp(ad, IR_CMP_GT, (x), (y))
@@ -58,11 +63,16 @@ ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den) {
 #undef LOG
 #undef SIN
 #undef COS
+#undef RSQRT
+#undef SINH
+#undef COSH
+#undef TRUNC
 #undef ADD
 #undef SUB
 #undef MUL
 #undef DIV
 #undef POW
+#undef FLOORDIV
 #undef EQ
 #undef LT
 #undef GT
@@ -318,6 +328,28 @@ static void vjp_UPSAMPLE(Ad *ad, const Inst *in, ValId g, const int *need, ValId
 static void vjp_UPSAMPLE_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   d[0] = ad_emit(ad, IR_UPSAMPLE, &g, 1, *TY(ARG(0)), in->attr, "grad");
 }
+/* cumsum is linear: its transpose sums from the other end */
+static void vjp_CUMSUM(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  int64_t at[2] = {in->attr[0], !in->attr[1]};
+  d[0] = ad_emit(ad, IR_CUMSUM, &g, 1, *TY(ARG(0)), at, "grad");
+}
+/* gather and scatter_add are each other's transposes (index_select and
+ * take_along_dim are gathers: their gradient adds up repeated indices) */
+static void vjp_GATHER(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) {
+    ValId x[3] = {ad_const(ad, TY(g)->dtype, 0), ARG(1), g};
+    d[0] = ad_emit(ad, IR_SCATTER_ADD, x, 3, *TY(ARG(0)), in->attr, "grad");
+  }
+}
+static void vjp_SCATTER_ADD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  if (need[0]) d[0] = ad_sum_to(ad, g, TY(ARG(0)));
+  if (need[2]) {
+    ValId x[2] = {g, ARG(1)};
+    d[2] = ad_emit(ad, IR_GATHER, x, 2, *TY(ARG(2)), in->attr, "grad");
+  }
+}
+/* an i64 result: never differentiated (the sweeps skip non-float results) */
+NO_GRAD(ARGMAX)
 /* detach(): a constant to differentiation */
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 

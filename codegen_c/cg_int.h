@@ -64,6 +64,8 @@ typedef struct Kernels {
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
   unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
+  unsigned char remainder[DT_COUNT]; /* ctc_remainder_<dt>: Python's %, as PyTorch's remainder */
+  unsigned char floordiv[DT_COUNT];  /* ctc_floordiv_<dt>: PyTorch's div(rounding_mode='floor') */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_dt_suffix(DType t);  /* "f32" ... */

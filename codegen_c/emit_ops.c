@@ -185,8 +185,31 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     case IR_POW:
       c->k->ipow = 1;
       return w ? "ctc_ipow(A, B)" : "(int32_t)ctc_ipow(A, B)";
+    /* truncating division (div's rounding_mode='trunc'), never a trap: x / 0
+     * gives 0 (PyTorch raises) and INT_MIN / -1 wraps */
+    case IR_DIV: return w ? "(B == 0 ? 0 : B == -1 ? (int64_t)(0u - (uint64_t)A) : A / B)"
+                          : "(B == 0 ? 0 : B == -1 ? (int32_t)(0u - (uint32_t)A) : A / B)";
+    case IR_FMOD: return "(B == 0 || B == -1 ? 0 : A % B)";
+    case IR_ROUND: case IR_TRUNC: return "A";
+    /* the count modulo the width, no UB: unsigned left shift, sign-filling right shift */
+    case IR_SHL: return w ? "(int64_t)((uint64_t)A << (B & 63))" : "(int32_t)((uint32_t)A << (B & 31))";
+    case IR_SHR: return w ? "(A < 0 ? ~(~A >> (B & 63)) : A >> (B & 63))" : "(A < 0 ? ~(~A >> (B & 31)) : A >> (B & 31))";
     default: break;
     }
+  }
+  if (ct == DT_BOOL && in->op == IR_BIT_NOT) return "(unsigned char)!A";
+  if (in->op == IR_REMAINDER || in->op == IR_FLOORDIV) {
+    /* helpers written once into the file (kernels.c), one per dtype */
+    static const char *const names[2][DT_COUNT] = {
+        [0] = {[DT_F32] = "ctc_remainder_f32(A, B)", [DT_F64] = "ctc_remainder_f64(A, B)",
+               [DT_I64] = "ctc_remainder_i64(A, B)", [DT_I32] = "ctc_remainder_i32(A, B)"},
+        [1] = {[DT_F32] = "ctc_floordiv_f32(A, B)", [DT_F64] = "ctc_floordiv_f64(A, B)",
+               [DT_I64] = "ctc_floordiv_i64(A, B)", [DT_I32] = "ctc_floordiv_i32(A, B)"}};
+    int which = in->op == IR_FLOORDIV;
+    if (!names[which][ct]) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
+    if (which) c->k->floordiv[ct] = 1;
+    else c->k->remainder[ct] = 1;
+    return names[which][ct];
   }
   if (!ir_dtype_is_float(ct)) {
     if (in->op == IR_MAX) return "(A > B ? A : B)";
@@ -1209,6 +1232,133 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
   free(lh);
 }
 
+/* ---- scans, gathers and arg-reductions ------------------------------------------------ */
+
+/* The axes of t around `axis`: outer = product of dims before, n = its size,
+ * inner = product of dims after (the axis' stride). */
+static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+  *outer = *inner = 1;
+  for (int k = 0; k < axis; k++) *outer *= t->dims[k];
+  for (int k = axis + 1; k < t->ndim; k++) *inner *= t->dims[k];
+  *n = t->dims[axis];
+}
+
+/* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
+static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
+  int base = c->ind;
+  if (outer > 1 && work >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)outer);
+  LINE(c, "  for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
+  c->ind += 4;
+  return base;
+}
+
+static void close_lines(CgFunc *c, int base) {
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = base;
+}
+
+/* Running sums along the axis (from its end when attr[1]); floats accumulate in
+ * double as PyTorch's CPU kernel does, integers in wrapping uint64_t. */
+static void emit_cumsum(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  int64_t outer, n, inner;
+  around(r, (int)in->attr[0], &outer, &n, &inner);
+  int fl = ir_dtype_is_float(r->dtype);
+  Buf x = {0};
+  load(c, &x, in->args[0], "at");
+  int base = open_lines(c, outer, inner, ir_numel(r));
+  LINE(c, "%s acc = 0;\n", fl ? "double" : "uint64_t");
+  if (in->attr[1]) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(n - 1));
+  else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
+  LINE(c, "  const int64_t at = (o * %lld + k) * %lld + i;\n", (ll)n, (ll)inner);
+  LINE(c, "  acc += %s%s;\n", fl ? "" : "(uint64_t)", x.s);
+  LINE(c, "  %s[at] = (%s)acc;\n", cg_ref(c, in->res), cg_ctype(r->dtype));
+  LINE(c, "}\n");
+  close_lines(c, base);
+  cg_buf_free(&x);
+}
+
+/* The first index of the max (min) along the axis; a NaN wins over numbers and
+ * the first NaN over later ones (torch.argmax / argmin). */
+static void emit_argmax(CgFunc *c, const Inst *in) {
+  const Type *a = ty(c, in->args[0]);
+  int64_t outer, n, inner;
+  around(a, (int)in->attr[0], &outer, &n, &inner);
+  const char *ct = cg_ctype(a->dtype), *cmp = in->attr[1] ? "<" : ">";
+  Buf x = {0};
+  char xi[IDX_CAP];
+  snprintf(xi, sizeof xi, "(o * %lld + k) * %lld + i", (ll)n, (ll)inner);
+  load(c, &x, in->args[0], xi);
+  int base = open_lines(c, outer, inner, ir_numel(a));
+  LINE(c, "int64_t at = 0;\n");
+  LINE(c, "%s mx = 0;\n", ct);
+  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
+  LINE(c, "  const %s v = %s;\n", ct, x.s);
+  if (ir_dtype_is_float(a->dtype))
+    LINE(c, "  if (k == 0 || (v %s mx && !isnan(mx)) || (isnan(v) && !isnan(mx))) mx = v, at = k;\n", cmp);
+  else
+    LINE(c, "  if (k == 0 || v %s mx) mx = v, at = k;\n", cmp);
+  LINE(c, "}\n");
+  LINE(c, "%s[o * %lld + i] = at;\n", cg_ref(c, in->res), (ll)inner);
+  close_lines(c, base);
+  cg_buf_free(&x);
+}
+
+/* gather: one pass over the result; scatter_add: the base broadcast into the
+ * result, then one pass over src adding into it (sequential: indices repeat).
+ * Acc 0 is the side iterated (result or src), 1 the index (broadcast), 2 the
+ * indexed tensor without the gathered axis (its axis stride 0). */
+typedef struct GatherU {
+  const Inst *in;
+  ValId big, small;
+  int64_t n, stride;   /* the indexed axis of the big side: size and stride */
+} GatherU;
+
+static void gather_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  GatherU *u = up;
+  Buf ix = {0};
+  load(c, &ix, u->in->args[1], idx[1]);
+  LINE(c, "int64_t ix = %s;\n", ix.s);
+  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(u->n - 1),
+       (ll)(u->n - 1), (ll)(u->n - 1));
+  if (u->in->op == IR_GATHER) {
+    LINE(c, "%s[%s] = %s[%s + ix * %lld];\n", cg_ref(c, u->small), idx[0], cg_ref(c, u->big), idx[2], (ll)u->stride);
+  } else {
+    Buf sv = {0};
+    load(c, &sv, u->small, idx[0]);
+    LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, u->big), idx[2], (ll)u->stride, sv.s);
+    cg_buf_free(&sv);
+  }
+  cg_buf_free(&ix);
+}
+
+static void emit_gather(CgFunc *c, const Inst *in) {
+  int g = in->op == IR_GATHER, ax = (int)in->attr[0];
+  GatherU u = {in, g ? in->args[0] : in->res, g ? in->res : in->args[2], 0, 0};
+  const Type *big = ty(c, u.big), *small = ty(c, u.small);
+  int64_t bst[IR_MAX_DIMS];
+  cstrides(big, bst);
+  u.n = big->dims[ax];
+  u.stride = bst[ax];
+  if (!g) {   /* the result starts as the base */
+    const Type *r = ty(c, in->res);
+    Acc acc[2];
+    memset(acc, 0, sizeof acc);
+    cstrides(r, acc[0].st);
+    bcast_strides(ty(c, in->args[0]), r, acc[1].st);
+    copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
+  }
+  Acc acc[3];
+  memset(acc, 0, sizeof acc);
+  cstrides(small, acc[0].st);
+  bcast_strides(ty(c, in->args[1]), small, acc[1].st);
+  memcpy(acc[2].st, bst, sizeof bst);
+  acc[2].st[ax] = 0;
+  nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g, 1);
+}
+
 /* ---- one instruction ----------------------------------------------------------------- */
 
 /* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
@@ -1618,6 +1768,10 @@ EMITTER(PAD, emit_pad(c, in))
 EMITTER(PAD_BWD, emit_pad_bwd(c, in))
 EMITTER(UPSAMPLE, emit_upsample(c, in))
 EMITTER(UPSAMPLE_BWD, emit_upsample(c, in))
+EMITTER(CUMSUM, emit_cumsum(c, in))
+EMITTER(ARGMAX, emit_argmax(c, in))
+EMITTER(GATHER, emit_gather(c, in))
+EMITTER(SCATTER_ADD, emit_gather(c, in))
 
 #define EMITTER_K_ELEM(id) emit_ELEM
 #define EMITTER_K_REDUCE(id) emit_REDUCE

@@ -155,10 +155,48 @@ static const char ipow_text[] =
     "  return (int64_t)r;\n"
     "}\n";
 
-/* Writes text with $T and $S replaced for dtype t. */
+/* PyTorch 1.13's CPU kernels (BinaryOpsKernel.cpp): remainder is fmod plus the
+ * divisor where the signs differ; floor division is computed from fmod so that
+ * it agrees with it (floor(a / b) would round differently near integers). */
+static const char remainder_float_text[] =
+    "static $T ctc_remainder_$S($T a, $T b) {\n"
+    "  const $T m = fmod$F(a, b);\n"
+    "  return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
+    "}\n";
+static const char floordiv_float_text[] =
+    "static $T ctc_floordiv_$S($T a, $T b) {\n"
+    "  if (b == 0) return a / b;\n"
+    "  const $T m = fmod$F(a, b);\n"
+    "  $T d = (a - m) / b;\n"
+    "  if (m != 0 && (b < 0) != (m < 0)) d -= 1;\n"
+    "  if (d == 0) return copysign$F(0, a / b);\n"
+    "  $T f = floor$F(d);\n"
+    "  if (d - f > ($T)0.5) f += 1;\n"
+    "  return f;\n"
+    "}\n";
+/* Integers: exact, and never a trap (PyTorch raises on division by zero; the
+ * generated code gives 0, and INT_MIN / -1 wraps). */
+static const char remainder_int_text[] =
+    "static $T ctc_remainder_$S($T a, $T b) {\n"
+    "  if (b == 0 || b == -1) return 0;\n"
+    "  const $T m = a % b;\n"
+    "  return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
+    "}\n";
+static const char floordiv_int_text[] =
+    "static $T ctc_floordiv_$S($T a, $T b) {\n"
+    "  if (b == 0) return 0;\n"
+    "  if (b == -1) return ($T)(0u - ($U)a);\n"
+    "  const $T q = a / b, m = a % b;\n"
+    "  return m != 0 && (b < 0) != (m < 0) ? q - 1 : q;\n"
+    "}\n";
+
+/* Writes text with $T, $S, $U (the unsigned type of an integer $T) and $F (the
+ * libm suffix: f for f32) replaced for dtype t. */
 static void instantiate(Buf *b, const char *text, DType t) {
   for (const char *s = text; *s; s++) {
-    if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
+    if (s[0] == '$' && s[1] == 'F') cg_puts(b, t == DT_F32 ? "f" : ""), s++;
+    else if (s[0] == '$' && s[1] == 'U') cg_puts(b, t == DT_I32 ? "uint32_t" : "uint64_t"), s++;
+    else if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
     else cg_printf(b, "%c", *s);
   }
@@ -184,6 +222,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       cg_puts(b, "\n");
     }
   if (k->ipow) cg_printf(b, "%s\n", ipow_text);
+  for (int t = 0; t < DT_COUNT; t++) {
+    int fl = ir_dtype_is_float((DType)t);
+    if (k->remainder[t]) instantiate(b, fl ? remainder_float_text : remainder_int_text, (DType)t), cg_puts(b, "\n");
+    if (k->floordiv[t]) instantiate(b, fl ? floordiv_float_text : floordiv_int_text, (DType)t), cg_puts(b, "\n");
+  }
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);

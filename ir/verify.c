@@ -51,6 +51,11 @@ static int check_shape(V *v) {
     int cmp = in->op >= IR_CMP_EQ && in->op <= IR_CMP_GE;
     if (cmp && r->dtype != DT_BOOL) return fail(v, "comparison must give bool");
     if (in->op == IR_WHERE && T(v, 0)->dtype != DT_BOOL) return fail(v, "where needs a bool condition");
+    if ((in->op == IR_BIT_NOT || in->op == IR_BIT_AND || in->op == IR_BIT_OR || in->op == IR_BIT_XOR) &&
+        ir_dtype_is_float(r->dtype))
+      return fail(v, "bitwise ops take integer or bool operands, not %s", ir_dtype_name(r->dtype));
+    if ((in->op == IR_SHL || in->op == IR_SHR) && r->dtype != DT_I64 && r->dtype != DT_I32)
+      return fail(v, "shifts take integer operands, not %s", ir_dtype_name(r->dtype));
     for (int k = in->op == IR_WHERE ? 1 : 0; k < in->nargs && !cmp && in->op != IR_CAST; k++)
       if (T(v, k)->dtype != r->dtype)
         return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype),
@@ -76,9 +81,11 @@ static int check_shape(V *v) {
     break;
   }
   /* Data operands have the result's dtype (the C emitters use one element type);
-   * rand_uniform's offset and the indices of embedding / embedding_bwd are i64. */
+   * rand_uniform's offset and the indices of embedding / embedding_bwd, gather
+   * and scatter_add are i64, argmax's operand any dtype. */
   for (int k = 0; k < in->nargs; k++) {
-    if (in->op == IR_RAND_UNIFORM || (in->op == IR_EMBEDDING && k == 1) || (in->op == IR_EMBEDDING_BWD && k == 0))
+    if (in->op == IR_RAND_UNIFORM || (in->op == IR_EMBEDDING && k == 1) || (in->op == IR_EMBEDDING_BWD && k == 0) ||
+        ((in->op == IR_GATHER || in->op == IR_SCATTER_ADD) && k == 1) || in->op == IR_ARGMAX)
       continue;
     if (T(v, k)->dtype != r->dtype)
       return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype), ir_dtype_name(r->dtype));
@@ -218,6 +225,38 @@ static int check_shape(V *v) {
   case IR_EMBEDDING: {
     const Type *ix = T(v, 1);
     if (a->ndim != 2 || ix->dtype != DT_I64 || r->ndim != ix->ndim + 1) return fail(v, "embedding types");
+    return 0;
+  }
+  case IR_CUMSUM:
+    if (!ir_type_eq(a, r) || in->attr[0] < 0 || in->attr[0] >= r->ndim || (in->attr[1] & ~(int64_t)1))
+      return fail(v, "cumsum keeps the type; axis in range, reverse 0 or 1");
+    return 0;
+  case IR_ARGMAX:
+    if (r->dtype != DT_I64 || a->ndim != r->ndim || in->attr[0] < 0 || in->attr[0] >= r->ndim ||
+        (in->attr[1] & ~(int64_t)1))
+      return fail(v, "argmax gives i64 of the operand's rank; axis in range, min flag 0 or 1");
+    for (int i = 0; i < r->ndim; i++)
+      if (r->dims[i] != (i == in->attr[0] ? 1 : a->dims[i])) return fail(v, "argmax shape on axis %d", i);
+    return 0;
+  case IR_GATHER:
+  case IR_SCATTER_ADD: {
+    /* gather: x = operand 0, the result r; scatter_add: src = operand 2 is
+     * the small side, the result r the large one */
+    int g = in->op == IR_GATHER;
+    const Type *ix = T(v, 1), *small = g ? r : T(v, 2), *big = g ? a : r;
+    int64_t ax = in->attr[0];
+    Type bt;
+    if (ix->dtype != DT_I64 || ax < 0 || ax >= r->ndim || ix->ndim != small->ndim || big->ndim != small->ndim)
+      return fail(v, "%s: i64 index of the same rank, axis in range", ir_ops[in->op].name);
+    Type ixs = *ix;
+    ixs.dtype = small->dtype;
+    if (ir_broadcast_shapes(&ixs, small, &bt) < 0 || !ir_type_eq(&bt, small))
+      return fail(v, "%s: index does not broadcast to %s", ir_ops[in->op].name, ir_type_str(small, b1, sizeof b1));
+    for (int i = 0; i < r->ndim; i++)
+      if (i != ax && small->dims[i] > big->dims[i]) return fail(v, "%s: size on axis %d", ir_ops[in->op].name, i);
+    if (!g) {   /* base broadcasts to the result */
+      if (ir_broadcast_shapes(a, r, &bt) < 0 || !ir_type_eq(&bt, r)) return fail(v, "scatter_add: bad base");
+    }
     return 0;
   }
   default:

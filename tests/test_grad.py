@@ -71,6 +71,34 @@ CASES = [
                                            "F.instance_norm(x, weight=w, bias=b) + F.group_norm(x, 2, w, b)"),
     ("pixel_shuffle", ["x=2,8,3,2"], "F.pixel_shuffle(x, 2) * F.pixel_shuffle(F.pixel_unshuffle(F.pixel_shuffle(x, 2), 2) ** 2, 2)"),
 ]
+# issue 15's ops (ops.def's last block, and composites lowered to primitives)
+CASES += [
+    ("log_exp_more", ["x=3,4"], "torch.log1p(x.abs()) + torch.expm1(x) + torch.log2(x.abs() + 1) + "
+                                "(x.abs() + 1).log10() + torch.exp2(x)"),
+    ("trig_more", ["x=3,4"], "torch.atan(x) + torch.asin(torch.tanh(x)) + (0.9 * torch.tanh(x)).acos() + "
+                             "torch.sinh(x) + x.cosh()"),
+    ("hyperbolic_more", ["x=3,4"], "torch.tan(torch.tanh(x)) + torch.asinh(x) + torch.acosh(x.abs() + 1.5) + "
+                                   "torch.atanh(0.9 * torch.tanh(x)) + torch.erfc(x)"),
+    ("atan2", ["x=3,4", "y=3,4"], "torch.atan2(x, y) + x.atan2(y.abs() + 1) + torch.copysign(x, y) * x"),
+    ("remainder_fmod", ["x=3,4", "y=3,4"], "torch.remainder(3 * x, y) + torch.fmod(3 * x, y) + x % 0.7 + "
+                                           "x.fmod(-0.4)"),
+    ("round_sign_frac", ["x=3,4"], "torch.round(x * 3) * x + torch.sign(x) * x + torch.trunc(2 * x) * x + "
+                                   "x.frac() + torch.reciprocal(x.abs() + 1)"),
+    ("cumsum", ["x=3,4"], "torch.cumsum(x, dim=1) * x.cumsum(0)"),
+    ("gather_scatter", ["i:i=3,4", "x=3,6", "y=3,4"], "torch.gather(x, 1, i) * y + torch.scatter_add(x, 1, i, y * y)"
+                                                      "[:, :4]"),
+    ("index_select_take", ["i:i=5", "x=4,6"], "torch.index_select(x, 1, i) * torch.take_along_dim(x, i[:4, None], 1)"),
+    ("max_min_dim", ["x=3,5"], "x.max(dim=1)[0] * 2 + torch.min(x, 0, keepdim=True)[0].sum() + x.amin(1)"),
+    ("logsumexp_var_norm", ["x=3,5"], "torch.logsumexp(x, dim=1) + x.var(dim=1) + torch.std(x, 1) + x.norm(dim=1) + "
+                                      "torch.norm(x, p=1, dim=1) + torch.norm(x, float('inf'), dim=1)"),
+    ("lerp_addc", ["x=3,4", "y=3,4", "w=3,4"], "torch.lerp(x, y, w) + torch.lerp(x, y, 0.7) + "
+                                               "torch.addcmul(x, y, w, value=0.5) + torch.addcdiv(x, y, w.abs() + 1)"),
+    ("addmm_family", ["x=3,4", "y=4,5", "v=4"], "torch.addmm(x @ y, x, y, beta=0.5, alpha=2)[:, :4] + "
+                                                "torch.addr(x, x[:, 0], v) + torch.outer(x[0], v).t()[:3]"),
+    ("clamp_tril_repeat", ["x=3,4"], "torch.clamp_min(x, -0.5) * x.clamp_max(0.5) + torch.tril(x, 1) + "
+                                     "x.triu(-1) + x.repeat(1, 2)[:, 3:7] + x.diff(prepend=x[:, :1]) + "
+                                     "torch.diagonal(x, 1).sum() * torch.trace(x)"),
+]
 
 
 def parse(spec):

@@ -29,6 +29,7 @@ OPS_DEF = os.path.join(ROOT, "ir", "ops.def")
 # (comparisons, floor) from their columns; the rest are listed with the reason.
 NOT_DIFFERENTIATED = {
     "rand_uniform": "its only operand is an i64 offset",
+    "argmax": "its result is an i64 index",
 }
 
 
@@ -126,6 +127,7 @@ class Net(nn.Module):
 
 
 IDX = torch.tensor([0, 2, 1, 3, 3, 4]).reshape(2, 3)
+IDX2 = torch.tensor([0, 5, 5, 100, 3, 3, 125, 7]).reshape(2, 4)
 
 
 def f(x, w, e):
@@ -138,6 +140,9 @@ def f(x, w, e):
     s = s + (torch.cos(x) * torch.sin(x) * x.detach()).sum()
     s = s + (F.pad(x, (1, 2, 2, 1), mode='reflect') ** 3).sum() + (F.pad(x, (0, 2, 1, 1), mode='replicate') ** 3).sum()
     s = s + (F.interpolate(x, scale_factor=2, mode='bilinear') ** 3).sum() + (F.interpolate(x, size=(9, 7)) ** 3).sum()
+    # gather / scatter_add / cumsum: each other's VJPs, differentiated again
+    s = s + (torch.gather(x.flatten(1), 1, IDX2) ** 2).sum() + (x.cumsum(2) ** 2).sum() * 0.01
+    s = s + (torch.zeros(2, 9, dtype=x.dtype).scatter_add(1, IDX2 % 9, x.flatten(1)[:, 1:5]) ** 3).sum()
     return s
 
 

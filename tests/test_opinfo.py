@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,6 +61,10 @@ RANDOM_OPS = {"bernoulli", "normal", "multinomial", "uniform", "cauchy", "expone
               "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
               "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "empty", "empty_like",
               "new_empty", "new_empty_strided", "empty_strided", "svd_lowrank", "pca_lowrank"}
+
+# Ops whose PyTorch 1.13 VJP is no oracle: sgn's backward on real tensors returns
+# uninitialised memory (its forward and JVP are still compared).
+TORCH_VJP_BUGS = {"sgn"}
 
 # Reflected operators: OpInfo name -> Python operator (spelled `arg OP x`).
 RMAGIC = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rdiv__": "/", "__rpow__": "**",
@@ -340,6 +345,8 @@ def make_ad_cases(c):
             f"{gnames[0] if nout == 1 else '(' + ', '.join(gnames) + ',)'})\n\n\n")
     vjp = None
     try:
+        if c.op_id in TORCH_VJP_BUGS:
+            raise Unusable("PyTorch's VJP")
         txs = [torch.from_numpy(a.copy()) for a in xs]
         for i in c.floats:
             txs[i].requires_grad_(True)
@@ -409,14 +416,45 @@ def ctc_check(tmp, key, src, arrays):
     return f"ctc check exit {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}"
 
 
+RT = os.path.join(os.path.dirname(HERE), "runtime_min")
+_runtime_libs = {}
+_runtime_lock = threading.Lock()
+
+
+def _runtime_lib(tmp):
+    """The runtime compiled once per sweep (an archive in tmp)."""
+    with _runtime_lock:
+        return _runtime_lib_locked(tmp)
+
+
+def _runtime_lib_locked(tmp):
+    if tmp not in _runtime_libs:
+        objs = []
+        for src in sorted(f for f in os.listdir(RT) if f.endswith(".c")):
+            o = os.path.join(tmp, "rt_" + src[:-2] + ".o")
+            subprocess.run(["cc", "-std=c11", "-O1", "-D_POSIX_C_SOURCE=200809L", "-I", RT, "-c",
+                            os.path.join(RT, src), "-o", o], check=True, capture_output=True)
+            objs.append(o)
+        lib = os.path.join(tmp, "libctc_rt_opinfo.a")
+        subprocess.run(["ar", "rcs", lib] + objs, check=True, capture_output=True)
+        _runtime_libs[tmp] = lib
+    return _runtime_libs[tmp]
+
+
 def ctc_build(tmp, name, items):
+    """`ctc compile`, then the C compiler at -O0 (the sweep checks values, not
+    speed: ctc build's -O3 -march=native takes ten times longer on these files
+    of hundreds of entries, and ISO C mode computes the same values at any level)."""
     path = os.path.join(tmp, f"{name}.py")
     with open(path, "w") as f:
         f.write(file_text(items))
     exe = os.path.join(tmp, name)
     entries = [x for k, _, _ in items for x in ("--entry", k)]
-    r = subprocess.run([CTC, "build", path, "-o", exe, "--no-blas", "--no-openmp", *entries],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run([CTC, "compile", path, "-o", exe + ".c", *entries], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return exe, r
+    r = subprocess.run(["cc", "-std=c11", "-O0", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN", "-I", RT, exe + ".c",
+                        _runtime_lib(tmp), "-lz", "-lm", "-o", exe], capture_output=True, text=True, timeout=900)
     return exe, r
 
 
@@ -577,12 +615,12 @@ def _run(per_dtype, tmp_path, floor):
 
 
 def test_opinfo_subset(tmp_path):
-    _run(SUBSET, tmp_path, (85, 70, 70))
+    _run(SUBSET, tmp_path, (205, 165, 165))
 
 
 @pytest.mark.slow
 def test_opinfo_rest(tmp_path):
-    _run(REST, tmp_path, (75, 55, 55))
+    _run(REST, tmp_path, (170, 125, 125))
 
 
 if __name__ == "__main__":

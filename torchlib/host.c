@@ -23,6 +23,10 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_TUPLE:
     if (obj->bi == BI_FW_UNPACK_DUAL && (!strcmp(name, "primal") || !strcmp(name, "tangent")))
       return obj->items[!strcmp(name, "tangent")];
+    /* torch.return_types of max/min(dim) and aminmax */
+    if (obj->bi == BI_T_MAX && (!strcmp(name, "values") || !strcmp(name, "indices")))
+      return obj->items[!strcmp(name, "indices")];
+    if (obj->bi == BI_T_AMINMAX && (!strcmp(name, "min") || !strcmp(name, "max"))) return obj->items[!strcmp(name, "max")];
     return NULL;
   default: return NULL;
   }
@@ -76,7 +80,7 @@ static PV *h_unary(L *L, Span at, int op, PV *a) {
   if (!is_tensor(a)) lower_error(L, at, "bad operand type for unary %s: '%s'", fe_op_spelling(op), pv_kind_name(a));
   if (op == OP_NEG) return t_unary(L, at, IR_NEG, a);
   if (op == OP_POS) return a;
-  lower_error(L, at, "operator '~' is not supported on tensors");
+  return t_invert(L, at, a);   /* OP_INVERT: bitwise not (logical on bool) */
 }
 
 static void one_element(L *L, Span at, PV *c) {

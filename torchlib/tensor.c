@@ -240,19 +240,13 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
     if (pv_is_num(b) && pv_num(b) == -0.5 && a->k == PV_TENSOR && ir_dtype_is_float(dt))
       return t_unary(L, at, IR_RSQRT, a);
     return elem2(L, at, IR_POW, "**", a, b, dt, dt);
-  case OP_FLOORDIV:
-  case OP_MOD: {
-    /* floor(a / b) and a - b * floor(a / b) (Python's signs), integers through
-     * f64 (exact below 2**53): e.g. an epoch counter in an lr_lambda */
-    if (dt == DT_BOOL || dt == DT_COUNT) lower_error(L, at, "operator '%s' needs numbers", fe_op_spelling(op));
-    if (!ir_dtype_is_float(dt) && pv_is_num(b) && pv_num(b) == 0)
-      lower_error(L, at, "integer division or modulo by zero");
-    DType ct = ir_dtype_is_float(dt) ? dt : DT_F64;
-    PV *x = a->k == PV_TENSOR ? t_cast(L, at, a, ct) : a, *y = b->k == PV_TENSOR ? t_cast(L, at, b, ct) : b;
-    PV *q = t_unary(L, at, IR_FLOOR, t_binary(L, at, OP_DIV, x, y));
-    PV *r = op == OP_FLOORDIV ? q : t_binary(L, at, OP_SUB, x, t_binary(L, at, OP_MUL, y, q));
-    return ct == dt ? r : t_cast(L, at, r, dt);
-  }
+  case OP_FLOORDIV: return t_divmod(L, at, 'f', a, b);
+  case OP_MOD: return t_divmod(L, at, '%', a, b);
+  case OP_BITAND: return t_bitwise(L, at, IR_BIT_AND, a, b);
+  case OP_BITOR: return t_bitwise(L, at, IR_BIT_OR, a, b);
+  case OP_BITXOR: return t_bitwise(L, at, IR_BIT_XOR, a, b);
+  case OP_LSHIFT: return t_bitwise(L, at, IR_SHL, a, b);
+  case OP_RSHIFT: return t_bitwise(L, at, IR_SHR, a, b);
   default:
     lower_error(L, at, "operator '%s' is not supported on tensors", fe_op_spelling(op));
   }
@@ -880,4 +874,717 @@ PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi) {
   }
   ir_val(L->T->fn, r->t->v)->name = "clamp";
   return r;
+}
+
+/* ---- issue 15's ops: integer division and remainder, bitwise and logical ops,
+ * scans, gathers, arg-reductions, and composites lowered to primitives ---------- */
+
+static PV *emit1(L *L, Span at, Op op, ValId v, Type r, const int64_t *attr, int nattr, const char *name) {
+  return t_wrap(L, emit(L, at, op, &v, 1, r, attr, nattr, name));
+}
+
+static void need_nonzero_int(L *L, Span at, PV *b, DType dt, const char *what) {
+  if (!ir_dtype_is_float(dt) && pv_is_num(b) && pv_num(b) == 0)
+    lower_error(L, at, "ZeroDivisionError: integer %s by zero", what);
+}
+
+/* kind: 'f' floor division (//, floor_divide, rounding_mode='floor'), 't'
+ * truncation (rounding_mode='trunc'), '%' remainder (Python's %), 'm' fmod */
+PV *t_divmod(L *L, Span at, int kind, PV *a, PV *b) {
+  const char *name = kind == 'f' ? "floor_divide" : kind == 't' ? "div" : kind == '%' ? "remainder" : "fmod";
+  need_fn(L, at, name);
+  DType dt = promote(a, b);
+  if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", name);
+  if (dt == DT_BOOL) lower_error(L, at, "\"%s\" is not implemented for 'Bool' tensors", name);
+  need_nonzero_int(L, at, b, dt, kind == 'f' || kind == 't' ? "division" : "modulo");
+  switch (kind) {
+  case 'f': return elem2(L, at, IR_FLOORDIV, name, a, b, dt, dt);
+  case '%': return elem2(L, at, IR_REMAINDER, name, a, b, dt, dt);
+  case 'm': return elem2(L, at, IR_FMOD, name, a, b, dt, dt);
+  default: {
+    /* PyTorch: trunc(a / b) for floats; C's truncating division for integers */
+    PV *q = elem2(L, at, IR_DIV, name, a, b, dt, dt);
+    return ir_dtype_is_float(dt) ? t_unary(L, at, IR_TRUNC, q) : q;
+  }
+  }
+}
+
+/* a binary op computed in floating point (integers promote to float32) */
+PV *t_float_binary(L *L, Span at, Op op, PV *a, PV *b) {
+  DType dt = promote(a, b);
+  if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", ir_ops[op].name);
+  if (!ir_dtype_is_float(dt)) dt = DT_F32;
+  return elem2(L, at, op, ir_ops[op].name, a, b, dt, dt);
+}
+
+/* & | ^ on integer and bool tensors (PyTorch refuses floats) */
+PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b) {
+  const char *name = ir_ops[op].name;
+  need_fn(L, at, name);
+  DType dt = promote(a, b);
+  if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", name);
+  if (ir_dtype_is_float(dt) || (pv_is_num(a) && a->k == PV_FLOAT) || (pv_is_num(b) && b->k == PV_FLOAT))
+    lower_error(L, at, "\"%s\" is not implemented for floating-point tensors (only integer and bool)", name);
+  if ((op == IR_SHL || op == IR_SHR) && dt == DT_BOOL) dt = DT_I64;   /* bool shifts as int64 (PyTorch) */
+  return elem2(L, at, op, name, a, b, dt, dt);
+}
+
+/* ~x and bitwise_not */
+PV *t_invert(L *L, Span at, PV *x) {
+  need_tensor_arg(L, at, x, "bitwise_not");
+  need_fn(L, at, "bitwise_not");
+  Type t = x->t->type;
+  if (ir_dtype_is_float(t.dtype))
+    lower_error(L, at, "\"bitwise_not\" is not implemented for floating-point tensors (only integer and bool)");
+  return emit1(L, at, IR_BIT_NOT, t_val(L, at, x), t, NULL, 0, "bitwise_not");
+}
+
+/* logical_not / and / or / xor: of x != 0 (NaN counts as true), bool results */
+PV *t_logical(L *L, Span at, int kind, PV *a, PV *b) {
+  need_fn(L, at, "a logical op");
+  PV *za = t_compare(L, at, OP_NE, a, pv_int(L, 0));
+  if (kind == '!') return t_compare(L, at, OP_EQ, a, pv_int(L, 0));
+  PV *zb = t_compare(L, at, OP_NE, b, pv_int(L, 0));
+  return t_bitwise(L, at, kind == '&' ? IR_BIT_AND : kind == '|' ? IR_BIT_OR : IR_BIT_XOR, za, zb);
+}
+
+/* sign, round, trunc, floor, ceil, frac: integer tensors keep their values
+ * (PyTorch: sign of ints is an int, round/trunc/floor/ceil of ints the ints) */
+PV *t_rounding(L *L, Span at, Op op, PV *x) {
+  need_tensor_arg(L, at, x, ir_ops[op].name);
+  need_fn(L, at, ir_ops[op].name);
+  Type t = x->t->type;
+  if (!ir_dtype_is_float(t.dtype)) {
+    if (op == IR_SIGN && t.dtype != DT_BOOL) return emit1(L, at, IR_SIGN, t_val(L, at, x), t, NULL, 0, "sign");
+    return t_wrap(L, t_val(L, at, x));
+  }
+  return t_unary(L, at, op, x);
+}
+
+/* torch.round(x, decimals=d): PyTorch's nearbyint(x * 10^d) / 10^d (d > 0),
+ * nearbyint(x / 10^-d) * 10^-d (d < 0) */
+PV *t_round(L *L, Span at, PV *x, int64_t decimals) {
+  if (!decimals || !ir_dtype_is_float(x->t->type.dtype)) return t_rounding(L, at, IR_ROUND, x);
+  if (decimals > 300 || decimals < -300) lower_error(L, at, "round: decimals %lld out of range", (long long)decimals);
+  PV *p = pv_float(L, pow(10.0, (double)(decimals < 0 ? -decimals : decimals)));
+  if (decimals > 0) return t_binary(L, at, OP_DIV, t_unary(L, at, IR_ROUND, t_binary(L, at, OP_MUL, x, p)), p);
+  return t_binary(L, at, OP_MUL, t_unary(L, at, IR_ROUND, t_binary(L, at, OP_DIV, x, p)), p);
+}
+
+/* cumsum along dim: integer and bool tensors sum in int64 (PyTorch); dtype= first */
+PV *t_cumsum(L *L, Span at, PV *x, int64_t dim, PV *dtype) {
+  need_tensor_arg(L, at, x, "cumsum");
+  need_fn(L, at, "cumsum");
+  ValId v = t_val(L, at, x);
+  Type t = *ir_type(L->T->fn, v);
+  int64_t d = t_norm_dim(L, at, dim, t.ndim);
+  if (dtype && dtype->k == PV_DTYPE) v = cast_to(L, at, v, dtype->dt);
+  else if (!ir_dtype_is_float(t.dtype)) v = cast_to(L, at, v, DT_I64);
+  t = *ir_type(L->T->fn, v);
+  if (t.ndim == 0) return t_wrap(L, v);
+  int64_t attr[2] = {d, 0};
+  return emit1(L, at, IR_CUMSUM, v, t, attr, 2, "cumsum");
+}
+
+/* The index of the max (min) along dim (None: of the flattened tensor): first
+ * index, NaN counts as the extreme. */
+PV *t_argmax(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min) {
+  const char *name = is_min ? "argmin" : "argmax";
+  need_tensor_arg(L, at, x, name);
+  need_fn(L, at, name);
+  Type t = x->t->type;
+  if (t.dtype == DT_BOOL) lower_error(L, at, "\"%s\" is not implemented for 'Bool' tensors", name);
+  ValId v = t_val(L, at, x);
+  int64_t d;
+  Type r;
+  if (!dim || dim->k == PV_NONE) {
+    Type flat = t;
+    flat.ndim = 1;
+    flat.dims[0] = ir_numel(&t);
+    v = emit(L, at, IR_RESHAPE, &v, 1, flat, NULL, 0, "flat");
+    d = 0;
+    r = t;   /* keepdim: every dim 1 */
+    for (int i = 0; i < r.ndim; i++) r.dims[i] = 1;
+    if (!keepdim) r.ndim = 0;
+  } else {
+    d = t_norm_dim(L, at, arg_int(L, at, dim, "dim"), t.ndim);
+    if (t.ndim == 0) return t_const_tensor(L, at, (Type){.dtype = DT_I64}, 0);
+    r = t;
+    r.dims[d] = 1;
+    if (!keepdim) {
+      for (int i = (int)d; i + 1 < r.ndim; i++) r.dims[i] = r.dims[i + 1];
+      r.ndim--;
+    }
+  }
+  Type kt = *ir_type(L->T->fn, v);
+  kt.dims[d] = 1;
+  kt.dtype = DT_I64;
+  int64_t attr[2] = {d, is_min};
+  ValId a = emit(L, at, IR_ARGMAX, &v, 1, kt, attr, 2, name);
+  r.dtype = DT_I64;
+  if (!ir_type_eq(&kt, &r)) a = emit(L, at, IR_RESHAPE, &a, 1, r, NULL, 0, name);
+  return t_wrap(L, a);
+}
+
+static ValId index_val(L *L, Span at, PV *idx, const char *what) {
+  if (idx->k != PV_TENSOR) lower_error(L, at, "%s: the index must be a tensor, got '%s'", what, pv_kind_name(idx));
+  DType dt = idx->t->type.dtype;
+  if (dt != DT_I64 && dt != DT_I32) lower_error(L, at, "%s: the index must be an integer tensor (int64), not %s", what, ir_dtype_name(dt));
+  return cast_to(L, at, t_val(L, at, idx), DT_I64);
+}
+
+/* torch.gather(x, dim, index): r[p] = x[p with p[dim] = index[p]] */
+PV *t_gather(L *L, Span at, PV *x, int64_t dim, PV *index) {
+  need_tensor_arg(L, at, x, "gather");
+  need_fn(L, at, "gather");
+  ValId v = t_val(L, at, x), iv = index_val(L, at, index, "gather");
+  Type t = *ir_type(L->T->fn, v), it = *ir_type(L->T->fn, iv);
+  if (t.ndim != it.ndim)
+    lower_error(L, at, "gather: index %s and input %s must have the same number of dimensions", shape_str(L, &it), shape_str(L, &t));
+  int scalar = t.ndim == 0;
+  if (scalar) {   /* as 1-D */
+    t.ndim = it.ndim = 1;
+    t.dims[0] = it.dims[0] = 1;
+    v = emit(L, at, IR_RESHAPE, &v, 1, t, NULL, 0, "x");
+    iv = emit(L, at, IR_RESHAPE, &iv, 1, it, NULL, 0, "index");
+  }
+  int64_t d = t_norm_dim(L, at, dim, t.ndim);
+  for (int i = 0; i < t.ndim; i++)
+    if (i != d && it.dims[i] > t.dims[i])
+      lower_error(L, at, "gather: index %s is larger than input %s at dimension %d", shape_str(L, &it), shape_str(L, &t), i);
+  Type r = it;
+  r.dtype = t.dtype;
+  ValId args[2] = {v, iv};
+  ValId g = emit(L, at, IR_GATHER, args, 2, r, &d, 1, "gather");
+  if (scalar) g = emit(L, at, IR_RESHAPE, &g, 1, (Type){.dtype = t.dtype}, NULL, 0, "gather");
+  return t_wrap(L, g);
+}
+
+/* x.scatter_add(dim, index, src): x, plus src's elements (those index covers)
+ * added at their indices along dim */
+PV *t_scatter_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src) {
+  need_tensor_arg(L, at, x, "scatter_add");
+  need_tensor_arg(L, at, src, "scatter_add");
+  need_fn(L, at, "scatter_add");
+  ValId v = t_val(L, at, x), iv = index_val(L, at, index, "scatter_add"), sv = t_val(L, at, src);
+  Type t = *ir_type(L->T->fn, v), it = *ir_type(L->T->fn, iv), st = *ir_type(L->T->fn, sv);
+  if (t.dtype != st.dtype)
+    lower_error(L, at, "scatter_add: expected self.dtype to be equal to src.dtype (%s and %s)", ir_dtype_name(t.dtype),
+                ir_dtype_name(st.dtype));
+  if (t.ndim != it.ndim || st.ndim != it.ndim)
+    lower_error(L, at, "scatter_add: index %s, self %s and src %s must have the same number of dimensions",
+                shape_str(L, &it), shape_str(L, &t), shape_str(L, &st));
+  if (t.ndim == 0) lower_error(L, at, "scatter_add on 0-d tensors is not supported");
+  int64_t d = t_norm_dim(L, at, dim, t.ndim);
+  int same = 1;
+  for (int i = 0; i < t.ndim; i++) {
+    if (it.dims[i] > st.dims[i] || (i != d && it.dims[i] > t.dims[i]))
+      lower_error(L, at, "scatter_add: index %s must not be larger than src %s, nor than self %s off dimension %lld",
+                  shape_str(L, &it), shape_str(L, &st), shape_str(L, &t), (long long)d);
+    same &= it.dims[i] == st.dims[i];
+  }
+  if (!same) {   /* only the part of src that index covers is used */
+    int64_t attr[2 * IR_MAX_DIMS] = {0};
+    for (int i = 0; i < st.ndim; i++) attr[2 * i + 1] = 1;
+    Type s2 = it;
+    s2.dtype = st.dtype;
+    sv = emit(L, at, IR_SLICE, &sv, 1, s2, attr, 2 * st.ndim, "src");
+  }
+  ValId args[3] = {v, iv, sv};
+  return t_wrap(L, emit(L, at, IR_SCATTER_ADD, args, 3, t, &d, 1, "scatter_add"));
+}
+
+/* index_select(x, dim, index): a gather whose index is broadcast along the other dims */
+PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index) {
+  need_tensor_arg(L, at, x, "index_select");
+  need_fn(L, at, "index_select");
+  ValId v = t_val(L, at, x), iv = index_val(L, at, index, "index_select");
+  Type t = *ir_type(L->T->fn, v), it = *ir_type(L->T->fn, iv);
+  if (it.ndim > 1) lower_error(L, at, "index_select: the index must be 0-D or 1-D, got shape %s", shape_str(L, &it));
+  int64_t k = ir_numel(&it);
+  int scalar = t.ndim == 0;
+  if (scalar) {
+    if (k != 1) lower_error(L, at, "index_select(): index to a 0-d tensor can have only 1 value, got %lld", (long long)k);
+    t.ndim = 1;
+    t.dims[0] = 1;
+    v = emit(L, at, IR_RESHAPE, &v, 1, t, NULL, 0, "x");
+  }
+  int64_t d = t_norm_dim(L, at, dim, t.ndim);
+  Type i2 = t, r = t;
+  for (int i = 0; i < t.ndim; i++) i2.dims[i] = i == d ? k : 1;
+  i2.dtype = DT_I64;
+  r.dims[d] = k;
+  iv = emit(L, at, IR_RESHAPE, &iv, 1, i2, NULL, 0, "index");
+  ValId args[2] = {v, iv};
+  ValId g = emit(L, at, IR_GATHER, args, 2, r, &d, 1, "index_select");
+  if (scalar) g = emit(L, at, IR_RESHAPE, &g, 1, (Type){.dtype = t.dtype}, NULL, 0, "index_select");   /* 0-d stays 0-d */
+  return t_wrap(L, g);
+}
+
+static ValId broadcast_to(L *L, Span at, ValId v, Type r) {
+  Type t = *ir_type(L->T->fn, v);
+  r.dtype = t.dtype;
+  if (ir_type_eq(&t, &r)) return v;
+  return emit(L, at, IR_BROADCAST, &v, 1, r, NULL, 0, "expand");
+}
+
+/* take_along_dim(x, indices, dim): x and indices broadcast against each other
+ * off dim; dim None: of the flattened x and indices */
+PV *t_take_along_dim(L *L, Span at, PV *x, PV *index, PV *dim) {
+  need_tensor_arg(L, at, x, "take_along_dim");
+  need_fn(L, at, "take_along_dim");
+  ValId v = t_val(L, at, x), iv = index_val(L, at, index, "take_along_dim");
+  Type t = *ir_type(L->T->fn, v), it = *ir_type(L->T->fn, iv);
+  if (!dim || dim->k == PV_NONE) {
+    Type f1 = t, f2 = it;
+    f1.ndim = f2.ndim = 1;
+    f1.dims[0] = ir_numel(&t);
+    f2.dims[0] = ir_numel(&it);
+    return t_gather(L, at, t_wrap(L, emit(L, at, IR_RESHAPE, &v, 1, f1, NULL, 0, "flat")), 0,
+                    t_wrap(L, emit(L, at, IR_RESHAPE, &iv, 1, f2, NULL, 0, "flat")));
+  }
+  if (t.ndim != it.ndim)
+    lower_error(L, at, "take_along_dim: input %s and indices %s should have the same number of dimensions",
+                shape_str(L, &t), shape_str(L, &it));
+  int64_t d = t_norm_dim(L, at, arg_int(L, at, dim, "dim"), t.ndim);
+  Type a = t, b = it, m;
+  a.dims[d] = b.dims[d] = 1;
+  a.dtype = b.dtype;
+  m = bcast(L, at, "take_along_dim", a, b);
+  Type tx = m, ti = m;
+  tx.dims[d] = t.dims[d];
+  ti.dims[d] = it.dims[d];
+  v = broadcast_to(L, at, v, tx);
+  iv = broadcast_to(L, at, iv, ti);
+  return t_gather(L, at, t_wrap(L, v), d, t_wrap(L, iv));
+}
+
+/* max/min(x, dim, keepdim) -> (values, indices): the values gathered at the
+ * indices, so the gradient goes to the selected element (PyTorch's rule) */
+PV *t_max_dim(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min) {
+  need_tensor_arg(L, at, x, is_min ? "min" : "max");
+  Type t = x->t->type;
+  int64_t d = t_norm_dim(L, at, arg_int(L, at, dim, "dim"), t.ndim);
+  PV *items[2];
+  if (t.ndim == 0) {
+    items[0] = x;
+    items[1] = t_const_tensor(L, at, (Type){.dtype = DT_I64}, 0);
+    PV *r = pv_tuple(L, items, 2);
+    r->bi = BI_T_MAX;
+    return r;
+  }
+  PV *xs = x;
+  if (t.dtype == DT_BOOL) xs = t_cast(L, at, x, DT_I64);   /* argmax refuses bool; max(dim) does not */
+  PV *idx = t_argmax(L, at, xs, dim, 1, is_min);
+  PV *val = t_gather(L, at, x, d, idx);
+  if (!keepdim) {
+    int64_t dims[IR_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t.ndim; i++)
+      if (i != d) dims[n++] = t.dims[i];
+    val = t_reshape(L, at, val, dims, n);
+    idx = t_reshape(L, at, idx, dims, n);
+  }
+  items[0] = val;
+  items[1] = idx;
+  PV *r = pv_tuple(L, items, 2);
+  r->bi = BI_T_MAX;   /* a torch.return_types.max: .values, .indices */
+  return r;
+}
+
+/* amin: -amax(-x) for floats, ~amax(~x) for integers (exact at INT_MIN) */
+PV *t_amin(L *L, Span at, PV *x, const int64_t *dims, int ndims, int keepdim) {
+  need_tensor_arg(L, at, x, "amin");
+  DType dt = x->t->type.dtype;
+  if (dt == DT_BOOL) x = t_cast(L, at, x, DT_I64);
+  Op flip = ir_dtype_is_float(dt) ? IR_NEG : IR_BIT_NOT;
+  PV *nx = emit1(L, at, flip, t_val(L, at, x), x->t->type, NULL, 0, "flipped");
+  PV *m = t_reduce(L, at, IR_REDUCE_MAX, nx, dims, ndims, keepdim, 0);
+  PV *r = emit1(L, at, flip, t_val(L, at, m), m->t->type, NULL, 0, "amin");
+  return dt == DT_BOOL ? t_cast(L, at, r, DT_BOOL) : r;
+}
+
+/* tril / triu of a staged tensor: where(col - row <= k (>= k), x, 0) over the last two dims */
+PV *t_tri(L *L, Span at, PV *x, int64_t k, int upper) {
+  need_tensor_arg(L, at, x, upper ? "triu" : "tril");
+  need_fn(L, at, upper ? "triu" : "tril");
+  Type t = x->t->type;
+  if (t.ndim < 2) lower_error(L, at, "%s: input tensor must have at least 2 dimensions", upper ? "triu" : "tril");
+  int64_t rows = t.dims[t.ndim - 2], cols = t.dims[t.ndim - 1];
+  if (k > rows + cols || k < -(rows + cols)) k = k > 0 ? rows + cols : -(rows + cols);
+  int64_t ra[2] = {k, 1}, ca[2] = {0, 1};
+  Type rt = {.dtype = DT_I64, .ndim = 1, .dims = {rows}}, ct = {.dtype = DT_I64, .ndim = 1, .dims = {cols}};
+  ValId r = emit(L, at, IR_IOTA, NULL, 0, rt, ra, 2, "row_plus_k");
+  ValId c = emit(L, at, IR_IOTA, NULL, 0, ct, ca, 2, "col");
+  rt.ndim = 2, rt.dims[1] = 1;
+  ct.ndim = 2, ct.dims[0] = 1, ct.dims[1] = cols;
+  r = emit(L, at, IR_RESHAPE, &r, 1, rt, NULL, 0, "row_plus_k");
+  c = emit(L, at, IR_RESHAPE, &c, 1, ct, NULL, 0, "col");
+  PV *keep = t_compare(L, at, upper ? OP_GE : OP_LE, t_wrap(L, c), t_wrap(L, r));
+  return t_where(L, at, keep, x, t.dtype == DT_BOOL ? pv_bool(L, 0) : pv_int(L, 0));
+}
+
+/* x.repeat(*sizes): per repeated axis, x as [..., 1, d, ...] broadcast to
+ * [..., r, d, ...] and merged into [..., r * d, ...] */
+PV *t_repeat(L *L, Span at, PV *x, const int64_t *reps, int n) {
+  need_tensor_arg(L, at, x, "repeat");
+  need_fn(L, at, "repeat");
+  Type t = x->t->type;
+  if (n < t.ndim)
+    lower_error(L, at, "repeat: the number of repeat dims (%d) can not be smaller than the number of dimensions of the tensor (%d)", n, t.ndim);
+  for (int i = 0; i < n; i++)
+    if (reps[i] < 0) lower_error(L, at, "repeat: negative repeat %lld", (long long)reps[i]);
+  ValId v = t_val(L, at, x);
+  Type cur = t;
+  cur.ndim = n;
+  for (int i = 0; i < n; i++) cur.dims[i] = i < n - t.ndim ? 1 : t.dims[i - (n - t.ndim)];
+  v = emit(L, at, IR_RESHAPE, &v, 1, cur, NULL, 0, "x");
+  for (int i = 0; i < n; i++) {
+    if (reps[i] == 1) continue;
+    if (n + 1 > IR_MAX_DIMS) lower_error(L, at, "repeat of a tensor of %d dimensions is not supported (at most %d)", n, IR_MAX_DIMS - 1);
+    Type e = cur;   /* [..., 1, d_i, ...] */
+    e.ndim = n + 1;
+    for (int j = n; j > i; j--) e.dims[j] = e.dims[j - 1];
+    e.dims[i] = 1;
+    v = emit(L, at, IR_RESHAPE, &v, 1, e, NULL, 0, "x");
+    e.dims[i] = reps[i];
+    v = emit(L, at, IR_BROADCAST, &v, 1, e, NULL, 0, "repeat");
+    cur.dims[i] = ck_mul(L, at, cur.dims[i], reps[i]);
+    v = emit(L, at, IR_RESHAPE, &v, 1, cur, NULL, 0, "repeat");
+  }
+  return t_wrap(L, v);
+}
+
+/* expand_as / view_as / reshape_as */
+PV *t_expand_to(L *L, Span at, PV *x, Type r) {
+  need_tensor_arg(L, at, x, "expand_as");
+  Type t = x->t->type, b;
+  r.dtype = t.dtype;
+  if (r.ndim < t.ndim || ir_broadcast_shapes(&t, &r, &b) < 0 || !ir_type_eq(&b, &r))
+    lower_error(L, at, "expand: cannot expand shape %s to %s", shape_str(L, &t), shape_str(L, &r));
+  return t_wrap(L, broadcast_to(L, at, t_val(L, at, x), r));
+}
+
+/* ---- composites ---- */
+
+/* lerp(a, b, w): PyTorch's a + w (b - a) where |w| < 0.5, else b - (b - a)(1 - w) */
+PV *t_lerp(L *L, Span at, PV *a, PV *b, PV *w) {
+  need_fn(L, at, "lerp");
+  need_tensor_arg(L, at, a, "lerp");
+  need_tensor_arg(L, at, b, "lerp");
+  DType dt = a->t->type.dtype;
+  if (!ir_dtype_is_float(dt) || b->t->type.dtype != dt || (w->k == PV_TENSOR && w->t->type.dtype != dt))
+    lower_error(L, at, "lerp: expected floating-point tensors of one dtype (input %s, end %s%s%s)", ir_dtype_name(dt),
+                ir_dtype_name(b->t->type.dtype), w->k == PV_TENSOR ? ", weight " : "",
+                w->k == PV_TENSOR ? ir_dtype_name(w->t->type.dtype) : "");
+  PV *d = t_binary(L, at, OP_SUB, b, a);
+  if (pv_is_num(w)) {
+    double x = pv_num(w);
+    if (fabs(x) < 0.5) return t_binary(L, at, OP_ADD, a, t_binary(L, at, OP_MUL, w, d));
+    return t_binary(L, at, OP_SUB, b, t_binary(L, at, OP_MUL, d, pv_float(L, 1 - x)));
+  }
+  PV *small = t_compare(L, at, OP_LT, t_unary(L, at, IR_ABS, w), pv_float(L, 0.5));
+  PV *lo = t_binary(L, at, OP_ADD, a, t_binary(L, at, OP_MUL, w, d));
+  PV *hi = t_binary(L, at, OP_SUB, b, t_binary(L, at, OP_MUL, d, t_binary(L, at, OP_SUB, pv_float(L, 1), w)));
+  return t_where(L, at, small, lo, hi);
+}
+
+/* addcmul: x + value * t1 * t2; addcdiv: x + value * t1 / t2 (PyTorch's order) */
+PV *t_addc(L *L, Span at, PV *x, PV *t1, PV *t2, PV *value, int div) {
+  need_fn(L, at, div ? "addcdiv" : "addcmul");
+  if (div && !ir_dtype_is_float(promote(t1, t2)))
+    lower_error(L, at, "addcdiv: integer division with addcdiv is no longer supported");
+  /* integer tensors take value converted to their type (PyTorch: 3.14 -> 3) */
+  if (value && value->k == PV_FLOAT && !ir_dtype_is_float(promote2(promote(x, t1), promote(t1, t2)))) {
+    if (!(fabs(value->f) < 9.2e18)) lower_error(L, at, "value %g cannot be converted to an integer", value->f);
+    value = pv_int(L, (int64_t)value->f);
+  }
+  PV *p = value && !(pv_is_num(value) && pv_num(value) == 1) ? t_binary(L, at, OP_MUL, value, t1) : t1;
+  return t_binary(L, at, OP_ADD, x, t_binary(L, at, div ? OP_DIV : OP_MUL, p, t2));
+}
+
+static PV *squeeze_dims(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim) {
+  if (keepdim) return x;
+  Type t = x->t->type;
+  int64_t mask = 0, out[IR_MAX_DIMS];
+  if (!nd) mask = ((int64_t)1 << t.ndim) - 1;
+  for (int i = 0; i < nd; i++) mask |= (int64_t)1 << t_norm_dim(L, at, dims[i], t.ndim);
+  int n = 0;
+  for (int i = 0; i < t.ndim; i++)
+    if (!((mask >> i) & 1)) out[n++] = t.dims[i];
+  return t_reshape(L, at, x, out, n);
+}
+
+/* logsumexp over dims: the max (detached, 0 where infinite) shifted out, as PyTorch */
+PV *t_logsumexp(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim) {
+  need_tensor_arg(L, at, x, "logsumexp");
+  need_fn(L, at, "logsumexp");
+  if (!ir_dtype_is_float(x->t->type.dtype)) x = t_cast(L, at, x, DT_F32);
+  if (x->t->type.ndim == 0) return t_wrap(L, t_val(L, at, x));
+  PV *m = t_detach(L, at, t_reduce(L, at, IR_REDUCE_MAX, x, dims, nd, 1, 0));
+  PV *inf = t_compare(L, at, OP_EQ, t_unary(L, at, IR_ABS, m), pv_float(L, INFINITY));
+  m = t_where(L, at, inf, pv_float(L, 0), m);
+  PV *s = t_reduce(L, at, IR_REDUCE_SUM, t_unary(L, at, IR_EXP, t_binary(L, at, OP_SUB, x, m)), dims, nd, 1, 0);
+  PV *r = t_binary(L, at, OP_ADD, t_unary(L, at, IR_LOG, s), m);
+  return squeeze_dims(L, at, r, dims, nd, keepdim);
+}
+
+/* root(s) (sqrt, or s ** e) with PyTorch's gradient at s == 0: the norm and
+ * std backward formulas mask the result's zeros, giving 0 where the chain rule
+ * would give 0 * inf. The double where keeps both the value (0) and the
+ * derivative of the selected branch (0) finite. */
+static PV *root0(L *L, Span at, PV *s, double e) {
+  PV *z = t_compare(L, at, OP_EQ, s, pv_int(L, 0));
+  PV *safe = t_where(L, at, z, pv_float(L, 1), s);
+  PV *r = e == 0.5 ? t_unary(L, at, IR_SQRT, safe) : t_binary(L, at, OP_POW, safe, pv_float(L, e));
+  return t_where(L, at, z, pv_float(L, 0), r);
+}
+
+/* var / std over dims with Bessel's correction: sum((x - mean)^2) / (N - correction) */
+PV *t_var(L *L, Span at, PV *x, const int64_t *dims, int nd, double correction, int keepdim, int is_std) {
+  const char *name = is_std ? "std" : "var";
+  need_tensor_arg(L, at, x, name);
+  need_fn(L, at, name);
+  Type t = x->t->type;
+  if (!ir_dtype_is_float(t.dtype)) lower_error(L, at, "%s only supports floating-point dtypes", name);
+  int64_t count = 1, mask = 0;
+  if (!nd) mask = t.ndim ? ((int64_t)1 << t.ndim) - 1 : 0;
+  for (int i = 0; i < nd; i++) mask |= (int64_t)1 << t_norm_dim(L, at, dims[i], t.ndim);
+  for (int i = 0; i < t.ndim; i++)
+    if ((mask >> i) & 1) count *= t.dims[i];
+  PV *mean = t_reduce(L, at, IR_REDUCE_SUM, x, dims, nd, 1, 1);
+  if (t.ndim == 0) mean = x;
+  PV *dev = t_binary(L, at, OP_SUB, x, mean);
+  PV *ss = t.ndim ? t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, dev, dev), dims, nd, 1, 0)
+                  : t_binary(L, at, OP_MUL, dev, dev);
+  double den = (double)count - correction;
+  PV *v = t_binary(L, at, OP_DIV, ss, pv_float(L, den > 0 ? den : 0));
+  if (is_std) v = root0(L, at, v, 0.5);
+  return t.ndim ? squeeze_dims(L, at, v, dims, nd, keepdim) : v;
+}
+
+/* vector norms over dims: p = 2 (and 'fro'), 1, inf, -inf, 0, other p */
+PV *t_norm(L *L, Span at, PV *x, double p, const int64_t *dims, int nd, int keepdim) {
+  need_tensor_arg(L, at, x, "norm");
+  need_fn(L, at, "norm");
+  if (!ir_dtype_is_float(x->t->type.dtype)) lower_error(L, at, "norm: the input dtype should be floating point");
+  if (x->t->type.ndim == 0) {
+    if (p == 0) return t_cast(L, at, t_compare(L, at, OP_NE, x, pv_int(L, 0)), x->t->type.dtype);
+    return t_unary(L, at, IR_ABS, x);
+  }
+  PV *r;
+  if (p == 2) {
+    r = root0(L, at, t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_MUL, x, x), dims, nd, keepdim, 0), 0.5);
+  } else if (p == 1) {
+    r = t_reduce(L, at, IR_REDUCE_SUM, t_unary(L, at, IR_ABS, x), dims, nd, keepdim, 0);
+  } else if (isinf(p)) {
+    PV *ax = t_unary(L, at, IR_ABS, x);
+    r = p > 0 ? t_reduce(L, at, IR_REDUCE_MAX, ax, dims, nd, keepdim, 0) : t_amin(L, at, ax, dims, nd, keepdim);
+  } else if (p == 0) {
+    PV *nz = t_cast(L, at, t_compare(L, at, OP_NE, x, pv_int(L, 0)), x->t->type.dtype);
+    r = t_reduce(L, at, IR_REDUCE_SUM, nz, dims, nd, keepdim, 0);
+  } else {
+    PV *s = t_reduce(L, at, IR_REDUCE_SUM, t_binary(L, at, OP_POW, t_unary(L, at, IR_ABS, x), pv_float(L, p)), dims, nd,
+                     keepdim, 0);
+    r = root0(L, at, s, 1 / p);
+  }
+  return r;
+}
+
+/* flip along dims: a gather with a reversed iota per axis */
+PV *t_flip(L *L, Span at, PV *x, const int64_t *dims, int nd) {
+  need_tensor_arg(L, at, x, "flip");
+  need_fn(L, at, "flip");
+  Type t = x->t->type;
+  int64_t seen = 0;
+  for (int i = 0; i < nd; i++) {
+    int64_t d = t_norm_dim(L, at, dims[i], t.ndim);
+    if ((seen >> d) & 1) lower_error(L, at, "flip: dim %lld appears multiple times in the list of dims", (long long)d);
+    seen |= (int64_t)1 << d;
+    if (t.ndim == 0 || t.dims[d] == 1) continue;
+    int64_t attr[2] = {t.dims[d] - 1, -1};
+    Type it = {.dtype = DT_I64, .ndim = 1, .dims = {t.dims[d]}};
+    ValId iv = emit(L, at, IR_IOTA, NULL, 0, it, attr, 2, "reversed");
+    it = t;
+    it.dtype = DT_I64;
+    for (int k = 0; k < t.ndim; k++) it.dims[k] = k == d ? t.dims[d] : 1;
+    iv = emit(L, at, IR_RESHAPE, &iv, 1, it, NULL, 0, "reversed");
+    ValId args[2] = {t_val(L, at, x), iv};
+    x = t_wrap(L, emit(L, at, IR_GATHER, args, 2, t, &d, 1, "flip"));
+  }
+  return x;
+}
+
+/* roll by shifts along dims (None: of the flattened tensor): two slices concatenated */
+PV *t_roll(L *L, Span at, PV *x, const int64_t *shifts, int ns, const int64_t *dims, int nd) {
+  need_tensor_arg(L, at, x, "roll");
+  need_fn(L, at, "roll");
+  Type t = x->t->type;
+  if (nd == 0) {
+    if (ns != 1) lower_error(L, at, "roll: shifts must be a single int when dims is None");
+    int64_t n = ir_numel(&t), z = 0;
+    PV *f = t_reshape(L, at, x, &n, 1);
+    PV *r = t_roll(L, at, f, shifts, 1, &z, 1);
+    return t_reshape(L, at, r, t.dims, t.ndim);
+  }
+  if (ns != nd) lower_error(L, at, "roll: shifts and dimensions must align (%d shifts, %d dims)", ns, nd);
+  for (int i = 0; i < nd; i++) {
+    int64_t d = t_norm_dim(L, at, dims[i], t.ndim), n = t.ndim ? t.dims[d] : 1;
+    int64_t s = ((shifts[i] % n) + n) % n;
+    if (!s) continue;
+    PV *parts[2] = {t_slice(L, at, x, (int)d, n - s, n, 1), t_slice(L, at, x, (int)d, 0, n - s, 1)};
+    x = t_concat(L, at, parts, 2, d);
+  }
+  return x;
+}
+
+/* repeat_interleave(x, r, dim): each element r times along dim ([.., n, 1, ..]
+ * broadcast to [.., n, r, ..], merged); dim None: of the flattened tensor */
+PV *t_repeat_interleave(L *L, Span at, PV *x, int64_t r, PV *dim) {
+  need_tensor_arg(L, at, x, "repeat_interleave");
+  need_fn(L, at, "repeat_interleave");
+  if (r < 0) lower_error(L, at, "repeat_interleave: repeats can not be negative");
+  if (r == 0) lower_error(L, at, "repeat_interleave with 0 repeats would give an empty tensor, which ctc does not support");
+  Type t = x->t->type;
+  if (!dim || dim->k == PV_NONE) {
+    int64_t n = ir_numel(&t);
+    x = t_reshape(L, at, x, &n, 1);
+    t = x->t->type;
+  }
+  int64_t d = dim && dim->k != PV_NONE ? t_norm_dim(L, at, arg_int(L, at, dim, "dim"), t.ndim) : 0;
+  if (t.ndim == 0) {
+    int64_t one = 1;
+    x = t_reshape(L, at, x, &one, 1);
+    t = x->t->type;
+  }
+  if (t.ndim + 1 > IR_MAX_DIMS) lower_error(L, at, "repeat_interleave of a tensor of %d dimensions is not supported", t.ndim);
+  Type e = t;
+  e.ndim = t.ndim + 1;
+  for (int k = t.ndim; k > d + 1; k--) e.dims[k] = e.dims[k - 1];
+  e.dims[d + 1] = 1;
+  ValId v = t_val(L, at, x);
+  v = emit(L, at, IR_RESHAPE, &v, 1, e, NULL, 0, "x");
+  e.dims[d + 1] = r;
+  v = emit(L, at, IR_BROADCAST, &v, 1, e, NULL, 0, "repeat_interleave");
+  Type out = t;
+  out.dims[d] = ck_mul(L, at, t.dims[d], r);
+  return t_wrap(L, emit(L, at, IR_RESHAPE, &v, 1, out, NULL, 0, "repeat_interleave"));
+}
+
+/* torch.take(x, index): the flattened x gathered (negative indices count from the end) */
+PV *t_take(L *L, Span at, PV *x, PV *index) {
+  need_tensor_arg(L, at, x, "take");
+  need_fn(L, at, "take");
+  Type t = x->t->type;
+  int64_t n = ir_numel(&t);
+  PV *f = t_reshape(L, at, x, &n, 1);
+  ValId iv = index_val(L, at, index, "take");
+  Type it = *ir_type(L->T->fn, iv), flat = it;
+  flat.ndim = 1;
+  flat.dims[0] = ir_numel(&it);
+  PV *i = t_wrap(L, emit(L, at, IR_RESHAPE, &iv, 1, flat, NULL, 0, "index"));
+  i = t_where(L, at, t_compare(L, at, OP_LT, i, pv_int(L, 0)), t_binary(L, at, OP_ADD, i, pv_int(L, n)), i);
+  PV *g = t_gather(L, at, f, 0, i);
+  return t_reshape(L, at, g, it.dims, it.ndim);
+}
+
+/* x.index_add(dim, index, source, alpha): scatter_add with the 1-D index along dim */
+PV *t_index_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src, PV *alpha) {
+  need_tensor_arg(L, at, x, "index_add");
+  need_tensor_arg(L, at, src, "index_add");
+  need_fn(L, at, "index_add");
+  ValId iv = index_val(L, at, index, "index_add");
+  Type t = x->t->type, st = src->t->type, it = *ir_type(L->T->fn, iv);
+  if (it.ndim > 1) lower_error(L, at, "index_add: the index must be 0-D or 1-D");
+  if (t.dtype != st.dtype) lower_error(L, at, "index_add: self (%s) and source (%s) must have the same dtype",
+                                       ir_dtype_name(t.dtype), ir_dtype_name(st.dtype));
+  if (t.ndim == 0) lower_error(L, at, "index_add on 0-d tensors is not supported");
+  int64_t d = t_norm_dim(L, at, dim, t.ndim), k = ir_numel(&it);
+  Type want = t;
+  want.dims[d] = k;
+  if (!ir_type_eq(&want, &st))
+    lower_error(L, at, "index_add: source %s must have the shape of self %s with dimension %lld of size %lld",
+                shape_str(L, &st), shape_str(L, &t), (long long)d, (long long)k);
+  if (alpha && !(pv_is_num(alpha) && pv_num(alpha) == 1)) src = t_binary(L, at, OP_MUL, src, alpha);
+  Type i2 = want;
+  i2.dtype = DT_I64;
+  for (int i = 0; i < t.ndim; i++) i2.dims[i] = i == d ? k : 1;
+  iv = emit(L, at, IR_RESHAPE, &iv, 1, i2, NULL, 0, "index");
+  ValId args[3] = {t_val(L, at, x), iv, t_val(L, at, src)};
+  return t_wrap(L, emit(L, at, IR_SCATTER_ADD, args, 3, t, &d, 1, "index_add"));
+}
+
+/* isnan / isinf / isposinf / isneginf / isfinite by comparisons */
+PV *t_isclass(L *L, Span at, int kind, PV *x) {
+  need_tensor_arg(L, at, x, "isnan");
+  need_fn(L, at, "isnan");
+  switch (kind) {
+  case 'n': return t_compare(L, at, OP_NE, x, x);
+  case 'i': return t_compare(L, at, OP_EQ, t_unary(L, at, IR_ABS, x), pv_float(L, INFINITY));
+  case '+': return t_compare(L, at, OP_EQ, x, pv_float(L, INFINITY));
+  case '-': return t_compare(L, at, OP_EQ, x, pv_float(L, -INFINITY));
+  default:
+    if (!ir_dtype_is_float(x->t->type.dtype)) return t_compare(L, at, OP_EQ, x, x);
+    return t_compare(L, at, OP_LT, t_unary(L, at, IR_ABS, x), pv_float(L, INFINITY));
+  }
+}
+
+/* nan_to_num: NaN -> nan, +-inf -> posinf / neginf (default: the dtype's largest finite values) */
+PV *t_nan_to_num(L *L, Span at, PV *x, PV *nan, PV *posinf, PV *neginf) {
+  need_tensor_arg(L, at, x, "nan_to_num");
+  DType dt = x->t->type.dtype;
+  if (!ir_dtype_is_float(dt)) return t_wrap(L, t_val(L, at, x));
+  double big = dt == DT_F32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
+  PV *pn = nan && nan->k != PV_NONE ? nan : pv_float(L, 0);
+  PV *pp = posinf && posinf->k != PV_NONE ? posinf : pv_float(L, big);
+  PV *ng = neginf && neginf->k != PV_NONE ? neginf : pv_float(L, -big);
+  PV *r = t_where(L, at, t_isclass(L, at, '+', x), pp, x);
+  r = t_where(L, at, t_isclass(L, at, '-', x), ng, r);
+  return t_where(L, at, t_isclass(L, at, 'n', x), pn, r);
+}
+
+/* any / all over dims: of x != 0, bool results */
+PV *t_anyall(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim, int all) {
+  need_tensor_arg(L, at, x, all ? "all" : "any");
+  PV *nz = t_cast(L, at, t_compare(L, at, OP_NE, x, pv_int(L, 0)), DT_I64);
+  PV *r = all ? t_amin(L, at, nz, dims, nd, keepdim) : t_reduce(L, at, IR_REDUCE_MAX, nz, dims, nd, keepdim, 0);
+  return t_cast(L, at, r, DT_BOOL);
+}
+
+/* fmax / fmin: C's fmax (a NaN loses to a number); ties go to the first operand */
+PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min) {
+  need_fn(L, at, is_min ? "fmin" : "fmax");
+  if (a->k != PV_TENSOR || b->k != PV_TENSOR) lower_error(L, at, "%s needs two tensors", is_min ? "fmin" : "fmax");
+  PV *c = t_compare(L, at, is_min ? OP_LE : OP_GE, a, b);
+  if (ir_dtype_is_float(promote(a, b))) c = t_bitwise(L, at, IR_BIT_OR, c, t_compare(L, at, OP_NE, b, b));
+  return t_where(L, at, c, a, b);
+}
+
+/* logaddexp (base e or 2): PyTorch's max + log1p(exp(-|a - b|)), a where both are the same infinity */
+PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2) {
+  need_fn(L, at, "logaddexp");
+  PV *m = t_minmax(L, at, IR_MAX, a, b);
+  PV *d = t_unary(L, at, IR_ABS, t_binary(L, at, OP_SUB, a, b));
+  PV *r;
+  if (base2) {
+    /* m + log1p(2^-|a-b|) / ln 2 */
+    r = t_binary(L, at, OP_ADD, m, t_binary(L, at, OP_DIV, t_unary(L, at, IR_LOG1P, t_unary(L, at, IR_EXP2, t_unary(L, at, IR_NEG, d))),
+                                           pv_float(L, M_LN2)));
+  } else {
+    r = t_binary(L, at, OP_ADD, m, t_unary(L, at, IR_LOG1P, t_unary(L, at, IR_EXP, t_unary(L, at, IR_NEG, d))));
+  }
+  PV *same_inf = t_bitwise(L, at, IR_BIT_AND, t_isclass(L, at, 'i', a), t_compare(L, at, OP_EQ, a, b));
+  return t_where(L, at, same_inf, a, r);
+}
+
+/* xlogy(x, y): 0 where x == 0 (unless y is NaN), else x * log(y) */
+PV *t_xlogy(L *L, Span at, PV *x, PV *y) {
+  need_fn(L, at, "xlogy");
+  if (x->k != PV_TENSOR || y->k != PV_TENSOR) lower_error(L, at, "xlogy needs two tensors");
+  DType dt = promote(x, y);
+  if (!ir_dtype_is_float(dt)) dt = DT_F32;
+  PV *xf = t_cast(L, at, x, dt), *yf = t_cast(L, at, y, dt);
+  PV *r = t_binary(L, at, OP_MUL, xf, t_unary(L, at, IR_LOG, yf));
+  r = t_where(L, at, t_compare(L, at, OP_EQ, xf, pv_int(L, 0)), pv_float(L, 0), r);
+  return t_where(L, at, t_compare(L, at, OP_NE, yf, yf), pv_float(L, NAN), r);
 }

@@ -296,6 +296,42 @@ PV *t_scalar_like(L *L, Span at, double v, DType dt);
 int64_t t_norm_dim(L *L, Span at, int64_t d, int ndim);  /* negative dims, range check */
 /* A compile-time tensor factory (torch.zeros(...) in __init__, or a constant in forward). */
 PV *t_const_tensor(L *L, Span at, Type t, double fill);
+/* issue 15's ops (tensor.c): kind 'f' floor division, 't' truncation, '%'
+ * remainder, 'm' fmod; logical kind '!' '&' '|' '^' */
+PV *t_divmod(L *L, Span at, int kind, PV *a, PV *b);
+PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b);     /* IR_BIT_AND / OR / XOR */
+PV *t_float_binary(L *L, Span at, Op op, PV *a, PV *b); /* IR_ATAN2: integers promote to float32 */
+PV *t_invert(L *L, Span at, PV *x);
+PV *t_logical(L *L, Span at, int kind, PV *a, PV *b);
+PV *t_rounding(L *L, Span at, Op op, PV *x);            /* IR_SIGN / ROUND / TRUNC / FLOOR: ints kept */
+PV *t_round(L *L, Span at, PV *x, int64_t decimals);
+PV *t_cumsum(L *L, Span at, PV *x, int64_t dim, PV *dtype);
+PV *t_argmax(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min);   /* dim NULL/None: flattened */
+PV *t_max_dim(L *L, Span at, PV *x, PV *dim, int keepdim, int is_min); /* (values, indices) */
+PV *t_amin(L *L, Span at, PV *x, const int64_t *dims, int ndims, int keepdim);
+PV *t_gather(L *L, Span at, PV *x, int64_t dim, PV *index);
+PV *t_scatter_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src);
+PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index);
+PV *t_take_along_dim(L *L, Span at, PV *x, PV *index, PV *dim);
+PV *t_tri(L *L, Span at, PV *x, int64_t k, int upper);
+PV *t_repeat(L *L, Span at, PV *x, const int64_t *reps, int n);
+PV *t_expand_to(L *L, Span at, PV *x, Type r);
+PV *t_lerp(L *L, Span at, PV *a, PV *b, PV *w);
+PV *t_addc(L *L, Span at, PV *x, PV *t1, PV *t2, PV *value, int div);
+PV *t_logsumexp(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim);
+PV *t_var(L *L, Span at, PV *x, const int64_t *dims, int nd, double correction, int keepdim, int is_std);
+PV *t_norm(L *L, Span at, PV *x, double p, const int64_t *dims, int nd, int keepdim);
+PV *t_flip(L *L, Span at, PV *x, const int64_t *dims, int nd);
+PV *t_roll(L *L, Span at, PV *x, const int64_t *shifts, int ns, const int64_t *dims, int nd);
+PV *t_repeat_interleave(L *L, Span at, PV *x, int64_t r, PV *dim);
+PV *t_take(L *L, Span at, PV *x, PV *index);
+PV *t_index_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src, PV *alpha);
+PV *t_isclass(L *L, Span at, int kind, PV *x);   /* 'n' isnan, 'i' isinf, '+' isposinf, '-' isneginf, 'f' isfinite */
+PV *t_nan_to_num(L *L, Span at, PV *x, PV *nan, PV *posinf, PV *neginf);
+PV *t_anyall(L *L, Span at, PV *x, const int64_t *dims, int nd, int keepdim, int all);
+PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min);
+PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
+PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
 
 

@@ -167,7 +167,9 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_TRIU: {
     bind_args(L, A, "x,diagonal=", a);
     need_tensor(L, A->at, a[0], "input");
-    if (!a[0]->t->data || a[0]->t->type.ndim != 2)
+    if (!a[0]->t->data || L->T->fn)   /* a staged tensor: a mask */
+      return t_tri(L, A->at, a[0], a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0, bi == BI_T_TRIU);
+    if (a[0]->t->type.ndim != 2)
       lower_error(L, A->at, "torch.%s is supported on 2-D compile-time tensors (e.g. in __init__)", bi_names[bi]);
     int64_t dg = a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0;
     Type t = a[0]->t->type;
@@ -572,7 +574,12 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     return t_binary(L, at, OP_MUL, x, a[0]);
   case BI_T_DIV:
     bind_args(L, A, "other,rounding_mode=", a);
-    if (a[1] && a[1]->k != PV_NONE) lower_error(L, at, "div with rounding_mode is not supported");
+    if (a[1] && a[1]->k != PV_NONE) {
+      if (a[1]->k == PV_STR && !strcmp(a[1]->s, "trunc")) return t_divmod(L, at, 't', x, a[0]);
+      if (a[1]->k == PV_STR && !strcmp(a[1]->s, "floor")) return t_divmod(L, at, 'f', x, a[0]);
+      lower_error(L, at, "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found %s",
+                  pv_repr(L, at, a[1]));
+    }
     return t_binary(L, at, OP_DIV, x, a[0]);
   case BI_T_MATMUL:
   case BI_T_MM:
@@ -602,11 +609,26 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     else if (bi == BI_T_SUM && !ir_dtype_is_float(t.dtype)) in = t_cast(L, at, x, DT_I64);
     return t_reduce(L, at, bi == BI_T_AMAX ? IR_REDUCE_MAX : IR_REDUCE_SUM, in, dims, n, keep, bi == BI_T_MEAN);
   }
-  case BI_T_MAX:
-  case BI_T_MIN:
   case BI_T_ARGMAX:
-    lower_error(L, at, "%s() is a host-side read (values and indices); it is not supported in compiled code — "
-                       "use amax for the values", A->fname);
+    bind_args(L, A, "dim=,keepdim=", a);
+    return t_argmax(L, at, x, a[0], a[1] ? arg_bool(L, at, a[1], "keepdim") : 0, 0);
+  case BI_T_MAX:
+  case BI_T_MIN: {
+    /* max(x): the 0-d max; max(x, other): maximum; max(x, dim, keepdim): (values, indices) */
+    bind_args(L, A, "dim=,keepdim=", a);
+    int is_min = bi == BI_T_MIN;
+    if (a[0] && a[0]->k == PV_TENSOR) {
+      if (a[1]) lower_error(L, at, "%s(input, other) takes no keepdim", A->fname);
+      return t_minmax(L, at, is_min ? IR_MIN : IR_MAX, x, a[0]);
+    }
+    if (!a[0] || a[0]->k == PV_NONE) {
+      if (a[1]) lower_error(L, at, "%s(): keepdim needs a dim", A->fname);
+      if (is_min) return t_amin(L, at, x, NULL, 0, 0);
+      PV *r = t_reduce(L, at, IR_REDUCE_MAX, x, NULL, 0, 0, 0);
+      return x->t->type.dtype == DT_BOOL ? t_cast(L, at, r, DT_BOOL) : r;   /* bool stays bool */
+    }
+    return t_max_dim(L, at, x, a[0], a[1] ? arg_bool(L, at, a[1], "keepdim") : 0, is_min);
+  }
   case BI_T_SOFTMAX:
   case BI_T_LOG_SOFTMAX: {
     bind_args(L, A, "dim=,_stacklevel=,dtype=", a);
@@ -673,8 +695,10 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     bind_args(L, A, bi == BI_T_FILL_ ? "value" : "other", a);
     if (bi == BI_T_FILL_) return t_inplace(L, at, x, t_const_tensor(L, at, t, arg_num(L, at, a[0], "value")));
     return t_inplace(L, at, x, t_binary(L, at, bi == BI_T_ADD_ ? OP_ADD : OP_MUL, x, a[0]));
-  case BI_T_REPEAT:
-    lower_error(L, at, "repeat() is not supported yet; use expand()");
+  case BI_T_REPEAT: {
+    int n = shape_args(L, A, 0, dims);
+    return t_repeat(L, at, x, dims, n);
+  }
   default: break;
   }
   lower_error(L, at, "'%s' is not supported on tensors by ctc", A->fname);
@@ -814,6 +838,10 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   }
   if (!strcmp(name, "dtype")) return pv_dtype(L, t->t->type.dtype);
   if (!strcmp(name, "ndim")) return pv_int(L, t->t->type.ndim);
+  if (!strcmp(name, "mT") || !strcmp(name, "mH")) {
+    if (t->t->type.ndim < 2) lower_error(L, at, "tensor.%s is only supported on matrices or batches of matrices", name);
+    return t_mark_view(L, t, t_transpose(L, at, t, -2, -1));
+  }
   if (!strcmp(name, "T"))
     return t_mark_view(L, t, t_permute(L, at, t, (int64_t[]){1, 0}, t->t->type.ndim == 2 ? 2 : -1));
   if (!strcmp(name, "data")) {

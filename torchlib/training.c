@@ -662,6 +662,14 @@ PV *bi_autograd_grad(L *L, PV *fn, Args *A) {
   for (int i = 0; i < no; i++) {
     seeds[i].value = t_val(L, A->at, outs[i]);
     seeds[i].seed = ng && gos[i]->k != PV_NONE ? t_val(L, A->at, gos[i]) : -1;
+    if (seeds[i].seed >= 0) {   /* PyTorch's _make_grads: the same shape */
+      Type *ot = ir_type(L->T->fn, seeds[i].value), *gt = ir_type(L->T->fn, seeds[i].seed);
+      Type o2 = *ot, g2 = *gt;
+      g2.dtype = o2.dtype;
+      if (!ir_type_eq(&o2, &g2))
+        lower_error(L, A->at, "Mismatch in shape: grad_output[%d] has a shape of %s and output[%d] has a shape of %s", i,
+                    shape_str(L, gt), i, shape_str(L, ot));
+    }
     if (seeds[i].seed < 0 && ir_type(L->T->fn, seeds[i].value)->ndim != 0)
       lower_error(L, A->at, "grad can be implicitly created only for scalar outputs (shape %s)",
                   shape_str(L, ir_type(L->T->fn, seeds[i].value)));

@@ -1077,6 +1077,192 @@ static void check_refusals(void) {
   }
 }
 
+
+/* ---- the rows of issue 15 (ops.def's last block): more elementwise ops, scans,
+ * gathers and arg-reductions ---- */
+
+static ValId cumsum(ValId a, int axis, int rev, const char *name) {
+  int64_t at[2] = {axis, rev};
+  return emit(IR_CUMSUM, &a, 1, tyof(a), at, 2, name);
+}
+
+static ValId argmax(ValId a, int axis, int is_min, const char *name) {
+  Type t = tyof(a);
+  t.dtype = DT_I64;
+  t.dims[axis] = 1;
+  int64_t at[2] = {axis, is_min};
+  return emit(IR_ARGMAX, &a, 1, t, at, 2, name);
+}
+
+static ValId gather(ValId x, int axis, ValId idx, Type r, const char *name) {
+  ValId args[2] = {x, idx};
+  int64_t at = axis;
+  r.dtype = tyof(x).dtype;
+  return emit(IR_GATHER, args, 2, r, &at, 1, name);
+}
+
+static ValId scatter_add(ValId base, int axis, ValId idx, ValId src, Type r, const char *name) {
+  ValId args[3] = {base, idx, src};
+  int64_t at = axis;
+  r.dtype = tyof(src).dtype;
+  return emit(IR_SCATTER_ADD, args, 3, r, &at, 1, name);
+}
+
+static void suite_more(void) {
+  suite("more");
+
+  entry("unary");
+  ValId x = input("x", ty(DT_F32, 3, 3, 4, 5), "normal");
+  out(un(IR_EXPM1, x, "expm1"), "expm1");
+  out(un(IR_EXP2, x, "exp2"), "exp2");
+  out(un(IR_ATAN, x, "atan"), "atan");
+  out(un(IR_SINH, x, "sinh"), "sinh");
+  out(un(IR_COSH, x, "cosh"), "cosh");
+  out(un(IR_SIGN, x, "sign"), "sign");
+  out(un(IR_TRUNC, x, "trunc"), "trunc");
+  ValId x3 = input("x3", ty(DT_F32, 2, 4, 6), "halves");
+  out(un(IR_ROUND, x3, "round"), "round");
+  ValId u = input("u", ty(DT_F32, 2, 4, 6), "unit");
+  out(un(IR_ASIN, u, "asin"), "asin");
+  out(un(IR_ACOS, u, "acos"), "acos");
+  out(un(IR_ATANH, u, "atanh"), "atanh");
+  out(un(IR_TAN, u, "tan"), "tan");
+  out(un(IR_ASINH, x3, "asinh"), "asinh");
+  out(un(IR_ERFC, x3, "erfc"), "erfc");
+  ValId p = input("p", ty(DT_F64, 2, 4, 6), "pos");
+  out(un(IR_LOG1P, p, "log1p"), "log1p");
+  out(un(IR_LOG2, p, "log2"), "log2");
+  out(un(IR_LOG10, p, "log10"), "log10");
+  out(un(IR_ACOSH, bin(IR_ADD, p, cst(DT_F64, 1), "p1"), "acosh"), "acosh");
+  entry_done();
+
+  entry("binary");
+  ValId a = input("a", ty(DT_F32, 2, 6, 5), "normal3");
+  ValId b = input("b", ty(DT_F32, 2, 1, 5), "normal");
+  out(bin(IR_ATAN2, a, b, "atan2"), "atan2");
+  out(bin(IR_REMAINDER, a, b, "remainder"), "remainder");
+  out(bin(IR_FMOD, a, b, "fmod"), "fmod");
+  out(bin(IR_FLOORDIV, a, b, "floordiv"), "floor_divide");
+  out(bin(IR_REMAINDER, a, cst(DT_F32, -1.5), "rem_scalar"), "remainder_scalar");
+  out(bin(IR_COPYSIGN, a, b, "copysign"), "copysign");
+  ValId d = input("d", ty(DT_F64, 1, 7), "normal3");
+  ValId e = input("e", ty(DT_F64, 1, 7), "normal");
+  out(bin(IR_REMAINDER, d, e, "drem"), "remainder_f64");
+  out(bin(IR_FLOORDIV, d, e, "dfloordiv"), "floor_divide_f64");
+  entry_done();
+
+  /* 0, -0, halves, NaN and infinities against PyTorch, fused into one kernel */
+  entry("edges");
+  a = input("a", ty(DT_F32, 1, 64), "edge");
+  b = input("b", ty(DT_F32, 1, 64), "edge");
+  out(un(IR_SIGN, a, "sign"), "sign");
+  out(un(IR_ROUND, a, "round"), "round");
+  out(un(IR_TRUNC, a, "trunc"), "trunc");
+  out(un(IR_EXPM1, a, "expm1"), "expm1");
+  out(un(IR_ATAN, a, "atan"), "atan");
+  out(bin(IR_ATAN2, a, b, "atan2"), "atan2");
+  out(bin(IR_REMAINDER, a, b, "remainder"), "remainder");
+  out(bin(IR_FMOD, a, b, "fmod"), "fmod");
+  out(bin(IR_FLOORDIV, a, b, "floordiv"), "floor_divide");
+  out(bin(IR_COPYSIGN, a, b, "copysign"), "copysign");
+  d = input("d", ty(DT_F64, 1, 64), "edge");
+  e = input("e", ty(DT_F64, 1, 64), "edge");
+  out(bin(IR_REMAINDER, d, e, "drem"), "remainder_f64");
+  out(bin(IR_FLOORDIV, d, e, "dfloordiv"), "floor_divide_f64");
+  out(un(IR_SIGN, d, "dsign"), "sign_f64");
+  entry_done();
+
+  entry("ints");
+  ValId i = input("i", ty(DT_I64, 2, 4, 6), "int");
+  ValId j = input("j", ty(DT_I64, 2, 4, 6), "nonzero");
+  out(bin(IR_REMAINDER, i, j, "rem"), "remainder");
+  out(bin(IR_FMOD, i, j, "fmod"), "fmod");
+  out(bin(IR_FLOORDIV, i, j, "fdiv"), "floor_divide");
+  out(bin(IR_DIV, i, j, "tdiv"), "trunc_divide");
+  out(bin(IR_BIT_AND, i, j, "band"), "and");
+  out(bin(IR_BIT_OR, i, j, "bor"), "or");
+  out(bin(IR_BIT_XOR, i, j, "bxor"), "xor");
+  out(un(IR_BIT_NOT, i, "bnot"), "not");
+  ValId sh = input("sh", ty(DT_I64, 1, 6), "shift");
+  out(bin(IR_SHL, i, sh, "shl"), "shl");
+  out(bin(IR_SHR, i, sh, "shr"), "shr");
+  out(un(IR_SIGN, i, "isign"), "sign");
+  ValId k = input("k", ty(DT_I32, 1, 6), "int");
+  ValId l = input("l", ty(DT_I32, 1, 6), "nonzero");
+  out(bin(IR_REMAINDER, k, l, "rem32"), "remainder_i32");
+  out(bin(IR_FLOORDIV, k, l, "fdiv32"), "floor_divide_i32");
+  out(bin(IR_BIT_XOR, k, l, "xor32"), "xor_i32");
+  out(un(IR_BIT_NOT, k, "not32"), "not_i32");
+  out(bin(IR_SHL, k, cst(DT_I32, 33), "shl32"), "shl_i32");
+  out(bin(IR_SHR, k, cst(DT_I32, 2), "shr32"), "shr_i32");
+  ValId m = input("m", ty(DT_BOOL, 2, 4, 6), "bool");
+  ValId n = input("n", ty(DT_BOOL, 1, 6), "bool");
+  out(bin(IR_BIT_AND, m, n, "mand"), "bool_and");
+  out(bin(IR_BIT_OR, m, n, "mor"), "bool_or");
+  out(bin(IR_BIT_XOR, m, n, "mxor"), "bool_xor");
+  out(un(IR_BIT_NOT, m, "mnot"), "bool_not");
+  /* x // 0 and x % 0 never trap (PyTorch raises): 0; INT64_MIN // -1 wraps */
+  out(bin(IR_FLOORDIV, i, cst(DT_I64, 0), "fdiv0"), "floor_divide_0");
+  out(bin(IR_REMAINDER, i, cst(DT_I64, 0), "rem0"), "remainder_0");
+  out(bin(IR_FLOORDIV, cst(DT_I64, (double)INT64_MIN), cst(DT_I64, -1), "wrap"), "floor_divide_wrap");
+  entry_done();
+
+  entry("scans");
+  x = input("x", ty(DT_F32, 3, 3, 4, 5), "normal");
+  out(cumsum(x, 0, 0, "cs0"), "cumsum0");
+  out(cumsum(x, 1, 1, "cs1r"), "cumsum1_rev");
+  out(cumsum(x, 2, 0, "cs2"), "cumsum2");
+  out(cumsum(x, 2, 1, "cs2r"), "cumsum2_rev");
+  i = input("i", ty(DT_I64, 2, 4, 6), "int");
+  out(cumsum(i, 1, 0, "ics"), "cumsum_i64");
+  ValId s = input("s", ty(DT_F32, 3, 3, 4, 5), "small");   /* ties */
+  out(argmax(s, 0, 0, "am0"), "argmax0");
+  out(argmax(s, 1, 0, "am1"), "argmax1");
+  out(argmax(s, 2, 1, "amin2"), "argmin2");
+  out(argmax(i, 1, 0, "iam"), "argmax_i64");
+  out(argmax(i, 0, 1, "iamin"), "argmin_i64");
+  ValId ed = input("ed", ty(DT_F64, 2, 8, 8), "edge");    /* NaN and infinities */
+  out(argmax(ed, 1, 0, "eam"), "argmax_edge");
+  out(argmax(ed, 0, 1, "eamin"), "argmin_edge");
+  entry_done();
+
+  entry("gathers");
+  x = input("x", ty(DT_F32, 3, 3, 4, 5), "normal");
+  ValId ix = input("ix", ty(DT_I64, 3, 3, 6, 2), "range4");
+  out(gather(x, 1, ix, ty(DT_F32, 3, 3, 6, 2), "g1"), "gather1");                 /* torch.gather */
+  ValId sel = input("sel", ty(DT_I64, 3, 1, 1, 7), "range5");
+  out(gather(x, 2, sel, ty(DT_F32, 3, 3, 4, 7), "g2"), "index_select2");          /* a broadcast index */
+  ValId cl = input("cl", ty(DT_I64, 3, 2, 4, 5), "index3");
+  out(gather(x, 0, cl, ty(DT_F32, 3, 2, 4, 5), "g0"), "gather0_clamped");
+  ValId base = input("base", ty(DT_F32, 3, 3, 4, 5), "normal");
+  ValId src = input("src", ty(DT_F32, 3, 3, 6, 2), "normal");
+  out(scatter_add(base, 1, ix, src, ty(DT_F32, 3, 3, 4, 5), "sa1"), "scatter_add1");
+  ValId src2 = input("src2", ty(DT_F32, 3, 3, 4, 7), "normal");
+  out(scatter_add(cst(DT_F32, 0), 2, sel, src2, ty(DT_F32, 3, 3, 4, 5), "sa2"), "scatter_add_zero");
+  ValId ib = input("ib", ty(DT_I64, 2, 4, 5), "int");
+  ValId iix = input("iix", ty(DT_I64, 2, 3, 5), "range4");
+  out(gather(ib, 0, iix, ty(DT_I64, 2, 3, 5), "ig"), "gather_i64");
+  out(scatter_add(ib, 0, iix, gather(ib, 0, iix, ty(DT_I64, 2, 3, 5), "ig2"), ty(DT_I64, 2, 4, 5), "isa"),
+      "scatter_add_i64");
+  entry_done();
+
+  suite_done();
+
+  /* the verifier refuses bitwise ops on floats (not an entry: checked here) */
+  Arena *a2 = arena_new();
+  Program *p2 = ir_program_new(a2, src_from_string(a2, "bad.py", "# bad\n"));
+  Span nowhere = {0};
+  Func *f2 = ir_func_new(p2, "bad", nowhere);
+  ValId fx = ir_add_input(p2, f2, "x", ty(DT_F32, 1, 3));
+  ValId fa[2] = {fx, fx};
+  ir_emit(p2, f2, IR_BIT_AND, fa, 2, ty(DT_F32, 1, 3), NULL, 0, 0, nowhere, "band");
+  FILE *devnull = fopen("/dev/null", "w");
+  CHECK(devnull);
+  if (!ir_verify(p2, f2, devnull)) BUG("the verifier accepted bitwise_and on f32");
+  fclose(devnull);
+  arena_free(a2);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -1092,6 +1278,7 @@ int main(int argc, char **argv) {
   suite_params();
   suite_grad();
   suite_train();
+  suite_more();
   check_refusals();
   if (plan_errors) {
     fprintf(stderr, "%d plan errors\n", plan_errors);

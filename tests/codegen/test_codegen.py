@@ -27,7 +27,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RT = os.path.join(ROOT, "runtime_min")
 HERE = os.path.dirname(os.path.abspath(__file__))
-SUITES = ["elem", "reduce", "shape", "linalg", "nn", "params", "grad", "train"]
+SUITES = ["elem", "reduce", "shape", "linalg", "nn", "params", "grad", "train", "more"]
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 JOBS = max(2, os.cpu_count() or 2)
 
@@ -146,6 +146,17 @@ def draw(t, rng):
         v = rng.integers(-2, 3, shape)
     elif dist == "int":
         v = rng.integers(-5, 6, shape)
+    elif dist == "halves":   # x.5 and integers: round's ties
+        v = rng.integers(-8, 9, shape) / 2
+    elif dist == "unit":
+        v = rng.uniform(-0.99, 0.99, shape)
+    elif dist == "nonzero":
+        v = rng.integers(1, 8, shape) * rng.choice([-1, 1], shape)
+    elif dist == "edge":   # 0, -0, halves, NaN, infinities, and some normal numbers
+        special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, -3.0, np.nan, np.inf, -np.inf])
+        v = np.where(rng.random(shape) < 0.6, rng.choice(special, shape), 3 * rng.standard_normal(shape))
+    elif dist == "shift":   # counts past the width and negative ones (taken modulo the width)
+        v = rng.choice([0, 1, 3, 63, 64, 70, -1], shape)
     elif dist == "bool":
         v = rng.integers(0, 2, shape) > 0
     elif dist.startswith("index"):
@@ -480,6 +491,82 @@ REFS.update({
         interp_grad((2, 3, 5, 4), g3, "nearest", scale=1.5),
         interp_grad((2, 3, 5, 4), g4, "bilinear", scale=0.6, align=False),
         interp_grad((2, 3, 5, 4), g5, "nearest", scale=(1.1, 1.3))],
+})
+
+
+# ---- the rows of issue 15: references from PyTorch, edge values included ----------------
+
+
+def _tf(f, *xs, **kw):
+    torch = _torch()
+    r = f(*[torch.from_numpy(np.asarray(x)) for x in xs], **kw)
+    return r.numpy()
+
+
+def _more_unary(x, x3, u, p):
+    torch = _torch()
+    return [_tf(f, x) for f in (torch.expm1, torch.exp2, torch.atan, torch.sinh, torch.cosh, torch.sign,
+                               torch.trunc)] + [_tf(torch.round, x3), _tf(torch.asin, u), _tf(torch.acos, u)] + \
+        [_tf(torch.atanh, u), _tf(torch.tan, u), _tf(torch.asinh, x3), _tf(torch.erfc, x3)] + \
+        [_tf(f, p) for f in (torch.log1p, torch.log2, torch.log10)] + [_tf(torch.acosh, p + 1)]
+
+
+def _more_binary(a, b, d, e):
+    torch = _torch()
+    floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
+    return [_tf(torch.atan2, a, b), _tf(torch.remainder, a, b), _tf(torch.fmod, a, b), _tf(floor, a, b),
+            _tf(torch.remainder, a, np.float32(-1.5)), _tf(torch.copysign, a, b), _tf(torch.remainder, d, e),
+            _tf(floor, d, e)]
+
+
+def _more_edges(a, b, d, e):
+    torch = _torch()
+    floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
+    return [_tf(torch.sign, a), _tf(torch.round, a), _tf(torch.trunc, a), _tf(torch.expm1, a), _tf(torch.atan, a),
+            _tf(torch.atan2, a, b), _tf(torch.remainder, a, b), _tf(torch.fmod, a, b), _tf(floor, a, b),
+            _tf(torch.copysign, a, b), _tf(torch.remainder, d, e), _tf(floor, d, e), _tf(torch.sign, d)]
+
+
+def _more_ints(i, j, sh, k, l, m, n):
+    torch = _torch()
+    floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
+    trunc = lambda x, y: torch.div(x, y, rounding_mode="trunc")
+    return [_tf(torch.remainder, i, j), _tf(torch.fmod, i, j), _tf(floor, i, j), _tf(trunc, i, j),
+            _tf(torch.bitwise_and, i, j), _tf(torch.bitwise_or, i, j), _tf(torch.bitwise_xor, i, j),
+            _tf(torch.bitwise_not, i), _tf(torch.bitwise_left_shift, i, sh), _tf(torch.bitwise_right_shift, i, sh),
+            _tf(torch.sign, i), _tf(torch.remainder, k, l), _tf(floor, k, l),
+            _tf(torch.bitwise_xor, k, l), _tf(torch.bitwise_not, k), _tf(lambda t: t << 33, k), _tf(lambda t: t >> 2, k),
+            _tf(torch.bitwise_and, m, n),
+            _tf(torch.bitwise_or, m, n), _tf(torch.bitwise_xor, m, n), _tf(torch.bitwise_not, m),
+            np.zeros_like(i), np.zeros_like(i), np.int64(np.iinfo(np.int64).min)]
+
+
+def _more_scans(x, i, s, ed):
+    torch = _torch()
+    cs = lambda v, dim, rev: _tf(lambda t: (t.flip(dim).cumsum(dim).flip(dim) if rev else t.cumsum(dim)), v)
+    am = lambda v, dim, f: _tf(lambda t: f(t, dim, keepdim=True), v)
+    return [cs(x, 0, 0), cs(x, 1, 1), cs(x, 2, 0), cs(x, 2, 1), cs(i, 1, 0),
+            am(s, 0, torch.argmax), am(s, 1, torch.argmax), am(s, 2, torch.argmin), am(i, 1, torch.argmax),
+            am(i, 0, torch.argmin), am(ed, 1, torch.argmax), am(ed, 0, torch.argmin)]
+
+
+def _more_gathers(x, ix, sel, cl, base, src, src2, ib, iix):
+    torch = _torch()
+    g = lambda v, dim, idx: _tf(lambda t, i: torch.gather(t, dim, i), v, idx)
+    sa = lambda b, dim, idx, v: _tf(lambda t, i, s: t.clone().scatter_add_(dim, i, s), b, idx, v)
+    return [g(x, 1, ix), _tf(lambda t, i: torch.index_select(t, 2, i.reshape(-1)), x, sel),
+            g(x, 0, np.clip(cl, 0, 2)), sa(base, 1, ix, src),
+            sa(np.zeros((3, 4, 5), np.float32), 2, np.broadcast_to(sel, (3, 4, 7)).copy(), src2),
+            g(ib, 0, iix), sa(ib, 0, iix, np.take_along_axis(ib, iix, 0))]
+
+
+REFS.update({
+    ("more", "unary"): _more_unary,
+    ("more", "binary"): _more_binary,
+    ("more", "edges"): _more_edges,
+    ("more", "ints"): _more_ints,
+    ("more", "scans"): _more_scans,
+    ("more", "gathers"): _more_gathers,
 })
 
 CASES = sorted(REFS)
