@@ -276,3 +276,23 @@ def test_bad_labels_and_dtypes_name_file_and_index(net, tmp_path):
     r = run([net / "net", "train", "--data", tmp_path / "xc.npy", "--labels", net / "y.npy", "--epochs", "1"],
             check=False)
     assert r.returncode == 1 and f"{tmp_path}/xc.npy: unsupported dtype (descr '<c8')" in r.stderr
+
+
+def test_buffer_with_inf_does_not_block_checkpoints(tmp_path):
+    """Only tensors that were finite when training started are checked before a
+    checkpoint: a buffer holding -inf (an attention mask) is legitimate."""
+    src = MODEL.replace("        self.fc2 = nn.Linear(32, 4)\n",
+                        "        self.fc2 = nn.Linear(32, 4)\n"
+                        "        self.register_buffer(\"mask\", torch.tensor([0.0, 0.0, float(\"-inf\"), 0.0]))\n")
+    src = src.replace("return self.fc2(self.drop(F.relu(self.fc1(x))))",
+                      "return self.fc2(self.drop(F.relu(self.fc1(x)))) + self.mask")
+    (tmp_path / "m.py").write_text(src)
+    run([CTC, "build", tmp_path / "m.py", "-o", tmp_path / "net"])
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((N, 16)).astype(np.float32))
+    np.save(tmp_path / "y.npy", rng.choice([0, 1, 3], N))
+    ck = tmp_path / "ck"
+    run([tmp_path / "net", "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", "2",
+         "--checkpoint", ck, "--checkpoint-every", "3"])
+    assert position(ck) == (3, 0)
+    assert st_read(ck / CKPT)["mask"][2] == -np.inf
