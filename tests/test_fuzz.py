@@ -97,12 +97,13 @@ def test_fuzz_harness(fuzz_bin, tmp_path, name):
     corpus.mkdir()
     seeds(name, str(corpus))
     art = str(tmp_path) + "/"
-    cmd = [exe, f"-max_total_time={SECONDS}", "-timeout=10", "-rss_limit_mb=2048", "-close_fd_mask=3",
+    timeout, rss = (60, 4096) if name == "frontend" else (10, 2048)
+    cmd = [exe, f"-max_total_time={SECONDS}", f"-timeout={timeout}", f"-rss_limit_mb={rss}", "-close_fd_mask=3",
            f"-artifact_prefix={art}", "-print_final_stats=1", str(corpus)]
     if name == "frontend":
         # ctc's own compile-time limits (20 million evaluation steps, 2 GiB of values) take
         # longer and more memory under the sanitizers than libFuzzer's defaults allow
-        cmd[1:1] = ["-dict=" + os.path.join(ROOT, "fuzz", "python.dict"), "-timeout=60", "-rss_limit_mb=4096"]
+        cmd.insert(1, "-dict=" + os.path.join(ROOT, "fuzz", "python.dict"))
     work = tmp_path / "work"  # fuzz_args's working folder
     work.mkdir()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120, errors="replace",
