@@ -110,7 +110,8 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "Every epoch takes floor(N / B) batches: the last partial batch is dropped, as with\n"
           "PyTorch's DataLoader(drop_last=True). Progress goes to stderr; one line per epoch\n"
           "to stdout: `epoch 1: loss 0.5123, 4321 samples/s, test accuracy 84.21%%`.\n"
-          "exit status: 0 ok, 1 usage or data error, 2 I/O error\n");
+          "exit status: 0 ok, 1 usage or data error (or a non-finite loss), 2 I/O error,\n"
+          "130 / 143 stopped by SIGINT / SIGTERM\n");
 }
 
 static int parse_count(const char *name, const char *val, long long *out, ctc_error *err) {
