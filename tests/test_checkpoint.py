@@ -144,6 +144,21 @@ def test_signal_writes_checkpoint_and_exits(net, tmp_path, long_ref, sig, status
     assert got == ref
 
 
+def test_signal_without_checkpoint_folder(net, tmp_path):
+    """Without --checkpoint there is nothing to write: the step finishes, the log so far is
+    kept, and the status still says why the run stopped."""
+    log = tmp_path / "log.csv"
+    proc = subprocess.Popen([net / "net", "train", "--data", net / "x.npy", "--labels", net / "y.npy", "--epochs",
+                             "100000", "--log", log], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # set-up takes milliseconds; then the handlers are in place
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "(no --checkpoint DIR: nothing saved)" in err
+    rows = log.read_text().splitlines()
+    assert rows[0] == "epoch,step,loss" and len(rows) > 1
+
+
 def test_resume_after_whole_epochs(net, tmp_path):
     """A run of 1 epoch, resumed to 3: the epoch lines and the scheduler continue as in one run of 3."""
     ref = reference(net, tmp_path, 3)
