@@ -121,6 +121,7 @@ def test_fuzz_regressions(fuzz_bin, tmp_path, name):
     files = sorted(glob.glob(os.path.join(REGRESS, name, "*")))
     if not files:
         pytest.skip(f"no regression inputs for fuzz_{name} yet")
-    r = subprocess.run([os.path.join(fuzz_bin, f"fuzz_{name}"), "-close_fd_mask=3", *files], capture_output=True,
+    limits = ["-timeout=60", "-rss_limit_mb=4096"] if name == "frontend" else []
+    r = subprocess.run([os.path.join(fuzz_bin, f"fuzz_{name}"), "-close_fd_mask=3", *limits, *files], capture_output=True,
                        text=True, timeout=300, errors="replace", env={**os.environ, "CTC_FUZZ_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-6000:]
