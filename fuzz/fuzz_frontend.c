@@ -26,14 +26,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 64 * 1024) return -1; /* model files are small; keeps the fuzzer on structure */
-  char *text = malloc(size + 1);
-  if (!text) return 0;
-  memcpy(text, data, size);
-  text[size] = '\0';
   Arena *a = arena_new();
+  char *text = arena_alloc(a, size + 1); /* zeroed: NUL-terminated; NUL bytes inside stay, as src_read keeps them */
+  memcpy(text, data, size);
+  SrcFile *src = arena_alloc(a, sizeof *src);
+  src->path = "fuzz.py";
+  src->text = text;
+  src->len = size;
   Diag d;
   diag_init(&d, devnull ? devnull : stderr);
-  SrcFile *src = src_from_string(a, "fuzz.py", text);
   Node *mod = fe_parse(a, &d, src);
   if (mod) {
     LowerOptions opt;
@@ -48,6 +49,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   arena_free(a);
-  free(text);
   return 0;
 }

@@ -114,7 +114,8 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "Every epoch takes floor(N / B) batches: the last partial batch is dropped, as with\n"
           "PyTorch's DataLoader(drop_last=True). Progress goes to stderr; one line per epoch\n"
           "to stdout: `epoch 1: loss 0.5123, 4321 samples/s, test accuracy 84.21%%`.\n"
-          "exit status: 0 ok, 1 usage or data error, 2 I/O error\n");
+          "exit status: 0 ok, 1 usage or data error (or a non-finite loss), 2 I/O error,\n"
+          "130 / 143 stopped by SIGINT / SIGTERM\n");
 }
 
 static int parse_count(const char *name, const char *val, long long *out, ctc_error *err) {
@@ -229,6 +230,8 @@ typedef struct Train {
   int nckpt;
   char *ckpt_path;                /* DIR/checkpoint.safetensors */
   long long ckpt_epoch, ckpt_done; /* position of the last checkpoint written or resumed (epoch 0: none) */
+  unsigned char *finite;          /* per parameter: all finite when training started (only those
+                                     are checked before a checkpoint: a buffer may hold -inf masks) */
   unsigned char *snap;            /* --nan-policy skip: the parameters before the current step */
   size_t snap_bytes;              /* the parameters' part of the arena: [0, snap_bytes) */
   int stop_signal;                /* SIGINT / SIGTERM seen after a step */
@@ -258,6 +261,7 @@ static void train_free(Train *t) {
   free(t->ckpt);
   free(t->ckpt_path);
   free(t->snap);
+  free(t->finite);
   if (t->log) ctc_wcommit(&t->logw, 0, NULL);   /* a failed run leaves an old log as it was */
 }
 
@@ -452,12 +456,14 @@ static int ckpt_prepare(const ctc_model_desc *desc, const TrainArgs *a, Train *t
   return CTC_OK;
 }
 
-/* The first non-finite value of a float parameter: its index in *idx, or NULL. */
-static const ctc_tensor *nonfinite_param(const ctc_model_desc *desc, void *model, int64_t *idx) {
+/* The first non-finite value of a float parameter i with check[i] (all when check is
+ * NULL): its index in *idx, its number in *which; NULL when there is none. */
+static const ctc_tensor *nonfinite_param(const ctc_model_desc *desc, void *model, const unsigned char *check,
+                                         int64_t *idx, int *which) {
   const unsigned char *arena = desc->arena_of(model);
   for (int i = 0; i < desc->nparams; i++) {
     const ctc_tensor *p = &desc->params[i];
-    if (p->dtype != CTC_F32 && p->dtype != CTC_F64) continue;
+    if ((p->dtype != CTC_F32 && p->dtype != CTC_F64) || (check && !check[i])) continue;
     int64_t n = ctc_tensor_numel(p);
     for (int64_t k = 0; k < n; k++) {
       double v;
@@ -470,6 +476,7 @@ static const ctc_tensor *nonfinite_param(const ctc_model_desc *desc, void *model
       }
       if (!isfinite(v)) {
         *idx = k;
+        *which = i;
         return p;
       }
     }
@@ -493,7 +500,8 @@ static const char *last_ckpt(char *buf, size_t n, const Train *t) {
 static int ckpt_write(const ctc_model_desc *desc, const TrainArgs *a, Train *t, ctc_error *err) {
   if (!t->ckpt) return CTC_OK;
   int64_t k;
-  const ctc_tensor *bad = nonfinite_param(desc, t->r.model, &k);
+  int which;
+  const ctc_tensor *bad = nonfinite_param(desc, t->r.model, t->finite, &k, &which);
   char last[512];
   if (bad) {
     t->numeric_fault = 1;
@@ -631,6 +639,13 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     ctc_drv_seed_rng(desc, t->r.model, a->seed);
   }
   if (a->checkpoint && (rc = ckpt_prepare(desc, a, t, err))) return rc;
+  if (a->checkpoint) {
+    if (!(t->finite = malloc((size_t)desc->nparams + 1))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    memset(t->finite, 1, (size_t)desc->nparams + 1);
+    int64_t k;
+    int i;
+    while (nonfinite_param(desc, t->r.model, t->finite, &k, &i)) t->finite[i] = 0; /* excluded, search again */
+  }
   if (a->nan_skip) {
     t->snap_bytes = params_end(desc);
     t->snap = malloc(t->snap_bytes ? t->snap_bytes : 1);

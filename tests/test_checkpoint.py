@@ -144,6 +144,21 @@ def test_signal_writes_checkpoint_and_exits(net, tmp_path, long_ref, sig, status
     assert got == ref
 
 
+def test_signal_without_checkpoint_folder(net, tmp_path):
+    """Without --checkpoint there is nothing to write: the step finishes, the log so far is
+    kept, and the status still says why the run stopped."""
+    log = tmp_path / "log.csv"
+    proc = subprocess.Popen([net / "net", "train", "--data", net / "x.npy", "--labels", net / "y.npy", "--epochs",
+                             "100000", "--log", log], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # set-up takes milliseconds; then the handlers are in place
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "(no --checkpoint DIR: nothing saved)" in err
+    rows = log.read_text().splitlines()
+    assert rows[0] == "epoch,step,loss" and len(rows) > 1
+
+
 def test_resume_after_whole_epochs(net, tmp_path):
     """A run of 1 epoch, resumed to 3: the epoch lines and the scheduler continue as in one run of 3."""
     ref = reference(net, tmp_path, 3)
@@ -276,3 +291,23 @@ def test_bad_labels_and_dtypes_name_file_and_index(net, tmp_path):
     r = run([net / "net", "train", "--data", tmp_path / "xc.npy", "--labels", net / "y.npy", "--epochs", "1"],
             check=False)
     assert r.returncode == 1 and f"{tmp_path}/xc.npy: unsupported dtype (descr '<c8')" in r.stderr
+
+
+def test_buffer_with_inf_does_not_block_checkpoints(tmp_path):
+    """Only tensors that were finite when training started are checked before a
+    checkpoint: a buffer holding -inf (an attention mask) is legitimate."""
+    src = MODEL.replace("        self.fc2 = nn.Linear(32, 4)\n",
+                        "        self.fc2 = nn.Linear(32, 4)\n"
+                        "        self.register_buffer(\"mask\", torch.tensor([0.0, 0.0, float(\"-inf\"), 0.0]))\n")
+    src = src.replace("return self.fc2(self.drop(F.relu(self.fc1(x))))",
+                      "return self.fc2(self.drop(F.relu(self.fc1(x)))) + self.mask")
+    (tmp_path / "m.py").write_text(src)
+    run([CTC, "build", tmp_path / "m.py", "-o", tmp_path / "net"])
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((N, 16)).astype(np.float32))
+    np.save(tmp_path / "y.npy", rng.choice([0, 1, 3], N))
+    ck = tmp_path / "ck"
+    run([tmp_path / "net", "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", "2",
+         "--checkpoint", ck, "--checkpoint-every", "3"])
+    assert position(ck) == (3, 0)
+    assert st_read(ck / CKPT)["mask"][2] == -np.inf

@@ -97,15 +97,18 @@ def test_fuzz_harness(fuzz_bin, tmp_path, name):
     corpus.mkdir()
     seeds(name, str(corpus))
     art = str(tmp_path) + "/"
-    cmd = [exe, f"-max_total_time={SECONDS}", "-timeout=10", "-rss_limit_mb=2048", "-close_fd_mask=3",
+    timeout, rss = (60, 4096) if name == "frontend" else (10, 2048)
+    cmd = [exe, f"-max_total_time={SECONDS}", f"-timeout={timeout}", f"-rss_limit_mb={rss}", "-close_fd_mask=3",
            f"-artifact_prefix={art}", "-print_final_stats=1", str(corpus)]
     if name == "frontend":
+        # ctc's own compile-time limits (20 million evaluation steps, 2 GiB of values) take
+        # longer and more memory under the sanitizers than libFuzzer's defaults allow
         cmd.insert(1, "-dict=" + os.path.join(ROOT, "fuzz", "python.dict"))
     work = tmp_path / "work"  # fuzz_args's working folder
     work.mkdir()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120, errors="replace",
                        env={**os.environ, "CTC_FUZZ_DIR": str(work)})
-    found = sorted(p for p in os.listdir(tmp_path) if p.split("-")[0] in ("crash", "leak", "timeout", "oom", "slow"))
+    found = sorted(p for p in os.listdir(tmp_path) if p.split("-")[0] in ("crash", "leak", "timeout", "oom"))
     assert r.returncode == 0 and not found, (f"fuzz_{name} found a problem ({', '.join(found) or 'exit ' + str(r.returncode)}"
                                             f" in {tmp_path}):\n" + r.stderr[-6000:])
     runs = [line for line in r.stderr.splitlines() if line.startswith("stat::number_of_executed_units")]
@@ -118,6 +121,7 @@ def test_fuzz_regressions(fuzz_bin, tmp_path, name):
     files = sorted(glob.glob(os.path.join(REGRESS, name, "*")))
     if not files:
         pytest.skip(f"no regression inputs for fuzz_{name} yet")
-    r = subprocess.run([os.path.join(fuzz_bin, f"fuzz_{name}"), "-close_fd_mask=3", *files], capture_output=True,
+    limits = ["-timeout=60", "-rss_limit_mb=4096"] if name == "frontend" else []
+    r = subprocess.run([os.path.join(fuzz_bin, f"fuzz_{name}"), "-close_fd_mask=3", *limits, *files], capture_output=True,
                        text=True, timeout=300, errors="replace", env={**os.environ, "CTC_FUZZ_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-6000:]
