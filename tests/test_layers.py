@@ -650,3 +650,29 @@ def test_dcgan_training_steps(tmp_path):
     got = st_read(w)
     for k, v in mod.model.state_dict().items():
         compare(f"{k} after 2 steps", got[k], v.numpy(), 1e-3, 1e-5)
+
+
+SMALL_TAILS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Tails(nn.Module):
+    def forward(self, x):
+        return F.softplus(x), F.logsigmoid(-x), F.mish(x), F.softplus(x, beta=2.0)
+
+model = Tails()
+example_inputs = (torch.tensor([-30.0, -20.0, -17.0, -9.0, 1e-6, 0.5]),)
+"""
+
+
+def test_activation_tails_relative_accuracy(tmp_path):
+    """softplus / logsigmoid / mish of large negative inputs are ~exp(x), far below
+    atol: they are compared by relative error alone (log1p, not log(1 + e))."""
+    path = tmp_path / "tails.py"
+    path.write_text(SMALL_TAILS)
+    mod = load_module(str(path), "tails_mod")
+    x = mod.example_inputs[0].numpy()
+    outs = run_forward(str(tmp_path), str(path), mod.model, [x])
+    for got, want in zip(outs, mod.model(mod.example_inputs[0])):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=0)

@@ -526,8 +526,8 @@ static PV *num_like(L *L, PV *x, double c) {
   return is_int_tensor(x) && fabs(c) < 9e15 ? pv_int(L, (int64_t)c) : pv_float(L, c);
 }
 
-/* log(1 + e) */
-static PV *log1p_(L *L, Span at, PV *e) { return t_unary(L, at, IR_LOG, ADD(e, NUM(1.0))); }
+/* log1p(e): exact for small e (softplus, logsigmoid and mish of large negative inputs) */
+static PV *log1p_(L *L, Span at, PV *e) { return t_unary(L, at, IR_LOG1P, e); }
 
 /* softplus: bx > threshold ? x : log1p(exp(bx)) / b; softplus_backward takes the
  * log1p side at bx == threshold. The exp argument is clamped to the threshold
