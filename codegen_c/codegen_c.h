@@ -1,4 +1,5 @@
-/* codegen_c.h - the C backend: IR (after DCE, in instruction order) + memory plan -> model.c and model.h.
+/* codegen_c.h - the C backend: IR (after DCE) + its schedule (kernels/: which
+ * instructions fuse into one loop nest) + the memory plan over it -> model.c and model.h.
  *
  * The generated pair is C11 and links against runtime_min (ctc_rt.h). For a
  * program whose model_name is "net", model.h declares
