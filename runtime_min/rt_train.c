@@ -26,8 +26,10 @@
  *               [--resume DIR] [--nan-policy stop|skip]
  *
  * The training step is the first entry of kind CTC_ENTRY_TRAIN: inputs (data
- * [B, ...], labels [B, ...]), output 0 the loss; one call does the forward and
- * backward passes and the optimizer update on the parameters in the arena.
+ * [B, ...], labels [B, ...], and optionally a one-element iteration number, which
+ * gets the count of steps before this one, from 0, as nanoGPT's iter_num), output
+ * 0 the loss; one call does the forward and backward passes and the optimizer
+ * update on the parameters in the arena.
  * B is fixed at compile time. Each epoch takes floor(N / B) batches (the last
  * partial batch is dropped, as DataLoader(drop_last=True) does), in file order
  * (--no-shuffle) or in the order of a permutation that depends only on --seed
@@ -72,7 +74,9 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "usage: %s train --data X --labels Y --epochs E [options]\n"
           "\n"
           "Trains the model with its training entry (%s): each call runs the forward and\n"
-          "backward passes and the optimizer update compiled into the model.\n"
+          "backward passes and the optimizer update compiled into the model. An entry with a\n"
+          "third input (a one-element tensor, e.g. `def train_step(x, y, it)`) gets the\n"
+          "iteration number: the steps taken before this one, from 0, over all epochs.\n"
           "\n"
           "options:\n"
           "  --data X, --labels Y      training samples and their labels: .npy files, or IDX files\n"
@@ -216,7 +220,8 @@ typedef struct Train {
   int64_t batch;                  /* B of the training entry */
   int64_t nclasses;               /* C of the forward entry's [B, C] output; 0: unknown */
   ctc_tensor x, y, tx, ty;        /* the data sets; integer labels converted to i64 */
-  void *in[2], **out;             /* buffers of the training entry */
+  void *in[3], **out;             /* buffers of the training entry (in[2]: the iteration, if it takes one) */
+  union { int64_t i64; int32_t i32; float f32; double f64; } it; /* in[2]'s storage */
   void *fin, **fout;              /* buffers of the forward entry */
   int64_t *order, *rows;          /* sample order of the epoch; 0..N-1 for the test set */
   FILE *log;                  /* logw.f: --log goes to a temporary file renamed at the end */
@@ -288,9 +293,17 @@ static int find_train_entry(const ctc_model_desc *desc, const ctc_entry **out, c
   }
   *out = e;
   char sh[128], sh2[128];
-  if (e->ninputs != 2 || e->noutputs < 1)
+  if ((e->ninputs != 2 && e->ninputs != 3) || e->noutputs < 1)
     return ctc_fail(err, CTC_ERR_ARG, "training entry '%s' has %d inputs and %d outputs; train needs 2 inputs "
-                    "(data, labels) and the loss as the first output", e->name, e->ninputs, e->noutputs);
+                    "(data, labels), or 3 with the iteration number, and the loss as the first output", e->name,
+                    e->ninputs, e->noutputs);
+  if (e->ninputs == 3) {
+    const ctc_tensor *it = &e->inputs[2];
+    if (ctc_tensor_numel(it) != 1 || it->dtype == CTC_BOOL || it->dtype == CTC_U8)
+      return ctc_fail(err, CTC_ERR_SHAPE, "training entry '%s': its third input '%s' %s %s must be the iteration "
+                      "number, a one-element integer or float tensor (as nanoGPT's iter_num)", e->name, it->name,
+                      ctc_dtype_name(it->dtype), ctc_format_shape(sh, sizeof sh, it->ndim, it->shape));
+  }
   const ctc_tensor *x = &e->inputs[0], *y = &e->inputs[1], *l = &e->outputs[0];
   if (x->ndim < 1 || x->shape[0] < 1 || y->ndim < 1 || y->shape[0] != x->shape[0] || per_sample(x) < 0 ||
       per_sample(y) < 0)
@@ -657,6 +670,7 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     t->in[i] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!t->in[i]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
   }
+  if (e->ninputs == 3) t->in[2] = &t->it;
   if ((rc = ctc_drv_alloc_outputs(e, &t->out, err))) return rc;
   int64_t n = t->x.shape[0], tn = a->test_data ? t->tx.shape[0] : 0;
   t->order = malloc((size_t)n * sizeof *t->order);
@@ -844,6 +858,18 @@ static int bad_loss(const ctc_model_desc *desc, const TrainArgs *a, Train *t, do
                   t->epoch, t->done, global, last_ckpt(last, sizeof last, t));
 }
 
+/* The iteration number of a training entry that takes one (its third input): the
+ * number of steps taken before this one over all epochs, from 0 (a resumed run
+ * goes on counting), in the input's dtype. */
+static void set_iteration(Train *t, long long it) {
+  switch (t->step->inputs[2].dtype) {
+  case CTC_I64: t->it.i64 = it; break;
+  case CTC_I32: t->it.i32 = (int32_t)it; break;
+  case CTC_F32: t->it.f32 = (float)it; break;
+  default: t->it.f64 = (double)it; break;
+  }
+}
+
 /* The rest of the current epoch's training steps (from t->done + 1); *ms: time spent, *ran: steps run. */
 static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, Progress *p, double *ms,
                        long long *ran, ctc_error *err) {
@@ -865,6 +891,7 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
       ctc_error_prefix(err, a->labels);
       return rc;
     }
+    if (e->ninputs == 3) set_iteration(t, (t->epoch - 1) * t->steps + (s - 1));
     if (t->snap) memcpy(t->snap, arena, t->snap_bytes);
     double s0 = ctc_drv_now_ms();
     rc = e->call(t->r.model, (const void *const *)t->in, (void *const *)t->out);

@@ -747,9 +747,13 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     ir_add_output(L->T->prog, f, t_val(L, def->span, outs[i]),
                   nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
   }
-  /* `./net train` drives (data, labels) -> loss steps; other updating functions
-   * (a DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
-  if (f->kind == FK_TRAIN && (f->inputs.len != 2 || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
+  /* `./net train` drives (data, labels[, iteration]) -> loss steps, the iteration a
+   * one-element number it counts (nanoGPT's iter_num); other updating functions (a
+   * DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
+  int nin = f->inputs.len;
+  const Type *it = nin == 3 ? ir_type(f, f->inputs.data[2]) : NULL;
+  int counter = it && ir_numel(it) == 1 && it->dtype != DT_BOOL;
+  if (f->kind == FK_TRAIN && ((nin != 2 && !counter) || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
     f->kind = FK_FUNCTION;
   L->T->fn = NULL;
   L->T->param_cur = NULL;
