@@ -1,0 +1,268 @@
+"""The sequence layers (issue 9 item 5) against PyTorch running the same file:
+nn.RNN / LSTM / GRU (layers, bias, batch_first, bidirectional, initial states,
+unbatched input), their Cell forms, and model files in the styles of
+pytorch/examples' word_language_model, time_sequence_prediction and mnist_rnn
+(written in our own words): forward in float32 with the weights transferred by
+state_dict name (rtol 1e-4), and parameters after training steps (rtol 1e-3)."""
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, run_forward, st_read, st_write, state_dict_np
+
+RECURRENT = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 5, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(4, 3, 2)
+        self.rnn = nn.RNN(4, 3, nonlinearity='relu', bias=False)
+        self.rnn_bi = nn.RNN(4, 2, 1, True, False, 0.0, True, nonlinearity='tanh')
+        self.lstm1 = nn.LSTM(input_size=4, hidden_size=3)
+        self.lc = nn.LSTMCell(4, 3)
+        self.gc = nn.GRUCell(4, 3, bias=False)
+        self.rc = nn.RNNCell(4, 3, nonlinearity='relu')
+        self.rc_t = nn.RNNCell(4, 3)
+
+    def forward(self, x, h0, c0):   # x [2, 5, 4] (batch first), h0 / c0 [4, 2, 5]
+        out, (hn, cn) = self.lstm(x, (h0, c0))
+        xs = x.transpose(0, 1)      # [5, 2, 4]
+        og, hg = self.gru(xs)
+        og2, hg2 = self.gru(xs, hg)
+        orr, hr = self.rnn(xs)
+        ob, hb = self.rnn_bi(xs)
+        ou, (hu, cu) = self.lstm1(x[0])   # unbatched [5, 4]
+        h = torch.zeros(2, 3)
+        c = torch.zeros(2, 3)
+        g = None
+        r = torch.ones(2, 3)
+        rt = None
+        cells = []
+        for t in range(5):
+            h, c = self.lc(xs[t], (h, c))
+            g = self.gc(xs[t], g)
+            r = self.rc(xs[t], r)
+            rt = self.rc_t(xs[t], rt)
+            cells += [h, c, g, r, rt]
+        hv = self.rc(x[0, 0])
+        return (out, hn, cn, og, hg, og2, hg2, orr, hr, ob, hb, ou, hu, cu, hv) + tuple(cells)
+
+
+example_inputs = (torch.randn(2, 5, 4), torch.randn(4, 2, 5), torch.randn(4, 2, 5))
+"""
+
+
+def _fwd_check(tmp_path, src, name, inputs, opts=(), seed=0):
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    mod = load_module(str(path), name)
+    torch.manual_seed(seed)
+    m = mod.Net() if not opts else eval(opts[1], vars(mod))
+    m.eval()
+    got = run_forward(str(tmp_path), str(path), m, inputs, opts=opts)
+    with torch.no_grad():
+        want = m(*[torch.from_numpy(x) for x in inputs])
+    want = want if isinstance(want, tuple) else (want,)
+    flat = []
+    for w in want:
+        flat += list(w) if isinstance(w, tuple) else [w]
+    assert len(got) == len(flat)
+    worst = 0.0
+    for k, (g, w) in enumerate(zip(got, flat)):
+        worst = max(worst, compare(f"{name} output {k}", g, w.numpy(), 1e-4, 1e-5))
+    info = run([tmp_path / "net", "info"]).stdout
+    for k in m.state_dict():
+        assert k in info, k
+    return worst
+
+
+def test_recurrent_layers_forward(tmp_path):
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in [(2, 5, 4), (4, 2, 5), (4, 2, 5)]]
+    _fwd_check(tmp_path, RECURRENT, "recurrent", xs)
+
+
+WORD_LM = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RNNModel(nn.Module):
+    \"\"\"encoder -> recurrent stack -> decoder, as a word-level language model\"\"\"
+
+    def __init__(self, rnn_type='{kind}', ntoken=17, ninp=6, nhid=5, nlayers=2, dropout=0.0, tie_weights=False):
+        super(RNNModel, self).__init__()
+        self.ntoken = ntoken
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        if rnn_type in ['LSTM', 'GRU']:
+            self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)
+        else:
+            nonlinearity = {{'RNN_TANH': 'tanh', 'RNN_RELU': 'relu'}}[rnn_type]
+            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=nonlinearity, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+        self.rnn_type = rnn_type
+        self.nhid = nhid
+        self.nlayers = nlayers
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def forward(self, input, h0, c0):
+        emb = self.drop(self.encoder(input))
+        hidden = (h0, c0) if self.rnn_type == 'LSTM' else h0
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        decoded = self.decoder(output)
+        decoded = decoded.view(-1, self.ntoken)
+        return F.log_softmax(decoded, dim=1)
+
+
+model = RNNModel()
+criterion = nn.NLLLoss()
+optimizer = torch.optim.{opt}(model.parameters(), lr={lr})
+
+
+def train_step(data, targets, h0, c0):
+    model.zero_grad()
+    output = model(data, h0, c0)
+    loss = criterion(output, targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+    optimizer.step()
+    return loss
+
+
+example_inputs = {{"forward": (torch.zeros(6, 3, dtype=torch.long), torch.zeros(2, 3, 5), torch.zeros(2, 3, 5)),
+                  "train_step": (torch.zeros(6, 3, dtype=torch.long), torch.zeros(18, dtype=torch.long),
+                                 torch.zeros(2, 3, 5), torch.zeros(2, 3, 5))}}
+"""
+
+
+@pytest.mark.parametrize("kind,opt,lr", [("LSTM", "SGD", "20.0"), ("GRU", "Adam", "0.01"),
+                                         ("RNN_TANH", "SGD", "5.0"), ("RNN_RELU", "Adam", "0.01")])
+def test_word_language_model_style(tmp_path, kind, opt, lr):
+    src = WORD_LM.format(kind=kind, opt=opt, lr=lr)
+    path = tmp_path / "wlm.py"
+    path.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "wlm_" + kind)
+    rng = np.random.default_rng(1)
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    # forward (eval)
+    data = rng.integers(0, 17, (6, 3)).astype(np.int64)
+    h0 = (rng.standard_normal((2, 3, 5)) * 0.5).astype(np.float32)
+    c0 = (rng.standard_normal((2, 3, 5)) * 0.5).astype(np.float32)
+    for i, a in enumerate([data, h0, c0]):
+        np.save(tmp_path / f"f{i}.npy", a)
+    run([exe, "infer", "--weights", w, "--input", tmp_path / "f0.npy", "--input", tmp_path / "f1.npy",
+         "--input", tmp_path / "f2.npy", "--output", tmp_path / "fo.npy"])
+    mod.model.eval()
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(data), torch.from_numpy(h0), torch.from_numpy(c0))
+    compare(f"{kind} forward", np.load(tmp_path / "fo.npy"), want.numpy(), 1e-4, 1e-5)
+    mod.model.train()
+    for step in range(3):
+        data = rng.integers(0, 17, (6, 3)).astype(np.int64)
+        targets = rng.integers(0, 17, (18,)).astype(np.int64)
+        for i, a in enumerate([data, targets, h0, c0]):
+            np.save(tmp_path / f"t{i}.npy", a)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w] + sum([["--input", tmp_path / f"t{i}.npy"] for i in range(4)], [])
+            + ["--output", tmp_path / "loss.npy", "--save", nxt])
+        lt = float(mod.train_step(torch.from_numpy(data), torch.from_numpy(targets), torch.from_numpy(h0),
+                                  torch.from_numpy(c0)))
+        compare(f"{kind} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        compare(f"{kind} {k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-5)
+
+
+TIME_SEQ = """\
+import torch
+import torch.nn as nn
+
+
+class Sequence(nn.Module):
+    \"\"\"two stacked LSTM cells unrolled over a sine wave, then predicting the future\"\"\"
+
+    def __init__(self):
+        super(Sequence, self).__init__()
+        self.lstm1 = nn.LSTMCell(1, 7)
+        self.lstm2 = nn.LSTMCell(7, 7)
+        self.linear = nn.Linear(7, 1)
+
+    def forward(self, input, future=2):
+        outputs = []
+        h_t = torch.zeros(input.size(0), 7)
+        c_t = torch.zeros(input.size(0), 7)
+        h_t2 = torch.zeros(input.size(0), 7)
+        c_t2 = torch.zeros(input.size(0), 7)
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        for i in range(future):
+            h_t, c_t = self.lstm1(output, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        outputs = torch.cat(outputs, dim=1)
+        return outputs
+
+
+model = Sequence()
+criterion = nn.MSELoss()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+
+
+def train_step(input, target):
+    optimizer.zero_grad()
+    out = model(input)
+    loss = criterion(out[:, :-2], target)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(3, 8),), "train_step": (torch.zeros(3, 8), torch.zeros(3, 8))}
+"""
+
+
+def test_time_sequence_prediction_style(tmp_path):
+    path = tmp_path / "tsp.py"
+    path.write_text(TIME_SEQ)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "tsp")
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    t = np.arange(9)[None, :] + np.arange(3)[:, None] * 2.0
+    wave = np.sin(t / 3.0).astype(np.float32)
+    x, y = wave[:, :-1].copy(), wave[:, 1:].copy()
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    run([exe, "infer", "--weights", w, "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"])
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x))
+    compare("sequence forward", np.load(tmp_path / "o.npy"), want.numpy(), 1e-4, 1e-5)
+    for step in range(3):
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", nxt])
+        lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+        compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        compare(f"{k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-5)
