@@ -266,3 +266,76 @@ def test_time_sequence_prediction_style(tmp_path):
     got = st_read(w)
     for k, v in mod.model.state_dict().items():
         compare(f"{k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-5)
+
+
+ATTENTION = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2)
+        self.mha_bf = nn.MultiheadAttention(8, 4, batch_first=True, bias=False)
+        self.mha_kv = nn.MultiheadAttention(8, 2, kdim=5, vdim=3)
+        self.enc_layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.1)
+        self.enc_gelu = nn.TransformerEncoderLayer(d_model=8, nhead=4, dim_feedforward=12, activation='gelu',
+                                                   batch_first=True, norm_first=True, layer_norm_eps=1e-6)
+        self.enc_fn = nn.TransformerEncoderLayer(8, 2, 10, 0.0, F.gelu)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, 0.2)
+        self.encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))
+
+    def forward(self, x, k, v, bmask, kpm):   # x [5, 2, 8], k [4, 2, 5], v [4, 2, 3], bmask [5, 5], kpm [2, 5]
+        causal = torch.triu(torch.full((5, 5), float('-inf')), diagonal=1)
+        a, w = self.mha(x, x, x)
+        a2, w2 = self.mha(x, x, x, attn_mask=causal, average_attn_weights=False)
+        a3, w3 = self.mha(x, x, x, attn_mask=bmask, key_padding_mask=kpm)
+        a4, _ = self.mha(x, x, x, need_weights=False, key_padding_mask=kpm.float() * -2.0)
+        xb = x.transpose(0, 1)
+        b1, wb = self.mha_bf(xb, xb, xb)
+        c1, wc = self.mha_kv(x, k, v)
+        u1, wu = self.mha(x[:, 0], x[:, 0], x[:, 0])
+        e1 = self.enc_layer(x)
+        e2 = self.enc_layer(x, src_mask=causal)
+        e3 = self.enc_gelu(xb, src_key_padding_mask=kpm)
+        e4 = self.enc_fn(x, bmask)
+        e5 = self.encoder(x, mask=causal)
+        return a, w, a2, w2, a3, w3, a4, b1, wb, c1, wc, u1, wu, e1, e2, e3, e4, e5
+
+
+example_inputs = (torch.randn(5, 2, 8), torch.randn(4, 2, 5), torch.randn(4, 2, 3), torch.zeros(5, 5, dtype=torch.bool),
+                  torch.zeros(2, 5, dtype=torch.bool))
+"""
+
+
+def test_attention_layers_forward(tmp_path):
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in [(5, 2, 8), (4, 2, 5), (4, 2, 3)]]
+    bmask = np.zeros((5, 5), bool)
+    bmask[0, 3] = bmask[2, 1] = bmask[4, 4] = True
+    kpm = np.zeros((2, 5), bool)
+    kpm[0, 4] = kpm[1, 0] = kpm[1, 2] = True
+    path = tmp_path / "attn.py"
+    path.write_text(ATTENTION)
+    mod = load_module(str(path), "attn")
+    torch.manual_seed(0)
+    m = mod.Net()
+    with torch.no_grad():   # biases and norms away from their initial 0 / 1
+        for name, p in m.named_parameters():
+            if "bias" in name or "norm" in name:
+                p.add_(torch.randn(p.shape) * 0.3)
+    m.eval()
+    inputs = xs + [bmask, kpm]
+    got = run_forward(str(tmp_path), str(path), m, inputs)
+    # with gradients enabled: PyTorch 1.13's inference fast path (taken under no_grad) fails on
+    # bias=False and returns zeros for padded positions; the reference is the documented math
+    want = m(*[torch.from_numpy(a) for a in inputs])
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"attention output {k}", g, w.detach().numpy(), 1e-4, 1e-5)
+    info = run([tmp_path / "net", "info"]).stdout
+    for k in m.state_dict():
+        assert k in info, k
+    assert "encoder.layers.1.self_attn.in_proj_weight" in m.state_dict()

@@ -329,3 +329,353 @@ PV *nn_rnncell_forward(L *L, PV *o, Args *A) {
   PV *r[2] = {h, c};
   return pv_tuple(L, r, 2);
 }
+
+/* ---- attention ------------------------------------------------------------------- */
+
+static PV *make_child(L *L, Span at, int bi, PV **args, int n, const char **kn, PV **kv, int nkw) {
+  return call_value(L, at, bi_value(L, bi, NULL), args, n, kn, kv, nkw);
+}
+
+/* The core of attention on [N, h, L, hd] / [N, h, S, hd]: softmax(q k^T * scale + mask) v.
+ * masks: `add` (float, added; bool: True is masked out) broadcastable to [N, h, L, S];
+ * keep: a bool mask whose False entries are masked out (F.scaled_dot_product_attention's);
+ * causal: the upper triangle masked out. Returns the output and, in *weights, the
+ * attention weights (after dropout, as PyTorch returns them). */
+static PV *attend(L *L, Span at, PV *q, PV *k, PV *v, PV **masks, int nmasks, int causal, double scale, double p,
+                  int training, PV **weights) {
+  int64_t perm[4] = {0, 1, 3, 2};
+  PV *s = t_matmul(L, at, MUL(q, pv_float(L, scale)), t_permute(L, at, k, perm, 4));
+  Type ts = s->t->type;
+  for (int i = 0; i < nmasks; i++) {
+    PV *m = masks[i];
+    if (!m) continue;
+    if (m->t->type.dtype == DT_BOOL) s = t_where(L, at, m, pv_float(L, -INFINITY), s);
+    else s = ADD(s, m);
+  }
+  if (causal) {
+    Type t = {0};
+    t.dtype = DT_F32;
+    t.ndim = 2;
+    t.dims[0] = ts.dims[2];
+    t.dims[1] = ts.dims[3];
+    PV *upper = t_compare(L, at, OP_GT, t_tri(L, at, t_const_tensor(L, at, t, 1), 1, 1), pv_float(L, 0.5));
+    s = t_where(L, at, upper, pv_float(L, -INFINITY), s);
+  }
+  PV *w = t_softmax(L, at, s, 3, 0);
+  if (p > 0 && training) w = t_dropout(L, at, w, p, 1);
+  if (weights) *weights = w;
+  return t_matmul(L, at, w, v);
+}
+
+/* [N, T, E] -> [N, h, T, E / h] */
+static PV *split_heads(L *L, Span at, PV *x, int64_t h) {
+  Type t = x->t->type;
+  int64_t d[4] = {t.dims[0], t.dims[1], h, t.dims[2] / h}, perm[4] = {0, 2, 1, 3};
+  return t_permute(L, at, t_reshape(L, at, x, d, 4), perm, 4);
+}
+
+PV *nn_mha_new(L *L, PV *cls, Args *A) {
+  PV *a[11], *o = seq_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "embed_dim,num_heads,dropout=,bias=,add_bias_kv=,add_zero_attn=,kdim=,vdim=,batch_first=,device=,dtype=",
+            a);
+  int64_t E = arg_int(L, at, a[0], "embed_dim"), h = arg_int(L, at, a[1], "num_heads");
+  double p = a[2] ? arg_num(L, at, a[2], "dropout") : 0;
+  int bias = !a[3] || arg_bool(L, at, a[3], "bias");
+  if (a[4] && arg_bool(L, at, a[4], "add_bias_kv")) lower_error(L, at, "MultiheadAttention add_bias_kv is not supported by ctc");
+  if (a[5] && arg_bool(L, at, a[5], "add_zero_attn")) lower_error(L, at, "MultiheadAttention add_zero_attn is not supported by ctc");
+  int64_t kd = is_none(a[6]) ? E : arg_int(L, at, a[6], "kdim"), vd = is_none(a[7]) ? E : arg_int(L, at, a[7], "vdim");
+  int bf = a[8] && arg_bool(L, at, a[8], "batch_first");
+  if (E <= 0 || h <= 0) lower_error(L, at, "embed_dim and num_heads must be positive");
+  if (E % h) lower_error(L, at, "embed_dim must be divisible by num_heads");
+  if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
+  set_attr(L, o, "embed_dim", pv_int(L, E));
+  set_attr(L, o, "kdim", pv_int(L, kd));
+  set_attr(L, o, "vdim", pv_int(L, vd));
+  set_attr(L, o, "num_heads", pv_int(L, h));
+  set_attr(L, o, "dropout", pv_float(L, p));
+  set_attr(L, o, "batch_first", pv_bool(L, bf));
+  set_attr(L, o, "head_dim", pv_int(L, E / h));
+  int same = kd == E && vd == E;
+  set_attr(L, o, "_qkv_same_embed_dim", pv_bool(L, same));
+  /* xavier_uniform_: bound sqrt(6 / (fan_in + fan_out)) */
+  if (!same) {
+    seq_param(L, at, o, "q_proj_weight", 2, E, E, PINIT_UNIFORM, -sqrt(3.0 / E), sqrt(3.0 / E));
+    seq_param(L, at, o, "k_proj_weight", 2, E, kd, PINIT_UNIFORM, -sqrt(6.0 / (E + kd)), sqrt(6.0 / (E + kd)));
+    seq_param(L, at, o, "v_proj_weight", 2, E, vd, PINIT_UNIFORM, -sqrt(6.0 / (E + vd)), sqrt(6.0 / (E + vd)));
+    set_attr(L, o, "in_proj_weight", pv_none(L));
+  } else {
+    seq_param(L, at, o, "in_proj_weight", 2, 3 * E, E, PINIT_UNIFORM, -sqrt(6.0 / (4 * E)), sqrt(6.0 / (4 * E)));
+    set_attr(L, o, "q_proj_weight", pv_none(L));
+    set_attr(L, o, "k_proj_weight", pv_none(L));
+    set_attr(L, o, "v_proj_weight", pv_none(L));
+  }
+  if (bias) seq_param(L, at, o, "in_proj_bias", 1, 3 * E, 0, PINIT_ZERO, 0, 0);
+  else set_attr(L, o, "in_proj_bias", pv_none(L));
+  PV *la[2] = {pv_int(L, E), pv_int(L, E)}, *lb = pv_bool(L, bias);
+  const char *kn[1] = {"bias"};
+  PV *op = make_child(L, at, BI_C_LINEAR, la, 2, kn, &lb, 1);
+  PV *ob = env_get(op->attrs, "bias");
+  if (ob && ob->k == PV_TENSOR && ob->t->slot) ob->t->slot->init = PINIT_ZERO;   /* constant_(out_proj.bias, 0.) */
+  module_setattr(L, at, o, "out_proj", op);
+  set_attr(L, o, "bias_k", pv_none(L));
+  set_attr(L, o, "bias_v", pv_none(L));
+  set_attr(L, o, "add_zero_attn", pv_bool(L, 0));
+  return o;
+}
+
+static PV *mha_mask(L *L, Span at, PV *m, int64_t N, int64_t h, int64_t T, int64_t S, const char *what) {
+  if (is_none(m)) return NULL;
+  need_t(L, at, m, what, "MultiheadAttention");
+  Type t = m->t->type;
+  if (t.dtype != DT_BOOL && !ir_dtype_is_float(t.dtype))
+    lower_error(L, at, "only bool and floating types of %s are supported", what);
+  if (t.dtype != DT_BOOL && t.dtype != DT_F32) m = t_cast(L, at, m, DT_F32);
+  if (!strcmp(what, "key_padding_mask")) {
+    if (!((t.ndim == 2 && t.dims[0] == N && t.dims[1] == S) || (N == 1 && t.ndim == 1 && t.dims[0] == S)))
+      lower_error(L, at, "key_padding_mask should have shape (%lld, %lld), got %s", (long long)N, (long long)S,
+                  shape_str(L, &t));
+    int64_t d[4] = {N, 1, 1, S};
+    return t_reshape(L, at, m, d, 4);
+  }
+  if (t.ndim == 2) {
+    if (t.dims[0] != T || t.dims[1] != S)
+      lower_error(L, at, "The shape of the 2D attn_mask is %s, but should be (%lld, %lld).", shape_str(L, &t),
+                  (long long)T, (long long)S);
+    return m;
+  }
+  if (t.ndim == 3) {
+    if (t.dims[0] != N * h || t.dims[1] != T || t.dims[2] != S)
+      lower_error(L, at, "The shape of the 3D attn_mask is %s, but should be (%lld, %lld, %lld).", shape_str(L, &t),
+                  (long long)(N * h), (long long)T, (long long)S);
+    int64_t d[4] = {N, h, T, S};
+    return t_reshape(L, at, m, d, 4);
+  }
+  lower_error(L, at, "attn_mask's dimension %d is not supported", t.ndim);
+}
+
+PV *nn_mha_forward(L *L, PV *o, Args *A) {
+  PV *a[8];
+  Span at = A->at;
+  bind_args(L, A, "query,key,value,key_padding_mask=,need_weights=,attn_mask=,average_attn_weights=,is_causal=", a);
+  PV *q = need_t(L, at, a[0], "query", "MultiheadAttention"), *k = need_t(L, at, a[1], "key", "MultiheadAttention"),
+     *v = need_t(L, at, a[2], "value", "MultiheadAttention");
+  int need_w = !a[4] || arg_bool(L, at, a[4], "need_weights"), avg = !a[6] || arg_bool(L, at, a[6], "average_attn_weights");
+  int causal = a[7] && arg_bool(L, at, a[7], "is_causal");
+  int64_t E = attr_int(o, "embed_dim"), h = attr_int(o, "num_heads"), kd = attr_int(o, "kdim"), vd = attr_int(o, "vdim");
+  int bf = attr(o, "batch_first")->i != 0;
+  Type tq = q->t->type, tk = k->t->type, tv = v->t->type;
+  int unbatched = tq.ndim == 2;
+  if ((tq.ndim != 2 && tq.ndim != 3) || tk.ndim != tq.ndim || tv.ndim != tq.ndim)
+    lower_error(L, at, "MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got %s, %s, %s",
+                shape_str(L, &tq), shape_str(L, &tk), shape_str(L, &tv));
+  if (tq.dims[tq.ndim - 1] != E || tk.dims[tk.ndim - 1] != kd || tv.dims[tv.ndim - 1] != vd)
+    lower_error(L, at, "MultiheadAttention: expected query, key, value feature sizes %lld, %lld, %lld, got %s, %s, %s",
+                (long long)E, (long long)kd, (long long)vd, shape_str(L, &tq), shape_str(L, &tk), shape_str(L, &tv));
+  PV *xs[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) {
+    Type t = xs[i]->t->type;
+    if (t.dtype != DT_F32) xs[i] = t_cast(L, at, xs[i], DT_F32);
+    if (unbatched) xs[i] = reshape3(L, at, xs[i], 1, t.dims[0], t.dims[1]);
+    else if (!bf) xs[i] = t_transpose(L, at, xs[i], 0, 1);   /* [N, T, E] */
+  }
+  int64_t N = xs[0]->t->type.dims[0], T = xs[0]->t->type.dims[1], S = xs[1]->t->type.dims[1];
+  if (xs[2]->t->type.dims[1] != S || xs[1]->t->type.dims[0] != N || xs[2]->t->type.dims[0] != N)
+    lower_error(L, at, "MultiheadAttention: key and value must have the same batch and sequence sizes, got %s and %s",
+                shape_str(L, &tk), shape_str(L, &tv));
+  PV *b = attr(o, "in_proj_bias"), *W = attr(o, "in_proj_weight");
+  PV *proj[3];
+  static const char *const sep[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+  for (int i = 0; i < 3; i++) {
+    PV *w = !is_none(W) ? t_slice(L, at, W, 0, i * E, (i + 1) * E, 1) : attr(o, sep[i]);
+    PV *bi = is_none(b) ? NULL : t_slice(L, at, b, 0, i * E, (i + 1) * E, 1);
+    proj[i] = split_heads(L, at, t_linear(L, at, xs[i], w, bi), h);
+  }
+  PV *masks[2] = {mha_mask(L, at, a[5], N, h, T, S, "attn_mask"), mha_mask(L, at, a[3], N, h, T, S, "key_padding_mask")};
+  if (causal && !masks[0]) lower_error(L, at, "Need attn_mask if specifying the is_causal hint.");
+  PV *w = NULL;
+  PV *y = attend(L, at, proj[0], proj[1], proj[2], masks, 2, 0, 1.0 / sqrt((double)(E / h)), pv_num(attr(o, "dropout")),
+                 o->mod->training, &w);
+  int64_t perm[4] = {0, 2, 1, 3};
+  y = reshape3(L, at, t_permute(L, at, y, perm, 4), N, T, E);
+  y = call_value(L, at, attr(o, "out_proj"), &y, 1, NULL, NULL, 0);
+  if (unbatched) y = reshape2(L, at, y, T, E);
+  else if (!bf) y = t_transpose(L, at, y, 0, 1);
+  PV *wr = pv_none(L);
+  if (need_w) {
+    if (avg) {
+      int64_t d = 1;
+      w = t_reduce(L, at, IR_REDUCE_SUM, w, &d, 1, 0, 1);
+      if (unbatched) w = reshape2(L, at, w, T, S);
+    } else if (unbatched) w = reshape3(L, at, w, h, T, S);
+    wr = w;
+  }
+  PV *r[2] = {y, wr};
+  return pv_tuple(L, r, 2);
+}
+
+/* F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+ * is_causal=False, scale=None) (PyTorch 2's): [..., L, E] x [..., S, E] x [..., S, Ev];
+ * a bool attn_mask marks the entries that take part. */
+PV *nnf_scaled_dot_product_attention(L *L, PV *fn, Args *A) {
+  PV *a[7];
+  Span at = A->at;
+  bind_args(L, A, "query,key,value,attn_mask=,dropout_p=,is_causal=,scale=", a);
+  const char *who = "scaled_dot_product_attention";
+  PV *q = need_t(L, at, a[0], "query", who), *k = need_t(L, at, a[1], "key", who), *v = need_t(L, at, a[2], "value", who);
+  Type tq = q->t->type, tk = k->t->type, tv = v->t->type;
+  if (tq.ndim < 2 || tq.ndim > 4 || tk.ndim != tq.ndim || tv.ndim != tq.ndim || tq.dims[tq.ndim - 1] != tk.dims[tk.ndim - 1] ||
+      tk.dims[tk.ndim - 2] != tv.dims[tv.ndim - 2])
+    lower_error(L, at, "%s: incompatible shapes query %s, key %s, value %s", who, shape_str(L, &tq), shape_str(L, &tk),
+                shape_str(L, &tv));
+  for (int i = 0; i < tq.ndim - 2; i++)
+    if (tq.dims[i] != tk.dims[i] || tq.dims[i] != tv.dims[i])
+      lower_error(L, at, "%s: query, key and value must have the same batch dimensions, got %s, %s, %s", who,
+                  shape_str(L, &tq), shape_str(L, &tk), shape_str(L, &tv));
+  PV *xs[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) {
+    Type t = xs[i]->t->type;
+    int64_t d[4] = {1, 1, 1, 1};
+    for (int j = 0; j < t.ndim; j++) d[4 - t.ndim + j] = t.dims[j];
+    xs[i] = t_reshape(L, at, xs[i], d, 4);
+  }
+  int causal = a[5] && arg_bool(L, at, a[5], "is_causal");
+  double p = a[4] ? arg_num(L, at, a[4], "dropout_p") : 0;
+  double scale = is_none(a[6]) ? 1.0 / sqrt((double)tq.dims[tq.ndim - 1]) : arg_num(L, at, a[6], "scale");
+  PV *m = NULL;
+  if (!is_none(a[3])) {
+    m = need_t(L, at, a[3], "attn_mask", who);
+    if (causal) lower_error(L, at, "%s: explicit attn_mask should not be set when is_causal=True", who);
+    if (m->t->type.dtype == DT_BOOL) m = t_logical(L, at, '!', m, NULL);   /* True: masked out, for attend */
+    else if (m->t->type.dtype != DT_F32) m = t_cast(L, at, m, DT_F32);
+  }
+  PV *y = attend(L, at, xs[0], xs[1], xs[2], &m, 1, causal, scale, p, p > 0, NULL);
+  Type r = tq;
+  r.dims[r.ndim - 1] = tv.dims[tv.ndim - 1];
+  return t_reshape(L, at, y, r.dims, r.ndim);
+}
+
+/* ---- transformer encoder ----------------------------------------------------------- */
+
+PV *nn_tel_new(L *L, PV *cls, Args *A) {
+  PV *a[10], *o = seq_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "d_model,nhead,dim_feedforward=,dropout=,activation=,layer_norm_eps=,batch_first=,norm_first=,device=,dtype=",
+            a);
+  int64_t dm = arg_int(L, at, a[0], "d_model"), nh = arg_int(L, at, a[1], "nhead");
+  int64_t ff = a[2] ? arg_int(L, at, a[2], "dim_feedforward") : 2048;
+  double p = a[3] ? arg_num(L, at, a[3], "dropout") : 0.1, eps = a[5] ? arg_num(L, at, a[5], "layer_norm_eps") : 1e-5;
+  int bf = a[6] && arg_bool(L, at, a[6], "batch_first"), nf = a[7] && arg_bool(L, at, a[7], "norm_first");
+  PV *act = a[4] ? a[4] : pv_str(L, "relu");
+  if (act->k == PV_STR && strcmp(act->s, "relu") && strcmp(act->s, "gelu"))
+    lower_error(L, at, "activation should be relu/gelu, not %s", act->s);
+  PV *pp = pv_float(L, p), *bfv = pv_bool(L, bf);
+  PV *ma[2] = {pv_int(L, dm), pv_int(L, nh)}, *mk[2] = {pp, bfv};
+  const char *mkn[2] = {"dropout", "batch_first"};
+  module_setattr(L, at, o, "self_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
+  PV *l1[2] = {pv_int(L, dm), pv_int(L, ff)}, *l2[2] = {pv_int(L, ff), pv_int(L, dm)};
+  module_setattr(L, at, o, "linear1", make_child(L, at, BI_C_LINEAR, l1, 2, NULL, NULL, 0));
+  module_setattr(L, at, o, "dropout", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  module_setattr(L, at, o, "linear2", make_child(L, at, BI_C_LINEAR, l2, 2, NULL, NULL, 0));
+  set_attr(L, o, "norm_first", pv_bool(L, nf));
+  PV *dmv = pv_int(L, dm), *ev = pv_float(L, eps);
+  const char *en[1] = {"eps"};
+  module_setattr(L, at, o, "norm1", make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
+  module_setattr(L, at, o, "norm2", make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
+  module_setattr(L, at, o, "dropout1", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  module_setattr(L, at, o, "dropout2", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  module_setattr(L, at, o, "activation", act);
+  return o;
+}
+
+static PV *child(L *L, Span at, PV *o, const char *name, PV *x) {
+  PV *m = attr(o, name);
+  if (!m) lower_error(L, at, "%s has no attribute '%s'", o->cls->s, name);
+  return call_value(L, at, m, &x, 1, NULL, NULL, 0);
+}
+
+PV *nn_tel_forward(L *L, PV *o, Args *A) {
+  PV *a[4];
+  Span at = A->at;
+  bind_args(L, A, "src,src_mask=,src_key_padding_mask=,is_causal=", a);
+  PV *x = need_t(L, at, a[0], "src", "TransformerEncoderLayer");
+  int nf = attr(o, "norm_first")->i != 0;
+  PV *act = attr(o, "activation");
+  for (int part = 0; part < 2; part++) {
+    PV *in = nf ? child(L, at, o, part ? "norm2" : "norm1", x) : x, *y;
+    if (part == 0) {
+      PV *args[3] = {in, in, in}, *kv[3] = {a[1] ? a[1] : pv_none(L), a[2] ? a[2] : pv_none(L), pv_bool(L, 0)};
+      const char *kn[3] = {"attn_mask", "key_padding_mask", "need_weights"};
+      PV *r = call_value(L, at, attr(o, "self_attn"), args, 3, kn, kv, 3);
+      if ((r->k != PV_TUPLE && r->k != PV_LIST) || r->n < 1) lower_error(L, at, "self_attn must return a tuple");
+      y = child(L, at, o, "dropout1", r->items[0]);
+    } else {
+      PV *hdn = child(L, at, o, "linear1", in);
+      if (act->k == PV_STR) hdn = strcmp(act->s, "gelu") ? t_unary(L, at, IR_RELU, hdn) : t_gelu(L, at, hdn, 0);
+      else hdn = call_value(L, at, act, &hdn, 1, NULL, NULL, 0);
+      y = child(L, at, o, "dropout2", child(L, at, o, "linear2", child(L, at, o, "dropout", hdn)));
+    }
+    x = nf ? ADD(x, y) : child(L, at, o, part ? "norm2" : "norm1", ADD(x, y));
+  }
+  return x;
+}
+
+/* copy.deepcopy of a module tree (TransformerEncoder's clones of its layer): the
+ * parameters are new slots with the same initialisation, in the same order. */
+static PV *module_clone(L *L, Span at, PV *m) {
+  PV *c = module_new(L, m->cls);
+  c->mod->training = m->mod->training;
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg r = m->mod->regs.data[i];
+    PV *v = r.val;
+    if (pv_is_module(v)) v = module_clone(L, at, v);
+    else if (v && v->k == PV_TENSOR && v->t->slot) {
+      Slot *s = arena_alloc(L->a, sizeof *s);
+      *s = *v->t->slot;
+      s->index = -1;
+      PV *nv = param_tensor(L, s);
+      nv->t->requires_grad = v->t->requires_grad;
+      v = nv;
+    }
+    r.val = v;
+    vec_push(L->a, &c->mod->regs, r);
+    env_set(L, c->attrs, r.name, v);
+  }
+  Env *e = m->attrs;
+  for (int i = 0; i < e->names.len; i++)
+    if (!env_get(c->attrs, e->names.data[i])) env_set(L, c->attrs, e->names.data[i], e->vals.data[i]);
+  return c;
+}
+
+PV *nn_te_new(L *L, PV *cls, Args *A) {
+  PV *a[5], *o = seq_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "encoder_layer,num_layers,norm=,enable_nested_tensor=,mask_check=", a);
+  if (!pv_is_module(a[0])) lower_error(L, at, "TransformerEncoder: encoder_layer must be a module");
+  int64_t n = arg_int(L, at, a[1], "num_layers");
+  if (n <= 0) lower_error(L, at, "TransformerEncoder: num_layers must be positive");
+  PV *list = pv_list(L, NULL, 0);
+  for (int64_t i = 0; i < n; i++) pv_list_append(L, list, module_clone(L, at, a[0]));
+  module_setattr(L, at, o, "layers", make_child(L, at, BI_C_MODULELIST, &list, 1, NULL, NULL, 0));
+  set_attr(L, o, "num_layers", pv_int(L, n));
+  if (!is_none(a[2]) && !pv_is_module(a[2])) lower_error(L, at, "TransformerEncoder: norm must be a module or None");
+  if (!is_none(a[2])) module_setattr(L, at, o, "norm", a[2]);
+  else set_attr(L, o, "norm", pv_none(L));
+  return o;
+}
+
+PV *nn_te_forward(L *L, PV *o, Args *A) {
+  PV *a[4], **items;
+  Span at = A->at;
+  bind_args(L, A, "src,mask=,src_key_padding_mask=,is_causal=", a);
+  PV *x = need_t(L, at, a[0], "src", "TransformerEncoder");
+  int n = iter_items(L, at, attr(o, "layers"), &items);
+  for (int i = 0; i < n; i++) {
+    PV *kv[2] = {a[1] ? a[1] : pv_none(L), a[2] ? a[2] : pv_none(L)};
+    const char *kn[2] = {"src_mask", "src_key_padding_mask"};
+    x = call_value(L, at, items[i], &x, 1, kn, kv, 2);
+  }
+  PV *norm = attr(o, "norm");
+  if (!is_none(norm)) x = call_value(L, at, norm, &x, 1, NULL, NULL, 0);
+  return x;
+}
