@@ -339,3 +339,216 @@ def test_attention_layers_forward(tmp_path):
     for k in m.state_dict():
         assert k in info, k
     assert "encoder.layers.1.self_attn.in_proj_weight" in m.state_dict()
+
+
+TRANSFORMER_LM = """\
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout=0.1, max_len=50):
+        super(PositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.d_model = d_model
+
+    def forward(self, x):   # the sinusoids, even features sin and odd ones cos, computed here
+        position = torch.arange(0, x.size(0), dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, self.d_model, 2).float() * (-math.log(10000.0) / self.d_model))
+        pe = torch.stack([torch.sin(position * div_term), torch.cos(position * div_term)], dim=2)
+        x = x + pe.view(x.size(0), 1, self.d_model)
+        return self.dropout(x)
+
+
+class TransformerModel(nn.Module):
+    \"\"\"embedding + positional encoding -> transformer encoder with a causal mask -> decoder\"\"\"
+
+    def __init__(self, ntoken=13, ninp=8, nhead=2, nhid=16, nlayers=2, dropout=0.0):
+        super(TransformerModel, self).__init__()
+        self.model_type = 'Transformer'
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        encoder_layers = nn.TransformerEncoderLayer(ninp, nhead, nhid, dropout)
+        self.transformer_encoder = nn.TransformerEncoder(encoder_layers, nlayers)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.ninp = ninp
+        self.decoder = nn.Linear(ninp, ntoken)
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def _generate_square_subsequent_mask(self, sz):
+        return torch.log(torch.tril(torch.ones(sz, sz)))
+
+    def forward(self, src):
+        mask = self._generate_square_subsequent_mask(src.size(0))
+        src = self.encoder(src) * math.sqrt(self.ninp)
+        src = self.pos_encoder(src)
+        output = self.transformer_encoder(src, mask)
+        output = self.decoder(output)
+        return F.log_softmax(output, dim=-1)
+
+
+model = TransformerModel()
+# (not Adam: the key bias's exact gradient is 0 (softmax ignores a per-row constant), and Adam
+# would normalise the rounding noise of both implementations into steps of size lr)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+
+
+def train_step(data, targets):
+    optimizer.zero_grad()
+    output = model(data)
+    loss = F.nll_loss(output.view(-1, 13), targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(7, 2, dtype=torch.long),),
+                  "train_step": (torch.zeros(7, 2, dtype=torch.long), torch.zeros(14, dtype=torch.long))}
+"""
+
+MNIST_RNN = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    \"\"\"rows of the image as a sequence through an LSTM, the last output classified\"\"\"
+
+    def __init__(self):
+        super(Net, self).__init__()
+        self.rnn = nn.LSTM(input_size=6, hidden_size=10, batch_first=True)
+        self.batchnorm = nn.BatchNorm1d(10)
+        self.dropout1 = nn.Dropout(0.0)
+        self.fc1 = nn.Linear(10, 8)
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, input):
+        input = input.reshape(-1, 6, 6)
+        output, hidden = self.rnn(input)
+        output = output[:, -1, :]
+        output = self.batchnorm(output)
+        output = self.dropout1(output)
+        output = self.fc1(output)
+        output = F.relu(output)
+        output = self.fc2(output)
+        return F.log_softmax(output, dim=1)
+
+
+model = Net()
+optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+
+
+def train_step(data, target):
+    optimizer.zero_grad()
+    output = model(data)
+    loss = F.nll_loss(output, target)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(4, 1, 6, 6),),
+                  "train_step": (torch.zeros(4, 1, 6, 6), torch.zeros(4, dtype=torch.long))}
+"""
+
+
+def _train_check(tmp_path, src, name, fwd_inputs, batches):
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), name)
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    for i, a in enumerate(fwd_inputs):
+        np.save(tmp_path / f"f{i}.npy", a)
+    run([exe, "infer", "--weights", w] + sum([["--input", tmp_path / f"f{i}.npy"] for i in range(len(fwd_inputs))], [])
+        + ["--output", tmp_path / "fo.npy"])
+    mod.model.eval()
+    want = mod.model(*[torch.from_numpy(a) for a in fwd_inputs]).detach()   # (grad enabled: no fast path)
+    worst = compare(f"{name} forward", np.load(tmp_path / "fo.npy"), want.numpy(), 1e-4, 1e-5)
+    mod.model.train()
+    for step, batch in enumerate(batches):
+        for i, a in enumerate(batch):
+            np.save(tmp_path / f"t{i}.npy", a)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w] + sum([["--input", tmp_path / f"t{i}.npy"]
+                                                              for i in range(len(batch))], [])
+            + ["--output", tmp_path / "loss.npy", "--save", nxt])
+        lt = float(mod.train_step(*[torch.from_numpy(a) for a in batch]))
+        compare(f"{name} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            assert int(got[k]) == int(v)
+        else:
+            compare(f"{name} {k} after {len(batches)} steps", got[k], v.numpy(), 1e-3, 1e-5)
+    return worst
+
+
+def test_transformer_language_model_style(tmp_path):
+    rng = np.random.default_rng(3)
+    batches = [(rng.integers(0, 13, (7, 2)).astype(np.int64), rng.integers(0, 13, (14,)).astype(np.int64))
+               for _ in range(3)]
+    _train_check(tmp_path, TRANSFORMER_LM, "tlm", [rng.integers(0, 13, (7, 2)).astype(np.int64)], batches)
+
+
+def test_mnist_rnn_style(tmp_path):
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal((4, 1, 6, 6)).astype(np.float32), rng.integers(0, 4, (4,)).astype(np.int64))
+               for _ in range(3)]
+    _train_check(tmp_path, MNIST_RNN, "mnist_rnn", [rng.standard_normal((4, 1, 6, 6)).astype(np.float32)], batches)
+
+
+SDPA = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+  def forward(self, q, k, v, m, bm):   # q [2, 3, 4, 6], k [2, 3, 5, 6], v [2, 3, 5, 2], m [4, 5], bm [4, 5] bool
+    return (F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            F.scaled_dot_product_attention(q, k, v, bm), F.scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4],
+                                                                                      is_causal=True),
+            F.scaled_dot_product_attention(q[0], k[0], v[0], scale=0.5))
+
+
+example_inputs = (torch.randn(2, 3, 4, 6), torch.randn(2, 3, 5, 6), torch.randn(2, 3, 5, 2), torch.randn(4, 5),
+                  torch.ones(4, 5, dtype=torch.bool))
+"""
+
+
+def test_scaled_dot_product_attention(tmp_path):
+    # PyTorch 1.13 has no F.scaled_dot_product_attention: the reference is PyTorch 2's definition
+    rng = np.random.default_rng(8)
+    q, k, v = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 4, 6), (2, 3, 5, 6), (2, 3, 5, 2)]]
+    m = rng.standard_normal((4, 5)).astype(np.float32)
+    bm = rng.random((4, 5)) > 0.3
+    bm[:, 0] = True
+    path = tmp_path / "sdpa.py"
+    path.write_text(SDPA)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    from ctc_testlib import run_entry
+    got = run_entry(str(tmp_path), str(exe), "forward", [q, k, v, m, bm], 5)
+
+    def ref(q, k, v, add=None, scale=None):
+        q, k, v = map(torch.from_numpy, (q, k, v))
+        s = q @ k.transpose(-2, -1) * (scale if scale else 1 / np.sqrt(q.shape[-1]))
+        if add is not None:
+            s = s + torch.from_numpy(add)
+        return (torch.softmax(s, -1) @ v).numpy()
+
+    causal = np.where(np.tril(np.ones((4, 4))) > 0, 0.0, -np.inf).astype(np.float32)
+    want = [ref(q, k, v), ref(q, k, v, m), ref(q, k, v, np.where(bm, 0.0, -np.inf).astype(np.float32)),
+            ref(q, k[:, :, :4], v[:, :, :4], causal), ref(q[0], k[0], v[0], scale=0.5)]
+    for i, (g, w) in enumerate(zip(got, want)):
+        compare(f"sdpa {i}", g, w, 1e-4, 1e-5)
