@@ -552,3 +552,94 @@ def test_scaled_dot_product_attention(tmp_path):
             ref(q, k[:, :, :4], v[:, :, :4], causal), ref(q[0], k[0], v[0], scale=0.5)]
     for i, (g, w) in enumerate(zip(got, want)):
         compare(f"sdpa {i}", g, w, 1e-4, 1e-5)
+
+
+GRADS = """\
+import torch
+import torch.nn as nn
+import torch.autograd.forward_ad as fwAD
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(8, 3)
+        self.cell = nn.RNNCell(3, 3)
+
+    def forward(self, x):   # [2, 4, 3]
+        y, _ = self.lstm(x)
+        z, h = self.gru(y.transpose(0, 1))
+        return z.transpose(0, 1) + self.cell(x[:, 0], h[0]).unsqueeze(1)
+
+
+model = Net()
+
+
+def vjp(x, p):
+    return torch.autograd.grad((model(x) * p).sum(), x)[0]
+
+
+def jvp(x, t):
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(model(fwAD.make_dual(x, t))).tangent
+
+
+example_inputs = {"forward": (torch.randn(2, 4, 3),), "vjp": (torch.randn(2, 4, 3), torch.randn(2, 4, 3)),
+                  "jvp": (torch.randn(2, 4, 3), torch.randn(2, 4, 3))}
+"""
+
+
+def test_recurrent_vjp_and_jvp(tmp_path):
+    path = tmp_path / "grads.py"
+    path.write_text(GRADS)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "seq_grads")
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(9)
+    x, p, t = [rng.standard_normal((2, 4, 3)).astype(np.float32) for _ in range(3)]
+    for i, a in enumerate([x, p, t]):
+        np.save(tmp_path / f"g{i}.npy", a)
+    for entry, second in [("vjp", 1), ("jvp", 2)]:
+        run([exe, "run", entry, "--weights", w, "--input", tmp_path / "g0.npy", "--input", tmp_path / f"g{second}.npy",
+             "--output", tmp_path / f"{entry}.npy"])
+    xt = torch.from_numpy(x).requires_grad_()
+    want_vjp = mod.vjp(xt, torch.from_numpy(p)).numpy()
+    want_jvp = mod.jvp(torch.from_numpy(x), torch.from_numpy(t)).detach().numpy()
+    compare("VJP through LSTM/GRU/RNNCell", np.load(tmp_path / "vjp.npy"), want_vjp, 1e-4, 1e-5)
+    compare("JVP through LSTM/GRU/RNNCell", np.load(tmp_path / "jvp.npy"), want_jvp, 1e-4, 1e-5)
+
+
+
+
+def test_dropout_between_layers(tmp_path):
+    """dropout= acts between the layers in training mode only: eval matches PyTorch, and the
+    training step's loss differs from the eval loss (the draws of ctc's RNG, not PyTorch's)."""
+    src = WORD_LM.format(kind="LSTM", opt="SGD", lr="0.1").replace("dropout=0.0", "dropout=0.5")
+    src = src.replace("self.drop = nn.Dropout(dropout)", "self.drop = nn.Identity()")
+    path = tmp_path / "drop.py"
+    path.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    mod = load_module(str(path), "seq_drop")
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(10)
+    data = rng.integers(0, 17, (6, 3)).astype(np.int64)
+    targets = rng.integers(0, 17, (18,)).astype(np.int64)
+    h0, c0 = [rng.standard_normal((2, 3, 5)).astype(np.float32) for _ in range(2)]
+    for i, a in enumerate([data, h0, c0, targets]):
+        np.save(tmp_path / f"d{i}.npy", a)
+    ins = sum([["--input", tmp_path / f"d{i}.npy"] for i in range(3)], [])
+    run([exe, "infer", "--weights", w] + ins + ["--output", tmp_path / "e.npy"])
+    mod.model.eval()
+    with torch.no_grad():
+        want = mod.model(*map(torch.from_numpy, (data, h0, c0)))
+        eval_loss = float(torch.nn.functional.nll_loss(want, torch.from_numpy(targets)))
+    compare("eval forward with dropout=0.5", np.load(tmp_path / "e.npy"), want.numpy(), 1e-4, 1e-5)
+    tins = sum([["--input", tmp_path / f"d{i}.npy"] for i in (0, 3, 1, 2)], [])
+    run([exe, "run", "train_step", "--weights", w] + tins + ["--output", tmp_path / "l.npy", "--save", tmp_path / "w1.st"])
+    loss = float(np.load(tmp_path / "l.npy"))
+    assert np.isfinite(loss) and abs(loss - eval_loss) > 1e-4, (loss, eval_loss)
