@@ -643,3 +643,34 @@ def test_dropout_between_layers(tmp_path):
     run([exe, "run", "train_step", "--weights", w] + tins + ["--output", tmp_path / "l.npy", "--save", tmp_path / "w1.st"])
     loss = float(np.load(tmp_path / "l.npy"))
     assert np.isfinite(loss) and abs(loss - eval_loss) > 1e-4, (loss, eval_loss)
+
+
+ERR_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Net(nn.Module):\n"
+
+
+def _init(line):
+    return "    def __init__(self):\n        super().__init__()\n        self.m = " + line + "\n\n"
+
+
+@pytest.mark.parametrize("body,shape,msg", [
+    (_init("nn.LSTM(3, 4, proj_size=2)") + "    def forward(self, x):\n        return self.m(x)[0]\n", "f32[2,1,3]",
+     "9:18: error: nn.LSTM proj_size is not supported by ctc"),
+    (_init("nn.GRU(3, 4)") + "    def forward(self, x):\n        return self.m(x)[0]\n", "f32[2,1,5]",
+     "12:16: error: input.size(-1) must be equal to input_size. Expected 3, got 5"),
+    (_init("nn.LSTM(3, 4, 2)") + "    def forward(self, x):\n        return self.m(x, (x[0], x[0]))[0]\n",
+     "f32[2,1,3]", "12:16: error: Expected hidden[0] size (2, 1, 4), got [1, 3]"),
+    (_init("nn.RNN(3, 4, nonlinearity='gelu')") + "    def forward(self, x):\n        return self.m(x)[0]\n",
+     "f32[2,1,3]", "9:18: error: Unknown nonlinearity 'gelu'. Select from 'tanh' or 'relu'."),
+    (_init("nn.MultiheadAttention(6, 4)") + "    def forward(self, x):\n        return self.m(x, x, x)[0]\n",
+     "f32[2,1,6]", "9:18: error: embed_dim must be divisible by num_heads"),
+    (_init("nn.MultiheadAttention(4, 2)") + "    def forward(self, x):\n        return self.m(x, x, x, attn_mask=x[0])[0]\n",
+     "f32[2,1,4]", "12:16: error: The shape of the 2D attn_mask is [1, 4], but should be (2, 2)."),
+    (_init("nn.TransformerEncoderLayer(4, 2, activation='tanh')") + "    def forward(self, x):\n        return self.m(x)\n",
+     "f32[2,1,4]", "9:18: error: activation should be relu/gelu, not tanh"),
+])
+def test_refusals(tmp_path, body, shape, msg):
+    path = tmp_path / "bad.py"
+    path.write_text(ERR_HEAD + body)
+    r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", f"x={shape}"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert msg in r.stderr, r.stderr
