@@ -302,7 +302,9 @@ class Net(nn.Module):
         e3 = self.enc_gelu(xb, src_key_padding_mask=kpm)
         e4 = self.enc_fn(x, bmask)
         e5 = self.encoder(x, mask=causal)
-        return a, w, a2, w2, a3, w3, a4, b1, wb, c1, wc, u1, wu, e1, e2, e3, e4, e5
+        m3 = x.permute(1, 0, 2)[:, :, :5]             # a 3-D float mask [N * heads, L, S]
+        a5, w5 = self.mha(x, x, x, attn_mask=torch.cat([m3, m3 * -2.0], 0), key_padding_mask=kpm)
+        return a, w, a2, w2, a3, w3, a4, b1, wb, c1, wc, u1, wu, e1, e2, e3, e4, e5, a5, w5
 
 
 example_inputs = (torch.randn(5, 2, 8), torch.randn(4, 2, 5), torch.randn(4, 2, 3), torch.zeros(5, 5, dtype=torch.bool),
