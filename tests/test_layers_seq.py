@@ -625,7 +625,10 @@ def test_dropout_between_layers(tmp_path):
     path.write_text(src)
     exe = tmp_path / "net"
     run([CTC, "build", path, "-o", exe])
+    torch.manual_seed(0)
     mod = load_module(str(path), "seq_drop")
+    with torch.no_grad():   # a decoder large enough that the dropped units move the loss clearly
+        mod.model.decoder.weight.mul_(30.0)
     w = tmp_path / "w.safetensors"
     st_write(w, state_dict_np(mod.model))
     rng = np.random.default_rng(10)
@@ -644,7 +647,7 @@ def test_dropout_between_layers(tmp_path):
     tins = sum([["--input", tmp_path / f"d{i}.npy"] for i in (0, 3, 1, 2)], [])
     run([exe, "run", "train_step", "--weights", w] + tins + ["--output", tmp_path / "l.npy", "--save", tmp_path / "w1.st"])
     loss = float(np.load(tmp_path / "l.npy"))
-    assert np.isfinite(loss) and abs(loss - eval_loss) > 1e-4, (loss, eval_loss)
+    assert np.isfinite(loss) and abs(loss - eval_loss) > 1e-2, (loss, eval_loss)
 
 
 ERR_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Net(nn.Module):\n"
