@@ -115,6 +115,8 @@ PV *nn_rnn_new(L *L, PV *cls, Args *A) {
   double p = a[6] ? arg_num(L, at, a[6], "dropout") : 0;
   int bid = a[7] && arg_bool(L, at, a[7], "bidirectional");
   if (H <= 0) lower_error(L, at, "hidden_size must be greater than zero");
+  if (H > ((int64_t)1 << 40) || in > ((int64_t)1 << 40) || nl > ((int64_t)1 << 20))
+    lower_error(L, at, "%s is too large for ctc", cls->s);
   if (nl <= 0) lower_error(L, at, "num_layers must be greater than zero");
   if (in <= 0) lower_error(L, at, "input_size must be greater than zero");
   if (p < 0 || p > 1) lower_error(L, at, "dropout should be a number in range [0, 1] representing the probability of an element being zeroed");
@@ -218,6 +220,7 @@ PV *nn_rnn_forward(L *L, PV *o, Args *A) {
       PV *h = state_at(L, at, h0, l * D + d, N, H), *c = mode == M_LSTM ? state_at(L, at, c0, l * D + d, N, H) : NULL;
       for (int64_t s = 0; s < T; s++) {
         int64_t t = d ? T - 1 - s : s;
+        eval_charge(L, at, 1);   /* the unrolled steps count against the compile-time step limit */
         PV *git = reshape2(L, at, t_slice(L, at, gi, 0, t, t + 1, 1), N, G);
         h = cell_step(L, at, mode, H, git, h, &c, whh, is_none(bhh) ? NULL : bhh);
         outs[t] = reshape3(L, at, h, 1, N, H);
@@ -254,6 +257,8 @@ PV *nn_rnncell_new(L *L, PV *cls, Args *A) {
   int mode = rnn_mode(L, at, cls->bi, cls->bi == BI_C_RNNCELL ? a[3] : NULL);
   int64_t in = arg_int(L, at, a[0], "input_size"), H = arg_int(L, at, a[1], "hidden_size");
   int bias = !a[2] || arg_bool(L, at, a[2], "bias");
+  if (H <= 0 || in <= 0) lower_error(L, at, "input_size and hidden_size must be greater than zero");
+  if (H > ((int64_t)1 << 40) || in > ((int64_t)1 << 40)) lower_error(L, at, "%s is too large for ctc", cls->s);
   set_attr(L, o, "mode", pv_int(L, mode));
   set_attr(L, o, "input_size", pv_int(L, in));
   set_attr(L, o, "hidden_size", pv_int(L, H));
@@ -386,7 +391,9 @@ PV *nn_mha_new(L *L, PV *cls, Args *A) {
   if (a[5] && arg_bool(L, at, a[5], "add_zero_attn")) lower_error(L, at, "MultiheadAttention add_zero_attn is not supported by ctc");
   int64_t kd = is_none(a[6]) ? E : arg_int(L, at, a[6], "kdim"), vd = is_none(a[7]) ? E : arg_int(L, at, a[7], "vdim");
   int bf = a[8] && arg_bool(L, at, a[8], "batch_first");
-  if (E <= 0 || h <= 0) lower_error(L, at, "embed_dim and num_heads must be positive");
+  if (E <= 0 || h <= 0 || kd <= 0 || vd <= 0) lower_error(L, at, "embed_dim, num_heads, kdim and vdim must be positive");
+  if (E > ((int64_t)1 << 40) || kd > ((int64_t)1 << 40) || vd > ((int64_t)1 << 40))
+    lower_error(L, at, "MultiheadAttention is too large for ctc");
   if (E % h) lower_error(L, at, "embed_dim must be divisible by num_heads");
   if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
   set_attr(L, o, "embed_dim", pv_int(L, E));
