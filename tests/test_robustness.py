@@ -277,7 +277,7 @@ DIAG = [
      "7:16: error: linear bias: expected a tensor, got 'str'"),
     ("conv_bad_bias", "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nclass Net(nn.Module):\n"
      "    def forward(self, x):\n        return F.conv2d(x, torch.ones(1, 1, 1, 1), 2.0)\n", ("--input", "x=f32[1,1,2,2]"),
-     "7:16: error: conv2d bias: expected a tensor, got 'float'"),
+     "7:16: error: convolution bias: expected a tensor, got 'float'"),
     ("matmul_int", "import torch.nn as nn\n\nclass Net(nn.Module):\n    def forward(self, x):\n        return 2 @ x\n",
      ("--input", "x=f32[2]"), "5:16: error: '@' needs two tensors"),
     ("softmax_list", "import torch\nimport torch.nn as nn\n\nclass Net(nn.Module):\n"

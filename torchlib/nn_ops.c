@@ -71,10 +71,15 @@ static PV *add_channel_bias(L *L, Span at, PV *y, PV *b, int nsp) {
 
 static void conv_params_check(L *L, Span at, int nsp, const int64_t *s, const int64_t *p, const int64_t *d,
                               int64_t groups, const char *what) {
-  for (int i = 0; i < nsp; i++)
-    if (s[i] <= 0 || p[i] < 0 || d[i] <= 0 || s[i] > ((int64_t)1 << 40) || p[i] > ((int64_t)1 << 40) ||
-        d[i] > ((int64_t)1 << 40))
-      lower_error(L, at, "%s: invalid stride, padding or dilation", what);
+  const int64_t big = (int64_t)1 << 40;
+  for (int i = 0; i < nsp; i++) {
+    if (s[i] <= 0 || d[i] <= 0 || p[i] < 0)
+      lower_error(L, at, "%s: stride and dilation must be positive and padding non-negative (got %lld, %lld, %lld)",
+                  what, (long long)s[i], (long long)d[i], (long long)p[i]);
+    if (s[i] > big) lower_error(L, at, "%s: stride is too large (%lld)", what, (long long)s[i]);
+    if (p[i] > big || d[i] > big)
+      lower_error(L, at, "%s: padding or dilation is too large (%lld, %lld)", what, (long long)p[i], (long long)d[i]);
+  }
   if (groups <= 0) lower_error(L, at, "%s: groups must be positive, got %lld", what, (long long)groups);
 }
 
