@@ -399,6 +399,12 @@ static int run_ctc(Arena *a, int argc, char **argv) {
         fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
       fprintf(stdout, "\n");
     }
+    for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
+      const char *e = strchr(q, '\n');
+      int len = e ? (int)(e - q) : (int)strlen(q);
+      fprintf(stdout, "  skipped %.*s\n", len, q);
+      q = e ? e + 1 : NULL;
+    }
     return 0;
   }
   if (o.emit && !strcmp(o.emit, "ir")) {

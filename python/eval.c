@@ -146,7 +146,19 @@ PV *py_concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   return r;
 }
 
+/* An operation on an opaque value: opaque, unless an operand is a run-time
+ * host value (a staged tensor), which would need the opaque value compiled. */
+static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *use) {
+  PV *o = a && a->k == PV_OPAQUE ? a : b;
+  if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))
+    pv_opaque_error(L, at, o, use);
+  return pv_opaque(L, at, expr);
+}
+
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
+  if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
+    return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
+                                               b->k == PV_OPAQUE ? b->s : "..."), "this operation on a tensor");
   if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
   if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
@@ -260,7 +272,7 @@ int truthy(L *L, Span at, PV *v) {
   case PV_DICT: return v->n != 0;
   case PV_HOST:
   case PV_HOSTC: return L->host->truth(L, at, v);
-  default: return 1;
+  default: return 1;   /* objects, and opaque values (most Python objects are truthy) */
   }
 }
 
@@ -268,6 +280,11 @@ int truthy(L *L, Span at, PV *v) {
 
 int iter_items(L *L, Span at, PV *v, PV ***out) {
   switch (v->k) {
+  case PV_OPAQUE:
+    /* a data loader, a file ...: module-level script code (a training loop over
+     * a torchvision loader) runs no iterations at compile time */
+    *out = NULL;
+    return 0;
   case PV_TUPLE:
   case PV_LIST:
     *out = v->items;
@@ -316,6 +333,7 @@ static PV *bind_method(L *L, PV *self, PV *f) {
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
+  case PV_OPAQUE: return pv_opaque(L, at, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
     return v ? v : L->host->getattr(L, at, obj, name);
@@ -357,6 +375,7 @@ PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
 }
 
 void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_OPAQUE) return; /* the script configures an object ctc does not model */
   if (L->host->setattr(L, at, obj, name, val)) return;
   if (obj->k == PV_OBJ && obj->bi != BI_SUPER_PROXY) {
     if (!obj->attrs) obj->attrs = env_new(L, NULL);
@@ -484,6 +503,12 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
     return fn->call(L, fn, &A);
   }
   case PV_CLASS: return instantiate(L, at, fn, args, nargs, kwn, kwv, nkw);
+  case PV_OPAQUE:
+    for (int i = 0; i < nargs + nkw; i++) {
+      PV *x = i < nargs ? args[i] : kwv[i - nargs];
+      if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it with a tensor of the compiled code");
+    }
+    return pv_opaque(L, at, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:
     if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */
       Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
@@ -547,6 +572,9 @@ PV *py_lookup_name(L *L, Node *n) {
 }
 
 static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_OPAQUE || idx->k == PV_OPAQUE)
+    return opaque_op(L, at, obj, idx, arena_printf(L->a, "%s[...]", obj->k == PV_OPAQUE ? obj->s : "..."),
+                     "indexing");
   if (is_host(obj)) {
     PV *r = L->host->index(L, at, obj, idx);
     if (r) return r;
@@ -871,6 +899,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
+    if (a->k == PV_OPAQUE) return pv_opaque(L, n->span, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
@@ -893,6 +922,10 @@ PV *eval_expr(L *L, Node *n) {
     for (int i = 0; i + 1 < n->list.len; i++) {
       PV *right = eval_expr(L, n->list.data[i + 1]);
       int op = n->cmpops[i];
+      if ((left->k == PV_OPAQUE || right->k == PV_OPAQUE) && op != OP_IS && op != OP_ISNOT) {
+        if (n->list.len > 2) lower_error(L, n->span, "chained comparisons with an opaque value are not supported");
+        return opaque_op(L, n->span, left, right, "(comparison)", "comparing a tensor");
+      }
       if (is_host(left) || is_host(right)) {
         if (op == OP_IS || op == OP_ISNOT) {
           if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");

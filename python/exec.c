@@ -29,6 +29,7 @@ void py_assign_target(L *L, Node *t, PV *v) {
       pv_dict_set(L, t->b->span, obj, idx, v);
       return;
     }
+    if (obj->k == PV_OPAQUE) return;
     if (L->host->setitem(L, t->span, obj, idx, v)) return;
     lower_error(L, t->span, "'%s' object does not support item assignment", pv_kind_name(obj));
   }
@@ -36,6 +37,13 @@ void py_assign_target(L *L, Node *t, PV *v) {
   case N_LIST: {
     PV **items;
     int cnt;
+    if (v->k == PV_OPAQUE) {   /* a, b = opaque: each an opaque value */
+      for (int i = 0; i < t->list.len; i++) {
+        Node *ti = t->list.data[i]->kind == N_STARRED ? t->list.data[i]->a : t->list.data[i];
+        py_assign_target(L, ti, pv_opaque(L, t->span, arena_printf(L->a, "%s[%d]", v->s, i)));
+      }
+      return;
+    }
     if (v->k == PV_HOST) lower_error(L, t->span, "unpacking a %s is not supported; use split or indexing", pv_kind_name(v));
     cnt = iter_items(L, t->span, v, &items);
     eval_charge(L, t->span, cnt);
@@ -96,6 +104,7 @@ static void exec_classdef(L *L, Node *s) {
   }
   if (s->list.len == 1) {
     PV *base = eval_expr(L, s->list.data[0]);
+    if (base->k == PV_OPAQUE || base->k == PV_NS) base = py_builtin(L, BI_OBJECT, NULL); /* class D(Dataset) */
     if (base->k != PV_CLASS) lower_error(L, s->list.data[0]->span, "base class must be a class, not '%s'", pv_kind_name(base));
     if (base->bi && base->bi != BI_OBJECT && !L->host->can_subclass(base))
       lower_error(L, s->list.data[0]->span, "subclassing the builtin layer '%s' is not supported", base->s);
@@ -210,7 +219,12 @@ static int exec_stmt(L *L, Node *s) {
     if (s->list.len > 16) lower_error(L, s->span, "more than 16 context managers in one `with`");
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
-      tokens[nt++] = L->host->with_enter(L, it->span, it, eval_expr(L, it->a));
+      PV *cm = eval_expr(L, it->a);
+      if (cm->k == PV_OPAQUE) {   /* with open(...) as f / with opaque_cm(): binds an opaque value */
+        if (it->b) py_assign_target(L, it->b, pv_opaque(L, it->span, arena_printf(L->a, "%s.__enter__()", cm->s)));
+        continue;
+      }
+      tokens[nt++] = L->host->with_enter(L, it->span, it, cm);
     }
     int r = exec_block(L, L->env, &s->body);
     while (nt) L->host->with_exit(L, tokens[--nt]);

@@ -75,6 +75,11 @@ typedef enum PVKind {
   PV_NS,        /* a module: math, dataclasses, or one of the host's (torch ...) */
   PV_HOST,      /* a host value (t): a tensor */
   PV_HOSTC,     /* a host constant (dt): a dtype */
+  PV_OPAQUE,    /* a value from a module ctc does not model (torchvision, numpy, os ...):
+                   s its expression ("transforms.Compose(...)"), origin where it was made;
+                   attributes, calls, operators and subclassing give opaque values; only
+                   a use that needs its value (a tensor operation, an int argument ...) is
+                   an error, naming the use and the origin */
 } PVKind;
 
 struct HostValue;   /* defined by the host (torchlib: its tensors) */
@@ -104,6 +109,8 @@ struct PV {
   int dt;                /* HOSTC */
   int deco;              /* FUNC with a host decorator (HostOps.decorate): the host's state, 0 if none */
   int *hidx; int hcap;   /* DICT: hash index over keys (slot = item index + 1), once n grows */
+  Span *origin;          /* OPAQUE: where the value was made */
+  const char *what;      /* OPAQUE: its description for messages */
   int owned;             /* STR made by `name += ...`, held by that name only and not read
                             since: the next `name += ...` may append in place (n = length,
                             cap = buffer size), which keeps a loop of `+=` linear */
@@ -201,6 +208,10 @@ PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key); /* user key: TypeError if unh
 void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val);
 PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a PV_BUILTIN */
 PV *pv_ns(L *L, const char *name);
+/* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */
+PV *pv_opaque(L *L, Span at, const char *expr);
+/* A use of an opaque value that needs its value: a located error naming the use and the origin. */
+CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);
 int pv_is_host(const PV *v);                  /* a host value or constant */
 const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
 const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints it ([[...]] for cycles) */

@@ -107,6 +107,27 @@ static int mentions_training(const Node *n) {
   return 0;
 }
 
+/* Why a function found by mentions_training is not an automatic entry: a
+ * parameter whose shape neither --input nor example_inputs gives (it is then no
+ * tensor ctc can make: args, a model, a loader, an epoch number); NULL if all are known. */
+static const char *entry_unknown_param(L *L, Node *def, const LowerOptions *opt, PV *examples) {
+  PV *ex = NULL;
+  if (examples && examples->k == PV_DICT) ex = pv_dict_get(examples, pv_str(L, def->name));
+  if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
+  for (int k = 0; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN) return "it takes *args or **kwargs";
+    int known = 0;
+    for (int i = 0; i < opt->ninputs; i++) known |= !strcmp(opt->inputs[i].name, p->name);
+    if (ex && pv_is_seq(ex) && k < ex->n && ex->items[k]->k == PV_TENSOR) known = 1;
+    if (known) continue;
+    if (p->b) break; /* defaults */
+    return arena_printf(L->a, "the shape of parameter '%s' is unknown (not an entry: name it with --entry and give "
+                              "--input %s=f32[...] to compile it)", p->name, p->name);
+  }
+  return NULL;
+}
+
 static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top) {
   PV *examples = env_get(L->globals, "example_inputs");
   for (int i = 0; i < opt->nentries; i++) {
@@ -125,6 +146,13 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
     if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0 || !mentions_training(s)) continue;
     PV *f = env_get(L->globals, s->name);
     if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
+    const char *why = entry_unknown_param(L, s, opt, examples);
+    if (why) { /* train(args, model, device, loader, ...): a script's driver, not an entry */
+      Program *P = L->T->prog;
+      P->skipped = arena_printf(L->a, "%s%s%s (line %d): %s", P->skipped ? P->skipped : "", P->skipped ? "\n" : "",
+                                s->name, s->span.line, why);
+      continue;
+    }
     stage_function(L, s->name, f, opt, examples);
   }
 }
@@ -305,7 +333,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   stage_entries(L, module, opt, top);
   if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
-                        "calls backward(), step() or a differentiation API (name one with --entry NAME)");
+                        "calls backward(), step() or a differentiation API (name one with --entry NAME)%s%s",
+                L->T->prog->skipped ? "; skipped: " : "", L->T->prog->skipped ? L->T->prog->skipped : "");
   stage_scheduler_entries(L);
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {

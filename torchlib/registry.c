@@ -111,6 +111,9 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "Tensor") == 0) return py_lookup(L, NS_BUILTINS, "object", NULL);
   }
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "utils") == 0 || strcmp(name, "distributed") == 0 ||
+                                  strcmp(name, "multiprocessing") == 0 || strcmp(name, "backends") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.%s", name)); /* torch.utils.data.DataLoader ...: opaque below */
   if (strcmp(m, "torch.nn.utils") == 0 && strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
   int k = ns_index(m);
   if (k >= 0) {
@@ -121,7 +124,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
    * module, so files that import it still compile as long as compiled code
    * does not use it. */
-  return pv_ns(L, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
+  return pv_opaque(L, at, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
 }
 
 /* A name found twice in one namespace would make a row unreachable. */
