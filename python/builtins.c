@@ -122,6 +122,7 @@ PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
   }
   if (strcmp(m, "dataclasses") == 0) return py_lookup(L, NS_DATACLASSES, name, NULL);
   if (strcmp(m, "typing") == 0) return pv_none(L);
+  if (strcmp(m, "argparse") == 0) return py_lookup(L, NS_ARGPARSE, name, NULL);
   return NULL;
 }
 

@@ -355,6 +355,7 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (v) return v;
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
+    if (obj->cls && obj->cls->bi == BI_ARGPARSE_PARSER) return py_lookup(L, NS_ARGPARSER, name, obj);
     return L->host->getattr(L, at, obj, name);
   }
   case PV_LIST: return py_lookup(L, NS_LIST, name, obj);
@@ -546,7 +547,8 @@ static void dataclass_init(L *L, Span at, PV *cls, PV *obj, PV **args, int nargs
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   if (cls->bi) {
     Args A = {at, args, nargs, kwn, kwv, nkw, cls->s};
-    return cls->bi == BI_OBJECT ? bi_object_new(L, cls, &A) : L->host->construct(L, cls, &A);
+    if (cls->bi < PY_BI__COUNT && py_rows[cls->bi].kind == BK_CLASS) return py_rows[cls->bi].call(L, cls, &A);
+    return L->host->construct(L, cls, &A);
   }
   PV *obj = L->host->instance(L, cls);
   if (!obj) {

@@ -45,6 +45,8 @@ enum {
   NS_LIST = 1u << 3,         /* methods of a list */
   NS_DICT = 1u << 4,         /* methods of a dict */
   NS_STR = 1u << 5,          /* methods of a str */
+  NS_ARGPARSE = 1u << 30,    /* argparse.* (argparse.c); high bits: the host numbers its own from 1u << 6 */
+  NS_ARGPARSER = 1u << 31,   /* methods of an argparse.ArgumentParser (and of its groups) */
 };
 enum { BK_FN = 1, BK_CLASS };   /* row kinds (the host adds its own after BK_CLASS) */
 typedef struct PyRow {
@@ -178,6 +180,7 @@ struct L {
   Env *env;              /* the current local scope */
   PV *retval;            /* value of the last `return` */
   int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
+  const char *script_args;  /* the compiled script's own command line (ctc --args '...'), for argparse */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time value (NULL outside such ifs and in calls) */
 };

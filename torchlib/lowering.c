@@ -291,6 +291,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->a = a;
   L->d = d;
   L->src = src;
+  L->script_args = opt->script_args;
   L->T->prog = ir_program_new(a, src);
   L->T->prog->hook = opt->hook;
   L->T->prog->hook_ctx = opt->hook_ctx;
