@@ -126,6 +126,17 @@ PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
   return NULL;
 }
 
+/* staticmethod(f), classmethod(f), property(f) called as functions (as
+ * decorators in a class body they are applied by exec_classdef the same way) */
+PV *bi_method_kind(L *L, PV *fn, Args *A) {
+  if (A->nargs != 1 || A->nkw || A->args[0]->k != PV_FUNC)
+    lower_error(L, A->at, "%s() takes one function here", A->fname);
+  PV *f = pv_new(L, PV_FUNC);
+  *f = *A->args[0];
+  f->i = py_rows[fn->bi].arg;
+  return f;
+}
+
 PV *bi_not_callable(L *L, PV *fn, Args *A) { lower_error(L, A->at, "'%s' is not callable", fn->s); }
 
 /* object(), the root of user classes */

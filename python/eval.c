@@ -155,6 +155,70 @@ static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *
   return pv_opaque(L, at, expr);
 }
 
+/* 'fmt' % args: %s %r %d %i %f %e %g %x %c %% with flags (-+ 0), width and
+ * precision, through format()'s spec. */
+static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
+  PV **items = &b;
+  int n = 1, k = 0;
+  if (b->k == PV_TUPLE) {
+    items = b->items;
+    n = b->n;
+  }
+  SB out = {0};
+  for (const char *p = fmt; *p;) {
+    if (*p != '%') {
+      const char *q = strchr(p, '%');
+      size_t len = q ? (size_t)(q - p) : strlen(p);
+      sb_add(L, at, &out, p, len);
+      p += len;
+      continue;
+    }
+    p++;
+    if (*p == '%') {
+      sb_adds(L, at, &out, "%");
+      p++;
+      continue;
+    }
+    char align = 0, sign = 0, zero = 0;
+    for (;; p++) {
+      if (*p == '-') align = '<';
+      else if (*p == '+' || *p == ' ') sign = *p;
+      else if (*p == '0') zero = 1;
+      else if (*p != '#') break;
+    }
+    char width[24] = "", prec[24] = "";
+    size_t wl = strspn(p, "0123456789");
+    if (wl >= sizeof width) lower_error(L, at, "'%%' format: width too large");
+    memcpy(width, p, wl);
+    width[wl] = 0;
+    p += wl;
+    if (*p == '.') {
+      size_t pl = strspn(p + 1, "0123456789");
+      if (pl + 1 >= sizeof prec) lower_error(L, at, "'%%' format: precision too large");
+      memcpy(prec, p, pl + 1);
+      prec[pl + 1] = 0;
+      p += pl + 1;
+    }
+    char c = *p ? *p++ : 0;
+    if (!strchr("srdiufFeEgGxXoc", c) || !c) lower_error(L, at, "unsupported format character in '%%' formatting");
+    if (k >= n) lower_error(L, at, "not enough arguments for format string");
+    PV *v = items[k++];
+    const char *txt;
+    if (c == 's' || c == 'r') {
+      const char *s = c == 's' ? pv_to_str(L, at, v) : pv_repr(L, at, v);
+      txt = pv_format(L, at, pv_str(L, s), arena_printf(L->a, "%s%s%s", align ? "<" : ">", width, prec));
+    } else {
+      if ((c == 'd' || c == 'i' || c == 'u') && v->k == PV_FLOAT) v = pv_int(L, ck_float_to_int(L, at, v->f < 0 ? ceil(v->f) : floor(v->f)));
+      char t = c == 'i' || c == 'u' ? 'd' : c;
+      txt = pv_format(L, at, v, arena_printf(L->a, "%s%s%s%s%s%c", align ? "<" : "", sign == '+' ? "+" : sign ? " " : "",
+                                            zero && !align ? "0" : "", width, prec, t));
+    }
+    sb_adds(L, at, &out, txt);
+  }
+  if (k < n && b->k == PV_TUPLE) lower_error(L, at, "not all arguments converted during string formatting");
+  return pv_str(L, sb_done(L, &out));
+}
+
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
   if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
     return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
@@ -200,8 +264,7 @@ PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
     r->n = r->cap = (int)total;
     return r;
   }
-  if (op == OP_MOD && a->k == PV_STR)
-    lower_error(L, at, "'%%' string formatting is not supported; use an f-string");
+  if (op == OP_MOD && a->k == PV_STR) return percent_format(L, at, a->s, b);
   lower_error(L, at, "unsupported operand types for %s: '%s' and '%s'", fe_op_spelling(op),
               pv_kind_name(a), pv_kind_name(b));
 }
@@ -324,7 +387,14 @@ static PV *class_lookup(PV *cls, const char *name) {
 }
 
 static PV *bind_method(L *L, PV *self, PV *f) {
-  if (f->k != PV_FUNC) return f;
+  if (f->k != PV_FUNC || f->i == FK_STATIC) return f;
+  if (f->i == FK_CLASSMETHOD && self->k != PV_CLASS) self = self->cls;
+  if (f->i == FK_PROPERTY) {
+    PV *b = pv_new(L, PV_BOUND);
+    b->self = self;
+    b->fn = f;
+    return call_value(L, f->node->span, b, NULL, 0, NULL, NULL, 0);
+  }
   PV *b = pv_new(L, PV_BOUND);
   b->self = self;
   b->fn = f;
@@ -340,7 +410,9 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   }
   case PV_CLASS: {
     if (strcmp(name, "__name__") == 0) return pv_str(L, obj->s);
-    return class_lookup(obj, name);
+    PV *f = class_lookup(obj, name);
+    if (f && f->k == PV_FUNC && f->i == FK_CLASSMETHOD) return bind_method(L, obj, f);
+    return f;
   }
   case PV_OBJ: {
     if (obj->bi == BI_SUPER_PROXY) {

@@ -120,8 +120,12 @@ static void exec_classdef(L *L, Node *s) {
       f->cls = cls;
       for (int k = st->decorators.len - 1; k >= 0; k--) {
         PV *dec = eval_expr(L, st->decorators.data[k]);
-        (void)dec;  /* @staticmethod, @property ... are not supported beyond plain methods */
-        lower_error(L, st->decorators.data[k]->span, "decorators on methods are not supported by ctc");
+        if (dec->k == PV_BUILTIN && (dec->bi == BI_STATICMETHOD || dec->bi == BI_CLASSMETHOD || dec->bi == BI_PROPERTY))
+          f->i = py_rows[dec->bi].arg;
+        else if (dec->k == PV_OPAQUE) continue; /* a decorator from an unmodelled module: the function as it is */
+        else if (!L->host->decorate(L, dec, f)) /* @torch.no_grad() ... */
+          lower_error(L, st->decorators.data[k]->span, "this method decorator is not supported by ctc "
+                                                       "(@staticmethod, @classmethod, @property, @torch.no_grad() are)");
       }
       env_set(L, cls->env, st->name, f);
       continue;
@@ -272,6 +276,7 @@ static int exec_stmt(L *L, Node *s) {
     for (int k = s->decorators.len - 1; k >= 0; k--) {
       PV *dec = eval_expr(L, s->decorators.data[k]);
       if (L->host->decorate(L, dec, f)) continue; /* @torch.no_grad() ... */
+      if (dec->k == PV_OPAQUE) continue;           /* from an unmodelled module: the function as it is */
       lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
     }
     env_set(L, L->env, s->name, f);

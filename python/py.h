@@ -90,7 +90,7 @@ struct HostState;   /* the host's part of the context */
 
 struct PV {
   PVKind k;
-  int64_t i;             /* INT, BOOL; BUILTIN: the namespace bits its row was found under (0: made directly) */
+  int64_t i;             /* INT, BOOL; FUNC: its method kind (FK_*); BUILTIN: the namespace bits its row was found under (0: made directly) */
   double f;              /* FLOAT */
   const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN; HOST/HOSTC: the kind's name */
   PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
@@ -191,6 +191,9 @@ struct L {
 #include "builtins.def"
 #undef B
 #undef CLASS
+
+/* A method's kind (PV_FUNC.i): @staticmethod, @classmethod, @property. */
+enum { FK_METHOD = 0, FK_STATIC = 1, FK_CLASSMETHOD = 2, FK_PROPERTY = 3 };
 
 /* ---- errors ---- */
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);

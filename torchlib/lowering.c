@@ -162,7 +162,80 @@ static Span file_span(const SrcFile *f) {
   return s;
 }
 
-static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
+static int is_identifier(const char *s) {
+  if (!isalpha((unsigned char)*s) && *s != '_') return 0;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+  return 1;
+}
+
+/* --model 'GPT(GPTConfig(n_layer=4))': an expression evaluated in the file's namespace. */
+static PV *model_expression(L *L, const char *text) {
+  SrcFile *f = src_from_string(L->a, "--model", arena_printf(L->a, "%s\n", text));
+  Node *m = fe_parse(L->a, L->d, f);
+  if (!m) longjmp(*L->on_error, 1); /* the parser reported it */
+  if (m->body.len != 1 || m->body.data[0]->kind != N_EXPR_STMT)
+    lower_error(L, m->body.len ? m->body.data[0]->span : file_span(f), "--model takes one Python expression");
+  Node *e = m->body.data[0]->a;
+  Env *saved = L->env;
+  L->env = L->globals;
+  PV *v = eval_expr(L, e);
+  L->env = saved;
+  if (!pv_is_module(v))
+    lower_error(L, e->span, "--model %s made a %s, not an nn.Module instance", text, pv_kind_name(v));
+  return v;
+}
+
+/* Does the tree mention the name? (the entries using a module-level instance) */
+static int mentions_name(const Node *n, const char *name) {
+  if (!n) return 0;
+  if (n->kind == N_NAME && n->name && !strcmp(n->name, name)) return 1;
+  if (mentions_name(n->a, name) || mentions_name(n->b, name) || mentions_name(n->c, name)) return 1;
+  const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++)
+      if (mentions_name(vs[k]->data[i], name)) return 1;
+  return 0;
+}
+
+/* The module-level instances of the file's own nn.Module classes (net = Net()):
+ * the only one, or the only one the training functions use; NULL if none. */
+static PV *module_level_instance(L *L, Node *module, Span top) {
+  PV *found[16];
+  const char *names[16];
+  int n = 0;
+  for (int i = 0; i < L->globals->names.len && n < 16; i++) {
+    PV *g = L->globals->vals.data[i];
+    if (!pv_is_module(g) || !g->cls || g->cls->bi) continue;
+    int dup = 0;
+    for (int k = 0; k < n; k++) dup |= found[k] == g;
+    if (dup) continue;
+    found[n] = g;
+    names[n++] = L->globals->names.data[i];
+  }
+  if (n <= 1) return n ? found[0] : NULL;
+  PV *used = NULL;
+  int nused = 0;
+  for (int k = 0; k < n; k++) {
+    int u = 0;
+    for (int i = 0; i < module->body.len && !u; i++) {
+      Node *s = module->body.data[i];
+      u = s->kind == N_FUNCDEF && s->name[0] != '_' && mentions_training(s) && mentions_name(s, names[k]);
+    }
+    if (u) {
+      used = found[k];
+      nused++;
+    }
+  }
+  if (nused == 1) return used;
+  const char *list = "";
+  for (int k = 0; k < n; k++) list = arena_printf(L->a, "%s%s%s", list, k ? ", " : "", names[k]);
+  lower_error(L, top, "the file makes several nn.Module instances at module level (%s); choose one with --model NAME",
+              list);
+}
+
+static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
+  if (opt->model && !is_identifier(opt->model)) return model_expression(L, opt->model);
   if (opt->model) {
     PV *v = env_get(L->globals, opt->model);
     if (!v) lower_error(L, top, "--model %s: no class or module-level object of that name in the file", opt->model);
@@ -186,6 +259,8 @@ static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
   }
   PV *m = env_get(L->globals, "model");
   if (m && pv_is_module(m)) return m;
+  m = module_level_instance(L, module, top);
+  if (m) return m;
   PV *only = NULL;
   int count = 0;
   const char *names = "";
@@ -309,7 +384,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->env = L->globals;
   exec_block(L, L->globals, &module->body);
   Span top = file_span(src);
-  PV *model = pick_model(L, opt, top);
+  PV *model = pick_model(L, opt, module, top);
   if (model) {
     L->T->prog->class_name = model->cls->s;
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);

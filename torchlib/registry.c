@@ -104,9 +104,21 @@ static int dtype_by_name(const char *n, DType *dt) {
   return 0;
 }
 
+/* torch.cuda.is_available(), device_count(), is_bf16_supported(): ctc compiles for the CPU */
+static PV *cuda_none(L *L, PV *fn, Args *A) {
+  (void)A;
+  return strcmp(fn->s, "device_count") ? pv_bool(L, 0) : pv_int(L, 0);
+}
+
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   const char *m = ns->s;
   DType dt;
+  if (strcmp(m, "torch") == 0 && strcmp(name, "cuda") == 0) return pv_ns(L, "torch.cuda");
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "device") == 0 || strcmp(name, "save") == 0 || strcmp(name, "load") == 0))
+    return pv_opaque(L, at, arena_printf(L->a, "torch.%s", name)); /* a device; files are not read or written at compile time */
+  if (strcmp(m, "torch.cuda") == 0 && (strcmp(name, "is_available") == 0 || strcmp(name, "device_count") == 0 ||
+                                       strcmp(name, "is_bf16_supported") == 0))
+    return pv_native(L, cuda_none, 0, name, NULL);
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "Tensor") == 0) return py_lookup(L, NS_BUILTINS, "object", NULL);
