@@ -6,6 +6,8 @@
  * values given on ctc's command line with --args '...' (L->script_args). A
  * missing required argument, an unknown option or a bad value is a located error
  * at the parse_args call, as argparse's own exit would be. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include "py_int.h"
 
@@ -135,6 +137,15 @@ PV *bi_argparse_nothing(L *L, PV *fn, Args *A) {
 static PV *convert(L *L, Span at, PV *row, const char *text) {
   PV *s = pv_str(L, text);
   PV *t = row->items[A_TYPE];
+  if (t->k == PV_BUILTIN && (t->bi == BI_INT || t->bi == BI_FLOAT)) { /* argparse's own message */
+    char *end;
+    errno = 0;
+    if (t->bi == BI_INT) (void)strtoll(text, &end, 10);
+    else (void)strtod(text, &end);
+    while (*end == ' ') end++;
+    if (!*text || *end)
+      lower_error(L, at, "argparse: argument %s: invalid %s value: '%s'", row->items[A_DEST]->s, t->s, text);
+  }
   PV *v = t->k == PV_NONE ? s : call_value(L, at, t, &s, 1, NULL, NULL, 0);
   PV *ch = row->items[A_CHOICES];
   if (ch->k != PV_NONE) {

@@ -40,6 +40,7 @@ void bind_args(L *L, Args *A, const char *spec, PV **out) {
 
 int64_t arg_int(L *L, Span at, PV *v, const char *what) {
   if (v->k == PV_INT || v->k == PV_BOOL) return v->i;
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   if (pv_is_host(v))
     lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be an int, not '%s'", what, pv_kind_name(v));
@@ -47,6 +48,7 @@ int64_t arg_int(L *L, Span at, PV *v, const char *what) {
 
 double arg_num(L *L, Span at, PV *v, const char *what) {
   if (pv_is_num(v)) return pv_num(v);
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   if (pv_is_host(v))
     lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be a number, not '%s'", what, pv_kind_name(v));
@@ -55,6 +57,7 @@ double arg_num(L *L, Span at, PV *v, const char *what) {
 int arg_bool(L *L, Span at, PV *v, const char *what) {
   if (v->k == PV_BOOL || v->k == PV_INT) return v->i != 0;
   if (v->k == PV_NONE) return 0;
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   lower_error(L, at, "%s must be a bool, not '%s'", what, pv_kind_name(v));
 }
 

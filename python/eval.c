@@ -222,7 +222,7 @@ static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
   if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
     return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
-                                               b->k == PV_OPAQUE ? b->s : "..."), "this operation on a tensor");
+                                               b->k == PV_OPAQUE ? b->s : "..."), arena_printf(L->a, "'%s' on a tensor", fe_op_spelling(op)));
   if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
   if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
@@ -579,7 +579,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
   case PV_OPAQUE:
     for (int i = 0; i < nargs + nkw; i++) {
       PV *x = i < nargs ? args[i] : kwv[i - nargs];
-      if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it with a tensor of the compiled code");
+      if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");
     }
     return pv_opaque(L, at, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:

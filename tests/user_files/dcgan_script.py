@@ -48,7 +48,7 @@ else:
         transforms.Resize(opt.imageSize), transforms.ToTensor()]))
     nc = 3
 assert dataset
-dataloader = torch.utils.data.DataLoader(dataset, batch_size=opt.batchSize, shuffle=True)
+dataloader = torch.utils.data.DataLoader(dataset, batch_size=opt.batchSize)
 
 device = torch.device("cuda:0" if opt.cuda else "cpu")
 ngpu = int(opt.ngpu)
