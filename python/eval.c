@@ -335,7 +335,12 @@ int truthy(L *L, Span at, PV *v) {
   case PV_DICT: return v->n != 0;
   case PV_HOST:
   case PV_HOSTC: return L->host->truth(L, at, v);
-  default: return 1;   /* objects, and opaque values (most Python objects are truthy) */
+  case PV_OPAQUE:
+    /* most Python objects are truthy: script code (`assert dataset`) goes on; compiled
+     * code must not branch on a guess */
+    if (L->host->staging(L)) pv_opaque_error(L, at, v, "a condition in compiled code");
+    return 1;
+  default: return 1;
   }
 }
 
@@ -344,8 +349,9 @@ int truthy(L *L, Span at, PV *v) {
 int iter_items(L *L, Span at, PV *v, PV ***out) {
   switch (v->k) {
   case PV_OPAQUE:
-    /* a data loader, a file ...: module-level script code (a training loop over
-     * a torchvision loader) runs no iterations at compile time */
+    /* a data loader, a file ...: script code (a training loop over a torchvision
+     * loader) runs no iterations at compile time; compiled code needs the items */
+    if (L->host->staging(L)) pv_opaque_error(L, at, v, "iterating in compiled code");
     *out = NULL;
     return 0;
   case PV_TUPLE:

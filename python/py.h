@@ -144,6 +144,7 @@ typedef struct HostOps {
   /* A value known only at run time (a staged tensor): an `if`, a conditional
    * expression or an assert on it runs both branches and selects with select(). */
   int (*runtime)(L *L, PV *v);
+  int (*staging)(L *L);                                /* compiled code is being staged (forward, an entry) */
   void (*check_cond)(L *L, Span at, PV *c);            /* such a value as a condition: one element */
   PV *(*select)(L *L, Span at, PV *c, PV *a, PV *b);
   PV *(*inplace)(L *L, Span at, int op, PV *cur, PV *rhs); /* cur op= rhs updating cur; NULL: not in place */
