@@ -69,10 +69,86 @@ void py_assign_target(L *L, Node *t, PV *v) {
   }
 }
 
+/* A module from a file beside the importing one (Python's sys.path[0]), as
+ * `from model import GPT` or `import mingpt.utils` find it: DIR/a/b.py or
+ * DIR/a/b/__init__.py, `level` dots of a relative import going up from DIR. It
+ * runs once (L->modules) in its own namespace, which is the module object's
+ * attributes. NULL if there is no such file. */
+static PV *local_module(L *L, Span at, const char *dotted, int level) {
+  const char *from = at.file && at.file->path ? at.file->path : "";
+  const char *slash = strrchr(from, '/');
+  const char *dir = slash ? arena_strndup(L->a, from, (size_t)(slash - from)) : ".";
+  for (int k = 1; k < level; k++) dir = arena_printf(L->a, "%s/..", dir);
+  char *rel = arena_strdup(L->a, dotted ? dotted : "");
+  for (char *c = rel; *c; c++)
+    if (*c == '.') *c = '/';
+  const char *cands[2] = {arena_printf(L->a, "%s/%s.py", dir, rel), arena_printf(L->a, "%s/%s%s__init__.py", dir, rel,
+                                                                                    rel[0] ? "/" : "")};
+  if (!rel[0]) cands[0] = cands[1];
+  if (!L->modules) L->modules = pv_dict(L);
+  for (int c = 0; c < 2; c++) {
+    PV *key = pv_str(L, cands[c]);
+    PV *m = pv_dict_get(L->modules, key);
+    if (m) return m;
+    SrcFile *f = src_read(L->a, cands[c]);
+    if (!f) continue;
+    Node *tree = fe_parse(L->a, L->d, f);
+    if (!tree) longjmp(*L->on_error, 1); /* the parse error is reported */
+    PV *cls = pv_new(L, PV_CLASS);
+    cls->s = "module";
+    m = pv_new(L, PV_OBJ);
+    m->cls = cls;
+    m->attrs = env_new(L, NULL);
+    env_set(L, m->attrs, "__name__", pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
+    pv_dict_set(L, at, L->modules, key, m); /* before running it: an import cycle sees it */
+    Env *sg = L->globals, *se = L->env;
+    L->globals = L->env = m->attrs;
+    exec_block(L, m->attrs, &tree->body);
+    L->globals = sg;
+    L->env = se;
+    return m;
+  }
+  return NULL;
+}
+
 static void exec_import(L *L, Node *s) {
   for (int i = 0; i < s->list.len; i++) {
     Node *al = s->list.data[i];
     const char *full = al->name;
+    if (s->kind == N_IMPORTFROM) {
+      PV *lm = local_module(L, s->span, s->name, s->ival ? s->ival : 1);
+      if (lm) {
+        if (strcmp(al->name, "*") == 0)
+          lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+        PV *v = env_get(lm->attrs, al->name);
+        if (!v) v = local_module(L, s->span, arena_printf(L->a, "%s%s%s", s->name ? s->name : "", s->name ? "." : "",
+                                                           al->name), s->ival ? s->ival : 1);
+        if (!v) lower_error(L, al->span, "cannot import name '%s' from '%s'", al->name, s->name ? s->name : ".");
+        env_set(L, L->env, al->name2 ? al->name2 : al->name, v);
+        continue;
+      }
+      if (s->ival) lower_error(L, s->span, "relative import: no module '%s' beside this file", s->name ? s->name : ".");
+    } else {
+      PV *lm = local_module(L, s->span, full, 1);
+      if (lm) {
+        const char *dot = strchr(full, '.');
+        if (al->name2 || !dot) {
+          env_set(L, L->env, al->name2 ? al->name2 : full, lm);
+          continue;
+        }
+        /* import pkg.mod binds pkg, with mod as its attribute */
+        const char *root = arena_strndup(L->a, full, (size_t)(dot - full));
+        PV *pkg = local_module(L, s->span, root, 1);
+        if (!pkg) {
+          pkg = pv_new(L, PV_OBJ);
+          pkg->cls = lm->cls;
+          pkg->attrs = env_new(L, NULL);
+        }
+        env_set(L, pkg->attrs, dot + 1, lm);
+        env_set(L, L->env, root, pkg);
+        continue;
+      }
+    }
     if (s->kind == N_IMPORTFROM) {
       if (strcmp(al->name, "*") == 0)
         lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);

@@ -181,6 +181,7 @@ struct L {
   Env *env;              /* the current local scope */
   PV *retval;            /* value of the last `return` */
   int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
+  PV *modules;            /* exec.c: the files imported from beside the compiled file, by path (a dict) */
   const char *script_args;  /* the compiled script's own command line (ctc --args '...'), for argparse */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time value (NULL outside such ifs and in calls) */

@@ -264,3 +264,24 @@ def test_method_decorators(tmp_path):
     p = write(tmp_path, METHODS)
     mod = load_module(p)
     check_forward(tmp_path, p, mod.model, [randn(2, 4)], ["--input", "x=f32[2,4]"])
+
+
+def test_local_imports(tmp_path):
+    """A few-line driver builds the model from files beside it: `from model import
+    GPT, GPTConfig`, a package with __init__.py, a relative import inside it."""
+    import shutil
+    shutil.copy(os.path.join(FILES, "gpt_model.py"), tmp_path / "model.py")
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "__init__.py").write_text("LAYERS = 2\n")
+    (tmp_path / "cfg" / "sizes.py").write_text("from . import LAYERS\n\ndef config(GPTConfig):\n"
+                                               "    return GPTConfig(n_layer=LAYERS, n_head=2, n_embd=16, "
+                                               "vocab_size=32, block_size=8)\n")
+    drv = write(tmp_path, "import torch\nfrom model import GPT, GPTConfig\nimport cfg.sizes\n\n"
+                          "model = GPT(cfg.sizes.config(GPTConfig))\n", name="driver.py")
+    mod = load_module(os.path.join(FILES, "gpt_model.py"))
+    torch.manual_seed(0)
+    model = mod.GPT(mod.GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=32, block_size=8))
+    idx = np.random.default_rng(4).integers(0, 32, size=(2, 8)).astype(np.int64)
+    check_forward(tmp_path, drv, model, [idx], ["--input", "idx=i64[2,8]"])
+    r = ctc_check(write(tmp_path, "from model import Nope\n", name="bad.py"))
+    assert r.returncode == 1 and "bad.py:1:19: error: cannot import name 'Nope' from 'model'" in r.stderr
