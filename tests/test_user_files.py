@@ -285,3 +285,16 @@ def test_local_imports(tmp_path):
     check_forward(tmp_path, drv, model, [idx], ["--input", "idx=i64[2,8]"])
     r = ctc_check(write(tmp_path, "from model import Nope\n", name="bad.py"))
     assert r.returncode == 1 and "bad.py:1:19: error: cannot import name 'Nope' from 'model'" in r.stderr
+
+
+def test_bare_sequential_example_inputs(tmp_path):
+    """model = nn.Sequential(...) with its input shape from example_inputs."""
+    src = ("import torch\nimport torch.nn as nn\n\nmodel = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(),\n"
+           "                      nn.Linear(32, 10), nn.LogSoftmax(dim=1))\n"
+           "example_inputs = (torch.randn(5, 1, 28, 28),)\n")
+    p = write(tmp_path, src)
+    mod = load_module(p)
+    check_forward(tmp_path, p, mod.model, [randn(5, 1, 28, 28)], [])
+    r = ctc_check(write(tmp_path, src.replace("example_inputs", "shapes"), name="noshape.py"))
+    assert r.returncode == 1
+    assert "error: a bare nn.Sequential model takes one input: give its shape with --input" in r.stderr

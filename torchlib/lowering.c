@@ -320,14 +320,35 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
 
 static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *fwd = getattr_opt(L, top, model, "forward");
-  if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
-    if (model->cls->bi == BI_C_SEQUENTIAL) lower_error(L, top, "a bare nn.Sequential model needs --input x=...; wrap it in a class to name inputs");
-    lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
-  }
-  Node *def = fwd->fn->node;
   PV *examples = env_get(L->globals, "example_inputs");
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
+  if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
+    if (model->cls->node) lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
+    /* a bare library module (model = nn.Sequential(...)): one input, from the
+     * one --input or example_inputs = (torch.randn(...),) */
+    Type t;
+    const char *name = "input";
+    if (opt->ninputs == 1) {
+      t = opt->inputs[0].type;
+      name = opt->inputs[0].name;
+    } else if (!opt->ninputs && examples && pv_is_seq(examples) && examples->n == 1 &&
+               examples->items[0]->k == PV_TENSOR)
+      t = examples->items[0]->t->type;
+    else
+      lower_error(L, top, "a bare nn.%s model takes one input: give its shape with --input input=f32[...] or "
+                          "example_inputs = (torch.randn(...),)", model->cls->s);
+    Func *f = ir_func_new(L->T->prog, "forward", top);
+    L->T->fn = f;
+    f->grad_mode = L->T->grad_mode;
+    PV *x = t_wrap(L, ir_add_input(L->T->prog, f, name, t));
+    PV *r = call_value(L, top, model, &x, 1, NULL, NULL, 0);
+    if (r->k != PV_TENSOR) lower_error(L, top, "the model returned a %s, not a tensor", pv_kind_name(r));
+    ir_add_output(L->T->prog, f, t_val(L, top, r), "out");
+    L->T->fn = NULL;
+    return;
+  }
+  Node *def = fwd->fn->node;
   Func *f = ir_func_new(L->T->prog, "forward", def->span);
   L->T->fn = f;
   f->grad_mode = L->T->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
