@@ -431,6 +431,7 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
+    if (!strcmp(name, "__class__") && obj->cls) return obj->cls;
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
     if (obj->cls && obj->cls->bi == BI_ARGPARSE_PARSER) return py_lookup(L, NS_ARGPARSER, name, obj);

@@ -33,6 +33,8 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
 }
 
 static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
+    return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
   if (obj->k == PV_TENSOR) {
     tensor_setattr(L, at, obj, name, val);
     return 1;

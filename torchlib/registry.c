@@ -113,10 +113,15 @@ static PV *cuda_none(L *L, PV *fn, Args *A) {
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   const char *m = ns->s;
   DType dt;
-  if (strcmp(m, "torch") == 0 && strcmp(name, "cuda") == 0) return pv_ns(L, "torch.cuda");
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "cuda") == 0 || strcmp(name, "accelerator") == 0 || strcmp(name, "mps") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.%s", name));
+  if (strcmp(m, "torch.backends") == 0 && (strcmp(name, "mps") == 0 || strcmp(name, "cuda") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.backends.%s", name));
   if (strcmp(m, "torch") == 0 && (strcmp(name, "device") == 0 || strcmp(name, "save") == 0 || strcmp(name, "load") == 0))
     return pv_opaque(L, at, arena_printf(L->a, "torch.%s", name)); /* a device; files are not read or written at compile time */
-  if (strcmp(m, "torch.cuda") == 0 && (strcmp(name, "is_available") == 0 || strcmp(name, "device_count") == 0 ||
+  if ((strcmp(m, "torch.cuda") == 0 || strcmp(m, "torch.accelerator") == 0 || strcmp(m, "torch.mps") == 0 ||
+       strcmp(m, "torch.backends.mps") == 0 || strcmp(m, "torch.backends.cuda") == 0) &&
+      (strcmp(name, "is_available") == 0 || strcmp(name, "device_count") == 0 ||
                                        strcmp(name, "is_bf16_supported") == 0))
     return pv_native(L, cuda_none, 0, name, NULL);
   if (strcmp(m, "torch") == 0) {
