@@ -298,3 +298,29 @@ def test_bare_sequential_example_inputs(tmp_path):
     r = ctc_check(write(tmp_path, src.replace("example_inputs", "shapes"), name="noshape.py"))
     assert r.returncode == 1
     assert "error: a bare nn.Sequential model takes one input: give its shape with --input" in r.stderr
+
+
+SCRIPT_PY = """import torch
+a = '%s/x_%d.pth' % ('out', 3)
+b = '[%d/%d] Loss: %.4f %5s|%-4d|%+.2e %%' % (1, 2, 0.123456, 'ab', 7, 12345.0)
+assert a == 'out/x_3.pth', a
+assert b == '[1/2] Loss: 0.1235    ab|7   |+1.23e+04 %', b
+assert '%r' % ('q',) == "'q'" and 'n=%05.1f' % 3.14159 == 'n=003.1'
+assert 'AbC'.lower() == 'abc' and 'AbC'.upper() == 'ABC' and 'BatchNorm2d'.find('Norm') == 5
+assert '  a b \\n'.strip() == 'a b' and 'xxaxx'.strip('x') == 'a'
+assert ' a  b c '.split() == ['a', 'b', 'c'] and 'a,b,,c'.split(',') == ['a', 'b', '', 'c']
+assert 'a b c'.split(None, 1) == ['a', 'b c'] and 'aXbXc'.replace('X', '--') == 'a--b--c'
+
+
+def f(x):
+    return x
+"""
+
+
+def test_script_python(tmp_path):
+    """'%' formatting and the str methods scripts use, checked by compile-time asserts
+    (the same file runs under Python first, so the expectations are Python's)."""
+    p = write(tmp_path, SCRIPT_PY)
+    subprocess.run([sys.executable, p], check=True)
+    r = ctc_check(p, "--entry", "f", "--input", "x=f32[2]")
+    assert r.returncode == 0, r.stderr
