@@ -32,8 +32,11 @@ static const char *usage =
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
-    "  --model NAME            the nn.Module class or module-level instance to compile\n"
-    "                          (default: the module-level `model`, else the only nn.Module class)\n"
+    "  --model EXPR            the model: an nn.Module class or module-level instance by name,\n"
+    "                          or a Python expression in the file's namespace ('GPT(GPTConfig(n_layer=4))')\n"
+    "                          (default: the module-level `model`, else the instance the entries use,\n"
+    "                          else the only nn.Module class)\n"
+    "  --args 'ARGS'           the script's own command line, as argparse's parse_args() reads it\n"
     "  --name PREFIX           C prefix of generated symbols (default: the class name, lower-case)\n"
     "  --entry NAME            also compile the module-level function NAME as an entry (repeatable;\n"
     "                          default: every function that calls backward(), step() or\n"
@@ -86,6 +89,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       if (!(o->target = NEXT())) return -1;
     } else if (!strcmp(s, "--emit")) {
       if (!(o->emit = NEXT())) return -1;
+    } else if (!strcmp(s, "--args")) {
+      if (!(o->lower.script_args = NEXT())) return -1;
     } else if (!strcmp(s, "--model")) {
       if (!(o->lower.model = NEXT())) return -1;
     } else if (!strcmp(s, "--name")) {
@@ -398,6 +403,12 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       for (int i = 0; i < f->outputs.len; i++)
         fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
       fprintf(stdout, "\n");
+    }
+    for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
+      const char *e = strchr(q, '\n');
+      int len = e ? (int)(e - q) : (int)strlen(q);
+      fprintf(stdout, "  skipped %.*s\n", len, q);
+      q = e ? e + 1 : NULL;
     }
     return 0;
   }

@@ -186,6 +186,7 @@ struct Program {
   const SrcFile *src;
   const char *model_name;     /* C prefix: "net" (from the class, lower-cased) */
   const char *class_name;     /* the nn.Module class: "Net" */
+  const char *skipped;        /* lowering: functions not taken as automatic entries, one a line with why */
   Vec(Param) params;          /* state_dict order */
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
   IrPassHook hook;            /* NULL: none */

@@ -40,6 +40,7 @@ void bind_args(L *L, Args *A, const char *spec, PV **out) {
 
 int64_t arg_int(L *L, Span at, PV *v, const char *what) {
   if (v->k == PV_INT || v->k == PV_BOOL) return v->i;
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   if (pv_is_host(v))
     lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be an int, not '%s'", what, pv_kind_name(v));
@@ -47,6 +48,7 @@ int64_t arg_int(L *L, Span at, PV *v, const char *what) {
 
 double arg_num(L *L, Span at, PV *v, const char *what) {
   if (pv_is_num(v)) return pv_num(v);
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   if (pv_is_host(v))
     lower_error(L, at, "%s must be known at compile time, but it is a '%s'", what, pv_kind_name(v));
   lower_error(L, at, "%s must be a number, not '%s'", what, pv_kind_name(v));
@@ -55,6 +57,7 @@ double arg_num(L *L, Span at, PV *v, const char *what) {
 int arg_bool(L *L, Span at, PV *v, const char *what) {
   if (v->k == PV_BOOL || v->k == PV_INT) return v->i != 0;
   if (v->k == PV_NONE) return 0;
+  if (v->k == PV_OPAQUE) pv_opaque_error(L, at, v, arena_printf(L->a, "%s", what));
   lower_error(L, at, "%s must be a bool, not '%s'", what, pv_kind_name(v));
 }
 
@@ -122,7 +125,19 @@ PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
   }
   if (strcmp(m, "dataclasses") == 0) return py_lookup(L, NS_DATACLASSES, name, NULL);
   if (strcmp(m, "typing") == 0) return pv_none(L);
+  if (strcmp(m, "argparse") == 0) return py_lookup(L, NS_ARGPARSE, name, NULL);
   return NULL;
+}
+
+/* staticmethod(f), classmethod(f), property(f) called as functions (as
+ * decorators in a class body they are applied by exec_classdef the same way) */
+PV *bi_method_kind(L *L, PV *fn, Args *A) {
+  if (A->nargs != 1 || A->nkw || A->args[0]->k != PV_FUNC)
+    lower_error(L, A->at, "%s() takes one function here", A->fname);
+  PV *f = pv_new(L, PV_FUNC);
+  *f = *A->args[0];
+  f->i = py_rows[fn->bi].arg;
+  return f;
 }
 
 PV *bi_not_callable(L *L, PV *fn, Args *A) { lower_error(L, A->at, "'%s' is not callable", fn->s); }
@@ -540,6 +555,75 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       if (i) sb_add(L, A->at, &sb, fn->self->s, ls);
       sb_adds(L, A->at, &sb, it[i]->s);
     }
+    return pv_str(L, sb_done(L, &sb));
+  }
+  case BI_STR_FIND: {
+    bind_args(L, A, "sub", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "find() argument must be str");
+    eval_charge(L, A->at, (int64_t)strlen(fn->self->s));
+    const char *e = strstr(fn->self->s, a[0]->s);
+    return pv_int(L, e ? (int64_t)(e - fn->self->s) : -1);
+  }
+  case BI_STR_LOWER:
+  case BI_STR_UPPER: {
+    bind_args(L, A, "", a);
+    char *r = arena_strdup(L->a, fn->self->s);
+    eval_charge(L, A->at, (int64_t)strlen(r));
+    for (char *c = r; *c; c++)
+      if (*c >= (bi == BI_STR_LOWER ? 'A' : 'a') && *c <= (bi == BI_STR_LOWER ? 'Z' : 'z')) *c ^= 0x20;
+    return pv_str(L, r);
+  }
+  case BI_STR_STRIP: {
+    bind_args(L, A, "chars=", a);
+    const char *set = a[0] && a[0]->k == PV_STR ? a[0]->s : " \t\n\r\f\v";
+    const char *s = fn->self->s, *e = s + strlen(s);
+    while (*s && strchr(set, *s)) s++;
+    while (e > s && strchr(set, e[-1])) e--;
+    return pv_str(L, arena_strndup(L->a, s, (size_t)(e - s)));
+  }
+  case BI_STR_SPLIT: {
+    bind_args(L, A, "sep=,maxsplit=", a);
+    PV *out = pv_list(L, NULL, 0);
+    const char *s = fn->self->s;
+    int64_t max = a[1] ? arg_int(L, A->at, a[1], "maxsplit") : -1;
+    eval_charge(L, A->at, (int64_t)strlen(s));
+    if (!a[0] || a[0]->k == PV_NONE) {
+      for (;;) {
+        while (*s && strchr(" \t\n\r\f\v", *s)) s++;
+        if (!*s) break;
+        const char *e = s;
+        if (max-- == 0) e = s + strlen(s);
+        else
+          while (*e && !strchr(" \t\n\r\f\v", *e)) e++;
+        pv_list_append(L, out, pv_str(L, arena_strndup(L->a, s, (size_t)(e - s))));
+        s = e;
+      }
+      return out;
+    }
+    if (a[0]->k != PV_STR || !a[0]->s[0]) lower_error(L, A->at, "split(): empty or non-str separator");
+    size_t ls = strlen(a[0]->s);
+    for (;;) {
+      const char *e = max-- == 0 ? NULL : strstr(s, a[0]->s);
+      if (!e) {
+        pv_list_append(L, out, pv_str(L, s));
+        return out;
+      }
+      pv_list_append(L, out, pv_str(L, arena_strndup(L->a, s, (size_t)(e - s))));
+      s = e + ls;
+    }
+  }
+  case BI_STR_REPLACE: {
+    bind_args(L, A, "old,new", a);
+    if (a[0]->k != PV_STR || a[1]->k != PV_STR) lower_error(L, A->at, "replace() arguments must be str");
+    const char *s = fn->self->s;
+    size_t lo = strlen(a[0]->s);
+    if (!lo) lower_error(L, A->at, "replace() with an empty string is not supported by ctc");
+    SB sb = {0};
+    for (const char *e; (e = strstr(s, a[0]->s)); s = e + lo) {
+      sb_add(L, A->at, &sb, s, (size_t)(e - s));
+      sb_adds(L, A->at, &sb, a[1]->s);
+    }
+    sb_adds(L, A->at, &sb, s);
     return pv_str(L, sb_done(L, &sb));
   }
   case BI_STR_STARTSWITH:

@@ -146,7 +146,83 @@ PV *py_concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   return r;
 }
 
+/* An operation on an opaque value: opaque, unless an operand is a run-time
+ * host value (a staged tensor), which would need the opaque value compiled. */
+static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *use) {
+  PV *o = a && a->k == PV_OPAQUE ? a : b;
+  if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))
+    pv_opaque_error(L, at, o, use);
+  return pv_opaque(L, at, expr);
+}
+
+/* 'fmt' % args: %s %r %d %i %f %e %g %x %c %% with flags (-+ 0), width and
+ * precision, through format()'s spec. */
+static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
+  PV **items = &b;
+  int n = 1, k = 0;
+  if (b->k == PV_TUPLE) {
+    items = b->items;
+    n = b->n;
+  }
+  SB out = {0};
+  for (const char *p = fmt; *p;) {
+    if (*p != '%') {
+      const char *q = strchr(p, '%');
+      size_t len = q ? (size_t)(q - p) : strlen(p);
+      sb_add(L, at, &out, p, len);
+      p += len;
+      continue;
+    }
+    p++;
+    if (*p == '%') {
+      sb_adds(L, at, &out, "%");
+      p++;
+      continue;
+    }
+    char align = 0, sign = 0, zero = 0;
+    for (;; p++) {
+      if (*p == '-') align = '<';
+      else if (*p == '+' || *p == ' ') sign = *p;
+      else if (*p == '0') zero = 1;
+      else if (*p != '#') break;
+    }
+    char width[24] = "", prec[24] = "";
+    size_t wl = strspn(p, "0123456789");
+    if (wl >= sizeof width) lower_error(L, at, "'%%' format: width too large");
+    memcpy(width, p, wl);
+    width[wl] = 0;
+    p += wl;
+    if (*p == '.') {
+      size_t pl = strspn(p + 1, "0123456789");
+      if (pl + 1 >= sizeof prec) lower_error(L, at, "'%%' format: precision too large");
+      memcpy(prec, p, pl + 1);
+      prec[pl + 1] = 0;
+      p += pl + 1;
+    }
+    char c = *p ? *p++ : 0;
+    if (!strchr("srdiufFeEgGxXoc", c) || !c) lower_error(L, at, "unsupported format character in '%%' formatting");
+    if (k >= n) lower_error(L, at, "not enough arguments for format string");
+    PV *v = items[k++];
+    const char *txt;
+    if (c == 's' || c == 'r') {
+      const char *s = c == 's' ? pv_to_str(L, at, v) : pv_repr(L, at, v);
+      txt = pv_format(L, at, pv_str(L, s), arena_printf(L->a, "%s%s%s", align ? "<" : ">", width, prec));
+    } else {
+      if ((c == 'd' || c == 'i' || c == 'u') && v->k == PV_FLOAT) v = pv_int(L, ck_float_to_int(L, at, v->f < 0 ? ceil(v->f) : floor(v->f)));
+      char t = c == 'i' || c == 'u' ? 'd' : c;
+      txt = pv_format(L, at, v, arena_printf(L->a, "%s%s%s%s%s%c", align ? "<" : "", sign == '+' ? "+" : sign ? " " : "",
+                                            zero && !align ? "0" : "", width, prec, t));
+    }
+    sb_adds(L, at, &out, txt);
+  }
+  if (k < n && b->k == PV_TUPLE) lower_error(L, at, "not all arguments converted during string formatting");
+  return pv_str(L, sb_done(L, &out));
+}
+
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
+  if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
+    return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
+                                               b->k == PV_OPAQUE ? b->s : "..."), arena_printf(L->a, "'%s' on a tensor", fe_op_spelling(op)));
   if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
   if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
@@ -188,8 +264,7 @@ PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
     r->n = r->cap = (int)total;
     return r;
   }
-  if (op == OP_MOD && a->k == PV_STR)
-    lower_error(L, at, "'%%' string formatting is not supported; use an f-string");
+  if (op == OP_MOD && a->k == PV_STR) return percent_format(L, at, a->s, b);
   lower_error(L, at, "unsupported operand types for %s: '%s' and '%s'", fe_op_spelling(op),
               pv_kind_name(a), pv_kind_name(b));
 }
@@ -260,6 +335,11 @@ int truthy(L *L, Span at, PV *v) {
   case PV_DICT: return v->n != 0;
   case PV_HOST:
   case PV_HOSTC: return L->host->truth(L, at, v);
+  case PV_OPAQUE:
+    /* most Python objects are truthy: script code (`assert dataset`) goes on; compiled
+     * code must not branch on a guess */
+    if (L->host->staging(L)) pv_opaque_error(L, at, v, "a condition in compiled code");
+    return 1;
   default: return 1;
   }
 }
@@ -268,6 +348,12 @@ int truthy(L *L, Span at, PV *v) {
 
 int iter_items(L *L, Span at, PV *v, PV ***out) {
   switch (v->k) {
+  case PV_OPAQUE:
+    /* a data loader, a file ...: script code (a training loop over a torchvision
+     * loader) runs no iterations at compile time; compiled code needs the items */
+    if (L->host->staging(L)) pv_opaque_error(L, at, v, "iterating in compiled code");
+    *out = NULL;
+    return 0;
   case PV_TUPLE:
   case PV_LIST:
     *out = v->items;
@@ -307,7 +393,14 @@ static PV *class_lookup(PV *cls, const char *name) {
 }
 
 static PV *bind_method(L *L, PV *self, PV *f) {
-  if (f->k != PV_FUNC) return f;
+  if (f->k != PV_FUNC || f->i == FK_STATIC) return f;
+  if (f->i == FK_CLASSMETHOD && self->k != PV_CLASS) self = self->cls;
+  if (f->i == FK_PROPERTY) {
+    PV *b = pv_new(L, PV_BOUND);
+    b->self = self;
+    b->fn = f;
+    return call_value(L, f->node->span, b, NULL, 0, NULL, NULL, 0);
+  }
   PV *b = pv_new(L, PV_BOUND);
   b->self = self;
   b->fn = f;
@@ -316,13 +409,16 @@ static PV *bind_method(L *L, PV *self, PV *f) {
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
+  case PV_OPAQUE: return pv_opaque(L, at, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
     return v ? v : L->host->getattr(L, at, obj, name);
   }
   case PV_CLASS: {
     if (strcmp(name, "__name__") == 0) return pv_str(L, obj->s);
-    return class_lookup(obj, name);
+    PV *f = class_lookup(obj, name);
+    if (f && f->k == PV_FUNC && f->i == FK_CLASSMETHOD) return bind_method(L, obj, f);
+    return f;
   }
   case PV_OBJ: {
     if (obj->bi == BI_SUPER_PROXY) {
@@ -335,8 +431,10 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     }
     PV *v = obj->attrs ? env_get(obj->attrs, name) : NULL;
     if (v) return v;
+    if (!strcmp(name, "__class__") && obj->cls) return obj->cls;
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
+    if (obj->cls && obj->cls->bi == BI_ARGPARSE_PARSER) return py_lookup(L, NS_ARGPARSER, name, obj);
     return L->host->getattr(L, at, obj, name);
   }
   case PV_LIST: return py_lookup(L, NS_LIST, name, obj);
@@ -357,6 +455,7 @@ PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
 }
 
 void setattr_value(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_OPAQUE) return; /* the script configures an object ctc does not model */
   if (L->host->setattr(L, at, obj, name, val)) return;
   if (obj->k == PV_OBJ && obj->bi != BI_SUPER_PROXY) {
     if (!obj->attrs) obj->attrs = env_new(L, NULL);
@@ -484,6 +583,12 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
     return fn->call(L, fn, &A);
   }
   case PV_CLASS: return instantiate(L, at, fn, args, nargs, kwn, kwv, nkw);
+  case PV_OPAQUE:
+    for (int i = 0; i < nargs + nkw; i++) {
+      PV *x = i < nargs ? args[i] : kwv[i - nargs];
+      if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");
+    }
+    return pv_opaque(L, at, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:
     if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */
       Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
@@ -521,7 +626,8 @@ static void dataclass_init(L *L, Span at, PV *cls, PV *obj, PV **args, int nargs
 static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   if (cls->bi) {
     Args A = {at, args, nargs, kwn, kwv, nkw, cls->s};
-    return cls->bi == BI_OBJECT ? bi_object_new(L, cls, &A) : L->host->construct(L, cls, &A);
+    if (cls->bi < PY_BI__COUNT && py_rows[cls->bi].kind == BK_CLASS) return py_rows[cls->bi].call(L, cls, &A);
+    return L->host->construct(L, cls, &A);
   }
   PV *obj = L->host->instance(L, cls);
   if (!obj) {
@@ -547,6 +653,9 @@ PV *py_lookup_name(L *L, Node *n) {
 }
 
 static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_OPAQUE || idx->k == PV_OPAQUE)
+    return opaque_op(L, at, obj, idx, arena_printf(L->a, "%s[...]", obj->k == PV_OPAQUE ? obj->s : "..."),
+                     "indexing");
   if (is_host(obj)) {
     PV *r = L->host->index(L, at, obj, idx);
     if (r) return r;
@@ -871,6 +980,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
+    if (a->k == PV_OPAQUE) return pv_opaque(L, n->span, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
@@ -893,6 +1003,10 @@ PV *eval_expr(L *L, Node *n) {
     for (int i = 0; i + 1 < n->list.len; i++) {
       PV *right = eval_expr(L, n->list.data[i + 1]);
       int op = n->cmpops[i];
+      if ((left->k == PV_OPAQUE || right->k == PV_OPAQUE) && op != OP_IS && op != OP_ISNOT) {
+        if (n->list.len > 2) lower_error(L, n->span, "chained comparisons with an opaque value are not supported");
+        return opaque_op(L, n->span, left, right, "(comparison)", "comparing a tensor");
+      }
       if (is_host(left) || is_host(right)) {
         if (op == OP_IS || op == OP_ISNOT) {
           if (n->list.len > 2) lower_error(L, n->span, "chained comparisons of tensors are not supported");

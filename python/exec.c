@@ -29,6 +29,7 @@ void py_assign_target(L *L, Node *t, PV *v) {
       pv_dict_set(L, t->b->span, obj, idx, v);
       return;
     }
+    if (obj->k == PV_OPAQUE) return;
     if (L->host->setitem(L, t->span, obj, idx, v)) return;
     lower_error(L, t->span, "'%s' object does not support item assignment", pv_kind_name(obj));
   }
@@ -36,6 +37,13 @@ void py_assign_target(L *L, Node *t, PV *v) {
   case N_LIST: {
     PV **items;
     int cnt;
+    if (v->k == PV_OPAQUE) {   /* a, b = opaque: each an opaque value */
+      for (int i = 0; i < t->list.len; i++) {
+        Node *ti = t->list.data[i]->kind == N_STARRED ? t->list.data[i]->a : t->list.data[i];
+        py_assign_target(L, ti, pv_opaque(L, t->span, arena_printf(L->a, "%s[%d]", v->s, i)));
+      }
+      return;
+    }
     if (v->k == PV_HOST) lower_error(L, t->span, "unpacking a %s is not supported; use split or indexing", pv_kind_name(v));
     cnt = iter_items(L, t->span, v, &items);
     eval_charge(L, t->span, cnt);
@@ -61,10 +69,86 @@ void py_assign_target(L *L, Node *t, PV *v) {
   }
 }
 
+/* A module from a file beside the importing one (Python's sys.path[0]), as
+ * `from model import GPT` or `import mingpt.utils` find it: DIR/a/b.py or
+ * DIR/a/b/__init__.py, `level` dots of a relative import going up from DIR. It
+ * runs once (L->modules) in its own namespace, which is the module object's
+ * attributes. NULL if there is no such file. */
+static PV *local_module(L *L, Span at, const char *dotted, int level) {
+  const char *from = at.file && at.file->path ? at.file->path : "";
+  const char *slash = strrchr(from, '/');
+  const char *dir = slash ? arena_strndup(L->a, from, (size_t)(slash - from)) : ".";
+  for (int k = 1; k < level; k++) dir = arena_printf(L->a, "%s/..", dir);
+  char *rel = arena_strdup(L->a, dotted ? dotted : "");
+  for (char *c = rel; *c; c++)
+    if (*c == '.') *c = '/';
+  const char *cands[2] = {arena_printf(L->a, "%s/%s.py", dir, rel), arena_printf(L->a, "%s/%s%s__init__.py", dir, rel,
+                                                                                    rel[0] ? "/" : "")};
+  if (!rel[0]) cands[0] = cands[1];
+  if (!L->modules) L->modules = pv_dict(L);
+  for (int c = 0; c < 2; c++) {
+    PV *key = pv_str(L, cands[c]);
+    PV *m = pv_dict_get(L->modules, key);
+    if (m) return m;
+    SrcFile *f = src_read(L->a, cands[c]);
+    if (!f) continue;
+    Node *tree = fe_parse(L->a, L->d, f);
+    if (!tree) longjmp(*L->on_error, 1); /* the parse error is reported */
+    PV *cls = pv_new(L, PV_CLASS);
+    cls->s = "module";
+    m = pv_new(L, PV_OBJ);
+    m->cls = cls;
+    m->attrs = env_new(L, NULL);
+    env_set(L, m->attrs, "__name__", pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
+    pv_dict_set(L, at, L->modules, key, m); /* before running it: an import cycle sees it */
+    Env *sg = L->globals, *se = L->env;
+    L->globals = L->env = m->attrs;
+    exec_block(L, m->attrs, &tree->body);
+    L->globals = sg;
+    L->env = se;
+    return m;
+  }
+  return NULL;
+}
+
 static void exec_import(L *L, Node *s) {
   for (int i = 0; i < s->list.len; i++) {
     Node *al = s->list.data[i];
     const char *full = al->name;
+    if (s->kind == N_IMPORTFROM) {
+      PV *lm = local_module(L, s->span, s->name, s->ival ? s->ival : 1);
+      if (lm) {
+        if (strcmp(al->name, "*") == 0)
+          lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+        PV *v = env_get(lm->attrs, al->name);
+        if (!v) v = local_module(L, s->span, arena_printf(L->a, "%s%s%s", s->name ? s->name : "", s->name ? "." : "",
+                                                           al->name), s->ival ? s->ival : 1);
+        if (!v) lower_error(L, al->span, "cannot import name '%s' from '%s'", al->name, s->name ? s->name : ".");
+        env_set(L, L->env, al->name2 ? al->name2 : al->name, v);
+        continue;
+      }
+      if (s->ival) lower_error(L, s->span, "relative import: no module '%s' beside this file", s->name ? s->name : ".");
+    } else {
+      PV *lm = local_module(L, s->span, full, 1);
+      if (lm) {
+        const char *dot = strchr(full, '.');
+        if (al->name2 || !dot) {
+          env_set(L, L->env, al->name2 ? al->name2 : full, lm);
+          continue;
+        }
+        /* import pkg.mod binds pkg, with mod as its attribute */
+        const char *root = arena_strndup(L->a, full, (size_t)(dot - full));
+        PV *pkg = local_module(L, s->span, root, 1);
+        if (!pkg) {
+          pkg = pv_new(L, PV_OBJ);
+          pkg->cls = lm->cls;
+          pkg->attrs = env_new(L, NULL);
+        }
+        env_set(L, pkg->attrs, dot + 1, lm);
+        env_set(L, L->env, root, pkg);
+        continue;
+      }
+    }
     if (s->kind == N_IMPORTFROM) {
       if (strcmp(al->name, "*") == 0)
         lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
@@ -96,6 +180,7 @@ static void exec_classdef(L *L, Node *s) {
   }
   if (s->list.len == 1) {
     PV *base = eval_expr(L, s->list.data[0]);
+    if (base->k == PV_OPAQUE || base->k == PV_NS) base = py_builtin(L, BI_OBJECT, NULL); /* class D(Dataset) */
     if (base->k != PV_CLASS) lower_error(L, s->list.data[0]->span, "base class must be a class, not '%s'", pv_kind_name(base));
     if (base->bi && base->bi != BI_OBJECT && !L->host->can_subclass(base))
       lower_error(L, s->list.data[0]->span, "subclassing the builtin layer '%s' is not supported", base->s);
@@ -111,8 +196,12 @@ static void exec_classdef(L *L, Node *s) {
       f->cls = cls;
       for (int k = st->decorators.len - 1; k >= 0; k--) {
         PV *dec = eval_expr(L, st->decorators.data[k]);
-        (void)dec;  /* @staticmethod, @property ... are not supported beyond plain methods */
-        lower_error(L, st->decorators.data[k]->span, "decorators on methods are not supported by ctc");
+        if (dec->k == PV_BUILTIN && (dec->bi == BI_STATICMETHOD || dec->bi == BI_CLASSMETHOD || dec->bi == BI_PROPERTY))
+          f->i = py_rows[dec->bi].arg;
+        else if (dec->k == PV_OPAQUE) continue; /* a decorator from an unmodelled module: the function as it is */
+        else if (!L->host->decorate(L, dec, f)) /* @torch.no_grad() ... */
+          lower_error(L, st->decorators.data[k]->span, "this method decorator is not supported by ctc "
+                                                       "(@staticmethod, @classmethod, @property, @torch.no_grad() are)");
       }
       env_set(L, cls->env, st->name, f);
       continue;
@@ -210,7 +299,12 @@ static int exec_stmt(L *L, Node *s) {
     if (s->list.len > 16) lower_error(L, s->span, "more than 16 context managers in one `with`");
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
-      tokens[nt++] = L->host->with_enter(L, it->span, it, eval_expr(L, it->a));
+      PV *cm = eval_expr(L, it->a);
+      if (cm->k == PV_OPAQUE) {   /* with open(...) as f / with opaque_cm(): binds an opaque value */
+        if (it->b) py_assign_target(L, it->b, pv_opaque(L, it->span, arena_printf(L->a, "%s.__enter__()", cm->s)));
+        continue;
+      }
+      tokens[nt++] = L->host->with_enter(L, it->span, it, cm);
     }
     int r = exec_block(L, L->env, &s->body);
     while (nt) L->host->with_exit(L, tokens[--nt]);
@@ -258,6 +352,7 @@ static int exec_stmt(L *L, Node *s) {
     for (int k = s->decorators.len - 1; k >= 0; k--) {
       PV *dec = eval_expr(L, s->decorators.data[k]);
       if (L->host->decorate(L, dec, f)) continue; /* @torch.no_grad() ... */
+      if (dec->k == PV_OPAQUE) continue;           /* from an unmodelled module: the function as it is */
       lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
     }
     env_set(L, L->env, s->name, f);

@@ -45,6 +45,8 @@ enum {
   NS_LIST = 1u << 3,         /* methods of a list */
   NS_DICT = 1u << 4,         /* methods of a dict */
   NS_STR = 1u << 5,          /* methods of a str */
+  NS_ARGPARSE = 1u << 30,    /* argparse.* (argparse.c); high bits: the host numbers its own from 1u << 6 */
+  NS_ARGPARSER = 1u << 31,   /* methods of an argparse.ArgumentParser (and of its groups) */
 };
 enum { BK_FN = 1, BK_CLASS };   /* row kinds (the host adds its own after BK_CLASS) */
 typedef struct PyRow {
@@ -75,6 +77,11 @@ typedef enum PVKind {
   PV_NS,        /* a module: math, dataclasses, or one of the host's (torch ...) */
   PV_HOST,      /* a host value (t): a tensor */
   PV_HOSTC,     /* a host constant (dt): a dtype */
+  PV_OPAQUE,    /* a value from a module ctc does not model (torchvision, numpy, os ...):
+                   s its expression ("transforms.Compose(...)"), origin where it was made;
+                   attributes, calls, operators and subclassing give opaque values; only
+                   a use that needs its value (a tensor operation, an int argument ...) is
+                   an error, naming the use and the origin */
 } PVKind;
 
 struct HostValue;   /* defined by the host (torchlib: its tensors) */
@@ -83,7 +90,7 @@ struct HostState;   /* the host's part of the context */
 
 struct PV {
   PVKind k;
-  int64_t i;             /* INT, BOOL; BUILTIN: the namespace bits its row was found under (0: made directly) */
+  int64_t i;             /* INT, BOOL; FUNC: its method kind (FK_*); BUILTIN: the namespace bits its row was found under (0: made directly) */
   double f;              /* FLOAT */
   const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN; HOST/HOSTC: the kind's name */
   PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
@@ -104,6 +111,8 @@ struct PV {
   int dt;                /* HOSTC */
   int deco;              /* FUNC with a host decorator (HostOps.decorate): the host's state, 0 if none */
   int *hidx; int hcap;   /* DICT: hash index over keys (slot = item index + 1), once n grows */
+  Span *origin;          /* OPAQUE: where the value was made */
+  const char *what;      /* OPAQUE: its description for messages */
   int owned;             /* STR made by `name += ...`, held by that name only and not read
                             since: the next `name += ...` may append in place (n = length,
                             cap = buffer size), which keeps a loop of `+=` linear */
@@ -135,6 +144,7 @@ typedef struct HostOps {
   /* A value known only at run time (a staged tensor): an `if`, a conditional
    * expression or an assert on it runs both branches and selects with select(). */
   int (*runtime)(L *L, PV *v);
+  int (*staging)(L *L);                                /* compiled code is being staged (forward, an entry) */
   void (*check_cond)(L *L, Span at, PV *c);            /* such a value as a condition: one element */
   PV *(*select)(L *L, Span at, PV *c, PV *a, PV *b);
   PV *(*inplace)(L *L, Span at, int op, PV *cur, PV *rhs); /* cur op= rhs updating cur; NULL: not in place */
@@ -171,6 +181,8 @@ struct L {
   Env *env;              /* the current local scope */
   PV *retval;            /* value of the last `return` */
   int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
+  PV *modules;            /* exec.c: the files imported from beside the compiled file, by path (a dict) */
+  const char *script_args;  /* the compiled script's own command line (ctc --args '...'), for argparse */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time value (NULL outside such ifs and in calls) */
 };
@@ -181,6 +193,9 @@ struct L {
 #include "builtins.def"
 #undef B
 #undef CLASS
+
+/* A method's kind (PV_FUNC.i): @staticmethod, @classmethod, @property. */
+enum { FK_METHOD = 0, FK_STATIC = 1, FK_CLASSMETHOD = 2, FK_PROPERTY = 3 };
 
 /* ---- errors ---- */
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);
@@ -201,6 +216,10 @@ PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key); /* user key: TypeError if unh
 void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val);
 PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a PV_BUILTIN */
 PV *pv_ns(L *L, const char *name);
+/* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */
+PV *pv_opaque(L *L, Span at, const char *expr);
+/* A use of an opaque value that needs its value: a located error naming the use and the origin. */
+CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);
 int pv_is_host(const PV *v);                  /* a host value or constant */
 const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */
 const char *pv_repr(L *L, Span at, const PV *v);   /* repr(v), as Python prints it ([[...]] for cycles) */

@@ -253,6 +253,23 @@ PV *pv_ns(L *L, const char *name) {
   return v;
 }
 
+PV *pv_opaque(L *L, Span at, const char *expr) {
+  PV *v = pv_new(L, PV_OPAQUE);
+  v->s = arena_strdup(L->a, expr);
+  v->origin = arena_alloc(L->a, sizeof(Span));
+  *v->origin = at;
+  size_t n = strcspn(expr, ".([");
+  v->what = arena_printf(L->a, "opaque value '%s' (made at line %d from '%.*s', which ctc does not model)", expr, at.line,
+                         (int)n, expr);
+  return v;
+}
+
+void pv_opaque_error(L *L, Span at, const PV *v, const char *use) {
+  diag_error(L->d, at, "%s needs the %s", use, v->what);
+  diag_note(L->d, *v->origin, "the opaque value '%s' was made here", v->s);
+  longjmp(*L->on_error, 1);
+}
+
 const char *pv_kind_name(const PV *v) {
   switch (v->k) {
   case PV_NONE: return "None";
@@ -273,6 +290,7 @@ const char *pv_kind_name(const PV *v) {
   case PV_NS: return "module";
   case PV_HOST:
   case PV_HOSTC: return v->s; /* the host's name for its kind */
+  case PV_OPAQUE: return v->what;
   }
   return "?";
 }

@@ -33,6 +33,8 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
 }
 
 static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
+  if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
+    return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
   if (obj->k == PV_TENSOR) {
     tensor_setattr(L, at, obj, name, val);
     return 1;
@@ -144,6 +146,7 @@ static int h_truth(L *L, Span at, PV *v) {
 }
 
 static int h_runtime(L *L, PV *v) { return v->k == PV_TENSOR && L->T->fn && !v->t->data; }
+static int h_staging(L *L) { return L->T->fn != NULL; }
 
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) { return t_where(L, at, c, a, b); }
 
@@ -260,7 +263,7 @@ static const char *h_repr(L *L, Span at, const PV *v) {
 const HostOps torch_host = {
     .getattr = h_getattr, .setattr = h_setattr, .call = h_call,
     .binary = h_binary, .unary = h_unary, .compare = h_compare, .index = h_index, .setitem = h_setitem,
-    .iterate = h_iterate, .truth = h_truth, .runtime = h_runtime, .check_cond = one_element,
+    .iterate = h_iterate, .truth = h_truth, .runtime = h_runtime, .staging = h_staging, .check_cond = one_element,
     .select = h_select, .inplace = h_inplace, .name_value = h_name_value, .construct = h_construct,
     .instance = h_instance, .can_subclass = h_can_subclass, .isinstance = h_isinstance,
     .with_enter = h_with_enter, .with_exit = h_with_exit, .decorate = h_decorate,

@@ -107,6 +107,27 @@ static int mentions_training(const Node *n) {
   return 0;
 }
 
+/* Why a function found by mentions_training is not an automatic entry: a
+ * parameter whose shape neither --input nor example_inputs gives (it is then no
+ * tensor ctc can make: args, a model, a loader, an epoch number); NULL if all are known. */
+static const char *entry_unknown_param(L *L, Node *def, const LowerOptions *opt, PV *examples) {
+  PV *ex = NULL;
+  if (examples && examples->k == PV_DICT) ex = pv_dict_get(examples, pv_str(L, def->name));
+  if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
+  for (int k = 0; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN) return "it takes *args or **kwargs";
+    int known = 0;
+    for (int i = 0; i < opt->ninputs; i++) known |= !strcmp(opt->inputs[i].name, p->name);
+    if (ex && pv_is_seq(ex) && k < ex->n && ex->items[k]->k == PV_TENSOR) known = 1;
+    if (known) continue;
+    if (p->b) break; /* defaults */
+    return arena_printf(L->a, "the shape of parameter '%s' is unknown (not an entry: name it with --entry and give "
+                              "--input %s=f32[...] to compile it)", p->name, p->name);
+  }
+  return NULL;
+}
+
 static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top) {
   PV *examples = env_get(L->globals, "example_inputs");
   for (int i = 0; i < opt->nentries; i++) {
@@ -125,6 +146,13 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
     if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0 || !mentions_training(s)) continue;
     PV *f = env_get(L->globals, s->name);
     if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
+    const char *why = entry_unknown_param(L, s, opt, examples);
+    if (why) { /* train(args, model, device, loader, ...): a script's driver, not an entry */
+      Program *P = L->T->prog;
+      P->skipped = arena_printf(L->a, "%s%s%s (line %d): %s", P->skipped ? P->skipped : "", P->skipped ? "\n" : "",
+                                s->name, s->span.line, why);
+      continue;
+    }
     stage_function(L, s->name, f, opt, examples);
   }
 }
@@ -134,7 +162,80 @@ static Span file_span(const SrcFile *f) {
   return s;
 }
 
-static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
+static int is_identifier(const char *s) {
+  if (!isalpha((unsigned char)*s) && *s != '_') return 0;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+  return 1;
+}
+
+/* --model 'GPT(GPTConfig(n_layer=4))': an expression evaluated in the file's namespace. */
+static PV *model_expression(L *L, const char *text) {
+  SrcFile *f = src_from_string(L->a, "--model", arena_printf(L->a, "%s\n", text));
+  Node *m = fe_parse(L->a, L->d, f);
+  if (!m) longjmp(*L->on_error, 1); /* the parser reported it */
+  if (m->body.len != 1 || m->body.data[0]->kind != N_EXPR_STMT)
+    lower_error(L, m->body.len ? m->body.data[0]->span : file_span(f), "--model takes one Python expression");
+  Node *e = m->body.data[0]->a;
+  Env *saved = L->env;
+  L->env = L->globals;
+  PV *v = eval_expr(L, e);
+  L->env = saved;
+  if (!pv_is_module(v))
+    lower_error(L, e->span, "--model %s made a %s, not an nn.Module instance", text, pv_kind_name(v));
+  return v;
+}
+
+/* Does the tree mention the name? (the entries using a module-level instance) */
+static int mentions_name(const Node *n, const char *name) {
+  if (!n) return 0;
+  if (n->kind == N_NAME && n->name && !strcmp(n->name, name)) return 1;
+  if (mentions_name(n->a, name) || mentions_name(n->b, name) || mentions_name(n->c, name)) return 1;
+  const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++)
+      if (mentions_name(vs[k]->data[i], name)) return 1;
+  return 0;
+}
+
+/* The module-level instances of the file's own nn.Module classes (net = Net()):
+ * the only one, or the only one the training functions use; NULL if none. */
+static PV *module_level_instance(L *L, Node *module, Span top) {
+  PV *found[16];
+  const char *names[16];
+  int n = 0;
+  for (int i = 0; i < L->globals->names.len && n < 16; i++) {
+    PV *g = L->globals->vals.data[i];
+    if (!pv_is_module(g) || !g->cls || g->cls->bi) continue;
+    int dup = 0;
+    for (int k = 0; k < n; k++) dup |= found[k] == g;
+    if (dup) continue;
+    found[n] = g;
+    names[n++] = L->globals->names.data[i];
+  }
+  if (n <= 1) return n ? found[0] : NULL;
+  PV *used = NULL;
+  int nused = 0;
+  for (int k = 0; k < n; k++) {
+    int u = 0;
+    for (int i = 0; i < module->body.len && !u; i++) {
+      Node *s = module->body.data[i];
+      u = s->kind == N_FUNCDEF && s->name[0] != '_' && mentions_training(s) && mentions_name(s, names[k]);
+    }
+    if (u) {
+      used = found[k];
+      nused++;
+    }
+  }
+  if (nused == 1) return used;
+  const char *list = "";
+  for (int k = 0; k < n; k++) list = arena_printf(L->a, "%s%s%s", list, k ? ", " : "", names[k]);
+  lower_error(L, top, "the file makes several nn.Module instances at module level (%s); choose one with --model NAME",
+              list);
+}
+
+static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
+  if (opt->model && !is_identifier(opt->model)) return model_expression(L, opt->model);
   if (opt->model) {
     PV *v = env_get(L->globals, opt->model);
     if (!v) lower_error(L, top, "--model %s: no class or module-level object of that name in the file", opt->model);
@@ -158,6 +259,8 @@ static PV *pick_model(L *L, const LowerOptions *opt, Span top) {
   }
   PV *m = env_get(L->globals, "model");
   if (m && pv_is_module(m)) return m;
+  m = module_level_instance(L, module, top);
+  if (m) return m;
   PV *only = NULL;
   int count = 0;
   const char *names = "";
@@ -217,14 +320,35 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
 
 static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *fwd = getattr_opt(L, top, model, "forward");
-  if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
-    if (model->cls->bi == BI_C_SEQUENTIAL) lower_error(L, top, "a bare nn.Sequential model needs --input x=...; wrap it in a class to name inputs");
-    lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
-  }
-  Node *def = fwd->fn->node;
   PV *examples = env_get(L->globals, "example_inputs");
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
+  if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
+    if (model->cls->node) lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
+    /* a bare library module (model = nn.Sequential(...)): one input, from the
+     * one --input or example_inputs = (torch.randn(...),) */
+    Type t;
+    const char *name = "input";
+    if (opt->ninputs == 1) {
+      t = opt->inputs[0].type;
+      name = opt->inputs[0].name;
+    } else if (!opt->ninputs && examples && pv_is_seq(examples) && examples->n == 1 &&
+               examples->items[0]->k == PV_TENSOR)
+      t = examples->items[0]->t->type;
+    else
+      lower_error(L, top, "a bare nn.%s model takes one input: give its shape with --input input=f32[...] or "
+                          "example_inputs = (torch.randn(...),)", model->cls->s);
+    Func *f = ir_func_new(L->T->prog, "forward", top);
+    L->T->fn = f;
+    f->grad_mode = L->T->grad_mode;
+    PV *x = t_wrap(L, ir_add_input(L->T->prog, f, name, t));
+    PV *r = call_value(L, top, model, &x, 1, NULL, NULL, 0);
+    if (r->k != PV_TENSOR) lower_error(L, top, "the model returned a %s, not a tensor", pv_kind_name(r));
+    ir_add_output(L->T->prog, f, t_val(L, top, r), "out");
+    L->T->fn = NULL;
+    return;
+  }
+  Node *def = fwd->fn->node;
   Func *f = ir_func_new(L->T->prog, "forward", def->span);
   L->T->fn = f;
   f->grad_mode = L->T->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
@@ -263,6 +387,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->a = a;
   L->d = d;
   L->src = src;
+  L->script_args = opt->script_args;
   L->T->prog = ir_program_new(a, src);
   L->T->prog->hook = opt->hook;
   L->T->prog->hook_ctx = opt->hook_ctx;
@@ -280,7 +405,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->env = L->globals;
   exec_block(L, L->globals, &module->body);
   Span top = file_span(src);
-  PV *model = pick_model(L, opt, top);
+  PV *model = pick_model(L, opt, module, top);
   if (model) {
     L->T->prog->class_name = model->cls->s;
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
@@ -305,7 +430,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   stage_entries(L, module, opt, top);
   if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
-                        "calls backward(), step() or a differentiation API (name one with --entry NAME)");
+                        "calls backward(), step() or a differentiation API (name one with --entry NAME)%s%s",
+                L->T->prog->skipped ? "; skipped: " : "", L->T->prog->skipped ? L->T->prog->skipped : "");
   stage_scheduler_entries(L);
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {

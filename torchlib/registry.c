@@ -104,13 +104,33 @@ static int dtype_by_name(const char *n, DType *dt) {
   return 0;
 }
 
+/* torch.cuda.is_available(), device_count(), is_bf16_supported(): ctc compiles for the CPU */
+static PV *cuda_none(L *L, PV *fn, Args *A) {
+  (void)A;
+  return strcmp(fn->s, "device_count") ? pv_bool(L, 0) : pv_int(L, 0);
+}
+
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   const char *m = ns->s;
   DType dt;
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "cuda") == 0 || strcmp(name, "accelerator") == 0 || strcmp(name, "mps") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.%s", name));
+  if (strcmp(m, "torch.backends") == 0 && (strcmp(name, "mps") == 0 || strcmp(name, "cuda") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.backends.%s", name));
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "device") == 0 || strcmp(name, "save") == 0 || strcmp(name, "load") == 0))
+    return pv_opaque(L, at, arena_printf(L->a, "torch.%s", name)); /* a device; files are not read or written at compile time */
+  if ((strcmp(m, "torch.cuda") == 0 || strcmp(m, "torch.accelerator") == 0 || strcmp(m, "torch.mps") == 0 ||
+       strcmp(m, "torch.backends.mps") == 0 || strcmp(m, "torch.backends.cuda") == 0) &&
+      (strcmp(name, "is_available") == 0 || strcmp(name, "device_count") == 0 ||
+                                       strcmp(name, "is_bf16_supported") == 0))
+    return pv_native(L, cuda_none, 0, name, NULL);
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "Tensor") == 0) return py_lookup(L, NS_BUILTINS, "object", NULL);
   }
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "utils") == 0 || strcmp(name, "distributed") == 0 ||
+                                  strcmp(name, "multiprocessing") == 0 || strcmp(name, "backends") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.%s", name)); /* torch.utils.data.DataLoader ...: opaque below */
   if (strcmp(m, "torch.nn.utils") == 0 && strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
   int k = ns_index(m);
   if (k >= 0) {
@@ -121,7 +141,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   /* An import ctc knows nothing about (torchvision, numpy, sys, ...): an opaque
    * module, so files that import it still compile as long as compiled code
    * does not use it. */
-  return pv_ns(L, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
+  return pv_opaque(L, at, arena_printf(L->a, "%s%s%s", m, m[0] ? "." : "", name));
 }
 
 /* A name found twice in one namespace would make a row unreachable. */

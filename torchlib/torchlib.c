@@ -851,6 +851,7 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
     return d;
   }
   if (!strcmp(name, "device")) return pv_str(L, "cpu");
+  if (!strcmp(name, "is_cuda") || !strcmp(name, "is_mps") || !strcmp(name, "is_xpu")) return pv_bool(L, 0); /* ctc compiles for the CPU */
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) return param_grad(L, at, t);
