@@ -3,6 +3,8 @@ run the generated program, and run the same file under PyTorch (the oracle).
 
 The oracle is PyTorch itself (Debian's python3-torch), loaded from the model
 file exactly as a user would run it."""
+import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -40,9 +42,29 @@ _DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64")
 _NP = {v: k for k, v in _DT.items()}
 
 
+@contextlib.contextmanager
+def build_lock():
+    """Serialises builds in the repository's build/ folder: the suite runs in
+    several pytest-xdist workers (run_tests.sh), and two ninja processes must not
+    write the same outputs at once."""
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    with open(os.path.join(ROOT, "build", ".tests.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ninja(*args):
+    """`ninja -C ROOT ARGS` under build_lock(); the CompletedProcess."""
+    with build_lock():
+        return subprocess.run(["ninja", "-C", ROOT, *args], capture_output=True, text=True)
+
+
 def build_ctc():
-    """Build build/ctc with the hand-written build.ninja (once per session)."""
-    r = subprocess.run(["ninja", "-C", ROOT], capture_output=True, text=True)
+    """Build build/ctc with build.ninja (once per session and worker)."""
+    r = ninja()
     if r.returncode != 0:
         raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
 

@@ -20,7 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctc_testlib import ROOT, st_write
+from ctc_testlib import ROOT, ninja, st_write
 
 SECONDS = int(os.environ.get("CTC_FUZZ_SECONDS", "3"))
 HARNESSES = ["frontend", "safetensors", "npy", "idx", "args"]
@@ -35,7 +35,7 @@ def fuzz_bin():
     probe = subprocess.run(["clang", "-print-file-name=libclang_rt.fuzzer-x86_64.a"], capture_output=True, text=True)
     if not os.path.isabs(probe.stdout.strip()) or not os.path.exists(probe.stdout.strip()):
         pytest.skip("clang's libFuzzer runtime (libclang_rt.fuzzer, Debian package libclang-rt-14-dev) is missing")
-    r = subprocess.run(["ninja", "-C", ROOT, "fuzz"], capture_output=True, text=True)
+    r = ninja("fuzz")
     assert r.returncode == 0, "ninja fuzz failed:\n" + r.stdout[-4000:] + r.stderr[-4000:]
     return os.path.join(ROOT, "build", "fuzz")
 

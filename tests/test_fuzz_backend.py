@@ -34,7 +34,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ctc_testlib import ROOT  # noqa: E402
+from ctc_testlib import ROOT, build_lock  # noqa: E402
 
 SEED_DIR = os.path.join(HERE, "fuzz_seeds")
 ASAN_CTC = os.path.join(ROOT, "build", "asan", "ctc")
@@ -85,8 +85,9 @@ def asan_ninja():
     path = os.path.join(ROOT, "build", "asan", "build.ninja")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if not os.path.exists(path) or open(path).read() != text:
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             f.write(text)
+        os.replace(path + ".tmp", path)
     return path
 
 
@@ -94,7 +95,8 @@ def build_asan():
     """ninja -f build/asan/build.ninja: build/asan/ctc and build/asan/libctc_rt.a
     (run ctc with ASAN_OPTIONS=detect_leaks=0: its arenas are never freed, by
     design, so LeakSanitizer would report every chunk)."""
-    r = subprocess.run(["ninja", "-C", ROOT, "-f", asan_ninja()], capture_output=True, text=True)
+    with build_lock():
+        r = subprocess.run(["ninja", "-C", ROOT, "-f", asan_ninja()], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError("ninja -f build/asan/build.ninja failed:\n" + r.stdout + r.stderr)
     return ASAN_CTC
