@@ -83,19 +83,28 @@ static void conv_params_check(L *L, Span at, int nsp, const int64_t *s, const in
   if (groups <= 0) lower_error(L, at, "%s: groups must be positive, got %lld", what, (long long)groups);
 }
 
-/* F.conv1d / F.conv2d with groups: x [N, C, *sp], w [O, C / groups, *k]. */
-PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
-             const int64_t *dil, int64_t groups) {
-  const char *what = nsp == 1 ? "conv1d" : "conv2d";
+/* The checks both convolutions start with: tensor operands, the options, a
+ * weight of rank nsp + 2 (*tw); returns x as a batch of images (*unb: it had no
+ * batch dimension). */
+static PV *conv_operands(L *L, Span at, int nsp, PV *x, PV *w, const int64_t *stride, const int64_t *pad,
+                         const int64_t *dil, int64_t groups, const char *what, Type *tw, int *unb) {
   need_tensor_arg(L, at, x, what);
   need_tensor_arg(L, at, w, what);
   need_fn_nn(L, at, what);
   conv_params_check(L, at, nsp, stride, pad, dil, groups, what);
-  Type tw = w->t->type;
-  if (tw.ndim != nsp + 2)
-    lower_error(L, at, "%s weight must be %d-D, got shape %s", what, nsp + 2, shape_str(L, &tw));
+  *tw = w->t->type;
+  if (tw->ndim != nsp + 2)
+    lower_error(L, at, "%s weight must be %d-D, got shape %s", what, nsp + 2, shape_str(L, tw));
+  return as_image(L, at, x, nsp, what, unb);
+}
+
+/* F.conv1d / F.conv2d with groups: x [N, C, *sp], w [O, C / groups, *k]. */
+PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+             const int64_t *dil, int64_t groups) {
+  const char *what = nsp == 1 ? "conv1d" : "conv2d";
+  Type tw;
   int unb;
-  PV *x4 = as_image(L, at, x, nsp, what, &unb);
+  PV *x4 = conv_operands(L, at, nsp, x, w, stride, pad, dil, groups, what, &tw, &unb);
   Type tx = x4->t->type;
   if (tw.dims[0] % groups)
     lower_error(L, at, "%s: out_channels (%lld) must be divisible by groups (%lld)", what, (long long)tw.dims[0],
@@ -138,15 +147,9 @@ PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride,
 PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
                      const int64_t *out_pad, const int64_t *dil, int64_t groups) {
   const char *what = nsp == 1 ? "conv_transpose1d" : "conv_transpose2d";
-  need_tensor_arg(L, at, x, what);
-  need_tensor_arg(L, at, w, what);
-  need_fn_nn(L, at, what);
-  conv_params_check(L, at, nsp, stride, pad, dil, groups, what);
-  Type tw = w->t->type;
-  if (tw.ndim != nsp + 2)
-    lower_error(L, at, "%s weight must be %d-D, got shape %s", what, nsp + 2, shape_str(L, &tw));
+  Type tw;
   int unb;
-  PV *x4 = as_image(L, at, x, nsp, what, &unb);
+  PV *x4 = conv_operands(L, at, nsp, x, w, stride, pad, dil, groups, what, &tw, &unb);
   Type tx = x4->t->type;
   if (tx.dims[1] != tw.dims[0] || tw.dims[0] % groups)
     lower_error(L, at, "shape mismatch in %s: input %s has %lld channels, weight %s (groups=%lld) expects %lld", what,

@@ -69,14 +69,20 @@ static double hp_nonneg(L *L, Span at, PV *group, const char *name, const char *
 /* torch.sign: 1, -1, 0 (and 0 for NaN, as PyTorch's CPU kernel gives) */
 static PV *sign(L *L, Span at, PV *x) { return WHERE(GT(x, F(0)), F(1), WHERE(LT(x, F(0)), F(-1), F(0))); }
 
+/* The options Adamax, NAdam and RAdam share: betas (checked), eps and
+ * weight_decay (non-negative; the decay itself is opt_l2's). */
+static void adam_options(L *L, Span at, OptStep *s, double *b1, double *b2, double *eps) {
+  opt_pair(L, at, s->group, "betas", b1, b2);
+  check_betas(L, at, *b1, *b2);
+  *eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
+  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+}
+
 /* ---- Adamax ---------------------------------------------------------------- */
 
 void opt_adamax(L *L, Span at, OptStep *s) {
-  double b1, b2;
-  opt_pair(L, at, s->group, "betas", &b1, &b2);
-  check_betas(L, at, b1, b2);
-  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
-  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  double b1, b2, eps;
+  adam_options(L, at, s, &b1, &b2, &eps);
   DType dt = s->t.dtype;
   PV *g = opt_l2(L, at, s), *p = s->p;
   PV *m = ST("exp_avg"), *u = ST("exp_inf");
@@ -93,11 +99,8 @@ void opt_adamax(L *L, Span at, OptStep *s) {
 /* ---- NAdam ------------------------------------------------------------------ */
 
 void opt_nadam(L *L, Span at, OptStep *s) {
-  double b1, b2;
-  opt_pair(L, at, s->group, "betas", &b1, &b2);
-  check_betas(L, at, b1, b2);
-  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
-  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  double b1, b2, eps;
+  adam_options(L, at, s, &b1, &b2, &eps);
   double md = hp_nonneg(L, at, s->group, "momentum_decay", "momentum_decay", 4e-3);
   DType dt = s->t.dtype;
   PV *g = opt_l2(L, at, s), *p = s->p;
@@ -126,11 +129,8 @@ void opt_nadam(L *L, Span at, OptStep *s) {
 /* ---- RAdam ------------------------------------------------------------------ */
 
 void opt_radam(L *L, Span at, OptStep *s) {
-  double b1, b2;
-  opt_pair(L, at, s->group, "betas", &b1, &b2);
-  check_betas(L, at, b1, b2);
-  double eps = hp_nonneg(L, at, s->group, "eps", "epsilon", 1e-8);
-  hp_nonneg(L, at, s->group, "weight_decay", "weight_decay", 0);
+  double b1, b2, eps;
+  adam_options(L, at, s, &b1, &b2, &eps);
   DType dt = s->t.dtype;
   PV *g = opt_l2(L, at, s), *p = s->p;
   PV *step = step64(L, at, s);
