@@ -150,11 +150,13 @@ def main():
             sys.stderr.write("build.ninja is stale: run scripts/configure.py\n")
             return 1
         return 0
-    if old != text:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+    # always (re)written, even when unchanged: ninja runs this as build.ninja's
+    # generator and needs build.ninja newer than the script afterwards (a fresh
+    # clone can check the script out after build.ninja)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
     return 0
 
 
