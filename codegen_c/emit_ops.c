@@ -187,6 +187,10 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     default: break;
     }
   }
+  if (in->op == IR_TANH && ct == DT_F32) {
+    c->k->tanh_f32 = 1;
+    return "ctc_tanh_f32(A)";
+  }
   if (!ir_dtype_is_float(ct)) {
     if (in->op == IR_MAX) return "(A > B ? A : B)";
     if (in->op == IR_MIN) return "(A < B ? A : B)";
