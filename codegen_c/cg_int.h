@@ -64,6 +64,7 @@ typedef struct Kernels {
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
   unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
+  unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);

@@ -84,6 +84,8 @@ typedef struct Acc {
 
 typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
 
+enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4 };
+
 /* The index expression of an access: "7 + i0 * 12 + i1". */
 static void index_expr(char *out, int n, char var[][16], int64_t off, const int64_t *st) {
   size_t len = 0;
@@ -101,7 +103,12 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
 
 /* Loops over dims[nd], calling body once in the innermost loop with the index
  * expression of every access. Size-1 axes are dropped and adjacent axes merged
- * where every access is contiguous across them. */
+ * where every access is contiguous across them. omp (NEST_* flags): NEST_OMP,
+ * OpenMP on the outer loop when the nest has OMP_MIN_WORK elements;
+ * NEST_OMP_ALWAYS, whenever that loop has several iterations (each does much
+ * work: a GEMM); NEST_SIMD, `omp simd` on the innermost loop (its iterations
+ * are independent: GCC cannot see that through the pointers an OpenMP region
+ * captures, and with many arrays gives up vectorising). */
 static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -127,8 +134,12 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
   for (int k = 0; k < n; k++) snprintf(var[k], sizeof var[k], n == 1 ? "i" : "i%d", k);
   for (int a = 0; a < na; a++) index_expr(idx[a], n, var, acc[a].off, st[a]);
   int base = c->ind;
-  if (omp && n > 0 && d[0] > 1 && total >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= OMP_MIN_WORK);
+  int simd = (omp & NEST_SIMD) && n > 0 && d[n - 1] > 1;
+  if (simd) c->k->simd = 1;
+  if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
   for (int k = 0; k < n; k++) {
+    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", var[k], var[k], (ll)d[k], var[k],
          braces && k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -509,22 +520,11 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
  * or a C condition under which c is accumulated into instead (c += ...). */
 static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
                       int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
-  int blas = t == DT_F32 || t == DT_F64;
-  const char *one = t == DT_F32 ? "1.0f" : "1.0", *zero = t == DT_F32 ? "0.0f" : "0.0";
-  char beta[64];
-  if (acc) snprintf(beta, sizeof beta, "(%s ? %s : %s)", acc, one, zero);
-  else snprintf(beta, sizeof beta, "%s", zero);
   c->k->gemm[t] = 1;
-  if (blas) {
-    cg_puts(c->out, "#ifdef CTC_HAVE_CBLAS\n");
-    LINE(c, "cblas_%cgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, %s, %lld, %s, %s, %lld);\n",
-         t == DT_F32 ? 's' : 'd', ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans",
-         (ll)M, (ll)N, (ll)K, one, pa, (ll)lda, pb, (ll)ldb, beta, pc, (ll)ldc);
-    cg_puts(c->out, "#else\n");
-  }
-  LINE(c, "ctc_gemm_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", cg_dt_suffix(t), ta, tb,
-       acc ? acc : "0", (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
-  if (blas) cg_puts(c->out, "#endif\n");
+  /* f32/f64: ctc_matmul (OpenBLAS, threads split by ctc; or the portable GEMM) */
+  LINE(c, "ctc_%s_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n",
+       t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), ta, tb, acc ? acc : "0", (ll)M, (ll)N, (ll)K,
+       pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
 }
 
 typedef struct MatU {
@@ -576,7 +576,8 @@ static void emit_matmul(CgFunc *c, const Inst *in) {
     matmul_body(c, idx, &u);
     return;
   }
-  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, 0, 1);
+  /* a batch of GEMMs: one per thread at a time (ctc_matmul is one call inside a parallel loop) */
+  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, u.M * u.N * u.K >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
 }
 
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
@@ -1112,7 +1113,7 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
     if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
     else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
   }
-  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, 1, 1);
+  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, NEST_OMP | NEST_SIMD, 1);
   free(u.local);
   free(u.acc);
   free(acc);

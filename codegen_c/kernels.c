@@ -59,6 +59,44 @@ static const char gemm_text[] =
     "  }\n"
     "}\n";
 
+/* The GEMM every matmul and convolution calls (f32, f64). With OpenBLAS and
+ * OpenMP, ctc owns the threads: OpenBLAS runs single-threaded (its pthreads
+ * otherwise spin in sched_yield between calls and take the cores from the
+ * OpenMP loops: 15-30% of the gpt steps in perf) and a large GEMM is split
+ * over the OpenMP threads, by rows of C when M >= N, else by columns; inside
+ * a parallel loop (a batch of GEMMs) it is one call. Without OpenBLAS: the
+ * portable ctc_gemm_$S. */
+static const char matmul_text[] =
+    "#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)\n"
+    "#include <omp.h>\n"
+    "#endif\n"
+    "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
+    "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
+    "#ifdef CTC_HAVE_CBLAS\n"
+    "  const enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;\n"
+    "#ifdef _OPENMP\n"
+    "  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);\n"
+    "  if (!omp_in_parallel() && omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0) {\n"
+    "    _Pragma(\"omp parallel\")\n"
+    "    {\n"
+    "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), rows = M >= N;\n"
+    "      const int64_t n = rows ? M : N, p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
+    "      if (p1 > p0 && rows)\n"
+    "        $G(CblasRowMajor, opa, opb, (int)(p1 - p0), (int)N, (int)K, 1, a + (ta ? p0 : p0 * lda), (int)lda, b,\n"
+    "           (int)ldb, acc ? 1 : 0, c + p0 * ldc, (int)ldc);\n"
+    "      else if (p1 > p0)\n"
+    "        $G(CblasRowMajor, opa, opb, (int)M, (int)(p1 - p0), (int)K, 1, a, (int)lda, b + (tb ? p0 * ldb : p0),\n"
+    "           (int)ldb, acc ? 1 : 0, c + p0, (int)ldc);\n"
+    "    }\n"
+    "    return;\n"
+    "  }\n"
+    "#endif\n"
+    "  $G(CblasRowMajor, opa, opb, (int)M, (int)N, (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
+    "#else\n"
+    "  ctc_gemm_$S(ta, tb, acc, M, N, K, a, lda, b, ldb, c, ldc);\n"
+    "#endif\n"
+    "}\n";
+
 static const char im2col_text[] =
     "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel:\n"
     " * col[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw],\n"
@@ -195,11 +233,17 @@ static void instantiate(Buf *b, const char *text, DType t) {
   for (const char *s = text; *s; s++) {
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
+    else if (s[0] == '$' && s[1] == 'G') cg_puts(b, t == DT_F64 ? "cblas_dgemm" : "cblas_sgemm"), s++;
     else cg_printf(b, "%c", *s);
   }
 }
 
 void cg_emit_kernels(Buf *b, const Kernels *k) {
+  if (k->simd)
+    cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
+               "#ifdef _OPENMP\n#define CTC_OMP_SIMD _Pragma(\"omp simd\")\n"
+               "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
+               "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->gemm[t]) continue;
     int blas = t == DT_F32 || t == DT_F64;
@@ -207,6 +251,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     instantiate(b, gemm_text, (DType)t);
     if (blas) cg_puts(b, "#endif\n");
     cg_puts(b, "\n");
+    if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
   }
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
