@@ -596,99 +596,163 @@ void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
   g->ohw = g->OH * g->OW;
 }
 
-/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call. */
+/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call
+ * (im2col with the row stride ldc of its columns). */
 static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, const ConvGeom *g, const char *from,
-                      const char *to) {
-  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n", kernel,
+                      const char *to, int64_t ldc) {
+  char ld[32] = "";
+  if (ldc) snprintf(ld, sizeof ld, ", %lld", (ll)ldc);
+  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s%s);\n", kernel,
        cg_dt_suffix(t), from, (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
-       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to);
+       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to, ld);
 }
 
-/* "p" or "p + n * 12": v's slice for image n (when there are several). */
-static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride) {
-  if (N > 1) snprintf(buf, cap, "%s + n * %lld", cg_ref(c, v), (ll)stride);
+/* "p + n * 12": v's slice for image `var` (p alone when there is one image). */
+static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, const char *var) {
+  if (N > 1) snprintf(buf, cap, "%s + %s * %lld", cg_ref(c, v), var, (ll)stride);
   else snprintf(buf, cap, "%s", cg_ref(c, v));
 }
 
-static void open_batch(CgFunc *c, int64_t N) {
-  if (N <= 1) return;
-  LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
-  c->ind += 2;
+/* Convolutions run S images at a time (S = ir_conv_slots: their column
+ * matrices fit the scratch), the images of a chunk in parallel, each image's
+ * GEMM one single-threaded call on its thread:
+ *   for (n0 = 0; n0 < N; n0 += S)      (left out when S == N)
+ *     CTC_OMP_FOR
+ *     for (s = 0; s < min(S, N - n0); s++)   image n = n0 + s, columns in slot s
+ * Opens those loops; the body uses "n" (the image) and "s" (its slot). */
+static int open_images_chunked(CgFunc *c, DType t, int64_t N, int64_t S, int par) {
+  int base = c->ind;
+  if (N <= 1) return base;
+  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+  if (S < N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)N, (ll)S);
+    c->ind += 2;
+    if (par) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t s = 0; s < (%lld - n0 < %lld ? %lld - n0 : %lld); s++) {\n", (ll)N, (ll)S, (ll)N, (ll)S);
+    c->ind += 2;
+    LINE(c, "const int64_t n = n0 + s;\n");
+  } else {
+    if (par) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
+    c->ind += 2;
+  }
+  return base;
 }
 
-static void close_batch(CgFunc *c, int64_t N) {
-  if (N <= 1) return;
-  c->ind -= 2;
-  LINE(c, "}\n");
+static void close_images_chunked(CgFunc *c, int base) {
+  while (c->ind > base) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
 }
 
-/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n. */
+/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n, images in parallel. */
 static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
+  int64_t S = ir_conv_slots(c->f, in);
   char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
-  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw);
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
+  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, "n");
   if (scratch) {
-    snprintf(col, sizeof col, "%s", scratch);
+    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
+    else snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
   } else {
     snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
   }
-  int base = c->ind;
-  open_batch(c, g.N);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
+  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
   gemm_call(c, t, 0, 0, g.O, g.ohw, g.ckk, ws, g.ckk, col, g.ohw, yn, g.ohw, NULL);
-  close_batch(c, g.N);
-  c->ind = base;
+  close_images_chunked(c, base);
 }
 
-/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n. */
+/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n, images in parallel. */
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
-  char gn[IDX_CAP], dxn[IDX_CAP];
-  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw);
-  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W);
-  int base = c->ind;
-  open_batch(c, g.N);
+  int64_t S = ir_conv_slots(c->f, in);
+  char gn[IDX_CAP], dxn[IDX_CAP], col[IDX_CAP];
+  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, "n");
+  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, "n");
+  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
   if (scratch) {
+    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
+    else snprintf(col, sizeof col, "%s", scratch);
     c->k->col2im[t] = 1;
-    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
-    fold_call(c, "col2im", t, in, &g, scratch, dxn);
+    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, col, g.ohw, NULL);
+    fold_call(c, "col2im", t, in, &g, col, dxn, 0);
   } else {
     /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
     gemm_call(c, t, 1, 0, g.C, g.ohw, g.O, ws, g.C, gn, g.ohw, dxn, g.ohw, NULL);
   }
-  close_batch(c, g.N);
-  c->ind = base;
+  close_images_chunked(c, base);
 }
 
-/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. */
+/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. A chunk of S
+ * images is unfolded side by side (col[C*KH*KW, S*OH*OW], in parallel) next to
+ * a copy of their gradients (gs[O, S*OH*OW]); then one GEMM gs x col^T over
+ * the whole chunk (K = S*OH*OW), accumulated from the second chunk on. */
 static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i], *dws = cg_ref(c, in->res);
-  char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W);
-  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw);
-  if (scratch) {
-    snprintf(col, sizeof col, "%s", scratch);
-    c->k->im2col[t] = 1;
-  } else {
-    snprintf(col, sizeof col, "%s", xn);
-  }
+  char xn[IDX_CAP], gn[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
+  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, "n");
   int base = c->ind;
-  open_batch(c, g.N);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
-  gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
-  close_batch(c, g.N);
-  c->ind = base;
+  if (!scratch) {   /* 1x1, stride 1, no padding: x[n] is the column matrix; one GEMM per image */
+    if (g.N > 1) {
+      LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)g.N);
+      c->ind += 2;
+    }
+    gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, xn, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
+    close_images_chunked(c, base);
+    return;
+  }
+  c->k->im2col[t] = 1;
+  int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw;   /* L: the row length of a chunk's columns */
+  const char *ct = cg_ctype(t);
+  char gs[IDX_CAP];
+  snprintf(gs, sizeof gs, "%s + %lld", scratch, (ll)(g.ckk * L));
+  if (S < g.N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)g.N, (ll)S);
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;   /* images in this chunk */\n", (ll)g.N, (ll)S,
+         (ll)g.N, (ll)S);
+  } else {
+    LINE(c, "{\n");
+    c->ind += 2;
+    if (g.N > 1) LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
+  }
+  if (g.N > 1) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, g.N > 1 ? "for (int64_t s = 0; s < ns; s++) {\n" : "for (int64_t s = 0; s < 1; s++) {\n");
+  c->ind += 2;
+  if (g.N > 1) LINE(c, "const int64_t n = n0 + s;\n");
+  LINE(c, "%s *restrict gd = %s + s * %lld;\n", ct, gs, (ll)g.ohw);
+  LINE(c, "const %s *restrict gp = %s;\n", ct, gn);
+  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)g.O);
+  LINE(c, "  memcpy(gd + o * %lld, gp + o * %lld, %lld * sizeof *gd);\n", (ll)L, (ll)g.ohw, (ll)g.ohw);
+  char col[IDX_CAP];
+  snprintf(col, sizeof col, "%s + s * %lld", scratch, (ll)g.ohw);
+  fold_call(c, "im2col", t, in, &g, xn, col, L);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  /* one GEMM over the chunk: K = ns * OH*OW, the rows of both matrices have stride L */
+  if (S < g.N) {
+    c->k->gemm[t] = 1;
+    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n",
+         t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), (ll)g.O, (ll)g.ckk, (ll)g.ohw, gs, (ll)L,
+         scratch, (ll)L, dws, (ll)g.ckk);
+  } else {
+    gemm_call(c, t, 0, 1, g.O, g.ckk, L, gs, L, scratch, L, dws, g.ckk, NULL);
+  }
+  close_images_chunked(c, base);
 }
 
 /* ---- pooling and embedding -------------------------------------------------------- */

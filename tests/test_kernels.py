@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc, run, st_read
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc, compare, run, run_entry, st_read
 
 CHAIN = """
 import torch
@@ -242,3 +242,68 @@ def test_fused_matches_unfused(tmp_path, case):
     assert fw.keys() == uw.keys()
     for k in fw:
         np.testing.assert_allclose(fw[k], uw[k], rtol=1e-6, atol=1e-6, err_msg=k)
+
+
+# Convolutions run their images in parallel, S at a time (ir_conv_slots: the
+# column matrices of S images fit 8 MiB); the weight gradient is one GEMM per
+# chunk of S images. Batch 16 of 16x3x3 over 32x33 outputs (608 KB of columns
+# per image) gives S = 13: one full chunk and a partial one; batch 1 and a 1x1
+# convolution (no columns) take the other paths.
+CONV = """
+import torch
+import torch.nn.functional as F
+
+
+def fwd(x, w, b):
+    return F.conv2d(x, w, b, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+
+
+def grads(x, w, b, p):
+    y = F.conv2d(x, w, b, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+    return torch.autograd.grad((y * p).sum(), (x, w, b))
+
+
+def grads1(x, w1, p1):
+    return torch.autograd.grad((F.conv2d(x, w1) * p1).sum(), (x, w1))
+"""
+
+
+@pytest.mark.parametrize("n", [16, 1])
+def test_conv_chunks_match_torch(tmp_path, n):
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 16, 32, 66)).astype(np.float32)
+    w = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    w1 = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=(1, 2), padding=(1, 2),
+                 dilation=(1, 2))
+    p = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    p1 = rng.standard_normal((n, 4, 32, 66)).astype(np.float32)
+    src = tmp_path / "conv.py"
+    src.write_text(CONV + f"""
+example_inputs = {{
+    "forward": (torch.zeros(1),),
+    "fwd": (torch.zeros({n}, 16, 32, 66), torch.zeros(8, 16, 3, 3), torch.zeros(8)),
+    "grads": (torch.zeros({n}, 16, 32, 66), torch.zeros(8, 16, 3, 3), torch.zeros(8), torch.zeros{tuple(y.shape)}),
+    "grads1": (torch.zeros({n}, 16, 32, 66), torch.zeros(4, 16, 1, 1), torch.zeros({n}, 4, 32, 66)),
+}}
+""")
+    exe = tmp_path / "net"
+    run([CTC, "build", str(src), "-o", str(exe), "--entry", "fwd", "--entry", "grads", "--entry", "grads1"],
+        timeout=600)
+    c = (tmp_path / "net.c").read_text()
+    if n > 1:
+        assert "13 images at a time" in c and "for (int64_t n0 = 0; n0 < 16; n0 += 13)" in c, "no chunks"
+        assert re.search(r"ctc_matmul_f32\(0, 1, n0 > 0, 8, 144, ns \* 1056,", c), "weight gradient: one GEMM per chunk"
+    tx, tw, tb, tw1 = (torch.from_numpy(a).requires_grad_() for a in (x, w, b, w1))
+    (got,) = run_entry(tmp_path, exe, "fwd", [x, w, b], 1)
+    compare("conv2d", got, y.numpy(), 1e-4, 1e-4)
+    want = torch.autograd.grad((F.conv2d(tx, tw, tb, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+                                * torch.from_numpy(p)).sum(), (tx, tw, tb))
+    for name, g, wt in zip("xwb", run_entry(tmp_path, exe, "grads", [x, w, b, p], 3), want):
+        compare(f"d/d{name}", g, wt.numpy(), 1e-3, 1e-3)
+    want1 = torch.autograd.grad((F.conv2d(tx, tw1) * torch.from_numpy(p1)).sum(), (tx, tw1))
+    for name, g, wt in zip(["x", "w1"], run_entry(tmp_path, exe, "grads1", [x, w1, p1], 2), want1):
+        compare(f"1x1 d/d{name}", g, wt.numpy(), 1e-3, 1e-3)
