@@ -903,6 +903,31 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *gs = cg_ref(c, in->args[1]), *ds = cg_ref(c, in->res);
   int base = open_images(c, NC, ir_numel(g) * kh * kw);
+  if (!jvp && !chk_h && !chk_w && sh >= kh && sw >= kw && dh == 1 && dw == 1 && kh * kw <= 16 && ir_dtype_is_float(t)) {
+    /* Windows that do not overlap: each input is in at most one window, so
+     * its gradient is written once (0 + g, as the scatter-add into zeros
+     * gives it), without branches; zeroed first only where no window reaches. */
+    int cover = OH * sh == H && OW * sw == W && sh == kh && sw == kw;
+    LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+    if (!cover) LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+    window_loops(c, OH, OW);
+    LINE(c, "const int64_t w0 = oh * %lld + ow * %lld;   /* the window's first input */\n", (ll)(sh * W), (ll)sw);
+    LINE(c, "int64_t at = 0;   /* where the max is: the first one, or the last NaN */\n");
+    LINE(c, "%s mx = xp[w0];\n", ct);
+    for (int64_t a = 0; a < kh; a++)
+      for (int64_t b = 0; b < kw; b++) {
+        if (!a && !b) continue;
+        LINE(c, "{ const %s v = xp[w0 + %lld]; const int take = v > mx || v != v; at = take ? %lld : at; "
+                "mx = take ? v : mx; }\n", ct, (ll)(a * W + b), (ll)(a * W + b));
+      }
+    LINE(c, "const %s gw = 0 + gp[oh * %lld + ow];\n", ct, (ll)OW);
+    for (int64_t a = 0; a < kh; a++)
+      for (int64_t b = 0; b < kw; b++)
+        LINE(c, "dp[w0 + %lld] = at == %lld ? gw : 0;\n", (ll)(a * W + b), (ll)(a * W + b));
+    close_windows(c, base);
+    return;
+  }
   if (jvp) {
     LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
     LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));

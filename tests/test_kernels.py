@@ -307,3 +307,43 @@ example_inputs = {{
     want1 = torch.autograd.grad((F.conv2d(tx, tw1) * torch.from_numpy(p1)).sum(), (tx, tw1))
     for name, g, wt in zip(["x", "w1"], run_entry(tmp_path, exe, "grads1", [x, w1, p1], 2), want1):
         compare(f"1x1 d/d{name}", g, wt.numpy(), 1e-3, 1e-3)
+
+
+POOL = """
+import torch
+import torch.nn.functional as F
+
+
+def grads(x, p2, p3):
+    y2 = F.max_pool2d(x, 2)
+    y3 = F.max_pool2d(x, (2, 3), stride=3)
+    return torch.autograd.grad((y2 * p2).sum() + (y3 * p3).sum(), (x,))
+"""
+
+
+def test_maxpool_grad_disjoint_windows(tmp_path):
+    """max_pool2d gradients with windows that do not overlap (written once,
+    branch-free; inputs no window reaches are 0), ties and NaN included."""
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, (2, 3, 7, 11)).astype(np.float32)   # many ties
+    x[0, 0, 0, 1] = np.nan
+    x[1, 2, 3, 3] = np.nan
+    x[1, 2, 4, 4] = np.nan
+    p2 = rng.standard_normal((2, 3, 3, 5)).astype(np.float32)
+    p3 = rng.standard_normal((2, 3, 2, 3)).astype(np.float32)
+    p2[0, 1, 1, 1] = -0.0
+    src = tmp_path / "pool.py"
+    src.write_text(POOL + "\nexample_inputs = {'forward': (torch.zeros(1),), 'grads': (torch.zeros(2, 3, 7, 11), "
+                   "torch.zeros(2, 3, 3, 5), torch.zeros(2, 3, 2, 3))}\n")
+    exe = tmp_path / "net"
+    run([CTC, "build", str(src), "-o", str(exe), "--entry", "grads"])
+    assert "const int take = v > mx || v != v;" in (tmp_path / "net.c").read_text()
+    (got,) = run_entry(tmp_path, exe, "grads", [x, p2, p3], 1)
+    tx = torch.from_numpy(x).requires_grad_()
+    loss = (F.max_pool2d(tx, 2) * torch.from_numpy(p2)).sum() + \
+        (F.max_pool2d(tx, (2, 3), stride=3) * torch.from_numpy(p3)).sum()
+    (want,) = torch.autograd.grad(loss, (tx,))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want.numpy()))
+    compare("d/dx", got, want.numpy(), 1e-6, 1e-6)
