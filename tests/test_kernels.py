@@ -347,3 +347,59 @@ def test_maxpool_grad_disjoint_windows(tmp_path):
     (want,) = torch.autograd.grad(loss, (tx,))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want.numpy()))
     compare("d/dx", got, want.numpy(), 1e-6, 1e-6)
+
+
+def test_attention_gemms_in_one_parallel_loop(tmp_path):
+    """gpt: the [B,H] batch of attention GEMMs is one parallel loop of
+    single-threaded ctc_matmul calls; gelu's tanh is ctc_tanh_f32 (no libm call);
+    the fused loops carry omp simd; no cblas call outside ctc_matmul."""
+    src = tmp_path / "gpt.py"
+    src.write_text(open(os.path.join(BENCH, "gpt.py")).read() + TRAIN)
+    c = tmp_path / "gpt.c"
+    run([CTC, "compile", str(src), "-o", str(c), "--input", "idx=i64[2,128]", "--input", "x=i64[2,128]",
+         "--input", "y=i64[2,128]"])
+    code = c.read_text()
+    for q in ("0, 0, 0, 128, 128, 64,", "0, 0, 0, 128, 64, 128,"):   # q @ k^T and att @ v over [2,4] heads
+        assert re.search(r"CTC_OMP_FOR\n  for \(int64_t i = 0; i < 8; i\+\+\) \{\n    ctc_matmul_f32\(" + q, code), q
+    assert "ctc_tanh_f32(" in code and not re.search(r"\btanhf\(", code)
+    assert code.count("CTC_OMP_SIMD\n") + code.count("CTC_OMP_FOR_SIMD\n") >= 20
+    assert code.count("cblas_sgemm(") == 3   # inside ctc_matmul_f32 only: two halves and the whole
+
+
+def test_gemm_paths_agree(tmp_path):
+    """lenet with OpenBLAS (ctc_matmul: single-threaded OpenBLAS, large GEMMs
+    split over the OpenMP threads, convolution images in parallel) and with the
+    portable GEMM (--no-blas, with and without OpenMP): the same forward
+    outputs, loss and updated weights."""
+    fname, xname, mkx, mky = BENCH_CASES[1]
+    rng = np.random.default_rng(1)
+    x, y = mkx(rng), mky(rng).astype(np.int64)
+    src = tmp_path / fname
+    src.write_text(open(os.path.join(BENCH, fname)).read() + TRAIN)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    specs = ["--input", _spec("x", x), "--input", _spec("y", y), "--input", _spec(xname, x)]
+    res = {}
+    w = tmp_path / "w.safetensors"
+    for mode, opts in (("blas", []), ("portable", ["--no-blas"]), ("serial", ["--no-blas", "--no-openmp"])):
+        exe = tmp_path / mode
+        run([CTC, "build", str(src), "-o", str(exe), *specs, *opts], timeout=600)
+        if mode == "blas":
+            code = (tmp_path / "blas.c").read_text()
+            # conv1 over 4 images in parallel, im2col then the image's GEMM
+            assert re.search(r"ctc_blas_threads_f32\(\);\n  CTC_OMP_FOR\n  for \(int64_t n = 0; n < 4; n\+\+\) "
+                             r"\{\n    ctc_im2col_f32\(", code), "convolution images not in parallel"
+            run([str(exe), "run", "forward", "--input", str(tmp_path / "x.npy"), "--output",
+                 str(tmp_path / "o.npy"), "--save", str(w)])
+        out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+        run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--output", str(out)])
+        run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--repeat", "2"])
+        res[mode] = (np.load(out), np.load(loss), st_read(str(saved)))
+    bo, bl, bw = res["blas"]
+    for mode in ("portable", "serial"):
+        o, l, wt = res[mode]
+        np.testing.assert_allclose(o, bo, rtol=1e-4, atol=1e-5, err_msg=mode)
+        np.testing.assert_allclose(l, bl, rtol=1e-4, atol=1e-5, err_msg=mode)
+        for k in bw:
+            np.testing.assert_allclose(wt[k], bw[k], rtol=1e-3, atol=1e-5, err_msg=f"{mode} {k}")
