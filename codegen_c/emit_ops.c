@@ -403,24 +403,6 @@ static void acc_update(CgFunc *c, const Inst *in, const char *accv, const char *
   else LINE(c, "if (%s > %s) %s = %s;\n", x, accv, accv, x);
 }
 
-/* Float sums along one contiguous run (the last axis: emit_reduce's single
- * reduced run and the row kernels' reductions, which must agree bit for bit)
- * keep 8 partial double sums, element j in acc[j & 7], added up at the end
- * in a fixed tree: 8 independent chains instead of one add latency per element. */
-#define SUM_PARTS 8
-static int split_sum(const Inst *in, DType t) { return in->op == IR_REDUCE_SUM && ir_dtype_is_float(t); }
-
-static void split_sum_decl(CgFunc *c, const char *accv) {
-  LINE(c, "double %s[%d] = {0, 0, 0, 0, 0, 0, 0, 0};\n", accv, SUM_PARTS);
-}
-
-/* "((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))" */
-static void split_sum_total(char *buf, size_t cap, const char *a) {
-  int n = snprintf(buf, cap, "((%s[0] + %s[1]) + (%s[2] + %s[3])) + ((%s[4] + %s[5]) + (%s[6] + %s[7]))", a, a, a, a,
-                   a, a, a, a);
-  CHECK(n > 0 && (size_t)n < cap);
-}
-
 static void add_var(char vars[][16], int64_t *st, int *n, const char *name, int64_t stride) {
   snprintf(vars[*n], 16, "%s", name);
   st[(*n)++] = stride;
@@ -510,9 +492,6 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
     }
     LINE(c, "%s acc[%lld];\n", at, (ll)chunk);
     LINE(c, "for (int64_t j = 0; j < %s; j++) acc[j] = %s;\n", lim, init);
-  } else if (split_sum(in, t) && nr == 1 && rst[0] == 1) {
-    snprintf(jv, sizeof jv, "acc[r0 & %d]", SUM_PARTS - 1);
-    split_sum_decl(c, "acc");
   } else {
     snprintf(jv, sizeof jv, "acc");
     LINE(c, "%s acc = %s;\n", at, init);
@@ -533,11 +512,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   char cast[64] = "";
   if (strcmp(at, ct)) snprintf(cast, sizeof cast, "(%s)", ct);
   if (column) LINE(c, "for (int64_t j = 0; j < %s; j++) %s[%s] = %sacc[j];\n", lim, y, yi, cast);
-  else if (strchr(jv, '[')) {
-    char tot[256];
-    split_sum_total(tot, sizeof tot, "acc");
-    LINE(c, "%s[%s] = (%s)(%s);\n", y, yi, ct, tot);
-  } else LINE(c, "%s[%s] = %sacc;\n", y, yi, cast);
+  else LINE(c, "%s[%s] = %sacc;\n", y, yi, cast);
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
@@ -1363,8 +1338,7 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       if (in->op == IR_CONST || s->phase[i] != p) continue;
       if (is_reduction(in)) {
         any = 1;
-        if (split_sum(in, ty(c, in->res)->dtype)) split_sum_decl(c, u.accn[in->res]);
-        else LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
+        LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
       } else if (!same_dims(ty(c, in->res), S)) {
         row_elem(c, &u, in, -1);
       } else {
@@ -1380,13 +1354,7 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       if (is_reduction(in)) {
         Buf x = {0};
         row_operand(c, &u, in->args[0], p, &x);
-        if (split_sum(in, ty(c, in->res)->dtype)) {
-          char part[256];
-          CHECK(snprintf(part, sizeof part, "%s[j & %d]", u.accn[in->res], SUM_PARTS - 1) < (int)sizeof part);
-          acc_update(c, in, part, x.s);
-        } else {
-          acc_update(c, in, u.accn[in->res], x.s);
-        }
+        acc_update(c, in, u.accn[in->res], x.s);
         cg_buf_free(&x);
       } else if (same_dims(ty(c, in->res), S)) {
         row_elem(c, &u, in, p);
@@ -1399,14 +1367,8 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
       DType t = ty(c, in->res)->dtype;
       const char *ct = cg_ctype(t);
-      if (split_sum(in, t)) {
-        char tot[2048];
-        split_sum_total(tot, sizeof tot, u.accn[in->res]);
-        LINE(c, "const %s %s = (%s)(%s);\n", ct, u.local[in->res], ct, tot);
-      } else {
-        LINE(c, "const %s %s = %s%s%s%s;\n", ct, u.local[in->res], strcmp(acc_type(in, t), ct) ? "(" : "",
-             strcmp(acc_type(in, t), ct) ? ct : "", strcmp(acc_type(in, t), ct) ? ")" : "", u.accn[in->res]);
-      }
+      LINE(c, "const %s %s = %s%s%s%s;\n", ct, u.local[in->res], strcmp(acc_type(in, t), ct) ? "(" : "",
+           strcmp(acc_type(in, t), ct) ? ct : "", strcmp(acc_type(in, t), ct) ? ")" : "", u.accn[in->res]);
       row_store(c, &u, in->res, u.local[in->res], 0);
     }
   }
