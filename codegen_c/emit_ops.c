@@ -915,14 +915,19 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
     LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
     LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
     if (!cover) LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-    window_loops(c, OH, OW);
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
+    c->ind += 2;
+    c->k->simd = 1;   /* windows are independent: vectorised, the selects without branches */
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    c->ind += 2;
     LINE(c, "const int64_t w0 = oh * %lld + ow * %lld;   /* the window's first input */\n", (ll)(sh * W), (ll)sw);
     LINE(c, "int64_t at = 0;   /* where the max is: the first one, or the last NaN */\n");
     LINE(c, "%s mx = xp[w0];\n", ct);
     for (int64_t a = 0; a < kh; a++)
       for (int64_t b = 0; b < kw; b++) {
         if (!a && !b) continue;
-        LINE(c, "{ const %s v = xp[w0 + %lld]; const int take = v > mx || v != v; at = take ? %lld : at; "
+        LINE(c, "{ const %s v = xp[w0 + %lld]; const int take = (v > mx) | (v != v); at = take ? %lld : at; "
                 "mx = take ? v : mx; }\n", ct, (ll)(a * W + b), (ll)(a * W + b));
       }
     LINE(c, "const %s gw = 0 + gp[oh * %lld + ow];\n", ct, (ll)OW);
