@@ -199,7 +199,8 @@ static const char *const reserved[] = {
     /* locals of the generated entry functions */
     "A", "m", "i", "j", "k", "n", "v", "acc", "ix", "xp", "yp", "nc", "oh", "ow", "kh", "kw", "ih", "iw",
     "jn", "j0", "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "r0", "r1", "r2", "r3", "r4", "r5", "r6",
-    "r7", "h0", "h1", "w0", "w1", "cnt", "ha", "hb", "wa", "wb", "at", "mx", "gp", "dp", "d", NULL};
+    "r7", "h0", "h1", "w0", "w1", "cnt", "ha", "hb", "wa", "wb", "at", "mx", "gp", "dp", "d",
+    "s", "n0", "ns", "gd", "o", "take", "gw", NULL};
 
 void cg_ident(char *buf, size_t cap, const char *s) {
   size_t n = 0;
