@@ -831,7 +831,7 @@ static void emit_conv2d_grouped(CgFunc *c, int i, const Inst *in) {
   }
   int base = c->ind;
   open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, 0);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
   gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, col, g.ohw, yn, g.ohw, NULL);
   close_batch(c, &g);
   c->ind = base;
@@ -879,7 +879,7 @@ static void emit_conv2d_bwd_weight_grouped(CgFunc *c, int i, const Inst *in) {
   }
   int base = c->ind;
   open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, 0);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
   gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dwg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
   c->ind = base;
