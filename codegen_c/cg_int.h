@@ -66,6 +66,9 @@ typedef struct Kernels {
   unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
   unsigned char remainder[DT_COUNT]; /* ctc_remainder_<dt>: Python's %, as PyTorch's remainder */
   unsigned char floordiv[DT_COUNT];  /* ctc_floordiv_<dt>: PyTorch's div(rounding_mode='floor') */
+  unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
+  unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
+  unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_dt_suffix(DType t);  /* "f32" ... */

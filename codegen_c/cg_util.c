@@ -201,7 +201,8 @@ static const char *const reserved[] = {
     "jn", "j0", "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "r0", "r1", "r2", "r3", "r4", "r5", "r6",
     "r7", "h0", "h1", "w0", "w1", "cnt", "ha", "hb", "wa", "wb", "at", "mx", "gp", "dp", "d", "tp", "op", "grp",
     "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "ok", "uh0", "uh1", "uw0", "uw1", "lh0", "lh1", "lw0",
-    "lw1", "xr0", "xr1", "gv", NULL};
+    "lw1", "xr0", "xr1", "gv",
+    "s", "n0", "ns", "gd", "take", "gw", NULL};
 
 void cg_ident(char *buf, size_t cap, const char *s) {
   size_t n = 0;

@@ -304,9 +304,11 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     ConvGeom cg;
     cg_conv_geom(f, in, &cg);
     arena = 1;
-    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s[%lld,%lld] column scratch of %s */\n", cg_ctype(r->dtype),
-              sname[i], cg_ctype(r->dtype), (ll)fp->scratch[i], ir_dtype_name(r->dtype), (ll)cg.ckk, (ll)cg.ohw,
-              cname[in->res]);
+    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",
+              cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), (ll)fp->scratch[i], ir_dtype_name(r->dtype),
+              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
+              (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
+              in->op == IR_CONV2D_BWD_WEIGHT ? " and gradients" : "");
   }
 
   char where[256];

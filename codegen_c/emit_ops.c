@@ -85,6 +85,8 @@ typedef struct Acc {
 
 typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
 
+enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4 };
+
 /* The index expression of an access: "7 + i0 * 12 + i1". */
 static void index_expr(char *out, int n, char var[][16], int64_t off, const int64_t *st) {
   size_t len = 0;
@@ -102,7 +104,12 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
 
 /* Loops over dims[nd], calling body once in the innermost loop with the index
  * expression of every access. Size-1 axes are dropped and adjacent axes merged
- * where every access is contiguous across them. */
+ * where every access is contiguous across them. omp (NEST_* flags): NEST_OMP,
+ * OpenMP on the outer loop when the nest has OMP_MIN_WORK elements;
+ * NEST_OMP_ALWAYS, whenever that loop has several iterations (each does much
+ * work: a GEMM); NEST_SIMD, `omp simd` on the innermost loop (its iterations
+ * are independent: GCC cannot see that through the pointers an OpenMP region
+ * captures, and with many arrays gives up vectorising). */
 static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -128,8 +135,12 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
   for (int k = 0; k < n; k++) snprintf(var[k], sizeof var[k], n == 1 ? "i" : "i%d", k);
   for (int a = 0; a < na; a++) index_expr(idx[a], n, var, acc[a].off, st[a]);
   int base = c->ind;
-  if (omp && n > 0 && d[0] > 1 && total >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= OMP_MIN_WORK);
+  int simd = (omp & NEST_SIMD) && n > 0 && d[n - 1] > 1;
+  if (simd) c->k->simd = 1;
+  if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
   for (int k = 0; k < n; k++) {
+    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", var[k], var[k], (ll)d[k], var[k],
          braces && k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -210,6 +221,14 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     if (which) c->k->floordiv[ct] = 1;
     else c->k->remainder[ct] = 1;
     return names[which][ct];
+  }
+  if (in->op == IR_TANH && ct == DT_F32) {
+    c->k->tanh_f32 = 1;
+    return "ctc_tanh_f32(A)";
+  }
+  if (in->op == IR_EXP && ct == DT_F32) {
+    c->k->exp_f32 = 1;
+    return "ctc_exp_f32(A)";
   }
   if (!ir_dtype_is_float(ct)) {
     if (in->op == IR_MAX) return "(A > B ? A : B)";
@@ -529,22 +548,11 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
  * or a C condition under which c is accumulated into instead (c += ...). */
 static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
                       int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
-  int blas = t == DT_F32 || t == DT_F64;
-  const char *one = t == DT_F32 ? "1.0f" : "1.0", *zero = t == DT_F32 ? "0.0f" : "0.0";
-  char beta[64];
-  if (acc) snprintf(beta, sizeof beta, "(%s ? %s : %s)", acc, one, zero);
-  else snprintf(beta, sizeof beta, "%s", zero);
   c->k->gemm[t] = 1;
-  if (blas) {
-    cg_puts(c->out, "#ifdef CTC_HAVE_CBLAS\n");
-    LINE(c, "cblas_%cgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, %s, %lld, %s, %s, %lld);\n",
-         t == DT_F32 ? 's' : 'd', ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans",
-         (ll)M, (ll)N, (ll)K, one, pa, (ll)lda, pb, (ll)ldb, beta, pc, (ll)ldc);
-    cg_puts(c->out, "#else\n");
-  }
-  LINE(c, "ctc_gemm_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", cg_dt_suffix(t), ta, tb,
-       acc ? acc : "0", (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
-  if (blas) cg_puts(c->out, "#endif\n");
+  /* f32/f64: ctc_matmul (OpenBLAS, threads split by ctc; or the portable GEMM) */
+  LINE(c, "ctc_%s_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n",
+       t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), ta, tb, acc ? acc : "0", (ll)M, (ll)N, (ll)K,
+       pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
 }
 
 typedef struct MatU {
@@ -596,7 +604,8 @@ static void emit_matmul(CgFunc *c, const Inst *in) {
     matmul_body(c, idx, &u);
     return;
   }
-  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, 0, 1);
+  /* a batch of GEMMs: one per thread at a time (ctc_matmul is one call inside a parallel loop) */
+  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, u.M * u.N * u.K >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
 }
 
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
@@ -617,17 +626,168 @@ void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
   g->ohw = g->OH * g->OW;
 }
 
-/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call. */
+/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call
+ * (im2col with the row stride ldc of its columns). */
 static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, const ConvGeom *g, const char *from,
-                      const char *to) {
-  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s);\n", kernel,
+                      const char *to, int64_t ldc) {
+  char ld[32] = "";
+  if (ldc) snprintf(ld, sizeof ld, ", %lld", (ll)ldc);
+  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s%s);\n", kernel,
        cg_dt_suffix(t), from, (ll)g->Cg, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
-       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to);
+       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to, ld);
+}
+
+/* "p + n * 12": v's slice for image `var` (p alone when there is one image). */
+static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, const char *var) {
+  if (N > 1) snprintf(buf, cap, "%s + %s * %lld", cg_ref(c, v), var, (ll)stride);
+  else snprintf(buf, cap, "%s", cg_ref(c, v));
+}
+
+/* Convolutions run S images at a time (S = ir_conv_slots: their column
+ * matrices fit the scratch), the images of a chunk in parallel, each image's
+ * GEMM one single-threaded call on its thread:
+ *   for (n0 = 0; n0 < N; n0 += S)      (left out when S == N)
+ *     CTC_OMP_FOR
+ *     for (s = 0; s < min(S, N - n0); s++)   image n = n0 + s, columns in slot s
+ * Opens those loops; the body uses "n" (the image) and "s" (its slot). */
+static int open_images_chunked(CgFunc *c, DType t, int64_t N, int64_t S, int par) {
+  int base = c->ind;
+  if (N <= 1) return base;
+  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+  if (S < N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)N, (ll)S);
+    c->ind += 2;
+    if (par) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t s = 0; s < (%lld - n0 < %lld ? %lld - n0 : %lld); s++) {\n", (ll)N, (ll)S, (ll)N, (ll)S);
+    c->ind += 2;
+    LINE(c, "const int64_t n = n0 + s;\n");
+  } else {
+    if (par) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
+    c->ind += 2;
+  }
+  return base;
+}
+
+static void close_images_chunked(CgFunc *c, int base) {
+  while (c->ind > base) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+}
+
+/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n, images in parallel. */
+static void emit_conv2d_chunked(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
+  int64_t S = ir_conv_slots(c->f, in);
+  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
+  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, "n");
+  if (scratch) {
+    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
+    else snprintf(col, sizeof col, "%s", scratch);
+    c->k->im2col[t] = 1;
+  } else {
+    snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
+  }
+  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
+  gemm_call(c, t, 0, 0, g.O, g.ohw, g.ckk, ws, g.ckk, col, g.ohw, yn, g.ohw, NULL);
+  close_images_chunked(c, base);
+}
+
+/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n, images in parallel. */
+static void emit_conv2d_bwd_input_chunked(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
+  int64_t S = ir_conv_slots(c->f, in);
+  char gn[IDX_CAP], dxn[IDX_CAP], col[IDX_CAP];
+  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, "n");
+  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, "n");
+  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
+  if (scratch) {
+    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
+    else snprintf(col, sizeof col, "%s", scratch);
+    c->k->col2im[t] = 1;
+    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, col, g.ohw, NULL);
+    fold_call(c, "col2im", t, in, &g, col, dxn, 0);
+  } else {
+    /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
+    gemm_call(c, t, 1, 0, g.C, g.ohw, g.O, ws, g.C, gn, g.ohw, dxn, g.ohw, NULL);
+  }
+  close_images_chunked(c, base);
+}
+
+/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. A chunk of S
+ * images is unfolded side by side (col[C*KH*KW, S*OH*OW], in parallel) next to
+ * a copy of their gradients (gs[O, S*OH*OW]); then one GEMM gs x col^T over
+ * the whole chunk (K = S*OH*OW), accumulated from the second chunk on. */
+static void emit_conv2d_bwd_weight_chunked(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const char *scratch = c->sname[i], *dws = cg_ref(c, in->res);
+  char xn[IDX_CAP], gn[IDX_CAP];
+  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
+  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, "n");
+  int base = c->ind;
+  if (!scratch) {   /* 1x1, stride 1, no padding: x[n] is the column matrix; one GEMM per image */
+    if (g.N > 1) {
+      LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)g.N);
+      c->ind += 2;
+    }
+    gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, xn, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
+    close_images_chunked(c, base);
+    return;
+  }
+  c->k->im2col[t] = 1;
+  int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw;   /* L: the row length of a chunk's columns */
+  const char *ct = cg_ctype(t);
+  char gs[IDX_CAP];
+  snprintf(gs, sizeof gs, "%s + %lld", scratch, (ll)(g.ckk * L));
+  if (S < g.N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)g.N, (ll)S);
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;   /* images in this chunk */\n", (ll)g.N, (ll)S,
+         (ll)g.N, (ll)S);
+  } else {
+    LINE(c, "{\n");
+    c->ind += 2;
+    if (g.N > 1) LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
+  }
+  if (g.N > 1) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, g.N > 1 ? "for (int64_t s = 0; s < ns; s++) {\n" : "for (int64_t s = 0; s < 1; s++) {\n");
+  c->ind += 2;
+  if (g.N > 1) LINE(c, "const int64_t n = n0 + s;\n");
+  LINE(c, "%s *restrict gd = %s + s * %lld;\n", ct, gs, (ll)g.ohw);
+  LINE(c, "const %s *restrict gp = %s;\n", ct, gn);
+  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)g.O);
+  LINE(c, "  memcpy(gd + o * %lld, gp + o * %lld, %lld * sizeof *gd);\n", (ll)L, (ll)g.ohw, (ll)g.ohw);
+  char col[IDX_CAP];
+  snprintf(col, sizeof col, "%s + s * %lld", scratch, (ll)g.ohw);
+  fold_call(c, "im2col", t, in, &g, xn, col, L);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  /* one GEMM over the chunk: K = ns * OH*OW, the rows of both matrices have stride L */
+  if (S < g.N) {
+    c->k->gemm[t] = 1;
+    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n",
+         t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), (ll)g.O, (ll)g.ckk, (ll)g.ohw, gs, (ll)L,
+         scratch, (ll)L, dws, (ll)g.ckk);
+  } else {
+    gemm_call(c, t, 0, 1, g.O, g.ckk, L, gs, L, scratch, L, dws, g.ckk, NULL);
+  }
+  close_images_chunked(c, base);
 }
 
 /* "p" or "p + n * 12" or "p + n * 12 + grp * 4": v's slice for image n (when
  * there are several) and group grp (when there are several). */
-static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, int64_t G,
+static void image_ptr_g(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, int64_t G,
                       int64_t gstride) {
   int k = snprintf(buf, cap, "%s", cg_ref(c, v));
   if (N > 1) k += snprintf(buf + k, cap - (size_t)k, " + n * %lld", (ll)stride);
@@ -654,15 +814,15 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
 }
 
 /* y[n][group] = w[group][Og, Cg*KH*KW] x im2col(x[n][group]) for each image n and group. */
-static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
+static void emit_conv2d_grouped(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i];
   char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
+  image_ptr_g(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr_g(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr_g(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
   if (scratch) {
     snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
@@ -671,28 +831,28 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
   }
   int base = c->ind;
   open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
   gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, col, g.ohw, yn, g.ohw, NULL);
   close_batch(c, &g);
   c->ind = base;
 }
 
 /* dx[n][group] = col2im(w[group]^T[Cg*KH*KW, Og] x g[n][group][Og, OH*OW]) for each image n and group. */
-static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
+static void emit_conv2d_bwd_input_grouped(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i];
   char gn[IDX_CAP], dxn[IDX_CAP], wg[IDX_CAP];
-  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
+  image_ptr_g(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr_g(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr_g(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
   int base = c->ind;
   open_batch(c, &g);
   if (scratch) {
     c->k->col2im[t] = 1;
     gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.Og, wg, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
-    fold_call(c, "col2im", t, in, &g, scratch, dxn);
+    fold_call(c, "col2im", t, in, &g, scratch, dxn, 0);
   } else {
     /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
     gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, gn, g.ohw, dxn, g.ohw, NULL);
@@ -702,15 +862,15 @@ static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
 }
 
 /* dw[group][Og, Cg*KH*KW] = sum over n of g[n][group][Og, OH*OW] x im2col(x[n][group])^T. */
-static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
+static void emit_conv2d_bwd_weight_grouped(CgFunc *c, int i, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   const char *scratch = c->sname[i];
   char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP], dwg[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr(c, dwg, sizeof dwg, in->res, 1, 0, g.G, g.Og * g.ckk);
+  image_ptr_g(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr_g(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr_g(c, dwg, sizeof dwg, in->res, 1, 0, g.G, g.Og * g.ckk);
   if (scratch) {
     snprintf(col, sizeof col, "%s", scratch);
     c->k->im2col[t] = 1;
@@ -719,10 +879,27 @@ static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
   }
   int base = c->ind;
   open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col);
+  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
   gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dwg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
   c->ind = base;
+}
+
+/* Convolutions: with one group, images run S at a time in parallel (above);
+ * grouped and depthwise ones, one GEMM per image and group. */
+static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
+  if (in->attr[6] > 1) emit_conv2d_grouped(c, i, in);
+  else emit_conv2d_chunked(c, i, in);
+}
+
+static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
+  if (in->attr[6] > 1) emit_conv2d_bwd_input_grouped(c, i, in);
+  else emit_conv2d_bwd_input_chunked(c, i, in);
+}
+
+static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
+  if (in->attr[6] > 1) emit_conv2d_bwd_weight_grouped(c, i, in);
+  else emit_conv2d_bwd_weight_chunked(c, i, in);
 }
 
 /* ---- pooling and embedding -------------------------------------------------------- */
@@ -873,6 +1050,36 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *gs = cg_ref(c, in->args[1]), *ds = cg_ref(c, in->res);
   int base = open_images(c, NC, ir_numel(g) * kh * kw);
+  if (!jvp && !chk_h && !chk_w && sh >= kh && sw >= kw && dh == 1 && dw == 1 && kh * kw <= 16 && ir_dtype_is_float(t)) {
+    /* Windows that do not overlap: each input is in at most one window, so
+     * its gradient is written once (0 + g, as the scatter-add into zeros
+     * gives it), without branches; zeroed first only where no window reaches. */
+    int cover = OH * sh == H && OW * sw == W && sh == kh && sw == kw;
+    LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+    if (!cover) LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
+    c->ind += 2;
+    c->k->simd = 1;   /* windows are independent: vectorised, the selects without branches */
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    c->ind += 2;
+    LINE(c, "const int64_t w0 = oh * %lld + ow * %lld;   /* the window's first input */\n", (ll)(sh * W), (ll)sw);
+    LINE(c, "int64_t at = 0;   /* where the max is: the first one, or the last NaN */\n");
+    LINE(c, "%s mx = xp[w0];\n", ct);
+    for (int64_t a = 0; a < kh; a++)
+      for (int64_t b = 0; b < kw; b++) {
+        if (!a && !b) continue;
+        LINE(c, "{ const %s v = xp[w0 + %lld]; const int take = (v > mx) | (v != v); at = take ? %lld : at; "
+                "mx = take ? v : mx; }\n", ct, (ll)(a * W + b), (ll)(a * W + b));
+      }
+    LINE(c, "const %s gw = 0 + gp[oh * %lld + ow];\n", ct, (ll)OW);
+    for (int64_t a = 0; a < kh; a++)
+      for (int64_t b = 0; b < kw; b++)
+        LINE(c, "dp[w0 + %lld] = at == %lld ? gw : 0;\n", (ll)(a * W + b), (ll)(a * W + b));
+    close_windows(c, base);
+    return;
+  }
   if (jvp) {
     LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
     LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
@@ -1530,7 +1737,7 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
     if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
     else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
   }
-  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, 1, 1);
+  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, NEST_OMP | NEST_SIMD, 1);
   free(u.local);
   free(u.acc);
   free(acc);

@@ -28,14 +28,14 @@ static const char gemm_text[] =
     "        for (int64_t ii = 0; ii < mi; ii++) {\n"
     "          const int64_t i = i0 + ii;\n"
     "          $T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
-    "          int64_t k = 0;\n"
     "          if (!ta) {\n"
     "            const $T *restrict ai = a + i * lda;\n"
-    "            for (; k + 8 <= K; k += 8)\n"
+    "            const int64_t k8 = K / 8 * 8;\n"
+    "            for (int64_t k = 0; k < k8; k += 8)\n"
     "              for (int u = 0; u < 8; u++) s[u] += ai[k + u] * bj[k + u];\n"
-    "            for (; k < K; k++) s[0] += ai[k] * bj[k];\n"
+    "            for (int64_t k = k8; k < K; k++) s[0] += ai[k] * bj[k];\n"
     "          } else {\n"
-    "            for (; k < K; k++) s[0] += a[k * lda + i] * bj[k];\n"
+    "            for (int64_t k = 0; k < K; k++) s[0] += a[k * lda + i] * bj[k];\n"
     "          }\n"
     "          const $T d = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));\n"
     "          c[i * ldc + j] = acc ? c[i * ldc + j] + d : d;\n"
@@ -59,41 +59,96 @@ static const char gemm_text[] =
     "  }\n"
     "}\n";
 
+/* The GEMM every matmul and convolution calls (f32, f64). With OpenBLAS and
+ * OpenMP, ctc owns the threads: OpenBLAS runs single-threaded (its pthreads
+ * otherwise spin in sched_yield between calls and take the cores from the
+ * OpenMP loops: 15-30% of the gpt steps in perf) and a large GEMM is split
+ * over the OpenMP threads, by rows of C when M >= N, else by columns; inside
+ * a parallel loop (a batch of GEMMs) it is one call. Without OpenBLAS: the
+ * portable ctc_gemm_$S. */
+static const char matmul_text[] =
+    "/* OpenBLAS single-threaded (once, outside parallel regions: before a loop that runs GEMMs in parallel). */\n"
+    "#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)\n"
+    "#define ctc_blas_threads_$S() (openblas_get_num_threads() != 1 ? openblas_set_num_threads(1) : (void)0)\n"
+    "#else\n"
+    "#define ctc_blas_threads_$S() ((void)0)\n"
+    "#endif\n"
+    "#ifdef CTC_HAVE_CBLAS\n"
+    "#ifdef _OPENMP\n"
+    "#include <omp.h>\n"
+    "#endif\n"
+    "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
+    "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
+    "  const enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;\n"
+    "#ifdef _OPENMP\n"
+    "  if (!omp_in_parallel()) ctc_blas_threads_$S();\n"
+    "  if (!omp_in_parallel() && omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0) {\n"
+    "    _Pragma(\"omp parallel\")\n"
+    "    {\n"
+    "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), rows = M >= N;\n"
+    "      const int64_t n = rows ? M : N, p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
+    "      if (p1 > p0 && rows)\n"
+    "        $G(CblasRowMajor, opa, opb, (int)(p1 - p0), (int)N, (int)K, 1, a + (ta ? p0 : p0 * lda), (int)lda, b,\n"
+    "           (int)ldb, acc ? 1 : 0, c + p0 * ldc, (int)ldc);\n"
+    "      else if (p1 > p0)\n"
+    "        $G(CblasRowMajor, opa, opb, (int)M, (int)(p1 - p0), (int)K, 1, a, (int)lda, b + (tb ? p0 * ldb : p0),\n"
+    "           (int)ldb, acc ? 1 : 0, c + p0, (int)ldc);\n"
+    "    }\n"
+    "    return;\n"
+    "  }\n"
+    "#endif\n"
+    "  $G(CblasRowMajor, opa, opb, (int)M, (int)N, (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
+    "}\n"
+    "#else\n"
+    "#define ctc_matmul_$S ctc_gemm_$S\n"
+    "#endif\n";
+
 static const char im2col_text[] =
-    "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel:\n"
-    " * col[(c*KH + kh)*KW + kw][oh*OW + ow] = x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw],\n"
-    " * 0 where that falls into the padding. Then conv = w[O, C*KH*KW] x col. */\n"
+    "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel into columns\n"
+    " * of row stride ldc: col[((c*KH + kh)*KW + kw) * ldc + oh*OW + ow] =\n"
+    " * x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw], 0 where that falls into the padding.\n"
+    " * Then conv = w[O, C*KH*KW] x col. Serial: callers run images in parallel. */\n"
     "static void ctc_im2col_$S(const $T *restrict x, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
-    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict col) {\n"
-    "  CTC_OMP_FOR\n"
-    "  for (int64_t r = 0; r < C * KH * KW; r++) {\n"
-    "    const int64_t c = r / (KH * KW), kh = r / KW % KH, kw = r % KW;\n"
-    "    const $T *restrict xc = x + c * H * W;\n"
-    "    for (int64_t oh = 0; oh < OH; oh++) {\n"
-    "      const int64_t ih = oh * sh - ph + kh * dh;\n"
-    "      $T *restrict d = col + (r * OH + oh) * OW;\n"
-    "      if (ih < 0 || ih >= H) {\n"
-    "        for (int64_t ow = 0; ow < OW; ow++) d[ow] = 0;\n"
-    "        continue;\n"
+    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict col, int64_t ldc) {\n"
+    "  for (int64_t c = 0; c < C; c++)\n"
+    "    for (int64_t kh = 0; kh < KH; kh++)\n"
+    "      for (int64_t kw = 0; kw < KW; kw++) {\n"
+    "        const $T *restrict xc = x + c * H * W;\n"
+    "        $T *restrict d = col + ((c * KH + kh) * KW + kw) * ldc;\n"
+    "        for (int64_t oh = 0; oh < OH; oh++, d += OW) {\n"
+    "          const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "          if (ih < 0 || ih >= H) {\n"
+    "            for (int64_t ow = 0; ow < OW; ow++) d[ow] = 0;\n"
+    "            continue;\n"
+    "          }\n"
+    "          if (sw == 1 && pw == 0) {\n"
+    "            const $T *restrict xr = xc + ih * W + kw * dw;\n"
+    "            for (int64_t ow = 0; ow < OW; ow++) d[ow] = xr[ow];   /* the common case: a row copy */\n"
+    "            continue;\n"
+    "          }\n"
+    "          /* iw = ow * sw + off is inside the row for ow in [lo, hi): three loops, no\n"
+    "           * conditional load (GCC 12 -O3 -mavx2 miscompiled the select form) */\n"
+    "          const int64_t off = kw * dw - pw;\n"
+    "          int64_t lo = off >= 0 ? 0 : (sw - 1 - off) / sw, hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;\n"
+    "          if (hi > OW) hi = OW;\n"
+    "          if (lo > hi) lo = hi;\n"
+    "          const $T *restrict xh = xc + ih * W;\n"
+    "          for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0;\n"
+    "          for (int64_t ow = lo; ow < hi; ow++) d[ow] = xh[ow * sw + off];\n"
+    "          for (int64_t ow = hi; ow < OW; ow++) d[ow] = 0;\n"
+    "        }\n"
     "      }\n"
-    "      for (int64_t ow = 0; ow < OW; ow++) {\n"
-    "        const int64_t iw = ow * sw - pw + kw * dw;\n"
-    "        d[ow] = iw >= 0 && iw < W ? xc[ih * W + iw] : 0;\n"
-    "      }\n"
-    "    }\n"
-    "  }\n"
     "}\n";
 
 static const char col2im_text[] =
     "/* The adjoint of im2col: folds col[C*KH*KW, OH*OW] back into an image x[C,H,W],\n"
     " * x[c][ih][iw] = sum of col[(c*KH + kh)*KW + kw][oh*OW + ow] over the window\n"
     " * positions that read (ih, iw); positions no window reads get 0. Each channel\n"
-    " * is written by one thread only. */\n"
+    " * is written by its caller's thread only. */\n"
     "static void ctc_col2im_$S(const $T *restrict col, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
     "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict x) {\n"
-    "  CTC_OMP_FOR\n"
     "  for (int64_t c = 0; c < C; c++) {\n"
     "    $T *restrict xc = x + c * H * W;\n"
     "    for (int64_t i = 0; i < H * W; i++) xc[i] = 0;\n"
@@ -142,6 +197,64 @@ static const char normal_text[] =
     "    double u1 = ctc_u01(key, 2 * (uint64_t)i), u2 = ctc_u01(key, 2 * (uint64_t)i + 1);\n"
     "    p[i] = ($T)(mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));\n"
     "  }\n"
+    "}\n";
+
+/* tanh in f32 without a libm call, so that loops over it vectorise (glibc's
+ * tanhf is a scalar call through expm1f, about 20 ns per element): at most
+ * 1.3 ulp from the exact tanh (checked on every 7th float), odd,
+ * tanh(-0) = -0, exactly +-1 for |x| >= 9.1 and the infinities, NaN kept.
+ * |x| < 0.625: x + x^3 P(x^2) (Cephes' tanhf polynomial); else
+ * 1 - 2 / (exp(2|x|) + 1) with exp as 2^n exp(r), n = round(2|x| / ln 2) read
+ * from the low mantissa bits of 2|x| / ln 2 + 1.5 * 2^23 (no float -> int
+ * conversion, which would keep GCC from if-converting the loop), r reduced
+ * with ln 2 in two parts, exp(r) by Cephes' expf polynomial. */
+static const char tanh_text[] =
+    "static inline float ctc_tanh_f32(float x) {\n"
+    "  const float ax = x < 0 ? -x : x;\n"
+    "  const float z = ax * ax;\n"
+    "  const float small = ax + ax * z * ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +\n"
+    "                                     1.33314422036e-1f) * z - 3.33332819422e-1f);\n"
+    "  const float t = ax < 9.1f ? 2.0f * ax : 18.2f;   /* NaN: 18.2, replaced below */\n"
+    "  const float m = t * 1.44269504089f + 12582912.0f;   /* round(t / ln 2) in the low mantissa bits */\n"
+    "  const float n = m - 12582912.0f;\n"
+    "  const float r = (t - n * 0.693359375f) + n * 2.12194440e-4f;\n"
+    "  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +\n"
+    "                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r * r + r) + 1.0f;\n"
+    "  int32_t mi, xi, yi;\n"
+    "  memcpy(&mi, &m, sizeof mi);\n"
+    "  const int32_t si = (mi - 0x4B400000 + 127) * (1 << 23);   /* 2^n, n in [0, 27) */\n"
+    "  float scale, res;\n"
+    "  memcpy(&scale, &si, sizeof scale);\n"
+    "  const float big = 1.0f - 2.0f / (p * scale + 1.0f);\n"
+    "  const float y = ax < 0.625f ? small : ax < 9.1f ? big : 1.0f;   /* tanh rounds to 1 from 9.01 on */\n"
+    "  memcpy(&xi, &x, sizeof xi);\n"
+    "  memcpy(&yi, &y, sizeof yi);\n"
+    "  yi |= xi & INT32_MIN;   /* the sign of x */\n"
+    "  memcpy(&res, &yi, sizeof res);\n"
+    "  return x != x ? x : res;\n"
+    "}\n";
+
+/* exp in f32 without a libm call (loops over it vectorise): at most 1 ulp
+ * from the exact exp (checked on every 3rd float), exp(-inf) = 0, inf from
+ * 88.73 on, subnormal results rounded once, NaN kept. 2^n exp(r) as in
+ * ctc_tanh_f32, with 2^n as 2^k1 2^k2 so that n down to -150 stays exact. */
+static const char exp_text[] =
+    "static inline float ctc_exp_f32(float x) {\n"
+    "  const float t = x >= -104.0f && x <= 89.0f ? x : x > 89.0f ? 89.0f : -104.0f;   /* NaN: -104, replaced below */\n"
+    "  const float m = t * 1.44269504089f + 12582912.0f;   /* round(t / ln 2) in the low mantissa bits */\n"
+    "  const float n = m - 12582912.0f;\n"
+    "  const float r = (t - n * 0.693359375f) + n * 2.12194440e-4f;\n"
+    "  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +\n"
+    "                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r * r + r) + 1.0f;\n"
+    "  int32_t mi;\n"
+    "  memcpy(&mi, &m, sizeof mi);\n"
+    "  const int32_t k = mi - 0x4B400000, k1 = k / 2, k2 = k - k1;   /* n in [-150, 129]: 2^n = 2^k1 2^k2 */\n"
+    "  const int32_t b1 = (k1 + 127) * (1 << 23), b2 = (k2 + 127) * (1 << 23);\n"
+    "  float s1, s2;\n"
+    "  memcpy(&s1, &b1, sizeof s1);\n"
+    "  memcpy(&s2, &b2, sizeof s2);\n"
+    "  const float y = p * s1 * s2;\n"
+    "  return x != x ? x : y;\n"
     "}\n";
 
 /* Integer pow as PyTorch's powi: exact, modulo 2**64 (the caller truncates to
@@ -198,11 +311,17 @@ static void instantiate(Buf *b, const char *text, DType t) {
     else if (s[0] == '$' && s[1] == 'U') cg_puts(b, t == DT_I32 ? "uint32_t" : "uint64_t"), s++;
     else if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
+    else if (s[0] == '$' && s[1] == 'G') cg_puts(b, t == DT_F64 ? "cblas_dgemm" : "cblas_sgemm"), s++;
     else cg_printf(b, "%c", *s);
   }
 }
 
 void cg_emit_kernels(Buf *b, const Kernels *k) {
+  if (k->simd)
+    cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
+               "#ifdef _OPENMP\n#define CTC_OMP_SIMD _Pragma(\"omp simd\")\n"
+               "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
+               "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->gemm[t]) continue;
     int blas = t == DT_F32 || t == DT_F64;
@@ -210,6 +329,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     instantiate(b, gemm_text, (DType)t);
     if (blas) cg_puts(b, "#endif\n");
     cg_puts(b, "\n");
+    if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
   }
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
@@ -227,6 +347,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->remainder[t]) instantiate(b, fl ? remainder_float_text : remainder_int_text, (DType)t), cg_puts(b, "\n");
     if (k->floordiv[t]) instantiate(b, fl ? floordiv_float_text : floordiv_int_text, (DType)t), cg_puts(b, "\n");
   }
+  if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
+  if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);

@@ -288,6 +288,11 @@ typedef struct MemPlan {
 /* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer);
  * INT64_MAX when that does not fit in int64. */
 int64_t ir_scratch_bytes(const Func *f, const Inst *in);
+/* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least
+ * one, at most the batch): ir_conv_slots images of ir_conv_image_bytes each. */
+#define IR_CONV_SCRATCH_BYTES ((int64_t)8 << 20)
+int64_t ir_conv_image_bytes(const Func *f, const Inst *in);
+int64_t ir_conv_slots(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */
 int ir_is_view(const Func *f, ValId v);
 MemPlan *ir_plan_memory(Program *p);

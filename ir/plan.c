@@ -76,34 +76,55 @@ static int conv_is_pointwise(const Inst *in, int64_t kh, int64_t kw, int64_t h, 
          h == oh && w == ow;
 }
 
+static void conv_dims(const Func *f, const Inst *in, int64_t *N, int64_t *C, int64_t *O, int64_t *KH, int64_t *KW,
+                      int64_t *OH, int64_t *OW);
+
 int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
-  const Type *a0, *a1, *r;
-  int64_t C, KH, KW, H, W, OH, OW;
-  switch (in->op) {
-  case IR_CONV2D:   /* x[N,C,H,W] w[O,C,KH,KW] -> y[N,O,OH,OW]: im2col of x[n] */
-    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
-    r = &f->values.data[in->res].type;
-    C = a1->dims[1], KH = a1->dims[2], KW = a1->dims[3], H = a0->dims[2], W = a0->dims[3];
-    OH = r->dims[2], OW = r->dims[3];
-    break;
-  case IR_CONV2D_BWD_INPUT:   /* g[N,O,OH,OW] w[O,C,KH,KW] -> dx[N,C,H,W]: w^T g[n], then col2im */
-    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
-    r = &f->values.data[in->res].type;
-    C = a1->dims[1], KH = a1->dims[2], KW = a1->dims[3], H = r->dims[2], W = r->dims[3];
-    OH = a0->dims[2], OW = a0->dims[3];
-    break;
-  case IR_CONV2D_BWD_WEIGHT:   /* x[N,C,H,W] g[N,O,OH,OW] -> dw[O,C,KH,KW]: im2col of x[n] */
-    a0 = &f->values.data[in->args[0]].type, a1 = &f->values.data[in->args[1]].type;
-    r = &f->values.data[in->res].type;
-    C = r->dims[1], KH = r->dims[2], KW = r->dims[3], H = a0->dims[2], W = a0->dims[3];
-    OH = a1->dims[2], OW = a1->dims[3];
-    break;
-  default: return 0;
-  }
-  if (conv_is_pointwise(in, KH, KW, H, W, OH, OW)) return 0;
-  /* The column matrix of one image: [C*KH*KW, OH*OW]. */
-  int64_t d[6] = {C, KH, KW, OH, OW, (int64_t)ir_dtype_size(r->dtype)}, b;
-  return ir_prod(d, 6, &b) < 0 ? INT64_MAX : b;
+  /* CONV2D x[N,C,H,W] w[O,C,KH,KW] -> y[N,O,OH,OW]: im2col of x[n];
+   * CONV2D_BWD_INPUT g[N,O,OH,OW] w -> dx[N,C,H,W]: w^T g[n], then col2im;
+   * CONV2D_BWD_WEIGHT x g -> dw[O,C,KH,KW]: im2col of x[n] and a copy of g[n] */
+  if (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
+  if (conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW)) return 0;
+  /* The column matrices of ir_conv_slots images at once: [C*KH*KW, OH*OW] each
+   * (CONV2D_BWD_WEIGHT: also their gradients' [O, OH*OW], laid side by side). */
+  int64_t per = ir_conv_image_bytes(f, in), b;
+  if (per == INT64_MAX) return INT64_MAX;
+  int64_t d[2] = {per, ir_conv_slots(f, in)};
+  return ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
+}
+
+/* The geometry numbers of a convolution instruction: N images, C channels in, O out,
+ * KH x KW kernel, OH x OW outputs. */
+static void conv_dims(const Func *f, const Inst *in, int64_t *N, int64_t *C, int64_t *O, int64_t *KH, int64_t *KW,
+                      int64_t *OH, int64_t *OW) {
+  const Type *a0 = &f->values.data[in->args[0]].type, *a1 = &f->values.data[in->args[1]].type;
+  const Type *r = &f->values.data[in->res].type;
+  const Type *x = in->op == IR_CONV2D_BWD_INPUT ? r : a0;
+  const Type *w = in->op == IR_CONV2D_BWD_WEIGHT ? r : a1;
+  const Type *y = in->op == IR_CONV2D ? r : in->op == IR_CONV2D_BWD_INPUT ? a0 : a1;
+  *N = x->dims[0], *C = x->dims[1], *O = w->dims[0], *KH = w->dims[2], *KW = w->dims[3];
+  *OH = y->dims[2], *OW = y->dims[3];
+}
+
+int64_t ir_conv_image_bytes(const Func *f, const Inst *in) {
+  int64_t N, C, O, KH, KW, OH, OW, b;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  int64_t k[3] = {C, KH, KW}, rows;   /* C*KH*KW (+ O for the gradients' copy) */
+  if (ir_prod(k, 3, &rows) < 0 || rows > INT64_MAX / 2 || O > INT64_MAX / 2) return INT64_MAX;
+  if (in->op == IR_CONV2D_BWD_WEIGHT) rows += O;
+  int64_t d[4] = {rows, OH, OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
+  return ir_prod(d, 4, &b) < 0 ? INT64_MAX : b;
+}
+
+int64_t ir_conv_slots(const Func *f, const Inst *in) {
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  int64_t per = ir_conv_image_bytes(f, in);
+  int64_t s = per == INT64_MAX || per <= 0 ? 1 : IR_CONV_SCRATCH_BYTES / per;
+  return s < 1 ? 1 : s > N ? (N > 0 ? N : 1) : s;
 }
 
 int ir_is_view(const Func *f, ValId v) {

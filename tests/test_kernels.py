@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc, run, st_read
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, build_ctc, compare, run, run_entry, st_read
 
 CHAIN = """
 import torch
@@ -242,3 +242,164 @@ def test_fused_matches_unfused(tmp_path, case):
     assert fw.keys() == uw.keys()
     for k in fw:
         np.testing.assert_allclose(fw[k], uw[k], rtol=1e-6, atol=1e-6, err_msg=k)
+
+
+# Convolutions run their images in parallel, S at a time (ir_conv_slots: the
+# column matrices of S images fit 8 MiB); the weight gradient is one GEMM per
+# chunk of S images. Batch 16 of 16x3x3 over 32x33 outputs (608 KB of columns
+# per image) gives S = 13: one full chunk and a partial one; batch 1 and a 1x1
+# convolution (no columns) take the other paths.
+CONV = """
+import torch
+import torch.nn.functional as F
+
+
+def fwd(x, w, b):
+    return F.conv2d(x, w, b, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+
+
+def grads(x, w, b, p):
+    y = F.conv2d(x, w, b, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+    return torch.autograd.grad((y * p).sum(), (x, w, b))
+
+
+def grads1(x, w1, p1):
+    return torch.autograd.grad((F.conv2d(x, w1) * p1).sum(), (x, w1))
+"""
+
+
+@pytest.mark.parametrize("n", [16, 1])
+def test_conv_chunks_match_torch(tmp_path, n):
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 16, 32, 66)).astype(np.float32)
+    w = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    w1 = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=(1, 2), padding=(1, 2),
+                 dilation=(1, 2))
+    p = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    p1 = rng.standard_normal((n, 4, 32, 66)).astype(np.float32)
+    src = tmp_path / "conv.py"
+    src.write_text(CONV + f"""
+example_inputs = {{
+    "forward": (torch.zeros(1),),
+    "fwd": (torch.zeros({n}, 16, 32, 66), torch.zeros(8, 16, 3, 3), torch.zeros(8)),
+    "grads": (torch.zeros({n}, 16, 32, 66), torch.zeros(8, 16, 3, 3), torch.zeros(8), torch.zeros{tuple(y.shape)}),
+    "grads1": (torch.zeros({n}, 16, 32, 66), torch.zeros(4, 16, 1, 1), torch.zeros({n}, 4, 32, 66)),
+}}
+""")
+    exe = tmp_path / "net"
+    run([CTC, "build", str(src), "-o", str(exe), "--entry", "fwd", "--entry", "grads", "--entry", "grads1"],
+        timeout=600)
+    c = (tmp_path / "net.c").read_text()
+    if n > 1:
+        assert "13 images' [144,1056]" in c and "for (int64_t n0 = 0; n0 < 16; n0 += 13)" in c, "no chunks"
+        assert re.search(r"ctc_matmul_f32\(0, 1, n0 > 0, 8, 144, ns \* 1056,", c), "weight gradient: one GEMM per chunk"
+    tx, tw, tb, tw1 = (torch.from_numpy(a).requires_grad_() for a in (x, w, b, w1))
+    (got,) = run_entry(tmp_path, exe, "fwd", [x, w, b], 1)
+    compare("conv2d", got, y.numpy(), 1e-4, 1e-4)
+    want = torch.autograd.grad((F.conv2d(tx, tw, tb, stride=(1, 2), padding=(1, 2), dilation=(1, 2))
+                                * torch.from_numpy(p)).sum(), (tx, tw, tb))
+    for name, g, wt in zip("xwb", run_entry(tmp_path, exe, "grads", [x, w, b, p], 3), want):
+        compare(f"d/d{name}", g, wt.numpy(), 1e-3, 1e-3)
+    want1 = torch.autograd.grad((F.conv2d(tx, tw1) * torch.from_numpy(p1)).sum(), (tx, tw1))
+    for name, g, wt in zip(["x", "w1"], run_entry(tmp_path, exe, "grads1", [x, w1, p1], 2), want1):
+        compare(f"1x1 d/d{name}", g, wt.numpy(), 1e-3, 1e-3)
+
+
+POOL = """
+import torch
+import torch.nn.functional as F
+
+
+def grads(x, p2, p3):
+    y2 = F.max_pool2d(x, 2)
+    y3 = F.max_pool2d(x, (2, 3), stride=3)
+    return torch.autograd.grad((y2 * p2).sum() + (y3 * p3).sum(), (x,))
+"""
+
+
+def test_maxpool_grad_disjoint_windows(tmp_path):
+    """max_pool2d gradients with windows that do not overlap (written once,
+    branch-free; inputs no window reaches are 0), ties and NaN included."""
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, (2, 3, 7, 11)).astype(np.float32)   # many ties
+    x[0, 0, 0, 1] = np.nan
+    x[1, 2, 3, 3] = np.nan
+    x[1, 2, 4, 4] = np.nan
+    p2 = rng.standard_normal((2, 3, 3, 5)).astype(np.float32)
+    p3 = rng.standard_normal((2, 3, 2, 3)).astype(np.float32)
+    p2[0, 1, 1, 1] = -0.0
+    src = tmp_path / "pool.py"
+    src.write_text(POOL + "\nexample_inputs = {'forward': (torch.zeros(1),), 'grads': (torch.zeros(2, 3, 7, 11), "
+                   "torch.zeros(2, 3, 3, 5), torch.zeros(2, 3, 2, 3))}\n")
+    exe = tmp_path / "net"
+    run([CTC, "build", str(src), "-o", str(exe), "--entry", "grads"])
+    assert "const int take = (v > mx) | (v != v);" in (tmp_path / "net.c").read_text()
+    (got,) = run_entry(tmp_path, exe, "grads", [x, p2, p3], 1)
+    tx = torch.from_numpy(x).requires_grad_()
+    loss = (F.max_pool2d(tx, 2) * torch.from_numpy(p2)).sum() + \
+        (F.max_pool2d(tx, (2, 3), stride=3) * torch.from_numpy(p3)).sum()
+    (want,) = torch.autograd.grad(loss, (tx,))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want.numpy()))
+    compare("d/dx", got, want.numpy(), 1e-6, 1e-6)
+
+
+def test_attention_gemms_in_one_parallel_loop(tmp_path):
+    """gpt: the [B,H] batch of attention GEMMs is one parallel loop of
+    single-threaded ctc_matmul calls; gelu's tanh is ctc_tanh_f32 (no libm call);
+    the fused loops carry omp simd; no cblas call outside ctc_matmul."""
+    src = tmp_path / "gpt.py"
+    src.write_text(open(os.path.join(BENCH, "gpt.py")).read() + TRAIN)
+    c = tmp_path / "gpt.c"
+    run([CTC, "compile", str(src), "-o", str(c), "--input", "idx=i64[2,128]", "--input", "x=i64[2,128]",
+         "--input", "y=i64[2,128]"])
+    code = c.read_text()
+    for q in ("0, 0, 0, 128, 128, 64,", "0, 0, 0, 128, 64, 128,"):   # q @ k^T and att @ v over [2,4] heads
+        assert re.search(r"CTC_OMP_FOR\n  for \(int64_t i = 0; i < 8; i\+\+\) \{\n    ctc_matmul_f32\(" + q, code), q
+    assert "ctc_tanh_f32(" in code and not re.search(r"\btanhf\(", code)
+    assert code.count("CTC_OMP_SIMD\n") + code.count("CTC_OMP_FOR_SIMD\n") >= 20
+    assert code.count("cblas_sgemm(") == 3   # inside ctc_matmul_f32 only: two halves and the whole
+
+
+def test_gemm_paths_agree(tmp_path):
+    """lenet with OpenBLAS (ctc_matmul: single-threaded OpenBLAS, large GEMMs
+    split over the OpenMP threads, convolution images in parallel) and with the
+    portable GEMM (--no-blas, with and without OpenMP): the same forward
+    outputs, loss and updated weights."""
+    fname, xname, mkx, mky = BENCH_CASES[1]
+    rng = np.random.default_rng(1)
+    x, y = mkx(rng), mky(rng).astype(np.int64)
+    src = tmp_path / fname
+    src.write_text(open(os.path.join(BENCH, fname)).read() + TRAIN)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    specs = ["--input", _spec("x", x), "--input", _spec("y", y), "--input", _spec(xname, x)]
+    res = {}
+    w = tmp_path / "w.safetensors"
+    for mode, opts in (("blas", []), ("portable", ["--no-blas"]), ("serial", ["--no-blas", "--no-openmp"])):
+        exe = tmp_path / mode
+        run([CTC, "build", str(src), "-o", str(exe), *specs, *opts], timeout=600)
+        if mode == "blas":
+            code = (tmp_path / "blas.c").read_text()
+            # conv1 over 4 images in parallel, im2col then the image's GEMM
+            assert re.search(r"ctc_blas_threads_f32\(\);\n  CTC_OMP_FOR\n  for \(int64_t n = 0; n < 4; n\+\+\) "
+                             r"\{\n    ctc_im2col_f32\(", code), "convolution images not in parallel"
+            run([str(exe), "run", "forward", "--input", str(tmp_path / "x.npy"), "--output",
+                 str(tmp_path / "o.npy"), "--save", str(w)])
+        out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+        run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--output", str(out)])
+        run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--repeat", "2"])
+        res[mode] = (np.load(out), np.load(loss), st_read(str(saved)))
+    bo, bl, bw = res["blas"]
+    for mode in ("portable", "serial"):
+        o, l, wt = res[mode]
+        np.testing.assert_allclose(o, bo, rtol=1e-4, atol=1e-5, err_msg=mode)
+        np.testing.assert_allclose(l, bl, rtol=1e-4, atol=1e-5, err_msg=mode)
+        for k in bw:
+            np.testing.assert_allclose(wt[k], bw[k], rtol=1e-3, atol=1e-5, err_msg=f"{mode} {k}")
