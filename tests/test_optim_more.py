@@ -305,12 +305,15 @@ def test_lbfgs(tmp_path, dtype):
     own float32 and float64 runs of the first two cases drift apart by 1e-4 at
     step 5 and by 1 at step 7 (1/ys amplifies rounding), so the cases are
     compared exactly in float64 (rtol 1e-8), and float32 is checked on the
-    well-conditioned third case only (PyTorch f32 vs f64: 3e-6 over 10 steps)."""
+    well-conditioned third case only (PyTorch f32 vs f64: 3e-6 over 10 steps),
+    at the gradient tolerance (rtol 1e-3): its 30 quasi-Newton iterations
+    divide by y.s, so a different but equally exact f32 summation order (ctc's
+    GEMM and tanh) moves single weights by up to 1.5e-4 relative by step 9."""
     if dtype == "float64":
         src, tol = source(LBFGS_CASES, dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-8, atol=1e-12)
         keys = STATE["LBFGS"]
     else:   # the state's direction vectors are as sensitive: only the counts (which exits were taken)
-        src, tol = source(LBFGS_CASES[2:3], dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-4, atol=1e-5)
+        src, tol = source(LBFGS_CASES[2:3], dtype=dtype, step=CLOSURE_STEP), dict(rtol=1e-3, atol=1e-5)
         keys = ("n_iter", "func_evals")
     worst = train_paired(tmp_path, src, "lbfgs_" + dtype, steps=10, state_keys=keys, **tol)
     record("LBFGS " + dtype, worst)

@@ -68,7 +68,7 @@ def test_dcgan_script_module_level(tmp_path, which, shape):
     module-level instances (chosen with --model NAME), a training loop over the
     loader at module level (no iterations at compile time)."""
     path = os.path.join(FILES, "dcgan_script.py")
-    args = "--nz 6 --ngf 3 --ndf 5"
+    args = "--nz 6 --ngf 3 --ndf 5 --outf " + str(tmp_path)   # the script saves netG_epoch_*.pth there
     mod = load_with_stubs(path, ["dcgan.py"] + args.split())
     model = getattr(mod, which)
     check_forward(tmp_path, path, model, [randn(*shape)],
