@@ -18,7 +18,9 @@
  * An entry with parameter updates (a training step) writes its parameters at
  * the end, so there the parameters and their views are not restrict either.
  *
- * Updates: after the outputs are copied out, each updated parameter gets its
+ * Updates: a value the memory plan placed in its parameter's bytes
+ * (PlanHints.update_into: the optimizer step's loop writes parameter and state
+ * directly) needs nothing more. Otherwise, after the outputs are copied out, each updated parameter gets its
  * new value (a memcpy from the value's storage, which is an activation, an
  * input or another parameter; a literal for a 0-d constant). Every read of the
  * entry happens before the first write-back; write-backs whose value is itself
@@ -98,6 +100,7 @@ static ValId root_of(const Func *f, ValId v) {
  * no views, and no other tensor or scratch buffer of f overlaps its bytes. */
 static int exclusive(const Func *f, const FuncPlan *fp, ValId v) {
   const Loc *l = &fp->loc[v];
+  if (fp->hints.update_into && fp->hints.update_into[v] >= 0) return 0;   /* the parameter's bytes */
   int64_t lo = l->offset, hi = lo + ir_numel(&f->values.data[v].type) *
                                         (int64_t)ir_dtype_size(f->values.data[v].type.dtype);
   for (int i = 0; i < f->insts.len; i++) {
@@ -257,7 +260,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     char pn[256];
     comment_text(pn, sizeof pn, pr->name);
     arena = 1;
-    if (cg_is_literal(&c, v)) {
+    if (fp->hints.update_into && fp->hints.update_into[v] == f->update_params.data[order[k]]) {
+      cg_printf(&body, "  /* %s := %s: computed in place */\n", pn, cname[v]);
+    } else if (cg_is_literal(&c, v)) {
       Buf lit = {0};
       cg_literal(&lit, t->dtype, f->insts.data[f->values.data[v].def].fattr);
       cg_printf(&body, "  *(%s *)(A + %lld) = %s;  /* %s := %s */\n", cg_ctype(t->dtype), (ll)off, lit.s, pn, lit.s);

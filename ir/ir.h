@@ -263,6 +263,13 @@ typedef struct PlanHints {
    * bytes if v dies in that kernel (in place: the emitter loads every input of
    * an element before it stores any output of it). NULL: never. */
   const ValId *inplace;
+  /* per value v: -1, or the Program.params index of a parameter update that v
+   * is computed directly into (v := new value of that parameter, stored in
+   * the parameter's bytes instead of an activation and a write-back copy).
+   * The schedule allows it when no kernel after v's reads the parameter, v's
+   * kernel reads it only at v's own element, and no output or other update
+   * reads the parameter at the end. NULL: never. */
+  const int *update_into;
 } PlanHints;
 
 typedef struct FuncPlan {

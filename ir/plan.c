@@ -32,7 +32,9 @@
  * Parameter updates (Func.updates, training steps) are written back after the
  * last instruction, so update values live to the end like outputs. An update
  * value that is an instruction result is an activation, which never shares
- * bytes with a parameter; one that is a parameter (or a view of one) is
+ * bytes with a parameter, unless the schedule lets it be computed directly in
+ * its parameter's bytes (PlanHints.update_into: its Loc is the parameter's, no
+ * write-back); one that is a parameter (or a view of one) is
  * ordered by the emitter so that it is read before it is overwritten.
  *
  * Scratch (ir_scratch_bytes) is the column matrix [C*KH*KW, OH*OW] of one image
@@ -272,7 +274,9 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       break;
     }
     ValId ip = h->inplace ? h->inplace[r] : -1;
-    if (root[r] != r) {
+    if (h->update_into && h->update_into[r] >= 0 && root[r] == r) {
+      fp->loc[r] = (Loc){LOC_ARENA, mp->param_offset[h->update_into[r]]};   /* computed into its parameter */
+    } else if (root[r] != r) {
       fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
     } else if (ip >= 0 && root[ip] == ip && is_inst_result(f, ip) && fp->loc[ip].base == LOC_ARENA && !taken[ip] &&
                last[ip] == t && value_bytes(&f->values.data[ip].type) == vb &&

@@ -12,6 +12,8 @@
  *   - a view has its operand's location; a scalar constant has none;
  *   - every activation and scratch buffer is 64-byte aligned and lies inside the
  *     function's peak, which fits the arena; scratch exactly where needed;
+ *   - a parameter update computed in its parameter (PlanHints.update_into) sits
+ *     on it, and no later kernel, output or other update reads the parameter;
  *   - no two blocks that are live at the same instruction share a byte, except a
  *     result written in place over an operand (FuncPlan.shares, allowed by
  *     PlanHints.inplace) of its shape and element size that dies in its kernel.
@@ -55,6 +57,35 @@ static int in_place(const Func *f, const FuncPlan *fp, const PlanHints *h, const
   for (int k = 0; k < ta->ndim; k++)
     if (ta->dims[k] != tb->dims[k]) return 0;
   return a->end == b->start && a->off == b->off && a->size == b->size;
+}
+
+/* A parameter update computed in its parameter's bytes (PlanHints.update_into):
+ * it sits exactly on the parameter, and nothing reads the parameter (or a view
+ * of it) in a later kernel, as an output or as another update. (Reads in its
+ * own kernel are element by element, which the schedule guarantees.) */
+static int check_update_into(const Func *f, const MemPlan *mp, const FuncPlan *fp, ValId v, int def,
+                             const ValId *root, FILE *out) {
+  const PlanHints *h = &fp->hints;
+  int P = h->update_into[v], n = 0;
+  for (int u = 0; u < f->updates.len; u++) n += f->updates.data[u] == v && f->update_params.data[u] == P;
+  const Loc *l = &fp->loc[v];
+  if (!n || l->base != LOC_ARENA || l->offset != mp->param_offset[P])
+    return fail(out, f, "%s is computed into a parameter it does not update or is not at it", f->values.data[v].name);
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    for (int k = 0; k < in->nargs; k++) {
+      const Value *r = &f->values.data[root[in->args[k]]];
+      if (r->kind == V_PARAM && r->index == P && (h->step ? h->step[i] > h->step[def] : i > def))
+        return fail(out, f, "%s overwrites its parameter before instruction %d reads it", f->values.data[v].name, i);
+    }
+  }
+  for (int o = 0; o < f->outputs.len + f->updates.len; o++) {
+    ValId w = o < f->outputs.len ? f->outputs.data[o] : f->updates.data[o - f->outputs.len];
+    const Value *r = &f->values.data[root[w]];
+    if (w != v && r->kind == V_PARAM && r->index == P)
+      return fail(out, f, "%s overwrites its parameter, which is copied out at the end", f->values.data[v].name);
+  }
+  return 0;
 }
 
 static int check_func(const Program *p, const Func *f, const MemPlan *mp, const FuncPlan *fp, FILE *out) {
@@ -117,6 +148,8 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
       if (l->base != LOC_NONE) rc = fail(out, f, "constant %s has storage", f->values.data[in->res].name);
     } else if (l->base == LOC_LOCAL) {
       /* checked above: kernel-local, no bytes */
+    } else if (h->update_into && h->update_into[in->res] >= 0) {
+      rc = check_update_into(f, mp, fp, in->res, i, root, out);
     } else if (root[in->res] == in->res) {
       if (l->base != LOC_ARENA) rc = fail(out, f, "%s is not in the arena", f->values.data[in->res].name);
       else b[nb++] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), STEP(i), last[in->res], in->res};

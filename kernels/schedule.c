@@ -61,6 +61,55 @@ static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt
   return 1;
 }
 
+/* The storage root of v: the value it is a view of (RESHAPE/DETACH chains), or v. */
+static ValId root_of(const Func *f, ValId v) {
+  while (ir_is_view(f, v)) v = def_of(f, v)->args[0];
+  return v;
+}
+
+/* Parameter updates computed in place (PlanHints.update_into): update i
+ * (parameter P := value v) where v is a stored result of a KN_ELEM kernel k of
+ * P's shape and dtype, every read of P (or a view of it) is in a kernel before
+ * k or in k at v's own element (a same-shaped operand of the elementwise loop,
+ * which loads all its inputs of an element before storing any output), and no
+ * output or other update value is P or a view of it (those are copied out
+ * after the last kernel). An optimizer step then writes parameter and state
+ * in its own loop: one pass over parameter, gradient and state. */
+static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
+  int nv = f->values.len, ni = f->insts.len;
+  int *into = arena_alloc(A, sizeof(int) * (size_t)(nv ? nv : 1));
+  for (int v = 0; v < nv; v++) into[v] = -1;
+  for (int u = 0; u < f->updates.len; u++) {
+    ValId v = f->updates.data[u], pv = -1;
+    int P = f->update_params.data[u];
+    const Inst *d = def_of(f, v);
+    if (!d || d->op == IR_CONST || ir_is_view(f, v) || s->hints.nostore[v] || into[v] >= 0) continue;
+    int k = s->kernel_of[d - f->insts.data];
+    const Kernel *kn = &s->kernels.data[k];
+    for (int w = 0; w < nv && pv < 0; w++)
+      if (f->values.data[w].kind == V_PARAM && f->values.data[w].index == P) pv = w;
+    const Type *vt = &f->values.data[v].type;
+    if (kn->kind != KN_ELEM || pv < 0 || !same_shape(vt, &f->values.data[pv].type) ||
+        vt->dtype != f->values.data[pv].type.dtype)
+      continue;
+    int ok = 1;
+    for (int i = 0; i < ni && ok; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (ir_is_view(f, in->res)) continue;   /* a view reads nothing; its readers are checked */
+      for (int a = 0; a < in->nargs && ok; a++) {
+        ValId x = in->args[a];
+        if (root_of(f, x) != pv) continue;
+        if (s->kernel_of[i] > k) ok = 0;
+        else if (s->kernel_of[i] == k) ok = same_shape(&f->values.data[x].type, &kn->space);
+      }
+    }
+    for (int o = 0; o < f->outputs.len && ok; o++) ok = root_of(f, f->outputs.data[o]) != pv;
+    for (int o = 0; o < f->updates.len && ok; o++) ok = o == u || root_of(f, f->updates.data[o]) != pv;
+    if (ok) into[v] = P;
+  }
+  return into;
+}
+
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   Arena *A = p->arena;
   int ni = f->insts.len, nv = f->values.len;
@@ -211,6 +260,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->hints.step = s->kernel_of;
   s->hints.nostore = nostore;
   s->hints.inplace = inplace;
+  s->hints.update_into = updates_in_place(A, f, s);
   return s;
 }
 

@@ -193,6 +193,22 @@ def test_sgd_update_is_one_kernel_per_parameter(tmp_path):
     assert len(upd) == 1 and len(re.findall(r"^    %", upd[0], re.M)) == 4, upd   # momentum + step, one pass
 
 
+def test_sgd_update_written_in_place(tmp_path):
+    """The optimizer step's loop stores the new parameter and momentum straight
+    into their arena bytes: no activation copies and no write-back memcpy at
+    the end of the entry (13 updates: 6 parameters, 6 momentum buffers, the
+    step count). The trajectory tests (test_train, test_optim_more) check the values."""
+    p = tmp_path / "m.py"
+    p.write_text(open(os.path.join(BENCH, "mlp.py")).read() + TRAIN)
+    run([CTC, "compile", str(p), "-o", str(tmp_path / "m.c"), "--input", "x=f32[4,1,28,28]", "--input", "y=i64[4]"])
+    code = (tmp_path / "m.c").read_text()
+    body = code[code.index("mlp_train_step("):]
+    tail = body[body.index("/* parameter updates"):body.index("return CTC_OK")]
+    assert len(re.findall(r": computed in place \*/", tail)) == 13, tail
+    assert "memcpy(A +" not in tail, tail
+    assert re.search(r"^  float \*sub_1 = \(float \*\)\(A \+ 0\);", body, re.M), "fc1.weight's new value at its offset"
+
+
 TRAIN = BENCH_TRAIN_STEP
 
 # (file, forward's input name, x, y): small batches keep the builds and runs fast
