@@ -342,11 +342,69 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
 /* ---- parameters: data, init, load, save ----------------------------------------------- */
 
+/* Compile-time tensors (PINIT_DATA) of a known pattern are filled by a loop in
+ * <m>_init instead of a static array: a constant, an arange (start + i*step),
+ * or a lower-triangular band over the last two axes (torch.tril(torch.ones(T,
+ * T)) as a causal mask: x where col <= row + diag, else y; triu is the same
+ * band with x and y swapped). Values are compared as the parameter's dtype
+ * stores them, -0 and NaN included, so the loop writes the same bytes. */
+typedef enum { PAT_NONE, PAT_CONST, PAT_ARANGE, PAT_TRIL } PatKind;
+typedef struct DataPat {
+  PatKind kind;
+  double x, y;      /* CONST: x; ARANGE: start x, step y; TRIL: x inside the band, y outside */
+  int64_t diag, rows, cols;
+} DataPat;
+
+static double stored(DType t, double v) {
+  switch (t) {
+  case DT_F32: return (float)v;
+  case DT_F64: return v;
+  case DT_BOOL: return v != 0;
+  default: return (double)(int64_t)v;
+  }
+}
+
+static int same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static DataPat data_pattern(const Param *pr) {
+  DataPat d = {PAT_NONE, 0, 0, 0, 0, 0};
+  const Type *t = &pr->type;
+  int64_t n = ir_numel(t);
+  const double *v = pr->init_data;
+  if (n < 2 || !v) return d;
+  DType dt = t->dtype;
+  int64_t k = 1;
+  while (k < n && same_bits(stored(dt, v[k]), stored(dt, v[0]))) k++;
+  if (k == n) return (DataPat){PAT_CONST, stored(dt, v[0]), 0, 0, 0, 0};
+  double step = v[1] - v[0];
+  for (k = 0; k < n && same_bits(stored(dt, v[0] + (double)k * step), stored(dt, v[k])); k++) {
+  }
+  if (k == n && step == step) return (DataPat){PAT_ARANGE, v[0], step, 0, 0, 0};
+  if (t->ndim < 2) return d;
+  int64_t R = t->dims[t->ndim - 2], C = t->dims[t->ndim - 1];
+  if (R < 2 || C < 2) return d;
+  double x = stored(dt, v[(R - 1) * C]), y = stored(dt, v[C - 1]);
+  if (same_bits(x, y)) return d;
+  int found = 0;
+  int64_t diag = 0;
+  for (int64_t r = 0; r < R && !found; r++) {   /* a row that holds both values fixes the diagonal */
+    int64_t c = 0;
+    while (c < C && same_bits(stored(dt, v[r * C + c]), x)) c++;
+    if (c > 0 && c < C) diag = c - 1 - r, found = 1;
+  }
+  if (!found) return d;
+  for (k = 0; k < n; k++) {
+    int64_t r = k / C % R, c = k % C;
+    if (!same_bits(stored(dt, v[k]), c <= r + diag ? x : y)) return d;
+  }
+  return (DataPat){PAT_TRIL, x, y, diag, R, C};
+}
+
 static void emit_param_data(Gen *g, Buf *b) {
   const Program *p = g->p;
   for (int i = 0; i < p->params.len; i++) {
     const Param *pr = &p->params.data[i];
-    if (pr->init != PINIT_DATA || !pr->init_data) continue;
+    if (pr->init != PINIT_DATA || !pr->init_data || data_pattern(pr).kind != PAT_NONE) continue;
     int64_t n = ir_numel(&pr->type);
     char pn[256];
     cg_printf(b, "/* %s */\nstatic const %s ctc_data_%d[%lld] = {", comment_text(pn, sizeof pn, pr->name), cg_ctype(pr->type.dtype), i, (ll)n);
@@ -397,6 +455,30 @@ static void emit_init(Gen *g, Buf *b) {
       break;
     }
     case PINIT_DATA:
+      if (pr->init_data && data_pattern(pr).kind != PAT_NONE) {
+        DataPat d = data_pattern(pr);
+        cg_printf(b, "%s */\n", d.kind == PAT_CONST ? "constant data" : d.kind == PAT_ARANGE ? "arange data"
+                                 : "lower-triangular data (tril)");
+        cg_printf(b, "  for (int64_t i = 0; i < %lld; i++) ((%s *)(A + %lld))[i] = ", (ll)n, ct, (ll)off);
+        if (d.kind == PAT_CONST) {
+          cg_literal(b, t->dtype, d.x);
+        } else if (d.kind == PAT_ARANGE) {
+          cg_printf(b, "(%s)(", ct);
+          cg_literal(b, DT_F64, d.x);
+          cg_puts(b, " + (double)i * ");
+          cg_literal(b, DT_F64, d.y);
+          cg_puts(b, ")");
+        } else {
+          cg_printf(b, "i %% %lld <= i / %lld %% %lld", (ll)d.cols, (ll)d.cols, (ll)d.rows);
+          if (d.diag) cg_printf(b, " %c %lld", d.diag > 0 ? '+' : '-', (ll)(d.diag > 0 ? d.diag : -d.diag));
+          cg_puts(b, " ? ");
+          cg_literal(b, t->dtype, d.x);
+          cg_puts(b, " : ");
+          cg_literal(b, t->dtype, d.y);
+        }
+        cg_puts(b, ";\n");
+        break;
+      }
       if (pr->init_data) {
         cg_puts(b, "data */\n");
         cg_printf(b, "  memcpy(A + %lld, ctc_data_%d, sizeof ctc_data_%d);\n", (ll)off, i, i);

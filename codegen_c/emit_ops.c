@@ -558,6 +558,8 @@ static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, 
 typedef struct MatU {
   const Inst *in;
   int64_t M, N, K, lda, ldb;
+  ValId a, b;      /* the arrays the operands are read from (a folded view's root) */
+  int ta, tb;      /* BLAS transposes */
 } MatU;
 
 static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
@@ -565,19 +567,98 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   const Inst *in = u->in;
   Buf pa = {0}, pb = {0}, pc = {0};
   ptr_at(c, &pc, in->res, idx[0]);
-  ptr_at(c, &pa, in->args[0], idx[1]);
-  ptr_at(c, &pb, in->args[1], idx[2]);
-  gemm_call(c, ty(c, in->res)->dtype, (int)in->attr[0], (int)in->attr[1], u->M, u->N, u->K, pa.s, u->lda, pb.s,
-            u->ldb, pc.s, u->N, NULL);
+  ptr_at(c, &pa, u->a, idx[1]);
+  ptr_at(c, &pb, u->b, idx[2]);
+  gemm_call(c, ty(c, in->res)->dtype, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N, NULL);
   cg_buf_free(&pa);
   cg_buf_free(&pb);
   cg_buf_free(&pc);
 }
 
+/* Whether v reads a folded (strided) view: itself or through reshapes. */
+static int reads_folded(CgFunc *c, ValId v) {
+  for (;;) {
+    if (c->s->fold[v]) return 1;
+    if (!ir_is_view(c->f, v)) return 0;
+    v = c->f->insts.data[c->f->values.data[v].def].args[0];
+  }
+}
+
+/* A GEMM over operands some of which are folded views (kernels/: a slice of
+ * the fused q/k/v projection, a head transpose): each operand read in place
+ * from its root through its layout (kn_layout), batch axes by their strides,
+ * the matrix axes as BLAS's leading dimension and transpose flag. */
+static void emit_matmul_strided(CgFunc *c, const Inst *in) {
+  const Type *r = ty(c, in->res);
+  KnLayout l[2];
+  const Type *t[2];
+  MatU u = {in, 0, 0, 0, 0, 0, -1, -1, 0, 0};
+  u.M = r->dims[r->ndim - 2];
+  u.N = r->dims[r->ndim - 1];
+  int64_t ld[2];
+  int bt[2];
+  for (int k = 0; k < 2; k++) {
+    t[k] = ty(c, in->args[k]);
+    CHECK(kn_layout(c->f, c->s, in->args[k], &l[k]) == 0);
+    CHECK(kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) == 0);
+  }
+  u.K = in->attr[0] ? t[0]->dims[t[0]->ndim - 2] : t[0]->dims[t[0]->ndim - 1];
+  u.a = l[0].root, u.b = l[1].root, u.ta = bt[0], u.tb = bt[1], u.lda = ld[0], u.ldb = ld[1];
+  Type br = *r;
+  br.ndim -= 2;
+  Acc acc[3];
+  memset(acc, 0, sizeof acc);
+  cstrides(&br, acc[0].st);
+  for (int k = 0; k < br.ndim; k++) acc[0].st[k] *= u.M * u.N;
+  for (int j = 0; j < 2; j++) {
+    acc[j + 1].off = l[j].off;
+    for (int k = 0; k < br.ndim; k++) {
+      int ax = k - (br.ndim - (t[j]->ndim - 2));
+      acc[j + 1].st[k] = ax >= 0 && t[j]->dims[ax] != 1 ? l[j].st[ax] : 0;
+    }
+  }
+  /* one loop over the whole batch (B*H GEMMs shared by the threads even when
+   * B alone is small), its index split into the batch axes */
+  int64_t total = ir_numel(&br);
+  if (br.ndim <= 1 || total <= 1) {
+    nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, u.M * u.N * u.K >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
+    return;
+  }
+  char var[IR_MAX_DIMS][16], idx[3][IDX_CAP];
+  Buf split = {0};
+  int64_t inner = 1;
+  for (int k = br.ndim - 1; k >= 0; k--) {
+    snprintf(var[k], sizeof var[k], "i%d", k);
+    char e[96];
+    if (k == 0) snprintf(e, sizeof e, "i / %lld", (ll)inner);
+    else if (inner == 1) snprintf(e, sizeof e, "i %% %lld", (ll)br.dims[k]);
+    else snprintf(e, sizeof e, "i / %lld %% %lld", (ll)inner, (ll)br.dims[k]);
+    cg_printf(&split, "%s%s = %s", k == br.ndim - 1 ? "" : ", ", var[k], e);
+    inner *= br.dims[k];
+  }
+  for (int j = 0; j < 3; j++) index_expr(idx[j], br.ndim, var, acc[j].off, acc[j].st);
+  if (u.M * u.N * u.K >= 32768) {
+    if (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64)
+      LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
+    LINE(c, "CTC_OMP_FOR\n");
+  }
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)total);
+  c->ind += 2;
+  LINE(c, "const int64_t %s;\n", split.s);
+  matmul_body(c, idx, &u);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_buf_free(&split);
+}
+
 static void emit_matmul(CgFunc *c, const Inst *in) {
+  if (reads_folded(c, in->args[0]) || reads_folded(c, in->args[1])) {
+    emit_matmul_strided(c, in);
+    return;
+  }
   const Type *a = ty(c, in->args[0]), *b = ty(c, in->args[1]), *r = ty(c, in->res);
   int ta = (int)in->attr[0];
-  MatU u = {in, 0, 0, 0, 0, 0};
+  MatU u = {in, 0, 0, 0, 0, 0, in->args[0], in->args[1], ta, (int)in->attr[1]};
   u.M = r->dims[r->ndim - 2];
   u.N = r->dims[r->ndim - 1];
   u.K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
@@ -1641,6 +1722,7 @@ static void comment(CgFunc *c, const Inst *in) {
   }
   cg_printf(&b, " -> %s %s", c->cname[in->res], ir_type_str(ty(c, in->res), tb, sizeof tb));
   if (ir_is_view(c->f, in->res)) cg_puts(&b, ": a view, no code");
+  else if (c->s->fold[in->res]) cg_puts(&b, ": a strided view, no code (its GEMMs read it in place)");
   /* A comment must not be closed early by the text inside it. */
   for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
   LINE(c, "/* %s */\n", b.s);
@@ -1998,6 +2080,6 @@ void cg_emit_inst(CgFunc *c, int i) {
   if (in->op == IR_CONST) return;   /* written as a literal where it is used */
   if (c->out->len) cg_puts(c->out, "\n");
   comment(c, in);
-  if (ir_is_view(c->f, in->res)) return;
+  if (ir_is_view(c->f, in->res) || c->s->fold[in->res]) return;
   cg_emitters[in->op](c, i, in);
 }

@@ -270,6 +270,10 @@ typedef struct PlanHints {
    * kernel reads it only at v's own element, and no output or other update
    * reads the parameter at the end. NULL: never. */
   const int *update_into;
+  /* per value: 1 for a view the schedule folded into its readers' indexing (a
+   * SLICE or PERMUTE read through strides): no storage, it reads its operand's
+   * root like RESHAPE views do. NULL: none. */
+  const unsigned char *strided;
 } PlanHints;
 
 typedef struct FuncPlan {

@@ -23,8 +23,9 @@
  *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
- *   - views (RESHAPE or DETACH of a value in memory): same Loc as the operand; the
- *     operand's lifetime is extended over the view's uses;
+ *   - views (RESHAPE or DETACH of a value in memory, and the SLICE/PERMUTE
+ *     results the schedule folded into strided reads, PlanHints.strided): same
+ *     Loc as the operand; the operand's lifetime is extended over the view's uses;
  *   - entry inputs (base = input index, in the caller's memory) and
  *     parameters (their offset in the parameter region).
  * Entries run one at a time, so they all share the activation region.
@@ -233,7 +234,7 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
     const Inst *in = &f->insts.data[i];
     fp->scratch[i] = -1;
     if (in->op == IR_CONST || (h->nostore && h->nostore[in->res])) continue;
-    root[in->res] = ir_is_view(f, in->res) ? root[in->args[0]] : in->res;
+    root[in->res] = ir_is_view(f, in->res) || (h->strided && h->strided[in->res]) ? root[in->args[0]] : in->res;
     if (last[in->res] < step_of(h, i)) last[in->res] = step_of(h, i);
   }
   /* Lifetimes of the roots: every use of the root or of one of its views. */

@@ -120,7 +120,7 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
         goto done;
       }
     }
-    if (ir_is_view(f, in->res)) {
+    if (ir_is_view(f, in->res) || (h->strided && h->strided[in->res])) {
       root[in->res] = root[in->args[0]];
       const Loc *a = &fp->loc[in->res], *o = &fp->loc[in->args[0]];
       if (a->base != o->base || a->offset != o->offset) {

@@ -21,7 +21,10 @@
  *            later loop reads stay in a per-row array (no arena storage).
  *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
- *            constant: no code.
+ *            constant: no code. Also a *folded* SLICE or PERMUTE (KnSchedule.fold)
+ *            whose readers are all GEMM operands (or further folded views and
+ *            reshapes of it): they address its elements through strides
+ *            (kn_layout), so q/k/v splits and head transposes copy nothing.
  *
  * Fusion rules. KN_ROW: a reduction over the last axis joins (or turns into a
  * KN_ROW) the open kernel whose space is its operand's shape; an elementwise
@@ -57,6 +60,8 @@ typedef struct KnSchedule {
   int *phase;          /* per instruction of a KN_ROW: the loop it runs in (row elements,
                           reductions), or before which it runs (per-row values) */
   unsigned char *rowbuf;  /* per value: a row element kept in a per-row array, read in a later loop */
+  unsigned char *fold; /* per value: a SLICE/PERMUTE result folded into its readers' indexing
+                          (no code, no storage: a view of its operand, PlanHints.strided) */
   PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,
                           inplace = per KN_ELEM result an input of its shape whose bytes it may take */
   int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
@@ -67,6 +72,24 @@ typedef struct KnSchedule {
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
 /* Whether v lives only inside its kernel (a scalar local, no storage). */
 static inline int kn_internal(const KnSchedule *s, ValId v) { return s->hints.nostore[v] != 0; }
+/* Where a value's elements lie: in the memory of `root` (a stored value), at
+ * element offset `off`, with element strides `st` per axis of the value's type.
+ * A stored value is its own root, contiguous; views (reshapes, folded slices
+ * and permutes) compose. */
+typedef struct KnLayout {
+  ValId root;
+  int64_t off;
+  int64_t st[IR_MAX_DIMS];
+} KnLayout;
+/* v's layout; -1 if a reshape in its chain cannot be expressed with strides.
+ * s may be NULL (only reshape/detach views then). */
+int kn_layout(const Func *f, const KnSchedule *s, ValId v, KnLayout *l);
+/* How a GEMM reads operand v (type t, layout l; `trans` = the MATMUL's
+ * transpose attribute for it): as a row-major matrix with leading dimension
+ * *ld, transposed for BLAS if *blas_t. -1 if the last two axes have no unit
+ * stride (not a BLAS operand). */
+int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, int64_t *ld);
+
 /* `--emit kernels`: the partition, one block per kernel, with model lines. */
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
 

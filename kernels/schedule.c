@@ -61,9 +61,130 @@ static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt
   return 1;
 }
 
+/* ---- strided views ------------------------------------------------------------ */
+
+static int is_folded(const KnSchedule *s, ValId v) { return s && s->fold && s->fold[v]; }
+
+/* Strides of a reshape of dims/st (old) to t (new) without copying, as a
+ * view: each run of old axes that is contiguous in memory maps onto new axes
+ * whose element counts match it. Returns -1 if the new shape splits across
+ * such runs (the reshape needs a copy). */
+static int reshape_strides(int on, const int64_t *od, const int64_t *os, const Type *t, int64_t *ns) {
+  int nd = t->ndim, vd = nd - 1;
+  if (on == 0) {
+    for (int k = 0; k < nd; k++) ns[k] = 1;
+    return 0;
+  }
+  int64_t base = os[on - 1], tn = 1, vn = 1;
+  for (int d = on - 1; d >= 0; d--) {
+    tn *= od[d];
+    if (d == 0 || (od[d - 1] != 1 && os[d - 1] != tn * base)) {
+      while (vd >= 0 && (vn < tn || t->dims[vd] == 1)) {
+        ns[vd] = vn * base;
+        vn *= t->dims[vd];
+        vd--;
+      }
+      if (vn != tn) return -1;
+      if (d > 0) base = os[d - 1], tn = 1, vn = 1;
+    }
+  }
+  return vd == -1 ? 0 : -1;
+}
+
+int kn_layout(const Func *f, const KnSchedule *s, ValId v, KnLayout *l) {
+  const Inst *d = def_of(f, v);
+  const Type *t = &f->values.data[v].type;
+  if (!d || !(ir_is_view(f, v) || is_folded(s, v))) {
+    l->root = v, l->off = 0;
+    int64_t st = 1;
+    for (int k = t->ndim - 1; k >= 0; k--) l->st[k] = st, st *= t->dims[k];
+    return 0;
+  }
+  KnLayout a;
+  if (kn_layout(f, s, d->args[0], &a) < 0) return -1;
+  const Type *at = &f->values.data[d->args[0]].type;
+  l->root = a.root, l->off = a.off;
+  switch (d->op) {
+  case IR_SLICE:
+    for (int k = 0; k < t->ndim; k++) l->off += d->attr[2 * k] * a.st[k], l->st[k] = a.st[k] * d->attr[2 * k + 1];
+    return 0;
+  case IR_PERMUTE:
+    for (int k = 0; k < t->ndim; k++) l->st[k] = a.st[d->attr[k]];
+    return 0;
+  default:   /* RESHAPE, DETACH */
+    return reshape_strides(at->ndim, at->dims, a.st, t, l->st);
+  }
+}
+
+int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, int64_t *ld) {
+  int n = t->ndim;
+  if (n < 2) return -1;
+  int64_t R = t->dims[n - 2], C = t->dims[n - 1], sr = l->st[n - 2], sc = l->st[n - 1];
+  if (C == 1) sc = 1;                  /* a size-1 axis has any stride */
+  if (R == 1) sr = sc == 1 ? C : 1;
+  if (sc == 1 && sr >= (C > 1 ? C : 1)) {
+    *blas_t = trans, *ld = sr;         /* row-major [R, C] with row stride sr */
+    return 0;
+  }
+  if (sr == 1 && sc >= (R > 1 ? R : 1)) {
+    *blas_t = !trans, *ld = sc;        /* its transpose is row-major [C, R] */
+    return 0;
+  }
+  return -1;
+}
+
+/* Whether every reader of v indexes it through strides: folded views, reshapes
+ * of it whose readers do, and GEMM operands that BLAS can read in place.
+ * Outputs and updates are copied out contiguously: not foldable. */
+static int readers_strided(const Func *f, const KnSchedule *s, ValId v, int depth) {
+  if (depth > 64) return 0;
+  for (int o = 0; o < f->outputs.len; o++)
+    if (f->outputs.data[o] == v) return 0;
+  for (int o = 0; o < f->updates.len; o++)
+    if (f->updates.data[o] == v) return 0;
+  KnLayout l;
+  if (kn_layout(f, s, v, &l) < 0) return 0;
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    for (int a = 0; a < in->nargs; a++) {
+      if (in->args[a] != v) continue;
+      if (is_folded(s, in->res)) continue;   /* checked as a folded value itself */
+      if (ir_is_view(f, in->res)) {
+        if (!readers_strided(f, s, in->res, depth + 1)) return 0;
+        continue;
+      }
+      int bt;
+      int64_t ld;
+      if (in->op != IR_MATMUL || a > 1 || kn_gemm_operand(&f->values.data[v].type, &l, (int)in->attr[a], &bt, &ld) < 0)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* Folds SLICE and PERMUTE results into their readers where all of them index
+ * through strides (readers_strided), to a fixed point: un-folding one value
+ * can make its operand's readers non-strided. */
+static void fold_views(Arena *A, const Func *f, KnSchedule *s, int fuse) {
+  int nv = f->values.len;
+  s->fold = arena_alloc(A, (size_t)(nv ? nv : 1));
+  if (!fuse) return;
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    if ((in->op == IR_SLICE || in->op == IR_PERMUTE) && !is_literal(f, in->args[0]) &&
+        ir_numel(&f->values.data[in->res].type) > 0)
+      s->fold[in->res] = 1;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (ValId v = 0; v < nv; v++)
+      if (s->fold[v] && !readers_strided(f, s, v, 0)) s->fold[v] = 0, changed = 1;
+  }
+}
+
 /* The storage root of v: the value it is a view of (RESHAPE/DETACH chains), or v. */
-static ValId root_of(const Func *f, ValId v) {
-  while (ir_is_view(f, v)) v = def_of(f, v)->args[0];
+static ValId root_of(const Func *f, const KnSchedule *s, ValId v) {
+  while (ir_is_view(f, v) || is_folded(s, v)) v = def_of(f, v)->args[0];
   return v;
 }
 
@@ -95,16 +216,16 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
     int ok = 1;
     for (int i = 0; i < ni && ok; i++) {
       const Inst *in = &f->insts.data[i];
-      if (ir_is_view(f, in->res)) continue;   /* a view reads nothing; its readers are checked */
+      if (ir_is_view(f, in->res) || is_folded(s, in->res)) continue;   /* a view reads nothing; its readers do */
       for (int a = 0; a < in->nargs && ok; a++) {
         ValId x = in->args[a];
-        if (root_of(f, x) != pv) continue;
+        if (root_of(f, s, x) != pv) continue;
         if (s->kernel_of[i] > k) ok = 0;
         else if (s->kernel_of[i] == k) ok = same_shape(&f->values.data[x].type, &kn->space);
       }
     }
-    for (int o = 0; o < f->outputs.len && ok; o++) ok = root_of(f, f->outputs.data[o]) != pv;
-    for (int o = 0; o < f->updates.len && ok; o++) ok = o == u || root_of(f, f->updates.data[o]) != pv;
+    for (int o = 0; o < f->outputs.len && ok; o++) ok = root_of(f, s, f->outputs.data[o]) != pv;
+    for (int o = 0; o < f->updates.len && ok; o++) ok = o == u || root_of(f, s, f->updates.data[o]) != pv;
     if (ok) into[v] = P;
   }
   return into;
@@ -118,6 +239,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->phase = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
   s->rowbuf = arena_alloc(A, (size_t)(nv ? nv : 1));
   unsigned char *nostore = arena_alloc(A, (size_t)(nv ? nv : 1));
+  fold_views(A, f, s, fuse);
   int open = -1;   /* the KN_ELEM or KN_ROW kernel instructions may still join, or -1 */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
@@ -148,7 +270,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     memset(&kn, 0, sizeof kn);
     kn.first = kn.last = i;
     kn.space = *rt;
-    if (in->op == IR_CONST || ir_is_view(f, in->res)) kn.kind = KN_VIEW;
+    if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
     else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
@@ -165,7 +287,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       const Inst *d = def_of(f, in->args[a]);
       if (!d) continue;
       int di = (int)(d - f->insts.data);
-      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || (kind != KN_ELEM && kind != KN_ROW))
+      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || s->fold[in->res] ||
+          (kind != KN_ELEM && kind != KN_ROW))
         used_out[in->args[a]] = 1;
     }
   }
@@ -261,6 +384,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->hints.nostore = nostore;
   s->hints.inplace = inplace;
   s->hints.update_into = updates_in_place(A, f, s);
+  s->hints.strided = s->fold;
   return s;
 }
 
@@ -289,7 +413,8 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST) continue;
       fprintf(out, "    %%%s.%d = %s%s : %s", f->values.data[in->res].name, in->res, ir_ops[in->op].name,
-              kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
+              s->fold[in->res] ? " (strided, read in place by its GEMMs)"
+              : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
               ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
       if (kn->kind == KN_ROW)
         fprintf(out, "  [%s %d]", same_shape(&f->values.data[in->res].type, &kn->space) || row_reduction(f, in)

@@ -375,8 +375,19 @@ def test_attention_gemms_in_one_parallel_loop(tmp_path):
     run([CTC, "compile", str(src), "-o", str(c), "--input", "idx=i64[2,128]", "--input", "x=i64[2,128]",
          "--input", "y=i64[2,128]"])
     code = c.read_text()
-    for q in ("0, 0, 0, 128, 128, 64,", "0, 0, 0, 128, 64, 128,"):   # q @ k^T and att @ v over [2,4] heads
-        assert re.search(r"CTC_OMP_FOR\n  for \(int64_t i = 0; i < 8; i\+\+\) \{\n    ctc_matmul_f32\(" + q, code), q
+    # q @ k^T and att @ v over the [2,4] heads: one parallel loop of 8 GEMMs that
+    # read q, k and v in place from the fused c_attn output (row stride 768;
+    # k at column 256, transposed; v at 512): no slice or head-transpose copies
+    loop = r"CTC_OMP_FOR\n  for \(int64_t i = 0; i < 8; i\+\+\) \{\n    const int64_t i1 = i % 4, i0 = i / 4;\n    "
+    qk = (r"ctc_matmul_f32\(0, 1, 0, 128, 128, 64, h_0_attn_c_attn \+ i0 \* 98304 \+ i1 \* 64, 768, "
+          r"h_0_attn_c_attn \+ 256 \+ i0 \* 98304 \+ i1 \* 64, 768, matmul \+ i0 \* 65536 \+ i1 \* 16384, 128\);")
+    av = r"ctc_matmul_f32\(0, 0, 0, 128, 64, 128, \w+ \+ i0 \* 65536 \+ i1 \* 16384, 128, h_0_attn_c_attn \+ 512 \+ "
+    for q in (qk, av):
+        assert re.search(loop + q, code), q
+    fwd = code[code.index("gpt_forward("):code.index("gpt_train_step(")]
+    views = re.findall(r"^  /\* gpt\.py:2[3-7]  (?:slice|permute)\(.*$", fwd, re.M)
+    assert len(views) == 4 * 7, views   # per block: 3 slices, 3 head transposes and k.transpose(-2, -1)
+    assert all(v.endswith(": a strided view, no code (its GEMMs read it in place) */") for v in views), views
     assert "ctc_tanh_f32(" in code and not re.search(r"\btanhf\(", code)
     assert code.count("CTC_OMP_SIMD\n") + code.count("CTC_OMP_FOR_SIMD\n") >= 20
     assert code.count("cblas_sgemm(") == 3   # inside ctc_matmul_f32 only: two halves and the whole
@@ -419,3 +430,50 @@ def test_gemm_paths_agree(tmp_path):
         np.testing.assert_allclose(l, bl, rtol=1e-4, atol=1e-5, err_msg=mode)
         for k in bw:
             np.testing.assert_allclose(wt[k], bw[k], rtol=1e-3, atol=1e-5, err_msg=f"{mode} {k}")
+
+
+PATTERN_BUFFERS = """
+import torch
+import torch.nn as nn
+
+T = 6
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("causal", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+        self.register_buffer("future", torch.triu(torch.full((T, T), float("-inf")), diagonal=1))
+        self.register_buffer("band", torch.tril(torch.full((T, T), 3.0), diagonal=-2))
+        self.register_buffer("pos", torch.arange(-3, 2 * T - 3, 2, dtype=torch.float32))
+        self.register_buffer("idx", torch.arange(T))
+        self.register_buffer("three", torch.full((T,), 3.0))
+        self.register_buffer("table", torch.tensor([1.0, 4.0, 2.0, 8.0, 5.0, 7.0]))
+
+    def forward(self, x):
+        y = x * self.causal + self.band + self.pos.view(T, 1) + self.three + self.table
+        y = torch.softmax(y + self.future, dim=-1)
+        return y + self.idx.float()
+"""
+
+
+def test_pattern_buffers_filled_by_loops(tmp_path):
+    """Compile-time buffers of a known pattern (tril/triu bands, arange, a
+    constant) are filled by a loop in _init, not emitted as arrays; the values
+    _init writes are PyTorch's (forward without --weights: buffers from _init)."""
+    import torch
+    from ctc_testlib import load_module
+    p = tmp_path / "m.py"
+    p.write_text(PATTERN_BUFFERS)
+    run([CTC, "compile", str(p), "-o", str(tmp_path / "m.c"), "--input", "x=f32[2,1,6,6]"])
+    code = (tmp_path / "m.c").read_text()
+    assert code.count("static const float ctc_data_") == 1, "only the table is data"
+    assert "lower-triangular data (tril) */\n  for (int64_t i = 0; i < 36; i++) ((float *)(A + 0))[i] = i % 6 <= i / 6 % 6 ? 1.0f : 0.0f;" in code
+    assert "i % 6 <= i / 6 % 6 ? 0.0f : (-INFINITY);" in code                    # triu(-inf, 1): -inf outside tril(0)
+    assert "i % 6 <= i / 6 % 6 - 2 ? 3.0f : 0.0f;" in code
+    assert "arange data" in code and "constant data" in code
+    exe = tmp_path / "net"
+    run([CTC, "build", str(p), "-o", str(exe), "--input", "x=f32[2,1,6,6]"])
+    x = np.random.default_rng(0).standard_normal((2, 1, 6, 6)).astype(np.float32)
+    got, = run_entry(str(tmp_path), str(exe), "forward", [x], 1)
+    want = load_module(str(p)).Net()(torch.from_numpy(x)).detach().numpy()
+    compare("pattern buffers", got, want, 1e-6, 1e-6)
