@@ -444,11 +444,18 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   if (rc) return rc;
   double t_emit = now_ms();
   if (o.stats) {
-    int64_t nparam = 0;
-    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+    int64_t nparam = 0, kind_bytes[3] = {0, 0, 0};   /* parameters, buffers, optimizer state */
+    for (int i = 0; i < p->params.len; i++) {
+      const Param *pr = &p->params.data[i];
+      nparam += ir_numel(&pr->type);
+      kind_bytes[pr->is_state ? 2 : pr->is_buffer ? 1 : 0] += ir_numel(&pr->type) * (int64_t)ir_dtype_size(pr->type.dtype);
+    }
     fprintf(stderr, "ctc: %s: %lld parameters in %d tensors, arena %lld bytes (params %lld), %d instructions\n",
             o.file, (long long)nparam, p->params.len, (long long)plan->arena_bytes, (long long)plan->params_bytes,
             p->funcs.data[0]->insts.len);
+    fprintf(stderr, "ctc: arena: parameters %lld bytes, buffers %lld, optimizer state %lld, activations %lld "
+                    "(the largest entry's)\n", (long long)kind_bytes[0], (long long)kind_bytes[1],
+            (long long)kind_bytes[2], (long long)(plan->arena_bytes - plan->params_bytes));
     for (int i = 0; i < p->funcs.len; i++) {   /* fusion: loop nests before and after */
       const Func *f = p->funcs.data[i];
       int ncode = 0;
@@ -457,6 +464,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       fprintf(stderr, "ctc: entry %s: %d instructions, %d with code; %d kernels%s, activations %lld bytes\n", f->name,
               f->insts.len, ncode, sched[i]->ncode, o.no_fuse ? " (--no-fuse)" : " after fusion",
               (long long)plan->funcs[i].peak);
+      kn_stats(stderr, p, plan, f, sched[i], i);
     }
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);

@@ -90,6 +90,14 @@ int kn_layout(const Func *f, const KnSchedule *s, ValId v, KnLayout *l);
  * stride (not a BLAS operand). */
 int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, int64_t *ld);
 
+/* stats.c: floating-point operations of one instruction (a multiply-add is 2;
+ * elementwise ops and reductions 1 per element), for --stats and profiles. */
+int64_t kn_flops(const Func *f, const Inst *in);
+/* `--stats`: an entry's FLOPs and its activation bytes broken down into
+ * gradients, saved activations, other values and scratch at its busiest
+ * kernel (f = Program.funcs[index], planned in mp). */
+void kn_stats(FILE *out, const Program *p, const MemPlan *mp, const Func *f, const KnSchedule *s, int index);
+
 /* `--emit kernels`: the partition, one block per kernel, with model lines. */
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
 

@@ -477,3 +477,28 @@ def test_pattern_buffers_filled_by_loops(tmp_path):
     got, = run_entry(str(tmp_path), str(exe), "forward", [x], 1)
     want = load_module(str(p)).Net()(torch.from_numpy(x)).detach().numpy()
     compare("pattern buffers", got, want, 1e-6, 1e-6)
+
+
+def test_stats_flops_and_arena_breakdown(tmp_path):
+    """--stats: FLOPs per entry (GEMMs exactly 2*M*N*K) and the arena split into
+    parameters, optimizer state and activations, the activations at the busiest
+    kernel into gradients, saved activations, other and scratch."""
+    p = tmp_path / "m.py"
+    p.write_text(open(os.path.join(BENCH, "mlp.py")).read() + TRAIN)
+    r = run([CTC, "compile", str(p), "-o", str(tmp_path / "m.c"), "--stats", "--input", "x=f32[4,1,28,28]",
+             "--input", "y=i64[4]"])
+    err = r.stderr
+    gemm_fwd = 2 * 4 * (784 * 512 + 512 * 512 + 512 * 10)
+    m = re.search(r"entry forward: ([0-9.]+) GFLOP \(GEMM and convolution ([0-9.]+), other ops", err)
+    assert m and float(m.group(2)) == round(gemm_fwd * 1e-9, 3), err
+    # train: forward + weight gradients (same FLOPs) + input gradients of fc2 and fc3 (fc1's input needs none)
+    gemm_train = 2 * gemm_fwd + 2 * 4 * (512 * 512 + 512 * 10)
+    m = re.search(r"entry train_step: ([0-9.]+) GFLOP \(GEMM and convolution ([0-9.]+),", err)
+    assert m and float(m.group(2)) == round(gemm_train * 1e-9, 3), err
+    params = 4 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
+    assert f"ctc: arena: parameters {params} bytes, buffers 0, optimizer state {params + 4}," in err, err
+    m = re.search(r"entry train_step: activations (\d+) bytes; at its busiest kernel \(\d+\): gradients (\d+), saved "
+                  r"activations (\d+), other (\d+), scratch (\d+), fragmentation (\d+)", err)
+    assert m, err
+    total, parts = int(m.group(1)), [int(g) for g in m.groups()[1:]]
+    assert sum(parts) == total and parts[0] >= 4 * 784 * 512, err   # fc1.weight's gradient is live at the busiest
