@@ -8,6 +8,10 @@ typedef struct Ad {
   Program *p;
   Func *f;
   Span loc;        /* span of the instruction being differentiated */
+  /* reverse mode's rematerialisation (remat.c); NULL/0 elsewhere */
+  unsigned char *remat;   /* per forward value: recomputed where backward reads it */
+  ValId *clone;           /* per forward value: its clone in this sweep, or -1 */
+  int fwd_end, nv0;       /* instructions and values made before the sweep */
 } Ad;
 
 /* A VJP rule: given the (copied) forward instruction and the adjoint g of its
@@ -29,6 +33,13 @@ extern const JvpRule ad_jvp_rules[IR__COUNT];
 ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den);
 /* x * d / den: the VJP applies it to the adjoint, the JVP to a tangent. */
 ValId ad_elem_apply(Ad *ad, ValId x, ValId d, ValId den);
+
+/* rematerialisation (remat.c): decide which forward values (the first fwd_end
+ * instructions) backward recomputes; ad_remat(v) is v or its clone, emitted
+ * at the first read; ad_emit maps every operand through it. */
+void ad_remat_init(Ad *ad, int fwd_end);
+ValId ad_remat(Ad *ad, ValId v);
+void ad_remat_free(Ad *ad);
 
 /* emission helpers (reverse.c) */
 Type *ad_type(Ad *ad, ValId v);

@@ -10,7 +10,7 @@ void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds
   ValId *tan = malloc(sizeof(ValId) * ((size_t)nv + 1));
   if (!tan) BUG("out of memory");
   for (int i = 0; i < nv; i++) tan[i] = -1;
-  Ad ad = {p, f, f->loc};
+  Ad ad = {p, f, f->loc, NULL, NULL, 0, 0};
   for (int s = 0; s < nseeds; s++) {
     ValId v = seeds[s].value;
     if (!ir_type_eq(ir_type(f, seeds[s].seed), ir_type(f, v))) BUG("ad_forward: seed type differs from its value");

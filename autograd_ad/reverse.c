@@ -8,7 +8,10 @@ Type *ad_type(Ad *ad, ValId v) { return ir_type(ad->f, v); }
 
 ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name) {
   int nattr = ir_op_nattrs(op, &res, nargs > 0 ? ad_type(ad, args[0]) : NULL, attr);
-  return ir_emit(ad->p, ad->f, op, args, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
+  ValId a[8];
+  CHECK(nargs <= 8);
+  for (int k = 0; k < nargs; k++) a[k] = ad_remat(ad, args[k]);   /* recomputed forward values */
+  return ir_emit(ad->p, ad->f, op, a, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
 }
 
 ValId ad_const(Ad *ad, DType dt, double v) { return ir_const(ad->p, ad->f, dt, v, ad->loc); }
@@ -121,7 +124,8 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
     for (int k = 0; k < in->nargs; k++)
       if (active[in->args[k]]) active[in->res] = 1;
   }
-  Ad ad = {p, f, f->loc};
+  Ad ad = {p, f, f->loc, NULL, NULL, 0, 0};
+  ad_remat_init(&ad, ni);
   for (int s = 0; s < nseeds; s++) {
     ValId v = seeds[s].value, g = seeds[s].seed;
     if (g < 0) {
@@ -172,6 +176,7 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
       f->values.data[grads[i]].name = arena_printf(p->arena, "%s_grad", w->name);
     }
   }
+  ad_remat_free(&ad);
   free(active);
   free(adj);
   free(need);

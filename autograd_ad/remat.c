@@ -1,0 +1,91 @@
+/* remat.c - rematerialisation: reverse mode recomputes cheap forward values
+ * instead of keeping them alive until the backward sweep reads them.
+ *
+ * A forward value (made before the sweep started) is rematerialised when it
+ * is an elementwise op whose cone - the elementwise ops it is computed from,
+ * back to non-elementwise results (GEMMs, reductions, gathers: "anchors"),
+ * parameters, inputs and literals - has at most REMAT_MAX_OPS ops and anchors
+ * of at most as many bytes as the value itself. Then every backward
+ * instruction that reads it reads a clone of its cone emitted just before it
+ * (once per sweep: later reads reuse the clone), which the kernel layer fuses
+ * into the consumer's loop. GELU's tanh form keeps one tensor (the GEMM
+ * output) instead of six; layer norm's normalised input is recomputed from
+ * the row statistics. The clones are the same ops on the same values, so the
+ * results are bit for bit those of the forward pass. */
+#include <stdlib.h>
+#include "ad_int.h"
+
+#define REMAT_MAX_OPS 16
+
+static const Inst *def_in(const Func *f, ValId v, int end) {
+  const Value *x = &f->values.data[v];
+  if (x->kind != V_INST || x->def < 0 || x->def >= end) return NULL;
+  const Inst *in = &f->insts.data[x->def];
+  return in->res == v ? in : NULL;
+}
+
+static int64_t bytes(const Func *f, ValId v) {
+  const Type *t = &f->values.data[v].type;
+  return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
+}
+
+/* Walks v's cone: counts its ops into *ops and adds each anchor's bytes once
+ * (seen[x] == stamp marks what this walk counted). */
+static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, int stamp) {
+  const Func *f = ad->f;
+  if (seen[v] == stamp || *ops > REMAT_MAX_OPS) return;
+  seen[v] = stamp;
+  const Inst *in = def_in(f, v, ad->fwd_end);
+  if (!in || in->op == IR_CONST) return;   /* a parameter, input or literal: free */
+  if (!ad->remat[v]) {
+    *anchor += bytes(f, v);
+    return;
+  }
+  ++*ops;
+  for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], ops, anchor, seen, stamp);
+}
+
+void ad_remat_init(Ad *ad, int fwd_end) {
+  Func *f = ad->f;
+  int nv = f->values.len;
+  ad->fwd_end = fwd_end;
+  ad->nv0 = nv;
+  ad->remat = calloc((size_t)nv + 1, 1);
+  ad->clone = malloc(sizeof(ValId) * ((size_t)nv + 1));
+  int *seen = calloc((size_t)nv + 1, sizeof *seen);
+  if (!ad->remat || !ad->clone || !seen) BUG("out of memory");
+  for (int v = 0; v < nv; v++) ad->clone[v] = -1;
+  for (int i = 0; i < fwd_end; i++) {   /* in order: a value's operands are decided first */
+    const Inst *in = &f->insts.data[i];
+    if (in->dead || ir_ops[in->op].kind != K_ELEM || in->op == IR_CONST) continue;
+    int ops = 1;
+    int64_t anchor = 0;
+    seen[in->res] = i + 1;
+    for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], &ops, &anchor, seen, i + 1);
+    ad->remat[in->res] = ops <= REMAT_MAX_OPS && anchor <= bytes(f, in->res);
+  }
+  free(seen);
+}
+
+ValId ad_remat(Ad *ad, ValId v) {
+  if (!ad->remat || v >= ad->nv0 || !ad->remat[v]) return v;
+  if (ad->clone[v] >= 0) return ad->clone[v];
+  Func *f = ad->f;
+  const Inst *d = def_in(f, v, ad->fwd_end);
+  Inst in = *d;   /* a copy: emitting grows f->insts */
+  ValId args[8];
+  CHECK(in.nargs <= 8);
+  for (int k = 0; k < in.nargs; k++) args[k] = ad_remat(ad, in.args[k]);
+  ValId c = ir_emit(ad->p, f, in.op, args, in.nargs, f->values.data[v].type, in.attr,
+                    ir_op_nattrs(in.op, &f->values.data[v].type, in.nargs ? ir_type(f, in.args[0]) : NULL, in.attr),
+                    in.fattr, in.loc, f->values.data[v].name);
+  ad->clone[v] = c;
+  return c;
+}
+
+void ad_remat_free(Ad *ad) {
+  free(ad->remat);
+  free(ad->clone);
+  ad->remat = NULL;
+  ad->clone = NULL;
+}
