@@ -39,6 +39,10 @@ ValId ad_elem_apply(Ad *ad, ValId x, ValId d, ValId den);
  * at the first read; ad_emit maps every operand through it. */
 void ad_remat_init(Ad *ad, int fwd_end);
 ValId ad_remat(Ad *ad, ValId v);
+/* Drops the clones made so far: after a non-elementwise instruction (which
+ * ends the consumer's fused loop), later reads recompute again rather than
+ * keep a clone in memory across kernels. */
+void ad_remat_forget(Ad *ad);
 void ad_remat_free(Ad *ad);
 
 /* emission helpers (reverse.c) */

@@ -5,12 +5,14 @@
  * is an elementwise op whose cone - the elementwise ops it is computed from,
  * back to non-elementwise results (GEMMs, reductions, gathers: "anchors"),
  * parameters, inputs and literals - has at most REMAT_MAX_OPS ops and anchors
- * of at most as many bytes as the value itself. Then every backward
+ * of at most as many bytes as the value itself (anchors of at most 1/16 of its
+ * size, per-row statistics such as a softmax's max and sum, count as free). Then every backward
  * instruction that reads it reads a clone of its cone emitted just before it
- * (once per sweep: later reads reuse the clone), which the kernel layer fuses
- * into the consumer's loop. GELU's tanh form keeps one tensor (the GEMM
+ * (reused by later reads up to the next non-elementwise instruction, which
+ * ends a fused loop; after it the cone is recomputed again), which the kernel
+ * layer fuses into the consumer's loop. GELU's tanh form keeps one tensor (the GEMM
  * output) instead of six; layer norm's normalised input is recomputed from
- * the row statistics. The clones are the same ops on the same values, so the
+ * the centred input and the row statistics; softmax from its logits. The clones are the same ops on the same values, so the
  * results are bit for bit those of the forward pass. */
 #include <stdlib.h>
 #include "ad_int.h"
@@ -31,18 +33,18 @@ static int64_t bytes(const Func *f, ValId v) {
 
 /* Walks v's cone: counts its ops into *ops and adds each anchor's bytes once
  * (seen[x] == stamp marks what this walk counted). */
-static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, int stamp) {
+static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, int stamp, int64_t small) {
   const Func *f = ad->f;
   if (seen[v] == stamp || *ops > REMAT_MAX_OPS) return;
   seen[v] = stamp;
   const Inst *in = def_in(f, v, ad->fwd_end);
   if (!in || in->op == IR_CONST) return;   /* a parameter, input or literal: free */
   if (!ad->remat[v]) {
-    *anchor += bytes(f, v);
+    if (bytes(f, v) > small) *anchor += bytes(f, v);
     return;
   }
   ++*ops;
-  for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], ops, anchor, seen, stamp);
+  for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], ops, anchor, seen, stamp, small);
 }
 
 void ad_remat_init(Ad *ad, int fwd_end) {
@@ -61,7 +63,7 @@ void ad_remat_init(Ad *ad, int fwd_end) {
     int ops = 1;
     int64_t anchor = 0;
     seen[in->res] = i + 1;
-    for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], &ops, &anchor, seen, i + 1);
+    for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], &ops, &anchor, seen, i + 1, bytes(f, in->res) / 16);
     ad->remat[in->res] = ops <= REMAT_MAX_OPS && anchor <= bytes(f, in->res);
   }
   free(seen);
@@ -81,6 +83,10 @@ ValId ad_remat(Ad *ad, ValId v) {
                     in.fattr, in.loc, f->values.data[v].name);
   ad->clone[v] = c;
   return c;
+}
+
+void ad_remat_forget(Ad *ad) {
+  for (int v = 0; v < ad->nv0; v++) ad->clone[v] = -1;
 }
 
 void ad_remat_free(Ad *ad) {

@@ -11,7 +11,9 @@ ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64
   ValId a[8];
   CHECK(nargs <= 8);
   for (int k = 0; k < nargs; k++) a[k] = ad_remat(ad, args[k]);   /* recomputed forward values */
-  return ir_emit(ad->p, ad->f, op, a, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
+  ValId r = ir_emit(ad->p, ad->f, op, a, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
+  if (ad->clone && ir_ops[op].kind != K_ELEM && ir_ops[op].kind != K_CONST) ad_remat_forget(ad);   /* a kernel boundary */
+  return r;
 }
 
 ValId ad_const(Ad *ad, DType dt, double v) { return ir_const(ad->p, ad->f, dt, v, ad->loc); }

@@ -502,3 +502,46 @@ def test_stats_flops_and_arena_breakdown(tmp_path):
     assert m, err
     total, parts = int(m.group(1)), [int(g) for g in m.groups()[1:]]
     assert sum(parts) == total and parts[0] >= 4 * 784 * 512, err   # fc1.weight's gradient is live at the busiest
+
+
+GELU_MLP = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 64)
+        self.proj = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+OPTS = [optimizer]
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+
+
+def test_gelu_rematerialised_in_backward(tmp_path):
+    """Reverse mode recomputes GELU's elementwise chain where backward reads it
+    (autograd_ad/remat.c): every tanh of the training step is a kernel-local
+    value (none is stored from forward to backward), the forward's and the
+    backward's; the step still matches PyTorch (test_fused_matches_unfused and
+    the training tests check the values on the bench models)."""
+    ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[8,16]", "--input", "y=i64[8]")["train_step"]
+    tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
+    assert len(tanh) >= 2 and all("(local)" in line for line in tanh), tanh
+    from test_optim_more import train_paired
+    src = GELU_MLP + ("\nexample_inputs = {'forward': (torch.randn(8, 16),), "
+                      "'train_step': (torch.randn(8, 16), torch.randint(0, 4, (8,)))}\n")
+    train_paired(tmp_path, src, "gelu_remat", steps=3,
+                 make_batch=lambda r: (r.standard_normal((8, 16)), r.integers(0, 4, (8,))))
