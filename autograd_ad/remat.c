@@ -75,12 +75,14 @@ ValId ad_remat(Ad *ad, ValId v) {
   Func *f = ad->f;
   const Inst *d = def_in(f, v, ad->fwd_end);
   Inst in = *d;   /* a copy: emitting grows f->insts */
-  ValId args[8];
-  CHECK(in.nargs <= 8);
+  ValId args[3];   /* elementwise ops take at most 3 operands (where) */
+  CHECK(in.nargs <= 3);
   for (int k = 0; k < in.nargs; k++) args[k] = ad_remat(ad, in.args[k]);
   ValId c = ir_emit(ad->p, f, in.op, args, in.nargs, f->values.data[v].type, in.attr,
                     ir_op_nattrs(in.op, &f->values.data[v].type, in.nargs ? ir_type(f, in.args[0]) : NULL, in.attr),
                     in.fattr, in.loc, f->values.data[v].name);
+  /* the clone is the forward op: a constant to later sweeps if that was (no_grad) */
+  f->insts.data[f->values.data[c].def].nograd = in.nograd;
   ad->clone[v] = c;
   return c;
 }

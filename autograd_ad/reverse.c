@@ -8,10 +8,11 @@ Type *ad_type(Ad *ad, ValId v) { return ir_type(ad->f, v); }
 
 ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name) {
   int nattr = ir_op_nattrs(op, &res, nargs > 0 ? ad_type(ad, args[0]) : NULL, attr);
-  ValId a[8];
-  CHECK(nargs <= 8);
+  ValId small[8], *a = nargs <= 8 ? small : malloc(sizeof(ValId) * (size_t)nargs);
+  if (!a) BUG("out of memory");
   for (int k = 0; k < nargs; k++) a[k] = ad_remat(ad, args[k]);   /* recomputed forward values */
   ValId r = ir_emit(ad->p, ad->f, op, a, nargs, res, attr, attr ? nattr : 0, 0, ad->loc, name);
+  if (a != small) free(a);
   if (ad->clone && ir_ops[op].kind != K_ELEM && ir_ops[op].kind != K_CONST) ad_remat_forget(ad);   /* a kernel boundary */
   return r;
 }
