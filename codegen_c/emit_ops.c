@@ -1650,6 +1650,8 @@ static void emit_gather(CgFunc *c, const Inst *in) {
 /* ---- one instruction ----------------------------------------------------------------- */
 
 /* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
+static int reads_folded(CgFunc *c, ValId v);
+
 static void comment(CgFunc *c, const Inst *in) {
   char where[256], tb[256];
   Buf b = {0};
@@ -1662,6 +1664,9 @@ static void comment(CgFunc *c, const Inst *in) {
       cg_literal(&b, ty(c, in->args[k])->dtype, def_of(c, in->args[k])->fattr);
     else cg_puts(&b, c->cname[in->args[k]]);
     if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
+    KnLayout l;
+    if (in->op == IR_MATMUL && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
+      cg_printf(&b, " (in %s)", c->cname[l.root]);   /* a strided view: read in place from its root */
   }
   cg_puts(&b, ")");
   const int64_t *a = in->attr;

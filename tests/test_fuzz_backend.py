@@ -148,7 +148,8 @@ def _inst_names(line):
             break
     args = [a.strip().removesuffix("^T") for a in line[k + 1:j].split(",")]
     m = re.search(r" -> (\w+) ", line[j:])
-    return [a for a in args if re.fullmatch(r"[A-Za-z_]\w*", a)] + ([m.group(1)] if m else [])
+    roots = re.findall(r"\(in (\w+)\)", line[k + 1:j])   # GEMM operands read in place from a strided view's root
+    return [a for a in args if re.fullmatch(r"[A-Za-z_]\w*", a)] + roots + ([m.group(1)] if m else [])
 
 
 def guard_arena(c_text):
