@@ -429,7 +429,7 @@ DIAGNOSTICS = [
     ("LBFGS([{'params': model.fc.parameters()}, {'params': model.emb.parameters(), 'lr': 0.1}])",
      "loss = optimizer.step(closure)", "LBFGS doesn't support per-parameter options (parameter groups)"),
     ("LBFGS(model.parameters(), max_iter=41, history_size=5, line_search_fn='strong_wolfe')",
-     "loss = optimizer.step(closure)", "stages its line search as 26 closure evaluations per iteration: max_iter=41 is "
+     "loss = optimizer.step(closure)", "LBFGS(line_search_fn='strong_wolfe') stages its line search as 26 closure evaluations per iteration: max_iter=41 is "
      "too large for ctc (at most 40)"),
     ("LBFGS(model.parameters(), max_iter=300, history_size=100)", "loss = optimizer.step(closure)",
      "LBFGS max_iter * history_size = 30000 is too large for ctc"),
