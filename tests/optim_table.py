@@ -13,7 +13,8 @@ max |ctc - torch| / max |torch| ("tensor"). float32 unless noted.
 Schedulers: one head, optimizer and scheduler per scheduler in one program
 (test_sched_more's harness), stepped after every optimizer step; the
 difference is |lr_ctc - lr_torch| / lr_torch of the learning rate after
-every step (0 where they differ by less than 1e-9), and the parameters' elementwise difference as above."""
+every step (0 where they differ by less than 1e-9), and the parameters' differences
+as above (elementwise and per tensor), and the parameters' elementwise difference as above."""
 import os
 import sys
 import tempfile
@@ -162,7 +163,7 @@ def schedulers(tmp):
     src = src.replace(f"    s{i}.step()\n", f"    s{i}.step(loss{i})\n")
     path, exe, mod = sm.build(tmp, src, "scheds")
     lr = np.zeros(len(cases))
-    par = np.zeros(len(cases))
+    par = np.zeros((len(cases), 2))
     w = tmp / "sw.safetensors"
     st_write(w, state_dict_np(mod.model))
     rng = np.random.default_rng(0)
@@ -182,7 +183,7 @@ def schedulers(tmp):
             d = abs(float(got[f"o{c}.lr"]) - want)   # (PolynomialLR reaches 0: below 1e-9 counts as equal)
             lr[c] = max(lr[c], d / abs(want) if d > 1e-9 else 0.0)
             for pn, v in mod.model.heads[c].state_dict().items():
-                par[c] = max(par[c], om.relmax(got[f"heads.{c}.{pn}"], v.numpy())[0])
+                par[c] = np.maximum(par[c], om.relmax(got[f"heads.{c}.{pn}"], v.numpy()))
     return [(n, lr[c], par[c]) for c, (n, *_) in enumerate(cases)]
 
 
@@ -193,9 +194,9 @@ def main():
         print(f"{'optimizer':34s} {'elementwise':>12s} {'tensor':>10s}   (20 steps; LBFGS 10)")
         for n, w in optimizers(tmp):
             print(f"{n:34s} {w[0]:12.2e} {w[1]:10.2e}")
-        print(f"\n{'scheduler':34s} {'lr':>12s} {'params':>10s}   (20 steps)")
+        print(f"\n{'scheduler':34s} {'lr':>12s} {'params elementwise':>19s} {'tensor':>10s}   (20 steps)")
         for n, a, b in schedulers(tmp):
-            print(f"{n:34s} {a:12.2e} {b:10.2e}")
+            print(f"{n:34s} {a:12.2e} {b[0]:19.2e} {b[1]:10.2e}")
 
 
 if __name__ == "__main__":
