@@ -160,6 +160,15 @@ static PV *minmax(L *L, Args *A, int is_max) {
   eval_charge(L, A->at, n);
   PV *best = items[0];
   for (int i = 1; i < n; i++) {
+    if (L->host && (L->host->runtime(L, items[i]) || L->host->runtime(L, best)) &&
+        (pv_is_num(items[i]) || L->host->runtime(L, items[i])) && (pv_is_num(best) || L->host->runtime(L, best))) {
+      /* a run-time value (an LR lambda's epoch counter): Python's `if x < best:
+       * best = x` staged as a select */
+      PV *c = L->host->compare(L, A->at, is_max ? OP_GT : OP_LT, items[i], best);
+      L->host->check_cond(L, A->at, c);
+      best = L->host->select(L, A->at, c, items[i], best);
+      continue;
+    }
     if (!pv_is_num(items[i]) || !pv_is_num(best))
       lower_error(L, A->at, "%s() works on numbers at compile time", A->fname);
     if (is_max ? pv_num(items[i]) > pv_num(best) : pv_num(items[i]) < pv_num(best)) best = items[i];

@@ -404,7 +404,7 @@ def test_errors(tmp_path):
     located errors at the constructor (or the step() call)."""
     cases = [(s, o, m, "scheduler.step()", 19) for s, o, m in ERRORS]
     cases += [("ReduceLROnPlateau(optimizer)", "SGD", "metrics", "scheduler.step()", 26),
-              ("StepLR(optimizer, 2)", "SGD", "scheduler.step(epoch) is deprecated and not supported",
+              ("ChainedScheduler([StepLR(optimizer, 2)])", "SGD", "step() takes at most 0 arguments (1 given)",
                "scheduler.step(3)", 26)]
     for sched, opt, msg, step, line in cases:
         path = tmp_path / "e.py"

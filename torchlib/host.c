@@ -239,6 +239,14 @@ static PV *h_math(L *L, Span at, const char *f, PV *x) {
   if (x->k != PV_TENSOR) return NULL;
   if (!strcmp(f, "abs")) return t_unary(L, at, IR_ABS, x);
   if (!strcmp(f, "len")) return pv_int(L, x->t->type.ndim ? x->t->type.dims[0] : 0);
+  if ((!strcmp(f, "int") || !strcmp(f, "float")) && !x->t->data && L->T->fn && ir_numel(&x->t->type) == 1) {
+    /* of a one-element run-time tensor (the epoch or iteration counter in an LR
+     * lambda): PyTorch's Python number is staged as a detached 0-d tensor, f64
+     * for float(), i64 (truncated toward zero) for int() */
+    PV *v = t_detach(L, at, x->t->type.ndim ? t_reshape(L, at, x, NULL, 0) : x);
+    if (!strcmp(f, "float")) return t_cast(L, at, v, DT_F64);
+    return t_cast(L, at, ir_dtype_is_float(x->t->type.dtype) ? t_unary(L, at, IR_TRUNC, v) : v, DT_I64);
+  }
   if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool"))
     lower_error(L, at, "%s() of a tensor reads its value on the host; that cannot be compiled", f);
   static const struct { const char *f; Op op; } ops[] = {{"sqrt", IR_SQRT}, {"exp", IR_EXP}, {"log", IR_LOG},

@@ -347,11 +347,173 @@ static PV *loss64(L *L, Span at, PV *loss) {
   return t_cast(L, at, l, DT_F64);
 }
 
+/* ---- LBFGS's strong-Wolfe line search ---------------------------------------
+ * PyTorch 1.13's _strong_wolfe (c1 1e-4, c2 0.9, max_ls 25) with
+ * _cubic_interpolate, staged: every scalar is an f64 0-d tensor and every `if`
+ * a select. Its two loops (bracketing, then zoom) share one budget of max_ls
+ * evaluations after the first and each of their iterations evaluates the
+ * closure once, so they are unrolled as max_ls slots: in slot k (ls_iter == k
+ * while the search runs) the bracketing phase either continues (interpolates a
+ * new t) or breaks into the zoom phase or out of the search; then the zoom
+ * phase, if the search is in it, either stops (bracket too small) or picks a
+ * new t; a slot in which either phase wants a point evaluates the closure
+ * there and the zoom phase updates its bracket. Flags (bool tensors) say which
+ * phase the search is in; a finished search changes nothing more. */
+
+#define AND(a, b) t_bitwise(L, at, IR_BIT_AND, (a), (b))
+#define OR(a, b) t_bitwise(L, at, IR_BIT_OR, (a), (b))
+#define NOT(a) t_logical(L, at, '!', (a), NULL)
+#define GE(a, b) t_compare(L, at, OP_GE, (a), (b))
+#define LE(a, b) t_compare(L, at, OP_LE, (a), (b))
+#define ABS(a) t_unary(L, at, IR_ABS, (a))
+
+/* Python's max(a, b) / min(a, b): the first unless the second is strictly larger/smaller */
+static PV *py_max(L *L, Span at, PV *a, PV *b) { return WHERE(GT(b, a), b, a); }
+static PV *py_min(L *L, Span at, PV *a, PV *b) { return WHERE(LT(b, a), b, a); }
+
+/* _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=(lo, hi) or None) */
+static PV *lb_cubic(L *L, Span at, PV *x1, PV *f1, PV *g1, PV *x2, PV *f2, PV *g2, PV *lo, PV *hi) {
+  PV *le = LE(x1, x2);
+  if (!lo) {
+    lo = WHERE(le, x1, x2);
+    hi = WHERE(le, x2, x1);
+  }
+  PV *d1 = SUB(ADD(g1, g2), DIV(MUL(F(3), SUB(f1, f2)), SUB(x1, x2)));
+  PV *d2sq = SUB(MUL(d1, d1), MUL(g1, g2));
+  PV *d2 = SQRT(d2sq);   /* NaN where d2sq < 0: that side is not selected */
+  PV *mp1 = SUB(x2, MUL(SUB(x2, x1), DIV(SUB(ADD(g2, d2), d1), ADD(SUB(g2, g1), MUL(F(2), d2)))));
+  PV *mp2 = SUB(x1, MUL(SUB(x1, x2), DIV(SUB(ADD(g1, d2), d1), ADD(SUB(g1, g2), MUL(F(2), d2)))));
+  PV *r = py_min(L, at, py_max(L, at, WHERE(le, mp1, mp2), lo), hi);
+  return WHERE(GE(d2sq, F(0)), r, DIV(ADD(lo, hi), F(2)));
+}
+
+static PV *f64s(L *L, Span at, PV *x) {
+  if (t_type(x).ndim) x = t_reshape(L, at, x, NULL, 0);
+  return t_type(x).dtype == DT_F64 ? x : t_cast(L, at, x, DT_F64);
+}
+
+/* _directional_evaluate: the closure at x + t d (t an f64 scalar); its loss as f64, the flat gradient in *g */
+static PV *lb_eval_at(L *L, Span at, LbParams *P, PV **x, PV *t, PV *d, PV *closure, PV **g) {
+  PV **xs = arena_alloc(L->a, sizeof(PV *) * (size_t)P->n);
+  PV *tt = as_dt(L, at, t, P->dt);
+  for (int i = 0; i < P->n; i++) {
+    Type pt = P->p[i]->t->type;
+    PV *di = t_reshape(L, at, t_slice(L, at, d, 0, P->off[i], P->off[i] + P->numel[i], 1), pt.dims, pt.ndim);
+    xs[i] = ADD(x[i], MUL(di, tt));
+  }
+  return loss64(L, at, lb_eval(L, at, P, xs, closure, g));
+}
+
+enum { LS_MAX = 25 };
+
+/* _strong_wolfe(obj_func, x, t, d, f, g, gtd) from the parameters x: returns
+ * the loss at the chosen step (f64), its flat gradient (*g_out), the step
+ * (*t_out, f64) and the number of closure evaluations (*n_out, f32). */
+static PV *lb_strong_wolfe(L *L, Span at, LbParams *P, PV **x, PV *closure, PV *t, PV *d, PV *f, PV *g, PV *gtd,
+                           double tol_change, PV **g_out, PV **t_out, PV **n_out) {
+  const double c1 = 1e-4, c2 = 0.9;
+  PV *dnorm = f64s(L, at, absmax(L, at, d));
+  PV *gn, *fn = lb_eval_at(L, at, P, x, t, d, closure, &gn);
+  PV *gtdn = f64s(L, at, dot(L, at, gn, d));
+  PV *nev = t_scalar_like(L, at, 1, DT_F32);
+  PV *armijo = ADD(f, MUL(MUL(F(c1), t), gtd)), *curv = MUL(F(-c2), gtd);
+  /* bracketing: the previous point */
+  PV *tp = t_scalar_like(L, at, 0, DT_F64), *fp = f, *gp = g, *gtdp = gtd;
+  /* the bracket (two points; low: whether bracket[1] is the low point) */
+  PV *b[2] = {tp, tp}, *bf[2] = {f, f}, *bg[2] = {g, g}, *bgtd[2] = {gtd, gtd};
+  PV *tru = GE(nev, F(0)), *fal = NOT(tru);
+  PV *low = fal, *insuf = fal, *inB = tru, *inZ = fal;
+  for (int k = 0; k < LS_MAX; k++) {
+    /* -- bracketing: check conditions at the last point */
+    PV *arm = GT(fn, armijo);
+    if (k > 1) arm = OR(arm, GE(fn, fp));
+    PV *wolfe = LE(ABS(gtdn), curv), *pos = GE(gtdn, F(0));
+    PV *brk = AND(inB, OR(arm, AND(NOT(wolfe), pos)));    /* bracket = [t_prev, t] */
+    PV *brkw = AND(inB, AND(NOT(arm), wolfe));             /* bracket = [t], done */
+    PV *cont = AND(inB, NOT(OR(arm, OR(wolfe, pos))));
+    b[0] = WHERE(brk, tp, WHERE(brkw, t, b[0]));
+    b[1] = WHERE(brk, t, b[1]);
+    bf[0] = WHERE(brk, fp, WHERE(brkw, fn, bf[0]));
+    bf[1] = WHERE(brk, fn, bf[1]);
+    bg[0] = WHERE(brk, gp, WHERE(brkw, gn, bg[0]));
+    bg[1] = WHERE(brk, gn, bg[1]);
+    bgtd[0] = WHERE(brk, gtdp, bgtd[0]);
+    bgtd[1] = WHERE(brk, gtdn, bgtd[1]);
+    low = WHERE(brk, NOT(LE(bf[0], bf[1])), WHERE(brkw, fal, low));
+    inZ = OR(inZ, brk);
+    inB = cont;
+    /* interpolate between the last two points, within [t + 0.01 (t - t_prev), 10 t] */
+    PV *tb = lb_cubic(L, at, tp, fp, gtdp, t, fn, gtdn, ADD(t, MUL(F(0.01), SUB(t, tp))), MUL(t, F(10)));
+    tp = WHERE(cont, t, tp);
+    fp = WHERE(cont, fn, fp);
+    gp = WHERE(cont, gn, gp);
+    gtdp = WHERE(cont, gtdn, gtdp);
+    /* -- zoom: stop on a tiny bracket, else a new trial point in it */
+    PV *small = LT(MUL(ABS(SUB(b[1], b[0])), dnorm), F(tol_change));
+    PV *zc = AND(inZ, NOT(small));
+    inZ = zc;
+    PV *tz = lb_cubic(L, at, b[0], bf[0], bgtd[0], b[1], bf[1], bgtd[1], NULL, NULL);
+    PV *bmax = py_max(L, at, b[0], b[1]), *bmin = py_min(L, at, b[0], b[1]);
+    PV *eps = MUL(F(0.1), SUB(bmax, bmin));
+    PV *near = LT(py_min(L, at, SUB(bmax, tz), SUB(tz, bmin)), eps);
+    PV *move = AND(near, OR(insuf, OR(GE(tz, bmax), LE(tz, bmin))));
+    PV *tzm = WHERE(LT(ABS(SUB(tz, bmax)), ABS(SUB(tz, bmin))), SUB(bmax, eps), ADD(bmin, eps));
+    tz = WHERE(move, tzm, tz);
+    insuf = WHERE(zc, AND(near, NOT(move)), insuf);
+    /* -- evaluate the new point */
+    PV *ev = OR(cont, zc);
+    t = WHERE(cont, tb, WHERE(zc, tz, t));
+    PV *ge, *fe = lb_eval_at(L, at, P, x, t, d, closure, &ge);
+    PV *gtde = f64s(L, at, dot(L, at, ge, d));
+    fn = WHERE(ev, fe, fn);
+    gn = WHERE(ev, ge, gn);
+    gtdn = WHERE(ev, gtde, gtdn);
+    nev = ADD(nev, t_cast(L, at, ev, DT_F32));
+    /* -- zoom: update the bracket with the new point */
+    PV *flo = WHERE(low, bf[1], bf[0]);
+    PV *armz = OR(GT(fn, ADD(f, MUL(MUL(F(c1), t), gtd))), GE(fn, flo));
+    PV *hi_new = AND(zc, armz);                 /* bracket[high] = new point */
+    PV *wz = AND(NOT(armz), LE(ABS(gtdn), curv));
+    PV *bhi = WHERE(low, b[0], b[1]), *blo = WHERE(low, b[1], b[0]);
+    PV *swap = AND(zc, AND(NOT(armz), AND(NOT(wz), GE(MUL(gtdn, SUB(bhi, blo)), F(0)))));   /* high = low */
+    PV *lo_new = AND(zc, NOT(armz));            /* bracket[low] = new point */
+    PV **arrs[4] = {b, bf, bg, bgtd}, *news[4] = {t, fn, gn, gtdn};
+    for (int a = 0; a < 4; a++) {
+      PV **v = arrs[a];
+      PV *ohi = WHERE(low, v[0], v[1]), *olo = WHERE(low, v[1], v[0]);
+      PV *nhi = WHERE(hi_new, news[a], WHERE(swap, olo, ohi)), *nlo = WHERE(lo_new, news[a], olo);
+      v[0] = WHERE(low, nhi, nlo);
+      v[1] = WHERE(low, nlo, nhi);
+    }
+    low = WHERE(hi_new, NOT(LE(bf[0], bf[1])), low);
+    inZ = AND(inZ, NOT(AND(lo_new, wz)));
+  }
+  /* the bracketing loop ran out: bracket [0, t] */
+  b[0] = WHERE(inB, t_scalar_like(L, at, 0, DT_F64), b[0]);
+  b[1] = WHERE(inB, t, b[1]);
+  bf[0] = WHERE(inB, f, bf[0]);
+  bf[1] = WHERE(inB, fn, bf[1]);
+  bg[0] = WHERE(inB, g, bg[0]);
+  bg[1] = WHERE(inB, gn, bg[1]);
+  low = WHERE(inB, NOT(LE(bf[0], bf[1])), low);
+  *t_out = WHERE(low, b[1], b[0]);
+  *g_out = WHERE(low, bg[1], bg[0]);
+  *n_out = nev;
+  return WHERE(low, bf[1], bf[0]);
+}
+#undef AND
+#undef OR
+#undef NOT
+#undef GE
+#undef LE
+#undef ABS
+
 /* optimizer.step(closure) of LBFGS, PyTorch 1.13's algorithm with
  * line_search_fn=None: up to max_iter iterations, each moving the parameters
  * by t * d (d the L-BFGS direction from the last history_size pairs) and
  * re-evaluating the closure (inlined: its forward and backward are staged once
- * per iteration). Trip counts are compile-time: an exit (PyTorch's `break`s on
+ * per iteration; with line_search_fn='strong_wolfe' the line search,
+ * lb_strong_wolfe, replaces the fixed step and its re-evaluation). Trip counts are compile-time: an exit (PyTorch's `break`s on
  * the run-time values) sets a flag after which the remaining iterations change
  * nothing (selects). The history is history_size slots per vector, newest
  * last, shifted when a pair is added; unused slots are zero and contribute
@@ -369,11 +531,10 @@ PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
   if (groups->n != 1) lower_error(L, at, "LBFGS doesn't support per-parameter options (parameter groups)");
   PV *group = groups->items[0];
   PV *lsf = pv_dict_get(group, pv_str(L, "line_search_fn"));
+  int wolfe = 0;
   if (lsf && lsf->k != PV_NONE) {
-    if (lsf->k == PV_STR && !strcmp(lsf->s, "strong_wolfe"))
-      lower_error(L, at, "LBFGS(line_search_fn='strong_wolfe') is not supported by ctc yet: use line_search_fn=None "
-                         "(a fixed step of lr per iteration)");
-    lower_error(L, at, "only 'strong_wolfe' is supported");
+    if (lsf->k != PV_STR || strcmp(lsf->s, "strong_wolfe")) lower_error(L, at, "only 'strong_wolfe' is supported");
+    wolfe = 1;
   }
   PV *lrv = pv_dict_get(group, pv_str(L, "lr"));
   if (lrv->k == PV_TENSOR || env_get(opt->attrs, "scheduler"))
@@ -390,6 +551,9 @@ PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
   if (max_iter * H > 4000)
     lower_error(L, at, "LBFGS max_iter * history_size = %lld is too large for ctc, which stages every step of the "
                        "two-loop recursion (at most 4000: PyTorch's defaults, 20 * 100, give 9 MB of C)", (long long)(max_iter * H));
+  if (wolfe && max_iter > 40)
+    lower_error(L, at, "LBFGS(line_search_fn='strong_wolfe') stages its line search as %d closure evaluations per "
+                       "iteration: max_iter=%lld is too large for ctc (at most 40)", LS_MAX + 1, (long long)max_iter);
   /* the parameters, flattened in group order */
   PV *ps = pv_dict_get(group, pv_str(L, "params"));
   LbParams P = {0};
@@ -492,12 +656,25 @@ PV *lbfgs_step(L *L, PV *opt, PV *closure, Span at) {
     PV *brk = flag(L, at, GT(gtd, F(-tol_change)));
     PV *A2 = MUL(A, SUB(F(1), brk)), *A2b = on(L, at, A2);
     done = f_or(L, at, done, MUL(A, brk));
+    if (wolfe) {
+      /* the line search from x along d: its step, loss and gradient (PyTorch
+       * evaluates it in the last iteration too) */
+      PV *lg, *lt, *ln;
+      PV *lf = lb_strong_wolfe(L, at, &P, x, closure, f64s(L, at, t), d, loss, g, f64s(L, at, gtd), tol_change, &lg,
+                               &lt, &ln);
+      t = WHERE(A2b, as_dt(L, at, lt, dt), t);
+      loss = WHERE(A2b, lf, loss);
+      g = WHERE(A2b, lg, g);
+      opt_cond = flag(L, at, t_compare(L, at, OP_LE, absmax(L, at, g), F(tol_grad)));
+      evals = ADD(evals, MUL(A2, ln));
+      fe = ADD(fe, MUL(A2, ln));
+    }
     for (int i = 0; i < P.n; i++) {
       Type pt = P.p[i]->t->type;
       PV *di = t_reshape(L, at, t_slice(L, at, d, 0, P.off[i], P.off[i] + P.numel[i], 1), pt.dims, pt.ndim);
       x[i] = WHERE(A2b, ADD(x[i], MUL(di, t)), x[i]);
     }
-    if (it != max_iter) {
+    if (!wolfe && it != max_iter) {
       /* re-evaluate (not in the last iteration, as PyTorch) */
       PV *ng, *nl = loss64(L, at, lb_eval(L, at, &P, x, closure, &ng));
       loss = WHERE(A2b, nl, loss);

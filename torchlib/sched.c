@@ -87,18 +87,36 @@ static const char *sched_name(L *L, PV *s) {
   return "scheduler";
 }
 
-/* a list argument that PyTorch allows per parameter group (_format_param):
- * ctc's schedulers drive one learning rate, so the values must agree */
-static double per_group(L *L, Span at, PV *opt, PV *v, const char *what) {
-  if (!pv_is_seq(v)) return arg_num(L, at, v, what);
-  int ng = env_get(opt->attrs, "param_groups")->n;
-  if (v->n != ng) lower_error(L, at, "expected %d values for %s, got %d", ng, what, v->n);
-  double x = arg_num(L, at, v->items[0], what);
-  for (int i = 1; i < v->n; i++)
-    if (arg_num(L, at, v->items[i], what) != x)
-      lower_error(L, at, "a different %s per parameter group is not supported (the groups share one learning rate)",
-                  what);
-  return x;
+static int ngroups(PV *opt) { return env_get(opt->attrs, "param_groups")->n; }
+
+/* The group whose learning rate init/rule compute next: its base_lr (PyTorch's
+ * base_lrs[i]), its lr before the scheduler (prev_lr) and its index gi. */
+static void focus(L *L, PV *s, int gi) {
+  env_set(L, s->attrs, "base_lr", env_get(s->attrs, "base_lrs")->items[gi]);
+  env_set(L, s->attrs, "prev_lr", env_get(s->attrs, "prev_lrs")->items[gi]);
+  set_num(L, s, "gi", gi);
+}
+static int gi_of(PV *s) { return (int)num(s, "gi"); }
+
+/* An argument PyTorch takes per parameter group (_format_param: a number, or a
+ * list with one per group) as the list of the groups' values. */
+static PV *group_values(L *L, Span at, PV *opt, PV *v, const char *what) {
+  int ng = ngroups(opt);
+  PV *l = pv_list(L, NULL, 0);
+  if (pv_is_seq(v) && v->n != ng) lower_error(L, at, "expected %d values for %s, got %d", ng, what, v->n);
+  for (int i = 0; i < ng; i++) pv_list_append(L, l, pv_float(L, arg_num(L, at, pv_is_seq(v) ? v->items[i] : v, what)));
+  return l;
+}
+/* the group's value of a list attribute set by group_values */
+static double gnum(PV *s, const char *k, int gi) { return pv_num(env_get(s->attrs, k)->items[gi]); }
+
+/* one value for all groups (CyclicLR's/OneCycleLR's cycled momentum: one state tensor) */
+static double same_for_groups(L *L, Span at, PV *opt, PV *v, const char *what) {
+  PV *l = group_values(L, at, opt, v, what);
+  for (int i = 1; i < l->n; i++)
+    if (pv_num(l->items[i]) != pv_num(l->items[0]))
+      lower_error(L, at, "a different %s per parameter group is not supported (ctc cycles one momentum)", what);
+  return pv_num(l->items[0]);
 }
 
 /* The user's function of the epoch (LambdaLR's lr_lambda ...) called on n (f32
@@ -108,17 +126,16 @@ static PV *call_epoch_fn(L *L, Span at, PV *fn, PV *n) {
   return call_value(L, at, fn, &arg, 1, NULL, NULL, 0);
 }
 
-/* the function argument of LambdaLR/MultiplicativeLR: one, or a list with one per group */
-static PV *lambda_arg(L *L, Span at, PV *opt, PV *v) {
-  if (!pv_is_seq(v)) return v;
-  int ng = env_get(opt->attrs, "param_groups")->n;
-  if (v->n != ng) lower_error(L, at, "Expected %d lr_lambdas, but got %d", ng, v->n);
-  for (int i = 1; i < v->n; i++)
-    if (v->items[i] != v->items[0])
-      lower_error(L, at, "a different lr_lambda per parameter group is not supported (the groups share one learning "
-                         "rate)");
-  return v->items[0];
+/* the function argument of LambdaLR/MultiplicativeLR: one for all groups, or a
+ * list with one per group; stored as the list "fns" */
+static void lambda_arg(L *L, Span at, PV *s, PV *v) {
+  int ng = ngroups(opt_of(s));
+  if (pv_is_seq(v) && v->n != ng) lower_error(L, at, "Expected %d lr_lambdas, but got %d", ng, v->n);
+  PV *l = pv_list(L, NULL, 0);
+  for (int i = 0; i < ng; i++) pv_list_append(L, l, pv_is_seq(v) ? v->items[i] : v);
+  env_set(L, s->attrs, "fns", l);
 }
+static PV *group_fn(PV *s, int gi) { return env_get(s->attrs, "fns")->items[gi]; }
 
 static int64_t pos_int(L *L, Span at, PV *v, int64_t dflt, const char *what) {
   int64_t x = v && v->k != PV_NONE ? arg_int(L, at, v, what) : dflt;
@@ -261,23 +278,23 @@ PV *sched_cosineannealinglr(L *L, Span at, SchedStep *st) {
 }
 
 double sched_lambdalr_init(L *L, Span at, PV *s, PV **a) {
-  PV *fn = lambda_arg(L, at, opt_of(s), a[1]);
-  env_set(L, s->attrs, "fn", fn);
+  lambda_arg(L, at, s, a[1]);
   PV *zero = pv_int(L, 0);
-  return base_lr(s) * arg_num(L, at, call_value(L, at, fn, &zero, 1, NULL, NULL, 0), "lr_lambda(0)");
+  PV *f0 = call_value(L, at, group_fn(s, gi_of(s)), &zero, 1, NULL, NULL, 0);
+  return base_lr(s) * arg_num(L, at, f0, "lr_lambda(0)");
 }
 PV *sched_lambdalr(L *L, Span at, SchedStep *st) {
-  PV *f = call_epoch_fn(L, at, env_get(st->s->attrs, "fn"), st->n);
+  PV *f = call_epoch_fn(L, at, group_fn(st->s, st->gi), st->n);
   return MUL(F(base_lr(st->s)), f32(L, at, f));
 }
 
 double sched_multiplicativelr_init(L *L, Span at, PV *s, PV **a) {
-  env_set(L, s->attrs, "fn", lambda_arg(L, at, opt_of(s), a[1]));
+  lambda_arg(L, at, s, a[1]);
   return base_lr(s);
 }
 PV *sched_multiplicativelr(L *L, Span at, SchedStep *st) {
   if (st->closed) return NULL; /* PyTorch has no closed form: step(0) keeps the lr */
-  PV *f = call_epoch_fn(L, at, env_get(st->s->attrs, "fn"), st->n);
+  PV *f = call_epoch_fn(L, at, group_fn(st->s, st->gi), st->n);
   return WHERE(CMP(OP_GT, st->n, F(0)), MUL(st->lr, f32(L, at, f)), st->lr);
 }
 
@@ -296,16 +313,36 @@ double sched_cosineannealingwarmrestarts_init(L *L, Span at, PV *s, PV **a) {
 PV *sched_cosineannealingwarmrestarts(L *L, Span at, SchedStep *st) {
   double T0 = num(st->s, "T_0"), Tm = num(st->s, "T_mult"), emin = num(st->s, "eta_min");
   PV *tc_t = state(L, at, st->sname, "T_cur", DT_F32, 0), *ti_t = state(L, at, st->sname, "T_i", DT_F32, T0);
-  PV *ti = cur(L, at, ti_t), *tc = ADD(cur(L, at, tc_t), F(1));
-  PV *wrap = CMP(OP_GE, tc, ti);
-  tc = WHERE(wrap, SUB(tc, ti), tc);
-  ti = WHERE(wrap, MUL(ti, F(Tm)), ti);
-  if (st->reset) {
-    tc = WHERE(st->reset, F(0), tc);
-    ti = WHERE(st->reset, F(T0), ti);
+  PV *ti = cur(L, at, ti_t), *tc = cur(L, at, tc_t);
+  if (st->gi == 0) {   /* the first group advances the state, the others read it */
+    if (st->epoch) {
+      /* step(epoch): PyTorch's closed form of T_cur and T_i (in doubles) */
+      PV *e = t_cast(L, at, st->epoch, DT_F64), *nn;
+      if (Tm == 1) {
+        tc = SUB(e, MUL(F(T0), FLOOR(DIV(e, F(T0)))));
+        ti = t_scalar_like(L, at, T0, DT_F64);
+      } else {
+        nn = FLOOR(DIV(t_unary(L, at, IR_LOG, ADD(MUL(DIV(e, F(T0)), F(Tm - 1)), F(1))), F(log(Tm))));
+        PV *pw = POW(F(Tm), nn);
+        PV *below = CMP(OP_LT, e, F(T0));
+        tc = WHERE(below, e, SUB(e, DIV(MUL(F(T0), SUB(pw, F(1))), F(Tm - 1))));
+        ti = WHERE(below, F(T0), MUL(F(T0), pw));
+      }
+      tc = t_cast(L, at, tc, DT_F32);
+      ti = t_cast(L, at, ti, DT_F32);
+    } else {
+      tc = ADD(tc, F(1));
+      PV *wrap = CMP(OP_GE, tc, ti);
+      tc = WHERE(wrap, SUB(tc, ti), tc);
+      ti = WHERE(wrap, MUL(ti, F(Tm)), ti);
+    }
+    if (st->reset) {
+      tc = WHERE(st->reset, F(0), tc);
+      ti = WHERE(st->reset, F(T0), ti);
+    }
+    swrite(L, at, st->mask, tc_t, tc);
+    swrite(L, at, st->mask, ti_t, ti);
   }
-  swrite(L, at, st->mask, tc_t, tc);
-  swrite(L, at, st->mask, ti_t, ti);
   PV *c = t_unary(L, at, IR_COS, DIV(MUL(F(M_PI), tc), ti));
   return ADD(F(emin), DIV(MUL(F(base_lr(st->s) - emin), ADD(F(1), c)), F(2)));
 }
@@ -314,7 +351,8 @@ PV *sched_cosineannealingwarmrestarts(L *L, Span at, SchedStep *st) {
  * 8 scale_mode 9 cycle_momentum 10 base_momentum 11 max_momentum */
 double sched_cycliclr_init(L *L, Span at, PV *s, PV **a) {
   PV *opt = opt_of(s);
-  double base = per_group(L, at, opt, a[1], "base_lr"), mx = per_group(L, at, opt, a[2], "max_lr");
+  PV *bases = group_values(L, at, opt, a[1], "base_lr"), *maxs = group_values(L, at, opt, a[2], "max_lr");
+  double base = pv_num(bases->items[gi_of(s)]);
   double up = opt_num(L, at, a[3], 2000, "step_size_up");
   double down = a[4] && a[4]->k != PV_NONE ? arg_num(L, at, a[4], "step_size_down") : up;
   if (!(up + down > 0) || up < 0 || down < 0) lower_error(L, at, "CyclicLR step sizes must be positive");
@@ -333,8 +371,8 @@ double sched_cycliclr_init(L *L, Span at, PV *s, PV **a) {
     iterations = !strcmp(sm, "iterations");
     env_set(L, s->attrs, "fn", fn);
   }
-  set_num(L, s, "cyc_base", base);
-  set_num(L, s, "cyc_max", mx);
+  env_set(L, s->attrs, "cyc_base", bases);
+  env_set(L, s->attrs, "cyc_max", maxs);
   set_num(L, s, "total", up + down);
   set_num(L, s, "ratio", up / (up + down));
   set_num(L, s, "mode", m);
@@ -345,19 +383,21 @@ double sched_cycliclr_init(L *L, Span at, PV *s, PV **a) {
       lower_error(L, at, "optimizer must support momentum with `cycle_momentum` option enabled");
     if (opt->cls->bi != BI_O_SGD)
       lower_error(L, at, "CyclicLR's cycle_momentum is supported with SGD; pass cycle_momentum=False");
-    set_num(L, s, "base_momentum", a[10] ? per_group(L, at, opt, a[10], "base_momentum") : 0.8);
-    set_num(L, s, "max_momentum", a[11] ? per_group(L, at, opt, a[11], "max_momentum") : 0.9);
+    set_num(L, s, "base_momentum", a[10] ? same_for_groups(L, at, opt, a[10], "base_momentum") : 0.8);
+    set_num(L, s, "max_momentum", a[11] ? same_for_groups(L, at, opt, a[11], "max_momentum") : 0.9);
     env_set(L, opt->attrs, "mom0", env_get(s->attrs, "max_momentum"));
     env_set(L, s->attrs, "cycle_momentum", pv_bool(L, 1));
   }
   /* PyTorch sets the groups' lr to base_lr, which becomes their initial_lr
    * unless an earlier scheduler set it; the initial step gives initial_lr */
-  if (!env_get(opt->attrs, "initial_lr")) env_set(L, opt->attrs, "initial_lr", pv_float(L, base));
-  return num(opt, "initial_lr");
+  PV *init = env_get(opt->attrs, "initial_lrs");
+  if (init->items[gi_of(s)]->k == PV_NONE) init->items[gi_of(s)] = pv_float(L, base);
+  return pv_num(init->items[gi_of(s)]);
 }
 PV *sched_cycliclr(L *L, Span at, SchedStep *st) {
   PV *s = st->s, *n = st->n;
-  double total = num(s, "total"), ratio = num(s, "ratio"), base = num(s, "cyc_base"), mx = num(s, "cyc_max");
+  double total = num(s, "total"), ratio = num(s, "ratio"), base = gnum(s, "cyc_base", st->gi);
+  double mx = gnum(s, "cyc_max", st->gi);
   PV *c = FLOOR(DIV(n, F(total)));            /* cycle - 1 */
   PV *x = DIV(SUB(n, MUL(c, F(total))), F(total)); /* 1 + n / total - cycle */
   PV *sf = WHERE(CMP(OP_LE, x, F(ratio)), DIV(x, F(ratio)), DIV(SUB(x, F(1)), F(ratio - 1)));
@@ -367,7 +407,7 @@ PV *sched_cycliclr(L *L, Span at, SchedStep *st) {
   else if (num(s, "mode") == 1) scale = DIV(F(1), POW(F(2), c));
   else if (num(s, "mode") == 2) scale = POW(F(num(s, "gamma")), n);
   else scale = F(1);
-  if (env_get(s->attrs, "cycle_momentum")) {
+  if (env_get(s->attrs, "cycle_momentum") && st->gi == 0) {
     double bm = num(s, "base_momentum"), xm = num(s, "max_momentum");
     PV *m = state(L, at, st->oname, "momentum", DT_F32, xm);
     swrite(L, at, st->mask, m, SUB(F(xm), MUL(MUL(F(xm - bm), sf), scale)));
@@ -412,8 +452,9 @@ double sched_onecyclelr_init(L *L, Span at, PV *s, PV **a) {
   /* a[]: 1 max_lr 2 total_steps 3 epochs 4 steps_per_epoch 5 pct_start 6 anneal_strategy
    * 7 cycle_momentum 8 base_momentum 9 max_momentum 10 div_factor 11 final_div_factor 12 three_phase */
   PV *opt = a[0];
-  if (pv_is_seq(a[1])) lower_error(L, at, "a max_lr per parameter group is not supported");
-  double mx = arg_num(L, at, a[1], "max_lr");
+  PV *maxs = group_values(L, at, opt, a[1], "max_lr");
+  env_set(L, s->attrs, "max_lrs", maxs);
+  double mx = pv_num(maxs->items[gi_of(s)]);
   int64_t total;
   if (a[2] && a[2]->k != PV_NONE) total = arg_int(L, at, a[2], "total_steps");
   else if (a[3] && a[4] && a[3]->k != PV_NONE && a[4]->k != PV_NONE)
@@ -432,6 +473,8 @@ double sched_onecyclelr_init(L *L, Span at, PV *s, PV **a) {
   set_num(L, s, "max_lr", mx);
   set_num(L, s, "initial_lr", mx / div);
   set_num(L, s, "min_lr", mx / div / fdiv);
+  set_num(L, s, "div", div);
+  set_num(L, s, "fdiv", fdiv);
   set_num(L, s, "total_steps", (double)total);
   set_num(L, s, "pct_start", pct);
   set_num(L, s, "cos", cosine);
@@ -448,7 +491,12 @@ double sched_onecyclelr_init(L *L, Span at, PV *s, PV **a) {
   return mx / div;
 }
 PV *sched_onecyclelr(L *L, Span at, SchedStep *st) {
-  if (env_get(st->s->attrs, "cycle_momentum")) {
+  /* this group's max_lr, initial_lr and min_lr (div_factor, final_div_factor as set by init) */
+  double mx = gnum(st->s, "max_lrs", st->gi);
+  set_num(L, st->s, "max_lr", mx);
+  set_num(L, st->s, "initial_lr", mx / num(st->s, "div"));
+  set_num(L, st->s, "min_lr", mx / num(st->s, "div") / num(st->s, "fdiv"));
+  if (env_get(st->s->attrs, "cycle_momentum") && st->gi == 0) {
     PV *m = state(L, at, st->oname, "momentum", DT_F32, num(st->s, "max_momentum"));
     swrite(L, at, st->mask, m, onecycle_value(L, at, st->s, st->n, 1));
   }
@@ -471,11 +519,9 @@ double sched_reducelronplateau_init(L *L, Span at, PV *s, PV **a) {
   set_num(L, s, "threshold", opt_num(L, at, a[4], 1e-4, "threshold"));
   set_num(L, s, "cooldown", (double)(a[6] ? arg_int(L, at, a[6], "cooldown") : 0));
   PV *opt = opt_of(s);
-  if (a[7] && pv_is_seq(a[7])) {
-    int ng = env_get(opt->attrs, "param_groups")->n;
-    if (a[7]->n != ng) lower_error(L, at, "expected %d min_lrs, got %d", ng, a[7]->n);
-  }
-  set_num(L, s, "min_lr", a[7] ? per_group(L, at, opt, a[7], "min_lr") : 0);
+  if (a[7] && pv_is_seq(a[7]) && a[7]->n != ngroups(opt))
+    lower_error(L, at, "expected %d min_lrs, got %d", ngroups(opt), a[7]->n);
+  env_set(L, s->attrs, "min_lrs", group_values(L, at, opt, a[7] ? a[7] : pv_float(L, 0), "min_lr"));
   set_num(L, s, "eps", opt_num(L, at, a[8], 1e-8, "eps"));
   return num(s, "prev_lr");
 }
@@ -489,21 +535,27 @@ PV *sched_reducelronplateau(L *L, Span at, SchedStep *st) {
   PV *best_t = state(L, at, st->sname, "best", DT_F64, mx ? -INFINITY : INFINITY);
   PV *bad_t = state(L, at, st->sname, "num_bad_epochs", DT_F32, 0);
   PV *cc_t = state(L, at, st->sname, "cooldown_counter", DT_F32, 0);
-  PV *best = cur(L, at, best_t), *bad = cur(L, at, bad_t), *cc = cur(L, at, cc_t);
-  PV *thr = ab ? (mx ? ADD(best, F(th)) : SUB(best, F(th))) : MUL(best, F(mx ? th + 1 : 1 - th));
-  PV *better = CMP(mx ? OP_GT : OP_LT, m, thr);
-  best = WHERE(better, m, best);
-  bad = WHERE(better, F(0), ADD(bad, F(1)));
-  PV *cool = CMP(OP_GT, cc, F(0));
-  cc = WHERE(cool, SUB(cc, F(1)), cc);
-  bad = WHERE(cool, F(0), bad);
-  PV *reduce = CMP(OP_GT, bad, F(num(s, "patience")));
+  PV *reduce = env_get(s->attrs, "reduce");
+  if (st->gi == 0) {   /* the first group advances the state; the decision is shared */
+    PV *best = cur(L, at, best_t), *bad = cur(L, at, bad_t), *cc = cur(L, at, cc_t);
+    PV *thr = ab ? (mx ? ADD(best, F(th)) : SUB(best, F(th))) : MUL(best, F(mx ? th + 1 : 1 - th));
+    PV *better = CMP(mx ? OP_GT : OP_LT, m, thr);
+    best = WHERE(better, m, best);
+    bad = WHERE(better, F(0), ADD(bad, F(1)));
+    PV *cool = CMP(OP_GT, cc, F(0));
+    cc = WHERE(cool, SUB(cc, F(1)), cc);
+    bad = WHERE(cool, F(0), bad);
+    reduce = CMP(OP_GT, bad, F(num(s, "patience")));
+    env_set(L, s->attrs, "reduce", reduce);
+    swrite(L, at, st->mask, best_t, best);
+    swrite(L, at, st->mask, bad_t, WHERE(reduce, F(0), bad));
+    swrite(L, at, st->mask, cc_t, WHERE(reduce, F(num(s, "cooldown")), cc));
+  }
+  /* _reduce_lr, per group: max(lr * factor, min_lr), applied if it changes the lr by more than eps */
   PV *old = t_cast(L, at, st->lr, DT_F64);
-  PV *nlr = t_minmax(L, at, IR_MAX, MUL(old, F(num(s, "factor"))), scalar_as(L, at, F(num(s, "min_lr")), DT_F64, ""));
+  PV *nlr = t_minmax(L, at, IR_MAX, MUL(old, F(num(s, "factor"))),
+                     scalar_as(L, at, F(gnum(s, "min_lrs", st->gi)), DT_F64, ""));
   PV *apply = WHERE(reduce, CMP(OP_GT, SUB(old, nlr), F(num(s, "eps"))), reduce);
-  swrite(L, at, st->mask, best_t, best);
-  swrite(L, at, st->mask, bad_t, WHERE(reduce, F(0), bad));
-  swrite(L, at, st->mask, cc_t, WHERE(reduce, F(num(s, "cooldown")), cc));
   return WHERE(apply, t_cast(L, at, nlr, DT_F32), st->lr);
 }
 
@@ -521,7 +573,8 @@ static PV *members(L *L, Span at, PV *s, PV *list, const char *who) {
     int bi = ms[i]->cls->bi;
     if (bi == BI_S_REDUCELRONPLATEAU)
       lower_error(L, at, "%s cannot hold ReduceLROnPlateau: its step() needs the metric (PyTorch 1.13 fails too)", who);
-    if (env_get(ms[i]->attrs, "parent")) lower_error(L, at, "this scheduler is already part of a %s", who);
+    PV *parent = env_get(ms[i]->attrs, "parent");   /* (init runs once per parameter group) */
+    if (parent && parent != s) lower_error(L, at, "this scheduler is already part of a %s", who);
     env_set(L, ms[i]->attrs, "parent", s);
     set_num(L, ms[i], "index", i);
     pv_list_append(L, l, ms[i]);
@@ -556,7 +609,7 @@ double sched_sequentiallr_init(L *L, Span at, PV *s, PV **a) {
   env_set(L, s->attrs, "milestones", ml);
   /* PyTorch undoes the members' initial steps (last_epoch -1) and redoes the first's */
   for (int i = 1; i < l->n; i++) set_num(L, l->items[i], "last_epoch0", -1);
-  return num(l->items[0], "lr_init");
+  return gnum(l->items[0], "lr_inits", gi_of(s));
 }
 PV *sched_sequentiallr(L *L, Span at, SchedStep *st) { BUG("SequentialLR is stepped through its members"); }
 
@@ -575,7 +628,12 @@ static int spec_pos(const char *spec, const char *name) {
   return -1;
 }
 
-/* torch.optim.lr_scheduler.<Name>(optimizer, ...): a SCHED row of optim.def. */
+/* torch.optim.lr_scheduler.<Name>(optimizer, ...): a SCHED row of optim.def.
+ * Every parameter group has its own learning rate (PyTorch's base_lrs[i] from
+ * the group's initial_lr): init runs once per group (focus), returning that
+ * group's learning rate after construction. The optimizer keeps per group
+ * "initial_lrs" (None until a scheduler sets it) and "lr0s" (the lr the
+ * schedulers constructed so far left, the initial value of its state tensor). */
 PV *sched_new(L *L, PV *cls, Args *A) {
   PV *a[24];
   Span at = A->at;
@@ -591,81 +649,123 @@ PV *sched_new(L *L, PV *cls, Args *A) {
   }
   if (bi_kind_of(opt) != BK_OPTIM) lower_error(L, at, "the first argument of a scheduler must be an optimizer");
   PV *groups = env_get(opt->attrs, "param_groups");
-  for (int i = 0; i < groups->n; i++) {
-    PV *glr = pv_dict_get(groups->items[i], pv_str(L, "lr"));
-    if (glr->k == PV_TENSOR || pv_num(glr) != pv_num(env_get(opt->attrs, "lr")))
-      lower_error(L, at, "an LR scheduler on parameter groups with different learning rates is not supported yet");
+  int ng = groups->n;
+  if (!env_get(opt->attrs, "initial_lrs")) {
+    PV *il = pv_list(L, NULL, 0), *l0 = pv_list(L, NULL, 0);
+    for (int gi = 0; gi < ng; gi++) {
+      PV *glr = pv_dict_get(groups->items[gi], pv_str(L, "lr"));
+      if (glr->k == PV_TENSOR)
+        lower_error(L, at, "an LR scheduler on a parameter group whose lr was set by hand is not supported");
+      pv_list_append(L, il, pv_none(L));
+      pv_list_append(L, l0, pv_float(L, pv_num(glr)));
+    }
+    env_set(L, opt->attrs, "initial_lrs", il);
+    env_set(L, opt->attrs, "lr0s", l0);
   }
+  PV *initial = env_get(opt->attrs, "initial_lrs"), *prev = env_get(opt->attrs, "lr0s");
+  if (initial->n != ng) lower_error(L, at, "add_param_group() after an LR scheduler was constructed is not supported");
   PV *s = pv_new(L, PV_OBJ);
   s->cls = cls;
   s->attrs = env_new(L, NULL);
   env_set(L, s->attrs, "optimizer", opt);
-  PV *initial = env_get(opt->attrs, "initial_lr"), *prev = env_get(opt->attrs, "lr0");
-  env_set(L, s->attrs, "base_lr", initial ? initial : env_get(opt->attrs, "lr"));
-  env_set(L, s->attrs, "prev_lr", prev ? prev : env_get(opt->attrs, "lr"));
+  PV *bases = pv_list(L, NULL, 0), *prevs = pv_list(L, NULL, 0);
+  for (int gi = 0; gi < ng; gi++) {
+    pv_list_append(L, bases, initial->items[gi]->k != PV_NONE ? initial->items[gi] : prev->items[gi]);
+    pv_list_append(L, prevs, prev->items[gi]);
+  }
+  env_set(L, s->attrs, "base_lrs", bases);
+  env_set(L, s->attrs, "prev_lrs", prevs);
   int li = spec_pos(row->spec, "last_epoch");
   if (li >= 0 && a[li] && arg_int(L, at, a[li], "last_epoch") != -1)
     lower_error(L, at, "resuming a scheduler (last_epoch) is not supported");
-  double lr_init = row->sched_init(L, at, s, a), p = num(s, "prev_lr"), b = base_lr(s);
-  set_num(L, s, "lr_init", lr_init);
-  /* the lr after construction: the initial step applies to the lr other
-   * schedulers on the optimizer left (a factor of it for the two-form rules) */
-  double lr0 = two_forms(bi) && p != b && b != 0 ? p * (lr_init / b) : lr_init;
-  if (!env_get(opt->attrs, "initial_lr")) env_set(L, opt->attrs, "initial_lr", env_get(s->attrs, "base_lr"));
+  PV *inits = pv_list(L, NULL, 0), *lr0s = pv_list(L, NULL, 0);
+  for (int gi = 0; gi < ng; gi++) {
+    focus(L, s, gi);
+    double lr_init = row->sched_init(L, at, s, a), p = num(s, "prev_lr"), b = base_lr(s);
+    pv_list_append(L, inits, pv_float(L, lr_init));
+    /* the lr after construction: the initial step applies to the lr other
+     * schedulers on the optimizer left (a factor of it for the two-form rules) */
+    pv_list_append(L, lr0s, pv_float(L, two_forms(bi) && p != b && b != 0 ? p * (lr_init / b) : lr_init));
+    if (initial->items[gi]->k == PV_NONE) initial->items[gi] = bases->items[gi];
+  }
+  env_set(L, s->attrs, "lr_inits", inits);
   if (!is_composite(bi)) {
     PV *ns = env_get(opt->attrs, "nsched");
     env_set(L, opt->attrs, "nsched", pv_int(L, ns ? ns->i + 1 : 1));
   }
   env_set(L, opt->attrs, "scheduler", s);
-  env_set(L, opt->attrs, "lr0", pv_float(L, lr0));
+  env_set(L, opt->attrs, "lr0s", lr0s);
   return s;
 }
 
-/* One step of scheduler s from learning rate lr: the new learning rate. Its
- * state changes only where `mask` holds (NULL: always); where `reset` holds the
- * step is PyTorch's step(0) (a SequentialLR milestone). */
-static PV *advance(L *L, Span at, PV *s, PV *lr, PV *mask, PV *reset, PV *metrics) {
+PV *sched_lr_state(L *L, Span at, PV *opt, int gi) {
+  const char *on = global_name(L, opt, "optimizer");
+  return state(L, at, on, gi ? arena_printf(L->a, "lr.%d", gi) : "lr", DT_F32, pv_num(env_get(opt->attrs, "lr0s")->items[gi]));
+}
+
+/* One step of scheduler s from the groups' learning rates lr[] (replaced by
+ * the new ones). Its state changes only where `mask` holds (NULL: always);
+ * where `reset` holds the step is PyTorch's step(0) (a SequentialLR
+ * milestone); `epoch` is the argument of step(epoch) (NULL: none). */
+static void advance(L *L, Span at, PV *s, PV **lr, PV *mask, PV *reset, PV *metrics, PV *epoch) {
   int bi = s->cls->bi;
   PV *opt = opt_of(s);
+  int ng = ngroups(opt);
   const char *sname = sched_name(L, s);
   if (bi == BI_S_CHAINEDSCHEDULER) {
     PV *ms = env_get(s->attrs, "schedulers");
-    for (int i = 0; i < ms->n; i++) lr = advance(L, at, ms->items[i], lr, mask, NULL, NULL);
-    return lr;
+    for (int i = 0; i < ms->n; i++) advance(L, at, ms->items[i], lr, mask, NULL, NULL, NULL);
+    return;
   }
   if (bi == BI_S_SEQUENTIALLR) {
     PV *e_t = state(L, at, sname, "last_epoch", DT_F32, 0);
     PV *e = ADD(cur(L, at, e_t), F(1));
     swrite(L, at, mask, e_t, e);
-    PV *ms = env_get(s->attrs, "milestones"), *l = env_get(s->attrs, "schedulers"), *idx = F(0), *r = lr;
+    PV *ms = env_get(s->attrs, "milestones"), *l = env_get(s->attrs, "schedulers"), *idx = F(0);
+    PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)ng), **sub = arena_alloc(L->a, sizeof(PV *) * (size_t)ng);
+    for (int gi = 0; gi < ng; gi++) r[gi] = lr[gi];
     for (int i = 0; i < ms->n; i++) idx = ADD(idx, t_cast(L, at, CMP(OP_GE, e, F((double)ms->items[i]->i)), DT_F32));
     for (int k = 0; k < l->n; k++) {
       PV *sel = CMP(OP_EQ, idx, F(k));
       PV *act = mask ? WHERE(mask, sel, mask) : sel;
       PV *rs = k ? CMP(OP_EQ, e, F((double)ms->items[k - 1]->i)) : NULL;
-      r = WHERE(sel, advance(L, at, l->items[k], lr, act, rs, NULL), r);
+      for (int gi = 0; gi < ng; gi++) sub[gi] = lr[gi];
+      advance(L, at, l->items[k], sub, act, rs, NULL, NULL);
+      for (int gi = 0; gi < ng; gi++) r[gi] = WHERE(sel, sub[gi], r[gi]);
     }
-    return r;
+    for (int gi = 0; gi < ng; gi++) lr[gi] = r[gi];
+    return;
   }
   PV *le0 = env_get(s->attrs, "last_epoch0");
   PV *n_t = state(L, at, sname, "last_epoch", DT_F32, le0 ? pv_num(le0) : 0);
-  PV *n = ADD(cur(L, at, n_t), F(1));
+  /* step(epoch): last_epoch = epoch (CosineAnnealingWarmRestarts: its floor) */
+  PV *n = epoch ? FLOOR(epoch) : ADD(cur(L, at, n_t), F(1));
   if (reset) n = WHERE(reset, F(0), n);
   swrite(L, at, mask, n_t, n);
-  SchedStep st = {s, n, lr, mask, reset, metrics, 0, sname, global_name(L, opt, "optimizer")};
   SchedRule *rule = bi_rows[bi].sched_rule;
-  if (!two_forms(bi)) return f32(L, at, rule(L, at, &st));
   PV *ns = env_get(opt->attrs, "nsched");
-  int recursive = ns && ns->i > 1;
-  PV *c = NULL;
-  if (reset || !recursive) {
-    st.closed = 1;
-    c = rule(L, at, &st);
-    st.closed = 0;
-    if (c && !reset) return f32(L, at, c);
+  /* the closed form: alone on the optimizer, at a reset, or (as PyTorch) for step(epoch) */
+  int recursive = ns && ns->i > 1 && !epoch;
+  for (int gi = 0; gi < ng; gi++) {
+    focus(L, s, gi);
+    SchedStep st = {s, n, lr[gi], mask, reset, metrics, 0, sname, global_name(L, opt, "optimizer"), gi, epoch};
+    if (!two_forms(bi)) {
+      lr[gi] = f32(L, at, rule(L, at, &st));
+      continue;
+    }
+    PV *c = NULL;
+    if (reset || !recursive) {
+      st.closed = 1;
+      c = rule(L, at, &st);
+      st.closed = 0;
+      if (c && !reset) {
+        lr[gi] = f32(L, at, c);
+        continue;
+      }
+    }
+    PV *r = f32(L, at, rule(L, at, &st));
+    lr[gi] = c ? WHERE(reset, f32(L, at, c), r) : r;
   }
-  PV *r = f32(L, at, rule(L, at, &st));
-  return c ? WHERE(reset, f32(L, at, c), r) : r;
 }
 
 static void mark_stepped(L *L, PV *s) {
@@ -674,31 +774,78 @@ static void mark_stepped(L *L, PV *s) {
   for (int i = 0; ms && i < ms->n; i++) mark_stepped(L, ms->items[i]);
 }
 
-static void sched_step(L *L, Span at, PV *s, PV *metrics) {
+static void sched_step(L *L, Span at, PV *s, PV *metrics, PV *epoch) {
   PV *opt = opt_of(s);
-  PV *lr = state(L, at, global_name(L, opt, "optimizer"), "lr", DT_F32, num(opt, "lr0"));
-  state_update(L, at, lr, advance(L, at, s, cur(L, at, lr), NULL, NULL, metrics));
+  int ng = ngroups(opt);
+  PV **lt = arena_alloc(L->a, sizeof(PV *) * (size_t)ng), **lr = arena_alloc(L->a, sizeof(PV *) * (size_t)ng);
+  for (int gi = 0; gi < ng; gi++) {
+    lt[gi] = sched_lr_state(L, at, opt, gi);
+    lr[gi] = cur(L, at, lt[gi]);
+  }
+  advance(L, at, s, lr, NULL, NULL, metrics, epoch);
+  for (int gi = 0; gi < ng; gi++) state_update(L, at, lt[gi], lr[gi]);
   mark_stepped(L, s);
+}
+
+/* the groups' learning rates: numbers at compile time, in compiled code the
+ * state tensors' current values (0-d f32 tensors, e.g. to return them) */
+static PV *last_lrs(L *L, Span at, PV *s) {
+  PV *opt = opt_of(s), *r = pv_list(L, NULL, 0);
+  for (int gi = 0; gi < ngroups(opt); gi++)
+    pv_list_append(L, r, L->T->fn ? cur(L, at, sched_lr_state(L, at, opt, gi))
+                                  : env_get(opt->attrs, "lr0s")->items[gi]);
+  return r;
 }
 
 PV *bi_sched_method(L *L, PV *fn, Args *A) {
   PV *a[2], *s = fn->self;
+  Span at = A->at;
   if (fn->bi == BI_SCHED_GET_LAST_LR) {
-    /* the groups' learning rates: numbers at compile time, in compiled code the
-     * state tensor's current value (a 0-d f32 tensor, e.g. to return it) */
     bind_args(L, A, "", a);
-    PV *opt = opt_of(s), *r = pv_list(L, NULL, 0), *v = pv_float(L, num(opt, "lr0"));
-    if (L->T->fn) v = cur(L, A->at, state(L, A->at, global_name(L, opt, "optimizer"), "lr", DT_F32, num(opt, "lr0")));
-    for (int i = 0; i < env_get(opt->attrs, "param_groups")->n; i++) pv_list_append(L, r, v);
-    return r;
+    return last_lrs(L, at, s);
+  }
+  if (fn->bi == BI_SCHED_STATE_DICT) {
+    /* PyTorch's entries that ctc knows: last_epoch (the state tensor's value in
+     * compiled code), base_lrs, _last_lr; the state itself is saved with the
+     * weights. Loading it back (load_state_dict) is a no-op. */
+    bind_args(L, A, "", a);
+    PV *d = pv_dict(L);
+    if (!is_composite(s->cls->bi) && s->cls->bi != BI_S_REDUCELRONPLATEAU) {
+      PV *le0 = env_get(s->attrs, "last_epoch0");
+      PV *e = L->T->fn ? cur(L, at, state(L, at, sched_name(L, s), "last_epoch", DT_F32, le0 ? pv_num(le0) : 0))
+                       : pv_int(L, 0);
+      pv_dict_set(L, at, d, pv_str(L, "last_epoch"), e);
+      pv_dict_set(L, at, d, pv_str(L, "base_lrs"), env_get(s->attrs, "base_lrs"));
+    }
+    pv_dict_set(L, at, d, pv_str(L, "_last_lr"), last_lrs(L, at, s));
+    PV *ret = env_get(s->attrs, "sd_returned");
+    if (!ret) env_set(L, s->attrs, "sd_returned", ret = pv_list(L, NULL, 0));
+    pv_list_append(L, ret, d);
+    return d;
+  }
+  if (fn->bi == BI_SCHED_LOAD_STATE_DICT) {
+    bind_args(L, A, "state_dict", a);
+    PV *ret = env_get(s->attrs, "sd_returned");
+    int own = 0;
+    for (int i = 0; ret && i < ret->n; i++) own |= ret->items[i] == a[0];
+    if (!own)
+      lower_error(L, at, "load_state_dict() of an LR scheduler: ctc keeps the scheduler's state (last_epoch, ...) with "
+                         "the weights (saved by --save, loaded by --weights); only the dict its own state_dict() "
+                         "returned can be loaded back (a no-op)");
+    return pv_none(L);
   }
   int plateau = s->cls->bi == BI_S_REDUCELRONPLATEAU;
-  bind_args(L, A, plateau ? "metrics,epoch=" : "epoch=", a);
-  PV *epoch = a[plateau];
-  if (epoch && epoch->k != PV_NONE) lower_error(L, A->at, "scheduler.step(epoch) is deprecated and not supported");
-  if (!L->T->fn) lower_error(L, A->at, "scheduler.step() at compile time has no effect; call it in a compiled function or "
+  if (is_composite(s->cls->bi)) bind_args(L, A, "", a);
+  else bind_args(L, A, plateau ? "metrics,epoch=" : "epoch=", a);
+  PV *epoch = is_composite(s->cls->bi) ? NULL : a[plateau];
+  if (epoch && epoch->k == PV_NONE) epoch = NULL;
+  if (!L->T->fn) lower_error(L, at, "scheduler.step() at compile time has no effect; call it in a compiled function or "
                                     "let `./net train` call it after every epoch");
-  sched_step(L, A->at, s, plateau ? a[0] : NULL);
+  /* step(epoch) (deprecated in PyTorch 1.13, still supported): last_epoch =
+   * epoch, then the closed form where the scheduler has one, else get_lr();
+   * ReduceLROnPlateau only records it (ctc keeps no last_epoch for it) */
+  if (epoch && !plateau) epoch = scalar_as(L, at, epoch, DT_F32, "the epoch of scheduler.step(epoch)");
+  sched_step(L, at, s, plateau ? a[0] : NULL, plateau ? NULL : epoch);
   return pv_none(L);
 }
 
@@ -723,7 +870,7 @@ void stage_scheduler_entries(L *L) {
       t.dtype = DT_F32;
       metrics = t_wrap(L, ir_add_input(L->T->prog, f, "metrics", t));
     }
-    sched_step(L, at, s, metrics);
+    sched_step(L, at, s, metrics, NULL);
     L->T->fn = NULL;
     L->T->param_cur = NULL;
   }

@@ -230,7 +230,11 @@ struct SchedStep {
   PV *metrics;       /* ReduceLROnPlateau.step(metrics) */
   int closed;        /* 1: PyTorch's closed form (NULL if none), 0: its recursive get_lr() from lr */
   const char *sname, *oname; /* prefixes of the scheduler's and the optimizer's state tensors */
+  int gi;            /* the parameter group whose learning rate this is (state advances at gi 0) */
+  PV *epoch;         /* scheduler.step(epoch): the epoch given (n is it), else NULL */
 };
+/* sched.c: the state tensor holding parameter group gi's learning rate under an LR scheduler */
+PV *sched_lr_state(L *L, Span at, PV *opt, int gi);
 /* training.c: the global name bound to v, or dflt */
 const char *global_name(L *L, PV *v, const char *dflt);
 

@@ -214,9 +214,10 @@ static PV *group_lr(L *L, Span at, PV *opt, PV *group, const char *oname) {
     if (v->k == PV_TENSOR)
       lower_error(L, at, "setting a parameter group's lr by hand and an LR scheduler on the same optimizer is not "
                          "supported");
-    Type st = {0};
-    st.dtype = DT_F32;
-    return state_tensor(L, at, arena_printf(L->a, "%s.lr", oname), &st, pv_num(env_get(opt->attrs, "lr0")));
+    PV *groups = env_get(opt->attrs, "param_groups");
+    int gi = 0;
+    while (gi < groups->n - 1 && groups->items[gi] != group) gi++;
+    return sched_lr_state(L, at, opt, gi);
   }
   if (v->k != PV_TENSOR) return F(arg_num(L, at, v, "lr"));
   return lr_tensor(L, at, v);
