@@ -318,7 +318,15 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
   return args;
 }
 
+static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top);
 static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
+  L->T->forward_rng = 1;
+  stage_forward_in(L, model, opt, top);
+  L->T->forward_rng = 0;
+  L->T->param_cur = NULL;
+}
+
+static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *fwd = getattr_opt(L, top, model, "forward");
   PV *examples = env_get(L->globals, "example_inputs");
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));

@@ -150,6 +150,8 @@ struct HostState {
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
+  unsigned init_draws;   /* compile-time initialisations drawn so far (nn.init.orthogonal_'s seeds) */
+  int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
 };
 extern const HostOps torch_host;   /* host.c */
 
@@ -282,6 +284,8 @@ PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx); /* padding_idx:
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training);
+PV *dropout_nd(L *L, Span at, int nsp, PV *x, double p, int training); /* F.dropout1d/2d/3d */
+PV *t_feature_dropout(L *L, Span at, PV *x, double p, int training, int feature); /* Dropout2d: per channel */
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
 PV *t_minmax(L *L, Span at, Op op, PV *a, PV *b);       /* IR_MAX / IR_MIN: NaN from either side */
 PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi);      /* lo, hi: NULL, None, numbers or tensors */
