@@ -424,6 +424,9 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->bi == BI_SUPER_PROXY) {
       PV *f = class_lookup(obj->cls, name);
       if (f) return bind_method(L, obj->self, f);
+      if (strcmp(name, "__init__") == 0 && obj->cls && obj->cls->bi && L->host->base_init &&
+          (f = L->host->base_init(L, obj->cls, obj->self)))
+        return f;
       f = L->host->getattr(L, at, obj->self, name);
       if (f) return f;
       if (strcmp(name, "__init__") == 0) return py_builtin(L, BI_OBJECT_INIT, obj->self);

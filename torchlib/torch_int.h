@@ -132,6 +132,10 @@ struct HostObj {
   const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
 };
 
+/* an attribute cached while an entry is staged (host.c h_setattr), restored after it */
+struct AttrUndo { PV *obj; const char *name; PV *old; };
+void attr_cache_restore(L *L);
+
 /* The torch library's part of the context (L->T). */
 struct HostState {
   Program *prog;
@@ -151,6 +155,7 @@ struct HostState {
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
   unsigned init_draws;   /* compile-time initialisations drawn so far (nn.init.orthogonal_'s seeds) */
+  Vec(struct AttrUndo) attr_undo; /* self.x = tensor caches made while staging this entry */
   int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
 };
 extern const HostOps torch_host;   /* host.c */
@@ -337,6 +342,19 @@ PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min);
 PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
 PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
+
+/* ---- consteval.c: arithmetic on compile-time values outside compiled code
+ * (module level, __init__); each returns NULL (or 0 / -1) where it does not apply ---- */
+int ct_applies(L *L, PV *a, PV *b);               /* not staging, a and b (if any) numbers or tensors with values */
+PV *ct_elem2(L *L, Span at, Op op, PV *a, PV *b, DType dt, DType rdt);
+PV *ct_unary(L *L, Span at, Op op, PV *x, DType dt);
+PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out);
+PV *ct_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t step, Type out);
+PV *ct_concat(L *L, Span at, PV **xs, int n, int64_t dim, Type out);
+PV *ct_reduce(L *L, Span at, Op op, PV *x, const int *red, int mean, Type out);
+PV *ct_matmul(L *L, Span at, PV *a, PV *b);
+int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v);   /* 1: done */
+int ct_iterate(L *L, Span at, PV *x, PV ***out);        /* -1: not a compile-time tensor */
 
 
 /* ---- torchlib/nn_ops.c: convolution, padding, resampling, normalization and activation
