@@ -255,3 +255,28 @@ int ct_iterate(L *L, Span at, PV *x, PV ***out) {
   *out = r;
   return (int)n;
 }
+
+/* x.item(), float(x), int(x) of a one-element compile-time tensor */
+PV *ct_number(L *L, Span at, PV *x) {
+  if (ir_numel(&x->t->type) != 1)
+    lower_error(L, at, "a Tensor with %lld elements cannot be converted to Scalar", (long long)ir_numel(&x->t->type));
+  double v = x->t->data[0];
+  DType dt = x->t->type.dtype;
+  return dt == DT_BOOL ? pv_bool(L, v != 0) : ir_dtype_is_float(dt) ? pv_float(L, v) : pv_int(L, (int64_t)v);
+}
+
+/* x.tolist(): nested lists of numbers */
+static PV *tolist_at(L *L, Span at, PV *x, int d, int64_t off) {
+  const Type *t = &x->t->type;
+  if (d == t->ndim) {
+    double v = x->t->data[off];
+    return t->dtype == DT_BOOL ? pv_bool(L, v != 0) : ir_dtype_is_float(t->dtype) ? pv_float(L, v) : pv_int(L, (int64_t)v);
+  }
+  int64_t inner = 1;
+  for (int k = d + 1; k < t->ndim; k++) inner *= t->dims[k];
+  PV *l = pv_list(L, NULL, 0);
+  eval_charge(L, at, t->dims[d]);
+  for (int64_t i = 0; i < t->dims[d]; i++) pv_list_append(L, l, tolist_at(L, at, x, d + 1, off + i * inner));
+  return l;
+}
+PV *ct_tolist(L *L, Span at, PV *x) { return tolist_at(L, at, x, 0, 0); }

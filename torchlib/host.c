@@ -308,6 +308,11 @@ static PV *h_math(L *L, Span at, const char *f, PV *x) {
   if (x->k != PV_TENSOR) return NULL;
   if (!strcmp(f, "abs")) return t_unary(L, at, IR_ABS, x);
   if (!strcmp(f, "len")) return pv_int(L, x->t->type.ndim ? x->t->type.dims[0] : 0);
+  if ((!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool")) && ct_applies(L, x, NULL)) {
+    PV *v = ct_number(L, at, x);   /* a compile-time tensor's value */
+    double d = pv_num(v);
+    return f[0] == 'i' ? pv_int(L, (int64_t)d) : f[0] == 'f' ? pv_float(L, d) : pv_bool(L, d != 0);
+  }
   if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool"))
     lower_error(L, at, "%s() of a tensor reads its value on the host; that cannot be compiled", f);
   static const struct { const char *f; Op op; } ops[] = {{"sqrt", IR_SQRT}, {"exp", IR_EXP}, {"log", IR_LOG},

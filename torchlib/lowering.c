@@ -508,7 +508,12 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     int found = 0;
     for (int k = 0; k < L->T->prog->funcs.len && !found; k++) {
       Func *f = L->T->prog->funcs.data[k];
-      for (int j = 0; j < f->inputs.len; j++) found |= !strcmp(ir_val(f, f->inputs.data[j])->name, opt->inputs[i].name);
+      for (int j = 0; j < f->inputs.len; j++) {
+        const char *nm = ir_val(f, f->inputs.data[j])->name;
+        size_t ln = strlen(opt->inputs[i].name);
+        found |= !strcmp(nm, opt->inputs[i].name) ||   /* a tuple's elements are NAME_0, NAME_1 ... */
+                 (opt->inputs[i].ntuple && !strncmp(nm, opt->inputs[i].name, ln) && nm[ln] == '_');
+      }
     }
     if (!found)
       lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",

@@ -787,10 +787,13 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     return t_const_tensor(L, at, r, bi == BI_T_NEW_ONES);
   }
   case BI_T_ITEM:
+    if (x->t->data && !x->t->slot) return ct_number(L, at, x);   /* a compile-time tensor's value, known here too */
     /* In a training function, `return loss.item()` hands the scalar to the caller. */
     if (L->T->fn && L->T->fn->kind != FK_FORWARD && t.ndim == 0) return x;
     /* fall through */
   case BI_T_TOLIST:
+    if (ct_applies(L, x, NULL)) return ct_tolist(L, at, x);
+    /* fall through */
   case BI_T_NUMPY:
     lower_error(L, at, "'.%s()' reads a tensor's value on the host; that cannot be compiled into the model "
                        "(compute it in the driver from the output instead)", bi_names[bi]);
