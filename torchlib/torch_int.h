@@ -7,6 +7,7 @@
  *   host.c      the host-object protocol (HostOps) for the interpreter
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
+ *   consteval.c tensor arithmetic on compile-time values outside compiled code
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
  *   module.c    nn.Module methods (parameters(), state_dict(), train() ...)
  *   losses.c    loss functions and modules, lowered to primitives
