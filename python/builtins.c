@@ -215,6 +215,10 @@ static const char *fstr(L *L, PV *fmt, Args *A) {
     if (p != e) lower_error(L, A->at, "expected '}' before end of string");
     if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, A->at, v));
     else if (conv == 's') v = pv_str(L, pv_to_str(L, A->at, v));
+    if (v->k == PV_HOST && spec[0] && L->host->math) {   /* '{:.2f}'.format(t) of a one-element host value */
+      PV *num = L->host->math(L, A->at, "float", v);
+      if (num && pv_is_num(num)) v = num;
+    }
     sb_adds(L, A->at, &out, pv_format(L, A->at, v, spec));
     s = e;
   }

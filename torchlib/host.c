@@ -130,6 +130,7 @@ static void one_element(L *L, Span at, PV *c) {
 static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) { return t_compare(L, at, op, a, b); }
 
 static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_TENSOR && !L->T->fn && obj->t->slot && !obj->t->data) return param_opaque(L, at, "<parameter>[...]");
   if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
   if (pv_is_module(obj) && obj->cls->bi) {
     PV **items;

@@ -213,6 +213,7 @@ PV *class_construct(L *L, PV *cls, Args *A);      /* a builtin class called: its
 PV *layer_call(L *L, PV *obj, Args *A);           /* a builtin layer object called: its forward */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
+PV *param_opaque(L *L, Span at, const char *expr);  /* a parameter's value read outside compiled code */
 void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val); /* p.requires_grad = False */
 /* Grad mode (torchlib.c): sets L->T->grad_mode and the staged function's, which
  * ir_emit stamps on new instructions (Inst.nograd). A call of torch.no_grad(),

@@ -945,6 +945,15 @@ void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
   t->t->requires_grad = rg;
 }
 
+/* a parameter's value read by code outside compiled functions: opaque (the value is
+ * known only at run time, after <model>_init and any training) */
+PV *param_opaque(L *L, Span at, const char *expr) {
+  PV *o = pv_opaque(L, at, expr);
+  o->what = arena_printf(L->a, "value '%s' of a parameter read at line %d outside compiled code (parameters have "
+                               "values only at run time)", expr, at.line);
+  return o;
+}
+
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "shape")) {
     PV *r = pv_tuple(L, NULL, 0);
@@ -970,6 +979,15 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) return param_grad(L, at, t);
+  if (!L->T->fn && t->t->slot && !t->t->data) {
+    /* script code reading a parameter's values (regression's poly_desc(fc.weight.view(-1), ...)
+     * after its training loop): they exist only at run time, so the result is opaque */
+    static const char *const reads[] = {"view", "reshape", "flatten", "t", "item", "tolist", "numpy", "cpu",
+                                        "squeeze", "unsqueeze", "clone", "norm", "sum", "mean", "abs", "max",
+                                        "min", "std", "var", "argmax", "argmin", "__format__"};
+    for (size_t i = 0; i < sizeof reads / sizeof *reads; i++)
+      if (!strcmp(name, reads[i])) return param_opaque(L, at, arena_printf(L->a, "<parameter>.%s", name));
+  }
   return bi_lookup(L, NS_TENSOR, name, t);
 }
 

@@ -66,3 +66,14 @@ for step in count(1):
         break
 
 print('loss {} after {} steps'.format(loss.item(), step))
+
+
+def describe(W, b):
+    text = 'y = '
+    for i, w in enumerate(W):
+        text += '{:+.2f} x^{} '.format(w, i + 1)
+    return text + '{:+.2f}'.format(b[0])
+
+
+print('fitted: ' + describe(model.fc.weight.view(-1), model.fc.bias))
+print('true:   ' + describe(W_true.view(-1), b_true))
