@@ -41,3 +41,20 @@ class Noise(nn.Module):
 
 
 model = VAE()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def loss_function(recon_x, x, mu, logvar):
+    bce = F.binary_cross_entropy(recon_x, x.view(-1, 48), reduction='sum')
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return bce + kld
+
+
+def train_step(data):
+    model.train()
+    optimizer.zero_grad()
+    recon, mu, logvar = model(data)
+    loss = loss_function(recon, data, mu, logvar)
+    loss.backward()
+    optimizer.step()
+    return loss
