@@ -221,6 +221,7 @@ PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a P
 PV *pv_ns(L *L, const char *name);
 /* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */
 PV *pv_opaque(L *L, Span at, const char *expr);
+PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr); /* derived from opaque src */
 /* A use of an opaque value that needs its value: a located error naming the use and the origin. */
 CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);
 int pv_is_host(const PV *v);                  /* a host value or constant */

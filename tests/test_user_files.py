@@ -350,6 +350,11 @@ def test_module_level_tensor_errors(tmp_path):
                       "broadcast to indexing result of shape [3]"),
                      ("q = (W @ torch.ones(3, 1))", "7:6: error: mat1 and mat2 shapes cannot be multiplied (3x2 and 3x1)"),
                      ("q = W.item()", "7:5: error: a Tensor with 6 elements cannot be converted to Scalar"),
+                     ("row = W[1]; row[0] = 5.0", "7:13: error: assigning into a compile-time tensor that is a view "
+                      "of another"),
+                     ("q = nn.Linear(2, 2).weight.view(-1)\nz = q", "12:16: error: '*' on a tensor needs the value "
+                      "'<parameter>.view(...)' computed from the value '<parameter>.view' of a parameter read at line 7 "
+                      "outside compiled code"),
                      ("", "11:16: error: '*' on a tensor needs the value of 'z', which the loop at line 5 over the "
                           "opaque value 'itertools.count(...)' would set")]:
         r = ctc_check(write(tmp_path, src.replace("USE", use)), "--input", "x=f32[2]")

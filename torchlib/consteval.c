@@ -126,6 +126,15 @@ static void strides(const Type *t, int64_t *s) {
   }
 }
 
+/* r, a copy of (part of) x's values, is what PyTorch makes a view of x: writes
+ * into either one (slice assignment) would not reach the other here, so they are
+ * refused from now on (ct_setitem) rather than silently not shared */
+PV *ct_view(PV *x, PV *r) {
+  r->t->is_view = 1;
+  x->t->viewed = 1;
+  return r;
+}
+
 /* out[i0..] = x[... perm ...] */
 PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out) {
   if (!ct_applies(L, x, NULL)) return NULL;
@@ -139,7 +148,7 @@ PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out) {
     r->t->data[i] = x->t->data[off];
     for (int d = out.ndim - 1; d >= 0 && ++idx[d] == out.dims[d]; d--) idx[d] = 0;
   }
-  return r;
+  return ct_view(x, r);
 }
 
 /* elements start, start + step, ... of axis */
@@ -155,7 +164,7 @@ PV *ct_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t step, Type o
     r->t->data[i] = x->t->data[off];
     for (int d = out.ndim - 1; d >= 0 && ++idx[d] == out.dims[d]; d--) idx[d] = 0;
   }
-  return r;
+  return ct_view(x, r);
 }
 
 PV *ct_concat(L *L, Span at, PV **xs, int n, int64_t dim, Type out) {
@@ -223,6 +232,11 @@ int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v) {
   if (!ct_operand(v))
     lower_error(L, at, "assigning into a compile-time tensor needs a compile-time value (a number or a tensor "
                        "computed at compile time), got '%s'", pv_kind_name(v));
+  if (x->t->is_view || x->t->viewed)
+    lower_error(L, at, "assigning into a compile-time tensor that %s: PyTorch shares their storage, ctc's "
+                       "compile-time views are copies; assign into the tensor before taking views of it",
+                x->t->is_view ? "is a view of another (an index, slice, view or transpose of it)"
+                              : "has views (an index, slice, view or transpose of it was taken)");
   Type tt = x->t->type;
   tt.dtype = DT_F64;
   PV *ids = t_const_tensor(L, at, tt, 0);

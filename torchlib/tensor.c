@@ -423,7 +423,7 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
   if (x->t->data && !L->T->fn) {
     PV *r = t_const_tensor(L, at, out, 0);
     memcpy(r->t->data, x->t->data, sizeof(double) * (size_t)total);
-    return r;
+    return ir_type_eq(&in, &out) ? r : ct_view(x, r);
   }
   ValId v = t_val(L, at, x);
   if (ir_type_eq(&in, &out)) return x;

@@ -357,6 +357,7 @@ PV *ct_reduce(L *L, Span at, Op op, PV *x, const int *red, int mean, Type out);
 PV *ct_matmul(L *L, Span at, PV *a, PV *b);
 int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v);   /* 1: done */
 int ct_iterate(L *L, Span at, PV *x, PV ***out);        /* -1: not a compile-time tensor */
+PV *ct_view(PV *x, PV *r);                              /* r a compile-time view of x: no slice assignment into either */
 PV *ct_number(L *L, Span at, PV *x);                    /* x.item(), float(x) */
 PV *ct_tolist(L *L, Span at, PV *x);
 
