@@ -216,12 +216,14 @@ PV *ct_matmul(L *L, Span at, PV *a, PV *b) {
   Type r = ta;
   r.dims[1] = tb.dims[1];
   PV *o = t_const_tensor(L, at, r, 0);
-  for (int64_t i = 0; i < r.dims[0]; i++)
+  for (int64_t i = 0; i < r.dims[0]; i++) {
+    eval_charge(L, at, (r.dims[1] * ta.dims[1]) / 4 + 1);   /* the compile-time step limit bounds m * n * k */
     for (int64_t j = 0; j < r.dims[1]; j++) {
       double s = 0;
       for (int64_t k = 0; k < ta.dims[1]; k++) s += a->t->data[i * ta.dims[1] + k] * b->t->data[k * tb.dims[1] + j];
       o->t->data[i * r.dims[1] + j] = round_to(s, r.dtype);
     }
+  }
   return o;
 }
 

@@ -347,7 +347,7 @@ static double *orthogonal_data(L *L, Span at, const Type *t, double gain, uint64
   int64_t rows = t->dims[0], cols = ir_numel(t) / rows;
   int tr = rows < cols;
   int64_t m = tr ? cols : rows, n = tr ? rows : cols;   /* a tall m x n matrix, m >= n */
-  if ((double)m * (double)n > (double)(1 << 24)) lower_error(L, at, "orthogonal_ of a %lldx%lld matrix is too large for ctc's compile-time initialisation", (long long)rows, (long long)cols);
+  if ((double)m * (double)n > (double)(1 << 24) || (double)m * (double)n * (double)n > 2147483648.0) lower_error(L, at, "orthogonal_ of a %lldx%lld matrix is too large for ctc's compile-time initialisation", (long long)rows, (long long)cols);
   double *a = arena_alloc(L->a, sizeof(double) * (size_t)(m * n));
   uint64_t s = seed;
   for (int64_t i = 0; i < m * n; i++) {
