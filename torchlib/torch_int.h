@@ -390,7 +390,8 @@ PV *t_threshold(L *L, Span at, PV *x, double threshold, double value);
 PV *t_glu(L *L, Span at, PV *x, int64_t dim);
 PV *t_prelu(L *L, Span at, PV *x, PV *w);
 
-PV *t_random(L *L, Span at, Type t, int normal);   /* rand / randn in a training function (rng.offset) */
+PV *t_random(L *L, Span at, Type t, int normal);
+void forward_rng_enable(L *L);   /* staging forward: random draws may use the rng.offset state */   /* rand / randn in a training function (rng.offset) */
 int nn_pad_mode(L *L, Span at, PV *mode);          /* 'constant' 0, 'reflect' 1, 'replicate' 2, 'circular' 3 */
 /* torch.nn.functional's forms (the handlers of their registration rows) */
 PV *nnf_conv1d(L *L, PV *fn, Args *A);

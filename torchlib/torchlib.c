@@ -289,6 +289,7 @@ PV *t_feature_dropout(L *L, Span at, PV *x, double p, int training, int feature)
     lower_error(L, at, "Feature dropout requires at least 2 dimensions in the input (got shape %s)",
                 shape_str(L, &x->t->type));
   if (!training || p == 0) return x;
+  forward_rng_enable(L);
   if (!L->T->fn || !L->T->param_cur)
     lower_error(L, at, "dropout in training mode needs a compiled training function (forward entries run in eval mode)");
   Type st = {0};
