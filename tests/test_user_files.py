@@ -438,20 +438,19 @@ def test_orthogonal_init_and_dropout2d(tmp_path):
     check_forward(tmp_path, path, mod.Upscale(2), [randn(2, 1, 8, 8)], [])
 
 
-def test_dropout2d_gradients_against_torch():
+def test_dropout2d_derivatives(tmp_path):
     """Dropout2d's derivatives: with the mask fixed (p=0 or eval) VJP and JVP are
     the identity's; in training the gradient is the same per-channel mask times
     1/(1-p) (the output over the input, elementwise)."""
-    import subprocess as sp
     src = ("import torch\nimport torch.nn.functional as F\n\ndef g(x):\n    y = F.dropout2d(x, 0.5)\n"
-           "    (dx,) = torch.autograd.grad((y * y).sum(), x)\n    return y, dx\n")
-    import tempfile
-    d = tempfile.mkdtemp()
+           "    (dx,) = torch.autograd.grad((y * y).sum(), x)\n    return y, dx\n\n"
+           "def j(x, t):\n    return torch.func.jvp(lambda u: F.dropout2d(u, 0.5), (x,), (t,))\n")
+    d = str(tmp_path)
     p = os.path.join(d, "g.py")
     open(p, "w").write(src)
     from ctc_testlib import ctc_build, run
     exe = os.path.join(d, "net")
-    ctc_build(p, exe, "--entry", "g", "--input", "x=f32[8,16,2,2]")
+    ctc_build(p, exe, "--entry", "g", "--entry", "j", "--input", "x=f32[8,16,2,2]", "--input", "t=f32[8,16,2,2]")
     x = randn(8, 16, 2, 2, seed=7)
     np.save(os.path.join(d, "x.npy"), x)
     run([exe, "run", "g", "--input", os.path.join(d, "x.npy"), "--output", os.path.join(d, "y.npy"),
@@ -460,6 +459,15 @@ def test_dropout2d_gradients_against_torch():
     mask = (y != 0).astype(np.float32) * 2.0
     np.testing.assert_allclose(y, x * mask, rtol=1e-6)
     np.testing.assert_allclose(dx, 2 * y * mask, rtol=1e-5)   # d/dx (m x)^2 = 2 m^2 x = 2 y m
+    t = randn(8, 16, 2, 2, seed=8)
+    np.save(os.path.join(d, "t.npy"), t)
+    run([exe, "run", "j", "--input", os.path.join(d, "x.npy"), "--input", os.path.join(d, "t.npy"),
+         "--output", os.path.join(d, "jy.npy"), "--output", os.path.join(d, "jt.npy")])
+    jy, jt = np.load(os.path.join(d, "jy.npy")), np.load(os.path.join(d, "jt.npy"))
+    m2 = (jy != 0).astype(np.float32) * 2.0   # the tangent goes through the primal's mask
+    assert 0 < (m2 == 0).mean() < 1 and (m2.reshape(8, 16, 4).std(axis=2) == 0).all()
+    np.testing.assert_allclose(jy, x * m2, rtol=1e-6)
+    np.testing.assert_allclose(jt, t * m2, rtol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
