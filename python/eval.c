@@ -424,8 +424,8 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->bi == BI_SUPER_PROXY) {
       PV *f = class_lookup(obj->cls, name);
       if (f) return bind_method(L, obj->self, f);
-      if (strcmp(name, "__init__") == 0 && obj->cls && obj->cls->bi && L->host->base_init &&
-          (f = L->host->base_init(L, obj->cls, obj->self)))
+      if ((strcmp(name, "__init__") == 0 || strcmp(name, "forward") == 0) && obj->cls && obj->cls->bi &&
+          L->host->base_init && (f = L->host->base_init(L, obj->cls, obj->self, name)))
         return f;
       f = L->host->getattr(L, at, obj->self, name);
       if (f) return f;
@@ -638,8 +638,11 @@ static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char 
     obj->cls = cls;
     obj->attrs = env_new(L, NULL);
   }
-  PV *init = class_lookup(cls, "__init__");
+  PV *init = class_lookup(cls, "__init__"), *binit = NULL;
+  for (PV *c = cls; c && !init && !binit && L->host->base_init; c = c->cls)   /* class M(nn.Linear) without __init__ */
+    if (c->bi) binit = L->host->base_init(L, c, obj, "__init__");
   if (init) call_value(L, at, bind_method(L, obj, init), args, nargs, kwn, kwv, nkw);
+  else if (binit) call_value(L, at, binit, args, nargs, kwn, kwv, nkw);
   else if (env_get(cls->env, "__dataclass__")) dataclass_init(L, at, cls, obj, args, nargs, kwn, kwv, nkw);
   else if (nargs || nkw) lower_error(L, at, "%s() takes no arguments", cls->s);
   return obj;

@@ -152,9 +152,10 @@ typedef struct HostOps {
   PV *(*construct)(L *L, PV *cls, Args *A);            /* a host class called */
   PV *(*instance)(L *L, PV *cls);    /* a new object of a user class deriving from a host class, or NULL */
   int (*can_subclass)(const PV *base);
-  /* super().__init__(...) of a user class deriving from the host class `base` (class
-   * TransformerModel(nn.Transformer)): a callable that initialises self as base would, or NULL */
-  PV *(*base_init)(L *L, PV *base, PV *self);
+  /* super().__init__(...) / super().forward(...) of a user class deriving from the host
+   * class `base` (class TransformerModel(nn.Transformer)), name "__init__" or "forward":
+   * a callable that initialises self as base would / runs base's forward on self, or NULL */
+  PV *(*base_init)(L *L, PV *base, PV *self, const char *name);
   int (*isinstance)(const PV *obj, const PV *cls);     /* -1: not the host's to say */
   int (*with_enter)(L *L, Span at, Node *item, PV *cm); /* `with cm:`: a token for with_exit */
   void (*with_exit)(L *L, int token);

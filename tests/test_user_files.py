@@ -545,3 +545,45 @@ def test_vae_training_steps(tmp_path):
     got = st_read(w)
     for name, p in model.state_dict().items():
         compare(name, got[name], p.numpy(), 1e-4, 1e-6)
+
+
+SUBCLASS = """import torch
+import torch.nn as nn
+
+
+class Scaled(nn.Linear):
+    def __init__(self, n, m, scale):
+        super().__init__(n, m)
+        self.scale = scale
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+class Plain(nn.Linear):
+    pass
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Scaled(4, 6, 0.5)
+        self.b = Plain(6, 3, bias=False)
+        self.norm = nn.LayerNorm(3)
+
+    def forward(self, x):
+        return self.norm(self.b(self.a(x)))
+
+
+model = Net()
+"""
+
+
+def test_subclass_of_builtin_layer(tmp_path):
+    """A class deriving from a builtin layer: super().__init__(...) builds its
+    parameters, super().forward(x) and an inherited forward run the layer's; a
+    subclass without __init__ takes the layer's arguments."""
+    p = write(tmp_path, SUBCLASS)
+    mod = load_module(p)
+    assert [n for n, _ in mod.model.state_dict().items()] == ["a.weight", "a.bias", "b.weight", "norm.weight", "norm.bias"]
+    check_forward(tmp_path, p, mod.model, [randn(2, 4)], ["--input", "x=f32[2,4]"])

@@ -96,10 +96,14 @@ static PV *h_call_result(L *L, PV *module, PV *r) {
   return r;
 }
 
+static PV *h_base_init(L *L, PV *base, PV *self, const char *name);
+
 /* Calling a module: a builtin layer's forward, or the user's forward method. */
 static PV *h_call(L *L, Span at, PV *obj, Args *A) {
   if (obj->cls->bi) return h_call_result(L, obj, layer_call(L, obj, A));
-  PV *fwd = getattr_opt(L, at, obj, "forward");
+  PV *fwd = getattr_opt(L, at, obj, "forward"), *base;
+  if (!fwd && (base = layer_base_class(obj->cls)))   /* class M(nn.Linear) without its own forward */
+    fwd = h_base_init(L, base, obj, "forward");
   if (!fwd) lower_error(L, at, "module '%s' has no forward method", obj->cls->s);
   if (L->nstack < 64) { /* the frame's name in notes */
     L->stack_span[L->nstack] = at;
@@ -218,11 +222,28 @@ static int h_can_subclass(const PV *base) { return base->bi == BI_C_MODULE || la
 /* super().__init__(...) in a class deriving from a builtin layer: the layer is
  * constructed and its parameters, buffers, children and options move into self
  * (in its registration order, as PyTorch's __init__ would register them) */
-static PV *h_base_init(L *L, PV *base, PV *self) {
+static PV *h_base_init(L *L, PV *base, PV *self, const char *name) {
   if (!layer_base(base) || !pv_is_module(self)) return NULL;
-  PV *f = pv_builtin(L, BI_T_LAYER_BASE_INIT, "__init__", self);
+  int fwd = !strcmp(name, "forward");
+  PV *f = pv_builtin(L, fwd ? BI_T_LAYER_BASE_FORWARD : BI_T_LAYER_BASE_INIT, name, self);
   f->cls = base;
   return f;
+}
+
+/* the builtin layer class a user class derives from, or NULL */
+PV *layer_base_class(PV *cls) {
+  for (PV *c = cls; c; c = c->cls)
+    if (layer_base(c)) return c;
+  return NULL;
+}
+
+/* the builtin layer's forward on an object of a class deriving from it: run on a
+ * view of the object as the layer itself (same attributes and state) */
+PV *bi_layer_base_forward(L *L, PV *fn, Args *A) {
+  PV *p = pv_new(L, PV_OBJ);
+  *p = *fn->self;
+  p->cls = fn->cls;
+  return layer_call(L, p, A);
 }
 
 PV *bi_layer_base_init(L *L, PV *fn, Args *A) {

@@ -376,7 +376,8 @@ static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top)
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
   if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
-    if (model->cls->node) lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
+    if (model->cls->node && !layer_base_class(model->cls))
+      lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
     /* a bare library module (model = nn.Sequential(...)): one input, from the
      * one --input or example_inputs = (torch.randn(...),) */
     Type t;

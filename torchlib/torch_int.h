@@ -160,6 +160,7 @@ struct HostState {
   int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
 };
 extern const HostOps torch_host;   /* host.c */
+PV *layer_base_class(PV *cls);     /* host.c: the builtin layer a user class derives from, or NULL */
 
 /* The handlers named by the tables. */
 #define B(id, name, ns, handler, arg) BuiltinFn handler;
