@@ -172,7 +172,7 @@ static PV *layer_input(L *L, PV *o, Args *A) {
  * options)): the constructor keeps its options, as given or defaulted, as
  * attributes (nn.LeakyReLU().negative_slope), in the order of `options`. */
 PV *layer_options(L *L, PV *cls, Args *A) {
-  PV *o = layer_new(L, cls, A);
+  PV *o = module_new(L, cls);   /* no parameters: may be made inside compiled code too (nn.ReLU()(x)) */
   const char *spec = bi_rows[cls->bi].spec;
   char bspec[400], buf[400];
   const char *names[24], *dflts[24];
