@@ -587,3 +587,76 @@ def test_subclass_of_builtin_layer(tmp_path):
     mod = load_module(p)
     assert [n for n, _ in mod.model.state_dict().items()] == ["a.weight", "a.bias", "b.weight", "norm.weight", "norm.bias"]
     check_forward(tmp_path, p, mod.model, [randn(2, 4)], ["--input", "x=f32[2,4]"])
+
+
+SINE = """import torch
+import torch.nn as nn
+
+
+class Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(1, 8)
+        self.linear = nn.Linear(8, 1)
+
+    def forward(self, input):
+        outputs = []
+        h = torch.zeros(input.size(0), 8, dtype=torch.double)
+        c = torch.zeros(input.size(0), 8, dtype=torch.double)
+        for input_t in input.split(1, dim=1):
+            h, c = self.cell(input_t, (h, c))
+            outputs += [self.linear(h)]
+        return torch.cat(outputs, dim=1)
+
+
+model = Seq()
+model.double()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = nn.MSELoss()(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(3, 6).double(),),
+                  "train_step": (torch.randn(3, 6).double(), torch.randn(3, 6).double())}
+"""
+
+
+def test_double_model_inline_loss_training(tmp_path):
+    """model.double() (time_sequence_prediction's seq.double()) makes the parameters
+    float64; a loss module made inside the training function; K SGD steps match."""
+    from ctc_testlib import ctc_build, run, st_read, st_write, state_dict_np
+    p = write(tmp_path, SINE)
+    mod = load_module(p)
+    torch.manual_seed(0)
+    model = mod.Seq().double()
+    assert model.linear.weight.dtype == torch.float64
+    exe = str(tmp_path / "net")
+    ctc_build(p, exe)
+    w = str(tmp_path / "w0.safetensors")
+    st_write(w, state_dict_np(model))
+    assert st_read(w)["linear.weight"].dtype == np.float64
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        x, y = rng.standard_normal((3, 6)), rng.standard_normal((3, 6))
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = str(tmp_path / f"w{k + 1}.safetensors")
+        run([exe, "run", "train_step", "--weights", w, "--input", str(tmp_path / "x.npy"), "--input",
+             str(tmp_path / "y.npy"), "--output", str(tmp_path / "loss.npy"), "--save", nxt])
+        w = nxt
+        opt.zero_grad()
+        loss = torch.nn.MSELoss()(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        opt.step()
+        compare(f"loss {k}", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-8, 1e-12)
+    got = st_read(w)
+    for name, t in model.state_dict().items():
+        assert got[name].dtype == np.float64
+        compare(name, got[name], t.numpy(), 1e-8, 1e-10)
