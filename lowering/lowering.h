@@ -16,6 +16,8 @@
 typedef struct InputSpec {
   const char *name;   /* the entry's parameter name */
   Type type;
+  int ntuple;         /* > 0: a tuple of tensors, --input h=(f32[2,3,8],f32[2,3,8]) (an LSTM's state) */
+  Type *elems;        /* its ntuple element types */
 } InputSpec;
 
 typedef struct LowerOptions {
@@ -32,7 +34,8 @@ typedef struct LowerOptions {
   void *hook_ctx;
 } LowerOptions;
 
-/* Parse "x=f32[64,1,28,28]" (dtype optional, default f32). 0 ok, -1 bad syntax. */
+/* Parse "x=f32[64,1,28,28]" (dtype optional, default f32), or a tuple of such types
+ * "h=(f32[2,3,8],f32[2,3,8])". 0 ok, -1 bad syntax. */
 int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out);
 
 /* Evaluate the module, instantiate the model, stage its entries. Returns NULL

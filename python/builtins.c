@@ -224,6 +224,10 @@ static const char *fstr(L *L, PV *fmt, Args *A) {
     if (p != e) lower_error(L, A->at, "expected '}' before end of string");
     if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, A->at, v));
     else if (conv == 's') v = pv_str(L, pv_to_str(L, A->at, v));
+    if (v->k == PV_HOST && spec[0] && L->host->math) {   /* '{:.2f}'.format(t) of a one-element host value */
+      PV *num = L->host->math(L, A->at, "float", v);
+      if (num && pv_is_num(num)) v = num;
+    }
     sb_adds(L, A->at, &out, pv_format(L, A->at, v, spec));
     s = e;
   }
@@ -550,7 +554,17 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     PV *v = pv_dict_lookup(L, A->at, fn->self, a[0]);
     return v ? v : a[1] ? a[1] : pv_none(L);
   }
-  case BI_STR_FORMAT: return pv_str(L, fstr(L, fn->self, A));
+  case BI_STR_FORMAT:
+    for (int i = 0; i < A->nargs + A->nkw; i++) {   /* formatting an opaque value: an opaque string */
+      PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];
+      if (v->k == PV_OPAQUE) {
+        PV *o = pv_opaque(L, A->at, "str.format(...)");
+        o->what = arena_printf(L->a, "string formatted at line %d from the %s", A->at.line, v->what);
+        o->origin = v->origin;
+        return o;
+      }
+    }
+    return pv_str(L, fstr(L, fn->self, A));
   case BI_STR_JOIN: {
     bind_args(L, A, "items", a);
     PV **it;

@@ -152,7 +152,7 @@ static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *
   PV *o = a && a->k == PV_OPAQUE ? a : b;
   if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))
     pv_opaque_error(L, at, o, use);
-  return pv_opaque(L, at, expr);
+  return pv_opaque_from(L, at, o, expr);
 }
 
 /* 'fmt' % args: %s %r %d %i %f %e %g %x %c %% with flags (-+ 0), width and
@@ -409,7 +409,7 @@ static PV *bind_method(L *L, PV *self, PV *f) {
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
-  case PV_OPAQUE: return pv_opaque(L, at, arena_printf(L->a, "%s.%s", obj->s, name));
+  case PV_OPAQUE: return pv_opaque_from(L, at, obj, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
     return v ? v : L->host->getattr(L, at, obj, name);
@@ -424,6 +424,9 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     if (obj->bi == BI_SUPER_PROXY) {
       PV *f = class_lookup(obj->cls, name);
       if (f) return bind_method(L, obj->self, f);
+      if ((strcmp(name, "__init__") == 0 || strcmp(name, "forward") == 0) && obj->cls && obj->cls->bi &&
+          L->host->base_init && (f = L->host->base_init(L, obj->cls, obj->self, name)))
+        return f;
       f = L->host->getattr(L, at, obj->self, name);
       if (f) return f;
       if (strcmp(name, "__init__") == 0) return py_builtin(L, BI_OBJECT_INIT, obj->self);
@@ -588,7 +591,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
       PV *x = i < nargs ? args[i] : kwv[i - nargs];
       if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");
     }
-    return pv_opaque(L, at, arena_printf(L->a, "%s(...)", fn->s));
+    return pv_opaque_from(L, at, fn, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:
     if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */
       Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
@@ -635,8 +638,11 @@ static PV *instantiate(L *L, Span at, PV *cls, PV **args, int nargs, const char 
     obj->cls = cls;
     obj->attrs = env_new(L, NULL);
   }
-  PV *init = class_lookup(cls, "__init__");
+  PV *init = class_lookup(cls, "__init__"), *binit = NULL;
+  for (PV *c = cls; c && !init && !binit && L->host->base_init; c = c->cls)   /* class M(nn.Linear) without __init__ */
+    if (c->bi) binit = L->host->base_init(L, c, obj, "__init__");
   if (init) call_value(L, at, bind_method(L, obj, init), args, nargs, kwn, kwv, nkw);
+  else if (binit) call_value(L, at, binit, args, nargs, kwn, kwv, nkw);
   else if (env_get(cls->env, "__dataclass__")) dataclass_init(L, at, cls, obj, args, nargs, kwn, kwv, nkw);
   else if (nargs || nkw) lower_error(L, at, "%s() takes no arguments", cls->s);
   return obj;
@@ -980,7 +986,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
-    if (a->k == PV_OPAQUE) return pv_opaque(L, n->span, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
+    if (a->k == PV_OPAQUE) return pv_opaque_from(L, n->span, a, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;

@@ -218,6 +218,47 @@ static void exec_classdef(L *L, Node *s) {
   env_set(L, L->env, s->name, cls);
 }
 
+
+/* A loop over an opaque value (a data loader, itertools.count()) runs no iterations
+ * at compile time; the names it would bind that are not bound yet become opaque
+ * values naming the loop, so script code after it (`print(loss)`) still runs, and
+ * compiled code that needs one reports where it came from. */
+static void opaque_loop_names(L *L, Node *loop, PV *it, Node *n) {
+  if (!n) return;
+  switch (n->kind) {
+  case N_NAME:
+    if (!env_lookup(L->env, n->name) && !env_get(L->globals, n->name)) {
+      PV *v = pv_opaque(L, loop->span, n->name);
+      v->what = arena_printf(L->a, "value of '%s', which the loop at line %d over the opaque value '%s' would set "
+                             "(it runs no iterations at compile time)", n->name, loop->span.line, it->s);
+      env_set(L, L->env, n->name, v);
+    }
+    return;
+  case N_TUPLE:
+  case N_LIST:
+    for (int i = 0; i < n->list.len; i++) opaque_loop_names(L, loop, it, n->list.data[i]);
+    return;
+  case N_STARRED: opaque_loop_names(L, loop, it, n->a); return;
+  case N_ASSIGN:
+    for (int i = 0; i < n->list.len; i++) opaque_loop_names(L, loop, it, n->list.data[i]);
+    return;
+  case N_AUGASSIGN:
+  case N_ANNASSIGN: opaque_loop_names(L, loop, it, n->a); return;
+  case N_FOR:
+  case N_IF:
+  case N_WHILE:
+  case N_WITH:
+  case N_TRY:
+    if (n->kind == N_FOR) opaque_loop_names(L, loop, it, n->a);
+    if (n->kind == N_WITH)
+      for (int i = 0; i < n->list.len; i++) opaque_loop_names(L, loop, it, n->list.data[i]->b);
+    for (int i = 0; i < n->body.len; i++) opaque_loop_names(L, loop, it, n->body.data[i]);
+    for (int i = 0; i < n->orelse.len; i++) opaque_loop_names(L, loop, it, n->orelse.data[i]);
+    return;
+  default: return;
+  }
+}
+
 static int exec_stmt(L *L, Node *s) {
   eval_charge(L, s->span, 1);
   switch (s->kind) {
@@ -277,6 +318,10 @@ static int exec_stmt(L *L, Node *s) {
     PV *it = eval_expr(L, s->b);
     PV **items;
     int cnt = iter_items(L, s->b->span, it, &items);
+    if (it->k == PV_OPAQUE) {   /* no iterations at compile time: the names the loop would bind are opaque */
+      opaque_loop_names(L, s, it, s->a);
+      for (int i = 0; i < s->body.len; i++) opaque_loop_names(L, s, it, s->body.data[i]);
+    }
     for (int i = 0; i < cnt; i++) {
       py_assign_target(L, s->a, items[i]);
       int r = exec_block(L, L->env, &s->body);

@@ -152,6 +152,10 @@ typedef struct HostOps {
   PV *(*construct)(L *L, PV *cls, Args *A);            /* a host class called */
   PV *(*instance)(L *L, PV *cls);    /* a new object of a user class deriving from a host class, or NULL */
   int (*can_subclass)(const PV *base);
+  /* super().__init__(...) / super().forward(...) of a user class deriving from the host
+   * class `base` (class TransformerModel(nn.Transformer)), name "__init__" or "forward":
+   * a callable that initialises self as base would / runs base's forward on self, or NULL */
+  PV *(*base_init)(L *L, PV *base, PV *self, const char *name);
   int (*isinstance)(const PV *obj, const PV *cls);     /* -1: not the host's to say */
   int (*with_enter)(L *L, Span at, Node *item, PV *cm); /* `with cm:`: a token for with_exit */
   void (*with_exit)(L *L, int token);
@@ -218,6 +222,7 @@ PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a P
 PV *pv_ns(L *L, const char *name);
 /* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */
 PV *pv_opaque(L *L, Span at, const char *expr);
+PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr); /* derived from opaque src */
 /* A use of an opaque value that needs its value: a located error naming the use and the origin. */
 CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);
 int pv_is_host(const PV *v);                  /* a host value or constant */

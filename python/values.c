@@ -264,6 +264,18 @@ PV *pv_opaque(L *L, Span at, const char *expr) {
   return v;
 }
 
+/* An opaque value made from opaque src (an attribute, call, index or operation of
+ * it): a value whose description is src's own (not a module's: a loop's names, a
+ * parameter read by script code) keeps naming that source and where it was made. */
+PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr) {
+  PV *v = pv_opaque(L, at, expr);
+  if (src && src->k == PV_OPAQUE && strncmp(src->what, "opaque value '", 14) != 0) {
+    v->what = arena_printf(L->a, "value '%s' computed from the %s", expr, src->what);
+    *v->origin = *src->origin;
+  }
+  return v;
+}
+
 void pv_opaque_error(L *L, Span at, const PV *v, const char *use) {
   diag_error(L->d, at, "%s needs the %s", use, v->what);
   diag_note(L->d, *v->origin, "the opaque value '%s' was made here", v->s);

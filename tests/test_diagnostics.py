@@ -43,7 +43,7 @@ CASES = [
     ("undefined_name", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x + y\n",
      ("--input", "x=f32[4]"), "7:20: error: name 'y' is not defined"),
     ("unknown_layer", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-     "        self.rnn = nn.Transformer()\n", (), "8:20: error: 'torch.nn.Transformer' is not supported by ctc"),
+     "        self.rnn = nn.Bilinear(2, 2, 2)\n", (), "8:20: error: 'torch.nn.Bilinear' is not supported by ctc"),
     ("no_input_shape", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x\n", (),
      "6:23: error: the shape of input 'x' is unknown"),
     ("reshape", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x.view(5, -1)\n",

@@ -410,12 +410,13 @@ def test_random_tensors_in_training_steps(tmp_path):
     assert "rng.offset" in run([exe, "info"]).stdout
 
 
-def test_random_tensors_in_forward_refused(tmp_path):
-    path = tmp_path / "bad.py"
+def test_random_tensors_in_forward_draw(tmp_path):
+    """forward draws from the rng.offset stream too (a VAE's reparameterize); the
+    statistics are checked in test_user_files.py"""
+    path = tmp_path / "m.py"
     path.write_text(ERR_HEAD + "    def forward(self, x):\n        return x + torch.randn_like(x)\n")
-    r = run([CTC, "build", path, "-o", tmp_path / "net", "--input", "x=f32[2,3]"], check=False)
-    assert r.returncode == 1 and "8:20: error: torch.randn in compiled code needs a compiled training function" in \
-        r.stderr, r.stderr
+    run([CTC, "build", path, "-o", tmp_path / "net", "--input", "x=f32[2,3]"])
+    assert "rng.offset" in run([tmp_path / "net", "info"]).stdout
 
 
 # ---- model files in the style of pytorch/examples (written for these tests) ------------------

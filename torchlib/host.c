@@ -32,6 +32,30 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   }
 }
 
+/* v (an IR value of the entry being staged) reads no input, parameter or state */
+static int const_only(L *L, ValId v) {
+  Func *f = L->T->fn;
+  Value *val = ir_val(f, v);
+  if (val->kind != V_INST) return 0;
+  char *dep = arena_alloc(L->a, (size_t)f->values.len + 1);   /* zeroed: 1 = reads an input, parameter or state */
+  for (int i = 0; i < f->values.len; i++) dep[i] = f->values.data[i].kind != V_INST;
+  for (int k = 0; k <= val->def; k++) {
+    Inst *in = &f->insts.data[k];
+    int d = in->op == IR_RAND_UNIFORM;
+    for (int i = 0; i < in->nargs && !d; i++) d = dep[in->args[i]];
+    dep[in->res] = (char)d;
+  }
+  return !dep[v];
+}
+
+void attr_cache_restore(L *L) {
+  for (int i = L->T->attr_undo.len - 1; i >= 0; i--) {
+    struct AttrUndo *u = &L->T->attr_undo.data[i];
+    env_set(L, u->obj->attrs, u->name, u->old ? u->old : pv_none(L));
+  }
+  L->T->attr_undo.len = 0;
+}
+
 static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
   if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
     return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
@@ -40,9 +64,20 @@ static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
     return 1;
   }
   if (obj->k == PV_OBJ && obj->mod) {
+    if (L->T->fn && val->k == PV_TENSOR && val->t->v >= 0 && !val->t->slot && const_only(L, val->t->v)) {
+      /* a cache of a tensor computed from constants only (word_language_model's
+       * `self.src_mask = mask`, a causal mask of the sequence length): every call
+       * would compute the same value, so the attribute holds it while this entry is
+       * staged and is restored afterwards (its IR value belongs to this entry) */
+      struct AttrUndo u = {obj, name, env_get(obj->attrs, name)};
+      vec_push(L->a, &L->T->attr_undo, u);
+      env_set(L, obj->attrs, name, val);
+      return 1;
+    }
     if (L->T->fn)
       lower_error(L, at, "assigning 'self.%s' inside compiled code is a Python side effect that "
-                         "ctc cannot compile; keep state changes in __init__", name);
+                         "ctc cannot compile; keep state changes in __init__ (a tensor computed from "
+                         "constants only may be cached this way)", name);
     module_setattr(L, at, obj, name, val);
     return 1;
   }
@@ -61,10 +96,14 @@ static PV *h_call_result(L *L, PV *module, PV *r) {
   return r;
 }
 
+static PV *h_base_init(L *L, PV *base, PV *self, const char *name);
+
 /* Calling a module: a builtin layer's forward, or the user's forward method. */
 static PV *h_call(L *L, Span at, PV *obj, Args *A) {
   if (obj->cls->bi) return h_call_result(L, obj, layer_call(L, obj, A));
-  PV *fwd = getattr_opt(L, at, obj, "forward");
+  PV *fwd = getattr_opt(L, at, obj, "forward"), *base;
+  if (!fwd && (base = layer_base_class(obj->cls)))   /* class M(nn.Linear) without its own forward */
+    fwd = h_base_init(L, base, obj, "forward");
   if (!fwd) lower_error(L, at, "module '%s' has no forward method", obj->cls->s);
   if (L->nstack < 64) { /* the frame's name in notes */
     L->stack_span[L->nstack] = at;
@@ -95,6 +134,7 @@ static void one_element(L *L, Span at, PV *c) {
 static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) { return t_compare(L, at, op, a, b); }
 
 static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
+  if (obj->k == PV_TENSOR && !L->T->fn && obj->t->slot && !obj->t->data) return param_opaque(L, at, "<parameter>[...]");
   if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
   if (pv_is_module(obj) && obj->cls->bi) {
     PV **items;
@@ -113,6 +153,7 @@ static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
 }
 
 static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
+  if (obj->k == PV_TENSOR && ct_setitem(L, at, obj, idx, v)) return 1;   /* pe[:, 0::2] = ... in __init__ */
   if (obj->k == PV_TENSOR)
     lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
                        "value semantics only (use torch.where or torch.cat)");
@@ -120,6 +161,8 @@ static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
 }
 
 static int h_iterate(L *L, Span at, PV *v, PV ***out) {
+  int nct;
+  if (v->k == PV_TENSOR && (nct = ct_iterate(L, at, v, out)) >= 0) return nct;   /* a compile-time tensor */
   if (v->k == PV_TENSOR)
     lower_error(L, at, "iterating over a tensor is not supported in compiled code; index it or "
                        "use unbind-free tensor operations");
@@ -165,13 +208,61 @@ static void h_name_value(L *L, PV *v, const char *name) {
 
 static PV *h_construct(L *L, PV *cls, Args *A) { return class_construct(L, cls, A); }
 
+/* a builtin layer class a user class may derive from (class M(nn.Transformer)) */
+static int layer_base(const PV *c) { return c->k == PV_CLASS && c->bi >= PY_BI__COUNT && c->bi < BI__COUNT && bi_rows[c->bi].kind == BK_LAYER; }
+
 static PV *h_instance(L *L, PV *cls) {
   for (PV *c = cls; c; c = c->cls)
-    if (c->bi == BI_C_MODULE) return module_new(L, cls);
+    if (c->bi == BI_C_MODULE || layer_base(c)) return module_new(L, cls);
   return NULL;
 }
 
-static int h_can_subclass(const PV *base) { return base->bi == BI_C_MODULE; }
+static int h_can_subclass(const PV *base) { return base->bi == BI_C_MODULE || layer_base(base); }
+
+/* super().__init__(...) in a class deriving from a builtin layer: the layer is
+ * constructed and its parameters, buffers, children and options move into self
+ * (in its registration order, as PyTorch's __init__ would register them) */
+static PV *h_base_init(L *L, PV *base, PV *self, const char *name) {
+  if (!layer_base(base) || !pv_is_module(self)) return NULL;
+  int fwd = !strcmp(name, "forward");
+  PV *f = pv_builtin(L, fwd ? BI_T_LAYER_BASE_FORWARD : BI_T_LAYER_BASE_INIT, name, self);
+  f->cls = base;
+  return f;
+}
+
+/* the builtin layer class a user class derives from, or NULL */
+PV *layer_base_class(PV *cls) {
+  for (PV *c = cls; c; c = c->cls)
+    if (layer_base(c)) return c;
+  return NULL;
+}
+
+/* the builtin layer's forward on an object of a class deriving from it: run on a
+ * view of the object as the layer itself (same attributes and state) */
+PV *bi_layer_base_forward(L *L, PV *fn, Args *A) {
+  PV *p = pv_new(L, PV_OBJ);
+  *p = *fn->self;
+  p->cls = fn->cls;
+  return layer_call(L, p, A);
+}
+
+PV *bi_layer_base_init(L *L, PV *fn, Args *A) {
+  PV *self = fn->self, *o = class_construct(L, fn->cls, A);
+  for (int i = 0; i < o->mod->regs.len; i++) {
+    Reg r = o->mod->regs.data[i];
+    if (r.kind == REG_BUFFER) {   /* kept a buffer (module_setattr registers parameters and children) */
+      Reg nr = r;
+      vec_push(L->a, &self->mod->regs, nr);
+      env_set(L, self->attrs, r.name, r.val);
+    } else
+      module_setattr(L, A->at, self, r.name, r.val);
+  }
+  Env *e = o->attrs;
+  for (int i = 0; i < e->names.len; i++)
+    if (!env_get(self->attrs, e->names.data[i])) env_set(L, self->attrs, e->names.data[i], e->vals.data[i]);
+  self->mod->training = o->mod->training;
+  return pv_none(L);
+}
 
 static int h_isinstance(const PV *obj, const PV *cls) {
   if (cls->bi == BI_C_MODULE) return obj->k == PV_OBJ && obj->mod;
@@ -239,6 +330,11 @@ static PV *h_math(L *L, Span at, const char *f, PV *x) {
   if (x->k != PV_TENSOR) return NULL;
   if (!strcmp(f, "abs")) return t_unary(L, at, IR_ABS, x);
   if (!strcmp(f, "len")) return pv_int(L, x->t->type.ndim ? x->t->type.dims[0] : 0);
+  if ((!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool")) && ct_applies(L, x, NULL)) {
+    PV *v = ct_number(L, at, x);   /* a compile-time tensor's value */
+    double d = pv_num(v);
+    return f[0] == 'i' ? pv_int(L, (int64_t)d) : f[0] == 'f' ? pv_float(L, d) : pv_bool(L, d != 0);
+  }
   if ((!strcmp(f, "int") || !strcmp(f, "float")) && !x->t->data && L->T->fn && ir_numel(&x->t->type) == 1) {
     /* of a one-element run-time tensor (the epoch or iteration counter in an LR
      * lambda): PyTorch's Python number is staged as a detached 0-d tensor, f64
@@ -273,7 +369,7 @@ const HostOps torch_host = {
     .binary = h_binary, .unary = h_unary, .compare = h_compare, .index = h_index, .setitem = h_setitem,
     .iterate = h_iterate, .truth = h_truth, .runtime = h_runtime, .staging = h_staging, .check_cond = one_element,
     .select = h_select, .inplace = h_inplace, .name_value = h_name_value, .construct = h_construct,
-    .instance = h_instance, .can_subclass = h_can_subclass, .isinstance = h_isinstance,
+    .instance = h_instance, .can_subclass = h_can_subclass, .base_init = h_base_init, .isinstance = h_isinstance,
     .with_enter = h_with_enter, .with_exit = h_with_exit, .decorate = h_decorate,
     .deco_enter = h_deco_enter, .deco_exit = h_deco_exit, .math = h_math, .repr = h_repr,
 };

@@ -172,7 +172,7 @@ static PV *layer_input(L *L, PV *o, Args *A) {
  * options)): the constructor keeps its options, as given or defaulted, as
  * attributes (nn.LeakyReLU().negative_slope), in the order of `options`. */
 PV *layer_options(L *L, PV *cls, Args *A) {
-  PV *o = layer_new(L, cls, A);
+  PV *o = module_new(L, cls);   /* no parameters: may be made inside compiled code too (nn.ReLU()(x)) */
   const char *spec = bi_rows[cls->bi].spec;
   char bspec[400], buf[400];
   const char *names[24], *dflts[24];
@@ -236,7 +236,10 @@ PV *layer_linear_forward(L *L, PV *o, Args *A) {
 
 PV *layer_dropout_forward(L *L, PV *o, Args *A) {
   PV *x = layer_input(L, o, A);
-  return t_dropout(L, A->at, x, arg_num(L, A->at, env_get(o->attrs, "p"), "p"), o->mod->training);
+  double p = arg_num(L, A->at, env_get(o->attrs, "p"), "p");
+  int fnrow = bi_rows[o->cls->bi].arg;   /* Dropout1d/2d/3d: F.dropout1d/2d/3d's row, its arg the spatial dims */
+  if (fnrow) return dropout_nd(L, A->at, bi_rows[fnrow].arg, x, p, o->mod->training);
+  return t_dropout(L, A->at, x, p, o->mod->training);
 }
 
 /* nn.Identity accepts and ignores any arguments */

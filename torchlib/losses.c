@@ -219,8 +219,7 @@ PV *bi_loss(L *L, PV *fnv, Args *A) {
 PV *loss_module_new(L *L, PV *cls, Args *A) {
   PV *a[10];
   int fn = bi_rows[cls->bi].arg;
-  if (L->T->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
-  PV *o = module_new(L, cls);
+  PV *o = module_new(L, cls);   /* no parameters: may be made inside compiled code too (nn.MSELoss()(out, y)) */
   bind_args(L, A, loss_spec(fn), a);
   check_unsupported(L, A->at, loss_spec(fn), a);
   const char *spec = loss_spec(fn);

@@ -5,11 +5,9 @@
 #include <string.h>
 #include "torch_int.h"
 
-int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
-  const char *eq = strchr(text, '=');
-  if (!eq || eq == text) return -1;
-  out->name = arena_strndup(a, text, (size_t)(eq - text));
-  const char *p = eq + 1;
+/* One type "f32[2,3]" at *pp; advances *pp past it. 0 ok, -1 bad syntax. */
+static int parse_type(const char **pp, Type *out) {
+  const char *p = *pp;
   Type t = {0};
   t.dtype = DT_F32;
   static const struct { const char *n; DType d; } dts[] = {
@@ -35,8 +33,38 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
     else if (*p != ']') return -1;
     while (*p == ' ') p++;
   }
+  *pp = p + 1;
+  *out = t;
+  return 0;
+}
+
+int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text) return -1;
+  out->name = arena_strndup(a, text, (size_t)(eq - text));
+  out->ntuple = 0;
+  out->elems = NULL;
+  const char *p = eq + 1;
+  if (*p != '(') {
+    if (parse_type(&p, &out->type) < 0 || *p) return -1;
+    return 0;
+  }
+  Type el[IR_MAX_DIMS];
+  int n = 0;
+  p++;
+  for (;;) {
+    while (*p == ' ') p++;
+    if (*p == ')' && n > 0) break;
+    if (n == IR_MAX_DIMS || parse_type(&p, &el[n++]) < 0) return -1;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    else if (*p != ')') return -1;
+  }
   if (p[1]) return -1;
-  out->type = t;
+  out->ntuple = n;
+  out->elems = arena_alloc(a, sizeof(Type) * (size_t)n);
+  memcpy(out->elems, el, sizeof(Type) * (size_t)n);
+  out->type = el[0];
   return 0;
 }
 
@@ -298,9 +326,24 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
       if (!strcmp(opt->inputs[i].name, p->name)) spec = &opt->inputs[i];
     Type t;
     int ex = k - first;
+    PV *exv = examples && pv_is_seq(examples) && ex < examples->n ? examples->items[ex] : NULL;
+    int tup = spec ? spec->ntuple : 0;
+    if (!spec && exv && pv_is_seq(exv) && exv->n > 0) {   /* example (torch.zeros(...), torch.zeros(...)) */
+      tup = exv->n;
+      for (int i = 0; i < exv->n; i++)
+        if (exv->items[i]->k != PV_TENSOR) tup = 0;
+    }
+    if (tup) {   /* a tuple of tensors (an LSTM's (h, c)): one IR input per element, NAME_0, NAME_1 ... */
+      PV *tv = pv_tuple(L, NULL, 0);
+      for (int i = 0; i < tup; i++)
+        pv_list_append(L, tv, t_wrap(L, ir_add_input(L->T->prog, L->T->fn, arena_printf(L->a, "%s_%d", p->name, i),
+                                                     spec ? spec->elems[i] : exv->items[i]->t->type)));
+      args[nargs++] = tv;
+      continue;
+    }
     if (spec) t = spec->type;
-    else if (examples && pv_is_seq(examples) && ex < examples->n && examples->items[ex]->k == PV_TENSOR)
-      t = examples->items[ex]->t->type;
+    else if (exv && exv->k == PV_TENSOR)
+      t = exv->t->type;
     else if (p->b) break; /* remaining parameters keep their defaults */
     else if (!entry)
       lower_error(L, p->span,
@@ -318,13 +361,23 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
   return args;
 }
 
+static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top);
 static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
+  L->T->forward_rng = 1;
+  stage_forward_in(L, model, opt, top);
+  attr_cache_restore(L);
+  L->T->forward_rng = 0;
+  L->T->param_cur = NULL;
+}
+
+static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top) {
   PV *fwd = getattr_opt(L, top, model, "forward");
   PV *examples = env_get(L->globals, "example_inputs");
   if (examples && examples->k == PV_DICT) examples = pv_dict_get(examples, pv_str(L, "forward"));
   if (examples && examples->k == PV_TENSOR) examples = pv_tuple(L, &examples, 1);
   if (!fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) {
-    if (model->cls->node) lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
+    if (model->cls->node && !layer_base_class(model->cls))
+      lower_error(L, top, "model class '%s' has no forward method", model->cls->s);
     /* a bare library module (model = nn.Sequential(...)): one input, from the
      * one --input or example_inputs = (torch.randn(...),) */
     Type t;
@@ -359,17 +412,35 @@ static void stage_forward(L *L, PV *model, const LowerOptions *opt, Span top) {
     L->stack_name[L->nstack] = "forward";
   }
   PV *r = call_value(L, def->span, fwd, args, nargs, NULL, NULL, 0);
-  PV **outs = &r;
-  int nout = 1;
-  if (pv_is_seq(r)) {
-    outs = r->items;
-    nout = r->n;
+  /* the outputs: a tensor, or a tuple whose tensors (nested tuples flattened: an
+   * LSTM's (output, (h, c))) are the outputs in order; None elements (nanoGPT's
+   * loss without targets) are no outputs */
+  Vec(PV *) outs = {0};
+  int depth = 0;
+  if (!pv_is_seq(r)) vec_push(L->a, &outs, r);
+  else {
+    struct { PV *t; int i; } st[8];
+    st[0].t = r, st[0].i = 0;
+    for (;;) {
+      if (st[depth].i == st[depth].t->n) {
+        if (depth-- == 0) break;
+        continue;
+      }
+      PV *e = st[depth].t->items[st[depth].i++];
+      if (pv_is_seq(e) && depth + 1 < 8) {
+        depth++;
+        st[depth].t = e, st[depth].i = 0;
+      } else if (e->k != PV_NONE || r->n == 1)
+        vec_push(L->a, &outs, e);
+    }
   }
+  int nout = outs.len;
+  if (!nout) lower_error(L, def->span, "forward must return a tensor or a tuple of tensors, but returned only None");
   for (int i = 0; i < nout; i++) {
-    if (outs[i]->k != PV_TENSOR)
+    if (outs.data[i]->k != PV_TENSOR)
       lower_error(L, def->span, "forward must return a tensor or a tuple of tensors, but returned %s %s",
-                  nout > 1 ? "an element of type" : "a", pv_kind_name(outs[i]));
-    ValId v = t_val(L, def->span, outs[i]);
+                  pv_is_seq(r) ? "an element of type" : "a", pv_kind_name(outs.data[i]));
+    ValId v = t_val(L, def->span, outs.data[i]);
     ir_add_output(L->T->prog, f, v, nout == 1 ? "out" : arena_printf(L->a, "out%d", i));
   }
   L->T->fn = NULL;
@@ -438,7 +509,12 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     int found = 0;
     for (int k = 0; k < L->T->prog->funcs.len && !found; k++) {
       Func *f = L->T->prog->funcs.data[k];
-      for (int j = 0; j < f->inputs.len; j++) found |= !strcmp(ir_val(f, f->inputs.data[j])->name, opt->inputs[i].name);
+      for (int j = 0; j < f->inputs.len; j++) {
+        const char *nm = ir_val(f, f->inputs.data[j])->name;
+        size_t ln = strlen(opt->inputs[i].name);
+        found |= !strcmp(nm, opt->inputs[i].name) ||   /* a tuple's elements are NAME_0, NAME_1 ... */
+                 (opt->inputs[i].ntuple && !strncmp(nm, opt->inputs[i].name, ln) && nm[ln] == '_');
+      }
     }
     if (!found)
       lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",

@@ -86,6 +86,23 @@ static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out,
     }
 }
 
+/* module.double() / .float(): every floating-point parameter and buffer takes the dtype
+ * (their slots, so <model>_init and the state_dict have it, and the tensors bound to them) */
+static void module_cast(L *L, PV *m, DType dt) {
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val)) module_cast(L, r->val, dt);
+    if (r->kind == REG_CHILD || !r->val || r->val->k != PV_TENSOR) continue;
+    Tensor *t = r->val->t;
+    if (!ir_dtype_is_float(t->type.dtype)) continue;
+    t->type.dtype = dt;
+    if (t->slot) {
+      if (t->slot->index >= 0) BUG("module cast after the state_dict was built");
+      t->slot->type.dtype = dt;
+    }
+  }
+}
+
 PV *bi_module_method(L *L, PV *fn, Args *A) {
   PV *self = fn->self, *a[4];
   switch (fn->bi) {
@@ -219,6 +236,12 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
     }
     return pv_none(L);
   case BI_MOD_TO: return self;
+  case BI_MOD_DOUBLE:
+  case BI_MOD_FLOAT:
+    if (L->T->fn) lower_error(L, A->at, "module.%s() inside compiled code is not supported; call it at module level",
+                              bi_names[fn->bi]);
+    module_cast(L, self, fn->bi == BI_MOD_DOUBLE ? DT_F64 : DT_F32);
+    return self;
   default: break;
   }
   BUG("module method %d", fn->bi);

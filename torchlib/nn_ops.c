@@ -654,8 +654,18 @@ PV *t_prelu(L *L, Span at, PV *x, PV *w) {
 /* torch.rand_like / randn_like / rand / randn inside a compiled training function:
  * RAND_UNIFORM keyed by the `rng.offset` state (as dropout), normals by Box-Muller
  * from two uniform draws. Equal to PyTorch's in distribution, not bit for bit. */
+/* forward (inference) draws too (a VAE's reparameterize, F.dropout(x, training=True)):
+ * it reads and advances the rng.offset state like a training function, so each call
+ * draws anew */
+void forward_rng_enable(L *L) {
+  if (!L->T->fn || L->T->param_cur || !L->T->forward_rng) return;
+  L->T->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->T->prog->params.len + 1));
+  for (int i = 0; i < L->T->prog->params.len; i++) L->T->param_cur[i] = -1;
+}
+
 PV *t_random(L *L, Span at, Type t, int normal) {
   const char *what = normal ? "randn" : "rand";
+  forward_rng_enable(L);
   if (!L->T->fn || !L->T->param_cur)
     lower_error(L, at, "torch.%s in compiled code needs a compiled training function (it advances the random-number "
                        "state, which forward entries do not have)", what);

@@ -686,3 +686,186 @@ PV *nn_te_forward(L *L, PV *o, Args *A) {
   if (!is_none(norm)) x = call_value(L, at, norm, &x, 1, NULL, NULL, 0);
   return x;
 }
+
+/* ---- transformer decoder and nn.Transformer ---------------------------------------- */
+
+/* TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
+ * layer_norm_eps=1e-5, batch_first=False, norm_first=False): the encoder layer's children
+ * plus multihead_attn (cross-attention), norm3 and dropout3, in PyTorch's order */
+PV *nn_tdl_new(L *L, PV *cls, Args *A) {
+  PV *a[10], *o = seq_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "d_model,nhead,dim_feedforward=,dropout=,activation=,layer_norm_eps=,batch_first=,norm_first=,device=,dtype=",
+            a);
+  int64_t dm = arg_int(L, at, a[0], "d_model"), nh = arg_int(L, at, a[1], "nhead");
+  int64_t ff = a[2] ? arg_int(L, at, a[2], "dim_feedforward") : 2048;
+  double p = a[3] ? arg_num(L, at, a[3], "dropout") : 0.1, eps = a[5] ? arg_num(L, at, a[5], "layer_norm_eps") : 1e-5;
+  int bf = a[6] && arg_bool(L, at, a[6], "batch_first"), nf = a[7] && arg_bool(L, at, a[7], "norm_first");
+  PV *act = a[4] ? a[4] : pv_str(L, "relu");
+  if (act->k == PV_STR && strcmp(act->s, "relu") && strcmp(act->s, "gelu"))
+    lower_error(L, at, "activation should be relu/gelu, not %s", act->s);
+  PV *pp = pv_float(L, p), *bfv = pv_bool(L, bf);
+  PV *ma[2] = {pv_int(L, dm), pv_int(L, nh)}, *mk[2] = {pp, bfv};
+  const char *mkn[2] = {"dropout", "batch_first"};
+  module_setattr(L, at, o, "self_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
+  module_setattr(L, at, o, "multihead_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
+  PV *l1[2] = {pv_int(L, dm), pv_int(L, ff)}, *l2[2] = {pv_int(L, ff), pv_int(L, dm)};
+  module_setattr(L, at, o, "linear1", make_child(L, at, BI_C_LINEAR, l1, 2, NULL, NULL, 0));
+  module_setattr(L, at, o, "dropout", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  module_setattr(L, at, o, "linear2", make_child(L, at, BI_C_LINEAR, l2, 2, NULL, NULL, 0));
+  set_attr(L, o, "norm_first", pv_bool(L, nf));
+  PV *dmv = pv_int(L, dm), *ev = pv_float(L, eps);
+  const char *en[1] = {"eps"};
+  for (int i = 1; i <= 3; i++)
+    module_setattr(L, at, o, arena_printf(L->a, "norm%d", i), make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
+  for (int i = 1; i <= 3; i++)
+    module_setattr(L, at, o, arena_printf(L->a, "dropout%d", i), make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  module_setattr(L, at, o, "activation", act);
+  return o;
+}
+
+/* attention child `name` on (q, kv, kv) with its masks, then dropout child `drop` */
+static PV *attn_block(L *L, Span at, PV *o, const char *name, PV *q, PV *kv, PV *mask, PV *kpm, const char *drop) {
+  PV *args[3] = {q, kv, kv}, *kvv[3] = {mask ? mask : pv_none(L), kpm ? kpm : pv_none(L), pv_bool(L, 0)};
+  const char *kn[3] = {"attn_mask", "key_padding_mask", "need_weights"};
+  PV *r = call_value(L, at, attr(o, name), args, 3, kn, kvv, 3);
+  if ((r->k != PV_TUPLE && r->k != PV_LIST) || r->n < 1) lower_error(L, at, "%s must return a tuple", name);
+  return child(L, at, o, drop, r->items[0]);
+}
+
+static PV *ff_block(L *L, Span at, PV *o, PV *in, const char *drop) {
+  PV *act = attr(o, "activation");
+  PV *hdn = child(L, at, o, "linear1", in);
+  if (act->k == PV_STR) hdn = strcmp(act->s, "gelu") ? t_unary(L, at, IR_RELU, hdn) : t_gelu(L, at, hdn, 0);
+  else hdn = call_value(L, at, act, &hdn, 1, NULL, NULL, 0);
+  return child(L, at, o, drop, child(L, at, o, "linear2", child(L, at, o, "dropout", hdn)));
+}
+
+PV *nn_tdl_forward(L *L, PV *o, Args *A) {
+  PV *a[8];
+  Span at = A->at;
+  bind_args(L, A, "tgt,memory,tgt_mask=,memory_mask=,tgt_key_padding_mask=,memory_key_padding_mask=,tgt_is_causal=,"
+                  "memory_is_causal=", a);
+  PV *x = need_t(L, at, a[0], "tgt", "TransformerDecoderLayer"), *mem = need_t(L, at, a[1], "memory", "TransformerDecoderLayer");
+  int nf = attr(o, "norm_first")->i != 0;
+  for (int part = 0; part < 3; part++) {
+    const char *nn = part == 0 ? "norm1" : part == 1 ? "norm2" : "norm3";
+    PV *in = nf ? child(L, at, o, nn, x) : x, *y;
+    if (part == 0) y = attn_block(L, at, o, "self_attn", in, in, a[2], a[4], "dropout1");
+    else if (part == 1) y = attn_block(L, at, o, "multihead_attn", in, mem, a[3], a[5], "dropout2");
+    else y = ff_block(L, at, o, in, "dropout3");
+    x = nf ? ADD(x, y) : child(L, at, o, nn, ADD(x, y));
+  }
+  return x;
+}
+
+static PV *clones_new(L *L, Span at, PV *o, PV *layer, PV *num, PV *norm, const char *who) {
+  if (!pv_is_module(layer)) lower_error(L, at, "%s: its layer must be a module", who);
+  int64_t n = arg_int(L, at, num, "num_layers");
+  if (n <= 0) lower_error(L, at, "%s: num_layers must be positive", who);
+  PV *list = pv_list(L, NULL, 0);
+  for (int64_t i = 0; i < n; i++) pv_list_append(L, list, module_clone(L, at, layer));
+  module_setattr(L, at, o, "layers", make_child(L, at, BI_C_MODULELIST, &list, 1, NULL, NULL, 0));
+  set_attr(L, o, "num_layers", pv_int(L, n));
+  if (!is_none(norm) && !pv_is_module(norm)) lower_error(L, at, "%s: norm must be a module or None", who);
+  if (!is_none(norm)) module_setattr(L, at, o, "norm", norm);
+  else set_attr(L, o, "norm", pv_none(L));
+  return o;
+}
+
+PV *nn_td_new(L *L, PV *cls, Args *A) {
+  PV *a[3], *o = seq_layer_new(L, cls, A);
+  bind_args(L, A, "decoder_layer,num_layers,norm=", a);
+  return clones_new(L, A->at, o, a[0], a[1], a[2], "TransformerDecoder");
+}
+
+PV *nn_td_forward(L *L, PV *o, Args *A) {
+  PV *a[8], **items;
+  Span at = A->at;
+  bind_args(L, A, "tgt,memory,tgt_mask=,memory_mask=,tgt_key_padding_mask=,memory_key_padding_mask=,tgt_is_causal=,"
+                  "memory_is_causal=", a);
+  PV *x = need_t(L, at, a[0], "tgt", "TransformerDecoder");
+  int n = iter_items(L, at, attr(o, "layers"), &items);
+  for (int i = 0; i < n; i++) {
+    PV *args[2] = {x, a[1]}, *kv[4];
+    for (int k = 0; k < 4; k++) kv[k] = a[2 + k] ? a[2 + k] : pv_none(L);
+    const char *kn[4] = {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask"};
+    x = call_value(L, at, items[i], args, 2, kn, kv, 4);
+  }
+  PV *norm = attr(o, "norm");
+  if (!is_none(norm)) x = call_value(L, at, norm, &x, 1, NULL, NULL, 0);
+  return x;
+}
+
+/* xavier_uniform_ on every parameter of more than one dimension (nn.Transformer's
+ * _reset_parameters) */
+static void xavier_all(L *L, PV *m) {
+  for (int i = 0; i < m->mod->regs.len; i++) {
+    Reg *r = &m->mod->regs.data[i];
+    if (r->kind == REG_CHILD && pv_is_module(r->val)) xavier_all(L, r->val);
+    if (r->kind != REG_PARAM || r->val->k != PV_TENSOR || !r->val->t->slot) continue;
+    Slot *s = r->val->t->slot;
+    if (s->type.ndim < 2) continue;
+    int64_t fi = ir_numel(&s->type) / s->type.dims[0], fo = ir_numel(&s->type) / s->type.dims[1];
+    double b = sqrt(6.0 / (double)(fi + fo));
+    s->init = PINIT_UNIFORM;
+    s->init_a = -b;
+    s->init_b = b;
+    s->data = NULL;
+  }
+}
+
+/* nn.Transformer(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+ * dim_feedforward=2048, dropout=0.1, activation=relu, custom_encoder=None,
+ * custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False) */
+PV *nn_transformer_new(L *L, PV *cls, Args *A) {
+  PV *a[14], *o = seq_layer_new(L, cls, A);
+  Span at = A->at;
+  bind_args(L, A, "d_model=,nhead=,num_encoder_layers=,num_decoder_layers=,dim_feedforward=,dropout=,activation=,"
+                  "custom_encoder=,custom_decoder=,layer_norm_eps=,batch_first=,norm_first=,device=,dtype=", a);
+  PV *dm = a[0] ? a[0] : pv_int(L, 512), *nh = a[1] ? a[1] : pv_int(L, 8);
+  PV *ne = a[2] ? a[2] : pv_int(L, 6), *nd = a[3] ? a[3] : pv_int(L, 6);
+  PV *lv[8] = {dm, nh, a[4] ? a[4] : pv_int(L, 2048), a[5] ? a[5] : pv_float(L, 0.1), a[6] ? a[6] : pv_str(L, "relu"),
+               a[9] ? a[9] : pv_float(L, 1e-5), a[10] ? a[10] : pv_bool(L, 0), a[11] ? a[11] : pv_bool(L, 0)};
+  const char *en[1] = {"eps"};
+  for (int dec = 0; dec < 2; dec++) {
+    PV *custom = a[7 + dec];
+    PV *m;
+    if (!is_none(custom)) {
+      if (!pv_is_module(custom)) lower_error(L, at, "Transformer: custom_%s must be a module", dec ? "decoder" : "encoder");
+      m = custom;
+    } else {
+      PV *layer = make_child(L, at, dec ? BI_C_TRANSFORMERDECODERLAYER : BI_C_TRANSFORMERENCODERLAYER, lv, 8, NULL, NULL, 0);
+      PV *norm = make_child(L, at, BI_C_LAYERNORM, &dm, 1, en, &lv[5], 1);
+      PV *args[3] = {layer, dec ? nd : ne, norm};
+      m = make_child(L, at, dec ? BI_C_TRANSFORMERDECODER : BI_C_TRANSFORMERENCODER, args, 3, NULL, NULL, 0);
+    }
+    module_setattr(L, at, o, dec ? "decoder" : "encoder", m);
+  }
+  xavier_all(L, o);
+  set_attr(L, o, "d_model", pv_int(L, arg_int(L, at, dm, "d_model")));
+  set_attr(L, o, "nhead", pv_int(L, arg_int(L, at, nh, "nhead")));
+  set_attr(L, o, "batch_first", pv_bool(L, arg_bool(L, at, lv[6], "batch_first")));
+  return o;
+}
+
+PV *nn_transformer_forward(L *L, PV *o, Args *A) {
+  PV *a[11];
+  Span at = A->at;
+  bind_args(L, A, "src,tgt,src_mask=,tgt_mask=,memory_mask=,src_key_padding_mask=,tgt_key_padding_mask=,"
+                  "memory_key_padding_mask=,src_is_causal=,tgt_is_causal=,memory_is_causal=", a);
+  PV *src = need_t(L, at, a[0], "src", "Transformer"), *tgt = need_t(L, at, a[1], "tgt", "Transformer");
+  int bf = attr(o, "batch_first")->i != 0, sd = src->t->type.ndim;
+  if (sd == 3 && tgt->t->type.ndim == 3 && src->t->type.dims[bf ? 0 : 1] != tgt->t->type.dims[bf ? 0 : 1])
+    lower_error(L, at, "the batch number of src and tgt must be equal");
+  if (src->t->type.dims[sd - 1] != attr_int(o, "d_model") || tgt->t->type.dims[tgt->t->type.ndim - 1] != attr_int(o, "d_model"))
+    lower_error(L, at, "the feature number of src and tgt must be equal to d_model");
+  PV *kv[2] = {a[2] ? a[2] : pv_none(L), a[5] ? a[5] : pv_none(L)};
+  const char *kn[2] = {"mask", "src_key_padding_mask"};
+  PV *mem = call_value(L, at, attr(o, "encoder"), &src, 1, kn, kv, 2);
+  PV *args[2] = {tgt, mem}, *dk[4];
+  int idx[4] = {3, 4, 6, 7};
+  for (int k = 0; k < 4; k++) dk[k] = a[idx[k]] ? a[idx[k]] : pv_none(L);
+  const char *dn[4] = {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask"};
+  return call_value(L, at, attr(o, "decoder"), args, 2, dn, dk, 4);
+}

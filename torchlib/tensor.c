@@ -199,6 +199,8 @@ static Type bcast(L *L, Span at, const char *opname, Type a, Type b) {
 }
 
 static PV *elem2(L *L, Span at, Op op, const char *opname, PV *a, PV *b, DType dt, DType rdt) {
+  PV *c = ct_elem2(L, at, op, a, b, dt, rdt);   /* compile-time values outside compiled code */
+  if (c) return c;
   need_fn(L, at, opname);
   ValId va = operand(L, at, a, dt), vb = operand(L, at, b, dt);
   Type r = bcast(L, at, opname, *ir_type(L->T->fn, va), *ir_type(L->T->fn, vb));
@@ -264,6 +266,8 @@ PV *t_compare(L *L, Span at, int op, PV *a, PV *b) {
   case OP_GE: o = IR_CMP_GE; break;
   default: lower_error(L, at, "operator '%s' is not supported on tensors", fe_op_spelling(op));
   }
+  PV *c = ct_elem2(L, at, o, a, b, dt, DT_BOOL);
+  if (c) return c;
   if (a->k == PV_TENSOR && a->t->data && !L->T->fn) {
     /* compile-time comparison of a constant tensor (e.g. a mask) */
     if (!pv_is_num(b)) lower_error(L, at, "compile-time tensor comparison needs a number");
@@ -283,6 +287,12 @@ PV *t_compare(L *L, Span at, int op, PV *a, PV *b) {
 }
 
 PV *t_unary(L *L, Span at, Op op, PV *x) {
+  if (x->k == PV_TENSOR && !L->T->fn) {
+    DType cdt = x->t->type.dtype;
+    if (op != IR_NEG && op != IR_ABS && op != IR_RELU && !ir_dtype_is_float(cdt)) cdt = DT_F32;
+    PV *c = ct_unary(L, at, op, x, cdt);
+    if (c) return c;
+  }
   need_fn(L, at, ir_ops[op].name);
   ValId v = t_val(L, at, x);
   DType dt = ir_type(L->T->fn, v)->dtype;
@@ -413,7 +423,7 @@ PV *t_reshape(L *L, Span at, PV *x, const int64_t *dims, int n) {
   if (x->t->data && !L->T->fn) {
     PV *r = t_const_tensor(L, at, out, 0);
     memcpy(r->t->data, x->t->data, sizeof(double) * (size_t)total);
-    return r;
+    return ir_type_eq(&in, &out) ? r : ct_view(x, r);
   }
   ValId v = t_val(L, at, x);
   if (ir_type_eq(&in, &out)) return x;
@@ -435,6 +445,8 @@ PV *t_permute(L *L, Span at, PV *x, const int64_t *perm, int n) {
     ident &= p[i] == i;
   }
   if (ident) return x;
+  PV *c = ct_permute(L, at, x, p, out);
+  if (c) return c;
   ValId v = t_val(L, at, x);
   return t_wrap(L, emit(L, at, IR_PERMUTE, &v, 1, out, p, n, "permute"));
 }
@@ -470,6 +482,8 @@ PV *t_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t stop, int64_t
   if (cnt == 1) step = 1;   /* one element: any step reads it; keeps (cnt-1)*step < n and stride*step small */
   if (cnt == n && step == 1) return x;
   out.dims[axis] = cnt;
+  PV *c = ct_slice(L, at, x, axis, start, step, out);
+  if (c) return c;
   int64_t attr[2 * IR_MAX_DIMS];
   for (int i = 0; i < in.ndim; i++) {
     attr[2 * i] = i == axis ? start : 0;
@@ -568,6 +582,7 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
   int same = ct.ndim == nnew;
   for (int i = 0; same && i < nnew; i++) same = ct.dims[i] == newdims[i];
   if (same) return cur;
+  if (nnew == 0 && ct_applies(L, cur, NULL)) return t_reshape(L, at, cur, newdims, 0);
   if (nnew == 0) {
     ValId v = t_val(L, at, cur);
     Type t = ct;
@@ -597,9 +612,11 @@ PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim) {
                   shape_str(L, &t), (long long)dim);
     if (ir_add(tot, t.dims[dim], &tot) < 0)
       lower_error(L, at, "torch.cat: the result is too large (dimension %lld overflows)", (long long)dim);
-    vs[i] = t_val(L, at, xs[i]);
   }
   r.dims[dim] = tot;
+  PV *c = ct_concat(L, at, xs, n, dim, r);
+  if (c) return c;
+  for (int i = 0; i < n; i++) vs[i] = t_val(L, at, xs[i]);
   int64_t attr[1] = {dim};
   return t_wrap(L, emit(L, at, IR_CONCAT, vs, n, r, attr, 1, "cat"));
 }
@@ -608,6 +625,22 @@ PV *t_concat(L *L, Span at, PV **xs, int n, int64_t dim) {
 
 PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int keepdim, int mean) {
   need_tensor_arg(L, at, x, "reduce");
+  if (!L->T->fn && ct_applies(L, x, NULL) && x->t->type.ndim) {   /* compile-time values */
+    Type in = x->t->type, kd = in, out = in;
+    if (mean && !ir_dtype_is_float(in.dtype))
+      lower_error(L, at, "mean() needs a floating-point tensor; cast it with .float() first");
+    int red[IR_MAX_DIMS] = {0};
+    for (int i = 0; i < ndims; i++) red[t_norm_dim(L, at, dims[i], in.ndim)] = 1;
+    out.ndim = 0;
+    for (int i = 0; i < in.ndim; i++) {
+      if (!ndims) red[i] = 1;
+      if (red[i]) kd.dims[i] = 1;
+      if (!red[i] || keepdim) out.dims[out.ndim++] = red[i] ? 1 : in.dims[i];
+    }
+    if (in.dtype == DT_BOOL) kd.dtype = out.dtype = DT_I64;
+    PV *c = ct_reduce(L, at, op, x, red, mean, kd);
+    if (c) return ir_type_eq(&kd, &out) ? c : t_reshape(L, at, c, out.dims, out.ndim);
+  }
   need_fn(L, at, "a reduction");
   ValId v = t_val(L, at, x);
   Type in = *ir_type(L->T->fn, v), kd = in, out = in;
@@ -656,6 +689,8 @@ PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
 }
 
 PV *t_matmul(L *L, Span at, PV *a, PV *b) {
+  PV *c = ct_matmul(L, at, a, b);
+  if (c) return c;
   need_fn(L, at, "matmul");
   if (a->k != PV_TENSOR || b->k != PV_TENSOR) lower_error(L, at, "'@' needs two tensors");
   Type ta = a->t->type, tb = b->t->type;

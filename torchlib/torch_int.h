@@ -7,6 +7,7 @@
  *   host.c      the host-object protocol (HostOps) for the interpreter
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
+ *   consteval.c tensor arithmetic on compile-time values outside compiled code
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
  *   module.c    nn.Module methods (parameters(), state_dict(), train() ...)
  *   losses.c    loss functions and modules, lowered to primitives
@@ -132,6 +133,10 @@ struct HostObj {
   const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
 };
 
+/* an attribute cached while an entry is staged (host.c h_setattr), restored after it */
+struct AttrUndo { PV *obj; const char *name; PV *old; };
+void attr_cache_restore(L *L);
+
 /* The torch library's part of the context (L->T). */
 struct HostState {
   Program *prog;
@@ -150,8 +155,12 @@ struct HostState {
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
+  unsigned init_draws;   /* compile-time initialisations drawn so far (nn.init.orthogonal_'s seeds) */
+  Vec(struct AttrUndo) attr_undo; /* self.x = tensor caches made while staging this entry */
+  int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
 };
 extern const HostOps torch_host;   /* host.c */
+PV *layer_base_class(PV *cls);     /* host.c: the builtin layer a user class derives from, or NULL */
 
 /* The handlers named by the tables. */
 #define B(id, name, ns, handler, arg) BuiltinFn handler;
@@ -205,6 +214,7 @@ PV *class_construct(L *L, PV *cls, Args *A);      /* a builtin class called: its
 PV *layer_call(L *L, PV *obj, Args *A);           /* a builtin layer object called: its forward */
 /* Tensor methods and attributes (x.view, x.shape) */
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name);
+PV *param_opaque(L *L, Span at, const char *expr);  /* a parameter's value read outside compiled code */
 void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val); /* p.requires_grad = False */
 /* Grad mode (torchlib.c): sets L->T->grad_mode and the staged function's, which
  * ir_emit stamps on new instructions (Inst.nograd). A call of torch.no_grad(),
@@ -286,6 +296,8 @@ PV *t_embedding(L *L, Span at, PV *w, PV *idx, PV *padding_idx); /* padding_idx:
 PV *t_gelu(L *L, Span at, PV *x, int tanh_approx);
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size);   /* torchlib.c */
 PV *t_dropout(L *L, Span at, PV *x, double p, int training);
+PV *dropout_nd(L *L, Span at, int nsp, PV *x, double p, int training); /* F.dropout1d/2d/3d */
+PV *t_feature_dropout(L *L, Span at, PV *x, double p, int training, int feature); /* Dropout2d: per channel */
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b);
 PV *t_minmax(L *L, Span at, Op op, PV *a, PV *b);       /* IR_MAX / IR_MIN: NaN from either side */
 PV *t_clamp(L *L, Span at, PV *x, PV *lo, PV *hi);      /* lo, hi: NULL, None, numbers or tensors */
@@ -338,6 +350,22 @@ PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
 PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
 
+/* ---- consteval.c: arithmetic on compile-time values outside compiled code
+ * (module level, __init__); each returns NULL (or 0 / -1) where it does not apply ---- */
+int ct_applies(L *L, PV *a, PV *b);               /* not staging, a and b (if any) numbers or tensors with values */
+PV *ct_elem2(L *L, Span at, Op op, PV *a, PV *b, DType dt, DType rdt);
+PV *ct_unary(L *L, Span at, Op op, PV *x, DType dt);
+PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out);
+PV *ct_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t step, Type out);
+PV *ct_concat(L *L, Span at, PV **xs, int n, int64_t dim, Type out);
+PV *ct_reduce(L *L, Span at, Op op, PV *x, const int *red, int mean, Type out);
+PV *ct_matmul(L *L, Span at, PV *a, PV *b);
+int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v);   /* 1: done */
+int ct_iterate(L *L, Span at, PV *x, PV ***out);        /* -1: not a compile-time tensor */
+PV *ct_view(PV *x, PV *r);                              /* r a compile-time view of x: no slice assignment into either */
+PV *ct_number(L *L, Span at, PV *x);                    /* x.item(), float(x) */
+PV *ct_tolist(L *L, Span at, PV *x);
+
 
 /* ---- torchlib/nn_ops.c: convolution, padding, resampling, normalization and activation
  * layers (nsp: spatial dims, 1 or 2; the conv attributes have nsp values) ---- */
@@ -367,7 +395,8 @@ PV *t_threshold(L *L, Span at, PV *x, double threshold, double value);
 PV *t_glu(L *L, Span at, PV *x, int64_t dim);
 PV *t_prelu(L *L, Span at, PV *x, PV *w);
 
-PV *t_random(L *L, Span at, Type t, int normal);   /* rand / randn in a training function (rng.offset) */
+PV *t_random(L *L, Span at, Type t, int normal);
+void forward_rng_enable(L *L);   /* staging forward: random draws may use the rng.offset state */   /* rand / randn in a training function (rng.offset) */
 int nn_pad_mode(L *L, Span at, PV *mode);          /* 'constant' 0, 'reflect' 1, 'replicate' 2, 'circular' 3 */
 /* torch.nn.functional's forms (the handlers of their registration rows) */
 PV *nnf_conv1d(L *L, PV *fn, Args *A);

@@ -278,9 +278,18 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
  * (RAND_UNIFORM keyed by the `rng.offset` state, advanced by each use), keeping
  * each element with probability 1 - p and scaling it by 1 / (1 - p). Equal to
  * PyTorch's in distribution, not bit for bit. */
-PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
+PV *t_dropout(L *L, Span at, PV *x, double p, int training) { return t_feature_dropout(L, at, x, p, training, 0); }
+
+/* Channel-wise dropout (nn.Dropout1d/2d/3d, F.dropout1d/2d/3d: PyTorch's
+ * feature_dropout): one draw per (sample, channel), broadcast over the other dims.
+ * feature: 0 elementwise dropout, 1 feature dropout. */
+PV *t_feature_dropout(L *L, Span at, PV *x, double p, int training, int feature) {
   if (p < 0 || p > 1) lower_error(L, at, "dropout probability has to be between 0 and 1, but got %g", p);
+  if (feature == 1 && x->t->type.ndim < 2)
+    lower_error(L, at, "Feature dropout requires at least 2 dimensions in the input (got shape %s)",
+                shape_str(L, &x->t->type));
   if (!training || p == 0) return x;
+  forward_rng_enable(L);
   if (!L->T->fn || !L->T->param_cur)
     lower_error(L, at, "dropout in training mode needs a compiled training function (forward entries run in eval mode)");
   Type st = {0};
@@ -289,6 +298,8 @@ PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
   ValId o = t_val(L, at, off);
   Type rt = x->t->type;
   if (!ir_dtype_is_float(rt.dtype)) lower_error(L, at, "dropout needs a floating-point tensor");
+  if (feature)   /* the mask broadcasts over the feature map; 2: an unbatched input (C, ...) */
+    for (int i = feature == 2 ? 1 : 2; i < rt.ndim; i++) rt.dims[i] = 1;
   PV *u = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RAND_UNIFORM, &o, 1, rt, NULL, 0, 0, at, "uniform"));
   PV *keep = t_compare(L, at, OP_GE, u, pv_float(L, p));
   PV *y = p >= 1 ? t_binary(L, at, OP_MUL, x, pv_int(L, 0))
@@ -298,13 +309,80 @@ PV *t_dropout(L *L, Span at, PV *x, double p, int training) {
   return y;
 }
 
+/* nn.init.calculate_gain(nonlinearity, param=None), PyTorch's table */
+static double init_gain(L *L, Span at, PV *nl, PV *param) {
+  if (!nl || nl->k == PV_NONE) return 1;
+  if (nl->k != PV_STR) lower_error(L, at, "nonlinearity must be a string");
+  const char *n = nl->s;
+  static const char *const ones[] = {"linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                                     "conv_transpose3d", "sigmoid"};
+  for (size_t i = 0; i < sizeof ones / sizeof *ones; i++)
+    if (!strcmp(n, ones[i])) return 1;
+  if (!strcmp(n, "tanh")) return 5.0 / 3;
+  if (!strcmp(n, "relu")) return sqrt(2.0);
+  if (!strcmp(n, "selu")) return 3.0 / 4;
+  if (!strcmp(n, "leaky_relu")) {
+    double slope = 0.01;
+    if (param && param->k != PV_NONE) {
+      if (param->k != PV_INT && param->k != PV_FLOAT) lower_error(L, at, "negative_slope %s not a valid number", pv_kind_name(param));
+      slope = pv_num(param);
+    }
+    return sqrt(2.0 / (1 + slope * slope));
+  }
+  lower_error(L, at, "Unsupported nonlinearity %s", n);
+}
+
+PV *bi_calculate_gain(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[2];
+  bind_args(L, A, "nonlinearity,param=", a);
+  return pv_float(L, init_gain(L, A->at, a[0], a[1]));
+}
+
+/* nn.init.orthogonal_: PyTorch's construction (QR of a normal [rows, cols] matrix,
+ * transposed when rows < cols, signs fixed so R has a positive diagonal, times gain),
+ * by modified Gram-Schmidt in double on ctc's compile-time normal draws: the same
+ * distribution (W W^T = I or W^T W = I), not PyTorch's values. */
+static double *orthogonal_data(L *L, Span at, const Type *t, double gain, uint64_t seed) {
+  if (t->ndim < 2) lower_error(L, at, "Only tensors with 2 or more dimensions are supported");
+  int64_t rows = t->dims[0], cols = ir_numel(t) / rows;
+  int tr = rows < cols;
+  int64_t m = tr ? cols : rows, n = tr ? rows : cols;   /* a tall m x n matrix, m >= n */
+  if ((double)m * (double)n > (double)(1 << 24) || (double)m * (double)n * (double)n > 2147483648.0) lower_error(L, at, "orthogonal_ of a %lldx%lld matrix is too large for ctc's compile-time initialisation", (long long)rows, (long long)cols);
+  double *a = arena_alloc(L->a, sizeof(double) * (size_t)(m * n));
+  uint64_t s = seed;
+  for (int64_t i = 0; i < m * n; i++) {
+    double u = rnd_uniform(&s);
+    a[i] = sqrt(-2 * log(u + 1e-300)) * cos(2 * M_PI * rnd_uniform(&s));
+  }
+  for (int64_t j = 0; j < n; j++) {   /* column j of a (row-major m x n) */
+    for (int pass = 0; pass < 2; pass++)   /* re-orthogonalised once: columns orthonormal to rounding */
+      for (int64_t k = 0; k < j; k++) {
+        double d = 0;
+        for (int64_t i = 0; i < m; i++) d += a[i * n + k] * a[i * n + j];
+        for (int64_t i = 0; i < m; i++) a[i * n + j] -= d * a[i * n + k];
+      }
+    double nr = 0;
+    for (int64_t i = 0; i < m; i++) nr += a[i * n + j] * a[i * n + j];
+    nr = sqrt(nr);
+    if (nr == 0) nr = 1;
+    for (int64_t i = 0; i < m; i++) a[i * n + j] /= nr;
+  }
+  double *w = arena_alloc(L->a, sizeof(double) * (size_t)(m * n));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) w[r * cols + c] = gain * (tr ? a[c * n + r] : a[r * n + c]);
+  return w;
+}
+
 static PV *init_fn(L *L, int bi, Args *A) {
   PV *a[4];
   switch (bi) {
   case BI_I_NORMAL_: bind_args(L, A, "tensor,mean=,std=", a); break;
   case BI_I_UNIFORM_: bind_args(L, A, "tensor,a=,b=", a); break;
   case BI_I_CONSTANT_: bind_args(L, A, "tensor,val", a); break;
-  case BI_I_XAVIER_UNIFORM_: bind_args(L, A, "tensor,gain=", a); break;
+  case BI_I_XAVIER_UNIFORM_:
+  case BI_I_XAVIER_NORMAL_:
+  case BI_I_ORTHOGONAL_: bind_args(L, A, "tensor,gain=", a); break;
   case BI_I_KAIMING_NORMAL_:
   case BI_I_KAIMING_UNIFORM_: bind_args(L, A, "tensor,a=,mode=,nonlinearity=", a); break;
   default: bind_args(L, A, "tensor", a); break;
@@ -316,6 +394,7 @@ static PV *init_fn(L *L, int bi, Args *A) {
   Type t = s->type;
   int64_t fan_in = t.ndim >= 2 ? ir_numel(&t) / t.dims[0] : t.dims[0];
   int64_t fan_out = t.ndim >= 2 ? ir_numel(&t) / t.dims[1] : t.dims[0];
+  double *data = NULL;
   switch (bi) {
   case BI_I_NORMAL_:
     s->init = PINIT_NORMAL;
@@ -337,10 +416,23 @@ static PV *init_fn(L *L, int bi, Args *A) {
     s->init_b = b;
     break;
   }
+  case BI_I_XAVIER_NORMAL_:
+    s->init = PINIT_NORMAL;
+    s->init_a = 0;
+    s->init_b = (a[1] ? arg_num(L, A->at, a[1], "gain") : 1) * sqrt(2.0 / (double)(fan_in + fan_out));
+    break;
+  case BI_I_ORTHOGONAL_:
+    s->init = PINIT_DATA;
+    data = orthogonal_data(L, A->at, &t, a[1] ? arg_num(L, A->at, a[1], "gain") : 1,
+                           0x5DEECE66Dull * (uint64_t)(++L->T->init_draws));
+    break;
   default: {
-    double neg = a[1] ? arg_num(L, A->at, a[1], "a") : 0;
-    double gain = sqrt(2.0 / (1 + neg * neg));
-    double std = gain / sqrt((double)fan_in);
+    PV *mode = a[2] && a[2]->k != PV_NONE ? a[2] : NULL;
+    if (mode && (mode->k != PV_STR || (strcmp(mode->s, "fan_in") && strcmp(mode->s, "fan_out"))))
+      lower_error(L, A->at, "Mode %s not supported, please use one of fan_in, fan_out", mode->k == PV_STR ? mode->s : "?");
+    PV *nl = a[3] && a[3]->k != PV_NONE ? a[3] : pv_str(L, "leaky_relu");
+    double gain = init_gain(L, A->at, nl, a[1] ? a[1] : pv_float(L, 0));
+    double std = gain / sqrt((double)(mode && !strcmp(mode->s, "fan_out") ? fan_out : fan_in));
     if (bi == BI_I_KAIMING_NORMAL_) {
       s->init = PINIT_NORMAL;
       s->init_a = 0;
@@ -352,8 +444,29 @@ static PV *init_fn(L *L, int bi, Args *A) {
     }
   }
   }
-  s->data = NULL;
+  s->data = data;
   return a[0];
+}
+
+/* F.dropout1d / dropout2d / dropout3d (row arg: the spatial dims), and the forward of
+ * nn.Dropout1d/2d/3d: PyTorch 1.13's checks (dropout1d: 2-D or 3-D; dropout3d:
+ * a 4-D input is one unbatched sample; dropout2d takes any, a 3-D one as (N, C, L)) */
+PV *dropout_nd(L *L, Span at, int nsp, PV *x, double p, int training) {
+  int nd = x->t->type.ndim, feature = 1;
+  if (nsp == 1 && nd != 2 && nd != 3)
+    lower_error(L, at, "dropout1d: Expected 2D or 3D input, but received a %dD input", nd);
+  if (nsp == 3 && nd != 4 && nd != 5)
+    lower_error(L, at, "dropout3d: Expected 4D or 5D input, but received a %dD input (PyTorch 1.13 "
+                       "only warns and drops whole features of it; ctc refuses it)", nd);
+  if ((nsp == 1 && nd == 2) || (nsp == 3 && nd == 4)) feature = 2;
+  return t_feature_dropout(L, at, x, p, training, feature);
+}
+PV *nnf_dropout_nd(L *L, PV *fn, Args *A) {
+  PV *a[4];
+  bind_args(L, A, "input,p=,training=,inplace=", a);
+  PV *x = need_tensor(L, A->at, a[0], "input");
+  return dropout_nd(L, A->at, bi_rows[fn->bi].arg, x, a[1] ? arg_num(L, A->at, a[1], "p") : 0.5,
+                    a[2] ? arg_bool(L, A->at, a[2], "training") : 1);
 }
 
 PV *bi_init(L *L, PV *fn, Args *A) { return init_fn(L, fn->bi, A); }
@@ -675,10 +788,13 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     return t_const_tensor(L, at, r, bi == BI_T_NEW_ONES);
   }
   case BI_T_ITEM:
+    if (x->t->data && !x->t->slot) return ct_number(L, at, x);   /* a compile-time tensor's value, known here too */
     /* In a training function, `return loss.item()` hands the scalar to the caller. */
     if (L->T->fn && L->T->fn->kind != FK_FORWARD && t.ndim == 0) return x;
     /* fall through */
   case BI_T_TOLIST:
+    if (ct_applies(L, x, NULL)) return ct_tolist(L, at, x);
+    /* fall through */
   case BI_T_NUMPY:
     lower_error(L, at, "'.%s()' reads a tensor's value on the host; that cannot be compiled into the model "
                        "(compute it in the driver from the output instead)", bi_names[bi]);
@@ -830,6 +946,15 @@ void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
   t->t->requires_grad = rg;
 }
 
+/* a parameter's value read by code outside compiled functions: opaque (the value is
+ * known only at run time, after <model>_init and any training) */
+PV *param_opaque(L *L, Span at, const char *expr) {
+  PV *o = pv_opaque(L, at, expr);
+  o->what = arena_printf(L->a, "value '%s' of a parameter read at line %d outside compiled code (parameters have "
+                               "values only at run time)", expr, at.line);
+  return o;
+}
+
 PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "shape")) {
     PV *r = pv_tuple(L, NULL, 0);
@@ -855,6 +980,15 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "requires_grad"))
     return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) return param_grad(L, at, t);
+  if (!L->T->fn && t->t->slot && !t->t->data) {
+    /* script code reading a parameter's values (regression's poly_desc(fc.weight.view(-1), ...)
+     * after its training loop): they exist only at run time, so the result is opaque */
+    static const char *const reads[] = {"view", "reshape", "flatten", "t", "item", "tolist", "numpy", "cpu",
+                                        "squeeze", "unsqueeze", "clone", "norm", "sum", "mean", "abs", "max",
+                                        "min", "std", "var", "argmax", "argmin", "__format__"};
+    for (size_t i = 0; i < sizeof reads / sizeof *reads; i++)
+      if (!strcmp(name, reads[i])) return param_opaque(L, at, arena_printf(L->a, "<parameter>.%s", name));
+  }
   return bi_lookup(L, NS_TENSOR, name, t);
 }
 

@@ -756,6 +756,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   int counter = it && ir_numel(it) == 1 && it->dtype != DT_BOOL;
   if (f->kind == FK_TRAIN && ((nin != 2 && !counter) || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
     f->kind = FK_FUNCTION;
+  attr_cache_restore(L);
   L->T->fn = NULL;
   L->T->param_cur = NULL;
 }
