@@ -218,7 +218,9 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
       grads_zero(L, A->at, ps);
     }
     return pv_none(L);
-  case BI_MOD_TO: return self;
+  case BI_MOD_TO:
+  case BI_MOD_CUDA:
+  case BI_MOD_CPU: return self;
   default: break;
   }
   BUG("module method %d", fn->bi);

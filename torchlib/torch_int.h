@@ -150,6 +150,11 @@ struct HostState {
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */
+  /* loops.c: the training loops people write */
+  struct LoopState *loops; /* the functions whose loop body is an entry */
+  PV *model;             /* the model chosen (their `model` parameter when no call passes one) */
+  PV *backward_loss;     /* the last tensor .backward() was called on in the entry being staged */
+  const char *loop_entry; /* staging a loop body as this entry: .item() is an error */
 };
 extern const HostOps torch_host;   /* host.c */
 
@@ -253,8 +258,21 @@ void param_table_grew(L *L);
  * def from `first` on, typed by --input NAME=... or the example tuple; parameters
  * with defaults and no shape end the list. entry: NULL for forward (messages). */
 PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOptions *opt, PV *examples, int *n);
-/* Stage a module-level function as an entry (train_step, ...). */
-void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
+/* Stage a module-level function as an entry (train_step, ...). loop: 0, or the
+ * body of a training loop (1: its output is the loss backward() was called on)
+ * or of an evaluation loop (2: it returns its sums, named outnames, FK_EVAL). */
+void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples, int loop,
+                    const char *const *outnames);
+/* lowering.c: does the tree call backward(), step() or a differentiation API? */
+int mentions_training(const Node *n);
+/* loops.c: the functions whose `for ... in loader:` body is an entry (after the
+ * module ran, before the model is chosen: a driver's model and optimizer are
+ * published as module-level names); loop_stage stages one (0: def is none). */
+typedef struct LoopState LoopState;
+void loops_prepare(L *L, Node *module, const LowerOptions *opt);
+int loop_is_entry(L *L, const Node *def);
+int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt);
+const Type *loop_forward_input(L *L, const LowerOptions *opt);
 
 /* ---- tensor.c ---- */
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
