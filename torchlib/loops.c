@@ -39,6 +39,7 @@
 #include "torch_int.h"
 
 enum { MAX_PATH = 16, MAX_VARS = 8, MAX_ACC = 16 };
+typedef Vec(const char *) NameVec;
 
 typedef struct Loop {
   Node *def, *forn;
@@ -62,6 +63,8 @@ typedef struct Driver { NodeVec *block; Env *env; struct Driver *next; } Driver;
 struct LoopState {
   Loop *loops;
   Driver *drivers;
+  NameVec scheds;  /* the LR schedulers published from drivers */
+  int trained;     /* a training loop was staged */
 };
 
 /* ---- finding the loop ---------------------------------------------------- */
@@ -239,7 +242,6 @@ static int find_site(Node *module, const Node *def, Site *st) {
   return 0;
 }
 
-typedef Vec(const char *) NameVec;
 
 /* Names a statement binds (assignment targets, imports, defs, loop variables). */
 static void bound_names(L *L, const Node *s, NameVec *out) {
@@ -370,8 +372,10 @@ static Env *driver_env(L *L, LoopState *ls, const Site *st) {
   for (int i = 0; i < env->names.len; i++) {
     PV *v = env->vals.data[i];
     int kind = bi_kind_of(v);
-    if ((pv_is_module(v) || kind == BK_OPTIM || kind == BK_SCHED) && !env_get(L->globals, env->names.data[i]))
+    if ((pv_is_module(v) || kind == BK_OPTIM || kind == BK_SCHED) && !env_get(L->globals, env->names.data[i])) {
       env_set(L, L->globals, env->names.data[i], v);
+      if (kind == BK_SCHED) vec_push(L->a, &ls->scheds, env->names.data[i]);
+    }
   }
   Driver *d = arena_alloc(L->a, sizeof *d);
   d->block = st->block;
@@ -654,10 +658,22 @@ static int uses_class_loss(L *L, Loop *lp, const Node *n, const char *var) {
   return 0;
 }
 
-/* Stage the loop function def as its entry: 0 if def is no such function. */
-int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt) {
+/* Stage the loop function def as its entry: 0 if def is no such function; -1
+ * (and why it was skipped in Program.skipped) when its first batch variable's
+ * shape is unknown and it is not named with --entry (inference builds of a
+ * script with a training loop need no --input for it). */
+int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt, PV *examples, int named) {
   Loop *lp = loop_of(L, def);
   if (!lp) return 0;
+  PV *ex = examples && examples->k == PV_DICT ? pv_dict_get(examples, pv_str(L, name)) : NULL;
+  if (!named && !ex && lp->nvars && !given(opt, lp->vars[0]->name)) {
+    Program *P = L->T->prog;
+    P->skipped = arena_printf(L->a, "%s%s%s (line %d): the shape of its batch '%s' is unknown (its loop body is "
+                              "compiled as an entry with --input %s=f32[...])", P->skipped ? P->skipped : "",
+                              P->skipped ? "\n" : "", def->name, def->span.line, lp->vars[0]->name,
+                              lp->vars[0]->name);
+    return -1;
+  }
   /* parameters no call gave: the module-level object of that name, or the model */
   for (int k = 0; k < def->list.len; k++) {
     Node *p = def->list.data[k];
@@ -698,6 +714,15 @@ int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt)
   Program *P = L->T->prog;
   if (lp->notes)
     P->notes = arena_printf(L->a, "%s%s%s", P->notes ? P->notes : "", P->notes ? "\n" : "", lp->notes);
-  stage_function(L, name, fn, &o2, NULL, lp->eval ? 2 : 1, lp->acc);
+  stage_function(L, name, fn, &o2, examples, lp->eval ? 2 : 1, lp->acc);
+  L->T->loops->trained |= !lp->eval;
   return 1;
+}
+
+/* After the entries: a driver's schedulers get their epoch-wise entries only when
+ * a training loop was compiled (an inference build has no optimizer state). */
+void loops_finish(L *L) {
+  LoopState *ls = L->T->loops;
+  if (!ls || ls->trained) return;
+  for (int i = 0; i < ls->scheds.len; i++) env_set(L, L->globals, ls->scheds.data[i], pv_none(L));
 }

@@ -136,7 +136,7 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
     PV *f = env_get(L->globals, name);
     if (!f || f->k != PV_FUNC)
       lower_error(L, top, "--entry %s: no module-level function of that name in the file", name);
-    if (!loop_stage(L, f->node, name, opt)) stage_function(L, name, f, opt, examples, 0, NULL);
+    if (!loop_stage(L, f->node, name, opt, examples, 1)) stage_function(L, name, f, opt, examples, 0, NULL);
   }
   if (opt->nentries) return;
   for (int i = 0; i < module->body.len; i++) {
@@ -146,7 +146,7 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
     if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0) continue;
     PV *f = env_get(L->globals, s->name);
     if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
-    if (loop_stage(L, s, s->name, opt)) continue; /* train(args, model, ..., loader, ...): its loop body */
+    if (loop_stage(L, s, s->name, opt, examples, 0)) continue; /* train(args, model, ..., loader, ...): its loop body */
     if (!mentions_training(s)) continue;
     const char *why = entry_unknown_param(L, s, opt, examples);
     if (why) { /* train(args, model, device, loader, ...): a script's driver, not an entry */
@@ -434,6 +434,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
   }
   stage_entries(L, module, opt, top);
+  loops_finish(L);
   if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
                         "calls backward(), step() or a differentiation API (name one with --entry NAME)%s%s",

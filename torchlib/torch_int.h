@@ -271,8 +271,9 @@ int mentions_training(const Node *n);
 typedef struct LoopState LoopState;
 void loops_prepare(L *L, Node *module, const LowerOptions *opt);
 int loop_is_entry(L *L, const Node *def);
-int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt);
+int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt, PV *examples, int named);
 const Type *loop_forward_input(L *L, const LowerOptions *opt);
+void loops_finish(L *L);
 
 /* ---- tensor.c ---- */
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
