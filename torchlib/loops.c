@@ -636,7 +636,7 @@ static int class_loss_target(L *L, Loop *lp, const Node *n, const char *var) {
   const Node *c = n->a, *tgt = n->list.len >= 2 ? n->list.data[1] : NULL;
   for (int i = 0; i < n->list2.len; i++)
     if (n->list2.data[i]->name && !strcmp(n->list2.data[i]->name, "target")) tgt = n->list2.data[i]->a;
-  if (!tgt || tgt->kind != N_NAME || strcmp(tgt->name, var)) return 0;
+  if (!tgt || !mentions_any(tgt, &var, 1)) return 0; /* target, target.to(device), target.cuda() */
   const char *fname = c->kind == N_ATTR || c->kind == N_NAME ? c->name : NULL;
   if (fname && (!strcmp(fname, "nll_loss") || !strcmp(fname, "cross_entropy"))) return 1;
   if (c->kind == N_NAME) {
