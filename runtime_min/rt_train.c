@@ -35,11 +35,17 @@
  * (--no-shuffle) or in the order of a permutation that depends only on --seed
  * and the epoch (ctc_drv_splitmix64 + Fisher-Yates; examples/train_torch.py draws the
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
- * Test accuracy: argmax of the first CTC_ENTRY_FORWARD entry's logits [B, C],
- * over the whole test set in batches of its B, the last one padded with zeros
- * (padded rows are ignored). After each epoch the LR schedulers' entries
- * (CTC_ENTRY_SCHED) run; one with an input (ReduceLROnPlateau.step(metrics)) gets
- * the mean cross-entropy of those logits on the test set, which is printed.
+ * Test accuracy: with an evaluation entry (CTC_ENTRY_EVAL: the loop body of a
+ * `test(model, device, test_loader)`, (data [B, ...], labels [B]) -> one-element
+ * sums), its integer outputs (correct counts) and float outputs (loss sums) added
+ * up over the whole test set in batches of its B, the last one padded with zero
+ * samples labelled -100 (PyTorch's ignore_index), divided by the number of
+ * samples: the accuracy and the test loss, which is printed. Otherwise argmax of
+ * the first CTC_ENTRY_FORWARD entry's logits [B, C], over the whole test set in
+ * batches of its B, the last one padded with zeros (padded rows are ignored), and
+ * as the test loss the mean cross-entropy of those logits. After each epoch the LR
+ * schedulers' entries (CTC_ENTRY_SCHED) run; one with an input
+ * (ReduceLROnPlateau.step(metrics)) gets the test loss.
  *
  * Checkpoints (--checkpoint DIR) are one safetensors file, DIR/checkpoint.safetensors,
  * replaced atomically (ctc_st_write: temporary file, fsync, rename), so the previous
@@ -95,10 +101,11 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --normalize MEAN,STD      (x - MEAN) / STD after the scaling (transforms.Normalize)\n"
           "  --limit N                 use only the first N samples of each data set\n"
           "  --test-data X, --test-labels Y\n"
-          "                            after each epoch, print the test accuracy: argmax of the\n"
-          "                            forward entry's logits over the whole test set; with a\n"
-          "                            ReduceLROnPlateau, the test loss (mean cross-entropy of\n"
-          "                            the logits) too, which its step() gets\n"
+          "                            after each epoch, print the test accuracy and loss from the\n"
+          "                            model's evaluation entry (the loop of its test() function),\n"
+          "                            or the accuracy from the argmax of the forward entry's\n"
+          "                            logits (with a ReduceLROnPlateau, also their mean cross-\n"
+          "                            entropy as the test loss, which its step() gets)\n"
           "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
           "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
           "  --checkpoint DIR          write DIR/checkpoint.safetensors (parameters, optimizer and\n"
