@@ -227,3 +227,66 @@ def test_host_values_in_the_loop_body(tmp_path, body, msg):
     r = ctc("check", p, "--input", "x=f32[5,6]")
     assert r.returncode == 1, r.stdout
     assert f"{p}:{msg}" in r.stderr, r.stderr
+
+
+EVAL = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+criterion = nn.CrossEntropyLoss()
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    total = 0
+    loss_sum = 0.0
+    with torch.no_grad():
+        for inputs, labels in loader:
+            outputs = model(inputs)
+            loss_sum += criterion(outputs, labels).item() * inputs.size(0)
+            _, predicted = torch.max(outputs, 1)
+            total += labels.size(0)
+            correct += (predicted == labels).sum().item()
+    return loss_sum / total, correct / total
+"""
+
+
+def test_tutorial_style_evaluation(tmp_path):
+    """`loss_sum += criterion(...).item() * inputs.size(0)` (the .item()s go, the
+    sum stays a tensor), `total += labels.size(0)` (a number: not an output),
+    `correct += (predicted == labels).sum().item()`; the labels' dtype from the
+    criterion. The entry's sums on one batch match PyTorch's."""
+    p = tmp_path / "m.py"
+    p.write_text(EVAL)
+    r = ctc("check", p, "--input", "inputs=f32[5,6]")
+    assert r.returncode == 0, r.stderr
+    assert "entry evaluate -> f32[], i64[]" in r.stdout
+    assert "note: line 30 (after the loop) runs on the host only; dropped from the compiled entry 'evaluate'" in r.stdout
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe, "--input", "inputs=f32[5,6]"])
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(6, 3)
+    st_write(tmp_path / "w.safetensors", {"fc." + k: v for k, v in state_dict_np(lin).items()})
+    x = np.random.default_rng(4).standard_normal((5, 6)).astype(np.float32)
+    with torch.no_grad():
+        out = lin(torch.from_numpy(x))
+    y = out.argmax(1).numpy().copy()
+    y[0] = (y[0] + 1) % 3   # 4 of 5 correct
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    run([exe, "run", "evaluate", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy", "--input",
+         tmp_path / "y.npy", "--output", tmp_path / "l.npy", "--output", tmp_path / "c.npy"])
+    want = F.cross_entropy(out, torch.from_numpy(y)).item() * 5
+    compare("loss sum", np.load(tmp_path / "l.npy"), np.float32(want), RTOL, ATOL)
+    assert int(np.load(tmp_path / "c.npy")) == 4

@@ -505,7 +505,27 @@ static Node *clone(L *L, const Node *n) {
   return c;
 }
 
-/* The loop body, host-only lines dropped; an evaluation's sums lose their .item(). */
+/* A copy of expression e with `x.item()` replaced by x (a one-element tensor). */
+static Node *strip_items(L *L, Node *e) {
+  if (!e) return NULL;
+  if (is_call_to(e, "item") && e->list.len == 0 && e->list2.len == 0) return strip_items(L, e->a->a);
+  if (e->kind == N_LAMBDA || e->kind == N_LISTCOMP || e->kind == N_GENEXP || e->kind == N_DICTCOMP ||
+      e->kind == N_SETCOMP)
+    return e;
+  Node *c = clone(L, e);
+  c->a = strip_items(L, e->a);
+  c->b = strip_items(L, e->b);
+  c->c = strip_items(L, e->c);
+  NodeVec *vs[] = {&c->list, &c->list2};
+  for (size_t k = 0; k < 2; k++) {
+    NodeVec old = *vs[k];
+    memset(vs[k], 0, sizeof *vs[k]);
+    for (int i = 0; i < old.len; i++) vec_push(L->a, vs[k], strip_items(L, old.data[i]));
+  }
+  return c;
+}
+
+/* The loop body, host-only lines dropped; an evaluation's sums lose their .item()s. */
 static void filter_body(L *L, Loop *lp, NodeVec *out) {
   for (int i = 0; i < lp->forn->body.len; i++) {
     Node *s = lp->forn->body.data[i];
@@ -516,7 +536,7 @@ static void filter_body(L *L, Loop *lp, NodeVec *out) {
     }
     if (lp->eval && is_accumulator(s)) {
       Node *c = clone(L, s);
-      if (is_call_to(c->b, "item") && c->b->list.len == 0) c->b = c->b->a->a;
+      c->b = strip_items(L, c->b);
       int dup = 0;
       for (int k = 0; k < lp->nacc; k++) dup |= !strcmp(lp->acc[k], s->a->name);
       if (!dup && lp->nacc < MAX_ACC) lp->acc[lp->nacc++] = s->a->name;
@@ -616,13 +636,31 @@ static Loop *loop_of(L *L, const Node *def) {
 
 int loop_is_entry(L *L, const Node *def) { return loop_of(L, def) != NULL; }
 
-/* The --input of the first loop's first batch variable: forward's input when
- * neither --input nor example_inputs gives it (model(data) in the loop). */
+/* Does the tree call the model on the name var alone (`model(data)`)? */
+static int calls_model_on(L *L, Loop *lp, const Node *n, const char *var) {
+  if (!n) return 0;
+  if (n->kind == N_CALL && n->a->kind == N_NAME && n->list.len == 1 && n->list2.len == 0 &&
+      n->list.data[0]->kind == N_NAME && !strcmp(n->list.data[0]->name, var) &&
+      env_lookup(lp->bind, n->a->name) == L->T->model)
+    return 1;
+  if (calls_model_on(L, lp, n->a, var) || calls_model_on(L, lp, n->b, var) || calls_model_on(L, lp, n->c, var))
+    return 1;
+  const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++)
+      if (calls_model_on(L, lp, vs[k]->data[i], var)) return 1;
+  return 0;
+}
+
+/* Forward's input when neither --input nor example_inputs gives it: the --input
+ * of a loop's batch variable that the loop passes to the model (`model(data)`). */
 const Type *loop_forward_input(L *L, const LowerOptions *opt) {
-  if (!L->T->loops) return NULL;
+  if (!L->T->loops || !L->T->model) return NULL;
   for (Loop *lp = L->T->loops->loops; lp; lp = lp->next)
-    for (int i = 0; i < opt->ninputs; i++)
-      if (lp->nvars && !strcmp(opt->inputs[i].name, lp->vars[0]->name)) return &opt->inputs[i].type;
+    for (int v = 0; v < lp->nvars; v++)
+      for (int i = 0; i < opt->ninputs; i++)
+        if (!strcmp(opt->inputs[i].name, lp->vars[v]->name) && calls_model_on(L, lp, lp->forn, lp->vars[v]->name))
+          return &opt->inputs[i].type;
   return NULL;
 }
 

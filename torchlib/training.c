@@ -751,13 +751,19 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     outs = r->items;
     nout = r->n;
   }
+  int kept = 0;
   for (int i = 0; i < nout; i++) {
+    /* an evaluation loop's sum of numbers (`total += target.size(0)`) is known
+     * to the driver (the samples it feeds): not an output */
+    if (loop == 2 && pv_is_num(outs[i])) continue;
     if (outs[i]->k != PV_TENSOR)
       lower_error(L, def->span, "'%s' must return tensors, but returned a %s", name, pv_kind_name(outs[i]));
     ir_add_output(L->T->prog, f, t_val(L, def->span, outs[i]),
                   loop == 2 ? outnames[i]
                   : nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
+    kept++;
   }
+  nout = kept;
   /* `./net train` drives (data, labels[, iteration]) -> loss steps, the iteration a
    * one-element number it counts (nanoGPT's iter_num); other updating functions (a
    * DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
