@@ -603,6 +603,7 @@ void loops_prepare(L *L, Node *module, const LowerOptions *opt) {
   memset(ls, 0, sizeof *ls);
   L->T->loops = ls;
   Loop **tail = &ls->loops;
+  PV *examples = env_get(L->globals, "example_inputs");
   for (int i = 0; i < module->body.len; i++) {
     Node *s = module->body.data[i];
     if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0) continue;
@@ -612,6 +613,13 @@ void loops_prepare(L *L, Node *module, const LowerOptions *opt) {
     memset(&lp, 0, sizeof lp);
     lp.def = s;
     if (!find_for(&s->body, s, opt, &lp, 0)) continue;
+    /* an example tensor for the iterated parameter: a tensor iterated, not a loader */
+    PV *ex = examples && examples->k == PV_DICT ? pv_dict_get(examples, pv_str(L, s->name)) : NULL;
+    if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
+    int tensor = 0;
+    for (int k = 0; ex && pv_is_seq(ex) && k < s->list.len && k < ex->n; k++)
+      tensor |= s->list.data[k]->name && !strcmp(s->list.data[k]->name, lp.loader) && ex->items[k]->k == PV_TENSOR;
+    if (tensor) continue;
     if (!mentions_training(lp.forn)) {
       int acc = 0;
       for (int k = 0; k < lp.forn->body.len; k++) acc |= is_accumulator(lp.forn->body.data[k]);
