@@ -146,18 +146,16 @@ PV *py_concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   return r;
 }
 
-/* An operation on an opaque value: opaque (described as its opaque operand), unless
+/* An operation on an opaque value: opaque (with its opaque operand's description), unless
  * an operand is a run-time host value (a staged tensor), which would need the opaque
  * value compiled. */
-static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *use) {
+static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *use) {
   PV *o = a && a->k == PV_OPAQUE ? a : b;
   if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))
     pv_opaque_error(L, at, o, use);
-  /* the result is as unknown as the operand: it keeps its description and origin,
-   * so a later use names what the value came from (`i % 2 == 0` -> the batch index) */
-  PV *r = pv_new(L, PV_OPAQUE);
-  *r = *o;
-  return r;
+  /* the result is as unknown as the operand; a described one keeps its description
+   * and origin, so a later use names what it came from (`i % 2 == 0`: the batch index) */
+  return pv_opaque_derived(L, at, o, expr);
 }
 
 /* 'fmt' % args: %s %r %d %i %f %e %g %x %c %% with flags (-+ 0), width and
@@ -226,7 +224,8 @@ static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
 
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
   if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
-    return opaque_op(L, at, a, b, arena_printf(L->a, "'%s' on a tensor", fe_op_spelling(op)));
+    return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
+                                               b->k == PV_OPAQUE ? b->s : "..."), arena_printf(L->a, "'%s' on a tensor", fe_op_spelling(op)));
   if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
   if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
@@ -413,7 +412,7 @@ static PV *bind_method(L *L, PV *self, PV *f) {
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
-  case PV_OPAQUE: return pv_opaque(L, at, arena_printf(L->a, "%s.%s", obj->s, name));
+  case PV_OPAQUE: return pv_opaque_derived(L, at, obj, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
     return v ? v : L->host->getattr(L, at, obj, name);
@@ -592,7 +591,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
       PV *x = i < nargs ? args[i] : kwv[i - nargs];
       if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");
     }
-    return pv_opaque(L, at, arena_printf(L->a, "%s(...)", fn->s));
+    return pv_opaque_derived(L, at, fn, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:
     if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */
       Args A = {at, args, nargs, kwn, kwv, nkw, fn->cls->s};
@@ -658,7 +657,8 @@ PV *py_lookup_name(L *L, Node *n) {
 
 static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
   if (obj->k == PV_OPAQUE || idx->k == PV_OPAQUE)
-    return opaque_op(L, at, obj, idx, "indexing");
+    return opaque_op(L, at, obj, idx, arena_printf(L->a, "%s[...]", obj->k == PV_OPAQUE ? obj->s : "..."),
+                     "indexing");
   if (is_host(obj)) {
     PV *r = L->host->index(L, at, obj, idx);
     if (r) return r;
@@ -983,7 +983,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
-    if (a->k == PV_OPAQUE) return pv_opaque(L, n->span, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
+    if (a->k == PV_OPAQUE) return pv_opaque_derived(L, n->span, a, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
@@ -1008,7 +1008,7 @@ PV *eval_expr(L *L, Node *n) {
       int op = n->cmpops[i];
       if ((left->k == PV_OPAQUE || right->k == PV_OPAQUE) && op != OP_IS && op != OP_ISNOT) {
         if (n->list.len > 2) lower_error(L, n->span, "chained comparisons with an opaque value are not supported");
-        return opaque_op(L, n->span, left, right, "comparing a tensor");
+        return opaque_op(L, n->span, left, right, "(comparison)", "comparing a tensor");
       }
       if (is_host(left) || is_host(right)) {
         if (op == OP_IS || op == OP_ISNOT) {

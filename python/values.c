@@ -264,6 +264,20 @@ PV *pv_opaque(L *L, Span at, const char *expr) {
   return v;
 }
 
+PV *pv_opaque_described(L *L, Span at, const char *expr, const char *what) {
+  PV *v = pv_opaque(L, at, expr);
+  v->what = what;
+  v->i = 1;
+  return v;
+}
+
+PV *pv_opaque_derived(L *L, Span at, const PV *base, const char *expr) {
+  if (!base->i) return pv_opaque(L, at, expr);
+  PV *v = pv_new(L, PV_OPAQUE);
+  *v = *base;
+  return v;
+}
+
 void pv_opaque_error(L *L, Span at, const PV *v, const char *use) {
   diag_error(L->d, at, "%s needs the %s", use, v->what);
   diag_note(L->d, *v->origin, "the opaque value '%s' was made here", v->s);

@@ -290,3 +290,57 @@ def test_tutorial_style_evaluation(tmp_path):
     want = F.cross_entropy(out, torch.from_numpy(y)).item() * 5
     compare("loss sum", np.load(tmp_path / "l.npy"), np.float32(want), RTOL, ATOL)
     assert int(np.load(tmp_path / "c.npy")) == 4
+
+
+DRIVER = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def train(model, loader, optimizer, scale):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y) * SCALE
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    cfg = load_config('cfg.yaml')
+    scale = cfg.scale
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train(model, None, optimizer, scale)
+
+
+if __name__ == '__main__':
+    main()
+"""
+
+
+@pytest.mark.parametrize("scale,ok", [("1.0", True), ("scale", False)])
+def test_driver_statement_that_fails(tmp_path, scale, ok):
+    """main()'s statements run at compile time as far as they can: one that fails
+    (an undefined load_config) leaves its names opaque, an error only where the
+    compiled entry needs them, naming the line and why."""
+    p = tmp_path / "m.py"
+    p.write_text(DRIVER.replace("SCALE", scale))
+    r = ctc("check", p, "--input", "x=f32[5,6]")
+    if ok:
+        assert r.returncode == 0, r.stderr
+        assert "entry train -> f32[]" in r.stdout and "3 tensors" in r.stdout   # + optimizer.step
+        return
+    assert r.returncode == 1
+    assert (f"{p}:18:16: error: '*' on a tensor needs the value of 'cfg', which line 24 could not compute at compile "
+            "time (name 'load_config' is not defined)") in r.stderr, r.stderr
+    assert f"{p}:24:5: note: the opaque value 'cfg' was made here" in r.stderr

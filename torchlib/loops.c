@@ -288,9 +288,7 @@ static void bound_names(L *L, const Node *s, NameVec *out) {
 
 /* An opaque value standing for something the compiled entry does not get. */
 static PV *host_value(L *L, Span at, const char *expr, const char *what) {
-  PV *v = pv_opaque(L, at, expr);
-  v->what = what;
-  return v;
+  return pv_opaque_described(L, at, expr, what);
 }
 
 /* Run statement s (or evaluate expression e) in env; on an error, silence it and
