@@ -177,6 +177,8 @@ def test_module_level_driver(tmp_path, head):
     assert r.returncode == 0, r.stderr
     assert "entry fit -> f32[]" in r.stdout
     assert "note: line 30 (a running total of .item()) runs on the host only; dropped from the compiled entry 'fit'" in r.stdout
+    if not head.startswith("i,"):
+        return   # one build is enough
     exe = tmp_path / "net"
     run([CTC, "build", p, "-o", exe, "--input", "x=f32[5,6]"])
     torch.manual_seed(0)
