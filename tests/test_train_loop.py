@@ -346,3 +346,76 @@ def test_driver_statement_that_fails(tmp_path, scale, ok):
     assert (f"{p}:18:16: error: '*' on a tensor needs the value of 'cfg', which line 24 could not compute at compile "
             "time (name 'load_config' is not defined)") in r.stderr, r.stderr
     assert f"{p}:24:5: note: the opaque value 'cfg' was made here" in r.stderr
+
+
+VAE = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm import tqdm
+
+
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 40)
+        self.fc21 = nn.Linear(40, 8)
+        self.fc22 = nn.Linear(40, 8)
+        self.fc3 = nn.Linear(8, 40)
+        self.fc4 = nn.Linear(40, 784)
+
+    def encode(self, x):
+        h1 = F.relu(self.fc1(x))
+        return self.fc21(h1), self.fc22(h1)
+
+    def reparameterize(self, mu, logvar):
+        std = torch.exp(0.5 * logvar)
+        eps = torch.zeros_like(std)
+        return mu + eps * std
+
+    def decode(self, z):
+        return torch.sigmoid(self.fc4(F.relu(self.fc3(z))))
+
+    def forward(self, x):
+        mu, logvar = self.encode(x.view(-1, 784))
+        z = self.reparameterize(mu, logvar)
+        return self.decode(z), mu, logvar
+
+
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def loss_function(recon_x, x, mu, logvar):
+    BCE = F.binary_cross_entropy(recon_x, x.view(-1, 784), reduction='sum')
+    KLD = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return BCE + KLD
+
+
+def train(epoch, train_loader):
+    model.train()
+    train_loss = 0
+    for batch_idx, (data, _) in enumerate(tqdm(train_loader)):
+        optimizer.zero_grad()
+        recon_batch, mu, logvar = model(data)
+        loss = loss_function(recon_batch, data, mu, logvar)
+        loss.backward()
+        train_loss += loss.item()
+        optimizer.step()
+    print('====> Epoch: {} Average loss: {:.4f}'.format(epoch, train_loss / len(train_loader.dataset)))
+"""
+
+
+def test_unused_batch_variable_and_tqdm(tmp_path):
+    """`for batch_idx, (data, _) in enumerate(tqdm(train_loader))` (vae's loop, with a
+    progress bar): `_` is unused, so it is an i64[B] input the driver's --labels feed;
+    forward's input from data's --input (model(data)); train(epoch, train_loader) with
+    the module-level model and optimizer and no call site."""
+    p = tmp_path / "vae.py"
+    p.write_text(VAE)
+    r = ctc("check", p, "--input", "data=f32[16,1,28,28]")
+    assert r.returncode == 0, r.stderr
+    assert "entry forward -> f32[16,784], f32[16,8], f32[16,8]" in r.stdout
+    assert "entry train -> f32[]" in r.stdout
+    assert "note: line 52 (a running total of .item()) runs on the host only" in r.stdout
+    r = ctc("compile", p, "--input", "data=f32[16,1,28,28]", "--emit", "ir")
+    assert "func train(%data.0: f32[16,1,28,28], %_.1: i64[16])" in r.stdout, r.stdout[:2000]

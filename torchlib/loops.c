@@ -82,7 +82,7 @@ static int given(const LowerOptions *opt, const char *name) {
 }
 
 /* `for (data, target) in P`, `for i, (x, y) in enumerate(P)`, P a parameter
- * without --input (a loader, not a tensor). */
+ * without --input (a loader, not a tensor), possibly wrapped in tqdm(P). */
 static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
   if (s->kind != N_FOR || !s->b) return 0;
   Node *it = s->b, *tgt = s->a;
@@ -92,6 +92,10 @@ static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
     it = it->list.data[0];
     en = 1;
   }
+  /* a progress bar around the loader: tqdm(loader, desc=...), tqdm.tqdm(loader) */
+  if (it->kind == N_CALL && it->list.len >= 1 && (it->a->kind == N_NAME || it->a->kind == N_ATTR) &&
+      !strcmp(it->a->name, "tqdm"))
+    it = it->list.data[0];
   if (it->kind != N_NAME || !is_param(def, it->name) || given(opt, it->name)) return 0;
   lp->index = NULL;
   if (en) {
@@ -741,7 +745,11 @@ int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt,
     if (lp->nvars && !strcmp(opt->inputs[i].name, lp->vars[0]->name)) first = &opt->inputs[i].type;
   for (int v = 1; v < lp->nvars && first && first->ndim > 0; v++) {
     const char *var = lp->vars[v]->name;
-    if (given(opt, var) || !uses_class_loss(L, lp, lp->synth, var)) continue;
+    /* class indices, or a variable the body never uses (`for data, _ in loader`):
+     * i64[B], which the driver's --labels can feed */
+    int unused = 1;
+    for (int i = 0; i < lp->synth->body.len; i++) unused &= !mentions_any(lp->synth->body.data[i], &var, 1);
+    if (given(opt, var) || (!unused && !uses_class_loss(L, lp, lp->synth, var))) continue;
     Type t = {0};
     t.dtype = DT_I64;
     t.ndim = 1;
