@@ -419,3 +419,56 @@ def test_unused_batch_variable_and_tqdm(tmp_path):
     assert "note: line 52 (a running total of .item()) runs on the host only" in r.stdout
     r = ctc("compile", p, "--input", "data=f32[16,1,28,28]", "--emit", "ir")
     assert "func train(%data.0: f32[16,1,28,28], %_.1: i64[16])" in r.stdout, r.stdout[:2000]
+
+
+TUTORIAL = """import torch
+import torch.nn as nn
+import torch.optim as optim
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+net = Net()
+criterion = nn.CrossEntropyLoss()
+optimizer = optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+
+
+def train(trainloader, epoch):
+    running_loss = 0.0
+    for i, data in enumerate(trainloader, 0):
+        inputs, labels = data
+        optimizer.zero_grad()
+        outputs = net(inputs)
+        loss = criterion(outputs, labels)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+        if i % 2000 == 1999:
+            print(f'[{epoch + 1}, {i + 1:5d}] loss: {running_loss / 2000:.3f}')
+            running_loss = 0.0
+"""
+
+
+def test_tutorial_loop():
+    """The CIFAR tutorial's loop: `for i, data in enumerate(trainloader, 0): inputs,
+    labels = data`, a module-level `net`, `running_loss += loss.item()` and an `if`
+    that prints and resets it."""
+    r = ctc("check", "/dev/stdin", "--input", "inputs=f32[4,6]") if False else None
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "tut.py")
+        open(p, "w").write(TUTORIAL)
+        r = ctc("check", p, "--input", "inputs=f32[4,6]")
+        assert r.returncode == 0, r.stderr
+        assert "entry forward -> f32[4,3]" in r.stdout and "entry train -> f32[]" in r.stdout
+        assert "note: line 29 (a running total of .item()) runs on the host only" in r.stdout
+        assert "note: line 30 (if) runs on the host only; dropped from the compiled entry 'train'" in r.stdout
+        r = ctc("compile", p, "--input", "inputs=f32[4,6]", "--emit", "ir")
+        assert "func train(%inputs.0: f32[4,6], %labels.1: i64[4])" in r.stdout, r.stdout[:3000]

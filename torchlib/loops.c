@@ -54,6 +54,8 @@ typedef struct Loop {
   const char *acc[MAX_ACC]; /* evaluation: the sums, in order */
   int nacc;
   const char *notes;    /* the dropped lines, one a line */
+  NameVec hostnames;    /* a training loop's running totals of .item() (host values) */
+  Node *unpack;         /* `inputs, labels = data` first in the body: its names are the batch variables */
   Node *synth;          /* the entry's def */
   struct Loop *next;
 } Loop;
@@ -87,8 +89,8 @@ static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
   if (s->kind != N_FOR || !s->b) return 0;
   Node *it = s->b, *tgt = s->a;
   int en = 0;
-  if (it->kind == N_CALL && it->a->kind == N_NAME && !strcmp(it->a->name, "enumerate") && it->list.len == 1 &&
-      it->list2.len == 0) {
+  if (it->kind == N_CALL && it->a->kind == N_NAME && !strcmp(it->a->name, "enumerate") && it->list.len >= 1 &&
+      it->list.len + it->list2.len <= 2) { /* enumerate(loader[, start]) */
     it = it->list.data[0];
     en = 1;
   }
@@ -104,6 +106,15 @@ static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
     tgt = tgt->list.data[1];
   }
   lp->nvars = 0;
+  lp->unpack = NULL;
+  Node *first = s->body.len ? s->body.data[0] : NULL;
+  if (tgt->kind == N_NAME && first && first->kind == N_ASSIGN && first->list.len == 1 &&
+      (first->list.data[0]->kind == N_TUPLE || first->list.data[0]->kind == N_LIST) && first->a->kind == N_NAME &&
+      !strcmp(first->a->name, tgt->name)) {
+    /* for i, data in enumerate(loader): inputs, labels = data */
+    lp->unpack = first;
+    tgt = first->list.data[0];
+  }
   if (tgt->kind == N_NAME) lp->vars[lp->nvars++] = tgt;
   else if (tgt->kind == N_TUPLE || tgt->kind == N_LIST) {
     if (tgt->list.len > MAX_VARS) return 0;
@@ -465,6 +476,14 @@ static const char *callee_root(const Node *e) {
   return c && c->kind == N_NAME ? c->name : NULL;
 }
 
+/* In a training loop: `total += loss.item()` or `total = total + loss.item()`. */
+static int running_total(const Loop *lp, const Node *s) {
+  if (lp->eval) return 0;
+  if (is_accumulator(s)) return reads_host(s->b);
+  return s->kind == N_ASSIGN && s->list.len == 1 && s->list.data[0]->kind == N_NAME && reads_host(s->a) &&
+         mentions_any(s->a, &s->list.data[0]->name, 1);
+}
+
 /* Why statement s of the loop body runs on the host only (a note's words), or NULL. */
 static const char *host_only(L *L, Loop *lp, const Node *s) {
   switch (s->kind) {
@@ -482,9 +501,18 @@ static const char *host_only(L *L, Loop *lp, const Node *s) {
     return NULL;
   }
   case N_AUGASSIGN:
-  case N_ASSIGN:
-    return !lp->eval && s->kind == N_AUGASSIGN && is_accumulator(s) && reads_host(s->b) ? "a running total of .item()"
-                                                                                         : NULL;
+  case N_ASSIGN: {
+    if (running_total(lp, s)) return "a running total of .item()";
+    /* `running_loss = 0.0` after logging it: a running total's reset */
+    int all = s->kind == N_ASSIGN && s->list.len > 0;
+    for (int i = 0; all && i < s->list.len; i++) {
+      int host = 0;
+      for (int k = 0; k < lp->hostnames.len; k++)
+        host |= s->list.data[i]->kind == N_NAME && !strcmp(s->list.data[i]->name, lp->hostnames.data[k]);
+      all &= host;
+    }
+    return all ? "a running total of .item()" : NULL;
+  }
   case N_IF: {
     int any = 0;
     for (int k = 0; k < 2; k++) {
@@ -529,8 +557,13 @@ static Node *strip_items(L *L, Node *e) {
 
 /* The loop body, host-only lines dropped; an evaluation's sums lose their .item()s. */
 static void filter_body(L *L, Loop *lp, NodeVec *out) {
+  for (int i = 0; i < lp->forn->body.len; i++)
+    if (running_total(lp, lp->forn->body.data[i]))
+      vec_push(L->a, &lp->hostnames, lp->forn->body.data[i]->kind == N_ASSIGN ? lp->forn->body.data[i]->list.data[0]->name
+                                                                               : lp->forn->body.data[i]->a->name);
   for (int i = 0; i < lp->forn->body.len; i++) {
     Node *s = lp->forn->body.data[i];
+    if (s == lp->unpack) continue;
     const char *why = host_only(L, lp, s);
     if (why) {
       note(L, lp, s, why);
