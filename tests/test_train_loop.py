@@ -472,3 +472,50 @@ def test_tutorial_loop():
         assert "note: line 30 (if) runs on the host only; dropped from the compiled entry 'train'" in r.stdout
         r = ctc("compile", p, "--input", "inputs=f32[4,6]", "--emit", "ir")
         assert "func train(%inputs.0: f32[4,6], %labels.1: i64[4])" in r.stdout, r.stdout[:3000]
+
+
+MAIN_BLOCK = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(6, hidden)
+        self.fc2 = nn.Linear(hidden, 3)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def train(model, loader, opt, sched):
+    model.train()
+    for x, y in loader:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+if __name__ == "__main__":
+    net = Net(8)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=100)
+    for epoch in range(5):
+        train(net, [], opt, sched)
+"""
+
+
+def test_main_block_driver(tmp_path):
+    """The driver is an `if __name__ == "__main__":` block (never run by Python's
+    rules at compile time): its model Net(8), optimizer and a OneCycleLR stepped per
+    batch inside the loop body (so no scheduler_step entry)."""
+    p = tmp_path / "m.py"
+    p.write_text(MAIN_BLOCK)
+    r = ctc("check", p, "--input", "x=f32[4,6]")
+    assert r.returncode == 0, r.stderr
+    assert "entry train -> f32[]" in r.stdout and "scheduler_step" not in r.stdout
+    r = ctc("compile", p, "--input", "x=f32[4,6]", "--emit", "ir")
+    assert '; param "fc1.weight" : f32[8,6]' in r.stdout and '; param "opt.step" : f32[]' in r.stdout, r.stdout[:2000]
