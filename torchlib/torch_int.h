@@ -16,7 +16,8 @@
  *   optim.c     the update rules of Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam;
  *               LBFGS and optimizer.step(closure)
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
- *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries */
+ *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries
+ *   loops.c     the training loops people write: a `for ... in loader:` body as an entry */
 #ifndef CTC_TORCH_INT_H
 #define CTC_TORCH_INT_H
 
