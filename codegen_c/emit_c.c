@@ -593,6 +593,7 @@ static void emit_desc(Gen *g, Buf *b) {
               f->kind == FK_TRAIN      ? "CTC_ENTRY_TRAIN"
               : f->kind == FK_FUNCTION ? "CTC_ENTRY_FUNCTION"
               : f->kind == FK_SCHED    ? "CTC_ENTRY_SCHED"
+              : f->kind == FK_EVAL     ? "CTC_ENTRY_EVAL"
                                        : "CTC_ENTRY_FORWARD");
   }
   cg_puts(b, "};\n\n");

@@ -410,6 +410,12 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       fprintf(stdout, "  skipped %.*s\n", len, q);
       q = e ? e + 1 : NULL;
     }
+    for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
+      const char *e = strchr(q, '\n');
+      int len = e ? (int)(e - q) : (int)strlen(q);
+      fprintf(stdout, "  note: %.*s\n", len, q);
+      q = e ? e + 1 : NULL;
+    }
     return 0;
   }
   if (o.emit && !strcmp(o.emit, "ir")) {

@@ -142,6 +142,7 @@ typedef enum FuncKind {
   FK_TRAIN,        /* a training step: (data, labels) -> loss, updates parameters */
   FK_FUNCTION,     /* any other compiled function */
   FK_SCHED,        /* an LR scheduler step, run by the driver after every epoch */
+  FK_EVAL,         /* an evaluation step: (data, labels) -> per-batch sums (loss, correct count) */
 } FuncKind;
 
 typedef struct Func {
@@ -187,6 +188,7 @@ struct Program {
   const char *model_name;     /* C prefix: "net" (from the class, lower-cased) */
   const char *class_name;     /* the nn.Module class: "Net" */
   const char *skipped;        /* lowering: functions not taken as automatic entries, one a line with why */
+  const char *notes;          /* lowering: lines dropped from loop-body entries (host only), one a line */
   Vec(Param) params;          /* state_dict order */
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
   IrPassHook hook;            /* NULL: none */

@@ -146,8 +146,9 @@ PV *py_concat_str(L *L, Span at, const char *a, const char *b, int grow) {
   return r;
 }
 
-/* An operation on an opaque value: opaque, unless an operand is a run-time
- * host value (a staged tensor), which would need the opaque value compiled. */
+/* An operation on an opaque value: opaque (with its opaque operand's description), unless
+ * an operand is a run-time host value (a staged tensor), which would need the opaque
+ * value compiled. */
 static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *use) {
   PV *o = a && a->k == PV_OPAQUE ? a : b;
   if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))

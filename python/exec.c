@@ -40,7 +40,7 @@ void py_assign_target(L *L, Node *t, PV *v) {
     if (v->k == PV_OPAQUE) {   /* a, b = opaque: each an opaque value */
       for (int i = 0; i < t->list.len; i++) {
         Node *ti = t->list.data[i]->kind == N_STARRED ? t->list.data[i]->a : t->list.data[i];
-        py_assign_target(L, ti, pv_opaque(L, t->span, arena_printf(L->a, "%s[%d]", v->s, i)));
+        py_assign_target(L, ti, pv_opaque_from(L, t->span, v, arena_printf(L->a, "%s[%d]", v->s, i)));
       }
       return;
     }

@@ -78,7 +78,8 @@ typedef enum PVKind {
   PV_HOST,      /* a host value (t): a tensor */
   PV_HOSTC,     /* a host constant (dt): a dtype */
   PV_OPAQUE,    /* a value from a module ctc does not model (torchvision, numpy, os ...):
-                   s its expression ("transforms.Compose(...)"), origin where it was made;
+                   s its expression ("transforms.Compose(...)"), origin where it was made,
+                   i 1 when `what` describes it (pv_opaque_described);
                    attributes, calls, operators and subclassing give opaque values; only
                    a use that needs its value (a tensor operation, an int argument ...) is
                    an error, naming the use and the origin */
@@ -222,6 +223,10 @@ PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a P
 PV *pv_ns(L *L, const char *name);
 /* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */
 PV *pv_opaque(L *L, Span at, const char *expr);
+/* An opaque value standing for a value the compiled code does not get (a batch index,
+ * a name a failed statement left unbound), described by `what` ("batch index 'i' (...)");
+ * attributes, calls, operators and indexing of it give values with its description. */
+PV *pv_opaque_described(L *L, Span at, const char *expr, const char *what);
 PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr); /* derived from opaque src */
 /* A use of an opaque value that needs its value: a located error naming the use and the origin. */
 CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);

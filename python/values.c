@@ -264,10 +264,24 @@ PV *pv_opaque(L *L, Span at, const char *expr) {
   return v;
 }
 
+PV *pv_opaque_described(L *L, Span at, const char *expr, const char *what) {
+  PV *v = pv_opaque(L, at, expr);
+  v->what = what;
+  v->i = 1;
+  return v;
+}
+
 /* An opaque value made from opaque src (an attribute, call, index or operation of
- * it): a value whose description is src's own (not a module's: a loop's names, a
- * parameter read by script code) keeps naming that source and where it was made. */
+ * it): one described by pv_opaque_described (a batch index, a name a failed
+ * statement left unbound) stays that value; one whose description is its own
+ * (not a module's: a loop's names, a parameter read by script code) keeps naming
+ * that source and where it was made. */
 PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr) {
+  if (src && src->k == PV_OPAQUE && src->i) {
+    PV *v = pv_new(L, PV_OPAQUE);
+    *v = *src;
+    return v;
+  }
   PV *v = pv_opaque(L, at, expr);
   if (src && src->k == PV_OPAQUE && strncmp(src->what, "opaque value '", 14) != 0) {
     v->what = arena_printf(L->a, "value '%s' computed from the %s", expr, src->what);

@@ -106,6 +106,8 @@ enum {
   CTC_ENTRY_TRAIN = 1,
   CTC_ENTRY_FUNCTION = 2,
   CTC_ENTRY_SCHED = 3,   /* an LR scheduler's step(): no inputs or outputs; `train` calls it after every epoch */
+  CTC_ENTRY_EVAL = 4,    /* (data, labels) -> one-element sums over the batch (float: a loss sum, integer: a
+                            count of correct predictions); `train` adds them up over the test set */
 };
 
 typedef struct ctc_entry {

@@ -35,11 +35,17 @@
  * (--no-shuffle) or in the order of a permutation that depends only on --seed
  * and the epoch (ctc_drv_splitmix64 + Fisher-Yates; examples/train_torch.py draws the
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
- * Test accuracy: argmax of the first CTC_ENTRY_FORWARD entry's logits [B, C],
- * over the whole test set in batches of its B, the last one padded with zeros
- * (padded rows are ignored). After each epoch the LR schedulers' entries
- * (CTC_ENTRY_SCHED) run; one with an input (ReduceLROnPlateau.step(metrics)) gets
- * the mean cross-entropy of those logits on the test set, which is printed.
+ * Test accuracy: with an evaluation entry (CTC_ENTRY_EVAL: the loop body of a
+ * `test(model, device, test_loader)`, (data [B, ...], labels [B]) -> one-element
+ * sums), its integer outputs (correct counts) and float outputs (loss sums) added
+ * up over the whole test set in batches of its B, the last one padded with zero
+ * samples labelled -100 (PyTorch's ignore_index), divided by the number of
+ * samples: the accuracy and the test loss, which is printed. Otherwise argmax of
+ * the first CTC_ENTRY_FORWARD entry's logits [B, C], over the whole test set in
+ * batches of its B, the last one padded with zeros (padded rows are ignored), and
+ * as the test loss the mean cross-entropy of those logits. After each epoch the LR
+ * schedulers' entries (CTC_ENTRY_SCHED) run; one with an input
+ * (ReduceLROnPlateau.step(metrics)) gets the test loss.
  *
  * Checkpoints (--checkpoint DIR) are one safetensors file, DIR/checkpoint.safetensors,
  * replaced atomically (ctc_st_write: temporary file, fsync, rename), so the previous
@@ -95,10 +101,11 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --normalize MEAN,STD      (x - MEAN) / STD after the scaling (transforms.Normalize)\n"
           "  --limit N                 use only the first N samples of each data set\n"
           "  --test-data X, --test-labels Y\n"
-          "                            after each epoch, print the test accuracy: argmax of the\n"
-          "                            forward entry's logits over the whole test set; with a\n"
-          "                            ReduceLROnPlateau, the test loss (mean cross-entropy of\n"
-          "                            the logits) too, which its step() gets\n"
+          "                            after each epoch, print the test accuracy and loss from the\n"
+          "                            model's evaluation entry (the loop of its test() function),\n"
+          "                            or the accuracy from the argmax of the forward entry's\n"
+          "                            logits (with a ReduceLROnPlateau, also their mean cross-\n"
+          "                            entropy as the test loss, which its step() gets)\n"
           "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
           "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
           "  --checkpoint DIR          write DIR/checkpoint.safetensors (parameters, optimizer and\n"
@@ -223,6 +230,8 @@ typedef struct Train {
   void *in[3], **out;             /* buffers of the training entry (in[2]: the iteration, if it takes one) */
   union { int64_t i64; int32_t i32; float f32; double f64; } it; /* in[2]'s storage */
   void *fin, **fout;              /* buffers of the forward entry */
+  const ctc_entry *ev;            /* the evaluation entry used for the test set, or NULL */
+  void *ein[2], **eout;           /* its buffers */
   int64_t *order, *rows;          /* sample order of the epoch; 0..N-1 for the test set */
   FILE *log;                  /* logw.f: --log goes to a temporary file renamed at the end */
   ctc_wfile logw;
@@ -261,6 +270,10 @@ static void train_free(Train *t) {
   free(t->fin);
   for (int j = 0; t->fout && j < t->fwd->noutputs; j++) free(t->fout[j]);
   free(t->fout);
+  free(t->ein[0]);
+  free(t->ein[1]);
+  for (int j = 0; t->eout && j < t->ev->noutputs; j++) free(t->eout[j]);
+  free(t->eout);
   free(t->order);
   free(t->rows);
   free(t->ckpt);
@@ -320,6 +333,33 @@ static int find_train_entry(const ctc_model_desc *desc, const ctc_entry **out, c
 static const ctc_entry *find_forward_entry(const ctc_model_desc *desc) {
   for (int i = 0; i < desc->nentries; i++)
     if (desc->entries[i].kind == CTC_ENTRY_FORWARD) return &desc->entries[i];
+  return NULL;
+}
+
+static int is_int_dtype(ctc_dtype d) { return d == CTC_I64 || d == CTC_I32; }
+static int is_float_dtype(ctc_dtype d) { return d == CTC_F32 || d == CTC_F64; }
+
+/* The evaluation entry for the test set (an evaluation loop's body, `def test(model,
+ * device, test_loader)`): the first CTC_ENTRY_EVAL with (data [B, ...] shaped like the
+ * training data, integer labels [B]) -> one-element sums, float ones a loss sum and
+ * integer ones a count of correct predictions, that has the count (and the loss sum
+ * when a ReduceLROnPlateau needs the test loss); NULL when there is none. */
+static const ctc_entry *find_eval_entry(const ctc_model_desc *desc, const ctc_entry *step, int need_loss) {
+  for (int i = 0; i < desc->nentries; i++) {
+    const ctc_entry *e = &desc->entries[i];
+    if (e->kind != CTC_ENTRY_EVAL || e->ninputs != 2 || e->noutputs < 1) continue;
+    const ctc_tensor *x = &e->inputs[0], *y = &e->inputs[1];
+    if (x->ndim < 1 || x->shape[0] < 1 || per_sample(x) != per_sample(&step->inputs[0]) || y->ndim != 1 ||
+        y->shape[0] != x->shape[0] || !is_int_dtype(y->dtype))
+      continue;
+    int count = 0, loss = 0, ok = 1;
+    for (int j = 0; j < e->noutputs; j++) {
+      ok &= ctc_tensor_numel(&e->outputs[j]) == 1;
+      count |= is_int_dtype(e->outputs[j].dtype);
+      loss |= is_float_dtype(e->outputs[j].dtype);
+    }
+    if (ok && count && (loss || !need_loss)) return e;
+  }
   return NULL;
 }
 
@@ -615,7 +655,11 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
                     a->batch, (long long)t->batch, xin->name, e->name, ctc_dtype_name(xin->dtype),
                     ctc_format_shape(sh, sizeof sh, xin->ndim, xin->shape));
   t->fwd = find_forward_entry(desc);
-  if (a->test_data && (rc = check_forward_entry(t, err))) return rc;
+  int plateau = 0;
+  for (int i = 0; i < desc->nentries; i++)
+    plateau |= desc->entries[i].kind == CTC_ENTRY_SCHED && desc->entries[i].ninputs > 0;
+  if (a->test_data) t->ev = find_eval_entry(desc, e, plateau);
+  if (a->test_data && !t->ev && (rc = check_forward_entry(t, err))) return rc;
   int int_labels = yin->dtype == CTC_I64 || yin->dtype == CTC_I32;
   if (int_labels && per_sample(yin) == 1 && t->fwd && check_forward_entry(t, NULL) == CTC_OK)
     t->nclasses = t->fwd->outputs[0].shape[1];
@@ -630,7 +674,8 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
                     (long long)t->x.shape[0], (long long)t->batch);
   if (int_labels && (rc = labels_to_i64(a->labels, &t->y, t->nclasses, t->fwd ? t->fwd->name : "", err))) return rc;
   if (a->test_data) {
-    if ((rc = load_input_set(a->test_data, a->limit, t->fwd, &t->fwd->inputs[0], &t->tx, err))) return rc;
+    const ctc_entry *te = t->ev ? t->ev : t->fwd;
+    if ((rc = load_input_set(a->test_data, a->limit, te, &te->inputs[0], &t->tx, err))) return rc;
     if ((rc = load_set(a->test_labels, a->limit, 1, "test accuracy needs one label per sample", &t->ty, err)))
       return rc;
     if (t->tx.shape[0] != t->ty.shape[0])
@@ -675,7 +720,17 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   int64_t n = t->x.shape[0], tn = a->test_data ? t->tx.shape[0] : 0;
   t->order = malloc((size_t)n * sizeof *t->order);
   if (!t->order) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-  if (a->test_data) {
+  if (a->test_data && t->ev) {
+    for (int i = 0; i < 2; i++) {
+      size_t bytes = ctc_tensor_bytes(&t->ev->inputs[i]);
+      t->ein[i] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
+      if (!t->ein[i]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", t->ev->inputs[i].name);
+    }
+    t->rows = malloc((size_t)tn * sizeof *t->rows);
+    if (!t->rows) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < tn; i++) t->rows[i] = i;
+    if ((rc = ctc_drv_alloc_outputs(t->ev, &t->eout, err))) return rc;
+  } else if (a->test_data) {
     size_t bytes = ctc_tensor_bytes(&t->fwd->inputs[0]);
     t->fin = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     t->rows = malloc((size_t)tn * sizeof *t->rows);
@@ -785,8 +840,50 @@ static double cross_entropy_row(const unsigned char *row, ctc_dtype dt, int64_t 
   return mx + log(sum) - at;
 }
 
+/* Test accuracy (0..1) and mean loss with the evaluation entry: its sums over the
+ * test set in batches of its B, the last one padded with zero samples labelled
+ * -100 (PyTorch's ignore_index: nll_loss and cross_entropy leave them out, and no
+ * prediction equals them), divided by the number of samples. */
+static int evaluate_sums(Train *t, const TrainArgs *a, double *acc, double *loss, ctc_error *err) {
+  const ctc_entry *e = t->ev;
+  const ctc_tensor *xin = &e->inputs[0], *yin = &e->inputs[1];
+  int64_t fb = xin->shape[0], n = t->tx.shape[0];
+  double correct = 0, lsum = 0;
+  size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
+  for (int64_t start = 0; start < n; start += fb) {
+    int64_t m = n - start < fb ? n - start : fb;
+    int rc = ctc_dataset_gather(&t->tx, t->rows + start, m, xin->dtype, &a->xf, t->ein[0], err);
+    if (!rc) rc = ctc_dataset_gather(&t->ty, t->rows + start, m, yin->dtype, NULL, t->ein[1], err);
+    if (rc) {
+      ctc_error_prefix(err, a->test_data);
+      return rc;
+    }
+    memset((unsigned char *)t->ein[0] + (size_t)m * sample_bytes, 0, (size_t)(fb - m) * sample_bytes);
+    for (int64_t i = m; i < fb; i++) {
+      if (yin->dtype == CTC_I64) ((int64_t *)t->ein[1])[i] = -100;
+      else ((int32_t *)t->ein[1])[i] = -100;
+    }
+    rc = e->call(t->r.model, (const void *const *)t->ein, (void *const *)t->eout);
+    if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", e->name, ctc_strerror(rc), rc);
+    for (int j = 0; j < e->noutputs; j++) {
+      const void *o = t->eout[j];
+      switch (e->outputs[j].dtype) {
+      case CTC_F32: lsum += *(const float *)o; break;
+      case CTC_F64: lsum += *(const double *)o; break;
+      case CTC_I64: correct += (double)*(const int64_t *)o; break;
+      case CTC_I32: correct += *(const int32_t *)o; break;
+      default: break;
+      }
+    }
+  }
+  *acc = correct / (double)n;
+  *loss = lsum / (double)n;
+  return CTC_OK;
+}
+
 /* Test accuracy (0..1) and mean cross-entropy with the forward entry, in batches padded with zeros. */
 static int evaluate(Train *t, const TrainArgs *a, double *acc, double *loss, ctc_error *err) {
+  if (t->ev) return evaluate_sums(t, a, acc, loss, err);
   const ctc_entry *f = t->fwd;
   const ctc_tensor *xin = &f->inputs[0], *o = &f->outputs[0];
   int64_t fb = xin->shape[0], n = t->tx.shape[0], c = o->shape[1], correct = 0;
@@ -938,8 +1035,10 @@ static int end_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, c
   if (a->test_data && (rc = evaluate(t, a, &acc, &test_loss, err))) return rc;
   printf("epoch %lld: loss %.4f, %.0f samples/s", t->epoch, t->counted ? t->loss_sum / (double)t->counted : NAN,
          ms > 0 ? (double)(ran * t->batch) * 1e3 / ms : 0);
+  int eval_loss = 0;
+  for (int j = 0; t->ev && j < t->ev->noutputs; j++) eval_loss |= is_float_dtype(t->ev->outputs[j].dtype);
   if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
-  if (plateau) printf(", test loss %.6f", test_loss);
+  if (plateau || eval_loss) printf(", test loss %.6f", test_loss);
   if (t->counted < t->steps) printf(" (%lld step%s skipped)", t->steps - t->counted, t->steps - t->counted == 1 ? "" : "s");
   printf("\n");
   fflush(stdout);

@@ -54,6 +54,18 @@ def test_ctc_compiles_examples_leak_free(asan_ctc, tmp_path):
         assert r.returncode == 0, f"{p}:\n{r.stderr[-3000:]}"
 
 
+def test_training_loops_leak_free(asan_ctc, tmp_path):
+    """The loop-body entries (loops.c): a driver evaluated statement by statement,
+    one failing (its error silenced through a memory stream and a longjmp)."""
+    import test_train_loop
+    p = tmp_path / "drv.py"
+    p.write_text(test_train_loop.DRIVER.replace("SCALE", "scale"))
+    for args, rc in (([test_train_loop.FILE, "--input", "data=f32[4,1,12,12]"], 0), ([p, "--input", "x=f32[5,6]"], 1)):
+        r = subprocess.run([asan_ctc, "check", *args], capture_output=True, text=True, env=ENV, timeout=120)
+        clean(r, str(args[0]))
+        assert r.returncode == rc, r.stderr[-3000:]
+
+
 def test_ctc_diagnostics_leak_free(asan_ctc, tmp_path):
     cases = [(c[1], c[2], c[3]) for c in test_diagnostics.CASES]
     cases += [(src, (), want) for _, src, want in test_limits.CASES if want]

@@ -120,7 +120,7 @@ static void set_eval(PV *obj) {
 /* Does this function's body call backward(), step(), or a differentiation API
  * (autograd.grad, jvp, vjp, hvp, vhp, jacobian, hessian, jacrev, jacfwd,
  * unpack_dual, grad, grad_and_value)? */
-static int mentions_training(const Node *n) {
+int mentions_training(const Node *n) {
   static const char *const names[] = {"backward", "step", "grad", "jvp", "vjp", "hvp", "vhp", "jacobian",
                                       "hessian", "jacrev", "jacfwd", "unpack_dual", "grad_and_value"};
   if (!n) return 0;
@@ -164,16 +164,18 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
     PV *f = env_get(L->globals, name);
     if (!f || f->k != PV_FUNC)
       lower_error(L, top, "--entry %s: no module-level function of that name in the file", name);
-    stage_function(L, name, f, opt, examples);
+    if (!loop_stage(L, f->node, name, opt, examples, 1)) stage_function(L, name, f, opt, examples, 0, NULL);
   }
   if (opt->nentries) return;
   for (int i = 0; i < module->body.len; i++) {
     Node *s = module->body.data[i];
     /* private helpers (_name) and functions without parameters (a script's main)
      * are not entries unless named with --entry */
-    if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0 || !mentions_training(s)) continue;
+    if (s->kind != N_FUNCDEF || s->name[0] == '_' || s->list.len == 0) continue;
     PV *f = env_get(L->globals, s->name);
     if (!f || f->k != PV_FUNC || f->node != s) continue; /* redefined later */
+    if (loop_stage(L, s, s->name, opt, examples, 0)) continue; /* train(args, model, ..., loader, ...): its loop body */
+    if (!mentions_training(s)) continue;
     const char *why = entry_unknown_param(L, s, opt, examples);
     if (why) { /* train(args, model, device, loader, ...): a script's driver, not an entry */
       Program *P = L->T->prog;
@@ -181,7 +183,7 @@ static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top)
                                 s->name, s->span.line, why);
       continue;
     }
-    stage_function(L, s->name, f, opt, examples);
+    stage_function(L, s->name, f, opt, examples, 0, NULL);
   }
 }
 
@@ -345,6 +347,8 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
     else if (exv && exv->k == PV_TENSOR)
       t = exv->t->type;
     else if (p->b) break; /* remaining parameters keep their defaults */
+    else if (!entry && ex == 0 && !examples && loop_forward_input(L, opt))
+      t = *loop_forward_input(L, opt); /* model(data) in a training loop: data's --input */
     else if (!entry)
       lower_error(L, p->span,
                   "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
@@ -476,7 +480,9 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->env = L->globals;
   exec_block(L, L->globals, &module->body);
   Span top = file_span(src);
+  loops_prepare(L, module, opt);
   PV *model = pick_model(L, opt, module, top);
+  L->T->model = model;
   if (model) {
     L->T->prog->class_name = model->cls->s;
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, model->cls->s);
@@ -499,6 +505,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
   }
   stage_entries(L, module, opt, top);
+  loops_finish(L);
   if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "
                         "calls backward(), step() or a differentiation API (name one with --entry NAME)%s%s",

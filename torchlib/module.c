@@ -235,7 +235,9 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
       grads_zero(L, A->at, ps);
     }
     return pv_none(L);
-  case BI_MOD_TO: return self;
+  case BI_MOD_TO:
+  case BI_MOD_CUDA:
+  case BI_MOD_CPU: return self;
   case BI_MOD_DOUBLE:
   case BI_MOD_FLOAT:
     if (L->T->fn) lower_error(L, A->at, "module.%s() inside compiled code is not supported; call it at module level",

@@ -17,7 +17,8 @@
  *   optim.c     the update rules of Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam;
  *               LBFGS and optimizer.step(closure)
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
- *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries */
+ *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries
+ *   loops.c     the training loops people write: a `for ... in loader:` body as an entry */
 #ifndef CTC_TORCH_INT_H
 #define CTC_TORCH_INT_H
 
@@ -158,6 +159,11 @@ struct HostState {
   unsigned init_draws;   /* compile-time initialisations drawn so far (nn.init.orthogonal_'s seeds) */
   Vec(struct AttrUndo) attr_undo; /* self.x = tensor caches made while staging this entry */
   int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
+  /* loops.c: the training loops people write */
+  struct LoopState *loops; /* the functions whose loop body is an entry */
+  PV *model;             /* the model chosen (their `model` parameter when no call passes one) */
+  PV *backward_loss;     /* the last tensor .backward() was called on in the entry being staged */
+  const char *loop_entry; /* staging a loop body as this entry: .item() is an error */
 };
 extern const HostOps torch_host;   /* host.c */
 PV *layer_base_class(PV *cls);     /* host.c: the builtin layer a user class derives from, or NULL */
@@ -267,8 +273,22 @@ void param_table_grew(L *L);
  * def from `first` on, typed by --input NAME=... or the example tuple; parameters
  * with defaults and no shape end the list. entry: NULL for forward (messages). */
 PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOptions *opt, PV *examples, int *n);
-/* Stage a module-level function as an entry (train_step, ...). */
-void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples);
+/* Stage a module-level function as an entry (train_step, ...). loop: 0, or the
+ * body of a training loop (1: its output is the loss backward() was called on)
+ * or of an evaluation loop (2: it returns its sums, named outnames, FK_EVAL). */
+void stage_function(L *L, const char *name, PV *fn, const LowerOptions *opt, PV *examples, int loop,
+                    const char *const *outnames);
+/* lowering.c: does the tree call backward(), step() or a differentiation API? */
+int mentions_training(const Node *n);
+/* loops.c: the functions whose `for ... in loader:` body is an entry (after the
+ * module ran, before the model is chosen: a driver's model and optimizer are
+ * published as module-level names); loop_stage stages one (0: def is none). */
+typedef struct LoopState LoopState;
+void loops_prepare(L *L, Node *module, const LowerOptions *opt);
+int loop_is_entry(L *L, const Node *def);
+int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt, PV *examples, int named);
+const Type *loop_forward_input(L *L, const LowerOptions *opt);
+void loops_finish(L *L);
 
 /* ---- tensor.c ---- */
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */

@@ -763,6 +763,8 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     if (d && d->k == PV_DTYPE) return t_cast(L, at, x, d->dt);
     return x; /* .to(device) */
   }
+  case BI_T_CUDA:
+  case BI_T_CPU: return x; /* one device: the CPU the program runs on */
   case BI_T_TYPE_AS:
     bind_args(L, A, "other", a);
     return t_cast(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype);
@@ -789,6 +791,10 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   }
   case BI_T_ITEM:
     if (x->t->data && !x->t->slot) return ct_number(L, at, x);   /* a compile-time tensor's value, known here too */
+    if (L->T->loop_entry)
+      lower_error(L, at, "'.item()' reads a tensor's value on the host, which the loop body compiled as entry '%s' "
+                         "cannot do: there it can only be logged (print, an `if` of logging lines, `total += "
+                         "loss.item()`), lines ctc drops; use the tensor itself", L->T->loop_entry);
     /* In a training function, `return loss.item()` hands the scalar to the caller. */
     if (L->T->fn && L->T->fn->kind != FK_FORWARD && t.ndim == 0) return x;
     /* fall through */

@@ -643,6 +643,7 @@ PV *tensor_backward(L *L, PV *t, Args *A) {
   if (!ir_dtype_is_float(ir_type(L->T->fn, v)->dtype)) lower_error(L, A->at, "backward() needs a floating-point tensor");
   vec_push(L->a, &L->T->pending, v);
   vec_push(L->a, &L->T->pending_seed, seed);
+  L->T->backward_loss = t;
   return pv_none(L);
 }
 
@@ -707,7 +708,8 @@ static void persist_group_lrs(L *L, Span at) {
   }
 }
 
-void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV *examples) {
+void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV *examples, int loop,
+                    const char *const *outnames) {
   Node *def = fnv->node;
   Func *f = ir_func_new(L->T->prog, name, def->span);
   f->kind = FK_FUNCTION;
@@ -715,6 +717,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   f->grad_mode = L->T->grad_mode; /* e.g. torch.set_grad_enabled(False) at module level */
   L->T->pending.len = L->T->pending_seed.len = 0;
   L->T->zeroed = L->T->stepped = 0;
+  L->T->backward_loss = NULL;
   grads_reset(L);
   L->T->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(L->T->prog->params.len + 1));
   for (int i = 0; i < L->T->prog->params.len; i++) L->T->param_cur[i] = -1;
@@ -727,7 +730,14 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     L->stack_span[L->nstack] = def->span;
     L->stack_name[L->nstack] = name;
   }
+  L->T->loop_entry = loop ? name : NULL;
   PV *r = call_value(L, def->span, fnv, args, nargs, NULL, NULL, 0);
+  L->T->loop_entry = NULL;
+  if (loop == 1) { /* a training loop's body: its loss is the tensor backward() was called on */
+    if (!L->T->backward_loss)
+      lower_error(L, def->span, "the loop body compiled as '%s' calls no loss.backward()", name);
+    r = L->T->backward_loss;
+  }
   if (L->T->pending.len)
     lower_error(L, def->span, "'%s' calls backward() but no optimizer.step() uses the gradients", name);
   if (L->T->stepped) f->kind = FK_TRAIN;
@@ -742,12 +752,19 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     outs = r->items;
     nout = r->n;
   }
+  int kept = 0;
   for (int i = 0; i < nout; i++) {
+    /* an evaluation loop's sum of numbers (`total += target.size(0)`) is known
+     * to the driver (the samples it feeds): not an output */
+    if (loop == 2 && pv_is_num(outs[i])) continue;
     if (outs[i]->k != PV_TENSOR)
       lower_error(L, def->span, "'%s' must return tensors, but returned a %s", name, pv_kind_name(outs[i]));
     ir_add_output(L->T->prog, f, t_val(L, def->span, outs[i]),
-                  nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
+                  loop == 2 ? outnames[i]
+                  : nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
+    kept++;
   }
+  nout = kept;
   /* `./net train` drives (data, labels[, iteration]) -> loss steps, the iteration a
    * one-element number it counts (nanoGPT's iter_num); other updating functions (a
    * DQN update of (s, a, r, s2), ...) are entries run with `./net run` */
@@ -757,6 +774,13 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   if (f->kind == FK_TRAIN && ((nin != 2 && !counter) || nout < 1 || ir_type(f, f->outputs.data[0])->ndim != 0))
     f->kind = FK_FUNCTION;
   attr_cache_restore(L);
+  /* an evaluation loop's body: (data, labels) -> its sums over one batch, one
+   * element each, which `./net train` adds up over the test set */
+  if (loop == 2 && f->kind == FK_FUNCTION && nin == 2 && nout >= 1) {
+    f->kind = FK_EVAL;
+    for (int i = 0; i < nout; i++)
+      if (ir_numel(ir_type(f, f->outputs.data[i])) != 1) f->kind = FK_FUNCTION;
+  }
   L->T->fn = NULL;
   L->T->param_cur = NULL;
 }
