@@ -37,7 +37,8 @@
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
  * Test accuracy: with an evaluation entry (CTC_ENTRY_EVAL: the loop body of a
  * `test(model, device, test_loader)`, (data [B, ...], labels [B]) -> one-element
- * sums), its integer outputs (correct counts) and float outputs (loss sums) added
+ * sums: a correct count, a loss sum or both), its integer outputs (correct counts,
+ * printed as the accuracy when there is one) and float outputs (loss sums) added
  * up over the whole test set in batches of its B, the last one padded with zero
  * samples labelled -100 (PyTorch's ignore_index), divided by the number of
  * samples: the accuracy and the test loss, which is printed. Otherwise argmax of
@@ -251,6 +252,7 @@ typedef struct Train {
   int stop_signal;                /* SIGINT / SIGTERM seen after a step */
   int numeric_fault;              /* stopped by a non-finite loss or parameter */
   const char *prog;               /* for warnings */
+  int64_t eval_used;        /* test samples the evaluation entry's sums cover */
 } Train;
 
 /* Positions in "ctc.train.state". */
@@ -358,7 +360,7 @@ static const ctc_entry *find_eval_entry(const ctc_model_desc *desc, const ctc_en
       count |= is_int_dtype(e->outputs[j].dtype);
       loss |= is_float_dtype(e->outputs[j].dtype);
     }
-    if (ok && count && (loss || !need_loss)) return e;
+    if (ok && (count || loss) && (loss || !need_loss)) return e;   /* a VAE's test loop sums only a loss */
   }
   return NULL;
 }
@@ -849,6 +851,12 @@ static int evaluate_sums(Train *t, const TrainArgs *a, double *acc, double *loss
   const ctc_tensor *xin = &e->inputs[0], *yin = &e->inputs[1];
   int64_t fb = xin->shape[0], n = t->tx.shape[0];
   double correct = 0, lsum = 0;
+  /* Padded samples add to a loss that does not ignore label -100 (a VAE's sums
+   * only a loss): such an entry runs the full batches only. */
+  int count = 0;
+  for (int j = 0; j < e->noutputs; j++) count |= is_int_dtype(e->outputs[j].dtype);
+  if (!count && n >= fb) n = n / fb * fb;
+  t->eval_used = n;
   size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
   for (int64_t start = 0; start < n; start += fb) {
     int64_t m = n - start < fb ? n - start : fb;
@@ -1035,10 +1043,16 @@ static int end_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, c
   if (a->test_data && (rc = evaluate(t, a, &acc, &test_loss, err))) return rc;
   printf("epoch %lld: loss %.4f, %.0f samples/s", t->epoch, t->counted ? t->loss_sum / (double)t->counted : NAN,
          ms > 0 ? (double)(ran * t->batch) * 1e3 / ms : 0);
-  int eval_loss = 0;
-  for (int j = 0; t->ev && j < t->ev->noutputs; j++) eval_loss |= is_float_dtype(t->ev->outputs[j].dtype);
-  if (a->test_data) printf(", test accuracy %.2f%%", 100 * acc);
+  int eval_loss = 0, eval_count = 0;
+  for (int j = 0; t->ev && j < t->ev->noutputs; j++) {
+    eval_loss |= is_float_dtype(t->ev->outputs[j].dtype);
+    eval_count |= is_int_dtype(t->ev->outputs[j].dtype);
+  }
+  if (a->test_data && (!t->ev || eval_count)) printf(", test accuracy %.2f%%", 100 * acc);
   if (plateau || eval_loss) printf(", test loss %.6f", test_loss);
+  if (a->test_data && t->ev && t->eval_used < t->tx.shape[0])
+    printf(" (test samples %lld of %lld: the evaluation's B is %lld)", (long long)t->eval_used,
+           (long long)t->tx.shape[0], (long long)t->ev->inputs[0].shape[0]);
   if (t->counted < t->steps) printf(" (%lld step%s skipped)", t->steps - t->counted, t->steps - t->counted == 1 ? "" : "s");
   printf("\n");
   fflush(stdout);

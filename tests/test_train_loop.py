@@ -519,3 +519,77 @@ def test_main_block_driver(tmp_path):
     assert "entry train -> f32[]" in r.stdout and "scheduler_step" not in r.stdout
     r = ctc("compile", p, "--input", "x=f32[4,6]", "--emit", "ir")
     assert '; param "fc1.weight" : f32[8,6]' in r.stdout and '; param "opt.step" : f32[]' in r.stdout, r.stdout[:2000]
+
+
+# vae's layout: loops over module-level loaders in train(epoch) / test(epoch), a
+# `if i == 0:` block of reconstruction pictures in test(), a test loop summing only a loss
+VAE_GLOBAL = VAE.replace("from tqdm import tqdm\n", "from torchvision import datasets, transforms\n"
+                                                      "from torchvision.utils import save_image\n").replace(
+    "def train(epoch, train_loader):", "def train(epoch):").replace("enumerate(tqdm(train_loader))",
+                                                                    "enumerate(train_loader)") + """
+
+train_loader = torch.utils.data.DataLoader(datasets.MNIST('../data', train=True, download=True,
+                                                          transform=transforms.ToTensor()), batch_size=4)
+test_loader = torch.utils.data.DataLoader(datasets.MNIST('../data', train=False,
+                                                         transform=transforms.ToTensor()), batch_size=4)
+
+
+def test(epoch):
+    model.eval()
+    test_loss = 0
+    with torch.no_grad():
+        for i, (data, _) in enumerate(test_loader):
+            recon_batch, mu, logvar = model(data)
+            test_loss += loss_function(recon_batch, data, mu, logvar).item()
+            if i == 0:
+                n = min(data.size(0), 8)
+                comparison = torch.cat([data[:n], recon_batch.view(4, 1, 28, 28)[:n]])
+                save_image(comparison.cpu(), 'results/reconstruction_' + str(epoch) + '.png', nrow=n)
+    test_loss /= len(test_loader.dataset)
+    print('====> Test set loss: {:.4f}'.format(test_loss))
+
+
+if __name__ == "__main__":
+    for epoch in range(1, 3):
+        train(epoch)
+        test(epoch)
+"""
+
+
+def test_module_level_loaders_and_picture_block(tmp_path):
+    """Loops over module-level DataLoaders (train(epoch), test(epoch)); test()'s
+    `if i == 0:` block (assignments only it reads, save_image) is host-only; the
+    evaluation entry sums only a loss, so `./net train` prints the test loss and
+    no accuracy, over the full batches (padded samples would add to a loss that
+    ignores no label); its value is PyTorch's."""
+    p = tmp_path / "vae.py"
+    p.write_text(VAE_GLOBAL)
+    r = ctc("check", p, "--input", "data=f32[4,1,28,28]")
+    assert r.returncode == 0, r.stderr
+    assert "entry train -> f32[]" in r.stdout and "entry test -> f32[]" in r.stdout, r.stdout
+    assert "note: line 71 (if) runs on the host only; dropped from the compiled entry 'test'" in r.stdout, r.stdout
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe, "--input", "data=f32[4,1,28,28]"])
+    x = np.random.default_rng(0).random((10, 1, 28, 28)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", np.zeros(10, np.int64))
+    out = run([exe, "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", "1",
+               "--test-data", tmp_path / "x.npy", "--test-labels", tmp_path / "y.npy", "--save",
+               tmp_path / "w.safetensors"]).stdout
+    m = re.search(r"^epoch 1: loss \S+, \d+ samples/s, test loss (\S+) \(test samples 8 of 10: the evaluation's B is "
+                  r"4\)$", out, re.M)
+    assert m and "accuracy" not in out, out
+    stubs = {n: mock.MagicMock(name=n) for n in ("torchvision", "torchvision.datasets", "torchvision.transforms",
+                                                  "torchvision.utils")}
+    with mock.patch.dict(sys.modules, stubs), mock.patch.object(torch.utils.data, "DataLoader", mock.MagicMock()):
+        mod = load_module(str(p), "vae_global")
+    w = st_read(tmp_path / "w.safetensors")
+    mod.model.load_state_dict({k: torch.from_numpy(v) for k, v in w.items() if k in mod.model.state_dict()})
+    mod.model.eval()
+    want = 0.0
+    with torch.no_grad():
+        for i in (0, 4):
+            xb = torch.from_numpy(x[i:i + 4])
+            recon, mu, logvar = mod.model(xb)
+            want += mod.loss_function(recon, xb, mu, logvar).item()
+    compare("test loss", float(m.group(1)), want / 8, 1e-4, 1e-4)

@@ -83,9 +83,19 @@ static int given(const LowerOptions *opt, const char *name) {
   return 0;
 }
 
+/* A module-level loader the loop may iterate instead of a parameter
+ * (vae's `def train(epoch): for batch_idx, (data, _) in enumerate(train_loader)`):
+ * a global name whose value ctc does not model (a DataLoader). */
+static int global_loader(L *L, const Node *def, const char *name) {
+  if (is_param(def, name)) return 0;
+  PV *g = env_get(L->globals, name);
+  return g && g->k == PV_OPAQUE;
+}
+
 /* `for (data, target) in P`, `for i, (x, y) in enumerate(P)`, P a parameter
- * without --input (a loader, not a tensor), possibly wrapped in tqdm(P). */
-static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
+ * without --input (a loader, not a tensor) or a module-level loader,
+ * possibly wrapped in tqdm(P). */
+static int loop_pattern(L *L, Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
   if (s->kind != N_FOR || !s->b) return 0;
   Node *it = s->b, *tgt = s->a;
   int en = 0;
@@ -98,7 +108,8 @@ static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
   if (it->kind == N_CALL && it->list.len >= 1 && (it->a->kind == N_NAME || it->a->kind == N_ATTR) &&
       !strcmp(it->a->name, "tqdm"))
     it = it->list.data[0];
-  if (it->kind != N_NAME || !is_param(def, it->name) || given(opt, it->name)) return 0;
+  if (it->kind != N_NAME || !(is_param(def, it->name) || global_loader(L, def, it->name)) || given(opt, it->name))
+    return 0;
   lp->index = NULL;
   if (en) {
     if (tgt->kind != N_TUPLE || tgt->list.len != 2 || tgt->list.data[0]->kind != N_NAME) return 0;
@@ -129,17 +140,17 @@ static int loop_pattern(Node *s, Node *def, const LowerOptions *opt, Loop *lp) {
 }
 
 /* The for statement, at the top of the def's body or inside `with` blocks. */
-static int find_for(NodeVec *body, Node *def, const LowerOptions *opt, Loop *lp, int depth) {
+static int find_for(L *L, NodeVec *body, Node *def, const LowerOptions *opt, Loop *lp, int depth) {
   for (int i = 0; i < body->len; i++) {
     Node *s = body->data[i];
     if (depth >= MAX_PATH) return 0;
     lp->path[depth] = s;
-    if (loop_pattern(s, def, opt, lp)) {
+    if (loop_pattern(L, s, def, opt, lp)) {
       lp->npath = depth + 1;
       lp->forn = s;
       return 1;
     }
-    if (s->kind == N_WITH && find_for(&s->body, def, opt, lp, depth + 1)) return 1;
+    if (s->kind == N_WITH && find_for(L, &s->body, def, opt, lp, depth + 1)) return 1;
   }
   return 0;
 }
@@ -484,6 +495,19 @@ static int running_total(const Loop *lp, const Node *s) {
          mentions_any(s->a, &s->list.data[0]->name, 1);
 }
 
+/* Whether a, a statement inside the `if` s of the loop body, assigns only
+ * names that no other statement of the loop body mentions. */
+static int if_local(const Loop *lp, const Node *s, const Node *a) {
+  if (a->kind != N_ASSIGN || a->list.len == 0) return 0;
+  for (int t = 0; t < a->list.len; t++) {
+    const Node *n = a->list.data[t];
+    if (n->kind != N_NAME) return 0;
+    for (int i = 0; i < lp->forn->body.len; i++)
+      if (lp->forn->body.data[i] != s && mentions_any(lp->forn->body.data[i], &n->name, 1)) return 0;
+  }
+  return 1;
+}
+
 /* Why statement s of the loop body runs on the host only (a note's words), or NULL. */
 static const char *host_only(L *L, Loop *lp, const Node *s) {
   switch (s->kind) {
@@ -514,13 +538,19 @@ static const char *host_only(L *L, Loop *lp, const Node *s) {
     return all ? "a running total of .item()" : NULL;
   }
   case N_IF: {
+    /* an `if` of host-only lines, and of assignments that only they read (vae's
+     * `if i == 0: n = min(data.size(0), 8); comparison = torch.cat(...);
+     * save_image(comparison, ...)`) */
     int any = 0;
     for (int k = 0; k < 2; k++) {
       const NodeVec *b = k ? &s->orelse : &s->body;
       for (int i = 0; i < b->len; i++) {
         if (b->data[i]->kind == N_PASS) continue;
-        if (!host_only(L, lp, b->data[i])) return NULL;
-        any = 1;
+        if (host_only(L, lp, b->data[i])) {
+          any = 1;
+          continue;
+        }
+        if (!if_local(lp, s, b->data[i])) return NULL;
       }
     }
     return any ? "if" : NULL;
@@ -647,7 +677,7 @@ void loops_prepare(L *L, Node *module, const LowerOptions *opt) {
     Loop lp;
     memset(&lp, 0, sizeof lp);
     lp.def = s;
-    if (!find_for(&s->body, s, opt, &lp, 0)) continue;
+    if (!find_for(L, &s->body, s, opt, &lp, 0)) continue;
     /* an example tensor for the iterated parameter: a tensor iterated, not a loader */
     PV *ex = examples && examples->k == PV_DICT ? pv_dict_get(examples, pv_str(L, s->name)) : NULL;
     if (ex && ex->k == PV_TENSOR) ex = pv_tuple(L, &ex, 1);
