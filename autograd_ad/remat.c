@@ -49,6 +49,7 @@ static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, in
 
 void ad_remat_init(Ad *ad, int fwd_end) {
   Func *f = ad->f;
+  if (ad->p->no_remat) return;   /* ad->remat stays NULL: ad_remat is the identity */
   int nv = f->values.len;
   ad->fwd_end = fwd_end;
   ad->nv0 = nv;

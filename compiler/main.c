@@ -32,6 +32,8 @@ static const char *usage =
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
+    "  --no-remat              training: keep the forward values backward reads instead of recomputing\n"
+    "                          cheap elementwise ones there (more memory, less arithmetic)\n"
     "  --model EXPR            the model: an nn.Module class or module-level instance by name,\n"
     "                          or a Python expression in the file's namespace ('GPT(GPTConfig(n_layer=4))')\n"
     "                          (default: the module-level `model`, else the instance the entries use,\n"
@@ -126,6 +128,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->stats = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
+    } else if (!strcmp(s, "--no-remat")) {
+      o->lower.no_remat = 1;
     } else if (!strcmp(s, "--no-blas")) {
       o->no_blas = 1;
     } else if (!strcmp(s, "--no-openmp")) {

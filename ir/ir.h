@@ -198,6 +198,7 @@ struct Program {
    * reports it as a user error there (it must not return). NULL: a ctc bug. */
   void (*type_error)(void *ctx, Span at, const char *msg);
   void *type_error_ctx;
+  int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
 };
 
 /* ---- builder (builder.c) ------------------------------------------------ */

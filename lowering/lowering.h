@@ -30,6 +30,7 @@ typedef struct LowerOptions {
   const char *const *entries; /* --entry NAME: module-level functions to compile as entries;
                                  none given: every function that calls backward()/step()/
                                  torch.autograd.grad */
+  int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
   IrPassHook hook;          /* set on the Program before staging (AD sweeps report to it) */
   void *hook_ctx;
 } LowerOptions;

@@ -540,6 +540,10 @@ def test_gelu_rematerialised_in_backward(tmp_path):
     ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[8,16]", "--input", "y=i64[8]")["train_step"]
     tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
     assert len(tanh) >= 2 and all("(local)" in line for line in tanh), tanh
+    # --no-remat: the forward's tanh is stored for backward, which reads it
+    ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[8,16]", "--input", "y=i64[8]", "--no-remat")["train_step"]
+    tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
+    assert len(tanh) == 1 and "(local)" not in tanh[0], tanh
     from test_optim_more import train_paired
     src = GELU_MLP + ("\nexample_inputs = {'forward': (torch.randn(8, 16),), "
                       "'train_step': (torch.randn(8, 16), torch.randint(0, 4, (8,)))}\n")
