@@ -549,3 +549,18 @@ def test_gelu_rematerialised_in_backward(tmp_path):
                       "'train_step': (torch.randn(8, 16), torch.randint(0, 4, (8,)))}\n")
     train_paired(tmp_path, src, "gelu_remat", steps=3,
                  make_batch=lambda r: (r.standard_normal((8, 16)), r.integers(0, 4, (8,))))
+
+
+def test_mask_hoisted_attention_one_row_kernel(tmp_path):
+    """The causal mask's `mask == 0` (a buffer compared with a literal) is hoisted
+    to the front of the entry (ir/hoist.c), so the scaled scores, the mask select
+    and the softmax of each attention are one row kernel: the scaled scores are a
+    local of that loop, never stored."""
+    src = open(os.path.join(BENCH, "gpt.py")).read()
+    ks = kernels_of(tmp_path, src, "--model", "GPT", "--input", "idx=i64[2,128]")["forward"]
+    rows = [k for k in ks if k.startswith("row over f32[2,4,128,128]")]
+    assert len(rows) == 4, rows
+    for k in rows:
+        assert re.search(r"= mul \(local\) : f32\[2,4,128,128\]  \[loop 0\]    ; line 27", k), k
+        assert re.search(r"= where \(row array\) : f32\[2,4,128,128\]  \[loop 0\]    ; line 28", k), k
+    assert ks[1].startswith("elementwise over bool[1,1,128,128]"), ks[:3]   # the 4 masks' compares, first
