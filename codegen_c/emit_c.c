@@ -491,6 +491,11 @@ static void emit_init(Gen *g, Buf *b) {
       cg_printf(b, "  memset(A + %lld, 0, %lld);\n", (ll)off, (ll)(n * (int64_t)ir_dtype_size(t->dtype)));
       break;
     }
+    if (pr->init_zero_row1 > 0 && t->ndim >= 1 && pr->init_zero_row1 <= t->dims[0]) {
+      int64_t row = n / t->dims[0] * (int64_t)ir_dtype_size(t->dtype);
+      cg_printf(b, "  memset(A + %lld, 0, %lld);  /* padding_idx %lld: a zero row */\n",
+                (ll)(off + (pr->init_zero_row1 - 1) * row), (ll)row, (ll)(pr->init_zero_row1 - 1));
+    }
   }
   cg_puts(b, "  return CTC_OK;\n}\n\n");
   cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);

@@ -172,6 +172,8 @@ typedef struct Param {
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
+  int64_t init_zero_row1;     /* 0, or 1 + a row (first axis) <model>_init sets to 0 after the
+                                 fill: nn.Embedding(padding_idx) */
   Span loc;                   /* where it was created */
 } Param;
 enum { PINIT_ZERO, PINIT_CONST, PINIT_UNIFORM, PINIT_NORMAL, PINIT_DATA };

@@ -677,3 +677,34 @@ def test_activation_tails_relative_accuracy(tmp_path):
     outs = run_forward(str(tmp_path), str(path), mod.model, [x])
     for got, want in zip(outs, mod.model(mod.example_inputs[0])):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=0)
+
+
+def test_embedding_padding_row_zero_at_init(tmp_path):
+    """nn.Embedding(padding_idx=p): _init zeroes row p after the normal fill, as
+    PyTorch's reset_parameters does (negative p counts from the end); a later
+    nn.init.* call on the weight refills that row too."""
+    src = tmp_path / "m.py"
+    src.write_text('''import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, padding_idx=2)
+        self.neg = nn.Embedding(6, 3, padding_idx=-1)
+        self.re = nn.Embedding(5, 2, padding_idx=0)
+        nn.init.normal_(self.re.weight)
+
+    def forward(self, i):
+        return self.emb(i).sum() + self.neg(i % 6).sum() + self.re(i % 5).sum()
+''')
+    exe = tmp_path / "net"
+    run([CTC, "build", src, "-o", exe, "--input", "i=i64[3]"])
+    np.save(tmp_path / "i.npy", np.array([1, 2, 3], np.int64))
+    run([exe, "run", "forward", "--input", tmp_path / "i.npy", "--output", tmp_path / "o.npy",
+         "--save", tmp_path / "w.safetensors"])
+    w = st_read(tmp_path / "w.safetensors")
+    rows = lambda a: [bool(np.all(r == 0)) for r in a]
+    assert rows(w["emb.weight"]) == [k == 2 for k in range(10)], w["emb.weight"]
+    assert rows(w["neg.weight"]) == [k == 5 for k in range(6)], w["neg.weight"]
+    assert not any(rows(w["re.weight"])), w["re.weight"]   # normal_ after construction: PyTorch's row 0 is not zero

@@ -343,6 +343,12 @@ PV *layer_embedding_new(L *L, PV *cls, Args *A) {
   env_set(L, o->attrs, "padding_idx", a[2] ? a[2] : pv_none(L));
   PV *w = new_param(L, at, o, "weight", DT_F32, 2, d, PINIT_NORMAL, 0, 1);
   if (sparse && w && w->k == PV_TENSOR && w->t->slot) w->t->slot->sparse_grad = 1;
+  if (a[2] && a[2]->k != PV_NONE && w && w->k == PV_TENSOR && w->t->slot) {
+    int64_t p = arg_int(L, at, a[2], "padding_idx");
+    if (p < -d[0] || p >= d[0])
+      lower_error(L, at, "padding_idx %lld is out of range for %lld embeddings", (long long)p, (long long)d[0]);
+    w->t->slot->zero_row1 = (p < 0 ? p + d[0] : p) + 1;   /* PyTorch zeroes that row after normal_ */
+  }
   return o;
 }
 

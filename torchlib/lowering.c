@@ -93,6 +93,7 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
       p.init_a = s->init_a;
       p.init_b = s->init_b;
       p.init_data = s->data;
+      p.init_zero_row1 = s->zero_row1;
       p.loc = s->loc;
       s->index = L->T->prog->params.len;
       vec_push(L->a, &L->T->prog->params, p);

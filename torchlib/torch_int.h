@@ -106,6 +106,8 @@ typedef struct Slot {
   double *data;          /* PINIT_DATA values */
   int index;             /* Program.params index once the state_dict is built, else -1 */
   int frozen;            /* requires_grad = False: optimizers skip it */
+  int64_t zero_row1;     /* nn.Embedding(padding_idx): 1 + the row _init zeroes after the fill, as
+                            PyTorch's reset_parameters does (0: none); an nn.init.* call clears it */
   int sparse_grad;       /* weight of nn.Embedding(sparse=True) / F.embedding(sparse=True): PyTorch's
                             gradient is sparse (SparseAdam takes it; clip_grad_norm_ does not scale it) */
   Span loc;

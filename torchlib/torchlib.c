@@ -391,6 +391,7 @@ static PV *init_fn(L *L, int bi, Args *A) {
   Slot *s = a[0]->t->slot;
   if (!s) lower_error(L, A->at, "nn.init functions need a parameter");
   if (L->T->fn) lower_error(L, A->at, "nn.init inside compiled code is not supported");
+  s->zero_row1 = 0;   /* the new fill covers the padding row too */
   Type t = s->type;
   int64_t fan_in = t.ndim >= 2 ? ir_numel(&t) / t.dims[0] : t.dims[0];
   int64_t fan_out = t.ndim >= 2 ? ir_numel(&t) / t.dims[1] : t.dims[0];
