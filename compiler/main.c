@@ -47,7 +47,7 @@ static const char *usage =
     "                          repeatable; wins over example_inputs in the file\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
-    "                          ad_forward, dce, hoist, or all); repeatable\n"
+    "                          ad_forward, unslice, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
@@ -115,11 +115,11 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
-      static const char *const passes[] = {"ad_reverse", "ad_forward", "dce", "hoist", "lower", "all"};
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "dce", "hoist", "lower", "all"};
       int ok = 0;
       for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
       if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
-        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, dce, hoist%s or all)", pass, s,
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, dce, hoist%s or all)", pass, s,
                    s[7] == 'a' ? ", lower" : "");
         return -1;
       }
@@ -389,6 +389,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   verify(p, "lowering");
   for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
   /* the pass pipeline */
+  run_pass(p, "unslice", ir_pass_unslice);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);
   if (!strcmp(o.cmd, "check")) {

@@ -222,6 +222,9 @@ static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; 
 /* Report a pass (or AD sweep) starting (after = 0) or done (1) to p->hook. */
 void ir_pass_event(Program *p, const Func *f, const char *pass, int after);
 /* Remove instructions marked dead (values keep their ids). */
+/* unslice.c: an ADD of UNSLICEs that tile one axis becomes their CONCAT (the
+ * gradient of a value split into pieces); run before DCE. */
+void ir_pass_unslice(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);

@@ -32,6 +32,12 @@ static void collect_params(L *L, Span at, PV *obj, PV *out, PV *seen, int depth)
   }
 }
 
+PV *module_parameters(L *L, Span at, PV *obj) {
+  PV *out = pv_list(L, NULL, 0);
+  collect_params(L, at, obj, out, pv_dict(L), 0);
+  return out;
+}
+
 static void collect_modules(L *L, Span at, PV *obj, PV *out, PV *seen, int depth) {
   depth_check(L, at, depth);
   pv_list_append(L, out, obj);

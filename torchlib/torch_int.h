@@ -262,6 +262,8 @@ const char *global_name(L *L, PV *v, const char *dflt);
 void stage_scheduler_entries(L *L);
 PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 /* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
+/* module.c: model.parameters() as a list (each parameter once). */
+PV *module_parameters(L *L, Span at, PV *obj);
 void grads_zero(L *L, Span at, PV *params);
 PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */
 /* State tensors of a training entry (optimizer buffers, the RNG offset): found by

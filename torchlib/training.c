@@ -441,6 +441,13 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   if (L->T->pending.len == 0) return;
   PV *list = pv_list(L, NULL, 0), *seen = pv_dict(L);
   for (int i = 0; extra && i < extra->n; i++) wrt_add(L, at, list, seen, extra->items[i]);
+  /* every parameter of the model too: the pending losses are consumed by this
+   * sweep, so a later `p.grad` of another parameter must find its gradient here
+   * (model.zero_grad(); loss.backward(); w.grad, b.grad without an optimizer) */
+  if (L->T->model && pv_is_module(L->T->model)) {
+    PV *ps = module_parameters(L, at, L->T->model);
+    for (int k = 0; k < ps->n; k++) wrt_add(L, at, list, seen, ps->items[k]);
+  }
   for (int i = 0; i < L->globals->vals.len; i++) {
     PV *o = L->globals->vals.data[i];
     if (!opt_is_optimizer(o)) continue;
