@@ -13,7 +13,7 @@ times
   ctc:   `./net bench ENTRY --iters K --warmup W --int-max C` (random inputs;
          integers in [0, C), C = the classes of the forward output, which is also
          the vocabulary for gpt), with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
-         --threads (the program sets OPENBLAS_CORETYPE and OMP_WAIT_POLICY itself);
+         --threads (the program sets OPENBLAS_CORETYPE itself; libgomp's default wait policy);
   torch: Debian's PyTorch (/usr/bin/python3) eager, **tuned**: OMP_WAIT_POLICY=passive,
          OPENBLAS_CORETYPE from the CPU's flags (AVX-512 -> SkylakeX, AVX2+FMA ->
          Haswell, as the generated driver chooses it), torch.set_num_threads(--threads);
