@@ -576,13 +576,7 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
 }
 
 /* Whether v reads a folded (strided) view: itself or through reshapes. */
-static int reads_folded(CgFunc *c, ValId v) {
-  for (;;) {
-    if (c->s->fold[v]) return 1;
-    if (!ir_is_view(c->f, v)) return 0;
-    v = c->f->insts.data[c->f->values.data[v].def].args[0];
-  }
-}
+static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
 
 /* A GEMM over operands some of which are folded views (kernels/: a slice of
  * the fused q/k/v projection, a head transpose): each operand read in place

@@ -84,6 +84,9 @@ typedef struct KnLayout {
 /* v's layout; -1 if a reshape in its chain cannot be expressed with strides.
  * s may be NULL (only reshape/detach views then). */
 int kn_layout(const Func *f, const KnSchedule *s, ValId v, KnLayout *l);
+/* The stored value whose memory v reads: v itself, or the root of its chain of
+ * views (reshape, detach and, with s, folded slices and permutes). */
+ValId kn_root(const Func *f, const KnSchedule *s, ValId v);
 /* How a GEMM reads operand v (type t, layout l; `trans` = the MATMUL's
  * transpose attribute for it): as a row-major matrix with leading dimension
  * *ld, transposed for BLAS if *blas_t. -1 if the last two axes have no unit

@@ -182,8 +182,7 @@ static void fold_views(Arena *A, const Func *f, KnSchedule *s, int fuse) {
   }
 }
 
-/* The storage root of v: the value it is a view of (RESHAPE/DETACH chains), or v. */
-static ValId root_of(const Func *f, const KnSchedule *s, ValId v) {
+ValId kn_root(const Func *f, const KnSchedule *s, ValId v) {
   while (ir_is_view(f, v) || is_folded(s, v)) v = def_of(f, v)->args[0];
   return v;
 }
@@ -219,13 +218,13 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
       if (ir_is_view(f, in->res) || is_folded(s, in->res)) continue;   /* a view reads nothing; its readers do */
       for (int a = 0; a < in->nargs && ok; a++) {
         ValId x = in->args[a];
-        if (root_of(f, s, x) != pv) continue;
+        if (kn_root(f, s, x) != pv) continue;
         if (s->kernel_of[i] > k) ok = 0;
         else if (s->kernel_of[i] == k) ok = same_shape(&f->values.data[x].type, &kn->space);
       }
     }
-    for (int o = 0; o < f->outputs.len && ok; o++) ok = root_of(f, s, f->outputs.data[o]) != pv;
-    for (int o = 0; o < f->updates.len && ok; o++) ok = o == u || root_of(f, s, f->updates.data[o]) != pv;
+    for (int o = 0; o < f->outputs.len && ok; o++) ok = kn_root(f, s, f->outputs.data[o]) != pv;
+    for (int o = 0; o < f->updates.len && ok; o++) ok = o == u || kn_root(f, s, f->updates.data[o]) != pv;
     if (ok) into[v] = P;
   }
   return into;

@@ -78,14 +78,12 @@ void kn_stats(FILE *out, const Program *p, const MemPlan *mp, const Func *f, con
         !ir_is_view(f, r) && !s->fold[r] && (!fp->hints.update_into || fp->hints.update_into[r] < 0))
       born[r] = dies[r] = s->kernel_of[i];
     for (int k = 0; k < in->nargs; k++) {
-      ValId a = in->args[k];
-      while (ir_is_view(f, a) || s->fold[a]) a = f->insts.data[f->values.data[a].def].args[0];
+      ValId a = kn_root(f, s, in->args[k]);
       if (born[a] >= 0 && dies[a] < s->kernel_of[i]) dies[a] = s->kernel_of[i];
     }
   }
   for (int k = 0; k < f->outputs.len + f->updates.len; k++) {
-    ValId a = k < f->outputs.len ? f->outputs.data[k] : f->updates.data[k - f->outputs.len];
-    while (ir_is_view(f, a) || s->fold[a]) a = f->insts.data[f->values.data[a].def].args[0];
+    ValId a = kn_root(f, s, k < f->outputs.len ? f->outputs.data[k] : f->updates.data[k - f->outputs.len]);
     if (born[a] >= 0) dies[a] = nk - 1;
   }
   int grad_kernel = first_grad < ni ? s->kernel_of[first_grad] : nk;

@@ -564,7 +564,11 @@ PV *nnf_scaled_dot_product_attention(L *L, PV *fn, Args *A) {
 
 /* ---- transformer encoder ----------------------------------------------------------- */
 
-PV *nn_tel_new(L *L, PV *cls, Args *A) {
+/* TransformerEncoderLayer / TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
+ * dropout=0.1, activation=relu, layer_norm_eps=1e-5, batch_first=False, norm_first=False):
+ * self_attn (and, for a decoder, multihead_attn: cross-attention), linear1, dropout,
+ * linear2, norm1..n, dropout1..n (n = 2, or 3 for a decoder), in PyTorch's order */
+static PV *transformer_layer_new(L *L, PV *cls, Args *A, int decoder) {
   PV *a[10], *o = seq_layer_new(L, cls, A);
   Span at = A->at;
   bind_args(L, A, "d_model,nhead,dim_feedforward=,dropout=,activation=,layer_norm_eps=,batch_first=,norm_first=,device=,dtype=",
@@ -580,6 +584,8 @@ PV *nn_tel_new(L *L, PV *cls, Args *A) {
   PV *ma[2] = {pv_int(L, dm), pv_int(L, nh)}, *mk[2] = {pp, bfv};
   const char *mkn[2] = {"dropout", "batch_first"};
   module_setattr(L, at, o, "self_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
+  if (decoder)
+    module_setattr(L, at, o, "multihead_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
   PV *l1[2] = {pv_int(L, dm), pv_int(L, ff)}, *l2[2] = {pv_int(L, ff), pv_int(L, dm)};
   module_setattr(L, at, o, "linear1", make_child(L, at, BI_C_LINEAR, l1, 2, NULL, NULL, 0));
   module_setattr(L, at, o, "dropout", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
@@ -587,13 +593,16 @@ PV *nn_tel_new(L *L, PV *cls, Args *A) {
   set_attr(L, o, "norm_first", pv_bool(L, nf));
   PV *dmv = pv_int(L, dm), *ev = pv_float(L, eps);
   const char *en[1] = {"eps"};
-  module_setattr(L, at, o, "norm1", make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
-  module_setattr(L, at, o, "norm2", make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
-  module_setattr(L, at, o, "dropout1", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
-  module_setattr(L, at, o, "dropout2", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
+  int n = decoder ? 3 : 2;
+  for (int i = 1; i <= n; i++)
+    module_setattr(L, at, o, arena_printf(L->a, "norm%d", i), make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
+  for (int i = 1; i <= n; i++)
+    module_setattr(L, at, o, arena_printf(L->a, "dropout%d", i), make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
   module_setattr(L, at, o, "activation", act);
   return o;
 }
+
+PV *nn_tel_new(L *L, PV *cls, Args *A) { return transformer_layer_new(L, cls, A, 0); }
 
 static PV *child(L *L, Span at, PV *o, const char *name, PV *x) {
   PV *m = attr(o, name);
@@ -689,40 +698,7 @@ PV *nn_te_forward(L *L, PV *o, Args *A) {
 
 /* ---- transformer decoder and nn.Transformer ---------------------------------------- */
 
-/* TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
- * layer_norm_eps=1e-5, batch_first=False, norm_first=False): the encoder layer's children
- * plus multihead_attn (cross-attention), norm3 and dropout3, in PyTorch's order */
-PV *nn_tdl_new(L *L, PV *cls, Args *A) {
-  PV *a[10], *o = seq_layer_new(L, cls, A);
-  Span at = A->at;
-  bind_args(L, A, "d_model,nhead,dim_feedforward=,dropout=,activation=,layer_norm_eps=,batch_first=,norm_first=,device=,dtype=",
-            a);
-  int64_t dm = arg_int(L, at, a[0], "d_model"), nh = arg_int(L, at, a[1], "nhead");
-  int64_t ff = a[2] ? arg_int(L, at, a[2], "dim_feedforward") : 2048;
-  double p = a[3] ? arg_num(L, at, a[3], "dropout") : 0.1, eps = a[5] ? arg_num(L, at, a[5], "layer_norm_eps") : 1e-5;
-  int bf = a[6] && arg_bool(L, at, a[6], "batch_first"), nf = a[7] && arg_bool(L, at, a[7], "norm_first");
-  PV *act = a[4] ? a[4] : pv_str(L, "relu");
-  if (act->k == PV_STR && strcmp(act->s, "relu") && strcmp(act->s, "gelu"))
-    lower_error(L, at, "activation should be relu/gelu, not %s", act->s);
-  PV *pp = pv_float(L, p), *bfv = pv_bool(L, bf);
-  PV *ma[2] = {pv_int(L, dm), pv_int(L, nh)}, *mk[2] = {pp, bfv};
-  const char *mkn[2] = {"dropout", "batch_first"};
-  module_setattr(L, at, o, "self_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
-  module_setattr(L, at, o, "multihead_attn", make_child(L, at, BI_C_MULTIHEADATTENTION, ma, 2, mkn, mk, 2));
-  PV *l1[2] = {pv_int(L, dm), pv_int(L, ff)}, *l2[2] = {pv_int(L, ff), pv_int(L, dm)};
-  module_setattr(L, at, o, "linear1", make_child(L, at, BI_C_LINEAR, l1, 2, NULL, NULL, 0));
-  module_setattr(L, at, o, "dropout", make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
-  module_setattr(L, at, o, "linear2", make_child(L, at, BI_C_LINEAR, l2, 2, NULL, NULL, 0));
-  set_attr(L, o, "norm_first", pv_bool(L, nf));
-  PV *dmv = pv_int(L, dm), *ev = pv_float(L, eps);
-  const char *en[1] = {"eps"};
-  for (int i = 1; i <= 3; i++)
-    module_setattr(L, at, o, arena_printf(L->a, "norm%d", i), make_child(L, at, BI_C_LAYERNORM, &dmv, 1, en, &ev, 1));
-  for (int i = 1; i <= 3; i++)
-    module_setattr(L, at, o, arena_printf(L->a, "dropout%d", i), make_child(L, at, BI_C_DROPOUT, &pp, 1, NULL, NULL, 0));
-  module_setattr(L, at, o, "activation", act);
-  return o;
-}
+PV *nn_tdl_new(L *L, PV *cls, Args *A) { return transformer_layer_new(L, cls, A, 1); }
 
 /* attention child `name` on (q, kv, kv) with its masks, then dropout child `drop` */
 static PV *attn_block(L *L, Span at, PV *o, const char *name, PV *q, PV *kv, PV *mask, PV *kpm, const char *drop) {
