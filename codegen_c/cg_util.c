@@ -197,7 +197,7 @@ static const char *const reserved[] = {
     "logf", "sqrt", "sqrtf", "tanh", "tanhf", "fabs", "fabsf", "erf", "erff", "pow", "powf", "cos", "cosf",
     "sin", "sinf", "floor", "floorf", "expm1", "expm1f", "log1p", "log1pf", "isinf", "isfinite", "signbit",
     /* locals of the generated entry functions */
-    "A", "m", "i", "j", "k", "n", "o", "v", "acc", "ix", "xp", "yp", "nc", "oh", "ow", "kh", "kw", "ih", "iw",
+    "A", "m", "batch", "i", "j", "k", "n", "o", "v", "acc", "ix", "xp", "yp", "nc", "oh", "ow", "kh", "kw", "ih", "iw",
     "jn", "j0", "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "r0", "r1", "r2", "r3", "r4", "r5", "r6",
     "r7", "h0", "h1", "w0", "w1", "cnt", "ha", "hb", "wa", "wb", "at", "mx", "gp", "dp", "d", "tp", "op", "grp",
     "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "ok", "uh0", "uh1", "uw0", "uw1", "lh0", "lh1", "lw0",

@@ -59,14 +59,18 @@ static void c_string(Buf *b, const char *s) {
   cg_puts(b, "\"");
 }
 
-/* {"name", CTC_F32, 2, {512, 784}, offset, NULL} */
-static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset) {
+/* {"name", CTC_F32, 2, {512, 784}, offset, NULL, 0}. Value v of an entry with
+ * a run-time batch (v >= 0, f->batch_max): its batch axis is described at the
+ * largest batch, whatever N this Func was staged with. */
+static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v) {
+  int ax = v >= 0 && f->batch_max && f->batch_axis ? f->batch_axis[v] : -1;
   cg_puts(b, "{");
   c_string(b, name);
   cg_printf(b, ", %s, %d, {", cg_rt_dtype(t->dtype), t->ndim);
-  for (int i = 0; i < t->ndim; i++) cg_printf(b, "%s%lld", i ? ", " : "", (ll)t->dims[i]);
+  for (int i = 0; i < t->ndim; i++)
+    cg_printf(b, "%s%lld", i ? ", " : "", (ll)(i == ax ? t->dims[i] / f->batch_n * f->batch_max : t->dims[i]));
   if (!t->ndim) cg_puts(b, "0");
-  cg_printf(b, "}, %lld, NULL}", (ll)offset);
+  cg_printf(b, "}, %lld, NULL, %d}", (ll)offset, ax + 1);
 }
 
 /* s made safe to put inside a comment (in buf). */
@@ -97,8 +101,10 @@ static ValId root_of(const Func *f, ValId v) {
 }
 
 /* Whether the activation v may be a function-wide restrict pointer: it has
- * no views, and no other tensor or scratch buffer of f overlaps its bytes. */
+ * no views, and no other tensor or scratch buffer of f overlaps its bytes
+ * (with a run-time batch: at the sizes the plan was made for). */
 static int exclusive(const Func *f, const FuncPlan *fp, ValId v) {
+  if (f->batch_ref) f = f->batch_ref;
   const Loc *l = &fp->loc[v];
   if (fp->hints.update_into && fp->hints.update_into[v] >= 0) return 0;   /* the parameter's bytes */
   int64_t lo = l->offset, hi = lo + ir_numel(&f->values.data[v].type) *
@@ -207,6 +213,10 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   cg_ident(fname, sizeof fname, f->name);
   cg_printf(sig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
   cg_printf(doc, "%s(", fname);
+  if (f->batch_max) {   /* a run-time batch: its size, the shapes below are at batch_max */
+    cg_puts(sig, ", int64_t batch");
+    cg_printf(doc, "batch: 1..%lld; shapes at batch = %lld: ", (ll)f->batch_max, (ll)f->batch_max);
+  }
   for (int k = 0; k < f->inputs.len; k++) {
     ValId v = f->inputs.data[k];
     const Type *t = &f->values.data[v].type;
@@ -324,6 +334,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
   for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
   cg_puts(out, ") return CTC_ERR_ARG;\n");
+  if (f->batch_max) cg_printf(out, "  if (batch < 1 || batch > %lld) return CTC_ERR_SHAPE;\n", (ll)f->batch_max);
   if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
   if (decl.len) cg_puts(out, decl.s);
   if (body.len) cg_printf(out, "\n%s", body.s);
@@ -531,7 +542,7 @@ static void emit_desc(Gen *g, Buf *b) {
     cg_puts(b, "static const ctc_tensor ctc_params[] = {\n");
     for (int i = 0; i < p->params.len; i++) {
       cg_puts(b, "  ");
-      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i]);
+      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1);
       cg_puts(b, ",\n");
     }
     cg_puts(b, "};\n\n");
@@ -556,7 +567,7 @@ static void emit_desc(Gen *g, Buf *b) {
       cg_printf(b, "static const ctc_tensor ctc_in_%s[] = {\n", fname);
       for (int k = 0; k < f->inputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0);
+        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k]);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");
@@ -565,20 +576,25 @@ static void emit_desc(Gen *g, Buf *b) {
       cg_printf(b, "static const ctc_tensor ctc_out_%s[] = {\n", fname);
       for (int k = 0; k < f->outputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0);
+        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k]);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");
     }
-    cg_printf(b, "static int ctc_call_%s(void *m, const void *const *in, void *const *out) {\n", fname);
-    if (!f->inputs.len) cg_puts(b, "  (void)in;\n");
-    if (!f->outputs.len) cg_puts(b, "  (void)out;\n");
-    cg_printf(b, "  return %s_%s((%s_t *)m", P, fname, P);
-    for (int k = 0; k < f->inputs.len; k++)
-      cg_printf(b, ", (const %s *)in[%d]", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype), k);
-    for (int k = 0; k < f->outputs.len; k++)
-      cg_printf(b, ", (%s *)out[%d]", cg_ctype(f->values.data[f->outputs.data[k]].type.dtype), k);
-    cg_puts(b, ");\n}\n\n");
+    /* ctc_calln_<entry> with the batch n (entries with a run-time batch), ctc_call_<entry> */
+    for (int withn = f->batch_max ? 1 : 0; withn >= 0; withn--) {
+      cg_printf(b, "static int ctc_call%s_%s(void *m, %sconst void *const *in, void *const *out) {\n", withn ? "n" : "",
+                fname, withn ? "int64_t n, " : "");
+      if (!f->inputs.len) cg_puts(b, "  (void)in;\n");
+      if (!f->outputs.len) cg_puts(b, "  (void)out;\n");
+      cg_printf(b, "  return %s_%s((%s_t *)m", P, fname, P);
+      if (f->batch_max) cg_printf(b, withn ? ", n" : ", %lld", (ll)f->batch_max);
+      for (int k = 0; k < f->inputs.len; k++)
+        cg_printf(b, ", (const %s *)in[%d]", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype), k);
+      for (int k = 0; k < f->outputs.len; k++)
+        cg_printf(b, ", (%s *)out[%d]", cg_ctype(f->values.data[f->outputs.data[k]].type.dtype), k);
+      cg_puts(b, ");\n}\n\n");
+    }
     cg_names_free(&ns);
     free(in_names);
   }
@@ -594,12 +610,15 @@ static void emit_desc(Gen *g, Buf *b) {
     else cg_puts(b, "NULL, ");
     if (f->outputs.len) cg_printf(b, "ctc_out_%s, ", fname);
     else cg_puts(b, "NULL, ");
-    cg_printf(b, "ctc_call_%s, %s},\n", fname,
+    cg_printf(b, "ctc_call_%s, %s, %lld, ", fname,
               f->kind == FK_TRAIN      ? "CTC_ENTRY_TRAIN"
               : f->kind == FK_FUNCTION ? "CTC_ENTRY_FUNCTION"
               : f->kind == FK_SCHED    ? "CTC_ENTRY_SCHED"
               : f->kind == FK_EVAL     ? "CTC_ENTRY_EVAL"
-                                       : "CTC_ENTRY_FORWARD");
+                                       : "CTC_ENTRY_FORWARD",
+              (ll)f->batch_max);
+    if (f->batch_max) cg_printf(b, "ctc_calln_%s},\n", fname);
+    else cg_puts(b, "NULL},\n");
   }
   cg_puts(b, "};\n\n");
   cg_printf(b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",

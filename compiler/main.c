@@ -14,6 +14,7 @@
 #include "../ir/ir.h"
 #include "../kernels/kernels.h"
 #include "../lowering/lowering.h"
+#include "batch.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -44,7 +45,9 @@ static const char *usage =
     "                          default: every function that calls backward(), step() or\n"
     "                          torch.autograd.grad, e.g. a train_step)\n"
     "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
-    "                          repeatable; wins over example_inputs in the file\n"
+    "                          repeatable; wins over example_inputs in the file. A dim may be a name\n"
+    "                          (x=f32[N,1,28,28]): a batch chosen at run time, up to --max\n"
+    "  --max N=M               the largest run-time batch N (the arena is planned for it)\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
     "                          ad_forward, unslice, dce, hoist, or all); repeatable\n"
@@ -65,6 +68,8 @@ typedef struct Opts {
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
   Vec(const char *) dump_before, dump_after; /* pass names, or "all" */
+  const char *max_name;       /* --max NAME=M */
+  int64_t max_value;
 } Opts;
 
 static double now_ms(void) {
@@ -112,6 +117,18 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
         return -1;
       }
       vec_push(a, &o->inputs, is);
+    } else if (!strcmp(s, "--max")) {
+      const char *spec = NEXT();
+      if (!spec) return -1;
+      const char *eq = strchr(spec, '=');
+      char *end = NULL;
+      long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+      if (!eq || eq == spec || !end || *end || end == eq + 1 || v < 1 || v > ((long long)1 << 30)) {
+        diag_plain(d, "bad --max '%s': expected NAME=M with 1 <= M <= 2**30 (e.g. --max N=256)", spec);
+        return -1;
+      }
+      o->max_name = arena_strndup(a, spec, (size_t)(eq - spec));
+      o->max_value = v;
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
@@ -179,6 +196,27 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "'compile' needs -o OUT.c");
     return -1;
   }
+  const char *sym = NULL;   /* the run-time batch's name */
+  for (int i = 0; i < o->inputs.len; i++) {
+    const InputSpec *is = &o->inputs.data[i];
+    if (!is->sym) continue;
+    if (sym && strcmp(sym, is->sym)) {
+      diag_plain(d, "--input %s names a second run-time size '%s' (after '%s'): one batch name per compile", is->name,
+                 is->sym, sym);
+      return -1;
+    }
+    sym = is->sym;
+  }
+  if (sym && (!o->max_name || strcmp(o->max_name, sym))) {
+    diag_plain(d, "--input names a run-time batch '%s': give its largest value with --max %s=M (e.g. --max %s=256)",
+               sym, sym, sym);
+    return -1;
+  }
+  if (!sym && o->max_name) {
+    diag_plain(d, "--max %s: no --input names a dim '%s' (e.g. --input x=f32[%s,784])", o->max_name, o->max_name,
+               o->max_name);
+    return -1;
+  }
   return 0;
 }
 
@@ -230,10 +268,22 @@ static const char *header_path(Arena *a, const char *c_path) {
   return arena_printf(a, "%s.h", c_path);
 }
 
+/* The generated model.c and model.h texts of a program (malloc'ed), emitted
+ * with `plan`. 0, or CTC_EXIT_USER when the emitter refused (it said why). */
+static int emit_texts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const char *h_name, char **c_text,
+                      char **h_text) {
+  size_t cl, hl;
+  FILE *c = open_memstream(c_text, &cl), *h = open_memstream(h_text, &hl);
+  CHECK(c && h);
+  int rc = cg_c_emit_sched(p, plan, sched, c, h, h_name);
+  fclose(c);
+  fclose(h);
+  return rc < 0 ? CTC_EXIT_USER : 0;
+}
+
 /* model.c and model.h go to temporary files renamed into place when both are
  * complete: a failed write (a full disk) leaves earlier outputs untouched. */
-static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, KnSchedule *const *sched,
-                   const char *c_path) {
+static int write_c(Arena *a, Diag *d, const char *c_text, const char *h_text, const char *c_path) {
   const char *h_path = header_path(a, c_path);
   OutFile c, h;
   if (out_open(a, &c, c_path) < 0) {
@@ -245,13 +295,8 @@ static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, KnS
     out_commit(&c, 0);
     return CTC_EXIT_IO;
   }
-  char *hb = arena_strdup(a, h_path);
-  int rc = cg_c_emit_sched(p, plan, sched, c.f, h.f, basename(hb));
-  if (rc < 0 && !ferror(c.f) && !ferror(h.f)) {   /* the emitter refused (it said why) */
-    out_commit(&h, 0);
-    out_commit(&c, 0);
-    return CTC_EXIT_USER;
-  }
+  fputs(c_text, c.f);
+  fputs(h_text, h.f);
   /* both complete before either replaces its old file (write errors show in ferror) */
   OutFile *bad = NULL;
   int err = 0;
@@ -359,6 +404,56 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   return 0;
 }
 
+/* One staging of the model (per run-time batch value): parsed, lowered, the passes run. */
+typedef struct Trace {
+  Program *p;
+  double t_parse, t_lower;   /* when parsing and lowering finished (ms) */
+} Trace;
+
+/* Stages the file with the run-time batch (the named dims of --input) set to
+ * nval (0: no named dims). 0, or an exit code. */
+static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, Trace *t) {
+  Node *mod = fe_parse(a, d, src);
+  if (!mod) return CTC_EXIT_USER;
+  t->t_parse = now_ms();
+  if (o->emit && !strcmp(o->emit, "ast")) {
+    FILE *f = o->out ? open_out(d, o->out) : stdout;
+    if (!f) return CTC_EXIT_IO;
+    fe_dump(f, mod);
+    if (f != stdout) fclose(f);
+    return -1;   /* done */
+  }
+  LowerOptions lo = o->lower;
+  if (nval) {   /* the named dims get nval */
+    InputSpec *specs = arena_alloc(a, sizeof *specs * (size_t)(o->inputs.len + 1));
+    for (int i = 0; i < o->inputs.len; i++) {
+      specs[i] = o->inputs.data[i];
+      for (int k = 0; k < specs[i].type.ndim; k++)
+        if (specs[i].symmask >> k & 1) specs[i].type.dims[k] = nval;
+    }
+    lo.inputs = specs;
+  }
+  lo.hook = pass_hook;
+  lo.hook_ctx = o;
+  int errs = d->nerrors;
+  Program *p = lower_program(a, d, src, mod, &lo);
+  if (!p || d->nerrors > errs) {
+    if (nval && nval != o->max_value)
+      diag_plain(d, "(that is with the run-time batch %s = %lld: ctc also stages the model at sizes above --max %s=%lld "
+                    "to find what depends on it)", o->max_name, (long long)nval, o->max_name, (long long)o->max_value);
+    return CTC_EXIT_USER;
+  }
+  t->t_lower = now_ms();
+  verify(p, "lowering");
+  for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
+  /* the pass pipeline */
+  run_pass(p, "unslice", ir_pass_unslice);
+  run_pass(p, "dce", ir_pass_dce);
+  run_pass(p, "hoist", ir_pass_hoist);
+  t->p = p;
+  return 0;
+}
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
 static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
@@ -371,27 +466,20 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     diag_plain(&d, "cannot read '%s': %s", o.file, strerror(errno));
     return CTC_EXIT_IO;
   }
-  Node *mod = fe_parse(a, &d, src);
-  if (!mod) return CTC_EXIT_USER;
-  double t_parse = now_ms();
-  if (o.emit && !strcmp(o.emit, "ast")) {
-    FILE *f = o.out ? open_out(&d, o.out) : stdout;
-    if (!f) return CTC_EXIT_IO;
-    fe_dump(f, mod);
-    if (f != stdout) fclose(f);
-    return 0;
+  /* A run-time batch: one staging per trace point, the first at --max (see batch.h). */
+  int64_t pts[BATCH_NPOINTS] = {0};
+  int ntr = o.max_name ? BATCH_NPOINTS : 1;
+  if (o.max_name) batch_points(o.max_value, pts);
+  Trace tr[BATCH_NPOINTS] = {{0}};
+  Program *progs[BATCH_NPOINTS];
+  for (int j = 0; j < ntr; j++) {
+    int rc = stage(a, &d, &o, src, pts[j], &tr[j]);
+    if (rc) return rc < 0 ? 0 : rc;
+    progs[j] = tr[j].p;
   }
-  o.lower.hook = pass_hook;
-  o.lower.hook_ctx = &o;
-  Program *p = lower_program(a, &d, src, mod, &o.lower);
-  if (!p || d.nerrors) return CTC_EXIT_USER;
-  double t_lower = now_ms();
-  verify(p, "lowering");
-  for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
-  /* the pass pipeline */
-  run_pass(p, "unslice", ir_pass_unslice);
-  run_pass(p, "dce", ir_pass_dce);
-  run_pass(p, "hoist", ir_pass_hoist);
+  if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
+  Program *p = tr[0].p;
+  double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;
   if (!strcmp(o.cmd, "check")) {
     MemPlan *plan = ir_plan_memory(p);   /* check reports what compile would */
     if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
@@ -432,12 +520,14 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     return 0;
   }
   /* the kernel layer: one schedule per entry, the plan over its kernels */
-  KnSchedule **sched = arena_alloc(a, sizeof *sched * (size_t)(p->funcs.len + 1));
-  PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
-  for (int i = 0; i < p->funcs.len; i++) {
-    sched[i] = kn_schedule(p, p->funcs.data[i], !o.no_fuse);
-    hints[i] = sched[i]->hints;
+  KnSchedule **scheds[BATCH_NPOINTS];
+  for (int j = 0; j < ntr; j++) {
+    scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
+    for (int i = 0; i < p->funcs.len; i++) scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse);
   }
+  KnSchedule **sched = scheds[0];
+  PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
+  for (int i = 0; i < p->funcs.len; i++) hints[i] = sched[i]->hints;
   if (o.emit && !strcmp(o.emit, "kernels")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
@@ -452,7 +542,35 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
-  int rc = write_c(a, &d, p, plan, sched, c_path);
+  char *hb = arena_strdup(a, header_path(a, c_path));
+  char *c_texts[BATCH_NPOINTS] = {0}, *h_texts[BATCH_NPOINTS] = {0};
+  int rc = 0;
+  /* every trace is emitted with the plan of the first (the largest batch the program runs) */
+  for (int j = 0; j < ntr && !rc; j++) {
+    for (int i = 0; i < p->funcs.len && j; i++)
+      if (scheds[j][i]->kernels.len != sched[i]->kernels.len) {
+        diag_error(&d, p->funcs.data[i]->loc, "entry '%s' is fused differently for N = %lld and N = %lld: the batch "
+                   "cannot be chosen at run time (give it as a number)", p->funcs.data[i]->name, (long long)pts[0],
+                   (long long)pts[j]);
+        rc = CTC_EXIT_USER;
+      }
+    if (!rc) rc = emit_texts(progs[j], plan, scheds[j], basename(hb), &c_texts[j], &h_texts[j]);
+  }
+  char *c_text = c_texts[0], *h_text = h_texts[0];
+  if (!rc && ntr > 1) {
+    c_text = batch_merge(&d, "C file", c_texts, pts, ntr);
+    h_text = c_text ? batch_merge(&d, "header", h_texts, pts, ntr) : NULL;
+    if (!c_text || !h_text) rc = CTC_EXIT_USER;
+  }
+  if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
+  if (ntr > 1) {
+    free(c_text);
+    free(h_text);
+  }
+  for (int j = 0; j < ntr; j++) {
+    free(c_texts[j]);
+    free(h_texts[j]);
+  }
   if (rc) return rc;
   double t_emit = now_ms();
   if (o.stats) {

@@ -160,6 +160,14 @@ typedef struct Func {
   Vec(int) update_params;
   Span loc;                   /* the def in model.py */
   int grad_mode;              /* NG_*: ir_emit stamps it on every new instruction */
+  /* A batch dimension chosen at run time (--input x=f32[N,...] --max N=M): the
+   * entry takes n (1 .. batch_max) as an argument. This Func was staged with
+   * N = batch_n; batch_axis[v] is the axis of value v whose extent is a multiple
+   * of N (-1: none), set by the compiler (compiler/batch.c) for inputs and
+   * outputs. batch_max = 0: every size is static. */
+  int64_t batch_max, batch_n;
+  int *batch_axis;
+  const struct Func *batch_ref;  /* the entry staged at N = batch_max: the memory plan's sizes */
 } Func;
 
 /* A parameter or buffer of the model. */

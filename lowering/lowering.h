@@ -18,6 +18,9 @@ typedef struct InputSpec {
   Type type;
   int ntuple;         /* > 0: a tuple of tensors, --input h=(f32[2,3,8],f32[2,3,8]) (an LSTM's state) */
   Type *elems;        /* its ntuple element types */
+  const char *sym;    /* a named dim, --input x=f32[N,784] (the run-time batch), or NULL */
+  unsigned symmask;   /* the axes of `type` that are `sym` (their dims are 1 until the driver
+                         substitutes a value: lower_input_specs_at) */
 } InputSpec;
 
 typedef struct LowerOptions {
@@ -36,7 +39,8 @@ typedef struct LowerOptions {
 } LowerOptions;
 
 /* Parse "x=f32[64,1,28,28]" (dtype optional, default f32), or a tuple of such types
- * "h=(f32[2,3,8],f32[2,3,8])". 0 ok, -1 bad syntax. */
+ * "h=(f32[2,3,8],f32[2,3,8])". A dim may be a name ("x=f32[N,784]", not in tuples).
+ * 0 ok, -1 bad syntax. */
 int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out);
 
 /* Evaluate the module, instantiate the model, stage its entries. Returns NULL

@@ -68,6 +68,9 @@ typedef struct ctc_tensor {
   int64_t shape[CTC_MAX_DIMS];
   size_t offset;                 /* parameters: byte offset into the model arena */
   void *data;                    /* free-standing tensors (files, driver buffers) */
+  int batch_axis1;               /* entry inputs and outputs with a run-time batch: 1 + the axis
+                                    whose extent is shape[axis] / batch_max * n for a call on a
+                                    batch of n (ctc_entry.batch_max); 0: the shape is static */
 } ctc_tensor;
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
 size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
@@ -117,6 +120,9 @@ typedef struct ctc_entry {
   const ctc_tensor *outputs;
   int (*call)(void *model, const void *const *inputs, void *const *outputs);
   int kind;                      /* CTC_ENTRY_*; TRAIN: inputs (data, labels), output 0 = loss */
+  int64_t batch_max;             /* > 0: a batch chosen at run time (ctc --input x=f32[N,...] --max N=M):
+                                    call_n takes n in 1..batch_max, call runs n = batch_max */
+  int (*call_n)(void *model, int64_t n, const void *const *inputs, void *const *outputs);
 } ctc_entry;
 
 typedef struct ctc_model_desc {
@@ -168,6 +174,12 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
 int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name);
+/* Calls entry e on a batch of n: e->call_n for an entry with a run-time batch
+ * (1 <= n <= e->batch_max, else CTC_ERR_SHAPE), e->call otherwise (n ignored). */
+int ctc_entry_call(const ctc_entry *e, void *model, int64_t n, const void *const *inputs, void *const *outputs);
+/* Tensor t of entry e (an input or output) as it is for a call on a batch of n:
+ * its batch axis scaled (a static tensor is copied unchanged). */
+ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t n);
 
 /* ---- the driver (rt_driver.c) ------------------------------------------ */
 

@@ -180,8 +180,11 @@ static int cmd_info(const ctc_model_desc *desc) {
 #endif
   for (int i = 0; i < desc->nentries; i++) {
     const ctc_entry *e = &desc->entries[i];
-    printf("entry %s: %d input%s, %d output%s\n", e->name, e->ninputs, e->ninputs == 1 ? "" : "s",
+    printf("entry %s: %d input%s, %d output%s", e->name, e->ninputs, e->ninputs == 1 ? "" : "s",
            e->noutputs, e->noutputs == 1 ? "" : "s");
+    if (e->batch_max > 0) printf(", any batch from 1 to %lld (shapes at %lld)", (long long)e->batch_max,
+                                 (long long)e->batch_max);
+    printf("\n");
     for (int k = 0; k < e->ninputs; k++) print_tensor("  input  ", &e->inputs[k]);
     for (int k = 0; k < e->noutputs; k++) print_tensor("  output ", &e->outputs[k]);
   }
@@ -413,20 +416,51 @@ int ctc_drv_make_model(const ctc_model_desc *desc, ctc_drv_run *r, ctc_error *er
   return CTC_OK;
 }
 
-/* Reads every bound input into an aligned buffer of the declared layout. */
+/* The batch n of an entry with a run-time batch from the shapes of its inputs
+ * (each batch axis k*n for n in 1..batch_max, the same n for all). */
+static int input_batch(const ctc_entry *e, const ctc_tensor *got, const char *const *paths, int64_t *n,
+                       ctc_error *err) {
+  *n = e->batch_max;
+  int64_t seen = 0;
+  for (int i = 0; i < e->ninputs && e->batch_max > 0; i++) {
+    const ctc_tensor *w = &e->inputs[i];
+    int ax = w->batch_axis1 - 1;
+    if (ax < 0 || ax >= w->ndim || got[i].ndim != w->ndim) continue;   /* a wrong rank is reported by convert_input */
+    int64_t k = w->shape[ax] / e->batch_max, g = got[i].shape[ax];
+    char ws[256];
+    if (g % k || g / k < 1 || g / k > e->batch_max)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s: input '%s' has %lld along axis %d, which must be %s%lld x a batch of 1 "
+                      "to %lld (declared %s at the largest batch)", paths[i], w->name, (long long)g, ax,
+                      k == 1 ? "" : "", (long long)k, (long long)e->batch_max,
+                      ctc_format_shape(ws, sizeof ws, w->ndim, w->shape));
+    if (seen && g / k != seen)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s: input '%s' has a batch of %lld, another input a batch of %lld",
+                      paths[i], w->name, (long long)(g / k), (long long)seen);
+    seen = g / k;
+  }
+  if (seen) *n = seen;
+  return CTC_OK;
+}
+
+/* Reads every bound input into an aligned buffer of the declared layout (at
+ * the inputs' batch for an entry with a run-time batch). */
 static int read_inputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
-  for (int i = 0; i < e->ninputs; i++) {
-    ctc_tensor got;
-    int rc = ctc_npy_read(r->in_paths[i], &got, err);
-    if (rc) return rc;
-    size_t bytes = ctc_tensor_bytes(&e->inputs[i]);
+  ctc_tensor *got = calloc((size_t)e->ninputs + 1, sizeof *got);
+  if (!got) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  int rc = CTC_OK, nread = 0;
+  for (; nread < e->ninputs && !rc; nread++) rc = ctc_npy_read(r->in_paths[nread], &got[nread], err);
+  if (rc) nread--;
+  if (!rc) rc = input_batch(e, got, r->in_paths, &r->batch, err);
+  for (int i = 0; i < e->ninputs && !rc; i++) {
+    ctc_tensor want = ctc_entry_tensor_at(e, &e->inputs[i], r->batch);
+    size_t bytes = ctc_tensor_bytes(&want);
     r->in[i] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!r->in[i]) rc = ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate input '%s'", e->inputs[i].name);
-    else rc = convert_input(&e->inputs[i], &got, r->in_paths[i], r->in[i], err);
-    ctc_tensor_free(&got);
-    if (rc) return rc;
+    else rc = convert_input(&want, &got[i], r->in_paths[i], r->in[i], err);
   }
-  return CTC_OK;
+  for (int i = 0; i < nread; i++) ctc_tensor_free(&got[i]);
+  free(got);
+  return rc;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -441,7 +475,7 @@ static int call_entry(const char *prog, const ctc_entry *e, ctc_drv_run *r, cons
   int rc = CTC_OK;
   for (long k = 0; k < a->repeat && rc == CTC_OK; k++) {
     double t0 = ctc_drv_now_ms();
-    rc = e->call(r->model, (const void *const *)r->in, (void *const *)r->out);
+    rc = ctc_entry_call(e, r->model, r->batch, (const void *const *)r->in, (void *const *)r->out);
     ms[k] = ctc_drv_now_ms() - t0;
   }
   if (rc) {
@@ -462,7 +496,7 @@ static int call_entry(const char *prog, const ctc_entry *e, ctc_drv_run *r, cons
 static int write_outputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
   for (int j = 0; j < e->noutputs; j++) {
     if (!r->out_paths[j]) continue;
-    ctc_tensor t = e->outputs[j];
+    ctc_tensor t = ctc_entry_tensor_at(e, &e->outputs[j], r->batch);
     t.data = r->out[j];
     int rc = ctc_npy_write(r->out_paths[j], &t, err);
     if (rc) return rc;
@@ -506,7 +540,7 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   }
   t0 = ctc_drv_now_ms();
   if ((rc = read_inputs(e, r, err))) return rc;
-  for (int j = 0; j < e->noutputs; j++) {
+  for (int j = 0; j < e->noutputs; j++) {   /* at the declared (largest) batch */
     size_t bytes = ctc_tensor_bytes(&e->outputs[j]);
     r->out[j] = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
     if (!r->out[j]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate output '%s'", e->outputs[j].name);

@@ -16,6 +16,7 @@ typedef struct ctc_drv_run {
   void **in, **out;            /* aligned buffers per input / output */
   const char **in_paths, **out_paths;
   int nin, nout;
+  int64_t batch;               /* run: the batch of the inputs (entries with a run-time batch) */
 } ctc_drv_run;
 
 /* Prints "PROG: error: MSG" and returns the exit status for err->code. */

@@ -21,6 +21,19 @@ const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name) {
   return NULL;
 }
 
+int ctc_entry_call(const ctc_entry *e, void *model, int64_t n, const void *const *inputs, void *const *outputs) {
+  if (!e) return CTC_ERR_ARG;
+  if (e->batch_max > 0 && e->call_n) return e->call_n(model, n, inputs, outputs);
+  return e->call(model, inputs, outputs);
+}
+
+ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t n) {
+  ctc_tensor r = *t;
+  int ax = t->batch_axis1 - 1;
+  if (e->batch_max > 0 && ax >= 0 && ax < t->ndim) r.shape[ax] = t->shape[ax] / e->batch_max * n;
+  return r;
+}
+
 /* The parameter's place in the arena, checked against desc->arena_bytes. */
 static int param_span(const ctc_model_desc *desc, const ctc_tensor *p, size_t *bytes, ctc_error *err) {
   *bytes = ctc_tensor_bytes(p);

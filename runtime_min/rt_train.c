@@ -31,7 +31,9 @@
  * 0 the loss; one call does the forward and backward passes and the optimizer
  * update on the parameters in the arena.
  * B is fixed at compile time. Each epoch takes floor(N / B) batches (the last
- * partial batch is dropped, as DataLoader(drop_last=True) does), in file order
+ * partial batch is dropped, as DataLoader(drop_last=True) does); an entry with a
+ * run-time batch (ctc --input x=f32[N,...] --max N=M) takes --batch B up to M and
+ * runs ceil(N / B) batches, the last one partial (drop_last=False). In file order
  * (--no-shuffle) or in the order of a permutation that depends only on --seed
  * and the epoch (ctc_drv_splitmix64 + Fisher-Yates; examples/train_torch.py draws the
  * same one). Samples are converted per batch by ctc_dataset_gather (rt_data.c).
@@ -91,7 +93,8 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "                            entry's input dtype; u8 data becomes x / 255 for a float input\n"
           "                            (like torchvision's ToTensor)\n"
           "  --epochs E                passes over the training set\n"
-          "  --batch B                 the batch size, which is fixed when the model is compiled\n",
+          "  --batch B                 the batch size: fixed when the model is compiled, or at most its --max\n"
+          "                            for a run-time batch (then the last batch of an epoch is partial)\n",
           prog, step ? step->name : "none in this model");
   if (b > 0) fprintf(f, "                            (this model: %lld); another B is an error\n", b);
   fprintf(f,
@@ -651,7 +654,16 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   const ctc_tensor *xin = &e->inputs[0], *yin = &e->inputs[1];
   t->batch = xin->shape[0];
   char sh[256];
-  if (a->batch && a->batch != t->batch)
+  if (e->batch_max > 0) {   /* a run-time batch: --batch B up to the largest, the last batch partial */
+    if (xin->batch_axis1 != 1 || yin->batch_axis1 != 1 || xin->shape[0] != e->batch_max ||
+        yin->shape[0] != e->batch_max)
+      return ctc_fail(err, CTC_ERR_ARG, "training entry '%s': its run-time batch is not the first axis of both "
+                      "inputs ('%s' %s)", e->name, xin->name, ctc_format_shape(sh, sizeof sh, xin->ndim, xin->shape));
+    if (a->batch > e->batch_max)
+      return ctc_fail(err, CTC_ERR_ARG, "--batch %lld: the model was compiled for batches of at most %lld (--max)",
+                      a->batch, (long long)e->batch_max);
+    if (a->batch) t->batch = a->batch;
+  } else if (a->batch && a->batch != t->batch)
     return ctc_fail(err, CTC_ERR_ARG, "--batch %lld: the model was compiled for batches of %lld (input '%s' of "
                     "'%s' is %s%s); for another batch size, compile it with example inputs of that batch",
                     a->batch, (long long)t->batch, xin->name, e->name, ctc_dtype_name(xin->dtype),
@@ -687,7 +699,8 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     if ((rc = labels_to_i64(a->test_labels, &t->ty, 0, "", err))) return rc;
   }
 
-  t->steps = t->x.shape[0] / t->batch; /* drop_last */
+  /* drop_last, unless the entry takes its batch at run time: then the last batch is partial */
+  t->steps = e->batch_max > 0 ? (t->x.shape[0] + t->batch - 1) / t->batch : t->x.shape[0] / t->batch;
   t->epoch = 1;
   if ((rc = ctc_drv_make_model(desc, &t->r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, t->r.model, a->weights, err))) return rc;
@@ -853,9 +866,9 @@ static int evaluate_sums(Train *t, const TrainArgs *a, double *acc, double *loss
   double correct = 0, lsum = 0;
   /* Padded samples add to a loss that does not ignore label -100 (a VAE's sums
    * only a loss): such an entry runs the full batches only. */
-  int count = 0;
+  int count = 0, dyn = e->batch_max > 0 && xin->batch_axis1 == 1 && yin->batch_axis1 == 1 && fb == e->batch_max;
   for (int j = 0; j < e->noutputs; j++) count |= is_int_dtype(e->outputs[j].dtype);
-  if (!count && n >= fb) n = n / fb * fb;
+  if (!count && !dyn && n >= fb) n = n / fb * fb;   /* a run-time batch: the last one partial, no padding */
   t->eval_used = n;
   size_t sample_bytes = (size_t)per_sample(xin) * ctc_dtype_size(xin->dtype);
   for (int64_t start = 0; start < n; start += fb) {
@@ -871,7 +884,7 @@ static int evaluate_sums(Train *t, const TrainArgs *a, double *acc, double *loss
       if (yin->dtype == CTC_I64) ((int64_t *)t->ein[1])[i] = -100;
       else ((int32_t *)t->ein[1])[i] = -100;
     }
-    rc = e->call(t->r.model, (const void *const *)t->ein, (void *const *)t->eout);
+    rc = ctc_entry_call(e, t->r.model, dyn ? m : fb, (const void *const *)t->ein, (void *const *)t->eout);
     if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", e->name, ctc_strerror(rc), rc);
     for (int j = 0; j < e->noutputs; j++) {
       const void *o = t->eout[j];
@@ -906,7 +919,9 @@ static int evaluate(Train *t, const TrainArgs *a, double *acc, double *loss, ctc
       return rc;
     }
     memset((unsigned char *)t->fin + (size_t)m * sample_bytes, 0, (size_t)(fb - m) * sample_bytes);
-    rc = f->call(t->r.model, (const void *const *)&t->fin, (void *const *)t->fout);
+    /* a run-time batch (its first axis): the last batch runs partial */
+    int dyn = f->batch_max > 0 && xin->batch_axis1 == 1 && fb == f->batch_max;
+    rc = ctc_entry_call(f, t->r.model, dyn ? m : fb, (const void *const *)&t->fin, (void *const *)t->fout);
     if (rc) return ctc_fail(err, rc, "entry '%s' failed on the test set: %s (status %d)", f->name, ctc_strerror(rc), rc);
     size_t row_bytes = (size_t)c * ctc_dtype_size(o->dtype);
     for (int64_t i = 0; i < m; i++) {
@@ -987,19 +1002,20 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
   while (t->done < t->steps) {
     long long s = t->done + 1;
     const int64_t *rows = t->order + (s - 1) * t->batch;
-    int rc = ctc_dataset_gather(&t->x, rows, t->batch, e->inputs[0].dtype, xf, t->in[0], err);
+    int64_t m = t->x.shape[0] - (s - 1) * t->batch < t->batch ? t->x.shape[0] - (s - 1) * t->batch : t->batch;
+    int rc = ctc_dataset_gather(&t->x, rows, m, e->inputs[0].dtype, xf, t->in[0], err);
     if (rc) {
       ctc_error_prefix(err, a->data);
       return rc;
     }
-    if ((rc = ctc_dataset_gather(&t->y, rows, t->batch, e->inputs[1].dtype, NULL, t->in[1], err))) {
+    if ((rc = ctc_dataset_gather(&t->y, rows, m, e->inputs[1].dtype, NULL, t->in[1], err))) {
       ctc_error_prefix(err, a->labels);
       return rc;
     }
     if (e->ninputs == 3) set_iteration(t, (t->epoch - 1) * t->steps + (s - 1));
     if (t->snap) memcpy(t->snap, arena, t->snap_bytes);
     double s0 = ctc_drv_now_ms();
-    rc = e->call(t->r.model, (const void *const *)t->in, (void *const *)t->out);
+    rc = ctc_entry_call(e, t->r.model, m, (const void *const *)t->in, (void *const *)t->out);
     p->train_ms += ctc_drv_now_ms() - s0;
     if (rc)
       return ctc_fail(err, rc, "entry '%s' failed at epoch %lld, step %lld: %s (status %d)", e->name, t->epoch, s,

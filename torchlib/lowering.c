@@ -5,8 +5,10 @@
 #include <string.h>
 #include "torch_int.h"
 
-/* One type "f32[2,3]" at *pp; advances *pp past it. 0 ok, -1 bad syntax. */
-static int parse_type(const char **pp, Type *out) {
+/* One type "f32[2,3]" at *pp; advances *pp past it. 0 ok, -1 bad syntax. A dim
+ * may be a name (f32[N,784]: the run-time batch): its axis bit goes into *symmask
+ * (NULL: names are refused) and the name into *sym (one name per spec), the dim is 1. */
+static int parse_type(Arena *a, const char **pp, Type *out, unsigned *symmask, const char **sym) {
   const char *p = *pp;
   Type t = {0};
   t.dtype = DT_F32;
@@ -24,6 +26,20 @@ static int parse_type(const char **pp, Type *out) {
   while (*p != ']') {
     if (t.ndim == IR_MAX_DIMS) return -1;
     char *end;
+    if (isalpha((unsigned char)*p) || *p == '_') {   /* a symbolic dim */
+      const char *q = p;
+      while (isalnum((unsigned char)*q) || *q == '_') q++;
+      if (!symmask || (*sym && (strlen(*sym) != (size_t)(q - p) || strncmp(*sym, p, (size_t)(q - p))))) return -1;
+      if (!*sym) *sym = arena_strndup(a, p, (size_t)(q - p));
+      *symmask |= 1u << t.ndim;
+      t.dims[t.ndim++] = 1;
+      p = q;
+      while (*p == ' ') p++;
+      if (*p == ',') p++;
+      else if (*p != ']') return -1;
+      while (*p == ' ') p++;
+      continue;
+    }
     long long d = strtoll(p, &end, 10);
     if (end == p || d <= 0 || d > ((long long)1 << 40)) return -1;
     t.dims[t.ndim++] = d;
@@ -44,9 +60,11 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   out->name = arena_strndup(a, text, (size_t)(eq - text));
   out->ntuple = 0;
   out->elems = NULL;
+  out->sym = NULL;
+  out->symmask = 0;
   const char *p = eq + 1;
   if (*p != '(') {
-    if (parse_type(&p, &out->type) < 0 || *p) return -1;
+    if (parse_type(a, &p, &out->type, &out->symmask, &out->sym) < 0 || *p) return -1;
     return 0;
   }
   Type el[IR_MAX_DIMS];
@@ -55,7 +73,7 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   for (;;) {
     while (*p == ' ') p++;
     if (*p == ')' && n > 0) break;
-    if (n == IR_MAX_DIMS || parse_type(&p, &el[n++]) < 0) return -1;
+    if (n == IR_MAX_DIMS || parse_type(a, &p, &el[n++], NULL, NULL) < 0) return -1;
     while (*p == ' ') p++;
     if (*p == ',') p++;
     else if (*p != ')') return -1;
