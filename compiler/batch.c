@@ -211,23 +211,29 @@ static int int_form(const long long *v, const int64_t *pts, int n, char *buf, si
   return 0;
 }
 
-/* A floating literal v[j] at pts[j] (as stored: float when f32): c / N or c * N. */
+/* A floating literal v[j] at pts[j] (as stored: float when f32): c / N, c * N or
+ * c * N / (N - 1) (Bessel's correction, as in BatchNorm's running variance). */
 static int float_form(const double *v, const int64_t *pts, int n, int f32, char *buf, size_t cap) {
-  for (int form = 0; form < 2; form++) {   /* 0: c / N, 1: c * N */
-    double raw = form ? v[0] / (double)pts[0] : v[0] * (double)pts[0];
+  static const char *const forms[] = {"%s / (double)batch", "%s * (double)batch",
+                                      "%s * (double)batch / (double)(batch - 1)"};
+  for (int form = 0; form < 3; form++) {
+    double N0 = (double)pts[0];
+    double raw = form == 0 ? v[0] * N0 : form == 1 ? v[0] / N0 : v[0] * (N0 - 1) / N0;
     char cs[64];
     for (int digits = 6; digits <= 17; digits += 11) {   /* a short constant first (1, 0.5, 2), then exact */
       snprintf(cs, sizeof cs, "%.*g", digits, raw);
       double c = strtod(cs, NULL);
       int ok = 1;
       for (int j = 0; j < n && ok; j++) {
-        double x = form ? c * (double)pts[j] : c / (double)pts[j];
+        double N = (double)pts[j];
+        double x = form == 0 ? c / N : form == 1 ? c * N : c * N / (N - 1);
         ok = f32 ? (float)x == (float)v[j] : x == v[j];
       }
       if (!ok) continue;
       if (!strpbrk(cs, ".eE")) strcat(cs, ".0");
-      if (f32) snprintf(buf, cap, "((float)(%s %c (double)batch))", cs, form ? '*' : '/');
-      else snprintf(buf, cap, "(%s %c (double)batch)", cs, form ? '*' : '/');
+      char e[96];
+      snprintf(e, sizeof e, forms[form], cs);
+      snprintf(buf, cap, f32 ? "((float)(%s))" : "(%s)", e);
       return 0;
     }
   }
@@ -275,7 +281,7 @@ char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *
                 f32[j] == f32[0];
       if (!kinds) why = "the code differs in more than its sizes";
       else if (is_int[0] ? int_form(iv, pts, n, expr, sizeof expr) : float_form(fv, pts, n, f32[0], expr, sizeof expr))
-        why = is_int[0] ? "a size that is not a*N + b" : "a constant that is not c/N or c*N";
+        why = is_int[0] ? "a size that is not a*N + b" : "a constant that is not c/N, c*N or c*N/(N-1)";
       if (why) {
         char ml[160];
         model_line(texts[0], (size_t)(t[0].s - texts[0]), ml, sizeof ml);

@@ -5,7 +5,8 @@
  * N = M. Code whose structure is the same at every point differs only in its
  * numbers. batch_merge keeps the first trace's text and replaces each number
  * that differs by the expression of the entry's `batch` argument that gives it
- * at every point: an integer a*N + b, or a floating literal c/N or c*N.
+ * at every point: an integer a*N + b, or a floating literal c/N, c*N or
+ * c*N/(N-1).
  * Anything else (a different structure, a size quadratic in N, a number that
  * fits no such form) is a located error: that model needs a static batch. */
 #ifndef CTC_BATCH_H

@@ -96,7 +96,8 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --batch B                 the batch size: fixed when the model is compiled, or at most its --max\n"
           "                            for a run-time batch (then the last batch of an epoch is partial)\n",
           prog, step ? step->name : "none in this model");
-  if (b > 0) fprintf(f, "                            (this model: %lld); another B is an error\n", b);
+  if (b > 0 && step->batch_max > 0) fprintf(f, "                            (this model: 1 to %lld)\n", b);
+  else if (b > 0) fprintf(f, "                            (this model: %lld); another B is an error\n", b);
   fprintf(f,
           "  --weights W.safetensors   initial parameters (default: the model's own initialisation)\n"
           "  --no-shuffle              take the batches in file order\n"

@@ -181,12 +181,44 @@ def torch_step(model, opt, x, y):
     return float(loss)
 
 
-def test_train_step_partial_batch(tmp_path):
+BN = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.bn(self.fc1(x.flatten(1)))))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
+
+@pytest.mark.parametrize("src,name", [(MLP, "mlp"), (BN, "bn")])
+def test_train_step_partial_batch(tmp_path, src, name):
     """One SGD-momentum step on a batch of 13 (compiled for up to 32) gives
-    PyTorch's loss and parameters after the step on those 13 samples."""
+    PyTorch's loss and parameters after the step on those 13 samples (with
+    BatchNorm: its running statistics too, whose variance is scaled by 13/12)."""
     tmp = str(tmp_path)
-    py = write(tmp, "mlp.py", MLP)
-    mod = load_module(py, "batch_mlp_step")
+    py = write(tmp, "m.py", src)
+    mod = load_module(py, "batch_step_" + name)
     exe = os.path.join(tmp, "net")
     ctc_build(py, exe, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]", "--max", "N=32")
     w0, w1 = os.path.join(tmp, "w0.safetensors"), os.path.join(tmp, "w1.safetensors")
@@ -221,13 +253,21 @@ def test_train_last_partial_batch(tmp_path):
     y = rng.integers(0, 10, 40).astype(np.int64)
     np.save(os.path.join(tmp, "x.npy"), x)
     np.save(os.path.join(tmp, "y.npy"), y)
+    tx = rng.standard_normal((37, 1, 28, 28)).astype(np.float32)   # test batches of 32 and 5
+    ty = rng.integers(0, 10, 37).astype(np.int64)
+    np.save(os.path.join(tmp, "tx.npy"), tx)
+    np.save(os.path.join(tmp, "ty.npy"), ty)
     r = run([exe, "train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
+             "--test-data", os.path.join(tmp, "tx.npy"), "--test-labels", os.path.join(tmp, "ty.npy"),
              "--weights", w0, "--epochs", "1", "--batch", "16", "--no-shuffle", "--save", w1])
     for s in (0, 16, 32):
         torch_step(mod.model, mod.optimizer, x[s:s + 16], y[s:s + 16])
     got = st_read(w1)
     for k, v in mod.model.state_dict().items():
         compare(k, got[k], v.numpy(), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        correct = int((mod.model(torch.from_numpy(tx)).argmax(1).numpy() == ty).sum())
+    assert "test accuracy %.2f%%" % (100.0 * correct / 37) in r.stdout, (correct, r.stdout)
     r = run([exe, "train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
              "--epochs", "1", "--batch", "33"], check=False)
     assert r.returncode == 1 and "at most 32" in r.stderr, r.stderr

@@ -126,10 +126,10 @@ static const ctc_tensor mix_out[] = {
     {.name = "z", .dtype = CTC_BOOL, .ndim = 1, .shape = {4}},
 };
 static const ctc_entry entries[] = {
-    {"forward", 1, 1, fwd_in, fwd_out, fake_forward, CTC_ENTRY_FORWARD},
-    {"bump", 2, 0, bump_in, NULL, fake_bump, CTC_ENTRY_FORWARD},
-    {"mix", 5, 5, mix_in, mix_out, fake_mix, CTC_ENTRY_FORWARD},
-    {"fail", 0, 0, NULL, NULL, fake_fail, CTC_ENTRY_FORWARD},
+    {"forward", 1, 1, fwd_in, fwd_out, fake_forward, CTC_ENTRY_FORWARD, 0, NULL},
+    {"bump", 2, 0, bump_in, NULL, fake_bump, CTC_ENTRY_FORWARD, 0, NULL},
+    {"mix", 5, 5, mix_in, mix_out, fake_mix, CTC_ENTRY_FORWARD, 0, NULL},
+    {"fail", 0, 0, NULL, NULL, fake_fail, CTC_ENTRY_FORWARD, 0, NULL},
 };
 
 static const ctc_model_desc desc = {
@@ -234,9 +234,9 @@ static const ctc_tensor t_train_in[] = {
 };
 static const ctc_tensor t_train_out[] = {{.name = "loss", .dtype = CTC_F32, .ndim = 0}};
 static const ctc_entry t_entries[] = {
-    {"forward", 1, 1, t_fwd_in, t_fwd_out, faket_forward, CTC_ENTRY_FORWARD},
-    {"train_step", 2, 1, t_train_in, t_train_out, faket_train, CTC_ENTRY_TRAIN},
-    {"train_other", 2, 1, t_train_in, t_train_out, faket_fail, CTC_ENTRY_TRAIN},
+    {"forward", 1, 1, t_fwd_in, t_fwd_out, faket_forward, CTC_ENTRY_FORWARD, 0, NULL},
+    {"train_step", 2, 1, t_train_in, t_train_out, faket_train, CTC_ENTRY_TRAIN, 0, NULL},
+    {"train_other", 2, 1, t_train_in, t_train_out, faket_fail, CTC_ENTRY_TRAIN, 0, NULL},
 };
 
 static const ctc_model_desc train_desc = {
