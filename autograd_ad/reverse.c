@@ -112,6 +112,8 @@ ValId ad_zeros(Ad *ad, const Type *t) {
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads,
                 int *reached) {
   ir_pass_event(p, f, "ad_reverse", 0);
+  int phase = f->phase;   /* restored at the end */
+  if (f->phase == PH_FORWARD) f->phase = PH_BACKWARD;
   int nv = f->values.len, ni = f->insts.len;
   char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
   ValId *adj = malloc(sizeof(ValId) * ((size_t)nv + 1));
@@ -184,5 +186,6 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
   free(adj);
   free(need);
   free(dargs);
+  f->phase = phase;
   ir_pass_event(p, f, "ad_reverse", 1);
 }

@@ -41,5 +41,12 @@ int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, c
 struct KnSchedule;
 int cg_c_emit_sched(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, FILE *c_out,
                     FILE *h_out, const char *h_name);
+/* Options of the generated code. */
+typedef struct CgOptions {
+  int profile;   /* `--profile`: every kernel timed into the model's ctc_profile (runtime_min/rt_profile.c);
+                    0: no timing code at all */
+} CgOptions;
+int cg_c_emit_opts(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, const CgOptions *opt,
+                   FILE *c_out, FILE *h_out, const char *h_name);
 
 #endif

@@ -41,7 +41,59 @@ typedef struct Gen {
   Kernels k;
   Buf *sig;               /* per func: its C prototype (no semicolon) */
   Buf *doc;               /* per func: one-line description for comments */
+  CgOptions opt;
 } Gen;
+
+/* ---- profiles (--profile) ---------------------------------------------------- */
+
+static void c_string(Buf *b, const char *s);
+
+/* Whether kernel k emits code (views and constants do not). */
+static int kernel_has_code(const Func *f, const Kernel *kn) {
+  if (kn->kind == KN_VIEW) return 0;
+  for (int i = kn->first; i <= kn->last; i++)
+    if (f->insts.data[i].op != IR_CONST) return 1;
+  return 0;
+}
+
+/* kernel k's ctc_prof_site initializer: entry, name (its ops), model line, phase, FLOPs, bytes. */
+static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
+  const Kernel *kn = &s->kernels.data[k];
+  char name[64] = "", where[256] = "";
+  size_t len = 0;
+  int first = -1;
+  double flops = 0, bytes = 0;
+  if (kn->kind == KN_ELEM) len = (size_t)snprintf(name, sizeof name, "fused: ");
+  if (kn->kind == KN_ROW) len = (size_t)snprintf(name, sizeof name, "row: ");
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    if (first < 0) first = i;
+    flops += (double)kn_flops(f, in);
+    if (len < sizeof name - 1)
+      len += (size_t)snprintf(name + len, sizeof name - len, "%s%s", i > first ? "+" : "", ir_ops[in->op].name);
+  }
+  if (len >= sizeof name - 1) strcpy(name + sizeof name - 4, "...");
+  const Vec(ValId) *io[2] = {(const void *)&kn->inputs, (const void *)&kn->outputs};
+  for (int l = 0; l < 2; l++)
+    for (int j = 0; j < io[l]->len; j++) {
+      const Type *t = &f->values.data[io[l]->data[j]].type;
+      bytes += (double)ir_numel(t) * (double)ir_dtype_size(t->dtype);
+    }
+  const Inst *in0 = &f->insts.data[first];
+  cg_where(where, sizeof where, in0->loc);
+  cg_puts(b, "  {");
+  c_string(b, f->name);
+  cg_puts(b, ", ");
+  c_string(b, name);
+  cg_puts(b, ", ");
+  c_string(b, where);
+  cg_printf(b, ", %s, %.0f, %.0f},\n",
+            in0->phase == PH_BACKWARD    ? "CTC_PROF_BACKWARD"
+            : in0->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
+                                         : "CTC_PROF_FORWARD",
+            flops, bytes);
+}
 
 static const char *basename_of(const char *path) {
   const char *s = path ? strrchr(path, '/') : NULL;
@@ -238,7 +290,22 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   /* Body. */
   Buf body = {0};
   CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns};
-  for (int k = 0; k < c.s->kernels.len; k++) cg_emit_kernel(&c, k);
+  char fid[128];
+  cg_ident(fid, sizeof fid, f->name);
+  const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
+  int nsite = 0;   /* --profile: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
+  for (int k = 0; k < c.s->kernels.len; k++) {
+    int timed = pt && kernel_has_code(f, &c.s->kernels.data[k]);
+    if (timed) {
+      cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
+      c.ind = 4;
+    }
+    cg_emit_kernel(&c, k);
+    if (timed) {
+      cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, ++nsite, pt);
+      c.ind = 2;
+    }
+  }
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
     cg_puts(&body, "  /* outputs */\n");
@@ -328,6 +395,18 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   char where[256];
   cg_where(where, sizeof where, f->loc);
+  if (pt) {   /* --profile: what each timed kernel is */
+    cg_printf(out, "static const ctc_prof_site ctc_prof_%s[] = {\n  {", fid);
+    c_string(out, f->name);
+    cg_puts(out, ", ");
+    c_string(out, arena_printf(p->arena, "entry %s", f->name));
+    cg_puts(out, ", ");
+    c_string(out, where);
+    cg_puts(out, ", CTC_PROF_ENTRY, 0, 0},\n");
+    for (int k = 0; k < c.s->kernels.len; k++)
+      if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k);
+    cg_puts(out, "};\n\n");
+  }
   cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
   cg_printf(out, "%s {\n", sig->s);
   cg_puts(out, "  if (!m || !m->arena");
@@ -337,7 +416,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   if (f->batch_max) cg_printf(out, "  if (batch < 1 || batch > %lld) return CTC_ERR_SHAPE;\n", (ll)f->batch_max);
   if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
   if (decl.len) cg_puts(out, decl.s);
+  if (pt) cg_printf(out, "  const double %s_entry = ctc_prof_now();\n", pt);
   if (body.len) cg_printf(out, "\n%s", body.s);
+  if (pt) cg_printf(out, "  ctc_prof_record(m->prof, &ctc_prof_%s[0], %s_entry);\n", fid, pt);
   cg_puts(out, "  return CTC_OK;\n}\n\n");
 
   cg_buf_free(&decl);
@@ -623,7 +704,9 @@ static void emit_desc(Gen *g, Buf *b) {
   cg_puts(b, "};\n\n");
   cg_printf(b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",
             P, P);
-  cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n\n", P);
+  cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
+  if (g->opt.profile) cg_printf(b, "static void ctc_set_profile(void *m, ctc_profile *prof) { ((%s_t *)m)->prof = prof; }\n", P);
+  cg_puts(b, "\n");
   cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
   c_string(b, P);
   cg_puts(b, ", ");
@@ -632,8 +715,9 @@ static void emit_desc(Gen *g, Buf *b) {
   if (p->params.len) cg_printf(b, "  %d, ctc_params,\n", p->params.len);
   else cg_puts(b, "  0, NULL,\n");
   cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n", p->funcs.len);
-  cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n};\n",
+  cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n",
             n_state_params(p));
+  cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n};\n" : "  NULL,  /* set_profile: built without --profile */\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */
@@ -653,7 +737,9 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "#define %s_ARENA_BYTES ((size_t)%lld)\n\n", U, (ll)mp->arena_bytes);
   fprintf(h, "/* A model instance: everything lives in the caller's arena. */\n");
   fprintf(h, "typedef struct %s_t {\n  unsigned char *arena;  /* parameters, then activations */\n"
-             "  size_t arena_bytes;\n} %s_t;\n\n", P, P);
+             "  size_t arena_bytes;\n", P);
+  if (g->opt.profile) fprintf(h, "  struct ctc_profile *prof;  /* --profile: where the kernels' times go (NULL: nowhere) */\n");
+  fprintf(h, "} %s_t;\n\n", P);
   fprintf(h, "size_t %s_arena_bytes(void);\n", P);
   fprintf(h, "/* Takes `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned; nothing is\n"
              " * allocated) and initialises the parameters as the model does (seeded RNG). */\n", U);
@@ -677,9 +763,16 @@ int cg_c_emit(const Program *p, const MemPlan *plan, FILE *c_out, FILE *h_out, c
 
 int cg_c_emit_sched(const Program *p, const MemPlan *plan, KnSchedule *const *sched, FILE *c_out, FILE *h_out,
                     const char *h_name) {
+  CgOptions none = {0};
+  return cg_c_emit_opts(p, plan, sched, &none, c_out, h_out, h_name);
+}
+
+int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CgOptions *opt,
+                   FILE *c_out, FILE *h_out, const char *h_name) {
   static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", NULL};
   Gen g;
   memset(&g, 0, sizeof g);
+  g.opt = *opt;
   g.p = p;
   g.mp = plan;
   g.sched = sched;

@@ -49,6 +49,8 @@ static const char *usage =
     "                          (x=f32[N,1,28,28]): a batch chosen at run time, up to --max\n"
     "  --max N=M               the largest run-time batch N (the arena is planned for it)\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
+    "  --profile               time every kernel of the generated entries (./net run|train|bench\n"
+    "                          --profile trace.json: a Chrome trace and a table per model line)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
     "                          ad_forward, unslice, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
@@ -63,7 +65,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse;
+  int stats, no_blas, no_openmp, no_fuse, profile;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -143,6 +145,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       vec_push(a, s[7] == 'b' ? &o->dump_before : &o->dump_after, pass);
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
+    } else if (!strcmp(s, "--profile")) {
+      o->profile = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--no-remat")) {
@@ -270,12 +274,12 @@ static const char *header_path(Arena *a, const char *c_path) {
 
 /* The generated model.c and model.h texts of a program (malloc'ed), emitted
  * with `plan`. 0, or CTC_EXIT_USER when the emitter refused (it said why). */
-static int emit_texts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const char *h_name, char **c_text,
-                      char **h_text) {
+static int emit_texts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CgOptions *opt,
+                      const char *h_name, char **c_text, char **h_text) {
   size_t cl, hl;
   FILE *c = open_memstream(c_text, &cl), *h = open_memstream(h_text, &hl);
   CHECK(c && h);
-  int rc = cg_c_emit_sched(p, plan, sched, c, h, h_name);
+  int rc = cg_c_emit_opts(p, plan, sched, opt, c, h, h_name);
   fclose(c);
   fclose(h);
   return rc < 0 ? CTC_EXIT_USER : 0;
@@ -368,7 +372,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c"};
+                            "rt_data.c", "rt_profile.c"};
   char *argv[48];
   int n = 0;
   argv[n++] = (char *)cc;
@@ -554,7 +558,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
                    (long long)pts[j]);
         rc = CTC_EXIT_USER;
       }
-    if (!rc) rc = emit_texts(progs[j], plan, scheds[j], basename(hb), &c_texts[j], &h_texts[j]);
+    CgOptions copt = {o.profile};
+    if (!rc) rc = emit_texts(progs[j], plan, scheds[j], &copt, basename(hb), &c_texts[j], &h_texts[j]);
   }
   char *c_text = c_texts[0], *h_text = h_texts[0];
   if (!rc && ntr > 1) {

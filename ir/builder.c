@@ -184,6 +184,7 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
   in.fattr = fattr;
   in.loc = loc;
   in.nograd = f->grad_mode;
+  in.phase = f->phase;
   f->values.data[r].def = f->insts.len;
   vec_push(p->arena, &f->insts, in);
   return r;

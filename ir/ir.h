@@ -124,6 +124,7 @@ typedef struct Inst {
   double fattr;       /* CONST value */
   Span loc;           /* the model.py span this op came from */
   int nograd;         /* NG_*: staged under torch.no_grad() / inference_mode() */
+  int phase;          /* PH_*: forward, backward (an AD sweep) or optimizer code (profiles) */
   int dead;           /* set by passes that delete; removed by ir_compact */
 } Inst;
 
@@ -135,6 +136,10 @@ enum {
                       forward-mode AD (make_dual, torch.func.jvp) still flows, as in PyTorch */
   NG_ALL = 2,      /* torch.inference_mode(): a constant to both modes, like detach() */
 };
+
+/* What part of a training step an instruction belongs to (Inst.phase, stamped by
+ * ir_emit from Func.phase): ad_reverse sets backward, optimizer.step() optimizer. */
+enum { PH_FORWARD = 0, PH_BACKWARD = 1, PH_OPTIMIZER = 2 };
 
 /* What an entry is for; the runtime driver picks entries by kind. */
 typedef enum FuncKind {
@@ -160,6 +165,7 @@ typedef struct Func {
   Vec(int) update_params;
   Span loc;                   /* the def in model.py */
   int grad_mode;              /* NG_*: ir_emit stamps it on every new instruction */
+  int phase;                  /* PH_*: ir_emit stamps it on every new instruction */
   /* A batch dimension chosen at run time (--input x=f32[N,...] --max N=M): the
    * entry takes n (1 .. batch_max) as an argument. This Func was staged with
    * N = batch_n; batch_axis[v] is the axis of value v whose extent is a multiple

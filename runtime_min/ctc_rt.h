@@ -125,6 +125,8 @@ typedef struct ctc_entry {
   int (*call_n)(void *model, int64_t n, const void *const *inputs, void *const *outputs);
 } ctc_entry;
 
+typedef struct ctc_profile ctc_profile;   /* rt_profile.c */
+
 typedef struct ctc_model_desc {
   const char *name;              /* C prefix of the model: "net" */
   const char *source;            /* the model file it was compiled from */
@@ -138,7 +140,34 @@ typedef struct ctc_model_desc {
   int (*init)(void *model, void *arena, size_t bytes);
   void *(*arena_of)(void *model);   /* the arena a model was initialised with */
   int noptional;  /* the last noptional params (optimizer state) may be missing from a weights file: they keep their init values */
+  /* `ctc build --profile`: gives the model the profile its kernels record into
+   * (NULL: stop recording); NULL in programs built without --profile. */
+  void (*set_profile)(void *model, ctc_profile *prof);
 } ctc_model_desc;
+
+/* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */
+
+enum { CTC_PROF_FORWARD, CTC_PROF_BACKWARD, CTC_PROF_OPTIMIZER, CTC_PROF_ENTRY };
+/* What a generated kernel (or a whole entry, CTC_PROF_ENTRY) is: static data of
+ * the generated code. */
+typedef struct ctc_prof_site {
+  const char *entry;   /* "train_step" */
+  const char *name;    /* "matmul", "fused: add+gelu", "row: softmax" */
+  const char *where;   /* the model line of its first op, "model.py:23" */
+  int phase;           /* CTC_PROF_*: forward, backward or optimizer code */
+  double flops;        /* per call (0: unknown) */
+  double bytes;        /* the tensors it reads and writes, per call */
+} ctc_prof_site;
+/* A profile keeping up to max_events kernel calls for the trace (totals are kept for all). */
+ctc_profile *ctc_prof_new(size_t max_events);
+void ctc_prof_free(ctc_profile *p);
+double ctc_prof_now(void);                  /* ms, monotonic */
+/* One call of `site` that started at t0 (ctc_prof_now) and ends now; p may be NULL. */
+void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0);
+/* The Chrome trace event format (chrome://tracing, Perfetto): one "X" event per call. */
+int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err);
+/* Totals per entry, model line, name and phase, largest first (file: a FILE *). */
+void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows);
 
 /* ---- safetensors (rt_safetensors.c) ------------------------------------ */
 

@@ -148,6 +148,8 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  --save OUT.safetensors    save the parameters after the call(s), e.g. after a\n"
           "                            training step\n"
           "  --repeat N                call the entry N times; print the median ms per call to stderr\n"
+          "  --profile TRACE.json      (programs built with ctc build --profile) time every kernel: write a\n"
+          "                            Chrome trace and print a table per model line and op\n"
           "  --verbose, -v             print timings to stderr\n"
           "\n"
           "Inputs must have exactly the declared shapes. Dtypes must match, except that\n"
@@ -214,7 +216,7 @@ void ctc_drv_seed_rng(const ctc_model_desc *desc, void *model, uint64_t seed) {
 
 typedef struct RunArgs {
   const char *entry;           /* NULL: entries[0] */
-  const char *weights, *save;
+  const char *weights, *save, *profile;
   const char **inputs, **outputs; /* as given (NAME=path or path) */
   int ninputs, noutputs;
   long repeat;
@@ -265,7 +267,7 @@ static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ct
       return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
     }
     /* --name VALUE or --name=VALUE */
-    static const char *const known[] = {"--weights", "--input", "--output", "--save", "--repeat", NULL};
+    static const char *const known[] = {"--weights", "--input", "--output", "--save", "--repeat", "--profile", NULL};
     char name[32];
     const char *val;
     int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
@@ -273,8 +275,8 @@ static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ct
 
     if (!strcmp(name, "--input")) a->inputs[a->ninputs++] = val;
     else if (!strcmp(name, "--output")) a->outputs[a->noutputs++] = val;
-    else if (!strcmp(name, "--weights") || !strcmp(name, "--save")) {
-      const char **slot = name[2] == 'w' ? &a->weights : &a->save;
+    else if (!strcmp(name, "--weights") || !strcmp(name, "--save") || !strcmp(name, "--profile")) {
+      const char **slot = name[2] == 'w' ? &a->weights : name[2] == 's' ? &a->save : &a->profile;
       if (*slot) return ctc_fail(err, CTC_ERR_ARG, "option %s given twice", name);
       *slot = val;
     } else { /* --repeat */
@@ -546,7 +548,14 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
     if (!r->out[j]) return ctc_fail(err, CTC_ERR_NOMEM, "cannot allocate output '%s'", e->outputs[j].name);
   }
   verbose_time(a, prog, "read inputs", t0);
-  if ((rc = call_entry(prog, e, r, a, err))) return rc;
+  ctc_profile *prof = NULL;
+  if (a->profile && (rc = ctc_drv_profile_start(desc, r->model, a->profile, &prof, err))) return rc;
+  rc = call_entry(prog, e, r, a, err);
+  if (prof) {
+    int frc = ctc_drv_profile_finish(desc, r->model, prof, a->profile, rc ? NULL : err);
+    if (!rc) rc = frc;
+  }
+  if (rc) return rc;
   t0 = ctc_drv_now_ms();
   if ((rc = write_outputs(e, r, err))) return rc;
   verbose_time(a, prog, "write outputs", t0);
@@ -590,6 +599,31 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
   int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s --help'\n", prog, prog);
   return status;
+}
+
+int ctc_drv_profile_start(const ctc_model_desc *desc, void *model, const char *path, ctc_profile **out,
+                          ctc_error *err) {
+  *out = NULL;
+  if (!desc->set_profile)
+    return ctc_fail(err, CTC_ERR_ARG, "--profile %s: this program has no timing code; build it with "
+                    "`ctc build --profile`", path);
+  *out = ctc_prof_new((size_t)1 << 20);
+  if (!*out) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory for the profile");
+  desc->set_profile(model, *out);
+  return CTC_OK;
+}
+
+int ctc_drv_profile_finish(const ctc_model_desc *desc, void *model, ctc_profile *p, const char *path, ctc_error *err) {
+  if (!p) return CTC_OK;
+  desc->set_profile(model, NULL);
+  ctc_error local = {0, ""};
+  int rc = ctc_prof_write_trace(p, path, err ? err : &local);
+  if (!rc) {
+    ctc_prof_print_table(p, stdout, 40);
+    printf("trace: %s (chrome://tracing or https://ui.perfetto.dev)\n", path);
+  }
+  ctc_prof_free(p);
+  return rc;
 }
 
 /* Aligned, zeroed buffers for every output of e. */
@@ -641,7 +675,7 @@ uint64_t ctc_drv_rand_below(uint64_t *s, uint64_t m) {
  * libraries and their threads included). Exit status as for run. */
 
 typedef struct BenchArgs {
-  const char *entry, *weights;
+  const char *entry, *weights, *profile;
   long long iters, warmup, int_max;
   unsigned long long seed;
   int help;
@@ -650,7 +684,7 @@ typedef struct BenchArgs {
 static void bench_usage(FILE *f, const char *prog) {
   fprintf(f,
           "usage: %s bench [ENTRY] [--iters K] [--warmup W] [--weights W.safetensors] [--seed S]\n"
-          "                [--int-max M]\n"
+          "                [--int-max M] [--profile TRACE.json]\n"
           "\n"
           "Times ENTRY (default: the first entry) on random inputs of its declared shapes:\n"
           "W warm-up calls (default 3), then K timed calls (default 20). Prints the median\n"
@@ -695,7 +729,7 @@ static int parse_bench_args(int argc, char **argv, BenchArgs *a, ctc_error *err)
       a->entry = arg;
       continue;
     }
-    static const char *const known[] = {"--iters", "--warmup", "--weights", "--seed", "--int-max", NULL};
+    static const char *const known[] = {"--iters", "--warmup", "--weights", "--seed", "--int-max", "--profile", NULL};
     char name[32];
     const char *val;
     int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
@@ -707,10 +741,11 @@ static int parse_bench_args(int argc, char **argv, BenchArgs *a, ctc_error *err)
       rc = parse_ll(name, val, 0, 100000000LL, &a->warmup, err);
     } else if (!strcmp(name, "--int-max")) {
       rc = parse_ll(name, val, 1, INT64_MAX, &a->int_max, err);
-    } else if (!strcmp(name, "--weights")) {
-      if (a->weights) return ctc_fail(err, CTC_ERR_ARG, "option --weights given twice");
-      if (!*val) return ctc_fail(err, CTC_ERR_ARG, "option --weights needs a file name");
-      a->weights = val;
+    } else if (!strcmp(name, "--weights") || !strcmp(name, "--profile")) {
+      const char **slot = name[2] == 'w' ? &a->weights : &a->profile;
+      if (*slot) return ctc_fail(err, CTC_ERR_ARG, "option %s given twice", name);
+      if (!*val) return ctc_fail(err, CTC_ERR_ARG, "option %s needs a file name", name);
+      *slot = val;
     } else { /* --seed */
       char *end;
       errno = 0;
@@ -793,12 +828,18 @@ static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entr
   double *ms = malloc((size_t)a->iters * sizeof *ms);
   if (!ms) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   long long total = a->warmup + a->iters;
+  ctc_profile *prof = NULL;
   for (long long k = 0; k < total; k++) {
+    if (k == a->warmup && a->profile && (rc = ctc_drv_profile_start(desc, r->model, a->profile, &prof, err))) {
+      free(ms);
+      return rc;
+    }
     double t0 = ctc_drv_now_ms();
     rc = e->call(r->model, (const void *const *)r->in, (void *const *)r->out);
     double t = ctc_drv_now_ms() - t0;
     if (rc) {
       free(ms);
+      ctc_drv_profile_finish(desc, r->model, prof, a->profile, NULL);
       return ctc_fail(err, rc, "entry '%s' failed at call %lld: %s (status %d)", e->name, k + 1, ctc_strerror(rc),
                       rc);
     }
@@ -812,7 +853,7 @@ static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entr
   fflush(stdout);
   free(ms);
   (void)prog;
-  return CTC_OK;
+  return ctc_drv_profile_finish(desc, r->model, prof, a->profile, err);
 }
 
 static int cmd_bench(const char *prog, const ctc_model_desc *desc, int argc, char **argv) {

@@ -37,6 +37,14 @@ int ctc_drv_alloc_outputs(const ctc_entry *e, void ***out, ctc_error *err);
 uint64_t ctc_drv_splitmix64(uint64_t *s);
 uint64_t ctc_drv_rand_below(uint64_t *s, uint64_t m); /* uniform in [0, m), m >= 1 */
 
+/* --profile PATH (programs built with `ctc build --profile`): a new profile given
+ * to the model; an error naming the rebuild when the program has no timing code. */
+int ctc_drv_profile_start(const ctc_model_desc *desc, void *model, const char *path, ctc_profile **out,
+                          ctc_error *err);
+/* Detaches the profile, writes its Chrome trace to path, prints its table to
+ * stdout and frees it (p may be NULL: nothing). */
+int ctc_drv_profile_finish(const ctc_model_desc *desc, void *model, ctc_profile *p, const char *path, ctc_error *err);
+
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 

@@ -68,6 +68,7 @@
 
 typedef struct TrainArgs {
   const char *weights, *data, *labels, *test_data, *test_labels, *save, *log;
+  const char *profile;             /* --profile TRACE.json (programs built with ctc build --profile) */
   long long batch, epochs, limit; /* 0: not given */
   unsigned long long seed;
   int no_shuffle, help, have_seed;
@@ -123,6 +124,8 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --nan-policy stop|skip    a NaN or infinite loss stops training with its step (stop,\n"
           "                            the default; the last checkpoint is kept) or undoes that\n"
           "                            step's update and goes on (skip)\n"
+          "  --profile TRACE.json      (programs built with ctc build --profile) time every kernel of\n"
+          "                            the run: a Chrome trace, and a table per model line and op\n"
           "\n"
           "SIGINT and SIGTERM finish the current step, write a checkpoint (with --checkpoint)\n"
           "and exit with status 130 / 143.\n"
@@ -146,9 +149,9 @@ static int parse_count(const char *name, const char *val, long long *out, ctc_er
 
 static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err) {
   static const char *const path_opts[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels",
-                                          "--save", "--log", "--checkpoint", "--resume"};
+                                          "--save", "--log", "--checkpoint", "--resume", "--profile"};
   const char **path_slots[] = {&a->weights, &a->data, &a->labels, &a->test_data, &a->test_labels,
-                               &a->save, &a->log, &a->checkpoint, &a->resume};
+                               &a->save, &a->log, &a->checkpoint, &a->resume, &a->profile};
   memset(a, 0, sizeof *a);
   a->xf.scale_u8 = 1;
   for (int i = 0; i < argc; i++) {
@@ -164,7 +167,8 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
     if (arg[0] != '-' || arg[1] == '\0') return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
     static const char *const known[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels", "--save",
                                         "--log", "--batch", "--epochs", "--limit", "--seed", "--normalize",
-                                        "--checkpoint", "--checkpoint-every", "--resume", "--nan-policy", NULL};
+                                        "--checkpoint", "--checkpoint-every", "--resume", "--nan-policy", "--profile",
+                                        NULL};
     char name[32];
     const char *val;
     int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
@@ -1128,11 +1132,17 @@ static int do_train(const char *prog, const ctc_model_desc *desc, TrainArgs *a, 
   int rc = train_setup(desc, a, t, err);
   if (rc) return rc;
   if (a->resume && a->checkpoint && strcmp(a->resume, a->checkpoint)) t->ckpt_epoch = t->ckpt_done = 0;
+  ctc_profile *prof = NULL;
+  if (a->profile && (rc = ctc_drv_profile_start(desc, t->r.model, a->profile, &prof, err))) return rc;
   struct sigaction old[2];
   catch_stop_signals(old);
   rc = train_loop(desc, a, t, err);
   int sig = stop_signal;
   restore_stop_signals(old);
+  if (prof) {
+    int frc = ctc_drv_profile_finish(desc, t->r.model, prof, a->profile, rc ? NULL : err);
+    if (!rc) rc = frc;
+  }
   if (rc) {
     /* the steps run so far, the failing one included, stay in the log */
     if (t->numeric_fault) commit_log(t, NULL);

@@ -579,6 +579,8 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
     L->T->unzeroed_step = at;
   }
   grads_materialize(L, at, NULL);
+  int phase = L->T->fn->phase;   /* the update is optimizer code (profiles) */
+  L->T->fn->phase = PH_OPTIMIZER;
   PV *groups = env_get(opt->attrs, "param_groups");
   int any = 0;
   for (int gi = 0; gi < groups->n; gi++) {
@@ -602,6 +604,7 @@ static PV *optimizer_step(L *L, PV *opt, Span at) {
     }
   }
   state_update(L, at, count, ADD(tcount, F(1)));
+  L->T->fn->phase = phase;
   L->T->stepped = 1;
   return pv_none(L);
 }

@@ -1,0 +1,202 @@
+/* rt_profile.c - the profiler of programs built with `ctc build --profile`.
+ *
+ * The generated entries time every kernel (ctc_prof_now before it,
+ * ctc_prof_record after it) against a static description of the kernel (its
+ * model line, ops, phase, FLOPs and bytes: ctc_prof_site). The profile keeps
+ * per-site totals and, up to a fixed number, one event per kernel call for the
+ * Chrome trace (ctc_prof_write_trace); ctc_prof_print_table prints the totals
+ * per model line and op, like torch.profiler's key_averages().table(). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "ctc_rt.h"
+
+double ctc_prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct ProfEvent {
+  const ctc_prof_site *site;
+  double t0, dur;   /* ms */
+} ProfEvent;
+
+typedef struct ProfTotal {
+  const ctc_prof_site *site;
+  long long calls;
+  double ms;
+} ProfTotal;
+
+struct ctc_profile {
+  double origin;            /* ms: the trace's time 0 */
+  ProfEvent *ev;
+  size_t nev, cap;          /* events kept (at most cap) */
+  size_t dropped;           /* events past cap (counted in the totals only) */
+  ProfTotal *tot;           /* open addressing by site pointer */
+  size_t ntot, tcap;
+};
+
+ctc_profile *ctc_prof_new(size_t max_events) {
+  ctc_profile *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->cap = max_events;
+  p->ev = max_events ? malloc(max_events * sizeof *p->ev) : NULL;
+  p->tcap = 1024;
+  p->tot = calloc(p->tcap, sizeof *p->tot);
+  if ((max_events && !p->ev) || !p->tot) {
+    ctc_prof_free(p);
+    return NULL;
+  }
+  p->origin = ctc_prof_now();
+  return p;
+}
+
+void ctc_prof_free(ctc_profile *p) {
+  if (!p) return;
+  free(p->ev);
+  free(p->tot);
+  free(p);
+}
+
+static ProfTotal *total_of(ctc_profile *p, const ctc_prof_site *s) {
+  if (p->ntot * 2 >= p->tcap) {   /* grow (only when a new site shows up) */
+    size_t ncap = p->tcap * 2;
+    ProfTotal *nt = calloc(ncap, sizeof *nt);
+    if (!nt) return NULL;
+    for (size_t i = 0; i < p->tcap; i++)
+      if (p->tot[i].site) {
+        size_t h = ((size_t)p->tot[i].site >> 4) & (ncap - 1);
+        while (nt[h].site) h = (h + 1) & (ncap - 1);
+        nt[h] = p->tot[i];
+      }
+    free(p->tot);
+    p->tot = nt;
+    p->tcap = ncap;
+  }
+  size_t h = ((size_t)s >> 4) & (p->tcap - 1);
+  while (p->tot[h].site && p->tot[h].site != s) h = (h + 1) & (p->tcap - 1);
+  if (!p->tot[h].site) {
+    p->tot[h].site = s;
+    p->ntot++;
+  }
+  return &p->tot[h];
+}
+
+void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0) {
+  double t1 = ctc_prof_now();
+  if (!p) return;
+  ProfTotal *t = total_of(p, site);
+  if (t) {
+    t->calls++;
+    t->ms += t1 - t0;
+  }
+  if (p->nev < p->cap) p->ev[p->nev++] = (ProfEvent){site, t0, t1 - t0};
+  else p->dropped++;
+}
+
+static const char *phase_name(int ph) {
+  return ph == CTC_PROF_ENTRY ? "entry" : ph == CTC_PROF_BACKWARD ? "backward" : ph == CTC_PROF_OPTIMIZER ? "optimizer"
+                                                                                                         : "forward";
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err) {
+  ctc_wfile w;
+  int rc = ctc_wopen(&w, path, err);
+  if (rc) return rc;
+  FILE *f = w.f;
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"ctc\"}}");
+  for (size_t i = 0; i < p->nev; i++) {
+    const ProfEvent *e = &p->ev[i];
+    const ctc_prof_site *s = e->site;
+    fprintf(f, ",\n{\"name\": ");
+    json_str(f, s->name);
+    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"line\": ",
+            phase_name(s->phase), s->phase == CTC_PROF_ENTRY ? 0 : 1, (e->t0 - p->origin) * 1e3, e->dur * 1e3);
+    json_str(f, s->where);
+    fprintf(f, ", \"entry\": ");
+    json_str(f, s->entry);
+    if (s->flops > 0) fprintf(f, ", \"flops\": %.0f", s->flops);
+    if (s->bytes > 0) fprintf(f, ", \"bytes\": %.0f", s->bytes);
+    fprintf(f, "}}");
+  }
+  fprintf(f, "\n]}\n");
+  return ctc_wcommit(&w, 1, err);
+}
+
+/* One row of the table: the sites of one (entry, model line, name, phase). */
+typedef struct Row {
+  const ctc_prof_site *site;
+  long long calls;
+  double ms, flops, bytes;
+} Row;
+
+static int same_row(const ctc_prof_site *a, const ctc_prof_site *b) {
+  return a->phase == b->phase && !strcmp(a->entry, b->entry) && !strcmp(a->where, b->where) && !strcmp(a->name, b->name);
+}
+
+static int cmp_row(const void *x, const void *y) {
+  const Row *a = x, *b = y;
+  return (a->ms < b->ms) - (a->ms > b->ms);
+}
+
+void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows) {
+  FILE *out = file;
+  Row *rows = calloc(p->ntot + 1, sizeof *rows);
+  if (!rows) return;
+  size_t n = 0;
+  double entry_ms = 0, kernel_ms = 0;
+  for (size_t i = 0; i < p->tcap; i++) {
+    const ProfTotal *t = &p->tot[i];
+    if (!t->site) continue;
+    if (t->site->phase == CTC_PROF_ENTRY) {
+      entry_ms += t->ms;
+      continue;
+    }
+    kernel_ms += t->ms;
+    size_t r = 0;
+    while (r < n && !same_row(rows[r].site, t->site)) r++;
+    if (r == n) rows[n++].site = t->site;
+    rows[r].calls += t->calls;
+    rows[r].ms += t->ms;
+    rows[r].flops += t->site->flops * (double)t->calls;
+    rows[r].bytes += t->site->bytes * (double)t->calls;
+  }
+  qsort(rows, n, sizeof *rows, cmp_row);
+  double all = entry_ms > 0 ? entry_ms : kernel_ms;
+  const char *rule = "---------------------------------------------------------------------------------------------"
+                     "-------------------------------";
+  fprintf(out, "%s\n%-44s %-14s %-9s %7s %11s %11s %7s %9s %8s\n%s\n", rule, "Name (ops)", "Model line", "Phase", "Calls",
+          "Total ms", "Avg us", "%", "GFLOP/s", "GB/s", rule);
+  for (size_t r = 0; r < n && (max_rows <= 0 || (int)r < max_rows); r++) {
+    const Row *w = &rows[r];
+    char name[45];
+    snprintf(name, sizeof name, "%s", w->site->name);
+    char gf[16] = "", gb[16] = "";
+    if (w->flops > 0 && w->ms > 0) snprintf(gf, sizeof gf, "%.1f", w->flops / (w->ms * 1e6));
+    if (w->bytes > 0 && w->ms > 0) snprintf(gb, sizeof gb, "%.1f", w->bytes / (w->ms * 1e6));
+    fprintf(out, "%-44s %-14s %-9s %7lld %11.3f %11.1f %6.2f%% %9s %8s\n", name, w->site->where,
+            phase_name(w->site->phase), w->calls, w->ms, w->ms * 1e3 / (double)w->calls, all > 0 ? 100 * w->ms / all : 0,
+            gf, gb);
+  }
+  fprintf(out, "%s\n", rule);
+  if (n > (size_t)max_rows && max_rows > 0) fprintf(out, "(%zu more rows)\n", n - (size_t)max_rows);
+  fprintf(out, "Kernels total: %.3f ms; entries total: %.3f ms (the rest: copies of outputs and updates, call overhead)\n",
+          kernel_ms, entry_ms);
+  if (p->dropped) fprintf(out, "(%zu kernel calls past the trace's %zu events are in the totals only)\n", p->dropped, p->cap);
+  free(rows);
+}
