@@ -1,0 +1,118 @@
+"""The profiler: `ctc build --profile`, then `./net run|bench|train --profile trace.json`.
+
+The trace must be valid Chrome trace JSON with one event per kernel call (the
+generated code has one ctc_prof_record per kernel) plus one per entry call,
+attributed to model lines and to forward, backward and optimizer code; the table
+lists model lines; a program built without --profile carries no timing code."""
+import json
+import os
+import re
+
+import numpy as np
+
+from ctc_testlib import CTC, run
+
+MODEL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        return self.fc2(h)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+example_inputs = {"forward": (torch.randn(8, 20),), "train_step": (torch.randn(8, 20), torch.zeros(8, dtype=torch.long))}
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
+
+def build(tmp, *opts):
+    py = os.path.join(tmp, "prof_model.py")
+    with open(py, "w") as f:
+        f.write(MODEL)
+    exe = os.path.join(tmp, "net" + ("_p" if opts else ""))
+    run([CTC, "build", py, "-o", exe, *opts])
+    return exe
+
+
+def records(c_text, entry):
+    """The kernels timed in one entry of the generated C: its ctc_prof_record calls."""
+    return len(re.findall(r"ctc_prof_record\(m->prof, &ctc_prof_%s\[(\d+)\]" % entry, c_text))
+
+
+def test_trace_and_table(tmp_path):
+    tmp = str(tmp_path)
+    exe = build(tmp, "--profile")
+    c_text = open(exe + ".c").read()
+    n_fwd, n_train = records(c_text, "forward") - 1, records(c_text, "train_step") - 1   # minus the entry's own
+    assert n_fwd >= 3 and n_train > n_fwd, (n_fwd, n_train)
+    rng = np.random.default_rng(0)
+    np.save(os.path.join(tmp, "x.npy"), rng.standard_normal((8, 20)).astype(np.float32))
+    np.save(os.path.join(tmp, "y.npy"), rng.integers(0, 4, 8))
+    trace = os.path.join(tmp, "t.json")
+    r = run([exe, "run", "train_step", "--input", os.path.join(tmp, "x.npy"), "--input", os.path.join(tmp, "y.npy"),
+             "--repeat", "3", "--profile", trace])
+    d = json.load(open(trace))
+    ev = [e for e in d["traceEvents"] if e.get("ph") == "X"]
+    kern = [e for e in ev if e["cat"] != "entry"]
+    assert len(kern) == 3 * n_train, (len(kern), n_train)
+    assert len([e for e in ev if e["cat"] == "entry"]) == 3
+    assert {e["cat"] for e in kern} == {"forward", "backward", "optimizer"}
+    for e in ev:
+        assert e["dur"] >= 0 and e["ts"] >= 0 and e["args"]["entry"] == "train_step"
+    lines = {e["args"]["line"] for e in kern}
+    assert "prof_model.py:14" in lines and "prof_model.py:27" in lines, lines   # fc1 + tanh; optimizer.step()
+    mm = [e for e in kern if e["name"] == "matmul"]
+    assert mm and all(e["args"]["flops"] > 0 for e in mm)
+    # the table: a header, rows with model lines and phases, the totals
+    out = r.stdout
+    assert "Name (ops)" in out and "Model line" in out and "GFLOP/s" in out, out
+    assert re.search(r"^matmul\s+prof_model\.py:\d+\s+(forward|backward)\s+\d+", out, re.M), out
+    assert "Kernels total:" in out and "trace: " + trace in out
+
+    # bench and train take --profile too
+    r = run([exe, "bench", "forward", "--iters", "4", "--warmup", "2", "--profile", trace])
+    d = json.load(open(trace))
+    assert len([e for e in d["traceEvents"] if e.get("ph") == "X" and e["cat"] != "entry"]) == 4 * n_fwd
+    np.save(os.path.join(tmp, "xs.npy"), rng.standard_normal((24, 20)).astype(np.float32))
+    np.save(os.path.join(tmp, "ys.npy"), rng.integers(0, 4, 24))
+    r = run([exe, "train", "--data", os.path.join(tmp, "xs.npy"), "--labels", os.path.join(tmp, "ys.npy"),
+             "--epochs", "2", "--profile", trace])
+    d = json.load(open(trace))
+    assert len([e for e in d["traceEvents"] if e.get("ph") == "X" and e["cat"] == "entry"]) == 6   # 2 epochs x 3
+
+
+def test_no_timing_code_without_profile(tmp_path):
+    tmp = str(tmp_path)
+    exe = build(tmp)
+    assert "ctc_prof" not in open(exe + ".c").read() and "ctc_profile" not in open(exe + ".h").read()
+    np.save(os.path.join(tmp, "x.npy"), np.zeros((8, 20), np.float32))
+    r = run([exe, "infer", "--input", os.path.join(tmp, "x.npy"), "--profile", os.path.join(tmp, "t.json")],
+            check=False)
+    assert r.returncode == 1 and "build it with `ctc build --profile`" in r.stderr, r.stderr
+    # the same outputs with and without the timing code
+    exe_p = build(tmp, "--profile")
+    np.save(os.path.join(tmp, "x.npy"), np.random.default_rng(1).standard_normal((8, 20)).astype(np.float32))
+    outs = []
+    for e in (exe, exe_p):
+        o = os.path.join(tmp, os.path.basename(e) + ".npy")
+        run([e, "infer", "--input", os.path.join(tmp, "x.npy"), "--output", o])
+        outs.append(np.load(o))
+    assert np.array_equal(outs[0], outs[1])
