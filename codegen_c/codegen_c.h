@@ -45,6 +45,7 @@ int cg_c_emit_sched(const Program *p, const MemPlan *plan, struct KnSchedule *co
 typedef struct CgOptions {
   int profile;   /* `--profile`: every kernel timed into the model's ctc_profile (runtime_min/rt_profile.c);
                     0: no timing code at all */
+  int anomaly;   /* `--anomaly`: every kernel's float outputs checked for NaN/Inf (CTC_ERR_ANOMALY) */
 } CgOptions;
 int cg_c_emit_opts(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, const CgOptions *opt,
                    FILE *c_out, FILE *h_out, const char *h_name);

@@ -56,6 +56,19 @@ static int kernel_has_code(const Func *f, const Kernel *kn) {
   return 0;
 }
 
+/* The text of the model line of `at`, trimmed, as a C string literal. */
+static void line_text(Buf *b, Span at) {
+  const char *t = at.file && at.file->text ? at.file->text : "";
+  for (int l = 1; l < at.line && *t; t++)
+    l += *t == '\n';
+  while (*t == ' ' || *t == '\t') t++;
+  size_t n = strcspn(t, "\n");
+  while (n && (t[n - 1] == ' ' || t[n - 1] == '\r')) n--;
+  char buf[160];
+  snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), t);
+  c_string(b, buf);
+}
+
 /* kernel k's ctc_prof_site initializer: entry, name (its ops), model line, phase, FLOPs, bytes. */
 static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
   const Kernel *kn = &s->kernels.data[k];
@@ -63,7 +76,9 @@ static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
   size_t len = 0;
   int first = -1;
   double flops = 0, bytes = 0;
-  if (kn->kind == KN_ELEM) len = (size_t)snprintf(name, sizeof name, "fused: ");
+  int nops = 0;
+  for (int i = kn->first; i <= kn->last; i++) nops += f->insts.data[i].op != IR_CONST;
+  if (kn->kind == KN_ELEM && nops > 1) len = (size_t)snprintf(name, sizeof name, "fused: ");
   if (kn->kind == KN_ROW) len = (size_t)snprintf(name, sizeof name, "row: ");
   for (int i = kn->first; i <= kn->last; i++) {
     const Inst *in = &f->insts.data[i];
@@ -88,6 +103,8 @@ static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
   c_string(b, name);
   cg_puts(b, ", ");
   c_string(b, where);
+  cg_puts(b, ", ");
+  line_text(b, in0->loc);
   cg_printf(b, ", %s, %.0f, %.0f},\n",
             in0->phase == PH_BACKWARD    ? "CTC_PROF_BACKWARD"
             : in0->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
@@ -293,17 +310,28 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   char fid[128];
   cg_ident(fid, sizeof fid, f->name);
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
-  int nsite = 0;   /* --profile: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
+  int sites = g->opt.profile || g->opt.anomaly;
+  int nsite = 0;   /* --profile, --anomaly: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
   for (int k = 0; k < c.s->kernels.len; k++) {
-    int timed = pt && kernel_has_code(f, &c.s->kernels.data[k]);
+    const Kernel *kn = &c.s->kernels.data[k];
+    int code = kernel_has_code(f, kn), timed = pt && code;
+    if (sites && code) nsite++;
     if (timed) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
     }
     cg_emit_kernel(&c, k);
     if (timed) {
-      cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, ++nsite, pt);
+      cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
       c.ind = 2;
+    }
+    for (int j = 0; g->opt.anomaly && code && j < kn->outputs.len; j++) {   /* NaN and Inf stop the entry */
+      ValId v = kn->outputs.data[j];
+      const Type *t = &f->values.data[v].type;
+      if (t->dtype != DT_F32 && t->dtype != DT_F64) continue;
+      cg_printf(&body, "  if (ctc_anomaly_check(m->anomaly, sizeof m->anomaly, &ctc_prof_%s[%d], \"%s\", %s, %s, %lld))\n"
+                       "    return CTC_ERR_ANOMALY;\n",
+                fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
     }
   }
   if (f->outputs.len) {
@@ -395,13 +423,15 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   char where[256];
   cg_where(where, sizeof where, f->loc);
-  if (pt) {   /* --profile: what each timed kernel is */
+  if (sites) {   /* --profile, --anomaly: what each kernel is */
     cg_printf(out, "static const ctc_prof_site ctc_prof_%s[] = {\n  {", fid);
     c_string(out, f->name);
     cg_puts(out, ", ");
     c_string(out, arena_printf(p->arena, "entry %s", f->name));
     cg_puts(out, ", ");
     c_string(out, where);
+    cg_puts(out, ", ");
+    line_text(out, f->loc);
     cg_puts(out, ", CTC_PROF_ENTRY, 0, 0},\n");
     for (int k = 0; k < c.s->kernels.len; k++)
       if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k);
@@ -706,6 +736,7 @@ static void emit_desc(Gen *g, Buf *b) {
             P, P);
   cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
   if (g->opt.profile) cg_printf(b, "static void ctc_set_profile(void *m, ctc_profile *prof) { ((%s_t *)m)->prof = prof; }\n", P);
+  if (g->opt.anomaly) cg_printf(b, "static const char *ctc_anomaly_of(void *m) { return ((%s_t *)m)->anomaly; }\n", P);
   cg_puts(b, "\n");
   cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
   c_string(b, P);
@@ -717,7 +748,8 @@ static void emit_desc(Gen *g, Buf *b) {
   cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n", p->funcs.len);
   cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n",
             n_state_params(p));
-  cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n};\n" : "  NULL,  /* set_profile: built without --profile */\n};\n");
+  cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n" : "  NULL,  /* set_profile: built without --profile */\n");
+  cg_puts(b, g->opt.anomaly ? "  ctc_anomaly_of,\n};\n" : "  NULL,  /* anomaly_of: built without --anomaly */\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */
@@ -739,6 +771,7 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "typedef struct %s_t {\n  unsigned char *arena;  /* parameters, then activations */\n"
              "  size_t arena_bytes;\n", P);
   if (g->opt.profile) fprintf(h, "  struct ctc_profile *prof;  /* --profile: where the kernels' times go (NULL: nowhere) */\n");
+  if (g->opt.anomaly) fprintf(h, "  char anomaly[512];  /* --anomaly: where the first NaN or Inf came from */\n");
   fprintf(h, "} %s_t;\n\n", P);
   fprintf(h, "size_t %s_arena_bytes(void);\n", P);
   fprintf(h, "/* Takes `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned; nothing is\n"

@@ -51,6 +51,8 @@ static const char *usage =
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --profile               time every kernel of the generated entries (./net run|train|bench\n"
     "                          --profile trace.json: a Chrome trace and a table per model line)\n"
+    "  --anomaly               every kernel checks its outputs for NaN/Inf; the first stops the entry\n"
+    "                          with the op and model line (for backward code: the line it differentiates)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
     "                          ad_forward, unslice, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
@@ -65,7 +67,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse, profile;
+  int stats, no_blas, no_openmp, no_fuse, profile, anomaly;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -147,6 +149,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->stats = 1;
     } else if (!strcmp(s, "--profile")) {
       o->profile = 1;
+    } else if (!strcmp(s, "--anomaly")) {
+      o->anomaly = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--no-remat")) {
@@ -527,7 +531,9 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   KnSchedule **scheds[BATCH_NPOINTS];
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
-    for (int i = 0; i < p->funcs.len; i++) scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse);
+    /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
+    for (int i = 0; i < p->funcs.len; i++)
+      scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse && !o.anomaly);
   }
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
@@ -558,7 +564,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
                    (long long)pts[j]);
         rc = CTC_EXIT_USER;
       }
-    CgOptions copt = {o.profile};
+    CgOptions copt = {o.profile, o.anomaly};
     if (!rc) rc = emit_texts(progs[j], plan, scheds[j], &copt, basename(hb), &c_texts[j], &h_texts[j]);
   }
   char *c_text = c_texts[0], *h_text = h_texts[0];

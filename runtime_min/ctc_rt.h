@@ -30,6 +30,7 @@ typedef enum ctc_status {
   CTC_ERR_ARENA,     /* the arena passed to init is too small or misaligned */
   CTC_ERR_ARG,       /* bad argument (NULL pointer, unknown entry, bad command line) */
   CTC_ERR_NOMEM,     /* out of memory (only while loading files) */
+  CTC_ERR_ANOMALY,   /* `ctc build --anomaly`: a kernel produced NaN or Inf (the model says where) */
   CTC_ERR_COUNT
 } ctc_status;
 
@@ -143,6 +144,9 @@ typedef struct ctc_model_desc {
   /* `ctc build --profile`: gives the model the profile its kernels record into
    * (NULL: stop recording); NULL in programs built without --profile. */
   void (*set_profile)(void *model, ctc_profile *prof);
+  /* `ctc build --anomaly`: the report of the NaN or Inf that stopped the last
+   * entry with CTC_ERR_ANOMALY; NULL in programs built without --anomaly. */
+  const char *(*anomaly_of)(void *model);
 } ctc_model_desc;
 
 /* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */
@@ -154,6 +158,7 @@ typedef struct ctc_prof_site {
   const char *entry;   /* "train_step" */
   const char *name;    /* "matmul", "fused: add+gelu", "row: softmax" */
   const char *where;   /* the model line of its first op, "model.py:23" */
+  const char *code;    /* that line's text (anomaly reports) */
   int phase;           /* CTC_PROF_*: forward, backward or optimizer code */
   double flops;        /* per call (0: unknown) */
   double bytes;        /* the tensors it reads and writes, per call */
@@ -168,6 +173,13 @@ void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0);
 int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err);
 /* Totals per entry, model line, name and phase, largest first (file: a FILE *). */
 void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows);
+
+/* Anomaly mode (`ctc build --anomaly`): CTC_OK if the n values of `data` (f32 or
+ * f64) are finite; otherwise writes into msg (cap bytes) which value of which
+ * kernel (site) first holds a NaN or an Inf, and where in the model, and returns
+ * CTC_ERR_ANOMALY. */
+int ctc_anomaly_check(char *msg, size_t cap, const ctc_prof_site *site, const char *value, const void *data,
+                      ctc_dtype dtype, int64_t n);
 
 /* ---- safetensors (rt_safetensors.c) ------------------------------------ */
 

@@ -471,7 +471,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Calls the entry `repeat` times; prints the median time per call with --repeat. */
-static int call_entry(const char *prog, const ctc_entry *e, ctc_drv_run *r, const RunArgs *a, ctc_error *err) {
+static int call_entry(const char *prog, const ctc_model_desc *desc, const ctc_entry *e, ctc_drv_run *r,
+                      const RunArgs *a, ctc_error *err) {
   double *ms = malloc((size_t)a->repeat * sizeof *ms);
   if (!ms) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   int rc = CTC_OK;
@@ -482,7 +483,7 @@ static int call_entry(const char *prog, const ctc_entry *e, ctc_drv_run *r, cons
   }
   if (rc) {
     free(ms);
-    return ctc_fail(err, rc, "entry '%s' failed: %s (status %d)", e->name, ctc_strerror(rc), rc);
+    return ctc_drv_entry_failed(desc, r->model, e, rc, "", err);
   }
   if (a->repeat > 1 || a->verbose) {
     size_t n = (size_t)a->repeat;
@@ -550,7 +551,7 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   verbose_time(a, prog, "read inputs", t0);
   ctc_profile *prof = NULL;
   if (a->profile && (rc = ctc_drv_profile_start(desc, r->model, a->profile, &prof, err))) return rc;
-  rc = call_entry(prog, e, r, a, err);
+  rc = call_entry(prog, desc, e, r, a, err);
   if (prof) {
     int frc = ctc_drv_profile_finish(desc, r->model, prof, a->profile, rc ? NULL : err);
     if (!rc) rc = frc;
@@ -599,6 +600,13 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
   int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s --help'\n", prog, prog);
   return status;
+}
+
+int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entry *e, int rc, const char *when,
+                         ctc_error *err) {
+  if (rc == CTC_ERR_ANOMALY && desc->anomaly_of)
+    return ctc_fail(err, rc, "anomaly in entry '%s'%s: %s", e->name, when, desc->anomaly_of(model));
+  return ctc_fail(err, rc, "entry '%s' failed%s: %s (status %d)", e->name, when, ctc_strerror(rc), rc);
 }
 
 int ctc_drv_profile_start(const ctc_model_desc *desc, void *model, const char *path, ctc_profile **out,
@@ -840,8 +848,9 @@ static int do_bench(const char *prog, const ctc_model_desc *desc, const ctc_entr
     if (rc) {
       free(ms);
       ctc_drv_profile_finish(desc, r->model, prof, a->profile, NULL);
-      return ctc_fail(err, rc, "entry '%s' failed at call %lld: %s (status %d)", e->name, k + 1, ctc_strerror(rc),
-                      rc);
+      char when[64];
+      snprintf(when, sizeof when, " at call %lld", k + 1);
+      return ctc_drv_entry_failed(desc, r->model, e, rc, when, err);
     }
     if (k >= a->warmup) ms[k - a->warmup] = t;
   }

@@ -45,6 +45,11 @@ int ctc_drv_profile_start(const ctc_model_desc *desc, void *model, const char *p
  * stdout and frees it (p may be NULL: nothing). */
 int ctc_drv_profile_finish(const ctc_model_desc *desc, void *model, ctc_profile *p, const char *path, ctc_error *err);
 
+/* The error of entry e failing with status rc (`when`: "" or " at epoch 2, step 3"):
+ * the anomaly report for CTC_ERR_ANOMALY (programs built with --anomaly). */
+int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entry *e, int rc, const char *when,
+                         ctc_error *err);
+
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 

@@ -32,6 +32,7 @@ const char *ctc_strerror(int code) {
     case CTC_ERR_ARENA: return "arena is too small or misaligned";
     case CTC_ERR_ARG: return "bad argument";
     case CTC_ERR_NOMEM: return "out of memory";
+    case CTC_ERR_ANOMALY: return "a kernel produced NaN or Inf (anomaly mode)";
     default: return "unknown error";
   }
 }

@@ -200,3 +200,28 @@ void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows) {
   if (p->dropped) fprintf(out, "(%zu kernel calls past the trace's %zu events are in the totals only)\n", p->dropped, p->cap);
   free(rows);
 }
+
+int ctc_anomaly_check(char *msg, size_t cap, const ctc_prof_site *site, const char *value, const void *data,
+                      ctc_dtype dtype, int64_t n) {
+  int64_t at = -1;
+  double v = 0;
+  if (dtype == CTC_F32) {
+    const float *p = data;
+    for (int64_t i = 0; i < n && at < 0; i++)
+      if (!isfinite(p[i])) at = i, v = p[i];
+  } else if (dtype == CTC_F64) {
+    const double *p = data;
+    for (int64_t i = 0; i < n && at < 0; i++)
+      if (!isfinite(p[i])) at = i, v = p[i];
+  }
+  if (at < 0) return CTC_OK;
+  const char *what = isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf";
+  if (site->phase == CTC_PROF_BACKWARD)
+    snprintf(msg, cap, "%s in '%s' (element %lld) computed by %s in the backward pass of entry '%s', "
+             "differentiating %s: %s", what, value, (long long)at, site->name, site->entry, site->where, site->code);
+  else
+    snprintf(msg, cap, "%s in '%s' (element %lld) computed by %s at %s (%s of entry '%s'): %s", what, value,
+             (long long)at, site->name, site->where, site->phase == CTC_PROF_OPTIMIZER ? "optimizer step" : "forward",
+             site->entry, site->code);
+  return CTC_ERR_ANOMALY;
+}

@@ -1022,9 +1022,11 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
     double s0 = ctc_drv_now_ms();
     rc = ctc_entry_call(e, t->r.model, m, (const void *const *)t->in, (void *const *)t->out);
     p->train_ms += ctc_drv_now_ms() - s0;
-    if (rc)
-      return ctc_fail(err, rc, "entry '%s' failed at epoch %lld, step %lld: %s (status %d)", e->name, t->epoch, s,
-                      ctc_strerror(rc), rc);
+    if (rc) {
+      char when[96];
+      snprintf(when, sizeof when, " at epoch %lld, step %lld", t->epoch, s);
+      return ctc_drv_entry_failed(desc, t->r.model, e, rc, when, err);
+    }
     double loss;
     if (e->outputs[0].dtype == CTC_F32) {
       float l;
