@@ -786,6 +786,7 @@ static int unpickle(Pt *p, const unsigned char *b, size_t n, size_t *used, PV **
         if (key > p->nputs) FAIL("%s: memo key %llu at byte %zu is too large", p->what, (unsigned long long)key, at);
         if (key >= p->memo_cap) {
           size_t ncap = p->memo_cap ? p->memo_cap * 2 : 64;
+          if (ncap <= key) ncap = (size_t)key + 1;
           PV **nm = realloc(p->memo, ncap * sizeof *nm);
           if (!nm) return nomem(p);
           memset(nm + p->memo_cap, 0, (ncap - p->memo_cap) * sizeof *nm);
