@@ -163,8 +163,9 @@ int ctc_st_write(const char *path, int n, const ctc_tensor *tensors, ctc_error *
  *
  * The tensors come from the top-level dict (a state_dict), or from the dict
  * under `key` when key is not NULL ({'model': sd, 'optimizer': ...}); with key
- * NULL and no tensors at the top level, from the nested dict whose names match
- * `names` (nnames wanted names, may be NULL) best, or the only one. Names with
+ * NULL, from the dict (top level or under a top-level key) whose names match
+ * `names` (nnames wanted names, may be NULL) best; when none match, from the
+ * top level or the one dict of tensors under a key (the larger of the two). Names with
  * a '_orig_mod.' or 'module.' prefix (torch.compile, DDP) match without it.
  * They are returned in a ctc_safetensors (free with ctc_st_free): contiguous
  * copies, float16/bfloat16 as F32 (exact), int16/int8 as I32, other dtypes as

@@ -23,9 +23,11 @@
  *
  * Selecting the tensors: the object is a dict of tensors (a state_dict) or a
  * dict holding one under a key (nanoGPT's {'model': sd, 'optimizer': ..., ...}).
- * With a KEY (FILE.pt:KEY) that entry is taken; otherwise the top-level dict
- * if it holds tensors, else the nested dict of tensors whose names match the
- * wanted names best (or the only one). Names saved from a torch.compile'd or
+ * With a KEY (FILE.pt:KEY) that entry is taken; otherwise the dict (the top
+ * level, or one under a top-level key) whose names match the wanted names
+ * best; when none match, the top level if no dict under a key holds tensors,
+ * the one such dict if it holds more tensors than the top level (nanoGPT's
+ * checkpoint also holds the tensor 'best_val_loss'), else it is ambiguous. Names saved from a torch.compile'd or
  * DistributedDataParallel model ('_orig_mod.', 'module.' prefixes) match too.
  * The tensors found are materialised contiguous, in ctc dtypes: float32 and
  * float64 as they are, float16 and bfloat16 as float32 (exact), int16/int8 as
@@ -891,9 +893,12 @@ static int select_dict(Pt *p, PV *root, const char *key, int nnames, const char 
     PV *d = dict_get(root, key);
     list_keys(root, keys, sizeof keys, 0);
     if (!d) return ctc_fail(p->err, CTC_ERR_MISSING, "the checkpoint has no key '%s' (its keys: %s)", key, keys);
-    if (d->kind != V_DICT || count_tensors(d) == 0)
+    if (d->kind == V_DICT && count_tensors(d) == 0)
+      return ctc_fail(p->err, CTC_ERR_FORMAT, "'%s' in the checkpoint is a dict with no tensor values (not a "
+                      "state_dict)", key);
+    if (d->kind != V_DICT)
       return ctc_fail(p->err, CTC_ERR_FORMAT, "'%s' in the checkpoint is %s, not a dict of tensors (a state_dict)",
-                      key, d->kind == V_DICT ? "a dict with no tensor values" : kind_names[d->kind]);
+                      key, kind_names[d->kind]);
     *out = d;
   } else {
     /* candidates: the top level, then each top-level dict of tensors */
@@ -915,10 +920,10 @@ static int select_dict(Pt *p, PV *root, const char *key, int nnames, const char 
         if (s > best_score) best = d, best_score = s, *pre = pr;
       }
     }
-    if (!best) {
+    if (!best) {   /* no name matches: the top level, or the one nested dict with more tensors */
       *pre = 0;
-      if (count_tensors(root)) best = root;
-      else if (ncand == 1) best = only;
+      if (ncand == 0 && count_tensors(root)) best = root;
+      else if (ncand == 1) best = count_tensors(root) > count_tensors(only) ? root : only;
       else if (ncand == 0) {
         list_keys(root, keys, sizeof keys, 0);
         return ctc_fail(p->err, CTC_ERR_FORMAT, "the checkpoint holds no dict of tensors, at the top level or under "
@@ -1240,7 +1245,13 @@ int ctc_weights_read(ctc_safetensors *st, const char *spec, int nnames, const ch
     else if (key) {
       free(buf);
       rc = ctc_fail(err, CTC_ERR_ARG, "':%s' names a key of a PyTorch checkpoint, but this is not one", key);
-    } else rc = ctc_st_parse(st, buf, size, err);
+    } else {
+      size_t fl = strlen(file);
+      int pt_name = (fl > 3 && !strcmp(file + fl - 3, ".pt")) || (fl > 4 && !strcmp(file + fl - 4, ".pth")) ||
+                    (fl > 5 && !strcmp(file + fl - 5, ".ckpt"));
+      if ((rc = ctc_st_parse(st, buf, size, err)) && pt_name)
+        ctc_error_prefix(err, "neither a PyTorch checkpoint (torch.save) nor a safetensors file");
+    }
     if (rc) ctc_error_prefix(err, file);
   }
   free(path);
