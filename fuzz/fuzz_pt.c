@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(buf, data, size);
   ctc_safetensors st;
   ctc_error err;
-  /* the first byte picks a key for half the runs ("model"), so nested dicts are reached both ways */
+  /* the last byte picks a key for half the runs ("model"), so nested dicts are reached both ways */
   const char *key = size && (data[size - 1] & 1) ? "model" : NULL;
   if (ctc_pt_parse(&st, buf, size, key, 3, names, &err) != CTC_OK) return 0;
   for (int i = 0; i < st.ntensors; i++) {
@@ -45,8 +45,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t k = 0; k < bytes; k++) sink ^= ((const unsigned char *)t->data)[k];
     (void)sink;
   }
-  char path[64], out[64];
-  snprintf(out, sizeof out, "/tmp/fuzz_pt_%d.pt", (int)getpid());
+  char path[64], out[64 + 40];
+  const char *dir = getenv("CTC_FUZZ_DIR");   /* test_fuzz.py's working folder */
+  snprintf(out, sizeof out, "%.40s/fuzz_pt_%d.pt", dir && *dir && strlen(dir) < 40 ? dir : "/tmp", (int)getpid());
   if (st.ntensors <= 64 && ctc_pt_write(out, st.ntensors, st.tensors, &err) == CTC_OK) {
     ctc_safetensors back;
     if (ctc_pt_read(&back, out, NULL, 0, NULL, &err) != CTC_OK || back.ntensors != st.ntensors) abort();
