@@ -915,8 +915,9 @@ static int select_dict(Pt *p, PV *root, const char *key, int nnames, const char 
         ncand++;
         only = d;
       }
-      for (int pr = 0; pr < NPREFIX; pr++) {
+      for (int pr = 0, plain = 0; pr < NPREFIX && plain < nnames; pr++) {   /* prefixes only if names lack */
         int s = score(d, nnames, names, pr, tmp, sizeof tmp);
+        if (pr == 0) plain = s;
         if (s > best_score) best = d, best_score = s, *pre = pr;
       }
     }
