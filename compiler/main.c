@@ -15,6 +15,7 @@
 #include "../kernels/kernels.h"
 #include "../lowering/lowering.h"
 #include "batch.h"
+#include "convert.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -26,6 +27,10 @@ static const char *usage =
     "  build FILE -o PROGRAM   compile, then build PROGRAM with the system C compiler and the\n"
     "                          runtime (OpenBLAS and OpenMP when present); also keeps PROGRAM.c/.h\n"
     "  check FILE              parse, evaluate and shape-check only\n"
+    "  convert IN -o OUT       convert weights between safetensors and PyTorch checkpoints: IN is\n"
+    "                          a .safetensors or a torch.save file (IN:KEY takes the state_dict under\n"
+    "                          KEY, e.g. ckpt.pt:model); OUT's extension picks the format, .safetensors\n"
+    "                          or .pt/.pth (float16/bfloat16 become float32; tied weights are copied)\n"
     "\n"
     "options:\n"
     "  -o PATH                 output file\n"
@@ -180,9 +185,16 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     fputs(usage, stderr);
     return -1;
   }
-  if (strcmp(o->cmd, "compile") && strcmp(o->cmd, "build") && strcmp(o->cmd, "check")) {
-    diag_plain(d, "unknown command '%s' (expected compile, build or check)", o->cmd);
+  if (strcmp(o->cmd, "compile") && strcmp(o->cmd, "build") && strcmp(o->cmd, "check") && strcmp(o->cmd, "convert")) {
+    diag_plain(d, "unknown command '%s' (expected compile, build, check or convert)", o->cmd);
     return -1;
+  }
+  if (!strcmp(o->cmd, "convert")) {
+    if (!o->file || !o->out) {
+      diag_plain(d, "'convert' needs a weights file and -o OUT (ctc convert ckpt.pt -o w.safetensors)");
+      return -1;
+    }
+    return 0;
   }
   if (!o->file) {
     diag_plain(d, "'%s' needs a model file", o->cmd);
@@ -376,7 +388,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c", "rt_profile.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c"};
   char *argv[48];
   int n = 0;
   argv[n++] = (char *)cc;
@@ -468,6 +480,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   diag_init(&d, stderr);
   Opts o = {0};
   if (parse_args(a, &d, argc, argv, &o) < 0) return CTC_EXIT_USER;
+  if (!strcmp(o.cmd, "convert")) return ctc_convert(&d, o.file, o.out);
   double t0 = now_ms();
   SrcFile *src = src_read(a, o.file);
   if (!src) {

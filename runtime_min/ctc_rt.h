@@ -199,6 +199,42 @@ void ctc_st_free(ctc_safetensors *st);
 /* Writes tensors (using .data) in the given order; dtypes F32, F64, I64, I32, BOOL, U8. */
 int ctc_st_write(const char *path, int n, const ctc_tensor *tensors, ctc_error *err);
 
+/* ---- PyTorch checkpoints (rt_pt.c; needs zlib, -lz) -------------------- */
+
+/* torch.save files - the zip archive (data.pkl and data/KEY storages) and the
+ * legacy non-zip format - read with a restricted unpickler that never executes
+ * anything: it accepts the opcodes and the globals a state_dict needs
+ * (collections.OrderedDict, torch._utils._rebuild_tensor_v2,
+ * _rebuild_parameter, the torch.*Storage types) and rejects anything else with
+ * an error naming it. Every size and offset is checked against the file.
+ *
+ * The tensors come from the top-level dict (a state_dict), or from the dict
+ * under `key` when key is not NULL ({'model': sd, 'optimizer': ...}); with key
+ * NULL, from the dict (top level or under a top-level key) whose names match
+ * `names` (nnames wanted names, may be NULL) best; when none match, from the
+ * top level or the one dict of tensors under a key (the larger of the two). Names with
+ * a '_orig_mod.' or 'module.' prefix (torch.compile, DDP) match without it.
+ * They are returned in a ctc_safetensors (free with ctc_st_free): contiguous
+ * copies, float16/bfloat16 as F32 (exact), int16/int8 as I32, other dtypes as
+ * they are; views of shared storages, offsets and strides are resolved.
+ * Malformed files are CTC_ERR_FORMAT (a missing key: CTC_ERR_MISSING). */
+int ctc_pt_read(ctc_safetensors *st, const char *path, const char *key, int nnames, const char *const *names,
+                ctc_error *err);
+/* The same on a file in memory; takes buf (malloc'ed; freed on failure too). */
+int ctc_pt_parse(ctc_safetensors *st, void *buf, size_t size, const char *key, int nnames,
+                 const char *const *names, ctc_error *err);
+/* Non-zero if the bytes start like a PyTorch file (zip, legacy, or the old tar format). */
+int ctc_pt_sniff(const void *buf, size_t size);
+/* Writes an OrderedDict of the tensors (.data, contiguous; F32 F64 I64 I32 U8 BOOL)
+ * as torch.save does, readable by torch.load(path, weights_only=True). */
+int ctc_pt_write(const char *path, int n, const ctc_tensor *tensors, ctc_error *err);
+
+/* A weights file in either format, told from the content. spec is a path, or
+ * "PATH:KEY" (when PATH:KEY is not itself a file) naming the key of a PyTorch
+ * checkpoint that holds the state_dict. names (may be NULL) guide the choice
+ * of the dict in a PyTorch checkpoint, as for ctc_pt_read. */
+int ctc_weights_read(ctc_safetensors *st, const char *spec, int nnames, const char *const *names, ctc_error *err);
+
 /* ---- .npy (rt_npy.c) --------------------------------------------------- */
 
 /* Reads a little-endian, C-order .npy (versions 1-3) into a malloc'ed tensor. */
@@ -208,8 +244,10 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
 
 /* ---- models (rt_model.c) ----------------------------------------------- */
 
-/* Load every parameter of desc from a safetensors file into the model's arena.
- * Missing tensors, wrong shapes and wrong dtypes are errors naming the tensor;
+/* Load every parameter of desc from a weights file into the model's arena: a
+ * safetensors file or a PyTorch checkpoint, "ckpt.pt" or "ckpt.pt:KEY"
+ * (ctc_weights_read). Floating-point data converts to the parameter's floating
+ * dtype, I32 to I64. Missing tensors, wrong shapes and wrong dtypes are errors naming the tensor;
  * extra tensors in the file are ignored. The last desc->noptional parameters
  * (optimizer state) may be missing: they keep their values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);

@@ -1,7 +1,10 @@
 /* rt_model.c - loading and saving a generated model's parameters.
  *
  * A model's parameters live in its arena at desc->params[i].offset (the arena
- * is desc->arena_of(model)). Loading reads a safetensors file, checks every
+ * is desc->arena_of(model)). Loading reads a safetensors file or a PyTorch
+ * checkpoint (ctc_weights_read: told from the content; "ckpt.pt:KEY" names the
+ * key holding the state_dict, else the dict whose names match the model's is
+ * found), checks every
  * parameter first (present, exact shape, dtype) and only then copies, so a
  * failed load leaves the model untouched. Tensors in the file that the model
  * does not use are ignored. The last desc->noptional parameters (optimizer
@@ -47,8 +50,10 @@ static int param_span(const ctc_model_desc *desc, const ctc_tensor *p, size_t *b
 static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *f, ctc_error *err) {
   char want[128], got[128];
   if (!f) return ctc_fail(err, CTC_ERR_MISSING, "%s: tensor '%s' is missing", path, p->name);
-  /* F64 data is accepted for an F32 parameter: it is converted (rounded) on copy. */
-  if (f->dtype != p->dtype && !(p->dtype == CTC_F32 && f->dtype == CTC_F64))
+  /* Floating-point data converts to the parameter's floating dtype (F64 -> F32 rounds),
+   * I32 data widens to I64. */
+  int is_float_f = f->dtype == CTC_F32 || f->dtype == CTC_F64, is_float_p = p->dtype == CTC_F32 || p->dtype == CTC_F64;
+  if (f->dtype != p->dtype && !(is_float_f && is_float_p) && !(p->dtype == CTC_I64 && f->dtype == CTC_I32))
     return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", path, p->name,
                     ctc_dtype_name(f->dtype), ctc_dtype_name(p->dtype));
   int same = f->ndim == p->ndim;
@@ -66,13 +71,25 @@ static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor
     memcpy(dst, f->data, bytes);
     return;
   }
-  size_t n = bytes / sizeof(float); /* F64 -> F32 */
+  size_t n = bytes / ctc_dtype_size(p->dtype);
   const unsigned char *src = f->data;
   for (size_t i = 0; i < n; i++) {
-    double v;
-    memcpy(&v, src + i * sizeof v, sizeof v);
-    float x = (float)v;
-    memcpy(dst + i * sizeof x, &x, sizeof x);
+    if (p->dtype == CTC_F32) {   /* F64 -> F32 */
+      double v;
+      memcpy(&v, src + i * sizeof v, sizeof v);
+      float x = (float)v;
+      memcpy(dst + i * sizeof x, &x, sizeof x);
+    } else if (p->dtype == CTC_F64) {   /* F32 -> F64 */
+      float v;
+      memcpy(&v, src + i * sizeof v, sizeof v);
+      double x = v;
+      memcpy(dst + i * sizeof x, &x, sizeof x);
+    } else {   /* I32 -> I64 */
+      int32_t v;
+      memcpy(&v, src + i * sizeof v, sizeof v);
+      int64_t x = v;
+      memcpy(dst + i * sizeof x, &x, sizeof x);
+    }
   }
 }
 
@@ -80,8 +97,12 @@ int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ct
   if (!desc || !model || !path) return ctc_fail(err, CTC_ERR_ARG, "ctc_model_load: NULL argument");
   unsigned char *arena = desc->arena_of ? desc->arena_of(model) : NULL;
   if (!arena && desc->nparams > 0) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
+  const char **names = malloc((size_t)(desc->nparams > 0 ? desc->nparams : 1) * sizeof *names);
+  if (!names) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < desc->nparams; i++) names[i] = desc->params[i].name;
   ctc_safetensors st;
-  int rc = ctc_st_read(&st, path, err);
+  int rc = ctc_weights_read(&st, path, desc->nparams, names, err);
+  free(names);
   if (rc) return rc;
   size_t bytes;
   /* Parameters from index `first_optional` on may be missing from the file. */

@@ -23,9 +23,13 @@ COMPILER = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "k
 # What the frontend harness links: the compiler up to the kernel layer (no C emitter, no main).
 FRONTEND_HARNESS = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "kernels"]
 RUNTIME = "runtime_min"
+# The runtime files ctc itself links: `ctc convert` (compiler/convert.c) uses the
+# runtime's safetensors and PyTorch checkpoint code (one copy of each reader).
+COMPILER_RUNTIME = ["rt_error", "rt_safetensors", "rt_pt"]
 # The runtime files each data-reading harness links, beside rt_error.c.
 HARNESS_RUNTIME = {
-    "fuzz_safetensors": ["rt_safetensors", "rt_model"],
+    "fuzz_safetensors": ["rt_safetensors", "rt_model", "rt_pt"],
+    "fuzz_pt": ["rt_safetensors", "rt_model", "rt_pt"],
     "fuzz_npy": ["rt_npy"],
     "fuzz_idx": ["rt_npy", "rt_data"],
     "fuzz_args": None,  # the whole runtime: the driver's argument parsing
@@ -39,7 +43,7 @@ HEAD = """\
 
 cc = cc
 cflags = -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
-ldflags = -lm
+ldflags = -lz -lm
 
 rule cc
   command = $cc $cflags -MMD -MF $out.d -c $in -o $out
@@ -112,7 +116,8 @@ def generate():
     out.append("# ---- the compiler ---------------------------------------------------------")
     out += [f"build {obj('build', s)}: cc {s}" for s in compiler]
     out.append("")
-    out.append(wrap("build build/ctc: link", [obj("build", s) for s in compiler]))
+    out.append(wrap("build build/ctc: link", [obj("build", s) for s in compiler] +
+                    [obj("build", f"{RUNTIME}/{n}.c") for n in COMPILER_RUNTIME]))
     out.append("")
     out.append("# ---- the runtime ----------------------------------------------------------")
     out += [f"build {obj('build', s)}: cc {s}" for s in runtime]

@@ -23,7 +23,7 @@ import pytest
 from ctc_testlib import ROOT, ninja, st_write
 
 SECONDS = int(os.environ.get("CTC_FUZZ_SECONDS", "3"))
-HARNESSES = ["frontend", "safetensors", "npy", "idx", "args"]
+HARNESSES = ["frontend", "safetensors", "npy", "idx", "args", "pt"]
 REGRESS = os.path.join(ROOT, "tests", "fuzz_regress")
 CORPUS = os.path.join(ROOT, "tests", "fuzz_corpus")  # hand-written seeds (args)
 
@@ -85,6 +85,18 @@ def seeds(name, d):
                 f.write(gzip.compress(idx_bytes(a)))
         with open(os.path.join(d, "x.npy"), "wb") as f:
             f.write(npy_v(np.arange(8, dtype=np.float32).reshape(4, 2), 1))
+    elif name == "pt":   # torch.save files: zip and legacy, nested, views, half precision
+        import torch
+        torch.manual_seed(0)
+        w = torch.randn(2, 3)
+        sd = {"w": w, "steps": torch.tensor(3), "opt.m": torch.randn(4, dtype=torch.float64)}
+        torch.save(sd, os.path.join(d, "sd.pt"))
+        torch.save(sd, os.path.join(d, "legacy.pt"), _use_new_zipfile_serialization=False)
+        torch.save({"model": sd, "iter_num": 5, "config": {"lr": 0.1, "name": "x", "b": (True, None)}},
+                   os.path.join(d, "nested.pt"), _use_new_zipfile_serialization=False)
+        torch.save({"w": torch.randn(3, 2).half().t(), "tied": w, "steps": torch.tensor(3, dtype=torch.int8),
+                    "opt.m": torch.randn(8).bfloat16()[::2]}, os.path.join(d, "views.pt"),
+                   _use_new_zipfile_serialization=False)
     src = os.path.join(CORPUS, name)
     for p in glob.glob(os.path.join(src, "*")):
         shutil.copy(p, d)
