@@ -59,7 +59,7 @@ static const char *usage =
     "  --anomaly               every kernel checks its outputs for NaN/Inf; the first stops the entry\n"
     "                          with the op and model line (for backward code: the line it differentiates)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
-    "                          ad_forward, unslice, dce, hoist, or all); repeatable\n"
+    "                          ad_forward, unslice, unbroadcast, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
@@ -141,11 +141,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
-      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "dce", "hoist", "lower", "all"};
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "dce", "hoist", "lower",
+                                           "all"};
       int ok = 0;
       for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
       if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
-        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, dce, hoist%s or all)", pass, s,
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, dce, hoist%s or all)", pass, s,
                    s[7] == 'a' ? ", lower" : "");
         return -1;
       }
@@ -468,6 +469,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   for (int i = 0; i < p->funcs.len; i++) ir_pass_event(p, p->funcs.data[i], "lower", 1);
   /* the pass pipeline */
   run_pass(p, "unslice", ir_pass_unslice);
+  run_pass(p, "unbroadcast", ir_pass_unbroadcast);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);
   t->p = p;

@@ -239,6 +239,9 @@ void ir_pass_event(Program *p, const Func *f, const char *pass, int after);
 /* unslice.c: an ADD of UNSLICEs that tile one axis becomes their CONCAT (the
  * gradient of a value split into pieces); run before DCE. */
 void ir_pass_unslice(Program *p, Func *f);
+/* unbroadcast.c: an elementwise operand that is a BROADCAST reads the
+ * BROADCAST's operand instead (the op broadcasts it itself); run before DCE. */
+void ir_pass_unbroadcast(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);

@@ -46,4 +46,31 @@ def test_unknown_pass_is_an_error(tmp_path):
     p.write_text(SRC)
     r = run([CTC, "compile", p, "-o", tmp_path / "m.c", "--dump-after", "fusion"], check=False)
     assert r.returncode == 1
-    assert "unknown pass 'fusion' for --dump-after (expected ad_reverse, ad_forward, unslice, dce, hoist, lower or all)" in r.stderr
+    assert "unknown pass 'fusion' for --dump-after (expected ad_reverse, ad_forward, unslice, unbroadcast, dce, hoist, lower or all)" in r.stderr
+
+
+LN = """\
+import torch
+import torch.nn.functional as F
+
+
+def g(x, w):
+    y = F.layer_norm(x, (8,), w)
+    return torch.autograd.grad((y * y).sum(), (x, w))
+
+
+example_inputs = {"g": (torch.randn(4, 8), torch.randn(8))}
+"""
+
+
+def test_unbroadcast(tmp_path):
+    """Layer norm's backward spreads per-row adjoints with BROADCAST; after the
+    unbroadcast pass and DCE the elementwise ops read the [4, 1] values in place
+    and no BROADCAST is left (the gradients themselves are test_grad's)."""
+    p = tmp_path / "m.py"
+    p.write_text(LN)
+    err = run([CTC, "compile", p, "-o", tmp_path / "m.c", "--entry", "g", "--dump-before", "unbroadcast",
+               "--dump-after", "dce"]).stderr
+    before = err[err.index("before unbroadcast"):err.index("after dce")]
+    after = err[err.index("after dce"):]
+    assert " = broadcast " in before and " = broadcast " not in after, before
