@@ -41,6 +41,7 @@ typedef struct Gen {
   Kernels k;
   Buf *sig;               /* per func: its C prototype (no semicolon) */
   Buf *doc;               /* per func: one-line description for comments */
+  int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
 } Gen;
 
 static const char *basename_of(const char *path) {
@@ -228,7 +229,15 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   /* Body. */
   Buf body = {0};
   CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns};
-  for (int k = 0; k < c.s->kernels.len; k++) cg_emit_kernel(&c, k);
+  CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
+  if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
+  g->nbuckets += dist.nb;
+  for (int k = 0; k < c.s->kernels.len; k++) {
+    cg_dist_hooks(&c, &dist, k, 0);
+    cg_emit_kernel(&c, k);
+    cg_dist_hooks(&c, &dist, k, 1);
+  }
+  cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
     cg_puts(&body, "  /* outputs */\n");
@@ -318,6 +327,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   char where[256];
   cg_where(where, sizeof where, f->loc);
+  if (dist.tables.len) cg_puts(out, dist.tables.s);
+  cg_dist_free(&dist);
   cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
   cg_printf(out, "%s {\n", sig->s);
   cg_puts(out, "  if (!m || !m->arena");

@@ -23,6 +23,9 @@ COMPILER = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "k
 # What the frontend harness links: the compiler up to the kernel layer (no C emitter, no main).
 FRONTEND_HARNESS = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "kernels"]
 RUNTIME = "runtime_min"
+# Runtime files only distributed programs link (`ctc build --distributed mpi` compiles them
+# with mpicc): not in build/libctc_rt.a, so nothing else needs MPI's headers or links MPI.
+RUNTIME_DIST = ["runtime_min/rt_mpi.c"]
 # The runtime files each data-reading harness links, beside rt_error.c.
 HARNESS_RUNTIME = {
     "fuzz_safetensors": ["rt_safetensors", "rt_model"],
@@ -108,7 +111,7 @@ def wrap(head, items):
 def generate():
     out = [HEAD]
     compiler = [s for d in COMPILER for s in sources(d)]
-    runtime = sources(RUNTIME)
+    runtime = [s for s in sources(RUNTIME) if s not in RUNTIME_DIST]
     out.append("# ---- the compiler ---------------------------------------------------------")
     out += [f"build {obj('build', s)}: cc {s}" for s in compiler]
     out.append("")
