@@ -9,9 +9,13 @@
  * in place); wait() completes it and writes sum / size back into the arena.
  * CTC_MPI_BUCKET=direct instead starts one in-place all-reduce per gradient on
  * the arena itself (no copies; the memory plan keeps a gradient's bytes until
- * its last reader, which comes after wait()). Each start() also tests the
- * requests still in flight, which is what moves a non-blocking collective on
- * when MPI has no progress thread. CTC_MPI_OVERLAP=0 defers every start to its
+ * its last reader, which comes after wait()). A non-blocking collective moves
+ * on only while some thread is inside MPI (Open MPI has no progress thread of
+ * its own for them): a progress thread here tests the requests in flight every
+ * CTC_MPI_POLL_US microseconds (default 50; it sleeps while none is), with
+ * MPI_THREAD_MULTIPLE and one lock around every MPI call of this file;
+ * CTC_MPI_PROGRESS=0 leaves it out (each start() still tests the requests in
+ * flight). CTC_MPI_OVERLAP=0 defers every start to its
  * wait (the blocking all-reduce DDP would do after backward: the baseline of
  * bench/bench_mpi.py).
  *
@@ -31,6 +35,7 @@
 #include "ctc_rt.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,9 +61,16 @@ typedef struct MpiComm {
   double t0;
   Slot *slots;
   int nslots;
+  /* the progress thread (threaded = 1 while it runs); mu guards every MPI call and the slots */
+  int threaded, stop, nactive;
+  long poll_us;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
   /* CTC_MPI_STATS */
   int stats;
   double wait_ms;           /* time blocked in wait() */
+  double hook_ms;           /* time in start() and wait(): the all-reduce time not hidden */
   long long waits, starts;
 } MpiComm;
 
@@ -69,6 +81,46 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void lock(MpiComm *w) {
+  if (w->threaded) pthread_mutex_lock(&w->mu);
+}
+static void unlock(MpiComm *w) {
+  if (w->threaded) pthread_mutex_unlock(&w->mu);
+}
+
+/* Marks the buckets whose all-reduce completed (under the lock). */
+static void test_active(MpiComm *w) {
+  for (int i = 0; i < w->nslots; i++) {
+    Slot *s = &w->slots[i];
+    if (!s->active || s->done) continue;
+    int flag = 0;
+    MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
+    if (flag) {
+      s->done = 1;
+      w->nactive--;
+      if (w->trace) fprintf(w->trace, "%.0f done %d\n", (now_s() - w->t0) * 1e6, i);
+    }
+  }
+}
+
+static void *progress_main(void *arg) {
+  MpiComm *w = arg;
+  pthread_mutex_lock(&w->mu);
+  while (!w->stop) {
+    if (!w->nactive) {
+      pthread_cond_wait(&w->cv, &w->mu);
+      continue;
+    }
+    test_active(w);
+    pthread_mutex_unlock(&w->mu);
+    struct timespec ts = {0, w->poll_us * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&w->mu);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
 }
 
 static void trace(MpiComm *w, const char *ev, const ctc_bucket *b) {
@@ -92,7 +144,9 @@ static void finish(MpiComm *w, MPI_Request *reqs, int n, const char *what, int i
   double deadline = now_s() + w->timeout;
   for (long spins = 0;; spins++) {
     int flag = 0;
+    lock(w);
     MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    unlock(w);
     if (flag) return;
     if ((spins & 255) == 255) {
       if (now_s() > deadline) die(w, "%s %d did not complete", what, id);
@@ -103,9 +157,18 @@ static void finish(MpiComm *w, MPI_Request *reqs, int n, const char *what, int i
 
 static void mpi_finalize(void) {
   if (!world.init) return;
+  if (world.threaded) {
+    pthread_mutex_lock(&world.mu);
+    world.stop = 1;
+    pthread_cond_signal(&world.cv);
+    pthread_mutex_unlock(&world.mu);
+    pthread_join(world.thread, NULL);
+    world.threaded = 0;
+  }
   if (world.stats && world.pub.rank == 0)
-    fprintf(stderr, "ctc mpi: %d ranks, %lld all-reduces, blocked %.3f ms in waits (%s, overlap %s)\n", world.pub.size,
-            world.waits, world.wait_ms, world.direct ? "direct" : "copy", world.overlap ? "on" : "off");
+    fprintf(stderr, "ctc mpi: %d ranks, %lld all-reduces, blocked %.3f ms in waits, %.3f ms in start and wait (%s, "
+                    "overlap %s)\n", world.pub.size, world.waits, world.wait_ms, world.hook_ms,
+            world.direct ? "direct" : "copy", world.overlap ? world.threaded ? "on, progress thread" : "on" : "off");
   if (world.trace) fclose(world.trace);
   for (int i = 0; i < world.nslots; i++) {
     free(world.slots[i].req);
@@ -153,6 +216,7 @@ static int count_of(MpiComm *w, int64_t n, const ctc_bucket *b) {
   return (int)n;
 }
 
+/* (under the lock) */
 static void do_start(MpiComm *w, unsigned char *arena, const ctc_bucket *b) {
   Slot *s = slot_of(w, b);
   MPI_Datatype t = b->dtype == CTC_F64 ? MPI_DOUBLE : MPI_FLOAT;
@@ -171,37 +235,39 @@ static void do_start(MpiComm *w, unsigned char *arena, const ctc_bucket *b) {
   }
   s->active = 1;
   s->done = 0;
+  w->nactive++;
   w->starts++;
   trace(w, "start", b);
+  if (w->threaded) pthread_cond_signal(&w->cv);
 }
 
 static void mpi_start(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   MpiComm *w = (MpiComm *)c;
   if (c->size == 1) return;   /* the mean over one rank */
+  double t0 = now_s();
+  lock(w);
   if (w->overlap) do_start(w, arena, b);
-  /* progress: test what is in flight (and record what completed behind backward) */
-  for (int i = 0; i < w->nslots; i++) {
-    Slot *s = &w->slots[i];
-    if (!s->active || s->done) continue;
-    int flag = 0;
-    MPI_Testall(s->nreq, s->req, &flag, MPI_STATUSES_IGNORE);
-    if (flag) {
-      s->done = 1;
-      if (w->trace) fprintf(w->trace, "%.0f done %d\n", (now_s() - w->t0) * 1e6, i);
-    }
-  }
+  test_active(w);   /* progress: test what is in flight (and record what completed behind backward) */
+  unlock(w);
+  w->hook_ms += (now_s() - t0) * 1e3;
 }
 
 static void mpi_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   MpiComm *w = (MpiComm *)c;
   if (c->size == 1) return;
   double t0 = now_s();
+  lock(w);
   if (!w->overlap) do_start(w, arena, b);
   Slot *s = slot_of(w, b);
-  if (!s->active) die(w, "%s %d was waited for before it was started (a bug in ctc)", "bucket", b->id);
-  trace(w, "wait", b);
-  if (!s->done) finish(w, s->req, s->nreq, "the all-reduce of gradient bucket", b->id);
+  int active = s->active, done = s->done;
+  if (active) trace(w, "wait", b);
+  unlock(w);
+  if (!active) die(w, "%s %d was waited for before it was started (a bug in ctc)", "bucket", b->id);
+  if (!done) finish(w, s->req, s->nreq, "the all-reduce of gradient bucket", b->id);
+  lock(w);
+  if (!s->done) w->nactive--;
   s->active = 0;
+  unlock(w);
   double inv = 1.0 / c->size;
   size_t at = 0;
   for (int i = 0; i < b->n; i++) {
@@ -221,6 +287,7 @@ static void mpi_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   trace(w, "end", b);
   w->waits++;
   w->wait_ms += (now_s() - t0) * 1e3;
+  w->hook_ms += (now_s() - t0) * 1e3;
 }
 
 static void mpi_bcast(ctc_comm *c, void *buf, size_t bytes) {
@@ -229,7 +296,9 @@ static void mpi_bcast(ctc_comm *c, void *buf, size_t bytes) {
   for (size_t at = 0; at < bytes;) {
     size_t n = bytes - at > ((size_t)1 << 30) ? (size_t)1 << 30 : bytes - at;
     MPI_Request r;
+    lock(w);
     MPI_Ibcast((unsigned char *)buf + at, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
+    unlock(w);
     finish(w, &r, 1, "the broadcast of the initial parameters", 0);
     at += n;
   }
@@ -239,7 +308,9 @@ static void mpi_sum_f64(ctc_comm *c, double *v, int n) {
   MpiComm *w = (MpiComm *)c;
   if (c->size == 1) return;
   MPI_Request r;
+  lock(w);
   MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
+  unlock(w);
   finish(w, &r, 1, "the all-reduce of the training loss", 0);
 }
 
@@ -255,8 +326,11 @@ ctc_comm *ctc_comm_world(void) {
   MpiComm *w = &world;
   if (w->init) return &w->pub;
   int inited = 0, provided = 0;
+  const char *e = getenv("CTC_MPI_PROGRESS");
+  int want_thread = !(e && !strcmp(e, "0"));
   MPI_Initialized(&inited);
-  if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (!inited && MPI_Init_thread(NULL, NULL, want_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided) !=
+                     MPI_SUCCESS) {
     fprintf(stderr, "ctc: error: MPI_Init failed\n");
     exit(1);
   }
@@ -267,7 +341,8 @@ ctc_comm *ctc_comm_world(void) {
   w->pub.bcast = mpi_bcast;
   w->pub.sum_f64 = mpi_sum_f64;
   w->pub.abort = mpi_abort;
-  const char *e = getenv("CTC_MPI_OVERLAP");
+  if (inited) MPI_Query_thread(&provided);
+  e = getenv("CTC_MPI_OVERLAP");
   w->overlap = !(e && !strcmp(e, "0"));
   e = getenv("CTC_MPI_BUCKET");
   w->direct = e && !strcmp(e, "direct");
@@ -282,6 +357,13 @@ ctc_comm *ctc_comm_world(void) {
     snprintf(path, sizeof path, "%s.%d", e, w->pub.rank);
     w->trace = fopen(path, "w");
     if (!w->trace) fprintf(stderr, "ctc: warning: cannot write the trace '%s'\n", path);
+  }
+  e = getenv("CTC_MPI_POLL_US");
+  w->poll_us = e && atol(e) > 0 && atol(e) < 1000000 ? atol(e) : 50;
+  if (want_thread && w->overlap && w->pub.size > 1 && provided >= MPI_THREAD_MULTIPLE) {
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->threaded = pthread_create(&w->thread, NULL, progress_main, w) == 0;
   }
   w->init = 1;
   atexit(mpi_finalize);
