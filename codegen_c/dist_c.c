@@ -164,8 +164,9 @@ int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d) {
     nin++;
   }
   if (d->nb) {
-    cg_printf(&d->tables, "/* %s: %d gradient bucket%s of at most %g MiB, all-reduced while backward runs */\n",
-              f->name, d->nb, d->nb == 1 ? "" : "s", mb);
+    cg_printf(&d->tables, "/* %s: %d gradient bucket%s of at most %g MiB, all-reduced while backward runs\n"
+                          " * (ctc_comm_world(): build with mpicc -DCTC_MPI and $RT/rt_mpi.c, as `ctc build\n"
+                          " * --distributed mpi` does) */\n", f->name, d->nb, d->nb == 1 ? "" : "s", mb);
     cg_printf(&d->tables, "static const ctc_bucket %s[] = {\n%s};\n\n", tname, tbl.s);
     snprintf(d->table, sizeof d->table, "%s", tname);
   }

@@ -367,6 +367,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
   argv[n++] = "-D_POSIX_C_SOURCE=200809L";
   argv[n++] = "-DCTC_MAIN";
   if (blas) argv[n++] = "-DCTC_HAVE_CBLAS";
+  if (distributed) argv[n++] = "-DCTC_MPI";
   if (!o->no_openmp) argv[n++] = "-fopenmp";
   argv[n++] = arena_printf(a, "-I%s", rt);
   argv[n++] = (char *)c_path;

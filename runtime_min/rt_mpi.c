@@ -1,8 +1,9 @@
 /* rt_mpi.c - the MPI communicator of distributed builds (ctc_comm, ctc_rt.h).
  *
  * Compiled only into programs built with `ctc build --distributed mpi` (with
- * mpicc; scripts/configure.py leaves it out of libctc_rt.a), so programs built
- * without it never link MPI.
+ * mpicc and -DCTC_MPI; scripts/configure.py leaves it out of libctc_rt.a), so
+ * programs built without it never link MPI; without CTC_MPI (a hand build of
+ * `$RT/rt_*.c` with cc) it is empty.
  *
  * Gradient buckets: start() copies the bucket's gradients out of the arena
  * into one contiguous buffer per bucket and starts MPI_Iallreduce on it (sum,
@@ -33,6 +34,10 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "ctc_rt.h"
+
+#ifndef CTC_MPI
+typedef int ctc_rt_mpi_unused;   /* not a distributed build: nothing here */
+#else
 
 #include <mpi.h>
 #include <pthread.h>
@@ -369,3 +374,5 @@ ctc_comm *ctc_comm_world(void) {
   atexit(mpi_finalize);
   return &w->pub;
 }
+
+#endif /* CTC_MPI */
