@@ -205,3 +205,49 @@ def test_first_bucket_starts_before_the_last_gradient(work):
     t = {(e[1], e[2]): float(e[0]) for e in step}
     assert t[("start", "0")] < t[("start", str(nb - 1))] <= t[("wait", "0")]
     assert "fc1.weight" in starts[-1][3:]   # the last gradient backward computes is in the last bucket
+
+
+ACCUM_MODEL = MODEL.replace('''def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss''', '''def train_step(x, y):
+    optimizer.zero_grad()
+    total = 0
+    for k in range(2):   # two micro-batches, accumulated, then clipped
+        loss = F.cross_entropy(model(x[2 * k:2 * k + 2]), y[2 * k:2 * k + 2]) / 2
+        loss.backward()
+        total = total + loss
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    optimizer.step()
+    return total''')
+
+
+def test_accumulation_and_clipping(work):
+    """Two backward() per step (each sweep's gradients are averaged, as DDP does per backward) and
+    clip_grad_norm_ of the accumulated, averaged gradients: the global micro-batches of one process."""
+    import torch
+    (work / "accum.py").write_text(ACCUM_MODEL)
+    run([CTC, "build", work / "accum.py", "-o", work / "neta", "--distributed", "mpi", "--bucket-mb", "0.001", *ENTRY])
+    P = 2
+    r = mpirun(work, P, "./neta", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 1, "--seed", 1,
+               "--weights", "init.safetensors", "--save", "accum.safetensors")
+    assert r.returncode == 0, r.stdout + r.stderr
+    torch.set_num_threads(1)
+    mod = load_module(str(work / "accum.py"), "dist_accum")
+    w = st_read(work / "init.safetensors")
+    mod.model.load_state_dict({k: torch.tensor(np.array(v)) for k, v in w.items()})
+    x, y = np.load(work / "x.npy"), np.load(work / "y.npy")
+    per = -(-N // P)
+    order = epoch_order(N, 1, 1)
+    shards = [np.concatenate([order, order[:per * P - N]])[r::P] for r in range(P)]
+    F = torch.nn.functional
+    for s in range(per // B):
+        mod.optimizer.zero_grad()
+        for k in range(2):
+            rows = np.concatenate([sh[s * B + 2 * k:s * B + 2 * k + 2] for sh in shards])
+            (F.cross_entropy(mod.model(torch.tensor(x[rows])), torch.tensor(y[rows])) / 2).backward()
+        torch.nn.utils.clip_grad_norm_(mod.model.parameters(), 0.5)
+        mod.optimizer.step()
+    check_same(st_read(work / "accum.safetensors"), {k: v.detach().numpy() for k, v in mod.model.state_dict().items()})
