@@ -138,7 +138,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       const char *v = NEXT();
       if (!v) return -1;
       if (strcmp(v, "mpi")) {
-        diag_plain(d, "unknown --distributed '%s' (expected mpi; nccl is planned for the CUDA target)", v);
+        diag_plain(d, "unknown --distributed '%s' (expected mpi; nccl comes with the CUDA target: runtime_min/rt_nccl.c)", v);
         return -1;
       }
       o->lower.distributed = CTC_DIST_MPI;

@@ -25,7 +25,7 @@ FRONTEND_HARNESS = ["support", "frontend", "ir", "python", "torchlib", "autograd
 RUNTIME = "runtime_min"
 # Runtime files only distributed programs link (`ctc build --distributed mpi` compiles them
 # with mpicc): not in build/libctc_rt.a, so nothing else needs MPI's headers or links MPI.
-RUNTIME_DIST = ["runtime_min/rt_mpi.c"]
+RUNTIME_DIST = ["runtime_min/rt_mpi.c", "runtime_min/rt_nccl.c"]
 # The runtime files each data-reading harness links, beside rt_error.c.
 HARNESS_RUNTIME = {
     "fuzz_safetensors": ["rt_safetensors", "rt_model"],

@@ -251,3 +251,27 @@ def test_accumulation_and_clipping(work):
         torch.nn.utils.clip_grad_norm_(mod.model.parameters(), 0.5)
         mod.optimizer.step()
     check_same(st_read(work / "accum.safetensors"), {k: v.detach().numpy() for k, v in mod.model.state_dict().items()})
+
+
+def _cuda_home():
+    for d in [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/usr"]:
+        if d and os.path.exists(os.path.join(d, "include", "nccl.h")) and os.path.exists(
+                os.path.join(d, "include", "cuda_runtime.h")):
+            return d
+    return None
+
+
+@pytest.mark.skipif(not _cuda_home(), reason="no nccl.h and cuda_runtime.h (CUDA toolkit with NCCL)")
+def test_nccl_communicator_compiles_and_links(tmp_path):
+    """rt_nccl.c (the same ctc_comm with ncclAllReduce on the device arena, for the CUDA target) builds
+    clean and links against NCCL and the CUDA runtime; it runs only where there are GPUs."""
+    cuda = _cuda_home()
+    rt = os.path.join(os.path.dirname(CTC), "..", "runtime_min")
+    flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I" + rt, "-I" + os.path.join(cuda, "include")]
+    run(["mpicc", "-DCTC_NCCL", *flags, "-c", os.path.join(rt, "rt_nccl.c"), "-o", tmp_path / "nccl.o"])
+    (tmp_path / "main.c").write_text('#include "ctc_rt.h"\nint main(void) { return ctc_comm_world() == 0; }\n')
+    lib = next((p for p in (os.path.join(cuda, "lib64"), os.path.join(cuda, "lib")) if os.path.isdir(p)), cuda)
+    run(["mpicc", *flags, tmp_path / "main.c", tmp_path / "nccl.o", "-L" + lib, "-lnccl", "-lcudart",
+         "-o", tmp_path / "nccl_main"])
+    # without CTC_NCCL the file is empty (a hand build of $RT/rt_*.c with cc)
+    run(["cc", *flags, "-c", os.path.join(rt, "rt_nccl.c"), "-o", tmp_path / "empty.o"])
