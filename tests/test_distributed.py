@@ -275,3 +275,21 @@ def test_nccl_communicator_compiles_and_links(tmp_path):
          "-o", tmp_path / "nccl_main"])
     # without CTC_NCCL the file is empty (a hand build of $RT/rt_*.c with cc)
     run(["cc", *flags, "-c", os.path.join(rt, "rt_nccl.c"), "-o", tmp_path / "empty.o"])
+
+
+@pytest.mark.parametrize("line,opts,msg", [
+    ("model = torch.nn.parallel.DistributedDataParallel(3)", [],
+     "error: DistributedDataParallel() wraps an nn.Module, not 'int'"),
+    ("model = DDP(Net(), bucket_cap_mb=-1)", [], "error: bucket_cap_mb must be a positive number of MiB, not -1"),
+    ("model = Net()", ["--distributed", "gloo"], "ctc: error: unknown --distributed 'gloo' (expected mpi"),
+    ("model = Net()", ["--bucket-mb", "0"], "ctc: error: --bucket-mb needs a positive number of MiB, not '0'"),
+])
+def test_diagnostics(work, line, opts, msg):
+    src = DDP_MODEL.replace("model = DDP(Net(), bucket_cap_mb=0.0005)", line)
+    assert line in src
+    path = work / "bad.py"
+    path.write_text(src)
+    r = run([CTC, "check", path, *opts, *ENTRY], check=False)
+    assert r.returncode == 1 and msg in r.stderr, r.stderr
+    if not opts:
+        assert re.search(r"bad\.py:\d+:\d+: error:", r.stderr), r.stderr
