@@ -7,16 +7,22 @@ The model is an MLP (784 -> hidden x layers -> 10, ReLU) trained with SGD-moment
 on cross-entropy, built by ctc twice: plain, and with `--distributed mpi` for each
 --bucket-mb. Every configuration runs `./net bench train_step` (random inputs,
 --warmup calls then --iters timed ones; the median call) in a fresh process per
-round, and the table gives the median over the rounds:
+round; the rounds interleave the configurations (a change of the machine's load
+moves them all alike), and the table gives the median over the rounds and, in
+parentheses, the best round (the least disturbed by other processes):
 
   1 rank, B, 1 thread          the work of one rank alone
   1 rank, 2B, 2 threads        the same global batch on the whole machine, no MPI
   2 ranks x B, 1 thread each   (mpirun -np 2) per bucket size: overlap on (buckets
                                all-reduced while backward runs) and off
                                (CTC_MPI_OVERLAP=0: each bucket's all-reduce is
-                               started and waited for at once, before the update)
-                               and the direct mode (CTC_MPI_BUCKET=direct: one
-                               all-reduce per gradient on the arena, no copies)
+                               started and waited for at once, before the update);
+                               "on" is the default (gradients of 256 KiB or more
+                               all-reduced in place in the arena, the smaller
+                               ones copied into one buffer per bucket), "copy"
+                               packs every gradient into the bucket's buffer
+                               (CTC_MPI_BUCKET=copy, DDP's flat buckets), "direct"
+                               none (one all-reduce per gradient)
 
 "in hooks" is the time rank 0 spends inside the start() and wait() hooks per
 step (CTC_MPI_STATS: copies, starting the all-reduces, waiting for them); with
@@ -86,19 +92,14 @@ def build(d, name, batch, args, extra):
     return exe, nb
 
 
-def bench(cmd, env, args):
-    """Median ms per call over the rounds; rank 0's blocked ms per step (or None)."""
-    meds, blocked = [], []
-    for _ in range(args.rounds):
-        r = subprocess.run(cmd + ["bench", "train_step", "--iters", str(args.iters), "--warmup", str(args.warmup),
-                                  "--int-max", "10"], capture_output=True, text=True, env={**os.environ, **env})
-        if r.returncode:
-            sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}{r.stderr}")
-        meds.append(float(BENCH_RE.search(r.stdout).group(1)))
-        m = STATS_RE.search(r.stderr)
-        if m:
-            blocked.append((int(m.group(1)), float(m.group(2))))
-    return statistics.median(meds), blocked
+def bench_once(cmd, env, args):
+    """One fresh run: ms per call (the median call); rank 0's (all-reduces, ms in hooks) or None."""
+    r = subprocess.run(cmd + ["bench", "train_step", "--iters", str(args.iters), "--warmup", str(args.warmup),
+                              "--int-max", "10"], capture_output=True, text=True, env={**os.environ, **env})
+    if r.returncode:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    m = STATS_RE.search(r.stderr)
+    return float(BENCH_RE.search(r.stdout).group(1)), (int(m.group(1)), float(m.group(2))) if m else None
 
 
 def main():
@@ -115,38 +116,48 @@ def main():
         sys.exit("needs mpirun and mpicc (Debian: openmpi-bin, libopenmpi-dev)")
     d = tempfile.mkdtemp(prefix="ctc_bench_mpi_")
     B = args.batch
-    one, _ = build(d, "one", B, args, [])
-    two, _ = build(d, "two", 2 * B, args, [])
-    calls = args.iters + args.warmup
+    one_t = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # (label, global batch, command, env, buckets, bucket size)
+    configs = [("1 rank, 1 thread", B, [build(d, "one", B, args, [])[0]], one_t, 0, None),
+               ("1 rank, 2 threads", 2 * B, [build(d, "two", 2 * B, args, [])[0]],
+                {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}, 0, None)]
+    for mb in args.bucket_mb.split(","):
+        exe, nb = build(d, f"dist{mb.replace('.', '_')}", B, args, ["--distributed", "mpi", "--bucket-mb", mb])
+        for label, env in (("off", {"CTC_MPI_OVERLAP": "0"}), ("on, no progress thread", {"CTC_MPI_PROGRESS": "0"}),
+                           ("on", {}), ("on, copy", {"CTC_MPI_BUCKET": "copy"}),
+                           ("on, direct", {"CTC_MPI_BUCKET": "direct"})):
+            env = {**one_t, "CTC_MPI_STATS": "1", **env}
+            xs = [x for k in env for x in ("-x", k)]
+            configs.append((f"2 ranks x 1 thread, --bucket-mb {mb}, overlap {label}", 2 * B,
+                            MPI + xs + ["-np", "2", exe], env, nb, mb))
+    # rounds interleave the configurations, so that a change of load moves them all alike
+    runs = [[] for _ in configs]
+    for _ in range(args.rounds):
+        for i, (_, _, cmd, env, _, _) in enumerate(configs):
+            runs[i].append(bench_once(cmd, env, args))
     nparam = 784 * args.hidden + args.hidden * args.hidden * (args.layers - 1) + args.hidden * args.layers + \
         10 * args.hidden + 10
     print(f"# MLP 784-{'-'.join([str(args.hidden)] * args.layers)}-10: {nparam} parameters "
-          f"({nparam * 4 / 2**20:.1f} MiB of gradients); median of {args.rounds} rounds of {args.iters} calls "
-          f"(after {args.warmup}); {os.cpu_count()} cores")
-    print("| configuration | global batch | ms per global step | samples/s | buckets | in hooks, ms/step "
-          "| all-reduce hidden |")
+          f"({nparam * 4 / 2**20:.1f} MiB of gradients); median of {args.rounds} interleaved rounds of "
+          f"{args.iters} calls (after {args.warmup}); {os.cpu_count()} cores")
+    print("| configuration | global batch | ms per global step (best round) | samples/s (best) | buckets "
+          "| in hooks, ms/step (best) | all-reduce hidden (best) |")
     print("|---|---|---|---|---|---|---|")
-    one_t = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    ms, _ = bench([one], one_t, args)
-    print(f"| 1 rank, 1 thread | {B} | {ms:.2f} | {B * 1e3 / ms:.0f} | - | - | - |")
-    ms, _ = bench([two], {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}, args)
-    print(f"| 1 rank, 2 threads | {2 * B} | {ms:.2f} | {2 * B * 1e3 / ms:.0f} | - | - | - |")
-    for mb in args.bucket_mb.split(","):
-        exe, nb = build(d, f"dist{mb.replace('.', '_')}", B, args, ["--distributed", "mpi", "--bucket-mb", mb])
-        blocked = {}
-        for label, env in (("off", {"CTC_MPI_OVERLAP": "0"}), ("on, no progress thread", {"CTC_MPI_PROGRESS": "0"}),
-                           ("on", {}), ("on, direct", {"CTC_MPI_BUCKET": "direct"})):
-            env = {**one_t, "CTC_MPI_STATS": "1", **env}
-            xs = [x for k in env for x in ("-x", k)]
-            ms, st = bench(MPI + xs + ["-np", "2", exe], env, args)
-            per_step = statistics.median(b / (n / nb) for n, b in st) if st and nb else float("nan")
-            blocked[label] = per_step
-            hidden = "-" if label == "off" else f"{100 * (1 - per_step / blocked['off']):.0f}%"
-            print(f"| 2 ranks x 1 thread, --bucket-mb {mb}, overlap {label} | {2 * B} | {ms:.2f} | "
-                  f"{2 * B * 1e3 / ms:.0f} | {nb} | {per_step:.2f} | {hidden} |")
-    assert calls > 0
+    off = {}
+    for (label, gb, _, _, nb, mb), rs in zip(configs, runs):
+        ms, best = statistics.median(r[0] for r in rs), min(r[0] for r in rs)
+        if not nb:
+            print(f"| {label} | {gb} | {ms:.2f} ({best:.2f}) | {gb * 1e3 / ms:.0f} ({gb * 1e3 / best:.0f}) | - | - | - |")
+            continue
+        hooks = [r[1][1] / (r[1][0] / nb) for r in rs]   # ms in hooks per step
+        hook, hbest = statistics.median(hooks), min(hooks)
+        if label.endswith("overlap off"):
+            off[mb] = (hook, hbest)
+        hidden = "-" if label.endswith("overlap off") else \
+            f"{100 * (1 - hook / off[mb][0]):.0f}% ({100 * (1 - hbest / off[mb][1]):.0f}%)"
+        print(f"| {label} | {gb} | {ms:.2f} ({best:.2f}) | {gb * 1e3 / ms:.0f} ({gb * 1e3 / best:.0f}) | {nb} "
+              f"| {hook:.2f} ({hbest:.2f}) | {hidden} |")
     shutil.rmtree(d, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -5,12 +5,15 @@
  * programs built without it never link MPI; without CTC_MPI (a hand build of
  * `$RT/rt_*.c` with cc) it is empty.
  *
- * Gradient buckets: start() copies the bucket's gradients out of the arena
- * into one contiguous buffer per bucket and starts MPI_Iallreduce on it (sum,
- * in place); wait() completes it and writes sum / size back into the arena.
- * CTC_MPI_BUCKET=direct instead starts one in-place all-reduce per gradient on
- * the arena itself (no copies; the memory plan keeps a gradient's bytes until
- * its last reader, which comes after wait()). A non-blocking collective moves
+ * Gradient buckets: start() all-reduces (MPI_Iallreduce, sum) each gradient
+ * of at least CTC_MPI_INPLACE_KB KiB (default 256) in place in the arena (the
+ * memory plan keeps a gradient's bytes until its last reader, which comes after
+ * wait()), and the smaller ones together, copied into one contiguous buffer
+ * per bucket: a few collectives and no copy of the large tensors. wait()
+ * completes them and leaves sum / size in the arena. CTC_MPI_BUCKET=copy packs
+ * every gradient into the bucket's buffer (one collective per bucket, as DDP's
+ * flat buckets), CTC_MPI_BUCKET=direct none (one collective per gradient);
+ * bench/bench_mpi.py measures the three. A non-blocking collective moves
  * on only while some thread is inside MPI (Open MPI has no progress thread of
  * its own for them): a progress thread here tests the requests in flight every
  * CTC_MPI_POLL_US microseconds (default 50; it sleeps while none is), with
@@ -52,15 +55,17 @@ typedef struct Slot {
   int active;               /* started, not yet waited for */
   int done;                 /* found complete by a test */
   int nreq;
-  MPI_Request *req;         /* 1 (copy) or one per gradient (direct) */
-  void *buf;                /* copy mode: the bucket's gradients, contiguous */
+  MPI_Request *req;         /* one per gradient all-reduced in place, and one for buf */
+  void *buf;                /* the bucket's small gradients, contiguous (NULL: none) */
   size_t cap;
 } Slot;
 
 typedef struct MpiComm {
   ctc_comm pub;
   int init;
-  int overlap, direct;
+  int overlap;
+  size_t inplace_min;       /* gradients of at least this many bytes are all-reduced in place */
+  const char *mode;         /* "mixed", "copy", "direct" */
   double timeout;
   FILE *trace;
   double t0;
@@ -173,7 +178,7 @@ static void mpi_finalize(void) {
   if (world.stats && world.pub.rank == 0)
     fprintf(stderr, "ctc mpi: %d ranks, %lld all-reduces, blocked %.3f ms in waits, %.3f ms in start and wait (%s, "
                     "overlap %s)\n", world.pub.size, world.waits, world.wait_ms, world.hook_ms,
-            world.direct ? "direct" : "copy", world.overlap ? world.threaded ? "on, progress thread" : "on" : "off");
+            world.mode, world.overlap ? world.threaded ? "on, progress thread" : "on" : "off");
   if (world.trace) fclose(world.trace);
   for (int i = 0; i < world.nslots; i++) {
     free(world.slots[i].req);
@@ -202,11 +207,17 @@ static Slot *slot_of(MpiComm *w, const ctc_bucket *b) {
   Slot *s = &w->slots[b->id];
   if (!s->used) {
     size_t es = b->dtype == CTC_F64 ? 8 : 4;
-    s->nreq = w->direct ? b->n : 1;
-    s->req = malloc(sizeof *s->req * (size_t)s->nreq);
-    s->cap = w->direct ? 0 : (size_t)b->total * es;
-    s->buf = w->direct ? NULL : malloc(s->cap ? s->cap : 1);
-    if (!s->req || (!w->direct && !s->buf)) {
+    s->nreq = 0;
+    s->cap = 0;
+    for (int i = 0; i < b->n; i++) {
+      size_t bytes = (size_t)b->count[i] * es;
+      if (bytes >= w->inplace_min) s->nreq++;
+      else s->cap += bytes;
+    }
+    s->nreq += s->cap > 0;
+    s->req = malloc(sizeof *s->req * (size_t)(s->nreq ? s->nreq : 1));
+    s->buf = s->cap ? malloc(s->cap) : NULL;
+    if (!s->req || (s->cap && !s->buf)) {
       fprintf(stderr, "ctc: error: out of memory (a gradient bucket of %zu bytes)\n", s->cap);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -225,19 +236,21 @@ static int count_of(MpiComm *w, int64_t n, const ctc_bucket *b) {
 static void do_start(MpiComm *w, unsigned char *arena, const ctc_bucket *b) {
   Slot *s = slot_of(w, b);
   MPI_Datatype t = b->dtype == CTC_F64 ? MPI_DOUBLE : MPI_FLOAT;
-  size_t es = b->dtype == CTC_F64 ? 8 : 4;
-  if (w->direct) {
-    for (int i = 0; i < b->n; i++)
+  size_t es = b->dtype == CTC_F64 ? 8 : 4, at = 0;
+  int r = 0;
+  for (int i = 0; i < b->n; i++) {
+    size_t bytes = (size_t)b->count[i] * es;
+    if (bytes >= w->inplace_min) {
       MPI_Iallreduce(MPI_IN_PLACE, arena + b->offset[i], count_of(w, b->count[i], b), t, MPI_SUM, MPI_COMM_WORLD,
-                     &s->req[i]);
-  } else {
-    size_t at = 0;
-    for (int i = 0; i < b->n; i++) {
-      memcpy((unsigned char *)s->buf + at, arena + b->offset[i], (size_t)b->count[i] * es);
-      at += (size_t)b->count[i] * es;
+                     &s->req[r++]);
+    } else {
+      memcpy((unsigned char *)s->buf + at, arena + b->offset[i], bytes);
+      at += bytes;
     }
-    MPI_Iallreduce(MPI_IN_PLACE, s->buf, count_of(w, b->total, b), t, MPI_SUM, MPI_COMM_WORLD, &s->req[0]);
   }
+  if (s->cap)
+    MPI_Iallreduce(MPI_IN_PLACE, s->buf, count_of(w, (int64_t)(s->cap / es), b), t, MPI_SUM, MPI_COMM_WORLD,
+                   &s->req[r]);
   s->active = 1;
   s->done = 0;
   w->nactive++;
@@ -276,17 +289,18 @@ static void mpi_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   double inv = 1.0 / c->size;
   size_t at = 0;
   for (int i = 0; i < b->n; i++) {
+    size_t es = b->dtype == CTC_F64 ? 8 : 4, bytes = (size_t)b->count[i] * es;
+    const unsigned char *from = bytes >= w->inplace_min ? arena + b->offset[i] : (unsigned char *)s->buf + at;
+    if (bytes < w->inplace_min) at += bytes;
     if (b->dtype == CTC_F64) {
       double *g = (double *)(arena + b->offset[i]);
-      const double *src = w->direct ? g : (const double *)((unsigned char *)s->buf + at);
+      const double *src = (const double *)from;
       for (int64_t k = 0; k < b->count[i]; k++) g[k] = src[k] * inv;
-      at += (size_t)b->count[i] * 8;
     } else {
       float *g = (float *)(arena + b->offset[i]);
-      const float *src = w->direct ? g : (const float *)((unsigned char *)s->buf + at);
+      const float *src = (const float *)from;
       float f = (float)inv;
       for (int64_t k = 0; k < b->count[i]; k++) g[k] = src[k] * f;
-      at += (size_t)b->count[i] * 4;
     }
   }
   trace(w, "end", b);
@@ -350,7 +364,10 @@ ctc_comm *ctc_comm_world(void) {
   e = getenv("CTC_MPI_OVERLAP");
   w->overlap = !(e && !strcmp(e, "0"));
   e = getenv("CTC_MPI_BUCKET");
-  w->direct = e && !strcmp(e, "direct");
+  w->mode = e && !strcmp(e, "direct") ? "direct" : e && !strcmp(e, "copy") ? "copy" : "mixed";
+  e = getenv("CTC_MPI_INPLACE_KB");
+  double kb = e && atof(e) >= 0 ? atof(e) : 256;
+  w->inplace_min = w->mode[0] == 'd' ? 0 : w->mode[0] == 'c' ? (size_t)-1 : (size_t)(kb * 1024);
   e = getenv("CTC_MPI_TIMEOUT");
   w->timeout = e && atof(e) > 0 ? atof(e) : 300;
   e = getenv("CTC_MPI_STATS");

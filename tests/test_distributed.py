@@ -87,7 +87,7 @@ def work(tmp_path_factory):
 
 
 def mpirun(work, np_, *args, env=None, timeout=120):
-    cmd = [*MPI, "-np", str(np_), *map(str, args)]
+    cmd = [*MPI, *[x for k in (env or {}) for x in ("-x", k)], "-np", str(np_), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=timeout,
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
@@ -121,12 +121,17 @@ def check_same(got, want):
         np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
 
 
-@pytest.mark.parametrize("P", [2, 3])
-def test_ranks_train_like_one_process_on_the_global_batch(work, P):
+@pytest.mark.parametrize("P,env", [
+    (2, {}), (3, {}),
+    (2, {"CTC_MPI_INPLACE_KB": "0.3"}),                          # weights in place, biases packed
+    (2, {"CTC_MPI_BUCKET": "direct", "CTC_MPI_PROGRESS": "0"}),  # every gradient in place, no progress thread
+    (2, {"CTC_MPI_OVERLAP": "0"}),                               # every all-reduce at its wait
+], ids=["np2", "np3-uneven", "np2-mixed", "np2-direct", "np2-no-overlap"])
+def test_ranks_train_like_one_process_on_the_global_batch(work, P, env):
     """-np 2 (22 samples: 11 per rank, 2 steps of 4) and -np 3 (uneven: padded to 24, 8 per rank)."""
     out = work / f"p{P}.safetensors"
     r = mpirun(work, P, "./netd", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 2, "--seed", 5,
-               "--weights", "init.safetensors", "--save", out, "--log", f"log{P}.csv")
+               "--weights", "init.safetensors", "--save", out, "--log", f"log{P}.csv", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     want, steps = reference(work, P, 2, 5)
     check_same(st_read(out), want)
