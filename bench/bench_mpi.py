@@ -120,7 +120,9 @@ def main():
     # (label, global batch, command, env, buckets, bucket size)
     configs = [("1 rank, 1 thread", B, [build(d, "one", B, args, [])[0]], one_t, 0, None),
                ("1 rank, 2 threads", 2 * B, [build(d, "two", 2 * B, args, [])[0]],
-                {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}, 0, None)]
+                {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}, 0, None),
+               ("1 rank, 2 threads, OMP_WAIT_POLICY=passive", 2 * B, [os.path.join(d, "two")],
+                {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive"}, 0, None)]
     for mb in args.bucket_mb.split(","):
         exe, nb = build(d, f"dist{mb.replace('.', '_')}", B, args, ["--distributed", "mpi", "--bucket-mb", mb])
         for label, env in (("off", {"CTC_MPI_OVERLAP": "0"}), ("on, no progress thread", {"CTC_MPI_PROGRESS": "0"}),
