@@ -112,4 +112,24 @@ void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
 
+/* ---- dist_c.c ------------------------------------------------------------ */
+
+/* Distributed builds: an entry's gradient buckets (Func.sync) and where their
+ * all-reduce starts and is waited for (kernel indices of c->s). */
+typedef struct CgDist {
+  int nb, first_id;    /* buckets; the id of the first (ids are unique in the model) */
+  int *start_k;        /* per bucket: start after this kernel */
+  int *wait_k;         /* per bucket: wait before this kernel (kernels.len: before the outputs) */
+  Buf tables;          /* the static bucket tables, written before the entry */
+  char table[160];     /* their C name */
+  const char *comm;    /* the entry's local holding ctc_comm_world() */
+} CgDist;
+/* Plans c's buckets (nothing unless Program.distributed); fname is the entry's C
+ * name. Returns 0, or -1 after printing why a gradient cannot be averaged. */
+int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d);
+/* Writes the hooks of kernel k into c->out: before it (after = 0: the waits,
+ * and at k = 0 the communicator), or after it (the starts). */
+void cg_dist_hooks(CgFunc *c, CgDist *d, int k, int after);
+void cg_dist_free(CgDist *d);
+
 #endif

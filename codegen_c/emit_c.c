@@ -42,6 +42,7 @@ typedef struct Gen {
   Buf *sig;               /* per func: its C prototype (no semicolon) */
   Buf *doc;               /* per func: one-line description for comments */
   CgOptions opt;
+  int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
 } Gen;
 
 /* ---- profiles (--profile) ---------------------------------------------------- */
@@ -312,10 +313,14 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
   int sites = g->opt.profile || g->opt.anomaly;
   int nsite = 0;   /* --profile, --anomaly: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
+  CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
+  if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
+  g->nbuckets += dist.nb;
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
     int code = kernel_has_code(f, kn), timed = pt && code;
     if (sites && code) nsite++;
+    cg_dist_hooks(&c, &dist, k, 0);
     if (timed) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
@@ -333,7 +338,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
                        "    return CTC_ERR_ANOMALY;\n",
                 fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
     }
+    cg_dist_hooks(&c, &dist, k, 1);
   }
+  cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
     cg_puts(&body, "  /* outputs */\n");
@@ -437,6 +444,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k);
     cg_puts(out, "};\n\n");
   }
+  if (dist.tables.len) cg_puts(out, dist.tables.s);
+  cg_dist_free(&dist);
   cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
   cg_printf(out, "%s {\n", sig->s);
   cg_puts(out, "  if (!m || !m->arena");

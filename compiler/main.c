@@ -38,6 +38,12 @@ static const char *usage =
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
+    "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
+    "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
+    "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
+    "                          that wraps its model in DistributedDataParallel gets the same\n"
+    "  --bucket-mb N           (distributed) gradient bucket size in MiB (default: the file's\n"
+    "                          DDP bucket_cap_mb, else 25)\n"
     "  --no-remat              training: keep the forward values backward reads instead of recomputing\n"
     "                          cheap elementwise ones there (more memory, less arithmetic)\n"
     "  --model EXPR            the model: an nn.Module class or module-level instance by name,\n"
@@ -159,6 +165,24 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->anomaly = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
+    } else if (!strcmp(s, "--distributed")) {
+      const char *v = NEXT();
+      if (!v) return -1;
+      if (strcmp(v, "mpi")) {
+        diag_plain(d, "unknown --distributed '%s' (expected mpi; nccl comes with the CUDA target: runtime_min/rt_nccl.c)", v);
+        return -1;
+      }
+      o->lower.distributed = CTC_DIST_MPI;
+    } else if (!strcmp(s, "--bucket-mb")) {
+      const char *v = NEXT();
+      if (!v) return -1;
+      char *end;
+      double mb = strtod(v, &end);
+      if (end == v || *end || !(mb > 0) || mb > 1e6) {
+        diag_plain(d, "--bucket-mb needs a positive number of MiB, not '%s'", v);
+        return -1;
+      }
+      o->lower.bucket_mb = mb;
     } else if (!strcmp(s, "--no-remat")) {
       o->lower.no_remat = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -382,14 +406,24 @@ static int have_openblas(Arena *a, const char *cc, const char *dir) {
   return ok;
 }
 
-static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
+static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed) {
   const char *cc = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  /* distributed builds: the MPI compiler wrapper around the same compiler, and rt_mpi.c */
+  const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
+  if (distributed) {
+    if (o->cc || (getenv("CC") && *getenv("CC"))) {   /* the wrapper runs the compiler asked for */
+      setenv("OMPI_CC", cc, 1);
+      setenv("MPICH_CC", cc, 1);
+    }
+    cc = mpicc;
+  }
   const char *rt = runtime_dir(a);
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_mpi.c"};
+  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
   char *argv[48];
   int n = 0;
   argv[n++] = (char *)cc;
@@ -399,10 +433,11 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   argv[n++] = "-D_POSIX_C_SOURCE=200809L";
   argv[n++] = "-DCTC_MAIN";
   if (blas) argv[n++] = "-DCTC_HAVE_CBLAS";
+  if (distributed) argv[n++] = "-DCTC_MPI";
   if (!o->no_openmp) argv[n++] = "-fopenmp";
   argv[n++] = arena_printf(a, "-I%s", rt);
   argv[n++] = (char *)c_path;
-  for (size_t i = 0; i < sizeof rt_files / sizeof rt_files[0]; i++) {
+  for (int i = 0; i < nrt; i++) {
     const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
     if (access(path, R_OK) != 0) {
       diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
@@ -418,7 +453,11 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   argv[n] = NULL;
   int rc = run_cmd(argv);
   if (rc != 0) {
-    diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, o->out);
+    if (distributed && rc == 127)
+      diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "
+                    "or set MPICC)", cc);
+    else
+      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, o->out);
     return CTC_EXIT_IO;
   }
   if (o->stats) fprintf(stderr, "ctc: built %s with %s%s%s\n", o->out, cc, blas ? " +openblas" : "", o->no_openmp ? "" : " +openmp");
@@ -625,7 +664,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);
   }
-  if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path);
+  if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path, p->distributed);
   return 0;
 }
 

@@ -174,6 +174,11 @@ typedef struct Func {
   int64_t batch_max, batch_n;
   int *batch_axis;
   const struct Func *batch_ref;  /* the entry staged at N = batch_max: the memory plan's sizes */
+  /* Distributed builds (Program.distributed): the gradients of one reverse sweep,
+   * sync[i] of parameter sync_params[i], which every reader must see averaged over
+   * the ranks (DistributedDataParallel's all-reduce); codegen_c/dist_c.c buckets them. */
+  Vec(ValId) sync;
+  Vec(int) sync_params;
 } Func;
 
 /* A parameter or buffer of the model. */
@@ -215,7 +220,10 @@ struct Program {
   void (*type_error)(void *ctx, Span at, const char *msg);
   void *type_error_ctx;
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
+  int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
+  double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
 };
+enum { CTC_DIST_NONE = 0, CTC_DIST_MPI = 1 };
 
 /* ---- builder (builder.c) ------------------------------------------------ */
 

@@ -239,6 +239,18 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->rowbuf = arena_alloc(A, (size_t)(nv ? nv : 1));
   unsigned char *nostore = arena_alloc(A, (size_t)(nv ? nv : 1));
   fold_views(A, f, s, fuse);
+  /* Distributed builds: a gradient all-reduced while backward runs (Func.sync)
+   * ends its kernel, it and the views down to its storage, so that it is stored
+   * and every reader comes in a later kernel (after the wait for its bucket). */
+  unsigned char *barrier = NULL;
+  if (f->sync.len) {
+    barrier = arena_alloc(A, (size_t)(nv ? nv : 1));
+    for (int k = 0; k < f->sync.len; k++)
+      for (ValId v = f->sync.data[k]; def_of(f, v); v = def_of(f, v)->args[0]) {
+        barrier[v] = 1;
+        if (!ir_is_view(f, v)) break;
+      }
+  }
   int open = -1;   /* the KN_ELEM or KN_ROW kernel instructions may still join, or -1 */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
@@ -261,6 +273,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       if (ok) {
         s->kernel_of[i] = open;
         kn->last = i;
+        if (barrier && barrier[in->res]) open = -1;
         continue;
       }
     }
@@ -275,7 +288,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     vec_push(A, &s->kernels, kn);
     s->kernel_of[i] = k;
     /* a view closes the open kernel (kernels are contiguous) */
-    open = kn.kind == KN_ELEM || kn.kind == KN_ROW ? k : -1;
+    open = (kn.kind == KN_ELEM || kn.kind == KN_ROW) && !(barrier && barrier[in->res]) ? k : -1;
   }
   /* Which results leave their kernel. */
   unsigned char *used_out = arena_alloc(A, (size_t)(nv ? nv : 1));

@@ -34,6 +34,9 @@ typedef struct LowerOptions {
                                  none given: every function that calls backward()/step()/
                                  torch.autograd.grad */
   int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
+  int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses
+                               DistributedDataParallel sets it too) */
+  double bucket_mb;         /* --bucket-mb (0: DDP's bucket_cap_mb, else 25) */
   IrPassHook hook;          /* set on the Program before staging (AD sweeps report to it) */
   void *hook_ctx;
 } LowerOptions;

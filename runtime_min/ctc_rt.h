@@ -299,6 +299,43 @@ typedef struct ctc_data_xform {
 int ctc_dataset_gather(const ctc_tensor *ds, const int64_t *rows, int64_t n, ctc_dtype dtype,
                        const ctc_data_xform *xf, void *dst, ctc_error *err);
 
+/* ---- data-parallel training (rt_mpi.c; distributed builds only) --------------
+ *
+ * `ctc build --distributed mpi` (or a model wrapped in DistributedDataParallel)
+ * makes the training entry average its gradients over the ranks. The emitter
+ * groups the gradients into buckets in the order backward finishes them, and
+ * the entry calls the process's communicator (ctc_comm_world) at two points:
+ * start(bucket) after the kernel that makes the bucket's last gradient final,
+ * and wait(bucket) before the first kernel that reads one of its gradients
+ * (the optimizer update). Between the two the all-reduce runs while backward
+ * goes on. A gradient lives in the arena (offset, count elements); wait leaves
+ * there the mean over the ranks. */
+typedef struct ctc_bucket {
+  int id;                        /* 0.. over the whole model (all entries) */
+  int n;                         /* gradients */
+  const int64_t *offset;         /* per gradient: byte offset of its storage in the arena */
+  const int64_t *count;          /* per gradient: elements */
+  ctc_dtype dtype;               /* CTC_F32 or CTC_F64 (one dtype per bucket) */
+  int64_t total;                 /* elements of all its gradients */
+  const char *names;             /* the parameters, "fc2.weight fc2.bias" (traces, errors) */
+} ctc_bucket;
+
+typedef struct ctc_comm ctc_comm;
+struct ctc_comm {
+  int rank, size;
+  /* gradient buckets (called by generated entries) */
+  void (*start)(ctc_comm *c, unsigned char *arena, const ctc_bucket *b);
+  void (*wait)(ctc_comm *c, unsigned char *arena, const ctc_bucket *b);
+  /* the driver's collectives (rank 0 is the root); each gives up with an error
+   * (and ends every rank) when a peer does not take part within the timeout */
+  void (*bcast)(ctc_comm *c, void *buf, size_t bytes);
+  void (*sum_f64)(ctc_comm *c, double *v, int n);   /* in place, over the ranks */
+  void (*abort)(ctc_comm *c, int status);          /* ends every rank (MPI_Abort) */
+};
+/* The communicator of this process (MPI_COMM_WORLD; MPI is initialised on the
+ * first call and finalised at exit). Defined only in distributed builds. */
+ctc_comm *ctc_comm_world(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,7 +64,26 @@
  * position: the permutation of an epoch depends only on the seed and the epoch, so
  * an interrupted and resumed run does exactly the calls of an uninterrupted one.
  * SIGINT and SIGTERM (once training has started) finish the current step, write a
- * checkpoint and exit with 128 + the signal number; a second one kills as usual. */
+ * checkpoint and exit with 128 + the signal number; a second one kills as usual.
+ *
+ * Data-parallel training (a distributed build, rt_mpi.c, under `mpirun -np P`):
+ * rank 0's initial parameters (its init, --weights or --resume) are broadcast to
+ * all; each epoch's permutation is the same on every rank, padded to a multiple
+ * of P by repeating its start and dealt out as DistributedSampler does (rank r
+ * takes positions r, r + P, ...), so every rank has ceil(N / P) samples and
+ * floor(ceil(N / P) / B) steps of its own batch B (a global batch of P * B); the
+ * training entry averages the gradients over the ranks before its update. The
+ * loss of a step is the mean over the ranks (so every rank takes the same NaN
+ * decisions), and a stop signal seen by any rank stops all after the step.
+ * Rank 0 alone prints, logs, writes checkpoints and --save; test accuracy is
+ * computed by every rank over the whole test set (schedulers need the same
+ * value everywhere). A run resumes with the same number of ranks. */
+
+/* The communicator of a distributed build (rt_mpi.c); absent (NULL) elsewhere,
+ * so that programs built without --distributed do not link MPI. */
+#if defined(__GNUC__) || defined(__clang__)
+extern ctc_comm *ctc_comm_world(void) __attribute__((weak));
+#endif
 
 typedef struct TrainArgs {
   const char *weights, *data, *labels, *test_data, *test_labels, *save, *log;
@@ -261,6 +280,9 @@ typedef struct Train {
   int numeric_fault;              /* stopped by a non-finite loss or parameter */
   const char *prog;               /* for warnings */
   int64_t eval_used;        /* test samples the evaluation entry's sums cover */
+  ctc_comm *comm;           /* distributed builds with more than one rank, else NULL */
+  int rank, size;           /* 0 and 1 without one */
+  int64_t *shard, nshard;   /* this rank's positions of the epoch's order (comm) */
 } Train;
 
 /* Positions in "ctc.train.state". */
@@ -285,6 +307,7 @@ static void train_free(Train *t) {
   for (int j = 0; t->eout && j < t->ev->noutputs; j++) free(t->eout[j]);
   free(t->eout);
   free(t->order);
+  free(t->shard);
   free(t->rows);
   free(t->ckpt);
   free(t->ckpt_path);
@@ -706,6 +729,14 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
 
   /* drop_last, unless the entry takes its batch at run time: then the last batch is partial */
   t->steps = e->batch_max > 0 ? (t->x.shape[0] + t->batch - 1) / t->batch : t->x.shape[0] / t->batch;
+  if (t->comm) {   /* DistributedSampler: ceil(N / P) samples per rank, full batches */
+    t->nshard = (t->x.shape[0] + t->size - 1) / t->size;
+    t->steps = t->nshard / t->batch;
+    if (t->steps < 1)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s: %lld training samples give each of %d ranks %lld, fewer than one batch "
+                      "of %lld", a->data, (long long)t->x.shape[0], t->size, (long long)t->nshard, (long long)t->batch);
+    if (!(t->shard = malloc((size_t)t->nshard * sizeof *t->shard))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  }
   t->epoch = 1;
   if ((rc = ctc_drv_make_model(desc, &t->r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, t->r.model, a->weights, err))) return rc;
@@ -716,8 +747,9 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   } else {
     ctc_drv_seed_rng(desc, t->r.model, a->seed);
   }
-  if (a->checkpoint && (rc = ckpt_prepare(desc, a, t, err))) return rc;
-  if (a->checkpoint) {
+  if (t->comm) t->comm->bcast(t->comm, desc->arena_of(t->r.model), params_end(desc));   /* rank 0's parameters */
+  if (t->rank == 0 && a->checkpoint && (rc = ckpt_prepare(desc, a, t, err))) return rc;
+  if (t->ckpt) {
     if (!(t->finite = malloc((size_t)desc->nparams + 1))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
     memset(t->finite, 1, (size_t)desc->nparams + 1);
     int64_t k;
@@ -758,8 +790,8 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     for (int64_t i = 0; i < tn; i++) t->rows[i] = i;
     if ((rc = ctc_drv_alloc_outputs(t->fwd, &t->fout, err))) return rc;
   }
-  if (a->save && (rc = check_writable(a->save, err))) return rc;
-  if (a->log) {
+  if (t->rank == 0 && a->save && (rc = check_writable(a->save, err))) return rc;
+  if (t->rank == 0 && a->log) {
     if ((rc = ctc_wopen(&t->logw, a->log, err))) return rc;
     t->log = t->logw.f;
     fprintf(t->log, "epoch,step,loss\n");
@@ -1004,10 +1036,13 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
   unsigned char *arena = desc->arena_of(t->r.model);
   *ran = 0;
   epoch_order(t->order, t->x.shape[0], !a->no_shuffle, a->seed, t->epoch);
+  for (int64_t j = 0; t->comm && j < t->nshard; j++)   /* rank r: positions r, r + P, ... of the padded order */
+    t->shard[j] = t->order[((int64_t)t->rank + j * t->size) % t->x.shape[0]];
   while (t->done < t->steps) {
     long long s = t->done + 1;
-    const int64_t *rows = t->order + (s - 1) * t->batch;
-    int64_t m = t->x.shape[0] - (s - 1) * t->batch < t->batch ? t->x.shape[0] - (s - 1) * t->batch : t->batch;
+    const int64_t *rows = (t->comm ? t->shard : t->order) + (s - 1) * t->batch;
+    int64_t avail = (t->comm ? t->nshard : t->x.shape[0]) - (s - 1) * t->batch;
+    int64_t m = avail < t->batch ? avail : t->batch;   /* a partial last batch: run-time batch entries only */
     int rc = ctc_dataset_gather(&t->x, rows, m, e->inputs[0].dtype, xf, t->in[0], err);
     if (rc) {
       ctc_error_prefix(err, a->data);
@@ -1035,6 +1070,12 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
     } else {
       memcpy(&loss, t->out[0], sizeof loss);
     }
+    if (t->comm) {   /* the global loss, and a stop signal seen by any rank */
+      double v[2] = {loss, stop_signal ? 1 : 0};
+      t->comm->sum_f64(t->comm, v, 2);
+      loss = v[0] / t->size;
+      if (v[1] > 0 && !stop_signal) stop_signal = SIGTERM;
+    }
     t->done = s;
     ++*ran;
     if (t->log && fprintf(t->log, "%lld,%lld,%.9g\n", t->epoch, s, loss) < 0)
@@ -1045,8 +1086,9 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
       t->loss_sum += loss;
       t->counted++;
     }
-    progress(p, t->epoch, s, *ran, t->counted ? t->loss_sum / (double)t->counted : NAN, t->batch,
-             ctc_drv_now_ms() - t0);
+    if (t->rank == 0)
+      progress(p, t->epoch, s, *ran, t->counted ? t->loss_sum / (double)t->counted : NAN, t->batch * t->size,
+               ctc_drv_now_ms() - t0);
     long long global = (t->epoch - 1) * t->steps + s;
     if (a->ckpt_every && global % a->ckpt_every == 0 && (rc = ckpt_write(desc, a, t, err))) return rc;
     if (stop_signal) break;
@@ -1062,10 +1104,10 @@ static int end_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, c
   int rc, plateau = 0;
   for (int i = 0; i < desc->nentries; i++)
     plateau |= desc->entries[i].kind == CTC_ENTRY_SCHED && desc->entries[i].ninputs > 0;
-  if (p->tty) fprintf(stderr, "\r\033[K");
+  if (p->tty && t->rank == 0) fprintf(stderr, "\r\033[K");
   if (a->test_data && (rc = evaluate(t, a, &acc, &test_loss, err))) return rc;
   printf("epoch %lld: loss %.4f, %.0f samples/s", t->epoch, t->counted ? t->loss_sum / (double)t->counted : NAN,
-         ms > 0 ? (double)(ran * t->batch) * 1e3 / ms : 0);
+         ms > 0 ? (double)(ran * t->batch * t->size) * 1e3 / ms : 0);
   int eval_loss = 0, eval_count = 0;
   for (int j = 0; t->ev && j < t->ev->noutputs; j++) {
     eval_loss |= is_float_dtype(t->ev->outputs[j].dtype);
@@ -1163,7 +1205,7 @@ static int do_train(const char *prog, const ctc_model_desc *desc, TrainArgs *a, 
     return CTC_OK;
   }
   if ((rc = commit_log(t, err))) return rc;
-  if (a->save) return ctc_model_save(desc, t->r.model, a->save, err);
+  if (a->save && t->rank == 0) return ctc_model_save(desc, t->r.model, a->save, err);
   return CTC_OK;
 }
 
@@ -1173,6 +1215,17 @@ int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char *
   Train t;
   memset(&t, 0, sizeof t);
   int rc = parse_train_args(argc, argv, &a, &err);
+#if defined(__GNUC__) || defined(__clang__)
+  if (ctc_comm_world) {   /* a distributed build */
+    ctc_comm *c = ctc_comm_world();
+    if (c->size > 1) t.comm = c, t.rank = c->rank, t.size = c->size;
+  }
+#endif
+  if (!t.comm) t.size = 1;
+  if (t.rank != 0) {   /* rank 0 prints the epoch lines */
+    FILE *nul = freopen("/dev/null", "w", stdout);
+    (void)nul;
+  }
   if (rc == CTC_OK && a.help) {
     const ctc_entry *step = NULL;
     find_train_entry(desc, &step, NULL);
@@ -1181,10 +1234,12 @@ int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char *
   }
   if (rc == CTC_OK) rc = do_train(prog, desc, &a, &t, &err);
   int sig = t.stop_signal;
+  ctc_comm *comm = t.comm;
   train_free(&t);
   if (rc == CTC_OK) return sig ? 128 + sig : 0;
   int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s train --help'\n", prog, prog);
+  if (comm) comm->abort(comm, status);   /* the other ranks would wait for this one in their next collective */
   return status;
 }
 

@@ -26,6 +26,10 @@ RUNTIME = "runtime_min"
 # The runtime files ctc itself links: `ctc convert` (compiler/convert.c) uses the
 # runtime's safetensors and PyTorch checkpoint code (one copy of each reader).
 COMPILER_RUNTIME = ["rt_error", "rt_safetensors", "rt_pt"]
+
+# Runtime files only distributed programs link (`ctc build --distributed mpi` compiles them
+# with mpicc): not in build/libctc_rt.a, so nothing else needs MPI's headers or links MPI.
+RUNTIME_DIST = ["runtime_min/rt_mpi.c", "runtime_min/rt_nccl.c"]
 # The runtime files each data-reading harness links, beside rt_error.c.
 HARNESS_RUNTIME = {
     "fuzz_safetensors": ["rt_safetensors", "rt_model", "rt_pt"],
@@ -112,7 +116,7 @@ def wrap(head, items):
 def generate():
     out = [HEAD]
     compiler = [s for d in COMPILER for s in sources(d)]
-    runtime = sources(RUNTIME)
+    runtime = [s for s in sources(RUNTIME) if s not in RUNTIME_DIST]
     out.append("# ---- the compiler ---------------------------------------------------------")
     out += [f"build {obj('build', s)}: cc {s}" for s in compiler]
     out.append("")

@@ -14,6 +14,7 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_OBJ:
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
+      if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       return bi_lookup(L, NS_MODULE, name, obj);
     }
     /* an instance of a builtin class that is no module (an optimizer, a scheduler):

@@ -485,6 +485,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->T->prog = ir_program_new(a, src);
   L->T->prog->hook = opt->hook;
   L->T->prog->no_remat = opt->no_remat;
+  L->T->prog->distributed = opt->distributed;
+  L->T->prog->bucket_mb = opt->bucket_mb;
   L->T->prog->hook_ctx = opt->hook_ctx;
   L->T->prog->type_error = type_error;
   L->T->prog->type_error_ctx = L;   /* cleared on return: L lives on this stack frame */

@@ -113,6 +113,8 @@ static PV *cuda_none(L *L, PV *fn, Args *A) {
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   const char *m = ns->s;
   DType dt;
+  PV *dv = dist_ns_getattr(L, at, m, name);
+  if (dv) return dv;
   if (strcmp(m, "torch") == 0 && (strcmp(name, "cuda") == 0 || strcmp(name, "accelerator") == 0 || strcmp(name, "mps") == 0))
     return pv_ns(L, arena_printf(L->a, "torch.%s", name));
   if (strcmp(m, "torch.backends") == 0 && (strcmp(name, "mps") == 0 || strcmp(name, "cuda") == 0))

@@ -134,7 +134,10 @@ struct HostObj {
   Vec(Reg) regs;         /* in registration order */
   int training;          /* self.training */
   const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
+  int ddp;               /* wrapped by DistributedDataParallel (distributed.c): `.module` is itself */
 };
+/* distributed.c: torch.nn.parallel (DistributedDataParallel), or NULL for other names */
+PV *dist_ns_getattr(L *L, Span at, const char *m, const char *name);
 
 /* an attribute cached while an entry is staged (host.c h_setattr), restored after it */
 struct AttrUndo { PV *obj; const char *name; PV *old; };

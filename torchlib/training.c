@@ -473,6 +473,10 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   for (int i = 0; i < n; i++) {
     if (!reached[i]) continue;   /* not in the graph of these losses: .grad stays None, step() skips it */
     int idx = list->items[i]->t->slot->index;
+    if (L->T->prog->distributed) {   /* DDP: this sweep's gradients are averaged over the ranks */
+      vec_push(L->a, &L->T->fn->sync, grads[i]);
+      vec_push(L->a, &L->T->fn->sync_params, idx);
+    }
     ValId prev = L->T->grad_acc[idx];
     L->T->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
   }

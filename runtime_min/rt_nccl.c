@@ -1,0 +1,225 @@
+/* rt_nccl.c - the NCCL communicator (ctc_comm, ctc_rt.h) for distributed
+ * builds of the CUDA target, where the arena lives in device memory.
+ *
+ * The same interface as rt_mpi.c (a program links one of the two: both define
+ * ctc_comm_world), so the generated entries are the same: start(bucket) after
+ * the kernel that makes the bucket's last gradient final, wait(bucket) before
+ * the first kernel that reads one of them. Here:
+ *   start: an event on the compute stream (the legacy default stream the CUDA
+ *          entries run on, or CTC_NCCL_COMPUTE_STREAM_PER_THREAD=1 for the
+ *          per-thread one) that the communication stream waits for, then one
+ *          in-place ncclAllReduce(ncclAvg) per gradient in one ncclGroup on
+ *          that stream, and an event after it: the host does not block;
+ *   wait:  the compute stream waits for that event (on the device; the host
+ *          goes on queueing the update kernels).
+ * One rank per GPU: MPI starts the ranks (mpirun / srun) and carries rank 0's
+ * ncclUniqueId; the GPU is the rank's index among the ranks of its node
+ * (MPI_COMM_TYPE_SHARED) modulo the visible devices. The driver's collectives:
+ * bcast (of the device arena's parameters) with ncclBroadcast, sum_f64 (host
+ * doubles) with MPI. Host-side waits poll cudaStreamQuery and
+ * ncclCommGetAsyncError and give up after CTC_MPI_TIMEOUT seconds (default
+ * 300): ncclCommAbort, then MPI_Abort, so a dead rank does not hang the others.
+ *
+ * Compiled only with -DCTC_NCCL (mpicc, -I<cuda>/include, -lnccl -lcudart);
+ * empty otherwise, and never part of libctc_rt.a. Built and linked here by
+ * tests/test_distributed.py; it runs where there are GPUs. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "ctc_rt.h"
+
+#ifndef CTC_NCCL
+typedef int ctc_rt_nccl_unused;   /* not an NCCL build: nothing here */
+#else
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct NcclComm {
+  ctc_comm pub;
+  int init;
+  ncclComm_t nc;
+  cudaStream_t stream;        /* communication */
+  cudaStream_t compute;       /* where the entries' kernels run */
+  cudaEvent_t *ready, *done;  /* per bucket id */
+  int nev;
+  double timeout;
+} NcclComm;
+
+/* The process's communicator (one GPU per process, as MPI_COMM_WORLD is per process). */
+static NcclComm nworld;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fail(NcclComm *w, const char *what, const char *why) {
+  fprintf(stderr, "ctc: error: rank %d of %d: %s: %s; ending all ranks\n", w->pub.rank, w->pub.size, what, why);
+  fflush(stderr);
+  if (w->nc) ncclCommAbort(w->nc);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+static void cuda_ok(NcclComm *w, cudaError_t e, const char *what) {
+  if (e != cudaSuccess) fail(w, what, cudaGetErrorString(e));
+}
+
+static void nccl_ok(NcclComm *w, ncclResult_t r, const char *what) {
+  if (r != ncclSuccess && r != ncclInProgress) fail(w, what, ncclGetErrorString(r));
+}
+
+/* Waits for the communication stream on the host, or gives up after the timeout. */
+static void sync_stream(NcclComm *w, const char *what) {
+  double deadline = now_s() + w->timeout;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(w->stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) fail(w, what, cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(w->nc, &async);
+    if (async != ncclSuccess && async != ncclInProgress) fail(w, what, ncclGetErrorString(async));
+    if (now_s() > deadline)
+      fail(w, what, "did not complete within CTC_MPI_TIMEOUT seconds (another rank died, left early or runs a "
+                    "different program)");
+    sched_yield();
+  }
+}
+
+static void events_for(NcclComm *w, int id) {
+  if (id < w->nev) return;
+  int n = id + 8;
+  cudaEvent_t *r = realloc(w->ready, sizeof *r * (size_t)n), *d;
+  if (!r) fail(w, "gradient buckets", "out of memory");
+  w->ready = r;
+  d = realloc(w->done, sizeof *d * (size_t)n);
+  if (!d) fail(w, "gradient buckets", "out of memory");
+  w->done = d;
+  for (int i = w->nev; i < n; i++) {
+    cuda_ok(w, cudaEventCreateWithFlags(&w->ready[i], cudaEventDisableTiming), "cudaEventCreate");
+    cuda_ok(w, cudaEventCreateWithFlags(&w->done[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
+  w->nev = n;
+}
+
+static void nccl_start(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
+  NcclComm *w = (NcclComm *)c;
+  if (c->size == 1) return;
+  events_for(w, b->id);
+  ncclDataType_t t = b->dtype == CTC_F64 ? ncclFloat64 : ncclFloat32;
+  cuda_ok(w, cudaEventRecord(w->ready[b->id], w->compute), "cudaEventRecord");
+  cuda_ok(w, cudaStreamWaitEvent(w->stream, w->ready[b->id], 0), "cudaStreamWaitEvent");
+  nccl_ok(w, ncclGroupStart(), "ncclGroupStart");
+  for (int i = 0; i < b->n; i++)
+    nccl_ok(w, ncclAllReduce(arena + b->offset[i], arena + b->offset[i], (size_t)b->count[i], t, ncclAvg, w->nc,
+                             w->stream), "ncclAllReduce of a gradient bucket");
+  nccl_ok(w, ncclGroupEnd(), "ncclGroupEnd");
+  cuda_ok(w, cudaEventRecord(w->done[b->id], w->stream), "cudaEventRecord");
+}
+
+static void nccl_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
+  NcclComm *w = (NcclComm *)c;
+  (void)arena;
+  if (c->size == 1) return;
+  if (b->id >= w->nev) fail(w, "a gradient bucket", "waited for before it was started (a bug in ctc)");
+  cuda_ok(w, cudaStreamWaitEvent(w->compute, w->done[b->id], 0), "cudaStreamWaitEvent");
+}
+
+static void nccl_bcast(ctc_comm *c, void *buf, size_t bytes) {
+  NcclComm *w = (NcclComm *)c;
+  if (c->size == 1) return;
+  cuda_ok(w, cudaStreamSynchronize(w->compute), "cudaStreamSynchronize");
+  nccl_ok(w, ncclBroadcast(buf, buf, bytes, ncclUint8, 0, w->nc, w->stream), "ncclBroadcast");
+  sync_stream(w, "the broadcast of the initial parameters");
+}
+
+static void nccl_sum_f64(ctc_comm *c, double *v, int n) {
+  NcclComm *w = (NcclComm *)c;
+  if (c->size == 1) return;
+  MPI_Request r;
+  MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
+  double deadline = now_s() + w->timeout;
+  for (int flag = 0; !flag;) {
+    MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    if (!flag && now_s() > deadline) fail(w, "the all-reduce of the training loss", "did not complete in time");
+  }
+}
+
+static void nccl_abort(ctc_comm *c, int status) {
+  NcclComm *w = (NcclComm *)c;
+  fflush(stdout);
+  fflush(stderr);
+  if (w->nc) ncclCommAbort(w->nc);
+  MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+  exit(status ? status : 1);
+}
+
+static void nccl_finalize(void) {
+  NcclComm *w = &nworld;
+  if (!w->init) return;
+  if (w->nc) {
+    cudaStreamSynchronize(w->stream);
+    ncclCommDestroy(w->nc);
+  }
+  for (int i = 0; i < w->nev; i++) {
+    cudaEventDestroy(w->ready[i]);
+    cudaEventDestroy(w->done[i]);
+  }
+  free(w->ready);
+  free(w->done);
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Finalize();
+  w->init = 0;
+}
+
+ctc_comm *ctc_comm_world(void) {
+  NcclComm *w = &nworld;
+  if (w->init) return &w->pub;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited && MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+    fprintf(stderr, "ctc: error: MPI_Init failed\n");
+    exit(1);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &w->pub.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w->pub.size);
+  w->pub.start = nccl_start;
+  w->pub.wait = nccl_wait;
+  w->pub.bcast = nccl_bcast;
+  w->pub.sum_f64 = nccl_sum_f64;
+  w->pub.abort = nccl_abort;
+  const char *e = getenv("CTC_MPI_TIMEOUT");
+  w->timeout = e && atof(e) > 0 ? atof(e) : 300;
+  e = getenv("CTC_NCCL_COMPUTE_STREAM_PER_THREAD");
+  w->compute = e && !strcmp(e, "1") ? cudaStreamPerThread : (cudaStream_t)0;
+  w->init = 1;
+  atexit(nccl_finalize);
+  /* the GPU: this rank's index on its node */
+  MPI_Comm node;
+  int local = 0, ndev = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->pub.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  cuda_ok(w, cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
+  if (ndev < 1) fail(w, "NCCL", "no CUDA device");
+  cuda_ok(w, cudaSetDevice(local % ndev), "cudaSetDevice");
+  cuda_ok(w, cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (w->pub.size > 1) {
+    ncclUniqueId id;
+    if (w->pub.rank == 0) nccl_ok(w, ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    nccl_ok(w, ncclCommInitRank(&w->nc, w->pub.size, id, w->pub.rank), "ncclCommInitRank");
+  }
+  return &w->pub;
+}
+
+#endif /* CTC_NCCL */
