@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../codegen_c/codegen_c.h"
+#include "../codegen_cuda/codegen_cuda.h"
 #include "../frontend/frontend.h"
 #include "../ir/ir.h"
 #include "../kernels/kernels.h"
@@ -21,14 +22,18 @@ static const char *usage =
     "usage: ctc <command> FILE [options]\n"
     "\n"
     "commands:\n"
-    "  compile FILE -o OUT.c   compile a PyTorch model file to C (writes OUT.c and OUT.h)\n"
+    "  compile FILE -o OUT.c   compile a PyTorch model file to C (writes OUT.c and OUT.h);\n"
+    "                          with --target cuda: -o OUT.cu (writes OUT.cu and OUT.h)\n"
     "  build FILE -o PROGRAM   compile, then build PROGRAM with the system C compiler and the\n"
     "                          runtime (OpenBLAS and OpenMP when present); also keeps PROGRAM.c/.h\n"
     "  check FILE              parse, evaluate and shape-check only\n"
     "\n"
     "options:\n"
     "  -o PATH                 output file\n"
-    "  --target c              code generator (only c for now)\n"
+    "  --target c|cuda         code generator (default c); cuda: CUDA C++ with cuBLAS for `compile`\n"
+    "                          (a kernel per fused loop nest; builds with nvcc, or as C++ on the CPU\n"
+    "                          with -DCTC_CUDA_EMULATE against runtime_min/cuda_emu; `build` is c only)\n"
+    "  --tf32                  (cuda) let cuBLAS use TF32 tensor cores for f32 GEMMs (less precise)\n"
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
@@ -60,7 +65,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse;
+  int stats, no_blas, no_openmp, no_fuse, tf32;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -126,6 +131,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       vec_push(a, s[7] == 'b' ? &o->dump_before : &o->dump_after, pass);
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
+    } else if (!strcmp(s, "--tf32")) {
+      o->tf32 = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--no-remat")) {
@@ -163,8 +170,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "'%s' needs a model file", o->cmd);
     return -1;
   }
-  if (o->target && strcmp(o->target, "c")) {
-    diag_plain(d, "unknown --target '%s' (only 'c' is implemented; 'cuda' is planned)", o->target);
+  if (o->target && strcmp(o->target, "c") && strcmp(o->target, "cuda")) {
+    diag_plain(d, "unknown --target '%s' (expected c or cuda)", o->target);
+    return -1;
+  }
+  if (o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build")) {
+    diag_plain(d, "'build --target cuda' is not implemented yet: use 'compile --target cuda -o OUT.cu' and nvcc");
     return -1;
   }
   if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "c")) {
@@ -223,17 +234,18 @@ static FILE *open_out(Diag *d, const char *path) {
   return f;
 }
 
-/* OUT.c -> OUT.h ; anything else -> anything.h */
+/* OUT.c -> OUT.h ; OUT.cu -> OUT.h ; anything else -> anything.h */
 static const char *header_path(Arena *a, const char *c_path) {
   size_t n = strlen(c_path);
   if (n > 2 && !strcmp(c_path + n - 2, ".c")) return arena_printf(a, "%.*s.h", (int)(n - 2), c_path);
+  if (n > 3 && !strcmp(c_path + n - 3, ".cu")) return arena_printf(a, "%.*s.h", (int)(n - 3), c_path);
   return arena_printf(a, "%s.h", c_path);
 }
 
 /* model.c and model.h go to temporary files renamed into place when both are
  * complete: a failed write (a full disk) leaves earlier outputs untouched. */
 static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, KnSchedule *const *sched,
-                   const char *c_path) {
+                   const char *c_path, const CudaOptions *cuda) {
   const char *h_path = header_path(a, c_path);
   OutFile c, h;
   if (out_open(a, &c, c_path) < 0) {
@@ -246,7 +258,8 @@ static int write_c(Arena *a, Diag *d, const Program *p, const MemPlan *plan, KnS
     return CTC_EXIT_IO;
   }
   char *hb = arena_strdup(a, h_path);
-  int rc = cg_c_emit_sched(p, plan, sched, c.f, h.f, basename(hb));
+  int rc = cuda ? cg_cuda_emit(p, plan, sched, cuda, c.f, h.f, basename(hb))
+                : cg_c_emit_sched(p, plan, sched, c.f, h.f, basename(hb));
   if (rc < 0 && !ferror(c.f) && !ferror(h.f)) {   /* the emitter refused (it said why) */
     out_commit(&h, 0);
     out_commit(&c, 0);
@@ -452,7 +465,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
-  int rc = write_c(a, &d, p, plan, sched, c_path);
+  CudaOptions cuda = {o.tf32};
+  int rc = write_c(a, &d, p, plan, sched, c_path, o.target && !strcmp(o.target, "cuda") ? &cuda : NULL);
   if (rc) return rc;
   double t_emit = now_ms();
   if (o.stats) {

@@ -30,6 +30,7 @@ typedef enum ctc_status {
   CTC_ERR_ARENA,     /* the arena passed to init is too small or misaligned */
   CTC_ERR_ARG,       /* bad argument (NULL pointer, unknown entry, bad command line) */
   CTC_ERR_NOMEM,     /* out of memory (only while loading files) */
+  CTC_ERR_DEVICE,    /* a CUDA or cuBLAS call failed (the CUDA target; the message names the call) */
   CTC_ERR_COUNT
 } ctc_status;
 
