@@ -677,6 +677,109 @@ static int emit_conv(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* ---- data movement and reductions: a thread per result element ----------------- */
+
+static void cstrides(const Type *t, int64_t *st) {
+  int64_t n = 1;
+  for (int k = t->ndim - 1; k >= 0; k--) st[k] = n, n *= t->dims[k];
+}
+
+/* The kernel of instruction i with a grid-stride loop over its result's
+ * elements around `inner` (which uses ctc_i); c->out is the body. */
+static void elementwise_kernel(Ent *e, int i, const Inst *in, Buf *body) {
+  Buf com = {0};
+  Buf *save = e->c.out;
+  unsigned char *ref = e->c.ref;
+  e->c.out = &com, e->c.ind = 0, e->c.ref = e->href;
+  cg_comment(&e->c, in);
+  e->c.out = save, e->c.ref = ref;
+  char kname[200], grid[32];
+  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
+  int64_t N = ir_numel(ty(e->f, in->res)), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
+  kend(e, kname, com.s, body, grid, ELEM_BLOCK, 0);
+  cg_buf_free(&com);
+}
+
+static const char loop_head[] =
+    "  for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
+    " ctc_i += (int64_t)blockDim.x * gridDim.x)";
+
+/* PERMUTE, BROADCAST, SLICE: result[ctc_i] = operand[off + strides . coordinates]. */
+static int emit_copy(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const Type *a = ty(f, in->args[0]), *r = ty(f, in->res);
+  int64_t st[IR_MAX_DIMS], ast[IR_MAX_DIMS], off = 0;
+  cstrides(a, ast);
+  switch (in->op) {
+  case IR_PERMUTE:
+    for (int k = 0; k < r->ndim; k++) st[k] = ast[in->attr[k]];
+    break;
+  case IR_BROADCAST: cg_bcast_strides(a, r, st); break;
+  case IR_SLICE:
+    for (int k = 0; k < r->ndim; k++) off += in->attr[2 * k] * ast[k], st[k] = ast[k] * in->attr[2 * k + 1];
+    break;
+  default: return -1;
+  }
+  Buf body = {0}, src = {0};
+  kbegin(e, &body);
+  if (is_literal(f, in->args[0])) {
+    literal(f, in->args[0], &src);
+  } else {
+    char idx[512];
+    flat_index(idx, sizeof idx, r, st, "ctc_i", r->ndim);
+    cg_printf(&src, "%s[%s", cg_ref(&e->c, in->args[0]), idx);
+    if (off) cg_printf(&src, " + %lld", (ll)off);
+    cg_puts(&src, "]");
+  }
+  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(&e->c, in->res), src.s);
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  cg_buf_free(&src);
+  return 0;
+}
+
+/* REDUCE_SUM / REDUCE_MAX over any axes: each result element accumulates its
+ * operand elements in row-major order of the reduced axes, in the C target's
+ * accumulator type (emit_reduce's order: the same sums). */
+static int emit_reduce(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  if (is_literal(f, in->args[0])) return -1;
+  const Type *a = ty(f, in->args[0]), *r = ty(f, in->res);
+  DType t = r->dtype;
+  int64_t ast[IR_MAX_DIMS], kst[IR_MAX_DIMS];
+  cstrides(a, ast);
+  for (int k = 0; k < r->ndim; k++) kst[k] = (in->attr[0] >> k) & 1 ? 0 : ast[k];
+  Buf body = {0};
+  kbegin(e, &body);
+  char idx[512];
+  flat_index(idx, sizeof idx, r, kst, "ctc_i", r->ndim);
+  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, " {\n    const int64_t ctc_b = %s;\n", idx);
+  cg_printf(&body, "    %s ctc_acc = %s;\n", cg_acc_type(in, t), cg_acc_init(in, t));
+  Buf x = {0};
+  cg_printf(&x, "%s[ctc_b", cg_ref(&e->c, in->args[0]));
+  int nl = 0;
+  for (int k = 0; k < a->ndim; k++) {
+    if (!((in->attr[0] >> k) & 1) || a->dims[k] == 1) continue;
+    cg_printf(&body, "    %*sfor (int64_t ctc_r%d = 0; ctc_r%d < %lld; ctc_r%d++)\n", 2 * nl, "", k, k, (ll)a->dims[k], k);
+    cg_printf(&x, " + ctc_r%d * %lld", k, (ll)ast[k]);
+    nl++;
+  }
+  cg_puts(&x, "]");
+  e->c.out = &body;
+  e->c.ind = 4 + 2 * nl;
+  cg_acc_update(&e->c, in, "ctc_acc", x.s);
+  int cast = strcmp(cg_acc_type(in, t), cg_ctype(t)) != 0;
+  cg_printf(&body, "    %s[ctc_i] = %s%s%sctc_acc;\n  }\n", cg_ref(&e->c, in->res), cast ? "(" : "", cast ? cg_ctype(t) : "",
+            cast ? ")" : "");
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  cg_buf_free(&x);
+  return 0;
+}
+
 /* ---- any other instruction: the C target's loop nest as a one-thread kernel ------- */
 
 static void emit_serial(Ent *e, int k, int i) {
@@ -810,6 +913,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
           rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a grouped or non-float convolution");
         continue;
       }
+      if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(&e, i, in) == 0) continue;
+      if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(&e, i, in) == 0) continue;
       emit_serial(&e, k, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
         BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
