@@ -780,6 +780,123 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* ---- pooling and embeddings --------------------------------------------------- */
+
+/* MAXPOOL2D: a thread per output, the window scanned as the C target does
+ * (first max; NaN wins). MAXPOOL2D_BWD: a thread per input position, adding the
+ * gradients of the windows (in the C target's window order) whose max it is. */
+static int emit_maxpool(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  int bwd = in->op == IR_MAXPOOL2D_BWD;
+  const Type *x = ty(f, in->args[0]), *r = ty(f, in->res), *g = bwd ? ty(f, in->args[1]) : r;
+  DType t = r->dtype;
+  if (!ir_dtype_is_float(t)) return -1;
+  const char *ct = cg_ctype(t);
+  int64_t H = x->dims[2], W = x->dims[3], OH = g->dims[2], OW = g->dims[3];
+  const int64_t *a = in->attr;   /* kernel, stride, padding, dilation */
+  Buf body = {0};
+  kbegin(e, &body);
+  const char *xs = cg_ref(&e->c, in->args[0]), *ys = cg_ref(&e->c, in->res);
+  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_puts(&body, " {\n");
+  /* the window (oh, ow) of image nc: its max's position `at` (-1: none in bounds) */
+  Buf scan = {0};
+  cg_printf(&scan, "int64_t at = -1;\n%s mx = 0;\n", ct);
+  cg_printf(&scan, "for (int64_t kh = 0; kh < %lld; kh++) {\n  const int64_t ih = oh * %lld - %lld + kh * %lld;\n"
+                   "  if (ih < 0 || ih >= %lld) continue;\n", (ll)a[0], (ll)a[2], (ll)a[4], (ll)a[6], (ll)H);
+  cg_printf(&scan, "  for (int64_t kw = 0; kw < %lld; kw++) {\n    const int64_t iw = ow * %lld - %lld + kw * %lld;\n"
+                   "    if (iw < 0 || iw >= %lld) continue;\n", (ll)a[1], (ll)a[3], (ll)a[5], (ll)a[7], (ll)W);
+  cg_printf(&scan, "    const %s v = xp[ih * %lld + iw];\n    if (at < 0 || v > mx || isnan(v)) mx = v, at = ih * %lld + iw;\n"
+                   "  }\n}\n", ct, (ll)W, (ll)W);
+  if (!bwd) {
+    cg_printf(&body, "    const int64_t nc = ctc_i / %lld, oh = ctc_i / %lld %% %lld, ow = ctc_i %% %lld;\n", (ll)(OH * OW),
+              (ll)OW, (ll)OH, (ll)OW);
+    cg_printf(&body, "    const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
+    cg_printf(&body, "    {\n");
+    for (const char *l = scan.s; *l;) {
+      const char *nl = strchr(l, '\n');
+      cg_printf(&body, "      %.*s\n", (int)(nl - l), l);
+      l = nl + 1;
+    }
+    /* the C target starts from -INFINITY: a window with no input in bounds gives it */
+    cg_printf(&body, "      %s[ctc_i] = at < 0 ? -INFINITY : mx;\n    }\n  }\n", ys);
+  } else {
+    const char *gs = cg_ref(&e->c, in->args[1]);
+    cg_printf(&body, "    const int64_t nc = ctc_i / %lld, p = ctc_i %% %lld, ph = p / %lld, pw = p %% %lld;\n", (ll)(H * W),
+              (ll)(H * W), (ll)W, (ll)W);
+    cg_printf(&body, "    const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    cg_printf(&body, "    %s acc = 0;\n", ct);
+    /* the windows that can contain (ph, pw): oh with oh*s - pad <= ph <= oh*s - pad + (k-1)*d */
+    cg_printf(&body, "    int64_t oh0 = ph + %lld - %lld, ow0 = pw + %lld - %lld;\n", (ll)a[4], (ll)((a[0] - 1) * a[6]),
+              (ll)a[5], (ll)((a[1] - 1) * a[7]));
+    cg_printf(&body, "    oh0 = oh0 <= 0 ? 0 : (oh0 + %lld) / %lld;\n    ow0 = ow0 <= 0 ? 0 : (ow0 + %lld) / %lld;\n",
+              (ll)(a[2] - 1), (ll)a[2], (ll)(a[3] - 1), (ll)a[3]);
+    cg_printf(&body, "    for (int64_t oh = oh0; oh < %lld && oh * %lld - %lld <= ph; oh++)\n", (ll)OH, (ll)a[2], (ll)a[4]);
+    cg_printf(&body, "      for (int64_t ow = ow0; ow < %lld && ow * %lld - %lld <= pw; ow++) {\n", (ll)OW, (ll)a[3],
+              (ll)a[5]);
+    for (const char *l = scan.s; *l;) {
+      const char *nl = strchr(l, '\n');
+      cg_printf(&body, "        %.*s\n", (int)(nl - l), l);
+      l = nl + 1;
+    }
+    cg_printf(&body, "        if (at == p) acc += gp[oh * %lld + ow];\n      }\n", (ll)OW);
+    cg_printf(&body, "    %s[ctc_i] = acc;\n  }\n", ys);
+  }
+  cg_buf_free(&scan);
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  return 0;
+}
+
+/* EMBEDDING: a thread per output element. EMBEDDING_BWD: dw zeroed, then a
+ * thread per column d adding g's rows at their (clamped) indices in index order
+ * (the C target's order; no two threads write the same element). */
+static int emit_embedding(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  int bwd = in->op == IR_EMBEDDING_BWD;
+  ValId ixv = in->args[bwd ? 0 : 1];
+  if (is_literal(f, ixv)) return -1;
+  const Type *w = bwd ? ty(f, in->res) : ty(f, in->args[0]), *ix = ty(f, ixv);
+  int64_t V = w->dims[0], D = w->dims[1], n = ir_numel(ix);
+  Buf body = {0};
+  kbegin(e, &body);
+  const char *is = cg_ref(&e->c, ixv), *ys = cg_ref(&e->c, in->res);
+  char clamp[160];
+  snprintf(clamp, sizeof clamp, "ix < 0 ? 0 : ix > %lld ? %lld : ix", (ll)(V - 1), (ll)(V - 1));
+  if (!bwd) {
+    const char *ws = cg_ref(&e->c, in->args[0]);
+    cg_printf(&body, loop_head, (ll)(n * D));
+    cg_printf(&body, " {\n    int64_t ix = (int64_t)%s[ctc_i / %lld];\n    ix = %s;\n    %s[ctc_i] = %s[ix * %lld + ctc_i %% %lld];\n  }\n",
+              is, (ll)D, clamp, ys, ws, (ll)D, (ll)D);
+  } else {
+    const char *gs = cg_ref(&e->c, in->args[1]);
+    cg_printf(&body, loop_head, (ll)D);
+    cg_printf(&body, "\n    for (int64_t r = 0; r < %lld; r++) {\n      int64_t ix = (int64_t)%s[r];\n      ix = %s;\n", (ll)n, is,
+              clamp);
+    if (in->attr[0]) cg_printf(&body, "      if (ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
+    cg_printf(&body, "      %s[ix * %lld + ctc_i] += %s[r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
+    e->uses_stream = 1;
+    e->c.ref = e->href;   /* the host zeroes dw */
+    cg_printf(e->host, "  CTC_CUDA(cudaMemsetAsync(%s, 0, sizeof(%s) * %lld, ctc_st));\n", cg_ref(&e->c, in->res),
+              cg_ctype(w->dtype), (ll)ir_numel(w));
+    e->c.ref = e->kref;
+  }
+  Buf com = {0};
+  Buf *save = e->c.out;
+  unsigned char *ref = e->c.ref;
+  e->c.out = &com, e->c.ind = 0, e->c.ref = e->href;
+  cg_comment(&e->c, in);
+  e->c.out = save, e->c.ref = ref;
+  char kname[200], grid[32];
+  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
+  int64_t N = bwd ? D : n * D, blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
+  kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
+  cg_buf_free(&com);
+  cg_buf_free(&body);
+  return 0;
+}
+
 /* ---- any other instruction: the C target's loop nest as a one-thread kernel ------- */
 
 static void emit_serial(Ent *e, int k, int i) {
@@ -915,6 +1032,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       }
       if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(&e, i, in) == 0) continue;
       if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(&e, i, in) == 0) continue;
+      if ((in->op == IR_MAXPOOL2D || in->op == IR_MAXPOOL2D_BWD) && emit_maxpool(&e, i, in) == 0) continue;
+      if ((in->op == IR_EMBEDDING || in->op == IR_EMBEDDING_BWD) && emit_embedding(&e, i, in) == 0) continue;
       emit_serial(&e, k, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
         BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
