@@ -192,3 +192,47 @@ def test_unsupported_is_a_clean_error(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "g.py:11" in r.stderr and "not supported yet" in r.stderr, r.stderr
     assert not (tmp_path / "g.cu").exists()
+
+
+EXAMPLES = ["cifar_net", "hessian_top_eigenvalue", "mlp_sequential", "seed_cnn"]
+
+
+def _entries(info):
+    """[(entry, [(dtype, shape)...], noutputs)] from `./net info`."""
+    out = []
+    for block in re.split(r"^(?=entry )", info, flags=re.M):
+        m = re.match(r"entry (\S+): \d+ inputs?, (\d+) outputs?", block)
+        if not m:
+            continue
+        ins = [(d, [int(s) for s in shp.split(",") if s.strip()])
+               for d, shp in re.findall(r"^  input\s+\S+ (\w+)\[([^\]]*)\]", block, re.M)]
+        out.append((m.group(1), ins, int(m.group(2))))
+    return out
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_emulated_match_c_target(tmp_path, name, rt_objects):
+    """Every entry of the examples (forward, a train step, an hvp), from the
+    programs' own initial weights on random inputs: emulated CUDA = C target."""
+    path = os.path.join(ROOT, "examples", f"{name}.py")
+    _, emu = _emulated(tmp_path, path, [], rt_objects)
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe], timeout=600)
+    info = run([cexe, "info"]).stdout
+    rng = np.random.default_rng(1)
+    entries = _entries(info)
+    assert entries, info
+    for entry, ins, nout in entries:
+        args = []
+        for k, (dt, shape) in enumerate(ins):
+            a = rng.standard_normal(shape).astype(np.float32) if dt == "f32" else rng.integers(0, 2, shape)
+            p = tmp_path / f"{entry}_in{k}.npy"
+            np.save(p, a)
+            args += ["--input", p]
+        got = {}
+        for tag, exe in (("cuda", emu), ("c", cexe)):
+            outs = [tmp_path / f"{tag}_{entry}_out{k}.npy" for k in range(nout)]
+            _run([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)]])
+            got[tag] = [np.load(o) for o in outs]
+        for k in range(nout):
+            compare(f"{name} {entry} output {k} vs C", got["cuda"][k], got["c"][k], 1e-5, 1e-5)
