@@ -10,18 +10,13 @@
   softmax over a causal mask, tanh GELU, batched GEMMs over folded head views)."""
 import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, ROOT, compare, load_module, run, st_read, st_write, state_dict_np
-
-RT = os.path.join(ROOT, "runtime_min")
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from cuda_testlib import NVCC, RT, emulated, run_env, rt_objects  # noqa: F401 (a fixture)
 
 def _gpt_tiny():
     src = open(os.path.join(BENCH, "gpt.py")).read()
@@ -59,47 +54,12 @@ def _write_model(tmp, name):
     return path, x, y, specs
 
 
-@pytest.fixture(scope="module")
-def rt_objects(tmp_path_factory):
-    """The runtime compiled once as C objects (the generated .cu links against them)."""
-    d = tmp_path_factory.mktemp("rt")
-    objs = []
-    for f in sorted(os.listdir(RT)):
-        if f.startswith("rt_") and f.endswith(".c"):
-            o = d / (f[:-2] + ".o")
-            run(["gcc", "-std=c11", "-O1", "-c", os.path.join(RT, f), "-I", RT, "-o", o])
-            objs.append(str(o))
-    return objs
-
-
-def _emulated(tmp, path, specs, rt_objects, stem="m"):
-    """`ctc compile --target cuda`, then g++ with the emulation header: the program."""
-    cu = tmp / f"{stem}.cu"
-    run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs])
-    obj, exe = tmp / f"{stem}_emu.o", tmp / f"{stem}_emu"
-    run(["g++", "-x", "c++", "-std=c++17", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DCTC_CUDA_EMULATE",
-         "-DCTC_MAIN", "-I", RT, "-I", os.path.join(RT, "cuda_emu"), "-c", cu, "-o", obj], timeout=600)
-    run(["g++", "-fopenmp", obj, *rt_objects, "-lz", "-lm", "-o", exe])
-    return cu, exe
-
-
-def _env():
-    env = dict(os.environ)
-    env["OMP_WAIT_POLICY"] = "passive"   # teams of up to 256 threads on a few cores
-    return env
-
-
-def _run(args):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, env=_env())
-    assert r.returncode == 0, f"{' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}"
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     """Forward and one SGD-momentum train step: the emulated CUDA program against
     the C target (rtol 1e-5) and PyTorch (rtol 1e-4), from PyTorch's initial weights."""
     path, x, y, specs = _write_model(tmp_path, name)
-    cu, emu = _emulated(tmp_path, path, specs, rt_objects)
+    cu, emu = emulated(tmp_path, path, specs, rt_objects)
     code = cu.read_text()
     assert "__global__" in code and ("cublasSgemm" in code)
     cexe = tmp_path / "m_c"
@@ -112,8 +72,8 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     res = {}
     for tag, exe in (("cuda", emu), ("c", cexe)):
         out, loss, saved = (tmp_path / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
-        _run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
-        _run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+        run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
+        run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
               "--output", loss, "--save", saved])
         res[tag] = (np.load(out), np.load(loss), st_read(str(saved)))
     (go, gl, gw), (co, cl, cw) = res["cuda"], res["c"]
@@ -192,47 +152,3 @@ def test_unsupported_is_a_clean_error(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "g.py:11" in r.stderr and "not supported yet" in r.stderr, r.stderr
     assert not (tmp_path / "g.cu").exists()
-
-
-EXAMPLES = ["cifar_net", "hessian_top_eigenvalue", "mlp_sequential", "seed_cnn"]
-
-
-def _entries(info):
-    """[(entry, [(dtype, shape)...], noutputs)] from `./net info`."""
-    out = []
-    for block in re.split(r"^(?=entry )", info, flags=re.M):
-        m = re.match(r"entry (\S+): \d+ inputs?, (\d+) outputs?", block)
-        if not m:
-            continue
-        ins = [(d, [int(s) for s in shp.split(",") if s.strip()])
-               for d, shp in re.findall(r"^  input\s+\S+ (\w+)\[([^\]]*)\]", block, re.M)]
-        out.append((m.group(1), ins, int(m.group(2))))
-    return out
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_emulated_match_c_target(tmp_path, name, rt_objects):
-    """Every entry of the examples (forward, a train step, an hvp), from the
-    programs' own initial weights on random inputs: emulated CUDA = C target."""
-    path = os.path.join(ROOT, "examples", f"{name}.py")
-    _, emu = _emulated(tmp_path, path, [], rt_objects)
-    cexe = tmp_path / "m_c"
-    run([CTC, "build", path, "-o", cexe], timeout=600)
-    info = run([cexe, "info"]).stdout
-    rng = np.random.default_rng(1)
-    entries = _entries(info)
-    assert entries, info
-    for entry, ins, nout in entries:
-        args = []
-        for k, (dt, shape) in enumerate(ins):
-            a = rng.standard_normal(shape).astype(np.float32) if dt == "f32" else rng.integers(0, 2, shape)
-            p = tmp_path / f"{entry}_in{k}.npy"
-            np.save(p, a)
-            args += ["--input", p]
-        got = {}
-        for tag, exe in (("cuda", emu), ("c", cexe)):
-            outs = [tmp_path / f"{tag}_{entry}_out{k}.npy" for k in range(nout)]
-            _run([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)]])
-            got[tag] = [np.load(o) for o in outs]
-        for k in range(nout):
-            compare(f"{name} {entry} output {k} vs C", got["cuda"][k], got["c"][k], 1e-5, 1e-5)

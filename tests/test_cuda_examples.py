@@ -1,0 +1,60 @@
+"""The CUDA target on every entry of the examples and of the fuzzers' seeds
+(forward, train steps, grads, jvps, an hvp): the generated .cu, built as C++
+against the emulation header, computes what the C target computes (rtol 1e-5)."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ctc_testlib import CTC, ROOT, compare, run
+from cuda_testlib import emulated, run_env, rt_objects  # noqa: F401 (a fixture)
+
+
+EXAMPLES = [os.path.join("examples", f"{n}.py") for n in ("cifar_net", "hessian_top_eigenvalue", "mlp_sequential",
+                                                            "seed_cnn")]
+# the fuzzers' seeds: many ops, gradients, jvps, optimizers, a transformer
+SEEDS = sorted(os.path.join("tests", "fuzz_seeds", f) for f in os.listdir(os.path.join(ROOT, "tests", "fuzz_seeds"))
+               if f.endswith(".py"))
+
+
+def _entries(info):
+    """[(entry, [(dtype, shape)...], noutputs)] from `./net info`."""
+    out = []
+    for block in re.split(r"^(?=entry )", info, flags=re.M):
+        m = re.match(r"entry (\S+): \d+ inputs?, (\d+) outputs?", block)
+        if not m:
+            continue
+        ins = [(d, [int(s) for s in shp.split(",") if s.strip()])
+               for d, shp in re.findall(r"^  input\s+\S+ (\w+)\[([^\]]*)\]", block, re.M)]
+        out.append((m.group(1), ins, int(m.group(2))))
+    return out
+
+
+@pytest.mark.parametrize("rel", EXAMPLES + SEEDS, ids=[os.path.basename(p)[:-3] for p in EXAMPLES + SEEDS])
+def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
+    """Every entry of the examples and the fuzz seeds (forward, train steps, grads,
+    jvps, an hvp), from the programs' own initial weights on random inputs:
+    emulated CUDA = C target."""
+    path, name = os.path.join(ROOT, rel), os.path.basename(rel)[:-3]
+    _, emu = emulated(tmp_path, path, [], rt_objects, opt="-O0")   # -O0: half the compile time
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, "--no-openmp"], timeout=600)
+    info = run([cexe, "info"]).stdout
+    rng = np.random.default_rng(1)
+    entries = _entries(info)
+    assert entries, info
+    for entry, ins, nout in entries:
+        args = []
+        for k, (dt, shape) in enumerate(ins):
+            a = rng.standard_normal(shape).astype(np.float32) if dt == "f32" else rng.integers(0, 2, shape)
+            p = tmp_path / f"{entry}_in{k}.npy"
+            np.save(p, a)
+            args += ["--input", p]
+        got = {}
+        for tag, exe in (("cuda", emu), ("c", cexe)):
+            outs = [tmp_path / f"{tag}_{entry}_out{k}.npy" for k in range(nout)]
+            run_env([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)]])
+            got[tag] = [np.load(o) for o in outs]
+        for k in range(nout):
+            compare(f"{name} {entry} output {k} vs C", got["cuda"][k], got["c"][k], 1e-5, 1e-5)
