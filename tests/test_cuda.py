@@ -18,6 +18,7 @@ import torch
 from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, compare, load_module, run, st_read, st_write, state_dict_np
 from cuda_testlib import NVCC, RT, emulated, run_env, rt_objects  # noqa: F401 (a fixture)
 
+
 def _gpt_tiny():
     src = open(os.path.join(BENCH, "gpt.py")).read()
     for a, b in [("VOCAB = 256", "VOCAB = 64"), ("BLOCK = 128", "BLOCK = 16"), ("N_LAYER = 4", "N_LAYER = 1"),
