@@ -780,6 +780,59 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* CONCAT: each result element from the part that holds its index on the axis. */
+static int emit_concat(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const Type *r = ty(f, in->res);
+  int ax = (int)in->attr[0];
+  for (int k = 0; k < in->nargs; k++)
+    if (is_literal(f, in->args[k])) return -1;
+  int64_t inner = 1;
+  for (int k = ax + 1; k < r->ndim; k++) inner *= r->dims[k];
+  int64_t D = r->dims[ax];
+  Buf body = {0};
+  kbegin(e, &body);
+  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, " {\n    const int64_t ctc_o = ctc_i / %lld, ctc_a = ctc_i / %lld %% %lld, ctc_q = ctc_i %% %lld;\n", (ll)(D * inner),
+            (ll)inner, (ll)D, (ll)inner);
+  int64_t at = 0;
+  for (int k = 0; k < in->nargs; k++) {
+    int64_t n = ty(f, in->args[k])->dims[ax];
+    cg_printf(&body, "    %sif (ctc_a < %lld) %s[ctc_i] = %s[(ctc_o * %lld + ctc_a - %lld) * %lld + ctc_q];\n", k ? "else " : "",
+              (ll)(at + n), cg_ref(&e->c, in->res), cg_ref(&e->c, in->args[k]), (ll)n, (ll)at, (ll)inner);
+    at += n;
+  }
+  cg_puts(&body, "  }\n");
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  return 0;
+}
+
+/* IOTA and RAND_UNIFORM: element i from i alone (the C target's formulas). */
+static int emit_iota_rand(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const Type *r = ty(f, in->res);
+  const char *ct = cg_ctype(r->dtype);
+  Buf body = {0};
+  kbegin(e, &body);
+  cg_printf(&body, loop_head, (ll)(in->op == IR_IOTA ? r->dims[0] : ir_numel(r)));
+  const char *y = cg_ref(&e->c, in->res);
+  if (in->op == IR_IOTA) {
+    cg_printf(&body, "\n    %s[ctc_i] = (%s)(%lld + ctc_i * %lld);\n", y, ct, (ll)in->attr[0], (ll)in->attr[1]);
+  } else {
+    Buf off = {0};
+    if (is_literal(f, in->args[0])) cg_printf(&off, "%lld", (ll)def_of(f, in->args[0])->fattr);
+    else cg_printf(&off, "%s[0]", cg_ref(&e->c, in->args[0]));
+    cg_printf(&body, " {\n    uint64_t ctc_z = ((uint64_t)%s + (uint64_t)ctc_i + 1u) * 0x9E3779B97F4A7C15u;\n", off.s);
+    cg_puts(&body, "    ctc_z = (ctc_z ^ (ctc_z >> 30)) * 0xBF58476D1CE4E5B9u;\n    ctc_z = (ctc_z ^ (ctc_z >> 27)) * 0x94D049BB133111EBu;\n");
+    cg_printf(&body, "    %s[ctc_i] = (%s)((ctc_z ^ (ctc_z >> 31)) >> 40) * (%s)(1.0 / 16777216.0);\n  }\n", y, ct, ct);
+    cg_buf_free(&off);
+  }
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  return 0;
+}
+
 /* ---- pooling and embeddings --------------------------------------------------- */
 
 /* MAXPOOL2D: a thread per output, the window scanned as the C target does
@@ -801,17 +854,17 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
   cg_puts(&body, " {\n");
   /* the window (oh, ow) of image nc: its max's position `at` (-1: none in bounds) */
   Buf scan = {0};
-  cg_printf(&scan, "int64_t at = -1;\n%s mx = 0;\n", ct);
-  cg_printf(&scan, "for (int64_t kh = 0; kh < %lld; kh++) {\n  const int64_t ih = oh * %lld - %lld + kh * %lld;\n"
-                   "  if (ih < 0 || ih >= %lld) continue;\n", (ll)a[0], (ll)a[2], (ll)a[4], (ll)a[6], (ll)H);
-  cg_printf(&scan, "  for (int64_t kw = 0; kw < %lld; kw++) {\n    const int64_t iw = ow * %lld - %lld + kw * %lld;\n"
-                   "    if (iw < 0 || iw >= %lld) continue;\n", (ll)a[1], (ll)a[3], (ll)a[5], (ll)a[7], (ll)W);
-  cg_printf(&scan, "    const %s v = xp[ih * %lld + iw];\n    if (at < 0 || v > mx || isnan(v)) mx = v, at = ih * %lld + iw;\n"
+  cg_printf(&scan, "int64_t ctc_at = -1;\n%s ctc_mx = 0;\n", ct);
+  cg_printf(&scan, "for (int64_t ctc_kh = 0; ctc_kh < %lld; ctc_kh++) {\n  const int64_t ctc_ih = ctc_oh * %lld - %lld + ctc_kh * %lld;\n"
+                   "  if (ctc_ih < 0 || ctc_ih >= %lld) continue;\n", (ll)a[0], (ll)a[2], (ll)a[4], (ll)a[6], (ll)H);
+  cg_printf(&scan, "  for (int64_t ctc_kw = 0; ctc_kw < %lld; ctc_kw++) {\n    const int64_t ctc_iw = ctc_ow * %lld - %lld + ctc_kw * %lld;\n"
+                   "    if (ctc_iw < 0 || ctc_iw >= %lld) continue;\n", (ll)a[1], (ll)a[3], (ll)a[5], (ll)a[7], (ll)W);
+  cg_printf(&scan, "    const %s ctc_v = ctc_xp[ctc_ih * %lld + ctc_iw];\n    if (ctc_at < 0 || ctc_v > ctc_mx || isnan(ctc_v)) ctc_mx = ctc_v, ctc_at = ctc_ih * %lld + ctc_iw;\n"
                    "  }\n}\n", ct, (ll)W, (ll)W);
   if (!bwd) {
-    cg_printf(&body, "    const int64_t nc = ctc_i / %lld, oh = ctc_i / %lld %% %lld, ow = ctc_i %% %lld;\n", (ll)(OH * OW),
+    cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_oh = ctc_i / %lld %% %lld, ctc_ow = ctc_i %% %lld;\n", (ll)(OH * OW),
               (ll)OW, (ll)OH, (ll)OW);
-    cg_printf(&body, "    const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
+    cg_printf(&body, "    const %s *ctc_xp = %s + ctc_nc * %lld;\n", ct, xs, (ll)(H * W));
     cg_printf(&body, "    {\n");
     for (const char *l = scan.s; *l;) {
       const char *nl = strchr(l, '\n');
@@ -819,28 +872,28 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
       l = nl + 1;
     }
     /* the C target starts from -INFINITY: a window with no input in bounds gives it */
-    cg_printf(&body, "      %s[ctc_i] = at < 0 ? -INFINITY : mx;\n    }\n  }\n", ys);
+    cg_printf(&body, "      %s[ctc_i] = ctc_at < 0 ? -INFINITY : ctc_mx;\n    }\n  }\n", ys);
   } else {
     const char *gs = cg_ref(&e->c, in->args[1]);
-    cg_printf(&body, "    const int64_t nc = ctc_i / %lld, p = ctc_i %% %lld, ph = p / %lld, pw = p %% %lld;\n", (ll)(H * W),
+    cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_p = ctc_i %% %lld, ctc_ph = ctc_p / %lld, ctc_pw = ctc_p %% %lld;\n", (ll)(H * W),
               (ll)(H * W), (ll)W, (ll)W);
-    cg_printf(&body, "    const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
-    cg_printf(&body, "    %s acc = 0;\n", ct);
+    cg_printf(&body, "    const %s *ctc_xp = %s + ctc_nc * %lld, *ctc_gp = %s + ctc_nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    cg_printf(&body, "    %s ctc_acc = 0;\n", ct);
     /* the windows that can contain (ph, pw): oh with oh*s - pad <= ph <= oh*s - pad + (k-1)*d */
-    cg_printf(&body, "    int64_t oh0 = ph + %lld - %lld, ow0 = pw + %lld - %lld;\n", (ll)a[4], (ll)((a[0] - 1) * a[6]),
+    cg_printf(&body, "    int64_t ctc_oh0 = ctc_ph + %lld - %lld, ctc_ow0 = ctc_pw + %lld - %lld;\n", (ll)a[4], (ll)((a[0] - 1) * a[6]),
               (ll)a[5], (ll)((a[1] - 1) * a[7]));
-    cg_printf(&body, "    oh0 = oh0 <= 0 ? 0 : (oh0 + %lld) / %lld;\n    ow0 = ow0 <= 0 ? 0 : (ow0 + %lld) / %lld;\n",
+    cg_printf(&body, "    ctc_oh0 = ctc_oh0 <= 0 ? 0 : (ctc_oh0 + %lld) / %lld;\n    ctc_ow0 = ctc_ow0 <= 0 ? 0 : (ctc_ow0 + %lld) / %lld;\n",
               (ll)(a[2] - 1), (ll)a[2], (ll)(a[3] - 1), (ll)a[3]);
-    cg_printf(&body, "    for (int64_t oh = oh0; oh < %lld && oh * %lld - %lld <= ph; oh++)\n", (ll)OH, (ll)a[2], (ll)a[4]);
-    cg_printf(&body, "      for (int64_t ow = ow0; ow < %lld && ow * %lld - %lld <= pw; ow++) {\n", (ll)OW, (ll)a[3],
+    cg_printf(&body, "    for (int64_t ctc_oh = ctc_oh0; ctc_oh < %lld && ctc_oh * %lld - %lld <= ctc_ph; ctc_oh++)\n", (ll)OH, (ll)a[2], (ll)a[4]);
+    cg_printf(&body, "      for (int64_t ctc_ow = ctc_ow0; ctc_ow < %lld && ctc_ow * %lld - %lld <= ctc_pw; ctc_ow++) {\n", (ll)OW, (ll)a[3],
               (ll)a[5]);
     for (const char *l = scan.s; *l;) {
       const char *nl = strchr(l, '\n');
       cg_printf(&body, "        %.*s\n", (int)(nl - l), l);
       l = nl + 1;
     }
-    cg_printf(&body, "        if (at == p) acc += gp[oh * %lld + ow];\n      }\n", (ll)OW);
-    cg_printf(&body, "    %s[ctc_i] = acc;\n  }\n", ys);
+    cg_printf(&body, "        if (ctc_at == ctc_p) ctc_acc += ctc_gp[ctc_oh * %lld + ctc_ow];\n      }\n", (ll)OW);
+    cg_printf(&body, "    %s[ctc_i] = ctc_acc;\n  }\n", ys);
   }
   cg_buf_free(&scan);
   elementwise_kernel(e, i, in, &body);
@@ -862,19 +915,19 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   kbegin(e, &body);
   const char *is = cg_ref(&e->c, ixv), *ys = cg_ref(&e->c, in->res);
   char clamp[160];
-  snprintf(clamp, sizeof clamp, "ix < 0 ? 0 : ix > %lld ? %lld : ix", (ll)(V - 1), (ll)(V - 1));
+  snprintf(clamp, sizeof clamp, "ctc_ix < 0 ? 0 : ctc_ix > %lld ? %lld : ctc_ix", (ll)(V - 1), (ll)(V - 1));
   if (!bwd) {
     const char *ws = cg_ref(&e->c, in->args[0]);
     cg_printf(&body, loop_head, (ll)(n * D));
-    cg_printf(&body, " {\n    int64_t ix = (int64_t)%s[ctc_i / %lld];\n    ix = %s;\n    %s[ctc_i] = %s[ix * %lld + ctc_i %% %lld];\n  }\n",
+    cg_printf(&body, " {\n    int64_t ctc_ix = (int64_t)%s[ctc_i / %lld];\n    ctc_ix = %s;\n    %s[ctc_i] = %s[ctc_ix * %lld + ctc_i %% %lld];\n  }\n",
               is, (ll)D, clamp, ys, ws, (ll)D, (ll)D);
   } else {
     const char *gs = cg_ref(&e->c, in->args[1]);
     cg_printf(&body, loop_head, (ll)D);
-    cg_printf(&body, "\n    for (int64_t r = 0; r < %lld; r++) {\n      int64_t ix = (int64_t)%s[r];\n      ix = %s;\n", (ll)n, is,
+    cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      int64_t ctc_ix = (int64_t)%s[ctc_r];\n      ctc_ix = %s;\n", (ll)n, is,
               clamp);
-    if (in->attr[0]) cg_printf(&body, "      if (ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
-    cg_printf(&body, "      %s[ix * %lld + ctc_i] += %s[r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
+    if (in->attr[0]) cg_printf(&body, "      if (ctc_ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
+    cg_printf(&body, "      %s[ctc_ix * %lld + ctc_i] += %s[ctc_r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
     e->uses_stream = 1;
     e->c.ref = e->href;   /* the host zeroes dw */
     cg_printf(e->host, "  CTC_CUDA(cudaMemsetAsync(%s, 0, sizeof(%s) * %lld, ctc_st));\n", cg_ref(&e->c, in->res),
@@ -1033,6 +1086,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(&e, i, in) == 0) continue;
       if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(&e, i, in) == 0) continue;
       if ((in->op == IR_MAXPOOL2D || in->op == IR_MAXPOOL2D_BWD) && emit_maxpool(&e, i, in) == 0) continue;
+      if (in->op == IR_CONCAT && emit_concat(&e, i, in) == 0) continue;
+      if ((in->op == IR_IOTA || in->op == IR_RAND_UNIFORM) && emit_iota_rand(&e, i, in) == 0) continue;
       if ((in->op == IR_EMBEDDING || in->op == IR_EMBEDDING_BWD) && emit_embedding(&e, i, in) == 0) continue;
       emit_serial(&e, k, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])

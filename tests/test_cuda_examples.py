@@ -31,12 +31,52 @@ def _entries(info):
     return out
 
 
-@pytest.mark.parametrize("rel", EXAMPLES + SEEDS, ids=[os.path.basename(p)[:-3] for p in EXAMPLES + SEEDS])
+# dropout (RAND_UNIFORM: a counter-based stream, so both targets draw the same masks),
+# concat, iota
+DROPOUT = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(20, 6)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        h = torch.cat([self.drop(x), x * 2.0], dim=1)[:, ::2] + torch.arange(20, dtype=torch.float32)
+        return self.fc(h)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    model.train()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(8, 20),), "train_step": (torch.randn(8, 20), torch.randint(0, 2, (8,)))}
+"""
+
+
+@pytest.mark.parametrize("rel", EXAMPLES + SEEDS + ["dropout"],
+                         ids=[os.path.basename(p)[:-3] for p in EXAMPLES + SEEDS] + ["dropout"])
 def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
     """Every entry of the examples and the fuzz seeds (forward, train steps, grads,
-    jvps, an hvp), from the programs' own initial weights on random inputs:
-    emulated CUDA = C target."""
+    jvps, an hvp) and of a dropout model, from the programs' own initial weights on
+    random inputs: emulated CUDA = C target."""
     path, name = os.path.join(ROOT, rel), os.path.basename(rel)[:-3]
+    if rel == "dropout":
+        path, name = str(tmp_path / "dropout.py"), "dropout"
+        open(path, "w").write(DROPOUT)
     _, emu = emulated(tmp_path, path, [], rt_objects, opt="-O0")   # -O0: half the compile time
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, "--no-openmp"], timeout=600)
