@@ -30,9 +30,11 @@ static const char *usage =
     "\n"
     "options:\n"
     "  -o PATH                 output file\n"
-    "  --target c|cuda         code generator (default c); cuda: CUDA C++ with cuBLAS for `compile`\n"
-    "                          (a kernel per fused loop nest; builds with nvcc, or as C++ on the CPU\n"
-    "                          with -DCTC_CUDA_EMULATE against runtime_min/cuda_emu; `build` is c only)\n"
+    "  --target c|cuda         code generator (default c); cuda: CUDA C++ with cuBLAS (a kernel per\n"
+    "                          fused loop nest): `compile -o OUT.cu`, `build` with nvcc ($NVCC, else\n"
+    "                          nvcc on PATH or in /usr/local/cuda/bin) for sm_80 and sm_90\n"
+    "  --emulate               (build --target cuda) build for the CPU instead: the .cu as C++ against\n"
+    "                          runtime_min/cuda_emu (CUDA emulated, no GPU needed; --cc, $CC or cc)\n"
     "  --tf32                  (cuda) let cuBLAS use TF32 tensor cores for f32 GEMMs (less precise)\n"
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
@@ -65,7 +67,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse, tf32;
+  int stats, no_blas, no_openmp, no_fuse, tf32, emulate;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -133,6 +135,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->stats = 1;
     } else if (!strcmp(s, "--tf32")) {
       o->tf32 = 1;
+    } else if (!strcmp(s, "--emulate")) {
+      o->emulate = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--no-remat")) {
@@ -174,8 +178,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "unknown --target '%s' (expected c or cuda)", o->target);
     return -1;
   }
-  if (o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build")) {
-    diag_plain(d, "'build --target cuda' is not implemented yet: use 'compile --target cuda -o OUT.cu' and nvcc");
+  if (o->emulate && !(o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build"))) {
+    diag_plain(d, "--emulate goes with 'build --target cuda'");
     return -1;
   }
   if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "c")) {
@@ -372,6 +376,79 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
   return 0;
 }
 
+/* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
+ * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
+ * as C++ against runtime_min/cuda_emu and the runtime as C, with g++ and OpenMP. */
+static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path) {
+  const char *rt = runtime_dir(a);
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+                            "rt_data.c"};
+  const char *tool;
+  if (o->emulate) {
+    tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */
+  } else {
+    tool = getenv("NVCC") && *getenv("NVCC") ? getenv("NVCC") : NULL;
+    if (!tool) {
+      const char *path = getenv("PATH");
+      for (const char *s = path; s && *s && !tool;) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        const char *cand = arena_printf(a, "%.*s/nvcc", (int)n, s);
+        if (n && access(cand, X_OK) == 0) tool = cand;
+        s = e ? e + 1 : NULL;
+      }
+    }
+    if (!tool && access("/usr/local/cuda/bin/nvcc", X_OK) == 0) tool = "/usr/local/cuda/bin/nvcc";
+    if (!tool) {
+      diag_plain(d, "nvcc not found (set NVCC, or build for the CPU with --emulate); the source is in '%s'", cu_path);
+      return CTC_EXIT_IO;
+    }
+  }
+  char *argv[48];
+  int n = 0;
+  argv[n++] = (char *)tool;
+  argv[n++] = "-O2";
+  argv[n++] = "-DCTC_MAIN";
+  argv[n++] = "-D_POSIX_C_SOURCE=200809L";
+  argv[n++] = arena_printf(a, "-I%s", rt);
+  if (o->emulate) {
+    argv[n++] = arena_printf(a, "-I%s/cuda_emu", rt);
+    argv[n++] = "-DCTC_CUDA_EMULATE";
+    argv[n++] = "-fopenmp";
+    argv[n++] = "-x";
+    argv[n++] = "c++";
+  } else {
+    argv[n++] = "-gencode";
+    argv[n++] = "arch=compute_80,code=sm_80";
+    argv[n++] = "-gencode";
+    argv[n++] = "arch=compute_90,code=[sm_90,compute_90]";
+  }
+  argv[n++] = (char *)cu_path;
+  if (o->emulate) argv[n++] = "-x", argv[n++] = "c";
+  for (size_t i = 0; i < sizeof rt_files / sizeof rt_files[0]; i++) {
+    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
+    if (access(path, R_OK) != 0) {
+      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
+      return CTC_EXIT_IO;
+    }
+    argv[n++] = (char *)path;
+  }
+  if (o->emulate) argv[n++] = "-x", argv[n++] = "none";
+  argv[n++] = "-o";
+  argv[n++] = (char *)o->out;
+  argv[n++] = o->emulate ? "-lstdc++" : "-lcublas";
+  argv[n++] = "-lz";
+  argv[n++] = "-lm";
+  argv[n] = NULL;
+  int rc = run_cmd(argv);
+  if (rc != 0) {
+    diag_plain(d, "'%s' failed (exit %d) building '%s'", tool, rc, o->out);
+    return CTC_EXIT_IO;
+  }
+  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s\n", o->out, tool, o->emulate ? " (CUDA emulated on the CPU)" : "");
+  return 0;
+}
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
 static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
@@ -464,7 +541,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     return CTC_EXIT_USER;
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
-  const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
+  int cuda_target = o.target && !strcmp(o.target, "cuda");
+  const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
   CudaOptions cuda = {o.tf32};
   int rc = write_c(a, &d, p, plan, sched, c_path, o.target && !strcmp(o.target, "cuda") ? &cuda : NULL);
   if (rc) return rc;
@@ -495,7 +573,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);
   }
-  if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path);
+  if (!strcmp(o.cmd, "build")) return cuda_target ? build_cuda_program(a, &d, &o, c_path) : build_program(a, &d, &o, c_path);
   return 0;
 }
 

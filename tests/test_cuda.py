@@ -134,8 +134,8 @@ def test_cli(tmp_path):
     path, _, _, specs = _write_model(tmp_path, "mlp")
     r = run([CTC, "--help"], check=False)
     assert "--target c|cuda" in r.stdout + r.stderr
-    r = run([CTC, "build", path, "--target", "cuda", "-o", tmp_path / "net", *specs], check=False)
-    assert r.returncode == 1 and "not implemented yet" in r.stderr
+    r = run([CTC, "compile", path, "--emulate", "-o", tmp_path / "m.c", *specs], check=False)
+    assert r.returncode == 1 and "--emulate goes with 'build --target cuda'" in r.stderr
     r = run([CTC, "compile", path, "--target", "metal", "-o", tmp_path / "m.c", *specs], check=False)
     assert r.returncode == 1 and "unknown --target 'metal'" in r.stderr
     run([CTC, "compile", path, "--target", "cuda", "-o", tmp_path / "net.cu", *specs])
@@ -153,3 +153,39 @@ def test_unsupported_is_a_clean_error(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "g.py:11" in r.stderr and "not supported yet" in r.stderr, r.stderr
     assert not (tmp_path / "g.cu").exists()
+
+
+def test_build_emulate(tmp_path):
+    """`ctc build --target cuda --emulate`: the driver program on the CPU, the C
+    target's outputs."""
+    path, x, y, specs = _write_model(tmp_path, "mlp")
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for tag, opts in (("cuda", ["--target", "cuda", "--emulate"]), ("c", [])):
+        exe = tmp_path / f"net_{tag}"
+        run([CTC, "build", path, "-o", exe, *specs, *opts], timeout=600)
+        run_env([exe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / f"{tag}.npy"])
+        outs[tag] = np.load(tmp_path / f"{tag}.npy")
+    assert (tmp_path / "net_cuda.cu").exists() and (tmp_path / "net_cuda.h").exists()
+    compare("build --emulate vs C", outs["cuda"], outs["c"], 1e-5, 1e-6)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
+def test_build_with_nvcc(tmp_path):
+    """`ctc build --target cuda` links a program with nvcc and cuBLAS. With a GPU it
+    computes the C target's outputs; without one its first CUDA call fails with
+    the generated file and line in the message and exit status 1."""
+    path, x, y, specs = _write_model(tmp_path, "mlp")
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "--target", "cuda", "-o", exe, *specs], timeout=600)
+    np.save(tmp_path / "x.npy", x)
+    r = run([exe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"], check=False)
+    if r.returncode == 0:   # a GPU
+        cexe = tmp_path / "net_c"
+        run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+        run([cexe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "c.npy"])
+        compare("GPU vs C", np.load(tmp_path / "o.npy"), np.load(tmp_path / "c.npy"), 1e-4, 1e-5)
+    else:
+        assert r.returncode == 1, r.stderr
+        assert re.search(r"net\.cu:\d+: cudaMalloc\(", r.stderr), r.stderr
+        assert "CUDA or cuBLAS call failed" in r.stderr, r.stderr
