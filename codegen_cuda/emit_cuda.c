@@ -175,15 +175,19 @@ static int is_literal(const Func *f, ValId v) {
  * element `var` (row-major over S): "ctc_i" when contiguous, else a sum of
  * coordinates times strides. Axes >= from (and < to) only. */
 static void flat_index(char *out, size_t cap, const Type *S, const int64_t *st, const char *var, int to) {
-  int64_t inner[IR_MAX_DIMS], cs = 1;
-  int contiguous = 1;
+  int64_t inner[IR_MAX_DIMS], cs = 1, scale = -1;
+  int contiguous = 1;   /* st = scale * the row-major strides of S: var * scale */
   for (int k = to - 1; k >= 0; k--) {
     inner[k] = cs;
-    if (S->dims[k] != 1 && st[k] != cs) contiguous = 0;
+    if (S->dims[k] != 1) {
+      if (scale < 0 && st[k] % cs == 0) scale = st[k] / cs;
+      if (scale < 0 || st[k] != scale * cs) contiguous = 0;
+    }
     cs *= S->dims[k];
   }
-  if (contiguous) {
-    snprintf(out, cap, "%s", var);
+  if (contiguous && scale != 0) {
+    if (scale <= 1) snprintf(out, cap, "%s", var);
+    else snprintf(out, cap, "%s * %lld", var, (ll)scale);
     return;
   }
   size_t n = 0;
