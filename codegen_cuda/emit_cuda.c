@@ -837,6 +837,108 @@ static int emit_iota_rand(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* UNSLICE: a result element on the slice's lattice takes g's element there, the
+ * others 0. RESHAPE of a scalar constant: a fill. */
+static int emit_unslice(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const Type *r = ty(f, in->res);
+  Buf body = {0};
+  kbegin(e, &body);
+  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  if (in->op == IR_RESHAPE) {
+    Buf lit = {0};
+    literal(f, in->args[0], &lit);
+    cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(&e->c, in->res), lit.s);
+    cg_buf_free(&lit);
+  } else {
+    const Type *g = ty(f, in->args[0]);
+    int64_t gst[IR_MAX_DIMS], inner = 1;
+    cstrides(g, gst);
+    cg_puts(&body, " {\n    int64_t ctc_g = 0;\n    int ctc_on = 1;\n");
+    for (int k = r->ndim - 1; k >= 0; k--) {
+      int64_t start = in->attr[2 * k], step = in->attr[2 * k + 1];
+      cg_printf(&body, "    { const int64_t ctc_c = ctc_i / %lld %% %lld - %lld;\n", (ll)inner, (ll)r->dims[k], (ll)start);
+      cg_printf(&body, "      ctc_on &= ctc_c >= 0 && ctc_c %% %lld == 0 && ctc_c / %lld < %lld;\n", (ll)step, (ll)step,
+                (ll)g->dims[k]);
+      cg_printf(&body, "      ctc_g += ctc_c / %lld * %lld; }\n", (ll)step, (ll)gst[k]);
+      inner *= r->dims[k];
+    }
+    cg_printf(&body, "    %s[ctc_i] = ctc_on ? %s[ctc_g] : (%s)0;\n  }\n", cg_ref(&e->c, in->res), cg_ref(&e->c, in->args[0]),
+              cg_ctype(r->dtype));
+  }
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  return 0;
+}
+
+/* AVGPOOL2D: a thread per output, the window clipped as the C target's general
+ * path clips it (the same sums and divisors on its fast path too).
+ * AVGPOOL2D_BWD: a thread per input position, adding g / divisor of the windows
+ * that hold it in the C target's window order. */
+static int emit_avgpool(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  int bwd = in->op == IR_AVGPOOL2D_BWD;
+  const Type *x = bwd ? ty(f, in->res) : ty(f, in->args[0]), *g = bwd ? ty(f, in->args[0]) : ty(f, in->res);
+  DType t = ty(f, in->res)->dtype;
+  if (!ir_dtype_is_float(t) || is_literal(f, in->args[0])) return -1;
+  const char *ct = cg_ctype(t);
+  int64_t H = x->dims[2], W = x->dims[3], OH = g->dims[2], OW = g->dims[3];
+  int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4], pw = in->attr[5];
+  int cip = in->attr[6] != 0;
+  Buf win = {0};   /* the window (ctc_oh, ctc_ow): its clipped bounds and divisor */
+  cg_printf(&win, "const int64_t ctc_h0 = ctc_oh * %lld - %lld, ctc_w0 = ctc_ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw,
+            (ll)pw);
+  cg_printf(&win, "const int64_t ctc_h1 = ctc_h0 + %lld < %lld ? ctc_h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
+            (ll)(H + ph));
+  cg_printf(&win, "const int64_t ctc_w1 = ctc_w0 + %lld < %lld ? ctc_w0 + %lld : %lld;\n", (ll)kw, (ll)(W + pw), (ll)kw,
+            (ll)(W + pw));
+  cg_printf(&win, "const int64_t ctc_ha = ctc_h0 < 0 ? 0 : ctc_h0, ctc_hb = ctc_h1 > %lld ? %lld : ctc_h1;\n", (ll)H, (ll)H);
+  cg_printf(&win, "const int64_t ctc_wa = ctc_w0 < 0 ? 0 : ctc_w0, ctc_wb = ctc_w1 > %lld ? %lld : ctc_w1;\n", (ll)W, (ll)W);
+  cg_printf(&win, "const int64_t ctc_cnt = %s;\n", cip ? "(ctc_h1 - ctc_h0) * (ctc_w1 - ctc_w0)"
+                                                       : "(ctc_hb - ctc_ha) * (ctc_wb - ctc_wa)");
+  Buf body = {0};
+  kbegin(e, &body);
+  const char *xs = cg_ref(&e->c, in->args[0]), *ys = cg_ref(&e->c, in->res);
+  cg_printf(&body, loop_head, (ll)ir_numel(ty(f, in->res)));
+  cg_puts(&body, " {\n");
+  if (!bwd) {
+    cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_oh = ctc_i / %lld %% %lld, ctc_ow = ctc_i %% %lld;\n",
+              (ll)(OH * OW), (ll)OW, (ll)OH, (ll)OW);
+    for (const char *l = win.s; *l;) {
+      const char *nl = strchr(l, '\n');
+      cg_printf(&body, "    %.*s\n", (int)(nl - l), l);
+      l = nl + 1;
+    }
+    cg_printf(&body, "    const %s *ctc_xp = %s + ctc_nc * %lld;\n    double ctc_acc = 0;\n", ct, xs, (ll)(H * W));
+    cg_printf(&body, "    for (int64_t ctc_ih = ctc_ha; ctc_ih < ctc_hb; ctc_ih++)\n"
+                     "      for (int64_t ctc_iw = ctc_wa; ctc_iw < ctc_wb; ctc_iw++) ctc_acc += ctc_xp[ctc_ih * %lld + ctc_iw];\n",
+              (ll)W);
+    cg_printf(&body, "    %s[ctc_i] = (%s)(ctc_acc / ctc_cnt);\n  }\n", ys, ct);
+  } else {
+    cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_p = ctc_i %% %lld, ctc_y = ctc_p / %lld, ctc_x = ctc_p %% %lld;\n",
+              (ll)(H * W), (ll)(H * W), (ll)W, (ll)W);
+    cg_printf(&body, "    const %s *ctc_gp = %s + ctc_nc * %lld;\n    %s ctc_acc = 0;\n", ct, xs, (ll)(OH * OW), ct);
+    cg_printf(&body, "    for (int64_t ctc_oh = 0; ctc_oh < %lld; ctc_oh++) {\n", (ll)OH);
+    cg_printf(&body, "      if (ctc_oh * %lld - %lld > ctc_y || ctc_oh * %lld - %lld + %lld <= ctc_y) continue;\n", (ll)sh,
+              (ll)ph, (ll)sh, (ll)ph, (ll)kh);
+    cg_printf(&body, "      for (int64_t ctc_ow = 0; ctc_ow < %lld; ctc_ow++) {\n", (ll)OW);
+    cg_printf(&body, "        if (ctc_ow * %lld - %lld > ctc_x || ctc_ow * %lld - %lld + %lld <= ctc_x) continue;\n", (ll)sw,
+              (ll)pw, (ll)sw, (ll)pw, (ll)kw);
+    for (const char *l = win.s; *l;) {
+      const char *nl = strchr(l, '\n');
+      cg_printf(&body, "        %.*s\n", (int)(nl - l), l);
+      l = nl + 1;
+    }
+    cg_puts(&body, "        if (ctc_y < ctc_ha || ctc_y >= ctc_hb || ctc_x < ctc_wa || ctc_x >= ctc_wb) continue;\n");
+    cg_printf(&body, "        ctc_acc += ctc_gp[ctc_oh * %lld + ctc_ow] / ctc_cnt;\n      }\n    }\n", (ll)OW);
+    cg_printf(&body, "    %s[ctc_i] = ctc_acc;\n  }\n", ys);
+  }
+  cg_buf_free(&win);
+  elementwise_kernel(e, i, in, &body);
+  cg_buf_free(&body);
+  return 0;
+}
+
 /* ---- pooling and embeddings --------------------------------------------------- */
 
 /* MAXPOOL2D: a thread per output, the window scanned as the C target does
@@ -1091,6 +1193,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(&e, i, in) == 0) continue;
       if ((in->op == IR_MAXPOOL2D || in->op == IR_MAXPOOL2D_BWD) && emit_maxpool(&e, i, in) == 0) continue;
       if (in->op == IR_CONCAT && emit_concat(&e, i, in) == 0) continue;
+      if ((in->op == IR_UNSLICE || (in->op == IR_RESHAPE && is_literal(f, in->args[0]))) && emit_unslice(&e, i, in) == 0)
+        continue;
+      if ((in->op == IR_AVGPOOL2D || in->op == IR_AVGPOOL2D_BWD) && emit_avgpool(&e, i, in) == 0) continue;
       if ((in->op == IR_IOTA || in->op == IR_RAND_UNIFORM) && emit_iota_rand(&e, i, in) == 0) continue;
       if ((in->op == IR_EMBEDDING || in->op == IR_EMBEDDING_BWD) && emit_embedding(&e, i, in) == 0) continue;
       emit_serial(&e, k, i);

@@ -67,16 +67,57 @@ example_inputs = {"forward": (torch.randn(8, 20),), "train_step": (torch.randn(8
 """
 
 
-@pytest.mark.parametrize("rel", EXAMPLES + SEEDS + ["dropout"],
-                         ids=[os.path.basename(p)[:-3] for p in EXAMPLES + SEEDS] + ["dropout"])
+# pooling with padding, ceil mode, dilation and overlapping windows, forward and
+# gradients; slices with steps (their gradient: unslice)
+POOLS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x):
+        h = self.conv(x)
+        a = F.avg_pool2d(h, 3, stride=2, padding=1, count_include_pad=True)
+        b = F.avg_pool2d(h, 2, stride=2, padding=1, count_include_pad=False)
+        c = F.max_pool2d(h, 3, stride=2, padding=1, dilation=2, ceil_mode=True)
+        d = F.max_pool2d(h, 2, stride=1)
+        return a.sum((2, 3)) + b[:, :, 1::2, ::3].sum((2, 3)) + c.mean((2, 3)) + d.amax((2, 3))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(2, 2, 9, 10),), "train_step": (torch.randn(2, 2, 9, 10),
+                                                                         torch.randint(0, 3, (2,)))}
+"""
+INLINE = {"dropout": DROPOUT, "pools": POOLS}
+
+
+@pytest.mark.parametrize("rel", EXAMPLES + SEEDS + sorted(INLINE),
+                         ids=[os.path.basename(p)[:-3] for p in EXAMPLES + SEEDS] + sorted(INLINE))
 def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
     """Every entry of the examples and the fuzz seeds (forward, train steps, grads,
     jvps, an hvp) and of a dropout model, from the programs' own initial weights on
-    random inputs: emulated CUDA = C target."""
+    random inputs: emulated CUDA = C target. Also a pooling model (padding, ceil
+    mode, dilation, overlapping windows, strided slices)."""
     path, name = os.path.join(ROOT, rel), os.path.basename(rel)[:-3]
-    if rel == "dropout":
-        path, name = str(tmp_path / "dropout.py"), "dropout"
-        open(path, "w").write(DROPOUT)
+    if rel in INLINE:
+        path, name = str(tmp_path / f"{rel}.py"), rel
+        open(path, "w").write(INLINE[rel])
     _, emu = emulated(tmp_path, path, [], rt_objects, opt="-O0")   # -O0: half the compile time
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, "--no-openmp"], timeout=600)
