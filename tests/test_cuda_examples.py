@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, ROOT, compare, run
+from ctc_testlib import CTC, ROOT, compare, run, st_read
 from cuda_testlib import emulated, run_env, rt_objects  # noqa: F401 (a fixture)
 
 
@@ -132,10 +132,15 @@ def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
             p = tmp_path / f"{entry}_in{k}.npy"
             np.save(p, a)
             args += ["--input", p]
-        got = {}
+        got, saved = {}, {}
         for tag, exe in (("cuda", emu), ("c", cexe)):
             outs = [tmp_path / f"{tag}_{entry}_out{k}.npy" for k in range(nout)]
-            run_env([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)]])
+            w = tmp_path / f"{tag}_{entry}_w.safetensors"   # the parameters after the entry (a step updates them)
+            run_env([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)], "--save", w])
             got[tag] = [np.load(o) for o in outs]
+            saved[tag] = st_read(str(w))
         for k in range(nout):
             compare(f"{name} {entry} output {k} vs C", got["cuda"][k], got["c"][k], 1e-5, 1e-5)
+        assert saved["cuda"].keys() == saved["c"].keys()
+        for k in saved["c"]:
+            compare(f"{name} {entry}: {k} after it vs C", saved["cuda"][k], saved["c"][k], 1e-5, 1e-6)
