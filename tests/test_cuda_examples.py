@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ctc_testlib import CTC, ROOT, compare, run, st_read
-from cuda_testlib import emulated, run_env, rt_objects  # noqa: F401 (a fixture)
+from cuda_testlib import NVCC, RT, emulated, run_env, rt_objects  # noqa: F401 (a fixture)
 
 
 EXAMPLES = [os.path.join("examples", f"{n}.py") for n in ("cifar_net", "hessian_top_eigenvalue", "mlp_sequential",
@@ -104,7 +104,39 @@ def train_step(x, y):
 example_inputs = {"forward": (torch.randn(2, 2, 9, 10),), "train_step": (torch.randn(2, 2, 9, 10),
                                                                          torch.randint(0, 3, (2,)))}
 """
-INLINE = {"dropout": DROPOUT, "pools": POOLS}
+# the ops that run the C target's loops in a one-thread kernel: pad, upsample,
+# cumsum, argmax, gather and their gradients
+MISC = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x):
+        h = self.conv(F.pad(x, (1, 2, 0, 1), mode="reflect"))
+        u = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=False)
+        v = F.interpolate(h, scale_factor=2, mode="nearest")
+        c = torch.cumsum(u + v, dim=3)
+        idx = torch.argmax(c, dim=3, keepdim=True)
+        return torch.gather(c, 3, idx).flatten(1)
+
+
+model = Net()
+
+
+def grads(x):
+    y = model(x)
+    return torch.autograd.grad((y * y).sum(), x)
+
+
+example_inputs = {"forward": (torch.randn(2, 2, 5, 6),), "grads": (torch.randn(2, 2, 5, 6),)}
+"""
+INLINE = {"dropout": DROPOUT, "pools": POOLS, "misc": MISC}
 
 
 @pytest.mark.parametrize("rel", EXAMPLES + SEEDS + sorted(INLINE),
@@ -118,9 +150,10 @@ def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
     if rel in INLINE:
         path, name = str(tmp_path / f"{rel}.py"), rel
         open(path, "w").write(INLINE[rel])
-    _, emu = emulated(tmp_path, path, [], rt_objects, opt="-O0")   # -O0: half the compile time
+    opts = ["--entry", "grads"] if rel == "misc" else []
+    _, emu = emulated(tmp_path, path, opts, rt_objects, opt="-O0")   # -O0: half the compile time
     cexe = tmp_path / "m_c"
-    run([CTC, "build", path, "-o", cexe, "--no-openmp"], timeout=600)
+    run([CTC, "build", path, "-o", cexe, "--no-openmp", *opts], timeout=600)
     info = run([cexe, "info"]).stdout
     rng = np.random.default_rng(1)
     entries = _entries(info)
@@ -144,3 +177,17 @@ def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
         assert saved["cuda"].keys() == saved["c"].keys()
         for k in saved["c"]:
             compare(f"{name} {entry}: {k} after it vs C", saved["cuda"][k], saved["c"][k], 1e-5, 1e-6)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
+def test_inline_models_compile_with_nvcc(tmp_path):
+    """The dropout, pooling and one-thread-kernel models: nvcc for sm_80 and sm_90,
+    every warning an error (the C target's loops inside __global__ functions)."""
+    for name, src in sorted(INLINE.items()):
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        cu = tmp_path / f"{name}.cu"
+        run([CTC, "compile", path, "--target", "cuda", "-o", cu, *(["--entry", "grads"] if name == "misc" else [])])
+        run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+             "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
+            timeout=600)
