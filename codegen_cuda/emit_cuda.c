@@ -1149,7 +1149,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   Ent e;
   memset(&e, 0, sizeof e);
   e.g = g, e.fi = fi, e.f = f, e.fname = fname, e.href = href, e.kref = kref, e.host = &body;
-  CgFunc c = {p, f, fp, cname, href, &body, 2, sname, &g->k, g->sched[fi], &ns};
+  CgFunc c = {.p = p, .f = f, .fp = fp, .cname = cname, .ref = href, .out = &body, .ind = 2, .sname = sname,
+              .k = &g->k, .s = g->sched[fi], .ns = &ns};
   e.c = c;
   const KnSchedule *s = g->sched[fi];
   for (int k = 0; k < s->kernels.len && !rc; k++) {
