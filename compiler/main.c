@@ -378,7 +378,8 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path) {
 
 /* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
  * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
- * as C++ against runtime_min/cuda_emu and the runtime as C, with g++ and OpenMP. */
+ * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
+ * driver (-x c++, -lstdc++) and OpenMP. */
 static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path) {
   const char *rt = runtime_dir(a);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",

@@ -3,7 +3,8 @@
 - The generated .cu compiles with nvcc for sm_80 and sm_90 with every warning an
   error, host and device (skipped, with the reason, when nvcc is missing).
 - Under runtime_min/cuda_emu/ctc_cuda_emu.h (CUDA on the CPU: kernels block by
-  block, a block's threads an OpenMP team, cuBLAS as loops) the generated program,
+  block, a block's threads fibers that meet at __syncthreads, cuBLAS as loops) the
+  generated program,
   built with g++ around the runtime's driver, gives the C target's forward outputs,
   loss and updated parameters after one SGD-momentum step (rtol 1e-5) and
   PyTorch's (rtol 1e-4), for the bench MLP and LeNet and a tiny GPT (layer norm,

@@ -4,12 +4,13 @@
  *   g++ -x c++ -std=c++17 -fopenmp -DCTC_CUDA_EMULATE -I<runtime_min> -I<runtime_min>/cuda_emu model.cu ...
  *
  * Kernels are plain functions; a launch (ctc_emu_launch, what CTC_LAUNCH
- * becomes) runs the grid block by block:
- *   - a kernel without __syncthreads (sync = 0): each block's threads one after
- *     the other, blocks in parallel (OpenMP);
- *   - a kernel with __syncthreads (sync = 1): blocks one after the other, the
- *     threads of a block as an OpenMP team of blockDim threads, __syncthreads an
- *     OpenMP barrier, __shared__ variables (static) shared by the team.
+ * becomes) runs the grid block by block, blocks in parallel (OpenMP):
+ *   - a kernel without __syncthreads (sync = 0): a block's threads one after
+ *     the other;
+ *   - a kernel with __syncthreads (sync = 1): a block's threads as fibers on one
+ *     OS thread (ucontext), __syncthreads switching to the next fiber: every
+ *     thread runs up to the barrier before any goes on; __shared__ variables are
+ *     static thread_local, shared by the block's fibers and private to the block.
  * threadIdx / blockIdx / blockDim / gridDim are thread-local. Memory is host
  * memory (cudaMalloc = aligned malloc; every copy kind is a memcpy); streams run
  * in order at once, so synchronisation is a no-op. cuBLAS: the GEMMs the
@@ -21,12 +22,13 @@
 #ifndef __cplusplus
 #error "ctc_cuda_emu.h is C++ (compile the .cu with g++ -x c++)"
 #endif
-#ifndef _OPENMP
-#error "ctc_cuda_emu.h needs OpenMP (-fopenmp): a block's threads are an OpenMP team"
+#ifdef _OPENMP   /* blocks (and GEMM columns) in parallel; serial without -fopenmp */
+#define CTC_EMU_OMP(x) _Pragma(x)
+#else
+#define CTC_EMU_OMP(x)
 #endif
-
-#include <omp.h>
 #include <stdint.h>
+#include <ucontext.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +39,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 
 struct dim3 {
   unsigned x, y, z;
@@ -48,14 +50,32 @@ typedef dim3 uint3;
 inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
+/* The fibers of the block this OS thread runs (sync kernels). */
+struct ctc_emu_fibers {
+  ucontext_t sched;       /* the launcher's context */
+  ucontext_t *ctx;        /* one per thread of the block */
+  char *stacks;
+  long n, cap, cur;
+  unsigned char *done;
+  void *fn;               /* the kernel body (a lambda), called through call */
+  void (*call)(void *);
+};
+inline thread_local ctc_emu_fibers ctc_emu_fb;
+
+/* getcontext and swapcontext return twice: kept out of the callers' frames
+ * (no local of theirs is live across them, -Wclobbered stays quiet). */
+__attribute__((noinline)) inline void ctc_emu_getcontext(ucontext_t *c) { getcontext(c); }
+__attribute__((noinline)) inline void ctc_emu_swapcontext(ucontext_t *from, ucontext_t *to) { swapcontext(from, to); }
+
 inline void __syncthreads(void) {
-#pragma omp barrier
+  ctc_emu_fibers *fb = &ctc_emu_fb;
+  if (!fb->n) return;   /* a launch of a kernel declared without sync: one thread at a time, nothing to wait for */
+  ctc_emu_swapcontext(&fb->ctx[fb->cur], &fb->sched);   /* the others run up to the barrier too */
 }
 
 /* ---- the runtime -------------------------------------------------------------- */
 
-typedef enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                         cudaErrorLaunchFailure = 719 } cudaError_t;
+typedef enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 } cudaError_t;
 typedef enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
                               cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 } cudaMemcpyKind;
 typedef struct ctc_emu_stream *cudaStream_t;
@@ -114,6 +134,17 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
+#define CTC_EMU_STACK ((size_t)256 << 10)
+
+inline void ctc_emu_fiber_main(void) {
+  ctc_emu_fibers *fb = &ctc_emu_fb;
+  fb->call(fb->fn);
+  fb->done[fb->cur] = 1;   /* then back to the launcher (uc_link) */
+}
+
+template <class F>
+inline void ctc_emu_call(void *f) { (*(F *)f)(); }
+
 /* Runs kernel body f (a lambda calling the kernel) over grid x block. */
 template <class F>
 inline void ctc_emu_launch(dim3 grid, dim3 block, int sync, F f) {
@@ -122,41 +153,56 @@ inline void ctc_emu_launch(dim3 grid, dim3 block, int sync, F f) {
     ctc_emu_last_error = cudaErrorInvalidValue;
     return;
   }
-  if (!sync) {
-#pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
-    for (long b = 0; b < nb; b++) {
-      gridDim = grid, blockDim = block;
-      blockIdx = uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y));
+  int bad = 0;
+  CTC_EMU_OMP("omp parallel for schedule(dynamic, 1) if (nb > 1)")
+  for (long b = 0; b < nb; b++) {
+    gridDim = grid, blockDim = block;
+    blockIdx = uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y));
+    if (!sync) {
       for (long t = 0; t < nt; t++) {
         threadIdx = uint3((unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / block.x / block.y));
         f();
       }
+      continue;
     }
-    return;
-  }
-  const int dyn = omp_get_dynamic();
-  omp_set_dynamic(0);
-  for (long b = 0; b < nb; b++) {
-    int bad = 0;
-#pragma omp parallel num_threads((int)nt)
-    {
-      if (omp_get_num_threads() != nt) {
-#pragma omp atomic write
+    ctc_emu_fibers *fb = &ctc_emu_fb;
+    if (fb->cap < nt) {   /* kept for the thread's later launches */
+      free(fb->ctx), free(fb->stacks), free(fb->done);
+      fb->ctx = (ucontext_t *)calloc((size_t)nt, sizeof *fb->ctx);
+      fb->stacks = (char *)malloc((size_t)nt * CTC_EMU_STACK);
+      fb->done = (unsigned char *)calloc((size_t)nt, 1);
+      fb->cap = fb->ctx && fb->stacks && fb->done ? nt : 0;
+      if (!fb->cap) {
+        CTC_EMU_OMP("omp atomic write")
         bad = 1;
-      } else {
-        const long t = omp_get_thread_num();
-        gridDim = grid, blockDim = block;
-        blockIdx = uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y));
-        threadIdx = uint3((unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / block.x / block.y));
-        f();
+        continue;
       }
     }
-    if (bad) {   /* OMP_THREAD_LIMIT below the block size: a barrier would deadlock */
-      ctc_emu_last_error = cudaErrorLaunchFailure;
-      break;
+    fb->fn = (void *)&f;
+    fb->call = ctc_emu_call<F>;
+    for (long t = 0; t < nt; t++) {
+      fb->done[t] = 0;
+      ctc_emu_getcontext(&fb->ctx[t]);
+      fb->ctx[t].uc_stack.ss_sp = fb->stacks + (size_t)t * CTC_EMU_STACK;
+      fb->ctx[t].uc_stack.ss_size = CTC_EMU_STACK;
+      fb->ctx[t].uc_link = &fb->sched;
+      makecontext(&fb->ctx[t], ctc_emu_fiber_main, 0);
     }
+    fb->n = nt;
+    /* rounds: each unfinished thread runs to its next barrier or its end */
+    for (long left = nt; left > 0;) {
+      left = 0;
+      for (long t = 0; t < nt; t++) {
+        if (fb->done[t]) continue;
+        fb->cur = t;
+        threadIdx = uint3((unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / block.x / block.y));
+        ctc_emu_swapcontext(&fb->sched, &fb->ctx[t]);
+        left += !fb->done[t];
+      }
+    }
+    fb->n = 0;
   }
-  omp_set_dynamic(dyn);
+  if (bad) ctc_emu_last_error = cudaErrorMemoryAllocation;
 }
 
 /* ---- cuBLAS (the calls ctc generates) -------------------------------------------- */
@@ -193,7 +239,7 @@ inline cublasStatus_t ctc_emu_gemm(cublasHandle_t h, cublasOperation_t ta, cubla
       lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n))
     return CUBLAS_STATUS_INVALID_VALUE;
   const T al = *alpha, be = *beta;
-#pragma omp parallel for collapse(2) if ((long long)count * m * n * k > 32768)
+  CTC_EMU_OMP("omp parallel for collapse(2) if ((long long)count * m * n * k > 32768)")
   for (int b = 0; b < count; b++)
     for (int j = 0; j < n; j++) {
       const T *a = A + b * sa, *bb = B + b * sb;
