@@ -1079,8 +1079,8 @@ static const char *const cuda_names[] = {"blockIdx", "threadIdx", "blockDim", "g
 static int fail(Gen *g, const Func *f, const Inst *in, const char *what) {
   char where[256];
   cg_where(where, sizeof where, in->loc);
-  fprintf(stderr, "%s%sctc: error: --target cuda: %s (%s in entry '%s') is not supported yet\n", where,
-          where[0] ? ": " : "", what, ir_ops[in->op].name, f->name);
+  fprintf(stderr, "%s: error: --target cuda: %s (%s in entry '%s') is not supported yet\n", where[0] ? where : "ctc",
+          what, ir_ops[in->op].name, f->name);
   g->err = 1;
   return -1;
 }
