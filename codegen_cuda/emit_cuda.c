@@ -589,10 +589,90 @@ static int emit_matmul(Ent *e, const Inst *in) {
 
 /* ---- convolutions: im2col / col2im kernels + cuBLAS ------------------------------- */
 
+/* Grouped convolutions: a GEMM batched over the groups per image (the C
+ * target's per-image, per-group GEMMs), im2col/col2im of one image at a time
+ * over all its channels (group grp's rows are the block [grp*ckk, (grp+1)*ckk)). */
+static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  DType dt = ty(f, in->res)->dtype;
+  ConvGeom g;
+  cg_conv_geom(f, in, &g);
+  Gen *gen = e->g;
+  gen->gemm[dt] = 1;
+  e->uses_blas = 1;
+  e->uses_stream = 1;
+  const char *sf = cg_dt_suffix(dt), *scratch = e->c.sname[i];
+  int64_t CHW = g.C * g.H * g.W, OHW = g.O * g.ohw, G = g.G, Og = g.Og, Cg = g.Cg, ckk = g.ckk, ohw = g.ohw;
+  int64_t colimg = G * ckk * ohw;   /* one image's columns, all channels */
+  const int64_t *a = in->attr;
+  char geo[256];
+  snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.C,
+           (ll)g.H, (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH,
+           (ll)g.OW);
+  Buf *h = e->host;
+  if (scratch) gen->grid = 1;
+  cg_printf(h, "  for (int64_t ctc_n = 0; ctc_n < %lld; ctc_n++) {   /* per image: the %lld groups in one batch */\n",
+            (ll)g.N, (ll)G);
+  switch (in->op) {
+  case IR_CONV2D: {
+    const char *x = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *y = cg_ref(&e->c, in->res);
+    char col[256];
+    if (scratch) {
+      gen->im2col[dt] = 1;
+      cg_printf(h, "    CTC_LAUNCH(ctc_im2col_%s, ctc_grid(%lld), 256, 0, ctc_st, %s + ctc_n * %lld, %lld, 1, %s, %s, %lld, %lld);\n",
+                sf, (ll)colimg, x, (ll)CHW, (ll)CHW, geo, scratch, (ll)ohw, (ll)colimg);
+      snprintf(col, sizeof col, "%s", scratch);
+    } else {
+      snprintf(col, sizeof col, "%s + ctc_n * %lld", x, (ll)CHW);   /* 1x1, stride 1, no padding */
+    }
+    cg_printf(h, "    CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 0, 0, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, %s + ctc_n * %lld, "
+                 "%lld, %lld, %lld));\n", sf, (ll)Og, (ll)ohw, (ll)ckk, w, (ll)ckk, (ll)(Og * ckk), col, (ll)ohw,
+              (ll)(ckk * ohw), y, (ll)OHW, (ll)ohw, (ll)(Og * ohw), (ll)G);
+    break;
+  }
+  case IR_CONV2D_BWD_INPUT: {
+    const char *gy = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *dx = cg_ref(&e->c, in->res);
+    char col[256];
+    if (scratch) snprintf(col, sizeof col, "%s", scratch);
+    else snprintf(col, sizeof col, "%s + ctc_n * %lld", dx, (ll)CHW);
+    cg_printf(h, "    CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 1, 0, %lld, %lld, %lld, %s, %lld, %lld, %s + ctc_n * %lld, %lld, %lld, 0, "
+                 "%s, %lld, %lld, %lld));\n", sf, (ll)ckk, (ll)ohw, (ll)Og, w, (ll)ckk, (ll)(Og * ckk), gy, (ll)OHW, (ll)ohw,
+              (ll)(Og * ohw), col, (ll)ohw, (ll)(ckk * ohw), (ll)G);
+    if (scratch) {
+      gen->col2im[dt] = 1;
+      cg_printf(h, "    CTC_LAUNCH(ctc_col2im_%s, ctc_grid(%lld), 256, 0, ctc_st, %s, %lld, 1, %s, %s + ctc_n * %lld, %lld);\n", sf,
+                (ll)CHW, scratch, (ll)colimg, geo, dx, (ll)CHW, (ll)CHW);
+    }
+    break;
+  }
+  case IR_CONV2D_BWD_WEIGHT: {
+    const char *x = cg_ref(&e->c, in->args[0]), *gy = cg_ref(&e->c, in->args[1]), *dw = cg_ref(&e->c, in->res);
+    char col[256];
+    if (scratch) {
+      gen->im2col[dt] = 1;
+      cg_printf(h, "    CTC_LAUNCH(ctc_im2col_%s, ctc_grid(%lld), 256, 0, ctc_st, %s + ctc_n * %lld, %lld, 1, %s, %s, %lld, %lld);\n",
+                sf, (ll)colimg, x, (ll)CHW, (ll)CHW, geo, scratch, (ll)ohw, (ll)colimg);
+      snprintf(col, sizeof col, "%s", scratch);
+    } else {
+      snprintf(col, sizeof col, "%s + ctc_n * %lld", x, (ll)CHW);
+    }
+    cg_printf(h, "    CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 0, 1, %lld, %lld, %lld, %s + ctc_n * %lld, %lld, %lld, %s, %lld, %lld, "
+                 "ctc_n > 0, %s, %lld, %lld, %lld));\n", sf, (ll)Og, (ll)ckk, (ll)ohw, gy, (ll)OHW, (ll)ohw, (ll)(Og * ohw),
+              col, (ll)ohw, (ll)(ckk * ohw), dw, (ll)ckk, (ll)(Og * ckk), (ll)G);
+    break;
+  }
+  default: BUG("emit_conv_grouped");
+  }
+  cg_puts(h, "  }\n");
+  (void)Cg;
+  return 0;
+}
+
 static int emit_conv(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   DType dt = ty(f, in->res)->dtype;
-  if (!gemm_dtype(dt) || in->attr[6] > 1) return -1;   /* grouped: not yet */
+  if (!gemm_dtype(dt)) return -1;
+  if (in->attr[6] > 1) return emit_conv_grouped(e, i, in);
   ConvGeom g;
   cg_conv_geom(f, in, &g);
   Gen *gen = e->g;
@@ -1187,7 +1267,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if (in->op == IR_MATMUL || in->op == IR_CONV2D || in->op == IR_CONV2D_BWD_INPUT || in->op == IR_CONV2D_BWD_WEIGHT) {
         int r = in->op == IR_MATMUL ? emit_matmul(&e, in) : emit_conv(&e, i, in);
         if (r < 0)
-          rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a grouped or non-float convolution");
+          rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
         continue;
       }
       if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(&e, i, in) == 0) continue;

@@ -143,19 +143,6 @@ def test_cli(tmp_path):
     assert (tmp_path / "net.h").exists() and "cudaStream_t stream" in (tmp_path / "net.h").read_text()
 
 
-def test_unsupported_is_a_clean_error(tmp_path):
-    """A construct the CUDA target lacks (a grouped convolution) is a plain error
-    naming the model line, exit 1, no output files."""
-    p = tmp_path / "g.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass G(nn.Module):\n    def __init__(self):\n"
-                 "        super().__init__()\n        self.c = nn.Conv2d(4, 4, 3, groups=2)\n\n"
-                 "    def forward(self, x):\n        return self.c(x)\n")
-    r = run([CTC, "compile", p, "--target", "cuda", "-o", tmp_path / "g.cu", "--input", "x=f32[1,4,8,8]"], check=False)
-    assert r.returncode == 1, r.stderr
-    assert "g.py:11" in r.stderr and "not supported yet" in r.stderr, r.stderr
-    assert not (tmp_path / "g.cu").exists()
-
-
 def test_build_emulate(tmp_path):
     """`ctc build --target cuda --emulate`: the driver program on the CPU, the C
     target's outputs."""

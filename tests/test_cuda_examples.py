@@ -136,7 +136,39 @@ def grads(x):
 
 example_inputs = {"forward": (torch.randn(2, 2, 5, 6),), "grads": (torch.randn(2, 2, 5, 6),)}
 """
-INLINE = {"dropout": DROPOUT, "pools": POOLS, "misc": MISC}
+# grouped and depthwise convolutions (with padding and stride, and 1x1), trained
+GROUPS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)
+        self.b = nn.Conv2d(6, 6, 3, padding=1, groups=6)
+        self.c = nn.Conv2d(6, 4, 1, groups=2)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.tanh(self.a(x))))).mean((2, 3))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(3, 4, 9, 8),), "train_step": (torch.randn(3, 4, 9, 8), torch.randint(0, 4, (3,)))}
+"""
+INLINE = {"dropout": DROPOUT, "pools": POOLS, "misc": MISC, "groups": GROUPS}
 
 
 @pytest.mark.parametrize("rel", EXAMPLES + SEEDS + sorted(INLINE),
