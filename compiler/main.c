@@ -26,6 +26,7 @@ static const char *usage =
     "                          with --target cuda: -o OUT.cu (writes OUT.cu and OUT.h)\n"
     "  build FILE -o PROGRAM   compile, then build PROGRAM with the system C compiler and the\n"
     "                          runtime (OpenBLAS and OpenMP when present); also keeps PROGRAM.c/.h\n"
+    "                          (--target cuda: with nvcc, or --emulate; keeps PROGRAM.cu/.h)\n"
     "  check FILE              parse, evaluate and shape-check only\n"
     "\n"
     "options:\n"
