@@ -124,8 +124,6 @@ const char *cg_acc_init(const Inst *in, DType t);
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
 /* Strides of operand a broadcast over result shape r (bcast_strides). */
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st);
-/* Whether v reads a folded (strided) view (reads_folded). */
-int cg_reads_folded(CgFunc *c, ValId v);
 /* The parameter data arrays and <prefix>_arena_bytes/_init/_load/_save of the
  * C target for prefix (emit_param_data, emit_init); sets k's fill helpers. */
 void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix);

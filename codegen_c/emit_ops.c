@@ -2091,4 +2091,3 @@ const char *cg_acc_type(const Inst *in, DType t) { return acc_type(in, t); }
 const char *cg_acc_init(const Inst *in, DType t) { return acc_init(in, t); }
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) { acc_update(c, in, accv, x); }
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st) { bcast_strides(a, r, st); }
-int cg_reads_folded(CgFunc *c, ValId v) { return reads_folded(c, v); }
