@@ -132,4 +132,26 @@ int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d);
 void cg_dist_hooks(CgFunc *c, CgDist *d, int k, int after);
 void cg_dist_free(CgDist *d);
 
+/* ---- shared with codegen_cuda/ (wrappers at the end of emit_ops.c and emit_c.c) ---- */
+
+/* The expression of elementwise instruction `in` over its operands' texts txt (elem_expr). */
+void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e);
+/* The instruction's model-line comment, as cg_emit_inst writes it (comment). */
+void cg_comment(CgFunc *c, const Inst *in);
+/* A reduction's accumulator type, initial value and update statement (acc_*). */
+const char *cg_acc_type(const Inst *in, DType t);
+const char *cg_acc_init(const Inst *in, DType t);
+void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
+/* Strides of operand a broadcast over result shape r (bcast_strides). */
+void cg_bcast_strides(const Type *a, const Type *r, int64_t *st);
+/* The parameter data arrays and <prefix>_arena_bytes/_init/_load/_save of the
+ * C target for prefix (emit_param_data, emit_init); sets k's fill helpers. */
+void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix);
+/* The ctc_model_desc <prefix>_desc and its call wrappers (emit_desc). */
+void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix);
+/* The order of f's parameter write-backs (update_order): 0, or -1 after printing why. */
+int cg_update_order(const Program *p, const Func *f, int *order);
+/* The C text of a comment's content made safe (comment_text). */
+const char *cg_comment_text(char *buf, size_t cap, const char *s);
+
 #endif

@@ -556,7 +556,7 @@ static void emit_init(Gen *g, Buf *b) {
   cg_printf(b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
   cg_puts(b, "  if (!m || !arena) return CTC_ERR_ARG;\n");
   cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0) return CTC_ERR_ARENA;\n", g->upper);
-  cg_puts(b, "  m->arena = arena;\n  m->arena_bytes = bytes;\n");
+  cg_puts(b, "  m->arena = (unsigned char *)arena;\n  m->arena_bytes = bytes;\n");
   if (p->params.len) cg_puts(b, "  unsigned char *A = m->arena;\n");
   for (int i = 0; i < p->params.len; i++) {
     const Param *pr = &p->params.data[i];
@@ -907,3 +907,31 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   cg_buf_free(&kern);
   return ferror(c_out) || ferror(h_out) ? -1 : 0;
 }
+
+/* ---- shared with codegen_cuda/ (cg_int.h) ------------------------------------------- */
+
+static void gen_for(Gen *g, const Program *p, const MemPlan *mp, const char *prefix) {
+  memset(g, 0, sizeof *g);
+  g->p = p;
+  g->mp = mp;
+  snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
+  for (int i = 0; g->prefix[i]; i++)
+    g->upper[i] = (char)(g->prefix[i] >= 'a' && g->prefix[i] <= 'z' ? g->prefix[i] - 'a' + 'A' : g->prefix[i]);
+}
+
+void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix) {
+  Gen g;
+  gen_for(&g, p, mp, prefix);
+  emit_param_data(&g, data);
+  emit_init(&g, init);
+  for (int t = 0; t < DT_COUNT; t++) k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t];
+}
+
+void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix) {
+  Gen g;
+  gen_for(&g, p, mp, prefix);
+  emit_desc(&g, b);
+}
+
+int cg_update_order(const Program *p, const Func *f, int *order) { return update_order(p, f, order); }
+const char *cg_comment_text(char *buf, size_t cap, const char *s) { return comment_text(buf, cap, s); }

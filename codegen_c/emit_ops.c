@@ -2082,3 +2082,12 @@ void cg_emit_inst(CgFunc *c, int i) {
   if (ir_is_view(c->f, in->res) || c->s->fold[in->res]) return;
   cg_emitters[in->op](c, i, in);
 }
+
+/* ---- shared with codegen_cuda/ (cg_int.h) ------------------------------------------- */
+
+void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) { elem_expr(c, in, txt, e); }
+void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
+const char *cg_acc_type(const Inst *in, DType t) { return acc_type(in, t); }
+const char *cg_acc_init(const Inst *in, DType t) { return acc_init(in, t); }
+void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) { acc_update(c, in, accv, x); }
+void cg_bcast_strides(const Type *a, const Type *r, int64_t *st) { bcast_strides(a, r, st); }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../codegen_c/codegen_c.h"
+#include "../codegen_cuda/codegen_cuda.h"
 #include "../frontend/frontend.h"
 #include "../ir/ir.h"
 #include "../kernels/kernels.h"
@@ -23,9 +24,11 @@ static const char *usage =
     "usage: ctc <command> FILE [options]\n"
     "\n"
     "commands:\n"
-    "  compile FILE -o OUT.c   compile a PyTorch model file to C (writes OUT.c and OUT.h)\n"
+    "  compile FILE -o OUT.c   compile a PyTorch model file to C (writes OUT.c and OUT.h);\n"
+    "                          with --target cuda: -o OUT.cu (writes OUT.cu and OUT.h)\n"
     "  build FILE -o PROGRAM   compile, then build PROGRAM with the system C compiler and the\n"
     "                          runtime (OpenBLAS and OpenMP when present); also keeps PROGRAM.c/.h\n"
+    "                          (--target cuda: with nvcc, or --emulate; keeps PROGRAM.cu/.h)\n"
     "  check FILE              parse, evaluate and shape-check only\n"
     "  convert IN -o OUT       convert weights between safetensors and PyTorch checkpoints: IN is\n"
     "                          a .safetensors or a torch.save file (IN:KEY takes the state_dict under\n"
@@ -34,7 +37,12 @@ static const char *usage =
     "\n"
     "options:\n"
     "  -o PATH                 output file\n"
-    "  --target c              code generator (only c for now)\n"
+    "  --target c|cuda         code generator (default c); cuda: CUDA C++ with cuBLAS (a kernel per\n"
+    "                          fused loop nest): `compile -o OUT.cu`, `build` with nvcc ($NVCC, else\n"
+    "                          nvcc on PATH or in /usr/local/cuda/bin) for sm_80 and sm_90\n"
+    "  --emulate               (build --target cuda) build for the CPU instead: the .cu as C++ against\n"
+    "                          runtime_min/cuda_emu (CUDA emulated, no GPU needed; --cc, $CC or cc)\n"
+    "  --tf32                  (cuda) let cuBLAS use TF32 tensor cores for f32 GEMMs (less precise)\n"
     "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
     "                          into fused loop nests) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
@@ -78,7 +86,7 @@ static const char *usage =
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse, profile, anomaly;
+  int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -163,6 +171,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->profile = 1;
     } else if (!strcmp(s, "--anomaly")) {
       o->anomaly = 1;
+    } else if (!strcmp(s, "--tf32")) {
+      o->tf32 = 1;
+    } else if (!strcmp(s, "--emulate")) {
+      o->emulate = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--distributed")) {
@@ -225,8 +237,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "'%s' needs a model file", o->cmd);
     return -1;
   }
-  if (o->target && strcmp(o->target, "c")) {
-    diag_plain(d, "unknown --target '%s' (only 'c' is implemented; 'cuda' is planned)", o->target);
+  if (o->target && strcmp(o->target, "c") && strcmp(o->target, "cuda")) {
+    diag_plain(d, "unknown --target '%s' (expected c or cuda)", o->target);
+    return -1;
+  }
+  if (o->emulate && !(o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build"))) {
+    diag_plain(d, "--emulate goes with 'build --target cuda'");
     return -1;
   }
   if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "c")) {
@@ -306,21 +322,22 @@ static FILE *open_out(Diag *d, const char *path) {
   return f;
 }
 
-/* OUT.c -> OUT.h ; anything else -> anything.h */
+/* OUT.c -> OUT.h ; OUT.cu -> OUT.h ; anything else -> anything.h */
 static const char *header_path(Arena *a, const char *c_path) {
   size_t n = strlen(c_path);
   if (n > 2 && !strcmp(c_path + n - 2, ".c")) return arena_printf(a, "%.*s.h", (int)(n - 2), c_path);
+  if (n > 3 && !strcmp(c_path + n - 3, ".cu")) return arena_printf(a, "%.*s.h", (int)(n - 3), c_path);
   return arena_printf(a, "%s.h", c_path);
 }
 
 /* The generated model.c and model.h texts of a program (malloc'ed), emitted
  * with `plan`. 0, or CTC_EXIT_USER when the emitter refused (it said why). */
 static int emit_texts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CgOptions *opt,
-                      const char *h_name, char **c_text, char **h_text) {
+                      const CudaOptions *cuda, const char *h_name, char **c_text, char **h_text) {
   size_t cl, hl;
   FILE *c = open_memstream(c_text, &cl), *h = open_memstream(h_text, &hl);
   CHECK(c && h);
-  int rc = cg_c_emit_opts(p, plan, sched, opt, c, h, h_name);
+  int rc = cuda ? cg_cuda_emit(p, plan, sched, cuda, c, h, h_name) : cg_c_emit_opts(p, plan, sched, opt, c, h, h_name);
   fclose(c);
   fclose(h);
   return rc < 0 ? CTC_EXIT_USER : 0;
@@ -515,6 +532,80 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   return 0;
 }
 
+/* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
+ * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
+ * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
+ * driver (-x c++, -lstdc++) and OpenMP. */
+static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path) {
+  const char *rt = runtime_dir(a);
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+                            "rt_data.c", "rt_pt.c", "rt_profile.c"};
+  const char *tool;
+  if (o->emulate) {
+    tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */
+  } else {
+    tool = getenv("NVCC") && *getenv("NVCC") ? getenv("NVCC") : NULL;
+    if (!tool) {
+      const char *path = getenv("PATH");
+      for (const char *s = path; s && *s && !tool;) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        const char *cand = arena_printf(a, "%.*s/nvcc", (int)n, s);
+        if (n && access(cand, X_OK) == 0) tool = cand;
+        s = e ? e + 1 : NULL;
+      }
+    }
+    if (!tool && access("/usr/local/cuda/bin/nvcc", X_OK) == 0) tool = "/usr/local/cuda/bin/nvcc";
+    if (!tool) {
+      diag_plain(d, "nvcc not found (set NVCC, or build for the CPU with --emulate); the source is in '%s'", cu_path);
+      return CTC_EXIT_IO;
+    }
+  }
+  char *argv[48];
+  int n = 0;
+  argv[n++] = (char *)tool;
+  argv[n++] = "-O2";
+  argv[n++] = "-DCTC_MAIN";
+  argv[n++] = "-D_POSIX_C_SOURCE=200809L";
+  argv[n++] = arena_printf(a, "-I%s", rt);
+  if (o->emulate) {
+    argv[n++] = arena_printf(a, "-I%s/cuda_emu", rt);
+    argv[n++] = "-DCTC_CUDA_EMULATE";
+    argv[n++] = "-fopenmp";
+    argv[n++] = "-x";
+    argv[n++] = "c++";
+  } else {
+    argv[n++] = "-gencode";
+    argv[n++] = "arch=compute_80,code=sm_80";
+    argv[n++] = "-gencode";
+    argv[n++] = "arch=compute_90,code=[sm_90,compute_90]";
+  }
+  argv[n++] = (char *)cu_path;
+  if (o->emulate) argv[n++] = "-x", argv[n++] = "c";
+  for (size_t i = 0; i < sizeof rt_files / sizeof rt_files[0]; i++) {
+    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
+    if (access(path, R_OK) != 0) {
+      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
+      return CTC_EXIT_IO;
+    }
+    argv[n++] = (char *)path;
+  }
+  if (o->emulate) argv[n++] = "-x", argv[n++] = "none";
+  argv[n++] = "-o";
+  argv[n++] = (char *)o->out;
+  argv[n++] = o->emulate ? "-lstdc++" : "-lcublas";
+  argv[n++] = "-lz";
+  argv[n++] = "-lm";
+  argv[n] = NULL;
+  int rc = run_cmd(argv);
+  if (rc != 0) {
+    diag_plain(d, "'%s' failed (exit %d) building '%s'", tool, rc, o->out);
+    return CTC_EXIT_IO;
+  }
+  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s\n", o->out, tool, o->emulate ? " (CUDA emulated on the CPU)" : "");
+  return 0;
+}
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
 static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
@@ -605,7 +696,9 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     return CTC_EXIT_USER;
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
-  const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, "%s.c", o.out) : o.out;
+  int cuda_target = o.target && !strcmp(o.target, "cuda");
+  const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
+  CudaOptions cuda = {o.tf32};
   char *hb = arena_strdup(a, header_path(a, c_path));
   char *c_texts[BATCH_NPOINTS] = {0}, *h_texts[BATCH_NPOINTS] = {0};
   int rc = 0;
@@ -619,7 +712,9 @@ static int run_ctc(Arena *a, int argc, char **argv) {
         rc = CTC_EXIT_USER;
       }
     CgOptions copt = {o.profile, o.anomaly};
-    if (!rc) rc = emit_texts(progs[j], plan, scheds[j], &copt, basename(hb), &c_texts[j], &h_texts[j]);
+    if (!rc)
+      rc = emit_texts(progs[j], plan, scheds[j], &copt, cuda_target ? &cuda : NULL, basename(hb), &c_texts[j],
+                      &h_texts[j]);
   }
   char *c_text = c_texts[0], *h_text = h_texts[0];
   if (!rc && ntr > 1) {
@@ -664,7 +759,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);
   }
-  if (!strcmp(o.cmd, "build")) return build_program(a, &d, &o, c_path, p->distributed);
+  if (!strcmp(o.cmd, "build"))
+    return cuda_target ? build_cuda_program(a, &d, &o, c_path) : build_program(a, &d, &o, c_path, p->distributed);
   return 0;
 }
 

@@ -31,6 +31,7 @@ typedef enum ctc_status {
   CTC_ERR_ARG,       /* bad argument (NULL pointer, unknown entry, bad command line) */
   CTC_ERR_NOMEM,     /* out of memory (only while loading files) */
   CTC_ERR_ANOMALY,   /* `ctc build --anomaly`: a kernel produced NaN or Inf (the model says where) */
+  CTC_ERR_DEVICE,    /* a CUDA or cuBLAS call failed (the CUDA target; the message names the call) */
   CTC_ERR_COUNT
 } ctc_status;
 

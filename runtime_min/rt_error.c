@@ -33,6 +33,7 @@ const char *ctc_strerror(int code) {
     case CTC_ERR_ARG: return "bad argument";
     case CTC_ERR_NOMEM: return "out of memory";
     case CTC_ERR_ANOMALY: return "a kernel produced NaN or Inf (anomaly mode)";
+    case CTC_ERR_DEVICE: return "CUDA or cuBLAS call failed";
     default: return "unknown error";
   }
 }

@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The compiler's folders, in the order data flows through them (compiler/ last: main).
-COMPILER = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "kernels", "codegen_c", "compiler"]
+COMPILER = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "kernels", "codegen_c", "codegen_cuda", "compiler"]
 # What the frontend harness links: the compiler up to the kernel layer (no C emitter, no main).
 FRONTEND_HARNESS = ["support", "frontend", "ir", "python", "torchlib", "autograd_ad", "kernels"]
 RUNTIME = "runtime_min"

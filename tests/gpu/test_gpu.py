@@ -1,0 +1,96 @@
+"""The CUDA target on a real GPU (skipped, with the reason, without one): programs
+built by `ctc build --target cuda` (nvcc, cuBLAS) against the C target on the
+bench models: forward at rtol 1e-4, ten SGD-momentum steps (the parameters after
+them) at rtol 1e-3, and a forward-mode entry (the hvp example) at rtol 1e-3.
+Written without a GPU at hand: run it where one is lent
+(`/usr/bin/python3 -m pytest tests/gpu -q` after `ninja`). CTC_GPU_TEST_EMULATE=1
+runs the same checks on programs built with --emulate (no GPU: checks the checks)."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, ROOT, compare, run, st_read
+
+
+def _gpu():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "no nvidia-smi: no GPU on this machine"
+    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    if r.returncode != 0 or "GPU" not in r.stdout:
+        return "nvidia-smi lists no GPU"
+    if not (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc") or os.environ.get("NVCC")):
+        return "nvcc not found"
+    return None
+
+
+EMULATE = os.environ.get("CTC_GPU_TEST_EMULATE") == "1"
+REASON = None if EMULATE else _gpu()
+CUDA = ["--target", "cuda"] + (["--emulate"] if EMULATE else [])
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+CASES = {   # file, forward's input name, x, y
+    "mlp": ("mlp.py", "x", lambda r: r.standard_normal((64, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 64)),
+    "lenet": ("lenet.py", "t", lambda r: r.standard_normal((64, 1, 28, 28)).astype(np.float32),
+              lambda r: r.integers(0, 10, 64)),
+    "gpt": ("gpt.py", "idx", lambda r: r.integers(0, 256, (8, 128)), lambda r: r.integers(0, 256, (8, 128))),
+}
+
+
+def _spec(name, a):
+    return f"{name}={'i64' if a.dtype == np.int64 else 'f32'}[{','.join(map(str, a.shape))}]"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_matches_c_target(tmp_path, name):
+    fname, xname, mkx, mky = CASES[name]
+    rng = np.random.default_rng(0)
+    x, y = mkx(rng), mky(rng).astype(np.int64)
+    src = tmp_path / fname
+    src.write_text(open(os.path.join(BENCH, fname)).read() + BENCH_TRAIN_STEP)
+    specs = ["--input", _spec("x", x), "--input", _spec("y", y)]
+    if xname != "x":
+        specs += ["--input", _spec(xname, x)]
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    gpu, cexe = tmp_path / "net_gpu", tmp_path / "net_c"
+    run([CTC, "build", src, *CUDA, "-o", gpu, *specs], timeout=900)
+    run([CTC, "build", src, "-o", cexe, *specs], timeout=900)
+    w = tmp_path / "w.safetensors"   # the C program's initial weights for both
+    run([cexe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy", "--save", w])
+    res = {}
+    for tag, exe in (("gpu", gpu), ("c", cexe)):
+        out, saved = tmp_path / f"{tag}_out.npy", tmp_path / f"{tag}_w.safetensors"
+        run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / f"{tag}_loss.npy", "--save", saved, "--repeat", "10"])
+        res[tag] = (np.load(out), st_read(str(saved)))
+    compare(f"{name} forward on the GPU vs C", res["gpu"][0], res["c"][0], 1e-4, 1e-5)
+    for k in res["c"][1]:
+        compare(f"{name} {k} after 10 steps on the GPU vs C", res["gpu"][1][k], res["c"][1][k], 1e-3, 1e-5)
+
+
+def test_gpu_hvp_matches_c_target(tmp_path):
+    """A forward-mode entry (the hessian example's hvp) on the GPU."""
+    path = os.path.join(ROOT, "examples", "hessian_top_eigenvalue.py")
+    gpu, cexe = tmp_path / "net_gpu", tmp_path / "net_c"
+    run([CTC, "build", path, *CUDA, "-o", gpu], timeout=900)
+    run([CTC, "build", path, "-o", cexe], timeout=900)
+    rng = np.random.default_rng(2)
+    shapes = [(784, 10), (10,), (784, 10), (10,), (512, 784)]
+    args = []
+    for k, s in enumerate(shapes):
+        np.save(tmp_path / f"in{k}.npy", rng.standard_normal(s).astype(np.float32))
+        args += ["--input", tmp_path / f"in{k}.npy"]
+    np.save(tmp_path / "in5.npy", rng.integers(0, 10, 512))
+    args += ["--input", tmp_path / "in5.npy"]
+    outs = {}
+    for tag, exe in (("gpu", gpu), ("c", cexe)):
+        o = [tmp_path / f"{tag}_{k}.npy" for k in range(2)]
+        run([exe, "run", "hvp_fn", *args, "--output", o[0], "--output", o[1]])
+        outs[tag] = [np.load(p) for p in o]
+    for k in range(2):
+        compare(f"hvp output {k} on the GPU vs C", outs["gpu"][k], outs["c"][k], 1e-3, 1e-5)

@@ -1,0 +1,179 @@
+"""The CUDA target (`ctc compile --target cuda -o model.cu`), without a GPU.
+
+- The generated .cu compiles with nvcc for sm_80 and sm_90 with every warning an
+  error, host and device (skipped, with the reason, when nvcc is missing).
+- Under runtime_min/cuda_emu/ctc_cuda_emu.h (CUDA on the CPU: kernels block by
+  block, a block's threads fibers that meet at __syncthreads, cuBLAS as loops) the
+  generated program,
+  built with g++ around the runtime's driver, gives the C target's forward outputs,
+  loss and updated parameters after one SGD-momentum step (rtol 1e-5) and
+  PyTorch's (rtol 1e-4), for the bench MLP and LeNet and a tiny GPT (layer norm,
+  softmax over a causal mask, tanh GELU, batched GEMMs over folded head views)."""
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from cuda_testlib import NVCC, RT, emulated, run_env, rt_objects  # noqa: F401 (a fixture)
+
+
+def _gpt_tiny():
+    src = open(os.path.join(BENCH, "gpt.py")).read()
+    for a, b in [("VOCAB = 256", "VOCAB = 64"), ("BLOCK = 128", "BLOCK = 16"), ("N_LAYER = 4", "N_LAYER = 1"),
+                 ("N_HEAD = 4", "N_HEAD = 2"), ("N_EMBD = 256", "N_EMBD = 32")]:
+        assert a in src, a
+        src = src.replace(a, b)
+    return src
+
+
+# name -> (source, forward's input name, x, y)
+MODELS = {
+    "mlp": (lambda: open(os.path.join(BENCH, "mlp.py")).read(), "x",
+            lambda r: r.standard_normal((8, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 8)),
+    "lenet": (lambda: open(os.path.join(BENCH, "lenet.py")).read(), "t",
+              lambda r: r.standard_normal((4, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 4)),
+    "gpt_tiny": (_gpt_tiny, "idx", lambda r: r.integers(0, 64, (2, 16)), lambda r: r.integers(0, 64, (2, 16))),
+}
+
+
+def _spec(name, a):
+    dt = "i64" if a.dtype == np.int64 else "f32"
+    return f"{name}={dt}[{','.join(map(str, a.shape))}]"
+
+
+def _write_model(tmp, name):
+    src, xname, mkx, mky = MODELS[name]
+    rng = np.random.default_rng(0)
+    x, y = mkx(rng), mky(rng).astype(np.int64)
+    path = tmp / f"{name}.py"
+    path.write_text(src() + BENCH_TRAIN_STEP)
+    specs = ["--input", _spec("x", x), "--input", _spec("y", y)]
+    if xname != "x":
+        specs += ["--input", _spec(xname, x)]
+    return path, x, y, specs
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
+    """Forward and one SGD-momentum train step: the emulated CUDA program against
+    the C target (rtol 1e-5) and PyTorch (rtol 1e-4), from PyTorch's initial weights."""
+    path, x, y, specs = _write_model(tmp_path, name)
+    cu, emu = emulated(tmp_path, path, specs, rt_objects)
+    code = cu.read_text()
+    assert "__global__" in code and ("cublasSgemm" in code)
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+    mod = load_module(str(path), "cuda_" + name)
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    res = {}
+    for tag, exe in (("cuda", emu), ("c", cexe)):
+        out, loss, saved = (tmp_path / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+        run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
+        run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+              "--output", loss, "--save", saved])
+        res[tag] = (np.load(out), np.load(loss), st_read(str(saved)))
+    (go, gl, gw), (co, cl, cw) = res["cuda"], res["c"]
+    compare(f"{name} forward vs C", go, co, 1e-5, 1e-6)
+    compare(f"{name} loss vs C", gl, cl, 1e-5, 1e-6)
+    assert gw.keys() == cw.keys()
+    for k in cw:
+        compare(f"{name} {k} after a step vs C", gw[k], cw[k], 1e-5, 1e-6)
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    compare(f"{name} forward vs torch", go, want, 1e-4, 1e-5)
+    loss_t = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+    compare(f"{name} loss vs torch", gl, np.float32(loss_t), 1e-4, 1e-5)
+    for k, v in mod.model.state_dict().items():
+        compare(f"{name} {k} after a step vs torch", gw[k], v.numpy(), 1e-4, 1e-5)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
+@pytest.mark.parametrize("name", ["lenet", "gpt_tiny"])
+def test_nvcc_compiles_clean(tmp_path, name):
+    """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device."""
+    path, _, _, specs = _write_model(tmp_path, name)
+    cu = tmp_path / "m.cu"
+    run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs])
+    run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+         "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
+        timeout=600)
+
+
+def test_every_device_call_is_checked(tmp_path):
+    """Every CUDA and cuBLAS call of the generated host code is inside CTC_CUDA or
+    CTC_CUBLAS (or a launch, which checks cudaGetLastError), except in _free."""
+    path, _, _, specs = _write_model(tmp_path, "lenet")
+    cu = tmp_path / "m.cu"
+    run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs])
+    code = cu.read_text()
+    body = code[code.index("int network_init("):]
+    free_fn = re.search(r"void network_free\(.*?\n}\n", body, re.S).group(0)
+    body = body.replace(free_fn, "")
+    for line in body.splitlines():
+        if re.search(r"\b(cuda[A-Z]\w*|cublas[A-Z]\w*|ctc_gemm_\w+)\(", line) and "#define" not in line:
+            assert re.search(r"CTC_(CUDA|CUBLAS)\(", line), line
+    assert "CTC_LAUNCH(ctc_im2col_f32" in code and "CTC_LAUNCH(network_forward_k" in code
+    # the kernels carry the model lines
+    assert re.search(r"/\* lenet\.py:\d+  conv2d\(", code)
+
+
+def test_tf32_only_when_asked(tmp_path):
+    path, _, _, specs = _write_model(tmp_path, "mlp")
+    for opts, want in (([], False), (["--tf32"], True)):
+        cu = tmp_path / "m.cu"
+        run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs, *opts])
+        assert ("CUBLAS_TF32_TENSOR_OP_MATH" in cu.read_text()) == want
+
+
+def test_cli(tmp_path):
+    path, _, _, specs = _write_model(tmp_path, "mlp")
+    r = run([CTC, "--help"], check=False)
+    assert "--target c|cuda" in r.stdout + r.stderr
+    r = run([CTC, "compile", path, "--emulate", "-o", tmp_path / "m.c", *specs], check=False)
+    assert r.returncode == 1 and "--emulate goes with 'build --target cuda'" in r.stderr
+    r = run([CTC, "compile", path, "--target", "metal", "-o", tmp_path / "m.c", *specs], check=False)
+    assert r.returncode == 1 and "unknown --target 'metal'" in r.stderr
+    run([CTC, "compile", path, "--target", "cuda", "-o", tmp_path / "net.cu", *specs])
+    assert (tmp_path / "net.h").exists() and "cudaStream_t stream" in (tmp_path / "net.h").read_text()
+
+
+def test_build_emulate(tmp_path):
+    """`ctc build --target cuda --emulate`: the driver program on the CPU, the C
+    target's outputs."""
+    path, x, y, specs = _write_model(tmp_path, "mlp")
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for tag, opts in (("cuda", ["--target", "cuda", "--emulate"]), ("c", [])):
+        exe = tmp_path / f"net_{tag}"
+        run([CTC, "build", path, "-o", exe, *specs, *opts], timeout=600)
+        run_env([exe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / f"{tag}.npy"])
+        outs[tag] = np.load(tmp_path / f"{tag}.npy")
+    assert (tmp_path / "net_cuda.cu").exists() and (tmp_path / "net_cuda.h").exists()
+    compare("build --emulate vs C", outs["cuda"], outs["c"], 1e-5, 1e-6)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
+def test_build_with_nvcc(tmp_path):
+    """`ctc build --target cuda` links a program with nvcc and cuBLAS. With a GPU it
+    computes the C target's outputs; without one its first CUDA call fails with
+    the generated file and line in the message and exit status 1."""
+    path, x, y, specs = _write_model(tmp_path, "mlp")
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "--target", "cuda", "-o", exe, *specs], timeout=600)
+    np.save(tmp_path / "x.npy", x)
+    r = run([exe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"], check=False)
+    if r.returncode == 0:   # a GPU
+        cexe = tmp_path / "net_c"
+        run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+        run([cexe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "c.npy"])
+        compare("GPU vs C", np.load(tmp_path / "o.npy"), np.load(tmp_path / "c.npy"), 1e-4, 1e-5)
+    else:
+        assert r.returncode == 1, r.stderr
+        assert re.search(r"net\.cu:\d+: cudaMalloc\(", r.stderr), r.stderr
+        assert "CUDA or cuBLAS call failed" in r.stderr, r.stderr
