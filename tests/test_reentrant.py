@@ -106,7 +106,7 @@ def test_two_instances_in_two_threads(tmp_path):
     exe = tmp_path / "two"
     run(["gcc", "-std=c11", "-O1", "-g", "-fsanitize=thread", "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
          "-I", rt, "-I", tmp_path, tmp_path / "main.c", tmp_path / "net.c", f"{rt}/rt_error.c", f"{rt}/rt_model.c",
-         f"{rt}/rt_safetensors.c", f"{rt}/rt_npy.c", "-lm", "-lpthread", "-o", exe])
+         f"{rt}/rt_safetensors.c", f"{rt}/rt_npy.c", f"{rt}/rt_pt.c", "-lz", "-lm", "-lpthread", "-o", exe])
     r = run([exe], check=False)
     assert r.returncode == 0 and r.stdout.startswith("identical"), r.stdout + r.stderr
     assert "ThreadSanitizer" not in r.stderr, r.stderr
