@@ -1831,7 +1831,10 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
  * in loop p: the row elements of p (locals; stored if outputs, kept in a
  * `<name>_row[]` array if a later loop reads them) and the accumulator updates;
  * after it: the reductions' values. The accumulation order and the NaN rule are
- * emit_reduce's, so results equal the unfused ones. */
+ * emit_reduce's, so results equal the unfused ones. A loop with row elements and
+ * reductions runs as two: the elements and the reductions' operands (into
+ * `<name>_in[]`) in a CTC_OMP_SIMD loop, so exp and division vectorise, then the
+ * accumulations in their sequential order. */
 
 /* Whether a and b have the same shape (any dtypes): a row element of the space. */
 static int same_dims(const Type *a, const Type *b) {
@@ -1958,6 +1961,30 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       }
     }
     if (!any) continue;
+    /* A loop with both row elements and reductions runs as two: the elements (and
+     * the reductions' operands, into per-row arrays) in a loop that vectorises,
+     * then the accumulations in their sequential order (results unchanged). */
+    int nred = 0, nelem = 0;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &c->f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) nred++;
+      else if (same_dims(ty(c, in->res), S)) nelem++;
+    }
+    int split = nred > 0 && nelem > 0 && rowlen * 8 * nred <= KN_MAX_ROWBUF;
+    const char **redarr = calloc((size_t)(kn->last - kn->first + 2), sizeof *redarr);
+    CHECK(redarr);
+    if (split) {
+      for (int i = kn->first; i <= kn->last; i++) {
+        const Inst *in = &c->f->insts.data[i];
+        if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+        snprintf(hint, sizeof hint, "%s_in", c->cname[in->res]);
+        redarr[i - kn->first] = cg_name(c->ns, hint);
+        LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, in->args[0])->dtype), redarr[i - kn->first], (ll)rowlen);
+      }
+      c->k->simd = 1;
+      LINE(c, "CTC_OMP_SIMD\n");
+    }
     LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
     c->ind += 2;
     for (int i = kn->first; i <= kn->last; i++) {
@@ -1966,7 +1993,8 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
       if (is_reduction(in)) {
         Buf x = {0};
         row_operand(c, &u, in->args[0], p, &x);
-        acc_update(c, in, u.accn[in->res], x.s);
+        if (split) LINE(c, "%s[j] = %s;\n", redarr[i - kn->first], x.s);
+        else acc_update(c, in, u.accn[in->res], x.s);
         cg_buf_free(&x);
       } else if (same_dims(ty(c, in->res), S)) {
         row_elem(c, &u, in, p);
@@ -1974,6 +2002,20 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
     }
     c->ind -= 2;
     LINE(c, "}\n");
+    if (split) {
+      LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+      c->ind += 2;
+      for (int i = kn->first; i <= kn->last; i++) {
+        const Inst *in = &c->f->insts.data[i];
+        if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+        char x[200];
+        snprintf(x, sizeof x, "%s[j]", redarr[i - kn->first]);
+        acc_update(c, in, u.accn[in->res], x);
+      }
+      c->ind -= 2;
+      LINE(c, "}\n");
+    }
+    free(redarr);
     for (int i = kn->first; i <= kn->last; i++) {
       const Inst *in = &c->f->insts.data[i];
       if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
