@@ -73,6 +73,13 @@ typedef struct Kernels {
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 
+/* ---- emit_c.c ------------------------------------------------------------ */
+
+/* The C names of an entry, in the order both emitters give them out: inputs, outputs
+ * (oname), parameters, instruction results, then conv scratch buffers (sname). */
+void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
+                    const char **sname);
+
 /* ---- emit_ops.c ---------------------------------------------------------- */
 
 /* The state of emitting one entry function. */

@@ -249,6 +249,22 @@ static int update_order(const Program *p, const Func *f, int *order) {
   return 0;
 }
 
+void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
+                    const char **sname) {
+  for (int k = 0; k < f->inputs.len; k++) cname[f->inputs.data[k]] = cg_name(ns, f->values.data[f->inputs.data[k]].name);
+  for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(ns, f->out_names.data[k]);
+  for (int v = 0; v < f->values.len; v++)
+    if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(ns, f->values.data[v].name);
+  for (int i = 0; i < f->insts.len; i++)
+    if (f->insts.data[i].op != IR_CONST) cname[f->insts.data[i].res] = cg_name(ns, f->values.data[f->insts.data[i].res].name);
+  for (int i = 0; i < f->insts.len; i++)
+    if (fp->scratch[i] >= 0) {
+      char hint[128];
+      snprintf(hint, sizeof hint, "%s_col", cname[f->insts.data[i].res]);
+      sname[i] = cg_name(ns, hint);
+    }
+}
+
 static int emit_entry(Gen *g, int fi, Buf *out) {
   const Program *p = g->p;
   const Func *f = p->funcs.data[fi];
@@ -264,18 +280,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   char tb[300];
 
   /* Names: the function's parameters first, then tensors in order of definition. */
-  for (int k = 0; k < f->inputs.len; k++) cname[f->inputs.data[k]] = cg_name(&ns, f->values.data[f->inputs.data[k]].name);
-  for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(&ns, f->out_names.data[k]);
-  for (int v = 0; v < nv; v++)
-    if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(&ns, f->values.data[v].name);
-  for (int i = 0; i < f->insts.len; i++)
-    if (f->insts.data[i].op != IR_CONST) cname[f->insts.data[i].res] = cg_name(&ns, f->values.data[f->insts.data[i].res].name);
-  for (int i = 0; i < f->insts.len; i++)
-    if (fp->scratch[i] >= 0) {
-      char hint[128];
-      snprintf(hint, sizeof hint, "%s_col", cname[f->insts.data[i].res]);
-      sname[i] = cg_name(&ns, hint);
-    }
+  cg_entry_names(f, fp, &ns, cname, oname, sname);
 
   /* Prototype and description. */
   Buf *sig = &g->sig[fi], *doc = &g->doc[fi];

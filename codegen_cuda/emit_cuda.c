@@ -1180,18 +1180,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   const char **oname = calloc((size_t)f->outputs.len + 1, sizeof *oname);
   const char **sname = calloc((size_t)f->insts.len + 1, sizeof *sname);
   CHECK(cname && href && kref && oname && sname);
-  for (int k = 0; k < f->inputs.len; k++) cname[f->inputs.data[k]] = cg_name(&ns, f->values.data[f->inputs.data[k]].name);
-  for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(&ns, f->out_names.data[k]);
-  for (int v = 0; v < nv; v++)
-    if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(&ns, f->values.data[v].name);
-  for (int i = 0; i < f->insts.len; i++)
-    if (f->insts.data[i].op != IR_CONST) cname[f->insts.data[i].res] = cg_name(&ns, f->values.data[f->insts.data[i].res].name);
-  for (int i = 0; i < f->insts.len; i++)
-    if (fp->scratch[i] >= 0) {
-      char hint[128];
-      snprintf(hint, sizeof hint, "%s_col", cname[f->insts.data[i].res]);
-      sname[i] = cg_name(&ns, hint);
-    }
+  cg_entry_names(f, fp, &ns, cname, oname, sname);
   char fname[128], tb[300];
   cg_ident(fname, sizeof fname, f->name);
 
