@@ -66,7 +66,8 @@ static const char *usage =
     "  --input NAME=f32[d,...] shape (and dtype: f32 f64 i64 i32 bool) of forward's parameter NAME;\n"
     "                          repeatable; wins over example_inputs in the file. A dim may be a name\n"
     "                          (x=f32[N,1,28,28]): a batch chosen at run time, up to --max\n"
-    "  --max N=M               the largest run-time batch N (the arena is planned for it)\n"
+    "  --max N=M               the largest run-time batch N (the arena is planned for it;\n"
+    "                          default: the size example_inputs in the file gives)\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --profile               time every kernel of the generated entries (./net run|train|bench\n"
     "                          --profile trace.json: a Chrome trace and a table per model line)\n"
@@ -241,8 +242,11 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "unknown --target '%s' (expected c or cuda)", o->target);
     return -1;
   }
+  int has_sym = 0;
+  for (int i = 0; i < o->inputs.len; i++) has_sym |= o->inputs.data[i].sym != NULL;
   if (o->target && !strcmp(o->target, "cuda")) {   /* C-target features the CUDA emitter does not have yet */
-    const char *what = o->profile ? "--profile" : o->anomaly ? "--anomaly" : o->max_name ? "--max (a run-time batch)"
+    const char *what = o->profile ? "--profile" : o->anomaly ? "--anomaly"
+                       : o->max_name || has_sym ? "a run-time batch (--input x=f32[N,...])"
                        : o->lower.distributed ? "--distributed" : NULL;
     if (what) {
       diag_plain(d, "%s is not supported with --target cuda yet (it is for the C target)", what);
@@ -276,7 +280,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     }
     sym = is->sym;
   }
-  if (sym && (!o->max_name || strcmp(o->max_name, sym))) {
+  if (sym && o->max_name && strcmp(o->max_name, sym)) {
     diag_plain(d, "--input names a run-time batch '%s': give its largest value with --max %s=M (e.g. --max %s=256)",
                sym, sym, sym);
     return -1;
@@ -540,6 +544,57 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   return 0;
 }
 
+/* --input x=f32[N,...] without --max: the largest batch is the example's size, the
+ * dim at N's place of the entry input that example_inputs in the file gives (the file
+ * staged once without the --input specs that name N). 0, or -1 after an error. */
+static int default_batch_max(Arena *a, Diag *d, Opts *o, const SrcFile *src) {
+  const InputSpec *sp = NULL;
+  Opts probe = *o;
+  probe.inputs.len = 0;
+  probe.inputs.data = NULL;
+  probe.emit = NULL;
+  probe.dump_before.len = probe.dump_after.len = 0;
+  for (int i = 0; i < o->inputs.len; i++) {
+    if (o->inputs.data[i].sym) {
+      if (!sp) sp = &o->inputs.data[i];
+    } else
+      vec_push(a, &probe.inputs, o->inputs.data[i]);
+  }
+  if (!sp) return 0;
+  probe.lower.ninputs = probe.inputs.len;
+  probe.lower.inputs = probe.inputs.data;
+  /* the probe's own diagnostics are not the user's: a file without the example says so below */
+  char *buf = NULL;
+  size_t blen = 0;
+  FILE *mem = open_memstream(&buf, &blen);
+  Diag quiet;
+  diag_init(&quiet, mem ? mem : stderr);
+  Trace t = {0};
+  int rc = mem ? stage(a, &quiet, &probe, src, 0, &t) : -1;
+  if (mem) fclose(mem);
+  free(buf);
+  int64_t m = 0;
+  for (int k = 0; !rc && t.p && k < t.p->funcs.len && !m; k++) {
+    const Func *f = t.p->funcs.data[k];
+    for (int i = 0; i < f->inputs.len && !m; i++) {
+      const Value *v = &f->values.data[f->inputs.data[i]];
+      if (strcmp(v->name, sp->name) || v->type.ndim != sp->type.ndim) continue;
+      for (int ax = 0; ax < sp->type.ndim; ax++)
+        if (sp->symmask >> ax & 1) m = v->type.dims[ax];
+    }
+  }
+  if (m < 1 || m > ((int64_t)1 << 30)) {
+    diag_plain(d, "--input %s names a run-time batch '%s' and the file gives no example of '%s' with %d dims to take its "
+                  "largest value from: give it with --max %s=M (e.g. --max %s=256)",
+               sp->name, sp->sym, sp->name, sp->type.ndim, sp->sym, sp->sym);
+    return -1;
+  }
+  o->max_name = sp->sym;
+  o->max_value = m;
+  if (o->stats) fprintf(stderr, "ctc: run-time batch %s up to %lld (the example's size)\n", sp->sym, (long long)m);
+  return 0;
+}
+
 /* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
  * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
  * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
@@ -627,6 +682,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     diag_plain(&d, "cannot read '%s': %s", o.file, strerror(errno));
     return CTC_EXIT_IO;
   }
+  if (!o.max_name && default_batch_max(a, &d, &o, src) < 0) return CTC_EXIT_USER;
   /* A run-time batch: one staging per trace point, the first at --max (see batch.h). */
   int64_t pts[BATCH_NPOINTS] = {0};
   int ntr = o.max_name ? BATCH_NPOINTS : 1;

@@ -283,7 +283,7 @@ def ctc_err(tmp, src, *args):
 def test_errors(tmp_path):
     tmp = str(tmp_path)
     e = ctc_err(tmp, MLP, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]")
-    assert "give its largest value with --max N=M" in e, e
+    assert "the file gives no example of 'x' with 4 dims" in e and "--max N=M" in e, e
     e = ctc_err(tmp, MLP, "--input", "x=f32[4,1,28,28]", "--input", "y=i64[4]", "--max", "N=8")
     assert "--max N: no --input names a dim 'N'" in e, e
     e = ctc_err(tmp, MLP, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[B]", "--max", "N=8")
@@ -301,3 +301,19 @@ def test_errors(tmp_path):
     fixed = MLP.replace("x = x.reshape(x.shape[0], 784)", "x = x.reshape(8, 784)")
     e = ctc_err(tmp, fixed, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]", "--max", "N=8")
     assert "m.py:14:" in e and "with the run-time batch N = 9" in e, e
+
+
+def test_max_defaults_to_the_example(tmp_path):
+    # without --max, the largest batch is the size example_inputs gives the input
+    tmp = str(tmp_path)
+    ex = ("\nexample_inputs = {'forward': (torch.randn(20, 1, 28, 28),),\n"
+          "                  'train_step': (torch.randn(20, 1, 28, 28), torch.randint(0, 10, (20,)))}\n")
+    py = write(tmp, "m.py", MLP + ex)
+    exe = os.path.join(tmp, "net")
+    ctc_build(py, exe, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]")
+    info = run([exe, "info"]).stdout
+    assert "entry forward: 1 input, 1 output, any batch from 1 to 20" in info, info
+    assert "entry train_step: 2 inputs, 1 output, any batch from 1 to 20" in info, info
+    # --max still wins over the example
+    ctc_build(py, exe, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]", "--max", "N=7")
+    assert "any batch from 1 to 7" in run([exe, "info"]).stdout
