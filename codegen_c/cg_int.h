@@ -66,6 +66,8 @@ typedef struct Kernels {
   unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
   unsigned char remainder[DT_COUNT]; /* ctc_remainder_<dt>: Python's %, as PyTorch's remainder */
   unsigned char floordiv[DT_COUNT];  /* ctc_floordiv_<dt>: PyTorch's div(rounding_mode='floor') */
+  unsigned char sum[DT_COUNT];      /* ctc_sum_<dt>: a float row's sum in 8 lanes */
+  unsigned char max[DT_COUNT];      /* ctc_max_<dt>: a float row's maximum in 8 lanes */
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */

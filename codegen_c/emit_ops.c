@@ -427,6 +427,28 @@ static void acc_update(CgFunc *c, const Inst *in, const char *accv, const char *
   else LINE(c, "if (%s > %s) %s = %s;\n", x, accv, accv, x);
 }
 
+/* A float reduction of the contiguous row `ptr[0..n)` through ctc_sum/ctc_max:
+ * "acc op ctc_sum_f32(ptr, n);" (op "=" or "+=" for sums; a max combines).
+ * 0 (nothing emitted) for integers, which accumulate in order. */
+static int lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
+  DType t = ty(c, in->res)->dtype;
+  if (!ir_dtype_is_float(t)) return 0;
+  const char *sfx = cg_dt_suffix(t);
+  if (in->op == IR_REDUCE_SUM) {
+    c->k->sum[t] = 1;
+    LINE(c, "%s %s ctc_sum_%s(%s, %lld);\n", accv, op, sfx, ptr, (ll)n);
+  } else if (!strcmp(op, "=")) {
+    c->k->max[t] = 1;
+    LINE(c, "%s = ctc_max_%s(%s, %lld);\n", accv, sfx, ptr, (ll)n);
+  } else {
+    c->k->max[t] = 1;
+    char x[256];
+    snprintf(x, sizeof x, "ctc_max_%s(%s, %lld)", sfx, ptr, (ll)n);
+    acc_update(c, in, accv, x);
+  }
+  return 1;
+}
+
 static void add_var(char vars[][16], int64_t *st, int *n, const char *name, int64_t stride) {
   snprintf(vars[*n], 16, "%s", name);
   st[(*n)++] = stride;
@@ -521,17 +543,32 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
     LINE(c, "%s acc = %s;\n", at, init);
   }
   int rbase = c->ind;
-  for (int k = 0; k < nr; k++) {
-    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);
-    c->ind += 2;
+  /* a float reduction whose innermost reduced axis is contiguous: ctc_sum/ctc_max per run */
+  if (!column && ir_dtype_is_float(t) && rst[nr - 1] == 1) {
+    nv = 0;
+    for (int k = 0; k < nouter; k++) add_var(vars, xs, &nv, kvar[k], kst[k]);
+    for (int k = 0; k < nr - 1; k++) add_var(vars, xs, &nv, rvar[k], rst[k]);
+    char xr[IDX_CAP + 64];
+    index_expr(xi, nv, vars, 0, xs);
+    snprintf(xr, sizeof xr, "&%s[%s]", x, xi);
+    for (int k = 0; k < nr - 1; k++) {
+      LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);
+      c->ind += 2;
+    }
+    lane_reduce(c, in, "acc", nr == 1 ? "=" : "+=", xr, rd[nr - 1]);
+  } else {
+    for (int k = 0; k < nr; k++) {
+      LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);
+      c->ind += 2;
+    }
+    char xe[IDX_CAP + 64];
+    snprintf(xe, sizeof xe, "%s[%s]", x, xi);
+    if (column) {
+      LINE(c, "for (int64_t j = 0; j < %s; j++)\n", lim);
+      c->ind += 2;
+    }
+    acc_update(c, in, jv, xe);
   }
-  char xe[IDX_CAP + 64];
-  snprintf(xe, sizeof xe, "%s[%s]", x, xi);
-  if (column) {
-    LINE(c, "for (int64_t j = 0; j < %s; j++)\n", lim);
-    c->ind += 2;
-  }
-  acc_update(c, in, jv, xe);
   c->ind = rbase;
   char cast[64] = "";
   if (strcmp(at, ct)) snprintf(cast, sizeof cast, "(%s)", ct);
@@ -962,18 +999,129 @@ static void emit_conv2d_bwd_weight_grouped(CgFunc *c, int i, const Inst *in) {
 
 /* Convolutions: with one group, images run S at a time in parallel (above);
  * grouped and depthwise ones, one GEMM per image and group. */
-static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
-  if (in->attr[6] > 1) emit_conv2d_grouped(c, i, in);
-  else emit_conv2d_chunked(c, i, in);
-}
 
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
   if (in->attr[6] > 1) emit_conv2d_bwd_input_grouped(c, i, in);
   else emit_conv2d_bwd_input_chunked(c, i, in);
 }
 
+/* dw[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] x[n, c, oh + kh - ph, ow + kw - pw]:
+ * per (o, c, kh), in parallel, a KW x OW block of partial sums accumulated over
+ * images and output rows, the ow loop unit-stride in both g and x (it
+ * vectorises), then each kw's OW partial sums added in order. No unfolding. */
+static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t);
+  const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
+  int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, KW = g->KW;
+  int base = c->ind;
+  c->k->simd = 1;
+  LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, c, kh) */\n", (ll)(g->O * g->C * g->KH));
+  c->ind += 2;
+  LINE(c, "const int64_t o = q / %lld, ci = q / %lld %% %lld, kh = q %% %lld;\n", (ll)(g->C * g->KH), (ll)g->KH,
+       (ll)g->C, (ll)g->KH);
+  LINE(c, "%s part[%lld][%lld];   /* part[kw][ow]: partial sums over images and output rows */\n", ct, (ll)KW, (ll)OW);
+  LINE(c, "memset(part, 0, sizeof part);\n");
+  LINE(c, "for (int64_t n = 0; n < %lld; n++)\n", (ll)g->N);
+  LINE(c, "  for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)g->OH);
+  c->ind += 4;
+  if (ph) {
+    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
+    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
+  } else {
+    LINE(c, "const int64_t ih = oh + kh;\n");
+  }
+  LINE(c, "const %s *restrict gr = %s + ((n * %lld + o) * %lld + oh) * %lld;\n", ct, gy, (ll)g->O, (ll)g->OH, (ll)OW);
+  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)KW);
+  c->ind += 2;
+  if (pw) {   /* the outputs whose input column ow + kw - pw is inside the image */
+    LINE(c, "const int64_t lo = kw < %lld ? %lld - kw : 0, hi = %lld - kw < %lld ? %lld - kw : %lld;\n", (ll)pw, (ll)pw,
+         (ll)(g->W + pw), (ll)OW, (ll)(g->W + pw), (ll)OW);
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = lo; ow < hi; ow++) part[kw][ow] += gr[ow] * xr[ow + kw - %lld];\n", (ll)pw);
+  } else {
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) part[kw][ow] += gr[ow] * xr[ow + kw];\n", (ll)OW);
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)KW);
+  LINE(c, "  double s = 0;\n");
+  LINE(c, "  for (int64_t ow = 0; ow < %lld; ow++) s += part[kw][ow];\n", (ll)OW);
+  LINE(c, "  %s[q * %lld + kw] = (%s)s;\n", dw, (ll)KW, ct);
+  LINE(c, "}\n");
+  c->ind = base;
+  LINE(c, "}\n");
+}
+
+/* y[n, o, oh, :] = sum over c, kh, kw of w[o, c, kh, kw] x[n, c, oh + kh - ph, kw - pw :]:
+ * per (n, oh), in parallel, the O x OW outputs in a local block; each input row
+ * segment is loaded once for all O output channels (the ow loop vectorises). */
+static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t);
+  const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
+  int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, O = g->O;
+  int base = c->ind;
+  c->k->simd = 1;
+  LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, oh) */\n", (ll)(g->N * g->OH));
+  c->ind += 2;
+  LINE(c, "const int64_t n = q / %lld, oh = q %% %lld;\n", (ll)g->OH, (ll)g->OH);
+  LINE(c, "%s acc[%lld][%lld];   /* acc[o][ow] */\n", ct, (ll)O, (ll)OW);
+  LINE(c, "memset(acc, 0, sizeof acc);\n");
+  LINE(c, "for (int64_t ci = 0; ci < %lld; ci++)\n", (ll)g->C);
+  LINE(c, "  for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)g->KH);
+  c->ind += 4;
+  if (ph) {
+    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
+    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
+  } else {
+    LINE(c, "const int64_t ih = oh + kh;\n");
+  }
+  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
+  LINE(c, "const %s *restrict wr = %s + ci * %lld + kh * %lld;   /* w[0, ci, kh, 0] */\n", ct, w, (ll)(g->KH * g->KW),
+       (ll)g->KW);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g->KW);
+  c->ind += 2;
+  if (pw)
+    LINE(c, "const int64_t lo = kw < %lld ? %lld - kw : 0, hi = %lld - kw < %lld ? %lld - kw : %lld;\n", (ll)pw, (ll)pw,
+         (ll)(g->W + pw), (ll)OW, (ll)(g->W + pw), (ll)OW);
+  LINE(c, "for (int64_t o = 0; o < %lld; o++) {\n", (ll)O);
+  LINE(c, "  const %s wv = wr[o * %lld + kw];\n", ct, (ll)g->ckk);
+  LINE(c, "  CTC_OMP_SIMD\n");
+  if (pw) LINE(c, "  for (int64_t ow = lo; ow < hi; ow++) acc[o][ow] += wv * xr[ow + kw - %lld];\n", (ll)pw);
+  else LINE(c, "  for (int64_t ow = 0; ow < %lld; ow++) acc[o][ow] += wv * xr[ow + kw];\n", (ll)OW);
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)O);
+  LINE(c, "  memcpy(%s + ((n * %lld + o) * %lld + oh) * %lld, acc[o], sizeof acc[o]);\n", y, (ll)O, (ll)g->OH, (ll)OW);
+  c->ind = base;
+  LINE(c, "}\n");
+}
+
+static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, &g);
+  else if (in->attr[6] > 1) emit_conv2d_grouped(c, i, in);
+  else emit_conv2d_chunked(c, i, in);
+}
+
 static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
-  if (in->attr[6] > 1) emit_conv2d_bwd_weight_grouped(c, i, in);
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, &g);
+  else if (in->attr[6] > 1) emit_conv2d_bwd_weight_grouped(c, i, in);
   else emit_conv2d_bwd_weight_chunked(c, i, in);
 }
 
@@ -1964,14 +2112,14 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
     /* A loop with both row elements and reductions runs as two: the elements (and
      * the reductions' operands, into per-row arrays) in a loop that vectorises,
      * then the accumulations in their sequential order (results unchanged). */
-    int nred = 0, nelem = 0;
+    int nred = 0, nelem = 0, nfloat = 0;
     for (int i = kn->first; i <= kn->last; i++) {
       const Inst *in = &c->f->insts.data[i];
       if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) nred++;
+      if (is_reduction(in)) nred++, nfloat += ir_dtype_is_float(ty(c, in->res)->dtype);
       else if (same_dims(ty(c, in->res), S)) nelem++;
     }
-    int split = nred > 0 && nelem > 0 && rowlen * 8 * nred <= KN_MAX_ROWBUF;
+    int split = nred > 0 && (nelem > 0 || nfloat > 0) && rowlen * 8 * nred <= KN_MAX_ROWBUF;
     const char **redarr = calloc((size_t)(kn->last - kn->first + 2), sizeof *redarr);
     CHECK(redarr);
     if (split) {
@@ -2002,18 +2150,18 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
     }
     c->ind -= 2;
     LINE(c, "}\n");
-    if (split) {
-      LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
-      c->ind += 2;
+    if (split) {   /* float rows: ctc_sum/ctc_max (8 lanes, as emit_reduce); integers in order */
       for (int i = kn->first; i <= kn->last; i++) {
         const Inst *in = &c->f->insts.data[i];
         if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+        if (lane_reduce(c, in, u.accn[in->res], "=", redarr[i - kn->first], rowlen)) continue;
         char x[200];
         snprintf(x, sizeof x, "%s[j]", redarr[i - kn->first]);
+        LINE(c, "for (int64_t j = 0; j < %lld; j++)\n", (ll)rowlen);
+        c->ind += 2;
         acc_update(c, in, u.accn[in->res], x);
+        c->ind -= 2;
       }
-      c->ind -= 2;
-      LINE(c, "}\n");
     }
     free(redarr);
     for (int i = kn->first; i <= kn->last; i++) {

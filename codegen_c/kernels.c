@@ -257,6 +257,38 @@ static const char exp_text[] =
     "  return x != x ? x : y;\n"
     "}\n";
 
+/* Sums and maxima of a contiguous float row, in 8 interleaved lanes (element i
+ * into lane i % 8, then a fixed tree): one accumulator would wait on each add
+ * (a 4-cycle chain per element), 8 lanes vectorise. The order is fixed, so the
+ * result is the same on every run and thread count; sums accumulate in double.
+ * A maximum does not depend on the order (an OpenMP simd reduction where OpenMP
+ * is on); it propagates NaN (the last one, as the sequential loop did). */
+static const char sum_text[] =
+    "static inline double ctc_sum_$S(const $T *x, int64_t n) {\n"
+    "  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "  int64_t i = 0;\n"
+    "  for (; i + 8 <= n; i += 8)\n"
+    "    for (int u = 0; u < 8; u++) s[u] += (double)x[i + u];\n"
+    "  for (int u = 0; i + u < n; u++) s[u] += (double)x[i + u];\n"
+    "  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));\n"
+    "}\n";
+static const char max_text[] =
+    "static inline $T ctc_max_$S(const $T *x, int64_t n) {\n"
+    "  $T r = -INFINITY, z = 0;   /* z: NaN once a NaN or an infinity was seen */\n"
+    "#ifdef _OPENMP\n"
+    "#pragma omp simd reduction(max : r) reduction(+ : z)\n"
+    "#endif\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    const $T v = x[i];\n"
+    "    r = v > r ? v : r;\n"
+    "    z += v - v;\n"
+    "  }\n"
+    "  if (z != z)\n"
+    "    for (int64_t j = n - 1; j >= 0; j--)\n"
+    "      if (x[j] != x[j]) return x[j];\n"
+    "  return r;\n"
+    "}\n";
+
 /* Integer pow as PyTorch's powi: exact, modulo 2**64 (the caller truncates to
  * int32); negative exponents give 0 except for bases 1 and -1. */
 static const char ipow_text[] =
@@ -346,6 +378,10 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     int fl = ir_dtype_is_float((DType)t);
     if (k->remainder[t]) instantiate(b, fl ? remainder_float_text : remainder_int_text, (DType)t), cg_puts(b, "\n");
     if (k->floordiv[t]) instantiate(b, fl ? floordiv_float_text : floordiv_int_text, (DType)t), cg_puts(b, "\n");
+  }
+  for (int t = 0; t < DT_COUNT; t++) {
+    if (k->sum[t]) instantiate(b, sum_text, (DType)t), cg_puts(b, "\n");
+    if (k->max[t]) instantiate(b, max_text, (DType)t), cg_puts(b, "\n");
   }
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);

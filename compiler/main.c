@@ -74,7 +74,7 @@ static const char *usage =
     "  --anomaly               every kernel checks its outputs for NaN/Inf; the first stops the entry\n"
     "                          with the op and model line (for backward code: the line it differentiates)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
-    "                          ad_forward, unslice, unbroadcast, dce, hoist, or all); repeatable\n"
+    "                          ad_forward, unslice, unbroadcast, cse, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
@@ -156,12 +156,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
-      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "dce", "hoist", "lower",
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "cse", "dce", "hoist", "lower",
                                            "all"};
       int ok = 0;
       for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
       if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
-        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, dce, hoist%s or all)", pass, s,
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, cse, dce, hoist%s or all)", pass, s,
                    s[7] == 'a' ? ", lower" : "");
         return -1;
       }
@@ -538,6 +538,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   /* the pass pipeline */
   run_pass(p, "unslice", ir_pass_unslice);
   run_pass(p, "unbroadcast", ir_pass_unbroadcast);
+  run_pass(p, "cse", ir_pass_cse);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);
   t->p = p;
@@ -549,18 +550,16 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
  * staged once without the --input specs that name N). 0, or -1 after an error. */
 static int default_batch_max(Arena *a, Diag *d, Opts *o, const SrcFile *src) {
   const InputSpec *sp = NULL;
-  Opts probe = *o;
-  probe.inputs.len = 0;
-  probe.inputs.data = NULL;
-  probe.emit = NULL;
-  probe.dump_before.len = probe.dump_after.len = 0;
-  for (int i = 0; i < o->inputs.len; i++) {
-    if (o->inputs.data[i].sym) {
-      if (!sp) sp = &o->inputs.data[i];
-    } else
-      vec_push(a, &probe.inputs, o->inputs.data[i]);
-  }
+  for (int i = 0; i < o->inputs.len && !sp; i++)
+    if (o->inputs.data[i].sym) sp = &o->inputs.data[i];
   if (!sp) return 0;
+  Opts probe = *o;
+  memset(&probe.inputs, 0, sizeof probe.inputs);
+  memset(&probe.dump_before, 0, sizeof probe.dump_before);
+  memset(&probe.dump_after, 0, sizeof probe.dump_after);
+  probe.emit = NULL;
+  for (int i = 0; i < o->inputs.len; i++)
+    if (!o->inputs.data[i].sym) vec_push(a, &probe.inputs, o->inputs.data[i]);
   probe.lower.ninputs = probe.inputs.len;
   probe.lower.inputs = probe.inputs.data;
   /* the probe's own diagnostics are not the user's: a file without the example says so below */
@@ -694,6 +693,9 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     progs[j] = tr[j].p;
   }
+  /* the C target computes small stride-1 convolutions directly (no scratch) */
+  for (int j = 0; j < ntr; j++)
+    for (int i = 0; i < progs[j]->funcs.len; i++) progs[j]->funcs.data[i]->conv_direct = !o.target || strcmp(o.target, "cuda");
   if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
   Program *p = tr[0].p;
   double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;

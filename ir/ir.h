@@ -174,6 +174,9 @@ typedef struct Func {
   int64_t batch_max, batch_n;
   int *batch_axis;
   const struct Func *batch_ref;  /* the entry staged at N = batch_max: the memory plan's sizes */
+  /* The C target computes the convolutions ir_conv_direct accepts directly, with
+   * no unfolded columns (no scratch); set by the compiler for that target. */
+  int conv_direct;
   /* Distributed builds (Program.distributed): the gradients of one reverse sweep,
    * sync[i] of parameter sync_params[i], which every reader must see averaged over
    * the ranks (DistributedDataParallel's all-reduce); codegen_c/dist_c.c buckets them. */
@@ -250,6 +253,9 @@ void ir_pass_unslice(Program *p, Func *f);
 /* unbroadcast.c: an elementwise operand that is a BROADCAST reads the
  * BROADCAST's operand instead (the op broadcasts it itself); run before DCE. */
 void ir_pass_unbroadcast(Program *p, Func *f);
+/* cse.c: an instruction identical to one at most a few dozen before it, in the
+ * same phase, is dropped and its uses read the earlier one (remat's copies). */
+void ir_pass_cse(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);
@@ -335,6 +341,15 @@ typedef struct MemPlan {
 /* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer);
  * INT64_MAX when that does not fit in int64. */
 int64_t ir_scratch_bytes(const Func *f, const Inst *in);
+/* A convolution (forward or weight gradient) cheaper computed directly than as
+ * unfolded columns and a GEMM: stride and dilation 1, one group, at most
+ * IR_CONV_DIRECT_MAX_W weights (the GEMM would have few rows and columns), output
+ * rows of at least 16 (forward) or 8 (weight gradient) elements, which the
+ * direct loops run in SIMD lanes, and a small block of partial sums (at most
+ * 1024 outputs of a row, 4096 per kernel row of the gradient). Only where
+ * f->conv_direct is set. */
+#define IR_CONV_DIRECT_MAX_W 2048
+int ir_conv_direct(const Func *f, const Inst *in);
 /* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least
  * one, at most the batch): ir_conv_slots images of ir_conv_image_bytes each. */
 #define IR_CONV_SCRATCH_BYTES ((int64_t)8 << 20)

@@ -90,7 +90,7 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
-  if (conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW)) return 0;
+  if (conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW) || ir_conv_direct(f, in)) return 0;
   /* The column matrices of ir_conv_slots images at once: [C*KH*KW, OH*OW] each
    * (CONV2D_BWD_WEIGHT: also their gradients' [O, OH*OW], laid side by side). */
   int64_t per = ir_conv_image_bytes(f, in), b;
@@ -120,6 +120,17 @@ int64_t ir_conv_image_bytes(const Func *f, const Inst *in) {
   if (in->op == IR_CONV2D_BWD_WEIGHT) rows += O;
   int64_t d[4] = {rows, OH, OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
   return ir_prod(d, 4, &b) < 0 ? INT64_MAX : b;
+}
+
+int ir_conv_direct(const Func *f, const Inst *in) {
+  if (!f->conv_direct || (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_WEIGHT)) return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  int64_t G = in->attr[6] > 0 ? in->attr[6] : 1;
+  if (in->attr[0] != 1 || in->attr[1] != 1 || in->attr[4] != 1 || in->attr[5] != 1 || G != 1) return 0;
+  if (C > IR_CONV_DIRECT_MAX_W || KH * KW > IR_CONV_DIRECT_MAX_W || O * C * KH * KW > IR_CONV_DIRECT_MAX_W) return 0;
+  /* the direct loops keep an O x OW (forward) or KW x OW (weight gradient) block on the stack */
+  return in->op == IR_CONV2D ? OW >= 16 && O * OW <= 1024 : OW >= 8 && KW * OW <= 4096;
 }
 
 int64_t ir_conv_slots(const Func *f, const Inst *in) {

@@ -679,7 +679,9 @@ PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
   need_tensor_arg(L, at, x, "softmax");
   need_fn(L, at, "softmax");
   if (!ir_dtype_is_float(x->t->type.dtype)) x = t_cast(L, at, x, DT_F32);
-  PV *m = t_reduce(L, at, IR_REDUCE_MAX, x, &dim, 1, 1, 0);
+  /* the shift is detached: softmax(x - c) = softmax(x) for any c, so no derivative of any
+   * order flows through it (AD through the max would only add terms that cancel) */
+  PV *m = t_detach(L, at, t_reduce(L, at, IR_REDUCE_MAX, x, &dim, 1, 1, 0));
   PV *z = t_binary(L, at, OP_SUB, x, m);
   PV *e = t_unary(L, at, IR_EXP, z);
   PV *s = t_reduce(L, at, IR_REDUCE_SUM, e, &dim, 1, 1, 0);

@@ -1,0 +1,103 @@
+/* cse.c - common subexpression elimination over nearby instructions.
+ *
+ * Two instructions with the same op, operands, attributes and result type
+ * compute the same value (every primitive is pure: RAND_UNIFORM's stream is a
+ * function of its offset operand). Reverse mode recomputes forward values
+ * (rematerialisation) once per use: softmax's backward rebuilt exp(x - max)
+ * twice per element, in one kernel. The later copy's uses read the earlier one.
+ *
+ * Only copies in the same phase (forward, backward, optimizer), at most
+ * CSE_WINDOW instructions apart and with no GEMM, convolution or other special
+ * op between them merge, that is copies the kernel layer would fuse into one
+ * loop nest anyway: a recomputation must not become a read of a value computed
+ * in another kernel, which would store a value that is now recomputed in
+ * registers (and a backward one must not read the forward value, kept alive
+ * through the whole backward: rematerialisation undone). An entry's outputs, updates and
+ * synchronised gradients stay their own values (an all-reduce must not run twice
+ * on one buffer). DCE then removes the copies.
+ *
+ * DETACH, which only matters to the AD sweeps (done before any pass), is a copy:
+ * its uses read its operand, and it no longer splits the kernel around it
+ * (softmax's detached row maximum). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir.h"
+
+#define CSE_WINDOW 64
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0x100000001b3ull;
+}
+
+static uint64_t inst_hash(const Func *f, const Inst *in) {
+  const Type *t = &f->values.data[in->res].type;
+  uint64_t h = mix((uint64_t)in->op, (uint64_t)in->nargs);
+  for (int k = 0; k < in->nargs; k++) h = mix(h, (uint64_t)(uint32_t)in->args[k]);
+  for (int k = 0; k < IR_MAX_ATTRS; k++) h = mix(h, (uint64_t)in->attr[k]);
+  uint64_t fb;
+  memcpy(&fb, &in->fattr, sizeof fb);
+  h = mix(h, fb);
+  h = mix(h, (uint64_t)t->dtype);
+  for (int k = 0; k < t->ndim; k++) h = mix(h, (uint64_t)t->dims[k]);
+  return h;
+}
+
+static int inst_same(const Func *f, const Inst *a, const Inst *b) {
+  if (a->op != b->op || a->nargs != b->nargs || a->phase != b->phase) return 0;
+  if (memcmp(a->args, b->args, sizeof *a->args * (size_t)a->nargs)) return 0;
+  if (memcmp(a->attr, b->attr, sizeof a->attr) || memcmp(&a->fattr, &b->fattr, sizeof a->fattr)) return 0;
+  return ir_type_eq(&f->values.data[a->res].type, &f->values.data[b->res].type);
+}
+
+void ir_pass_cse(Program *p, Func *f) {
+  (void)p;
+  int ni = f->insts.len, nv = f->values.len;
+  if (ni == 0) return;
+  size_t cap = 16;
+  while (cap < (size_t)ni * 2) cap *= 2;
+  int *slot = malloc(sizeof(int) * cap);   /* instruction index + 1; 0 = empty */
+  ValId *to = malloc(sizeof(ValId) * ((size_t)nv + 1));
+  unsigned char *root = calloc((size_t)nv + 1, 1);
+  CHECK(slot && to && root);
+  for (int i = 0; i < f->outputs.len; i++) root[f->outputs.data[i]] = 1;
+  for (int i = 0; i < f->updates.len; i++) root[f->updates.data[i]] = 1;
+  for (int i = 0; i < f->sync.len; i++) root[f->sync.data[i]] = 1;
+  memset(slot, 0, sizeof(int) * cap);
+  for (int v = 0; v < nv; v++) to[v] = v;
+  int any = 0, barrier = -1;   /* the last GEMM/convolution/special op */
+  for (int i = 0; i < ni; i++) {
+    Inst *in = &f->insts.data[i];
+    if (in->dead) continue;
+    if (ir_ops[in->op].kind == K_LINALG || ir_ops[in->op].kind == K_SPECIAL) barrier = i;
+    for (int k = 0; k < in->nargs; k++) in->args[k] = to[in->args[k]];
+    if (root[in->res]) continue;
+    if (in->op == IR_DETACH) {   /* identity once AD has run (passes come after it): a copy */
+      to[in->res] = in->args[0];
+      in->dead = 1;
+      any = 1;
+      continue;
+    }
+    size_t h = (size_t)inst_hash(f, in) & (cap - 1);
+    for (;; h = (h + 1) & (cap - 1)) {
+      if (!slot[h]) {
+        slot[h] = i + 1;
+        break;
+      }
+      Inst *prev = &f->insts.data[slot[h] - 1];
+      if (!inst_same(f, prev, in)) continue;
+      if (i - (slot[h] - 1) <= CSE_WINDOW && slot[h] - 1 > barrier) {
+        to[in->res] = prev->res;
+        in->dead = 1;
+        any = 1;
+      } else
+        slot[h] = i + 1;   /* too far back: later copies merge with this one */
+      break;
+    }
+  }
+  if (any) ir_compact(f);
+  free(root);
+  free(slot);
+  free(to);
+}
