@@ -267,3 +267,16 @@ def test_library_options_are_checked(tmp_path):
                       (["build", py, "--python", "--target", "cuda", "-o", "x"], "--python is not supported with --target cuda")]:
         r = run([CTC, *args], check=False)
         assert r.returncode == 1 and msg in r.stderr, (args, r.stderr)
+
+
+def test_python_module_source_compiles_clean(tmp_path):
+    """runtime_min/python/ctc_pymodule.c under gcc and clang with -Wall -Wextra -Werror
+    (not -pedantic: PyType_Slot stores functions in void *, as the C API wants)."""
+    import sysconfig
+    inc = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(inc, "Python.h")):
+        pytest.skip("no Python headers (python3-dev)")
+    for cc in ["gcc", "clang"]:
+        run([cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-fPIC", "-c", "-I" + inc,
+             "-I" + os.path.join(ROOT, "runtime_min"), "-DCTC_PY_MODULE=m", "-DCTC_PY_DESC=net_desc",
+             os.path.join(ROOT, "runtime_min", "python", "ctc_pymodule.c"), "-o", str(tmp_path / f"{cc}.o")])
