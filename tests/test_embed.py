@@ -280,3 +280,29 @@ def test_python_module_source_compiles_clean(tmp_path):
         run([cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-fPIC", "-c", "-I" + inc,
              "-I" + os.path.join(ROOT, "runtime_min"), "-DCTC_PY_MODULE=m", "-DCTC_PY_DESC=net_desc",
              os.path.join(ROOT, "runtime_min", "python", "ctc_pymodule.c"), "-o", str(tmp_path / f"{cc}.o")])
+
+
+def test_python_module_anomaly(tmp_path):
+    """A module built with --anomaly raises NAME.Error with the anomaly report (the op,
+    and for backward code the forward line it differentiates)."""
+    import test_anomaly as ta
+    tmp = str(tmp_path)
+    py = os.path.join(tmp, "anom.py")
+    with open(py, "w") as f:
+        f.write(ta.MODEL.format(fn="sqrt"))
+    r = subprocess.run([CTC, "build", py, "--python", "--anomaly", "-o", os.path.join(tmp, "anmod")],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHON=PY))
+    assert r.returncode == 0, r.stderr
+    ta.weights(tmp)
+    np.save(os.path.join(tmp, "x.npy"), ta.X_ZERO)
+    out = run_py(tmp, '''
+        import numpy as np
+        import anmod
+        m = anmod.Model("w.safetensors")
+        try:
+            m.train_step(np.load("x.npy"), np.zeros(2, np.float32))
+        except anmod.Error as e:
+            print(e)
+    ''')
+    assert "anmod.train_step: a kernel produced NaN or Inf" in out and \
+        "in the backward pass of entry 'train_step', differentiating anom.py:14: r = torch.sqrt(h)" in out, out
