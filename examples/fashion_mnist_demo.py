@@ -83,7 +83,7 @@ def main():
         sys.path.insert(0, HERE)
         from plot_losses import plot
         plot([os.path.join(OUT, "loss_c.csv"), os.path.join(OUT, "loss_torch.csv")], ["generated C", "PyTorch"], png,
-             title=f"seed CNN on Fashion-MNIST: SGD lr 0.01 momentum 0.9, batch 64, {a.epochs} epochs")
+             title=f"seed CNN, Fashion-MNIST, {a.epochs} epochs (SGD 0.01, momentum 0.9, batch 64)")
         print(f"  loss curves of both: {png}")
     except ImportError as e:   # matplotlib (Debian: python3-matplotlib; demo.sh installs it)
         print(f"  (no loss curve picture: {e})")

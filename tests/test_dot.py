@@ -118,3 +118,22 @@ def test_dot_of_examples_renders(tmp_path, name):
         pytest.skip("graphviz not installed (scripts/install-deps.sh)")
     r = subprocess.run(["dot", "-Tsvg", str(out), "-o", str(tmp_path / "g.svg")], capture_output=True, text=True)
     assert r.returncode == 0 and not r.stderr, r.stderr[:2000]
+
+
+def test_loss_curves_png(tmp_path):
+    """examples/plot_losses.py (the demo's picture) draws two --log CSV files into a PNG."""
+    pytest.importorskip("matplotlib")
+    import sys
+    sys.path.insert(0, EXAMPLES)
+    from plot_losses import moving_average, plot, read_log
+    logs = []
+    for i, scale in enumerate([1.0, 1.01]):
+        p = tmp_path / f"l{i}.csv"
+        p.write_text("epoch,step,loss\n" + "".join(f"{1 + s // 50},{s % 50 + 1},{scale * 2.3 / (1 + s / 20):.6f}\n"
+                                                   for s in range(100)))
+        logs.append(str(p))
+    assert read_log(logs[0])[:2] == [2.3, pytest.approx(2.3 / 1.05, rel=1e-5)]
+    assert moving_average([1, 2, 3, 4], 2) == [1, 1.5, 2.5, 3.5]
+    out = plot(logs, ["generated C", "PyTorch"], str(tmp_path / "c.png"), window=10)
+    data = open(out, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
