@@ -72,10 +72,7 @@ def test_cpp_example_matches_net_infer(tmp_path):
     x = np.random.default_rng(0).standard_normal((32, 1, 28, 28)).astype(np.float32)
     xp = os.path.join(tmp, "x.npy")
     np.save(xp, x)
-    # the same OpenBLAS kernels on both sides: ./net sets OPENBLAS_CORETYPE from the CPU and
-    # re-executes itself (README, OpenBLAS); a program linking the library gets what is set
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    env["CTC_NO_REEXEC"] = "1"
+    env = same_blas_env()
     r = subprocess.run([os.path.join(out, "infer"), w, xp, os.path.join(tmp, "y_cpp.npy")], cwd=tmp, env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("row 0: class "), r.stdout + r.stderr
@@ -97,9 +94,10 @@ def test_cpp_example_matches_net_infer(tmp_path):
     assert r.returncode == 1 and "net.1.weight" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("opts", [[], ["--profile", "--anomaly"], ["--input", "x=f32[N,20]", "--input", "y=i64[N]",
-                                                                    "--max", "N=16"]],
-                         ids=["plain", "profile_anomaly", "runtime_batch"])
+# (the plain header is compiled by the C++ example above)
+@pytest.mark.parametrize("opts", [["--profile", "--anomaly"], ["--input", "x=f32[N,20]", "--input", "y=i64[N]",
+                                                               "--max", "N=16"]],
+                         ids=["profile_anomaly", "runtime_batch"])
 def test_header_is_clean_cpp(tmp_path, opts):
     """The generated header (a training model: forward and train_step) compiles as C++
     with -Wall -Wextra -Werror -pedantic, and its declarations link against the .so."""
@@ -142,12 +140,20 @@ def build_module(tmp, name, *opts):
     return py
 
 
+def same_blas_env():
+    """One environment for ./net and a program or module linking the model: ./net picks
+    OPENBLAS_CORETYPE from the CPU and re-executes itself (README, OpenBLAS), a library
+    takes what the environment says; without both, they run the same OpenBLAS kernels."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(CTC_NO_REEXEC="1", OMP_NUM_THREADS="1")
+    return env
+
+
 def run_py(tmp, code):
     """Runs code under Debian's python3 in tmp (where the module is), without torch."""
     prog = "import sys\nsys.path.insert(0, %r)\n" % tmp + textwrap.dedent(code) + \
            "\nassert 'torch' not in sys.modules, 'the module imported torch'\n"
-    r = subprocess.run([PY, "-c", prog], capture_output=True, text=True, cwd=tmp, timeout=120,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = subprocess.run([PY, "-c", prog], capture_output=True, text=True, cwd=tmp, timeout=120, env=same_blas_env())
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -198,6 +204,12 @@ def test_python_module_matches_pytorch(tmp_path):
     assert np.array_equal(out, np.load(os.path.join(tmp, "out_kw.npy")))
     with torch.no_grad():
         compare("forward", out, net(torch.from_numpy(x)).numpy(), 1e-4, 1e-5)
+    exe = os.path.join(tmp, "net")   # the same file as a program: the same numbers
+    run([CTC, "build", py, "-o", exe])
+    r = subprocess.run([exe, "infer", "--weights", w, "--input", os.path.join(tmp, "x.npy"), "--output",
+                        os.path.join(tmp, "out_net.npy")], capture_output=True, text=True, env=same_blas_env())
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(out, np.load(os.path.join(tmp, "out_net.npy")))
     # PyTorch: the file's own train_step on the same weights
     mod.model.load_state_dict(net.state_dict())
     want = [float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y))) for _ in range(3)]
