@@ -49,5 +49,7 @@ typedef struct CgOptions {
 } CgOptions;
 int cg_c_emit_opts(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, const CgOptions *opt,
                    FILE *c_out, FILE *h_out, const char *h_name);
+/* The C prefix of the generated symbols ("net": net_t, net_forward, net_desc) into buf; returns buf. */
+const char *cg_c_prefix(const Program *p, char *buf, size_t cap);
 
 #endif

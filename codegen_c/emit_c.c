@@ -940,3 +940,10 @@ void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *p
 
 int cg_update_order(const Program *p, const Func *f, int *order) { return update_order(p, f, order); }
 const char *cg_comment_text(char *buf, size_t cap, const char *s) { return comment_text(buf, cap, s); }
+
+const char *cg_c_prefix(const Program *p, char *buf, size_t cap) {
+  char b[64];   /* the size of Gen.prefix, as cg_c_emit_opts makes it */
+  cg_ident(b, sizeof b, p->model_name ? p->model_name : "net");
+  snprintf(buf, cap, "%s", b);
+  return buf;
+}

@@ -43,8 +43,9 @@ static const char *usage =
     "  --emulate               (build --target cuda) build for the CPU instead: the .cu as C++ against\n"
     "                          runtime_min/cuda_emu (CUDA emulated, no GPU needed; --cc, $CC or cc)\n"
     "  --tf32                  (cuda) let cuBLAS use TF32 tensor cores for f32 GEMMs (less precise)\n"
-    "  --emit ast|ir|kernels|c what `compile` writes (default c); ast, ir and kernels (the partition\n"
-    "                          into fused loop nests) go to -o or stdout\n"
+    "  --emit ast|ir|kernels|dot|c  what `compile` writes (default c); ast, ir, kernels (the partition\n"
+    "                          into fused loop nests) and dot (the IR as a Graphviz graph: model lines,\n"
+    "                          forward/backward/optimizer colours, fused kernels boxed) go to -o or stdout\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
@@ -79,6 +80,11 @@ static const char *usage =
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
     "  --no-openmp             (build) do not pass -fopenmp\n"
+    "  --shared                (build) a shared library instead of a program: -o libNAME.so, with the\n"
+    "                          header libNAME.h (and libNAME.c) beside it; link with -lNAME, -I runtime_min\n"
+    "  --python                (build) a CPython extension module: -o NAME makes NAME<EXT_SUFFIX> (or\n"
+    "                          -o NAME.so), `import NAME; m = NAME.Model(\"w.safetensors\"); m.forward(x)`;\n"
+    "                          built for $PYTHON, else python3 on PATH\n"
     "  -h, --help              this help\n"
     "  --version               print the version\n"
     "\n"
@@ -88,6 +94,7 @@ static const char *usage =
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
+  int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -202,6 +209,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_blas = 1;
     } else if (!strcmp(s, "--no-openmp")) {
       o->no_openmp = 1;
+    } else if (!strcmp(s, "--shared")) {
+      o->shared = 1;
+    } else if (!strcmp(s, "--python")) {
+      o->python = 1;
     } else if (s[0] == '-' && s[1]) {
       diag_plain(d, "unknown option '%s' (see ctc --help)", s);
       return -1;
@@ -257,9 +268,29 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "--emulate goes with 'build --target cuda'");
     return -1;
   }
-  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "c")) {
-    diag_plain(d, "unknown --emit '%s' (expected ast, ir, kernels or c)", o->emit);
+  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "dot") &&
+      strcmp(o->emit, "c")) {
+    diag_plain(d, "unknown --emit '%s' (expected ast, ir, kernels, dot or c)", o->emit);
     return -1;
+  }
+  if (o->shared || o->python) {
+    const char *what = o->shared ? "--shared" : "--python";
+    if (strcmp(o->cmd, "build")) {
+      diag_plain(d, "%s goes with 'build' (ctc build model.py %s -o %s)", what, what, o->shared ? "libmodel.so" : "model");
+      return -1;
+    }
+    if (o->shared && o->python) {
+      diag_plain(d, "--shared and --python are two kinds of library: give one");
+      return -1;
+    }
+    if (o->target && !strcmp(o->target, "cuda")) {
+      diag_plain(d, "%s is not supported with --target cuda yet (it is for the C target)", what);
+      return -1;
+    }
+    if (o->lower.distributed) {
+      diag_plain(d, "%s is not supported with --distributed (a distributed model runs under mpirun as a program)", what);
+      return -1;
+    }
   }
   if (!strcmp(o->cmd, "build") && !o->out) {
     diag_plain(d, "'build' needs -o PROGRAM");
@@ -435,7 +466,39 @@ static int have_openblas(Arena *a, const char *cc, const char *dir) {
   return ok;
 }
 
-static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed) {
+/* --shared / --python: the generated sources' path without ".so" (libmlp.so -> libmlp). */
+static const char *lib_stem(Arena *a, const char *out) {
+  size_t n = strlen(out);
+  return n > 3 && !strcmp(out + n - 3, ".so") ? arena_strndup(a, out, n - 3) : out;
+}
+
+/* --python: the include folder and extension suffix of the interpreter the module is for
+ * ($PYTHON, else python3 on PATH). 0, or -1 after a diagnostic. */
+static int python_config(Arena *a, Diag *d, const char **inc, const char **suffix) {
+  FILE *f = popen("\"${PYTHON:-python3}\" -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"]); "
+                  "print(sysconfig.get_config_var(\"EXT_SUFFIX\") or \".so\")' 2>/dev/null", "r");
+  char l1[PATH_MAX] = "", l2[256] = "";
+  int ok = f && fgets(l1, sizeof l1, f) && fgets(l2, sizeof l2, f);
+  int st = f ? pclose(f) : -1;
+  l1[strcspn(l1, "\n")] = 0;
+  l2[strcspn(l2, "\n")] = 0;
+  const char *py = getenv("PYTHON") && *getenv("PYTHON") ? getenv("PYTHON") : "python3";
+  if (!ok || st != 0 || !*l1) {
+    diag_plain(d, "--python: cannot ask '%s' for its include folder (set PYTHON to the interpreter the module is for)", py);
+    return -1;
+  }
+  char h[PATH_MAX + 16];
+  snprintf(h, sizeof h, "%s/Python.h", l1);
+  if (access(h, R_OK) != 0) {
+    diag_plain(d, "--python: '%s' not found: the module needs the Python headers of '%s' (Debian: python3-dev)", h, py);
+    return -1;
+  }
+  *inc = arena_strdup(a, l1);
+  *suffix = arena_strdup(a, l2);
+  return 0;
+}
+
+static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed, const char *prefix) {
   const char *cc = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* distributed builds: the MPI compiler wrapper around the same compiler, and rt_mpi.c */
   const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
@@ -453,14 +516,52 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
                             "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_mpi.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
-  char *argv[48];
+  /* --shared / --python: a library of model.c and the runtime, position independent, without main() */
+  const char *out = o->out, *py_inc = NULL, *py_mod = NULL;
+  if (o->python) {
+    const char *suffix;
+    if (python_config(a, d, &py_inc, &suffix) < 0) return CTC_EXIT_USER;
+    size_t len = strlen(o->out);
+    if (!(len > 3 && !strcmp(o->out + len - 3, ".so"))) out = arena_printf(a, "%s%s", o->out, suffix);
+    char *base = arena_strdup(a, o->out), *b = basename(base);
+    b[strcspn(b, ".")] = 0;   /* the module's name: mlp.cpython-311-x86_64-linux-gnu.so -> mlp */
+    int ident = *b && !(*b >= '0' && *b <= '9');
+    for (const char *q = b; *q; q++) ident &= *q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+                                              (*q >= '0' && *q <= '9');
+    if (!ident) {
+      diag_plain(d, "--python -o %s: the module name '%s' is not a Python identifier", o->out, b);
+      return CTC_EXIT_USER;
+    }
+    py_mod = b;
+    const char *src = arena_printf(a, "%s/python/ctc_pymodule.c", rt);
+    if (access(src, R_OK) != 0) {
+      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", src);
+      return CTC_EXIT_IO;
+    }
+  }
+  char *argv[56];
   int n = 0;
   argv[n++] = (char *)cc;
   argv[n++] = "-std=c11";
   argv[n++] = "-O3";
   argv[n++] = "-march=native";
   argv[n++] = "-D_POSIX_C_SOURCE=200809L";
-  argv[n++] = "-DCTC_MAIN";
+  if (o->shared || o->python) {
+    argv[n++] = "-fPIC";
+    argv[n++] = "-shared";
+  } else {
+    argv[n++] = "-DCTC_MAIN";
+  }
+  if (o->shared) {
+    char *base = arena_strdup(a, o->out);
+    argv[n++] = arena_printf(a, "-Wl,-soname,%s", basename(base));
+  }
+  if (o->python) {
+    argv[n++] = arena_printf(a, "-I%s", py_inc);
+    argv[n++] = arena_printf(a, "-DCTC_PY_MODULE=%s", py_mod);
+    argv[n++] = arena_printf(a, "-DCTC_PY_DESC=%s_desc", prefix);
+    argv[n++] = arena_printf(a, "%s/python/ctc_pymodule.c", rt);
+  }
   if (blas) argv[n++] = "-DCTC_HAVE_CBLAS";
   if (distributed) argv[n++] = "-DCTC_MPI";
   if (!o->no_openmp) argv[n++] = "-fopenmp";
@@ -475,7 +576,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
     argv[n++] = (char *)path;
   }
   argv[n++] = "-o";
-  argv[n++] = (char *)o->out;
+  argv[n++] = (char *)out;
   if (blas) argv[n++] = "-lopenblas";
   argv[n++] = "-lz";
   argv[n++] = "-lm";
@@ -486,10 +587,10 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
       diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "
                     "or set MPICC)", cc);
     else
-      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, o->out);
+      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, out);
     return CTC_EXIT_IO;
   }
-  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s%s\n", o->out, cc, blas ? " +openblas" : "", o->no_openmp ? "" : " +openmp");
+  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s%s\n", out, cc, blas ? " +openblas" : "", o->no_openmp ? "" : " +openmp");
   return 0;
 }
 
@@ -754,10 +855,12 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
   for (int i = 0; i < p->funcs.len; i++) hints[i] = sched[i]->hints;
-  if (o.emit && !strcmp(o.emit, "kernels")) {
+  if (o.emit && (!strcmp(o.emit, "kernels") || !strcmp(o.emit, "dot"))) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
-    for (int i = 0; i < p->funcs.len; i++) kn_print(f, p, p->funcs.data[i], sched[i]);
+    if (!strcmp(o.emit, "dot")) kn_dot(f, p, sched);
+    else
+      for (int i = 0; i < p->funcs.len; i++) kn_print(f, p, p->funcs.data[i], sched[i]);
     if (f != stdout) fclose(f);
     return 0;
   }
@@ -769,6 +872,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   int cuda_target = o.target && !strcmp(o.target, "cuda");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
+  if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));   /* libmlp.so -> libmlp.c, libmlp.h */
   CudaOptions cuda = {o.tf32};
   char *hb = arena_strdup(a, header_path(a, c_path));
   char *c_texts[BATCH_NPOINTS] = {0}, *h_texts[BATCH_NPOINTS] = {0};
@@ -831,7 +935,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
             t_emit - t_lower);
   }
   if (!strcmp(o.cmd, "build"))
-    return cuda_target ? build_cuda_program(a, &d, &o, c_path) : build_program(a, &d, &o, c_path, p->distributed);
+    return cuda_target ? build_cuda_program(a, &d, &o, c_path)
+                       : build_program(a, &d, &o, c_path, p->distributed, cg_c_prefix(p, (char[64]){0}, 64));
   return 0;
 }
 

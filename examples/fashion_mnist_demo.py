@@ -7,7 +7,9 @@ the C that ctc generates, and the same way with PyTorch, side by side.
 3. `./seed_cnn train` runs 2 epochs (batch 64, lr 0.01, momentum 0.9, the same
    shuffled batches) on the 60,000 training images, printing the test accuracy;
 4. examples/train_torch.py trains the same file the same way in PyTorch;
-5. prints both test accuracies and both training throughputs.
+5. prints both test accuracies and both training throughputs, and draws both
+   loss curves on the same axes (build/demo/loss_curves.png, with matplotlib:
+   examples/plot_losses.py).
 
 Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 Run through ./demo.sh, which installs what is missing and builds ctc first.
@@ -76,6 +78,15 @@ def main():
     print(f"  test accuracy  generated C {ac:.2f}%   PyTorch {at:.2f}%   (difference {ac - at:+.2f} points)")
     print(f"  training speed generated C {sc} samples/s   PyTorch {st} samples/s   (ratio {sc / st:.2f}x)")
     print(f"  last epoch loss generated C {lc:.4f}   PyTorch {lt:.4f}")
+    png = os.path.join(OUT, "loss_curves.png")
+    try:
+        sys.path.insert(0, HERE)
+        from plot_losses import plot
+        plot([os.path.join(OUT, "loss_c.csv"), os.path.join(OUT, "loss_torch.csv")], ["generated C", "PyTorch"], png,
+             title=f"seed CNN, Fashion-MNIST, {a.epochs} epochs (SGD 0.01, momentum 0.9, batch 64)")
+        print(f"  loss curves of both: {png}")
+    except ImportError as e:   # matplotlib (Debian: python3-matplotlib; demo.sh installs it)
+        print(f"  (no loss curve picture: {e})")
     return 0
 
 

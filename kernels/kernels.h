@@ -103,5 +103,9 @@ void kn_stats(FILE *out, const Program *p, const MemPlan *mp, const Func *f, con
 
 /* `--emit kernels`: the partition, one block per kernel, with model lines. */
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
+/* `--emit dot` (dot.c): the IR of every entry (sched: one schedule per Program.funcs entry) as a
+ * Graphviz digraph, instructions labelled with op, type and model line, filled by phase
+ * (forward, backward, optimizer), fused kernels as clusters. */
+void kn_dot(FILE *out, const Program *p, KnSchedule *const *sched);
 
 #endif
