@@ -69,8 +69,11 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
+  unsigned char freestanding;       /* --freestanding: the portable GEMM, no OpenMP or BLAS text */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
+const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
+const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 
 /* ---- emit_c.c ------------------------------------------------------------ */
@@ -118,6 +121,35 @@ typedef struct ConvGeom {
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
+
+/* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
+
+/* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
+ * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
+int cg_fs_refuse(const Program *p, const CgOptions *opt);
+/* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
+ * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it
+ * calls to math, space-separated. 0, or -1 after printing the first call that is not allowed. */
+int cg_fs_scan(const char *text, const CgOptions *opt, Buf *math);
+/* The includes and macros that open model.c, and with no_libm ctc's math functions. */
+void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOptions *opt);
+/* The parameters as const arrays ctc_w_<i> from embed (CgOptions.embed). */
+void cg_fs_weights(Buf *b, const Program *p, const void *const *embed);
+int64_t cg_fs_weight_bytes(const Program *p);   /* the parameters' bytes, unpadded */
+/* The address of arena byte offset off as the entries write it: "A + off", or with embedded
+ * weights a parameter's array (offsets in the parameter region) or A + off - params_bytes.
+ * Returns whether the text uses A. */
+int cg_fs_addr(Buf *b, const Program *p, const MemPlan *mp, const CgOptions *opt, int64_t off);
+/* <P>_arena_bytes and <P>_init with embedded weights (the arena is the activations only). */
+void cg_fs_init_embedded(Buf *b, const char *P, const char *U);
+typedef struct FsHeader {
+  const Program *p;
+  const MemPlan *mp;
+  const CgOptions *opt;
+  const char *prefix, *upper, *src, *cls, *math;
+  const Buf *sig, *doc;   /* per entry: prototype, description */
+} FsHeader;
+void cg_fs_header(FILE *h, const FsHeader *x);
 
 /* ---- dist_c.c ------------------------------------------------------------ */
 
