@@ -148,6 +148,7 @@ typedef struct FsHeader {
   const CgOptions *opt;
   const char *prefix, *upper, *src, *cls, *math;
   const Buf *sig, *doc;   /* per entry: prototype, description */
+  const char *stem;       /* the file name without .c/.h */
 } FsHeader;
 void cg_fs_header(FILE *h, const FsHeader *x);
 

@@ -929,7 +929,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
             g.prefix);
 
   if (opt->freestanding) {
-    FsHeader fh = {p, plan, opt, g.prefix, g.upper, src, cls, math.s ? math.s : "", g.sig, g.doc};
+    FsHeader fh = {p, plan, opt, g.prefix, g.upper, src, cls, math.s ? math.s : "", g.sig, g.doc, stem};
     cg_fs_header(h_out, &fh);
   } else {
     emit_header(&g, h_out, src);

@@ -14,8 +14,8 @@
  * FreeBSD's e_logf.c reduction and polynomial; log1pf and expm1f are Goldberg's and Kahan's
  * corrections on them; sqrtf is fdlibm's bit-by-bit square root (correctly rounded); erff is
  * a positive-term series in double below 2.5 and a continued fraction for erfc above, each
- * times exp(-x^2) split so that x^2 is exact; fabsf, copysignf, truncf, floorf, ceilf,
- * roundf, rintf and nearbyintf are exact. tests/test_embedded.py sweeps them against glibc
+ * times exp(-x^2) split so that x^2 is exact; fabsf, copysignf, truncf, floorf and
+ * nearbyintf are exact. These are the f32 functions ops.def's templates call. tests/test_embedded.py sweeps them against glibc
  * (the bounds in ulps are in README.md). */
 #include <ctype.h>
 #include <stdlib.h>
@@ -45,15 +45,8 @@ static const char m_truncf[] =
     "}\n";
 static const char m_floorf[] =
     "static inline float ctc_m_floorf(float x) { const float t = ctc_m_truncf(x); return x < t ? t - 1.0f : t; }\n";
-static const char m_ceilf[] =
-    "static inline float ctc_m_ceilf(float x) { const float t = ctc_m_truncf(x); return x > t ? t + 1.0f : t; }\n";
-static const char m_roundf[] =
-    "static inline float ctc_m_roundf(float x) {   /* halves away from zero */\n"
-    "  const float t = ctc_m_truncf(x), d = x - t;   /* exact */\n"
-    "  return d >= 0.5f ? t + 1.0f : d <= -0.5f ? t - 1.0f : t;\n"
-    "}\n";
-static const char m_rintf[] =
-    "static inline float ctc_m_rintf(float x) {   /* halves to even (needs FLT_EVAL_METHOD 0) */\n"
+static const char m_nearbyintf[] =
+    "static inline float ctc_m_nearbyintf(float x) {   /* halves to even (needs FLT_EVAL_METHOD 0) */\n"
     "  const float ax = ctc_m_fabsf(x);\n"
     "  if (!(ax < 8388608.0f)) return x;   /* integral, inf or NaN */\n"
     "  return ctc_m_copysignf((ax + 8388608.0f) - 8388608.0f, x);\n"
@@ -94,7 +87,7 @@ static const char m_expm1f[] =
     "  if (u == INFINITY) return u;\n"
     "  const float um1 = u - 1.0f;\n"
     "  if (um1 == -1.0f) return -1.0f;\n"
-    "  return um1 * x / ctc_m_logf(u);\n"
+    "  return um1 * (x / ctc_m_logf(u));\n"
     "}\n";
 static const char m_sqrtf[] =
     "static float ctc_m_sqrtf(float x) {   /* fdlibm's e_sqrtf.c: bit by bit, correctly rounded */\n"
@@ -126,9 +119,10 @@ static const char m_sqrtf[] =
     "  return ctc_m_float((uint32_t)((q / 2) + 0x3f000000 + m * (1 << 23)));\n"
     "}\n";
 static const char m_erff[] =
-    "static float ctc_m_expnx2(float ax) {   /* exp(-ax^2) with ax^2 = h^2 + (ax - h)(ax + h), h^2 exact */\n"
+    "static double ctc_m_expnx2(float ax) {   /* exp(-ax^2) = exp(-h^2) exp(d), d = (h - ax)(h + ax), h^2 exact */\n"
     "  const float h = ctc_m_float(ctc_m_bits(ax) & 0xfffff000u);\n"
-    "  return ctc_m_expf(-h * h) * ctc_m_expf((h - ax) * (h + ax));\n"
+    "  const double d = ((double)h - ax) * ((double)h + ax);   /* |d| < 2^-9: exp(d) by 4 terms */\n"
+    "  return (double)ctc_m_expf(-h * h) * (1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0))));\n"
     "}\n"
     "static float ctc_m_erff(float x) {\n"
     "  const float ax = ctc_m_fabsf(x);\n"
@@ -143,11 +137,11 @@ static const char m_erff[] =
     "      t *= z / (double)(2 * n + 1);\n"
     "      s += t;\n"
     "    }\n"
-    "    r = (float)(1.1283791670955126 * s * (double)ctc_m_expnx2(ax));\n"
+    "    r = (float)(1.1283791670955126 * s * ctc_m_expnx2(ax));\n"
     "  } else {   /* 1 - erfc, erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))) */\n"
     "    float f = ax;\n"
     "    for (int n = 40; n >= 1; n--) f = ax + 0.5f * (float)n / f;\n"
-    "    r = 1.0f - 0.56418958354f * ctc_m_expnx2(ax) / f;\n"
+    "    r = 1.0f - (float)(0.5641895835477563 * ctc_m_expnx2(ax)) / f;\n"
     "  }\n"
     "  return ctc_m_copysignf(r, x);\n"
     "}\n";
@@ -164,10 +158,7 @@ static const MathFn math_fns[] = {
     {"copysignf", m_copysignf, ""},
     {"truncf", m_truncf, ""},
     {"floorf", m_floorf, "truncf"},
-    {"ceilf", m_ceilf, "truncf"},
-    {"roundf", m_roundf, "truncf"},
-    {"rintf", m_rintf, "fabsf copysignf"},
-    {"nearbyintf", NULL, "rintf"},
+    {"nearbyintf", m_nearbyintf, "fabsf copysignf"},
     {"expf", NULL, ""},
     {"tanhf", NULL, ""},
     {"logf", m_logf, ""},
@@ -384,7 +375,6 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
     const MathFn *m = &math_fns[k];
     if (!strcmp(m->name, "expf")) put_renamed(b, cg_exp_f32_text(), "ctc_exp_f32", "ctc_m_expf");
     else if (!strcmp(m->name, "tanhf")) put_renamed(b, cg_tanh_f32_text(), "ctc_tanh_f32", "ctc_m_tanhf");
-    else if (!strcmp(m->name, "nearbyintf")) cg_puts(b, "#define ctc_m_nearbyintf ctc_m_rintf\n");
     else cg_puts(b, m->text);
   }
   for (int k = 0; k < NMATH; k++)
@@ -502,13 +492,13 @@ void cg_fs_header(FILE *h, const FsHeader *x) {
   const Program *p = x->p;
   const MemPlan *mp = x->mp;
   int64_t ram = x->opt->embed ? mp->arena_bytes - mp->params_bytes : mp->arena_bytes;
-  fprintf(h, "/* %s.h - generated by ctc from %s (class %s). Do not edit.\n *\n", P, x->src, x->cls);
-  fprintf(h, " * Freestanding (ctc --freestanding): %s.c needs only <stddef.h>, <stdint.h>, <string.h>\n", P);
+  fprintf(h, "/* %s.h - generated by ctc from %s (class %s). Do not edit.\n *\n", x->stem, x->src, x->cls);
+  fprintf(h, " * Freestanding (ctc --freestanding): %s.c needs only <stddef.h>, <stdint.h>, <string.h>\n", x->stem);
   fprintf(h, " * and the math functions: %s%s.\n", x->math && *x->math ? x->math : "none",
           !x->math || !*x->math ? "" : x->opt->no_libm ? " (ctc's own, in the file: --no-libm)" : " (libm)");
   fprintf(h, " * No file I/O, no allocation, no OpenMP, no BLAS; the caller passes the arena.\n");
   if (x->opt->embed)
-    fprintf(h, " * Weights: const arrays in %s.c (%lld bytes, flash); the arena holds the activations only.\n", P,
+    fprintf(h, " * Weights: const arrays in %s.c (%lld bytes, flash); the arena holds the activations only.\n", x->stem,
             (ll)cg_fs_weight_bytes(p));
   else
     fprintf(h, " * Weights: in the arena (%lld bytes), initialised by %s_init as the model does; another\n"
