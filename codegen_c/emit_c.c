@@ -852,7 +852,6 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
     }
   }
   if (opt->freestanding && cg_fs_refuse(p, opt) < 0) return -1;
-  g.k.freestanding = (unsigned char)(opt->freestanding != 0);
   g.sig = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
   g.doc = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
   CHECK(g.sig && g.doc);
@@ -878,8 +877,11 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   cg_emit_kernels(&kern, &g.k);
   Buf all = {0}, math = {0}, pro = {0};   /* --freestanding: the calls the text makes, its prologue */
   if (opt->freestanding) {
-    const Buf *parts[] = {&kern, &data, &init, &entries};
-    for (int i = 0; i < 4; i++) cg_puts(&all, parts[i]->s ? parts[i]->s : "");
+    Buf *parts[] = {&kern, &data, &init, &entries};
+    for (int i = 0; i < 4; i++) {
+      cg_fs_preprocess(parts[i]);   /* no OpenMP or BLAS branches */
+      cg_puts(&all, parts[i]->s ? parts[i]->s : "");
+    }
     rc = cg_fs_scan(all.s ? all.s : "", opt, &math);
     cg_fs_prologue(&pro, h_name, math.s ? math.s : "", opt);
   }

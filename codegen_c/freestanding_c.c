@@ -169,6 +169,74 @@ static const MathFn math_fns[] = {
 };
 enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 
+/* ---- OpenMP and BLAS conditionals --------------------------------------------------------- */
+
+static int is_off_macro(const char *s, size_t n) {
+  return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14));
+}
+
+/* The value of a conditional directive with _OPENMP and CTC_HAVE_CBLAS undefined: 1, 0, or -1 when
+ * it depends on something else. */
+static int cond_value(const char *line) {
+  const char *s = line + 1;
+  int neg = 0;
+  if (!strncmp(s, "ifdef ", 6) || (neg = !strncmp(s, "ifndef ", 7))) {
+    s += neg ? 7 : 6;
+    while (*s == ' ') s++;
+    size_t n = 0;
+    while (isalnum((unsigned char)s[n]) || s[n] == '_') n++;
+    if (!is_off_macro(s, n)) return -1;
+    return neg;
+  }
+  if (!strncmp(s, "if ", 3)) {   /* defined(A) && defined(B) ...: false if one is off */
+    if (strstr(s, "||") || strchr(s, '!')) return -1;
+    for (const char *d = strstr(s, "defined("); d; d = strstr(d + 1, "defined(")) {
+      const char *m = d + 8;
+      size_t n = strcspn(m, ")");
+      if (is_off_macro(m, n)) return 0;
+    }
+  }
+  return -1;
+}
+
+void cg_fs_preprocess(Buf *b) {
+  if (!b->s) return;
+  Buf out = {0};
+  struct {
+    int handled, active;
+  } st[64];
+  int depth = 0;
+  for (const char *s = b->s; *s;) {
+    size_t n = strcspn(s, "\n");
+    const char *line = s;
+    s += n + (s[n] == '\n');
+    int emit = 1;
+    for (int i = 0; i < depth; i++) emit &= st[i].active;
+    int drop = 0;
+    if (line[0] == '#') {
+      if (!strncmp(line, "#if", 3)) {
+        if (depth == 64) BUG("codegen_c: conditionals nested too deeply");
+        char text[256];   /* the directive alone (line is not NUL-terminated) */
+        snprintf(text, sizeof text, "%.*s", (int)n, line);
+        int v = n < sizeof text ? cond_value(text) : -1;
+        st[depth].handled = v >= 0;
+        st[depth].active = v != 0;
+        depth++;
+        drop = v >= 0;
+      } else if (!strncmp(line, "#elif", 5)) {
+        if (depth && st[depth - 1].handled) BUG("codegen_c: #elif after a conditional on _OPENMP or CTC_HAVE_CBLAS");
+      } else if (!strncmp(line, "#else", 5) && depth) {
+        if (st[depth - 1].handled) st[depth - 1].active = !st[depth - 1].active, drop = 1;
+      } else if (!strncmp(line, "#endif", 6) && depth) {
+        drop = st[--depth].handled;
+      }
+    }
+    if (emit && !drop) cg_printf(&out, "%.*s%s", (int)n, line, line[n] == '\n' ? "\n" : "");
+  }
+  cg_buf_free(b);
+  *b = out;
+}
+
 /* ---- scanning the generated text -------------------------------------------------------- */
 
 static const char *const c_words[] = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "_Alignas",

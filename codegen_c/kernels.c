@@ -317,22 +317,19 @@ static void instantiate(Buf *b, const char *text, DType t) {
 }
 
 void cg_emit_kernels(Buf *b, const Kernels *k) {
-  if (k->simd && k->freestanding) cg_puts(b, "#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n\n");
-  if (k->simd && !k->freestanding)
+  if (k->simd)
     cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
                "#ifdef _OPENMP\n#define CTC_OMP_SIMD _Pragma(\"omp simd\")\n"
                "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
                "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->gemm[t]) continue;
-    int blas = (t == DT_F32 || t == DT_F64) && !k->freestanding;
+    int blas = t == DT_F32 || t == DT_F64;
     if (blas) cg_puts(b, "#ifndef CTC_HAVE_CBLAS\n");
     instantiate(b, gemm_text, (DType)t);
     if (blas) cg_puts(b, "#endif\n");
     cg_puts(b, "\n");
     if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
-    if (k->freestanding && (t == DT_F32 || t == DT_F64))   /* the portable GEMM, one thread */
-      instantiate(b, "#define ctc_matmul_$S ctc_gemm_$S\n#define ctc_blas_threads_$S() ((void)0)\n\n", (DType)t);
   }
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
