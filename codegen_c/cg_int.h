@@ -3,7 +3,8 @@
  *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
  *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
  *   emit_ops.c  the loops of each primitive
- *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor */
+ *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor
+ *   freestanding_c.c  --freestanding: prologue, header, call check, --no-libm math, embedded weights */
 #ifndef CTC_CG_INT_H
 #define CTC_CG_INT_H
 
