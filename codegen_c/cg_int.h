@@ -138,7 +138,7 @@ int cg_fs_scan(const char *text, const CgOptions *opt, Buf *math);
 void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOptions *opt);
 /* The parameters as const arrays ctc_w_<i> from embed (CgOptions.embed). */
 void cg_fs_weights(Buf *b, const Program *p, const void *const *embed);
-int64_t cg_fs_weight_bytes(const Program *p);   /* the parameters' bytes, unpadded */
+int cg_fs_param_used(const Program *p, int i);   /* whether an entry reads parameter i */
 /* The address of arena byte offset off as the entries write it: "A + off", or with embedded
  * weights a parameter's array (offsets in the parameter region) or A + off - params_bytes.
  * Returns whether the text uses A. */

@@ -56,6 +56,9 @@ typedef struct CgOptions {
    * activations. NULL: parameters live in the arena as usual. Entries that update parameters are refused. */
   const void *const *embed;
 } CgOptions;
+/* The flash `--embed-weights` takes: the bytes of the parameters some entry reads (the
+ * others get no array). */
+int64_t cg_c_weight_bytes(const Program *p);
 int cg_c_emit_opts(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, const CgOptions *opt,
                    FILE *c_out, FILE *h_out, const char *h_name);
 

@@ -452,6 +452,22 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
 
 /* ---- embedded weights ------------------------------------------------------------------ */
 
+/* Whether an entry reads parameter i (an operand or an output): others get no array. */
+int cg_fs_param_used(const Program *p, int i) {
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    const Func *f = p->funcs.data[fi];
+    for (int v = 0; v < f->values.len; v++) {
+      if (f->values.data[v].kind != V_PARAM || f->values.data[v].index != i) continue;
+      for (int k = 0; k < f->insts.len; k++)
+        for (int a = 0; a < f->insts.data[k].nargs; a++)
+          if (f->insts.data[k].args[a] == v) return 1;
+      for (int k = 0; k < f->outputs.len; k++)
+        if (f->outputs.data[k] == v) return 1;
+    }
+  }
+  return 0;
+}
+
 void cg_fs_weights(Buf *b, const Program *p, const void *const *embed) {
   cg_puts(b, "/* ---- parameters (--embed-weights): const arrays, in flash ---- */\n\n");
   for (int i = 0; i < p->params.len; i++) {
@@ -459,6 +475,11 @@ void cg_fs_weights(Buf *b, const Program *p, const void *const *embed) {
     const Type *t = &pr->type;
     int64_t n = ir_numel(t);
     char pn[256], tb[300];
+    if (!cg_fs_param_used(p, i)) {
+      cg_printf(b, "/* %s %s: no entry reads it */\n\n", cg_comment_text(pn, sizeof pn, pr->name),
+                ir_type_str(t, tb, sizeof tb));
+      continue;
+    }
     cg_printf(b, "/* %s %s */\n", cg_comment_text(pn, sizeof pn, pr->name), ir_type_str(t, tb, sizeof tb));
     cg_printf(b, "static const %s ctc_w_%d[%lld] = {", cg_ctype(t->dtype), i, (ll)n);
     const unsigned char *d = embed[i];
@@ -498,10 +519,11 @@ void cg_fs_weights(Buf *b, const Program *p, const void *const *embed) {
   }
 }
 
-int64_t cg_fs_weight_bytes(const Program *p) {
+int64_t cg_c_weight_bytes(const Program *p) {
   int64_t n = 0;
   for (int i = 0; i < p->params.len; i++)
-    n += ir_numel(&p->params.data[i].type) * (int64_t)ir_dtype_size(p->params.data[i].type.dtype);
+    if (cg_fs_param_used(p, i))
+      n += ir_numel(&p->params.data[i].type) * (int64_t)ir_dtype_size(p->params.data[i].type.dtype);
   return n;
 }
 
@@ -567,7 +589,7 @@ void cg_fs_header(FILE *h, const FsHeader *x) {
   fprintf(h, " * No file I/O, no allocation, no OpenMP, no BLAS; the caller passes the arena.\n");
   if (x->opt->embed)
     fprintf(h, " * Weights: const arrays in %s.c (%lld bytes, flash); the arena holds the activations only.\n", x->stem,
-            (ll)cg_fs_weight_bytes(p));
+            (ll)cg_c_weight_bytes(p));
   else
     fprintf(h, " * Weights: in the arena (%lld bytes), initialised by %s_init as the model does; another\n"
                " * source is copied to the offsets below.\n", (ll)mp->params_bytes, P);
@@ -580,7 +602,7 @@ void cg_fs_header(FILE *h, const FsHeader *x) {
     fprintf(h, "/* RAM the model needs: the peak of the activations of the running entry. */\n");
     fprintf(h, "#define %s_ARENA_BYTES ((size_t)%lld)\n", U, (ll)ram);
     fprintf(h, "/* Flash the weights take (const arrays). */\n#define %s_WEIGHT_BYTES ((size_t)%lld)\n\n", U,
-            (ll)cg_fs_weight_bytes(p));
+            (ll)cg_c_weight_bytes(p));
   } else {
     fprintf(h, "/* Arena bytes the model needs: parameters (%lld), then the activations of\n"
                " * the running entry (%lld). */\n", (ll)mp->params_bytes, (ll)(mp->arena_bytes - mp->params_bytes));

@@ -799,9 +799,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       kn_stats(stderr, p, plan, f, sched[i], i);
     }
     if (o.freestanding) {   /* flash: the weights' const arrays (code not counted); RAM: the arena */
-      int64_t w = 0;
-      for (int i = 0; i < p->params.len; i++)
-        w += ir_numel(&p->params.data[i].type) * (int64_t)ir_dtype_size(p->params.data[i].type.dtype);
+      int64_t w = cg_c_weight_bytes(p);
       fprintf(stderr, "ctc: freestanding: flash %lld bytes of weights%s, RAM %lld bytes (arena: %s)\n",
               (long long)(embed ? w : 0), embed ? " (const arrays; code not counted)" : " (none embedded)",
               (long long)(embed ? plan->arena_bytes - plan->params_bytes : plan->arena_bytes),

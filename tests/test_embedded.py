@@ -377,3 +377,71 @@ def test_refusals(seed, tmp_path):
     # with libm it is fine, and the header names the functions
     run([CTC, "compile", sin_py, "--freestanding", "-o", tmp_path / "s.c"])
     assert "sinf" in (tmp_path / "s.h").read_text()
+
+
+BN_MODEL = """
+import torch
+import torch.nn as nn
+
+
+class BnNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return torch.sigmoid(self.fc(x.reshape(x.shape[0], -1)))
+
+
+model = BnNet().eval()
+example_inputs = {"forward": (torch.randn(2, 1, 8, 8),)}
+"""
+
+
+@pytest.mark.parametrize("libm", [True, False])
+def test_buffers_from_checkpoint(tmp_path, libm):
+    """Weights from a torch.save checkpoint: buffers (BatchNorm's running statistics) in flash,
+    the int64 counter no entry reads left out (an unused const array would break -Werror), and
+    sqrtf/expf from libm or --no-libm; the host build of the same file matches PyTorch."""
+    (tmp_path / "bn.py").write_text(BN_MODEL)
+    mod = load_module(str(tmp_path / "bn.py"), "bn_embedded")
+    net = mod.model
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.uniform_(-0.5, 0.5)
+        net.bn.running_mean.uniform_(-0.5, 0.5)
+        net.bn.running_var.uniform_(0.5, 2.0)
+    torch.save({"model": net.state_dict(), "step": 3}, tmp_path / "ckpt.pt")
+    r = run([CTC, "compile", tmp_path / "bn.py", "--freestanding", "--name", "bn", "--embed-weights",
+             f"{tmp_path / 'ckpt.pt'}:model", "-o", tmp_path / "bn.c", "--stats"] + ([] if libm else ["--no-libm"]))
+    nbytes = sum(v.numel() * 4 for k, v in net.state_dict().items() if k != "bn.num_batches_tracked")
+    assert f"flash {nbytes} bytes" in r.stderr, r.stderr
+    c = (tmp_path / "bn.c").read_text()
+    assert "bn.num_batches_tracked i64[]: no entry reads it" in c
+    assert ("#include <math.h>   /* libm: sqrtf expf */" in c) == libm
+    assert ("#define expf ctc_m_expf" in c and "#define sqrtf ctc_m_sqrtf" in c) == (not libm)
+    x = torch.randn(2, 1, 8, 8)
+    main = r"""
+#include <stdio.h>
+#include "bn.h"
+static _Alignas(64) unsigned char arena[BN_ARENA_BYTES];
+int main(void) {
+  static const float x[128] = {%s};
+  float y[10];
+  bn_t m;
+  if (bn_init(&m, arena, sizeof arena) || bn_forward(&m, x, y)) return 1;
+  for (int i = 0; i < 10; i++) printf("%%.9g\n", y[i]);
+  return 0;
+}
+""" % ", ".join(f"{v:.9e}f" for v in x.numpy().ravel())
+    (tmp_path / "main.c").write_text(main)
+    run(["gcc", *STRICT, f"-I{tmp_path}", tmp_path / "main.c", tmp_path / "bn.c", "-o", tmp_path / "bn"]
+        + (["-lm"] if libm else []))
+    got = [float(v) for v in run([tmp_path / "bn"]).stdout.split()]
+    with torch.no_grad():
+        want = net(x).numpy().ravel()
+    compare("bn logits", np.array(got), want, rtol=1e-5, atol=1e-6)
