@@ -373,7 +373,9 @@ int cg_fs_scan(const char *text, const CgOptions *opt, Buf *math) {
         fprintf(stderr, "ctc: error: --no-libm: the model needs '%s', which ctc has no implementation of (it has %s",
                 c, math_fns[0].name);
         for (int k = 1; k < NMATH; k++) fprintf(stderr, ", %s", math_fns[k].name);
-        fprintf(stderr, "); build without --no-libm to call the toolchain's libm\n");
+        fprintf(stderr, "); build without --no-libm to call the toolchain's libm%s\n",
+                c[n - 1] != 'f' ? " (a double-precision call: normal-distributed random init calls sqrt, log and cos, "
+                                  "which --embed-weights leaves out)" : "");
         rc = -1;
         break;
       }
