@@ -3,7 +3,8 @@
  *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
  *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
  *   emit_ops.c  the loops of each primitive
- *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor */
+ *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor
+ *   freestanding_c.c  --freestanding: prologue, header, call check, --no-libm math, embedded weights */
 #ifndef CTC_CG_INT_H
 #define CTC_CG_INT_H
 
@@ -73,6 +74,8 @@ typedef struct Kernels {
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
+const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
+const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 
 /* ---- emit_c.c ------------------------------------------------------------ */
@@ -120,6 +123,39 @@ typedef struct ConvGeom {
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
+
+/* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
+
+/* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
+ * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
+int cg_fs_refuse(const Program *p, const CgOptions *opt);
+/* Resolves, in b, the conditionals on _OPENMP and CTC_HAVE_CBLAS as undefined (their directives and
+ * dead branches go): the portable GEMM, no OpenMP text. Other conditionals stay. */
+void cg_fs_preprocess(Buf *b);
+/* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
+ * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it
+ * calls to math, space-separated. 0, or -1 after printing the first call that is not allowed. */
+int cg_fs_scan(const char *text, const CgOptions *opt, Buf *math);
+/* The includes and macros that open model.c, and with no_libm ctc's math functions. */
+void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOptions *opt);
+/* The parameters as const arrays ctc_w_<i> from embed (CgOptions.embed). */
+void cg_fs_weights(Buf *b, const Program *p, const void *const *embed);
+int cg_fs_param_used(const Program *p, int i);   /* whether an entry reads parameter i */
+/* The address of arena byte offset off as the entries write it: "A + off", or with embedded
+ * weights a parameter's array (offsets in the parameter region) or A + off - params_bytes.
+ * Returns whether the text uses A. */
+int cg_fs_addr(Buf *b, const Program *p, const MemPlan *mp, const CgOptions *opt, int64_t off);
+/* <P>_arena_bytes and <P>_init with embedded weights (the arena is the activations only). */
+void cg_fs_init_embedded(Buf *b, const char *P, const char *U);
+typedef struct FsHeader {
+  const Program *p;
+  const MemPlan *mp;
+  const CgOptions *opt;
+  const char *prefix, *upper, *src, *cls, *math;
+  const Buf *sig, *doc;   /* per entry: prototype, description */
+  const char *stem;       /* the file name without .c/.h */
+} FsHeader;
+void cg_fs_header(FILE *h, const FsHeader *x);
 
 /* ---- dist_c.c ------------------------------------------------------------ */
 

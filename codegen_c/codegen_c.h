@@ -46,7 +46,19 @@ typedef struct CgOptions {
   int profile;   /* `--profile`: every kernel timed into the model's ctc_profile (runtime_min/rt_profile.c);
                     0: no timing code at all */
   int anomaly;   /* `--anomaly`: every kernel's float outputs checked for NaN/Inf (CTC_ERR_ANOMALY) */
+  /* `--freestanding` (freestanding_c.c): model.c/.h need only <stddef.h>, <stdint.h>, <string.h> and the
+   * math functions the header names: no runtime (ctc_rt.h), no file I/O, load/save or descriptor, no
+   * OpenMP or BLAS. Refused (-1 and a message): profiling, anomaly checks, distributed builds. */
+  int freestanding;
+  int no_libm;   /* `--no-libm` (with freestanding): ctc's own math functions, no libm at all */
+  /* `--embed-weights` (with freestanding): per Program.params entry, its values in the parameter's dtype
+   * (numel elements, host byte order), written as const arrays (flash); the arena then holds only the
+   * activations. NULL: parameters live in the arena as usual. Entries that update parameters are refused. */
+  const void *const *embed;
 } CgOptions;
+/* The flash `--embed-weights` takes: the bytes of the parameters some entry reads (the
+ * others get no array). */
+int64_t cg_c_weight_bytes(const Program *p);
 int cg_c_emit_opts(const Program *p, const MemPlan *plan, struct KnSchedule *const *sched, const CgOptions *opt,
                    FILE *c_out, FILE *h_out, const char *h_name);
 /* The C prefix of the generated symbols ("net": net_t, net_forward, net_desc) into buf; returns buf. */

@@ -393,3 +393,6 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->normal[t]) instantiate(b, normal_text, (DType)t), cg_puts(b, "\n");
   }
 }
+
+const char *cg_exp_f32_text(void) { return exp_text; }
+const char *cg_tanh_f32_text(void) { return tanh_text; }

@@ -17,6 +17,7 @@
 #include "../lowering/lowering.h"
 #include "batch.h"
 #include "convert.h"
+#include "embed.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -77,6 +78,12 @@ static const char *usage =
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
     "                          ad_forward, unslice, unbroadcast, cse, dce, hoist, or all); repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
+    "  --freestanding          (compile) model.c/.h for a microcontroller or bare metal: only <stddef.h>,\n"
+    "                          <stdint.h>, <string.h> and the math functions the header names; no runtime,\n"
+    "                          file I/O, allocation, OpenMP or BLAS (README: Microcontrollers)\n"
+    "  --no-libm               (freestanding) ctc's own expf, logf, tanhf, erff, sqrtf, ... instead of libm\n"
+    "  --embed-weights W       (freestanding) the parameters of W (safetensors or a PyTorch checkpoint) as\n"
+    "                          const arrays (flash); the arena holds only the activations (RAM)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
     "  --no-openmp             (build) do not pass -fopenmp\n"
@@ -95,6 +102,8 @@ typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
   int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
+  int freestanding, no_libm;  /* --freestanding, --no-libm */
+  const char *embed;          /* --embed-weights W */
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -203,6 +212,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
         return -1;
       }
       o->lower.bucket_mb = mb;
+    } else if (!strcmp(s, "--freestanding")) {
+      o->freestanding = 1;
+    } else if (!strcmp(s, "--no-libm")) {
+      o->no_libm = 1;
+    } else if (!strcmp(s, "--embed-weights")) {
+      if (!(o->embed = NEXT())) return -1;
     } else if (!strcmp(s, "--no-remat")) {
       o->lower.no_remat = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -263,6 +278,15 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       diag_plain(d, "%s is not supported with --target cuda yet (it is for the C target)", what);
       return -1;
     }
+  }
+  if ((o->no_libm || o->embed) && !o->freestanding) {
+    diag_plain(d, "%s goes with --freestanding", o->no_libm ? "--no-libm" : "--embed-weights");
+    return -1;
+  }
+  if (o->freestanding && (strcmp(o->cmd, "compile") || (o->target && strcmp(o->target, "c")))) {
+    diag_plain(d, "--freestanding goes with 'compile' for the C target (build the model.c with your toolchain: "
+                  "README, Microcontrollers)");
+    return -1;
   }
   if (o->emulate && !(o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build"))) {
     diag_plain(d, "--emulate goes with 'build --target cuda'");
@@ -870,6 +894,11 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     return CTC_EXIT_USER;
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
+  const void *const *embed = NULL;   /* --embed-weights: the parameters' values */
+  if (o.embed) {
+    int erc = ctc_embed_read(a, &d, p, o.embed, &embed);
+    if (erc) return erc;
+  }
   int cuda_target = o.target && !strcmp(o.target, "cuda");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
   if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));   /* libmlp.so -> libmlp.c, libmlp.h */
@@ -886,7 +915,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
                    (long long)pts[j]);
         rc = CTC_EXIT_USER;
       }
-    CgOptions copt = {o.profile, o.anomaly};
+    CgOptions copt = {o.profile, o.anomaly, o.freestanding, o.no_libm, embed};
     if (!rc)
       rc = emit_texts(progs[j], plan, scheds[j], &copt, cuda_target ? &cuda : NULL, basename(hb), &c_texts[j],
                       &h_texts[j]);
@@ -930,6 +959,13 @@ static int run_ctc(Arena *a, int argc, char **argv) {
               f->insts.len, ncode, sched[i]->ncode, o.no_fuse ? " (--no-fuse)" : " after fusion",
               (long long)plan->funcs[i].peak);
       kn_stats(stderr, p, plan, f, sched[i], i);
+    }
+    if (o.freestanding) {   /* flash: the weights' const arrays (code not counted); RAM: the arena */
+      int64_t w = cg_c_weight_bytes(p);
+      fprintf(stderr, "ctc: freestanding: flash %lld bytes of weights%s, RAM %lld bytes (arena: %s)\n",
+              (long long)(embed ? w : 0), embed ? " (const arrays; code not counted)" : " (none embedded)",
+              (long long)(embed ? plan->arena_bytes - plan->params_bytes : plan->arena_bytes),
+              embed ? "the activations' peak" : "parameters and activations");
     }
     fprintf(stderr, "ctc: parse %.1f ms, lower %.1f ms, passes+emit %.1f ms\n", t_parse - t0, t_lower - t_parse,
             t_emit - t_lower);
