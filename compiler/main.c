@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "convert.h"
 #include "embed.h"
+#include "validate.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -70,6 +71,9 @@ static const char *usage =
     "                          (x=f32[N,1,28,28]): a batch chosen at run time, up to --max\n"
     "  --max N=M               the largest run-time batch N (the arena is planned for it;\n"
     "                          default: the size example_inputs in the file gives)\n"
+    "  --validate              compile the generated code again inside ctc: the kernels with NVRTC (sm_80,\n"
+    "                          sm_90), the C (and the CUDA host side) with libclang; a diagnostic is an\n"
+    "                          internal error (exit 3); a compiler that cannot be loaded is a note\n"
     "  --stats                 print parameter count, arena size and timings to stderr\n"
     "  --profile               time every kernel of the generated entries (./net run|train|bench\n"
     "                          --profile trace.json: a Chrome trace and a table per model line)\n"
@@ -101,6 +105,7 @@ static const char *usage =
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
+  int validate;               /* --validate (validate.h) */
   int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
   int freestanding, no_libm;  /* --freestanding, --no-libm */
   const char *embed;          /* --embed-weights W */
@@ -182,6 +187,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
         return -1;
       }
       vec_push(a, s[7] == 'b' ? &o->dump_before : &o->dump_after, pass);
+    } else if (!strcmp(s, "--validate")) {
+      o->validate = 1;
     } else if (!strcmp(s, "--stats")) {
       o->stats = 1;
     } else if (!strcmp(s, "--profile")) {
@@ -286,6 +293,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   if (o->freestanding && (strcmp(o->cmd, "compile") || (o->target && strcmp(o->target, "c")))) {
     diag_plain(d, "--freestanding goes with 'compile' for the C target (build the model.c with your toolchain: "
                   "README, Microcontrollers)");
+    return -1;
+  }
+  if (o->validate && (!strcmp(o->cmd, "check") || (o->emit && strcmp(o->emit, "c")))) {
+    diag_plain(d, "--validate goes with 'compile' or 'build' writing C or CUDA (it checks the generated code)");
     return -1;
   }
   if (o->emulate && !(o->target && !strcmp(o->target, "cuda") && !strcmp(o->cmd, "build"))) {
@@ -927,6 +938,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     if (!c_text || !h_text) rc = CTC_EXIT_USER;
   }
   if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
+  if (!rc && o.validate) rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
   if (ntr > 1) {
     free(c_text);
     free(h_text);
