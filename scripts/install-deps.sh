@@ -8,7 +8,8 @@ for p in gcc clang libclang-rt-14-dev ninja-build libopenblas-dev zlib1g-dev pyt
          python3-dev python3-matplotlib graphviz \
          libopenmpi-dev openmpi-bin \
          dataset-fashion-mnist \
-         gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross; do
+         gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+         libclang-dev; do
   have_pkg "$p" || need+=("$p")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
