@@ -379,46 +379,56 @@ static int clang_check(Arena *a, const char *text, const Items *v, const char *h
     return 1;
   }
   const char *inc = arena_printf(a, "-I%s", rt), *emu = arena_printf(a, "-I%s/cuda_emu", rt);
-  const char *cargs[] = {"-std=c11", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN", inc, "-Wall", "-Wextra"};
+  /* the C target twice: portable (no BLAS, no OpenMP), and as `ctc build` compiles it where
+   * OpenBLAS is found (cblas, OpenMP pragmas); the CUDA host side as --emulate compiles it */
+  const char *cargs[] = {"-std=c11", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN", inc, "-Wall", "-Wextra",
+                         "-DCTC_HAVE_CBLAS", "-fopenmp"};
   const char *cuargs[] = {"-x", "c++", "-std=c++17", "-DCTC_CUDA_EMULATE", "-DCTC_MAIN", "-D_POSIX_C_SOURCE=200809L",
                           inc, emu, "-Wall", "-Wextra"};
   struct CXUnsavedFile un[2] = {{path, text, (unsigned long)strlen(text)}, {h_path, h_text, (unsigned long)strlen(h_text)}};
   void *idx = c.create_index(0, 0);
-  void *tu = NULL;
-  int rc = cuda ? c.parse2(idx, path, cuargs, (int)(sizeof cuargs / sizeof cuargs[0]), un, 2, 0, &tu)
-                : c.parse2(idx, path, cargs, (int)(sizeof cargs / sizeof cargs[0]), un, 2, 0, &tu);
   int ndiag = 0;
-  if (rc != 0 || !tu) {
-    fprintf(stderr, "ctc: note: --validate: libclang could not parse '%s' (error %d): %s\n", path, rc, whose);
-    c.dispose_index(idx);
-    dlclose(lib);
-    return 1;
-  }
-  unsigned nd = c.ndiag(tu);
-  for (unsigned i = 0; i < nd; i++) {
-    void *dg = c.diag(tu, i);
-    if (c.severity(dg) >= 2) {   /* CXDiagnostic_Warning, Error, Fatal */
-      void *file = NULL;
-      unsigned line = 0, col = 0;
-      c.spelling_loc(c.location(dg), &file, &line, &col, NULL);
-      CXString fn = file ? c.file_name(file) : (CXString){0};
-      const char *fname = file ? c.cstr(fn) : NULL;
-      CXString msg = c.spelling(dg), opt = c.option(dg, NULL);
-      const char *o = c.cstr(opt);
-      const Item *it = fname && !strcmp(fname, path) ? item_at(v, (int)line) : NULL;
-      if (++ndiag <= 20)
-        fprintf(stderr, "ctc: internal error: --validate: libclang rejects %s%s%s%s at %s:%u:%u: %s: %s%s%s%s\n",
-                what(it, cuda), it ? " '" : "", it && it->name ? it->name : "", it ? "'" : "",
-                fname ? fname : "?", line, col, c.severity(dg) == 2 ? "warning" : "error", c.cstr(msg),
-                o && *o ? " [" : "", o && *o ? o : "", o && *o ? "]" : "");
-      c.dispose_str(msg);
-      c.dispose_str(opt);
-      if (file) c.dispose_str(fn);
+  for (int variant = 0; variant < (cuda ? 1 : 2); variant++) {
+    void *tu = NULL;
+    const char *label = cuda ? "" : variant ? " (OpenBLAS, OpenMP)" : " (portable)";
+    int rc = cuda ? c.parse2(idx, path, cuargs, (int)(sizeof cuargs / sizeof cuargs[0]), un, 2, 0, &tu)
+                  : c.parse2(idx, path, cargs, variant ? 8 : 6, un, 2, 0, &tu);
+    if (rc != 0 || !tu) {
+      fprintf(stderr, "ctc: note: --validate: libclang could not parse '%s'%s (error %d): %s\n", path, label, rc,
+              whose);
+      continue;
     }
-    c.dispose_diag(dg);
+    unsigned nd = c.ndiag(tu);
+    for (unsigned i = 0; i < nd; i++) {
+      void *dg = c.diag(tu, i);
+      int sev = c.severity(dg);
+      if (sev >= 2) {   /* CXDiagnostic_Warning, Error, Fatal */
+        void *file = NULL;
+        unsigned line = 0, col = 0;
+        c.spelling_loc(c.location(dg), &file, &line, &col, NULL);
+        CXString fn = file ? c.file_name(file) : (CXString){0};
+        const char *fname = file ? c.cstr(fn) : NULL;
+        CXString msg = c.spelling(dg), opt = c.option(dg, NULL);
+        const char *m = c.cstr(msg), *o = c.cstr(opt);
+        const Item *it = fname && !strcmp(fname, path) ? item_at(v, (int)line) : NULL;
+        if (variant && sev == 4 && strstr(m, "file not found"))   /* no OpenBLAS headers here */
+          fprintf(stderr, "ctc: note: --validate: libclang: the OpenBLAS/OpenMP variant of '%s' was not parsed (%s)\n",
+                  path, m);
+        else if (++ndiag <= 20)
+          fprintf(stderr, "ctc: internal error: --validate: libclang%s rejects %s%s%s%s at %s:%u:%u: %s: %s%s%s%s\n",
+                  label, what(it, cuda), it ? " '" : "", it && it->name ? it->name : "", it ? "'" : "",
+                  fname ? fname : "?", line, col, sev == 2 ? "warning" : "error", m, o && *o ? " [" : "",
+                  o && *o ? o : "", o && *o ? "]" : "");
+        c.dispose_str(msg);
+        c.dispose_str(opt);
+        if (file) c.dispose_str(fn);
+      }
+      c.dispose_diag(dg);
+    }
+    c.dispose_tu(tu);
+    if (ndiag) break;
   }
   if (ndiag > 20) fprintf(stderr, "ctc: ... and %d more libclang diagnostics\n", ndiag - 20);
-  c.dispose_tu(tu);
   c.dispose_index(idx);
   dlclose(lib);
   if (ndiag) bug_footer();
