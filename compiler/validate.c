@@ -200,7 +200,7 @@ static char *device_tu(Arena *a, const char *text, const Items *v, const char *h
   size_t len;
   FILE *f = open_memstream(&out, &len);
   CHECK(f);
-  fputs("typedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
+  fputs("#line 1 \"<--validate prelude>\"\ntypedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
         "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
         "typedef long long int64_t;\ntypedef unsigned long long uint64_t;\n"
         "typedef unsigned long uintptr_t;\ntypedef long intptr_t;\n"
