@@ -938,7 +938,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     if (!c_text || !h_text) rc = CTC_EXIT_USER;
   }
   if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
-  if (!rc && o.validate) rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
+  if (!rc && o.validate)   /* after writing: the diagnostics' lines can be looked at */
+    rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
   if (ntr > 1) {
     free(c_text);
     free(h_text);

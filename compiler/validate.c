@@ -23,7 +23,9 @@ typedef struct Item {
 } Item;
 typedef Vec(Item) Items;
 
-static int is_ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+static int is_ident(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 
 /* The name of a function from its head [beg, brace): the identifier before the parameter list
  * (the parenthesis matching the last ')'). */
@@ -200,7 +202,8 @@ static char *device_tu(Arena *a, const char *text, const Items *v, const char *h
   size_t len;
   FILE *f = open_memstream(&out, &len);
   CHECK(f);
-  fputs("#line 1 \"<--validate prelude>\"\ntypedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
+  fputs("#line 1 \"<--validate prelude>\"\n"
+        "typedef signed char int8_t;\ntypedef unsigned char uint8_t;\ntypedef short int16_t;\n"
         "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
         "typedef long long int64_t;\ntypedef unsigned long long uint64_t;\n"
         "typedef unsigned long uintptr_t;\ntypedef long intptr_t;\n"
@@ -252,7 +255,11 @@ static int nvrtc_check(Arena *a, const char *text, const Items *v, const char *h
     *(void **)&nv.log_size = dlsym(lib, "nvrtcGetProgramLogSize");
     *(void **)&nv.log = dlsym(lib, "nvrtcGetProgramLog");
     *(void **)&nv.destroy = dlsym(lib, "nvrtcDestroyProgram");
-    if (!nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.destroy) why = "a function is missing", dlclose(lib), lib = NULL;
+    if (!nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.destroy) {
+      why = "a function is missing";
+      dlclose(lib);
+      lib = NULL;
+    }
   }
   if (!lib) {
     fprintf(stderr, "ctc: note: --validate: NVRTC is unavailable (%s): the kernels were not compiled for sm_80 and "
@@ -385,7 +392,8 @@ static int clang_check(Arena *a, const char *text, const Items *v, const char *h
                          "-DCTC_HAVE_CBLAS", "-fopenmp"};
   const char *cuargs[] = {"-x", "c++", "-std=c++17", "-DCTC_CUDA_EMULATE", "-DCTC_MAIN", "-D_POSIX_C_SOURCE=200809L",
                           inc, emu, "-Wall", "-Wextra"};
-  struct CXUnsavedFile un[2] = {{path, text, (unsigned long)strlen(text)}, {h_path, h_text, (unsigned long)strlen(h_text)}};
+  struct CXUnsavedFile un[2] = {{path, text, (unsigned long)strlen(text)},
+                                {h_path, h_text, (unsigned long)strlen(h_text)}};
   void *idx = c.create_index(0, 0);
   int ndiag = 0;
   for (int variant = 0; variant < (cuda ? 1 : 2); variant++) {

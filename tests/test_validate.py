@@ -93,7 +93,8 @@ def test_broken_c_function_is_internal_error(tmp_path):
     r = _run(tmp_path, [CTC, "compile", MLP, "-o", out, "--validate"], {"CTC_VALIDATE_INJECT": "mlp_forward"})
     assert r.returncode == 3, r.stderr
     m = re.search(r"ctc: internal error: --validate: libclang \(portable\) rejects function 'mlp_forward' "
-                  r"at \S*/m\.c:(\d+):\d+: warning: unused variable 'ctc_validate_injected' \[-Wunused-variable\]", r.stderr)
+                  r"at \S*/m\.c:(\d+):\d+: warning: unused variable 'ctc_validate_injected' \[-Wunused-variable\]",
+                  r.stderr)
     assert m, r.stderr
     assert first <= int(m.group(1)) <= last
 
