@@ -17,7 +17,7 @@ typedef struct Item {
   size_t beg, end;     /* [beg, end) in the text */
   int line, last;      /* first and last line */
   int pp, func;        /* a preprocessor line; a function definition */
-  int dev, global;     /* __device__ / __global__ / __constant__ in its head; a __global__ kernel */
+  int dev, global;     /* __device__, __global__, __constant__, ... in its head; a __global__ kernel */
   size_t close;        /* func: offset of the body's closing brace */
   const char *name;    /* func: its name (arena) */
 } Item;
@@ -127,7 +127,8 @@ static Items scan(Arena *a, const char *s) {
       cur.end = i, cur.last = line, in = 0;
       size_t head = brace ? brace : i;
       cur.dev = head_has(s, cur.beg, head, "__device__") || head_has(s, cur.beg, head, "__global__") ||
-                head_has(s, cur.beg, head, "__constant__");
+                head_has(s, cur.beg, head, "__constant__") || head_has(s, cur.beg, head, "__shared__") ||
+                head_has(s, cur.beg, head, "__managed__");
       cur.global = head_has(s, cur.beg, head, "__global__");
       if (cur.func) cur.name = func_name(a, s, cur.beg, brace);
       vec_push(a, &v, cur);
@@ -193,6 +194,17 @@ typedef struct Nvrtc {
   int (*destroy)(nvrtcProgram *);
 } Nvrtc;
 
+/* An #include of a device header NVRTC compiles (from the toolkit's include folders). */
+static int device_include(const char *s) {
+  static const char *const hs[] = {"<cuda_fp16.h>", "<cuda_bf16.h>", "<cuda_fp8.h>", "<cooperative_groups", "<mma.h>",
+                                   "<cuda/", "<cub/"};
+  if (strncmp(s, "#include", 8)) return 0;
+  for (s += 8; *s == ' '; s++) {}
+  for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+    if (!strncmp(s, hs[i], strlen(hs[i]))) return 1;
+  return 0;
+}
+
 /* The kernels' translation unit: fixed-width types and the libm macros NVRTC has no headers
  * for, the header's and the .cu's macros, then every __device__/__global__/__constant__ item at
  * its own line (`#line`), `static` blanked (the host code that launches them is not there). */
@@ -220,7 +232,7 @@ static char *device_tu(Arena *a, const char *text, const Items *v, const char *h
     const char *s = text + it->beg;
     int n = (int)(it->end - it->beg);
     if (it->pp) {
-      if (strncmp(s, "#include", 8) && strncmp(s, "#pragma", 7)) fprintf(f, "%.*s\n", n, s);
+      if (device_include(s) || (strncmp(s, "#include", 8) && strncmp(s, "#pragma", 7))) fprintf(f, "%.*s\n", n, s);
     } else if (it->dev) {
       /* at its line and column in the generated file */
       size_t col = 0;
@@ -269,6 +281,9 @@ static int nvrtc_check(Arena *a, const char *text, const Items *v, const char *h
   Items hv = scan(a, h_text);
   const char *tu = device_tu(a, text, v, h_text, &hv, path);
   static const char *const archs[] = {"sm_80", "sm_90"};
+  /* the toolkit's headers, for the device headers a kernel may include (CUDA 13: cccl/) */
+  const char *root = home && *home ? home : "/usr/local/cuda";
+  const char *inc = arena_printf(a, "-I%s/include", root), *cccl = arena_printf(a, "-I%s/include/cccl", root);
   int bad = 0;
   for (int k = 0; k < 2 && !bad; k++) {
     nvrtcProgram prog = NULL;
@@ -278,8 +293,8 @@ static int nvrtc_check(Arena *a, const char *text, const Items *v, const char *h
       dlclose(lib);
       return 1;
     }
-    const char *opts[] = {arena_printf(a, "--gpu-architecture=%s", archs[k]), "-std=c++17"};
-    int rc = nv.compile(prog, 2, opts);
+    const char *opts[] = {arena_printf(a, "--gpu-architecture=%s", archs[k]), "-std=c++17", inc, cccl};
+    int rc = nv.compile(prog, 4, opts);
     size_t n = 0;
     nv.log_size(prog, &n);
     char *log = arena_alloc(a, n + 1);
