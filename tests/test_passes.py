@@ -74,3 +74,33 @@ def test_unbroadcast(tmp_path):
     before = err[err.index("before unbroadcast"):err.index("after dce")]
     after = err[err.index("after dce"):]
     assert " = broadcast " in before and " = broadcast " not in after, before
+
+
+CSE = """\
+import torch
+
+
+def g(x, w):
+    a = torch.exp(x * 2.0) + 1.0
+    b = torch.exp(x * 2.0) * 3.0     # the same exp: computed once after cse
+    c = (x @ w).sum(dim=1, keepdim=True)
+    d = torch.exp(x * 2.0) - c       # the same again, but past a GEMM: kept
+    return a + b + d
+
+
+example_inputs = {"g": (torch.randn(4, 8), torch.randn(8, 8))}
+"""
+
+
+def test_cse(tmp_path):
+    """An instruction identical to one shortly before it, with no GEMM between, reads
+    that one; past the GEMM (another kernel) the copy stays, so nothing is stored
+    just to be read back. The values are test_ops'/test_grad's concern; here the IR."""
+    p = tmp_path / "m.py"
+    p.write_text(CSE)
+    err = run([CTC, "compile", p, "-o", tmp_path / "m.c", "--entry", "g", "--dump-before", "cse",
+               "--dump-after", "cse"]).stderr
+    before = err[err.index("before cse"):err.index("after cse")]
+    after = err[err.index("after cse"):]
+    assert before.count(" = exp ") == 3 and after.count(" = exp ") == 2, after
+    assert before.count(" = mul ") - after.count(" = mul ") == 1, after   # one x * 2.0 merged too
