@@ -85,6 +85,14 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
+/* ---- prof_c.c ------------------------------------------------------------ */
+
+/* --profile: rewrites the parallel loops (CTC_OMP_FOR) in b's text from `from` on
+ * into regions whose threads report their shares to ctc_prof_thread for `site`
+ * (C text: "&ctc_prof_forward[3]"); cg_prof_macros defines what they use. */
+void cg_prof_threads(Buf *b, size_t from, const char *site);
+extern const char cg_prof_macros[];
+
 /* ---- emit_ops.c ---------------------------------------------------------- */
 
 /* The state of emitting one entry function. */

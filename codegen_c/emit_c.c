@@ -330,7 +330,13 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
     }
+    size_t kstart = body.len;
     cg_emit_kernel(&c, k);
+    if (timed) {   /* each OpenMP thread's share of the kernel's parallel loops */
+      char site[160];
+      snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
+      cg_prof_threads(&body, kstart, site);
+    }
     if (timed) {
       cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
       c.ind = 2;
@@ -920,6 +926,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
     fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n");
     fprintf(c, "#ifdef CTC_HAVE_CBLAS\n#include <cblas.h>\n#endif\n\n");
     fprintf(c, "#ifdef _OPENMP\n#define CTC_OMP_FOR _Pragma(\"omp parallel for\")\n#else\n#define CTC_OMP_FOR\n#endif\n\n");
+    if (g.opt.profile) fputs(cg_prof_macros, c);
   }
   if (kern.len) fputs(kern.s, c);
   if (data.len) fputs(data.s, c);

@@ -170,6 +170,9 @@ void ctc_prof_free(ctc_profile *p);
 double ctc_prof_now(void);                  /* ms, monotonic */
 /* One call of `site` that started at t0 (ctc_prof_now) and ends now; p may be NULL. */
 void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0);
+/* One OpenMP thread's share of a parallel loop of `site` (called by each thread
+ * inside the region, as it finishes its iterations): since t0, until now. */
+void ctc_prof_thread(ctc_profile *p, const ctc_prof_site *site, int thread, double t0);
 /* The Chrome trace event format (chrome://tracing, Perfetto): one "X" event per call. */
 int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err);
 /* Totals per entry, model line, name and phase, largest first (file: a FILE *). */

@@ -5,9 +5,15 @@
  * model line, ops, phase, FLOPs and bytes: ctc_prof_site). The profile keeps
  * per-site totals and, up to a fixed number, one event per kernel call for the
  * Chrome trace (ctc_prof_write_trace); ctc_prof_print_table prints the totals
- * per model line and op, like torch.profiler's key_averages().table(). */
+ * per model line and op, like torch.profiler's key_averages().table().
+ * Kernels whose loop runs on OpenMP threads also record each thread's share
+ * (ctc_prof_thread, from inside the parallel region: lock-free, one slot per
+ * call taken with an atomic counter): the trace shows them on one track per
+ * thread, and the table's second part gives each such kernel's busiest and
+ * idlest thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,12 @@ typedef struct ProfEvent {
   double t0, dur;   /* ms */
 } ProfEvent;
 
+typedef struct ProfThreadEvent {   /* one thread's share of a parallel kernel call */
+  const ctc_prof_site *site;
+  int thread;
+  double t0, dur;   /* ms */
+} ProfThreadEvent;
+
 typedef struct ProfTotal {
   const ctc_prof_site *site;
   long long calls;
@@ -38,6 +50,8 @@ struct ctc_profile {
   size_t dropped;           /* events past cap (counted in the totals only) */
   ProfTotal *tot;           /* open addressing by site pointer */
   size_t ntot, tcap;
+  ProfThreadEvent *tev;     /* threads' shares, at most cap */
+  atomic_size_t ntev;       /* slots taken (may pass cap: those are dropped) */
 };
 
 ctc_profile *ctc_prof_new(size_t max_events) {
@@ -45,9 +59,11 @@ ctc_profile *ctc_prof_new(size_t max_events) {
   if (!p) return NULL;
   p->cap = max_events;
   p->ev = max_events ? malloc(max_events * sizeof *p->ev) : NULL;
+  p->tev = max_events ? malloc(max_events * sizeof *p->tev) : NULL;
+  atomic_init(&p->ntev, 0);
   p->tcap = 1024;
   p->tot = calloc(p->tcap, sizeof *p->tot);
-  if ((max_events && !p->ev) || !p->tot) {
+  if ((max_events && (!p->ev || !p->tev)) || !p->tot) {
     ctc_prof_free(p);
     return NULL;
   }
@@ -58,6 +74,7 @@ ctc_profile *ctc_prof_new(size_t max_events) {
 void ctc_prof_free(ctc_profile *p) {
   if (!p) return;
   free(p->ev);
+  free(p->tev);
   free(p->tot);
   free(p);
 }
@@ -98,6 +115,18 @@ void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0) {
   else p->dropped++;
 }
 
+void ctc_prof_thread(ctc_profile *p, const ctc_prof_site *site, int thread, double t0) {
+  double t1 = ctc_prof_now();
+  if (!p) return;
+  size_t i = atomic_fetch_add(&p->ntev, 1);
+  if (i < p->cap) p->tev[i] = (ProfThreadEvent){site, thread, t0, t1 - t0};
+}
+
+static size_t thread_events(const ctc_profile *p) {
+  size_t n = atomic_load(&((ctc_profile *)p)->ntev);
+  return n < p->cap ? n : p->cap;
+}
+
 static const char *phase_name(int ph) {
   return ph == CTC_PROF_ENTRY ? "entry" : ph == CTC_PROF_BACKWARD ? "backward" : ph == CTC_PROF_OPTIMIZER ? "optimizer"
                                                                                                          : "forward";
@@ -134,6 +163,24 @@ int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err)
     if (s->bytes > 0) fprintf(f, ", \"bytes\": %.0f", s->bytes);
     fprintf(f, "}}");
   }
+  /* the threads' shares of parallel kernels: track 2 + thread */
+  size_t nt = thread_events(p);
+  int maxt = -1;
+  for (size_t i = 0; i < nt; i++) maxt = p->tev[i].thread > maxt ? p->tev[i].thread : maxt;
+  for (int t = 0; t <= maxt; t++)
+    fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"OpenMP thread %d\"}}",
+            2 + t, t);
+  for (size_t i = 0; i < nt; i++) {
+    const ProfThreadEvent *e = &p->tev[i];
+    fprintf(f, ",\n{\"name\": ");
+    json_str(f, e->site->name);
+    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"line\": ",
+            phase_name(e->site->phase), 2 + e->thread, (e->t0 - p->origin) * 1e3, e->dur * 1e3);
+    json_str(f, e->site->where);
+    fprintf(f, ", \"entry\": ");
+    json_str(f, e->site->entry);
+    fprintf(f, ", \"thread\": %d}}", e->thread);
+  }
   fprintf(f, "\n]}\n");
   return ctc_wcommit(&w, 1, err);
 }
@@ -152,6 +199,49 @@ static int same_row(const ctc_prof_site *a, const ctc_prof_site *b) {
 static int cmp_row(const void *x, const void *y) {
   const Row *a = x, *b = y;
   return (a->ms < b->ms) - (a->ms > b->ms);
+}
+
+/* The table's second part: per row with parallel loops, each OpenMP thread's busy
+ * time (its shares of the row's calls, from the kept events), busiest and idlest. */
+#define PROF_MAX_THREADS 256
+static void print_threads(const ctc_profile *p, FILE *out, const Row *rows, size_t n, int max_rows) {
+  size_t nt = thread_events(p);
+  if (!nt) return;
+  double *busy = calloc(n * PROF_MAX_THREADS + 1, sizeof *busy);
+  if (!busy) return;
+  int maxt = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const ProfThreadEvent *e = &p->tev[i];
+    if (e->thread < 0 || e->thread >= PROF_MAX_THREADS) continue;
+    for (size_t r = 0; r < n; r++)
+      if (same_row(rows[r].site, e->site)) {
+        busy[r * PROF_MAX_THREADS + (size_t)e->thread] += e->dur;
+        maxt = e->thread + 1 > maxt ? e->thread + 1 : maxt;
+        break;
+      }
+  }
+  const char *rule = "----------------------------------------------------------------------------------------------------";
+  fprintf(out, "\nParallel kernels: busy ms per OpenMP thread (the shares of their loops; %d thread%s)\n%s\n"
+               "%-44s %-14s %-9s %11s %11s %10s\n%s\n", maxt, maxt == 1 ? "" : "s", rule, "Name (ops)", "Model line",
+          "Phase", "Busiest ms", "Idlest ms", "Imbalance", rule);
+  int shown = 0;
+  for (size_t r = 0; r < n && (max_rows <= 0 || shown < max_rows); r++) {
+    const double *b = &busy[r * PROF_MAX_THREADS];
+    double hi = 0, lo = -1, sum = 0;
+    for (int t = 0; t < maxt; t++) {
+      hi = b[t] > hi ? b[t] : hi;
+      lo = lo < 0 || b[t] < lo ? b[t] : lo;
+      sum += b[t];
+    }
+    if (sum <= 0) continue;
+    char name[45];
+    snprintf(name, sizeof name, "%s", rows[r].site->name);
+    fprintf(out, "%-44s %-14s %-9s %11.3f %11.3f %9.2fx\n", name, rows[r].site->where, phase_name(rows[r].site->phase),
+            hi, lo, hi / (sum / maxt));
+    shown++;
+  }
+  fprintf(out, "%s\n(Imbalance: the busiest thread's time over the mean; 1.00x is an even split.)\n", rule);
+  free(busy);
 }
 
 void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows) {
@@ -198,6 +288,7 @@ void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows) {
   fprintf(out, "Kernels total: %.3f ms; entries total: %.3f ms (the rest: copies of outputs and updates, call overhead)\n",
           kernel_ms, entry_ms);
   if (p->dropped) fprintf(out, "(%zu kernel calls past the trace's %zu events are in the totals only)\n", p->dropped, p->cap);
+  print_threads(p, out, rows, n, max_rows);
   free(rows);
 }
 

@@ -7,6 +7,7 @@ lists model lines; a program built without --profile carries no timing code."""
 import json
 import os
 import re
+import subprocess
 
 import numpy as np
 
@@ -71,7 +72,7 @@ def test_trace_and_table(tmp_path):
              "--repeat", "3", "--profile", trace])
     d = json.load(open(trace))
     ev = [e for e in d["traceEvents"] if e.get("ph") == "X"]
-    kern = [e for e in ev if e["cat"] != "entry"]
+    kern = [e for e in ev if e["cat"] != "entry" and e["tid"] == 1]   # the kernels' track (threads: tid 2, 3, ...)
     assert len(kern) == 3 * n_train, (len(kern), n_train)
     assert len([e for e in ev if e["cat"] == "entry"]) == 3
     assert {e["cat"] for e in kern} == {"forward", "backward", "optimizer"}
@@ -90,7 +91,7 @@ def test_trace_and_table(tmp_path):
     # bench and train take --profile too
     r = run([exe, "bench", "forward", "--iters", "4", "--warmup", "2", "--profile", trace])
     d = json.load(open(trace))
-    assert len([e for e in d["traceEvents"] if e.get("ph") == "X" and e["cat"] != "entry"]) == 4 * n_fwd
+    assert len([e for e in d["traceEvents"] if e.get("ph") == "X" and e["cat"] != "entry" and e["tid"] == 1]) == 4 * n_fwd
     np.save(os.path.join(tmp, "xs.npy"), rng.standard_normal((24, 20)).astype(np.float32))
     np.save(os.path.join(tmp, "ys.npy"), rng.integers(0, 4, 24))
     r = run([exe, "train", "--data", os.path.join(tmp, "xs.npy"), "--labels", os.path.join(tmp, "ys.npy"),
@@ -116,3 +117,36 @@ def test_no_timing_code_without_profile(tmp_path):
         run([e, "infer", "--input", os.path.join(tmp, "x.npy"), "--output", o])
         outs.append(np.load(o))
     assert np.array_equal(outs[0], outs[1])
+
+
+WIDE = MODEL.replace("nn.Linear(20, 32)", "nn.Linear(20, 512)").replace("nn.Linear(32, 4)", "nn.Linear(512, 4)") \
+    .replace("torch.randn(8, 20)", "torch.randn(256, 20)").replace("torch.zeros(8,", "torch.zeros(256,")
+
+
+def test_threads(tmp_path):
+    """Kernels whose loops run on OpenMP threads record each thread's share: one event
+    per thread and call on the thread's own track, inside the kernel's own event, and
+    the table's second part gives the busiest and idlest thread."""
+    tmp = str(tmp_path)
+    py = os.path.join(tmp, "wide.py")
+    with open(py, "w") as f:
+        f.write(WIDE)
+    exe = os.path.join(tmp, "net")
+    run([CTC, "build", py, "-o", exe, "--profile"])
+    c_text = open(exe + ".c").read()
+    assert "CTC_PROF_PARALLEL" in c_text and "ctc_prof_thread(m->prof, &ctc_prof_forward[" in c_text
+    trace = os.path.join(tmp, "t.json")
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run([exe, "bench", "forward", "--iters", "3", "--warmup", "1", "--profile", trace], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+    kern = [e for e in ev if e["tid"] == 1 and e["cat"] != "entry"]
+    thr = [e for e in ev if e["tid"] >= 2]
+    assert {e["args"]["thread"] for e in thr} == {0, 1}, thr[:4]
+    assert {e["tid"] for e in thr} == {2, 3}
+    for t in thr:   # within a call of the same kernel (1 us of rounding)
+        assert any(k["name"] == t["name"] and k["args"]["line"] == t["args"]["line"] and
+                   k["ts"] - 1 <= t["ts"] and t["ts"] + t["dur"] <= k["ts"] + k["dur"] + 1 for k in kern), t
+    assert "Parallel kernels: busy ms per OpenMP thread" in r.stdout and "Imbalance" in r.stdout, r.stdout
+    assert re.search(r"^fused: add\+tanh\s+wide\.py:14\s+forward\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x$", r.stdout, re.M), r.stdout

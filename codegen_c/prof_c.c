@@ -1,0 +1,117 @@
+/* prof_c.c - `--profile` builds: each OpenMP thread's share of a kernel's loops.
+ *
+ * The emitters mark a loop that runs in parallel with a line `CTC_OMP_FOR` (or
+ * `CTC_OMP_FOR_SIMD`) before its `for`. In a profile build, after a kernel is
+ * emitted, each such loop becomes a parallel region in which every thread
+ * notes the time, runs its iterations (`omp for nowait`) and reports its share
+ * (ctc_prof_thread): the same iterations on the same threads as
+ * `omp parallel for`, plus one clock read per thread at each end. The loop's
+ * extent is read from the emitters' layout: the `for` line at the marker's
+ * indentation, then either its braced block (up to the `}` at that
+ * indentation) or the more-indented lines of its body. */
+#include <stdlib.h>
+#include <string.h>
+#include "cg_int.h"
+
+static int indent_of(const char *line, size_t len) {
+  int n = 0;
+  while ((size_t)n < len && line[n] == ' ') n++;
+  return n;
+}
+
+/* Whether line (without its indentation) is exactly `word`. */
+static int is_line(const char *line, size_t len, const char *word) {
+  int i = indent_of(line, len);
+  size_t w = strlen(word);
+  return len - (size_t)i == w && !memcmp(line + i, word, w);
+}
+
+void cg_prof_threads(Buf *b, size_t from, const char *site) {
+  if (!b->s || from >= b->len) return;
+  /* the kernel's lines */
+  size_t n = b->len - from, nl = 0;
+  char *text = malloc(n + 1);
+  CHECK(text != NULL);
+  memcpy(text, b->s + from, n);
+  text[n] = 0;
+  for (size_t i = 0; i < n; i++) nl += text[i] == '\n';
+  const char **ls = malloc(sizeof *ls * (nl + 1));
+  size_t *ll = malloc(sizeof *ll * (nl + 1));
+  CHECK(ls && ll);
+  size_t k = 0;
+  for (char *p = text; *p && k < nl + 1;) {
+    char *e = strchr(p, '\n');
+    ls[k] = p;
+    ll[k++] = e ? (size_t)(e - p) : strlen(p);
+    if (!e) break;
+    p = e + 1;
+  }
+  Buf out = {0};
+  for (size_t i = 0; i < k; i++) {
+    int simd = is_line(ls[i], ll[i], "CTC_OMP_FOR_SIMD");
+    if (!(simd || is_line(ls[i], ll[i], "CTC_OMP_FOR")) || i + 1 >= k) {
+      cg_printf(&out, "%.*s\n", (int)ll[i], ls[i]);
+      continue;
+    }
+    int ind = indent_of(ls[i], ll[i]);
+    size_t first = i + 1, last = first;
+    /* braced: the line ends with '{' (before a trailing comment) */
+    size_t e = ll[first];
+    if (e >= 2 && ls[first][e - 1] == '/' && ls[first][e - 2] == '*')
+      for (size_t q = 0; q + 1 < e; q++)
+        if (ls[first][q] == '/' && ls[first][q + 1] == '*') {
+          e = q;
+          break;
+        }
+    while (e > 0 && ls[first][e - 1] == ' ') e--;
+    int braced = e > 0 && ls[first][e - 1] == '{';
+    if (braced) {
+      while (last + 1 < k && !(indent_of(ls[last], ll[last]) == ind && ls[last][ind] == '}')) last++;
+    } else {
+      while (last + 1 < k && ll[last + 1] > 0 && indent_of(ls[last + 1], ll[last + 1]) > ind) last++;
+    }
+    /* the statement found must be whole: its braces (outside comments) balance */
+    int depth = 0, comment = 0;
+    for (size_t j = first; j <= last; j++)
+      for (size_t q = 0; q < ll[j]; q++) {
+        char ch = ls[j][q], nx = q + 1 < ll[j] ? ls[j][q + 1] : 0;
+        if (comment && ch == '*' && nx == '/') comment = 0, q++;
+        else if (!comment && ch == '/' && nx == '*') comment = 1, q++;
+        else if (!comment && ch == '{') depth++;
+        else if (!comment && ch == '}') CHECK(--depth >= 0);
+      }
+    CHECK(depth == 0 && !comment);
+    cg_printf(&out, "%*sCTC_PROF_PARALLEL\n%*s{\n", ind, "", ind, "");
+    cg_printf(&out, "%*sconst double ctc_thread_t0 = ctc_prof_now();\n", ind + 2, "");
+    cg_printf(&out, "%*s%s\n", ind + 2, "", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+    for (size_t j = first; j <= last; j++) cg_printf(&out, "  %.*s\n", (int)ll[j], ls[j]);
+    cg_printf(&out, "%*sctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", ind + 2, "", site);
+    cg_printf(&out, "%*s}\n", ind, "");
+    i = last;
+  }
+  /* the text ended without a newline: so does the result */
+  if (n && text[n - 1] != '\n' && out.len) out.s[--out.len] = 0;
+  b->len = from;
+  if (b->s) b->s[from] = 0;
+  if (out.s) cg_puts(b, out.s);
+  cg_buf_free(&out);
+  free(ls);
+  free(ll);
+  free(text);
+}
+
+/* The macros of the regions above, for the file's prologue. */
+const char cg_prof_macros[] =
+    "/* --profile: a parallel loop as a region whose threads each report their share */\n"
+    "#ifdef _OPENMP\n"
+    "#include <omp.h>\n"
+    "#define CTC_PROF_PARALLEL _Pragma(\"omp parallel\")\n"
+    "#define CTC_PROF_FOR _Pragma(\"omp for nowait\")\n"
+    "#define CTC_PROF_FOR_SIMD _Pragma(\"omp for simd nowait\")\n"
+    "#define ctc_prof_thread_num() omp_get_thread_num()\n"
+    "#else\n"
+    "#define CTC_PROF_PARALLEL\n"
+    "#define CTC_PROF_FOR\n"
+    "#define CTC_PROF_FOR_SIMD\n"
+    "#define ctc_prof_thread_num() 0\n"
+    "#endif\n\n";
