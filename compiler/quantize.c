@@ -427,8 +427,32 @@ static int plan_add(Q *q, int k, char *consumed) {
   return 0;
 }
 
-/* liveness over steps, then first fit (16-byte aligned) */
-static void place(QuantPlan *pl) {
+static int64_t buf_bytes(const QBuf *b) { return (b->numel * (b->q ? 1 : 4) + 15) / 16 * 16; }
+
+/* first fit in the order `ord`: the lowest offset clear of every placed buffer live at the same
+ * time; returns the peak */
+static int64_t first_fit(QuantPlan *pl, const int *ord, int n) {
+  int64_t peak = 0;
+  for (int ii = 0; ii < n; ii++) {
+    QBuf *b = &pl->bufs.data[ord[ii]];
+    int64_t bytes = buf_bytes(b), off = 0;
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (int jj = 0; jj < ii; jj++) {
+        const QBuf *o = &pl->bufs.data[ord[jj]];
+        if (o->last < b->first || b->last < o->first) continue;
+        if (off < o->offset + buf_bytes(o) && o->offset < off + bytes) off = o->offset + buf_bytes(o), moved = 1;
+      }
+    }
+    b->offset = off;
+    if (off + bytes > peak) peak = off + bytes;
+  }
+  return peak;
+}
+
+/* liveness over steps, then first fit (16-byte aligned) in step order and largest first: the
+ * lower peak */
+static void place(Arena *a, QuantPlan *pl) {
   for (int s = 0; s < pl->steps.len; s++) {
     const QStep *st = &pl->steps.data[s];
     int ins[2] = {st->in, st->in2};
@@ -436,24 +460,28 @@ static void place(QuantPlan *pl) {
       if (ins[j] >= 0) pl->bufs.data[ins[j]].last = s;
     if (pl->bufs.data[st->out].first < 0) pl->bufs.data[st->out].first = s;
   }
-  int64_t peak = 0;
+  int *ord = arena_alloc(a, sizeof(int) * (size_t)(pl->bufs.len + 1)), n = 0;
   for (int i = 0; i < pl->bufs.len; i++) {
     QBuf *b = &pl->bufs.data[i];
     if (b->where != QB_ARENA) continue;
     if (b->last < b->first) b->last = b->first;
-    int64_t bytes = (b->numel * (b->q ? 1 : 4) + 15) / 16 * 16, off = 0;
-    for (int moved = 1; moved;) {   /* the lowest offset clear of every placed buffer live at the same time */
-      moved = 0;
-      for (int j = 0; j < i; j++) {
-        const QBuf *o = &pl->bufs.data[j];
-        if (o->where != QB_ARENA || o->last < b->first || b->last < o->first) continue;
-        int64_t ob = (o->numel * (o->q ? 1 : 4) + 15) / 16 * 16;
-        if (off < o->offset + ob && o->offset < off + bytes) off = o->offset + ob, moved = 1;
-      }
-    }
-    b->offset = off;
-    if (off + bytes > peak) peak = off + bytes;
+    ord[n++] = i;
   }
+  int64_t p1 = first_fit(pl, ord, n);
+  int64_t *off1 = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) off1[i] = pl->bufs.data[ord[i]].offset;
+  int *ord2 = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  memcpy(ord2, ord, sizeof(int) * (size_t)n);
+  for (int i = 1; i < n; i++)   /* largest first, stable (insertion sort: a few dozen buffers) */
+    for (int j = i; j > 0 && buf_bytes(&pl->bufs.data[ord2[j]]) > buf_bytes(&pl->bufs.data[ord2[j - 1]]); j--) {
+      int t = ord2[j];
+      ord2[j] = ord2[j - 1];
+      ord2[j - 1] = t;
+    }
+  int64_t p2 = first_fit(pl, ord2, n);
+  if (p1 <= p2)
+    for (int i = 0; i < n; i++) pl->bufs.data[ord[i]].offset = off1[i];
+  int64_t peak = p1 <= p2 ? p1 : p2;
   pl->arena_bytes = peak > 0 ? peak : 16;
 }
 
@@ -662,7 +690,7 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
       s->tout = *vty(f, v);
     }
   }
-  place(q.plan);
+  place(a, q.plan);
   *rc = 0;
   return q.plan;
 }
