@@ -41,63 +41,63 @@ static const char k_dequantize[] =
     "  for (long i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zp) * scale;\n"
     "}\n\n";
 
-static const char k_conv[] =
-    "/* direct convolution: x[n, c, h, w] int8 (zero point zx), w[o, c/g, kh, kw] int8, one int32\n"
-    " * accumulator per output; padding reads real 0 (the zero point) */\n"
-    "static void ctc_q_conv(const int8_t *x, int8_t *y, const int8_t *w, const int32_t *bias, const int32_t *m0,\n"
-    "                       const uint8_t *r, int n, int c, int h, int wd, int o, int oh, int ow, int kh, int kw,\n"
-    "                       int sh, int sw, int ph, int pw, int dh, int dw, int g, int32_t zx, int32_t zy,\n"
-    "                       int32_t lo, int32_t hi) {\n"
-    "  const int cg = c / g, og = o / g;\n"
-    "  for (int b = 0; b < n; b++)\n"
-    "    for (int oc = 0; oc < o; oc++) {\n"
-    "      const int8_t *wo = w + (long)oc * cg * kh * kw;\n"
-    "      const int8_t *xg = x + ((long)b * c + (long)(oc / og) * cg) * h * wd;\n"
-    "      int8_t *yo = y + ((long)b * o + oc) * oh * ow;\n"
-    "      for (int i = 0; i < oh; i++)\n"
-    "        for (int j = 0; j < ow; j++) {\n"
-    "          int32_t acc = bias[oc];\n"
-    "          for (int ic = 0; ic < cg; ic++) {\n"
-    "            const int8_t *xc = xg + (long)ic * h * wd, *wc = wo + ic * kh * kw;\n"
-    "            for (int u = 0; u < kh; u++) {\n"
-    "              const int yy = i * sh - ph + u * dh;\n"
-    "              if (yy < 0 || yy >= h) continue;\n"
-    "              for (int v = 0; v < kw; v++) {\n"
-    "                const int xx = j * sw - pw + v * dw;\n"
-    "                if (xx < 0 || xx >= wd) continue;\n"
-    "                acc += ((int32_t)xc[yy * wd + xx] - zx) * wc[u * kw + v];\n"
-    "              }\n"
-    "            }\n"
-    "          }\n"
-    "          yo[i * ow + j] = ctc_q_sat(ctc_q_requant(acc, m0[oc], r[oc]) + zy, lo, hi);\n"
-    "        }\n"
-    "    }\n"
-    "}\n\n";
+static const char k_dot[] =
+    "/* sum a[t] * b[t] over n int8 pairs, plus acc (exact in int32: the same on every target).\n"
+    " * Cores with the DSP extension (Cortex-M4/M7/M33): four pairs per two SMLADs, as CMSIS-NN. */\n"
+    "#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && (defined(__GNUC__) || defined(__clang__))\n"
+    "#include <arm_acle.h>\n"
+    "static inline int32_t ctc_q_dot(const int8_t *a, const int8_t *b, int n, int32_t acc) {\n"
+    "  int t = 0;\n"
+    "  for (; t + 4 <= n; t += 4) {\n"
+    "    uint32_t x, w;\n"
+    "    __builtin_memcpy(&x, a + t, 4);\n"
+    "    __builtin_memcpy(&w, b + t, 4);\n"
+    "    acc = __smlad(__sxtb16(x), __sxtb16(w), acc);   /* bytes 0 and 2 */\n"
+    "    acc = __smlad(__sxtb16(x >> 8 | x << 24), __sxtb16(w >> 8 | w << 24), acc);   /* 1 and 3 */\n"
+    "  }\n"
+    "  for (; t < n; t++) acc += a[t] * b[t];\n"
+    "  return acc;\n"
+    "}\n"
+    "#else\n"
+    "static inline int32_t ctc_q_dot(const int8_t *a, const int8_t *b, int n, int32_t acc) {\n"
+    "  for (int t = 0; t < n; t++) acc += a[t] * b[t];\n"
+    "  return acc;\n"
+    "}\n"
+    "#endif\n\n";
 
-static const char k_conv_valid[] =
-    "/* direct convolution whose windows all lie inside the input: the input's zero point is folded\n"
-    " * into the bias (bias[c] - zx * sum w[c]), so the loop is a plain int8 dot product */\n"
-    "static void ctc_q_conv_valid(const int8_t *x, int8_t *y, const int8_t *w, const int32_t *bias, const int32_t *m0,\n"
-    "                             const uint8_t *r, int n, int c, int h, int wd, int o, int oh, int ow, int kh, int kw,\n"
-    "                             int sh, int sw, int dh, int dw, int g, int32_t zy, int32_t lo, int32_t hi) {\n"
-    "  const int cg = c / g, og = o / g;\n"
+static const char k_conv[] =
+    "/* convolution: x[n, c, h, w] int8, w[o, c/g * kh * kw] int8. Per output position the window is\n"
+    " * gathered once into `win` (padding as the zero point zx, which the bias has folded in: real 0)\n"
+    " * and dotted with every output channel of its group: an int32 accumulator per output */\n"
+    "static void ctc_q_conv(const int8_t *x, int8_t *y, const int8_t *w, const int32_t *bias, const int32_t *m0,\n"
+    "                       const uint8_t *r, int8_t *win, int n, int c, int h, int wd, int o, int oh, int ow,\n"
+    "                       int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw, int g, int32_t zx,\n"
+    "                       int32_t zy, int32_t lo, int32_t hi) {\n"
+    "  const int cg = c / g, og = o / g, kk = cg * kh * kw;\n"
     "  for (int b = 0; b < n; b++)\n"
-    "    for (int oc = 0; oc < o; oc++) {\n"
-    "      const int8_t *wo = w + (long)oc * cg * kh * kw;\n"
-    "      const int8_t *xg = x + ((long)b * c + (long)(oc / og) * cg) * h * wd;\n"
-    "      int8_t *yo = y + ((long)b * o + oc) * oh * ow;\n"
+    "    for (int gi = 0; gi < g; gi++) {\n"
+    "      const int8_t *xg = x + ((long)b * c + (long)gi * cg) * h * wd;\n"
     "      for (int i = 0; i < oh; i++)\n"
     "        for (int j = 0; j < ow; j++) {\n"
-    "          int32_t acc = bias[oc];\n"
-    "          const int8_t *wc = wo;\n"
-    "          for (int ic = 0; ic < cg; ic++) {\n"
-    "            const int8_t *xc = xg + (long)ic * h * wd + (long)i * sh * wd + j * sw;\n"
-    "            for (int u = 0; u < kh; u++, wc += kw) {\n"
-    "              const int8_t *xu = xc + (long)u * dh * wd;\n"
-    "              for (int v = 0; v < kw; v++) acc += xu[v * dw] * wc[v];\n"
+    "          const int y0 = i * sh - ph, x0 = j * sw - pw;\n"
+    "          const int inside = y0 >= 0 && y0 + (kh - 1) * dh < h && x0 >= 0 && x0 + (kw - 1) * dw < wd;\n"
+    "          int8_t *p = win;\n"
+    "          for (int ic = 0; ic < cg; ic++)\n"
+    "            for (int u = 0; u < kh; u++) {\n"
+    "              const int yy = y0 + u * dh;\n"
+    "              const int8_t *xr = xg + ((long)ic * h + (yy < 0 || yy >= h ? 0 : yy)) * wd;   /* row yy (when it exists) */\n"
+    "              if (inside)\n"
+    "                for (int v = 0; v < kw; v++) *p++ = xr[x0 + v * dw];\n"
+    "              else\n"
+    "                for (int v = 0; v < kw; v++) {\n"
+    "                  const int xx = x0 + v * dw;\n"
+    "                  *p++ = yy < 0 || yy >= h || xx < 0 || xx >= wd ? (int8_t)zx : xr[xx];\n"
+    "                }\n"
     "            }\n"
+    "          for (int oc = gi * og; oc < (gi + 1) * og; oc++) {\n"
+    "            const int32_t acc = ctc_q_dot(win, w + (long)oc * kk, kk, bias[oc]);\n"
+    "            y[(((long)b * o + oc) * oh + i) * ow + j] = ctc_q_sat(ctc_q_requant(acc, m0[oc], r[oc]) + zy, lo, hi);\n"
     "          }\n"
-    "          yo[i * ow + j] = ctc_q_sat(ctc_q_requant(acc, m0[oc], r[oc]) + zy, lo, hi);\n"
     "        }\n"
     "    }\n"
     "}\n\n";
@@ -108,9 +108,7 @@ static const char k_linear[] =
     "                         const uint8_t *r, int m, int k, int n, int32_t zy, int32_t lo, int32_t hi) {\n"
     "  for (int i = 0; i < m; i++)\n"
     "    for (int j = 0; j < n; j++) {\n"
-    "      const int8_t *xi = x + (long)i * k, *wj = w + (long)j * k;\n"
-    "      int32_t acc = bias[j];\n"
-    "      for (int t = 0; t < k; t++) acc += xi[t] * wj[t];\n"
+    "      const int32_t acc = ctc_q_dot(x + (long)i * k, w + (long)j * k, k, bias[j]);\n"
     "      y[(long)i * n + j] = ctc_q_sat(ctc_q_requant(acc, m0[j], r[j]) + zy, lo, hi);\n"
     "    }\n"
     "}\n\n";
@@ -230,11 +228,10 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     snprintf(nb[f->inputs.len + i], sizeof nb[0], "out%d", i);
     out_names[i] = nb[f->inputs.len + i];
   }
-  int used[QS_COPY + 1] = {0}, fl_avg = 0, fl_math = 0, conv_valid = 0, conv_pad = 0;
+  int used[QS_COPY + 1] = {0}, fl_avg = 0, fl_math = 0;
   for (int s = 0; s < q->steps.len; s++) {
     const QStep *st = &q->steps.data[s];
     used[st->kind] = 1;
-    if (st->kind == QS_CONV) conv_valid |= st->folded, conv_pad |= !st->folded;
     if (st->kind == QS_FLOAT) {
       Op op = f->insts.data[st->inst].op;
       fl_avg |= op == IR_AVGPOOL2D;
@@ -281,8 +278,8 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
   if (used[QS_CONV] || used[QS_LINEAR] || used[QS_ADD] || used[QS_QUANTIZE] || used[QS_RELU]) cg_puts(&b, k_requant);
   if (used[QS_QUANTIZE]) cg_puts(&b, k_quantize);
   if (used[QS_DEQUANTIZE]) cg_puts(&b, k_dequantize);
-  if (conv_pad) cg_puts(&b, k_conv);
-  if (conv_valid) cg_puts(&b, k_conv_valid);
+  if (used[QS_CONV] || used[QS_LINEAR]) cg_puts(&b, k_dot);
+  if (used[QS_CONV]) cg_puts(&b, k_conv);
   if (used[QS_LINEAR]) cg_puts(&b, k_linear);
   if (used[QS_MAXPOOL]) cg_puts(&b, k_maxpool);
   if (used[QS_ADD]) cg_puts(&b, k_add);
@@ -336,19 +333,14 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
       break;
     case QS_CONV: {
       const Type *tw = &f->values.data[f->insts.data[st->inst].args[1]].type;
-      cg_puts(&b, st->folded ? "ctc_q_conv_valid(" : "ctc_q_conv(");
+      cg_puts(&b, "ctc_q_conv(");
       buf_ref(&b, q, st->in, in_names, out_names);
       cg_puts(&b, ", ");
       buf_ref(&b, q, st->out, in_names, out_names);
-      cg_printf(&b, ", ctc_qw_%d, ctc_qb_%d, ctc_qm_%d, ctc_qr_%d,\n             ", s, s, s, s);
-      if (st->folded) {
-        cg_printf(&b, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, %d);\n",
-                  (ll)ti->dims[0], (ll)ti->dims[1], (ll)ti->dims[2], (ll)ti->dims[3], (ll)to->dims[1], (ll)to->dims[2],
-                  (ll)to->dims[3], (ll)tw->dims[2], (ll)tw->dims[3], (ll)a[0], (ll)a[1], (ll)a[4], (ll)a[5],
-                  (ll)(a[6] > 0 ? a[6] : 1), (int)bo->zp, (int)st->lo, (int)st->hi);
-        break;
-      }
-      cg_printf(&b, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, %d, %d);\n",
+      cg_printf(&b, ", ctc_qw_%d, ctc_qb_%d, ctc_qm_%d, ctc_qr_%d, ", s, s, s, s);
+      buf_ref(&b, q, st->scratch, in_names, out_names);
+      cg_printf(&b, ",\n             %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                    "%d, %d, %d, %d);\n",
                 (ll)ti->dims[0], (ll)ti->dims[1], (ll)ti->dims[2], (ll)ti->dims[3], (ll)to->dims[1], (ll)to->dims[2],
                 (ll)to->dims[3], (ll)tw->dims[2], (ll)tw->dims[3], (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4],
                 (ll)a[5], (ll)(a[6] > 0 ? a[6] : 1), (int)bi->zp, (int)bo->zp, (int)st->lo, (int)st->hi);

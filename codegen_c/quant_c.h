@@ -9,8 +9,8 @@
  *   activations: int8 asymmetric per tensor, from the calibration min/max (widened to hold 0):
  *     scale (max - min) / 255, zero point round(-128 - min / scale);
  *   bias: int32, scale s_in * s_w[c], zero point 0;
- *   Conv2d / Linear: acc = bias[c] + sum (x - zp_in) * w (int32; zp_in folded into the bias where no
- *     window reads padding, as TFLite and CMSIS-NN do), then
+ *   Conv2d / Linear: acc = bias[c] + sum (x - zp_in) * w (int32; zp_in folded into the bias as TFLite
+ *     and CMSIS-NN do, padding read as zp_in), then
  *     y = clamp(zp_out + requant(acc, M0[c], r[c]), lo, hi), requant(a, M0, r) = (a * M0 + 2^(r-1)) >> r
  *     in int64 (TFLite's single-rounding MultiplyByQuantizedMultiplier), M0 a Q31 multiplier in
  *     [2^30, 2^31) and s_in * s_w[c] / s_out = M0 * 2^-r; a fused ReLU is lo = zp_out (real 0);
@@ -58,7 +58,8 @@ typedef struct QStep {
   int transpose_a;       /* QS_FLOAT matmul: unused (linear only) */
   /* QS_CONV, QS_LINEAR: per output channel (cout) */
   int cout, relu;
-  int folded;            /* the input's zero point is in the bias (no padding reads): no zp_in in the loop */
+  int folded;            /* the input's zero point is in the bias: no zp_in in the loop */
+  int scratch;           /* QS_CONV: the window buffer (C/G * KH * KW int8, live during the step) */
   int wparam, bparam;    /* Program.params indices of the weight and bias (-1: none) */
   int64_t wnumel;
   const int8_t *w;       /* QS_CONV: [O, C/G, KH, KW]; QS_LINEAR: [N, K] */

@@ -228,7 +228,7 @@ static QStep *new_step(Q *q, QStepKind kind, int inst, int in, int out) {
   s.in = in;
   s.in2 = -1;
   s.out = out;
-  s.wparam = s.bparam = -1;
+  s.wparam = s.bparam = s.scratch = -1;
   s.lo = -128;
   s.hi = 127;
   vec_push(q->a, &q->plan->steps, s);
@@ -361,15 +361,10 @@ static int plan_layer(Q *q, int k, char *consumed) {
                   NULL);
     rq[c] = (uint8_t)r;
   }
-  /* every window inside the input (no padding reads): the input's zero point folds into the bias,
-   * bias[c] - zp_in * sum_t w[c, t] (TFLite and CMSIS-NN do the same), and the kernel needs no
-   * bounds checks */
-  int fold = !conv;
-  if (conv) {
-    const Type *tx = vty(f, x);
-    fold = in->attr[2] == 0 && in->attr[3] == 0 && (ty->dims[2] - 1) * in->attr[0] + (tw->dims[2] - 1) * in->attr[4] < tx->dims[2] &&
-           (ty->dims[3] - 1) * in->attr[1] + (tw->dims[3] - 1) * in->attr[5] < tx->dims[3];
-  }
+  /* the input's zero point folds into the bias, bias[c] - zp_in * sum_t w[c, t] (TFLite and CMSIS-NN
+   * do the same); the convolution's window buffer holds the zero point where it reads padding, so
+   * that holds for padded convolutions too */
+  int fold = 1;
   if (fold)
     for (int64_t c = 0; c < cout; c++) {
       int64_t sum = 0;
@@ -379,8 +374,11 @@ static int plan_layer(Q *q, int k, char *consumed) {
         return fail(q, in->loc, "the bias with the input's zero point folded in does not fit in int32", NULL);
       bq[c] = (int32_t)v;
     }
+  int patch = -1;   /* a convolution's window, gathered once per output position for all its channels */
+  if (conv) patch = new_buf(q, 1, in->res, tw->dims[1] * tw->dims[2] * tw->dims[3], QB_ARENA, 0);
   QStep *s = new_step(q, conv ? QS_CONV : QS_LINEAR, k, bin, bout);
   s->folded = fold;
+  s->scratch = patch;
   s->tin = *vty(f, x);
   s->tout = *ty;
   memcpy(s->attr, in->attr, sizeof s->attr);
@@ -459,6 +457,7 @@ static void place(Arena *a, QuantPlan *pl) {
     for (int j = 0; j < 2; j++)
       if (ins[j] >= 0) pl->bufs.data[ins[j]].last = s;
     if (pl->bufs.data[st->out].first < 0) pl->bufs.data[st->out].first = s;
+    if (st->scratch >= 0) pl->bufs.data[st->scratch].first = pl->bufs.data[st->scratch].last = s;
   }
   int *ord = arena_alloc(a, sizeof(int) * (size_t)(pl->bufs.len + 1)), n = 0;
   for (int i = 0; i < pl->bufs.len; i++) {

@@ -188,6 +188,7 @@ def test_footprint(seed):
     nparam = sum(p.numel() for p in net.parameters())
     assert seed["flash"] == want and seed["fflash"] == 4 * nparam
     # int8 activations: the largest live pair is conv1's output (6x24x24) and its pooled copy (6x12x12)
+    # (the window buffers, 25 and 150 bytes, fit beside them)
     assert seed["ram"] == 6 * 24 * 24 + 6 * 12 * 12
     assert seed["ram"] * 4 <= seed["fram"]
     h = (seed["dir"] / "net.h").read_text()
@@ -219,7 +220,7 @@ def test_scheme_matches_pytorch(seed):
         assert np.array_equal(got, q.int_repr().numpy().ravel()), pname
     assert re.search(r"#define NET_IN0_SCALE 0\.00392156\d*f", h) and "#define NET_IN0_ZERO_POINT -128" in h
     assert "MultiplyByQuantizedMultiplier" in h and "symmetric per output channel" in h
-    for k in ("ctc_q_conv_valid(", "ctc_q_linear(", "ctc_q_maxpool(", "ctc_q_quantize(", "ctc_q_dequantize("):
+    for k in ("ctc_q_conv(", "ctc_q_dot(", "ctc_q_linear(", "ctc_q_maxpool(", "ctc_q_quantize(", "ctc_q_dequantize("):
         assert k in c, k
     assert "float" not in c.split("int net_forward")[1].split("ctc_q_quantize")[1].split("ctc_q_dequantize")[0]
 
@@ -242,6 +243,7 @@ def test_int8_cortex_m4_qemu(seed):
          os.path.join(EMB, "startup.c"), os.path.join(EMB, "semihost.c"), d / "net.c", d / "m4_main.c", "-o", elf])
     syms = run(["arm-none-eabi-nm", "-S", elf]).stdout.split("\n")
     w = [line.split() for line in syms if re.search(r"\bctc_q[wbmr]_\d+$", line)]
+    assert run(["arm-none-eabi-objdump", "-d", elf]).stdout.count("smlad") >= 2   # the DSP extension's dot product
     assert len(w) == 20 and all(int(s[0], 16) < 0x20000000 for s in w)   # in flash
     assert sum(int(s[1], 16) for s in w) == seed["flash"]
     r = run(["qemu-system-arm", "-machine", "mps2-an386", "-nographic", "-semihosting", "-icount", "shift=0",
@@ -258,6 +260,20 @@ def test_int8_cortex_m4_qemu(seed):
     text = run(["arm-none-eabi-size", elf]).stdout
     print(f"\ncortex-m4 int8: {ticks[-1] * 40} instructions per inference (QEMU -icount), flash {seed['flash']} B of "
           f"weights, RAM arena {seed['ram']} B\n{text}")
+
+
+def test_int8_aarch64_qemu_user(seed):
+    """The same model.c for aarch64 (-ffreestanding -Werror) under qemu-aarch64: the host's bits."""
+    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    d = seed["dir"]
+    run(["aarch64-linux-gnu-gcc", *STRICT, "-c", d / "net.c", "-o", d / "net_a64.o"])
+    run(["aarch64-linux-gnu-gcc", "-std=c11", "-O2", f"-I{d}", d / "acc.c", d / "net_a64.o", "-o", d / "acc_a64"])
+    got = parse_logits(run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", d / "acc_a64", d / "t10k.bin", "64", "bits"],
+                           timeout=120).stdout)
+    host = parse_logits(run([d / "acc", d / "t10k.bin", "64", "bits"]).stdout)
+    assert got.shape == (64, 10) and np.array_equal(got.view(np.uint32), host.view(np.uint32))
 
 
 def test_hosted_build(seed, tmp_path):
@@ -305,6 +321,21 @@ example_inputs = (torch.randn(2, 1, 28, 28),)
 """
 
 
+OTHER_MAIN_C = r"""
+#include <stdio.h>
+#include "net.h"
+static _Alignas(64) unsigned char arena[OTHER_ARENA_BYTES];
+int main(int argc, char **argv) {
+  static float x[2 * 784], y[20];
+  FILE *f = fopen(argv[1], "rb"), *g = fopen(argv[2], "wb");
+  other_t m;
+  if (argc < 3 || !f || !g || fread(x, sizeof x, 1, f) != 1) return 1;
+  if (other_init(&m, arena, sizeof arena) != CTC_OK || other_forward(&m, x, y) != CTC_OK) return 2;
+  return fwrite(y, sizeof y, 1, g) == 1 && fclose(g) == 0 ? 0 : 3;
+}
+"""
+
+
 def test_other_kernels_and_float_fallback(tmp_path):
     """Padded convolutions (the zero point in the loop), the int8 add of two activations with a
     fused relu, and ops without an int8 kernel (avg pooling, tanh) in float between a dequantize
@@ -318,17 +349,20 @@ def test_other_kernels_and_float_fallback(tmp_path):
     x = torch.rand(2, 1, 28, 28, generator=g)
     np.save(tmp_path / "calib.npy", calib.numpy())
     np.save(tmp_path / "x.npy", x.numpy())
-    exe = tmp_path / "net"
-    run([CTC, "build", tmp_path / "other.py", "--weights", tmp_path / "w.safetensors", "--quantize", "int8",
-         "--calibrate", tmp_path / "calib.npy", "-o", exe, "--no-openmp", "--no-blas"])
+    run([CTC, "compile", tmp_path / "other.py", "--freestanding", "--embed-weights", tmp_path / "w.safetensors",
+         "--quantize", "int8", "--calibrate", tmp_path / "calib.npy", "-o", tmp_path / "net.c"])
     c = (tmp_path / "net.c").read_text()
     body = c.split("int other_forward")[1]
     for k in ("ctc_q_conv(", "ctc_q_add(", "ctc_f_avgpool(", "tanhf(", "ctc_q_dequantize(", "ctc_q_quantize(",
               "ctc_q_maxpool(", "ctc_q_linear("):
         assert k in body, k
     assert "add+relu (int8)" in body
-    run([exe, "infer", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
-    y = np.load(tmp_path / "y.npy")
+    (tmp_path / "main.c").write_text(OTHER_MAIN_C)
+    x.numpy().tofile(tmp_path / "x.bin")
+    run(["cc", *STRICT, "-c", tmp_path / "net.c", "-o", tmp_path / "net.o"])
+    run(["cc", "-std=c11", "-O2", f"-I{tmp_path}", tmp_path / "main.c", tmp_path / "net.o", "-o", tmp_path / "net", "-lm"])
+    run([tmp_path / "net", tmp_path / "x.bin", tmp_path / "y.bin"])
+    y = np.fromfile(tmp_path / "y.bin", dtype=np.float32).reshape(2, 10)
     with torch.no_grad():
         want = net(x).numpy()
     scale = float(re.search(r"#define OTHER_OUT0_SCALE ([0-9.e+-]+)f", (tmp_path / "net.h").read_text()).group(1))
