@@ -190,19 +190,21 @@ static void arr(Buf *b, const char *type, const char *name, int si, int64_t n, c
   cg_puts(b, "\n};\n");
 }
 
-static const char *step_name(const QuantPlan *q, const QStep *s, const Func *f) {
+static const char *step_name(const QStep *s, const Func *f, char *buf, size_t cap) {
   switch (s->kind) {
   case QS_QUANTIZE: return "quantize";
   case QS_DEQUANTIZE: return "dequantize";
-  case QS_CONV: return s->relu ? "conv2d+bias+relu (int8)" : "conv2d+bias (int8)";
-  case QS_LINEAR: return s->relu ? "linear+bias+relu (int8)" : "linear+bias (int8)";
+  case QS_CONV: case QS_LINEAR:
+    /* one folded op is the bias add; more are a per-channel affine map (an eval-mode BatchNorm) */
+    snprintf(buf, cap, "%s%s%s (int8)", s->kind == QS_CONV ? "conv2d" : "linear",
+             s->nfold == 0 ? "" : s->nfold == 1 ? "+bias" : "+affine", s->relu ? "+relu" : "");
+    return buf;
   case QS_MAXPOOL: return "maxpool2d (int8)";
   case QS_ADD: return s->relu ? "add+relu (int8)" : "add (int8)";
   case QS_RELU: return "relu (int8)";
   case QS_FLOAT: return ir_ops[f->insts.data[s->inst].op].name;
   case QS_COPY: return "copy";
   }
-  (void)q;
   return "?";
 }
 
@@ -266,8 +268,9 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     if (st->kind != QS_CONV && st->kind != QS_LINEAR) continue;
     const Inst *in = &f->insts.data[st->inst];
     char pn[256];
+    char nm[64];
     cg_printf(&b, "/* %s, line %d: weights of '%s' per output channel (int8), bias (int32), M0, r */\n",
-              step_name(q, st, f), in->loc.line, cg_comment_text(pn, sizeof pn, p->params.data[st->wparam].name));
+              step_name(st, f, nm, sizeof nm), in->loc.line, cg_comment_text(pn, sizeof pn, p->params.data[st->wparam].name));
     arr(&b, "int8_t", "ctc_qw", s, st->wnumel, st->w, 0);
     arr(&b, "int32_t", "ctc_qb", s, st->cout, st->bias, 1);
     arr(&b, "int32_t", "ctc_qm", s, st->cout, st->mult, 1);
@@ -305,7 +308,8 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     const QStep *st = &q->steps.data[s];
     const QBuf *bi = &q->bufs.data[st->in], *bo = &q->bufs.data[st->out];
     const Type *ti = &st->tin, *to = &st->tout;
-    cg_printf(&b, "  /* %s", step_name(q, st, f));
+    char nm[64];
+    cg_printf(&b, "  /* %s", step_name(st, f, nm, sizeof nm));
     if (st->inst >= 0) cg_printf(&b, ", line %d", f->insts.data[st->inst].loc.line);
     cg_puts(&b, " */\n  ");
     const int64_t *a = st->attr;
@@ -467,7 +471,8 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
   for (int s = 0; s < q->steps.len; s++) {
     const QStep *st = &q->steps.data[s];
     const QBuf *bi = &q->bufs.data[st->in], *bo = &q->bufs.data[st->out];
-    cg_printf(&hb, " *   %-26s", step_name(q, st, f));
+    char nm[64];
+    cg_printf(&hb, " *   %-26s", step_name(st, f, nm, sizeof nm));
     if (st->inst >= 0) cg_printf(&hb, " line %-4d", f->insts.data[st->inst].loc.line);
     else cg_puts(&hb, "          ");
     if (bi->q) cg_printf(&hb, " in %.6g/%d", bi->scale, (int)bi->zp);

@@ -41,6 +41,9 @@ static ValId root(const Func *f, ValId v) {
 static int is_float_fallback(Op op) {
   return op == IR_TANH || op == IR_SIGMOID || op == IR_EXP || op == IR_NEG || op == IR_AVGPOOL2D;
 }
+static int is_const_op(Op op) {   /* ops of constants the interpreter computes (BatchNorm's statistics) */
+  return op == IR_CONST || op == IR_ADD || op == IR_SUB || op == IR_MUL || op == IR_DIV || op == IR_SQRT || op == IR_RSQRT;
+}
 static int needs_libm(Op op) { return op == IR_TANH || op == IR_SIGMOID || op == IR_EXP; }
 
 /* ---- the float model on calibration data ---------------------------------------------- */
@@ -98,12 +101,12 @@ static void bstrides(const Type *t, const Type *r, int64_t *st) {
   }
 }
 
-static void run_add(const double *a, const Type *ta, const double *b, const Type *tb, double *y, const Type *ty) {
+static void run_bin(Op op, const double *a, const Type *ta, const double *b, const Type *tb, double *y, const Type *ty) {
   int64_t sa[IR_MAX_DIMS], sb[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0}, n = ir_numel(ty), oa = 0, ob = 0;
   bstrides(ta, ty, sa);
   bstrides(tb, ty, sb);
   for (int64_t e = 0; e < n; e++) {
-    y[e] = a[oa] + b[ob];
+    y[e] = op == IR_ADD ? a[oa] + b[ob] : op == IR_SUB ? a[oa] - b[ob] : op == IR_MUL ? a[oa] * b[ob] : a[oa] / b[ob];
     for (int k = ty->ndim - 1; k >= 0; k--) {   /* next index, offsets kept in step */
       idx[k]++, oa += sa[k], ob += sb[k];
       if (idx[k] < ty->dims[k]) break;
@@ -148,8 +151,8 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
     const Type *ty = vty(f, in->res);
     int64_t n = ir_numel(ty);
     double *y = I->v[in->res];
-    const double *a = data_of(I, in->args[0]), *b = in->nargs > 1 ? data_of(I, in->args[1]) : NULL;
-    const Type *ta = vty(f, in->args[0]);
+    const double *a = in->nargs ? data_of(I, in->args[0]) : NULL, *b = in->nargs > 1 ? data_of(I, in->args[1]) : NULL;
+    const Type *ta = in->nargs ? vty(f, in->args[0]) : ty;
     switch (in->op) {
     case IR_CONV2D: run_conv(a, ta, b, vty(f, in->args[1]), y, ty, in->attr); break;
     case IR_MATMUL: {
@@ -159,7 +162,10 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
       (void)tb;
       break;
     }
-    case IR_ADD: run_add(a, ta, b, vty(f, in->args[1]), y, ty); break;
+    case IR_ADD: case IR_SUB: case IR_MUL: case IR_DIV: run_bin(in->op, a, ta, b, vty(f, in->args[1]), y, ty); break;
+    case IR_CONST: for (int64_t e = 0; e < n; e++) y[e] = in->fattr; break;
+    case IR_SQRT: for (int64_t e = 0; e < n; e++) y[e] = sqrt(a[e]); break;
+    case IR_RSQRT: for (int64_t e = 0; e < n; e++) y[e] = 1 / sqrt(a[e]); break;
     case IR_RELU: for (int64_t e = 0; e < n; e++) y[e] = a[e] < 0 ? 0 : a[e]; break;
     case IR_TANH: for (int64_t e = 0; e < n; e++) y[e] = tanh(a[e]); break;
     case IR_SIGMOID: for (int64_t e = 0; e < n; e++) y[e] = 1 / (1 + exp(-a[e])); break;
@@ -195,6 +201,8 @@ typedef struct Q {
   const double *lo, *hi;
   int *qb, *fb;        /* per root value: its int8 / float buffer (-1: none yet) */
   int *uses, *user;    /* per value: number of uses (outputs count), the instruction of the last use */
+  char *cst;           /* per value: computed from parameters and literals only (no input) */
+  double **cdata;      /* per constant root value: its values */
 } Q;
 
 /* the int8 parameters of value v's calibrated range */
@@ -272,19 +280,24 @@ static int multiplier(double m, int32_t *m0, int *r) {
   return 0;
 }
 
-/* the parameter a bias operand views, or -1 */
-static int bias_param(const Q *q, ValId b, int64_t cout, const Type *res, int axis) {
+/* the values of a constant operand b that is one number per channel (axis of res, cout channels)
+ * or a single number (*stride 0); NULL for anything else */
+static const double *chan_const(const Q *q, ValId b, int64_t cout, const Type *res, int axis, int *stride) {
   const Type *tb = vty(q->f, b);
-  ValId r = root(q->f, b);
-  if (val(q->f, r)->kind != V_PARAM || vty(q->f, r)->dtype != DT_F32 || ir_numel(tb) != cout) return -1;
+  if (!q->cst[b] || !q->cdata[root(q->f, b)]) return NULL;
+  if (ir_numel(tb) == 1) {
+    *stride = 0;
+    return q->cdata[root(q->f, b)];
+  }
   int off = res->ndim - tb->ndim;
-  if (off < 0) return -1;
+  if (off < 0 || ir_numel(tb) != cout) return NULL;
   for (int k = 0; k < tb->ndim; k++)
-    if (tb->dims[k] != (k + off == axis ? cout : 1)) return -1;
-  return val(q->f, r)->index;
+    if (tb->dims[k] != (k + off == axis ? cout : 1)) return NULL;
+  *stride = 1;
+  return q->cdata[root(q->f, b)];
 }
 
-static int is_param(const Q *q, ValId v) { return val(q->f, root(q->f, v))->kind == V_PARAM; }
+static int is_param(const Q *q, ValId v) { return q->cst[v]; }
 
 /* the only user of v, when it is an instruction of op `op`, else NULL */
 static const Inst *sole_user(const Q *q, ValId v, Op op) {
@@ -305,7 +318,7 @@ static int plan_layer(Q *q, int k, char *consumed) {
   ValId x = in->args[0], wv = in->args[1];
   int conv = in->op == IR_CONV2D;
   const Type *tw = vty(f, wv), *ty = vty(f, in->res);
-  if (!is_param(q, wv) || root(f, wv) != wv || tw->dtype != DT_F32)
+  if (val(f, wv)->kind != V_PARAM || tw->dtype != DT_F32)
     return fail(q, in->loc, conv ? "conv2d's weight must be a float32 parameter" : "matmul of two activations has no int8 kernel",
                 NULL);
   if (!conv && (tw->ndim != 2 || in->attr[0] || vty(f, x)->dtype != DT_F32))
@@ -313,15 +326,42 @@ static int plan_layer(Q *q, int k, char *consumed) {
   int64_t cout = conv ? tw->dims[0] : ty->dims[ty->ndim - 1];
   int64_t K = conv ? tw->dims[1] * tw->dims[2] * tw->dims[3] : vty(f, x)->dims[vty(f, x)->ndim - 1];
   int axis = conv ? 1 : ty->ndim - 1;
+  /* the elementwise ops with constants that follow, while each is the only user of the value before
+   * it: a per-channel affine map y = A[c] * conv + B[c] (the bias add, an eval-mode BatchNorm's
+   * subtract, multiply, add), folded into the weights and the bias as TFLite's converter does */
   ValId last = in->res;
-  int bparam = -1, relu = 0;
-  const Inst *u = sole_user(q, last, IR_ADD);
-  if (u && ir_type_eq(vty(f, u->res), ty)) {
-    ValId other = u->args[0] == last ? u->args[1] : u->args[0];
-    if ((bparam = bias_param(q, other, cout, ty, axis)) >= 0) {
-      consumed[q->user[last]] = 1;
-      last = u->res;
+  int bparam = -1, relu = 0, nfold = 0;
+  double *Am = arena_alloc(q->a, sizeof(double) * (size_t)cout), *Bm = arena_alloc(q->a, sizeof(double) * (size_t)cout);
+  for (int64_t c = 0; c < cout; c++) Am[c] = 1, Bm[c] = 0;
+  for (;;) {
+    if (q->uses[last] != 1 || q->user[last] < 0) break;
+    const Inst *u = &f->insts.data[q->user[last]];
+    if ((u->op != IR_ADD && u->op != IR_SUB && u->op != IR_MUL && u->op != IR_DIV) || !ir_type_eq(vty(f, u->res), ty) ||
+        u->args[0] == u->args[1])
+      break;
+    int first = u->args[0] == last, st = 0;
+    ValId other = first ? u->args[1] : u->args[0];
+    const double *cv = chan_const(q, other, cout, ty, axis, &st);
+    if (!cv || (u->op == IR_DIV && !first)) break;
+    int ok = 1;
+    for (int64_t c = 0; c < cout; c++) ok &= isfinite(cv[c * st]) && (u->op != IR_DIV || cv[c * st] != 0);
+    if (!ok) break;
+    if (bparam < 0 && u->op == IR_ADD && val(f, root(f, other))->kind == V_PARAM) bparam = val(f, root(f, other))->index;
+    for (int64_t c = 0; c < cout; c++) {
+      double k2 = cv[c * st];
+      switch (u->op) {
+      case IR_ADD: Bm[c] += k2; break;
+      case IR_SUB:
+        if (first) Bm[c] -= k2;
+        else Am[c] = -Am[c], Bm[c] = k2 - Bm[c];
+        break;
+      case IR_MUL: Am[c] *= k2, Bm[c] *= k2; break;
+      default: Am[c] /= k2, Bm[c] /= k2; break;
+      }
     }
+    consumed[q->user[last]] = 1;
+    last = u->res;
+    nfold++;
   }
   if (sole_user(q, last, IR_RELU)) {
     consumed[q->user[last]] = 1;
@@ -336,24 +376,23 @@ static int plan_layer(Q *q, int k, char *consumed) {
   int32_t zout = bo->zp;
   /* weights: per output channel, symmetric */
   const float *w = q->w[val(f, wv)->index];
-  const float *bias = bparam >= 0 ? q->w[bparam] : NULL;
   int8_t *wq = arena_alloc(q->a, (size_t)(cout * K));
   int32_t *bq = arena_alloc(q->a, sizeof *bq * (size_t)cout), *mq = arena_alloc(q->a, sizeof *mq * (size_t)cout);
   uint8_t *rq = arena_alloc(q->a, (size_t)cout);
   double *ws = arena_alloc(q->a, sizeof *ws * (size_t)cout);
   for (int64_t c = 0; c < cout; c++) {
     /* element t of channel c: conv [O, C/G*KH*KW]; linear attr[1]: W[N, K], else W[K, N] */
-#define WAT(c, t) (conv || in->attr[1] ? w[(c) * K + (t)] : w[(t) * cout + (c)])
+#define WAT(c, t) (Am[c] * (double)(conv || in->attr[1] ? w[(c) * K + (t)] : w[(t) * cout + (c)]))
     double mx = 0;
-    for (int64_t t = 0; t < K; t++) mx = fmax(mx, fabs((double)WAT(c, t)));
+    for (int64_t t = 0; t < K; t++) mx = fmax(mx, fabs(WAT(c, t)));
     double s = mx > 0 ? mx / 127.0 : 1.0;
     ws[c] = s;
     for (int64_t t = 0; t < K; t++) {
-      double v = round((double)WAT(c, t) / s);
+      double v = round(WAT(c, t) / s);
       wq[c * K + t] = (int8_t)(v < -127 ? -127 : v > 127 ? 127 : v);
     }
 #undef WAT
-    double bv = bias ? round((double)bias[c] / (sin * s)) : 0;
+    double bv = round(Bm[c] / (sin * s));
     bq[c] = (int32_t)(bv < -2147483647.0 ? -2147483647.0 : bv > 2147483647.0 ? 2147483647.0 : bv);
     int r;
     if (multiplier(sin * s / sout, &mq[c], &r) < 0)
@@ -378,6 +417,7 @@ static int plan_layer(Q *q, int k, char *consumed) {
   if (conv) patch = new_buf(q, 1, in->res, tw->dims[1] * tw->dims[2] * tw->dims[3], QB_ARENA, 0);
   QStep *s = new_step(q, conv ? QS_CONV : QS_LINEAR, k, bin, bout);
   s->folded = fold;
+  s->nfold = nfold;
   s->scratch = patch;
   s->tin = *vty(f, x);
   s->tout = *ty;
@@ -539,7 +579,7 @@ static int read_calib(Q *q, const char *path, const Type *tin, double **out, int
 QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *const *weights, const char *calib,
                       int no_libm, int *rc) {
   const Func *f = p->funcs.data[fi];
-  Q q = {a, d, p, f, weights, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  Q q = {a, d, p, f, weights, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   *rc = CTC_EXIT_USER;
   q.plan = arena_alloc(a, sizeof *q.plan);
   memset(q.plan, 0, sizeof *q.plan);
@@ -559,14 +599,24 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
   q.user = arena_alloc(a, sizeof(int) * (size_t)nv);
   for (int v = 0; v < nv; v++) q.user[v] = -1, q.uses[v] = 0;
   for (int i = 0; i < f->outputs.len; i++) q.uses[f->outputs.data[i]] += 1;
-  /* every op must have an int8 kernel or a float fallback; the parameters it reads must be float32 */
+  /* constants: values of parameters and literals only */
+  q.cst = arena_alloc(a, (size_t)nv + 1);
+  for (int v = 0; v < nv; v++) q.cst[v] = val(f, v)->kind == V_PARAM;
+  for (int k = 0; k < f->insts.len; k++) {
+    const Inst *in = &f->insts.data[k];
+    int c = !in->dead && (is_view_op(in->op) || is_const_op(in->op));
+    for (int j = 0; j < in->nargs && c; j++) c = q.cst[in->args[j]];
+    q.cst[in->res] = (char)c;
+  }
+  /* every op must have an int8 kernel or a float fallback, or compute a constant; the parameters it
+   * reads must be float32 */
   for (int k = 0; k < f->insts.len; k++) {
     const Inst *in = &f->insts.data[k];
     if (in->dead) continue;
     for (int j = 0; j < in->nargs; j++) q.uses[in->args[j]]++, q.user[in->args[j]] = k;
     Op op = in->op;
     int ok = op == IR_CONV2D || op == IR_MATMUL || op == IR_ADD || op == IR_RELU || op == IR_MAXPOOL2D ||
-             is_view_op(op) || is_float_fallback(op);
+             is_view_op(op) || is_float_fallback(op) || is_const_op(op);
     if (!ok) {
       fail(&q, in->loc, "no int8 kernel or float fallback for op ", ir_ops[op].name);
       return NULL;
@@ -584,10 +634,11 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
       return NULL;
     }
   }
-  for (int i = 0; i < p->params.len; i++)
-    if (p->params.data[i].type.dtype != DT_F32) {
-      diag_error(d, p->params.data[i].loc, "--quantize int8: parameter '%s' is %s (float32 models only)",
-                 p->params.data[i].name, ir_dtype_name(p->params.data[i].type.dtype));
+  for (int v = 0; v < nv; v++)   /* the parameters the entry reads */
+    if (val(f, v)->kind == V_PARAM && vty(f, v)->dtype != DT_F32) {
+      const Param *pr = &p->params.data[val(f, v)->index];
+      diag_error(d, pr->loc, "--quantize int8: parameter '%s' is %s (float32 models only)", pr->name,
+                 ir_dtype_name(pr->type.dtype));
       return NULL;
     }
   /* calibration */
@@ -621,6 +672,14 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
                                            sizeof(double) * (size_t)per);
     interp_batch(&I, lo, hi);
   }
+  q.cdata = arena_alloc(a, sizeof(double *) * (size_t)nv);   /* the constants' values, kept */
+  for (int v = 0; v < nv; v++) {
+    q.cdata[v] = NULL;
+    if (!q.cst[v] || root(f, v) != v || !I.v[v]) continue;
+    size_t bytes = sizeof(double) * (size_t)ir_numel(vty(f, v));
+    q.cdata[v] = arena_alloc(a, bytes);
+    memcpy(q.cdata[v], I.v[v], bytes);
+  }
   for (int v = 0; v < nv; v++)
     if (val(f, v)->kind != V_PARAM) free(I.v[v]);
   for (int i = 0; i < p->params.len; i++) free(wd[i]);
@@ -643,7 +702,17 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
   memset(consumed, 0, (size_t)f->insts.len + 1);
   for (int k = 0; k < f->insts.len; k++) {
     const Inst *in = &f->insts.data[k];
-    if (in->dead || consumed[k] || is_view_op(in->op)) continue;
+    if (in->dead || consumed[k] || is_view_op(in->op) || q.cst[in->res]) continue;
+    if ((in->op == IR_CONV2D || in->op == IR_MATMUL) && q.cst[in->args[0]]) {
+      fail(&q, in->loc, "a conv2d or matmul of constants has no int8 kernel", NULL);
+      return NULL;
+    }
+    if (is_const_op(in->op) && in->op != IR_ADD) {
+      fail(&q, in->loc, "no int8 kernel for this elementwise op of an activation: ", ir_ops[in->op].name);
+      diag_note(d, in->loc, "an elementwise op with a per-channel constant folds into the conv2d or linear layer before it "
+                "when that layer's result (after its bias) is its only operand use (an eval-mode BatchNorm)");
+      return NULL;
+    }
     int r = 0;
     switch (in->op) {
     case IR_CONV2D: case IR_MATMUL: r = plan_layer(&q, k, consumed); break;

@@ -371,6 +371,69 @@ def test_other_kernels_and_float_fallback(tmp_path):
     assert err < 6 * scale
 
 
+BN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class WithBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(1, 6, 5, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 12 * 12, 32)
+        self.bn1 = nn.BatchNorm1d(32)
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.bn(self.c(x))), 2)
+        h = F.relu(self.bn1(self.fc(h.flatten(1))))
+        return self.out(h)
+
+
+model = WithBN()
+example_inputs = (torch.randn(4, 1, 28, 28),)
+"""
+
+
+def test_batchnorm_folded(tmp_path):
+    """Eval-mode BatchNorm after a conv2d or linear layer (a per-channel affine map of constants)
+    folds into its int8 weights and bias: the whole model runs in int8, close to PyTorch's float."""
+    (tmp_path / "bn.py").write_text(BN)
+    torch.manual_seed(3)
+    net = load_module(str(tmp_path / "bn.py"), "quant_bn").model.eval()
+    with torch.no_grad():   # statistics and affine parameters that change the result
+        for bn in (net.bn, net.bn1):
+            bn.running_mean.uniform_(-0.3, 0.3)
+            bn.running_var.uniform_(0.05, 0.5)
+            bn.weight.uniform_(-1.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    st_write(str(tmp_path / "w.safetensors"), state_dict_np(net))
+    g = torch.Generator().manual_seed(4)
+    calib, x = torch.rand(128, 1, 28, 28, generator=g), torch.rand(4, 1, 28, 28, generator=g)
+    np.save(tmp_path / "calib.npy", calib.numpy())
+    run([CTC, "compile", tmp_path / "bn.py", "--freestanding", "--embed-weights", tmp_path / "w.safetensors",
+         "--quantize", "int8", "--calibrate", tmp_path / "calib.npy", "--name", "other", "-o", tmp_path / "net.c"])
+    c = (tmp_path / "net.c").read_text()
+    body = c.split("int other_forward")[1]
+    assert "conv2d+affine+relu (int8)" in body and "linear+affine+relu (int8)" in body
+    assert body.count("ctc_q_dequantize(") == 1 and "for (long i" not in body   # no float step
+    (tmp_path / "main.c").write_text(OTHER_MAIN_C.replace("2 * 784", "4 * 784").replace("y[20]", "y[40]"))
+    x.numpy().tofile(tmp_path / "x.bin")
+    run(["cc", *STRICT, "-c", tmp_path / "net.c", "-o", tmp_path / "net.o"])
+    run(["cc", "-std=c11", "-O2", f"-I{tmp_path}", tmp_path / "main.c", tmp_path / "net.o", "-o", tmp_path / "net"])
+    run([tmp_path / "net", tmp_path / "x.bin", tmp_path / "y.bin"])
+    y = np.fromfile(tmp_path / "y.bin", dtype=np.float32).reshape(4, 10)
+    with torch.no_grad():
+        want = net(x).numpy()
+    scale = float(re.search(r"#define OTHER_OUT0_SCALE ([0-9.e+-]+)f", (tmp_path / "net.h").read_text()).group(1))
+    err = np.abs(y - want).max()
+    print(f"\nBatchNorm folded: max |int8 - float| {err:.4g} (output scale {scale:.4g}, logits up to "
+          f"{np.abs(want).max():.3g})")
+    assert err < 6 * scale
+
+
 BAD = """
 import torch
 import torch.nn as nn
@@ -413,6 +476,12 @@ def test_refusals(tmp_path):
     for i, (extra, msg) in enumerate(cases):
         r = run(base + extra if i == 0 else [*base[:2], tmp_path / "good.py", *base[3:]] + extra, check=False)
         assert r.returncode == 1 and re.search(msg, r.stderr), (extra, r.stderr)
+    (tmp_path / "sq.py").write_text(BAD.replace("F.log_softmax(self.fc(x), dim=1)", "self.fc(x) * self.fc(x)"))
+    r = run([CTC, "compile", tmp_path / "sq.py", "-o", tmp_path / "sq.c", "--quantize", "int8", "--calibrate",
+             tmp_path / "calib.npy", "--weights", tmp_path / "w.safetensors"], check=False)
+    assert r.returncode == 1 and re.search(r"sq\.py:13:\d+: error: --quantize int8: no int8 kernel for this elementwise "
+                                           r"op of an activation: mul\n(.*\n)*.*note: an elementwise op with a per-channel "
+                                           r"constant folds", r.stderr), r.stderr
     r = run([CTC, "compile", tmp_path / "bad.py", "-o", tmp_path / "bad.c", "--quantize", "int4"], check=False)
     assert r.returncode == 1 and "unknown --quantize 'int4' (expected int8)" in r.stderr
     r = run([CTC, "compile", tmp_path / "bad.py", "-o", tmp_path / "bad.c", "--calibrate", "x.npy"], check=False)
