@@ -208,8 +208,10 @@ typedef struct Q {
 /* the int8 parameters of value v's calibrated range */
 static void act_params(const Q *q, ValId v, double *scale, int32_t *zp) {
   double mn = q->lo[v] < 0 ? q->lo[v] : 0, mx = q->hi[v] > 0 ? q->hi[v] : 0;
-  if (!(mx - mn > 1e-30)) mx = mn + 1e-30 * 255 + 1e-6;   /* a constant 0: any scale */
-  double s = (mx - mn) / 255.0;
+  /* a value that is 0 on every sample (a dead layer): scale 1/255; tiny ranges: at least 2.55e-8, so
+   * that the requantization multipliers stay below 2^30 */
+  if (!(mx - mn > 0)) mx = mn + 1;
+  double s = fmax((mx - mn) / 255.0, 1e-10);
   double z = round(-128.0 - mn / s);
   *scale = s;
   *zp = (int32_t)(z < -128 ? -128 : z > 127 ? 127 : z);
