@@ -1,7 +1,9 @@
 /* quant_c.c - the C of an int8 plan (quant_c.h): model.c with the int8 weights, biases and
  * requantization constants as const arrays (flash), one call of a small int8 kernel per step
- * (direct convolution, linear, max pooling, add, relu, quantize/dequantize; int32 accumulation,
- * the int64 single-rounding requantization) and the float fallbacks as plain loops; the arena
+ * (convolution: each window gathered once into a scratch buffer, then one int8 dot product per
+ * output channel; linear, max pooling, add, relu, quantize/dequantize; int32 accumulation, the
+ * int64 single-rounding requantization; the dot product with SMLAD where the core has the DSP
+ * extension) and the float fallbacks as plain loops; the arena
  * holds the int8 (and float scratch) buffers at the plan's offsets. model.h states the scheme,
  * the input's and output's scale and zero point, and every layer's scales.
  *

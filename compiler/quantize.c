@@ -299,7 +299,7 @@ static const double *chan_const(const Q *q, ValId b, int64_t cout, const Type *r
   return q->cdata[root(q->f, b)];
 }
 
-static int is_param(const Q *q, ValId v) { return q->cst[v]; }
+static int is_const(const Q *q, ValId v) { return q->cst[v]; }
 
 /* the only user of v, when it is an instruction of op `op`, else NULL */
 static const Inst *sole_user(const Q *q, ValId v, Op op) {
@@ -321,8 +321,9 @@ static int plan_layer(Q *q, int k, char *consumed) {
   int conv = in->op == IR_CONV2D;
   const Type *tw = vty(f, wv), *ty = vty(f, in->res);
   if (val(f, wv)->kind != V_PARAM || tw->dtype != DT_F32)
-    return fail(q, in->loc, conv ? "conv2d's weight must be a float32 parameter" : "matmul of two activations has no int8 kernel",
-                NULL);
+    return fail(q, in->loc, conv ? "conv2d's weight must be a float32 parameter"
+                                 : "a matmul has an int8 kernel as a linear layer only: an activation times a 2-D "
+                                   "float32 parameter", NULL);
   if (!conv && (tw->ndim != 2 || in->attr[0] || vty(f, x)->dtype != DT_F32))
     return fail(q, in->loc, "a matmul needs a 2-D parameter as its second operand (a linear layer)", NULL);
   int64_t cout = conv ? tw->dims[0] : ty->dims[ty->ndim - 1];
@@ -440,7 +441,7 @@ static int plan_add(Q *q, int k, char *consumed) {
   const Func *f = q->f;
   const Inst *in = &f->insts.data[k];
   const Type *ty = vty(f, in->res);
-  if (is_param(q, in->args[0]) || is_param(q, in->args[1]) || !ir_type_eq(vty(f, in->args[0]), ty) ||
+  if (is_const(q, in->args[0]) || is_const(q, in->args[1]) || !ir_type_eq(vty(f, in->args[0]), ty) ||
       !ir_type_eq(vty(f, in->args[1]), ty))
     return fail(q, in->loc, "an add has an int8 kernel for two activations of the same shape only (and as the bias of a "
                 "conv2d or linear layer)", NULL);
@@ -631,8 +632,8 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
       fail(&q, in->loc, "--no-libm: the float fallback of this op needs libm: ", ir_ops[op].name);
       return NULL;
     }
-    if (is_float_fallback(op) && is_param(&q, in->args[0])) {
-      fail(&q, in->loc, "an op of a parameter has no int8 kernel: ", ir_ops[op].name);
+    if (is_float_fallback(op) && is_const(&q, in->args[0])) {
+      fail(&q, in->loc, "an op of constants has no int8 kernel: ", ir_ops[op].name);
       return NULL;
     }
   }
@@ -720,8 +721,8 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
     case IR_CONV2D: case IR_MATMUL: r = plan_layer(&q, k, consumed); break;
     case IR_ADD: r = plan_add(&q, k, consumed); break;
     case IR_RELU: case IR_MAXPOOL2D: {
-      if (is_param(&q, in->args[0])) {
-        fail(&q, in->loc, "an op of a parameter has no int8 kernel: ", ir_ops[in->op].name);
+      if (is_const(&q, in->args[0])) {
+        fail(&q, in->loc, "an op of constants has no int8 kernel: ", ir_ops[in->op].name);
         return NULL;
       }
       int bi = get_q(&q, in->args[0]);
@@ -751,6 +752,10 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
   }
   for (int i = 0; i < f->outputs.len; i++) {
     ValId v = f->outputs.data[i], r = root(f, v);
+    if (q.cst[v]) {
+      diag_error(d, f->loc, "--quantize int8: entry '%s' returns a constant (output %d)", f->name, i);
+      return NULL;
+    }
     int bo = new_buf(&q, 0, v, ir_numel(vty(f, v)), QB_OUTPUT, i);
     if (q.fb[r] < 0 && q.qb[r] >= 0) {
       QStep *s = new_step(&q, QS_DEQUANTIZE, -1, q.qb[r], bo);
