@@ -154,24 +154,39 @@ static const char k_relu[] =
     "}\n\n";
 
 static const char k_avgpool[] =
-    "/* float average pooling (no int8 kernel): PyTorch's divisors */\n"
-    "static void ctc_f_avgpool(const float *x, float *y, int nc, int h, int wd, int oh, int ow, int kh, int kw,\n"
-    "                          int sh, int sw, int ph, int pw, int cip) {\n"
+    "/* average pooling on int8 (the scale and zero point of its input): PyTorch's divisors, padding\n"
+    " * as the zero point (real 0), the mean rounded half away from zero */\n"
+    "static void ctc_q_avgpool(const int8_t *x, int8_t *y, int nc, int h, int wd, int oh, int ow, int kh, int kw,\n"
+    "                          int sh, int sw, int ph, int pw, int cip, int32_t zp) {\n"
     "  for (int p = 0; p < nc; p++)\n"
     "    for (int i = 0; i < oh; i++)\n"
     "      for (int j = 0; j < ow; j++) {\n"
-    "        float acc = 0;\n"
+    "        int32_t acc = 0;\n"
     "        int cnt = 0, cnt_pad = 0;\n"
     "        for (int u = 0; u < kh; u++)\n"
     "          for (int v = 0; v < kw; v++) {\n"
     "            const int yy = i * sh - ph + u, xx = j * sw - pw + v;\n"
     "            cnt_pad += yy < h + ph && xx < wd + pw;\n"
     "            if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;\n"
-    "            acc += x[((long)p * h + yy) * wd + xx];\n"
+    "            acc += (int32_t)x[((long)p * h + yy) * wd + xx] - zp;\n"
     "            cnt++;\n"
     "          }\n"
-    "        y[((long)p * oh + i) * ow + j] = acc / (float)(cip ? cnt_pad : cnt);\n"
+    "        const int32_t d = cip ? cnt_pad : cnt;\n"
+    "        const int32_t m = acc >= 0 ? (acc + d / 2) / d : -((-acc + d / 2) / d);\n"
+    "        y[((long)p * oh + i) * ow + j] = ctc_q_sat(m + zp, -128, 127);\n"
     "      }\n"
+    "}\n\n";
+
+static const char k_sum[] =
+    "/* sums over the trailing axes: x[outer, inner] int8 -> y[outer], sum (x - zx) in int32, requantized\n"
+    " * (a mean's 1/inner is in m0, r) */\n"
+    "static void ctc_q_sum(const int8_t *x, int8_t *y, long outer, long inner, int32_t zx, int32_t zy, int32_t m0,\n"
+    "                      int r) {\n"
+    "  for (long o = 0; o < outer; o++) {\n"
+    "    int32_t acc = 0;\n"
+    "    for (long i = 0; i < inner; i++) acc += x[o * inner + i];\n"
+    "    y[o] = ctc_q_sat(ctc_q_requant(acc - zx * (int32_t)inner, m0, r) + zy, -128, 127);\n"
+    "  }\n"
     "}\n\n";
 
 /* a buffer as a C expression */
@@ -202,6 +217,8 @@ static const char *step_name(const QStep *s, const Func *f, char *buf, size_t ca
              s->nfold == 0 ? "" : s->nfold == 1 ? "+bias" : "+affine", s->relu ? "+relu" : "");
     return buf;
   case QS_MAXPOOL: return "maxpool2d (int8)";
+  case QS_AVGPOOL: return "avgpool2d (int8)";
+  case QS_SUM: return s->nfold ? "mean (int8)" : "sum (int8)";
   case QS_ADD: return s->relu ? "add+relu (int8)" : "add (int8)";
   case QS_RELU: return "relu (int8)";
   case QS_FLOAT: return ir_ops[f->insts.data[s->inst].op].name;
@@ -232,13 +249,12 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     snprintf(nb[f->inputs.len + i], sizeof nb[0], "out%d", i);
     out_names[i] = nb[f->inputs.len + i];
   }
-  int used[QS_COPY + 1] = {0}, fl_avg = 0, fl_math = 0;
+  int used[QS_COPY + 1] = {0}, fl_math = 0;
   for (int s = 0; s < q->steps.len; s++) {
     const QStep *st = &q->steps.data[s];
     used[st->kind] = 1;
     if (st->kind == QS_FLOAT) {
       Op op = f->insts.data[st->inst].op;
-      fl_avg |= op == IR_AVGPOOL2D;
       fl_math |= op == IR_TANH || op == IR_SIGMOID || op == IR_EXP;
     }
   }
@@ -280,7 +296,9 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     cg_puts(&b, "\n");
   }
   /* kernels */
-  if (used[QS_CONV] || used[QS_LINEAR] || used[QS_ADD] || used[QS_QUANTIZE] || used[QS_RELU]) cg_puts(&b, k_requant);
+  if (used[QS_CONV] || used[QS_LINEAR] || used[QS_ADD] || used[QS_QUANTIZE] || used[QS_RELU] || used[QS_AVGPOOL] ||
+      used[QS_SUM])
+    cg_puts(&b, k_requant);
   if (used[QS_QUANTIZE]) cg_puts(&b, k_quantize);
   if (used[QS_DEQUANTIZE]) cg_puts(&b, k_dequantize);
   if (used[QS_CONV] || used[QS_LINEAR]) cg_puts(&b, k_dot);
@@ -289,7 +307,8 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
   if (used[QS_MAXPOOL]) cg_puts(&b, k_maxpool);
   if (used[QS_ADD]) cg_puts(&b, k_add);
   if (used[QS_RELU]) cg_puts(&b, k_relu);
-  if (fl_avg) cg_puts(&b, k_avgpool);
+  if (used[QS_AVGPOOL]) cg_puts(&b, k_avgpool);
+  if (used[QS_SUM]) cg_puts(&b, k_sum);
   cg_printf(&b, "size_t %s_arena_bytes(void) { return %s_ARENA_BYTES; }\n\n", P, U);
   cg_printf(&b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
   cg_printf(&b, "  if (!m || !arena) return CTC_ERR_ARG;\n"
@@ -371,6 +390,23 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
                 (ll)(ti->dims[0] * ti->dims[1]), (ll)ti->dims[2], (ll)ti->dims[3], (ll)to->dims[2], (ll)to->dims[3],
                 (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)a[6], (ll)a[7]);
       break;
+    case QS_AVGPOOL:
+      cg_puts(&b, "ctc_q_avgpool(");
+      buf_ref(&b, q, st->in, in_names, out_names);
+      cg_puts(&b, ", ");
+      buf_ref(&b, q, st->out, in_names, out_names);
+      cg_printf(&b, ", %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d);\n",
+                (ll)(ti->dims[0] * ti->dims[1]), (ll)ti->dims[2], (ll)ti->dims[3], (ll)to->dims[2], (ll)to->dims[3],
+                (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], a[6] ? 1 : 0, (int)bi->zp);
+      break;
+    case QS_SUM:
+      cg_puts(&b, "ctc_q_sum(");
+      buf_ref(&b, q, st->in, in_names, out_names);
+      cg_puts(&b, ", ");
+      buf_ref(&b, q, st->out, in_names, out_names);
+      cg_printf(&b, ", %lld, %lld, %d, %d, %d, %d);\n", (ll)bo->numel, (ll)(bi->numel / bo->numel), (int)bi->zp,
+                (int)bo->zp, (int)st->mo, st->ro);
+      break;
     case QS_ADD: {
       const QBuf *b2 = &q->bufs.data[st->in2];
       cg_puts(&b, "ctc_q_add(");
@@ -393,16 +429,6 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
       break;
     case QS_FLOAT: {
       Op op = f->insts.data[st->inst].op;
-      if (op == IR_AVGPOOL2D) {
-        cg_puts(&b, "ctc_f_avgpool(");
-        buf_ref(&b, q, st->in, in_names, out_names);
-        cg_puts(&b, ", ");
-        buf_ref(&b, q, st->out, in_names, out_names);
-        cg_printf(&b, ", %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d);\n",
-                  (ll)(ti->dims[0] * ti->dims[1]), (ll)ti->dims[2], (ll)ti->dims[3], (ll)to->dims[2], (ll)to->dims[3],
-                  (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], a[6] ? 1 : 0);
-        break;
-      }
       const char *e = op == IR_TANH ? "tanhf(x[i])" : op == IR_SIGMOID ? "1.0f / (1.0f + expf(-x[i]))"
                       : op == IR_EXP ? "expf(x[i])" : "-x[i]";
       cg_puts(&b, "{\n    const float *x = ");

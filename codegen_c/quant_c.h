@@ -14,7 +14,8 @@
  *     y = clamp(zp_out + requant(acc, M0[c], r[c]), lo, hi), requant(a, M0, r) = (a * M0 + 2^(r-1)) >> r
  *     in int64 (TFLite's single-rounding MultiplyByQuantizedMultiplier), M0 a Q31 multiplier in
  *     [2^30, 2^31) and s_in * s_w[c] / s_out = M0 * 2^-r; a fused ReLU is lo = zp_out (real 0);
- *   max pooling and ReLU work on int8 directly (same scale and zero point as their input);
+ *   max and average pooling and ReLU work on int8 directly (same scale and zero point as their input);
+ *   a sum over the trailing axes (a mean, global average pooling): int32 sum of (q - zp_in), requantized;
  *   add: both inputs times 2^20, each scaled to twice the larger input scale (requant), summed and
  *     requantized to the output scale (TFLite's add).
  * Ops without an int8 kernel run in float between a dequantize and a quantize. */
@@ -30,6 +31,8 @@ typedef enum QStepKind {
   QS_CONV,        /* int8 conv2d (+ bias, + relu) */
   QS_LINEAR,      /* int8 x[M,K] times W[N,K]^T (+ bias, + relu) */
   QS_MAXPOOL,     /* int8 max pooling */
+  QS_AVGPOOL,     /* int8 average pooling (same scale and zero point; rounded half away from zero) */
+  QS_SUM,         /* int8 sum over the trailing axes (a mean: the scale folded into mo/ro) */
   QS_ADD,         /* int8 + int8 (+ relu) */
   QS_RELU,        /* int8 max(q, zp) */
   QS_FLOAT,       /* a float op (inst's) on float buffers: no int8 kernel */
@@ -68,7 +71,7 @@ typedef struct QStep {
   const int32_t *mult;   /* M0 */
   const uint8_t *rshift; /* r */
   const double *wscale;
-  /* QS_ADD: input 1 and 2 to the common scale, then the sum to the output's */
+  /* QS_ADD: input 1 and 2 to the common scale, then the sum to the output's; QS_SUM: mo, ro */
   int32_t m1, m2, mo;
   int r1, r2, ro;
   int32_t lo, hi;        /* the output clamp (int8 steps) */

@@ -38,9 +38,7 @@ static ValId root(const Func *f, ValId v) {
   for (const Inst *in; (in = def(f, v)) && is_view_op(in->op);) v = in->args[0];
   return v;
 }
-static int is_float_fallback(Op op) {
-  return op == IR_TANH || op == IR_SIGMOID || op == IR_EXP || op == IR_NEG || op == IR_AVGPOOL2D;
-}
+static int is_float_fallback(Op op) { return op == IR_TANH || op == IR_SIGMOID || op == IR_EXP || op == IR_NEG; }
 static int is_const_op(Op op) {   /* ops of constants the interpreter computes (BatchNorm's statistics) */
   return op == IR_CONST || op == IR_ADD || op == IR_SUB || op == IR_MUL || op == IR_DIV || op == IR_SQRT || op == IR_RSQRT;
 }
@@ -115,6 +113,17 @@ static void run_bin(Op op, const double *a, const Type *ta, const double *b, con
   }
 }
 
+static void run_sum(const double *x, const Type *tx, double *y, const Type *ty, int64_t mask) {
+  int64_t idx[IR_MAX_DIMS] = {0}, n = ir_numel(tx), ny = ir_numel(ty);
+  for (int64_t e = 0; e < ny; e++) y[e] = 0;
+  for (int64_t e = 0; e < n; e++) {
+    int64_t o = 0;
+    for (int k = 0; k < tx->ndim; k++) o = o * ty->dims[k] + (mask >> k & 1 ? 0 : idx[k]);
+    y[o] += x[e];
+    for (int k = tx->ndim - 1; k >= 0 && ++idx[k] == tx->dims[k]; k--) idx[k] = 0;
+  }
+}
+
 static void run_pool(const double *x, const Type *tx, double *y, const Type *ty, const int64_t *at, int is_max) {
   int64_t NC = tx->dims[0] * tx->dims[1], H = tx->dims[2], W = tx->dims[3], OH = ty->dims[2], OW = ty->dims[3];
   int64_t dh = is_max ? at[6] : 1, dw = is_max ? at[7] : 1;
@@ -172,6 +181,7 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
     case IR_EXP: for (int64_t e = 0; e < n; e++) y[e] = exp(a[e]); break;
     case IR_NEG: for (int64_t e = 0; e < n; e++) y[e] = -a[e]; break;
     case IR_MAXPOOL2D: run_pool(a, ta, y, ty, in->attr, 1); break;
+    case IR_REDUCE_SUM: run_sum(a, ta, y, ty, in->attr[0]); break;
     case IR_AVGPOOL2D: run_pool(a, ta, y, ty, in->attr, 0); break;
     default: BUG("quantize: no interpreter for op %s", ir_ops[in->op].name);
     }
@@ -437,6 +447,47 @@ static int plan_layer(Q *q, int k, char *consumed) {
   return 0;
 }
 
+/* a sum over the trailing axes (a mean, global average pooling: the multiplications by positive
+ * scalar constants that follow fold into its requantization) */
+static int plan_sum(Q *q, int k, char *consumed) {
+  const Func *f = q->f;
+  const Inst *in = &f->insts.data[k];
+  const Type *tx = vty(f, in->args[0]), *ty = vty(f, in->res);
+  int64_t mask = in->attr[0], low = 0;
+  while (low < tx->ndim && !(mask >> low & 1)) low++;
+  if (mask != (((int64_t)1 << tx->ndim) - 1) - (((int64_t)1 << low) - 1) || low == tx->ndim)
+    return fail(q, in->loc, "a sum has an int8 kernel over the last axes only (a mean over H and W: global average pooling)",
+                NULL);
+  int64_t inner = ir_numel(tx) / ir_numel(ty);
+  if (inner > ((int64_t)1 << 23))
+    return fail(q, in->loc, "a sum of more than 2^23 int8 values does not fit in its int32 accumulator", NULL);
+  ValId last = in->res;
+  double A = 1;
+  int st = 0;
+  for (;;) {
+    if (q->uses[last] != 1 || q->user[last] < 0) break;
+    const Inst *u = &f->insts.data[q->user[last]];
+    if ((u->op != IR_MUL && u->op != IR_DIV) || !ir_type_eq(vty(f, u->res), ty) || u->args[0] == u->args[1]) break;
+    int first = u->args[0] == last;
+    const double *cv = chan_const(q, first ? u->args[1] : u->args[0], 1, ty, 0, &st);
+    if (!cv || !(cv[0] > 0) || !isfinite(cv[0]) || (u->op == IR_DIV && !first)) break;
+    A = u->op == IR_MUL ? A * cv[0] : A / cv[0];
+    consumed[q->user[last]] = 1;
+    last = u->res;
+  }
+  int bi = get_q(q, in->args[0]);
+  int bo = new_buf(q, 1, last, ir_numel(ty), QB_ARENA, 0);
+  q->qb[last] = bo;
+  const QBuf *I = &q->plan->bufs.data[bi], *O = &q->plan->bufs.data[bo];
+  QStep *s = new_step(q, QS_SUM, k, bi, bo);
+  s->tin = *tx;
+  s->tout = *ty;
+  s->nfold = A != 1;
+  if (multiplier(I->scale * A / O->scale, &s->mo, &s->ro) < 0)
+    return fail(q, in->loc, "the sum's requantization multiplier is too large", NULL);
+  return 0;
+}
+
 static int plan_add(Q *q, int k, char *consumed) {
   const Func *f = q->f;
   const Inst *in = &f->insts.data[k];
@@ -619,6 +670,7 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
     for (int j = 0; j < in->nargs; j++) q.uses[in->args[j]]++, q.user[in->args[j]] = k;
     Op op = in->op;
     int ok = op == IR_CONV2D || op == IR_MATMUL || op == IR_ADD || op == IR_RELU || op == IR_MAXPOOL2D ||
+             op == IR_AVGPOOL2D || op == IR_REDUCE_SUM ||
              is_view_op(op) || is_float_fallback(op) || is_const_op(op);
     if (!ok) {
       fail(&q, in->loc, "no int8 kernel or float fallback for op ", ir_ops[op].name);
@@ -720,7 +772,14 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
     switch (in->op) {
     case IR_CONV2D: case IR_MATMUL: r = plan_layer(&q, k, consumed); break;
     case IR_ADD: r = plan_add(&q, k, consumed); break;
-    case IR_RELU: case IR_MAXPOOL2D: {
+    case IR_REDUCE_SUM:
+      if (is_const(&q, in->args[0])) {
+        fail(&q, in->loc, "an op of constants has no int8 kernel: ", ir_ops[in->op].name);
+        return NULL;
+      }
+      r = plan_sum(&q, k, consumed);
+      break;
+    case IR_RELU: case IR_MAXPOOL2D: case IR_AVGPOOL2D: {
       if (is_const(&q, in->args[0])) {
         fail(&q, in->loc, "an op of constants has no int8 kernel: ", ir_ops[in->op].name);
         return NULL;
@@ -730,7 +789,7 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
       int bo = new_buf(&q, 1, in->res, ir_numel(vty(f, in->res)), QB_ARENA, 0);
       q.plan->bufs.data[bo].scale = b.scale, q.plan->bufs.data[bo].zp = b.zp;
       q.qb[in->res] = bo;
-      QStep *s = new_step(&q, in->op == IR_RELU ? QS_RELU : QS_MAXPOOL, k, bi, bo);
+      QStep *s = new_step(&q, in->op == IR_RELU ? QS_RELU : in->op == IR_MAXPOOL2D ? QS_MAXPOOL : QS_AVGPOOL, k, bi, bo);
       s->tin = *vty(f, in->args[0]);
       s->tout = *vty(f, in->res);
       memcpy(s->attr, in->attr, sizeof s->attr);

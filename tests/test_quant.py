@@ -307,13 +307,15 @@ class Other(nn.Module):
         self.a = nn.Conv2d(1, 4, 3, padding=1)
         self.b = nn.Conv2d(4, 4, 3, padding=1)
         self.fc = nn.Linear(4 * 7 * 7, 10)
+        self.fc2 = nn.Linear(4, 10)
 
     def forward(self, x):
         h = F.relu(self.a(x))
         h = F.relu(self.b(h) + h)
-        h = torch.tanh(F.avg_pool2d(h, 2))
+        g = F.adaptive_avg_pool2d(h, 1).flatten(1)
+        h = torch.tanh(F.avg_pool2d(h, 2, padding=1, count_include_pad=True))
         h = F.max_pool2d(h, 2)
-        return self.fc(h.reshape(-1, 4 * 7 * 7))
+        return self.fc(h.reshape(-1, 4 * 7 * 7)) + self.fc2(g)
 
 
 model = Other()
@@ -337,9 +339,10 @@ int main(int argc, char **argv) {
 
 
 def test_other_kernels_and_float_fallback(tmp_path):
-    """Padded convolutions (the zero point in the loop), the int8 add of two activations with a
-    fused relu, and ops without an int8 kernel (avg pooling, tanh) in float between a dequantize
-    and a quantize: against PyTorch's float model, within a few output quantization steps."""
+    """Padded convolutions (padding read as the zero point), the int8 add of two activations (one
+    with a fused relu), int8 average pooling with padding, global average pooling (a sum and a scale,
+    one int8 step), and an op without an int8 kernel (tanh) in float between a dequantize and a
+    quantize: against PyTorch's float model, within a few output quantization steps."""
     (tmp_path / "other.py").write_text(OTHER)
     torch.manual_seed(1)
     net = load_module(str(tmp_path / "other.py"), "quant_other").model.eval()
@@ -353,10 +356,11 @@ def test_other_kernels_and_float_fallback(tmp_path):
          "--quantize", "int8", "--calibrate", tmp_path / "calib.npy", "-o", tmp_path / "net.c"])
     c = (tmp_path / "net.c").read_text()
     body = c.split("int other_forward")[1]
-    for k in ("ctc_q_conv(", "ctc_q_add(", "ctc_f_avgpool(", "tanhf(", "ctc_q_dequantize(", "ctc_q_quantize(",
-              "ctc_q_maxpool(", "ctc_q_linear("):
+    for k in ("ctc_q_conv(", "ctc_q_add(", "ctc_q_avgpool(", "tanhf(", "ctc_q_dequantize(", "ctc_q_quantize(",
+              "ctc_q_maxpool(", "ctc_q_linear(", "ctc_q_sum("):
         assert k in body, k
-    assert "add+relu (int8)" in body
+    assert "add+relu (int8)" in body and "mean (int8)" in body and body.count("ctc_q_add(") == 2
+    assert body.count("ctc_q_dequantize(") == 2   # before tanh, and the output
     (tmp_path / "main.c").write_text(OTHER_MAIN_C)
     x.numpy().tofile(tmp_path / "x.bin")
     run(["cc", *STRICT, "-c", tmp_path / "net.c", "-o", tmp_path / "net.o"])
