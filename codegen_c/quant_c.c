@@ -189,6 +189,18 @@ static const char k_sum[] =
     "  }\n"
     "}\n\n";
 
+/* s as a C string literal */
+static void c_str(Buf *b, const char *s) {
+  cg_puts(b, "\"");
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') cg_printf(b, "\\%c", ch);
+    else if (ch < 32 || ch >= 127) cg_printf(b, "\\%03o", ch);
+    else cg_printf(b, "%c", ch);
+  }
+  cg_puts(b, "\"");
+}
+
 /* a buffer as a C expression */
 static void buf_ref(Buf *b, const QuantPlan *q, int i, const char *const *in_names, const char *const *out_names) {
   const QBuf *x = &q->bufs.data[i];
@@ -464,14 +476,18 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     for (int i = 0; i < f->inputs.len; i++) cg_printf(&b, ", (const float *)in[%d]", i);
     for (int i = 0; i < f->outputs.len; i++) cg_printf(&b, ", (float *)out[%d]", i);
     cg_puts(&b, ");\n}\n");
-    cg_printf(&b, "static const ctc_entry ctc_entries[] = {\n  {\"%s\", %d, %d, ctc_in_%s, ctc_out_%s, ctc_call_%s, "
-                  "CTC_ENTRY_FORWARD, 0, NULL},\n};\n", f->name, f->inputs.len, f->outputs.len, fname, fname, fname);
+    cg_puts(&b, "static const ctc_entry ctc_entries[] = {\n  {");
+    c_str(&b, f->name);
+    cg_printf(&b, ", %d, %d, ctc_in_%s, ctc_out_%s, ctc_call_%s, CTC_ENTRY_FORWARD, 0, NULL},\n};\n", f->inputs.len,
+              f->outputs.len, fname, fname, fname);
     cg_printf(&b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",
               P, P);
     cg_printf(&b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
-    cg_printf(&b, "const ctc_model_desc %s_desc = {\n  \"%s\", \"%s\", sizeof(%s_t), %s_ARENA_BYTES, 64,\n"
+    cg_printf(&b, "const ctc_model_desc %s_desc = {\n  \"%s\", ", P, P);
+    c_str(&b, p->src && p->src->path ? p->src->path : "");
+    cg_printf(&b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n"
                   "  0, NULL,  /* no parameters: the int8 weights are const arrays of this file */\n"
-                  "  1, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n  0, NULL, NULL,\n};\n", P, P, src, P, U);
+                  "  1, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n  0, NULL, NULL,\n};\n", P, U);
     cg_printf(&b, "\n#ifdef CTC_MAIN\nint main(int argc, char **argv) { return ctc_main(argc, argv, &%s_desc); }\n#endif\n", P);
   }
   fputs(b.s, c);

@@ -58,10 +58,8 @@ typedef struct QStep {
   int in, in2, out;      /* QBuf indices (-1: unused) */
   Type tin, tout;        /* operand 0's and the result's types */
   int64_t attr[8];       /* conv2d / pooling attributes (ops.def) */
-  int transpose_a;       /* QS_FLOAT matmul: unused (linear only) */
   /* QS_CONV, QS_LINEAR: per output channel (cout) */
   int cout, relu;
-  int folded;            /* the input's zero point is in the bias: no zp_in in the loop */
   int nfold;             /* QS_CONV, QS_LINEAR: elementwise ops with constants folded in (the bias add: 1) */
   int scratch;           /* QS_CONV: the window buffer (C/G * KH * KW int8, live during the step) */
   int wparam, bparam;    /* Program.params indices of the weight and bias (-1: none) */

@@ -165,10 +165,8 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
     switch (in->op) {
     case IR_CONV2D: run_conv(a, ta, b, vty(f, in->args[1]), y, ty, in->attr); break;
     case IR_MATMUL: {
-      const Type *tb = vty(f, in->args[1]);
       int64_t K = ta->dims[ta->ndim - 1];
       run_linear(a, b, y, ir_numel(ta) / K, K, ty->dims[ty->ndim - 1], (int)in->attr[1]);
-      (void)tb;
       break;
     }
     case IR_ADD: case IR_SUB: case IR_MUL: case IR_DIV: run_bin(in->op, a, ta, b, vty(f, in->args[1]), y, ty); break;
@@ -416,20 +414,17 @@ static int plan_layer(Q *q, int k, char *consumed) {
   /* the input's zero point folds into the bias, bias[c] - zp_in * sum_t w[c, t] (TFLite and CMSIS-NN
    * do the same); the convolution's window buffer holds the zero point where it reads padding, so
    * that holds for padded convolutions too */
-  int fold = 1;
-  if (fold)
-    for (int64_t c = 0; c < cout; c++) {
-      int64_t sum = 0;
-      for (int64_t t = 0; t < K; t++) sum += wq[c * K + t];
-      int64_t v = (int64_t)bq[c] - (int64_t)bi->zp * sum;
-      if (v < -2147483647LL || v > 2147483647LL)
-        return fail(q, in->loc, "the bias with the input's zero point folded in does not fit in int32", NULL);
-      bq[c] = (int32_t)v;
-    }
+  for (int64_t c = 0; c < cout; c++) {
+    int64_t sum = 0;
+    for (int64_t t = 0; t < K; t++) sum += wq[c * K + t];
+    int64_t v = (int64_t)bq[c] - (int64_t)bi->zp * sum;
+    if (v < -2147483647LL || v > 2147483647LL)
+      return fail(q, in->loc, "the bias with the input's zero point folded in does not fit in int32", NULL);
+    bq[c] = (int32_t)v;
+  }
   int patch = -1;   /* a convolution's window, gathered once per output position for all its channels */
   if (conv) patch = new_buf(q, 1, in->res, tw->dims[1] * tw->dims[2] * tw->dims[3], QB_ARENA, 0);
   QStep *s = new_step(q, conv ? QS_CONV : QS_LINEAR, k, bin, bout);
-  s->folded = fold;
   s->nfold = nfold;
   s->scratch = patch;
   s->tin = *vty(f, x);
