@@ -337,6 +337,8 @@ static int plan_layer(Q *q, int k, char *consumed) {
   int64_t cout = conv ? tw->dims[0] : ty->dims[ty->ndim - 1];
   int64_t K = conv ? tw->dims[1] * tw->dims[2] * tw->dims[3] : vty(f, x)->dims[vty(f, x)->ndim - 1];
   int axis = conv ? 1 : ty->ndim - 1;
+  if (K > 65536)   /* |acc| <= 2^15 K + |bias|: int32 holds it */
+    return fail(q, in->loc, "more than 65536 products per output do not fit in the int32 accumulator", NULL);
   /* the elementwise ops with constants that follow, while each is the only user of the value before
    * it: a per-channel affine map y = A[c] * conv + B[c] (the bias add, an eval-mode BatchNorm's
    * subtract, multiply, add), folded into the weights and the bias as TFLite's converter does */
