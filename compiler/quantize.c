@@ -420,8 +420,9 @@ static int plan_layer(Q *q, int k, char *consumed) {
     int64_t sum = 0;
     for (int64_t t = 0; t < K; t++) sum += wq[c * K + t];
     int64_t v = (int64_t)bq[c] - (int64_t)bi->zp * sum;
-    if (v < -2147483647LL || v > 2147483647LL)
-      return fail(q, in->loc, "the bias with the input's zero point folded in does not fit in int32", NULL);
+    if (fabs(Bm[c] / (sin * ws[c])) > 1e9 || (v < 0 ? -v : v) + 32768 * K > 2147483647LL)
+      return fail(q, in->loc, "the bias is too large for an int32 accumulator at these scales (bias / (s_in s_w) with "
+                  "the input's zero point folded in, plus the products)", NULL);
     bq[c] = (int32_t)v;
   }
   int patch = -1;   /* a convolution's window, gathered once per output position for all its channels */
