@@ -875,26 +875,7 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
   free(c_text);
   free(h_text);
   if (rc) return rc;
-  if (o->stats) {
-    int64_t nparam = 0;
-    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
-    fprintf(stderr, "ctc: %s: %lld parameters, int8 build of entry %s (%d steps, calibrated on %lld samples)\n", o->file,
-            (long long)nparam, p->funcs.data[fi]->name, q->steps.len, (long long)q->ncalib);
-    fprintf(stderr, "ctc: int8: flash %lld bytes of weights (const arrays; code not counted), RAM %lld bytes (arena: the "
-                    "int8 activations' peak)\n", (long long)q->flash_bytes, (long long)q->arena_bytes);
-    int64_t fbytes = 0;   /* the float parameters the entry reads */
-    const Func *f = p->funcs.data[fi];
-    char *seen = arena_alloc(a, (size_t)p->params.len + 1);
-    memset(seen, 0, (size_t)p->params.len + 1);
-    for (int v = 0; v < f->values.len; v++) {
-      const Value *x = &f->values.data[v];
-      if (x->kind != V_PARAM || seen[x->index]) continue;
-      seen[x->index] = 1;
-      fbytes += ir_numel(&x->type) * (int64_t)ir_dtype_size(x->type.dtype);
-    }
-    fprintf(stderr, "ctc: float32 (the same entry freestanding with --embed-weights): flash %lld bytes, RAM %lld bytes\n",
-            (long long)fbytes, (long long)(plan->funcs[fi].peak));
-  }
+  if (o->stats) quant_print_stats(a, stderr, o->file, p, fi, q, plan);
   if (!strcmp(o->cmd, "build")) return build_program(a, d, o, c_path, 0, cg_c_prefix(p, (char[64]){0}, 64));
   return 0;
 }

@@ -826,3 +826,24 @@ QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *c
   *rc = 0;
   return q.plan;
 }
+
+void quant_print_stats(Arena *a, FILE *out, const char *file, const Program *p, int fi, const QuantPlan *q,
+                       const MemPlan *plan) {
+  int64_t nparam = 0, fbytes = 0;   /* fbytes: the float parameters the entry reads */
+  for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+  fprintf(out, "ctc: %s: %lld parameters, int8 build of entry %s (%d steps, calibrated on %lld samples)\n", file,
+          (ll)nparam, p->funcs.data[fi]->name, q->steps.len, (ll)q->ncalib);
+  fprintf(out, "ctc: int8: flash %lld bytes of weights (const arrays; code not counted), RAM %lld bytes (arena: the "
+               "int8 activations' peak)\n", (ll)q->flash_bytes, (ll)q->arena_bytes);
+  const Func *f = p->funcs.data[fi];
+  char *seen = arena_alloc(a, (size_t)p->params.len + 1);
+  memset(seen, 0, (size_t)p->params.len + 1);
+  for (int v = 0; v < f->values.len; v++) {
+    const Value *x = &f->values.data[v];
+    if (x->kind != V_PARAM || seen[x->index]) continue;
+    seen[x->index] = 1;
+    fbytes += ir_numel(&x->type) * (int64_t)ir_dtype_size(x->type.dtype);
+  }
+  fprintf(out, "ctc: float32 (the same entry freestanding with --embed-weights): flash %lld bytes, RAM %lld bytes\n",
+          (ll)fbytes, (ll)plan->funcs[fi].peak);
+}

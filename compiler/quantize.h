@@ -12,4 +12,8 @@
  * diagnostic (an op with neither an int8 kernel nor a float fallback, bad data). */
 QuantPlan *quant_plan(Arena *a, Diag *d, const Program *p, int fi, const void *const *weights, const char *calib,
                       int no_libm, int *rc);
+/* --stats: flash and RAM of the int8 build and of the float one (the entry's float parameters as
+ * --embed-weights would embed them, its activations' peak in `plan`). */
+void quant_print_stats(Arena *a, FILE *out, const char *file, const Program *p, int fi, const QuantPlan *q,
+                       const MemPlan *plan);
 #endif
