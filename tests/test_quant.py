@@ -223,6 +223,11 @@ def test_scheme_matches_pytorch(seed):
     for k in ("ctc_q_conv(", "ctc_q_dot(", "ctc_q_linear(", "ctc_q_maxpool(", "ctc_q_quantize(", "ctc_q_dequantize("):
         assert k in c, k
     assert "float" not in c.split("int net_forward")[1].split("ctc_q_quantize")[1].split("ctc_q_dequantize")[0]
+    # freestanding: the allowed headers only (arm_acle.h, the compiler's, for SMLAD on cores with DSP)
+    incs = set(re.findall(r'#include\s*[<"]([^>"]+)[>"]', c + h))
+    assert incs <= {"net.h", "stddef.h", "stdint.h", "string.h", "arm_acle.h"}, incs
+    for bad in ("stdio", "stdlib", "malloc", "FILE", "omp", "cblas", "math.h"):
+        assert bad not in c and bad not in h, bad
 
 
 def test_int8_cortex_m4_qemu(seed):
