@@ -380,6 +380,64 @@ def test_other_kernels_and_float_fallback(tmp_path):
     assert err < 6 * scale
 
 
+SHAPES = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Shapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(1, 8, 3, stride=2, padding=1)
+        self.g = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.d = nn.Conv2d(8, 8, 3, stride=2, groups=8, bias=False)
+        self.w = nn.Parameter(torch.randn(8 * 6 * 6, 16) * 0.05)
+        self.b = nn.Parameter(torch.randn(16) * 0.1)
+        self.out = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.relu(self.a(x))
+        h = F.relu(self.g(h))
+        h = self.d(h)
+        h = F.relu(h.flatten(1) @ self.w + self.b)
+        return self.out(h)
+
+
+model = Shapes()
+example_inputs = (torch.randn(2, 1, 28, 28),)
+"""
+
+
+def test_strides_groups_dilation_and_x_at_w(tmp_path):
+    """Strided, grouped, dilated and depthwise int8 convolutions, and a linear layer written as
+    x @ W with W[in, out] (per-channel scales along W's columns): against PyTorch's float model."""
+    (tmp_path / "shapes.py").write_text(SHAPES)
+    torch.manual_seed(5)
+    net = load_module(str(tmp_path / "shapes.py"), "quant_shapes").model.eval()
+    st_write(str(tmp_path / "w.safetensors"), state_dict_np(net))
+    g = torch.Generator().manual_seed(6)
+    calib, x = torch.rand(64, 1, 28, 28, generator=g), torch.rand(2, 1, 28, 28, generator=g)
+    np.save(tmp_path / "calib.npy", calib.numpy())
+    run([CTC, "compile", tmp_path / "shapes.py", "--freestanding", "--embed-weights", tmp_path / "w.safetensors",
+         "--quantize", "int8", "--calibrate", tmp_path / "calib.npy", "--name", "other", "-o", tmp_path / "net.c"])
+    body = (tmp_path / "net.c").read_text().split("int other_forward")[1]
+    assert body.count("ctc_q_conv(") == 3 and body.count("ctc_q_linear(") == 2 and body.count("ctc_q_dequantize(") == 1
+    (tmp_path / "main.c").write_text(OTHER_MAIN_C)
+    x.numpy().tofile(tmp_path / "x.bin")
+    run(["cc", *STRICT, "-c", tmp_path / "net.c", "-o", tmp_path / "net.o"])
+    run(["cc", "-std=c11", "-O2", f"-I{tmp_path}", tmp_path / "main.c", tmp_path / "net.o", "-o", tmp_path / "net"])
+    run([tmp_path / "net", tmp_path / "x.bin", tmp_path / "y.bin"])
+    y = np.fromfile(tmp_path / "y.bin", dtype=np.float32).reshape(2, 10)
+    with torch.no_grad():
+        want = net(x).numpy()
+    scale = float(re.search(r"#define OTHER_OUT0_SCALE ([0-9.e+-]+)f", (tmp_path / "net.h").read_text()).group(1))
+    err = np.abs(y - want).max()
+    print(f"\nstrides, groups, dilation, x @ W: max |int8 - float| {err:.4g} (output scale {scale:.4g}, logits up to "
+          f"{np.abs(want).max():.3g})")
+    assert err < 6 * scale
+
+
 BN = """
 import torch
 import torch.nn as nn
