@@ -19,6 +19,7 @@
 #include "convert.h"
 #include "embed.h"
 #include "validate.h"
+#include "quantize.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -88,6 +89,11 @@ static const char *usage =
     "  --no-libm               (freestanding) ctc's own expf, logf, tanhf, erff, sqrtf, ... instead of libm\n"
     "  --embed-weights W       (freestanding) the parameters of W (safetensors or a PyTorch checkpoint) as\n"
     "                          const arrays (flash); the arena holds only the activations (RAM)\n"
+    "  --quantize int8         int8 post-training quantization of the forward entry (README: int8): with\n"
+    "                          --calibrate X.npy (samples the float model runs on for the activations'\n"
+    "                          ranges) and the weights (--weights W, or --embed-weights W with --freestanding)\n"
+    "  --calibrate X.npy       (--quantize) calibration samples [S, ...input shape without the batch]\n"
+    "  --weights W             (--quantize) the float weights to quantize (safetensors or a checkpoint)\n"
     "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
     "  --no-openmp             (build) do not pass -fopenmp\n"
@@ -109,6 +115,7 @@ typedef struct Opts {
   int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
   int freestanding, no_libm;  /* --freestanding, --no-libm */
   const char *embed;          /* --embed-weights W */
+  const char *quantize, *calibrate, *weights;   /* --quantize int8 --calibrate X.npy --weights W */
   LowerOptions lower;
   Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
   Vec(const char *) entries;  /* --entry, repeatable */
@@ -121,6 +128,47 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* --quantize's combinations (README: int8) */
+static int quant_check_opts(Diag *d, const Opts *o) {
+  if (!o->quantize) {
+    if (o->calibrate || o->weights) {
+      diag_plain(d, "%s goes with --quantize int8", o->calibrate ? "--calibrate" : "--weights");
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp(o->quantize, "int8")) {
+    diag_plain(d, "unknown --quantize '%s' (expected int8)", o->quantize);
+    return -1;
+  }
+  if (strcmp(o->cmd, "compile") && strcmp(o->cmd, "build")) {
+    diag_plain(d, "--quantize goes with 'compile' or 'build'");
+    return -1;
+  }
+  if (!o->calibrate) {
+    diag_plain(d, "--quantize int8 needs --calibrate X.npy (samples of the input to measure the activations' ranges on)");
+    return -1;
+  }
+  if (!o->weights && !o->embed) {
+    diag_plain(d, "--quantize int8 needs the trained weights: --weights W (or --embed-weights W with --freestanding)");
+    return -1;
+  }
+  if (o->weights && o->embed) {
+    diag_plain(d, "--weights and --embed-weights both name the weights to quantize: give one");
+    return -1;
+  }
+  const char *what = o->target && strcmp(o->target, "c") ? "--target cuda" : o->profile ? "--profile"
+                     : o->anomaly ? "--anomaly" : o->lower.distributed ? "--distributed" : o->shared ? "--shared"
+                     : o->python ? "--python" : o->max_name ? "--max" : o->emit && strcmp(o->emit, "c") ? "--emit" : NULL;
+  for (int i = 0; i < o->inputs.len && !what; i++)
+    if (o->inputs.data[i].sym) what = "a run-time batch (--input x=f32[N,...])";
+  if (what) {
+    diag_plain(d, "%s is not supported with --quantize int8", what);
+    return -1;
+  }
+  return 0;
 }
 
 static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
@@ -225,6 +273,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_libm = 1;
     } else if (!strcmp(s, "--embed-weights")) {
       if (!(o->embed = NEXT())) return -1;
+    } else if (!strcmp(s, "--quantize")) {
+      if (!(o->quantize = NEXT())) return -1;
+    } else if (!strcmp(s, "--calibrate")) {
+      if (!(o->calibrate = NEXT())) return -1;
+    } else if (!strcmp(s, "--weights")) {
+      if (!(o->weights = NEXT())) return -1;
     } else if (!strcmp(s, "--no-remat")) {
       o->lower.no_remat = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -290,6 +344,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "%s goes with --freestanding", o->no_libm ? "--no-libm" : "--embed-weights");
     return -1;
   }
+  if (quant_check_opts(d, o) < 0) return -1;
   if (o->freestanding && (strcmp(o->cmd, "compile") || (o->target && strcmp(o->target, "c")))) {
     diag_plain(d, "--freestanding goes with 'compile' for the C target (build the model.c with your toolchain: "
                   "README, Microcontrollers)");
@@ -804,6 +859,38 @@ static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_p
   return 0;
 }
 
+/* --quantize int8: the forward entry calibrated, quantized (compiler/quantize.c) and emitted
+ * (codegen_c/quant_c.c); `build` makes a program of it that needs no weights file. */
+static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const MemPlan *plan,
+                       const void *const *embed) {
+  int rc = 0, fi = -1;
+  for (int i = 0; i < p->funcs.len && fi < 0; i++)
+    if (p->funcs.data[i]->kind == FK_FORWARD) fi = i;
+  if (fi < 0) {
+    diag_plain(d, "--quantize int8: %s has no forward entry", o->file);
+    return CTC_EXIT_USER;
+  }
+  if (o->weights && (rc = ctc_embed_read(a, d, p, o->weights, &embed))) return rc;
+  QuantPlan *q = quant_plan(a, d, p, fi, embed, o->calibrate, o->no_libm, &rc);
+  if (!q) return rc;
+  const char *c_path = !strcmp(o->cmd, "build") ? arena_printf(a, "%s.c", o->out) : o->out;
+  char *hb = arena_strdup(a, header_path(a, c_path)), *c_text = NULL, *h_text = NULL;
+  size_t cl, hl;
+  FILE *c = open_memstream(&c_text, &cl), *h = open_memstream(&h_text, &hl);
+  CHECK(c && h);
+  CgOptions copt = {0, 0, o->freestanding, o->no_libm, embed};
+  rc = cg_quant_emit(p, fi, q, &copt, c, h, basename(hb)) < 0 ? CTC_EXIT_USER : 0;
+  fclose(c);
+  fclose(h);
+  if (!rc) rc = write_c(a, d, c_text, h_text, c_path);
+  free(c_text);
+  free(h_text);
+  if (rc) return rc;
+  if (o->stats) quant_print_stats(a, stderr, o->file, p, fi, q, plan);
+  if (!strcmp(o->cmd, "build")) return build_program(a, d, o, c_path, 0, cg_c_prefix(p, (char[64]){0}, 64));
+  return 0;
+}
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
 static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
@@ -910,6 +997,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     int erc = ctc_embed_read(a, &d, p, o.embed, &embed);
     if (erc) return erc;
   }
+  if (o.quantize) return quant_build(a, &d, &o, p, plan, embed);
   int cuda_target = o.target && !strcmp(o.target, "cuda");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
   if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));   /* libmlp.so -> libmlp.c, libmlp.h */

@@ -25,7 +25,7 @@ FRONTEND_HARNESS = ["support", "frontend", "ir", "python", "torchlib", "autograd
 RUNTIME = "runtime_min"
 # The runtime files ctc itself links: `ctc convert` (compiler/convert.c) uses the
 # runtime's safetensors and PyTorch checkpoint code (one copy of each reader).
-COMPILER_RUNTIME = ["rt_error", "rt_safetensors", "rt_pt"]
+COMPILER_RUNTIME = ["rt_error", "rt_safetensors", "rt_pt", "rt_npy"]
 
 # Runtime files only distributed programs link (`ctc build --distributed mpi` compiles them
 # with mpicc): not in build/libctc_rt.a, so nothing else needs MPI's headers or links MPI.
