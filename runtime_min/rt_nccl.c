@@ -5,9 +5,11 @@
  * ctc_comm_world), so the generated entries are the same: start(bucket) after
  * the kernel that makes the bucket's last gradient final, wait(bucket) before
  * the first kernel that reads one of them. Here:
- *   start: an event on the compute stream (the legacy default stream the CUDA
- *          entries run on, or CTC_NCCL_COMPUTE_STREAM_PER_THREAD=1 for the
- *          per-thread one) that the communication stream waits for, then one
+ *   start: an event on the compute stream (the stream the entry's kernels run
+ *          on, which the generated entry puts in ctc_comm.stream: m->stream;
+ *          NULL is the legacy default stream, or with
+ *          CTC_NCCL_COMPUTE_STREAM_PER_THREAD=1 the per-thread one) that the
+ *          communication stream waits for, then one
  *          in-place ncclAllReduce(ncclAvg) per gradient in one ncclGroup on
  *          that stream, and an event after it: the host does not block;
  *   wait:  the compute stream waits for that event (on the device; the host
@@ -15,14 +17,17 @@
  * One rank per GPU: MPI starts the ranks (mpirun / srun) and carries rank 0's
  * ncclUniqueId; the GPU is the rank's index among the ranks of its node
  * (MPI_COMM_TYPE_SHARED) modulo the visible devices. The driver's collectives:
- * bcast (of the device arena's parameters) with ncclBroadcast, sum_f64 (host
- * doubles) with MPI. Host-side waits poll cudaStreamQuery and
+ * bcast with ncclBroadcast on device memory, with MPI on host memory (the
+ * driver broadcasts the parameters' host copy, which the host-pointer entries
+ * upload at every call), sum_f64 (host doubles) with MPI. Host-side waits poll cudaStreamQuery and
  * ncclCommGetAsyncError and give up after CTC_MPI_TIMEOUT seconds (default
  * 300): ncclCommAbort, then MPI_Abort, so a dead rank does not hang the others.
  *
- * Compiled only with -DCTC_NCCL (mpicc, -I<cuda>/include, -lnccl -lcudart);
- * empty otherwise, and never part of libctc_rt.a. Built and linked here by
- * tests/test_distributed.py; it runs where there are GPUs. */
+ * Compiled only with -DCTC_NCCL (`ctc build --target cuda --distributed nccl`:
+ * nvcc with MPI's include and link flags, -lnccl; or by hand: mpicc,
+ * -I<cuda>/include, -lnccl -lcudart); empty otherwise, and never part of
+ * libctc_rt.a. Built and linked here by tests/test_nccl.py; it runs where there
+ * are GPUs. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -110,12 +115,15 @@ static void events_for(NcclComm *w, int id) {
   w->nev = n;
 }
 
+/* The stream the entry's kernels run on. */
+static cudaStream_t compute_stream(NcclComm *w) { return w->pub.stream ? (cudaStream_t)w->pub.stream : w->compute; }
+
 static void nccl_start(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   NcclComm *w = (NcclComm *)c;
   if (c->size == 1) return;
   events_for(w, b->id);
   ncclDataType_t t = b->dtype == CTC_F64 ? ncclFloat64 : ncclFloat32;
-  cuda_ok(w, cudaEventRecord(w->ready[b->id], w->compute), "cudaEventRecord");
+  cuda_ok(w, cudaEventRecord(w->ready[b->id], compute_stream(w)), "cudaEventRecord");
   cuda_ok(w, cudaStreamWaitEvent(w->stream, w->ready[b->id], 0), "cudaStreamWaitEvent");
   nccl_ok(w, ncclGroupStart(), "ncclGroupStart");
   for (int i = 0; i < b->n; i++)
@@ -130,13 +138,38 @@ static void nccl_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   (void)arena;
   if (c->size == 1) return;
   if (b->id >= w->nev) fail(w, "a gradient bucket", "waited for before it was started (a bug in ctc)");
-  cuda_ok(w, cudaStreamWaitEvent(w->compute, w->done[b->id], 0), "cudaStreamWaitEvent");
+  cuda_ok(w, cudaStreamWaitEvent(compute_stream(w), w->done[b->id], 0), "cudaStreamWaitEvent");
+}
+
+static void mpi_done(NcclComm *w, MPI_Request *r, const char *what) {
+  double deadline = now_s() + w->timeout;
+  for (int flag = 0; !flag;) {
+    MPI_Test(r, &flag, MPI_STATUS_IGNORE);
+    if (!flag && now_s() > deadline)
+      fail(w, what, "did not complete within CTC_MPI_TIMEOUT seconds (another rank died, left early or runs a "
+                    "different program)");
+    if (!flag) sched_yield();
+  }
 }
 
 static void nccl_bcast(ctc_comm *c, void *buf, size_t bytes) {
   NcclComm *w = (NcclComm *)c;
   if (c->size == 1) return;
-  cuda_ok(w, cudaStreamSynchronize(w->compute), "cudaStreamSynchronize");
+  struct cudaPointerAttributes at;
+  int device = cudaPointerGetAttributes(&at, buf) == cudaSuccess &&
+               (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged);
+  cudaGetLastError();   /* a host pointer is not an error to keep */
+  if (!device) {        /* host memory (the driver's parameters): MPI, in pieces of at most INT_MAX bytes */
+    for (size_t o = 0; o < bytes;) {
+      size_t n = bytes - o < (size_t)1 << 30 ? bytes - o : (size_t)1 << 30;
+      MPI_Request r;
+      MPI_Ibcast((unsigned char *)buf + o, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
+      mpi_done(w, &r, "the broadcast of the initial parameters");
+      o += n;
+    }
+    return;
+  }
+  cuda_ok(w, cudaStreamSynchronize(compute_stream(w)), "cudaStreamSynchronize");
   nccl_ok(w, ncclBroadcast(buf, buf, bytes, ncclUint8, 0, w->nc, w->stream), "ncclBroadcast");
   sync_stream(w, "the broadcast of the initial parameters");
 }
@@ -146,11 +179,7 @@ static void nccl_sum_f64(ctc_comm *c, double *v, int n) {
   if (c->size == 1) return;
   MPI_Request r;
   MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
-  double deadline = now_s() + w->timeout;
-  for (int flag = 0; !flag;) {
-    MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-    if (!flag && now_s() > deadline) fail(w, "the all-reduce of the training loss", "did not complete in time");
-  }
+  mpi_done(w, &r, "the all-reduce of the training loss");
 }
 
 static void nccl_abort(ctc_comm *c, int status) {
