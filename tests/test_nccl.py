@@ -5,8 +5,11 @@ The CUDA entries get the C target's bucket plan and start/wait hooks (codegen_c/
 on the device arena; the communicator is runtime_min/rt_nccl.c (ncclAllReduce on its own
 stream, ordered against the entry's stream by events). Here (no GPU): the hooks sit between
 the same instructions as in the C target's entry, the bucket tables are the C target's,
-the .cu compiles with nvcc -Werror, `build` links MPI and NCCL, and the error cases. On a
-GPU the programs run in tests/gpu/test_nccl_gpu.py."""
+the .cu compiles with nvcc -Werror, `build` links MPI and NCCL, and the error cases; and,
+end to end, the generated CUDA entries emulated on the CPU (runtime_min/cuda_emu) with the
+MPI communicator in rt_nccl.c's place (the emulated device arena is host memory) train under
+`mpirun -np 2` to the parameters of one PyTorch process on the global batch. On a GPU the
+programs run in tests/gpu/test_nccl_gpu.py."""
 import os
 import re
 import shutil
@@ -14,9 +17,9 @@ import subprocess
 
 import pytest
 
-from ctc_testlib import CTC, build_ctc, run
+from ctc_testlib import CTC, build_ctc, run, st_read, st_write
 from cuda_testlib import NVCC, RT
-from test_distributed import ACCUM_MODEL, DDP_MODEL, ENTRY, MODEL
+from test_distributed import ACCUM_MODEL, B, C, D, DDP_MODEL, ENTRY, H, MODEL, MPIRUN, N, mpirun, reference
 
 
 def _cuda_home():
@@ -58,6 +61,45 @@ def work(tmp_path_factory):
     (d / "ddp.py").write_text(DDP_MODEL)
     (d / "accum.py").write_text(ACCUM_MODEL)
     return d
+
+
+@pytest.mark.skipif(not MPIRUN or not shutil.which("mpicc") or not shutil.which("mpicxx"),
+                    reason="mpirun/mpicc/mpicxx not installed (Debian: openmpi-bin, libopenmpi-dev)")
+def test_emulated_cuda_entries_train_like_one_process(work):
+    """The hooks of the CUDA entries, run: the .cu of `--target cuda --distributed nccl` as C++
+    against the emulation header, linked with rt_mpi.c instead of rt_nccl.c (what `ctc build`
+    refuses with --emulate, NCCL needing GPUs; by hand here: the emulated device arena is host
+    memory, which MPI can all-reduce). Two ranks, four buckets, two epochs: the parameters and
+    momentum buffers of one PyTorch process on the global batches."""
+    import numpy as np
+    cu = work / "emu_n.cu"
+    run([CTC, "compile", work / "mlp.py", "--target", "cuda", "--distributed", "nccl", "--bucket-mb", "0.0005",
+         "-o", cu, *ENTRY])
+    assert cu.read_text().count("->start(") >= 3
+    objs = [work / "emu_n.o"]
+    run(["mpicxx", "-x", "c++", "-std=c++17", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DCTC_CUDA_EMULATE",
+         "-DCTC_MAIN", "-I", RT, "-I", os.path.join(RT, "cuda_emu"), "-c", cu, "-o", objs[0]], timeout=600)
+    for f in sorted(os.listdir(RT)):
+        if f.startswith("rt_") and f.endswith(".c") and f != "rt_nccl.c":
+            objs.append(work / f"emu_{f[:-2]}.o")
+            run(["mpicc", "-std=c11", "-O1", "-DCTC_MPI", "-D_POSIX_C_SOURCE=200809L", "-I", RT, "-c",
+                 os.path.join(RT, f), "-o", objs[-1]])
+    run(["mpicxx", "-fopenmp", *objs, "-lz", "-lm", "-o", work / "net_emu"])
+    r = np.random.default_rng(0)   # the data and initial weights of test_distributed.py
+    np.save(work / "x.npy", r.standard_normal((N, D)).astype(np.float32))
+    np.save(work / "y.npy", r.integers(0, C, N).astype(np.int64))
+    init = {"fc1.weight": (H, D), "fc1.bias": (H,), "fc2.weight": (H, H), "fc2.bias": (H,),
+            "fc3.weight": (C, H), "fc3.bias": (C,)}
+    st_write(work / "init.safetensors", {k: (r.standard_normal(s) * 0.3).astype(np.float32) for k, s in init.items()})
+    res = mpirun(work, 2, "./net_emu", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 2, "--seed", 5,
+                 "--weights", "init.safetensors", "--save", "emu.safetensors", env={"OMP_WAIT_POLICY": "passive"},
+                 timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    want, steps = reference(work, 2, 2, 5)
+    assert steps == (-(-N // 2)) // B == 2
+    got = st_read(work / "emu.safetensors")
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def _body(src, head):
