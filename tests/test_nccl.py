@@ -198,6 +198,9 @@ def test_ddp_file_compiles_with_nvcc(work):
     run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", work / "ddp_n.o"],
         timeout=600)
+    # --validate (NVRTC for the kernels, libclang for the host side with the emulation header) accepts it
+    r = run([CTC, "compile", work / "ddp.py", "--target", "cuda", "--validate", "-o", work / "ddp_v.cu", *ENTRY])
+    assert "internal error" not in r.stderr, r.stderr
     # a plain CUDA build of the plain file has no hooks
     run([CTC, "compile", work / "mlp.py", "--target", "cuda", "-o", work / "plain.cu", *ENTRY])
     assert "ctc_comm" not in (work / "plain.cu").read_text()
