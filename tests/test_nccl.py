@@ -233,6 +233,40 @@ def test_build_links_mpi_and_nccl(work):
         assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_build_command_line(work):
+    """What `build` gives nvcc, with stand-ins for nvcc (records its arguments) and an MPICH-style
+    mpicc (no --showme: -show prints the whole command): -DCTC_NCCL, rt_nccl.c, -lnccl and MPI's
+    flags, -Wl, options as -Xlinker and the rest as -Xcompiler; a plain CUDA build has none of
+    them; a missing MPI wrapper is an error naming it."""
+    nvcc, mpicc, log = work / "fake_nvcc", work / "fake_mpicc", work / "nvcc_args"
+    nvcc.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\n')
+    mpicc.write_text('#!/bin/sh\ncase "$1" in -show) echo "gcc -I/opt/mpich/include -DMPICH_X=1 -L/opt/mpich/lib '
+                     '-Wl,-rpath,/opt/mpich/lib -lmpi -pthread";; *) exit 1;; esac\n')
+    nvcc.chmod(0o755)
+    mpicc.chmod(0o755)
+    env = {**os.environ, "NVCC": str(nvcc), "MPICC": str(mpicc)}
+
+    def build(*opts):
+        return subprocess.run([CTC, "build", work / "mlp.py", "--target", "cuda", "-o", work / "fake", *opts, *ENTRY],
+                              capture_output=True, text=True, env=env, timeout=120)
+    r = build("--distributed", "nccl")
+    assert r.returncode == 0, r.stderr
+    args = log.read_text().split("\n")
+    for a in ["-DCTC_NCCL", "-I/opt/mpich/include", "-DMPICH_X=1", "-L/opt/mpich/lib", "-lmpi", "-lnccl", "-lcublas"]:
+        assert a in args, (a, args)
+    assert args[args.index("-rpath,/opt/mpich/lib") - 1] == "-Xlinker"
+    assert args[args.index("-pthread") - 1] == "-Xcompiler"
+    assert "gcc" not in args and any(a.endswith("/rt_nccl.c") for a in args)
+    r = build()
+    assert r.returncode == 0, r.stderr
+    args = log.read_text().split("\n")
+    assert "-DCTC_NCCL" not in args and "-lnccl" not in args and not any(a.endswith("/rt_nccl.c") for a in args)
+    env["MPICC"] = str(work / "no_such_mpicc")
+    r = build("--distributed", "nccl")
+    assert r.returncode != 0 and "cannot ask '" in r.stderr and "no_such_mpicc' for MPI's compile and link flags" \
+        in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("model,opts,msg", [
     ("mlp.py", ["--target", "cuda", "--distributed", "mpi"],
      "ctc: error: --distributed mpi is for the C target: with --target cuda the gradients are all-reduced on the GPUs "
