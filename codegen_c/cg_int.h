@@ -176,10 +176,15 @@ typedef struct CgDist {
   Buf tables;          /* the static bucket tables, written before the entry */
   char table[160];     /* their C name */
   const char *comm;    /* the entry's local holding ctc_comm_world() */
+  /* set by the caller after planning (the CUDA target): */
+  const char *arena;   /* the arena's expression in the entry (NULL: m->arena) */
+  const char *stream;  /* the stream the kernels run on, given to the communicator (NULL: none) */
 } CgDist;
 /* Plans c's buckets (nothing unless Program.distributed); fname is the entry's C
  * name. Returns 0, or -1 after printing why a gradient cannot be averaged. */
 int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d);
+/* The same, with `build` the tables' note on how to build (NULL: mpicc and rt_mpi.c). */
+int cg_dist_plan_for(const CgFunc *c, const char *fname, int first_id, const char *build, CgDist *d);
 /* Writes the hooks of kernel k into c->out: before it (after = 0: the waits,
  * and at k = 0 the communicator), or after it (the starts). */
 void cg_dist_hooks(CgFunc *c, CgDist *d, int k, int after);

@@ -18,7 +18,9 @@
  *     before the first reader of any of its gradients: ctc->wait(bucket).
  * The bucket tables (arena offsets and element counts) are static data of
  * model.c; the communicator is the runtime's (ctc_comm_world, rt_mpi.c), so
- * model.c itself calls only these two hooks. */
+ * model.c itself calls only these two hooks. The CUDA target (codegen_cuda/)
+ * emits the same plan and hooks on its device arena (CgDist.arena) and gives
+ * the communicator, rt_nccl.c, the stream its kernels run on (CgDist.stream). */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -63,6 +65,10 @@ static void fail(const Program *p, const Func *f, const char *param, const char 
 }
 
 int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d) {
+  return cg_dist_plan_for(c, fname, first_id, NULL, d);
+}
+
+int cg_dist_plan_for(const CgFunc *c, const char *fname, int first_id, const char *build, CgDist *d) {
   const Program *p = c->p;
   const Func *f = c->f;
   const KnSchedule *s = c->s;
@@ -165,8 +171,8 @@ int cg_dist_plan(const CgFunc *c, const char *fname, int first_id, CgDist *d) {
   }
   if (d->nb) {
     cg_printf(&d->tables, "/* %s: %d gradient bucket%s of at most %g MiB, all-reduced while backward runs\n"
-                          " * (ctc_comm_world(): build with mpicc -DCTC_MPI and $RT/rt_mpi.c, as `ctc build\n"
-                          " * --distributed mpi` does) */\n", f->name, d->nb, d->nb == 1 ? "" : "s", mb);
+                          " * (ctc_comm_world(): %s) */\n", f->name, d->nb, d->nb == 1 ? "" : "s", mb,
+              build ? build : "build with mpicc -DCTC_MPI and $RT/rt_mpi.c, as `ctc build\n * --distributed mpi` does");
     cg_printf(&d->tables, "static const ctc_bucket %s[] = {\n%s};\n\n", tname, tbl.s);
     snprintf(d->table, sizeof d->table, "%s", tname);
   }
@@ -181,11 +187,14 @@ void cg_dist_hooks(CgFunc *c, CgDist *d, int k, int after) {
     d->comm = cg_name(c->ns, "ctc_comm");
     cg_printf(c->out, "  ctc_comm *const %s = ctc_comm_world();  /* the ranks (ctc build --distributed) */\n",
               d->comm);
+    if (d->stream)
+      cg_printf(c->out, "  %s->stream = (void *)%s;  /* the buckets' events are on the kernels' stream */\n", d->comm,
+                d->stream);
   }
   for (int b = 0; b < d->nb; b++) {
     if ((after ? d->start_k[b] : d->wait_k[b]) != k) continue;
-    cg_printf(c->out, "  %s->%s(%s, m->arena, &%s[%d]);  /* bucket %d: %s */\n", d->comm, after ? "start" : "wait",
-              d->comm, d->table, b, d->first_id + b,
+    cg_printf(c->out, "  %s->%s(%s, %s, &%s[%d]);  /* bucket %d: %s */\n", d->comm, after ? "start" : "wait",
+              d->comm, d->arena ? d->arena : "m->arena", d->table, b, d->first_id + b,
               after ? "its gradients are final: all-reduce them while backward goes on"
                     : "its mean over the ranks, before the first reader");
   }

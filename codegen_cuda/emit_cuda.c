@@ -10,7 +10,10 @@
  *   per instruction without cuBLAS), each with the model-line comments
  *   parameter data and the host init of the C target (<m>_host_init, emit_c.c)
  *   <m>_init / _set_stream / _free / _load / _save
- *   per entry: <m>_<entry>_device (launches on m->stream) and <m>_<entry> (host pointers)
+ *   per entry: <m>_<entry>_device (launches on m->stream) and <m>_<entry> (host pointers);
+ *   distributed builds: its gradient buckets and the start/wait hooks between its
+ *   kernels, from codegen_c/dist_c.c on the device arena (the communicator is
+ *   runtime_min/rt_nccl.c's: NCCL on its own stream, ordered by events on m->stream)
  *   the ctc_model_desc of the C target (emit_c.c), main() under CTC_MAIN.
  *
  * Names are the C target's (cg_name over the same model names), so a kernel's
@@ -37,6 +40,7 @@ typedef struct Gen {
   Buf kern;             /* __global__ kernels */
   Buf *sig, *dsig, *doc;   /* per func: host-pointer and device prototypes, description */
   int64_t io_bytes;     /* the largest entry's inputs + outputs (256-byte aligned each) */
+  int nbuckets;         /* distributed builds: gradient buckets so far (codegen_c/dist_c.c) */
   int err;
 } Gen;
 
@@ -1222,9 +1226,20 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
               .k = &g->k, .s = g->sched[fi], .ns = &ns};
   e.c = c;
   const KnSchedule *s = g->sched[fi];
+  /* distributed builds: the C target's buckets and hooks (dist_c.c) on the device arena; the
+   * communicator is rt_nccl.c's, told the stream the kernels run on */
+  CgDist dist;
+  if (cg_dist_plan_for(&e.c, fname, g->nbuckets, "build with nvcc -DCTC_NCCL, MPI's include and link flags,\n"
+                       " * $RT/rt_nccl.c and -lnccl, as `ctc build --target cuda --distributed nccl` does", &dist) < 0)
+    rc = -1;
+  g->nbuckets += dist.nb;
+  dist.arena = "m->dev";
+  dist.stream = "m->stream";
   for (int k = 0; k < s->kernels.len && !rc; k++) {
     const Kernel *kn = &s->kernels.data[k];
     e.c.out = &body, e.c.ref = href, e.c.ind = 2;
+    if (k) cg_dist_hooks(&e.c, &dist, k - 1, 1);   /* after kernel k - 1: the buckets it completes start */
+    cg_dist_hooks(&e.c, &dist, k, 0);              /* before kernel k: the buckets it reads are waited for */
     if (kn->kind == KN_VIEW) {
       cg_emit_kernel(&e.c, k);   /* comments only: views and constants have no code */
       continue;
@@ -1275,6 +1290,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   }
   e.c.ref = href;
   e.c.out = &body;
+  e.c.ind = 2;
+  if (!rc && s->kernels.len) cg_dist_hooks(&e.c, &dist, s->kernels.len - 1, 1);
+  if (!rc) cg_dist_hooks(&e.c, &dist, s->kernels.len, 0);
 
   /* outputs: copied to the caller's device storage */
   if (f->outputs.len && !rc) cg_puts(&body, "\n  /* outputs */\n");
@@ -1347,6 +1365,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   if (!rc) {
     char where[256];
     cg_where(where, sizeof where, f->loc);
+    if (dist.tables.len) cg_puts(out, dist.tables.s);
     cg_printf(out, "/* %s%s%s: device pointers, asynchronous on m->stream */\n", doc->s, where[0] ? "  -- " : "", where);
     cg_printf(out, "%s {\n", dsig->s);
     cg_puts(out, "  if (!m || !m->dev");
@@ -1404,6 +1423,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_puts(out, "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  return CTC_OK;\n}\n\n");
     cg_buf_free(&call);
   }
+  cg_dist_free(&dist);
   cg_buf_free(&decl);
   cg_buf_free(&body);
   cg_names_free(&ns);
@@ -1560,6 +1580,8 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
 static void emit_api(Gen *g, Buf *b) {
   const char *P = g->prefix, *U = g->upper;
   cg_printf(b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
+  if (g->p->distributed)   /* rt_nccl.c picks this rank's GPU: before anything is allocated on one */
+    cg_puts(b, "  (void)ctc_comm_world();  /* a distributed build: this rank's GPU (its index on its node) */\n");
   cg_printf(b, "  if (!m) return CTC_ERR_ARG;\n  %s_host_t h;\n  const int rc = %s_host_init(&h, arena, bytes);\n"
                "  if (rc) return rc;\n  memset(m, 0, sizeof *m);\n  m->arena = h.arena;\n  m->arena_bytes = h.arena_bytes;\n",
             P, P);
@@ -1651,7 +1673,11 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
                " * or without a GPU (CUDA emulated on the CPU, kernels block by block):\n"
                " *   g++ -x c++ -O1 -fopenmp -DCTC_CUDA_EMULATE -DCTC_MAIN %s.cu -I$RT -I$RT/cuda_emu\n"
                " *       (with $RT/rt_*.c compiled as C) -lz -o %s\n"
-               " * Usage: ./%s --help */\n", stem, stem, stem, stem, stem);
+               " * Usage: ./%s --help%s */\n", stem, stem, stem, stem, stem,
+               p->distributed ? "\n * Distributed (the training entries all-reduce their gradients with NCCL): add\n"
+                                " *   -DCTC_NCCL $RT/rt_nccl.c, MPI's flags (mpicc --showme) and -lnccl, as `ctc build\n"
+                                " *   --target cuda --distributed nccl` does; run under mpirun, one rank per GPU"
+                              : "");
     fprintf(c, "#include \"%s\"\n#include \"ctc_rt.h\"\n\n", h_name);
     fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n\n");
     fprintf(c, "#define restrict __restrict__\n/* the C target's loops run as they are inside one-thread kernels */\n"

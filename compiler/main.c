@@ -54,6 +54,9 @@ static const char *usage =
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
     "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
     "                          that wraps its model in DistributedDataParallel gets the same\n"
+    "  --distributed nccl      the same for --target cuda: ncclAllReduce on the device arena, one rank\n"
+    "                          per GPU under mpirun (`build`: nvcc with MPI's flags and -lnccl); a\n"
+    "                          DistributedDataParallel file built with --target cuda gets the same\n"
     "  --bucket-mb N           (distributed) gradient bucket size in MiB (default: the file's\n"
     "                          DDP bucket_cap_mb, else 25)\n"
     "  --no-remat              training: keep the forward values backward reads instead of recomputing\n"
@@ -252,11 +255,11 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--distributed")) {
       const char *v = NEXT();
       if (!v) return -1;
-      if (strcmp(v, "mpi")) {
-        diag_plain(d, "unknown --distributed '%s' (expected mpi; nccl comes with the CUDA target: runtime_min/rt_nccl.c)", v);
+      if (strcmp(v, "mpi") && strcmp(v, "nccl")) {
+        diag_plain(d, "unknown --distributed '%s' (expected mpi, or nccl with --target cuda)", v);
         return -1;
       }
-      o->lower.distributed = CTC_DIST_MPI;
+      o->lower.distributed = strcmp(v, "mpi") ? CTC_DIST_NCCL : CTC_DIST_MPI;
     } else if (!strcmp(s, "--bucket-mb")) {
       const char *v = NEXT();
       if (!v) return -1;
@@ -333,12 +336,24 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   for (int i = 0; i < o->inputs.len; i++) has_sym |= o->inputs.data[i].sym != NULL;
   if (o->target && !strcmp(o->target, "cuda")) {   /* C-target features the CUDA emitter does not have yet */
     const char *what = o->profile ? "--profile" : o->anomaly ? "--anomaly"
-                       : o->max_name || has_sym ? "a run-time batch (--input x=f32[N,...])"
-                       : o->lower.distributed ? "--distributed" : NULL;
+                       : o->max_name || has_sym ? "a run-time batch (--input x=f32[N,...])" : NULL;
     if (what) {
       diag_plain(d, "%s is not supported with --target cuda yet (it is for the C target)", what);
       return -1;
     }
+    if (o->lower.distributed == CTC_DIST_MPI) {   /* the GPUs' gradients are all-reduced by NCCL, not MPI */
+      diag_plain(d, "--distributed mpi is for the C target: with --target cuda the gradients are all-reduced on "
+                    "the GPUs with NCCL (--distributed nccl; MPI only starts the ranks)");
+      return -1;
+    }
+    if (o->emulate && o->lower.distributed) {
+      diag_plain(d, "--emulate cannot run --distributed nccl: NCCL needs GPUs (build without --emulate and run under "
+                    "mpirun, one rank per GPU; or --target c --distributed mpi on CPUs)");
+      return -1;
+    }
+  } else if (o->lower.distributed == CTC_DIST_NCCL) {
+    diag_plain(d, "--distributed nccl goes with --target cuda (the C target's ranks all-reduce with --distributed mpi)");
+    return -1;
   }
   if ((o->no_libm || o->embed) && !o->freestanding) {
     diag_plain(d, "%s goes with --freestanding", o->no_libm ? "--no-libm" : "--embed-weights");
@@ -785,14 +800,90 @@ static int default_batch_max(Arena *a, Diag *d, Opts *o, const SrcFile *src) {
   return 0;
 }
 
+/* Runs argv and returns its standard output (NULL when it cannot run or exits non-zero). */
+static char *capture_cmd(Arena *a, char *const argv[]) {
+  int fd[2];
+  if (pipe(fd) < 0) return NULL;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    return NULL;
+  }
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    if (!freopen("/dev/null", "w", stderr)) _exit(127);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  close(fd[1]);
+  char buf[8192];
+  size_t n = 0;
+  for (ssize_t r; n < sizeof buf - 1 && (r = read(fd[0], buf + n, sizeof buf - 1 - n)) != 0;)
+    if (r > 0) n += (size_t)r;
+    else if (errno != EINTR) break;
+  buf[n] = 0;
+  close(fd[0]);
+  int st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return NULL;
+  return arena_strdup(a, buf);
+}
+
+/* A distributed CUDA build: MPI's compile and link flags for nvcc, from the MPI compiler
+ * wrapper ($MPICC, else mpicc): Open MPI's --showme:compile/--showme:link, else MPICH's
+ * -show (the whole command line; its compiler is dropped). -I -D -L -l go to nvcc as
+ * they are, -Wl,X as -Xlinker X, anything else as -Xcompiler. Appends to argv at *n
+ * (at most max); 0, or -1 after a diagnostic. */
+static int mpi_flags_for_nvcc(Arena *a, Diag *d, char **argv, int *n, int max) {
+  const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
+  char *show[3] = {(char *)mpicc, "--showme:compile", NULL};
+  char *comp = capture_cmd(a, show), *text;
+  if (comp) {
+    show[1] = "--showme:link";
+    char *link = capture_cmd(a, show);
+    text = link ? arena_printf(a, "%s %s", comp, link) : NULL;
+  } else {
+    show[1] = "-show";
+    text = capture_cmd(a, show);
+    if (text) text += strcspn(text, " \t\n");   /* MPICH: "gcc -I... -L... -lmpi" */
+  }
+  if (!text) {
+    diag_plain(d, "cannot ask '%s' for MPI's compile and link flags: a distributed CUDA build needs MPI to start its "
+                  "ranks (Debian: libopenmpi-dev; or set MPICC)", mpicc);
+    return -1;
+  }
+  char *save = NULL;
+  for (char *tok = strtok_r(text, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
+    if (*n + 2 >= max) {
+      diag_plain(d, "'%s' gives too many MPI flags for ctc to pass to nvcc", mpicc);
+      return -1;
+    }
+    if (!strncmp(tok, "-I", 2) || !strncmp(tok, "-D", 2) || !strncmp(tok, "-L", 2) || !strncmp(tok, "-l", 2)) {
+      argv[(*n)++] = tok;
+    } else if (!strncmp(tok, "-Wl,", 4)) {
+      argv[(*n)++] = "-Xlinker";
+      argv[(*n)++] = tok + 4;
+    } else {
+      argv[(*n)++] = "-Xcompiler";
+      argv[(*n)++] = tok;
+    }
+  }
+  return 0;
+}
+
 /* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
  * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
  * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
- * driver (-x c++, -lstdc++) and OpenMP. */
-static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path) {
+ * driver (-x c++, -lstdc++) and OpenMP. A distributed build adds -DCTC_NCCL,
+ * rt_nccl.c (the NCCL communicator), MPI's flags and -lnccl. */
+static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, int distributed) {
   const char *rt = runtime_dir(a);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_nccl.c"};
+  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_nccl.c: distributed builds only */
+  if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");
   const char *tool;
   if (o->emulate) {
     tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */
@@ -814,7 +905,7 @@ static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_p
       return CTC_EXIT_IO;
     }
   }
-  char *argv[48];
+  char *argv[160];
   int n = 0;
   argv[n++] = (char *)tool;
   argv[n++] = "-O2";
@@ -833,9 +924,13 @@ static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_p
     argv[n++] = "-gencode";
     argv[n++] = "arch=compute_90,code=[sm_90,compute_90]";
   }
+  if (distributed) {
+    argv[n++] = "-DCTC_NCCL";
+    if (mpi_flags_for_nvcc(a, d, argv, &n, 140) < 0) return CTC_EXIT_IO;
+  }
   argv[n++] = (char *)cu_path;
   if (o->emulate) argv[n++] = "-x", argv[n++] = "c";
-  for (size_t i = 0; i < sizeof rt_files / sizeof rt_files[0]; i++) {
+  for (int i = 0; i < nrt; i++) {
     const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
     if (access(path, R_OK) != 0) {
       diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
@@ -847,15 +942,20 @@ static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_p
   argv[n++] = "-o";
   argv[n++] = (char *)o->out;
   argv[n++] = o->emulate ? "-lstdc++" : "-lcublas";
+  if (distributed) argv[n++] = "-lnccl";
   argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
   int rc = run_cmd(argv);
   if (rc != 0) {
-    diag_plain(d, "'%s' failed (exit %d) building '%s'", tool, rc, o->out);
+    diag_plain(d, "'%s' failed (exit %d) building '%s'%s", tool, rc, o->out,
+               distributed ? " (a distributed CUDA build needs NCCL: nccl.h and libnccl where nvcc finds them, "
+                             "e.g. the CUDA toolkit's or Debian's libnccl-dev)" : "");
     return CTC_EXIT_IO;
   }
-  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s\n", o->out, tool, o->emulate ? " (CUDA emulated on the CPU)" : "");
+  if (o->stats)
+    fprintf(stderr, "ctc: built %s with %s%s\n", o->out, tool,
+            o->emulate ? " (CUDA emulated on the CPU)" : distributed ? " +mpi +nccl" : "");
   return 0;
 }
 
@@ -922,9 +1022,9 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
   Program *p = tr[0].p;
   double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;
-  if (o.target && !strcmp(o.target, "cuda") && p->distributed) {
-    diag_plain(&d, "%s: DistributedDataParallel is not supported with --target cuda yet (the NCCL hooks are not in the "
-                   "CUDA entries); build it for the C target with MPI", o.file);
+  if (o.target && !strcmp(o.target, "cuda") && p->distributed && o.emulate) {   /* a DDP file */
+    diag_plain(&d, "%s: --emulate cannot run DistributedDataParallel (--target cuda all-reduces with NCCL, which "
+                   "needs GPUs): build without --emulate and run under mpirun, one rank per GPU", o.file);
     return CTC_EXIT_USER;
   }
   if (!strcmp(o.cmd, "check")) {
@@ -1072,7 +1172,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
             t_emit - t_lower);
   }
   if (!strcmp(o.cmd, "build"))
-    return cuda_target ? build_cuda_program(a, &d, &o, c_path)
+    return cuda_target ? build_cuda_program(a, &d, &o, c_path, p->distributed)
                        : build_program(a, &d, &o, c_path, p->distributed, cg_c_prefix(p, (char[64]){0}, 64));
   return 0;
 }

@@ -226,7 +226,7 @@ struct Program {
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
 };
-enum { CTC_DIST_NONE = 0, CTC_DIST_MPI = 1 };
+enum { CTC_DIST_NONE = 0, CTC_DIST_MPI = 1, CTC_DIST_NCCL = 2 };   /* NCCL: --target cuda */
 
 /* ---- builder (builder.c) ------------------------------------------------ */
 

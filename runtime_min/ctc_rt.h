@@ -303,7 +303,7 @@ typedef struct ctc_data_xform {
 int ctc_dataset_gather(const ctc_tensor *ds, const int64_t *rows, int64_t n, ctc_dtype dtype,
                        const ctc_data_xform *xf, void *dst, ctc_error *err);
 
-/* ---- data-parallel training (rt_mpi.c; distributed builds only) --------------
+/* ---- data-parallel training (rt_mpi.c, rt_nccl.c; distributed builds only) ---
  *
  * `ctc build --distributed mpi` (or a model wrapped in DistributedDataParallel)
  * makes the training entry average its gradients over the ranks. The emitter
@@ -335,6 +335,10 @@ struct ctc_comm {
   void (*bcast)(ctc_comm *c, void *buf, size_t bytes);
   void (*sum_f64)(ctc_comm *c, double *v, int n);   /* in place, over the ranks */
   void (*abort)(ctc_comm *c, int status);          /* ends every rank (MPI_Abort) */
+  /* the CUDA target (rt_nccl.c): the cudaStream_t the entry's kernels run on, set by
+   * the generated entry before its first start/wait (NULL: the legacy default
+   * stream); start/wait order the all-reduce against it. Unused by rt_mpi.c. */
+  void *stream;
 };
 /* The communicator of this process (MPI_COMM_WORLD; MPI is initialised on the
  * first call and finalised at exit). Defined only in distributed builds. */

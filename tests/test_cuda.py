@@ -142,14 +142,10 @@ def test_cli(tmp_path):
     run([CTC, "compile", path, "--target", "cuda", "-o", tmp_path / "net.cu", *specs])
     assert (tmp_path / "net.h").exists() and "cudaStream_t stream" in (tmp_path / "net.h").read_text()
     # C-target features the CUDA emitter does not have yet are refused, never silently dropped
-    for opts, what in ((["--profile"], "--profile"), (["--anomaly"], "--anomaly"),
-                       (["--distributed", "mpi"], "--distributed")):
+    for opts, what in ((["--profile"], "--profile"), (["--anomaly"], "--anomaly")):
         r = run([CTC, "compile", path, "--target", "cuda", "-o", tmp_path / "x.cu", *specs, *opts], check=False)
         assert r.returncode == 1 and f"{what} is not supported with --target cuda yet" in r.stderr, r.stderr
-    ddp = tmp_path / "ddp.py"
-    ddp.write_text(open(path).read() + "\nmodel = torch.nn.parallel.DistributedDataParallel(model)\n")
-    r = run([CTC, "compile", ddp, "--target", "cuda", "-o", tmp_path / "x.cu", *specs], check=False)
-    assert r.returncode == 1 and "DistributedDataParallel is not supported with --target cuda yet" in r.stderr, r.stderr
+    # --distributed nccl and DistributedDataParallel with --target cuda: tests/test_nccl.py
 
 
 def test_build_emulate(tmp_path):
