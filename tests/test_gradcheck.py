@@ -154,3 +154,71 @@ def test_gradcheck_examples(tmp_path, name, build_opts, gc_opts):
     out = _run([exe, "gradcheck", "--samples", "24", *gc_opts]).stdout
     for e in entries:
         assert f"gradcheck {e[len('__grad_'):]}: ok" in out, out
+
+
+LITERALS = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.tensor([0.1, 0.3]) * 3.0 + 0.1)
+
+    def forward(self, x):
+        return (x * 0.1 + self.k * 0.7) / 3.0 + torch.full((2,), 0.3)
+
+
+model = Net()
+example_inputs = (torch.ones(2),)
+'''
+
+
+def test_f64_literals_and_compile_time_data(tmp_path):
+    """Compile-time tensor arithmetic and literals are not rounded to f32 in f64 programs."""
+    src = tmp_path / "lit.py"
+    src.write_text(LITERALS)
+    exe = _build(tmp_path, src, "lit")
+    x = np.array([1.0, 3.0])
+    np.save(tmp_path / "x.npy", x)
+    _run([exe, "infer", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        want = load_module(src, "lit_f64").model(torch.from_numpy(x)).numpy()
+    finally:
+        torch.set_default_dtype(old)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-15, atol=0)
+
+
+def test_f64_train_step_equals_torch_float64(tiny, tmp_path):
+    """Two SGD-with-momentum steps in f64 (parameters and momentum buffers f64, saved as f64)."""
+    d, src = tiny
+    exe = _build(tmp_path, src, "net")
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        mod = load_module(src, "tiny_f64")
+        rs = np.random.RandomState(1)
+        x, y = rs.randn(2, 5), np.array([2, 0])
+        st_write(tmp_path / "w0.safetensors", state_dict_np(mod.model))
+        np.save(tmp_path / "x.npy", x.astype(np.float32))   # f32 data into the f64 input
+        np.save(tmp_path / "y.npy", y)
+        w = tmp_path / "w0.safetensors"
+        for step in range(2):
+            loss = mod.train_step(torch.from_numpy(x.astype(np.float32).astype(np.float64)), torch.from_numpy(y))
+            out = tmp_path / f"w{step + 1}.safetensors"
+            _run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
+                  tmp_path / "y.npy", "--output", tmp_path / "loss.npy", "--save", out])
+            w = out
+            np.testing.assert_allclose(np.load(tmp_path / "loss.npy"), loss.item(), rtol=1e-12)
+        from ctc_testlib import st_read
+        got = st_read(w)
+        for k, v in mod.model.state_dict().items():
+            assert got[k].dtype == np.float64, (k, got[k].dtype)
+            np.testing.assert_allclose(got[k], v.numpy(), rtol=1e-12, atol=1e-15)
+        mom = [k for k in got if "momentum" in k]
+        assert mom and all(got[k].dtype == np.float64 for k in mom), list(got)
+    finally:
+        torch.set_default_dtype(old)

@@ -477,8 +477,8 @@ static CTC_NORETURN void type_error(void *ctx, Span at, const char *msg) { lower
  * cast of the staged program becomes f64 (explicit .float() and
  * dtype=torch.float32 too: gradcheck's finite differences need the whole
  * function in double). Literals keep their double values (CONST.fattr,
- * PINIT_DATA); only compile-time tensor arithmetic (consteval.c) has already
- * rounded to f32. */
+ * PINIT_DATA), and compile-time tensor arithmetic (consteval.c, t_cast) does
+ * not round to f32 in these programs (HostState.f64). */
 static void to_f64(Program *p) {
   for (int i = 0; i < p->params.len; i++)
     if (p->params.data[i].type.dtype == DT_F32) p->params.data[i].type.dtype = DT_F64;
@@ -500,6 +500,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->src = src;
   L->script_args = opt->script_args;
   L->T->prog = ir_program_new(a, src);
+  L->T->f64 = opt->float_dtype == DT_F64;
   L->T->prog->hook = opt->hook;
   L->T->prog->no_remat = opt->no_remat;
   L->T->prog->distributed = opt->distributed;
