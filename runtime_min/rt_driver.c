@@ -8,12 +8,15 @@
  *                        train with the model's training entry (rt_train.c)
  *   ./net bench [ENTRY] [--iters K] [--warmup W] [--weights W] [--seed S] [--int-max M]
  *                        time ENTRY on random inputs (see cmd_bench)
+ *   ./net gradcheck [ENTRY] [options]
+ *                        (ctc build --dtype f64) gradients vs finite differences (rt_gradcheck.c)
  *   ./net --help
  *
  * `--input NAME=X.npy` / `--output NAME=Y.npy` bind by name; plain paths fill
  * the remaining inputs/outputs in declaration order. Every input must be given
  * and have exactly the declared shape; its dtype must match, except that f64
- * data is converted for an f32 input and i32/i64 data for an i64/i32 input
+ * data is converted for an f32 input, f32 data for an f64 input (--dtype f64
+ * programs), and i32/i64 data for an i64/i32 input
  * (range-checked). Outputs without an --output path are computed but not
  * written. Nothing is printed on success unless --verbose or --repeat is given.
  *

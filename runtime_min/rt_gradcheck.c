@@ -445,7 +445,9 @@ int ctc_drv_gradcheck(const char *prog, const ctc_model_desc *desc, int argc, ch
     rc = a.entry && !ctc_model_entry(desc, a.entry)
              ? ctc_fail(&err, CTC_ERR_ARG, "no entry '%s'", a.entry)
              : ctc_fail(&err, CTC_ERR_ARG, "no entry with gradients to check (gradcheck needs a program built "
-                                           "with `ctc build --dtype f64`)");
+                                           "with `ctc build --dtype f64`%s)",
+                        desc->nparams && desc->params[0].dtype == CTC_F64
+                            ? ", and static shapes: a run-time batch (--max) gets no gradient entries" : "");
 done:
   for (int k = 0; k < a.nin; k++) free((void *)a.in_name[k]);
   if (rc == CTC_OK) return res;
