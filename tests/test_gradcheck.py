@@ -65,12 +65,13 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("gc")
     src = d / "tiny.py"
     src.write_text(TINY)
-    return d, src
+    return d, src, _build(d, src, "net")
 
 
 def test_gradcheck_tiny_all_entries_and_info(tiny):
-    d, src = tiny
-    exe = _build(d, src, "net")
+    d, src, exe = tiny
+    ir = _run([CTC, "compile", src, "--dtype", "f64", "--emit", "ir"]).stdout
+    assert "f64[" in ir and "f32" not in ir, ir   # optimizer state and the lr included
     info = _run([exe, "info"]).stdout
     assert "input  x f64[2, 5]" in info and "fc1.weight f64[4, 5]" in info, info
     assert "entry __grad_train_step" in info and "entry __jvp_forward" in info, info
@@ -85,7 +86,7 @@ def test_gradcheck_tiny_all_entries_and_info(tiny):
 
 @pytest.mark.parametrize("env_var,mode", [("CTC_TEST_WRONG_VJP", "reverse"), ("CTC_TEST_WRONG_JVP", "forward")])
 def test_gradcheck_catches_a_wrong_rule(tiny, env_var, mode):
-    d, src = tiny
+    d, src, _ = tiny
     exe = _build(d, src, f"bad_{mode}", env=dict(ONE_THREAD, **{env_var: "matmul"}))
     r = _run([exe, "gradcheck", "forward"], check=False)
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
@@ -96,7 +97,7 @@ def test_gradcheck_catches_a_wrong_rule(tiny, env_var, mode):
 
 
 def test_gradcheck_needs_f64(tiny, tmp_path):
-    d, src = tiny
+    d, src, _ = tiny
     exe = tmp_path / "net32"
     _run([CTC, "build", src, "-o", exe])
     r = _run([exe, "gradcheck"], check=False)
@@ -194,8 +195,7 @@ def test_f64_literals_and_compile_time_data(tmp_path):
 
 def test_f64_train_step_equals_torch_float64(tiny, tmp_path):
     """Two SGD-with-momentum steps in f64 (parameters and momentum buffers f64, saved as f64)."""
-    d, src = tiny
-    exe = _build(tmp_path, src, "net")
+    d, src, exe = tiny
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
