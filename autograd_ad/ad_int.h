@@ -62,4 +62,11 @@ ValId ad_broadcast(Ad *ad, ValId a, const Type *t); /* a broadcast to t's shape 
 ValId ad_sum_to(Ad *ad, ValId g, const Type *t);    /* reduce a broadcast adjoint back to t's shape */
 ValId ad_zeros(Ad *ad, const Type *t);
 
+/* Test-only hook (gradcheck.c; tests/test_gradcheck.py builds with it to see
+ * `./net gradcheck` fail): when the environment variable `env`
+ * (CTC_TEST_WRONG_VJP or CTC_TEST_WRONG_JVP) names primitive `op` ("matmul"),
+ * returns d * 1.1 (a wrong rule: the adjoint of its first operand, or its
+ * tangent), otherwise d itself. Unset, it changes nothing. */
+ValId ad_test_wrong_rule(Ad *ad, const char *env, Op op, ValId d);
+
 #endif

@@ -52,4 +52,12 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
 void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
                 ValId *touts, int as_reverse);
 
+/* gradcheck.c (ctc build --dtype f64): adds, for each entry E with floating
+ * outputs (not scheduler or evaluation steps), the hidden entries
+ * __grad_E(inputs, r...) -> (s = sum <r_j, out_j>, ds/d floating inputs, ds/d
+ * trainable parameters) and __jvp_E(inputs, t_ per floating input and trainable
+ * parameter) -> (outputs, their tangents), both without E's state writes, for
+ * `./net gradcheck` (runtime_min/rt_gradcheck.c). */
+void ad_gradcheck_entries(Program *p);
+
 #endif

@@ -36,6 +36,7 @@ void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds
     if (!any) continue;
     ad.loc = in.loc;
     ValId r = ad_jvp_rules[in.op](&ad, &in, t);
+    if (r >= 0) r = ad_test_wrong_rule(&ad, "CTC_TEST_WRONG_JVP", in.op, r);
     if (r >= 0 && !ir_type_eq(ir_type(f, r), ir_type(f, in.res))) {
       char b1[128], b2[128];
       BUG("JVP of '%s' gave %s for a result of type %s", ir_ops[in.op].name, ir_type_str(ir_type(f, r), b1, sizeof b1),

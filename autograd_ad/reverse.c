@@ -161,6 +161,7 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
     ad.loc = in.loc;
     if (!ad_vjp_rules[in.op]) BUG("no VJP rule for '%s'", ir_ops[in.op].name);
     ad_vjp_rules[in.op](&ad, &in, adj[in.res], need, dargs);
+    if (need[0] && dargs[0] >= 0) dargs[0] = ad_test_wrong_rule(&ad, "CTC_TEST_WRONG_VJP", in.op, dargs[0]);
     for (int k = 0; k < in.nargs; k++) {
       if (!need[k] || dargs[k] < 0) continue;
       ValId a = in.args[k];

@@ -59,6 +59,10 @@ static const char *usage =
     "                          DistributedDataParallel file built with --target cuda gets the same\n"
     "  --bucket-mb N           (distributed) gradient bucket size in MiB (default: the file's\n"
     "                          DDP bucket_cap_mb, else 25)\n"
+    "  --dtype f64             the whole model in double precision: parameters, buffers, optimizer\n"
+    "                          state, activations, float inputs and outputs (f32 ones, explicit\n"
+    "                          .float() included, become f64); adds the hidden entries of\n"
+    "                          `./net gradcheck` (default: f32, as the file says)\n"
     "  --no-remat              training: keep the forward values backward reads instead of recomputing\n"
     "                          cheap elementwise ones there (more memory, less arithmetic)\n"
     "  --model EXPR            the model: an nn.Module class or module-level instance by name,\n"
@@ -282,6 +286,15 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       if (!(o->calibrate = NEXT())) return -1;
     } else if (!strcmp(s, "--weights")) {
       if (!(o->weights = NEXT())) return -1;
+    } else if (!strcmp(s, "--dtype")) {
+      const char *v = NEXT();
+      if (!v) return -1;
+      if (!strcmp(v, "f64") || !strcmp(v, "float64")) o->lower.float_dtype = DT_F64;
+      else if (!strcmp(v, "f32") || !strcmp(v, "float32")) o->lower.float_dtype = DT_F32;
+      else {
+        diag_plain(d, "bad --dtype '%s': expected f32 or f64", v);
+        return -1;
+      }
     } else if (!strcmp(s, "--no-remat")) {
       o->lower.no_remat = 1;
     } else if (!strcmp(s, "--no-blas")) {
@@ -618,7 +631,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
                             "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_mpi.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
   /* --shared / --python: a library of model.c and the runtime, position independent, without main() */
@@ -880,7 +893,7 @@ static int mpi_flags_for_nvcc(Arena *a, Diag *d, char **argv, int *n, int max) {
  * rt_nccl.c (the NCCL communicator), MPI's flags and -lnccl. */
 static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, int distributed) {
   const char *rt = runtime_dir(a);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
+  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
                             "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_nccl.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_nccl.c: distributed builds only */
   if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");

@@ -37,6 +37,12 @@ typedef struct LowerOptions {
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses
                                DistributedDataParallel sets it too) */
   double bucket_mb;         /* --bucket-mb (0: DDP's bucket_cap_mb, else 25) */
+  DType float_dtype;        /* --dtype f64: DT_F64 makes the whole program double precision
+                               (lower_program ends by turning every f32 value, parameter,
+                               input, output and cast of the staged IR into f64, explicit
+                               .float()/dtype=torch.float32 included, and adds the hidden
+                               __grad_<entry> entries of `./net gradcheck`); DT_F32 (0):
+                               as staged */
   IrPassHook hook;          /* set on the Program before staging (AD sweeps report to it) */
   void *hook_ctx;
 } LowerOptions;

@@ -8,12 +8,15 @@
  *                        train with the model's training entry (rt_train.c)
  *   ./net bench [ENTRY] [--iters K] [--warmup W] [--weights W] [--seed S] [--int-max M]
  *                        time ENTRY on random inputs (see cmd_bench)
+ *   ./net gradcheck [ENTRY] [options]
+ *                        (ctc build --dtype f64) gradients vs finite differences (rt_gradcheck.c)
  *   ./net --help
  *
  * `--input NAME=X.npy` / `--output NAME=Y.npy` bind by name; plain paths fill
  * the remaining inputs/outputs in declaration order. Every input must be given
  * and have exactly the declared shape; its dtype must match, except that f64
- * data is converted for an f32 input and i32/i64 data for an i64/i32 input
+ * data is converted for an f32 input, f32 data for an f64 input (--dtype f64
+ * programs), and i32/i64 data for an i64/i32 input
  * (range-checked). Outputs without an --output path are computed but not
  * written. Nothing is printed on success unless --verbose or --repeat is given.
  *
@@ -136,6 +139,8 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "                            (`%s train --help`)\n"
           "  bench [ENTRY] [options]   time ENTRY on random inputs: median and min ms per call,\n"
           "                            peak RSS (`%s bench --help`)\n"
+          "  gradcheck [ENTRY] [opts]  (programs built with ctc build --dtype f64) compare the compiled\n"
+          "                            gradients with finite differences (`%s gradcheck --help`)\n"
           "  help, --help, -h          print this text\n"
           "\n"
           "options of run and infer:\n"
@@ -154,10 +159,11 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  --verbose, -v             print timings to stderr\n"
           "\n"
           "Inputs must have exactly the declared shapes. Dtypes must match, except that\n"
-          "float64 data is converted for a float32 input and int32/int64 for int64/int32.\n"
+          "float64 data is converted for a float32 input, float32 data for a float64 one (programs\n"
+          "built with --dtype f64) and int32/int64 for int64/int32.\n"
           "\n"
           "entries:",
-          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog);
+          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog, prog);
   for (int i = 0; i < desc->nentries; i++) fprintf(f, " %s", desc->entries[i].name);
   fprintf(f, "\n\n"
              "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
@@ -377,6 +383,13 @@ static int convert_input(const ctc_tensor *want, const ctc_tensor *got, const ch
       memcpy(&v, src + 8 * i, 8);
       float x = (float)v;
       memcpy(out + 4 * i, &x, 4);
+    }
+  } else if (want->dtype == CTC_F64 && got->dtype == CTC_F32) { /* --dtype f64 programs: exact */
+    for (size_t i = 0; i < n; i++) {
+      float v;
+      memcpy(&v, src + 4 * i, 4);
+      double x = v;
+      memcpy(out + 8 * i, &x, 8);
     }
   } else if (want->dtype == CTC_I64 && got->dtype == CTC_I32) {
     for (size_t i = 0; i < n; i++) {
@@ -907,6 +920,7 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
   if (!strcmp(cmd, "run") || !strcmp(cmd, "infer")) return cmd_run(prog, desc, argc - 2, argv + 2, cmd[0] == 'i');
   if (!strcmp(cmd, "train")) return ctc_drv_train(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(prog, desc, argc - 2, argv + 2);
+  if (!strcmp(cmd, "gradcheck")) return ctc_drv_gradcheck(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) {
     if (argc > 2) {
       if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {

@@ -53,4 +53,7 @@ int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entr
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 
+/* `./net gradcheck ...` (rt_gradcheck.c); argv starts after "gradcheck". Returns the exit status. */
+int ctc_drv_gradcheck(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
+
 #endif

@@ -30,7 +30,7 @@ ENV = {**os.environ,
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|UndefinedBehaviorSanitizer|ERROR: LeakSanitizer|"
                     r"AddressSanitizer:DEADLYSIGNAL")
 RT = os.path.join(ROOT, "runtime_min")
-RT_SRC = ["rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_data.c",
+RT_SRC = ["rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c", "rt_data.c",
           "rt_pt.c", "rt_profile.c"]
 
 

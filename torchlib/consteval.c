@@ -21,7 +21,7 @@ static int ct_operand(PV *x) {
 int ct_applies(L *L, PV *a, PV *b) { return !L->T->fn && ct_operand(a) && (!b || ct_operand(b)); }
 
 /* a value rounded to dtype dt (float32 rounding, integer truncation, bool) */
-static double round_to(double v, DType dt) {
+static double round_to_(double v, DType dt) {
   switch (dt) {
   case DT_F32: return (double)(float)v;
   case DT_I64:
@@ -30,6 +30,8 @@ static double round_to(double v, DType dt) {
   default: return v;
   }
 }
+/* every caller has L: --dtype f64 programs keep f32 data unrounded (they become f64) */
+#define round_to(v, dt) round_to_((v), L->T->f64 && (dt) == DT_F32 ? DT_F64 : (dt))
 
 /* element i of a (shape ta) read at result index i of shape r (numpy broadcasting) */
 static double bread(PV *a, const Type *r, int64_t i) {

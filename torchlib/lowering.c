@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "torch_int.h"
+#include "../autograd_ad/autograd.h"
 
 /* One type "f32[2,3]" at *pp; advances *pp past it. 0 ok, -1 bad syntax. A dim
  * may be a name (f32[N,784]: the run-time batch): its axis bit goes into *symmask
@@ -472,6 +473,22 @@ static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top)
 /* The IR builder's size check (ir_type_problem) failed: a user error at the op. */
 static CTC_NORETURN void type_error(void *ctx, Span at, const char *msg) { lower_error((L *)ctx, at, "%s", msg); }
 
+/* --dtype f64: every f32 parameter, buffer, optimizer state, input, value and
+ * cast of the staged program becomes f64 (explicit .float() and
+ * dtype=torch.float32 too: gradcheck's finite differences need the whole
+ * function in double). Literals keep their double values (CONST.fattr,
+ * PINIT_DATA), and compile-time tensor arithmetic (consteval.c, t_cast) does
+ * not round to f32 in these programs (HostState.f64). */
+static void to_f64(Program *p) {
+  for (int i = 0; i < p->params.len; i++)
+    if (p->params.data[i].type.dtype == DT_F32) p->params.data[i].type.dtype = DT_F64;
+  for (int k = 0; k < p->funcs.len; k++) {
+    Func *f = p->funcs.data[k];
+    for (int i = 0; i < f->values.len; i++)
+      if (f->values.data[i].type.dtype == DT_F32) f->values.data[i].type.dtype = DT_F64;
+  }
+}
+
 Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, const LowerOptions *opt) {
   jmp_buf jb;
   L ctx = {0}, *L = &ctx;
@@ -483,6 +500,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->src = src;
   L->script_args = opt->script_args;
   L->T->prog = ir_program_new(a, src);
+  L->T->f64 = opt->float_dtype == DT_F64;
   L->T->prog->hook = opt->hook;
   L->T->prog->no_remat = opt->no_remat;
   L->T->prog->distributed = opt->distributed;
@@ -548,6 +566,12 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     if (!found)
       lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",
                   opt->inputs[i].name, opt->inputs[i].name);
+  }
+  if (opt->float_dtype == DT_F64) {
+    to_f64(L->T->prog);
+    int batched = 0;
+    for (int i = 0; i < opt->ninputs; i++) batched |= opt->inputs[i].sym != NULL;
+    if (!batched) ad_gradcheck_entries(L->T->prog); /* ./net gradcheck (not for run-time batches) */
   }
   L->T->prog->type_error = NULL;
   L->T->prog->type_error_ctx = NULL;

@@ -325,7 +325,8 @@ PV *t_cast(L *L, Span at, PV *x, DType dt) {
     Type t = x->t->type;
     t.dtype = dt;
     PV *r = t_const_tensor(L, at, t, 0);
-    for (int64_t i = 0; i < ir_numel(&t); i++) r->t->data[i] = convert_value(x->t->data[i], x->t->type.dtype, dt);
+    for (int64_t i = 0; i < ir_numel(&t); i++) r->t->data[i] = convert_value(x->t->data[i], x->t->type.dtype,
+                                                                       L->T->f64 && dt == DT_F32 ? DT_F64 : dt);
     return r;
   }
   return t_wrap(L, cast_to(L, at, t_val(L, at, x), dt));

@@ -146,6 +146,8 @@ void attr_cache_restore(L *L);
 /* The torch library's part of the context (L->T). */
 struct HostState {
   Program *prog;
+  int f64;               /* --dtype f64 (LowerOptions.float_dtype): compile-time tensor arithmetic
+                            keeps doubles instead of rounding f32 results (consteval.c, t_cast) */
   Func *fn;              /* function being staged, NULL at compile time */
   int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
   /* staging a training function (training.c) */
