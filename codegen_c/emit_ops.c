@@ -1005,6 +1005,18 @@ static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
   else emit_conv2d_bwd_input_chunked(c, i, in);
 }
 
+/* The direct loops' input row: ih = oh + kh - ph (outside the image: no
+ * contribution, the next row), and xr, its start in image n, channel ci. */
+static void direct_input_row(CgFunc *c, const ConvGeom *g, int64_t ph, const char *ct, const char *x) {
+  if (ph) {
+    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
+    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
+  } else {
+    LINE(c, "const int64_t ih = oh + kh;\n");
+  }
+  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
+}
+
 /* dw[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] x[n, c, oh + kh - ph, ow + kw - pw]:
  * per (o, c, kh), in parallel, a KW x OW block of partial sums accumulated over
  * images and output rows, the ow loop unit-stride in both g and x (it
@@ -1026,14 +1038,8 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   LINE(c, "for (int64_t n = 0; n < %lld; n++)\n", (ll)g->N);
   LINE(c, "  for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)g->OH);
   c->ind += 4;
-  if (ph) {
-    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
-    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
-  } else {
-    LINE(c, "const int64_t ih = oh + kh;\n");
-  }
+  direct_input_row(c, g, ph, ct, x);
   LINE(c, "const %s *restrict gr = %s + ((n * %lld + o) * %lld + oh) * %lld;\n", ct, gy, (ll)g->O, (ll)g->OH, (ll)OW);
-  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
   LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)KW);
   c->ind += 2;
   if (pw) {   /* the outputs whose input column ow + kw - pw is inside the image */
@@ -1078,13 +1084,7 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   LINE(c, "for (int64_t ci = 0; ci < %lld; ci++)\n", (ll)g->C);
   LINE(c, "  for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)g->KH);
   c->ind += 4;
-  if (ph) {
-    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
-    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
-  } else {
-    LINE(c, "const int64_t ih = oh + kh;\n");
-  }
-  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
+  direct_input_row(c, g, ph, ct, x);
   LINE(c, "const %s *restrict wr = %s + ci * %lld + kh * %lld;   /* w[0, ci, kh, 0] */\n", ct, w, (ll)(g->KH * g->KW),
        (ll)g->KW);
   LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g->KW);

@@ -180,3 +180,36 @@ def _count_outputs(info):
     m = re.search(r"^entry \S+: \d+ inputs?, (\d+) outputs?", info, re.M)
     assert m, info
     return int(m.group(1))
+
+
+# A small MLP file with a forward and an SGD-momentum train_step (example_inputs for
+# both): the model the tool tests (profile, dot, embedding) build.
+MLP_TRAIN_SRC = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        return self.fc2(h)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+example_inputs = {"forward": (torch.randn(8, 20),), "train_step": (torch.randn(8, 20), torch.zeros(8, dtype=torch.long))}
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''

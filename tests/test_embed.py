@@ -11,39 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, EXAMPLES, ROOT, compare, load_module, run, st_write, state_dict_np
+from ctc_testlib import CTC, EXAMPLES, ROOT, compare, load_module, run, st_write, state_dict_np, MLP_TRAIN_SRC
 
 PY = "/usr/bin/python3"   # Debian's, with numpy (the module is built for it)
 
-MODEL = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(20, 32)
-        self.fc2 = nn.Linear(32, 4)
-
-    def forward(self, x):
-        h = torch.tanh(self.fc1(x))
-        return self.fc2(h)
-
-
-model = Net()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-example_inputs = {"forward": (torch.randn(8, 20),), "train_step": (torch.randn(8, 20), torch.zeros(8, dtype=torch.long))}
-
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss
-'''
+MODEL = MLP_TRAIN_SRC
 
 
 def write_model(tmp, name="embed_model.py"):
