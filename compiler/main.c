@@ -447,7 +447,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_mpi.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_mpi.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
   char *argv[48];
   int n = 0;
@@ -547,7 +547,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
 static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path) {
   const char *rt = runtime_dir(a);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c"};
   const char *tool;
   if (o->emulate) {
     tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */

@@ -31,7 +31,7 @@ REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|UndefinedBehaviorSa
                     r"AddressSanitizer:DEADLYSIGNAL")
 RT = os.path.join(ROOT, "runtime_min")
 RT_SRC = ["rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_data.c",
-          "rt_pt.c", "rt_profile.c"]
+          "rt_pt.c", "rt_profile.c", "rt_text.c"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,161 @@
+"""Text data and generation (issue 17 items 2 and 3): `./net train --text / --tokens`
+builds nanoGPT's (x, y) windows from a seeded stream, which this file draws the same
+way, so PyTorch running the same windows gives the same losses; `./net sample`
+decodes with the KV-cache entries ctc derives from the unchanged forward."""
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctc_testlib import EXAMPLES, compare, ctc_build, load_module, st_read, st_write, state_dict_np
+
+CHAR_GPT = os.path.join(EXAMPLES, "char_gpt.py")
+SMALL = "GPTConfig(block_size=16, vocab_size=48, n_layer=2, n_head=2, n_embd=32)"
+M64 = (1 << 64) - 1
+
+
+def small_model_file(path, batch=4):
+    src = open(CHAR_GPT).read()
+    src = src.replace("config = GPTConfig()", f"config = {SMALL}").replace("BATCH = 32", f"BATCH = {batch}")
+    path.write_text(src)
+    return str(path)
+
+
+# ---- the driver's windows (rt_text.c, rt_driver.c: splitmix64, rand_below) ----
+
+def splitmix64(s):
+    s = (s + 0x9E3779B97F4A7C15) & M64
+    z = s
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return s, z ^ (z >> 31)
+
+
+def rand_below(s, m):
+    reject = ((1 << 64) - m) % m
+    while True:
+        s, r = splitmix64(s)
+        if r >= reject:
+            return s, r % m
+
+
+def windows(data, T, B, seed, g):
+    """The batch of training step g (0-based): offsets uniform in [0, len - T)."""
+    s = (seed ^ (((g + 1) * 0xD1B54A32D192ED03) & M64)) & M64
+    xs, ys = [], []
+    for _ in range(B):
+        s, off = rand_below(s, len(data) - T)
+        xs.append(data[off:off + T])
+        ys.append(data[off + 1:off + 1 + T])
+    return torch.tensor(np.array(xs), dtype=torch.long), torch.tensor(np.array(ys), dtype=torch.long)
+
+
+TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, "
+        "it was the age of foolishness, it was the epoch of belief - naïve, über-fast; "
+        "it was the season of Light, it was the season of Darkness.\n") * 3
+
+
+@pytest.fixture(scope="module")
+def char_exe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("chargpt")
+    exe = str(d / "gpt")
+    ctc_build(small_model_file(d / "m.py"), exe)
+    return exe, str(d / "m.py")
+
+
+def fresh_model(path, seed=0):
+    mod = load_module(path, f"chargpt_{seed}")
+    torch.manual_seed(seed)
+    model = mod.GPT(mod.config)
+    return mod, model
+
+
+def torch_losses(mod, model, data, steps, seed, B, T):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    out = []
+    for g in range(steps):
+        x, y = windows(data, T, B, seed, g)
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def read_log(path):
+    rows = open(path).read().split("\n")[1:]
+    return [float(r.split(",")[2]) for r in rows if r]
+
+
+def test_train_text_matches_torch(char_exe, tmp_path):
+    """--text: the vocabulary is the sorted set of the file's characters (UTF-8 code
+    points), written beside --save; the losses of 6 steps equal PyTorch's on the same
+    windows; --val-fraction holds out the tail and prints a validation loss."""
+    exe, path = char_exe
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    mod, model = fresh_model(path)
+    st_write(tmp_path / "init.safetensors", state_dict_np(model))
+    r = subprocess.run([exe, "train", "--text", tmp_path / "t.txt", "--block", "16", "--steps", "6",
+                        "--eval-interval", "3", "--eval-iters", "2", "--val-fraction", "0.1", "--seed", "7",
+                        "--weights", tmp_path / "init.safetensors", "--log", tmp_path / "log.csv",
+                        "--save", tmp_path / "out.safetensors"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    vocab = sorted(set(TEXT))
+    assert (tmp_path / "out.vocab.txt").read_text(encoding="utf-8") == "".join(vocab)
+    stoi = {c: i for i, c in enumerate(vocab)}
+    data = np.array([stoi[c] for c in TEXT], dtype=np.int64)
+    n = int(0.9 * len(data))
+    want = torch_losses(mod, model, data[:n], 6, 7, 4, 16)
+    compare("losses", read_log(tmp_path / "log.csv"), want, rtol=1e-4, atol=1e-5)
+    lines = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", r.stdout)
+    assert [int(l[0]) for l in lines] == [3, 6], r.stdout
+    # the validation loss: the forward entry's cross-entropy on the held-out tail
+    s = (~7) & M64
+    val = data[n:]
+    vl = []
+    with torch.no_grad():
+        for k in range(2):
+            st = s ^ (((k + 1) * 0xD1B54A32D192ED03) & M64)
+            st, off = rand_below(st, len(val) - 16)
+            x = torch.tensor(val[off:off + 16])[None]
+            y = torch.tensor(val[off + 1:off + 17])
+            vl.append(F.cross_entropy(model(x)[0], y).item())
+    assert abs(float(lines[-1][2]) - np.mean(vl)) < 1e-3, (lines, vl)
+
+
+def test_train_tokens_bin(char_exe, tmp_path):
+    """--tokens: nanoGPT's train.bin (uint16 ids), the same windows and losses."""
+    exe, path = char_exe
+    data = np.random.default_rng(3).integers(0, 48, size=400).astype(np.uint16)
+    data.tofile(tmp_path / "train.bin")
+    mod, model = fresh_model(path, seed=1)
+    st_write(tmp_path / "init.safetensors", state_dict_np(model))
+    r = subprocess.run([exe, "train", "--tokens", tmp_path / "train.bin", "--steps", "4", "--seed", "3",
+                        "--weights", tmp_path / "init.safetensors", "--log", tmp_path / "log.csv"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = torch_losses(mod, model, data.astype(np.int64), 4, 3, 4, 16)
+    compare("losses", read_log(tmp_path / "log.csv"), want, rtol=1e-4, atol=1e-5)
+
+
+def test_text_errors(char_exe, tmp_path):
+    exe, _ = char_exe
+    (tmp_path / "t.txt").write_text("".join(chr(0x100 + i) for i in range(60)) * 2, encoding="utf-8")
+    (tmp_path / "bad.txt").write_bytes(b"abc\xff\xfedef" * 10)
+    (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
+    cases = [(["--text", tmp_path / "t.txt", "--steps", "1"], "60 distinct characters, but the model's vocabulary"),
+             (["--text", tmp_path / "bad.txt", "--steps", "1"], "byte 3 (0xff) is not valid UTF-8"),
+             (["--tokens", tmp_path / "odd.bin", "--steps", "1"], "not a whole number of uint16 tokens"),
+             (["--text", tmp_path / "t.txt", "--steps", "1", "--block", "8"], "compiled for windows of 16 tokens"),
+             (["--text", tmp_path / "t.txt"], "needs --steps N"),
+             (["--text", tmp_path / "t.txt", "--steps", "1", "--epochs", "2"], "--epochs does not go with --text"),
+             (["--text", tmp_path / "t.txt", "--steps", "1", "--val-fraction", "1.5"], "--val-fraction needs")]
+    for args, msg in cases:
+        r = subprocess.run([exe, "train", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and msg in r.stderr, (args, r.stderr)
