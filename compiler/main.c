@@ -640,6 +640,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
   Program *p = tr[0].p;
+  if (p->decode_note && strcmp(o.cmd, "check"))   /* causal attention, but no `decode` (./net sample re-runs the window) */
+    fprintf(stderr, "ctc: note: %s; `sample` will re-run the window for every token\n", p->decode_note);
   double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;
   if (o.target && !strcmp(o.target, "cuda") && p->distributed) {
     diag_plain(&d, "%s: DistributedDataParallel is not supported with --target cuda yet (the NCCL hooks are not in the "
@@ -670,6 +672,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       fprintf(stdout, "  skipped %.*s\n", len, q);
       q = e ? e + 1 : NULL;
     }
+    if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
     for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
       const char *e = strchr(q, '\n');
       int len = e ? (int)(e - q) : (int)strlen(q);

@@ -132,10 +132,11 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  infer [options]           same as `run %s`\n"
           "  info                      print the entries, their inputs and outputs, the parameters\n"
           "                            and the arena size\n"
-          "  train [options]           train with the model's training entry on .npy or IDX data\n"
+          "  train [options]           train with the model's training entry on .npy or IDX data, or text\n"
           "                            (`%s train --help`)\n"
           "  bench [ENTRY] [options]   time ENTRY on random inputs: median and min ms per call,\n"
           "                            peak RSS (`%s bench --help`)\n"
+          "  sample [options]          generate text from a language model (`%s sample --help`)\n"
           "  help, --help, -h          print this text\n"
           "\n"
           "options of run and infer:\n"
@@ -157,7 +158,7 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "float64 data is converted for a float32 input and int32/int64 for int64/int32.\n"
           "\n"
           "entries:",
-          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog);
+          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog, prog);
   for (int i = 0; i < desc->nentries; i++) fprintf(f, " %s", desc->entries[i].name);
   fprintf(f, "\n\n"
              "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
@@ -907,6 +908,7 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
   if (!strcmp(cmd, "run") || !strcmp(cmd, "infer")) return cmd_run(prog, desc, argc - 2, argv + 2, cmd[0] == 'i');
   if (!strcmp(cmd, "train")) return ctc_drv_train(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(prog, desc, argc - 2, argv + 2);
+  if (!strcmp(cmd, "sample")) return ctc_drv_sample(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) {
     if (argc > 2) {
       if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {

@@ -83,6 +83,9 @@ void ctc_text_windows(const ctc_text *t, int64_t T, uint64_t state, int64_t B, c
 #define CTC_TEXT_TRAIN_STATE(seed, g) ((uint64_t)(seed) ^ ((uint64_t)(g) + 1) * 0xD1B54A32D192ED03ULL)
 #define CTC_TEXT_VAL_STATE(seed, k) (~(uint64_t)(seed) ^ ((uint64_t)(k) + 1) * 0xD1B54A32D192ED03ULL)
 
+/* `./net sample ...` (rt_text.c); argv starts after "sample". Returns the exit status. */
+int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
+
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 

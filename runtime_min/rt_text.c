@@ -9,6 +9,7 @@
 #include "ctc_rt.h"
 #include "rt_driver_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,4 +205,357 @@ void ctc_text_windows(const ctc_text *t, int64_t T, uint64_t state, int64_t B, c
       else ((int32_t *)x)[k] = xv, ((int32_t *)y)[k] = yv;
     }
   }
+}
+
+/* ---- sample ---------------------------------------------------------------------
+ *
+ *   ./net sample [--weights W] [--vocab V.txt] [--prompt TEXT | --prompt-tokens 1,2,3]
+ *                [--tokens N] [--temperature T] [--top-k K] [--seed S] [--logits OUT.npy]
+ *
+ * Generates N tokens after the prompt as nanoGPT's generate does: the logits of the
+ * last position of the window (the last S tokens, S = forward's T), divided by the
+ * temperature, all but the top K set to -inf (ties with the K-th kept), softmax, and
+ * one multinomial draw (a counter-based stream: splitmix64 of the seed and the step;
+ * with K = 1 the first largest logit). With the model's `decode` entry (the KV-cache
+ * entry ctc derives for causal attention) each token costs one call at its position;
+ * once the text is longer than S the window slides and its cache is recomputed (S
+ * calls). Without it the forward entry re-runs the window (right-padded: a causal
+ * model's logits at position i do not depend on later tokens). Text is streamed to
+ * stdout as it is generated: characters with a vocabulary (--vocab, or the file
+ * beside the weights that `train --text` wrote), else token ids. */
+
+typedef struct SampleArgs {
+  const char *weights, *vocab, *prompt, *prompt_tokens, *logits;
+  long long tokens, top_k;
+  double temperature;
+  unsigned long long seed;
+  int help;
+} SampleArgs;
+
+static void sample_usage(FILE *f, const char *prog) {
+  fprintf(f,
+          "usage: %s sample [--weights W] [--prompt TEXT | --prompt-tokens 1,2,3] [options]\n"
+          "\n"
+          "Generates text as nanoGPT's generate does: temperature, top-k, a multinomial draw per token.\n"
+          "\n"
+          "options:\n"
+          "  --weights W               the parameters (safetensors or a PyTorch checkpoint)\n"
+          "  --vocab V.txt             the characters of the vocabulary (default: W.vocab.txt beside the\n"
+          "                            weights, as `train --text` writes it); without one, tokens are ids\n"
+          "  --prompt TEXT             the start of the text (default: a newline, or token 0)\n"
+          "  --prompt-tokens 1,2,3     the start as token ids\n"
+          "  --tokens N                tokens to generate (default 100)\n"
+          "  --temperature T           divide the logits by T > 0 (default 1.0)\n"
+          "  --top-k K                 sample among the K most likely tokens (default: all; 1: greedy)\n"
+          "  --seed S                  the sampling stream (default 0)\n"
+          "  --logits OUT.npy          write the logits of every generated token, f32 [N, V]\n"
+          "\n"
+          "The model's `decode` entry (ctc derives it from a forward with causal attention) keeps\n"
+          "per-layer key/value caches: one call per token. Without it, forward re-runs the window.\n",
+          prog);
+}
+
+static int parse_sample_args(int argc, char **argv, SampleArgs *a, ctc_error *err) {
+  memset(a, 0, sizeof *a);
+  a->tokens = 100;
+  a->temperature = 1.0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      a->help = 1;
+      continue;
+    }
+    static const char *const known[] = {"--weights", "--vocab", "--prompt", "--prompt-tokens", "--tokens",
+                                        "--temperature", "--top-k", "--seed", "--logits", NULL};
+    char name[32];
+    const char *val;
+    int rc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
+    if (rc) return rc;
+    char *end;
+    if (!strcmp(name, "--weights")) a->weights = val;
+    else if (!strcmp(name, "--vocab")) a->vocab = val;
+    else if (!strcmp(name, "--prompt")) a->prompt = val;
+    else if (!strcmp(name, "--prompt-tokens")) a->prompt_tokens = val;
+    else if (!strcmp(name, "--logits")) a->logits = val;
+    else if (!strcmp(name, "--temperature")) {
+      a->temperature = strtod(val, &end);
+      if (end == val || *end || !(a->temperature > 0) || a->temperature > 1e30)
+        return ctc_fail(err, CTC_ERR_ARG, "--temperature needs a positive number, not '%s'", val);
+    } else if (!strcmp(name, "--seed")) {
+      a->seed = strtoull(val, &end, 10);
+      if (*val < '0' || *val > '9' || *end) return ctc_fail(err, CTC_ERR_ARG, "--seed needs a non-negative integer");
+    } else {   /* --tokens, --top-k */
+      long long v = strtoll(val, &end, 10);
+      if (end == val || *end || v < 1 || v > (1LL << 30))
+        return ctc_fail(err, CTC_ERR_ARG, "%s needs a positive integer, not '%s'", name, val);
+      if (!strcmp(name, "--tokens")) a->tokens = v;
+      else a->top_k = v;
+    }
+  }
+  if (a->prompt && a->prompt_tokens) return ctc_fail(err, CTC_ERR_ARG, "--prompt and --prompt-tokens exclude each other");
+  return CTC_OK;
+}
+
+typedef struct Sampler {
+  ctc_drv_run r;
+  const ctc_entry *dec, *fwd;
+  int64_t S, V;              /* the window, the vocabulary of the logits */
+  void *din[2], *dout, **fout, *fin;
+  int64_t pos;               /* decode: the position input */
+  int32_t *ctx;              /* prompt and generated tokens */
+  int64_t n, cap;
+  int64_t w0, filled;        /* decode: ctx[w0 .. w0 + filled) are in the cache at positions 0.. */
+  double *lg;                /* the logits of the current step */
+  ctc_vocab vocab;
+  int have_vocab;
+} Sampler;
+
+static void sampler_free(Sampler *s) {
+  ctc_drv_run_free(&s->r);
+  free(s->din[0]);
+  free(s->dout);
+  free(s->fin);
+  for (int j = 0; s->fout && j < s->fwd->noutputs; j++) free(s->fout[j]);
+  free(s->fout);
+  free(s->ctx);
+  free(s->lg);
+  ctc_vocab_free(&s->vocab);
+}
+
+static void put_int(void *p, ctc_dtype dt, int64_t k, int64_t v) {
+  if (dt == CTC_I64) ((int64_t *)p)[k] = v;
+  else ((int32_t *)p)[k] = (int32_t)v;
+}
+
+static void get_logits(Sampler *s, const void *src, ctc_dtype dt, int64_t row) {
+  for (int64_t v = 0; v < s->V; v++)
+    s->lg[v] = dt == CTC_F32 ? ((const float *)src)[row * s->V + v] : ((const double *)src)[row * s->V + v];
+}
+
+/* The logits of the last position of the window ctx[max(0, n - S) .. n) into s->lg. */
+static int next_logits(const ctc_model_desc *desc, Sampler *s, ctc_error *err) {
+  int64_t w0 = s->n > s->S ? s->n - s->S : 0;
+  if (s->dec) {
+    if (w0 != s->w0) s->w0 = w0, s->filled = 0;   /* the window slid: recompute its cache */
+    ctc_dtype it = s->dec->inputs[0].dtype;
+    while (s->filled < s->n - w0) {
+      put_int(s->din[0], it, 0, s->ctx[w0 + s->filled]);
+      s->pos = s->filled;
+      int rc = s->dec->call(s->r.model, (const void *const *)s->din, (void *const *)&s->dout);
+      if (rc) return ctc_drv_entry_failed(desc, s->r.model, s->dec, rc, "", err);
+      s->filled++;
+    }
+    get_logits(s, s->dout, s->dec->outputs[0].dtype, 0);
+    return CTC_OK;
+  }
+  const ctc_tensor *in = &s->fwd->inputs[0], *o = &s->fwd->outputs[0];
+  int64_t T = in->shape[1], len = s->n - w0;
+  memset(s->fin, 0, ctc_tensor_bytes(in));
+  for (int64_t j = 0; j < len; j++) put_int(s->fin, in->dtype, j, s->ctx[w0 + j]);
+  const void *fi[1] = {s->fin};
+  int rc = ctc_entry_call(s->fwd, s->r.model, in->shape[0], fi, (void *const *)s->fout);
+  if (rc) return ctc_drv_entry_failed(desc, s->r.model, s->fwd, rc, "", err);
+  int64_t rows = ctc_tensor_numel(o) / s->V / in->shape[0];   /* T, or 1 (the last position only) */
+  if (rows == 1 && len != T)
+    return ctc_fail(err, CTC_ERR_SHAPE, "forward entry '%s' returns the logits of its last position only, and the "
+                    "window (%lld tokens) is shorter than its %lld: sampling needs a decode entry or the logits of "
+                    "every position", s->fwd->name, (long long)len, (long long)T);
+  get_logits(s, s->fout[0], o->dtype, rows == 1 ? 0 : len - 1);
+  return CTC_OK;
+}
+
+/* nanoGPT's step: logits / temperature, top-k, softmax, multinomial (u from the seed and step). */
+static int64_t sample_token(Sampler *s, const SampleArgs *a, long long step) {
+  double *l = s->lg;
+  int64_t V = s->V, best = 0;
+  for (int64_t v = 1; v < V; v++)
+    if (l[v] > l[best]) best = v;
+  if (a->top_k == 1) return best;
+  for (int64_t v = 0; v < V; v++) l[v] /= a->temperature;
+  if (a->top_k > 0 && a->top_k < V) {   /* the K-th largest value: everything below it is dropped */
+    double *sorted = malloc((size_t)V * sizeof *sorted);
+    if (sorted) {
+      memcpy(sorted, l, (size_t)V * sizeof *sorted);
+      for (int64_t k = 0; k < a->top_k; k++) {   /* partial selection sort, K small */
+        int64_t m = k;
+        for (int64_t v = k + 1; v < V; v++)
+          if (sorted[v] > sorted[m]) m = v;
+        double t = sorted[k];
+        sorted[k] = sorted[m];
+        sorted[m] = t;
+      }
+      double kth = sorted[a->top_k - 1];
+      for (int64_t v = 0; v < V; v++)
+        if (l[v] < kth) l[v] = -INFINITY;
+      free(sorted);
+    }
+  }
+  double mx = l[best] / 1.0, sum = 0;
+  mx = -INFINITY;
+  for (int64_t v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+  for (int64_t v = 0; v < V; v++) sum += l[v] = exp(l[v] - mx);
+  uint64_t st = a->seed ^ ((uint64_t)step + 1) * 0xD1B54A32D192ED03ULL;
+  double u = (double)(ctc_drv_splitmix64(&st) >> 11) * 0x1.0p-53 * sum, c = 0;
+  for (int64_t v = 0; v < V; v++) {
+    c += l[v];
+    if (u < c && l[v] > 0) return v;
+  }
+  for (int64_t v = V - 1; v >= 0; v--)
+    if (l[v] > 0) return v;
+  return best;
+}
+
+static void emit_token(const Sampler *s, int32_t tok) {
+  if (s->have_vocab && tok >= 0 && tok < s->vocab.n) {
+    unsigned char o[4];
+    fwrite(o, 1, utf8_put(o, (uint32_t)s->vocab.cp[tok]), stdout);
+  } else {
+    printf("%d ", (int)tok);
+  }
+  fflush(stdout);
+}
+
+static int push_token(Sampler *s, int32_t tok, ctc_error *err) {
+  if (s->n == s->cap) {
+    int64_t cap = s->cap ? 2 * s->cap : 256;
+    int32_t *c = realloc(s->ctx, (size_t)cap * sizeof *c);
+    if (!c) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    s->ctx = c;
+    s->cap = cap;
+  }
+  s->ctx[s->n++] = tok;
+  return CTC_OK;
+}
+
+static int sample_setup(const char *prog, const ctc_model_desc *desc, const SampleArgs *a, Sampler *s,
+                        ctc_error *err) {
+  for (int i = 0; i < desc->nentries; i++) {
+    const ctc_entry *e = &desc->entries[i];
+    if (!s->fwd && e->kind == CTC_ENTRY_FORWARD) s->fwd = e;
+    if (!strcmp(e->name, "decode") && e->ninputs == 2 && e->noutputs == 1 && e->inputs[1].dtype == CTC_I64 &&
+        ctc_tensor_numel(&e->inputs[0]) == 1 && ctc_tensor_numel(&e->inputs[1]) == 1)
+      s->dec = e;
+  }
+  const ctc_tensor *in = s->fwd && s->fwd->ninputs == 1 ? &s->fwd->inputs[0] : NULL;
+  if (!in || in->ndim != 2 || (in->dtype != CTC_I64 && in->dtype != CTC_I32) || s->fwd->noutputs < 1)
+    return ctc_fail(err, CTC_ERR_ARG, "sample needs a forward entry taking token windows [B, T] (integers)");
+  const ctc_tensor *o = &s->fwd->outputs[0];
+  s->S = in->shape[1];
+  s->V = o->shape[o->ndim - 1];
+  if (o->ndim < 2 || (o->dtype != CTC_F32 && o->dtype != CTC_F64))
+    return ctc_fail(err, CTC_ERR_ARG, "sample needs a forward entry returning logits [B, T, V]");
+  if (s->dec && ctc_tensor_numel(&s->dec->outputs[0]) != s->V) s->dec = NULL;
+  int rc;
+  if ((rc = ctc_drv_make_model(desc, &s->r, err))) return rc;
+  if (a->weights && (rc = ctc_model_load(desc, s->r.model, a->weights, err))) return rc;
+  char vpath[4096];
+  const char *vp = a->vocab;
+  if (!vp && a->weights && ctc_vocab_path(a->weights, vpath, sizeof vpath)) {
+    FILE *f = fopen(vpath, "rb");
+    if (f) fclose(f), vp = vpath;
+  }
+  if (vp) {
+    if ((rc = ctc_vocab_read(vp, &s->vocab, err))) return rc;
+    if (s->vocab.n > s->V)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s has %d characters, more than the model's %lld logits", vp,
+                      (int)s->vocab.n, (long long)s->V);
+    s->have_vocab = 1;
+  }
+  if (!(s->lg = malloc((size_t)s->V * sizeof *s->lg))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  if (s->dec) {
+    s->din[0] = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, 8);
+    s->din[1] = &s->pos;
+    s->dout = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, ctc_tensor_bytes(&s->dec->outputs[0]));
+    if (!s->din[0] || !s->dout) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    s->w0 = -1;
+  } else {
+    fprintf(stderr, "%s: note: this program has no KV-cache decode entry (ctc derives one when it recognises the "
+            "model's attention as causal): re-running the window of %lld tokens for every token\n", prog,
+            (long long)s->S);
+    s->fin = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, ctc_tensor_bytes(in));
+    if (!s->fin || (rc = ctc_drv_alloc_outputs(s->fwd, &s->fout, err))) return rc ? rc : CTC_ERR_NOMEM;
+  }
+  /* the prompt */
+  if (a->prompt_tokens) {
+    const char *p = a->prompt_tokens;
+    while (*p) {
+      char *end;
+      long long v = strtoll(p, &end, 10);
+      if (end == p || v < 0 || v >= s->V)
+        return ctc_fail(err, CTC_ERR_ARG, "--prompt-tokens: '%s' is not a list of token ids in [0, %lld)",
+                        a->prompt_tokens, (long long)s->V);
+      if ((rc = push_token(s, (int32_t)v, err))) return rc;
+      p = *end == ',' ? end + 1 : end;
+      if (*end && *end != ',') return ctc_fail(err, CTC_ERR_ARG, "--prompt-tokens: ids are separated by commas");
+    }
+  } else if (a->prompt) {
+    if (!s->have_vocab)
+      return ctc_fail(err, CTC_ERR_ARG, "--prompt TEXT needs the vocabulary (--vocab V.txt, or %s beside the weights "
+                      "as `train --text` writes it); or give --prompt-tokens", a->weights ? vpath : "W.vocab.txt");
+    size_t n = strlen(a->prompt);
+    for (size_t i = 0; i < n;) {
+      int32_t c = utf8_next((const unsigned char *)a->prompt, n, &i);
+      int32_t t = c < 0 ? -1 : ctc_vocab_index(&s->vocab, c);
+      if (t < 0) return ctc_fail(err, CTC_ERR_ARG, "--prompt: character %zu is not in the vocabulary", i);
+      if ((rc = push_token(s, t, err))) return rc;
+    }
+  }
+  if (s->n == 0) {   /* nanoGPT's sample.py starts from "\n" */
+    int32_t t = s->have_vocab ? ctc_vocab_index(&s->vocab, '\n') : 0;
+    if ((rc = push_token(s, t < 0 ? 0 : t, err))) return rc;
+  }
+  return CTC_OK;
+}
+
+static int do_sample(const char *prog, const ctc_model_desc *desc, const SampleArgs *a, Sampler *s, ctc_error *err) {
+  int rc = sample_setup(prog, desc, a, s, err);
+  if (rc) return rc;
+  float *keep = NULL;
+  if (a->logits && !(keep = malloc((size_t)(a->tokens * s->V) * sizeof *keep)))
+    return ctc_fail(err, CTC_ERR_NOMEM, "out of memory for --logits");
+  for (int64_t i = 0; i < s->n; i++) emit_token(s, s->ctx[i]);
+  double t0 = ctc_drv_now_ms();
+  for (long long step = 0; step < a->tokens && rc == CTC_OK; step++) {
+    if ((rc = next_logits(desc, s, err))) break;
+    if (keep)
+      for (int64_t v = 0; v < s->V; v++) keep[step * s->V + v] = (float)s->lg[v];
+    int32_t tok = (int32_t)sample_token(s, a, step);
+    if ((rc = push_token(s, tok, err))) break;
+    emit_token(s, tok);
+  }
+  double ms = ctc_drv_now_ms() - t0;
+  printf("\n");
+  fflush(stdout);
+  if (rc == CTC_OK && keep) {
+    ctc_tensor t = {0};
+    t.name = "logits";
+    t.dtype = CTC_F32;
+    t.ndim = 2;
+    t.shape[0] = a->tokens;
+    t.shape[1] = s->V;
+    t.data = keep;
+    rc = ctc_npy_write(a->logits, &t, err);
+  }
+  free(keep);
+  if (rc == CTC_OK)
+    fprintf(stderr, "%s: %lld tokens in %.3f s (%.1f tokens/s, %s)\n", prog, a->tokens, ms / 1e3,
+            ms > 0 ? (double)a->tokens * 1e3 / ms : 0, s->dec ? "KV cache" : "re-running the window");
+  return rc;
+}
+
+int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char **argv) {
+  ctc_error err = {0, ""};
+  SampleArgs a;
+  Sampler s;
+  memset(&s, 0, sizeof s);
+  int rc = parse_sample_args(argc, argv, &a, &err);
+  if (rc == CTC_OK && a.help) {
+    sample_usage(stdout, prog);
+    return 0;
+  }
+  if (rc == CTC_OK) rc = do_sample(prog, desc, &a, &s, &err);
+  sampler_free(&s);
+  if (rc == CTC_OK) return 0;
+  int status = ctc_drv_report(prog, &err);
+  if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s sample --help'\n", prog, prog);
+  return status;
 }
