@@ -252,7 +252,7 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
  * extra tensors in the file are ignored. The last desc->noptional parameters
  * (optimizer state) may be missing: they keep their values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
-int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);   /* all but decode's ctc.kv.* caches */
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name);
 /* Calls entry e on a batch of n: e->call_n for an entry with a run-time batch
  * (1 <= n <= e->batch_max, else CTC_ERR_SHAPE), e->call otherwise (n ignored). */

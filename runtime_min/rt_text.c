@@ -389,9 +389,7 @@ static int64_t sample_token(Sampler *s, const SampleArgs *a, long long step) {
       free(sorted);
     }
   }
-  double mx = l[best] / 1.0, sum = 0;
-  mx = -INFINITY;
-  for (int64_t v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+  double mx = l[best], sum = 0;   /* the largest (kept by any top-k) */
   for (int64_t v = 0; v < V; v++) sum += l[v] = exp(l[v] - mx);
   uint64_t st = a->seed ^ ((uint64_t)step + 1) * 0xD1B54A32D192ED03ULL;
   double u = (double)(ctc_drv_splitmix64(&st) >> 11) * 0x1.0p-53 * sum, c = 0;

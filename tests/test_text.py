@@ -159,3 +159,167 @@ def test_text_errors(char_exe, tmp_path):
     for args, msg in cases:
         r = subprocess.run([exe, "train", *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and msg in r.stderr, (args, r.stderr)
+
+
+# ---- generation: the decode entry and `./net sample` ----
+
+def sample(exe, weights, *args, timeout=120):
+    r = subprocess.run([exe, "sample", "--weights", weights, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def torch_window_logits(model, tokens, n_prompt, block):
+    """The logits nanoGPT's generate uses at each step: the last position of the last
+    `block` tokens."""
+    out = []
+    with torch.no_grad():
+        for i in range(n_prompt, len(tokens)):
+            cond = torch.tensor(tokens[max(0, i - block):i])[None]
+            out.append(model(cond)[0, -1].numpy())
+    return np.array(out)
+
+
+def weights_of(model, path):
+    st_write(path, state_dict_np(model))
+    return str(path)
+
+
+def test_decode_logits_equal_forward(char_exe, tmp_path):
+    """`decode` (one token at position pos, per-layer K/V caches in the arena) gives the
+    logits of forward at every position, through the window sliding past block_size
+    (16) twice; the cache entries are not saved with the weights."""
+    exe, path = char_exe
+    assert "entry decode" in subprocess.run([exe, "info"], capture_output=True, text=True).stdout
+    mod, model = fresh_model(path, seed=2)
+    with torch.no_grad():   # larger weights than the init's, so that the logits differ between tokens
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() > 1 else 1.0)
+    model.eval()
+    w = weights_of(model, tmp_path / "w.safetensors")
+    r = sample(exe, w, "--prompt-tokens", "5,7,11", "--tokens", "40", "--seed", "3", "--logits", tmp_path / "l.npy")
+    assert "KV cache" in r.stderr
+    tokens = [int(t) for t in r.stdout.split()]
+    assert len(tokens) == 43 and len(set(tokens)) > 5, tokens
+    got = np.load(tmp_path / "l.npy")
+    compare("decode logits", got, torch_window_logits(model, tokens, 3, 16), rtol=1e-4, atol=1e-4)
+    np.save(tmp_path / "i.npy", np.zeros((1, 16), np.int64))
+    r = subprocess.run([exe, "run", "forward", "--weights", w, "--input", "idx=" + str(tmp_path / "i.npy"),
+                        "--save", tmp_path / "s.safetensors"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not [k for k in st_read(tmp_path / "s.safetensors") if k.startswith("ctc.kv.")]
+
+
+def test_greedy_equals_generate(char_exe, tmp_path):
+    """--top-k 1 gives token for token what the file's own generate gives in PyTorch,
+    for 150 tokens (the window of 16 slides); with a vocabulary, text in and out."""
+    exe, path = char_exe
+    mod, model = fresh_model(path, seed=4)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(6.0 if p.dim() > 1 else 1.0)
+    model.eval()
+    w = weights_of(model, tmp_path / "w.safetensors")
+    vocab = sorted(set(TEXT))
+    (tmp_path / "w.vocab.txt").write_text("".join(vocab), encoding="utf-8")
+    prompt = "it was "
+    idx = torch.tensor([[vocab.index(c) for c in prompt]])
+    want = model.generate(idx, 150, top_k=1)[0].tolist()
+    if max(want) >= len(vocab):
+        pytest.skip("the random model chose a token outside the text's vocabulary")
+    r = sample(exe, w, "--prompt", prompt, "--tokens", "150", "--top-k", "1")
+    assert r.stdout == "".join(vocab[i] for i in want) + "\n"
+
+
+SDPA_ATTN = """        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+"""
+
+
+def test_decode_from_sdpa_is_causal(tmp_path):
+    """F.scaled_dot_product_attention(is_causal=True) (nanoGPT's flash path): the same
+    decode entry; its logits equal PyTorch's masked attention on the same weights."""
+    src = open(small_model_file(tmp_path / "m.py")).read()
+    start = src.index("        att = (q @ k.transpose(-2, -1))")
+    end = src.index("        y = y.transpose(1, 2)")
+    (tmp_path / "s.py").write_text(src[:start] + SDPA_ATTN + src[end:])
+    exe = str(tmp_path / "s")
+    ctc_build(str(tmp_path / "s.py"), exe)
+    mod, model = fresh_model(str(tmp_path / "m.py"), seed=5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() > 1 else 1.0)
+    model.eval()
+    w = weights_of(model, tmp_path / "w.safetensors")
+    r = sample(exe, w, "--prompt-tokens", "1", "--tokens", "30", "--seed", "9", "--logits", tmp_path / "l.npy")
+    assert "KV cache" in r.stderr
+    tokens = [int(t) for t in r.stdout.split()]
+    compare("decode logits", np.load(tmp_path / "l.npy"), torch_window_logits(model, tokens, 1, 16), rtol=1e-4,
+            atol=1e-4)
+
+
+def test_unrecognised_attention_reruns_the_window(tmp_path):
+    """Attention masked with -1e9 instead of -inf is not recognised as causal: ctc says
+    so, builds no decode entry, and `sample` re-runs the window with a note; its greedy
+    tokens still equal generate's."""
+    src = open(small_model_file(tmp_path / "m.py")).read().replace("float('-inf'))", "-1e9)")
+    (tmp_path / "n.py").write_text(src)
+    exe = str(tmp_path / "n")
+    r = ctc_build(str(tmp_path / "n.py"), exe)
+    assert "no KV-cache decode entry" in r.stderr and "masked_fill" in r.stderr, r.stderr
+    assert "entry decode" not in subprocess.run([exe, "info"], capture_output=True, text=True).stdout
+    mod, model = fresh_model(str(tmp_path / "n.py"), seed=6)
+    model.eval()
+    w = weights_of(model, tmp_path / "w.safetensors")
+    r = sample(exe, w, "--prompt-tokens", "3,4", "--tokens", "40", "--top-k", "1")
+    assert "re-running the window" in r.stderr
+    want = model.generate(torch.tensor([[3, 4]]), 40, top_k=1)[0].tolist()
+    assert [int(t) for t in r.stdout.split()] == want
+
+
+def test_sample_temperature_top_k(char_exe, tmp_path):
+    """Temperature and top-k as nanoGPT's generate applies them, then one draw of the
+    driver's counter-based stream: this file redoes the draws from the logits and gets
+    the same tokens; the same seed gives the same text, another seed another."""
+    exe, path = char_exe
+    mod, model = fresh_model(path, seed=7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0 if p.dim() > 1 else 1.0)
+    w = weights_of(model, tmp_path / "w.safetensors")
+    args = ["--prompt-tokens", "2", "--tokens", "30", "--temperature", "0.7", "--top-k", "5", "--seed", "11"]
+    r = sample(exe, w, *args, "--logits", tmp_path / "l.npy")
+    tokens = [int(t) for t in r.stdout.split()][1:]
+    logits = np.load(tmp_path / "l.npy").astype(np.float64)
+    for i, l in enumerate(logits):
+        l = l / 0.7
+        kth = np.sort(l)[::-1][4]
+        l[l < kth] = -np.inf
+        p = np.exp(l - l.max())
+        s = (11 ^ (((i + 1) * 0xD1B54A32D192ED03) & M64)) & M64
+        _, z = splitmix64(s)
+        u = (z >> 11) * 2.0 ** -53 * p.sum()
+        c, pick = 0.0, None
+        for v in range(len(p)):
+            c += p[v]
+            if u < c and p[v] > 0:
+                pick = v
+                break
+        assert tokens[i] == pick, (i, tokens[i], pick)
+    assert sample(exe, w, *args).stdout == r.stdout
+    assert sample(exe, w, *args[:-1], "12").stdout != r.stdout
+
+
+def test_text_resume(char_exe, tmp_path):
+    """--checkpoint / --resume with text data: 10 steps, then resumed to 20, gives the
+    parameters of 20 steps in one run (the windows depend on the seed and the step)."""
+    exe, _ = char_exe
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    common = ["--text", tmp_path / "t.txt", "--eval-interval", "5"]
+    for args in (["--steps", "10", "--seed", "3", "--checkpoint", tmp_path / "ck"],
+                 ["--steps", "20", "--resume", tmp_path / "ck", "--save", tmp_path / "b.safetensors"],
+                 ["--steps", "20", "--seed", "3", "--save", tmp_path / "c.safetensors"]):
+        r = subprocess.run([exe, "train", *common, *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ck" / "checkpoint.vocab.txt").exists()
+    assert (tmp_path / "b.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()

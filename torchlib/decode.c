@@ -399,7 +399,7 @@ const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
   if (!d || !model) return NULL;
   Program *P = L->T->prog;
   Func *fwd = P->funcs.len ? P->funcs.data[0] : NULL;
-  if (!fwd || strcmp(fwd->name, "forward") || fwd->inputs.len < 1 || !d->ncausal) return NULL;
+  if (!fwd || strcmp(fwd->name, "forward") || fwd->inputs.len < 1 || (!d->ncausal && !d->fill.len)) return NULL;
   Type it = *ir_type(fwd, fwd->inputs.data[0]);
   if (it.ndim != 2 || (it.dtype != DT_I64 && it.dtype != DT_I32)) return NULL;
   PV *fwdm = getattr_opt(L, top, model, "forward");
