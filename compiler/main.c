@@ -640,8 +640,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
   Program *p = tr[0].p;
-  if (p->decode_note && strcmp(o.cmd, "check"))   /* causal attention, but no `decode` (./net sample re-runs the window) */
-    fprintf(stderr, "ctc: note: %s; `sample` will re-run the window for every token\n", p->decode_note);
+  if (p->decode_note && strcmp(o.cmd, "check"))   /* attention, but no `decode` (./net sample re-runs the window) */
+    fprintf(stderr, "ctc: note: %s\n", p->decode_note);
   double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;
   if (o.target && !strcmp(o.target, "cuda") && p->distributed) {
     diag_plain(&d, "%s: DistributedDataParallel is not supported with --target cuda yet (the NCCL hooks are not in the "

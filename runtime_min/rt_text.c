@@ -297,9 +297,9 @@ static int parse_sample_args(int argc, char **argv, SampleArgs *a, ctc_error *er
 
 typedef struct Sampler {
   ctc_drv_run r;
-  const ctc_entry *dec, *fwd;
+  const ctc_entry *dec, *fwd, *pre;   /* decode, forward, prefill (or NULL) */
   int64_t S, V;              /* the window, the vocabulary of the logits */
-  void *din[2], *dout, **fout, *fin;
+  void *din[2], *dout, **fout, *fin, *pin;
   int64_t pos;               /* decode: the position input */
   int32_t *ctx;              /* prompt and generated tokens */
   int64_t n, cap;
@@ -314,6 +314,7 @@ static void sampler_free(Sampler *s) {
   free(s->din[0]);
   free(s->dout);
   free(s->fin);
+  free(s->pin);
   for (int j = 0; s->fout && j < s->fwd->noutputs; j++) free(s->fout[j]);
   free(s->fout);
   free(s->ctx);
@@ -337,6 +338,15 @@ static int next_logits(const ctc_model_desc *desc, Sampler *s, ctc_error *err) {
   if (s->dec) {
     if (w0 != s->w0) s->w0 = w0, s->filled = 0;   /* the window slid: recompute its cache */
     ctc_dtype it = s->dec->inputs[0].dtype;
+    int64_t len = s->n - w0;
+    if (s->pre && s->filled == 0 && len > 1) {   /* one call for the window's keys and values (right-padded) */
+      memset(s->pin, 0, ctc_tensor_bytes(&s->pre->inputs[0]));
+      for (int64_t j = 0; j < len; j++) put_int(s->pin, s->pre->inputs[0].dtype, j, s->ctx[w0 + j]);
+      const void *pi[1] = {s->pin};
+      int rc = s->pre->call(s->r.model, pi, NULL);
+      if (rc) return ctc_drv_entry_failed(desc, s->r.model, s->pre, rc, "", err);
+      s->filled = len - 1;   /* the last token goes through decode, for its logits */
+    }
     while (s->filled < s->n - w0) {
       put_int(s->din[0], it, 0, s->ctx[w0 + s->filled]);
       s->pos = s->filled;
@@ -432,6 +442,9 @@ static int sample_setup(const char *prog, const ctc_model_desc *desc, const Samp
     if (!strcmp(e->name, "decode") && e->ninputs == 2 && e->noutputs == 1 && e->inputs[1].dtype == CTC_I64 &&
         ctc_tensor_numel(&e->inputs[0]) == 1 && ctc_tensor_numel(&e->inputs[1]) == 1)
       s->dec = e;
+    if (!strcmp(e->name, "prefill") && e->ninputs == 1 && e->noutputs == 0 && e->inputs[0].ndim == 2 &&
+        e->inputs[0].shape[0] == 1)
+      s->pre = e;
   }
   const ctc_tensor *in = s->fwd && s->fwd->ninputs == 1 ? &s->fwd->inputs[0] : NULL;
   if (!in || in->ndim != 2 || (in->dtype != CTC_I64 && in->dtype != CTC_I32) || s->fwd->noutputs < 1)
@@ -442,6 +455,7 @@ static int sample_setup(const char *prog, const ctc_model_desc *desc, const Samp
   if (o->ndim < 2 || (o->dtype != CTC_F32 && o->dtype != CTC_F64))
     return ctc_fail(err, CTC_ERR_ARG, "sample needs a forward entry returning logits [B, T, V]");
   if (s->dec && ctc_tensor_numel(&s->dec->outputs[0]) != s->V) s->dec = NULL;
+  if (!s->dec || (s->pre && s->pre->inputs[0].shape[1] != s->S)) s->pre = NULL;
   int rc;
   if ((rc = ctc_drv_make_model(desc, &s->r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, s->r.model, a->weights, err))) return rc;
@@ -463,7 +477,8 @@ static int sample_setup(const char *prog, const ctc_model_desc *desc, const Samp
     s->din[0] = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, 8);
     s->din[1] = &s->pos;
     s->dout = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, ctc_tensor_bytes(&s->dec->outputs[0]));
-    if (!s->din[0] || !s->dout) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    if (s->pre) s->pin = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, ctc_tensor_bytes(&s->pre->inputs[0]));
+    if (!s->din[0] || !s->dout || (s->pre && !s->pin)) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
     s->w0 = -1;
   } else {
     fprintf(stderr, "%s: note: this program has no KV-cache decode entry (ctc derives one when it recognises the "

@@ -191,7 +191,8 @@ def test_decode_logits_equal_forward(char_exe, tmp_path):
     logits of forward at every position, through the window sliding past block_size
     (16) twice; the cache entries are not saved with the weights."""
     exe, path = char_exe
-    assert "entry decode" in subprocess.run([exe, "info"], capture_output=True, text=True).stdout
+    info = subprocess.run([exe, "info"], capture_output=True, text=True).stdout
+    assert "entry decode" in info and "entry prefill" in info, info
     mod, model = fresh_model(path, seed=2)
     with torch.no_grad():   # larger weights than the init's, so that the logits differ between tokens
         for p in model.parameters():

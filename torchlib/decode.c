@@ -33,7 +33,7 @@
 #include <string.h>
 #include "torch_int.h"
 
-enum { DEC_PROBE = 1, DEC_DECODE = 2 };
+enum { DEC_PROBE = 1, DEC_DECODE = 2, DEC_PREFILL = 3 };
 enum { MK_NONE = 0, MK_SCORES = 1, MK_MASKED = 2, MK_SOFTMAX = 3 };
 
 struct Decode {
@@ -72,7 +72,7 @@ static PV *mark(PV *x, int m, int layer) {
 
 void dec_check_read(L *L, Span at, const Tensor *t) {
   Decode *d = L->T->dec;
-  if (d && d->mode == DEC_DECODE && t->dec_mark && !d->allow)
+  if (d && d->mode != DEC_PROBE && t->dec_mark && !d->allow)
     dec_fail(L, at, "the attention scores are used by an operation the KV-cache derivation does not know (it "
                     "knows scaling, a causal masked_fill, softmax over the last axis and the product with v)");
 }
@@ -188,7 +188,7 @@ static int causal_mask(L *L, Span at, PV *mask, const Type *scores) {
 
 PV *dec_iota(L *L, Span at, int64_t start, int64_t step, int64_t n, DType dt) {
   Decode *d = L->T->dec;
-  if (d->allow) return NULL;
+  if (d->allow || d->mode == DEC_PREFILL) return NULL;
   if (d->mode == DEC_PROBE) {
     int64_t r[3] = {n, start, step};
     for (int k = 0; k < 3; k++) vec_push(L->a, &d->iota, r[k]);
@@ -221,13 +221,19 @@ static PV *positions(L *L, Span at, int column) {
   return p;
 }
 
-/* cache := where(positions == pos, x, cache) along `axis` (the last or the second to last) */
+/* decode: cache := where(positions == pos, x, cache) along `axis` (the last or the
+ * second to last); prefill: cache := x (all positions) */
 static PV *cache_write(L *L, Span at, PV *x, int axis_last, const char *kind) {
   Decode *d = L->T->dec;
   Type ct = x->t->type;
   ct.dims[axis_last ? ct.ndim - 1 : ct.ndim - 2] = d->S;
   int layer = kind[0] == 'k' ? d->layer : d->vdone;
   PV *cache = state_tensor(L, at, arena_printf(L->a, "ctc.kv.%d.%s", layer, kind), &ct, 0);
+  if (d->mode == DEC_PREFILL) {
+    if (!ir_type_eq(&ct, &x->t->type)) dec_fail(L, at, "a key or value of another shape than its cache");
+    state_update(L, at, cache, x);
+    return x;
+  }
   PV *here = t_compare(L, at, OP_EQ, positions(L, at, !axis_last), d->pos);
   PV *nw = t_where(L, at, here, x, cache);
   state_update(L, at, cache, nw);
@@ -257,12 +263,13 @@ static int depends_on_input(L *L, Span at, PV *x) {
 
 PV *dec_matmul(L *L, Span at, PV *a, PV *b) {
   Decode *d = L->T->dec;
-  if (d->mode != DEC_DECODE || d->allow || a->k != PV_TENSOR || b->k != PV_TENSOR || marked(b)) return NULL;
+  if (d->mode == DEC_PROBE || d->allow || a->k != PV_TENSOR || b->k != PV_TENSOR || marked(b)) return NULL;
   Type ta = a->t->type, tb = b->t->type;
+  int64_t qn = d->mode == DEC_PREFILL ? d->S : 1;   /* query positions */
   if (marked(a)) {   /* weights @ v */
     if (a->t->dec_mark != MK_SOFTMAX)
       dec_fail(L, at, "attention scores multiply v before a causal mask and softmax");
-    if (tb.ndim < 2 || tb.dims[tb.ndim - 2] != 1 || !depends_on_input(L, at, b))
+    if (tb.ndim < 2 || tb.dims[tb.ndim - 2] != qn || !depends_on_input(L, at, b))
       dec_fail(L, at, "attention weights multiply something other than the values of the new token");
     if (d->vdone != a->t->dec_layer) dec_fail(L, at, "attention layers interleave");
     d->allow = 1;
@@ -275,8 +282,8 @@ PV *dec_matmul(L *L, Span at, PV *a, PV *b) {
     d->allow = 0;
     return r;
   }
-  /* q @ k^T: q [..., 1, D], k^T [..., D, 1], both from the input */
-  if (ta.ndim < 2 || tb.ndim < 2 || ta.dims[ta.ndim - 2] != 1 || tb.dims[tb.ndim - 1] != 1 || ta.dims[ta.ndim - 1] == 1 ||
+  /* q @ k^T: q [..., 1, D], k^T [..., D, 1] (prefill: T for 1), both from the input */
+  if (ta.ndim < 2 || tb.ndim < 2 || ta.dims[ta.ndim - 2] != qn || tb.dims[tb.ndim - 1] != qn || ta.dims[ta.ndim - 1] == 1 ||
       !depends_on_input(L, at, a) || !depends_on_input(L, at, b))
     return NULL;
   if (d->vdone != d->layer) dec_fail(L, at, "attention scores of a layer whose values were not used");
@@ -304,7 +311,7 @@ PV *dec_masked_fill(L *L, Span at, PV *x, PV *mask, PV *value) {
                            "filled with -inf)");
   if (x->t->dec_mark != MK_SCORES) dec_fail(L, at, "attention scores masked twice");
   d->allow = 1;
-  PV *after = t_compare(L, at, OP_GT, positions(L, at, 0), d->pos);
+  PV *after = d->mode == DEC_PREFILL ? mask : t_compare(L, at, OP_GT, positions(L, at, 0), d->pos);
   PV *r = t_cast(L, at, t_where(L, at, after, value, x), x->t->type.dtype);
   d->allow = 0;
   return mark(r, MK_MASKED, x->t->dec_layer);
@@ -312,7 +319,7 @@ PV *dec_masked_fill(L *L, Span at, PV *x, PV *mask, PV *value) {
 
 PV *dec_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
   Decode *d = L->T->dec;
-  if (d->mode != DEC_DECODE || d->allow || !marked(x)) return NULL;
+  if (d->mode == DEC_PROBE || d->allow || !marked(x)) return NULL;
   int nd = x->t->type.ndim;
   if (log || (dim != -1 && dim != nd - 1) || x->t->dec_mark != MK_MASKED)
     dec_fail(L, at, "a %s of attention scores %s", log ? "log_softmax" : "softmax",
@@ -328,7 +335,7 @@ PV *dec_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
 
 PV *dec_binary(L *L, Span at, int op, PV *a, PV *b) {
   Decode *d = L->T->dec;
-  if (d->mode != DEC_DECODE || d->allow || (!marked(a) && !marked(b))) return NULL;
+  if (d->mode == DEC_PROBE || d->allow || (!marked(a) && !marked(b))) return NULL;
   PV *x = marked(a) ? a : b, *c = marked(a) ? b : a;
   int scalar = pv_is_num(c) || (c->k == PV_TENSOR && ir_numel(&c->t->type) == 1 && !c->t->dec_mark);
   if (!scalar || !(op == OP_MUL || (op == OP_DIV && x == a)) || x->t->dec_mark == MK_SOFTMAX)
@@ -350,7 +357,9 @@ PV *dec_attend(L *L, Span at, PV *q, PV *k, PV *v, double scale) {
   }
   if (d->allow) return NULL;
   Type tq = q->t->type;
-  if (tq.dims[tq.ndim - 2] != 1) dec_fail(L, at, "causal attention over a query longer than the new token");
+  int prefill = d->mode == DEC_PREFILL;
+  if (tq.dims[tq.ndim - 2] != (prefill ? d->S : 1) || k->t->type.dims[2] != tq.dims[2])
+    dec_fail(L, at, "causal attention of another length than the window");
   d->allow = 1;
   int64_t perm[4] = {0, 1, 3, 2};
   PV *kt = t_permute(L, at, k, perm, 4);
@@ -358,7 +367,7 @@ PV *dec_attend(L *L, Span at, PV *q, PV *k, PV *v, double scale) {
   PV *kc = cache_write(L, at, kt, 1, "k");
   int layer = d->layer++;
   PV *s = t_matmul(L, at, t_binary(L, at, OP_MUL, q, pv_float(L, scale)), kc);
-  PV *after = t_compare(L, at, OP_GT, positions(L, at, 0), d->pos);
+  PV *after = t_compare(L, at, OP_GT, positions(L, at, 0), prefill ? positions(L, at, 1) : d->pos);
   s = t_where(L, at, after, pv_float(L, -INFINITY), s);
   PV *w = t_softmax(L, at, s, 3, 0);
   PV *vc = cache_write(L, at, v, 0, "v");
@@ -393,20 +402,14 @@ typedef struct Saved {
   Diag *diag;
 } Saved;
 
-/* Stages `decode` (the caller puts the model in eval mode); NULL when it was staged
- * or there is nothing to derive (no causal attention, no token input), else why not. */
-const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
-  if (!d || !model) return NULL;
+/* Stages `decode` (prefill = 0) or `prefill` (1) from forward (method fwdm; fwd its
+ * staged entry, `it` the type of its token input); NULL, or why it failed (what the
+ * failed staging added is dropped). */
+static const char *stage_one(L *L, Decode *d, Func *fwd, PV *fwdm, Type it, int prefill) {
   Program *P = L->T->prog;
-  Func *fwd = P->funcs.len ? P->funcs.data[0] : NULL;
-  if (!fwd || strcmp(fwd->name, "forward") || fwd->inputs.len < 1 || (!d->ncausal && !d->fill.len)) return NULL;
-  Type it = *ir_type(fwd, fwd->inputs.data[0]);
-  if (it.ndim != 2 || (it.dtype != DT_I64 && it.dtype != DT_I32)) return NULL;
-  PV *fwdm = getattr_opt(L, top, model, "forward");
-  if (!fwdm || fwdm->k != PV_BOUND || fwdm->fn->k != PV_FUNC) return NULL;
-  d->S = it.dims[1];
-  d->mode = DEC_DECODE;
-
+  d->mode = prefill ? DEC_PREFILL : DEC_DECODE;
+  d->layer = d->vdone = d->iiota = d->ifill = 0;
+  d->why[0] = '\0';
   Saved s = {L->env, L->depth, L->nstack, L->staged_depth, L->T->grad_mode, P->params.len, P->funcs.len, L->cont,
              L->on_error, L->d};
   jmp_buf jb;
@@ -427,7 +430,7 @@ const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
     why = d->why[0] ? d->why : cap[0] ? cap : "staging failed";
   } else {
     Node *def = fwdm->fn->node;
-    Func *f = ir_func_new(P, "decode", def->span);
+    Func *f = ir_func_new(P, prefill ? "prefill" : "decode", def->span);
     f->kind = FK_FUNCTION;
     L->T->fn = f;
     f->grad_mode = NG_ALL;
@@ -435,19 +438,22 @@ const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
     L->T->param_cur = arena_alloc(L->a, sizeof(ValId) * (size_t)(P->params.len + 1));
     for (int i = 0; i < P->params.len; i++) L->T->param_cur[i] = -1;
     Type t1 = it;
-    t1.dims[0] = t1.dims[1] = 1;
+    t1.dims[0] = 1;
+    if (!prefill) t1.dims[1] = 1;
     const char *iname = ir_val(fwd, fwd->inputs.data[0])->name;
     PV *idx = t_wrap(L, ir_add_input(P, f, iname, t1));
-    Type pt = {0};
-    pt.dtype = DT_I64;
-    d->pos = t_wrap(L, ir_add_input(P, f, "pos", pt));
+    if (!prefill) {
+      Type pt = {0};
+      pt.dtype = DT_I64;
+      d->pos = t_wrap(L, ir_add_input(P, f, "pos", pt));
+    }
     PV *r = call_value(L, def->span, fwdm, &idx, 1, NULL, NULL, 0);
     if (pv_is_seq(r) && r->n >= 1) r = r->items[0];   /* (logits, loss) */
     if (r->k != PV_TENSOR) dec_fail(L, def->span, "forward on one token returned a %s", pv_kind_name(r));
     if (!d->layer) dec_fail(L, def->span, "no attention was recognised on one token");
     if (d->vdone != d->layer) dec_fail(L, def->span, "attention scores whose values were never used");
     if (marked(r)) dec_fail(L, def->span, "forward returned attention scores");
-    ir_add_output(P, f, t_val(L, def->span, r), "logits");
+    if (!prefill) ir_add_output(P, f, t_val(L, def->span, r), "logits");   /* prefill: the caches only */
   }
   L->T->fn = NULL;
   L->T->param_cur = NULL;
@@ -462,13 +468,30 @@ const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
   L->d = s.diag;
   L->T->dec = NULL;
   fclose(sink);
-  if (why) {   /* drop what the failed staging added */
-    P->funcs.len = s.nfuncs;
-    P->params.len = s.nparams;
-    char *w = arena_strdup(L->a, why);
-    char *nl = strchr(w, '\n');
-    if (nl) *nl = '\0';
-    return w;
-  }
-  return NULL;
+  if (!why) return NULL;
+  P->funcs.len = s.nfuncs;
+  P->params.len = s.nparams;
+  char *w = arena_strdup(L->a, why);
+  char *nl = strchr(w, '\n');
+  if (nl) *nl = '\0';
+  return w;
+}
+
+/* Stages `decode` and then `prefill` (the caller puts the model in eval mode); NULL when
+ * they were staged or there is nothing to derive (no attention, no token input), else
+ * why not. */
+const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
+  if (!d || !model) return NULL;
+  Program *P = L->T->prog;
+  Func *fwd = P->funcs.len ? P->funcs.data[0] : NULL;
+  if (!fwd || strcmp(fwd->name, "forward") || fwd->inputs.len < 1 || (!d->ncausal && !d->fill.len)) return NULL;
+  Type it = *ir_type(fwd, fwd->inputs.data[0]);
+  if (it.ndim != 2 || (it.dtype != DT_I64 && it.dtype != DT_I32)) return NULL;
+  PV *fwdm = getattr_opt(L, top, model, "forward");
+  if (!fwdm || fwdm->k != PV_BOUND || fwdm->fn->k != PV_FUNC) return NULL;
+  d->S = it.dims[1];
+  const char *why = stage_one(L, d, fwd, fwdm, it, 0);
+  if (why) return arena_printf(L->a, "no KV-cache decode entry: %s", why);
+  why = stage_one(L, d, fwd, fwdm, it, 1);
+  return why ? arena_printf(L->a, "no prefill entry (decode fills its cache token by token): %s", why) : NULL;
 }

@@ -544,7 +544,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     const char *why = dec_stage(L, dec, model, top);
     pos = 0;
     training_flags(L, model, &flags, &pos, 0);
-    if (why) L->T->prog->decode_note = arena_printf(a, "no KV-cache decode entry: %s", why);
+    if (why) L->T->prog->decode_note = why;
   }
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {
