@@ -6,7 +6,7 @@ need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in gcc clang libclang-rt-14-dev ninja-build libopenblas-dev zlib1g-dev python3-numpy python3-pytest python3-pytest-xdist python3-torch \
          libopenmpi-dev openmpi-bin \
-         dataset-fashion-mnist; do
+         dataset-fashion-mnist fortunes-min; do
   have_pkg "$p" || need+=("$p")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
