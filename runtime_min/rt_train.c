@@ -20,6 +20,12 @@
 
 /* ---- train ----------------------------------------------------------------------
  *
+ * Text data (--text FILE / --tokens FILE.bin, rt_text.c): --steps N steps instead of
+ * epochs; an "epoch" of the loop below is one --eval-interval, after which the
+ * validation loss is printed. Step g (0-based over the run) takes the B windows
+ * ctc_text_windows draws from CTC_TEXT_TRAIN_STATE(seed, g), so checkpoints and
+ * --resume work as for samples (tests/test_text.py draws the same windows).
+ *
  *   ./net train --data X --labels Y --epochs E [--weights W] [--batch B] [--no-shuffle]
  *               [--seed S] [--test-data X --test-labels Y] [--save OUT] [--log FILE]
  *               [--normalize MEAN,STD] [--limit N] [--checkpoint DIR [--checkpoint-every N]]
@@ -149,6 +155,17 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "                            step's update and goes on (skip)\n"
           "  --profile TRACE.json      (programs built with ctc build --profile) time every kernel of\n"
           "                            the run: a Chrome trace, and a table per model line and op\n"
+          "\n"
+          "text data (a training entry taking token windows x and targets y, integer [B, T]):\n"
+          "  --text FILE               a UTF-8 text, character level: the vocabulary (the sorted set of\n"
+          "                            its characters) is written beside --save as OUT.vocab.txt\n"
+          "  --tokens FILE.bin         token ids, little-endian uint16 (nanoGPT's train.bin)\n"
+          "  --steps N                 training steps (instead of --epochs), each on B random windows\n"
+          "                            (nanoGPT's get_batch, drawn from --seed and the step)\n"
+          "  --block T                 check that the model's window is T\n"
+          "  --val-fraction F          hold out the last F of the tokens for a validation loss\n"
+          "  --eval-interval K         a line with the training and validation loss every K steps (100)\n"
+          "  --eval-iters M            validation batches per evaluation (20), through the forward entry\n"
           "\n"
           "SIGINT and SIGTERM finish the current step, write a checkpoint (with --checkpoint)\n"
           "and exit with status 130 / 143.\n"
