@@ -306,7 +306,10 @@ PV *dec_masked_fill(L *L, Span at, PV *x, PV *mask, PV *value) {
   if (d->allow) return NULL;
   int ok = d->ifill < d->fill.len && d->fill.data[d->ifill];
   d->ifill++;
-  if (!marked(x)) return NULL;
+  if (!marked(x)) {
+    if (ok) dec_fail(L, at, "a causal mask applied to scores that were not recognised as q @ k^T of the new token");
+    return NULL;
+  }
   if (!ok) dec_fail(L, at, "masked_fill of attention scores whose mask is not the causal one (True above the diagonal, "
                            "filled with -inf)");
   if (x->t->dec_mark != MK_SCORES) dec_fail(L, at, "attention scores masked twice");
@@ -451,6 +454,9 @@ static const char *stage_one(L *L, Decode *d, Func *fwd, PV *fwdm, Type it, int 
     if (pv_is_seq(r) && r->n >= 1) r = r->items[0];   /* (logits, loss) */
     if (r->k != PV_TENSOR) dec_fail(L, def->span, "forward on one token returned a %s", pv_kind_name(r));
     if (!d->layer) dec_fail(L, def->span, "no attention was recognised on one token");
+    if (d->layer != d->ncausal)   /* every causal attention of forward must have been rewritten */
+      dec_fail(L, def->span, "forward has %d causal attention%s, %d of them recognised on one token", d->ncausal,
+               d->ncausal == 1 ? "" : "s", d->layer);
     if (d->vdone != d->layer) dec_fail(L, def->span, "attention scores whose values were never used");
     if (marked(r)) dec_fail(L, def->span, "forward returned attention scores");
     if (!prefill) ir_add_output(P, f, t_val(L, def->span, r), "logits");   /* prefill: the caches only */
