@@ -244,6 +244,12 @@ def test_greedy_equals_generate(char_exe, tmp_path):
         pytest.skip("the random model chose a token outside the text's vocabulary")
     r = sample(exe, w, "--prompt", prompt, "--tokens", "150", "--top-k", "1")
     assert r.stdout == "".join(vocab[i] for i in want) + "\n"
+    # a nanoGPT-shaped checkpoint saved by PyTorch loads directly (the vocabulary beside it)
+    torch.save({"model": model.state_dict(), "optimizer": mod.optimizer.state_dict(), "iter_num": 5},
+               tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.vocab.txt").write_text("".join(vocab), encoding="utf-8")
+    r2 = sample(exe, tmp_path / "ckpt.pt", "--prompt", prompt, "--tokens", "150", "--top-k", "1")
+    assert r2.stdout == r.stdout
 
 
 SDPA_ATTN = """        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
