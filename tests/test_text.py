@@ -343,3 +343,24 @@ def test_text_resume(char_exe, tmp_path):
         assert r.returncode == 0, r.stderr
     assert (tmp_path / "ck" / "checkpoint.vocab.txt").exists()
     assert (tmp_path / "b.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
+
+
+@pytest.mark.skipif(not os.environ.get("CTC_NANOGPT_MODEL"), reason="set CTC_NANOGPT_MODEL to nanoGPT's model.py")
+def test_nanogpt_model_py_greedy(tmp_path):
+    """nanoGPT's own model.py, unchanged (its path in CTC_NANOGPT_MODEL; not part of
+    this repository): random init, a small config; greedy decoding gives the tokens of
+    its generate for 200 tokens, past block_size (ctc takes its flash path,
+    scaled_dot_product_attention(is_causal=True); PyTorch 1.13 its masked one)."""
+    src = tmp_path / "model.py"
+    src.write_text(open(os.environ["CTC_NANOGPT_MODEL"]).read())
+    cfg = "GPTConfig(block_size=32, vocab_size=50, n_layer=2, n_head=2, n_embd=32, dropout=0.0)"
+    exe = str(tmp_path / "ng")
+    ctc_build(str(src), exe, "--model", f"GPT({cfg})", "--input", "idx=i64[1,32]")
+    mod = load_module(str(src), "nanogpt_model")
+    torch.manual_seed(0)
+    model = eval(f"GPT({cfg})", vars(mod))
+    model.eval()
+    w = weights_of(model, tmp_path / "w.safetensors")
+    want = model.generate(torch.tensor([[1, 2, 3]]), 200, top_k=1)[0].tolist()
+    r = sample(exe, w, "--prompt-tokens", "1,2,3", "--tokens", "200", "--top-k", "1")
+    assert [int(t) for t in r.stdout.split()] == want
