@@ -89,7 +89,7 @@ def test_char_gpt_learns_fortunes(tmp_path):
     ctc_build(CHAR_GPT, exe)
     r = subprocess.run([exe, "train", "--text", tmp_path / "fortunes.txt", "--steps", "1500", "--eval-interval", "250",
                         "--val-fraction", "0.1", "--save", tmp_path / "gpt.safetensors"], capture_output=True,
-                       text=True, timeout=900)
+                       text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     val = [float(v) for v in re.findall(r"val loss ([\d.]+)", r.stdout)]
     assert len(val) == 6 and val[-1] < 2.0 and val[-1] < val[0] - 0.3, r.stdout
