@@ -632,7 +632,7 @@ static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, i
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_mpi.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_mpi.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
   /* --shared / --python: a library of model.c and the runtime, position independent, without main() */
   const char *out = o->out, *py_inc = NULL, *py_mod = NULL;
@@ -894,7 +894,7 @@ static int mpi_flags_for_nvcc(Arena *a, Diag *d, char **argv, int *n, int max) {
 static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, int distributed) {
   const char *rt = runtime_dir(a);
   const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_nccl.c"};
+                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_nccl.c"};
   int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_nccl.c: distributed builds only */
   if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");
   const char *tool;
@@ -1034,6 +1034,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     for (int i = 0; i < progs[j]->funcs.len; i++) progs[j]->funcs.data[i]->conv_direct = !o.target || strcmp(o.target, "cuda");
   if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
   Program *p = tr[0].p;
+  if (p->decode_note && strcmp(o.cmd, "check"))   /* attention, but no `decode` (./net sample re-runs the window) */
+    fprintf(stderr, "ctc: note: %s\n", p->decode_note);
   double t_parse = tr[0].t_parse, t_lower = tr[0].t_lower;
   if (o.target && !strcmp(o.target, "cuda") && p->distributed && o.emulate) {   /* a DDP file */
     diag_plain(&d, "%s: --emulate cannot run DistributedDataParallel (--target cuda all-reduces with NCCL, which "
@@ -1064,6 +1066,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
       fprintf(stdout, "  skipped %.*s\n", len, q);
       q = e ? e + 1 : NULL;
     }
+    if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
     for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
       const char *e = strchr(q, '\n');
       int len = e ? (int)(e - q) : (int)strlen(q);

@@ -213,6 +213,7 @@ struct Program {
   const char *class_name;     /* the nn.Module class: "Net" */
   const char *skipped;        /* lowering: functions not taken as automatic entries, one a line with why */
   const char *notes;          /* lowering: lines dropped from loop-body entries (host only), one a line */
+  const char *decode_note;    /* lowering: why forward's causal attention gave no `decode` entry, or NULL */
   Vec(Param) params;          /* state_dict order */
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
   IrPassHook hook;            /* NULL: none */

@@ -109,7 +109,8 @@ int ctc_wcommit(ctc_wfile *w, int ok, ctc_error *err);
 enum {
   CTC_ENTRY_FORWARD = 0,
   CTC_ENTRY_TRAIN = 1,
-  CTC_ENTRY_FUNCTION = 2,
+  CTC_ENTRY_FUNCTION = 2,  /* also ctc's KV-cache entries of a language model, which `sample` finds by name:
+                              "decode" (idx [1, 1], pos i64[]) -> logits, "prefill" (idx [1, T]) -> nothing */
   CTC_ENTRY_SCHED = 3,   /* an LR scheduler's step(): no inputs or outputs; `train` calls it after every epoch */
   CTC_ENTRY_EVAL = 4,    /* (data, labels) -> one-element sums over the batch (float: a loss sum, integer: a
                             count of correct predictions); `train` adds them up over the test set */
@@ -255,7 +256,7 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
  * extra tensors in the file are ignored. The last desc->noptional parameters
  * (optimizer state) may be missing: they keep their values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
-int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);   /* all but decode's ctc.kv.* caches */
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name);
 /* Calls entry e on a batch of n: e->call_n for an entry with a run-time batch
  * (1 <= n <= e->batch_max, else CTC_ERR_SHAPE), e->call otherwise (n ignored). */
@@ -270,6 +271,7 @@ ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t 
  *   ./net run [ENTRY] --weights W.safetensors --input X.npy ... --output Y.npy ...
  *   ./net infer ...          (same as `run forward`)
  *   ./net info               (entries, their inputs/outputs, parameters, arena size)
+ *   ./net train ..., ./net bench ..., ./net sample ... (text generation, rt_text.c)
  *   ./net --help
  * Returns the process exit status (0 ok, 1 usage or data error, 2 I/O error). */
 int ctc_main(int argc, char **argv, const ctc_model_desc *desc);

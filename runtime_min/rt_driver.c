@@ -135,12 +135,13 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  infer [options]           same as `run %s`\n"
           "  info                      print the entries, their inputs and outputs, the parameters\n"
           "                            and the arena size\n"
-          "  train [options]           train with the model's training entry on .npy or IDX data\n"
+          "  train [options]           train with the model's training entry on .npy or IDX data, or text\n"
           "                            (`%s train --help`)\n"
           "  bench [ENTRY] [options]   time ENTRY on random inputs: median and min ms per call,\n"
           "                            peak RSS (`%s bench --help`)\n"
           "  gradcheck [ENTRY] [opts]  (programs built with ctc build --dtype f64) compare the compiled\n"
           "                            gradients with finite differences (`%s gradcheck --help`)\n"
+          "  sample [options]          generate text from a language model (`%s sample --help`)\n"
           "  help, --help, -h          print this text\n"
           "\n"
           "options of run and infer:\n"
@@ -921,6 +922,7 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
   if (!strcmp(cmd, "train")) return ctc_drv_train(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "gradcheck")) return ctc_drv_gradcheck(prog, desc, argc - 2, argv + 2);
+  if (!strcmp(cmd, "sample")) return ctc_drv_sample(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) {
     if (argc > 2) {
       if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {

@@ -50,6 +50,42 @@ int ctc_drv_profile_finish(const ctc_model_desc *desc, void *model, ctc_profile 
 int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entry *e, int rc, const char *when,
                          ctc_error *err);
 
+/* ---- text data (rt_text.c) ---- */
+
+/* A token stream: ids in [0, vocabulary size). */
+typedef struct ctc_text {
+  int32_t *tok;
+  int64_t n;
+} ctc_text;
+/* A character-level vocabulary: token i is code point cp[i] (sorted, distinct). */
+typedef struct ctc_vocab {
+  int32_t *cp;
+  int32_t n;
+} ctc_vocab;
+/* A UTF-8 text file as tokens of its own vocabulary (the sorted set of its characters). */
+int ctc_text_load_chars(const char *path, ctc_text *t, ctc_vocab *v, ctc_error *err);
+/* nanoGPT's train.bin: little-endian uint16 token ids. */
+int ctc_text_load_u16(const char *path, ctc_text *t, ctc_error *err);
+void ctc_text_free(ctc_text *t);
+void ctc_vocab_free(ctc_vocab *v);
+int32_t ctc_vocab_index(const ctc_vocab *v, int32_t codepoint);   /* -1: not in it */
+/* The vocabulary file: its characters in token order, UTF-8, nothing else
+ * (Python: list(open(p, encoding='utf-8', newline='').read())). */
+int ctc_vocab_write(const char *path, const ctc_vocab *v, ctc_error *err);
+int ctc_vocab_read(const char *path, ctc_vocab *v, ctc_error *err);
+/* The vocabulary file beside weights file W: W without its extension + ".vocab.txt" (0: too long). */
+int ctc_vocab_path(const char *weights, char *out, size_t cap);
+/* nanoGPT's get_batch: B windows at offsets uniform in [0, n - T) drawn in order with
+ * ctc_drv_rand_below from `state`; x[b] = tok[off .. off+T), y[b] = tok[off+1 .. off+T]
+ * (dt: CTC_I64 or CTC_I32). Needs t->n > T. */
+void ctc_text_windows(const ctc_text *t, int64_t T, uint64_t state, int64_t B, ctc_dtype dt, void *x, void *y);
+/* The random state of training step g (0-based, over the whole run) and of validation batch k. */
+#define CTC_TEXT_TRAIN_STATE(seed, g) ((uint64_t)(seed) ^ ((uint64_t)(g) + 1) * 0xD1B54A32D192ED03ULL)
+#define CTC_TEXT_VAL_STATE(seed, k) (~(uint64_t)(seed) ^ ((uint64_t)(k) + 1) * 0xD1B54A32D192ED03ULL)
+
+/* `./net sample ...` (rt_text.c); argv starts after "sample". Returns the exit status. */
+int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
+
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 

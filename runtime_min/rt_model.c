@@ -130,13 +130,15 @@ int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *pa
   if (desc->nparams <= 0) return ctc_st_write(path, 0, NULL, err);
   ctc_tensor *ts = malloc((size_t)desc->nparams * sizeof *ts);
   if (!ts) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-  int rc = CTC_OK;
+  int rc = CTC_OK, n = 0;
   size_t bytes;
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    ts[i] = desc->params[i];
-    if ((rc = param_span(desc, &ts[i], &bytes, err)) == CTC_OK) ts[i].data = arena + ts[i].offset;
+    if (desc->params[i].name && !strncmp(desc->params[i].name, "ctc.kv.", 7)) continue;   /* decode's caches: scratch */
+    ts[n] = desc->params[i];
+    if ((rc = param_span(desc, &ts[n], &bytes, err)) == CTC_OK) ts[n].data = arena + ts[n].offset;
+    n++;
   }
-  if (rc == CTC_OK) rc = ctc_st_write(path, desc->nparams, ts, err);
+  if (rc == CTC_OK) rc = ctc_st_write(path, n, ts, err);
   free(ts);
   return rc;
 }

@@ -20,6 +20,12 @@
 
 /* ---- train ----------------------------------------------------------------------
  *
+ * Text data (--text FILE / --tokens FILE.bin, rt_text.c): --steps N steps instead of
+ * epochs; an "epoch" of the loop below is one --eval-interval, after which the
+ * validation loss is printed. Step g (0-based over the run) takes the B windows
+ * ctc_text_windows draws from CTC_TEXT_TRAIN_STATE(seed, g), so checkpoints and
+ * --resume work as for samples (tests/test_text.py draws the same windows).
+ *
  *   ./net train --data X --labels Y --epochs E [--weights W] [--batch B] [--no-shuffle]
  *               [--seed S] [--test-data X --test-labels Y] [--save OUT] [--log FILE]
  *               [--normalize MEAN,STD] [--limit N] [--checkpoint DIR [--checkpoint-every N]]
@@ -95,6 +101,10 @@ typedef struct TrainArgs {
   long long ckpt_every;            /* --checkpoint-every N (steps); 0: at the end of each epoch only */
   int nan_skip;                    /* --nan-policy skip */
   ctc_data_xform xf;             /* u8 scaling and --normalize, for the data (not the labels) */
+  /* text data (--text FILE / --tokens FILE.bin): windows of the token stream, as nanoGPT's get_batch */
+  const char *text, *tokens;
+  long long block, steps, eval_interval, eval_iters;   /* 0: not given */
+  double val_fraction;
 } TrainArgs;
 
 static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
@@ -146,6 +156,17 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --profile TRACE.json      (programs built with ctc build --profile) time every kernel of\n"
           "                            the run: a Chrome trace, and a table per model line and op\n"
           "\n"
+          "text data (a training entry taking token windows x and targets y, integer [B, T]):\n"
+          "  --text FILE               a UTF-8 text, character level: the vocabulary (the sorted set of\n"
+          "                            its characters) is written beside --save as OUT.vocab.txt\n"
+          "  --tokens FILE.bin         token ids, little-endian uint16 (nanoGPT's train.bin)\n"
+          "  --steps N                 training steps (instead of --epochs), each on B random windows\n"
+          "                            (nanoGPT's get_batch, drawn from --seed and the step)\n"
+          "  --block T                 check that the model's window is T\n"
+          "  --val-fraction F          hold out the last F of the tokens for a validation loss\n"
+          "  --eval-interval K         a line with the training and validation loss every K steps (100)\n"
+          "  --eval-iters M            validation batches per evaluation (20), through the forward entry\n"
+          "\n"
           "SIGINT and SIGTERM finish the current step, write a checkpoint (with --checkpoint)\n"
           "and exit with status 130 / 143.\n"
           "\n"
@@ -168,9 +189,10 @@ static int parse_count(const char *name, const char *val, long long *out, ctc_er
 
 static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err) {
   static const char *const path_opts[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels",
-                                          "--save", "--log", "--checkpoint", "--resume", "--profile"};
+                                          "--save", "--log", "--checkpoint", "--resume", "--profile",
+                                          "--text", "--tokens"};
   const char **path_slots[] = {&a->weights, &a->data, &a->labels, &a->test_data, &a->test_labels,
-                               &a->save, &a->log, &a->checkpoint, &a->resume, &a->profile};
+                               &a->save, &a->log, &a->checkpoint, &a->resume, &a->profile, &a->text, &a->tokens};
   memset(a, 0, sizeof *a);
   a->xf.scale_u8 = 1;
   for (int i = 0; i < argc; i++) {
@@ -187,7 +209,8 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
     static const char *const known[] = {"--weights", "--data", "--labels", "--test-data", "--test-labels", "--save",
                                         "--log", "--batch", "--epochs", "--limit", "--seed", "--normalize",
                                         "--checkpoint", "--checkpoint-every", "--resume", "--nan-policy", "--profile",
-                                        NULL};
+                                        "--text", "--tokens", "--block", "--steps", "--eval-interval", "--eval-iters",
+                                        "--val-fraction", NULL};
     char name[32];
     const char *val;
     int orc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
@@ -205,6 +228,19 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
       rc = parse_count(name, val, &a->batch, err);
     } else if (!strcmp(name, "--epochs")) {
       rc = parse_count(name, val, &a->epochs, err);
+    } else if (!strcmp(name, "--block")) {
+      rc = parse_count(name, val, &a->block, err);
+    } else if (!strcmp(name, "--steps")) {
+      rc = parse_count(name, val, &a->steps, err);
+    } else if (!strcmp(name, "--eval-interval")) {
+      rc = parse_count(name, val, &a->eval_interval, err);
+    } else if (!strcmp(name, "--eval-iters")) {
+      rc = parse_count(name, val, &a->eval_iters, err);
+    } else if (!strcmp(name, "--val-fraction")) {
+      char *end;
+      a->val_fraction = strtod(val, &end);
+      if (end == val || *end != '\0' || !(a->val_fraction >= 0 && a->val_fraction < 1))
+        return ctc_fail(err, CTC_ERR_ARG, "--val-fraction needs a number in [0, 1), not '%s'", val);
     } else if (!strcmp(name, "--limit")) {
       rc = parse_count(name, val, &a->limit, err);
     } else if (!strcmp(name, "--seed")) {
@@ -237,6 +273,28 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
     if (rc) return rc;
   }
   if (a->help) return CTC_OK;
+  if (a->text || a->tokens) {   /* text data: steps of random windows instead of epochs over samples */
+    if (a->text && a->tokens) return ctc_fail(err, CTC_ERR_ARG, "--text and --tokens exclude each other");
+    const char *opt = a->data ? "--data" : a->labels ? "--labels" : a->test_data ? "--test-data" : a->test_labels ?
+                      "--test-labels" : a->epochs ? "--epochs" : a->limit ? "--limit" : a->no_shuffle ? "--no-shuffle" :
+                      a->xf.std != 0 ? "--normalize" : NULL;
+    if (opt)
+      return ctc_fail(err, CTC_ERR_ARG, "%s does not go with %s (text data trains --steps N on random windows; "
+                      "--val-fraction F holds out the end of the text)", opt, a->text ? "--text" : "--tokens");
+    if (!a->steps) return ctc_fail(err, CTC_ERR_ARG, "train %s needs --steps N", a->text ? "--text" : "--tokens");
+    if (!a->eval_interval) a->eval_interval = a->steps < 100 ? a->steps : 100;
+    if (a->eval_interval > a->steps) a->eval_interval = a->steps;
+    if (!a->eval_iters) a->eval_iters = 20;
+    a->epochs = (a->steps + a->eval_interval - 1) / a->eval_interval;   /* an "epoch" is one evaluation interval */
+    if (a->ckpt_every && !a->checkpoint)
+      return ctc_fail(err, CTC_ERR_ARG, "--checkpoint-every needs --checkpoint DIR");
+    if (a->resume && a->weights)
+      return ctc_fail(err, CTC_ERR_ARG, "--weights and --resume exclude each other: the checkpoint holds the weights");
+    return CTC_OK;
+  }
+  if (a->block || a->steps || a->eval_interval || a->eval_iters || a->val_fraction > 0)
+    return ctc_fail(err, CTC_ERR_ARG, "--block, --steps, --eval-interval, --eval-iters and --val-fraction go with "
+                    "text data (--text FILE or --tokens FILE.bin)");
   if (!a->data || !a->labels) return ctc_fail(err, CTC_ERR_ARG, "train needs --data X and --labels Y");
   if (!a->epochs) return ctc_fail(err, CTC_ERR_ARG, "train needs --epochs E");
   if (!a->test_data != !a->test_labels)
@@ -283,6 +341,11 @@ typedef struct Train {
   ctc_comm *comm;           /* distributed builds with more than one rank, else NULL */
   int rank, size;           /* 0 and 1 without one */
   int64_t *shard, nshard;   /* this rank's positions of the epoch's order (comm) */
+  /* text data: the training and validation token streams, the vocabulary (--text) */
+  int text;
+  ctc_text tr, va;
+  ctc_vocab vocab;
+  int64_t T;                /* the window: the training entry's [B, T] */
 } Train;
 
 /* Positions in "ctc.train.state". */
@@ -313,6 +376,9 @@ static void train_free(Train *t) {
   free(t->ckpt_path);
   free(t->snap);
   free(t->finite);
+  ctc_text_free(&t->tr);
+  ctc_text_free(&t->va);
+  ctc_vocab_free(&t->vocab);
   if (t->log) ctc_wcommit(&t->logw, 0, NULL);   /* a failed run leaves an old log as it was */
 }
 
@@ -639,7 +705,7 @@ static int ckpt_resume(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     else if (v[TS_SAMPLES] != t->x.shape[0] || v[TS_BATCH] != t->batch)
       rc = ctc_fail(err, CTC_ERR_ARG, "%s: the checkpoint was written training on %lld samples in batches of %lld; "
                     "%s has %lld samples (batches of %lld): resume with the same data and --limit", path,
-                    (long long)v[TS_SAMPLES], (long long)v[TS_BATCH], a->data, (long long)t->x.shape[0],
+                    (long long)v[TS_SAMPLES], (long long)v[TS_BATCH], a->data ? a->data : a->text ? a->text : a->tokens, (long long)t->x.shape[0],
                     (long long)t->batch);
     else if (a->no_shuffle && v[TS_SHUFFLE])
       rc = ctc_fail(err, CTC_ERR_ARG, "%s: the checkpoint's run shuffled (seed %llu); --no-shuffle would change the "
@@ -674,6 +740,83 @@ static size_t params_end(const ctc_model_desc *desc) {
   return end;
 }
 
+/* --text: the vocabulary beside weights file W (W.vocab.txt), which `sample` reads. */
+static int write_vocab(const char *weights, const Train *t, ctc_error *err) {
+  char path[4096];
+  if (!ctc_vocab_path(weights, path, sizeof path)) return ctc_fail(err, CTC_ERR_ARG, "%s: path too long", weights);
+  return ctc_vocab_write(path, &t->vocab, err);
+}
+
+/* Text data (--text / --tokens): the token streams, split at --val-fraction, checked
+ * against the training entry's (x [B, T], y [B, T]) and the forward entry's logits. */
+static int text_setup(const TrainArgs *a, Train *t, ctc_error *err) {
+  const ctc_entry *e = t->step;
+  const ctc_tensor *xin = &e->inputs[0], *yin = &e->inputs[1];
+  const char *path = a->text ? a->text : a->tokens;
+  char sh[128], sh2[128];
+  if (xin->ndim != 2 || yin->ndim != 2 || xin->shape[1] != yin->shape[1] || !is_int_dtype(xin->dtype) ||
+      !is_int_dtype(yin->dtype) || xin->dtype != yin->dtype)
+    return ctc_fail(err, CTC_ERR_SHAPE, "text data needs a training entry taking token windows x and targets y, "
+                    "both integer [B, T]; '%s' takes '%s' %s%s and '%s' %s%s", e->name, xin->name,
+                    ctc_dtype_name(xin->dtype), ctc_format_shape(sh, sizeof sh, xin->ndim, xin->shape), yin->name,
+                    ctc_dtype_name(yin->dtype), ctc_format_shape(sh2, sizeof sh2, yin->ndim, yin->shape));
+  t->T = xin->shape[1];
+  if (a->block && a->block != t->T)
+    return ctc_fail(err, CTC_ERR_ARG, "--block %lld: the model was compiled for windows of %lld tokens (input '%s' of "
+                    "'%s' is %s); compile it with example inputs of that length", a->block, (long long)t->T, xin->name,
+                    e->name, ctc_format_shape(sh, sizeof sh, xin->ndim, xin->shape));
+  ctc_text all = {0};
+  int rc = a->text ? ctc_text_load_chars(path, &all, &t->vocab, err) : ctc_text_load_u16(path, &all, err);
+  if (rc) return rc;
+  int64_t ntr = (int64_t)((1.0 - a->val_fraction) * (double)all.n);   /* nanoGPT: n = int(0.9 * len(data)) */
+  t->tr = all;
+  t->tr.n = ntr;
+  int64_t nva = all.n - ntr;
+  if (ntr <= t->T)
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: %lld training tokens%s are too few for one window of %lld and its "
+                    "target", path, (long long)ntr, a->val_fraction > 0 ? " (before the validation part)" : "",
+                    (long long)t->T);
+  if (a->val_fraction > 0) {
+    if (nva <= t->T)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s: --val-fraction %g leaves %lld validation tokens, too few for one window "
+                      "of %lld and its target", path, a->val_fraction, (long long)nva, (long long)t->T);
+    if (!(t->va.tok = malloc((size_t)nva * sizeof *t->va.tok))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    memcpy(t->va.tok, all.tok + ntr, (size_t)nva * sizeof *t->va.tok);
+    t->va.n = nva;
+  }
+  t->x.ndim = 1;
+  t->x.shape[0] = ntr;   /* for the checkpoint's position */
+  /* the model's vocabulary: the last dimension of the forward entry's logits */
+  const ctc_entry *f = t->fwd;
+  int fwd_ok = f && f->ninputs == 1 && f->noutputs >= 1 && f->inputs[0].ndim == 2 && f->inputs[0].shape[1] == t->T &&
+               is_int_dtype(f->inputs[0].dtype) && is_float_dtype(f->outputs[0].dtype) &&
+               ctc_tensor_numel(&f->outputs[0]) % (f->inputs[0].shape[0] * t->T) == 0;
+  int64_t V = fwd_ok ? ctc_tensor_numel(&f->outputs[0]) / (f->inputs[0].shape[0] * t->T) : 0;
+  if (fwd_ok && f->outputs[0].shape[f->outputs[0].ndim - 1] != V) fwd_ok = 0, V = 0;
+  int32_t top = 0;
+  for (int64_t i = 0; i < all.n; i++)
+    if (all.tok[i] > top) top = all.tok[i];
+  if (V > 0 && top >= V) {
+    if (a->text)
+      return ctc_fail(err, CTC_ERR_SHAPE, "%s has %d distinct characters, but the model's vocabulary (the last "
+                      "dimension of forward entry '%s''s logits) is %lld", path, (int)t->vocab.n, f->name, (long long)V);
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s holds token %d, but the model's vocabulary (the last dimension of forward "
+                    "entry '%s''s logits) is %lld", path, (int)top, f->name, (long long)V);
+  }
+  if (a->val_fraction > 0) {
+    if (!fwd_ok)
+      return ctc_fail(err, CTC_ERR_ARG, "--val-fraction needs a forward entry mapping token windows [B, %lld] to "
+                      "logits [B, %lld, V] for the validation loss%s%s", (long long)t->T, (long long)t->T,
+                      f ? "; it has " : "", f ? f->name : "");
+    size_t bytes = ctc_tensor_bytes(&f->inputs[0]);
+    t->fin = bytes == SIZE_MAX ? NULL : ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, bytes);
+    if (!t->fin) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    if ((rc = ctc_drv_alloc_outputs(f, &t->fout, err))) return rc;
+  }
+  t->text = 1;
+  return CTC_OK;
+}
+
 /* Validates the entries, loads the data and the weights, allocates the buffers. */
 static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_error *err) {
   int rc;
@@ -702,6 +845,11 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
     plateau |= desc->entries[i].kind == CTC_ENTRY_SCHED && desc->entries[i].ninputs > 0;
   if (a->test_data) t->ev = find_eval_entry(desc, e, plateau);
   if (a->test_data && !t->ev && (rc = check_forward_entry(t, err))) return rc;
+  if (a->text || a->tokens) {
+    if ((rc = text_setup(a, t, err))) return rc;
+    t->steps = a->eval_interval;
+    goto model;
+  }
   int int_labels = yin->dtype == CTC_I64 || yin->dtype == CTC_I32;
   if (int_labels && per_sample(yin) == 1 && t->fwd && check_forward_entry(t, NULL) == CTC_OK)
     t->nclasses = t->fwd->outputs[0].shape[1];
@@ -737,6 +885,7 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
                       "of %lld", a->data, (long long)t->x.shape[0], t->size, (long long)t->nshard, (long long)t->batch);
     if (!(t->shard = malloc((size_t)t->nshard * sizeof *t->shard))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   }
+model:
   t->epoch = 1;
   if ((rc = ctc_drv_make_model(desc, &t->r, err))) return rc;
   if (a->weights && (rc = ctc_model_load(desc, t->r.model, a->weights, err))) return rc;
@@ -749,6 +898,7 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   }
   if (t->comm) t->comm->bcast(t->comm, desc->arena_of(t->r.model), params_end(desc));   /* rank 0's parameters */
   if (t->rank == 0 && a->checkpoint && (rc = ckpt_prepare(desc, a, t, err))) return rc;
+  if (t->rank == 0 && t->ckpt_path && a->text && (rc = write_vocab(t->ckpt_path, t, err))) return rc;
   if (t->ckpt) {
     if (!(t->finite = malloc((size_t)desc->nparams + 1))) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
     memset(t->finite, 1, (size_t)desc->nparams + 1);
@@ -770,8 +920,8 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   if (e->ninputs == 3) t->in[2] = &t->it;
   if ((rc = ctc_drv_alloc_outputs(e, &t->out, err))) return rc;
   int64_t n = t->x.shape[0], tn = a->test_data ? t->tx.shape[0] : 0;
-  t->order = malloc((size_t)n * sizeof *t->order);
-  if (!t->order) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  t->order = t->text ? NULL : malloc((size_t)n * sizeof *t->order);
+  if (!t->order && !t->text) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   if (a->test_data && t->ev) {
     for (int i = 0; i < 2; i++) {
       size_t bytes = ctc_tensor_bytes(&t->ev->inputs[i]);
@@ -823,6 +973,7 @@ typedef struct Progress {
   long long first;              /* steps done (all epochs) when this process started (--resume) */
   double train_ms;              /* time in training steps so far, all epochs, in this process */
   double last_ms;               /* when the tty line was last written */
+  long long text_T, text_steps; /* text data: tokens per sample, and --steps */
 } Progress;
 
 static const char *fmt_duration(char *buf, size_t n, double sec) {
@@ -844,12 +995,16 @@ static void progress(Progress *p, long long epoch, long long step, long long ran
     return; /* not a tty: about every 10% of an epoch */
   }
   p->last_ms = now;
-  long long done = (epoch - 1) * p->steps + step, left = p->epochs * p->steps - done;
+  long long done = (epoch - 1) * p->steps + step, left = (p->text_T ? p->text_steps : p->epochs * p->steps) - done;
   double rate = epoch_ms > 0 ? (double)ran * (double)batch * 1e3 / epoch_ms : 0;
   char eta[32];
   fmt_duration(eta, sizeof eta, done > p->first ? p->train_ms / (double)(done - p->first) * (double)left / 1e3 : -1);
-  fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s", p->tty ? "\r\033[K" : "",
-          epoch, p->epochs, step, p->steps, mean_loss, rate, eta, p->tty ? "" : "\n");
+  if (p->text_T)
+    fprintf(stderr, "%sstep %lld/%lld  loss %.4f  %.0f tokens/s  ETA %s%s", p->tty ? "\r\033[K" : "", done,
+            p->text_steps, mean_loss, rate * (double)p->text_T, eta, p->tty ? "" : "\n");
+  else
+    fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s", p->tty ? "\r\033[K" : "",
+            epoch, p->epochs, step, p->steps, mean_loss, rate, eta, p->tty ? "" : "\n");
   fflush(stderr);
 }
 
@@ -1035,15 +1190,28 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
   double t0 = ctc_drv_now_ms();
   unsigned char *arena = desc->arena_of(t->r.model);
   *ran = 0;
-  epoch_order(t->order, t->x.shape[0], !a->no_shuffle, a->seed, t->epoch);
+  long long steps = t->steps;
+  if (t->text) {   /* the last evaluation interval may be shorter */
+    long long left = a->steps - (t->epoch - 1) * t->steps;
+    if (left < steps) steps = left;
+  } else {
+    epoch_order(t->order, t->x.shape[0], !a->no_shuffle, a->seed, t->epoch);
+  }
   for (int64_t j = 0; t->comm && j < t->nshard; j++)   /* rank r: positions r, r + P, ... of the padded order */
     t->shard[j] = t->order[((int64_t)t->rank + j * t->size) % t->x.shape[0]];
-  while (t->done < t->steps) {
+  while (t->done < steps) {
     long long s = t->done + 1;
+    int64_t m = t->batch;
+    int rc;
+    if (t->text) {   /* nanoGPT's get_batch: random windows, from the seed, the step and the rank */
+      long long g = (t->epoch - 1) * t->steps + (s - 1);
+      ctc_text_windows(&t->tr, t->T, CTC_TEXT_TRAIN_STATE(a->seed, g) ^ (uint64_t)t->rank * 0x9E3779B97F4A7C15ULL,
+                       m, e->inputs[0].dtype, t->in[0], t->in[1]);
+    } else {
     const int64_t *rows = (t->comm ? t->shard : t->order) + (s - 1) * t->batch;
     int64_t avail = (t->comm ? t->nshard : t->x.shape[0]) - (s - 1) * t->batch;
-    int64_t m = avail < t->batch ? avail : t->batch;   /* a partial last batch: run-time batch entries only */
-    int rc = ctc_dataset_gather(&t->x, rows, m, e->inputs[0].dtype, xf, t->in[0], err);
+    m = avail < t->batch ? avail : t->batch;   /* a partial last batch: run-time batch entries only */
+    rc = ctc_dataset_gather(&t->x, rows, m, e->inputs[0].dtype, xf, t->in[0], err);
     if (rc) {
       ctc_error_prefix(err, a->data);
       return rc;
@@ -1051,6 +1219,7 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
     if ((rc = ctc_dataset_gather(&t->y, rows, m, e->inputs[1].dtype, NULL, t->in[1], err))) {
       ctc_error_prefix(err, a->labels);
       return rc;
+    }
     }
     if (e->ninputs == 3) set_iteration(t, (t->epoch - 1) * t->steps + (s - 1));
     if (t->snap) memcpy(t->snap, arena, t->snap_bytes);
@@ -1097,11 +1266,54 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
   return CTC_OK;
 }
 
+/* Text data: the mean cross-entropy of the forward entry's logits over --eval-iters
+ * batches of validation windows (the same windows at every evaluation). */
+static int text_val_loss(const ctc_model_desc *desc, Train *t, const TrainArgs *a, double *loss, ctc_error *err) {
+  const ctc_entry *f = t->fwd;
+  int64_t fb = f->inputs[0].shape[0], T = t->T;
+  const ctc_tensor *o = &f->outputs[0];
+  int64_t V = ctc_tensor_numel(o) / (fb * T);
+  size_t ybytes = (size_t)(fb * T) * ctc_dtype_size(f->inputs[0].dtype);
+  void *yb = malloc(ybytes);
+  if (!yb) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  double sum = 0;
+  for (long long k = 0; k < a->eval_iters; k++) {
+    ctc_text_windows(&t->va, T, CTC_TEXT_VAL_STATE(a->seed, k), fb, f->inputs[0].dtype, t->fin, yb);
+    const void *in[1] = {t->fin};
+    int rc = ctc_entry_call(f, t->r.model, fb, in, (void *const *)t->fout);
+    if (rc) {
+      free(yb);
+      return ctc_drv_entry_failed(desc, t->r.model, f, rc, " (validation loss)", err);
+    }
+    for (int64_t r = 0; r < fb * T; r++) {
+      int64_t label = f->inputs[0].dtype == CTC_I64 ? ((int64_t *)yb)[r] : ((int32_t *)yb)[r];
+      sum += cross_entropy_row((const unsigned char *)t->fout[0] + (size_t)(r * V) * ctc_dtype_size(o->dtype),
+                               o->dtype, V, label);
+    }
+  }
+  free(yb);
+  *loss = sum / (double)(a->eval_iters * fb * T);
+  return CTC_OK;
+}
+
 /* The end of an epoch: test accuracy, the epoch line, the scheduler entries. */
 static int end_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a, const Progress *p, double ms, long long ran,
                      ctc_error *err) {
   double acc = 0, test_loss = 0;
   int rc, plateau = 0;
+  if (t->text) {   /* one evaluation interval: `step N: train loss X, val loss Y, Z tokens/s` */
+    if (p->tty && t->rank == 0) fprintf(stderr, "\r\033[K");
+    long long g = (t->epoch - 1) * t->steps + t->done;
+    double val = 0;
+    if (t->va.n && (rc = text_val_loss(desc, t, a, &val, err))) return rc;
+    printf("step %lld: train loss %.4f", g, t->counted ? t->loss_sum / (double)t->counted : NAN);
+    if (t->va.n) printf(", val loss %.4f", val);
+    printf(", %.0f tokens/s", ms > 0 ? (double)(ran * t->batch * t->size * t->T) * 1e3 / ms : 0);
+    if (t->counted < t->done) printf(" (%lld step%s skipped)", t->done - t->counted, t->done - t->counted == 1 ? "" : "s");
+    printf("\n");
+    fflush(stdout);
+    return CTC_OK;
+  }
   for (int i = 0; i < desc->nentries; i++)
     plateau |= desc->entries[i].kind == CTC_ENTRY_SCHED && desc->entries[i].ninputs > 0;
   if (p->tty && t->rank == 0) fprintf(stderr, "\r\033[K");
@@ -1149,6 +1361,7 @@ static int train_loop(const ctc_model_desc *desc, const TrainArgs *a, Train *t, 
   p.epochs = a->epochs;
   p.steps = t->steps;
   p.first = (t->epoch - 1) * t->steps + t->done;
+  if (t->text) p.text_T = t->T, p.text_steps = a->steps;
   int rc = CTC_OK;
   for (int i = 0; i < desc->nentries; i++) {
     const ctc_entry *e = &desc->entries[i];
@@ -1205,7 +1418,10 @@ static int do_train(const char *prog, const ctc_model_desc *desc, TrainArgs *a, 
     return CTC_OK;
   }
   if ((rc = commit_log(t, err))) return rc;
-  if (a->save && t->rank == 0) return ctc_model_save(desc, t->r.model, a->save, err);
+  if (a->save && t->rank == 0) {
+    if ((rc = ctc_model_save(desc, t->r.model, a->save, err))) return rc;
+    if (a->text) return write_vocab(a->save, t, err);
+  }
   return CTC_OK;
 }
 

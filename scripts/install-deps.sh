@@ -7,7 +7,7 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 for p in gcc clang libclang-rt-14-dev ninja-build libopenblas-dev zlib1g-dev python3-numpy python3-pytest python3-pytest-xdist python3-torch \
          python3-dev python3-matplotlib graphviz \
          libopenmpi-dev openmpi-bin \
-         dataset-fashion-mnist \
+         dataset-fashion-mnist fortunes-min \
          gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
          libclang-dev; do
   have_pkg "$p" || need+=("$p")

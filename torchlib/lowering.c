@@ -522,6 +522,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   Span top = file_span(src);
   loops_prepare(L, module, opt);
   PV *model = pick_model(L, opt, module, top);
+  Decode *dec = NULL;
   L->T->model = model;
   if (model) {
     L->T->prog->class_name = model->cls->s;
@@ -534,7 +535,9 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     int pos = 0;
     training_flags(L, model, &flags, &pos, 1);
     set_eval(model);
+    dec_probe_begin(L);
     stage_forward(L, model, opt, top);
+    dec = dec_probe_end(L);
     training_flags(L, model, &flags, &pos, 0);
   } else {
     /* no nn.Module: the file's functions are the entries; the C prefix is the file's name */
@@ -551,6 +554,16 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
                         "calls backward(), step() or a differentiation API (name one with --entry NAME)%s%s",
                 L->T->prog->skipped ? "; skipped: " : "", L->T->prog->skipped ? L->T->prog->skipped : "");
   stage_scheduler_entries(L);
+  if (dec) {   /* decode.c: the KV-cache entry, staged last (a failure drops what it added) */
+    IntVec flags = {0};
+    int pos = 0;
+    training_flags(L, model, &flags, &pos, 1);
+    set_eval(model);
+    const char *why = dec_stage(L, dec, model, top);
+    pos = 0;
+    training_flags(L, model, &flags, &pos, 0);
+    if (why) L->T->prog->decode_note = why;
+  }
   /* every --input must name a parameter of some entry */
   for (int i = 0; i < opt->ninputs; i++) {
     int found = 0;

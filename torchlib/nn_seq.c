@@ -349,6 +349,12 @@ static PV *make_child(L *L, Span at, int bi, PV **args, int n, const char **kn, 
 static PV *attend(L *L, Span at, PV *q, PV *k, PV *v, PV **masks, int nmasks, int causal, double scale, double p,
                   int training, PV **weights) {
   int64_t perm[4] = {0, 1, 3, 2};
+  int nomask = 1;
+  for (int i = 0; i < nmasks; i++) nomask &= !masks[i];
+  if (L->T->dec && causal && nomask && !weights && !(p > 0 && training)) {   /* decode.c: the KV-cache entry */
+    PV *r = dec_attend(L, at, q, k, v, scale);
+    if (r) return r;
+  }
   PV *s = t_matmul(L, at, MUL(q, pv_float(L, scale)), t_permute(L, at, k, perm, 4));
   Type ts = s->t->type;
   for (int i = 0; i < nmasks; i++) {

@@ -59,6 +59,7 @@ ValId t_val(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "expected a tensor, got '%s'", pv_kind_name(x));
   Tensor *t = x->t;
   need_fn(L, at, "this operation");
+  if (L->T->dec && t->dec_mark) dec_check_read(L, at, t);
   if (t->v >= 0 && !t->slot && !t->data) return t->v;
   if (t->slot) {
     if (t->slot->index < 0)
@@ -221,6 +222,10 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
     case OP_POW: return pv_float(L, pow(x, y));
     default: BUG("t_binary on two numbers");
     }
+  }
+  if (L->T->dec) {
+    PV *r = dec_binary(L, at, op, a, b);
+    if (r) return r;
   }
   DType dt = promote(a, b);
   switch (op) {
@@ -679,6 +684,10 @@ PV *t_reduce(L *L, Span at, Op op, PV *x, const int64_t *dims, int ndims, int ke
 PV *t_softmax(L *L, Span at, PV *x, int64_t dim, int log) {
   need_tensor_arg(L, at, x, "softmax");
   need_fn(L, at, "softmax");
+  if (L->T->dec) {
+    PV *r = dec_softmax(L, at, x, dim, log);
+    if (r) return r;
+  }
   if (!ir_dtype_is_float(x->t->type.dtype)) x = t_cast(L, at, x, DT_F32);
   /* the shift is detached: softmax(x - c) = softmax(x) for any c, so no derivative of any
    * order flows through it (AD through the max would only add terms that cancel) */
@@ -695,6 +704,7 @@ PV *t_matmul(L *L, Span at, PV *a, PV *b) {
   PV *c = ct_matmul(L, at, a, b);
   if (c) return c;
   need_fn(L, at, "matmul");
+  if (L->T->dec && (c = dec_matmul(L, at, a, b))) return c;
   if (a->k != PV_TENSOR || b->k != PV_TENSOR) lower_error(L, at, "'@' needs two tensors");
   Type ta = a->t->type, tb = b->t->type;
   if (ta.ndim == 0 || tb.ndim == 0) lower_error(L, at, "matmul does not accept 0-d tensors");

@@ -124,6 +124,7 @@ typedef struct HostValue {
   int is_data;           /* x.data inside compiled code: a detached alias (no in-place) */
   int is_view;           /* a view (x.view, x[i], x.t(), x.detach() ...) of a staged tensor */
   int viewed;            /* some view of this tensor was taken */
+  int dec_mark, dec_layer; /* decode.c, staging `decode`: attention scores (their state) of a layer */
 } Tensor;
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -171,7 +172,23 @@ struct HostState {
   PV *model;             /* the model chosen (their `model` parameter when no call passes one) */
   PV *backward_loss;     /* the last tensor .backward() was called on in the entry being staged */
   const char *loop_entry; /* staging a loop body as this entry: .item() is an error */
+  struct Decode *dec;    /* decode.c: probing forward, or staging `decode` (NULL otherwise) */
 };
+
+/* ---- decode.c: the KV-cache entry `decode` derived from forward ----
+ * The hooks run while L->T->dec is set, from the op handlers named; each returns
+ * NULL where the op is an ordinary one. */
+typedef struct Decode Decode;
+void dec_probe_begin(L *L);                 /* before forward is staged: record its aranges and masks */
+Decode *dec_probe_end(L *L);                /* after */
+const char *dec_stage(L *L, Decode *d, PV *model, Span top);   /* last: NULL (staged or nothing to do) or why not */
+PV *dec_iota(L *L, Span at, int64_t start, int64_t step, int64_t n, DType dt);   /* torch.arange */
+PV *dec_matmul(L *L, Span at, PV *a, PV *b);                                     /* t_matmul */
+PV *dec_masked_fill(L *L, Span at, PV *x, PV *mask, PV *value);                  /* Tensor.masked_fill */
+PV *dec_softmax(L *L, Span at, PV *x, int64_t dim, int log);                     /* t_softmax */
+PV *dec_binary(L *L, Span at, int op, PV *a, PV *b);                             /* t_binary */
+PV *dec_attend(L *L, Span at, PV *q, PV *k, PV *v, double scale);                /* causal SDPA (nn_seq.c) */
+void dec_check_read(L *L, Span at, const Tensor *t);                             /* t_val */
 extern const HostOps torch_host;   /* host.c */
 PV *layer_base_class(PV *cls);     /* host.c: the builtin layer a user class derives from, or NULL */
 

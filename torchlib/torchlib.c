@@ -148,6 +148,8 @@ static PV *factory(L *L, int bi, Args *A0) {
         lower_error(L, A->at, "torch.arange: values beyond the int64 range are not supported by ctc (start %g, "
                               "step %g, %lld elements)", lo, st, (long long)n);
       int64_t attr[2] = {(int64_t)lo, (int64_t)st};
+      PV *pos = L->T->dec ? dec_iota(L, A->at, attr[0], attr[1], n, dt) : NULL;
+      if (pos) return pos;
       return t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, t, attr, 2, 0, A->at, "arange"));
     }
     PV *t = t_const_tensor(L, A->at, type_of(dt, 1, &n), 0);
@@ -771,6 +773,10 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     return t_cast(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype);
   case BI_T_MASKED_FILL:
     bind_args(L, A, "mask,value", a);
+    if (L->T->dec && L->T->fn) {
+      PV *r = dec_masked_fill(L, at, x, need_tensor(L, at, a[0], "mask"), a[1]);
+      if (r) return r;
+    }
     return t_cast(L, at, t_where(L, at, need_tensor(L, at, a[0], "mask"), a[1], x), t.dtype);
   case BI_T_SPLIT:
   case BI_T_CHUNK:

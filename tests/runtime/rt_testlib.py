@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 RT_DIR = os.path.join(REPO, "runtime_min")
 RT_SOURCES = [os.path.join(RT_DIR, f) for f in
               ("rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                        "rt_data.c", "rt_pt.c", "rt_profile.c")]
+                        "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c")]
 LIB = os.path.join(REPO, "build", "libctc_rt.a")
 FAKE_SRC = os.path.join(HERE, "fake_model.c")
 CC = os.environ.get("CC", "cc")
