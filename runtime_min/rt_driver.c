@@ -164,7 +164,7 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "built with --dtype f64) and int32/int64 for int64/int32.\n"
           "\n"
           "entries:",
-          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog, prog);
+          prog, desc->name ? desc->name : "?", desc->source ? desc->source : "?", dflt, dflt, prog, prog, prog, prog);
   for (int i = 0; i < desc->nentries; i++) fprintf(f, " %s", desc->entries[i].name);
   fprintf(f, "\n\n"
              "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
