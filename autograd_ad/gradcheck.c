@@ -157,7 +157,7 @@ void ad_gradcheck_entries(Program *p) {
   int n = p->funcs.len;
   for (int i = 0; i < n; i++) {
     const Func *f = p->funcs.data[i];
-    if (f->kind == FK_SCHED || f->kind == FK_EVAL) continue;
+    if (f->kind == FK_SCHED || f->kind == FK_EVAL || f->derived) continue;   /* derived: KV-cache decode/prefill */
     add_grad_entry(p, f);
     add_jvp_entry(p, p->funcs.data[i]);
   }

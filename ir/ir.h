@@ -177,6 +177,9 @@ typedef struct Func {
   /* The C target computes the convolutions ir_conv_direct accepts directly, with
    * no unfolded columns (no scratch); set by the compiler for that target. */
   int conv_direct;
+  /* An entry ctc derived for generation (torchlib/decode.c: the KV-cache decode and
+   * prefill): inference only, it writes the caches it reads; gradcheck leaves it out. */
+  int derived;
   /* Distributed builds (Program.distributed): the gradients of one reverse sweep,
    * sync[i] of parameter sync_params[i], which every reader must see averaged over
    * the ranks (DistributedDataParallel's all-reduce); codegen_c/dist_c.c buckets them. */

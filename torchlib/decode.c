@@ -435,6 +435,7 @@ static const char *stage_one(L *L, Decode *d, Func *fwd, PV *fwdm, Type it, int 
     Node *def = fwdm->fn->node;
     Func *f = ir_func_new(P, prefill ? "prefill" : "decode", def->span);
     f->kind = FK_FUNCTION;
+    f->derived = 1;
     L->T->fn = f;
     f->grad_mode = NG_ALL;
     L->T->grad_mode = NG_ALL;
