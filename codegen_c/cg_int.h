@@ -59,7 +59,8 @@ void cg_ident(char *buf, size_t cap, const char *s);
 
 /* Which helpers the generated file needs (set while emitting the entries). */
 typedef struct Kernels {
-  unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt> */
+  unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt>; f32/f64: ctc_gemm_block_<dt>, ctc_matmul_block_<dt> */
+  unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */

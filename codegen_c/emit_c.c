@@ -81,6 +81,7 @@ static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
   for (int i = kn->first; i <= kn->last; i++) nops += f->insts.data[i].op != IR_CONST;
   if (kn->kind == KN_ELEM && nops > 1) len = (size_t)snprintf(name, sizeof name, "fused: ");
   if (kn->kind == KN_ROW) len = (size_t)snprintf(name, sizeof name, "row: ");
+  if (kn->kind == KN_GEMM && nops > 1) len = (size_t)snprintf(name, sizeof name, "gemm: ");
   for (int i = kn->first; i <= kn->last; i++) {
     const Inst *in = &f->insts.data[i];
     if (in->op == IR_CONST) continue;

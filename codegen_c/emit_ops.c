@@ -21,6 +21,8 @@
 
 /* Loops with fewer elements than this are not worth waking threads for. */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
+/* M*N*K from which a GEMM is split over the threads (ctc_gemm_split in kernels.c) */
+#define GEMM_SPLIT_WORK 262144.0
 #define IDX_CAP 320
 
 typedef long long ll;
@@ -585,7 +587,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
  * or a C condition under which c is accumulated into instead (c += ...). */
 static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
                       int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
-  c->k->gemm[t] = 1;
+  c->k->gemm[t] = c->k->matmul[t] = 1;
   /* f32/f64: ctc_matmul (OpenBLAS, threads split by ctc; or the portable GEMM) */
   LINE(c, "ctc_%s_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n",
        t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), ta, tb, acc ? acc : "0", (ll)M, (ll)N, (ll)K,
@@ -887,7 +889,7 @@ static void emit_conv2d_bwd_weight_chunked(CgFunc *c, int i, const Inst *in) {
   LINE(c, "}\n");
   /* one GEMM over the chunk: K = ns * OH*OW, the rows of both matrices have stride L */
   if (S < g.N) {
-    c->k->gemm[t] = 1;
+    c->k->gemm[t] = c->k->matmul[t] = 1;
     LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n",
          t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), (ll)g.O, (ll)g.ckk, (ll)g.ohw, gs, (ll)L,
          scratch, (ll)L, dws, (ll)g.ckk);
@@ -1972,6 +1974,87 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
   free(acc);
 }
 
+/* ---- GEMMs with an epilogue (kernels/: KN_GEMM) --------------------------------------
+ * The GEMM split into the blocks ctc_matmul would give each thread
+ * (ctc_gemm_split, ctc_gemm_block), each thread running its block and then the
+ * epilogue's elementwise ops over that block while it is in cache: the result
+ * [..., N] as [M, N], operands read at the element (i * N + j), along the last
+ * axis (j: a bias) or as scalars. The epilogue is emitted as a KN_ELEM kernel
+ * over the instructions after the GEMM, the GEMM's result one of its inputs. */
+static int reads_value(const CgFunc *c, const Kernel *kn, ValId v) {
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *x = &c->f->insts.data[i];
+    for (int a = 0; a < x->nargs; a++)
+      if (x->args[a] == v) return 1;
+  }
+  return 0;
+}
+
+static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
+  const Inst *mm = &c->f->insts.data[kn->first];
+  const Type *a = ty(c, mm->args[0]), *b = ty(c, mm->args[1]), *r = ty(c, mm->res);
+  const int ta = (int)mm->attr[0], tb = (int)mm->attr[1];
+  const int64_t N = r->dims[r->ndim - 1], M = ir_numel(r) / N, K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+  const char *sfx = cg_dt_suffix(r->dtype);
+  Kernel ep = *kn;   /* the epilogue: the instructions after the GEMM */
+  ep.first = kn->first + 1;
+  memset(&ep.inputs, 0, sizeof ep.inputs);
+  memset(&ep.outputs, 0, sizeof ep.outputs);
+  Arena *A = c->p->arena;
+  for (int j = 0; j < kn->inputs.len; j++)
+    if (reads_value(c, &ep, kn->inputs.data[j])) vec_push(A, &ep.inputs, kn->inputs.data[j]);
+  if (reads_value(c, &ep, mm->res)) vec_push(A, &ep.inputs, mm->res);
+  for (int j = 0; j < kn->outputs.len; j++)
+    if (kn->outputs.data[j] != mm->res) vec_push(A, &ep.outputs, kn->outputs.data[j]);
+  int nv = c->f->values.len;
+  ElemK u = {&ep, calloc((size_t)nv + 1, sizeof(char *)), malloc(sizeof(int) * ((size_t)nv + 1))};
+  CHECK(u.local && u.acc);
+  for (int v = 0; v < nv; v++) u.acc[v] = -1;
+  for (int j = 0; j < ep.outputs.len; j++) u.acc[ep.outputs.data[j]] = 0;
+  for (int j = 0; j < ep.inputs.len; j++) {
+    ValId v = ep.inputs.data[j];
+    u.acc[v] = kn_epilogue_operand(ty(c, v), &kn->space);
+    CHECK(u.acc[v] >= 0);
+    char hint[160];
+    snprintf(hint, sizeof hint, "%s_e", c->cname[v]);
+    u.local[v] = cg_name(c->ns, hint);
+  }
+  for (int i = ep.first; i <= ep.last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    char hint[160];
+    if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
+  }
+  char idx[3][IDX_CAP];
+  snprintf(idx[0], IDX_CAP, "i * %lld + j", (ll)N);
+  snprintf(idx[1], IDX_CAP, "j");
+  snprintf(idx[2], IDX_CAP, "0");
+  c->k->gemm[r->dtype] = 1;
+  c->k->simd = 1;
+  LINE(c, "ctc_blas_threads_%s();\n", sfx);
+  if ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK) LINE(c, "CTC_OMP_PARALLEL\n");   /* as ctc_matmul splits it */
+  LINE(c, "{\n");
+  c->ind += 2;
+  LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
+  LINE(c, "ctc_gemm_block_%s(%lld, %lld, &r0, &r1, &c0, &c1);\n", sfx, (ll)M, (ll)N);
+  LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", sfx, ta, tb, (ll)K,
+       cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
+       cg_ref(c, mm->res), (ll)N);
+  LINE(c, "for (int64_t i = r0; i < r1; i++) {\n");
+  c->ind += 2;
+  LINE(c, "CTC_OMP_SIMD\n");
+  LINE(c, "for (int64_t j = c0; j < c1; j++) {\n");
+  c->ind += 2;
+  elemk_body(c, idx, &u);
+  for (int d = 0; d < 3; d++) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  free(u.local);
+  free(u.acc);
+}
+
 /* ---- row kernels (kernels/: KN_ROW) ----------------------------------------------------
  * Per row of the space (outer loops i0.., OpenMP on the first), the kernel's
  * loops over the row's elements j in order. Before loop p: the per-row values
@@ -2184,7 +2267,9 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
 
 void cg_emit_kernel(CgFunc *c, int k) {
   const Kernel *kn = &c->s->kernels.data[k];
-  if (kn->kind != KN_ELEM && kn->kind != KN_ROW) {
+  int nep = 0;   /* a KN_GEMM's epilogue ops */
+  for (int i = kn->first + 1; i <= kn->last && kn->kind == KN_GEMM; i++) nep += c->f->insts.data[i].op != IR_CONST;
+  if (kn->kind != KN_ELEM && kn->kind != KN_ROW && !nep) {
     for (int i = kn->first; i <= kn->last; i++) cg_emit_inst(c, i);
     return;
   }
@@ -2197,6 +2282,9 @@ void cg_emit_kernel(CgFunc *c, int k) {
     if (kn->kind == KN_ROW)
       cg_printf(&b, "kernel %d: %d ops fused per row of %s (%d loop%s over each row), stores", k, nops,
                 ir_type_str(&kn->space, tb, sizeof tb), kn->nloops, kn->nloops == 1 ? "" : "s");
+    else if (kn->kind == KN_GEMM)
+      cg_printf(&b, "kernel %d: a GEMM over %s and its epilogue of %d elementwise op%s, per thread's block, stores", k,
+                ir_type_str(&kn->space, tb, sizeof tb), nep, nep == 1 ? "" : "s");
     else
       cg_printf(&b, "kernel %d: %d elementwise ops fused over %s, stores", k, nops, ir_type_str(&kn->space, tb, sizeof tb));
     for (int j = 0; j < kn->outputs.len; j++) cg_printf(&b, "%s %s", j ? "," : "", c->cname[kn->outputs.data[j]]);
@@ -2208,6 +2296,7 @@ void cg_emit_kernel(CgFunc *c, int k) {
   for (int i = kn->first; i <= kn->last; i++)
     if (c->f->insts.data[i].op != IR_CONST) comment(c, &c->f->insts.data[i]);
   if (kn->kind == KN_ROW) emit_row_kernel(c, kn);
+  else if (kn->kind == KN_GEMM) emit_gemm_kernel(c, kn);
   else emit_elem_kernel(c, kn);
 }
 

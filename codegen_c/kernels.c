@@ -2,8 +2,9 @@
  *
  * The texts below are templates over $T (the C element type) and $S (the
  * dtype suffix: f32, f64, ...). Only the helpers an entry uses are written,
- * so the file has no unused static functions (-Wunused-function). The GEMM for
- * f32/f64 is only compiled without -DCTC_HAVE_CBLAS (cblas_sgemm/dgemm then). */
+ * so the file has no unused static functions (-Wunused-function). With
+ * -DCTC_HAVE_CBLAS, f32/f64 GEMMs call cblas_sgemm/dgemm (ctc_gemm only for the
+ * narrow column remainders OpenBLAS's small-matrix kernel would malloc for). */
 #include <string.h>
 #include "cg_int.h"
 
@@ -15,11 +16,11 @@ static const char gemm_text[] =
     " * tb, the transpose of B[N,K].\n"
     " * Blocked over 4 rows of C and 256 of its columns: each row of B is loaded\n"
     " * once per block and reused for 4 rows of C; the inner loop runs along rows\n"
-    " * of B and C, so it vectorises. With tb, rows of B are dot products. */\n"
+    " * of B and C, so it vectorises. With tb, rows of B are dot products. Serial:\n"
+    " * a float GEMM is split over the threads by ctc_matmul or its kernel. */\n"
     "static void ctc_gemm_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K,\n"
     "                        const $T *restrict a, int64_t lda, const $T *restrict b, int64_t ldb,\n"
     "                        $T *restrict c, int64_t ldc) {\n"
-    "  CTC_OMP_FOR\n"
     "  for (int64_t i0 = 0; i0 < M; i0 += 4) {\n"
     "    const int64_t mi = M - i0 < 4 ? M - i0 : 4;\n"
     "    if (tb) {\n"
@@ -63,9 +64,11 @@ static const char gemm_text[] =
  * OpenMP, ctc owns the threads: OpenBLAS runs single-threaded (its pthreads
  * otherwise spin in sched_yield between calls and take the cores from the
  * OpenMP loops: 15-30% of the gpt steps in perf) and a large GEMM is split
- * over the OpenMP threads, by rows of C when M >= N, else by columns; inside
- * a parallel loop (a batch of GEMMs) it is one call. Without OpenBLAS: the
- * portable ctc_gemm_$S. */
+ * over the OpenMP threads, by rows of C when M >= N, else by columns
+ * (ctc_gemm_block); inside a parallel loop (a batch of GEMMs) it is one call.
+ * Without OpenBLAS: the portable ctc_gemm_$S on each block. A GEMM with an
+ * epilogue (kernels/: KN_GEMM) runs the same blocks itself, then its
+ * elementwise ops on each thread's block. */
 static const char matmul_text[] =
     "/* OpenBLAS single-threaded (once, outside parallel regions: before a loop that runs GEMMs in parallel). */\n"
     "#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)\n"
@@ -73,35 +76,74 @@ static const char matmul_text[] =
     "#else\n"
     "#define ctc_blas_threads_$S() ((void)0)\n"
     "#endif\n"
-    "#ifdef CTC_HAVE_CBLAS\n"
     "#ifdef _OPENMP\n"
     "#include <omp.h>\n"
     "#endif\n"
+    "/* The block [*r0, *r1) x [*c0, *c1) of C[M,N] the calling thread computes: its share of the\n"
+    " * rows when M >= N, else of the columns, in multiples of 16; all of C outside a parallel region. */\n"
+    "static void ctc_gemm_block_$S(int64_t M, int64_t N, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {\n"
+    "  *r0 = 0, *r1 = M, *c0 = 0, *c1 = N;\n"
+    "#ifdef _OPENMP\n"
+    "  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), n = M >= N ? M : N;\n"
+    "  if (nt <= 1) return;\n"
+    "  const int64_t p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
+    "  if (M >= N) *r0 = p0, *r1 = p1;\n"
+    "  else *c0 = p0, *c1 = p1;\n"
+    "#endif\n"
+    "}\n"
+    "/* Rows [r0, r1) and columns [c0, c1) of C = op(A) op(B) (C += if acc). */\n"
+    "static void ctc_matmul_block_$S(int ta, int tb, int acc, int64_t K, const $T *a, int64_t lda, const $T *b,\n"
+    "                                int64_t ldb, $T *c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {\n"
+    "  if (r1 <= r0 || c1 <= c0) return;\n"
+    "  a += ta ? r0 : r0 * lda;\n"
+    "  b += tb ? c0 * ldb : c0;\n"
+    "  c += r0 * ldc + c0;\n"
+    "#ifdef CTC_HAVE_CBLAS\n"
+    "  int64_t n = c1 - c0;\n"
+    "  /* OpenBLAS (0.3.21) runs a row-major A B with M*N*K <= 1e6 on its AVX-512 small-matrix kernel,\n"
+    "   * which mallocs a buffer on every call when N % 16 is 1..8 and K >= 32: those last columns\n"
+    "   * are computed here instead (the generated code allocates nothing after init). */\n"
+    "  const int64_t rest = n % 16;\n"
+    "  if (!ta && !tb && rest && rest <= 8 && K >= 32 && (double)(r1 - r0) * (double)n * (double)K <= 1e6) {\n"
+    "    n -= rest;\n"
+    "    ctc_gemm_$S(0, 0, acc, r1 - r0, rest, K, a, lda, b + n, ldb, c + n, ldc);\n"
+    "    if (!n) return;\n"
+    "  }\n"
+    "  $G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(r1 - r0), (int)n,\n"
+    "     (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
+    "#else\n"
+    "  ctc_gemm_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
+    "#endif\n"
+    "}\n"
+    ;
+
+/* ctc_matmul_$S: a GEMM split over the threads when it is large enough (kernels/ emits a
+ * KN_GEMM's split itself, from the same threshold: GEMM_SPLIT_WORK in emit_ops.c). */
+static const char matmul_call_text[] =
+    "/* Whether a GEMM of this size is split over the OpenMP threads (asked outside parallel regions). */\n"
+    "static int ctc_gemm_split_$S(int64_t M, int64_t N, int64_t K) {\n"
+    "#ifdef _OPENMP\n"
+    "  if (omp_in_parallel()) return 0;\n"
+    "  ctc_blas_threads_$S();\n"
+    "  return omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0;\n"
+    "#else\n"
+    "  (void)M, (void)N, (void)K;\n"
+    "  return 0;\n"
+    "#endif\n"
+    "}\n"
     "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
     "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
-    "  const enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;\n"
-    "#ifdef _OPENMP\n"
-    "  if (!omp_in_parallel()) ctc_blas_threads_$S();\n"
-    "  if (!omp_in_parallel() && omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0) {\n"
-    "    _Pragma(\"omp parallel\")\n"
-    "    {\n"
-    "      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), rows = M >= N;\n"
-    "      const int64_t n = rows ? M : N, p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
-    "      if (p1 > p0 && rows)\n"
-    "        $G(CblasRowMajor, opa, opb, (int)(p1 - p0), (int)N, (int)K, 1, a + (ta ? p0 : p0 * lda), (int)lda, b,\n"
-    "           (int)ldb, acc ? 1 : 0, c + p0 * ldc, (int)ldc);\n"
-    "      else if (p1 > p0)\n"
-    "        $G(CblasRowMajor, opa, opb, (int)M, (int)(p1 - p0), (int)K, 1, a, (int)lda, b + (tb ? p0 * ldb : p0),\n"
-    "           (int)ldb, acc ? 1 : 0, c + p0, (int)ldc);\n"
-    "    }\n"
+    "  if (!ctc_gemm_split_$S(M, N, K)) {\n"
+    "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
     "    return;\n"
     "  }\n"
-    "#endif\n"
-    "  $G(CblasRowMajor, opa, opb, (int)M, (int)N, (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
-    "}\n"
-    "#else\n"
-    "#define ctc_matmul_$S ctc_gemm_$S\n"
-    "#endif\n";
+    "  CTC_OMP_PARALLEL\n"
+    "  {\n"
+    "    int64_t r0, r1, c0, c1;\n"
+    "    ctc_gemm_block_$S(M, N, &r0, &r1, &c0, &c1);\n"
+    "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
+    "  }\n"
+    "}\n";
 
 static const char im2col_text[] =
     "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel into columns\n"
@@ -354,14 +396,17 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                "#ifdef _OPENMP\n#define CTC_OMP_SIMD _Pragma(\"omp simd\")\n"
                "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
                "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
+  if (k->gemm[DT_F32] || k->gemm[DT_F64])
+    cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n"
+               "#ifdef _OPENMP\n#define CTC_OMP_PARALLEL _Pragma(\"omp parallel\")\n"
+               "#else\n#define CTC_OMP_PARALLEL\n#endif\n\n");
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->gemm[t]) continue;
     int blas = t == DT_F32 || t == DT_F64;
-    if (blas) cg_puts(b, "#ifndef CTC_HAVE_CBLAS\n");
-    instantiate(b, gemm_text, (DType)t);
-    if (blas) cg_puts(b, "#endif\n");
+    instantiate(b, gemm_text, (DType)t);   /* with BLAS too: ctc_matmul_block's narrow remainders */
     cg_puts(b, "\n");
     if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
+    if (blas && k->matmul[t]) instantiate(b, matmul_call_text, (DType)t), cg_puts(b, "\n");
   }
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {

@@ -5,7 +5,9 @@
  * emitted, each such loop becomes a parallel region in which every thread
  * notes the time, runs its iterations (`omp for nowait`) and reports its share
  * (ctc_prof_thread): the same iterations on the same threads as
- * `omp parallel for`, plus one clock read per thread at each end. The loop's
+ * `omp parallel for`, plus one clock read per thread at each end. A region
+ * (`CTC_OMP_PARALLEL` before a braced block: a GEMM with its epilogue) gets the
+ * same clock reads around its block. The loop's
  * extent is read from the emitters' layout: the `for` line at the marker's
  * indentation, then either its braced block (up to the `}` at that
  * indentation) or the more-indented lines of its body. */
@@ -48,8 +50,8 @@ void cg_prof_threads(Buf *b, size_t from, const char *site) {
   }
   Buf out = {0};
   for (size_t i = 0; i < k; i++) {
-    int simd = is_line(ls[i], ll[i], "CTC_OMP_FOR_SIMD");
-    if (!(simd || is_line(ls[i], ll[i], "CTC_OMP_FOR")) || i + 1 >= k) {
+    int simd = is_line(ls[i], ll[i], "CTC_OMP_FOR_SIMD"), region = is_line(ls[i], ll[i], "CTC_OMP_PARALLEL");
+    if (!(simd || region || is_line(ls[i], ll[i], "CTC_OMP_FOR")) || i + 1 >= k) {
       cg_printf(&out, "%.*s\n", (int)ll[i], ls[i]);
       continue;
     }
@@ -83,7 +85,7 @@ void cg_prof_threads(Buf *b, size_t from, const char *site) {
     CHECK(depth == 0 && !comment);
     cg_printf(&out, "%*sCTC_PROF_PARALLEL\n%*s{\n", ind, "", ind, "");
     cg_printf(&out, "%*sconst double ctc_thread_t0 = ctc_prof_now();\n", ind + 2, "");
-    cg_printf(&out, "%*s%s\n", ind + 2, "", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+    if (!region) cg_printf(&out, "%*s%s\n", ind + 2, "", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
     for (size_t j = first; j <= last; j++) cg_printf(&out, "  %.*s\n", (int)ll[j], ls[j]);
     cg_printf(&out, "%*sctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", ind + 2, "", site);
     cg_printf(&out, "%*s}\n", ind, "");

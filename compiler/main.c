@@ -1086,9 +1086,11 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   KnSchedule **scheds[BATCH_NPOINTS];
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
-    /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
-    for (int i = 0; i < p->funcs.len; i++)
-      scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse && !o.anomaly);
+    /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion.
+     * GEMM epilogues are the C emitter's (the CUDA target calls cuBLAS, then its own kernels). */
+    int cuda_target = o.target && !strcmp(o.target, "cuda");
+    int flags = o.no_fuse || o.anomaly ? 0 : KN_FUSE | (cuda_target ? 0 : KN_EPILOGUE);
+    for (int i = 0; i < p->funcs.len; i++) scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], flags);
   }
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
@@ -1144,10 +1146,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
   if (!rc && o.validate)   /* after writing: the diagnostics' lines can be looked at */
     rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
-  if (ntr > 1) {
-    free(c_text);
-    free(h_text);
-  }
+  if (c_text != c_texts[0]) free(c_text);   /* batch_merge's (an error before it leaves the first trace's) */
+  if (h_text != h_texts[0]) free(h_text);
   for (int j = 0; j < ntr; j++) {
     free(c_texts[j]);
     free(h_texts[j]);

@@ -400,8 +400,10 @@ static int plan_layer(Q *q, int k, char *consumed) {
     for (int64_t t = 0; t < K; t++) mx = fmax(mx, fabs(WAT(c, t)));
     double s = mx > 0 ? mx / 127.0 : 1.0;
     ws[c] = s;
+    /* as PyTorch's quantize_per_channel: w * (1 / scale) in float, rounded half to even */
+    const float inv = 1.0f / (float)s;
     for (int64_t t = 0; t < K; t++) {
-      double v = round(WAT(c, t) / s);
+      double v = nearbyintf((float)WAT(c, t) * inv);
       wq[c * K + t] = (int8_t)(v < -127 ? -127 : v > 127 ? 127 : v);
     }
 #undef WAT

@@ -19,6 +19,13 @@
  *            the row's elements: a reduction runs in its operand's loop, and
  *            ops that need its value in later ones. Values of the row that a
  *            later loop reads stay in a per-row array (no arena storage).
+ *   KN_GEMM  a MATMUL that is one GEMM call (2-D, or a batch folded into its rows)
+ *            with the elementwise chain after it as its epilogue (bias, activation,
+ *            residual): each thread computes its block of the GEMM and then runs the
+ *            epilogue over that block while it is in cache. Epilogue operands read
+ *            from memory are of the result's shape, a row along its last axis (a
+ *            bias) or a scalar (kn_epilogue_operand); the GEMM's result is stored,
+ *            epilogue values used only inside are locals. C target only (KN_EPILOGUE).
  *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
  *            constant: no code. Also a *folded* SLICE or PERMUTE (KnSchedule.fold)
@@ -40,7 +47,10 @@
 
 #include "../ir/ir.h"
 
-typedef enum KnKind { KN_ELEM, KN_ROW, KN_OP, KN_VIEW } KnKind;
+typedef enum KnKind { KN_ELEM, KN_ROW, KN_OP, KN_VIEW, KN_GEMM } KnKind;
+
+/* kn_schedule flags */
+enum { KN_FUSE = 1, KN_EPILOGUE = 2 };
 
 /* Largest per-row array (bytes) a KN_ROW loop body keeps on the stack. */
 #define KN_MAX_ROWBUF 16384
@@ -67,9 +77,18 @@ typedef struct KnSchedule {
   int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
 } KnSchedule;
 
-/* Partitions f's instructions; fuse = 0 gives one kernel per instruction
- * (the unfused reference, `ctc --no-fuse`). Allocates in p->arena. */
-KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
+/* Partitions f's instructions. flags: KN_FUSE (else one kernel per instruction:
+ * the unfused reference, `ctc --no-fuse`), KN_EPILOGUE (with KN_FUSE: KN_GEMM
+ * kernels; the C target). Allocates in p->arena. */
+KnSchedule *kn_schedule(const Program *p, const Func *f, int flags);
+/* How a KN_GEMM epilogue reads a memory operand of type t over the GEMM's
+ * result `space` viewed as [M, N] (N its last axis): 0 at the same element,
+ * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if
+ * none of these (the op cannot join the epilogue). */
+int kn_epilogue_operand(const Type *t, const Type *space);
+/* Whether a MATMUL is emitted as one GEMM call over its whole result (no
+ * folded operand; 2-D, or a batch folded into the rows of a shared 2-D b). */
+int kn_single_gemm(const Func *f, const KnSchedule *s, const Inst *in);
 /* Whether v lives only inside its kernel (a scalar local, no storage). */
 static inline int kn_internal(const KnSchedule *s, ValId v) { return s->hints.nostore[v] != 0; }
 /* Where a value's elements lie: in the memory of `root` (a stored value), at

@@ -61,6 +61,16 @@ static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt
   return 1;
 }
 
+int kn_epilogue_operand(const Type *t, const Type *space) {
+  if (same_shape(t, space)) return 0;
+  int64_t n = ir_numel(t);
+  if (n == 1) return 2;
+  if (t->ndim < 1 || space->ndim < 1 || t->dims[t->ndim - 1] != space->dims[space->ndim - 1] ||
+      n != t->dims[t->ndim - 1] || t->ndim > space->ndim)
+    return -1;
+  return 1;
+}
+
 /* ---- strided views ------------------------------------------------------------ */
 
 static int is_folded(const KnSchedule *s, ValId v) { return s && s->fold && s->fold[v]; }
@@ -187,8 +197,43 @@ ValId kn_root(const Func *f, const KnSchedule *s, ValId v) {
   return v;
 }
 
+int kn_single_gemm(const Func *f, const KnSchedule *s, const Inst *in) {
+  if (in->op != IR_MATMUL) return 0;
+  const Type *a = &f->values.data[in->args[0]].type, *b = &f->values.data[in->args[1]].type;
+  const Type *r = &f->values.data[in->res].type;
+  if ((r->dtype != DT_F32 && r->dtype != DT_F64) || r->ndim < 2 || ir_numel(r) == 0) return 0;
+  for (int k = 0; k < 2; k++)
+    if (kn_root(f, s, in->args[k]) != kn_root(f, NULL, in->args[k])) return 0;
+  if (r->ndim == 2) return 1;
+  int64_t ba = 1, bb = 1, br = 1;
+  for (int k = 0; k < a->ndim - 2; k++) ba *= a->dims[k];
+  for (int k = 0; k < b->ndim - 2; k++) bb *= b->dims[k];
+  for (int k = 0; k < r->ndim - 2; k++) br *= r->dims[k];
+  return !in->attr[0] && bb == 1 && ba == br;
+}
+
+/* Whether elementwise instruction in may join KN_GEMM kernel kn as its
+ * epilogue: joins(), it reads the GEMM's result or an epilogue value (not an
+ * unrelated op that happens to have the same shape), and every memory operand
+ * tiles (kn_epilogue_operand). */
+static int joins_epilogue(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
+  if (!joins(f, kn, in, rt)) return 0;
+  int inner = 0;
+  for (int a = 0; a < in->nargs; a++) {
+    const Inst *d = def_of(f, in->args[a]);
+    if (d && d->op == IR_CONST) continue;
+    if (d && (int)(d - f->insts.data) >= kn->first) {
+      inner = 1;
+      continue;
+    }
+    if (kn_epilogue_operand(&f->values.data[in->args[a]].type, &kn->space) < 0) return 0;
+  }
+  return inner;
+}
+
 /* Parameter updates computed in place (PlanHints.update_into): update i
- * (parameter P := value v) where v is a stored result of a KN_ELEM kernel k of
+ * (parameter P := value v) where v is a stored result of a KN_ELEM kernel k (or
+ * a KN_GEMM's epilogue whose GEMM does not read P) of
  * P's shape and dtype, every read of P (or a view of it) is in a kernel before
  * k or in k at v's own element (a same-shaped operand of the elementwise loop,
  * which loads all its inputs of an element before storing any output), and no
@@ -209,7 +254,7 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
     for (int w = 0; w < nv && pv < 0; w++)
       if (f->values.data[w].kind == V_PARAM && f->values.data[w].index == P) pv = w;
     const Type *vt = &f->values.data[v].type;
-    if (kn->kind != KN_ELEM || pv < 0 || !same_shape(vt, &f->values.data[pv].type) ||
+    if ((kn->kind != KN_ELEM && kn->kind != KN_GEMM) || pv < 0 || !same_shape(vt, &f->values.data[pv].type) ||
         vt->dtype != f->values.data[pv].type.dtype)
       continue;
     int ok = 1;
@@ -220,7 +265,8 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
         ValId x = in->args[a];
         if (kn_root(f, s, x) != pv) continue;
         if (s->kernel_of[i] > k) ok = 0;
-        else if (s->kernel_of[i] == k) ok = same_shape(&f->values.data[x].type, &kn->space);
+        else if (s->kernel_of[i] == k)   /* (a KN_GEMM's GEMM reads its operands whole) */
+          ok = same_shape(&f->values.data[x].type, &kn->space) && !(kn->kind == KN_GEMM && i == kn->first);
       }
     }
     for (int o = 0; o < f->outputs.len && ok; o++) ok = kn_root(f, s, f->outputs.data[o]) != pv;
@@ -230,8 +276,9 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
   return into;
 }
 
-KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
+KnSchedule *kn_schedule(const Program *p, const Func *f, int flags) {
   Arena *A = p->arena;
+  const int fuse = flags & KN_FUSE, epilogue = fuse && (flags & KN_EPILOGUE);
   int ni = f->insts.len, nv = f->values.len;
   KnSchedule *s = arena_alloc(A, sizeof *s);
   s->kernel_of = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
@@ -251,7 +298,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         if (!ir_is_view(f, v)) break;
       }
   }
-  int open = -1;   /* the KN_ELEM or KN_ROW kernel instructions may still join, or -1 */
+  int open = -1;   /* the KN_ELEM, KN_ROW or KN_GEMM kernel instructions may still join, or -1 */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     const Type *rt = &f->values.data[in->res].type;
@@ -264,7 +311,9 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     if (fuse && open >= 0) {
       Kernel *kn = &s->kernels.data[open];
       int ok = 0;
-      if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
+      if (kn->kind == KN_GEMM) {
+        ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, kn, in, rt);
+      } else if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
         kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
         ok = 1;
       } else if (ir_ops[in->op].kind == K_ELEM) {
@@ -284,23 +333,31 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
     else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
+    else if (epilogue && kn_single_gemm(f, s, in)) kn.kind = KN_GEMM;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
     s->kernel_of[i] = k;
     /* a view closes the open kernel (kernels are contiguous) */
-    open = (kn.kind == KN_ELEM || kn.kind == KN_ROW) && !(barrier && barrier[in->res]) ? k : -1;
+    open = (kn.kind == KN_ELEM || kn.kind == KN_ROW || kn.kind == KN_GEMM) && !(barrier && barrier[in->res]) ? k : -1;
   }
   /* Which results leave their kernel. */
+  /* The fused instructions: those of KN_ELEM and KN_ROW kernels and a KN_GEMM's
+   * epilogue (its GEMM writes memory). */
+  unsigned char *fusedi = arena_alloc(A, (size_t)(ni ? ni : 1));
+  for (int i = 0; i < ni; i++) {
+    const Kernel *kn = &s->kernels.data[s->kernel_of[i]];
+    fusedi[i] = kn->kind == KN_ELEM || kn->kind == KN_ROW || (kn->kind == KN_GEMM && i != kn->first);
+  }
   unsigned char *used_out = arena_alloc(A, (size_t)(nv ? nv : 1));
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
-    KnKind kind = s->kernels.data[s->kernel_of[i]].kind;
+    if (s->kernels.data[s->kernel_of[i]].kind == KN_GEMM && i == s->kernels.data[s->kernel_of[i]].first)
+      used_out[in->res] = 1;
     for (int a = 0; a < in->nargs; a++) {
       const Inst *d = def_of(f, in->args[a]);
       if (!d) continue;
       int di = (int)(d - f->insts.data);
-      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || s->fold[in->res] ||
-          (kind != KN_ELEM && kind != KN_ROW))
+      if (s->kernel_of[di] != s->kernel_of[i] || ir_is_view(f, in->res) || s->fold[in->res] || !fusedi[i])
         used_out[in->args[a]] = 1;
     }
   }
@@ -352,7 +409,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     Kernel *kn = &s->kernels.data[s->kernel_of[i]];
-    int fused = kn->kind == KN_ELEM || kn->kind == KN_ROW;
+    int fused = fusedi[i];
     if (in->op == IR_CONST) continue;
     if (fused && !used_out[in->res]) nostore[in->res] = 1;
     else if (kn->kind != KN_VIEW) vec_push(A, &kn->outputs, in->res);
@@ -360,6 +417,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       ValId v = in->args[a];
       const Inst *d = def_of(f, v);
       if (is_literal(f, v) || (d && s->kernel_of[d - f->insts.data] == s->kernel_of[i] && fused)) continue;
+      /* (a KN_GEMM epilogue reads its GEMM's result from memory, but within the kernel: no input) */
       int dup = 0;
       for (int j = 0; j < kn->inputs.len; j++) dup |= kn->inputs.data[j] == v;
       if (!dup) vec_push(A, &kn->inputs, v);
@@ -367,11 +425,27 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   }
   /* In place (KN_ELEM): each stored result may take over the bytes of one input
    * of the same shape and element size (read only at the result's own
-   * element); the plan does it when that input dies in this kernel. */
+   * element); the plan does it when that input dies in this kernel. KN_GEMM:
+   * one epilogue result may take over the GEMM's result (each thread reads and
+   * writes only its own block); no other input, which another thread's GEMM
+   * block may still be reading. */
   ValId *inplace = arena_alloc(A, sizeof(ValId) * (size_t)(nv ? nv : 1));
   for (int v = 0; v < nv; v++) inplace[v] = -1;
   for (int k = 0; k < s->kernels.len && fuse; k++) {
     Kernel *kn = &s->kernels.data[k];
+    if (kn->kind == KN_GEMM) {
+      ValId g = f->insts.data[kn->first].res;
+      const Type *gt = &f->values.data[g].type;
+      for (int o = 0; o < kn->outputs.len; o++) {
+        ValId r = kn->outputs.data[o];
+        const Type *rt = &f->values.data[r].type;
+        if (r != g && same_shape(rt, gt) && ir_dtype_size(rt->dtype) == ir_dtype_size(gt->dtype)) {
+          inplace[r] = g;
+          break;
+        }
+      }
+      continue;
+    }
     if (kn->kind != KN_ELEM) continue;
     int nin = kn->inputs.len;
     for (int o = 0; o < kn->outputs.len; o++) {
@@ -406,7 +480,7 @@ static void print_val(FILE *out, const Func *f, ValId v) {
 
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
   char tb[256];
-  static const char *const kind[] = {"elementwise", "row", "op", "view"};
+  static const char *const kind[] = {"elementwise", "row", "op", "view", "gemm with epilogue"};
   fprintf(out, "func %s: %d instructions, %d kernels (%d with code)\n", f->name, f->insts.len, s->kernels.len,
           s->ncode);
   for (int k = 0; k < s->kernels.len; k++) {

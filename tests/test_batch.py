@@ -317,3 +317,18 @@ def test_max_defaults_to_the_example(tmp_path):
     # --max still wins over the example
     ctc_build(py, exe, "--input", "x=f32[N,1,28,28]", "--input", "y=i64[N]", "--max", "N=7")
     assert "any batch from 1 to 7" in run([exe, "info"]).stdout
+
+
+def test_fused_differently_is_an_error_not_a_crash(tmp_path):
+    """Two unrelated elementwise ops of the same shape at N = 10 only (a [10, 48]
+    parameter and an [N, 48] input) fuse at that batch alone: ctc refuses the
+    runtime batch with a located error and exits 1 (it used to free the first
+    trace's text twice on this path)."""
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.p = nn.Parameter(torch.randn(10, 48))\n\n    def forward(self, x):\n"
+           "        a = self.p * 2.0\n        b = x * 3.0\n        return a.sum() + b.sum()\n\n\nmodel = Net()\n")
+    py = tmp_path / "m.py"
+    py.write_text(src)
+    r = run([CTC, "build", str(py), "-o", str(tmp_path / "net"), "--input", "x=f32[N,48]", "--max", "N=10"], check=False)
+    assert r.returncode == 1, r
+    assert "m.py:10:5: error: entry 'forward' is fused differently for N = 10 and N = 11" in r.stderr, r.stderr
