@@ -621,3 +621,97 @@ def test_split_gradient_is_one_concat(tmp_path):
     gw, gb = mod.grads(torch.from_numpy(x))
     compare("weight grad", np.load(tmp_path / "gw.npy"), gw.numpy(), 1e-5, 1e-6)
     compare("bias grad", np.load(tmp_path / "gb.npy"), gb.numpy(), 1e-5, 1e-6)
+
+
+# GEMM epilogues (KN_GEMM): a bias + GELU, a residual that reads the GEMM's own
+# operand (x + x W^T, square W: the epilogue's output must not be planned over x,
+# which the other thread's GEMM block is still reading), a batch folded into the
+# rows ([B, T, C] x W^T), an op whose operand does not tile the GEMM's blocks (a
+# per-row scale: not an epilogue), and the SGD-momentum update of the last
+# weight gradient in its GEMM's epilogue (written into the parameter's bytes).
+# Forward and two train steps against PyTorch.
+EPILOGUES = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 96)
+        self.sq = nn.Linear(96, 96, bias=False)
+        self.out = nn.Linear(96, 10)
+
+    def forward(self, x, s):
+        h = F.gelu(self.fc(x), approximate="tanh")
+        h = h + self.sq(h)
+        h = torch.relu(self.out(h)) * s
+        return h.mean(dim=1)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(x, s, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x, s), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(4, 40, 64), torch.randn(4, 40, 1)),
+                  "train_step": (torch.randn(4, 40, 64), torch.randn(4, 40, 1), torch.randn(4, 10))}
+"""
+
+
+def test_gemm_epilogues(tmp_path):
+    import torch
+    from ctc_testlib import load_module, state_dict_np, st_write
+    blocks = kernels_of(tmp_path, EPILOGUES)
+    fwd = code_kernels(blocks["forward"])
+    gemm = [k for k in fwd if k.startswith("gemm with epilogue")]
+    assert len(gemm) == 3, fwd
+    assert re.search(r"= matmul : f32\[4,40,96\].*\n.*= add \(local\).*\n.*= mul \(local\)", gemm[0]), gemm[0]
+    assert " = add : f32[4,40,96]" in gemm[1] and "%h." in gemm[1], gemm[1]   # the residual, reading x
+    assert " = relu : f32[4,40,10]" in gemm[2] and " = mul " not in gemm[2], gemm[2]   # s is per row: its own loop
+    train = code_kernels(blocks["train_step"])
+    upd = [k for k in train if k.startswith("gemm with epilogue over f32[96,64]") and " = sub " in k]
+    assert len(upd) == 1, train   # fc.weight's gradient, the last one: its GEMM's epilogue is the update
+
+    py = tmp_path / "m.py"
+    py.write_text(EPILOGUES)
+    exe = tmp_path / "net"
+    run([CTC, "build", str(py), "-o", str(exe)])
+    mod = load_module(str(py), "epilogues")
+    torch.manual_seed(1)
+    net = mod.Net()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 40, 64)).astype(np.float32)
+    s = rng.standard_normal((4, 40, 1)).astype(np.float32)
+    y = rng.standard_normal((4, 10)).astype(np.float32)
+    w = tmp_path / "w.safetensors"
+    st_write(str(w), state_dict_np(net))
+    for n, a in (("x", x), ("s", s), ("y", y)):
+        np.save(tmp_path / f"{n}.npy", a)
+    run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+         "--input", str(tmp_path / "s.npy"), "--output", str(tmp_path / "o.npy")])
+    with torch.no_grad():
+        want = net(torch.from_numpy(x), torch.from_numpy(s)).numpy()
+    compare("forward", np.load(tmp_path / "o.npy"), want, 1e-4, 1e-5)
+    saved = tmp_path / "after.safetensors"
+    run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+         "--input", str(tmp_path / "s.npy"), "--input", str(tmp_path / "y.npy"), "--output",
+         str(tmp_path / "loss.npy"), "--save", str(saved), "--repeat", "2"])
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(torch.from_numpy(x), torch.from_numpy(s)), torch.from_numpy(y))
+        loss.backward()
+        opt.step()
+    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-4, 1e-6)
+    got = st_read(str(saved))
+    for k, v in net.state_dict().items():
+        compare(k, got[k], v.numpy(), 1e-4, 1e-6)
