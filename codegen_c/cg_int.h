@@ -109,6 +109,7 @@ typedef struct CgFunc {
   Kernels *k;
   const KnSchedule *s;     /* the entry's kernels (kernels/) */
   Names *ns;               /* the entry's identifiers (locals of fused loops) */
+  int gpu_loops;           /* codegen_cuda: mark every parallel-safe loop CTC_OMP_FOR, whatever its size */
 } CgFunc;
 
 /* Writes instruction i's comment and code into c->out (not for K_ELEM

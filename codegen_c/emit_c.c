@@ -313,7 +313,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   /* Body. */
   Buf body = {0};
-  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns};
+  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns, 0};
   char fid[128];
   cg_ident(fid, sizeof fid, f->name);
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;

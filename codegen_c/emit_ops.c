@@ -21,6 +21,9 @@
 
 /* Loops with fewer elements than this are not worth waking threads for. */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
+/* The elements from which a loop runs in parallel; the CUDA emitter marks every
+ * parallel-safe loop (CgFunc.gpu_loops) and runs it on GPU threads. */
+static int64_t min_work(const CgFunc *c) { return c->gpu_loops ? 2 : OMP_MIN_WORK; }
 /* M*N*K from which a GEMM is split over the threads (ctc_gemm_split in kernels.c) */
 #define GEMM_SPLIT_WORK 262144.0
 #define IDX_CAP 320
@@ -137,7 +140,7 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
   for (int k = 0; k < n; k++) snprintf(var[k], sizeof var[k], n == 1 ? "i" : "i%d", k);
   for (int a = 0; a < na; a++) index_expr(idx[a], n, var, acc[a].off, st[a]);
   int base = c->ind;
-  int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= OMP_MIN_WORK);
+  int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= min_work(c));
   int simd = (omp & NEST_SIMD) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
   if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
@@ -501,7 +504,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   int chunked = column && inner > chunk;
   int base = c->ind;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
-  if (outer_count > 1 && ir_numel(a) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (outer_count > 1 && ir_numel(a) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   for (int k = 0; k < nouter; k++) {
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", kvar[k], kvar[k], (ll)kd[k], kvar[k],
          k == nouter - 1 && !chunked ? " {" : "");
@@ -1155,7 +1158,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
   int base = c->ind;
-  if (NC > 1 && ir_numel(r) * kh * kw >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (NC > 1 && ir_numel(r) * kh * kw >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
   c->ind += 2;
   LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
@@ -1239,7 +1242,7 @@ static void emit_embedding(CgFunc *c, const Inst *in) {
  * its own slice of the result, so the += of overlapping windows never races. */
 static int open_images(CgFunc *c, int64_t NC, int64_t work) {
   int base = c->ind;
-  if (NC > 1 && work >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (NC > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
   c->ind += 2;
   return base;
@@ -1465,7 +1468,7 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   flat_index(yi, sizeof yi, 'i', r);
   flat_index(xi, sizeof xi, 's', x);
   int base = c->ind;
-  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= OMP_MIN_WORK);
+  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= min_work(c));
   const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
   if (in->attr[0] == 0) {
     Buf cond = {0}, val = {0};
@@ -1495,7 +1498,7 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", cg_ref(c, in->res), cg_ctype(r->dtype), (ll)ir_numel(r));
   int base = c->ind;
   int omp = g->ndim > 0 && g->dims[0] > 1 && in->attr[1] == 0 && g->dims[0] == r->dims[0] &&
-            ir_numel(g) >= OMP_MIN_WORK;
+            ir_numel(g) >= min_work(c);
   pad_loops(c, in, r, g, omp);
   LINE(c, "%s[%s] += %s[%s];\n", cg_ref(c, in->res), xi, cg_ref(c, in->args[0]), gi);
   pad_close(c, g->ndim);
@@ -1616,7 +1619,7 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
     weight_table(c, "lw1", t, lw1, OW);
   }
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  if (NC > 1 && ir_numel(big) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (NC > 1 && ir_numel(big) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
   c->ind += 2;
   if (!bwd) {
@@ -1678,7 +1681,7 @@ static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t 
 /* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
 static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
   int base = c->ind;
-  if (outer > 1 && work >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (outer > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)outer);
   LINE(c, "  for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
   c->ind += 4;
@@ -2162,7 +2165,7 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
   }
   int base = c->ind;
   int64_t rows = ir_numel(S) / rowlen;
-  if (u.nout > 0 && S->dims[0] > 1 && ir_numel(S) >= OMP_MIN_WORK) LINE(c, "CTC_OMP_FOR\n");
+  if (u.nout > 0 && S->dims[0] > 1 && ir_numel(S) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   for (int k = 0; k < u.nout; k++) {
     LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == u.nout - 1 ? " {" : "");
     c->ind += 2;

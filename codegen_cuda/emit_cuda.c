@@ -1140,17 +1140,116 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-/* ---- any other instruction: the C target's loop nest as a one-thread kernel ------- */
+/* ---- any other instruction: the C target's loop nest, on GPU threads where it can ---
+ * The C emitter writes the instruction with every parallel-safe loop marked
+ * (CgFunc.gpu_loops: `CTC_OMP_FOR` before the `for`, whatever its size). When
+ * the body is that one marked loop, apart from comments, braces and `static
+ * const` tables (which every thread may run), the loop becomes a grid-stride
+ * loop: its iterations are independent, as for OpenMP's threads. Anything else
+ * (a memset before the loop, several loops in sequence, no marked loop) stays
+ * a one-thread kernel running the C target's loops. */
+
+static int line_is(const char *l, size_t n, const char *w) {
+  while (n && *l == ' ') l++, n--;
+  return n == strlen(w) && !memcmp(l, w, n);
+}
+
+static int spaces_of(const char *l, size_t n) {
+  int i = 0;
+  while ((size_t)i < n && l[i] == ' ') i++;
+  return i;
+}
+
+/* Rewrites body (the lines of one instruction) into a grid-stride loop; the
+ * loop's trip count in *trip. Returns 0, or -1 (body unchanged) if its shape
+ * is not the one above. */
+static int grid_stride(Buf *body, int64_t *trip) {
+  if (!body->s) return -1;
+  const char *ls[4096];
+  size_t ll[4096], k = 0;
+  for (const char *p = body->s; *p && k < 4096;) {
+    const char *e = strchr(p, '\n');
+    ls[k] = p, ll[k++] = e ? (size_t)(e - p) : strlen(p);
+    if (!e) break;
+    p = e + 1;
+  }
+  if (k == 4096) return -1;
+  size_t marker = k, first = 0, last = 0;
+  for (size_t i = 0; i < k; i++) {
+    const char *l = ls[i];
+    size_t n = ll[i];
+    int in0 = spaces_of(l, n);
+    const char *t = l + in0;
+    size_t tn = n - (size_t)in0;
+    if (!tn || (tn >= 4 && !memcmp(t, "/*", 2) && !memcmp(t + tn - 2, "*/", 2)) || line_is(l, n, "{") ||
+        line_is(l, n, "}"))
+      continue;
+    if (tn > 13 && !memcmp(t, "static const ", 13)) {   /* a table: up to the line ending its statement */
+      while (i < k && !(ll[i] && ls[i][ll[i] - 1] == ';')) i++;
+      continue;
+    }
+    if (marker == k && (line_is(l, n, "CTC_OMP_FOR") || line_is(l, n, "CTC_OMP_FOR_SIMD")) && i + 1 < k) {
+      marker = i, first = last = i + 1;
+      const char *f = ls[first];
+      size_t fn = ll[first];
+      int ind = spaces_of(f, fn);
+      if (spaces_of(f, fn) != in0) return -1;
+      if (fn && f[fn - 1] == '{') {
+        while (last + 1 < k && !(spaces_of(ls[last], ll[last]) == ind && ll[last] > (size_t)ind && ls[last][ind] == '}'))
+          last++;
+        if (last == first) return -1;
+      } else {
+        while (last + 1 < k && ll[last + 1] > 0 && spaces_of(ls[last + 1], ll[last + 1]) > ind) last++;
+      }
+      i = last;
+      continue;
+    }
+    return -1;
+  }
+  if (marker == k) return -1;
+  char var[64];
+  long long n = 0;
+  int used = 0;
+  const char *f = ls[first] + spaces_of(ls[first], ll[first]);
+  if (sscanf(f, "for (int64_t %63[a-z0-9_] = 0; %*[a-z0-9_] < %lld; %*[a-z0-9_]++)%n", var, &n, &used) != 2 || !used ||
+      n < 1)
+    return -1;
+  Buf out = {0};
+  for (size_t i = 0; i < k; i++) {
+    if (i == marker) continue;
+    if (i == first) {
+      int rest = (int)(ll[i] - (size_t)(f + used - ls[i]));   /* after the header's ')': " {" or nothing */
+      cg_printf(&out, "%.*sfor (int64_t %s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += "
+                "(int64_t)blockDim.x * gridDim.x)%.*s\n", spaces_of(ls[i], ll[i]), ls[i], var, var, n, var, rest, f + used);
+      continue;
+    }
+    cg_printf(&out, "%.*s\n", (int)ll[i], ls[i]);
+  }
+  cg_buf_free(body);
+  *body = out;
+  *trip = n;
+  return 0;
+}
 
 static void emit_serial(Ent *e, int k, int i) {
   Buf body = {0}, com = {0};
   kbegin(e, &body);
+  e->c.gpu_loops = 1;
   cg_emit_inst(&e->c, i);   /* its comment, then its loops */
-  char kname[200];
+  e->c.gpu_loops = 0;
+  char kname[200], grid[32];
   (void)k;
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  cg_puts(&com, "/* one thread: the C target's loops (not yet parallel on the GPU) */\n");
-  kend(e, kname, com.s, &body, "1", 1, 0);
+  int64_t trip = 0;
+  if (grid_stride(&body, &trip) == 0) {
+    int64_t blocks = (trip + ELEM_BLOCK - 1) / ELEM_BLOCK;
+    snprintf(grid, sizeof grid, "%lld", (ll)(blocks > MAX_GRID ? MAX_GRID : blocks));
+    cg_puts(&com, "/* the C target's loops, the outer one over GPU threads (grid-stride) */\n");
+    kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
+  } else {
+    cg_puts(&com, "/* one thread: the C target's loops (not yet parallel on the GPU) */\n");
+    kend(e, kname, com.s, &body, "1", 1, 0);
+  }
   cg_buf_free(&body);
   cg_buf_free(&com);
 }

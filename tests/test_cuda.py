@@ -29,8 +29,38 @@ def _gpt_tiny():
     return src
 
 
+# The data-movement ops the CUDA emitter runs as the C target's loops, with their
+# outer loop over GPU threads: pad, bilinear upsample, cumsum, argmax, gather, and
+# in the train step their gradients (gather's scatter-add stays on one thread).
+DATAOPS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 8, 8) * 0.5 + 1.0)
+        self.fc = nn.Linear(3 * 20 * 20, 10)
+
+    def forward(self, x):
+        h = F.pad(x * self.w, (1, 1, 2, 0))
+        h = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
+        h = torch.cumsum(h, dim=-1) * 0.05
+        logits = self.fc(h.reshape(h.shape[0], -1))
+        k = torch.argmax(logits, dim=1, keepdim=True)
+        return logits + torch.gather(logits, 1, k) * 0.5
+
+
+def make_model():
+    return Net()
+"""
+
 # name -> (source, forward's input name, x, y)
 MODELS = {
+    "dataops": (lambda: DATAOPS, "x", lambda r: r.standard_normal((4, 3, 8, 8)).astype(np.float32),
+                lambda r: r.integers(0, 10, 4)),
     "mlp": (lambda: open(os.path.join(BENCH, "mlp.py")).read(), "x",
             lambda r: r.standard_normal((8, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 8)),
     "lenet": (lambda: open(os.path.join(BENCH, "lenet.py")).read(), "t",
@@ -64,6 +94,11 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     cu, emu = emulated(tmp_path, path, specs, rt_objects)
     code = cu.read_text()
     assert "__global__" in code and ("cublasSgemm" in code)
+    if name == "dataops":   # the data-movement ops on GPU threads; scatter-add's += may collide: one thread
+        serial = re.findall(r"one thread: .*\n(?:[^\n]*\n)*?    /\* dataops\.py:\d+  (\w+)\(", code)
+        assert serial == ["scatter_add"], serial
+        for op in ("pad(", "upsample(", "cumsum(", "argmax(", "gather("):
+            assert re.search(r"grid-stride\) \*/\n[^\n]*\n(?:  [^\n]*\n)*?    /\* dataops\.py:\d+  " + re.escape(op), code), op
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
     mod = load_module(str(path), "cuda_" + name)
@@ -94,7 +129,7 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
-@pytest.mark.parametrize("name", ["lenet", "gpt_tiny"])
+@pytest.mark.parametrize("name", ["lenet", "gpt_tiny", "dataops"])
 def test_nvcc_compiles_clean(tmp_path, name):
     """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device."""
     path, _, _, specs = _write_model(tmp_path, name)
