@@ -1984,31 +1984,14 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
  * [..., N] as [M, N], operands read at the element (i * N + j), along the last
  * axis (j: a bias) or as scalars. The epilogue is emitted as a KN_ELEM kernel
  * over the instructions after the GEMM, the GEMM's result one of its inputs. */
-static int reads_value(const CgFunc *c, const Kernel *kn, ValId v) {
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *x = &c->f->insts.data[i];
-    for (int a = 0; a < x->nargs; a++)
-      if (x->args[a] == v) return 1;
-  }
-  return 0;
-}
-
 static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   const Inst *mm = &c->f->insts.data[kn->first];
   const Type *a = ty(c, mm->args[0]), *b = ty(c, mm->args[1]), *r = ty(c, mm->res);
   const int ta = (int)mm->attr[0], tb = (int)mm->attr[1];
   const int64_t N = r->dims[r->ndim - 1], M = ir_numel(r) / N, K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
   const char *sfx = cg_dt_suffix(r->dtype);
-  Kernel ep = *kn;   /* the epilogue: the instructions after the GEMM */
-  ep.first = kn->first + 1;
-  memset(&ep.inputs, 0, sizeof ep.inputs);
-  memset(&ep.outputs, 0, sizeof ep.outputs);
-  Arena *A = c->p->arena;
-  for (int j = 0; j < kn->inputs.len; j++)
-    if (reads_value(c, &ep, kn->inputs.data[j])) vec_push(A, &ep.inputs, kn->inputs.data[j]);
-  if (reads_value(c, &ep, mm->res)) vec_push(A, &ep.inputs, mm->res);
-  for (int j = 0; j < kn->outputs.len; j++)
-    if (kn->outputs.data[j] != mm->res) vec_push(A, &ep.outputs, kn->outputs.data[j]);
+  int nops;
+  Kernel ep = kn_epilogue(c->p, c->f, kn, &nops);   /* the instructions after the GEMM */
   int nv = c->f->values.len;
   ElemK u = {&ep, calloc((size_t)nv + 1, sizeof(char *)), malloc(sizeof(int) * ((size_t)nv + 1))};
   CHECK(u.local && u.acc);

@@ -1357,8 +1357,11 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       else emit_row_kernel(&e, kn, k);
       continue;
     }
-    /* KN_OP: its instruction (constants and views have no code) */
-    for (int i = kn->first; i <= kn->last && !rc; i++) {
+    /* KN_OP: its instruction (constants and views have no code); KN_GEMM: the GEMM (cuBLAS),
+     * then its epilogue as an elementwise kernel */
+    int nep = 0;
+    Kernel ep = kn->kind == KN_GEMM ? kn_epilogue(p, f, kn, &nep) : *kn;
+    for (int i = kn->first; i <= (nep ? kn->first : kn->last) && !rc; i++) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST) continue;
       if (ir_is_view(f, in->res) || s->fold[in->res]) {
@@ -1385,6 +1388,19 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       emit_serial(&e, k, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
         BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
+    }
+    if (nep && !rc) {
+      e.c.out = &body, e.c.ref = href, e.c.ind = 2;
+      cg_puts(&body, "\n");
+      Buf com = {0};
+      kernel_comments(&e, &ep, k, &com);
+      for (char *t = com.s; t && *t;) {   /* the same comments at the launch, indented */
+        char *nl = strchr(t, '\n');
+        cg_printf(&body, "  %.*s\n", (int)(nl ? nl - t : (long)strlen(t)), t);
+        t = nl ? nl + 1 : NULL;
+      }
+      cg_buf_free(&com);
+      emit_elem_kernel(&e, &ep, k);
     }
   }
   e.c.ref = href;

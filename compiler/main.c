@@ -1086,10 +1086,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   KnSchedule **scheds[BATCH_NPOINTS];
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
-    /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion.
-     * GEMM epilogues are the C emitter's (the CUDA target calls cuBLAS, then its own kernels). */
-    int cuda_target = o.target && !strcmp(o.target, "cuda");
-    int flags = o.no_fuse || o.anomaly ? 0 : KN_FUSE | (cuda_target ? 0 : KN_EPILOGUE);
+    /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
+    int flags = o.no_fuse || o.anomaly ? 0 : KN_FUSE | KN_EPILOGUE;
     for (int i = 0; i < p->funcs.len; i++) scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], flags);
   }
   KnSchedule **sched = scheds[0];

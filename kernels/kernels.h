@@ -25,7 +25,8 @@
  *            epilogue over that block while it is in cache. Epilogue operands read
  *            from memory are of the result's shape, a row along its last axis (a
  *            bias) or a scalar (kn_epilogue_operand); the GEMM's result is stored,
- *            epilogue values used only inside are locals. C target only (KN_EPILOGUE).
+ *            epilogue values used only inside are locals (KN_EPILOGUE; the CUDA
+ *            emitter runs the epilogue as its own kernel after cuBLAS, kn_epilogue).
  *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
  *            constant: no code. Also a *folded* SLICE or PERMUTE (KnSchedule.fold)
@@ -86,6 +87,12 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int flags);
  * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if
  * none of these (the op cannot join the epilogue). */
 int kn_epilogue_operand(const Type *t, const Type *space);
+/* The epilogue of KN_GEMM kernel kn as a KN_ELEM kernel over the same space:
+ * the instructions after the GEMM, its inputs those they read from memory plus
+ * the GEMM's result, its outputs the kernel's others (what an emitter runs after
+ * each block of the GEMM, or as its own kernel after the GEMM). nops: its
+ * instructions that are not literals (0: no epilogue). Allocates in p->arena. */
+Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops);
 /* Whether a MATMUL is emitted as one GEMM call over its whole result (no
  * folded operand; 2-D, or a batch folded into the rows of a shared 2-D b). */
 int kn_single_gemm(const Func *f, const KnSchedule *s, const Inst *in);

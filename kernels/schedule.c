@@ -212,6 +212,32 @@ int kn_single_gemm(const Func *f, const KnSchedule *s, const Inst *in) {
   return !in->attr[0] && bb == 1 && ba == br;
 }
 
+static int reads_value(const Func *f, int first, int last, ValId v) {
+  for (int i = first; i <= last; i++) {
+    const Inst *x = &f->insts.data[i];
+    for (int a = 0; a < x->nargs; a++)
+      if (x->args[a] == v) return 1;
+  }
+  return 0;
+}
+
+Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops) {
+  Kernel ep = *kn;
+  ValId g = f->insts.data[kn->first].res;
+  ep.kind = KN_ELEM;
+  ep.first = kn->first + 1;
+  memset(&ep.inputs, 0, sizeof ep.inputs);
+  memset(&ep.outputs, 0, sizeof ep.outputs);
+  for (int j = 0; j < kn->inputs.len; j++)
+    if (reads_value(f, ep.first, ep.last, kn->inputs.data[j])) vec_push(p->arena, &ep.inputs, kn->inputs.data[j]);
+  if (reads_value(f, ep.first, ep.last, g)) vec_push(p->arena, &ep.inputs, g);
+  for (int j = 0; j < kn->outputs.len; j++)
+    if (kn->outputs.data[j] != g) vec_push(p->arena, &ep.outputs, kn->outputs.data[j]);
+  *nops = 0;
+  for (int i = ep.first; i <= ep.last; i++) *nops += f->insts.data[i].op != IR_CONST;
+  return ep;
+}
+
 /* Whether elementwise instruction in may join KN_GEMM kernel kn as its
  * epilogue: joins(), it reads the GEMM's result or an epilogue value (not an
  * unrelated op that happens to have the same shape), and every memory operand
