@@ -211,6 +211,7 @@ def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
             compare(f"{name} {entry}: {k} after it vs C", saved["cuda"][k], saved["c"][k], 1e-5, 1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
 def test_inline_models_compile_with_nvcc(tmp_path):
     """The dropout, pooling and one-thread-kernel models: nvcc for sm_80 and sm_90,

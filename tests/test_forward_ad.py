@@ -318,6 +318,7 @@ def test_torch_func_spellings(tmp_path):
             compare(entry, np.load(o), wt.detach().numpy(), 1e-6, 1e-9)
 
 
+@pytest.mark.slow
 def test_hessian_eigenvalue_example():
     """examples/hessian_top_eigenvalue.py: power iteration on compiled hvp on real
     Fashion-MNIST data agrees with the same iteration on PyTorch's hvp."""

@@ -102,6 +102,7 @@ def seeds(name, d):
         shutil.copy(p, d)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HARNESSES)
 def test_fuzz_harness(fuzz_bin, tmp_path, name):
     exe = os.path.join(fuzz_bin, f"fuzz_{name}")

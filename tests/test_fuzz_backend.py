@@ -884,6 +884,7 @@ def asan_ctc():
     return build_asan()
 
 
+@pytest.mark.slow
 def test_asan_build_is_build_ninja_with_sanitizers(asan_ctc):
     """The sanitized build compiles every object build.ninja does, with the sanitizers."""
     text = open(asan_ninja()).read()
@@ -902,6 +903,7 @@ def test_classify():
     assert classify(0, "x.c:1:2: runtime error: signed integer overflow").startswith("bad")
     assert classify(1, "m.py:3:5: error: x\n==1==ERROR: AddressSanitizer: heap-buffer-overflow").startswith("bad")
 
+@pytest.mark.slow
 def test_arena_guard_catches_an_access_past_a_tensor(asan_ctc, tmp_path):
     """guard_arena makes an out-of-tensor access inside the arena a report: the
     generated MLP with one loop bound made one too large."""
@@ -958,6 +960,7 @@ example_inputs = {"forward": (torch.randn(3, 6),), "grads": (torch.randn(3, 6), 
 """
 
 
+@pytest.mark.slow
 def test_linear_of_a_double_input(asan_ctc, tmp_path):
     """Found by the fuzz: a linear layer on an f64 input (x is cast to the weight's
     dtype) declared an f64 result for an f32 GEMM (wrong code in forward, an
@@ -992,6 +995,7 @@ def test_mutators_are_deterministic_and_change_the_source():
     ops = {op for _, o in mutants_for(seed, 80, 6) for op in o}
     assert {"name_swap", "int_literal", "suffix", "binop_swap", "drop_arg", "shape"} <= ops, ops
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [os.path.basename(p) for p in seed_files()])
 def test_seed_compiles_and_runs_clean(asan_ctc, tmp_path, seed):
     """Each seed compiles with exit 0 under the sanitizers, its program, built with
@@ -1008,6 +1012,7 @@ def test_seed_compiles_and_runs_clean(asan_ctc, tmp_path, seed):
         assert not bad and compared >= 1, (bad, skipped)
         assert not [s for s in skipped if "torch" in s], skipped
 
+@pytest.mark.slow
 def test_mutants_never_crash_and_mostly_reach_codegen(asan_ctc, tmp_path):
     """Mutants of every seed: never a sanitizer report, signal, exit 2/3 or timeout;
     a good share compiles through staging, AD, planning and codegen (exit 0), and

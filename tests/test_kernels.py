@@ -229,7 +229,8 @@ def _spec(name, a):
     return f"{name}={dt}[{','.join(map(str, a.shape))}]"
 
 
-@pytest.mark.parametrize("case", BENCH_CASES, ids=[c[0] for c in BENCH_CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c[0] == "gpt.py" else c
+                                  for c in BENCH_CASES], ids=[c[0] for c in BENCH_CASES])
 def test_fused_matches_unfused(tmp_path, case):
     """Forward and one SGD-momentum train step: fused and unfused programs agree
     (outputs, loss and the updated parameters) within 1e-6."""

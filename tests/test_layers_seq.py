@@ -238,6 +238,7 @@ example_inputs = {"forward": (torch.zeros(3, 8),), "train_step": (torch.zeros(3,
 """
 
 
+@pytest.mark.slow
 def test_time_sequence_prediction_style(tmp_path):
     path = tmp_path / "tsp.py"
     path.write_text(TIME_SEQ)
@@ -591,6 +592,7 @@ example_inputs = {"forward": (torch.randn(2, 4, 3),), "vjp": (torch.randn(2, 4, 
 """
 
 
+@pytest.mark.slow
 def test_recurrent_vjp_and_jvp(tmp_path):
     path = tmp_path / "grads.py"
     path.write_text(GRADS)

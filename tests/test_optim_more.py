@@ -296,7 +296,7 @@ LBFGS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", [pytest.param("float64", marks=pytest.mark.slow), "float32"])
 def test_lbfgs(tmp_path, dtype):
     """optimizer.step(closure) with LBFGS (line_search_fn=None): the closure
     (zero_grad, forward, backward) is inlined once per iteration; max_iter,

@@ -632,6 +632,7 @@ example_inputs = {
 '''
 
 
+@pytest.mark.slow
 def test_nanogpt_train_step(tmp_path):
     """A small GPT in nanoGPT's style (ModuleDict transformer, tied lm_head,
     causal attention with a mask buffer, configure_optimizers from

@@ -497,6 +497,7 @@ def test_recurrent_lm_tuple_state(tmp_path, kind):
         compare(kind, g, w.numpy(), RTOL, ATOL)
 
 
+@pytest.mark.slow
 def test_transformer_subclass_and_seq2seq(tmp_path):
     """class AttentionLM(nn.Transformer): super().__init__ builds encoder and decoder,
     the subclass replaces decoder, caches its causal mask on self in forward;
