@@ -86,6 +86,24 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
+/* ---- cg_util.c: emitted C read back as lines (prof_c.c, codegen_cuda) ---------- */
+
+typedef struct CgLines {
+  const char **s;   /* each line's start (pointers into the text) */
+  size_t *n;        /* its length without the '\n' */
+  size_t len;
+} CgLines;
+/* Splits text into lines; free with cg_lines_free. */
+void cg_lines(const char *text, CgLines *l);
+void cg_lines_free(CgLines *l);
+/* Leading spaces of line s[0..n); whether the line without them is exactly word. */
+int cg_line_indent(const char *s, size_t n);
+int cg_line_is(const char *s, size_t n, const char *word);
+/* The last line of the statement starting at line `first` (a `for` header, as the
+ * emitters lay it out): its braced block up to the `}` at its indentation when the
+ * line ends with '{' (before a trailing comment), else the more-indented lines after it. */
+size_t cg_stmt_last(const CgLines *l, size_t first);
+
 /* ---- prof_c.c ------------------------------------------------------------ */
 
 /* --profile: rewrites the parallel loops (CTC_OMP_FOR) in b's text from `from` on

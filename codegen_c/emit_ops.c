@@ -1943,6 +1943,24 @@ static void elemk_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   }
 }
 
+/* The locals of an elementwise kernel's body: `<name>_e` for each input loaded
+ * at the element, the value's own name for a kernel-local value (no pointer),
+ * `<name>_v` for a stored one. */
+static void elemk_names(CgFunc *c, const Kernel *kn, ElemK *u) {
+  for (int j = 0; j < kn->inputs.len; j++) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
+    u->local[kn->inputs.data[j]] = cg_name(c->ns, hint);
+  }
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    char hint[160];
+    if (c->fp->loc[in->res].base == LOC_LOCAL) u->local[in->res] = c->cname[in->res];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u->local[in->res] = cg_name(c->ns, hint);
+  }
+}
+
 static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
   const Type *S = &kn->space;
   int nv = c->f->values.len, na = 0;
@@ -1958,19 +1976,7 @@ static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
     bcast_strides(ty(c, kn->inputs.data[j]), S, acc[na].st);
     u.acc[kn->inputs.data[j]] = na++;
   }
-  for (int j = 0; j < kn->inputs.len; j++) {
-    char hint[160];
-    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
-    u.local[kn->inputs.data[j]] = cg_name(c->ns, hint);
-  }
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &c->f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    char hint[160];
-    /* a kernel-local value has no pointer: its local takes the value's name */
-    if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
-    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
-  }
+  elemk_names(c, kn, &u);
   nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, NEST_OMP | NEST_SIMD, 1);
   free(u.local);
   free(u.acc);
@@ -2001,17 +2007,8 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
     ValId v = ep.inputs.data[j];
     u.acc[v] = kn_epilogue_operand(ty(c, v), &kn->space);
     CHECK(u.acc[v] >= 0);
-    char hint[160];
-    snprintf(hint, sizeof hint, "%s_e", c->cname[v]);
-    u.local[v] = cg_name(c->ns, hint);
   }
-  for (int i = ep.first; i <= ep.last; i++) {
-    const Inst *in = &c->f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    char hint[160];
-    if (c->fp->loc[in->res].base == LOC_LOCAL) u.local[in->res] = c->cname[in->res];
-    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u.local[in->res] = cg_name(c->ns, hint);
-  }
+  elemk_names(c, &ep, &u);
   char idx[3][IDX_CAP];
   snprintf(idx[0], IDX_CAP, "i * %lld + j", (ll)N);
   snprintf(idx[1], IDX_CAP, "j");
@@ -2253,8 +2250,8 @@ static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
 
 void cg_emit_kernel(CgFunc *c, int k) {
   const Kernel *kn = &c->s->kernels.data[k];
-  int nep = 0;   /* a KN_GEMM's epilogue ops */
-  for (int i = kn->first + 1; i <= kn->last && kn->kind == KN_GEMM; i++) nep += c->f->insts.data[i].op != IR_CONST;
+  int nep = 0;   /* a KN_GEMM's epilogue ops (none: a plain GEMM) */
+  if (kn->kind == KN_GEMM) kn_epilogue(c->p, c->f, kn, &nep);
   if (kn->kind != KN_ELEM && kn->kind != KN_ROW && !nep) {
     for (int i = kn->first; i <= kn->last; i++) cg_emit_inst(c, i);
     return;

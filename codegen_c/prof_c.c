@@ -15,63 +15,27 @@
 #include <string.h>
 #include "cg_int.h"
 
-static int indent_of(const char *line, size_t len) {
-  int n = 0;
-  while ((size_t)n < len && line[n] == ' ') n++;
-  return n;
-}
-
-/* Whether line (without its indentation) is exactly `word`. */
-static int is_line(const char *line, size_t len, const char *word) {
-  int i = indent_of(line, len);
-  size_t w = strlen(word);
-  return len - (size_t)i == w && !memcmp(line + i, word, w);
-}
-
 void cg_prof_threads(Buf *b, size_t from, const char *site) {
   if (!b->s || from >= b->len) return;
   /* the kernel's lines */
-  size_t n = b->len - from, nl = 0;
+  size_t n = b->len - from;
   char *text = malloc(n + 1);
   CHECK(text != NULL);
   memcpy(text, b->s + from, n);
   text[n] = 0;
-  for (size_t i = 0; i < n; i++) nl += text[i] == '\n';
-  const char **ls = malloc(sizeof *ls * (nl + 1));
-  size_t *ll = malloc(sizeof *ll * (nl + 1));
-  CHECK(ls && ll);
-  size_t k = 0;
-  for (char *p = text; *p && k < nl + 1;) {
-    char *e = strchr(p, '\n');
-    ls[k] = p;
-    ll[k++] = e ? (size_t)(e - p) : strlen(p);
-    if (!e) break;
-    p = e + 1;
-  }
+  CgLines L;
+  cg_lines(text, &L);
+  const char **ls = L.s;
+  const size_t *ll = L.n, k = L.len;
   Buf out = {0};
   for (size_t i = 0; i < k; i++) {
-    int simd = is_line(ls[i], ll[i], "CTC_OMP_FOR_SIMD"), region = is_line(ls[i], ll[i], "CTC_OMP_PARALLEL");
-    if (!(simd || region || is_line(ls[i], ll[i], "CTC_OMP_FOR")) || i + 1 >= k) {
+    int simd = cg_line_is(ls[i], ll[i], "CTC_OMP_FOR_SIMD"), region = cg_line_is(ls[i], ll[i], "CTC_OMP_PARALLEL");
+    if (!(simd || region || cg_line_is(ls[i], ll[i], "CTC_OMP_FOR")) || i + 1 >= k) {
       cg_printf(&out, "%.*s\n", (int)ll[i], ls[i]);
       continue;
     }
-    int ind = indent_of(ls[i], ll[i]);
-    size_t first = i + 1, last = first;
-    /* braced: the line ends with '{' (before a trailing comment) */
-    size_t e = ll[first];
-    if (e >= 2 && ls[first][e - 1] == '/' && ls[first][e - 2] == '*')
-      for (size_t q = 0; q + 1 < e; q++)
-        if (ls[first][q] == '/' && ls[first][q + 1] == '*') {
-          e = q;
-          break;
-        }
-    while (e > 0 && ls[first][e - 1] == ' ') e--;
-    int braced = e > 0 && ls[first][e - 1] == '{';
-    if (braced) {
-      while (last + 1 < k && !(indent_of(ls[last], ll[last]) == ind && ls[last][ind] == '}')) last++;
-    } else {
-      while (last + 1 < k && ll[last + 1] > 0 && indent_of(ls[last + 1], ll[last + 1]) > ind) last++;
-    }
+    int ind = cg_line_indent(ls[i], ll[i]);
+    size_t first = i + 1, last = cg_stmt_last(&L, first);
     /* the statement found must be whole: its braces (outside comments) balance */
     int depth = 0, comment = 0;
     for (size_t j = first; j <= last; j++)
@@ -97,8 +61,7 @@ void cg_prof_threads(Buf *b, size_t from, const char *site) {
   if (b->s) b->s[from] = 0;
   if (out.s) cg_puts(b, out.s);
   cg_buf_free(&out);
-  free(ls);
-  free(ll);
+  cg_lines_free(&L);
   free(text);
 }
 

@@ -212,6 +212,18 @@ static void flat_index(char *out, size_t cap, const Type *S, const int64_t *st, 
   if (!n) snprintf(out, cap, "0");
 }
 
+/* The kernel's comments again at its launch in the host code, indented. */
+static void launch_comments(Ent *e, const Kernel *kn, int k, Buf *body) {
+  Buf com = {0};
+  kernel_comments(e, kn, k, &com);
+  for (char *t = com.s; t && *t;) {
+    char *nl = strchr(t, '\n');
+    cg_printf(body, "  %.*s\n", (int)(nl ? nl - t : (long)strlen(t)), t);
+    t = nl ? nl + 1 : NULL;
+  }
+  cg_buf_free(&com);
+}
+
 /* ---- KN_ELEM: a grid-stride loop ---------------------------------------------- */
 
 static int in_kernel(const Func *f, const Kernel *kn, ValId v) {
@@ -1149,82 +1161,52 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
  * (a memset before the loop, several loops in sequence, no marked loop) stays
  * a one-thread kernel running the C target's loops. */
 
-static int line_is(const char *l, size_t n, const char *w) {
-  while (n && *l == ' ') l++, n--;
-  return n == strlen(w) && !memcmp(l, w, n);
-}
-
-static int spaces_of(const char *l, size_t n) {
-  int i = 0;
-  while ((size_t)i < n && l[i] == ' ') i++;
-  return i;
-}
-
 /* Rewrites body (the lines of one instruction) into a grid-stride loop; the
  * loop's trip count in *trip. Returns 0, or -1 (body unchanged) if its shape
  * is not the one above. */
 static int grid_stride(Buf *body, int64_t *trip) {
   if (!body->s) return -1;
-  const char *ls[4096];
-  size_t ll[4096], k = 0;
-  for (const char *p = body->s; *p && k < 4096;) {
-    const char *e = strchr(p, '\n');
-    ls[k] = p, ll[k++] = e ? (size_t)(e - p) : strlen(p);
-    if (!e) break;
-    p = e + 1;
-  }
-  if (k == 4096) return -1;
-  size_t marker = k, first = 0, last = 0;
-  for (size_t i = 0; i < k; i++) {
-    const char *l = ls[i];
-    size_t n = ll[i];
-    int in0 = spaces_of(l, n);
-    const char *t = l + in0;
-    size_t tn = n - (size_t)in0;
-    if (!tn || (tn >= 4 && !memcmp(t, "/*", 2) && !memcmp(t + tn - 2, "*/", 2)) || line_is(l, n, "{") ||
-        line_is(l, n, "}"))
+  CgLines L;
+  cg_lines(body->s, &L);
+  size_t marker = L.len, first = 0;
+  int ok = 1;
+  for (size_t i = 0; i < L.len && ok; i++) {
+    const char *l = L.s[i];
+    size_t n = L.n[i];
+    const char *t = l + cg_line_indent(l, n);
+    size_t tn = n - (size_t)(t - l);
+    if (!tn || (tn >= 4 && !memcmp(t, "/*", 2) && !memcmp(t + tn - 2, "*/", 2)) || cg_line_is(l, n, "{") ||
+        cg_line_is(l, n, "}"))
       continue;
     if (tn > 13 && !memcmp(t, "static const ", 13)) {   /* a table: up to the line ending its statement */
-      while (i < k && !(ll[i] && ls[i][ll[i] - 1] == ';')) i++;
+      while (i < L.len && !(L.n[i] && L.s[i][L.n[i] - 1] == ';')) i++;
       continue;
     }
-    if (marker == k && (line_is(l, n, "CTC_OMP_FOR") || line_is(l, n, "CTC_OMP_FOR_SIMD")) && i + 1 < k) {
-      marker = i, first = last = i + 1;
-      const char *f = ls[first];
-      size_t fn = ll[first];
-      int ind = spaces_of(f, fn);
-      if (spaces_of(f, fn) != in0) return -1;
-      if (fn && f[fn - 1] == '{') {
-        while (last + 1 < k && !(spaces_of(ls[last], ll[last]) == ind && ll[last] > (size_t)ind && ls[last][ind] == '}'))
-          last++;
-        if (last == first) return -1;
-      } else {
-        while (last + 1 < k && ll[last + 1] > 0 && spaces_of(ls[last + 1], ll[last + 1]) > ind) last++;
-      }
-      i = last;
-      continue;
-    }
-    return -1;
+    ok = marker == L.len && (cg_line_is(l, n, "CTC_OMP_FOR") || cg_line_is(l, n, "CTC_OMP_FOR_SIMD")) &&
+         i + 1 < L.len && cg_line_indent(L.s[i + 1], L.n[i + 1]) == cg_line_indent(l, n);
+    if (ok) marker = i, first = i + 1, i = cg_stmt_last(&L, first);
   }
-  if (marker == k) return -1;
   char var[64];
   long long n = 0;
   int used = 0;
-  const char *f = ls[first] + spaces_of(ls[first], ll[first]);
-  if (sscanf(f, "for (int64_t %63[a-z0-9_] = 0; %*[a-z0-9_] < %lld; %*[a-z0-9_]++)%n", var, &n, &used) != 2 || !used ||
-      n < 1)
+  const char *f = ok && marker < L.len ? L.s[first] + cg_line_indent(L.s[first], L.n[first]) : NULL;
+  if (!f || sscanf(f, "for (int64_t %63[a-z0-9_] = 0; %*[a-z0-9_] < %lld; %*[a-z0-9_]++)%n", var, &n, &used) != 2 ||
+      !used || n < 1) {
+    cg_lines_free(&L);
     return -1;
+  }
   Buf out = {0};
-  for (size_t i = 0; i < k; i++) {
+  for (size_t i = 0; i < L.len; i++) {
     if (i == marker) continue;
     if (i == first) {
-      int rest = (int)(ll[i] - (size_t)(f + used - ls[i]));   /* after the header's ')': " {" or nothing */
+      int rest = (int)(L.n[i] - (size_t)(f + used - L.s[i]));   /* after the header's ')': " {" or nothing */
       cg_printf(&out, "%.*sfor (int64_t %s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += "
-                "(int64_t)blockDim.x * gridDim.x)%.*s\n", spaces_of(ls[i], ll[i]), ls[i], var, var, n, var, rest, f + used);
+                "(int64_t)blockDim.x * gridDim.x)%.*s\n", (int)(f - L.s[i]), L.s[i], var, var, n, var, rest, f + used);
       continue;
     }
-    cg_printf(&out, "%.*s\n", (int)ll[i], ls[i]);
+    cg_printf(&out, "%.*s\n", (int)L.n[i], L.s[i]);
   }
+  cg_lines_free(&L);
   cg_buf_free(body);
   *body = out;
   *trip = n;
@@ -1345,14 +1327,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     }
     if (body.len) cg_puts(&body, "\n");
     if (kn->kind == KN_ELEM || kn->kind == KN_ROW) {
-      Buf com = {0};
-      kernel_comments(&e, kn, k, &com);
-      for (char *t = com.s; t && *t;) {   /* the same comments at the launch, indented */
-        char *nl = strchr(t, '\n');
-        cg_printf(&body, "  %.*s\n", (int)(nl ? nl - t : (long)strlen(t)), t);
-        t = nl ? nl + 1 : NULL;
-      }
-      cg_buf_free(&com);
+      launch_comments(&e, kn, k, &body);
       if (kn->kind == KN_ELEM) emit_elem_kernel(&e, kn, k);
       else emit_row_kernel(&e, kn, k);
       continue;
@@ -1392,14 +1367,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     if (nep && !rc) {
       e.c.out = &body, e.c.ref = href, e.c.ind = 2;
       cg_puts(&body, "\n");
-      Buf com = {0};
-      kernel_comments(&e, &ep, k, &com);
-      for (char *t = com.s; t && *t;) {   /* the same comments at the launch, indented */
-        char *nl = strchr(t, '\n');
-        cg_printf(&body, "  %.*s\n", (int)(nl ? nl - t : (long)strlen(t)), t);
-        t = nl ? nl + 1 : NULL;
-      }
-      cg_buf_free(&com);
+      launch_comments(&e, &ep, k, &body);
       emit_elem_kernel(&e, &ep, k);
     }
   }

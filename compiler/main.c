@@ -1087,8 +1087,8 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
     /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
-    int flags = o.no_fuse || o.anomaly ? 0 : KN_FUSE | KN_EPILOGUE;
-    for (int i = 0; i < p->funcs.len; i++) scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], flags);
+    for (int i = 0; i < p->funcs.len; i++)
+      scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse && !o.anomaly);
   }
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (p && !d.nerrors) {
       for (int i = 0; i < p->funcs.len; i++) ir_pass_dce(p, p->funcs.data[i]);
       PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
-      for (int i = 0; i < p->funcs.len; i++) hints[i] = kn_schedule(p, p->funcs.data[i], KN_FUSE | KN_EPILOGUE)->hints;
+      for (int i = 0; i < p->funcs.len; i++) hints[i] = kn_schedule(p, p->funcs.data[i], 1)->hints;
       MemPlan *plan = ir_plan_memory_hints(p, hints);
       if (!plan->error && ir_plan_check(p, plan, devnull ? devnull : stderr) < 0) BUG("invalid memory plan");
     }

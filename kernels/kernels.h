@@ -25,8 +25,8 @@
  *            epilogue over that block while it is in cache. Epilogue operands read
  *            from memory are of the result's shape, a row along its last axis (a
  *            bias) or a scalar (kn_epilogue_operand); the GEMM's result is stored,
- *            epilogue values used only inside are locals (KN_EPILOGUE; the CUDA
- *            emitter runs the epilogue as its own kernel after cuBLAS, kn_epilogue).
+ *            epilogue values used only inside are locals (the CUDA emitter runs
+ *            the epilogue as its own kernel after cuBLAS: kn_epilogue).
  *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
  *            constant: no code. Also a *folded* SLICE or PERMUTE (KnSchedule.fold)
@@ -50,9 +50,6 @@
 
 typedef enum KnKind { KN_ELEM, KN_ROW, KN_OP, KN_VIEW, KN_GEMM } KnKind;
 
-/* kn_schedule flags */
-enum { KN_FUSE = 1, KN_EPILOGUE = 2 };
-
 /* Largest per-row array (bytes) a KN_ROW loop body keeps on the stack. */
 #define KN_MAX_ROWBUF 16384
 
@@ -75,13 +72,12 @@ typedef struct KnSchedule {
                           (no code, no storage: a view of its operand, PlanHints.strided) */
   PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,
                           inplace = per KN_ELEM result an input of its shape whose bytes it may take */
-  int ncode;           /* kernels that emit code (KN_ELEM + KN_OP) */
+  int ncode;           /* kernels that emit code (all but KN_VIEW) */
 } KnSchedule;
 
-/* Partitions f's instructions. flags: KN_FUSE (else one kernel per instruction:
- * the unfused reference, `ctc --no-fuse`), KN_EPILOGUE (with KN_FUSE: KN_GEMM
- * kernels; the C target). Allocates in p->arena. */
-KnSchedule *kn_schedule(const Program *p, const Func *f, int flags);
+/* Partitions f's instructions; fuse = 0 gives one kernel per instruction
+ * (the unfused reference, `ctc --no-fuse`). Allocates in p->arena. */
+KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
 /* How a KN_GEMM epilogue reads a memory operand of type t over the GEMM's
  * result `space` viewed as [M, N] (N its last axis): 0 at the same element,
  * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if

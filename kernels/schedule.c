@@ -302,9 +302,8 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
   return into;
 }
 
-KnSchedule *kn_schedule(const Program *p, const Func *f, int flags) {
+KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   Arena *A = p->arena;
-  const int fuse = flags & KN_FUSE, epilogue = fuse && (flags & KN_EPILOGUE);
   int ni = f->insts.len, nv = f->values.len;
   KnSchedule *s = arena_alloc(A, sizeof *s);
   s->kernel_of = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
@@ -359,7 +358,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int flags) {
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
     else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
-    else if (epilogue && kn_single_gemm(f, s, in)) kn.kind = KN_GEMM;
+    else if (fuse && kn_single_gemm(f, s, in)) kn.kind = KN_GEMM;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
     s->kernel_of[i] = k;
