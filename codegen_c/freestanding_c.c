@@ -172,10 +172,11 @@ enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 /* ---- OpenMP and BLAS conditionals --------------------------------------------------------- */
 
 static int is_off_macro(const char *s, size_t n) {
-  return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14));
+  return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14)) ||
+         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16));   /* kernels.c leaves that GEMM out (Kernels.portable) */
 }
 
-/* The value of a conditional directive with _OPENMP and CTC_HAVE_CBLAS undefined: 1, 0, or -1 when
+/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS and CTC_GEMM_AVX512_* undefined: 1, 0, or -1 when
  * it depends on something else. */
 static int cond_value(const char *line) {
   const char *s = line + 1;
