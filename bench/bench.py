@@ -250,7 +250,9 @@ def main():
     tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile()
     env = torch_env(a.threads)
     print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
-          f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}; "
+          f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')} "
+          f"({'from the environment' if os.environ.get('OPENBLAS_CORETYPE') else 'from the CPU flags'}; "
+          f"the CPU's choice: {openblas_coretype() or 'none'}); "
           f"torch.compile: {tc_version or 'skipped (' + why + ')'}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctc_bench_") as d:

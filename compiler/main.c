@@ -16,10 +16,12 @@
 #include "../kernels/kernels.h"
 #include "../lowering/lowering.h"
 #include "batch.h"
+#include "build.h"
 #include "convert.h"
 #include "embed.h"
-#include "validate.h"
+#include "opts.h"
 #include "quantize.h"
+#include "validate.h"
 
 #define CTC_VERSION "0.1.0"
 
@@ -114,22 +116,6 @@ static const char *usage =
     "\n"
     "exit status: 0 success, 1 error in the model or the command line, 2 I/O error or the C\n"
     "compiler failed, 3 internal error (a bug in ctc)\n";
-
-typedef struct Opts {
-  const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
-  int validate;               /* --validate (validate.h) */
-  int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
-  int freestanding, no_libm;  /* --freestanding, --no-libm */
-  const char *embed;          /* --embed-weights W */
-  const char *quantize, *calibrate, *weights;   /* --quantize int8 --calibrate X.npy --weights W */
-  LowerOptions lower;
-  Vec(InputSpec) inputs;      /* --input, repeatable (no fixed limit) */
-  Vec(const char *) entries;  /* --entry, repeatable */
-  Vec(const char *) dump_before, dump_after; /* pass names, or "all" */
-  const char *max_name;       /* --max NAME=M */
-  int64_t max_value;
-} Opts;
 
 static double now_ms(void) {
   struct timespec ts;
@@ -484,6 +470,12 @@ static FILE *open_out(Diag *d, const char *path) {
 }
 
 /* OUT.c -> OUT.h ; OUT.cu -> OUT.h ; anything else -> anything.h */
+/* --shared / --python: the generated sources' path without ".so" (libmlp.so -> libmlp). */
+static const char *lib_stem(Arena *a, const char *out) {
+  size_t n = strlen(out);
+  return n > 3 && !strcmp(out + n - 3, ".so") ? arena_strndup(a, out, n - 3) : out;
+}
+
 static const char *header_path(Arena *a, const char *c_path) {
   size_t n = strlen(c_path);
   if (n > 2 && !strcmp(c_path + n - 2, ".c")) return arena_printf(a, "%.*s.h", (int)(n - 2), c_path);
@@ -533,182 +525,6 @@ static int write_c(Arena *a, Diag *d, const char *c_text, const char *h_text, co
     diag_plain(d, "cannot write '%s': %s (the previous file, if any, is unchanged)", bad->path, strerror(err));
     return CTC_EXIT_IO;
   }
-  return 0;
-}
-
-static int run_cmd(char *const argv[]) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* Where the runtime sources are: $CTC_RUNTIME_DIR, else <dir of ctc>/../runtime_min. */
-static const char *runtime_dir(Arena *a) {
-  const char *env = getenv("CTC_RUNTIME_DIR");
-  if (env && *env) return env;
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return "runtime_min";
-  exe[n] = 0;
-  return arena_printf(a, "%s/../runtime_min", dirname(exe));
-}
-
-/* Does `cc` link a program against OpenBLAS's cblas? */
-static int have_openblas(Arena *a, const char *cc, const char *dir) {
-  const char *src = arena_printf(a, "%s/.ctc_blas_probe_%d.c", dir, (int)getpid());
-  const char *bin = arena_printf(a, "%s/.ctc_blas_probe_%d", dir, (int)getpid());
-  FILE *f = fopen(src, "w");
-  if (!f) return 0;
-  fputs("#include <cblas.h>\nint main(void){float a=1,b=1,c=0;"
-        "cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c!=1;}\n", f);
-  fclose(f);
-  pid_t pid = fork();
-  int ok = 0;
-  if (pid == 0) {
-    freopen("/dev/null", "w", stderr);
-    execlp(cc, cc, src, "-o", bin, "-lopenblas", (char *)NULL);
-    _exit(127);
-  } else if (pid > 0) {
-    int st;
-    waitpid(pid, &st, 0);
-    ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  }
-  remove(src);
-  remove(bin);
-  return ok;
-}
-
-/* --shared / --python: the generated sources' path without ".so" (libmlp.so -> libmlp). */
-static const char *lib_stem(Arena *a, const char *out) {
-  size_t n = strlen(out);
-  return n > 3 && !strcmp(out + n - 3, ".so") ? arena_strndup(a, out, n - 3) : out;
-}
-
-/* --python: the include folder and extension suffix of the interpreter the module is for
- * ($PYTHON, else python3 on PATH). 0, or -1 after a diagnostic. */
-static int python_config(Arena *a, Diag *d, const char **inc, const char **suffix) {
-  FILE *f = popen("\"${PYTHON:-python3}\" -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"]); "
-                  "print(sysconfig.get_config_var(\"EXT_SUFFIX\") or \".so\")' 2>/dev/null", "r");
-  char l1[PATH_MAX] = "", l2[256] = "";
-  int ok = f && fgets(l1, sizeof l1, f) && fgets(l2, sizeof l2, f);
-  int st = f ? pclose(f) : -1;
-  l1[strcspn(l1, "\n")] = 0;
-  l2[strcspn(l2, "\n")] = 0;
-  const char *py = getenv("PYTHON") && *getenv("PYTHON") ? getenv("PYTHON") : "python3";
-  if (!ok || st != 0 || !*l1) {
-    diag_plain(d, "--python: cannot ask '%s' for its include folder (set PYTHON to the interpreter the module is for)", py);
-    return -1;
-  }
-  char h[PATH_MAX + 16];
-  snprintf(h, sizeof h, "%s/Python.h", l1);
-  if (access(h, R_OK) != 0) {
-    diag_plain(d, "--python: '%s' not found: the module needs the Python headers of '%s' (Debian: python3-dev)", h, py);
-    return -1;
-  }
-  *inc = arena_strdup(a, l1);
-  *suffix = arena_strdup(a, l2);
-  return 0;
-}
-
-static int build_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed, const char *prefix) {
-  const char *cc = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
-  /* distributed builds: the MPI compiler wrapper around the same compiler, and rt_mpi.c */
-  const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
-  if (distributed) {
-    if (o->cc || (getenv("CC") && *getenv("CC"))) {   /* the wrapper runs the compiler asked for */
-      setenv("OMPI_CC", cc, 1);
-      setenv("MPICH_CC", cc, 1);
-    }
-    cc = mpicc;
-  }
-  const char *rt = runtime_dir(a);
-  char *outdup = arena_strdup(a, o->out);
-  const char *outdir = dirname(outdup);
-  int blas = !o->no_blas && have_openblas(a, cc, outdir);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_mpi.c"};
-  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
-  /* --shared / --python: a library of model.c and the runtime, position independent, without main() */
-  const char *out = o->out, *py_inc = NULL, *py_mod = NULL;
-  if (o->python) {
-    const char *suffix;
-    if (python_config(a, d, &py_inc, &suffix) < 0) return CTC_EXIT_USER;
-    size_t len = strlen(o->out);
-    if (!(len > 3 && !strcmp(o->out + len - 3, ".so"))) out = arena_printf(a, "%s%s", o->out, suffix);
-    char *base = arena_strdup(a, o->out), *b = basename(base);
-    b[strcspn(b, ".")] = 0;   /* the module's name: mlp.cpython-311-x86_64-linux-gnu.so -> mlp */
-    int ident = *b && !(*b >= '0' && *b <= '9');
-    for (const char *q = b; *q; q++) ident &= *q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
-                                              (*q >= '0' && *q <= '9');
-    if (!ident) {
-      diag_plain(d, "--python -o %s: the module name '%s' is not a Python identifier", o->out, b);
-      return CTC_EXIT_USER;
-    }
-    py_mod = b;
-    const char *src = arena_printf(a, "%s/python/ctc_pymodule.c", rt);
-    if (access(src, R_OK) != 0) {
-      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", src);
-      return CTC_EXIT_IO;
-    }
-  }
-  char *argv[56];
-  int n = 0;
-  argv[n++] = (char *)cc;
-  argv[n++] = "-std=c11";
-  argv[n++] = "-O3";
-  argv[n++] = "-march=native";
-  argv[n++] = "-D_POSIX_C_SOURCE=200809L";
-  if (o->shared || o->python) {
-    argv[n++] = "-fPIC";
-    argv[n++] = "-shared";
-  } else {
-    argv[n++] = "-DCTC_MAIN";
-  }
-  if (o->shared) {
-    char *base = arena_strdup(a, o->out);
-    argv[n++] = arena_printf(a, "-Wl,-soname,%s", basename(base));
-  }
-  if (o->python) {
-    argv[n++] = arena_printf(a, "-I%s", py_inc);
-    argv[n++] = arena_printf(a, "-DCTC_PY_MODULE=%s", py_mod);
-    argv[n++] = arena_printf(a, "-DCTC_PY_DESC=%s_desc", prefix);
-    argv[n++] = arena_printf(a, "%s/python/ctc_pymodule.c", rt);
-  }
-  if (blas) argv[n++] = "-DCTC_HAVE_CBLAS";
-  if (distributed) argv[n++] = "-DCTC_MPI";
-  if (!o->no_openmp) argv[n++] = "-fopenmp";
-  argv[n++] = arena_printf(a, "-I%s", rt);
-  argv[n++] = (char *)c_path;
-  for (int i = 0; i < nrt; i++) {
-    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
-    if (access(path, R_OK) != 0) {
-      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
-      return CTC_EXIT_IO;
-    }
-    argv[n++] = (char *)path;
-  }
-  argv[n++] = "-o";
-  argv[n++] = (char *)out;
-  if (blas) argv[n++] = "-lopenblas";
-  argv[n++] = "-lz";
-  argv[n++] = "-lm";
-  argv[n] = NULL;
-  int rc = run_cmd(argv);
-  if (rc != 0) {
-    if (distributed && rc == 127)
-      diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "
-                    "or set MPICC)", cc);
-    else
-      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, out);
-    return CTC_EXIT_IO;
-  }
-  if (o->stats) fprintf(stderr, "ctc: built %s with %s%s%s\n", out, cc, blas ? " +openblas" : "", o->no_openmp ? "" : " +openmp");
   return 0;
 }
 
@@ -813,165 +629,6 @@ static int default_batch_max(Arena *a, Diag *d, Opts *o, const SrcFile *src) {
   return 0;
 }
 
-/* Runs argv and returns its standard output (NULL when it cannot run or exits non-zero). */
-static char *capture_cmd(Arena *a, char *const argv[]) {
-  int fd[2];
-  if (pipe(fd) < 0) return NULL;
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]);
-    close(fd[1]);
-    return NULL;
-  }
-  if (pid == 0) {
-    dup2(fd[1], 1);
-    close(fd[0]);
-    close(fd[1]);
-    if (!freopen("/dev/null", "w", stderr)) _exit(127);
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  close(fd[1]);
-  char buf[8192];
-  size_t n = 0;
-  for (ssize_t r; n < sizeof buf - 1 && (r = read(fd[0], buf + n, sizeof buf - 1 - n)) != 0;)
-    if (r > 0) n += (size_t)r;
-    else if (errno != EINTR) break;
-  buf[n] = 0;
-  close(fd[0]);
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return NULL;
-  return arena_strdup(a, buf);
-}
-
-/* A distributed CUDA build: MPI's compile and link flags for nvcc, from the MPI compiler
- * wrapper ($MPICC, else mpicc): Open MPI's --showme:compile/--showme:link, else MPICH's
- * -show (the whole command line; its compiler is dropped). -I -D -L -l go to nvcc as
- * they are, -Wl,X as -Xlinker X, anything else as -Xcompiler. Appends to argv at *n
- * (at most max); 0, or -1 after a diagnostic. */
-static int mpi_flags_for_nvcc(Arena *a, Diag *d, char **argv, int *n, int max) {
-  const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
-  char *show[3] = {(char *)mpicc, "--showme:compile", NULL};
-  char *comp = capture_cmd(a, show), *text;
-  if (comp) {
-    show[1] = "--showme:link";
-    char *link = capture_cmd(a, show);
-    text = link ? arena_printf(a, "%s %s", comp, link) : NULL;
-  } else {
-    show[1] = "-show";
-    text = capture_cmd(a, show);
-    if (text) text += strcspn(text, " \t\n");   /* MPICH: "gcc -I... -L... -lmpi" */
-  }
-  if (!text) {
-    diag_plain(d, "cannot ask '%s' for MPI's compile and link flags: a distributed CUDA build needs MPI to start its "
-                  "ranks (Debian: libopenmpi-dev; or set MPICC)", mpicc);
-    return -1;
-  }
-  char *save = NULL;
-  for (char *tok = strtok_r(text, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
-    if (*n + 2 >= max) {
-      diag_plain(d, "'%s' gives too many MPI flags for ctc to pass to nvcc", mpicc);
-      return -1;
-    }
-    if (!strncmp(tok, "-I", 2) || !strncmp(tok, "-D", 2) || !strncmp(tok, "-L", 2) || !strncmp(tok, "-l", 2)) {
-      argv[(*n)++] = tok;
-    } else if (!strncmp(tok, "-Wl,", 4)) {
-      argv[(*n)++] = "-Xlinker";
-      argv[(*n)++] = tok + 4;
-    } else {
-      argv[(*n)++] = "-Xcompiler";
-      argv[(*n)++] = tok;
-    }
-  }
-  return 0;
-}
-
-/* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
- * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
- * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
- * driver (-x c++, -lstdc++) and OpenMP. A distributed build adds -DCTC_NCCL,
- * rt_nccl.c (the NCCL communicator), MPI's flags and -lnccl. */
-static int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, int distributed) {
-  const char *rt = runtime_dir(a);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_nccl.c"};
-  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_nccl.c: distributed builds only */
-  if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");
-  const char *tool;
-  if (o->emulate) {
-    tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */
-  } else {
-    tool = getenv("NVCC") && *getenv("NVCC") ? getenv("NVCC") : NULL;
-    if (!tool) {
-      const char *path = getenv("PATH");
-      for (const char *s = path; s && *s && !tool;) {
-        const char *e = strchr(s, ':');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
-        const char *cand = arena_printf(a, "%.*s/nvcc", (int)n, s);
-        if (n && access(cand, X_OK) == 0) tool = cand;
-        s = e ? e + 1 : NULL;
-      }
-    }
-    if (!tool && access("/usr/local/cuda/bin/nvcc", X_OK) == 0) tool = "/usr/local/cuda/bin/nvcc";
-    if (!tool) {
-      diag_plain(d, "nvcc not found (set NVCC, or build for the CPU with --emulate); the source is in '%s'", cu_path);
-      return CTC_EXIT_IO;
-    }
-  }
-  char *argv[160];
-  int n = 0;
-  argv[n++] = (char *)tool;
-  argv[n++] = "-O2";
-  argv[n++] = "-DCTC_MAIN";
-  argv[n++] = "-D_POSIX_C_SOURCE=200809L";
-  argv[n++] = arena_printf(a, "-I%s", rt);
-  if (o->emulate) {
-    argv[n++] = arena_printf(a, "-I%s/cuda_emu", rt);
-    argv[n++] = "-DCTC_CUDA_EMULATE";
-    argv[n++] = "-fopenmp";
-    argv[n++] = "-x";
-    argv[n++] = "c++";
-  } else {
-    argv[n++] = "-gencode";
-    argv[n++] = "arch=compute_80,code=sm_80";
-    argv[n++] = "-gencode";
-    argv[n++] = "arch=compute_90,code=[sm_90,compute_90]";
-  }
-  if (distributed) {
-    argv[n++] = "-DCTC_NCCL";
-    if (mpi_flags_for_nvcc(a, d, argv, &n, 140) < 0) return CTC_EXIT_IO;
-  }
-  argv[n++] = (char *)cu_path;
-  if (o->emulate) argv[n++] = "-x", argv[n++] = "c";
-  for (int i = 0; i < nrt; i++) {
-    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
-    if (access(path, R_OK) != 0) {
-      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
-      return CTC_EXIT_IO;
-    }
-    argv[n++] = (char *)path;
-  }
-  if (o->emulate) argv[n++] = "-x", argv[n++] = "none";
-  argv[n++] = "-o";
-  argv[n++] = (char *)o->out;
-  argv[n++] = o->emulate ? "-lstdc++" : "-lcublas";
-  if (distributed) argv[n++] = "-lnccl";
-  argv[n++] = "-lz";
-  argv[n++] = "-lm";
-  argv[n] = NULL;
-  int rc = run_cmd(argv);
-  if (rc != 0) {
-    diag_plain(d, "'%s' failed (exit %d) building '%s'%s", tool, rc, o->out,
-               distributed ? " (a distributed CUDA build needs NCCL: nccl.h and libnccl where nvcc finds them, "
-                             "e.g. the CUDA toolkit's or Debian's libnccl-dev)" : "");
-    return CTC_EXIT_IO;
-  }
-  if (o->stats)
-    fprintf(stderr, "ctc: built %s with %s%s\n", o->out, tool,
-            o->emulate ? " (CUDA emulated on the CPU)" : distributed ? " +mpi +nccl" : "");
-  return 0;
-}
-
 /* --quantize int8: the forward entry calibrated, quantized (compiler/quantize.c) and emitted
  * (codegen_c/quant_c.c); `build` makes a program of it that needs no weights file. */
 static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const MemPlan *plan,
@@ -1000,7 +657,7 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
   free(h_text);
   if (rc) return rc;
   if (o->stats) quant_print_stats(a, stderr, o->file, p, fi, q, plan);
-  if (!strcmp(o->cmd, "build")) return build_program(a, d, o, c_path, 0, cg_c_prefix(p, (char[64]){0}, 64));
+  if (!strcmp(o->cmd, "build")) return build_c_program(a, d, o, c_path, 0, cg_c_prefix(p, (char[64]){0}, 64));
   return 0;
 }
 
@@ -1187,7 +844,7 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (!strcmp(o.cmd, "build"))
     return cuda_target ? build_cuda_program(a, &d, &o, c_path, p->distributed)
-                       : build_program(a, &d, &o, c_path, p->distributed, cg_c_prefix(p, (char[64]){0}, 64));
+                       : build_c_program(a, &d, &o, c_path, p->distributed, cg_c_prefix(p, (char[64]){0}, 64));
   return 0;
 }
 

@@ -107,8 +107,8 @@ def load_module(path, name="user_model"):
     return mod
 
 
-def run(args, cwd=None, timeout=300, check=True):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+def run(args, cwd=None, timeout=300, check=True, env=None):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}")
     return r
