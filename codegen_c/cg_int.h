@@ -226,8 +226,9 @@ void cg_bcast_strides(const Type *a, const Type *r, int64_t *st);
 /* The parameter data arrays and <prefix>_arena_bytes/_init/_load/_save of the
  * C target for prefix (emit_param_data, emit_init); sets k's fill helpers. */
 void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix);
-/* The ctc_model_desc <prefix>_desc and its call wrappers (emit_desc). */
-void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix);
+/* The ctc_model_desc <prefix>_desc and its call wrappers (emit_desc); device_params (the CUDA
+ * target): its arena_of is <prefix>_params, which brings the host copy up to date. */
+void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix, int device_params);
 /* The order of f's parameter write-backs (update_order): 0, or -1 after printing why. */
 int cg_update_order(const Program *p, const Func *f, int *order);
 /* The C text of a comment's content made safe (comment_text). */

@@ -675,7 +675,7 @@ static void check_state_params(const Program *p) {
 
 /* ---- the model descriptor -------------------------------------------------------- */
 
-static void emit_desc(Gen *g, Buf *b) {
+static void emit_desc(Gen *g, Buf *b, int device_params) {
   const Program *p = g->p;
   const char *P = g->prefix;
   cg_puts(b, "/* ---- what the runtime sees: parameters and entries ---- */\n\n");
@@ -764,7 +764,12 @@ static void emit_desc(Gen *g, Buf *b) {
   cg_puts(b, "};\n\n");
   cg_printf(b, "static int ctc_init_any(void *m, void *arena, size_t bytes) { return %s_init((%s_t *)m, arena, bytes); }\n",
             P, P);
-  cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
+  if (!device_params) {
+    cg_printf(b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
+  } else {   /* the CUDA target: the host copy brought up to date (the runtime reads and writes it) */
+    cg_printf(b, "static void *ctc_arena_of(void *m) {\n  unsigned char *p = %s_params((%s_t *)m);\n", P, P);
+    cg_puts(b, "  if (!p) abort();   /* the device failed (printed): the host copy would be stale */\n  return p;\n}\n");
+  }
   if (g->opt.profile) cg_printf(b, "static void ctc_set_profile(void *m, ctc_profile *prof) { ((%s_t *)m)->prof = prof; }\n", P);
   if (g->opt.anomaly) cg_printf(b, "static const char *ctc_anomaly_of(void *m) { return ((%s_t *)m)->anomaly; }\n", P);
   cg_puts(b, "\n");
@@ -880,7 +885,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   if (opt->embed) cg_fs_weights(&data, p, opt->embed);
   else emit_param_data(&g, &data);
   emit_init(&g, &init);
-  if (!opt->freestanding) emit_desc(&g, &desc);
+  if (!opt->freestanding) emit_desc(&g, &desc, 0);
   g.k.portable = (unsigned char)opt->freestanding;
   cg_emit_kernels(&kern, &g.k);
   Buf all = {0}, math = {0}, pro = {0};   /* --freestanding: the calls the text makes, its prologue */
@@ -982,10 +987,10 @@ void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const
   for (int t = 0; t < DT_COUNT; t++) k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t];
 }
 
-void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix) {
+void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix, int device_params) {
   Gen g;
   gen_for(&g, p, mp, prefix);
-  emit_desc(&g, b);
+  emit_desc(&g, b, device_params);
 }
 
 int cg_update_order(const Program *p, const Func *f, int *order) { return update_order(p, f, order); }

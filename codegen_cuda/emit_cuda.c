@@ -1455,6 +1455,10 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
     for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
     cg_puts(out, ") return CTC_ERR_ARG;\n");
+    cg_printf(out, "  if (m->dev_stale) {   /* the host copy was handed out (%s_params): it may be newer */\n"
+                   "    CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
+                   "    m->dev_stale = 0;\n  }\n", g->prefix, g->upper);
+    if (f->updates.len) cg_puts(out, "  m->host_stale = 1;   /* the step updates the parameters on the device */\n");
     if (arena) cg_puts(out, "  unsigned char *A = m->dev;\n");
     if (e.uses_stream) cg_puts(out, "  cudaStream_t ctc_st = m->stream;\n");
     if (e.uses_blas) cg_puts(out, "  cublasHandle_t ctc_blas = m->blas;\n");
@@ -1463,15 +1467,12 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_puts(out, "  return CTC_OK;\n}\n\n");
 
     /* the host-pointer entry */
-    cg_printf(out, "/* %s: host pointers; uploads the host copy of the parameters first%s, synchronises */\n", doc->s,
-              f->updates.len ? " and downloads it after the step" : "");
+    cg_printf(out, "/* %s: host pointers, through the page-locked m->pinned; synchronises */\n", doc->s);
     cg_printf(out, "%s {\n", sig->s);
     cg_puts(out, "  if (!m || !m->dev");
     for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
     for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
     cg_puts(out, ") return CTC_ERR_ARG;\n");
-    cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n",
-              g->upper);
     int64_t o = 0;
     Buf call = {0};
     cg_printf(&call, "  const int ctc_rc = %s_%s_device(m", g->prefix, fname);
@@ -1479,8 +1480,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       ValId v = f->inputs.data[k];
       const Type *t = ty(f, v);
       int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
-      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->io + %lld, %s, %lld, cudaMemcpyHostToDevice, m->stream));\n", (ll)o,
-                cname[v], (ll)bytes);
+      cg_printf(out, "  memcpy(m->pinned + %lld, %s, %lld);\n", (ll)o, cname[v], (ll)bytes);
+      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->io + %lld, m->pinned + %lld, %lld, cudaMemcpyHostToDevice, m->stream));\n",
+                (ll)o, (ll)o, (ll)bytes);
       cg_printf(&call, ", (const %s *)(m->io + %lld)", cg_ctype(t->dtype), (ll)o);
       o += align256(bytes);
     }
@@ -1493,17 +1495,17 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_puts(&call, ");\n  if (ctc_rc) return ctc_rc;\n");
     cg_puts(out, call.s);
     o = o_out;
+    Buf back = {0};   /* the outputs out of m->pinned once the stream is done */
     for (int k = 0; k < f->outputs.len; k++) {
       const Type *t = ty(f, f->outputs.data[k]);
       int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
-      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(%s, m->io + %lld, %lld, cudaMemcpyDeviceToHost, m->stream));\n", oname[k],
-                (ll)o, (ll)bytes);
+      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->pinned + %lld, m->io + %lld, %lld, cudaMemcpyDeviceToHost, m->stream));\n",
+                (ll)o, (ll)o, (ll)bytes);
+      cg_printf(&back, "  memcpy(%s, m->pinned + %lld, %lld);\n", oname[k], (ll)o, (ll)bytes);
       o += align256(bytes);
     }
-    if (f->updates.len)
-      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->arena, m->dev, %s_PARAMS_BYTES, cudaMemcpyDeviceToHost, m->stream));\n",
-                g->upper);
-    cg_puts(out, "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  return CTC_OK;\n}\n\n");
+    cg_printf(out, "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n%s  return CTC_OK;\n}\n\n", back.s ? back.s : "");
+    cg_buf_free(&back);
     cg_buf_free(&call);
   }
   cg_dist_free(&dist);
@@ -1638,9 +1640,12 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
              "  size_t arena_bytes;\n"
              "  unsigned char *dev;     /* device: parameters, then activations (one cudaMalloc, with io) */\n"
              "  unsigned char *io;      /* device: the host-pointer entries' inputs and outputs */\n"
+             "  unsigned char *pinned;  /* host, page-locked: those inputs and outputs on their way */\n"
              "  cudaStream_t stream;    /* where everything runs (default 0) */\n"
              "  cublasHandle_t blas;\n"
-             "} %s_t;\n\n", P, P);
+             "  int host_stale;         /* the device's parameters are newer (training steps): %s_params downloads */\n"
+             "  int dev_stale;          /* the host copy may be newer (%s_params handed it out): the next entry uploads */\n"
+             "} %s_t;\n\n", P, P, P, P);
   fprintf(h, "size_t %s_arena_bytes(void);\n", P);
   fprintf(h, "/* Takes the host `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned) for the\n"
              " * parameters' host copy, initialises them as the model does, allocates the device\n"
@@ -1648,6 +1653,10 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "int %s_init(%s_t *m, void *arena, size_t bytes);\n", P, P);
   fprintf(h, "int %s_set_stream(%s_t *m, cudaStream_t stream);\n", P, P);
   fprintf(h, "void %s_free(%s_t *m);   /* the device arena and the cuBLAS handle */\n", P, P);
+  fprintf(h, "/* The parameters live on the device: training steps update them there and the host copy\n"
+             " * m->arena is brought up to date only when asked for. %s_params: that host copy, up to\n"
+             " * date, to read or write (the next entry uploads it again); NULL after a CUDA error. */\n", P);
+  fprintf(h, "unsigned char *%s_params(%s_t *m);\n", P, P);
   fprintf(h, "/* Parameters by their PyTorch state_dict names (through the host copy). */\n");
   fprintf(h, "int %s_load(%s_t *m, const char *safetensors_path);\n", P, P);
   fprintf(h, "int %s_save(%s_t *m, const char *path);\n\n", P, P);
@@ -1669,28 +1678,35 @@ static void emit_api(Gen *g, Buf *b) {
                "  if (rc) return rc;\n  memset(m, 0, sizeof *m);\n  m->arena = h.arena;\n  m->arena_bytes = h.arena_bytes;\n",
             P, P);
   cg_printf(b, "  CTC_CUDA(cudaMalloc((void **)&m->dev, %s_DEVICE_BYTES));\n  m->io = m->dev + %s_IO_OFFSET;\n", U, U);
+  cg_printf(b, "  CTC_CUDA(cudaMallocHost((void **)&m->pinned, %s_DEVICE_BYTES - %s_IO_OFFSET));\n", U, U);
   cg_puts(b, "  CTC_CUBLAS(cublasCreate(&m->blas));\n");
   if (g->opt && g->opt->tf32) cg_puts(b, "  CTC_CUBLAS(cublasSetMathMode(m->blas, CUBLAS_TF32_TENSOR_OP_MATH));   /* --tf32 */\n");
   cg_printf(b, "  CTC_CUDA(cudaMemcpy(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice));\n  return CTC_OK;\n}\n\n", U);
   cg_printf(b, "int %s_set_stream(%s_t *m, cudaStream_t stream) {\n  if (!m || !m->dev) return CTC_ERR_ARG;\n"
                "  m->stream = stream;\n  CTC_CUBLAS(cublasSetStream(m->blas, stream));\n  return CTC_OK;\n}\n\n", P, P);
   cg_printf(b, "void %s_free(%s_t *m) {\n  if (!m || !m->dev) return;\n  cublasDestroy(m->blas);\n  cudaFree(m->dev);\n"
-               "  m->dev = m->io = NULL;\n}\n\n", P, P);
+               "  cudaFreeHost(m->pinned);\n  m->dev = m->io = m->pinned = NULL;\n}\n\n", P, P);
+  cg_printf(b, "/* Downloads the parameters when the device has newer ones. */\n"
+               "static int %s_params_pull(%s_t *m) {\n  if (m->host_stale) {\n", P, P);
+  cg_printf(b, "    CTC_CUDA(cudaMemcpyAsync(m->arena, m->dev, %s_PARAMS_BYTES, cudaMemcpyDeviceToHost, m->stream));\n"
+               "    CTC_CUDA(cudaStreamSynchronize(m->stream));\n    m->host_stale = 0;\n  }\n  return CTC_OK;\n}\n\n", U);
+  cg_printf(b, "unsigned char *%s_params(%s_t *m) {\n  if (!m || !m->dev || %s_params_pull(m) != CTC_OK) return NULL;\n"
+               "  m->dev_stale = 1;\n  return m->arena;\n}\n\n", P, P, P);
   cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !safetensors_path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, NULL);\n  if (rc) return rc;\n", P);
+  cg_printf(b, "  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, NULL);   /* through %s_params */\n"
+               "  if (rc) return rc;\n", P, P);
   cg_printf(b, "  CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
-               "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  return CTC_OK;\n}\n\n", U);
+               "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  m->dev_stale = 0;\n  return CTC_OK;\n}\n\n", U);
   cg_printf(b, "int %s_save(%s_t *m, const char *path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  CTC_CUDA(cudaMemcpyAsync(m->arena, m->dev, %s_PARAMS_BYTES, cudaMemcpyDeviceToHost, m->stream));\n"
-               "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n", U);
-  cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+  cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);   /* through %s_params */\n}\n\n", P, P);
 }
 
 int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CudaOptions *opt, FILE *cu_out,
                  FILE *h_out, const char *h_name) {
-  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", "set_stream", "free", "host", NULL};
+  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", "set_stream", "free", "host",
+                                    "params", NULL};
   Gen g;
   memset(&g, 0, sizeof g);
   g.p = p;
@@ -1728,7 +1744,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
     char hp[80];
     snprintf(hp, sizeof hp, "%s_host", g.prefix);
     cg_emit_host_init(&data, &init, &g.k, p, plan, hp);
-    cg_emit_desc_for(&desc, p, plan, g.prefix);
+    cg_emit_desc_for(&desc, p, plan, g.prefix, 1);
     emit_api(&g, &api_b);
     device_helpers(&helpers, &g.k);
     for (int t = 0; t < DT_COUNT; t++) {

@@ -141,7 +141,10 @@ typedef struct ctc_model_desc {
   int nentries;
   const ctc_entry *entries;      /* entries[0] is the default (forward) */
   int (*init)(void *model, void *arena, size_t bytes);
-  void *(*arena_of)(void *model);   /* the arena a model was initialised with */
+  /* The arena a model was initialised with, its parameters up to date, to read or write. The
+   * CUDA target keeps them on the device: there this copies them back when a step changed them
+   * and makes the next entry upload them again, so call it again after each entry. */
+  void *(*arena_of)(void *model);
   int noptional;  /* the last noptional params (optimizer state) may be missing from a weights file: they keep their init values */
   /* `ctc build --profile`: gives the model the profile its kernels record into
    * (NULL: stop recording); NULL in programs built without --profile. */

@@ -1188,7 +1188,6 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
   const ctc_entry *e = t->step;
   const ctc_data_xform *xf = &a->xf;
   double t0 = ctc_drv_now_ms();
-  unsigned char *arena = desc->arena_of(t->r.model);
   *ran = 0;
   long long steps = t->steps;
   if (t->text) {   /* the last evaluation interval may be shorter */
@@ -1222,7 +1221,7 @@ static int train_epoch(const ctc_model_desc *desc, Train *t, const TrainArgs *a,
     }
     }
     if (e->ninputs == 3) set_iteration(t, (t->epoch - 1) * t->steps + (s - 1));
-    if (t->snap) memcpy(t->snap, arena, t->snap_bytes);
+    if (t->snap) memcpy(t->snap, desc->arena_of(t->r.model), t->snap_bytes);   /* up to date (CUDA: from the device) */
     double s0 = ctc_drv_now_ms();
     rc = ctc_entry_call(e, t->r.model, m, (const void *const *)t->in, (void *const *)t->out);
     p->train_ms += ctc_drv_now_ms() - s0;

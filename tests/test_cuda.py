@@ -198,6 +198,40 @@ def test_build_emulate(tmp_path):
     compare("build --emulate vs C", outs["cuda"], outs["c"], 1e-5, 1e-6)
 
 
+def test_train_keeps_parameters_on_the_device(tmp_path, rt_objects):
+    """The parameters live on the device: the host-pointer entry copies only its inputs and
+    outputs (through the page-locked m->pinned), a training step leaves the new parameters
+    there, and the host copy comes back only when the runtime asks for it (net_params: the
+    checkpoints, --nan-policy skip's copy before each step, --save). `./net train` over 3
+    epochs of 2 steps, emulated, ends with the C target's weights, checkpoint included."""
+    path, x, y, specs = _write_model(tmp_path, "mlp")
+    cu, emu = emulated(tmp_path, path, specs, rt_objects)
+    code = cu.read_text()
+    host = code[code.index("int mlp_train_step(mlp_t *m, const float *x"):]
+    host = host[:host.index("\n}\n")]
+    assert "m->arena" not in host and "memcpy(m->pinned + " in host, host
+    dev = code[code.index("int mlp_train_step_device("):]
+    assert "m->host_stale = 1;" in dev[:dev.index("\n}\n")]
+    assert "cudaMallocHost((void **)&m->pinned" in code and "cudaFreeHost(m->pinned)" in code
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+    rng = np.random.default_rng(3)
+    n = 2 * x.shape[0]
+    np.save(tmp_path / "X.npy", rng.standard_normal((n, *x.shape[1:])).astype(np.float32))
+    np.save(tmp_path / "Y.npy", rng.integers(0, 10, n).astype(np.int64))
+    res = {}
+    for tag, exe in (("cuda", emu), ("c", cexe)):
+        out = tmp_path / f"{tag}_w.safetensors"
+        run_env([exe, "train", "--data", tmp_path / "X.npy", "--labels", tmp_path / "Y.npy", "--epochs", "3",
+                 "--no-shuffle", "--nan-policy", "skip", "--checkpoint", tmp_path / f"{tag}_ck", "--save", out])
+        res[tag] = (st_read(str(out)), st_read(str(tmp_path / f"{tag}_ck" / "checkpoint.safetensors")))
+    for i, what in enumerate(("--save", "checkpoint")):
+        got, want = res["cuda"][i], res["c"][i]
+        assert got.keys() == want.keys()
+        for k in want:
+            compare(f"{what} {k} after 6 steps vs C", got[k], want[k], 1e-5, 1e-6)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
 def test_build_with_nvcc(tmp_path):
     """`ctc build --target cuda` links a program with nvcc and cuBLAS. With a GPU it
