@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "codegen_cuda.h"
+#include "dnn_cuda.h"
 #include "../codegen_c/cg_int.h"
 
 typedef long long ll;
@@ -41,6 +42,7 @@ typedef struct Gen {
   Buf *sig, *dsig, *doc;   /* per func: host-pointer and device prototypes, description */
   int64_t io_bytes;     /* the largest entry's inputs + outputs (256-byte aligned each) */
   int nbuckets;         /* distributed builds: gradient buckets so far (codegen_c/dist_c.c) */
+  DnnSites dnn;         /* the convolutions, for cuDNN (dnn_cuda.h) */
   int err;
 } Gen;
 
@@ -55,7 +57,7 @@ typedef struct Ent {
   unsigned char *kref;  /* values the kernel being written references */
   Buf *host;            /* the entry's host body */
   int nkern;
-  int uses_stream, uses_blas, uses_arena;
+  int uses_stream, uses_blas, uses_arena, uses_dnn;
 } Ent;
 
 static const Type *ty(const Func *f, ValId v) { return &f->values.data[v].type; }
@@ -684,11 +686,10 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-static int emit_conv(Ent *e, int i, const Inst *in) {
+/* A convolution without groups: im2col/col2im kernels and cuBLAS, S images at a time. */
+static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   DType dt = ty(f, in->res)->dtype;
-  if (!gemm_dtype(dt)) return -1;
-  if (in->attr[6] > 1) return emit_conv_grouped(e, i, in);
   ConvGeom g;
   cg_conv_geom(f, in, &g);
   Gen *gen = e->g;
@@ -775,6 +776,37 @@ static int emit_conv(Ent *e, int i, const Inst *in) {
   default: BUG("emit_conv");
   }
   return 0;
+}
+
+/* A convolution: cuDNN when the file is built with CTC_HAVE_CUDNN and the site has an
+ * algorithm (dnn_cuda.h), else (and always without cuDNN) the im2col + cuBLAS code. */
+static int emit_conv(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  if (!gemm_dtype(ty(f, in->res)->dtype)) return -1;
+  Buf *host = e->host, alt = {0};
+  e->host = &alt;
+  int rc = in->attr[6] > 1 ? emit_conv_grouped(e, i, in) : emit_conv_gemm(e, i, in);
+  e->host = host;
+  if (!rc) {
+    /* x, w, y as cuDNN names them: the image, the kernel, the convolution's output */
+    const char *x, *w, *y;
+    if (in->op == IR_CONV2D) x = cg_ref(&e->c, in->args[0]), w = cg_ref(&e->c, in->args[1]), y = cg_ref(&e->c, in->res);
+    else if (in->op == IR_CONV2D_BWD_INPUT)
+      y = cg_ref(&e->c, in->args[0]), w = cg_ref(&e->c, in->args[1]), x = cg_ref(&e->c, in->res);
+    else x = cg_ref(&e->c, in->args[0]), y = cg_ref(&e->c, in->args[1]), w = cg_ref(&e->c, in->res);
+    const char *scratch = e->c.sname[i];
+    cg_dnn_conv(&e->g->dnn, host, f, in, x, w, y, scratch, scratch ? ir_scratch_bytes(f, in) : 0);
+    e->uses_dnn = 1;
+    cg_puts(host, "  {\n");
+    for (const char *s = alt.s ? alt.s : ""; *s;) {   /* the im2col code, one level deeper */
+      size_t n = strcspn(s, "\n");
+      cg_printf(host, "%s%.*s\n", n ? "  " : "", (int)n, s);
+      s += n + (s[n] == '\n');
+    }
+    cg_puts(host, "  }\n");
+  }
+  cg_buf_free(&alt);
+  return rc;
 }
 
 /* ---- data movement and reductions: a thread per result element ----------------- */
@@ -1462,6 +1494,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     if (arena) cg_puts(out, "  unsigned char *A = m->dev;\n");
     if (e.uses_stream) cg_puts(out, "  cudaStream_t ctc_st = m->stream;\n");
     if (e.uses_blas) cg_puts(out, "  cublasHandle_t ctc_blas = m->blas;\n");
+    if (e.uses_dnn) cg_printf(out, "#ifdef CTC_HAVE_CUDNN\n  const %s_dnn_t *ctc_dnn = (const %s_dnn_t *)m->dnn;\n#endif\n", g->prefix, g->prefix);
     if (decl.len) cg_puts(out, decl.s);
     if (body.len) cg_printf(out, "\n%s", body.s);
     cg_puts(out, "  return CTC_OK;\n}\n\n");
@@ -1628,7 +1661,10 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "#ifndef CTC_GENERATED_%s_H\n#define CTC_GENERATED_%s_H\n\n", U, U);
   fprintf(h, "#include <stddef.h>\n#include <stdint.h>\n");
   fprintf(h, "#ifdef CTC_CUDA_EMULATE\n#include \"ctc_cuda_emu.h\"   /* runtime_min/cuda_emu: CUDA on the CPU */\n"
-             "#else\n#include <cuda_runtime.h>\n#include <cublas_v2.h>\n#endif\n#include \"ctc_rt.h\"\n\n");
+             "#ifdef CTC_HAVE_CUDNN\n#include \"ctc_cudnn_emu.h\"\n#endif\n"
+             "#else\n#include <cuda_runtime.h>\n#include <cublas_v2.h>\n"
+             "#ifdef CTC_HAVE_CUDNN   /* convolutions through cuDNN (ctc build defines it when cuDNN is installed) */\n"
+             "#include <cudnn.h>\n#endif\n#endif\n#include \"ctc_rt.h\"\n\n");
   fprintf(h, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   fprintf(h, "/* Arena bytes: parameters (%lld), then the activations of the running entry (%lld). */\n",
           (ll)mp->params_bytes, (ll)(mp->arena_bytes - mp->params_bytes));
@@ -1643,6 +1679,7 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
              "  unsigned char *pinned;  /* host, page-locked: those inputs and outputs on their way */\n"
              "  cudaStream_t stream;    /* where everything runs (default 0) */\n"
              "  cublasHandle_t blas;\n"
+             "  void *dnn;              /* cuDNN: handle, descriptors, algorithms (builds with CTC_HAVE_CUDNN) */\n"
              "  int host_stale;         /* the device's parameters are newer (training steps): %s_params downloads */\n"
              "  int dev_stale;          /* the host copy may be newer (%s_params handed it out): the next entry uploads */\n"
              "} %s_t;\n\n", P, P, P, P);
@@ -1680,12 +1717,16 @@ static void emit_api(Gen *g, Buf *b) {
   cg_printf(b, "  CTC_CUDA(cudaMalloc((void **)&m->dev, %s_DEVICE_BYTES));\n  m->io = m->dev + %s_IO_OFFSET;\n", U, U);
   cg_printf(b, "  CTC_CUDA(cudaMallocHost((void **)&m->pinned, %s_DEVICE_BYTES - %s_IO_OFFSET));\n", U, U);
   cg_puts(b, "  CTC_CUBLAS(cublasCreate(&m->blas));\n");
+  if (g->dnn.n) cg_printf(b, "#ifdef CTC_HAVE_CUDNN\n  {\n    const int ctc_rc = %s_dnn_init(m);\n    if (ctc_rc) return ctc_rc;\n  }\n#endif\n", P);
   if (g->opt && g->opt->tf32) cg_puts(b, "  CTC_CUBLAS(cublasSetMathMode(m->blas, CUBLAS_TF32_TENSOR_OP_MATH));   /* --tf32 */\n");
   cg_printf(b, "  CTC_CUDA(cudaMemcpy(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice));\n  return CTC_OK;\n}\n\n", U);
   cg_printf(b, "int %s_set_stream(%s_t *m, cudaStream_t stream) {\n  if (!m || !m->dev) return CTC_ERR_ARG;\n"
-               "  m->stream = stream;\n  CTC_CUBLAS(cublasSetStream(m->blas, stream));\n  return CTC_OK;\n}\n\n", P, P);
-  cg_printf(b, "void %s_free(%s_t *m) {\n  if (!m || !m->dev) return;\n  cublasDestroy(m->blas);\n  cudaFree(m->dev);\n"
-               "  cudaFreeHost(m->pinned);\n  m->dev = m->io = m->pinned = NULL;\n}\n\n", P, P);
+               "  m->stream = stream;\n  CTC_CUBLAS(cublasSetStream(m->blas, stream));\n", P, P);
+  if (g->dnn.n) cg_printf(b, "#ifdef CTC_HAVE_CUDNN\n  CTC_CUDNN(cudnnSetStream(((%s_dnn_t *)m->dnn)->h, stream));\n#endif\n", P);
+  cg_puts(b, "  return CTC_OK;\n}\n\n");
+  cg_printf(b, "void %s_free(%s_t *m) {\n  if (!m || !m->dev) return;\n", P, P);
+  if (g->dnn.n) cg_printf(b, "#ifdef CTC_HAVE_CUDNN\n  %s_dnn_free(m);\n#endif\n", P);
+  cg_puts(b, "  cublasDestroy(m->blas);\n  cudaFree(m->dev);\n  cudaFreeHost(m->pinned);\n  m->dev = m->io = m->pinned = NULL;\n}\n\n");
   cg_printf(b, "/* Downloads the parameters when the device has newer ones. */\n"
                "static int %s_params_pull(%s_t *m) {\n  if (m->host_stale) {\n", P, P);
   cg_printf(b, "    CTC_CUDA(cudaMemcpyAsync(m->arena, m->dev, %s_PARAMS_BYTES, cudaMemcpyDeviceToHost, m->stream));\n"
@@ -1737,7 +1778,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
   g.dsig = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
   g.doc = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
   CHECK(g.sig && g.dsig && g.doc);
-  Buf entries = {0}, init = {0}, data = {0}, desc = {0}, helpers = {0}, api_b = {0};
+  Buf entries = {0}, init = {0}, data = {0}, desc = {0}, helpers = {0}, api_b = {0}, api_pre = {0};
   int rc = 0;
   for (int fi = 0; fi < p->funcs.len && !rc; fi++) rc = emit_entry(&g, fi, &entries);
   if (!rc) {
@@ -1753,6 +1794,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
       if (g.col2im[t]) instantiate(&helpers, col2im_text, (DType)t);
     }
     if (g.grid) cg_puts(&helpers, grid_text);
+    cg_dnn_support(&api_pre, &g.dnn, g.prefix, opt && opt->tf32);
 
     char src[1024], stem[256], cls[256];
     cg_comment_text(src, sizeof src, p->src && p->src->path ? p->src->path : "?");
@@ -1823,6 +1865,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
     fprintf(c, "#define %s_HOST_ARENA_BYTES %s_ARENA_BYTES\n#define %s_host_desc %s_desc\n\n", U, U, P, P);
     if (data.len) fputs(data.s, c);
     fputs(init.s, c);
+    if (api_pre.len) fputs(api_pre.s, c);
     fputs(api_b.s, c);
     if (entries.len) fputs(entries.s, c);
     fputs(desc.s, c);
@@ -1843,6 +1886,8 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
   cg_buf_free(&desc);
   cg_buf_free(&helpers);
   cg_buf_free(&api_b);
+  cg_buf_free(&api_pre);
+  cg_buf_free(&g.dnn.rows);
   cg_buf_free(&g.kern);
   if (rc) return -1;
   return ferror(cu_out) || ferror(h_out) ? -1 : 0;

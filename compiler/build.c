@@ -417,6 +417,25 @@ static int mpi_flags_for_nvcc(Arena *a, Diag *d, char **argv, int *n, int max) {
   return 0;
 }
 
+/* Whether an nvcc build gets cuDNN (-DCTC_HAVE_CUDNN -lcudnn): cudnn.h and libcudnn.so in the
+ * toolkit's folders beside nvcc's bin/, or in Debian's (/usr/include, /usr/lib/<triplet>), where
+ * nvcc looks by itself; --emulate builds always (runtime_min/cuda_emu/ctc_cudnn_emu.h).
+ * CTC_CUDNN=0 leaves it out: the convolutions are im2col + cuBLAS. */
+static int use_cudnn(Arena *a, const char *nvcc, int emulate) {
+  const char *env = getenv("CTC_CUDNN");
+  if (env && !strcmp(env, "0")) return 0;
+  if (emulate) return 1;
+  char *bin = dirname(arena_strdup(a, nvcc));
+  const char *root = dirname(arena_strdup(a, bin));
+  const char *inc[] = {arena_printf(a, "%s/include", root), "/usr/include", "/usr/local/include"};
+  const char *lib[] = {arena_printf(a, "%s/lib64", root), arena_printf(a, "%s/lib", root), "/usr/lib/x86_64-linux-gnu",
+                       "/usr/lib/aarch64-linux-gnu", "/usr/local/lib"};
+  int h = 0, l = 0;
+  for (size_t i = 0; i < sizeof inc / sizeof *inc && !h; i++) h = access(arena_printf(a, "%s/cudnn.h", inc[i]), R_OK) == 0;
+  for (size_t i = 0; i < sizeof lib / sizeof *lib && !l; i++) l = access(arena_printf(a, "%s/libcudnn.so", lib[i]), R_OK) == 0;
+  return h && l;
+}
+
 /* The CUDA target's program: nvcc over model.cu and the runtime's C files (which
  * nvcc hands to the host C compiler), linked with cuBLAS; with --emulate, the .cu
  * as C++ against runtime_min/cuda_emu and the runtime as C, with the C compiler's
@@ -456,6 +475,8 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   argv[n++] = "-DCTC_MAIN";
   argv[n++] = "-D_POSIX_C_SOURCE=200809L";
   argv[n++] = arena_printf(a, "-I%s", rt);
+  const int dnn = use_cudnn(a, tool, o->emulate);
+  if (dnn) argv[n++] = "-DCTC_HAVE_CUDNN";
   if (o->emulate) {
     argv[n++] = arena_printf(a, "-I%s/cuda_emu", rt);
     argv[n++] = "-DCTC_CUDA_EMULATE";
@@ -493,6 +514,7 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   argv[n++] = "-o";
   argv[n++] = (char *)o->out;
   argv[n++] = o->emulate ? "-lstdc++" : "-lcublas";
+  if (dnn && !o->emulate) argv[n++] = "-lcudnn";
   if (distributed) argv[n++] = "-lnccl";
   argv[n++] = "-lz";
   argv[n++] = "-lm";
@@ -505,7 +527,7 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
     return CTC_EXIT_IO;
   }
   if (o->stats)
-    fprintf(stderr, "ctc: built %s with %s%s%s\n", o->out, tool,
+    fprintf(stderr, "ctc: built %s with %s%s%s%s\n", o->out, tool, dnn ? " +cudnn" : "",
             o->emulate ? " (CUDA emulated on the CPU)" : distributed ? " +mpi +nccl" : "",
             !o->emulate ? ""
             : !cached   ? "; the runtime's objects compiled with it (no cache)"

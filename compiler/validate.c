@@ -402,11 +402,12 @@ static int clang_check(Arena *a, const char *text, const Items *v, const char *h
   }
   const char *inc = arena_printf(a, "-I%s", rt), *emu = arena_printf(a, "-I%s/cuda_emu", rt);
   /* the C target twice: portable (no BLAS, no OpenMP), and as `ctc build` compiles it where
-   * OpenBLAS is found (cblas, OpenMP pragmas); the CUDA host side as --emulate compiles it */
+   * OpenBLAS is found (cblas, OpenMP pragmas); the CUDA host side as --emulate compiles it
+   * (with the cuDNN branches) */
   const char *cargs[] = {"-std=c11", "-D_POSIX_C_SOURCE=200809L", "-DCTC_MAIN", inc, "-Wall", "-Wextra",
                          "-DCTC_HAVE_CBLAS", "-fopenmp"};
-  const char *cuargs[] = {"-x", "c++", "-std=c++17", "-DCTC_CUDA_EMULATE", "-DCTC_MAIN", "-D_POSIX_C_SOURCE=200809L",
-                          inc, emu, "-Wall", "-Wextra"};
+  const char *cuargs[] = {"-x", "c++", "-std=c++17", "-DCTC_CUDA_EMULATE", "-DCTC_HAVE_CUDNN", "-DCTC_MAIN",
+                          "-D_POSIX_C_SOURCE=200809L", inc, emu, "-Wall", "-Wextra"};
   struct CXUnsavedFile un[2] = {{path, text, (unsigned long)strlen(text)},
                                 {h_path, h_text, (unsigned long)strlen(h_text)}};
   void *idx = c.create_index(0, 0);

@@ -26,12 +26,13 @@ def rt_objects(tmp_path_factory):
     return objs
 
 
-def emulated(tmp, path, specs, rt_objects, stem="m", opt="-O1"):
-    """`ctc compile --target cuda`, then g++ with the emulation header: the program."""
+def emulated(tmp, path, specs, rt_objects, stem="m", opt="-O1", defines=()):
+    """`ctc compile --target cuda`, then g++ with the emulation header: the program.
+    defines: more -D flags (-DCTC_HAVE_CUDNN: the cuDNN calls, on ctc_cudnn_emu.h)."""
     cu = tmp / f"{stem}.cu"
     run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs])
     obj, exe = tmp / f"{stem}_emu.o", tmp / f"{stem}_emu"
-    run(["g++", "-x", "c++", "-std=c++17", opt, "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DCTC_CUDA_EMULATE",
+    run(["g++", "-x", "c++", "-std=c++17", opt, "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DCTC_CUDA_EMULATE", *defines,
          "-DCTC_MAIN", "-I", RT, "-I", os.path.join(RT, "cuda_emu"), "-c", cu, "-o", obj], timeout=600)
     run(["g++", "-fopenmp", obj, *rt_objects, "-lz", "-lm", "-o", exe])
     return cu, exe
@@ -43,6 +44,8 @@ def _env():
     return env
 
 
-def run_env(args):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, env=_env())
+def run_env(args, **extra):
+    """Runs an emulated program (OMP_WAIT_POLICY=passive, and the variables in extra)."""
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, env=dict(_env(), **extra))
     assert r.returncode == 0, f"{' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}"
+    return r

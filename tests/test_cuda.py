@@ -129,13 +129,20 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
-@pytest.mark.parametrize("name", ["lenet", "gpt_tiny", "dataops"])
+@pytest.mark.parametrize("name", ["lenet", "lenet+cudnn", "gpt_tiny", "dataops"])
 def test_nvcc_compiles_clean(tmp_path, name):
-    """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device."""
+    """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device; lenet also
+    with -DCTC_HAVE_CUDNN against the toolkit's cudnn.h (when it has one)."""
+    dnn = []
+    if name.endswith("+cudnn"):
+        name = name[:-6]
+        if not os.path.exists(os.path.join(os.path.dirname(os.path.dirname(NVCC)), "include", "cudnn.h")):
+            pytest.skip("cudnn.h is not in the CUDA toolkit's include folder")
+        dnn = ["-DCTC_HAVE_CUDNN"]
     path, _, _, specs = _write_model(tmp_path, name)
     cu = tmp_path / "m.cu"
     run([CTC, "compile", path, "--target", "cuda", "-o", cu, *specs])
-    run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+    run([NVCC, "-c", *dnn, "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
         timeout=600)
 
@@ -196,6 +203,102 @@ def test_build_emulate(tmp_path):
         outs[tag] = np.load(tmp_path / f"{tag}.npy")
     assert (tmp_path / "net_cuda.cu").exists() and (tmp_path / "net_cuda.h").exists()
     compare("build --emulate vs C", outs["cuda"], outs["c"], 1e-5, 1e-6)
+
+
+CONVS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Convs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.c = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.d = nn.Conv2d(8, 4, 1)
+        self.up = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)
+        self.fc = nn.Linear(4 * 10 * 10, 10)
+
+    def forward(self, x):
+        x = F.relu(self.a(x))
+        x = F.relu(self.b(x))
+        x = self.d(self.c(x))
+        x = torch.tanh(self.up(x))
+        return self.fc(x.flatten(1))
+
+
+model = Convs()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(3, 3, 10, 10),),
+                  "train_step": (torch.randn(3, 3, 10, 10), torch.randint(0, 10, (3,)))}
+"""
+
+
+@pytest.mark.parametrize("name", ["convs", "lenet"])
+def test_cudnn_convolutions_emulated(tmp_path, name, rt_objects):
+    """Built with -DCTC_HAVE_CUDNN, every convolution (forward, backward data, backward filter;
+    strided, padded, dilated, grouped, depthwise, 1x1, transposed with output_padding) runs
+    cuDNN's calls (on runtime_min/cuda_emu/ctc_cudnn_emu.h, which traces them): forward, loss
+    and the weights after a step match the C target (rtol 1e-5), and PyTorch (1e-4). With
+    no algorithm fitting the scratch (CTC_EMU_CUDNN_WORKSPACE), the im2col branch gives the
+    same results."""
+    if name == "convs":
+        path = tmp_path / "convs.py"
+        path.write_text(CONVS)
+        rng = np.random.default_rng(2)
+        x, y = rng.standard_normal((3, 3, 10, 10)).astype(np.float32), rng.integers(0, 10, 3).astype(np.int64)
+        specs = []
+    else:
+        path, x, y, specs = _write_model(tmp_path, name)
+    cu, emu = emulated(tmp_path, path, specs, rt_objects, defines=("-DCTC_HAVE_CUDNN",))
+    code = cu.read_text()
+    nsites = len(re.findall(r"/\* cuDNN, (forward|backward data|backward filter) \*/", code))
+    assert nsites >= (15 if name == "convs" else 7), nsites
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+    mod = load_module(str(path), "cudnn_" + name)
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    res = {}
+    for tag, exe, extra in (("cudnn", emu, {"CTC_EMU_CUDNN_TRACE": "1"}), ("im2col", emu, {"CTC_EMU_CUDNN_WORKSPACE": str(1 << 40)}),
+                            ("c", cexe, {})):
+        out, loss, saved = (tmp_path / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+        r1 = run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out], **extra)
+        r2 = run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
+                      tmp_path / "y.npy", "--output", loss, "--save", saved], **extra)
+        calls = re.findall(r"^cudnn: (forward|backward data|backward filter) ", r1.stderr + r2.stderr, re.M)
+        if tag == "cudnn":
+            assert {"forward", "backward data", "backward filter"} <= set(calls) and len(calls) >= nsites, calls
+        else:
+            assert not calls
+        res[tag] = (np.load(out), np.load(loss), st_read(str(saved)))
+    co, cl, cw = res["c"]
+    for tag in ("cudnn", "im2col"):
+        go, gl, gw = res[tag]
+        compare(f"{name} {tag} forward vs C", go, co, 1e-5, 1e-6)
+        compare(f"{name} {tag} loss vs C", gl, cl, 1e-5, 1e-6)
+        for k in cw:
+            compare(f"{name} {tag} {k} after a step vs C", gw[k], cw[k], 1e-5, 1e-6)
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    compare(f"{name} cudnn forward vs torch", res["cudnn"][0], want, 1e-4, 1e-5)
+    mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+    for k, v in mod.model.state_dict().items():
+        compare(f"{name} cudnn {k} after a step vs torch", res["cudnn"][2][k], v.numpy(), 1e-4, 1e-5)
 
 
 def test_train_keeps_parameters_on_the_device(tmp_path, rt_objects):
