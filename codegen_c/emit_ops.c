@@ -1436,11 +1436,11 @@ static void flat_index(char *buf, size_t cap, char v, const Type *t) {
 /* The loops of PAD and PAD_BWD over the padded shape p (i0, i1, ...), each with the
  * source index s<k> in x's shape along its axis: reflect and replicate map every
  * position into x; constant padding gives i - lo, which the caller checks. */
-static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, int omp) {
+static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, int omp, int from) {
   int mode = (int)in->attr[0];
-  for (int k = 0; k < p->ndim; k++) {
+  for (int k = from; k < p->ndim; k++) {
     int64_t lo = in->attr[1 + k], X = x->dims[k];
-    if (k == 0 && omp) LINE(c, "CTC_OMP_FOR\n");
+    if (k == from && omp) LINE(c, "CTC_OMP_FOR\n");
     LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
     c->ind += 2;
     if (lo == 0 && p->dims[k] == X) LINE(c, "const int64_t s%d = i%d;\n", k, k);
@@ -1468,7 +1468,7 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   flat_index(yi, sizeof yi, 'i', r);
   flat_index(xi, sizeof xi, 's', x);
   int base = c->ind;
-  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= min_work(c));
+  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= min_work(c), 0);
   const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
   if (in->attr[0] == 0) {
     Buf cond = {0}, val = {0};
@@ -1487,21 +1487,46 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   c->ind = base;
 }
 
-/* dx = 0; then each g element added into the x element PAD read it from. In
- * parallel only over a first axis without padding (else two threads could add
- * into one element). */
+/* dx = 0; then each g element added into the x element PAD read it from. The
+ * leading axes without padding (N and C of an image's H, W padding) are one loop over
+ * disjoint slices of dx, each zeroed and then summed into: in parallel (OpenMP, GPU
+ * threads), each element's sum in the order of the sequential loops. */
 static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   const Type *g = ty(c, in->args[0]), *r = ty(c, in->res);
   char gi[IDX_CAP * 2], xi[IDX_CAP * 2];
   flat_index(gi, sizeof gi, 'i', g);
   flat_index(xi, sizeof xi, 's', r);
-  LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", cg_ref(c, in->res), cg_ctype(r->dtype), (ll)ir_numel(r));
+  int lead = 0;   /* the leading unpadded axes */
+  int64_t n = 1;
+  while (lead < g->ndim && in->attr[1 + lead] == 0 && g->dims[lead] == r->dims[lead]) n *= g->dims[lead++];
+  const char *ct = cg_ctype(r->dtype), *dx = cg_ref(c, in->res);
   int base = c->ind;
-  int omp = g->ndim > 0 && g->dims[0] > 1 && in->attr[1] == 0 && g->dims[0] == r->dims[0] &&
-            ir_numel(g) >= min_work(c);
-  pad_loops(c, in, r, g, omp);
-  LINE(c, "%s[%s] += %s[%s];\n", cg_ref(c, in->res), xi, cg_ref(c, in->args[0]), gi);
-  pad_close(c, g->ndim);
+  if (n <= 1) {   /* padding from the first axis: one sequential pass */
+    LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", dx, ct, (ll)ir_numel(r));
+    pad_loops(c, in, r, g, 0, 0);
+    LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
+    pad_close(c, g->ndim);
+    c->ind = base;
+    return;
+  }
+  const int64_t slice = ir_numel(r) / n;
+  if (ir_numel(g) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t j = 0; j < %lld; j++) {   /* the slices of the %d unpadded leading axes */\n", (ll)n, lead);
+  c->ind += 2;
+  int64_t below = 1;
+  for (int d = lead - 1; d >= 0; d--) {
+    if (below == 1 && d == 0) LINE(c, "const int64_t i%d = j, s%d = j;\n", d, d);
+    else if (below == 1) LINE(c, "const int64_t i%d = j %% %lld, s%d = i%d;\n", d, (ll)g->dims[d], d, d);
+    else if (d == 0) LINE(c, "const int64_t i%d = j / %lld, s%d = i%d;\n", d, (ll)below, d, d);
+    else LINE(c, "const int64_t i%d = j / %lld %% %lld, s%d = i%d;\n", d, (ll)below, (ll)g->dims[d], d, d);
+    below *= g->dims[d];
+  }
+  LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
+  pad_loops(c, in, r, g, 0, lead);
+  LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
+  pad_close(c, g->ndim - lead);
+  c->ind -= 2;
+  LINE(c, "}\n");
   c->ind = base;
 }
 
@@ -1792,6 +1817,81 @@ static void emit_gather(CgFunc *c, const Inst *in) {
   memcpy(acc[2].st, bst, sizeof bst);
   acc[2].st[ax] = 0;
   nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g, 1);
+}
+
+/* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
+ * base's fiber, then, where src has that fiber, src's elements added at their (clamped)
+ * indices in order along the axis. Fibers are disjoint, so the loop over them is parallel
+ * (OpenMP, GPU threads), and each element's sum runs in the order of a sequential pass
+ * over src. */
+static void emit_scatter_add(CgFunc *c, const Inst *in) {
+  const int ax = (int)in->attr[0];
+  const Type *r = ty(c, in->res), *src = ty(c, in->args[2]);
+  int64_t rst[IR_MAX_DIMS], bst[IR_MAX_DIMS], sst[IR_MAX_DIMS], ist[IR_MAX_DIMS], fibers = 1;
+  cstrides(r, rst);
+  bcast_strides(ty(c, in->args[0]), r, bst);
+  cstrides(src, sst);
+  bcast_strides(ty(c, in->args[1]), src, ist);
+  for (int d = 0; d < r->ndim; d++)
+    if (d != ax) fibers *= r->dims[d];
+  char ro[IDX_CAP] = "", bo[IDX_CAP] = "", so[IDX_CAP] = "", io[IDX_CAP] = "";   /* the fiber's offsets */
+  Buf inside = {0};   /* the fiber lies inside src */
+  int base = c->ind;
+  if (fibers > 1 && ir_numel(r) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {   /* the fibers along axis %d */\n", (ll)fibers, ax);
+  c->ind += 2;
+  int64_t below = 1;   /* the fiber count of the axes after d */
+  for (int d = r->ndim - 1; d >= 0; d--) {
+    if (d == ax) continue;
+    if (r->dims[d] > 1) {
+      if (below == 1) LINE(c, "const int64_t i%d = i %% %lld;\n", d, (ll)r->dims[d]);
+      else if (below * r->dims[d] == fibers) LINE(c, "const int64_t i%d = i / %lld;\n", d, (ll)below);
+      else LINE(c, "const int64_t i%d = i / %lld %% %lld;\n", d, (ll)below, (ll)r->dims[d]);
+      char v[16];
+      snprintf(v, sizeof v, "i%d", d);
+      struct { char *buf; int64_t st; } acc[4] = {{ro, rst[d]}, {bo, bst[d]}, {so, sst[d]}, {io, ist[d]}};
+      for (int a = 0; a < 4; a++) {
+        if (!acc[a].st) continue;
+        char t[IDX_CAP * 2];
+        const char *sep = acc[a].buf[0] ? " + " : "";
+        if (acc[a].st == 1) snprintf(t, sizeof t, "%s%s%s", acc[a].buf, sep, v);
+        else snprintf(t, sizeof t, "%s%s%s * %lld", acc[a].buf, sep, v, (ll)acc[a].st);
+        CHECK(strlen(t) < IDX_CAP);
+        memcpy(acc[a].buf, t, IDX_CAP);
+      }
+      if (src->dims[d] < r->dims[d]) cg_printf(&inside, "%si%d < %lld", inside.len ? " && " : "", d, (ll)src->dims[d]);
+    }
+    below *= r->dims[d];
+  }
+  char idx[IDX_CAP * 2];
+  Buf v = {0};
+  snprintf(idx, sizeof idx, "%s%sj * %lld", bo, *bo ? " + " : "", (ll)bst[ax]);
+  load(c, &v, in->args[0], idx);
+  LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[%s%sj * %lld] = %s;\n", (ll)r->dims[ax], cg_ref(c, in->res), ro,
+       *ro ? " + " : "", (ll)rst[ax], v.s);
+  cg_buf_free(&v);
+  if (inside.len) {
+    LINE(c, "if (%s) {\n", inside.s);
+    c->ind += 2;
+  }
+  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)src->dims[ax]);
+  c->ind += 2;
+  snprintf(idx, sizeof idx, "%s%sk * %lld", io, *io ? " + " : "", (ll)ist[ax]);
+  load(c, &v, in->args[1], idx);
+  LINE(c, "int64_t ix = %s;\n", v.s);
+  cg_buf_free(&v);
+  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(r->dims[ax] - 1),
+       (ll)(r->dims[ax] - 1), (ll)(r->dims[ax] - 1));
+  snprintf(idx, sizeof idx, "%s%sk * %lld", so, *so ? " + " : "", (ll)sst[ax]);
+  load(c, &v, in->args[2], idx);
+  LINE(c, "%s[%s%six * %lld] += %s;\n", cg_ref(c, in->res), ro, *ro ? " + " : "", (ll)rst[ax], v.s);
+  cg_buf_free(&v);
+  for (int close = inside.len ? 3 : 2; close > 0; close--) {   /* k's loop, the if, the fibers' loop */
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  cg_buf_free(&inside);
+  c->ind = base;
 }
 
 /* ---- one instruction ----------------------------------------------------------------- */
@@ -2321,7 +2421,7 @@ EMITTER(UPSAMPLE_BWD, emit_upsample(c, in))
 EMITTER(CUMSUM, emit_cumsum(c, in))
 EMITTER(ARGMAX, emit_argmax(c, in))
 EMITTER(GATHER, emit_gather(c, in))
-EMITTER(SCATTER_ADD, emit_gather(c, in))
+EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
 
 #define EMITTER_K_ELEM(id) emit_ELEM
 #define EMITTER_K_REDUCE(id) emit_REDUCE

@@ -30,8 +30,9 @@ def _gpt_tiny():
 
 
 # The data-movement ops the CUDA emitter runs as the C target's loops, with their
-# outer loop over GPU threads: pad, bilinear upsample, cumsum, argmax, gather, and
-# in the train step their gradients (gather's scatter-add stays on one thread).
+# outer loop over GPU threads: pad (constant and reflect), bilinear upsample, cumsum,
+# argmax, gather, and in the train step their gradients (reflect's pad_bwd over its
+# unpadded leading axes, gather's scatter-add over the fibers along its axis).
 DATAOPS = """
 import torch
 import torch.nn as nn
@@ -45,7 +46,7 @@ class Net(nn.Module):
         self.fc = nn.Linear(3 * 20 * 20, 10)
 
     def forward(self, x):
-        h = F.pad(x * self.w, (1, 1, 2, 0))
+        h = F.pad(F.pad(x * self.w, (1, 1, 1, 0), mode="reflect"), (0, 0, 1, 0))
         h = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
         h = torch.cumsum(h, dim=-1) * 0.05
         logits = self.fc(h.reshape(h.shape[0], -1))
@@ -94,10 +95,10 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     cu, emu = emulated(tmp_path, path, specs, rt_objects)
     code = cu.read_text()
     assert "__global__" in code and ("cublasSgemm" in code)
-    if name == "dataops":   # the data-movement ops on GPU threads; scatter-add's += may collide: one thread
+    if name == "dataops":   # the data-movement ops and their gradients on GPU threads, none on one thread
         serial = re.findall(r"one thread: .*\n(?:[^\n]*\n)*?    /\* dataops\.py:\d+  (\w+)\(", code)
-        assert serial == ["scatter_add"], serial
-        for op in ("pad(", "upsample(", "cumsum(", "argmax(", "gather("):
+        assert serial == [], serial
+        for op in ("pad(", "upsample(", "cumsum(", "argmax(", "gather(", "pad_bwd(", "scatter_add("):
             assert re.search(r"grid-stride\) \*/\n[^\n]*\n(?:  [^\n]*\n)*?    /\* dataops\.py:\d+  " + re.escape(op), code), op
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
