@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh - on a machine with a GPU (the device machine): builds ctc with
-# ninja and runs the CUDA target's GPU suite (tests/gpu: programs built with nvcc
-# against the C target). Needs nvcc, nvidia-smi, and a python with pytest and numpy
-# ($PYTHON, default python3). The GPU benchmark of issue 8 is not written yet.
+# scripts/gpu_check.sh - on a machine with a GPU (the device machine), in one call: builds
+# ctc with ninja, runs the CUDA target's GPU suite (tests/gpu: programs built with nvcc
+# against the C target and PyTorch on the GPU, compute-sanitizer's memcheck), then the
+# GPU benchmark (bench/bench_gpu.py: the bench GPT and a GPT-2-small-sized train step
+# against PyTorch eager). Needs nvcc, nvidia-smi, and a python with pytest, numpy and a
+# CUDA PyTorch ($PYTHON, default python3). Arguments go to bench_gpu.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ninja
 nvidia-smi -L
-exec "${PYTHON:-python3}" -m pytest tests/gpu -q -rs "$@"
+py="${PYTHON:-python3}"
+status=0
+"$py" -m pytest tests/gpu -q -rs || status=$?
+"$py" bench/bench_gpu.py "$@" || status=$?
+exit $status

@@ -28,3 +28,14 @@ def test_bench_script_prints_the_table():
         assert re.fullmatch(rf"\| mlp {mode} \| {ms} \| {ms} \| {num} \| {num} \| [0-9]+ MiB \| [0-9]+ MiB \| [0-9]+ / [0-9]+ ms \|",
                             line), line
     assert len(lines) == 5, r.stdout
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "gpt.py")), reason="../shared/bench/models missing")
+def test_gpu_bench_script_emulated():
+    """bench/bench_gpu.py with --emulate (the program built for the CPU, PyTorch on the
+    CPU) on its tiny configuration: the table the GPU run prints, with the device named."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_gpu.py"), "--emulate", "--configs", "tiny",
+                        "--rounds", "1", "--iters", "1", "--warmup", "0"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "on CPU (--emulate), torch " in r.stdout, r.stdout
+    assert re.search(r"^\| tiny \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", r.stdout, re.M), r.stdout

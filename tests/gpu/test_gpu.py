@@ -1,10 +1,14 @@
 """The CUDA target on a real GPU (skipped, with the reason, without one): programs
-built by `ctc build --target cuda` (nvcc, cuBLAS) against the C target on the
-bench models: forward at rtol 1e-4, ten SGD-momentum steps (the parameters after
-them) at rtol 1e-3, and a forward-mode entry (the hvp example) at rtol 1e-3.
+built by `ctc build --target cuda` (nvcc, cuBLAS, cuDNN where installed) against the
+C target and against PyTorch on the same GPU, on the bench models: forward at rtol
+1e-4, ten SGD-momentum steps (the parameters after them) at rtol 1e-3; a forward-mode
+entry (the hvp example) at rtol 1e-3; compute-sanitizer's memcheck clean on one
+training step of each bench model.
 Written without a GPU at hand: run it where one is lent
 (`/usr/bin/python3 -m pytest tests/gpu -q` after `ninja`). CTC_GPU_TEST_EMULATE=1
-runs the same checks on programs built with --emulate (no GPU: checks the checks)."""
+runs the same checks on programs built with --emulate and PyTorch on the CPU (no GPU:
+checks the checks; the memcheck test is skipped)."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -12,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, ROOT, compare, run, st_read
+from ctc_testlib import BENCH, BENCH_TRAIN_STEP, CTC, ROOT, compare, load_module, run, st_read
 
 
 def _gpu():
@@ -71,6 +75,39 @@ def test_gpu_matches_c_target(tmp_path, name):
     compare(f"{name} forward on the GPU vs C", res["gpu"][0], res["c"][0], 1e-4, 1e-5)
     for k in res["c"][1]:
         compare(f"{name} {k} after 10 steps on the GPU vs C", res["gpu"][1][k], res["c"][1][k], 1e-3, 1e-5)
+    out, params = _torch_steps(src, w, x, y, 10)
+    compare(f"{name} forward on the GPU vs PyTorch", res["gpu"][0], out, 1e-4, 1e-5)
+    for k, v in params.items():
+        compare(f"{name} {k} after 10 steps on the GPU vs PyTorch", res["gpu"][1][k], v, 1e-3, 1e-5)
+    if not EMULATE:   # compute-sanitizer: one training step, no memory error
+        sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+        if os.path.exists(sanitizer):
+            r = subprocess.run([sanitizer, "--tool", "memcheck", "--error-exitcode", "9", str(gpu), "run", "train_step",
+                                "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--input", str(tmp_path / "y.npy"),
+                                "--output", str(tmp_path / "ms_loss.npy")], capture_output=True, text=True, timeout=1800)
+            assert r.returncode == 0 and "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+def _torch_steps(src, w, x, y, steps):
+    """PyTorch on the GPU (the CPU when emulated) running the same file from the weights w:
+    the forward output on x, then the parameters after `steps` of the file's train_step."""
+    import torch
+
+    dev = "cpu" if EMULATE else "cuda"
+    mod = load_module(str(src), "gpu_torch_" + src.stem)
+    state = st_read(str(w))
+    sd = mod.model.state_dict()
+    mod.model.load_state_dict({k: torch.from_numpy(state[k]) for k in sd})
+    mod.model.to(dev)   # in place: the optimizer keeps the same parameters
+    xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+    # tensors the model makes (torch.arange in gpt's forward) on that device too
+    where = torch.device(dev) if dev != "cpu" and hasattr(torch, "set_default_device") else contextlib.nullcontext()
+    with where:
+        with torch.no_grad():
+            out = mod.model(xt).cpu().numpy()
+        for _ in range(steps):
+            mod.train_step(xt, yt)
+    return out, {k: v.detach().cpu().numpy() for k, v in mod.model.state_dict().items()}
 
 
 def test_gpu_hvp_matches_c_target(tmp_path):
