@@ -73,7 +73,6 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
-  unsigned char portable;           /* --freestanding: plain C only (no AVX-512 GEMM, no <immintrin.h>) */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
@@ -158,8 +157,8 @@ void cg_where(char *buf, size_t cap, Span loc);
 /* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
  * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
 int cg_fs_refuse(const Program *p, const CgOptions *opt);
-/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS and CTC_GEMM_AVX512_* as undefined (their directives and
- * dead branches go): the portable GEMM, no OpenMP text. Other conditionals stay. */
+/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS, __AVX512F__ and CTC_GEMM_AVX512_* as undefined (their
+ * directives and dead branches go): the portable GEMM, no OpenMP or intrinsics. Other conditionals stay. */
 void cg_fs_preprocess(Buf *b);
 /* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
  * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it

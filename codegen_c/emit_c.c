@@ -886,7 +886,6 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   else emit_param_data(&g, &data);
   emit_init(&g, &init);
   if (!opt->freestanding) emit_desc(&g, &desc, 0);
-  g.k.portable = (unsigned char)opt->freestanding;
   cg_emit_kernels(&kern, &g.k);
   Buf all = {0}, math = {0}, pro = {0};   /* --freestanding: the calls the text makes, its prologue */
   if (opt->freestanding) {

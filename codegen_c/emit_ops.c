@@ -1487,6 +1487,26 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   c->ind = base;
 }
 
+/* Declares `const int64_t i<d>` for each axis d of dims that take[d] selects, from the flat
+ * index `var` running over those axes row-major (the last fastest); with_s: also `s<d> = i<d>`
+ * (PAD's source index along an unpadded axis). */
+static void unflatten(CgFunc *c, const char *var, int nd, const int64_t *dims, const unsigned char *take, int with_s) {
+  int64_t total = 1, below = 1;
+  for (int d = 0; d < nd; d++)
+    if (take[d]) total *= dims[d];
+  for (int d = nd - 1; d >= 0; d--) {
+    if (!take[d]) continue;
+    char sd[32] = "";
+    if (with_s) snprintf(sd, sizeof sd, ", s%d = i%d", d, d);
+    if (dims[d] == 1) LINE(c, "const int64_t i%d = 0%s;\n", d, sd);
+    else if (below == 1 && dims[d] == total) LINE(c, "const int64_t i%d = %s%s;\n", d, var, sd);
+    else if (below == 1) LINE(c, "const int64_t i%d = %s %% %lld%s;\n", d, var, (ll)dims[d], sd);
+    else if (below * dims[d] == total) LINE(c, "const int64_t i%d = %s / %lld%s;\n", d, var, (ll)below, sd);
+    else LINE(c, "const int64_t i%d = %s / %lld %% %lld%s;\n", d, var, (ll)below, (ll)dims[d], sd);
+    below *= dims[d];
+  }
+}
+
 /* dx = 0; then each g element added into the x element PAD read it from. The
  * leading axes without padding (N and C of an image's H, W padding) are one loop over
  * disjoint slices of dx, each zeroed and then summed into: in parallel (OpenMP, GPU
@@ -1498,35 +1518,28 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   flat_index(xi, sizeof xi, 's', r);
   int lead = 0;   /* the leading unpadded axes */
   int64_t n = 1;
-  while (lead < g->ndim && in->attr[1 + lead] == 0 && g->dims[lead] == r->dims[lead]) n *= g->dims[lead++];
+  unsigned char take[IR_MAX_DIMS] = {0};
+  while (lead < g->ndim && in->attr[1 + lead] == 0 && g->dims[lead] == r->dims[lead]) take[lead] = 1, n *= g->dims[lead++];
+  if (n <= 1) lead = 0;   /* padding from the first axis: one sequential pass */
   const char *ct = cg_ctype(r->dtype), *dx = cg_ref(c, in->res);
-  int base = c->ind;
-  if (n <= 1) {   /* padding from the first axis: one sequential pass */
-    LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", dx, ct, (ll)ir_numel(r));
-    pad_loops(c, in, r, g, 0, 0);
-    LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
-    pad_close(c, g->ndim);
-    c->ind = base;
-    return;
-  }
   const int64_t slice = ir_numel(r) / n;
-  if (ir_numel(g) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t j = 0; j < %lld; j++) {   /* the slices of the %d unpadded leading axes */\n", (ll)n, lead);
-  c->ind += 2;
-  int64_t below = 1;
-  for (int d = lead - 1; d >= 0; d--) {
-    if (below == 1 && d == 0) LINE(c, "const int64_t i%d = j, s%d = j;\n", d, d);
-    else if (below == 1) LINE(c, "const int64_t i%d = j %% %lld, s%d = i%d;\n", d, (ll)g->dims[d], d, d);
-    else if (d == 0) LINE(c, "const int64_t i%d = j / %lld, s%d = i%d;\n", d, (ll)below, d, d);
-    else LINE(c, "const int64_t i%d = j / %lld %% %lld, s%d = i%d;\n", d, (ll)below, (ll)g->dims[d], d, d);
-    below *= g->dims[d];
+  int base = c->ind;
+  if (lead) {
+    if (ir_numel(g) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t j = 0; j < %lld; j++) {   /* the slices of the %d unpadded leading axes */\n", (ll)n, lead);
+    c->ind += 2;
+    unflatten(c, "j", lead, g->dims, take, 1);
+    LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
+  } else {
+    LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", dx, ct, (ll)slice);
   }
-  LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
   pad_loops(c, in, r, g, 0, lead);
   LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
   pad_close(c, g->ndim - lead);
-  c->ind -= 2;
-  LINE(c, "}\n");
+  if (lead) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
   c->ind = base;
 }
 
@@ -1832,43 +1845,37 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   bcast_strides(ty(c, in->args[0]), r, bst);
   cstrides(src, sst);
   bcast_strides(ty(c, in->args[1]), src, ist);
-  for (int d = 0; d < r->ndim; d++)
-    if (d != ax) fibers *= r->dims[d];
-  char ro[IDX_CAP] = "", bo[IDX_CAP] = "", so[IDX_CAP] = "", io[IDX_CAP] = "";   /* the fiber's offsets */
+  /* the fiber's coordinates i<d> (the axes but ax, of more than one element) and the offsets
+   * they give in the result, the base, src and the index */
+  unsigned char take[IR_MAX_DIMS] = {0};
+  char var[IR_MAX_DIMS][16];
+  int64_t st[4][IR_MAX_DIMS] = {{0}};
+  int nv = 0;
   Buf inside = {0};   /* the fiber lies inside src */
+  for (int d = 0; d < r->ndim; d++) {
+    if (d == ax || r->dims[d] == 1) continue;
+    take[d] = 1, fibers *= r->dims[d];
+    snprintf(var[nv], sizeof var[nv], "i%d", d);
+    st[0][nv] = rst[d], st[1][nv] = bst[d], st[2][nv] = sst[d], st[3][nv] = ist[d];
+    nv++;
+    if (src->dims[d] < r->dims[d]) cg_printf(&inside, "%si%d < %lld", inside.len ? " && " : "", d, (ll)src->dims[d]);
+  }
+  char ro[IDX_CAP], bo[IDX_CAP], so[IDX_CAP], io[IDX_CAP];
+  index_expr(ro, nv, var, 0, st[0]);
+  index_expr(bo, nv, var, 0, st[1]);
+  index_expr(so, nv, var, 0, st[2]);
+  index_expr(io, nv, var, 0, st[3]);
   int base = c->ind;
   if (fibers > 1 && ir_numel(r) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {   /* the fibers along axis %d */\n", (ll)fibers, ax);
   c->ind += 2;
-  int64_t below = 1;   /* the fiber count of the axes after d */
-  for (int d = r->ndim - 1; d >= 0; d--) {
-    if (d == ax) continue;
-    if (r->dims[d] > 1) {
-      if (below == 1) LINE(c, "const int64_t i%d = i %% %lld;\n", d, (ll)r->dims[d]);
-      else if (below * r->dims[d] == fibers) LINE(c, "const int64_t i%d = i / %lld;\n", d, (ll)below);
-      else LINE(c, "const int64_t i%d = i / %lld %% %lld;\n", d, (ll)below, (ll)r->dims[d]);
-      char v[16];
-      snprintf(v, sizeof v, "i%d", d);
-      struct { char *buf; int64_t st; } acc[4] = {{ro, rst[d]}, {bo, bst[d]}, {so, sst[d]}, {io, ist[d]}};
-      for (int a = 0; a < 4; a++) {
-        if (!acc[a].st) continue;
-        char t[IDX_CAP * 2];
-        const char *sep = acc[a].buf[0] ? " + " : "";
-        if (acc[a].st == 1) snprintf(t, sizeof t, "%s%s%s", acc[a].buf, sep, v);
-        else snprintf(t, sizeof t, "%s%s%s * %lld", acc[a].buf, sep, v, (ll)acc[a].st);
-        CHECK(strlen(t) < IDX_CAP);
-        memcpy(acc[a].buf, t, IDX_CAP);
-      }
-      if (src->dims[d] < r->dims[d]) cg_printf(&inside, "%si%d < %lld", inside.len ? " && " : "", d, (ll)src->dims[d]);
-    }
-    below *= r->dims[d];
-  }
+  unflatten(c, "i", r->ndim, r->dims, take, 0);
   char idx[IDX_CAP * 2];
   Buf v = {0};
-  snprintf(idx, sizeof idx, "%s%sj * %lld", bo, *bo ? " + " : "", (ll)bst[ax]);
+  snprintf(idx, sizeof idx, "%s + j * %lld", bo, (ll)bst[ax]);
   load(c, &v, in->args[0], idx);
-  LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[%s%sj * %lld] = %s;\n", (ll)r->dims[ax], cg_ref(c, in->res), ro,
-       *ro ? " + " : "", (ll)rst[ax], v.s);
+  LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[%s + j * %lld] = %s;\n", (ll)r->dims[ax], cg_ref(c, in->res), ro,
+       (ll)rst[ax], v.s);
   cg_buf_free(&v);
   if (inside.len) {
     LINE(c, "if (%s) {\n", inside.s);
@@ -1876,15 +1883,15 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   }
   LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)src->dims[ax]);
   c->ind += 2;
-  snprintf(idx, sizeof idx, "%s%sk * %lld", io, *io ? " + " : "", (ll)ist[ax]);
+  snprintf(idx, sizeof idx, "%s + k * %lld", io, (ll)ist[ax]);
   load(c, &v, in->args[1], idx);
   LINE(c, "int64_t ix = %s;\n", v.s);
   cg_buf_free(&v);
   LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(r->dims[ax] - 1),
        (ll)(r->dims[ax] - 1), (ll)(r->dims[ax] - 1));
-  snprintf(idx, sizeof idx, "%s%sk * %lld", so, *so ? " + " : "", (ll)sst[ax]);
+  snprintf(idx, sizeof idx, "%s + k * %lld", so, (ll)sst[ax]);
   load(c, &v, in->args[2], idx);
-  LINE(c, "%s[%s%six * %lld] += %s;\n", cg_ref(c, in->res), ro, *ro ? " + " : "", (ll)rst[ax], v.s);
+  LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
   cg_buf_free(&v);
   for (int close = inside.len ? 3 : 2; close > 0; close--) {   /* k's loop, the if, the fibers' loop */
     c->ind -= 2;

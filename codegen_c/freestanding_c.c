@@ -173,11 +173,12 @@ enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 
 static int is_off_macro(const char *s, size_t n) {
   return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14)) ||
-         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16));   /* kernels.c leaves that GEMM out (Kernels.portable) */
+         (n == 11 && !strncmp(s, "__AVX512F__", 11)) ||   /* kernels.c's AVX-512 GEMM (intrinsics) */
+         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16));  /* and its call */
 }
 
-/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS and CTC_GEMM_AVX512_* undefined: 1, 0, or -1 when
- * it depends on something else. */
+/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS, __AVX512F__ and
+ * CTC_GEMM_AVX512_* undefined: 1, 0, or -1 when it depends on something else. */
 static int cond_value(const char *line) {
   const char *s = line + 1;
   int neg = 0;

@@ -547,7 +547,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     int blas = t == DT_F32 || t == DT_F64;
     instantiate(b, gemm_text, (DType)t);   /* with BLAS too: ctc_matmul_block's narrow remainders */
     cg_puts(b, "\n");
-    if (t == DT_F32 && !k->portable) cg_printf(b, "%s\n", gemm_avx512_text);
+    if (t == DT_F32) cg_printf(b, "%s\n", gemm_avx512_text);   /* (--freestanding drops it: freestanding_c.c) */
     if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
     if (blas && k->matmul[t]) instantiate(b, matmul_call_text, (DType)t), cg_puts(b, "\n");
   }

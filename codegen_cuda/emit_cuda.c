@@ -798,11 +798,10 @@ static int emit_conv(Ent *e, int i, const Inst *in) {
     cg_dnn_conv(&e->g->dnn, host, f, in, x, w, y, scratch, scratch ? ir_scratch_bytes(f, in) : 0);
     e->uses_dnn = 1;
     cg_puts(host, "  {\n");
-    for (const char *s = alt.s ? alt.s : ""; *s;) {   /* the im2col code, one level deeper */
-      size_t n = strcspn(s, "\n");
-      cg_printf(host, "%s%.*s\n", n ? "  " : "", (int)n, s);
-      s += n + (s[n] == '\n');
-    }
+    CgLines L;   /* the im2col code, one level deeper */
+    cg_lines(alt.s ? alt.s : "", &L);
+    for (size_t k = 0; k < L.len; k++) cg_printf(host, "%s%.*s\n", L.n[k] ? "  " : "", (int)L.n[k], L.s[k]);
+    cg_lines_free(&L);
     cg_puts(host, "  }\n");
   }
   cg_buf_free(&alt);

@@ -68,6 +68,30 @@ const char *runtime_dir(Arena *a) {
   return arena_printf(a, "%s/../runtime_min", dirname(exe));
 }
 
+/* The runtime files a program links (rt: the runtime folder), and `dist`, the distributed
+ * build's communicator (rt_mpi.c, rt_nccl.c), when distributed; into *files, *n. 0, or an
+ * exit code after a diagnostic naming a missing one. */
+static int runtime_files(Arena *a, Diag *d, const char *rt, const char *dist, int distributed, const char ***files,
+                         int *n) {
+  static const char *const common[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c",
+                                       "rt_train.c", "rt_gradcheck.c", "rt_data.c", "rt_pt.c", "rt_profile.c",
+                                       "rt_text.c"};
+  const int nc = (int)(sizeof common / sizeof *common);
+  const char **f = arena_alloc(a, sizeof *f * (size_t)(nc + 1));
+  for (int i = 0; i < nc; i++) f[i] = common[i];
+  *n = nc;
+  if (distributed) f[(*n)++] = dist;
+  for (int i = 0; i < *n; i++) {
+    const char *path = arena_printf(a, "%s/%s", rt, f[i]);
+    if (access(path, R_OK) != 0) {
+      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
+      return CTC_EXIT_IO;
+    }
+  }
+  *files = f;
+  return 0;
+}
+
 /* Does `cc` link a program against OpenBLAS's cblas? */
 static int have_openblas(Arena *a, const char *cc, const char *dir) {
   const char *src = arena_printf(a, "%s/.ctc_blas_probe_%d.c", dir, (int)getpid());
@@ -286,9 +310,9 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
   int blas = !o->no_blas && have_openblas(a, cc, outdir);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_mpi.c"};
-  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_mpi.c: distributed builds only */
+  const char **rt_files;
+  int nrt, rc = runtime_files(a, d, rt, "rt_mpi.c", distributed, &rt_files, &nrt);
+  if (rc) return rc;
   /* --shared / --python: a library of model.c and the runtime, position independent, without main() */
   const char *out = o->out, *py_inc = NULL, *py_mod = NULL;
   if (o->python) {
@@ -325,13 +349,6 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   if (!o->no_openmp) flags[nf++] = "-fopenmp";
   flags[nf++] = arena_printf(a, "-I%s", rt);
   flags[nf] = NULL;
-  for (int i = 0; i < nrt; i++) {
-    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
-    if (access(path, R_OK) != 0) {
-      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
-      return CTC_EXIT_IO;
-    }
-  }
   const char **objs = NULL;
   int hit = 0, cached = rt_objects(a, cc, flags, rt, rt_files, nrt, &objs, &hit) == 0;
   char *argv[64];
@@ -358,7 +375,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
-  int rc = run_cmd(argv);
+  rc = run_cmd(argv);
   if (rc != 0) {
     if (distributed && rc == 127)
       diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "
@@ -443,9 +460,9 @@ static int use_cudnn(Arena *a, const char *nvcc, int emulate) {
  * rt_nccl.c (the NCCL communicator), MPI's flags and -lnccl. */
 int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, int distributed) {
   const char *rt = runtime_dir(a);
-  const char *rt_files[] = {"rt_error.c", "rt_safetensors.c", "rt_npy.c", "rt_model.c", "rt_driver.c", "rt_train.c", "rt_gradcheck.c",
-                            "rt_data.c", "rt_pt.c", "rt_profile.c", "rt_text.c", "rt_nccl.c"};
-  int nrt = (int)(sizeof rt_files / sizeof rt_files[0]) - !distributed;   /* rt_nccl.c: distributed builds only */
+  const char **rt_files;
+  int nrt, rc = runtime_files(a, d, rt, "rt_nccl.c", distributed, &rt_files, &nrt);
+  if (rc) return rc;
   if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");
   const char *tool;
   if (o->emulate) {
@@ -494,13 +511,6 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
     if (mpi_flags_for_nvcc(a, d, argv, &n, 140) < 0) return CTC_EXIT_IO;
   }
   argv[n++] = (char *)cu_path;
-  for (int i = 0; i < nrt; i++) {
-    const char *path = arena_printf(a, "%s/%s", rt, rt_files[i]);
-    if (access(path, R_OK) != 0) {
-      diag_plain(d, "runtime source '%s' not found (set CTC_RUNTIME_DIR to the runtime_min folder)", path);
-      return CTC_EXIT_IO;
-    }
-  }
   /* --emulate: the runtime as C, its objects from the cache (build.h) when there is one */
   const char **objs = NULL;
   int hit = 0, cached = 0;
@@ -519,7 +529,7 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
-  int rc = run_cmd(argv);
+  rc = run_cmd(argv);
   if (rc != 0) {
     diag_plain(d, "'%s' failed (exit %d) building '%s'%s", tool, rc, o->out,
                distributed ? " (a distributed CUDA build needs NCCL: nccl.h and libnccl where nvcc finds them, "

@@ -58,6 +58,36 @@ def make_model():
     return Net()
 """
 
+# Convolutions of every kind cuDNN and the im2col code must agree on: strided, padded,
+# dilated, grouped, depthwise, 1x1, and transposed with output_padding.
+CONVS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Convs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.c = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.d = nn.Conv2d(8, 4, 1)
+        self.up = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)
+        self.fc = nn.Linear(4 * 10 * 10, 10)
+
+    def forward(self, x):
+        x = F.relu(self.a(x))
+        x = F.relu(self.b(x))
+        x = self.d(self.c(x))
+        x = torch.tanh(self.up(x))
+        return self.fc(x.flatten(1))
+
+
+def make_model():
+    return Convs()
+"""
+
 # name -> (source, forward's input name, x, y)
 MODELS = {
     "dataops": (lambda: DATAOPS, "x", lambda r: r.standard_normal((4, 3, 8, 8)).astype(np.float32),
@@ -67,6 +97,8 @@ MODELS = {
     "lenet": (lambda: open(os.path.join(BENCH, "lenet.py")).read(), "t",
               lambda r: r.standard_normal((4, 1, 28, 28)).astype(np.float32), lambda r: r.integers(0, 10, 4)),
     "gpt_tiny": (_gpt_tiny, "idx", lambda r: r.integers(0, 64, (2, 16)), lambda r: r.integers(0, 64, (2, 16))),
+    "convs": (lambda: CONVS, "x", lambda r: r.standard_normal((3, 3, 10, 10)).astype(np.float32),
+              lambda r: r.integers(0, 10, 3)),
 }
 
 
@@ -85,6 +117,16 @@ def _write_model(tmp, name):
     if xname != "x":
         specs += ["--input", _spec(xname, x)]
     return path, x, y, specs
+
+
+def _forward_and_step(tmp, exe, tag, w, **env):
+    """`run forward` and `run train_step` from the weights w on tmp's x.npy and y.npy: the
+    output, the loss, the parameters after the step, and what the program printed."""
+    out, loss, saved = (tmp / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
+    r1 = run_env([exe, "run", "forward", "--weights", w, "--input", tmp / "x.npy", "--output", out], **env)
+    r2 = run_env([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
+                  "--output", loss, "--save", saved], **env)
+    return np.load(out), np.load(loss), st_read(str(saved)), r1.stderr + r2.stderr
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -107,14 +149,7 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     st_write(w, state_dict_np(mod.model))
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
-    res = {}
-    for tag, exe in (("cuda", emu), ("c", cexe)):
-        out, loss, saved = (tmp_path / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
-        run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
-        run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-              "--output", loss, "--save", saved])
-        res[tag] = (np.load(out), np.load(loss), st_read(str(saved)))
-    (go, gl, gw), (co, cl, cw) = res["cuda"], res["c"]
+    (go, gl, gw, _), (co, cl, cw, _) = (_forward_and_step(tmp_path, exe, tag, w) for tag, exe in (("cuda", emu), ("c", cexe)))
     compare(f"{name} forward vs C", go, co, 1e-5, 1e-6)
     compare(f"{name} loss vs C", gl, cl, 1e-5, 1e-6)
     assert gw.keys() == cw.keys()
@@ -206,45 +241,6 @@ def test_build_emulate(tmp_path):
     compare("build --emulate vs C", outs["cuda"], outs["c"], 1e-5, 1e-6)
 
 
-CONVS = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Convs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.b = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
-        self.c = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
-        self.d = nn.Conv2d(8, 4, 1)
-        self.up = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)
-        self.fc = nn.Linear(4 * 10 * 10, 10)
-
-    def forward(self, x):
-        x = F.relu(self.a(x))
-        x = F.relu(self.b(x))
-        x = self.d(self.c(x))
-        x = torch.tanh(self.up(x))
-        return self.fc(x.flatten(1))
-
-
-model = Convs()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss
-
-
-example_inputs = {"forward": (torch.randn(3, 3, 10, 10),),
-                  "train_step": (torch.randn(3, 3, 10, 10), torch.randint(0, 10, (3,)))}
-"""
 
 
 @pytest.mark.parametrize("name", ["convs", "lenet"])
@@ -255,17 +251,9 @@ def test_cudnn_convolutions_emulated(tmp_path, name, rt_objects):
     and the weights after a step match the C target (rtol 1e-5), and PyTorch (1e-4). With
     no algorithm fitting the scratch (CTC_EMU_CUDNN_WORKSPACE), the im2col branch gives the
     same results."""
-    if name == "convs":
-        path = tmp_path / "convs.py"
-        path.write_text(CONVS)
-        rng = np.random.default_rng(2)
-        x, y = rng.standard_normal((3, 3, 10, 10)).astype(np.float32), rng.integers(0, 10, 3).astype(np.int64)
-        specs = []
-    else:
-        path, x, y, specs = _write_model(tmp_path, name)
+    path, x, y, specs = _write_model(tmp_path, name)
     cu, emu = emulated(tmp_path, path, specs, rt_objects, defines=("-DCTC_HAVE_CUDNN",))
-    code = cu.read_text()
-    nsites = len(re.findall(r"/\* cuDNN, (forward|backward data|backward filter) \*/", code))
+    nsites = len(re.findall(r"/\* cuDNN, (forward|backward data|backward filter) \*/", cu.read_text()))
     assert nsites >= (15 if name == "convs" else 7), nsites
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
@@ -275,18 +263,14 @@ def test_cudnn_convolutions_emulated(tmp_path, name, rt_objects):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     res = {}
-    for tag, exe, extra in (("cudnn", emu, {"CTC_EMU_CUDNN_TRACE": "1"}), ("im2col", emu, {"CTC_EMU_CUDNN_WORKSPACE": str(1 << 40)}),
-                            ("c", cexe, {})):
-        out, loss, saved = (tmp_path / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
-        r1 = run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out], **extra)
-        r2 = run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
-                      tmp_path / "y.npy", "--output", loss, "--save", saved], **extra)
-        calls = re.findall(r"^cudnn: (forward|backward data|backward filter) ", r1.stderr + r2.stderr, re.M)
+    for tag, exe, env in (("cudnn", emu, {"CTC_EMU_CUDNN_TRACE": "1"}),
+                          ("im2col", emu, {"CTC_EMU_CUDNN_WORKSPACE": str(1 << 40)}), ("c", cexe, {})):
+        *res[tag], printed = _forward_and_step(tmp_path, exe, tag, w, **env)
+        calls = re.findall(r"^cudnn: (forward|backward data|backward filter) ", printed, re.M)
         if tag == "cudnn":
             assert {"forward", "backward data", "backward filter"} <= set(calls) and len(calls) >= nsites, calls
         else:
             assert not calls
-        res[tag] = (np.load(out), np.load(loss), st_read(str(saved)))
     co, cl, cw = res["c"]
     for tag in ("cudnn", "im2col"):
         go, gl, gw = res[tag]
