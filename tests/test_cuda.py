@@ -320,6 +320,24 @@ def test_train_keeps_parameters_on_the_device(tmp_path, rt_objects):
             compare(f"{what} {k} after 6 steps vs C", got[k], want[k], 1e-5, 1e-6)
 
 
+def test_build_emulate_cudnn_switch(tmp_path):
+    """`ctc build --target cuda --emulate` compiles the cuDNN branches (+cudnn); CTC_CUDNN=0
+    leaves them out, and the convolutions run as im2col + GEMM (no cuDNN call traced)."""
+    path, x, y, specs = _write_model(tmp_path, "lenet")
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for tag, env in (("on", {}), ("off", {"CTC_CUDNN": "0"})):
+        exe = tmp_path / f"net_{tag}"
+        r = run([CTC, "build", path, "--target", "cuda", "--emulate", "-o", exe, "--stats", *specs], timeout=600,
+                env=dict(os.environ, **env))
+        assert ("+cudnn" in r.stderr) == (tag == "on"), r.stderr
+        r = run_env([exe, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / f"{tag}.npy"],
+                    CTC_EMU_CUDNN_TRACE="1")
+        assert ("cudnn: forward" in r.stderr) == (tag == "on"), r.stderr
+        outs[tag] = np.load(tmp_path / f"{tag}.npy")
+    compare("lenet forward, cuDNN vs im2col", outs["on"], outs["off"], 1e-5, 1e-6)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
 def test_build_with_nvcc(tmp_path):
     """`ctc build --target cuda` links a program with nvcc and cuBLAS. With a GPU it
