@@ -631,8 +631,13 @@ static void emit_init(Gen *g, Buf *b) {
         break;
       }
       if (pr->init_data) {
+        /* the table is read through a volatile pointer: GCC 12 at -O3 with AVX-512
+         * expands a memcpy from a constant table into vector stores of wrong
+         * values (a 64-byte block of 14 infinities and 2 zeros stored as 16
+         * infinities), which it cannot do when it does not see the source */
         cg_puts(b, "data */\n");
-        cg_printf(b, "  memcpy(A + %lld, ctc_data_%d, sizeof ctc_data_%d);\n", (ll)off, i, i);
+        cg_printf(b, "  {\n    const void *volatile src = ctc_data_%d;   /* not folded: see ctc's emit_init */\n"
+                     "    memcpy(A + %lld, src, sizeof ctc_data_%d);\n  }\n", i, (ll)off, i);
         break;
       }
       goto zeros;   /* no data: zeros */

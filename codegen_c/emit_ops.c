@@ -183,50 +183,14 @@ typedef struct ElemU {
 
 /* The type the op's expression computes in. */
 static DType compute_type(const CgFunc *c, const Inst *in) {
-  if (in->op == IR_CAST || (in->op >= IR_CMP_EQ && in->op <= IR_CMP_GE)) return ty(c, in->args[0])->dtype;
-  return ty(c, in->res)->dtype;
+  return ir_elem_compute_type(in->op, ty(c, in->args[0])->dtype, ty(c, in->res)->dtype);
 }
 
-/* Integer forms: no NaN to propagate, and arithmetic wraps modulo 2**bits as in
- * PyTorch (done in unsigned arithmetic: signed overflow would be UB in C). */
+/* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
+ * its integer form), noting the helpers it calls so that kernels.c writes them
+ * into the file; f32 tanh and exp call the file's vectorisable versions of the
+ * same functions. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
-  if (ct == DT_I64 || ct == DT_I32) {
-    int w = ct == DT_I64;
-    switch (in->op) {
-    case IR_NEG: return w ? "(int64_t)(0u - (uint64_t)A)" : "(int32_t)(0u - (uint32_t)A)";
-    case IR_ABS: return w ? "(A < 0 ? (int64_t)(0u - (uint64_t)A) : A)" : "(A < 0 ? (int32_t)(0u - (uint32_t)A) : A)";
-    case IR_ADD: return w ? "(int64_t)((uint64_t)A + (uint64_t)B)" : "(int32_t)((uint32_t)A + (uint32_t)B)";
-    case IR_SUB: return w ? "(int64_t)((uint64_t)A - (uint64_t)B)" : "(int32_t)((uint32_t)A - (uint32_t)B)";
-    case IR_MUL: return w ? "(int64_t)((uint64_t)A * (uint64_t)B)" : "(int32_t)((uint32_t)A * (uint32_t)B)";
-    case IR_POW:
-      c->k->ipow = 1;
-      return w ? "ctc_ipow(A, B)" : "(int32_t)ctc_ipow(A, B)";
-    /* truncating division (div's rounding_mode='trunc'), never a trap: x / 0
-     * gives 0 (PyTorch raises) and INT_MIN / -1 wraps */
-    case IR_DIV: return w ? "(B == 0 ? 0 : B == -1 ? (int64_t)(0u - (uint64_t)A) : A / B)"
-                          : "(B == 0 ? 0 : B == -1 ? (int32_t)(0u - (uint32_t)A) : A / B)";
-    case IR_FMOD: return "(B == 0 || B == -1 ? 0 : A % B)";
-    case IR_ROUND: case IR_TRUNC: return "A";
-    /* the count modulo the width, no UB: unsigned left shift, sign-filling right shift */
-    case IR_SHL: return w ? "(int64_t)((uint64_t)A << (B & 63))" : "(int32_t)((uint32_t)A << (B & 31))";
-    case IR_SHR: return w ? "(A < 0 ? ~(~A >> (B & 63)) : A >> (B & 63))" : "(A < 0 ? ~(~A >> (B & 31)) : A >> (B & 31))";
-    default: break;
-    }
-  }
-  if (ct == DT_BOOL && in->op == IR_BIT_NOT) return "(unsigned char)!A";
-  if (in->op == IR_REMAINDER || in->op == IR_FLOORDIV) {
-    /* helpers written once into the file (kernels.c), one per dtype */
-    static const char *const names[2][DT_COUNT] = {
-        [0] = {[DT_F32] = "ctc_remainder_f32(A, B)", [DT_F64] = "ctc_remainder_f64(A, B)",
-               [DT_I64] = "ctc_remainder_i64(A, B)", [DT_I32] = "ctc_remainder_i32(A, B)"},
-        [1] = {[DT_F32] = "ctc_floordiv_f32(A, B)", [DT_F64] = "ctc_floordiv_f64(A, B)",
-               [DT_I64] = "ctc_floordiv_i64(A, B)", [DT_I32] = "ctc_floordiv_i32(A, B)"}};
-    int which = in->op == IR_FLOORDIV;
-    if (!names[which][ct]) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
-    if (which) c->k->floordiv[ct] = 1;
-    else c->k->remainder[ct] = 1;
-    return names[which][ct];
-  }
   if (in->op == IR_TANH && ct == DT_F32) {
     c->k->tanh_f32 = 1;
     return "ctc_tanh_f32(A)";
@@ -235,11 +199,12 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     c->k->exp_f32 = 1;
     return "ctc_exp_f32(A)";
   }
-  if (!ir_dtype_is_float(ct)) {
-    if (in->op == IR_MAX) return "(A > B ? A : B)";
-    if (in->op == IR_MIN) return "(A < B ? A : B)";
-  }
-  return ir_ops[in->op].c_expr;
+  const char *t = ir_elem_template(in->op, ct);
+  if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
+  if (strstr(t, "ctc_ipow")) c->k->ipow = 1;
+  if (strstr(t, "ctc_remainder_")) c->k->remainder[ct] = 1;
+  if (strstr(t, "ctc_floordiv_")) c->k->floordiv[ct] = 1;
+  return t;
 }
 
 /* A float -> integer conversion as x86-64 (and so PyTorch there) does it:

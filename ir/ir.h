@@ -372,4 +372,26 @@ int ir_plan_check(const Program *p, const MemPlan *mp, FILE *out);
 /* numpy broadcasting of a and b into out; returns 0 or -1 if incompatible. */
 int ir_broadcast_shapes(const Type *a, const Type *b, Type *out);
 
+/* ---- the reference evaluator (elem.c, interp.c) ------------------------------
+ * What an op computes, evaluated on host values from the one statement of it:
+ * ops.def's row (an elementwise op's C template, as the emitter prints it). Values
+ * are doubles holding values of their dtype. Each returns 1, or 0 for an op (or
+ * an operation C leaves undefined) it does not know: the caller refuses then. */
+
+/* The C template of elementwise op in compute type ct: ops.def's c_expr, or the
+ * integer form (wrapping, never trapping) for i64/i32, or a ctc_ helper's call. */
+const char *ir_elem_template(Op op, DType ct);
+/* The type op's template computes in: operand 0's for cast and comparisons, else
+ * the result's. */
+DType ir_elem_compute_type(Op op, DType arg0, DType res);
+/* One element: r = op(x[0], x[1], x[2]) computed in ct, stored as dtype rt. */
+int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r);
+/* One instruction on dense row-major operands a[k] of types ta[k], into out (the
+ * result's elements, type tr): elementwise ops (broadcasting), reductions, const,
+ * iota, data movement, concat, matmul, conv2d and the pools. */
+int ir_eval(Op op, const int64_t *attr, double fattr, int nargs, const Type *ta, const double *const *a,
+            const Type *tr, double *out);
+/* ir_eval of instruction in of f. */
+int ir_eval_inst(Func *f, const Inst *in, const double *const *a, double *out);
+
 #endif

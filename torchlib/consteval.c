@@ -49,83 +49,78 @@ static double bread(PV *a, const Type *r, int64_t i) {
   return a->t->data[off];
 }
 
-static int ev2(Op op, double x, double y, double *r) {
-  switch (op) {
-  case IR_ADD: *r = x + y; return 1;
-  case IR_SUB: *r = x - y; return 1;
-  case IR_MUL: *r = x * y; return 1;
-  case IR_DIV: *r = x / y; return 1;
-  case IR_POW: *r = pow(x, y); return 1;
-  case IR_MAX: *r = isnan(x) || isnan(y) ? NAN : x > y ? x : y; return 1;
-  case IR_MIN: *r = isnan(x) || isnan(y) ? NAN : x < y ? x : y; return 1;
-  case IR_CMP_EQ: *r = x == y; return 1;
-  case IR_CMP_NE: *r = x != y; return 1;
-  case IR_CMP_LT: *r = x < y; return 1;
-  case IR_CMP_LE: *r = x <= y; return 1;
-  case IR_CMP_GT: *r = x > y; return 1;
-  case IR_CMP_GE: *r = x >= y; return 1;
-  default: return 0;
+/* the operand's values as an array of its (or, for a Python number, a 0-d)
+ * tensor's type with dtype dt: a tensor's own array where no conversion is
+ * needed, else a copy converted as the generated code's cast would */
+static const double *operand_data(L *L, Span at, PV *x, DType dt, Type *t) {
+  if (x->k != PV_TENSOR) {
+    *t = (Type){.dtype = dt};
+    double *v = arena_alloc(L->a, sizeof(double));
+    *v = round_to(pv_num(x), dt);
+    return v;
   }
+  *t = x->t->type;
+  t->dtype = dt;
+  if (x->t->type.dtype == dt) return x->t->data;
+  int64_t n = ir_numel(t);
+  double *v = arena_alloc(L->a, sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) v[i] = round_to(x->t->data[i], dt);
+  return v;
 }
 
-static int ev1(Op op, double x, double *r) {
-  switch (op) {
-  case IR_EXP: *r = exp(x); return 1;
-  case IR_LOG: *r = log(x); return 1;
-  case IR_SQRT: *r = sqrt(x); return 1;
-  case IR_RSQRT: *r = 1 / sqrt(x); return 1;
-  case IR_NEG: *r = -x; return 1;
-  case IR_ABS: *r = fabs(x); return 1;
-  case IR_SIN: *r = sin(x); return 1;
-  case IR_COS: *r = cos(x); return 1;
-  case IR_TANH: *r = tanh(x); return 1;
-  case IR_SIGMOID: *r = 1 / (1 + exp(-x)); return 1;
-  case IR_RELU: *r = x > 0 ? x : 0; return 1;
-  case IR_ERF: *r = erf(x); return 1;
-  default: return 0;
+/* op on compile-time operands xs (converted to dtype dt; -1: each keeps its
+ * own) by the reference evaluator (ir/interp.c), a compile-time tensor of type
+ * r; an op it does not know is an error here, never an approximation */
+static PV *ct_eval(L *L, Span at, Op op, const int64_t *attr, int n, PV **xs, int dt, Type r) {
+  Type *ta = arena_alloc(L->a, sizeof(Type) * (size_t)(n + 1));
+  const double **a = arena_alloc(L->a, sizeof(double *) * (size_t)(n + 1));
+  for (int k = 0; k < n; k++)
+    a[k] = operand_data(L, at, xs[k], op == IR_WHERE && k == 0 ? DT_BOOL : dt >= 0 ? (DType)dt : xs[k]->t->type.dtype,
+                        &ta[k]);
+  Type rt = r;
+  if (L->T->f64 && rt.dtype == DT_F32) {   /* --dtype f64: f32 data computes unrounded */
+    rt.dtype = DT_F64;
+    for (int k = 0; k < n; k++)
+      if (ta[k].dtype == DT_F32) ta[k].dtype = DT_F64;
   }
+  PV *out = t_const_tensor(L, at, r, 0);
+  eval_charge(L, at, ir_numel(&r) / 16 + 1);
+  static const int64_t noattr[IR_MAX_ATTRS];
+  if (!ir_eval(op, attr ? attr : noattr, 0, n, ta, a, &rt, out->t->data))
+    lower_error(L, at, "ctc cannot compute '%s' on %s values at compile time", ir_ops[op].name,
+                ir_dtype_name(n ? ta[0].dtype : r.dtype));
+  return out;
 }
 
 /* a op b elementwise, computed in dtype dt, result of dtype rdt */
 PV *ct_elem2(L *L, Span at, Op op, PV *a, PV *b, DType dt, DType rdt) {
-  double probe;
-  if (!ct_applies(L, a, b) || !ev2(op, 1, 1, &probe)) return NULL;
+  if (!ct_applies(L, a, b)) return NULL;
   Type ta = a->k == PV_TENSOR ? a->t->type : (Type){0}, tb = b->k == PV_TENSOR ? b->t->type : (Type){0}, r;
   if (ir_broadcast_shapes(&ta, &tb, &r) < 0)
     lower_error(L, at, "shape mismatch: %s and %s cannot be broadcast together", shape_str(L, &ta), shape_str(L, &tb));
   r.dtype = rdt;
-  PV *out = t_const_tensor(L, at, r, 0);
-  int64_t n = ir_numel(&r);
-  for (int64_t i = 0; i < n; i++) {
-    double x = round_to(bread(a, &r, i), dt), y = round_to(bread(b, &r, i), dt), v = 0;
-    ev2(op, x, y, &v);
-    if (!ir_dtype_is_float(dt) && op == IR_DIV) v = trunc(v);
-    out->t->data[i] = round_to(v, rdt);
-  }
-  return out;
+  PV *xs[2] = {a, b};
+  return ct_eval(L, at, op, NULL, 2, xs, dt, r);
+}
+
+/* torch.where(c, a, b) with a and b in dtype dt */
+PV *ct_where(L *L, Span at, PV *c, PV *a, PV *b, DType dt) {
+  if (!ct_applies(L, c, NULL) || !ct_applies(L, a, b)) return NULL;
+  Type t[3], r;
+  PV *xs[3] = {c, a, b};
+  for (int k = 0; k < 3; k++) t[k] = xs[k]->k == PV_TENSOR ? xs[k]->t->type : (Type){0};
+  if (ir_broadcast_shapes(&t[0], &t[1], &r) < 0 || ir_broadcast_shapes(&r, &t[2], &r) < 0)
+    lower_error(L, at, "shape mismatch in 'where': %s, %s and %s cannot be broadcast together", shape_str(L, &t[0]),
+                shape_str(L, &t[1]), shape_str(L, &t[2]));
+  r.dtype = dt;
+  return ct_eval(L, at, IR_WHERE, NULL, 3, xs, dt, r);
 }
 
 PV *ct_unary(L *L, Span at, Op op, PV *x, DType dt) {
-  double probe;
-  if (!ct_applies(L, x, NULL) || x->k != PV_TENSOR || !ev1(op, 1, &probe)) return NULL;
+  if (!ct_applies(L, x, NULL) || x->k != PV_TENSOR) return NULL;
   Type r = x->t->type;
   r.dtype = dt;
-  PV *out = t_const_tensor(L, at, r, 0);
-  for (int64_t i = 0; i < ir_numel(&r); i++) {
-    double v = 0;
-    ev1(op, round_to(x->t->data[i], dt), &v);
-    out->t->data[i] = round_to(v, dt);
-  }
-  return out;
-}
-
-/* strides of a row-major shape */
-static void strides(const Type *t, int64_t *s) {
-  int64_t m = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    s[d] = m;
-    m *= t->dims[d];
-  }
+  return ct_eval(L, at, op, NULL, 1, &x, dt, r);
 }
 
 /* r, a copy of (part of) x's values, is what PyTorch makes a view of x: writes
@@ -140,70 +135,40 @@ PV *ct_view(PV *x, PV *r) {
 /* out[i0..] = x[... perm ...] */
 PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out) {
   if (!ct_applies(L, x, NULL)) return NULL;
-  int64_t si[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0};
-  strides(&x->t->type, si);
-  PV *r = t_const_tensor(L, at, out, 0);
-  int64_t n = ir_numel(&out);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t off = 0;
-    for (int d = 0; d < out.ndim; d++) off += idx[d] * si[perm[d]];
-    r->t->data[i] = x->t->data[off];
-    for (int d = out.ndim - 1; d >= 0 && ++idx[d] == out.dims[d]; d--) idx[d] = 0;
-  }
-  return ct_view(x, r);
+  return ct_view(x, ct_eval(L, at, IR_PERMUTE, perm, 1, &x, -1, out));
 }
 
 /* elements start, start + step, ... of axis */
 PV *ct_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t step, Type out) {
   if (!ct_applies(L, x, NULL)) return NULL;
-  int64_t si[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0};
-  strides(&x->t->type, si);
-  PV *r = t_const_tensor(L, at, out, 0);
-  int64_t n = ir_numel(&out);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t off = 0;
-    for (int d = 0; d < out.ndim; d++) off += (d == axis ? start + idx[d] * step : idx[d]) * si[d];
-    r->t->data[i] = x->t->data[off];
-    for (int d = out.ndim - 1; d >= 0 && ++idx[d] == out.dims[d]; d--) idx[d] = 0;
-  }
-  return ct_view(x, r);
+  int64_t attr[IR_MAX_ATTRS] = {0};
+  for (int d = 0; d < out.ndim; d++) attr[2 * d + 1] = 1;
+  attr[2 * axis] = start, attr[2 * axis + 1] = step;
+  return ct_view(x, ct_eval(L, at, IR_SLICE, attr, 1, &x, -1, out));
 }
 
 PV *ct_concat(L *L, Span at, PV **xs, int n, int64_t dim, Type out) {
   if (L->T->fn) return NULL;
   for (int i = 0; i < n; i++)
     if (!ct_operand(xs[i]) || xs[i]->k != PV_TENSOR) return NULL;
-  PV *r = t_const_tensor(L, at, out, 0);
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < dim; d++) outer *= out.dims[d];
-  for (int d = (int)dim + 1; d < out.ndim; d++) inner *= out.dims[d];
-  int64_t pos = 0;
-  for (int64_t o = 0; o < outer; o++)
-    for (int i = 0; i < n; i++) {
-      int64_t len = xs[i]->t->type.dims[dim] * inner;
-      memcpy(r->t->data + pos, xs[i]->t->data + o * len, sizeof(double) * (size_t)len);
-      pos += len;
-    }
-  return r;
+  int64_t attr[IR_MAX_ATTRS] = {dim};
+  return ct_eval(L, at, IR_CONCAT, attr, n, xs, out.dtype, out);
 }
 
-/* sum (or mean) over dims, keeping them (size 1) */
+/* sum, mean (the sum in double divided by the count, rounded once) or max over
+ * dims, keeping them (size 1) */
 PV *ct_reduce(L *L, Span at, Op op, PV *x, const int *red, int mean, Type out) {
   if (!ct_applies(L, x, NULL) || (op != IR_REDUCE_SUM && op != IR_REDUCE_MAX)) return NULL;
-  Type in = x->t->type;
-  PV *r = t_const_tensor(L, at, out, op == IR_REDUCE_MAX ? -INFINITY : 0);
-  int64_t so[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0}, n = ir_numel(&in), cnt = n / ir_numel(&out);
-  strides(&out, so);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t off = 0;
-    for (int d = 0; d < in.ndim; d++) off += (red[d] ? 0 : idx[d]) * so[d];
-    double v = x->t->data[i];
-    if (op == IR_REDUCE_SUM) r->t->data[off] += v;
-    else if (isnan(v) || v > r->t->data[off]) r->t->data[off] = isnan(r->t->data[off]) ? r->t->data[off] : v;
-    for (int d = in.ndim - 1; d >= 0 && ++idx[d] == in.dims[d]; d--) idx[d] = 0;
-  }
-  for (int64_t i = 0; i < ir_numel(&out); i++)
-    r->t->data[i] = round_to(mean ? r->t->data[i] / (double)cnt : r->t->data[i], out.dtype);
+  int64_t attr[IR_MAX_ATTRS] = {0};
+  for (int d = 0; d < x->t->type.ndim; d++)
+    if (red[d]) attr[0] |= (int64_t)1 << d;
+  if (!mean) return ct_eval(L, at, op, attr, 1, &x, -1, out);
+  Type sum = out;
+  sum.dtype = DT_F64;
+  PV *r = ct_eval(L, at, op, attr, 1, &x, DT_F64, sum);
+  int64_t cnt = ir_numel(&x->t->type) / ir_numel(&out);
+  r->t->type.dtype = out.dtype;
+  for (int64_t i = 0; i < ir_numel(&out); i++) r->t->data[i] = round_to(r->t->data[i] / (double)cnt, out.dtype);
   return r;
 }
 
@@ -217,16 +182,9 @@ PV *ct_matmul(L *L, Span at, PV *a, PV *b) {
                 (long long)ta.dims[1], (long long)tb.dims[0], (long long)tb.dims[1]);
   Type r = ta;
   r.dims[1] = tb.dims[1];
-  PV *o = t_const_tensor(L, at, r, 0);
-  for (int64_t i = 0; i < r.dims[0]; i++) {
-    eval_charge(L, at, (r.dims[1] * ta.dims[1]) / 4 + 1);   /* the compile-time step limit bounds m * n * k */
-    for (int64_t j = 0; j < r.dims[1]; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < ta.dims[1]; k++) s += a->t->data[i * ta.dims[1] + k] * b->t->data[k * tb.dims[1] + j];
-      o->t->data[i * r.dims[1] + j] = round_to(s, r.dtype);
-    }
-  }
-  return o;
+  eval_charge(L, at, (r.dims[0] * r.dims[1]) / 4 * ta.dims[1] + 1);   /* the compile-time step limit bounds m * n * k */
+  PV *xs[2] = {a, b};
+  return ct_eval(L, at, IR_MATMUL, NULL, 2, xs, -1, r);
 }
 
 /* x[idx] = v on a compile-time tensor (PyTorch's in-place write into its storage):

@@ -279,12 +279,9 @@ PV *t_compare(L *L, Span at, int op, PV *a, PV *b) {
     Type t = a->t->type;
     t.dtype = DT_BOOL;
     PV *r = t_const_tensor(L, at, t, 0);
-    double y = pv_num(b);
     for (int64_t i = 0; i < ir_numel(&t); i++) {
-      double x = a->t->data[i];
-      int c = o == IR_CMP_EQ ? x == y : o == IR_CMP_NE ? x != y : o == IR_CMP_LT ? x < y
-            : o == IR_CMP_LE ? x <= y : o == IR_CMP_GT ? x > y : x >= y;
-      r->t->data[i] = c;
+      double x[2] = {a->t->data[i], pv_num(b)};
+      if (!ir_elem_eval(o, dt, DT_BOOL, x, &r->t->data[i])) BUG("compile-time %s", ir_ops[o].name);
     }
     return r;
   }
@@ -339,12 +336,14 @@ PV *t_cast(L *L, Span at, PV *x, DType dt) {
 
 PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
   need_tensor_arg(L, at, c, "where");
-  need_fn(L, at, "where");
   DType dt = promote(a, b);
   if (dt == DT_COUNT)   /* two Python numbers: PyTorch's default dtypes */
     dt = a->k == PV_FLOAT || b->k == PV_FLOAT ? DT_F32 : a->k == PV_BOOL && b->k == PV_BOOL ? DT_BOOL : DT_I64;
   check_fits(L, at, a, dt);
   check_fits(L, at, b, dt);
+  PV *folded = ct_where(L, at, c, a, b, dt);   /* compile-time values outside compiled code */
+  if (folded) return folded;
+  need_fn(L, at, "where");
   ValId vc = t_val(L, at, c);
   if (ir_type(L->T->fn, vc)->dtype != DT_BOOL) vc = cast_to(L, at, vc, DT_BOOL);
   ValId va = operand(L, at, a, dt), vb = operand(L, at, b, dt);
@@ -940,7 +939,6 @@ static void need_nonzero_int(L *L, Span at, PV *b, DType dt, const char *what) {
  * truncation (rounding_mode='trunc'), '%' remainder (Python's %), 'm' fmod */
 PV *t_divmod(L *L, Span at, int kind, PV *a, PV *b) {
   const char *name = kind == 'f' ? "floor_divide" : kind == 't' ? "div" : kind == '%' ? "remainder" : "fmod";
-  need_fn(L, at, name);
   DType dt = promote(a, b);
   if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", name);
   if (dt == DT_BOOL) lower_error(L, at, "\"%s\" is not implemented for 'Bool' tensors", name);
@@ -968,7 +966,6 @@ PV *t_float_binary(L *L, Span at, Op op, PV *a, PV *b) {
 /* & | ^ on integer and bool tensors (PyTorch refuses floats) */
 PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b) {
   const char *name = ir_ops[op].name;
-  need_fn(L, at, name);
   DType dt = promote(a, b);
   if (dt == DT_COUNT) lower_error(L, at, "%s needs a tensor operand", name);
   if (ir_dtype_is_float(dt) || (pv_is_num(a) && a->k == PV_FLOAT) || (pv_is_num(b) && b->k == PV_FLOAT))
@@ -980,10 +977,12 @@ PV *t_bitwise(L *L, Span at, Op op, PV *a, PV *b) {
 /* ~x and bitwise_not */
 PV *t_invert(L *L, Span at, PV *x) {
   need_tensor_arg(L, at, x, "bitwise_not");
-  need_fn(L, at, "bitwise_not");
   Type t = x->t->type;
   if (ir_dtype_is_float(t.dtype))
     lower_error(L, at, "\"bitwise_not\" is not implemented for floating-point tensors (only integer and bool)");
+  PV *c = ct_unary(L, at, IR_BIT_NOT, x, t.dtype);   /* compile-time values */
+  if (c) return c;
+  need_fn(L, at, "bitwise_not");
   return emit1(L, at, IR_BIT_NOT, t_val(L, at, x), t, NULL, 0, "bitwise_not");
 }
 
@@ -1000,9 +999,11 @@ PV *t_logical(L *L, Span at, int kind, PV *a, PV *b) {
  * (PyTorch: sign of ints is an int, round/trunc/floor/ceil of ints the ints) */
 PV *t_rounding(L *L, Span at, Op op, PV *x) {
   need_tensor_arg(L, at, x, ir_ops[op].name);
-  need_fn(L, at, ir_ops[op].name);
   Type t = x->t->type;
   if (!ir_dtype_is_float(t.dtype)) {
+    PV *c = t.dtype == DT_BOOL ? NULL : ct_unary(L, at, op, x, t.dtype);   /* compile-time values */
+    if (c) return c;
+    need_fn(L, at, ir_ops[op].name);
     if (op == IR_SIGN && t.dtype != DT_BOOL) return emit1(L, at, IR_SIGN, t_val(L, at, x), t, NULL, 0, "sign");
     return t_wrap(L, t_val(L, at, x));
   }

@@ -1,0 +1,109 @@
+"""The reference evaluator (ir/elem.c, ir/interp.c) against PyTorch and against
+the generated code.
+
+One statement per op: compile-time folding of module-level tensor code runs the
+same ops.def templates that the C emitter prints. Each expression below is
+computed three ways on the same special values (NaN, +-inf, +-0, ordinary
+numbers, every pair for binary ops): by PyTorch, by ctc at compile time (a
+module-level constant, folded by the evaluator), and by the generated code at
+run time (the same expression on forward's inputs). Folded and run-time values
+must equal PyTorch's special values exactly and its finite values within
+rtol 1e-4 (float32; integer results exactly), and the folded value must equal
+the run-time one (NaN where it has NaN)."""
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, load_module, run, run_entry
+from test_nan import same
+
+V = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.5, -2.0, 0.5, 3.0, -0.75]
+N = len(V)
+XF = [a for a in V for _ in V]   # every pair: x[i * N + j] = V[i], y[...] = V[j]
+YF = [b for _ in V for b in V]
+IV = [-7, -3, -1, 0, 1, 2, 5, 13, 40, -2147483647]
+XI = [a for a in IV for _ in IV]
+YI = [b for _ in IV for b in IV]
+
+# (label, expression over x, y (float32 pairs) and i, j (int64 pairs))
+EXPRS = [
+    ("relu", "torch.relu(x)"), ("relu_F", "F.relu(x)"), ("neg", "-x"), ("abs", "x.abs()"),
+    ("exp", "torch.exp(x)"), ("log", "torch.log(x)"), ("sqrt", "torch.sqrt(x)"), ("rsqrt", "torch.rsqrt(x)"),
+    ("tanh", "torch.tanh(x)"), ("sigmoid", "torch.sigmoid(x)"), ("erf", "torch.erf(x)"), ("erfc", "torch.erfc(x)"),
+    ("sin", "torch.sin(x)"), ("cos", "torch.cos(x)"), ("floor", "torch.floor(x)"), ("sign", "torch.sign(x)"),
+    ("round", "torch.round(x * 1.25)"), ("trunc", "torch.trunc(x)"), ("log1p", "torch.log1p(x)"),
+    ("expm1", "torch.expm1(x)"), ("atan", "torch.atan(x)"), ("sinh", "torch.sinh(x)"),
+    ("add", "x + y"), ("sub", "x - y"), ("mul", "x * y"), ("div", "x / y"), ("pow", "torch.pow(x, y)"),
+    ("maximum", "torch.maximum(x, y)"), ("minimum", "torch.minimum(x, y)"), ("atan2", "torch.atan2(x, y)"),
+    ("remainder", "torch.remainder(x, y)"), ("fmod", "torch.fmod(x, y)"), ("floordiv", "torch.floor_divide(x, y)"),
+    ("copysign", "torch.copysign(x, y)"),
+    ("eq", "x == y"), ("ne", "x != y"), ("lt", "x < y"), ("le", "x <= y"), ("gt", "x > y"), ("ge", "x >= y"),
+    ("where", "torch.where(x > y, x, y)"), ("to_long", "x.long()"), ("to_bool", "x.to(torch.bool)"),
+    ("sum", "x.reshape(10, 10).sum(dim=1)"), ("amax", "x.reshape(10, 10).amax(dim=0)"),
+    ("mean", "y.reshape(10, 10).mean(dim=1)"), ("matmul", "x[20:30].reshape(2, 5) @ y[50:60].reshape(5, 2)"),
+    ("i_add", "i + j"), ("i_sub", "i - j"), ("i_mul", "i * j"), ("i_neg", "-i"), ("i_abs", "i.abs()"),
+    ("i_rem", "torch.remainder(i, torch.where(j == 0, 3, j))"), ("i_floordiv", "torch.div(i, torch.where(j == 0, 3, j), rounding_mode='floor')"),
+    ("i_fmod", "torch.fmod(i, torch.where(j == 0, 3, j))"), ("i_trunc_div", "torch.div(i, torch.where(j == 0, 3, j), rounding_mode='trunc')"),
+    ("i_and", "i & j"), ("i_or", "i | j"), ("i_xor", "i ^ j"), ("i_shl", "i << (j.abs() % 8)"), ("i_shr", "i >> (j.abs() % 8)"),
+    ("i_not", "~i"), ("i_max", "torch.maximum(i, j)"), ("i_lt", "i < j"), ("i_float", "i.float() / 4"),
+]
+
+
+def source():
+    s = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+         "nan = float('nan')\ninf = float('inf')\n"
+         f"X = torch.tensor({XF!r})\nY = torch.tensor({YF!r})\n"
+         f"I = torch.tensor({XI!r})\nJ = torch.tensor({YI!r})\n\n\n"
+         "def folded(x, y, i, j):\n    return (\n")
+    s = s.replace("nan,", "nan,").replace("inf", "inf")
+    for _, e in EXPRS:
+        s += f"        {e},\n"
+    s += "    )\n\n\n"
+    s += "FOLDED = folded(X, Y, I, J)\n\n\n"
+    s += ("class Net(nn.Module):\n    def forward(self, x, y, i, j):\n"
+          "        return folded(x, y, i, j) + FOLDED\n")
+    return s
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("interp")
+    path = tmp / "interp_model.py"
+    path.write_text(source().replace("float('nan')", "float('nan')"))
+    exe = tmp / "net"
+    run([CTC, "build", path, "-o", exe, "--model", "Net",
+         "--input", f"x=f32[{N * N}]", "--input", f"y=f32[{N * N}]",
+         "--input", f"i=i64[{len(XI)}]", "--input", f"j=i64[{len(YI)}]"])
+    return tmp, exe, load_module(str(path), "interp_model")
+
+
+def test_folded_and_compiled_equal_pytorch(program):
+    tmp, exe, mod = program
+    ins = [np.array(XF, np.float32), np.array(YF, np.float32), np.array(XI, np.int64), np.array(YI, np.int64)]
+    got = run_entry(tmp, exe, "forward", ins, 2 * len(EXPRS))
+    want = mod.folded(*[torch.from_numpy(a) for a in ins])
+    errors = []
+    for k, (label, _) in enumerate(EXPRS):
+        run_time, folded, w = got[k], got[len(EXPRS) + k], want[k].numpy()
+        for name, g in (("run time", run_time), ("folded", folded)):
+            try:
+                same(f"{label} ({name})", g.astype(w.dtype) if w.dtype == bool else g, w)
+            except AssertionError as e:
+                errors.append(str(e))
+        if w.dtype.kind == "f":
+            f, r = folded.astype(np.float64), run_time.astype(np.float64)
+            if (np.isnan(f) != np.isnan(r)).any():
+                errors.append(f"{label}: folded and run-time NaNs differ")
+    assert not errors, "\n".join(errors)
+
+
+def test_folded_relu_keeps_nan(tmp_path):
+    """Issue 27's reproducer: a module-level relu of a NaN stays NaN."""
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n"
+                    "C = torch.relu(torch.tensor([float('nan'), -1., 2.]))\n\n\n"
+                    "class Net(nn.Module):\n    def forward(self, x):\n        return x + C\n")
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe, "--input", "x=f32[3]"])
+    out = run_entry(tmp_path, exe, "forward", [np.zeros(3, np.float32)], 1)[0]
+    assert np.isnan(out[0]) and out[1] == 0 and out[2] == 2, out
