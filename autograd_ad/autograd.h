@@ -33,6 +33,12 @@ typedef struct AdSeed {
  * through differentiable code, 0 if its gradient is "None" in PyTorch's terms. */
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
                 ValId *grads, int *reached);
+/* ad_reverse over f's first `ninsts` instructions only (-1: all): the sweeps of a
+ * jacobian pass the count from before the first, so that each sweep walks the
+ * function once, not the code earlier sweeps appended (linear in the sweeps). The
+ * seeds' values and wrt must be defined within them. */
+void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
+                     ValId *grads, int *reached);
 
 /* Forward mode: appends to f, for f's first `ninsts` instructions (-1: all
  * present when it is called), the tangent instructions (the JVP rule of each

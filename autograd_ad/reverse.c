@@ -111,10 +111,15 @@ ValId ad_zeros(Ad *ad, const Type *t) {
 
 void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt, ValId *grads,
                 int *reached) {
+  ad_reverse_upto(p, f, -1, seeds, nseeds, wrt, nwrt, grads, reached);
+}
+
+void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
+                     ValId *grads, int *reached) {
   ir_pass_event(p, f, "ad_reverse", 0);
   int phase = f->phase;   /* restored at the end */
   if (f->phase == PH_FORWARD) f->phase = PH_BACKWARD;
-  int nv = f->values.len, ni = f->insts.len;
+  int nv = f->values.len, ni = ninsts >= 0 && ninsts < f->insts.len ? ninsts : f->insts.len;
   char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
   ValId *adj = malloc(sizeof(ValId) * ((size_t)nv + 1));
   if (!active || !adj) BUG("out of memory");

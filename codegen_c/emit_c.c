@@ -171,32 +171,62 @@ static ValId root_of(const Func *f, ValId v) {
   return v;
 }
 
-/* Whether the activation v may be a function-wide restrict pointer: it has
- * no views, and no other tensor or scratch buffer of f overlaps its bytes
- * (with a run-time batch: at the sizes the plan was made for). */
-static int exclusive(const Func *f, const FuncPlan *fp, ValId v) {
+/* An arena byte range [lo, hi) of value v (-1: a scratch buffer). */
+typedef struct Span64 {
+  int64_t lo, hi;
+  ValId v;
+} Span64;
+
+static int by_lo(const void *a, const void *b) {
+  const Span64 *x = a, *y = b;
+  return x->lo != y->lo ? (x->lo > y->lo ? 1 : -1) : (x->v > y->v) - (x->v < y->v);
+}
+
+/* For each activation v: whether it may be a function-wide restrict pointer: it
+ * has no views, and no other tensor or scratch buffer of f overlaps its bytes
+ * (with a run-time batch: at the sizes the plan was made for). One sort of the
+ * byte ranges by start, then for each range: an earlier one that ends past its
+ * start, or a later non-empty one that starts before its end (O(n log n)). */
+static unsigned char *exclusive_all(const Func *f, const FuncPlan *fp) {
   if (f->batch_ref) f = f->batch_ref;
-  const Loc *l = &fp->loc[v];
-  if (fp->hints.update_into && fp->hints.update_into[v] >= 0) return 0;   /* the parameter's bytes */
-  int64_t lo = l->offset, hi = lo + ir_numel(&f->values.data[v].type) *
-                                        (int64_t)ir_dtype_size(f->values.data[v].type.dtype);
-  for (int i = 0; i < f->insts.len; i++) {
+  int nv = f->values.len, ni = f->insts.len, n = 0;
+  unsigned char *ok = calloc((size_t)nv + 1, 1), *viewed = calloc((size_t)nv + 1, 1);
+  Span64 *sp = malloc(sizeof *sp * (size_t)(2 * ni + 1));
+  int *pos = malloc(sizeof(int) * (size_t)(nv + 1));
+  int64_t *maxend = malloc(sizeof(int64_t) * (size_t)(2 * ni + 2));
+  CHECK(ok && viewed && sp && pos && maxend);
+  for (int v = 0; v < nv; v++) pos[v] = -1;
+  for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
-    if (fp->scratch[i] >= 0) {
-      int64_t s0 = fp->scratch[i], s1 = s0 + ir_scratch_bytes(f, in);
-      if (s0 < hi && lo < s1) return 0;
-    }
+    if (fp->scratch[i] >= 0) sp[n++] = (Span64){fp->scratch[i], fp->scratch[i] + ir_scratch_bytes(f, in), -1};
     ValId w = in->res;
-    if (w == v || fp->loc[w].base != LOC_ARENA) continue;
+    if (fp->loc[w].base != LOC_ARENA) continue;
     if (ir_is_view(f, w)) {
-      if (root_of(f, w) == v) return 0;
+      viewed[root_of(f, w)] = 1;
       continue;
     }
     const Type *t = &f->values.data[w].type;
-    int64_t w0 = fp->loc[w].offset, w1 = w0 + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
-    if (w0 < hi && lo < w1) return 0;
+    int64_t w0 = fp->loc[w].offset;
+    sp[n++] = (Span64){w0, w0 + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype), w};
   }
-  return 1;
+  qsort(sp, (size_t)n, sizeof *sp, by_lo);
+  maxend[0] = INT64_MIN;
+  for (int k = 0; k < n; k++) {
+    maxend[k + 1] = sp[k].hi > maxend[k] ? sp[k].hi : maxend[k];
+    if (sp[k].v >= 0 && pos[sp[k].v] < 0) pos[sp[k].v] = k;
+  }
+  for (int k = 0; k < n; k++) {
+    ValId v = sp[k].v;
+    if (v < 0 || pos[v] != k) continue;
+    int excl = !viewed[v] && !(fp->hints.update_into && fp->hints.update_into[v] >= 0) && maxend[k] <= sp[k].lo;
+    for (int j = k + 1; j < n && excl && sp[j].lo < sp[k].hi; j++) excl = sp[j].v == v || sp[j].lo >= sp[j].hi;
+    ok[v] = (unsigned char)excl;
+  }
+  free(viewed);
+  free(sp);
+  free(pos);
+  free(maxend);
+  return ok;
 }
 
 /* The parameter whose storage v is (itself or through views), or -1. */
@@ -399,6 +429,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   /* Declarations of the tensors the body uses: parameters, then the rest. */
   Buf decl = {0};
+  unsigned char *excl = exclusive_all(f, fp);
   for (int pass = 0; pass < 2; pass++)
     for (int v = 0; v < nv; v++) {
       const Value *val = &f->values.data[v];
@@ -410,7 +441,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       int view = r != v, readonly = f->values.data[r].kind != V_INST;
       /* parameters are written at the end of an entry with updates: not restrict there */
       int written = f->updates.len && f->values.data[r].kind == V_PARAM;
-      const char *rs = (readonly && !written) || (!view && !readonly && exclusive(f, fp, v)) ? "restrict " : "";
+      const char *rs = (readonly && !written) || (!view && !readonly && excl[v]) ? "restrict " : "";
       type_str(&val->type, tb, sizeof tb);
       if (l->base >= 0) {
         cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
@@ -428,6 +459,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if (view) cg_printf(&decl, ", view of %s", cname[r]);
       cg_puts(&decl, " */\n");
     }
+  free(excl);
   for (int i = 0; i < f->insts.len; i++) {
     if (!sname[i]) continue;
     const Inst *in = &f->insts.data[i];

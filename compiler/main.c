@@ -443,14 +443,32 @@ static int wants(const Opts *o, int after, const char *pass) {
   return 0;
 }
 
-/* The pass hook (ir.h): dumps on request, and verifies after every AD sweep. */
+/* The pass hook's context: the options, and the instruction count of the
+ * function when the sweep under way began. */
+typedef struct HookCtx {
+  const Opts *o;
+  const Func *f;   /* the function of `first` */
+  int first;
+} HookCtx;
+
+/* The pass hook (ir.h): dumps on request, and verifies after every AD sweep the
+ * instructions it appended (what came before was verified after its own sweep,
+ * and a sweep only appends: each check is linear in the sweep, not in the
+ * function, so a jacobian's many sweeps stay linear). */
 static void pass_hook(void *ctx, const Program *p, const Func *f, const char *pass, int after) {
-  const Opts *o = ctx;
-  if (wants(o, after, pass)) {
+  HookCtx *h = ctx;
+  if (wants(h->o, after, pass)) {
     fprintf(stderr, "; ---- IR of %s %s %s ----\n", f->name, after ? "after" : "before", pass);
     ir_print_func(stderr, p, f);
   }
-  if (after && ir_verify(p, f, stderr) < 0) BUG("invalid IR after %s of %s", pass, f->name);
+  if (!after) {
+    h->f = f;
+    h->first = f->insts.len;
+    return;
+  }
+  int first = h->f == f ? h->first : 0;
+  h->f = NULL;
+  if (ir_verify_from(p, f, first, stderr) < 0) BUG("invalid IR after %s of %s", pass, f->name);
 }
 
 /* Runs a pass over every function, with the hook around it and the verifier after. */
@@ -557,8 +575,9 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
     }
     lo.inputs = specs;
   }
+  HookCtx hook = {o, NULL, 0};
   lo.hook = pass_hook;
-  lo.hook_ctx = o;
+  lo.hook_ctx = &hook;
   int errs = d->nerrors;
   Program *p = lower_program(a, d, src, mod, &lo);
   if (!p || d->nerrors > errs) {

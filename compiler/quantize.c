@@ -54,98 +54,6 @@ typedef struct Interp {
 
 static const double *data_of(Interp *I, ValId v);
 
-static void run_conv(const double *x, const Type *tx, const double *w, const Type *tw, double *y, const Type *ty,
-                     const int64_t *at) {
-  int64_t N = tx->dims[0], C = tx->dims[1], H = tx->dims[2], W = tx->dims[3];
-  int64_t O = tw->dims[0], CG = tw->dims[1], KH = tw->dims[2], KW = tw->dims[3], OH = ty->dims[2], OW = ty->dims[3];
-  int64_t G = at[6] > 0 ? at[6] : 1, OG = O / G;
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t o = 0; o < O; o++)
-      for (int64_t i = 0; i < OH; i++)
-        for (int64_t j = 0; j < OW; j++) {
-          double acc = 0;
-          int64_t g = o / OG;
-          for (int64_t c = 0; c < CG; c++)
-            for (int64_t u = 0; u < KH; u++) {
-              int64_t yy = i * at[0] - at[2] + u * at[4];
-              if (yy < 0 || yy >= H) continue;
-              for (int64_t q = 0; q < KW; q++) {
-                int64_t xx = j * at[1] - at[3] + q * at[5];
-                if (xx < 0 || xx >= W) continue;
-                acc += x[((n * C + g * CG + c) * H + yy) * W + xx] * w[((o * CG + c) * KH + u) * KW + q];
-              }
-            }
-          y[((n * O + o) * OH + i) * OW + j] = acc;
-        }
-}
-
-/* a[rows, K] times b (tb: [N, K], else [K, N]) */
-static void run_linear(const double *a, const double *b, double *y, int64_t rows, int64_t K, int64_t N, int tb) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t n = 0; n < N; n++) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; k++) acc += a[r * K + k] * (tb ? b[n * K + k] : b[k * N + n]);
-      y[r * N + n] = acc;
-    }
-}
-
-static void bstrides(const Type *t, const Type *r, int64_t *st) {
-  int off = r->ndim - t->ndim;
-  int64_t s = 1;
-  for (int k = r->ndim - 1; k >= 0; k--) {
-    int j = k - off;
-    st[k] = j < 0 || t->dims[j] == 1 ? 0 : s;
-    if (j >= 0) s *= t->dims[j];
-  }
-}
-
-static void run_bin(Op op, const double *a, const Type *ta, const double *b, const Type *tb, double *y, const Type *ty) {
-  int64_t sa[IR_MAX_DIMS], sb[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0}, n = ir_numel(ty), oa = 0, ob = 0;
-  bstrides(ta, ty, sa);
-  bstrides(tb, ty, sb);
-  for (int64_t e = 0; e < n; e++) {
-    y[e] = op == IR_ADD ? a[oa] + b[ob] : op == IR_SUB ? a[oa] - b[ob] : op == IR_MUL ? a[oa] * b[ob] : a[oa] / b[ob];
-    for (int k = ty->ndim - 1; k >= 0; k--) {   /* next index, offsets kept in step */
-      idx[k]++, oa += sa[k], ob += sb[k];
-      if (idx[k] < ty->dims[k]) break;
-      oa -= sa[k] * idx[k], ob -= sb[k] * idx[k], idx[k] = 0;
-    }
-  }
-}
-
-static void run_sum(const double *x, const Type *tx, double *y, const Type *ty, int64_t mask) {
-  int64_t idx[IR_MAX_DIMS] = {0}, n = ir_numel(tx), ny = ir_numel(ty);
-  for (int64_t e = 0; e < ny; e++) y[e] = 0;
-  for (int64_t e = 0; e < n; e++) {
-    int64_t o = 0;
-    for (int k = 0; k < tx->ndim; k++) o = o * ty->dims[k] + (mask >> k & 1 ? 0 : idx[k]);
-    y[o] += x[e];
-    for (int k = tx->ndim - 1; k >= 0 && ++idx[k] == tx->dims[k]; k--) idx[k] = 0;
-  }
-}
-
-static void run_pool(const double *x, const Type *tx, double *y, const Type *ty, const int64_t *at, int is_max) {
-  int64_t NC = tx->dims[0] * tx->dims[1], H = tx->dims[2], W = tx->dims[3], OH = ty->dims[2], OW = ty->dims[3];
-  int64_t dh = is_max ? at[6] : 1, dw = is_max ? at[7] : 1;
-  for (int64_t nc = 0; nc < NC; nc++)
-    for (int64_t i = 0; i < OH; i++)
-      for (int64_t j = 0; j < OW; j++) {
-        double acc = is_max ? -INFINITY : 0;
-        int64_t cnt = 0, cnt_pad = 0;
-        for (int64_t u = 0; u < at[0]; u++)
-          for (int64_t q = 0; q < at[1]; q++) {
-            int64_t yy = i * at[2] - at[4] + u * dh, xx = j * at[3] - at[5] + q * dw;
-            cnt_pad += yy < H + at[4] && xx < W + at[5];
-            if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
-            double v = x[(nc * H + yy) * W + xx];
-            cnt++;
-            if (is_max) acc = v > acc ? v : acc;
-            else acc += v;
-          }
-        y[(nc * OH + i) * OW + j] = is_max ? acc : acc / (double)(!is_max && at[6] ? cnt_pad : cnt);
-      }
-}
-
 static const double *data_of(Interp *I, ValId v) {
   v = root(I->f, v);
   return I->v[v];
@@ -160,29 +68,11 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
     const Type *ty = vty(f, in->res);
     int64_t n = ir_numel(ty);
     double *y = I->v[in->res];
-    const double *a = in->nargs ? data_of(I, in->args[0]) : NULL, *b = in->nargs > 1 ? data_of(I, in->args[1]) : NULL;
-    const Type *ta = in->nargs ? vty(f, in->args[0]) : ty;
-    switch (in->op) {
-    case IR_CONV2D: run_conv(a, ta, b, vty(f, in->args[1]), y, ty, in->attr); break;
-    case IR_MATMUL: {
-      int64_t K = ta->dims[ta->ndim - 1];
-      run_linear(a, b, y, ir_numel(ta) / K, K, ty->dims[ty->ndim - 1], (int)in->attr[1]);
-      break;
-    }
-    case IR_ADD: case IR_SUB: case IR_MUL: case IR_DIV: run_bin(in->op, a, ta, b, vty(f, in->args[1]), y, ty); break;
-    case IR_CONST: for (int64_t e = 0; e < n; e++) y[e] = in->fattr; break;
-    case IR_SQRT: for (int64_t e = 0; e < n; e++) y[e] = sqrt(a[e]); break;
-    case IR_RSQRT: for (int64_t e = 0; e < n; e++) y[e] = 1 / sqrt(a[e]); break;
-    case IR_RELU: for (int64_t e = 0; e < n; e++) y[e] = a[e] < 0 ? 0 : a[e]; break;
-    case IR_TANH: for (int64_t e = 0; e < n; e++) y[e] = tanh(a[e]); break;
-    case IR_SIGMOID: for (int64_t e = 0; e < n; e++) y[e] = 1 / (1 + exp(-a[e])); break;
-    case IR_EXP: for (int64_t e = 0; e < n; e++) y[e] = exp(a[e]); break;
-    case IR_NEG: for (int64_t e = 0; e < n; e++) y[e] = -a[e]; break;
-    case IR_MAXPOOL2D: run_pool(a, ta, y, ty, in->attr, 1); break;
-    case IR_REDUCE_SUM: run_sum(a, ta, y, ty, in->attr[0]); break;
-    case IR_AVGPOOL2D: run_pool(a, ta, y, ty, in->attr, 0); break;
-    default: BUG("quantize: no interpreter for op %s", ir_ops[in->op].name);
-    }
+    const double *args[3] = {NULL, NULL, NULL};
+    for (int j = 0; j < in->nargs && j < 3; j++) args[j] = data_of(I, in->args[j]);
+    /* the reference evaluator (ir/interp.c), in the entry's float32 arithmetic */
+    if (in->nargs > 3 || !ir_eval_inst((Func *)f, in, args, y))
+      BUG("quantize: the reference evaluator does not know op %s", ir_ops[in->op].name);
     for (int64_t e = 0; e < n; e++) {
       if (y[e] < lo[in->res]) lo[in->res] = y[e];
       if (y[e] > hi[in->res]) hi[in->res] = y[e];

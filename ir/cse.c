@@ -41,7 +41,11 @@ static uint64_t inst_hash(const Func *f, const Inst *in) {
   h = mix(h, fb);
   h = mix(h, (uint64_t)t->dtype);
   for (int k = 0; k < t->ndim; k++) h = mix(h, (uint64_t)t->dims[k]);
-  return h;
+  /* splitmix64's finaliser: the table takes the low bits, which mix() alone
+   * leaves clustered for operands numbered in sequence */
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
 }
 
 static int inst_same(const Func *f, const Inst *a, const Inst *b) {

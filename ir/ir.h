@@ -274,6 +274,9 @@ void ir_print_program(FILE *out, const Program *p);
 /* Checks SSA form, operand counts, dtypes and every op's shape rule.
  * Returns 0, or prints the first problem to `out` and returns -1. */
 int ir_verify(const Program *p, const Func *f, FILE *out);
+/* ir_verify of the instructions from index first on (and their values): those
+ * before were verified already (the pass hook after an AD sweep, which appends). */
+int ir_verify_from(const Program *p, const Func *f, int first, FILE *out);
 
 /* ---- passes -------------------------------------------------------------
  * Each pass is one file with the signature `void pass(Program *, Func *)`.

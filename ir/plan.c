@@ -218,32 +218,38 @@ static int by_size(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int by_off(const void *a, const void *b) {
-  const Ivl *x = *(Ivl *const *)a, *y = *(Ivl *const *)b;
-  return x->off != y->off ? (x->off > y->off ? 1 : -1) : 0;
-}
-
-/* Places every interval; returns the peak. */
+/* Places every interval, largest first, at the lowest offset where it fits
+ * beside the placed intervals live at the same time; returns the peak. The placed
+ * ones are kept sorted by offset (an insertion per interval), so each placement
+ * is one scan in offset order: no sort per interval. */
 static int64_t repack(Ivl *v, int n) {
-  Ivl **order = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1)), **near = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1));
-  CHECK(order && near);
+  Ivl **order = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1)), **byoff = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1));
+  CHECK(order && byoff);
   for (int i = 0; i < n; i++) order[i] = &v[i];
   qsort(order, (size_t)n, sizeof *order, by_size);
   int64_t peak = 0;
   for (int i = 0; i < n; i++) {
     Ivl *b = order[i];
-    int m = 0;
-    for (int j = 0; j < i; j++)
-      if (order[j]->start <= b->end && b->start <= order[j]->end) near[m++] = order[j];
-    qsort(near, (size_t)m, sizeof *near, by_off);
     int64_t off = 0;
-    for (int j = 0; j < m && near[j]->off - off < b->size; j++)
-      if (near[j]->off + near[j]->size > off) off = near[j]->off + near[j]->size;
+    for (int j = 0; j < i; j++) {
+      const Ivl *o = byoff[j];
+      if (o->start > b->end || b->start > o->end) continue;   /* not live at the same time */
+      if (o->off - off >= b->size) break;                    /* b fits below it */
+      if (o->off + o->size > off) off = o->off + o->size;
+    }
     b->off = off;
     if (off + b->size > peak) peak = off + b->size;
+    int lo = 0, hi = i;   /* insert after the placed ones at offsets <= off */
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (byoff[mid]->off <= off) lo = mid + 1;
+      else hi = mid;
+    }
+    memmove(byoff + lo + 1, byoff + lo, sizeof *byoff * (size_t)(i - lo));
+    byoff[lo] = b;
   }
   free(order);
-  free(near);
+  free(byoff);
   return peak;
 }
 

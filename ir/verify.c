@@ -274,21 +274,33 @@ static int check_attrs(V *v) {
   return 0;
 }
 
-int ir_verify(const Program *p, const Func *f, FILE *out) {
+int ir_verify(const Program *p, const Func *f, FILE *out) { return ir_verify_from(p, f, 0, out); }
+
+/* Whether value a is defined before instruction i: an entry input or a
+ * parameter, or the result of an earlier instruction. */
+static int defined_before(const Func *f, ValId a, int i) {
+  const Value *val = &f->values.data[a];
+  if (val->kind != V_INST) return 1;
+  return val->def >= 0 && val->def < i && f->insts.data[val->def].res == a;
+}
+
+static int check_value(V *v, const Program *p, int i) {
+  const Value *val = &v->f->values.data[i];
+  if (val->kind == V_PARAM &&
+      (val->index < 0 || val->index >= p->params.len || !ir_type_eq(&val->type, &p->params.data[val->index].type)))
+    return fail(v, "value %d: bad parameter reference", i);
+  char why[512];   /* every dim > 0 and at most CTC_MAX_ARENA_BYTES bytes (the builder's check) */
+  if (ir_type_problem(&val->type, why, sizeof why)) return fail(v, "value %d: %s", i, why);
+  return 0;
+}
+
+int ir_verify_from(const Program *p, const Func *f, int first, FILE *out) {
   V v = {f, out, NULL};
-  char *defined = calloc((size_t)f->values.len + 1, 1);
-  int rc = 0;
-  for (int i = 0; i < f->values.len && !rc; i++) {
-    const Value *val = &f->values.data[i];
-    if (val->kind != V_INST) defined[i] = 1;
-    if (val->kind == V_PARAM &&
-        (val->index < 0 || val->index >= p->params.len ||
-         !ir_type_eq(&val->type, &p->params.data[val->index].type)))
-      rc = fail(&v, "value %d: bad parameter reference", i);
-    char why[512];   /* every dim > 0 and at most CTC_MAX_ARENA_BYTES bytes (the builder's check) */
-    if (!rc && ir_type_problem(&val->type, why, sizeof why)) rc = fail(&v, "value %d: %s", i, why);
-  }
-  for (int i = 0; i < f->insts.len && !rc; i++) {
+  int rc = 0, ni = f->insts.len;
+  if (first < 0 || first > ni) first = 0;
+  for (int i = 0; i < f->values.len && !rc && !first; i++)
+    if (f->values.data[i].kind != V_INST) rc = check_value(&v, p, i);
+  for (int i = first; i < ni && !rc; i++) {
     const Inst *in = &f->insts.data[i];
     v.in = in;
     if (in->dead) continue;
@@ -299,28 +311,32 @@ int ir_verify(const Program *p, const Func *f, FILE *out) {
     for (int k = 0; k < in->nargs && !rc; k++) {
       ValId a = in->args[k];
       if (a < 0 || a >= f->values.len) rc = fail(&v, "operand %d out of range", k);
-      else if (!defined[a]) rc = fail(&v, "operand %d (%%%d) used before its definition", k, (int)a);
+      else if (!defined_before(f, a, i)) rc = fail(&v, "operand %d (%%%d) used before its definition", k, (int)a);
     }
     if (rc) break;
-    if (in->res < 0 || in->res >= f->values.len || defined[in->res] ||
-        f->values.data[in->res].def != i || f->values.data[in->res].kind != V_INST)
+    /* one definition per value: the value names this instruction as its own */
+    if (in->res < 0 || in->res >= f->values.len || f->values.data[in->res].def != i ||
+        f->values.data[in->res].kind != V_INST)
       rc = fail(&v, "result is not a fresh SSA value");
     else {
-      defined[in->res] = 1;
-      rc = check_attrs(&v);
+      v.in = NULL;
+      rc = check_value(&v, p, in->res);
+      v.in = in;
+      if (!rc) rc = check_attrs(&v);
       if (!rc) rc = check_shape(&v);
     }
   }
   v.in = NULL;
-  for (int i = 0; i < f->outputs.len && !rc; i++)
-    if (f->outputs.data[i] < 0 || !defined[f->outputs.data[i]]) rc = fail(&v, "output %d undefined", i);
+  for (int i = 0; i < f->outputs.len && !rc; i++) {
+    ValId o = f->outputs.data[i];
+    if (o < 0 || o >= f->values.len || !defined_before(f, o, ni)) rc = fail(&v, "output %d undefined", i);
+  }
   for (int i = 0; i < f->updates.len && !rc; i++) {
     ValId u = f->updates.data[i];
     int pi = f->update_params.data[i];
-    if (u < 0 || !defined[u]) rc = fail(&v, "update %d undefined", i);
+    if (u < 0 || u >= f->values.len || !defined_before(f, u, ni)) rc = fail(&v, "update %d undefined", i);
     else if (pi < 0 || pi >= p->params.len || !ir_type_eq(&f->values.data[u].type, &p->params.data[pi].type))
       rc = fail(&v, "update %d does not match its parameter", i);
   }
-  free(defined);
   return rc;
 }

@@ -146,7 +146,30 @@ int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, in
 /* Whether every reader of v indexes it through strides: folded views, reshapes
  * of it whose readers do, and GEMM operands that BLAS can read in place.
  * Outputs and updates are copied out contiguously: not foldable. */
-static int readers_strided(const Func *f, const KnSchedule *s, ValId v, int depth) {
+/* The instructions that read each value: those reading v are
+ * inst[start[v]] .. inst[start[v + 1] - 1] (once per operand slot). */
+typedef struct Readers {
+  int *start, *inst;
+} Readers;
+
+static Readers readers_of(Arena *A, const Func *f) {
+  int nv = f->values.len, ni = f->insts.len, total = 0;
+  Readers r;
+  r.start = arena_alloc(A, sizeof(int) * (size_t)(nv + 1));
+  for (int i = 0; i < ni; i++)
+    for (int a = 0; a < f->insts.data[i].nargs; a++) r.start[f->insts.data[i].args[a] + 1]++, total++;
+  for (int v = 0; v < nv; v++) r.start[v + 1] += r.start[v];
+  r.inst = arena_alloc(A, sizeof(int) * (size_t)(total + 1));
+  int *fill = arena_alloc(A, sizeof(int) * (size_t)(nv + 1));
+  for (int i = 0; i < ni; i++)
+    for (int a = 0; a < f->insts.data[i].nargs; a++) {
+      ValId v = f->insts.data[i].args[a];
+      r.inst[r.start[v] + fill[v]++] = i;
+    }
+  return r;
+}
+
+static int readers_strided(const Func *f, const KnSchedule *s, const Readers *rd, ValId v, int depth) {
   if (depth > 64) return 0;
   for (int o = 0; o < f->outputs.len; o++)
     if (f->outputs.data[o] == v) return 0;
@@ -154,13 +177,14 @@ static int readers_strided(const Func *f, const KnSchedule *s, ValId v, int dept
     if (f->updates.data[o] == v) return 0;
   KnLayout l;
   if (kn_layout(f, s, v, &l) < 0) return 0;
-  for (int i = 0; i < f->insts.len; i++) {
-    const Inst *in = &f->insts.data[i];
+  for (int r = rd->start[v]; r < rd->start[v + 1]; r++) {
+    if (r > rd->start[v] && rd->inst[r] == rd->inst[r - 1]) continue;   /* an instruction reading v twice: once */
+    const Inst *in = &f->insts.data[rd->inst[r]];
     for (int a = 0; a < in->nargs; a++) {
       if (in->args[a] != v) continue;
       if (is_folded(s, in->res)) continue;   /* checked as a folded value itself */
       if (ir_is_view(f, in->res)) {
-        if (!readers_strided(f, s, in->res, depth + 1)) return 0;
+        if (!readers_strided(f, s, rd, in->res, depth + 1)) return 0;
         continue;
       }
       int bt;
@@ -185,10 +209,11 @@ static void fold_views(Arena *A, const Func *f, KnSchedule *s, int fuse) {
         ir_numel(&f->values.data[in->res].type) > 0)
       s->fold[in->res] = 1;
   }
+  Readers rd = readers_of(A, f);
   for (int changed = 1; changed;) {
     changed = 0;
     for (ValId v = 0; v < nv; v++)
-      if (s->fold[v] && !readers_strided(f, s, v, 0)) s->fold[v] = 0, changed = 1;
+      if (s->fold[v] && !readers_strided(f, s, &rd, v, 0)) s->fold[v] = 0, changed = 1;
   }
 }
 
@@ -431,6 +456,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       }
     }
   }
+  int *input_of = arena_alloc(A, sizeof(int) * (size_t)(nv ? nv : 1));   /* 1 + the kernel v was made an input of */
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
     Kernel *kn = &s->kernels.data[s->kernel_of[i]];
@@ -443,9 +469,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       const Inst *d = def_of(f, v);
       if (is_literal(f, v) || (d && s->kernel_of[d - f->insts.data] == s->kernel_of[i] && fused)) continue;
       /* (a KN_GEMM epilogue reads its GEMM's result from memory, but within the kernel: no input) */
-      int dup = 0;
-      for (int j = 0; j < kn->inputs.len; j++) dup |= kn->inputs.data[j] == v;
-      if (!dup) vec_push(A, &kn->inputs, v);
+      if (input_of[v] != s->kernel_of[i] + 1) vec_push(A, &kn->inputs, v);
+      input_of[v] = s->kernel_of[i] + 1;
     }
   }
   /* In place (KN_ELEM): each stored result may take over the bytes of one input
@@ -472,19 +497,23 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       continue;
     }
     if (kn->kind != KN_ELEM) continue;
-    int nin = kn->inputs.len;
+    /* claimed[j]: input j is taken by an earlier output; the search starts after
+     * the prefix of claimed inputs, so a kernel of many same-shaped results and
+     * inputs (a split, then elementwise ops) is matched in linear time */
+    int nin = kn->inputs.len, start = 0;
+    unsigned char *claimed = arena_alloc(A, (size_t)nin + 1);
     for (int o = 0; o < kn->outputs.len; o++) {
       ValId r = kn->outputs.data[o];
       const Type *rt = &f->values.data[r].type;
-      for (int j = 0; j < nin; j++) {
+      while (start < nin && claimed[start]) start++;
+      for (int j = start; j < nin; j++) {
         ValId v = kn->inputs.data[j];
         const Type *vt = &f->values.data[v].type;
         const Inst *d = def_of(f, v);
-        int claimed = 0;
-        for (int q = 0; q < o; q++) claimed |= inplace[kn->outputs.data[q]] == v;
-        if (!claimed && d && d->op != IR_CONST && !ir_is_view(f, v) && same_shape(vt, rt) &&
+        if (!claimed[j] && d && d->op != IR_CONST && !ir_is_view(f, v) && same_shape(vt, rt) &&
             ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
           inplace[r] = v;
+          claimed[j] = 1;
           break;
         }
       }

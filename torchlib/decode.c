@@ -80,8 +80,8 @@ void dec_check_read(L *L, Span at, const Tensor *t) {
 /* ---- the probe: compile-time values of a mask ---- */
 
 /* The values of v (numel doubles into out) if it is computable at compile time from
- * constants and parameters with known initial values through data movement,
- * comparisons, casts and where; 0 otherwise. */
+ * constants and parameters with known initial values through ops the reference
+ * evaluator knows; 0 otherwise. */
 static int const_eval(Program *P, Func *f, ValId v, double *out, Arena *a, int depth) {
   Value *val = ir_val(f, v);
   Type t = val->type;
@@ -95,69 +95,13 @@ static int const_eval(Program *P, Func *f, ValId v, double *out, Arena *a, int d
     return p->init == PINIT_DATA || p->init == PINIT_CONST || p->init == PINIT_ZERO;
   }
   const Inst *in = &f->insts.data[val->def];
-  if (in->op == IR_CONST) {
-    for (int64_t i = 0; i < n; i++) out[i] = in->fattr;
-    return 1;
-  }
-  if (in->op == IR_IOTA) {
-    for (int64_t i = 0; i < n; i++) out[i] = (double)(in->attr[0] + i * in->attr[1]);
-    return 1;
-  }
-  double *ops[3] = {NULL, NULL, NULL};
-  Type ot[3];
-  if (in->nargs > 3) return 0;
+  const double **ops = arena_alloc(a, sizeof(double *) * (size_t)(in->nargs + 1));
   for (int k = 0; k < in->nargs; k++) {
-    ot[k] = *ir_type(f, in->args[k]);
-    ops[k] = arena_alloc(a, sizeof(double) * (size_t)(ir_numel(&ot[k]) + 1));
-    if (!const_eval(P, f, in->args[k], ops[k], a, depth + 1)) return 0;
+    double *o = arena_alloc(a, sizeof(double) * (size_t)(ir_numel(ir_type(f, in->args[k])) + 1));
+    if (!const_eval(P, f, in->args[k], o, a, depth + 1)) return 0;
+    ops[k] = o;
   }
-  int64_t idx[IR_MAX_DIMS];
-  for (int64_t i = 0; i < n; i++) {
-    int64_t r = i;
-    for (int d = t.ndim - 1; d >= 0; d--) {
-      idx[d] = r % t.dims[d];
-      r /= t.dims[d];
-    }
-    /* the operand element at result index idx: broadcasting (elementwise, broadcast),
-     * slicing, permuting; reshape and detach read element i */
-    double x[3] = {0, 0, 0};
-    for (int k = 0; k < in->nargs; k++) {
-      const Type *o = &ot[k];
-      int64_t off = 0;
-      if (in->op == IR_RESHAPE || in->op == IR_DETACH) off = i;
-      else if (in->op == IR_SLICE)
-        for (int d = 0; d < o->ndim; d++) off = off * o->dims[d] + in->attr[2 * d] + idx[d] * in->attr[2 * d + 1];
-      else if (in->op == IR_PERMUTE) {
-        int64_t oi[IR_MAX_DIMS];
-        for (int d = 0; d < t.ndim; d++) oi[in->attr[d]] = idx[d];
-        for (int d = 0; d < o->ndim; d++) off = off * o->dims[d] + oi[d];
-      } else if (ir_ops[in->op].kind == K_ELEM || in->op == IR_BROADCAST) {
-        for (int d = 0; d < o->ndim; d++) {
-          int64_t rd = idx[t.ndim - o->ndim + d];
-          off = off * o->dims[d] + (o->dims[d] == 1 ? 0 : rd);
-        }
-      } else
-        return 0;
-      x[k] = ops[k][off];
-    }
-    double A = x[0], B = in->nargs > 1 ? x[1] : 0;
-    switch (in->op) {
-    case IR_RESHAPE: case IR_DETACH: case IR_SLICE: case IR_PERMUTE: case IR_BROADCAST: out[i] = A; break;
-    case IR_CAST: out[i] = t.dtype == DT_BOOL ? A != 0 : ir_dtype_is_float(t.dtype) ? A : trunc(A); break;
-    case IR_CMP_EQ: out[i] = A == B; break;
-    case IR_CMP_NE: out[i] = A != B; break;
-    case IR_CMP_LT: out[i] = A < B; break;
-    case IR_CMP_LE: out[i] = A <= B; break;
-    case IR_CMP_GT: out[i] = A > B; break;
-    case IR_CMP_GE: out[i] = A >= B; break;
-    case IR_WHERE: out[i] = A != 0 ? x[1] : x[2]; break;
-    case IR_BIT_NOT: out[i] = t.dtype == DT_BOOL ? A == 0 : NAN; break;
-    case IR_SUB: out[i] = A - B; break;
-    case IR_NEG: out[i] = -A; break;
-    default: return 0;
-    }
-  }
-  return 1;
+  return ir_eval_inst(f, in, ops, out);   /* the reference evaluator (ir/interp.c) */
 }
 
 /* Is mask (broadcast against scores [..., T, T]) True exactly above the diagonal? */

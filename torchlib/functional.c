@@ -133,9 +133,10 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   PV ***rows = arena_alloc(L->a, sizeof(PV **) * (size_t)n);
   for (int i = 0; i < n; i++) rows[i] = arena_alloc(L->a, sizeof(PV *) * (size_t)no);
   ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
+  int base = L->T->fn->insts.len;   /* the primal code: each sweep walks it alone */
   for (int64_t k = 0; k < no; k++) {
     AdSeed s = {ov, one_hot(L, at, &to, k)};
-    ad_reverse(L->T->prog, L->T->fn, &s, 1, xv, n, g, NULL);
+    ad_reverse_upto(L->T->prog, L->T->fn, base, &s, 1, xv, n, g, NULL);
     for (int i = 0; i < n; i++) rows[i][k] = t_wrap(L, g[i]);
   }
   for (int i = 0; i < n; i++) J[i] = assemble(L, at, rows[i], (int)no, &to, &xs[i]->t->type, 1);
