@@ -38,14 +38,14 @@ EXPRS = [
     ("remainder", "torch.remainder(x, y)"), ("fmod", "torch.fmod(x, y)"), ("floordiv", "torch.floor_divide(x, y)"),
     ("copysign", "torch.copysign(x, y)"),
     ("eq", "x == y"), ("ne", "x != y"), ("lt", "x < y"), ("le", "x <= y"), ("gt", "x > y"), ("ge", "x >= y"),
-    ("where", "torch.where(x > y, x, y)"), ("to_long", "x.long()"), ("to_bool", "x.to(torch.bool)"),
+    ("where", "torch.where(x > y, x, y)"), ("to_long", "x.long()"), ("to_int", "x.int()"), ("to_bool", "x.to(torch.bool)"),
     ("sum", "x.reshape(10, 10).sum(dim=1)"), ("amax", "x.reshape(10, 10).amax(dim=0)"),
     ("mean", "y.reshape(10, 10).mean(dim=1)"), ("matmul", "x[20:30].reshape(2, 5) @ y[50:60].reshape(5, 2)"),
     ("i_add", "i + j"), ("i_sub", "i - j"), ("i_mul", "i * j"), ("i_neg", "-i"), ("i_abs", "i.abs()"),
     ("i_rem", "torch.remainder(i, torch.where(j == 0, 3, j))"), ("i_floordiv", "torch.div(i, torch.where(j == 0, 3, j), rounding_mode='floor')"),
     ("i_fmod", "torch.fmod(i, torch.where(j == 0, 3, j))"), ("i_trunc_div", "torch.div(i, torch.where(j == 0, 3, j), rounding_mode='trunc')"),
     ("i_and", "i & j"), ("i_or", "i | j"), ("i_xor", "i ^ j"), ("i_shl", "i << (j.abs() % 8)"), ("i_shr", "i >> (j.abs() % 8)"),
-    ("i_not", "~i"), ("i_max", "torch.maximum(i, j)"), ("i_lt", "i < j"), ("i_float", "i.float() / 4"),
+    ("i_not", "~i"), ("i_max", "torch.maximum(i, j)"), ("i_lt", "i < j"), ("i_float", "i.float() / 4"), ("i_narrow", "(i * 100000).int()"), ("i_to_bool", "i.to(torch.bool)"),
 ]
 
 

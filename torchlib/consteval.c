@@ -116,6 +116,16 @@ PV *ct_where(L *L, Span at, PV *c, PV *a, PV *b, DType dt) {
   return ct_eval(L, at, IR_WHERE, NULL, 3, xs, dt, r);
 }
 
+/* x converted to dtype dt as the generated code's cast (ops.def's CAST):
+ * rounded to float, truncated to an integer with the type's minimum for NaN and
+ * out-of-range values, integers narrowed to int32 wrapping, != 0 for bool */
+PV *ct_cast(L *L, Span at, PV *x, DType dt) {
+  if (L->T->fn || x->k != PV_TENSOR || !x->t->data) return NULL;
+  Type r = x->t->type;
+  r.dtype = dt;
+  return ct_eval(L, at, IR_CAST, NULL, 1, &x, -1, r);
+}
+
 PV *ct_unary(L *L, Span at, Op op, PV *x, DType dt) {
   if (!ct_applies(L, x, NULL) || x->k != PV_TENSOR) return NULL;
   Type r = x->t->type;

@@ -305,32 +305,10 @@ PV *t_unary(L *L, Span at, Op op, PV *x) {
   return t_wrap(L, emit(L, at, op, &v, 1, *ir_type(L->T->fn, v), NULL, 0, ir_ops[op].name));
 }
 
-/* A value converted to dtype dt as PyTorch's casts do on x86-64 (and as the
- * generated code does): rounded to float, truncated to an integer with the
- * type's minimum for NaN and out-of-range values (integers narrowed to int32
- * wrap), != 0 for bool. */
-static double convert_value(double v, DType from, DType dt) {
-  if (dt == DT_I32 && (from == DT_I64 || from == DT_I32))   /* integer narrowing wraps */
-    return (double)(int32_t)(uint32_t)(uint64_t)(int64_t)v;
-  switch (dt) {
-  case DT_F32: return (double)(float)v;
-  case DT_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? trunc(v) : -9223372036854775808.0;
-  case DT_I32: return v > -2147483649.0 && v < 2147483648.0 ? trunc(v) : -2147483648.0;
-  case DT_BOOL: return v != 0;
-  default: return v;
-  }
-}
-
 PV *t_cast(L *L, Span at, PV *x, DType dt) {
   need_tensor_arg(L, at, x, "cast");
-  if (x->t->data && !L->T->fn) {
-    Type t = x->t->type;
-    t.dtype = dt;
-    PV *r = t_const_tensor(L, at, t, 0);
-    for (int64_t i = 0; i < ir_numel(&t); i++) r->t->data[i] = convert_value(x->t->data[i], x->t->type.dtype,
-                                                                       L->T->f64 && dt == DT_F32 ? DT_F64 : dt);
-    return r;
-  }
+  PV *c = ct_cast(L, at, x, dt);   /* compile-time values */
+  if (c) return c;
   return t_wrap(L, cast_to(L, at, t_val(L, at, x), dt));
 }
 

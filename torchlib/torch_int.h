@@ -402,6 +402,7 @@ int ct_applies(L *L, PV *a, PV *b);               /* not staging, a and b (if an
 PV *ct_elem2(L *L, Span at, Op op, PV *a, PV *b, DType dt, DType rdt);
 PV *ct_unary(L *L, Span at, Op op, PV *x, DType dt);
 PV *ct_where(L *L, Span at, PV *c, PV *a, PV *b, DType dt);
+PV *ct_cast(L *L, Span at, PV *x, DType dt);
 PV *ct_permute(L *L, Span at, PV *x, const int64_t *perm, Type out);
 PV *ct_slice(L *L, Span at, PV *x, int axis, int64_t start, int64_t step, Type out);
 PV *ct_concat(L *L, Span at, PV **xs, int n, int64_t dim, Type out);
