@@ -1,4 +1,5 @@
 /* builder.c - creating programs, functions, values and instructions; type helpers. */
+#include <stdlib.h>
 #include <string.h>
 #include "ir.h"
 
@@ -173,6 +174,20 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
   CHECK(nattr <= IR_MAX_ATTRS);
   CHECK(ir_ops[op].nargs < 0 || ir_ops[op].nargs == nargs);
   check_type(p, &res, loc, NULL);
+  /* the result type is the op's shape rule's (shape.c), which the verifier
+   * checks with too: staging states a type only for ops that choose it */
+  int64_t at[IR_MAX_ATTRS] = {0};
+  if (nattr) memcpy(at, attr, sizeof(int64_t) * (size_t)nattr);
+  Type one[3], *ta = nargs <= 3 ? one : malloc(sizeof(Type) * (size_t)nargs), want;
+  CHECK(ta != NULL);
+  for (int k = 0; k < nargs; k++) ta[k] = f->values.data[args[k]].type;
+  const char *why = ir_infer_type(op, at, nargs, ta, &want);
+  if (ta != one) free(ta);
+  if (why != IR_TYPE_GIVEN && (why || !ir_type_eq(&want, &res))) {
+    char b1[300], b2[300];
+    BUG("%s staged as %s: %s", ir_ops[op].name, ir_type_str(&res, b1, sizeof b1),
+        why ? why : ir_type_str(&want, b2, sizeof b2));
+  }
   ValId r = new_value(p, f, V_INST, res, name ? name : ir_ops[op].name);
   Inst in = {0};
   in.op = op;

@@ -375,6 +375,15 @@ int ir_plan_check(const Program *p, const MemPlan *mp, FILE *out);
 /* numpy broadcasting of a and b into out; returns 0 or -1 if incompatible. */
 int ir_broadcast_shapes(const Type *a, const Type *b, Type *out);
 
+/* ---- shape rules (shape.c) -------------------------------------------------
+ * The result type of op on operands of types a[0..nargs) with attributes attr:
+ * NULL with *out set, or why the operands do not fit, or IR_TYPE_GIVEN for ops
+ * whose instruction chooses its result type (cast's dtype, reshape, broadcast,
+ * slice, the pools, ...). Staging and the verifier share these rules. */
+extern const char ir_type_given[];
+#define IR_TYPE_GIVEN ir_type_given
+const char *ir_infer_type(Op op, const int64_t *attr, int nargs, const Type *a, Type *out);
+
 /* ---- the reference evaluator (elem.c, interp.c) ------------------------------
  * What an op computes, evaluated on host values from the one statement of it:
  * ops.def's row (an elementwise op's C template, as the emitter prints it). Values

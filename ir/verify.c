@@ -34,47 +34,29 @@ static int check_shape(V *v) {
   const Inst *in = v->in;
   const Type *r = &v->f->values.data[in->res].type;
   char b1[200], b2[200];
-  switch (ir_ops[in->op].kind) {
-  case K_ELEM: {
-    Type acc = {0};
-    acc.dtype = r->dtype;
-    for (int k = 0; k < in->nargs; k++) {
-      Type t = *T(v, k);
-      t.dtype = r->dtype;
-      if (ir_broadcast_shapes(&acc, &t, &acc) < 0)
-        return fail(v, "operand %d %s does not broadcast", k, ir_type_str(T(v, k), b1, sizeof b1));
-    }
-    acc.dtype = r->dtype;
-    if (!ir_type_eq(&acc, r))
-      return fail(v, "result %s, operands broadcast to %s", ir_type_str(r, b1, sizeof b1),
-                  ir_type_str(&acc, b2, sizeof b2));
-    int cmp = in->op >= IR_CMP_EQ && in->op <= IR_CMP_GE;
-    if (cmp && r->dtype != DT_BOOL) return fail(v, "comparison must give bool");
-    if (in->op == IR_WHERE && T(v, 0)->dtype != DT_BOOL) return fail(v, "where needs a bool condition");
-    if ((in->op == IR_BIT_NOT || in->op == IR_BIT_AND || in->op == IR_BIT_OR || in->op == IR_BIT_XOR) &&
-        ir_dtype_is_float(r->dtype))
-      return fail(v, "bitwise ops take integer or bool operands, not %s", ir_dtype_name(r->dtype));
-    if ((in->op == IR_SHL || in->op == IR_SHR) && r->dtype != DT_I64 && r->dtype != DT_I32)
-      return fail(v, "shifts take integer operands, not %s", ir_dtype_name(r->dtype));
-    for (int k = in->op == IR_WHERE ? 1 : 0; k < in->nargs && !cmp && in->op != IR_CAST; k++)
-      if (T(v, k)->dtype != r->dtype)
-        return fail(v, "operand %d is %s, result %s", k, ir_dtype_name(T(v, k)->dtype),
-                    ir_dtype_name(r->dtype));
+  /* the op's shape rule (shape.c), shared with staging */
+  Type *ta = malloc(sizeof(Type) * (size_t)(in->nargs + 1)), want;
+  if (!ta) BUG("out of memory");
+  for (int k = 0; k < in->nargs; k++) ta[k] = *T(v, k);
+  const char *why = ir_infer_type(in->op, in->attr, in->nargs, ta, &want);
+  free(ta);
+  if (why != IR_TYPE_GIVEN) {
+    if (why) return fail(v, "%s", why);
+    if (!ir_type_eq(&want, r))
+      return fail(v, "result %s, the op's rule gives %s", ir_type_str(r, b1, sizeof b1),
+                  ir_type_str(&want, b2, sizeof b2));
     return 0;
   }
+  switch (ir_ops[in->op].kind) {
+  case K_ELEM:   /* cast: the operand's shape, any dtype */
+    if (T(v, 0)->ndim != r->ndim) return fail(v, "cast changes the shape");
+    for (int i = 0; i < r->ndim; i++)
+      if (T(v, 0)->dims[i] != r->dims[i]) return fail(v, "cast changes the shape");
+    return 0;
   case K_CONST:
     if (in->op == IR_CONST && r->ndim != 0) return fail(v, "const must be a scalar");
     if (in->op == IR_IOTA && r->ndim != 1) return fail(v, "iota must be 1-D");
     return 0;
-  case K_REDUCE: {
-    const Type *a = T(v, 0);
-    if (a->ndim != r->ndim || a->dtype != r->dtype) return fail(v, "reduce keeps rank and dtype");
-    for (int i = 0; i < a->ndim; i++) {
-      int red = (int)((in->attr[0] >> i) & 1);
-      if (r->dims[i] != (red ? 1 : a->dims[i])) return fail(v, "bad reduced shape on axis %d", i);
-    }
-    return 0;
-  }
   case K_SHAPE:
     break;
   default:
@@ -95,20 +77,6 @@ static int check_shape(V *v) {
   case IR_RESHAPE:
     if (ir_numel(a) != ir_numel(r) || a->dtype != r->dtype) return fail(v, "reshape changes size");
     return 0;
-  case IR_DETACH:
-    if (!ir_type_eq(a, r)) return fail(v, "detach changes the type");
-    return 0;
-  case IR_PERMUTE: {
-    int seen = 0;
-    if (a->ndim != r->ndim) return fail(v, "permute changes rank");
-    for (int i = 0; i < r->ndim; i++) {
-      int64_t s = in->attr[i];
-      if (s < 0 || s >= a->ndim || (seen >> s) & 1) return fail(v, "bad permutation");
-      seen |= 1 << s;
-      if (r->dims[i] != a->dims[s]) return fail(v, "permute shape mismatch on axis %d", i);
-    }
-    return 0;
-  }
   case IR_BROADCAST: {
     Type t;
     if (ir_broadcast_shapes(a, r, &t) < 0 || !ir_type_eq(&t, r)) return fail(v, "bad broadcast");
@@ -122,42 +90,11 @@ static int check_shape(V *v) {
         return fail(v, "slice out of range on axis %d", i);
     }
     return 0;
-  case IR_CONCAT: {
-    int64_t ax = in->attr[0], tot = 0;
-    for (int k = 0; k < in->nargs; k++) {
-      const Type *t = T(v, k);
-      if (t->ndim != r->ndim) return fail(v, "concat rank mismatch");
-      for (int i = 0; i < r->ndim; i++)
-        if (i != ax && t->dims[i] != r->dims[i]) return fail(v, "concat shape mismatch");
-      tot += t->dims[ax];
-    }
-    if (tot != r->dims[ax]) return fail(v, "concat size mismatch");
-    return 0;
-  }
-  case IR_MATMUL: {
-    const Type *b = T(v, 1);
-    if (a->ndim < 2 || b->ndim < 2) return fail(v, "matmul needs rank >= 2");
-    int64_t m = in->attr[0] ? a->dims[a->ndim - 1] : a->dims[a->ndim - 2];
-    int64_t ka = in->attr[0] ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
-    int64_t kb = in->attr[1] ? b->dims[b->ndim - 1] : b->dims[b->ndim - 2];
-    int64_t n = in->attr[1] ? b->dims[b->ndim - 2] : b->dims[b->ndim - 1];
-    if (ka != kb) return fail(v, "matmul inner dims %lld vs %lld", (long long)ka, (long long)kb);
-    if (r->dims[r->ndim - 2] != m || r->dims[r->ndim - 1] != n) return fail(v, "matmul result shape");
-    Type ba = *a, bb = *b, bt;
-    ba.ndim -= 2;
-    bb.ndim -= 2;
-    if (ir_broadcast_shapes(&ba, &bb, &bt) < 0 || bt.ndim != r->ndim - 2)
-      return fail(v, "matmul batch dims");
-    for (int i = 0; i < bt.ndim; i++)
-      if (bt.dims[i] != r->dims[i]) return fail(v, "matmul batch dims");
-    return 0;
-  }
-  case IR_CONV2D:
   case IR_CONV2D_BWD_INPUT:
   case IR_CONV2D_BWD_WEIGHT: {
     /* image x[N,C,H,W], kernel w[O,C/G,KH,KW], output y[N,O,OH,OW]: whichever are operands */
     const Type *x = in->op == IR_CONV2D_BWD_INPUT ? r : a, *w = in->op == IR_CONV2D_BWD_WEIGHT ? r : T(v, 1),
-               *y = in->op == IR_CONV2D ? r : in->op == IR_CONV2D_BWD_INPUT ? a : T(v, 1);
+               *y = in->op == IR_CONV2D_BWD_INPUT ? a : T(v, 1);
     int64_t G = in->attr[6];
     if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return fail(v, "conv2d needs 4-D tensors");
     if (G < 1 || w->dims[0] % G || x->dims[1] != w->dims[1] * G) return fail(v, "conv2d channel mismatch");
@@ -221,22 +158,6 @@ static int check_shape(V *v) {
     return 0;
   case IR_EMBEDDING_BWD:
     if (a->dtype != DT_I64 || r->ndim != 2 || T(v, 1)->ndim != a->ndim + 1) return fail(v, "embedding_bwd types");
-    return 0;
-  case IR_EMBEDDING: {
-    const Type *ix = T(v, 1);
-    if (a->ndim != 2 || ix->dtype != DT_I64 || r->ndim != ix->ndim + 1) return fail(v, "embedding types");
-    return 0;
-  }
-  case IR_CUMSUM:
-    if (!ir_type_eq(a, r) || in->attr[0] < 0 || in->attr[0] >= r->ndim || (in->attr[1] & ~(int64_t)1))
-      return fail(v, "cumsum keeps the type; axis in range, reverse 0 or 1");
-    return 0;
-  case IR_ARGMAX:
-    if (r->dtype != DT_I64 || a->ndim != r->ndim || in->attr[0] < 0 || in->attr[0] >= r->ndim ||
-        (in->attr[1] & ~(int64_t)1))
-      return fail(v, "argmax gives i64 of the operand's rank; axis in range, min flag 0 or 1");
-    for (int i = 0; i < r->ndim; i++)
-      if (r->dims[i] != (i == in->attr[0] ? 1 : a->dims[i])) return fail(v, "argmax shape on axis %d", i);
     return 0;
   case IR_GATHER:
   case IR_SCATTER_ADD: {
