@@ -79,7 +79,8 @@ def test_ops_def_parses():
 # ---- codegen coverage ------------------------------------------------------------
 
 HARNESS_SRCS = ["support/arena.c", "support/source.c", "support/diag.c", "ir/builder.c", "ir/printer.c",
-                "ir/verify.c", "ir/plan.c", "ir/plan_check.c", "ir/dce.c", "tests/codegen/cg_harness.c"]
+                "ir/verify.c", "ir/shape.c", "ir/elem.c", "ir/plan.c", "ir/plan_check.c", "ir/dce.c",
+                "tests/codegen/cg_harness.c"]
 
 
 def emitted_primitives(out_dir):
