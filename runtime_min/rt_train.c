@@ -121,7 +121,9 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --data X, --labels Y      training samples and their labels: .npy files, or IDX files\n"
           "                            as MNIST ships them (gzipped or not). Values convert to the\n"
           "                            entry's input dtype; u8 data becomes x / 255 for a float input\n"
-          "                            (like torchvision's ToTensor)\n"
+          "                            (like torchvision's ToTensor). Samples must have the entry's\n"
+          "                            sample shape; only its size-1 axes may be missing (IDX images\n"
+          "                            [N, 28, 28] for [B, 1, 28, 28]): data is never transposed or reshaped\n"
           "  --epochs E                passes over the training set\n"
           "  --batch B                 the batch size: fixed when the model is compiled, or at most its --max\n"
           "                            for a run-time batch (then the last batch of an epoch is partial)\n",
