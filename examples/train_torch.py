@@ -10,8 +10,9 @@ command does, to compare the two (loss per epoch, speed, test accuracy).
 Same rules as the driver (runtime_min/rt_driver.c, rt_data.c):
   - data: .npy, or IDX files (the MNIST container, gzipped or not); u8 data
     becomes x / 255 in float32 (torchvision's ToTensor), then (x - MEAN) / STD
-    with --normalize (transforms.Normalize); samples are reshaped to the
-    model's input shape (from the file's `example_inputs`, or --sample-shape);
+    with --normalize (transforms.Normalize); samples must have the model's
+    input sample shape (from the file's `example_inputs`, or --sample-shape),
+    only its size-1 axes may be missing (IDX [N, 28, 28] for [1, 28, 28]);
   - --limit N keeps the first N samples of every data set;
   - each epoch takes floor(N / B) batches (drop_last); the sample order is the
     driver's: file order with --no-shuffle, otherwise the same splitmix64 +
@@ -73,14 +74,24 @@ def to_float(a, normalize):
     return x
 
 
+def sample_shape_fits(have, want):
+    """rt_train.c's rule: `have` is `want` with some of its size-1 axes missing."""
+    i = 0
+    for w in want:
+        if i < len(have) and have[i] == w:
+            i += 1
+        elif w != 1:
+            return False
+    return i == len(have)
+
+
 def load_pair(data_path, labels_path, sample_shape, normalize, limit):
     x, y = load_dataset(data_path), load_dataset(labels_path)
     if limit:
         x, y = x[:limit], y[:limit]
     if len(x) != len(y):
         sys.exit(f"{data_path} has {len(x)} samples but {labels_path} has {len(y)} labels")
-    per = int(np.prod(sample_shape)) if sample_shape else None
-    if per is not None and int(np.prod(x.shape[1:])) != per:
+    if sample_shape and not sample_shape_fits(x.shape[1:], sample_shape):
         sys.exit(f"{data_path}: samples of shape {list(x.shape[1:])} do not fit the model's input {list(sample_shape)}")
     x = to_float(x, normalize)
     if sample_shape:

@@ -2,7 +2,10 @@
  *
  *   ./net run [ENTRY] [--weights W.safetensors] --input X.npy ... [--output Y.npy ...]
  *             [--save OUT.safetensors] [--repeat N] [--verbose]
- *   ./net infer ...      same as `run` with the default entry (entries[0], "forward")
+ *   ./net infer ...      `run` with the default entry (entries[0], "forward"); needs
+ *                        --weights W, or --random-weights to run on the initial
+ *                        parameters (a program without parameters, int8, neither);
+ *                        without --output, prints a summary of each output
  *   ./net info           model name, source, arena size, entries and parameters
  *   ./net train --data X --labels Y --epochs E [options]
  *                        train with the model's training entry (rt_train.c)
@@ -18,7 +21,8 @@
  * data is converted for an f32 input, f32 data for an f64 input (--dtype f64
  * programs), and i32/i64 data for an i64/i32 input
  * (range-checked). Outputs without an --output path are computed but not
- * written. Nothing is printed on success unless --verbose or --repeat is given.
+ * written. Nothing is printed on success unless --verbose or --repeat is given
+ * (or infer has no --output at all: print_output_summary).
  *
  * Errors go to stderr as "PROG: error: MESSAGE". Exit status: 0 ok, 1 usage or
  * data error (bad command line, wrong shapes or dtypes, malformed files), 2 I/O
@@ -132,7 +136,8 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "\n"
           "commands:\n"
           "  run [ENTRY] [options]     call ENTRY (default: %s) on .npy inputs\n"
-          "  infer [options]           same as `run %s`\n"
+          "  infer [options]           same as `run %s`, with --weights or --random-weights; without\n"
+          "                            --output it prints a summary of each output\n"
           "  info                      print the entries, their inputs and outputs, the parameters\n"
           "                            and the arena size\n"
           "  train [options]           train with the model's training entry on .npy or IDX data, or text\n"
@@ -145,13 +150,18 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  help, --help, -h          print this text\n"
           "\n"
           "options of run and infer:\n"
-          "  --weights W.safetensors   load the parameters from W (without it they stay as the\n"
-          "                            model initialised them); W may also be a PyTorch\n"
-          "                            checkpoint: ckpt.pt, or ckpt.pt:KEY for the dict under KEY\n"
+          "  --weights W.safetensors   load the parameters from W; W may also be a PyTorch\n"
+          "                            checkpoint: ckpt.pt, or ckpt.pt:KEY for the dict under KEY.\n"
+          "                            Without it, run uses the model's initial parameters and\n"
+          "                            infer refuses (exit 1) unless given --random-weights\n"
+          "  --random-weights          (infer) run on the initial, untrained parameters on purpose\n"
           "  --input X.npy             an input, in declaration order; one per input\n"
           "  --input NAME=X.npy        bind input NAME\n"
           "  --output Y.npy            where to write an output, in order (NAME=Y.npy binds by\n"
-          "                            name); outputs without a path are not written\n"
+          "                            name); outputs without a path are not written. infer with no\n"
+          "                            --output prints each output's name, dtype, shape, min, max,\n"
+          "                            mean and first values (and the argmax of the first rows of\n"
+          "                            [N, C] float outputs) to stdout\n"
           "  --save OUT.safetensors    save the parameters after the call(s), e.g. after a\n"
           "                            training step\n"
           "  --repeat N                call the entry N times; print the median ms per call to stderr\n"
@@ -229,6 +239,7 @@ typedef struct RunArgs {
   int ninputs, noutputs;
   long repeat;
   int verbose, help;
+  int is_infer, random_weights;   /* infer; --random-weights (infer only) */
 } RunArgs;
 
 /* Parses run/infer options into a (malloc'ed arrays of argv pointers). */
@@ -251,9 +262,10 @@ int ctc_drv_option_value(int argc, char **argv, int *i, const char *const *known
   return CTC_OK;
 }
 
-static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ctc_error *err) {
+static int parse_run_args(int argc, char **argv, int is_infer, RunArgs *a, ctc_error *err) {
   memset(a, 0, sizeof *a);
   a->repeat = 1;
+  a->is_infer = is_infer;
   a->inputs = calloc((size_t)argc + 1, sizeof *a->inputs);
   a->outputs = calloc((size_t)argc + 1, sizeof *a->outputs);
   if (!a->inputs || !a->outputs) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
@@ -267,8 +279,15 @@ static int parse_run_args(int argc, char **argv, int allow_entry, RunArgs *a, ct
       a->verbose = 1;
       continue;
     }
+    if (strcmp(arg, "--random-weights") == 0) {
+      if (!is_infer)
+        return ctc_fail(err, CTC_ERR_ARG, "--random-weights is an option of infer; run takes the model's initial "
+                        "parameters when there is no --weights");
+      a->random_weights = 1;
+      continue;
+    }
     if (arg[0] != '-' || arg[1] == '\0') {
-      if (allow_entry && !a->entry) {
+      if (!is_infer && !a->entry) {
         a->entry = arg;
         continue;
       }
@@ -522,6 +541,77 @@ static int write_outputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
   return CTC_OK;
 }
 
+/* Element i of an output as a double, and printed exactly (integers in full). */
+static double elem_f(const unsigned char *p, ctc_dtype dt, int64_t i) {
+  switch (dt) {
+    case CTC_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
+    case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
+    case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
+    case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    default: return p[i]; /* BOOL, U8 */
+  }
+}
+
+static void print_elem(const unsigned char *p, ctc_dtype dt, int64_t i) {
+  if (dt == CTC_I64) {
+    int64_t v;
+    memcpy(&v, p + 8 * i, 8);
+    printf(" %lld", (long long)v);
+  } else {
+    printf(dt == CTC_F32 || dt == CTC_F64 ? " %.6g" : " %.0f", elem_f(p, dt, i));
+  }
+}
+
+/* infer without --output: per output, its name, dtype and shape, min/max/mean of its
+ * finite values (and how many are not), its first values and, for logits-like
+ * [N, C] float outputs, the argmax of the first rows (NaN counts as the largest, as
+ * in torch.argmax). */
+enum { SUMMARY_VALUES = 8, SUMMARY_ROWS = 8 };
+static void print_output_summary(const ctc_entry *e, const ctc_drv_run *r) {
+  char sh[256];
+  for (int j = 0; j < e->noutputs; j++) {
+    ctc_tensor t = ctc_entry_tensor_at(e, &e->outputs[j], r->batch);
+    const unsigned char *p = r->out[j];
+    int64_t n = ctc_tensor_numel(&t), bad = 0, fin = 0;
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double v = elem_f(p, t.dtype, i);
+      if (!isfinite(v)) {
+        bad++;
+        continue;
+      }
+      fin++;
+      sum += v;
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    printf("output '%s' %s%s:", t.name, ctc_dtype_name(t.dtype), ctc_format_shape(sh, sizeof sh, t.ndim, t.shape));
+    if (fin) printf(" min %.6g, max %.6g, mean %.6g", lo, hi, sum / (double)fin);
+    if (bad) printf("%s %lld of %lld values not finite", fin ? "," : "", (long long)bad, (long long)n);
+    if (n == 0) printf(" no values");
+    printf("\n");
+    if (n > 0) {
+      printf("  first values:");
+      for (int64_t i = 0; i < n && i < SUMMARY_VALUES; i++) print_elem(p, t.dtype, i);
+      printf("%s\n", n > SUMMARY_VALUES ? " ..." : "");
+    }
+    if (t.ndim == 2 && t.shape[0] > 0 && t.shape[1] > 1 && (t.dtype == CTC_F32 || t.dtype == CTC_F64)) {
+      int64_t rows = t.shape[0] < SUMMARY_ROWS ? t.shape[0] : SUMMARY_ROWS, c = t.shape[1];
+      printf("  argmax of rows 0 to %lld:", (long long)rows - 1);
+      for (int64_t i = 0; i < rows; i++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; k++) {
+          double v = elem_f(p, t.dtype, i * c + k), b = elem_f(p, t.dtype, i * c + best);
+          if (!isnan(b) && (v > b || isnan(v))) best = k;
+        }
+        printf(" %lld", (long long)best);
+      }
+      printf("%s\n", t.shape[0] > rows ? " ..." : "");
+    }
+  }
+  fflush(stdout);
+}
+
 static void verbose_time(const RunArgs *a, const char *prog, const char *what, double t0) {
   if (a->verbose) fprintf(stderr, "%s: %s: %.3f ms\n", prog, what, ctc_drv_now_ms() - t0);
 }
@@ -574,6 +664,7 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   if (rc) return rc;
   t0 = ctc_drv_now_ms();
   if ((rc = write_outputs(e, r, err))) return rc;
+  if (a->is_infer && a->noutputs == 0) print_output_summary(e, r);
   verbose_time(a, prog, "write outputs", t0);
   if (a->save) {
     t0 = ctc_drv_now_ms();
@@ -583,6 +674,17 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   return CTC_OK;
 }
 
+
+/* infer on a model with parameters needs --weights FILE, or --random-weights to run
+ * on the initial (untrained) ones on purpose; a program with none (an int8 program,
+ * its weights in the code) needs neither. */
+static int check_infer_weights(const ctc_model_desc *desc, const RunArgs *a, ctc_error *err) {
+  if (a->weights && a->random_weights)
+    return ctc_fail(err, CTC_ERR_ARG, "--weights and --random-weights exclude each other");
+  if (a->weights || a->random_weights || desc->nparams == 0) return CTC_OK;
+  return ctc_fail(err, CTC_ERR_ARG, "infer needs the model's trained parameters: pass --weights FILE (safetensors "
+                  "or a PyTorch checkpoint), or --random-weights to run on the initial, untrained ones");
+}
 
 /* The entry called `name` (NULL: the default one), or a usage error naming them all. */
 static int find_entry(const ctc_model_desc *desc, const char *name, const ctc_entry **out, ctc_error *err) {
@@ -600,12 +702,13 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
   RunArgs a;
   ctc_drv_run r;
   memset(&r, 0, sizeof r);
-  int rc = parse_run_args(argc, argv, !is_infer, &a, &err);
+  int rc = parse_run_args(argc, argv, is_infer, &a, &err);
   if (rc == CTC_OK && a.help) {
     usage(stdout, prog, desc);
     free_run_args(&a);
     return 0;
   }
+  if (rc == CTC_OK && is_infer) rc = check_infer_weights(desc, &a, &err);
   const ctc_entry *e = NULL;
   if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
   if (rc == CTC_OK) rc = do_run(prog, desc, e, &a, &r, &err);

@@ -121,7 +121,9 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "  --data X, --labels Y      training samples and their labels: .npy files, or IDX files\n"
           "                            as MNIST ships them (gzipped or not). Values convert to the\n"
           "                            entry's input dtype; u8 data becomes x / 255 for a float input\n"
-          "                            (like torchvision's ToTensor)\n"
+          "                            (like torchvision's ToTensor). Samples must have the entry's\n"
+          "                            sample shape; only its size-1 axes may be missing (IDX images\n"
+          "                            [N, 28, 28] for [B, 1, 28, 28]): data is never transposed or reshaped\n"
           "  --epochs E                passes over the training set\n"
           "  --batch B                 the batch size: fixed when the model is compiled, or at most its --max\n"
           "                            for a run-time batch (then the last batch of an epoch is partial)\n",
@@ -481,22 +483,44 @@ static int check_forward_entry(const Train *t, ctc_error *err) {
   return CTC_OK;
 }
 
-/* Loads a data set whose samples must hold `per` values each (what: "input 'x'
- * of entry 'train_step' has shape [64, 1, 28, 28]", for messages); keeps at
- * most `limit` samples (0: all). */
-static int load_set(const char *path, long long limit, int64_t per, const char *what, ctc_tensor *t,
+/* Does a sample of shape have[0..nh) fit one of shape want[0..nw)? Exactly, or with
+ * size-1 axes of `want` missing from `have` and the rest equal in order (IDX images
+ * [N, 28, 28] for an input [B, 1, 28, 28], labels [N] for [B, 1]): the values are
+ * then the same in the same order. A permutation ([32, 32, 3] for [3, 32, 32]), a
+ * flattening ([3072]) or any other regrouping of the values is not. */
+static int sample_shape_fits(int nh, const int64_t *have, int nw, const int64_t *want) {
+  int i = 0;
+  for (int j = 0; j < nw; j++) {
+    if (i < nh && have[i] == want[j]) i++;
+    else if (want[j] != 1) return 0;
+  }
+  return i == nh;
+}
+
+/* Loads a data set whose samples must have the shape of the samples of `in`
+ * (its shape without the first, batch, axis; see sample_shape_fits), `what`
+ * naming it for messages ("input 'x' of entry 'train_step'"); keeps at most
+ * `limit` samples (0: all). */
+static int load_set(const char *path, long long limit, const ctc_tensor *in, const char *what, ctc_tensor *t,
                     ctc_error *err) {
   int rc = ctc_dataset_load(path, t, err);
   if (rc) return rc;
-  char gs[256];
+  char gs[256], hs[256], ws[256], ns[256];
   if (t->ndim < 1)
     return ctc_fail(err, CTC_ERR_SHAPE, "%s: a data set needs a first dimension that counts the samples; it has "
                     "shape []", path);
-  int64_t got = per_sample(t);
-  if (got != per)
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s: data of shape %s has %lld value%s per sample, but %s: %lld value%s "
-                    "per sample", path, ctc_format_shape(gs, sizeof gs, t->ndim, t->shape), (long long)got,
-                    got == 1 ? "" : "s", what, (long long)per, per == 1 ? "" : "s");
+  if (!sample_shape_fits(t->ndim - 1, t->shape + 1, in->ndim - 1, in->shape + 1)) {
+    size_t len = (size_t)snprintf(ns, sizeof ns, "[N");   /* the shape the data should have */
+    for (int d = 1; d < in->ndim && len < sizeof ns; d++)
+      len += (size_t)snprintf(ns + len, sizeof ns - len, ", %lld", (long long)in->shape[d]);
+    if (len < sizeof ns) snprintf(ns + len, sizeof ns - len, "]");
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: data of shape %s has samples of shape %s, but %s takes samples of "
+                    "shape %s: the data must be %s (size-1 axes may be missing, e.g. [N, 28, 28] for "
+                    "[N, 1, 28, 28]); it is never transposed or reshaped", path,
+                    ctc_format_shape(gs, sizeof gs, t->ndim, t->shape),
+                    ctc_format_shape(hs, sizeof hs, t->ndim - 1, t->shape + 1), what,
+                    ctc_format_shape(ws, sizeof ws, in->ndim - 1, in->shape + 1), ns);
+  }
   if (limit > 0 && t->shape[0] > limit) t->shape[0] = limit;
   return CTC_OK;
 }
@@ -504,10 +528,9 @@ static int load_set(const char *path, long long limit, int64_t per, const char *
 /* Loads a data set for input `in` of entry e. */
 static int load_input_set(const char *path, long long limit, const ctc_entry *e, const ctc_tensor *in, ctc_tensor *t,
                           ctc_error *err) {
-  char what[384], sh[256];
-  snprintf(what, sizeof what, "input '%s' of entry '%s' has shape %s", in->name, e->name,
-           ctc_format_shape(sh, sizeof sh, in->ndim, in->shape));
-  return load_set(path, limit, per_sample(in), what, t, err);
+  char what[384];
+  snprintf(what, sizeof what, "input '%s' of entry '%s'", in->name, e->name);
+  return load_set(path, limit, in, what, t, err);
 }
 
 /* Replaces integer-valued labels by an i64 copy, checking 0 <= label < nclasses
@@ -866,7 +889,10 @@ static int train_setup(const ctc_model_desc *desc, TrainArgs *a, Train *t, ctc_e
   if (a->test_data) {
     const ctc_entry *te = t->ev ? t->ev : t->fwd;
     if ((rc = load_input_set(a->test_data, a->limit, te, &te->inputs[0], &t->tx, err))) return rc;
-    if ((rc = load_set(a->test_labels, a->limit, 1, "test accuracy needs one label per sample", &t->ty, err)))
+    ctc_tensor one_label = {.name = "labels", .dtype = CTC_I64, .ndim = 1, .shape = {1}};   /* [] per sample */
+    const ctc_tensor *ly = t->ev ? &t->ev->inputs[1] : &one_label;
+    if ((rc = t->ev ? load_input_set(a->test_labels, a->limit, t->ev, ly, &t->ty, err)
+                    : load_set(a->test_labels, a->limit, ly, "test accuracy (one label per sample)", &t->ty, err)))
       return rc;
     if (t->tx.shape[0] != t->ty.shape[0])
       return ctc_fail(err, CTC_ERR_SHAPE, "%s has %lld samples but %s has %lld labels", a->test_data,

@@ -161,7 +161,7 @@ def run_forward(tmp, model_py, model, inputs, opts=(), exe_name="net"):
 def run_entry(tmp, exe, entry, arrays, nout):
     """Run one entry of a built program on numpy inputs (`./net run ENTRY`, or
     `./net infer` for forward); returns its nout outputs as numpy arrays."""
-    args = [exe, "run", entry] if entry != "forward" else [exe, "infer"]
+    args = [exe, "run", entry] if entry != "forward" else [exe, "infer", "--random-weights"]
     for i, a in enumerate(arrays):
         p = os.path.join(tmp, f"{entry}_in{i}.npy")
         np.save(p, a)

@@ -187,7 +187,7 @@ def test_f64_literals_and_compile_time_data(tmp_path):
     exe = _build(tmp_path, src, "lit")
     x = np.array([1.0, 3.0])
     np.save(tmp_path / "x.npy", x)
-    _run([exe, "infer", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
+    _run([exe, "infer", "--random-weights", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:

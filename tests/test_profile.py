@@ -77,7 +77,7 @@ def test_no_timing_code_without_profile(tmp_path):
     exe = build(tmp)
     assert "ctc_prof" not in open(exe + ".c").read() and "ctc_profile" not in open(exe + ".h").read()
     np.save(os.path.join(tmp, "x.npy"), np.zeros((8, 20), np.float32))
-    r = run([exe, "infer", "--input", os.path.join(tmp, "x.npy"), "--profile", os.path.join(tmp, "t.json")],
+    r = run([exe, "infer", "--random-weights", "--input", os.path.join(tmp, "x.npy"), "--profile", os.path.join(tmp, "t.json")],
             check=False)
     assert r.returncode == 1 and "build it with `ctc build --profile`" in r.stderr, r.stderr
     # the same outputs with and without the timing code
@@ -86,7 +86,7 @@ def test_no_timing_code_without_profile(tmp_path):
     outs = []
     for e in (exe, exe_p):
         o = os.path.join(tmp, os.path.basename(e) + ".npy")
-        run([e, "infer", "--input", os.path.join(tmp, "x.npy"), "--output", o])
+        run([e, "infer", "--random-weights", "--input", os.path.join(tmp, "x.npy"), "--output", o])
         outs.append(np.load(o))
     assert np.array_equal(outs[0], outs[1])
 

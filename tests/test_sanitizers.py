@@ -110,7 +110,7 @@ def test_training_program_under_asan_ubsan(asan_ctc, tmp_path):
 
     data = ["--data", "x.npy", "--labels", "y.npy"]
     net("info")
-    net("infer", "--input", "in.npy", "--output", "out.npy")
+    net("infer", "--random-weights", "--input", "in.npy", "--output", "out.npy")
     net("bench", "train_step", "--iters", "2", "--warmup", "1", "--int-max", "4")
     net("train", *data, "--epochs", "3", "--seed", "3", "--test-data", "x.npy", "--test-labels", "y.npy",
         "--log", "log.csv", "--save", "full.safetensors")

@@ -400,7 +400,7 @@ def test_random_draws_in_forward_statistics(tmp_path):
     for k in range(2):
         args = [exe, "infer", "--input", str(tmp_path / "mu.npy"), "--input", str(tmp_path / "lv.npy"),
                 "--save", str(tmp_path / f"s{k}.safetensors")]
-        args += ["--weights", w] if w else []
+        args += ["--weights", w] if w else ["--random-weights"]
         args += ["--output", str(tmp_path / f"n{k}.npy"), "--output", str(tmp_path / f"u{k}.npy"),
                  "--output", str(tmp_path / f"r{k}.npy")]
         run(args)

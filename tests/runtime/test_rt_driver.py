@@ -1,6 +1,7 @@
 """The command-line driver (ctc_main) around the fake model: run/infer, weights,
 inputs and outputs, --save, info, --help, exit codes and messages."""
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -46,6 +47,49 @@ def test_infer_is_run_forward(fake, tmp_path):
     assert np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
     r = run(fake, "infer", "mix", "--input", xp)  # infer takes no entry name
     assert r.returncode == 1 and "unexpected argument 'mix'" in r.stderr
+
+
+def test_infer_without_weights_is_refused(fake, tmp_path):
+    """infer on a model with parameters and no --weights would answer with the untrained
+    initial parameters: an error naming both ways out, nothing written."""
+    _, xp = x_input(tmp_path)
+    r = run(fake, "infer", "--input", xp, "--output", tmp_path / "y.npy")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "--weights FILE" in r.stderr and "--random-weights" in r.stderr
+    assert r.stdout == "" and not (tmp_path / "y.npy").exists()
+    r = run(fake, "infer", "--weights", tmp_path / "w.st", "--random-weights", "--input", xp)
+    assert r.returncode == 1 and "exclude each other" in r.stderr
+    r = run(fake, "run", "--random-weights", "--input", xp)   # run keeps its initial parameters without asking
+    assert r.returncode == 1 and "--random-weights is an option of infer" in r.stderr
+    help_text = run(fake, "--help").stdout
+    assert "--random-weights" in help_text and "summary" in help_text
+
+
+def test_infer_random_weights_runs_on_init(fake, tmp_path):
+    x, xp = x_input(tmp_path)
+    r = run(fake, "infer", "--random-weights", "--input", xp, "--output", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""   # an --output: silent
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ lib.INIT_W.T + lib.INIT_B, rtol=1e-6, atol=1e-6)
+
+
+def test_infer_without_output_prints_a_summary(fake, tmp_path):
+    """No --output: one line per output with name, dtype, shape, min/max/mean, its first
+    values and, for an [N, C] float output, the argmax of the rows."""
+    weights = lib.random_weights(4)
+    lib.st_write(tmp_path / "w.st", weights)
+    x, xp = x_input(tmp_path, seed=9)
+    y = x @ weights[0][1].T + weights[1][1]
+    r = run(fake, "infer", "--weights", tmp_path / "w.st", "--input", xp)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, r.stdout
+    head = re.fullmatch(r"output 'y' f32\[2, 3\]: min (\S+), max (\S+), mean (\S+)", lines[0])
+    assert head, lines[0]
+    np.testing.assert_allclose([float(v) for v in head.groups()], [y.min(), y.max(), y.mean()], rtol=1e-5)
+    assert lines[1].startswith("  first values: ")
+    np.testing.assert_allclose([float(v) for v in lines[1].split(":")[1].split()], y.ravel(), rtol=1e-5)
+    assert lines[2] == "  argmax of rows 0 to 1: " + " ".join(str(int(k)) for k in y.argmax(1))
 
 
 def test_option_equals_syntax_and_f64_weights(fake, tmp_path):

@@ -103,7 +103,7 @@ def test_idx_gz_u8_scaled_in_file_order(fake, tmp_path):
     # the same data as plain IDX and as .npy (u8 and f32) gives the same run
     _, _, xp2, yp2 = dataset(tmp_path, 10, gz=False)
     np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "xf.npy", scaled(x).reshape(10, 4))  # float data: no scaling, any sample shape
+    np.save(tmp_path / "xf.npy", scaled(x).reshape(10, 1, 2, 2))  # float data: no scaling; the entry's sample shape
     np.save(tmp_path / "y.npy", y.astype(np.int32))
     for data, lab in ((xp2, yp2), (tmp_path / "x.npy", tmp_path / "y.npy"), (tmp_path / "xf.npy", yp)):
         r = train(fake, "--data", data, "--labels", lab, "--epochs", 1, "--no-shuffle", "--save", tmp_path / "t.st")
@@ -217,7 +217,8 @@ def test_test_accuracy_with_padded_batch(fake, tmp_path):
         assert EPOCH_LINE.match(lines[-1]).group(4) == f"{want:.2f}", (lines, pred, ty)
     bad = write_idx(tmp_path / "test-labels-2d.gz", np.zeros((7, 2), np.uint8), gz=True)
     r = train(fake, "--data", xp, "--labels", yp, "--test-data", txp, "--test-labels", bad, "--epochs", 1)
-    assert r.returncode == 1 and "has 2 values per sample, but test accuracy needs one label per sample" in r.stderr
+    assert r.returncode == 1 and ("data of shape [7, 2] has samples of shape [2], but test accuracy (one label per "
+                                  "sample) takes samples of shape []") in r.stderr
 
 
 def test_log_csv_and_epoch_loss(fake, tmp_path):
@@ -303,7 +304,7 @@ def test_entry_failure_is_reported(fake, tmp_path):
     x = np.ones((8, 4), np.float32)
     x[5, 0] = -999  # the fake step fails on a batch that starts with -999
     x[4, 0] = -999
-    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x.npy", x.reshape(8, 1, 2, 2))
     np.save(tmp_path / "y.npy", np.zeros(8, np.int64))
     r = train(fake, "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", 1, "--no-shuffle",
               "--save", tmp_path / "s.st")
@@ -335,10 +336,14 @@ def bad_data_cases():
         ("gz_npy", gzip.compress(npy.getvalue()), None, "gzipped .npy files are not supported"),
         ("bad_npy", npy.getvalue()[:60], None, "header length 118 is larger than the rest of the file"),
         ("wrong_sample_size", idx_bytes(np.zeros((8, 3, 3), np.uint8)), None,
-         "data of shape [8, 3, 3] has 9 values per sample, but input 'x' of entry 'train_step' has shape "
-         "[4, 1, 2, 2]: 4 values per sample"),
+         "data of shape [8, 3, 3] has samples of shape [3, 3], but input 'x' of entry 'train_step' takes samples "
+         "of shape [1, 2, 2]: the data must be [N, 1, 2, 2]"),
+        # as many values per sample as the entry's, but in another shape: never reshaped
+        ("flat_samples", idx_bytes(np.zeros((8, 4), np.uint8)), None, "has samples of shape [4], but input 'x'"),
+        ("size1_last", idx_bytes(np.zeros((8, 2, 2, 1), np.uint8)), None, "has samples of shape [2, 2, 1], but"),
         ("count_mismatch", good, idx_bytes(labels(7)), "has 8 samples but"),
-        ("labels_2d", good, idx_bytes(np.zeros((8, 2), np.uint8)), "has 2 values per sample"),
+        ("labels_2d", good, idx_bytes(np.zeros((8, 2), np.uint8)),
+         "has samples of shape [2], but input 'target' of entry 'train_step' takes samples of shape []"),
         ("label_range", good, idx_bytes(np.array([0, 1, 2, 3, 0, 1, 2, 0], np.uint8)),
          "label 3 of sample 3 is out of range: forward entry 'forward' has 3 classes (0 to 2)"),
         ("label_negative", good, idx_bytes(np.array([0, 1, 2, -1, 0, 1, 2, 0], np.int8)), "label -1 of sample 3"),
