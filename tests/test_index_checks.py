@@ -293,3 +293,31 @@ def test_cuda_emulated(built, tmp_path):
     run([str(exe), "run", "gath", "--input", str(tmp_path / "g0.npy"), "--input", str(tmp_path / "g1.npy"),
          "--output", str(tmp_path / "g.npy")])
     np.testing.assert_allclose(np.load(tmp_path / "g.npy"), torch_ref("gath", arrays).numpy(), rtol=1e-6)
+
+
+def test_freestanding_returns_the_status(tmp_path):
+    """--freestanding has no runtime for the report: the entry returns CTC_ERR_INDEX (11)."""
+    py = tmp_path / "ixmodel.py"
+    py.write_text(MODEL)
+    run([CTC, "compile", str(py), "--freestanding", "--entry", "gath", "--entry", "hot", "-o", str(tmp_path / "fs.c")])
+    drv = tmp_path / "main.c"
+    drv.write_text(textwrap.dedent('''\
+        #include <stdio.h>
+        #include "fs.h"
+        static _Alignas(64) unsigned char arena[NET_ARENA_BYTES];
+        int main(void) {
+          net_t m;
+          if (net_init(&m, arena, sizeof arena) != CTC_OK) return 2;
+          float x[40] = {0}, out[8];
+          int64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 9}, hot[60];
+          printf("%d", net_gath(&m, x, idx, out));
+          idx[6] = 10;
+          printf(" %d", net_gath(&m, x, idx, out));
+          idx[6] = -3;
+          printf(" %d %d\\n", net_hot(&m, idx + 2, hot), CTC_ERR_INDEX);
+          return 0;
+        }
+        '''))
+    run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I", str(tmp_path), str(drv),
+         str(tmp_path / "fs.c"), "-lm", "-o", str(tmp_path / "fs")])
+    assert run([str(tmp_path / "fs")]).stdout.split() == ["0", "11", "11", "11"]
