@@ -366,7 +366,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     if (sites && code) nsite++;
     cg_dist_hooks(&c, &dist, k, 0);
     for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
-      if (cg_index_needs_check(f, &f->insts.data[i], checked)) index_check(g, &c, &f->insts.data[i], fid, &ixsites, &nix);
+      if (cg_index_needs_check(f, &f->insts.data[i], checked))
+        index_check(g, &c, &f->insts.data[i], fid, &ixsites, &nix);
     if (timed) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
@@ -1056,6 +1057,8 @@ void cg_index_site(Buf *b, const Func *f, const Inst *in, const char *index) {
   c_string(b, where);
   cg_puts(b, ", ");
   line_text(b, in->loc);
-  cg_printf(b, ", %s},\n", in->phase == PH_BACKWARD ? "CTC_PROF_BACKWARD" : in->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
-                                                                                                    : "CTC_PROF_FORWARD");
+  const char *phase = in->phase == PH_BACKWARD    ? "CTC_PROF_BACKWARD"
+                      : in->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
+                                                  : "CTC_PROF_FORWARD";
+  cg_printf(b, ", %s},\n", phase);
 }

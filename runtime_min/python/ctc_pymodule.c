@@ -355,9 +355,10 @@ static PyObject *call_entry(ModelObject *self, const ctc_entry *e, PyObject *arg
   Py_END_ALLOW_THREADS
   self->busy = 0;
   if (rc) {
-    const char *why = (rc == CTC_ERR_ANOMALY || rc == CTC_ERR_INDEX) && DESC->error_of ? DESC->error_of(self->model) : "";
-    PyErr_Format(rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG ? PyExc_ValueError : rc == CTC_ERR_INDEX ? index_exc : ctc_exc, "%s.%s: %s%s%s", MODNAME,
-                 e->name, ctc_strerror(rc), *why ? ": " : "", why);
+    const int report = (rc == CTC_ERR_ANOMALY || rc == CTC_ERR_INDEX) && DESC->error_of;
+    const char *why = report ? DESC->error_of(self->model) : "";
+    PyObject *exc = rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG ? PyExc_ValueError : rc == CTC_ERR_INDEX ? index_exc : ctc_exc;
+    PyErr_Format(exc, "%s.%s: %s%s%s", MODNAME, e->name, ctc_strerror(rc), *why ? ": " : "", why);
     goto done;
   }
   if (nout == 1) result = Py_NewRef(PyTuple_GET_ITEM(outs, 0));
