@@ -210,6 +210,19 @@ int cg_dist_plan_for(const CgFunc *c, const char *fname, int first_id, const cha
 void cg_dist_hooks(CgFunc *c, CgDist *d, int k, int after);
 void cg_dist_free(CgDist *d);
 
+/* ---- index checks (emit_ops.c, emit_c.c; shared with codegen_cuda/) ---- */
+
+/* An instruction that reads an index tensor (EMBEDDING, EMBEDDING_BWD, GATHER, SCATTER_ADD):
+ * 1 with its operand and the bound its values must lie under, [0, bound); else 0. */
+int cg_index_operand(const Func *f, const Inst *in, ValId *idx, int64_t *bound);
+/* Whether in's index needs a check at run time (1, or 0 with nothing to check): not when an
+ * earlier check of the entry covered the same value (checked[v]: the smallest bound v was
+ * checked against, 0 for none; updated here), nor when it is an iota (through reshapes and
+ * broadcasts) or a literal inside the bound. */
+int cg_index_needs_check(const Func *f, const Inst *in, int64_t *checked);
+/* The ctc_index_site initializer of in's check: {entry, op, index, where, code, phase}. */
+void cg_index_site(Buf *b, const Func *f, const Inst *in, const char *index);
+
 /* ---- shared with codegen_cuda/ (wrappers at the end of emit_ops.c and emit_c.c) ---- */
 
 /* The expression of elementwise instruction `in` over its operands' texts txt (elem_expr). */

@@ -296,6 +296,40 @@ void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **c
     }
 }
 
+/* The run-time check of instruction in's index operand, before its kernel: one pass over the
+ * index (no branch in it), and when a value lies outside [0, bound) the entry returns
+ * CTC_ERR_INDEX with the report in m->error (freestanding: the status alone). */
+static void index_check(Gen *g, CgFunc *c, const Inst *in, const char *fid, Buf *sites, int *nsites) {
+  ValId v;
+  int64_t bound;
+  CHECK(cg_index_operand(c->f, in, &v, &bound) && c->f->values.data[v].type.dtype == DT_I64);
+  int64_t n = ir_numel(&c->f->values.data[v].type);
+  Buf fail = {0};
+  if (g->opt.freestanding) cg_puts(&fail, "CTC_ERR_INDEX");
+  else cg_printf(&fail, "ctc_index_fail(m->error, sizeof m->error, &ctc_ix_%s[%d], %%s, %lld, %lld)", fid, *nsites,
+                 (ll)n, (ll)bound);
+  char tb[300];
+  if (cg_is_literal(c, v)) {   /* a constant outside the bound (cg_index_needs_check): the entry always fails */
+    double x = c->f->insts.data[c->f->values.data[v].def].fattr;
+    cg_printf(c->out, "  { /* index %lld of %s outside [0, %lld) */\n    static const int64_t ctc_v[1] = {%lld};\n"
+                      "    (void)ctc_v;\n    return ", (ll)x, ir_ops[in->op].name, (ll)bound, (ll)x);
+    cg_printf(c->out, fail.s, "ctc_v");
+    cg_puts(c->out, ";\n  }\n");
+    cg_index_site(sites, c->f, in, "a constant");
+  } else {
+    const char *ix = cg_ref(c, v);
+    cg_printf(c->out, "  { /* %s reads %s %s: every index in [0, %lld) */\n    int ctc_bad = 0;\n", ir_ops[in->op].name, ix,
+              type_str(&c->f->values.data[v].type, tb, sizeof tb), (ll)bound);
+    cg_printf(c->out, "    for (int64_t i = 0; i < %lld; i++) ctc_bad |= (uint64_t)%s[i] >= %lldu;\n", (ll)n, ix, (ll)bound);
+    cg_puts(c->out, "    if (ctc_bad) return ");
+    cg_printf(c->out, fail.s, ix);
+    cg_puts(c->out, ";\n  }\n");
+    cg_index_site(sites, c->f, in, c->cname[v]);
+  }
+  (*nsites)++;
+  cg_buf_free(&fail);
+}
+
 static int emit_entry(Gen *g, int fi, Buf *out) {
   const Program *p = g->p;
   const Func *f = p->funcs.data[fi];
@@ -349,6 +383,10 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
   int sites = g->opt.profile || g->opt.anomaly;
   int nsite = 0;   /* --profile, --anomaly: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
+  int64_t *checked = calloc((size_t)nv + 1, sizeof *checked);   /* per value: the bound it was checked against */
+  CHECK(checked);
+  Buf ixsites = {0};   /* the index checks' ctc_index_site rows */
+  int nix = 0;
   CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
   if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
   g->nbuckets += dist.nb;
@@ -357,6 +395,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     int code = kernel_has_code(f, kn), timed = pt && code;
     if (sites && code) nsite++;
     cg_dist_hooks(&c, &dist, k, 0);
+    for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
+      if (cg_index_needs_check(f, &f->insts.data[i], checked))
+        index_check(g, &c, &f->insts.data[i], fid, &ixsites, &nix);
     if (timed) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
@@ -376,7 +417,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       ValId v = kn->outputs.data[j];
       const Type *t = &f->values.data[v].type;
       if (t->dtype != DT_F32 && t->dtype != DT_F64) continue;
-      cg_printf(&body, "  if (ctc_anomaly_check(m->anomaly, sizeof m->anomaly, &ctc_prof_%s[%d], \"%s\", %s, %s, %lld))\n"
+      cg_printf(&body, "  if (ctc_anomaly_check(m->error, sizeof m->error, &ctc_prof_%s[%d], \"%s\", %s, %s, %lld))\n"
                        "    return CTC_ERR_ANOMALY;\n",
                 fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
     }
@@ -492,6 +533,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k);
     cg_puts(out, "};\n\n");
   }
+  if (nix && !g->opt.freestanding) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fid, ixsites.s);
+  cg_buf_free(&ixsites);
+  free(checked);
   if (dist.tables.len) cg_puts(out, dist.tables.s);
   cg_dist_free(&dist);
   cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
@@ -808,7 +852,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
     cg_puts(b, "  if (!p) abort();   /* the device failed (printed): the host copy would be stale */\n  return p;\n}\n");
   }
   if (g->opt.profile) cg_printf(b, "static void ctc_set_profile(void *m, ctc_profile *prof) { ((%s_t *)m)->prof = prof; }\n", P);
-  if (g->opt.anomaly) cg_printf(b, "static const char *ctc_anomaly_of(void *m) { return ((%s_t *)m)->anomaly; }\n", P);
+  cg_printf(b, "static const char *ctc_error_of(void *m) { return ((%s_t *)m)->error; }\n", P);
   cg_puts(b, "\n");
   cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
   c_string(b, P);
@@ -821,7 +865,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n",
             n_state_params(p));
   cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n" : "  NULL,  /* set_profile: built without --profile */\n");
-  cg_puts(b, g->opt.anomaly ? "  ctc_anomaly_of,\n};\n" : "  NULL,  /* anomaly_of: built without --anomaly */\n};\n");
+  cg_puts(b, "  ctc_error_of,\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */
@@ -843,7 +887,7 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "typedef struct %s_t {\n  unsigned char *arena;  /* parameters, then activations */\n"
              "  size_t arena_bytes;\n", P);
   if (g->opt.profile) fprintf(h, "  struct ctc_profile *prof;  /* --profile: where the kernels' times go (NULL: nowhere) */\n");
-  if (g->opt.anomaly) fprintf(h, "  char anomaly[512];  /* --anomaly: where the first NaN or Inf came from */\n");
+  fprintf(h, "  char error[512];  /* why the last entry failed: an index out of range (CTC_ERR_INDEX), a NaN (--anomaly) */\n");
   fprintf(h, "} %s_t;\n\n", P);
   fprintf(h, "size_t %s_arena_bytes(void);\n", P);
   fprintf(h, "/* Takes `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned; nothing is\n"
@@ -1037,4 +1081,21 @@ const char *cg_c_prefix(const Program *p, char *buf, size_t cap) {
   cg_ident(b, sizeof b, p->model_name ? p->model_name : "net");
   snprintf(buf, cap, "%s", b);
   return buf;
+}
+
+void cg_index_site(Buf *b, const Func *f, const Inst *in, const char *index) {
+  char where[256];
+  cg_where(where, sizeof where, in->loc);
+  cg_puts(b, "  {");
+  c_string(b, f->name);
+  cg_printf(b, ", \"%s\", ", ir_ops[in->op].name);
+  c_string(b, index);
+  cg_puts(b, ", ");
+  c_string(b, where);
+  cg_puts(b, ", ");
+  line_text(b, in->loc);
+  const char *phase = in->phase == PH_BACKWARD    ? "CTC_PROF_BACKWARD"
+                      : in->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
+                                                  : "CTC_PROF_FORWARD";
+  cg_printf(b, ", %s},\n", phase);
 }

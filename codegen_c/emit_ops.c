@@ -13,7 +13,7 @@
  * w^T g[n] into the column scratch, then col2im (scatter-add); CONV2D_BWD_WEIGHT
  * is im2col of x[n], then a GEMM g[n] col^T accumulated over the batch (beta = 1
  * from the second image on); the pooling gradients loop over windows per image;
- * EMBEDDING_BWD adds rows of g at the clamped indices. */
+ * EMBEDDING_BWD adds rows of g at the indices (checked in range before the kernel: emit_c.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1192,9 +1192,7 @@ static void emit_embedding(CgFunc *c, const Inst *in) {
   load(c, &e, in->args[1], "i");
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)n);
   c->ind += 2;
-  LINE(c, "int64_t ix = %s;\n", e.s);
-  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(V - 1), (ll)(V - 1),
-       (ll)(V - 1));
+  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", e.s, (ll)V);
   LINE(c, "memcpy(%s + i * %lld, %s + ix * %lld, sizeof(%s) * %lld);\n", ys, (ll)D, ws, (ll)D, ct, (ll)D);
   c->ind -= 2;
   LINE(c, "}\n");
@@ -1349,7 +1347,7 @@ static void emit_avgpool_bwd(CgFunc *c, const Inst *in) {
   close_windows(c, base);
 }
 
-/* dw = 0; then g's rows added at their (clamped) indices, in index order. */
+/* dw = 0; then g's rows added at their indices, in index order. */
 static void emit_embedding_bwd(CgFunc *c, const Inst *in) {
   const Type *ix = ty(c, in->args[0]), *r = ty(c, in->res);
   int64_t V = r->dims[0], D = r->dims[1], n = ir_numel(ix);
@@ -1359,9 +1357,7 @@ static void emit_embedding_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", ds, ct, (ll)ir_numel(r));
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)n);
   c->ind += 2;
-  LINE(c, "int64_t ix = %s;\n", e.s);
-  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(V - 1), (ll)(V - 1),
-       (ll)(V - 1));
+  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", e.s, (ll)V);
   if (in->attr[0]) LINE(c, "if (ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
   LINE(c, "for (int64_t d = 0; d < %lld; d++) %s[ix * %lld + d] += %s[i * %lld + d];\n", (ll)D, ds, (ll)D, gs,
        (ll)D);
@@ -1758,9 +1754,7 @@ static void gather_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   GatherU *u = up;
   Buf ix = {0};
   load(c, &ix, u->in->args[1], idx[1]);
-  LINE(c, "int64_t ix = %s;\n", ix.s);
-  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(u->n - 1),
-       (ll)(u->n - 1), (ll)(u->n - 1));
+  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", ix.s, (ll)u->n);
   if (u->in->op == IR_GATHER) {
     LINE(c, "%s[%s] = %s[%s + ix * %lld];\n", cg_ref(c, u->small), idx[0], cg_ref(c, u->big), idx[2], (ll)u->stride);
   } else {
@@ -1798,7 +1792,7 @@ static void emit_gather(CgFunc *c, const Inst *in) {
 }
 
 /* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
- * base's fiber, then, where src has that fiber, src's elements added at their (clamped)
+ * base's fiber, then, where src has that fiber, src's elements added at their
  * indices in order along the axis. Fibers are disjoint, so the loop over them is parallel
  * (OpenMP, GPU threads), and each element's sum runs in the order of a sequential pass
  * over src. */
@@ -1850,10 +1844,8 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   c->ind += 2;
   snprintf(idx, sizeof idx, "%s + k * %lld", io, (ll)ist[ax]);
   load(c, &v, in->args[1], idx);
-  LINE(c, "int64_t ix = %s;\n", v.s);
+  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", v.s, (ll)r->dims[ax]);
   cg_buf_free(&v);
-  LINE(c, "ix = ix < 0 ? 0 : ix > %lld ? %lld : ix;   /* clamped into [0, %lld] */\n", (ll)(r->dims[ax] - 1),
-       (ll)(r->dims[ax] - 1), (ll)(r->dims[ax] - 1));
   snprintf(idx, sizeof idx, "%s + k * %lld", so, (ll)sst[ax]);
   load(c, &v, in->args[2], idx);
   LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
@@ -1864,6 +1856,40 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   }
   cg_buf_free(&inside);
   c->ind = base;
+}
+
+/* ---- index checks ------------------------------------------------------------------ */
+
+int cg_index_operand(const Func *f, const Inst *in, ValId *idx, int64_t *bound) {
+  const Type *r = &f->values.data[in->res].type;
+  switch (in->op) {
+  case IR_EMBEDDING: *idx = in->args[1], *bound = f->values.data[in->args[0]].type.dims[0]; return 1;
+  case IR_EMBEDDING_BWD: *idx = in->args[0], *bound = r->dims[0]; return 1;
+  case IR_GATHER: *idx = in->args[1], *bound = f->values.data[in->args[0]].type.dims[in->attr[0]]; return 1;
+  case IR_SCATTER_ADD: *idx = in->args[1], *bound = r->dims[in->attr[0]]; return 1;
+  default: return 0;
+  }
+}
+
+int cg_index_needs_check(const Func *f, const Inst *in, int64_t *checked) {
+  ValId v;
+  int64_t bound;
+  if (!cg_index_operand(f, in, &v, &bound)) return 0;
+  if (checked[v] && checked[v] <= bound) return 0;   /* an earlier check covers it */
+  const Inst *d = NULL;
+  for (ValId u = v;;) {   /* an iota seen through views of it: its values are known */
+    const Value *val = &f->values.data[u];
+    d = val->kind == V_INST && val->def >= 0 ? &f->insts.data[val->def] : NULL;
+    if (!d || (d->op != IR_RESHAPE && d->op != IR_BROADCAST)) break;
+    u = d->args[0];
+  }
+  if (d && d->op == IR_IOTA) {
+    int64_t n = ir_numel(&f->values.data[d->res].type), a = d->attr[0], b = d->attr[0] + (n - 1) * d->attr[1];
+    if (a >= 0 && a < bound && b >= 0 && b < bound) return 0;
+  }
+  if (d && d->op == IR_CONST && d->fattr >= 0 && d->fattr < (double)bound) return 0;
+  checked[v] = bound;
+  return 1;
 }
 
 /* ---- one instruction ----------------------------------------------------------------- */

@@ -601,7 +601,7 @@ void cg_fs_header(FILE *h, const FsHeader *x) {
   fprintf(h, "#include <stddef.h>\n#include <stdint.h>\n\n");
   fprintf(h, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   fprintf(h, "#ifndef CTC_RT_H   /* the status codes, with the values of ctc_rt.h's ctc_status */\n"
-             "enum { CTC_OK = 0, CTC_ERR_SHAPE = 4, CTC_ERR_ARENA = 6, CTC_ERR_ARG = 7 };\n#endif\n\n");
+             "enum { CTC_OK = 0, CTC_ERR_SHAPE = 4, CTC_ERR_ARENA = 6, CTC_ERR_ARG = 7, CTC_ERR_INDEX = 11 };\n#endif\n\n");
   if (x->opt->embed) {
     fprintf(h, "/* RAM the model needs: the peak of the activations of the running entry. */\n");
     fprintf(h, "#define %s_ARENA_BYTES ((size_t)%lld)\n", U, (ll)ram);

@@ -43,6 +43,7 @@ typedef struct Gen {
   int64_t io_bytes;     /* the largest entry's inputs + outputs (256-byte aligned each) */
   int nbuckets;         /* distributed builds: gradient buckets so far (codegen_c/dist_c.c) */
   DnnSites dnn;         /* the convolutions, for cuDNN (dnn_cuda.h) */
+  int ixcheck;          /* some entry checks its indices (<m>_index_check and its kernel are written) */
   int err;
 } Gen;
 
@@ -1135,7 +1136,7 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
 }
 
 /* EMBEDDING: a thread per output element. EMBEDDING_BWD: dw zeroed, then a
- * thread per column d adding g's rows at their (clamped) indices in index order
+ * thread per column d adding g's rows at their indices (checked before) in index order
  * (the C target's order; no two threads write the same element). */
 static int emit_embedding(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
@@ -1143,22 +1144,19 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   ValId ixv = in->args[bwd ? 0 : 1];
   if (is_literal(f, ixv)) return -1;
   const Type *w = bwd ? ty(f, in->res) : ty(f, in->args[0]), *ix = ty(f, ixv);
-  int64_t V = w->dims[0], D = w->dims[1], n = ir_numel(ix);
+  int64_t D = w->dims[1], n = ir_numel(ix);
   Buf body = {0};
   kbegin(e, &body);
   const char *is = cg_ref(&e->c, ixv), *ys = cg_ref(&e->c, in->res);
-  char clamp[160];
-  snprintf(clamp, sizeof clamp, "ctc_ix < 0 ? 0 : ctc_ix > %lld ? %lld : ctc_ix", (ll)(V - 1), (ll)(V - 1));
-  if (!bwd) {
+  if (!bwd) {   /* the indices were checked in [0, V) before the kernel */
     const char *ws = cg_ref(&e->c, in->args[0]);
     cg_printf(&body, loop_head, (ll)(n * D));
-    cg_printf(&body, " {\n    int64_t ctc_ix = (int64_t)%s[ctc_i / %lld];\n    ctc_ix = %s;\n    %s[ctc_i] = %s[ctc_ix * %lld + ctc_i %% %lld];\n  }\n",
-              is, (ll)D, clamp, ys, ws, (ll)D, (ll)D);
+    cg_printf(&body, " {\n    const int64_t ctc_ix = (int64_t)%s[ctc_i / %lld];\n    %s[ctc_i] = %s[ctc_ix * %lld + ctc_i %% %lld];\n  }\n",
+              is, (ll)D, ys, ws, (ll)D, (ll)D);
   } else {
     const char *gs = cg_ref(&e->c, in->args[1]);
     cg_printf(&body, loop_head, (ll)D);
-    cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      int64_t ctc_ix = (int64_t)%s[ctc_r];\n      ctc_ix = %s;\n", (ll)n, is,
-              clamp);
+    cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      const int64_t ctc_ix = (int64_t)%s[ctc_r];\n", (ll)n, is);
     if (in->attr[0]) cg_printf(&body, "      if (ctc_ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
     cg_printf(&body, "      %s[ctc_ix * %lld + ctc_i] += %s[ctc_r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
     e->uses_stream = 1;
@@ -1347,11 +1345,35 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   g->nbuckets += dist.nb;
   dist.arena = "m->dev";
   dist.stream = "m->stream";
+  int64_t *checked = calloc((size_t)f->values.len + 1, sizeof *checked);   /* per value: the bound it was checked against */
+  CHECK(checked);
+  Buf ixsites = {0};   /* the index checks' ctc_index_site rows */
+  int nix = 0;
   for (int k = 0; k < s->kernels.len && !rc; k++) {
     const Kernel *kn = &s->kernels.data[k];
     e.c.out = &body, e.c.ref = href, e.c.ind = 2;
     if (k) cg_dist_hooks(&e.c, &dist, k - 1, 1);   /* after kernel k - 1: the buckets it completes start */
     cg_dist_hooks(&e.c, &dist, k, 0);              /* before kernel k: the buckets it reads are waited for */
+    for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
+      if (cg_index_needs_check(f, &f->insts.data[i], checked)) {
+        const Inst *in = &f->insts.data[i];
+        ValId v;
+        int64_t bound;
+        CHECK(cg_index_operand(f, in, &v, &bound));
+        if (is_literal(f, v)) {   /* a constant outside the bound: the entry always fails */
+          cg_printf(&body, "  { static const int64_t ctc_v[1] = {%lld};\n    return ctc_index_fail(m->error, sizeof m->error, "
+                           "&ctc_ix_%s[%d], ctc_v, 1, %lld);\n  }\n", (ll)def_of(f, v)->fattr, fname, nix, (ll)bound);
+          cg_index_site(&ixsites, f, in, "a constant");
+        } else {
+          cg_printf(&body, "  { /* %s reads %s: every index in [0, %lld) (synchronises) */\n"
+                           "    const int ctc_rc = %s_index_check(m, %s, %lld, %lld, &ctc_ix_%s[%d]);\n"
+                           "    if (ctc_rc) return ctc_rc;\n  }\n", ir_ops[in->op].name, cname[v], (ll)bound, g->prefix,
+                    cg_ref(&e.c, v), (ll)ir_numel(ty(f, v)), (ll)bound, fname, nix);
+          cg_index_site(&ixsites, f, in, cname[v]);
+        }
+        nix++;
+        g->ixcheck = 1;
+      }
     if (kn->kind == KN_VIEW) {
       cg_emit_kernel(&e.c, k);   /* comments only: views and constants have no code */
       continue;
@@ -1479,6 +1501,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   if (!rc) {
     char where[256];
     cg_where(where, sizeof where, f->loc);
+    if (nix) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fname, ixsites.s);
     if (dist.tables.len) cg_puts(out, dist.tables.s);
     cg_printf(out, "/* %s%s%s: device pointers, asynchronous on m->stream */\n", doc->s, where[0] ? "  -- " : "", where);
     cg_printf(out, "%s {\n", dsig->s);
@@ -1541,6 +1564,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_buf_free(&call);
   }
   cg_dist_free(&dist);
+  cg_buf_free(&ixsites);
+  free(checked);
   cg_buf_free(&decl);
   cg_buf_free(&body);
   cg_names_free(&ns);
@@ -1679,6 +1704,7 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
              "  cudaStream_t stream;    /* where everything runs (default 0) */\n"
              "  cublasHandle_t blas;\n"
              "  void *dnn;              /* cuDNN: handle, descriptors, algorithms (builds with CTC_HAVE_CUDNN) */\n"
+             "  char error[512];        /* why the last entry failed: an index out of range (CTC_ERR_INDEX) */\n"
              "  int host_stale;         /* the device's parameters are newer (training steps): %s_params downloads */\n"
              "  int dev_stale;          /* the host copy may be newer (%s_params handed it out): the next entry uploads */\n"
              "} %s_t;\n\n", P, P, P, P);
@@ -1819,7 +1845,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
                                 " *   --target cuda --distributed nccl` does; run under mpirun, one rank per GPU"
                               : "");
     fprintf(c, "#include \"%s\"\n#include \"ctc_rt.h\"\n\n", h_name);
-    fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n\n");
+    fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
     fprintf(c, "#define restrict __restrict__\n/* the C target's loops run as they are inside one-thread kernels */\n"
                "#define CTC_OMP_FOR\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n\n");
     fprintf(c, "/* Every CUDA and cuBLAS call is checked; the message names this file and line. */\n"
@@ -1855,8 +1881,10 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
                "    }                                                                                 \\\n"
                "  } while (0)\n\n");
     fprintf(c, "/* the device allocation: the arena, then the entries' I/O */\n");
-    fprintf(c, "#define %s_IO_OFFSET ((size_t)%lld)\n#define %s_DEVICE_BYTES ((size_t)%lld)\n\n", U,
-            (ll)align256(plan->arena_bytes), U, (ll)(align256(plan->arena_bytes) + (g.io_bytes ? g.io_bytes : 256)));
+    fprintf(c, "#define %s_IO_OFFSET ((size_t)%lld)\n#define %s_DEVICE_BYTES ((size_t)%lld)\n", U,
+            (ll)align256(plan->arena_bytes), U, (ll)(align256(plan->arena_bytes) + (g.io_bytes ? g.io_bytes : 256) + 256));
+    fprintf(c, "#define %s_FLAG_OFFSET ((size_t)%lld)   /* the index checks' flag (an int) */\n\n", U,
+            (ll)(align256(plan->arena_bytes) + (g.io_bytes ? g.io_bytes : 256)));
     if (helpers.len) fputs(helpers.s, c);
     if (g.kern.len) fputs(g.kern.s, c);
     fprintf(c, "/* ---- parameters: the C target's init, on the host copy ---- */\n\n");
@@ -1864,6 +1892,25 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
     fprintf(c, "#define %s_HOST_ARENA_BYTES %s_ARENA_BYTES\n#define %s_host_desc %s_desc\n\n", U, U, P, P);
     if (data.len) fputs(data.s, c);
     fputs(init.s, c);
+    if (g.ixcheck) {   /* the index checks: a flag word after the I/O, set by any index out of range */
+      fprintf(c, "/* ---- index checks: every value of ix[n] in [0, bound), else CTC_ERR_INDEX and the report ---- */\n\n");
+      fprintf(c, "static __global__ void %s_index_kernel(const int64_t *ix, int64_t n, int64_t bound, int *flag) {\n", P);
+      fprintf(c, "  for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < n; ctc_i += (int64_t)blockDim.x * gridDim.x)\n"
+                 "    if ((uint64_t)ix[ctc_i] >= (uint64_t)bound) *flag = 1;   /* every writer writes 1 */\n}\n\n");
+      fprintf(c, "static int %s_index_check(%s_t *m, const int64_t *ix, int64_t n, int64_t bound, const ctc_index_site *site) {\n"
+                 "  int *flag = (int *)(m->dev + %s_FLAG_OFFSET), *seen = (int *)(m->pinned + (%s_FLAG_OFFSET - %s_IO_OFFSET));\n"
+                 "  const int64_t blocks = (n + %d) / %d;\n"
+                 "  CTC_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), m->stream));\n"
+                 "  CTC_LAUNCH(%s_index_kernel, blocks < %d ? blocks : %d, %d, 0, m->stream, ix, n, bound, flag);\n"
+                 "  CTC_CUDA(cudaMemcpyAsync(seen, flag, sizeof(int), cudaMemcpyDeviceToHost, m->stream));\n"
+                 "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n"
+                 "  if (!*seen) return CTC_OK;\n"
+                 "  int64_t *h = (int64_t *)malloc(sizeof(int64_t) * (size_t)n);   /* the report names the first bad element */\n"
+                 "  if (h && cudaMemcpy(h, ix, sizeof(int64_t) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess) free(h), h = NULL;\n"
+                 "  const int rc = ctc_index_fail(m->error, sizeof m->error, site, h, h ? n : 0, bound);\n"
+                 "  free(h);\n  return rc;\n}\n\n",
+              P, P, U, U, U, ELEM_BLOCK - 1, ELEM_BLOCK, P, MAX_GRID, MAX_GRID, ELEM_BLOCK);
+    }
     if (api_pre.len) fputs(api_pre.s, c);
     fputs(api_b.s, c);
     if (entries.len) fputs(entries.s, c);

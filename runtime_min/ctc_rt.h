@@ -32,6 +32,8 @@ typedef enum ctc_status {
   CTC_ERR_NOMEM,     /* out of memory (only while loading files) */
   CTC_ERR_ANOMALY,   /* `ctc build --anomaly`: a kernel produced NaN or Inf (the model says where) */
   CTC_ERR_DEVICE,    /* a CUDA or cuBLAS call failed (the CUDA target; the message names the call) */
+  CTC_ERR_INDEX,     /* an index read by embedding, gather, scatter_add, a loss's target or one_hot is
+                        out of range (the model says which op, element and bound) */
   CTC_ERR_COUNT
 } ctc_status;
 
@@ -149,9 +151,10 @@ typedef struct ctc_model_desc {
   /* `ctc build --profile`: gives the model the profile its kernels record into
    * (NULL: stop recording); NULL in programs built without --profile. */
   void (*set_profile)(void *model, ctc_profile *prof);
-  /* `ctc build --anomaly`: the report of the NaN or Inf that stopped the last
-   * entry with CTC_ERR_ANOMALY; NULL in programs built without --anomaly. */
-  const char *(*anomaly_of)(void *model);
+  /* The report of the run-time failure that stopped the last entry: CTC_ERR_INDEX (an index
+   * out of range: the op, its model line, the element, its value and the bound) or, built with
+   * `ctc build --anomaly`, CTC_ERR_ANOMALY (the first NaN or Inf). */
+  const char *(*error_of)(void *model);
 } ctc_model_desc;
 
 /* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */
@@ -188,6 +191,21 @@ void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows);
  * CTC_ERR_ANOMALY. */
 int ctc_anomaly_check(char *msg, size_t cap, const ctc_prof_site *site, const char *value, const void *data,
                       ctc_dtype dtype, int64_t n);
+
+/* An index check of the generated code (static data): the op reading an index tensor
+ * that must lie in [0, bound). */
+typedef struct ctc_index_site {
+  const char *entry;   /* "train_step" */
+  const char *op;      /* "embedding", "gather", "scatter_add", ... */
+  const char *index;   /* the index tensor's name in the generated code */
+  const char *where;   /* the op's model line, "model.py:23" */
+  const char *code;    /* that line's text */
+  int phase;           /* CTC_PROF_FORWARD, _BACKWARD (where: the forward op it differentiates), _OPTIMIZER */
+} ctc_index_site;
+/* The generated code found an index of idx (n values) outside [0, bound): writes into msg
+ * (cap bytes) the first such element, its value, the bound and the site, and returns
+ * CTC_ERR_INDEX. */
+int ctc_index_fail(char *msg, size_t cap, const ctc_index_site *site, const int64_t *idx, int64_t n, int64_t bound);
 
 /* ---- safetensors (rt_safetensors.c) ------------------------------------ */
 

@@ -722,8 +722,10 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
 
 int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entry *e, int rc, const char *when,
                          ctc_error *err) {
-  if (rc == CTC_ERR_ANOMALY && desc->anomaly_of)
-    return ctc_fail(err, rc, "anomaly in entry '%s'%s: %s", e->name, when, desc->anomaly_of(model));
+  if (rc == CTC_ERR_ANOMALY && desc->error_of)
+    return ctc_fail(err, rc, "anomaly in entry '%s'%s: %s", e->name, when, desc->error_of(model));
+  if (rc == CTC_ERR_INDEX && desc->error_of)
+    return ctc_fail(err, rc, "entry '%s'%s: %s", e->name, when, desc->error_of(model));
   return ctc_fail(err, rc, "entry '%s' failed%s: %s (status %d)", e->name, when, ctc_strerror(rc), rc);
 }
 

@@ -46,7 +46,7 @@ int ctc_drv_profile_start(const ctc_model_desc *desc, void *model, const char *p
 int ctc_drv_profile_finish(const ctc_model_desc *desc, void *model, ctc_profile *p, const char *path, ctc_error *err);
 
 /* The error of entry e failing with status rc (`when`: "" or " at epoch 2, step 3"):
- * the anomaly report for CTC_ERR_ANOMALY (programs built with --anomaly). */
+ * the model's report for CTC_ERR_ANOMALY (programs built with --anomaly) and CTC_ERR_INDEX. */
 int ctc_drv_entry_failed(const ctc_model_desc *desc, void *model, const ctc_entry *e, int rc, const char *when,
                          ctc_error *err);
 

@@ -34,6 +34,7 @@ const char *ctc_strerror(int code) {
     case CTC_ERR_NOMEM: return "out of memory";
     case CTC_ERR_ANOMALY: return "a kernel produced NaN or Inf (anomaly mode)";
     case CTC_ERR_DEVICE: return "CUDA or cuBLAS call failed";
+    case CTC_ERR_INDEX: return "an index is out of range";
     default: return "unknown error";
   }
 }
@@ -60,6 +61,21 @@ void ctc_error_prefix(ctc_error *err, const char *prefix) {
       out[len++] = *s;
   out[len] = '\0';
   memcpy(err->msg, out, len + 1);
+}
+
+int ctc_index_fail(char *msg, size_t cap, const ctc_index_site *site, const int64_t *idx, int64_t n, int64_t bound) {
+  int64_t at = 0;
+  while (at < n - 1 && idx && (uint64_t)idx[at] < (uint64_t)bound) at++;
+  long long v = idx && n > 0 ? (long long)idx[at] : -1;
+  if (site->phase == CTC_PROF_BACKWARD)
+    snprintf(msg, cap, "index %lld is out of range [0, %lld) in '%s' (element %lld) read by %s in the backward pass of "
+             "entry '%s', differentiating %s: %s", v, (long long)bound, site->index, (long long)at, site->op,
+             site->entry, site->where, site->code);
+  else
+    snprintf(msg, cap, "index %lld is out of range [0, %lld) in '%s' (element %lld) read by %s at %s (%s of entry '%s'): %s",
+             v, (long long)bound, site->index, (long long)at, site->op, site->where,
+             site->phase == CTC_PROF_OPTIMIZER ? "optimizer step" : "forward", site->entry, site->code);
+  return CTC_ERR_INDEX;
 }
 
 /* ---- dtypes and tensors ------------------------------------------------- */

@@ -63,7 +63,12 @@ static PV *nll(L *L, Span at, PV *logp, PV *target, int red, int64_t ignore_inde
   it.dims[0] = C;
   int64_t ia[2] = {0, 1};
   PV *iota = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "classes"));
-  PV *tcol = t_reshape(L, at, t_cast(L, at, target, DT_I64), (int64_t[]){tl.dims[0], 1}, 2);
+  /* the targets checked in [0, C) at run time (PyTorch: "Target 10 is out of bounds"), but for
+   * ignore_index, read as class 0 there (its row is zeroed below) */
+  PV *t64 = t_cast(L, at, target, DT_I64);
+  if (ignore_index < 0 || ignore_index >= C)
+    t64 = t_where(L, at, t_compare(L, at, OP_NE, t64, pv_int(L, ignore_index)), t64, pv_int(L, 0));
+  PV *tcol = t_reshape(L, at, t_checked_index(L, at, t64, C, "target"), (int64_t[]){tl.dims[0], 1}, 2);
   /* select with where(), not a multiply by the one-hot: 0 * -inf would be NaN
    * where PyTorch's gather reads only the target's log-probability */
   PV *onehot = t_compare(L, at, OP_EQ, iota, tcol);

@@ -1148,6 +1148,18 @@ PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index) {
   return t_wrap(L, g);
 }
 
+PV *t_checked_index(L *L, Span at, PV *idx, int64_t bound, const char *what) {
+  Type t = idx->t->type;
+  CHECK(t.dtype == DT_I64);
+  int64_t n = ir_numel(&t), attr[2] = {0, 1};
+  Type it = {.dtype = DT_I64, .ndim = 1, .dims = {bound}}, flat = {.dtype = DT_I64, .ndim = 1, .dims = {n}};
+  ValId args[2] = {emit(L, at, IR_IOTA, NULL, 0, it, attr, 2, "classes"), t_val(L, at, idx)};
+  args[1] = emit(L, at, IR_RESHAPE, &args[1], 1, flat, NULL, 0, what);
+  int64_t axis = 0;
+  ValId g = emit(L, at, IR_GATHER, args, 2, flat, &axis, 1, what);
+  return t_wrap(L, emit(L, at, IR_RESHAPE, &g, 1, t, NULL, 0, what));
+}
+
 static ValId broadcast_to(L *L, Span at, ValId v, Type r) {
   Type t = *ir_type(L->T->fn, v);
   r.dtype = t.dtype;

@@ -374,6 +374,9 @@ PV *t_amin(L *L, Span at, PV *x, const int64_t *dims, int ndims, int keepdim);
 PV *t_gather(L *L, Span at, PV *x, int64_t dim, PV *index);
 PV *t_scatter_add(L *L, Span at, PV *x, int64_t dim, PV *index, PV *src);
 PV *t_index_select(L *L, Span at, PV *x, int64_t dim, PV *index);
+/* idx (int64) unchanged, read through a gather from arange(bound): the generated code checks
+ * that every value lies in [0, bound) (a class or target index out of range stops the entry) */
+PV *t_checked_index(L *L, Span at, PV *idx, int64_t bound, const char *what);
 PV *t_take_along_dim(L *L, Span at, PV *x, PV *index, PV *dim);
 PV *t_tri(L *L, Span at, PV *x, int64_t k, int upper);
 PV *t_repeat(L *L, Span at, PV *x, const int64_t *reps, int n);

@@ -498,7 +498,7 @@ PV *bi_more(L *L, PV *fn, Args *A) {
     Type t = x->t->type;
     for (int i = 0; i < t.ndim; i++) dims2[i] = t.dims[i];
     dims2[t.ndim] = 1;
-    PV *col = t_reshape(L, at, x, dims2, t.ndim + 1);
+    PV *col = t_reshape(L, at, t_checked_index(L, at, x, n, "label"), dims2, t.ndim + 1);   /* classes in [0, n) */
     return t_cast(L, at, t_compare(L, at, OP_EQ, col, classes), DT_I64);
   }
   default: BUG("bi_more: row %s", bi_names[bi]);

@@ -46,6 +46,7 @@ extern const ctc_model_desc CTC_PY_DESC;
 /* Set once when the module is initialised, read-only afterwards. */
 static PyObject *numpy_mod;   /* numpy */
 static PyObject *ctc_exc;     /* NAME.Error (a RuntimeError) */
+static PyObject *index_exc;   /* NAME.IndexError (NAME.Error and IndexError): an index out of range */
 
 static const char *const np_names[CTC_DTYPE_COUNT] = {"float32", "float64", "int64", "int32", "bool", "uint8"};
 
@@ -354,9 +355,10 @@ static PyObject *call_entry(ModelObject *self, const ctc_entry *e, PyObject *arg
   Py_END_ALLOW_THREADS
   self->busy = 0;
   if (rc) {
-    const char *why = rc == CTC_ERR_ANOMALY && DESC->anomaly_of ? DESC->anomaly_of(self->model) : "";
-    PyErr_Format(rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG ? PyExc_ValueError : ctc_exc, "%s.%s: %s%s%s", MODNAME,
-                 e->name, ctc_strerror(rc), *why ? ": " : "", why);
+    const int report = (rc == CTC_ERR_ANOMALY || rc == CTC_ERR_INDEX) && DESC->error_of;
+    const char *why = report ? DESC->error_of(self->model) : "";
+    PyObject *exc = rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG ? PyExc_ValueError : rc == CTC_ERR_INDEX ? index_exc : ctc_exc;
+    PyErr_Format(exc, "%s.%s: %s%s%s", MODNAME, e->name, ctc_strerror(rc), *why ? ": " : "", why);
     goto done;
   }
   if (nout == 1) result = Py_NewRef(PyTuple_GET_ITEM(outs, 0));
@@ -510,6 +512,14 @@ PyMODINIT_FUNC CTC_CAT(PyInit_, CTC_PY_MODULE)(void) {
   if (!numpy_mod && !(numpy_mod = PyImport_ImportModule("numpy"))) goto fail;
   if (!ctc_exc && !(ctc_exc = PyErr_NewException(MODNAME ".Error", PyExc_RuntimeError, NULL))) goto fail;
   if (PyModule_AddObjectRef(m, "Error", ctc_exc) < 0) goto fail;
+  if (!index_exc) {
+    PyObject *bases = PyTuple_Pack(2, ctc_exc, PyExc_IndexError);
+    if (!bases) goto fail;
+    index_exc = PyErr_NewException(MODNAME ".IndexError", bases, NULL);
+    Py_DECREF(bases);
+    if (!index_exc) goto fail;
+  }
+  if (PyModule_AddObjectRef(m, "IndexError", index_exc) < 0) goto fail;
   if (!model_type && !(model_type = (PyTypeObject *)PyType_FromSpec(&model_spec))) goto fail;
   PyObject *names = PyTuple_New(DESC->nentries);
   if (!names) goto fail;
