@@ -661,6 +661,35 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
   return 0;
 }
 
+/* What `ctc check` prints: the model, its entries and what was left out. */
+static void print_check(const Opts *o, const Program *p) {
+  int64_t nparam = 0;
+  for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+  char tb[256];
+  fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o->file, p->class_name,
+          p->params.len, (long long)nparam);
+  for (int k = 0; k < p->funcs.len; k++) {
+    Func *f = p->funcs.data[k];
+    fprintf(stdout, "  entry %s ->", f->name);
+    for (int i = 0; i < f->outputs.len; i++)
+      fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
+    fprintf(stdout, "\n");
+  }
+  for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
+    const char *e = strchr(q, '\n');
+    int len = e ? (int)(e - q) : (int)strlen(q);
+    fprintf(stdout, "  skipped %.*s\n", len, q);
+    q = e ? e + 1 : NULL;
+  }
+  if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
+  for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
+    const char *e = strchr(q, '\n');
+    int len = e ? (int)(e - q) : (int)strlen(q);
+    fprintf(stdout, "  note: %.*s\n", len, q);
+    q = e ? e + 1 : NULL;
+  }
+}
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
 static int run_ctc(Arena *a, int argc, char **argv) {
   Diag d;
@@ -699,37 +728,16 @@ static int run_ctc(Arena *a, int argc, char **argv) {
                    "needs GPUs): build without --emulate and run under mpirun, one rank per GPU", o.file);
     return CTC_EXIT_USER;
   }
-  if (!strcmp(o.cmd, "check")) {
-    MemPlan *plan = ir_plan_memory(p);   /* check reports what compile would */
+  /* check reports what compile would; with a run-time batch that includes merging the
+   * generated code (below), whose errors only the emitted numbers show */
+  int check_only = !strcmp(o.cmd, "check");
+  if (check_only && ntr == 1) {
+    MemPlan *plan = ir_plan_memory(p);
     if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
       diag_error(&d, plan->error_at, "%s", plan->error);
       return CTC_EXIT_USER;
     }
-    int64_t nparam = 0;
-    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
-    char tb[256];
-    fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o.file, p->class_name,
-            p->params.len, (long long)nparam);
-    for (int k = 0; k < p->funcs.len; k++) {
-      Func *f = p->funcs.data[k];
-      fprintf(stdout, "  entry %s ->", f->name);
-      for (int i = 0; i < f->outputs.len; i++)
-        fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
-      fprintf(stdout, "\n");
-    }
-    for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
-      const char *e = strchr(q, '\n');
-      int len = e ? (int)(e - q) : (int)strlen(q);
-      fprintf(stdout, "  skipped %.*s\n", len, q);
-      q = e ? e + 1 : NULL;
-    }
-    if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
-    for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
-      const char *e = strchr(q, '\n');
-      int len = e ? (int)(e - q) : (int)strlen(q);
-      fprintf(stdout, "  note: %.*s\n", len, q);
-      q = e ? e + 1 : NULL;
-    }
+    print_check(&o, p);
     return 0;
   }
   if (o.emit && !strcmp(o.emit, "ir")) {
@@ -766,14 +774,15 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const void *const *embed = NULL;   /* --embed-weights: the parameters' values */
-  if (o.embed) {
+  if (o.embed && !check_only) {
     int erc = ctc_embed_read(a, &d, p, o.embed, &embed);
     if (erc) return erc;
   }
-  if (o.quantize) return quant_build(a, &d, &o, p, plan, embed);
+  if (o.quantize && !check_only) return quant_build(a, &d, &o, p, plan, embed);
   int cuda_target = o.target && !strcmp(o.target, "cuda");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
-  if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));   /* libmlp.so -> libmlp.c, libmlp.h */
+  if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));
+  if (check_only) c_path = "check.c";   /* emitted to memory only */   /* libmlp.so -> libmlp.c, libmlp.h */
   CudaOptions cuda = {o.tf32};
   char *hb = arena_strdup(a, header_path(a, c_path));
   char *c_texts[BATCH_NPOINTS] = {0}, *h_texts[BATCH_NPOINTS] = {0};
@@ -794,12 +803,13 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   char *c_text = c_texts[0], *h_text = h_texts[0];
   if (!rc && ntr > 1) {
-    c_text = batch_merge(&d, "C file", c_texts, pts, ntr);
-    h_text = c_text ? batch_merge(&d, "header", h_texts, pts, ntr) : NULL;
+    BatchConsts bc = batch_consts(progs, ntr);
+    c_text = batch_merge(&d, "C file", c_texts, pts, ntr, &bc);
+    h_text = c_text ? batch_merge(&d, "header", h_texts, pts, ntr, &bc) : NULL;
     if (!c_text || !h_text) rc = CTC_EXIT_USER;
   }
-  if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
-  if (!rc && o.validate)   /* after writing: the diagnostics' lines can be looked at */
+  if (!rc && !check_only) rc = write_c(a, &d, c_text, h_text, c_path);
+  if (!rc && o.validate && !check_only)   /* after writing: the diagnostics' lines can be looked at */
     rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
   if (c_text != c_texts[0]) free(c_text);   /* batch_merge's (an error before it leaves the first trace's) */
   if (h_text != h_texts[0]) free(h_text);
@@ -808,6 +818,10 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     free(h_texts[j]);
   }
   if (rc) return rc;
+  if (check_only) {
+    print_check(&o, p);
+    return 0;
+  }
   double t_emit = now_ms();
   if (o.stats) {
     int64_t nparam = 0, kind_bytes[3] = {0, 0, 0};   /* parameters, buffers, optimizer state */
