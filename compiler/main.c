@@ -700,8 +700,8 @@ static void print_check(const Opts *o, const Program *p) {
  * keeps the fixed batch without trying (targets, modes and entries that do not take it). */
 static int64_t auto_batch(const Opts *o, const Program *p) {
   if (o->fixed_batch || (strcmp(o->cmd, "build") && strcmp(o->cmd, "compile")) || (o->emit && strcmp(o->emit, "c")) ||
-      (o->target && strcmp(o->target, "c")) || p->distributed || o->quantize || o->freestanding ||
-      o->lower.float_dtype == DT_F64)
+      (o->target && strcmp(o->target, "c")) || p->distributed || o->quantize || o->freestanding || o->profile ||
+      o->anomaly || o->lower.float_dtype == DT_F64)
     return 0;
   for (int k = 0; k < p->funcs.len; k++) {
     const Func *f = p->funcs.data[k];
