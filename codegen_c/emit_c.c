@@ -742,8 +742,9 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
                 fname, withn ? "int64_t n, " : "");
       if (!f->inputs.len) cg_puts(b, "  (void)in;\n");
       if (!f->outputs.len) cg_puts(b, "  (void)out;\n");
-      cg_printf(b, "  return %s_%s%s((%s_t *)m", P, fname, f->batch_max && g->opt.batch_wrap ? "_batch" : "", P);
-      if (f->batch_max) cg_printf(b, withn ? ", n" : ", %lld", (ll)f->batch_max);
+      int wrapped = f->batch_max && g->opt.batch_wrap;   /* ctc_call_: the fixed-batch <m>_<entry> */
+      cg_printf(b, "  return %s_%s%s((%s_t *)m", P, fname, wrapped && withn ? "_batch" : "", P);
+      if (f->batch_max && (withn || !wrapped)) cg_printf(b, withn ? ", n" : ", %lld", (ll)f->batch_max);
       for (int k = 0; k < f->inputs.len; k++)
         cg_printf(b, ", (const %s *)in[%d]", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype), k);
       for (int k = 0; k < f->outputs.len; k++)
