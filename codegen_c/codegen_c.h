@@ -55,6 +55,10 @@ typedef struct CgOptions {
    * (numel elements, host byte order), written as const arrays (flash); the arena then holds only the
    * activations. NULL: parameters live in the arena as usual. Entries that update parameters are refused. */
   const void *const *embed;
+  /* The default build's forward with a batch of its own (compiler/main.c: the file's fixed batch B
+   * staged as a run-time one): an entry with a batch_max keeps its fixed signature,
+   * <m>_forward(m, x, out) at batch B, and <m>_forward_batch(m, batch, x, out) takes 1..B. */
+  int batch_wrap;
 } CgOptions;
 /* The flash `--embed-weights` takes: the bytes of the parameters some entry reads (the
  * others get no array). */

@@ -41,6 +41,7 @@ typedef struct Gen {
   Kernels k;
   Buf *sig;               /* per func: its C prototype (no semicolon) */
   Buf *doc;               /* per func: one-line description for comments */
+  Buf *wrap;              /* per func: the fixed-batch wrapper's prototype (CgOptions.batch_wrap), or empty */
   CgOptions opt;
   int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
 } Gen;
@@ -351,7 +352,13 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   Buf *sig = &g->sig[fi], *doc = &g->doc[fi];
   char fname[128];
   cg_ident(fname, sizeof fname, f->name);
-  cg_printf(sig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
+  int wrapped = f->batch_max && g->opt.batch_wrap;
+  Buf *wsig = &g->wrap[fi], wcall = {0};
+  cg_printf(sig, "int %s_%s%s(%s_t *m", g->prefix, fname, wrapped ? "_batch" : "", g->prefix);
+  if (wrapped) {
+    cg_printf(wsig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
+    cg_printf(&wcall, "%s_%s_batch(m, %lld", g->prefix, fname, (ll)f->batch_max);
+  }
   cg_printf(doc, "%s(", fname);
   if (f->batch_max) {   /* a run-time batch: its size, the shapes below are at batch_max */
     cg_puts(sig, ", int64_t batch");
@@ -361,15 +368,18 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     ValId v = f->inputs.data[k];
     const Type *t = &f->values.data[v].type;
     cg_printf(sig, ", const %s *%s", cg_ctype(t->dtype), cname[v]);
+    if (wrapped) cg_printf(wsig, ", const %s *%s", cg_ctype(t->dtype), cname[v]), cg_printf(&wcall, ", %s", cname[v]);
     cg_printf(doc, "%s%s %s", k ? ", " : "", cname[v], type_str(t, tb, sizeof tb));
   }
   cg_puts(doc, ") -> ");
   for (int k = 0; k < f->outputs.len; k++) {
     const Type *t = &f->values.data[f->outputs.data[k]].type;
     cg_printf(sig, ", %s *%s", cg_ctype(t->dtype), oname[k]);
+    if (wrapped) cg_printf(wsig, ", %s *%s", cg_ctype(t->dtype), oname[k]), cg_printf(&wcall, ", %s", oname[k]);
     cg_printf(doc, "%s%s %s", k ? ", " : "", oname[k], type_str(t, tb, sizeof tb));
   }
   cg_puts(sig, ")");
+  if (wrapped) cg_puts(wsig, ")"), cg_puts(&wcall, ")");
   if (f->updates.len) cg_printf(doc, "; updates %d parameter%s", f->updates.len, f->updates.len == 1 ? "" : "s");
   int *order = calloc((size_t)f->updates.len + 1, sizeof *order);
   CHECK(order);
@@ -538,6 +548,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   free(checked);
   if (dist.tables.len) cg_puts(out, dist.tables.s);
   cg_dist_free(&dist);
+  if (wrapped)   /* before the entry (declared in the header), so that its body follows its name */
+    cg_printf(out, "/* %s at batch %lld (%s_%s_batch takes 1..%lld) */\n%s {\n  return %s;\n}\n\n", fname,
+              (ll)f->batch_max, g->prefix, fname, (ll)f->batch_max, wsig->s, wcall.s);
   cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
   cg_printf(out, "%s {\n", sig->s);
   cg_puts(out, "  if (!m || !m->arena");
@@ -551,6 +564,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   if (body.len) cg_printf(out, "\n%s", body.s);
   if (pt) cg_printf(out, "  ctc_prof_record(m->prof, &ctc_prof_%s[0], %s_entry);\n", fid, pt);
   cg_puts(out, "  return CTC_OK;\n}\n\n");
+  cg_buf_free(&wcall);
 
   cg_buf_free(&decl);
   cg_buf_free(&body);
@@ -809,8 +823,9 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
                 fname, withn ? "int64_t n, " : "");
       if (!f->inputs.len) cg_puts(b, "  (void)in;\n");
       if (!f->outputs.len) cg_puts(b, "  (void)out;\n");
-      cg_printf(b, "  return %s_%s((%s_t *)m", P, fname, P);
-      if (f->batch_max) cg_printf(b, withn ? ", n" : ", %lld", (ll)f->batch_max);
+      int wrapped = f->batch_max && g->opt.batch_wrap;   /* ctc_call_: the fixed-batch <m>_<entry> */
+      cg_printf(b, "  return %s_%s%s((%s_t *)m", P, fname, wrapped && withn ? "_batch" : "", P);
+      if (f->batch_max && (withn || !wrapped)) cg_printf(b, withn ? ", n" : ", %lld", (ll)f->batch_max);
       for (int k = 0; k < f->inputs.len; k++)
         cg_printf(b, ", (const %s *)in[%d]", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype), k);
       for (int k = 0; k < f->outputs.len; k++)
@@ -898,7 +913,11 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "int %s_save(const %s_t *m, const char *path);\n\n", P, P);
   fprintf(h, "/* Entry points. Outputs are written to caller storage that must not overlap\n"
              " * the inputs. Every function returns CTC_OK or an error code (ctc_strerror). */\n");
-  for (int fi = 0; fi < g->p->funcs.len; fi++) fprintf(h, "/* %s */\n%s;\n", g->doc[fi].s, g->sig[fi].s);
+  for (int fi = 0; fi < g->p->funcs.len; fi++) {
+    fprintf(h, "/* %s */\n%s;\n", g->doc[fi].s, g->sig[fi].s);
+    if (g->wrap[fi].len)
+      fprintf(h, "/* the same at batch %lld */\n%s;\n", (ll)g->p->funcs.data[fi]->batch_max, g->wrap[fi].s);
+  }
   fprintf(h, "\n/* The model as the runtime sees it (ctc_model_load, ctc_main, ...). */\n");
   fprintf(h, "extern const ctc_model_desc %s_desc;\n\n", P);
   fprintf(h, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
@@ -947,7 +966,8 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   if (opt->freestanding && cg_fs_refuse(p, opt) < 0) return -1;
   g.sig = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
   g.doc = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
-  CHECK(g.sig && g.doc);
+  g.wrap = calloc((size_t)p->funcs.len + 1, sizeof(Buf));
+  CHECK(g.sig && g.doc && g.wrap);
 
   Buf entries = {0}, init = {0}, data = {0}, desc = {0}, kern = {0};
   int rc = 0;
@@ -956,9 +976,11 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   if (rc) {
     for (int fi = 0; fi < p->funcs.len; fi++) {
       cg_buf_free(&g.sig[fi]);
+      cg_buf_free(&g.wrap[fi]);
       cg_buf_free(&g.doc[fi]);
     }
     free(g.sig);
+    free(g.wrap);
     free(g.doc);
     cg_buf_free(&entries);
     return -1;
@@ -1033,9 +1055,11 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
 
   for (int fi = 0; fi < p->funcs.len; fi++) {
     cg_buf_free(&g.sig[fi]);
+    cg_buf_free(&g.wrap[fi]);
     cg_buf_free(&g.doc[fi]);
   }
   free(g.sig);
+  free(g.wrap);
   free(g.doc);
   cg_buf_free(&entries);
   cg_buf_free(&init);

@@ -211,36 +211,124 @@ static int int_form(const long long *v, const int64_t *pts, int n, char *buf, si
   return 0;
 }
 
-/* A floating literal v[j] at pts[j] (as stored: float when f32): c / N, c * N or
- * c * N / (N - 1) (Bessel's correction, as in BatchNorm's running variance). */
-static int float_form(const double *v, const int64_t *pts, int n, int f32, char *buf, size_t cap) {
-  static const char *const forms[] = {"%s / (double)batch", "%s * (double)batch",
-                                      "%s * (double)batch / (double)(batch - 1)"};
-  for (int form = 0; form < 3; form++) {
-    double N0 = (double)pts[0];
-    double raw = form == 0 ? v[0] * N0 : form == 1 ? v[0] / N0 : v[0] * (N0 - 1) / N0;
-    char cs[64];
-    for (int digits = 6; digits <= 17; digits += 11) {   /* a short constant first (1, 0.5, 2), then exact */
-      snprintf(cs, sizeof cs, "%.*g", digits, raw);
-      double c = strtod(cs, NULL);
-      int ok = 1;
-      for (int j = 0; j < n && ok; j++) {
-        double N = (double)pts[j];
-        double x = form == 0 ? c / N : form == 1 ? c * N : c * N / (N - 1);
-        ok = f32 ? (float)x == (float)v[j] : x == v[j];
+BatchConsts batch_consts(Program *const *progs, int n) {
+  BatchConsts bc = {0, NULL};
+  Program *p0 = progs[0];
+  for (int pass = 0; pass < 2; pass++) {   /* count, then fill */
+    int len = 0;
+    for (int fi = 0; fi < p0->funcs.len; fi++)
+      for (int i = 0; i < p0->funcs.data[fi]->insts.len; i++) {
+        double x0 = p0->funcs.data[fi]->insts.data[i].fattr;
+        int differs = 0;
+        for (int j = 1; j < n; j++) {
+          double x = progs[j]->funcs.data[fi]->insts.data[i].fattr;
+          differs |= x != x0 && !(isnan(x) && isnan(x0));
+        }
+        if (!differs) continue;
+        if (pass)
+          for (int j = 0; j < n; j++) bc.v[len][j] = progs[j]->funcs.data[fi]->insts.data[i].fattr;
+        len++;
       }
-      if (!ok) continue;
-      if (!strpbrk(cs, ".eE")) strcat(cs, ".0");
-      char e[96];
-      snprintf(e, sizeof e, forms[form], cs);
-      snprintf(buf, cap, f32 ? "((float)(%s))" : "(%s)", e);
-      return 0;
+    if (!pass) bc.v = arena_alloc(p0->arena, sizeof *bc.v * (size_t)(len + 1));
+    bc.len = len;
+  }
+  return bc;
+}
+
+/* A floating constant of the batch: c / (k*N), c * N or c * (k*N) / (k*N - 1),
+ * evaluated as its printed C expression evaluates (in double). */
+typedef enum { F_DIV, F_MUL, F_BESSEL } FormKind;
+typedef struct Form {
+  FormKind kind;
+  double c;
+  long long k;
+} Form;
+
+static double form_eval(Form f, int64_t batch) {
+  double x = (double)(f.k * batch);
+  return f.kind == F_DIV ? f.c / x : f.kind == F_MUL ? f.c * x : f.c * x / (double)(f.k * batch - 1);
+}
+
+/* Whether f gives the literal tok[j] at every point (rounded to float in f32 code). */
+static int form_fits(Form f, const double *tok, const int64_t *pts, int n, int f32) {
+  for (int j = 0; j < n; j++) {
+    double x = form_eval(f, pts[j]);
+    if (f32 ? (float)x != (float)tok[j] : x != tok[j]) return 0;
+  }
+  return 1;
+}
+
+/* The shortest decimal (1 to 17 digits) c for which f fits; 0 if none. */
+static int shortest_c(Form *f, double raw, const double *tok, const int64_t *pts, int n, int f32) {
+  char cs[64];
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(cs, sizeof cs, "%.*g", digits, raw);
+    f->c = strtod(cs, NULL);
+    if (form_fits(*f, tok, pts, n, f32)) return 1;
+  }
+  return 0;
+}
+
+/* The form of a literal tok[j] at pts[j] (its absolute value), found from v[j]: the
+ * exact IR constants it was printed from where known (then k in 1 / (k*N) and in
+ * Bessel's correction k*N / (k*N - 1) are exact), else tok itself. 0, or -1. */
+static int find_form(const double *v, const double *tok, const int64_t *pts, int n, int f32, Form *f) {
+  double N0 = (double)pts[0];
+  double inv = 1.0 / (v[0] * N0);   /* k of 1 / (k*N) */
+  long long k = llround(inv);
+  if (k >= 1 && k < (1LL << 40) && fabs(inv - (double)k) <= 1e-6 * (double)k) {
+    *f = (Form){F_DIV, 1.0, k};
+    if (form_fits(*f, tok, pts, n, f32)) return 0;
+  }
+  *f = (Form){F_DIV, 0, 1};
+  if (shortest_c(f, v[0] * N0, tok, pts, n, f32)) return 0;
+  *f = (Form){F_MUL, 0, 1};
+  if (shortest_c(f, v[0] / N0, tok, pts, n, f32)) return 0;
+  if (v[0] > 1) {   /* (k*N) / (k*N - 1) = 1 + 1 / (k*N - 1) */
+    double kn = 1.0 / (v[0] - 1.0) + 1.0;
+    k = llround(kn / N0);
+    if (k >= 1 && k < (1LL << 40) && fabs(kn - (double)k * N0) <= 1e-6 * kn) {
+      *f = (Form){F_BESSEL, 1.0, k};
+      if (form_fits(*f, tok, pts, n, f32)) return 0;
     }
   }
+  *f = (Form){F_BESSEL, 0, 1};
+  if (shortest_c(f, v[0] * (N0 - 1) / N0, tok, pts, n, f32)) return 0;
   return -1;
 }
 
-char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *pts, int n) {
+/* A floating literal tok[j] at pts[j] (as stored: float when f32) as an expression of
+ * `batch`, exactly as the staged code computes it at every N. 0, or -1 if none fits. */
+static int float_form(const double *tok, const int64_t *pts, int n, int f32, const BatchConsts *bc, char *buf,
+                      size_t cap) {
+  Form f;
+  int found = 0;
+  for (int h = 0; bc && h < bc->len && !found; h++) {   /* the IR constant printed here */
+    double v[BATCH_NPOINTS];
+    int same = 1;
+    for (int j = 0; j < n; j++) {
+      v[j] = fabs(bc->v[h][j]);
+      same &= f32 ? (float)v[j] == (float)tok[j] : v[j] == tok[j];
+    }
+    found = same && !find_form(v, tok, pts, n, f32, &f);
+  }
+  if (!found && find_form(tok, tok, pts, n, f32, &f)) return -1;
+  char cs[64], ks[48] = "batch", e[160];
+  snprintf(cs, sizeof cs, "%.17g", f.c);
+  for (int digits = 1; digits < 17; digits++) {   /* the shortest that reads back as c */
+    snprintf(cs, sizeof cs, "%.*g", digits, f.c);
+    if (strtod(cs, NULL) == f.c) break;
+  }
+  if (!strpbrk(cs, ".eEn")) strcat(cs, ".0");
+  if (f.k != 1) snprintf(ks, sizeof ks, "%lldLL * batch", f.k);
+  if (f.kind == F_DIV) snprintf(e, sizeof e, "%s / (double)(%s)", cs, ks);
+  else if (f.kind == F_MUL) snprintf(e, sizeof e, "%s * (double)(%s)", cs, ks);
+  else snprintf(e, sizeof e, "%s * (double)(%s) / (double)(%s - 1)", cs, ks, ks);
+  snprintf(buf, cap, f32 ? "((float)(%s))" : "(%s)", e);
+  return 0;
+}
+
+char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *pts, int n, const BatchConsts *bc) {
   const char *cur[BATCH_NPOINTS];
   CHECK(n >= 3 && n <= BATCH_NPOINTS);
   for (int j = 0; j < n; j++) cur[j] = texts[j];
@@ -280,8 +368,8 @@ char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *
         kinds = number_value(t[j], &is_int[j], &iv[j], &fv[j], &f32[j]) == 0 && is_int[j] == is_int[0] &&
                 f32[j] == f32[0];
       if (!kinds) why = "the code differs in more than its sizes";
-      else if (is_int[0] ? int_form(iv, pts, n, expr, sizeof expr) : float_form(fv, pts, n, f32[0], expr, sizeof expr))
-        why = is_int[0] ? "a size that is not a*N + b" : "a constant that is not c/N, c*N or c*N/(N-1)";
+      else if (is_int[0] ? int_form(iv, pts, n, expr, sizeof expr) : float_form(fv, pts, n, f32[0], bc, expr, sizeof expr))
+        why = is_int[0] ? "a size that is not a*N + b" : "a constant that is not c/N, c/(k*N), c*N, c*N/(N-1) or k*N/(k*N-1)";
       if (why) {
         char ml[160];
         model_line(texts[0], (size_t)(t[0].s - texts[0]), ml, sizeof ml);

@@ -5,8 +5,9 @@
  * N = M. Code whose structure is the same at every point differs only in its
  * numbers. batch_merge keeps the first trace's text and replaces each number
  * that differs by the expression of the entry's `batch` argument that gives it
- * at every point: an integer a*N + b, or a floating literal c/N, c*N or
- * c*N/(N-1).
+ * at every point: an integer a*N + b, or a floating literal c/N, c/(k*N),
+ * c*N, c*N/(N-1) or k*N/(k*N-1), computed as the generated code would
+ * (in double, rounded to float in f32 code) so that it is exact at every N.
  * Anything else (a different structure, a size quadratic in N, a number that
  * fits no such form) is a located error: that model needs a static batch. */
 #ifndef CTC_BATCH_H
@@ -25,8 +26,19 @@ void batch_points(int64_t max, int64_t pts[BATCH_NPOINTS]);
  * shape scales with N). 0, or -1 after reporting through d. */
 int batch_compare(Diag *d, Program *const *progs, const int64_t *pts, int n);
 
+/* The IR's floating constants (Inst.fattr) that differ between the staged
+ * programs, in double precision: batch_merge recognises a literal that differs
+ * (printed as float in f32 code, where several forms fit its four values) from the
+ * exact values it was rounded from, e.g. 1.0 / (double)(1024 * batch) for a mean
+ * over N x 32 x 32. */
+typedef struct BatchConsts {
+  int len;
+  double (*v)[BATCH_NPOINTS];
+} BatchConsts;
+BatchConsts batch_consts(Program *const *progs, int n);
+
 /* Merges the generated texts (texts[i] emitted at pts[i]); the result is
  * malloc'ed. NULL after reporting through d (`what` names the file). */
-char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *pts, int n);
+char *batch_merge(Diag *d, const char *what, char *const *texts, const int64_t *pts, int n, const BatchConsts *bc);
 
 #endif

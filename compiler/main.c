@@ -51,6 +51,8 @@ static const char *usage =
     "  --emit ast|ir|kernels|dot|c  what `compile` writes (default c); ast, ir, kernels (the partition\n"
     "                          into fused loop nests) and dot (the IR as a Graphviz graph: model lines,\n"
     "                          forward/backward/optimizer colours, fused kernels boxed) go to -o or stdout\n"
+    "  --fixed-batch           forward runs only at its planned batch (by default it takes any batch\n"
+    "                          from 1 to it where the model's forward allows, see README)\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
@@ -240,6 +242,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->tf32 = 1;
     } else if (!strcmp(s, "--emulate")) {
       o->emulate = 1;
+    } else if (!strcmp(s, "--fixed-batch")) {
+      o->fixed_batch = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--distributed")) {
@@ -667,7 +671,7 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
   size_t cl, hl;
   FILE *c = open_memstream(&c_text, &cl), *h = open_memstream(&h_text, &hl);
   CHECK(c && h);
-  CgOptions copt = {0, 0, o->freestanding, o->no_libm, embed};
+  CgOptions copt = {0, 0, o->freestanding, o->no_libm, embed, 0};
   rc = cg_quant_emit(p, fi, q, &copt, c, h, basename(hb)) < 0 ? CTC_EXIT_USER : 0;
   fclose(c);
   fclose(h);
@@ -680,12 +684,64 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
   return 0;
 }
 
+/* What `ctc check` prints: the model, its entries and what was left out. */
+static void print_check(const Opts *o, const Program *p) {
+  int64_t nparam = 0;
+  for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+  char tb[256];
+  fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o->file, p->class_name,
+          p->params.len, (long long)nparam);
+  for (int k = 0; k < p->funcs.len; k++) {
+    Func *f = p->funcs.data[k];
+    fprintf(stdout, "  entry %s ->", f->name);
+    for (int i = 0; i < f->outputs.len; i++)
+      fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
+    fprintf(stdout, "\n");
+  }
+  for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
+    const char *e = strchr(q, '\n');
+    int len = e ? (int)(e - q) : (int)strlen(q);
+    fprintf(stdout, "  skipped %.*s\n", len, q);
+    q = e ? e + 1 : NULL;
+  }
+  if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
+  for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
+    const char *e = strchr(q, '\n');
+    int len = e ? (int)(e - q) : (int)strlen(q);
+    fprintf(stdout, "  note: %.*s\n", len, q);
+    q = e ? e + 1 : NULL;
+  }
+}
+
+/* The default build's forward takes any batch from 1 to the file's B (axis 0 of its
+ * inputs): forward is staged again at B+1..B+3 with its inputs' axis 0 there (the other
+ * entries as they are) and merged like a run-time batch (batch.h). B, or 0 where the build
+ * keeps the fixed batch without trying (targets, modes and entries that do not take it). */
+static int64_t auto_batch(const Opts *o, const Program *p) {
+  if (o->fixed_batch || (strcmp(o->cmd, "build") && strcmp(o->cmd, "compile")) || (o->emit && strcmp(o->emit, "c")) ||
+      (o->target && strcmp(o->target, "c")) || p->distributed || o->quantize || o->freestanding || o->profile ||
+      o->anomaly || o->lower.float_dtype == DT_F64)
+    return 0;
+  for (int k = 0; k < p->funcs.len; k++) {
+    const Func *f = p->funcs.data[k];
+    if (f->kind != FK_FORWARD || strcmp(f->name, "forward") || !f->inputs.len) continue;
+    const Type *t = &f->values.data[f->inputs.data[0]].type;
+    return t->ndim >= 1 && t->dims[0] >= 2 && t->dims[0] < ((int64_t)1 << 30) ? t->dims[0] : 0;
+  }
+  return 0;
+}
+
+/* run_ctc's answer when the variable-batch forward does not hold: it runs again with
+ * the fixed batch (--fixed-batch). */
+#define AUTO_RETRY (-2)
+
 /* Everything ctc does, allocating from `a` (main frees it: LeakSanitizer-clean). */
-static int run_ctc(Arena *a, int argc, char **argv) {
+static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   Diag d;
   diag_init(&d, stderr);
   Opts o = {0};
   if (parse_args(a, &d, argc, argv, &o) < 0) return CTC_EXIT_USER;
+  o.fixed_batch |= fixed_batch;
   if (!strcmp(o.cmd, "convert")) return ctc_convert(&d, o.file, o.out);
   double t0 = now_ms();
   SrcFile *src = src_read(a, o.file);
@@ -705,10 +761,53 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     progs[j] = tr[j].p;
   }
+  /* the default build: forward with a batch of its own where it holds (AUTO_RETRY where not) */
+  int64_t autob = ntr == 1 ? auto_batch(&o, tr[0].p) : 0;
+  char *quiet_buf = NULL;
+  size_t quiet_len = 0;
+  FILE *quiet_f = NULL;
+  Diag quiet;
+  if (autob) {
+    quiet_f = open_memstream(&quiet_buf, &quiet_len);
+    CHECK(quiet_f);
+    diag_init(&quiet, quiet_f);
+    batch_points(autob, pts);
+    Opts o2 = o;
+    o2.dump_before.len = o2.dump_after.len = 0;
+    o2.stats = 0;
+    for (int j = 1; j < BATCH_NPOINTS; j++) {
+      o2.lower.fwd_batch_from = autob;
+      o2.lower.fwd_batch_to = pts[j];
+      if (stage(a, &quiet, &o2, src, 0, &tr[j])) break;
+      progs[j] = tr[j].p;
+      ntr = j + 1;
+    }
+    if (ntr < BATCH_NPOINTS) ntr = 0;   /* forward fails at a batch above B */
+    /* and the same program at N = 1, so that Python code on the batch size (`if x.shape[0] < 64`,
+     * `x[2]`) is not extrapolated from B..B+3 (compared, not emitted: code may differ at small sizes) */
+    Trace t1 = {0};
+    o2.lower.fwd_batch_to = 1;
+    if (ntr &&
+        (stage(a, &quiet, &o2, src, 0, &t1) || batch_compare(&quiet, (Program *[]){progs[0], t1.p}, (int64_t[]){autob, 1}, 2)))
+      ntr = 0;
+  }
+#define AUTO_FAIL()                                                                                          \
+  do {                                                                                                     \
+    fclose(quiet_f);                                                                                       \
+    if (o.stats)                                                                                           \
+      fprintf(stderr, "ctc: forward keeps its batch %lld (it does not run at other batches: %s)\n",        \
+              (long long)autob, quiet_buf && quiet_buf[0] ? quiet_buf : "staged differently\n");            \
+    free(quiet_buf);                                                                                       \
+    return AUTO_RETRY;                                                                                     \
+  } while (0)
+  if (autob && !ntr) AUTO_FAIL();
   /* the C target computes small stride-1 convolutions directly (no scratch) */
   for (int j = 0; j < ntr; j++)
     for (int i = 0; i < progs[j]->funcs.len; i++) progs[j]->funcs.data[i]->conv_direct = !o.target || strcmp(o.target, "cuda");
-  if (ntr > 1 && batch_compare(&d, progs, pts, ntr) < 0) return CTC_EXIT_USER;
+  if (ntr > 1 && batch_compare(autob ? &quiet : &d, progs, pts, ntr) < 0) {
+    if (autob) AUTO_FAIL();
+    return CTC_EXIT_USER;
+  }
   Program *p = tr[0].p;
   if (p->decode_note && strcmp(o.cmd, "check"))   /* attention, but no `decode` (./net sample re-runs the window) */
     fprintf(stderr, "ctc: note: %s\n", p->decode_note);
@@ -718,37 +817,16 @@ static int run_ctc(Arena *a, int argc, char **argv) {
                    "needs GPUs): build without --emulate and run under mpirun, one rank per GPU", o.file);
     return CTC_EXIT_USER;
   }
-  if (!strcmp(o.cmd, "check")) {
-    MemPlan *plan = ir_plan_memory(p);   /* check reports what compile would */
+  /* check reports what compile would; with a run-time batch that includes merging the
+   * generated code (below), whose errors only the emitted numbers show */
+  int check_only = !strcmp(o.cmd, "check");
+  if (check_only && ntr == 1) {
+    MemPlan *plan = ir_plan_memory(p);
     if (plan->error) {   /* past CTC_MAX_ARENA_BYTES */
       diag_error(&d, plan->error_at, "%s", plan->error);
       return CTC_EXIT_USER;
     }
-    int64_t nparam = 0;
-    for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
-    char tb[256];
-    fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o.file, p->class_name,
-            p->params.len, (long long)nparam);
-    for (int k = 0; k < p->funcs.len; k++) {
-      Func *f = p->funcs.data[k];
-      fprintf(stdout, "  entry %s ->", f->name);
-      for (int i = 0; i < f->outputs.len; i++)
-        fprintf(stdout, "%s%s", i ? ", " : " ", ir_type_str(ir_type(f, f->outputs.data[i]), tb, sizeof tb));
-      fprintf(stdout, "\n");
-    }
-    for (const char *q = p->skipped; q && *q;) {   /* functions not taken as entries, and why */
-      const char *e = strchr(q, '\n');
-      int len = e ? (int)(e - q) : (int)strlen(q);
-      fprintf(stdout, "  skipped %.*s\n", len, q);
-      q = e ? e + 1 : NULL;
-    }
-    if (p->decode_note) fprintf(stdout, "  note: %s\n", p->decode_note);
-    for (const char *q = p->notes; q && *q;) {   /* lines dropped from loop-body entries */
-      const char *e = strchr(q, '\n');
-      int len = e ? (int)(e - q) : (int)strlen(q);
-      fprintf(stdout, "  note: %.*s\n", len, q);
-      q = e ? e + 1 : NULL;
-    }
+    print_check(&o, p);
     return 0;
   }
   if (o.emit && !strcmp(o.emit, "ir")) {
@@ -785,14 +863,15 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
   const void *const *embed = NULL;   /* --embed-weights: the parameters' values */
-  if (o.embed) {
+  if (o.embed && !check_only) {
     int erc = ctc_embed_read(a, &d, p, o.embed, &embed);
     if (erc) return erc;
   }
-  if (o.quantize) return quant_build(a, &d, &o, p, plan, embed);
+  if (o.quantize && !check_only) return quant_build(a, &d, &o, p, plan, embed);
   int cuda_target = o.target && !strcmp(o.target, "cuda");
   const char *c_path = !strcmp(o.cmd, "build") ? arena_printf(a, cuda_target ? "%s.cu" : "%s.c", o.out) : o.out;
-  if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));   /* libmlp.so -> libmlp.c, libmlp.h */
+  if (o.shared || o.python) c_path = arena_printf(a, "%s.c", lib_stem(a, o.out));
+  if (check_only) c_path = "check.c";   /* emitted to memory only */   /* libmlp.so -> libmlp.c, libmlp.h */
   CudaOptions cuda = {o.tf32};
   char *hb = arena_strdup(a, header_path(a, c_path));
   char *c_texts[BATCH_NPOINTS] = {0}, *h_texts[BATCH_NPOINTS] = {0};
@@ -801,24 +880,25 @@ static int run_ctc(Arena *a, int argc, char **argv) {
   for (int j = 0; j < ntr && !rc; j++) {
     for (int i = 0; i < p->funcs.len && j; i++)
       if (scheds[j][i]->kernels.len != sched[i]->kernels.len) {
-        diag_error(&d, p->funcs.data[i]->loc, "entry '%s' is fused differently for N = %lld and N = %lld: the batch "
+        diag_error(autob ? &quiet : &d, p->funcs.data[i]->loc, "entry '%s' is fused differently for N = %lld and N = %lld: the batch "
                    "cannot be chosen at run time (give it as a number)", p->funcs.data[i]->name, (long long)pts[0],
                    (long long)pts[j]);
         rc = CTC_EXIT_USER;
       }
-    CgOptions copt = {o.profile, o.anomaly, o.freestanding, o.no_libm, embed};
+    CgOptions copt = {o.profile, o.anomaly, o.freestanding, o.no_libm, embed, autob != 0};
     if (!rc)
       rc = emit_texts(progs[j], plan, scheds[j], &copt, cuda_target ? &cuda : NULL, basename(hb), &c_texts[j],
                       &h_texts[j]);
   }
   char *c_text = c_texts[0], *h_text = h_texts[0];
   if (!rc && ntr > 1) {
-    c_text = batch_merge(&d, "C file", c_texts, pts, ntr);
-    h_text = c_text ? batch_merge(&d, "header", h_texts, pts, ntr) : NULL;
+    BatchConsts bc = batch_consts(progs, ntr);
+    c_text = batch_merge(autob ? &quiet : &d, "C file", c_texts, pts, ntr, &bc);
+    h_text = c_text ? batch_merge(autob ? &quiet : &d, "header", h_texts, pts, ntr, &bc) : NULL;
     if (!c_text || !h_text) rc = CTC_EXIT_USER;
   }
-  if (!rc) rc = write_c(a, &d, c_text, h_text, c_path);
-  if (!rc && o.validate)   /* after writing: the diagnostics' lines can be looked at */
+  if (!rc && !check_only) rc = write_c(a, &d, c_text, h_text, c_path);
+  if (!rc && o.validate && !check_only)   /* after writing: the diagnostics' lines can be looked at */
     rc = ctc_validate(a, c_text, h_text, c_path, header_path(a, c_path), cuda_target, runtime_dir(a));
   if (c_text != c_texts[0]) free(c_text);   /* batch_merge's (an error before it leaves the first trace's) */
   if (h_text != h_texts[0]) free(h_text);
@@ -826,7 +906,17 @@ static int run_ctc(Arena *a, int argc, char **argv) {
     free(c_texts[j]);
     free(h_texts[j]);
   }
+  if (rc && autob && quiet.nerrors) AUTO_FAIL();
   if (rc) return rc;
+  if (autob) {
+    fclose(quiet_f);
+    free(quiet_buf);
+    if (o.stats) fprintf(stderr, "ctc: forward takes any batch from 1 to %lld\n", (long long)autob);
+  }
+  if (check_only) {
+    print_check(&o, p);
+    return 0;
+  }
   double t_emit = now_ms();
   if (o.stats) {
     int64_t nparam = 0, kind_bytes[3] = {0, 0, 0};   /* parameters, buffers, optimizer state */
@@ -869,7 +959,12 @@ static int run_ctc(Arena *a, int argc, char **argv) {
 
 int main(int argc, char **argv) {
   Arena *a = arena_new();
-  int rc = run_ctc(a, argc, argv);
+  int rc = run_ctc(a, argc, argv, 0);
+  if (rc == AUTO_RETRY) {
+    arena_free(a);
+    a = arena_new();
+    rc = run_ctc(a, argc, argv, 1);
+  }
   arena_free(a);
   return rc;
 }

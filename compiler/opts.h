@@ -7,6 +7,7 @@
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
+  int fixed_batch;             /* --fixed-batch: forward runs only at the file's batch */
   int validate;               /* --validate (validate.h) */
   int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
   int freestanding, no_libm;  /* --freestanding, --no-libm */

@@ -43,6 +43,8 @@ typedef struct LowerOptions {
                                .float()/dtype=torch.float32 included, and adds the hidden
                                __grad_<entry> entries of `./net gradcheck`); DT_F32 (0):
                                as staged */
+  int64_t fwd_batch_from;   /* > 0 (the compiler's variable-batch forward): forward's inputs whose axis 0 */
+  int64_t fwd_batch_to;     /* is fwd_batch_from get fwd_batch_to there (the other entries keep theirs) */
   IrPassHook hook;          /* set on the Program before staging (AD sweeps report to it) */
   void *hook_ctx;
 } LowerOptions;

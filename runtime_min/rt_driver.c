@@ -388,10 +388,16 @@ static int convert_input(const ctc_tensor *want, const ctc_tensor *got, const ch
   char ws[256], gs[256];
   int same = want->ndim == got->ndim;
   for (int d = 0; same && d < want->ndim; d++) same = want->shape[d] == got->shape[d];
+  char why[128] = "";   /* only axis 0 differs: a build whose forward keeps its planned batch */
+  int batch_only = !same && want->ndim == got->ndim && want->ndim > 0;
+  for (int d = 1; batch_only && d < want->ndim; d++) batch_only = want->shape[d] == got->shape[d];
+  if (batch_only)
+    snprintf(why, sizeof why, " (this entry runs at its planned batch %lld only: its code depends on the batch size)",
+             (long long)want->shape[0]);
   if (!same)
-    return ctc_fail(err, CTC_ERR_SHAPE, "%s: input '%s' has shape %s, expected %s", path, want->name,
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: input '%s' has shape %s, expected %s%s", path, want->name,
                     ctc_format_shape(gs, sizeof gs, got->ndim, got->shape),
-                    ctc_format_shape(ws, sizeof ws, want->ndim, want->shape));
+                    ctc_format_shape(ws, sizeof ws, want->ndim, want->shape), why);
   size_t n = (size_t)ctc_tensor_numel(want);
   const unsigned char *src = got->data;
   unsigned char *out = dst;

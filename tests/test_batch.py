@@ -332,3 +332,82 @@ def test_fused_differently_is_an_error_not_a_crash(tmp_path):
     r = run([CTC, "build", str(py), "-o", str(tmp_path / "net"), "--input", "x=f32[N,48]", "--max", "N=10"], check=False)
     assert r.returncode == 1, r
     assert "m.py:10:5: error: entry 'forward' is fused differently for N = 10 and N = 11" in r.stderr, r.stderr
+
+
+BN_CNN = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
+
+def test_batchnorm2d_cnn_train_step_any_batch(tmp_path):
+    """BatchNorm2d in training: the mean over N x 32 x 32 is 1 / (1024 N), printed as a
+    float that no short c / N reproduces at N = 64..67 (it used to be refused), and the
+    running variance's k*N / (k*N - 1) with k = 1024 and 256. One SGD step at batches
+    1, 5 and 64 (compiled for up to 64) gives PyTorch's loss, parameters and running
+    statistics; `ctc check` says ok where `ctc build` succeeds."""
+    tmp = str(tmp_path)
+    py = write(tmp, "m.py", BN_CNN)
+    args = ["--input", "x=f32[N,3,32,32]", "--input", "y=i64[N]", "--max", "N=64"]
+    r = run([CTC, "check", py, *args])
+    assert ": ok:" in r.stdout, r.stdout
+    exe = os.path.join(tmp, "net")
+    ctc_build(py, exe, *args)
+    rng = np.random.default_rng(4)
+    for n in (1, 5, 64):
+        mod = load_module(py, "batch_bn_cnn_%d" % n)
+        w0, w1 = os.path.join(tmp, "w0.safetensors"), os.path.join(tmp, "w1.safetensors")
+        st_write(w0, state_dict_np(mod.model))
+        x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
+        y = rng.integers(0, 10, n).astype(np.int64)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        np.save(os.path.join(tmp, "y.npy"), y)
+        run([exe, "run", "train_step", "--weights", w0, "--input", os.path.join(tmp, "x.npy"), "--input",
+             os.path.join(tmp, "y.npy"), "--output", os.path.join(tmp, "loss.npy"), "--save", w1])
+        loss = torch_step(mod.model, mod.optimizer, x, y)
+        compare("loss at batch %d" % n, np.load(os.path.join(tmp, "loss.npy")), loss, rtol=1e-4, atol=1e-6)
+        got = st_read(w1)
+        for k, v in mod.model.state_dict().items():
+            compare("%s at batch %d" % (k, n), got[k], v.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_check_reports_what_build_refuses(tmp_path):
+    """A constant 1 / N^2 fits no form of the batch: it shows only in the generated
+    numbers, and `ctc check` reports it as `ctc build` does (it used to say ok)."""
+    tmp = str(tmp_path)
+    src = MLP.replace("return self.fc2(F.relu(self.fc1(x)))",
+                      "return self.fc2(F.relu(self.fc1(x))) / (x.shape[0] * x.shape[0])")
+    py = write(tmp, "m.py", src)
+    args = ["--input", "x=f32[N,1,28,28]", "--max", "N=16"]
+    c = run([CTC, "check", py, *args], check=False)
+    b = run([CTC, "build", py, "-o", os.path.join(tmp, "net"), *args], check=False)
+    assert b.returncode == 1 and "a constant that is not c/N" in b.stderr, b.stderr
+    assert c.returncode == 1 and c.stderr == b.stderr and ": ok:" not in c.stdout, (c.stdout, c.stderr)

@@ -379,6 +379,7 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
                   "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
                   "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
                   p->name, entry, p->name, entry);
+    if (!entry && opt->fwd_batch_from && t.ndim >= 1 && t.dims[0] == opt->fwd_batch_from) t.dims[0] = opt->fwd_batch_to;
     args[nargs++] = t_wrap(L, ir_add_input(L->T->prog, L->T->fn, p->name, t));
   }
   *n = nargs;
@@ -415,6 +416,7 @@ static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top)
     else
       lower_error(L, top, "a bare nn.%s model takes one input: give its shape with --input input=f32[...] or "
                           "example_inputs = (torch.randn(...),)", model->cls->s);
+    if (opt->fwd_batch_from && t.ndim >= 1 && t.dims[0] == opt->fwd_batch_from) t.dims[0] = opt->fwd_batch_to;
     Func *f = ir_func_new(L->T->prog, "forward", top);
     L->T->fn = f;
     f->grad_mode = L->T->grad_mode;
