@@ -12,8 +12,9 @@
  * uncompressed files through unchanged (a gzipped .npy is rejected). Only
  * regular files are read (a directory, /dev/zero or a fifo is refused before
  * any reading), and never more than the IDX header promises (one byte more
- * tells trailing bytes); a promise larger than the file can hold (its size,
- * or 1032 times it when gzipped) is refused before anything is allocated. The
+ * tells trailing bytes) nor more than an uncompressed file holds; a gzipped
+ * file's promise beyond 1032 times its size (gzip's most) is refused before
+ * anything is allocated. The
  * header must describe exactly the bytes that follow it: truncated files,
  * trailing bytes, unknown types and overflowing shapes are CTC_ERR_FORMAT.
  *
@@ -268,15 +269,15 @@ int ctc_dataset_load(const char *path, ctc_tensor *out, ctc_error *err) {
     got += more;
   }
   size_t promise = idx_promise(head, (size_t)got), limit = promise == SIZE_MAX ? (size_t)got : promise + 1;
-  uint64_t can_hold = gzdirect(f) ? fbytes : fbytes * GZ_MAX_RATIO + 4096;
-  if (promise != SIZE_MAX && promise > can_hold) {
+  /* (an uncompressed file is read up to its end at most: idx_parse then says what is missing) */
+  if (!gzdirect(f) && promise != SIZE_MAX && promise > fbytes * GZ_MAX_RATIO + 4096) {
     char sh[256];
     int64_t shape[CTC_MAX_DIMS];
     for (int d = 0; d < head[3]; d++) shape[d] = be32(head + 4 + 4 * d);
     gzclose(f);
-    return ctc_fail(err, CTC_ERR_FORMAT, "%s: IDX file is truncated: its header promises %s data (%zu bytes), more than "
-                    "the %llu-byte file %s", path, ctc_format_shape(sh, sizeof sh, head[3], shape), promise - 4 - 4 * (size_t)head[3],
-                    (unsigned long long)fbytes, fbytes == can_hold ? "holds" : "can hold compressed");
+    return ctc_fail(err, CTC_ERR_FORMAT, "%s: IDX file is truncated: its header promises %s data (%zu bytes), more "
+                    "than a gzipped file of %llu bytes can hold", path, ctc_format_shape(sh, sizeof sh, head[3], shape),
+                    promise - 4 - 4 * (size_t)head[3], (unsigned long long)fbytes);
   }
   unsigned char *buf = NULL;
   size_t size = 0;
