@@ -87,6 +87,13 @@ char *ctc_format_shape(char *buf, size_t n, int ndim, const int64_t *shape);
 void ctc_error_prefix(ctc_error *err, const char *prefix);
 /* Reads a whole file into a malloc'ed buffer (*buf is never NULL on success). */
 int ctc_read_file(const char *path, void **buf, size_t *size, ctc_error *err);
+/* Opens path for reading when it is a regular file (a directory, character
+ * device such as /dev/zero, fifo or socket is refused with CTC_ERR_IO naming
+ * what it is): *fd (close it) and the file's size in bytes. */
+int ctc_open_regular(const char *path, int *fd, uint64_t *size, ctc_error *err);
+/* s[0..len) with backslash, quote and control bytes escaped as \xNN, into
+ * out (cap bytes, NUL-terminated, cut short when it does not fit). */
+size_t ctc_escape_name(char *out, size_t cap, const char *s, size_t len);
 
 /* Writing a file without ever losing the old one: ctc_wopen creates a temporary
  * file beside `path` (same folder, so the rename is atomic); ctc_wwrite appends

@@ -9,7 +9,12 @@
  *     in C order (MNIST images: magic 0x00000803 [N, 28, 28]; labels:
  *     0x00000801 [N]). i8 and i16 data become i32.
  * Either may be gzipped: files are read through zlib's gzread, which passes
- * uncompressed files through unchanged (a gzipped .npy is rejected). The
+ * uncompressed files through unchanged (a gzipped .npy is rejected). Only
+ * regular files are read (a directory, /dev/zero or a fifo is refused before
+ * any reading), and never more than the IDX header promises (one byte more
+ * tells trailing bytes) nor more than an uncompressed file holds; a gzipped
+ * file's promise beyond 1032 times its size (gzip's most) is refused before
+ * anything is allocated. The
  * header must describe exactly the bytes that follow it: truncated files,
  * trailing bytes, unknown types and overflowing shapes are CTC_ERR_FORMAT.
  *
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -45,27 +51,28 @@ static int gz_fail(gzFile f, const char *path, const char *what, ctc_error *err)
   return ctc_fail(err, CTC_ERR_FORMAT, "%s: %s: %s", path, what, msg && *msg ? msg : "corrupt gzip data");
 }
 
-/* Reads the whole decompressed content of a gzip file into a malloc'ed buffer.
- * The first `nhead` bytes were already read into head. */
-static int gz_read_all(gzFile f, const char *path, const unsigned char *head, size_t nhead, unsigned char **bufp,
-                       size_t *sizep, ctc_error *err) {
-  size_t cap = (size_t)1 << 20, len = nhead;
-  unsigned char *buf = malloc(cap);
+/* Reads the decompressed content of a gzip file, at most limit bytes, into a
+ * malloc'ed buffer. The first `nhead` bytes were already read into head. */
+static int gz_read_all(gzFile f, const char *path, const unsigned char *head, size_t nhead, size_t limit,
+                       unsigned char **bufp, size_t *sizep, ctc_error *err) {
+  size_t cap = limit < ((size_t)1 << 20) ? (limit > nhead ? limit : nhead) : (size_t)1 << 20, len = nhead;
+  unsigned char *buf = malloc(cap ? cap : 1);
   if (!buf) return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory", path);
   memcpy(buf, head, nhead);
-  for (;;) {
+  while (len < limit) {
     if (len == cap) {
       if (cap > SIZE_MAX / 2) {
         free(buf);
         return ctc_fail(err, CTC_ERR_NOMEM, "%s: decompressed data is too large", path);
       }
-      unsigned char *nb = realloc(buf, cap * 2);
+      size_t ncap = cap * 2 < limit ? cap * 2 : limit;
+      unsigned char *nb = realloc(buf, ncap);
       if (!nb) {
         free(buf);
         return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory decompressing (%zu bytes so far)", path, len);
       }
       buf = nb;
-      cap *= 2;
+      cap = ncap;
     }
     size_t want = cap - len;
     if (want > (size_t)INT_MAX / 2) want = (size_t)INT_MAX / 2;
@@ -200,31 +207,81 @@ fail:
 
 /* ---- loading -------------------------------------------------------------------- */
 
+/* How many bytes an IDX file whose first n bytes are h holds, header and data,
+ * as its header says; SIZE_MAX when the header is not a valid one (idx_parse
+ * then says what is wrong) or its size overflows. */
+static size_t idx_promise(const unsigned char *h, size_t n) {
+  size_t fsize = 0;
+  ctc_dtype dt;
+  const char *name;
+  if (n < 4 || h[0] || h[1] || !idx_type(h[2], &fsize, &dt, &name) || h[3] < 1 || h[3] > CTC_MAX_DIMS) return SIZE_MAX;
+  size_t hdr = 4 + 4 * (size_t)h[3], total = fsize;
+  if (n < hdr) return SIZE_MAX;
+  for (int d = 0; d < h[3]; d++) {
+    uint32_t e = be32(h + 4 + 4 * d);
+    if (e && total > SIZE_MAX / 2 / e) return SIZE_MAX;
+    total *= e;
+  }
+  return hdr + total;
+}
+
+/* gzip never expands data more than about 1032 times: more data than that
+ * from a file is a header that promises what the file cannot hold. */
+#define GZ_MAX_RATIO 1032
+
 int ctc_dataset_load(const char *path, ctc_tensor *out, ctc_error *err) {
   if (!path || !out) return ctc_fail(err, CTC_ERR_ARG, "ctc_dataset_load: NULL argument");
   memset(out, 0, sizeof *out);
+  int fd;
+  uint64_t fbytes;
+  int rc = ctc_open_regular(path, &fd, &fbytes, err);
+  if (rc) return rc;
   errno = 0;
-  gzFile f = gzopen(path, "rb");
-  if (!f)
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    close(fd);
     return ctc_fail(err, errno == 0 ? CTC_ERR_NOMEM : CTC_ERR_IO, "%s: cannot open: %s", path,
                     errno ? strerror(errno) : "out of memory");
-  unsigned char head[6];
-  int got = gzread(f, head, sizeof head);
+  }
+  unsigned char head[4 + 4 * CTC_MAX_DIMS];
+  int got = gzread(f, head, 6);
   if (got < 0) {
-    int rc = gz_fail(f, path, "cannot decompress", err);
+    rc = gz_fail(f, path, "cannot decompress", err);
     gzclose(f);
     return rc;
   }
-  if (got == (int)sizeof head && memcmp(head, "\x93NUMPY", 6) == 0) {
+  if (got == 6 && memcmp(head, "\x93NUMPY", 6) == 0) {
     int direct = gzdirect(f);
     gzclose(f);
     if (!direct)
       return ctc_fail(err, CTC_ERR_FORMAT, "%s: gzipped .npy files are not supported; decompress it first", path);
     return ctc_npy_read(path, out, err);
   }
+  /* the rest of an IDX header, then no more than it promises (and one byte
+   * more, so that idx_parse can tell trailing bytes) */
+  if (got == 6 && head[3] >= 1 && head[3] <= CTC_MAX_DIMS) {
+    int more = gzread(f, head + 6, (unsigned)(4 + 4 * head[3] - 6));
+    if (more < 0) {
+      rc = gz_fail(f, path, "cannot decompress", err);
+      gzclose(f);
+      return rc;
+    }
+    got += more;
+  }
+  size_t promise = idx_promise(head, (size_t)got), limit = promise == SIZE_MAX ? (size_t)got : promise + 1;
+  /* (an uncompressed file is read up to its end at most: idx_parse then says what is missing) */
+  if (!gzdirect(f) && promise != SIZE_MAX && promise > fbytes * GZ_MAX_RATIO + 4096) {
+    char sh[256];
+    int64_t shape[CTC_MAX_DIMS];
+    for (int d = 0; d < head[3]; d++) shape[d] = be32(head + 4 + 4 * d);
+    gzclose(f);
+    return ctc_fail(err, CTC_ERR_FORMAT, "%s: IDX file is truncated: its header promises %s data (%zu bytes), more "
+                    "than a gzipped file of %llu bytes can hold", path, ctc_format_shape(sh, sizeof sh, head[3], shape),
+                    promise - 4 - 4 * (size_t)head[3], (unsigned long long)fbytes);
+  }
   unsigned char *buf = NULL;
   size_t size = 0;
-  int rc = gz_read_all(f, path, head, (size_t)got, &buf, &size, err);
+  rc = gz_read_all(f, path, head, (size_t)got, limit, &buf, &size, err);
   gzclose(f);
   if (rc) return rc;
   return idx_parse(path, buf, size, out, err);

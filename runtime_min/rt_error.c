@@ -1,7 +1,10 @@
 /* rt_error.c - status codes, error messages, dtypes and small utilities.
  *
  * Everything here is pure and allocation-free except ctc_read_file, which
- * reads a whole file into memory for the safetensors and .npy readers, and
+ * reads a whole file into memory for the safetensors, .npy, .pt and text
+ * readers (regular files only, through ctc_open_regular: a directory, device,
+ * fifo or socket is refused before anything is read, and no more than the
+ * file's size is ever allocated), and
  * ctc_wopen/ctc_wcommit, which replace a file atomically (temporary file,
  * fsync, rename).
  * Sizes are computed with explicit overflow checks: a file may claim any
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -180,48 +184,93 @@ int ctc_wcommit(ctc_wfile *w, int ok, ctc_error *err) {
   return CTC_OK;
 }
 
+int ctc_open_regular(const char *path, int *fdp, uint64_t *sizep, ctc_error *err) {
+  *fdp = -1;
+  *sizep = 0;
+  /* O_NONBLOCK: opening a fifo must not wait for a writer before it is refused */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EISDIR) return ctc_fail(err, CTC_ERR_IO, "%s: is a directory, not a file", path);
+    return ctc_fail(err, CTC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return ctc_fail(err, CTC_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                       : S_ISCHR(sb.st_mode)  ? "a character device"
+                       : S_ISBLK(sb.st_mode)  ? "a block device"
+                       : S_ISFIFO(sb.st_mode) ? "a fifo (pipe)"
+                       : S_ISSOCK(sb.st_mode) ? "a socket"
+                                              : "not a regular file";
+    close(fd);
+    return ctc_fail(err, CTC_ERR_IO, "%s: is %s; ctc reads data and weights from regular files only", path, kind);
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  *fdp = fd;
+  *sizep = sb.st_size > 0 ? (uint64_t)sb.st_size : 0;
+  return CTC_OK;
+}
+
 int ctc_read_file(const char *path, void **bufp, size_t *sizep, ctc_error *err) {
   *bufp = NULL;
   *sizep = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ctc_fail(err, CTC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-
-  /* Start from the file size when it is known (regular files); grow for pipes. */
-  struct stat sb;
-  size_t cap = 1 << 16;
-  if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0 &&
-      (uint64_t)sb.st_size < SIZE_MAX)
-    cap = (size_t)sb.st_size + 1;
-  char *buf = malloc(cap);
+  int fd;
+  uint64_t fsize;
+  int rc = ctc_open_regular(path, &fd, &fsize, err);
+  if (rc) return rc;
+  /* Exactly the bytes the file holds when it was opened: never more, so a
+   * file that grows while it is read cannot make this allocate without bound. */
+  if (fsize >= SIZE_MAX) {
+    close(fd);
+    return ctc_fail(err, CTC_ERR_NOMEM, "%s: the file is too large (%llu bytes)", path, (unsigned long long)fsize);
+  }
+  size_t cap = (size_t)fsize;
+  char *buf = malloc(cap + 1);
   if (!buf) {
-    fclose(f);
+    close(fd);
     return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, cap);
   }
   size_t len = 0;
-  for (;;) {
-    if (len == cap) {
-      if (cap > SIZE_MAX / 2) break; /* cannot grow; reported as a read error below */
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        return ctc_fail(err, CTC_ERR_NOMEM, "%s: out of memory reading the file", path);
-      }
-      buf = nb;
-      cap *= 2;
+  while (len < cap) {
+    ssize_t got = read(fd, buf + len, cap - len > (1u << 30) ? (1u << 30) : cap - len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      return ctc_fail(err, CTC_ERR_IO, "%s: cannot read: %s", path, strerror(e));
     }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
+    if (got == 0) break; /* the file shrank: what is left is read (and checked by its parser) */
+    len += (size_t)got;
   }
-  int bad = ferror(f) || !feof(f);
-  int saved = errno;
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return ctc_fail(err, CTC_ERR_IO, "%s: cannot read: %s", path, strerror(saved ? saved : EIO));
-  }
+  close(fd);
   *bufp = buf;
   *sizep = len;
   return CTC_OK;
+}
+
+size_t ctc_escape_name(char *out, size_t cap, const char *s, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  size_t w = 0;
+  if (!cap) return 0;
+  for (size_t i = 0; i < len && w + 5 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\\' || c == '\'') {
+      out[w++] = '\\';
+      out[w++] = (char)c;
+    } else if (c < 0x20 || c == 0x7f) {
+      out[w++] = '\\';
+      out[w++] = 'x';
+      out[w++] = hex[c >> 4];
+      out[w++] = hex[c & 15];
+    } else
+      out[w++] = (char)c;
+  }
+  out[w] = 0;
+  return w;
 }

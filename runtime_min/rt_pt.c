@@ -1030,6 +1030,13 @@ static int materialise(Pt *p, const PV *d, int pre, ctc_safetensors *st) {
   for (int q = 0; q < d->n; q++) {
     PV *k = d->items[2 * q], *v = d->items[2 * q + 1];
     if (k->kind != V_STR || v->kind != V_TENSOR) continue;
+    if (strlen(k->s) != k->len) { /* names are C strings everywhere after this */
+      char esc[256];
+      ctc_escape_name(esc, sizeof esc, k->s, k->len);
+      free(pk);
+      return ctc_fail(p->err, CTC_ERR_FORMAT, "tensor name '%s' contains a NUL byte, which ctc does not support in names",
+                      esc);
+    }
     pk[n].name = plen && strncmp(k->s, strip_prefixes[pre], plen) == 0 ? k->s + plen : k->s;
     pk[n++].q = q;
   }

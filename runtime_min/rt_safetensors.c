@@ -138,14 +138,22 @@ static int hex4(const Json *j, size_t at, uint32_t *out) {
 
 /* Parses a string at the current position. With out != NULL it is decoded in
  * place (the decoded form is never longer than the source) and NUL-terminated
- * where the closing quote was; \u0000 is then rejected. */
+ * where the closing quote was; a string with \u0000 is then refused, naming it
+ * (escaped): names are C strings from here on. */
 static int json_string(Json *j, char **out) {
   json_ws(j);
   if (json_peek(j) != '"') return json_fail(j, "expected a string");
   size_t start = ++j->i, w = start;
+  int nul = 0;
   for (;;) {
     if (j->i >= j->n) return json_fail(j, "unterminated string");
     unsigned char c = (unsigned char)j->s[j->i];
+    if (c == '"' && out && nul) { /* names are C strings: refused, with the whole name */
+      char esc[256];
+      ctc_escape_name(esc, sizeof esc, j->s + start, w - start);
+      return ctc_fail(j->err, CTC_ERR_FORMAT, "tensor name '%s' contains a NUL byte, which ctc does not support in names",
+                      esc);
+    }
     if (c == '"') {
       if (out) {
         j->s[w] = '\0';
@@ -194,7 +202,7 @@ static int json_string(Json *j, char **out) {
       j->i += 6;
       cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     }
-    if (out && cp == 0) return json_fail(j, "\\u0000 is not allowed in names");
+    nul |= cp == 0;
     char tmp[4];
     size_t len = utf8_encode(cp, tmp);
     if (out) memcpy(j->s + w, tmp, len);

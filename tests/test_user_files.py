@@ -148,9 +148,9 @@ def test_argparse_values_and_defaults(tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     ("", "10:8: error: argparse: the following arguments are required: --data"),
-    ("--data x --epochs 3", "10:8: error: argparse: unrecognized argument --epochs"),
-    ("--data x --act gelu", "10:8: error: argparse: argument act: invalid choice: 'gelu'"),
-    ("--data x --hidden many", "10:8: error: argparse: argument hidden: invalid int value: 'many'"),
+    ("--data x --epochs 3", "10:8: error: argparse: unrecognized arguments: --epochs 3"),
+    ("--data x --act gelu", "10:8: error: argparse: argument --act: invalid choice: 'gelu' (choose from 'relu', 'tanh')"),
+    ("--data x --hidden many", "10:8: error: argparse: argument --hidden: invalid int value: 'many'"),
 ])
 def test_argparse_errors(tmp_path, args, msg):
     r = ctc_check(write(tmp_path, ARGP), "--input", "x=f32[2,4]", "--args", args)

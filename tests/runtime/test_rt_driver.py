@@ -236,7 +236,7 @@ def test_io_errors_exit_2(fake, tmp_path):
     r = run(fake, "run", "--input", xp, "--output", tmp_path / "no" / "dir" / "y.npy")
     assert r.returncode == 2 and "cannot open for writing" in r.stderr
     r = run(fake, "run", "--input", tmp_path)  # a directory
-    assert r.returncode == 2 and "cannot read" in r.stderr
+    assert r.returncode == 2 and "is a directory" in r.stderr
 
 
 def test_save_roundtrip(fake, tmp_path):
