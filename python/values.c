@@ -290,6 +290,18 @@ PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr) {
   return v;
 }
 
+/* The text of an opaque value (str(), repr(), an f-string or format() of it):
+ * an opaque string, so that using it is a located error while a print() of it,
+ * which ctc drops, still compiles. CPython's text is not known at compile time. */
+PV *pv_opaque_str(L *L, Span at, const PV *src, const char *how) {
+  PV *o = pv_opaque(L, at, how);
+  o->what = arena_printf(L->a, "string made by %s at line %d from the %s", how, at.line, src->what);
+  o->s = src->s;   /* the note names the opaque value at its origin */
+  o->origin = src->origin;
+  o->i = 1;
+  return o;
+}
+
 void pv_opaque_error(L *L, Span at, const PV *v, const char *use) {
   diag_error(L->d, at, "%s needs the %s", use, v->what);
   diag_note(L->d, *v->origin, "the opaque value '%s' was made here", v->s);
@@ -498,6 +510,7 @@ static void repr_rec(L *L, Span at, SB *b, const PV *v, ReprStack *st) {
   case PV_CLASS:
   case PV_NS:
   case PV_BUILTIN: sb_adds(L, at, b, arena_printf(L->a, "<%s %s>", pv_kind_name(v), v->s ? v->s : "?")); return;
+  case PV_OPAQUE: pv_opaque_error(L, at, v, "its text (str(), repr() or format())");
   default: sb_adds(L, at, b, arena_printf(L->a, "<%s>", pv_kind_name(v))); return;
   }
 }

@@ -2,10 +2,11 @@
 to miss (issue 27): no-op conversions return the tensor itself (so an in-place
 update through the result reaches the original), the gradients of losses at
 the edges of their domains, and compile-time str()/repr() of values."""
-import os
+import re
 import subprocess
 
 import numpy as np
+import pytest
 import torch
 
 from ctc_testlib import CTC, compare, load_module, run_forward
@@ -57,3 +58,79 @@ def test_noop_conversions_alias(tmp_path):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         compare("alias", g, w, 1e-6, 0)
+
+
+# ---- compile-time text: CPython's, or a located error ------------------------
+
+# Module-level expressions whose text ctc computes at compile time; the forward
+# returns their characters (as indices into ALPHA) so CPython's text is the oracle.
+TEXT_EXPRS = [
+    "str(math.fabs(-2.0))", "repr(math.fabs(-2.5))", "f'{math.fabs(-0.0)}'", "str(len(str(math.fabs(-2.0))))",
+    "str(math.trunc(-2.7))", "str(math.trunc(7))", "repr(math.log2(8.0))", "repr(math.log10(1e-3))",
+    "repr(math.log1p(1e-10))", "repr(math.expm1(1e-10))", "repr(math.tan(0.5))", "repr(math.atan(2.0))",
+    "repr(math.asin(0.25))", "repr(math.acos(-0.75))", "repr(math.sinh(1.5))", "repr(math.cosh(1.5))",
+    "repr(math.asinh(3.0))", "repr(math.acosh(3.0))", "repr(math.atanh(0.5))", "repr(math.erf(0.5))",
+    "repr(math.erfc(2.5))", "repr(math.degrees(1.0))", "repr(math.radians(90.0))", "str(math.isnan(math.nan))",
+    "str(math.isinf(-math.inf))", "str(math.isfinite(1e308))", "repr(math.atan2(1.0, -2.0))",
+    "repr(math.copysign(3.0, -0.0))", "repr(math.fmod(-7.5, 2.0))", "repr(math.fmod(3.0, math.inf))",
+    "str(math.gcd(12, -18))", "str(math.gcd())", "str(math.factorial(20))", "repr(math.tau)",
+    "'%s' % math.fabs(-1.5)", "'{}'.format(math.cosh(1.0))", "f'{math.sinh(1.0):.3f}'",
+]
+ALPHA = "".join(chr(c) for c in range(32, 127))
+
+
+def test_compile_time_text_is_cpythons(tmp_path):
+    src = ("import math\nimport torch\nimport torch.nn as nn\n\n"
+           f"ALPHA = {ALPHA!r}\nTEXTS = [{', '.join(TEXT_EXPRS)}]\n"
+           "CODES = [ALPHA.find(c) for c in '|'.join(TEXTS)]\n\n\n"
+           "class Net(nn.Module):\n    def forward(self, x):\n"
+           "        return x + torch.tensor(CODES, dtype=torch.float32)\n\n\n"
+           "example_inputs = (torch.zeros(1),)\n")
+    path = tmp_path / "model.py"
+    path.write_text(src)
+    mod = load_module(str(path))
+    want = "|".join(mod.TEXTS)
+    got = run_forward(str(tmp_path), str(path), mod.Net(), [np.zeros(1, np.float32)])[0]
+    text = "".join(ALPHA[int(c)] if 0 <= c < len(ALPHA) else "?" for c in got)
+    assert text == want
+
+
+# Text that ctc cannot know (an opaque value: numpy is not modelled) is refused
+# where it is used, with a located error; a print() of it (dropped) still compiles.
+REFUSED_TEXT = [
+    ("len(str(np.float32(2.0)))", "str()"),
+    ("len(repr(np.pi))", "repr()"),
+    ("len(f'{np.pi}')", "f-string"),
+    ("len('%s' % np.pi)", "numpy.pi"),
+    ("len('{}'.format(np.pi))", "str.format"),
+    ("len(str([np.pi]))", "its text"),
+    ("len(np.zeros(3))", "len("),
+    ("math.gamma(2.0)", "math.gamma is not supported"),
+    ("math.log2(0.0)", "math domain error"),
+    ("math.fmod(1.0, 0.0)", "math domain error"),
+    ("math.cosh(1000.0)", "math range error"),
+    ("math.factorial(-1)", "not defined for negative values"),
+]
+
+
+def _check(tmp_path, value_expr, extra=""):
+    src = ("import math\nimport numpy as np\nimport torch\nimport torch.nn as nn\n\n"
+           f"{extra}N = {value_expr}\n\n\n"
+           "class Net(nn.Module):\n    def forward(self, x):\n        return x * N\n\n\n"
+           "example_inputs = (torch.zeros(1),)\n")
+    path = tmp_path / "model.py"
+    path.write_text(src)
+    return subprocess.run([CTC, "check", str(path)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("expr,msg", REFUSED_TEXT, ids=[e for e, _ in REFUSED_TEXT])
+def test_unknown_text_is_refused(tmp_path, expr, msg):
+    r = _check(tmp_path, expr)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"model\.py:\d+:\d+: error: ", r.stderr), r.stderr
+    assert msg in r.stderr, r.stderr
+
+
+def test_printing_unknown_text_compiles(tmp_path):
+    r = _check(tmp_path, "3.0", "print(f'{np.pi}', str(np.pi), repr(np.e), '%s' % np.pi, '{}'.format(np.pi))\n")
+    assert r.returncode == 0, r.stderr
