@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run_forward
+from ctc_testlib import CTC, compare, load_module, run_entry, run_forward
 
 ALIAS_SRC = '''
 import torch
@@ -134,3 +134,48 @@ def test_unknown_text_is_refused(tmp_path, expr, msg):
 def test_printing_unknown_text_compiles(tmp_path):
     r = _check(tmp_path, "3.0", "print(f'{np.pi}', str(np.pi), repr(np.e), '%s' % np.pi, '{}'.format(np.pi))\n")
     assert r.returncode == 0, r.stderr
+
+
+# ---- losses at the edges of their domains --------------------------------------
+
+# (loss, input, target): PyTorch 1.13's value and gradients with respect to both,
+# where its backward formulas differ from the derivative of the clamped forward
+# (binary_cross_entropy: d/dtarget = -logit(input), +-inf at 0 and 1; d/dinput =
+# (input - target) / max(input (1 - input), 1e-12)) or sit on a kink (logits at 0:
+# sigmoid(0) - target; l1 / smooth_l1 at input == target).
+LOSS_EDGES = [
+    ("binary_cross_entropy", [0, 0, 1, 1, 0.5, 1e-13, 0, 1e-40, 0.3, 1 - 2 ** -24],
+     [0, 1, 0, 1, 0.3, 0, 0.5, 1, 1, 0.25]),
+    ("binary_cross_entropy_with_logits", [0, 0, -0.0, 3, -100, 100, -100, 100, 2, 1e-30],
+     [0, 1, 0, 1, 0.3, 0, 0.5, 1, 1, 0.75]),
+    ("l1_loss", [0, 1, 2, -1, 3], [0, 1, 2.5, -1, -3]),
+    ("smooth_l1_loss", [0, 0.5, 1, -1, 3], [0, 0, 1.5, -1, 2]),
+    ("mse_loss", [0, 1e-30, 2, -1, 3], [0, 0, 2.5, -1, 3]),
+]
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+@pytest.mark.parametrize("loss,xs,ys", LOSS_EDGES, ids=[c[0] for c in LOSS_EDGES])
+def test_loss_gradients_at_edges(tmp_path, loss, xs, ys, reduction):
+    src = ("import torch\nimport torch.nn.functional as F\n\n\n"
+           "def grads(x, y, g):\n"
+           f"    out = F.{loss}(x, y, reduction={reduction!r})\n"
+           "    return (out,) + torch.autograd.grad(out, (x, y), g)\n\n\n"
+           f"example_inputs = {{'grads': (torch.zeros({len(xs)}), torch.zeros({len(xs)}), "
+           f"torch.zeros({'()' if reduction != 'none' else len(xs)}))}}\n")
+    path = tmp_path / "model.py"
+    path.write_text(src)
+    mod = load_module(str(path))
+    x, y = np.array(xs, np.float32), np.array(ys, np.float32)
+    g = np.array(1.5, np.float32) if reduction != "none" else np.linspace(-1, 2, len(xs)).astype(np.float32)
+    tx, ty = torch.from_numpy(x).requires_grad_(), torch.from_numpy(y).requires_grad_()
+    want = [t.detach().numpy() for t in mod.grads(tx, ty, torch.from_numpy(g))]
+    exe = tmp_path / "net"
+    subprocess.run([CTC, "build", str(path), "-o", str(exe), "--entry", "grads"], check=True, capture_output=True)
+    got = run_entry(str(tmp_path), str(exe), "grads", [x, y, g], 3)
+    for name, a, b in zip(("value", "d/dinput", "d/dtarget"), got, want):
+        assert a.shape == b.shape, name
+        same = (a == b) | (np.isnan(a) & np.isnan(b))   # infinities equal, nan equals nan
+        with np.errstate(invalid="ignore"):
+            close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= 1e-5 + 1e-4 * np.abs(b))
+        assert (same | close).all(), f"{loss} {name}: ctc {a}, torch {b}"
