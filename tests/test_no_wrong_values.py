@@ -179,3 +179,30 @@ def test_loss_gradients_at_edges(tmp_path, loss, xs, ys, reduction):
         with np.errstate(invalid="ignore"):
             close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= 1e-5 + 1e-4 * np.abs(b))
         assert (same | close).all(), f"{loss} {name}: ctc {a}, torch {b}"
+
+
+# ---- sgn, sign, abs: derivatives at 0 -----------------------------------------
+
+def test_sign_family_gradients_at_zero(tmp_path):
+    """sgn and sign are piecewise constant (derivative 0, at 0 too); abs's derivative
+    at 0 is PyTorch's sgn(0) = 0. Checked in reverse and forward mode against
+    PyTorch (whose sgn VJP the OpInfo sweep cannot use, see test_opinfo.TORCH_VJP_ZERO)."""
+    src = ("import torch\nimport torch.autograd.forward_ad as fwAD\n\n\n"
+           "def vjp(a, g):\n"
+           "    return torch.autograd.grad(torch.sgn(a) * 2 + torch.sign(a) * 3 + a.abs() * 5 + abs(a) * 7, (a,), g)\n\n\n"
+           "def jvp(a, t):\n    with fwAD.dual_level():\n        d = fwAD.make_dual(a, t)\n"
+           "        return fwAD.unpack_dual(torch.sgn(d) * 2 + torch.sign(d) * 3 + torch.abs(d) * 5).tangent\n\n\n"
+           "example_inputs = {'vjp': (torch.zeros(6), torch.zeros(6)), 'jvp': (torch.zeros(6), torch.zeros(6))}\n")
+    path = tmp_path / "model.py"
+    path.write_text(src)
+    mod = load_module(str(path))
+    a = np.array([0.0, -0.0, 1.5, -2.0, np.nan, 1e-40], np.float32)
+    g = np.array([3.0, 4.0, 5.0, 6.0, 7.0, 8.0], np.float32)
+    exe = tmp_path / "net"
+    subprocess.run([CTC, "build", str(path), "-o", str(exe), "--entry", "vjp", "--entry", "jvp"], check=True,
+                   capture_output=True)
+    for entry in ("vjp", "jvp"):
+        want = getattr(mod, entry)(torch.from_numpy(a).requires_grad_(entry == "vjp"), torch.from_numpy(g))
+        want = (want[0] if entry == "vjp" else want).detach().numpy()
+        got = run_entry(str(tmp_path), str(exe), entry, [a, g], 1)[0]
+        np.testing.assert_array_equal(got, want)
