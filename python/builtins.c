@@ -360,11 +360,11 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   }
   case BI_STR:
     bind_args(L, A, "x=", a);
-    if (a[0] && a[0]->k == PV_OPAQUE) return pv_opaque_str(L, A->at, a[0], "str()");
+    if (a[0] && pv_text_unknown(L, A->at, a[0], "str()")) return pv_text_unknown(L, A->at, a[0], "str()");
     return pv_str(L, a[0] ? pv_to_str(L, A->at, a[0]) : "");
   case BI_REPR:
     bind_args(L, A, "x", a);
-    if (a[0]->k == PV_OPAQUE) return pv_opaque_str(L, A->at, a[0], "repr()");
+    if (pv_text_unknown(L, A->at, a[0], "repr()")) return pv_text_unknown(L, A->at, a[0], "repr()");
     return pv_str(L, pv_repr(L, A->at, a[0]));
   case BI_LIST:
   case BI_TUPLE:
@@ -604,7 +604,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_STR_FORMAT:
     for (int i = 0; i < A->nargs + A->nkw; i++) {   /* formatting an opaque value: an opaque string */
       PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];
-      if (v->k == PV_OPAQUE) return pv_opaque_str(L, A->at, v, "str.format(...)");
+      if (pv_text_unknown(L, A->at, v, "str.format(...)")) return pv_text_unknown(L, A->at, v, "str.format(...)");
     }
     return pv_str(L, fstr(L, fn->self, A));
   case BI_STR_JOIN: {

@@ -166,7 +166,7 @@ static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
     n = b->n;
   }
   for (int i = 0; i < n; i++)
-    if (items[i]->k == PV_OPAQUE) return pv_opaque_str(L, at, items[i], "'%' formatting");
+    if (pv_text_unknown(L, at, items[i], "'%' formatting")) return pv_text_unknown(L, at, items[i], "'%' formatting");
   SB out = {0};
   for (const char *p = fmt; *p;) {
     if (*p != '%') {
@@ -935,8 +935,8 @@ static const char *fstring_text(L *L, Span at, const char *s, int nested, const 
     }
     if (*p != '}') lower_error(L, at, "f-string: expecting '}'");
     s = p + 1;
-    if (v->k == PV_OPAQUE) {   /* the whole string is opaque (eval_expr's N_FSTR) */
-      if (!*opaque) *opaque = v;
+    if (pv_text_unknown(L, at, v, "an f-string")) {   /* the whole string is opaque (eval_expr's N_FSTR) */
+      if (!*opaque) *opaque = pv_text_unknown(L, at, v, "an f-string");
       continue;
     }
     if (*opaque) continue;
@@ -961,7 +961,7 @@ PV *eval_expr(L *L, Node *n) {
   case N_FSTR: {
     const PV *opaque = NULL;
     const char *text = fstring_text(L, n->span, n->sval, 0, &opaque);
-    return opaque ? pv_opaque_str(L, n->span, opaque, "an f-string") : pv_str(L, text);
+    return opaque ? pv_opaque_from(L, n->span, opaque, "f-string") : pv_str(L, text);
   }
   case N_CONST:
     switch (n->op) {

@@ -75,6 +75,7 @@ TEXT_EXPRS = [
     "repr(math.copysign(3.0, -0.0))", "repr(math.fmod(-7.5, 2.0))", "repr(math.fmod(3.0, math.inf))",
     "str(math.gcd(12, -18))", "str(math.gcd())", "str(math.factorial(20))", "repr(math.tau)",
     "'%s' % math.fabs(-1.5)", "'{}'.format(math.cosh(1.0))", "f'{math.sinh(1.0):.3f}'",
+    "str(torch.float64)", "repr(torch.int32)", "f'{torch.bool}'", "str([torch.float32, (1, 2.5, None)])",
 ]
 ALPHA = "".join(chr(c) for c in range(32, 127))
 
@@ -105,6 +106,11 @@ REFUSED_TEXT = [
     ("len('{}'.format(np.pi))", "str.format"),
     ("len(str([np.pi]))", "its text"),
     ("len(np.zeros(3))", "len("),
+    ("len(str(len))", "text of a builtin function"),
+    ("len(repr(math))", "text of a module"),
+    ("len(f'{torch.ones(2)}')", "text of a"),
+    ("len(str(nn.Linear(2, 3)))", "text of a"),
+    ("len(str([len]))", "text of a builtin function"),
     ("math.gamma(2.0)", "math.gamma is not supported"),
     ("math.log2(0.0)", "math domain error"),
     ("math.fmod(1.0, 0.0)", "math domain error"),
