@@ -121,7 +121,11 @@ PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
     if (strcmp(name, "e") == 0) return pv_float(L, M_E);
     if (strcmp(name, "inf") == 0) return pv_float(L, INFINITY);
     if (strcmp(name, "nan") == 0) return pv_float(L, NAN);
-    return py_lookup(L, NS_MATH, name, NULL);
+    if (strcmp(name, "tau") == 0) return pv_float(L, 2 * M_PI);
+    /* CPython's math is fully known: what ctc lacks is an error, not an opaque value */
+    PV *f = py_lookup(L, NS_MATH, name, NULL);
+    if (!f) lower_error(L, at, "math.%s is not supported by ctc", name);
+    return f;
   }
   if (strcmp(m, "dataclasses") == 0) return py_lookup(L, NS_DATACLASSES, name, NULL);
   if (strcmp(m, "typing") == 0) return pv_none(L);
@@ -248,6 +252,43 @@ static void merge_sort(L *L, Span at, PV **v, PV **tmp, int n) {
 }
 
 /* The Python builtins, math, dataclasses and the methods of str, list, dict. */
+static const char *float_text(L *L, double x) { return pv_repr(L, (Span){0}, pv_float(L, x)); }
+
+/* math's one-argument functions on a float, with CPython's errors: a NaN from a
+ * number, or an infinity from a finite number, is a ValueError or OverflowError
+ * there, so a located error here. */
+static PV *math1(L *L, Span at, int bi, double x) {
+  double r;
+  switch (bi) {
+  case BI_M_FABS: return pv_float(L, fabs(x));
+  case BI_M_TRUNC: return pv_int(L, ck_float_to_int(L, at, trunc(x)));
+  case BI_M_ISFINITE: return pv_bool(L, isfinite(x));
+  case BI_M_ISINF: return pv_bool(L, isinf(x));
+  case BI_M_ISNAN: return pv_bool(L, isnan(x));
+  case BI_M_DEGREES: return pv_float(L, x / (M_PI / 180.0));   /* CPython: x / degToRad */
+  case BI_M_RADIANS: return pv_float(L, x * (M_PI / 180.0));
+  case BI_M_LOG2: r = x > 0 || isnan(x) ? log2(x) : NAN; break;    /* log2(0): ValueError, not -inf */
+  case BI_M_LOG10: r = x > 0 || isnan(x) ? log10(x) : NAN; break;
+  case BI_M_LOG1P: r = x > -1 || isnan(x) ? log1p(x) : NAN; break;
+  case BI_M_EXPM1: r = expm1(x); break;
+  case BI_M_TAN: r = tan(x); break;
+  case BI_M_ATAN: r = atan(x); break;
+  case BI_M_ASIN: r = asin(x); break;
+  case BI_M_ACOS: r = acos(x); break;
+  case BI_M_SINH: r = sinh(x); break;
+  case BI_M_COSH: r = cosh(x); break;
+  case BI_M_ASINH: r = asinh(x); break;
+  case BI_M_ACOSH: r = acosh(x); break;
+  case BI_M_ATANH: r = x > -1 && x < 1 ? atanh(x) : isnan(x) ? x : NAN; break;
+  case BI_M_ERF: r = erf(x); break;
+  case BI_M_ERFC: r = erfc(x); break;
+  default: BUG("math row %d", bi);
+  }
+  if (isnan(r) && !isnan(x)) lower_error(L, at, "math domain error (ValueError): math.%s(%s)", py_rows[bi].name, float_text(L, x));
+  if (isinf(r) && isfinite(x)) lower_error(L, at, "math range error (OverflowError): math.%s(%s)", py_rows[bi].name, float_text(L, x));
+  return pv_float(L, r);
+}
+
 PV *bi_python(L *L, PV *fn, Args *A) {
   PV *a[8];
   int bi = fn->bi;
@@ -277,6 +318,10 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_LEN: {
     bind_args(L, A, "x", a);
     if (a[0]->k == PV_STR) return pv_int(L, (int64_t)strlen(a[0]->s));
+    if (a[0]->k == PV_OPAQUE) {   /* not 0 (iter_items' empty loop): an opaque int */
+      if (L->host->staging(L)) pv_opaque_error(L, A->at, a[0], "len() in compiled code");
+      return pv_opaque_from(L, A->at, a[0], arena_printf(L->a, "len(%s)", a[0]->s));
+    }
     if (pv_is_host(a[0])) {
       PV *r = L->host->math(L, A->at, "len", a[0]);
       if (r) return r;
@@ -315,9 +360,11 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   }
   case BI_STR:
     bind_args(L, A, "x=", a);
+    if (a[0] && pv_text_unknown(L, A->at, a[0], "str()")) return pv_text_unknown(L, A->at, a[0], "str()");
     return pv_str(L, a[0] ? pv_to_str(L, A->at, a[0]) : "");
   case BI_REPR:
     bind_args(L, A, "x", a);
+    if (pv_text_unknown(L, A->at, a[0], "repr()")) return pv_text_unknown(L, A->at, a[0], "repr()");
     return pv_str(L, pv_repr(L, A->at, a[0]));
   case BI_LIST:
   case BI_TUPLE:
@@ -557,12 +604,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_STR_FORMAT:
     for (int i = 0; i < A->nargs + A->nkw; i++) {   /* formatting an opaque value: an opaque string */
       PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];
-      if (v->k == PV_OPAQUE) {
-        PV *o = pv_opaque(L, A->at, "str.format(...)");
-        o->what = arena_printf(L->a, "string formatted at line %d from the %s", A->at.line, v->what);
-        o->origin = v->origin;
-        return o;
-      }
+      if (pv_text_unknown(L, A->at, v, "str.format(...)")) return pv_text_unknown(L, A->at, v, "str.format(...)");
     }
     return pv_str(L, fstr(L, fn->self, A));
   case BI_STR_JOIN: {
@@ -692,6 +734,48 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     case BI_M_CEIL: return pv_int(L, ck_float_to_int(L, A->at, ceil(x)));
     default: return pv_int(L, ck_float_to_int(L, A->at, floor(x)));
     }
+  }
+  case BI_M_FABS: case BI_M_TRUNC: case BI_M_LOG2: case BI_M_LOG10: case BI_M_LOG1P: case BI_M_EXPM1:
+  case BI_M_TAN: case BI_M_ATAN: case BI_M_ASIN: case BI_M_ACOS: case BI_M_SINH: case BI_M_COSH:
+  case BI_M_ASINH: case BI_M_ACOSH: case BI_M_ATANH: case BI_M_ERF: case BI_M_ERFC: case BI_M_DEGREES:
+  case BI_M_RADIANS: case BI_M_ISFINITE: case BI_M_ISINF: case BI_M_ISNAN:
+    bind_args(L, A, "x", a);
+    if (bi == BI_M_TRUNC && (a[0]->k == PV_INT || a[0]->k == PV_BOOL)) return pv_int(L, a[0]->i);
+    return math1(L, A->at, bi, arg_num(L, A->at, a[0], "argument"));
+  case BI_M_ATAN2: case BI_M_COPYSIGN: case BI_M_FMOD: {
+    bind_args(L, A, "x,y", a);
+    double x = arg_num(L, A->at, a[0], "x"), y = arg_num(L, A->at, a[1], "y");
+    if (bi == BI_M_ATAN2) return pv_float(L, atan2(x, y));
+    if (bi == BI_M_COPYSIGN) return pv_float(L, copysign(x, y));
+    /* CPython's m_fmod: fmod(x, inf) is x for finite x; fmod(inf, y) and fmod(x, 0) are errors */
+    if (isnan(x) || isnan(y)) return pv_float(L, NAN);
+    if (isinf(y) && isfinite(x)) return pv_float(L, x);
+    if (isinf(x) || y == 0) lower_error(L, A->at, "math domain error (ValueError): fmod(%s, %s)", float_text(L, x), float_text(L, y));
+    return pv_float(L, fmod(x, y));
+  }
+  case BI_M_GCD: {
+    int64_t g = 0;
+    if (A->nkw) lower_error(L, A->at, "gcd() takes no keyword arguments");
+    for (int i = 0; i < A->nargs; i++) {
+      if (A->args[i]->k != PV_INT && A->args[i]->k != PV_BOOL)
+        lower_error(L, A->at, "'%s' object cannot be interpreted as an integer", pv_kind_name(A->args[i]));
+      int64_t x = A->args[i]->i < 0 ? ck_neg(L, A->at, A->args[i]->i) : A->args[i]->i;
+      while (x) {
+        int64_t t = g % x;
+        g = x;
+        x = t;
+      }
+    }
+    return pv_int(L, g);
+  }
+  case BI_M_FACTORIAL: {
+    bind_args(L, A, "n", a);
+    if (a[0]->k != PV_INT && a[0]->k != PV_BOOL)
+      lower_error(L, A->at, "'%s' object cannot be interpreted as an integer", pv_kind_name(a[0]));
+    if (a[0]->i < 0) lower_error(L, A->at, "factorial() not defined for negative values (ValueError)");
+    int64_t r = 1;
+    for (int64_t k = 2; k <= a[0]->i; k++) r = ck_mul(L, A->at, r, k);
+    return pv_int(L, r);
   }
   case BI_M_POW:
     bind_args(L, A, "x,y", a);

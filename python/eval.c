@@ -165,6 +165,8 @@ static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
     items = b->items;
     n = b->n;
   }
+  for (int i = 0; i < n; i++)
+    if (pv_text_unknown(L, at, items[i], "'%' formatting")) return pv_text_unknown(L, at, items[i], "'%' formatting");
   SB out = {0};
   for (const char *p = fmt; *p;) {
     if (*p != '%') {
@@ -857,7 +859,7 @@ static const char *field_end(const char *s, const char *stops) {
 
 /* f"...": literal text (escapes processed, {{ }} halved) and replacement fields
  * {expr[=][!r|!s|!a][:spec]}, the spec itself may hold fields. */
-static const char *fstring_text(L *L, Span at, const char *s, int nested) {
+static const char *fstring_text(L *L, Span at, const char *s, int nested, const PV **opaque) {
   SB out = {0};
   while (*s) {
     if ((*s == '{' && s[1] == '{') || (*s == '}' && s[1] == '}')) {
@@ -927,12 +929,17 @@ static const char *fstring_text(L *L, Span at, const char *s, int nested) {
     if (*p == ':') {
       const char *q = field_end(p + 1, "}");
       if (!q) lower_error(L, at, "f-string: expecting '}'");
-      spec = fstring_text(L, at, arena_strndup(L->a, p + 1, (size_t)(q - p - 1)), 1);
+      spec = fstring_text(L, at, arena_strndup(L->a, p + 1, (size_t)(q - p - 1)), 1, opaque);
       if (debug && conv == 'r') conv = 0; /* f"{x=:.2f}" formats the value */
       p = q;
     }
     if (*p != '}') lower_error(L, at, "f-string: expecting '}'");
     s = p + 1;
+    if (pv_text_unknown(L, at, v, "an f-string")) {   /* the whole string is opaque (eval_expr's N_FSTR) */
+      if (!*opaque) *opaque = pv_text_unknown(L, at, v, "an f-string");
+      continue;
+    }
+    if (*opaque) continue;
     if (conv == 'r' || conv == 'a') v = pv_str(L, pv_repr(L, at, v));
     else if (conv == 's') v = pv_str(L, pv_to_str(L, at, v));
     sb_adds(L, at, &out, pv_format(L, at, v, spec));
@@ -951,7 +958,11 @@ PV *eval_expr(L *L, Node *n) {
   case N_INT: return pv_int(L, n->ival);
   case N_FLOAT: return pv_float(L, n->fval);
   case N_STR: return pv_str(L, n->sval);
-  case N_FSTR: return pv_str(L, fstring_text(L, n->span, n->sval, 0));
+  case N_FSTR: {
+    const PV *opaque = NULL;
+    const char *text = fstring_text(L, n->span, n->sval, 0, &opaque);
+    return opaque ? pv_opaque_from(L, n->span, opaque, "f-string") : pv_str(L, text);
+  }
   case N_CONST:
     switch (n->op) {
     case CONST_NONE: return pv_none(L);

@@ -229,6 +229,8 @@ PV *pv_opaque(L *L, Span at, const char *expr);
 PV *pv_opaque_described(L *L, Span at, const char *expr, const char *what);
 PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr); /* derived from opaque src */
 /* A use of an opaque value that needs its value: a located error naming the use and the origin. */
+PV *pv_text_unknown(L *L, Span at, const PV *v, const char *how);  /* NULL: v's text is CPython's */
+PV *pv_opaque_str(L *L, Span at, const PV *src, const char *how); /* str()/repr() of opaque src */
 CTC_NORETURN void pv_opaque_error(L *L, Span at, const PV *v, const char *use);
 int pv_is_host(const PV *v);                  /* a host value or constant */
 const char *pv_kind_name(const PV *v);      /* "int", "Tensor", "Linear" ... for messages */

@@ -290,6 +290,39 @@ PV *pv_opaque_from(L *L, Span at, const PV *src, const char *expr) {
   return v;
 }
 
+/* The text of an opaque value (str(), repr(), an f-string or format() of it):
+ * an opaque string, so that using it is a located error while a print() of it,
+ * which ctc drops, still compiles. CPython's text is not known at compile time. */
+PV *pv_opaque_str(L *L, Span at, const PV *src, const char *how) {
+  PV *o = pv_opaque(L, at, how);
+  o->what = arena_printf(L->a, "string made by %s at line %d from the %s", how, at.line, src->what);
+  o->s = src->s;   /* the note names the opaque value at its origin */
+  o->origin = src->origin;
+  o->i = 1;
+  return o;
+}
+
+/* str(v), repr(v), f"{v}", '%s' % v, format(v): an opaque string where ctc cannot
+ * write CPython's text (see pv_opaque_str), else NULL. Numbers, strings, None,
+ * Ellipsis, containers and dtypes have CPython's text (repr_rec); functions,
+ * classes, modules, objects and tensors do not (addresses, module names, their
+ * own __str__, PyTorch's tensor printing). */
+PV *pv_text_unknown(L *L, Span at, const PV *v, const char *how) {
+  switch (v->k) {
+  case PV_NONE: case PV_BOOL: case PV_INT: case PV_FLOAT: case PV_STR: case PV_ELLIPSIS:
+  case PV_TUPLE: case PV_LIST: case PV_DICT: case PV_SLICE: case PV_HOSTC: return NULL;
+  case PV_OPAQUE: return pv_opaque_str(L, at, v, how);
+  default: {
+    PV *src = pv_opaque(L, at, pv_kind_name(v));
+    src->what = arena_printf(L->a, "text of a %s, which ctc does not know (CPython's holds an address, a module "
+                             "name or a __str__/__repr__ ctc does not call)", pv_kind_name(v));
+    PV *o = pv_opaque_str(L, at, src, how);
+    o->what = src->what;
+    return o;
+  }
+  }
+}
+
 void pv_opaque_error(L *L, Span at, const PV *v, const char *use) {
   diag_error(L->d, at, "%s needs the %s", use, v->what);
   diag_note(L->d, *v->origin, "the opaque value '%s' was made here", v->s);
@@ -492,13 +525,11 @@ static void repr_rec(L *L, Span at, SB *b, const PV *v, ReprStack *st) {
     st->n--;
     return;
   }
-  case PV_HOST:
   case PV_HOSTC: sb_adds(L, at, b, L->host->repr(L, at, v)); return;
-  case PV_FUNC:
-  case PV_CLASS:
-  case PV_NS:
-  case PV_BUILTIN: sb_adds(L, at, b, arena_printf(L->a, "<%s %s>", pv_kind_name(v), v->s ? v->s : "?")); return;
-  default: sb_adds(L, at, b, arena_printf(L->a, "<%s>", pv_kind_name(v))); return;
+  case PV_OPAQUE: pv_opaque_error(L, at, v, "its text (str(), repr() or format())");
+  default:
+    lower_error(L, at, "the text of a %s is not known to ctc (CPython's holds an address, a module name or a "
+                "__str__/__repr__ ctc does not call)", pv_kind_name(v));
   }
 }
 

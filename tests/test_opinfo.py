@@ -62,9 +62,11 @@ RANDOM_OPS = {"bernoulli", "normal", "multinomial", "uniform", "cauchy", "expone
               "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "empty", "empty_like",
               "new_empty", "new_empty_strided", "empty_strided", "svd_lowrank", "pca_lowrank"}
 
-# Ops whose PyTorch 1.13 VJP is no oracle: sgn's backward on real tensors returns
-# uninitialised memory (its forward and JVP are still compared).
-TORCH_VJP_BUGS = {"sgn"}
+# Ops whose PyTorch 1.13 VJP is no oracle: in a long-running process sgn's backward on
+# real tensors returns uninitialised memory (nan, 1.0, 8.99, denormals: whatever the
+# allocator hands back). sgn is piecewise constant and PyTorch's rule gives 0 at 0 too,
+# so its exact VJP on real tensors is zero everywhere: that is what ctc must give.
+TORCH_VJP_ZERO = {"sgn"}
 
 # Reflected operators: OpInfo name -> Python operator (spelled `arg OP x`).
 RMAGIC = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rdiv__": "/", "__rpow__": "**",
@@ -345,8 +347,6 @@ def make_ad_cases(c):
             f"{gnames[0] if nout == 1 else '(' + ', '.join(gnames) + ',)'})\n\n\n")
     vjp = None
     try:
-        if c.op_id in TORCH_VJP_BUGS:
-            raise Unusable("PyTorch's VJP")
         txs = [torch.from_numpy(a.copy()) for a in xs]
         for i in c.floats:
             txs[i].requires_grad_(True)
@@ -356,6 +356,8 @@ def make_ad_cases(c):
               rng.standard_normal(tuple(p.shape)).astype(np.float32) for p in pouts]
         r = _torch_eval(gsrc, gk, txs + [torch.from_numpy(g) for g in gs])
         want = _outs(r)
+        if c.op_id in TORCH_VJP_ZERO:
+            want = [np.zeros_like(xs[i]) for i in c.floats]
         if want is not None:
             vjp = dict(key=gk, src=gsrc, arrays=xs + gs, want=[w.copy() for w in want], label=c.label + " vjp")
     except Exception:

@@ -360,8 +360,11 @@ static PV *h_math(L *L, Span at, const char *f, PV *x) {
 }
 
 static const char *h_repr(L *L, Span at, const PV *v) {
-  if (v->k == PV_TENSOR) return arena_printf(L->a, "Tensor(%s)", shape_str(L, &v->t->type));
-  return arena_printf(L->a, "torch.%s", ir_dtype_name(v->dt));
+  /* only dtypes come here (values.c: a tensor's text is PyTorch's printing, unknown) */
+  static const char *names[DT_COUNT] = {[DT_F32] = "float32", [DT_F64] = "float64", [DT_I64] = "int64",
+                                        [DT_I32] = "int32", [DT_BOOL] = "bool"};
+  if (v->k != PV_DTYPE) lower_error(L, at, "the text of a tensor is not known to ctc");
+  return arena_printf(L->a, "torch.%s", names[v->dt]);
 }
 
 

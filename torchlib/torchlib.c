@@ -24,6 +24,12 @@ static PV *kw(Args *A, const char *name) {
   return NULL;
 }
 
+/* x.float(), x.to(dtype), x.type_as(y): x itself when the dtype stays (PyTorch
+ * returns self, so an in-place update of the result updates x), else a new tensor */
+static PV *convert(L *L, Span at, PV *x, DType dt, int copy) {
+  return x->t->type.dtype == dt && !copy ? x : t_cast(L, at, x, dt);
+}
+
 static DType dtype_kw(L *L, Args *A, DType dflt) {
   PV *d = kw(A, "dtype");
   if (!d || d->k == PV_NONE) return dflt;
@@ -754,23 +760,27 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
     if (a[2] && a[2]->k == PV_DTYPE) in = t_cast(L, at, x, a[2]->dt);
     return t_softmax(L, at, in, arg_int(L, at, a[0], "dim"), bi == BI_T_LOG_SOFTMAX);
   }
-  case BI_T_FLOAT: return t_cast(L, at, x, DT_F32);
-  case BI_T_DOUBLE: return t_cast(L, at, x, DT_F64);
-  case BI_T_LONG: return t_cast(L, at, x, DT_I64);
-  case BI_T_INT: return t_cast(L, at, x, DT_I32);
+  /* A conversion that changes nothing returns the tensor itself, as in PyTorch
+   * (y.float().mul_(3) updates y); one that changes the dtype is a new tensor. */
+  case BI_T_FLOAT: return convert(L, at, x, DT_F32, 0);
+  case BI_T_DOUBLE: return convert(L, at, x, DT_F64, 0);
+  case BI_T_LONG: return convert(L, at, x, DT_I64, 0);
+  case BI_T_INT: return convert(L, at, x, DT_I32, 0);
   case BI_T_TO: {
+    PV *c = kw(A, "copy");
+    int copy = c && truthy(L, at, c);
     for (int i = 0; i < A->nargs; i++)
-      if (A->args[i]->k == PV_DTYPE) return t_cast(L, at, x, A->args[i]->dt);
-      else if (A->args[i]->k == PV_TENSOR) return t_cast(L, at, x, A->args[i]->t->type.dtype);
+      if (A->args[i]->k == PV_DTYPE) return convert(L, at, x, A->args[i]->dt, copy);
+      else if (A->args[i]->k == PV_TENSOR) return convert(L, at, x, A->args[i]->t->type.dtype, copy);
     PV *d = kw(A, "dtype");
-    if (d && d->k == PV_DTYPE) return t_cast(L, at, x, d->dt);
-    return x; /* .to(device) */
+    if (d && d->k == PV_DTYPE) return convert(L, at, x, d->dt, copy);
+    return convert(L, at, x, t.dtype, copy); /* .to(device) */
   }
   case BI_T_CUDA:
   case BI_T_CPU: return x; /* one device: the CPU the program runs on */
   case BI_T_TYPE_AS:
     bind_args(L, A, "other", a);
-    return t_cast(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype);
+    return convert(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype, 0);
   case BI_T_MASKED_FILL:
     bind_args(L, A, "mask,value", a);
     if (L->T->dec && L->T->fn) {
