@@ -141,7 +141,7 @@ def paired(tmp_path, src, steps, shape_x, shape_y, ncls, name, rtol=1e-4, atol=1
         assert nout >= 1
         outs = [tmp_path / f"o{i}.npy" for i in range(nout)]
         args = [exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
-                tmp_path / "y.npy", "--input", tmp_path / "it.npy", "--save", nxt]
+                tmp_path / "y.npy", "--input", tmp_path / "it.npy", "--save", nxt, "--save-training-state"]
         for o in outs:
             args += ["--output", o]
         run(args)

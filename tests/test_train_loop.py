@@ -76,7 +76,7 @@ def test_train_matches_pytorch(built):
         np.save(d / f"{name}.npy", a)
     r = run([exe, "train", "--weights", d / "init.safetensors", "--data", d / "x.npy", "--labels", d / "y.npy",
              "--test-data", d / "tx.npy", "--test-labels", d / "ty.npy", "--epochs", 2, "--no-shuffle",
-             "--save", d / "out.safetensors", "--log", d / "log.csv"])
+             "--save", d / "out.safetensors", "--save-training-state", "--log", d / "log.csv"])
     epochs = re.findall(r"^epoch (\d): loss ([0-9.]+), .*test accuracy ([0-9.]+)%, test loss ([0-9.]+)$", r.stdout, re.M)
     assert len(epochs) == 2, r.stdout
 
@@ -188,7 +188,7 @@ def test_module_level_driver(tmp_path, head):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     run([exe, "run", "fit", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy", "--input",
-         tmp_path / "y.npy", "--save", tmp_path / "out.safetensors"])
+         tmp_path / "y.npy", "--save", tmp_path / "out.safetensors", "--save-training-state"])
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
