@@ -15,9 +15,10 @@
  *
  * An entry with parameter updates (Func.updates: a training step) computes
  * everything from the old parameter values, copies its outputs out and then
- * writes the new values into the parameters. Optimizer state (Param.is_state,
- * the last parameters) is saved and loaded with the weights but may be missing
- * from a weights file (ctc_model_desc.noptional).
+ * writes the new values into the parameters. Training state (Param.is_state,
+ * the last parameters) is not in the state_dict net_save writes (the descriptor's
+ * state_dict keys and kinds say what is), is loaded when a file has it and may be
+ * missing (ctc_model_desc.noptional).
  *
  * and model.c defines them; with -DCTC_MAIN it also has a main() that runs the
  * runtime's command-line driver. Build switches of the generated code:

@@ -774,6 +774,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   const Program *p = g->p;
   const char *P = g->prefix;
   cg_puts(b, "/* ---- what the runtime sees: parameters and entries ---- */\n\n");
+  int nsd = 0;   /* the state_dict's keys */
   if (p->params.len) {
     cg_puts(b, "static const ctc_tensor ctc_params[] = {\n");
     for (int i = 0; i < p->params.len; i++) {
@@ -781,6 +782,32 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1);
       cg_puts(b, ",\n");
     }
+    cg_puts(b, "};\n\n");
+    /* what each is (training state and ctc's own tensors are Param.is_state), and the
+     * state_dict's keys: the lowering's, else (no nn.Module) the parameters and buffers */
+    cg_puts(b, "static const unsigned char ctc_kinds[] = {");
+    for (int i = 0; i < p->params.len; i++) {
+      const Param *pr = &p->params.data[i];
+      static const char *const kinds[KN_NKINDS] = {"CTC_KIND_PARAMETER", "CTC_KIND_BUFFER", "CTC_KIND_TRAINING",
+                                                   "CTC_KIND_LOCAL"};
+      const char *k = kinds[kn_param_kind(pr)];
+      cg_printf(b, "%s%s", !i ? "\n  " : i % 4 ? ", " : ",\n  ", k);
+    }
+    cg_puts(b, "\n};\n");
+    cg_puts(b, "static const ctc_sd_key ctc_state_dict[] = {\n");
+    for (int i = 0; i < p->state_dict.len; i++, nsd++) {
+      cg_puts(b, "  {");
+      c_string(b, p->state_dict.data[i].name);
+      cg_printf(b, ", %d},\n", p->state_dict.data[i].param);
+    }
+    for (int i = 0; !p->state_dict.len && i < p->params.len; i++)
+      if (kn_param_kind(&p->params.data[i]) <= KN_BUFFER) {
+        cg_puts(b, "  {");
+        c_string(b, p->params.data[i].name);
+        cg_printf(b, ", %d},\n", i);
+        nsd++;
+      }
+    if (!nsd) cg_puts(b, "  {NULL, -1},   /* none (C needs an element) */\n");
     cg_puts(b, "};\n\n");
   }
   for (int fi = 0; fi < p->funcs.len; fi++) {
@@ -877,10 +904,12 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   if (p->params.len) cg_printf(b, "  %d, ctc_params,\n", p->params.len);
   else cg_puts(b, "  0, NULL,\n");
   cg_printf(b, "  %d, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n", p->funcs.len);
-  cg_printf(b, "  %d,  /* noptional: optimizer state, the last parameters, which a weights file may lack */\n",
+  cg_printf(b, "  %d,  /* noptional: training state, the last tensors, which a weights file may lack */\n",
             n_state_params(p));
   cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n" : "  NULL,  /* set_profile: built without --profile */\n");
-  cg_puts(b, "  ctc_error_of,\n};\n");
+  cg_puts(b, "  ctc_error_of,\n");
+  if (p->params.len) cg_printf(b, "  %d, ctc_state_dict, ctc_kinds,  /* the state_dict's keys, what each tensor is */\n};\n", nsd);
+  else cg_puts(b, "  0, NULL, NULL,  /* no tensors */\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */

@@ -82,10 +82,12 @@ int ctc_embed_read(Arena *a, Diag *d, const Program *p, const char *spec, const 
     unsigned char *buf = arena_alloc(a, (size_t)(n * (int64_t)ir_dtype_size(ty->dtype)) + 1);
     vals[i] = buf;
     const ctc_tensor *t = ctc_st_find(&st, pr->name);
+    for (int k = 0; !t && k < p->state_dict.len; k++)   /* a tied parameter under another of its names */
+      if (p->state_dict.data[k].param == i) t = ctc_st_find(&st, p->state_dict.data[k].name);
     char want[256], got[256];
     ctc_format_shape(want, sizeof want, ty->ndim, ty->dims);
-    if (!t) {
-      if (pr->is_state && from_init(pr, buf) == 0) continue;
+    if (!t) {   /* training state and non-persistent buffers are not in a state_dict */
+      if ((pr->is_state || pr->not_persistent) && from_init(pr, buf) == 0) continue;
       diag_plain(d, "--embed-weights: %s has no tensor '%s' (%s%s)", spec, pr->name, ir_dtype_name(ty->dtype), want);
       bad = 1;
       break;

@@ -686,11 +686,13 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
 
 /* What `ctc check` prints: the model, its entries and what was left out. */
 static void print_check(const Opts *o, const Program *p) {
-  int64_t nparam = 0;
-  for (int i = 0; i < p->params.len; i++) nparam += ir_numel(&p->params.data[i].type);
+  KnCounts c;
+  kn_count_params(p, &c);
   char tb[256];
-  fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n", o->file, p->class_name,
-          p->params.len, (long long)nparam);
+  fprintf(stdout, "%s: ok: model %s, %d tensors (%lld values) in the state_dict\n  ", o->file, p->class_name, c.keys,
+          (long long)c.key_values);
+  kn_print_counts(stdout, &c);
+  fprintf(stdout, "\n");
   for (int k = 0; k < p->funcs.len; k++) {
     Func *f = p->funcs.data[k];
     fprintf(stdout, "  entry %s ->", f->name);
@@ -919,18 +921,17 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   }
   double t_emit = now_ms();
   if (o.stats) {
-    int64_t nparam = 0, kind_bytes[3] = {0, 0, 0};   /* parameters, buffers, optimizer state */
-    for (int i = 0; i < p->params.len; i++) {
-      const Param *pr = &p->params.data[i];
-      nparam += ir_numel(&pr->type);
-      kind_bytes[pr->is_state ? 2 : pr->is_buffer ? 1 : 0] += ir_numel(&pr->type) * (int64_t)ir_dtype_size(pr->type.dtype);
-    }
-    fprintf(stderr, "ctc: %s: %lld parameters in %d tensors, arena %lld bytes (params %lld), %d instructions\n",
-            o.file, (long long)nparam, p->params.len, (long long)plan->arena_bytes, (long long)plan->params_bytes,
-            p->funcs.data[0]->insts.len);
+    KnCounts c;
+    kn_count_params(p, &c);
+    fprintf(stderr, "ctc: %s: %lld parameters in %d tensors, arena %lld bytes (params %lld), %d instructions\nctc: ",
+            o.file, (long long)c.values[KN_PARAMETER], c.tensors[KN_PARAMETER], (long long)plan->arena_bytes,
+            (long long)plan->params_bytes, p->funcs.data[0]->insts.len);
+    kn_print_counts(stderr, &c);
+    fprintf(stderr, "; the state_dict: %d tensors (%lld values)\n", c.keys, (long long)c.key_values);
     fprintf(stderr, "ctc: arena: parameters %lld bytes, buffers %lld, optimizer state %lld, activations %lld "
-                    "(the largest entry's)\n", (long long)kind_bytes[0], (long long)kind_bytes[1],
-            (long long)kind_bytes[2], (long long)(plan->arena_bytes - plan->params_bytes));
+                    "(the largest entry's)\n", (long long)c.bytes[KN_PARAMETER],
+            (long long)(c.bytes[KN_BUFFER] + c.bytes[KN_LOCAL]), (long long)c.bytes[KN_TRAINING],
+            (long long)(plan->arena_bytes - plan->params_bytes));
     for (int i = 0; i < p->funcs.len; i++) {   /* fusion: loop nests before and after */
       const Func *f = p->funcs.data[i];
       int ncode = 0;

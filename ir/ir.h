@@ -192,8 +192,10 @@ typedef struct Param {
   const char *name;           /* state_dict name: "conv1.weight" */
   Type type;
   int is_buffer;              /* register_buffer rather than nn.Parameter */
-  int is_state;               /* optimizer state ("optimizer.<param>.momentum_buffer"):
-                                 saved and loaded with the weights, not a model tensor */
+  int is_state;               /* training state ("optimizer.<param>.momentum_buffer", "rng.offset",
+                                 "<scheduler>.last_epoch") or ctc's own tensors ("ctc.const.N",
+                                 "ctc.kv.*"): not in the state_dict; checkpoints carry it */
+  int not_persistent;         /* register_buffer(persistent=False): in the arena, not in the state_dict */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
@@ -202,6 +204,12 @@ typedef struct Param {
   Span loc;                   /* where it was created */
 } Param;
 enum { PINIT_ZERO, PINIT_CONST, PINIT_UNIFORM, PINIT_NORMAL, PINIT_DATA };
+
+/* One key of the model's state_dict(). */
+typedef struct SdName {
+  const char *name;           /* "lm_head.weight" */
+  int param;                  /* the Program.params index holding its tensor ("transformer.wte.weight"'s) */
+} SdName;
 
 /* Instrumentation around every AD sweep and pass: compiler/main.c prints the
  * IR (--dump-before / --dump-after) and verifies it. `after` is 0 before the
@@ -217,7 +225,10 @@ struct Program {
   const char *skipped;        /* lowering: functions not taken as automatic entries, one a line with why */
   const char *notes;          /* lowering: lines dropped from loop-body entries (host only), one a line */
   const char *decode_note;    /* lowering: why forward's causal attention gave no `decode` entry, or NULL */
-  Vec(Param) params;          /* state_dict order */
+  Vec(Param) params;          /* state_dict order, then the training state */
+  Vec(SdName) state_dict;     /* the model's state_dict() keys in PyTorch's order, each with the params
+                                 index of its tensor: a tied parameter under each of its names, no
+                                 non-persistent buffer, no training state (empty: no nn.Module) */
   Vec(Func *) funcs;          /* entries; funcs.data[0] is forward */
   IrPassHook hook;            /* NULL: none */
   void *hook_ctx;

@@ -123,6 +123,23 @@ int64_t kn_flops(const Func *f, const Inst *in);
  * kernel (f = Program.funcs[index], planned in mp). */
 void kn_stats(FILE *out, const Program *p, const MemPlan *mp, const Func *f, const KnSchedule *s, int index);
 
+/* stats.c: what a model tensor is, as PyTorch and the runtime's descriptor (CTC_KIND_*)
+ * see it: an nn.Parameter, a persistent buffer, training state (optimizer, scheduler,
+ * random stream), or local (non-persistent buffers, "ctc.const.N", "ctc.kv.*": never saved). */
+enum { KN_PARAMETER, KN_BUFFER, KN_TRAINING, KN_LOCAL, KN_NKINDS };
+int kn_param_kind(const Param *pr);
+/* The tensors of each kind (a tied parameter once, as PyTorch's model.parameters()), and
+ * the state_dict's keys and values (a tied parameter under each name). */
+typedef struct KnCounts {
+  int64_t values[KN_NKINDS], bytes[KN_NKINDS];
+  int tensors[KN_NKINDS];
+  int keys;                   /* state_dict keys */
+  int64_t key_values;         /* sum(v.numel() for v in state_dict().values()) */
+} KnCounts;
+void kn_count_params(const Program *p, KnCounts *c);
+/* "parameters 7232 values in 28 tensors, buffers 0 values in 0 tensors, training state ..." */
+void kn_print_counts(FILE *out, const KnCounts *c);
+
 /* `--emit kernels`: the partition, one block per kernel, with model lines. */
 void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
 /* `--emit dot` (dot.c): the IR of every entry (sched: one schedule per Program.funcs entry) as a

@@ -13,7 +13,11 @@
  *   other              the rest (forward temporaries, optimizer arithmetic)
  *   scratch            convolution column buffers
  * The region can be larger than that sum where the first-fit packer leaves
- * holes (reported as fragmentation). */
+ * holes (reported as fragmentation).
+ *
+ * The model's tensors are counted by kind (kn_param_kind): parameters as PyTorch's
+ * sum(p.numel() for p in model.parameters()) counts them (a tied one once),
+ * persistent buffers, training state, and tensors no file holds. */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
@@ -45,6 +49,33 @@ int64_t kn_flops(const Func *f, const Inst *in) {
     return most;
   }
   }
+}
+
+int kn_param_kind(const Param *pr) {
+  if (pr->not_persistent || (pr->is_state && !strncmp(pr->name, "ctc.", 4))) return KN_LOCAL;
+  return pr->is_state ? KN_TRAINING : pr->is_buffer ? KN_BUFFER : KN_PARAMETER;
+}
+
+void kn_count_params(const Program *p, KnCounts *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < p->params.len; i++) {
+    const Param *pr = &p->params.data[i];
+    int k = kn_param_kind(pr);
+    int64_t n = ir_numel(&pr->type);
+    c->values[k] += n;
+    c->bytes[k] += n * (int64_t)ir_dtype_size(pr->type.dtype);
+    c->tensors[k]++;
+    if (!p->state_dict.len && k <= KN_BUFFER) c->keys++, c->key_values += n;   /* no nn.Module: own names */
+  }
+  for (int i = 0; i < p->state_dict.len; i++)
+    c->keys++, c->key_values += ir_numel(&p->params.data[p->state_dict.data[i].param].type);
+}
+
+void kn_print_counts(FILE *out, const KnCounts *c) {
+  static const char *const what[KN_NKINDS] = {"parameters", "buffers", "training state", "not saved"};
+  for (int k = 0; k < KN_NKINDS; k++)
+    if (k < KN_TRAINING || c->tensors[k])
+      fprintf(out, "%s%s %lld values in %d tensors", k ? ", " : "", what[k], (long long)c->values[k], c->tensors[k]);
 }
 
 static int is_gradient(const char *name) {

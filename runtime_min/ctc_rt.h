@@ -139,6 +139,25 @@ typedef struct ctc_entry {
 
 typedef struct ctc_profile ctc_profile;   /* rt_profile.c */
 
+/* What a model tensor (an entry of ctc_model_desc.params) is: ctc_model_desc.kinds. */
+enum {
+  CTC_KIND_PARAMETER = 0,  /* an nn.Parameter (PyTorch's model.parameters(): a tied one once) */
+  CTC_KIND_BUFFER = 1,     /* a persistent buffer (running_mean, num_batches_tracked) */
+  CTC_KIND_TRAINING = 2,   /* training state: optimizer moments and step counts, the learning rate,
+                              "rng.offset", "<scheduler>.last_epoch"; checkpoints carry it, and
+                              --save-training-state (CTC_SAVE_TRAINING_STATE) */
+  CTC_KIND_LOCAL = 3,      /* set by init, never saved: non-persistent buffers, ctc's constants
+                              ("ctc.const.N") and decode's caches ("ctc.kv.*") */
+  CTC_KIND_COUNT
+};
+
+/* One key of the model's state_dict(): a tied parameter has one params entry and a key
+ * under each of its names ("transformer.wte.weight" and "lm_head.weight"). */
+typedef struct ctc_sd_key {
+  const char *name;              /* "lm_head.weight" */
+  int param;                     /* the params index of its tensor */
+} ctc_sd_key;
+
 typedef struct ctc_model_desc {
   const char *name;              /* C prefix of the model: "net" */
   const char *source;            /* the model file it was compiled from */
@@ -146,7 +165,8 @@ typedef struct ctc_model_desc {
   size_t arena_bytes;            /* what <name>_init needs */
   size_t arena_align;            /* required alignment of the arena (64) */
   int nparams;
-  const ctc_tensor *params;      /* state_dict order; parameters and buffers */
+  const ctc_tensor *params;      /* every tensor the model keeps in its arena: parameters and buffers in
+                                    state_dict order (each once), then the training state (kinds) */
   int nentries;
   const ctc_entry *entries;      /* entries[0] is the default (forward) */
   int (*init)(void *model, void *arena, size_t bytes);
@@ -162,6 +182,12 @@ typedef struct ctc_model_desc {
    * out of range: the op, its model line, the element, its value and the bound) or, built with
    * `ctc build --anomaly`, CTC_ERR_ANOMALY (the first NaN or Inf). */
   const char *(*error_of)(void *model);
+  /* The model's state_dict() as PyTorch orders it (what a weights file holds): its keys, tied
+   * tensors under each name, buffers included, non-persistent ones and training state not.
+   * NULL: every params entry but the last noptional, under its own name (ctc_sd_key_at). */
+  int nstate_dict;
+  const ctc_sd_key *state_dict;
+  const unsigned char *kinds;    /* per params entry, CTC_KIND_*; NULL: parameters, then noptional training state */
 } ctc_model_desc;
 
 /* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */
@@ -281,10 +307,30 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
  * safetensors file or a PyTorch checkpoint, "ckpt.pt" or "ckpt.pt:KEY"
  * (ctc_weights_read). Floating-point data converts to the parameter's floating
  * dtype, I32 to I64. Missing tensors, wrong shapes and wrong dtypes are errors naming the tensor;
- * extra tensors in the file are ignored. The last desc->noptional parameters
- * (optimizer state) may be missing: they keep their values. */
+ * extra tensors in the file are ignored. A tied parameter is found under any of its names.
+ * Parameters and buffers must be there; the rest (training state, non-persistent buffers)
+ * is loaded when present and otherwise keeps its values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
-int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);   /* all but decode's ctc.kv.* caches */
+/* Writes the model's state_dict (ctc_sd_key_at: tied tensors under each name, buffers included)
+ * so that PyTorch's model.load_state_dict(torch.load(path)) takes it strictly: a PyTorch file
+ * for a .pt, .pth or .bin path, safetensors otherwise. */
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err);
+enum { CTC_SAVE_STATE_DICT = 0, CTC_SAVE_TRAINING_STATE = 1 };
+/* ctc_model_save, with CTC_SAVE_TRAINING_STATE: the training state after the state_dict (a file
+ * to continue training from; PyTorch's strict load_state_dict refuses its extra keys). */
+int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const char *path, int what, ctc_error *err);
+/* CTC_KIND_* of params entry i (from desc->kinds, or the noptional rule). */
+int ctc_param_kind(const ctc_model_desc *desc, int i);
+/* The number of state_dict keys, and key k's name (*name) and params index (returned). */
+int ctc_sd_count(const ctc_model_desc *desc);
+int ctc_sd_key_at(const ctc_model_desc *desc, int k, const char **name);
+/* Values and tensors of each CTC_KIND_* (a tied parameter counted once, as PyTorch's
+ * sum(p.numel() for p in model.parameters()) does). */
+typedef struct ctc_model_counts {
+  int64_t values[CTC_KIND_COUNT];
+  int tensors[CTC_KIND_COUNT];
+} ctc_model_counts;
+void ctc_model_count(const ctc_model_desc *desc, ctc_model_counts *c);
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name);
 /* Calls entry e on a batch of n: e->call_n for an entry with a run-time batch
  * (1 <= n <= e->batch_max, else CTC_ERR_SHAPE), e->call otherwise (n ignored). */

@@ -1,7 +1,7 @@
 /* rt_driver.c - the command-line program around a generated model.
  *
  *   ./net run [ENTRY] [--weights W.safetensors] --input X.npy ... [--output Y.npy ...]
- *             [--save OUT.safetensors] [--repeat N] [--verbose]
+ *             [--save OUT.safetensors [--save-training-state]] [--repeat N] [--verbose]
  *   ./net infer ...      `run` with the default entry (entries[0], "forward"); needs
  *                        --weights W, or --random-weights to run on the initial
  *                        parameters (a program without parameters, int8, neither);
@@ -162,8 +162,12 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "                            --output prints each output's name, dtype, shape, min, max,\n"
           "                            mean and first values (and the argmax of the first rows of\n"
           "                            [N, C] float outputs) to stdout\n"
-          "  --save OUT.safetensors    save the parameters after the call(s), e.g. after a\n"
-          "                            training step\n"
+          "  --save OUT.safetensors    save the model's state_dict after the call(s), e.g. after a\n"
+          "                            training step (OUT.pt: a torch.save file; either loads\n"
+          "                            into PyTorch with model.load_state_dict)\n"
+          "  --save-training-state     --save also writes the training state (optimizer moments and\n"
+          "                            steps, learning rate, rng.offset, scheduler state), to\n"
+          "                            continue training from OUT with --weights\n"
           "  --repeat N                call the entry N times; print the median ms per call to stderr\n"
           "  --profile TRACE.json      (programs built with ctc build --profile) time every kernel: write a\n"
           "                            Chrome trace and print a table per model line and op\n"
@@ -208,13 +212,31 @@ static int cmd_info(const ctc_model_desc *desc) {
     for (int k = 0; k < e->ninputs; k++) print_tensor("  input  ", &e->inputs[k]);
     for (int k = 0; k < e->noutputs; k++) print_tensor("  output ", &e->outputs[k]);
   }
-  int64_t total = 0;
-  for (int i = 0; i < desc->nparams; i++) {
-    int64_t n = ctc_tensor_numel(&desc->params[i]);
-    if (n > 0 && total <= INT64_MAX - n) total += n;
+  /* counts as PyTorch gives them (a tied parameter once), then the state_dict's keys (a tied
+   * one under each name), the training state and the tensors no file holds */
+  ctc_model_counts c;
+  ctc_model_count(desc, &c);
+  static const char *const what[CTC_KIND_COUNT] = {"parameters", "buffers", "training state",
+                                                   "not saved (non-persistent buffers, constants, caches)"};
+  for (int k = 0; k < CTC_KIND_COUNT; k++)
+    if (k < CTC_KIND_TRAINING || c.tensors[k])
+      printf("%s: %d (%lld values)\n", what[k], c.tensors[k], (long long)c.values[k]);
+  int nkeys = ctc_sd_count(desc);
+  printf("state_dict: %d key%s\n", nkeys, nkeys == 1 ? "" : "s");
+  for (int k = 0; k < nkeys; k++) {
+    const char *name;
+    int i = ctc_sd_key_at(desc, k, &name);
+    if (i < 0 || i >= desc->nparams) continue;
+    ctc_tensor t = desc->params[i];
+    t.name = name;
+    print_tensor("  ", &t);
+    if (strcmp(name, desc->params[i].name)) printf("    (tied to %s)\n", desc->params[i].name);
   }
-  printf("parameters: %d (%lld values)\n", desc->nparams, (long long)total);
-  for (int i = 0; i < desc->nparams; i++) print_tensor("  ", &desc->params[i]);
+  for (int k = CTC_KIND_TRAINING; k < CTC_KIND_COUNT; k++) {
+    if (c.tensors[k]) printf("%s:\n", k == CTC_KIND_TRAINING ? "training state tensors" : "tensors not saved");
+    for (int i = 0; i < desc->nparams; i++)
+      if (ctc_param_kind(desc, i) == k) print_tensor("  ", &desc->params[i]);
+  }
   return 0;
 }
 
@@ -240,6 +262,7 @@ typedef struct RunArgs {
   long repeat;
   int verbose, help;
   int is_infer, random_weights;   /* infer; --random-weights (infer only) */
+  int training_state;          /* --save-training-state */
 } RunArgs;
 
 /* Parses run/infer options into a (malloc'ed arrays of argv pointers). */
@@ -277,6 +300,10 @@ static int parse_run_args(int argc, char **argv, int is_infer, RunArgs *a, ctc_e
     }
     if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
       a->verbose = 1;
+      continue;
+    }
+    if (strcmp(arg, "--save-training-state") == 0) {
+      a->training_state = 1;
       continue;
     }
     if (strcmp(arg, "--random-weights") == 0) {
@@ -674,7 +701,8 @@ static int do_run(const char *prog, const ctc_model_desc *desc, const ctc_entry 
   verbose_time(a, prog, "write outputs", t0);
   if (a->save) {
     t0 = ctc_drv_now_ms();
-    if ((rc = ctc_model_save(desc, r->model, a->save, err))) return rc;
+    int what = a->training_state ? CTC_SAVE_TRAINING_STATE : CTC_SAVE_STATE_DICT;
+    if ((rc = ctc_model_save_opts(desc, r->model, a->save, what, err))) return rc;
     verbose_time(a, prog, "save weights", t0);
   }
   return CTC_OK;

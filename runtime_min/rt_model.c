@@ -1,16 +1,25 @@
 /* rt_model.c - loading and saving a generated model's parameters.
  *
- * A model's parameters live in its arena at desc->params[i].offset (the arena
- * is desc->arena_of(model)). Loading reads a safetensors file or a PyTorch
- * checkpoint (ctc_weights_read: told from the content; "ckpt.pt:KEY" names the
- * key holding the state_dict, else the dict whose names match the model's is
- * found), checks every
- * parameter first (present, exact shape, dtype) and only then copies, so a
- * failed load leaves the model untouched. Tensors in the file that the model
- * does not use are ignored. The last desc->noptional parameters (optimizer
- * state, which a file exported from PyTorch does not have) may be missing: they
- * keep their values; present ones are checked like the rest. Saving writes the
- * parameters in state_dict order, optional ones included. */
+ * A model's tensors live in its arena at desc->params[i].offset (the arena
+ * is desc->arena_of(model)); desc->kinds says what each is (parameter, buffer,
+ * training state, local) and desc->state_dict lists the model's state_dict()
+ * keys in PyTorch's order, a tied parameter under each of its names.
+ *
+ * Loading reads a safetensors file or a PyTorch checkpoint (ctc_weights_read:
+ * told from the content; "ckpt.pt:KEY" names the key holding the state_dict,
+ * else the dict whose names match the model's is found), checks every tensor
+ * first (present, exact shape, dtype) and only then copies, so a failed load
+ * leaves the model untouched. Tensors in the file that the model does not use
+ * are ignored. Parameters and buffers must be there (a tied one under any of its
+ * names); training state, which a file exported from PyTorch does not have, and
+ * non-persistent buffers keep their values when missing and are checked like
+ * the rest when present.
+ *
+ * Saving writes exactly the state_dict, in its order (a tied tensor's data under
+ * each name: safetensors has no shared tensors), so that PyTorch's strict
+ * load_state_dict takes the file; CTC_SAVE_TRAINING_STATE appends the training
+ * state. The format follows the name: .pt/.pth/.bin a torch.save file, else
+ * safetensors. */
 #include "ctc_rt.h"
 
 #include <stdlib.h>
@@ -35,6 +44,43 @@ ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t 
   int ax = t->batch_axis1 - 1;
   if (e->batch_max > 0 && ax >= 0 && ax < t->ndim) r.shape[ax] = t->shape[ax] / e->batch_max * n;
   return r;
+}
+
+int ctc_param_kind(const ctc_model_desc *desc, int i) {
+  if (desc->kinds) return desc->kinds[i] < CTC_KIND_COUNT ? desc->kinds[i] : CTC_KIND_LOCAL;
+  if (i < desc->nparams - desc->noptional) return CTC_KIND_PARAMETER;   /* a descriptor without kinds */
+  return desc->params[i].name && !strncmp(desc->params[i].name, "ctc.", 4) ? CTC_KIND_LOCAL : CTC_KIND_TRAINING;
+}
+
+int ctc_sd_count(const ctc_model_desc *desc) {
+  if (desc->state_dict) return desc->nstate_dict;
+  int n = 0;
+  for (int i = 0; i < desc->nparams; i++) n += ctc_param_kind(desc, i) <= CTC_KIND_BUFFER;
+  return n;
+}
+
+int ctc_sd_key_at(const ctc_model_desc *desc, int k, const char **name) {
+  if (desc->state_dict) {
+    *name = desc->state_dict[k].name;
+    return desc->state_dict[k].param;
+  }
+  for (int i = 0; i < desc->nparams; i++)   /* the k-th parameter or buffer */
+    if (ctc_param_kind(desc, i) <= CTC_KIND_BUFFER && k-- == 0) {
+      *name = desc->params[i].name;
+      return i;
+    }
+  *name = NULL;
+  return -1;
+}
+
+void ctc_model_count(const ctc_model_desc *desc, ctc_model_counts *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < desc->nparams; i++) {
+    int k = ctc_param_kind(desc, i);
+    int64_t n = ctc_tensor_numel(&desc->params[i]);
+    if (n > 0 && c->values[k] <= INT64_MAX - n) c->values[k] += n;
+    c->tensors[k]++;
+  }
 }
 
 /* The parameter's place in the arena, checked against desc->arena_bytes. */
@@ -93,29 +139,38 @@ static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor
   }
 }
 
+/* Params entry i's tensor in the file: under its own name, else under another
+ * state_dict key of it (a tied parameter in a file that keeps one of its names). */
+static const ctc_tensor *find_param(const ctc_model_desc *desc, const ctc_safetensors *st, int i) {
+  const ctc_tensor *f = ctc_st_find(st, desc->params[i].name);
+  const char *name;
+  for (int k = 0; !f && desc->state_dict && k < desc->nstate_dict; k++)
+    if (ctc_sd_key_at(desc, k, &name) == i) f = ctc_st_find(st, name);
+  return f;
+}
+
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err) {
   if (!desc || !model || !path) return ctc_fail(err, CTC_ERR_ARG, "ctc_model_load: NULL argument");
   unsigned char *arena = desc->arena_of ? desc->arena_of(model) : NULL;
   if (!arena && desc->nparams > 0) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
-  const char **names = malloc((size_t)(desc->nparams > 0 ? desc->nparams : 1) * sizeof *names);
+  int nkeys = desc->state_dict ? desc->nstate_dict : 0, nnames = desc->nparams + nkeys;
+  const char **names = malloc((size_t)(nnames > 0 ? nnames : 1) * sizeof *names);
   if (!names) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   for (int i = 0; i < desc->nparams; i++) names[i] = desc->params[i].name;
+  for (int k = 0; k < nkeys; k++) ctc_sd_key_at(desc, k, &names[desc->nparams + k]);
   ctc_safetensors st;
-  int rc = ctc_weights_read(&st, path, desc->nparams, names, err);
+  int rc = ctc_weights_read(&st, path, nnames, names, err);
   free(names);
   if (rc) return rc;
   size_t bytes;
-  /* Parameters from index `first_optional` on may be missing from the file. */
-  int first_optional = desc->noptional > 0 && desc->noptional <= desc->nparams ? desc->nparams - desc->noptional
-                                                                                : desc->nparams;
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    const ctc_tensor *p = &desc->params[i], *f = ctc_st_find(&st, p->name);
+    const ctc_tensor *p = &desc->params[i], *f = find_param(desc, &st, i);
     if ((rc = param_span(desc, p, &bytes, err))) break;
-    if (f || i < first_optional) rc = check_param(path, p, f, err);
+    if (f || ctc_param_kind(desc, i) <= CTC_KIND_BUFFER) rc = check_param(path, p, f, err);
   }
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    const ctc_tensor *p = &desc->params[i], *f = ctc_st_find(&st, p->name);
-    if (!f) continue;   /* an optional parameter the file lacks */
+    const ctc_tensor *p = &desc->params[i], *f = find_param(desc, &st, i);
+    if (!f) continue;   /* training state or a non-persistent buffer the file lacks */
     bytes = ctc_tensor_bytes(p);
     copy_param(arena + p->offset, p, f, bytes);
   }
@@ -123,22 +178,39 @@ int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ct
   return rc;
 }
 
-int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err) {
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const char *path, int what, ctc_error *err) {
   if (!desc || !model || !path) return ctc_fail(err, CTC_ERR_ARG, "ctc_model_save: NULL argument");
   unsigned char *arena = desc->arena_of ? desc->arena_of((void *)model) : NULL;
   if (!arena && desc->nparams > 0) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
-  if (desc->nparams <= 0) return ctc_st_write(path, 0, NULL, err);
-  ctc_tensor *ts = malloc((size_t)desc->nparams * sizeof *ts);
+  int to_pt = ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin");
+  int nkeys = ctc_sd_count(desc), cap = nkeys + desc->nparams;
+  ctc_tensor *ts = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ts);
   if (!ts) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   int rc = CTC_OK, n = 0;
   size_t bytes;
-  for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
-    if (desc->params[i].name && !strncmp(desc->params[i].name, "ctc.kv.", 7)) continue;   /* decode's caches: scratch */
+  for (int k = 0; k < nkeys + desc->nparams && rc == CTC_OK; k++) {
+    const char *name = NULL;
+    int i = k < nkeys ? ctc_sd_key_at(desc, k, &name) : k - nkeys;
+    if (k >= nkeys && (!(what & CTC_SAVE_TRAINING_STATE) || ctc_param_kind(desc, i) != CTC_KIND_TRAINING)) continue;
+    if (i < 0 || i >= desc->nparams) {
+      rc = ctc_fail(err, CTC_ERR_ARG, "state_dict key %d names no tensor of the model", k);
+      break;
+    }
     ts[n] = desc->params[i];
+    if (name) ts[n].name = name;
     if ((rc = param_span(desc, &ts[n], &bytes, err)) == CTC_OK) ts[n].data = arena + ts[n].offset;
     n++;
   }
-  if (rc == CTC_OK) rc = ctc_st_write(path, n, ts, err);
+  if (rc == CTC_OK) rc = to_pt ? ctc_pt_write(path, n, ts, err) : ctc_st_write(path, n, ts, err);
   free(ts);
   return rc;
+}
+
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err) {
+  return ctc_model_save_opts(desc, model, path, CTC_SAVE_STATE_DICT, err);
 }

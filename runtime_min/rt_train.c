@@ -27,7 +27,7 @@
  * --resume work as for samples (tests/test_text.py draws the same windows).
  *
  *   ./net train --data X --labels Y --epochs E [--weights W] [--batch B] [--no-shuffle]
- *               [--seed S] [--test-data X --test-labels Y] [--save OUT] [--log FILE]
+ *               [--seed S] [--test-data X --test-labels Y] [--save OUT [--save-training-state]] [--log FILE]
  *               [--normalize MEAN,STD] [--limit N] [--checkpoint DIR [--checkpoint-every N]]
  *               [--resume DIR] [--nan-policy stop|skip]
  *
@@ -97,6 +97,7 @@ typedef struct TrainArgs {
   long long batch, epochs, limit; /* 0: not given */
   unsigned long long seed;
   int no_shuffle, help, have_seed;
+  int training_state;              /* --save-training-state */
   const char *checkpoint, *resume; /* DIR of --checkpoint / --resume */
   long long ckpt_every;            /* --checkpoint-every N (steps); 0: at the end of each epoch only */
   int nan_skip;                    /* --nan-policy skip */
@@ -143,7 +144,10 @@ static void train_usage(FILE *f, const char *prog, const ctc_entry *step) {
           "                            or the accuracy from the argmax of the forward entry's\n"
           "                            logits (with a ReduceLROnPlateau, also their mean cross-\n"
           "                            entropy as the test loss, which its step() gets)\n"
-          "  --save OUT.safetensors    write the parameters (and optimizer state) at the end\n"
+          "  --save OUT.safetensors    write the model's state_dict at the end (OUT.pt: a torch.save\n"
+          "                            file); PyTorch's model.load_state_dict takes either\n"
+          "  --save-training-state     --save also writes the training state (optimizer, scheduler,\n"
+          "                            random stream), to continue from OUT with --weights\n"
           "  --log FILE.csv            write `epoch,step,loss`, one row per training step\n"
           "  --checkpoint DIR          write DIR/checkpoint.safetensors (parameters, optimizer and\n"
           "                            scheduler state, random stream, position in the data and\n"
@@ -205,6 +209,10 @@ static int parse_train_args(int argc, char **argv, TrainArgs *a, ctc_error *err)
     }
     if (!strcmp(arg, "--no-shuffle")) {
       a->no_shuffle = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--save-training-state")) {
+      a->training_state = 1;
       continue;
     }
     if (arg[0] != '-' || arg[1] == '\0') return ctc_fail(err, CTC_ERR_ARG, "unexpected argument '%s'", arg);
@@ -1444,7 +1452,8 @@ static int do_train(const char *prog, const ctc_model_desc *desc, TrainArgs *a, 
   }
   if ((rc = commit_log(t, err))) return rc;
   if (a->save && t->rank == 0) {
-    if ((rc = ctc_model_save(desc, t->r.model, a->save, err))) return rc;
+    int what = a->training_state ? CTC_SAVE_TRAINING_STATE : CTC_SAVE_STATE_DICT;
+    if ((rc = ctc_model_save_opts(desc, t->r.model, a->save, what, err))) return rc;
     if (a->text) return write_vocab(a->save, t, err);
   }
   return CTC_OK;

@@ -90,7 +90,7 @@ def per_case(tmp, src, name, ncases, steps, state, step_fn=None, make_batch=None
         np.save(tmp / "y.npy", y.astype(np.int64))
         nxt = tmp / f"w{k}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
-             "--save", nxt])
+             "--save", nxt, "--save-training-state"])
         w = nxt
         mod.train_step(torch.from_numpy(np.load(tmp / "x.npy")), torch.from_numpy(np.load(tmp / "y.npy")))
         got = st_read(w)
@@ -174,7 +174,7 @@ def schedulers(tmp):
         np.save(tmp / "y.npy", y)
         nxt = tmp / f"sw{k}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
-             "--save", nxt])
+             "--save", nxt, "--save-training-state"])
         w = nxt
         mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
         got = st_read(w)

@@ -76,7 +76,7 @@ def test_failed_save_keeps_the_old_checkpoint(setup, budget):
     tmp = setup
     out = tmp / "ckpt.safetensors"
     args = [tmp / "net", "run", "train_step", "--weights", tmp / "w0.safetensors", "--input", tmp / "x.npy",
-            "--input", tmp / "y.npy", "--save", out]
+            "--input", tmp / "y.npy", "--save", out, "--save-training-state"]
     run(args)   # a good checkpoint first
     before = out.read_bytes()
     assert len(before) > 5000

@@ -229,7 +229,7 @@ def test_train_step_partial_batch(tmp_path, src, name):
     np.save(os.path.join(tmp, "x.npy"), x)
     np.save(os.path.join(tmp, "y.npy"), y)
     run([exe, "run", "train_step", "--weights", w0, "--input", os.path.join(tmp, "x.npy"), "--input",
-         os.path.join(tmp, "y.npy"), "--output", os.path.join(tmp, "loss.npy"), "--save", w1])
+         os.path.join(tmp, "y.npy"), "--output", os.path.join(tmp, "loss.npy"), "--save", w1, "--save-training-state"])
     loss = torch_step(mod.model, mod.optimizer, x, y)
     compare("loss", np.load(os.path.join(tmp, "loss.npy")), loss, rtol=1e-4, atol=1e-6)
     got = st_read(w1)
@@ -259,7 +259,7 @@ def test_train_last_partial_batch(tmp_path):
     np.save(os.path.join(tmp, "ty.npy"), ty)
     r = run([exe, "train", "--data", os.path.join(tmp, "x.npy"), "--labels", os.path.join(tmp, "y.npy"),
              "--test-data", os.path.join(tmp, "tx.npy"), "--test-labels", os.path.join(tmp, "ty.npy"),
-             "--weights", w0, "--epochs", "1", "--batch", "16", "--no-shuffle", "--save", w1])
+             "--weights", w0, "--epochs", "1", "--batch", "16", "--no-shuffle", "--save", w1, "--save-training-state"])
     for s in (0, 16, 32):
         torch_step(mod.model, mod.optimizer, x[s:s + 16], y[s:s + 16])
     got = st_read(w1)

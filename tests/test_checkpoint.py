@@ -86,7 +86,7 @@ def position(ckdir):
 def reference(net, tmp_path, epochs, *extra):
     out = tmp_path / "ref.safetensors"
     train(net, "--epochs", epochs, "--seed", "5", "--checkpoint", tmp_path / "ref_ck", "--checkpoint-every", "7",
-          "--save", out, *extra)
+          "--save", out, "--save-training-state", *extra)
     return out.read_bytes()
 
 
@@ -109,7 +109,7 @@ def wait_for_checkpoint(proc, ckdir, extra_s=0.02):
 def resume(net, tmp_path, epochs, ckdir):
     out = tmp_path / "resumed.safetensors"
     r = train(net, "--epochs", epochs, "--resume", ckdir, "--checkpoint", ckdir, "--checkpoint-every", "7",
-              "--save", out)
+              "--save", out, "--save-training-state")
     return out.read_bytes(), r
 
 
@@ -215,7 +215,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(net, tmp_path):
     xbad = poisoned(net, tmp_path, [20])  # sample 20: step 3 in file order
     ck, out = tmp_path / "ck", tmp_path / "out.safetensors"
     r = run([net / "net", "train", "--data", xbad, "--labels", net / "y.npy", "--epochs", "2", "--no-shuffle",
-             "--checkpoint", ck, "--checkpoint-every", "1", "--save", out, "--log", tmp_path / "log.csv"], check=False)
+             "--checkpoint", ck, "--checkpoint-every", "1", "--save", out, "--save-training-state", "--log", tmp_path / "log.csv"], check=False)
     assert r.returncode == 1, r.stderr
     assert (f"net: error: loss is nan at epoch 1, step 3 (step 3 of the run): training stopped (--nan-policy skip "
             f"would undo such steps and go on); the last checkpoint, {ck}/{CKPT} (epoch 1, 2 steps done), is kept"
@@ -228,7 +228,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(net, tmp_path):
     run([net / "net", "train", "--data", net / "x.npy", "--labels", net / "y.npy", "--epochs", "1", "--no-shuffle",
          "--checkpoint", clean, "--checkpoint-every", "2"])
     run([net / "net", "train", "--data", net / "x.npy", "--labels", net / "y.npy", "--epochs", "1", "--no-shuffle",
-         "--limit", "16", "--save", tmp_path / "two.safetensors"])
+         "--limit", "16", "--save", tmp_path / "two.safetensors", "--save-training-state"])
     two = st_read(tmp_path / "two.safetensors")
     mine = st_read(ck / CKPT)
     for k in two:
@@ -243,7 +243,7 @@ def test_nan_loss_skip_undoes_the_step(net, tmp_path):
     xbad = poisoned(net, tmp_path, [17])  # step 3: samples 16..23
     skip = tmp_path / "skip.safetensors"
     r = run([net / "net", "train", "--data", xbad, "--labels", net / "y.npy", "--epochs", "1", "--no-shuffle",
-             "--nan-policy", "skip", "--save", skip])
+             "--nan-policy", "skip", "--save", skip, "--save-training-state"])
     assert "net: warning: loss is nan at epoch 1, step 3 (step 3 of the run): update skipped" in r.stderr
     assert "(1 step skipped)" in r.stdout
     keep = np.r_[0:16, 24:N]
@@ -251,7 +251,7 @@ def test_nan_loss_skip_undoes_the_step(net, tmp_path):
     np.save(tmp_path / "y7.npy", np.load(net / "y.npy")[keep])
     want = tmp_path / "want.safetensors"
     run([net / "net", "train", "--data", tmp_path / "x7.npy", "--labels", tmp_path / "y7.npy", "--epochs", "1",
-         "--no-shuffle", "--save", want])
+         "--no-shuffle", "--save", want, "--save-training-state"])
     assert skip.read_bytes() == want.read_bytes()
 
 

@@ -125,7 +125,7 @@ def _forward_and_step(tmp, exe, tag, w, **env):
     out, loss, saved = (tmp / f"{tag}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
     r1 = run_env([exe, "run", "forward", "--weights", w, "--input", tmp / "x.npy", "--output", out], **env)
     r2 = run_env([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
-                  "--output", loss, "--save", saved], **env)
+                  "--output", loss, "--save", saved, "--save-training-state"], **env)
     return np.load(out), np.load(loss), st_read(str(saved)), r1.stderr + r2.stderr
 
 
@@ -311,7 +311,7 @@ def test_train_keeps_parameters_on_the_device(tmp_path, rt_objects):
     for tag, exe in (("cuda", emu), ("c", cexe)):
         out = tmp_path / f"{tag}_w.safetensors"
         run_env([exe, "train", "--data", tmp_path / "X.npy", "--labels", tmp_path / "Y.npy", "--epochs", "3",
-                 "--no-shuffle", "--nan-policy", "skip", "--checkpoint", tmp_path / f"{tag}_ck", "--save", out])
+                 "--no-shuffle", "--nan-policy", "skip", "--checkpoint", tmp_path / f"{tag}_ck", "--save", out, "--save-training-state"])
         res[tag] = (st_read(str(out)), st_read(str(tmp_path / f"{tag}_ck" / "checkpoint.safetensors")))
     for i, what in enumerate(("--save", "checkpoint")):
         got, want = res["cuda"][i], res["c"][i]

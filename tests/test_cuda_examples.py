@@ -201,7 +201,7 @@ def test_examples_emulated_match_c_target(tmp_path, rel, rt_objects):
         for tag, exe in (("cuda", emu), ("c", cexe)):
             outs = [tmp_path / f"{tag}_{entry}_out{k}.npy" for k in range(nout)]
             w = tmp_path / f"{tag}_{entry}_w.safetensors"   # the parameters after the entry (a step updates them)
-            run_env([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)], "--save", w])
+            run_env([exe, "run", entry, *args, *[x for o in outs for x in ("--output", o)], "--save", w, "--save-training-state"])
             got[tag] = [np.load(o) for o in outs]
             saved[tag] = st_read(str(w))
         for k in range(nout):

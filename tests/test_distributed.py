@@ -131,7 +131,7 @@ def test_ranks_train_like_one_process_on_the_global_batch(work, P, env):
     """-np 2 (22 samples: 11 per rank, 2 steps of 4) and -np 3 (uneven: padded to 24, 8 per rank)."""
     out = work / f"p{P}.safetensors"
     r = mpirun(work, P, "./netd", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 2, "--seed", 5,
-               "--weights", "init.safetensors", "--save", out, "--log", f"log{P}.csv", env=env)
+               "--weights", "init.safetensors", "--save", out, "--save-training-state", "--log", f"log{P}.csv", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     want, steps = reference(work, P, 2, 5)
     check_same(st_read(out), want)
@@ -145,9 +145,9 @@ def test_one_rank_is_the_plain_program(work):
     and only the distributed one links MPI."""
     run([CTC, "build", work / "mlp.py", "-o", work / "nets", *ENTRY])
     args = ["train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 1, "--weights", "init.safetensors"]
-    r = mpirun(work, 1, "./netd", *args, "--save", "d1.safetensors")
+    r = mpirun(work, 1, "./netd", *args, "--save", "d1.safetensors", "--save-training-state")
     assert r.returncode == 0, r.stderr
-    run([work / "nets", *args, "--save", work / "s1.safetensors"], cwd=work)
+    run([work / "nets", *args, "--save", work / "s1.safetensors", "--save-training-state"], cwd=work)
     a, b = st_read(work / "d1.safetensors"), st_read(work / "s1.safetensors")
     assert all(np.array_equal(a[k], b[k]) for k in b)
     ldd = shutil.which("ldd")
@@ -164,8 +164,8 @@ def test_ddp_spelling(work):
     assert "ctc_comm_world()" in src and src.count("->start(") >= 3
     args = ["train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 1, "--seed", 2, "--weights",
             "init.safetensors"]
-    r1 = mpirun(work, 2, "./netddp", *args, "--save", "ddp.safetensors")
-    r2 = mpirun(work, 2, "./netd", *args, "--save", "flag.safetensors")
+    r1 = mpirun(work, 2, "./netddp", *args, "--save", "ddp.safetensors", "--save-training-state")
+    r2 = mpirun(work, 2, "./netd", *args, "--save", "flag.safetensors", "--save-training-state")
     assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
     a, b = st_read(work / "ddp.safetensors"), st_read(work / "flag.safetensors")
     assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in b)
@@ -237,7 +237,7 @@ def test_accumulation_and_clipping(work):
     run([CTC, "build", work / "accum.py", "-o", work / "neta", "--distributed", "mpi", "--bucket-mb", "0.001", *ENTRY])
     P = 2
     r = mpirun(work, P, "./neta", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 1, "--seed", 1,
-               "--weights", "init.safetensors", "--save", "accum.safetensors")
+               "--weights", "init.safetensors", "--save", "accum.safetensors", "--save-training-state")
     assert r.returncode == 0, r.stdout + r.stderr
     torch.set_num_threads(1)
     mod = load_module(str(work / "accum.py"), "dist_accum")

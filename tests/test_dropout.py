@@ -59,7 +59,7 @@ def test_dropout_statistics_and_stream(tmp_path):
     w = None
     for step in range(2):
         args = [exe, "run", "drop", "--input", tmp_path / "x.npy", "--output", tmp_path / f"y{step}.npy",
-                "--save", tmp_path / f"s{step}.safetensors"]
+                "--save", tmp_path / f"s{step}.safetensors", "--save-training-state"]
         if w:
             args += ["--weights", w]
         run(args)
@@ -87,7 +87,7 @@ def test_dropout_in_a_training_step(tmp_path):
     np.save(tmp_path / "x.npy", rng.standard_normal((16, 100)).astype(np.float32))
     np.save(tmp_path / "y.npy", rng.integers(0, 10, 16).astype(np.int64))
     run([exe, "run", "train_step", "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-         "--save", tmp_path / "s.safetensors", "--repeat", "3"])
+         "--save", tmp_path / "s.safetensors", "--save-training-state", "--repeat", "3"])
     s = st_read(tmp_path / "s.safetensors")
     assert int(s["rng.offset"]) == 3 * 16 * 100
     for k in range(2):

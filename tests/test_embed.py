@@ -166,7 +166,7 @@ def test_python_module_matches_pytorch(tmp_path):
         sd = m.state_dict()
         assert list(sd) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"], list(sd)
         np.savez("sd.npz", **sd)
-        m.save("after.safetensors")
+        m.save("after.safetensors", training_state=True)
         m2 = netmod.Model()
         m2.load("after.safetensors")                             # optimizer state included
         assert np.array_equal(m2.forward(x), m.forward(x))

@@ -257,7 +257,7 @@ def run_program(exe, workdir, rng_seed):
         return "info lists no entry:\n" + r.stdout
     rng = np.random.default_rng(rng_seed)
     for entry, inputs, nout in entries:
-        args = [exe, "run", entry, "--repeat", "2", "--save", os.path.join(workdir, "w.safetensors")]
+        args = [exe, "run", entry, "--repeat", "2", "--save", os.path.join(workdir, "w.safetensors"), "--save-training-state"]
         for k, (name, dt, shape) in enumerate(inputs):
             if dt in ("f32", "f64"):
                 a = rng.standard_normal(shape).astype(_NP_DTYPE[dt])

@@ -214,7 +214,7 @@ def test_f64_train_step_equals_torch_float64(tiny, tmp_path):
             loss = mod.train_step(torch.from_numpy(x.astype(np.float32).astype(np.float64)), torch.from_numpy(y))
             out = tmp_path / f"w{step + 1}.safetensors"
             _run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
-                  tmp_path / "y.npy", "--output", tmp_path / "loss.npy", "--save", out])
+                  tmp_path / "y.npy", "--output", tmp_path / "loss.npy", "--save", out, "--save-training-state"])
             w = out
             np.testing.assert_allclose(np.load(tmp_path / "loss.npy"), loss.item(), rtol=1e-12)
         from ctc_testlib import st_read

@@ -256,7 +256,7 @@ def test_fused_matches_unfused(tmp_path, case):
         out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
         run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--output", str(out)])
         run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
-             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--repeat", "2"])
+             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--save-training-state", "--repeat", "2"])
         res[mode] = (np.load(out), np.load(loss), st_read(str(saved)))
     (fo, fl, fw), (uo, ul, uw) = res["fused"], res["unfused"]
     np.testing.assert_allclose(fo, uo, rtol=1e-6, atol=1e-6)
@@ -427,7 +427,7 @@ def test_gemm_paths_agree(tmp_path):
         out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))
         run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"), "--output", str(out)])
         run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
-             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--repeat", "2"])
+             "--input", str(tmp_path / "y.npy"), "--output", str(loss), "--save", str(saved), "--save-training-state", "--repeat", "2"])
         res[mode] = (np.load(out), np.load(loss), st_read(str(saved)))
     bo, bl, bw = res["blas"]
     for mode in ("portable", "serial"):
@@ -705,7 +705,7 @@ def test_gemm_epilogues(tmp_path):
     saved = tmp_path / "after.safetensors"
     run([str(exe), "run", "train_step", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
          "--input", str(tmp_path / "s.npy"), "--input", str(tmp_path / "y.npy"), "--output",
-         str(tmp_path / "loss.npy"), "--save", str(saved), "--repeat", "2"])
+         str(tmp_path / "loss.npy"), "--save", str(saved), "--save-training-state", "--repeat", "2"])
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     for _ in range(2):
         opt.zero_grad()

@@ -292,7 +292,7 @@ def test_batchnorm_training_steps(tmp_path, momentum):
         np.save(tmp_path / "y.npy", y)
         nxt = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--output", tmp_path / "loss.npy", "--save", nxt])
+             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
         lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
         compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
         w = nxt
@@ -389,7 +389,7 @@ def test_random_tensors_in_training_steps(tmp_path):
     for step in range(2):
         nxt = tmp_path / f"w{step + 1}.safetensors"
         outs = [tmp_path / f"o{k}.npy" for k in range(5)]
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--save", nxt] +
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--save", nxt, "--save-training-state"] +
             sum([["--output", o] for o in outs], []))
         loss, eps, u, z, ud = [np.load(o) for o in outs]
         assert ud.dtype == np.float64 and u.dtype == np.float32
@@ -643,7 +643,7 @@ def test_dcgan_training_steps(tmp_path):
         np.save(tmp_path / "n.npy", noise)
         nxt = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "r.npy", "--input", tmp_path / "n.npy",
-             "--output", tmp_path / "ld.npy", "--output", tmp_path / "lg.npy", "--save", nxt])
+             "--output", tmp_path / "ld.npy", "--output", tmp_path / "lg.npy", "--save", nxt, "--save-training-state"])
         ld, lg = mod.train_step(torch.from_numpy(real), torch.from_numpy(noise))
         compare(f"errD at step {step}", float(np.load(tmp_path / "ld.npy")), float(ld), 1e-4, 1e-5)
         compare(f"errG at step {step}", float(np.load(tmp_path / "lg.npy")), float(lg), 1e-4, 1e-5)

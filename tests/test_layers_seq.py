@@ -176,7 +176,7 @@ def test_word_language_model_style(tmp_path, kind, opt, lr):
             np.save(tmp_path / f"t{i}.npy", a)
         nxt = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w] + sum([["--input", tmp_path / f"t{i}.npy"] for i in range(4)], [])
-            + ["--output", tmp_path / "loss.npy", "--save", nxt])
+            + ["--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
         lt = float(mod.train_step(torch.from_numpy(data), torch.from_numpy(targets), torch.from_numpy(h0),
                                   torch.from_numpy(c0)))
         compare(f"{kind} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
@@ -259,7 +259,7 @@ def test_time_sequence_prediction_style(tmp_path):
     for step in range(3):
         nxt = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--output", tmp_path / "loss.npy", "--save", nxt])
+             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
         lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
         compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
         w = nxt
@@ -482,7 +482,7 @@ def _train_check(tmp_path, src, name, fwd_inputs, batches):
         nxt = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w] + sum([["--input", tmp_path / f"t{i}.npy"]
                                                               for i in range(len(batch))], [])
-            + ["--output", tmp_path / "loss.npy", "--save", nxt])
+            + ["--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
         lt = float(mod.train_step(*[torch.from_numpy(a) for a in batch]))
         compare(f"{name} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
         w = nxt
@@ -646,7 +646,7 @@ def test_dropout_between_layers(tmp_path):
         eval_loss = float(torch.nn.functional.nll_loss(want, torch.from_numpy(targets)))
     compare("eval forward with dropout=0.5", np.load(tmp_path / "e.npy"), want.numpy(), 1e-4, 1e-5)
     tins = sum([["--input", tmp_path / f"d{i}.npy"] for i in (0, 3, 1, 2)], [])
-    run([exe, "run", "train_step", "--weights", w] + tins + ["--output", tmp_path / "l.npy", "--save", tmp_path / "w1.st"])
+    run([exe, "run", "train_step", "--weights", w] + tins + ["--output", tmp_path / "l.npy", "--save", tmp_path / "w1.st", "--save-training-state"])
     loss = float(np.load(tmp_path / "l.npy"))
     assert np.isfinite(loss) and abs(loss - eval_loss) > 1e-2, (loss, eval_loss)
 

@@ -92,7 +92,7 @@ def test_emulated_cuda_entries_train_like_one_process(work):
             "fc3.weight": (C, H), "fc3.bias": (C,)}
     st_write(work / "init.safetensors", {k: (r.standard_normal(s) * 0.3).astype(np.float32) for k, s in init.items()})
     res = mpirun(work, 2, "./net_emu", "train", "--data", "x.npy", "--labels", "y.npy", "--epochs", 2, "--seed", 5,
-                 "--weights", "init.safetensors", "--save", "emu.safetensors", env={"OMP_WAIT_POLICY": "passive"},
+                 "--weights", "init.safetensors", "--save", "emu.safetensors", "--save-training-state", env={"OMP_WAIT_POLICY": "passive"},
                  timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     want, steps = reference(work, 2, 2, 5)

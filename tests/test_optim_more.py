@@ -179,7 +179,7 @@ def train_paired(tmp_path, src, name, steps=20, rtol=1e-4, atol=1e-6, make_batch
         nxt = tmp_path / f"w{k}.safetensors"
         outs = [tmp_path / f"o{i}.npy" for i in range(nout)]
         args = [exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input",
-                tmp_path / "y.npy", "--save", nxt]
+                tmp_path / "y.npy", "--save", nxt, "--save-training-state"]
         for o in outs:
             args += ["--output", o]
         run(args)

@@ -113,9 +113,9 @@ def test_training_program_under_asan_ubsan(asan_ctc, tmp_path):
     net("infer", "--random-weights", "--input", "in.npy", "--output", "out.npy")
     net("bench", "train_step", "--iters", "2", "--warmup", "1", "--int-max", "4")
     net("train", *data, "--epochs", "3", "--seed", "3", "--test-data", "x.npy", "--test-labels", "y.npy",
-        "--log", "log.csv", "--save", "full.safetensors")
+        "--log", "log.csv", "--save", "full.safetensors", "--save-training-state")
     net("train", *data, "--epochs", "1", "--seed", "3", "--checkpoint", "ck", "--checkpoint-every", "3")
-    net("train", *data, "--epochs", "3", "--resume", "ck", "--checkpoint", "ck", "--save", "resumed.safetensors")
+    net("train", *data, "--epochs", "3", "--resume", "ck", "--checkpoint", "ck", "--save", "resumed.safetensors", "--save-training-state")
     assert (tmp_path / "full.safetensors").read_bytes() == (tmp_path / "resumed.safetensors").read_bytes()
     r = net("train", "--data", "xnan.npy", "--labels", "y.npy", "--epochs", "1", "--nan-policy", "skip")
     assert "update skipped" in r.stderr

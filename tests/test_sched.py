@@ -65,7 +65,7 @@ def test_epoch_schedule(tmp_path, cls):
     mod = load_module(str(path), "sched_" + cls)
     w = None
     for k in range(10):
-        args = [exe, "run", "scheduler_step", "--save", tmp_path / f"w{k}.safetensors"]
+        args = [exe, "run", "scheduler_step", "--save", tmp_path / f"w{k}.safetensors", "--save-training-state"]
         if w:
             args += ["--weights", w]
         run(args)
@@ -91,7 +91,7 @@ def paired_steps(tmp_path, exe, mod, steps, seed, each=None):
         np.save(tmp_path / "y.npy", y)
         nxt = tmp_path / f"w{k}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt])
+             "--save", nxt, "--save-training-state"])
         w = nxt
         mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
         if each:
@@ -115,7 +115,7 @@ def test_train_command_steps_the_scheduler(tmp_path):
     np.save(tmp_path / "x.npy", rng.standard_normal((8, 6)).astype(np.float32))
     np.save(tmp_path / "y.npy", rng.integers(0, 3, 8).astype(np.int64))
     run([exe, "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--epochs", "3",
-         "--batch", "4", "--save", tmp_path / "out.safetensors"])
+         "--batch", "4", "--save", tmp_path / "out.safetensors", "--save-training-state"])
     assert abs(float(st_read(tmp_path / "out.safetensors")["optimizer.lr"]) - 0.1 * 0.5 ** 3) < 1e-8
 
 

@@ -111,7 +111,7 @@ def drive(tmp_path, src, name, cases, epochs):
             np.save(tmp_path / "e.npy", np.array(ep, dtype=np.int64))
             args += ["--input", tmp_path / "e.npy"]
         nxt = tmp_path / f"w{k}.safetensors"
-        run(args + ["--save", nxt])
+        run(args + ["--save", nxt, "--save-training-state"])
         w = nxt
         if ep is None:
             mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
@@ -213,7 +213,7 @@ def test_state_dict_and_get_last_lr(tmp_path):
         np.save(tmp_path / "y.npy", y)
         outs = [tmp_path / f"o{j}.npy" for j in range(5)]
         args = [exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-                "--save", tmp_path / f"w{k}.safetensors"]
+                "--save", tmp_path / f"w{k}.safetensors", "--save-training-state"]
         for o in outs:
             args += ["--output", o]
         run(args)

@@ -111,7 +111,7 @@ def drive(tmp_path, exe, mod, cases, steps, between=None, seed=0, rtol_p=1e-4):
         np.save(tmp_path / "y.npy", y)
         nxt = tmp_path / f"w{k}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt])
+             "--save", nxt, "--save-training-state"])
         w = nxt
         mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
         if between:
@@ -235,7 +235,7 @@ def test_reduce_lr_on_plateau(tmp_path):
         m = np.array(METRICS[k], dtype=np.float32)
         np.save(tmp_path / "m.npy", m)
         nxt = tmp_path / f"p{k}.safetensors"
-        run([exe, "run", "end_of_epoch", "--weights", w, "--input", tmp_path / "m.npy", "--save", nxt])
+        run([exe, "run", "end_of_epoch", "--weights", w, "--input", tmp_path / "m.npy", "--save", nxt, "--save-training-state"])
         mod.end_of_epoch(torch.from_numpy(m))
         got = st_read(nxt)
         for i in range(len(PLATEAU)):
@@ -266,7 +266,7 @@ def test_epoch_entries_of_composed(tmp_path):
             for name in stepped[0] if stepped else ["{s}"]:
                 name = name.format(s=f"s{i}")
                 nxt = tmp_path / f"e{k}_{name}.safetensors"
-                run([exe, "run", f"{name}_step", "--weights", w, "--save", nxt])
+                run([exe, "run", f"{name}_step", "--weights", w, "--save", nxt, "--save-training-state"])
                 getattr(mod, name).step()
                 w = nxt
         return w
@@ -325,7 +325,7 @@ def test_train_feeds_plateau_the_test_loss(tmp_path):
     w, lrs = None, []
     for epoch, count in enumerate([1, 1, 1, 1, 3]):
         out = tmp_path / f"t{epoch}.safetensors"
-        res = run(common + ["--epochs", str(count), "--save", out] + (["--weights", w] if w else []))
+        res = run(common + ["--epochs", str(count), "--save", out, "--save-training-state"] + (["--weights", w] if w else []))
         losses = [float(v) for v in re.findall(r"test loss (\d+\.\d+)", res.stdout)]
         assert len(losses) == count, res.stdout
         got = st_read(out)

@@ -342,7 +342,7 @@ def test_training_with_stopped_gradients(tmp_path, name, body):
             np.save(tmp_path / f"in{i}.npy", a)
             args += ["--input", tmp_path / f"in{i}.npy"]
         w = tmp_path / f"w{step + 1}.safetensors"
-        run(args + ["--output", tmp_path / "loss.npy", "--save", w])
+        run(args + ["--output", tmp_path / "loss.npy", "--save", w, "--save-training-state"])
         want = float(mod.update(*[torch.from_numpy(a) for a in arrays]))
         compare(f"{name}: loss at step {step}", np.load(tmp_path / "loss.npy"), np.array(want, np.float32), 1e-4, 1e-6)
     got = st_read(w)

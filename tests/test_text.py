@@ -88,7 +88,7 @@ def test_char_gpt_learns_fortunes(tmp_path):
     exe = str(tmp_path / "gpt")
     ctc_build(CHAR_GPT, exe)
     r = subprocess.run([exe, "train", "--text", tmp_path / "fortunes.txt", "--steps", "1500", "--eval-interval", "250",
-                        "--val-fraction", "0.1", "--save", tmp_path / "gpt.safetensors"], capture_output=True,
+                        "--val-fraction", "0.1", "--save", tmp_path / "gpt.safetensors", "--save-training-state"], capture_output=True,
                        text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     val = [float(v) for v in re.findall(r"val loss ([\d.]+)", r.stdout)]
@@ -120,7 +120,7 @@ def test_train_text_matches_torch(char_exe, tmp_path):
     r = subprocess.run([exe, "train", "--text", tmp_path / "t.txt", "--block", "16", "--steps", "6",
                         "--eval-interval", "3", "--eval-iters", "2", "--val-fraction", "0.1", "--seed", "7",
                         "--weights", tmp_path / "init.safetensors", "--log", tmp_path / "log.csv",
-                        "--save", tmp_path / "out.safetensors"], capture_output=True, text=True, timeout=120)
+                        "--save", tmp_path / "out.safetensors", "--save-training-state"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     vocab = sorted(set(TEXT))
     assert (tmp_path / "out.vocab.txt").read_text(encoding="utf-8") == "".join(vocab)
@@ -337,8 +337,8 @@ def test_text_resume(char_exe, tmp_path):
     (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
     common = ["--text", tmp_path / "t.txt", "--eval-interval", "5"]
     for args in (["--steps", "10", "--seed", "3", "--checkpoint", tmp_path / "ck"],
-                 ["--steps", "20", "--resume", tmp_path / "ck", "--save", tmp_path / "b.safetensors"],
-                 ["--steps", "20", "--seed", "3", "--save", tmp_path / "c.safetensors"]):
+                 ["--steps", "20", "--resume", tmp_path / "ck", "--save", tmp_path / "b.safetensors", "--save-training-state"],
+                 ["--steps", "20", "--seed", "3", "--save", tmp_path / "c.safetensors", "--save-training-state"]):
         r = subprocess.run([exe, "train", *common, *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
     assert (tmp_path / "ck" / "checkpoint.vocab.txt").exists()

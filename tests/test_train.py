@@ -82,7 +82,7 @@ def trajectory(tmp_path, name, opt, loss_args=""):
         np.save(tmp_path / "y.npy", y)
         w_next = tmp_path / f"w{step + 1}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--output", tmp_path / "loss.npy", "--save", w_next])
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
         losses_c.append(float(np.load(tmp_path / "loss.npy")))
         losses_t.append(float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y))))
         w = w_next

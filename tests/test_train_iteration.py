@@ -79,7 +79,7 @@ def test_train_passes_the_iteration(tmp_path):
     common = ["--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--weights", tmp_path / "w0.safetensors",
               "--no-shuffle"]
     # 5 steps per epoch, 3 epochs: iterations 0..14 cross the warmup and the cosine and pass `total`
-    run([exe, "train", *common, "--epochs", "3", "--save", tmp_path / "out.safetensors"])
+    run([exe, "train", *common, "--epochs", "3", "--save", tmp_path / "out.safetensors", "--save-training-state"])
     got = st_read(tmp_path / "out.safetensors")
     want = torch_steps(mod, x, y, 4, 3, w0)
     for k, v in want.items():
@@ -88,7 +88,7 @@ def test_train_passes_the_iteration(tmp_path):
     ck = tmp_path / "ck"
     run([exe, "train", *common, "--epochs", "1", "--checkpoint", ck])
     run([exe, "train", *common[:4], "--no-shuffle", "--epochs", "3", "--resume", ck,
-         "--save", tmp_path / "resumed.safetensors"])
+         "--save", tmp_path / "resumed.safetensors", "--save-training-state"])
     res = st_read(tmp_path / "resumed.safetensors")
     for k in want:
         assert np.array_equal(res[k], got[k]), k

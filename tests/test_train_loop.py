@@ -76,7 +76,7 @@ def test_train_matches_pytorch(built):
         np.save(d / f"{name}.npy", a)
     r = run([exe, "train", "--weights", d / "init.safetensors", "--data", d / "x.npy", "--labels", d / "y.npy",
              "--test-data", d / "tx.npy", "--test-labels", d / "ty.npy", "--epochs", 2, "--no-shuffle",
-             "--save", d / "out.safetensors", "--log", d / "log.csv"])
+             "--save", d / "out.safetensors", "--save-training-state", "--log", d / "log.csv"])
     epochs = re.findall(r"^epoch (\d): loss ([0-9.]+), .*test accuracy ([0-9.]+)%, test loss ([0-9.]+)$", r.stdout, re.M)
     assert len(epochs) == 2, r.stdout
 
@@ -188,7 +188,7 @@ def test_module_level_driver(tmp_path, head):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     run([exe, "run", "fit", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy", "--input",
-         tmp_path / "y.npy", "--save", tmp_path / "out.safetensors"])
+         tmp_path / "y.npy", "--save", tmp_path / "out.safetensors", "--save-training-state"])
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
@@ -340,7 +340,8 @@ def test_driver_statement_that_fails(tmp_path, scale, ok):
     r = ctc("check", p, "--input", "x=f32[5,6]")
     if ok:
         assert r.returncode == 0, r.stderr
-        assert "entry train -> f32[]" in r.stdout and "3 tensors" in r.stdout   # + optimizer.step
+        assert "entry train -> f32[]" in r.stdout and "2 tensors" in r.stdout
+        assert "training state 1 values in 1 tensors" in r.stdout   # optimizer.step
         return
     assert r.returncode == 1
     assert (f"{p}:18:16: error: '*' on a tensor needs the value of 'cfg', which line 24 could not compute at compile "

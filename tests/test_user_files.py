@@ -399,7 +399,7 @@ def test_random_draws_in_forward_statistics(tmp_path):
     outs, w = [], None
     for k in range(2):
         args = [exe, "infer", "--input", str(tmp_path / "mu.npy"), "--input", str(tmp_path / "lv.npy"),
-                "--save", str(tmp_path / f"s{k}.safetensors")]
+                "--save", str(tmp_path / f"s{k}.safetensors"), "--save-training-state"]
         args += ["--weights", w] if w else ["--random-weights"]
         args += ["--output", str(tmp_path / f"n{k}.npy"), "--output", str(tmp_path / f"u{k}.npy"),
                  "--output", str(tmp_path / f"r{k}.npy")]
@@ -424,7 +424,7 @@ def test_orthogonal_init_and_dropout2d(tmp_path):
     x = np.ones((50, 40, 3, 3), np.float32)
     np.save(tmp_path / "x.npy", x)
     run([exe, "run", "drop2d", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
-         "--save", str(tmp_path / "init.safetensors")])
+         "--save", str(tmp_path / "init.safetensors"), "--save-training-state"])
     y = np.load(tmp_path / "y.npy").reshape(50, 40, 9)
     per_channel = y.min(axis=2) == y.max(axis=2)
     assert per_channel.all(), "a channel was partly dropped"
@@ -538,7 +538,7 @@ def test_vae_training_steps(tmp_path):
         np.save(tmp_path / "x.npy", x)
         nxt = str(tmp_path / f"w{k + 1}.safetensors")
         run([exe, "run", "train_step", "--weights", w, "--input", str(tmp_path / "x.npy"), "--output",
-             str(tmp_path / "loss.npy"), "--save", nxt])
+             str(tmp_path / "loss.npy"), "--save", nxt, "--save-training-state"])
         w = nxt
         opt.zero_grad()
         recon, mu, logvar = model(torch.from_numpy(x))
@@ -653,7 +653,7 @@ def test_double_model_inline_loss_training(tmp_path):
         np.save(tmp_path / "y.npy", y)
         nxt = str(tmp_path / f"w{k + 1}.safetensors")
         run([exe, "run", "train_step", "--weights", w, "--input", str(tmp_path / "x.npy"), "--input",
-             str(tmp_path / "y.npy"), "--output", str(tmp_path / "loss.npy"), "--save", nxt])
+             str(tmp_path / "y.npy"), "--output", str(tmp_path / "loss.npy"), "--save", nxt, "--save-training-state"])
         w = nxt
         opt.zero_grad()
         loss = torch.nn.MSELoss()(model(torch.from_numpy(x)), torch.from_numpy(y))

@@ -87,7 +87,8 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   return 0;
 }
 
-/* state_dict: own parameters, then buffers, then children, recursively. */
+/* state_dict: own parameters, then buffers, then children, recursively (Program.params
+ * and Program.state_dict). */
 static void build_state_dict(L *L, PV *obj, const char *prefix) {
   for (int pass = 0; pass < 3; pass++)
     for (int i = 0; i < obj->mod->regs.len; i++) {
@@ -103,19 +104,23 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
       }
       if (r->val->k != PV_TENSOR || !r->val->t->slot) continue; /* bias=None */
       Slot *s = r->val->t->slot;
-      if (s->index >= 0) continue; /* tied: one parameter, first name */
-      Param p = {0};
-      p.name = arena_strdup(L->a, name);
-      p.type = s->type;
-      p.is_buffer = s->is_buffer;
-      p.init = s->init;
-      p.init_a = s->init_a;
-      p.init_b = s->init_b;
-      p.init_data = s->data;
-      p.init_zero_row1 = s->zero_row1;
-      p.loc = s->loc;
-      s->index = L->T->prog->params.len;
-      vec_push(L->a, &L->T->prog->params, p);
+      if (s->index < 0) { /* its first name: a new parameter (a tied one has one slot) */
+        Param p = {0};
+        p.name = arena_strdup(L->a, name);
+        p.type = s->type;
+        p.is_buffer = s->is_buffer;
+        p.not_persistent = s->not_persistent;
+        p.init = s->init;
+        p.init_a = s->init_a;
+        p.init_b = s->init_b;
+        p.init_data = s->data;
+        p.init_zero_row1 = s->zero_row1;
+        p.loc = s->loc;
+        s->index = L->T->prog->params.len;
+        vec_push(L->a, &L->T->prog->params, p);
+      }
+      /* PyTorch's state_dict has a key for every name, a tied tensor's included */
+      if (!s->not_persistent) vec_push(L->a, &L->T->prog->state_dict, ((SdName){arena_strdup(L->a, name), s->index}));
     }
 }
 

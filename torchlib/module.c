@@ -220,6 +220,7 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
     if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);
     Slot *s = slot_new(L, A->at, t->type, PINIT_DATA, 0, 0);
     s->is_buffer = 1;
+    s->not_persistent = a[2] && !arg_bool(L, A->at, a[2], "persistent");
     s->data = t->data;
     PV *pt = param_tensor(L, s);
     vec_push(L->a, &self->mod->regs, ((Reg){REG_BUFFER, a[0]->s, pt}));

@@ -101,6 +101,7 @@ int bi_kind_of(const PV *obj);                 /* BK_* of an object's builtin cl
 typedef struct Slot {
   Type type;
   int is_buffer;
+  int not_persistent;    /* register_buffer(persistent=False): not in the state_dict */
   int init;              /* PINIT_* */
   double init_a, init_b;
   double *data;          /* PINIT_DATA values */

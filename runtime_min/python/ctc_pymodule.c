@@ -139,11 +139,17 @@ static PyObject *model_load(ModelObject *self, PyObject *path) {
   return load_path(self, path) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-static PyObject *model_save(ModelObject *self, PyObject *path) {
+/* save(path, training_state=False): the state_dict (safetensors, or torch.save's format for
+ * .pt/.pth/.bin), with training_state also the optimizer, scheduler and random state. */
+static PyObject *model_save(ModelObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"path", "training_state", NULL};
   PyObject *b = NULL;
-  if (!PyUnicode_FSConverter(path, &b)) return NULL;
+  int training_state = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p:save", kwlist, PyUnicode_FSConverter, &b, &training_state))
+    return NULL;
   ctc_error err = {0};
-  int rc = ctc_model_save(DESC, self->model, PyBytes_AS_STRING(b), &err);
+  int rc = ctc_model_save_opts(DESC, self->model, PyBytes_AS_STRING(b),
+                               training_state ? CTC_SAVE_TRAINING_STATE : CTC_SAVE_STATE_DICT, &err);
   Py_DECREF(b);
   if (rc) {
     raise_ctc(rc, err.msg);
@@ -170,17 +176,29 @@ static PyObject *new_array(const ctc_tensor *t, void **data) {
   return arr;
 }
 
-/* state_dict(): {name: copy} of the model's parameters and buffers in state_dict
- * order (without the optimizer state, which PyTorch keeps in the optimizer). */
+/* state_dict(): {name: copy} with the keys of PyTorch's model.state_dict(), in its order:
+ * parameters and persistent buffers, a tied parameter under each of its names (one array,
+ * as PyTorch's entries share one tensor); no training state, which PyTorch keeps in the
+ * optimizer. */
 static PyObject *model_state_dict(ModelObject *self, PyObject *unused) {
   (void)unused;
   PyObject *d = PyDict_New();
   unsigned char *arena = DESC->arena_of(self->model);
-  for (int i = 0; d && i < DESC->nparams - DESC->noptional; i++) {
+  int nkeys = ctc_sd_count(DESC);
+  for (int k = 0; d && k < nkeys; k++) {
+    const char *name, *prev;
+    int i = ctc_sd_key_at(DESC, k, &name), j = -1;
+    if (i < 0 || i >= DESC->nparams) continue;
+    for (int q = 0; q < k && j != i; q++) j = ctc_sd_key_at(DESC, q, &prev);
+    PyObject *a = j == i ? PyDict_GetItemString(d, prev) : NULL;   /* tied: the array of its first name */
+    if (a) {
+      if (PyDict_SetItemString(d, name, a) < 0) Py_CLEAR(d);
+      continue;
+    }
     const ctc_tensor *p = &DESC->params[i];
     void *data;
-    PyObject *a = new_array(p, &data);
-    if (!a || PyDict_SetItemString(d, p->name, a) < 0) {
+    a = new_array(p, &data);
+    if (!a || PyDict_SetItemString(d, name, a) < 0) {
       Py_XDECREF(a);
       Py_CLEAR(d);
       break;
@@ -473,7 +491,9 @@ static PyObject *entry_new(int index) {
 
 static PyMethodDef model_methods[] = {
     {"load", (PyCFunction)model_load, METH_O, "load(path): the parameters from a safetensors file or a PyTorch checkpoint"},
-    {"save", (PyCFunction)model_save, METH_O, "save(path): the parameters (and optimizer state) as safetensors"},
+    {"save", (PyCFunction)(void (*)(void))model_save, METH_VARARGS | METH_KEYWORDS,
+     "save(path, training_state=False): the state_dict as safetensors (a torch.save file for .pt/.pth/.bin), with "
+     "training_state also the optimizer, scheduler and random state"},
     {"state_dict", (PyCFunction)model_state_dict, METH_NOARGS,
      "state_dict(): {name: numpy array} copies of the parameters and buffers, in PyTorch's order"},
     {"call", (PyCFunction)(void (*)(void))model_call, METH_VARARGS | METH_KEYWORDS,

@@ -7,7 +7,7 @@ are compiled with the runtime (runtime_min/) in several configurations, run
 through the runtime's driver (`./prog run ENTRY --input a.npy ... --output
 y.npy`) and compared with numpy references (PyTorch's autograd for the gradient
 primitives). The training step (suite train) runs through the driver with
---save/--weights to check parameter updates and optional optimizer state.
+--save (with --save-training-state)/--weights to check parameter updates and optional optimizer state.
 Every generated file must also compile warning-free under gcc and clang
 (-std=c11 -Wall -Wextra -Werror -pedantic), with and without -DCTC_HAVE_CBLAS
 and -fopenmp.
@@ -744,7 +744,7 @@ def test_params(work, generated, tmp_path, variant):
            "nrm": ("F64", np.zeros(4000)), "steps": ("I64", np.array(3, np.int64))}
     wpath, spath = str(tmp_path / "w.safetensors"), str(tmp_path / "saved.safetensors")
     write_safetensors(wpath, new)
-    out, w_flat = call(exe, "forward", tmp_path, [x], range(2), ["--weights", wpath, "--save", spath])
+    out, w_flat = call(exe, "forward", tmp_path, [x], range(2), ["--weights", wpath, "--save", spath, "--save-training-state"])
     nw, nb = new["fc.weight"][1], new["fc.bias"][1]
     np.testing.assert_allclose(out, x @ nw.T + nb, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(w_flat, nw.reshape(6))
@@ -801,7 +801,7 @@ def test_train_updates(work, generated, tmp_path, variant):
     x = rng.standard_normal((2, 4)).astype(np.float32)
     s0, s1, s2 = (str(tmp_path / ("s%d.safetensors" % k)) for k in range(3))
 
-    call(exe, "forward", tmp_path, [x], [None], ["--save", s0])   # the initial state
+    call(exe, "forward", tmp_path, [x], [None], ["--save", s0, "--save-training-state"])   # the initial state
     init = read_safetensors(s0)
     assert list(init) == TRAIN_MODEL + TRAIN_STATE
     w0, b0 = init["w"], init["b"]
@@ -814,7 +814,7 @@ def test_train_updates(work, generated, tmp_path, variant):
     b1 = b0 - gb[0] * f32(0.1)
     b2 = b1 - gb[0] * f32(0.1)
     # two steps in one process
-    loss, w_old, b_new = call(exe, "step", tmp_path, [g, gb], range(3), ["--repeat", "2", "--save", s1])
+    loss, w_old, b_new = call(exe, "step", tmp_path, [g, gb], range(3), ["--repeat", "2", "--save", s1, "--save-training-state"])
     np.testing.assert_allclose(loss, [[np.sum(w1.astype(np.float64) ** 2)]], rtol=1e-5)
     np.testing.assert_array_equal(w_old, w1)          # outputs see the parameters before the write-back
     assert b_new.shape == () and b_new == b2
@@ -830,7 +830,7 @@ def test_train_updates(work, generated, tmp_path, variant):
     np.testing.assert_array_equal(st["optimizer.prev2_w"], w0)
 
     # a third step in a new process, from the saved state (optimizer state included)
-    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", s1, "--save", s2])
+    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", s1, "--save", s2, "--save-training-state"])
     st = read_safetensors(s2)
     np.testing.assert_array_equal(st["w"], w2 - g * f32(0.1))
     np.testing.assert_allclose(st["optimizer.w.momentum_buffer"], 2.71 * g, rtol=1e-6)
@@ -855,7 +855,7 @@ def test_optional_state(work, generated, tmp_path, variant):
     x = rng.standard_normal((2, 4)).astype(np.float32)
     y, = call(exe, "forward", tmp_path, [x], range(1), ["--weights", wpath])
     np.testing.assert_allclose(y, x @ wc.T - 1.5, rtol=1e-5, atol=1e-5)
-    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", wpath, "--save", spath])
+    call(exe, "step", tmp_path, [g, gb], range(3), ["--weights", wpath, "--save", spath, "--save-training-state"])
     st = read_safetensors(spath)
     np.testing.assert_array_equal(st["w"], wc - g * np.float32(0.1))
     assert st["b"] == np.float32(-1.5) - np.float32(2.0) * np.float32(0.1)
