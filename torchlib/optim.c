@@ -38,11 +38,7 @@ static PV *scalar_state(L *L, Span at, OptStep *s, const char *name, double init
   return state_tensor(L, at, arena_printf(L->a, "%s.%s", s->pre, name), &t, init);
 }
 
-/* x (a number or a tensor) as a tensor of dtype dt; numbers stay numbers */
-static PV *as_dt(L *L, Span at, PV *x, DType dt) {
-  if (x->k != PV_TENSOR) return x;
-  return x->t->type.dtype == dt ? x : t_cast(L, at, x, dt);
-}
+#define as_dt opt_as_dt
 
 /* the step number of this step (PyTorch's `step` after `step_t += 1`), f64 */
 static PV *step64(L *L, Span at, OptStep *s) { return t_cast(L, at, ADD(s->tcount, F(1)), DT_F64); }

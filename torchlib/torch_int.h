@@ -223,6 +223,7 @@ double opt_hp(L *L, Span at, PV *group, const char *name, double dflt);
 int opt_hpb(L *L, Span at, PV *group, const char *name);
 PV *opt_l2(L *L, Span at, OptStep *s);            /* g + weight_decay * p (L2 penalty) */
 PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum/beta1, OneCycleLR may cycle it */
+PV *opt_as_dt(L *L, Span at, PV *x, DType dt);    /* a tensor cast to dt (numbers stay numbers) */
 /* optim.c: optimizer.step(closure): the closure called with gradients enabled;
  * LBFGS's step, which re-evaluates it */
 PV *optim_call_closure(L *L, Span at, PV *closure);

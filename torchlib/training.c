@@ -281,7 +281,22 @@ void opt_sgd(L *L, Span at, OptStep *s) {
   state_update(L, at, p, SUB(p, MUL(d, s->LR)));
 }
 
-/* Adam, and AdamW (decoupled: the weight decays first, p * (1 - lr * wd)) */
+/* x (a number or a tensor) as dtype dt; numbers stay numbers */
+PV *opt_as_dt(L *L, Span at, PV *x, DType dt) {
+  if (x->k != PV_TENSOR) return x;
+  return x->t->type.dtype == dt ? x : t_cast(L, at, x, dt);
+}
+
+/* Adam, and AdamW (decoupled: the weight decays first, p * (1 - lr * wd)), in
+ * the order of PyTorch 1.13's _single_tensor_adam:
+ *   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+ *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)   (v b2 + ((1 - b2) g) g)
+ *   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
+ *   param.addcdiv_(exp_avg, denom, value=-step_size)               (p + ((-step_size) m) / denom)
+ * The bias corrections, step_size = lr / bias_correction1 and
+ * sqrt(bias_correction2) are Python doubles there, applied as scalars of the
+ * parameter's dtype: computed here in f64 and cast. In f32, 1 - 0.999f ** 1
+ * is 1.3e-5 off 0.001, which would scale every update by 1 + 6e-6. */
 static void adam(L *L, Span at, OptStep *s, int decoupled) {
   PV *LR = s->LR, *g = decoupled ? s->g : opt_l2(L, at, s), *p = s->p, *group = s->group;
   PV *betas = pv_dict_get(group, key(L, "betas"));
@@ -292,16 +307,17 @@ static void adam(L *L, Span at, OptStep *s, int decoupled) {
     b2 = arg_num(L, at, betas->items[1], "beta2");
   }
   double eps = opt_hp(L, at, group, "eps", 1e-8), wd = opt_hp(L, at, group, "weight_decay", 0);
+  DType dt = s->t.dtype;
   PV *slot = p;
   if (decoupled) p = MUL(p, SUB(F(1), MUL(LR, F(wd))));
   PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
   PV *B1 = opt_mom(L, at, s->opt, s->oname, b1);
   PV *nm = ADD(MUL(m, B1), MUL(g, SUB(F(1), B1)));
-  PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, g), F(1 - b2)));
+  PV *nv = ADD(MUL(v, F(b2)), MUL(MUL(g, F(1 - b2)), g));
   state_update(L, at, m, nm);
   state_update(L, at, v, nv);
-  PV *step = ADD(s->tcount, F(1));
-  PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, B1, step));
+  PV *step = t_cast(L, at, ADD(s->tcount, F(1)), DT_F64);
+  PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, opt_as_dt(L, at, B1, DT_F64), step));
   PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
   PV *den_v = nv;
   if (opt_hpb(L, at, group, "amsgrad")) {
@@ -310,9 +326,9 @@ static void adam(L *L, Span at, OptStep *s, int decoupled) {
     state_update(L, at, vmax, nmax);
     den_v = nmax;
   }
-  PV *denom = ADD(DIV(SQRT(den_v), SQRT(bc2)), F(eps));
-  PV *stepsize = DIV(LR, bc1);
-  state_update(L, at, slot, SUB(p, MUL(stepsize, DIV(nm, denom))));
+  PV *denom = ADD(DIV(SQRT(den_v), opt_as_dt(L, at, SQRT(bc2), dt)), F(eps));
+  PV *stepsize = opt_as_dt(L, at, DIV(opt_as_dt(L, at, LR, DT_F64), bc1), dt);
+  state_update(L, at, slot, SUB(p, DIV(MUL(stepsize, nm), denom)));
 }
 void opt_adam(L *L, Span at, OptStep *s) { adam(L, at, s, 0); }
 void opt_adamw(L *L, Span at, OptStep *s) { adam(L, at, s, 1); }
