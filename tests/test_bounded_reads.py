@@ -103,7 +103,7 @@ NOT_FILES = {
 
 # (program, its arguments with {} for the file)
 READERS = {
-    "infer_input_npy": ("mlp", ["infer", "--input", "{}"]),
+    "infer_input_npy": ("mlp", ["infer", "--random-weights", "--input", "{}"]),
     "infer_weights": ("mlp", ["infer", "--weights", "{}", "--input", "{x}"]),
     "train_data": ("mlp", ["train", "--data", "{}", "--labels", "{y}", "--epochs", "1"]),
     "train_labels": ("mlp", ["train", "--data", "{x}", "--labels", "{}", "--epochs", "1"]),

@@ -186,7 +186,7 @@ def test_cli_infer_and_train(built, tmp_path):
     check, token indices not) report the same way; the weights file is not written."""
     idx = inputs("forward", 12, at=0)[0]
     np.save(tmp_path / "idx.npy", idx)
-    r = run([str(built / "net"), "infer", "--input", str(tmp_path / "idx.npy")], check=False)
+    r = run([str(built / "net"), "infer", "--random-weights", "--input", str(tmp_path / "idx.npy")], check=False)
     assert r.returncode == 1 and "index 12 is out of range [0, 10) in 'idx' (element 0) read by embedding" in r.stderr, \
         r.stderr
     np.save(tmp_path / "d.npy", np.concatenate([idx, idx]))
