@@ -59,6 +59,8 @@ void cg_ident(char *buf, size_t cap, const char *s);
 
 /* Which helpers the generated file needs (set while emitting the entries). */
 typedef struct Kernels {
+  unsigned char float_acc;          /* --freestanding: f32 sums accumulate in float, not double (a
+                                       single-precision FPU, as a Cortex-M4's, has no double arithmetic) */
   unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt>; f32/f64: ctc_gemm_block_<dt>, ctc_matmul_block_<dt> */
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */

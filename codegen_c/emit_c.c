@@ -970,6 +970,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   Gen g;
   memset(&g, 0, sizeof g);
   g.opt = *opt;
+  g.k.float_acc = (unsigned char)(opt->freestanding != 0);   /* float-only code for single-precision FPUs */
   g.p = p;
   g.mp = plan;
   g.sched = sched;

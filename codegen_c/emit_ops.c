@@ -373,10 +373,15 @@ static void emit_rand_uniform(CgFunc *c, const Inst *in) {
 
 /* ---- reductions --------------------------------------------------------------- */
 
-static const char *acc_type(const Inst *in, DType t) {
+/* The type float sums of dtype t accumulate in: double (PyTorch's accuracy or
+ * better), float in --freestanding f32 code (Kernels.float_acc). */
+static const char *float_acc(const Kernels *k, DType t) { return t == DT_F32 && k && k->float_acc ? "float" : "double"; }
+
+static const char *acc_type_k(const Kernels *k, const Inst *in, DType t) {
   if (in->op == IR_REDUCE_MAX) return cg_ctype(t);
-  return ir_dtype_is_float(t) ? "double" : "uint64_t";   /* integer sums wrap, never UB */
+  return ir_dtype_is_float(t) ? float_acc(k, t) : "uint64_t";   /* integer sums wrap, never UB */
 }
+#define acc_type(in, t) acc_type_k(c->k, (in), (t))
 
 static const char *acc_init(const Inst *in, DType t) {
   if (in->op == IR_REDUCE_SUM) return "0";
@@ -1154,7 +1159,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
     LINE(c, "yp[oh * %lld + ow] = acc;\n", (ll)OW);
   } else if (!chk_h && !chk_w) {
     /* every window lies inside the image: a plain mean */
-    const char *at = ir_dtype_is_float(t) ? "double" : "int64_t";
+    const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
     LINE(c, "%s acc = 0;\n", at);
     LINE(c, "for (int64_t kh = 0; kh < %lld; kh++)\n", (ll)kh);
     LINE(c, "  for (int64_t kw = 0; kw < %lld; kw++) acc += xp[(%s) * %lld + %s];\n", (ll)kw, ih, (ll)W, iw);
@@ -1162,7 +1167,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   } else {
     /* PyTorch's divisor: the window clipped to the padded image (count_include_pad)
      * or to the image itself. */
-    const char *at = ir_dtype_is_float(t) ? "double" : "int64_t";
+    const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
     LINE(c, "const int64_t h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw, (ll)pw);
     LINE(c, "const int64_t h1 = h0 + %lld < %lld ? h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
          (ll)(H + ph));
@@ -1703,7 +1708,7 @@ static void emit_cumsum(CgFunc *c, const Inst *in) {
   Buf x = {0};
   load(c, &x, in->args[0], "at");
   int base = open_lines(c, outer, inner, ir_numel(r));
-  LINE(c, "%s acc = 0;\n", fl ? "double" : "uint64_t");
+  LINE(c, "%s acc = 0;\n", fl ? float_acc(c->k, r->dtype) : "uint64_t");
   if (in->attr[1]) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(n - 1));
   else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
   LINE(c, "  const int64_t at = (o * %lld + k) * %lld + i;\n", (ll)n, (ll)inner);
@@ -2447,7 +2452,7 @@ void cg_emit_inst(CgFunc *c, int i) {
 
 void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) { elem_expr(c, in, txt, e); }
 void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
-const char *cg_acc_type(const Inst *in, DType t) { return acc_type(in, t); }
+const char *cg_acc_type(const Inst *in, DType t) { return acc_type_k(NULL, in, t); }
 const char *cg_acc_init(const Inst *in, DType t) { return acc_init(in, t); }
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) { acc_update(c, in, accv, x); }
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st) { bcast_strides(a, r, st); }

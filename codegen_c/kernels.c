@@ -448,16 +448,17 @@ static const char exp_text[] =
 /* Sums and maxima of a contiguous float row, in 8 interleaved lanes (element i
  * into lane i % 8, then a fixed tree): one accumulator would wait on each add
  * (a 4-cycle chain per element), 8 lanes vectorise. The order is fixed, so the
- * result is the same on every run and thread count; sums accumulate in double.
+ * result is the same on every run and thread count; sums accumulate in double
+ * (in float in --freestanding f32 code: $A).
  * A maximum does not depend on the order (an OpenMP simd reduction where OpenMP
  * is on); it propagates NaN (the last one, as the sequential loop did). */
 static const char sum_text[] =
-    "static inline double ctc_sum_$S(const $T *x, int64_t n) {\n"
-    "  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "static inline $A ctc_sum_$S(const $T *x, int64_t n) {\n"
+    "  $A s[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
     "  int64_t i = 0;\n"
     "  for (; i + 8 <= n; i += 8)\n"
-    "    for (int u = 0; u < 8; u++) s[u] += (double)x[i + u];\n"
-    "  for (int u = 0; i + u < n; u++) s[u] += (double)x[i + u];\n"
+    "    for (int u = 0; u < 8; u++) s[u] += ($A)x[i + u];\n"
+    "  for (int u = 0; i + u < n; u++) s[u] += ($A)x[i + u];\n"
     "  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));\n"
     "}\n";
 static const char max_text[] =
@@ -536,6 +537,17 @@ static void instantiate(Buf *b, const char *text, DType t) {
   }
 }
 
+/* instantiate, with $A the type sums accumulate in */
+static void instantiate_acc(Buf *b, const char *text, DType t, const char *acc) {
+  Buf x = {0};
+  for (const char *s = text; *s; s++) {
+    if (s[0] == '$' && s[1] == 'A') cg_puts(&x, acc), s++;
+    else cg_printf(&x, "%c", *s);
+  }
+  instantiate(b, x.s, t);
+  cg_buf_free(&x);
+}
+
 void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->simd)
     cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
@@ -572,7 +584,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->floordiv[t]) instantiate(b, fl ? floordiv_float_text : floordiv_int_text, (DType)t), cg_puts(b, "\n");
   }
   for (int t = 0; t < DT_COUNT; t++) {
-    if (k->sum[t]) instantiate(b, sum_text, (DType)t), cg_puts(b, "\n");
+    if (k->sum[t]) instantiate_acc(b, sum_text, (DType)t, t == DT_F32 && k->float_acc ? "float" : "double"),
+                   cg_puts(b, "\n");
     if (k->max[t]) instantiate(b, max_text, (DType)t), cg_puts(b, "\n");
   }
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);

@@ -445,3 +445,74 @@ int main(void) {
     with torch.no_grad():
         want = net(x).numpy().ravel()
     compare("bn logits", np.array(got), want, rtol=1e-5, atol=1e-6)
+
+
+# An MNIST-style CNN whose forward sums (BatchNorm in eval, average pooling, a mean, layer
+# norm, log_softmax): such sums used to accumulate in double, which a Cortex-M4's
+# single-precision FPU emulates in software (__aeabi_dadd, __aeabi_f2d, __aeabi_d2f).
+FLOAT_ONLY_NET = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 7 * 7, 10)
+        self.norm = nn.LayerNorm(10)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv1(x)))
+        h = F.avg_pool2d(self.conv2(h), 2, padding=1, count_include_pad=False)
+        h = F.max_pool2d(h, 2)
+        h = h - h.mean(dim=(2, 3), keepdim=True)
+        return F.log_softmax(self.norm(self.fc(torch.flatten(h, 1))), dim=1)
+"""
+
+FLOAT_ONLY_MAIN = r"""
+#include <stdio.h>
+#include "fo.h"
+static _Alignas(64) unsigned char arena[FO_ARENA_BYTES];
+int main(void) {
+  fo_t m;
+  float x[2 * 28 * 28], y[2 * 10];
+  for (int i = 0; i < 2 * 28 * 28; i++) x[i] = (float)((i * 37) % 101) / 101.0f;
+  if (fo_init(&m, arena, sizeof arena) != CTC_OK || fo_forward(&m, x, y) != CTC_OK) return 1;
+  for (int i = 0; i < 20; i++) printf("%.9g\n", y[i]);
+  return 0;
+}
+"""
+
+
+def test_freestanding_is_float_only(tmp_path):
+    """Freestanding f32 code does no double arithmetic: cross-compiled for the Cortex-M4 it
+    calls only memcpy/memset and the libm functions its header lists (and libgcc's 64-bit
+    integer helpers), none of the soft double helpers; on the host it matches PyTorch."""
+    need("arm-none-eabi-gcc")
+    (tmp_path / "fo_model.py").write_text(FLOAT_ONLY_NET)
+    torch.manual_seed(0)
+    net = load_module(str(tmp_path / "fo_model.py"), "fo_model").Net().eval()
+    with torch.no_grad():   # running statistics that are not the identity
+        net.bn.running_mean.uniform_(-0.5, 0.5)
+        net.bn.running_var.uniform_(0.5, 2.0)
+    st_write(str(tmp_path / "w.safetensors"), state_dict_np(net))
+    run([CTC, "compile", tmp_path / "fo_model.py", "--input", "x=f32[2,1,28,28]", "--name", "fo", "--freestanding",
+         "--embed-weights", tmp_path / "w.safetensors", "-o", tmp_path / "fo.c"])
+    run(["arm-none-eabi-gcc", *STRICT, *M4, "-c", tmp_path / "fo.c", "-o", tmp_path / "fo.o"])
+    undef = {line.split()[-1] for line in run(["arm-none-eabi-nm", "-u", tmp_path / "fo.o"]).stdout.splitlines()}
+    listed = set(re.search(r"and the math functions: ([^(]*)\(libm\)", (tmp_path / "fo.h").read_text()).group(1).split())
+    int64_helpers = {"__aeabi_f2lz", "__aeabi_f2ulz", "__aeabi_ldivmod", "__aeabi_uldivmod", "__aeabi_lmul"}
+    assert undef <= {"memcpy", "memset"} | listed | int64_helpers, undef - {"memcpy", "memset"} - listed
+    # the same file on the host, against PyTorch (float sums: float32 tolerance)
+    (tmp_path / "main.c").write_text(FLOAT_ONLY_MAIN)
+    run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", tmp_path / "fo.c",
+         tmp_path / "main.c", "-lm", "-o", tmp_path / "fo"])
+    got = np.array([float(v) for v in run([tmp_path / "fo"]).stdout.split()], np.float32).reshape(2, 10)
+    x = (np.arange(2 * 28 * 28) * 37 % 101).astype(np.float32) / np.float32(101.0)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x.reshape(2, 1, 28, 28))).numpy()
+    compare("freestanding float-only forward", got, want, rtol=1e-4, atol=1e-5)
