@@ -78,6 +78,8 @@ typedef struct ctc_tensor {
 } ctc_tensor;
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
 size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
+/* Element i of data (dtype dt) as a double: integers exact up to 2**53, bool and u8 as 0..255. */
+double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i);
 
 /* ---- small utilities (rt_error.c) -------------------------------------- */
 

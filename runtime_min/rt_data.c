@@ -289,8 +289,8 @@ int ctc_dataset_load(const char *path, ctc_tensor *out, ctc_error *err) {
 
 /* ---- batches ---------------------------------------------------------------------- */
 
-/* Element i of src as a double (integers up to 2^53 exactly). */
-static double get_f(const unsigned char *p, ctc_dtype dt, size_t i) {
+double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i) {
+  const unsigned char *p = data;
   switch (dt) {
     case CTC_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
     case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
@@ -307,7 +307,7 @@ static int64_t get_i(const unsigned char *p, ctc_dtype dt, size_t i, int *ok) {
     case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
     case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
     case CTC_F32: case CTC_F64: {
-      double v = get_f(p, dt, i);
+      double v = ctc_elem_f64(p, dt, i);
       if (!(v == floor(v) && v >= -9.2e18 && v <= 9.2e18)) {
         *ok = 0;
         return 0;
@@ -348,13 +348,13 @@ int ctc_dataset_gather(const ctc_tensor *ds, const int64_t *rows, int64_t n, ctc
     } else if (dtype == CTC_F32) {
       /* In float, as torchvision does: x.float().div(255), then sub(mean).div(std). */
       for (size_t i = 0; i < per; i++) {
-        float v = scale ? (float)s[i] / 255.0f : (float)get_f(s, ds->dtype, i);
+        float v = scale ? (float)s[i] / 255.0f : (float)ctc_elem_f64(s, ds->dtype, i);
         if (norm) v = (v - mean32) / std32;
         memcpy(d + 4 * i, &v, 4);
       }
     } else if (dtype == CTC_F64) {
       for (size_t i = 0; i < per; i++) {
-        double v = scale ? (double)s[i] / 255.0 : get_f(s, ds->dtype, i);
+        double v = scale ? (double)s[i] / 255.0 : ctc_elem_f64(s, ds->dtype, i);
         if (norm) v = (v - xf->mean) / xf->std;
         memcpy(d + 8 * i, &v, 8);
       }
@@ -364,7 +364,7 @@ int ctc_dataset_gather(const ctc_tensor *ds, const int64_t *rows, int64_t n, ctc
         int64_t v = get_i(s, ds->dtype, i, &ok);
         if (!ok)
           return ctc_fail(err, CTC_ERR_DTYPE, "sample %lld: value %g is not an integer", (long long)row,
-                          get_f(s, ds->dtype, i));
+                          ctc_elem_f64(s, ds->dtype, i));
         if (dtype == CTC_I64) {
           memcpy(d + 8 * i, &v, 8);
         } else {

@@ -574,24 +574,14 @@ static int write_outputs(const ctc_entry *e, ctc_drv_run *r, ctc_error *err) {
   return CTC_OK;
 }
 
-/* Element i of an output as a double, and printed exactly (integers in full). */
-static double elem_f(const unsigned char *p, ctc_dtype dt, int64_t i) {
-  switch (dt) {
-    case CTC_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
-    case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
-    case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
-    case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    default: return p[i]; /* BOOL, U8 */
-  }
-}
-
+/* Element i of an output, printed exactly (integers in full). */
 static void print_elem(const unsigned char *p, ctc_dtype dt, int64_t i) {
   if (dt == CTC_I64) {
     int64_t v;
     memcpy(&v, p + 8 * i, 8);
     printf(" %lld", (long long)v);
   } else {
-    printf(dt == CTC_F32 || dt == CTC_F64 ? " %.6g" : " %.0f", elem_f(p, dt, i));
+    printf(dt == CTC_F32 || dt == CTC_F64 ? " %.6g" : " %.0f", ctc_elem_f64(p, dt, i));
   }
 }
 
@@ -608,7 +598,7 @@ static void print_output_summary(const ctc_entry *e, const ctc_drv_run *r) {
     int64_t n = ctc_tensor_numel(&t), bad = 0, fin = 0;
     double lo = INFINITY, hi = -INFINITY, sum = 0;
     for (int64_t i = 0; i < n; i++) {
-      double v = elem_f(p, t.dtype, i);
+      double v = ctc_elem_f64(p, t.dtype, i);
       if (!isfinite(v)) {
         bad++;
         continue;
@@ -634,7 +624,7 @@ static void print_output_summary(const ctc_entry *e, const ctc_drv_run *r) {
       for (int64_t i = 0; i < rows; i++) {
         int64_t best = 0;
         for (int64_t k = 1; k < c; k++) {
-          double v = elem_f(p, t.dtype, i * c + k), b = elem_f(p, t.dtype, i * c + best);
+          double v = ctc_elem_f64(p, t.dtype, i * c + k), b = ctc_elem_f64(p, t.dtype, i * c + best);
           if (!isnan(b) && (v > b || isnan(v))) best = k;
         }
         printf(" %lld", (long long)best);
