@@ -100,7 +100,7 @@ def ctc_train(tmp, exe, w0, batches, dt):
         np.save(tmp / "y.npy", y)
         nxt = tmp / f"{exe.name}_w{i}.safetensors"
         run([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
-             "--save", nxt, "--output", tmp / "loss.npy"])
+             "--save", nxt, "--save-training-state", "--output", tmp / "loss.npy"])
         w = nxt
     got = st_read(w)
     return {k: got[k] for k in w0}
