@@ -71,7 +71,7 @@ static void interp_batch(Interp *I, double *lo, double *hi) {
     const double *args[3] = {NULL, NULL, NULL};
     for (int j = 0; j < in->nargs && j < 3; j++) args[j] = data_of(I, in->args[j]);
     /* the reference evaluator (ir/interp.c), in the entry's float32 arithmetic */
-    if (in->nargs > 3 || !ir_eval_inst((Func *)f, in, args, y))
+    if (in->nargs > 3 || !ir_eval_inst(f, in, args, y))
       BUG("quantize: the reference evaluator does not know op %s", ir_ops[in->op].name);
     for (int64_t e = 0; e < n; e++) {
       if (y[e] < lo[in->res]) lo[in->res] = y[e];

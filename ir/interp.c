@@ -210,11 +210,11 @@ int ir_eval(Op op, const int64_t *attr, double fattr, int nargs, const Type *ta,
   }
 }
 
-int ir_eval_inst(Func *f, const Inst *in, const double *const *a, double *out) {
+int ir_eval_inst(const Func *f, const Inst *in, const double *const *a, double *out) {
   Type one[3] = {{0}}, *ta = in->nargs <= 3 ? one : malloc(sizeof(Type) * (size_t)in->nargs);
   if (!ta) BUG("out of memory");
-  for (int k = 0; k < in->nargs; k++) ta[k] = *ir_type(f, in->args[k]);
-  int ok = ir_eval(in->op, in->attr, in->fattr, in->nargs, ta, a, ir_type(f, in->res), out);
+  for (int k = 0; k < in->nargs; k++) ta[k] = f->values.data[in->args[k]].type;
+  int ok = ir_eval(in->op, in->attr, in->fattr, in->nargs, ta, a, &f->values.data[in->res].type, out);
   if (ta != one) free(ta);
   return ok;
 }

@@ -415,6 +415,6 @@ int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r);
 int ir_eval(Op op, const int64_t *attr, double fattr, int nargs, const Type *ta, const double *const *a,
             const Type *tr, double *out);
 /* ir_eval of instruction in of f. */
-int ir_eval_inst(Func *f, const Inst *in, const double *const *a, double *out);
+int ir_eval_inst(const Func *f, const Inst *in, const double *const *a, double *out);
 
 #endif
