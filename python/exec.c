@@ -220,19 +220,34 @@ static void exec_classdef(L *L, Node *s) {
 
 
 /* A loop over an opaque value (a data loader, itertools.count()) runs no iterations
- * at compile time; the names it would bind that are not bound yet become opaque
- * values naming the loop, so script code after it (`print(loss)`) still runs, and
+ * at compile time. The names it would bind, and the Python lists and dicts it would
+ * change in place (`sizes.append(v)`, `d[k] = v`), become opaque values naming the
+ * loop, whether or not they were bound before: after the loop their values are
+ * unknown, so `n = 0; for v in loader: n += 1` leaves no 0 behind for compiled code
+ * to use silently. Script code after the loop (`print(loss)`) still runs, and
  * compiled code that needs one reports where it came from. */
+static void opaque_loop_name(L *L, Node *loop, PV *it, const char *name, const char *verb) {
+  PV *v = pv_opaque(L, loop->span, name);
+  v->what = arena_printf(L->a, "value of '%s', which the loop at line %d over the opaque value '%s' would %s "
+                         "(it runs no iterations at compile time)", name, loop->span.line, it->s, verb);
+  env_set(L, L->env, name, v);
+}
+
+/* The Python list or dict named by n (a plain name), which a loop body changes in place. */
+static void opaque_loop_container(L *L, Node *loop, PV *it, Node *n) {
+  if (!n || n->kind != N_NAME) return;
+  PV *v = env_lookup(L->env, n->name);
+  if (!v) v = env_get(L->globals, n->name);
+  if (v && (v->k == PV_LIST || v->k == PV_DICT)) opaque_loop_name(L, loop, it, n->name, "change");
+}
+
 static void opaque_loop_names(L *L, Node *loop, PV *it, Node *n) {
   if (!n) return;
   switch (n->kind) {
-  case N_NAME:
-    if (!env_lookup(L->env, n->name) && !env_get(L->globals, n->name)) {
-      PV *v = pv_opaque(L, loop->span, n->name);
-      v->what = arena_printf(L->a, "value of '%s', which the loop at line %d over the opaque value '%s' would set "
-                             "(it runs no iterations at compile time)", n->name, loop->span.line, it->s);
-      env_set(L, L->env, n->name, v);
-    }
+  case N_NAME: opaque_loop_name(L, loop, it, n->name, "set"); return;
+  case N_SUBSCRIPT: opaque_loop_container(L, loop, it, n->a); return;   /* d[k] = v */
+  case N_EXPR_STMT:   /* lst.append(v), d.update(...) */
+    if (n->a && n->a->kind == N_CALL && n->a->a && n->a->a->kind == N_ATTR) opaque_loop_container(L, loop, it, n->a->a->a);
     return;
   case N_TUPLE:
   case N_LIST:
@@ -254,6 +269,13 @@ static void opaque_loop_names(L *L, Node *loop, PV *it, Node *n) {
       for (int i = 0; i < n->list.len; i++) opaque_loop_names(L, loop, it, n->list.data[i]->b);
     for (int i = 0; i < n->body.len; i++) opaque_loop_names(L, loop, it, n->body.data[i]);
     for (int i = 0; i < n->orelse.len; i++) opaque_loop_names(L, loop, it, n->orelse.data[i]);
+    if (n->kind == N_TRY) {   /* its handlers and finally */
+      for (int i = 0; i < n->list.len; i++) opaque_loop_names(L, loop, it, n->list.data[i]);
+      for (int i = 0; i < n->body2.len; i++) opaque_loop_names(L, loop, it, n->body2.data[i]);
+    }
+    return;
+  case N_EXCEPT:
+    for (int i = 0; i < n->body.len; i++) opaque_loop_names(L, loop, it, n->body.data[i]);
     return;
   default: return;
   }

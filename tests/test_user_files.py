@@ -365,6 +365,30 @@ def test_module_level_tensor_errors(tmp_path):
         assert "internal error" not in r.stderr
 
 
+@pytest.mark.parametrize("before, body, use, at", [
+    ("n = 0", "    n += 1", "nn.Linear(4, 2 + n)", "value of 'n', which the loop at line 5 over the opaque value "
+     "'numpy.arange(...)' would set"),
+    ("sizes = [4]", "    sizes.append(int(v))", "nn.Linear(4, sizes[-1])", "value of 'sizes', which the loop at line 5 "
+     "over the opaque value 'numpy.arange(...)' would change"),
+    ("cfg = {'out': 3}", "    cfg['out'] = 7", "nn.Linear(4, cfg['out'])", "value of 'cfg', which the loop at line 5 "
+     "over the opaque value 'numpy.arange(...)' would change"),
+    ("k = 2", "    try:\n        pass\n    except ValueError:\n        k = 9", "nn.Linear(4, k)",
+     "value of 'k', which the loop at line 5"),
+])
+def test_opaque_loop_changes_bound_names(tmp_path, before, body, use, at):
+    """A module-level loop over an opaque value (a NumPy array here) runs no iterations at
+    compile time, so a name bound before it that the loop would rebind, and a list or dict
+    the loop would change in place, are unknown after it: using one in the model is a
+    located error naming the loop (it was the value from before the loop, silently: a
+    Linear with PyTorch's 5 outputs built with 2)."""
+    src = ("import torch\nimport torch.nn as nn\nimport numpy as np\n" + before + "\nfor v in np.arange(3):\n" +
+           body + "\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.fc = " + use + "\n\n    def forward(self, x):\n        return self.fc(x)\n")
+    r = ctc_check(write(tmp_path, src), "--input", "x=f32[2,4]")
+    assert r.returncode == 1 and at in r.stderr, r.stderr
+    assert "internal error" not in r.stderr
+
+
 def test_vae_reparameterize_in_forward(tmp_path):
     """torch.randn_like in the inference entry: with logvar forced to -60 (std
     1e-13) the output is the deterministic decode(mu) and matches PyTorch; mu and
