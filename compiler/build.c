@@ -57,16 +57,22 @@ static char *capture_cmd(Arena *a, char *const argv[]) {
   return arena_strdup(a, buf);
 }
 
-/* Where the runtime sources are: $CTC_RUNTIME_DIR, else <dir of ctc>/../runtime_min. */
-const char *runtime_dir(Arena *a) {
-  const char *env = getenv("CTC_RUNTIME_DIR");
-  if (env && *env) return env;
+/* $env, else <dir of ctc>/../name (a folder of ctc's tree beside build/). */
+static const char *beside_ctc(Arena *a, const char *env, const char *name) {
+  const char *e = getenv(env);
+  if (e && *e) return e;
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return "runtime_min";
+  if (n <= 0) return name;
   exe[n] = 0;
-  return arena_printf(a, "%s/../runtime_min", dirname(exe));
+  return arena_printf(a, "%s/../%s", dirname(exe), name);
 }
+
+/* Where the runtime sources are: $CTC_RUNTIME_DIR, else <dir of ctc>/../runtime_min. */
+const char *runtime_dir(Arena *a) { return beside_ctc(a, "CTC_RUNTIME_DIR", "runtime_min"); }
+
+/* Where ctc's own Python packages are: $CTC_PYLIB_DIR, else <dir of ctc>/../pylib. */
+const char *pylib_dir(Arena *a) { return beside_ctc(a, "CTC_PYLIB_DIR", "pylib"); }
 
 /* The runtime files a program links (rt: the runtime folder), and `dist`, the distributed
  * build's communicator (rt_mpi.c, rt_nccl.c), when distributed; into *files, *n. 0, or an

@@ -15,6 +15,7 @@
 
 /* Where the runtime sources are: $CTC_RUNTIME_DIR, else <dir of ctc>/../runtime_min. */
 const char *runtime_dir(Arena *a);
+const char *pylib_dir(Arena *a);   /* ctc's own Python packages (torchvision's models): $CTC_PYLIB_DIR or ../pylib */
 /* The C target: model.c at c_path (C prefix `prefix`) with the runtime into o->out: a
  * program, or with --shared / --python a library. 0, or an exit code after a diagnostic. */
 int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed, const char *prefix);

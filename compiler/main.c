@@ -579,6 +579,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
     }
     lo.inputs = specs;
   }
+  lo.pylib = pylib_dir(a);
   HookCtx hook = {o, NULL, 0};
   lo.hook = pass_hook;
   lo.hook_ctx = &hook;

@@ -26,6 +26,8 @@ typedef struct InputSpec {
 typedef struct LowerOptions {
   const char *model;        /* --model NAME: class or module-level instance; NULL = default */
   const char *script_args;  /* --args '...': the script's own command line, read by argparse's parse_args() */
+  const char *pylib;        /* the folder of ctc's own Python packages (pylib/, beside the compiler's build/:
+                               torchvision's model builders), searched for imports after the model file's folder */
   const char *prefix;       /* --name: C prefix of generated symbols; NULL = from the class */
   int ninputs;
   const InputSpec *inputs;  /* --input specs (win over example_inputs in the file) */

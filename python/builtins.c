@@ -601,6 +601,89 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     PV *v = pv_dict_lookup(L, A->at, fn->self, a[0]);
     return v ? v : a[1] ? a[1] : pv_none(L);
   }
+  case BI_DICT_POP: {
+    bind_args(L, A, "key,default=", a);
+    PV *v = pv_dict_pop(L, A->at, fn->self, a[0]);
+    if (v) return v;
+    if (a[1]) return a[1];
+    lower_error(L, A->at, "KeyError: %s", pv_repr(L, A->at, a[0]));
+  }
+  case BI_DICT_SETDEFAULT: {
+    bind_args(L, A, "key,default=", a);
+    PV *v = pv_dict_lookup(L, A->at, fn->self, a[0]);
+    if (v) return v;
+    pv_dict_set(L, A->at, fn->self, a[0], a[1] ? a[1] : pv_none(L));
+    return a[1] ? a[1] : pv_none(L);
+  }
+  case BI_DICT_UPDATE: {   /* d.update(other_dict, k=v, ...) */
+    if (A->nargs > 1) lower_error(L, A->at, "update expected at most 1 argument, got %d", A->nargs);
+    if (A->nargs == 1) {
+      PV *o = A->args[0];
+      if (o->k != PV_DICT) lower_error(L, A->at, "dict.update() takes a dict at compile time");
+      eval_charge(L, A->at, o->n);
+      for (int i = 0; i < o->n; i++) pv_dict_set(L, A->at, fn->self, o->keys[i], o->items[i]);
+    }
+    for (int i = 0; i < A->nkw; i++) pv_dict_set(L, A->at, fn->self, pv_str(L, A->kwnames[i]), A->kwvals[i]);
+    return pv_none(L);
+  }
+  case BI_DICT_COPY: {
+    PV *d = fn->self, *r = pv_dict(L);
+    eval_charge(L, A->at, d->n);
+    for (int i = 0; i < d->n; i++) pv_dict_set(L, A->at, r, d->keys[i], d->items[i]);
+    return r;
+  }
+  case BI_LIST_POP:
+  case BI_LIST_INSERT: {
+    PV *l = fn->self;
+    if (bi == BI_LIST_POP) bind_args(L, A, "index=", a);
+    else bind_args(L, A, "index,x", a);
+    int64_t i = a[0] ? arg_int(L, A->at, a[0], "index") : bi == BI_LIST_POP ? -1 : l->n;
+    if (bi == BI_LIST_INSERT) {   /* clamped, as Python's insert */
+      if (i < 0) i += l->n;
+      i = i < 0 ? 0 : i > l->n ? l->n : i;
+      pv_list_append(L, l, a[1]);
+      memmove(l->items + i + 1, l->items + i, sizeof(PV *) * (size_t)(l->n - 1 - i));
+      l->items[i] = a[1];
+      return pv_none(L);
+    }
+    if (!l->n) lower_error(L, A->at, "IndexError: pop from empty list");
+    if (i < 0) i += l->n;
+    if (i < 0 || i >= l->n) lower_error(L, A->at, "IndexError: pop index out of range");
+    PV *v = l->items[i];
+    memmove(l->items + i, l->items + i + 1, sizeof(PV *) * (size_t)(l->n - 1 - i));
+    l->n--;
+    return v;
+  }
+  case BI_LIST_INDEX:
+  case BI_LIST_COUNT:
+  case BI_LIST_REMOVE: {
+    bind_args(L, A, "x", a);
+    PV *l = fn->self;
+    int64_t count = 0;
+    eval_charge(L, A->at, l->n);
+    for (int i = 0; i < l->n; i++) {
+      if (!pv_equal(L, A->at, l->items[i], a[0])) continue;
+      if (bi == BI_LIST_INDEX) return pv_int(L, i);
+      if (bi == BI_LIST_REMOVE) {
+        memmove(l->items + i, l->items + i + 1, sizeof(PV *) * (size_t)(l->n - 1 - i));
+        l->n--;
+        return pv_none(L);
+      }
+      count++;
+    }
+    if (bi == BI_LIST_COUNT) return pv_int(L, count);
+    lower_error(L, A->at, "ValueError: %s", bi == BI_LIST_INDEX ? "value is not in list" : "list.remove(x): x not in list");
+  }
+  case BI_LIST_REVERSE: {
+    PV *l = fn->self;
+    for (int i = 0, j = l->n - 1; i < j; i++, j--) {
+      PV *t = l->items[i];
+      l->items[i] = l->items[j];
+      l->items[j] = t;
+    }
+    return pv_none(L);
+  }
+  case BI_LIST_COPY: return pv_list(L, fn->self->items, fn->self->n);
   case BI_STR_FORMAT:
     for (int i = 0; i < A->nargs + A->nkw; i++) {   /* formatting an opaque value: an opaque string */
       PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];

@@ -410,6 +410,11 @@ static PV *bind_method(L *L, PV *self, PV *f) {
   return b;
 }
 
+PV *py_pylib_missing(L *L, Span at, PV *m, const char *name) {
+  PV *mark = m && m->k == PV_OBJ && m->attrs ? env_get(m->attrs, PY_PYLIB_MARK) : NULL;
+  return mark ? pv_opaque(L, at, arena_printf(L->a, "%s.%s", mark->s, name)) : NULL;
+}
+
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
   case PV_OPAQUE: return pv_opaque_from(L, at, obj, arena_printf(L->a, "%s.%s", obj->s, name));
@@ -441,6 +446,7 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
     if (obj->cls && obj->cls->bi == BI_ARGPARSE_PARSER) return py_lookup(L, NS_ARGPARSER, name, obj);
+    if ((v = py_pylib_missing(L, at, obj, name))) return v;   /* torchvision.transforms */
     return L->host->getattr(L, at, obj, name);
   }
   case PV_LIST: return py_lookup(L, NS_LIST, name, obj);

@@ -69,11 +69,14 @@ void py_assign_target(L *L, Node *t, PV *v) {
   }
 }
 
+#define PYLIB_MARK PY_PYLIB_MARK
+
 /* A module from a file beside the importing one (Python's sys.path[0]), as
  * `from model import GPT` or `import mingpt.utils` find it: DIR/a/b.py or
- * DIR/a/b/__init__.py, `level` dots of a relative import going up from DIR. It
- * runs once (L->modules) in its own namespace, which is the module object's
- * attributes. NULL if there is no such file. */
+ * DIR/a/b/__init__.py, `level` dots of a relative import going up from DIR
+ * (level 0: an absolute import, which is also looked for in ctc's own packages,
+ * L->pylib, after DIR). It runs once (L->modules) in its own namespace, which is
+ * the module object's attributes. NULL if there is no such file. */
 static PV *local_module(L *L, Span at, const char *dotted, int level) {
   const char *from = at.file && at.file->path ? at.file->path : "";
   const char *slash = strrchr(from, '/');
@@ -82,11 +85,15 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
   char *rel = arena_strdup(L->a, dotted ? dotted : "");
   for (char *c = rel; *c; c++)
     if (*c == '.') *c = '/';
-  const char *cands[2] = {arena_printf(L->a, "%s/%s.py", dir, rel), arena_printf(L->a, "%s/%s%s__init__.py", dir, rel,
-                                                                                    rel[0] ? "/" : "")};
-  if (!rel[0]) cands[0] = cands[1];
+  const char *root[2] = {dir, level == 0 && rel[0] ? L->pylib : NULL};
+  const char *cands[4];
+  for (int r = 0; r < 2; r++) {
+    cands[2 * r] = arena_printf(L->a, "%s/%s.py", root[r] ? root[r] : dir, rel);
+    cands[2 * r + 1] = arena_printf(L->a, "%s/%s%s__init__.py", root[r] ? root[r] : dir, rel, rel[0] ? "/" : "");
+    if (!rel[0]) cands[2 * r] = cands[2 * r + 1];
+  }
   if (!L->modules) L->modules = pv_dict(L);
-  for (int c = 0; c < 2; c++) {
+  for (int c = 0; c < (root[1] ? 4 : 2); c++) {
     PV *key = pv_str(L, cands[c]);
     PV *m = pv_dict_get(L->modules, key);
     if (m) return m;
@@ -100,6 +107,8 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
     m->cls = cls;
     m->attrs = env_new(L, NULL);
     env_set(L, m->attrs, "__name__", pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
+    if (c >= 2 || (from[0] && env_get(L->globals, PYLIB_MARK)))   /* ctc's own package, or imported by one */
+      env_set(L, m->attrs, PYLIB_MARK, pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
     pv_dict_set(L, at, L->modules, key, m); /* before running it: an import cycle sees it */
     Env *sg = L->globals, *se = L->env;
     L->globals = L->env = m->attrs;
@@ -116,20 +125,21 @@ static void exec_import(L *L, Node *s) {
     Node *al = s->list.data[i];
     const char *full = al->name;
     if (s->kind == N_IMPORTFROM) {
-      PV *lm = local_module(L, s->span, s->name, s->ival ? s->ival : 1);
+      PV *lm = local_module(L, s->span, s->name, (int)s->ival);
       if (lm) {
         if (strcmp(al->name, "*") == 0)
           lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
         PV *v = env_get(lm->attrs, al->name);
         if (!v) v = local_module(L, s->span, arena_printf(L->a, "%s%s%s", s->name ? s->name : "", s->name ? "." : "",
-                                                           al->name), s->ival ? s->ival : 1);
+                                                           al->name), (int)s->ival);
+        if (!v) v = py_pylib_missing(L, al->span, lm, al->name);   /* from torchvision import transforms */
         if (!v) lower_error(L, al->span, "cannot import name '%s' from '%s'", al->name, s->name ? s->name : ".");
         env_set(L, L->env, al->name2 ? al->name2 : al->name, v);
         continue;
       }
       if (s->ival) lower_error(L, s->span, "relative import: no module '%s' beside this file", s->name ? s->name : ".");
     } else {
-      PV *lm = local_module(L, s->span, full, 1);
+      PV *lm = local_module(L, s->span, full, 0);
       if (lm) {
         const char *dot = strchr(full, '.');
         if (al->name2 || !dot) {
@@ -138,7 +148,7 @@ static void exec_import(L *L, Node *s) {
         }
         /* import pkg.mod binds pkg, with mod as its attribute */
         const char *root = arena_strndup(L->a, full, (size_t)(dot - full));
-        PV *pkg = local_module(L, s->span, root, 1);
+        PV *pkg = local_module(L, s->span, root, 0);
         if (!pkg) {
           pkg = pv_new(L, PV_OBJ);
           pkg->cls = lm->cls;

@@ -167,6 +167,14 @@ typedef struct HostOps {
   const char *(*repr)(L *L, Span at, const PV *v);     /* (host values carry their kind's name in s) */
 } HostOps;
 
+/* The attribute that marks a module of ctc's own packages (pylib/), holding its dotted
+ * name. Such a module stands for a real package of which ctc implements a part
+ * (torchvision's models), so a name it lacks (torchvision.transforms, .datasets) is an
+ * opaque value, as an import ctc does not model is: py_pylib_missing (eval.c) gives it,
+ * NULL for any other value. */
+#define PY_PYLIB_MARK "__ctc_pylib__"
+PV *py_pylib_missing(L *L, Span at, PV *module, const char *name);
+
 /* The context: one per compile, passed everywhere. */
 struct L {
   const HostOps *host;   /* the host library */
@@ -188,6 +196,8 @@ struct L {
   int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
   PV *modules;            /* exec.c: the files imported from beside the compiled file, by path (a dict) */
   const char *script_args;  /* the compiled script's own command line (ctc --args '...'), for argparse */
+  const char *pylib;     /* ctc's own Python packages (pylib/: torchvision), searched for an import after
+                            the compiled file's folder; NULL: none */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time value (NULL outside such ifs and in calls) */
 };
@@ -219,6 +229,7 @@ PV *pv_dict(L *L);
 PV *pv_dict_get(PV *d, PV *key);              /* NULL if absent; key known hashable (a str ...) */
 PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key); /* user key: TypeError if unhashable */
 void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val);
+PV *pv_dict_pop(L *L, Span at, PV *d, PV *key);   /* removes key, keeping the order of the others; NULL if absent */
 PV *pv_native(L *L, BuiltinFn *call, int bi, const char *name, PV *self); /* a PV_BUILTIN */
 PV *pv_ns(L *L, const char *name);
 /* An opaque value (PV_OPAQUE) with expression text `expr`, made at `at`. */

@@ -209,6 +209,17 @@ PV *pv_dict_lookup(L *L, Span at, PV *d, PV *key) {
   int i = dict_find(d, key, pv_hash_at(L, at, key));
   return i < 0 ? NULL : d->items[i];
 }
+PV *pv_dict_pop(L *L, Span at, PV *d, PV *key) {
+  int i = dict_find(d, key, pv_hash_at(L, at, key));
+  if (i < 0) return NULL;
+  PV *v = d->items[i];
+  memmove(d->keys + i, d->keys + i + 1, sizeof(PV *) * (size_t)(d->n - i - 1));
+  memmove(d->items + i, d->items + i + 1, sizeof(PV *) * (size_t)(d->n - i - 1));
+  d->n--;
+  if (d->hidx) dict_index_build(L, d, d->hcap);   /* the positions after i moved */
+  return v;
+}
+
 void pv_dict_set(L *L, Span at, PV *d, PV *key, PV *val) {
   uint64_t h = pv_hash_at(L, at, key);
   int i = dict_find(d, key, h);

@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in gcc clang libclang-rt-14-dev ninja-build libopenblas-dev zlib1g-dev python3-numpy python3-pytest python3-pytest-xdist python3-torch \
+for p in gcc clang libclang-rt-14-dev ninja-build libopenblas-dev zlib1g-dev python3-numpy python3-pytest python3-pytest-xdist python3-torch python3-torchvision \
          python3-dev python3-matplotlib graphviz \
          libopenmpi-dev openmpi-bin \
          dataset-fashion-mnist fortunes-min \

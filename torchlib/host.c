@@ -158,6 +158,20 @@ static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
   if (obj->k == PV_TENSOR)
     lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
                        "value semantics only (use torch.where or torch.cat)");
+  if (pv_is_module(obj) && (obj->cls->bi == BI_C_SEQUENTIAL || obj->cls->bi == BI_C_MODULELIST)) {
+    /* seq[i] = module (a new head: backbone.classifier[1] = nn.Linear(...)): the i-th child replaced under its name */
+    if (!pv_is_module(v)) lower_error(L, at, "%s items must be modules, got '%s'", obj->cls->s, pv_kind_name(v));
+    int n = 0;
+    for (int k = 0; k < obj->mod->regs.len; k++) n += obj->mod->regs.data[k].kind == REG_CHILD;
+    int64_t i = arg_int(L, at, idx, "index");
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) lower_error(L, at, "index %lld out of range for a %s of %d modules", (long long)i, obj->cls->s, n);
+    for (int k = 0; k < obj->mod->regs.len; k++)
+      if (obj->mod->regs.data[k].kind == REG_CHILD && i-- == 0) {
+        module_setattr(L, at, obj, obj->mod->regs.data[k].name, v);
+        return 1;
+      }
+  }
   return 0;
 }
 

@@ -506,6 +506,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->d = d;
   L->src = src;
   L->script_args = opt->script_args;
+  L->pylib = opt->pylib;
   L->T->prog = ir_program_new(a, src);
   L->T->f64 = opt->float_dtype == DT_F64;
   L->T->prog->hook = opt->hook;

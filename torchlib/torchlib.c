@@ -258,6 +258,21 @@ static PV *pool(L *L, Args *A, Op op) {
   return t_pool2d(L, A->at, op, need_tensor(L, A->at, a[0], "input"), k, s, p, d, ceil_mode, cip);
 }
 
+/* The averaging matrix of one axis of PyTorch's adaptive pooling from n to o: row i
+ * averages the inputs [floor(i n / o), ceil((i + 1) n / o)), bins that may overlap or
+ * repeat an input (n < o), each weight 1 / its bin's length rounded to dt. */
+static PV *adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt) {
+  Type t = {0};
+  t.dtype = dt, t.ndim = 2, t.dims[0] = o, t.dims[1] = n;
+  PV *m = t_const_tensor(L, at, t, 0);
+  for (int64_t i = 0; i < o; i++) {
+    const int64_t s = i * n / o, e = ((i + 1) * n + o - 1) / o;
+    const double w = 1.0 / (double)(e - s);
+    for (int64_t j = s; j < e; j++) m->t->data[i * n + j] = dt == DT_F32 ? (double)(float)w : w;
+  }
+  return m;
+}
+
 PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
   int64_t o[2];
   if (arg_ints(L, at, size, o, 2, "output_size") == 1) o[1] = o[0];
@@ -275,9 +290,12 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
     int64_t dims[2] = {2, 3};
     return t_reduce(L, at, IR_REDUCE_SUM, x, dims, 2, 1, 1);
   }
-  if (t.dims[2] % o[0] || t.dims[3] % o[1])
-    lower_error(L, at, "adaptive_avg_pool2d to %lldx%lld needs input sizes divisible by it (input %s)",
-                (long long)o[0], (long long)o[1], shape_str(L, &t));
+  if (t.dims[2] % o[0] || t.dims[3] % o[1]) {   /* uneven bins: P_h x P_w^T, two matmuls with constant matrices */
+    if (t.dtype != DT_F32 && t.dtype != DT_F64)
+      lower_error(L, at, "adaptive_avg_pool2d of a %s tensor is not supported", ir_dtype_name(t.dtype));
+    PV *pw = adaptive_avg_matrix(L, at, o[1], t.dims[3], t.dtype), *ph = adaptive_avg_matrix(L, at, o[0], t.dims[2], t.dtype);
+    return t_matmul(L, at, ph, t_matmul(L, at, x, t_transpose(L, at, pw, 0, 1)));
+  }
   int64_t k[2] = {t.dims[2] / o[0], t.dims[3] / o[1]}, p[2] = {0, 0}, d[2] = {1, 1};
   return t_pool2d(L, at, IR_AVGPOOL2D, x, k, k, p, d, 0, 1);
 }

@@ -1,0 +1,2 @@
+from .misc import Conv2dNormActivation, SqueezeExcitation
+from .stochastic_depth import StochasticDepth, stochastic_depth

@@ -1,0 +1,229 @@
+"""torchvision.models as a backbone: ctc compiles `torchvision.models.resnet18(weights=None)`
+and the other builders from its own package (pylib/torchvision, written for ctc with
+torchvision's module names), so a file that uses one compiles unchanged and a state_dict
+saved by PyTorch loads by name. The oracle is Debian's python3-torchvision (0.14, which
+matches python3-torch 1.13): first our package itself under PyTorch against it (keys,
+initial values drawn in the same order, outputs), then ctc's programs against PyTorch
+running the real torchvision."""
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, ROOT, compare, load_module, run, run_forward, st_read, st_write, state_dict_np
+
+torchvision = pytest.importorskip("torchvision")
+if not torchvision.__version__.startswith("0.14"):
+    pytest.skip(f"torchvision {torchvision.__version__} does not match PyTorch 1.13 (0.14 does)", allow_module_level=True)
+
+PYLIB = os.path.join(ROOT, "pylib", "torchvision")
+BUILDERS = ["resnet18", "resnet34", "resnet50", "vgg11", "vgg16_bn", "mobilenet_v2", "mobilenet_v3_small",
+            "mobilenet_v3_large", "efficientnet_b0", "efficientnet_b1", "squeezenet1_0", "squeezenet1_1"]
+
+
+def ours():
+    if "ctc_torchvision" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("ctc_torchvision", os.path.join(PYLIB, "__init__.py"),
+                                                      submodule_search_locations=[PYLIB])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["ctc_torchvision"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["ctc_torchvision"]
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_package_is_torchvision(name):
+    """Same state_dict keys and shapes, the same initial values from the same seed (so
+    the initialisation draws in torchvision's order), bit-identical eval outputs."""
+    torch.manual_seed(0)
+    ref = getattr(torchvision.models, name)(weights=None, num_classes=10).eval()
+    torch.manual_seed(0)
+    mine = getattr(ours().models, name)(weights=None, num_classes=10).eval()
+    a, b = ref.state_dict(), mine.state_dict()
+    assert list(a) == list(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(ref(x), mine(x))
+
+
+BACKBONE = """import torch
+import torch.nn as nn
+import torchvision
+from torchvision import transforms   # data code: opaque to ctc, as in any training script
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.backbone = BUILD
+        HEAD
+
+    def forward(self, x):
+        return self.backbone(x)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(2, 3, SIZE, SIZE),),
+                  "train_step": (torch.randn(4, 3, SIZE, SIZE), torch.zeros(4, dtype=torch.long))}
+"""
+
+# (builder call, head replacement, input size)
+MODELS = {
+    "resnet18": ("torchvision.models.resnet18(weights=None)",
+                 "self.backbone.fc = nn.Linear(self.backbone.fc.in_features, num_classes)", 32),
+    "resnet50": ("torchvision.models.resnet50(pretrained=False, num_classes=num_classes)", "", 32),
+    "mobilenet_v2": ("torchvision.models.mobilenet_v2(weights=None, dropout=0.0)",
+                     "self.backbone.classifier[1] = nn.Linear(self.backbone.last_channel, num_classes)", 32),
+    "mobilenet_v3_small": ("torchvision.models.mobilenet_v3_small(weights=None, num_classes=num_classes, dropout=0.0)",
+                           "", 32),
+    "efficientnet_b0": ("torchvision.models.efficientnet_b0(weights=None, stochastic_depth_prob=0.0)",
+                        "self.backbone.classifier = nn.Linear(1280, num_classes)", 32),
+    "squeezenet1_1": ("torchvision.models.squeezenet1_1(weights=None, num_classes=num_classes, dropout=0.0)", "", 64),
+    "vgg11": ("torchvision.models.vgg11(weights=None, num_classes=num_classes, dropout=0.0)", "", 32),
+}
+
+
+def model_file(tmp_path, name):
+    build, head, size = MODELS[name]
+    src = BACKBONE.replace("BUILD", build).replace("HEAD", head or "pass").replace("SIZE", str(size))
+    path = tmp_path / f"{name}_backbone.py"
+    path.write_text(src)
+    return str(path), size
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("vgg11", "resnet50") else n
+                                  for n in MODELS])
+def test_backbone_forward(tmp_path, name):
+    """Forward (eval: BatchNorm's running statistics) against PyTorch with the real
+    torchvision, the weights moved by state_dict name."""
+    path, size = model_file(tmp_path, name)
+    torch.manual_seed(1)
+    mod = load_module(path, f"tv_{name}")
+    model = mod.model.eval()
+    with torch.no_grad():   # running statistics that are not the initial 0 and 1
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+    x = np.random.default_rng(2).standard_normal((2, 3, size, size)).astype(np.float32)
+    (got,) = run_forward(str(tmp_path), path, model, [x])
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    compare(f"{name} forward", got, want, 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1"])
+def test_backbone_training_steps(tmp_path, name):
+    """Three SGD-momentum steps in training mode (BatchNorm's batch statistics and its
+    running averages) against PyTorch: losses, then every state_dict entry."""
+    path, size = model_file(tmp_path, name)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    torch.manual_seed(3)
+    mod = load_module(path, f"tv_train_{name}")
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(4)
+    for step in range(3):
+        x = rng.standard_normal((4, 3, size, size)).astype(np.float32)
+        y = rng.integers(0, 10, size=4).astype(np.int64)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
+        lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+        compare(f"{name} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-5)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            assert int(got[k]) == int(v) == 3, k
+        else:   # three steps of lr 0.05 on a deep net: gradients' float32 rounding shows at 1e-4
+            compare(f"{name} {k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-4)
+
+
+def test_pretrained_weights_refused(tmp_path):
+    """weights=... (a download in torchvision) is a located error pointing at --weights."""
+    build = "torchvision.models.resnet18(weights='IMAGENET1K_V1')"
+    path = tmp_path / "pre.py"
+    path.write_text(BACKBONE.replace("BUILD", build).replace("HEAD", "pass").replace("SIZE", "32"))
+    r = run([CTC, "check", path], check=False)
+    assert r.returncode == 1, r.stderr
+    assert "pre.py:10:25" in r.stderr and "does not download pretrained weights" in r.stderr, r.stderr
+
+
+ADAPTIVE = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3)
+        self.pool = nn.AdaptiveAvgPool2d(@SIZE@)
+
+    def forward(self, x):
+        return self.pool(self.conv(x)).flatten(1)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(2, 2, @H@, @W@),), "train_step": (torch.randn(2, 2, @H@, @W@), torch.randn(2, @N@))}
+"""
+
+
+@pytest.mark.parametrize("size, hw", [("(7, 7)", (3, 3)), ("(3, 5)", (9, 8)), ("4", (7, 12))])
+def test_adaptive_avg_pool_uneven_bins(tmp_path, size, hw):
+    """AdaptiveAvgPool2d to sizes that do not divide the input (VGG's 7x7 head on a
+    CIFAR image's 1x1 features repeats each input; 7 -> 3 overlaps bins): forward and a
+    training step (its gradient) against PyTorch."""
+    h, w = hw
+    oh, ow = eval(size) if "(" in size else (int(size), int(size))
+    src = (ADAPTIVE.replace("@SIZE@", size).replace("@H@", str(h + 2)).replace("@W@", str(w + 2))
+           .replace("@N@", str(3 * oh * ow)))
+    path = tmp_path / "ada.py"
+    path.write_text(src)
+    mod = load_module(str(path), f"ada_{h}_{w}")
+    x = np.random.default_rng(5).standard_normal((2, 2, h + 2, w + 2)).astype(np.float32)
+    (got,) = run_forward(str(tmp_path), str(path), mod.model, [x])
+    with torch.no_grad():
+        compare("adaptive pool forward", got, mod.model(torch.from_numpy(x)).numpy(), 1e-5, 1e-6)
+    exe = tmp_path / "net"
+    w0 = tmp_path / "w0.safetensors"
+    st_write(w0, state_dict_np(mod.model))
+    y = np.random.default_rng(6).standard_normal((2, 3 * oh * ow)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    run([exe, "run", "train_step", "--weights", w0, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+         "--output", tmp_path / "loss.npy", "--save", tmp_path / "w1.safetensors"])
+    mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
+    got = st_read(tmp_path / "w1.safetensors")
+    for k, v in mod.model.state_dict().items():
+        compare(f"{k} after a step", got[k], v.numpy(), 1e-4, 1e-6)
