@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "build.h"
 #include "convert.h"
+#include "depfile.h"
 #include "embed.h"
 #include "opts.h"
 #include "quantize.h"
@@ -113,6 +114,9 @@ static const char *usage =
     "  --python                (build) a CPython extension module: -o NAME makes NAME<EXT_SUFFIX> (or\n"
     "                          -o NAME.so), `import NAME; m = NAME.Model(\"w.safetensors\"); m.forward(x)`;\n"
     "                          built for $PYTHON, else python3 on PATH\n"
+    "  -MD, --depfile FILE     (compile, build) also write a make rule naming the files the output\n"
+    "                          depends on: the model file and the local modules it imported\n"
+    "                          (-MD: OUT.d; docs/build-systems.md)\n"
     "  -h, --help              this help\n"
     "  --version               print the version\n"
     "\n"
@@ -291,6 +295,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_blas = 1;
     } else if (!strcmp(s, "--no-openmp")) {
       o->no_openmp = 1;
+    } else if (!strcmp(s, "-MD")) {   /* depfile.h */
+      o->md = 1;
+    } else if (!strcmp(s, "--depfile")) {
+      if (!(o->depfile = NEXT())) return -1;
     } else if (!strcmp(s, "--shared")) {
       o->shared = 1;
     } else if (!strcmp(s, "--python")) {
@@ -363,6 +371,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     return -1;
   }
   if (quant_check_opts(d, o) < 0) return -1;
+  if (depfile_check_opts(a, d, o) < 0) return -1;
   if (o->freestanding && (strcmp(o->cmd, "compile") || (o->target && strcmp(o->target, "c")))) {
     diag_plain(d, "--freestanding goes with 'compile' for the C target (build the model.c with your toolchain: "
                   "docs/microcontrollers.md)");
@@ -831,6 +840,8 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
     print_check(&o, p);
     return 0;
   }
+  int drc = o.depfile ? depfile_write(a, &d, &o, p) : 0;   /* -MD: the files read */
+  if (drc) return drc;
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
