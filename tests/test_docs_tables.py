@@ -72,3 +72,44 @@ def test_a_new_row_changes_the_output(tmp_path):
     out = tmp_path / "s.md"
     subprocess.run([sys.executable, str(tree / "scripts" / "gen_docs.py"), "-o", str(out)], check=True)
     assert "| `torch.optim.Lion` | `lr=0.0001`, `betas=(0.9, 0.99)`, `weight_decay=0` |" in out.read_text()
+
+
+def anchors(path):
+    """GitHub's heading anchors of a Markdown file: lower case, punctuation but '-' and '_'
+    dropped, spaces to '-'; a repeated heading gets -1, -2, ..."""
+    seen, out = {}, set()
+    in_code = False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("```"):
+                in_code = not in_code
+            m = None if in_code else re.match(r"^#{1,6} (.*)$", line.rstrip("\n"))
+            if not m:
+                continue
+            a = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(a, 0)
+            seen[a] = n + 1
+            out.add(a if n == 0 else "%s-%d" % (a, n))
+    return out
+
+
+def test_doc_links_resolve():
+    """Every relative link of README.md, ARCHITECTURE.md and docs/*.md names a file that
+    exists and, with #anchor, a heading of it."""
+    docs = os.path.join(ROOT, "docs")
+    files = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "ARCHITECTURE.md")]
+    files += [os.path.join(docs, f) for f in sorted(os.listdir(docs)) if f.endswith(".md")]
+    bad = []
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue   # http:, https:, mailto:
+            file, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(dest):
+                bad.append("%s: %s (no such file)" % (os.path.relpath(path, ROOT), target))
+            elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
+                bad.append("%s: %s (no such heading)" % (os.path.relpath(path, ROOT), target))
+    assert not bad, "\n".join(bad)
