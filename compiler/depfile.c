@@ -28,6 +28,11 @@ int depfile_check_opts(Arena *a, Diag *d, Opts *o) {
     diag_plain(d, "%s goes with 'compile' or 'build' and -o (the file its rule names)", o->md ? "-MD" : "--depfile");
     return -1;
   }
+  if (o->emit && !strcmp(o->emit, "ast")) {   /* parsed only: no module is imported */
+    diag_plain(d, "%s does not go with --emit ast (the file is parsed, not evaluated: it imports nothing)",
+               o->md ? "-MD" : "--depfile");
+    return -1;
+  }
   if (!o->depfile) o->depfile = depfile_default(a, o->out);
   return 0;
 }

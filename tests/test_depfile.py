@@ -127,6 +127,9 @@ def test_md_needs_an_output(tmp_path):
     write_tree(tmp_path)
     r = subprocess.run([CTC, "check", "model.py", "-MD"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 1 and "-MD goes with 'compile' or 'build' and -o" in r.stderr
+    r = subprocess.run([CTC, "compile", "model.py", "--emit", "ast", "-o", "t.ast", "--depfile", "t.d"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "--depfile does not go with --emit ast" in r.stderr and not (tmp_path / "t.d").exists()
 
 
 def touch_later(path):
