@@ -899,7 +899,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
   c_string(b, P);
   cg_puts(b, ", ");
-  c_string(b, p->src && p->src->path ? p->src->path : "");
+  c_string(b, ir_source_name(p));
   cg_printf(b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n", P, g->upper);
   if (p->params.len) cg_printf(b, "  %d, ctc_params,\n", p->params.len);
   else cg_puts(b, "  0, NULL,\n");
@@ -1032,7 +1032,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   }
 
   char src[1024];
-  comment_text(src, sizeof src, p->src && p->src->path ? p->src->path : "?");
+  comment_text(src, sizeof src, ir_source_name(p));
   char stem[256];
   snprintf(stem, sizeof stem, "%s", basename_of(h_name));
   char *dot = strrchr(stem, '.');

@@ -16,7 +16,7 @@
  * a positive-term series in double below 2.5 and a continued fraction for erfc above, each
  * times exp(-x^2) split so that x^2 is exact; fabsf, copysignf, truncf, floorf and
  * nearbyintf are exact. These are the f32 functions ops.def's templates call. tests/test_embedded.py sweeps them against glibc
- * (the bounds in ulps are in README.md). */
+ * (the bounds in ulps are in docs/microcontrollers.md). */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,7 +440,7 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
     for (int j = 0; j < k; j++)
       if (listed(math_fns[k].deps, math_fns[j].name)) want[j] = 1;
   }
-  cg_puts(b, "/* ---- math (--no-libm; accuracy: ctc's README, \"Microcontrollers\") ---- */\n");
+  cg_puts(b, "/* ---- math (--no-libm; accuracy: ctc's docs/microcontrollers.md) ---- */\n");
   cg_puts(b, m_bits);
   for (int k = 0; k < NMATH; k++) {
     if (!want[k]) continue;

@@ -271,7 +271,7 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     }
   }
   char src[1024];
-  cg_comment_text(src, sizeof src, p->src && p->src->path ? p->src->path : "?");
+  cg_comment_text(src, sizeof src, ir_source_name(p));
   char stem[256];
   const char *base = strrchr(h_name, '/');
   snprintf(stem, sizeof stem, "%s", base ? base + 1 : h_name);
@@ -484,7 +484,7 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
               P, P);
     cg_printf(&b, "static void *ctc_arena_of(void *m) { return ((%s_t *)m)->arena; }\n", P);
     cg_printf(&b, "const ctc_model_desc %s_desc = {\n  \"%s\", ", P, P);
-    c_str(&b, p->src && p->src->path ? p->src->path : "");
+    c_str(&b, ir_source_name(p));
     cg_printf(&b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n"
                   "  0, NULL,  /* no parameters: the int8 weights are const arrays of this file */\n"
                   "  1, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n  0, NULL, NULL,\n  0, NULL, NULL,  /* no state_dict */\n};\n", P, U);

@@ -1822,7 +1822,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
     cg_dnn_support(&api_pre, &g.dnn, g.prefix, opt && opt->tf32);
 
     char src[1024], stem[256], cls[256];
-    cg_comment_text(src, sizeof src, p->src && p->src->path ? p->src->path : "?");
+    cg_comment_text(src, sizeof src, ir_source_name(p));
     cg_comment_text(cls, sizeof cls, p->class_name ? p->class_name : "?");
     snprintf(stem, sizeof stem, "%s", basename_of(h_name));
     char *dot = strrchr(stem, '.');

@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "build.h"
 #include "convert.h"
+#include "depfile.h"
 #include "embed.h"
 #include "opts.h"
 #include "quantize.h"
@@ -52,7 +53,7 @@ static const char *usage =
     "                          into fused loop nests) and dot (the IR as a Graphviz graph: model lines,\n"
     "                          forward/backward/optimizer colours, fused kernels boxed) go to -o or stdout\n"
     "  --fixed-batch           forward runs only at its planned batch (by default it takes any batch\n"
-    "                          from 1 to it where the model's forward allows, see README)\n"
+    "                          from 1 to it where the model's forward allows, see docs/program.md)\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
@@ -96,11 +97,11 @@ static const char *usage =
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --freestanding          (compile) model.c/.h for a microcontroller or bare metal: only <stddef.h>,\n"
     "                          <stdint.h>, <string.h> and the math functions the header names; no runtime,\n"
-    "                          file I/O, allocation, OpenMP or BLAS (README: Microcontrollers)\n"
+    "                          file I/O, allocation, OpenMP or BLAS (docs/microcontrollers.md)\n"
     "  --no-libm               (freestanding) ctc's own expf, logf, tanhf, erff, sqrtf, ... instead of libm\n"
     "  --embed-weights W       (freestanding) the parameters of W (safetensors or a PyTorch checkpoint) as\n"
     "                          const arrays (flash); the arena holds only the activations (RAM)\n"
-    "  --quantize int8         int8 post-training quantization of the forward entry (README: int8): with\n"
+    "  --quantize int8         int8 post-training quantization of the forward entry (docs/quantization.md): with\n"
     "                          --calibrate X.npy (samples the float model runs on for the activations'\n"
     "                          ranges) and the weights (--weights W, or --embed-weights W with --freestanding)\n"
     "  --calibrate X.npy       (--quantize) calibration samples [S, ...input shape without the batch]\n"
@@ -113,6 +114,9 @@ static const char *usage =
     "  --python                (build) a CPython extension module: -o NAME makes NAME<EXT_SUFFIX> (or\n"
     "                          -o NAME.so), `import NAME; m = NAME.Model(\"w.safetensors\"); m.forward(x)`;\n"
     "                          built for $PYTHON, else python3 on PATH\n"
+    "  -MD, --depfile FILE     (compile, build) also write a make rule naming the files the output\n"
+    "                          depends on: the model file and the local modules it imported\n"
+    "                          (-MD: OUT.d; docs/build-systems.md)\n"
     "  -h, --help              this help\n"
     "  --version               print the version\n"
     "\n"
@@ -125,7 +129,7 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* --quantize's combinations (README: int8) */
+/* --quantize's combinations (docs/quantization.md) */
 static int quant_check_opts(Diag *d, const Opts *o) {
   if (!o->quantize) {
     if (o->calibrate || o->weights) {
@@ -291,6 +295,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_blas = 1;
     } else if (!strcmp(s, "--no-openmp")) {
       o->no_openmp = 1;
+    } else if (!strcmp(s, "-MD")) {   /* depfile.h */
+      o->md = 1;
+    } else if (!strcmp(s, "--depfile")) {
+      if (!(o->depfile = NEXT())) return -1;
     } else if (!strcmp(s, "--shared")) {
       o->shared = 1;
     } else if (!strcmp(s, "--python")) {
@@ -363,9 +371,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     return -1;
   }
   if (quant_check_opts(d, o) < 0) return -1;
+  if (depfile_check_opts(a, d, o) < 0) return -1;
   if (o->freestanding && (strcmp(o->cmd, "compile") || (o->target && strcmp(o->target, "c")))) {
     diag_plain(d, "--freestanding goes with 'compile' for the C target (build the model.c with your toolchain: "
-                  "README, Microcontrollers)");
+                  "docs/microcontrollers.md)");
     return -1;
   }
   if (o->validate && (!strcmp(o->cmd, "check") || (o->emit && strcmp(o->emit, "c")))) {
@@ -832,6 +841,8 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
     print_check(&o, p);
     return 0;
   }
+  int drc = o.depfile ? depfile_write(a, &d, &o, p) : 0;   /* -MD: the files read */
+  if (drc) return drc;
   if (o.emit && !strcmp(o.emit, "ir")) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;

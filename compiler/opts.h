@@ -9,6 +9,8 @@ typedef struct Opts {
   int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
   int fixed_batch;             /* --fixed-batch: forward runs only at the file's batch */
   int validate;               /* --validate (validate.h) */
+  int md;                     /* -MD: --depfile OUT.d (depfile.h) */
+  const char *depfile;        /* --depfile FILE */
   int shared, python;         /* build --shared (a .so and its header), --python (an extension module) */
   int freestanding, no_libm;  /* --freestanding, --no-libm */
   const char *embed;          /* --embed-weights W */

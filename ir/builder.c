@@ -130,6 +130,12 @@ Program *ir_program_new(Arena *a, const SrcFile *src) {
   return p;
 }
 
+const char *ir_source_name(const Program *p) {
+  const char *path = p->src && p->src->path ? p->src->path : "?";
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
 Func *ir_func_new(Program *p, const char *name, Span loc) {
   Func *f = arena_alloc(p->arena, sizeof *f);
   f->name = arena_strdup(p->arena, name);

@@ -240,12 +240,17 @@ struct Program {
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
+  Vec(const char *) imports;  /* lowering: the files of the local modules the model imported, as opened
+                                 (beside the model file), in import order: `ctc -MD` lists them */
 };
 enum { CTC_DIST_NONE = 0, CTC_DIST_MPI = 1, CTC_DIST_NCCL = 2 };   /* NCCL: --target cuda */
 
 /* ---- builder (builder.c) ------------------------------------------------ */
 
 Program *ir_program_new(Arena *a, const SrcFile *src);
+/* The model file's name without its folders ("model.py"), as generated files quote it: the
+ * output does not depend on where the file is (byte-identical builds on any machine). */
+const char *ir_source_name(const Program *p);
 Func *ir_func_new(Program *p, const char *name, Span loc);
 ValId ir_add_input(Program *p, Func *f, const char *name, Type t);
 ValId ir_param_value(Program *p, Func *f, int param_index); /* one value per param per func */

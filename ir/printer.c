@@ -76,7 +76,7 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
 void ir_print_program(FILE *out, const Program *p) {
   char tb[300];
   fprintf(out, "; model %s (class %s) from %s\n", p->model_name, p->class_name,
-          p->src ? p->src->path : "?");
+          ir_source_name(p));
   for (int i = 0; i < p->params.len; i++)
     fprintf(out, "; %s \"%s\" : %s\n", p->params.data[i].is_buffer ? "buffer" : "param",
             p->params.data[i].name, ir_type_str(&p->params.data[i].type, tb, sizeof tb));

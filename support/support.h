@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Process exit codes of the ctc driver (documented in README.md). */
+/* Process exit codes of the ctc driver (documented in README.md, "Exit status"). */
 enum {
   CTC_EXIT_OK = 0,    /* success */
   CTC_EXIT_USER = 1,  /* error in the model file or the command line */

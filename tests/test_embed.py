@@ -114,7 +114,7 @@ def build_module(tmp, name, *opts):
 
 def same_blas_env():
     """One environment for ./net and a program or module linking the model: ./net picks
-    OPENBLAS_CORETYPE from the CPU and re-executes itself (README, OpenBLAS), a library
+    OPENBLAS_CORETYPE from the CPU and re-executes itself (docs/program.md, OpenBLAS), a library
     takes what the environment says; without both, they run the same OpenBLAS kernels."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(CTC_NO_REEXEC="1", OMP_NUM_THREADS="1")

@@ -206,7 +206,7 @@ example_inputs = {"forward": (torch.randn(4, 8),)}
 """
 
 # The functions --no-libm brings and their largest error in ulps against the exactly rounded
-# value (glibc's double function), on the sweep below; README.md states the same bounds.
+# value (glibc's double function), on the sweep below; docs/microcontrollers.md states the same bounds.
 MATH_BOUNDS = {"ctc_m_fabsf": 0, "ctc_m_truncf": 0, "ctc_m_floorf": 0, "ctc_m_nearbyintf": 0,
                "ctc_m_copysignf": 0, "ctc_m_expf": 1.0, "ctc_exp_f32": 1.0, "ctc_tanh_f32": 1.5,
                "ctc_m_logf": 1.0, "ctc_m_log1pf": 2.5, "ctc_m_expm1f": 2.5, "ctc_m_sqrtf": 0.5, "ctc_m_erff": 2.0}

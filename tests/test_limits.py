@@ -1,4 +1,4 @@
-"""The documented limits (README, "Reliability"), each hit once: a located
+"""The documented limits (docs/reliability.md), each hit once: a located
 diagnostic from ctc (exit 1), or a runtime error naming the file (exit 1 or 2),
 never a crash. Limits already exercised elsewhere: expression nesting
 (tests/frontend), arena size and size overflow in the IR (test_sizes.py), tensor

@@ -80,7 +80,7 @@ FORTUNES = "/usr/share/games/fortunes"
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="Debian's fortunes-min is not installed")
 def test_char_gpt_learns_fortunes(tmp_path):
-    """examples/char_gpt.py as the README runs it: trained by the generated program on
+    """examples/char_gpt.py as docs/language-models.md runs it: trained by the generated program on
     the English text of Debian's fortunes-min, its validation loss (the last 10%) falls
     below 2.0 nats per character; then it samples text in the file's characters."""
     text = "".join(open(os.path.join(FORTUNES, f), encoding="utf-8").read() for f in ("fortunes", "literature", "riddles"))

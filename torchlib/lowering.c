@@ -594,6 +594,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     for (int i = 0; i < opt->ninputs; i++) batched |= opt->inputs[i].sym != NULL;
     if (!batched) ad_gradcheck_entries(L->T->prog); /* ./net gradcheck (not for run-time batches) */
   }
+  for (int i = 0; L->modules && i < L->modules->n; i++)   /* the local modules (exec.c), for -MD */
+    vec_push(a, &L->T->prog->imports, L->modules->keys[i]->s);
   L->T->prog->type_error = NULL;
   L->T->prog->type_error_ctx = NULL;
   return L->T->prog;

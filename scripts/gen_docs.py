@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Writes docs/supported.md, the tables of what ctc supports, from the registration
+tables themselves, so the documentation cannot drift from the code:
+
+  torchlib/torch.def     torch.*, Tensor methods, torch.nn.functional, nn.init,
+                         nn.utils, autograd, torch.func, module/optimizer/scheduler methods
+  torchlib/layers.def    nn.<Layer> classes (and their constructor options)
+  torchlib/optim.def     torch.optim optimizers and lr_scheduler classes
+  python/builtins.def    Python builtins, math, dataclasses, str/list/dict methods, argparse
+  ir/ops.def             the IR primitives
+
+The namespace names come from the NS_* enums (torchlib/torch_int.h, python/py.h).
+
+    python3 scripts/gen_docs.py              # rewrite docs/supported.md
+    python3 scripts/gen_docs.py -o FILE      # write elsewhere (tests/test_docs_tables.py)
+    python3 scripts/gen_docs.py --check      # exit 1 if docs/supported.md is stale
+
+Python 3 standard library only."""
+import argparse
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join("docs", "supported.md")
+
+
+def read(rel):
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+def strip_comments(text):
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+
+
+def split_args(s):
+    """Top-level comma split of a macro's arguments; adjacent string literals joined."""
+    args, depth, cur, i = [], 0, "", 0
+    while i < len(s):
+        c = s[i]
+        if c == '"':
+            j = i + 1
+            while s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            cur += s[i:j + 1]
+            i = j + 1
+            continue
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            i += 1
+            continue
+        cur += c
+        i += 1
+    args.append(cur.strip())
+    out = []
+    for a in args:
+        lits = re.findall(r'"((?:[^"\\]|\\.)*)"', a)
+        if lits and re.fullmatch(r'(\s*"(?:[^"\\]|\\.)*"\s*)+', a):
+            out.append("".join(lits))
+        else:
+            out.append(a)
+    return out
+
+
+def rows(rel, macros):
+    """(macro, [args]) for every row of a .def file, in file order."""
+    text = strip_comments(read(rel))
+    text = re.sub(r"^#.*$", "", text, flags=re.M)
+    res = []
+    for m in re.finditer(r"^(%s)\(" % "|".join(macros), text, flags=re.M):
+        i, depth = m.end(), 1
+        while depth:
+            c = text[i]
+            if c == '"':
+                i += 1
+                while text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+            i += 1
+        res.append((m.group(1), split_args(text[m.end():i - 1])))
+    return res
+
+
+def namespaces():
+    """NS_NAME -> its description, from the enums' comments."""
+    ns = {}
+    for rel in ("python/py.h", "torchlib/torch_int.h"):
+        for m in re.finditer(r"^\s*(NS_[A-Z_]+)\s*=\s*[^,]+,\s*/\*\s*(.*?)\s*\*/", read(rel), flags=re.M):
+            ns[m.group(1)] = re.sub(r"\s*\(\w+\.c\)", "", m.group(2).split(";")[0])
+    return ns
+
+
+def ns_list(expr, known, where):
+    names = [t.strip() for t in expr.split("|")]
+    if names == ["0"]:
+        return []
+    for n in names:
+        if n not in known:
+            sys.exit("gen_docs.py: %s: unknown namespace %s (add it to the NS_ enums' comments)" % (where, n))
+    return names
+
+
+def pydefault(v):
+    """A .def default (F/T/N, (a;b), 'str', number) in Python's spelling."""
+    v = v.strip()
+    if v in ("F", "T", "N"):
+        return {"F": "False", "T": "True", "N": "None"}[v]
+    if v.startswith("(") and v.endswith(")"):
+        return "(" + ", ".join(pydefault(x) for x in v[1:-1].split(";")) + ")"
+    return v
+
+
+def options(spec, required="R"):
+    """'a,b=1,c=F' -> 'a, b=1, c=False' (`R` marks a required option; `x=` a default PyTorch's)."""
+    if spec in (None, "NULL", ""):
+        return ""
+    parts = []
+    for p in spec.split(","):
+        if "=" in p:
+            k, v = p.split("=", 1)
+            if v == required:
+                parts.append(k)
+            elif v == "":
+                parts.append(k + "=…")
+            else:
+                parts.append("%s=%s" % (k, pydefault(v)))
+        else:
+            parts.append(p)
+    return ", ".join("`%s`" % x for x in parts)
+
+
+def table(header, body):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines) + "\n"
+
+
+def generate():
+    ns = namespaces()
+    out = []
+    w = out.append
+    w("# Supported functions, layers, optimizers and schedulers\n\n")
+    w("<!-- Generated by scripts/gen_docs.py from torchlib/torch.def, torchlib/layers.def,\n"
+      "     torchlib/optim.def, python/builtins.def and ir/ops.def: do not edit by hand;\n"
+      "     run `python3 scripts/gen_docs.py` (tests/test_docs_tables.py checks it). -->\n\n")
+    w("[Back to the README](../README.md) · what these names may be used for, and the\n"
+      "limits on their arguments: [language.md](language.md), [training.md](training.md).\n\n")
+    w("Every name below is a row of ctc's registration tables; a name not listed is an error\n"
+      "at its line (\"not supported by ctc\"). Options and defaults are PyTorch 1.13's.\n\n")
+
+    # ---- torch functions
+    trows = [(m, a) for m, a in rows("torchlib/torch.def", ["B"]) if not a[1].startswith("<")]
+    cols = ["NS_TORCH", "NS_TENSOR", "NS_F"]
+    heads = ["`torch.`", "`Tensor.`", "`F.` (torch.nn.functional)"]
+    body = {}
+    for _, a in trows:
+        nss = ns_list(a[2], ns, "torchlib/torch.def " + a[1])
+        if not set(nss) & set(cols):
+            continue
+        prim = a[4][3:].lower() if a[4].startswith("IR_") else ""
+        r = body.setdefault(a[1], ["`%s`" % a[1]] + [""] * len(cols) + [prim])
+        for i, c in enumerate(cols):
+            if c in nss:
+                r[1 + i] = "✓"
+    n = len(body)
+    w("## torch functions, Tensor methods, torch.nn.functional (%d names)\n\n" % n)
+    w("A ✓ where the name is found; the last column names the IR primitive of a row that maps\n"
+      "to one directly (see [IR primitives](#ir-primitives)).\n\n")
+    w(table(["name"] + heads + ["primitive"], [body[k] for k in sorted(body)]))
+    w("\n")
+
+    # ---- the other torch namespaces
+    w("## Other torch namespaces and methods\n\n")
+    other = ["NS_INIT", "NS_UTILS", "NS_AUTOGRAD", "NS_AUTOGRAD_F", "NS_FORWARD_AD", "NS_FUNC",
+             "NS_MODULE", "NS_OPTIMIZER", "NS_SCHEDULER"]
+    seen = set(cols) | set(other)
+    for _, a in trows:
+        for x in ns_list(a[2], ns, "torchlib/torch.def " + a[1]):
+            if x not in seen:
+                other.append(x)
+                seen.add(x)
+    body = []
+    for c in other:
+        names = sorted({a[1] for _, a in trows if c in ns_list(a[2], ns, a[1])})
+        if names:
+            body.append([ns[c], str(len(names)), ", ".join("`%s`" % x for x in names)])
+    w(table(["namespace", "count", "names"], body))
+    w("\n")
+
+    # ---- layers
+    lrows = rows("torchlib/layers.def", ["LAYER", "CLASS"])
+    body = []
+    for m, a in sorted(lrows, key=lambda r: r[1][1].lower()):
+        if m == "CLASS":
+            body.append(["`nn.%s`" % a[1], "(a class, not a layer)"])
+        else:
+            opts = "see [language.md](language.md)" if a[5] == "NULL" else options(a[5], required=None) or "(none)"
+            body.append(["`nn.%s`" % a[1], opts])
+    w("## Layers: torch.nn classes (%d)\n\n" % len(body))
+    w("The options column lists the constructor arguments of layers that ctc binds from one\n"
+      "generic table row (PyTorch's defaults); the others have their own constructor, whose\n"
+      "options [language.md](language.md) describes.\n\n")
+    w(table(["class", "options"], body))
+    w("\n")
+
+    # ---- optimizers and schedulers
+    orows = rows("torchlib/optim.def", ["OPTIM", "SCHED"])
+    body = [["`torch.optim.%s`" % a[1], options(a[2])] for m, a in orows if m == "OPTIM"]
+    w("## Optimizers (%d)\n\n" % len(body))
+    w("Options after `params`, with PyTorch 1.13's defaults (an option without one is required).\n\n")
+    w(table(["optimizer", "options"], body))
+    w("\n")
+    body = [["`lr_scheduler.%s`" % a[1], options(a[2])] for m, a in orows if m == "SCHED"]
+    w("## LR schedulers: torch.optim.lr_scheduler (%d)\n\n" % len(body))
+    w("Constructor arguments (`=…`: optional, PyTorch's default).\n\n")
+    w(table(["scheduler", "arguments"], body))
+    w("\n")
+
+    # ---- Python
+    prow = [(m, a) for m, a in rows("python/builtins.def", ["B", "CLASS"]) if not a[1].startswith("<")]
+    order = []
+    for _, a in prow:
+        for x in ns_list(a[2], ns, "python/builtins.def " + a[1]):
+            if x not in order:
+                order.append(x)
+    body = []
+    for c in order:
+        names = sorted({a[1] for _, a in prow if c in ns_list(a[2], ns, a[1])})
+        body.append([ns[c], str(len(names)), ", ".join("`%s`" % x for x in names)])
+    w("## Python: builtins, math, dataclasses, str/list/dict methods, argparse\n\n")
+    w("Run by ctc's compile-time evaluator ([language.md](language.md)).\n\n")
+    w(table(["namespace", "count", "names"], body))
+    w("\n")
+
+    # ---- IR primitives
+    kinds = {"K_ELEM": "elementwise", "K_REDUCE": "reduction", "K_SHAPE": "data movement",
+             "K_LINALG": "linear algebra", "K_CONST": "constant", "K_SPECIAL": "special"}
+    body = []
+    for m, a in rows("ir/ops.def", ["OP", "EW"]):
+        nargs = "variable" if a[2] == "-1" else a[2]
+        if m == "EW":
+            body.append(["`%s`" % a[1], nargs, "elementwise", "derivatives in the row"])
+        else:
+            body.append(["`%s`" % a[1], nargs, kinds.get(a[3], a[3]), "vjp.c, jvp.c"])
+    w("## IR primitives\n\n")
+    w("The primitives every torch function lowers to (`ir/ops.def`; `--emit ir` prints them).\n"
+      "An elementwise row given by its derivatives gets generic reverse and forward rules; the\n"
+      "others have hand-written ones in `autograd_ad/`.\n\n")
+    w(table(["primitive", "operands", "kind", "AD rules"], body))
+    return "".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="generate docs/supported.md from the .def tables")
+    ap.add_argument("-o", "--output", default=os.path.join(ROOT, OUT))
+    ap.add_argument("--check", action="store_true", help="exit 1 if the file differs from what would be written")
+    args = ap.parse_args()
+    text = generate()
+    if args.check:
+        try:
+            with open(args.output, encoding="utf-8") as f:
+                old = f.read()
+        except OSError:
+            old = None
+        if old != text:
+            print("%s is stale: run `python3 scripts/gen_docs.py`" % args.output, file=sys.stderr)
+            return 1
+        return 0
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
