@@ -44,6 +44,7 @@ typedef struct Gen {
   Buf *wrap;              /* per func: the fixed-batch wrapper's prototype (CgOptions.batch_wrap), or empty */
   CgOptions opt;
   int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
+  int no_error;           /* the model struct has no `error` field (the CUDA target's <prefix>_host_t) */
 } Gen;
 
 /* ---- profiles (--profile) ---------------------------------------------------- */
@@ -673,7 +674,7 @@ static void emit_init(Gen *g, Buf *b) {
   }
   cg_printf(b, "size_t %s_arena_bytes(void) { return %s_ARENA_BYTES; }\n\n", P, g->upper);
   cg_printf(b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
-  if (g->opt.freestanding) {
+  if (g->opt.freestanding || g->no_error) {
     cg_puts(b, "  if (!m || !arena) return CTC_ERR_ARG;\n");
     cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0) return CTC_ERR_ARENA;\n", g->upper);
   } else {   /* the detail in m->error */
@@ -763,13 +764,22 @@ static void emit_init(Gen *g, Buf *b) {
   }
   cg_puts(b, "  return CTC_OK;\n}\n\n");
   if (g->opt.freestanding) return;   /* no files */
+  if (g->no_error) {   /* the CUDA target's host copy (its <prefix>_load keeps the message) */
+    cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
+    cg_puts(b, "  if (!m || !m->arena || !safetensors_path) return CTC_ERR_ARG;\n");
+    cg_printf(b, "  return ctc_model_load(&%s_desc, m, safetensors_path, NULL);\n}\n\n", P);
+    cg_printf(b, "int %s_save(const %s_t *m, const char *path) {\n", P, P);
+    cg_puts(b, "  if (!m || !m->arena || !path) return CTC_ERR_ARG;\n");
+    cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+    return;
+  }
   /* load and save keep the runtime's message (the file, the tensor, both shapes) in m->error */
   for (int save = 0; save < 2; save++) {
     const char *what = save ? "save" : "load", *path = save ? "path" : "safetensors_path";
     cg_printf(b, "int %s_%s(%s_t *m, const char *%s) {\n  if (!m) return CTC_ERR_ARG;\n", P, what, P, path);
     cg_printf(b, "  if (!m->arena || !%s)\n    return ctc_error_set(m->error, sizeof m->error, CTC_ERR_ARG, \"%s_%s: %%s\", "
                  "!m->arena ? \"the model is not initialised (%s_init)\" : \"NULL path\");\n", path, P, what, P);
-    cg_printf(b, "  ctc_error err = {0};\n  const int rc = ctc_model_%s(&%s_desc, m, %s, &err);\n", what, P, path);
+    cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_%s(&%s_desc, m, %s, &err);\n", what, P, path);
     cg_puts(b, "  return ctc_error_set(m->error, sizeof m->error, rc, \"%s\", err.msg[0] ? err.msg : ctc_strerror(rc));\n}\n\n");
   }
   cg_printf(b, "const char *%s_error(const %s_t *m) { return m ? m->error : \"\"; }\n\n", P, P);
@@ -1142,6 +1152,7 @@ static void gen_for(Gen *g, const Program *p, const MemPlan *mp, const char *pre
 void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix) {
   Gen g;
   gen_for(&g, p, mp, prefix);
+  g.no_error = 1;   /* <prefix>_host_t: the arena alone */
   emit_param_data(&g, data);
   emit_init(&g, init);
   for (int t = 0; t < DT_COUNT; t++) k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t];

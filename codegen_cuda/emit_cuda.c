@@ -1762,14 +1762,14 @@ static void emit_api(Gen *g, Buf *b) {
                "  m->dev_stale = 1;\n  return m->arena;\n}\n\n", P, P, P);
   cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !safetensors_path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  ctc_error err = {0};\n  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, &err);   /* through %s_params */\n"
+  cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, &err);   /* through %s_params */\n"
                "  if (ctc_error_set(m->error, sizeof m->error, rc, \"%%s\", err.msg[0] ? err.msg : ctc_strerror(rc)))\n"
                "    return rc;\n", P, P);
   cg_printf(b, "  CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
                "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  m->dev_stale = 0;\n  return CTC_OK;\n}\n\n", U);
   cg_printf(b, "int %s_save(%s_t *m, const char *path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  ctc_error err = {0};\n  const int rc = ctc_model_save(&%s_desc, m, path, &err);   /* through %s_params */\n"
+  cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_save(&%s_desc, m, path, &err);   /* through %s_params */\n"
                "  return ctc_error_set(m->error, sizeof m->error, rc, \"%%s\", err.msg[0] ? err.msg : ctc_strerror(rc));\n"
                "}\n\n", P, P);
   cg_printf(b, "const char *%s_error(const %s_t *m) { return m ? m->error : \"\"; }\n\n", P, P);
