@@ -206,7 +206,8 @@ def test_load_state_dict_from_torch_tied_batch_one(built):
 def test_load_state_dict_strict_errors_as_pytorch(built):
     """Missing and unexpected keys and a size mismatch: one error worded as PyTorch's
     (its torch.Size([..]) written [..]), nothing loaded; strict=False returns the same
-    missing and unexpected keys as PyTorch and loads the rest."""
+    missing and unexpected keys as PyTorch and loads the rest (float16 values too); a
+    path instead of a dict and an integer tensor for a float parameter are refused."""
     tmp = built
     mod = torch_model(tmp, "mlp", seed=6)
     net = mod.Net()
@@ -241,6 +242,9 @@ def test_load_state_dict_strict_errors_as_pytorch(built):
         sd = m.state_dict()
         assert np.array_equal(sd["fc1.weight"], p["fc1.weight"].numpy())
         assert np.array_equal(sd["fc2.bias"], before["fc2.bias"])   # missing: kept
+        half = {k: v.half() for k, v in p.items() if k != "extra"}   # float16 values: exact in float32
+        m.load_state_dict(half, strict=False)
+        assert np.array_equal(m.state_dict()["fc1.weight"], half["fc1.weight"].float().numpy())
         for args in [("w.safetensors",), ({"fc1.weight": np.zeros((32, 20), np.int64)},)]:
             try:
                 m.load_state_dict(*args, strict=False)

@@ -713,6 +713,15 @@ static PyObject *model_load_state_dict(ModelObject *self, PyObject *args, PyObje
     sv->a.obj = as_buffer_object(v, NULL);
     Py_DECREF(v);
     if (!sv->a.obj || get_contiguous(&sv->a, &sv->dt) < 0) goto done;
+    if (sv->dt < 0 && is_float(p->dtype) && sv->a.view.itemsize == 2 && sv->a.view.format &&
+        strchr(sv->a.view.format, 'e')) {   /* float16 (a half model's state_dict): exact in float32 */
+      PyBuffer_Release(&sv->a.view);
+      sv->a.has_view = 0;
+      PyObject *c = PyObject_CallMethod(numpy_mod, "asarray", "Os", sv->a.obj, np_names[p->dtype]);
+      if (!c) goto done;
+      Py_SETREF(sv->a.obj, c);
+      if (get_contiguous(&sv->a, &sv->dt) < 0) goto done;
+    }
     char got[160], want[160], msg[512];
     int ok_dtype = sv->dt == (int)p->dtype || (is_float(sv->dt) && is_float(p->dtype)) ||
                    (is_int(sv->dt) && is_int(p->dtype));
