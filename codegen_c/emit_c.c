@@ -44,6 +44,7 @@ typedef struct Gen {
   Buf *wrap;              /* per func: the fixed-batch wrapper's prototype (CgOptions.batch_wrap), or empty */
   CgOptions opt;
   int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
+  int no_error;           /* the model struct has no `error` field (the CUDA target's <prefix>_host_t) */
 } Gen;
 
 /* ---- profiles (--profile) ---------------------------------------------------- */
@@ -556,8 +557,17 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   cg_puts(out, "  if (!m || !m->arena");
   for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
   for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
-  cg_puts(out, ") return CTC_ERR_ARG;\n");
-  if (f->batch_max) cg_printf(out, "  if (batch < 1 || batch > %lld) return CTC_ERR_SHAPE;\n", (ll)f->batch_max);
+  if (g->opt.freestanding) {   /* the status alone */
+    cg_puts(out, ") return CTC_ERR_ARG;\n");
+    if (f->batch_max) cg_printf(out, "  if (batch < 1 || batch > %lld) return CTC_ERR_SHAPE;\n", (ll)f->batch_max);
+  } else {   /* the status, and its detail in m->error (ctc_model_error) */
+    cg_printf(out, ")\n    return m ? ctc_error_set(m->error, sizeof m->error, CTC_ERR_ARG, \"entry '%s': a NULL "
+                   "argument, or the model is not initialised\") : CTC_ERR_ARG;\n", fname);
+    if (f->batch_max)
+      cg_printf(out, "  if (batch < 1 || batch > %lld)\n    return ctc_error_set(m->error, sizeof m->error, CTC_ERR_SHAPE, "
+                     "\"entry '%s': batch %%lld is outside 1..%lld\", (long long)batch);\n",
+                (ll)f->batch_max, fname, (ll)f->batch_max);
+  }
   if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
   if (decl.len) cg_puts(out, decl.s);
   if (pt) cg_printf(out, "  const double %s_entry = ctc_prof_now();\n", pt);
@@ -664,8 +674,17 @@ static void emit_init(Gen *g, Buf *b) {
   }
   cg_printf(b, "size_t %s_arena_bytes(void) { return %s_ARENA_BYTES; }\n\n", P, g->upper);
   cg_printf(b, "int %s_init(%s_t *m, void *arena, size_t bytes) {\n", P, P);
-  cg_puts(b, "  if (!m || !arena) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0) return CTC_ERR_ARENA;\n", g->upper);
+  if (g->opt.freestanding || g->no_error) {
+    cg_puts(b, "  if (!m || !arena) return CTC_ERR_ARG;\n");
+    cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0) return CTC_ERR_ARENA;\n", g->upper);
+  } else {   /* the detail in m->error */
+    cg_printf(b, "  if (!m) return CTC_ERR_ARG;\n  if (!arena) return ctc_error_set(m->error, sizeof m->error, CTC_ERR_ARG, "
+                 "\"%s_init: NULL arena\");\n", P);
+    cg_printf(b, "  if (bytes < %s_ARENA_BYTES || (uintptr_t)arena %% 64 != 0)\n    return ctc_error_set(m->error, "
+                 "sizeof m->error, CTC_ERR_ARENA, \"%s_init: the arena (%%zu bytes%%s) must have %%zu bytes, 64-byte "
+                 "aligned\", bytes, (uintptr_t)arena %% 64 ? \", misaligned\" : \"\", %s_ARENA_BYTES);\n"
+                 "  m->error[0] = 0;\n", g->upper, P, g->upper);
+  }
   cg_puts(b, "  m->arena = (unsigned char *)arena;\n  m->arena_bytes = bytes;\n");
   if (p->params.len) cg_puts(b, "  unsigned char *A = m->arena;\n");
   for (int i = 0; i < p->params.len; i++) {
@@ -745,12 +764,25 @@ static void emit_init(Gen *g, Buf *b) {
   }
   cg_puts(b, "  return CTC_OK;\n}\n\n");
   if (g->opt.freestanding) return;   /* no files */
-  cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
-  cg_puts(b, "  if (!m || !m->arena || !safetensors_path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  return ctc_model_load(&%s_desc, m, safetensors_path, NULL);\n}\n\n", P);
-  cg_printf(b, "int %s_save(const %s_t *m, const char *path) {\n", P, P);
-  cg_puts(b, "  if (!m || !m->arena || !path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+  if (g->no_error) {   /* the CUDA target's host copy (its <prefix>_load keeps the message) */
+    cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
+    cg_puts(b, "  if (!m || !m->arena || !safetensors_path) return CTC_ERR_ARG;\n");
+    cg_printf(b, "  return ctc_model_load(&%s_desc, m, safetensors_path, NULL);\n}\n\n", P);
+    cg_printf(b, "int %s_save(const %s_t *m, const char *path) {\n", P, P);
+    cg_puts(b, "  if (!m || !m->arena || !path) return CTC_ERR_ARG;\n");
+    cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);\n}\n\n", P);
+    return;
+  }
+  /* load and save keep the runtime's message (the file, the tensor, both shapes) in m->error */
+  for (int save = 0; save < 2; save++) {
+    const char *what = save ? "save" : "load", *path = save ? "path" : "safetensors_path";
+    cg_printf(b, "int %s_%s(%s_t *m, const char *%s) {\n  if (!m) return CTC_ERR_ARG;\n", P, what, P, path);
+    cg_printf(b, "  if (!m->arena || !%s)\n    return ctc_error_set(m->error, sizeof m->error, CTC_ERR_ARG, \"%s_%s: %%s\", "
+                 "!m->arena ? \"the model is not initialised (%s_init)\" : \"NULL path\");\n", path, P, what, P);
+    cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_%s(&%s_desc, m, %s, &err);\n", what, P, path);
+    cg_puts(b, "  return ctc_error_set(m->error, sizeof m->error, rc, \"%s\", err.msg[0] ? err.msg : ctc_strerror(rc));\n}\n\n");
+  }
+  cg_printf(b, "const char *%s_error(const %s_t *m) { return m ? m->error : \"\"; }\n\n", P, P);
 }
 
 /* Optimizer state (Param.is_state) comes after every model tensor: the
@@ -937,9 +969,13 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "/* Takes `arena` (at least %s_ARENA_BYTES bytes, 64-byte aligned; nothing is\n"
              " * allocated) and initialises the parameters as the model does (seeded RNG). */\n", U);
   fprintf(h, "int %s_init(%s_t *m, void *arena, size_t bytes);\n", P, P);
-  fprintf(h, "/* Parameters by their PyTorch state_dict names. */\n");
+  fprintf(h, "/* Parameters by their PyTorch state_dict names (a safetensors file or a PyTorch checkpoint). */\n");
   fprintf(h, "int %s_load(%s_t *m, const char *safetensors_path);\n", P, P);
-  fprintf(h, "int %s_save(const %s_t *m, const char *path);\n\n", P, P);
+  fprintf(h, "int %s_save(%s_t *m, const char *path);\n", P, P);
+  fprintf(h, "/* Why the last call on m failed, with its detail (the file, the tensor, both shapes, the\n"
+             " * batch; an index out of range; a NaN with --anomaly): set by any call that fails, cleared\n"
+             " * by a load or save that succeeds; \"\" when none. Per model: no global state. */\n");
+  fprintf(h, "const char *%s_error(const %s_t *m);\n\n", P, P);
   fprintf(h, "/* Entry points. Outputs are written to caller storage that must not overlap\n"
              " * the inputs. Every function returns CTC_OK or an error code (ctc_strerror). */\n");
   for (int fi = 0; fi < g->p->funcs.len; fi++) {
@@ -966,7 +1002,7 @@ int cg_c_emit_sched(const Program *p, const MemPlan *plan, KnSchedule *const *sc
 
 int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CgOptions *opt,
                    FILE *c_out, FILE *h_out, const char *h_name) {
-  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", NULL};
+  static const char *const api[] = {"arena_bytes", "init", "load", "save", "error", "desc", "t", NULL};
   Gen g;
   memset(&g, 0, sizeof g);
   g.opt = *opt;
@@ -1116,6 +1152,7 @@ static void gen_for(Gen *g, const Program *p, const MemPlan *mp, const char *pre
 void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const MemPlan *mp, const char *prefix) {
   Gen g;
   gen_for(&g, p, mp, prefix);
+  g.no_error = 1;   /* <prefix>_host_t: the arena alone */
   emit_param_data(&g, data);
   emit_init(&g, init);
   for (int t = 0; t < DT_COUNT; t++) k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t];

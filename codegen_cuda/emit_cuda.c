@@ -1721,7 +1721,9 @@ static void emit_header(Gen *g, FILE *h, const char *src) {
   fprintf(h, "unsigned char *%s_params(%s_t *m);\n", P, P);
   fprintf(h, "/* Parameters by their PyTorch state_dict names (through the host copy). */\n");
   fprintf(h, "int %s_load(%s_t *m, const char *safetensors_path);\n", P, P);
-  fprintf(h, "int %s_save(%s_t *m, const char *path);\n\n", P, P);
+  fprintf(h, "int %s_save(%s_t *m, const char *path);\n", P, P);
+  fprintf(h, "/* Why the last load or save (or an index check) failed, with its detail; \"\" when none. */\n");
+  fprintf(h, "const char *%s_error(const %s_t *m);\n\n", P, P);
   fprintf(h, "/* Entry points: <entry>(host pointers; synchronous) and <entry>_device (device\n"
              " * pointers; queued on m->stream). CTC_OK or an error code (ctc_strerror). */\n");
   for (int fi = 0; fi < g->p->funcs.len; fi++)
@@ -1760,18 +1762,22 @@ static void emit_api(Gen *g, Buf *b) {
                "  m->dev_stale = 1;\n  return m->arena;\n}\n\n", P, P, P);
   cg_printf(b, "int %s_load(%s_t *m, const char *safetensors_path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !safetensors_path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, NULL);   /* through %s_params */\n"
-               "  if (rc) return rc;\n", P, P);
+  cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_load(&%s_desc, m, safetensors_path, &err);   /* through %s_params */\n"
+               "  if (ctc_error_set(m->error, sizeof m->error, rc, \"%%s\", err.msg[0] ? err.msg : ctc_strerror(rc)))\n"
+               "    return rc;\n", P, P);
   cg_printf(b, "  CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
                "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n  m->dev_stale = 0;\n  return CTC_OK;\n}\n\n", U);
   cg_printf(b, "int %s_save(%s_t *m, const char *path) {\n", P, P);
   cg_puts(b, "  if (!m || !m->arena || !m->dev || !path) return CTC_ERR_ARG;\n");
-  cg_printf(b, "  return ctc_model_save(&%s_desc, m, path, NULL);   /* through %s_params */\n}\n\n", P, P);
+  cg_printf(b, "  ctc_error err;\n  err.msg[0] = 0;\n  const int rc = ctc_model_save(&%s_desc, m, path, &err);   /* through %s_params */\n"
+               "  return ctc_error_set(m->error, sizeof m->error, rc, \"%%s\", err.msg[0] ? err.msg : ctc_strerror(rc));\n"
+               "}\n\n", P, P);
+  cg_printf(b, "const char *%s_error(const %s_t *m) { return m ? m->error : \"\"; }\n\n", P, P);
 }
 
 int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched, const CudaOptions *opt, FILE *cu_out,
                  FILE *h_out, const char *h_name) {
-  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "t", "set_stream", "free", "host",
+  static const char *const api[] = {"arena_bytes", "init", "load", "save", "desc", "error", "t", "set_stream", "free", "host",
                                     "params", NULL};
   Gen g;
   memset(&g, 0, sizeof g);

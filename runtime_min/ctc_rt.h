@@ -341,6 +341,22 @@ int ctc_entry_call(const ctc_entry *e, void *model, int64_t n, const void *const
  * its batch axis scaled (a static tensor is copied unchanged). */
 ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t n);
 
+/* A model handle's last error, with its detail: the generated <name>_t keeps it (its
+ * `error` field; <name>_error(m) and ctc_model_error(&<name>_desc, m) return it), so the
+ * C API says what the command line prints: "w.safetensors: tensor 'fc1.weight' is
+ * missing", "...: tensor 'fc1.weight' has shape [3, 3], expected [32, 20]", "entry
+ * 'forward': batch 100 is outside 1..64", an index out of range, a NaN (--anomaly).
+ * Every call on the handle that fails sets it (init, load, save, an entry), load and save
+ * clear it when they succeed; one per handle, no global state (handles in other threads
+ * do not interfere). "" when none. */
+const char *ctc_model_error(const ctc_model_desc *desc, const void *model);
+/* printf into msg (cap bytes, a handle's error field) and return code; CTC_OK clears msg. */
+int ctc_error_set(char *msg, size_t cap, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 /* ---- the driver (rt_driver.c) ------------------------------------------ */
 
 /* The command-line program around a generated model:

@@ -54,6 +54,19 @@ int ctc_fail(ctc_error *err, int code, const char *fmt, ...) {
   return code;
 }
 
+int ctc_error_set(char *msg, size_t cap, int code, const char *fmt, ...) {
+  if (msg && cap) {
+    msg[0] = 0;
+    if (code != CTC_OK) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(msg, cap, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return code;
+}
+
 void ctc_error_prefix(ctc_error *err, const char *prefix) {
   if (!err || !prefix) return;
   char out[sizeof err->msg];

@@ -46,6 +46,11 @@ ctc_tensor ctc_entry_tensor_at(const ctc_entry *e, const ctc_tensor *t, int64_t 
   return r;
 }
 
+const char *ctc_model_error(const ctc_model_desc *desc, const void *model) {
+  const char *msg = desc && model && desc->error_of ? desc->error_of((void *)model) : NULL;
+  return msg ? msg : "";
+}
+
 int ctc_param_kind(const ctc_model_desc *desc, int i) {
   if (desc->kinds) return desc->kinds[i] < CTC_KIND_COUNT ? desc->kinds[i] : CTC_KIND_LOCAL;
   if (i < desc->nparams - desc->noptional) return CTC_KIND_PARAMETER;   /* a descriptor without kinds */

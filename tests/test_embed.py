@@ -193,8 +193,8 @@ def test_python_module_matches_pytorch(tmp_path):
 
 def test_python_module_errors_and_runtime_batch(tmp_path):
     """Wrong dtypes and shapes raise TypeError / ValueError naming the entry and the
-    input; a bad weights file raises with the runtime's message; a batch chosen at
-    run time is taken from the inputs."""
+    input (float64 and int32 convert, as ./net converts them); a bad weights file raises
+    with the runtime's message; a batch chosen at run time is taken from the inputs."""
     tmp = str(tmp_path)
     py = write_model(tmp)
     r = subprocess.run([CTC, "build", py, "--python", "-o", os.path.join(tmp, "bmod.so"), "--input", "x=f32[N,20]",
@@ -222,20 +222,21 @@ def test_python_module_errors_and_runtime_batch(tmp_path):
                 print(type(e).__name__ + ": " + str(e))
             else:
                 print("no error")
-        err(lambda: m.forward(x.astype(np.float64)))
+        err(lambda: m.forward(x.astype(np.float16)))
         err(lambda: m.forward(x[:, :10]))
         err(lambda: m.forward(np.zeros((17, 20), np.float32)))
-        err(lambda: m.train_step(x, np.zeros(5, np.int32)))
+        err(lambda: m.train_step(x, np.zeros(5, np.float32)))
+        assert np.array_equal(m.forward(x.astype(np.float64)), np.load("out5.npy"))
         err(lambda: m.forward())
         err(lambda: bmod.Model("missing.safetensors"))
         np.save("bad.npy", x)
         err(lambda: m.load("x.npy"))
     ''')
     assert "forward(x: float32[16, 20] (batch)) -> out: float32[16, 4] (batch)" in out, out
-    assert "TypeError: bmod.forward: input 'x' has dtype float64, expected float32" in out, out
+    assert "TypeError: bmod.forward: input 'x' has dtype float16, expected float32" in out, out
     assert "ValueError: bmod.forward: input 'x' has shape [5, 10], expected [5, 20]" in out, out
     assert "ValueError: bmod.forward: input 'x' has 17 along axis 0" in out, out
-    assert "TypeError: bmod.train_step: input 'y' has dtype int32, expected int64" in out, out
+    assert "TypeError: bmod.train_step: input 'y' has dtype float32, expected int64" in out, out
     assert "TypeError: bmod.forward() missing input 'x'" in out, out
     assert "OSError: missing.safetensors" in out, out
     assert "ValueError: x.npy" in out, out
@@ -290,3 +291,58 @@ def test_python_module_anomaly(tmp_path):
     ''')
     assert "anmod.train_step: a kernel produced NaN or Inf" in out and \
         "in the backward pass of entry 'train_step', differentiating anom.py:14: r = torch.sqrt(h)" in out, out
+
+
+def test_c_api_error_message_has_the_detail(tmp_path):
+    """The C API's message getter (net_error, ctc_model_error): a failed load names the
+    file and the missing tensor, or the tensor and both shapes, as ./net prints them; an
+    entry's batch out of range and a too small arena say so; a load that succeeds clears
+    it. Per handle: a second model keeps its own message."""
+    tmp = str(tmp_path)
+    py = write_model(tmp)
+    run([CTC, "build", py, "--shared", "-o", os.path.join(tmp, "libnet.so")])
+    st_write(os.path.join(tmp, "nobias.safetensors"),
+             {"fc1.weight": np.zeros((32, 20), np.float32), "fc2.weight": np.zeros((4, 32), np.float32),
+              "fc2.bias": np.zeros(4, np.float32)})
+    st_write(os.path.join(tmp, "shape.safetensors"),
+             {"fc1.weight": np.zeros((3, 3), np.float32), "fc1.bias": np.zeros(32, np.float32),
+              "fc2.weight": np.zeros((4, 32), np.float32), "fc2.bias": np.zeros(4, np.float32)})
+    st_write(os.path.join(tmp, "good.safetensors"),
+             {"fc1.weight": np.zeros((32, 20), np.float32), "fc1.bias": np.zeros(32, np.float32),
+              "fc2.weight": np.zeros((4, 32), np.float32), "fc2.bias": np.zeros(4, np.float32)})
+    src = os.path.join(tmp, "use.c")
+    with open(src, "w") as f:
+        f.write(textwrap.dedent(r"""
+            #include <stdio.h>
+            #include <stdlib.h>
+            #include "libnet.h"
+            int main(void) {
+              net_t m = {0}, other = {0};
+              void *arena = aligned_alloc(64, (NET_ARENA_BYTES + 63) / 64 * 64);
+              void *arena2 = aligned_alloc(64, (NET_ARENA_BYTES + 63) / 64 * 64);
+              printf("init %d <%s>\n", net_init(&m, arena, 100), net_error(&m));
+              if (net_init(&m, arena, NET_ARENA_BYTES) || net_init(&other, arena2, NET_ARENA_BYTES)) return 1;
+              printf("missing %d <%s>\n", net_load(&m, "nobias.safetensors"), net_error(&m));
+              printf("other %d <%s>\n", net_load(&other, "shape.safetensors"), ctc_model_error(&net_desc, &other));
+              printf("kept <%s>\n", ctc_model_error(&net_desc, &m));
+              static float x[8 * 20], y[8 * 4];
+              printf("batch %d <%s>\n", net_forward_batch(&m, 100, x, y), net_error(&m));
+              printf("good %d <%s>\n", net_load(&m, "good.safetensors"), net_error(&m));
+              printf("save %d <%s>\n", net_save(&m, "no/such/dir/w.safetensors"), net_error(&m));
+              free(arena);
+              free(arena2);
+              return 0;
+            }
+            """))
+    exe = os.path.join(tmp, "use")
+    run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I" + tmp, "-I" + os.path.join(ROOT, "runtime_min"), src,
+         "-L" + tmp, "-lnet", "-Wl,-rpath," + tmp, "-o", exe])
+    out = run([exe], cwd=tmp).stdout
+    assert "init 6 <net_init: the arena (100 bytes) must have %d bytes, 64-byte aligned>" % \
+        int(open(os.path.join(tmp, "libnet.h")).read().split("NET_ARENA_BYTES ((size_t)")[1].split(")")[0]) in out, out
+    assert "missing 3 <nobias.safetensors: tensor 'fc1.bias' is missing>" in out, out
+    assert "other 4 <shape.safetensors: tensor 'fc1.weight' has shape [3, 3], expected [32, 20]>" in out, out
+    assert "kept <nobias.safetensors: tensor 'fc1.bias' is missing>" in out, out
+    assert "batch 4 <entry 'forward': batch 100 is outside 1..8>" in out, out
+    assert "good 0 <>" in out, out
+    assert "save 1 <no/such/dir/w.safetensors: cannot open for writing" in out, out

@@ -42,7 +42,7 @@ class Mlp {
     const size_t align = mlp_desc.arena_align, bytes = (MLP_ARENA_BYTES + align - 1) / align * align;
     arena_.reset(static_cast<unsigned char *>(std::aligned_alloc(align, bytes)));
     if (!arena_) throw std::bad_alloc();
-    check(mlp_init(&m_, arena_.get(), bytes), "init");
+    check(mlp_init(&m_, arena_.get(), bytes));
     ctc_error err{};
     if (ctc_model_load(&mlp_desc, &m_, weights, &err) != CTC_OK) throw std::runtime_error(err.msg);
   }
@@ -50,13 +50,14 @@ class Mlp {
   const ctc_tensor &output() const { return mlp_desc.entries[0].outputs[0]; }
   std::vector<float> forward(const float *x) {
     std::vector<float> y(static_cast<size_t>(ctc_tensor_numel(&output())));
-    check(mlp_forward(&m_, x, y.data()), "forward");
+    check(mlp_forward(&m_, x, y.data()));
     return y;
   }
 
  private:
-  static void check(int rc, const char *what) {
-    if (rc != CTC_OK) throw std::runtime_error(std::string(what) + ": " + ctc_strerror(rc));
+  // A failed call's message, with its detail (the file, the tensor, both shapes), from the model.
+  void check(int rc) const {
+    if (rc != CTC_OK) throw std::runtime_error(*mlp_error(&m_) ? mlp_error(&m_) : ctc_strerror(rc));
   }
   mlp_t m_{};
   std::unique_ptr<unsigned char, Free> arena_;

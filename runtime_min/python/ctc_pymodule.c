@@ -7,19 +7,29 @@
  *
  *   import NAME
  *   m = NAME.Model("w.safetensors")   # or Model(): the model's own initialisation
- *   y = m.forward(x)                   # one method per entry, named after it
- *   loss = m.train_step(x, labels)     # updates the parameters in place
+ *   y = m(x)                           # the forward entry, as m.forward(x); inputs also by name
+ *   loss = m.train_step(x, labels)     # one method per entry, named after it
+ *   m.load_state_dict(torch_model.state_dict()); sd = m.state_dict()
  *
- * Inputs are NumPy arrays (anything with the buffer protocol; other objects go
- * through numpy.asarray with the input's dtype). A C-contiguous, aligned array
- * of the input's dtype is read in place (its pointer goes to the entry); a
- * strided or misaligned one is copied first. A wrong dtype is a TypeError, a
- * wrong shape a ValueError, both naming the entry and the input. Outputs are new
- * arrays (numpy.empty) the entry writes into; one output is returned as it is,
- * several as a tuple, none as None. Entries with a batch chosen at run time take
- * it from the inputs' batch axis. The GIL is released while an entry runs; one
- * model runs one entry at a time (a second thread gets a RuntimeError). Only
- * Python's C API is used (NumPy is imported at run time, never compiled
+ * Inputs are NumPy arrays, torch tensors (through numpy.asarray: their memory) or
+ * anything with the buffer protocol, __array_interface__ or __dlpack__; lists and
+ * scalars go through numpy.asarray with the input's dtype. A C-contiguous, aligned
+ * array of the input's dtype is read in place (its pointer goes to the entry); a
+ * strided or misaligned one is copied first. As `./net run` does, float64 data is
+ * converted for a float32 input (float32 for a float64 one), int32 for an int64
+ * input (int64 for an int32 one, each value checked). Another dtype is a TypeError
+ * naming the input and what it expects, a wrong shape a ValueError naming both.
+ * Outputs are new NumPy arrays the entry writes into (each call its own: they stay
+ * valid, and the caller's, after later calls); NumPy arrays have the buffer protocol,
+ * __array_interface__ and __dlpack__, so np.asarray(y), torch.from_numpy(y) and
+ * torch.from_dlpack(y) share their memory. One output is returned as it is, several
+ * as a tuple, none as None. An entry with a batch chosen at run time (the forward
+ * entry of every build but --fixed-batch ones) takes it from the inputs' batch axis,
+ * and its outputs have that batch. Errors of the runtime raise with the model's
+ * message (ctc_model_error: the file, the tensor, both shapes). The GIL is released
+ * while an entry runs; one model runs one entry at a time (a second thread gets a
+ * RuntimeError); set_num_threads(n) sets the OpenMP threads of this model's entries.
+ * Only Python's C API is used (NumPy is imported at run time, never compiled
  * against), and nothing of torch. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,6 +40,10 @@
 #include <string.h>
 
 #include "ctc_rt.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if !defined(CTC_PY_MODULE) || !defined(CTC_PY_DESC)
 #error "compile with -DCTC_PY_MODULE=NAME -DCTC_PY_DESC=PREFIX_desc (ctc build --python does)"
@@ -47,6 +61,7 @@ extern const ctc_model_desc CTC_PY_DESC;
 static PyObject *numpy_mod;   /* numpy */
 static PyObject *ctc_exc;     /* NAME.Error (a RuntimeError) */
 static PyObject *index_exc;   /* NAME.IndexError (NAME.Error and IndexError): an index out of range */
+static PyObject *incompat_type;   /* NAME.IncompatibleKeys(missing_keys, unexpected_keys), as PyTorch's */
 
 static const char *const np_names[CTC_DTYPE_COUNT] = {"float32", "float64", "int64", "int32", "bool", "uint8"};
 
@@ -58,6 +73,7 @@ typedef struct {
   void *arena;    /* DESC->arena_bytes, DESC->arena_align aligned */
   int busy;       /* an entry is running (the GIL is released meanwhile) */
   int fresh;      /* initialised by tp_new and not used yet (__init__ need not initialise again) */
+  int threads;    /* set_num_threads: OpenMP threads of this model's entries (0: the process's setting) */
 } ModelObject;
 
 static PyTypeObject *model_type;   /* created from model_spec at init */
@@ -247,34 +263,138 @@ static void shape_str(char *buf, size_t cap, int ndim, const Py_ssize_t *shape) 
   else ctc_format_shape(buf, cap, ndim, s);
 }
 
-/* Takes obj for input t of entry e: its buffer, in t's dtype (checked), C-contiguous and aligned. */
-static int get_arg(const ctc_entry *e, const ctc_tensor *t, PyObject *obj, Arg *a) {
-  Py_INCREF(obj);
-  a->obj = obj;
-  if (!PyObject_CheckBuffer(obj)) {   /* lists, scalars: numpy.asarray in the input's dtype */
-    PyObject *c = PyObject_CallMethod(numpy_mod, "asarray", "Os", obj, np_names[t->dtype]);
-    if (!c) return -1;
-    Py_SETREF(a->obj, c);
+/* The CLI's conversions (./net run, rt_driver.c's convert_input): float64 data for a float32
+ * input, float32 for a float64 one, int32 for an int64 one, int64 for an int32 one. */
+static int convertible(int from, int to) {
+  return (from == CTC_F64 && to == CTC_F32) || (from == CTC_F32 && to == CTC_F64) ||
+         (from == CTC_I32 && to == CTC_I64) || (from == CTC_I64 && to == CTC_I32);
+}
+
+/* n values of dtype `from` at src as dtype `to` at dst (convertible, or the same dtype);
+ * -1 with *bad the index of an int64 value that does not fit an int32. */
+static int convert_values(void *dst, int to, const void *src, int from, Py_ssize_t n, Py_ssize_t *bad) {
+  if (from == to) {
+    memcpy(dst, src, (size_t)n * ctc_dtype_size((ctc_dtype)to));
+    return 0;
   }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (to == CTC_F32) ((float *)dst)[i] = (float)((const double *)src)[i];
+    else if (to == CTC_F64) ((double *)dst)[i] = ((const float *)src)[i];
+    else if (to == CTC_I64) ((int64_t *)dst)[i] = ((const int32_t *)src)[i];
+    else {
+      int64_t v = ((const int64_t *)src)[i];
+      if (v < INT32_MIN || v > INT32_MAX) {
+        *bad = i;
+        return -1;
+      }
+      ((int32_t *)dst)[i] = (int32_t)v;
+    }
+  }
+  return 0;
+}
+
+/* obj as an object with the buffer protocol (a new reference): itself when it has one;
+ * arrays of other libraries through numpy.asarray (a torch tensor: its memory, its dtype)
+ * or numpy.from_dlpack; lists and scalars through numpy.asarray(obj, dtype) (dtype NULL:
+ * NumPy's choice). */
+static PyObject *as_buffer_object(PyObject *obj, const char *dtype) {
+  if (PyObject_CheckBuffer(obj)) return Py_NewRef(obj);
+  if (PyObject_HasAttrString(obj, "__array__") || PyObject_HasAttrString(obj, "__array_interface__"))
+    return PyObject_CallMethod(numpy_mod, "asarray", "O", obj);
+  if (PyObject_HasAttrString(obj, "__dlpack__")) return PyObject_CallMethod(numpy_mod, "from_dlpack", "O", obj);
+  return dtype ? PyObject_CallMethod(numpy_mod, "asarray", "Os", obj, dtype)
+               : PyObject_CallMethod(numpy_mod, "asarray", "O", obj);
+}
+
+/* The dtype of a buffer as NumPy names it ("float16", "complex64"), for messages. */
+static void dtype_name(char *buf, size_t cap, PyObject *obj, const Py_buffer *v) {
+  int dt = fmt_dtype(v->format, v->itemsize);
+  PyObject *d = dt >= 0 ? NULL : PyObject_GetAttrString(obj, "dtype"), *str = d ? PyObject_Str(d) : NULL;
+  const char *u = str ? PyUnicode_AsUTF8(str) : NULL;
+  if (!u) PyErr_Clear();
+  snprintf(buf, cap, "%s", dt >= 0 ? np_names[dt] : u ? u : v->format ? v->format : "B");
+  Py_XDECREF(str);
+  Py_XDECREF(d);
+}
+
+/* A C-contiguous, aligned buffer of a->obj in a->view (numpy.require copies a strided or
+ * misaligned one); its dtype in *dt (-1: none of ctc's). */
+static int get_contiguous(Arg *a, int *dt) {
   for (int pass = 0; pass < 2; pass++) {
     if (PyObject_GetBuffer(a->obj, &a->view, PyBUF_RECORDS_RO) < 0) return -1;
     a->has_view = 1;
-    int dt = fmt_dtype(a->view.format, a->view.itemsize);
-    if (dt != (int)t->dtype) {
-      PyErr_Format(PyExc_TypeError, "%s.%s: input '%s' has dtype %s, expected %s (numpy.%s)", MODNAME, e->name, t->name,
-                   dt >= 0 ? np_names[dt] : a->view.format ? a->view.format : "B", np_names[t->dtype], np_names[t->dtype]);
-      return -1;
-    }
+    *dt = fmt_dtype(a->view.format, a->view.itemsize);
     if (PyBuffer_IsContiguous(&a->view, 'C') && (uintptr_t)a->view.buf % (uintptr_t)a->view.itemsize == 0) return 0;
-    if (pass) break;
-    /* strided or misaligned: an aligned C-contiguous copy */
     PyBuffer_Release(&a->view);
     a->has_view = 0;
+    if (pass) break;
     PyObject *c = PyObject_CallMethod(numpy_mod, "require", "OOs", a->obj, Py_None, "CA");
     if (!c) return -1;
     Py_SETREF(a->obj, c);
   }
-  PyErr_Format(PyExc_ValueError, "%s.%s: input '%s' could not be made contiguous", MODNAME, e->name, t->name);
+  PyErr_SetString(PyExc_ValueError, "the array could not be made C-contiguous");
+  return -1;
+}
+
+/* a->view's values as dtype `to` (convertible from its dtype `from`): a new array in a->obj. */
+static int convert_arg(Arg *a, int from, int to, Py_ssize_t *bad, long long *badval) {
+  PyObject *shape = PyTuple_New(a->view.ndim);
+  if (!shape) return -1;
+  for (int d = 0; d < a->view.ndim; d++) PyTuple_SET_ITEM(shape, d, PyLong_FromSsize_t(a->view.shape[d]));
+  PyObject *c = PyObject_CallMethod(numpy_mod, "empty", "Os", shape, np_names[to]);
+  Py_DECREF(shape);
+  if (!c) return -1;
+  Py_buffer v;
+  if (PyObject_GetBuffer(c, &v, PyBUF_RECORDS) < 0) {
+    Py_DECREF(c);
+    return -1;
+  }
+  int rc = convert_values(v.buf, to, a->view.buf, from, a->view.len / a->view.itemsize, bad);
+  if (rc) *badval = ((const int64_t *)a->view.buf)[*bad];
+  PyBuffer_Release(&a->view);
+  a->view = v;
+  Py_SETREF(a->obj, c);
+  return rc;
+}
+
+/* "float32 (or float64, converted) of shape [16, 20] (a batch of 1 to 16 along axis 0)" */
+static void expected_str(char *buf, size_t cap, const ctc_entry *e, const ctc_tensor *t) {
+  char sh[160], batch[96] = "";
+  ctc_format_shape(sh, sizeof sh, t->ndim, t->shape);
+  if (e->batch_max > 0 && t->batch_axis1)
+    snprintf(batch, sizeof batch, " (a batch of 1 to %lld along axis %d)", (long long)e->batch_max, t->batch_axis1 - 1);
+  const char *also = t->dtype == CTC_F32 ? " (or float64, converted)" : t->dtype == CTC_F64 ? " (or float32)"
+                     : t->dtype == CTC_I64 ? " (or int32)" : t->dtype == CTC_I32 ? " (or int64, each value checked)" : "";
+  snprintf(buf, cap, "%s%s of shape %s%s", np_names[t->dtype], also, sh, batch);
+}
+
+/* Takes obj for input t of entry e: its buffer, in t's dtype (converted where the CLI
+ * converts), C-contiguous and aligned. */
+static int get_arg(const ctc_entry *e, const ctc_tensor *t, PyObject *obj, Arg *a) {
+  a->obj = as_buffer_object(obj, np_names[t->dtype]);
+  if (!a->obj) return -1;
+  int dt;
+  if (get_contiguous(a, &dt) < 0) {
+    if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "%s.%s: input '%s' could not be made contiguous", MODNAME, e->name, t->name);
+    }
+    return -1;
+  }
+  if (dt == (int)t->dtype) return 0;   /* read in place */
+  if (!convertible(dt, t->dtype)) {
+    char got[64], want[400];
+    dtype_name(got, sizeof got, a->obj, &a->view);
+    expected_str(want, sizeof want, e, t);
+    PyErr_Format(PyExc_TypeError, "%s.%s: input '%s' has dtype %s, expected %s", MODNAME, e->name, t->name, got, want);
+    return -1;
+  }
+  Py_ssize_t bad = 0;
+  long long badval = 0;
+  if (convert_arg(a, dt, t->dtype, &bad, &badval) == 0) return 0;
+  if (!PyErr_Occurred())
+    PyErr_Format(PyExc_ValueError, "%s.%s: input '%s' (int32) gets int64 value %lld at index %zd, which does not fit",
+                 MODNAME, e->name, t->name, badval, bad);
   return -1;
 }
 
@@ -367,14 +487,24 @@ static PyObject *call_entry(ModelObject *self, const ctc_entry *e, PyObject *arg
   }
   self->busy = 1;
   self->fresh = 0;
-  int rc;
+  int rc, threads = self->threads;
   Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+  const int before = omp_get_max_threads();   /* this thread's setting, restored after the entry */
+  if (threads > 0) omp_set_num_threads(threads);
+#endif
   rc = ctc_entry_call(e, self->model, n, inp, outp);
+#ifdef _OPENMP
+  if (threads > 0) omp_set_num_threads(before);
+#endif
   Py_END_ALLOW_THREADS
+  (void)threads;
   self->busy = 0;
   if (rc) {
-    const int report = (rc == CTC_ERR_ANOMALY || rc == CTC_ERR_INDEX) && DESC->error_of;
-    const char *why = report ? DESC->error_of(self->model) : "";
+    /* the model's message (an index out of range, a NaN with --anomaly, ...): the checks above
+     * leave the entry no other failure, and a report is only read for the codes that make one */
+    const int report = rc == CTC_ERR_ANOMALY || rc == CTC_ERR_INDEX || rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG;
+    const char *why = report ? ctc_model_error(DESC, self->model) : "";
     PyObject *exc = rc == CTC_ERR_SHAPE || rc == CTC_ERR_ARG ? PyExc_ValueError : rc == CTC_ERR_INDEX ? index_exc : ctc_exc;
     PyErr_Format(exc, "%s.%s: %s%s%s", MODNAME, e->name, ctc_strerror(rc), *why ? ": " : "", why);
     goto done;
@@ -489,13 +619,217 @@ static PyObject *entry_new(int index) {
   return (PyObject *)o;
 }
 
+/* m(x, ...): the forward entry ("forward", else the first entry of its kind), as m.forward(x, ...). */
+static PyObject *model_tp_call(ModelObject *self, PyObject *args, PyObject *kw) {
+  const ctc_entry *e = ctc_model_entry(DESC, "forward");
+  for (int i = 0; (!e || e->kind != CTC_ENTRY_FORWARD) && i < DESC->nentries; i++)
+    if (DESC->entries[i].kind == CTC_ENTRY_FORWARD) e = &DESC->entries[i];
+  if (!e || (e->kind != CTC_ENTRY_FORWARD && strcmp(e->name, "forward")))
+    return PyErr_Format(PyExc_TypeError, "%s.Model has no forward entry to call: call an entry by name (%s.entries)",
+                        MODNAME, MODNAME);
+  return call_entry(self, e, args, 0, kw);
+}
+
+/* set_num_threads(n): the OpenMP threads this model's entries run on (the calling thread's
+ * setting is restored after each entry, so other models keep theirs). */
+static PyObject *model_set_num_threads(ModelObject *self, PyObject *arg) {
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  if (n < 1 || n > 4096) return PyErr_Format(PyExc_ValueError, "%s.Model.set_num_threads(n): n must be from 1 to 4096, got %ld",
+                                             MODNAME, n);
+  self->threads = (int)n;
+  Py_RETURN_NONE;
+}
+
+/* get_num_threads(): what set_num_threads set, else the process's OpenMP setting (1 without OpenMP). */
+static PyObject *model_get_num_threads(ModelObject *self, PyObject *unused) {
+  (void)unused;
+  int n = self->threads;
+#ifdef _OPENMP
+  if (n <= 0) n = omp_get_max_threads();
+#endif
+  return PyLong_FromLong(n > 0 ? n : 1);
+}
+
+/* One value of a state_dict given to load_state_dict: its contiguous buffer, or why it cannot load. */
+typedef struct {
+  Arg a;
+  int dt;   /* its dtype (CTC_*), -1: none of ctc's */
+} SdValue;
+
+static int is_float(int dt) { return dt == CTC_F32 || dt == CTC_F64; }
+static int is_int(int dt) { return dt == CTC_I32 || dt == CTC_I64; }
+
+/* The shape of a buffer as "[3, 3]". */
+static void view_shape(char *buf, size_t cap, const Py_buffer *v) {
+  shape_str(buf, cap, v->ndim, v->shape);
+}
+
+/* load_state_dict(state_dict, strict=True), as PyTorch's: every key of the model's state_dict()
+ * must be there and no other (strict), each value of the parameter's shape; a float converts
+ * to the parameter's float dtype, an integer to its integer dtype. The errors are PyTorch's
+ * (Missing key(s), Unexpected key(s), size mismatch), all of them in one RuntimeError, and
+ * nothing is loaded then. Returns IncompatibleKeys(missing_keys, unexpected_keys). */
+static PyObject *model_load_state_dict(ModelObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"state_dict", "strict", NULL};
+  PyObject *sd;
+  int strict = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:load_state_dict", kwlist, &sd, &strict)) return NULL;
+  if (!PyMapping_Check(sd) || PyUnicode_Check(sd))
+    return PyErr_Format(PyExc_TypeError, "%s.Model.load_state_dict: expected a dict of name -> array (a state_dict), "
+                        "got %s (m.load(path) reads a file)", MODNAME, Py_TYPE(sd)->tp_name);
+  if (self->busy) return PyErr_Format(PyExc_RuntimeError, "the model is running an entry in another thread");
+  int nkeys = ctc_sd_count(DESC);
+  SdValue *vals = PyMem_Calloc((size_t)nkeys + 1, sizeof *vals);
+  PyObject *missing = PyList_New(0), *unexpected = PyList_New(0), *errors = PyList_New(0), *names = PySet_New(NULL);
+  PyObject *keys = NULL, *result = NULL;
+  if (!vals || !missing || !unexpected || !errors || !names) {
+    if (!vals) PyErr_NoMemory();
+    goto done;
+  }
+  for (int k = 0; k < nkeys; k++) {
+    const char *name;
+    int i = ctc_sd_key_at(DESC, k, &name);
+    if (i < 0 || i >= DESC->nparams) continue;
+    const ctc_tensor *p = &DESC->params[i];
+    PyObject *key = PyUnicode_FromString(name);
+    if (!key || PySet_Add(names, key) < 0) {
+      Py_XDECREF(key);
+      goto done;
+    }
+    PyObject *v = PyObject_GetItem(sd, key);
+    if (!v) {
+      Py_DECREF(key);
+      if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto done;
+      PyErr_Clear();
+      PyObject *m = PyUnicode_FromString(name);
+      int bad = !m || PyList_Append(missing, m) < 0;
+      Py_XDECREF(m);
+      if (bad) goto done;
+      continue;
+    }
+    Py_DECREF(key);
+    SdValue *sv = &vals[k];
+    sv->a.obj = as_buffer_object(v, NULL);
+    Py_DECREF(v);
+    if (!sv->a.obj || get_contiguous(&sv->a, &sv->dt) < 0) goto done;
+    if (sv->dt < 0 && is_float(p->dtype) && sv->a.view.itemsize == 2 && sv->a.view.format &&
+        strchr(sv->a.view.format, 'e')) {   /* float16 (a half model's state_dict): exact in float32 */
+      PyBuffer_Release(&sv->a.view);
+      sv->a.has_view = 0;
+      PyObject *c = PyObject_CallMethod(numpy_mod, "asarray", "Os", sv->a.obj, np_names[p->dtype]);
+      if (!c) goto done;
+      Py_SETREF(sv->a.obj, c);
+      if (get_contiguous(&sv->a, &sv->dt) < 0) goto done;
+    }
+    char got[160], want[160], msg[512];
+    int ok_dtype = sv->dt == (int)p->dtype || (is_float(sv->dt) && is_float(p->dtype)) ||
+                   (is_int(sv->dt) && is_int(p->dtype));
+    int same = sv->a.view.ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = sv->a.view.shape[d] == p->shape[d];
+    msg[0] = 0;
+    if (!same) {
+      view_shape(got, sizeof got, &sv->a.view);
+      ctc_format_shape(want, sizeof want, p->ndim, p->shape);
+      snprintf(msg, sizeof msg, "size mismatch for %s: copying a param with shape %s from checkpoint, the shape in "
+               "current model is %s.", name, got, want);
+    } else if (!ok_dtype) {
+      dtype_name(got, sizeof got, sv->a.obj, &sv->a.view);
+      snprintf(msg, sizeof msg, "dtype mismatch for %s: copying a param of dtype %s from checkpoint, the dtype in "
+               "current model is %s.", name, got, np_names[p->dtype]);
+    } else if (sv->dt == CTC_I64 && p->dtype == CTC_I32) {   /* each value must fit */
+      const int64_t *q = sv->a.view.buf;
+      for (Py_ssize_t j = 0; !msg[0] && j < sv->a.view.len / 8; j++)
+        if (q[j] < INT32_MIN || q[j] > INT32_MAX)
+          snprintf(msg, sizeof msg, "value out of range for %s: %lld at index %zd does not fit the model's int32.",
+                   name, (long long)q[j], j);
+    }
+    if (msg[0]) {
+      PyObject *m = PyUnicode_FromString(msg);
+      if (!m || PyList_Append(errors, m) < 0) {
+        Py_XDECREF(m);
+        goto done;
+      }
+      Py_DECREF(m);
+    }
+  }
+  if (!(keys = PyMapping_Keys(sd))) goto done;
+  for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys); j++) {
+    PyObject *key = PyList_GET_ITEM(keys, j);
+    int has = PyUnicode_Check(key) ? PySet_Contains(names, key) : 0;
+    if (has < 0) goto done;
+    if (!has && PyList_Append(unexpected, key) < 0) goto done;
+  }
+  /* PyTorch's message: the missing and unexpected keys first (strict), then the rest */
+  for (int pass = 0; strict && pass < 2; pass++) {
+    PyObject *list = pass ? missing : unexpected;   /* each inserted at the front: missing first */
+    if (!PyList_GET_SIZE(list)) continue;
+    PyObject *quoted = PyList_New(0), *sep = PyUnicode_FromString(", "), *joined = NULL, *m = NULL;
+    for (Py_ssize_t j = 0; quoted && j < PyList_GET_SIZE(list); j++) {
+      PyObject *q = PyUnicode_FromFormat("\"%S\"", PyList_GET_ITEM(list, j));
+      if (!q || PyList_Append(quoted, q) < 0) Py_CLEAR(quoted);
+      Py_XDECREF(q);
+    }
+    if (quoted && sep) joined = PyUnicode_Join(sep, quoted);
+    if (joined) m = PyUnicode_FromFormat("%s key(s) in state_dict: %U. ", pass ? "Missing" : "Unexpected", joined);
+    int bad = !m || PyList_Insert(errors, 0, m) < 0;
+    Py_XDECREF(m);
+    Py_XDECREF(joined);
+    Py_XDECREF(sep);
+    Py_XDECREF(quoted);
+    if (bad) goto done;
+  }
+  if (PyList_GET_SIZE(errors)) {
+    PyObject *sep = PyUnicode_FromString("\n\t"), *joined = sep ? PyUnicode_Join(sep, errors) : NULL;
+    if (joined) PyErr_Format(ctc_exc, "Error(s) in loading state_dict for %s.Model:\n\t%U", MODNAME, joined);
+    Py_XDECREF(joined);
+    Py_XDECREF(sep);
+    goto done;
+  }
+  /* every value checked: copy (a tied parameter takes its keys in order, the last one stays, as in PyTorch) */
+  unsigned char *arena = DESC->arena_of(self->model);
+  for (int k = 0; k < nkeys; k++) {
+    const char *name;
+    int i = ctc_sd_key_at(DESC, k, &name);
+    SdValue *sv = &vals[k];
+    if (i < 0 || i >= DESC->nparams || !sv->a.has_view) continue;
+    const ctc_tensor *p = &DESC->params[i];
+    Py_ssize_t bad = 0;   /* same dtype, float <-> float or int <-> int, the values checked above */
+    convert_values(arena + p->offset, p->dtype, sv->a.view.buf, sv->dt, sv->a.view.len / sv->a.view.itemsize, &bad);
+  }
+  self->fresh = 0;
+  result = PyObject_CallFunctionObjArgs(incompat_type, missing, unexpected, NULL);
+done:
+  for (int k = 0; vals && k < nkeys; k++) {
+    if (vals[k].a.has_view) PyBuffer_Release(&vals[k].a.view);
+    Py_XDECREF(vals[k].a.obj);
+  }
+  PyMem_Free(vals);
+  Py_XDECREF(missing);
+  Py_XDECREF(unexpected);
+  Py_XDECREF(errors);
+  Py_XDECREF(names);
+  Py_XDECREF(keys);
+  return result;
+}
+
 static PyMethodDef model_methods[] = {
     {"load", (PyCFunction)model_load, METH_O, "load(path): the parameters from a safetensors file or a PyTorch checkpoint"},
     {"save", (PyCFunction)(void (*)(void))model_save, METH_VARARGS | METH_KEYWORDS,
      "save(path, training_state=False): the state_dict as safetensors (a torch.save file for .pt/.pth/.bin), with "
      "training_state also the optimizer, scheduler and random state"},
     {"state_dict", (PyCFunction)model_state_dict, METH_NOARGS,
-     "state_dict(): {name: numpy array} copies of the parameters and buffers, in PyTorch's order"},
+     "state_dict(): {name: numpy array} copies of the parameters and persistent buffers under PyTorch's keys, in its "
+     "order (a tied parameter under each of its names; no training state)"},
+    {"load_state_dict", (PyCFunction)(void (*)(void))model_load_state_dict, METH_VARARGS | METH_KEYWORDS,
+     "load_state_dict(state_dict, strict=True): the parameters and buffers from a dict of arrays (NumPy arrays, torch "
+     "tensors, anything with the buffer protocol, __array_interface__ or __dlpack__), as PyTorch's: strict wants "
+     "exactly the keys of state_dict(); every error in one RuntimeError (NAME.Error), nothing loaded then; returns "
+     "IncompatibleKeys(missing_keys, unexpected_keys)"},
+    {"set_num_threads", (PyCFunction)model_set_num_threads, METH_O,
+     "set_num_threads(n): the OpenMP threads this model's entries run on (no effect in a build without OpenMP)"},
+    {"get_num_threads", (PyCFunction)model_get_num_threads, METH_NOARGS,
+     "get_num_threads(): the threads this model's entries run on"},
     {"call", (PyCFunction)(void (*)(void))model_call, METH_VARARGS | METH_KEYWORDS,
      "call(name, *inputs): runs the entry `name` (also a method of its own name)"},
     {NULL, NULL, 0, NULL},
@@ -506,9 +840,11 @@ static PyType_Slot model_slots[] = {
     {Py_tp_init, model_init},
     {Py_tp_dealloc, model_dealloc},
     {Py_tp_repr, model_repr},
+    {Py_tp_call, model_tp_call},
     {Py_tp_methods, model_methods},
     {Py_tp_doc, "Model(weights=None): the compiled model with its own arena; weights: a safetensors file or a "
-                "PyTorch checkpoint (by state_dict name). One method per entry (forward, train_step, ...)."},
+                "PyTorch checkpoint (by state_dict name). One method per entry (forward, train_step, ...); m(x) "
+                "calls forward."},
     {0, NULL},
 };
 
@@ -540,6 +876,19 @@ PyMODINIT_FUNC CTC_CAT(PyInit_, CTC_PY_MODULE)(void) {
     if (!index_exc) goto fail;
   }
   if (PyModule_AddObjectRef(m, "IndexError", index_exc) < 0) goto fail;
+  if (!incompat_type) {   /* PyTorch's _IncompatibleKeys: a named tuple */
+    PyObject *coll = PyImport_ImportModule("collections");
+    PyObject *nt = coll ? PyObject_GetAttrString(coll, "namedtuple") : NULL, *a = Py_BuildValue("s[ss]", "IncompatibleKeys",
+                                                                                               "missing_keys", "unexpected_keys");
+    PyObject *kw = Py_BuildValue("{ss}", "module", MODNAME);
+    incompat_type = nt && a && kw ? PyObject_Call(nt, a, kw) : NULL;
+    Py_XDECREF(kw);
+    Py_XDECREF(a);
+    Py_XDECREF(nt);
+    Py_XDECREF(coll);
+    if (!incompat_type) goto fail;
+  }
+  if (PyModule_AddObjectRef(m, "IncompatibleKeys", incompat_type) < 0) goto fail;
   if (!model_type && !(model_type = (PyTypeObject *)PyType_FromSpec(&model_spec))) goto fail;
   PyObject *names = PyTuple_New(DESC->nentries);
   if (!names) goto fail;
