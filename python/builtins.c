@@ -461,6 +461,12 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   }
   case BI_ISINSTANCE: {
     bind_args(L, A, "obj,cls", a);
+    if (a[0]->k == PV_OPAQUE || a[1]->k == PV_OPAQUE) {   /* the answer is Python's, not known here */
+      PV *o = a[0]->k == PV_OPAQUE ? a[0] : a[1];
+      PV *r = pv_opaque_from(L, A->at, o, arena_printf(L->a, "isinstance(%s, ...)", o->s));
+      r->unknown_truth = 1;
+      return r;
+    }
     PV **cls = &a[1];
     int n = 1;
     if (a[1]->k == PV_TUPLE) {

@@ -153,7 +153,16 @@ static PV *opaque_op(L *L, Span at, PV *a, PV *b, const char *expr, const char *
   PV *o = a && a->k == PV_OPAQUE ? a : b;
   if ((a && a != o && L->host->runtime(L, a)) || (b && b != o && L->host->runtime(L, b)))
     pv_opaque_error(L, at, o, use);
-  return pv_opaque_from(L, at, o, expr);
+  PV *r = pv_opaque_from(L, at, o, expr);
+  r->unknown_truth = (a && a->k == PV_OPAQUE && a->unknown_truth) || (b && b->k == PV_OPAQUE && b->unknown_truth);
+  return r;
+}
+
+/* A comparison (or `not`) whose answer depends on an opaque value: an opaque bool. */
+static PV *opaque_truth(L *L, Span at, PV *a, PV *b, const char *expr, const char *use) {
+  PV *r = opaque_op(L, at, a, b, expr, use);
+  r->unknown_truth = 1;
+  return r;
 }
 
 /* 'fmt' % args: %s %r %d %i %f %e %g %x %c %% with flags (-+ 0), width and
@@ -340,8 +349,11 @@ int truthy(L *L, Span at, PV *v) {
   case PV_HOSTC: return L->host->truth(L, at, v);
   case PV_OPAQUE:
     /* most Python objects are truthy: script code (`assert dataset`) goes on; compiled
-     * code must not branch on a guess */
+     * code must not branch on a guess, nor any code on a comparison's unknown answer */
     if (L->host->staging(L)) pv_opaque_error(L, at, v, "a condition in compiled code");
+    if (v->unknown_truth)
+      pv_opaque_error(L, at, v, "a condition at compile time (Python's answer is not known to ctc: compute it from "
+                                "values ctc models, or pass it with --args)");
     return 1;
   default: return 1;
   }
@@ -1003,6 +1015,8 @@ PV *eval_expr(L *L, Node *n) {
   }
   case N_UNARY: {
     PV *a = eval_expr(L, n->a);
+    if (n->op == OP_NOT && a->k == PV_OPAQUE && a->unknown_truth)
+      return opaque_truth(L, n->span, a, NULL, arena_printf(L->a, "not %s", a->s), "'not' of a tensor");
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
     if (a->k == PV_OPAQUE) return pv_opaque_from(L, n->span, a, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
@@ -1027,9 +1041,12 @@ PV *eval_expr(L *L, Node *n) {
     for (int i = 0; i + 1 < n->list.len; i++) {
       PV *right = eval_expr(L, n->list.data[i + 1]);
       int op = n->cmpops[i];
-      if ((left->k == PV_OPAQUE || right->k == PV_OPAQUE) && op != OP_IS && op != OP_ISNOT) {
+      if ((left->k == PV_OPAQUE || right->k == PV_OPAQUE) && left != right) {   /* `x is x` is known */
         if (n->list.len > 2) lower_error(L, n->span, "chained comparisons with an opaque value are not supported");
-        return opaque_op(L, n->span, left, right, "(comparison)", "comparing a tensor");
+        return opaque_truth(L, n->span, left, right,
+                            arena_printf(L->a, "%s %s %s", left->k == PV_OPAQUE ? left->s : "...", fe_op_spelling(op),
+                                         right->k == PV_OPAQUE ? right->s : "..."),
+                            "comparing a tensor");
       }
       if (is_host(left) || is_host(right)) {
         if (op == OP_IS || op == OP_ISNOT) {

@@ -114,6 +114,9 @@ struct PV {
   int *hidx; int hcap;   /* DICT: hash index over keys (slot = item index + 1), once n grows */
   Span *origin;          /* OPAQUE: where the value was made */
   const char *what;      /* OPAQUE: its description for messages */
+  int unknown_truth;     /* OPAQUE: a comparison with an opaque value (`cfg.get("type") is not None`),
+                            `not` of one, or an operation on such a result: a bool Python knows and
+                            ctc does not, so a branch or assert on it is an error (truthy()), never a guess */
   int owned;             /* STR made by `name += ...`, held by that name only and not read
                             since: the next `name += ...` may append in place (n = length,
                             cap = buffer size), which keeps a loop of `+=` linear */

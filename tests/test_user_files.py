@@ -389,6 +389,26 @@ def test_opaque_loop_changes_bound_names(tmp_path, before, body, use, at):
     assert "internal error" not in r.stderr
 
 
+@pytest.mark.parametrize("cond, at", [
+    ("t is not None", "14:37"), ("not (t is None)", "14:37"), ("'type' in cfg", "14:37"),
+    ("isinstance(cfg, dict)", "14:37"), ("(t is None) ^ (p is None)", "14:37"), ("cfg == {}", "14:37"),
+])
+def test_opaque_comparisons_are_not_guessed(tmp_path, cond, at):
+    """A comparison with an opaque value (a config from json, which ctc does not model)
+    has an answer only Python knows: a condition on it is a located error, where ctc
+    used to answer `is not None` with True (Python: False here) and build a Linear with
+    the other width. Plain script code around it (assert, print) still runs."""
+    src = ("import json\nimport torch\nimport torch.nn as nn\n"
+           "cfg = json.loads('{\"type\": null, \"params\": 3}')\n"
+           "t = cfg.get('type')\np = cfg.get('params')\nflag = " + cond + "\nprint(flag)\n\n\n"
+           "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.fc = nn.Linear(2, 2 if flag else 3)\n\n    def forward(self, x):\n        return self.fc(x)\n")
+    r = ctc_check(write(tmp_path, src), "--input", "x=f32[1,2]")
+    assert r.returncode == 1, r.stderr
+    assert f"m.py:{at}: error: a condition at compile time (Python's answer is not known to ctc" in r.stderr, r.stderr
+    assert "m.py:7:" in r.stderr and "note: the opaque value" in r.stderr, r.stderr
+
+
 def test_vae_reparameterize_in_forward(tmp_path):
     """torch.randn_like in the inference entry: with logvar forced to -60 (std
     1e-13) the output is the deterministic decode(mu) and matches PyTorch; mu and
