@@ -26,7 +26,7 @@
 
 typedef long long ll;
 
-#define IDX_CAP 320
+#define IDX_CAP 512   /* an index expression's text (a CUDA flat index is longer than C's) */
 /* Loops with fewer elements than this are not worth waking threads for (emit_ops.c's). */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
 
