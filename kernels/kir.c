@@ -281,8 +281,9 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
     fprintf(out, "%*s", ind, "");
     switch (s->kind) {
     case KS_LOOP:
-      fprintf(out, "loop %s i%d..i%d%s%s\n", loops[s->loop], s->from, s->to - 1, s->marks & KIR_PARALLEL ? " parallel" : "",
-              s->marks & KIR_VECTOR ? " vector" : "");
+      fprintf(out, "loop %s over", loops[s->loop]);
+      for (int d = s->from; d < s->to; d++) fprintf(out, " i%d<%lld", d, (long long)k->space.dims[d]);
+      fprintf(out, "%s%s\n", s->marks & KIR_PARALLEL ? " parallel" : "", s->marks & KIR_VECTOR ? " vector" : "");
       print_block(out, k, &s->body, ind + 2);
       continue;
     case KS_LET: fprintf(out, "let %%%s.%d = ", name, s->v); print_expr(out, k, s->x); break;
