@@ -3,6 +3,7 @@
  *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
  *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
  *   emit_ops.c  the loops of each primitive
+ *   render_c.c  the kernel IR (kernels/kir.h) as text: the renderers' walk and the C table
  *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor
  *   freestanding_c.c  --freestanding: prologue, header, call check, --no-libm math, embedded weights */
 #ifndef CTC_CG_INT_H
