@@ -3,6 +3,7 @@
  *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
  *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
  *   emit_ops.c  the loops of each primitive
+ *   render_c.c  the kernel IR (kernels/kir.h) as text: the renderers' walk and the C table
  *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor
  *   freestanding_c.c  --freestanding: prologue, header, call check, --no-libm math, embedded weights */
 #ifndef CTC_CG_INT_H
@@ -10,6 +11,7 @@
 
 #include "codegen_c.h"
 #include "../kernels/kernels.h"
+#include "../kernels/kir.h"
 
 /* ---- cg_util.c ----------------------------------------------------------- */
 
@@ -130,6 +132,8 @@ typedef struct CgFunc {
   const KnSchedule *s;     /* the entry's kernels (kernels/) */
   Names *ns;               /* the entry's identifiers (locals of fused loops) */
   int gpu_loops;           /* codegen_cuda: mark every parallel-safe loop CTC_OMP_FOR, whatever its size */
+  const char *prof_site;   /* --profile: the site of the kernel being written ("&ctc_prof_forward[3]"):
+                              the kernel IR's parallel loops report each thread's share to it */
 } CgFunc;
 
 /* Writes instruction i's comment and code into c->out (not for K_ELEM
@@ -153,6 +157,49 @@ typedef struct ConvGeom {
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
+
+/* ---- render_c.c: the kernel IR (kernels/kir.h) as text ------------------------ */
+
+/* A renderer: one walk (cg_render_block) over a kernel's IR and a table of what a
+ * target writes its own way. cg_render_c is the C target's; codegen_cuda copies it
+ * and overrides what differs. */
+typedef struct CgRender CgRender;
+typedef struct CgRenderOps {
+  void (*names)(CgRender *r);              /* the locals' names (before anything is written) */
+  void (*loop)(CgRender *r, const KirStmt *s);                          /* a KS_LOOP and its body */
+  void (*index)(CgRender *r, const KirIndex *ix, char *out, size_t cap);   /* an element's offset */
+  void (*store)(CgRender *r, const KirStmt *s);                         /* a KS_STORE */
+  void (*rowbuf_decl)(CgRender *r, const KirStmt *s);                   /* a per-row array */
+  void (*acc_done)(CgRender *r, const KirStmt *s);                      /* a reduction's value */
+  const char *rowpos;                      /* a per-row array's position: "j", "ctc_k" */
+} CgRenderOps;
+struct CgRender {
+  const CgRenderOps *ops;
+  CgFunc *c;                 /* where the text goes (c->out at c->ind), names, helpers */
+  const Kir *k;
+  const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
+  const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
+  /* options */
+  int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
+  const char *prof_site;     /* C, --profile: parallel loops as regions reporting to this site */
+  /* while rendering */
+  int nvar, merged;          /* the loop variables (merged: a KIR_SPACE nest's, over last[]) */
+  char var[IR_MAX_DIMS + 1][16];
+  int group[IR_MAX_DIMS], last[IR_MAX_DIMS];
+  int split, in_row;         /* C: accumulations go to the operand arrays; inside a KIR_ROW loop */
+  int block;                 /* CUDA: threads per row block */
+  int64_t per;               /* CUDA: elements of a row per thread */
+  int anybuf;                /* CUDA: some value has a per-row array */
+};
+extern const CgRenderOps cg_render_c;
+void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k);
+void cg_render_free(CgRender *r);
+void cg_render_block(CgRender *r, const KirBlock *b);
+void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b);
+/* The locals' names as the C target gives them (render_c.c's comment). */
+void cg_render_names(CgRender *r, int with_inputs, int row_names);
+/* A KN_ELEM or KN_ROW kernel's loops into c->out (its comments are the caller's). */
+void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
 
 /* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
 
@@ -233,8 +280,14 @@ void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e);
 void cg_comment(CgFunc *c, const Inst *in);
 /* A reduction's accumulator type, initial value and update statement (acc_*). */
 const char *cg_acc_type(const Inst *in, DType t);
+const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t);   /* with k's float_acc */
 const char *cg_acc_init(const Inst *in, DType t);
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
+/* A float reduction of the contiguous row ptr[0..n) through ctc_sum/ctc_max (lane_reduce);
+ * 0 for integers (nothing written). */
+int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n);
+/* "7 + i0 * 12 + i1": offset plus var[k] * st[k] over n axes (index_expr). */
+void cg_index_expr(char *out, size_t cap, int n, char var[][16], int64_t off, const int64_t *st);
 /* Strides of operand a broadcast over result shape r (bcast_strides). */
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st);
 /* The parameter data arrays and <prefix>_arena_bytes/_init/_load/_save of the

@@ -388,7 +388,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   /* Body. */
   Buf body = {0};
-  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns, 0};
+  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns, 0, NULL};
   char fid[128];
   cg_ident(fid, sizeof fid, f->name);
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
@@ -414,12 +414,13 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       c.ind = 4;
     }
     size_t kstart = body.len;
+    char site[160];
+    snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
+    c.prof_site = timed ? site : NULL;   /* the kernel IR's loops report each thread's share themselves */
     cg_emit_kernel(&c, k);
-    if (timed) {   /* each OpenMP thread's share of the kernel's parallel loops */
-      char site[160];
-      snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
-      cg_prof_threads(&body, kstart, site);
-    }
+    c.prof_site = NULL;
+    /* each OpenMP thread's share of the parallel loops other emitters wrote as text */
+    if (timed) cg_prof_threads(&body, kstart, site);
     if (timed) {
       cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
       c.ind = 2;

@@ -1984,25 +1984,18 @@ static void comment(CgFunc *c, const Inst *in) {
   cg_buf_free(&b);
 }
 
-/* ---- fused elementwise kernels (kernels/: KN_ELEM) -------------------------------------
- * One loop nest over the kernel's space. Each instruction's value is a local
- * of the loop body (`const float relu = ...;`) read by the later instructions
- * of the kernel; only the kernel's outputs are stored, inputs are loaded with
- * their broadcast strides. An output no later instruction of the kernel reads
- * is stored directly. */
+/* ---- a GEMM's epilogue body (KN_GEMM; KN_ELEM and KN_ROW kernels are rendered from
+ * their kernel IR: kernels/kir.c, render_c.c) ---------------------------------------------
+ * Each instruction's value is a local of the loop body (`const float relu = ...;`)
+ * read by the later instructions; only the kernel's outputs are stored, inputs
+ * are loaded with their broadcast strides. An output no later instruction of the
+ * kernel reads is stored directly. */
 
 typedef struct ElemK {
   const Kernel *kn;
   const char **local;   /* per value: its local's name (values of this kernel) */
   int *acc;             /* per value: its access (outputs, then inputs), -1 */
 } ElemK;
-
-static int in_kernel(const CgFunc *c, const Kernel *kn, ValId v) {
-  const Inst *d = def_of(c, v);
-  if (!d || d->op == IR_CONST) return 0;
-  int i = (int)(d - c->f->insts.data);
-  return i >= kn->first && i <= kn->last;
-}
 
 static int read_later(const CgFunc *c, const Kernel *kn, int i, ValId v) {
   for (int j = i + 1; j <= kn->last; j++) {
@@ -2064,28 +2057,6 @@ static void elemk_names(CgFunc *c, const Kernel *kn, ElemK *u) {
   }
 }
 
-static void emit_elem_kernel(CgFunc *c, const Kernel *kn) {
-  const Type *S = &kn->space;
-  int nv = c->f->values.len, na = 0;
-  ElemK u = {kn, calloc((size_t)nv + 1, sizeof(char *)), malloc(sizeof(int) * ((size_t)nv + 1))};
-  Acc *acc = calloc((size_t)(kn->outputs.len + kn->inputs.len + 1), sizeof *acc);
-  CHECK(u.local && u.acc && acc);
-  for (int v = 0; v < nv; v++) u.acc[v] = -1;
-  for (int j = 0; j < kn->outputs.len; j++) {
-    cstrides(S, acc[na].st);
-    u.acc[kn->outputs.data[j]] = na++;
-  }
-  for (int j = 0; j < kn->inputs.len; j++) {
-    bcast_strides(ty(c, kn->inputs.data[j]), S, acc[na].st);
-    u.acc[kn->inputs.data[j]] = na++;
-  }
-  elemk_names(c, kn, &u);
-  nest(c, S->ndim, S->dims, na, acc, elemk_body, &u, NEST_OMP | NEST_SIMD, 1);
-  free(u.local);
-  free(u.acc);
-  free(acc);
-}
-
 /* ---- GEMMs with an epilogue (kernels/: KN_GEMM) --------------------------------------
  * The GEMM split into the blocks ctc_matmul would give each thread
  * (ctc_gemm_split, ctc_gemm_block), each thread running its block and then the
@@ -2141,216 +2112,6 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   free(u.acc);
 }
 
-/* ---- row kernels (kernels/: KN_ROW) ----------------------------------------------------
- * Per row of the space (outer loops i0.., OpenMP on the first), the kernel's
- * loops over the row's elements j in order. Before loop p: the per-row values
- * that exist from p on and the accumulators of the reductions that run in p;
- * in loop p: the row elements of p (locals; stored if outputs, kept in a
- * `<name>_row[]` array if a later loop reads them) and the accumulator updates;
- * after it: the reductions' values. The accumulation order and the NaN rule are
- * emit_reduce's, so results equal the unfused ones. A loop with row elements and
- * reductions runs as two: the elements and the reductions' operands (into
- * `<name>_in[]`) in a CTC_OMP_SIMD loop, so exp and division vectorise, then the
- * accumulations in their sequential order. */
-
-/* Whether a and b have the same shape (any dtypes): a row element of the space. */
-static int same_dims(const Type *a, const Type *b) {
-  if (a->ndim != b->ndim) return 0;
-  for (int k = 0; k < a->ndim; k++)
-    if (a->dims[k] != b->dims[k]) return 0;
-  return 1;
-}
-
-typedef struct RowK {
-  const Kernel *kn;
-  const char **local;    /* per value: its local (values of this kernel) */
-  const char **accn;     /* per value: the accumulator of a reduction */
-  const char **rowarr;   /* per value: its per-row array, or NULL */
-  int nout;              /* outer axes (the space's rank - 1) */
-} RowK;
-
-/* The index of v (broadcast over the space) at row (i0, ...), element j when with_j. */
-static void row_index(const CgFunc *c, const RowK *u, ValId v, int with_j, char *out) {
-  int64_t st[IR_MAX_DIMS];
-  char var[IR_MAX_DIMS][16];
-  const Type *S = &u->kn->space;
-  bcast_strides(ty(c, v), S, st);
-  for (int k = 0; k < u->nout; k++) snprintf(var[k], sizeof var[k], "i%d", k);
-  snprintf(var[u->nout], sizeof var[u->nout], "j");
-  if (!with_j) st[u->nout] = 0;
-  index_expr(out, u->nout + 1, var, 0, st);
-}
-
-/* Operand v of an instruction that runs in loop `ph` (-1: per row, outside the loops). */
-static void row_operand(CgFunc *c, const RowK *u, ValId v, int ph, Buf *b) {
-  const Inst *d = def_of(c, v);
-  char idx[IDX_CAP];
-  if (in_kernel(c, u->kn, v)) {
-    int di = (int)(d - c->f->insts.data);
-    int full = same_dims(ty(c, v), &u->kn->space);
-    if (!full || c->s->phase[di] == ph) {
-      cg_puts(b, u->local[v]);
-      return;
-    }
-    if (u->rowarr[v]) {
-      cg_printf(b, "%s[j]", u->rowarr[v]);
-      return;
-    }
-    /* a stored row element of an earlier loop: read back */
-  }
-  row_index(c, u, v, ph >= 0, idx);
-  load(c, b, v, idx);
-}
-
-static void row_store(CgFunc *c, const RowK *u, ValId v, const char *val, int with_j) {
-  if (c->fp->loc[v].base == LOC_LOCAL) return;
-  char idx[IDX_CAP];
-  row_index(c, u, v, with_j, idx);
-  LINE(c, "%s[%s] = %s;\n", cg_ref(c, v), idx, val);
-}
-
-/* Elementwise instruction in as `const T local = expr;` (+ its store / row array). */
-static void row_elem(CgFunc *c, const RowK *u, const Inst *in, int ph) {
-  Buf ops[3] = {{0}}, e = {0};
-  const char *txt[3];
-  for (int k = 0; k < in->nargs; k++) {
-    row_operand(c, u, in->args[k], ph, &ops[k]);
-    txt[k] = ops[k].s;
-  }
-  elem_expr(c, in, txt, &e);
-  ValId r = in->res;
-  LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, r)->dtype), u->local[r], e.s);
-  row_store(c, u, r, u->local[r], ph >= 0);
-  if (u->rowarr[r]) LINE(c, "%s[j] = %s;\n", u->rowarr[r], u->local[r]);
-  for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
-  cg_buf_free(&e);
-}
-
-static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
-
-static void emit_row_kernel(CgFunc *c, const Kernel *kn) {
-  const Type *S = &kn->space;
-  const KnSchedule *s = c->s;
-  int nv = c->f->values.len;
-  RowK u = {kn, calloc((size_t)nv + 1, sizeof(char *)), calloc((size_t)nv + 1, sizeof(char *)),
-            calloc((size_t)nv + 1, sizeof(char *)), S->ndim - 1};
-  CHECK(u.local && u.accn && u.rowarr);
-  int64_t rowlen = S->dims[S->ndim - 1];
-  char hint[160];
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &c->f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    ValId r = in->res;
-    if (c->fp->loc[r].base == LOC_LOCAL) u.local[r] = c->cname[r];
-    else snprintf(hint, sizeof hint, "%s_v", c->cname[r]), u.local[r] = cg_name(c->ns, hint);
-    if (is_reduction(in)) snprintf(hint, sizeof hint, "%s_acc", c->cname[r]), u.accn[r] = cg_name(c->ns, hint);
-    if (s->rowbuf[r]) snprintf(hint, sizeof hint, "%s_row", c->cname[r]), u.rowarr[r] = cg_name(c->ns, hint);
-  }
-  int base = c->ind;
-  int64_t rows = ir_numel(S) / rowlen;
-  if (u.nout > 0 && S->dims[0] > 1 && ir_numel(S) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  for (int k = 0; k < u.nout; k++) {
-    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == u.nout - 1 ? " {" : "");
-    c->ind += 2;
-  }
-  if (!u.nout) {
-    LINE(c, "{\n");
-    c->ind += 2;
-  }
-  (void)rows;
-  for (int i = kn->first; i <= kn->last; i++)
-    if (u.rowarr[c->f->insts.data[i].res] && c->f->insts.data[i].op != IR_CONST)
-      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, c->f->insts.data[i].res)->dtype), u.rowarr[c->f->insts.data[i].res],
-           (ll)rowlen);
-  for (int p = 0; p <= kn->nloops; p++) {
-    /* per-row values that exist from loop p on, then the accumulators of loop p */
-    int any = 0;
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &c->f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) {
-        any = 1;
-        LINE(c, "%s %s = %s;\n", acc_type(in, ty(c, in->res)->dtype), u.accn[in->res], acc_init(in, ty(c, in->res)->dtype));
-      } else if (!same_dims(ty(c, in->res), S)) {
-        row_elem(c, &u, in, -1);
-      } else {
-        any = 1;
-      }
-    }
-    if (!any) continue;
-    /* A loop with both row elements and reductions runs as two: the elements (and
-     * the reductions' operands, into per-row arrays) in a loop that vectorises,
-     * then the accumulations in their sequential order (results unchanged). */
-    int nred = 0, nelem = 0, nfloat = 0;
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &c->f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) nred++, nfloat += ir_dtype_is_float(ty(c, in->res)->dtype);
-      else if (same_dims(ty(c, in->res), S)) nelem++;
-    }
-    int split = nred > 0 && (nelem > 0 || nfloat > 0) && rowlen * 8 * nred <= KN_MAX_ROWBUF;
-    const char **redarr = calloc((size_t)(kn->last - kn->first + 2), sizeof *redarr);
-    CHECK(redarr);
-    if (split) {
-      for (int i = kn->first; i <= kn->last; i++) {
-        const Inst *in = &c->f->insts.data[i];
-        if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
-        snprintf(hint, sizeof hint, "%s_in", c->cname[in->res]);
-        redarr[i - kn->first] = cg_name(c->ns, hint);
-        LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, in->args[0])->dtype), redarr[i - kn->first], (ll)rowlen);
-      }
-      c->k->simd = 1;
-      LINE(c, "CTC_OMP_SIMD\n");
-    }
-    LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
-    c->ind += 2;
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &c->f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) {
-        Buf x = {0};
-        row_operand(c, &u, in->args[0], p, &x);
-        if (split) LINE(c, "%s[j] = %s;\n", redarr[i - kn->first], x.s);
-        else acc_update(c, in, u.accn[in->res], x.s);
-        cg_buf_free(&x);
-      } else if (same_dims(ty(c, in->res), S)) {
-        row_elem(c, &u, in, p);
-      }
-    }
-    c->ind -= 2;
-    LINE(c, "}\n");
-    if (split) {   /* float rows: ctc_sum/ctc_max (8 lanes, as emit_reduce); integers in order */
-      for (int i = kn->first; i <= kn->last; i++) {
-        const Inst *in = &c->f->insts.data[i];
-        if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
-        if (lane_reduce(c, in, u.accn[in->res], "=", redarr[i - kn->first], rowlen)) continue;
-        char x[200];
-        snprintf(x, sizeof x, "%s[j]", redarr[i - kn->first]);
-        LINE(c, "for (int64_t j = 0; j < %lld; j++)\n", (ll)rowlen);
-        c->ind += 2;
-        acc_update(c, in, u.accn[in->res], x);
-        c->ind -= 2;
-      }
-    }
-    free(redarr);
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &c->f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
-      DType t = ty(c, in->res)->dtype;
-      const char *ct = cg_ctype(t);
-      LINE(c, "const %s %s = %s%s%s%s;\n", ct, u.local[in->res], strcmp(acc_type(in, t), ct) ? "(" : "",
-           strcmp(acc_type(in, t), ct) ? ct : "", strcmp(acc_type(in, t), ct) ? ")" : "", u.accn[in->res]);
-      row_store(c, &u, in->res, u.local[in->res], 0);
-    }
-  }
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = base;
-  free(u.local);
-  free(u.accn);
-  free(u.rowarr);
-}
-
 void cg_emit_kernel(CgFunc *c, int k) {
   const Kernel *kn = &c->s->kernels.data[k];
   int nep = 0;   /* a KN_GEMM's epilogue ops (none: a plain GEMM) */
@@ -2381,9 +2142,8 @@ void cg_emit_kernel(CgFunc *c, int k) {
   }
   for (int i = kn->first; i <= kn->last; i++)
     if (c->f->insts.data[i].op != IR_CONST) comment(c, &c->f->insts.data[i]);
-  if (kn->kind == KN_ROW) emit_row_kernel(c, kn);
-  else if (kn->kind == KN_GEMM) emit_gemm_kernel(c, kn);
-  else emit_elem_kernel(c, kn);
+  if (kn->kind == KN_GEMM) emit_gemm_kernel(c, kn);
+  else cg_render_kernel_c(c, kn);   /* KN_ELEM, KN_ROW: their kernel IR (render_c.c) */
 }
 
 /* ---- the emitter table ---------------------------------------------------------------
@@ -2453,6 +2213,14 @@ void cg_emit_inst(CgFunc *c, int i) {
 void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) { elem_expr(c, in, txt, e); }
 void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
 const char *cg_acc_type(const Inst *in, DType t) { return acc_type_k(NULL, in, t); }
+const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t) { return acc_type_k(k, in, t); }
+int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
+  return lane_reduce(c, in, accv, op, ptr, n);
+}
+void cg_index_expr(char *out, size_t cap, int n, char var[][16], int64_t off, const int64_t *st) {
+  CHECK(cap >= IDX_CAP);
+  index_expr(out, n, var, off, st);
+}
 const char *cg_acc_init(const Inst *in, DType t) { return acc_init(in, t); }
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) { acc_update(c, in, accv, x); }
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st) { bcast_strides(a, r, st); }

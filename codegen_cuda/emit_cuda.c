@@ -227,295 +227,152 @@ static void launch_comments(Ent *e, const Kernel *kn, int k, Buf *body) {
   cg_buf_free(&com);
 }
 
-/* ---- KN_ELEM: a grid-stride loop ---------------------------------------------- */
+/* ---- KN_ELEM and KN_ROW: their kernel IR (kernels/kir.h) through the CUDA renderer ----
+ * codegen_c's walk (render_c.c) with this table: a KIR_SPACE loop is a grid-stride
+ * loop over the flat space (indices from flat_index), a KIR_ROWS loop a block per
+ * row (blocks stride over the rows), a KIR_ROW loop the block's threads over the
+ * row's elements (thread t takes t, t+B, ...: a per-row array is per thread,
+ * indexed by ctc_k, its count of elements); each reduction is a per-thread partial
+ * in the C target's accumulator type, then a tree in shared memory, the result read
+ * by every thread; a per-row value is stored by thread 0. Names are the C target's
+ * (cu_names). */
 
-static int in_kernel(const Func *f, const Kernel *kn, ValId v) {
-  const Inst *d = def_of(f, v);
-  if (!d || d->op == IR_CONST) return 0;
-  int i = (int)(d - f->insts.data);
-  return i >= kn->first && i <= kn->last;
+static void cu_line(CgRender *r) { indent(r->c->out, r->c->ind); }
+
+static void cu_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  const Type *S = &r->k->space;
+  int64_t L = r->k->rowlen;
+  cu_line(r);
+  if (s->loop == KIR_SPACE)
+    cg_printf(c->out, "for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
+                      " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)ir_numel(S));
+  else if (s->loop == KIR_ROWS)
+    cg_printf(c->out, "for (int64_t ctc_row = blockIdx.x; ctc_row < %lld; ctc_row += gridDim.x) {\n",
+              (ll)(L ? ir_numel(S) / L : 0));
+  else if (r->anybuf)
+    cg_printf(c->out, "for (int64_t ctc_j = threadIdx.x, ctc_k = 0; ctc_j < %lld; ctc_j += blockDim.x, ctc_k++) {\n",
+              (ll)L);
+  else cg_printf(c->out, "for (int64_t ctc_j = threadIdx.x; ctc_j < %lld; ctc_j += blockDim.x) {\n", (ll)L);
+  c->ind += 2;
+  r->in_row = s->loop == KIR_ROW;
+  cg_render_block(r, &s->body);
+  r->in_row = 0;
+  c->ind -= 2;
+  cu_line(r);
+  cg_puts(c->out, "}\n");
 }
 
-static int read_later(const Func *f, const Kernel *kn, int i, ValId v) {
-  for (int j = i + 1; j <= kn->last; j++) {
-    const Inst *x = &f->insts.data[j];
-    for (int a = 0; a < x->nargs; a++)
-      if (x->args[a] == v) return 1;
+/* KIR_SPACE: from the flat element ctc_i; a row kernel: the row ctc_row, element ctc_j. */
+static void cu_index(CgRender *r, const KirIndex *ix, char *out, size_t cap) {
+  const Type *S = &r->k->space;
+  if (r->k->kn->kind != KN_ROW) {
+    flat_index(out, cap, S, ix->st, "ctc_i", S->ndim);
+    return;
   }
-  return 0;
-}
-
-static int is_output(const Kernel *kn, ValId v) {
-  for (int j = 0; j < kn->outputs.len; j++)
-    if (kn->outputs.data[j] == v) return 1;
-  return 0;
-}
-
-/* Local names of the kernel's values: inputs "<x>_e", results their own name
- * (kernel-local values) or "<x>_v". */
-static const char **kernel_locals(Ent *e, const Kernel *kn) {
-  const Func *f = e->f;
-  const char **local = calloc((size_t)f->values.len + 1, sizeof *local);
-  CHECK(local);
-  char hint[160];
-  for (int j = 0; j < kn->inputs.len; j++) {
-    snprintf(hint, sizeof hint, "%s_e", e->c.cname[kn->inputs.data[j]]);
-    local[kn->inputs.data[j]] = cg_name(e->c.ns, hint);
-  }
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    if (e->c.fp->loc[in->res].base == LOC_LOCAL) local[in->res] = e->c.cname[in->res];
-    else snprintf(hint, sizeof hint, "%s_v", e->c.cname[in->res]), local[in->res] = cg_name(e->c.ns, hint);
-  }
-  return local;
-}
-
-static void emit_elem_kernel(Ent *e, const Kernel *kn, int k) {
-  const Func *f = e->f;
-  const Type *S = &kn->space;
-  int64_t N = ir_numel(S);
-  const char **local = kernel_locals(e, kn);
-  Buf body = {0}, com = {0};
-  kernel_comments(e, kn, k, &com);
-  kbegin(e, &body);
-  cg_printf(&body, "  for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
-                   " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)N);
-  /* every input of the element first: a result may be stored over an input in place */
-  for (int j = 0; j < kn->inputs.len; j++) {
-    ValId v = kn->inputs.data[j];
-    int64_t st[IR_MAX_DIMS];
-    char idx[512];
-    cg_bcast_strides(ty(f, v), S, st);
-    flat_index(idx, sizeof idx, S, st, "ctc_i", S->ndim);
-    cg_printf(&body, "    const %s %s = %s[%s];\n", cg_ctype(ty(f, v)->dtype), local[v], cg_ref(&e->c, v), idx);
-  }
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    Buf ops[3] = {{0}}, x = {0};
-    const char *txt[3];
-    for (int a = 0; a < in->nargs; a++) {
-      if (is_literal(f, in->args[a])) literal(f, in->args[a], &ops[a]);
-      else cg_puts(&ops[a], local[in->args[a]]);
-      txt[a] = ops[a].s;
-    }
-    cg_elem_expr(&e->c, in, txt, &x);
-    ValId r = in->res;
-    int out = is_output(kn, r) && e->c.fp->loc[r].base != LOC_LOCAL;
-    if (out && !read_later(f, kn, i, r)) {
-      cg_printf(&body, "    %s[ctc_i] = %s;\n", cg_ref(&e->c, r), x.s);
-    } else {
-      cg_printf(&body, "    const %s %s = %s;\n", cg_ctype(ty(f, r)->dtype), local[r], x.s);
-      if (out) cg_printf(&body, "    %s[ctc_i] = %s;\n", cg_ref(&e->c, r), local[r]);
-    }
-    for (int a = 0; a < in->nargs; a++) cg_buf_free(&ops[a]);
-    cg_buf_free(&x);
-  }
-  cg_puts(&body, "  }\n");
-  char kname[200], grid[32];
-  kname_of(e, kname, sizeof kname, k);
-  int64_t blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
-  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
-  cg_buf_free(&body);
-  cg_buf_free(&com);
-  free(local);
-}
-
-/* ---- KN_ROW: a block per row ---------------------------------------------------- */
-
-static int same_dims(const Type *a, const Type *b) {
-  if (a->ndim != b->ndim) return 0;
-  for (int k = 0; k < a->ndim; k++)
-    if (a->dims[k] != b->dims[k]) return 0;
-  return 1;
-}
-
-static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
-
-typedef struct RowK {
-  const Kernel *kn;
-  const char **local, **accn, **rowarr, **shn;
-  int nout;
-} RowK;
-
-/* v's index at the block's row (ctc_row) and, with_j, element ctc_j. */
-static void row_index(const Func *f, const RowK *u, ValId v, int with_j, char *out, size_t cap) {
-  const Type *S = &u->kn->space;
-  int64_t st[IR_MAX_DIMS];
-  cg_bcast_strides(ty(f, v), S, st);
+  int nout = S->ndim - 1;
   Type R = *S;   /* the rows: the space without its last axis */
-  R.ndim = u->nout;
+  R.ndim = nout;
   char ri[400];
-  flat_index(ri, sizeof ri, &R, st, "ctc_row", u->nout);
-  int64_t sj = with_j ? st[u->nout] : 0;
+  flat_index(ri, sizeof ri, &R, ix->st, "ctc_row", nout);
+  int64_t sj = ix->st[nout];
   int r0 = !strcmp(ri, "0");
   if (!sj) snprintf(out, cap, "%s", ri);
   else if (sj == 1) snprintf(out, cap, "%s%sctc_j", r0 ? "" : ri, r0 ? "" : " + ");
   else snprintf(out, cap, "%s%sctc_j * %lld", r0 ? "" : ri, r0 ? "" : " + ", (ll)sj);
 }
 
-/* Operand v of an instruction in loop ph (-1: per row). */
-static void row_operand(Ent *e, const RowK *u, ValId v, int ph, Buf *b) {
-  const Func *f = e->f;
-  if (is_literal(f, v)) {
-    literal(f, v, b);
-    return;
-  }
-  if (in_kernel(f, u->kn, v)) {
-    int di = f->values.data[v].def;
-    int full = same_dims(ty(f, v), &u->kn->space);
-    if (!full || e->c.s->phase[di] == ph) {
-      cg_puts(b, u->local[v]);
-      return;
-    }
-    if (u->rowarr[v]) {
-      cg_printf(b, "%s[ctc_k]", u->rowarr[v]);
-      return;
-    }
-  }
+static void cu_store(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
   char idx[512];
-  row_index(f, u, v, ph >= 0, idx, sizeof idx);
-  cg_printf(b, "%s[%s]", cg_ref(&e->c, v), idx);
-}
-
-static void row_store(Ent *e, const RowK *u, ValId v, const char *val, int with_j, Buf *b, int ind) {
-  if (e->c.fp->loc[v].base == LOC_LOCAL || !is_output(u->kn, v)) return;
-  char idx[512];
-  row_index(e->f, u, v, with_j, idx, sizeof idx);
-  indent(b, ind);
-  if (!with_j) cg_printf(b, "if (threadIdx.x == 0) ");   /* a per-row value: one thread stores it */
-  cg_printf(b, "%s[%s] = %s;\n", cg_ref(&e->c, v), idx, val);
-}
-
-static void row_elem(Ent *e, const RowK *u, const Inst *in, int ph, Buf *b, int ind) {
-  Buf ops[3] = {{0}}, x = {0};
-  const char *txt[3];
-  for (int a = 0; a < in->nargs; a++) {
-    row_operand(e, u, in->args[a], ph, &ops[a]);
-    txt[a] = ops[a].s;
-  }
-  cg_elem_expr(&e->c, in, txt, &x);
-  ValId r = in->res;
-  indent(b, ind);
-  cg_printf(b, "const %s %s = %s;\n", cg_ctype(ty(e->f, r)->dtype), u->local[r], x.s);
-  row_store(e, u, r, u->local[r], ph >= 0, b, ind);
-  if (u->rowarr[r]) indent(b, ind), cg_printf(b, "%s[ctc_k] = %s;\n", u->rowarr[r], u->local[r]);
-  for (int a = 0; a < in->nargs; a++) cg_buf_free(&ops[a]);
+  Buf x = {0};
+  cg_render_expr(r, s->x, &x);
+  cu_index(r, &s->ix, idx, sizeof idx);
+  cu_line(r);
+  if (r->k->kn->kind == KN_ROW && !r->in_row) cg_puts(c->out, "if (threadIdx.x == 0) ");   /* a per-row value */
+  cg_printf(c->out, "%s[%s] = %s;\n", cg_ref(c, s->v), idx, x.s);
   cg_buf_free(&x);
 }
 
-static void emit_row_kernel(Ent *e, const Kernel *kn, int k) {
+static void cu_rowbuf_decl(CgRender *r, const KirStmt *s) {
+  cu_line(r);
+  cg_printf(r->c->out, "%s %s[%lld] = {0};   /* this thread's elements of the row */\n",
+            cg_ctype(r->c->f->values.data[s->v].type.dtype), r->rowarr[s->v], (ll)r->per);
+}
+
+/* The block's partial results: a tree in shared memory. */
+static void cu_acc_done(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  const Inst *in = s->in;
+  ValId v = s->v;
+  DType t = c->f->values.data[v].type.dtype;
+  const char *sh = r->aux[v], *ct = cg_ctype(t), *at = cg_acc_type(in, t);
+  cg_printf(c->out, "    %s[threadIdx.x] = %s;\n    __syncthreads();\n", sh, r->accn[v]);
+  cg_printf(c->out, "    for (unsigned ctc_s = %d; ctc_s > 0; ctc_s >>= 1) {\n      if (threadIdx.x < ctc_s) ", r->block / 2);
+  char accv[200], xv[200];
+  snprintf(accv, sizeof accv, "%s[threadIdx.x]", sh);
+  snprintf(xv, sizeof xv, "%s[threadIdx.x + ctc_s]", sh);
+  int ind = c->ind;
+  c->ind = 0;
+  cg_acc_update(c, in, accv, xv);
+  c->ind = ind;
+  cg_puts(c->out, "      __syncthreads();\n    }\n");
+  int cast = strcmp(at, ct) != 0;
+  cg_printf(c->out, "    const %s %s = %s%s%s%s[0];\n", ct, r->local[v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", sh);
+  cg_puts(c->out, "    __syncthreads();   /* every thread has read it before the next row writes */\n");
+}
+
+/* The C target's names (inputs "<x>_e", values their own name or "<x>_v"), then a row
+ * kernel's accumulators "<x>_acc", shared arrays "<x>_sh" and per-row arrays "<x>_row". */
+static void cu_names(CgRender *r) {
+  CgFunc *c = r->c;
+  const Kernel *kn = r->k->kn;
+  cg_render_names(r, 1, 0);
+  if (kn->kind != KN_ROW) return;
+  char hint[160];
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    ValId v = in->res;
+    if (in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) {
+      snprintf(hint, sizeof hint, "%s_acc", c->cname[v]), r->accn[v] = cg_name(c->ns, hint);
+      snprintf(hint, sizeof hint, "%s_sh", c->cname[v]), r->aux[v] = cg_name(c->ns, hint);
+    }
+    if (c->s->rowbuf[v]) snprintf(hint, sizeof hint, "%s_row", c->cname[v]), r->rowarr[v] = cg_name(c->ns, hint), r->anybuf = 1;
+  }
+}
+
+static const CgRenderOps cuda_render = {cu_names, cu_loop, cu_index, cu_store, cu_rowbuf_decl, cu_acc_done, "ctc_k"};
+
+/* Kernel k (kn: KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) as a __global__ function and its launch. */
+static void emit_fused_kernel(Ent *e, const Kernel *kn, int k) {
   const Func *f = e->f;
   const Type *S = &kn->space;
-  const KnSchedule *s = e->c.s;
-  int nv = f->values.len;
-  RowK u = {kn, kernel_locals(e, kn), calloc((size_t)nv + 1, sizeof(char *)), calloc((size_t)nv + 1, sizeof(char *)),
-            calloc((size_t)nv + 1, sizeof(char *)), S->ndim - 1};
-  CHECK(u.accn && u.rowarr && u.shn);
-  int64_t L = S->dims[S->ndim - 1], rows = L ? ir_numel(S) / L : 0;
-  int B = L <= 32 ? 32 : L <= 64 ? 64 : L <= 128 ? 128 : 256;
-  int64_t per = (L + B - 1) / B;   /* elements of a row per thread */
-  char hint[160];
-  int anybuf = 0;
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    ValId r = in->res;
-    if (is_reduction(in)) {
-      snprintf(hint, sizeof hint, "%s_acc", e->c.cname[r]), u.accn[r] = cg_name(e->c.ns, hint);
-      snprintf(hint, sizeof hint, "%s_sh", e->c.cname[r]), u.shn[r] = cg_name(e->c.ns, hint);
-    }
-    if (s->rowbuf[r]) snprintf(hint, sizeof hint, "%s_row", e->c.cname[r]), u.rowarr[r] = cg_name(e->c.ns, hint), anybuf = 1;
-  }
+  CgRender r;
+  cg_render_init(&r, &cuda_render, &e->c, kir_build(e->g->p->arena, f, e->c.s, kn));
+  r.ops->names(&r);
+  int64_t N = ir_numel(S), L = S->dims[S->ndim - 1], rows = L ? N / L : 0;
+  int row = kn->kind == KN_ROW;
+  r.block = !row ? ELEM_BLOCK : L <= 32 ? 32 : L <= 64 ? 64 : L <= 128 ? 128 : 256;
+  r.per = (L + r.block - 1) / r.block;   /* elements of a row per thread */
   Buf body = {0}, com = {0};
   kernel_comments(e, kn, k, &com);
   kbegin(e, &body);
-  for (int i = kn->first; i <= kn->last; i++) {
+  for (int i = kn->first; row && i <= kn->last; i++) {
     const Inst *in = &f->insts.data[i];
-    if (in->op != IR_CONST && is_reduction(in))
-      cg_printf(&body, "  __shared__ %s %s[%d];\n", cg_acc_type(in, ty(f, in->res)->dtype), u.shn[in->res], B);
+    if (in->op != IR_CONST && (in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX))
+      cg_printf(&body, "  __shared__ %s %s[%d];\n", cg_acc_type(in, ty(f, in->res)->dtype), r.aux[in->res], r.block);
   }
-  cg_printf(&body, "  for (int64_t ctc_row = blockIdx.x; ctc_row < %lld; ctc_row += gridDim.x) {\n", (ll)rows);
-  for (int i = kn->first; i <= kn->last; i++)
-    if (f->insts.data[i].op != IR_CONST && u.rowarr[f->insts.data[i].res])
-      cg_printf(&body, "    %s %s[%lld] = {0};   /* this thread's elements of the row */\n",
-                cg_ctype(ty(f, f->insts.data[i].res)->dtype), u.rowarr[f->insts.data[i].res], (ll)per);
-  e->c.out = &body;
-  for (int p = 0; p <= kn->nloops; p++) {
-    int any = 0;
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) {
-        any = 1;
-        DType t = ty(f, in->res)->dtype;
-        cg_printf(&body, "    %s %s = %s;\n", cg_acc_type(in, t), u.accn[in->res], cg_acc_init(in, t));
-      } else if (!same_dims(ty(f, in->res), S)) {
-        row_elem(e, &u, in, -1, &body, 4);
-      } else {
-        any = 1;
-      }
-    }
-    if (!any) continue;
-    if (anybuf)
-      cg_printf(&body, "    for (int64_t ctc_j = threadIdx.x, ctc_k = 0; ctc_j < %lld; ctc_j += blockDim.x, ctc_k++) {\n",
-                (ll)L);
-    else cg_printf(&body, "    for (int64_t ctc_j = threadIdx.x; ctc_j < %lld; ctc_j += blockDim.x) {\n", (ll)L);
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      if (is_reduction(in)) {
-        Buf x = {0};
-        row_operand(e, &u, in->args[0], p, &x);
-        e->c.ind = 6;
-        cg_acc_update(&e->c, in, u.accn[in->res], x.s);
-        cg_buf_free(&x);
-      } else if (same_dims(ty(f, in->res), S)) {
-        row_elem(e, &u, in, p, &body, 6);
-      }
-    }
-    cg_puts(&body, "    }\n");
-    /* the block's partial results: a tree in shared memory */
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
-      ValId r = in->res;
-      DType t = ty(f, r)->dtype;
-      const char *sh = u.shn[r], *ct = cg_ctype(t), *at = cg_acc_type(in, t);
-      cg_printf(&body, "    %s[threadIdx.x] = %s;\n    __syncthreads();\n", sh, u.accn[r]);
-      cg_printf(&body, "    for (unsigned ctc_s = %d; ctc_s > 0; ctc_s >>= 1) {\n      if (threadIdx.x < ctc_s) ", B / 2);
-      char accv[200], xv[200];
-      snprintf(accv, sizeof accv, "%s[threadIdx.x]", sh);
-      snprintf(xv, sizeof xv, "%s[threadIdx.x + ctc_s]", sh);
-      Buf upd = {0};
-      Buf *save = e->c.out;
-      e->c.out = &upd;
-      e->c.ind = 0;
-      cg_acc_update(&e->c, in, accv, xv);
-      e->c.out = save;
-      cg_puts(&body, upd.s);
-      cg_buf_free(&upd);
-      cg_puts(&body, "      __syncthreads();\n    }\n");
-      int cast = strcmp(at, ct) != 0;
-      cg_printf(&body, "    const %s %s = %s%s%s%s[0];\n", ct, u.local[r], cast ? "(" : "", cast ? ct : "", cast ? ")" : "",
-                sh);
-      cg_puts(&body, "    __syncthreads();   /* every thread has read it before the next row writes */\n");
-      row_store(e, &u, r, u.local[r], 0, &body, 4);
-    }
-  }
-  cg_puts(&body, "  }\n");
+  e->c.ind = 2;
+  cg_render_block(&r, &r.k->body);
   char kname[200], grid[32];
   kname_of(e, kname, sizeof kname, k);
-  snprintf(grid, sizeof grid, "%lld", (ll)(rows < 1 ? 1 : rows > MAX_GRID ? MAX_GRID : rows));
-  kend(e, kname, com.s, &body, grid, B, 1);
+  int64_t blocks = row ? rows : (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
+  kend(e, kname, com.s, &body, grid, r.block, row);
   cg_buf_free(&body);
   cg_buf_free(&com);
-  free(u.local);
-  free(u.accn);
-  free(u.rowarr);
-  free(u.shn);
+  cg_render_free(&r);
 }
 
 /* ---- GEMMs through cuBLAS ------------------------------------------------------ */
@@ -1381,8 +1238,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     if (body.len) cg_puts(&body, "\n");
     if (kn->kind == KN_ELEM || kn->kind == KN_ROW) {
       launch_comments(&e, kn, k, &body);
-      if (kn->kind == KN_ELEM) emit_elem_kernel(&e, kn, k);
-      else emit_row_kernel(&e, kn, k);
+      emit_fused_kernel(&e, kn, k);
       continue;
     }
     /* KN_OP: its instruction (constants and views have no code); KN_GEMM: the GEMM (cuBLAS),
@@ -1421,7 +1277,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       e.c.out = &body, e.c.ref = href, e.c.ind = 2;
       cg_puts(&body, "\n");
       launch_comments(&e, &ep, k, &body);
-      emit_elem_kernel(&e, &ep, k);
+      emit_fused_kernel(&e, &ep, k);
     }
   }
   e.c.ref = href;

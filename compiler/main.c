@@ -14,6 +14,7 @@
 #include "../frontend/frontend.h"
 #include "../ir/ir.h"
 #include "../kernels/kernels.h"
+#include "../kernels/kir.h"
 #include "../lowering/lowering.h"
 #include "batch.h"
 #include "build.h"
@@ -49,8 +50,8 @@ static const char *usage =
     "  --emulate               (build --target cuda) build for the CPU instead: the .cu as C++ against\n"
     "                          runtime_min/cuda_emu (CUDA emulated, no GPU needed; --cc, $CC or cc)\n"
     "  --tf32                  (cuda) let cuBLAS use TF32 tensor cores for f32 GEMMs (less precise)\n"
-    "  --emit ast|ir|kernels|dot|c  what `compile` writes (default c); ast, ir, kernels (the partition\n"
-    "                          into fused loop nests) and dot (the IR as a Graphviz graph: model lines,\n"
+    "  --emit ast|ir|kernels|kir|dot|c  what `compile` writes (default c); ast, ir, kernels (the partition\n"
+    "                          into fused loop nests), kir (the fused loop nests' kernel IR) and dot (the IR as a Graphviz graph: model lines,\n"
     "                          forward/backward/optimizer colours, fused kernels boxed) go to -o or stdout\n"
     "  --fixed-batch           forward runs only at its planned batch (by default it takes any batch\n"
     "                          from 1 to it where the model's forward allows, see docs/program.md)\n"
@@ -385,9 +386,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     diag_plain(d, "--emulate goes with 'build --target cuda'");
     return -1;
   }
-  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "dot") &&
+  if (o->emit && strcmp(o->emit, "ast") && strcmp(o->emit, "ir") && strcmp(o->emit, "kernels") && strcmp(o->emit, "kir") &&
+      strcmp(o->emit, "dot") &&
       strcmp(o->emit, "c")) {
-    diag_plain(d, "unknown --emit '%s' (expected ast, ir, kernels, dot or c)", o->emit);
+    diag_plain(d, "unknown --emit '%s' (expected ast, ir, kernels, kir, dot or c)", o->emit);
     return -1;
   }
   if (o->shared || o->python) {
@@ -861,10 +863,12 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));
   for (int i = 0; i < p->funcs.len; i++) hints[i] = sched[i]->hints;
-  if (o.emit && (!strcmp(o.emit, "kernels") || !strcmp(o.emit, "dot"))) {
+  if (o.emit && (!strcmp(o.emit, "kernels") || !strcmp(o.emit, "kir") || !strcmp(o.emit, "dot"))) {
     FILE *f = o.out ? open_out(&d, o.out) : stdout;
     if (!f) return CTC_EXIT_IO;
     if (!strcmp(o.emit, "dot")) kn_dot(f, p, sched);
+    else if (!strcmp(o.emit, "kir"))
+      for (int i = 0; i < p->funcs.len; i++) kir_print(f, p->arena, p->funcs.data[i], sched[i]);
     else
       for (int i = 0; i < p->funcs.len; i++) kn_print(f, p, p->funcs.data[i], sched[i]);
     if (f != stdout) fclose(f);

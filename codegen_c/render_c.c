@@ -1,0 +1,369 @@
+/* render_c.c - the kernel IR (kernels/kir.h) printed as C, and the walk every
+ * renderer shares (cg_int.h: CgRender, CgRenderOps).
+ *
+ * A renderer is a table of functions (CgRenderOps) over one walk: the walk
+ * writes the statements every target writes alike (locals, per-row array
+ * elements, accumulator inits and updates) and asks the table for the rest:
+ * the locals' names, loops, index expressions, stores, per-row arrays and a
+ * reduction's final value. cg_render_c is the C target's table; codegen_cuda
+ * copies it and overrides what differs (grid-stride loops, a block per row,
+ * flat indices, shared-memory trees).
+ *
+ * C: a KIR_SPACE loop is a nest over the space's axes with size-1 axes dropped
+ * and adjacent axes merged where every access is contiguous across them (one
+ * flat loop for same-shape operands), OpenMP on the outer loop (KIR_PARALLEL)
+ * when the nest has CgRender.omp_min_work elements, `omp simd` on the inner one
+ * (KIR_VECTOR). A KIR_ROWS loop is the row loops i0, i1, ... (OpenMP on the
+ * first); a KIR_ROW loop with accumulations and row elements (or float sums)
+ * runs as two: the elements and the reductions' operands (into `<name>_in[]`)
+ * in a CTC_OMP_SIMD loop, then the accumulations in their order (ctc_sum /
+ * ctc_max for floats, as emit_reduce). With CgRender.prof_site (--profile) a
+ * parallel loop is written as a region whose threads report their shares
+ * (prof_c.c's macros), the text prof_c.c's rewrite gives the loops it finds. */
+#include <stdlib.h>
+#include <string.h>
+#include "cg_int.h"
+
+typedef long long ll;
+
+#define IDX_CAP 512   /* an index expression's text (a CUDA flat index is longer than C's) */
+/* Loops with fewer elements than this are not worth waking threads for (emit_ops.c's). */
+#define OMP_MIN_WORK ((int64_t)1 << 15)
+
+static const Type *ty(const CgFunc *c, ValId v) { return &c->f->values.data[v].type; }
+static void ind(CgFunc *c) { cg_printf(c->out, "%*s", c->ind, ""); }
+#define LINE(c, ...) (ind(c), cg_printf((c)->out, __VA_ARGS__))
+
+/* ---- the shared walk -------------------------------------------------------------------- */
+
+void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k) {
+  memset(r, 0, sizeof *r);
+  size_t nv = (size_t)c->f->values.len + 1;
+  r->ops = ops;
+  r->c = c;
+  r->k = k;
+  r->local = calloc(nv, sizeof *r->local);
+  r->accn = calloc(nv, sizeof *r->accn);
+  r->rowarr = calloc(nv, sizeof *r->rowarr);
+  r->aux = calloc(nv, sizeof *r->aux);
+  CHECK(r->local && r->accn && r->rowarr && r->aux);
+  r->omp_min_work = OMP_MIN_WORK;
+}
+
+void cg_render_free(CgRender *r) {
+  free(r->local);
+  free(r->accn);
+  free(r->rowarr);
+  free(r->aux);
+}
+
+void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
+  CgFunc *c = r->c;
+  char idx[IDX_CAP];
+  switch (x->kind) {
+  case KE_LIT: {
+    const Inst *d = &c->f->insts.data[c->f->values.data[x->v].def];
+    cg_literal(b, ty(c, x->v)->dtype, d->fattr);
+    break;
+  }
+  case KE_LOCAL: cg_puts(b, r->local[x->v]); break;
+  case KE_ROWBUF: cg_printf(b, "%s[%s]", r->rowarr[x->v], r->ops->rowpos); break;
+  case KE_LOAD:
+    r->ops->index(r, &x->ix, idx, sizeof idx);
+    cg_printf(b, "%s[%s]", cg_ref(c, x->v), idx);
+    break;
+  case KE_OP: {
+    Buf ops[3] = {{0}};
+    const char *txt[3];
+    for (int a = 0; a < x->nargs; a++) {
+      cg_render_expr(r, x->arg[a], &ops[a]);
+      txt[a] = ops[a].s;
+    }
+    cg_elem_expr(c, x->in, txt, b);
+    for (int a = 0; a < x->nargs; a++) cg_buf_free(&ops[a]);
+    break;
+  }
+  }
+}
+
+void cg_render_block(CgRender *r, const KirBlock *b) {
+  CgFunc *c = r->c;
+  for (int j = 0; j < b->len; j++) {
+    const KirStmt *s = b->data[j];
+    Buf x = {0};
+    switch (s->kind) {
+    case KS_LOOP: r->ops->loop(r, s); break;
+    case KS_STORE: r->ops->store(r, s); break;
+    case KS_ROWBUF_DECL: r->ops->rowbuf_decl(r, s); break;
+    case KS_ACC_DONE: r->ops->acc_done(r, s); break;
+    case KS_LET:
+      cg_render_expr(r, s->x, &x);
+      LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, s->v)->dtype), r->local[s->v], x.s);
+      break;
+    case KS_ROWBUF_PUT: LINE(c, "%s[%s] = %s;\n", r->rowarr[s->v], r->ops->rowpos, r->local[s->v]); break;
+    case KS_ACC_INIT: {
+      DType t = ty(c, s->v)->dtype;
+      LINE(c, "%s %s = %s;\n", cg_acc_type_k(c->k, s->in, t), r->accn[s->v], cg_acc_init(s->in, t));
+      break;
+    }
+    case KS_ACC:
+      cg_render_expr(r, s->x, &x);
+      if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->ops->rowpos, x.s);   /* accumulated after the loop */
+      else cg_acc_update(c, s->in, r->accn[s->v], x.s);
+      break;
+    }
+    cg_buf_free(&x);
+  }
+}
+
+/* The locals' names in the order the C target has always given them: a KN_ELEM's
+ * inputs `<name>_e`, then each value its own name (kernel-local) or `<name>_v`
+ * (stored); a KN_ROW's values, each with its accumulator `<name>_acc` and
+ * per-row array `<name>_row`. with_inputs: the KN_ELEM inputs' names. */
+void cg_render_names(CgRender *r, int with_inputs, int row_names) {
+  CgFunc *c = r->c;
+  const Kernel *kn = r->k->kn;
+  char hint[160];
+  for (int j = 0; with_inputs && j < kn->inputs.len; j++) {
+    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
+    r->local[kn->inputs.data[j]] = cg_name(c->ns, hint);
+  }
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &c->f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    ValId v = in->res;
+    if (c->fp->loc[v].base == LOC_LOCAL) r->local[v] = c->cname[v];
+    else snprintf(hint, sizeof hint, "%s_v", c->cname[v]), r->local[v] = cg_name(c->ns, hint);
+    if (!row_names) continue;
+    if (in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX)
+      snprintf(hint, sizeof hint, "%s_acc", c->cname[v]), r->accn[v] = cg_name(c->ns, hint);
+    if (c->s->rowbuf[v]) snprintf(hint, sizeof hint, "%s_row", c->cname[v]), r->rowarr[v] = cg_name(c->ns, hint);
+  }
+}
+
+/* ---- C: loops ---------------------------------------------------------------------------- */
+
+/* --profile: a parallel loop's region opens (prof_c.c's macros); the loop is written 2 deeper. */
+static void prof_open(CgRender *r, int simd) {
+  CgFunc *c = r->c;
+  LINE(c, "CTC_PROF_PARALLEL\n");
+  LINE(c, "{\n");
+  c->ind += 2;
+  LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
+  LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+}
+
+static void prof_close(CgRender *r) {
+  CgFunc *c = r->c;
+  LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", r->prof_site);
+  c->ind -= 2;
+  LINE(c, "}\n");
+}
+
+/* Every index the loop's body uses (loads and stores), for merging axes. */
+static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) {
+  if (x->kind == KE_LOAD) {
+    CHECK(*n < cap);
+    ix[(*n)++] = &x->ix;
+  }
+  if (x->kind == KE_OP)
+    for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
+}
+
+static int count_loads(const KirExpr *x) {
+  int n = x->kind == KE_LOAD;
+  for (int a = 0; x->kind == KE_OP && a < x->nargs; a++) n += count_loads(x->arg[a]);
+  return n;
+}
+
+static void c_space_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  const Type *S = &r->k->space;
+  int cap = 1, na = 0;
+  for (int j = 0; j < s->body.len; j++) cap += 1 + (s->body.data[j]->x ? count_loads(s->body.data[j]->x) : 0);
+  const KirIndex **acc = malloc(sizeof *acc * (size_t)cap);
+  CHECK(acc);
+  for (int j = 0; j < s->body.len; j++) {
+    const KirStmt *t = s->body.data[j];
+    if (t->kind == KS_STORE) acc[na++] = &t->ix;
+    if (t->x) gather_expr(t->x, acc, &na, cap);
+  }
+  /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
+  int64_t d[IR_MAX_DIMS], total = 1;
+  int n = 0;
+  for (int k = s->from; k < s->to; k++) {
+    total *= S->dims[k];
+    r->group[k] = -1;
+    if (S->dims[k] == 1) continue;
+    int merge = n > 0;
+    for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
+    if (merge) {
+      d[n - 1] *= S->dims[k];
+      r->group[k] = n - 1;
+      r->last[n - 1] = k;
+      continue;
+    }
+    d[n] = S->dims[k];
+    r->group[k] = n;
+    r->last[n++] = k;
+  }
+  free(acc);
+  r->nvar = n;
+  r->merged = 1;
+  for (int k = 0; k < n; k++) snprintf(r->var[k], sizeof r->var[k], n == 1 ? "i" : "i%d", k);
+  int base = c->ind;
+  int par = (s->marks & KIR_PARALLEL) && n > 0 && d[0] > 1 && total >= r->omp_min_work;
+  int simd = (s->marks & KIR_VECTOR) && n > 0 && d[n - 1] > 1;
+  if (simd) c->k->simd = 1;
+  int prof = par && r->prof_site;
+  if (prof) prof_open(r, simd && n == 1);
+  else if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
+  int loops = c->ind;
+  for (int k = 0; k < n; k++) {
+    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", r->var[k], r->var[k], (ll)d[k], r->var[k],
+         k == n - 1 ? " {" : "");
+    c->ind += 2;
+  }
+  if (n == 0) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  cg_render_block(r, &s->body);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = loops;
+  if (prof) prof_close(r);
+  c->ind = base;
+  r->merged = 0;
+}
+
+static void c_rows_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  const Type *S = &r->k->space;
+  int nout = s->to;
+  for (int k = 0; k < nout; k++) snprintf(r->var[k], sizeof r->var[k], "i%d", k);
+  snprintf(r->var[nout], sizeof r->var[nout], "j");
+  r->nvar = nout + 1;
+  int base = c->ind;
+  int par = (s->marks & KIR_PARALLEL) && nout > 0 && S->dims[0] > 1 && ir_numel(S) >= r->omp_min_work;
+  int prof = par && r->prof_site;
+  if (prof) prof_open(r, 0);
+  else if (par) LINE(c, "CTC_OMP_FOR\n");
+  int loops = c->ind;
+  for (int k = 0; k < nout; k++) {
+    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == nout - 1 ? " {" : "");
+    c->ind += 2;
+  }
+  if (!nout) {
+    LINE(c, "{\n");
+    c->ind += 2;
+  }
+  cg_render_block(r, &s->body);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind = loops;
+  if (prof) prof_close(r);
+  c->ind = base;
+}
+
+/* A row's elements: as two loops when it both computes row elements (or float
+ * sums) and accumulates (see the file's comment). */
+static void c_row_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  int64_t rowlen = r->k->rowlen;
+  int nred = 0, nelem = 0, nfloat = 0;
+  for (int j = 0; j < s->body.len; j++) {
+    const KirStmt *t = s->body.data[j];
+    if (t->kind == KS_ACC) nred++, nfloat += ir_dtype_is_float(ty(c, t->v)->dtype);
+    else if (t->kind == KS_LET) nelem++;
+  }
+  int split = nred > 0 && (nelem > 0 || nfloat > 0) && rowlen * 8 * nred <= KN_MAX_ROWBUF;
+  char hint[160];
+  if (split) {
+    for (int j = 0; j < s->body.len; j++) {
+      const KirStmt *t = s->body.data[j];
+      if (t->kind != KS_ACC) continue;
+      snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
+      r->aux[t->v] = cg_name(c->ns, hint);
+      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)rowlen);
+    }
+    c->k->simd = 1;
+    LINE(c, "CTC_OMP_SIMD\n");
+  }
+  LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+  c->ind += 2;
+  r->split = split;
+  r->in_row = 1;
+  cg_render_block(r, &s->body);
+  r->split = 0;
+  r->in_row = 0;
+  c->ind -= 2;
+  LINE(c, "}\n");
+  if (!split) return;
+  /* float rows: ctc_sum/ctc_max (8 lanes, as emit_reduce); integers in order */
+  for (int j = 0; j < s->body.len; j++) {
+    const KirStmt *t = s->body.data[j];
+    if (t->kind != KS_ACC) continue;
+    if (cg_lane_reduce(c, t->in, r->accn[t->v], "=", r->aux[t->v], rowlen)) continue;
+    char x[200];
+    snprintf(x, sizeof x, "%s[j]", r->aux[t->v]);
+    LINE(c, "for (int64_t j = 0; j < %lld; j++)\n", (ll)rowlen);
+    c->ind += 2;
+    cg_acc_update(c, t->in, r->accn[t->v], x);
+    c->ind -= 2;
+  }
+}
+
+static void c_loop(CgRender *r, const KirStmt *s) {
+  if (s->loop == KIR_SPACE) c_space_loop(r, s);
+  else if (s->loop == KIR_ROWS) c_rows_loop(r, s);
+  else c_row_loop(r, s);
+}
+
+/* ---- C: the rest of the table ------------------------------------------------------------- */
+
+/* "7 + i0 * 12 + i1": over the merged axes of a KIR_SPACE nest, else over i0, ..., j. */
+static void c_index(CgRender *r, const KirIndex *ix, char *out, size_t cap) {
+  int64_t st[IR_MAX_DIMS];
+  if (r->merged)
+    for (int g = 0; g < r->nvar; g++) st[g] = ix->st[r->last[g]];
+  else memcpy(st, ix->st, sizeof st);
+  cg_index_expr(out, cap, r->nvar, r->var, 0, st);
+}
+
+static void c_store(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  char idx[IDX_CAP];
+  Buf x = {0};
+  cg_render_expr(r, s->x, &x);
+  r->ops->index(r, &s->ix, idx, sizeof idx);
+  LINE(c, "%s[%s] = %s;\n", cg_ref(c, s->v), idx, x.s);
+  cg_buf_free(&x);
+}
+
+static void c_rowbuf_decl(CgRender *r, const KirStmt *s) {
+  LINE(r->c, "%s %s[%lld];\n", cg_ctype(ty(r->c, s->v)->dtype), r->rowarr[s->v], (ll)r->k->rowlen);
+}
+
+static void c_acc_done(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  DType t = ty(c, s->v)->dtype;
+  const char *ct = cg_ctype(t);
+  int cast = strcmp(cg_acc_type_k(c->k, s->in, t), ct) != 0;
+  LINE(c, "const %s %s = %s%s%s%s;\n", ct, r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", r->accn[s->v]);
+}
+
+static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, r->k->kn->kind == KN_ROW); }
+
+const CgRenderOps cg_render_c = {c_names, c_loop, c_index, c_store, c_rowbuf_decl, c_acc_done, "j"};
+
+void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
+  CgRender r;
+  cg_render_init(&r, &cg_render_c, c, kir_build(c->p->arena, c->f, c->s, kn));
+  r.prof_site = c->prof_site;
+  if (c->gpu_loops) r.omp_min_work = 2;
+  r.ops->names(&r);
+  cg_render_block(&r, &r.k->body);
+  cg_render_free(&r);
+}

@@ -1,0 +1,317 @@
+/* kir.c - building the kernel IR (kir.h) of a fused kernel, and `--emit kir`.
+ *
+ * The decisions made here are the kernel's and hold for every target: which
+ * values are loaded once per element, which are locals, which are stored and
+ * where, in which of a row kernel's loops each instruction runs, and where a
+ * row element read by a later loop comes from (its per-row array, or memory). */
+#include <string.h>
+#include "kir.h"
+
+static const Type *ty(const Func *f, ValId v) { return &f->values.data[v].type; }
+
+static const Inst *def_of(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  if (val->kind != V_INST || val->def < 0 || val->def >= f->insts.len) return NULL;
+  const Inst *in = &f->insts.data[val->def];
+  return in->res == v ? in : NULL;
+}
+
+static int is_literal(const Func *f, ValId v) {
+  const Inst *d = def_of(f, v);
+  return d && d->op == IR_CONST;
+}
+
+static int in_kernel(const Func *f, const Kernel *kn, ValId v) {
+  const Inst *d = def_of(f, v);
+  if (!d || d->op == IR_CONST) return 0;
+  int i = (int)(d - f->insts.data);
+  return i >= kn->first && i <= kn->last;
+}
+
+static int read_later(const Func *f, const Kernel *kn, int i, ValId v) {
+  for (int j = i + 1; j <= kn->last; j++) {
+    const Inst *x = &f->insts.data[j];
+    for (int a = 0; a < x->nargs; a++)
+      if (x->args[a] == v) return 1;
+  }
+  return 0;
+}
+
+static int is_output(const Kernel *kn, ValId v) {
+  for (int j = 0; j < kn->outputs.len; j++)
+    if (kn->outputs.data[j] == v) return 1;
+  return 0;
+}
+
+static int same_dims(const Type *a, const Type *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int k = 0; k < a->ndim; k++)
+    if (a->dims[k] != b->dims[k]) return 0;
+  return 1;
+}
+
+static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
+
+/* Strides of an operand of type t broadcast (numpy-style) over the space S. */
+static KirIndex bcast(const Type *t, const Type *S) {
+  KirIndex ix;
+  int64_t cs[IR_MAX_DIMS], s = 1;
+  memset(&ix, 0, sizeof ix);
+  for (int k = t->ndim - 1; k >= 0; k--) cs[k] = s, s *= t->dims[k];
+  for (int k = 0; k < S->ndim; k++) {
+    int ax = k - (S->ndim - t->ndim);
+    ix.st[k] = ax >= 0 && t->dims[ax] != 1 ? cs[ax] : 0;
+  }
+  return ix;
+}
+
+typedef struct B {
+  Arena *a;
+  const Func *f;
+  const KnSchedule *s;
+  const Kernel *kn;
+  Kir *k;
+} B;
+
+static KirStmt *add(B *b, KirBlock *blk, KirStmtKind kind, ValId v) {
+  KirStmt *st = arena_alloc(b->a, sizeof *st);
+  st->kind = kind;
+  st->v = v;
+  vec_push(b->a, blk, st);
+  return st;
+}
+
+static KirExpr *expr(B *b, KirExprKind kind, ValId v) {
+  KirExpr *x = arena_alloc(b->a, sizeof *x);
+  x->kind = kind;
+  x->v = v;
+  return x;
+}
+
+static KirExpr *load(B *b, ValId v, KirIndex ix) {
+  KirExpr *x = expr(b, KE_LOAD, v);
+  x->ix = ix;
+  return x;
+}
+
+static KirExpr *op(B *b, const Inst *in, KirExpr *const *args) {
+  KirExpr *x = expr(b, KE_OP, in->res);
+  x->in = in;
+  x->nargs = in->nargs;
+  for (int k = 0; k < in->nargs; k++) x->arg[k] = args[k];
+  return x;
+}
+
+/* ---- KN_ELEM --------------------------------------------------------------------------- */
+
+static void build_elem(B *b) {
+  const Func *f = b->f;
+  const Kernel *kn = b->kn;
+  const Type *S = &kn->space;
+  KirStmt *loop = add(b, &b->k->body, KS_LOOP, -1);
+  loop->loop = KIR_SPACE;
+  loop->from = 0, loop->to = S->ndim;
+  loop->marks = KIR_PARALLEL | KIR_VECTOR;
+  /* every input of the element first: a result may be stored over an input in place */
+  for (int j = 0; j < kn->inputs.len; j++) {
+    ValId v = kn->inputs.data[j];
+    add(b, &loop->body, KS_LET, v)->x = load(b, v, bcast(ty(f, v), S));
+  }
+  KirIndex out = bcast(S, S);
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    KirExpr *args[3];
+    for (int a = 0; a < in->nargs; a++)
+      args[a] = expr(b, is_literal(f, in->args[a]) ? KE_LIT : KE_LOCAL, in->args[a]);
+    KirExpr *x = op(b, in, args);
+    ValId r = in->res;
+    if (is_output(kn, r) && !read_later(f, kn, i, r)) {   /* stored directly */
+      KirStmt *st = add(b, &loop->body, KS_STORE, r);
+      st->x = x, st->ix = out;
+      continue;
+    }
+    add(b, &loop->body, KS_LET, r)->x = x;
+    if (is_output(kn, r)) {
+      KirStmt *st = add(b, &loop->body, KS_STORE, r);
+      st->x = expr(b, KE_LOCAL, r), st->ix = out;
+    }
+  }
+}
+
+/* ---- KN_ROW ---------------------------------------------------------------------------- */
+
+/* v's element at the current row, and at the current position in it when with_j. */
+static KirIndex row_index(B *b, ValId v, int with_j) {
+  KirIndex ix = bcast(ty(b->f, v), &b->kn->space);
+  if (!with_j) ix.st[b->kn->space.ndim - 1] = 0;
+  return ix;
+}
+
+/* Operand v of an instruction that runs in loop ph (-1: per row, outside the loops). */
+static KirExpr *row_operand(B *b, ValId v, int ph) {
+  const Func *f = b->f;
+  if (is_literal(f, v)) return expr(b, KE_LIT, v);
+  if (in_kernel(f, b->kn, v)) {
+    int di = f->values.data[v].def;
+    if (!same_dims(ty(f, v), &b->kn->space) || b->s->phase[di] == ph) return expr(b, KE_LOCAL, v);
+    if (b->s->rowbuf[v]) return expr(b, KE_ROWBUF, v);
+    /* a stored row element of an earlier loop: read back */
+  }
+  return load(b, v, row_index(b, v, ph >= 0));
+}
+
+static void row_store(B *b, KirBlock *blk, ValId v, int with_j) {
+  if (!is_output(b->kn, v)) return;
+  KirStmt *st = add(b, blk, KS_STORE, v);
+  st->x = expr(b, KE_LOCAL, v);
+  st->ix = row_index(b, v, with_j);
+}
+
+static void row_elem(B *b, KirBlock *blk, const Inst *in, int ph) {
+  KirExpr *args[3];
+  for (int a = 0; a < in->nargs; a++) args[a] = row_operand(b, in->args[a], ph);
+  add(b, blk, KS_LET, in->res)->x = op(b, in, args);
+  row_store(b, blk, in->res, ph >= 0);
+  if (b->s->rowbuf[in->res]) add(b, blk, KS_ROWBUF_PUT, in->res);
+}
+
+static void build_row(B *b) {
+  const Func *f = b->f;
+  const Kernel *kn = b->kn;
+  const KnSchedule *s = b->s;
+  const Type *S = &kn->space;
+  int nout = S->ndim - 1;
+  KirStmt *rows = add(b, &b->k->body, KS_LOOP, -1);
+  rows->loop = KIR_ROWS;
+  rows->from = 0, rows->to = nout;
+  rows->marks = KIR_PARALLEL;
+  for (int i = kn->first; i <= kn->last; i++)
+    if (f->insts.data[i].op != IR_CONST && s->rowbuf[f->insts.data[i].res])
+      add(b, &rows->body, KS_ROWBUF_DECL, f->insts.data[i].res);
+  for (int p = 0; p <= kn->nloops; p++) {
+    /* per-row values that exist from loop p on, then the accumulators of loop p */
+    int any = 0;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) any = 1, add(b, &rows->body, KS_ACC_INIT, in->res)->in = in;
+      else if (!same_dims(ty(f, in->res), S)) row_elem(b, &rows->body, in, -1);
+      else any = 1;
+    }
+    if (!any) continue;
+    KirStmt *row = add(b, &rows->body, KS_LOOP, -1);
+    row->loop = KIR_ROW;
+    row->from = nout, row->to = nout + 1;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p) continue;
+      if (is_reduction(in)) {
+        KirStmt *st = add(b, &row->body, KS_ACC, in->res);
+        st->in = in, st->x = row_operand(b, in->args[0], p);
+      } else if (same_dims(ty(f, in->res), S)) {
+        row_elem(b, &row->body, in, p);
+      }
+    }
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST || s->phase[i] != p || !is_reduction(in)) continue;
+      add(b, &rows->body, KS_ACC_DONE, in->res)->in = in;
+      row_store(b, &rows->body, in->res, 0);
+    }
+  }
+}
+
+Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
+  B b = {a, f, s, kn, arena_alloc(a, sizeof(Kir))};
+  b.k->f = f;
+  b.k->kn = kn;
+  b.k->space = kn->space;
+  if (kn->kind == KN_ROW) {
+    b.k->rowlen = kn->space.dims[kn->space.ndim - 1];
+    build_row(&b);
+  } else {
+    CHECK(kn->kind == KN_ELEM);
+    build_elem(&b);
+  }
+  return b.k;
+}
+
+/* ---- --emit kir ------------------------------------------------------------------------ */
+
+static void print_index(FILE *out, const Kir *k, const KirIndex *ix) {
+  int any = 0;
+  for (int d = 0; d < k->space.ndim; d++) {
+    if (!ix->st[d]) continue;
+    fprintf(out, "%s", any ? " + " : "");
+    if (ix->st[d] == 1) fprintf(out, "i%d", d);
+    else fprintf(out, "i%d*%lld", d, (long long)ix->st[d]);
+    any = 1;
+  }
+  if (!any) fprintf(out, "0");
+}
+
+static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
+  const Value *v = &k->f->values.data[x->v];
+  switch (x->kind) {
+  case KE_LIT: fprintf(out, "%.9g", def_of(k->f, x->v)->fattr); break;
+  case KE_LOCAL: fprintf(out, "%%%s.%d", v->name, x->v); break;
+  case KE_ROWBUF: fprintf(out, "rowbuf(%%%s.%d)", v->name, x->v); break;
+  case KE_LOAD:
+    fprintf(out, "load %%%s.%d[", v->name, x->v);
+    print_index(out, k, &x->ix);
+    fprintf(out, "]");
+    break;
+  case KE_OP:
+    fprintf(out, "%s(", ir_ops[x->in->op].name);
+    for (int a = 0; a < x->nargs; a++) {
+      if (a) fprintf(out, ", ");
+      print_expr(out, k, x->arg[a]);
+    }
+    fprintf(out, ")");
+    break;
+  }
+}
+
+static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
+  static const char *const loops[] = {"space", "rows", "row"};
+  for (int j = 0; j < b->len; j++) {
+    const KirStmt *s = b->data[j];
+    const char *name = s->v >= 0 ? k->f->values.data[s->v].name : "";
+    fprintf(out, "%*s", ind, "");
+    switch (s->kind) {
+    case KS_LOOP:
+      fprintf(out, "loop %s over", loops[s->loop]);
+      for (int d = s->from; d < s->to; d++) fprintf(out, " i%d<%lld", d, (long long)k->space.dims[d]);
+      fprintf(out, "%s%s\n", s->marks & KIR_PARALLEL ? " parallel" : "", s->marks & KIR_VECTOR ? " vector" : "");
+      print_block(out, k, &s->body, ind + 2);
+      continue;
+    case KS_LET: fprintf(out, "let %%%s.%d = ", name, s->v); print_expr(out, k, s->x); break;
+    case KS_STORE:
+      fprintf(out, "store %%%s.%d[", name, s->v);
+      print_index(out, k, &s->ix);
+      fprintf(out, "] = ");
+      print_expr(out, k, s->x);
+      break;
+    case KS_ROWBUF_DECL: fprintf(out, "rowbuf %%%s.%d", name, s->v); break;
+    case KS_ROWBUF_PUT: fprintf(out, "rowbuf(%%%s.%d) = %%%s.%d", name, s->v, name, s->v); break;
+    case KS_ACC_INIT: fprintf(out, "acc %%%s.%d = init %s", name, s->v, ir_ops[s->in->op].name); break;
+    case KS_ACC: fprintf(out, "acc %%%s.%d <- ", name, s->v); print_expr(out, k, s->x); break;
+    case KS_ACC_DONE: fprintf(out, "let %%%s.%d = acc %%%s.%d", name, s->v, name, s->v); break;
+    }
+    fprintf(out, "\n");
+  }
+}
+
+void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s) {
+  char tb[256];
+  fprintf(out, "func %s\n", f->name);
+  for (int k = 0; k < s->kernels.len; k++) {
+    const Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ELEM && kn->kind != KN_ROW) continue;
+    fprintf(out, "  kernel %d: %s over %s\n", k, kn->kind == KN_ROW ? "row" : "elementwise",
+            ir_type_str(&kn->space, tb, sizeof tb));
+    Kir *kir = kir_build(a, f, s, kn);
+    print_block(out, kir, &kir->body, 4);
+  }
+}

@@ -1,0 +1,97 @@
+/* kir.h - the kernel IR: one fused kernel of the schedule as a small tree of
+ * loops and statements, between kernels/ (what is fused) and the renderers
+ * (codegen_c/render_c.c prints it as C, codegen_cuda as CUDA).
+ *
+ * It lives in kernels/ because it is built from the schedule and the IR alone
+ * and knows no target: a loop says which axes of the kernel's space it runs
+ * over and whether its iterations may run in parallel (KIR_PARALLEL) or as
+ * vector lanes (KIR_VECTOR); how (OpenMP and its size threshold, a GPU grid,
+ * a block per row, --profile's per-thread timing) is the renderer's. Indices
+ * are element strides over the space's axes; the renderer names the loop
+ * variables, merges axes (C) or flattens them (CUDA). Expressions are the
+ * instructions' ops.def templates (ir_elem_template) over operand expressions;
+ * values are named by the renderer (ValId here).
+ *
+ * Built today for KN_ELEM (one KIR_SPACE loop: every input loaded at the
+ * element, then each instruction a local or a store) and KN_ROW (a KIR_ROWS
+ * loop over the rows, per row the per-row values, accumulator inits and one
+ * KIR_ROW loop over the row's elements per phase, then the reductions'
+ * results). Arena-allocated (kir_build's arena), no globals. */
+#ifndef CTC_KIR_H
+#define CTC_KIR_H
+
+#include "kernels.h"
+
+/* An element of an array: its offset is sum over the space's axes of st[k] * (the
+ * loop variable of axis k); 0 for axes it is broadcast over (or not inside). */
+typedef struct KirIndex {
+  int64_t st[IR_MAX_DIMS];
+} KirIndex;
+
+typedef enum KirExprKind {
+  KE_LIT,      /* v: a scalar IR_CONST (its dtype and fattr give the literal) */
+  KE_LOCAL,    /* v's local in the loop body (defined by a KS_LET) */
+  KE_LOAD,     /* v[ix] from memory */
+  KE_ROWBUF,   /* v's element at the current row position, from its per-row array */
+  KE_OP        /* in's op (its ops.def template per compute type) over arg[0..nargs) */
+} KirExprKind;
+
+typedef struct KirExpr {
+  KirExprKind kind;
+  ValId v;
+  KirIndex ix;
+  const Inst *in;
+  int nargs;
+  struct KirExpr *arg[3];
+} KirExpr;
+
+typedef enum KirStmtKind {
+  KS_LOOP,          /* loop over axes [from, to) of the space; body */
+  KS_LET,           /* const <v's type> <v's local> = x */
+  KS_STORE,         /* v[ix] = x (v stored: a kernel output) */
+  KS_ROWBUF_DECL,   /* v's per-row array (a row element read in a later loop) */
+  KS_ROWBUF_PUT,    /* v's per-row array at the current position = v's local */
+  KS_ACC_INIT,      /* in's accumulator = its initial value (in: a reduction, v its result) */
+  KS_ACC,           /* in's accumulator takes x (sum or NaN-propagating max) */
+  KS_ACC_DONE       /* const <v's type> <v's local> = the accumulated value */
+} KirStmtKind;
+
+typedef enum KirLoopKind {
+  KIR_SPACE,   /* every element of the space (KN_ELEM) */
+  KIR_ROWS,    /* the rows: every axis but the last (KN_ROW) */
+  KIR_ROW      /* the elements of one row: the last axis (inside KIR_ROWS) */
+} KirLoopKind;
+
+enum { KIR_PARALLEL = 1, KIR_VECTOR = 2 };
+
+typedef struct KirStmt KirStmt;
+typedef Vec(KirStmt *) KirBlock;
+
+struct KirStmt {
+  KirStmtKind kind;
+  ValId v;
+  const Inst *in;
+  KirExpr *x;
+  KirIndex ix;
+  /* KS_LOOP */
+  KirLoopKind loop;
+  int from, to;        /* axes of the space */
+  unsigned marks;      /* KIR_PARALLEL, KIR_VECTOR */
+  KirBlock body;
+};
+
+typedef struct Kir {
+  const Func *f;
+  const Kernel *kn;
+  Type space;
+  int64_t rowlen;      /* KN_ROW: the row's length (the space's last dim) */
+  KirBlock body;
+} Kir;
+
+/* The kernel IR of a KN_ELEM or KN_ROW kernel kn of f scheduled in s (a KN_GEMM's
+ * epilogue from kn_epilogue is a KN_ELEM kernel too); allocates in a. */
+Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR. */
+void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s);
+
+#endif
