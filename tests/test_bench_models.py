@@ -77,8 +77,8 @@ def _forward_and_step(tmp, name, xname, x, y, rtol_fwd, rtol_step):
     run([exe, "infer", "--weights", w, "--input", tmp / "x.npy", "--output", tmp / "o.npy"], timeout=600)
     run([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
          "--output", tmp / "loss.npy", "--save", tmp / "after.safetensors"], timeout=600)
-    with torch.no_grad():   # on a copy: BatchNorm's running statistics stay as the step starts them
-        want = copy.deepcopy(mod.model)(torch.from_numpy(x)).numpy()
+    with torch.no_grad():   # the forward entry is inference (eval mode), on a copy: the step starts from train mode
+        want = copy.deepcopy(mod.model).eval()(torch.from_numpy(x)).numpy()
     compare(f"{name} forward", np.load(tmp / "o.npy"), want, rtol_fwd, 1e-5)
     loss = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
     compare(f"{name} loss", np.load(tmp / "loss.npy"), np.float32(loss), rtol_fwd, 1e-5)
