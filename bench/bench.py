@@ -19,8 +19,9 @@ times
 
   ctc:   `./net bench ENTRY --iters K --warmup W --int-max C` (random inputs;
          integers in [0, C), C = the classes of the forward output, which is also
-         the vocabulary for gpt), with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
-         --threads, and `--threads` (the program sets OPENBLAS_CORETYPE itself; libgomp's default wait policy);
+         the vocabulary for gpt), with OMP_NUM_THREADS = --threads and `--threads`
+         (the program sets OPENBLAS_CORETYPE, and OPENBLAS_NUM_THREADS=1, itself; libgomp's
+         default wait policy);
   torch: Debian's PyTorch (/usr/bin/python3) eager, **tuned**: OMP_WAIT_POLICY=passive,
          OPENBLAS_CORETYPE from the CPU's flags (AVX-512 -> SkylakeX, AVX2+FMA ->
          Haswell, as the generated driver chooses it), torch.set_num_threads(--threads);
@@ -254,7 +255,7 @@ def prepare(model, d, cflags):
 
 
 def run_ctc(exe, mode, classes, a):
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))   # (the program sets OPENBLAS_NUM_THREADS=1 itself)
     if a.avx2:
         env["OPENBLAS_CORETYPE"] = "Haswell"
     cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),

@@ -363,7 +363,8 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc);
 
 /* Called first in ctc_main: if the process uses OpenBLAS and OPENBLAS_CORETYPE is
  * unset, pick the core type from the CPU (cpuid) and re-exec once, so that
- * Debian's OpenBLAS uses its AVX2/AVX-512 kernels on CPUs it does not recognise.
+ * Debian's OpenBLAS uses its AVX2/AVX-512 kernels on CPUs it does not recognise;
+ * with OpenMP, also OPENBLAS_NUM_THREADS=1 (OpenBLAS starts no thread pool of its own).
  * OMP_WAIT_POLICY is left to libgomp's default (see rt_driver.c). */
 void ctc_blas_setup(int argc, char **argv);
 

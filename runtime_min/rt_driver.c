@@ -93,6 +93,15 @@ void ctc_blas_setup(int argc, char **argv) {
     const char *type = detect_coretype();
     if (type && setenv("OPENBLAS_CORETYPE", type, 1) == 0) changed = 1;
   }
+#ifdef _OPENMP
+  /* OpenBLAS's constructor starts a pool of OPENBLAS_NUM_THREADS - 1 threads (default: one per
+   * core) that spin in sched_yield for about 0.1 s before they sleep, though ctc never gives them
+   * work (ctc_blas_threads_*: OpenBLAS single-threaded inside ctc's OpenMP threads): on 2 cores
+   * they took the second OpenMP thread's core for all of a short run (bench mlp forward with
+   * OPENBLAS_NUM_THREADS=2, issue 29). With 1 there is no pool. */
+  const char *bt = getenv("OPENBLAS_NUM_THREADS");
+  if (!(bt && !strcmp(bt, "1")) && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) changed = 1;
+#endif
   if (!changed || setenv("CTC_NO_REEXEC", "1", 1) != 0) return;
   execv("/proc/self/exe", argv);
   /* execv failed: carry on with whatever kernels OpenBLAS picked. */
@@ -189,7 +198,9 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
   fprintf(f, "\n\n"
              "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
              "environment: OPENBLAS_CORETYPE (chosen from the CPU when unset and the program\n"
-             "uses OpenBLAS), CTC_NO_REEXEC=1 (do not re-execute to set it)\n");
+             "uses OpenBLAS), OPENBLAS_NUM_THREADS (set to 1 when the program uses OpenMP: its\n"
+             "threads run the GEMMs), CTC_NO_REEXEC=1 (do not re-execute to set them),\n"
+             "OMP_NUM_THREADS (the default of --threads)\n");
 }
 
 /* ---- info -------------------------------------------------------------------- */

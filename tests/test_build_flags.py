@@ -152,3 +152,31 @@ def test_c_api_sets_the_thread_count(tmp_path):
     run(["cc", "-std=c11", tmp_path / "main.c", f"-I{rt}", f"-L{tmp_path}", "-lnet", f"-Wl,-rpath,{tmp_path}",
          "-o", tmp_path / "main"])
     assert run([tmp_path / "main"]).stdout.split() == ["3", "1"]
+
+
+def test_openblas_starts_no_thread_pool_of_its_own(tmp_path):
+    """A program with OpenMP and OpenBLAS runs its GEMMs on its own threads: it re-executes
+    itself with OPENBLAS_NUM_THREADS=1, so OpenBLAS's constructor starts no pool of threads
+    spinning beside the OpenMP ones (they slowed a short 2-thread run, issue 29), even when
+    the environment asks for more. With --threads 1 the process has one thread."""
+    import subprocess
+    import time
+    m = _model(tmp_path)
+    r = run([CTC, "build", m, "-o", tmp_path / "net", "--stats"], env=_env(tmp_path))
+    if "+openblas" not in r.stderr:
+        import pytest
+        pytest.skip("no OpenBLAS")
+    p = subprocess.Popen([tmp_path / "net", "bench", "--threads", "1", "--iters", "100000000", "--warmup", "0"],
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="4"), stdout=subprocess.DEVNULL)
+    try:
+        env, deadline = {}, time.time() + 60
+        while time.time() < deadline and env.get("CTC_NO_REEXEC") != "1":
+            time.sleep(0.05)
+            raw = open(f"/proc/{p.pid}/environ", "rb").read().split(b"\0")
+            env = dict(kv.decode().split("=", 1) for kv in raw if b"=" in kv)
+        assert env.get("CTC_NO_REEXEC") == "1" and env.get("OPENBLAS_NUM_THREADS") == "1", env
+        time.sleep(0.3)   # OpenBLAS's constructor has run
+        assert len(os.listdir(f"/proc/{p.pid}/task")) == 1
+    finally:
+        p.kill()
+        p.wait()
