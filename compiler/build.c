@@ -65,9 +65,9 @@ static char *capture_cmd(Arena *a, char *const argv[]) {
 }
 
 /* A compiler given as one string, as make's $(CC) is ("cc -O1", "ccache gcc"): its words,
- * split on blanks (no quoting), NULL-terminated, with room for `extra` more; *n their count. */
-static char **cmd_words(Arena *a, const char *s, int extra, int *n) {
-  int cap = extra + 1;
+ * split on blanks (no quoting), NULL-terminated; *n their count. */
+static char **cmd_words(Arena *a, const char *s, int *n) {
+  int cap = 1;
   for (const char *p = s; *p; p++) cap += *p != ' ' && *p != '\t' && (p == s || p[-1] == ' ' || p[-1] == '\t');
   char **w = arena_alloc(a, sizeof *w * (size_t)cap);
   *n = 0;
@@ -99,7 +99,7 @@ static int can_run(Arena *a, const char *prog) {
 static char **c_compiler(Arena *a, Diag *d, const Opts *o, int *n) {
   const char *env = getenv("CC"), *cc = o->cc ? o->cc : env && *env ? env : "cc";
   const char *from = o->cc ? "--cc" : env && *env ? "$CC" : "the default C compiler";
-  char **w = cmd_words(a, cc, 0, n);
+  char **w = cmd_words(a, cc, n);
   if (!*n) {
     diag_plain(d, "%s names no C compiler: it is empty", from);
     return NULL;
@@ -130,7 +130,7 @@ static char *opt_flag(const Opts *o, char *const *cc, int ncc, const char *dflt)
 static void user_cflags(Arena *a, const Opts *o, char **flags, int *nf) {
   for (int i = 0; i < o->cflags.len; i++) {
     int k;
-    char **w = cmd_words(a, o->cflags.data[i], 0, &k);
+    char **w = cmd_words(a, o->cflags.data[i], &k);
     for (int j = 0; j < k; j++) flags[(*nf)++] = w[j];
   }
 }
@@ -138,7 +138,7 @@ static void user_cflags(Arena *a, const Opts *o, char **flags, int *nf) {
 /* How many words user_cflags appends. */
 static int user_cflags_count(Arena *a, const Opts *o) {
   int n = 0, k;
-  for (int i = 0; i < o->cflags.len; i++) cmd_words(a, o->cflags.data[i], 0, &k), n += k;
+  for (int i = 0; i < o->cflags.len; i++) cmd_words(a, o->cflags.data[i], &k), n += k;
   return n;
 }
 
@@ -311,8 +311,8 @@ static const char *cache_root(Arena *a) {
  * there (all files at once, one process each). Their paths in *objs; *hit: whether they were
  * there. 0, or -1 when there is no cache or a compile failed: the caller then compiles the
  * sources itself (and the compiler's messages come from that). */
-static int rt_objects(Arena *a, char *const *cc, int ncc, char *const *flags, const char *rt, const char *const *files, int nfiles,
-                      const char ***objs, int *hit) {
+static int rt_objects(Arena *a, char *const *cc, int ncc, char *const *flags, const char *rt, const char *const *files,
+                      int nfiles, const char ***objs, int *hit) {
   const char *root = cache_root(a);
   if (!root) return -1;
   uint64_t h = fnv_str(0xcbf29ce484222325ULL, "ctc runtime objects 1");
@@ -397,7 +397,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
       setenv("OMPI_CC", cc_text, 1);
       setenv("MPICH_CC", cc_text, 1);
     }
-    cc = cmd_words(a, mpicc, 0, &ncc);
+    cc = cmd_words(a, mpicc, &ncc);
     cc_text = mpicc;
     if (!ncc) {
       diag_plain(d, "$MPICC names no compiler wrapper: it is empty");
