@@ -1,7 +1,14 @@
 """ctc's generated program against tuned PyTorch on the bench models, in one run.
 
-usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt] [--modes forward,train]
+usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt,resnet,llama] [--modes forward,train]
                                        [--rounds 3] [--iters 20] [--warmup 3] [--threads 2]
+                                       [--cflags '-march=haswell'] [--avx2]
+
+--cflags passes flags to `ctc build` (the C compiler); --avx2 is the AVX2 machine on an
+AVX-512 one: --cflags=-march=haswell (ctc's AVX-512 GEMM is compiled out, OpenBLAS's runs)
+and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe, ATEN_CPU_CAPABILITY=avx2
+for PyTorch. The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
+1024x1024x1024 with --threads threads (best of 5), to hold the GEMM-bound rows against.
 
 For each model of ../shared/bench/models (make_model(), make_inputs()) it writes
 the file a user would write around it: `model`, an SGD-momentum `optimizer`, a
@@ -12,8 +19,9 @@ times
 
   ctc:   `./net bench ENTRY --iters K --warmup W --int-max C` (random inputs;
          integers in [0, C), C = the classes of the forward output, which is also
-         the vocabulary for gpt), with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS =
-         --threads (the program sets OPENBLAS_CORETYPE itself; libgomp's default wait policy);
+         the vocabulary for gpt), with OMP_NUM_THREADS = --threads and `--threads`
+         (the program sets OPENBLAS_CORETYPE, and OPENBLAS_NUM_THREADS=1, itself; libgomp's
+         default wait policy);
   torch: Debian's PyTorch (/usr/bin/python3) eager, **tuned**: OMP_WAIT_POLICY=passive,
          OPENBLAS_CORETYPE from the CPU's flags (AVX-512 -> SkylakeX, AVX2+FMA ->
          Haswell, as the generated driver chooses it), torch.set_num_threads(--threads);
@@ -90,13 +98,54 @@ def openblas_coretype():
     return None
 
 
-def torch_env(threads):
+def torch_env(threads, avx2=False):
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"),
                OMP_NUM_THREADS=str(threads))
-    core = os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
+    core = "Haswell" if avx2 else os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
     if core:
         env["OPENBLAS_CORETYPE"] = core
+    if avx2:
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
     return env
+
+
+SGEMM_PROBE = r"""
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(void) {
+  const int n = 1024;
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+  for (int i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f, c[i] = 0;
+  double best = 1e30;
+  for (int k = 0; k < 6; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (k > 0 && s < best) best = s;   /* the first call warms up */
+  }
+  printf("%.1f\n", 2.0 * n * n * n / best * 1e-9);
+  return c[0] != c[0];   /* NaN: something is wrong */
+}
+"""
+
+
+def sgemm_rate(d, threads, avx2):
+    """OpenBLAS's sgemm GFLOP/s at 1024^3 on `threads` threads (None when it cannot be built)."""
+    src, exe = os.path.join(d, "sgemm_probe.c"), os.path.join(d, "sgemm_probe")
+    with open(src, "w") as f:
+        f.write(SGEMM_PROBE)
+    if subprocess.run(["cc", "-O2", src, "-o", exe, "-lopenblas"], capture_output=True).returncode != 0:
+        return None
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    core = "Haswell" if avx2 else os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300)
+    return float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
 
 
 # ---- the torch worker (run in its own process) -------------------------------------------
@@ -151,7 +200,7 @@ def run_torch(python, model, mode, a, compiled=False):
            "--warmup", str(a.warmup), "--threads", str(a.threads)]
     if compiled:
         cmd.append("--compiled")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(a.threads), timeout=1800)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(a.threads, a.avx2), timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"torch worker failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -178,7 +227,7 @@ def build_ctc():
         raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
 
 
-def prepare(model, d):
+def prepare(model, d, cflags):
     """Writes the user file, builds ./net, times `ctc compile`; returns (exe, compile ms, classes)."""
     with open(os.path.join(MODELS_DIR, model + ".py")) as f:
         src = f.read()
@@ -186,7 +235,8 @@ def prepare(model, d):
     with open(path, "w") as f:
         f.write(src + WRAPPER)
     exe = os.path.join(d, model)
-    r = subprocess.run([CTC, "build", path, "-o", exe], capture_output=True, text=True)
+    r = subprocess.run([CTC, "build", path, "-o", exe] + [f"--cflags={c}" for c in cflags], capture_output=True,
+                       text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ctc build {path} failed:\n{r.stderr}")
     times, cpu = [], []
@@ -205,8 +255,11 @@ def prepare(model, d):
 
 
 def run_ctc(exe, mode, classes, a):
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
-    cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))   # (the program sets OPENBLAS_NUM_THREADS=1 itself)
+    if a.avx2:
+        env["OPENBLAS_CORETYPE"] = "Haswell"
+    cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
+           "--threads", str(a.threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     m = BENCH_LINE.search(r.stdout)
     if r.returncode != 0 or not m:
@@ -224,13 +277,18 @@ def summarize(rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="mlp,lenet,gpt")
+    ap.add_argument("--models", default="mlp,lenet,gpt,resnet,llama")
     ap.add_argument("--modes", default="forward,train")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-compile-column", action="store_true", help="skip torch.compile even if available")
+    ap.add_argument("--cflags", action="append", default=[],
+                    help="flags for ctc build's C compiler (repeatable), e.g. --cflags=-march=haswell")
+    ap.add_argument("--avx2", action="store_true",
+                    help="the AVX2 path on an AVX-512 machine: --cflags=-march=haswell, OPENBLAS_CORETYPE=Haswell, "
+                         "ATEN_CPU_CAPABILITY=avx2 for torch")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -246,18 +304,24 @@ def main():
         if not os.path.exists(os.path.join(MODELS_DIR, m + ".py")):
             ap.error(f"no model {m}.py in {MODELS_DIR}")
 
+    if a.avx2 and not any("-march=" in c for c in a.cflags):
+        a.cflags.append("-march=haswell")
     build_ctc()
     tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile()
-    env = torch_env(a.threads)
+    env = torch_env(a.threads, a.avx2)
+    core_from = "--avx2" if a.avx2 else "from the environment" if os.environ.get("OPENBLAS_CORETYPE") else "from the CPU flags"
     print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
           f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')} "
-          f"({'from the environment' if os.environ.get('OPENBLAS_CORETYPE') else 'from the CPU flags'}; "
-          f"the CPU's choice: {openblas_coretype() or 'none'}); "
-          f"torch.compile: {tc_version or 'skipped (' + why + ')'}", flush=True)
+          f"({core_from}; the CPU's choice: {openblas_coretype() or 'none'}); "
+          f"torch.compile: {tc_version or 'skipped (' + why + ')'}"
+          + (f"; ctc build --cflags '{' '.join(a.cflags)}'" if a.cflags else ""), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctc_bench_") as d:
+        rate = sgemm_rate(d, a.threads, a.avx2)
+        print(f"# sgemm rate (OpenBLAS cblas_sgemm 1024^3, {a.threads} threads, best of 5): "
+              + (f"{rate:.1f} GFLOP/s" if rate else "unavailable (no OpenBLAS to link)"), flush=True)
         for model in models:
-            exe, compile_ms, classes = prepare(model, d)
+            exe, compile_ms, classes = prepare(model, d, a.cflags)
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
                 for _ in range(a.rounds):

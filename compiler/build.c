@@ -26,6 +26,13 @@ static int run_cmd(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* --verbose: the command, on stderr, as a shell would take it (words with blanks quoted). */
+static void print_cmd(char *const argv[]) {
+  fputs("ctc:", stderr);
+  for (char *const *w = argv; *w; w++) fprintf(stderr, strpbrk(*w, " \t\"'$") || !**w ? " '%s'" : " %s", *w);
+  fputc('\n', stderr);
+}
+
 /* Runs argv and returns its standard output (NULL when it cannot run or exits non-zero). */
 static char *capture_cmd(Arena *a, char *const argv[]) {
   int fd[2];
@@ -55,6 +62,84 @@ static char *capture_cmd(Arena *a, char *const argv[]) {
   int st;
   if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return NULL;
   return arena_strdup(a, buf);
+}
+
+/* A compiler given as one string, as make's $(CC) is ("cc -O1", "ccache gcc"): its words,
+ * split on blanks (no quoting), NULL-terminated; *n their count. */
+static char **cmd_words(Arena *a, const char *s, int *n) {
+  int cap = 1;
+  for (const char *p = s; *p; p++) cap += *p != ' ' && *p != '\t' && (p == s || p[-1] == ' ' || p[-1] == '\t');
+  char **w = arena_alloc(a, sizeof *w * (size_t)cap);
+  *n = 0;
+  for (const char *p = s; *p;) {
+    p += strspn(p, " \t");
+    size_t len = strcspn(p, " \t");
+    if (len) w[(*n)++] = arena_strndup(a, p, len);
+    p += len;
+  }
+  w[*n] = NULL;
+  return w;
+}
+
+/* Whether program `prog` can be run: a path that is executable, or a name found on $PATH. */
+static int can_run(Arena *a, const char *prog) {
+  if (strchr(prog, '/')) return access(prog, X_OK) == 0;
+  const char *path = getenv("PATH");
+  for (const char *s = path; s && *s;) {
+    const char *e = strchr(s, ':');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    if (access(arena_printf(a, "%.*s/%s", (int)(n ? n : 1), n ? s : ".", prog), X_OK) == 0) return 1;
+    s = e ? e + 1 : NULL;
+  }
+  return 0;
+}
+
+/* The C compiler's words (--cc, else $CC, else cc), after checking that it can be run:
+ * NULL after a diagnostic naming where the command came from. */
+static char **c_compiler(Arena *a, Diag *d, const Opts *o, int *n) {
+  const char *env = getenv("CC"), *cc = o->cc ? o->cc : env && *env ? env : "cc";
+  const char *from = o->cc ? "--cc" : env && *env ? "$CC" : "the default C compiler";
+  char **w = cmd_words(a, cc, n);
+  if (!*n) {
+    diag_plain(d, "%s names no C compiler: it is empty", from);
+    return NULL;
+  }
+  if (!can_run(a, w[0])) {
+    diag_plain(d, "C compiler '%s' not found (%s is '%s'): install one, or name it with --cc "
+                  "(a command with its arguments, e.g. --cc \"gcc -O1\") or $CC", w[0], from, cc);
+    return NULL;
+  }
+  return w;
+}
+
+/* Whether one of the compiler's words starts with `prefix` ("cc -O1": -O). */
+static int has_flag(char *const *cc, int ncc, const char *prefix) {
+  for (int k = 1; k < ncc; k++)
+    if (!strncmp(cc[k], prefix, strlen(prefix))) return 1;
+  return 0;
+}
+
+/* ctc's optimisation flag: build -O<n>, else none when the compiler's command has its own
+ * ("cc -O1"), else dflt. */
+static char *opt_flag(const Opts *o, char *const *cc, int ncc, const char *dflt) {
+  return o->opt_level ? (char *)o->opt_level : cc && has_flag(cc, ncc, "-O") ? NULL : (char *)dflt;
+}
+
+/* The words of the user's --cflags (they come after ctc's flags, so they win), appended to
+ * flags at *nf (room for them assumed). */
+static void user_cflags(Arena *a, const Opts *o, char **flags, int *nf) {
+  for (int i = 0; i < o->cflags.len; i++) {
+    int k;
+    char **w = cmd_words(a, o->cflags.data[i], &k);
+    for (int j = 0; j < k; j++) flags[(*nf)++] = w[j];
+  }
+}
+
+/* How many words user_cflags appends. */
+static int user_cflags_count(Arena *a, const Opts *o) {
+  int n = 0, k;
+  for (int i = 0; i < o->cflags.len; i++) cmd_words(a, o->cflags.data[i], &k), n += k;
+  return n;
 }
 
 /* $env, else <dir of ctc>/../name (a folder of ctc's tree beside build/). */
@@ -98,8 +183,8 @@ static int runtime_files(Arena *a, Diag *d, const char *rt, const char *dist, in
   return 0;
 }
 
-/* Does `cc` link a program against OpenBLAS's cblas? */
-static int have_openblas(Arena *a, const char *cc, const char *dir) {
+/* Does the compiler `cc` (its words) link a program against OpenBLAS's cblas? */
+static int have_openblas(Arena *a, char *const *cc, int ncc, const char *dir) {
   const char *src = arena_printf(a, "%s/.ctc_blas_probe_%d.c", dir, (int)getpid());
   const char *bin = arena_printf(a, "%s/.ctc_blas_probe_%d", dir, (int)getpid());
   FILE *f = fopen(src, "w");
@@ -110,8 +195,13 @@ static int have_openblas(Arena *a, const char *cc, const char *dir) {
   pid_t pid = fork();
   int ok = 0;
   if (pid == 0) {
-    freopen("/dev/null", "w", stderr);
-    execlp(cc, cc, src, "-o", bin, "-lopenblas", (char *)NULL);
+    if (!freopen("/dev/null", "w", stderr)) _exit(127);
+    char **argv = arena_alloc(a, sizeof *argv * (size_t)(ncc + 5));
+    int n = 0;
+    for (int k = 0; k < ncc; k++) argv[n++] = cc[k];
+    argv[n++] = (char *)src, argv[n++] = "-o", argv[n++] = (char *)bin, argv[n++] = "-lopenblas";
+    argv[n] = NULL;
+    execvp(argv[0], argv);
     _exit(127);
   } else if (pid > 0) {
     int st;
@@ -227,13 +317,13 @@ static const char *cache_root(Arena *a) {
  * there (all files at once, one process each). Their paths in *objs; *hit: whether they were
  * there. 0, or -1 when there is no cache or a compile failed: the caller then compiles the
  * sources itself (and the compiler's messages come from that). */
-static int rt_objects(Arena *a, const char *cc, char *const *flags, const char *rt, const char *const *files, int nfiles,
-                      const char ***objs, int *hit) {
+static int rt_objects(Arena *a, char *const *cc, int ncc, char *const *flags, const char *rt, const char *const *files,
+                      int nfiles, const char ***objs, int *hit) {
   const char *root = cache_root(a);
   if (!root) return -1;
   uint64_t h = fnv_str(0xcbf29ce484222325ULL, "ctc runtime objects 1");
-  char *version[3] = {(char *)cc, "--version", NULL};
-  h = fnv_str(h, cc);
+  char *version[3] = {cc[0], "--version", NULL};
+  for (int k = 0; k < ncc; k++) h = fnv_str(h, cc[k]);   /* "cc -O1" is another compiler than cc */
   h = fnv_str(h, capture_cmd(a, version));
   h = fnv_str(h, getenv("OMPI_CC"));    /* the compiler an MPI wrapper runs */
   h = fnv_str(h, getenv("MPICH_CC"));
@@ -268,9 +358,9 @@ static int rt_objects(Arena *a, const char *cc, char *const *flags, const char *
   while (flags[nf]) nf++;
   pid_t *pids = arena_alloc(a, sizeof *pids * (size_t)nfiles);
   for (int i = 0; i < nfiles; i++) {
-    char **argv = arena_alloc(a, sizeof *argv * (size_t)(nf + 6));
+    char **argv = arena_alloc(a, sizeof *argv * (size_t)(ncc + nf + 6));
     int n = 0;
-    argv[n++] = (char *)cc;
+    for (int k = 0; k < ncc; k++) argv[n++] = cc[k];
     for (int k = 0; k < nf; k++) argv[n++] = flags[k];
     argv[n++] = "-c";
     argv[n++] = arena_printf(a, "%s/%s", rt, files[i]);
@@ -302,20 +392,28 @@ static int rt_objects(Arena *a, const char *cc, char *const *flags, const char *
 }
 
 int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int distributed, const char *prefix) {
-  const char *cc = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  int ncc;
+  char **cc = c_compiler(a, d, o, &ncc);
+  if (!cc) return CTC_EXIT_IO;
+  const char *cc_text = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   /* distributed builds: the MPI compiler wrapper around the same compiler, and rt_mpi.c */
   const char *mpicc = getenv("MPICC") && *getenv("MPICC") ? getenv("MPICC") : "mpicc";
   if (distributed) {
     if (o->cc || (getenv("CC") && *getenv("CC"))) {   /* the wrapper runs the compiler asked for */
-      setenv("OMPI_CC", cc, 1);
-      setenv("MPICH_CC", cc, 1);
+      setenv("OMPI_CC", cc_text, 1);
+      setenv("MPICH_CC", cc_text, 1);
     }
-    cc = mpicc;
+    cc = cmd_words(a, mpicc, &ncc);
+    cc_text = mpicc;
+    if (!ncc) {
+      diag_plain(d, "$MPICC names no compiler wrapper: it is empty");
+      return CTC_EXIT_IO;
+    }
   }
   const char *rt = runtime_dir(a);
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
-  int blas = !o->no_blas && have_openblas(a, cc, outdir);
+  int blas = !o->no_blas && have_openblas(a, cc, ncc, outdir);
   const char **rt_files;
   int nrt, rc = runtime_files(a, d, rt, "rt_mpi.c", distributed, &rt_files, &nrt);
   if (rc) return rc;
@@ -342,24 +440,28 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
       return CTC_EXIT_IO;
     }
   }
-  /* the flags every file is compiled with (the runtime's cached objects too) */
-  char *flags[16];
+  /* the flags every file is compiled with (the runtime's cached objects too): ctc's, then the
+   * user's -O<n> and --cflags, which win (the last -O and -march are the ones that count) */
+  int nuser = user_cflags_count(a, o);
+  char **flags = arena_alloc(a, sizeof *flags * (size_t)(16 + nuser));
   int nf = 0;
   flags[nf++] = "-std=c11";
-  flags[nf++] = "-O3";
-  flags[nf++] = "-march=native";
+  char *opt = opt_flag(o, cc, ncc, "-O3");
+  if (opt) flags[nf++] = opt;
+  if (!has_flag(cc, ncc, "-march=") && !has_flag(cc, ncc, "-mcpu=")) flags[nf++] = "-march=native";
   flags[nf++] = "-D_POSIX_C_SOURCE=200809L";
   if (o->shared || o->python) flags[nf++] = "-fPIC";
   if (blas) flags[nf++] = "-DCTC_HAVE_CBLAS";
   if (distributed) flags[nf++] = "-DCTC_MPI";
   if (!o->no_openmp) flags[nf++] = "-fopenmp";
   flags[nf++] = arena_printf(a, "-I%s", rt);
+  user_cflags(a, o, flags, &nf);
   flags[nf] = NULL;
   const char **objs = NULL;
-  int hit = 0, cached = rt_objects(a, cc, flags, rt, rt_files, nrt, &objs, &hit) == 0;
-  char *argv[64];
+  int hit = 0, cached = rt_objects(a, cc, ncc, flags, rt, rt_files, nrt, &objs, &hit) == 0;
+  char **argv = arena_alloc(a, sizeof *argv * (size_t)(ncc + nf + nrt + 24));
   int n = 0;
-  argv[n++] = (char *)cc;
+  for (int k = 0; k < ncc; k++) argv[n++] = cc[k];
   for (int k = 0; k < nf; k++) argv[n++] = flags[k];
   if (o->shared || o->python) argv[n++] = "-shared";
   else argv[n++] = "-DCTC_MAIN";
@@ -381,17 +483,18 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
+  if (o->verbose) print_cmd(argv);
   rc = run_cmd(argv);
   if (rc != 0) {
     if (distributed && rc == 127)
       diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "
-                    "or set MPICC)", cc);
+                    "or set MPICC)", cc_text);
     else
-      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc, rc, out);
+      diag_plain(d, "the C compiler '%s' failed (exit %d) building '%s'", cc_text, rc, out);
     return CTC_EXIT_IO;
   }
   if (o->stats)
-    fprintf(stderr, "ctc: built %s with %s%s%s; the runtime's objects %s\n", out, cc, blas ? " +openblas" : "",
+    fprintf(stderr, "ctc: built %s with %s%s%s; the runtime's objects %s\n", out, cc_text, blas ? " +openblas" : "",
             o->no_openmp ? "" : " +openmp",
             !cached ? "compiled with it (no cache)"
                     : arena_printf(a, "%s the cache (%.*s)", hit ? "from" : "compiled into", (int)(strrchr(objs[0], '/') - objs[0]), objs[0]));
@@ -471,8 +574,11 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   if (rc) return rc;
   if (distributed && o->emulate) BUG("--emulate --distributed got past the option checks");
   const char *tool;
+  char **words = NULL;   /* --emulate: the C compiler's words (a command with arguments, as make's $(CC)) */
+  int nwords = 0;
   if (o->emulate) {
-    tool = o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";   /* the C driver, -x c++ for the .cu */
+    if (!(words = c_compiler(a, d, o, &nwords))) return CTC_EXIT_IO;   /* the C driver, -x c++ for the .cu */
+    tool = words[0];
   } else {
     tool = getenv("NVCC") && *getenv("NVCC") ? getenv("NVCC") : NULL;
     if (!tool) {
@@ -491,10 +597,14 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
       return CTC_EXIT_IO;
     }
   }
-  char *argv[160];
+  char **argv = arena_alloc(a, sizeof *argv * (size_t)(160 + nwords + user_cflags_count(a, o)));
   int n = 0;
-  argv[n++] = (char *)tool;
-  argv[n++] = "-O2";
+  if (words)
+    for (int k = 0; k < nwords; k++) argv[n++] = words[k];
+  else
+    argv[n++] = (char *)tool;
+  char *opt = opt_flag(o, words, nwords, "-O2");
+  if (opt) argv[n++] = opt;
   argv[n++] = "-DCTC_MAIN";
   argv[n++] = "-D_POSIX_C_SOURCE=200809L";
   argv[n++] = arena_printf(a, "-I%s", rt);
@@ -512,6 +622,7 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
     argv[n++] = "-gencode";
     argv[n++] = "arch=compute_90,code=[sm_90,compute_90]";
   }
+  user_cflags(a, o, argv, &n);   /* after ctc's, so they win */
   if (distributed) {
     argv[n++] = "-DCTC_NCCL";
     if (mpi_flags_for_nvcc(a, d, argv, &n, 140) < 0) return CTC_EXIT_IO;
@@ -521,8 +632,14 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   const char **objs = NULL;
   int hit = 0, cached = 0;
   if (o->emulate) {
-    char *flags[] = {"-O2", "-D_POSIX_C_SOURCE=200809L", arena_printf(a, "-I%s", rt), "-fopenmp", NULL};
-    cached = rt_objects(a, tool, flags, rt, rt_files, nrt, &objs, &hit) == 0;
+    char **flags = arena_alloc(a, sizeof *flags * (size_t)(5 + user_cflags_count(a, o)));
+    int nf = 0;
+    if (opt) flags[nf++] = opt;
+    flags[nf++] = "-D_POSIX_C_SOURCE=200809L", flags[nf++] = arena_printf(a, "-I%s", rt);
+    flags[nf++] = "-fopenmp";
+    user_cflags(a, o, flags, &nf);
+    flags[nf] = NULL;
+    cached = rt_objects(a, words, nwords, flags, rt, rt_files, nrt, &objs, &hit) == 0;
     argv[n++] = "-x", argv[n++] = cached ? "none" : "c";   /* objects, or the sources as C */
   }
   for (int i = 0; i < nrt; i++) argv[n++] = cached ? (char *)objs[i] : arena_printf(a, "%s/%s", rt, rt_files[i]);
@@ -535,6 +652,7 @@ int build_cuda_program(Arena *a, Diag *d, const Opts *o, const char *cu_path, in
   argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
+  if (o->verbose) print_cmd(argv);
   rc = run_cmd(argv);
   if (rc != 0) {
     diag_plain(d, "'%s' failed (exit %d) building '%s'%s", tool, rc, o->out,

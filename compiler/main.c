@@ -107,7 +107,16 @@ static const char *usage =
     "                          ranges) and the weights (--weights W, or --embed-weights W with --freestanding)\n"
     "  --calibrate X.npy       (--quantize) calibration samples [S, ...input shape without the batch]\n"
     "  --weights W             (--quantize) the float weights to quantize (safetensors or a checkpoint)\n"
-    "  --cc CC                 (build) C compiler to use (default: $CC or cc)\n"
+    "  --cc CC                 (build) C compiler to use (default: $CC or cc); a command with\n"
+    "                          arguments is split on blanks, as make's CC: --cc \"ccache gcc\"\n"
+    "  -O0|-O1|-O2|-O3|-Os     (build) the C compiler's optimisation level instead of ctc's -O3 (-O2\n"
+    "                          for --emulate), also when --cc's command has one (--cc \"cc -O1\"); -O1\n"
+    "                          builds large unrolled models much faster\n"
+    "  --cflags 'FLAGS'        (build) more flags for the C compiler (and nvcc), split on blanks and\n"
+    "                          passed after ctc's own, so they win: --cflags '-march=haswell -g'\n"
+    "                          (a -march in --cc's command replaces ctc's -march=native);\n"
+    "                          repeatable. They are part of the runtime object cache's key\n"
+    "  --verbose, -v           (build) print the compiler's command line to stderr\n"
     "  --no-blas               (build) use the portable GEMM even if OpenBLAS is installed\n"
     "  --no-openmp             (build) do not pass -fopenmp\n"
     "  --shared                (build) a shared library instead of a program: -o libNAME.so, with the\n"
@@ -201,6 +210,15 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       vec_push(a, &o->entries, e);
     } else if (!strcmp(s, "--cc")) {
       if (!(o->cc = NEXT())) return -1;
+    } else if (!strcmp(s, "--cflags") || !strncmp(s, "--cflags=", 9)) {
+      const char *v = s[8] == '=' ? s + 9 : NEXT();
+      if (!v) return -1;
+      vec_push(a, &o->cflags, v);
+    } else if (s[0] == '-' && s[1] == 'O' && (!s[2] || strspn(s + 2, "0123456789") == strlen(s + 2) ||
+                                              !strcmp(s + 2, "s") || !strcmp(s + 2, "g") || !strcmp(s + 2, "fast"))) {
+      o->opt_level = s;
+    } else if (!strcmp(s, "--verbose") || !strcmp(s, "-v")) {
+      o->verbose = 1;
     } else if (!strcmp(s, "--input")) {
       const char *spec = NEXT();
       if (!spec) return -1;
@@ -410,6 +428,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       diag_plain(d, "%s is not supported with --distributed (a distributed model runs under mpirun as a program)", what);
       return -1;
     }
+  }
+  if ((o->cflags.len || o->opt_level) && strcmp(o->cmd, "build")) {
+    diag_plain(d, "%s goes with 'build' (it is for the C compiler)", o->opt_level ? o->opt_level : "--cflags");
+    return -1;
   }
   if (!strcmp(o->cmd, "build") && !o->out) {
     diag_plain(d, "'build' needs -o PROGRAM");

@@ -20,6 +20,9 @@ typedef struct Opts {
   Vec(const char *) entries;  /* --entry, repeatable */
   Vec(const char *) dump_before, dump_after; /* pass names, or "all" */
   const char *max_name;       /* --max NAME=M */
+  const char *opt_level;      /* build -O<n>: "-O1" (after ctc's -O3, so it wins) */
+  Vec(const char *) cflags;   /* build --cflags '...', repeatable: words for the C compiler, after ctc's */
+  int verbose;                /* build --verbose: print the compiler commands */
   int64_t max_value;
 } Opts;
 

@@ -305,6 +305,15 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err);
 
 /* ---- models (rt_model.c) ----------------------------------------------- */
 
+/* The number of threads the model's entries run on (`./net --threads N`): OpenMP's thread count
+ * for the calling thread's later parallel loops and GEMMs (omp_set_num_threads; OMP_NUM_THREADS
+ * is the default), with OpenBLAS kept single-threaded (ctc splits a GEMM over its own threads).
+ * n >= 1; CTC_OK, or CTC_ERR_ARG for n < 1. A program built with --no-openmp runs on one thread
+ * whatever n is. */
+int ctc_set_num_threads(int n);
+/* The number of threads the next entry call may use (omp_get_max_threads(); 1 without OpenMP). */
+int ctc_get_num_threads(void);
+
 /* Load every parameter of desc from a weights file into the model's arena: a
  * safetensors file or a PyTorch checkpoint, "ckpt.pt" or "ckpt.pt:KEY"
  * (ctc_weights_read). Floating-point data converts to the parameter's floating
@@ -370,7 +379,8 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc);
 
 /* Called first in ctc_main: if the process uses OpenBLAS and OPENBLAS_CORETYPE is
  * unset, pick the core type from the CPU (cpuid) and re-exec once, so that
- * Debian's OpenBLAS uses its AVX2/AVX-512 kernels on CPUs it does not recognise.
+ * Debian's OpenBLAS uses its AVX2/AVX-512 kernels on CPUs it does not recognise;
+ * with OpenMP, also OPENBLAS_NUM_THREADS=1 (OpenBLAS starts no thread pool of its own).
  * OMP_WAIT_POLICY is left to libgomp's default (see rt_driver.c). */
 void ctc_blas_setup(int argc, char **argv);
 

@@ -93,6 +93,15 @@ void ctc_blas_setup(int argc, char **argv) {
     const char *type = detect_coretype();
     if (type && setenv("OPENBLAS_CORETYPE", type, 1) == 0) changed = 1;
   }
+#ifdef _OPENMP
+  /* OpenBLAS's constructor starts a pool of OPENBLAS_NUM_THREADS - 1 threads (default: one per
+   * core) that spin in sched_yield for about 0.1 s before they sleep, though ctc never gives them
+   * work (ctc_blas_threads_*: OpenBLAS single-threaded inside ctc's OpenMP threads): on 2 cores
+   * they took the second OpenMP thread's core for all of a short run (bench mlp forward with
+   * OPENBLAS_NUM_THREADS=2, issue 29). With 1 there is no pool. */
+  const char *bt = getenv("OPENBLAS_NUM_THREADS");
+  if (!(bt && !strcmp(bt, "1")) && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) changed = 1;
+#endif
   if (!changed || setenv("CTC_NO_REEXEC", "1", 1) != 0) return;
   execv("/proc/self/exe", argv);
   /* execv failed: carry on with whatever kernels OpenBLAS picked. */
@@ -149,6 +158,11 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
           "  sample [options]          generate text from a language model (`%s sample --help`)\n"
           "  help, --help, -h          print this text\n"
           "\n"
+          "options of every command:\n"
+          "  --threads N               run the entries on N threads (OpenMP; default: OMP_NUM_THREADS,\n"
+          "                            else one per core); OpenBLAS stays single-threaded inside them,\n"
+          "                            ctc splits large GEMMs over the N threads itself\n"
+          "\n"
           "options of run and infer:\n"
           "  --weights W.safetensors   load the parameters from W; W may also be a PyTorch\n"
           "                            checkpoint: ckpt.pt, or ckpt.pt:KEY for the dict under KEY.\n"
@@ -183,7 +197,9 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
   fprintf(f, "\n\n"
              "exit status: 0 ok, 1 usage or data error, 2 I/O error\n"
              "environment: OPENBLAS_CORETYPE (chosen from the CPU when unset and the program\n"
-             "uses OpenBLAS), CTC_NO_REEXEC=1 (do not re-execute to set it)\n");
+             "uses OpenBLAS), OPENBLAS_NUM_THREADS (set to 1 when the program uses OpenMP: its\n"
+             "threads run the GEMMs), CTC_NO_REEXEC=1 (do not re-execute to set them),\n"
+             "OMP_NUM_THREADS (the default of --threads)\n");
 }
 
 /* ---- info -------------------------------------------------------------------- */
@@ -1031,6 +1047,38 @@ static int cmd_bench(const char *prog, const ctc_model_desc *desc, int argc, cha
 
 /* ---- main ---------------------------------------------------------------------- */
 
+/* `--threads N` (or --threads=N), before or after the command, for every command: applied
+ * (ctc_set_num_threads) and taken out of argv (*argc shrinks). 0, or 1 after an error. */
+static int take_threads(const char *prog, int *argc, char **argv) {
+  int out = 0;
+  for (int i = 0; i < *argc; i++) {
+    const char *v = NULL;
+    if (i > 0 && !strcmp(argv[i], "--threads")) {
+      if (i + 1 >= *argc) {
+        fprintf(stderr, "%s: error: option '--threads' needs a value (the number of threads, e.g. --threads 2)\n", prog);
+        return 1;
+      }
+      v = argv[++i];
+    } else if (i > 0 && !strncmp(argv[i], "--threads=", 10)) {
+      v = argv[i] + 10;
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > 4096) {
+      fprintf(stderr, "%s: error: bad --threads '%s': expected a number of threads from 1 to 4096\n", prog, v);
+      return 1;
+    }
+    ctc_set_num_threads((int)n);
+  }
+  argv[out] = NULL;
+  *argc = out;
+  return 0;
+}
+
 int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
   ctc_blas_setup(argc, argv);
   const char *prog = argc > 0 && argv[0] ? argv[0] : (desc && desc->name ? desc->name : "ctc-model");
@@ -1038,6 +1086,7 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
     fprintf(stderr, "%s: error: no model description\n", prog);
     return 1;
   }
+  if (take_threads(prog, &argc, argv)) return 1;
   if (argc < 2) {
     usage(stderr, prog, desc);
     return 1;

@@ -19,11 +19,20 @@
  * each name: safetensors has no shared tensors), so that PyTorch's strict
  * load_state_dict takes the file; CTC_SAVE_TRAINING_STATE appends the training
  * state. The format follows the name: .pt/.pth/.bin a torch.save file, else
- * safetensors. */
+ * safetensors.
+ *
+ * ctc_set_num_threads: OpenMP's thread count for the entries, OpenBLAS single-threaded. */
 #include "ctc_rt.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)
+void openblas_set_num_threads(int n);   /* cblas.h's, declared here: the runtime does not include it */
+#endif
 
 const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name) {
   if (!desc || desc->nentries <= 0 || !desc->entries) return NULL;
@@ -31,6 +40,25 @@ const ctc_entry *ctc_model_entry(const ctc_model_desc *desc, const char *name) {
   for (int i = 0; i < desc->nentries; i++)
     if (desc->entries[i].name && strcmp(desc->entries[i].name, name) == 0) return &desc->entries[i];
   return NULL;
+}
+
+int ctc_set_num_threads(int n) {
+  if (n < 1) return CTC_ERR_ARG;
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#endif
+#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)
+  openblas_set_num_threads(1);   /* as ctc_blas_threads_* in the generated code: ctc owns the threads */
+#endif
+  return CTC_OK;
+}
+
+int ctc_get_num_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
 }
 
 int ctc_entry_call(const ctc_entry *e, void *model, int64_t n, const void *const *inputs, void *const *outputs) {

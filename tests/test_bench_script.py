@@ -21,6 +21,8 @@ def test_bench_script_prints_the_table():
     lines = r.stdout.splitlines()
     assert lines[0].startswith("# 1 rounds x 1 calls") and "torch.compile: skipped" in lines[0], lines[0]
     assert "OMP_WAIT_POLICY=passive" in lines[0]
+    assert re.fullmatch(r"# sgemm rate \(OpenBLAS cblas_sgemm 1024\^3, 2 threads, best of 5\): [0-9.]+ GFLOP/s", lines[1]), lines[1]
+    lines = lines[:1] + lines[2:]
     assert lines[1].startswith("| workload | torch ") and lines[1].endswith("| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |")
     num = r"[0-9]+\.[0-9]{2}"
     ms = rf"{num} \(min {num}\)"

@@ -177,16 +177,20 @@ static PV *factory(L *L, int bi, Args *A0) {
     need_tensor(L, A->at, a[0], "input");
     if (!a[0]->t->data || L->T->fn)   /* a staged tensor: a mask */
       return t_tri(L, A->at, a[0], a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0, bi == BI_T_TRIU);
-    if (a[0]->t->type.ndim != 2)
-      lower_error(L, A->at, "torch.%s is supported on 2-D compile-time tensors (e.g. in __init__)", bi_names[bi]);
-    int64_t dg = a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0;
+    /* a compile-time tensor: each matrix of the last two dims, batched over the leading ones */
     Type t = a[0]->t->type;
+    if (t.ndim < 2) lower_error(L, A->at, "%s: input tensor must have at least 2 dimensions", bi_names[bi]);
+    int64_t dg = a[1] ? arg_int(L, A->at, a[1], "diagonal") : 0;
+    int64_t rows = t.dims[t.ndim - 2], cols = t.dims[t.ndim - 1], mats = 1;
+    for (int i = 0; i < t.ndim - 2; i++) mats *= t.dims[i];
     PV *r = t_const_tensor(L, A->at, t, 0);
-    for (int64_t i = 0; i < t.dims[0]; i++)
-      for (int64_t j = 0; j < t.dims[1]; j++) {
-        int keep = bi == BI_T_TRIL ? j - i <= dg : j - i >= dg;
-        r->t->data[i * t.dims[1] + j] = keep ? a[0]->t->data[i * t.dims[1] + j] : 0;
-      }
+    for (int64_t m = 0; m < mats; m++)
+      for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+          int64_t off = (m * rows + i) * cols + j;
+          int keep = bi == BI_T_TRIL ? j - i <= dg : j - i >= dg;
+          r->t->data[off] = keep ? a[0]->t->data[off] : 0;
+        }
     return r;
   }
   case BI_T_TENSOR: {

@@ -1,0 +1,182 @@
+"""What a user hands the C compiler and the generated program: `ctc build --cc` as a
+command with arguments (make's CC), -O<n>, --cflags and --verbose; `./net --threads N`
+and the C API's ctc_set_num_threads (compiler/build.c, runtime_min/rt_driver.c)."""
+import os
+import re
+import stat
+
+import numpy as np
+
+from ctc_testlib import CTC, MLP_TRAIN_SRC, run
+
+SRC = MLP_TRAIN_SRC
+
+
+def _model(tmp):
+    (tmp / "m.py").write_text(SRC)
+    return tmp / "m.py"
+
+
+def _env(tmp):
+    return dict(os.environ, CTC_CACHE_DIR=str(tmp / "cache"))
+
+
+def _logging_cc(tmp):
+    """A compiler that appends its arguments to tmp/cc.log (one line a call), then runs cc."""
+    cc = tmp / "logcc"
+    cc.write_text(f'#!/bin/sh\necho "$@" >> "{tmp}/cc.log"\nexec cc "$@"\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    return cc
+
+
+def test_cc_with_arguments_builds_and_its_O_level_counts(tmp_path):
+    m = _model(tmp_path)
+    cc = _logging_cc(tmp_path)
+    r = run([CTC, "build", m, "-o", tmp_path / "net", "--cc", f"{cc} -O1", "--verbose"], env=_env(tmp_path))
+    cmd = [l for l in r.stderr.splitlines() if l.startswith(f"ctc: {cc} ")]
+    assert len(cmd) == 1, r.stderr
+    words = cmd[0].split()
+    # the command's own -O1 replaces ctc's -O3 (it would otherwise come later and win)
+    assert "-O1" in words and "-O3" not in words, cmd[0]
+    calls = (tmp_path / "cc.log").read_text().splitlines()
+    assert calls and all("-O1" in c.split() and "-O3" not in c.split() for c in calls if " -c " in f" {c} "), calls
+    out = run([tmp_path / "net", "info"]).stdout
+    assert "entry forward" in out
+
+
+def test_O_and_cflags_reach_the_compiler_after_ctc_flags(tmp_path):
+    m = _model(tmp_path)
+    cc = _logging_cc(tmp_path)
+    run([CTC, "build", m, "-o", tmp_path / "net", "--cc", cc, "-O1", "--cflags", "-DCTC_TEST_FOO=1 -g",
+         "--cflags=-march=haswell"], env=_env(tmp_path))
+    calls = [c.split() for c in (tmp_path / "cc.log").read_text().splitlines() if "-DCTC_TEST_FOO=1" in c.split()]
+    assert calls, (tmp_path / "cc.log").read_text()
+    for w in calls:
+        assert "-O1" in w and "-O3" not in w and "-g" in w, w
+        assert w.index("-march=haswell") > w.index("-march=native"), w   # the user's -march comes last: it wins
+    # every runtime object and the final link were compiled with them
+    assert sum(" -c " in " ".join(w) for w in calls) >= 5
+
+
+def test_cflags_are_compiled_in_and_change_the_cache_key(tmp_path):
+    """A --cflags -include of a header with #error fails the build: the flags reach every
+    compile, and the runtime objects cached without them are not reused."""
+    m = _model(tmp_path)
+    env = _env(tmp_path)
+    run([CTC, "build", m, "-o", tmp_path / "a"], env=env)   # fills the cache
+    (tmp_path / "boom.h").write_text('#error "ctc-test: the --cflags reached the compiler"\n')
+    r = run([CTC, "build", m, "-o", tmp_path / "b", "--cflags", f"-include {tmp_path / 'boom.h'}"], env=env, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "ctc-test: the --cflags reached the compiler" in r.stderr
+    assert re.search(r"error: the C compiler 'cc' failed \(exit 1\) building", r.stderr), r.stderr
+    # a define that the compiler sees: a second key in the cache
+    run([CTC, "build", m, "-o", tmp_path / "c", "--cflags", "-DCTC_TEST_KEY=1"], env=env)
+    assert len([d for d in os.listdir(tmp_path / "cache") if d.startswith("rt-")]) == 2
+
+
+def test_missing_compiler_is_named(tmp_path):
+    m = _model(tmp_path)
+    r = run([CTC, "build", m, "-o", tmp_path / "net", "--cc", "no-such-cc-ctc -O1"], env=_env(tmp_path), check=False)
+    assert r.returncode == 2
+    assert "C compiler 'no-such-cc-ctc' not found (--cc is 'no-such-cc-ctc -O1')" in r.stderr, r.stderr
+    r = run([CTC, "build", m, "-o", tmp_path / "net"], env=dict(_env(tmp_path), CC="/nowhere/cc"), check=False)
+    assert r.returncode == 2 and "C compiler '/nowhere/cc' not found ($CC is '/nowhere/cc')" in r.stderr, r.stderr
+    assert not (tmp_path / "net").exists()
+
+
+def test_compiler_options_go_with_build(tmp_path):
+    m = _model(tmp_path)
+    for opt in (["-O1"], ["--cflags", "-g"]):
+        r = run([CTC, "compile", m, "-o", tmp_path / "m.c", *opt], check=False)
+        assert r.returncode == 1 and "goes with 'build'" in r.stderr, r.stderr
+    r = run([CTC, "--help"])
+    for word in ("--cflags 'FLAGS'", "-O0|-O1|-O2|-O3|-Os", "--verbose", "split on blanks"):
+        assert word in r.stdout
+
+
+def test_threads_give_the_same_results(tmp_path):
+    """forward and a training step at 1, 2 and 3 threads: the same bits (GEMMs large
+    enough to be split over the threads)."""
+    src = SRC.replace("nn.Linear(20, 32)", "nn.Linear(200, 320)").replace("nn.Linear(32, 4)", "nn.Linear(320, 40)")
+    src = src.replace("torch.randn(8, 20)", "torch.randn(64, 200)").replace("torch.zeros(8,", "torch.zeros(64,")
+    (tmp_path / "m.py").write_text(src)
+    run([CTC, "build", tmp_path / "m.py", "-o", tmp_path / "net"], env=_env(tmp_path))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((64, 200)).astype(np.float32))
+    np.save(tmp_path / "y.npy", rng.integers(0, 40, 64).astype(np.int64))
+    outs = {}
+    for n in (1, 2, 3):
+        fo, lo, w = (tmp_path / f"{k}{n}.npy" for k in ("f", "l", "w"))
+        # before the command and after it, both spellings
+        run([tmp_path / "net", "--threads", str(n), "infer", "--random-weights", "--input", tmp_path / "x.npy",
+             "--output", fo])
+        run([tmp_path / "net", "run", "train_step", f"--threads={n}", "--input", tmp_path / "x.npy", "--input",
+             tmp_path / "y.npy", "--output", lo, "--repeat", "3", "--save", tmp_path / f"w{n}.safetensors"])
+        outs[n] = (np.load(fo), np.load(lo), (tmp_path / f"w{n}.safetensors").read_bytes())
+    for n in (2, 3):
+        assert np.array_equal(outs[n][0], outs[1][0]) and np.array_equal(outs[n][1], outs[1][1])
+        assert outs[n][2] == outs[1][2]
+
+
+def test_threads_option_errors_and_help(tmp_path):
+    m = _model(tmp_path)
+    run([CTC, "build", m, "-o", tmp_path / "net"], env=_env(tmp_path))
+    for bad in (["--threads", "0"], ["--threads=x"], ["infer", "--threads"]):
+        r = run([tmp_path / "net", *bad], check=False)
+        assert r.returncode == 1 and "--threads" in r.stderr, (bad, r.stderr)
+    assert "--threads N" in run([tmp_path / "net", "--help"]).stdout
+    r = run([tmp_path / "net", "bench", "--threads", "2", "--iters", "2", "--warmup", "0"])
+    assert r.stdout.startswith("bench forward: median")
+
+
+C_MAIN = r"""
+#include <stdio.h>
+#include "ctc_rt.h"
+int main(void) {
+  if (ctc_set_num_threads(0) != CTC_ERR_ARG) return 1;
+  if (ctc_set_num_threads(3) != CTC_OK) return 2;
+  printf("%d\n", ctc_get_num_threads());
+  if (ctc_set_num_threads(1) != CTC_OK) return 3;
+  printf("%d\n", ctc_get_num_threads());
+  return 0;
+}
+"""
+
+
+def test_c_api_sets_the_thread_count(tmp_path):
+    from ctc_testlib import ROOT
+    m = _model(tmp_path)
+    run([CTC, "build", m, "--shared", "-o", tmp_path / "libnet.so"], env=_env(tmp_path))
+    (tmp_path / "main.c").write_text(C_MAIN)
+    rt = os.path.join(ROOT, "runtime_min")
+    run(["cc", "-std=c11", tmp_path / "main.c", f"-I{rt}", f"-L{tmp_path}", "-lnet", f"-Wl,-rpath,{tmp_path}",
+         "-o", tmp_path / "main"])
+    assert run([tmp_path / "main"]).stdout.split() == ["3", "1"]
+
+
+def test_openblas_starts_no_thread_pool_of_its_own(tmp_path):
+    """A program with OpenMP and OpenBLAS runs its GEMMs on its own threads: it re-executes
+    itself with OPENBLAS_NUM_THREADS=1, so OpenBLAS's constructor starts no pool of threads
+    spinning beside the OpenMP ones (they slowed a short 2-thread run, issue 29), even when
+    the environment asks for more. With --threads 1 the process has one thread."""
+    import subprocess
+    import time
+    m = _model(tmp_path)
+    r = run([CTC, "build", m, "-o", tmp_path / "net", "--stats"], env=_env(tmp_path))
+    if "+openblas" not in r.stderr:
+        import pytest
+        pytest.skip("no OpenBLAS")
+    p = subprocess.Popen([tmp_path / "net", "bench", "--threads", "1", "--iters", "100000000", "--warmup", "0"],
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="4"), stdout=subprocess.DEVNULL)
+    try:
+        env, deadline = {}, time.time() + 60
+        while time.time() < deadline and env.get("CTC_NO_REEXEC") != "1":
+            time.sleep(0.05)
+            raw = open(f"/proc/{p.pid}/environ", "rb").read().split(b"\0")
+            env = dict(kv.decode().split("=", 1) for kv in raw if b"=" in kv)
+        assert env.get("CTC_NO_REEXEC") == "1" and env.get("OPENBLAS_NUM_THREADS") == "1", env
+        time.sleep(0.3)   # OpenBLAS's constructor has run
+        assert len(os.listdir(f"/proc/{p.pid}/task")) == 1
+    finally:
+        p.kill()
+        p.wait()
