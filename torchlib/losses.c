@@ -129,6 +129,18 @@ static PV *bce(L *L, Span at, PV *x, PV *y) {
   return t_where(L, at, edge, outside, inside);
 }
 
+/* BCE with logits per element: softplus(x) - x*y, softplus as where(x > 0, x, 0) +
+ * log(1 + exp(t)), t = -|x| through a where() rather than relu and abs, whose kinks at 0
+ * would make the derivative at x = 0 -y instead of PyTorch's sigmoid(x) - y (t's
+ * derivative there is 1, so exp(t) / (1 + exp(t)) = 1/2 is the whole of it). */
+static PV *bce_logits(L *L, Span at, PV *x, PV *y) {
+  PV *pos = t_compare(L, at, OP_GT, x, pv_float(L, 0));
+  PV *t = t_where(L, at, pos, t_unary(L, at, IR_NEG, x), x);
+  PV *sp = t_binary(L, at, OP_ADD, t_where(L, at, pos, x, pv_float(L, 0)),
+                    t_unary(L, at, IR_LOG, t_binary(L, at, OP_ADD, pv_float(L, 1), t_unary(L, at, IR_EXP, t))));
+  return t_binary(L, at, OP_SUB, sp, t_binary(L, at, OP_MUL, x, y));
+}
+
 typedef struct LossOpts {
   int red;
   int64_t ignore_index;
@@ -168,17 +180,15 @@ PV *loss_apply(L *L, Span at, int kind, PV *x, PV *y, const LossOpts *o) {
   case BI_F_BINARY_CROSS_ENTROPY:
     same_shape(L, at, "binary_cross_entropy", x, y);
     return reduce(L, at, bce(L, at, x, y), o->red);
-  case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS: {
+  case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS:
     same_shape(L, at, "binary_cross_entropy_with_logits", x, y);
-    /* softplus(x) - x*y, softplus as where(x > 0, x, 0) + log(1 + exp(t)), t = -|x|
-     * through a where() rather than relu and abs, whose kinks at 0 would make the
-     * derivative at x = 0 -y instead of PyTorch's sigmoid(x) - y (t's derivative
-     * there is 1, so exp(t) / (1 + exp(t)) = 1/2 is the whole of it) */
-    PV *pos = t_compare(L, at, OP_GT, x, pv_float(L, 0));
-    PV *t = t_where(L, at, pos, t_unary(L, at, IR_NEG, x), x);
-    PV *sp = t_binary(L, at, OP_ADD, t_where(L, at, pos, x, pv_float(L, 0)),
-                      t_unary(L, at, IR_LOG, t_binary(L, at, OP_ADD, pv_float(L, 1), t_unary(L, at, IR_EXP, t))));
-    return reduce(L, at, t_binary(L, at, OP_SUB, sp, t_binary(L, at, OP_MUL, x, y)), o->red);
+    return reduce(L, at, bce_logits(L, at, x, y), o->red);
+  case BI_F_MULTILABEL_SOFT_MARGIN_LOSS: {   /* per sample: the mean over classes of BCE with logits */
+    same_shape(L, at, "multilabel_soft_margin_loss", x, y);
+    if (x->t->type.ndim != 2)
+      lower_error(L, at, "multilabel_soft_margin_loss expects input [N, C], got %s", shape_str(L, &x->t->type));
+    int64_t classes = 1;
+    return reduce(L, at, t_reduce(L, at, IR_REDUCE_SUM, bce_logits(L, at, x, y), &classes, 1, 0, 1), o->red);
   }
   default: BUG("loss %d", kind);
   }
@@ -205,7 +215,8 @@ static const char *loss_spec(int fn) {
   case BI_F_CROSS_ENTROPY: return "weight=,size_average=,ignore_index=,reduce=,reduction=,label_smoothing=";
   case BI_F_NLL_LOSS: return "weight=,size_average=,ignore_index=,reduce=,reduction=";
   case BI_F_SMOOTH_L1_LOSS: return "size_average=,reduce=,reduction=,beta=";
-  case BI_F_BINARY_CROSS_ENTROPY: return "weight=,size_average=,reduce=,reduction=";
+  case BI_F_BINARY_CROSS_ENTROPY:
+  case BI_F_MULTILABEL_SOFT_MARGIN_LOSS: return "weight=,size_average=,reduce=,reduction=";
   case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS: return "weight=,size_average=,reduce=,reduction=,pos_weight=";
   default: return "size_average=,reduce=,reduction=";
   }

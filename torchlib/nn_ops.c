@@ -1239,7 +1239,9 @@ PV *nn_prelu_forward(L *L, PV *o, Args *A) {
 /* nn.BatchNorm1d / 2d, InstanceNorm1d / 2d: (num_features, eps, momentum, affine,
  * track_running_stats); weight, bias, then the buffers running_mean, running_var,
  * num_batches_tracked, as PyTorch registers them. */
-static int is_instance(int bi) { return bi == BI_C_INSTANCENORM1D || bi == BI_C_INSTANCENORM2D; }
+static int is_instance(int bi) {
+  return bi == BI_C_INSTANCENORM1D || bi == BI_C_INSTANCENORM2D || bi == BI_C_INSTANCENORM3D;
+}
 
 PV *nn_norm_new(L *L, PV *cls, Args *A) {
   PV *a[7], *o = nn_layer_new(L, cls, A);
@@ -1281,11 +1283,13 @@ PV *nn_norm_forward(L *L, PV *o, Args *A) {
   int bi = o->cls->bi, inst = is_instance(bi);
   Type t = x->t->type;
   int64_t c = arg_int(L, at, env_get(o->attrs, "num_features"), "num_features");
+  const int three = bi == BI_C_BATCHNORM3D || bi == BI_C_INSTANCENORM3D;
   int ok = bi == BI_C_BATCHNORM1D ? t.ndim == 2 || t.ndim == 3 : bi == BI_C_BATCHNORM2D ? t.ndim == 4
-         : bi == BI_C_INSTANCENORM1D ? t.ndim == 3 : t.ndim == 4;
+         : bi == BI_C_INSTANCENORM1D ? t.ndim == 3 : three ? t.ndim == 5 : t.ndim == 4;
   if (!ok)
     lower_error(L, at, "%s expects a %s input, got shape %s", o->cls->s,
-                bi == BI_C_BATCHNORM1D ? "2-D or 3-D" : bi == BI_C_INSTANCENORM1D ? "3-D" : "4-D", shape_str(L, &t));
+                bi == BI_C_BATCHNORM1D ? "2-D or 3-D" : bi == BI_C_INSTANCENORM1D ? "3-D" : three ? "5-D" : "4-D",
+                shape_str(L, &t));
   if (t.dims[1] != c)
     lower_error(L, at, "%s(%lld) got an input with %lld channels (shape %s)", o->cls->s, (long long)c,
                 (long long)t.dims[1], shape_str(L, &t));

@@ -236,22 +236,40 @@ static int dims_arg(L *L, Span at, PV *v, int64_t *dims) {
   return arg_ints(L, at, v, dims, IR_MAX_DIMS, "dim");
 }
 
-static PV *pool(L *L, Args *A, Op op) {
+/* x [..., L] as [..., 1, L] (dir 1), or back (dir -1): the 1-D pools are 2-D ones of height 1. */
+static PV *height1(L *L, Span at, PV *x, int dir) {
+  Type t = x->t->type;
+  int64_t dims[IR_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < t.ndim; i++) {
+    if (dir > 0 && i == t.ndim - 1) dims[n++] = 1;
+    if (dir < 0 && i == t.ndim - 2) continue;
+    dims[n++] = t.dims[i];
+  }
+  return t_reshape(L, at, x, dims, n);
+}
+
+/* max_pool1d/2d, avg_pool1d/2d (nd: 1 or 2); a 1-D pool's sizes are the width's, the
+ * height's 1 (kernel, stride, dilation) and 0 (padding). */
+static PV *pool_nd(L *L, Args *A, Op op, int nd) {
   PV *a[7];
   if (op == IR_MAXPOOL2D) bind_args(L, A, "input,kernel_size,stride=,padding=,dilation=,ceil_mode=,return_indices=", a);
   else bind_args(L, A, "input,kernel_size,stride=,padding=,ceil_mode=,count_include_pad=,divisor_override=", a);
   int64_t k[2], s[2], p[2] = {0, 0}, d[2] = {1, 1};
-  if (arg_ints(L, A->at, a[1], k, 2, "kernel_size") == 1) k[1] = k[0];
+  const int w = nd == 1;   /* where a 1-D pool's one size goes */
+  if (arg_ints(L, A->at, a[1], k + w, 2 - w, "kernel_size") == 1) k[1] = k[w];
   if (a[2] && a[2]->k != PV_NONE && !(pv_is_seq(a[2]) && a[2]->n == 0)) {
-    if (arg_ints(L, A->at, a[2], s, 2, "stride") == 1) s[1] = s[0];
+    if (arg_ints(L, A->at, a[2], s + w, 2 - w, "stride") == 1) s[1] = s[w];
   } else {
     s[0] = k[0];
     s[1] = k[1];
   }
-  if (a[3] && arg_ints(L, A->at, a[3], p, 2, "padding") == 1) p[1] = p[0];
+  if (a[3] && arg_ints(L, A->at, a[3], p + w, 2 - w, "padding") == 1) p[1] = p[w];
+  if (nd == 1) k[0] = s[0] = 1, p[0] = 0;
   int ceil_mode = 0, cip = 1;
   if (op == IR_MAXPOOL2D) {
-    if (a[4] && arg_ints(L, A->at, a[4], d, 2, "dilation") == 1) d[1] = d[0];
+    if (a[4] && arg_ints(L, A->at, a[4], d + w, 2 - w, "dilation") == 1) d[1] = d[w];
+    if (nd == 1) d[0] = 1;
     if (a[5]) ceil_mode = arg_bool(L, A->at, a[5], "ceil_mode");
     if (a[6] && arg_bool(L, A->at, a[6], "return_indices")) lower_error(L, A->at, "return_indices=True is not supported");
   } else {
@@ -259,7 +277,41 @@ static PV *pool(L *L, Args *A, Op op) {
     if (a[5]) cip = arg_bool(L, A->at, a[5], "count_include_pad");
     if (a[6] && a[6]->k != PV_NONE) lower_error(L, A->at, "divisor_override is not supported");
   }
-  return t_pool2d(L, A->at, op, need_tensor(L, A->at, a[0], "input"), k, s, p, d, ceil_mode, cip);
+  PV *x = need_tensor(L, A->at, a[0], "input");
+  if (nd == 1) {
+    if (x->t->type.ndim != 2 && x->t->type.ndim != 3)
+      lower_error(L, A->at, "%s expects a 2-D or 3-D input, got shape %s",
+                  op == IR_MAXPOOL2D ? "max_pool1d" : "avg_pool1d", shape_str(L, &x->t->type));
+    return height1(L, A->at, t_pool2d(L, A->at, op, height1(L, A->at, x, 1), k, s, p, d, ceil_mode, cip), -1);
+  }
+  return t_pool2d(L, A->at, op, x, k, s, p, d, ceil_mode, cip);
+}
+
+static PV *pool(L *L, Args *A, Op op) { return pool_nd(L, A, op, 2); }
+
+/* adaptive_max_pool1d/2d to sizes that divide the input: a max pool with kernel = stride
+ * = input / output (PyTorch's bins are then exactly those windows). */
+static PV *adaptive_max_pool(L *L, Args *A, int nd) {
+  PV *a[3];
+  bind_args(L, A, "input,output_size,return_indices=", a);
+  if (a[2] && arg_bool(L, A->at, a[2], "return_indices")) lower_error(L, A->at, "return_indices=True is not supported");
+  PV *x = need_tensor(L, A->at, a[0], "input");
+  Type t = x->t->type;
+  if (t.ndim != nd + 2 && t.ndim != nd + 1)
+    lower_error(L, A->at, "adaptive_max_pool%dd expects a %d-D or %d-D input, got shape %s", nd, nd + 1, nd + 2,
+                shape_str(L, &t));
+  if (nd == 1) x = height1(L, A->at, x, 1), t = x->t->type;
+  int64_t o[2] = {1, 1}, k[2], p[2] = {0, 0}, d[2] = {1, 1};
+  if (arg_ints(L, A->at, a[1], o + (nd == 1), nd == 1 ? 1 : 2, "output_size") == 1 && nd == 2) o[1] = o[0];
+  for (int i = 0; i < 2; i++) {
+    const int64_t in = t.dims[t.ndim - 2 + i];
+    if (o[i] <= 0 || in % o[i])
+      lower_error(L, A->at, "adaptive_max_pool%dd to %lld needs an output size dividing the input's %lld", nd,
+                  (long long)o[i], (long long)in);
+    k[i] = in / o[i];
+  }
+  PV *r = t_pool2d(L, A->at, IR_MAXPOOL2D, x, k, k, p, d, 0, 1);
+  return nd == 1 ? height1(L, A->at, r, -1) : r;
 }
 
 /* The averaging matrix of one axis of PyTorch's adaptive pooling from n to o: row i
@@ -899,6 +951,27 @@ PV *bi_functional(L *L, PV *fn, Args *A) {
   case BI_F_ADAPTIVE_AVG_POOL2D:
     bind_args(L, A, "input,output_size", a);
     return t_adaptive_avg_pool2d(L, at, need_tensor(L, at, a[0], "input"), a[1]);
+  case BI_F_MAX_POOL1D: return pool_nd(L, A, IR_MAXPOOL2D, 1);
+  case BI_F_AVG_POOL1D: return pool_nd(L, A, IR_AVGPOOL2D, 1);
+  case BI_F_ADAPTIVE_MAX_POOL1D: return adaptive_max_pool(L, A, 1);
+  case BI_F_ADAPTIVE_MAX_POOL2D: return adaptive_max_pool(L, A, 2);
+  case BI_F_ADAPTIVE_AVG_POOL1D: {   /* as 2-D to [1, L_out] */
+    bind_args(L, A, "input,output_size", a);
+    PV *x = need_tensor(L, at, a[0], "input");
+    if (x->t->type.ndim != 2 && x->t->type.ndim != 3)
+      lower_error(L, at, "adaptive_avg_pool1d expects a 2-D or 3-D input, got shape %s", shape_str(L, &x->t->type));
+    int64_t o;
+    arg_ints(L, at, a[1], &o, 1, "output_size");
+    PV *size[2] = {pv_int(L, 1), pv_int(L, o)};
+    PV *x4 = height1(L, at, x, 1);
+    if (x4->t->type.ndim == 3) {   /* unbatched [C, L]: a batch of one */
+      int64_t dims[4] = {1, x4->t->type.dims[0], 1, x4->t->type.dims[2]};
+      PV *r = t_adaptive_avg_pool2d(L, at, t_reshape(L, at, x4, dims, 4), pv_tuple(L, size, 2));
+      int64_t back[2] = {x->t->type.dims[0], o};
+      return t_reshape(L, at, r, back, 2);
+    }
+    return height1(L, at, t_adaptive_avg_pool2d(L, at, x4, pv_tuple(L, size, 2)), -1);
+  }
   case BI_F_LINEAR:
     bind_args(L, A, "input,weight,bias=", a);
     return t_linear(L, at, need_tensor(L, at, a[0], "input"), need_tensor(L, at, a[1], "weight"), a[2]);
