@@ -13,17 +13,46 @@
 #include <unistd.h>
 #include "build.h"
 
-/* Runs argv and waits: its exit status, or -1. */
-static int run_cmd(char *const argv[]) {
+/* Runs argv and waits: its exit status, or -1. When `what` is given and the command is
+ * still running after a few seconds (5 on a terminal; $CTC_PROGRESS seconds if set, also
+ * when stderr is not a terminal), says once on stderr what it is doing, so a long build
+ * of a large model is not silent. */
+static int run_cmd_noting(char *const argv[], const char *what) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     execvp(argv[0], argv);
     _exit(127);
   }
+  const char *env = getenv("CTC_PROGRESS");
+  double after = env && *env ? atof(env) : isatty(2) ? 5 : -1;
   int st;
-  if (waitpid(pid, &st, 0) < 0) return -1;
+  for (long waited_ms = 0;; waited_ms += 50) {
+    pid_t r = waitpid(pid, &st, what && after >= 0 ? WNOHANG : 0);
+    if (r < 0) return -1;
+    if (r == pid) break;
+    if (what && after >= 0 && waited_ms >= after * 1000) {
+      fprintf(stderr, "ctc build: %s ...\n", what);
+      after = -1;   /* once; then wait */
+      continue;
+    }
+    usleep(50000);
+  }
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_cmd(char *const argv[]) { return run_cmd_noting(argv, NULL); }
+
+/* "compiling model.c (12,345 lines) with cc": the note of a long C compile. */
+static const char *compile_note(Arena *a, const char *c_path, const char *cc_text) {
+  FILE *f = fopen(c_path, "rb");
+  long lines = 0;
+  if (f) {
+    for (int c; (c = getc(f)) != EOF;) lines += c == '\n';
+    fclose(f);
+  }
+  return arena_printf(a, "compiling %s (%ld lines) with '%s'; a large unrolled model compiles faster with -O1",
+                      c_path, lines, cc_text);
 }
 
 /* --verbose: the command, on stderr, as a shell would take it (words with blanks quoted). */
@@ -484,7 +513,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   argv[n++] = "-lm";
   argv[n] = NULL;
   if (o->verbose) print_cmd(argv);
-  rc = run_cmd(argv);
+  rc = run_cmd_noting(argv, compile_note(a, c_path, cc_text));
   if (rc != 0) {
     if (distributed && rc == 127)
       diag_plain(d, "'%s' not found: a distributed build needs MPI's compiler wrapper (Debian: libopenmpi-dev; "

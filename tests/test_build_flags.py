@@ -180,3 +180,21 @@ def test_openblas_starts_no_thread_pool_of_its_own(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_long_compile_says_what_it_is_doing(tmp_path):
+    """Issue 28: a build that takes more than a few seconds shows what it is doing (the
+    generated file, its size, the compiler and the advice to use -O1); $CTC_PROGRESS sets
+    after how many seconds (5 on a terminal, silent otherwise: here 0, so at once)."""
+    m = _model(tmp_path)
+    slow = tmp_path / "slowcc"
+    slow.write_text("#!/bin/sh\nsleep 0.3\nexec cc \"$@\"\n")
+    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    env = dict(_env(tmp_path), CTC_PROGRESS="0")
+    r = run([CTC, "build", m, "-o", tmp_path / "net", "--cc", str(slow)], env=env)
+    notes = [l for l in r.stderr.splitlines() if l.startswith("ctc build: compiling ")]
+    assert len(notes) == 1, r.stderr
+    assert re.search(r"net\.c \(\d+ lines\) with '.*slowcc'; a large unrolled model compiles faster with -O1",
+                     notes[0]), notes[0]
+    quiet = run([CTC, "build", m, "-o", tmp_path / "net2", "--cc", str(slow)], env=_env(tmp_path))
+    assert "ctc build:" not in quiet.stderr   # not a terminal, no $CTC_PROGRESS: nothing
