@@ -173,12 +173,14 @@ enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 
 static int is_off_macro(const char *s, size_t n) {
   return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14)) ||
-         (n == 11 && !strncmp(s, "__AVX512F__", 11)) ||   /* kernels.c's AVX-512 GEMM (intrinsics) */
-         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16));  /* and its call */
+         (n == 11 && !strncmp(s, "__AVX512F__", 11)) ||   /* kernels.c's x86 GEMMs (<immintrin.h> is */
+         (n == 8 && !strncmp(s, "__AVX2__", 8)) ||         /* not freestanding: its mm_malloc.h needs stdlib) */
+         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16)) || /* and their calls; the NEON GEMM stays */
+         (n > 13 && !strncmp(s, "CTC_GEMM_AVX2_", 14));    /* (<arm_neon.h> is freestanding) */
 }
 
-/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS, __AVX512F__ and
- * CTC_GEMM_AVX512_* undefined: 1, 0, or -1 when it depends on something else. */
+/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS, __AVX512F__, __AVX2__,
+ * CTC_GEMM_AVX512_* and CTC_GEMM_AVX2_* undefined: 1, 0, or -1 when it depends on something else. */
 static int cond_value(const char *line) {
   const char *s = line + 1;
   int neg = 0;
@@ -244,6 +246,10 @@ void cg_fs_preprocess(Buf *b) {
 static const char *const c_words[] = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "_Alignas",
                                       "_Generic", "_Static_assert", "defined", "__attribute__", NULL};
 static const char *const string_fns[] = {"memcpy", "memset", "memmove", "memcmp", NULL};
+/* the NEON intrinsics kernels.c's aarch64 GEMM calls (inline functions of <arm_neon.h>) */
+static const char *const neon_fns[] = {"vdupq_n_f32", "vld1q_f32", "vst1q_f32", "vaddq_f32", "vfmaq_n_f32",
+                                       "vtrn1q_f32", "vtrn2q_f32", "vtrn1q_f64", "vtrn2q_f64",
+                                       "vreinterpretq_f64_f32", "vreinterpretq_f32_f64", NULL};
 static const char *const std_macros[] = {"INT64_C", "UINT64_C", "INT32_C", "UINT32_C", "isnan", "isinf",
                                          "isfinite", "signbit", NULL};
 /* libm's functions as the emitter may call them (cg_util.c's libm_fns, both precisions). */
@@ -361,7 +367,9 @@ int cg_fs_scan(const char *text, const CgOptions *opt, Buf *math) {
   for (int i = 0; i < calls.n && !rc; i++) {
     const char *c = calls.s[i];
     size_t n = strlen(c);
-    if (names_has(&defs, c, n) || in_words(string_fns, c, n) || in_words(std_macros, c, n)) continue;
+    if (names_has(&defs, c, n) || in_words(string_fns, c, n) || in_words(std_macros, c, n) ||
+        in_words(neon_fns, c, n))
+      continue;
     if (!is_libm(c, n)) {
       fprintf(stderr, "ctc: error: --freestanding: the generated code calls '%s', which needs ctc's runtime or the C "
                       "library (not freestanding)\n", c);
