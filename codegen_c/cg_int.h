@@ -206,8 +206,9 @@ void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
 /* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
  * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
 int cg_fs_refuse(const Program *p, const CgOptions *opt);
-/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS, __AVX512F__ and CTC_GEMM_AVX512_* as undefined (their
- * directives and dead branches go): the portable GEMM, no OpenMP or intrinsics. Other conditionals stay. */
+/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS, __AVX512F__, __AVX2__ and CTC_GEMM_AVX512_/AVX2_* as undefined (their
+ * directives and dead branches go): the portable GEMM (NEON's on aarch64), no OpenMP or x86 intrinsics. Other
+ * conditionals stay. */
 void cg_fs_preprocess(Buf *b);
 /* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
  * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it
