@@ -93,7 +93,7 @@ MODELS = {
     "mobilenet_v3_small": ("torchvision.models.mobilenet_v3_small(weights=None, num_classes=num_classes, dropout=0.0)",
                            "", 32),
     "efficientnet_b0": ("torchvision.models.efficientnet_b0(weights=None, stochastic_depth_prob=0.0)",
-                        "self.backbone.classifier = nn.Linear(1280, num_classes)", 32),
+                        "self.backbone.classifier = nn.Linear(1280, num_classes)", 64),
     "squeezenet1_1": ("torchvision.models.squeezenet1_1(weights=None, num_classes=num_classes, dropout=0.0)", "", 64),
     "vgg11": ("torchvision.models.vgg11(weights=None, num_classes=num_classes, dropout=0.0)", "", 32),
 }
