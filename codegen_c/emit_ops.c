@@ -753,6 +753,24 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
   }
 }
 
+/* The copies between the images' output-side rows (ymem: image n0 + s's, "o" its row)
+ * and the tile's ys[O, L] (to_tile: ys = images), in parallel over the rows. */
+static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *ymem, const char *ys, int64_t L,
+                      int to_tile) {
+  LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, row o) */\n", (ll)g->O);
+  c->ind += 2;
+  LINE(c, "const int64_t s = q / %lld, o = q %% %lld;\n", (ll)g->O, (ll)g->O);
+  if (to_tile)
+    LINE(c, "memcpy(%s + o * %lld + s * %lld, %s + o * %lld, %lld * sizeof(%s));\n", ys, (ll)L, (ll)g->ohw, ymem,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  else
+    LINE(c, "memcpy(%s + o * %lld, %s + o * %lld + s * %lld, %lld * sizeof(%s));\n", ymem, (ll)g->ohw, ys, (ll)L,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  c->ind -= 2;
+  LINE(c, "}\n");
+}
+
 /* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
  * their columns fit the scratch), their column matrices side by side in
  * col[C*KH*KW, L] (L = S*OH*OW, image s's columns from s*OH*OW on; group grp's
@@ -761,8 +779,9 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
  * splits it over the threads (a column's sum runs over k in the same order
  * whatever the split); with several, the groups' GEMMs run in parallel, each
  * whole on one thread: results do not depend on the thread count. Unfolding,
- * folding and the copies between the images' layout and the tile's run over
- * the tile's images in parallel. After col, the scratch holds ys[O, L], the
+ * folding and the copies between the images' layout and the tile's run in
+ * parallel over (image, channel) pairs. The C target's tiles are at most 1 MiB
+ * of columns (they stay in the cache) unless that is under 128 columns. After col, the scratch holds ys[O, L], the
  * tile's outputs (forward) or output gradients (backward); with one image a
  * tile, the GEMMs read and write the image's own rows instead:
  *   CONV2D:            col = im2col(x tile); ys[grp] = w[grp] col[grp]; y = ys, image by image
@@ -787,7 +806,8 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   if (bin) c->k->col2im[t] = 1;
   else c->k->im2col[t] = 1;
   if (S < g.N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld images */\n", (ll)g.N, (ll)S, (ll)S);
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g.N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
     c->ind += 2;
     LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g.N, (ll)S, (ll)g.N, (ll)S);
   } else {
@@ -799,24 +819,22 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   snprintf(ymem, sizeof ymem, "%s + (n0 + s) * %lld", out, (ll)OHW);   /* image n0 + s's output-side rows */
   if (S > 1) snprintf(ys, sizeof ys, "%s + %lld", scratch, (ll)(g.C * g.KH * g.KW * L));
   else snprintf(ys, sizeof ys, "%s + n0 * %lld", out, (ll)OHW);   /* one image a tile: its own rows */
-  snprintf(unfold, sizeof unfold, "%s + (n0 + s) * %lld", img, (ll)CHW);
-  snprintf(col, sizeof col, "%s + s * %lld", scratch, (ll)g.ohw);
-  ConvGeom all = g;   /* im2col and col2im over all C channels: the groups' rows one after the other */
-  all.Cg = g.C;
-  /* before the GEMMs: unfold the tile's images, copy their output gradients */
-  if (!bin || S > 1) {
-    if (S > 1) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t s = 0; s < ns; s++) {\n");
+  snprintf(unfold, sizeof unfold, "%s + (n0 + s) * %lld + ci * %lld", img, (ll)CHW, (ll)(g.H * g.W));
+  snprintf(col, sizeof col, "%s + s * %lld + ci * %lld", scratch, (ll)g.ohw, (ll)(g.KH * g.KW * L));
+  ConvGeom one = g;   /* im2col and col2im of one channel: its KH*KW rows of the columns */
+  one.Cg = 1;
+  /* before the GEMMs: unfold the tile's images, copy their output gradients; in
+   * parallel over (image, channel) pairs (a channel's rows are unfolded alone) */
+  if (!bin) {
+    LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
-    if (!bin) fold_call(c, "im2col", t, in, &all, unfold, col, L);
-    if (!fwd && S > 1) {
-      LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)g.O);
-      LINE(c, "  memcpy(%s + o * %lld + s * %lld, %s + o * %lld, %lld * sizeof(%s));\n", ys, (ll)L, (ll)g.ohw, ymem,
-           (ll)g.ohw, (ll)g.ohw, ct);
-    }
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "im2col", t, in, &one, unfold, col, L);
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  if (!fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 1);
   char wg[IDX_CAP + 48], cg[IDX_CAP + 48], yg[IDX_CAP + 48];
   if (g.G > 1) {
     LINE(c, "CTC_OMP_FOR\n");
@@ -840,20 +858,18 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
     LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
          (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
   if (g.G > 1) c->ind -= 2;
-  /* after them: fold the columns into the images, copy the outputs to theirs */
-  if (bin || (fwd && S > 1)) {
-    if (S > 1) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t s = 0; s < ns; s++) {\n");
+  /* after them: fold the columns into the images (channel by channel, in parallel),
+   * copy the outputs to theirs */
+  if (bin) {
+    LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
-    if (bin) fold_call(c, "col2im", t, in, &all, col, unfold, L);
-    else {
-      LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)g.O);
-      LINE(c, "  memcpy(%s + o * %lld, %s + o * %lld + s * %lld, %lld * sizeof(%s));\n", ymem, (ll)g.ohw, ys, (ll)L,
-           (ll)g.ohw, (ll)g.ohw, ct);
-    }
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "col2im", t, in, &one, col, unfold, L);
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  if (fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 0);
   while (c->ind > base) {
     c->ind -= 2;
     LINE(c, "}\n");

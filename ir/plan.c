@@ -149,6 +149,14 @@ int64_t ir_conv_slots(const Func *f, const Inst *in) {
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   int64_t per = ir_conv_image_bytes(f, in);
   int64_t s = per == INT64_MAX || per <= 0 ? 1 : IR_CONV_SCRATCH_BYTES / per;
+  int64_t k[5] = {C, KH, KW, OH * OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)}, col;
+  if (f->conv_direct && OH * OW > 0 && ir_prod(k, 5, &col) == 0 && col > 0) {
+    /* the C target: tiles whose columns stay in the cache from im2col to the GEMM, but
+     * wide enough for the GEMM */
+    int64_t cap = IR_CONV_TILE_BYTES / col, least = (IR_CONV_TILE_COLS + OH * OW - 1) / (OH * OW);
+    if (cap < least) cap = least;
+    if (s > cap) s = cap;
+  }
   return s < 1 ? 1 : s > N ? (N > 0 ? N : 1) : s;
 }
 
