@@ -96,9 +96,13 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
     return 0;
   /* The column matrices of ir_conv_slots images at once: [C*KH*KW, OH*OW] each,
    * and their outputs' (or gradients') [O, OH*OW], laid side by side. */
-  int64_t per = ir_conv_image_bytes(f, in), b;
+  int64_t per = ir_conv_image_bytes(f, in), b, S = ir_conv_slots(f, in);
   if (per == INT64_MAX) return INT64_MAX;
-  int64_t d[2] = {per, ir_conv_slots(f, in)};
+  if (S == 1 && f->conv_direct) {   /* the C target's tiles of one image use the outputs' own rows */
+    int64_t k[5] = {C, KH, KW, OH * OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
+    return ir_prod(k, 5, &b) < 0 ? INT64_MAX : b;
+  }
+  int64_t d[2] = {per, S};
   return ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
 }
 
