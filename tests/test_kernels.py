@@ -419,8 +419,8 @@ def test_gemm_paths_agree(tmp_path):
         run([CTC, "build", str(src), "-o", str(exe), *specs, *opts], timeout=600)
         if mode == "blas":
             code = (tmp_path / "blas.c").read_text()
-            # conv2's 4 images unfolded in parallel into one tile, then one GEMM over the tile
-            assert re.search(r"CTC_OMP_FOR\n    for \(int64_t s = 0; s < ns; s\+\+\) \{\n      ctc_im2col_f32\(.*\n"
+            # conv2's 4 images unfolded in parallel (image, channel) into one tile, then one GEMM over it
+            assert re.search(r"CTC_OMP_FOR\n    for \(int64_t q = 0; q < ns \* 6; q\+\+\) .*\n.*\n      ctc_im2col_f32\(.*\n"
                              r"    \}\n    ctc_matmul_f32\(0, 0, 0, 12, ns \* 64, 150,", code), \
                 "convolution images not unfolded in parallel into one GEMM"
             run([str(exe), "run", "forward", "--input", str(tmp_path / "x.npy"), "--output",
