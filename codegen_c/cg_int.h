@@ -67,6 +67,7 @@ typedef struct Kernels {
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
+  unsigned char dwconv[DT_COUNT];   /* ctc_dwconv_<dt> and its gradients (depthwise convolutions) */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
   unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */

@@ -525,7 +525,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
               cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), ad.s, ir_dtype_name(r->dtype),
               (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
               (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
-              in->op == IR_CONV2D_BWD_WEIGHT ? " and gradients" : "");
+              ir_conv_slots(f, in) == 1 ? "" : in->op == IR_CONV2D ? " and outputs" : " and output gradients");
     cg_buf_free(&ad);
   }
 

@@ -9,10 +9,11 @@
  * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel; loops
  * that accumulate (+=) are only parallel over disjoint parts of their result.
  *
- * Gradient primitives: UNSLICE zeroes and scatters; CONV2D_BWD_INPUT is a GEMM
- * w^T g[n] into the column scratch, then col2im (scatter-add); CONV2D_BWD_WEIGHT
- * is im2col of x[n], then a GEMM g[n] col^T accumulated over the batch (beta = 1
- * from the second image on); the pooling gradients loop over windows per image;
+ * Gradient primitives: UNSLICE zeroes and scatters; convolutions run over tiles
+ * of the batch (emit_conv2d_tiled): CONV2D_BWD_INPUT is a GEMM w^T g into the
+ * tile's columns, then col2im (scatter-add); CONV2D_BWD_WEIGHT is im2col of the
+ * tile, then a GEMM g col^T accumulated over the tiles (beta = 1 from the second
+ * tile on); depthwise ones are direct loops (kernels.c); the pooling gradients loop over windows per image;
  * EMBEDDING_BWD adds rows of g at the indices (checked in range before the kernel: emit_c.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -724,158 +725,10 @@ static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, co
        (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to, ld);
 }
 
-/* "p + n * 12": v's slice for image `var` (p alone when there is one image). */
-static void image_ptr(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, const char *var) {
-  if (N > 1) snprintf(buf, cap, "%s + %s * %lld", cg_ref(c, v), var, (ll)stride);
-  else snprintf(buf, cap, "%s", cg_ref(c, v));
-}
-
-/* Convolutions run S images at a time (S = ir_conv_slots: their column
- * matrices fit the scratch), the images of a chunk in parallel, each image's
- * GEMM one single-threaded call on its thread:
- *   for (n0 = 0; n0 < N; n0 += S)      (left out when S == N)
- *     CTC_OMP_FOR
- *     for (s = 0; s < min(S, N - n0); s++)   image n = n0 + s, columns in slot s
- * Opens those loops; the body uses "n" (the image) and "s" (its slot). */
-static int open_images_chunked(CgFunc *c, DType t, int64_t N, int64_t S, int par) {
-  int base = c->ind;
-  if (N <= 1) return base;
-  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
-  if (S < N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)N, (ll)S);
-    c->ind += 2;
-    if (par) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t s = 0; s < (%lld - n0 < %lld ? %lld - n0 : %lld); s++) {\n", (ll)N, (ll)S, (ll)N, (ll)S);
-    c->ind += 2;
-    LINE(c, "const int64_t n = n0 + s;\n");
-  } else {
-    if (par) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)N);
-    c->ind += 2;
-  }
-  return base;
-}
-
-static void close_images_chunked(CgFunc *c, int base) {
-  while (c->ind > base) {
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-}
-
-/* y[n] = w[O, C*KH*KW] x im2col(x[n]) for each image n, images in parallel. */
-static void emit_conv2d_chunked(CgFunc *c, int i, const Inst *in) {
-  DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
-  int64_t S = ir_conv_slots(c->f, in);
-  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
-  image_ptr(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, "n");
-  if (scratch) {
-    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
-    else snprintf(col, sizeof col, "%s", scratch);
-    c->k->im2col[t] = 1;
-  } else {
-    snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
-  }
-  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
-  gemm_call(c, t, 0, 0, g.O, g.ohw, g.ckk, ws, g.ckk, col, g.ohw, yn, g.ohw, NULL);
-  close_images_chunked(c, base);
-}
-
-/* dx[n] = col2im(w^T[C*KH*KW, O] x g[n][O, OH*OW]) for each image n, images in parallel. */
-static void emit_conv2d_bwd_input_chunked(CgFunc *c, int i, const Inst *in) {
-  DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *ws = cg_ref(c, in->args[1]);
-  int64_t S = ir_conv_slots(c->f, in);
-  char gn[IDX_CAP], dxn[IDX_CAP], col[IDX_CAP];
-  image_ptr(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, "n");
-  image_ptr(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, "n");
-  int base = open_images_chunked(c, t, g.N, scratch ? S : g.N, 1);
-  if (scratch) {
-    if (g.N > 1) snprintf(col, sizeof col, "%s + %s * %lld", scratch, S < g.N ? "s" : "n", (ll)(g.ckk * g.ohw));
-    else snprintf(col, sizeof col, "%s", scratch);
-    c->k->col2im[t] = 1;
-    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.O, ws, g.ckk, gn, g.ohw, col, g.ohw, NULL);
-    fold_call(c, "col2im", t, in, &g, col, dxn, 0);
-  } else {
-    /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
-    gemm_call(c, t, 1, 0, g.C, g.ohw, g.O, ws, g.C, gn, g.ohw, dxn, g.ohw, NULL);
-  }
-  close_images_chunked(c, base);
-}
-
-/* dw[O, C*KH*KW] = sum over n of g[n][O, OH*OW] x im2col(x[n])^T. A chunk of S
- * images is unfolded side by side (col[C*KH*KW, S*OH*OW], in parallel) next to
- * a copy of their gradients (gs[O, S*OH*OW]); then one GEMM gs x col^T over
- * the whole chunk (K = S*OH*OW), accumulated from the second chunk on. */
-static void emit_conv2d_bwd_weight_chunked(CgFunc *c, int i, const Inst *in) {
-  DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i], *dws = cg_ref(c, in->res);
-  char xn[IDX_CAP], gn[IDX_CAP];
-  image_ptr(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, "n");
-  image_ptr(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, "n");
-  int base = c->ind;
-  if (!scratch) {   /* 1x1, stride 1, no padding: x[n] is the column matrix; one GEMM per image */
-    if (g.N > 1) {
-      LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)g.N);
-      c->ind += 2;
-    }
-    gemm_call(c, t, 0, 1, g.O, g.ckk, g.ohw, gn, g.ohw, xn, g.ohw, dws, g.ckk, g.N > 1 ? "n > 0" : NULL);
-    close_images_chunked(c, base);
-    return;
-  }
-  c->k->im2col[t] = 1;
-  int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw;   /* L: the row length of a chunk's columns */
-  const char *ct = cg_ctype(t);
-  char gs[IDX_CAP];
-  snprintf(gs, sizeof gs, "%s + %lld", scratch, (ll)(g.ckk * L));
-  if (S < g.N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {\n", (ll)g.N, (ll)S);
-    c->ind += 2;
-    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;   /* images in this chunk */\n", (ll)g.N, (ll)S,
-         (ll)g.N, (ll)S);
-  } else {
-    LINE(c, "{\n");
-    c->ind += 2;
-    if (g.N > 1) LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
-  }
-  if (g.N > 1) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, g.N > 1 ? "for (int64_t s = 0; s < ns; s++) {\n" : "for (int64_t s = 0; s < 1; s++) {\n");
-  c->ind += 2;
-  if (g.N > 1) LINE(c, "const int64_t n = n0 + s;\n");
-  LINE(c, "%s *restrict gd = %s + s * %lld;\n", ct, gs, (ll)g.ohw);
-  LINE(c, "const %s *restrict gp = %s;\n", ct, gn);
-  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)g.O);
-  LINE(c, "  memcpy(gd + o * %lld, gp + o * %lld, %lld * sizeof *gd);\n", (ll)L, (ll)g.ohw, (ll)g.ohw);
-  char col[IDX_CAP];
-  snprintf(col, sizeof col, "%s + s * %lld", scratch, (ll)g.ohw);
-  fold_call(c, "im2col", t, in, &g, xn, col, L);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  /* one GEMM over the chunk: K = ns * OH*OW, the rows of both matrices have stride L */
-  if (S < g.N) {
-    c->k->gemm[t] = c->k->matmul[t] = 1;
-    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n",
-         t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), (ll)g.O, (ll)g.ckk, (ll)g.ohw, gs, (ll)L,
-         scratch, (ll)L, dws, (ll)g.ckk);
-  } else {
-    gemm_call(c, t, 0, 1, g.O, g.ckk, L, gs, L, scratch, L, dws, g.ckk, NULL);
-  }
-  close_images_chunked(c, base);
-}
-
 /* "p" or "p + n * 12" or "p + n * 12 + grp * 4": v's slice for image n (when
  * there are several) and group grp (when there are several). */
 static void image_ptr_g(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, int64_t G,
-                      int64_t gstride) {
+                        int64_t gstride) {
   int k = snprintf(buf, cap, "%s", cg_ref(c, v));
   if (N > 1) k += snprintf(buf + k, cap - (size_t)k, " + n * %lld", (ll)stride);
   if (G > 1) snprintf(buf + k, cap - (size_t)k, " + grp * %lld", (ll)gstride);
@@ -900,84 +753,206 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
   }
 }
 
-/* y[n][group] = w[group][Og, Cg*KH*KW] x im2col(x[n][group]) for each image n and group. */
-static void emit_conv2d_grouped(CgFunc *c, int i, const Inst *in) {
+/* The copies between the images' output-side rows (ymem: image n0 + s's, "o" its row)
+ * and the tile's ys[O, L] (to_tile: ys = images), in parallel over the rows. */
+static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *ymem, const char *ys, int64_t L,
+                      int to_tile) {
+  LINE(c, "CTC_OMP_FOR\n");
+  LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, row o) */\n", (ll)g->O);
+  c->ind += 2;
+  LINE(c, "const int64_t s = q / %lld, o = q %% %lld;\n", (ll)g->O, (ll)g->O);
+  if (to_tile)
+    LINE(c, "memcpy(%s + o * %lld + s * %lld, %s + o * %lld, %lld * sizeof(%s));\n", ys, (ll)L, (ll)g->ohw, ymem,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  else
+    LINE(c, "memcpy(%s + o * %lld, %s + o * %lld + s * %lld, %lld * sizeof(%s));\n", ymem, (ll)g->ohw, ys, (ll)L,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  c->ind -= 2;
+  LINE(c, "}\n");
+}
+
+/* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
+ * their columns fit the scratch), their column matrices side by side in
+ * col[C*KH*KW, L] (L = S*OH*OW, image s's columns from s*OH*OW on; group grp's
+ * rows from grp*Cg*KH*KW on), so that each tile and group is one GEMM with
+ * ns*OH*OW columns (ns: the images in the tile). With one group ctc_matmul
+ * splits it over the threads (a column's sum runs over k in the same order
+ * whatever the split); with several, the groups' GEMMs run in parallel, each
+ * whole on one thread: results do not depend on the thread count. Unfolding,
+ * folding and the copies between the images' layout and the tile's run in
+ * parallel over (image, channel) pairs. The C target's tiles are at most 1 MiB
+ * of columns (they stay in the cache) unless that is under 128 columns. After col, the scratch holds ys[O, L], the
+ * tile's outputs (forward) or output gradients (backward); with one image a
+ * tile, the GEMMs read and write the image's own rows instead:
+ *   CONV2D:            col = im2col(x tile); ys[grp] = w[grp] col[grp]; y = ys, image by image
+ *   CONV2D_BWD_INPUT:  ys = g tile; col[grp] = w[grp]^T ys[grp]; dx = col2im(col), image by image
+ *   CONV2D_BWD_WEIGHT: col = im2col(x tile), ys = g tile; dw[grp] = (dw[grp] +) ys[grp] col[grp]^T */
+static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t), *sf = cg_dt_suffix(t), *scratch = c->sname[i];
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw, CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
+  const char *img, *out, *w;   /* the image-side array (x or dx), the output-side one (y or g), the weights */
+  switch (in->op) {
+  case IR_CONV2D: img = cg_ref(c, in->args[0]), w = cg_ref(c, in->args[1]), out = cg_ref(c, in->res); break;
+  case IR_CONV2D_BWD_INPUT: out = cg_ref(c, in->args[0]), w = cg_ref(c, in->args[1]), img = cg_ref(c, in->res); break;
+  default: img = cg_ref(c, in->args[0]), out = cg_ref(c, in->args[1]), w = cg_ref(c, in->res); break;
+  }
+  int fwd = in->op == IR_CONV2D, bin = in->op == IR_CONV2D_BWD_INPUT;
+  int base = c->ind;
+  const char *mm = t == DT_F32 || t == DT_F64 ? "matmul" : "gemm";
+  c->k->gemm[t] = c->k->matmul[t] = 1;
+  if (bin) c->k->col2im[t] = 1;
+  else c->k->im2col[t] = 1;
+  if (S < g.N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g.N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g.N, (ll)S, (ll)g.N, (ll)S);
+  } else {
+    LINE(c, "{   /* the whole batch in one tile */\n");
+    c->ind += 2;
+    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
+  }
+  char ys[IDX_CAP], ymem[IDX_CAP], unfold[IDX_CAP], col[IDX_CAP];
+  snprintf(ymem, sizeof ymem, "%s + (n0 + s) * %lld", out, (ll)OHW);   /* image n0 + s's output-side rows */
+  if (S > 1) snprintf(ys, sizeof ys, "%s + %lld", scratch, (ll)(g.C * g.KH * g.KW * L));
+  else snprintf(ys, sizeof ys, "%s + n0 * %lld", out, (ll)OHW);   /* one image a tile: its own rows */
+  snprintf(unfold, sizeof unfold, "%s + (n0 + s) * %lld + ci * %lld", img, (ll)CHW, (ll)(g.H * g.W));
+  snprintf(col, sizeof col, "%s + s * %lld + ci * %lld", scratch, (ll)g.ohw, (ll)(g.KH * g.KW * L));
+  ConvGeom one = g;   /* im2col and col2im of one channel: its KH*KW rows of the columns */
+  one.Cg = 1;
+  /* before the GEMMs: unfold the tile's images, copy their output gradients; in
+   * parallel over (image, channel) pairs (a channel's rows are unfolded alone) */
+  if (!bin) {
+    LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
+    c->ind += 2;
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "im2col", t, in, &one, unfold, col, L);
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (!fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 1);
+  char wg[IDX_CAP + 48], cg[IDX_CAP + 48], yg[IDX_CAP + 48];
+  if (g.G > 1) {
+    LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t grp = 0; grp < %lld; grp++)   /* each group's GEMM whole on one thread */\n", (ll)g.G);
+    c->ind += 2;
+    snprintf(wg, sizeof wg, "%s + grp * %lld", w, (ll)(g.Og * g.ckk));
+    snprintf(cg, sizeof cg, "%s + grp * %lld", scratch, (ll)(g.ckk * L));
+    snprintf(yg, sizeof yg, "%s + grp * %lld", ys, (ll)(g.Og * L));
+  } else {
+    snprintf(wg, sizeof wg, "%s", w);
+    snprintf(cg, sizeof cg, "%s", scratch);
+    snprintf(yg, sizeof yg, "%s", ys);
+  }
+  if (fwd)
+    LINE(c, "ctc_%s_%s(0, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og, (ll)g.ohw,
+         (ll)g.ckk, wg, (ll)g.ckk, cg, (ll)L, yg, (ll)L);
+  else if (bin)
+    LINE(c, "ctc_%s_%s(1, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.ckk, (ll)g.ohw,
+         (ll)g.Og, wg, (ll)g.ckk, yg, (ll)L, cg, (ll)L);
+  else
+    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
+         (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
+  if (g.G > 1) c->ind -= 2;
+  /* after them: fold the columns into the images (channel by channel, in parallel),
+   * copy the outputs to theirs */
+  if (bin) {
+    LINE(c, "CTC_OMP_FOR\n");
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
+    c->ind += 2;
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "col2im", t, in, &one, col, unfold, L);
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 0);
+  while (c->ind > base) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+}
+
+/* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
+ * in parallel over the output channels of all images (forward), the input
+ * channels (backward input) or the kernel taps (backward weight). */
+static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
+  DType t = ty(c, in->res)->dtype;
+  const char *sf = cg_dt_suffix(t);
+  ConvGeom g;
+  cg_conv_geom(c->f, in, &g);
+  const int64_t *a = in->attr, M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
+  char geo[256];
+  snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
+           (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
+  c->k->dwconv[t] = 1;
+  LINE(c, "CTC_OMP_FOR\n");
+  switch (in->op) {
+  case IR_CONV2D: {
+    const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, o) */\n", (ll)(g.N * g.O));
+    LINE(c, "  const int64_t n = q / %lld, o = q %% %lld;\n", (ll)g.O, (ll)g.O);
+    LINE(c, "  ctc_dwconv_%s(%s + (n * %lld + o / %lld) * %lld, %s + o * %lld, %s, %s + q * %lld);\n", sf, x, (ll)g.C,
+         (ll)M, (ll)HW, w, (ll)KK, geo, y, (ll)g.ohw);
+    break;
+  }
+  case IR_CONV2D_BWD_INPUT: {
+    const char *gy = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *dx = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, input channel) */\n", (ll)(g.N * g.C));
+    LINE(c, "  const int64_t n = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    LINE(c, "  ctc_dwconv_bwd_input_%s(%s + (n * %lld + ci * %lld) * %lld, %s + ci * %lld, %lld, %s, %s + q * %lld);\n",
+         sf, gy, (ll)g.O, (ll)M, (ll)g.ohw, w, (ll)(M * KK), (ll)M, geo, dx, (ll)HW);
+    break;
+  }
+  default: {
+    const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, kh, kw) */\n", (ll)(g.O * KK));
+    LINE(c, "  const int64_t o = q / %lld;\n", (ll)KK);
+    LINE(c, "  %s[q] = ctc_dwconv_bwd_weight_%s(%s + o / %lld * %lld, %lld, %s + o * %lld, %lld, %lld, %lld, %lld, "
+            "q / %lld %% %lld, q %% %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld);\n",
+         dw, sf, x, (ll)M, (ll)HW, (ll)(g.C * HW), gy, (ll)g.ohw, (ll)(g.O * g.ohw), (ll)g.N, (ll)g.H, (ll)g.W,
+         (ll)g.KW, (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
+    break;
+  }
+  }
+  LINE(c, "}\n");
+}
+
+/* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
+ * one GEMM per image (and group), images in parallel when there is one group. */
+static void emit_conv2d_pointwise(CgFunc *c, const Inst *in) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i];
-  char col[IDX_CAP], xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
-  image_ptr_g(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr_g(c, yn, sizeof yn, in->res, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr_g(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
-  if (scratch) {
-    snprintf(col, sizeof col, "%s", scratch);
-    c->k->im2col[t] = 1;
-  } else {
-    snprintf(col, sizeof col, "%s", xn);   /* 1x1, stride 1, no padding: x[n] is the column matrix */
-  }
+  char xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
   int base = c->ind;
+  int img = in->op == IR_CONV2D_BWD_INPUT ? -1 : 0;   /* which operand is the image (-1: the result) */
+  ValId xv = img < 0 ? in->res : in->args[0];
+  ValId yv = in->op == IR_CONV2D ? in->res : in->op == IR_CONV2D_BWD_INPUT ? in->args[0] : in->args[1];
+  ValId wv = in->op == IR_CONV2D_BWD_WEIGHT ? in->res : in->args[1];
+  image_ptr_g(c, xn, sizeof xn, xv, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr_g(c, yn, sizeof yn, yv, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr_g(c, wg, sizeof wg, wv, 1, 0, g.G, g.Og * g.ckk);
+  int par = g.G == 1 && in->op != IR_CONV2D_BWD_WEIGHT && g.N > 1;   /* images in parallel */
+  if (par) {
+    if (t == DT_F32 || t == DT_F64) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+    LINE(c, "CTC_OMP_FOR\n");
+  }
   open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
-  gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, col, g.ohw, yn, g.ohw, NULL);
+  if (in->op == IR_CONV2D) gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
+  else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
+  else gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
   c->ind = base;
 }
-
-/* dx[n][group] = col2im(w[group]^T[Cg*KH*KW, Og] x g[n][group][Og, OH*OW]) for each image n and group. */
-static void emit_conv2d_bwd_input_grouped(CgFunc *c, int i, const Inst *in) {
-  DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i];
-  char gn[IDX_CAP], dxn[IDX_CAP], wg[IDX_CAP];
-  image_ptr_g(c, gn, sizeof gn, in->args[0], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr_g(c, dxn, sizeof dxn, in->res, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr_g(c, wg, sizeof wg, in->args[1], 1, 0, g.G, g.Og * g.ckk);
-  int base = c->ind;
-  open_batch(c, &g);
-  if (scratch) {
-    c->k->col2im[t] = 1;
-    gemm_call(c, t, 1, 0, g.ckk, g.ohw, g.Og, wg, g.ckk, gn, g.ohw, scratch, g.ohw, NULL);
-    fold_call(c, "col2im", t, in, &g, scratch, dxn, 0);
-  } else {
-    /* 1x1, stride 1, no padding: the column matrix is dx[n] itself */
-    gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, gn, g.ohw, dxn, g.ohw, NULL);
-  }
-  close_batch(c, &g);
-  c->ind = base;
-}
-
-/* dw[group][Og, Cg*KH*KW] = sum over n of g[n][group][Og, OH*OW] x im2col(x[n][group])^T. */
-static void emit_conv2d_bwd_weight_grouped(CgFunc *c, int i, const Inst *in) {
-  DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const char *scratch = c->sname[i];
-  char col[IDX_CAP], xn[IDX_CAP], gn[IDX_CAP], dwg[IDX_CAP];
-  image_ptr_g(c, xn, sizeof xn, in->args[0], g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
-  image_ptr_g(c, gn, sizeof gn, in->args[1], g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
-  image_ptr_g(c, dwg, sizeof dwg, in->res, 1, 0, g.G, g.Og * g.ckk);
-  if (scratch) {
-    snprintf(col, sizeof col, "%s", scratch);
-    c->k->im2col[t] = 1;
-  } else {
-    snprintf(col, sizeof col, "%s", xn);
-  }
-  int base = c->ind;
-  open_batch(c, &g);
-  if (scratch) fold_call(c, "im2col", t, in, &g, xn, col, g.ohw);
-  gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, gn, g.ohw, col, g.ohw, dwg, g.ckk, g.N > 1 ? "n > 0" : NULL);
-  close_batch(c, &g);
-  c->ind = base;
-}
-
-/* Convolutions: with one group, images run S at a time in parallel (above);
- * grouped and depthwise ones, one GEMM per image and group. */
 
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
-  if (in->attr[6] > 1) emit_conv2d_bwd_input_grouped(c, i, in);
-  else emit_conv2d_bwd_input_chunked(c, i, in);
+  if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
+  else emit_conv2d_tiled(c, i, in);
 }
 
 /* The direct loops' input row: ih = oh + kh - ph (outside the image: no
@@ -1088,16 +1063,18 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, &g);
-  else if (in->attr[6] > 1) emit_conv2d_grouped(c, i, in);
-  else emit_conv2d_chunked(c, i, in);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
+  else emit_conv2d_tiled(c, i, in);
 }
 
 static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
   ConvGeom g;
   cg_conv_geom(c->f, in, &g);
   if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, &g);
-  else if (in->attr[6] > 1) emit_conv2d_bwd_weight_grouped(c, i, in);
-  else emit_conv2d_bwd_weight_chunked(c, i, in);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
+  else emit_conv2d_tiled(c, i, in);
 }
 
 /* ---- pooling and embedding -------------------------------------------------------- */

@@ -538,13 +538,13 @@ static const char im2col_text[] =
     "}\n";
 
 static const char col2im_text[] =
-    "/* The adjoint of im2col: folds col[C*KH*KW, OH*OW] back into an image x[C,H,W],\n"
-    " * x[c][ih][iw] = sum of col[(c*KH + kh)*KW + kw][oh*OW + ow] over the window\n"
-    " * positions that read (ih, iw); positions no window reads get 0. Each channel\n"
-    " * is written by its caller's thread only. */\n"
+    "/* The adjoint of im2col: folds col[C*KH*KW, OH*OW] (row stride ldc) back into an\n"
+    " * image x[C,H,W], x[c][ih][iw] = sum of col[((c*KH + kh)*KW + kw) * ldc + oh*OW + ow]\n"
+    " * over the window positions that read (ih, iw); positions no window reads get 0.\n"
+    " * Serial: callers run images in parallel. */\n"
     "static void ctc_col2im_$S(const $T *restrict col, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
-    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict x) {\n"
+    "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict x, int64_t ldc) {\n"
     "  for (int64_t c = 0; c < C; c++) {\n"
     "    $T *restrict xc = x + c * H * W;\n"
     "    for (int64_t i = 0; i < H * W; i++) xc[i] = 0;\n"
@@ -554,7 +554,7 @@ static const char col2im_text[] =
     "        for (int64_t oh = 0; oh < OH; oh++) {\n"
     "          const int64_t ih = oh * sh - ph + kh * dh;\n"
     "          if (ih < 0 || ih >= H) continue;\n"
-    "          const $T *restrict d = col + (r * OH + oh) * OW;\n"
+    "          const $T *restrict d = col + r * ldc + oh * OW;\n"
     "          $T *restrict xr = xc + ih * W;\n"
     "          for (int64_t ow = 0; ow < OW; ow++) {\n"
     "            const int64_t iw = ow * sw - pw + kw * dw;\n"
@@ -563,6 +563,91 @@ static const char col2im_text[] =
     "        }\n"
     "      }\n"
     "  }\n"
+    "}\n";
+
+/* Depthwise convolutions (one input channel per group, ir_conv_depthwise): direct
+ * loops, no unfolding. Image n's channel o (of O = C*M, M = O/C outputs per input
+ * channel) reads input channel o / M through its KHxKW kernel. The taps of an
+ * output row run over the outputs whose input column is inside the image
+ * ([lo, hi), as in im2col), so the innermost loops have no conditions. Each call
+ * computes one output channel (forward), one input channel (backward input) or
+ * one kernel tap (backward weight), in a fixed order: callers run them in parallel. */
+static const char dwconv_text[] =
+    "/* ow in [*lo, *hi): the outputs whose input column ow*sw + off lies in [0, W) */\n"
+    "static inline void ctc_dw_span_$S(int64_t off, int64_t sw, int64_t W, int64_t OW, int64_t *lo, int64_t *hi) {\n"
+    "  *lo = off >= 0 ? 0 : (sw - 1 - off) / sw;\n"
+    "  *hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;\n"
+    "  if (*hi > OW) *hi = OW;\n"
+    "  if (*lo > *hi) *lo = *hi;\n"
+    "}\n"
+    "/* y[OH,OW] = the convolution of one channel x[H,W] with its kernel k[KH,KW] */\n"
+    "static void ctc_dwconv_$S(const $T *restrict x, const $T *restrict k, int64_t H, int64_t W, int64_t KH,\n"
+    "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,\n"
+    "                          int64_t OH, int64_t OW, $T *restrict y) {\n"
+    "  for (int64_t i = 0; i < OH * OW; i++) y[i] = 0;\n"
+    "  for (int64_t oh = 0; oh < OH; oh++) {\n"
+    "    $T *restrict yr = y + oh * OW;\n"
+    "    for (int64_t kh = 0; kh < KH; kh++) {\n"
+    "      const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "      if (ih < 0 || ih >= H) continue;\n"
+    "      const $T *restrict xr = x + ih * W;\n"
+    "      for (int64_t kw = 0; kw < KW; kw++) {\n"
+    "        const $T kv = k[kh * KW + kw];\n"
+    "        const int64_t off = kw * dw - pw;\n"
+    "        int64_t lo, hi;\n"
+    "        ctc_dw_span_$S(off, sw, W, OW, &lo, &hi);\n"
+    "        if (sw == 1)\n"
+    "          for (int64_t ow = lo; ow < hi; ow++) yr[ow] += kv * xr[ow + off];\n"
+    "        else\n"
+    "          for (int64_t ow = lo; ow < hi; ow++) yr[ow] += kv * xr[ow * sw + off];\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "/* dx[H,W] = the sum over its M output channels m of the adjoint convolution of\n"
+    " * g[m][OH,OW] with k[m][KH,KW] (channel m's data at g + m * OH*OW, k + m * KH*KW) */\n"
+    "static void ctc_dwconv_bwd_input_$S(const $T *restrict g, const $T *restrict k, int64_t M, int64_t H, int64_t W,\n"
+    "                                    int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,\n"
+    "                                    int64_t dh, int64_t dw, int64_t OH, int64_t OW, $T *restrict dx) {\n"
+    "  for (int64_t i = 0; i < H * W; i++) dx[i] = 0;\n"
+    "  for (int64_t m = 0; m < M; m++)\n"
+    "    for (int64_t oh = 0; oh < OH; oh++) {\n"
+    "      const $T *restrict gr = g + (m * OH + oh) * OW;\n"
+    "      for (int64_t kh = 0; kh < KH; kh++) {\n"
+    "        const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "        if (ih < 0 || ih >= H) continue;\n"
+    "        $T *restrict xr = dx + ih * W;\n"
+    "        for (int64_t kw = 0; kw < KW; kw++) {\n"
+    "          const $T kv = k[(m * KH + kh) * KW + kw];\n"
+    "          const int64_t off = kw * dw - pw;\n"
+    "          int64_t lo, hi;\n"
+    "          ctc_dw_span_$S(off, sw, W, OW, &lo, &hi);\n"
+    "          for (int64_t ow = lo; ow < hi; ow++) xr[ow * sw + off] += kv * gr[ow];\n"
+    "        }\n"
+    "      }\n"
+    "    }\n"
+    "}\n"
+    "/* The weight gradient's tap (kh, kw) of one output channel: the sum over N images\n"
+    " * (x at x + n * xs, g at g + n * gs) of g[n][oh][ow] x[n][ih][iw], each output row's\n"
+    " * products added lane by lane (part[ow]: vectorises), the lanes summed at the end. */\n"
+    "static $T ctc_dwconv_bwd_weight_$S(const $T *restrict x, int64_t xs, const $T *restrict g, int64_t gs, int64_t N,\n"
+    "                                   int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,\n"
+    "                                   int64_t pw, int64_t dh, int64_t dw, int64_t OH, int64_t OW) {\n"
+    "  $T part[1024];\n"
+    "  for (int64_t ow = 0; ow < OW; ow++) part[ow] = 0;\n"
+    "  const int64_t off = kw * dw - pw;\n"
+    "  int64_t lo, hi;\n"
+    "  ctc_dw_span_$S(off, sw, W, OW, &lo, &hi);\n"
+    "  for (int64_t n = 0; n < N; n++)\n"
+    "    for (int64_t oh = 0; oh < OH; oh++) {\n"
+    "      const int64_t ih = oh * sh - ph + kh * dh;\n"
+    "      if (ih < 0 || ih >= H) continue;\n"
+    "      const $T *restrict xr = x + n * xs + ih * W, *restrict gr = g + n * gs + oh * OW;\n"
+    "      for (int64_t ow = lo; ow < hi; ow++) part[ow] += gr[ow] * xr[ow * sw + off];\n"
+    "    }\n"
+    "  double s = 0;\n"
+    "  for (int64_t ow = lo; ow < hi; ow++) s += part[ow];\n"
+    "  return ($T)s;\n"
     "}\n";
 
 static const char rng_text[] =
@@ -800,6 +885,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
       instantiate(b, im2col_text, (DType)t);
+      cg_puts(b, "\n");
+    }
+  for (int t = 0; t < DT_COUNT; t++)
+    if (k->dwconv[t]) {
+      instantiate(b, dwconv_text, (DType)t);
       cg_puts(b, "\n");
     }
   for (int t = 0; t < DT_COUNT; t++)

@@ -373,9 +373,18 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in);
  * f->conv_direct is set. */
 #define IR_CONV_DIRECT_MAX_W 2048
 int ir_conv_direct(const Func *f, const Inst *in);
+/* A depthwise convolution (one input channel per group) or one of its gradients,
+ * which the C target computes directly (f->conv_direct), no scratch: at most
+ * IR_CONV_DIRECT_MAX_W kernel taps and 1024 output columns. */
+int ir_conv_depthwise(const Func *f, const Inst *in);
 /* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least
  * one, at most the batch): ir_conv_slots images of ir_conv_image_bytes each. */
 #define IR_CONV_SCRATCH_BYTES ((int64_t)8 << 20)
+/* The C target (f->conv_direct) caps a tile at IR_CONV_TILE_BYTES of columns (they
+ * stay in the cache between im2col and the GEMM) unless that leaves fewer than
+ * IR_CONV_TILE_COLS columns (too narrow a GEMM). */
+#define IR_CONV_TILE_BYTES ((int64_t)1 << 20)
+#define IR_CONV_TILE_COLS 128
 int64_t ir_conv_image_bytes(const Func *f, const Inst *in);
 int64_t ir_conv_slots(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */

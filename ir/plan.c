@@ -83,19 +83,26 @@ static void conv_dims(const Func *f, const Inst *in, int64_t *N, int64_t *C, int
                       int64_t *OH, int64_t *OW);
 
 int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
-  /* CONV2D x[N,C,H,W] w[O,C,KH,KW] -> y[N,O,OH,OW]: im2col of x[n];
-   * CONV2D_BWD_INPUT g[N,O,OH,OW] w -> dx[N,C,H,W]: w^T g[n], then col2im;
-   * CONV2D_BWD_WEIGHT x g -> dw[O,C,KH,KW]: im2col of x[n] and a copy of g[n] */
+  /* CONV2D x[N,C,H,W] w[O,C,KH,KW] -> y[N,O,OH,OW]: im2col of a tile of images, the
+   * GEMM's result for the tile, then copied to y;
+   * CONV2D_BWD_INPUT g[N,O,OH,OW] w -> dx[N,C,H,W]: a copy of the tile's g, w^T g, then col2im;
+   * CONV2D_BWD_WEIGHT x g -> dw[O,C,KH,KW]: im2col of the tile and a copy of its g */
   if (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) return 0;
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
-  if (conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW) || ir_conv_direct(f, in)) return 0;
-  /* The column matrices of ir_conv_slots images at once: [C*KH*KW, OH*OW] each
-   * (CONV2D_BWD_WEIGHT: also their gradients' [O, OH*OW], laid side by side). */
-  int64_t per = ir_conv_image_bytes(f, in), b;
+  if (conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW) || ir_conv_direct(f, in) ||
+      ir_conv_depthwise(f, in))
+    return 0;
+  /* The column matrices of ir_conv_slots images at once: [C*KH*KW, OH*OW] each,
+   * and their outputs' (or gradients') [O, OH*OW], laid side by side. */
+  int64_t per = ir_conv_image_bytes(f, in), b, S = ir_conv_slots(f, in);
   if (per == INT64_MAX) return INT64_MAX;
-  int64_t d[2] = {per, ir_conv_slots(f, in)};
+  if (S == 1 && f->conv_direct) {   /* the C target's tiles of one image use the outputs' own rows */
+    int64_t k[5] = {C, KH, KW, OH * OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
+    return ir_prod(k, 5, &b) < 0 ? INT64_MAX : b;
+  }
+  int64_t d[2] = {per, S};
   return ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
 }
 
@@ -115,9 +122,9 @@ static void conv_dims(const Func *f, const Inst *in, int64_t *N, int64_t *C, int
 int64_t ir_conv_image_bytes(const Func *f, const Inst *in) {
   int64_t N, C, O, KH, KW, OH, OW, b;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
-  int64_t k[3] = {C, KH, KW}, rows;   /* C*KH*KW (+ O for the gradients' copy) */
+  int64_t k[3] = {C, KH, KW}, rows;   /* C*KH*KW + O (the outputs' or gradients' copy) */
   if (ir_prod(k, 3, &rows) < 0 || rows > INT64_MAX / 2 || O > INT64_MAX / 2) return INT64_MAX;
-  if (in->op == IR_CONV2D_BWD_WEIGHT) rows += O;
+  rows += O;
   int64_t d[4] = {rows, OH, OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
   return ir_prod(d, 4, &b) < 0 ? INT64_MAX : b;
 }
@@ -133,11 +140,27 @@ int ir_conv_direct(const Func *f, const Inst *in) {
   return in->op == IR_CONV2D ? OW >= 16 && O * OW <= 1024 : OW >= 8 && KW * OW <= 4096;
 }
 
+int ir_conv_depthwise(const Func *f, const Inst *in) {
+  if (!f->conv_direct) return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  int64_t G = in->attr[6] > 0 ? in->attr[6] : 1;
+  return G > 1 && C == G && KH * KW <= IR_CONV_DIRECT_MAX_W && OW <= 1024;
+}
+
 int64_t ir_conv_slots(const Func *f, const Inst *in) {
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   int64_t per = ir_conv_image_bytes(f, in);
   int64_t s = per == INT64_MAX || per <= 0 ? 1 : IR_CONV_SCRATCH_BYTES / per;
+  int64_t k[5] = {C, KH, KW, OH * OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)}, col;
+  if (f->conv_direct && OH * OW > 0 && ir_prod(k, 5, &col) == 0 && col > 0) {
+    /* the C target: tiles whose columns stay in the cache from im2col to the GEMM, but
+     * wide enough for the GEMM */
+    int64_t cap = IR_CONV_TILE_BYTES / col, least = (IR_CONV_TILE_COLS + OH * OW - 1) / (OH * OW);
+    if (cap < least) cap = least;
+    if (s > cap) s = cap;
+  }
   return s < 1 ? 1 : s > N ? (N > 0 ? N : 1) : s;
 }
 

@@ -266,11 +266,11 @@ def test_fused_matches_unfused(tmp_path, case):
         np.testing.assert_allclose(fw[k], uw[k], rtol=1e-6, atol=1e-6, err_msg=k)
 
 
-# Convolutions run their images in parallel, S at a time (ir_conv_slots: the
-# column matrices of S images fit 8 MiB); the weight gradient is one GEMM per
-# chunk of S images. Batch 16 of 16x3x3 over 32x33 outputs (608 KB of columns
-# per image) gives S = 13: one full chunk and a partial one; batch 1 and a 1x1
-# convolution (no columns) take the other paths.
+# Convolutions run over tiles of S images (ir_conv_slots), one GEMM per tile;
+# the C target keeps a tile's columns under 1 MiB: batch 16 of 16x3x3 over 32x33
+# outputs (608 KB of columns per image) runs one image a tile (tests/
+# test_conv_batched.py has tiles of several); batch 1 and a 1x1 convolution (no
+# columns) take the other paths.
 CONV = """
 import torch
 import torch.nn.functional as F
@@ -317,8 +317,8 @@ example_inputs = {{
         timeout=600)
     c = (tmp_path / "net.c").read_text()
     if n > 1:
-        assert "13 images' [144,1056]" in c and "for (int64_t n0 = 0; n0 < 16; n0 += 13)" in c, "no chunks"
-        assert re.search(r"ctc_matmul_f32\(0, 1, n0 > 0, 8, 144, ns \* 1056,", c), "weight gradient: one GEMM per chunk"
+        assert "1 images' [144,1056]" in c and "for (int64_t n0 = 0; n0 < 16; n0 += 1)" in c, "no tiles"
+        assert re.search(r"ctc_matmul_f32\(0, 1, n0 > 0, 8, 144, ns \* 1056,", c), "weight gradient: one GEMM per tile"
     tx, tw, tb, tw1 = (torch.from_numpy(a).requires_grad_() for a in (x, w, b, w1))
     (got,) = run_entry(tmp_path, exe, "fwd", [x, w, b], 1)
     compare("conv2d", got, y.numpy(), 1e-4, 1e-4)
@@ -419,9 +419,10 @@ def test_gemm_paths_agree(tmp_path):
         run([CTC, "build", str(src), "-o", str(exe), *specs, *opts], timeout=600)
         if mode == "blas":
             code = (tmp_path / "blas.c").read_text()
-            # conv1 over 4 images in parallel, im2col then the image's GEMM
-            assert re.search(r"ctc_blas_threads_f32\(\);\n  CTC_OMP_FOR\n  for \(int64_t n = 0; n < 4; n\+\+\) "
-                             r"\{\n    ctc_im2col_f32\(", code), "convolution images not in parallel"
+            # conv2's 4 images unfolded in parallel (image, channel) into one tile, then one GEMM over it
+            assert re.search(r"CTC_OMP_FOR\n    for \(int64_t q = 0; q < ns \* 6; q\+\+\) .*\n.*\n      ctc_im2col_f32\(.*\n"
+                             r"    \}\n    ctc_matmul_f32\(0, 0, 0, 12, ns \* 64, 150,", code), \
+                "convolution images not unfolded in parallel into one GEMM"
             run([str(exe), "run", "forward", "--input", str(tmp_path / "x.npy"), "--output",
                  str(tmp_path / "o.npy"), "--save", str(w)])
         out, loss, saved = (tmp_path / f"{mode}_{n}" for n in ("out.npy", "loss.npy", "w.safetensors"))

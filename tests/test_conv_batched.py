@@ -1,0 +1,137 @@
+"""Convolutions over tiles of the batch (codegen_c/emit_ops.c emit_conv2d_tiled):
+the column matrices of S images side by side, one GEMM per tile and group;
+depthwise ones by direct loops. Forward and gradients against PyTorch on ragged
+tiles (a batch that is not a multiple of S), 1x1, stride, padding, dilation,
+groups, depthwise and transposed convolutions; and the same bits whatever the
+number of threads."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ctc_testlib import CTC, compare, run, run_entry
+
+# (name, N, C, H, W, O, (KH, KW), stride, padding, dilation, groups, transposed, output_padding)
+# The C target's tiles hold up to 1 MiB of columns (ir_conv_slots):
+# ragged: 16x3x3 over 22x25 outputs, 144 rows of 550 floats a image: S = 3, tiles 3, 3, 1
+# groups_ragged: 144 rows of 16x16 outputs: S = 7, tiles 7 and 3, each over 4 groups
+CASES = [
+    ("ragged", 7, 16, 24, 48, 16, (3, 3), (1, 2), (1, 2), (2, 1), 1, False, 0),
+    ("pointwise", 3, 8, 5, 7, 6, (1, 1), 1, 0, 1, 1, False, 0),
+    ("one_by_one_stride2", 5, 8, 9, 9, 12, (1, 1), 2, 0, 1, 1, False, 0),
+    ("stride2_pad", 6, 5, 11, 11, 7, (3, 3), 2, 1, 1, 1, False, 0),
+    ("dilation", 4, 4, 12, 10, 6, (3, 3), 1, 2, 2, 1, False, 0),
+    ("small_tiles", 9, 32, 4, 4, 24, (3, 3), 1, 1, 1, 1, False, 0),
+    ("groups", 5, 6, 10, 10, 8, (3, 3), 1, 1, 1, 2, False, 0),
+    ("groups_ragged", 10, 16, 16, 16, 16, (3, 3), 1, 1, 1, 4, False, 0),
+    ("depthwise", 4, 6, 10, 10, 12, (3, 3), 2, 1, 1, 6, False, 0),
+    ("depthwise_dilated", 3, 5, 9, 11, 5, (5, 3), 1, (2, 1), (1, 2), 5, False, 0),
+    ("transposed", 3, 6, 7, 7, 4, (3, 3), 2, 1, 1, 2, True, 1),
+    ("transposed_depthwise", 2, 4, 6, 5, 4, (3, 3), 2, 1, 1, 4, True, 0),
+]
+
+
+def _call(case, x, w, b):
+    name, N, C, H, W, O, k, s, p, d, g, tr, op = case
+    if tr:
+        return f"F.conv_transpose2d({x}, {w}, {b}, stride={s!r}, padding={p!r}, output_padding={op!r}, groups={g}, dilation={d!r})"
+    return f"F.conv2d({x}, {w}, {b}, stride={s!r}, padding={p!r}, dilation={d!r}, groups={g})"
+
+
+def _shapes(case):
+    name, N, C, H, W, O, k, s, p, d, g, tr, op = case
+    xs = (N, C, H, W)
+    ws = (C, O // g) + k if tr else (O, C // g) + k
+    return xs, ws, (O,)
+
+
+def _torch(case, x, w, b, pgrad=None):
+    import torch
+    import torch.nn.functional as F
+    name, N, C, H, W, O, k, s, p, d, g, tr, op = case
+    tx, tw, tb = (torch.from_numpy(a).requires_grad_() for a in (x, w, b))
+    y = eval(_call(case, "tx", "tw", "tb"), {"F": F, "tx": tx, "tw": tw, "tb": tb})
+    if pgrad is None:
+        return y.detach().numpy()
+    return [t.numpy() for t in torch.autograd.grad((y * torch.from_numpy(pgrad)).sum(), (tx, tw, tb))]
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    import torch
+    import torch.nn.functional as F
+    tmp = tmp_path_factory.mktemp("convb")
+    src = ["import torch", "import torch.nn.functional as F", ""]
+    ex = ['    "forward": (torch.zeros(1),),']
+    entries = []
+    outs = {}
+    for case in CASES:
+        n = case[0]
+        xs, ws, bs = _shapes(case)
+        with torch.no_grad():
+            ys = tuple(eval(_call(case, "x", "w", "b"), {"F": F, "x": torch.zeros(xs), "w": torch.zeros(ws),
+                                                          "b": torch.zeros(bs)}).shape)
+        outs[n] = ys
+        src += [f"def fwd_{n}(x, w, b):", f"    return {_call(case, 'x', 'w', 'b')}", "",
+                f"def grads_{n}(x, w, b, p):", f"    y = {_call(case, 'x', 'w', 'b')}",
+                "    return torch.autograd.grad((y * p).sum(), (x, w, b))", ""]
+        z = f"torch.zeros{xs}, torch.zeros{ws}, torch.zeros{bs}"
+        ex += [f'    "fwd_{n}": ({z}),', f'    "grads_{n}": ({z}, torch.zeros{ys}),']
+        entries += ["--entry", f"fwd_{n}", "--entry", f"grads_{n}"]
+    src += ["example_inputs = {"] + ex + ["}", ""]
+    path = tmp / "convs.py"
+    path.write_text("\n".join(src))
+    exe = tmp / "net"
+    run([CTC, "build", str(path), "-o", str(exe), *entries], timeout=900)
+    return tmp, exe, outs
+
+
+def _data(case, ys, seed):
+    rng = np.random.default_rng(seed)
+    xs, ws, bs = _shapes(case)
+    return [rng.standard_normal(s).astype(np.float32) for s in (xs, ws, bs, ys)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_conv_matches_torch(net, case):
+    tmp, exe, outs = net
+    n = case[0]
+    x, w, b, p = _data(case, outs[n], len(n))
+    (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
+    compare(f"{n} forward", y, _torch(case, x, w, b), 1e-4, 1e-4)
+    got = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)
+    for what, g, want in zip(("x", "w", "b"), got, _torch(case, x, w, b, p)):
+        compare(f"{n} d/d{what}", g, want, 1e-3, 1e-3)
+
+
+def test_tiles_are_one_gemm(net):
+    """The ragged batch runs in tiles of 3 images, each one GEMM over 3 * 550 columns
+    (forward, input and weight gradients); depthwise convolutions are direct loops."""
+    tmp, exe, outs = net
+    c = (tmp / "net.c").read_text()
+    assert "for (int64_t n0 = 0; n0 < 7; n0 += 3) {   /* tiles of 3 images */" in c
+    assert "ctc_matmul_f32(0, 0, 0, 16, ns * 550, 144," in c
+    assert "ctc_matmul_f32(1, 0, 0, 144, ns * 550, 16," in c
+    assert "ctc_matmul_f32(0, 1, n0 > 0, 16, 144, ns * 550," in c
+    assert "for (int64_t n0 = 0; n0 < 10; n0 += 7) {   /* tiles of 7 images */" in c
+    assert re.search(r"ctc_dwconv_f32\(", c) and re.search(r"ctc_dwconv_bwd_weight_f32\(", c)
+
+
+def test_thread_count_does_not_change_results(net):
+    tmp, exe, outs = net
+    res = {}
+    for case in (CASES[0], CASES[7], CASES[8], CASES[10]):
+        n = case[0]
+        arrays = _data(case, outs[n], 3)
+        for threads in ("1", "2"):
+            args = [exe, "run", f"grads_{n}"]
+            for i, a in enumerate(arrays):
+                np.save(tmp / f"t_{n}_{i}.npy", a)
+                args += ["--input", tmp / f"t_{n}_{i}.npy"]
+            for i in range(3):
+                args += ["--output", tmp / f"t_{n}_{threads}_out{i}.npy"]
+            run(args, env={**os.environ, "OMP_NUM_THREADS": threads})
+            res[threads] = [np.load(tmp / f"t_{n}_{threads}_out{i}.npy") for i in range(3)]
+        for a, b in zip(res["1"], res["2"]):
+            assert a.tobytes() == b.tobytes(), f"{n}: 1 and 2 threads differ"
