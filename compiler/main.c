@@ -224,7 +224,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       if (!spec) return -1;
       InputSpec is;
       if (lower_parse_input_spec(a, spec, &is) < 0) {
-        diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] or NAME=(f32[...],f32[...]) (dtypes f32 f64 i64 i32 bool)", spec);
+        diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] or NAME=(f32[...],f32[...]) (dtypes f32 f64 i64 i32 bool, or PyTorch's float32 float float64 double int64 long int32 int, with or without torch.)", spec);
         return -1;
       }
       vec_push(a, &o->inputs, is);

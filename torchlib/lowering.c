@@ -13,8 +13,11 @@ static int parse_type(Arena *a, const char **pp, Type *out, unsigned *symmask, c
   const char *p = *pp;
   Type t = {0};
   t.dtype = DT_F32;
-  static const struct { const char *n; DType d; } dts[] = {
-      {"f32", DT_F32}, {"f64", DT_F64}, {"i64", DT_I64}, {"i32", DT_I32}, {"bool", DT_BOOL}};
+  static const struct { const char *n; DType d; } dts[] = {   /* ctc's names and PyTorch's */
+      {"f32", DT_F32}, {"f64", DT_F64}, {"i64", DT_I64}, {"i32", DT_I32}, {"bool", DT_BOOL},
+      {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
+      {"int64", DT_I64}, {"long", DT_I64}, {"int32", DT_I32}, {"int", DT_I32}};
+  if (strncmp(p, "torch.", 6) == 0) p += 6;   /* torch.float32[...] */
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
     size_t n = strlen(dts[i].n);
     if (strncmp(p, dts[i].n, n) == 0 && p[n] == '[') {
@@ -341,6 +344,21 @@ static const char *c_prefix(L *L, const char *cls) {
   return p;
 }
 
+/* "; forward takes (x, i), and --input names y": the --input names that are no parameter of
+ * def (a misspelt one is why a parameter's shape is unknown), or "" when all are. */
+static const char *other_inputs_note(L *L, Node *def, int first, const LowerOptions *opt) {
+  const char *given = "", *params = "";
+  for (int i = 0; i < opt->ninputs; i++) {
+    int hit = 0;
+    for (int k = first; k < def->list.len; k++) hit |= def->list.data[k]->name && !strcmp(def->list.data[k]->name, opt->inputs[i].name);
+    if (!hit) given = arena_printf(L->a, "%s%s%s", given, given[0] ? ", " : "", opt->inputs[i].name);
+  }
+  if (!given[0]) return "";
+  for (int k = first; k < def->list.len; k++)
+    params = arena_printf(L->a, "%s%s%s", params, k > first ? ", " : "", def->list.data[k]->name);
+  return arena_printf(L->a, "; %s takes (%s), and --input names %s", def->name, params, given);
+}
+
 PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOptions *opt, PV *examples, int *n) {
   PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(def->list.len + 1));
   int nargs = 0;
@@ -377,8 +395,8 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
     else if (!entry)
       lower_error(L, p->span,
                   "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
-                  "example_inputs = (torch.randn(...), ...) in the file",
-                  p->name, p->name);
+                  "example_inputs = (torch.randn(...), ...) in the file%s",
+                  p->name, p->name, other_inputs_note(L, def, first, opt));
     else
       lower_error(L, p->span,
                   "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
@@ -584,9 +602,21 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
                  (opt->inputs[i].ntuple && !strncmp(nm, opt->inputs[i].name, ln) && nm[ln] == '_');
       }
     }
-    if (!found)
-      lower_error(L, top, "--input %s: no compiled entry (forward or a training function) has a parameter named '%s'",
-                  opt->inputs[i].name, opt->inputs[i].name);
+    if (!found) {   /* at the first entry's def, naming every entry's parameters */
+      const char *takes = "";
+      Span at = top;
+      for (int k = 0; k < L->T->prog->funcs.len; k++) {
+        Func *f = L->T->prog->funcs.data[k];
+        if (f->name[0] == '_') continue;   /* hidden entries (__grad_E) */
+        if (!takes[0] && f->loc.file) at = f->loc;
+        const char *ps = "";
+        for (int j = 0; j < f->inputs.len; j++)
+          ps = arena_printf(L->a, "%s%s%s", ps, j ? ", " : "", ir_val(f, f->inputs.data[j])->name);
+        takes = arena_printf(L->a, "%s%s%s takes (%s)", takes, takes[0] ? "; " : "", f->name, ps);
+      }
+      lower_error(L, at, "--input %s: no compiled entry has a parameter named '%s' (%s)", opt->inputs[i].name,
+                  opt->inputs[i].name, takes);
+    }
   }
   if (opt->float_dtype == DT_F64) {
     to_f64(L->T->prog);

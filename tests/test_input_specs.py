@@ -1,0 +1,54 @@
+"""--input on the command line as a PyTorch user writes it (issue 28, item 8): PyTorch's
+dtype names, and a name that matches no parameter reported at the entry's def with the
+parameters it takes."""
+import pytest
+
+from ctc_testlib import CTC, run
+
+SRC = """import torch
+import torch.nn as nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(10, 4)
+
+    def forward(self, x, i):
+        return self.e(i).sum(1) + x
+"""
+
+
+@pytest.mark.parametrize("xs, ispec, out", [
+    ("float32", "long", "f32[2,4]"), ("torch.float32", "torch.int64", "f32[2,4]"), ("float", "int64", "f32[2,4]"),
+    ("double", "int32", "f64[2,4]"), ("float64", "int", "f64[2,4]"), ("f32", "i64", "f32[2,4]"),
+])
+def test_pytorch_dtype_names(tmp_path, xs, ispec, out):
+    p = tmp_path / "m.py"
+    p.write_text(SRC)
+    r = run([CTC, "check", p, "--input", f"x={xs}[2,4]", "--input", f"i={ispec}[2,3]"])
+    assert f"entry forward -> {out}" in r.stdout, r.stdout
+
+
+def test_bad_dtype_lists_the_names(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text(SRC)
+    r = run([CTC, "check", p, "--input", "x=float16[2,4]"], check=False)
+    assert r.returncode != 0
+    assert "bad --input 'x=float16[2,4]'" in r.stderr and "float32 float float64 double int64 long" in r.stderr, r.stderr
+
+
+def test_misspelt_input_name(tmp_path):
+    """A wrong name leaves a parameter's shape unknown: the error at that parameter says
+    which names were given; a name no entry has is reported at the entry's def with
+    every entry's parameters (it was at m.py:1:1, naming none)."""
+    p = tmp_path / "m.py"
+    p.write_text(SRC)
+    r = run([CTC, "check", p, "--input", "y=f32[2,4]", "--input", "i=i64[2,3]"], check=False)
+    assert r.returncode == 1
+    assert "m.py:10:23: error: the shape of input 'x' is unknown" in r.stderr, r.stderr
+    assert "forward takes (x, i), and --input names y" in r.stderr, r.stderr
+    r = run([CTC, "check", p, "--input", "x=f32[2,4]", "--input", "i=i64[2,3]", "--input", "z=f32[3]"], check=False)
+    assert r.returncode == 1
+    assert "m.py:10:5: error: --input z: no compiled entry has a parameter named 'z' (forward takes (x, i))" \
+        in r.stderr, r.stderr
