@@ -299,7 +299,7 @@ static int exec_stmt(L *L, Node *s) {
       eval_charge(L, s->span, cnt);
       for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
       v = cur;
-    } else if (!is_host(cur) || !(v = L->host->inplace(L, s->span, s->op, cur, rhs)))
+    } else if ((!is_host(cur) && cur->k != PV_OBJ) || !(v = L->host->inplace(L, s->span, s->op, cur, rhs)))
       v = py_binop(L, s->span, s->op, cur, rhs);
     py_assign_target(L, s->a, v);
     return EX_NORMAL;

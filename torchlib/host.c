@@ -15,7 +15,10 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
-      return bi_lookup(L, NS_MODULE, name, obj);
+      PV *m = bi_lookup(L, NS_MODULE, name, obj);
+      /* append, items ... are methods of the containers only */
+      if (m && m->k == PV_BUILTIN && m->bi >= BI_MOD_APPEND && m->bi <= BI_MOD_VALUES && !module_container(obj)) return NULL;
+      return m;
     }
     /* an instance of a builtin class that is no module (an optimizer, a scheduler):
      * its methods are the rows of its class's method namespace */
@@ -154,6 +157,10 @@ static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
 }
 
 static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
+  if (module_container(obj)) {   /* self.heads["x"] = nn.Linear(...), self.layers[0] = ... */
+    module_container_set(L, at, obj, idx, v);
+    return 1;
+  }
   if (obj->k == PV_TENSOR && ct_setitem(L, at, obj, idx, v)) return 1;   /* pe[:, 0::2] = ... in __init__ */
   if (obj->k == PV_TENSOR)
     lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
@@ -169,13 +176,14 @@ static int h_iterate(L *L, Span at, PV *v, PV ***out) {
                        "use unbind-free tensor operations");
   if (v->k != PV_OBJ || !v->mod) return -1;
   eval_charge(L, at, v->mod->regs.len);
-  int seq = v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST);
+  int plist = v->cls && v->cls->bi == BI_C_PARAMETERLIST;
+  int seq = v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST || plist);
   int dict = v->cls && v->cls->bi == BI_C_MODULEDICT;
   if (!seq && !dict) return -1;
   PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
   int n = 0;
   for (int i = 0; i < v->mod->regs.len; i++)
-    if (v->mod->regs.data[i].kind == REG_CHILD)
+    if (v->mod->regs.data[i].kind == (plist ? REG_PARAM : REG_CHILD))
       r[n++] = seq ? v->mod->regs.data[i].val : pv_str(L, v->mod->regs.data[i].name);
   *out = r;
   return n;
@@ -195,6 +203,11 @@ static int h_staging(L *L) { return L->T->fn != NULL; }
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) { return t_where(L, at, c, a, b); }
 
 static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
+  if (op == OP_ADD && module_container(cur) == 1) {   /* self.layers += [...]: extend */
+    PV *ext = bi_lookup(L, NS_MODULE, "extend", cur);
+    call_value(L, at, ext, &rhs, 1, NULL, NULL, 0);
+    return cur;
+  }
   if (cur->k != PV_TENSOR || !L->T->fn) return NULL;
   /* `x += y` on a tensor updates it in place: other names bound to it see the change */
   staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");

@@ -1,0 +1,123 @@
+"""The Python and torch long tail of files people actually have (issue 30),
+each in the style the public files use, written in our own words
+(tests/real_tail/): compiled unchanged, forward compared with PyTorch running
+the same file, and K training steps compared where the file trains."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctc_testlib import CTC, ROOT, compare, ctc_build, load_module, run, run_forward, st_read, st_write, state_dict_np
+
+FILES = os.path.join(ROOT, "tests", "real_tail")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def forward_vs_torch(tmp_path, name, model, inputs, *opts):
+    model.eval()
+    with torch.no_grad():
+        want = model(*[torch.from_numpy(x.copy()) for x in inputs])
+    got = run_forward(str(tmp_path), os.path.join(FILES, name), model, inputs, opts)
+    return compare(name, got[0], want.numpy(), RTOL, ATOL)
+
+
+def train_vs_torch(tmp_path, name, model, opt, loss_of, batches, *opts):
+    """K steps of the file's train_step (inputs batches[k]) against the same
+    steps in PyTorch; the parameters after the last step must match."""
+    exe = str(tmp_path / "train")
+    ctc_build(os.path.join(FILES, name), exe, "--entry", "train_step", *opts)
+    w = str(tmp_path / "w0.safetensors")
+    st_write(w, state_dict_np(model))
+    for k, batch in enumerate(batches):
+        args = [exe, "run", "train_step", "--weights", w]
+        for i, x in enumerate(batch):
+            np.save(tmp_path / f"b{i}.npy", x)
+            args += ["--input", str(tmp_path / f"b{i}.npy")]
+        nxt = str(tmp_path / f"w{k + 1}.safetensors")
+        run(args + ["--output", str(tmp_path / "loss.npy"), "--save", nxt, "--save-training-state"])
+        w = nxt
+        opt.zero_grad()
+        loss = loss_of(*[torch.from_numpy(x) for x in batch])
+        loss.backward()
+        opt.step()
+        compare(f"loss {k}", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-4)
+    got = st_read(w)
+    for key, p in model.state_dict().items():
+        compare(key, got[key], p.numpy(), 1e-3, 1e-5)
+
+
+def randn(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def tokens(*shape, hi, seed=2):
+    return np.random.default_rng(seed).integers(0, hi, shape).astype(np.int64)
+
+
+# ---- 1. register_buffer(..., persistent=False) ------------------------------
+
+def test_nonpersistent_buffers_come_from_init(tmp_path):
+    """Rotary tables and a causal mask registered with persistent=False are not in
+    PyTorch's state_dict: the program runs on a PyTorch-saved state_dict (strict:
+    every key it has, none more) and computes them itself."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Net()
+    assert sorted(net.state_dict()) == ["fc.bias", "fc.weight", "rot.scale"]
+    with torch.no_grad():
+        net.rot.scale.uniform_(0.5, 1.5)
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Net", "--input", "x=f32[2,6,8]")
+    # the program saves exactly the state_dict's keys, and loads its own file back
+    exe = str(tmp_path / "net")
+    run([exe, "infer", "--weights", str(tmp_path / "weights.safetensors"), "--input", str(tmp_path / "in0.npy"),
+         "--output", str(tmp_path / "o.npy"), "--save", str(tmp_path / "again.safetensors")])
+    assert sorted(st_read(str(tmp_path / "again.safetensors"))) == sorted(net.state_dict())
+
+
+def test_reassigned_nonpersistent_buffer_stays_out_of_state_dict(tmp_path):
+    """`self.pos = ...` after register_buffer(persistent=False) keeps it non-persistent;
+    len(self.state_dict()) at compile time counts what PyTorch counts."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Reset()
+    assert net.n_keys == 2
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Reset", "--input", "x=f32[2,6,8]")
+
+
+# ---- 2. ModuleList.append / insert / extend / +=, ModuleDict, ParameterList --
+
+def test_decoder_built_with_append(tmp_path):
+    """A Llama-style decoder whose blocks are appended in a loop (plus insert, +=,
+    extend, ModuleDict item assignment and update, ParameterList.append): the
+    state_dict names are PyTorch's, forward and 3 AdamW steps match."""
+    path = os.path.join(FILES, "llama_append.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Decoder()
+    opts = ["--input", "idx=i64[2,5]", "--input", "targets=i64[2,5]"]
+    forward_vs_torch(tmp_path, "llama_append.py", model, [tokens(2, 5, hi=11)], "--input", "idx=i64[2,5]")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def loss_of(idx, targets):
+        logits = model(idx)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    batches = [(tokens(2, 5, hi=11, seed=k), tokens(2, 5, hi=11, seed=10 + k)) for k in range(3)]
+    train_vs_torch(tmp_path, "llama_append.py", model, opt, loss_of, batches, *opts)
+
+
+@pytest.mark.parametrize("src,msg", [
+    ("self.fc = nn.Linear(2, 2)\n        self.fc.append(nn.Linear(2, 2))", "'Linear' object has no attribute 'append'"),
+    ("self.l = nn.ModuleList()\n        self.l.append(3)", "ModuleList entries must be modules, got 'int'"),
+    ("self.d = nn.ModuleDict()\n        self.d.append(nn.Linear(2, 2))", "'ModuleDict' object has no attribute 'append'"),
+])
+def test_container_mutation_mistakes(tmp_path, src, msg):
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        " + src + "\n\n    def forward(self, x):\n        return x\n")
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and msg in r.stderr, r.stderr
