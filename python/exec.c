@@ -111,6 +111,27 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
   return NULL;
 }
 
+/* `from mod import *` of a local module: the names of its __all__ if it has one,
+ * else every global whose name does not start with '_' (Python's rule) */
+static void import_star(L *L, Span at, PV *lm, const char *from) {
+  PV *all = env_get(lm->attrs, "__all__");
+  if (all) {
+    PV **names;
+    int n = iter_items(L, at, all, &names);
+    for (int i = 0; i < n; i++) {
+      if (names[i]->k != PV_STR) lower_error(L, at, "%s.__all__ must hold str names, not '%s'", from, pv_kind_name(names[i]));
+      PV *v = env_get(lm->attrs, names[i]->s);
+      if (!v) lower_error(L, at, "module '%s' has no attribute '%s' (listed in its __all__)", from, names[i]->s);
+      env_set(L, L->env, names[i]->s, v);
+    }
+    return;
+  }
+  Env *e = lm->attrs;
+  eval_charge(L, at, e->names.len);
+  for (int i = 0; i < e->names.len; i++)
+    if (e->names.data[i][0] != '_') env_set(L, L->env, e->names.data[i], e->vals.data[i]);
+}
+
 static void exec_import(L *L, Node *s) {
   for (int i = 0; i < s->list.len; i++) {
     Node *al = s->list.data[i];
@@ -118,8 +139,10 @@ static void exec_import(L *L, Node *s) {
     if (s->kind == N_IMPORTFROM) {
       PV *lm = local_module(L, s->span, s->name, s->ival ? s->ival : 1);
       if (lm) {
-        if (strcmp(al->name, "*") == 0)
-          lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+        if (strcmp(al->name, "*") == 0) {
+          import_star(L, al->span, lm, s->name ? s->name : ".");
+          continue;
+        }
         PV *v = env_get(lm->attrs, al->name);
         if (!v) v = local_module(L, s->span, arena_printf(L->a, "%s%s%s", s->name ? s->name : "", s->name ? "." : "",
                                                            al->name), s->ival ? s->ival : 1);

@@ -121,3 +121,28 @@ def test_container_mutation_mistakes(tmp_path, src, msg):
                  "        super().__init__()\n        " + src + "\n\n    def forward(self, x):\n        return x\n")
     r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2]"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+# ---- 3. star imports -------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["net", "other"])
+def test_model_zoo_star_import(tmp_path, which, monkeypatch):
+    """`from models import *` of a zoo package whose __init__ star-imports its
+    sibling modules (`from .resnet import *`, which has an __all__; `from .plain
+    import *`, which has none: its public names only)."""
+    monkeypatch.syspath_prepend(os.path.join(FILES, "zoo"))
+    for k in [k for k in list(__import__("sys").modules) if k == "models" or k.startswith("models.")]:
+        monkeypatch.delitem(__import__("sys").modules, k)
+    mod = load_module(os.path.join(FILES, "zoo", "main.py"))
+    torch.manual_seed(0)
+    model = getattr(mod, which)
+    forward_vs_torch(tmp_path, "zoo/main.py", model, [randn(2, 3, 8, 8)], "--model", which, "--input", "x=f32[2,3,8,8]")
+
+
+def test_star_import_leaves_private_names(tmp_path):
+    (tmp_path / "lib.py").write_text("import torch.nn as nn\n\n\nclass _Hidden(nn.Linear):\n    pass\n\n\n"
+                                     "class Shown(nn.Linear):\n    pass\n")
+    (tmp_path / "m.py").write_text("from lib import *\nok = Shown(2, 2)\nbad = _Hidden(2, 2)\n")
+    r = subprocess.run([CTC, "check", str(tmp_path / "m.py"), "--model", "ok", "--input", "x=f32[2]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "m.py:3:7: error: name '_Hidden' is not defined" in r.stderr, r.stderr
