@@ -146,3 +146,43 @@ def test_star_import_leaves_private_names(tmp_path):
     r = subprocess.run([CTC, "check", str(tmp_path / "m.py"), "--model", "ok", "--input", "x=f32[2]"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "m.py:3:7: error: name '_Hidden' is not defined" in r.stderr, r.stderr
+
+
+# ---- 4. torch.empty, torch.Tensor(n, m), Tensor.normal_/uniform_/zero_, unbind
+
+def test_classic_allocation_and_unbind(tmp_path):
+    """nn.Parameter(torch.Tensor(out, in)) + reset_parameters() with kaiming_uniform_,
+    torch.empty(...) filled by nn.init / .zero_() / .normal_() / .data.uniform_(),
+    torch.unbind and Tensor.unbind in forward: forward and 3 SGD steps match."""
+    path = os.path.join(FILES, "classic_alloc.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Net()
+    x, adj = randn(5, 6), np.abs(randn(5, 5, seed=3))
+    opts = ["--model", "model", "--input", "x=f32[5,6]", "--input", "adj=f32[5,5]", "--input", "y=i64[5]"]
+    forward_vs_torch(tmp_path, "classic_alloc.py", model, [x, adj], *opts)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batches = [(randn(5, 6, seed=k), adj, tokens(5, hi=3, seed=k)) for k in range(3)]
+    train_vs_torch(tmp_path, "classic_alloc.py", model, opt, lambda a, b, y: F.cross_entropy(model(a, b), y),
+                   batches, *opts)
+
+
+def test_init_values_of_empty_filled_in_init(tmp_path):
+    """What __init__ wrote is what the program starts from: zero_() and fill_() on
+    torch.empty are exact; normal_(0, 0.02) draws values of that spread."""
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        self.a = nn.Parameter(torch.empty(4).zero_())\n"
+                 "        self.b = nn.Parameter(torch.empty(4).fill_(2.5))\n"
+                 "        self.c = nn.Parameter(torch.empty(400).normal_(0.0, 0.02))\n"
+                 "        self.d = nn.Parameter(torch.Tensor([1, 2, 3, 4]))\n\n"
+                 "    def forward(self, x):\n        return x * self.a + self.b + self.c[:4] + self.d\n")
+    exe = str(tmp_path / "m")
+    ctc_build(str(p), exe, "--input", "x=f32[4]")
+    np.save(tmp_path / "x.npy", np.zeros(4, np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "init.safetensors")])
+    w = st_read(str(tmp_path / "init.safetensors"))
+    assert (w["a"] == 0).all() and (w["b"] == 2.5).all() and w["d"].dtype == np.float32
+    assert list(w["d"]) == [1, 2, 3, 4]
+    assert 0.01 < w["c"].std() < 0.03 and abs(w["c"].mean()) < 0.01
