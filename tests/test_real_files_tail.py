@@ -186,3 +186,101 @@ def test_init_values_of_empty_filled_in_init(tmp_path):
     assert (w["a"] == 0).all() and (w["b"] == 2.5).all() and w["d"].dtype == np.float32
     assert list(w["d"]) == [1, 2, 3, 4]
     assert 0.01 < w["c"].std() < 0.03 and abs(w["c"].mean()) < 0.01
+
+
+# ---- 5 and 6. next / iter / set / open, __setattr__ / __getattr__ / __dict__, try/except
+
+def test_text_file_vocabulary_and_optional_imports(tmp_path, monkeypatch):
+    """A character model in the tutorial style: the vocabulary from
+    sorted(list(set(text))) of a text file read with open() at compile time
+    (`with open(p, "r", encoding=...)`, readlines(), iterating the file), next(iter(...)),
+    next(self.parameters()), self.__setattr__ / __getattr__ / __dict__, and try/except
+    for optional dependencies (apex, flash_attn), a missing key, an index and a raise."""
+    monkeypatch.chdir(os.path.join(FILES, "textfile"))   # PyTorch opens input.txt from the working directory
+    mod = load_module(os.path.join(FILES, "textfile", "char_model.py"))
+    torch.manual_seed(0)
+    net = mod.Net()
+    assert net.k == 122 and mod.vocab_size == 19
+    forward_vs_torch(tmp_path, "textfile/char_model.py", net, [tokens(2, 4, hi=19)], "--input", "idx=i64[2,4]")
+
+
+def ctc_check_src(tmp_path, src, *opts):
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n" + src)
+    return subprocess.run([CTC, "check", str(p), *opts], capture_output=True, text=True, timeout=60)
+
+
+MODEL_K = "\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.k = k\n\n" \
+          "    def forward(self, x):\n        return x * self.k\n"
+
+
+@pytest.mark.parametrize("body,k", [
+    # the handler whose class matches, in order; a base class matches (LookupError, Exception)
+    ("try:\n    k = {}['a']\nexcept IndexError:\n    k = 1\nexcept LookupError:\n    k = 2\n", 2),
+    ("try:\n    k = 1 // 0\nexcept (ValueError, ZeroDivisionError) as e:\n    k = len(str(e))\n", 34),
+    ("try:\n    import apex\n    k = 1\nexcept:\n    k = 3\n", 3),
+    ("try:\n    k = 4\nexcept Exception:\n    k = 5\nelse:\n    k = k * 10\nfinally:\n    k = k + 1\n", 41),
+    ("try:\n    try:\n        raise KeyError('x')\n    except KeyError:\n        raise\n    finally:\n        f = 2\n"
+     "except KeyError:\n    k = 6 + f\n", 8),
+    ("try:\n    try:\n        assert 1 == 2, 'no'\n    except ValueError:\n        k = 0\nexcept AssertionError:\n"
+     "    k = 9\n", 9),
+    ("def f():\n    try:\n        return [1, 2][5]\n    except IndexError:\n        return 11\n\n\nk = f()\n", 11),
+    ("try:\n    from os import path\n    k = 12\nexcept ImportError:\n    k = 0\n", 12),
+    ("try:\n    k = nn.Linear(2, 2).no_such_attr\nexcept AttributeError:\n    k = 13\n", 13),
+])
+def test_try_except_at_compile_time_matches_python(tmp_path, body, k):
+    src = body + MODEL_K
+    ns = {}
+    exec("import torch\nimport torch.nn as nn\n" + src.replace("import apex", "import apex_not_installed_here"), ns)
+    assert ns["M"]().k == k
+    r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
+    assert r.returncode == 0, r.stderr
+    exe = str(tmp_path / "m")
+    ctc_build(str(tmp_path / "m.py"), exe, "--input", "x=f32[2]")
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
+    assert list(np.load(tmp_path / "y.npy")) == [k, k]
+
+
+@pytest.mark.parametrize("body,msg", [
+    # ctc's own diagnostics are not Python exceptions: no handler takes them
+    ("try:\n    global g\nexcept:\n    pass\nk = 1\n", "'global' and 'nonlocal' are not supported by ctc"),
+    # a Python exception no handler matches stops the compile with its own message
+    ("try:\n    k = {}['a']\nexcept ValueError:\n    k = 1\n", "key 'a' not found in dict"),
+    ("raise ValueError('bad config')\n", "exception raised at compile time: bad config"),
+    ("k = open('missing.txt').read()\n", "No such file or directory: 'missing.txt'"),
+])
+def test_what_try_does_not_swallow(tmp_path, body, msg):
+    r = ctc_check_src(tmp_path, body + MODEL_K, "--input", "x=f32[2]")
+    assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+# ---- 7. module state written in forward ---------------------------------------
+
+def test_last_loss_attribute_written_in_forward(tmp_path):
+    """forward stores `self.last_loss` (a plain attribute, None in __init__); the training
+    function reads it back after calling the model: forward and 3 Adam steps match."""
+    path = os.path.join(FILES, "last_loss.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Tiny()
+    opts = ["--model", "model", "--input", "idx=i64[2,5]", "--input", "targets=i64[2,5]"]
+    forward_vs_torch(tmp_path, "last_loss.py", model, [tokens(2, 5, hi=13)], *opts[:4])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def loss_of(idx, targets):
+        model(idx, targets)
+        return model.last_loss
+
+    batches = [(tokens(2, 5, hi=13, seed=k), tokens(2, 5, hi=13, seed=20 + k)) for k in range(3)]
+    train_vs_torch(tmp_path, "last_loss.py", model, opt, loss_of, batches, *opts)
+
+
+def test_state_carried_between_calls_stays_an_error(tmp_path):
+    """A tensor attribute from __init__ overwritten in forward would carry over to the
+    next call in PyTorch; the program could not, so it is refused."""
+    src = ("\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.h = torch.zeros(2)\n\n    def forward(self, x):\n        self.h = self.h + x\n"
+           "        return self.h\n")
+    r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
+    assert r.returncode == 1 and "assigning 'self.h' inside compiled code" in r.stderr, r.stderr

@@ -60,6 +60,25 @@ void attr_cache_restore(L *L) {
   L->T->attr_undo.len = 0;
 }
 
+/* While staging, `self.name = val` may set a plain attribute (no parameter, buffer
+ * or submodule name) to a tensor or None when the value it had before this entry
+ * was None or nothing: an output the caller reads back (self.last_loss = loss).
+ * State carried from one call to the next (a tensor there from __init__, an int
+ * counter) stays an error: the program would not carry it between its runs. */
+static int plain_output_attr(L *L, PV *obj, const char *name, PV *val) {
+  if (val->k != PV_TENSOR && val->k != PV_NONE) return 0;
+  if (val->k == PV_TENSOR && val->t->slot) return 0;
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (!strcmp(obj->mod->regs.data[i].name, name)) return 0;
+  PV *before = env_get(obj->attrs, name);
+  for (int i = 0; i < L->T->attr_undo.len; i++)   /* written earlier in this entry: its value then */
+    if (L->T->attr_undo.data[i].obj == obj && !strcmp(L->T->attr_undo.data[i].name, name)) {
+      before = L->T->attr_undo.data[i].old;
+      break;
+    }
+  return !before || before->k == PV_NONE;
+}
+
 static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
   if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
     return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
@@ -73,6 +92,14 @@ static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
        * `self.src_mask = mask`, a causal mask of the sequence length): every call
        * would compute the same value, so the attribute holds it while this entry is
        * staged and is restored afterwards (its IR value belongs to this entry) */
+      struct AttrUndo u = {obj, name, env_get(obj->attrs, name)};
+      vec_push(L->a, &L->T->attr_undo, u);
+      env_set(L, obj->attrs, name, val);
+      return 1;
+    }
+    if (L->T->fn && plain_output_attr(L, obj, name, val)) {
+      /* self.last_loss = loss, self.aux = None: a plain attribute the caller reads back
+       * after the call; it holds the value for the rest of this entry (as the cache above) */
       struct AttrUndo u = {obj, name, env_get(obj->attrs, name)};
       vec_push(L->a, &L->T->attr_undo, u);
       env_set(L, obj->attrs, name, val);
