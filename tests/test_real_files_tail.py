@@ -87,6 +87,15 @@ def test_reassigned_nonpersistent_buffer_stays_out_of_state_dict(tmp_path):
     forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Reset", "--input", "x=f32[2,6,8]")
 
 
+def test_buffer_registered_as_none_then_set(tmp_path):
+    """register_buffer("mask", None, persistent=False), assigned a tensor afterwards."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Late()
+    assert sorted(net.state_dict()) == ["fc.bias", "fc.weight"]
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Late", "--input", "x=f32[2,6,8]")
+
+
 # ---- 2. ModuleList.append / insert / extend / +=, ModuleDict, ParameterList --
 
 def test_decoder_built_with_append(tmp_path):

@@ -17,7 +17,7 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       PV *m = bi_lookup(L, NS_MODULE, name, obj);
       /* append, items ... are methods of the containers only */
-      if (m && m->k == PV_BUILTIN && m->bi >= BI_MOD_APPEND && m->bi <= BI_MOD_VALUES && !module_container(obj)) return NULL;
+      if (m && m->k == PV_BUILTIN && m->call == bi_container_method && !module_container(obj)) return NULL;
       return m;
     }
     /* an instance of a builtin class that is no module (an optimizer, a scheduler):

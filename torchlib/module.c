@@ -140,8 +140,9 @@ void module_container_set(L *L, Span at, PV *obj, PV *key, PV *v) {
   container_put(L, at, obj, arena_printf(L->a, "%lld", (long long)i), v);
 }
 
-static PV *container_method(L *L, PV *self, int bi, Args *A) {
-  PV *a[2], **items;
+PV *bi_container_method(L *L, PV *fn, Args *A) {
+  PV *a[2], **items, *self = fn->self;
+  int bi = fn->bi;
   Span at = A->at;
   int n = iter_items(L, at, self, &items), dict = module_container(self) == 2;
   if (dict != (bi == BI_MOD_UPDATE || bi == BI_MOD_KEYS || bi == BI_MOD_ITEMS || bi == BI_MOD_VALUES))
@@ -198,7 +199,6 @@ static PV *container_method(L *L, PV *self, int bi, Args *A) {
 }
 
 PV *bi_module_method(L *L, PV *fn, Args *A) {
-  if (fn->bi >= BI_MOD_APPEND && fn->bi <= BI_MOD_VALUES) return container_method(L, fn->self, fn->bi, A);
   PV *self = fn->self, *a[4];
   switch (fn->bi) {
   case BI_MOD_INIT: return pv_none(L);
@@ -304,6 +304,11 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
   case BI_MOD_REGISTER_BUFFER: {
     bind_args(L, A, "name,tensor,persistent=", a);
     if (a[0]->k != PV_STR) lower_error(L, A->at, "buffer name must be a string");
+    if (a[1]->k == PV_NONE) {   /* register_buffer("mask", None): no state_dict key; a tensor set later is a constant */
+      if (!self->attrs) self->attrs = env_new(L, NULL);
+      env_set(L, self->attrs, a[0]->s, a[1]);
+      return pv_none(L);
+    }
     if (a[1]->k != PV_TENSOR) lower_error(L, A->at, "register_buffer needs a tensor");
     Tensor *t = a[1]->t;
     if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);
