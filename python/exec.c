@@ -198,6 +198,8 @@ static void exec_import(L *L, Node *s) {
       full = arena_printf(L->a, "%s.%s", s->name ? s->name : "", al->name);
       PV *ns = pv_ns(L, s->name ? s->name : "");
       PV *v = getattr_opt(L, al->span, ns, al->name);
+      if (!v && s->name && !strncmp(s->name, "torch", 5) && py_catchable(L, "ImportError"))   /* torch.nn.RMSNorm in 1.13 */
+        py_raise(L, al->span, "ImportError", "cannot import name '%s' from '%s' (not in ctc's torch)", al->name, s->name);
       env_set(L, L->env, al->name2 ? al->name2 : al->name, v ? v : pv_ns(L, full));
       continue;
     }

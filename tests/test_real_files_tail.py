@@ -236,6 +236,7 @@ MODEL_K = "\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__i
     ("def f():\n    try:\n        return [1, 2][5]\n    except IndexError:\n        return 11\n\n\nk = f()\n", 11),
     ("try:\n    from os import path\n    k = 12\nexcept ImportError:\n    k = 0\n", 12),
     ("try:\n    k = nn.Linear(2, 2).no_such_attr\nexcept AttributeError:\n    k = 13\n", 13),
+    ("try:\n    from torch.nn import NotInThisTorch\n    k = 1\nexcept ImportError:\n    k = 14\n", 14),
 ])
 def test_try_except_at_compile_time_matches_python(tmp_path, body, k):
     src = body + MODEL_K
