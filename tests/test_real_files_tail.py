@@ -75,6 +75,15 @@ def test_nonpersistent_buffers_come_from_init(tmp_path):
     run([exe, "infer", "--weights", str(tmp_path / "weights.safetensors"), "--input", str(tmp_path / "in0.npy"),
          "--output", str(tmp_path / "o.npy"), "--save", str(tmp_path / "again.safetensors")])
     assert sorted(st_read(str(tmp_path / "again.safetensors"))) == sorted(net.state_dict())
+    # a checkpoint torch.save wrote loads as --weights; the program's .pt loads strictly into PyTorch
+    torch.save(net.state_dict(), tmp_path / "ckpt.pt")
+    run([exe, "infer", "--weights", str(tmp_path / "ckpt.pt"), "--input", str(tmp_path / "in0.npy"),
+         "--output", str(tmp_path / "o2.npy"), "--save", str(tmp_path / "back.pt")])
+    assert (np.load(tmp_path / "o2.npy") == np.load(tmp_path / "o.npy")).all()
+    fresh = mod.Net()
+    fresh.load_state_dict(torch.load(tmp_path / "back.pt"), strict=True)
+    for k, v in net.state_dict().items():
+        assert torch.equal(fresh.state_dict()[k], v), k
 
 
 def test_reassigned_nonpersistent_buffer_stays_out_of_state_dict(tmp_path):
