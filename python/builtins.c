@@ -621,17 +621,6 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     pv_dict_set(L, A->at, fn->self, a[0], a[1] ? a[1] : pv_none(L));
     return a[1] ? a[1] : pv_none(L);
   }
-  case BI_DICT_UPDATE: {   /* d.update(other_dict, k=v, ...) */
-    if (A->nargs > 1) lower_error(L, A->at, "update expected at most 1 argument, got %d", A->nargs);
-    if (A->nargs == 1) {
-      PV *o = A->args[0];
-      if (o->k != PV_DICT) lower_error(L, A->at, "dict.update() takes a dict at compile time");
-      eval_charge(L, A->at, o->n);
-      for (int i = 0; i < o->n; i++) pv_dict_set(L, A->at, fn->self, o->keys[i], o->items[i]);
-    }
-    for (int i = 0; i < A->nkw; i++) pv_dict_set(L, A->at, fn->self, pv_str(L, A->kwnames[i]), A->kwvals[i]);
-    return pv_none(L);
-  }
   case BI_DICT_COPY: {
     PV *d = fn->self, *r = pv_dict(L);
     eval_charge(L, A->at, d->n);
@@ -890,4 +879,167 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   }
   default: BUG("builtin %s", fn->s);
   }
+}
+
+/* ---- iter(), next(), set(), open() ---------------------------------------
+ * An iterator is a list of the items still to come (bi = BI_ITER); next() takes
+ * the first. next() also takes the first item of the lists ctc gives for
+ * PyTorch's generators (model.parameters(), modules() ...): next(model.parameters()).
+ * A set is a dict whose keys are its items (bi = BI_SET): len, `in`, iteration,
+ * sorted() and list() work as on Python's sets (sorted(set(text)) is the usual use).
+ * open() reads a text file at compile time, relative to the folder of the file
+ * that calls it; the file object holds its text (attribute "_text"). */
+static PV *file_text(L *L, Span at, PV *f) {
+  PV *t = f->attrs ? env_get(f->attrs, "_text") : NULL;
+  if (!t || t->k != PV_STR) lower_error(L, at, "I/O operation on closed file");
+  return t;
+}
+
+static PV *lines_of(L *L, Span at, const char *s) {
+  PV *out = pv_list(L, NULL, 0);
+  while (*s) {
+    const char *e = strchr(s, '\n');
+    size_t n = e ? (size_t)(e - s) + 1 : strlen(s);
+    eval_charge(L, at, 1 + (int64_t)(n >> 6));
+    pv_list_append(L, out, pv_str(L, arena_strndup(L->a, s, n)));
+    s += n;
+  }
+  return out;
+}
+
+PV *bi_iter_set_file(L *L, PV *fn, Args *A) {
+  PV *a[6], **it;
+  Span at = A->at;
+  switch (fn->bi) {
+  case BI_ITER: {
+    bind_args(L, A, "x", a);
+    if (a[0]->k == PV_OPAQUE) return pv_opaque_from(L, at, a[0], arena_printf(L->a, "iter(%s)", a[0]->s));
+    if (a[0]->k == PV_LIST && a[0]->bi == BI_ITER) return a[0];   /* iter(iterator) is itself */
+    if (a[0]->k == PV_OBJ && a[0]->cls && a[0]->cls->bi == BI_FILE) a[0] = lines_of(L, at, file_text(L, at, a[0])->s);
+    int n = iter_items(L, at, a[0], &it);
+    eval_charge(L, at, n);
+    PV *r = pv_list(L, it, n);
+    r->bi = BI_ITER;
+    return r;
+  }
+  case BI_NEXT: {
+    bind_args(L, A, "iterator,default=", a);
+    PV *x = a[0];
+    if (x->k == PV_OPAQUE) return pv_opaque_from(L, at, x, arena_printf(L->a, "next(%s)", x->s));
+    if (x->k != PV_LIST) lower_error(L, at, "'%s' object is not an iterator", pv_kind_name(x));
+    if (x->n == 0) {
+      if (a[1]) return a[1];
+      py_raise(L, at, "StopIteration", "next() on an exhausted iterator (StopIteration)");
+    }
+    PV *v = x->items[0];
+    eval_charge(L, at, x->n);
+    memmove(x->items, x->items + 1, sizeof(PV *) * (size_t)(x->n - 1));
+    x->n--;
+    return v;
+  }
+  case BI_SET: {
+    bind_args(L, A, "iterable=", a);
+    PV *d = pv_dict(L);
+    d->bi = BI_SET;
+    int n = a[0] ? iter_items(L, at, a[0], &it) : 0;
+    eval_charge(L, at, n);
+    for (int i = 0; i < n; i++) pv_dict_set(L, at, d, it[i], pv_none(L));
+    return d;
+  }
+  case BI_SET_ADD:
+    if (fn->self->bi != BI_SET) lower_error(L, at, "'dict' object has no attribute 'add'");
+    bind_args(L, A, "elem", a);
+    pv_dict_set(L, at, fn->self, a[0], pv_none(L));
+    return pv_none(L);
+  case BI_FILE:
+    lower_error(L, at, "file objects are made by open()");
+  case BI_OPEN: {
+    bind_args(L, A, "file,mode=,buffering=,encoding=,errors=,newline=", a);
+    if (a[0]->k != PV_STR) lower_error(L, at, "open() needs a file name (str) at compile time");
+    const char *mode = a[1] ? (a[1]->k == PV_STR ? a[1]->s : "?") : "r";
+    if (strcmp(mode, "r") && strcmp(mode, "rt"))
+      lower_error(L, at, "open(..., '%s'): ctc reads text files at compile time (mode 'r') only", mode);
+    if (a[2] && a[2]->k == PV_STR && a[2]->s[0] && strcasecmp(a[2]->s, "utf-8") && strcasecmp(a[2]->s, "utf8"))
+      lower_error(L, at, "open(encoding='%s'): ctc reads UTF-8 text only", a[2]->s);
+    const char *path = a[0]->s, *from = at.file && at.file->path ? at.file->path : "";
+    const char *slash = strrchr(from, '/');
+    if (path[0] != '/' && slash) path = arena_printf(L->a, "%.*s/%s", (int)(slash - from), from, a[0]->s);
+    SrcFile *f = src_read(L->a, path);
+    if (!f) py_raise(L, at, "FileNotFoundError", "[Errno 2] No such file or directory: '%s' (open() reads at compile time, "
+                     "relative to the folder of the model file)", a[0]->s);
+    eval_charge(L, at, (int64_t)(f->len >> 6));
+    if (strlen(f->text) != f->len) lower_error(L, at, "open('%s'): the file is not text (it holds NUL bytes)", a[0]->s);
+    PV *cls = py_builtin(L, BI_FILE, NULL);
+    PV *o = pv_new(L, PV_OBJ);
+    o->cls = cls;
+    o->attrs = env_new(L, NULL);
+    env_set(L, o->attrs, "_text", pv_str(L, f->text));
+    env_set(L, o->attrs, "name", a[0]);
+    return o;
+  }
+  case BI_FILE_READ:
+    bind_args(L, A, "size=", a);
+    if (a[0] && !(a[0]->k == PV_INT && a[0]->i < 0) && a[0]->k != PV_NONE)
+      lower_error(L, at, "read(size) is not supported; read() reads the whole file");
+    return file_text(L, at, fn->self);
+  case BI_FILE_READLINES:
+    bind_args(L, A, "", a);
+    return lines_of(L, at, file_text(L, at, fn->self)->s);
+  case BI_FILE_CLOSE:
+    bind_args(L, A, "", a);
+    env_set(L, fn->self->attrs, "_text", pv_none(L));
+    return pv_none(L);
+  default: break;
+  }
+  BUG("iter/set/file row %d", fn->bi);
+}
+
+/* obj.__dict__: its attributes now, as a dict (bi = BI_OBJ_DICT, self = obj) */
+PV *py_obj_dict(L *L, PV *obj) {
+  PV *d = pv_dict(L);
+  d->bi = BI_OBJ_DICT;
+  d->self = obj;
+  Env *e = obj->attrs;
+  for (int i = 0; e && i < e->names.len; i++)
+    if (e->names.data[i][0] != '_' || e->names.data[i][1] != '_')
+      pv_dict_set(L, (Span){0}, d, pv_str(L, e->names.data[i]), e->vals.data[i]);
+  return d;
+}
+
+PV *bi_obj_attr(L *L, PV *fn, Args *A) {
+  PV *a[3], *self = fn->self;
+  switch (fn->bi) {
+  case BI_OBJ_SETATTR:
+    bind_args(L, A, "name,value", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
+    setattr_value(L, A->at, self, a[0]->s, a[1]);
+    return pv_none(L);
+  case BI_OBJ_GETATTR:
+    bind_args(L, A, "name", a);
+    if (a[0]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
+    return getattr_value(L, A->at, self, a[0]->s);
+  case BI_DICT_UPDATE: {   /* d.update(other) / d.update(k=v ...); on obj.__dict__ it sets attributes */
+    bind_args(L, A, "other=", a);
+    PV *src = pv_dict(L);
+    if (a[0]) {
+      if (a[0]->k != PV_DICT) lower_error(L, A->at, "dict.update(x) needs a dict at compile time");
+      for (int i = 0; i < a[0]->n; i++) pv_dict_set(L, A->at, src, a[0]->keys[i], a[0]->items[i]);
+    }
+    for (int k = 0; k < A->nkw; k++) pv_dict_set(L, A->at, src, pv_str(L, A->kwnames[k]), A->kwvals[k]);
+    eval_charge(L, A->at, src->n);
+    for (int i = 0; i < src->n; i++) py_dict_store(L, A->at, self, src->keys[i], src->items[i]);
+    return pv_none(L);
+  }
+  default: break;
+  }
+  BUG("attribute row %d", fn->bi);
+}
+
+/* d[k] = v; on obj.__dict__ also the attribute */
+void py_dict_store(L *L, Span at, PV *d, PV *k, PV *v) {
+  if (d->bi == BI_OBJ_DICT) {
+    if (k->k != PV_STR) lower_error(L, at, "attribute name must be a string");
+    setattr_value(L, at, d->self, k->s, v);
+  }
+  pv_dict_set(L, at, d, k, v);
 }

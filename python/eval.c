@@ -3,6 +3,7 @@
  * go to the host through L->host. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "py_int.h"
@@ -17,6 +18,25 @@ CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
   diag_verror(L->d, at, fmt, ap);
   va_end(ap);
   for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--) /* 0 is the entry itself */
+    diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
+  longjmp(*L->on_error, 1);
+}
+
+CTC_NORETURN void py_raise(L *L, Span at, const char *type, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (py_catchable(L, type)) {
+    L->exc_type = type;
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    L->exc_msg = arena_strdup(L->a, buf);
+    L->exc_at = at;
+    va_end(ap);
+    longjmp(*L->on_error, 1);
+  }
+  diag_verror(L->d, at, fmt, ap);
+  va_end(ap);
+  for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--)
     diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
   longjmp(*L->on_error, 1);
 }
@@ -47,11 +67,11 @@ static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
     case OP_SUB: return pv_int(L, ck_sub(L, at, x, y));
     case OP_MUL: return pv_int(L, ck_mul(L, at, x, y));
     case OP_DIV:
-      if (y == 0) lower_error(L, at, "division by zero");
+      if (y == 0) py_raise(L, at, "ZeroDivisionError", "division by zero");
       return pv_float(L, (double)x / (double)y);
     case OP_FLOORDIV:
     case OP_MOD: {
-      if (y == 0) lower_error(L, at, "integer division or modulo by zero");
+      if (y == 0) py_raise(L, at, "ZeroDivisionError", "integer division or modulo by zero");
       if (y == -1) return pv_int(L, op == OP_MOD ? 0 : ck_neg(L, at, x));
       int64_t q = x / y, m = x % y;
       if (m != 0 && ((m < 0) != (y < 0))) {
@@ -87,7 +107,7 @@ static PV *num_result(L *L, Span at, int op, PV *a, PV *b) {
     case OP_SUB: return pv_float(L, x - y);
     case OP_MUL: return pv_float(L, x * y);
     case OP_DIV:
-      if (y == 0) lower_error(L, at, "float division by zero");
+      if (y == 0) py_raise(L, at, "ZeroDivisionError", "float division by zero");
       return pv_float(L, x / y);
     case OP_FLOORDIV:
     case OP_MOD: {
@@ -385,6 +405,13 @@ int iter_items(L *L, Span at, PV *v, PV ***out) {
     return n;
   }
   case PV_OBJ:
+    if (v->cls && v->cls->bi == BI_FILE) {   /* for line in f */
+      PV *it = py_builtin(L, BI_ITER, NULL);
+      PV *lines = call_value(L, at, it, &v, 1, NULL, NULL, 0);
+      *out = lines->items;
+      return lines->n;
+    }
+    /* fall through */
   case PV_HOST:
   case PV_HOSTC: {
     int n = L->host->iterate(L, at, v, out);
@@ -458,6 +485,10 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
     PV *f = class_lookup(obj->cls, name);
     if (f) return bind_method(L, obj, f);
     if (obj->cls && obj->cls->bi == BI_ARGPARSE_PARSER) return py_lookup(L, NS_ARGPARSER, name, obj);
+    if (obj->cls && obj->cls->bi == BI_FILE) return py_lookup(L, NS_FILE, name, obj);
+    if (!strcmp(name, "__dict__")) return py_obj_dict(L, obj);
+    if (!strcmp(name, "__setattr__") || !strcmp(name, "__getattr__"))
+      return py_builtin(L, name[2] == 's' ? BI_OBJ_SETATTR : BI_OBJ_GETATTR, obj);
     if ((v = py_pylib_missing(L, at, obj, name))) return v;   /* torchvision.transforms */
     return L->host->getattr(L, at, obj, name);
   }
@@ -473,7 +504,7 @@ PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
   if (!v) {
     if (obj->k == PV_NS)
       lower_error(L, at, "'%s.%s' is not supported by ctc (or does not exist)", obj->s, name);
-    lower_error(L, at, "'%s' object has no attribute '%s'", pv_kind_name(obj), name);
+    py_raise(L, at, "AttributeError", "'%s' object has no attribute '%s'", pv_kind_name(obj), name);
   }
   return v;
 }
@@ -675,7 +706,7 @@ PV *py_lookup_name(L *L, Node *n) {
   PV *v = env_lookup(L->env, n->name);
   if (!v) v = env_get(L->globals, n->name);
   if (!v) v = env_get(L->builtins, n->name);
-  if (!v) lower_error(L, n->span, "name '%s' is not defined", n->name);
+  if (!v) py_raise(L, n->span, "NameError", "name '%s' is not defined", n->name);
   return v;
 }
 
@@ -724,14 +755,14 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
     }
     int64_t i = arg_int(L, at, idx, "index");
     if (i < 0) i += len;
-    if (i < 0 || i >= len) lower_error(L, at, "index %lld out of range for a %s of length %lld",
+    if (i < 0 || i >= len) py_raise(L, at, "IndexError", "index %lld out of range for a %s of length %lld",
                                        (long long)arg_int(L, at, idx, "index"), pv_kind_name(obj), (long long)len);
     if (obj->k == PV_STR) return pv_str(L, arena_strndup(L->a, obj->s + i, 1));
     return obj->items[i];
   }
   if (obj->k == PV_DICT) {
     PV *v = pv_dict_lookup(L, at, obj, idx);
-    if (!v) lower_error(L, at, "key %s not found in dict", pv_repr(L, at, idx));
+    if (!v) py_raise(L, at, "KeyError", "key %s not found in dict", pv_repr(L, at, idx));
     return v;
   }
   if (obj->k == PV_OBJ) {

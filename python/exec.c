@@ -26,7 +26,7 @@ void py_assign_target(L *L, Node *t, PV *v) {
       return;
     }
     if (obj->k == PV_DICT) {
-      pv_dict_set(L, t->b->span, obj, idx, v);
+      py_dict_store(L, t->b->span, obj, idx, v);
       return;
     }
     if (obj->k == PV_OPAQUE) return;
@@ -120,6 +120,44 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
   return NULL;
 }
 
+/* Modules an import finds when no file beside the model is: torch's, the Python
+ * standard library modules models use, numpy. Inside a `try` that catches
+ * ImportError, any other module (apex, flash_attn, wandb ...) is not installed:
+ * its import raises ModuleNotFoundError and the fallback runs, as optional
+ * dependencies are written. Outside such a try it stays an opaque value. */
+static int module_known(const char *dotted) {
+  static const char *const known[] = {
+      "torch", "functorch", "math", "dataclasses", "argparse", "typing", "collections", "functools", "itertools",
+      "os", "sys", "random", "time", "json", "copy", "warnings", "logging", "abc", "enum", "re", "pathlib",
+      "inspect", "__future__", "numpy", "pickle", "operator", "string", "types", "contextlib", "datetime", "glob",
+      "shutil", "struct", "io", "csv", "numbers", "textwrap", "statistics", "platform", "gc", "traceback"};
+  size_t n = strcspn(dotted, ".");
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+    if (strlen(known[i]) == n && !strncmp(known[i], dotted, n)) return 1;
+  return 0;
+}
+
+/* `from mod import *` of a local module: the names of its __all__ if it has one,
+ * else every global whose name does not start with '_' (Python's rule) */
+static void import_star(L *L, Span at, PV *lm, const char *from) {
+  PV *all = env_get(lm->attrs, "__all__");
+  if (all) {
+    PV **names;
+    int n = iter_items(L, at, all, &names);
+    for (int i = 0; i < n; i++) {
+      if (names[i]->k != PV_STR) lower_error(L, at, "%s.__all__ must hold str names, not '%s'", from, pv_kind_name(names[i]));
+      PV *v = env_get(lm->attrs, names[i]->s);
+      if (!v) lower_error(L, at, "module '%s' has no attribute '%s' (listed in its __all__)", from, names[i]->s);
+      env_set(L, L->env, names[i]->s, v);
+    }
+    return;
+  }
+  Env *e = lm->attrs;
+  eval_charge(L, at, e->names.len);
+  for (int i = 0; i < e->names.len; i++)
+    if (e->names.data[i][0] != '_') env_set(L, L->env, e->names.data[i], e->vals.data[i]);
+}
+
 static void exec_import(L *L, Node *s) {
   for (int i = 0; i < s->list.len; i++) {
     Node *al = s->list.data[i];
@@ -127,13 +165,15 @@ static void exec_import(L *L, Node *s) {
     if (s->kind == N_IMPORTFROM) {
       PV *lm = local_module(L, s->span, s->name, (int)s->ival);
       if (lm) {
-        if (strcmp(al->name, "*") == 0)
-          lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
+        if (strcmp(al->name, "*") == 0) {
+          import_star(L, al->span, lm, s->name ? s->name : ".");
+          continue;
+        }
         PV *v = env_get(lm->attrs, al->name);
         if (!v) v = local_module(L, s->span, arena_printf(L->a, "%s%s%s", s->name ? s->name : "", s->name ? "." : "",
                                                            al->name), (int)s->ival);
         if (!v) v = py_pylib_missing(L, al->span, lm, al->name);   /* from torchvision import transforms */
-        if (!v) lower_error(L, al->span, "cannot import name '%s' from '%s'", al->name, s->name ? s->name : ".");
+        if (!v) py_raise(L, al->span, "ImportError", "cannot import name '%s' from '%s'", al->name, s->name ? s->name : ".");
         env_set(L, L->env, al->name2 ? al->name2 : al->name, v);
         continue;
       }
@@ -159,12 +199,17 @@ static void exec_import(L *L, Node *s) {
         continue;
       }
     }
+    const char *mod = s->kind == N_IMPORTFROM ? s->name : full;
+    if (mod && !module_known(mod) && py_catchable(L, "ModuleNotFoundError"))
+      py_raise(L, s->span, "ModuleNotFoundError", "No module named '%s'", mod);
     if (s->kind == N_IMPORTFROM) {
       if (strcmp(al->name, "*") == 0)
         lower_error(L, al->span, "'from %s import *' is not supported; import the names you use", s->name);
       full = arena_printf(L->a, "%s.%s", s->name ? s->name : "", al->name);
       PV *ns = pv_ns(L, s->name ? s->name : "");
       PV *v = getattr_opt(L, al->span, ns, al->name);
+      if (!v && s->name && !strncmp(s->name, "torch", 5) && py_catchable(L, "ImportError"))   /* torch.nn.RMSNorm in 1.13 */
+        py_raise(L, al->span, "ImportError", "cannot import name '%s' from '%s' (not in ctc's torch)", al->name, s->name);
       env_set(L, L->env, al->name2 ? al->name2 : al->name, v ? v : pv_ns(L, full));
       continue;
     }
@@ -291,6 +336,170 @@ static void opaque_loop_names(L *L, Node *loop, PV *it, Node *n) {
   }
 }
 
+/* ---- try / except / raise -----------------------------------------------
+ * Python exceptions raised by compile-time code (py_raise: `raise ValueError(...)`,
+ * a missing dict key, attribute or name, an index out of range, a division by zero,
+ * a failed assert, an import of a module that is not there) unwind to the innermost
+ * `try` whose except clause names the exception's class or a base of it (by name:
+ * `except (KeyError, ValueError) as e`, a bare `except:`, `except Exception`). ctc's
+ * own diagnostics ("... is not supported by ctc", shape errors) are not Python
+ * exceptions and are never caught: they stop the compile as before. */
+struct TryFrame {
+  Node *node;
+  struct TryFrame *up;
+  jmp_buf *jb;
+};
+
+static const char *const exc_bases[][2] = {
+    {"Exception", "BaseException"}, {"ImportError", "Exception"}, {"ModuleNotFoundError", "ImportError"},
+    {"LookupError", "Exception"}, {"KeyError", "LookupError"}, {"IndexError", "LookupError"},
+    {"AttributeError", "Exception"}, {"ValueError", "Exception"}, {"TypeError", "Exception"},
+    {"RuntimeError", "Exception"}, {"NotImplementedError", "RuntimeError"}, {"AssertionError", "Exception"},
+    {"NameError", "Exception"}, {"ArithmeticError", "Exception"}, {"ZeroDivisionError", "ArithmeticError"},
+    {"OverflowError", "ArithmeticError"}, {"StopIteration", "Exception"}, {"OSError", "Exception"},
+    {"FileNotFoundError", "OSError"}, {"IOError", "Exception"}, {"EnvironmentError", "Exception"},
+};
+
+/* the class `type` is `name` or derives from it (OSError's aliases IOError, EnvironmentError) */
+static int exc_is(const char *type, const char *name) {
+  if (!strcmp(name, "IOError") || !strcmp(name, "EnvironmentError")) name = "OSError";
+  for (int guard = 0; type && guard < 8; guard++) {
+    if (!strcmp(type, name)) return 1;
+    const char *up = NULL;
+    for (size_t i = 0; i < sizeof exc_bases / sizeof *exc_bases; i++)
+      if (!strcmp(exc_bases[i][0], type)) up = exc_bases[i][1];
+    type = up;
+  }
+  return 0;
+}
+
+static int clause_matches(Node *e, const char *type) {
+  if (!e) return 1;   /* bare except */
+  if (e->kind == N_TUPLE) {
+    for (int i = 0; i < e->list.len; i++)
+      if (clause_matches(e->list.data[i], type)) return 1;
+    return 0;
+  }
+  return (e->kind == N_NAME || e->kind == N_ATTR) && exc_is(type, e->name);
+}
+
+static Node *matching_handler(Node *t, const char *type) {
+  for (int i = 0; t && i < t->list.len; i++)
+    if (clause_matches(t->list.data[i]->a, type)) return t->list.data[i];
+  return NULL;
+}
+
+int py_catchable(L *L, const char *type) {
+  /* only a try whose handler is the innermost one (not a probe of loops.c's) */
+  if (!L->tries || L->on_error != L->tries->jb) return 0;
+  for (struct TryFrame *f = L->tries; f; f = f->up)
+    if (matching_handler(f->node, type)) return 1;
+  return 0;
+}
+
+/* the exception in flight again, from where it was raised (bare `raise`, no handler here) */
+static CTC_NORETURN void reraise(L *L, const char *type, const char *msg, Span at) {
+  py_raise(L, at, type, "%s", msg);
+}
+
+static CTC_NORETURN void exec_raise(L *L, Node *s) {
+  Node *e = s->a;
+  if (!e) {
+    PV *t = env_lookup(L->env, "__exc_type__");
+    const char *cur = t && t->k == PV_STR ? t->s : NULL;
+    if (!cur) lower_error(L, s->span, "RuntimeError: no active exception to re-raise");
+    reraise(L, cur, env_lookup(L->env, "__exc_msg__")->s, s->span);
+  }
+  Node *cls = e->kind == N_CALL ? e->a : e;
+  const char *type = cls->kind == N_NAME || cls->kind == N_ATTR ? cls->name : "Exception";
+  const char *msg = "";
+  if (e->kind == N_CALL && e->list.len) msg = pv_to_str(L, e->list.data[0]->span, eval_expr(L, e->list.data[0]));
+  if (py_catchable(L, type)) py_raise(L, s->span, type, "%s", msg);
+  lower_error(L, s->span, "exception raised at compile time%s%s", msg[0] ? ": " : "", msg);
+}
+
+/* Run body (a handler or the else block) so that a Python exception leaving it runs
+ * the try's finally block first (a frame without handlers of its own). */
+static int run_then_finally(L *L, Node *s, NodeVec *body) {
+  if (!s->body2.len) return exec_block(L, L->env, body);
+  jmp_buf jb;
+  struct TryFrame fr = {NULL, L->tries, &jb};
+  jmp_buf *outer = L->on_error;
+  Env *env = L->env, *globals = L->globals;
+  int nstack = L->nstack, depth = L->depth, staged = L->staged_depth;
+  struct Cont *cont = L->cont;
+  volatile int r;
+  L->tries = &fr;
+  L->on_error = &jb;
+  if (setjmp(jb) == 0) {
+    r = exec_block(L, L->env, body);
+    L->tries = fr.up;
+    L->on_error = outer;
+    return r;
+  }
+  L->tries = fr.up;
+  L->on_error = outer;
+  if (!L->exc_type) longjmp(*outer, 1);
+  L->env = env;
+  L->globals = globals;
+  L->nstack = nstack;
+  L->depth = depth;
+  L->staged_depth = staged;
+  L->cont = cont;
+  const char *type = L->exc_type, *msg = L->exc_msg;
+  Span at = L->exc_at;
+  L->exc_type = NULL;
+  int f = exec_block(L, L->env, &s->body2);
+  if (f != EX_NORMAL) return f;
+  reraise(L, type, msg, at);
+}
+
+static int exec_try(L *L, Node *s) {
+  jmp_buf jb;
+  struct TryFrame fr = {s, L->tries, &jb};
+  jmp_buf *outer = L->on_error;
+  Env *env = L->env, *globals = L->globals;
+  int nstack = L->nstack, depth = L->depth, staged = L->staged_depth;
+  struct Cont *cont = L->cont;
+  volatile int r = EX_NORMAL;
+  L->tries = &fr;
+  L->on_error = &jb;
+  if (setjmp(jb) == 0) {
+    r = exec_block(L, L->env, &s->body);
+    L->tries = fr.up;
+    L->on_error = outer;
+    if (r == EX_NORMAL) r = run_then_finally(L, s, &s->orelse);
+  } else {
+    L->tries = fr.up;
+    L->on_error = outer;
+    if (!L->exc_type) longjmp(*outer, 1);   /* a ctc diagnostic, reported: not caught */
+    L->env = env;
+    L->globals = globals;
+    L->nstack = nstack;
+    L->depth = depth;
+    L->staged_depth = staged;
+    L->cont = cont;
+    const char *type = L->exc_type, *msg = L->exc_msg;
+    Span at = L->exc_at;
+    L->exc_type = NULL;
+    Node *h = matching_handler(s, type);
+    if (!h) {   /* an outer try takes it, after this one's finally */
+      int f = exec_block(L, L->env, &s->body2);
+      if (f != EX_NORMAL) return f;
+      reraise(L, type, msg, at);
+    }
+    if (h->name) env_set(L, L->env, h->name, pv_str(L, msg));   /* str(e), print(e), f"{e}" */
+    PV *st = env_get(L->env, "__exc_type__"), *sm = env_get(L->env, "__exc_msg__");
+    env_set(L, L->env, "__exc_type__", pv_str(L, type));   /* for a bare `raise` in the handler */
+    env_set(L, L->env, "__exc_msg__", pv_str(L, msg));
+    r = run_then_finally(L, s, &h->body);
+    env_set(L, L->env, "__exc_type__", st ? st : pv_none(L));
+    env_set(L, L->env, "__exc_msg__", sm ? sm : pv_none(L));
+  }
+  int f = exec_block(L, L->env, &s->body2);
+  return f != EX_NORMAL ? f : r;
+}
+
 static int exec_stmt(L *L, Node *s) {
   eval_charge(L, s->span, 1);
   switch (s->kind) {
@@ -331,7 +540,7 @@ static int exec_stmt(L *L, Node *s) {
       eval_charge(L, s->span, cnt);
       for (int i = 0; i < cnt; i++) pv_list_append(L, cur, it[i]);
       v = cur;
-    } else if (!is_host(cur) || !(v = L->host->inplace(L, s->span, s->op, cur, rhs)))
+    } else if ((!is_host(cur) && cur->k != PV_OBJ) || !(v = L->host->inplace(L, s->span, s->op, cur, rhs)))
       v = py_binop(L, s->span, s->op, cur, rhs);
     py_assign_target(L, s->a, v);
     return EX_NORMAL;
@@ -377,7 +586,11 @@ static int exec_stmt(L *L, Node *s) {
     for (int i = 0; i < s->list.len; i++) {
       Node *it = s->list.data[i];
       PV *cm = eval_expr(L, it->a);
-      if (cm->k == PV_OPAQUE) {   /* with open(...) as f / with opaque_cm(): binds an opaque value */
+      if (cm->k == PV_OBJ && cm->cls && cm->cls->bi == BI_FILE) {   /* with open(path) as f: the file object */
+        if (it->b) py_assign_target(L, it->b, cm);
+        continue;
+      }
+      if (cm->k == PV_OPAQUE) {   /* with opaque_cm(): binds an opaque value */
         if (it->b) py_assign_target(L, it->b, pv_opaque(L, it->span, arena_printf(L->a, "%s.__enter__()", cm->s)));
         continue;
       }
@@ -395,7 +608,7 @@ static int exec_stmt(L *L, Node *s) {
     if (L->host->runtime(L, c)) return EX_NORMAL; /* a run-time check: not compiled */
     if (!truthy(L, s->a->span, c)) {
       const char *msg = s->b ? pv_to_str(L, s->b->span, eval_expr(L, s->b)) : NULL;
-      lower_error(L, s->span, "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
+      py_raise(L, s->span, "AssertionError", "assertion failed at compile time%s%s", msg ? ": " : "", msg ? msg : "");
     }
     return EX_NORMAL;
   }
@@ -406,22 +619,10 @@ static int exec_stmt(L *L, Node *s) {
       env_set(L, L->env, t->name, pv_none(L));
     }
     return EX_NORMAL;
-  case N_RAISE:
-    lower_error(L, s->span, "exception raised at compile time%s%s", s->a ? ": " : "",
-                s->a && s->a->kind == N_CALL && s->a->list.len && s->a->list.data[0]->kind == N_STR
-                    ? s->a->list.data[0]->sval : "");
+  case N_RAISE: exec_raise(L, s);
   case N_GLOBAL:
     lower_error(L, s->span, "'global' and 'nonlocal' are not supported by ctc");
-  case N_TRY:
-    /* Compile-time code runs the try body only: a failure there is a
-     * compile error, so handlers would never run. */
-    {
-      int r = exec_block(L, L->env, &s->body);
-      if (r != EX_NORMAL) return r;
-      r = exec_block(L, L->env, &s->orelse);
-      if (r != EX_NORMAL) return r;
-      return exec_block(L, L->env, &s->body2);
-    }
+  case N_TRY: return exec_try(L, s);
   case N_IMPORT:
   case N_IMPORTFROM: exec_import(L, s); return EX_NORMAL;
   case N_FUNCDEF: {

@@ -45,6 +45,7 @@ enum {
   NS_LIST = 1u << 3,         /* methods of a list */
   NS_DICT = 1u << 4,         /* methods of a dict */
   NS_STR = 1u << 5,          /* methods of a str */
+  NS_FILE = 1u << 29,        /* methods of a file object from open() (read at compile time) */
   NS_ARGPARSE = 1u << 30,    /* argparse.* (argparse.c); high bits: the host numbers its own from 1u << 6 */
   NS_ARGPARSER = 1u << 31,   /* methods of an argparse.ArgumentParser (and of its groups) */
 };
@@ -203,6 +204,11 @@ struct L {
                             the compiled file's folder; NULL: none */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an
                             `if` on a run-time value (NULL outside such ifs and in calls) */
+  struct TryFrame *tries;   /* exec.c: the enclosing `try` statements, innermost first */
+  const char *exc_type;     /* a Python exception in flight (py_raise): its class name; NULL while a
+                               ctc diagnostic unwinds (those are never caught) */
+  const char *exc_msg;      /* its message (str(e)) */
+  Span exc_at;              /* where it was raised */
 };
 
 /* The handlers named by builtins.def. */
@@ -217,6 +223,11 @@ enum { FK_METHOD = 0, FK_STATIC = 1, FK_CLASSMETHOD = 2, FK_PROPERTY = 3 };
 
 /* ---- errors ---- */
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) CTC_PRINTF(3, 4);
+/* Raise the Python exception `type` (KeyError, ImportError ...): an enclosing
+ * `try` whose except clause matches it takes it (exec.c); otherwise it is
+ * lower_error's diagnostic with the same message. */
+CTC_NORETURN void py_raise(L *L, Span at, const char *type, const char *fmt, ...) CTC_PRINTF(4, 5);
+int py_catchable(L *L, const char *type);   /* an enclosing try would catch `type` */
 
 /* ---- values.c ---- */
 PV *pv_new(L *L, PVKind k);
@@ -294,6 +305,8 @@ int truthy(L *L, Span at, PV *v);
 int pv_less(L *L, Span at, PV *a, PV *b);   /* Python a < b on compile-time values */
 /* Iterate a compile-time iterable: returns a fresh array of items in *out. */
 int iter_items(L *L, Span at, PV *v, PV ***out);
+PV *py_obj_dict(L *L, PV *obj);                              /* obj.__dict__ */
+void py_dict_store(L *L, Span at, PV *d, PV *k, PV *v);      /* d[k] = v (obj.__dict__ sets the attribute) */
 /* An effect (backward, step, a state or in-place update, a list mutation) inside a
  * branch of an `if` on a run-time value, which runs both branches: a located error. */
 void staged_effect_check(L *L, Span at, const char *what);

@@ -321,7 +321,17 @@ PV *pv_opaque_str(L *L, Span at, const PV *src, const char *how) {
 PV *pv_text_unknown(L *L, Span at, const PV *v, const char *how) {
   switch (v->k) {
   case PV_NONE: case PV_BOOL: case PV_INT: case PV_FLOAT: case PV_STR: case PV_ELLIPSIS:
-  case PV_TUPLE: case PV_LIST: case PV_DICT: case PV_SLICE: case PV_HOSTC: return NULL;
+  case PV_TUPLE: case PV_LIST: case PV_SLICE: case PV_HOSTC: return NULL;
+  case PV_DICT:
+    if (v->bi != BI_SET) return NULL;
+    /* a set's order is CPython's hash order (randomised per run for str): no text to match */
+    {
+      PV *src = pv_opaque(L, at, "set");
+      src->what = "text of a set (its order is CPython's hash order; sort it first: sorted(s))";
+      PV *o = pv_opaque_str(L, at, src, how);
+      o->what = src->what;
+      return o;
+    }
   case PV_OPAQUE: return pv_opaque_str(L, at, v, how);
   default: {
     PV *src = pv_opaque(L, at, pv_kind_name(v));

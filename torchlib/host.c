@@ -15,7 +15,10 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
-      return bi_lookup(L, NS_MODULE, name, obj);
+      PV *m = bi_lookup(L, NS_MODULE, name, obj);
+      /* append, items ... are methods of the containers only */
+      if (m && m->k == PV_BUILTIN && m->call == bi_container_method && !module_container(obj)) return NULL;
+      return m;
     }
     /* an instance of a builtin class that is no module (an optimizer, a scheduler):
      * its methods are the rows of its class's method namespace */
@@ -57,6 +60,25 @@ void attr_cache_restore(L *L) {
   L->T->attr_undo.len = 0;
 }
 
+/* While staging, `self.name = val` may set a plain attribute (no parameter, buffer
+ * or submodule name) to a tensor or None when the value it had before this entry
+ * was None or nothing: an output the caller reads back (self.last_loss = loss).
+ * State carried from one call to the next (a tensor there from __init__, an int
+ * counter) stays an error: the program would not carry it between its runs. */
+static int plain_output_attr(L *L, PV *obj, const char *name, PV *val) {
+  if (val->k != PV_TENSOR && val->k != PV_NONE) return 0;
+  if (val->k == PV_TENSOR && val->t->slot) return 0;
+  for (int i = 0; i < obj->mod->regs.len; i++)
+    if (!strcmp(obj->mod->regs.data[i].name, name)) return 0;
+  PV *before = env_get(obj->attrs, name);
+  for (int i = 0; i < L->T->attr_undo.len; i++)   /* written earlier in this entry: its value then */
+    if (L->T->attr_undo.data[i].obj == obj && !strcmp(L->T->attr_undo.data[i].name, name)) {
+      before = L->T->attr_undo.data[i].old;
+      break;
+    }
+  return !before || before->k == PV_NONE;
+}
+
 static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
   if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
     return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
@@ -70,6 +92,14 @@ static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
        * `self.src_mask = mask`, a causal mask of the sequence length): every call
        * would compute the same value, so the attribute holds it while this entry is
        * staged and is restored afterwards (its IR value belongs to this entry) */
+      struct AttrUndo u = {obj, name, env_get(obj->attrs, name)};
+      vec_push(L->a, &L->T->attr_undo, u);
+      env_set(L, obj->attrs, name, val);
+      return 1;
+    }
+    if (L->T->fn && plain_output_attr(L, obj, name, val)) {
+      /* self.last_loss = loss, self.aux = None: a plain attribute the caller reads back
+       * after the call; it holds the value for the rest of this entry (as the cache above) */
       struct AttrUndo u = {obj, name, env_get(obj->attrs, name)};
       vec_push(L->a, &L->T->attr_undo, u);
       env_set(L, obj->attrs, name, val);
@@ -154,6 +184,10 @@ static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
 }
 
 static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
+  if (module_container(obj)) {   /* self.heads["x"] = nn.Linear(...), self.layers[0] = ... */
+    module_container_set(L, at, obj, idx, v);
+    return 1;
+  }
   if (obj->k == PV_TENSOR && ct_setitem(L, at, obj, idx, v)) return 1;   /* pe[:, 0::2] = ... in __init__ */
   if (obj->k == PV_TENSOR)
     lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
@@ -183,13 +217,14 @@ static int h_iterate(L *L, Span at, PV *v, PV ***out) {
                        "use unbind-free tensor operations");
   if (v->k != PV_OBJ || !v->mod) return -1;
   eval_charge(L, at, v->mod->regs.len);
-  int seq = v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST);
+  int plist = v->cls && v->cls->bi == BI_C_PARAMETERLIST;
+  int seq = v->cls && (v->cls->bi == BI_C_SEQUENTIAL || v->cls->bi == BI_C_MODULELIST || plist);
   int dict = v->cls && v->cls->bi == BI_C_MODULEDICT;
   if (!seq && !dict) return -1;
   PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(v->mod->regs.len + 1));
   int n = 0;
   for (int i = 0; i < v->mod->regs.len; i++)
-    if (v->mod->regs.data[i].kind == REG_CHILD)
+    if (v->mod->regs.data[i].kind == (plist ? REG_PARAM : REG_CHILD))
       r[n++] = seq ? v->mod->regs.data[i].val : pv_str(L, v->mod->regs.data[i].name);
   *out = r;
   return n;
@@ -209,6 +244,11 @@ static int h_staging(L *L) { return L->T->fn != NULL; }
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) { return t_where(L, at, c, a, b); }
 
 static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
+  if (op == OP_ADD && module_container(cur) == 1) {   /* self.layers += [...]: extend */
+    PV *ext = bi_lookup(L, NS_MODULE, "extend", cur);
+    call_value(L, at, ext, &rhs, 1, NULL, NULL, 0);
+    return cur;
+  }
   if (cur->k != PV_TENSOR || !L->T->fn) return NULL;
   /* `x += y` on a tensor updates it in place: other names bound to it see the change */
   staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");
@@ -281,6 +321,7 @@ PV *bi_layer_base_init(L *L, PV *fn, Args *A) {
 
 static int h_isinstance(const PV *obj, const PV *cls) {
   if (cls->bi == BI_C_MODULE) return obj->k == PV_OBJ && obj->mod;
+  if (cls->bi == BI_T_TENSOR_CLASS) return obj->k == PV_TENSOR || obj->k == PV_OPAQUE;   /* opaque: as before */
   return -1;
 }
 

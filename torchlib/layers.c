@@ -105,8 +105,10 @@ void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
     for (int i = 0; i < obj->mod->regs.len; i++)
       if (strcmp(obj->mod->regs.data[i].name, name) == 0 && obj->mod->regs.data[i].kind == REG_BUFFER) {
         if (val->k != PV_TENSOR || !val->t->data) lower_error(L, at, "buffer '%s' must be a compile-time tensor", name);
+        PV *old = obj->mod->regs.data[i].val;
         Slot *s = slot_new(L, at, val->t->type, PINIT_DATA, 0, 0);
         s->is_buffer = 1;
+        s->not_persistent = old && old->k == PV_TENSOR && old->t->slot && old->t->slot->not_persistent;
         s->data = val->t->data;
         val = param_tensor(L, s);
         obj->mod->regs.data[i].val = val;
@@ -246,7 +248,7 @@ PV *layer_dropout_forward(L *L, PV *o, Args *A) {
 PV *layer_identity_new(L *L, PV *cls, Args *A) { return layer_new(L, cls, A); }
 PV *layer_identity_forward(L *L, PV *o, Args *A) { return layer_input(L, o, A); }
 
-/* nn.Sequential(m1, m2 ...) or (OrderedDict), nn.ModuleList(iterable) */
+/* nn.Sequential(m1, m2 ...) or (OrderedDict), nn.ModuleList(iterable), nn.ParameterList(iterable) */
 PV *layer_sequential_new(L *L, PV *cls, Args *A) {
   PV *a[1], *o = layer_new(L, cls, A);
   Span at = A->at;
@@ -266,8 +268,9 @@ PV *layer_sequential_new(L *L, PV *cls, Args *A) {
     return o;
   }
   for (int i = 0; i < n; i++) {
-    if (!pv_is_module(items[i]))
-      lower_error(L, at, "%s entries must be modules, got '%s'", cls->s, pv_kind_name(items[i]));
+    if (cls->bi == BI_C_PARAMETERLIST ? items[i]->k != PV_TENSOR : !pv_is_module(items[i]))
+      lower_error(L, at, "%s entries must be %s, got '%s'", cls->s,
+                  cls->bi == BI_C_PARAMETERLIST ? "parameters" : "modules", pv_kind_name(items[i]));
     module_setattr(L, at, o, arena_printf(L->a, "%d", i), items[i]);
   }
   return o;

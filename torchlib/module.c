@@ -87,8 +87,8 @@ static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out,
       eval_charge(L, at, 1);
       if (r->kind == REG_CHILD) {
         if (pv_is_module(r->val)) state_dict_into(L, at, r->val, arena_printf(L->a, "%s.", name), out, depth + 1);
-      } else if (r->val->k == PV_TENSOR)
-        pv_dict_set(L, at, out, pv_str(L, name), r->val);
+      } else if (r->val->k == PV_TENSOR && !(r->val->t->slot && r->val->t->slot->not_persistent))
+        pv_dict_set(L, at, out, pv_str(L, name), r->val);   /* persistent=False buffers have no key */
     }
 }
 
@@ -106,6 +106,95 @@ static void module_cast(L *L, PV *m, DType dt) {
       if (t->slot->index >= 0) BUG("module cast after the state_dict was built");
       t->slot->type.dtype = dt;
     }
+  }
+}
+
+/* ---- ModuleList / ModuleDict / ParameterList mutation ------------------- */
+
+/* 1 ModuleList or ParameterList, 2 ModuleDict, 0 another module */
+int module_container(const PV *obj) {
+  if (!obj || obj->k != PV_OBJ || !obj->mod || !obj->cls) return 0;
+  if (obj->cls->bi == BI_C_MODULELIST || obj->cls->bi == BI_C_PARAMETERLIST) return 1;
+  return obj->cls->bi == BI_C_MODULEDICT ? 2 : 0;
+}
+
+static void container_put(L *L, Span at, PV *obj, const char *name, PV *v) {
+  int plist = obj->cls->bi == BI_C_PARAMETERLIST;
+  if (plist ? v->k != PV_TENSOR : !pv_is_module(v))
+    lower_error(L, at, "%s entries must be %s, got '%s'", obj->cls->s, plist ? "parameters" : "modules", pv_kind_name(v));
+  module_setattr(L, at, obj, name, v);
+}
+
+/* list[i] = v (i in range, negative from the end) or dict[key] = v */
+void module_container_set(L *L, Span at, PV *obj, PV *key, PV *v) {
+  if (module_container(obj) == 2) {
+    if (key->k != PV_STR) lower_error(L, at, "ModuleDict keys must be str, got '%s'", pv_kind_name(key));
+    container_put(L, at, obj, key->s, v);
+    return;
+  }
+  PV **items;
+  int n = iter_items(L, at, obj, &items);
+  int64_t i = arg_int(L, at, key, "index");
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) lower_error(L, at, "index %lld out of range for a %s of %d entries", (long long)i, obj->cls->s, n);
+  container_put(L, at, obj, arena_printf(L->a, "%lld", (long long)i), v);
+}
+
+PV *bi_container_method(L *L, PV *fn, Args *A) {
+  PV *a[2], **items, *self = fn->self;
+  int bi = fn->bi;
+  Span at = A->at;
+  int n = iter_items(L, at, self, &items), dict = module_container(self) == 2;
+  if (dict != (bi == BI_MOD_UPDATE || bi == BI_MOD_KEYS || bi == BI_MOD_ITEMS || bi == BI_MOD_VALUES))
+    lower_error(L, at, "'%s' object has no attribute '%s'", self->cls->s, bi_names[bi]);
+  switch (bi) {
+  case BI_MOD_APPEND:
+    bind_args(L, A, "value", a);
+    container_put(L, at, self, arena_printf(L->a, "%d", n), a[0]);
+    return self;
+  case BI_MOD_EXTEND: {
+    bind_args(L, A, "values", a);
+    PV **vs;
+    int m = iter_items(L, at, a[0], &vs);
+    for (int i = 0; i < m; i++) container_put(L, at, self, arena_printf(L->a, "%d", n + i), vs[i]);
+    return self;
+  }
+  case BI_MOD_INSERT: { /* shift the tail up one name, as PyTorch renumbers */
+    bind_args(L, A, "index,module", a);
+    int64_t i = arg_int(L, at, a[0], "index");
+    if (i < 0) i += n;
+    if (i < 0) i = 0;
+    if (i > n) i = n;
+    for (int j = n; j > i; j--) container_put(L, at, self, arena_printf(L->a, "%d", j), items[j - 1]);
+    container_put(L, at, self, arena_printf(L->a, "%lld", (long long)i), a[1]);
+    return pv_none(L);
+  }
+  case BI_MOD_UPDATE: {
+    bind_args(L, A, "modules", a);
+    PV **ks;
+    if (a[0]->k == PV_DICT) {
+      for (int i = 0; i < a[0]->n; i++) module_container_set(L, at, self, a[0]->keys[i], a[0]->items[i]);
+      return pv_none(L);
+    }
+    int m = iter_items(L, at, a[0], &ks);   /* pairs */
+    for (int i = 0; i < m; i++) {
+      if (ks[i]->k != PV_TUPLE && ks[i]->k != PV_LIST) lower_error(L, at, "ModuleDict.update needs (key, module) pairs");
+      if (ks[i]->n != 2) lower_error(L, at, "ModuleDict.update needs (key, module) pairs");
+      module_container_set(L, at, self, ks[i]->items[0], ks[i]->items[1]);
+    }
+    return pv_none(L);
+  }
+  default: { /* keys(), values(), items() in registration order */
+    bind_args(L, A, "", a);
+    PV *out = pv_list(L, NULL, 0);
+    for (int i = 0; i < n; i++) {
+      PV *k = items[i], *v = NULL;
+      for (int j = 0; j < self->mod->regs.len && !v; j++)
+        if (strcmp(self->mod->regs.data[j].name, k->s) == 0) v = self->mod->regs.data[j].val;
+      pv_list_append(L, out, bi == BI_MOD_KEYS ? k : bi == BI_MOD_VALUES ? v : pv_tuple(L, (PV *[]){k, v}, 2));
+    }
+    return out;
+  }
   }
 }
 
@@ -215,6 +304,11 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
   case BI_MOD_REGISTER_BUFFER: {
     bind_args(L, A, "name,tensor,persistent=", a);
     if (a[0]->k != PV_STR) lower_error(L, A->at, "buffer name must be a string");
+    if (a[1]->k == PV_NONE) {   /* register_buffer("mask", None): no state_dict key; a tensor set later is a constant */
+      if (!self->attrs) self->attrs = env_new(L, NULL);
+      env_set(L, self->attrs, a[0]->s, a[1]);
+      return pv_none(L);
+    }
     if (a[1]->k != PV_TENSOR) lower_error(L, A->at, "register_buffer needs a tensor");
     Tensor *t = a[1]->t;
     if (!t->data) lower_error(L, A->at, "buffer '%s' must be computable at compile time", a[0]->s);

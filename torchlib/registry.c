@@ -128,7 +128,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
     return pv_native(L, cuda_none, 0, name, NULL);
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
-    if (strcmp(name, "Tensor") == 0) return py_lookup(L, NS_BUILTINS, "object", NULL);
+    if (strcmp(name, "Tensor") == 0) return bi_value(L, BI_T_TENSOR_CLASS, NULL);
   }
   if (strcmp(m, "torch") == 0 && (strcmp(name, "utils") == 0 || strcmp(name, "distributed") == 0 ||
                                   strcmp(name, "multiprocessing") == 0 || strcmp(name, "backends") == 0))

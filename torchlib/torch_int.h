@@ -288,6 +288,8 @@ PV *tensor_backward(L *L, PV *t, Args *A);         /* loss.backward() */
 /* optimizer/model.zero_grad(): clears the gradients of params (a list; NULL: all) */
 /* module.c: model.parameters() as a list (each parameter once). */
 PV *module_parameters(L *L, Span at, PV *obj);
+int module_container(const PV *obj);
+void module_container_set(L *L, Span at, PV *obj, PV *key, PV *v);
 void grads_zero(L *L, Span at, PV *params);
 PV *param_grad(L *L, Span at, PV *t);              /* p.grad: the accumulated gradient, or None */
 /* State tensors of a training entry (optimizer buffers, the RNG offset): found by

@@ -80,6 +80,7 @@ static PV *factory(L *L, int bi, Args *A0) {
   PV *a[4];
   switch (bi) {
   case BI_T_ZEROS:
+  case BI_T_EMPTY:
   case BI_T_ONES:
   case BI_T_RANDN:
   case BI_T_RAND: {
@@ -554,6 +555,46 @@ PV *nnf_dropout_nd(L *L, PV *fn, Args *A) {
 
 PV *bi_init(L *L, PV *fn, Args *A) { return init_fn(L, fn->bi, A); }
 
+/* x.normal_() / x.uniform_() at compile time: on a parameter, its nn.init row; on a
+ * compile-time tensor (torch.empty(n).normal_(0, 0.02) before nn.Parameter), fresh
+ * compile-time values as torch.randn's (a program's values come from the weights or init) */
+PV *bi_init_method(L *L, PV *fn, Args *A) {
+  PV *x = fn->self, *a[2];
+  int row = bi_rows[fn->bi].arg;
+  if (L->T->fn || x->k != PV_TENSOR || (!x->t->slot && !x->t->data))
+    lower_error(L, A->at, "Tensor.%s() is supported in __init__ (on a parameter or a compile-time tensor) only; "
+                          "in compiled code use torch.randn / torch.rand", bi_names[fn->bi]);
+  if (x->t->slot) {
+    Args B = *A;
+    PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));
+    args[0] = x;
+    for (int i = 0; i < A->nargs; i++) args[i + 1] = A->args[i];
+    B.args = args;
+    B.nargs++;
+    init_fn(L, row, &B);
+    return x;
+  }
+  bind_args(L, A, row == BI_I_NORMAL_ ? "mean=,std=" : "from=,to=", a);
+  double p = a[0] ? arg_num(L, A->at, a[0], "mean") : 0, q = a[1] ? arg_num(L, A->at, a[1], "std") : 1;
+  uint64_t seed = 42;
+  for (int64_t i = 0; i < ir_numel(&x->t->type); i++) {
+    double u = rnd_uniform(&seed);
+    x->t->data[i] = row == BI_I_UNIFORM_ ? p + (q - p) * u
+                                         : p + q * sqrt(-2 * log(u + 1e-300)) * cos(2 * M_PI * rnd_uniform(&seed));
+  }
+  return x;
+}
+
+/* torch.Tensor(n, m): an allocation (torch.empty); torch.Tensor([..]): float32 data */
+PV *tensor_class_new(L *L, PV *cls, Args *A) {
+  (void)cls;
+  if (A->nargs == 1 && (A->args[0]->k == PV_LIST || A->args[0]->k == PV_TUPLE)) {
+    PV *r = factory(L, BI_T_TENSOR, A);
+    return r->t->type.dtype == DT_F32 ? r : t_cast(L, A->at, r, DT_F32);
+  }
+  return factory(L, BI_T_EMPTY, A);
+}
+
 /* split / chunk along dim: a tuple of slices. */
 static PV *split(L *L, Span at, PV *x, PV *size, int64_t dim, int chunks) {
   Type t = x->t->type;
@@ -866,6 +907,18 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_CHUNK:
     bind_args(L, A, bi == BI_T_SPLIT ? "split_size_or_sections,dim=" : "chunks,dim=", a);
     return split(L, at, x, a[0], a[1] ? arg_int(L, at, a[1], "dim") : 0, bi == BI_T_CHUNK);
+  case BI_T_UNBIND: { /* the slices along dim, that dim removed */
+    bind_args(L, A, "dim=", a);
+    int64_t d = t_norm_dim(L, at, a[0] ? arg_int(L, at, a[0], "dim") : 0, t.ndim);
+    int64_t rest[IR_MAX_DIMS];
+    for (int i = 0, k = 0; i < t.ndim; i++)
+      if (i != d) rest[k++] = t.dims[i];
+    PV *out = pv_tuple(L, NULL, 0);
+    eval_charge(L, at, t.dims[d]);
+    for (int64_t i = 0; i < t.dims[d]; i++)
+      pv_list_append(L, out, t_reshape(L, at, t_slice(L, at, x, (int)d, i, i + 1, 1), rest, t.ndim - 1));
+    return out;
+  }
   case BI_T_EQ:
     bind_args(L, A, "other", a);
     return t_compare(L, at, OP_EQ, x, a[0]);
@@ -904,8 +957,13 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
       if (bi == BI_T_ADD_ || bi == BI_T_MUL_) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
       return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
     }
+    bind_args(L, A, bi == BI_T_ZERO_ ? "" : bi == BI_T_FILL_ ? "value" : "other", a);
+    if ((bi == BI_T_ZERO_ || bi == BI_T_FILL_) && !L->T->fn && x->t->data) {   /* torch.empty(n).zero_() in __init__ */
+      double v = bi == BI_T_ZERO_ ? 0 : arg_num(L, at, a[0], "value");
+      for (int64_t i = 0; i < ir_numel(&t); i++) x->t->data[i] = v;
+      return x;
+    }
     if (bi == BI_T_ZERO_) return t_inplace(L, at, x, t_const_tensor(L, at, t, 0));
-    bind_args(L, A, bi == BI_T_FILL_ ? "value" : "other", a);
     if (bi == BI_T_FILL_) return t_inplace(L, at, x, t_const_tensor(L, at, t, arg_num(L, at, a[0], "value")));
     return t_inplace(L, at, x, t_binary(L, at, bi == BI_T_ADD_ ? OP_ADD : OP_MUL, x, a[0]));
   case BI_T_REPEAT: {
@@ -1114,8 +1172,8 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
 PV *bi_torch(L *L, PV *fn, Args *A) {
   int bi = fn->bi;
   switch (bi) {
-  case BI_T_ZEROS: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND: case BI_T_RANDINT:
-  case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
+  case BI_T_ZEROS: case BI_T_EMPTY: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND:
+  case BI_T_RANDINT: case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
   case BI_T_FULL_LIKE:
     return factory(L, bi, A);
   case BI_T_TRIL:
@@ -1140,7 +1198,7 @@ PV *bi_torch(L *L, PV *fn, Args *A) {
   case BI_T_GRAD_MODE: lower_error(L, A->at, "a grad-mode context manager is not callable");
   case BI_T_VIEW: case BI_T_RESHAPE: case BI_T_FLATTEN: case BI_T_SQUEEZE: case BI_T_UNSQUEEZE:
   case BI_T_TRANSPOSE: case BI_T_PERMUTE: case BI_T_T: case BI_T_SPLIT: case BI_T_CHUNK: case BI_T_EXPAND:
-  case BI_T_DETACH: { /* views share storage with their input in PyTorch */
+  case BI_T_UNBIND: case BI_T_DETACH: { /* views share storage with their input in PyTorch */
     PV *base = fn->self ? fn->self : A->nargs ? A->args[0] : NULL;
     PV *r = tensor_fn(L, fn, A);
     return base ? t_mark_view(L, base, r) : r;

@@ -1,0 +1,5 @@
+import torch
+from models import *
+
+net = resnet_tiny()
+other = PlainNet()

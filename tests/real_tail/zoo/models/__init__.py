@@ -1,0 +1,2 @@
+from .resnet import *
+from .plain import *

@@ -1,0 +1,307 @@
+"""The Python and torch long tail of files people actually have (issue 30),
+each in the style the public files use, written in our own words
+(tests/real_tail/): compiled unchanged, forward compared with PyTorch running
+the same file, and K training steps compared where the file trains."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctc_testlib import CTC, ROOT, compare, ctc_build, load_module, run, run_forward, st_read, st_write, state_dict_np
+
+FILES = os.path.join(ROOT, "tests", "real_tail")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def forward_vs_torch(tmp_path, name, model, inputs, *opts):
+    model.eval()
+    with torch.no_grad():
+        want = model(*[torch.from_numpy(x.copy()) for x in inputs])
+    got = run_forward(str(tmp_path), os.path.join(FILES, name), model, inputs, opts)
+    return compare(name, got[0], want.numpy(), RTOL, ATOL)
+
+
+def train_vs_torch(tmp_path, name, model, opt, loss_of, batches, *opts):
+    """K steps of the file's train_step (inputs batches[k]) against the same
+    steps in PyTorch; the parameters after the last step must match."""
+    exe = str(tmp_path / "train")
+    ctc_build(os.path.join(FILES, name), exe, "--entry", "train_step", *opts)
+    w = str(tmp_path / "w0.safetensors")
+    st_write(w, state_dict_np(model))
+    for k, batch in enumerate(batches):
+        args = [exe, "run", "train_step", "--weights", w]
+        for i, x in enumerate(batch):
+            np.save(tmp_path / f"b{i}.npy", x)
+            args += ["--input", str(tmp_path / f"b{i}.npy")]
+        nxt = str(tmp_path / f"w{k + 1}.safetensors")
+        run(args + ["--output", str(tmp_path / "loss.npy"), "--save", nxt, "--save-training-state"])
+        w = nxt
+        opt.zero_grad()
+        loss = loss_of(*[torch.from_numpy(x) for x in batch])
+        loss.backward()
+        opt.step()
+        compare(f"loss {k}", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-4)
+    got = st_read(w)
+    for key, p in model.state_dict().items():
+        compare(key, got[key], p.numpy(), 1e-3, 1e-5)
+
+
+def randn(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def tokens(*shape, hi, seed=2):
+    return np.random.default_rng(seed).integers(0, hi, shape).astype(np.int64)
+
+
+# ---- 1. register_buffer(..., persistent=False) ------------------------------
+
+def test_nonpersistent_buffers_come_from_init(tmp_path):
+    """Rotary tables and a causal mask registered with persistent=False are not in
+    PyTorch's state_dict: the program runs on a PyTorch-saved state_dict (strict:
+    every key it has, none more) and computes them itself."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Net()
+    assert sorted(net.state_dict()) == ["fc.bias", "fc.weight", "rot.scale"]
+    with torch.no_grad():
+        net.rot.scale.uniform_(0.5, 1.5)
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Net", "--input", "x=f32[2,6,8]")
+    # the program saves exactly the state_dict's keys, and loads its own file back
+    exe = str(tmp_path / "net")
+    run([exe, "infer", "--weights", str(tmp_path / "weights.safetensors"), "--input", str(tmp_path / "in0.npy"),
+         "--output", str(tmp_path / "o.npy"), "--save", str(tmp_path / "again.safetensors")])
+    assert sorted(st_read(str(tmp_path / "again.safetensors"))) == sorted(net.state_dict())
+    # a checkpoint torch.save wrote loads as --weights; the program's .pt loads strictly into PyTorch
+    torch.save(net.state_dict(), tmp_path / "ckpt.pt")
+    run([exe, "infer", "--weights", str(tmp_path / "ckpt.pt"), "--input", str(tmp_path / "in0.npy"),
+         "--output", str(tmp_path / "o2.npy"), "--save", str(tmp_path / "back.pt")])
+    assert (np.load(tmp_path / "o2.npy") == np.load(tmp_path / "o.npy")).all()
+    fresh = mod.Net()
+    fresh.load_state_dict(torch.load(tmp_path / "back.pt"), strict=True)
+    for k, v in net.state_dict().items():
+        assert torch.equal(fresh.state_dict()[k], v), k
+
+
+def test_reassigned_nonpersistent_buffer_stays_out_of_state_dict(tmp_path):
+    """`self.pos = ...` after register_buffer(persistent=False) keeps it non-persistent;
+    len(self.state_dict()) at compile time counts what PyTorch counts."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Reset()
+    assert net.n_keys == 2
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Reset", "--input", "x=f32[2,6,8]")
+
+
+def test_buffer_registered_as_none_then_set(tmp_path):
+    """register_buffer("mask", None, persistent=False), assigned a tensor afterwards."""
+    mod = load_module(os.path.join(FILES, "nonpersistent.py"))
+    torch.manual_seed(0)
+    net = mod.Late()
+    assert sorted(net.state_dict()) == ["fc.bias", "fc.weight"]
+    forward_vs_torch(tmp_path, "nonpersistent.py", net, [randn(2, 6, 8)], "--model", "Late", "--input", "x=f32[2,6,8]")
+
+
+# ---- 2. ModuleList.append / insert / extend / +=, ModuleDict, ParameterList --
+
+def test_decoder_built_with_append(tmp_path):
+    """A Llama-style decoder whose blocks are appended in a loop (plus insert, +=,
+    extend, ModuleDict item assignment and update, ParameterList.append): the
+    state_dict names are PyTorch's, forward and 3 AdamW steps match."""
+    path = os.path.join(FILES, "llama_append.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Decoder()
+    opts = ["--input", "idx=i64[2,5]", "--input", "targets=i64[2,5]"]
+    forward_vs_torch(tmp_path, "llama_append.py", model, [tokens(2, 5, hi=11)], "--input", "idx=i64[2,5]")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def loss_of(idx, targets):
+        logits = model(idx)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    batches = [(tokens(2, 5, hi=11, seed=k), tokens(2, 5, hi=11, seed=10 + k)) for k in range(3)]
+    train_vs_torch(tmp_path, "llama_append.py", model, opt, loss_of, batches, *opts)
+
+
+@pytest.mark.parametrize("src,msg", [
+    ("self.fc = nn.Linear(2, 2)\n        self.fc.append(nn.Linear(2, 2))", "'Linear' object has no attribute 'append'"),
+    ("self.l = nn.ModuleList()\n        self.l.append(3)", "ModuleList entries must be modules, got 'int'"),
+    ("self.d = nn.ModuleDict()\n        self.d.append(nn.Linear(2, 2))", "'ModuleDict' object has no attribute 'append'"),
+])
+def test_container_mutation_mistakes(tmp_path, src, msg):
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        " + src + "\n\n    def forward(self, x):\n        return x\n")
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+# ---- 3. star imports -------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["net", "other"])
+def test_model_zoo_star_import(tmp_path, which, monkeypatch):
+    """`from models import *` of a zoo package whose __init__ star-imports its
+    sibling modules (`from .resnet import *`, which has an __all__; `from .plain
+    import *`, which has none: its public names only)."""
+    monkeypatch.syspath_prepend(os.path.join(FILES, "zoo"))
+    for k in [k for k in list(__import__("sys").modules) if k == "models" or k.startswith("models.")]:
+        monkeypatch.delitem(__import__("sys").modules, k)
+    mod = load_module(os.path.join(FILES, "zoo", "main.py"))
+    torch.manual_seed(0)
+    model = getattr(mod, which)
+    forward_vs_torch(tmp_path, "zoo/main.py", model, [randn(2, 3, 8, 8)], "--model", which, "--input", "x=f32[2,3,8,8]")
+
+
+def test_star_import_leaves_private_names(tmp_path):
+    (tmp_path / "lib.py").write_text("import torch.nn as nn\n\n\nclass _Hidden(nn.Linear):\n    pass\n\n\n"
+                                     "class Shown(nn.Linear):\n    pass\n")
+    (tmp_path / "m.py").write_text("from lib import *\nok = Shown(2, 2)\nbad = _Hidden(2, 2)\n")
+    r = subprocess.run([CTC, "check", str(tmp_path / "m.py"), "--model", "ok", "--input", "x=f32[2]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "m.py:3:7: error: name '_Hidden' is not defined" in r.stderr, r.stderr
+
+
+# ---- 4. torch.empty, torch.Tensor(n, m), Tensor.normal_/uniform_/zero_, unbind
+
+def test_classic_allocation_and_unbind(tmp_path):
+    """nn.Parameter(torch.Tensor(out, in)) + reset_parameters() with kaiming_uniform_,
+    torch.empty(...) filled by nn.init / .zero_() / .normal_() / .data.uniform_(),
+    torch.unbind and Tensor.unbind in forward: forward and 3 SGD steps match."""
+    path = os.path.join(FILES, "classic_alloc.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Net()
+    x, adj = randn(5, 6), np.abs(randn(5, 5, seed=3))
+    opts = ["--model", "model", "--input", "x=f32[5,6]", "--input", "adj=f32[5,5]", "--input", "y=i64[5]"]
+    forward_vs_torch(tmp_path, "classic_alloc.py", model, [x, adj], *opts)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batches = [(randn(5, 6, seed=k), adj, tokens(5, hi=3, seed=k)) for k in range(3)]
+    train_vs_torch(tmp_path, "classic_alloc.py", model, opt, lambda a, b, y: F.cross_entropy(model(a, b), y),
+                   batches, *opts)
+
+
+def test_init_values_of_empty_filled_in_init(tmp_path):
+    """What __init__ wrote is what the program starts from: zero_() and fill_() on
+    torch.empty are exact; normal_(0, 0.02) draws values of that spread."""
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        self.a = nn.Parameter(torch.empty(4).zero_())\n"
+                 "        self.b = nn.Parameter(torch.empty(4).fill_(2.5))\n"
+                 "        self.c = nn.Parameter(torch.empty(400).normal_(0.0, 0.02))\n"
+                 "        self.d = nn.Parameter(torch.Tensor([1, 2, 3, 4]))\n\n"
+                 "    def forward(self, x):\n        return x * self.a + self.b + self.c[:4] + self.d\n")
+    exe = str(tmp_path / "m")
+    ctc_build(str(p), exe, "--input", "x=f32[4]")
+    np.save(tmp_path / "x.npy", np.zeros(4, np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "init.safetensors")])
+    w = st_read(str(tmp_path / "init.safetensors"))
+    assert (w["a"] == 0).all() and (w["b"] == 2.5).all() and w["d"].dtype == np.float32
+    assert list(w["d"]) == [1, 2, 3, 4]
+    assert 0.01 < w["c"].std() < 0.03 and abs(w["c"].mean()) < 0.01
+
+
+# ---- 5 and 6. next / iter / set / open, __setattr__ / __getattr__ / __dict__, try/except
+
+def test_text_file_vocabulary_and_optional_imports(tmp_path, monkeypatch):
+    """A character model in the tutorial style: the vocabulary from
+    sorted(list(set(text))) of a text file read with open() at compile time
+    (`with open(p, "r", encoding=...)`, readlines(), iterating the file), next(iter(...)),
+    next(self.parameters()), self.__setattr__ / __getattr__ / __dict__, and try/except
+    for optional dependencies (apex, flash_attn), a missing key, an index and a raise."""
+    monkeypatch.chdir(os.path.join(FILES, "textfile"))   # PyTorch opens input.txt from the working directory
+    mod = load_module(os.path.join(FILES, "textfile", "char_model.py"))
+    torch.manual_seed(0)
+    net = mod.Net()
+    assert net.k == 122 and mod.vocab_size == 19
+    forward_vs_torch(tmp_path, "textfile/char_model.py", net, [tokens(2, 4, hi=19)], "--input", "idx=i64[2,4]")
+
+
+def ctc_check_src(tmp_path, src, *opts):
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n" + src)
+    return subprocess.run([CTC, "check", str(p), *opts], capture_output=True, text=True, timeout=60)
+
+
+MODEL_K = "\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.k = k\n\n" \
+          "    def forward(self, x):\n        return x * self.k\n"
+
+
+@pytest.mark.parametrize("body,k", [
+    # the handler whose class matches, in order; a base class matches (LookupError, Exception)
+    ("try:\n    k = {}['a']\nexcept IndexError:\n    k = 1\nexcept LookupError:\n    k = 2\n", 2),
+    ("try:\n    k = 1 // 0\nexcept (ValueError, ZeroDivisionError) as e:\n    k = len(str(e))\n", 34),
+    ("try:\n    import apex\n    k = 1\nexcept:\n    k = 3\n", 3),
+    ("try:\n    k = 4\nexcept Exception:\n    k = 5\nelse:\n    k = k * 10\nfinally:\n    k = k + 1\n", 41),
+    ("try:\n    try:\n        raise KeyError('x')\n    except KeyError:\n        raise\n    finally:\n        f = 2\n"
+     "except KeyError:\n    k = 6 + f\n", 8),
+    ("try:\n    try:\n        assert 1 == 2, 'no'\n    except ValueError:\n        k = 0\nexcept AssertionError:\n"
+     "    k = 9\n", 9),
+    ("def f():\n    try:\n        return [1, 2][5]\n    except IndexError:\n        return 11\n\n\nk = f()\n", 11),
+    ("try:\n    from os import path\n    k = 12\nexcept ImportError:\n    k = 0\n", 12),
+    ("try:\n    k = nn.Linear(2, 2).no_such_attr\nexcept AttributeError:\n    k = 13\n", 13),
+    ("try:\n    from torch.nn import NotInThisTorch\n    k = 1\nexcept ImportError:\n    k = 14\n", 14),
+])
+def test_try_except_at_compile_time_matches_python(tmp_path, body, k):
+    src = body + MODEL_K
+    ns = {}
+    exec("import torch\nimport torch.nn as nn\n" + src.replace("import apex", "import apex_not_installed_here"), ns)
+    assert ns["M"]().k == k
+    r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
+    assert r.returncode == 0, r.stderr
+    exe = str(tmp_path / "m")
+    ctc_build(str(tmp_path / "m.py"), exe, "--input", "x=f32[2]")
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
+    assert list(np.load(tmp_path / "y.npy")) == [k, k]
+
+
+@pytest.mark.parametrize("body,msg", [
+    # ctc's own diagnostics are not Python exceptions: no handler takes them
+    ("try:\n    global g\nexcept:\n    pass\nk = 1\n", "'global' and 'nonlocal' are not supported by ctc"),
+    # a Python exception no handler matches stops the compile with its own message
+    ("try:\n    k = {}['a']\nexcept ValueError:\n    k = 1\n", "key 'a' not found in dict"),
+    ("raise ValueError('bad config')\n", "exception raised at compile time: bad config"),
+    ("k = open('missing.txt').read()\n", "No such file or directory: 'missing.txt'"),
+    # a set's text is in CPython's hash order (random per run for str): no value to compile
+    ("k = len(str(set('abca')))\n", "needs the text of a set"),
+])
+def test_what_try_does_not_swallow(tmp_path, body, msg):
+    r = ctc_check_src(tmp_path, body + MODEL_K, "--input", "x=f32[2]")
+    assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+# ---- 7. module state written in forward ---------------------------------------
+
+def test_last_loss_attribute_written_in_forward(tmp_path):
+    """forward stores `self.last_loss` (a plain attribute, None in __init__); the training
+    function reads it back after calling the model: forward and 3 Adam steps match."""
+    path = os.path.join(FILES, "last_loss.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Tiny()
+    opts = ["--model", "model", "--input", "idx=i64[2,5]", "--input", "targets=i64[2,5]"]
+    forward_vs_torch(tmp_path, "last_loss.py", model, [tokens(2, 5, hi=13)], *opts[:4])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def loss_of(idx, targets):
+        model(idx, targets)
+        return model.last_loss
+
+    batches = [(tokens(2, 5, hi=13, seed=k), tokens(2, 5, hi=13, seed=20 + k)) for k in range(3)]
+    train_vs_torch(tmp_path, "last_loss.py", model, opt, loss_of, batches, *opts)
+
+
+def test_state_carried_between_calls_stays_an_error(tmp_path):
+    """A tensor attribute from __init__ overwritten in forward would carry over to the
+    next call in PyTorch; the program could not, so it is refused."""
+    src = ("\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.h = torch.zeros(2)\n\n    def forward(self, x):\n        self.h = self.h + x\n"
+           "        return self.h\n")
+    r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
+    assert r.returncode == 1 and "assigning 'self.h' inside compiled code" in r.stderr, r.stderr
