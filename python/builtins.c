@@ -159,7 +159,7 @@ PV *bi_object_new(L *L, PV *cls, Args *A) {
 static PV *minmax(L *L, Args *A, int is_max) {
   PV **items = A->args;
   int n = A->nargs;
-  if (n == 1) n = iter_items(L, A->at, A->args[0], &items);
+  if (n == 1) n = iter_items_any_order(L, A->at, A->args[0], &items);
   if (n == 0) lower_error(L, A->at, "%s() of an empty sequence", A->fname);
   eval_charge(L, A->at, n);
   PV *best = items[0];
@@ -327,7 +327,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       if (r) return r;
     }
     PV **it;
-    return pv_int(L, iter_items(L, A->at, a[0], &it));
+    return pv_int(L, iter_items_any_order(L, A->at, a[0], &it));
   }
   case BI_INT:
   case BI_FLOAT:
@@ -372,9 +372,14 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_REVERSED: {
     bind_args(L, A, "x=", a);
     PV **it = NULL;
-    int n = a[0] ? iter_items(L, A->at, a[0], &it) : 0;
+    /* list(s)/tuple(s) of a set keep its (hash) order unknown: the result is marked, and only
+     * order-blind uses (sorted, len, min ...) may read it */
+    const int hashed = a[0] && (bi == BI_LIST || bi == BI_TUPLE) && a[0]->bi == BI_SET &&
+                       (a[0]->k == PV_DICT || pv_is_seq(a[0]));
+    int n = a[0] ? (bi == BI_SORTED || hashed ? iter_items_any_order : iter_items)(L, A->at, a[0], &it) : 0;
     eval_charge(L, A->at, n);
     PV *r = bi == BI_TUPLE ? pv_tuple(L, it, n) : pv_list(L, it, n);
+    if (hashed) r->bi = BI_SET;
     if (bi == BI_REVERSED)
       for (int i = 0; i < n / 2; i++) {
         PV *t = r->items[i];
@@ -447,7 +452,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_SUM: {
     bind_args(L, A, "x,start=", a);
     PV **it;
-    int n = iter_items(L, A->at, a[0], &it);
+    int n = iter_items_any_order(L, A->at, a[0], &it);
     PV *acc = a[1] ? a[1] : pv_int(L, 0);
     eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
@@ -559,7 +564,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
   case BI_ALL: {
     bind_args(L, A, "x", a);
     PV **it;
-    int n = iter_items(L, A->at, a[0], &it);
+    int n = iter_items_any_order(L, A->at, a[0], &it);
     eval_charge(L, A->at, n);
     for (int i = 0; i < n; i++) {
       int t = truthy(L, A->at, it[i]);
@@ -941,7 +946,7 @@ PV *bi_iter_set_file(L *L, PV *fn, Args *A) {
     bind_args(L, A, "iterable=", a);
     PV *d = pv_dict(L);
     d->bi = BI_SET;
-    int n = a[0] ? iter_items(L, at, a[0], &it) : 0;
+    int n = a[0] ? iter_items_any_order(L, at, a[0], &it) : 0;
     eval_charge(L, at, n);
     for (int i = 0; i < n; i++) pv_dict_set(L, at, d, it[i], pv_none(L));
     return d;

@@ -390,10 +390,12 @@ int iter_items(L *L, Span at, PV *v, PV ***out) {
     *out = NULL;
     return 0;
   case PV_TUPLE:
-  case PV_LIST:
+  case PV_LIST:   /* bi BI_SET: list(a_set), items in CPython's hash order */
+    if (v->bi == BI_SET && !L->set_any_order) py_set_order_error(L, at);
     *out = v->items;
     return v->n;
   case PV_DICT:
+    if (v->bi == BI_SET && !L->set_any_order) py_set_order_error(L, at);
     *out = v->keys;
     return v->n;
   case PV_STR: {
@@ -447,6 +449,20 @@ static PV *bind_method(L *L, PV *self, PV *f) {
   b->self = self;
   b->fn = f;
   return b;
+}
+
+void py_set_order_error(L *L, Span at) {
+  lower_error(L, at, "the order of a set's items is CPython's hash order (random on each run for strings), "
+                     "which ctc cannot reproduce: use sorted(...) of the set (as vocabularies do: "
+                     "sorted(list(set(text))))");
+}
+
+int iter_items_any_order(L *L, Span at, PV *v, PV ***out) {
+  int was = L->set_any_order;
+  L->set_any_order = 1;
+  int n = iter_items(L, at, v, out);
+  L->set_any_order = was;
+  return n;
 }
 
 PV *py_pylib_missing(L *L, Span at, PV *m, const char *name) {
@@ -718,6 +734,7 @@ static PV *index_value(L *L, Span at, PV *obj, PV *idx) {
     PV *r = L->host->index(L, at, obj, idx);
     if (r) return r;
   }
+  if (pv_is_seq(obj) && obj->bi == BI_SET) py_set_order_error(L, at);   /* list(a_set)[0] */
   if (pv_is_seq(obj) || obj->k == PV_STR) {
     int64_t len = obj->k == PV_STR ? (int64_t)strlen(obj->s) : obj->n;
     if (idx->k == PV_SLICE) {

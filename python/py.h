@@ -178,6 +178,11 @@ typedef struct HostOps {
  * NULL for any other value. */
 #define PY_PYLIB_MARK "__ctc_pylib__"
 PV *py_pylib_missing(L *L, Span at, PV *module, const char *name);
+/* iter_items for a use whose result does not depend on the items' order (sorted, min, max,
+ * sum, any, all, set): also a set's items, which other iterations refuse (their order is
+ * CPython's hash order, random per run for strings). */
+int iter_items_any_order(L *L, Span at, PV *v, PV ***out);
+CTC_NORETURN void py_set_order_error(L *L, Span at);   /* a use of a set's (or list(set)'s) item order */
 
 /* The context: one per compile, passed everywhere. */
 struct L {
@@ -200,6 +205,8 @@ struct L {
   int staged_depth;      /* eval.c: executing a branch (or continuation) of a staged `if` */
   PV *modules;            /* exec.c: the files imported from beside the compiled file, by path (a dict) */
   const char *script_args;  /* the compiled script's own command line (ctc --args '...'), for argparse */
+  int set_any_order;     /* eval.c: the current iteration's result does not depend on order (sorted, min ...):
+                            iterating a set is allowed (iter_items_any_order) */
   const char *pylib;     /* ctc's own Python packages (pylib/: torchvision), searched for an import after
                             the compiled file's folder; NULL: none */
   struct Cont *cont;     /* eval.c: the statements after the current block, while staging an

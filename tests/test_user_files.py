@@ -409,6 +409,27 @@ def test_opaque_comparisons_are_not_guessed(tmp_path, cond, at):
     assert "m.py:7:" in r.stderr and "note: the opaque value" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("vocab, ok", [
+    ("sorted(list(set(text)))", True), ("sorted(set(text))", True), ("list(set(text))", False),
+    ("[c for c in set(text)]", False), ("list(set(text))[:]", False),
+])
+def test_set_order_is_not_invented(tmp_path, vocab, ok):
+    """CPython iterates a set of strings in hash order, random on each run; ctc would give
+    insertion order. A vocabulary built from it in order would silently differ from the
+    one a checkpoint was trained with: every order-dependent use of a set (or of list(set))
+    is a located error naming sorted(), and order-blind uses (sorted, len, in, max) work."""
+    src = ("import torch\nimport torch.nn as nn\ntext = 'hello world'\nchars = " + vocab + "\n"
+           "stoi = {c: i for i, c in enumerate(chars)}\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.emb = nn.Embedding(len(stoi), 3 + stoi['w'])\n\n"
+           "    def forward(self, x):\n        return self.emb(x)\n")
+    r = ctc_check(write(tmp_path, src), "--input", "x=i64[2]")
+    if ok:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode == 1 and "m.py:" in r.stderr and "CPython's hash order" in r.stderr and \
+            "sorted(list(set(text)))" in r.stderr, r.stderr
+
+
 def test_vae_reparameterize_in_forward(tmp_path):
     """torch.randn_like in the inference entry: with logvar forced to -60 (std
     1e-13) the output is the deterministic decode(mu) and matches PyTorch; mu and
