@@ -518,8 +518,11 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
 PV *getattr_value(L *L, Span at, PV *obj, const char *name) {
   PV *v = getattr_opt(L, at, obj, name);
   if (!v) {
-    if (obj->k == PV_NS)
-      lower_error(L, at, "'%s.%s' is not supported by ctc (or does not exist)", obj->s, name);
+    if (obj->k == PV_NS) {
+      const char *s = L->host->suggest ? L->host->suggest(L, obj, name) : NULL;
+      lower_error(L, at, "'%s.%s' is not supported by ctc (or does not exist)%s%s%s", obj->s, name,
+                  s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+    }
     py_raise(L, at, "AttributeError", "'%s' object has no attribute '%s'", pv_kind_name(obj), name);
   }
   return v;

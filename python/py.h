@@ -144,6 +144,8 @@ typedef struct HostOps {
   PV *(*compare)(L *L, Span at, int op, PV *a, PV *b);
   PV *(*index)(L *L, Span at, PV *obj, PV *idx);       /* obj[idx]; NULL: not subscriptable */
   int (*setitem)(L *L, Span at, PV *obj, PV *idx, PV *v); /* obj[idx] = v; 0: not supported */
+  const char *(*suggest)(L *L, PV *ns, const char *name); /* the host name closest to a missing one
+                                                             (nn.BatchNorm2D: "BatchNorm2d"), or NULL */
   int (*iterate)(L *L, Span at, PV *obj, PV ***out);   /* -1: not iterable */
   int (*truth)(L *L, Span at, PV *v);                  /* bool(v) */
   /* A value known only at run time (a staged tensor): an `if`, a conditional

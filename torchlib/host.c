@@ -425,7 +425,7 @@ static const char *h_repr(L *L, Span at, const PV *v) {
 
 const HostOps torch_host = {
     .getattr = h_getattr, .setattr = h_setattr, .call = h_call,
-    .binary = h_binary, .unary = h_unary, .compare = h_compare, .index = h_index, .setitem = h_setitem,
+    .binary = h_binary, .unary = h_unary, .compare = h_compare, .index = h_index, .setitem = h_setitem, .suggest = ns_suggest,
     .iterate = h_iterate, .truth = h_truth, .runtime = h_runtime, .staging = h_staging, .check_cond = one_element,
     .select = h_select, .inplace = h_inplace, .name_value = h_name_value, .construct = h_construct,
     .instance = h_instance, .can_subclass = h_can_subclass, .base_init = h_base_init, .isinstance = h_isinstance,

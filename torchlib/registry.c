@@ -2,6 +2,7 @@
  * optim.def) as one array indexed by BI_ id; lookup of a name in a namespace
  * (torch.X, F.X, nn.X, x.X on a tensor ...) by the rows' NS_ bits, and calls
  * through the rows' handlers. Nothing here depends on the order of the rows. */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,42 @@ static int ns_index(const char *path) {
   for (size_t i = 0; i < sizeof namespaces / sizeof namespaces[0]; i++)
     if (strcmp(namespaces[i].path, path) == 0) return (int)i;
   return -1;
+}
+
+/* Edit distance of a and b ignoring case (insertions, deletions, substitutions and swaps of
+ * neighbours: "rleu" is 1 from "relu"); cap + 1 when beyond cap. */
+static int name_distance(const char *a, const char *b, int cap) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 63 || lb > 63 || abs(la - lb) > cap) return cap + 1;
+  int d[64][64];
+  for (int i = 0; i <= la; i++) d[i][0] = i;
+  for (int j = 0; j <= lb; j++) d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+      int v = d[i - 1][j - 1] + (ca != cb);
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == cb &&
+          d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb] > cap ? cap + 1 : d[la][lb];
+}
+
+const char *ns_suggest(L *L, PV *ns, const char *name) {
+  int k = ns && ns->k == PV_NS ? ns_index(ns->s) : -1;
+  if (k < 0) return NULL;
+  const int cap = (int)strlen(name) / 3 > 1 ? (int)strlen(name) / 3 : 1;
+  const char *best = NULL;
+  int bd = cap + 1;
+  for (int i = 1; i < BI__COUNT; i++) {
+    if (!bi_rows[i].name || !(bi_rows[i].ns & namespaces[k].ns)) continue;
+    int d = name_distance(name, bi_rows[i].name, cap);
+    if (d < bd || (d == bd && best && strcmp(bi_rows[i].name, best) < 0)) bd = d, best = bi_rows[i].name;
+  }
+  return best ? arena_printf(L->a, "%s.%s", ns->s, best) : NULL;
 }
 
 static int dtype_by_name(const char *n, DType *dt) {

@@ -241,6 +241,7 @@ int pv_is_module(const PV *v);               /* an nn.Module instance */
 void torch_tables_check(void);                    /* no name twice in one namespace */
 /* Attribute of a namespace (torch.xxx, nn.xxx, F.xxx, math.xxx); NULL if none. */
 PV *ns_getattr(L *L, Span at, PV *ns, const char *name);
+const char *ns_suggest(L *L, PV *ns, const char *name);   /* HostOps.suggest: the closest registered name */
 BuiltinFn optim_new, sched_new;                  /* training.c: the constructors of OPTIM and SCHED rows */
 PV *class_construct(L *L, PV *cls, Args *A);      /* a builtin class called: its constructor */
 PV *layer_call(L *L, PV *obj, Args *A);           /* a builtin layer object called: its forward */
