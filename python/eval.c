@@ -12,13 +12,21 @@
 #define MAX_STEPS 20000000           /* statements executed (and work in builtins) per compile */
 #define MAX_MEM_MIB 2048             /* compile-time values, MiB */
 
+/* The notes of an error: the calls it is inside, innermost first (0 is the entry itself),
+ * each layer's with where it was created. */
+static void stack_notes(L *L) {
+  for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--) {
+    diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
+    if (i < 64 && L->stack_made[i].file) diag_note(L->d, L->stack_made[i], "created here");
+  }
+}
+
 CTC_NORETURN void lower_error(L *L, Span at, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   diag_verror(L->d, at, fmt, ap);
   va_end(ap);
-  for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--) /* 0 is the entry itself */
-    diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
+  stack_notes(L);
   longjmp(*L->on_error, 1);
 }
 
@@ -36,8 +44,7 @@ CTC_NORETURN void py_raise(L *L, Span at, const char *type, const char *fmt, ...
   }
   diag_verror(L->d, at, fmt, ap);
   va_end(ap);
-  for (int i = L->nstack - 1; i >= 1 && i >= L->nstack - 8; i--)
-    diag_note(L->d, L->stack_span[i], "in '%s' called here", L->stack_name[i]);
+  stack_notes(L);
   longjmp(*L->on_error, 1);
 }
 
@@ -613,6 +620,7 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
   if (L->nstack < 64) {
     L->stack_span[L->nstack] = at;
     L->stack_name[L->nstack] = def->name ? def->name : "lambda";
+    L->stack_made[L->nstack] = (Span){0};
   }
   L->nstack++;
   L->depth++;

@@ -201,6 +201,7 @@ struct L {
   /* call stack for notes */
   Span stack_span[64];
   const char *stack_name[64];
+  Span stack_made[64];   /* a layer's frame: where the layer was created (file NULL: none) */
   int nstack;
   Env *env;              /* the current local scope */
   PV *retval;            /* value of the last `return` */

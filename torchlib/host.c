@@ -131,7 +131,18 @@ static PV *h_base_init(L *L, PV *base, PV *self, const char *name);
 
 /* Calling a module: a builtin layer's forward, or the user's forward method. */
 static PV *h_call(L *L, Span at, PV *obj, Args *A) {
-  if (obj->cls->bi) return h_call_result(L, obj, layer_call(L, obj, A));
+  if (obj->cls->bi) {   /* a frame for notes: "in 'stem.2 (Linear)' called here", "created here" */
+    if (L->nstack < 64) {
+      L->stack_span[L->nstack] = at;
+      L->stack_name[L->nstack] = obj->mod && obj->mod->path ? arena_printf(L->a, "%s (%s)", obj->mod->path, obj->cls->s)
+                                                            : obj->cls->s;
+      L->stack_made[L->nstack] = obj->mod ? obj->mod->made : (Span){0};
+    }
+    L->nstack++;
+    PV *r = layer_call(L, obj, A);
+    L->nstack--;
+    return h_call_result(L, obj, r);
+  }
   PV *fwd = getattr_opt(L, at, obj, "forward"), *base;
   if (!fwd && (base = layer_base_class(obj->cls)))   /* class M(nn.Linear) without its own forward */
     fwd = h_base_init(L, base, obj, "forward");

@@ -195,7 +195,11 @@ void torch_tables_check(void) {
 
 /* ---- calls --------------------------------------------------------------- */
 
-PV *class_construct(L *L, PV *cls, Args *A) { return bi_rows[cls->bi].call(L, cls, A); }
+PV *class_construct(L *L, PV *cls, Args *A) {
+  PV *o = bi_rows[cls->bi].call(L, cls, A);
+  if (o && o->k == PV_OBJ && o->mod && !o->mod->made.file) o->mod->made = A->at;   /* notes of errors in its forward */
+  return o;
+}
 
 PV *layer_call(L *L, PV *obj, Args *A) {
   BuiltinFn *f = bi_rows[obj->cls->bi].forward;

@@ -136,6 +136,7 @@ struct HostObj {
   Vec(Reg) regs;         /* in registration order */
   int training;          /* self.training */
   const char *path;      /* state_dict prefix ("layer1.0"), for naming values; NULL for the root */
+  Span made;             /* a builtin layer: its constructor call (nn.Linear(...)), for notes */
   int ddp;               /* wrapped by DistributedDataParallel (distributed.c): `.module` is itself */
 };
 /* distributed.c: torch.nn.parallel (DistributedDataParallel), or NULL for other names */
