@@ -122,3 +122,24 @@ def test_bad_command_lines(tmp_path):
 
 # The fuzz run (valid seeds with their input shapes, mutated at the byte, token and AST
 # level, compiled by an ASan+UBSan ctc) lives in test_fuzz_backend.py.
+
+
+def test_error_in_a_layer_names_its_path_and_where_it_was_made(tmp_path):
+    """A shape error inside nn.Sequential (issue 28, item 8): the notes name the layer by
+    its module path as named_modules() does (stem.2) with its class, and point at the
+    nn.Linear(...) that made it, then at the Sequential around it."""
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.stem = nn.Sequential(\n            nn.Linear(64, 32),\n"
+           "            nn.ReLU(),\n            nn.Linear(100, 10),\n        )\n\n    def forward(self, x):\n"
+           "        return self.stem(x)\n")
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2,64]"], capture_output=True, text=True)
+    assert r.returncode == 1
+    lines = [l for l in r.stderr.splitlines() if ": error: " in l or ": note: " in l]
+    assert lines[0].endswith("m.py:15:16: error: shape mismatch in linear layer: input [2, 32], weight [10, 100] "
+                             "(expects last input dimension 100)"), r.stderr
+    assert lines[1].endswith("m.py:15:16: note: in 'stem.2 (Linear)' called here"), r.stderr
+    assert lines[2].endswith("m.py:11:13: note: created here"), r.stderr
+    assert lines[3].endswith("m.py:15:16: note: in 'stem (Sequential)' called here"), r.stderr
+    assert lines[4].endswith("m.py:8:21: note: created here"), r.stderr
