@@ -52,3 +52,32 @@ def test_misspelt_input_name(tmp_path):
     assert r.returncode == 1
     assert "m.py:10:5: error: --input z: no compiled entry has a parameter named 'z' (forward takes (x, i))" \
         in r.stderr, r.stderr
+
+
+BARE = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+
+
+def test_bare_module_with_several_inputs(tmp_path):
+    """Issue 30: a bare nn.Sequential model given several --input options (its own and a
+    training entry's) takes the one named 'input', as PyTorch's forward(input) is named;
+    without one the error says so."""
+    p = tmp_path / "bare.py"
+    p.write_text(BARE)
+    r = run([CTC, "check", p, "--input", "input=f32[5,4]", "--input", "x=f32[5,4]", "--input", "y=f32[5,2]"])
+    assert "entry forward -> f32[5,2]" in r.stdout and "entry train_step" in r.stdout, r.stdout
+    r = run([CTC, "check", p, "--input", "x=f32[5,4]", "--input", "y=f32[5,2]"], check=False)
+    assert r.returncode == 1 and "the model's is the one named 'input'" in r.stderr, r.stderr

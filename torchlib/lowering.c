@@ -430,15 +430,19 @@ static void stage_forward_in(L *L, PV *model, const LowerOptions *opt, Span top)
      * one --input or example_inputs = (torch.randn(...),) */
     Type t;
     const char *name = "input";
-    if (opt->ninputs == 1) {
-      t = opt->inputs[0].type;
-      name = opt->inputs[0].name;
+    int named = -1;   /* several --input (other entries' too): the one named as PyTorch's forward(input) */
+    for (int i = 0; i < opt->ninputs; i++)
+      if (!strcmp(opt->inputs[i].name, "input")) named = i;
+    if (opt->ninputs == 1 || named >= 0) {
+      t = opt->inputs[named >= 0 ? named : 0].type;
+      name = opt->inputs[named >= 0 ? named : 0].name;
     } else if (!opt->ninputs && examples && pv_is_seq(examples) && examples->n == 1 &&
                examples->items[0]->k == PV_TENSOR)
       t = examples->items[0]->t->type;
     else
       lower_error(L, top, "a bare nn.%s model takes one input: give its shape with --input input=f32[...] or "
-                          "example_inputs = (torch.randn(...),)", model->cls->s);
+                          "example_inputs = (torch.randn(...),)%s", model->cls->s,
+                  opt->ninputs > 1 ? " (with several --input options, the model's is the one named 'input')" : "");
     if (opt->fwd_batch_from && t.ndim >= 1 && t.dims[0] == opt->fwd_batch_from) t.dims[0] = opt->fwd_batch_to;
     Func *f = ir_func_new(L->T->prog, "forward", top);
     L->T->fn = f;
