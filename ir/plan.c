@@ -241,19 +241,29 @@ static int by_size(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The scans repack may make in all (each placement scans the placed intervals): past it,
+ * repacking gives up and the first-fit plan stands, so a program of tens of thousands of
+ * values all live at once (a 16000-way split) does not take seconds here. Deterministic:
+ * a count, not a clock. */
+#define REPACK_MAX_SCANS 40000000LL
+
 /* Places every interval, largest first, at the lowest offset where it fits
- * beside the placed intervals live at the same time; returns the peak. The placed
- * ones are kept sorted by offset (an insertion per interval), so each placement
- * is one scan in offset order: no sort per interval. */
+ * beside the placed intervals live at the same time; returns the peak (INT64_MAX when
+ * it gave up). The placed ones are kept sorted by offset (an insertion per interval),
+ * so each placement is one scan in offset order: no sort per interval. */
 static int64_t repack(Ivl *v, int n) {
   Ivl **order = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1)), **byoff = malloc(sizeof(Ivl *) * (size_t)(n ? n : 1));
   CHECK(order && byoff);
   for (int i = 0; i < n; i++) order[i] = &v[i];
   qsort(order, (size_t)n, sizeof *order, by_size);
-  int64_t peak = 0;
+  int64_t peak = 0, scans = 0;
   for (int i = 0; i < n; i++) {
     Ivl *b = order[i];
     int64_t off = 0;
+    if ((scans += i) > REPACK_MAX_SCANS) {
+      peak = INT64_MAX;
+      break;
+    }
     for (int j = 0; j < i; j++) {
       const Ivl *o = byoff[j];
       if (o->start > b->end || b->start > o->end) continue;   /* not live at the same time */

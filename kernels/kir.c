@@ -4,6 +4,7 @@
  * values are loaded once per element, which are locals, which are stored and
  * where, in which of a row kernel's loops each instruction runs, and where a
  * row element read by a later loop comes from (its per-row array, or memory). */
+#include <stdlib.h>
 #include <string.h>
 #include "kir.h"
 
@@ -26,15 +27,6 @@ static int in_kernel(const Func *f, const Kernel *kn, ValId v) {
   if (!d || d->op == IR_CONST) return 0;
   int i = (int)(d - f->insts.data);
   return i >= kn->first && i <= kn->last;
-}
-
-static int read_later(const Func *f, const Kernel *kn, int i, ValId v) {
-  for (int j = i + 1; j <= kn->last; j++) {
-    const Inst *x = &f->insts.data[j];
-    for (int a = 0; a < x->nargs; a++)
-      if (x->args[a] == v) return 1;
-  }
-  return 0;
 }
 
 static int is_output(const Kernel *kn, ValId v) {
@@ -118,6 +110,24 @@ static void build_elem(B *b) {
     add(b, &loop->body, KS_LET, v)->x = load(b, v, bcast(ty(f, v), S));
   }
   KirIndex out = bcast(S, S);
+  /* per instruction of the kernel: the last one reading its result, and whether it is an
+   * output (one pass each, so a kernel of many thousand ops is not quadratic here) */
+  const int n = kn->last - kn->first + 1;
+  int *last = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  char *outp = calloc((size_t)(n > 0 ? n : 1), 1);
+  if (!last || !outp) BUG("out of memory");
+  for (int j = 0; j < n; j++) last[j] = -1;
+  for (int j = kn->first; j <= kn->last; j++)
+    for (int a = 0; a < f->insts.data[j].nargs; a++) {
+      const Inst *d = def_of(f, f->insts.data[j].args[a]);
+      int di = d ? (int)(d - f->insts.data) : -1;
+      if (di >= kn->first && di <= kn->last) last[di - kn->first] = j;
+    }
+  for (int j = 0; j < kn->outputs.len; j++) {
+    const Inst *d = def_of(f, kn->outputs.data[j]);
+    int di = d ? (int)(d - f->insts.data) : -1;
+    if (di >= kn->first && di <= kn->last) outp[di - kn->first] = 1;
+  }
   for (int i = kn->first; i <= kn->last; i++) {
     const Inst *in = &f->insts.data[i];
     if (in->op == IR_CONST) continue;
@@ -126,17 +136,20 @@ static void build_elem(B *b) {
       args[a] = expr(b, is_literal(f, in->args[a]) ? KE_LIT : KE_LOCAL, in->args[a]);
     KirExpr *x = op(b, in, args);
     ValId r = in->res;
-    if (is_output(kn, r) && !read_later(f, kn, i, r)) {   /* stored directly */
+    const int is_out = outp[i - kn->first];
+    if (is_out && last[i - kn->first] <= i) {   /* stored directly: not read later in the kernel */
       KirStmt *st = add(b, &loop->body, KS_STORE, r);
       st->x = x, st->ix = out;
       continue;
     }
     add(b, &loop->body, KS_LET, r)->x = x;
-    if (is_output(kn, r)) {
+    if (is_out) {
       KirStmt *st = add(b, &loop->body, KS_STORE, r);
       st->x = expr(b, KE_LOCAL, r), st->ix = out;
     }
   }
+  free(last);
+  free(outp);
 }
 
 /* ---- KN_ROW ---------------------------------------------------------------------------- */
