@@ -660,7 +660,7 @@ def test_api(generated):
     for decl in ["typedef struct params_t {", "size_t params_arena_bytes(void);",
                  "int params_init(params_t *m, void *arena, size_t bytes);",
                  "int params_load(params_t *m, const char *safetensors_path);",
-                 "int params_save(const params_t *m, const char *path);",
+                 "int params_save(params_t *m, const char *path);",
                  "int params_forward(params_t *m, const float *x, float *out, float *w_flat);",
                  "extern const ctc_model_desc params_desc;"]:
         assert decl in h, decl
