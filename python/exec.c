@@ -418,6 +418,26 @@ static CTC_NORETURN void exec_raise(L *L, Node *s) {
   lower_error(L, s->span, "exception raised at compile time%s%s", msg[0] ? ": " : "", msg);
 }
 
+/* The interpreter state a caught exception returns to (the longjmp left it mid-call). */
+typedef struct TryState {
+  Env *env, *globals;
+  int nstack, depth, staged;
+  struct Cont *cont;
+} TryState;
+
+static TryState try_state(L *L) {
+  return (TryState){L->env, L->globals, L->nstack, L->depth, L->staged_depth, L->cont};
+}
+
+static void try_restore(L *L, const TryState *t) {
+  L->env = t->env;
+  L->globals = t->globals;
+  L->nstack = t->nstack;
+  L->depth = t->depth;
+  L->staged_depth = t->staged;
+  L->cont = t->cont;
+}
+
 /* Run body (a handler or the else block) so that a Python exception leaving it runs
  * the try's finally block first (a frame without handlers of its own). */
 static int run_then_finally(L *L, Node *s, NodeVec *body) {
@@ -425,9 +445,7 @@ static int run_then_finally(L *L, Node *s, NodeVec *body) {
   jmp_buf jb;
   struct TryFrame fr = {NULL, L->tries, &jb};
   jmp_buf *outer = L->on_error;
-  Env *env = L->env, *globals = L->globals;
-  int nstack = L->nstack, depth = L->depth, staged = L->staged_depth;
-  struct Cont *cont = L->cont;
+  const TryState saved = try_state(L);
   volatile int r;
   L->tries = &fr;
   L->on_error = &jb;
@@ -440,12 +458,7 @@ static int run_then_finally(L *L, Node *s, NodeVec *body) {
   L->tries = fr.up;
   L->on_error = outer;
   if (!L->exc_type) longjmp(*outer, 1);
-  L->env = env;
-  L->globals = globals;
-  L->nstack = nstack;
-  L->depth = depth;
-  L->staged_depth = staged;
-  L->cont = cont;
+  try_restore(L, &saved);
   const char *type = L->exc_type, *msg = L->exc_msg;
   Span at = L->exc_at;
   L->exc_type = NULL;
@@ -458,9 +471,7 @@ static int exec_try(L *L, Node *s) {
   jmp_buf jb;
   struct TryFrame fr = {s, L->tries, &jb};
   jmp_buf *outer = L->on_error;
-  Env *env = L->env, *globals = L->globals;
-  int nstack = L->nstack, depth = L->depth, staged = L->staged_depth;
-  struct Cont *cont = L->cont;
+  const TryState saved = try_state(L);
   volatile int r = EX_NORMAL;
   L->tries = &fr;
   L->on_error = &jb;
@@ -473,12 +484,7 @@ static int exec_try(L *L, Node *s) {
     L->tries = fr.up;
     L->on_error = outer;
     if (!L->exc_type) longjmp(*outer, 1);   /* a ctc diagnostic, reported: not caught */
-    L->env = env;
-    L->globals = globals;
-    L->nstack = nstack;
-    L->depth = depth;
-    L->staged_depth = staged;
-    L->cont = cont;
+    try_restore(L, &saved);
     const char *type = L->exc_type, *msg = L->exc_msg;
     Span at = L->exc_at;
     L->exc_type = NULL;

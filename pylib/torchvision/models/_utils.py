@@ -1,5 +1,8 @@
-# What the model builders share: the weights argument (ctc downloads nothing) and the
-# channel rounding of the mobile networks.
+# What the model builders share: the weights argument (ctc downloads nothing), the
+# channel rounding and the initialisation of the mobile networks.
+import math
+
+from torch import nn
 
 
 def check_weights(name, weights, kwargs):
@@ -21,3 +24,24 @@ def make_divisible(v, divisor, min_value=None):
     if new_v < 0.9 * v:
         new_v += divisor
     return new_v
+
+
+def init_mobile(model, uniform_linear):
+    """The mobile networks' initialisation, in torchvision's module order: convolutions
+    kaiming-normal (fan_out), norms 1 and 0, Linear weights N(0, 0.01), or uniform in
+    +-1/sqrt(out_features) (EfficientNet), biases 0."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            if uniform_linear:
+                init_range = 1.0 / math.sqrt(m.out_features)
+                nn.init.uniform_(m.weight, -init_range, init_range)
+            else:
+                nn.init.normal_(m.weight, 0, 0.01)
+            nn.init.zeros_(m.bias)

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from ..ops.misc import Conv2dNormActivation
-from ._utils import check_weights, make_divisible
+from ._utils import check_weights, init_mobile, make_divisible
 
 
 class InvertedResidual(nn.Module):
@@ -64,17 +64,7 @@ class MobileNetV2(nn.Module):
         self.features = nn.Sequential(*features)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes))
 
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
+        init_mobile(self, uniform_linear=False)
 
     def _forward_impl(self, x):
         x = self.features(x)
