@@ -1063,10 +1063,10 @@ static void ints_attr(L *L, Span at, PV *o, const char *name, int n, int64_t *ou
   ints_n(L, at, v, n, 0, out, name);
 }
 
-/* nn.Conv1d / Conv2d / ConvTranspose1d / ConvTranspose2d */
+/* nn.Conv1d / 2d / 3d, ConvTranspose1d / 2d / 3d */
 static void conv_kind(int bi, int *nsp, int *transposed) {
-  *nsp = bi == BI_C_CONV1D || bi == BI_C_CONVTRANSPOSE1D ? 1 : 2;
-  *transposed = bi == BI_C_CONVTRANSPOSE1D || bi == BI_C_CONVTRANSPOSE2D;
+  *nsp = bi == BI_C_CONV1D || bi == BI_C_CONVTRANSPOSE1D ? 1 : bi == BI_C_CONV3D || bi == BI_C_CONVTRANSPOSE3D ? 3 : 2;
+  *transposed = bi == BI_C_CONVTRANSPOSE1D || bi == BI_C_CONVTRANSPOSE2D || bi == BI_C_CONVTRANSPOSE3D;
 }
 
 PV *nn_conv_new(L *L, PV *cls, Args *A) {
@@ -1090,7 +1090,7 @@ PV *nn_conv_new(L *L, PV *cls, Args *A) {
   if (cin <= 0 || cout <= 0) lower_error(L, at, "in_channels and out_channels must be positive");
   if (cin % g) lower_error(L, at, "in_channels must be divisible by groups");
   if (cout % g) lower_error(L, at, "out_channels must be divisible by groups");
-  int64_t k[2], s[2], p[2] = {0, 0}, op[2] = {0, 0}, d[2];
+  int64_t k[3], s[3], p[3] = {0, 0, 0}, op[3] = {0, 0, 0}, d[3];
   ints_n(L, at, a[2], nsp, 1, k, "kernel_size");
   ints_n(L, at, a[3], nsp, 1, s, "stride");
   ints_n(L, at, a[8], nsp, 1, d, "dilation");
@@ -1109,7 +1109,7 @@ PV *nn_conv_new(L *L, PV *cls, Args *A) {
     if (tr) lower_error(L, at, "%s does not take string padding", cls->s);
     if (strcmp(a[4]->s, "same") && strcmp(a[4]->s, "valid"))
       lower_error(L, at, "Invalid padding string '%s', should be one of ('valid', 'same')", a[4]->s);
-    if (!strcmp(a[4]->s, "same") && (s[0] != 1 || s[nsp - 1] != 1))
+    if (!strcmp(a[4]->s, "same") && (s[0] != 1 || s[1 % nsp] != 1 || s[nsp - 1] != 1))
       lower_error(L, at, "padding='same' is not supported for strided convolutions");
     if (!strcmp(a[4]->s, "same") && strcmp(pmode, "zeros"))
       lower_error(L, at, "padding='same' with padding_mode='%s' is not supported by ctc", pmode);
@@ -1126,9 +1126,10 @@ PV *nn_conv_new(L *L, PV *cls, Args *A) {
   env_set(L, o->attrs, "output_padding", tuple_of(L, op, nsp));
   env_set(L, o->attrs, "groups", pv_int(L, g));
   env_set(L, o->attrs, "padding_mode", pv_str(L, pmode));
-  int64_t wd[4] = {tr ? cin : cout, tr ? cout / g : cin / g, k[0], k[nsp - 1]};
+  int64_t wd[5] = {tr ? cin : cout, tr ? cout / g : cin / g, k[0], k[1 % nsp], k[2 % nsp]};
   /* kaiming_uniform_(a=sqrt(5)) and the bias: bound 1 / sqrt(fan_in), fan_in = weight.size(1) * prod(k) */
-  double fan_in = (double)wd[1] * (double)k[0] * (double)(nsp == 2 ? k[1] : 1);
+  double fan_in = (double)wd[1];
+  for (int i = 0; i < nsp; i++) fan_in *= (double)k[i];
   double bound = 1.0 / sqrt(fan_in);
   nn_param(L, at, o, "weight", 2 + nsp, wd, PINIT_UNIFORM, -bound, bound);
   if (!a[7] || arg_bool(L, at, a[7], "bias")) nn_param(L, at, o, "bias", 1, &cout, PINIT_UNIFORM, -bound, bound);
@@ -1141,7 +1142,7 @@ PV *nn_conv_forward(L *L, PV *o, Args *A) {
   int nsp, tr;
   conv_kind(o->cls->bi, &nsp, &tr);
   PV *x;
-  int64_t s[2], p[2] = {0, 0}, op[2], d[2];
+  int64_t s[3], p[3] = {0, 0, 0}, op[3], d[3];
   if (tr) {
     PV *a[2];
     bind_args(L, A, "input,output_size=", a);
@@ -1157,6 +1158,7 @@ PV *nn_conv_forward(L *L, PV *o, Args *A) {
   PV *w = env_get(o->attrs, "weight"), *b = env_get(o->attrs, "bias");
   if (tr) {
     ints_attr(L, at, o, "padding", nsp, p);
+    if (nsp == 3) return t_conv_transpose3d(L, at, x, w, b, s, p, op, d, g);
     return t_conv_transpose(L, at, nsp, x, w, b, s, p, op, d, g);
   }
   PV *pv = env_get(o->attrs, "padding");
@@ -1165,13 +1167,16 @@ PV *nn_conv_forward(L *L, PV *o, Args *A) {
   if (mode && pv->k != PV_STR) {
     /* F.pad(x, reversed padding repeated twice, mode), then no padding */
     ints_n(L, at, pv, nsp, 0, p, "padding");
-    int64_t pads[4];
+    int64_t pads[6];
     for (int i = 0; i < nsp; i++) pads[2 * i] = pads[2 * i + 1] = p[nsp - 1 - i];
     x = t_pad(L, at, x, pads, 2 * nsp, mode, 0);
-    p[0] = p[1] = 0;
+    p[0] = p[1] = p[2] = 0;
+  } else if (nsp == 3) {
+    x = t_conv_padding3d(L, at, x, w, pv, s, d, p);
   } else {
     x = conv_padding(L, at, nsp, x, w, pv, s, d, p);
   }
+  if (nsp == 3) return t_conv3d(L, at, x, w, b, s, p, d, g);
   return t_convnd(L, at, nsp, x, w, b, s, p, d, g);
 }
 

@@ -430,6 +430,13 @@ PV *t_convnd(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride,
              const int64_t *dil, int64_t groups);
 PV *t_conv_transpose(L *L, Span at, int nsp, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
                      const int64_t *out_pad, const int64_t *dil, int64_t groups);
+/* nn_3d.c: the volumetric convolutions as 2-D ones over stacked depth slices */
+PV *t_conv3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad, const int64_t *dil,
+             int64_t groups);
+PV *t_conv_transpose3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
+                       const int64_t *out_pad, const int64_t *dil, int64_t groups);
+PV *t_conv_padding3d(L *L, Span at, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil, int64_t *pad);
+PV *t_adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt);   /* torchlib.c: [o, n] bin means */
 PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double value); /* 0 constant 1 reflect 2 replicate 3 circular */
 PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, PV *align, PV *recompute);
 PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t factor, int unshuffle);

@@ -318,7 +318,7 @@ static PV *adaptive_max_pool(L *L, Args *A, int nd) {
 /* The averaging matrix of one axis of PyTorch's adaptive pooling from n to o: row i
  * averages the inputs [floor(i n / o), ceil((i + 1) n / o)), bins that may overlap or
  * repeat an input (n < o), each weight 1 / its bin's length rounded to dt. */
-static PV *adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt) {
+PV *t_adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt) {
   Type t = {0};
   t.dtype = dt, t.ndim = 2, t.dims[0] = o, t.dims[1] = n;
   PV *m = t_const_tensor(L, at, t, 0);
@@ -350,7 +350,7 @@ PV *t_adaptive_avg_pool2d(L *L, Span at, PV *x, PV *size) {
   if (t.dims[2] % o[0] || t.dims[3] % o[1]) {   /* uneven bins: P_h x P_w^T, two matmuls with constant matrices */
     if (t.dtype != DT_F32 && t.dtype != DT_F64)
       lower_error(L, at, "adaptive_avg_pool2d of a %s tensor is not supported", ir_dtype_name(t.dtype));
-    PV *pw = adaptive_avg_matrix(L, at, o[1], t.dims[3], t.dtype), *ph = adaptive_avg_matrix(L, at, o[0], t.dims[2], t.dtype);
+    PV *pw = t_adaptive_avg_matrix(L, at, o[1], t.dims[3], t.dtype), *ph = t_adaptive_avg_matrix(L, at, o[0], t.dims[2], t.dtype);
     return t_matmul(L, at, ph, t_matmul(L, at, x, t_transpose(L, at, pw, 0, 1)));
   }
   int64_t k[2] = {t.dims[2] / o[0], t.dims[3] / o[1]}, p[2] = {0, 0}, d[2] = {1, 1};
