@@ -216,6 +216,29 @@ PV *layer_functional(L *L, PV *o, Args *A) {
   return bi_rows[r->arg].call(L, fn, &F);
 }
 
+/* The forward of a module form of a functional of several inputs (nn.CosineSimilarity,
+ * nn.TripletMarginLoss): the row's handler called with the call's arguments and the
+ * stored options as keywords. */
+PV *layer_functional_args(L *L, PV *o, Args *A) {
+  const BuiltinRow *r = &bi_rows[o->cls->bi];
+  Env *e = o->attrs;
+  int n = 0, cap = A->nkw + (int)e->names.len + 1;
+  const char **kn = arena_alloc(L->a, sizeof(char *) * (size_t)cap);
+  PV **kv = arena_alloc(L->a, sizeof(PV *) * (size_t)cap);
+  for (int i = 0; i < A->nkw; i++) kn[n] = A->kwnames[i], kv[n++] = A->kwvals[i];
+  char buf[400];
+  snprintf(buf, sizeof buf, "%s", r->spec);
+  for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
+    p[strcspn(p, "=")] = 0;
+    kn[n] = arena_strdup(L->a, p);
+    kv[n++] = env_get(e, p);
+  }
+  PV *fn = bi_value(L, r->arg, NULL);
+  fn->i = NS_NN;
+  Args F = {A->at, A->args, A->nargs, kn, kv, n, bi_rows[r->arg].name};
+  return bi_rows[r->arg].call(L, fn, &F);
+}
+
 PV *layer_linear_new(L *L, PV *cls, Args *A) {
   PV *a[5], *o = layer_new(L, cls, A);
   Span at = A->at;

@@ -39,7 +39,7 @@ static PV *from_volume(L *L, Span at, PV *y, int unb) {
 }
 
 /* x with zeros inserted along axis ax: s - 1 after each element but the last */
-static PV *spread(L *L, Span at, PV *x, int ax, int64_t s) {
+PV *t_spread(L *L, Span at, PV *x, int ax, int64_t s) {
   if (s == 1) return x;
   Type t = x->t->type;
   int64_t d[IR_MAX_DIMS], n = 0;
@@ -151,7 +151,7 @@ PV *t_conv_transpose3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *s, con
   for (int64_t kd = 0; kd < KD; kd++) {
     int64_t d5[5] = {N, D, g * Cog, oH, oW};
     PV *blk = reshape(L, at, t_slice(L, at, z7, 3, kd, kd + 1, 1), 5, d5);
-    blk = spread(L, at, t_permute(L, at, blk, perm, 5), 2, s[0]);
+    blk = t_spread(L, at, t_permute(L, at, blk, perm, 5), 2, s[0]);
     const int64_t front = kd * dil[0], back = full - front - ((D - 1) * s[0] + 1);
     if (front || back) {
       int64_t pads[6] = {0, 0, 0, 0, front, back};

@@ -436,7 +436,13 @@ PV *t_conv3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const in
 PV *t_conv_transpose3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
                        const int64_t *out_pad, const int64_t *dil, int64_t groups);
 PV *t_conv_padding3d(L *L, Span at, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil, int64_t *pad);
+PV *t_spread(L *L, Span at, PV *x, int axis, int64_t stride);   /* zeros between elements along axis */
 PV *t_adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt);   /* torchlib.c: [o, n] bin means */
+/* nn_compose.c */
+PV *t_embedding_bag(L *L, Span at, PV *w, PV *idx, PV *offsets, int mode, PV *psw, int last_offset, PV *padding_idx);
+/* losses_pair.c */
+PV *t_cosine_similarity(L *L, Span at, PV *x1, PV *x2, int64_t dim, double eps);
+PV *t_pairwise_distance(L *L, Span at, PV *x1, PV *x2, double p, double eps, int keepdim);
 PV *t_pad(L *L, Span at, PV *x, const int64_t *pads, int npads, int mode, double value); /* 0 constant 1 reflect 2 replicate 3 circular */
 PV *t_interpolate(L *L, Span at, PV *x, PV *size, PV *scale, const char *mode, PV *align, PV *recompute);
 PV *t_pixel_shuffle(L *L, Span at, PV *x, int64_t factor, int unshuffle);
