@@ -69,3 +69,33 @@ def test_llama_rope_forward_and_training(tmp_path):
     got = st_read(w)
     for key, p in model.state_dict().items():
         compare(key, got[key], p.numpy(), 1e-3, 1e-5)
+
+
+OPS = ["polar", "complex", "mul", "mul_real", "div", "add_sub", "parts", "abs_angle", "conj_exp", "shapes",
+       "to_complex"]
+
+
+@pytest.fixture(scope="module")
+def ops_program(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ops")
+    exe = str(d / "ops")
+    entries = [a for n in OPS for a in ("--entry", "g_" + n)]
+    ctc_build(os.path.join(FILES, "complex_ops.py"), exe, *entries, "--input", "a=f32[3,4,2]", "--input", "b=f32[3,4,2]")
+    return d, exe, load_module(os.path.join(FILES, "complex_ops.py"), "complex_ops")
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_complex_op_and_gradients(ops_program, name):
+    """Each operation's value (rtol 1e-4) and the gradients of a weighted sum of it
+    with respect to both real inputs (rtol 1e-3), against PyTorch's complex autograd."""
+    d, exe, mod = ops_program
+    a, b = randn(3, 4, 2, seed=3), randn(3, 4, 2, seed=4)
+    np.save(d / "a.npy", a)
+    np.save(d / "b.npy", b)
+    outs = [str(d / f"{name}_{k}.npy") for k in range(3)]
+    run([exe, "run", "g_" + name, "--input", str(d / "a.npy"), "--input", str(d / "b.npy"),
+         *[x for o in outs for x in ("--output", o)]])
+    want = getattr(mod, "g_" + name)(torch.from_numpy(a.copy()), torch.from_numpy(b.copy()))
+    compare(name, np.load(outs[0]), want[0].detach().numpy(), RTOL, ATOL)
+    compare(name + " grad a", np.load(outs[1]), want[1].numpy(), 1e-3, 1e-5)
+    compare(name + " grad b", np.load(outs[2]), want[2].numpy(), 1e-3, 1e-5)

@@ -349,7 +349,8 @@ PV *bi_complex(L *L, PV *fn, Args *A) {
     bind_args(L, A, "input", a);
     if (!cx_is(a[0])) lower_error(L, at, "view_as_real is only supported for complex tensors");
     return storage(L, a[0]);
-  case BI_T_REAL: case BI_T_IMAG: case BI_T_ANGLE: case BI_T_CONJ: case BI_T_IS_COMPLEX: {
+  case BI_T_REAL: case BI_T_IMAG: case BI_T_ANGLE: case BI_T_CONJ: case BI_T_CONJ_PHYSICAL: case BI_T_RESOLVE_CONJ:
+  case BI_T_IS_COMPLEX: {
     PV *x = fn->self;
     if (!x) {
       bind_args(L, A, "input", a);
@@ -358,8 +359,9 @@ PV *bi_complex(L *L, PV *fn, Args *A) {
       bind_args(L, A, "", a);
     need_tensor_arg(L, at, x, row_name(L, fn));
     if (fn->bi == BI_T_IS_COMPLEX) return pv_bool(L, cx_is(x));
+    if (fn->bi == BI_T_RESOLVE_CONJ) return x;
     if (!cx_is(x)) {   /* of a real tensor: PyTorch's real is x, conj x, angle 0 or pi */
-      if (fn->bi == BI_T_REAL || fn->bi == BI_T_CONJ) return x;
+      if (fn->bi == BI_T_REAL || fn->bi == BI_T_CONJ || fn->bi == BI_T_CONJ_PHYSICAL) return x;
       if (fn->bi == BI_T_IMAG) lower_error(L, at, "imag is not implemented for tensors with non-complex dtypes.");
       lower_error(L, at, "angle of a real tensor is not supported by ctc (it takes a complex tensor)");
     }

@@ -179,6 +179,8 @@ static void one_element(L *L, Span at, PV *c) {
 }
 
 static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) {
+  if ((a->k == PV_DTYPE || b->k == PV_DTYPE) && (op == OP_EQ || op == OP_NE))   /* x.dtype == torch.float32 */
+    return pv_bool(L, (a->k == b->k && a->dt == b->dt) == (op == OP_EQ));
   if (cx_is(a) || cx_is(b)) cx_refuse(L, at, arena_printf(L->a, "'%s'", fe_op_spelling(op)));
   return t_compare(L, at, op, a, b);
 }
