@@ -4,6 +4,7 @@ each against PyTorch; a Llama-style decoder (tests/complex_files/llama_rope.py,
 in the style of Meta's llama model.py) forward and AdamW steps against PyTorch;
 complex buffers from __init__ and from a PyTorch checkpoint; and every use ctc
 does not implement refused by name, never computed on the real storage."""
+import copy
 import os
 import subprocess
 
@@ -99,3 +100,43 @@ def test_complex_op_and_gradients(ops_program, name):
     compare(name, np.load(outs[0]), want[0].detach().numpy(), RTOL, ATOL)
     compare(name + " grad a", np.load(outs[1]), want[1].numpy(), 1e-3, 1e-5)
     compare(name + " grad b", np.load(outs[2]), want[2].numpy(), 1e-3, 1e-5)
+
+
+def test_llama_rope_nonpersistent_buffer(tmp_path):
+    """The derivatives' variant: the complex table a register_buffer(persistent=False)
+    from __init__ (not in the state_dict, not asked of the weights file)."""
+    path = os.path.join(FILES, "llama_rope.py")
+    mod = load_module(path)
+    torch.manual_seed(1)
+    model = mod.BufferedTransformer()
+    assert "rope" not in model.state_dict()
+    forward_vs_torch(tmp_path, path, model, [tokens(2, 9, hi=37)], "--model", "BufferedTransformer",
+                     "--input", "tokens=i64[2,9]")
+
+
+def test_complex_buffer_loads_from_pytorch_checkpoint(tmp_path):
+    """A persistent complex64 buffer is a state_dict entry: torch.save's
+    ComplexFloatStorage loads as its float32 parts (changed after __init__ here,
+    so the values come from the file), a non-persistent one from __init__."""
+    path = os.path.join(FILES, "rope_buffer.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    net = mod.Rotary()
+    with torch.no_grad():
+        net.table.mul_(torch.polar(torch.ones(()), torch.tensor(0.3)))
+    assert net.state_dict()["table"].dtype == torch.complex64 and "spare" not in net.state_dict()
+    torch.save(net.state_dict(), tmp_path / "ckpt.pt")
+    exe = str(tmp_path / "net")
+    ctc_build(path, exe, "--model", "Rotary", "--input", "x=f32[2,5,16]")
+    x = randn(2, 5, 16)
+    np.save(tmp_path / "x.npy", x)
+    run([exe, "infer", "--weights", str(tmp_path / "ckpt.pt"), "--input", str(tmp_path / "x.npy"),
+         "--output", str(tmp_path / "y.npy")])
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    compare("rope_buffer", np.load(tmp_path / "y.npy"), want, RTOL, ATOL)
+    # the table of __init__ (not the file's) gives other values: the file's were used
+    fresh = copy.deepcopy(net)
+    with torch.no_grad():
+        fresh.table.copy_(mod.rope_table(8, 6))
+        assert not np.allclose(np.load(tmp_path / "y.npy"), fresh(torch.from_numpy(x)).numpy(), atol=1e-3)
