@@ -140,3 +140,49 @@ def test_complex_buffer_loads_from_pytorch_checkpoint(tmp_path):
     with torch.no_grad():
         fresh.table.copy_(mod.rope_table(8, 6))
         assert not np.allclose(np.load(tmp_path / "y.npy"), fresh(torch.from_numpy(x)).numpy(), atol=1e-3)
+
+
+REFUSE_SRC = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        c = torch.view_as_complex(x)
+        {line}
+'''
+
+
+@pytest.mark.parametrize("line,msg", [
+    ("return torch.view_as_real(c).sum() + c.sum()", "13:46: error: Tensor.sum on complex tensors is not supported"),
+    ("return torch.sum(c)", "13:16: error: torch.sum on complex tensors"),
+    ("return torch.view_as_real(c @ c)", "'@' on complex tensors"),
+    ("return x if c == c else x", "'==' on complex tensors"),
+    ("return c", "a complex tensor is not supported here by ctc (as an output"),
+    ("return F.relu(c)", "torch.nn.functional.relu on complex tensors"),
+    ("return self.fc(c)", "nn.Linear on complex tensors"),
+    ("return torch.zeros(3, dtype=torch.complex64)", "torch.zeros on complex tensors"),
+    ("return c.float()", "Tensor.float on complex tensors"),
+    ("return torch.view_as_real(c * x[..., 0].double())", "is complex128 in PyTorch, which ctc does not support"),
+    ("c[0] = 1", "assigning into an index on complex tensors"),
+    ("return torch.view_as_real(c ** 2)", "'**' on complex tensors"),
+    ("return torch.view_as_real(torch.view_as_complex(x[..., :1]))", "must have a last dimension of size 2"),
+    ("return torch.view_as_real(torch.cat([c, c]))", "torch.cat on complex tensors"),
+    ("c += 1", "'+=' (an in-place update) on complex tensors"),
+    ("return nn.Parameter(c)", "Parameter(...) on complex tensors"),
+])
+def test_complex_uses_not_implemented_are_refused(tmp_path, line, msg):
+    """Anything complex ctc does not implement stops the compile at its line,
+    naming the function; nothing is computed on the real storage instead."""
+    p = tmp_path / "m.py"
+    p.write_text(REFUSE_SRC.format(line=line))
+    r = subprocess.run([CTC, "build", str(p), "-o", str(tmp_path / "net"), "--input", "x=f32[4,3,2]"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert msg in r.stderr, r.stderr
+    assert "m.py:1" in r.stderr

@@ -39,7 +39,7 @@ int cx_operands(const PV *self, const Args *A) {
 }
 
 CTC_NORETURN void cx_refuse(L *L, Span at, const char *what) {
-  lower_error(L, at, "%s of a complex tensor is not supported by ctc (complex tensors support torch.polar, "
+  lower_error(L, at, "%s on complex tensors is not supported by ctc (complex tensors support torch.polar, "
                      "torch.complex, view_as_complex, view_as_real, + - * /, .real, .imag, abs, angle, conj, exp, "
                      "view/reshape/unsqueeze, indexing and slicing)", what);
 }
@@ -211,9 +211,12 @@ PV *cx_math(L *L, Span at, const char *f, PV *c) {
 
 /* The name a row was called by, for messages: torch.mul, Tensor.sum ... */
 static const char *row_name(L *L, PV *fn) {
-  if (fn->self && fn->self->k == PV_TENSOR) return arena_printf(L->a, "Tensor.%s", bi_rows[fn->bi].name);
-  if (fn->self) return arena_printf(L->a, "'%s'", bi_rows[fn->bi].name);
-  return arena_printf(L->a, "torch.%s", bi_rows[fn->bi].name);
+  const char *n = bi_rows[fn->bi].name;
+  if (fn->self && fn->self->k == PV_TENSOR) return arena_printf(L->a, "Tensor.%s", n);
+  if (fn->self) return arena_printf(L->a, "'%s'", n);
+  if (!(fn->i & NS_TORCH) && (fn->i & NS_F)) return arena_printf(L->a, "torch.nn.functional.%s", n);
+  if (!(fn->i & NS_TORCH) && fn->i) return arena_printf(L->a, "'%s'", n);
+  return arena_printf(L->a, "torch.%s", n);
 }
 
 /* The row's tensor argument: the receiver of a method, else the first argument. */
