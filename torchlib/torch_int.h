@@ -8,6 +8,9 @@
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
  *   consteval.c tensor arithmetic on compile-time values outside compiled code
+ *   complex.c   complex64 tensors (torch.polar, view_as_complex ...): float32
+ *               storage with a trailing 2; every row, operator, index or attribute
+ *               given one comes here, implemented or refused by name
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
  *   module.c    nn.Module methods (parameters(), state_dict(), train() ...)
  *   losses.c    loss functions and modules, lowered to primitives
