@@ -186,3 +186,48 @@ def test_complex_uses_not_implemented_are_refused(tmp_path, line, msg):
     assert r.returncode == 1, r.stdout + r.stderr
     assert msg in r.stderr, r.stderr
     assert "m.py:1" in r.stderr
+
+
+def test_convert_reads_complex_checkpoint_entries(tmp_path):
+    """`ctc convert` of a torch.save file with a complex64 tensor (a view of a
+    larger one, so strides and offset apply): its float32 parts, view_as_real's."""
+    table = torch.polar(torch.ones(5, 6), torch.randn(5, 6))[1:, ::2]
+    torch.save({"table": table, "w": torch.randn(3)}, tmp_path / "c.pt")
+    run([CTC, "convert", str(tmp_path / "c.pt"), "-o", str(tmp_path / "c.safetensors")])
+    got = st_read(str(tmp_path / "c.safetensors"))
+    assert got["table"].shape == (4, 3, 2) and got["table"].dtype == np.float32
+    assert (got["table"] == torch.view_as_real(table).numpy()).all()
+
+
+DTYPE_SRC = '''import torch
+import torch.nn as nn
+
+
+def rope(n, d):
+    return torch.polar(torch.ones(n, d), torch.outer(torch.arange(n).float(), torch.ones(d)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", rope(4, 3), persistent=False)
+        self.table = rope(4, 3) * 2
+        self.double()
+
+    def forward(self, x):
+        assert x.dtype == torch.float64 and x.dtype != torch.float32
+        assert self.table.dtype == torch.complex64 and self.table.is_complex()
+        return x * torch.view_as_real(self.table).double()
+'''
+
+
+def test_dtype_comparisons_and_complex_buffers_through_module_methods(tmp_path):
+    """x.dtype == torch.float32 compares dtypes (it was an error); a complex buffer
+    reassigned stays complex, and module.double() leaves it complex64, as PyTorch does."""
+    p = tmp_path / "m.py"
+    p.write_text(DTYPE_SRC)
+    mod = load_module(str(p), "dtype_src")
+    net = mod.Net()
+    x = np.random.default_rng(0).standard_normal((4, 3, 2))
+    got = run_forward(str(tmp_path), str(p), net, [x], ("--input", "x=f64[4,3,2]"))
+    compare("dtype_src", got[0], net(torch.from_numpy(x)).numpy(), 1e-12, 1e-12)
