@@ -142,9 +142,21 @@ PV *cx_unary(L *L, Span at, int op, PV *c) {
   cx_refuse(L, at, "'~'");
 }
 
+/* |c| = sqrt(re^2 + im^2); at c = 0 the value and PyTorch's gradient (sgn(0) = 0) are 0,
+ * so the sqrt (and angle's atan2) read a safe stand-in there and the result is selected */
 static PV *cx_abs(L *L, Span at, PV *c) {
   PV *re = part(L, at, c, 0), *im = part(L, at, c, 1);
-  return t_unary(L, at, IR_SQRT, t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, re, re), t_binary(L, at, OP_MUL, im, im)));
+  PV *r2 = t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, re, re), t_binary(L, at, OP_MUL, im, im));
+  PV *nz = t_compare(L, at, OP_GT, r2, pv_float(L, 0.0));
+  return t_where(L, at, nz, t_unary(L, at, IR_SQRT, t_where(L, at, nz, r2, pv_float(L, 1.0))), pv_float(L, 0.0));
+}
+
+static PV *cx_angle(L *L, Span at, PV *c) {
+  PV *re = part(L, at, c, 0), *im = part(L, at, c, 1);
+  PV *nz = t_logical(L, at, '|', t_compare(L, at, OP_NE, re, pv_float(L, 0.0)), t_compare(L, at, OP_NE, im, pv_float(L, 0.0)));
+  PV *a = t_float_binary(L, at, IR_ATAN2, t_where(L, at, nz, im, pv_float(L, 0.0)), t_where(L, at, nz, re, pv_float(L, 1.0)));
+  PV *zero = t_float_binary(L, at, IR_ATAN2, im, re);   /* 0 or +-pi by the zeros' signs, as PyTorch */
+  return t_where(L, at, nz, a, L->T->fn ? t_detach(L, at, zero) : zero);
 }
 
 /* exp(re + i im) = exp(re) (cos im + i sin im) */
@@ -369,7 +381,7 @@ PV *bi_complex(L *L, PV *fn, Args *A) {
       lower_error(L, at, "angle of a real tensor is not supported by ctc (it takes a complex tensor)");
     }
     if (fn->bi == BI_T_REAL || fn->bi == BI_T_IMAG) return t_mark_view(L, x, part(L, at, x, fn->bi == BI_T_IMAG));
-    if (fn->bi == BI_T_ANGLE) return t_float_binary(L, at, IR_ATAN2, part(L, at, x, 1), part(L, at, x, 0));
+    if (fn->bi == BI_T_ANGLE) return cx_angle(L, at, x);
     return make(L, at, part(L, at, x, 0), t_unary(L, at, IR_NEG, part(L, at, x, 1)));
   }
   default: BUG("bi_complex: row %d", fn->bi);

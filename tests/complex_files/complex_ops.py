@@ -37,7 +37,9 @@ def f_parts(a, b):
 
 
 def f_abs_angle(a, b):
-    c = torch.view_as_complex(a) + torch.view_as_complex(b)
+    # every third number exactly 0 (PyTorch's gradients of abs and angle there are 0)
+    keep = (torch.arange(12).view(3, 4, 1) % 3 != 0).float()
+    c = torch.view_as_complex(a * keep) + torch.view_as_complex(b * keep)
     return torch.stack([c.abs(), torch.abs(c), torch.angle(c), c.angle(), abs(c)], -1)
 
 
