@@ -231,3 +231,15 @@ def test_dtype_comparisons_and_complex_buffers_through_module_methods(tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 3, 2))
     got = run_forward(str(tmp_path), str(p), net, [x], ("--input", "x=f64[4,3,2]"))
     compare("dtype_src", got[0], net(torch.from_numpy(x)).numpy(), 1e-12, 1e-12)
+
+
+def test_scaled_rope_table_built_by_a_loop_in_init(tmp_path):
+    """Llama 3's table: `if` on 0-d compile-time tensors and torch.tensor of a list of
+    them in __init__ (both errors before); all three branches are taken."""
+    path = os.path.join(FILES, "scaled_rope.py")
+    mod = load_module(path)
+    freqs = 1.0 / (500000.0 ** (torch.arange(0, 16, 2).float() / 16))
+    waves = 2 * np.pi / freqs.numpy()
+    assert (waves < 16).any() and (waves > 64).any() and ((waves >= 16) & (waves <= 64)).any()
+    torch.manual_seed(0)
+    forward_vs_torch(tmp_path, path, mod.Net(), [randn(2, 5, 16)], "--input", "x=f32[2,5,16]")

@@ -255,6 +255,12 @@ static int h_iterate(L *L, Span at, PV *v, PV ***out) {
 }
 
 static int h_truth(L *L, Span at, PV *v) {
+  if (v->k == PV_TENSOR && !v->t->cplx && ct_applies(L, v, NULL)) {
+    /* a compile-time tensor of one element (`if wavelen < high_freq_wavelen:` over the
+     * items of a frequency table in __init__, as Llama 3's apply_scaling does) */
+    one_element(L, at, v);
+    return v->t->data[0] != 0;
+  }
   if (v->k == PV_TENSOR)
     lower_error(L, at,
                 "the truth value of a tensor depends on run-time data; a tensor-valued condition "
