@@ -175,6 +175,8 @@ class Net(nn.Module):
     ("return torch.view_as_real(torch.cat([c, c]))", "torch.cat on complex tensors"),
     ("c += 1", "'+=' (an in-place update) on complex tensors"),
     ("return nn.Parameter(c)", "Parameter(...) on complex tensors"),
+    ("return torch.view_as_real(torch.polar(x, x.double()))", "torch.polar: expected float32 abs and angle"),
+    ("return torch.view_as_real(torch.polar(x.long(), x))", "torch.polar: expected float32 abs and angle"),
 ])
 def test_complex_uses_not_implemented_are_refused(tmp_path, line, msg):
     """Anything complex ctc does not implement stops the compile at its line,

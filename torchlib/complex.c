@@ -337,6 +337,9 @@ PV *bi_complex(L *L, PV *fn, Args *A) {
     need_tensor_arg(L, at, a[0], "torch.polar");
     need_tensor_arg(L, at, a[1], "torch.polar");
     if (cx_is(a[0]) || cx_is(a[1])) cx_refuse(L, at, "torch.polar");
+    if (a[0]->t->type.dtype != DT_F32 || a[1]->t->type.dtype != DT_F32)
+      lower_error(L, at, "torch.polar: expected float32 abs and angle (complex64: complex128 is not supported by ctc), "
+                         "got %s and %s", ir_dtype_name(a[0]->t->type.dtype), ir_dtype_name(a[1]->t->type.dtype));
     return make(L, at, t_binary(L, at, OP_MUL, a[0], t_unary(L, at, IR_COS, a[1])),
                 t_binary(L, at, OP_MUL, a[0], t_unary(L, at, IR_SIN, a[1])));
   case BI_T_COMPLEX:
