@@ -68,8 +68,8 @@ def test_llama_rope_forward_and_training(tmp_path):
         opt.step()
         compare(f"loss {k}", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-4)
     got = st_read(w)
-    for key, p in model.state_dict().items():
-        compare(key, got[key], p.numpy(), 1e-3, 1e-5)
+    worst = max(compare(key, got[key], p.numpy(), 1e-3, 1e-5) for key, p in model.state_dict().items())
+    print("parameters after 3 steps: max abs diff", worst)
 
 
 OPS = ["polar", "complex", "mul", "mul_real", "div", "add_sub", "parts", "abs_angle", "conj_exp", "shapes",
