@@ -31,7 +31,8 @@
  * DistributedDataParallel model ('_orig_mod.', 'module.' prefixes) match too.
  * The tensors found are materialised contiguous, in ctc dtypes: float32 and
  * float64 as they are, float16 and bfloat16 as float32 (exact), int16/int8 as
- * int32, int64/int32/uint8/bool as they are; views (tied weights, storage
+ * int32, int64/int32/uint8/bool as they are, complex64 as float32 with a trailing
+ * dimension of 2 (torch.view_as_real's layout); views (tied weights, storage
  * offsets, any strides) are gathered element by element.
  *
  * The writer (ctc_pt_write) emits what torch.save would for an OrderedDict of
@@ -51,7 +52,7 @@
 
 /* ---- PyTorch dtypes --------------------------------------------------------- */
 
-typedef enum { PT_F32, PT_F64, PT_F16, PT_BF16, PT_I64, PT_I32, PT_I16, PT_I8, PT_U8, PT_BOOL, PT_NDTYPES } PtDtype;
+typedef enum { PT_F32, PT_F64, PT_F16, PT_BF16, PT_I64, PT_I32, PT_I16, PT_I8, PT_U8, PT_BOOL, PT_C64, PT_NDTYPES } PtDtype;
 
 static const struct {
   const char *storage;   /* torch.<storage> */
@@ -64,6 +65,9 @@ static const struct {
     [PT_I64] = {"LongStorage", "int64", 8, CTC_I64},      [PT_I32] = {"IntStorage", "int32", 4, CTC_I32},
     [PT_I16] = {"ShortStorage", "int16", 2, CTC_I32},     [PT_I8] = {"CharStorage", "int8", 1, CTC_I32},
     [PT_U8] = {"ByteStorage", "uint8", 1, CTC_U8},        [PT_BOOL] = {"BoolStorage", "bool", 1, CTC_BOOL},
+    /* complex64 (a rotary table buffer): float32 with a trailing dimension of 2, real and imaginary
+     * parts, as torch.view_as_real lays it out and ctc's complex tensors are (torchlib/complex.c) */
+    [PT_C64] = {"ComplexFloatStorage", "complex64", 8, CTC_F32},
 };
 
 /* ---- values --------------------------------------------------------------- */
@@ -981,7 +985,7 @@ static int gather(Pt *p, const Tensor *t, const char *name, unsigned char *dst) 
   if (numel == 0) return CTC_OK;
   if (!s->data)
     return ctc_fail(p->err, CTC_ERR_FORMAT, "tensor '%s': the file holds no data for storage '%s'", name, s->key);
-  size_t osz = ctc_dtype_size(pt_dtypes[s->dtype].to), isz = pt_dtypes[s->dtype].size;
+  size_t osz = ctc_dtype_size(pt_dtypes[s->dtype].to) * (s->dtype == PT_C64 ? 2 : 1), isz = pt_dtypes[s->dtype].size;
   int contiguous = 1;
   int64_t expect = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
@@ -1057,6 +1061,14 @@ static int materialise(Pt *p, const PV *d, int pre, ctc_safetensors *st) {
     o->dtype = pt_dtypes[t->st->dtype].to;
     o->ndim = t->ndim;
     memcpy(o->shape, t->shape, sizeof o->shape);
+    if (t->st->dtype == PT_C64) {   /* complex64: its parts as a trailing dimension of 2 */
+      if (t->ndim + 1 > CTC_MAX_DIMS) {
+        rc = ctc_fail(p->err, CTC_ERR_FORMAT, "tensor '%s': a complex64 tensor of %d dimensions is more than ctc's %d "
+                      "as float32 parts", pk[k].name, t->ndim, CTC_MAX_DIMS - 1);
+        break;
+      }
+      o->shape[o->ndim++] = 2;
+    }
     size_t bytes = ctc_tensor_bytes(o), nl = strlen(pk[k].name) + 1;
     if (bytes == SIZE_MAX || bytes > SIZE_MAX / 2 - total - 64 - nl) {
       rc = ctc_fail(p->err, CTC_ERR_FORMAT, "tensor '%s' is too large", pk[k].name);

@@ -10,14 +10,14 @@ static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
 static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
   case PV_NS: return ns_getattr(L, at, obj, name);
-  case PV_TENSOR: return tensor_getattr(L, at, obj, name);
+  case PV_TENSOR: return obj->t->cplx ? cx_getattr(L, at, obj, name) : tensor_getattr(L, at, obj, name);
   case PV_OBJ:
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       PV *m = bi_lookup(L, NS_MODULE, name, obj);
       /* append, items ... are methods of the containers only */
-      if (m && m->k == PV_BUILTIN && m->call == bi_container_method && !module_container(obj)) return NULL;
+      if (m && m->k == PV_BUILTIN && bi_rows[m->bi].call == bi_container_method && !module_container(obj)) return NULL;
       return m;
     }
     /* an instance of a builtin class that is no module (an optimizer, a scheduler):
@@ -83,10 +83,13 @@ static int h_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
   if (obj->k == PV_NS && !strncmp(obj->s, "torch.backends", 14))
     return 1; /* cudnn.benchmark = True, allow_tf32 ...: settings of back ends ctc does not use */
   if (obj->k == PV_TENSOR) {
+    if (cx_is(obj)) cx_refuse(L, at, arena_printf(L->a, "setting '%s'", name));
     tensor_setattr(L, at, obj, name, val);
     return 1;
   }
   if (obj->k == PV_OBJ && obj->mod) {
+    if (L->T->fn && val->k == PV_TENSOR && env_get(obj->attrs, name) == val)
+      return 1;   /* self.freqs_cis = self.freqs_cis.to(h.device) (llama): the value it holds */
     if (L->T->fn && val->k == PV_TENSOR && val->t->v >= 0 && !val->t->slot && const_only(L, val->t->v)) {
       /* a cache of a tensor computed from constants only (word_language_model's
        * `self.src_mask = mask`, a causal mask of the sequence length): every call
@@ -155,12 +158,14 @@ static PV *h_call(L *L, Span at, PV *obj, Args *A) {
 }
 
 static PV *h_binary(L *L, Span at, int op, PV *a, PV *b) {
+  if (cx_is(a) || cx_is(b)) return op == OP_MATMUL ? (cx_refuse(L, at, "'@'"), NULL) : cx_binary(L, at, op, a, b);
   if (op == OP_MATMUL) return t_matmul(L, at, a, b);
   return t_binary(L, at, op, a, b);
 }
 
 static PV *h_unary(L *L, Span at, int op, PV *a) {
   if (!is_tensor(a)) lower_error(L, at, "bad operand type for unary %s: '%s'", fe_op_spelling(op), pv_kind_name(a));
+  if (cx_is(a)) return cx_unary(L, at, op, a);
   if (op == OP_NEG) return t_unary(L, at, IR_NEG, a);
   if (op == OP_POS) return a;
   return t_invert(L, at, a);   /* OP_INVERT: bitwise not (logical on bool) */
@@ -173,10 +178,16 @@ static void one_element(L *L, Span at, PV *c) {
   if (numel != 1) lower_error(L, at, "Boolean value of Tensor with more than one value is ambiguous");
 }
 
-static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) { return t_compare(L, at, op, a, b); }
+static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) {
+  if ((a->k == PV_DTYPE || b->k == PV_DTYPE) && (op == OP_EQ || op == OP_NE))   /* x.dtype == torch.float32 */
+    return pv_bool(L, (a->k == b->k && a->dt == b->dt) == (op == OP_EQ));
+  if (cx_is(a) || cx_is(b)) cx_refuse(L, at, arena_printf(L->a, "'%s'", fe_op_spelling(op)));
+  return t_compare(L, at, op, a, b);
+}
 
 static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
   if (obj->k == PV_TENSOR && !L->T->fn && obj->t->slot && !obj->t->data) return param_opaque(L, at, "<parameter>[...]");
+  if (cx_is(obj)) return cx_index(L, at, obj, idx);
   if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
   if (pv_is_module(obj) && obj->cls->bi) {
     PV **items;
@@ -199,6 +210,7 @@ static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
     module_container_set(L, at, obj, idx, v);
     return 1;
   }
+  if (cx_is(obj) || cx_is(v)) cx_refuse(L, at, "assigning into an index");
   if (obj->k == PV_TENSOR && ct_setitem(L, at, obj, idx, v)) return 1;   /* pe[:, 0::2] = ... in __init__ */
   if (obj->k == PV_TENSOR)
     lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
@@ -222,6 +234,7 @@ static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
 
 static int h_iterate(L *L, Span at, PV *v, PV ***out) {
   int nct;
+  if (cx_is(v)) cx_refuse(L, at, "iterating");
   if (v->k == PV_TENSOR && (nct = ct_iterate(L, at, v, out)) >= 0) return nct;   /* a compile-time tensor */
   if (v->k == PV_TENSOR)
     lower_error(L, at, "iterating over a tensor is not supported in compiled code; index it or "
@@ -242,6 +255,12 @@ static int h_iterate(L *L, Span at, PV *v, PV ***out) {
 }
 
 static int h_truth(L *L, Span at, PV *v) {
+  if (v->k == PV_TENSOR && !v->t->cplx && ct_applies(L, v, NULL)) {
+    /* a compile-time tensor of one element (`if wavelen < high_freq_wavelen:` over the
+     * items of a frequency table in __init__, as Llama 3's apply_scaling does) */
+    one_element(L, at, v);
+    return v->t->data[0] != 0;
+  }
   if (v->k == PV_TENSOR)
     lower_error(L, at,
                 "the truth value of a tensor depends on run-time data; a tensor-valued condition "
@@ -252,7 +271,10 @@ static int h_truth(L *L, Span at, PV *v) {
 static int h_runtime(L *L, PV *v) { return v->k == PV_TENSOR && L->T->fn && !v->t->data; }
 static int h_staging(L *L) { return L->T->fn != NULL; }
 
-static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) { return t_where(L, at, c, a, b); }
+static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) {
+  if (cx_is(a) || cx_is(b)) cx_refuse(L, at, "a branch on a run-time condition selecting");
+  return t_where(L, at, c, a, b);
+}
 
 static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
   if (op == OP_ADD && module_container(cur) == 1) {   /* self.layers += [...]: extend */
@@ -260,6 +282,7 @@ static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
     call_value(L, at, ext, &rhs, 1, NULL, NULL, 0);
     return cur;
   }
+  if (cx_is(cur) || cx_is(rhs)) cx_refuse(L, at, arena_printf(L->a, "'%s=' (an in-place update)", fe_op_spelling(op)));
   if (cur->k != PV_TENSOR || !L->T->fn) return NULL;
   /* `x += y` on a tensor updates it in place: other names bound to it see the change */
   staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");
@@ -395,6 +418,7 @@ static void h_deco_exit(L *L, int token) { grad_mode_set(L, token); }
  * tensor. abs(t), len(t), sum() of tensors, int(t)/float(t) too. */
 static PV *h_math(L *L, Span at, const char *f, PV *x) {
   if (x->k != PV_TENSOR) return NULL;
+  if (cx_is(x)) return cx_math(L, at, f, x);
   if (!strcmp(f, "abs")) return t_unary(L, at, IR_ABS, x);
   if (!strcmp(f, "len")) return pv_int(L, x->t->type.ndim ? x->t->type.dims[0] : 0);
   if ((!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "bool")) && ct_applies(L, x, NULL)) {
@@ -430,6 +454,7 @@ static const char *h_repr(L *L, Span at, const PV *v) {
   static const char *names[DT_COUNT] = {[DT_F32] = "float32", [DT_F64] = "float64", [DT_I64] = "int64",
                                         [DT_I32] = "int32", [DT_BOOL] = "bool"};
   if (v->k != PV_DTYPE) lower_error(L, at, "the text of a tensor is not known to ctc");
+  if (v->dt == DT_COMPLEX64) return "torch.complex64";
   return arena_printf(L->a, "torch.%s", names[v->dt]);
 }
 

@@ -25,6 +25,7 @@ PV *param_tensor(L *L, Slot *s) {
   t->v = -1;
   t->slot = s;
   t->requires_grad = !s->is_buffer && !s->frozen;
+  t->cplx = s->cplx;
   return pv_tensor(L, t);
 }
 
@@ -109,6 +110,7 @@ void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val) {
         Slot *s = slot_new(L, at, val->t->type, PINIT_DATA, 0, 0);
         s->is_buffer = 1;
         s->not_persistent = old && old->k == PV_TENSOR && old->t->slot && old->t->slot->not_persistent;
+        s->cplx = val->t->cplx;
         s->data = val->t->data;
         val = param_tensor(L, s);
         obj->mod->regs.data[i].val = val;

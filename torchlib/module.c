@@ -100,7 +100,7 @@ static void module_cast(L *L, PV *m, DType dt) {
     if (r->kind == REG_CHILD && pv_is_module(r->val)) module_cast(L, r->val, dt);
     if (r->kind == REG_CHILD || !r->val || r->val->k != PV_TENSOR) continue;
     Tensor *t = r->val->t;
-    if (!ir_dtype_is_float(t->type.dtype)) continue;
+    if (!ir_dtype_is_float(t->type.dtype) || t->cplx) continue;   /* complex64 buffers stay complex64, as in PyTorch */
     t->type.dtype = dt;
     if (t->slot) {
       if (t->slot->index >= 0) BUG("module cast after the state_dict was built");

@@ -44,7 +44,15 @@ const char *const bi_names[BI__COUNT] = {
 #undef SCHED
 };
 
-PV *pv_builtin(L *L, int bi, const char *name, PV *self) { return pv_native(L, bi_rows[bi].call, bi, name, self); }
+/* Every torch row is called through here: a complex tensor or dtype among its
+ * operands goes to complex.c, which implements the rows that take one and refuses
+ * the others by name (no handler sees a complex tensor as its real storage). */
+static PV *row_call(L *L, PV *fn, Args *A) {
+  if (cx_operands(fn->self, A)) return cx_call(L, fn, A);
+  return bi_rows[fn->bi].call(L, fn, A);
+}
+
+PV *pv_builtin(L *L, int bi, const char *name, PV *self) { return pv_native(L, row_call, bi, name, self); }
 
 PV *bi_value(L *L, int bi, PV *self) {
   const BuiltinRow *r = &bi_rows[bi];
@@ -132,7 +140,7 @@ static int dtype_by_name(const char *n, DType *dt) {
   static const struct { const char *n; DType d; } t[] = {
       {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
       {"int64", DT_I64},   {"long", DT_I64},  {"int32", DT_I32},   {"int", DT_I32},
-      {"bool", DT_BOOL}};
+      {"bool", DT_BOOL},   {"complex64", DT_COMPLEX64}, {"cfloat", DT_COMPLEX64}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (strcmp(t[i].n, n) == 0) {
       *dt = t[i].d;
@@ -196,6 +204,7 @@ void torch_tables_check(void) {
 /* ---- calls --------------------------------------------------------------- */
 
 PV *class_construct(L *L, PV *cls, Args *A) {
+  if (cx_operands(NULL, A)) cx_refuse(L, A->at, arena_printf(L->a, "%s(...)", cls->s));
   PV *o = bi_rows[cls->bi].call(L, cls, A);
   if (o && o->k == PV_OBJ && o->mod && !o->mod->made.file) o->mod->made = A->at;   /* notes of errors in its forward */
   return o;
@@ -204,6 +213,7 @@ PV *class_construct(L *L, PV *cls, Args *A) {
 PV *layer_call(L *L, PV *obj, Args *A) {
   BuiltinFn *f = bi_rows[obj->cls->bi].forward;
   if (!f) lower_error(L, A->at, "calling nn.%s is not supported by ctc yet", obj->cls->s);
+  if (cx_operands(NULL, A)) cx_refuse(L, A->at, arena_printf(L->a, "nn.%s", obj->cls->s));
   return f(L, obj, A);
 }
 

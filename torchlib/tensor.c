@@ -58,6 +58,9 @@ static void need_fn(L *L, Span at, const char *what) {
 ValId t_val(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "expected a tensor, got '%s'", pv_kind_name(x));
   Tensor *t = x->t;
+  if (t->cplx)   /* complex.c reads the storage: anything else would compute on it as real */
+    lower_error(L, at, "a complex tensor is not supported here by ctc (as an output, or by this operation); "
+                       "torch.view_as_real(x) gives its real and imaginary parts as a float32 tensor");
   need_fn(L, at, "this operation");
   if (L->T->dec && t->dec_mark) dec_check_read(L, at, t);
   if (t->v >= 0 && !t->slot && !t->data) return t->v;

@@ -8,6 +8,9 @@
  *   torchlib.c  torch.* / F.* / Tensor methods, nn.init, grad mode and stop-gradient
  *   tensor.c    tensor operations: shape inference and IR emission
  *   consteval.c tensor arithmetic on compile-time values outside compiled code
+ *   complex.c   complex64 tensors (torch.polar, view_as_complex ...): float32
+ *               storage with a trailing 2; every row, operator, index or attribute
+ *               given one comes here, implemented or refused by name
  *   layers.c    nn layers: constructors (parameters, state_dict order) and forwards
  *   module.c    nn.Module methods (parameters(), state_dict(), train() ...)
  *   losses.c    loss functions and modules, lowered to primitives
@@ -111,6 +114,7 @@ typedef struct Slot {
                             PyTorch's reset_parameters does (0: none); an nn.init.* call clears it */
   int sparse_grad;       /* weight of nn.Embedding(sparse=True) / F.embedding(sparse=True): PyTorch's
                             gradient is sparse (SparseAdam takes it; clip_grad_norm_ does not scale it) */
+  int cplx;              /* a complex64 buffer: type is its float32 storage, shape + [2] (complex.c) */
   Span loc;
 } Slot;
 
@@ -126,6 +130,7 @@ typedef struct HostValue {
   int is_view;           /* a view (x.view, x[i], x.t(), x.detach() ...) of a staged tensor */
   int viewed;            /* some view of this tensor was taken */
   int dec_mark, dec_layer; /* decode.c, staging `decode`: attention scores (their state) of a layer */
+  int cplx;              /* complex64 (complex.c): type is the float32 storage, shape + [2] */
 } Tensor;
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -404,6 +409,19 @@ PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min);
 PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
 PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
+
+/* ---- complex.c: complex64 tensors (Tensor.cplx), rows of their own and every
+ * row, operator, index or attribute given a complex operand ---- */
+#define DT_COMPLEX64 DT_COUNT   /* torch.complex64 / torch.cfloat: a PV_DTYPE's dt with no IR dtype */
+int cx_is(const PV *v);                           /* a complex tensor */
+int cx_operands(const PV *self, const Args *A);   /* a complex tensor or dtype among them (one level of lists) */
+PV *cx_call(L *L, PV *fn, Args *A);               /* row fn called with complex operands: done, or refused */
+CTC_NORETURN void cx_refuse(L *L, Span at, const char *what);
+PV *cx_binary(L *L, Span at, int op, PV *a, PV *b);
+PV *cx_unary(L *L, Span at, int op, PV *c);
+PV *cx_index(L *L, Span at, PV *c, PV *key);
+PV *cx_getattr(L *L, Span at, PV *c, const char *name);
+PV *cx_math(L *L, Span at, const char *f, PV *c); /* abs(c), len(c) */
 
 /* ---- consteval.c: arithmetic on compile-time values outside compiled code
  * (module level, __init__); each returns NULL (or 0 / -1) where it does not apply ---- */

@@ -204,12 +204,15 @@ static PV *factory(L *L, int bi, Args *A0) {
     int64_t n = a[0]->n;
     int isf = 0;
     for (int i = 0; i < a[0]->n; i++) {
-      if (!pv_is_num(a[0]->items[i])) lower_error(L, A->at, "torch.tensor() supports flat lists of numbers");
-      isf |= a[0]->items[i]->k == PV_FLOAT;
+      PV *e = a[0]->items[i];   /* a number, or a 0-d compile-time tensor (Llama 3's apply_scaling) */
+      int ct0 = e->k == PV_TENSOR && !e->t->cplx && e->t->data && !e->t->slot && e->t->type.ndim == 0;
+      if (!pv_is_num(e) && !ct0) lower_error(L, A->at, "torch.tensor() supports flat lists of numbers");
+      isf |= e->k == PV_FLOAT || (ct0 && ir_dtype_is_float(e->t->type.dtype));
     }
     if (n == 0) lower_error(L, A->at, "empty tensors are not supported");
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, isf ? DT_F32 : DT_I64), 1, &n), 0);
-    for (int i = 0; i < a[0]->n; i++) t->t->data[i] = pv_num(a[0]->items[i]);
+    for (int i = 0; i < a[0]->n; i++)
+      t->t->data[i] = a[0]->items[i]->k == PV_TENSOR ? a[0]->items[i]->t->data[0] : pv_num(a[0]->items[i]);
     return t;
   }
   case BI_T_ZEROS_LIKE:
