@@ -356,6 +356,8 @@ PV *bi_layer_base_init(L *L, PV *fn, Args *A) {
 static int h_isinstance(const PV *obj, const PV *cls) {
   if (cls->bi == BI_C_MODULE) return obj->k == PV_OBJ && obj->mod;
   if (cls->bi == BI_T_TENSOR_CLASS) return obj->k == PV_TENSOR || obj->k == PV_OPAQUE;   /* opaque: as before */
+  DType dt;
+  if (typed_tensor_class(cls->bi, &dt)) return obj->k == PV_TENSOR && obj->t->type.dtype == dt;
   return -1;
 }
 

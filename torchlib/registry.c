@@ -92,6 +92,7 @@ static const struct { const char *path; unsigned ns; } namespaces[] = {
     {"torch.autograd.forward_ad", NS_FORWARD_AD},
     {"torch.func", NS_FUNC},
     {"functorch", NS_FUNC},
+    {"torch.sparse", NS_SPARSE},
 };
 
 static int ns_index(const char *path) {
@@ -160,6 +161,15 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   DType dt;
   PV *dv = dist_ns_getattr(L, at, m, name);
   if (dv) return dv;
+  /* torch.nn.parameter.Parameter, torch.nn.modules.module.Module, torch.nn.modules.conv.Conv2d:
+   * the names of torch.nn, as PyTorch re-exports them */
+  if (strcmp(m, "torch.nn") == 0 && (strcmp(name, "modules") == 0 || strcmp(name, "parameter") == 0))
+    return pv_ns(L, arena_printf(L->a, "torch.nn.%s", name));
+  if (strcmp(m, "torch.nn.parameter") == 0 || strncmp(m, "torch.nn.modules", 16) == 0) {
+    if (strcmp(m, "torch.nn.modules") == 0 && name[0] >= 'a' && name[0] <= 'z')
+      return pv_ns(L, arena_printf(L->a, "%s.%s", m, name));   /* torch.nn.modules.module, .conv ... */
+    return bi_lookup(L, NS_NN, name, NULL);
+  }
   if (strcmp(m, "torch") == 0 && (strcmp(name, "cuda") == 0 || strcmp(name, "accelerator") == 0 || strcmp(name, "mps") == 0))
     return pv_ns(L, arena_printf(L->a, "torch.%s", name));
   if (strcmp(m, "torch.backends") == 0 && (strcmp(name, "mps") == 0 || strcmp(name, "cuda") == 0))
@@ -174,6 +184,11 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "Tensor") == 0) return bi_value(L, BI_T_TENSOR_CLASS, NULL);
+    static const struct { const char *name; int bi; } typed[] = {
+        {"FloatTensor", BI_T_FLOATTENSOR}, {"DoubleTensor", BI_T_DOUBLETENSOR}, {"LongTensor", BI_T_LONGTENSOR},
+        {"IntTensor", BI_T_INTTENSOR}, {"BoolTensor", BI_T_BOOLTENSOR}};
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++)
+      if (strcmp(name, typed[i].name) == 0) return bi_value(L, typed[i].bi, NULL);
   }
   if (strcmp(m, "torch") == 0 && (strcmp(name, "utils") == 0 || strcmp(name, "distributed") == 0 ||
                                   strcmp(name, "multiprocessing") == 0 || strcmp(name, "backends") == 0))

@@ -516,7 +516,7 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
     lower_error(L, at, "too many indices for a tensor of shape %s", shape_str(L, &in));
   PV *cur = x;
   int64_t newdims[IR_MAX_DIMS * 2];
-  int nnew = 0, axis = 0;
+  int nnew = 0, axis = 0, ntensor = 0;
   for (int i = 0; i < n; i++) {
     PV *it = items[i];
     if (it->k == PV_ELLIPSIS) {
@@ -558,8 +558,15 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
       axis++;
       continue;
     }
-    if (it->k == PV_TENSOR)
-      lower_error(L, at, "indexing with a tensor (gather / boolean mask) is not supported by ctc yet");
+    if (it->k == PV_TENSOR) {   /* one advanced index (index_adv.c) */
+      if (ntensor++)
+        lower_error(L, at, "indexing with more than one tensor is not supported by ctc yet (use index_select or gather)");
+      int nd;
+      cur = t_index_by_tensor(L, at, cur, axis, it, newdims + nnew, &nd);
+      nnew += nd;
+      axis++;
+      continue;
+    }
     lower_error(L, at, "unsupported index of type '%s'", pv_kind_name(it));
   }
   while (axis < in.ndim) newdims[nnew++] = in.dims[axis++];

@@ -68,6 +68,7 @@ enum {
   NS_MODULE = 1u << 18,      /* methods of every nn.Module object */
   NS_OPTIMIZER = 1u << 19,   /* methods of an optimizer object */
   NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
+  NS_SPARSE = 1u << 21,      /* torch.sparse.* */
 };
 
 typedef struct OptStep OptStep;
@@ -455,6 +456,8 @@ PV *t_conv_transpose3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride
                        const int64_t *out_pad, const int64_t *dil, int64_t groups);
 PV *t_conv_padding3d(L *L, Span at, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil, int64_t *pad);
 PV *t_spread(L *L, Span at, PV *x, int axis, int64_t stride);   /* zeros between elements along axis */
+int typed_tensor_class(int bi, DType *dt);   /* torch.FloatTensor ...: 1 and its dtype */
+PV *t_index_by_tensor(L *L, Span at, PV *x, int axis, PV *idx, int64_t *dims, int *nd);   /* index_adv.c */
 PV *t_adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt);   /* torchlib.c: [o, n] bin means */
 /* nn_compose.c */
 PV *t_embedding_bag(L *L, Span at, PV *w, PV *idx, PV *offsets, int mode, PV *psw, int last_offset, PV *padding_idx);

@@ -200,19 +200,37 @@ static PV *factory(L *L, int bi, Args *A0) {
       DType dflt = a[0]->k == PV_FLOAT ? DT_F32 : a[0]->k == PV_BOOL ? DT_BOOL : DT_I64;
       return t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, dflt), 0, dims), pv_num(a[0]));
     }
-    if (!pv_is_seq(a[0])) lower_error(L, A->at, "torch.tensor() needs numbers or a flat list of numbers");
-    int64_t n = a[0]->n;
-    int isf = 0;
-    for (int i = 0; i < a[0]->n; i++) {
-      PV *e = a[0]->items[i];   /* a number, or a 0-d compile-time tensor (Llama 3's apply_scaling) */
-      int ct0 = e->k == PV_TENSOR && !e->t->cplx && e->t->data && !e->t->slot && e->t->type.ndim == 0;
-      if (!pv_is_num(e) && !ct0) lower_error(L, A->at, "torch.tensor() supports flat lists of numbers");
-      isf |= e->k == PV_FLOAT || (ct0 && ir_dtype_is_float(e->t->type.dtype));
+    if (!pv_is_seq(a[0])) lower_error(L, A->at, "torch.tensor() needs numbers or (nested) lists of numbers");
+    /* nested lists: the shape from the first items, then each level checked */
+    int nd = 0;
+    for (PV *v = a[0]; pv_is_seq(v); v = v->items[0]) {
+      if (nd == IR_MAX_DIMS) lower_error(L, A->at, "torch.tensor(): too many dimensions");
+      if (v->n == 0) lower_error(L, A->at, "empty tensors are not supported");
+      dims[nd++] = v->n;
     }
-    if (n == 0) lower_error(L, A->at, "empty tensors are not supported");
-    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, isf ? DT_F32 : DT_I64), 1, &n), 0);
-    for (int i = 0; i < a[0]->n; i++)
-      t->t->data[i] = a[0]->items[i]->k == PV_TENSOR ? a[0]->items[i]->t->data[0] : pv_num(a[0]->items[i]);
+    Type ty = type_of(DT_F32, nd, dims);
+    int64_t n = ir_numel(&ty);
+    double *vals = arena_alloc(L->a, sizeof(double) * (size_t)n);
+    int isf = 0, allb = 1;
+    for (int64_t k = 0; k < n; k++) {
+      PV *v = a[0];
+      for (int64_t d = 0, rest = k, span = n; d < nd; d++) {
+        if (!pv_is_seq(v) || v->n != dims[d])
+          lower_error(L, A->at, "torch.tensor(): expected a sequence of length %lld at dim %lld (got %s)",
+                      (long long)dims[d], (long long)d, pv_is_seq(v) ? "a sequence of another length" : pv_kind_name(v));
+        span /= dims[d];
+        v = v->items[rest / span];
+        rest %= span;
+      }
+      /* a number, or a 0-d compile-time tensor (Llama 3's apply_scaling) */
+      int ct0 = v->k == PV_TENSOR && !v->t->cplx && v->t->data && !v->t->slot && v->t->type.ndim == 0;
+      if (!pv_is_num(v) && !ct0) lower_error(L, A->at, "torch.tensor(): expected numbers, got '%s'", pv_kind_name(v));
+      isf |= v->k == PV_FLOAT || (ct0 && ir_dtype_is_float(v->t->type.dtype));
+      allb &= v->k == PV_BOOL || (ct0 && v->t->type.dtype == DT_BOOL);
+      vals[k] = ct0 ? v->t->data[0] : pv_num(v);
+    }
+    PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, isf ? DT_F32 : allb ? DT_BOOL : DT_I64), nd, dims), 0);
+    for (int64_t k = 0; k < n; k++) t->t->data[k] = vals[k];
     return t;
   }
   case BI_T_ZEROS_LIKE:
@@ -596,6 +614,39 @@ PV *tensor_class_new(L *L, PV *cls, Args *A) {
     return r->t->type.dtype == DT_F32 ? r : t_cast(L, A->at, r, DT_F32);
   }
   return factory(L, BI_T_EMPTY, A);
+}
+
+/* torch.FloatTensor(n, m), torch.LongTensor([..]) ... (the legacy typed
+ * constructors): torch.Tensor's two forms in the class's dtype */
+int typed_tensor_class(int bi, DType *dt) {
+  switch (bi) {
+  case BI_T_FLOATTENSOR: *dt = DT_F32; return 1;
+  case BI_T_DOUBLETENSOR: *dt = DT_F64; return 1;
+  case BI_T_LONGTENSOR: *dt = DT_I64; return 1;
+  case BI_T_INTTENSOR: *dt = DT_I32; return 1;
+  case BI_T_BOOLTENSOR: *dt = DT_BOOL; return 1;
+  default: return 0;
+  }
+}
+
+PV *typed_tensor_new(L *L, PV *cls, Args *A) {
+  DType dt = DT_F32;
+  typed_tensor_class(cls->bi, &dt);
+  int data = A->nargs == 1 && (A->args[0]->k == PV_LIST || A->args[0]->k == PV_TUPLE);
+  PV *r = factory(L, data ? BI_T_TENSOR : BI_T_EMPTY, A);
+  return r->t->type.dtype == dt ? r : t_cast(L, A->at, r, dt);
+}
+
+/* torch.Size([3, 2]): a tuple of ints, as x.shape is */
+PV *bi_torch_size(L *L, PV *fn, Args *A) {
+  (void)fn;
+  PV *a[1];
+  bind_args(L, A, "sizes=", a);
+  PV *r = pv_tuple(L, NULL, 0);
+  if (!a[0]) return r;
+  if (!pv_is_seq(a[0])) lower_error(L, A->at, "torch.Size() takes a sequence of ints, got '%s'", pv_kind_name(a[0]));
+  for (int i = 0; i < a[0]->n; i++) pv_list_append(L, r, pv_int(L, arg_int(L, A->at, a[0]->items[i], "size")));
+  return r;
 }
 
 /* split / chunk along dim: a tuple of slices. */
