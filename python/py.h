@@ -306,6 +306,11 @@ PV *eval_expr(L *L, Node *n);
 /* Execute statements in env; returns EX_NORMAL, EX_RETURN (L->retval set), EX_BREAK, EX_CONTINUE. */
 enum { EX_NORMAL, EX_RETURN, EX_BREAK, EX_CONTINUE };
 int exec_block(L *L, Env *env, NodeVec *body);
+/* A script that trains at module level: the index in a module's body of its first
+ * `for` statement whose body calls a `backward()` method and a `step()` method
+ * (`loss.backward()`, `optimizer.step()`), or -1. Module-level code runs up to it
+ * and never runs it (nor what follows it): the host compiles it (torchlib/script.c). */
+int py_module_training_loop(const NodeVec *body);
 /* Call any callable with positional and keyword arguments. */
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwnames, PV **kwvals, int nkw);
 PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if missing */
