@@ -734,9 +734,9 @@ static int script_text(const char *path, const ctc_text_script *s, ctc_text *t, 
     if (tok < 0) {
       unsigned char o[5] = {0};
       utf8_put(o, (uint32_t)cp[i]);
-      rc = ctc_fail(err, CTC_ERR_FORMAT, "%s: character %lld ('%s', U+%04X) is not in the vocabulary of the text %s "
-                    "was compiled with (%d characters): the model's embedding has no token for it", path, (long long)i,
-                    cp[i] == '\n' ? "\\n" : (const char *)o, (unsigned)cp[i], s->where, (int)s->nvocab);
+      rc = ctc_fail(err, CTC_ERR_FORMAT, "%s: character %lld ('%s', U+%04X) is not in the vocabulary (the %d characters of "
+                    "the text the script read at compile time, its loop at %s): the model has no token for it", path,
+                    (long long)i, cp[i] == '\n' ? "\\n" : (const char *)o, (unsigned)cp[i], (int)s->nvocab, s->where);
       free(cp);
       return rc;
     }
