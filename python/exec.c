@@ -836,16 +836,29 @@ static int calls_method(const Node *n, const char *name) {
   return 0;
 }
 
+/* `xb, yb = get_batch(...)`, get_batch a def among the first `ndefs` statements of the module */
+static int takes_batch(const Node *s, const NodeVec *module, int ndefs) {
+  if (s->kind != N_ASSIGN || s->list.len != 1 || s->a->kind != N_CALL || s->a->a->kind != N_NAME) return 0;
+  const Node *t = s->list.data[0];
+  if ((t->kind != N_TUPLE && t->kind != N_LIST) || t->list.len != 2) return 0;
+  for (int i = 0; i < ndefs; i++) {
+    const Node *d = module->data[i];
+    if (d->kind == N_FUNCDEF && !strcmp(d->name, s->a->a->name)) return 1;
+  }
+  return 0;
+}
+
 int py_module_training_loop(const NodeVec *body) {
   for (int i = 0; i < body->len; i++) {
     const Node *s = body->data[i];
     if (s->kind != N_FOR) continue;
-    int bw = 0, st = 0;
+    int bw = 0, st = 0, batch = 0;
     for (int k = 0; k < s->body.len; k++) {
       bw |= calls_method(s->body.data[k], "backward");
       st |= calls_method(s->body.data[k], "step");
+      batch |= takes_batch(s->body.data[k], body, i);
     }
-    if (bw && st) return i;
+    if (bw && st && batch) return i;
   }
   return -1;
 }

@@ -293,25 +293,42 @@ def test_train_on_a_text_given_at_run_time(built, tmp_path):
         "read at compile time, its loop at lm.py:116)" in r.stderr, r.stderr
 
 
+FIXED = "def fixed_batch(split):\n    return train_data[:8].view(1, 8), train_data[1:9].view(1, 8)\n\n"
+STEP_BODY = "    logits, loss = model(xb, yb)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+
+
 @pytest.mark.parametrize("loop,msg", [
     # a loop over something else than range(N)
-    ("for xb, yb in [get_batch('train')]:\n    logits, loss = model(xb, yb)\n    optimizer.zero_grad()\n"
-     "    loss.backward()\n    optimizer.step()\n",
+    ("for it in [0, 1, 2]:\n    xb, yb = get_batch('train')\n" + STEP_BODY,
      "lm.py:{line}:1: error: a module-level training loop is compiled as the program's `train` when it is "
-     "`for iter in range(max_iters):`"),
-    # no get_batch line in the body
-    ("for iter in range(5):\n    logits, loss = model(train_data[:8].view(1, 8), train_data[1:9].view(1, 8))\n"
-     "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n",
-     "lm.py:{line}:1: error: the module-level training loop takes no batch"),
+     "`for iter in range(max_iters):` (it never runs at compile time)"),
+    # a batch function that draws no windows
+    (FIXED + "for it in range(5):\n    xb, yb = fixed_batch('train')\n" + STEP_BODY,
+     "lm.py:{line}:1: error: fixed_batch is compiled as the program's window sampler when it draws `ix = "
+     "torch.randint(len(data) - block_size, (batch_size,))`"),
     # an evaluation `if` that is not every K steps
     ("for iter in range(5):\n    if iter > 2:\n        losses = estimate_loss()\n    xb, yb = get_batch('train')\n"
-     "    logits, loss = model(xb, yb)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n",
-     "lm.py:{next}:8: error: the training loop's evaluation runs every K steps"),
+     + STEP_BODY, "lm.py:{next}:8: error: the training loop's evaluation runs every K steps"),
 ])
 def test_loops_of_another_shape_are_refused(tmp_path, loop, msg):
+    """Refused with a located error before anything of the loop runs."""
     (tmp_path / "input.txt").write_text(small_text())
     (tmp_path / "lm.py").write_text(HEAD + loop)
     line = HEAD.count("\n") + 1
     r = subprocess.run([CTC, "check", tmp_path / "lm.py"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert msg.format(line=line, next=line + 1) in r.stderr, r.stderr
+
+
+def test_other_module_level_loops_are_unchanged(tmp_path):
+    """A module-level loop over a data loader ctc does not model (no get_batch-style
+    batch) runs as before: no iterations, the model compiles for inference."""
+    (tmp_path / "m.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader\n"
+        "model = nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(list(range(10)), batch_size=2)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = ((model(x) - y) ** 2).mean()\n"
+        "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n")
+    r = subprocess.run([CTC, "check", tmp_path / "m.py", "--input", "input=f32[3,4]"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "train_step" not in r.stdout, r.stdout + r.stderr

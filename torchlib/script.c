@@ -180,9 +180,9 @@ static const int32_t *token_tensor(L *L, Span at, const char *name, int32_t nvoc
 
 static void read_get_batch(L *L, struct Script *S) {
   Node *g = S->getb;
-  const char *shape = "get_batch is compiled as the program's window sampler when it draws `ix = torch.randint(len(data) "
-                      "- block_size, (batch_size,))` and stacks `data[i:i + block_size]` from `train_data if split == "
-                      "'train' else val_data`";
+  const char *shape = arena_printf(L->a, "%s is compiled as the program's window sampler when it draws `ix = "
+                                   "torch.randint(len(data) - block_size, (batch_size,))` and stacks `data[i:i + "
+                                   "block_size]` from `train_data if split == 'train' else val_data`", g->name);
   Node *ri = find_in_block(&g->body, is_randint, NULL);
   Node *win = find_in_block(&g->body, is_window, NULL);
   Node *sel = find_in_block(&g->body, is_ifexp_names, NULL);
