@@ -143,6 +143,8 @@ for iter in range(max_iters):
         losses = estimate_loss()
         print(f"step {iter}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     xb, yb = get_batch('train')
+    if iter % 50 == 0:
+        print('iteration', iter)
     logits, loss = model(xb, yb)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -192,6 +194,8 @@ def test_check_lists_the_entries(built):
     assert "entry train_step -> f32[]" in out and "entry estimate_loss -> f32[]" in out, out
     assert "entry forward -> f32[4,8," in out, out
     assert "after the module-level training loop: not compiled" in out, out
+    line = HEAD.count("\n") + 7   # LOOP starts with an empty line
+    assert f"note: line {line}: left out of train_step (a print of the training loop)" in out, out
 
 
 def test_forward_and_eval_loss_match_torch(built, monkeypatch):

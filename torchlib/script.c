@@ -398,6 +398,18 @@ static void note(L *L, const char *fmt_line, int line, const char *what) {
                           fmt_line);
 }
 
+/* An `if` of logging only (prints, pass): host-only, left out of the step. */
+static int only_prints(const Node *s) {
+  if (s->kind == N_PASS) return 1;
+  if (s->kind == N_EXPR_STMT) return is_call_named(s->a, "print");
+  if (s->kind != N_IF) return 0;
+  for (int i = 0; i < s->body.len; i++)
+    if (!only_prints(s->body.data[i])) return 0;
+  for (int i = 0; i < s->orelse.len; i++)
+    if (!only_prints(s->orelse.data[i])) return 0;
+  return 1;
+}
+
 /* ---- entry points ---------------------------------------------------------------- */
 
 void script_prepare(L *L, Node *module, int at, const LowerOptions *opt) {
@@ -445,7 +457,7 @@ void script_prepare(L *L, Node *module, int at, const LowerOptions *opt) {
         continue;
       }
     }
-    if (s->kind == N_EXPR_STMT && is_call_named(s->a, "print")) {
+    if (only_prints(s)) {
       note(L, "a print of the training loop", s->span.line, "left out of train_step");
       continue;
     }
