@@ -122,6 +122,34 @@ static const char *basename_of(const char *path) {
 }
 
 /* A C string literal for s. */
+/* A module-level training loop (Program.script): its vocabulary and tokens as
+ * arrays, and the ctc_text_script the runtime's train and sample read. */
+static void emit_i32s(Buf *b, const char *name, const int32_t *v, int64_t n) {
+  cg_printf(b, "static const int32_t %s[%lld] = {", name, (long long)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) cg_printf(b, "%s%d,", i % 24 ? "" : "\n  ", (int)v[i]);
+  if (!n) cg_puts(b, "0");
+  cg_puts(b, "\n};\n");
+}
+
+static void emit_script(Buf *b, const TextScript *s) {
+  emit_i32s(b, "ctc_script_vocab", s->vocab, s->nvocab);
+  emit_i32s(b, "ctc_script_train", s->train, s->ntrain);
+  emit_i32s(b, "ctc_script_val", s->val, s->nval);
+  cg_puts(b, "static const ctc_text_script ctc_script = {\n  ");
+  c_string(b, s->where);
+  cg_puts(b, ", ");
+  c_string(b, s->train_entry);
+  cg_puts(b, ", ");
+  if (s->eval_entry) c_string(b, s->eval_entry);
+  else cg_puts(b, "NULL");
+  cg_printf(b, ",\n  %lld, %lld, %lld, %d, ", (long long)s->steps, (long long)s->eval_interval,
+            (long long)s->eval_iters, s->eval_last);
+  if (s->eval_format) c_string(b, s->eval_format);
+  else cg_puts(b, "NULL");
+  cg_printf(b, ",\n  %d, ctc_script_vocab, %lld, %lld, ctc_script_train, ctc_script_val, %.17g, %lld\n};\n\n",
+            (int)s->nvocab, (long long)s->ntrain, (long long)s->nval, s->train_fraction, (long long)s->sample_tokens);
+}
+
 static void c_string(Buf *b, const char *s) {
   cg_puts(b, "\"");
   for (; *s; s++) {
@@ -929,6 +957,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   if (g->opt.profile) cg_printf(b, "static void ctc_set_profile(void *m, ctc_profile *prof) { ((%s_t *)m)->prof = prof; }\n", P);
   cg_printf(b, "static const char *ctc_error_of(void *m) { return ((%s_t *)m)->error; }\n", P);
   cg_puts(b, "\n");
+  if (p->script) emit_script(b, p->script);
   cg_printf(b, "const ctc_model_desc %s_desc = {\n  ", P);
   c_string(b, P);
   cg_puts(b, ", ");
@@ -941,8 +970,9 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
             n_state_params(p));
   cg_puts(b, g->opt.profile ? "  ctc_set_profile,\n" : "  NULL,  /* set_profile: built without --profile */\n");
   cg_puts(b, "  ctc_error_of,\n");
-  if (p->params.len) cg_printf(b, "  %d, ctc_state_dict, ctc_kinds,  /* the state_dict's keys, what each tensor is */\n};\n", nsd);
-  else cg_puts(b, "  0, NULL, NULL,  /* no tensors */\n};\n");
+  if (p->params.len) cg_printf(b, "  %d, ctc_state_dict, ctc_kinds,  /* the state_dict's keys, what each tensor is */\n", nsd);
+  else cg_puts(b, "  0, NULL, NULL,  /* no tensors */\n");
+  cg_puts(b, p->script ? "  &ctc_script,  /* the module-level training loop */\n};\n" : "  NULL,  /* script */\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */

@@ -487,7 +487,7 @@ int cg_quant_emit(const Program *p, int fi, const QuantPlan *q, const CgOptions 
     c_str(&b, ir_source_name(p));
     cg_printf(&b, ", sizeof(%s_t), %s_ARENA_BYTES, 64,\n"
                   "  0, NULL,  /* no parameters: the int8 weights are const arrays of this file */\n"
-                  "  1, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n  0, NULL, NULL,\n  0, NULL, NULL,  /* no state_dict */\n};\n", P, U);
+                  "  1, ctc_entries,\n  ctc_init_any, ctc_arena_of,\n  0, NULL, NULL,\n  0, NULL, NULL,  /* no state_dict */\n  NULL,  /* script */\n};\n", P, U);
     cg_printf(&b, "\n#ifdef CTC_MAIN\nint main(int argc, char **argv) { return ctc_main(argc, argv, &%s_desc); }\n#endif\n", P);
   }
   fputs(b.s, c);

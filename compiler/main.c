@@ -758,6 +758,7 @@ static int64_t auto_batch(const Opts *o, const Program *p) {
       (o->target && strcmp(o->target, "c")) || p->distributed || o->quantize || o->freestanding || o->profile ||
       o->anomaly || o->lower.float_dtype == DT_F64)
     return 0;
+  if (p->script) return 0;   /* a module-level training loop: staging it again (its text) is costly, and sample needs no batch */
   for (int k = 0; k < p->funcs.len; k++) {
     const Func *f = p->funcs.data[k];
     if (f->kind != FK_FORWARD || strcmp(f->name, "forward") || !f->inputs.len) continue;

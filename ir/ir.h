@@ -211,6 +211,23 @@ typedef struct SdName {
   int param;                  /* the Program.params index holding its tensor ("transformer.wte.weight"'s) */
 } SdName;
 
+/* A script that trains at module level (torchlib/script.c): what the generated
+ * program's `train` and `sample` need besides its entries (ctc_text_script). */
+typedef struct TextScript {
+  const char *where;          /* "gpt.py:104": the loop */
+  const char *train_entry;    /* (x, y[, iter]) -> loss */
+  const char *eval_entry;     /* (x, y) -> loss, estimate_loss's body; NULL: the loop evaluates nothing */
+  int64_t steps, eval_interval, eval_iters;
+  int eval_last;              /* also before the last step (`or iter == max_iters - 1`) */
+  const char *eval_format;    /* the loop's print: {0} the step, {1} {2} the train and val losses */
+  int32_t nvocab;
+  const int32_t *vocab;       /* code points, sorted (sorted(set(text))) */
+  int64_t ntrain, nval;
+  const int32_t *train, *val; /* the tokens of the text read at compile time */
+  double train_fraction;      /* where a text given at run time is split */
+  int64_t sample_tokens;      /* generate(context, max_new_tokens=N) after the loop: N (0: none) */
+} TextScript;
+
 /* Instrumentation around every AD sweep and pass: compiler/main.c prints the
  * IR (--dump-before / --dump-after) and verifies it. `after` is 0 before the
  * pass, 1 after it. */
@@ -225,6 +242,7 @@ struct Program {
   const char *skipped;        /* lowering: functions not taken as automatic entries, one a line with why */
   const char *notes;          /* lowering: lines dropped from loop-body entries (host only), one a line */
   const char *decode_note;    /* lowering: why forward's causal attention gave no `decode` entry, or NULL */
+  const TextScript *script;   /* lowering: a module-level training loop over a text, or NULL */
   Vec(Param) params;          /* state_dict order, then the training state */
   Vec(SdName) state_dict;     /* the model's state_dict() keys in PyTorch's order, each with the params
                                  index of its tensor: a tied parameter under each of its names, no

@@ -821,3 +821,44 @@ int exec_block(L *L, Env *env, NodeVec *body) {
   L->env = saved;
   return r;
 }
+
+/* ---- a module-level training loop ------------------------------------------ */
+
+/* Does the tree call a method named `name` (x.name(...))? */
+static int calls_method(const Node *n, const char *name) {
+  if (!n) return 0;
+  if (n->kind == N_CALL && n->a && n->a->kind == N_ATTR && !strcmp(n->a->name, name)) return 1;
+  if (calls_method(n->a, name) || calls_method(n->b, name) || calls_method(n->c, name)) return 1;
+  const NodeVec *vs[] = {&n->list, &n->list2, &n->body, &n->orelse, &n->body2};
+  for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+    for (int i = 0; i < vs[k]->len; i++)
+      if (calls_method(vs[k]->data[i], name)) return 1;
+  return 0;
+}
+
+/* `xb, yb = get_batch(...)`, get_batch a def among the first `ndefs` statements of the module */
+static int takes_batch(const Node *s, const NodeVec *module, int ndefs) {
+  if (s->kind != N_ASSIGN || s->list.len != 1 || s->a->kind != N_CALL || s->a->a->kind != N_NAME) return 0;
+  const Node *t = s->list.data[0];
+  if ((t->kind != N_TUPLE && t->kind != N_LIST) || t->list.len != 2) return 0;
+  for (int i = 0; i < ndefs; i++) {
+    const Node *d = module->data[i];
+    if (d->kind == N_FUNCDEF && !strcmp(d->name, s->a->a->name)) return 1;
+  }
+  return 0;
+}
+
+int py_module_training_loop(const NodeVec *body) {
+  for (int i = 0; i < body->len; i++) {
+    const Node *s = body->data[i];
+    if (s->kind != N_FOR) continue;
+    int bw = 0, st = 0, batch = 0;
+    for (int k = 0; k < s->body.len; k++) {
+      bw |= calls_method(s->body.data[k], "backward");
+      st |= calls_method(s->body.data[k], "step");
+      batch |= takes_batch(s->body.data[k], body, i);
+    }
+    if (bw && st && batch) return i;
+  }
+  return -1;
+}

@@ -306,6 +306,14 @@ PV *eval_expr(L *L, Node *n);
 /* Execute statements in env; returns EX_NORMAL, EX_RETURN (L->retval set), EX_BREAK, EX_CONTINUE. */
 enum { EX_NORMAL, EX_RETURN, EX_BREAK, EX_CONTINUE };
 int exec_block(L *L, Env *env, NodeVec *body);
+/* A script that trains at module level: the index in a module's body of its first
+ * `for` statement whose body calls a `backward()` method and a `step()` method
+ * (`loss.backward()`, `optimizer.step()`) and takes its batch from a module-level
+ * function (`xb, yb = get_batch('train')`), or -1. Module-level code runs up to it
+ * and never runs it (nor what follows it): the host compiles it (torchlib/script.c).
+ * Other loops run as any code does (one over a data loader ctc does not model runs
+ * no iterations; a backward() outside a compiled function is an error). */
+int py_module_training_loop(const NodeVec *body);
 /* Call any callable with positional and keyword arguments. */
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwnames, PV **kwvals, int nkw);
 PV *getattr_value(L *L, Span at, PV *obj, const char *name);   /* errors if missing */

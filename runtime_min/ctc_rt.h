@@ -160,6 +160,23 @@ typedef struct ctc_sd_key {
   int param;                     /* the params index of its tensor */
 } ctc_sd_key;
 
+/* A script that trains at module level (`for iter in range(max_iters):` over a text, ctc's
+ * torchlib/script.c): `./net train` runs its loop, `./net sample` its generate (rt_text.c). */
+typedef struct ctc_text_script {
+  const char *where;             /* "gpt.py:104": the loop */
+  const char *train_entry;       /* (x, y[, iter]) -> loss: the loop body */
+  const char *eval_entry;        /* (x, y) -> loss: estimate_loss's; NULL: none */
+  int64_t steps, eval_interval, eval_iters;
+  int eval_last;                 /* evaluate before the last step too */
+  const char *eval_format;       /* the loop's print: {0} the step, {1} {2} the train and val losses (Python specs) */
+  int32_t nvocab;
+  const int32_t *vocab;          /* the characters, code points in token order (sorted) */
+  int64_t ntrain, nval;
+  const int32_t *train, *val;    /* the tokens of the text read at compile time, split as the script did */
+  double train_fraction;         /* a text given at run time (--text) is split there */
+  int64_t sample_tokens;         /* generate's max_new_tokens (0: none) */
+} ctc_text_script;
+
 typedef struct ctc_model_desc {
   const char *name;              /* C prefix of the model: "net" */
   const char *source;            /* the model file it was compiled from */
@@ -190,6 +207,7 @@ typedef struct ctc_model_desc {
   int nstate_dict;
   const ctc_sd_key *state_dict;
   const unsigned char *kinds;    /* per params entry, CTC_KIND_*; NULL: parameters, then noptional training state */
+  const ctc_text_script *script; /* a module-level training loop over a text, or NULL */
 } ctc_model_desc;
 
 /* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */

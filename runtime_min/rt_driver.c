@@ -1097,7 +1097,8 @@ int ctc_main(int argc, char **argv, const ctc_model_desc *desc) {
     return 0;
   }
   if (!strcmp(cmd, "run") || !strcmp(cmd, "infer")) return cmd_run(prog, desc, argc - 2, argv + 2, cmd[0] == 'i');
-  if (!strcmp(cmd, "train")) return ctc_drv_train(prog, desc, argc - 2, argv + 2);
+  if (!strcmp(cmd, "train"))
+    return (desc->script ? ctc_drv_script_train : ctc_drv_train)(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "gradcheck")) return ctc_drv_gradcheck(prog, desc, argc - 2, argv + 2);
   if (!strcmp(cmd, "sample")) return ctc_drv_sample(prog, desc, argc - 2, argv + 2);

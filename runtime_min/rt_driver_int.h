@@ -89,6 +89,10 @@ int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char 
 /* `./net train ...` (rt_train.c); argv starts after "train". Returns the exit status. */
 int ctc_drv_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 
+/* `./net train ...` of a program with a module-level training loop (desc->script, rt_text.c): runs
+ * the script's loop; with --data or --tokens, ctc_drv_train. */
+int ctc_drv_script_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
+
 /* `./net gradcheck ...` (rt_gradcheck.c); argv starts after "gradcheck". Returns the exit status. */
 int ctc_drv_gradcheck(const char *prog, const ctc_model_desc *desc, int argc, char **argv);
 

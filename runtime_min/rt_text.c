@@ -296,6 +296,16 @@ static int parse_sample_args(int argc, char **argv, SampleArgs *a, ctc_error *er
   return CTC_OK;
 }
 
+/* A module-level training loop's generate(context, max_new_tokens=N) after it: N tokens
+ * after token 0 (its context, torch.zeros((1, 1))), unless given. */
+static void script_sample_defaults(const ctc_model_desc *desc, int argc, char **argv, SampleArgs *a) {
+  if (!desc->script) return;
+  int tokens = 0;
+  for (int i = 0; i < argc; i++) tokens |= !strncmp(argv[i], "--tokens", 8);
+  if (!tokens && desc->script->sample_tokens) a->tokens = desc->script->sample_tokens;
+  if (!a->prompt && !a->prompt_tokens) a->prompt_tokens = "0";
+}
+
 typedef struct Sampler {
   ctc_drv_run r;
   const ctc_entry *dec, *fwd, *pre;   /* decode, forward, prefill (or NULL) */
@@ -465,8 +475,17 @@ static int sample_setup(const char *prog, const ctc_model_desc *desc, const Samp
   if (!vp && a->weights && ctc_vocab_path(a->weights, vpath, sizeof vpath)) {
     if (access(vpath, R_OK) == 0) vp = vpath; /* (a probe that never opens: a fifo there must not block) */
   }
-  if (vp) {
+  if (!vp && desc->script) {   /* a module-level training loop: the vocabulary of its text */
+    if (!(s->vocab.cp = malloc((size_t)desc->script->nvocab * sizeof *s->vocab.cp)))
+      return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+    memcpy(s->vocab.cp, desc->script->vocab, (size_t)desc->script->nvocab * sizeof *s->vocab.cp);
+    s->vocab.n = desc->script->nvocab;
+    vp = desc->script->where;
+  }
+  if (vp && !s->vocab.cp) {
     if ((rc = ctc_vocab_read(vp, &s->vocab, err))) return rc;
+  }
+  if (vp) {
     if (s->vocab.n > s->V)
       return ctc_fail(err, CTC_ERR_SHAPE, "%s has %d characters, more than the model's %lld logits", vp,
                       (int)s->vocab.n, (long long)s->V);
@@ -561,6 +580,7 @@ int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char 
   Sampler s;
   memset(&s, 0, sizeof s);
   int rc = parse_sample_args(argc, argv, &a, &err);
+  if (rc == CTC_OK) script_sample_defaults(desc, argc, argv, &a);
   if (rc == CTC_OK && a.help) {
     sample_usage(stdout, prog);
     return 0;
@@ -570,5 +590,305 @@ int ctc_drv_sample(const char *prog, const ctc_model_desc *desc, int argc, char 
   if (rc == CTC_OK) return 0;
   int status = ctc_drv_report(prog, &err);
   if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s sample --help'\n", prog, prog);
+  return status;
+}
+
+/* ---- a script that trains at module level ------------------------------------------
+ *
+ *   ./net train [--text FILE] [--steps N] [--eval-interval K] [--eval-iters M] [--seed S]
+ *               [--weights W] [--save OUT]
+ *
+ * runs the loop of the file (ctc_text_script): at each step `iter` (0-based), first,
+ * when iter % K == 0 (or it is the last step and the loop says so), the evaluation:
+ * the mean of the eval entry's loss over M windows of the training tokens, then of the
+ * validation tokens, printed with the loop's own format; then B windows of the
+ * training tokens (get_batch's, drawn as `train --text` draws them) through the
+ * training entry. The tokens are those of the text ctc read at compile time, or of
+ * --text FILE encoded with the same vocabulary (a character outside it is an error)
+ * and split where the script split its own. */
+
+typedef struct ScriptArgs {
+  const char *text, *weights, *save;
+  long long steps, eval_interval, eval_iters;
+  unsigned long long seed;
+  int help;
+} ScriptArgs;
+
+static void script_usage(FILE *f, const char *prog, const ctc_text_script *s) {
+  fprintf(f,
+          "usage: %s train [--text FILE] [--steps N] [--eval-interval K] [--eval-iters M] [--seed S]\n"
+          "                [--weights W] [--save OUT.safetensors]\n"
+          "\n"
+          "Runs the training loop of %s: %lld steps of get_batch windows through '%s'",
+          prog, s->where, (long long)s->steps, s->train_entry);
+  if (s->eval_entry)
+    fprintf(f, ", '%s' on %lld windows of each split every %lld steps", s->eval_entry, (long long)s->eval_iters,
+            (long long)s->eval_interval);
+  fprintf(f,
+          ".\n\noptions:\n"
+          "  --text FILE               train on this UTF-8 text (default: the text read at compile time, %lld\n"
+          "                            tokens); its characters must be in the script's vocabulary (%d)\n"
+          "  --steps N                 steps (default: the loop's)\n"
+          "  --eval-interval K         evaluate every K steps (default: the loop's)\n"
+          "  --eval-iters M            windows per split and evaluation (default: the script's)\n"
+          "  --seed S                  the windows' stream and dropout's (default 0)\n"
+          "  --weights W               start from these parameters\n"
+          "  --save OUT                write the parameters, and the vocabulary beside them (OUT.vocab.txt)\n"
+          "\n"
+          "--data FILE or --tokens FILE.bin train as for any model (`%s train --data` ...).\n",
+          (long long)(s->ntrain + s->nval), (int)s->nvocab, prog);
+}
+
+static int parse_script_args(int argc, char **argv, ScriptArgs *a, ctc_error *err) {
+  memset(a, 0, sizeof *a);
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      a->help = 1;
+      continue;
+    }
+    static const char *const known[] = {"--text", "--weights", "--save", "--steps", "--eval-interval",
+                                        "--eval-iters", "--seed", NULL};
+    char name[32];
+    const char *val;
+    int rc = ctc_drv_option_value(argc, argv, &i, known, name, &val, err);
+    if (rc) return rc;
+    char *end;
+    if (!strcmp(name, "--text")) a->text = val;
+    else if (!strcmp(name, "--weights")) a->weights = val;
+    else if (!strcmp(name, "--save")) a->save = val;
+    else if (!strcmp(name, "--seed")) {
+      a->seed = strtoull(val, &end, 10);
+      if (*val < '0' || *val > '9' || *end) return ctc_fail(err, CTC_ERR_ARG, "--seed needs a non-negative integer");
+    } else {
+      long long v = strtoll(val, &end, 10);
+      if (end == val || *end || v < 1 || v > (1LL << 40))
+        return ctc_fail(err, CTC_ERR_ARG, "%s needs a positive integer, not '%s'", name, val);
+      if (!strcmp(name, "--steps")) a->steps = v;
+      else if (!strcmp(name, "--eval-interval")) a->eval_interval = v;
+      else a->eval_iters = v;
+    }
+  }
+  return CTC_OK;
+}
+
+/* Python's format spec of one field ([sign][width][.precision][type], type f e g d %)
+ * applied to v; a float field without a spec prints as a 0-d tensor does. */
+static void put_field(FILE *f, const char *spec, size_t len, double v, int is_int) {
+  char fmt[48], sp[24];
+  if (len >= sizeof sp) len = sizeof sp - 1;
+  memcpy(sp, spec, len);
+  sp[len] = 0;
+  char type = len && strchr("fFeEgGd%", sp[len - 1]) ? sp[len - 1] : 0;
+  if (type) sp[--len] = 0;
+  for (size_t k = 0; k < len; k++)
+    if (!strchr("+- 0123456789.", sp[k])) sp[0] = 0, len = 0;   /* fill, align, ',': not kept */
+  if (type == '%') {
+    snprintf(fmt, sizeof fmt, "%%%sf%%%%", sp);
+    fprintf(f, fmt, v * 100);
+  } else if (type == 'd' || (!type && is_int)) {
+    snprintf(fmt, sizeof fmt, "%%%slld", sp);
+    fprintf(f, fmt, (long long)v);
+  } else if (!type && !len) {
+    fprintf(f, "tensor(%.4f)", v);
+  } else {
+    snprintf(fmt, sizeof fmt, "%%%s%c", sp, type ? type : 'g');
+    fprintf(f, fmt, v);
+  }
+}
+
+static void put_format(FILE *f, const char *fmt, const double *vals) {
+  for (const char *p = fmt; *p; p++) {
+    if ((*p == '{' || *p == '}') && p[1] == *p) {
+      fputc(*p++, f);
+      continue;
+    }
+    if (*p != '{' || p[1] < '0' || p[1] > '2') {
+      fputc(*p, f);
+      continue;
+    }
+    int k = p[1] - '0';
+    const char *close = strchr(p, '}');
+    if (!close) break;
+    const char *spec = p[2] == ':' ? p + 3 : close;
+    put_field(f, spec, (size_t)(close - spec), vals[k], k == 0);
+    p = close;
+  }
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* --text FILE encoded with the script's vocabulary. */
+static int script_text(const char *path, const ctc_text_script *s, ctc_text *t, ctc_error *err) {
+  void *buf;
+  size_t size;
+  int rc = ctc_read_file(path, &buf, &size, err);
+  if (rc) return rc;
+  int32_t *cp;
+  int64_t n;
+  rc = utf8_decode(path, buf, size, &cp, &n, err);
+  free(buf);
+  if (rc) return rc;
+  ctc_vocab v = {(int32_t *)s->vocab, s->nvocab};
+  for (int64_t i = 0; i < n; i++) {
+    int32_t tok = ctc_vocab_index(&v, cp[i]);
+    if (tok < 0) {
+      unsigned char o[5] = {0};
+      utf8_put(o, (uint32_t)cp[i]);
+      rc = ctc_fail(err, CTC_ERR_FORMAT, "%s: character %lld ('%s', U+%04X) is not in the vocabulary (the %d characters of "
+                    "the text the script read at compile time, its loop at %s): the model has no token for it", path,
+                    (long long)i, cp[i] == '\n' ? "\\n" : (const char *)o, (unsigned)cp[i], (int)s->nvocab, s->where);
+      free(cp);
+      return rc;
+    }
+    cp[i] = tok;
+  }
+  t->tok = cp;
+  t->n = n;
+  return CTC_OK;
+}
+
+typedef struct ScriptRun {
+  ctc_drv_run r;
+  const ctc_entry *tr, *ev;
+  void *x, *y, *it, *loss;
+  ctc_text all;            /* --text: the whole text (tr and va point into it) */
+  ctc_text tr_tok, va_tok;
+} ScriptRun;
+
+static void script_run_free(ScriptRun *s) {
+  ctc_drv_run_free(&s->r);
+  free(s->x);
+  free(s->y);
+  free(s->it);
+  free(s->loss);
+  ctc_text_free(&s->all);
+}
+
+static const ctc_entry *entry_named(const ctc_model_desc *desc, const char *name) {
+  for (int i = 0; name && i < desc->nentries; i++)
+    if (!strcmp(desc->entries[i].name, name)) return &desc->entries[i];
+  return NULL;
+}
+
+/* The mean loss of the eval entry over M windows of one split. */
+static int script_eval(const ctc_model_desc *desc, ScriptRun *s, const ctc_text *t, uint64_t base, long long M,
+                       double *mean, ctc_error *err) {
+  const ctc_tensor *in = &s->ev->inputs[0];
+  double sum = 0;
+  for (long long k = 0; k < M; k++) {
+    ctc_text_windows(t, in->shape[1], CTC_TEXT_VAL_STATE(base, k), in->shape[0], in->dtype, s->x, s->y);
+    const void *ins[2] = {s->x, s->y};
+    void *outs[1] = {s->loss};
+    int rc = s->ev->call(s->r.model, ins, outs);
+    if (rc) return ctc_drv_entry_failed(desc, s->r.model, s->ev, rc, "", err);
+    sum += s->ev->outputs[0].dtype == CTC_F64 ? *(double *)s->loss : *(float *)s->loss;
+  }
+  *mean = sum / (double)M;
+  return CTC_OK;
+}
+
+static int do_script_train(const char *prog, const ctc_model_desc *desc, const ScriptArgs *a, ScriptRun *s,
+                           ctc_error *err) {
+  const ctc_text_script *sc = desc->script;
+  s->tr = entry_named(desc, sc->train_entry);
+  s->ev = entry_named(desc, sc->eval_entry);
+  if (!s->tr || s->tr->ninputs < 2 || s->tr->inputs[0].ndim != 2 || s->tr->noutputs < 1)
+    return ctc_fail(err, CTC_ERR_ARG, "this program has no training entry '%s' taking windows [B, T]",
+                    sc->train_entry);
+  const ctc_tensor *in = &s->tr->inputs[0];
+  int64_t B = in->shape[0], T = in->shape[1];
+  long long steps = a->steps ? a->steps : sc->steps;
+  long long K = a->eval_interval ? a->eval_interval : sc->eval_interval, M = a->eval_iters ? a->eval_iters : sc->eval_iters;
+  if (a->text) {
+    int rc = script_text(a->text, sc, &s->all, err);
+    if (rc) return rc;
+    int64_t ntr = (int64_t)(sc->train_fraction * (double)s->all.n);
+    s->tr_tok.tok = s->all.tok, s->tr_tok.n = ntr;
+    s->va_tok.tok = s->all.tok + ntr, s->va_tok.n = s->all.n - ntr;
+  } else {
+    s->tr_tok.tok = (int32_t *)sc->train, s->tr_tok.n = sc->ntrain;
+    s->va_tok.tok = (int32_t *)sc->val, s->va_tok.n = sc->nval;
+  }
+  const char *src = a->text ? a->text : "the text compiled in";
+  if (s->tr_tok.n <= T)
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: the training part has %lld tokens; windows of %lld need more",
+                    src, (long long)s->tr_tok.n, (long long)T);
+  if (s->ev && s->va_tok.n <= s->ev->inputs[0].shape[1])
+    return ctc_fail(err, CTC_ERR_SHAPE, "%s: the validation part has %lld tokens; windows of %lld need more "
+                    "(get_batch('val') would fail)", src, (long long)s->va_tok.n,
+                    (long long)s->ev->inputs[0].shape[1]);
+  int rc;
+  if ((rc = ctc_drv_make_model(desc, &s->r, err))) return rc;
+  if (a->weights && (rc = ctc_model_load(desc, s->r.model, a->weights, err))) return rc;
+  ctc_drv_seed_rng(desc, s->r.model, a->seed);
+  size_t wb = ctc_tensor_bytes(in);
+  if (s->ev && ctc_tensor_bytes(&s->ev->inputs[0]) > wb) wb = ctc_tensor_bytes(&s->ev->inputs[0]);
+  s->x = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, wb);
+  s->y = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, wb);
+  s->it = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, 8);
+  s->loss = ctc_drv_alloc_aligned(CTC_DRV_IO_ALIGN, 64);
+  if (!s->x || !s->y || !s->it || !s->loss) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  void **outs = NULL;
+  if ((rc = ctc_drv_alloc_outputs(s->tr, &outs, err))) return rc;
+  double t0 = ctc_drv_now_ms(), last = 0;
+  for (long long it = 0; it < steps && rc == CTC_OK; it++) {
+    if (s->ev && (it % K == 0 || (sc->eval_last && it == steps - 1))) {
+      double v[3] = {(double)it, 0, 0};
+      uint64_t base = a->seed ^ ((uint64_t)it + 1) * 0x9E3779B97F4A7C15ULL;
+      if ((rc = script_eval(desc, s, &s->tr_tok, base, M, &v[1], err)) ||
+          (rc = script_eval(desc, s, &s->va_tok, ~base, M, &v[2], err)))
+        break;
+      put_format(stdout, sc->eval_format, v);
+    }
+    ctc_text_windows(&s->tr_tok, T, CTC_TEXT_TRAIN_STATE(a->seed, it), B, in->dtype, s->x, s->y);
+    const void *ins[3] = {s->x, s->y, s->it};
+    if (s->tr->ninputs >= 3) {   /* the loop variable */
+      if (s->tr->inputs[2].dtype == CTC_I64) *(int64_t *)s->it = it;
+      else if (s->tr->inputs[2].dtype == CTC_I32) *(int32_t *)s->it = (int32_t)it;
+      else if (s->tr->inputs[2].dtype == CTC_F64) *(double *)s->it = (double)it;
+      else *(float *)s->it = (float)it;
+    }
+    rc = s->tr->call(s->r.model, ins, outs);
+    if (rc) {
+      char when[64];
+      snprintf(when, sizeof when, " at step %lld", it);
+      rc = ctc_drv_entry_failed(desc, s->r.model, s->tr, rc, when, err);
+      break;
+    }
+    last = s->tr->outputs[0].dtype == CTC_F64 ? *(double *)outs[0] : *(float *)outs[0];
+  }
+  for (int j = 0; outs && j < s->tr->noutputs; j++) free(outs[j]);
+  free(outs);
+  if (rc) return rc;
+  double ms = ctc_drv_now_ms() - t0;
+  fprintf(stderr, "%s: %lld steps in %.1f s (%.0f tokens/s), last loss %.4f\n", prog, steps, ms / 1e3,
+          ms > 0 ? (double)(steps * B * T) * 1e3 / ms : 0, last);
+  if (a->save) {
+    if ((rc = ctc_model_save(desc, s->r.model, a->save, err))) return rc;
+    char vpath[4096];
+    ctc_vocab v = {(int32_t *)sc->vocab, sc->nvocab};
+    if (!ctc_vocab_path(a->save, vpath, sizeof vpath)) return ctc_fail(err, CTC_ERR_ARG, "--save: path too long");
+    if ((rc = ctc_vocab_write(vpath, &v, err))) return rc;
+  }
+  return CTC_OK;
+}
+
+int ctc_drv_script_train(const char *prog, const ctc_model_desc *desc, int argc, char **argv) {
+  for (int i = 0; i < argc; i++)   /* other data: `train` as for any model */
+    if (!strncmp(argv[i], "--data", 6) || !strncmp(argv[i], "--tokens", 8)) return ctc_drv_train(prog, desc, argc, argv);
+  ctc_error err = {0, ""};
+  ScriptArgs a;
+  ScriptRun s;
+  memset(&s, 0, sizeof s);
+  int rc = parse_script_args(argc, argv, &a, &err);
+  if (rc == CTC_OK && a.help) {
+    script_usage(stdout, prog, desc->script);
+    return 0;
+  }
+  if (rc == CTC_OK) rc = do_script_train(prog, desc, &a, &s, &err);
+  script_run_free(&s);
+  if (rc == CTC_OK) return 0;
+  int status = ctc_drv_report(prog, &err);
+  if (err.code == CTC_ERR_ARG) fprintf(stderr, "%s: try '%s train --help'\n", prog, prog);
   return status;
 }

@@ -548,9 +548,14 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   py_install_builtins(L, L->builtins);
   L->globals = env_new(L, NULL);
   L->env = L->globals;
-  exec_block(L, L->globals, &module->body);
+  /* a script that trains at module level: its code before the loop runs, the loop is compiled (script.c) */
+  int tloop = py_module_training_loop(&module->body);
+  NodeVec head = module->body;
+  if (tloop >= 0) head.len = tloop;
+  exec_block(L, L->globals, &head);
   Span top = file_span(src);
   loops_prepare(L, module, opt);
+  if (tloop >= 0) script_prepare(L, module, tloop, opt);
   PV *model = pick_model(L, opt, module, top);
   Decode *dec = NULL;
   L->T->model = model;
@@ -578,6 +583,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     L->T->prog->model_name = opt->prefix ? opt->prefix : c_prefix(L, dot ? arena_strndup(a, base, (size_t)(dot - base)) : base);
   }
   stage_entries(L, module, opt, top);
+  script_stage(L, opt);
   loops_finish(L);
   if (L->T->prog->funcs.len == 0)
     lower_error(L, top, "nothing to compile: no nn.Module subclass or module-level 'model', and no function that "

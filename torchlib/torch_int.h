@@ -177,6 +177,7 @@ struct HostState {
   int forward_rng;       /* staging forward: random draws (randn_like ...) may add the rng.offset state */
   /* loops.c: the training loops people write */
   struct LoopState *loops; /* the functions whose loop body is an entry */
+  struct Script *script;   /* script.c: a module-level training loop, or NULL */
   PV *model;             /* the model chosen (their `model` parameter when no call passes one) */
   PV *backward_loss;     /* the last tensor .backward() was called on in the entry being staged */
   const char *loop_entry; /* staging a loop body as this entry: .item() is an error */
@@ -327,6 +328,14 @@ int loop_is_entry(L *L, const Node *def);
 int loop_stage(L *L, const Node *def, const char *name, const LowerOptions *opt, PV *examples, int named);
 const Type *loop_forward_input(L *L, const LowerOptions *opt);
 void loops_finish(L *L);
+/* script.c: a script that trains at module level (`for iter in range(max_iters):`
+ * at index `at` of the module's body, which never ran): script_prepare (after the
+ * module's code before it ran, before the model is chosen) reads the loop, its
+ * get_batch, estimate_loss and vocabulary, and gives forward its input;
+ * script_stage (after the other entries) stages the loop body as `train_step` and
+ * estimate_loss as `estimate_loss`, and sets Program.script. */
+void script_prepare(L *L, Node *module, int at, const LowerOptions *opt);
+void script_stage(L *L, const LowerOptions *opt);
 
 /* ---- tensor.c ---- */
 ValId t_val(L *L, Span at, PV *tensor);          /* the IR value of a tensor in L->fn */
