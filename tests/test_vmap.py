@@ -1,0 +1,284 @@
+"""The batch axis (autograd_ad/vmap.c, rules in ir/batch.def), against PyTorch 1.13:
+
+- torch.func.vmap / functorch.vmap of tensor functions: in_dims (None and other
+  axes), out_dims, tuple results, nested vmap, per-sample gradients
+  vmap(grad(loss), in_dims=(None, ..., 0, 0)) of a linear model and of a small CNN
+  (convolutions with batched weights become grouped ones), each against functorch
+  and the per-sample gradients also against a loop of torch.autograd.grad over
+  single samples;
+- jacrev / jacfwd / hessian / autograd.functional.jacobian of tanh(W x), R^64 ->
+  R^512, are one batched sweep: the generated C does not grow with the sizes
+  (was one sweep per direction: 1.4 MB of C for R^8 -> R^512), values against
+  torch.autograd.functional and functorch;
+- what vmap cannot batch is refused at the op's line, naming it: a batched
+  embedding table, random draws without randomness='same', no batched input."""
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, run_entry
+
+VMAP = """\
+import torch
+import torch.nn.functional as F
+try:
+    from torch.func import vmap, grad
+except ImportError:
+    from functorch import vmap, grad
+
+
+def head(w, b, x):
+    return torch.tanh(F.linear(x, w, b)).sum(-1, keepdim=True) * x.mean()
+
+
+def e_rows(w, b, x):
+    return vmap(head, in_dims=(None, None, 0))(w, b, x)
+
+
+def e_cols(w, b, x):
+    return vmap(head, in_dims=(None, None, 1), out_dims=1)(w, b, x)
+
+
+def pair(x, y):
+    return x * y.sum(), torch.softmax(x + y, dim=0)
+
+
+def e_pair(x, y):
+    return vmap(pair, in_dims=(0, None))(x, y)
+
+
+def e_nested(x):
+    return vmap(vmap(lambda v: v.exp() * v.sum() + v.cumsum(0)))(x)
+
+
+def loss(w, x, y):
+    return F.cross_entropy(F.linear(x, w).unsqueeze(0), y.unsqueeze(0))
+
+
+def e_per_sample(w, x, y):
+    return vmap(grad(loss), in_dims=(None, 0, 0))(w, x, y)
+
+
+def cnn_loss(w1, w2, x, y):
+    h = F.max_pool2d(torch.relu(F.conv2d(x.unsqueeze(0), w1, padding=1)), 2)
+    h = F.avg_pool2d(F.conv2d(h, w2, groups=2), 1)
+    return F.cross_entropy(h.flatten(1), y.unsqueeze(0))
+
+
+def e_cnn(w1, w2, x, y):
+    return vmap(grad(cnn_loss, argnums=(0, 1)), in_dims=(None, None, 0, 0))(w1, w2, x, y)
+
+
+def e_weights(w, x):
+    return vmap(lambda wi: F.conv2d(x, wi, padding=1))(w)
+
+
+example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3)),
+                  "e_cols": (torch.randn(5, 3), torch.randn(5), torch.randn(3, 4)),
+                  "e_pair": (torch.randn(4, 3), torch.randn(3)), "e_nested": (torch.randn(2, 3, 4),),
+                  "e_per_sample": (torch.randn(5, 3), torch.randn(6, 3), torch.randint(0, 5, (6,))),
+                  "e_cnn": (torch.randn(4, 1, 3, 3), torch.randn(6, 2, 4, 4), torch.randn(5, 1, 8, 8),
+                            torch.randint(0, 6, (5,))),
+                  "e_weights": (torch.randn(3, 4, 2, 3, 3), torch.randn(2, 2, 6, 6))}
+"""
+
+ENTRIES = ["e_rows", "e_cols", "e_pair", "e_nested", "e_per_sample", "e_cnn", "e_weights"]
+
+
+def have_functorch():
+    try:
+        from torch.func import vmap  # noqa: F401
+        return True
+    except ImportError:
+        try:
+            import functorch  # noqa: F401
+            return True
+        except ImportError:
+            return False
+
+
+@pytest.fixture(scope="module")
+def vmap_program(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vmap")
+    path = tmp / "vm.py"
+    path.write_text(VMAP)
+    exe = tmp / "net"
+    run([CTC, "build", path, "-o", exe] + sum([["--entry", e] for e in ENTRIES], []))
+    if not have_functorch():
+        pytest.skip("this PyTorch has neither torch.func nor functorch: compiled, not compared")
+    return tmp, exe, load_module(str(path), "vmap_mod")
+
+
+def check(tmp, exe, mod, entry, ins, rtol=1e-4, atol=1e-5):
+    want = getattr(mod, entry)(*[torch.from_numpy(a) for a in ins])
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = run_entry(tmp, exe, entry, ins, len(want))
+    for i, (g, w) in enumerate(zip(got, want)):
+        compare(f"{entry} output {i}", g, w.detach().numpy(), rtol, atol)
+    return got
+
+
+def test_vmap_in_dims_out_dims_tuples_nested(vmap_program):
+    tmp, exe, mod = vmap_program
+    rng = np.random.default_rng(1)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    w, b = f32(5, 3), f32(5)
+    check(tmp, exe, mod, "e_rows", [w, b, f32(4, 3)])
+    check(tmp, exe, mod, "e_cols", [w, b, f32(3, 4)])
+    check(tmp, exe, mod, "e_pair", [f32(4, 3), f32(3)])
+    check(tmp, exe, mod, "e_nested", [f32(2, 3, 4)])
+
+
+def test_per_sample_gradients(vmap_program):
+    """vmap(grad(loss), in_dims=(None, 0, 0)): against functorch, and against a
+    loop over single samples with torch.autograd.grad (gradients: rtol 1e-3)."""
+    tmp, exe, mod = vmap_program
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    x = rng.standard_normal((6, 3)).astype(np.float32)
+    y = rng.integers(0, 5, 6)
+    got = check(tmp, exe, mod, "e_per_sample", [w, x, y], 1e-3, 1e-5)[0]
+    for i in range(6):
+        tw = torch.from_numpy(w).requires_grad_()
+        g, = torch.autograd.grad(mod.loss(tw, torch.from_numpy(x[i]), torch.tensor(y[i])), tw)
+        compare(f"sample {i}", got[i], g.numpy(), 1e-3, 1e-5)
+
+
+def test_per_sample_gradients_cnn(vmap_program):
+    """Convolutions under vmap: batched images fold into N; a batched weight
+    (per-sample weight gradients, vmap over filters) becomes B*G groups."""
+    tmp, exe, mod = vmap_program
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((6, 2, 4, 4)).astype(np.float32)
+    x = rng.standard_normal((5, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 6, 5)
+    g1, g2 = check(tmp, exe, mod, "e_cnn", [w1, w2, x, y], 1e-3, 1e-5)
+    for i in range(5):
+        tw1, tw2 = torch.from_numpy(w1).requires_grad_(), torch.from_numpy(w2).requires_grad_()
+        d1, d2 = torch.autograd.grad(mod.cnn_loss(tw1, tw2, torch.from_numpy(x[i]), torch.tensor(y[i])), (tw1, tw2))
+        compare(f"sample {i} w1", g1[i], d1.numpy(), 1e-3, 1e-5)
+        compare(f"sample {i} w2", g2[i], d2.numpy(), 1e-3, 1e-5)
+    check(tmp, exe, mod, "e_weights", [rng.standard_normal((3, 4, 2, 3, 3)).astype(np.float32),
+                                       rng.standard_normal((2, 2, 6, 6)).astype(np.float32)])
+
+
+JAC = """\
+import torch
+from torch.autograd.functional import jacobian, hessian
+try:
+    from torch.func import jacrev, jacfwd, hessian as func_hessian
+except ImportError:
+    from functorch import jacrev, jacfwd, hessian as func_hessian
+
+
+def g(W, x):
+    return torch.tanh(W @ x)
+
+
+def s(W, x):
+    return torch.tanh(W @ x).pow(2).sum()
+
+
+def e_jacrev(W, x):
+    return jacrev(g, argnums=1)(W, x)
+
+
+def e_jacfwd(W, x):
+    return jacfwd(g, argnums=1)(W, x)
+
+
+def e_hessian(W, x):
+    return func_hessian(s, argnums=1)(W, x)
+
+
+def e_jacobian(W, x):
+    return jacobian(lambda v: g(W, v), x)
+
+
+def e_af_hessian(W, x):
+    return hessian(lambda v: s(W, v), x)
+
+
+example_inputs = {{e: (torch.randn({m}, {n}), torch.randn({n})) for e in
+                  ("e_jacrev", "e_jacfwd", "e_hessian", "e_jacobian", "e_af_hessian")}}
+"""
+JAC_ENTRIES = ["e_jacrev", "e_jacfwd", "e_hessian", "e_jacobian", "e_af_hessian"]
+
+
+def test_jacobians_are_one_batched_sweep(tmp_path):
+    """R^64 -> R^512 (and twice that): the C of each jacobian entry has the same
+    size at both sizes (the sweep is batched over the basis, not unrolled)."""
+    lines = {}
+    for n, m in ((64, 512), (128, 1024)):
+        path = tmp_path / f"jac{n}.py"
+        path.write_text(JAC.format(n=n, m=m))
+        for e in JAC_ENTRIES:
+            out = tmp_path / f"jac{n}_{e}.c"
+            r = subprocess.run([CTC, "compile", str(path), "-o", str(out), "--entry", e], capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            lines[n, e] = len(out.read_text().splitlines())
+    for e in JAC_ENTRIES:
+        assert lines[64, e] < 2000, (e, lines[64, e])
+        assert lines[128, e] <= lines[64, e] * 1.1, (e, lines[64, e], lines[128, e])
+    path = tmp_path / "jac64.py"
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe] + sum([["--entry", e] for e in JAC_ENTRIES], []))
+    rng = np.random.default_rng(4)
+    W = (rng.standard_normal((512, 64)) / 8).astype(np.float32)
+    x = rng.standard_normal(64).astype(np.float32)
+    tW, tx = torch.from_numpy(W), torch.from_numpy(x)
+    from torch.autograd import functional as AF
+    J = AF.jacobian(lambda v: torch.tanh(tW @ v), tx)
+    H = AF.hessian(lambda v: torch.tanh(tW @ v).pow(2).sum(), tx)
+    for e, want in (("e_jacrev", J), ("e_jacfwd", J), ("e_jacobian", J), ("e_hessian", H), ("e_af_hessian", H)):
+        got = run_entry(tmp_path, exe, e, [W, x], 1)[0]
+        compare(e, got, want.numpy(), 1e-4, 1e-5)
+    if have_functorch():
+        mod = load_module(str(path), "jac_mod")
+        for e in ("e_jacrev", "e_jacfwd", "e_hessian"):
+            compare(e + " vs functorch", run_entry(tmp_path, exe, e, [W, x], 1)[0],
+                    getattr(mod, e)(tW, tx).numpy(), 1e-4, 1e-5)
+
+
+REFUSED = """\
+import torch
+import torch.nn.functional as F
+try:
+    from torch.func import vmap
+except ImportError:
+    from functorch import vmap
+
+
+def e_table(w, i):
+    return vmap(lambda wi: F.embedding(i, wi))(w)
+
+
+def e_random(x):
+    return vmap(lambda v: F.dropout(v, 0.5, training=True))(x)
+
+
+def e_unbatched(x):
+    return vmap(torch.sin, in_dims=None)(x)
+
+
+example_inputs = {"e_table": (torch.randn(3, 4, 2), torch.randint(0, 4, (5,))), "e_random": (torch.randn(3, 4),),
+                  "e_unbatched": (torch.randn(3),)}
+"""
+
+
+@pytest.mark.parametrize("entry,where,msg", [
+    ("e_table", "m.py:10:28", "vmap: 'embedding' has no batching rule here (a batched table)"),
+    ("e_random", "m.py:14:27", "needs randomness='same'"),
+    ("e_unbatched", "m.py:18:12", "no input is batched"),
+])
+def test_vmap_refuses_what_it_cannot_batch(tmp_path, entry, where, msg):
+    path = tmp_path / "m.py"
+    path.write_text(REFUSED)
+    r = subprocess.run([CTC, "compile", str(path), "-o", str(tmp_path / "m.c"), "--entry", entry], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert where in r.stderr and msg in r.stderr, r.stderr
