@@ -112,6 +112,17 @@ static ValId b_matmul(Bt *b, Type r) {
     ValId m = emit(b, IR_MATMUL, a, 2, t, in->attr, 0);
     return reshape(b, m, r.dims, r.ndim);
   }
+  const Type *tw = ty(b, w);
+  if (b->bv[x] < 0 && ty(b, x)->ndim == 2 && tw->ndim == 2 && tw->dims[in->attr[1] ? 0 : 1] == 1) {
+    /* W [M, K] times a batched column [B, K, 1] (W @ x): one GEMM [B, K] x W^T */
+    int64_t K = tw->dims[in->attr[1] ? 1 : 0], d2[2] = {b->B, K}, attr[2] = {0, !in->attr[0]};
+    ValId a[2] = {reshape(b, b->bv[w], d2, 2), x};
+    Type t = r;
+    t.ndim = 2;
+    t.dims[1] = r.dims[1];
+    ValId m = emit(b, IR_MATMUL, a, 2, t, attr, 0);
+    return reshape(b, m, r.dims, r.ndim);
+  }
   ValId a[2] = {b->bv[x] >= 0 ? lift(b, x, nd) : x, b->bv[w] >= 0 ? lift(b, w, nd) : w};
   return emit(b, IR_MATMUL, a, 2, r, in->attr, 0);
 }
