@@ -195,6 +195,59 @@ static ValId b_foldn(Bt *b, int mask, Type r) {
   return reshape(b, y, r.dims, r.ndim);
 }
 
+/* [B, ..., D] as [..., B*D] (the batch beside the row: one wider table) */
+static ValId batch_to_rows(Bt *b, ValId v) {
+  const Type *t = ty(b, v);
+  int64_t perm[IR_MAX_DIMS], d[IR_MAX_DIMS];
+  int n = t->ndim;
+  for (int i = 0; i + 2 < n; i++) perm[i] = i + 1;
+  perm[n - 2] = 0;
+  perm[n - 1] = n - 1;
+  for (int i = 0; i + 2 < n; i++) d[i] = t->dims[i + 1];
+  d[n - 2] = t->dims[0] * t->dims[n - 1];
+  return reshape(b, permute(b, v, perm), d, n - 1);
+}
+
+/* [..., B*D] back to [B, ..., D] */
+static ValId rows_to_batch(Bt *b, ValId v) {
+  const Type *t = ty(b, v);
+  int64_t perm[IR_MAX_DIMS], d[IR_MAX_DIMS];
+  int n = t->ndim + 1;
+  for (int i = 0; i + 1 < t->ndim; i++) d[i] = t->dims[i];
+  d[n - 2] = b->B;
+  d[n - 1] = t->dims[t->ndim - 1] / b->B;
+  perm[0] = n - 2;
+  for (int i = 1; i + 1 < n; i++) perm[i] = i - 1;
+  perm[n - 1] = n - 1;
+  return permute(b, reshape(b, v, d, n), perm);
+}
+
+/* embedding(table, index) and embedding_bwd(index, g): a batched index alone
+ * indexes the shared table; a batched table (or gradient) with a shared index
+ * is one table with B*D columns. A batched table with batched indices (per-sample
+ * gradients of an embedding) has no rule yet. */
+static ValId b_index(Bt *b, Type r) {
+  const Inst *in = b->in;
+  if (in->op == IR_EMBEDDING) {
+    ValId w = in->args[0], idx = in->args[1];
+    if (b->bv[w] < 0) {
+      ValId a[2] = {w, b->bv[idx]};
+      return emit(b, in->op, a, 2, r, in->attr, 0);
+    }
+    if (b->bv[idx] >= 0) return refuse(b, "a batched table with batched indices");
+    ValId a[2] = {batch_to_rows(b, b->bv[w]), idx};
+    Type t = *ty(b, in->res);
+    t.dims[t.ndim - 1] *= b->B;
+    return rows_to_batch(b, emit(b, in->op, a, 2, t, in->attr, 0));
+  }
+  ValId idx = in->args[0], g = in->args[1];
+  if (b->bv[idx] >= 0) return refuse(b, "batched indices (a table per sample)");
+  ValId a[2] = {idx, batch_to_rows(b, b->bv[g])};
+  Type t = *ty(b, in->res);
+  t.dims[1] *= b->B;
+  return rows_to_batch(b, emit(b, in->op, a, 2, t, in->attr, 0));
+}
+
 /* One instruction's batched result, or -1 (b->why says why). */
 static ValId batch_inst(Bt *b) {
   const Inst *in = b->in;
@@ -237,11 +290,7 @@ static ValId batch_inst(Bt *b) {
   }
   case B_MATMUL: return b_matmul(b, r);
   case B_FOLDN: return b_foldn(b, row.arg, r);
-  case B_INDEX: {
-    if (b->bv[in->args[0]] >= 0) return refuse(b, "a batched table");
-    ValId a[2] = {in->args[0], b->bv[in->args[1]]};
-    return emit(b, in->op, a, 2, r, in->attr, 0);
-  }
+  case B_INDEX: return b_index(b, r);
   default: return refuse(b, "no batching rule");
   }
 }

@@ -24,9 +24,9 @@ VMAP = """\
 import torch
 import torch.nn.functional as F
 try:
-    from torch.func import vmap, grad
+    from torch.func import vmap, grad, jacrev
 except ImportError:
-    from functorch import vmap, grad
+    from functorch import vmap, grad, jacrev
 
 
 def head(w, b, x):
@@ -75,16 +75,26 @@ def e_weights(w, x):
     return vmap(lambda wi: F.conv2d(x, wi, padding=1))(w)
 
 
+def e_tables(w, i):
+    return vmap(lambda wi: F.embedding(i, wi).tanh())(w)
+
+
+def e_jac_table(w, i):
+    return jacrev(lambda t: F.embedding(i, t).sin().sum(0))(w)
+
+
 example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3)),
                   "e_cols": (torch.randn(5, 3), torch.randn(5), torch.randn(3, 4)),
                   "e_pair": (torch.randn(4, 3), torch.randn(3)), "e_nested": (torch.randn(2, 3, 4),),
                   "e_per_sample": (torch.randn(5, 3), torch.randn(6, 3), torch.randint(0, 5, (6,))),
                   "e_cnn": (torch.randn(4, 1, 3, 3), torch.randn(6, 2, 4, 4), torch.randn(5, 1, 8, 8),
                             torch.randint(0, 6, (5,))),
-                  "e_weights": (torch.randn(3, 4, 2, 3, 3), torch.randn(2, 2, 6, 6))}
+                  "e_weights": (torch.randn(3, 4, 2, 3, 3), torch.randn(2, 2, 6, 6)),
+                  "e_tables": (torch.randn(3, 7, 4), torch.randint(0, 7, (2, 5))),
+                  "e_jac_table": (torch.randn(7, 4), torch.randint(0, 7, (5,)))}
 """
 
-ENTRIES = ["e_rows", "e_cols", "e_pair", "e_nested", "e_per_sample", "e_cnn", "e_weights"]
+ENTRIES = ["e_rows", "e_cols", "e_pair", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
 
 
 def have_functorch():
@@ -129,6 +139,10 @@ def test_vmap_in_dims_out_dims_tuples_nested(vmap_program):
     check(tmp, exe, mod, "e_cols", [w, b, f32(3, 4)])
     check(tmp, exe, mod, "e_pair", [f32(4, 3), f32(3)])
     check(tmp, exe, mod, "e_nested", [f32(2, 3, 4)])
+    # a batched embedding table read at shared indices; the jacobian of a lookup
+    # with respect to the table (embedding_bwd with a batched gradient)
+    check(tmp, exe, mod, "e_tables", [f32(3, 7, 4), rng.integers(0, 7, (2, 5))])
+    check(tmp, exe, mod, "e_jac_table", [f32(7, 4), rng.integers(0, 7, 5)])
 
 
 def test_per_sample_gradients(vmap_program):
@@ -254,7 +268,7 @@ except ImportError:
 
 
 def e_table(w, i):
-    return vmap(lambda wi: F.embedding(i, wi))(w)
+    return vmap(lambda wi, ii: F.embedding(ii, wi))(w, i)
 
 
 def e_random(x):
@@ -265,13 +279,13 @@ def e_unbatched(x):
     return vmap(torch.sin, in_dims=None)(x)
 
 
-example_inputs = {"e_table": (torch.randn(3, 4, 2), torch.randint(0, 4, (5,))), "e_random": (torch.randn(3, 4),),
+example_inputs = {"e_table": (torch.randn(3, 4, 2), torch.randint(0, 4, (3, 5))), "e_random": (torch.randn(3, 4),),
                   "e_unbatched": (torch.randn(3),)}
 """
 
 
 @pytest.mark.parametrize("entry,where,msg", [
-    ("e_table", "m.py:10:28", "vmap: 'embedding' has no batching rule here (a batched table)"),
+    ("e_table", "m.py:10:32", "vmap: 'embedding' has no batching rule here (a batched table with batched indices)"),
     ("e_random", "m.py:14:27", "needs randomness='same'"),
     ("e_unbatched", "m.py:18:12", "no input is batched"),
 ])
