@@ -368,3 +368,29 @@ def test_every_primitive_has_a_batching_row():
     ops = re.findall(r"^(?:OP|EW)\((\w+),", open(os.path.join(root, "ir", "ops.def")).read(), re.M)
     rows = re.findall(r"^BATCH\((\w+),", open(os.path.join(root, "ir", "batch.def")).read(), re.M)
     assert rows == ops, f"missing: {sorted(set(ops) - set(rows))}, unknown: {sorted(set(rows) - set(ops))}"
+
+
+FALLBACK = """\
+import torch
+from torch.autograd.functional import jacobian
+
+
+def e_deep(v):
+    return jacobian(lambda u: u.reshape(1, 1, 1, 1, 1, 1, 1, 3).exp().reshape(3) * u, v)
+
+
+example_inputs = {"e_deep": (torch.randn(3),)}
+"""
+
+
+def test_jacobian_unrolls_where_the_batch_axis_does_not_fit(tmp_path):
+    """An 8-D intermediate leaves no room for the batch axis (IR_MAX_DIMS): the
+    jacobian falls back to one sweep per direction, same values."""
+    path = tmp_path / "deep.py"
+    path.write_text(FALLBACK)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe, "--entry", "e_deep"])
+    mod = load_module(str(path), "deep_mod")
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    got = run_entry(tmp_path, exe, "e_deep", [x], 1)[0]
+    compare("e_deep", got, mod.e_deep(torch.from_numpy(x)).numpy(), 1e-5, 1e-6)
