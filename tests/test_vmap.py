@@ -12,6 +12,7 @@
   torch.autograd.functional and functorch;
 - what vmap cannot batch is refused at the op's line, naming it: a batched
   embedding table, random draws without randomness='same', no batched input."""
+import os
 import subprocess
 
 import numpy as np
@@ -362,7 +363,6 @@ def test_dp_sgd_step(tmp_path):
 def test_every_primitive_has_a_batching_row():
     """ir/batch.def has one BATCH row per ops.def row (B_NONE says "refused"), in
     ops.def's order, so a new primitive is a decision about vmap, not a silent gap."""
-    import os
     import re
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     ops = re.findall(r"^(?:OP|EW)\((\w+),", open(os.path.join(root, "ir", "ops.def")).read(), re.M)
@@ -394,3 +394,32 @@ def test_jacobian_unrolls_where_the_batch_axis_does_not_fit(tmp_path):
     x = np.array([0.5, -1.0, 2.0], np.float32)
     got = run_entry(tmp_path, exe, "e_deep", [x], 1)[0]
     compare("e_deep", got, mod.e_deep(torch.from_numpy(x)).numpy(), 1e-5, 1e-6)
+
+
+TORCH2 = os.environ.get("CTC_TORCH2_PYTHON") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "bench", ".venv", "bin", "python")
+
+
+@pytest.mark.skipif(not os.path.exists(TORCH2), reason="no PyTorch 2.x in bench/.venv (optional)")
+def test_per_sample_gradients_against_torch_func_2x(vmap_program):
+    """Optional: the same per-sample gradients against torch.func of PyTorch 2.x."""
+    tmp, exe, mod = vmap_program
+    rng = np.random.default_rng(6)
+    ins = {"e_per_sample": [rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32),
+                            rng.integers(0, 5, 6)],
+           "e_cnn": [rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+                     rng.standard_normal((6, 2, 4, 4)).astype(np.float32),
+                     rng.standard_normal((5, 1, 8, 8)).astype(np.float32), rng.integers(0, 6, 5)]}
+    for e, arrays in ins.items():
+        for i, a in enumerate(arrays):
+            np.save(tmp / f"t2_{e}_{i}.npy", a)
+        script = (f"import importlib.util, numpy as np, torch\n"
+                  f"s = importlib.util.spec_from_file_location('m', {str(tmp / 'vm.py')!r}); m = importlib.util.module_from_spec(s)\n"
+                  f"s.loader.exec_module(m)\n"
+                  f"a = [torch.from_numpy(np.load({str(tmp)!r} + '/t2_{e}_%d.npy' % i)) for i in range({len(arrays)})]\n"
+                  f"r = m.{e}(*a)\nr = r if isinstance(r, tuple) else (r,)\n"
+                  f"for k, t in enumerate(r): np.save({str(tmp)!r} + '/t2_{e}_want%d.npy' % k, t.detach().numpy())\n")
+        run([TORCH2, "-c", script])
+        got = run_entry(tmp, exe, e, arrays, 2 if e == "e_cnn" else 1)
+        for k, g in enumerate(got):
+            compare(f"{e} output {k} vs torch 2.x", g, np.load(tmp / f"t2_{e}_want{k}.npy"), 1e-3, 1e-5)
