@@ -175,7 +175,7 @@ static ValId b_foldn(Bt *b, int mask, Type r) {
   for (int k = 0; k < in->nargs; k++)
     if (!(mask >> k & 1) && b->bv[in->args[k]] >= 0) {
       if (conv) return b_conv_groups(b);
-      return refuse(b, "a batched operand that is not the images");
+      return refuse(b, "no batching rule for a batched operand other than the images");
     }
   if (in->op == IR_CONV2D_BWD_WEIGHT) return b_conv_groups(b);
   ValId a[4];
@@ -234,14 +234,14 @@ static ValId b_index(Bt *b, Type r) {
       ValId a[2] = {w, b->bv[idx]};
       return emit(b, in->op, a, 2, r, in->attr, 0);
     }
-    if (b->bv[idx] >= 0) return refuse(b, "a batched table with batched indices");
+    if (b->bv[idx] >= 0) return refuse(b, "no batching rule for a batched table with batched indices");
     ValId a[2] = {batch_to_rows(b, b->bv[w]), idx};
     Type t = *ty(b, in->res);
     t.dims[t.ndim - 1] *= b->B;
     return rows_to_batch(b, emit(b, in->op, a, 2, t, in->attr, 0));
   }
   ValId idx = in->args[0], g = in->args[1];
-  if (b->bv[idx] >= 0) return refuse(b, "batched indices (a table per sample)");
+  if (b->bv[idx] >= 0) return refuse(b, "no batching rule for batched indices (a table per sample)");
   ValId a[2] = {idx, batch_to_rows(b, b->bv[g])};
   Type t = *ty(b, in->res);
   t.dims[1] *= b->B;
@@ -256,7 +256,7 @@ static ValId batch_inst(Bt *b) {
   int64_t attr[IR_MAX_ATTRS] = {0};
   ValId x = in->nargs > 0 ? in->args[0] : -1;
   int nd = ty(b, in->res)->ndim;
-  if (nd + 1 > IR_MAX_DIMS || (x >= 0 && ty(b, x)->ndim + 1 > IR_MAX_DIMS)) return refuse(b, "too many dimensions with the batch axis");
+  if (nd + 1 > IR_MAX_DIMS || (x >= 0 && ty(b, x)->ndim + 1 > IR_MAX_DIMS)) return refuse(b, "the batch axis would make more than 8 dimensions");
   switch (row.rule) {
   case B_ELEM: return b_elem(b, r);
   case B_REDUCE: attr[0] = in->attr[0] << 1; return emit(b, in->op, &b->bv[x], 1, r, attr, 0);
@@ -329,6 +329,15 @@ int ad_batch(Program *p, Func *f, int from, const ValId *in, const ValId *bin, i
           ir_type_str(&want, b2, sizeof b2));
     }
     bv[in_.res] = r;
+  }
+  /* state written from batched values (running statistics of batch norm in
+   * training mode, a parameter update) would keep one sample's: refused */
+  for (int i = 0; failed < 0 && i < f->updates.len; i++) {
+    ValId u = f->updates.data[i];
+    if (u < nv && bv[u] >= 0 && f->values.data[u].kind == V_INST) {
+      failed = f->values.data[u].def;
+      b.why = "it computes a state update (running statistics, a parameter write) from batched values, which would keep one sample's";
+    }
   }
   if (failed >= 0) {
     /* nothing half-done stays: the caller reports the instruction (or unrolls) */

@@ -286,7 +286,7 @@ example_inputs = {"e_table": (torch.randn(3, 4, 2), torch.randint(0, 4, (3, 5)))
 
 
 @pytest.mark.parametrize("entry,where,msg", [
-    ("e_table", "m.py:10:32", "vmap: 'embedding' has no batching rule here (a batched table with batched indices)"),
+    ("e_table", "m.py:10:32", "vmap cannot batch 'embedding' here: no batching rule for a batched table with batched indices"),
     ("e_random", "m.py:14:27", "needs randomness='same'"),
     ("e_unbatched", "m.py:18:12", "no input is batched"),
 ])
@@ -423,3 +423,49 @@ def test_per_sample_gradients_against_torch_func_2x(vmap_program):
         got = run_entry(tmp, exe, e, arrays, 2 if e == "e_cnn" else 1)
         for k, g in enumerate(got):
             compare(f"{e} output {k} vs torch 2.x", g, np.load(tmp / f"t2_{e}_want{k}.npy"), 1e-3, 1e-5)
+
+
+BN_TRAIN = """\
+import torch
+import torch.nn as nn
+try:
+    from torch.func import vmap
+except ImportError:
+    from functorch import vmap
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return vmap(self.bn)(x)
+
+
+model = M()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    model.train()
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(4, 2, 3),), "train_step": (torch.randn(4, 2, 3), torch.randn(4, 2, 3))}
+"""
+
+
+def test_vmap_refuses_state_updates_from_batched_values(tmp_path):
+    """Batch norm's running statistics in training mode under vmap would keep one
+    sample's statistics (PyTorch raises too): refused, naming the vmap call."""
+    path = tmp_path / "bn.py"
+    path.write_text(BN_TRAIN)
+    r = subprocess.run([CTC, "compile", str(path), "-o", str(tmp_path / "bn.c")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "bn.py:15:16: error: vmap cannot batch" in r.stderr and "state update" in r.stderr, r.stderr

@@ -524,8 +524,8 @@ static PV *apply_vmap(L *L, PV *self, Args *A) {
   int bad = ad_batch(L->T->prog, F, from, vi.ph, vi.bx, vi.n, vi.B, ov, no, bo, &why);
   if (bad >= 0) {
     const Inst *in = &F->insts.data[bad];
-    lower_error(L, in->loc, "vmap: '%s' has no batching rule here (%s), in the function vmapped at line %d",
-                ir_ops[in->op].name, why ? why : "no rule", at.line);
+    lower_error(L, in->loc, "vmap cannot batch '%s' here: %s (in the function vmapped at line %d)", ir_ops[in->op].name,
+                why ? why : "no batching rule", at.line);
   }
   if ((outd->k == PV_TUPLE || outd->k == PV_LIST) && (!tuple || outd->n != no))
     lower_error(L, at, "vmap: out_dims has %d entries for %d outputs", outd->n, no);
