@@ -369,7 +369,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
         lower_error(L, at, "strategy must be 'reverse-mode' or 'forward-mode'");
       forward = !strcmp(a[5]->s, "forward-mode");
     }
-    /* vectorize only changes how PyTorch batches the sweeps; ctc unrolls them */
+    /* vectorize only changes how PyTorch batches the sweeps; ctc always batches them */
     return pack(L, jacobian_of(L, at, out, xs, n, forward), n, single);
   }
   default:
