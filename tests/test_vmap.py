@@ -50,6 +50,10 @@ def e_pair(x, y):
     return vmap(pair, in_dims=(0, None))(x, y)
 
 
+def e_tuple_arg(a, b, z):
+    return vmap(lambda p, w: p[0] * p[1].sum() + w, in_dims=((0, None), 1))((a, b), z)
+
+
 def e_nested(x):
     return vmap(vmap(lambda v: v.exp() * v.sum() + v.cumsum(0)))(x)
 
@@ -86,7 +90,8 @@ def e_jac_table(w, i):
 
 example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3)),
                   "e_cols": (torch.randn(5, 3), torch.randn(5), torch.randn(3, 4)),
-                  "e_pair": (torch.randn(4, 3), torch.randn(3)), "e_nested": (torch.randn(2, 3, 4),),
+                  "e_pair": (torch.randn(4, 3), torch.randn(3)),
+                  "e_tuple_arg": (torch.randn(4, 3), torch.randn(3), torch.randn(3, 4)), "e_nested": (torch.randn(2, 3, 4),),
                   "e_per_sample": (torch.randn(5, 3), torch.randn(6, 3), torch.randint(0, 5, (6,))),
                   "e_cnn": (torch.randn(4, 1, 3, 3), torch.randn(6, 2, 4, 4), torch.randn(5, 1, 8, 8),
                             torch.randint(0, 6, (5,))),
@@ -95,7 +100,7 @@ example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3
                   "e_jac_table": (torch.randn(7, 4), torch.randint(0, 7, (5,)))}
 """
 
-ENTRIES = ["e_rows", "e_cols", "e_pair", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
+ENTRIES = ["e_rows", "e_cols", "e_pair", "e_tuple_arg", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
 
 
 def have_functorch():
@@ -139,6 +144,7 @@ def test_vmap_in_dims_out_dims_tuples_nested(vmap_program):
     check(tmp, exe, mod, "e_rows", [w, b, f32(4, 3)])
     check(tmp, exe, mod, "e_cols", [w, b, f32(3, 4)])
     check(tmp, exe, mod, "e_pair", [f32(4, 3), f32(3)])
+    check(tmp, exe, mod, "e_tuple_arg", [f32(4, 3), f32(3), f32(3, 4)])
     check(tmp, exe, mod, "e_nested", [f32(2, 3, 4)])
     # a batched embedding table read at shared indices; the jacobian of a lookup
     # with respect to the table (embedding_bwd with a batched gradient)

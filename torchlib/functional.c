@@ -455,12 +455,18 @@ static PV *vmap_input(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
   return ph;
 }
 
-/* an argument with its in_dim: a tensor, or a tuple/list of tensors (the dim applies to each) */
+/* an argument with its in_dim: a tensor, or a tuple/list of them with one dim for
+ * all or a tuple/list of dims matching it */
 static PV *vmap_arg(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
   if (!dim || dim->k == PV_NONE) return x;
-  if (x->k != PV_TUPLE && x->k != PV_LIST) return vmap_input(L, at, x, dim, vi);
+  int per = dim->k == PV_TUPLE || dim->k == PV_LIST;
+  if (x->k != PV_TUPLE && x->k != PV_LIST) {
+    if (per) lower_error(L, at, "vmap: in_dims gives a tuple for an argument that is a '%s'", pv_kind_name(x));
+    return vmap_input(L, at, x, dim, vi);
+  }
+  if (per && dim->n != x->n) lower_error(L, at, "vmap: in_dims has %d entries for a %s of %d", dim->n, pv_kind_name(x), x->n);
   PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)(x->n + 1));
-  for (int i = 0; i < x->n; i++) items[i] = vmap_arg(L, at, x->items[i], dim, vi);
+  for (int i = 0; i < x->n; i++) items[i] = vmap_arg(L, at, x->items[i], per ? dim->items[i] : dim, vi);
   return x->k == PV_TUPLE ? pv_tuple(L, items, x->n) : pv_list(L, items, x->n);
 }
 
