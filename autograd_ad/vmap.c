@@ -9,6 +9,7 @@
 #include <string.h>
 #include "ad_int.h"
 
+/* the rule kinds of ir/batch.def's rows (described there) */
 enum { B_NONE, B_ELEM, B_REDUCE, B_RESHAPE, B_PERMUTE, B_BROADCAST, B_SLICE, B_PAD, B_AXIS, B_MATMUL, B_FOLDN, B_INDEX };
 
 typedef struct BatchRow {
@@ -24,10 +25,10 @@ static const BatchRow batch_rows[IR__COUNT] = {
 typedef struct Bt {
   Program *p;
   Func *f;
-  const Inst *in;   /* the instruction being batched */
-  int64_t B;
-  ValId *bv;        /* per value: its batched form, or -1 (not batched) */
-  const char *why;  /* a refusal's reason */
+  const Inst *in;  /* the instruction being batched */
+  int64_t B;       /* the batch size */
+  ValId *bv;       /* per value: its batched form, or -1 (not batched) */
+  const char *why; /* a refusal's reason */
 } Bt;
 
 static Type with_batch(int64_t B, const Type *t) {
@@ -89,7 +90,8 @@ static ValId refuse(Bt *b, const char *why) {
 static ValId b_elem(Bt *b, Type r) {
   const Inst *in = b->in;
   ValId a[3];
-  for (int k = 0; k < in->nargs; k++) a[k] = b->bv[in->args[k]] >= 0 ? lift(b, in->args[k], ty(b, in->res)->ndim) : in->args[k];
+  for (int k = 0; k < in->nargs; k++)
+    a[k] = b->bv[in->args[k]] >= 0 ? lift(b, in->args[k], ty(b, in->res)->ndim) : in->args[k];
   return emit(b, in->op, a, in->nargs, r, in->attr, in->fattr);
 }
 
@@ -129,7 +131,7 @@ static ValId b_matmul(Bt *b, Type r) {
 
 /* an [N, C, ...] operand as [N, B*C, ...] (the batch as channel groups) */
 static ValId to_groups(Bt *b, ValId v) {
-  ValId x = full(b, v);   /* [B, N, C, H, W] */
+  ValId x = full(b, v); /* [B, N, C, H, W] */
   const Type *t = ty(b, x);
   int64_t perm[5] = {1, 0, 2, 3, 4}, d[4] = {t->dims[1], t->dims[0] * t->dims[2], t->dims[3], t->dims[4]};
   return reshape(b, permute(b, x, perm), d, 4);
@@ -151,7 +153,7 @@ static ValId b_conv_groups(Bt *b) {
   attr[6] = in->attr[6] * b->B;
   Type r = *tr;
   ValId a[2];
-  if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* x, g -> dw[O, C/G, KH, KW] */
+  if (in->op == IR_CONV2D_BWD_WEIGHT) { /* x, g -> dw[O, C/G, KH, KW] */
     a[0] = to_groups(b, in->args[0]);
     a[1] = to_groups(b, in->args[1]);
     r.dims[0] *= b->B;
@@ -256,7 +258,8 @@ static ValId batch_inst(Bt *b) {
   int64_t attr[IR_MAX_ATTRS] = {0};
   ValId x = in->nargs > 0 ? in->args[0] : -1;
   int nd = ty(b, in->res)->ndim;
-  if (nd + 1 > IR_MAX_DIMS || (x >= 0 && ty(b, x)->ndim + 1 > IR_MAX_DIMS)) return refuse(b, "the batch axis would make more than 8 dimensions");
+  if (nd + 1 > IR_MAX_DIMS || (x >= 0 && ty(b, x)->ndim + 1 > IR_MAX_DIMS))
+    return refuse(b, "the batch axis would make more than 8 dimensions");
   switch (row.rule) {
   case B_ELEM: return b_elem(b, r);
   case B_REDUCE: attr[0] = in->attr[0] << 1; return emit(b, in->op, &b->bv[x], 1, r, attr, 0);
@@ -309,7 +312,7 @@ int ad_batch(Program *p, Func *f, int from, const ValId *in, const ValId *bin, i
     bv[in[i]] = bin[i];
   }
   for (int i = from; i < ni && failed < 0; i++) {
-    Inst in_ = f->insts.data[i];   /* a copy: emitting grows f->insts */
+    Inst in_ = f->insts.data[i]; /* a copy: emitting grows f->insts */
     if (in_.dead) continue;
     int any = 0;
     for (int k = 0; k < in_.nargs; k++) any |= bv[in_.args[k]] >= 0;
@@ -336,7 +339,9 @@ int ad_batch(Program *p, Func *f, int from, const ValId *in, const ValId *bin, i
     ValId u = f->updates.data[i];
     if (u < nv && bv[u] >= 0 && f->values.data[u].kind == V_INST) {
       failed = f->values.data[u].def;
-      b.why = "it computes a state update (running statistics, a parameter write) from batched values, which would keep one sample's";
+      b.why =
+          "it computes a state update (running statistics, a parameter write) from batched values, which would keep "
+          "one sample's";
     }
   }
   if (failed >= 0) {

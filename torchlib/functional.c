@@ -191,7 +191,9 @@ static PV *lead_split(L *L, Span at, ValId v, const Type *lead, const Type *each
   return t_reshape(L, at, t_wrap(L, v), nd ? dims : NULL, nd);
 }
 
-static int too_many_dims(const Type *a, const Type *b) { return a->ndim + b->ndim > IR_MAX_DIMS || a->ndim + 1 > IR_MAX_DIMS; }
+static int too_many_dims(const Type *a, const Type *b) {
+  return a->ndim + b->ndim > IR_MAX_DIMS || a->ndim + 1 > IR_MAX_DIMS;
+}
 
 /* d out / d xs[i] by one sweep batched over the identity basis: reverse mode
  * seeds the cotangent with every one-hot of out at once, forward mode the
@@ -417,7 +419,8 @@ typedef struct VmapIn {
 
 /* One sample of x (its in_dim d removed), recorded with x moved to batch-first. */
 static PV *vmap_input(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
-  if (x->k != PV_TENSOR) lower_error(L, at, "vmap: in_dims gives a dimension for an argument that is not a tensor ('%s')", pv_kind_name(x));
+  if (x->k != PV_TENSOR)
+    lower_error(L, at, "vmap: in_dims gives a dimension for an argument that is not a tensor ('%s')", pv_kind_name(x));
   if (dim->k != PV_INT) lower_error(L, at, "vmap: in_dims entries must be an int or None, got '%s'", pv_kind_name(dim));
   Type t = x->t->type;
   int64_t d = dim->i < 0 ? dim->i + t.ndim : dim->i;
@@ -438,7 +441,8 @@ static PV *vmap_input(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
   PV *bx = d == 0 ? x : t_permute(L, at, x, perm, t.ndim);
   PV *one = t_reshape(L, at, t_slice(L, at, x, (int)d, 0, 1, 1), nd ? dims : NULL, nd);
   ValId ov = t_val(L, at, one); /* a value of its own (the pass batches its uses) */
-  PV *ph = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &ov, 1, *ir_type(L->T->fn, ov), NULL, 0, 0, at, "sample"));
+  Type ot = *ir_type(L->T->fn, ov);
+  PV *ph = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &ov, 1, ot, NULL, 0, 0, at, "sample"));
   if (vi->n == vi->cap) {
     int cap = vi->cap ? 2 * vi->cap : 8;
     ValId *a = arena_alloc(L->a, sizeof(ValId) * (size_t)cap), *b = arena_alloc(L->a, sizeof(ValId) * (size_t)cap);
@@ -464,7 +468,8 @@ static PV *vmap_arg(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
     if (per) lower_error(L, at, "vmap: in_dims gives a tuple for an argument that is a '%s'", pv_kind_name(x));
     return vmap_input(L, at, x, dim, vi);
   }
-  if (per && dim->n != x->n) lower_error(L, at, "vmap: in_dims has %d entries for a %s of %d", dim->n, pv_kind_name(x), x->n);
+  if (per && dim->n != x->n)
+    lower_error(L, at, "vmap: in_dims has %d entries for a %s of %d", dim->n, pv_kind_name(x), x->n);
   PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)(x->n + 1));
   for (int i = 0; i < x->n; i++) items[i] = vmap_arg(L, at, x->items[i], per ? dim->items[i] : dim, vi);
   return x->k == PV_TUPLE ? pv_tuple(L, items, x->n) : pv_list(L, items, x->n);
@@ -478,7 +483,9 @@ static PV *vmap_output(L *L, Span at, ValId v, PV *dim) {
   int nd = y->t->type.ndim;
   int64_t d = dim ? dim->i : 0;
   if (d < 0) d += nd;
-  if (d < 0 || d >= nd) lower_error(L, at, "vmap: out_dim %lld is out of range for a result of %d dimensions", dim ? (long long)dim->i : 0LL, nd);
+  if (d < 0 || d >= nd)
+    lower_error(L, at, "vmap: out_dim %lld is out of range for a result of %d dimensions", (long long)(dim ? dim->i : 0),
+                nd);
   if (d == 0) return y;
   int64_t perm[IR_MAX_DIMS];
   /* result axis i reads: axis 0 at d, otherwise the next of the rest */
@@ -516,10 +523,12 @@ static PV *apply_vmap(L *L, PV *self, Args *A) {
   int no = 1, tuple = out->k == PV_TUPLE || out->k == PV_LIST;
   if (tuple) no = out->n;
   if (tuple) outs = out->items;
-  ValId *ov = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1)), *bo = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
+  ValId *ov = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
+  ValId *bo = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
   for (int i = 0; i < no; i++) {
     if (outs[i]->k != PV_TENSOR)
-      lower_error(L, at, "vmap: the function must return a tensor or a tuple of tensors, got '%s'", pv_kind_name(outs[i]));
+      lower_error(L, at, "vmap: the function must return a tensor or a tuple of tensors, got '%s'",
+                  pv_kind_name(outs[i]));
     ov[i] = t_val(L, at, outs[i]);
   }
   for (int i = from; i < F->insts.len; i++)
@@ -536,7 +545,8 @@ static PV *apply_vmap(L *L, PV *self, Args *A) {
   if ((outd->k == PV_TUPLE || outd->k == PV_LIST) && (!tuple || outd->n != no))
     lower_error(L, at, "vmap: out_dims has %d entries for %d outputs", outd->n, no);
   PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(no + 1));
-  for (int i = 0; i < no; i++) r[i] = vmap_output(L, at, bo[i], outd->k == PV_TUPLE || outd->k == PV_LIST ? outd->items[i] : outd);
+  int per = outd->k == PV_TUPLE || outd->k == PV_LIST;
+  for (int i = 0; i < no; i++) r[i] = vmap_output(L, at, bo[i], per ? outd->items[i] : outd);
   if (!tuple) return r[0];
   return out->k == PV_TUPLE ? pv_tuple(L, r, no) : pv_list(L, r, no);
 }
