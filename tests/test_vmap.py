@@ -58,6 +58,14 @@ def e_nested(x):
     return vmap(vmap(lambda v: v.exp() * v.sum() + v.cumsum(0)))(x)
 
 
+def e_jac_of_vmap(x):
+    return jacrev(lambda u: vmap(lambda v: torch.tanh(v * v.sum()))(u))(x)
+
+
+def e_grad_of_vmap(x, w):
+    return grad(lambda ww: vmap(lambda v: torch.sin(v @ ww).sum())(x).pow(2).sum())(w)
+
+
 def loss(w, x, y):
     return F.cross_entropy(F.linear(x, w).unsqueeze(0), y.unsqueeze(0))
 
@@ -91,7 +99,9 @@ def e_jac_table(w, i):
 example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3)),
                   "e_cols": (torch.randn(5, 3), torch.randn(5), torch.randn(3, 4)),
                   "e_pair": (torch.randn(4, 3), torch.randn(3)),
-                  "e_tuple_arg": (torch.randn(4, 3), torch.randn(3), torch.randn(3, 4)), "e_nested": (torch.randn(2, 3, 4),),
+                  "e_tuple_arg": (torch.randn(4, 3), torch.randn(3), torch.randn(3, 4)),
+                  "e_jac_of_vmap": (torch.randn(3, 4),), "e_grad_of_vmap": (torch.randn(5, 3), torch.randn(3, 2)),
+                  "e_nested": (torch.randn(2, 3, 4),),
                   "e_per_sample": (torch.randn(5, 3), torch.randn(6, 3), torch.randint(0, 5, (6,))),
                   "e_cnn": (torch.randn(4, 1, 3, 3), torch.randn(6, 2, 4, 4), torch.randn(5, 1, 8, 8),
                             torch.randint(0, 6, (5,))),
@@ -100,7 +110,7 @@ example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3
                   "e_jac_table": (torch.randn(7, 4), torch.randint(0, 7, (5,)))}
 """
 
-ENTRIES = ["e_rows", "e_cols", "e_pair", "e_tuple_arg", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
+ENTRIES = ["e_rows", "e_cols", "e_pair", "e_tuple_arg", "e_jac_of_vmap", "e_grad_of_vmap", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
 
 
 def have_functorch():
@@ -136,7 +146,7 @@ def check(tmp, exe, mod, entry, ins, rtol=1e-4, atol=1e-5):
     return got
 
 
-def test_vmap_in_dims_out_dims_tuples_nested(vmap_program):
+def test_vmap_in_dims_out_dims_tuples_nested_composed(vmap_program):
     tmp, exe, mod = vmap_program
     rng = np.random.default_rng(1)
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
@@ -146,6 +156,9 @@ def test_vmap_in_dims_out_dims_tuples_nested(vmap_program):
     check(tmp, exe, mod, "e_pair", [f32(4, 3), f32(3)])
     check(tmp, exe, mod, "e_tuple_arg", [f32(4, 3), f32(3), f32(3, 4)])
     check(tmp, exe, mod, "e_nested", [f32(2, 3, 4)])
+    # differentiating through vmap: reverse and forward sweeps over the batched code
+    check(tmp, exe, mod, "e_jac_of_vmap", [f32(3, 4)])
+    check(tmp, exe, mod, "e_grad_of_vmap", [f32(5, 3), f32(3, 2)], 1e-3, 1e-5)
     # a batched embedding table read at shared indices; the jacobian of a lookup
     # with respect to the table (embedding_bwd with a batched gradient)
     check(tmp, exe, mod, "e_tables", [f32(3, 7, 4), rng.integers(0, 7, (2, 5))])
