@@ -254,12 +254,12 @@ static ValId b_index(Bt *b, Type r) {
 static ValId batch_inst(Bt *b) {
   const Inst *in = b->in;
   BatchRow row = batch_rows[in->op];
-  Type r = with_batch(b->B, ty(b, in->res));
   int64_t attr[IR_MAX_ATTRS] = {0};
   ValId x = in->nargs > 0 ? in->args[0] : -1;
-  int nd = ty(b, in->res)->ndim;
-  if (nd + 1 > IR_MAX_DIMS || (x >= 0 && ty(b, x)->ndim + 1 > IR_MAX_DIMS))
-    return refuse(b, "the batch axis would make more than 8 dimensions");
+  int nd = ty(b, in->res)->ndim, room = nd < IR_MAX_DIMS;
+  for (int k = 0; k < in->nargs; k++) room &= ty(b, in->args[k])->ndim < IR_MAX_DIMS;
+  if (!room) return refuse(b, "the batch axis would make more than 8 dimensions");
+  Type r = with_batch(b->B, ty(b, in->res));
   switch (row.rule) {
   case B_ELEM: return b_elem(b, r);
   case B_REDUCE: attr[0] = in->attr[0] << 1; return emit(b, in->op, &b->bv[x], 1, r, attr, 0);
