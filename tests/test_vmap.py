@@ -501,3 +501,50 @@ def test_batched_code_passes_gradcheck(tmp_path):
     r = run([exe, "gradcheck"])
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("gradcheck ")]
     assert len(lines) == 5 and all(": ok:" in x for x in lines), r.stdout + r.stderr
+
+
+MULTI = """\
+import torch
+from torch.autograd.functional import jacobian, hessian
+
+
+def f2(x, y):
+    return torch.sin(x).unsqueeze(1) * y.exp() + (x * x).sum()
+
+
+def s2(x, y):
+    return (torch.sin(x).unsqueeze(1) * y.exp()).pow(2).sum()
+
+
+def e_jac(x, y):
+    return jacobian(f2, (x, y))
+
+
+def e_jac_fwd(x, y):
+    return jacobian(f2, (x, y), strategy="forward-mode", vectorize=True)
+
+
+def e_hess(x, y):
+    h = hessian(s2, (x, y))
+    return h[0][0], h[0][1], h[1][0], h[1][1]
+
+
+example_inputs = {e: (torch.randn(3), torch.randn(3, 2)) for e in ("e_jac", "e_jac_fwd", "e_hess")}
+"""
+
+
+def test_jacobians_and_hessians_of_several_inputs(tmp_path):
+    """Tuples of inputs: one reverse sweep for all of them, one batched forward
+    sweep per input; hessian blocks d2/dxi dxk, against torch.autograd.functional."""
+    path = tmp_path / "multi.py"
+    path.write_text(MULTI)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe, "--entry", "e_jac", "--entry", "e_jac_fwd", "--entry", "e_hess"])
+    mod = load_module(str(path), "multi_mod")
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(3).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    for e in ("e_jac", "e_jac_fwd", "e_hess"):
+        want = getattr(mod, e)(torch.from_numpy(x), torch.from_numpy(y))
+        got = run_entry(tmp_path, exe, e, [x, y], len(want))
+        for k, (g, w) in enumerate(zip(got, want)):
+            compare(f"{e} output {k}", g, w.numpy(), 1e-4, 1e-5)
