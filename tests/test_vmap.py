@@ -548,3 +548,35 @@ def test_jacobians_and_hessians_of_several_inputs(tmp_path):
         got = run_entry(tmp_path, exe, e, [x, y], len(want))
         for k, (g, w) in enumerate(zip(got, want)):
             compare(f"{e} output {k}", g, w.numpy(), 1e-4, 1e-5)
+
+
+ESCAPE = """\
+import torch
+try:
+    from torch.func import vmap
+except ImportError:
+    from functorch import vmap
+
+acc = []
+
+
+def e_escape(x):
+    def f(v):
+        acc.append(v * 2)   # one sample's value escapes the vmapped function
+        return v.sin()
+    y = vmap(f)(x)
+    return y + acc[0].sum()
+
+
+example_inputs = {"e_escape": (torch.randn(3, 4),)}
+"""
+
+
+def test_a_value_escaping_vmap_does_not_compile(tmp_path):
+    """PyTorch refuses such a leak; ctc must not compile it into one sample's values.
+    (Today the compile stops with an internal error, not yet at the line.)"""
+    path = tmp_path / "esc.py"
+    path.write_text(ESCAPE)
+    r = subprocess.run([CTC, "compile", str(path), "-o", str(tmp_path / "esc.c"), "--entry", "e_escape"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r.stderr
