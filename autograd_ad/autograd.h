@@ -58,6 +58,19 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
 void ad_forward(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *outs, int nouts,
                 ValId *touts, int as_reverse);
 
+/* vmap.c (the batch axis): rewrites the instructions of f from index `from` to
+ * the end (as present when called) that depend on the values in[i] so that they
+ * compute B instances at once, given for each in[i] a value bin[i] of type [B] +
+ * in[i]'s type; appends them, each by its primitive's batching rule
+ * (ir/batch.def), and stores in bouts[i] the batched form of outs[i] (type [B] +
+ * outs[i]'s; an output that does not depend on the inputs is broadcast). The
+ * original instructions stay (DCE drops them when unused). Returns -1, or the
+ * index of the first instruction that has no batching rule for its operands
+ * (*why says what; everything appended is then marked dead): the caller
+ * reports it at that instruction's line. */
+int ad_batch(Program *p, Func *f, int from, const ValId *in, const ValId *bin, int nin, int64_t B, const ValId *outs,
+             int nouts, ValId *bouts, const char **why);
+
 /* gradcheck.c (ctc build --dtype f64): adds, for each entry E with floating
  * outputs (not scheduler or evaluation steps), the hidden entries
  * __grad_E(inputs, r...) -> (s = sum <r_j, out_j>, ds/d floating inputs, ds/d

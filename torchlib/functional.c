@@ -1,11 +1,13 @@
 /* functional.c - the differentiation APIs users call inside compiled functions:
  * torch.autograd.functional (jvp, vjp, hvp, vhp, jacobian, hessian),
  * torch.autograd.forward_ad (dual_level, make_dual, unpack_dual) and torch.func
- * (grad, grad_and_value, vjp, jvp, jacrev, jacfwd, hessian). All are staged
- * with autograd_ad's two transforms: ad_reverse (VJP) and ad_forward (JVP);
- * Hessian-vector products are forward over reverse; jacobians are unrolled one
- * direction at a time (one forward sweep per input element, or one reverse
- * sweep per output element). */
+ * (grad, grad_and_value, vjp, jvp, jacrev, jacfwd, hessian, vmap). All are staged
+ * with autograd_ad's transforms: ad_reverse (VJP), ad_forward (JVP) and ad_batch
+ * (vmap's batch axis); Hessian-vector products are forward over reverse; a
+ * jacobian is one sweep whose seed (the cotangent, or the tangent) is batched
+ * over the identity basis, so its code is linear in the sizes. Only where some
+ * primitive of the sweep has no batching rule (ir/batch.def) is it unrolled one
+ * direction at a time, as before. */
 #include <string.h>
 #include "../autograd_ad/autograd.h"
 #include "torch_int.h"
@@ -108,8 +110,9 @@ static PV *assemble(L *L, Span at, PV **parts, int n, const Type *lead, const Ty
   return t_reshape(L, at, m, dims, nd);
 }
 
-/* d out / d xs[i] for every i, shaped out.shape + xs[i].shape */
-static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
+/* d out / d xs[i] for every i, shaped out.shape + xs[i].shape, one sweep per
+ * direction (where the batched sweep is refused) */
+static PV **jacobian_unrolled(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   Type to = out->t->type;
   ValId ov = t_val(L, at, out), *xv = vals(L, at, xs, n);
   PV **J = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
@@ -143,6 +146,95 @@ static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
   return J;
 }
 
+/* ---- batched sweeps ------------------------------------------------------------ */
+
+/* A stand-in for a seed (a tangent or a cotangent of type t): zeros that no
+ * simplification takes for a constant; ad_batch replaces it by the basis. */
+static ValId placeholder(L *L, Span at, const Type *t) {
+  ValId z = ir_const(L->T->prog, L->T->fn, t->dtype, 0, at);
+  if (t->ndim) z = ir_emit(L->T->prog, L->T->fn, IR_BROADCAST, &z, 1, *t, NULL, 0, 0, at, "direction");
+  return ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &z, 1, *t, NULL, 0, 0, at, "direction");
+}
+
+/* The identity basis over t's elements, shaped [numel(t)] + t: entry k is the
+ * one-hot tensor of flat index k. */
+static ValId basis(L *L, Span at, const Type *t) {
+  int64_t n = ir_numel(t), d[2] = {n, 1}, dims[IR_MAX_DIMS];
+  Type it = {0};
+  it.dtype = DT_I64;
+  it.ndim = 1;
+  it.dims[0] = n;
+  int64_t ia[2] = {0, 1};
+  PV *iota = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_IOTA, NULL, 0, it, ia, 2, 0, at, "index"));
+  PV *eye = t_cast(L, at, t_compare(L, at, OP_EQ, t_reshape(L, at, iota, d, 2), iota), t->dtype);
+  dims[0] = n;
+  memcpy(dims + 1, t->dims, sizeof(int64_t) * (size_t)t->ndim);
+  return t_val(L, at, t_reshape(L, at, eye, dims, t->ndim + 1));
+}
+
+/* v of shape [numel(lead)] + each as each + lead (forward mode's columns) */
+static PV *lead_to_back(L *L, Span at, ValId v, const Type *lead, const Type *each) {
+  int64_t nl = ir_numel(lead), ne = ir_numel(each), d[2] = {nl, ne}, perm[2] = {1, 0}, dims[2 * IR_MAX_DIMS];
+  PV *m = t_permute(L, at, t_reshape(L, at, t_wrap(L, v), d, 2), perm, 2);
+  int nd = 0;
+  for (int i = 0; i < each->ndim; i++) dims[nd++] = each->dims[i];
+  for (int i = 0; i < lead->ndim; i++) dims[nd++] = lead->dims[i];
+  return t_reshape(L, at, m, nd ? dims : NULL, nd);
+}
+
+/* v of shape [numel(lead)] + each as lead + each (reverse mode's rows) */
+static PV *lead_split(L *L, Span at, ValId v, const Type *lead, const Type *each) {
+  int64_t dims[2 * IR_MAX_DIMS];
+  int nd = 0;
+  for (int i = 0; i < lead->ndim; i++) dims[nd++] = lead->dims[i];
+  for (int i = 0; i < each->ndim; i++) dims[nd++] = each->dims[i];
+  return t_reshape(L, at, t_wrap(L, v), nd ? dims : NULL, nd);
+}
+
+static int too_many_dims(const Type *a, const Type *b) {
+  return a->ndim + b->ndim > IR_MAX_DIMS || a->ndim + 1 > IR_MAX_DIMS;
+}
+
+/* d out / d xs[i] by one sweep batched over the identity basis: reverse mode
+ * seeds the cotangent with every one-hot of out at once, forward mode the
+ * tangent of each input with every one-hot of it. NULL where a primitive of
+ * the sweep has no batching rule (the caller unrolls then). */
+static PV **jacobian_batched(L *L, Span at, PV *out, PV **xs, int n, int forward) {
+  Program *P = L->T->prog;
+  Func *F = L->T->fn;
+  Type to = out->t->type;
+  ValId ov = t_val(L, at, out), *xv = vals(L, at, xs, n);
+  PV **J = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
+  for (int i = 0; i < n; i++)
+    if (too_many_dims(&to, &xs[i]->t->type) || xs[i]->t->type.ndim + 1 > IR_MAX_DIMS) return NULL;
+  int base = F->insts.len; /* the primal code: sweeps walk it alone */
+  if (forward) {
+    for (int i = 0; i < n; i++) {
+      Type ti = xs[i]->t->type;
+      ValId E = basis(L, at, &ti), ph = placeholder(L, at, &ti), t, bt;
+      int from = F->insts.len;
+      AdSeed s = {xv[i], ph};
+      ad_forward(P, F, base, &s, 1, &ov, 1, &t, 0);
+      if (ad_batch(P, F, from, &ph, &E, 1, ir_numel(&ti), &t, 1, &bt, NULL) >= 0) return NULL;
+      J[i] = lead_to_back(L, at, bt, &ti, &to);
+    }
+    return J;
+  }
+  ValId E = basis(L, at, &to), ph = placeholder(L, at, &to);
+  ValId *g = arena_alloc(L->a, sizeof(ValId) * (size_t)n), *bg = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
+  int from = F->insts.len;
+  AdSeed s = {ov, ph};
+  ad_reverse_upto(P, F, base, &s, 1, xv, n, g, NULL);
+  if (ad_batch(P, F, from, &ph, &E, 1, ir_numel(&to), g, n, bg, NULL) >= 0) return NULL;
+  for (int i = 0; i < n; i++) J[i] = lead_split(L, at, bg[i], &to, &xs[i]->t->type);
+  return J;
+}
+
+static PV **jacobian_of(L *L, Span at, PV *out, PV **xs, int n, int forward) {
+  PV **J = jacobian_batched(L, at, out, xs, n, forward);
+  return J ? J : jacobian_unrolled(L, at, out, xs, n, forward);
+}
+
 static void need_scalar(L *L, Span at, PV *out, const char *fn) {
   if (out->t->type.ndim != 0)
     lower_error(L, at, "%s needs a function with a scalar output, but it returns shape %s", fn, shape_str(L, &out->t->type));
@@ -156,11 +248,9 @@ static ValId *grads_of(L *L, Span at, PV *out, PV **xs, int n) {
   return g;
 }
 
-/* Hessian blocks H[i][k] = d2 out / dxs[i] dxs[k], by forward over reverse. */
-/* as_reverse: the forward sweep stands for PyTorch's double backward
- * (torch.autograd.functional.hessian), so no_grad() blocks it (ad_forward) */
-static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as_reverse) {
-  ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n);
+/* hessian_of unrolled: one forward sweep per input element (g: the gradients) */
+static PV *hessian_unrolled(L *L, Span at, PV **xs, int n, int single, int as_reverse, ValId *g) {
+  ValId *xv = vals(L, at, xs, n);
   int base = L->T->fn->insts.len; /* primal + gradient code: what each sweep differentiates */
   PV **rowsH = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
   for (int i = 0; i < n; i++) {
@@ -179,6 +269,35 @@ static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as
     }
     rowsH[i] = pv_tuple(L, blocks, n);
   }
+  return single ? rowsH[0]->items[0] : pv_tuple(L, rowsH, n);
+}
+
+/* Hessian blocks H[i][k] = d2 out / dxs[i] dxs[k], by forward over reverse: one
+ * forward sweep per input k, its tangent batched over k's identity basis. */
+/* as_reverse: the forward sweep stands for PyTorch's double backward
+ * (torch.autograd.functional.hessian), so no_grad() blocks it (ad_forward) */
+static PV *hessian_of(L *L, Span at, PV *out, PV **xs, int n, int single, int as_reverse) {
+  Program *P = L->T->prog;
+  Func *F = L->T->fn;
+  ValId *g = grads_of(L, at, out, xs, n), *xv = vals(L, at, xs, n);
+  int base = F->insts.len; /* primal + gradient code: what each sweep differentiates */
+  PV ***H = arena_alloc(L->a, sizeof(PV **) * (size_t)n);
+  for (int i = 0; i < n; i++) H[i] = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
+  ValId *t = arena_alloc(L->a, sizeof(ValId) * (size_t)n), *bt = arena_alloc(L->a, sizeof(ValId) * (size_t)n);
+  for (int k = 0; k < n; k++) {
+    Type tk = xs[k]->t->type;
+    for (int i = 0; i < n; i++)
+      if (too_many_dims(&xs[i]->t->type, &tk)) return hessian_unrolled(L, at, xs, n, single, as_reverse, g);
+    ValId E = basis(L, at, &tk), ph = placeholder(L, at, &tk);
+    int from = F->insts.len;
+    AdSeed s = {xv[k], ph};
+    ad_forward(P, F, base, &s, 1, g, n, t, as_reverse);
+    if (ad_batch(P, F, from, &ph, &E, 1, ir_numel(&tk), t, n, bt, NULL) >= 0)
+      return hessian_unrolled(L, at, xs, n, single, as_reverse, g);
+    for (int i = 0; i < n; i++) H[i][k] = lead_to_back(L, at, bt[i], &tk, &xs[i]->t->type);
+  }
+  PV **rowsH = arena_alloc(L->a, sizeof(PV *) * (size_t)n);
+  for (int i = 0; i < n; i++) rowsH[i] = pv_tuple(L, H[i], n);
   return single ? rowsH[0]->items[0] : pv_tuple(L, rowsH, n);
 }
 
@@ -252,7 +371,7 @@ static PV *autograd_functional(L *L, int bi, Args *A) {
         lower_error(L, at, "strategy must be 'reverse-mode' or 'forward-mode'");
       forward = !strcmp(a[5]->s, "forward-mode");
     }
-    /* vectorize only changes how PyTorch batches the sweeps; ctc unrolls them */
+    /* vectorize only changes how PyTorch batches the sweeps; ctc always batches them */
     return pack(L, jacobian_of(L, at, out, xs, n, forward), n, single);
   }
   default:
@@ -289,6 +408,149 @@ static PV *forward_ad(L *L, int bi, Args *A) {
   return tup;
 }
 
+/* ---- torch.func.vmap -------------------------------------------------------------- */
+
+/* vmap's batched inputs, as the pass needs them */
+typedef struct VmapIn {
+  int n, cap;
+  ValId *ph, *bx;   /* the unbatched stand-in f is staged with; the tensor with the batch in front */
+  int64_t B;        /* -1 until the first batched input */
+} VmapIn;
+
+/* One sample of x (its in_dim d removed), recorded with x moved to batch-first. */
+static PV *vmap_input(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
+  if (x->k != PV_TENSOR)
+    lower_error(L, at, "vmap: in_dims gives a dimension for an argument that is not a tensor ('%s')", pv_kind_name(x));
+  if (dim->k != PV_INT) lower_error(L, at, "vmap: in_dims entries must be an int or None, got '%s'", pv_kind_name(dim));
+  Type t = x->t->type;
+  int64_t d = dim->i < 0 ? dim->i + t.ndim : dim->i;
+  if (t.ndim == 0 || d < 0 || d >= t.ndim)
+    lower_error(L, at, "vmap: in_dim %lld is out of range for a tensor of %d dimensions", (long long)dim->i, t.ndim);
+  if (vi->B >= 0 && t.dims[d] != vi->B)
+    lower_error(L, at, "vmap: the batched inputs have different sizes along their in_dims (%lld and %lld)",
+                (long long)vi->B, (long long)t.dims[d]);
+  vi->B = t.dims[d];
+  int64_t dims[IR_MAX_DIMS], perm[IR_MAX_DIMS];
+  int nd = 0;
+  perm[0] = d;
+  for (int i = 0; i < t.ndim; i++)
+    if (i != d) {
+      perm[1 + nd] = i;
+      dims[nd++] = t.dims[i];
+    }
+  PV *bx = d == 0 ? x : t_permute(L, at, x, perm, t.ndim);
+  PV *one = t_reshape(L, at, t_slice(L, at, x, (int)d, 0, 1, 1), nd ? dims : NULL, nd);
+  ValId ov = t_val(L, at, one); /* a value of its own (the pass batches its uses) */
+  Type ot = *ir_type(L->T->fn, ov);
+  PV *ph = t_wrap(L, ir_emit(L->T->prog, L->T->fn, IR_RESHAPE, &ov, 1, ot, NULL, 0, 0, at, "sample"));
+  if (vi->n == vi->cap) {
+    int cap = vi->cap ? 2 * vi->cap : 8;
+    ValId *a = arena_alloc(L->a, sizeof(ValId) * (size_t)cap), *b = arena_alloc(L->a, sizeof(ValId) * (size_t)cap);
+    if (vi->n) {
+      memcpy(a, vi->ph, sizeof(ValId) * (size_t)vi->n);
+      memcpy(b, vi->bx, sizeof(ValId) * (size_t)vi->n);
+    }
+    vi->ph = a;
+    vi->bx = b;
+    vi->cap = cap;
+  }
+  vi->ph[vi->n] = t_val(L, at, ph);
+  vi->bx[vi->n++] = t_val(L, at, bx);
+  return ph;
+}
+
+/* an argument with its in_dim: a tensor, or a tuple/list of them with one dim for
+ * all or a tuple/list of dims matching it */
+static PV *vmap_arg(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
+  if (!dim || dim->k == PV_NONE) return x;
+  int per = dim->k == PV_TUPLE || dim->k == PV_LIST;
+  if (x->k != PV_TUPLE && x->k != PV_LIST) {
+    if (per) lower_error(L, at, "vmap: in_dims gives a tuple for an argument that is a '%s'", pv_kind_name(x));
+    return vmap_input(L, at, x, dim, vi);
+  }
+  if (per && dim->n != x->n)
+    lower_error(L, at, "vmap: in_dims has %d entries for a %s of %d", dim->n, pv_kind_name(x), x->n);
+  PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)(x->n + 1));
+  for (int i = 0; i < x->n; i++) items[i] = vmap_arg(L, at, x->items[i], per ? dim->items[i] : dim, vi);
+  return x->k == PV_TUPLE ? pv_tuple(L, items, x->n) : pv_list(L, items, x->n);
+}
+
+/* A batched result [B] + shape with the batch moved to out_dim. */
+static PV *vmap_output(L *L, Span at, ValId v, PV *dim) {
+  if (dim && dim->k == PV_NONE) lower_error(L, at, "vmap: out_dims=None is not supported");
+  if (dim && dim->k != PV_INT) lower_error(L, at, "vmap: out_dims entries must be ints, got '%s'", pv_kind_name(dim));
+  PV *y = t_wrap(L, v);
+  int nd = y->t->type.ndim;
+  int64_t d = dim ? dim->i : 0;
+  if (d < 0) d += nd;
+  if (d < 0 || d >= nd)
+    lower_error(L, at, "vmap: out_dim %lld is out of range for a result of %d dimensions", (long long)(dim ? dim->i : 0),
+                nd);
+  if (d == 0) return y;
+  int64_t perm[IR_MAX_DIMS];
+  /* result axis i reads: axis 0 at d, otherwise the next of the rest */
+  for (int i = 0, r = 1; i < nd; i++) perm[i] = i == d ? 0 : r++;
+  return t_permute(L, at, y, perm, nd);
+}
+
+/* vmap(f, in_dims, out_dims, randomness)(*args): f staged once on one sample of
+ * each batched argument, then every instruction that depends on them batched by
+ * ad_batch (their batching rules, ir/batch.def). */
+static PV *apply_vmap(L *L, PV *self, Args *A) {
+  Span at = A->at;
+  need_fn_ctx(L, at, "torch.func.vmap");
+  if (A->nkw) lower_error(L, at, "keyword arguments to a vmapped function are not supported");
+  PV *f = self->items[1], *ind = self->items[2], *outd = self->items[3], *rnd = self->items[4];
+  int na = A->nargs;
+  if ((ind->k == PV_TUPLE || ind->k == PV_LIST) && ind->n != na)
+    lower_error(L, at, "vmap: in_dims has %d entries for %d arguments", ind->n, na);
+  int same = 0;
+  if (rnd && rnd->k != PV_NONE) {
+    if (rnd->k != PV_STR || (strcmp(rnd->s, "error") && strcmp(rnd->s, "same") && strcmp(rnd->s, "different")))
+      lower_error(L, at, "vmap: randomness must be 'error', 'same' or 'different'");
+    if (!strcmp(rnd->s, "different")) lower_error(L, at, "vmap: randomness='different' is not supported (use 'same')");
+    same = !strcmp(rnd->s, "same");
+  }
+  VmapIn vi = {0, 0, NULL, NULL, -1};
+  PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(na + 1));
+  for (int j = 0; j < na; j++)
+    args[j] = vmap_arg(L, at, A->args[j], ind->k == PV_TUPLE || ind->k == PV_LIST ? ind->items[j] : ind, &vi);
+  if (vi.n == 0) lower_error(L, at, "vmap: no input is batched (every in_dims entry is None)");
+  Func *F = L->T->fn;
+  int from = F->insts.len;
+  PV *out = call_value(L, at, f, args, na, NULL, NULL, 0);
+  PV **outs = &out;
+  int no = 1, tuple = out->k == PV_TUPLE || out->k == PV_LIST;
+  if (tuple) no = out->n;
+  if (tuple) outs = out->items;
+  ValId *ov = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
+  ValId *bo = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
+  for (int i = 0; i < no; i++) {
+    if (outs[i]->k != PV_TENSOR)
+      lower_error(L, at, "vmap: the function must return a tensor or a tuple of tensors, got '%s'",
+                  pv_kind_name(outs[i]));
+    ov[i] = t_val(L, at, outs[i]);
+  }
+  for (int i = from; i < F->insts.len; i++)
+    if (F->insts.data[i].op == IR_RAND_UNIFORM && !same)
+      lower_error(L, F->insts.data[i].loc,
+                  "vmap: a random operation inside vmap needs randomness='same' (PyTorch's default 'error' refuses it)");
+  const char *why = NULL;
+  int bad = ad_batch(L->T->prog, F, from, vi.ph, vi.bx, vi.n, vi.B, ov, no, bo, &why);
+  if (bad >= 0) {
+    const Inst *in = &F->insts.data[bad];
+    lower_error(L, in->loc, "vmap cannot batch '%s' here: %s (in the function vmapped at line %d)", ir_ops[in->op].name,
+                why ? why : "no batching rule", at.line);
+  }
+  if ((outd->k == PV_TUPLE || outd->k == PV_LIST) && (!tuple || outd->n != no))
+    lower_error(L, at, "vmap: out_dims has %d entries for %d outputs", outd->n, no);
+  PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(no + 1));
+  int per = outd->k == PV_TUPLE || outd->k == PV_LIST;
+  for (int i = 0; i < no; i++) r[i] = vmap_output(L, at, bo[i], per ? outd->items[i] : outd);
+  if (!tuple) return r[0];
+  return out->k == PV_TUPLE ? pv_tuple(L, r, no) : pv_list(L, r, no);
+}
+
 /* ---- torch.func ------------------------------------------------------------------ */
 
 /* A transformed function: self = (kind, f, argnums). */
@@ -299,6 +561,7 @@ static PV *transform(L *L, int kind, PV *f, PV *argnums) {
 
 static PV *apply_transform(L *L, PV *self, Args *A) {
   Span at = A->at;
+  if (self->items[0]->i == BI_TF_VMAP) return apply_vmap(L, self, A);
   need_fn_ctx(L, at, "a torch.func transform");
   if (A->nkw) lower_error(L, at, "keyword arguments to a transformed function are not supported");
   int kind = (int)self->items[0]->i;
@@ -342,6 +605,13 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
     bind_args(L, A, "func,argnums=,has_aux=", a);
     if (a[2] && truthy(L, at, a[2])) lower_error(L, at, "has_aux=True is not supported yet");
     return transform(L, fn->bi, a[0], a[1]);
+  case BI_TF_VMAP: {
+    PV *v[5];
+    bind_args(L, A, "func,in_dims=,out_dims=,randomness=,chunk_size=", v);
+    PV *items[5] = {pv_int(L, BI_TF_VMAP), v[0], v[1] ? v[1] : pv_int(L, 0), v[2] ? v[2] : pv_int(L, 0), v[3]};
+    if (!v[3]) items[4] = pv_none(L);
+    return pv_builtin(L, BI_TF_APPLY, "<vmapped function>", pv_tuple(L, items, 5));
+  }
   case BI_TF_JVP: {
     bind_args(L, A, "func,primals,tangents", a);
     need_fn_ctx(L, at, "torch.func.jvp");
