@@ -354,9 +354,10 @@ int ad_batch(Program *p, Func *f, int from, const ValId *in, const ValId *bin, i
      * still read them, and it must not compile into one sample's values: it
      * then reads a value with no definition, which the verifier reports. */
     for (int i = from; i < ni; i++)
-      if (!f->insts.data[i].dead && bv[f->insts.data[i].res] >= 0) f->insts.data[i].dead = 1;
+      if (!f->insts.data[i].dead && bv[f->insts.data[i].res] >= 0) f->insts.data[i].dead = f->insts.data[i].retired = 1;
     for (int i = 0; i < nin; i++)
-      if (f->values.data[in[i]].kind == V_INST) f->insts.data[f->values.data[in[i]].def].dead = 1;
+      if (f->values.data[in[i]].kind == V_INST)
+        f->insts.data[f->values.data[in[i]].def].dead = f->insts.data[f->values.data[in[i]].def].retired = 1;
     for (int i = 0; i < nouts; i++) {
       b.in = &(Inst){.res = outs[i], .loc = f->loc};
       bouts[i] = bv[outs[i]] >= 0 ? bv[outs[i]] : full(&b, outs[i]);

@@ -175,11 +175,21 @@ ValId ir_param_value(Program *p, Func *f, int param_index) {
   return v;
 }
 
+/* one sample's value kept past vmap (stored outside the vmapped function) */
+static void check_not_retired(Program *p, Func *f, ValId v, Span loc) {
+  const Value *val = &f->values.data[v];
+  if (val->kind == V_INST && f->insts.data[val->def].retired && p->type_error)
+    p->type_error(p->type_error_ctx, loc,
+                  "this uses a value computed inside a function given to vmap and kept outside it (in a list, a "
+                  "dict or an attribute): it holds one sample's values, which PyTorch refuses too");
+}
+
 ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res,
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name) {
   CHECK(nattr <= IR_MAX_ATTRS);
   CHECK(ir_ops[op].nargs < 0 || ir_ops[op].nargs == nargs);
   check_type(p, &res, loc, NULL);
+  for (int k = 0; k < nargs; k++) check_not_retired(p, f, args[k], loc);
   /* the result type is the op's shape rule's (shape.c), which the verifier
    * checks with too: staging states a type only for ops that choose it */
   int64_t at[IR_MAX_ATTRS] = {0};
@@ -222,6 +232,7 @@ ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc) {
 }
 
 void ir_add_output(Program *p, Func *f, ValId v, const char *name) {
+  check_not_retired(p, f, v, f->loc);
   vec_push(p->arena, &f->outputs, v);
   vec_push(p->arena, &f->out_names, arena_strdup(p->arena, name));
 }

@@ -126,6 +126,7 @@ typedef struct Inst {
   int nograd;         /* NG_*: staged under torch.no_grad() / inference_mode() */
   int phase;          /* PH_*: forward, backward (an AD sweep) or optimizer code (profiles) */
   int dead;           /* set by passes that delete; removed by ir_compact */
+  int retired;        /* vmap's unbatched original (dead too): a later read is a value that escaped vmap */
 } Inst;
 
 /* Grad mode an instruction was staged in (Inst.nograd, Func.grad_mode). */

@@ -573,10 +573,15 @@ example_inputs = {"e_escape": (torch.randn(3, 4),)}
 
 
 def test_a_value_escaping_vmap_does_not_compile(tmp_path):
-    """PyTorch refuses such a leak; ctc must not compile it into one sample's values.
-    (Today the compile stops with an internal error, not yet at the line.)"""
+    """PyTorch refuses such a leak; ctc must not compile it into one sample's values:
+    a located error at the use, or at the entry when it is returned as it is."""
     path = tmp_path / "esc.py"
     path.write_text(ESCAPE)
     r = subprocess.run([CTC, "compile", str(path), "-o", str(tmp_path / "esc.c"), "--entry", "e_escape"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0, r.stderr
+    assert r.returncode == 1 and "esc.py:15:16: error: this uses a value computed inside a function given to vmap" \
+        in r.stderr, r.stderr
+    path.write_text(ESCAPE.replace("return y + acc[0].sum()", "return y, acc[0]"))
+    r = subprocess.run([CTC, "compile", str(path), "-o", str(tmp_path / "esc.c"), "--entry", "e_escape"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "esc.py:10:1: error: this uses a value computed inside" in r.stderr, r.stderr
