@@ -22,9 +22,10 @@
 
 /* Loops with fewer elements than this are not worth waking threads for. */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
-/* The elements from which a loop runs in parallel; the CUDA emitter marks every
- * parallel-safe loop (CgFunc.gpu_loops) and runs it on GPU threads. */
-static int64_t min_work(const CgFunc *c) { return c->gpu_loops ? 2 : OMP_MIN_WORK; }
+/* The elements from which a loop runs on OpenMP threads. A loop that is all its instruction
+ * does is opened through the renderer (cg_par_for, CG_PAR_GRID), which the CUDA target runs
+ * over the GPU's grid whatever its size. */
+static int64_t min_work(const CgFunc *c) { (void)c; return OMP_MIN_WORK; }
 /* M*N*K from which a GEMM is split over the threads (ctc_gemm_split in kernels.c) */
 #define GEMM_SPLIT_WORK 262144.0
 #define IDX_CAP 320
@@ -91,7 +92,7 @@ typedef struct Acc {
 
 typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
 
-enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4 };
+enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4, NEST_GRID = 8 };
 
 /* The index expression of an access: "7 + i0 * 12 + i1". */
 static void index_expr(char *out, int n, char var[][16], int64_t off, const int64_t *st) {
@@ -115,7 +116,9 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
  * NEST_OMP_ALWAYS, whenever that loop has several iterations (each does much
  * work: a GEMM); NEST_SIMD, `omp simd` on the innermost loop (its iterations
  * are independent: GCC cannot see that through the pointers an OpenMP region
- * captures, and with many arrays gives up vectorising). */
+ * captures, and with many arrays gives up vectorising); NEST_GRID, the nest is all
+ * the instruction does (CG_PAR_GRID: its outer loop over a GPU's threads). The
+ * outer loop, when parallel, is the renderer's (cg_par_for). */
 static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -144,9 +147,12 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
   int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= min_work(c));
   int simd = (omp & NEST_SIMD) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
-  if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  for (int k = 0; k < n; k++) {
-    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
+  int outer = n > 0 && (par || (omp & NEST_GRID));   /* the outer loop is the renderer's */
+  if (outer)
+    cg_par_for(c, var[0], d[0], (par ? CG_PAR_OMP : 0) | (simd && n == 1 ? CG_PAR_SIMD : 0) |
+                                    (omp & NEST_GRID ? CG_PAR_GRID : 0));
+  for (int k = outer; k < n; k++) {
+    if (simd && k == n - 1) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", var[k], var[k], (ll)d[k], var[k],
          braces && k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -156,10 +162,11 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
     c->ind += 2;
   }
   body(c, idx, u);
-  if (braces) {
+  if (braces && !(outer && n == 1)) {
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  if (outer) cg_par_end(c);
   c->ind = base;
   free(st);
   free(idx);
@@ -1379,13 +1386,18 @@ static void flat_index(char *buf, size_t cap, char v, const Type *t) {
 /* The loops of PAD and PAD_BWD over the padded shape p (i0, i1, ...), each with the
  * source index s<k> in x's shape along its axis: reflect and replicate map every
  * position into x; constant padding gives i - lo, which the caller checks. */
-static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, int omp, int from) {
+static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, unsigned par, int from) {
   int mode = (int)in->attr[0];
   for (int k = from; k < p->ndim; k++) {
     int64_t lo = in->attr[1 + k], X = x->dims[k];
-    if (k == from && omp) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
-    c->ind += 2;
+    char var[16];
+    snprintf(var, sizeof var, "i%d", k);
+    if (k == from && par) {   /* par: cg_par_for's flags for the outer loop */
+      cg_par_for(c, var, p->dims[k], par);
+    } else {
+      LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
+      c->ind += 2;
+    }
     if (lo == 0 && p->dims[k] == X) LINE(c, "const int64_t s%d = i%d;\n", k, k);
     else if (mode == 1)
       LINE(c, "const int64_t s%d = i%d < %lld ? %lld - i%d : i%d >= %lld ? %lld - i%d : i%d - %lld;\n", k, k, (ll)lo,
@@ -1397,8 +1409,12 @@ static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, i
   }
 }
 
-static void pad_close(CgFunc *c, int nd) {
+static void pad_close(CgFunc *c, int nd, unsigned par) {
   for (int k = 0; k < nd; k++) {
+    if (k == nd - 1 && par) {
+      cg_par_end(c);
+      continue;
+    }
     c->ind -= 2;
     LINE(c, "}\n");
   }
@@ -1411,7 +1427,8 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   flat_index(yi, sizeof yi, 'i', r);
   flat_index(xi, sizeof xi, 's', x);
   int base = c->ind;
-  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= min_work(c), 0);
+  unsigned par = r->ndim > 0 ? CG_PAR_GRID | (r->dims[0] > 1 && ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0) : 0;
+  pad_loops(c, in, x, r, par, 0);
   const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
   if (in->attr[0] == 0) {
     Buf cond = {0}, val = {0};
@@ -1426,7 +1443,7 @@ static void emit_pad(CgFunc *c, const Inst *in) {
   } else {
     LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
   }
-  pad_close(c, r->ndim);
+  pad_close(c, r->ndim, par);
   c->ind = base;
 }
 
@@ -1467,10 +1484,8 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   const char *ct = cg_ctype(r->dtype), *dx = cg_ref(c, in->res);
   const int64_t slice = ir_numel(r) / n;
   int base = c->ind;
-  if (lead) {
-    if (ir_numel(g) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t j = 0; j < %lld; j++) {   /* the slices of the %d unpadded leading axes */\n", (ll)n, lead);
-    c->ind += 2;
+  if (lead) {   /* the slices of the unpadded leading axes */
+    cg_par_for(c, "j", n, CG_PAR_GRID | (ir_numel(g) >= min_work(c) ? CG_PAR_OMP : 0));
     unflatten(c, "j", lead, g->dims, take, 1);
     LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
   } else {
@@ -1478,11 +1493,8 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   }
   pad_loops(c, in, r, g, 0, lead);
   LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
-  pad_close(c, g->ndim - lead);
-  if (lead) {
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
+  pad_close(c, g->ndim - lead, 0);
+  if (lead) cg_par_end(c);
   c->ind = base;
 }
 
@@ -1600,9 +1612,7 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
     weight_table(c, "lw1", t, lw1, OW);
   }
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  if (NC > 1 && ir_numel(big) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
-  c->ind += 2;
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
   if (!bwd) {
     LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
     LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
@@ -1639,8 +1649,7 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
   }
   c->ind -= 2;
   LINE(c, "}\n");
-  c->ind -= 2;
-  LINE(c, "}\n");
+  cg_par_end(c);
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
@@ -1662,16 +1671,16 @@ static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t 
 /* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
 static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
   int base = c->ind;
-  if (outer > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)outer);
-  LINE(c, "  for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
-  c->ind += 4;
+  cg_par_for(c, "o", outer, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
+  c->ind += 2;
   return base;
 }
 
 static void close_lines(CgFunc *c, int base) {
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
@@ -1770,7 +1779,7 @@ static void emit_gather(CgFunc *c, const Inst *in) {
   bcast_strides(ty(c, in->args[1]), small, acc[1].st);
   memcpy(acc[2].st, bst, sizeof bst);
   acc[2].st[ax] = 0;
-  nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g, 1);
+  nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g ? NEST_OMP | NEST_GRID : 0, 1);
 }
 
 /* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
@@ -1807,9 +1816,8 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   index_expr(so, nv, var, 0, st[2]);
   index_expr(io, nv, var, 0, st[3]);
   int base = c->ind;
-  if (fibers > 1 && ir_numel(r) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) {   /* the fibers along axis %d */\n", (ll)fibers, ax);
-  c->ind += 2;
+  LINE(c, "/* the fibers along axis %d */\n", ax);
+  cg_par_for(c, "i", fibers, CG_PAR_GRID | (ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0));
   unflatten(c, "i", r->ndim, r->dims, take, 0);
   char idx[IDX_CAP * 2];
   Buf v = {0};
@@ -1832,10 +1840,11 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   load(c, &v, in->args[2], idx);
   LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
   cg_buf_free(&v);
-  for (int close = inside.len ? 3 : 2; close > 0; close--) {   /* k's loop, the if, the fibers' loop */
+  for (int close = inside.len ? 2 : 1; close > 0; close--) {   /* k's loop, the if */
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  cg_par_end(c);   /* the fibers' loop */
   cg_buf_free(&inside);
   c->ind = base;
 }

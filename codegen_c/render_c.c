@@ -17,9 +17,10 @@
  * first); a KIR_ROW loop with accumulations and row elements (or float sums)
  * runs as two: the elements and the reductions' operands (into `<name>_in[]`)
  * in a CTC_OMP_SIMD loop, then the accumulations in their order (ctc_sum /
- * ctc_max for floats, as emit_reduce). With CgRender.prof_site (--profile) a
- * parallel loop is written as a region whose threads report their shares
- * (prof_c.c's macros), the text prof_c.c's rewrite gives the loops it finds. */
+ * ctc_max for floats, as emit_reduce). A parallel loop is the C target's
+ * par_for (below), shared with the ops that are not kernel IR yet (cg_par_for):
+ * OpenMP, or with CgFunc.prof_site (--profile) a region whose threads report
+ * their shares: a renderer option, not a rewrite of the text. */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -143,22 +144,50 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names) {
 
 /* ---- C: loops ---------------------------------------------------------------------------- */
 
-/* --profile: a parallel loop's region opens (prof_c.c's macros); the loop is written 2 deeper. */
-static void prof_open(CgRender *r, int simd) {
-  CgFunc *c = r->c;
-  LINE(c, "CTC_PROF_PARALLEL\n");
-  LINE(c, "{\n");
+/* ---- C: parallel loops (the kernel IR's and the ops' through cg_par_for) -------------------
+ * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD), or with --profile (CgFunc.prof_site) a
+ * region whose threads each note the time, run their iterations (`omp for nowait`: the same
+ * iterations on the same threads as `omp parallel for`) and report their share (prof_c.c's
+ * macros). par_kind: 0 a plain loop, 1 OpenMP, 2 a profiled region. */
+
+static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  int par = (flags & CG_PAR_OMP) && n > 1, simd = (flags & CG_PAR_SIMD) != 0;
+  int kind = !par ? 0 : c->prof_site ? 2 : 1;
+  CHECK(c->par_depth < (int)sizeof c->par_kind);
+  if (simd) c->k->simd = 1;
+  if (kind == 2) {
+    LINE(c, "CTC_PROF_PARALLEL\n");
+    LINE(c, "{\n");
+    c->ind += 2;
+    LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
+    LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+  } else if (kind == 1) {
+    LINE(c, simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
+  } else if (simd) {
+    LINE(c, "CTC_OMP_SIMD\n");
+  }
+  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
   c->ind += 2;
-  LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
-  LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+  c->par_kind[c->par_depth] = (unsigned char)kind;
+  c->par_ind[c->par_depth++] = c->ind;
 }
 
-static void prof_close(CgRender *r) {
-  CgFunc *c = r->c;
-  LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", r->prof_site);
+static void c_par_end(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  int kind = c->par_kind[--c->par_depth];
+  c->ind = c->par_ind[c->par_depth] - 2;
+  LINE(c, "}\n");
+  if (kind != 2) return;
+  LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", c->prof_site);
   c->ind -= 2;
   LINE(c, "}\n");
 }
+
+void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  (c->target ? c->target : &cg_render_c)->par_for(c, var, n, flags);
+}
+
+void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
 
 /* Every index the loop's body uses (loads and stores), for merging axes. */
 static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) {
@@ -215,12 +244,9 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   int par = (s->marks & KIR_PARALLEL) && n > 0 && d[0] > 1 && total >= r->omp_min_work;
   int simd = (s->marks & KIR_VECTOR) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
-  int prof = par && r->prof_site;
-  if (prof) prof_open(r, simd && n == 1);
-  else if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  int loops = c->ind;
-  for (int k = 0; k < n; k++) {
-    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
+  if (par) c_par_for(c, r->var[0], d[0], CG_PAR_OMP | (simd && n == 1 ? CG_PAR_SIMD : 0));
+  for (int k = par; k < n; k++) {
+    if (simd && k == n - 1) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", r->var[k], r->var[k], (ll)d[k], r->var[k],
          k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -230,10 +256,11 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     c->ind += 2;
   }
   cg_render_block(r, &s->body);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = loops;
-  if (prof) prof_close(r);
+  if (!(par && n == 1)) {   /* the innermost loop's brace, or the block's (a parallel loop closes its own) */
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (par) c_par_end(c);
   c->ind = base;
   r->merged = 0;
 }
@@ -247,11 +274,8 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
   r->nvar = nout + 1;
   int base = c->ind;
   int par = (s->marks & KIR_PARALLEL) && nout > 0 && S->dims[0] > 1 && ir_numel(S) >= r->omp_min_work;
-  int prof = par && r->prof_site;
-  if (prof) prof_open(r, 0);
-  else if (par) LINE(c, "CTC_OMP_FOR\n");
-  int loops = c->ind;
-  for (int k = 0; k < nout; k++) {
+  if (par) c_par_for(c, r->var[0], S->dims[0], CG_PAR_OMP);
+  for (int k = par; k < nout; k++) {
     LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == nout - 1 ? " {" : "");
     c->ind += 2;
   }
@@ -260,10 +284,11 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
     c->ind += 2;
   }
   cg_render_block(r, &s->body);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = loops;
-  if (prof) prof_close(r);
+  if (!(par && nout == 1)) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (par) c_par_end(c);
   c->ind = base;
 }
 
@@ -356,13 +381,13 @@ static void c_acc_done(CgRender *r, const KirStmt *s) {
 
 static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, r->k->kn->kind == KN_ROW); }
 
-const CgRenderOps cg_render_c = {c_names, c_loop, c_index, c_store, c_rowbuf_decl, c_acc_done, "j"};
+const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
+                                 .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",
+                                 .par_for = c_par_for, .par_end = c_par_end};
 
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, kir_build(c->p->arena, c->f, c->s, kn));
-  r.prof_site = c->prof_site;
-  if (c->gpu_loops) r.omp_min_work = 2;
   r.ops->names(&r);
   cg_render_block(&r, &r.k->body);
   cg_render_free(&r);

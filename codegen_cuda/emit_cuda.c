@@ -342,7 +342,37 @@ static void cu_names(CgRender *r) {
   }
 }
 
-static const CgRenderOps cuda_render = {cu_names, cu_loop, cu_index, cu_store, cu_rowbuf_decl, cu_acc_done, "ctc_k"};
+/* An op's parallel loop (cg_par_for): the loop that is all its instruction does (CG_PAR_GRID)
+ * over the grid, a grid-stride loop whose trip count the launch reads from c->grid_trip; any
+ * other loop as the C target writes it without OpenMP (each thread runs it whole). */
+static void cu_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  int grid = (flags & CG_PAR_GRID) && c->par_depth == 0 && n >= 1;
+  CHECK(c->par_depth < (int)sizeof c->par_kind);
+  if (grid && c->grid_trip) BUG("codegen_cuda: two loops of one instruction over the grid");
+  indent(c->out, c->ind);
+  if (grid) {
+    cg_printf(c->out, "for (int64_t %s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += "
+                      "(int64_t)blockDim.x * gridDim.x) {\n", var, var, (ll)n, var);
+    c->grid_trip = n;
+  } else {
+    cg_printf(c->out, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
+  }
+  c->ind += 2;
+  c->par_kind[c->par_depth] = (unsigned char)grid;
+  c->par_ind[c->par_depth++] = c->ind;
+}
+
+static void cu_par_end(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  c->ind = c->par_ind[--c->par_depth] - 2;
+  indent(c->out, c->ind);
+  cg_puts(c->out, "}\n");
+}
+
+/* The C target's table (render_c.c) with what a GPU does differently. */
+static const CgRenderOps cuda_render = {.names = cu_names, .loop = cu_loop, .index = cu_index, .store = cu_store,
+                                        .rowbuf_decl = cu_rowbuf_decl, .acc_done = cu_acc_done, .rowpos = "ctc_k",
+                                        .par_for = cu_par_for, .par_end = cu_par_end};
 
 /* Kernel k (kn: KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) as a __global__ function and its launch. */
 static void emit_fused_kernel(Ent *e, const Kernel *kn, int k) {
@@ -1038,79 +1068,24 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-/* ---- any other instruction: the C target's loop nest, on GPU threads where it can ---
- * The C emitter writes the instruction with every parallel-safe loop marked
- * (CgFunc.gpu_loops: `CTC_OMP_FOR` before the `for`, whatever its size). When
- * the body is that one marked loop, apart from comments, braces and `static
- * const` tables (which every thread may run), the loop becomes a grid-stride
- * loop: its iterations are independent, as for OpenMP's threads. Anything else
- * (a memset before the loop, several loops in sequence, no marked loop) stays
- * a one-thread kernel running the C target's loops. */
-
-/* Rewrites body (the lines of one instruction) into a grid-stride loop; the
- * loop's trip count in *trip. Returns 0, or -1 (body unchanged) if its shape
- * is not the one above. */
-static int grid_stride(Buf *body, int64_t *trip) {
-  if (!body->s) return -1;
-  CgLines L;
-  cg_lines(body->s, &L);
-  size_t marker = L.len, first = 0;
-  int ok = 1;
-  for (size_t i = 0; i < L.len && ok; i++) {
-    const char *l = L.s[i];
-    size_t n = L.n[i];
-    const char *t = l + cg_line_indent(l, n);
-    size_t tn = n - (size_t)(t - l);
-    if (!tn || (tn >= 4 && !memcmp(t, "/*", 2) && !memcmp(t + tn - 2, "*/", 2)) || cg_line_is(l, n, "{") ||
-        cg_line_is(l, n, "}"))
-      continue;
-    if (tn > 13 && !memcmp(t, "static const ", 13)) {   /* a table: up to the line ending its statement */
-      while (i < L.len && !(L.n[i] && L.s[i][L.n[i] - 1] == ';')) i++;
-      continue;
-    }
-    ok = marker == L.len && (cg_line_is(l, n, "CTC_OMP_FOR") || cg_line_is(l, n, "CTC_OMP_FOR_SIMD")) &&
-         i + 1 < L.len && cg_line_indent(L.s[i + 1], L.n[i + 1]) == cg_line_indent(l, n);
-    if (ok) marker = i, first = i + 1, i = cg_stmt_last(&L, first);
-  }
-  char var[64];
-  long long n = 0;
-  int used = 0;
-  const char *f = ok && marker < L.len ? L.s[first] + cg_line_indent(L.s[first], L.n[first]) : NULL;
-  if (!f || sscanf(f, "for (int64_t %63[a-z0-9_] = 0; %*[a-z0-9_] < %lld; %*[a-z0-9_]++)%n", var, &n, &used) != 2 ||
-      !used || n < 1) {
-    cg_lines_free(&L);
-    return -1;
-  }
-  Buf out = {0};
-  for (size_t i = 0; i < L.len; i++) {
-    if (i == marker) continue;
-    if (i == first) {
-      int rest = (int)(L.n[i] - (size_t)(f + used - L.s[i]));   /* after the header's ')': " {" or nothing */
-      cg_printf(&out, "%.*sfor (int64_t %s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += "
-                "(int64_t)blockDim.x * gridDim.x)%.*s\n", (int)(f - L.s[i]), L.s[i], var, var, n, var, rest, f + used);
-      continue;
-    }
-    cg_printf(&out, "%.*s\n", (int)L.n[i], L.s[i]);
-  }
-  cg_lines_free(&L);
-  cg_buf_free(body);
-  *body = out;
-  *trip = n;
-  return 0;
-}
-
-static void emit_serial(Ent *e, int k, int i) {
+/* ---- any other instruction: the C target's loops, on GPU threads where it can -----------
+ * The C emitter writes the instruction with c->target the CUDA renderer: a loop that is all
+ * the instruction does (CG_PAR_GRID: pad, pad_bwd, upsample, cumsum, argmax, gather,
+ * scatter_add) is a grid-stride loop (cu_par_for), its iterations independent as for OpenMP's
+ * threads, and the kernel is launched over the grid its trip count needs. Any other
+ * instruction stays a one-thread kernel running the C target's loops. */
+static void emit_serial(Ent *e, int i) {
   Buf body = {0}, com = {0};
   kbegin(e, &body);
-  e->c.gpu_loops = 1;
+  e->c.target = &cuda_render;
+  e->c.grid_trip = 0;
   cg_emit_inst(&e->c, i);   /* its comment, then its loops */
-  e->c.gpu_loops = 0;
+  CHECK(e->c.par_depth == 0);
+  e->c.target = NULL;
   char kname[200], grid[32];
-  (void)k;
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  int64_t trip = 0;
-  if (grid_stride(&body, &trip) == 0) {
-    int64_t blocks = (trip + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  if (e->c.grid_trip > 0) {
+    int64_t blocks = (e->c.grid_trip + ELEM_BLOCK - 1) / ELEM_BLOCK;
     snprintf(grid, sizeof grid, "%lld", (ll)(blocks > MAX_GRID ? MAX_GRID : blocks));
     cg_puts(&com, "/* the C target's loops, the outer one over GPU threads (grid-stride) */\n");
     kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
@@ -1118,6 +1093,7 @@ static void emit_serial(Ent *e, int k, int i) {
     cg_puts(&com, "/* one thread: the C target's loops (not yet parallel on the GPU) */\n");
     kend(e, kname, com.s, &body, "1", 1, 0);
   }
+  e->c.grid_trip = 0;
   cg_buf_free(&body);
   cg_buf_free(&com);
 }
@@ -1269,7 +1245,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       if ((in->op == IR_AVGPOOL2D || in->op == IR_AVGPOOL2D_BWD) && emit_avgpool(&e, i, in) == 0) continue;
       if ((in->op == IR_IOTA || in->op == IR_RAND_UNIFORM) && emit_iota_rand(&e, i, in) == 0) continue;
       if ((in->op == IR_EMBEDDING || in->op == IR_EMBEDDING_BWD) && emit_embedding(&e, i, in) == 0) continue;
-      emit_serial(&e, k, i);
+      emit_serial(&e, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
         BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
     }
