@@ -134,3 +134,59 @@ def test_profile_regions_come_from_the_renderer(tmp_path):
     # the row kernel (32 rows of 1024): its row loop likewise
     assert re.search(r"CTC_PROF_PARALLEL\n    \{\n.*\n      CTC_PROF_FOR\n      for \(int64_t i0 = 0; i0 < 32; i0\+\+\) \{", prof)
     assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
+
+
+# Data-movement ops that are not kernel IR yet: their loops are the C emitter's, the
+# parallel one opened through the target's renderer (cg_par_for in render_c.c).
+DATAOPS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def forward(self, x, i):
+        h = F.pad(F.pad(x, (1, 1, 1, 0), mode="reflect"), (0, 0, 1, 0))
+        h = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
+        h = torch.cumsum(h, dim=-1)
+        return h, torch.argmax(h, dim=1), torch.gather(h, 3, i)
+"""
+
+
+def op_loops(code, op):
+    """The lines of the op's code (from its model-line comment to the end of its parallel
+    loop), dedented, the loop's header apart: (header, body)."""
+    lines = code.splitlines()
+    at = next(k for k, l in enumerate(lines) if re.match(r"\s*/\* m\.py:\d+  " + re.escape(op), l))
+    head = next(k for k in range(at, len(lines)) if re.match(r"\s*for \(int64_t \w+ = ", lines[k]))
+    ind = len(lines[head]) - len(lines[head].lstrip())
+    end = next(k for k in range(head + 1, len(lines)) if lines[k] == " " * ind + "}")
+    return lines[head].strip(), [l[ind:] for l in lines[head + 1:end]]
+
+
+def test_data_ops_parallel_loop_is_the_renderers(tmp_path):
+    """pad, upsample, cumsum, argmax and gather rendered for C and for CUDA: the same
+    loops, except the parallel one: C's `for` (OpenMP when large enough, with
+    --profile a region reporting each thread's share), CUDA's grid-stride loop."""
+    opts = ["--input", "x=f32[2,3,8,8]", "--input", "i=i64[2,3,20,2]"]
+    compile_to(tmp_path, DATAOPS, "m.c", *opts)
+    compile_to(tmp_path, DATAOPS, "m.cu", *opts, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    for op, var, n in [("pad(x) reflect", "i0", 2), ("pad(pad) constant", "i0", 2), ("upsample(", "nc", 6),
+                       ("cumsum(", "o", 120), ("argmax(", "o", 2), ("gather(", "i0", 120)]:
+        (ch, cb), (uh, ub) = op_loops(c, op), op_loops(cu, op)
+        # (C's trip count may be the run-time batch's: `(batch)`, `(60 * batch)`)
+        assert re.fullmatch(rf"for \(int64_t {var} = 0; {var} < ({n}|\((\d+ \* )?batch\)); {var}\+\+\) \{{", ch), (op, ch)
+        assert uh == (f"for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {n}; "
+                      f"{var} += (int64_t)blockDim.x * gridDim.x) {{"), (op, uh)
+        assert cb == ub and cb, (op, cb, ub)
+    # large enough for threads: OpenMP on the same loop; --profile, a region written as such
+    opts = ["--input", "x=f32[256,3,8,8]", "--input", "i=i64[256,3,20,2]"]
+    compile_to(tmp_path, DATAOPS, "big.c", *opts)
+    compile_to(tmp_path, DATAOPS, "prof.c", *opts, "--profile")
+    big, prof = (tmp_path / "big.c").read_text(), (tmp_path / "prof.c").read_text()
+    assert re.search(r"^  CTC_OMP_FOR\n  for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n    for \(int64_t i = 0; i < 1;", big, re.M)
+    assert re.search(r"^    CTC_PROF_PARALLEL\n    \{\n      const double ctc_thread_t0 = ctc_prof_now\(\);\n"
+                     r"      CTC_PROF_FOR\n      for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n(.*\n)*?      \}\n"
+                     r"      ctc_prof_thread\(m->prof, &ctc_prof_forward\[\d+\], ctc_prof_thread_num\(\), ctc_thread_t0\);",
+                     prof, re.M)
+    assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
