@@ -181,6 +181,7 @@ typedef struct CgRenderOps {
   /* an op's parallel loop (cg_par_for / cg_par_end, below) */
   void (*par_for)(CgFunc *c, const char *var, int64_t n, unsigned flags);
   void (*par_end)(CgFunc *c);
+  void (*axis)(CgRender *r, int k, char *out, size_t cap);   /* KE_AXIS: space axis k's position */
 } CgRenderOps;
 struct CgRender {
   const CgRenderOps *ops;
@@ -188,6 +189,7 @@ struct CgRender {
   const Kir *k;
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
+  const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
   /* while rendering */
@@ -208,6 +210,11 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b);
 void cg_render_names(CgRender *r, int with_inputs, int row_names);
 /* A KN_ELEM or KN_ROW kernel's loops into c->out (its comments are the caller's). */
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
+/* The tables of a kernel IR (Kir.tables), named and declared `static const` at c->ind. */
+void cg_render_tables(CgRender *r);
+/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample) as C loops into c->out:
+ * 0, or -1 when it has none. */
+int cg_render_op_c(CgFunc *c, const Inst *in);
 
 /* The parallel loop of an op that is not (yet) kernel IR (emit_ops.c's pad, upsample, cumsum,
  * argmax, gather, scatter_add, ...): `for (int64_t var = 0; var < n; var++) {` and its body

@@ -1420,33 +1420,6 @@ static void pad_close(CgFunc *c, int nd, unsigned par) {
   }
 }
 
-/* y[i] = x[source of i], or the constant outside x in mode 0. */
-static void emit_pad(CgFunc *c, const Inst *in) {
-  const Type *x = ty(c, in->args[0]), *r = ty(c, in->res);
-  char yi[IDX_CAP * 2], xi[IDX_CAP * 2];
-  flat_index(yi, sizeof yi, 'i', r);
-  flat_index(xi, sizeof xi, 's', x);
-  int base = c->ind;
-  unsigned par = r->ndim > 0 ? CG_PAR_GRID | (r->dims[0] > 1 && ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0) : 0;
-  pad_loops(c, in, x, r, par, 0);
-  const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
-  if (in->attr[0] == 0) {
-    Buf cond = {0}, val = {0};
-    for (int k = 0; k < r->ndim; k++)
-      if (in->attr[1 + k] || r->dims[k] != x->dims[k])
-        cg_printf(&cond, "%ss%d >= 0 && s%d < %lld", cond.len ? " && " : "", k, k, (ll)x->dims[k]);
-    cg_literal(&val, r->dtype, in->fattr);
-    if (cond.len) LINE(c, "%s[%s] = %s ? %s[%s] : %s;\n", ys, yi, cond.s, xs, xi, val.s);
-    else LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
-    cg_buf_free(&cond);
-    cg_buf_free(&val);
-  } else {
-    LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
-  }
-  pad_close(c, r->ndim, par);
-  c->ind = base;
-}
-
 /* Declares `const int64_t i<d>` for each axis d of dims that take[d] selects, from the flat
  * index `var` running over those axes row-major (the last fastest); with_s: also `s<d> = i<d>`
  * (PAD's source index along an unpadded axis). */
@@ -1498,62 +1471,6 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   c->ind = base;
 }
 
-/* The source pixels and weights of one axis of an UPSAMPLE from `in` to `out`
- * positions, as PyTorch 1.13 computes them (UpSample.h, UpSampleKernel.cpp):
- * nearest: nearest_idx, in float; bilinear: area_pixel_compute_scale,
- * area_pixel_compute_source_index and compute_source_index_and_lambda in the
- * tensor's opmath type (float for f32, double for f64). scale: the
- * scale_factor given, <= 0 for none. exact: nearest_idx's shortcuts for
- * out == in and out == 2 in, which differ from the formula when a scale factor
- * like 1.1 gives out == in: PyTorch 1.13 takes them in the backward always,
- * in the forward only on its channels-last path, i.e. for inputs with one
- * channel (then a contiguous tensor is channels-last contiguous too). */
-static void upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
-                          int64_t *i0, int64_t *i1, double *l0, double *l1) {
-  for (int64_t o = 0; o < out; o++) {
-    if (mode == 0) {
-      if (exact && out == in) i0[o] = o;
-      else if (exact && out == 2 * in) i0[o] = o >> 1;
-      else {
-        float sc = scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
-        int64_t ix = (int64_t)floorf((float)o * sc);
-        i0[o] = ix < in - 1 ? ix : in - 1;
-      }
-      i1[o] = i0[o], l0[o] = 1, l1[o] = 0;
-      continue;
-    }
-    if (out == in) {
-      i0[o] = i1[o] = o, l0[o] = 1, l1[o] = 0;
-      continue;
-    }
-    double real, lam;
-    if (t == DT_F32) {
-      float sc = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
-                       : scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
-      float r = align ? sc * (float)o : (float)((double)sc * ((double)o + 0.5) - 0.5);
-      if (!align && r < 0) r = 0;
-      int64_t ix = (int64_t)r;
-      float lf = r - (float)ix;
-      lf = lf < 0 ? 0 : lf > 1 ? 1 : lf;
-      real = r, lam = lf;
-      l0[o] = 1.0f - lf;
-    } else {
-      double sc = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
-                        : scale > 0 ? 1.0 / scale : (double)in / (double)out;
-      double r = align ? sc * (double)o : sc * ((double)o + 0.5) - 0.5;
-      if (!align && r < 0) r = 0;
-      int64_t ix = (int64_t)r;
-      double ld = r - (double)ix;
-      ld = ld < 0 ? 0 : ld > 1 ? 1 : ld;
-      real = r, lam = ld;
-      l0[o] = 1.0 - ld;
-    }
-    i0[o] = (int64_t)real;
-    i1[o] = i0[o] + (i0[o] < in - 1 ? 1 : 0);
-    l1[o] = lam;
-  }
-}
-
 static double attr_double(int64_t bits) {
   double d;
   memcpy(&d, &bits, sizeof d);
@@ -1577,14 +1494,12 @@ static void weight_table(CgFunc *c, const char *name, DType t, const double *v, 
   cg_buf_free(&b);
 }
 
-/* UPSAMPLE (x -> y) and UPSAMPLE_BWD (g -> dx): the index and weight tables of
- * both axes are computed here, at compile time, and written as static arrays;
- * the loops read them. The forward interpolates along W, then H (PyTorch's
- * order); the backward adds each g element into its source pixels, image by
- * image (each image's slice is written by one thread). */
-static void emit_upsample(CgFunc *c, const Inst *in) {
-  int bwd = in->op == IR_UPSAMPLE_BWD;
-  const Type *small = bwd ? ty(c, in->res) : ty(c, in->args[0]), *big = bwd ? ty(c, in->args[0]) : ty(c, in->res);
+/* UPSAMPLE_BWD (g -> dx; the forward is kernel IR, kernels/kir_ops.c): the index and
+ * weight tables of both axes are computed at compile time (kir_upsample_axis) and written
+ * as static arrays; the loops read them, adding each g element into its source pixels,
+ * image by image (each image's slice is written by one thread). */
+static void emit_upsample_bwd(CgFunc *c, const Inst *in) {
+  const Type *small = ty(c, in->res), *big = ty(c, in->args[0]);
   DType t = big->dtype;
   const char *ct = cg_ctype(t);
   int mode = (int)in->attr[0], align = (int)in->attr[1];
@@ -1595,9 +1510,8 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
   int64_t *ih1 = ih0 + OH, *iw0 = ih0 + 2 * OH, *iw1 = iw0 + OW;
   double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
   if (!ih0 || !lh) BUG("out of memory");
-  int exact = bwd || small->dims[1] == 1;
-  upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, exact, ih0, ih1, lh0, lh1);
-  upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, exact, iw0, iw1, lw0, lw1);
+  kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, 1, ih0, ih1, lh0, lh1);
+  kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, 1, iw0, iw1, lw0, lw1);
   int base = c->ind;
   LINE(c, "{\n");
   c->ind += 2;
@@ -1613,40 +1527,24 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
   }
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
   cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
-  if (!bwd) {
-    LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
-    LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
-    LINE(c, "const %s *xr0 = xp + uh0[oh] * %lld;\n", ct, (ll)W);
-    if (mode == 0) {
-      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) yp[oh * %lld + ow] = xr0[uw0[ow]];\n", (ll)OW, (ll)OW);
-    } else {
-      LINE(c, "const %s *xr1 = xp + uh1[oh] * %lld;\n", ct, (ll)W);
-      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++)\n", (ll)OW);
-      LINE(c, "  yp[oh * %lld + ow] = (xr0[uw0[ow]] * lw0[ow] + xr0[uw1[ow]] * lw1[ow]) * lh0[oh] +\n", (ll)OW);
-      LINE(c, "                       (xr1[uw0[ow]] * lw0[ow] + xr1[uw1[ow]] * lw1[ow]) * lh1[oh];\n");
-    }
+  LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
+  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+  c->ind += 2;
+  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+  c->ind += 2;
+  LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
+  if (mode == 0) {
+    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
   } else {
-    LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
-    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
-    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
-    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
-    c->ind += 2;
-    LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
-    if (mode == 0) {
-      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
-    } else {
-      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
-    }
-    c->ind -= 2;
-    LINE(c, "}\n");
+    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
   }
+  c->ind -= 2;
+  LINE(c, "}\n");
   c->ind -= 2;
   LINE(c, "}\n");
   cg_par_end(c);
@@ -1729,57 +1627,6 @@ static void emit_argmax(CgFunc *c, const Inst *in) {
   LINE(c, "%s[o * %lld + i] = at;\n", cg_ref(c, in->res), (ll)inner);
   close_lines(c, base);
   cg_buf_free(&x);
-}
-
-/* gather: one pass over the result; scatter_add: the base broadcast into the
- * result, then one pass over src adding into it (sequential: indices repeat).
- * Acc 0 is the side iterated (result or src), 1 the index (broadcast), 2 the
- * indexed tensor without the gathered axis (its axis stride 0). */
-typedef struct GatherU {
-  const Inst *in;
-  ValId big, small;
-  int64_t n, stride;   /* the indexed axis of the big side: size and stride */
-} GatherU;
-
-static void gather_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
-  GatherU *u = up;
-  Buf ix = {0};
-  load(c, &ix, u->in->args[1], idx[1]);
-  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", ix.s, (ll)u->n);
-  if (u->in->op == IR_GATHER) {
-    LINE(c, "%s[%s] = %s[%s + ix * %lld];\n", cg_ref(c, u->small), idx[0], cg_ref(c, u->big), idx[2], (ll)u->stride);
-  } else {
-    Buf sv = {0};
-    load(c, &sv, u->small, idx[0]);
-    LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, u->big), idx[2], (ll)u->stride, sv.s);
-    cg_buf_free(&sv);
-  }
-  cg_buf_free(&ix);
-}
-
-static void emit_gather(CgFunc *c, const Inst *in) {
-  int g = in->op == IR_GATHER, ax = (int)in->attr[0];
-  GatherU u = {in, g ? in->args[0] : in->res, g ? in->res : in->args[2], 0, 0};
-  const Type *big = ty(c, u.big), *small = ty(c, u.small);
-  int64_t bst[IR_MAX_DIMS];
-  cstrides(big, bst);
-  u.n = big->dims[ax];
-  u.stride = bst[ax];
-  if (!g) {   /* the result starts as the base */
-    const Type *r = ty(c, in->res);
-    Acc acc[2];
-    memset(acc, 0, sizeof acc);
-    cstrides(r, acc[0].st);
-    bcast_strides(ty(c, in->args[0]), r, acc[1].st);
-    copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
-  }
-  Acc acc[3];
-  memset(acc, 0, sizeof acc);
-  cstrides(small, acc[0].st);
-  bcast_strides(ty(c, in->args[1]), small, acc[1].st);
-  memcpy(acc[2].st, bst, sizeof bst);
-  acc[2].st[ax] = 0;
-  nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g ? NEST_OMP | NEST_GRID : 0, 1);
 }
 
 /* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
@@ -2137,6 +1984,11 @@ void cg_emit_kernel(CgFunc *c, int k) {
  * every other row names emit_<ID>, so a primitive without an emitter does not
  * compile. */
 
+/* PAD, GATHER, UPSAMPLE: their kernel IR (kernels/kir_ops.c) through the C renderer. */
+static void emit_kir_op(CgFunc *c, const Inst *in) {
+  if (cg_render_op_c(c, in) < 0) BUG("codegen_c: no kernel IR for %s", ir_ops[in->op].name);
+}
+
 typedef void (*Emitter)(CgFunc *c, int i, const Inst *in);
 #define EMITTER(ID, call) \
   static void emit_##ID(CgFunc *c, int i, const Inst *in) { (void)c; (void)i; (void)in; call; }
@@ -2163,13 +2015,13 @@ EMITTER(MAXPOOL2D_BWD, emit_maxpool_bwd(c, in))
 EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
 EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))
 EMITTER(EMBEDDING_BWD, emit_embedding_bwd(c, in))
-EMITTER(PAD, emit_pad(c, in))
+EMITTER(PAD, emit_kir_op(c, in))
 EMITTER(PAD_BWD, emit_pad_bwd(c, in))
-EMITTER(UPSAMPLE, emit_upsample(c, in))
-EMITTER(UPSAMPLE_BWD, emit_upsample(c, in))
+EMITTER(UPSAMPLE, emit_kir_op(c, in))
+EMITTER(UPSAMPLE_BWD, emit_upsample_bwd(c, in))
 EMITTER(CUMSUM, emit_cumsum(c, in))
 EMITTER(ARGMAX, emit_argmax(c, in))
-EMITTER(GATHER, emit_gather(c, in))
+EMITTER(GATHER, emit_kir_op(c, in))
 EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
 
 #define EMITTER_K_ELEM(id) emit_ELEM

@@ -47,7 +47,8 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->accn = calloc(nv, sizeof *r->accn);
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
-  CHECK(r->local && r->accn && r->rowarr && r->aux);
+  r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname);
   r->omp_min_work = OMP_MIN_WORK;
 }
 
@@ -56,6 +57,7 @@ void cg_render_free(CgRender *r) {
   free(r->accn);
   free(r->rowarr);
   free(r->aux);
+  free(r->tname);
 }
 
 void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
@@ -84,6 +86,52 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     for (int a = 0; a < x->nargs; a++) cg_buf_free(&ops[a]);
     break;
   }
+  case KE_AXIS:
+    r->ops->axis(r, x->axis, idx, sizeof idx);
+    cg_puts(b, idx);
+    break;
+  case KE_INT: cg_printf(b, x->imm < 0 ? "(%lld)" : "%lld", (ll)x->imm); break;
+  case KE_FLT: cg_literal(b, x->dt, x->fimm); break;
+  case KE_BIN: {
+    static const char *const sym[] = {"+", "-", "*", "<", ">=", "&&"};
+    cg_puts(b, "(");
+    cg_render_expr(r, x->arg[0], b);
+    cg_printf(b, " %s ", sym[x->bop]);
+    cg_render_expr(r, x->arg[1], b);
+    cg_puts(b, ")");
+    break;
+  }
+  case KE_SELECT:
+    cg_puts(b, "(");
+    for (int a = 0; a < 3; a++) {
+      cg_render_expr(r, x->arg[a], b);
+      if (a < 2) cg_puts(b, a ? " : " : " ? ");
+    }
+    cg_puts(b, ")");
+    break;
+  case KE_LOADAT:
+  case KE_TABLE:
+    cg_printf(b, "%s[", x->kind == KE_TABLE ? r->tname[x->table] : cg_ref(c, x->v));
+    cg_render_expr(r, x->arg[0], b);
+    cg_puts(b, "]");
+    break;
+  }
+}
+
+void cg_render_tables(CgRender *r) {
+  CgFunc *c = r->c;
+  for (int t = 0; t < r->k->tables.len; t++) {
+    const KirTable *tb = &r->k->tables.data[t];
+    r->tname[t] = cg_name(c->ns, tb->hint);
+    Buf v = {0};
+    for (int64_t j = 0; j < tb->n; j++) {
+      int per = tb->iv ? 16 : 8;
+      if (j) cg_puts(&v, j % per ? ", " : ",\n    ");
+      if (tb->iv) cg_printf(&v, "%lld", (ll)tb->iv[j]);
+      else cg_literal(&v, tb->dt, tb->fv[j]);
+    }
+    LINE(c, "static const %s %s[%lld] = {%s};\n", cg_ctype(tb->dt), r->tname[t], (ll)tb->n, v.s ? v.s : "");
+    cg_buf_free(&v);
   }
 }
 
@@ -195,14 +243,20 @@ static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) 
     CHECK(*n < cap);
     ix[(*n)++] = &x->ix;
   }
-  if (x->kind == KE_OP)
-    for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
+  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
 }
 
 static int count_loads(const KirExpr *x) {
   int n = x->kind == KE_LOAD;
-  for (int a = 0; x->kind == KE_OP && a < x->nargs; a++) n += count_loads(x->arg[a]);
+  for (int a = 0; a < x->nargs; a++) n += count_loads(x->arg[a]);
   return n;
+}
+
+/* Whether x reads a loop variable itself (KE_AXIS): the nest's axes are then not merged. */
+static int uses_axis(const KirExpr *x) {
+  int u = x->kind == KE_AXIS;
+  for (int a = 0; a < x->nargs && !u; a++) u = uses_axis(x->arg[a]);
+  return u;
 }
 
 static void c_space_loop(CgRender *r, const KirStmt *s) {
@@ -212,10 +266,11 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   for (int j = 0; j < s->body.len; j++) cap += 1 + (s->body.data[j]->x ? count_loads(s->body.data[j]->x) : 0);
   const KirIndex **acc = malloc(sizeof *acc * (size_t)cap);
   CHECK(acc);
+  int axes = 0;
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
     if (t->kind == KS_STORE) acc[na++] = &t->ix;
-    if (t->x) gather_expr(t->x, acc, &na, cap);
+    if (t->x) gather_expr(t->x, acc, &na, cap), axes |= uses_axis(t->x);
   }
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -224,7 +279,7 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     total *= S->dims[k];
     r->group[k] = -1;
     if (S->dims[k] == 1) continue;
-    int merge = n > 0;
+    int merge = n > 0 && !axes;
     for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
     if (merge) {
       d[n - 1] *= S->dims[k];
@@ -379,11 +434,18 @@ static void c_acc_done(CgRender *r, const KirStmt *s) {
   LINE(c, "const %s %s = %s%s%s%s;\n", ct, r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", r->accn[s->v]);
 }
 
+/* KE_AXIS: axis k's loop variable (a KIR_SPACE nest's axes are not merged then), 0 for a
+ * dropped axis of size 1. */
+static void c_axis(CgRender *r, int k, char *out, size_t cap) {
+  if (r->merged) snprintf(out, cap, "%s", r->group[k] < 0 ? "0" : r->var[r->group[k]]);
+  else snprintf(out, cap, "%s", r->var[k]);
+}
+
 static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, r->k->kn->kind == KN_ROW); }
 
 const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
                                  .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",
-                                 .par_for = c_par_for, .par_end = c_par_end};
+                                 .par_for = c_par_for, .par_end = c_par_end, .axis = c_axis};
 
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   CgRender r;
@@ -391,4 +453,25 @@ void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   r.ops->names(&r);
   cg_render_block(&r, &r.k->body);
   cg_render_free(&r);
+}
+
+int cg_render_op_c(CgFunc *c, const Inst *in) {
+  Kir *k = kir_build_op(c->p->arena, c->f, in);
+  if (!k) return -1;
+  CgRender r;
+  cg_render_init(&r, &cg_render_c, c, k);
+  int base = c->ind;
+  if (k->tables.len) {
+    LINE(c, "{\n");
+    c->ind += 2;
+    cg_render_tables(&r);
+  }
+  cg_render_block(&r, &k->body);
+  if (k->tables.len) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  c->ind = base;
+  cg_render_free(&r);
+  return 0;
 }

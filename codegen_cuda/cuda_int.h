@@ -88,6 +88,9 @@ void cu_launch_comments(Ent *e, const Kernel *kn, int k, Buf *body);
 void cu_flat_index(char *out, size_t cap, const Type *S, const int64_t *st, const char *var, int to);
 /* Kernel k (KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) from its kernel IR. */
 void cu_fused_kernel(Ent *e, const Kernel *kn, int k);
+/* Instruction i from its kernel IR (kir_build_op), a thread per result element: 0, or -1
+ * when it has none. */
+int cu_op_kernel(Ent *e, int i);
 /* Instruction i as the C emitter writes it through the CUDA renderer: over the grid when
  * its loop is all it does, else one thread. */
 void cu_serial(Ent *e, int i);

@@ -161,7 +161,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
           rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
         continue;
       }
-      if (cu_data_op(&e, i, in) == 0) continue;
+      if (cu_op_kernel(&e, i) == 0 || cu_data_op(&e, i, in) == 0) continue;
       cu_serial(&e, i);
       if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
         BUG("codegen_cuda: a one-thread kernel calls a host GEMM");

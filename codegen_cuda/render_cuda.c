@@ -193,7 +193,7 @@ static void cu_loop(CgRender *r, const KirStmt *s) {
 /* KIR_SPACE: from the flat element ctc_i; a row kernel: the row ctc_row, element ctc_j. */
 static void cu_index(CgRender *r, const KirIndex *ix, char *out, size_t cap) {
   const Type *S = &r->k->space;
-  if (r->k->kn->kind != KN_ROW) {
+  if (!r->k->kn || r->k->kn->kind != KN_ROW) {
     cu_flat_index(out, cap, S, ix->st, "ctc_i", S->ndim);
     return;
   }
@@ -216,7 +216,7 @@ static void cu_store(CgRender *r, const KirStmt *s) {
   cg_render_expr(r, s->x, &x);
   cu_index(r, &s->ix, idx, sizeof idx);
   cu_line(r);
-  if (r->k->kn->kind == KN_ROW && !r->in_row) cg_puts(c->out, "if (threadIdx.x == 0) ");   /* a per-row value */
+  if (r->k->kn && r->k->kn->kind == KN_ROW && !r->in_row) cg_puts(c->out, "if (threadIdx.x == 0) ");   /* a per-row value */
   cg_printf(c->out, "%s[%s] = %s;\n", cg_ref(c, s->v), idx, x.s);
   cg_buf_free(&x);
 }
@@ -296,10 +296,19 @@ static void cu_par_end(CgFunc *c) {
   cg_puts(c->out, "}\n");
 }
 
+/* KE_AXIS: axis k's position from the flat element ctc_i. */
+static void cu_axis(CgRender *r, int k, char *out, size_t cap) {
+  int64_t st[IR_MAX_DIMS] = {0};
+  st[k] = 1;
+  char t[160];
+  cu_flat_index(t, sizeof t, &r->k->space, st, "ctc_i", r->k->space.ndim);
+  snprintf(out, cap, "%s", t);
+}
+
 /* The C target's table (render_c.c) with what a GPU does differently. */
 static const CgRenderOps cuda_render = {.names = cu_names, .loop = cu_loop, .index = cu_index, .store = cu_store,
                                         .rowbuf_decl = cu_rowbuf_decl, .acc_done = cu_acc_done, .rowpos = "ctc_k",
-                                        .par_for = cu_par_for, .par_end = cu_par_end};
+                                        .par_for = cu_par_for, .par_end = cu_par_end, .axis = cu_axis};
 
 /* Kernel k (kn: KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) as a __global__ function and its launch. */
 void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
@@ -332,10 +341,35 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
   cg_render_free(&r);
 }
 
+/* Instruction i's kernel IR (kir_build_op: pad, gather, upsample) as a __global__ function, a
+ * thread per result element, and its launch: 0, or -1 when it has none. */
+int cu_op_kernel(Ent *e, int i) {
+  const Inst *in = &e->f->insts.data[i];
+  Kir *k = kir_build_op(e->g->p->arena, e->f, in);
+  if (!k) return -1;
+  CgRender r;
+  cg_render_init(&r, &cuda_render, &e->c, k);
+  Buf body = {0}, com = {0};
+  cu_kbegin(e, &body);
+  cg_comment(&e->c, in);
+  cg_render_tables(&r);
+  cg_render_block(&r, &k->body);
+  char kname[200], grid[32];
+  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
+  int64_t N = ir_numel(&k->space), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
+  cg_puts(&com, "/* its kernel IR: a thread per result element (grid-stride) */\n");
+  cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
+  cg_buf_free(&body);
+  cg_buf_free(&com);
+  cg_render_free(&r);
+  return 0;
+}
+
 /* ---- any other instruction: the C target's loops, on GPU threads where it can -----------
  * The C emitter writes the instruction with c->target the CUDA renderer: a loop that is all
- * the instruction does (CG_PAR_GRID: pad, pad_bwd, upsample, cumsum, argmax, gather,
- * scatter_add) is a grid-stride loop (cu_par_for), its iterations independent as for OpenMP's
+ * the instruction does (CG_PAR_GRID: pad_bwd, upsample_bwd, cumsum, argmax, scatter_add) is a
+ * grid-stride loop (cu_par_for), its iterations independent as for OpenMP's
  * threads, and the kernel is launched over the grid its trip count needs. Any other
  * instruction stays a one-thread kernel running the C target's loops. */
 void cu_serial(Ent *e, int i) {
