@@ -1112,9 +1112,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
   int base = c->ind;
-  if (NC > 1 && ir_numel(r) * kh * kw >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
-  c->ind += 2;
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(r) * kh * kw >= min_work(c) ? CG_PAR_OMP : 0));
   LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
   LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
   LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
@@ -1167,9 +1165,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   }
   c->ind -= 2;
   LINE(c, "}\n");
-  c->ind -= 2;
-  c->ind -= 2;
-  LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
@@ -1194,9 +1190,7 @@ static void emit_embedding(CgFunc *c, const Inst *in) {
  * its own slice of the result, so the += of overlapping windows never races. */
 static int open_images(CgFunc *c, int64_t NC, int64_t work) {
   int base = c->ind;
-  if (NC > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
-  c->ind += 2;
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
   return base;
 }
 
@@ -1210,8 +1204,7 @@ static void window_loops(CgFunc *c, int64_t OH, int64_t OW) {
 static void close_windows(CgFunc *c, int base) {
   c->ind -= 2;
   LINE(c, "}\n");
-  c->ind -= 4;
-  LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
