@@ -91,7 +91,7 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
-/* ---- cg_util.c: emitted C read back as lines (prof_c.c, codegen_cuda) ---------- */
+/* ---- cg_util.c: emitted C read back as lines (prof_c.c's rewrite; codegen_cuda re-indents a block) ---- */
 
 typedef struct CgLines {
   const char **s;   /* each line's start (pointers into the text) */

@@ -60,6 +60,21 @@ void cg_render_free(CgRender *r) {
   free(r->tname);
 }
 
+/* KE_BIN's operators and their binding (C's: * over + - over < >= over &&). */
+static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&"};
+static const int bin_prec[] = {2, 2, 3, 1, 1, 0};
+
+/* x as an operand of a binary operator of binding prec (left or right of it): in
+ * parentheses when C would otherwise group it differently (a right operand of the same
+ * binding always: a float sum's order is the kernel IR's). */
+static void operand(CgRender *r, const KirExpr *x, Buf *b, int prec, int right) {
+  int p = x->kind == KE_BIN ? bin_prec[x->bop] : x->kind == KE_SELECT ? -1 : 9;
+  int paren = p < prec || (right && p == prec);
+  if (paren) cg_puts(b, "(");
+  cg_render_expr(r, x, b);
+  if (paren) cg_puts(b, ")");
+}
+
 void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
   CgFunc *c = r->c;
   char idx[IDX_CAP];
@@ -92,22 +107,16 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     break;
   case KE_INT: cg_printf(b, x->imm < 0 ? "(%lld)" : "%lld", (ll)x->imm); break;
   case KE_FLT: cg_literal(b, x->dt, x->fimm); break;
-  case KE_BIN: {
-    static const char *const sym[] = {"+", "-", "*", "<", ">=", "&&"};
-    cg_puts(b, "(");
-    cg_render_expr(r, x->arg[0], b);
-    cg_printf(b, " %s ", sym[x->bop]);
-    cg_render_expr(r, x->arg[1], b);
-    cg_puts(b, ")");
+  case KE_BIN:
+    operand(r, x->arg[0], b, bin_prec[x->bop], 0);
+    cg_printf(b, " %s ", bin_sym[x->bop]);
+    operand(r, x->arg[1], b, bin_prec[x->bop], 1);
     break;
-  }
-  case KE_SELECT:
-    cg_puts(b, "(");
+  case KE_SELECT:   /* c ? t : e, a select inside it parenthesised */
     for (int a = 0; a < 3; a++) {
-      cg_render_expr(r, x->arg[a], b);
+      operand(r, x->arg[a], b, 0, 1);
       if (a < 2) cg_puts(b, a ? " : " : " ? ");
     }
-    cg_puts(b, ")");
     break;
   case KE_LOADAT:
   case KE_TABLE:
