@@ -91,7 +91,7 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
-/* ---- cg_util.c: emitted C read back as lines (prof_c.c, codegen_cuda) ---------- */
+/* ---- cg_util.c: emitted C read back as lines (prof_c.c's rewrite; codegen_cuda re-indents a block) ---- */
 
 typedef struct CgLines {
   const char **s;   /* each line's start (pointers into the text) */
@@ -132,7 +132,12 @@ typedef struct CgFunc {
   Kernels *k;
   const KnSchedule *s;     /* the entry's kernels (kernels/) */
   Names *ns;               /* the entry's identifiers (locals of fused loops) */
-  int gpu_loops;           /* codegen_cuda: mark every parallel-safe loop CTC_OMP_FOR, whatever its size */
+  const struct CgRenderOps *target;   /* the renderer of the ops' parallel loops (cg_par_for): NULL, the C
+                                         target's (cg_render_c); codegen_cuda sets its own */
+  int par_depth;           /* while writing: the parallel loops open (cg_par_for), their kinds and body indents */
+  unsigned char par_kind[8];
+  int par_ind[8];
+  int64_t grid_trip;       /* CUDA: the trip count of the loop run over the grid (CG_PAR_GRID), 0 for none */
   const char *prof_site;   /* --profile: the site of the kernel being written ("&ctc_prof_forward[3]"):
                               the kernel IR's parallel loops report each thread's share to it */
 } CgFunc;
@@ -173,6 +178,10 @@ typedef struct CgRenderOps {
   void (*rowbuf_decl)(CgRender *r, const KirStmt *s);                   /* a per-row array */
   void (*acc_done)(CgRender *r, const KirStmt *s);                      /* a reduction's value */
   const char *rowpos;                      /* a per-row array's position: "j", "ctc_k" */
+  /* an op's parallel loop (cg_par_for / cg_par_end, below) */
+  void (*par_for)(CgFunc *c, const char *var, int64_t n, unsigned flags);
+  void (*par_end)(CgFunc *c);
+  void (*axis)(CgRender *r, int k, char *out, size_t cap);   /* KE_AXIS: space axis k's position */
 } CgRenderOps;
 struct CgRender {
   const CgRenderOps *ops;
@@ -180,9 +189,9 @@ struct CgRender {
   const Kir *k;
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
+  const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
-  const char *prof_site;     /* C, --profile: parallel loops as regions reporting to this site */
   /* while rendering */
   int nvar, merged;          /* the loop variables (merged: a KIR_SPACE nest's, over last[]) */
   char var[IR_MAX_DIMS + 1][16];
@@ -201,6 +210,22 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b);
 void cg_render_names(CgRender *r, int with_inputs, int row_names);
 /* A KN_ELEM or KN_ROW kernel's loops into c->out (its comments are the caller's). */
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
+/* The tables of a kernel IR (Kir.tables), named and declared `static const` at c->ind. */
+void cg_render_tables(CgRender *r);
+/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample) as C loops into c->out:
+ * 0, or -1 when it has none. */
+int cg_render_op_c(CgFunc *c, const Inst *in);
+
+/* The parallel loop of an op that is not (yet) kernel IR (emit_ops.c's pad, upsample, cumsum,
+ * argmax, gather, scatter_add, ...): `for (int64_t var = 0; var < n; var++) {` and its body
+ * indented, closed by cg_par_end, written by c->target's renderer. Flags: CG_PAR_OMP, its
+ * iterations are worth threads on the CPU (C: OpenMP, or with --profile a region whose threads
+ * report their shares); CG_PAR_SIMD, vector lanes too; CG_PAR_GRID, the loop is all the
+ * instruction does (what precedes it, declarations every thread may run): a GPU renderer runs
+ * it over the grid (CUDA: a grid-stride loop, its trip count in c->grid_trip). */
+enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4 };
+void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags);
+void cg_par_end(CgFunc *c);
 
 /* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
 

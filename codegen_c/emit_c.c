@@ -416,7 +416,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
 
   /* Body. */
   Buf body = {0};
-  CgFunc c = {p, f, fp, cname, ref, &body, 2, sname, &g->k, g->sched[fi], &ns, 0, NULL};
+  CgFunc c = {.p = p, .f = f, .fp = fp, .cname = cname, .ref = ref, .out = &body, .ind = 2, .sname = sname,
+              .k = &g->k, .s = g->sched[fi], .ns = &ns};
   char fid[128];
   cg_ident(fid, sizeof fid, f->name);
   const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;

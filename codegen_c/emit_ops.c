@@ -22,9 +22,10 @@
 
 /* Loops with fewer elements than this are not worth waking threads for. */
 #define OMP_MIN_WORK ((int64_t)1 << 15)
-/* The elements from which a loop runs in parallel; the CUDA emitter marks every
- * parallel-safe loop (CgFunc.gpu_loops) and runs it on GPU threads. */
-static int64_t min_work(const CgFunc *c) { return c->gpu_loops ? 2 : OMP_MIN_WORK; }
+/* The elements from which a loop runs on OpenMP threads. A loop that is all its instruction
+ * does is opened through the renderer (cg_par_for, CG_PAR_GRID), which the CUDA target runs
+ * over the GPU's grid whatever its size. */
+static int64_t min_work(const CgFunc *c) { (void)c; return OMP_MIN_WORK; }
 /* M*N*K from which a GEMM is split over the threads (ctc_gemm_split in kernels.c) */
 #define GEMM_SPLIT_WORK 262144.0
 #define IDX_CAP 320
@@ -91,7 +92,7 @@ typedef struct Acc {
 
 typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
 
-enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4 };
+enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4, NEST_GRID = 8 };
 
 /* The index expression of an access: "7 + i0 * 12 + i1". */
 static void index_expr(char *out, int n, char var[][16], int64_t off, const int64_t *st) {
@@ -115,7 +116,9 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
  * NEST_OMP_ALWAYS, whenever that loop has several iterations (each does much
  * work: a GEMM); NEST_SIMD, `omp simd` on the innermost loop (its iterations
  * are independent: GCC cannot see that through the pointers an OpenMP region
- * captures, and with many arrays gives up vectorising). */
+ * captures, and with many arrays gives up vectorising); NEST_GRID, the nest is all
+ * the instruction does (CG_PAR_GRID: its outer loop over a GPU's threads). The
+ * outer loop, when parallel, is the renderer's (cg_par_for). */
 static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -144,9 +147,12 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
   int par = (omp & (NEST_OMP | NEST_OMP_ALWAYS)) && n > 0 && d[0] > 1 && ((omp & NEST_OMP_ALWAYS) || total >= min_work(c));
   int simd = (omp & NEST_SIMD) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
-  if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  for (int k = 0; k < n; k++) {
-    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
+  int outer = n > 0 && (par || (omp & NEST_GRID));   /* the outer loop is the renderer's */
+  if (outer)
+    cg_par_for(c, var[0], d[0], (par ? CG_PAR_OMP : 0) | (simd && n == 1 ? CG_PAR_SIMD : 0) |
+                                    (omp & NEST_GRID ? CG_PAR_GRID : 0));
+  for (int k = outer; k < n; k++) {
+    if (simd && k == n - 1) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", var[k], var[k], (ll)d[k], var[k],
          braces && k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -156,10 +162,11 @@ static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc,
     c->ind += 2;
   }
   body(c, idx, u);
-  if (braces) {
+  if (braces && !(outer && n == 1)) {
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  if (outer) cg_par_end(c);
   c->ind = base;
   free(st);
   free(idx);
@@ -1105,9 +1112,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
   int base = c->ind;
-  if (NC > 1 && ir_numel(r) * kh * kw >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
-  c->ind += 2;
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(r) * kh * kw >= min_work(c) ? CG_PAR_OMP : 0));
   LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
   LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
   LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
@@ -1160,9 +1165,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   }
   c->ind -= 2;
   LINE(c, "}\n");
-  c->ind -= 2;
-  c->ind -= 2;
-  LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
@@ -1187,9 +1190,7 @@ static void emit_embedding(CgFunc *c, const Inst *in) {
  * its own slice of the result, so the += of overlapping windows never races. */
 static int open_images(CgFunc *c, int64_t NC, int64_t work) {
   int base = c->ind;
-  if (NC > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
-  c->ind += 2;
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
   return base;
 }
 
@@ -1203,8 +1204,7 @@ static void window_loops(CgFunc *c, int64_t OH, int64_t OW) {
 static void close_windows(CgFunc *c, int base) {
   c->ind -= 2;
   LINE(c, "}\n");
-  c->ind -= 4;
-  LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
@@ -1379,13 +1379,18 @@ static void flat_index(char *buf, size_t cap, char v, const Type *t) {
 /* The loops of PAD and PAD_BWD over the padded shape p (i0, i1, ...), each with the
  * source index s<k> in x's shape along its axis: reflect and replicate map every
  * position into x; constant padding gives i - lo, which the caller checks. */
-static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, int omp, int from) {
+static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, unsigned par, int from) {
   int mode = (int)in->attr[0];
   for (int k = from; k < p->ndim; k++) {
     int64_t lo = in->attr[1 + k], X = x->dims[k];
-    if (k == from && omp) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
-    c->ind += 2;
+    char var[16];
+    snprintf(var, sizeof var, "i%d", k);
+    if (k == from && par) {   /* par: cg_par_for's flags for the outer loop */
+      cg_par_for(c, var, p->dims[k], par);
+    } else {
+      LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
+      c->ind += 2;
+    }
     if (lo == 0 && p->dims[k] == X) LINE(c, "const int64_t s%d = i%d;\n", k, k);
     else if (mode == 1)
       LINE(c, "const int64_t s%d = i%d < %lld ? %lld - i%d : i%d >= %lld ? %lld - i%d : i%d - %lld;\n", k, k, (ll)lo,
@@ -1397,37 +1402,15 @@ static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, i
   }
 }
 
-static void pad_close(CgFunc *c, int nd) {
+static void pad_close(CgFunc *c, int nd, unsigned par) {
   for (int k = 0; k < nd; k++) {
+    if (k == nd - 1 && par) {
+      cg_par_end(c);
+      continue;
+    }
     c->ind -= 2;
     LINE(c, "}\n");
   }
-}
-
-/* y[i] = x[source of i], or the constant outside x in mode 0. */
-static void emit_pad(CgFunc *c, const Inst *in) {
-  const Type *x = ty(c, in->args[0]), *r = ty(c, in->res);
-  char yi[IDX_CAP * 2], xi[IDX_CAP * 2];
-  flat_index(yi, sizeof yi, 'i', r);
-  flat_index(xi, sizeof xi, 's', x);
-  int base = c->ind;
-  pad_loops(c, in, x, r, r->ndim > 0 && r->dims[0] > 1 && ir_numel(r) >= min_work(c), 0);
-  const char *ys = cg_ref(c, in->res), *xs = cg_ref(c, in->args[0]);
-  if (in->attr[0] == 0) {
-    Buf cond = {0}, val = {0};
-    for (int k = 0; k < r->ndim; k++)
-      if (in->attr[1 + k] || r->dims[k] != x->dims[k])
-        cg_printf(&cond, "%ss%d >= 0 && s%d < %lld", cond.len ? " && " : "", k, k, (ll)x->dims[k]);
-    cg_literal(&val, r->dtype, in->fattr);
-    if (cond.len) LINE(c, "%s[%s] = %s ? %s[%s] : %s;\n", ys, yi, cond.s, xs, xi, val.s);
-    else LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
-    cg_buf_free(&cond);
-    cg_buf_free(&val);
-  } else {
-    LINE(c, "%s[%s] = %s[%s];\n", ys, yi, xs, xi);
-  }
-  pad_close(c, r->ndim);
-  c->ind = base;
 }
 
 /* Declares `const int64_t i<d>` for each axis d of dims that take[d] selects, from the flat
@@ -1467,10 +1450,8 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   const char *ct = cg_ctype(r->dtype), *dx = cg_ref(c, in->res);
   const int64_t slice = ir_numel(r) / n;
   int base = c->ind;
-  if (lead) {
-    if (ir_numel(g) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-    LINE(c, "for (int64_t j = 0; j < %lld; j++) {   /* the slices of the %d unpadded leading axes */\n", (ll)n, lead);
-    c->ind += 2;
+  if (lead) {   /* the slices of the unpadded leading axes */
+    cg_par_for(c, "j", n, CG_PAR_GRID | (ir_numel(g) >= min_work(c) ? CG_PAR_OMP : 0));
     unflatten(c, "j", lead, g->dims, take, 1);
     LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
   } else {
@@ -1478,68 +1459,9 @@ static void emit_pad_bwd(CgFunc *c, const Inst *in) {
   }
   pad_loops(c, in, r, g, 0, lead);
   LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
-  pad_close(c, g->ndim - lead);
-  if (lead) {
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
+  pad_close(c, g->ndim - lead, 0);
+  if (lead) cg_par_end(c);
   c->ind = base;
-}
-
-/* The source pixels and weights of one axis of an UPSAMPLE from `in` to `out`
- * positions, as PyTorch 1.13 computes them (UpSample.h, UpSampleKernel.cpp):
- * nearest: nearest_idx, in float; bilinear: area_pixel_compute_scale,
- * area_pixel_compute_source_index and compute_source_index_and_lambda in the
- * tensor's opmath type (float for f32, double for f64). scale: the
- * scale_factor given, <= 0 for none. exact: nearest_idx's shortcuts for
- * out == in and out == 2 in, which differ from the formula when a scale factor
- * like 1.1 gives out == in: PyTorch 1.13 takes them in the backward always,
- * in the forward only on its channels-last path, i.e. for inputs with one
- * channel (then a contiguous tensor is channels-last contiguous too). */
-static void upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
-                          int64_t *i0, int64_t *i1, double *l0, double *l1) {
-  for (int64_t o = 0; o < out; o++) {
-    if (mode == 0) {
-      if (exact && out == in) i0[o] = o;
-      else if (exact && out == 2 * in) i0[o] = o >> 1;
-      else {
-        float sc = scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
-        int64_t ix = (int64_t)floorf((float)o * sc);
-        i0[o] = ix < in - 1 ? ix : in - 1;
-      }
-      i1[o] = i0[o], l0[o] = 1, l1[o] = 0;
-      continue;
-    }
-    if (out == in) {
-      i0[o] = i1[o] = o, l0[o] = 1, l1[o] = 0;
-      continue;
-    }
-    double real, lam;
-    if (t == DT_F32) {
-      float sc = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
-                       : scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
-      float r = align ? sc * (float)o : (float)((double)sc * ((double)o + 0.5) - 0.5);
-      if (!align && r < 0) r = 0;
-      int64_t ix = (int64_t)r;
-      float lf = r - (float)ix;
-      lf = lf < 0 ? 0 : lf > 1 ? 1 : lf;
-      real = r, lam = lf;
-      l0[o] = 1.0f - lf;
-    } else {
-      double sc = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
-                        : scale > 0 ? 1.0 / scale : (double)in / (double)out;
-      double r = align ? sc * (double)o : sc * ((double)o + 0.5) - 0.5;
-      if (!align && r < 0) r = 0;
-      int64_t ix = (int64_t)r;
-      double ld = r - (double)ix;
-      ld = ld < 0 ? 0 : ld > 1 ? 1 : ld;
-      real = r, lam = ld;
-      l0[o] = 1.0 - ld;
-    }
-    i0[o] = (int64_t)real;
-    i1[o] = i0[o] + (i0[o] < in - 1 ? 1 : 0);
-    l1[o] = lam;
-  }
 }
 
 static double attr_double(int64_t bits) {
@@ -1565,14 +1487,12 @@ static void weight_table(CgFunc *c, const char *name, DType t, const double *v, 
   cg_buf_free(&b);
 }
 
-/* UPSAMPLE (x -> y) and UPSAMPLE_BWD (g -> dx): the index and weight tables of
- * both axes are computed here, at compile time, and written as static arrays;
- * the loops read them. The forward interpolates along W, then H (PyTorch's
- * order); the backward adds each g element into its source pixels, image by
- * image (each image's slice is written by one thread). */
-static void emit_upsample(CgFunc *c, const Inst *in) {
-  int bwd = in->op == IR_UPSAMPLE_BWD;
-  const Type *small = bwd ? ty(c, in->res) : ty(c, in->args[0]), *big = bwd ? ty(c, in->args[0]) : ty(c, in->res);
+/* UPSAMPLE_BWD (g -> dx; the forward is kernel IR, kernels/kir_ops.c): the index and
+ * weight tables of both axes are computed at compile time (kir_upsample_axis) and written
+ * as static arrays; the loops read them, adding each g element into its source pixels,
+ * image by image (each image's slice is written by one thread). */
+static void emit_upsample_bwd(CgFunc *c, const Inst *in) {
+  const Type *small = ty(c, in->res), *big = ty(c, in->args[0]);
   DType t = big->dtype;
   const char *ct = cg_ctype(t);
   int mode = (int)in->attr[0], align = (int)in->attr[1];
@@ -1583,9 +1503,8 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
   int64_t *ih1 = ih0 + OH, *iw0 = ih0 + 2 * OH, *iw1 = iw0 + OW;
   double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
   if (!ih0 || !lh) BUG("out of memory");
-  int exact = bwd || small->dims[1] == 1;
-  upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, exact, ih0, ih1, lh0, lh1);
-  upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, exact, iw0, iw1, lw0, lw1);
+  kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, 1, ih0, ih1, lh0, lh1);
+  kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, 1, iw0, iw1, lw0, lw1);
   int base = c->ind;
   LINE(c, "{\n");
   c->ind += 2;
@@ -1600,47 +1519,28 @@ static void emit_upsample(CgFunc *c, const Inst *in) {
     weight_table(c, "lw1", t, lw1, OW);
   }
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  if (NC > 1 && ir_numel(big) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t nc = 0; nc < %lld; nc++) {\n", (ll)NC);
+  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
+  LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
+  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
   c->ind += 2;
-  if (!bwd) {
-    LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
-    LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
-    LINE(c, "const %s *xr0 = xp + uh0[oh] * %lld;\n", ct, (ll)W);
-    if (mode == 0) {
-      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) yp[oh * %lld + ow] = xr0[uw0[ow]];\n", (ll)OW, (ll)OW);
-    } else {
-      LINE(c, "const %s *xr1 = xp + uh1[oh] * %lld;\n", ct, (ll)W);
-      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++)\n", (ll)OW);
-      LINE(c, "  yp[oh * %lld + ow] = (xr0[uw0[ow]] * lw0[ow] + xr0[uw1[ow]] * lw1[ow]) * lh0[oh] +\n", (ll)OW);
-      LINE(c, "                       (xr1[uw0[ow]] * lw0[ow] + xr1[uw1[ow]] * lw1[ow]) * lh1[oh];\n");
-    }
+  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+  c->ind += 2;
+  LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
+  if (mode == 0) {
+    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
   } else {
-    LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
-    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
-    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
-    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
-    c->ind += 2;
-    LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
-    if (mode == 0) {
-      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
-    } else {
-      LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
-      LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
-    }
-    c->ind -= 2;
-    LINE(c, "}\n");
+    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
+    LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
   }
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_end(c);
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
@@ -1662,16 +1562,16 @@ static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t 
 /* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
 static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
   int base = c->ind;
-  if (outer > 1 && work >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)outer);
-  LINE(c, "  for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
-  c->ind += 4;
+  cg_par_for(c, "o", outer, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
+  c->ind += 2;
   return base;
 }
 
 static void close_lines(CgFunc *c, int base) {
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_end(c);
   c->ind = base;
 }
 
@@ -1722,57 +1622,6 @@ static void emit_argmax(CgFunc *c, const Inst *in) {
   cg_buf_free(&x);
 }
 
-/* gather: one pass over the result; scatter_add: the base broadcast into the
- * result, then one pass over src adding into it (sequential: indices repeat).
- * Acc 0 is the side iterated (result or src), 1 the index (broadcast), 2 the
- * indexed tensor without the gathered axis (its axis stride 0). */
-typedef struct GatherU {
-  const Inst *in;
-  ValId big, small;
-  int64_t n, stride;   /* the indexed axis of the big side: size and stride */
-} GatherU;
-
-static void gather_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
-  GatherU *u = up;
-  Buf ix = {0};
-  load(c, &ix, u->in->args[1], idx[1]);
-  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", ix.s, (ll)u->n);
-  if (u->in->op == IR_GATHER) {
-    LINE(c, "%s[%s] = %s[%s + ix * %lld];\n", cg_ref(c, u->small), idx[0], cg_ref(c, u->big), idx[2], (ll)u->stride);
-  } else {
-    Buf sv = {0};
-    load(c, &sv, u->small, idx[0]);
-    LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, u->big), idx[2], (ll)u->stride, sv.s);
-    cg_buf_free(&sv);
-  }
-  cg_buf_free(&ix);
-}
-
-static void emit_gather(CgFunc *c, const Inst *in) {
-  int g = in->op == IR_GATHER, ax = (int)in->attr[0];
-  GatherU u = {in, g ? in->args[0] : in->res, g ? in->res : in->args[2], 0, 0};
-  const Type *big = ty(c, u.big), *small = ty(c, u.small);
-  int64_t bst[IR_MAX_DIMS];
-  cstrides(big, bst);
-  u.n = big->dims[ax];
-  u.stride = bst[ax];
-  if (!g) {   /* the result starts as the base */
-    const Type *r = ty(c, in->res);
-    Acc acc[2];
-    memset(acc, 0, sizeof acc);
-    cstrides(r, acc[0].st);
-    bcast_strides(ty(c, in->args[0]), r, acc[1].st);
-    copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
-  }
-  Acc acc[3];
-  memset(acc, 0, sizeof acc);
-  cstrides(small, acc[0].st);
-  bcast_strides(ty(c, in->args[1]), small, acc[1].st);
-  memcpy(acc[2].st, bst, sizeof bst);
-  acc[2].st[ax] = 0;
-  nest(c, small->ndim, small->dims, 3, acc, gather_body, &u, g, 1);
-}
-
 /* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
  * base's fiber, then, where src has that fiber, src's elements added at their
  * indices in order along the axis. Fibers are disjoint, so the loop over them is parallel
@@ -1807,9 +1656,8 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   index_expr(so, nv, var, 0, st[2]);
   index_expr(io, nv, var, 0, st[3]);
   int base = c->ind;
-  if (fibers > 1 && ir_numel(r) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) {   /* the fibers along axis %d */\n", (ll)fibers, ax);
-  c->ind += 2;
+  LINE(c, "/* the fibers along axis %d */\n", ax);
+  cg_par_for(c, "i", fibers, CG_PAR_GRID | (ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0));
   unflatten(c, "i", r->ndim, r->dims, take, 0);
   char idx[IDX_CAP * 2];
   Buf v = {0};
@@ -1832,10 +1680,11 @@ static void emit_scatter_add(CgFunc *c, const Inst *in) {
   load(c, &v, in->args[2], idx);
   LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
   cg_buf_free(&v);
-  for (int close = inside.len ? 3 : 2; close > 0; close--) {   /* k's loop, the if, the fibers' loop */
+  for (int close = inside.len ? 2 : 1; close > 0; close--) {   /* k's loop, the if */
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  cg_par_end(c);   /* the fibers' loop */
   cg_buf_free(&inside);
   c->ind = base;
 }
@@ -2128,6 +1977,11 @@ void cg_emit_kernel(CgFunc *c, int k) {
  * every other row names emit_<ID>, so a primitive without an emitter does not
  * compile. */
 
+/* PAD, GATHER, UPSAMPLE: their kernel IR (kernels/kir_ops.c) through the C renderer. */
+static void emit_kir_op(CgFunc *c, const Inst *in) {
+  if (cg_render_op_c(c, in) < 0) BUG("codegen_c: no kernel IR for %s", ir_ops[in->op].name);
+}
+
 typedef void (*Emitter)(CgFunc *c, int i, const Inst *in);
 #define EMITTER(ID, call) \
   static void emit_##ID(CgFunc *c, int i, const Inst *in) { (void)c; (void)i; (void)in; call; }
@@ -2154,13 +2008,13 @@ EMITTER(MAXPOOL2D_BWD, emit_maxpool_bwd(c, in))
 EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
 EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))
 EMITTER(EMBEDDING_BWD, emit_embedding_bwd(c, in))
-EMITTER(PAD, emit_pad(c, in))
+EMITTER(PAD, emit_kir_op(c, in))
 EMITTER(PAD_BWD, emit_pad_bwd(c, in))
-EMITTER(UPSAMPLE, emit_upsample(c, in))
-EMITTER(UPSAMPLE_BWD, emit_upsample(c, in))
+EMITTER(UPSAMPLE, emit_kir_op(c, in))
+EMITTER(UPSAMPLE_BWD, emit_upsample_bwd(c, in))
 EMITTER(CUMSUM, emit_cumsum(c, in))
 EMITTER(ARGMAX, emit_argmax(c, in))
-EMITTER(GATHER, emit_gather(c, in))
+EMITTER(GATHER, emit_kir_op(c, in))
 EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
 
 #define EMITTER_K_ELEM(id) emit_ELEM

@@ -1,6 +1,9 @@
 /* prof_c.c - `--profile` builds: each OpenMP thread's share of a kernel's loops.
  *
- * The emitters mark a loop that runs in parallel with a line `CTC_OMP_FOR` (or
+ * The C renderer writes the kernel IR's parallel loops and every loop opened through
+ * cg_par_for as these regions itself (render_c.c, CgFunc.prof_site: a renderer option).
+ * What is left here is for the loops the GEMM, convolution and reduction emitters still
+ * write as text: they mark a loop that runs in parallel with a line `CTC_OMP_FOR` (or
  * `CTC_OMP_FOR_SIMD`) before its `for`. In a profile build, after a kernel is
  * emitted, each such loop becomes a parallel region in which every thread
  * notes the time, runs its iterations (`omp for nowait`) and reports its share

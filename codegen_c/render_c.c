@@ -17,9 +17,10 @@
  * first); a KIR_ROW loop with accumulations and row elements (or float sums)
  * runs as two: the elements and the reductions' operands (into `<name>_in[]`)
  * in a CTC_OMP_SIMD loop, then the accumulations in their order (ctc_sum /
- * ctc_max for floats, as emit_reduce). With CgRender.prof_site (--profile) a
- * parallel loop is written as a region whose threads report their shares
- * (prof_c.c's macros), the text prof_c.c's rewrite gives the loops it finds. */
+ * ctc_max for floats, as emit_reduce). A parallel loop is the C target's
+ * par_for (below), shared with the ops that are not kernel IR yet (cg_par_for):
+ * OpenMP, or with CgFunc.prof_site (--profile) a region whose threads report
+ * their shares: a renderer option, not a rewrite of the text. */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -46,7 +47,8 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->accn = calloc(nv, sizeof *r->accn);
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
-  CHECK(r->local && r->accn && r->rowarr && r->aux);
+  r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname);
   r->omp_min_work = OMP_MIN_WORK;
 }
 
@@ -55,6 +57,22 @@ void cg_render_free(CgRender *r) {
   free(r->accn);
   free(r->rowarr);
   free(r->aux);
+  free(r->tname);
+}
+
+/* KE_BIN's operators and their binding (C's: * over + - over < >= over &&). */
+static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&"};
+static const int bin_prec[] = {2, 2, 3, 1, 1, 0};
+
+/* x as an operand of a binary operator of binding prec (left or right of it): in
+ * parentheses when C would otherwise group it differently (a right operand of the same
+ * binding always: a float sum's order is the kernel IR's). */
+static void operand(CgRender *r, const KirExpr *x, Buf *b, int prec, int right) {
+  int p = x->kind == KE_BIN ? bin_prec[x->bop] : x->kind == KE_SELECT ? -1 : 9;
+  int paren = p < prec || (right && p == prec);
+  if (paren) cg_puts(b, "(");
+  cg_render_expr(r, x, b);
+  if (paren) cg_puts(b, ")");
 }
 
 void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
@@ -83,6 +101,46 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     for (int a = 0; a < x->nargs; a++) cg_buf_free(&ops[a]);
     break;
   }
+  case KE_AXIS:
+    r->ops->axis(r, x->axis, idx, sizeof idx);
+    cg_puts(b, idx);
+    break;
+  case KE_INT: cg_printf(b, x->imm < 0 ? "(%lld)" : "%lld", (ll)x->imm); break;
+  case KE_FLT: cg_literal(b, x->dt, x->fimm); break;
+  case KE_BIN:
+    operand(r, x->arg[0], b, bin_prec[x->bop], 0);
+    cg_printf(b, " %s ", bin_sym[x->bop]);
+    operand(r, x->arg[1], b, bin_prec[x->bop], 1);
+    break;
+  case KE_SELECT:   /* c ? t : e, a select inside it parenthesised */
+    for (int a = 0; a < 3; a++) {
+      operand(r, x->arg[a], b, 0, 1);
+      if (a < 2) cg_puts(b, a ? " : " : " ? ");
+    }
+    break;
+  case KE_LOADAT:
+  case KE_TABLE:
+    cg_printf(b, "%s[", x->kind == KE_TABLE ? r->tname[x->table] : cg_ref(c, x->v));
+    cg_render_expr(r, x->arg[0], b);
+    cg_puts(b, "]");
+    break;
+  }
+}
+
+void cg_render_tables(CgRender *r) {
+  CgFunc *c = r->c;
+  for (int t = 0; t < r->k->tables.len; t++) {
+    const KirTable *tb = &r->k->tables.data[t];
+    r->tname[t] = cg_name(c->ns, tb->hint);
+    Buf v = {0};
+    for (int64_t j = 0; j < tb->n; j++) {
+      int per = tb->iv ? 16 : 8;
+      if (j) cg_puts(&v, j % per ? ", " : ",\n    ");
+      if (tb->iv) cg_printf(&v, "%lld", (ll)tb->iv[j]);
+      else cg_literal(&v, tb->dt, tb->fv[j]);
+    }
+    LINE(c, "static const %s %s[%lld] = {%s};\n", cg_ctype(tb->dt), r->tname[t], (ll)tb->n, v.s ? v.s : "");
+    cg_buf_free(&v);
   }
 }
 
@@ -143,22 +201,50 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names) {
 
 /* ---- C: loops ---------------------------------------------------------------------------- */
 
-/* --profile: a parallel loop's region opens (prof_c.c's macros); the loop is written 2 deeper. */
-static void prof_open(CgRender *r, int simd) {
-  CgFunc *c = r->c;
-  LINE(c, "CTC_PROF_PARALLEL\n");
-  LINE(c, "{\n");
+/* ---- C: parallel loops (the kernel IR's and the ops' through cg_par_for) -------------------
+ * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD), or with --profile (CgFunc.prof_site) a
+ * region whose threads each note the time, run their iterations (`omp for nowait`: the same
+ * iterations on the same threads as `omp parallel for`) and report their share (prof_c.c's
+ * macros). par_kind: 0 a plain loop, 1 OpenMP, 2 a profiled region. */
+
+static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  int par = (flags & CG_PAR_OMP) && n > 1, simd = (flags & CG_PAR_SIMD) != 0;
+  int kind = !par ? 0 : c->prof_site ? 2 : 1;
+  CHECK(c->par_depth < (int)sizeof c->par_kind);
+  if (simd) c->k->simd = 1;
+  if (kind == 2) {
+    LINE(c, "CTC_PROF_PARALLEL\n");
+    LINE(c, "{\n");
+    c->ind += 2;
+    LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
+    LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+  } else if (kind == 1) {
+    LINE(c, simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
+  } else if (simd) {
+    LINE(c, "CTC_OMP_SIMD\n");
+  }
+  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
   c->ind += 2;
-  LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
-  LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+  c->par_kind[c->par_depth] = (unsigned char)kind;
+  c->par_ind[c->par_depth++] = c->ind;
 }
 
-static void prof_close(CgRender *r) {
-  CgFunc *c = r->c;
-  LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", r->prof_site);
+static void c_par_end(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  int kind = c->par_kind[--c->par_depth];
+  c->ind = c->par_ind[c->par_depth] - 2;
+  LINE(c, "}\n");
+  if (kind != 2) return;
+  LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", c->prof_site);
   c->ind -= 2;
   LINE(c, "}\n");
 }
+
+void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  (c->target ? c->target : &cg_render_c)->par_for(c, var, n, flags);
+}
+
+void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
 
 /* Every index the loop's body uses (loads and stores), for merging axes. */
 static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) {
@@ -166,14 +252,20 @@ static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) 
     CHECK(*n < cap);
     ix[(*n)++] = &x->ix;
   }
-  if (x->kind == KE_OP)
-    for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
+  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
 }
 
 static int count_loads(const KirExpr *x) {
   int n = x->kind == KE_LOAD;
-  for (int a = 0; x->kind == KE_OP && a < x->nargs; a++) n += count_loads(x->arg[a]);
+  for (int a = 0; a < x->nargs; a++) n += count_loads(x->arg[a]);
   return n;
+}
+
+/* Whether x reads a loop variable itself (KE_AXIS): the nest's axes are then not merged. */
+static int uses_axis(const KirExpr *x) {
+  int u = x->kind == KE_AXIS;
+  for (int a = 0; a < x->nargs && !u; a++) u = uses_axis(x->arg[a]);
+  return u;
 }
 
 static void c_space_loop(CgRender *r, const KirStmt *s) {
@@ -183,10 +275,11 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   for (int j = 0; j < s->body.len; j++) cap += 1 + (s->body.data[j]->x ? count_loads(s->body.data[j]->x) : 0);
   const KirIndex **acc = malloc(sizeof *acc * (size_t)cap);
   CHECK(acc);
+  int axes = 0;
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
     if (t->kind == KS_STORE) acc[na++] = &t->ix;
-    if (t->x) gather_expr(t->x, acc, &na, cap);
+    if (t->x) gather_expr(t->x, acc, &na, cap), axes |= uses_axis(t->x);
   }
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
   int64_t d[IR_MAX_DIMS], total = 1;
@@ -195,7 +288,7 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     total *= S->dims[k];
     r->group[k] = -1;
     if (S->dims[k] == 1) continue;
-    int merge = n > 0;
+    int merge = n > 0 && !axes;
     for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
     if (merge) {
       d[n - 1] *= S->dims[k];
@@ -215,12 +308,9 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   int par = (s->marks & KIR_PARALLEL) && n > 0 && d[0] > 1 && total >= r->omp_min_work;
   int simd = (s->marks & KIR_VECTOR) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
-  int prof = par && r->prof_site;
-  if (prof) prof_open(r, simd && n == 1);
-  else if (par) LINE(c, simd && n == 1 ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  int loops = c->ind;
-  for (int k = 0; k < n; k++) {
-    if (simd && k == n - 1 && (n > 1 || !par)) LINE(c, "CTC_OMP_SIMD\n");
+  if (par) c_par_for(c, r->var[0], d[0], CG_PAR_OMP | (simd && n == 1 ? CG_PAR_SIMD : 0));
+  for (int k = par; k < n; k++) {
+    if (simd && k == n - 1) LINE(c, "CTC_OMP_SIMD\n");
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", r->var[k], r->var[k], (ll)d[k], r->var[k],
          k == n - 1 ? " {" : "");
     c->ind += 2;
@@ -230,10 +320,11 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     c->ind += 2;
   }
   cg_render_block(r, &s->body);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = loops;
-  if (prof) prof_close(r);
+  if (!(par && n == 1)) {   /* the innermost loop's brace, or the block's (a parallel loop closes its own) */
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (par) c_par_end(c);
   c->ind = base;
   r->merged = 0;
 }
@@ -247,11 +338,8 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
   r->nvar = nout + 1;
   int base = c->ind;
   int par = (s->marks & KIR_PARALLEL) && nout > 0 && S->dims[0] > 1 && ir_numel(S) >= r->omp_min_work;
-  int prof = par && r->prof_site;
-  if (prof) prof_open(r, 0);
-  else if (par) LINE(c, "CTC_OMP_FOR\n");
-  int loops = c->ind;
-  for (int k = 0; k < nout; k++) {
+  if (par) c_par_for(c, r->var[0], S->dims[0], CG_PAR_OMP);
+  for (int k = par; k < nout; k++) {
     LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++)%s\n", k, k, (ll)S->dims[k], k, k == nout - 1 ? " {" : "");
     c->ind += 2;
   }
@@ -260,10 +348,11 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
     c->ind += 2;
   }
   cg_render_block(r, &s->body);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = loops;
-  if (prof) prof_close(r);
+  if (!(par && nout == 1)) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (par) c_par_end(c);
   c->ind = base;
 }
 
@@ -354,16 +443,44 @@ static void c_acc_done(CgRender *r, const KirStmt *s) {
   LINE(c, "const %s %s = %s%s%s%s;\n", ct, r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", r->accn[s->v]);
 }
 
+/* KE_AXIS: axis k's loop variable (a KIR_SPACE nest's axes are not merged then), 0 for a
+ * dropped axis of size 1. */
+static void c_axis(CgRender *r, int k, char *out, size_t cap) {
+  if (r->merged) snprintf(out, cap, "%s", r->group[k] < 0 ? "0" : r->var[r->group[k]]);
+  else snprintf(out, cap, "%s", r->var[k]);
+}
+
 static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, r->k->kn->kind == KN_ROW); }
 
-const CgRenderOps cg_render_c = {c_names, c_loop, c_index, c_store, c_rowbuf_decl, c_acc_done, "j"};
+const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
+                                 .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",
+                                 .par_for = c_par_for, .par_end = c_par_end, .axis = c_axis};
 
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, kir_build(c->p->arena, c->f, c->s, kn));
-  r.prof_site = c->prof_site;
-  if (c->gpu_loops) r.omp_min_work = 2;
   r.ops->names(&r);
   cg_render_block(&r, &r.k->body);
   cg_render_free(&r);
+}
+
+int cg_render_op_c(CgFunc *c, const Inst *in) {
+  Kir *k = kir_build_op(c->p->arena, c->f, in);
+  if (!k) return -1;
+  CgRender r;
+  cg_render_init(&r, &cg_render_c, c, k);
+  int base = c->ind;
+  if (k->tables.len) {
+    LINE(c, "{\n");
+    c->ind += 2;
+    cg_render_tables(&r);
+  }
+  cg_render_block(&r, &k->body);
+  if (k->tables.len) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  c->ind = base;
+  cg_render_free(&r);
+  return 0;
 }

@@ -265,7 +265,7 @@ static void print_index(FILE *out, const Kir *k, const KirIndex *ix) {
 }
 
 static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
-  const Value *v = &k->f->values.data[x->v];
+  const Value *v = &k->f->values.data[x->v >= 0 ? x->v : 0];
   switch (x->kind) {
   case KE_LIT: fprintf(out, "%.9g", def_of(k->f, x->v)->fattr); break;
   case KE_LOCAL: fprintf(out, "%%%s.%d", v->name, x->v); break;
@@ -282,6 +282,33 @@ static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
       print_expr(out, k, x->arg[a]);
     }
     fprintf(out, ")");
+    break;
+  case KE_AXIS: fprintf(out, "i%d", x->axis); break;
+  case KE_INT: fprintf(out, "%lld", (long long)x->imm); break;
+  case KE_FLT: fprintf(out, "%.9g", x->fimm); break;
+  case KE_BIN: {
+    static const char *const sym[] = {"+", "-", "*", "<", ">=", "&&"};
+    fprintf(out, "(");
+    print_expr(out, k, x->arg[0]);
+    fprintf(out, " %s ", sym[x->bop]);
+    print_expr(out, k, x->arg[1]);
+    fprintf(out, ")");
+    break;
+  }
+  case KE_SELECT:
+    fprintf(out, "select(");
+    for (int a = 0; a < 3; a++) {
+      if (a) fprintf(out, ", ");
+      print_expr(out, k, x->arg[a]);
+    }
+    fprintf(out, ")");
+    break;
+  case KE_LOADAT:
+  case KE_TABLE:
+    if (x->kind == KE_TABLE) fprintf(out, "%s[", k->tables.data[x->table].hint);
+    else fprintf(out, "load %%%s.%d[", v->name, x->v);
+    print_expr(out, k, x->arg[0]);
+    fprintf(out, "]");
     break;
   }
 }
@@ -321,6 +348,16 @@ void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s) {
   fprintf(out, "func %s\n", f->name);
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
+    for (int i = kn->first; kn->kind == KN_OP && i <= kn->last; i++) {   /* data movement (kir_ops.c) */
+      const Inst *in = &f->insts.data[i];
+      Kir *kir = in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res] ? NULL : kir_build_op(a, f, in);
+      if (!kir) continue;
+      fprintf(out, "  kernel %d: %s over %s\n", k, ir_ops[in->op].name, ir_type_str(&kir->space, tb, sizeof tb));
+      for (int t = 0; t < kir->tables.len; t++)
+        fprintf(out, "    table %s %s[%lld]\n", kir->tables.data[t].hint, ir_dtype_name(kir->tables.data[t].dt),
+                (long long)kir->tables.data[t].n);
+      print_block(out, kir, &kir->body, 4);
+    }
     if (kn->kind != KN_ELEM && kn->kind != KN_ROW) continue;
     fprintf(out, "  kernel %d: %s over %s\n", k, kn->kind == KN_ROW ? "row" : "elementwise",
             ir_type_str(&kn->space, tb, sizeof tb));

@@ -33,8 +33,18 @@ typedef enum KirExprKind {
   KE_LOCAL,    /* v's local in the loop body (defined by a KS_LET) */
   KE_LOAD,     /* v[ix] from memory */
   KE_ROWBUF,   /* v's element at the current row position, from its per-row array */
-  KE_OP        /* in's op (its ops.def template per compute type) over arg[0..nargs) */
+  KE_OP,       /* in's op (its ops.def template per compute type) over arg[0..nargs) */
+  /* a data-movement instruction's kernel IR (kir_build_op): computed offsets */
+  KE_AXIS,     /* the loop variable of space axis `axis` (an int64) */
+  KE_INT,      /* the int64 imm */
+  KE_FLT,      /* fimm as a literal of dtype dt */
+  KE_BIN,      /* arg[0] bop arg[1], in dtype dt (int64 offsets and conditions, or the element type) */
+  KE_SELECT,   /* arg[0] ? arg[1] : arg[2] (only the branch taken is evaluated) */
+  KE_LOADAT,   /* v[arg[0]]: an element at a computed offset */
+  KE_TABLE     /* Kir.tables[table] at arg[0]: a table computed at compile time */
 } KirExprKind;
+
+typedef enum KirBinOp { KB_ADD, KB_SUB, KB_MUL, KB_LT, KB_GE, KB_AND } KirBinOp;
 
 typedef struct KirExpr {
   KirExprKind kind;
@@ -43,7 +53,23 @@ typedef struct KirExpr {
   const Inst *in;
   int nargs;
   struct KirExpr *arg[3];
+  /* KE_AXIS .. KE_TABLE */
+  int axis, table;
+  int64_t imm;
+  double fimm;
+  DType dt;
+  KirBinOp bop;
 } KirExpr;
+
+/* A constant table of a data-movement kernel (an upsample's source indices and weights): n
+ * elements of dt, from iv (integers) or fv (floats); the renderer declares it, named from hint. */
+typedef struct KirTable {
+  const char *hint;
+  DType dt;
+  int64_t n;
+  const int64_t *iv;
+  const double *fv;
+} KirTable;
 
 typedef enum KirStmtKind {
   KS_LOOP,          /* loop over axes [from, to) of the space; body */
@@ -86,12 +112,24 @@ typedef struct Kir {
   Type space;
   int64_t rowlen;      /* KN_ROW: the row's length (the space's last dim) */
   KirBlock body;
+  const Inst *op;      /* kir_build_op: the instruction (kn NULL) */
+  Vec(KirTable) tables;
 } Kir;
 
 /* The kernel IR of a KN_ELEM or KN_ROW kernel kn of f scheduled in s (a KN_GEMM's
  * epilogue from kn_epilogue is a KN_ELEM kernel too); allocates in a. */
 Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
-/* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR. */
+/* The kernel IR of data-movement instruction in of f (kir_ops.c): one KIR_SPACE loop over
+ * its result, parallel, each element loaded from a computed offset: PAD (every mode), GATHER,
+ * UPSAMPLE (nearest and bilinear, its source indices and weights as tables). NULL for any
+ * other instruction (or a scalar result, or a literal operand). */
+Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
+/* The source positions and weights of one axis of an UPSAMPLE from `in` to `out` positions,
+ * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */
+void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
+                       int64_t *i0, int64_t *i1, double *l0, double *l1);
+/* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR, and each instruction
+ * kir_build_op covers. */
 void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s);
 
 #endif

@@ -169,3 +169,19 @@ def test_python_interpreter_includes_nothing_of_torch():
                 if words.search(line):
                     hits.append(f"{os.path.relpath(f, ROOT)}:{no}: {line.strip()}")
     assert not hits, "python/ uses torch names:\n" + "\n".join(hits)
+
+
+def test_renderers_do_not_read_generated_code_back():
+    """The C and CUDA renderers write code from the kernel IR and the op emitters through
+    their tables (codegen_c/render_c.c's CgRenderOps): nothing in codegen_c/ or codegen_cuda/
+    parses emitted loops back (no sscanf; the CUDA target finds no `for` statement in C text)."""
+    bad = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "codegen_c", "*.[ch]")) +
+                       glob.glob(os.path.join(ROOT, "codegen_cuda", "*.[ch]"))):
+        with open(path) as f:
+            src = _strip_comments(f.read())
+        rel = os.path.relpath(path, ROOT)
+        bad += [f"{rel}: sscanf" for _ in re.findall(r"\bsscanf\s*\(", src)]
+        if rel.startswith("codegen_cuda"):
+            bad += [f"{rel}: {m}" for m in re.findall(r"\b(cg_stmt_last|grid_stride)\s*\(", src)]
+    assert not bad, "\n".join(bad)

@@ -134,3 +134,100 @@ def test_profile_regions_come_from_the_renderer(tmp_path):
     # the row kernel (32 rows of 1024): its row loop likewise
     assert re.search(r"CTC_PROF_PARALLEL\n    \{\n.*\n      CTC_PROF_FOR\n      for \(int64_t i0 = 0; i0 < 32; i0\+\+\) \{", prof)
     assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
+
+
+# Data-movement ops that are not kernel IR yet: their loops are the C emitter's, the
+# parallel one opened through the target's renderer (cg_par_for in render_c.c).
+DATAOPS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def forward(self, x, i):
+        h = F.pad(F.pad(x, (1, 1, 1, 0), mode="reflect"), (0, 0, 1, 0))
+        h = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
+        h = torch.cumsum(h, dim=-1)
+        return h, torch.argmax(h, dim=1), torch.gather(h, 3, i)
+"""
+
+
+def op_loops(code, op):
+    """The lines of the op's code (from its model-line comment to the end of its parallel
+    loop), dedented, the loop's header apart: (header, body)."""
+    lines = code.splitlines()
+    at = next(k for k, l in enumerate(lines) if re.match(r"\s*/\* m\.py:\d+  " + re.escape(op), l))
+    head = next(k for k in range(at, len(lines)) if re.match(r"\s*for \(int64_t \w+ = ", lines[k]))
+    ind = len(lines[head]) - len(lines[head].lstrip())
+    end = next(k for k in range(head + 1, len(lines)) if lines[k] == " " * ind + "}")
+    return lines[head].strip(), [l[ind:] for l in lines[head + 1:end]]
+
+
+def test_data_ops_parallel_loop_is_the_renderers(tmp_path):
+    """cumsum and argmax (C loops, not kernel IR yet) rendered for C and for CUDA: the same
+    loops, except the parallel one: C's `for` (OpenMP when large enough, with --profile a
+    region reporting each thread's share), CUDA's grid-stride loop."""
+    opts = ["--input", "x=f32[2,3,8,8]", "--input", "i=i64[2,3,20,2]"]
+    compile_to(tmp_path, DATAOPS, "m.c", *opts)
+    compile_to(tmp_path, DATAOPS, "m.cu", *opts, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    for op, var, n in [("cumsum(", "o", 120), ("argmax(", "o", 2)]:
+        (ch, cb), (uh, ub) = op_loops(c, op), op_loops(cu, op)
+        # (C's trip count may be the run-time batch's: `(batch)`, `(60 * batch)`)
+        assert re.fullmatch(rf"for \(int64_t {var} = 0; {var} < ({n}|\((\d+ \* )?batch\)); {var}\+\+\) \{{", ch), (op, ch)
+        assert uh == (f"for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {n}; "
+                      f"{var} += (int64_t)blockDim.x * gridDim.x) {{"), (op, uh)
+        assert cb == ub and cb, (op, cb, ub)
+    # large enough for threads: OpenMP on the same loop; --profile, a region written as such
+    opts = ["--input", "x=f32[256,3,8,8]", "--input", "i=i64[256,3,20,2]"]
+    compile_to(tmp_path, DATAOPS, "big.c", *opts)
+    compile_to(tmp_path, DATAOPS, "prof.c", *opts, "--profile")
+    big, prof = (tmp_path / "big.c").read_text(), (tmp_path / "prof.c").read_text()
+    assert re.search(r"^  CTC_OMP_FOR\n  for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n    for \(int64_t i = 0; i < 1;", big, re.M)
+    assert re.search(r"^    CTC_PROF_PARALLEL\n    \{\n      const double ctc_thread_t0 = ctc_prof_now\(\);\n"
+                     r"      CTC_PROF_FOR\n      for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n(.*\n)*?      \}\n"
+                     r"      ctc_prof_thread\(m->prof, &ctc_prof_forward\[\d+\], ctc_prof_thread_num\(\), ctc_thread_t0\);",
+                     prof, re.M)
+    assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
+
+
+def store_of(code, op):
+    """The store statement of the op's kernel (the first `y[...] = ...;` after its comment)."""
+    at = re.search(r"/\* m\.py:\d+  " + re.escape(op), code).end()
+    return re.compile(r"^\s*(\w+\[[^\n]*\] = [^\n]*);$", re.M).search(code, at).group(1)
+
+
+def test_data_movement_kernel_ir_rendered_by_both_targets(tmp_path):
+    """pad, bilinear upsample and gather are kernel IR (`--emit kir`: one parallel loop over
+    the result, a load at a computed offset): C renders it as a loop per axis, CUDA as a
+    thread per element, and the load is the same expression of the axes in both."""
+    opts = ["--input", "x=f32[2,3,8,8]", "--input", "i=i64[2,3,20,2]"]
+    p = tmp_path / "m.py"
+    p.write_text(DATAOPS)
+    kir = run([CTC, "compile", str(p), *opts, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: pad over f32\[2,3,9,10\]\n    loop space over i0<2 i1<3 i2<9 i3<10 parallel\n"
+                     r"      store %pad\.\d+\[i0\*270 \+ i1\*90 \+ i2\*10 \+ i3\] = load %x\.\d+\[.*select\(\(i2 < 1\)", kir, re.M), kir
+    assert re.search(r"^  kernel \d+: upsample over f32\[2,3,20,20\]\n    table uh0 i64\[20\]\n", kir, re.M), kir
+    assert re.search(r"^  kernel \d+: gather over f32\[2,3,20,2\]\n    loop space over i0<2 i1<3 i2<20 i3<2 parallel\n", kir, re.M), kir
+    compile_to(tmp_path, DATAOPS, "m.c", *opts)
+    compile_to(tmp_path, DATAOPS, "m.cu", *opts, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    for op, dims in [("pad(x) reflect", (2, 3, 9, 10)), ("pad(pad) constant", (2, 3, 10, 10)),
+                     ("upsample(", (2, 3, 20, 20)), ("gather(", (2, 3, 20, 2))]:
+        n = 1
+        for d in dims:
+            n *= d
+        cs, us = store_of(c, op), store_of(cu, op)
+        # C: a loop per axis (none parallel at this size); CUDA: a thread per element
+        lines = c[re.search(r"/\* m\.py:\d+  " + re.escape(op), c).end():].splitlines()[1:]
+        loops = [l.strip() for l in lines[:60] if l.strip().startswith("for (")]
+        assert [re.match(r"for \(int64_t (i\d) = 0; ", l).group(1) for l in loops[:4]] == ["i0", "i1", "i2", "i3"], (op, loops)
+        assert re.search(rf"for \(int64_t ctc_i = \(int64_t\)blockIdx\.x \* blockDim\.x \+ threadIdx\.x; ctc_i < {n};", cu), op
+        assert us.split(" = ")[0].endswith("[ctc_i]"), (op, us)
+        # the value stored: C's expression of i0..i3 is CUDA's of ctc_i's coordinates
+        inner = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1]
+        axis = [f"(ctc_i / {inner[0]})", f"(ctc_i / {inner[1]} % {dims[1]})", f"(ctc_i / {inner[2]} % {dims[2]})",
+                f"(ctc_i % {dims[3]})"]
+        rhs = re.sub(r"\bi([0-3])\b", lambda m: axis[int(m.group(1))], cs.split(" = ", 1)[1])
+        rhs = re.sub(r"\b(uh0|uw0|uh1|uw1|lh0|lh1|lw0|lw1)_\d+\b", r"\1", rhs)   # the tables' names in the file
+        assert rhs == re.sub(r"\b(uh0|uw0|uh1|uw1|lh0|lh1|lw0|lw1)_\d+\b", r"\1", us.split(" = ", 1)[1]), (op, rhs, us)

@@ -1,0 +1,279 @@
+/* kir_ops.c - the kernel IR (kir.h) of data-movement instructions: one parallel loop over
+ * the result's elements (KIR_SPACE), each element one store of a value loaded from an offset
+ * computed from the loop's axes (KE_AXIS, integer KE_BIN/KE_SELECT, KE_LOADAT), tables fixed at
+ * compile time (KE_TABLE) and the element type's arithmetic (KE_BIN in dt). Every element is
+ * independent: the C renderer runs the loop on OpenMP threads, the CUDA renderer a thread per
+ * element (grid-stride), both printing this same IR.
+ *
+ *   PAD       y[i] = x[s(i)], s per axis: i - lo (constant mode: the fill outside x),
+ *             reflected (reflect) or clamped (replicate) into x
+ *   GATHER    y[i] = x[i with i[axis] := index[i]] (the indices checked before the kernel)
+ *   UPSAMPLE  nearest: x at the tables' source pixel; bilinear: the four source pixels
+ *             weighted along W, then H (PyTorch 1.13's order and opmath precision) */
+#include <math.h>
+#include <string.h>
+#include "kir.h"
+
+static const Type *ty(const Func *f, ValId v) { return &f->values.data[v].type; }
+
+static int is_literal(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  return val->kind == V_INST && val->def >= 0 && f->insts.data[val->def].op == IR_CONST;
+}
+
+static void cstrides(const Type *t, int64_t *st) {
+  int64_t s = 1;
+  for (int k = t->ndim - 1; k >= 0; k--) st[k] = s, s *= t->dims[k];
+}
+
+typedef struct B {
+  Arena *a;
+  const Func *f;
+  Kir *k;
+} B;
+
+static KirExpr *ex(B *b, KirExprKind kind) {
+  KirExpr *x = arena_alloc(b->a, sizeof *x);
+  memset(x, 0, sizeof *x);
+  x->kind = kind;
+  x->v = -1;
+  x->dt = DT_I64;
+  return x;
+}
+
+static KirExpr *axis(B *b, int k) {
+  KirExpr *x = ex(b, KE_AXIS);
+  x->axis = k;
+  return x;
+}
+
+static KirExpr *num(B *b, int64_t n) {
+  KirExpr *x = ex(b, KE_INT);
+  x->imm = n;
+  return x;
+}
+
+static int is_num(const KirExpr *x, int64_t n) { return x->kind == KE_INT && x->imm == n; }
+
+/* a bop c in dt (integer sums and products by 0 and 1 folded) */
+static KirExpr *bin(B *b, KirBinOp op, KirExpr *l, KirExpr *r, DType dt) {
+  if (dt == DT_I64 && op == KB_ADD && is_num(l, 0)) return r;
+  if (dt == DT_I64 && (op == KB_ADD || op == KB_SUB) && is_num(r, 0)) return l;
+  if (dt == DT_I64 && op == KB_MUL && (is_num(r, 1) || is_num(l, 0))) return l;
+  if (dt == DT_I64 && op == KB_MUL && (is_num(l, 1) || is_num(r, 0))) return r;
+  KirExpr *x = ex(b, KE_BIN);
+  x->bop = op, x->dt = dt, x->nargs = 2;
+  x->arg[0] = l, x->arg[1] = r;
+  return x;
+}
+
+static KirExpr *sel(B *b, KirExpr *c, KirExpr *t, KirExpr *e, DType dt) {
+  KirExpr *x = ex(b, KE_SELECT);
+  x->dt = dt, x->nargs = 3;
+  x->arg[0] = c, x->arg[1] = t, x->arg[2] = e;
+  return x;
+}
+
+static KirExpr *load_at(B *b, ValId v, KirExpr *off) {
+  KirExpr *x = ex(b, KE_LOADAT);
+  x->v = v, x->dt = ty(b->f, v)->dtype, x->nargs = 1;
+  x->arg[0] = off;
+  return x;
+}
+
+/* Table t's element at axis k's position. */
+static KirExpr *at_table(B *b, int t, int k) {
+  KirExpr *x = ex(b, KE_TABLE);
+  x->table = t, x->dt = b->k->tables.data[t].dt, x->nargs = 1;
+  x->arg[0] = axis(b, k);
+  return x;
+}
+
+static int table(B *b, const char *hint, DType dt, int64_t n, const int64_t *iv, const double *fv) {
+  KirTable t = {hint, dt, n, iv, fv};
+  vec_push(b->a, &b->k->tables, t);
+  return b->k->tables.len - 1;
+}
+
+/* sum over the axes of the space of axis * st (the axes of size 1 and stride 0 left out) */
+static KirExpr *affine(B *b, const int64_t *st) {
+  KirExpr *x = num(b, 0);
+  for (int k = 0; k < b->k->space.ndim; k++)
+    if (st[k] && b->k->space.dims[k] != 1) x = bin(b, KB_ADD, x, bin(b, KB_MUL, axis(b, k), num(b, st[k]), DT_I64), DT_I64);
+  return x;
+}
+
+static KirExpr *build_pad(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
+  int mode = (int)in->attr[0];
+  int64_t xst[IR_MAX_DIMS];
+  cstrides(x, xst);
+  KirExpr *off = num(b, 0), *inside = NULL;
+  for (int k = 0; k < r->ndim; k++) {
+    int64_t lo = in->attr[1 + k], X = x->dims[k];
+    KirExpr *i = axis(b, k), *s;
+    if (lo == 0 && r->dims[k] == X) s = i;
+    else if (mode == 1)   /* reflect: lo - i before x, 2 (X - 1) + lo - i after it */
+      s = sel(b, bin(b, KB_LT, i, num(b, lo), DT_I64), bin(b, KB_SUB, num(b, lo), i, DT_I64),
+              sel(b, bin(b, KB_GE, i, num(b, lo + X), DT_I64), bin(b, KB_SUB, num(b, 2 * (X - 1) + lo), i, DT_I64),
+                  bin(b, KB_SUB, i, num(b, lo), DT_I64), DT_I64), DT_I64);
+    else if (mode == 2)   /* replicate: clamped */
+      s = sel(b, bin(b, KB_LT, i, num(b, lo), DT_I64), num(b, 0),
+              sel(b, bin(b, KB_GE, i, num(b, lo + X), DT_I64), num(b, X - 1), bin(b, KB_SUB, i, num(b, lo), DT_I64),
+                  DT_I64), DT_I64);
+    else {   /* constant: x's elements where lo <= i < lo + X */
+      s = bin(b, KB_SUB, i, num(b, lo), DT_I64);
+      KirExpr *c = bin(b, KB_AND, bin(b, KB_GE, i, num(b, lo), DT_I64), bin(b, KB_LT, i, num(b, lo + X), DT_I64), DT_I64);
+      inside = inside ? bin(b, KB_AND, inside, c, DT_I64) : c;
+    }
+    if (X != 1) off = bin(b, KB_ADD, off, bin(b, KB_MUL, s, num(b, xst[k]), DT_I64), DT_I64);
+  }
+  KirExpr *v = load_at(b, in->args[0], off);
+  if (!inside) return v;
+  KirExpr *fill = ex(b, KE_FLT);
+  fill->fimm = in->fattr, fill->dt = r->dtype;
+  return sel(b, inside, v, fill, r->dtype);
+}
+
+static KirExpr *build_gather(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res), *ix = ty(b->f, in->args[1]);
+  int ax = (int)in->attr[0];
+  int64_t xst[IR_MAX_DIMS], ist[IR_MAX_DIMS], cs[IR_MAX_DIMS];
+  cstrides(x, xst);
+  cstrides(ix, cs);
+  for (int k = 0; k < r->ndim; k++) {   /* the index broadcast over the result */
+    int d = k - (r->ndim - ix->ndim);
+    ist[k] = d >= 0 && ix->dims[d] != 1 ? cs[d] : 0;
+  }
+  int64_t stride = xst[ax];
+  xst[ax] = 0;
+  KirExpr *i = load_at(b, in->args[1], affine(b, ist));   /* in [0, x's axis): checked before the kernel */
+  return load_at(b, in->args[0], bin(b, KB_ADD, affine(b, xst), bin(b, KB_MUL, i, num(b, stride), DT_I64), DT_I64));
+}
+
+static double attr_double(int64_t bits) {
+  double d;
+  memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+static KirExpr *build_upsample(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
+  if (x->ndim != 4) return NULL;
+  DType t = r->dtype;
+  int mode = (int)in->attr[0], align = (int)in->attr[1];
+  int64_t H = x->dims[2], W = x->dims[3], OH = r->dims[2], OW = r->dims[3];
+  int64_t *iv = arena_alloc(b->a, sizeof(int64_t) * (size_t)(2 * OH + 2 * OW));
+  double *fv = arena_alloc(b->a, sizeof(double) * (size_t)(2 * OH + 2 * OW));
+  int64_t *ih0 = iv, *ih1 = iv + OH, *iw0 = iv + 2 * OH, *iw1 = iw0 + OW;
+  double *lh0 = fv, *lh1 = fv + OH, *lw0 = fv + 2 * OH, *lw1 = lw0 + OW;
+  int exact = x->dims[1] == 1;   /* PyTorch's channels-last path (kir_upsample_axis) */
+  kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, exact, ih0, ih1, lh0, lh1);
+  kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, exact, iw0, iw1, lw0, lw1);
+  int64_t xst[IR_MAX_DIMS] = {0};
+  cstrides(x, xst);
+  xst[2] = xst[3] = 0;
+  KirExpr *base = affine(b, xst);   /* the image (n, c) */
+  int uh0 = table(b, "uh0", DT_I64, OH, ih0, NULL), uw0 = table(b, "uw0", DT_I64, OW, iw0, NULL);
+  KirExpr *r0 = bin(b, KB_ADD, base, bin(b, KB_MUL, at_table(b, uh0, 2), num(b, W), DT_I64), DT_I64);
+  if (mode == 0) return load_at(b, in->args[0], bin(b, KB_ADD, r0, at_table(b, uw0, 3), DT_I64));
+  int uh1 = table(b, "uh1", DT_I64, OH, ih1, NULL), uw1 = table(b, "uw1", DT_I64, OW, iw1, NULL);
+  int th0 = table(b, "lh0", t, OH, NULL, lh0), th1 = table(b, "lh1", t, OH, NULL, lh1);
+  int tw0 = table(b, "lw0", t, OW, NULL, lw0), tw1 = table(b, "lw1", t, OW, NULL, lw1);
+  KirExpr *r1 = bin(b, KB_ADD, base, bin(b, KB_MUL, at_table(b, uh1, 2), num(b, W), DT_I64), DT_I64);
+  KirExpr *rows[2];
+  for (int h = 0; h < 2; h++) {   /* (x[row, w0] * lw0 + x[row, w1] * lw1) * lh */
+    KirExpr *row = h ? r1 : r0;
+    KirExpr *a = bin(b, KB_MUL, load_at(b, in->args[0], bin(b, KB_ADD, row, at_table(b, uw0, 3), DT_I64)),
+                     at_table(b, tw0, 3), t);
+    KirExpr *c = bin(b, KB_MUL, load_at(b, in->args[0], bin(b, KB_ADD, row, at_table(b, uw1, 3), DT_I64)),
+                     at_table(b, tw1, 3), t);
+    rows[h] = bin(b, KB_MUL, bin(b, KB_ADD, a, c, t), at_table(b, h ? th1 : th0, 2), t);
+  }
+  return bin(b, KB_ADD, rows[0], rows[1], t);
+}
+
+Kir *kir_build_op(Arena *a, const Func *f, const Inst *in) {
+  if (in->op != IR_PAD && in->op != IR_GATHER && in->op != IR_UPSAMPLE) return NULL;
+  const Type *r = ty(f, in->res);
+  if (r->ndim == 0 || ir_numel(r) == 0) return NULL;
+  for (int k = 0; k < in->nargs; k++)
+    if (is_literal(f, in->args[k])) return NULL;
+  B b = {a, f, arena_alloc(a, sizeof(Kir))};
+  memset(b.k, 0, sizeof *b.k);
+  b.k->f = f;
+  b.k->op = in;
+  b.k->space = *r;
+  KirExpr *x = in->op == IR_PAD ? build_pad(&b, in) : in->op == IR_GATHER ? build_gather(&b, in) : build_upsample(&b, in);
+  if (!x) return NULL;
+  KirStmt *loop = arena_alloc(a, sizeof *loop), *st = arena_alloc(a, sizeof *st);
+  memset(loop, 0, sizeof *loop);
+  memset(st, 0, sizeof *st);
+  loop->kind = KS_LOOP, loop->v = -1;
+  loop->loop = KIR_SPACE;
+  loop->from = 0, loop->to = r->ndim;
+  loop->marks = KIR_PARALLEL;
+  st->kind = KS_STORE, st->v = in->res, st->x = x;
+  cstrides(r, st->ix.st);
+  vec_push(a, &loop->body, st);
+  vec_push(a, &b.k->body, loop);
+  return b.k;
+}
+
+/* ---- UPSAMPLE's source positions ----------------------------------------------------------- */
+
+/* The source pixels and weights of one axis of an UPSAMPLE from `in` to `out`
+ * positions, as PyTorch 1.13 computes them (UpSample.h, UpSampleKernel.cpp):
+ * nearest: nearest_idx, in float; bilinear: area_pixel_compute_scale,
+ * area_pixel_compute_source_index and compute_source_index_and_lambda in the
+ * tensor's opmath type (float for f32, double for f64). scale: the
+ * scale_factor given, <= 0 for none. exact: nearest_idx's shortcuts for
+ * out == in and out == 2 in, which differ from the formula when a scale factor
+ * like 1.1 gives out == in: PyTorch 1.13 takes them in the backward always,
+ * in the forward only on its channels-last path, i.e. for inputs with one
+ * channel (then a contiguous tensor is channels-last contiguous too). */
+void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
+                       int64_t *i0, int64_t *i1, double *l0, double *l1) {
+  for (int64_t o = 0; o < out; o++) {
+    if (mode == 0) {
+      if (exact && out == in) i0[o] = o;
+      else if (exact && out == 2 * in) i0[o] = o >> 1;
+      else {
+        float sc = scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
+        int64_t ix = (int64_t)floorf((float)o * sc);
+        i0[o] = ix < in - 1 ? ix : in - 1;
+      }
+      i1[o] = i0[o], l0[o] = 1, l1[o] = 0;
+      continue;
+    }
+    if (out == in) {
+      i0[o] = i1[o] = o, l0[o] = 1, l1[o] = 0;
+      continue;
+    }
+    double real, lam;
+    if (t == DT_F32) {
+      float sc = align ? (out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f)
+                       : scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
+      float r = align ? sc * (float)o : (float)((double)sc * ((double)o + 0.5) - 0.5);
+      if (!align && r < 0) r = 0;
+      int64_t ix = (int64_t)r;
+      float lf = r - (float)ix;
+      lf = lf < 0 ? 0 : lf > 1 ? 1 : lf;
+      real = r, lam = lf;
+      l0[o] = 1.0f - lf;
+    } else {
+      double sc = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0)
+                        : scale > 0 ? 1.0 / scale : (double)in / (double)out;
+      double r = align ? sc * (double)o : sc * ((double)o + 0.5) - 0.5;
+      if (!align && r < 0) r = 0;
+      int64_t ix = (int64_t)r;
+      double ld = r - (double)ix;
+      ld = ld < 0 ? 0 : ld > 1 ? 1 : ld;
+      real = r, lam = ld;
+      l0[o] = 1.0 - ld;
+    }
+    i0[o] = (int64_t)real;
+    i1[o] = i0[o] + (i0[o] < in - 1 ? 1 : 0);
+    l1[o] = lam;
+  }
+}
