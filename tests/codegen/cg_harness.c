@@ -510,7 +510,7 @@ static void wide_check(void) {
   check_plan(h.p, &mp);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  check_corruptions(h.p, &mp, 997);
+  check_corruptions(h.p, &mp, 3989);
   char path[1024];
   snprintf(path, sizeof path, "%s/plan_check.txt", outdir);
   FILE *o = fopen(path, "w");
