@@ -782,41 +782,6 @@ static const char ipow_text[] =
     "  return (int64_t)r;\n"
     "}\n";
 
-/* PyTorch 1.13's CPU kernels (BinaryOpsKernel.cpp): remainder is fmod plus the
- * divisor where the signs differ; floor division is computed from fmod so that
- * it agrees with it (floor(a / b) would round differently near integers). */
-static const char remainder_float_text[] =
-    "static $T ctc_remainder_$S($T a, $T b) {\n"
-    "  const $T m = fmod$F(a, b);\n"
-    "  return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
-    "}\n";
-static const char floordiv_float_text[] =
-    "static $T ctc_floordiv_$S($T a, $T b) {\n"
-    "  if (b == 0) return a / b;\n"
-    "  const $T m = fmod$F(a, b);\n"
-    "  $T d = (a - m) / b;\n"
-    "  if (m != 0 && (b < 0) != (m < 0)) d -= 1;\n"
-    "  if (d == 0) return copysign$F(0, a / b);\n"
-    "  $T f = floor$F(d);\n"
-    "  if (d - f > ($T)0.5) f += 1;\n"
-    "  return f;\n"
-    "}\n";
-/* Integers: exact, and never a trap (PyTorch raises on division by zero; the
- * generated code gives 0, and INT_MIN / -1 wraps). */
-static const char remainder_int_text[] =
-    "static $T ctc_remainder_$S($T a, $T b) {\n"
-    "  if (b == 0 || b == -1) return 0;\n"
-    "  const $T m = a % b;\n"
-    "  return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
-    "}\n";
-static const char floordiv_int_text[] =
-    "static $T ctc_floordiv_$S($T a, $T b) {\n"
-    "  if (b == 0) return 0;\n"
-    "  if (b == -1) return ($T)(0u - ($U)a);\n"
-    "  const $T q = a / b, m = a % b;\n"
-    "  return m != 0 && (b < 0) != (m < 0) ? q - 1 : q;\n"
-    "}\n";
-
 /* Writes text with $T, $S, $U (the unsigned type of an integer $T) and $F (the
  * libm suffix: f for f32) replaced for dtype t. */
 static void instantiate(Buf *b, const char *text, DType t) {
@@ -852,6 +817,54 @@ static void instantiate_isa(Buf *b, const char *text, const char *isa) {
     cg_printf(b, "%.*s%s", (int)(d - s), s, isa);
     s = d + 1;
   }
+}
+
+/* The helpers ctc_remainder_<dt> and ctc_floordiv_<dt> (Python's % and //), stated once as
+ * C expressions in ir/elem.c (ir_elem_helper; its evaluator computes the same text): each as
+ * `static T ctc_NAME_<dt>(T a, T b, ...) { return TEXT; }`, with the helpers they call
+ * before them. */
+static void elem_helpers(Buf *b, DType t, int remainder, int floordiv) {
+  enum { MAXH = 16 };
+  const char *name[MAXH], *text[MAXH];
+  int nargs[MAXH], need[MAXH] = {0}, n = 0;
+  while (n < MAXH && (name[n] = ir_elem_helper(n, t, &text[n], &nargs[n]))) {
+    need[n] = (remainder && !strcmp(name[n], "remainder")) || (floordiv && !strcmp(name[n], "floordiv"));
+    n++;
+  }
+  char call[64];
+  for (int h = n - 1; h >= 0; h--)   /* and the ones they call (always earlier) */
+    for (int j = 0; j < h && need[h]; j++) {
+      snprintf(call, sizeof call, "ctc_%s(", name[j]);
+      if (text[h] && strstr(text[h], call)) need[j] = 1;
+    }
+  static const char *const params[] = {"a", "b", "c"};
+  const char *ct = cg_ctype(t), *sfx = cg_dt_suffix(t);
+  for (int h = 0; h < n; h++) {
+    if (!need[h]) continue;
+    if (!text[h]) BUG("helper ctc_%s has no %s form", name[h], ir_dtype_name(t));
+    Buf x = {0};   /* the text, its calls of helpers given the dtype suffix */
+    for (const char *s = text[h]; *s;) {
+      int j = 0;
+      if (!strncmp(s, "ctc_", 4))
+        for (; j < n; j++) {
+          size_t len = strlen(name[j]);
+          if (!strncmp(s + 4, name[j], len) && s[4 + len] == '(') break;
+        }
+      if (j < n && !strncmp(s, "ctc_", 4)) {
+        cg_printf(&x, "ctc_%s_%s", name[j], sfx);
+        s += 4 + strlen(name[j]);
+      } else {
+        cg_printf(&x, "%c", *s++);
+      }
+    }
+    cg_printf(b, "static %s ctc_%s_%s(", ct, name[h], sfx);
+    for (int i = 0; i < nargs[h]; i++) cg_printf(b, "%s%s %s", i ? ", " : "", ct, params[i]);
+    cg_puts(b, ") { return ");
+    cg_expand(b, x.s, params, nargs[h], t);
+    cg_puts(b, "; }\n");
+    cg_buf_free(&x);
+  }
+  cg_puts(b, "\n");
 }
 
 void cg_emit_kernels(Buf *b, const Kernels *k) {
@@ -898,11 +911,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       cg_puts(b, "\n");
     }
   if (k->ipow) cg_printf(b, "%s\n", ipow_text);
-  for (int t = 0; t < DT_COUNT; t++) {
-    int fl = ir_dtype_is_float((DType)t);
-    if (k->remainder[t]) instantiate(b, fl ? remainder_float_text : remainder_int_text, (DType)t), cg_puts(b, "\n");
-    if (k->floordiv[t]) instantiate(b, fl ? floordiv_float_text : floordiv_int_text, (DType)t), cg_puts(b, "\n");
-  }
+  for (int t = 0; t < DT_COUNT; t++)
+    if (k->remainder[t] || k->floordiv[t]) elem_helpers(b, (DType)t, k->remainder[t], k->floordiv[t]);
   for (int t = 0; t < DT_COUNT; t++) {
     if (k->sum[t]) instantiate_acc(b, sum_text, (DType)t, t == DT_F32 && k->float_acc ? "float" : "double"),
                    cg_puts(b, "\n");

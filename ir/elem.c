@@ -46,7 +46,7 @@ const char *ir_elem_template(Op op, DType ct) {
   }
   if (ct == DT_BOOL && op == IR_BIT_NOT) return "(unsigned char)!A";
   if (op == IR_REMAINDER || op == IR_FLOORDIV) {
-    /* helpers written once into the generated file (kernels.c), one per dtype */
+    /* the helpers below, which the generated file defines once per dtype (kernels.c) */
     static const char *const names[2][DT_COUNT] = {
         [0] = {[DT_F32] = "ctc_remainder_f32(A, B)", [DT_F64] = "ctc_remainder_f64(A, B)",
                [DT_I64] = "ctc_remainder_i64(A, B)", [DT_I32] = "ctc_remainder_i32(A, B)"},
@@ -59,6 +59,42 @@ const char *ir_elem_template(Op op, DType ct) {
     if (op == IR_MIN) return "(A < B ? A : B)";
   }
   return ir_ops[op].c_expr;
+}
+
+/* The ctc_ helpers that templates call, each one C expression of its parameters A, B, C
+ * (of the compute type), for floats, i64 and i32; a call of another helper (one before it)
+ * names it without the dtype suffix: the same dtype. codegen_c/kernels.c writes each as
+ * `static T ctc_NAME_<dt>(T a, T b, ...) { return TEXT; }`; the evaluator below evaluates
+ * the same TEXT. Python's % and // as PyTorch 1.13's CPU kernels compute them
+ * (BinaryOpsKernel.cpp): remainder is fmod plus the divisor where the signs differ; floor
+ * division is computed from fmod so that it agrees with it (floor(a / b) would round
+ * differently near integers). Integers: exact, and never a trap (PyTorch raises on
+ * division by zero; these give 0, and INT_MIN / -1 wraps). */
+static const struct {
+  const char *name;
+  int nargs;
+  const char *fl, *i64, *i32;
+} helpers[] = {
+    /* the remainder A of a division by B, moved to B's sign */
+    {"remfix", 2, "(A != 0 && (B < 0) != (A < 0) ? A + B : A)", "(A != 0 && (B < 0) != (A < 0) ? A + B : A)",
+     "(A != 0 && (B < 0) != (A < 0) ? A + B : A)"},
+    {"remainder", 2, "ctc_remfix(fmod(A, B), B)", "(B == 0 || B == -1 ? 0 : ctc_remfix(A % B, B))",
+     "(B == 0 || B == -1 ? 0 : ctc_remfix(A % B, B))"},
+    /* floats: C = (A - fmod(A, B)) / B, an integer up to rounding, rounded to the nearest */
+    {"floorround", 3, "(C == 0 ? copysign(0, A / B) : C - floor(C) > 0.5 ? floor(C) + 1 : floor(C))", NULL, NULL},
+    /* A // B from C = fmod(A, B) (integers: A % B) */
+    {"floordivm", 3, "ctc_floorround(A, B, C != 0 && (B < 0) != (C < 0) ? (A - C) / B - 1 : (A - C) / B)",
+     "(C != 0 && (B < 0) != (C < 0) ? A / B - 1 : A / B)", "(C != 0 && (B < 0) != (C < 0) ? A / B - 1 : A / B)"},
+    {"floordiv", 2, "(B == 0 ? A / B : ctc_floordivm(A, B, fmod(A, B)))",
+     "(B == 0 ? 0 : B == -1 ? (int64_t)(0u - (uint64_t)A) : ctc_floordivm(A, B, A % B))",
+     "(B == 0 ? 0 : B == -1 ? (int32_t)(0u - (uint32_t)A) : ctc_floordivm(A, B, A % B))"},
+};
+
+const char *ir_elem_helper(int k, DType ct, const char **text, int *nargs) {
+  if (k < 0 || k >= (int)(sizeof helpers / sizeof helpers[0])) return NULL;
+  *text = ir_dtype_is_float(ct) ? helpers[k].fl : ct == DT_I64 ? helpers[k].i64 : ct == DT_I32 ? helpers[k].i32 : NULL;
+  *nargs = helpers[k].nargs;
+  return helpers[k].name;
 }
 
 DType ir_elem_compute_type(Op op, DType arg0, DType res) {
@@ -114,43 +150,19 @@ static CKind common(CKind a, CKind b) {
   return s;   /* i64 holds every u32 */
 }
 
+static CKind kind_of(DType t) {
+  switch (t) {
+  case DT_F32: return CK_F32;
+  case DT_F64: return CK_F64;
+  case DT_I64: return CK_I64;
+  default: return CK_I32;   /* i32, and bool (unsigned char), promoted */
+  }
+}
+
 static int truth(CVal v) { return is_fl(v.k) ? v.d != 0 : v.u != 0; }
 static CVal boolv(int b) { return mk_int(CK_I32, (uint64_t)(b != 0)); }
 
 /* ---- the ctc_ helpers of the generated file (kernels.c) ------------------------------ */
-
-static double fl_fmod(CKind k, double a, double b) { return k == CK_F32 ? fmodf((float)a, (float)b) : fmod(a, b); }
-
-static CVal h_remainder(CVal a, CVal b) {
-  if (!is_fl(a.k)) {
-    int64_t x = (int64_t)a.u, y = (int64_t)b.u;
-    if (y == 0 || y == -1) return mk_int(a.k, 0);
-    int64_t m = x % y;
-    return mk_int(a.k, (uint64_t)(m != 0 && (y < 0) != (m < 0) ? m + y : m));
-  }
-  double m = fl_fmod(a.k, a.d, b.d);
-  return mk_fl(a.k, m != 0 && (b.d < 0) != (m < 0) ? m + b.d : m);
-}
-
-static CVal h_floordiv(CVal a, CVal b) {
-  if (!is_fl(a.k)) {
-    int64_t x = (int64_t)a.u, y = (int64_t)b.u;
-    if (y == 0) return mk_int(a.k, 0);
-    if (y == -1) return mk_int(a.k, 0u - a.u);
-    int64_t q = x / y, m = x % y;
-    return mk_int(a.k, (uint64_t)(m != 0 && (y < 0) != (m < 0) ? q - 1 : q));
-  }
-  CKind k = a.k;
-  double x = a.d, y = b.d;
-  if (y == 0) return mk_fl(k, x / y);
-  double m = fl_fmod(k, x, y);
-  double d = mk_fl(k, mk_fl(k, x - m).d / y).d;
-  if (m != 0 && (y < 0) != (m < 0)) d = mk_fl(k, d - 1).d;
-  if (d == 0) return mk_fl(k, copysign(0, x / y));
-  double f = floor(d);
-  if (mk_fl(k, d - f).d > 0.5) f += 1;
-  return mk_fl(k, f);
-}
 
 static CVal h_ipow(CVal a, CVal b) {
   int64_t x = (int64_t)a.u, e = (int64_t)b.u;
@@ -201,6 +213,31 @@ static int cast_kind(Ev *e) {
   return -1;
 }
 
+/* A call of helper ctc_<name>[_<dt>] (without the suffix: the caller's compute type):
+ * its text evaluated on the arguments converted to its dtype, the result to its dtype. */
+static CVal helper_call(Ev *e, const char *name, size_t n, const CVal *a, int na) {
+  static const struct { const char *sfx; DType dt; } sfx[] = {
+      {"_f32", DT_F32}, {"_f64", DT_F64}, {"_i64", DT_I64}, {"_i32", DT_I32}};
+  DType dt = e->ct;
+  for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
+    if (n > 4 && !strncmp(name + n - 4, sfx[i].sfx, 4)) n -= 4, dt = sfx[i].dt;
+  const char *hname, *text;
+  int nargs;
+  for (int k = 0; (hname = ir_elem_helper(k, dt, &text, &nargs)); k++) {
+    if (strlen(hname) != n || strncmp(hname, name, n)) continue;
+    if (!text || na != nargs) break;
+    CVal args[3];
+    for (int i = 0; i < na; i++) args[i] = conv(a[i], kind_of(dt));
+    Ev h = {text, dt, args, na, 0};
+    CVal v = expr(&h, 1);
+    skip(&h);
+    if (h.bad || *h.s) break;
+    return conv(v, kind_of(dt));
+  }
+  e->bad = 1;
+  return boolv(0);
+}
+
 static CVal call(Ev *e, const char *name, size_t n, CVal *a, int na) {
   CKind fk = e->ct == DT_F32 ? CK_F32 : CK_F64;
 #define IS(str) (n == strlen(str) && !strncmp(name, str, n))
@@ -209,8 +246,7 @@ static CVal call(Ev *e, const char *name, size_t n, CVal *a, int na) {
   if (IS("isfinite")) return boolv(isfinite(as_double(a[0])));
   if (IS("signbit")) return boolv(signbit(as_double(a[0])));
   if (IS("ctc_ipow")) return h_ipow(conv(a[0], CK_I64), conv(a[1], CK_I64));
-  if (n > 14 && !strncmp(name, "ctc_remainder_", 14)) return h_remainder(a[0], conv(a[1], a[0].k));
-  if (n > 13 && !strncmp(name, "ctc_floordiv_", 13)) return h_floordiv(a[0], conv(a[1], a[0].k));
+  if (n > 4 && !strncmp(name, "ctc_", 4)) return helper_call(e, name + 4, n - 4, a, na);
   /* <math.h>, in float for f32 code (the emitter writes expf there) */
   double x = na > 0 ? conv(a[0], fk).d : 0, y = na > 1 ? conv(a[1], fk).d : 0;
   int f = fk == CK_F32;
@@ -465,15 +501,6 @@ static CVal expr(Ev *e, int live) {
   CVal y = expr(e, live && !t);
   CKind k = common(x.k, y.k);
   return conv(t ? x : y, k);
-}
-
-static CKind kind_of(DType t) {
-  switch (t) {
-  case DT_F32: return CK_F32;
-  case DT_F64: return CK_F64;
-  case DT_I64: return CK_I64;
-  default: return CK_I32;   /* i32, and bool (unsigned char), promoted */
-  }
 }
 
 static CVal from_double(DType t, double v) {

@@ -440,6 +440,10 @@ const char *ir_elem_template(Op op, DType ct);
 /* The type op's template computes in: operand 0's for cast and comparisons, else
  * the result's. */
 DType ir_elem_compute_type(Op op, DType arg0, DType res);
+/* Helper k of the generated file (ctc_<name>_<dt>, which templates call): returns its
+ * name (NULL past the last), sets *text to its C expression of A, B, C for dtype ct (NULL
+ * where it has none; calls of earlier helpers without the dtype suffix) and *nargs. */
+const char *ir_elem_helper(int k, DType ct, const char **text, int *nargs);
 /* One element: r = op(x[0], x[1], x[2]) computed in ct, stored as dtype rt. */
 int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r);
 /* One instruction on dense row-major operands a[k] of types ta[k], into out (the

@@ -17,7 +17,14 @@
  *   - no two blocks that are live at the same instruction share a byte, except a
  *     result written in place over an operand (FuncPlan.shares, allowed by
  *     PlanHints.inplace) of its shape and element size that dies in its kernel.
- * compiler/main.c runs it after planning, on every compile. */
+ * compiler/main.c runs it after planning, on every compile.
+ *
+ * The last check is a sweep in order of definition over an active set ordered by
+ * offset (a treap). The blocks in the set are pairwise disjoint (each was checked
+ * on entry), so a new block shares a byte with one of them exactly when it shares
+ * one with its neighbour below or above in offset order: O(n log n), where the
+ * all-pairs scan of the live blocks was quadratic in a 16000-way split. A block
+ * of no bytes shares none and is not in the set. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +34,88 @@ typedef struct Blk {
   int64_t off, size;
   int start, end;     /* closed interval of instruction indices */
   ValId v;            /* -1: scratch of instruction `start` */
+  int seq;            /* order of creation (instruction order): ties of the sort */
 } Blk;
+
+static int cmp_int(int64_t x, int64_t y) { return (x > y) - (x < y); }
 
 static int by_start(const void *a, const void *b) {
   const Blk *x = a, *y = b;
-  return x->start != y->start ? (x->start > y->start) - (x->start < y->start) : (x->off > y->off) - (x->off < y->off);
+  int c = cmp_int(x->start, y->start);
+  if (!c) c = cmp_int(x->off, y->off);
+  return c ? c : cmp_int(x->seq, y->seq);
+}
+
+static int by_end(const void *a, const void *b) {
+  const Blk *x = *(const Blk *const *)a, *y = *(const Blk *const *)b;
+  int c = cmp_int(x->end, y->end);
+  return c ? c : cmp_int(x->seq, y->seq);
+}
+
+/* ---- the active set: a treap of block indices ordered by (offset, index) ---------- */
+
+typedef struct Treap {
+  const Blk *b;     /* the blocks, sorted by start; a node is an index into them */
+  int *l, *r;       /* children (-1: none) */
+  int root;
+} Treap;
+
+static unsigned prio(int k) {   /* a fixed pseudo-random priority per node (deterministic) */
+  uint32_t x = (uint32_t)k * 0x9E3779B9u;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  return x ^ (x >> 13);
+}
+
+static int key_less(const Treap *t, int x, int y) { return t->b[x].off != t->b[y].off ? t->b[x].off < t->b[y].off : x < y; }
+
+/* Splits the tree at n into the nodes ordered before key k (*lo) and the others (*hi). */
+static void split(Treap *t, int n, int k, int *lo, int *hi) {
+  if (n < 0) {
+    *lo = *hi = -1;
+  } else if (key_less(t, n, k)) {
+    split(t, t->r[n], k, &t->r[n], hi);
+    *lo = n;
+  } else {
+    split(t, t->l[n], k, lo, &t->l[n]);
+    *hi = n;
+  }
+}
+
+static int merge(Treap *t, int x, int y) {   /* every key of x before every key of y */
+  if (x < 0 || y < 0) return x < 0 ? y : x;
+  if (prio(x) > prio(y)) {
+    t->r[x] = merge(t, t->r[x], y);
+    return x;
+  }
+  t->l[y] = merge(t, x, t->l[y]);
+  return y;
+}
+
+static void insert(Treap *t, int k) {
+  int lo, hi;
+  t->l[k] = t->r[k] = -1;
+  split(t, t->root, k, &lo, &hi);
+  t->root = merge(t, merge(t, lo, k), hi);
+}
+
+static void erase(Treap *t, int k) {
+  int *at = &t->root;
+  while (*at != k) at = key_less(t, k, *at) ? &t->l[*at] : &t->r[*at];
+  *at = merge(t, t->l[k], t->r[k]);
+}
+
+/* The node just before key k (below = 1) or just after it (below = 0); -1: none. */
+static int neighbour(const Treap *t, int k, int below) {
+  int n = t->root, best = -1;
+  while (n >= 0)
+    if (below ? key_less(t, n, k) : key_less(t, k, n)) {
+      best = n;
+      n = below ? t->r[n] : t->l[n];
+    } else {
+      n = below ? t->l[n] : t->r[n];
+    }
+  return best;
 }
 
 static int fail(FILE *out, const Func *f, const char *fmt, ...) CTC_PRINTF(3, 4);
@@ -151,13 +235,20 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
     } else if (h->update_into && h->update_into[in->res] >= 0) {
       rc = check_update_into(f, mp, fp, in->res, i, root, out);
     } else if (root[in->res] == in->res) {
-      if (l->base != LOC_ARENA) rc = fail(out, f, "%s is not in the arena", f->values.data[in->res].name);
-      else b[nb++] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), STEP(i), last[in->res], in->res};
+      if (l->base != LOC_ARENA) {
+        rc = fail(out, f, "%s is not in the arena", f->values.data[in->res].name);
+      } else {
+        b[nb] = (Blk){l->offset, bytes_of(&f->values.data[in->res].type), STEP(i), last[in->res], in->res, nb};
+        nb++;
+      }
     }
     if ((fp->scratch[i] >= 0) != (ir_scratch_bytes(f, in) > 0))
       rc = fail(out, f, "instruction %d (%s) %s scratch space", i, ir_ops[in->op].name,
                 fp->scratch[i] >= 0 ? "has unneeded" : "lacks its");
-    if (fp->scratch[i] >= 0) b[nb++] = (Blk){fp->scratch[i], ir_scratch_bytes(f, in), STEP(i), STEP(i), -1};
+    if (fp->scratch[i] >= 0) {
+      b[nb] = (Blk){fp->scratch[i], ir_scratch_bytes(f, in), STEP(i), STEP(i), -1, nb};
+      nb++;
+    }
     if (rc) goto done;
   }
   for (int k = 0; k < nb; k++)
@@ -167,30 +258,39 @@ static int check_func(const Program *p, const Func *f, const MemPlan *mp, const 
                 b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch", (long long)b[k].off, (long long)b[k].size);
       goto done;
     }
-  /* sweep in order of definition; `act` holds the blocks still live */
+  /* sweep in order of definition; the treap holds the blocks still live, by offset */
   qsort(b, (size_t)nb, sizeof(Blk), by_start);
-  Blk **act = malloc(sizeof(Blk *) * (size_t)(nb + 1));
-  if (!act) BUG("out of memory");
-  int na = 0;
-  for (int k = 0; k < nb && !rc; k++) {
-    int m = 0;
-    for (int j = 0; j < na; j++)
-      if (act[j]->end >= b[k].start) act[m++] = act[j];
-    na = m;
-    for (int j = 0; j < na; j++)
-      if (act[j]->off < b[k].off + b[k].size && b[k].off < act[j]->off + act[j]->size &&
-          !in_place(f, fp, h, act[j], &b[k])) {
-        const char *n1 = act[j]->v >= 0 ? f->values.data[act[j]->v].name : "scratch";
-        const char *n2 = b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch";
-        fprintf(out, "memory plan of '%s': %s and %s are live together at instruction %d and share bytes "
-                     "([%lld, +%lld) and [%lld, +%lld))\n", f->name, n1, n2, b[k].start, (long long)act[j]->off,
-                (long long)act[j]->size, (long long)b[k].off, (long long)b[k].size);
-        rc = -1;
+  int *kids = malloc(sizeof(int) * (size_t)(2 * nb + 1));
+  char *in_set = calloc((size_t)nb + 1, 1);
+  const Blk **ends = malloc(sizeof(Blk *) * (size_t)(nb + 1));   /* in order of death */
+  if (!kids || !in_set || !ends) BUG("out of memory");
+  for (int k = 0; k < nb; k++) ends[k] = &b[k];
+  qsort(ends, (size_t)nb, sizeof *ends, by_end);
+  Treap t = {b, kids, kids + nb, -1};
+  for (int k = 0, dead = 0; k < nb && !rc; k++) {
+    for (; dead < nb && ends[dead]->end < b[k].start; dead++)
+      if (in_set[ends[dead] - b]) erase(&t, (int)(ends[dead] - b)), in_set[ends[dead] - b] = 0;
+    if (!b[k].size) continue;
+    for (int below = 1; below >= 0 && !rc; below--) {
+      int j = neighbour(&t, k, below);
+      if (j < 0 || !(b[j].off < b[k].off + b[k].size && b[k].off < b[j].off + b[j].size)) continue;
+      if (in_place(f, fp, h, &b[j], &b[k])) {   /* b[k] takes over b[j]'s bytes, which touch no other */
+        erase(&t, j);
+        in_set[j] = 0;
         break;
       }
-    act[na++] = &b[k];
+      const char *n1 = b[j].v >= 0 ? f->values.data[b[j].v].name : "scratch";
+      const char *n2 = b[k].v >= 0 ? f->values.data[b[k].v].name : "scratch";
+      fprintf(out, "memory plan of '%s': %s and %s are live together at instruction %d and share bytes "
+                   "([%lld, +%lld) and [%lld, +%lld))\n", f->name, n1, n2, b[k].start, (long long)b[j].off,
+              (long long)b[j].size, (long long)b[k].off, (long long)b[k].size);
+      rc = -1;
+    }
+    if (!rc) insert(&t, k), in_set[k] = 1;
   }
-  free(act);
+  free(kids);
+  free(in_set);
+  free(ends);
 done:
   free(root);
   free(last);

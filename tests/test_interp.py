@@ -10,6 +10,8 @@ run time (the same expression on forward's inputs). Folded and run-time values
 must equal PyTorch's special values exactly and its finite values within
 rtol 1e-4 (float32; integer results exactly), and the folded value must equal
 the run-time one (NaN where it has NaN)."""
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -106,3 +108,21 @@ def test_folded_relu_keeps_nan(tmp_path):
     run([CTC, "build", path, "-o", exe, "--input", "x=f32[3]"])
     out = run_entry(tmp_path, exe, "forward", [np.zeros(3, np.float32)], 1)[0]
     assert np.isnan(out[0]) and out[1] == 0 and out[2] == 2, out
+
+
+def test_remainder_floordiv_stated_once(tmp_path):
+    """Python's % and // are stated once, as C expressions in ir/elem.c's helper table: the
+    generated file's ctc_remainder_<dt>/ctc_floordiv_<dt> are those expressions (and what
+    they call), and the evaluator computes the same text; kernels.c holds no second copy."""
+    root = pathlib.Path(CTC).resolve().parent.parent
+    kernels = (root / "codegen_c" / "kernels.c").read_text()
+    assert "fmod" not in kernels and "ctc_remainder_$S" not in kernels and "ctc_floordiv_$S" not in kernels
+    assert "h_remainder" not in (root / "ir" / "elem.c").read_text()
+    p = tmp_path / "m.py"
+    p.write_text("import torch\n\n\ndef f(x, y, i, j):\n    return x % y, x // y, i % j, i // j\n\n\n"
+                 "example_inputs = {'f': (torch.randn(4), torch.randn(4), torch.arange(4), torch.arange(4) + 1)}\n")
+    run([CTC, "compile", p, "-o", tmp_path / "m.c", "--entry", "f"])
+    c = (tmp_path / "m.c").read_text()
+    assert "static float ctc_remainder_f32(float a, float b) { return ctc_remfix_f32(fmodf(a, b), b); }" in c
+    assert ("static int64_t ctc_floordiv_i64(int64_t a, int64_t b) { return (b == 0 ? 0 : b == -1 ? "
+            "(int64_t)(0u - (uint64_t)a) : ctc_floordivm_i64(a, b, a % b)); }") in c

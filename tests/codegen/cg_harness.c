@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include "../../codegen_c/codegen_c.h"
 
 /* ---- building programs ---------------------------------------------------- */
@@ -393,6 +394,135 @@ static void check_plan(const Program *p, const MemPlan *mp) {
   if (ir_plan_check(p, mp, stderr) < 0) plan_fail(p->funcs.data[0], "ir_plan_check failed (see above)");
 }
 
+/* ---- corrupting plans on purpose ----------------------------------------------------
+ *
+ * ir_plan_check must catch every overlap of two blocks live together. For each stored
+ * result r and each stored operand a of its instruction (live together at it, r not
+ * written in place over a), r is moved onto a's first byte, onto a's last 64-byte chunk
+ * and so that r's last chunk covers a's first: each plan must be refused with "share
+ * bytes"; the plan as made must pass again afterwards. */
+
+static int corrupt_tried, corrupt_missed;
+
+static int64_t val_bytes(const Func *f, ValId v) {
+  int64_t b;
+  return ir_type_bytes(&f->values.data[v].type, &b) < 0 ? 0 : b;
+}
+
+/* Whether v is an arena block of its own: an instruction result, stored, no view. */
+static int own_block(const Func *f, const FuncPlan *fp, ValId v) {
+  const PlanHints *hn = &fp->hints;
+  return f->values.data[v].kind == V_INST && fp->loc[v].base == LOC_ARENA && !ir_is_view(f, v) &&
+         !(hn->strided && hn->strided[v]) && !(hn->update_into && hn->update_into[v] >= 0) && val_bytes(f, v) > 0;
+}
+
+static void corrupt_one(const Program *p, const MemPlan *mp, int fi, ValId r, int64_t off) {
+  const Func *f = p->funcs.data[fi];
+  Loc *l = &mp->funcs[fi].loc[r];
+  if (off < mp->params_bytes || off + val_bytes(f, r) > mp->params_bytes + mp->funcs[fi].peak || off == l->offset)
+    return;
+  int64_t was = l->offset;
+  char *msg = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&msg, &len);
+  CHECK(m);
+  l->offset = off;
+  int rc = ir_plan_check(p, mp, m);
+  l->offset = was;
+  fclose(m);
+  corrupt_tried++;
+  if (rc != -1 || !strstr(msg, "share bytes")) {
+    corrupt_missed++;
+    plan_fail(f, "%s moved to %lld: ir_plan_check %s", f->values.data[r].name, (long long)off,
+              rc ? msg : "accepted it");
+  }
+  free(msg);
+}
+
+/* every `every`-th instruction of each function (1: all) */
+static void check_corruptions(const Program *p, const MemPlan *mp, int every) {
+  for (int fi = 0; fi < p->funcs.len; fi++) {
+    const Func *f = p->funcs.data[fi];
+    const FuncPlan *fp = &mp->funcs[fi];
+    unsigned char *viewed = calloc((size_t)f->values.len + 1, 1);   /* has a view, or is written over in place */
+    CHECK(viewed);
+    for (int i = 0; i < f->insts.len; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->nargs && (ir_is_view(f, in->res) || (fp->hints.strided && fp->hints.strided[in->res])))
+        viewed[in->args[0]] = 1;
+      if (fp->shares && fp->shares[in->res] >= 0) viewed[fp->shares[in->res]] = 1;
+    }
+    for (int i = 0; i < f->insts.len; i += every) {
+      const Inst *in = &f->insts.data[i];
+      ValId r = in->res;
+      if (!own_block(f, fp, r) || viewed[r]) continue;
+      for (int k = 0; k < in->nargs; k++) {
+        ValId a = in->args[k];
+        if (!own_block(f, fp, a) || (fp->shares && fp->shares[r] == a)) continue;
+        int64_t oa = fp->loc[a].offset;
+        corrupt_one(p, mp, fi, r, oa);
+        corrupt_one(p, mp, fi, r, oa + (val_bytes(f, a) - 1) / 64 * 64);
+        corrupt_one(p, mp, fi, r, oa - (val_bytes(f, r) - 1) / 64 * 64);
+      }
+    }
+    free(viewed);
+  }
+  check_plan(p, mp);   /* restored */
+}
+
+/* A function of many values live at once (a 16000-way split's shape: y_k = x * k, then
+ * their sum from the last one down), with a plan made by hand (every result in bytes
+ * of its own): ir_plan_check accepts it in well under a second (the all-pairs scan of
+ * the live blocks took seconds), and refuses it corrupted. OUT/plan_check.txt: the counts. */
+static void wide_check(void) {
+  enum { N = 16000 };
+  h.a = arena_new();
+  h.src = src_from_string(h.a, "model.py", "# test\n");
+  h.p = ir_program_new(h.a, h.src);
+  h.p->model_name = h.p->class_name = arena_strdup(h.a, "wide");
+  h.line = 1;
+  entry("wide");
+  ValId x = input("x", ty(DT_F32, 1, 16), "normal");
+  ValId *y = malloc(sizeof(ValId) * N);
+  CHECK(y);
+  for (int k = 0; k < N; k++) y[k] = bin(IR_MUL, x, cst(DT_F32, k + 1), "y");
+  ValId acc = y[N - 1];
+  for (int k = N - 2; k >= 0; k--) acc = bin(IR_ADD, acc, y[k], "s");
+  out(acc, "s");
+  free(y);
+  Func *f = h.f;
+  MemPlan mp = {0};
+  FuncPlan fp = {0};
+  fp.loc = calloc((size_t)f->values.len, sizeof(Loc));
+  fp.scratch = malloc(sizeof(int64_t) * (size_t)f->insts.len);
+  CHECK(fp.loc && fp.scratch);
+  for (int v = 0; v < f->values.len; v++) fp.loc[v] = (Loc){LOC_NONE, 0};
+  fp.loc[x] = (Loc){0, 0};
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    fp.scratch[i] = -1;
+    if (in->op != IR_CONST) fp.loc[in->res] = (Loc){LOC_ARENA, fp.peak}, fp.peak += 64;
+  }
+  mp.funcs = &fp;
+  mp.arena_bytes = fp.peak;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  check_plan(h.p, &mp);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  check_corruptions(h.p, &mp, 3989);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/plan_check.txt", outdir);
+  FILE *o = fopen(path, "w");
+  CHECK(o);
+  fprintf(o, "corrupted %d missed %d wide_blocks %d wide_seconds %.4f\n", corrupt_tried, corrupt_missed,
+          f->insts.len - N, secs);
+  fclose(o);
+  free(fp.loc);
+  free(fp.scratch);
+  arena_free(h.a);
+}
+
 static void suite_done(void) {
   Program *p = h.p;
   char path[1024], hname[256];
@@ -409,6 +539,7 @@ static void suite_done(void) {
   }
   MemPlan *mp = ir_plan_memory(p);
   check_plan(p, mp);
+  check_corruptions(p, mp, 1);
   snprintf(hname, sizeof hname, "%s.h", p->model_name);
   snprintf(path, sizeof path, "%s/%s/%s.c", outdir, p->model_name, p->model_name);
   FILE *c = fopen(path, "w");
@@ -1273,6 +1404,7 @@ int main(int argc, char **argv) {
   suite_train();
   suite_more();
   check_refusals();
+  wide_check();
   if (plan_errors) {
     fprintf(stderr, "%d plan errors\n", plan_errors);
     return 1;

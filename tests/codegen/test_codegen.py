@@ -675,6 +675,18 @@ def test_plan_reuses_memory(generated):
     assert peak <= 2 * 4032, plan    # 10 ops on 4000 bytes: two slots, ping-pong
 
 
+def test_plan_check_catches_corrupted_plans(generated):
+    """The harness moves stored results onto an operand's bytes (its first byte, its last
+    64-byte chunk, or covering its first chunk from below) in every suite and in a
+    function of 32,000 blocks, 16,000 live at once: ir_plan_check refuses each such plan
+    with "share bytes", and checks the wide one in well under a second (the all-pairs
+    scan of the live blocks took seconds there: the sweep is ordered by offset now)."""
+    got = dict(zip(*[iter((generated / "plan_check.txt").read_text().split())] * 2))
+    assert int(got["corrupted"]) >= 90 and int(got["missed"]) == 0, got
+    assert int(got["wide_blocks"]) >= 30000, got
+    assert float(got["wide_seconds"]) < 1.0, got
+
+
 def test_names_are_sanitised(generated):
     c = (generated / "shape" / "shape.c").read_text()
     assert "int shape_names(shape_t *m, const float *int_1, float *return_1)" in c
