@@ -146,6 +146,7 @@ typedef struct Reroll {
   int nk;
   IdMap tensors;   /* C name -> value */
   IdMap owner;     /* a name given out while kernel k was written -> k */
+  const char *tv;  /* the loops' variable */
 } Reroll;
 
 /* Kernel that gave out the identifier, -1 if none did (the entry's names). */
@@ -169,6 +170,11 @@ static void classify(Reroll *r, Toks *tk, int ka, int kb, int run_first) {
     const char *s = r->text + t->pos;
     int *tv = idmap_slot(&r->tensors, s, t->len, 0);
     int o = owner_of(r, s, t->len);
+    if (ka < 0 && ((tv && fp->loc[*tv].base == LOC_LOCAL) || (!tv && o >= 0) ||
+                   (r->tv && strlen(r->tv) == t->len && !memcmp(r->tv, s, t->len)))) {
+      t->kind = TK_POISON;   /* a block of a kernel: locals, or inside a loop already */
+      continue;
+    }
     if (tv && fp->loc[*tv].base != LOC_LOCAL) {
       ValId v = *tv;
       t->kind = TK_TENSOR, t->v = v, t->num = fp->loc[v].offset;
@@ -213,22 +219,24 @@ static int same_shape(Reroll *r, const Toks *a, const Toks *b) {
   return 1;
 }
 
-/* Whether token i moves affinely over steps t0.. t1 (tk[t]); *d its move per step
- * (elements for a tensor). */
+/* The end of the steps t0.. (before t1) over which token i moves affinely, *d its
+ * move per step (elements for a tensor): t0 + 1 when it moves in a preprocessor line
+ * or by a part of an element. */
 static int affine(Reroll *r, Toks *tk, int t0, int t1, int i, int64_t *d) {
   const Tok *x = &tk[t0].data[i];
-  if (x->kind != TK_INT && x->kind != TK_TENSOR) return *d = 0, 1;
+  *d = 0;
+  if (x->kind != TK_INT && x->kind != TK_TENSOR) return t1;
   int64_t step = tk[t0 + 1].data[i].num - x->num;
-  for (int t = t0 + 2; t < t1; t++)
-    if (tk[t].data[i].num != x->num + (int64_t)(t - t0) * step) return 0;
-  if (step && x->pp) return 0;
+  int t = t0 + 2;
+  while (t < t1 && tk[t].data[i].num == x->num + (int64_t)(t - t0) * step) t++;
+  if (step && x->pp) return t0 + 1;
   if (x->kind == TK_TENSOR) {
     int64_t es = (int64_t)ir_dtype_size(r->c->f->values.data[x->v].type.dtype);
-    if (step % es) return 0;
+    if (step % es) return t0 + 1;
     step /= es;
   }
   *d = step;
-  return 1;
+  return t;
 }
 
 /* Appends s[0..n) to b with every line that has text indented two more spaces
@@ -247,13 +255,98 @@ static void put_indented(Buf *b, const char *s, size_t n) {
   }
 }
 
+/* Whether a block's tokens can be a loop's body: braces and parentheses balanced, not
+ * the continuation of a statement (else), ending a statement. */
+static int whole_block(const Reroll *r, const Toks *tk) {
+  int depth = 0;
+  for (int i = 0; i < tk->len; i++) {
+    const Tok *t = &tk->data[i];
+    if (t->kind == TK_POISON) return 0;
+    if (t->kind != TK_TEXT || t->len != 1) continue;
+    char ch = r->text[t->pos];
+    depth += (ch == '{' || ch == '(') - (ch == '}' || ch == ')');
+    if (depth < 0) return 0;
+  }
+  if (depth || !tk->len) return 0;
+  const Tok *a = &tk->data[0], *z = &tk->data[tk->len - 1];
+  if (a->pp || (a->len == 4 && !memcmp(r->text + a->pos, "else", 4))) return 0;
+  return z->kind == TK_TEXT && z->len == 1 && (r->text[z->pos] == ';' || r->text[z->pos] == '}');
+}
+
+/* The second pass: blocks of one kernel's text (between blank lines) that repeat with
+ * affine offsets, as a concatenation's parts (one per step) or their gradients' slices,
+ * become loops too, when they name no local of the kernel (each block is then a
+ * statement of its own) and are not inside a loop already. */
+static int reroll_blocks(Reroll *r, Buf *body) {
+  if (!body->s) return 0;
+  Arena *A = r->c->p->arena;
+  r->text = body->s;
+  Vec(size_t) at = {0};   /* block starts, then the end */
+  vec_push(A, &at, (size_t)0);
+  for (const char *q = body->s; (q = strstr(q, "\n\n")); q++) vec_push(A, &at, (size_t)(q - body->s) + 2);
+  vec_push(A, &at, body->len);
+  int nb = at.len - 1, loops = 0;
+  Toks *tk = arena_alloc(A, sizeof *tk * (size_t)(nb + 1));
+  unsigned char *ok = arena_alloc(A, (size_t)nb + 1);
+  for (int b = 0; b < nb; b++) {
+    tokenize(A, body->s, at.data[b], at.data[b + 1], &tk[b]);
+    classify(r, &tk[b], -1, -1, 0);
+    ok[b] = whole_block(r, &tk[b]);
+  }
+  Buf out = {0};
+  size_t done = 0;
+  for (int b0 = 0; b0 < nb;) {
+    int b1 = b0 + 1;
+    while (ok[b0] && b1 < nb && ok[b1] && same_shape(r, &tk[b0], &tk[b1])) b1++;
+    int64_t *d = arena_alloc(A, sizeof *d * (size_t)(tk[b0].len + 1));
+    for (int i = 0; i < tk[b0].len && b1 - b0 >= 2; i++) b1 = affine(r, tk, b0, b1, i, &d[i]);
+    if (b1 - b0 < KN_REROLL_MIN) {
+      b0++;
+      continue;
+    }
+    cg_printf(&out, "%.*s", (int)(at.data[b0] - done), body->s + done);
+    size_t s0 = at.data[b0];
+    int ind = 0;
+    while (body->s[s0 + (size_t)ind] == ' ') ind++;
+    cg_printf(&out, "%*s/* for %s in range(%d): the %d blocks alike below as one */\n", ind, "", r->tv, b1 - b0, b1 - b0);
+    cg_printf(&out, "%*sfor (int64_t %s = 0; %s < %d; %s++) {\n", ind, "", r->tv, r->tv, b1 - b0, r->tv);
+    Buf step = {0};
+    size_t pos = s0;
+    for (int i = 0; i < tk[b0].len; i++) {
+      const Tok *x = &tk[b0].data[i];
+      if (!d[i]) continue;
+      cg_printf(&step, "%.*s", (int)(x->pos - pos), body->s + pos);
+      cg_printf(&step, "(%.*s %c %s * %lld)", (int)x->len, body->s + x->pos, d[i] < 0 ? '-' : '+', r->tv,
+                (ll)(d[i] < 0 ? -d[i] : d[i]));
+      pos = x->pos + x->len;
+    }
+    size_t end = at.data[b0 + 1];
+    while (end > pos && body->s[end - 1] == '\n') end--;
+    cg_printf(&step, "%.*s", (int)(end - pos), body->s + pos);
+    if (step.s) put_indented(&out, step.s, step.len);
+    cg_buf_free(&step);
+    cg_printf(&out, "\n%*s}\n\n", ind, "");
+    done = at.data[b1];
+    loops++;
+    b0 = b1;
+  }
+  if (loops) {
+    cg_printf(&out, "%s", body->s + done);
+    cg_buf_free(body);
+    *body = out;
+  } else {
+    cg_buf_free(&out);
+  }
+  return loops;
+}
+
 int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname) {
   const KnSchedule *s = c->s;
   const Func *f = c->f;
   int nk = s->kernels.len;
   if (!s->runs.len || !body->s) return 0;
   Arena *A = c->p->arena;
-  Reroll r = {c, body->s, kstart, nk, {0}, {0}};
+  Reroll r = {c, body->s, kstart, nk, {0}, {0}, NULL};
   idmap_init(&r.tensors, (size_t)f->values.len);
   for (int v = 0; v < f->values.len; v++)
     if (c->cname[v]) *idmap_slot(&r.tensors, c->cname[v], strlen(c->cname[v]), 1) = v;
@@ -293,14 +386,12 @@ int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname) {
     for (int t0 = 0; t0 < run->count;) {
       int t1 = t0 + 1;
       while (t1 < run->count && same_shape(&r, &tk[t0], &tk[t1])) t1++;
-      int64_t *d = NULL;
-      for (; t1 - t0 >= KN_REROLL_MIN; t1--) {   /* the longest range whose numbers move affinely */
-        d = arena_alloc(A, sizeof *d * (size_t)(tk[t0].len + 1));
-        int ok = 1;
-        for (int i = 0; i < tk[t0].len && ok; i++) ok = affine(&r, tk, t0, t1, i, &d[i]);
+      int64_t *d = arena_alloc(A, sizeof *d * (size_t)(tk[t0].len + 1));
+      for (int i = 0; i < tk[t0].len && t1 - t0 >= 2; i++) t1 = affine(&r, tk, t0, t1, i, &d[i]);
+      for (int ok = 0; !ok && t1 - t0 >= KN_REROLL_MIN; t1 -= !ok) {   /* no name of the loop's steps read after it */
         int ka = run->first + t0 * run->len, kb = run->first + t1 * run->len;
+        ok = 1;
         for (int k = ka; k < kb && ok; k++) ok = late[k] < kb;
-        if (ok) break;
       }
       if (t1 - t0 < KN_REROLL_MIN) {
         t0++;
@@ -308,7 +399,7 @@ int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname) {
       }
       /* steps [t0, t1) as one loop over step t0's text */
       int ka = run->first + t0 * run->len;
-      if (!tv) tv = cg_name(c->ns, "t");
+      if (!tv) tv = r.tv = cg_name(c->ns, "t");
       cg_printf(&out, "%.*s", (int)(kstart[ka] - done), r.text + done);
       char where[256] = "";
       for (int k = ka; k < ka + run->len && !where[0]; k++)
@@ -342,6 +433,12 @@ int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname) {
     cg_printf(&out, "%s", r.text + done);
     cg_buf_free(body);
     *body = out;
+  } else {
+    cg_buf_free(&out);
+  }
+  if (!r.tv) r.tv = cg_name(c->ns, "t");
+  loops += reroll_blocks(&r, body);
+  if (loops) {
     /* declared are the tensors the body names */
     memset(c->ref, 0, (size_t)f->values.len);
     Toks all = {0};
@@ -351,8 +448,6 @@ int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname) {
       if (v && c->fp->loc[*v].base != LOC_LOCAL && c->fp->loc[*v].base != LOC_NONE && !cg_is_literal(c, *v))
         c->ref[*v] = 1;
     }
-  } else {
-    cg_buf_free(&out);
   }
   free(late);
   idmap_free(&r.tensors);

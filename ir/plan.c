@@ -364,14 +364,15 @@ static void families(const Func *f, const PlanHints *h, const ValId *root, const
   unsigned char *bad = calloc((size_t)n, 1);
   CHECK(fm->of && fm->count && fm->base && fm->end && fm->blk && fm->stride && fm->off && size && bad);
   for (int g = 0; g < n; g++) fm->blk[g] = -1, size[g] = -1;
-  for (int v = 0; v < nv; v++) {   /* which values may be members */
+  for (int v = 0; v < nv; v++) {   /* which values may be members: the others are placed alone */
     int g = h->family[v];
-    fm->of[v] = g;
+    fm->of[v] = -1;
     if (g < 0) continue;
     int64_t vb = value_bytes(&f->values.data[v].type);
     if (!is_inst_result(f, v) || is_scalar_const(f, v) || root[v] != v || (h->nostore && h->nostore[v]) ||
         (h->update_into && h->update_into[v] >= 0) || (size[g] >= 0 && size[g] != vb) || vb == INT64_MAX)
-      bad[g] = 1;
+      continue;
+    fm->of[v] = g;
     size[g] = vb;
     if (h->family_ix[v] + 1 > fm->count[g]) fm->count[g] = h->family_ix[v] + 1;
   }
@@ -389,20 +390,18 @@ static void families(const Func *f, const PlanHints *h, const ValId *root, const
   }
   for (int g = 0; g < n; g++) {
     int apart = 1;   /* each member dead (or taken over in place) when the next is defined */
+    ValId prev = -1;
     fm->end[g] = -1;
+    if (size[g] > CTC_MAX_ARENA_BYTES / (fm->count[g] + 1)) bad[g] = 1;
     for (int i = 0; i < fm->count[g] && !bad[g]; i++) {
       ValId v = fm->member[fm->base[g] + i];
-      if (v < 0 || size[g] > CTC_MAX_ARENA_BYTES / (fm->count[g] + 1)) {
-        bad[g] = 1;
-        break;
-      }
+      if (v < 0) continue;   /* a step whose value is placed alone */
       if (last[v] > fm->end[g]) fm->end[g] = last[v];
-      if (i + 1 < fm->count[g]) {
-        ValId w = fm->member[fm->base[g] + i + 1];
-        if (w < 0) continue;   /* caught at the next i */
-        int born = step_of(h, f->values.data[w].def);
-        if (!(last[v] < born || (last[v] == born && h->inplace && h->inplace[w] == v))) apart = 0;
+      if (prev >= 0) {
+        int born = step_of(h, f->values.data[v].def);
+        if (!(last[prev] < born || (last[prev] == born && h->inplace && h->inplace[v] == prev))) apart = 0;
       }
+      prev = v;
     }
     if (!bad[g]) fm->stride[g] = apart ? 0 : align_up(size[g]);
   }
@@ -511,7 +510,8 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + fm.off[g] + ix * st};
       blk[r] = fm.blk[g];
       boff[r] = ix * st;
-      ValId prev = ix > 0 ? fm.member[fm.base[g] + ix - 1] : -1;
+      ValId prev = -1;
+      for (int k = ix - 1; k >= 0 && prev < 0; k--) prev = fm.member[fm.base[g] + k];
       if (!st && prev >= 0 && last[prev] == t) {   /* in place over the step before's (an accumulation) */
         fp->shares[r] = prev;
         taken[prev] = 1;

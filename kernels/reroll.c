@@ -117,10 +117,25 @@ void kn_reroll(const Program *p, const Func *f, KnSchedule *s) {
           ValId v = f->insts.data[i].res;
           if (f->insts.data[i].op == IR_CONST || s->hints.nostore[v]) continue;
           fam[v] = nfam + q;
-          fix[v] = t;
+          fix[v] = t + 1;
         }
       }
       width = q;
+    }
+    /* The values step 0 reads where every later step reads the step before's (an
+     * initial state computed before the run) join that family as its step -1. */
+    const Kernel *k0 = &s->kernels.data[run->first], *k1 = &s->kernels.data[run->first + run->len];
+    int n0 = s->kernels.data[run->first + run->len - 1].last + 1 - k0->first;
+    for (int q = 0; q < n0; q++) {
+      const Inst *a = &f->insts.data[k0->first + q], *b = &f->insts.data[k1->first + q];
+      for (int j = 0; j < a->nargs && j < b->nargs; j++) {
+        ValId w = a->args[j], u = b->args[j];
+        if (fam[w] < 0 && fam[u] >= nfam && fix[u] == 1 && f->values.data[w].kind == V_INST &&
+            f->values.data[w].def < k0->first && !s->hints.nostore[w]) {
+          fam[w] = fam[u];
+          fix[w] = 0;
+        }
+      }
     }
     nfam += width;
   }
