@@ -129,7 +129,7 @@ void kn_reroll(const Program *p, const Func *f, KnSchedule *s) {
     for (int q = 0; q < n0; q++) {
       const Inst *a = &f->insts.data[k0->first + q], *b = &f->insts.data[k1->first + q];
       for (int j = 0; j < a->nargs && j < b->nargs; j++) {
-        ValId w = a->args[j], u = b->args[j];
+        ValId w = kn_root(f, s, a->args[j]), u = kn_root(f, s, b->args[j]);   /* views read their roots */
         if (fam[w] < 0 && fam[u] >= nfam && fix[u] == 1 && f->values.data[w].kind == V_INST &&
             f->values.data[w].def < k0->first && !s->hints.nostore[w]) {
           fam[w] = fam[u];

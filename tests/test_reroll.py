@@ -115,6 +115,12 @@ def _check(tmp_path, src, name, x_fwd, batches, steps=2):
     with torch.no_grad():
         want = mod.model(torch.from_numpy(x_fwd))
     compare(f"{name} forward", np.load(tmp_path / "o.npy"), want.numpy(), 1e-4, 1e-5)
+    if x_fwd.shape[0] > 3:   # the loops' offsets at a smaller batch (the forward entry takes 1..N)
+        np.save(tmp_path / "x3.npy", x_fwd[:3])
+        run([exe, "infer", "--weights", w, "--input", tmp_path / "x3.npy", "--output", tmp_path / "o3.npy"])
+        with torch.no_grad():
+            want3 = mod.model(torch.from_numpy(x_fwd[:3]))
+        compare(f"{name} forward at batch 3", np.load(tmp_path / "o3.npy"), want3.numpy(), 1e-4, 1e-5)
     mod.model.train()
     for step, (x, y) in enumerate(batches[:steps]):
         np.save(tmp_path / "tx.npy", x)
@@ -144,9 +150,10 @@ def test_char_gru_is_a_loop(tmp_path):
     # both layers' forward, in forward and in the training step, and both layers' backward
     assert len(loops) >= 6, loops
     assert all(int(n) >= 29 for n in loops), loops
-    # unrolled: 29,494 lines (issue 28 asks for under 2,000: one step's code, the GRU's
-    # first step and the Adam update still take ~4,600)
-    assert lines < 5000, lines
+    # unrolled: 29,494 lines (issue 28 asks for under 2,000: one step's code per loop, the
+    # steps that differ (the GRU's first, backward's first and last), the Adam update and
+    # the runtime's helpers still take ~4,300)
+    assert lines < 4500, lines
 
 
 def test_cells_and_layers(tmp_path):
