@@ -21,6 +21,11 @@
  * in the same kernel when the schedule allows it (PlanHints.inplace: same
  * shape, same element size, read only element by element), FuncPlan.shares.
  *
+ * Time loops: the values at the same place of each step of a run of repeated
+ * steps (PlanHints.family, from kernels/reroll.c) are placed as one block at one
+ * stride, so that a C loop over the steps addresses step t's as base + t*stride
+ * (see "families" below).
+ *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
  *   - views (RESHAPE or DETACH of a value in memory, and the SLICE/PERMUTE
