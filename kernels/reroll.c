@@ -94,8 +94,10 @@ void kn_reroll(const Program *p, const Func *f, KnSchedule *s) {
       int count = 1 + m / L;
       if (count >= KN_REROLL_MIN && count * L > best_count * best_len) best_len = L, best_count = count;
     }
-    if (!best_len) {
-      a++;
+    int code = 0;   /* a step of views only (a q/k/v split read in place) is no loop */
+    for (int j = 0; j < best_len && !code; j++) code = s->kernels.data[a + j].kind != KN_VIEW;
+    if (!best_len || !code) {
+      a += best_len ? best_len * best_count : 1;
       continue;
     }
     vec_push(A, &s->runs, ((KnRun){a, best_len, best_count}));
