@@ -230,6 +230,8 @@ static int affine(Reroll *r, Toks *tk, int t0, int t1, int i, int64_t *d) {
   int t = t0 + 2;
   while (t < t1 && tk[t].data[i].num == x->num + (int64_t)(t - t0) * step) t++;
   if (step && x->pp) return t0 + 1;
+  if (step && x->kind == TK_TENSOR && r->c->f->values.data[kn_root(r->c->f, r->c->s, x->v)].kind == V_PARAM)
+    return t0 + 1;   /* a loop's steps share their weights */
   if (x->kind == TK_TENSOR) {
     int64_t es = (int64_t)ir_dtype_size(r->c->f->values.data[x->v].type.dtype);
     if (step % es) return t0 + 1;

@@ -92,7 +92,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
  * (PlanHints.family/family_ix): the values at the same place of every step, which
  * the memory plan lays out at one constant stride, so that the C target can
  * write the run as a loop over one step's code. Called by kn_schedule. */
-#define KN_REROLL_MIN 3
+#define KN_REROLL_MIN 4
 void kn_reroll(const Program *p, const Func *f, KnSchedule *s);
 /* How a KN_GEMM epilogue reads a memory operand of type t over the GEMM's
  * result `space` viewed as [M, N] (N its last axis): 0 at the same element,

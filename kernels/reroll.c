@@ -5,7 +5,9 @@
  * through them), so an entry holds the same few kernels once per step. Here
  * each kernel gets a structural signature (its kind, and per instruction the op,
  * attributes but a slice's starts, result type, and each operand as a literal's value, an earlier
- * instruction of the same kernel, or a value from memory of some type), and a
+ * instruction of the same kernel, a parameter (which one: the steps of a loop share their
+ * weights, so layers with weights of their own stay unrolled), or another value from
+ * memory of some type), and a
  * greedy scan in kernel order finds runs of consecutive steps whose kernels'
  * signatures repeat with a period of `len` kernels, at least KN_REROLL_MIN times.
  *
@@ -68,9 +70,11 @@ static uint64_t signature(const Func *f, const KnSchedule *s, const Kernel *kn) 
         memcpy(&bits, &f->insts.data[d].fattr, sizeof bits);
         h = mix(mix(h, 2), bits);
         h = mix_type(h, &av->type);
-      } else {   /* from memory */
+      } else {   /* from memory; a parameter by its identity: a loop's body shares its weights */
+        ValId r = kn_root(f, s, v);
         h = mix(mix(h, 3), (uint64_t)av->kind);
         h = mix_type(h, &av->type);
+        if (f->values.data[r].kind == V_PARAM) h = mix(mix(h, 4), (uint64_t)f->values.data[r].index);
       }
     }
   }

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from cuda_testlib import rt_objects  # noqa: F401 (a fixture)
 
 CHAR_GRU = """\
 import torch
@@ -166,3 +167,39 @@ def test_cells_and_layers(tmp_path):
     print(f"\ncells and layers over 20 steps: {c_text.count(chr(10))} lines of C, {len(loops)} loops, "
           f"ctc build {build_s:.1f} s (under load)")
     assert len(loops) >= 4, loops
+
+
+SMALL_GRU = CHAR_GRU.replace("vocab=65, emb=32, hidden=128, layers=2", "vocab=11, emb=6, hidden=8, layers=2") \
+    .replace("reshape(-1, 65)", "reshape(-1, 11)").replace("zeros(16, 32", "zeros(3, 9")
+
+
+def test_cuda_target_shares_the_layout(tmp_path, rt_objects):
+    """--target cuda plans with the same families but writes every step (emulated here):
+    its forward and training step equal the C target's loops."""
+    from cuda_testlib import emulated, run_env
+    path = tmp_path / "small_gru.py"
+    path.write_text(SMALL_GRU)
+    specs = ["--input", "x=i64[3,9]", "--input", "y=i64[3,9]"]
+    cu, emu = emulated(tmp_path, path, specs, rt_objects)
+    assert "for t in range(" not in cu.read_text()
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *specs])
+    run([CTC, "compile", path, "-o", tmp_path / "m.c", *specs])
+    assert "for t in range(" in (tmp_path / "m.c").read_text()
+    mod = load_module(str(path), "reroll_small_gru")
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(2)
+    np.save(tmp_path / "x.npy", rng.integers(0, 11, (3, 9)).astype(np.int64))
+    np.save(tmp_path / "y.npy", rng.integers(0, 11, (3, 9)).astype(np.int64))
+    got = {}
+    for tag, exe in (("cuda", emu), ("c", cexe)):
+        run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", tmp_path / f"{tag}.npy"])
+        run_env([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+                 "--output", tmp_path / f"{tag}_loss.npy", "--save", tmp_path / f"{tag}.safetensors"])
+        got[tag] = (np.load(tmp_path / f"{tag}.npy"), np.load(tmp_path / f"{tag}_loss.npy"),
+                    st_read(tmp_path / f"{tag}.safetensors"))
+    compare("forward, cuda vs C", got["cuda"][0], got["c"][0], 1e-5, 1e-6)
+    compare("loss, cuda vs C", got["cuda"][1], got["c"][1], 1e-5, 1e-6)
+    for k, v in got["c"][2].items():
+        compare(f"{k} after a step, cuda vs C", got["cuda"][2][k], v, 1e-5, 1e-6)
