@@ -54,6 +54,8 @@ typedef struct Names {
 void cg_names_init(Names *ns, const char *prefix);
 const char *cg_name(Names *ns, const char *hint);   /* valid until cg_names_free */
 void cg_names_free(Names *ns);
+/* Whether s was given out by cg_name (not a C keyword, reserved word or suffix key). */
+int cg_name_given(const Names *ns, const char *s);
 /* Sanitises s into a C identifier in buf (no uniquification). */
 void cg_ident(char *buf, size_t cap, const char *s);
 
@@ -148,6 +150,12 @@ void cg_emit_inst(CgFunc *c, int i);
 /* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
  * instruction's own code otherwise. */
 void cg_emit_kernel(CgFunc *c, int k);
+/* reroll_c.c: rewrites the entry body (kernel k's text at body[kstart[k], kstart[k+1]),
+ * the names given out while writing it c->ns->used[kname[k], kname[k+1])) with each
+ * run of repeated steps (KnSchedule.runs) whose steps' texts differ only by affine
+ * offsets as a C loop over one step; sets c->ref anew from the new body. Returns
+ * the loops written. */
+int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname);
 /* The value's C pointer name (marks it referenced). */
 const char *cg_ref(CgFunc *c, ValId v);
 /* Whether v is a scalar constant written as a literal. */

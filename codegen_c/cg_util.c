@@ -319,6 +319,8 @@ const char *cg_name(Names *ns, const char *hint) {
   return s;
 }
 
+int cg_name_given(const Names *ns, const char *s) { return map_get(&ns->set, s) != NULL; }
+
 void cg_names_free(Names *ns) {
   for (int i = 0; i < ns->n; i++) free(ns->used[i]);
   free(ns->used);

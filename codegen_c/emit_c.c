@@ -430,9 +430,14 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
   if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
   g->nbuckets += dist.nb;
+  int nk = c.s->kernels.len;
+  size_t *kstart = calloc((size_t)nk + 1, sizeof *kstart);   /* where each kernel's text starts */
+  int *kname = calloc((size_t)nk + 1, sizeof *kname);        /* the names given out before it */
+  CHECK(kstart && kname);
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
     int code = kernel_has_code(f, kn), timed = pt && code;
+    kstart[k] = body.len, kname[k] = ns.n;
     if (sites && code) nsite++;
     cg_dist_hooks(&c, &dist, k, 0);
     for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
@@ -464,6 +469,12 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     }
     cg_dist_hooks(&c, &dist, k, 1);
   }
+  kstart[nk] = body.len, kname[nk] = ns.n;
+  /* repeated steps as loops (reroll_c.c); not where each kernel is a profile or anomaly site, or
+   * gradient buckets start after given kernels */
+  int looped = !g->opt.profile && !g->opt.anomaly && !dist.nb ? cg_reroll(&c, &body, kstart, kname) : 0;
+  free(kstart);
+  free(kname);
   cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
@@ -523,7 +534,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       int view = r != v, readonly = f->values.data[r].kind != V_INST;
       /* parameters are written at the end of an entry with updates: not restrict there */
       int written = f->updates.len && f->values.data[r].kind == V_PARAM;
-      const char *rs = (readonly && !written) || (!view && !readonly && excl[v]) ? "restrict " : "";
+      /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
+      const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
       type_str(&val->type, tb, sizeof tb);
       if (l->base >= 0) {
         cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],

@@ -358,6 +358,13 @@ typedef struct PlanHints {
    * SLICE or PERMUTE read through strides): no storage, it reads its operand's
    * root like RESHAPE views do. NULL: none. */
   const unsigned char *strided;
+  /* per value: -1, or its family (kernels/reroll.c: the values at the same place of
+   * every step of a run of repeated steps), family_ix[v] its step. The planner
+   * places a family's stored members at one constant stride (0 when their
+   * lifetimes follow one another), member i at the first's offset + i * stride, so
+   * that a loop over the steps addresses each as base + t*stride. NULL: none. */
+  const int *family;
+  const int *family_ix;
 } PlanHints;
 
 typedef struct FuncPlan {

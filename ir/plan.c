@@ -21,6 +21,11 @@
  * in the same kernel when the schedule allows it (PlanHints.inplace: same
  * shape, same element size, read only element by element), FuncPlan.shares.
  *
+ * Time loops: the values at the same place of each step of a run of repeated
+ * steps (PlanHints.family, from kernels/reroll.c) are placed as one block at one
+ * stride, so that a C loop over the steps addresses step t's as base + t*stride
+ * (see "families" below).
+ *
  * Values that need no storage of their own:
  *   - scalar CONST results (LOC_NONE: the emitter writes them as literals);
  *   - views (RESHAPE or DETACH of a value in memory, and the SLICE/PERMUTE
@@ -313,6 +318,104 @@ static int fits(const MemPlan *mp, int64_t peak, int64_t size) {
 /* Instruction i's time step: its kernel, or i itself without hints. */
 static int step_of(const PlanHints *h, int i) { return h->step ? h->step[i] : i; }
 
+/* ---- families: the values of a time loop's steps (PlanHints.family) ------------
+ *
+ * A family's members are the values at the same place of each step of a run the
+ * kernel layer found (kernels/reroll.c). They are placed as one block, member i at
+ * the block's offset + i * stride, so a loop over the steps addresses step t's
+ * value as base + t*stride. The stride is 0 (one slot, reused) when each member
+ * dies before the next is defined, or dies in the kernel that defines the next
+ * and that kernel may write it in place (an accumulation over the steps);
+ * otherwise it is the member's size and the block holds them all. The block
+ * lives from the first member's kernel to the last use of any member. A family
+ * takes only stored results of the same size, one per step, every step present;
+ * else its values are placed one by one as usual. */
+typedef struct Families {
+  int *of;             /* per value: its family, or -1; NULL when there are none */
+  int n;               /* families */
+  int *count, *base, *end, *blk;
+  int64_t *stride, *off;
+  ValId *member;       /* member[base[g] + i]: family g's value of step i */
+} Families;
+
+static void families_free(Families *fm) {
+  free(fm->of);
+  free(fm->count);
+  free(fm->base);
+  free(fm->end);
+  free(fm->blk);
+  free(fm->stride);
+  free(fm->off);
+  free(fm->member);
+  memset(fm, 0, sizeof *fm);
+}
+
+static void families(const Func *f, const PlanHints *h, const ValId *root, const int *last, Families *fm) {
+  memset(fm, 0, sizeof *fm);
+  int nv = f->values.len;
+  if (!h->family || !h->family_ix) return;
+  for (int v = 0; v < nv; v++)
+    if (h->family[v] >= fm->n) fm->n = h->family[v] + 1;
+  if (!fm->n) return;
+  int n = fm->n;
+  fm->of = malloc(sizeof(int) * (size_t)nv);
+  fm->count = calloc((size_t)n, sizeof(int));
+  fm->base = calloc((size_t)n, sizeof(int));
+  fm->end = calloc((size_t)n, sizeof(int));
+  fm->blk = malloc(sizeof(int) * (size_t)n);
+  fm->stride = calloc((size_t)n, sizeof(int64_t));
+  fm->off = calloc((size_t)n, sizeof(int64_t));
+  int64_t *size = calloc((size_t)n, sizeof(int64_t));
+  unsigned char *bad = calloc((size_t)n, 1);
+  CHECK(fm->of && fm->count && fm->base && fm->end && fm->blk && fm->stride && fm->off && size && bad);
+  for (int g = 0; g < n; g++) fm->blk[g] = -1, size[g] = -1;
+  for (int v = 0; v < nv; v++) {   /* which values may be members: the others are placed alone */
+    int g = h->family[v];
+    fm->of[v] = -1;
+    if (g < 0) continue;
+    int64_t vb = value_bytes(&f->values.data[v].type);
+    if (!is_inst_result(f, v) || is_scalar_const(f, v) || root[v] != v || (h->nostore && h->nostore[v]) ||
+        (h->update_into && h->update_into[v] >= 0) || (size[g] >= 0 && size[g] != vb) || vb == INT64_MAX)
+      continue;
+    fm->of[v] = g;
+    size[g] = vb;
+    if (h->family_ix[v] + 1 > fm->count[g]) fm->count[g] = h->family_ix[v] + 1;
+  }
+  int total = 0;
+  for (int g = 0; g < n; g++) fm->base[g] = total, total += fm->count[g];
+  fm->member = malloc(sizeof(ValId) * (size_t)(total ? total : 1));
+  CHECK(fm->member);
+  for (int k = 0; k < total; k++) fm->member[k] = -1;
+  for (int v = 0; v < nv; v++) {
+    int g = fm->of[v];
+    if (g < 0) continue;
+    ValId *m = &fm->member[fm->base[g] + h->family_ix[v]];
+    if (*m >= 0) bad[g] = 1;
+    *m = v;
+  }
+  for (int g = 0; g < n; g++) {
+    int apart = 1;   /* each member dead (or taken over in place) when the next is defined */
+    ValId prev = -1;
+    fm->end[g] = -1;
+    if (size[g] > CTC_MAX_ARENA_BYTES / (fm->count[g] + 1)) bad[g] = 1;
+    for (int i = 0; i < fm->count[g] && !bad[g]; i++) {
+      ValId v = fm->member[fm->base[g] + i];
+      if (v < 0) continue;   /* a step whose value is placed alone */
+      if (last[v] > fm->end[g]) fm->end[g] = last[v];
+      if (prev >= 0) {
+        int born = step_of(h, f->values.data[v].def);
+        if (!(last[prev] < born || (last[prev] == born && h->inplace && h->inplace[v] == prev))) apart = 0;
+      }
+      prev = v;
+    }
+    if (!bad[g]) fm->stride[g] = apart ? 0 : align_up(size[g]);
+  }
+  for (int v = 0; v < nv; v++)
+    if (fm->of[v] >= 0 && bad[fm->of[v]]) fm->of[v] = -1;
+  free(size);
+  free(bad);
+}
+
 static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   const PlanHints *h = &fp->hints;
   int nsteps = f->insts.len ? step_of(h, f->insts.len - 1) + 1 : 0;
@@ -369,8 +472,11 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   Packer pk = {0};
   IvlVec ivl = {0};   /* the blocks pack() placed, for repack() */
   int *blk = malloc(sizeof(int) * (size_t)(nv ? nv : 1)), *sblk = malloc(sizeof(int) * (size_t)(ni ? ni : 1));
-  CHECK(blk && sblk);
+  int64_t *boff = calloc((size_t)(nv ? nv : 1), sizeof *boff);   /* offset inside its block (a family's) */
+  CHECK(blk && sblk && boff);
   for (int v = 0; v < nv; v++) blk[v] = -1;
+  Families fm;
+  families(f, h, root, last, &fm);
   for (int i = 0; i < ni; i++) sblk[i] = -1;
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
@@ -394,6 +500,27 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       fp->loc[r] = (Loc){LOC_ARENA, mp->param_offset[h->update_into[r]]};   /* computed into its parameter */
     } else if (root[r] != r) {
       fp->loc[r] = fp->loc[root[r]];   /* a view: defined after its root */
+    } else if (fm.of && fm.of[r] >= 0) {   /* a step's value of a time loop: its family's block */
+      int g = fm.of[r], ix = h->family_ix[r];
+      int64_t st = fm.stride[g], size = st ? st * fm.count[g] : align_up(vb);
+      if (fm.blk[g] < 0) {
+        if (!fits(mp, pk.peak, size)) {
+          mp->error = too_large(p, INT64_MAX);
+          mp->error_at = in->loc;
+          break;
+        }
+        fm.off[g] = pack(&pk, t, fm.end[g], size);
+        fm.blk[g] = new_ivl(&ivl, t, fm.end[g], size);
+      }
+      fp->loc[r] = (Loc){LOC_ARENA, mp->params_bytes + fm.off[g] + ix * st};
+      blk[r] = fm.blk[g];
+      boff[r] = ix * st;
+      ValId prev = -1;
+      for (int k = ix - 1; k >= 0 && prev < 0; k--) prev = fm.member[fm.base[g] + k];
+      if (!st && prev >= 0 && last[prev] == t) {   /* in place over the step before's (an accumulation) */
+        fp->shares[r] = prev;
+        taken[prev] = 1;
+      }
     } else if (ip >= 0 && root[ip] == ip && is_inst_result(f, ip) && fp->loc[ip].base == LOC_ARENA && !taken[ip] &&
                last[ip] == t && value_bytes(&f->values.data[ip].type) == vb &&
                extend(&pk, fp->loc[ip].offset - mp->params_bytes, t, last[r])) {
@@ -401,6 +528,7 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
       fp->shares[r] = ip;
       taken[ip] = 1;
       blk[r] = blk[ip];
+      boff[r] = boff[ip];
       if (blk[r] >= 0) ivl.data[blk[r]].end = last[r];
     } else {
       int64_t off = pack(&pk, t, last[r], vb);
@@ -423,7 +551,7 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
     for (int k = 0; k < ivl.len; k++)
       if (ivl.data[k].off + ivl.data[k].size > fp->peak) fp->peak = ivl.data[k].off + ivl.data[k].size;
     for (int v = 0; v < nv; v++)
-      if (blk[v] >= 0) fp->loc[v].offset = mp->params_bytes + ivl.data[blk[v]].off;
+      if (blk[v] >= 0) fp->loc[v].offset = mp->params_bytes + ivl.data[blk[v]].off + boff[v];
     for (int i = 0; i < ni; i++) {
       if (sblk[i] >= 0) fp->scratch[i] = mp->params_bytes + ivl.data[sblk[i]].off;
       ValId r = f->insts.data[i].res;   /* views follow their roots (defined earlier) */
@@ -431,6 +559,8 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
     }
   }
   free(ivl.data);
+  free(boff);
+  families_free(&fm);
   free(blk);
   free(sblk);
   free(pk.live);

@@ -62,6 +62,14 @@ typedef struct Kernel {
   int nloops;          /* KN_ROW: loops over each row (reductions need their operand's loop done) */
 } Kernel;
 
+/* A run of repeated steps (reroll.c): kernels [first, first + count*len) are
+ * `count` steps of `len` kernels, step t's kernel j computing what step 0's
+ * does (the same ops, types, attributes and literals, operands in the same
+ * places) on values of step t: a time loop the staging unrolled. */
+typedef struct KnRun {
+  int first, len, count;
+} KnRun;
+
 typedef struct KnSchedule {
   Vec(Kernel) kernels;
   int *kernel_of;      /* per instruction: its kernel */
@@ -73,11 +81,19 @@ typedef struct KnSchedule {
   PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,
                           inplace = per KN_ELEM result an input of its shape whose bytes it may take */
   int ncode;           /* kernels that emit code (all but KN_VIEW) */
+  Vec(KnRun) runs;     /* repeated steps (kn_reroll), in kernel order, disjoint */
 } KnSchedule;
 
 /* Partitions f's instructions; fuse = 0 gives one kernel per instruction
  * (the unfused reference, `ctc --no-fuse`). Allocates in p->arena. */
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
+/* reroll.c: finds the runs of repeated steps of s (at least KN_REROLL_MIN
+ * steps; KnSchedule.runs) and gives each value a step's kernel stores a family
+ * (PlanHints.family/family_ix): the values at the same place of every step, which
+ * the memory plan lays out at one constant stride, so that the C target can
+ * write the run as a loop over one step's code. Called by kn_schedule. */
+#define KN_REROLL_MIN 4
+void kn_reroll(const Program *p, const Func *f, KnSchedule *s);
 /* How a KN_GEMM epilogue reads a memory operand of type t over the GEMM's
  * result `space` viewed as [M, N] (N its last axis): 0 at the same element,
  * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if

@@ -525,6 +525,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->hints.inplace = inplace;
   s->hints.update_into = updates_in_place(A, f, s);
   s->hints.strided = s->fold;
+  kn_reroll(p, f, s);   /* repeated steps: families for the plan, runs for the renderers */
   return s;
 }
 
@@ -537,6 +538,11 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
   static const char *const kind[] = {"elementwise", "row", "op", "view", "gemm with epilogue"};
   fprintf(out, "func %s: %d instructions, %d kernels (%d with code)\n", f->name, f->insts.len, s->kernels.len,
           s->ncode);
+  for (int r = 0; r < s->runs.len; r++) {
+    const KnRun *run = &s->runs.data[r];
+    fprintf(out, "  repeated steps: kernels %d..%d, %d steps of %d kernels\n", run->first,
+            run->first + run->count * run->len - 1, run->count, run->len);
+  }
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
     fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
