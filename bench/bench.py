@@ -28,7 +28,7 @@ times
          forward under no_grad, train = zero_grad, forward, cross_entropy, backward,
          step, on make_inputs(); W warm-up calls then K timed calls, in a fresh
          process per round (like ./net bench);
-  torch.compile: the same in bench/.venv/bin/python when a torch 2.x with
+  torch.compile: the same in bench/.venv/bin/python (or --venv-python) when a torch 2.x with
          torch.compile imports there (`python3 -m venv bench/.venv` and pip install
          torch); the column is left out otherwise.
 
@@ -206,15 +206,15 @@ def run_torch(python, model, mode, a, compiled=False):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def have_torch_compile():
+def have_torch_compile(python):
     """The venv's torch version when it is 2.x and has torch.compile, else None (and why)."""
-    if not os.path.exists(VENV_PYTHON):
-        return None, "no bench/.venv"
-    r = subprocess.run([VENV_PYTHON, "-c", "import torch; assert hasattr(torch, 'compile'); print(torch.__version__)"],
+    if not os.path.exists(python):
+        return None, f"no {python}"
+    r = subprocess.run([python, "-c", "import torch; assert hasattr(torch, 'compile'); print(torch.__version__)"],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return None, f"torch in bench/.venv does not import: {last}"
+        return None, f"torch in {python} does not import: {last}"
     return r.stdout.strip(), None
 
 
@@ -289,6 +289,8 @@ def main():
     ap.add_argument("--avx2", action="store_true",
                     help="the AVX2 path on an AVX-512 machine: --cflags=-march=haswell, OPENBLAS_CORETYPE=Haswell, "
                          "ATEN_CPU_CAPABILITY=avx2 for torch")
+    ap.add_argument("--venv-python", default=VENV_PYTHON,
+                    help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -307,7 +309,7 @@ def main():
     if a.avx2 and not any("-march=" in c for c in a.cflags):
         a.cflags.append("-march=haswell")
     build_ctc()
-    tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile()
+    tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile(a.venv_python)
     env = torch_env(a.threads, a.avx2)
     core_from = "--avx2" if a.avx2 else "from the environment" if os.environ.get("OPENBLAS_CORETYPE") else "from the CPU flags"
     print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
@@ -329,7 +331,7 @@ def main():
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
                     if tc_version:
                         try:
-                            res["compile"].append(run_torch(VENV_PYTHON, model, mode, a, compiled=True))
+                            res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
                         except RuntimeError as e:  # inductor needs a C++ toolchain and Python headers
                             print(f"# torch.compile failed, column left out: {str(e)[-300:]}", file=sys.stderr)
                             tc_version = None
