@@ -499,11 +499,23 @@ static const char matmul_call_text[] =
     "  }\n"
     "}\n";
 
+/* The output columns ow whose input column iw = ow * sw + off lies inside a row of W: [*lo, *hi). */
+static const char conv_span_text[] =
+    "static inline void ctc_conv_span(int64_t W, int64_t OW, int64_t sw, int64_t off, int64_t *lo, int64_t *hi) {\n"
+    "  int64_t l = off >= 0 ? 0 : (sw - 1 - off) / sw, h = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;\n"
+    "  if (h > OW) h = OW;\n"
+    "  if (l > h) l = h;\n"
+    "  *lo = l, *hi = h;\n"
+    "}\n";
+
 static const char im2col_text[] =
     "/* Unfolds one image x[C,H,W] for a convolution with a KHxKW kernel into columns\n"
     " * of row stride ldc: col[((c*KH + kh)*KW + kw) * ldc + oh*OW + ow] =\n"
     " * x[c][oh*sh - ph + kh*dh][ow*sw - pw + kw*dw], 0 where that falls into the padding.\n"
-    " * Then conv = w[O, C*KH*KW] x col. Serial: callers run images in parallel. */\n"
+    " * Then conv = w[O, C*KH*KW] x col. Serial: callers run images in parallel. Per\n"
+    " * (kh, kw), the output columns that read inside the row, [lo, hi), are computed once:\n"
+    " * with stride 1 an output row is zeros, a contiguous copy, zeros (it vectorises; no\n"
+    " * conditional load: GCC 12 -O3 -mavx2 miscompiled the select form). */\n"
     "static void ctc_im2col_$S(const $T *restrict x, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
     "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict col, int64_t ldc) {\n"
@@ -512,26 +524,21 @@ static const char im2col_text[] =
     "      for (int64_t kw = 0; kw < KW; kw++) {\n"
     "        const $T *restrict xc = x + c * H * W;\n"
     "        $T *restrict d = col + ((c * KH + kh) * KW + kw) * ldc;\n"
+    "        const int64_t off = kw * dw - pw;\n"
+    "        int64_t lo, hi;\n"
+    "        ctc_conv_span(W, OW, sw, off, &lo, &hi);\n"
     "        for (int64_t oh = 0; oh < OH; oh++, d += OW) {\n"
     "          const int64_t ih = oh * sh - ph + kh * dh;\n"
     "          if (ih < 0 || ih >= H) {\n"
     "            for (int64_t ow = 0; ow < OW; ow++) d[ow] = 0;\n"
     "            continue;\n"
     "          }\n"
-    "          if (sw == 1 && pw == 0) {\n"
-    "            const $T *restrict xr = xc + ih * W + kw * dw;\n"
-    "            for (int64_t ow = 0; ow < OW; ow++) d[ow] = xr[ow];   /* the common case: a row copy */\n"
-    "            continue;\n"
-    "          }\n"
-    "          /* iw = ow * sw + off is inside the row for ow in [lo, hi): three loops, no\n"
-    "           * conditional load (GCC 12 -O3 -mavx2 miscompiled the select form) */\n"
-    "          const int64_t off = kw * dw - pw;\n"
-    "          int64_t lo = off >= 0 ? 0 : (sw - 1 - off) / sw, hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;\n"
-    "          if (hi > OW) hi = OW;\n"
-    "          if (lo > hi) lo = hi;\n"
     "          const $T *restrict xh = xc + ih * W;\n"
     "          for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0;\n"
-    "          for (int64_t ow = lo; ow < hi; ow++) d[ow] = xh[ow * sw + off];\n"
+    "          if (sw == 1)\n"
+    "            for (int64_t ow = lo; ow < hi; ow++) d[ow] = xh[ow + off];   /* the common case: a row copy */\n"
+    "          else\n"
+    "            for (int64_t ow = lo; ow < hi; ow++) d[ow] = xh[ow * sw + off];\n"
     "          for (int64_t ow = hi; ow < OW; ow++) d[ow] = 0;\n"
     "        }\n"
     "      }\n"
@@ -541,7 +548,8 @@ static const char col2im_text[] =
     "/* The adjoint of im2col: folds col[C*KH*KW, OH*OW] (row stride ldc) back into an\n"
     " * image x[C,H,W], x[c][ih][iw] = sum of col[((c*KH + kh)*KW + kw) * ldc + oh*OW + ow]\n"
     " * over the window positions that read (ih, iw); positions no window reads get 0.\n"
-    " * Serial: callers run images in parallel. */\n"
+    " * The in-row output columns [lo, hi) as in im2col: with stride 1 each row is a\n"
+    " * contiguous, vectorised add. Serial: callers run images in parallel. */\n"
     "static void ctc_col2im_$S(const $T *restrict col, int64_t C, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,\n"
     "                          int64_t dw, int64_t OH, int64_t OW, $T *restrict x, int64_t ldc) {\n"
@@ -550,16 +558,18 @@ static const char col2im_text[] =
     "    for (int64_t i = 0; i < H * W; i++) xc[i] = 0;\n"
     "    for (int64_t kh = 0; kh < KH; kh++)\n"
     "      for (int64_t kw = 0; kw < KW; kw++) {\n"
-    "        const int64_t r = (c * KH + kh) * KW + kw;\n"
+    "        const int64_t r = (c * KH + kh) * KW + kw, off = kw * dw - pw;\n"
+    "        int64_t lo, hi;\n"
+    "        ctc_conv_span(W, OW, sw, off, &lo, &hi);\n"
     "        for (int64_t oh = 0; oh < OH; oh++) {\n"
     "          const int64_t ih = oh * sh - ph + kh * dh;\n"
     "          if (ih < 0 || ih >= H) continue;\n"
     "          const $T *restrict d = col + r * ldc + oh * OW;\n"
     "          $T *restrict xr = xc + ih * W;\n"
-    "          for (int64_t ow = 0; ow < OW; ow++) {\n"
-    "            const int64_t iw = ow * sw - pw + kw * dw;\n"
-    "            if (iw >= 0 && iw < W) xr[iw] += d[ow];\n"
-    "          }\n"
+    "          if (sw == 1)\n"
+    "            for (int64_t ow = lo; ow < hi; ow++) xr[ow + off] += d[ow];\n"
+    "          else\n"
+    "            for (int64_t ow = lo; ow < hi; ow++) xr[ow * sw + off] += d[ow];\n"
     "        }\n"
     "      }\n"
     "  }\n"
@@ -882,6 +892,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
     if (blas && k->matmul[t]) instantiate(b, matmul_call_text, (DType)t), cg_puts(b, "\n");
   }
+  int fold = 0;
+  for (int t = 0; t < DT_COUNT; t++) fold |= k->im2col[t] | k->col2im[t];
+  if (fold) cg_printf(b, "%s\n", conv_span_text);
   for (int t = 0; t < DT_COUNT; t++)
     if (k->im2col[t]) {
       instantiate(b, im2col_text, (DType)t);
