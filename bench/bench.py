@@ -6,8 +6,9 @@ usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt,resnet,llama] [--
 
 --cflags passes flags to `ctc build` (the C compiler); --avx2 is the AVX2 machine on an
 AVX-512 one: --cflags=-march=haswell (ctc's AVX-512 GEMM is compiled out, OpenBLAS's runs)
-and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe, ATEN_CPU_CAPABILITY=avx2
-for PyTorch. The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
+and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe; for PyTorch
+ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 (its convolutions) and
+MKL_ENABLE_INSTRUCTIONS=AVX2 (torch 2.x's GEMMs). The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
 1024x1024x1024 with --threads threads (best of 5), to hold the GEMM-bound rows against.
 
 For each model of ../shared/bench/models (make_model(), make_inputs()) it writes
@@ -105,7 +106,13 @@ def torch_env(threads, avx2=False):
     if core:
         env["OPENBLAS_CORETYPE"] = core
     if avx2:
+        # ATEN_CPU_CAPABILITY caps ATen's own kernels and torch.compile's generated C++ only:
+        # oneDNN (PyTorch's convolutions) and MKL (torch 2.x's GEMMs) pick their kernels from
+        # cpuid, and on an AVX-512 machine ran jit:avx512_core convolutions and AVX-512 sgemm
+        # (1024^3 on one core: 107 GFLOP/s, 63 with the cap) under --avx2 before these were set.
         env["ATEN_CPU_CAPABILITY"] = "avx2"
+        env["ONEDNN_MAX_CPU_ISA"] = env["DNNL_MAX_CPU_ISA"] = "AVX2"
+        env["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     return env
 
 
@@ -288,7 +295,7 @@ def main():
                     help="flags for ctc build's C compiler (repeatable), e.g. --cflags=-march=haswell")
     ap.add_argument("--avx2", action="store_true",
                     help="the AVX2 path on an AVX-512 machine: --cflags=-march=haswell, OPENBLAS_CORETYPE=Haswell, "
-                         "ATEN_CPU_CAPABILITY=avx2 for torch")
+                         "ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2 for torch")
     ap.add_argument("--venv-python", default=VENV_PYTHON,
                     help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
