@@ -6,8 +6,9 @@ usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt,resnet,llama] [--
 
 --cflags passes flags to `ctc build` (the C compiler); --avx2 is the AVX2 machine on an
 AVX-512 one: --cflags=-march=haswell (ctc's AVX-512 GEMM is compiled out, OpenBLAS's runs)
-and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe, ATEN_CPU_CAPABILITY=avx2
-for PyTorch. The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
+and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe; for PyTorch
+ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 (its convolutions) and
+MKL_ENABLE_INSTRUCTIONS=AVX2 (torch 2.x's GEMMs). The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
 1024x1024x1024 with --threads threads (best of 5), to hold the GEMM-bound rows against.
 
 For each model of ../shared/bench/models (make_model(), make_inputs()) it writes
@@ -28,7 +29,7 @@ times
          forward under no_grad, train = zero_grad, forward, cross_entropy, backward,
          step, on make_inputs(); W warm-up calls then K timed calls, in a fresh
          process per round (like ./net bench);
-  torch.compile: the same in bench/.venv/bin/python when a torch 2.x with
+  torch.compile: the same in bench/.venv/bin/python (or --venv-python) when a torch 2.x with
          torch.compile imports there (`python3 -m venv bench/.venv` and pip install
          torch); the column is left out otherwise.
 
@@ -105,7 +106,13 @@ def torch_env(threads, avx2=False):
     if core:
         env["OPENBLAS_CORETYPE"] = core
     if avx2:
+        # ATEN_CPU_CAPABILITY caps ATen's own kernels and torch.compile's generated C++ only:
+        # oneDNN (PyTorch's convolutions) and MKL (torch 2.x's GEMMs) pick their kernels from
+        # cpuid, and on an AVX-512 machine ran jit:avx512_core convolutions and AVX-512 sgemm
+        # (1024^3 on one core: 107 GFLOP/s, 63 with the cap) under --avx2 before these were set.
         env["ATEN_CPU_CAPABILITY"] = "avx2"
+        env["ONEDNN_MAX_CPU_ISA"] = env["DNNL_MAX_CPU_ISA"] = "AVX2"
+        env["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     return env
 
 
@@ -206,15 +213,15 @@ def run_torch(python, model, mode, a, compiled=False):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def have_torch_compile():
+def have_torch_compile(python):
     """The venv's torch version when it is 2.x and has torch.compile, else None (and why)."""
-    if not os.path.exists(VENV_PYTHON):
-        return None, "no bench/.venv"
-    r = subprocess.run([VENV_PYTHON, "-c", "import torch; assert hasattr(torch, 'compile'); print(torch.__version__)"],
+    if not os.path.exists(python):
+        return None, f"no {python}"
+    r = subprocess.run([python, "-c", "import torch; assert hasattr(torch, 'compile'); print(torch.__version__)"],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return None, f"torch in bench/.venv does not import: {last}"
+        return None, f"torch in {python} does not import: {last}"
     return r.stdout.strip(), None
 
 
@@ -258,6 +265,8 @@ def run_ctc(exe, mode, classes, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))   # (the program sets OPENBLAS_NUM_THREADS=1 itself)
     if a.avx2:
         env["OPENBLAS_CORETYPE"] = "Haswell"
+    if a.ctc_wait_policy:
+        env["OMP_WAIT_POLICY"] = a.ctc_wait_policy
     cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
            "--threads", str(a.threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -288,7 +297,13 @@ def main():
                     help="flags for ctc build's C compiler (repeatable), e.g. --cflags=-march=haswell")
     ap.add_argument("--avx2", action="store_true",
                     help="the AVX2 path on an AVX-512 machine: --cflags=-march=haswell, OPENBLAS_CORETYPE=Haswell, "
-                         "ATEN_CPU_CAPABILITY=avx2 for torch")
+                         "ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2 for torch")
+    ap.add_argument("--ctc-wait-policy", choices=["passive", "active"],
+                    help="OMP_WAIT_POLICY for ctc's program (default: libgomp's, spin then sleep; PyTorch always "
+                         "gets passive). On a loaded machine use passive: the default made the resnet train step "
+                         "at 2 threads 14.5 s instead of 0.8 s")
+    ap.add_argument("--venv-python", default=VENV_PYTHON,
+                    help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -307,14 +322,15 @@ def main():
     if a.avx2 and not any("-march=" in c for c in a.cflags):
         a.cflags.append("-march=haswell")
     build_ctc()
-    tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile()
+    tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile(a.venv_python)
     env = torch_env(a.threads, a.avx2)
     core_from = "--avx2" if a.avx2 else "from the environment" if os.environ.get("OPENBLAS_CORETYPE") else "from the CPU flags"
     print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
           f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')} "
           f"({core_from}; the CPU's choice: {openblas_coretype() or 'none'}); "
           f"torch.compile: {tc_version or 'skipped (' + why + ')'}"
-          + (f"; ctc build --cflags '{' '.join(a.cflags)}'" if a.cflags else ""), flush=True)
+          + (f"; ctc build --cflags '{' '.join(a.cflags)}'" if a.cflags else "")
+          + (f"; ctc OMP_WAIT_POLICY={a.ctc_wait_policy}" if a.ctc_wait_policy else ""), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctc_bench_") as d:
         rate = sgemm_rate(d, a.threads, a.avx2)
@@ -329,7 +345,7 @@ def main():
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
                     if tc_version:
                         try:
-                            res["compile"].append(run_torch(VENV_PYTHON, model, mode, a, compiled=True))
+                            res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
                         except RuntimeError as e:  # inductor needs a C++ toolchain and Python headers
                             print(f"# torch.compile failed, column left out: {str(e)[-300:]}", file=sys.stderr)
                             tc_version = None

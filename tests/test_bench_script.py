@@ -41,3 +41,24 @@ def test_gpu_bench_script_emulated():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "on CPU (--emulate), torch " in r.stdout, r.stdout
     assert re.search(r"^\| tiny \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", r.stdout, re.M), r.stdout
+
+
+def test_avx2_caps_every_torch_kernel_library():
+    """--avx2 caps PyTorch's oneDNN convolutions and MKL GEMMs at AVX2 as well as ATen:
+    ATEN_CPU_CAPABILITY alone left oneDNN's jit:avx512_core convolutions and MKL's AVX-512
+    sgemm running on an AVX-512 machine. Without --avx2 none of the caps is set."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    env = bench.torch_env(2, avx2=True)
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == env["DNNL_MAX_CPU_ISA"] == "AVX2"
+    assert env["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    plain = bench.torch_env(2)
+    for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        assert plain.get(k) == os.environ.get(k)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert "--ctc-wait-policy" in r.stdout and "--venv-python" in r.stdout, r.stdout

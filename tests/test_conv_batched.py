@@ -22,6 +22,10 @@ CASES = [
     ("one_by_one_stride2", 5, 8, 9, 9, 12, (1, 1), 2, 0, 1, 1, False, 0),
     ("stride2_pad", 6, 5, 11, 11, 7, (3, 3), 2, 1, 1, 1, False, 0),
     ("dilation", 4, 4, 12, 10, 6, (3, 3), 1, 2, 2, 1, False, 0),
+    # padding wider than the image's columns reach: output columns that read only padding
+    # on both sides (im2col/col2im's in-row span [lo, hi) empty or one column), stride 3
+    ("wide_pad", 3, 3, 5, 3, 4, (3, 5), (1, 3), (2, 4), 1, 1, False, 0),
+    ("wide_pad_stride1", 2, 4, 4, 2, 5, (2, 5), 1, (1, 3), 1, 1, False, 0),
     ("small_tiles", 9, 32, 4, 4, 24, (3, 3), 1, 1, 1, 1, False, 0),
     ("groups", 5, 6, 10, 10, 8, (3, 3), 1, 1, 1, 2, False, 0),
     ("groups_ragged", 10, 16, 16, 16, 16, (3, 3), 1, 1, 1, 4, False, 0),
