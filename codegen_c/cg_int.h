@@ -78,6 +78,7 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
+  unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
@@ -183,6 +184,7 @@ struct CgRender {
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
   const char *prof_site;     /* C, --profile: parallel loops as regions reporting to this site */
+  void (*call)(CgRender *r, const KirStmt *s);   /* a KS_CALL (C: cg_render_call_c; CUDA: none yet) */
   /* while rendering */
   int nvar, merged;          /* the loop variables (merged: a KIR_SPACE nest's, over last[]) */
   char var[IR_MAX_DIMS + 1][16];
@@ -201,6 +203,12 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b);
 void cg_render_names(CgRender *r, int with_inputs, int row_names);
 /* A KN_ELEM or KN_ROW kernel's loops into c->out (its comments are the caller's). */
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
+
+/* ---- attn_c.c: fused attention (ATTENTION, ATTENTION_BWD) ------------------------ */
+
+void cg_render_call_c(CgRender *r, const KirStmt *s);   /* cg_render_c's KS_CALL */
+void cg_emit_attention(CgFunc *c, int i);               /* instruction i's kernel IR call */
+void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels' text (cg_emit_kernels) */
 
 /* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
 

@@ -917,6 +917,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->uniform[t]) instantiate(b, uniform_text, (DType)t), cg_puts(b, "\n");
     if (k->normal[t]) instantiate(b, normal_text, (DType)t), cg_puts(b, "\n");
   }
+  cg_emit_attention_kernels(b, k);   /* attn_c.c (after ctc_exp_f32, which it calls) */
 }
 
 const char *cg_exp_f32_text(void) { return exp_text; }

@@ -53,8 +53,19 @@ typedef enum KirStmtKind {
   KS_ROWBUF_PUT,    /* v's per-row array at the current position = v's local */
   KS_ACC_INIT,      /* in's accumulator = its initial value (in: a reduction, v its result) */
   KS_ACC,           /* in's accumulator takes x (sum or NaN-propagating max) */
-  KS_ACC_DONE       /* const <v's type> <v's local> = the accumulated value */
+  KS_ACC_DONE,      /* const <v's type> <v's local> = the accumulated value */
+  KS_CALL           /* v = call->fn(call->args...; call->ints, call->real): a microkernel (attention.c) */
 } KirStmtKind;
+
+/* A microkernel call: arrays read (args), the result (the statement's v), integer
+ * arguments (sizes, flags) and one real one (a scale). */
+typedef struct KirCall {
+  const char *fn;      /* "attention", "attention_bwd": the renderer names the function per dtype */
+  int nargs, nint;
+  ValId args[8];
+  int64_t ints[8];
+  double real;
+} KirCall;
 
 typedef enum KirLoopKind {
   KIR_SPACE,   /* every element of the space (KN_ELEM) */
@@ -78,6 +89,8 @@ struct KirStmt {
   int from, to;        /* axes of the space */
   unsigned marks;      /* KIR_PARALLEL, KIR_VECTOR */
   KirBlock body;
+  /* KS_CALL */
+  KirCall *call;
 };
 
 typedef struct Kir {
@@ -91,6 +104,9 @@ typedef struct Kir {
 /* The kernel IR of a KN_ELEM or KN_ROW kernel kn of f scheduled in s (a KN_GEMM's
  * epilogue from kn_epilogue is a KN_ELEM kernel too); allocates in a. */
 Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* attention.c: the kernel IR of a KN_OP kernel that is a microkernel call (ATTENTION,
+ * ATTENTION_BWD): one KS_CALL; NULL for any other kernel. */
+Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
 /* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR. */
 void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s);
 
