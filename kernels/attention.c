@@ -8,8 +8,14 @@
 
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
   (void)s;
-  const Inst *in = &f->insts.data[kn->last];
-  if (kn->kind != KN_OP || kn->first != kn->last || (in->op != IR_ATTENTION && in->op != IR_ATTENTION_BWD)) return NULL;
+  if (kn->kind != KN_OP) return NULL;
+  const Inst *in = NULL;
+  for (int i = kn->first; i <= kn->last; i++) {   /* the op (a kernel also holds the literals after it) */
+    const Inst *x = &f->insts.data[i];
+    if (x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD) in = x;
+    else if (x->op != IR_CONST) return NULL;
+  }
+  if (!in) return NULL;
   const Type *q = &f->values.data[in->args[0]].type;
   int64_t T = q->dims[q->ndim - 2], D = q->dims[q->ndim - 1];
   Kir *k = arena_alloc(a, sizeof *k);
