@@ -62,7 +62,10 @@ typedef enum KirStmtKind {
 typedef struct KirCall {
   const char *fn;      /* "attention", "attention_bwd": the renderer names the function per dtype */
   int nargs, nint;
-  ValId args[8];
+  ValId args[8];       /* the stored values read (roots of views) */
+  int64_t off[8];      /* element offset of each in its root */
+  int strided;         /* 1: each array argument is followed by st[i] (strides of its view) */
+  int64_t st[8][3];
   int64_t ints[8];
   double real;
 } KirCall;

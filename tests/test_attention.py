@@ -150,10 +150,75 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     c = tmp_path / "attn.c"
     run([CTC, "compile", src, "-o", c])
     text = c.read_text()
-    assert re.search(r"ctc_attention_f32\(\w+, \w+, \w+, \w+, 4, 40, 16, 1, 0, 0.25\);", text), text[-3000:]
-    assert re.search(r"ctc_attention_bwd_f32\(\w+, \w+, \w+, \w+, \w+, \w+, 4, 40, 16, 1, 0, 0.25\);", text)
+    # each operand: its array, then strides over the batch, the heads and the rows
+    arg = r"\w+, 1280, 640, 16, "
+    assert re.search(r"ctc_attention_f32\((%s){3}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text), text[-3000:]
+    assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text)
     kir = run([CTC, "compile", src, "--emit", "kir"]).stdout
     assert re.search(r"kernel \d+: call over f32\[2,2,40,16\]\n\s+%\S+ = call attention\(%", kir), kir[:3000]
     # --no-fuse (the unfused reference) and the CUDA target keep the unfused chain
     assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--no-fuse"]).stdout
     assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
+
+
+SPLIT = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, H, T, D = 2, 3, 45, 16
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = nn.Parameter(torch.randn(B, T, 3 * H * D))
+
+    def forward(self, g):
+        q, k, v = [t.view(B, T, H, D).transpose(1, 2) for t in self.x.split(H * D, dim=2)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(torch.ones(T, T).tril() == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return y, (y * g).sum()
+
+
+model = Attn()
+
+
+def grads(g):
+    model.zero_grad()
+    y, loss = model(g)
+    loss.backward()
+    return y, model.x.grad
+
+
+example_inputs = {"forward": (torch.randn(B, H, T, D),), "grads": (torch.randn(B, H, T, D),)}
+"""
+
+
+def test_views_of_a_fused_projection_are_read_in_place(tmp_path):
+    """q, k, v as head-transposed views of one [B, T, 3 H D] tensor (nanoGPT's c_attn split):
+    the kernels read them through strides (no copies), forward and gradient as float64 PyTorch."""
+    src = tmp_path / "split.py"
+    src.write_text(SPLIT)
+    exe = tmp_path / "net"
+    run([CTC, "build", src, "-o", exe])
+    kernels = run([CTC, "compile", src, "--emit", "kernels"]).stdout
+    assert kernels.count("(strided") >= 3 and "attention_bwd" in kernels, kernels
+    text = run([CTC, "compile", src, "-o", tmp_path / "split.c"]) and (tmp_path / "split.c").read_text()
+    assert re.search(r"ctc_attention_f32\(\w+, 6480, 16, 144, \w+ \+ 48, 6480, 16, 144, \w+ \+ 96,", text)
+    torch.manual_seed(0)
+    mod = load_module(str(src), "attn_split")
+    w = tmp_path / "w.safetensors"
+    st_write(w, {k: v.detach().numpy() for k, v in mod.model.state_dict().items()})
+    g = np.random.default_rng(2).standard_normal((2, 3, 45, 16)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    run([exe, "run", "grads", "--weights", w, "--input", tmp_path / "g.npy", "--output", tmp_path / "y.npy",
+         "--output", tmp_path / "dx.npy"])
+    m = mod.Attn().double()
+    m.load_state_dict({k: v.double() for k, v in mod.model.state_dict().items()})
+    y, loss = m(torch.from_numpy(g).double())
+    loss.backward()
+    compare("y", np.load(tmp_path / "y.npy"), y.detach().numpy(), 1e-4, 1e-5)
+    compare("dx", np.load(tmp_path / "dx.npy"), m.x.grad.numpy(), 1e-3, 1e-4)
