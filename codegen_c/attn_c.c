@@ -21,7 +21,7 @@
 static const char attn_common_text[] =
     "#define CTC_ATTN_QB 16\n"
     "#define CTC_ATTN_KB 64\n"
-    "#define CTC_ATTN_DMAX 256\n"
+    "#define CTC_ATTN_DMAX $D\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
@@ -195,7 +195,9 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++) any |= k->attention[t];
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
-  cg_puts(b, attn_common_text);
+  for (const char *s = attn_common_text; *s; s++)   /* $D: the largest head size fused */
+    if (s[0] == '$' && s[1] == 'D') cg_printf(b, "%d", IR_ATTENTION_MAX_D), s++;
+    else cg_printf(b, "%c", *s);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
     put(b, attn_text, (DType)t);
