@@ -52,6 +52,7 @@ static const char attn_text[] =
     "                             int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
     "                             double scale) {\n"
     "  const int64_t nqb = (T + CTC_ATTN_QB - 1) / CTC_ATTN_QB;\n"
+    "  (void)ctc_gemm_block_$S;   /* written with ctc_matmul_block_$S (kernels.c); the threads' split is ours */\n"
     "#ifdef _OPENMP\n"
     "#pragma omp parallel for schedule(dynamic) if (B * T * T * D > 32768)\n"
     "#endif\n"
