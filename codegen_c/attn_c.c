@@ -4,24 +4,22 @@
  *
  * Forward, per (batch, block of CTC_ATTN_QB query rows), an OpenMP iteration: for each
  * block of CTC_ATTN_KB keys (those at or before the block's last row when causal), the
- * scores q k^T * scale (the keys packed d-major, so the dot products run as vector loops
- * over the keys), then an online softmax per row: the running maximum m and sum l, the
- * row of o rescaled by exp(m_old - m_new) and p v added; at the end o /= l. Only the
- * QB x KB block of scores exists (on the stack), never the T x T matrix.
- * Backward, per batch (an OpenMP iteration; dk and dv of a head are summed over its
- * query blocks in order, so results do not depend on the thread count): for each query
- * block, a first pass over the keys gives each row's maximum and sum (its logsumexp),
- * di = g . o per row, then per key block p = exp(s - lse), dv += p^T g, dp = g v^T,
- * ds = p (dp - di) * scale, dq += ds k, dk += ds^T q.
- * Head sizes up to CTC_ATTN_DMAX (ir/attn.c fuses no larger). Accumulation is in the
- * element type ($T), as the GEMMs of the unfused path; f32's exp is ctc_exp_f32. */
+ * block's scores s = q k^T (one ctc_matmul_block call: ctc's GEMM, or OpenBLAS), scaled and
+ * masked, then an online softmax per row: the running maximum m and sum l, the row of o
+ * rescaled by exp(m_old - m_new), and o += p v (another GEMM call); at the end o /= l. Only
+ * the QB x KB block of scores exists (on the stack), never the T x T matrix.
+ * Backward, per batch (an OpenMP iteration; dk and dv of a head are summed over its query
+ * blocks in order, so results do not depend on the thread count): for each query block, a
+ * first pass over the keys gives each row's maximum and sum (its logsumexp), di = g . o per
+ * row, then per key block p = exp(s - lse), dv += p^T g, dp = g v^T, ds = p (dp - di) * scale,
+ * dq += ds k, dk += ds^T q (GEMM calls). Operands are read through strides (views of a fused
+ * projection), the results are contiguous. f32's exp is ctc_exp_f32. */
 #include <string.h>
 #include "cg_int.h"
 
 static const char attn_common_text[] =
     "#define CTC_ATTN_QB 64\n"
     "#define CTC_ATTN_KB 128\n"
-    "#define CTC_ATTN_DMAX $D\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
@@ -173,9 +171,7 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++) any |= k->attention[t];
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
-  for (const char *s = attn_common_text; *s; s++)   /* $D: the largest head size fused */
-    if (s[0] == '$' && s[1] == 'D') cg_printf(b, "%d", IR_ATTENTION_MAX_D), s++;
-    else cg_printf(b, "%c", *s);
+  cg_puts(b, attn_common_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
     put(b, attn_text, (DType)t);

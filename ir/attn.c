@@ -7,7 +7,7 @@
  *   y = matmul(p, v)
  *
  * (t_softmax's steps, torchlib/tensor.c) becomes y = attention(q, k, v) (ops.def), when
- * q, k and v have one type [..., T, D] (D <= IR_ATTENTION_MAX_D), every intermediate is used only by the next step
+ * q, k and v have one type [..., T, D], every intermediate is used only by the next step
  * and the mask is causal: evaluated at compile time (ir_const_eval, from the parameters'
  * initial values through slices, comparisons and casts), a where's mask is True exactly
  * above the diagonal and an added mask is -inf exactly there and 0 elsewhere. Anything
@@ -97,7 +97,6 @@ static int try_chain(Chain *c, int i) {
   const Type *tv = &f->values.data[v].type;
   if (!ir_dtype_is_float(tv->dtype) || tv->ndim < 2 || !ir_type_eq(tv, &f->values.data[y->res].type)) return 0;
   int64_t T = tv->dims[tv->ndim - 2];
-  if (tv->dims[tv->ndim - 1] > IR_ATTENTION_MAX_D) return 0;
   Inst *div = def(c, P, IR_DIV, 1);
   if (!div) return 0;
   ValId e = div->args[0];

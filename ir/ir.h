@@ -286,9 +286,6 @@ void ir_compact(Func *f);
  * (ops.def); returns how many. Called where nothing differentiates the result again
  * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
 int ir_fuse_attention(Program *p, Func *f, int from);
-/* The largest head size (q's last dim) fused: the C kernels keep a block of keys per head
- * dim on the stack (codegen_c/attn_c.c, CTC_ATTN_DMAX). */
-#define IR_ATTENTION_MAX_D 256
 /* v's values (numel doubles into out) when they are computable at compile time from
  * literals and parameters' initial values through ops the reference evaluator knows
  * (at most 2^22 elements); 0 otherwise. */

@@ -223,12 +223,3 @@ def test_views_of_a_fused_projection_are_read_in_place(tmp_path):
     compare("y", np.load(tmp_path / "y.npy"), y.detach().numpy(), 1e-4, 1e-5)
     compare("dx", np.load(tmp_path / "dx.npy"), m.x.grad.numpy(), 1e-3, 1e-4)
 
-
-def test_head_sizes_over_the_kernels_limit_stay_unfused(tmp_path):
-    """The C kernels keep a block of keys per head dim on the stack: head sizes over 256 keep
-    the unfused chain (IR_ATTENTION_MAX_D)."""
-    for d, fused in ((256, True), (257, False)):
-        src = tmp_path / f"d{d}.py"
-        src.write_text(SRC.format(B=1, H=1, T=3, D=d, SCORES=SCALES["mul"], MASK=MASKS["tril"], DROP="att"))
-        ir = run([CTC, "compile", src, "--emit", "ir"]).stdout
-        assert (" attention[" in entry_ir(ir, "forward")) == fused, d
