@@ -144,6 +144,12 @@ static ValId jvp_SCATTER_ADD(Ad *ad, const Inst *in, const ValId *t) {
   return ad_emit(ad, IR_SCATTER_ADD, x, 3, *TY(RES), in->attr, "tangent");
 }
 ZERO(ARGMAX)   /* an i64 result: never differentiated */
+/* fused attention is made only where no forward sweep follows (ir/attn.c) */
+static ValId jvp_ATTENTION(Ad *ad, const Inst *in, const ValId *t) {
+  (void)ad; (void)t;
+  BUG("'%s' given a tangent: ir_fuse_attention runs only where nothing differentiates again", ir_ops[in->op].name);
+}
+static ValId jvp_ATTENTION_BWD(Ad *ad, const Inst *in, const ValId *t) { return jvp_ATTENTION(ad, in, t); }
 static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {

@@ -1,3 +1,4 @@
+#include <string.h>
 /* vjp.c - the VJP of every primitive of ir/ops.def: one generic rule for its
  * EW rows (g times the row's derivative columns, which ad_elem_deriv below
  * evaluates for jvp.c too) and one rule per OP row. Each rule emits only
@@ -350,6 +351,31 @@ static void vjp_SCATTER_ADD(Ad *ad, const Inst *in, ValId g, const int *need, Va
 }
 /* an i64 result: never differentiated (the sweeps skip non-float results) */
 NO_GRAD(ARGMAX)
+/* fused attention (ir/attn.c): attention_bwd gives dq, dk, dv stacked on a new first
+ * axis, each taken out by a slice (a contiguous third) and a reshape */
+static void vjp_ATTENTION(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  ValId x[5] = {ARG(0), ARG(1), ARG(2), RES, g};
+  Type tq = *TY(ARG(0)), tb = tq;
+  memmove(tb.dims + 1, tb.dims, sizeof(int64_t) * (size_t)tq.ndim);
+  tb.dims[0] = 3;
+  tb.ndim++;
+  ValId b = ad_emit(ad, IR_ATTENTION_BWD, x, 5, tb, in->attr, "attention_grad");
+  ad->f->insts.data[ad->f->values.data[b].def].fattr = in->fattr;
+  for (int k = 0; k < 3; k++) {
+    if (!need[k]) continue;
+    int64_t at[2 * IR_MAX_DIMS];
+    for (int i = 0; i < tb.ndim; i++) at[2 * i] = i == 0 ? k : 0, at[2 * i + 1] = 1;
+    Type ts = tb;
+    ts.dims[0] = 1;
+    d[k] = ad_reshape(ad, ad_emit(ad, IR_SLICE, &b, 1, ts, at, "grad"), &tq);
+  }
+}
+/* made only for the first-order sweep of a training step (ir/attn.c), never differentiated */
+static void vjp_ATTENTION_BWD(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  (void)ad; (void)g; (void)need; (void)d;
+  BUG("attention_bwd differentiated ('%s'): ir_fuse_attention runs only where nothing differentiates again",
+      ir_ops[in->op].name);
+}
 /* detach(): a constant to differentiation */
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 

@@ -80,6 +80,7 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
+  unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
@@ -200,6 +201,7 @@ struct CgRender {
   const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
+  void (*call)(CgRender *r, const KirStmt *s);   /* a KS_CALL (C: cg_render_call_c; CUDA: none yet) */
   /* while rendering */
   int nvar, merged;          /* the loop variables (merged: a KIR_SPACE nest's, over last[]) */
   char var[IR_MAX_DIMS + 1][16];
@@ -234,6 +236,12 @@ int cg_render_op_c(CgFunc *c, const Inst *in);
 enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4 };
 void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags);
 void cg_par_end(CgFunc *c);
+
+/* ---- attn_c.c: fused attention (ATTENTION, ATTENTION_BWD) ------------------------ */
+
+void cg_render_call_c(CgRender *r, const KirStmt *s);   /* cg_render_c's KS_CALL */
+void cg_emit_attention(CgFunc *c, int i);               /* instruction i's kernel IR call */
+void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels' text (cg_emit_kernels) */
 
 /* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */
 

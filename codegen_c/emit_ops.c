@@ -2016,6 +2016,8 @@ EMITTER(CUMSUM, emit_cumsum(c, in))
 EMITTER(ARGMAX, emit_argmax(c, in))
 EMITTER(GATHER, emit_kir_op(c, in))
 EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
+EMITTER(ATTENTION, cg_emit_attention(c, i))   /* attn_c.c */
+EMITTER(ATTENTION_BWD, cg_emit_attention(c, i))
 
 #define EMITTER_K_ELEM(id) emit_ELEM
 #define EMITTER_K_REDUCE(id) emit_REDUCE

@@ -596,7 +596,7 @@ static const char dwconv_text[] =
     "  if (*lo > *hi) *lo = *hi;\n"
     "}\n"
     "/* y[OH,OW] = the convolution of one channel x[H,W] with its kernel k[KH,KW] */\n"
-    "static void ctc_dwconv_$S(const $T *restrict x, const $T *restrict k, int64_t H, int64_t W, int64_t KH,\n"
+    "static inline void ctc_dwconv_$S(const $T *restrict x, const $T *restrict k, int64_t H, int64_t W, int64_t KH,\n"
     "                          int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,\n"
     "                          int64_t OH, int64_t OW, $T *restrict y) {\n"
     "  for (int64_t i = 0; i < OH * OW; i++) y[i] = 0;\n"
@@ -621,7 +621,7 @@ static const char dwconv_text[] =
     "}\n"
     "/* dx[H,W] = the sum over its M output channels m of the adjoint convolution of\n"
     " * g[m][OH,OW] with k[m][KH,KW] (channel m's data at g + m * OH*OW, k + m * KH*KW) */\n"
-    "static void ctc_dwconv_bwd_input_$S(const $T *restrict g, const $T *restrict k, int64_t M, int64_t H, int64_t W,\n"
+    "static inline void ctc_dwconv_bwd_input_$S(const $T *restrict g, const $T *restrict k, int64_t M, int64_t H, int64_t W,\n"
     "                                    int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,\n"
     "                                    int64_t dh, int64_t dw, int64_t OH, int64_t OW, $T *restrict dx) {\n"
     "  for (int64_t i = 0; i < H * W; i++) dx[i] = 0;\n"
@@ -645,7 +645,7 @@ static const char dwconv_text[] =
     "/* The weight gradient's tap (kh, kw) of one output channel: the sum over N images\n"
     " * (x at x + n * xs, g at g + n * gs) of g[n][oh][ow] x[n][ih][iw], each output row's\n"
     " * products added lane by lane (part[ow]: vectorises), the lanes summed at the end. */\n"
-    "static $T ctc_dwconv_bwd_weight_$S(const $T *restrict x, int64_t xs, const $T *restrict g, int64_t gs, int64_t N,\n"
+    "static inline $T ctc_dwconv_bwd_weight_$S(const $T *restrict x, int64_t xs, const $T *restrict g, int64_t gs, int64_t N,\n"
     "                                   int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,\n"
     "                                   int64_t pw, int64_t dh, int64_t dw, int64_t OH, int64_t OW) {\n"
     "  $T part[1024];\n"
@@ -945,6 +945,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->uniform[t]) instantiate(b, uniform_text, (DType)t), cg_puts(b, "\n");
     if (k->normal[t]) instantiate(b, normal_text, (DType)t), cg_puts(b, "\n");
   }
+  cg_emit_attention_kernels(b, k);   /* attn_c.c (after ctc_exp_f32, which it calls) */
 }
 
 const char *cg_exp_f32_text(void) { return exp_text; }

@@ -154,6 +154,7 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
     case KS_STORE: r->ops->store(r, s); break;
     case KS_ROWBUF_DECL: r->ops->rowbuf_decl(r, s); break;
     case KS_ACC_DONE: r->ops->acc_done(r, s); break;
+    case KS_CALL: CHECK(r->call != NULL); r->call(r, s); break;   /* a microkernel (attn_c.c) */
     case KS_LET:
       cg_render_expr(r, s->x, &x);
       LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, s->v)->dtype), r->local[s->v], x.s);

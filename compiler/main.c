@@ -339,6 +339,9 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   o->lower.ninputs = o->inputs.len;
   o->lower.entries = o->entries.data;
   o->lower.nentries = o->entries.len;
+  /* fused attention (ir/attn.c): C kernels only; not where every op must stay visible */
+  o->lower.fuse_attention = !(o->target && strcmp(o->target, "c")) && !o->no_fuse && !o->anomaly && !o->quantize &&
+                            !o->freestanding;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

@@ -257,6 +257,7 @@ struct Program {
   void (*type_error)(void *ctx, Span at, const char *msg);
   void *type_error_ctx;
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
+  int fuse_attention;         /* the C target's fused attention (ir_fuse_attention; LowerOptions.fuse_attention) */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
   Vec(const char *) imports;  /* lowering: the files of the local modules the model imported, as opened
@@ -299,6 +300,15 @@ void ir_pass_cse(Program *p, Func *f);
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);
 void ir_compact(Func *f);
+/* attn.c: the staged chain softmax(q k^T * scale + causal mask) v whose intermediates
+ * have no other use, from instruction `from` on, becomes one ATTENTION instruction
+ * (ops.def); returns how many. Called where nothing differentiates the result again
+ * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
+int ir_fuse_attention(Program *p, Func *f, int from);
+/* v's values (numel doubles into out) when they are computable at compile time from
+ * literals and parameters' initial values through ops the reference evaluator knows
+ * (at most 2^22 elements); 0 otherwise. */
+int ir_const_eval(const Program *p, const Func *f, ValId v, double *out, Arena *a, int depth);
 
 /* ---- printer (printer.c) and verifier (verify.c) ------------------------ */
 

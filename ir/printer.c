@@ -50,7 +50,7 @@ void ir_print_func(FILE *out, const Program *p, const Func *f) {
       for (int k = 0; k < na; k++) fprintf(out, "%s%lld", k ? "," : "", (long long)in->attr[k]);
       fprintf(out, "]");
     }
-    if (in->op == IR_CONST || (in->op == IR_PAD && in->attr[0] == 0)) fprintf(out, " %.9g", in->fattr);
+    if (in->op == IR_CONST || (in->op == IR_PAD && in->attr[0] == 0) || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) fprintf(out, " %.9g", in->fattr);
     for (int k = 0; k < in->nargs; k++) {
       fprintf(out, k ? ", " : " ");
       print_val(out, f, in->args[k]);

@@ -7,6 +7,7 @@
  * ceil_mode) have no rule here: ir_infer_type says so, and the verifier keeps its
  * consistency checks for them. */
 #include <stdio.h>
+#include <string.h>
 #include "ir.h"
 
 const char ir_type_given[] = "the instruction chooses its result type";
@@ -131,6 +132,22 @@ const char *ir_infer_type(Op op, const int64_t *attr, int nargs, const Type *a, 
     Type r = *ix;
     r.dims[r.ndim++] = w->dims[1];
     r.dtype = w->dtype;
+    *out = r;
+    return NULL;
+  }
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: {   /* q, k, v (, o, g) of one float shape [..., T, D] */
+    for (int k = 1; k < nargs; k++)
+      if (!ir_type_eq(&a[k], &a[0])) return "attention operands of different types";
+    if (a[0].ndim < 2 || !ir_dtype_is_float(a[0].dtype) || (attr[0] & ~(int64_t)1) || (attr[1] & ~(int64_t)1))
+      return "attention needs float [..., T, D] operands and 0/1 flags";
+    Type r = a[0];
+    if (op == IR_ATTENTION_BWD) {
+      if (r.ndim + 1 > IR_MAX_DIMS) return "attention_bwd rank";
+      memmove(r.dims + 1, r.dims, sizeof(int64_t) * (size_t)r.ndim);
+      r.dims[0] = 3;
+      r.ndim++;
+    }
     *out = r;
     return NULL;
   }

@@ -130,6 +130,10 @@ ValId kn_root(const Func *f, const KnSchedule *s, ValId v);
  * *ld, transposed for BLAS if *blas_t. -1 if the last two axes have no unit
  * stride (not a BLAS operand). */
 int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, int64_t *ld);
+/* attention.c: how a fused attention microkernel reads an operand of type t [..., n1, T, D]
+ * laid out as l: st = {stride of the merged axes before n1, of n1, of T} (elements; D's
+ * is 1); -1 when the axes before n1 do not merge or D is not contiguous. */
+int kn_attention_operand(const Type *t, const KnLayout *l, int64_t st[3]);
 
 /* stats.c: floating-point operations of one instruction (a multiply-add is 2;
  * elementwise ops and reductions 1 per element), for --stats and profiles. */

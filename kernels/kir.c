@@ -338,6 +338,13 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
     case KS_ACC_INIT: fprintf(out, "acc %%%s.%d = init %s", name, s->v, ir_ops[s->in->op].name); break;
     case KS_ACC: fprintf(out, "acc %%%s.%d <- ", name, s->v); print_expr(out, k, s->x); break;
     case KS_ACC_DONE: fprintf(out, "let %%%s.%d = acc %%%s.%d", name, s->v, name, s->v); break;
+    case KS_CALL:
+      fprintf(out, "%%%s.%d = call %s(", name, s->v, s->call->fn);
+      for (int a = 0; a < s->call->nargs; a++)
+        fprintf(out, "%s%%%s.%d", a ? ", " : "", k->f->values.data[s->call->args[a]].name, s->call->args[a]);
+      for (int a = 0; a < s->call->nint; a++) fprintf(out, ", %lld", (long long)s->call->ints[a]);
+      fprintf(out, ", %.9g)", s->call->real);
+      break;
     }
     fprintf(out, "\n");
   }
@@ -358,10 +365,11 @@ void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s) {
                 (long long)kir->tables.data[t].n);
       print_block(out, kir, &kir->body, 4);
     }
-    if (kn->kind != KN_ELEM && kn->kind != KN_ROW) continue;
-    fprintf(out, "  kernel %d: %s over %s\n", k, kn->kind == KN_ROW ? "row" : "elementwise",
+    Kir *kir = kn->kind == KN_OP ? kir_build_call(a, f, s, kn) : NULL;
+    if (kn->kind != KN_ELEM && kn->kind != KN_ROW && !kir) continue;
+    fprintf(out, "  kernel %d: %s over %s\n", k, kir ? "call" : kn->kind == KN_ROW ? "row" : "elementwise",
             ir_type_str(&kn->space, tb, sizeof tb));
-    Kir *kir = kir_build(a, f, s, kn);
+    if (!kir) kir = kir_build(a, f, s, kn);
     print_block(out, kir, &kir->body, 4);
   }
 }

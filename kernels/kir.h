@@ -79,8 +79,22 @@ typedef enum KirStmtKind {
   KS_ROWBUF_PUT,    /* v's per-row array at the current position = v's local */
   KS_ACC_INIT,      /* in's accumulator = its initial value (in: a reduction, v its result) */
   KS_ACC,           /* in's accumulator takes x (sum or NaN-propagating max) */
-  KS_ACC_DONE       /* const <v's type> <v's local> = the accumulated value */
+  KS_ACC_DONE,      /* const <v's type> <v's local> = the accumulated value */
+  KS_CALL           /* v = call->fn(call->args...; call->ints, call->real): a microkernel (attention.c) */
 } KirStmtKind;
+
+/* A microkernel call: arrays read (args), the result (the statement's v), integer
+ * arguments (sizes, flags) and one real one (a scale). */
+typedef struct KirCall {
+  const char *fn;      /* "attention", "attention_bwd": the renderer names the function per dtype */
+  int nargs, nint;
+  ValId args[8];       /* the stored values read (roots of views) */
+  int64_t off[8];      /* element offset of each in its root */
+  int strided;         /* 1: each array argument is followed by st[i] (strides of its view) */
+  int64_t st[8][3];
+  int64_t ints[8];
+  double real;
+} KirCall;
 
 typedef enum KirLoopKind {
   KIR_SPACE,   /* every element of the space (KN_ELEM) */
@@ -104,6 +118,8 @@ struct KirStmt {
   int from, to;        /* axes of the space */
   unsigned marks;      /* KIR_PARALLEL, KIR_VECTOR */
   KirBlock body;
+  /* KS_CALL */
+  KirCall *call;
 };
 
 typedef struct Kir {
@@ -128,8 +144,11 @@ Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
  * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */
 void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
                        int64_t *i0, int64_t *i1, double *l0, double *l1);
-/* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR, and each instruction
- * kir_build_op covers. */
+/* attention.c: the kernel IR of a KN_OP kernel that is a microkernel call (ATTENTION,
+ * ATTENTION_BWD): one KS_CALL; NULL for any other kernel. */
+Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR, each instruction
+ * kir_build_op covers, and each microkernel call. */
 void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s);
 
 #endif

@@ -187,6 +187,10 @@ static int readers_strided(const Func *f, const KnSchedule *s, const Readers *rd
         if (!readers_strided(f, s, rd, in->res, depth + 1)) return 0;
         continue;
       }
+      int64_t ast[3];   /* fused attention reads its operands through strides too (attention.c) */
+      if ((in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) &&
+          kn_attention_operand(&f->values.data[v].type, &l, ast) == 0)
+        continue;
       int bt;
       int64_t ld;
       if (in->op != IR_MATMUL || a > 1 || kn_gemm_operand(&f->values.data[v].type, &l, (int)in->attr[a], &bt, &ld) < 0)

@@ -40,6 +40,13 @@ int64_t kn_flops(const Func *f, const Inst *in) {
     (void)x;
     return 2 * ir_numel(y) * w->dims[1] * w->dims[2] * w->dims[3];
   }
+  case IR_ATTENTION: case IR_ATTENTION_BWD: {
+    /* as the GEMMs they replace: q k^T and p v (forward); backward recomputes q k^T twice (the
+     * row statistics, then p) and forms dv, dp, dq, dk; a causal mask halves each */
+    const Type *q = &f->values.data[in->args[0]].type;
+    int64_t T = q->dims[q->ndim - 2], n = 2 * ir_numel(q) * T * (in->op == IR_ATTENTION ? 2 : 6);
+    return in->attr[0] ? n / 2 : n;
+  }
   default: {
     int64_t most = out;
     for (int k = 0; k < in->nargs; k++) {

@@ -36,6 +36,8 @@ typedef struct LowerOptions {
                                  none given: every function that calls backward()/step()/
                                  torch.autograd.grad */
   int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
+  int fuse_attention;       /* fused attention (Program.fuse_attention, ir_fuse_attention): the C target,
+                               not --no-fuse, --anomaly, --dtype f64, --quantize or --freestanding */
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses
                                DistributedDataParallel sets it too) */
   double bucket_mb;         /* --bucket-mb (0: DDP's bucket_cap_mb, else 25) */

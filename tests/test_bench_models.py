@@ -97,6 +97,15 @@ def test_llama_forward_and_train_step_match_torch(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpt_forward_and_train_step_match_torch(tmp_path):
+    """gpt at T = 100 (not a multiple of the fused attention's blocks): its causal attention is
+    fused in forward and in the train step's backward (tests/test_attention.py)."""
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 256, (2, 100)), rng.integers(0, 256, (2, 100))
+    _forward_and_step(tmp_path, "gpt", "idx", x, y, 1e-4, 1e-3)
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "resnet.py")), reason="../shared/bench/models/resnet.py missing")
 def test_resnet_forward_and_train_step_match_torch(tmp_path):
     rng = np.random.default_rng(0)

@@ -139,3 +139,47 @@ def test_thread_count_does_not_change_results(net):
             res[threads] = [np.load(tmp / f"t_{n}_{threads}_out{i}.npy") for i in range(3)]
         for a, b in zip(res["1"], res["2"]):
             assert a.tobytes() == b.tobytes(), f"{n}: 1 and 2 threads differ"
+
+
+DW_FIRST = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.fc = nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.dw(x)).flatten(1))
+
+
+model = M()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(2, 4, 8, 8),),
+                  "train_step": (torch.randn(2, 4, 8, 8), torch.zeros(2, dtype=torch.long))}
+"""
+
+
+def test_depthwise_first_layer_compiles_clean(tmp_path):
+    """A depthwise convolution whose input needs no gradient (the first layer): the
+    program uses the forward and weight-gradient kernels only, and the unused input-
+    gradient helper must not break a -Werror build."""
+    src = tmp_path / "dw.py"
+    src.write_text(DW_FIRST)
+    run([CTC, "compile", src, "-o", tmp_path / "dw.c"])
+    rt = os.path.join(os.path.dirname(CTC), "..", "runtime_min")
+    run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", f"-I{rt}", "-c",
+         tmp_path / "dw.c", "-o", tmp_path / "dw.o"])

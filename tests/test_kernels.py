@@ -371,28 +371,24 @@ def test_maxpool_grad_disjoint_windows(tmp_path):
     compare("d/dx", got, want.numpy(), 1e-6, 1e-6)
 
 
-def test_attention_gemms_in_one_parallel_loop(tmp_path):
-    """gpt: the [B,H] batch of attention GEMMs is one parallel loop of
-    single-threaded ctc_matmul calls; gelu's tanh is ctc_tanh_f32 (no libm call);
-    the fused loops carry omp simd; no cblas call outside ctc_matmul."""
+def test_attention_is_one_fused_call(tmp_path):
+    """gpt: each block's attention is one call of the fused kernel (codegen_c/attn_c.c) that
+    reads q, k and v in place from the fused c_attn output (row stride 768, k at column 256,
+    v at 512; batch stride 128 * 768, head stride 64); gelu's tanh is ctc_tanh_f32 (no libm
+    call); the fused loops carry omp simd; no cblas call outside ctc_matmul."""
     src = tmp_path / "gpt.py"
     src.write_text(open(os.path.join(BENCH, "gpt.py")).read() + TRAIN)
     c = tmp_path / "gpt.c"
     run([CTC, "compile", str(src), "-o", str(c), "--input", "idx=i64[2,128]", "--input", "x=i64[2,128]",
          "--input", "y=i64[2,128]"])
     code = c.read_text()
-    # q @ k^T and att @ v over the [2,4] heads: one parallel loop of 8 GEMMs that
-    # read q, k and v in place from the fused c_attn output (row stride 768;
-    # k at column 256, transposed; v at 512): no slice or head-transpose copies
-    loop = r"CTC_OMP_FOR\n  for \(int64_t i = 0; i < 8; i\+\+\) \{\n    const int64_t i1 = i % 4, i0 = i / 4;\n    "
-    qk = (r"ctc_matmul_f32\(0, 1, 0, 128, 128, 64, h_0_attn_c_attn \+ i0 \* 98304 \+ i1 \* 64, 768, "
-          r"h_0_attn_c_attn \+ 256 \+ i0 \* 98304 \+ i1 \* 64, 768, matmul \+ i0 \* 65536 \+ i1 \* 16384, 128\);")
-    av = r"ctc_matmul_f32\(0, 0, 0, 128, 64, 128, \w+ \+ i0 \* 65536 \+ i1 \* 16384, 128, h_0_attn_c_attn \+ 512 \+ "
-    for q in (qk, av):
-        assert re.search(loop + q, code), q
+    call = (r"ctc_attention_f32\(h_0_attn_c_attn, 98304, 64, 768, h_0_attn_c_attn \+ 256, 98304, 64, 768, "
+            r"h_0_attn_c_attn \+ 512, 98304, 64, 768, \w+, 4, \(?[\w *]+\)?, 128, 64, 1, 0, 0.125\);")
+    assert re.search(call, code), call
+    assert re.search(r"ctc_attention_bwd_f32\(h_0_attn_c_attn, 98304, 64, 768, ", code)
     fwd = code[code.index("gpt_forward("):code.index("gpt_train_step(")]
     views = re.findall(r"^  /\* gpt\.py:2[3-7]  (?:slice|permute)\(.*$", fwd, re.M)
-    assert len(views) == 4 * 7, views   # per block: 3 slices, 3 head transposes and k.transpose(-2, -1)
+    assert len(views) == 4 * 6, views   # per block: 3 slices and 3 head transposes
     assert all(v.endswith(": a strided view, no code (its GEMMs read it in place) */") for v in views), views
     assert "ctc_tanh_f32(" in code and not re.search(r"\btanhf\(", code)
     assert code.count("CTC_OMP_SIMD\n") + code.count("CTC_OMP_FOR_SIMD\n") >= 20

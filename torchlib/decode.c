@@ -79,29 +79,9 @@ void dec_check_read(L *L, Span at, const Tensor *t) {
 
 /* ---- the probe: compile-time values of a mask ---- */
 
-/* The values of v (numel doubles into out) if it is computable at compile time from
- * constants and parameters with known initial values through ops the reference
- * evaluator knows; 0 otherwise. */
+/* The values of v (numel doubles into out) if it is computable at compile time (ir/attn.c) */
 static int const_eval(Program *P, Func *f, ValId v, double *out, Arena *a, int depth) {
-  Value *val = ir_val(f, v);
-  Type t = val->type;
-  int64_t n = ir_numel(&t);
-  if (depth > 32 || n > ((int64_t)1 << 22)) return 0;
-  if (val->kind == V_INPUT) return 0;
-  if (val->kind == V_PARAM) {
-    const Param *p = &P->params.data[val->index];
-    for (int64_t i = 0; i < n; i++)
-      out[i] = p->init == PINIT_DATA ? p->init_data[i] : p->init == PINIT_CONST ? p->init_a : p->init == PINIT_ZERO ? 0 : NAN;
-    return p->init == PINIT_DATA || p->init == PINIT_CONST || p->init == PINIT_ZERO;
-  }
-  const Inst *in = &f->insts.data[val->def];
-  const double **ops = arena_alloc(a, sizeof(double *) * (size_t)(in->nargs + 1));
-  for (int k = 0; k < in->nargs; k++) {
-    double *o = arena_alloc(a, sizeof(double) * (size_t)(ir_numel(ir_type(f, in->args[k])) + 1));
-    if (!const_eval(P, f, in->args[k], o, a, depth + 1)) return 0;
-    ops[k] = o;
-  }
-  return ir_eval_inst(f, in, ops, out);   /* the reference evaluator (ir/interp.c) */
+  return ir_const_eval(P, f, v, out, a, depth);
 }
 
 /* Is mask (broadcast against scores [..., T, T]) True exactly above the diagonal? */

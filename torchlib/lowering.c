@@ -533,6 +533,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->T->f64 = opt->float_dtype == DT_F64;
   L->T->prog->hook = opt->hook;
   L->T->prog->no_remat = opt->no_remat;
+  L->T->prog->fuse_attention = opt->fuse_attention && opt->float_dtype != DT_F64;
   L->T->prog->distributed = opt->distributed;
   L->T->prog->bucket_mb = opt->bucket_mb;
   L->T->prog->hook_ctx = opt->hook_ctx;
@@ -628,6 +629,8 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
                   opt->inputs[i].name, takes);
     }
   }
+  for (int k = 0; L->T->prog->fuse_attention && k < L->T->prog->funcs.len; k++)   /* ir/attn.c */
+    ir_fuse_attention(L->T->prog, L->T->prog->funcs.data[k], 0);
   if (opt->float_dtype == DT_F64) {
     to_f64(L->T->prog);
     int batched = 0;

@@ -1225,6 +1225,20 @@ static ValId argmax(ValId a, int axis, int is_min, const char *name) {
   return emit(IR_ARGMAX, &a, 1, t, at, 2, name);
 }
 
+/* fused attention (ops.def's last rows): scale in fattr */
+static ValId attention(const ValId *qkvog, int bwd, int causal, int divide, double scale, const char *name) {
+  int64_t at[2] = {causal, divide};
+  Type t = tyof(qkvog[0]);
+  if (bwd) {
+    memmove(t.dims + 1, t.dims, sizeof(int64_t) * (size_t)t.ndim);
+    t.dims[0] = 3;
+    t.ndim++;
+  }
+  ValId r = emit(bwd ? IR_ATTENTION_BWD : IR_ATTENTION, qkvog, bwd ? 5 : 3, t, at, 2, name);
+  h.f->insts.data[h.f->values.data[r].def].fattr = scale;
+  return r;
+}
+
 static ValId gather(ValId x, int axis, ValId idx, Type r, const char *name) {
   ValId args[2] = {x, idx};
   int64_t at = axis;
@@ -1375,6 +1389,23 @@ static void suite_more(void) {
   out(gather(ib, 0, iix, ty(DT_I64, 2, 3, 5), "ig"), "gather_i64");
   out(scatter_add(ib, 0, iix, gather(ib, 0, iix, ty(DT_I64, 2, 3, 5), "ig2"), ty(DT_I64, 2, 4, 5), "isa"),
       "scatter_add_i64");
+  entry_done();
+
+  /* ragged sizes: 21 rows (query blocks of 16), 70 keys (blocks of 64) */
+  entry("attention");
+  ValId at[5];
+  const char *an[5] = {"q", "k", "v", "o", "g"};
+  for (int j = 0; j < 3; j++) at[j] = input(an[j], ty(DT_F32, 4, 2, 3, 21, 16), "normal");
+  at[4] = input("g", ty(DT_F32, 4, 2, 3, 21, 16), "normal");
+  at[3] = attention(at, 0, 1, 0, 0.25, "att");
+  out(at[3], "causal");
+  out(attention(at, 1, 1, 0, 0.25, "att_bwd"), "causal_bwd");
+  ValId bt[5];
+  for (int j = 0; j < 3; j++) bt[j] = input(an[j], ty(DT_F64, 3, 2, 70, 16), "normal");
+  bt[4] = input("g", ty(DT_F64, 3, 2, 70, 16), "normal");
+  bt[3] = attention(bt, 0, 0, 1, 3.0, "att_full");
+  out(bt[3], "full");
+  out(attention(bt, 1, 0, 1, 3.0, "att_full_bwd"), "full_bwd");
   entry_done();
 
   suite_done();

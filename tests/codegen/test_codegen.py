@@ -68,7 +68,7 @@ def generated(work):
               "-fsanitize=address,undefined"]
     srcs = ["support/arena.c", "support/source.c", "support/diag.c", "ir/builder.c", "ir/printer.c",
             "ir/verify.c", "ir/shape.c", "ir/elem.c"]
-    mine = ["ir/plan.c", "ir/plan_check.c", "ir/dce.c", "kernels/schedule.c", "kernels/reroll.c", "kernels/stats.c", "kernels/kir.c", "kernels/kir_ops.c"] + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
+    mine = ["ir/plan.c", "ir/plan_check.c", "ir/dce.c", "kernels/schedule.c", "kernels/reroll.c", "kernels/stats.c", "kernels/kir.c", "kernels/kir_ops.c", "kernels/attention.c"] + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
                                          if f.endswith(".c")] + ["tests/codegen/cg_harness.c"]
 
     def cc(src, strict):
@@ -554,7 +554,23 @@ def _more_gathers(x, ix, sel, cl, base, src, src2, ib, iix):
             g(ib, 0, iix), sa(ib, 0, iix, np.take_along_axis(ib, iix, 0))]
 
 
+def _more_attention(q, k, v, g, q2, k2, v2, g2):
+    """softmax(q k^T * 0.25, causal) v and / 3 unmasked, with the gradients of <g, o> stacked [dq, dk, dv]."""
+    torch = _torch()
+    outs = []
+    for qs, ks, vs, gs, causal, f in ((q, k, v, g, True, lambda s: s * 0.25), (q2, k2, v2, g2, False, lambda s: s / 3.0)):
+        x = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (qs, ks, vs)]
+        s = f(x[0] @ x[1].transpose(-2, -1))
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        o = torch.softmax(s, -1) @ x[2]
+        gr = torch.autograd.grad(o, x, torch.from_numpy(gs.astype(np.float64)))
+        outs += [o.detach().numpy(), torch.stack(gr).numpy()]
+    return outs
+
+
 REFS.update({
+    ("more", "attention"): _more_attention,
     ("more", "unary"): _more_unary,
     ("more", "binary"): _more_binary,
     ("more", "edges"): _more_edges,
@@ -602,7 +618,7 @@ def test_entry(work, generated, tmp_path, variant, suite, entry):
     inputs = [draw(t, rng) for t in ent["inputs"]]
     got = call(exe, entry, tmp_path, inputs, ent["outputs"])
     want = REFS[(suite, entry)](*inputs)
-    tol = 1e-4 if suite in ("reduce", "linalg", "nn", "grad") else 1e-5
+    tol = 1e-4 if suite in ("reduce", "linalg", "nn", "grad") or entry == "attention" else 1e-5
     assert len(got) == len(want) == len(ent["outputs"])
     for g, w, spec in zip(got, want, ent["outputs"]):
         check(g, w, spec, tol)

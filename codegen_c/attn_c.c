@@ -1,0 +1,215 @@
+/* attn_c.c - the C target's fused attention (ops.def's ATTENTION, ATTENTION_BWD; made
+ * by ir/attn.c): the microkernels' text, written into model.c when an entry uses them
+ * (Kernels.attention), and the kernel IR call (kernels/attention.c) as C.
+ *
+ * Forward, per (batch, block of CTC_ATTN_QB query rows), an OpenMP iteration: for each
+ * block of CTC_ATTN_KB keys (those at or before the block's last row when causal), the
+ * block's scores s = q k^T (one ctc_matmul_block call: ctc's GEMM, or OpenBLAS), scaled and
+ * masked, then an online softmax per row: the running maximum m and sum l, the row of o
+ * rescaled by exp(m_old - m_new), and o += p v (another GEMM call); at the end o /= l. Only
+ * the QB x KB block of scores exists (on the stack), never the T x T matrix.
+ * Backward, per batch (an OpenMP iteration; dk and dv of a head are summed over its query
+ * blocks in order, so results do not depend on the thread count): for each query block, a
+ * first pass over the keys gives each row's maximum and sum (its logsumexp), di = g . o per
+ * row, then per key block p = exp(s - lse), dv += p^T g, dp = g v^T, ds = p (dp - di) * scale,
+ * dq += ds k, dk += ds^T q (GEMM calls). Operands are read through strides (views of a fused
+ * projection), the results are contiguous. f32's exp is ctc_exp_f32. */
+#include <string.h>
+#include "cg_int.h"
+
+static const char attn_common_text[] =
+    "#define CTC_ATTN_QB 64\n"
+    "#define CTC_ATTN_KB 128\n"
+    "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
+    "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
+    "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
+    "}\n\n";
+
+/* the scores of rows [0, ni) of qb (rows qr apart) against keys [j0, j0 + nj) of kb (rows kr
+ * apart), one GEMM: s[ii][jj] = (q . k) * or / sc, -inf above the diagonal when causal */
+static const char attn_text[] =
+    "static void ctc_attn_scores_$S(const $T *qb, int64_t qr, const $T *kb, int64_t kr, int64_t ni, int64_t nj,\n"
+    "                               int64_t D, int64_t i0, int64_t j0, int causal, int divide, $T sc,\n"
+    "                               $T s[CTC_ATTN_QB][CTC_ATTN_KB]) {\n"
+    "  ctc_matmul_block_$S(0, 1, 0, D, qb, qr, kb + j0 * kr, kr, &s[0][0], CTC_ATTN_KB, 0, ni, 0, nj);\n"
+    "  for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "    $T *restrict si = s[ii];\n"
+    "    const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "    if (divide)\n"
+    "      for (int64_t jj = 0; jj < nv; jj++) si[jj] /= sc;\n"
+    "    else\n"
+    "      for (int64_t jj = 0; jj < nv; jj++) si[jj] *= sc;\n"
+    "    for (int64_t jj = nv; jj < nj; jj++) si[jj] = -($T)INFINITY;\n"
+    "  }\n"
+    "}\n\n"
+    "/* o = softmax(q k^T * scale (causal: -inf above the diagonal)) v over [B = n0 n1, T, D]; o contiguous,\n"
+    " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows) */\n"
+    "static void ctc_attention_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
+    "                             const $T *restrict k, int64_t k0, int64_t k1, int64_t kr,\n"
+    "                             const $T *restrict v, int64_t v0, int64_t v1, int64_t vr, $T *restrict o,\n"
+    "                             int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
+    "                             double scale) {\n"
+    "  const int64_t nqb = (T + CTC_ATTN_QB - 1) / CTC_ATTN_QB;\n"
+    "  (void)ctc_gemm_block_$S;   /* written with ctc_matmul_block_$S (kernels.c); the threads' split is ours */\n"
+    "#ifdef _OPENMP\n"
+    "#pragma omp parallel for schedule(dynamic) if (B * T * T * D > 32768)\n"
+    "#endif\n"
+    "  for (int64_t w = 0; w < B * nqb; w++) {\n"
+    "    const int64_t b = w / nqb, i0 = w % nqb * CTC_ATTN_QB, ni = T - i0 < CTC_ATTN_QB ? T - i0 : CTC_ATTN_QB;\n"
+    "    const int64_t b0 = b / n1, b1 = b % n1;\n"
+    "    const $T *qb = q + b0 * q0 + b1 * q1 + i0 * qr, *kb = k + b0 * k0 + b1 * k1;\n"
+    "    const $T *vb = v + b0 * v0 + b1 * v1;\n"
+    "    $T *ob = o + (b * T + i0) * D;\n"
+    "    $T s[CTC_ATTN_QB][CTC_ATTN_KB], m[CTC_ATTN_QB], l[CTC_ATTN_QB];\n"
+    "    for (int64_t ii = 0; ii < ni; ii++) m[ii] = -($T)INFINITY, l[ii] = 0;\n"
+    "    for (int64_t x = 0; x < ni * D; x++) ob[x] = 0;\n"
+    "    const int64_t jend = causal ? i0 + ni : T;\n"
+    "    for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
+    "      const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
+    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, s);\n"
+    "      for (int64_t ii = 0; ii < ni; ii++) {   /* the online softmax: p = exp(s - m), o and l rescaled */\n"
+    "        $T *restrict si = s[ii], *restrict oi = ob + ii * D;\n"
+    "        const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;   /* keys not masked */\n"
+    "        $T mx = m[ii], sum = 0;\n"
+    "        for (int64_t jj = 0; jj < nv; jj++) mx = si[jj] > mx ? si[jj] : mx;\n"
+    "        if (mx == -($T)INFINITY) {   /* every key so far masked */\n"
+    "          for (int64_t jj = 0; jj < nj; jj++) si[jj] = 0;\n"
+    "          continue;\n"
+    "        }\n"
+    "        const $T corr = $E(m[ii] - mx);\n"
+    "        for (int64_t jj = 0; jj < nv; jj++) sum += si[jj] = $E(si[jj] - mx);\n"
+    "        for (int64_t jj = nv; jj < nj; jj++) si[jj] = 0;\n"
+    "        l[ii] = l[ii] * corr + sum;\n"
+    "        m[ii] = mx;\n"
+    "        for (int64_t d = 0; d < D; d++) oi[d] *= corr;\n"
+    "      }\n"
+    "      ctc_matmul_block_$S(0, 0, 1, nj, &s[0][0], CTC_ATTN_KB, vb + j0 * vr, vr, ob, D, 0, ni, 0, D);   /* o += p v */\n"
+    "    }\n"
+    "    for (int64_t ii = 0; ii < ni; ii++)\n"
+    "      for (int64_t d = 0; d < D; d++) ob[ii * D + d] /= l[ii];\n"
+    "  }\n"
+    "}\n\n";
+
+static const char attn_bwd_text[] =
+    "/* r = [dq; dk; dv] (3 x [B, T, D], contiguous) of <g, ctc_attention(q, k, v)>, o its result; operands\n"
+    " * strided as ctc_attention's */\n"
+    "static void ctc_attention_bwd_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
+    "                                 const $T *restrict k, int64_t k0, int64_t k1, int64_t kr,\n"
+    "                                 const $T *restrict v, int64_t v0, int64_t v1, int64_t vr,\n"
+    "                                 const $T *restrict o, int64_t o0, int64_t o1, int64_t orow,\n"
+    "                                 const $T *restrict g, int64_t g0, int64_t g1, int64_t gr, $T *restrict r,\n"
+    "                                 int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
+    "                                 double scale) {\n"
+    "  const $T sc = ($T)scale;\n"
+    "#ifdef _OPENMP\n"
+    "#pragma omp parallel for schedule(dynamic) if (B * T * T * D > 32768)\n"
+    "#endif\n"
+    "  for (int64_t b = 0; b < B; b++) {\n"
+    "    const int64_t off = b * T * D, b0 = b / n1, b1 = b % n1;\n"
+    "    const $T *kb = k + b0 * k0 + b1 * k1, *vb = v + b0 * v0 + b1 * v1;\n"
+    "    $T *dq = r + off, *dk = r + B * T * D + off, *dv = r + 2 * B * T * D + off;\n"
+    "    $T s[CTC_ATTN_QB][CTC_ATTN_KB], dp[CTC_ATTN_QB][CTC_ATTN_KB];\n"
+    "    $T lse[CTC_ATTN_QB], di[CTC_ATTN_QB], m[CTC_ATTN_QB], l[CTC_ATTN_QB];\n"
+    "    for (int64_t x = 0; x < T * D; x++) dq[x] = dk[x] = dv[x] = 0;\n"
+    "    for (int64_t i0 = 0; i0 < T; i0 += CTC_ATTN_QB) {\n"
+    "      const int64_t ni = T - i0 < CTC_ATTN_QB ? T - i0 : CTC_ATTN_QB, jend = causal ? i0 + ni : T;\n"
+    "      const $T *qb = q + b0 * q0 + b1 * q1 + i0 * qr, *gb = g + b0 * g0 + b1 * g1 + i0 * gr;\n"
+    "      const $T *obk = o + b0 * o0 + b1 * o1 + i0 * orow;\n"
+    "      for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "        m[ii] = -($T)INFINITY, l[ii] = 0, di[ii] = 0;\n"
+    "        for (int64_t d = 0; d < D; d++) di[ii] += gb[ii * gr + d] * obk[ii * orow + d];\n"
+    "      }\n"
+    "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {   /* each row's maximum and sum */\n"
+    "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
+    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, s);\n"
+    "        for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "          $T mx = m[ii], sum = 0;\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) mx = s[ii][jj] > mx ? s[ii][jj] : mx;\n"
+    "          if (mx == -($T)INFINITY) continue;\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) sum += $E(s[ii][jj] - mx);\n"
+    "          l[ii] = l[ii] * $E(m[ii] - mx) + sum;\n"
+    "          m[ii] = mx;\n"
+    "        }\n"
+    "      }\n"
+    "      for (int64_t ii = 0; ii < ni; ii++) lse[ii] = m[ii] + $L(l[ii]);\n"
+    "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
+    "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
+    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, s);\n"
+    "        for (int64_t ii = 0; ii < ni; ii++) {   /* p */\n"
+    "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] = $E(s[ii][jj] - lse[ii]);\n"
+    "          for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
+    "        }\n"
+    "        ctc_matmul_block_$S(1, 0, 1, ni, &s[0][0], CTC_ATTN_KB, gb, gr, dv + j0 * D, D, 0, nj, 0, D);   /* dv += p^T g */\n"
+    "        ctc_matmul_block_$S(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni, 0, nj);   /* dp = g v^T */\n"
+    "        for (int64_t ii = 0; ii < ni; ii++)   /* ds = p (dp - di) * scale (kept in dp) */\n"
+    "          for (int64_t jj = 0; jj < nj; jj++) {\n"
+    "            const $T x = s[ii][jj] * (dp[ii][jj] - di[ii]);\n"
+    "            dp[ii][jj] = divide ? x / sc : x * sc;\n"
+    "          }\n"
+    "        ctc_matmul_block_$S(0, 0, 1, nj, &dp[0][0], CTC_ATTN_KB, kb + j0 * kr, kr, dq + i0 * D, D, 0, ni, 0, D);   /* dq += ds k */\n"
+    "        ctc_matmul_block_$S(1, 0, 1, ni, &dp[0][0], CTC_ATTN_KB, qb, qr, dk + j0 * D, D, 0, nj, 0, D);   /* dk += ds^T q */\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n\n";
+
+/* text with $T, $S, $E (exp), $L (log) for dtype t */
+static void put(Buf *b, const char *text, DType t) {
+  for (const char *s = text; *s; s++) {
+    if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
+    else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
+    else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
+    else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
+    else cg_printf(b, "%c", *s);
+  }
+}
+
+void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
+  int any = 0;
+  for (int t = 0; t < DT_COUNT; t++) any |= k->attention[t];
+  if (!any) return;
+  cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
+  cg_puts(b, attn_common_text);
+  for (int t = 0; t < DT_COUNT; t++) {
+    if (!k->attention[t]) continue;
+    put(b, attn_text, (DType)t);
+    if (k->attention[t] & 2) put(b, attn_bwd_text, (DType)t);
+  }
+}
+
+/* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); */
+void cg_render_call_c(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  const KirCall *k = s->call;
+  Buf x = {0};
+  DType t = c->f->values.data[k->args[0]].type.dtype;
+  cg_printf(&x, "ctc_%s_%s(", k->fn, cg_dt_suffix(t));
+  for (int a = 0; a < k->nargs; a++) {
+    cg_printf(&x, "%s", cg_ref(c, k->args[a]));
+    if (k->off[a]) cg_printf(&x, " + %lld", (long long)k->off[a]);
+    if (k->strided) cg_printf(&x, ", %lld, %lld, %lld", (long long)k->st[a][0], (long long)k->st[a][1], (long long)k->st[a][2]);
+    cg_puts(&x, ", ");
+  }
+  cg_printf(&x, "%s", cg_ref(c, s->v));
+  for (int a = 0; a < k->nint; a++) cg_printf(&x, ", %lld", (long long)k->ints[a]);
+  cg_printf(&x, ", %.17g);\n", k->real);
+  cg_printf(c->out, "%*s%s", c->ind, "", x.s);
+  cg_buf_free(&x);
+  c->k->attention[t] |= !strcmp(k->fn, "attention") ? 1 : 3;
+  c->k->gemm[t] = 1;   /* the blocks' products are ctc_matmul_block_<dt> calls */
+  if (t == DT_F32) c->k->exp_f32 = 1;
+}
+
+/* The emitter of ATTENTION and ATTENTION_BWD (emit_ops.c's table): the kernel IR's call. */
+void cg_emit_attention(CgFunc *c, int i) {
+  const Kernel *kn = &c->s->kernels.data[c->s->kernel_of[i]];
+  Kir *k = kir_build_call(c->p->arena, c->f, c->s, kn);
+  CHECK(k != NULL);
+  CgRender r;
+  cg_render_init(&r, &cg_render_c, c, k);
+  r.call = cg_render_call_c;
+  cg_render_block(&r, &k->body);
+  cg_render_free(&r);
+}

@@ -1,0 +1,68 @@
+/* attention.c - the kernel IR of a fused attention kernel (ops.def's ATTENTION and
+ * ATTENTION_BWD, made by ir/attn.c): one KS_CALL of a microkernel over the operands
+ * viewed as [n0, n1, T, D] (n1 the axis before T, n0 the axes before it). Operands are
+ * read in place through strides (KnLayout: the head transposes and the q/k/v split of
+ * a fused projection copy nothing, as for GEMMs); the result is contiguous. The C
+ * renderer prints it as a call of ctc_attention_<dt> / ctc_attention_bwd_<dt>
+ * (codegen_c/attn_c.c, which also holds their text). */
+#include <string.h>
+#include "kir.h"
+
+int kn_attention_operand(const Type *t, const KnLayout *l, int64_t st[3]) {
+  int nd = t->ndim;
+  if (nd < 2 || (l->st[nd - 1] != 1 && t->dims[nd - 1] != 1)) return -1;
+  st[2] = l->st[nd - 2];
+  st[1] = nd >= 3 ? l->st[nd - 3] : 0;
+  st[0] = 0;
+  int64_t want = -1;   /* axes 0 .. nd-4 must merge into one */
+  for (int i = nd - 4; i >= 0; i--) {
+    if (t->dims[i] == 1) continue;
+    if (want >= 0 && l->st[i] != want) return -1;
+    if (want < 0) st[0] = l->st[i];
+    want = l->st[i] * t->dims[i];
+  }
+  return 0;
+}
+
+Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
+  if (kn->kind != KN_OP) return NULL;
+  const Inst *in = NULL;
+  for (int i = kn->first; i <= kn->last; i++) {   /* the op (a kernel also holds the literals after it) */
+    const Inst *x = &f->insts.data[i];
+    if (x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD) in = x;
+    else if (x->op != IR_CONST) return NULL;
+  }
+  if (!in) return NULL;
+  const Type *q = &f->values.data[in->args[0]].type;
+  int64_t T = q->dims[q->ndim - 2], D = q->dims[q->ndim - 1];
+  Kir *k = arena_alloc(a, sizeof *k);
+  k->f = f;
+  k->kn = kn;
+  k->space = kn->space;
+  KirStmt *st = arena_alloc(a, sizeof *st);
+  KirCall *c = arena_alloc(a, sizeof *c);
+  st->kind = KS_CALL;
+  st->v = in->res;
+  st->in = in;
+  st->call = c;
+  c->fn = in->op == IR_ATTENTION ? "attention" : "attention_bwd";
+  c->nargs = in->nargs;
+  for (int i = 0; i < in->nargs; i++) {
+    KnLayout l;
+    if (kn_layout(f, s, in->args[i], &l) < 0 || kn_attention_operand(q, &l, c->st[i]) < 0)
+      BUG("attention operand %d not addressable through strides", i);
+    c->args[i] = l.root;
+    c->off[i] = l.off;
+  }
+  c->strided = 1;
+  c->ints[0] = q->ndim >= 3 ? q->dims[q->ndim - 3] : 1;   /* n1 */
+  c->ints[1] = ir_numel(q) / (T * D);                     /* n0 * n1 */
+  c->ints[2] = T;
+  c->ints[3] = D;
+  c->ints[4] = in->attr[0];             /* causal */
+  c->ints[5] = in->attr[1];             /* divide by the scale */
+  c->nint = 6;
+  c->real = in->fattr;
+  vec_push(a, &k->body, st);
+  return k;
+}

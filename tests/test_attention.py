@@ -1,0 +1,225 @@
+"""Fused attention (ir/attn.c, codegen_c/attn_c.c): softmax(q k^T * scale + causal mask) v
+staged the ways models write it becomes one `attention` instruction (and `attention_bwd` in a
+training step's sweep), whose C kernel never forms the T x T matrix. Its forward and its
+gradients are held to a float64 PyTorch reference at sizes that are not multiples of the
+kernel's blocks (16 query rows, 64 keys), head dims 16 and 64, causal and not, batch and heads
+above 1. Spellings it must not fuse (another additive mask, dropout on the probabilities in
+training mode) stay unfused and still match PyTorch."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ctc_testlib import CTC, compare, load_module, run, st_write
+
+torch = pytest.importorskip("torch")
+
+# {B} {H} {T} {D}: sizes; {SCORES}: how the scores are scaled; {MASK}: how they are masked
+SRC = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, H, T, D = {B}, {H}, {T}, {D}
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(B, H, T, D))
+        self.k = nn.Parameter(torch.randn(B, H, T, D))
+        self.v = nn.Parameter(torch.randn(B, H, T, D))
+        self.register_buffer("tril", torch.tril(torch.ones(T + 3, T + 3)).view(1, 1, T + 3, T + 3))
+        self.register_buffer("upper", torch.full((1, 1, T, T), float("-inf")).triu(1))
+        self.register_buffer("bias", torch.randn(1, 1, T, T))
+
+    def forward(self, g):
+        q, k, v = self.q, self.k, self.v
+        att = {SCORES}
+        att = {MASK}
+        att = F.softmax(att, dim=-1)
+        att = {DROP}
+        y = att @ v
+        return y, (y * g).sum()
+
+
+model = Attn()
+
+
+def grads(g):
+    model.zero_grad()
+    y, loss = model(g)
+    loss.backward()
+    return y, model.q.grad, model.k.grad, model.v.grad
+
+
+G = torch.randn(B, H, T, D)
+example_inputs = {{"forward": (G,), "grads": (G,)}}
+"""
+
+SCALES = {
+    "mul": "(q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))",
+    "div": "q @ k.transpose(-2, -1) / math.sqrt(D)",
+    "q": "(q * D ** -0.5) @ k.transpose(-2, -1)",
+}
+MASKS = {
+    "none": "att",
+    "tril": "att.masked_fill(self.tril[:, :, :T, :T] == 0, float('-inf'))",   # nanoGPT
+    "triu": "att + self.upper[:, :, :T, :T]",                                  # Llama
+    "bias": "att + self.bias",                                                 # not causal: unfused
+}
+
+CASES = [  # B, H, T, D, scale, mask, dropout p
+    (2, 3, 37, 16, "mul", "tril", 0),
+    (2, 2, 70, 64, "div", "none", 0),
+    (3, 2, 130, 64, "mul", "triu", 0),
+    (2, 4, 5, 16, "q", "tril", 0),
+    (1, 2, 1, 16, "div", "triu", 0),
+    (2, 2, 19, 16, "mul", "bias", 0),
+]
+
+
+def build(tmp, b, h, t, d, scale, mask, p=0):
+    src = tmp / "attn.py"
+    drop = f"F.dropout(att, p={p}, training=self.training)" if p else "att"
+    src.write_text(SRC.format(B=b, H=h, T=t, D=d, SCORES=SCALES[scale], MASK=MASKS[mask], DROP=drop))
+    exe = tmp / "net"
+    run([CTC, "build", src, "-o", exe])
+    ir = run([CTC, "compile", src, "--emit", "ir"]).stdout
+    return src, exe, ir
+
+
+def entry_ir(ir, name):
+    """The text of one entry's function in `--emit ir`."""
+    m = re.search(r"^func %s\(.*?^}" % name, ir, re.S | re.M)
+    assert m, ir[:2000]
+    return m.group(0)
+
+
+def reference(mod, g):
+    """Output and gradients of <g, y> in float64, from the same parameters."""
+    m = mod.Attn().double()
+    m.load_state_dict({k: v.double() for k, v in mod.model.state_dict().items()})
+    y, loss = m(torch.from_numpy(g).double())
+    loss.backward()
+    return [y.detach().numpy()] + [p.grad.numpy() for p in (m.q, m.k, m.v)]
+
+
+@pytest.mark.parametrize("b,h,t,d,scale,mask,p", CASES, ids=lambda c: str(c))
+def test_attention_forward_and_gradients_match_float64(tmp_path, b, h, t, d, scale, mask, p):
+    src, exe, ir = build(tmp_path, b, h, t, d, scale, mask, p)
+    fused = mask != "bias"
+    fwd, gr = entry_ir(ir, "forward"), entry_ir(ir, "grads")
+    assert (" attention[" in fwd) == fused and (" attention_bwd[" in gr) == fused, fwd
+    if fused:   # no instruction makes a T x T value in either entry (the mask buffers are [..., T, T])
+        tt = [l for l in (fwd + gr).splitlines() if f"{t},{t}]" in l and "= param " not in l]
+        assert t <= d or not tt, tt
+        assert " softmax" not in fwd and "exp " not in gr
+    torch.manual_seed(0)
+    mod = load_module(str(src), f"attn_{t}_{d}_{mask}")
+    w = tmp_path / "w.safetensors"
+    st_write(w, {k: v.detach().numpy() for k, v in mod.model.state_dict().items()})
+    g = np.random.default_rng(1).standard_normal((b, h, t, d)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    outs = [tmp_path / f"o{i}.npy" for i in range(4)]
+    run([exe, "run", "grads", "--weights", w, "--input", tmp_path / "g.npy"] +
+        [a for o in outs for a in ("--output", o)])
+    run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "g.npy", "--output", tmp_path / "f.npy",
+         "--output", tmp_path / "fl.npy"])
+    want = reference(mod, g)
+    compare("forward y", np.load(tmp_path / "f.npy"), want[0], 1e-4, 1e-5)
+    compare("grads y", np.load(outs[0]), want[0], 1e-4, 1e-5)
+    for name, o, ref in zip(("dq", "dk", "dv"), outs[1:], want[1:]):
+        compare(name, np.load(o), ref, 1e-3, 1e-4)
+
+
+def test_dropout_on_the_probabilities_stays_unfused(tmp_path):
+    """Dropout in training mode (the grads entry) keeps the unfused path; forward (eval mode,
+    no dropout) is fused."""
+    src, exe, ir = build(tmp_path, 2, 2, 20, 16, "mul", "tril", 0.25)
+    assert " attention[" in entry_ir(ir, "forward")
+    gr = entry_ir(ir, "grads")
+    assert " attention" not in gr and "rand_uniform" in gr, gr
+
+
+def test_generated_c_calls_the_microkernels(tmp_path):
+    """The kernel IR's call node is what the C renderer prints; --emit kir shows it."""
+    src, exe, ir = build(tmp_path, 2, 2, 40, 16, "mul", "tril")
+    c = tmp_path / "attn.c"
+    run([CTC, "compile", src, "-o", c])
+    text = c.read_text()
+    # each operand: its array, then strides over the batch, the heads and the rows
+    arg = r"\w+, 1280, 640, 16, "
+    assert re.search(r"ctc_attention_f32\((%s){3}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text), text[-3000:]
+    assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text)
+    kir = run([CTC, "compile", src, "--emit", "kir"]).stdout
+    assert re.search(r"kernel \d+: call over f32\[2,2,40,16\]\n\s+%\S+ = call attention\(%", kir), kir[:3000]
+    # --no-fuse (the unfused reference) and the CUDA target keep the unfused chain
+    assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--no-fuse"]).stdout
+    assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
+
+
+SPLIT = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, H, T, D = 2, 3, 45, 16
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = nn.Parameter(torch.randn(B, T, 3 * H * D))
+
+    def forward(self, g):
+        q, k, v = [t.view(B, T, H, D).transpose(1, 2) for t in self.x.split(H * D, dim=2)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(torch.ones(T, T).tril() == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return y, (y * g).sum()
+
+
+model = Attn()
+
+
+def grads(g):
+    model.zero_grad()
+    y, loss = model(g)
+    loss.backward()
+    return y, model.x.grad
+
+
+example_inputs = {"forward": (torch.randn(B, H, T, D),), "grads": (torch.randn(B, H, T, D),)}
+"""
+
+
+def test_views_of_a_fused_projection_are_read_in_place(tmp_path):
+    """q, k, v as head-transposed views of one [B, T, 3 H D] tensor (nanoGPT's c_attn split):
+    the kernels read them through strides (no copies), forward and gradient as float64 PyTorch."""
+    src = tmp_path / "split.py"
+    src.write_text(SPLIT)
+    exe = tmp_path / "net"
+    run([CTC, "build", src, "-o", exe])
+    kernels = run([CTC, "compile", src, "--emit", "kernels"]).stdout
+    assert kernels.count("(strided") >= 3 and "attention_bwd" in kernels, kernels
+    text = run([CTC, "compile", src, "-o", tmp_path / "split.c"]) and (tmp_path / "split.c").read_text()
+    assert re.search(r"ctc_attention_f32\(\w+, 6480, 16, 144, \w+ \+ 48, 6480, 16, 144, \w+ \+ 96,", text)
+    torch.manual_seed(0)
+    mod = load_module(str(src), "attn_split")
+    w = tmp_path / "w.safetensors"
+    st_write(w, {k: v.detach().numpy() for k, v in mod.model.state_dict().items()})
+    g = np.random.default_rng(2).standard_normal((2, 3, 45, 16)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    run([exe, "run", "grads", "--weights", w, "--input", tmp_path / "g.npy", "--output", tmp_path / "y.npy",
+         "--output", tmp_path / "dx.npy"])
+    m = mod.Attn().double()
+    m.load_state_dict({k: v.double() for k, v in mod.model.state_dict().items()})
+    y, loss = m(torch.from_numpy(g).double())
+    loss.backward()
+    compare("y", np.load(tmp_path / "y.npy"), y.detach().numpy(), 1e-4, 1e-5)
+    compare("dx", np.load(tmp_path / "dx.npy"), m.x.grad.numpy(), 1e-3, 1e-4)
+
