@@ -56,6 +56,7 @@ static const char *usage =
     "  --fixed-batch           forward runs only at its planned batch (by default it takes any batch\n"
     "                          from 1 to it where the model's forward allows, see docs/program.md)\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
+    "  --no-fuse-attention     attention as its matmul/softmax kernels, not one fused call\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
     "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
@@ -269,6 +270,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->fixed_batch = 1;
     } else if (!strcmp(s, "--no-fuse")) {
       o->no_fuse = 1;
+    } else if (!strcmp(s, "--no-fuse-attention")) {
+      o->no_fuse_attention = 1;
     } else if (!strcmp(s, "--distributed")) {
       const char *v = NEXT();
       if (!v) return -1;
@@ -340,8 +343,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   o->lower.entries = o->entries.data;
   o->lower.nentries = o->entries.len;
   /* fused attention (ir/attn.c): C kernels only; not where every op must stay visible */
-  o->lower.fuse_attention = !(o->target && strcmp(o->target, "c")) && !o->no_fuse && !o->anomaly && !o->quantize &&
-                            !o->freestanding;
+  o->lower.fuse_attention = !(o->target && strcmp(o->target, "c")) && !o->no_fuse && !o->no_fuse_attention &&
+                            !o->anomaly && !o->quantize && !o->freestanding;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

@@ -6,7 +6,7 @@
 
 typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
-  int stats, no_blas, no_openmp, no_fuse, profile, anomaly, tf32, emulate;
+  int stats, no_blas, no_openmp, no_fuse, no_fuse_attention, profile, anomaly, tf32, emulate;
   int fixed_batch;             /* --fixed-batch: forward runs only at the file's batch */
   int validate;               /* --validate (validate.h) */
   int md;                     /* -MD: --depfile OUT.d (depfile.h) */

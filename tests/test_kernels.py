@@ -558,9 +558,10 @@ def test_mask_hoisted_attention_one_row_kernel(tmp_path):
     """The causal mask's `mask == 0` (a buffer compared with a literal) is hoisted
     to the front of the entry (ir/hoist.c), so the scaled scores, the mask select
     and the softmax of each attention are one row kernel: the scaled scores are a
-    local of that loop, never stored."""
+    local of that loop, never stored. (The unfused path, --no-fuse-attention: by default
+    the chain is one fused attention call, tests/test_attention.py.)"""
     src = open(os.path.join(BENCH, "gpt.py")).read()
-    ks = kernels_of(tmp_path, src, "--model", "GPT", "--input", "idx=i64[2,128]")["forward"]
+    ks = kernels_of(tmp_path, src, "--model", "GPT", "--input", "idx=i64[2,128]", "--no-fuse-attention")["forward"]
     rows = [k for k in ks if k.startswith("row over f32[2,4,128,128]")]
     assert len(rows) == 4, rows
     for k in rows:
