@@ -1741,7 +1741,8 @@ static void comment(CgFunc *c, const Inst *in) {
     else cg_puts(&b, c->cname[in->args[k]]);
     if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
     KnLayout l;
-    if (in->op == IR_MATMUL && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
+    int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD;
+    if (strided_reader && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
       cg_printf(&b, " (in %s)", c->cname[l.root]);   /* a strided view: read in place from its root */
   }
   cg_puts(&b, ")");
