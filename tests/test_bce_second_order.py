@@ -57,6 +57,5 @@ def test_bce_second_derivatives_inside(tmp_path):
     assert not second_order(tmp_path, INSIDE)
 
 
-@pytest.mark.xfail(strict=True, reason="BCE's double backward at the 1e-12 clamp is not PyTorch's rule yet")
 def test_bce_second_derivatives_at_the_clamp(tmp_path):
     assert not second_order(tmp_path, EDGES)
