@@ -38,6 +38,7 @@ ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den) {
 #define DIV(x, y) ad_bin(ad, IR_DIV, (x), (y))
 #define POW(x, y) ad_bin(ad, IR_POW, (x), (y))
 #define FLOORDIV(x, y) ad_bin(ad, IR_FLOORDIV, (x), (y))
+#define BCE_GRAD(x, y) ad_bin(ad, IR_BCE_GRAD, (x), (y))
 #define EQ(x, y) ad_cmp(ad, IR_CMP_EQ, (x), (y))
 #define LT(x, y) ad_cmp(ad, IR_CMP_LT, (x), (y))
 #define GT(x, y) ad_cmp(ad, IR_CMP_GT, (x), (y))
@@ -74,6 +75,7 @@ ValId ad_elem_deriv(Ad *ad, const Inst *in, int k, ValId *den) {
 #undef DIV
 #undef POW
 #undef FLOORDIV
+#undef BCE_GRAD
 #undef EQ
 #undef LT
 #undef GT

@@ -151,6 +151,8 @@ def f(x, w, e):
     # gather / scatter_add / cumsum: each other's VJPs, differentiated again
     s = s + (torch.gather(x.flatten(1), 1, IDX2) ** 2).sum() + (x.cumsum(2) ** 2).sum() * 0.01
     s = s + (torch.zeros(2, 9, dtype=x.dtype).scatter_add(1, IDX2 % 9, x.flatten(1)[:, 1:5]) ** 3).sum()
+    # binary cross entropy: its d/dinput primitive (bce_grad) differentiated again
+    s = s + F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(x * 0.5), reduction='sum')
     return s
 
 

@@ -90,44 +90,9 @@ static PV *nll(L *L, Span at, PV *logp, PV *target, int red, int64_t ignore_inde
   return t_binary(L, at, OP_DIV, sum, t_reduce(L, at, IR_REDUCE_SUM, valid, NULL, 0, 0, 0));
 }
 
-/* Binary cross entropy per element, with PyTorch 1.13's values and derivatives.
- * Where x (1 - x) >= 1e-12 it is -(y log x + (1 - y) log(1 - x)), whose derivatives
- * (to any order) are PyTorch's formulas: d/dx (x - y) / (x (1 - x)), d/dy
- * log(1 - x) - log(x). Elsewhere (x within 1e-12 of 0 or 1) PyTorch clamps each log
- * at -100 in the value but not in d/dy (-logit(x): +-inf at x = 0 or 1), and
- * divides by max(x (1 - x), 1e-12) in d/dx, so there the value is computed from
- * detached operands and the first derivatives are carried by terms whose value is
- * exactly 0: (x - x') Gx and (y - y') Gy for finite G (x' = x.detach()), and for an
- * infinite Gy sqrt(+-(y - y')), whose derivative at 0 is +-inf. (Second derivatives
- * there are 0, not those of PyTorch's double backward.) */
-static PV *bce(L *L, Span at, PV *x, PV *y) {
-  PV *one = pv_float(L, 1), *zero = pv_float(L, 0);
-  PV *edge = t_compare(L, at, OP_LT, t_binary(L, at, OP_MUL, x, t_binary(L, at, OP_SUB, one, x)), pv_float(L, 1e-12));
-  /* inside: x itself (0.5 at the edges, so that the unused side's gradient stays finite) */
-  PV *xi = t_where(L, at, edge, pv_float(L, 0.5), x);
-  PV *inside = t_unary(L, at, IR_NEG, t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, y, t_unary(L, at, IR_LOG, xi)),
-                                               t_binary(L, at, OP_MUL, t_binary(L, at, OP_SUB, one, y),
-                                                        t_unary(L, at, IR_LOG, t_binary(L, at, OP_SUB, one, xi)))));
-  /* at the edges: the clamped value from x', y' */
-  PV *xd = t_detach(L, at, x), *yd = t_detach(L, at, y);
-  PV *lp = t_unary(L, at, IR_LOG, xd), *lq = t_unary(L, at, IR_LOG, t_binary(L, at, OP_SUB, one, xd));
-  PV *lpc = t_where(L, at, t_compare(L, at, OP_LT, lp, pv_float(L, -100)), pv_float(L, -100), lp);
-  PV *lqc = t_where(L, at, t_compare(L, at, OP_LT, lq, pv_float(L, -100)), pv_float(L, -100), lq);
-  PV *val = t_unary(L, at, IR_NEG, t_binary(L, at, OP_ADD, t_binary(L, at, OP_MUL, yd, lpc),
-                                            t_binary(L, at, OP_MUL, t_binary(L, at, OP_SUB, one, yd), lqc)));
-  PV *pq = t_binary(L, at, OP_MUL, t_binary(L, at, OP_SUB, one, xd), xd);
-  PV *gx = t_binary(L, at, OP_DIV, t_binary(L, at, OP_SUB, xd, yd),
-                    t_where(L, at, t_compare(L, at, OP_LT, pq, pv_float(L, 1e-12)), pv_float(L, 1e-12), pq));
-  PV *gy = t_unary(L, at, IR_NEG, t_unary(L, at, IR_LOG, t_binary(L, at, OP_DIV, xd, t_binary(L, at, OP_SUB, one, xd))));
-  PV *pinf = t_compare(L, at, OP_EQ, gy, pv_float(L, INFINITY)), *ninf = t_compare(L, at, OP_EQ, gy, pv_float(L, -INFINITY));
-  PV *dx = t_binary(L, at, OP_SUB, x, xd), *dy = t_binary(L, at, OP_SUB, y, yd);
-  PV *zx = t_binary(L, at, OP_MUL, dx, gx);
-  PV *zy = t_binary(L, at, OP_MUL, dy, t_where(L, at, t_binary(L, at, OP_BITOR, pinf, ninf), zero, gy));
-  PV *s = t_where(L, at, pinf, dy, t_where(L, at, ninf, t_binary(L, at, OP_SUB, yd, y), one));
-  PV *zinf = t_where(L, at, t_binary(L, at, OP_BITOR, pinf, ninf), t_unary(L, at, IR_SQRT, s), zero);
-  PV *outside = t_binary(L, at, OP_ADD, val, t_binary(L, at, OP_ADD, zx, t_binary(L, at, OP_ADD, zy, zinf)));
-  return t_where(L, at, edge, outside, inside);
-}
+/* Binary cross entropy per element: ops.def's BCE row, whose value and derivative
+ * rules (of any order, at PyTorch's 1e-12 clamp too) are PyTorch 1.13's. */
+static PV *bce(L *L, Span at, PV *x, PV *y) { return t_float_binary(L, at, IR_BCE, x, y); }
 
 /* BCE with logits per element: softplus(x) - x*y, softplus as where(x > 0, x, 0) +
  * log(1 + exp(t)), t = -|x| through a where() rather than relu and abs, whose kinks at 0

@@ -1296,6 +1296,18 @@ static void suite_more(void) {
   out(bin(IR_FLOORDIV, d, e, "dfloordiv"), "floor_divide_f64");
   entry_done();
 
+  /* binary cross entropy and its d/dinput (issue 27), at and inside the 1e-12 clamp */
+  entry("bce");
+  a = input("a", ty(DT_F32, 1, 48), "prob");
+  b = input("b", ty(DT_F32, 1, 48), "prob");
+  out(bin(IR_BCE, a, b, "bce"), "bce");
+  out(bin(IR_BCE_GRAD, a, b, "bce_grad"), "bce_grad");
+  d = input("d", ty(DT_F64, 1, 48), "prob");
+  e = input("e", ty(DT_F64, 1, 48), "prob");
+  out(bin(IR_BCE, d, e, "dbce"), "bce_f64");
+  out(bin(IR_BCE_GRAD, d, e, "dbce_grad"), "bce_grad_f64");
+  entry_done();
+
   /* 0, -0, halves, NaN and infinities against PyTorch, fused into one kernel */
   entry("edges");
   a = input("a", ty(DT_F32, 1, 64), "edge");

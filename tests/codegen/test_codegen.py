@@ -155,6 +155,9 @@ def draw(t, rng):
     elif dist == "edge":   # 0, -0, halves, NaN, infinities, and some normal numbers
         special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 3.0, -3.0, np.nan, np.inf, -np.inf])
         v = np.where(rng.random(shape) < 0.6, rng.choice(special, shape), 3 * rng.standard_normal(shape))
+    elif dist == "prob":   # [0, 1] with the ends and points around BCE's 1e-12 clamp
+        special = np.array([0.0, 1.0, 1e-13, 5e-13, 2e-12, 1e-10, 1 - 2 ** -20, 0.3])
+        v = np.where(rng.random(shape) < 0.5, rng.choice(special, shape), rng.random(shape))
     elif dist == "shift":   # counts past the width and negative ones (taken modulo the width)
         v = rng.choice([0, 1, 3, 63, 64, 70, -1], shape)
     elif dist == "bool":
@@ -513,6 +516,14 @@ def _more_binary(a, b, d, e):
             _tf(floor, d, e)]
 
 
+def _more_bce(a, b, d, e):
+    torch = _torch()
+    F = torch.nn.functional
+    grad = lambda x, y: torch.ops.aten.binary_cross_entropy_backward(torch.ones_like(x), x, y, None, 0)
+    return [_tf(F.binary_cross_entropy, a, b, reduction="none"), _tf(grad, a, b),
+            _tf(F.binary_cross_entropy, d, e, reduction="none"), _tf(grad, d, e)]
+
+
 def _more_edges(a, b, d, e):
     torch = _torch()
     floor = lambda x, y: torch.div(x, y, rounding_mode="floor")
@@ -574,6 +585,7 @@ REFS.update({
     ("more", "unary"): _more_unary,
     ("more", "binary"): _more_binary,
     ("more", "edges"): _more_edges,
+    ("more", "bce"): _more_bce,
     ("more", "ints"): _more_ints,
     ("more", "scans"): _more_scans,
     ("more", "gathers"): _more_gathers,
