@@ -69,6 +69,17 @@ static int utf8_decode(const char *path, const unsigned char *s, size_t n, int32
   return CTC_OK;
 }
 
+/* the code points of the UTF-8 text file at path (*cp malloc'ed, *n of them) */
+static int read_utf8(const char *path, int32_t **cp, int64_t *n, ctc_error *err) {
+  void *buf;
+  size_t size;
+  int rc = ctc_read_file(path, &buf, &size, err);
+  if (rc) return rc;
+  rc = utf8_decode(path, buf, size, cp, n, err);
+  free(buf);
+  return rc;
+}
+
 static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);
@@ -99,14 +110,9 @@ void ctc_text_free(ctc_text *t) {
 }
 
 int ctc_text_load_chars(const char *path, ctc_text *t, ctc_vocab *v, ctc_error *err) {
-  void *buf;
-  size_t size;
-  int rc = ctc_read_file(path, &buf, &size, err);
-  if (rc) return rc;
   int32_t *cp;
   int64_t n;
-  rc = utf8_decode(path, buf, size, &cp, &n, err);
-  free(buf);
+  int rc = read_utf8(path, &cp, &n, err);
   if (rc) return rc;
   int32_t *sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
   if (!sorted) {
@@ -163,14 +169,9 @@ int ctc_vocab_write(const char *path, const ctc_vocab *v, ctc_error *err) {
 }
 
 int ctc_vocab_read(const char *path, ctc_vocab *v, ctc_error *err) {
-  void *buf;
-  size_t size;
-  int rc = ctc_read_file(path, &buf, &size, err);
-  if (rc) return rc;
   int32_t *cp;
   int64_t n;
-  rc = utf8_decode(path, buf, size, &cp, &n, err);
-  free(buf);
+  int rc = read_utf8(path, &cp, &n, err);
   if (rc) return rc;
   for (int64_t i = 1; i < n; i++)
     if (cp[i] <= cp[i - 1]) {
@@ -719,14 +720,9 @@ static void put_format(FILE *f, const char *fmt, const double *vals) {
 
 /* --text FILE encoded with the script's vocabulary. */
 static int script_text(const char *path, const ctc_text_script *s, ctc_text *t, ctc_error *err) {
-  void *buf;
-  size_t size;
-  int rc = ctc_read_file(path, &buf, &size, err);
-  if (rc) return rc;
   int32_t *cp;
   int64_t n;
-  rc = utf8_decode(path, buf, size, &cp, &n, err);
-  free(buf);
+  int rc = read_utf8(path, &cp, &n, err);
   if (rc) return rc;
   ctc_vocab v = {(int32_t *)s->vocab, s->nvocab};
   for (int64_t i = 0; i < n; i++) {

@@ -188,15 +188,14 @@ static PV *pool3d(L *L, Span at, Op op, PV *x, const Pool3 *o, const char *what)
   return from_volume(L, at, reshape(L, at, r, 5, d5), unb);
 }
 
-static void ints3(L *L, Span at, PV *v, int64_t dflt, int64_t *out, const char *what) {
-  if (!v || v->k == PV_NONE || (pv_is_seq(v) && v->n == 0)) {
-    out[0] = out[1] = out[2] = dflt;
-    return;
-  }
-  int64_t tmp[IR_MAX_DIMS];
-  int n = arg_ints(L, at, v, tmp, IR_MAX_DIMS, what);
-  if (n != 1 && n != 3) lower_error(L, at, "%s must be an int or a tuple of 3 ints, got %d values", what, n);
-  for (int i = 0; i < 3; i++) out[i] = tmp[n == 1 ? 0 : i];
+/* kernel_size, stride (default: the kernel) and padding of a 3-D pool, a[1..3] */
+static Pool3 pool3_sizes(L *L, Span at, PV **a) {
+  Pool3 o = {.count_include_pad = 1};
+  nn_ints(L, at, a[1], 3, 0, o.k, "kernel_size");
+  if (a[2] && a[2]->k != PV_NONE && !(pv_is_seq(a[2]) && a[2]->n == 0)) nn_ints(L, at, a[2], 3, 1, o.s, "stride");
+  else memcpy(o.s, o.k, sizeof o.s);
+  nn_ints(L, at, a[3], 3, 0, o.p, "padding");
+  return o;
 }
 
 PV *nnf_max_pool3d(L *L, PV *fn, Args *A) {
@@ -204,12 +203,8 @@ PV *nnf_max_pool3d(L *L, PV *fn, Args *A) {
   PV *a[7];
   Span at = A->at;
   bind_args(L, A, "input,kernel_size,stride=,padding=,dilation=,ceil_mode=,return_indices=", a);
-  Pool3 o = {.count_include_pad = 1};
-  ints3(L, at, a[1], 0, o.k, "kernel_size");
-  if (a[2] && a[2]->k != PV_NONE && !(pv_is_seq(a[2]) && a[2]->n == 0)) ints3(L, at, a[2], 1, o.s, "stride");
-  else memcpy(o.s, o.k, sizeof o.s);
-  ints3(L, at, a[3], 0, o.p, "padding");
-  ints3(L, at, a[4], 1, o.d, "dilation");
+  Pool3 o = pool3_sizes(L, at, a);
+  nn_ints(L, at, a[4], 3, 1, o.d, "dilation");
   if (a[5]) o.ceil_mode = arg_bool(L, at, a[5], "ceil_mode");
   if (a[6] && arg_bool(L, at, a[6], "return_indices")) lower_error(L, at, "return_indices=True is not supported");
   return pool3d(L, at, IR_MAXPOOL2D, a[0], &o, "max_pool3d");
@@ -220,11 +215,7 @@ PV *nnf_avg_pool3d(L *L, PV *fn, Args *A) {
   PV *a[7];
   Span at = A->at;
   bind_args(L, A, "input,kernel_size,stride=,padding=,ceil_mode=,count_include_pad=,divisor_override=", a);
-  Pool3 o = {.count_include_pad = 1};
-  ints3(L, at, a[1], 0, o.k, "kernel_size");
-  if (a[2] && a[2]->k != PV_NONE && !(pv_is_seq(a[2]) && a[2]->n == 0)) ints3(L, at, a[2], 1, o.s, "stride");
-  else memcpy(o.s, o.k, sizeof o.s);
-  ints3(L, at, a[3], 0, o.p, "padding");
+  Pool3 o = pool3_sizes(L, at, a);
   o.d[0] = o.d[1] = o.d[2] = 1;
   if (a[4]) o.ceil_mode = arg_bool(L, at, a[4], "ceil_mode");
   if (a[5]) o.count_include_pad = arg_bool(L, at, a[5], "count_include_pad");
@@ -298,9 +289,11 @@ PV *nnf_conv3d(L *L, PV *fn, Args *A) {
   Span at = A->at;
   bind_args(L, A, "input,weight,bias=,stride=,padding=,dilation=,groups=", a);
   int64_t s[3], p[3], d[3];
-  ints3(L, at, a[3], 1, s, "stride");
-  ints3(L, at, a[5], 1, d, "dilation");
-  PV *x = t_conv_padding3d(L, at, a[0], a[1], a[4], s, d, p);
+  nn_ints(L, at, a[3], 3, 1, s, "stride");
+  nn_ints(L, at, a[5], 3, 1, d, "dilation");
+  need_tensor_arg(L, at, a[0], "conv3d");
+  need_tensor_arg(L, at, a[1], "conv3d");
+  PV *x = nn_conv_padding(L, at, 3, a[0], a[1], a[4], s, d, p);
   int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
   need_tensor_arg(L, at, a[1], "conv3d");
   return t_conv3d(L, at, x, a[1], a[2], s, p, d, g);
@@ -312,34 +305,10 @@ PV *nnf_conv_transpose3d(L *L, PV *fn, Args *A) {
   Span at = A->at;
   bind_args(L, A, "input,weight,bias=,stride=,padding=,output_padding=,groups=,dilation=", a);
   int64_t s[3], p[3], op[3], d[3];
-  ints3(L, at, a[3], 1, s, "stride");
-  ints3(L, at, a[4], 0, p, "padding");
-  ints3(L, at, a[5], 0, op, "output_padding");
-  ints3(L, at, a[7], 1, d, "dilation");
+  nn_ints(L, at, a[3], 3, 1, s, "stride");
+  nn_ints(L, at, a[4], 3, 0, p, "padding");
+  nn_ints(L, at, a[5], 3, 0, op, "output_padding");
+  nn_ints(L, at, a[7], 3, 1, d, "dilation");
   int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
   return t_conv_transpose3d(L, at, a[0], a[1], a[2], s, p, op, d, g);
-}
-
-/* 'valid' / 'same' / ints for conv3d (stride 1 for 'same'; the odd one at the end, as PyTorch) */
-PV *t_conv_padding3d(L *L, Span at, PV *x, PV *w, PV *padv, const int64_t *s, const int64_t *d, int64_t *pad) {
-  need_tensor_arg(L, at, x, "conv3d");
-  if (!padv || padv->k != PV_STR) {
-    ints3(L, at, padv, 0, pad, "padding");
-    return x;
-  }
-  pad[0] = pad[1] = pad[2] = 0;
-  if (!strcmp(padv->s, "valid")) return x;
-  if (strcmp(padv->s, "same")) lower_error(L, at, "Invalid padding string '%s', should be one of ('valid', 'same')", padv->s);
-  need_tensor_arg(L, at, w, "conv3d");
-  if (w->t->type.ndim != 5) lower_error(L, at, "conv3d weight must be 5-D, got shape %s", shape_str(L, &w->t->type));
-  int64_t extra[6] = {0};
-  int asym = 0;
-  for (int i = 0; i < 3; i++) {
-    if (s[i] != 1) lower_error(L, at, "padding='same' is not supported for strided convolutions");
-    int64_t total = d[i] * (w->t->type.dims[2 + i] - 1);
-    pad[i] = total / 2;
-    extra[2 * (2 - i) + 1] = total - 2 * pad[i];
-    asym |= extra[2 * (2 - i) + 1] != 0;
-  }
-  return asym ? t_pad(L, at, x, extra, 6, 0, 0) : x;
 }

@@ -13,18 +13,6 @@
 #define MUL(a, b) t_binary(L, at, OP_MUL, (a), (b))
 #define DIV(a, b) t_binary(L, at, OP_DIV, (a), (b))
 
-static void pair(L *L, Span at, PV *v, int64_t dflt, int64_t *out, const char *what) {
-  if (!v || v->k == PV_NONE) {
-    out[0] = out[1] = dflt;
-    return;
-  }
-  int64_t tmp[IR_MAX_DIMS];
-  int n = arg_ints(L, at, v, tmp, IR_MAX_DIMS, what);
-  if (n != 1 && n != 2) lower_error(L, at, "%s must be an int or a tuple of 2 ints, got %d values", what, n);
-  out[0] = tmp[0];
-  out[1] = tmp[n - 1];
-}
-
 static PV *fn_tensor(L *L, Span at, PV *v, const char *what) {
   if (!v || v->k != PV_TENSOR) lower_error(L, at, "%s: expected a tensor input, got '%s'", what, v ? pv_kind_name(v) : "nothing");
   if (!L->T->fn) lower_error(L, at, "%s on tensors is only supported inside compiled functions (forward)", what);
@@ -39,10 +27,10 @@ typedef struct Blocks {
  * input (or output) of spatial size hw */
 static Blocks blocks(L *L, Span at, PV *k, PV *d, PV *p, PV *s, const int64_t *hw, const char *what) {
   Blocks b;
-  pair(L, at, k, 1, b.k, "kernel_size");
-  pair(L, at, d, 1, b.d, "dilation");
-  pair(L, at, p, 0, b.p, "padding");
-  pair(L, at, s, 1, b.s, "stride");
+  nn_ints(L, at, k, 2, 1, b.k, "kernel_size");
+  nn_ints(L, at, d, 2, 1, b.d, "dilation");
+  nn_ints(L, at, p, 2, 0, b.p, "padding");
+  nn_ints(L, at, s, 2, 1, b.s, "stride");
   for (int i = 0; i < 2; i++) {
     if (b.k[i] <= 0 || b.d[i] <= 0 || b.s[i] <= 0 || b.p[i] < 0 || b.k[i] > (1 << 20) || b.d[i] > (1 << 20) ||
         b.p[i] > (1 << 20) || b.s[i] > (1 << 20))
@@ -110,7 +98,7 @@ PV *nnf_fold(L *L, PV *fn, Args *A) {
     t = x->t->type;
   }
   int64_t hw[2];
-  pair(L, at, a[1], 0, hw, "output_size");
+  nn_ints(L, at, a[1], 2, 0, hw, "output_size");
   if (hw[0] <= 0 || hw[1] <= 0) lower_error(L, at, "fold: output_size must be positive");
   Blocks b = blocks(L, at, a[2], a[3], a[4], a[5], hw, "fold");
   const int64_t N = t.dims[0], kk = b.k[0] * b.k[1];
@@ -157,8 +145,8 @@ static PV *lp_pool(L *L, Args *A, int nd) {
     k[1] = arg_int(L, at, a[2], "kernel_size");
     s[1] = a[3] && a[3]->k != PV_NONE ? arg_int(L, at, a[3], "stride") : k[1];
   } else {
-    pair(L, at, a[2], 1, k, "kernel_size");
-    if (a[3] && a[3]->k != PV_NONE) pair(L, at, a[3], 1, s, "stride");
+    nn_ints(L, at, a[2], 2, 1, k, "kernel_size");
+    if (a[3] && a[3]->k != PV_NONE) nn_ints(L, at, a[3], 2, 1, s, "stride");
     else s[0] = k[0], s[1] = k[1];
   }
   int ceil_mode = a[4] && a[4]->k != PV_NONE && arg_bool(L, at, a[4], "ceil_mode");

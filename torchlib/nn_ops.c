@@ -700,7 +700,7 @@ static int opt_bool(L *L, Span at, PV *v, int dflt, const char *what) {
 }
 
 /* n ints from an int or a sequence of n (stride=2, padding=(1, 0)) */
-static void ints_n(L *L, Span at, PV *v, int n, int64_t dflt, int64_t *out, const char *what) {
+void nn_ints(L *L, Span at, PV *v, int n, int64_t dflt, int64_t *out, const char *what) {
   if (!v || v->k == PV_NONE) {
     for (int i = 0; i < n; i++) out[i] = dflt;
     return;
@@ -728,10 +728,10 @@ static PV *maybe_inplace(L *L, Span at, PV *flag, PV *x, PV *r) {
 
 /* padding of a convolution: ints, or 'valid' / 'same' (stride 1: total d (k - 1),
  * the extra one at the end, as PyTorch, through an explicit F.pad) */
-static PV *conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil,
-                        int64_t *pad) {
+PV *nn_conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil,
+                     int64_t *pad) {
   if (!padv || padv->k != PV_STR) {
-    ints_n(L, at, padv, nsp, 0, pad, "padding");
+    nn_ints(L, at, padv, nsp, 0, pad, "padding");
     return x;
   }
   for (int i = 0; i < nsp; i++) pad[i] = 0;
@@ -741,7 +741,7 @@ static PV *conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const in
   for (int i = 0; i < nsp; i++)
     if (stride[i] != 1) lower_error(L, at, "padding='same' is not supported for strided convolutions");
   need_tensor_x(L, at, w, "convolution weight");
-  int64_t extra[2 * 2] = {0};
+  int64_t extra[2 * 3] = {0};
   int asym = 0;
   Type tw = w->t->type;
   for (int i = 0; i < nsp; i++) {
@@ -759,9 +759,9 @@ static PV *nnf_convnd(L *L, Args *A, int nsp) {
   Span at = A->at;
   bind_args(L, A, "input,weight,bias=,stride=,padding=,dilation=,groups=", a);
   int64_t s[2], p[2], d[2];
-  ints_n(L, at, a[3], nsp, 1, s, "stride");
-  ints_n(L, at, a[5], nsp, 1, d, "dilation");
-  PV *x = conv_padding(L, at, nsp, need_tensor_x(L, at, a[0], A->fname), a[1], a[4], s, d, p);
+  nn_ints(L, at, a[3], nsp, 1, s, "stride");
+  nn_ints(L, at, a[5], nsp, 1, d, "dilation");
+  PV *x = nn_conv_padding(L, at, nsp, need_tensor_x(L, at, a[0], A->fname), a[1], a[4], s, d, p);
   int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
   return t_convnd(L, at, nsp, x, need_tensor_x(L, at, a[1], "weight"), a[2], s, p, d, g);
 }
@@ -773,10 +773,10 @@ static PV *nnf_conv_transpose(L *L, Args *A, int nsp) {
   Span at = A->at;
   bind_args(L, A, "input,weight,bias=,stride=,padding=,output_padding=,groups=,dilation=", a);
   int64_t s[2], p[2], op[2], d[2];
-  ints_n(L, at, a[3], nsp, 1, s, "stride");
-  ints_n(L, at, a[4], nsp, 0, p, "padding");
-  ints_n(L, at, a[5], nsp, 0, op, "output_padding");
-  ints_n(L, at, a[7], nsp, 1, d, "dilation");
+  nn_ints(L, at, a[3], nsp, 1, s, "stride");
+  nn_ints(L, at, a[4], nsp, 0, p, "padding");
+  nn_ints(L, at, a[5], nsp, 0, op, "output_padding");
+  nn_ints(L, at, a[7], nsp, 1, d, "dilation");
   int64_t g = a[6] && a[6]->k != PV_NONE ? arg_int(L, at, a[6], "groups") : 1;
   return t_conv_transpose(L, at, nsp, need_tensor_x(L, at, a[0], A->fname), need_tensor_x(L, at, a[1], "weight"), a[2],
                           s, p, op, d, g);
@@ -1060,7 +1060,7 @@ static PV *tuple_of(L *L, const int64_t *v, int n) {
 
 static void ints_attr(L *L, Span at, PV *o, const char *name, int n, int64_t *out) {
   PV *v = env_get(o->attrs, name);
-  ints_n(L, at, v, n, 0, out, name);
+  nn_ints(L, at, v, n, 0, out, name);
 }
 
 /* nn.Conv1d / 2d / 3d, ConvTranspose1d / 2d / 3d */
@@ -1091,10 +1091,10 @@ PV *nn_conv_new(L *L, PV *cls, Args *A) {
   if (cin % g) lower_error(L, at, "in_channels must be divisible by groups");
   if (cout % g) lower_error(L, at, "out_channels must be divisible by groups");
   int64_t k[3], s[3], p[3] = {0, 0, 0}, op[3] = {0, 0, 0}, d[3];
-  ints_n(L, at, a[2], nsp, 1, k, "kernel_size");
-  ints_n(L, at, a[3], nsp, 1, s, "stride");
-  ints_n(L, at, a[8], nsp, 1, d, "dilation");
-  if (tr) ints_n(L, at, a[5], nsp, 0, op, "output_padding");
+  nn_ints(L, at, a[2], nsp, 1, k, "kernel_size");
+  nn_ints(L, at, a[3], nsp, 1, s, "stride");
+  nn_ints(L, at, a[8], nsp, 1, d, "dilation");
+  if (tr) nn_ints(L, at, a[5], nsp, 0, op, "output_padding");
   const char *pmode = "zeros";
   if (a[9] && a[9]->k != PV_NONE) {
     if (a[9]->k != PV_STR) lower_error(L, at, "padding_mode must be a string");
@@ -1115,7 +1115,7 @@ PV *nn_conv_new(L *L, PV *cls, Args *A) {
       lower_error(L, at, "padding='same' with padding_mode='%s' is not supported by ctc", pmode);
     env_set(L, o->attrs, "padding", a[4]);
   } else {
-    ints_n(L, at, a[4], nsp, 0, p, "padding");
+    nn_ints(L, at, a[4], nsp, 0, p, "padding");
     env_set(L, o->attrs, "padding", tuple_of(L, p, nsp));
   }
   env_set(L, o->attrs, "in_channels", pv_int(L, cin));
@@ -1166,15 +1166,13 @@ PV *nn_conv_forward(L *L, PV *o, Args *A) {
   int mode = pm && pm->k == PV_STR && strcmp(pm->s, "zeros") ? nn_pad_mode(L, at, pm) : 0;
   if (mode && pv->k != PV_STR) {
     /* F.pad(x, reversed padding repeated twice, mode), then no padding */
-    ints_n(L, at, pv, nsp, 0, p, "padding");
+    nn_ints(L, at, pv, nsp, 0, p, "padding");
     int64_t pads[6];
     for (int i = 0; i < nsp; i++) pads[2 * i] = pads[2 * i + 1] = p[nsp - 1 - i];
     x = t_pad(L, at, x, pads, 2 * nsp, mode, 0);
     p[0] = p[1] = p[2] = 0;
-  } else if (nsp == 3) {
-    x = t_conv_padding3d(L, at, x, w, pv, s, d, p);
   } else {
-    x = conv_padding(L, at, nsp, x, w, pv, s, d, p);
+    x = nn_conv_padding(L, at, nsp, x, w, pv, s, d, p);
   }
   if (nsp == 3) return t_conv3d(L, at, x, w, b, s, p, d, g);
   return t_convnd(L, at, nsp, x, w, b, s, p, d, g);

@@ -463,7 +463,9 @@ PV *t_conv3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const in
              int64_t groups);
 PV *t_conv_transpose3d(L *L, Span at, PV *x, PV *w, PV *b, const int64_t *stride, const int64_t *pad,
                        const int64_t *out_pad, const int64_t *dil, int64_t groups);
-PV *t_conv_padding3d(L *L, Span at, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil, int64_t *pad);
+/* nn_ops.c: a convolution's padding= (ints, 'valid', or 'same': stride 1, the odd one at the end via F.pad) */
+PV *nn_conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const int64_t *stride, const int64_t *dil,
+                    int64_t *pad);
 PV *t_spread(L *L, Span at, PV *x, int axis, int64_t stride);   /* zeros between elements along axis */
 int typed_tensor_class(int bi, DType *dt);   /* torch.FloatTensor ...: 1 and its dtype */
 PV *t_index_by_tensor(L *L, Span at, PV *x, int axis, PV *idx, int64_t *dims, int *nd);   /* index_adv.c */
@@ -497,6 +499,8 @@ PV *t_prelu(L *L, Span at, PV *x, PV *w);
 
 PV *t_random(L *L, Span at, Type t, int normal);
 void forward_rng_enable(L *L);   /* staging forward: random draws may use the rng.offset state */   /* rand / randn in a training function (rng.offset) */
+/* n ints from an int or a sequence of n (stride=2, padding=(1, 0)); None: dflt each */
+void nn_ints(L *L, Span at, PV *v, int n, int64_t dflt, int64_t *out, const char *what);
 int nn_pad_mode(L *L, Span at, PV *mode);          /* 'constant' 0, 'reflect' 1, 'replicate' 2, 'circular' 3 */
 /* torch.nn.functional's forms (the handlers of their registration rows) */
 PV *nnf_conv1d(L *L, PV *fn, Args *A);
