@@ -72,7 +72,7 @@ typedef struct Kernels {
   unsigned char dwconv[DT_COUNT];   /* ctc_dwconv_<dt> and its gradients (depthwise convolutions) */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
-  unsigned char ipow;               /* ctc_ipow: integer pow, wrapping as PyTorch's */
+  unsigned char ipow[DT_COUNT];      /* ctc_ipow_<dt>: integer pow, wrapping as PyTorch's */
   unsigned char remainder[DT_COUNT]; /* ctc_remainder_<dt>: Python's %, as PyTorch's remainder */
   unsigned char floordiv[DT_COUNT];  /* ctc_floordiv_<dt>: PyTorch's div(rounding_mode='floor') */
   unsigned char sum[DT_COUNT];      /* ctc_sum_<dt>: a float row's sum in 8 lanes */

@@ -884,6 +884,19 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
     if (!nsd) cg_puts(b, "  {NULL, -1},   /* none (C needs an element) */\n");
     cg_puts(b, "};\n\n");
   }
+  int nassumed = 0;   /* tensors whose init values the code relies on: loading others is refused */
+  for (int i = 0; i < p->params.len; i++) nassumed += p->params.data[i].assumed != NULL;
+  if (nassumed) {
+    cg_puts(b, "/* why the compiled code is right only for these tensors' init values (ctc_check_assumed) */\n");
+    cg_puts(b, "static const char *const ctc_assumed[] = {\n");
+    for (int i = 0; i < p->params.len; i++) {
+      cg_puts(b, "  ");
+      if (p->params.data[i].assumed) c_string(b, p->params.data[i].assumed);
+      else cg_puts(b, "NULL");
+      cg_puts(b, ",\n");
+    }
+    cg_puts(b, "};\n\n");
+  }
   for (int fi = 0; fi < p->funcs.len; fi++) {
     const Func *f = p->funcs.data[fi];
     char fname[128];
@@ -985,7 +998,8 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
   cg_puts(b, "  ctc_error_of,\n");
   if (p->params.len) cg_printf(b, "  %d, ctc_state_dict, ctc_kinds,  /* the state_dict's keys, what each tensor is */\n", nsd);
   else cg_puts(b, "  0, NULL, NULL,  /* no tensors */\n");
-  cg_puts(b, p->script ? "  &ctc_script,  /* the module-level training loop */\n};\n" : "  NULL,  /* script */\n};\n");
+  cg_puts(b, p->script ? "  &ctc_script,  /* the module-level training loop */\n" : "  NULL,  /* script */\n");
+  cg_puts(b, nassumed ? "  ctc_assumed,  /* tensors a weights file may not change */\n};\n" : "  NULL,  /* assumed: none */\n};\n");
 }
 
 /* ---- files ---------------------------------------------------------------------- */

@@ -209,7 +209,7 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   }
   const char *t = ir_elem_template(in->op, ct);
   if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
-  if (strstr(t, "ctc_ipow")) c->k->ipow = 1;
+  if (strstr(t, "ctc_ipow_")) c->k->ipow[ct] = 1;
   if (strstr(t, "ctc_remainder_")) c->k->remainder[ct] = 1;
   if (strstr(t, "ctc_floordiv_")) c->k->floordiv[ct] = 1;
   return t;

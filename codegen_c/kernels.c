@@ -786,17 +786,6 @@ static const char max_text[] =
     "  return r;\n"
     "}\n";
 
-/* Integer pow as PyTorch's powi: exact, modulo 2**64 (the caller truncates to
- * int32); negative exponents give 0 except for bases 1 and -1. */
-static const char ipow_text[] =
-    "static int64_t ctc_ipow(int64_t a, int64_t b) {\n"
-    "  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
-    "  uint64_t r = 1, x = (uint64_t)a;\n"
-    "  for (; b; b >>= 1, x *= x)\n"
-    "    if (b & 1) r *= x;\n"
-    "  return (int64_t)r;\n"
-    "}\n";
-
 /* Writes text with $T, $S, $U (the unsigned type of an integer $T) and $F (the
  * libm suffix: f for f32) replaced for dtype t. */
 static void instantiate(Buf *b, const char *text, DType t) {
@@ -834,16 +823,18 @@ static void instantiate_isa(Buf *b, const char *text, const char *isa) {
   }
 }
 
-/* The helpers ctc_remainder_<dt> and ctc_floordiv_<dt> (Python's % and //), stated once as
+/* The helpers ctc_remainder_<dt>, ctc_floordiv_<dt> (Python's % and //) and ctc_ipow_<dt>
+ * (integer pow), stated once as
  * C expressions in ir/elem.c (ir_elem_helper; its evaluator computes the same text): each as
  * `static T ctc_NAME_<dt>(T a, T b, ...) { return TEXT; }`, with the helpers they call
  * before them. */
-static void elem_helpers(Buf *b, DType t, int remainder, int floordiv) {
+static void elem_helpers(Buf *b, DType t, int remainder, int floordiv, int ipow) {
   enum { MAXH = 16 };
   const char *name[MAXH], *text[MAXH];
   int nargs[MAXH], need[MAXH] = {0}, n = 0;
   while (n < MAXH && (name[n] = ir_elem_helper(n, t, &text[n], &nargs[n]))) {
-    need[n] = (remainder && !strcmp(name[n], "remainder")) || (floordiv && !strcmp(name[n], "floordiv"));
+    need[n] = (remainder && !strcmp(name[n], "remainder")) || (floordiv && !strcmp(name[n], "floordiv")) ||
+              (ipow && !strcmp(name[n], "ipow"));
     n++;
   }
   char call[64];
@@ -928,9 +919,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       instantiate(b, col2im_text, (DType)t);
       cg_puts(b, "\n");
     }
-  if (k->ipow) cg_printf(b, "%s\n", ipow_text);
   for (int t = 0; t < DT_COUNT; t++)
-    if (k->remainder[t] || k->floordiv[t]) elem_helpers(b, (DType)t, k->remainder[t], k->floordiv[t]);
+    if (k->remainder[t] || k->floordiv[t] || k->ipow[t])
+      elem_helpers(b, (DType)t, k->remainder[t], k->floordiv[t], k->ipow[t]);
   for (int t = 0; t < DT_COUNT; t++) {
     if (k->sum[t]) instantiate_acc(b, sum_text, (DType)t, t == DT_F32 && k->float_acc ? "float" : "double"),
                    cg_puts(b, "\n");

@@ -21,6 +21,20 @@
 #include <string.h>
 #include "ir.h"
 
+/* Whether parameter i keeps the values <model>_init gives it as far as the compiled
+ * code can tell: a buffer or one of ctc's constants that no entry writes (an
+ * nn.Parameter is trained; a weights file is checked at load: Param.assumed). */
+static int fixed_param(const Program *p, int i) {
+  const Param *pr = &p->params.data[i];
+  if (!pr->is_buffer && !pr->is_state) return 0;
+  for (int k = 0; k < p->funcs.len; k++) {
+    const Func *g = p->funcs.data[k];
+    for (int j = 0; j < g->update_params.len; j++)
+      if (g->update_params.data[j] == i) return 0;
+  }
+  return 1;
+}
+
 int ir_const_eval(const Program *p, const Func *f, ValId v, double *out, Arena *a, int depth) {
   const Value *val = &f->values.data[v];
   Type t = val->type;
@@ -29,6 +43,7 @@ int ir_const_eval(const Program *p, const Func *f, ValId v, double *out, Arena *
   if (val->kind == V_INPUT) return 0;
   if (val->kind == V_PARAM) {
     const Param *pr = &p->params.data[val->index];
+    if (!fixed_param(p, val->index)) return 0;
     for (int64_t i = 0; i < n; i++)
       out[i] = pr->init == PINIT_DATA ? pr->init_data[i] : pr->init == PINIT_CONST ? pr->init_a
                                                          : pr->init == PINIT_ZERO  ? 0
@@ -45,8 +60,20 @@ int ir_const_eval(const Program *p, const Func *f, ValId v, double *out, Arena *
   return ir_eval_inst(f, in, ops, out);
 }
 
+void ir_assume_params(Program *p, const Func *f, ValId v, const char *why) {
+  const Value *val = &f->values.data[v];
+  if (val->kind == V_PARAM) {
+    Param *pr = &p->params.data[val->index];
+    if (!pr->assumed) pr->assumed = why;
+    return;
+  }
+  if (val->kind != V_INST) return;
+  const Inst *in = &f->insts.data[val->def];
+  for (int k = 0; k < in->nargs; k++) ir_assume_params(p, f, in->args[k], why);
+}
+
 typedef struct Chain {
-  const Program *p;
+  Program *p;
   Func *f;
   int *uses;
 } Chain;
@@ -110,20 +137,21 @@ static int try_chain(Chain *c, int i) {
   if (!mx || mx->args[0] != x || !reduces_last(mx, &f->values.data[x].type)) return 0;
   /* the mask */
   int causal = 0, uses = 2;
+  ValId mask = -1;
   const Type *tx = &f->values.data[x].type;
   if (tx->ndim != tv->ndim || tx->dims[tx->ndim - 1] != T || tx->dims[tx->ndim - 2] != T) return 0;
   Inst *w = def(c, x, IR_WHERE, uses);
   double lit;
   if (w) {
     if (!literal(f, w->args[1], &lit) || lit != -INFINITY || !causal_values(c, w->args[0], T, 1, 0)) return 0;
-    causal = 1, x = w->args[2], uses = 1;
+    causal = 1, mask = w->args[0], x = w->args[2], uses = 1;
   } else if ((w = def(c, x, IR_ADD, uses))) {
     const Type *t0 = &f->values.data[w->args[0]].type;
     int k = ir_type_eq(t0, tx) && causal_values(c, w->args[1], T, -INFINITY, 0) ? 0
             : causal_values(c, w->args[0], T, -INFINITY, 0)                     ? 1
                                                                                 : -1;
     if (k < 0 || !ir_type_eq(&f->values.data[w->args[k]].type, tx)) return 0;
-    causal = 1, x = w->args[k], uses = 1;
+    causal = 1, mask = w->args[1 - k], x = w->args[k], uses = 1;
   }
   /* the scale */
   double scale = 1;
@@ -149,7 +177,13 @@ static int try_chain(Chain *c, int i) {
     k = pm->args[0];
   }
   if (!ir_type_eq(&f->values.data[q].type, tv) || !ir_type_eq(&f->values.data[k].type, tv)) return 0;
-  /* rewrite */
+  /* rewrite: the mask's buffers must keep the values it was judged causal on */
+  if (causal) {
+    const char *file = y->loc.file && y->loc.file->path ? y->loc.file->path : ir_source_name(c->p);
+    const char *base = strrchr(file, '/');
+    ir_assume_params(c->p, f, mask, arena_printf(c->p->arena, "fused attention at %s:%d takes its values as a causal mask",
+                                                 base ? base + 1 : file, y->loc.line));
+  }
   ValId *args = arena_alloc(c->p->arena, sizeof(ValId) * 3);
   args[0] = q, args[1] = k, args[2] = v;
   y->op = IR_ATTENTION;

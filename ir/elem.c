@@ -31,7 +31,7 @@ const char *ir_elem_template(Op op, DType ct) {
     case IR_ADD: return w ? "(int64_t)((uint64_t)A + (uint64_t)B)" : "(int32_t)((uint32_t)A + (uint32_t)B)";
     case IR_SUB: return w ? "(int64_t)((uint64_t)A - (uint64_t)B)" : "(int32_t)((uint32_t)A - (uint32_t)B)";
     case IR_MUL: return w ? "(int64_t)((uint64_t)A * (uint64_t)B)" : "(int32_t)((uint32_t)A * (uint32_t)B)";
-    case IR_POW: return w ? "ctc_ipow(A, B)" : "(int32_t)ctc_ipow(A, B)";
+    case IR_POW: return w ? "ctc_ipow_i64(A, B)" : "ctc_ipow_i32(A, B)";
     /* truncating division (div's rounding_mode='trunc'), never a trap: x / 0
      * gives 0 (PyTorch raises) and INT_MIN / -1 wraps */
     case IR_DIV: return w ? "(B == 0 ? 0 : B == -1 ? (int64_t)(0u - (uint64_t)A) : A / B)"
@@ -62,8 +62,8 @@ const char *ir_elem_template(Op op, DType ct) {
 }
 
 /* The ctc_ helpers that templates call, each one C expression of its parameters A, B, C
- * (of the compute type), for floats, i64 and i32; a call of another helper (one before it)
- * names it without the dtype suffix: the same dtype. codegen_c/kernels.c writes each as
+ * (of the compute type), for floats, i64 and i32; a call of another helper (one before it,
+ * or itself) names it without the dtype suffix: the same dtype. codegen_c/kernels.c writes each as
  * `static T ctc_NAME_<dt>(T a, T b, ...) { return TEXT; }`; the evaluator below evaluates
  * the same TEXT. Python's % and // as PyTorch 1.13's CPU kernels compute them
  * (BinaryOpsKernel.cpp): remainder is fmod plus the divisor where the signs differ; floor
@@ -88,6 +88,13 @@ static const struct {
     {"floordiv", 2, "(B == 0 ? A / B : ctc_floordivm(A, B, fmod(A, B)))",
      "(B == 0 ? 0 : B == -1 ? (int64_t)(0u - (uint64_t)A) : ctc_floordivm(A, B, A % B))",
      "(B == 0 ? 0 : B == -1 ? (int32_t)(0u - (uint32_t)A) : ctc_floordivm(A, B, A % B))"},
+    /* integer pow as PyTorch's powi: exact modulo the width by squaring (it calls itself on
+     * A * A and B / 2: at most 64 deep); a negative exponent gives 0 except for bases 1, -1 */
+    {"ipow", 2, NULL,
+     "(B < 0 ? (A == 1 ? 1 : A == -1 ? ((B & 1) ? -1 : 1) : 0) : B == 0 ? 1 : (int64_t)((uint64_t)((B & 1) ? A : 1) "
+     "* (uint64_t)ctc_ipow((int64_t)((uint64_t)A * (uint64_t)A), B >> 1)))",
+     "(B < 0 ? (A == 1 ? 1 : A == -1 ? ((B & 1) ? -1 : 1) : 0) : B == 0 ? 1 : (int32_t)((uint32_t)((B & 1) ? A : 1) "
+     "* (uint32_t)ctc_ipow((int32_t)((uint32_t)A * (uint32_t)A), B >> 1)))"},
 };
 
 const char *ir_elem_helper(int k, DType ct, const char **text, int *nargs) {
@@ -162,17 +169,6 @@ static CKind kind_of(DType t) {
 static int truth(CVal v) { return is_fl(v.k) ? v.d != 0 : v.u != 0; }
 static CVal boolv(int b) { return mk_int(CK_I32, (uint64_t)(b != 0)); }
 
-/* ---- the ctc_ helpers of the generated file (kernels.c) ------------------------------ */
-
-static CVal h_ipow(CVal a, CVal b) {
-  int64_t x = (int64_t)a.u, e = (int64_t)b.u;
-  if (e < 0) return mk_int(CK_I64, (uint64_t)(x == 1 ? 1 : x == -1 ? ((e & 1) ? -1 : 1) : 0));
-  uint64_t r = 1, p = (uint64_t)x;
-  for (uint64_t n = (uint64_t)e; n; n >>= 1, p *= p)
-    if (n & 1) r *= p;
-  return mk_int(CK_I64, r);
-}
-
 /* ---- the evaluator ------------------------------------------------------------------- */
 
 typedef struct Ev {
@@ -245,7 +241,6 @@ static CVal call(Ev *e, const char *name, size_t n, CVal *a, int na) {
   if (IS("isinf")) return boolv(isinf(as_double(a[0])));
   if (IS("isfinite")) return boolv(isfinite(as_double(a[0])));
   if (IS("signbit")) return boolv(signbit(as_double(a[0])));
-  if (IS("ctc_ipow")) return h_ipow(conv(a[0], CK_I64), conv(a[1], CK_I64));
   if (n > 4 && !strncmp(name, "ctc_", 4)) return helper_call(e, name + 4, n - 4, a, na);
   /* <math.h>, in float for f32 code (the emitter writes expf there) */
   double x = na > 0 ? conv(a[0], fk).d : 0, y = na > 1 ? conv(a[1], fk).d : 0;
@@ -535,5 +530,12 @@ int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r) {
   skip(&e);
   if (e.bad || *e.s) return 0;
   *r = store(rt, v);
+  /* values are held as doubles: an i64 that a double does not hold exactly (beyond 2**53)
+   * is not evaluated here (the compiled code computes it, or the caller refuses) */
+  if (rt == DT_I64) {
+    int64_t iv = (int64_t)conv(v, CK_I64).u;
+    double d = (double)iv;
+    if (d >= 9223372036854775808.0 || (int64_t)d != iv) return 0;
+  }
   return 1;
 }

@@ -203,6 +203,9 @@ typedef struct Param {
   int64_t init_zero_row1;     /* 0, or 1 + a row (first axis) <model>_init sets to 0 after the
                                  fill: nn.Embedding(padding_idx) */
   Span loc;                   /* where it was created */
+  const char *assumed;        /* NULL, or why the compiled code takes the values <model>_init gives it
+                                 as fixed ("fused attention at gpt.py:41 treats it as a causal mask"):
+                                 a weights file with other values is refused (ctc_model_desc.assumed) */
 } Param;
 enum { PINIT_ZERO, PINIT_CONST, PINIT_UNIFORM, PINIT_NORMAL, PINIT_DATA };
 
@@ -306,9 +309,13 @@ void ir_compact(Func *f);
  * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
 int ir_fuse_attention(Program *p, Func *f, int from);
 /* v's values (numel doubles into out) when they are computable at compile time from
- * literals and parameters' initial values through ops the reference evaluator knows
- * (at most 2^22 elements); 0 otherwise. */
+ * literals and the initial values of buffers and ctc's constants (not of trainable
+ * parameters, nor of anything an entry writes) through ops the reference evaluator
+ * knows (at most 2^22 elements); 0 otherwise. */
 int ir_const_eval(const Program *p, const Func *f, ValId v, double *out, Arena *a, int depth);
+/* Marks every parameter ir_const_eval(v) read as assumed (Param.assumed = why): the
+ * code compiled from those values is only right for them. */
+void ir_assume_params(Program *p, const Func *f, ValId v, const char *why);
 
 /* ---- printer (printer.c) and verifier (verify.c) ------------------------ */
 

@@ -186,17 +186,35 @@ typedef struct Packer {
   Block *live;         /* blocks still live, sorted by offset */
   int n, cap;
   int64_t peak;
+  int min_end;         /* the earliest end among live: nothing to drop before it */
+  int64_t max_gap;     /* at least the largest hole between live blocks (below the top one) */
 } Packer;
 
-/* Places `size` bytes live over [t, end]; returns the offset. */
+/* Places `size` bytes live over [t, end]; returns the offset. Near-linear when many
+ * values are live at once (a 16000-way split): blocks are dropped only when one has
+ * died, and a size that no hole can hold goes on top without a scan. */
 static int64_t pack(Packer *pk, int t, int end, int64_t size) {
-  int k = 0;
-  for (int i = 0; i < pk->n; i++)   /* drop blocks that died before t */
-    if (pk->live[i].end >= t) pk->live[k++] = pk->live[i];
-  pk->n = k;
+  if (pk->n && pk->min_end < t) {   /* drop blocks that died before t; the holes are known again */
+    int k = 0;
+    int64_t top = 0;
+    pk->min_end = INT32_MAX, pk->max_gap = 0;
+    for (int i = 0; i < pk->n; i++)
+      if (pk->live[i].end >= t) {
+        Block b = pk->live[i];
+        pk->live[k++] = b;
+        if (b.off - top > pk->max_gap) pk->max_gap = b.off - top;
+        if (b.off + b.size > top) top = b.off + b.size;
+        if (b.end < pk->min_end) pk->min_end = b.end;
+      }
+    pk->n = k;
+  }
   size = align_up(size);
   int64_t off = 0;
   int at = 0;
+  if (pk->n && size > pk->max_gap) {   /* no hole fits: above the top block */
+    at = pk->n;
+    off = pk->live[at - 1].off + pk->live[at - 1].size;
+  }
   for (; at < pk->n; at++) {
     if (pk->live[at].off - off >= size) break;
     int64_t e = pk->live[at].off + pk->live[at].size;
@@ -209,6 +227,7 @@ static int64_t pack(Packer *pk, int t, int end, int64_t size) {
   }
   memmove(pk->live + at + 1, pk->live + at, sizeof(Block) * (size_t)(pk->n - at));
   pk->live[at] = (Block){off, size, end};
+  if (!pk->n || end < pk->min_end) pk->min_end = end;
   pk->n++;
   if (off + size > pk->peak) pk->peak = off + size;
   return off;
@@ -217,8 +236,14 @@ static int64_t pack(Packer *pk, int t, int end, int64_t size) {
 /* Extends the block at `off` that is live up to step t to `end` (an in-place
  * result taking over its operand's bytes). Returns 0 if there is none. */
 static int extend(Packer *pk, int64_t off, int t, int end) {
-  for (int i = 0; i < pk->n; i++)
-    if (pk->live[i].off == off && pk->live[i].end == t) {
+  int lo = 0, hi = pk->n;   /* the first block at `off` or above (sorted by offset) */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (pk->live[mid].off < off) lo = mid + 1;
+    else hi = mid;
+  }
+  for (int i = lo; i < pk->n && pk->live[i].off == off; i++)
+    if (pk->live[i].end == t) {
       pk->live[i].end = end;
       return 1;
     }

@@ -34,6 +34,8 @@ typedef enum ctc_status {
   CTC_ERR_DEVICE,    /* a CUDA or cuBLAS call failed (the CUDA target; the message names the call) */
   CTC_ERR_INDEX,     /* an index read by embedding, gather, scatter_add, a loss's target or one_hot is
                         out of range (the model says which op, element and bound) */
+  CTC_ERR_VALUE,     /* a weights file changes a tensor whose values the compiled code assumes
+                        (ctc_model_desc.assumed: a causal mask that fused attention relies on) */
   CTC_ERR_COUNT
 } ctc_status;
 
@@ -208,6 +210,10 @@ typedef struct ctc_model_desc {
   const ctc_sd_key *state_dict;
   const unsigned char *kinds;    /* per params entry, CTC_KIND_*; NULL: parameters, then noptional training state */
   const ctc_text_script *script; /* a module-level training loop over a text, or NULL */
+  /* Per params entry: NULL, or why the compiled code is right only for the values init gives
+   * that tensor ("fused attention at gpt.py:41 takes its values as a causal mask"); loading
+   * other values is refused (ctc_check_assumed, CTC_ERR_VALUE). NULL: no such tensor. */
+  const char *const *assumed;
 } ctc_model_desc;
 
 /* ---- the profiler (rt_profile.c; `ctc build --profile`) ---------------------- */
@@ -340,6 +346,12 @@ int ctc_get_num_threads(void);
  * Parameters and buffers must be there; the rest (training state, non-persistent buffers)
  * is loaded when present and otherwise keeps its values. */
 int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err);
+/* CTC_OK when file tensor f (of params entry i's shape, any dtype ctc_model_load converts)
+ * may be loaded into entry i: entry i is not assumed (desc->assumed), or f holds the values
+ * the model holds now; else CTC_ERR_VALUE naming the first element that differs. `from`
+ * names where f comes from in the message (a path, "state_dict"). */
+int ctc_check_assumed(const ctc_model_desc *desc, const void *model, int i, const ctc_tensor *f, const char *from,
+                      ctc_error *err);
 /* Writes the model's state_dict (ctc_sd_key_at: tied tensors under each name, buffers included)
  * so that PyTorch's model.load_state_dict(torch.load(path)) takes it strictly: a PyTorch file
  * for a .pt, .pth or .bin path, safetensors otherwise. */

@@ -39,6 +39,7 @@ const char *ctc_strerror(int code) {
     case CTC_ERR_ANOMALY: return "a kernel produced NaN or Inf (anomaly mode)";
     case CTC_ERR_DEVICE: return "CUDA or cuBLAS call failed";
     case CTC_ERR_INDEX: return "an index is out of range";
+    case CTC_ERR_VALUE: return "a tensor's values differ from those the model was compiled for";
     default: return "unknown error";
   }
 }

@@ -172,6 +172,27 @@ static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor
   }
 }
 
+int ctc_check_assumed(const ctc_model_desc *desc, const void *model, int i, const ctc_tensor *f, const char *from,
+                      ctc_error *err) {
+  if (!desc->assumed || i < 0 || i >= desc->nparams || !desc->assumed[i]) return CTC_OK;
+  const ctc_tensor *p = &desc->params[i];
+  const unsigned char *arena = desc->arena_of ? desc->arena_of((void *)model) : NULL;
+  if (!arena) return ctc_fail(err, CTC_ERR_ARENA, "the model has no arena (not initialised?)");
+  int64_t n = ctc_tensor_numel(p);
+  for (int64_t k = 0; k < n; k++) {
+    double now = ctc_elem_f64(arena + p->offset, p->dtype, (size_t)k), got = ctc_elem_f64(f->data, f->dtype, (size_t)k);
+    if (p->dtype == CTC_F32) got = (float)got;   /* compared as the model stores it (an F64 file rounds) */
+    if (got == now || (got != got && now != now)) continue;
+    char at[160];
+    int64_t idx[8], r = k;
+    for (int d = p->ndim - 1; d >= 0 && d < 8; d--) idx[d] = r % p->shape[d], r /= p->shape[d];
+    ctc_format_shape(at, sizeof at, p->ndim < 8 ? p->ndim : 8, idx);
+    return ctc_fail(err, CTC_ERR_VALUE, "%s: tensor '%s' has %g at %s where the model has %g, but %s: this build "
+                    "is only right for the values it was compiled with", from, p->name, got, at, now, desc->assumed[i]);
+  }
+  return CTC_OK;
+}
+
 /* Params entry i's tensor in the file: under its own name, else under another
  * state_dict key of it (a tied parameter in a file that keeps one of its names). */
 static const ctc_tensor *find_param(const ctc_model_desc *desc, const ctc_safetensors *st, int i) {
@@ -200,6 +221,7 @@ int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ct
     const ctc_tensor *p = &desc->params[i], *f = find_param(desc, &st, i);
     if ((rc = param_span(desc, p, &bytes, err))) break;
     if (f || ctc_param_kind(desc, i) <= CTC_KIND_BUFFER) rc = check_param(path, p, f, err);
+    if (f && rc == CTC_OK) rc = ctc_check_assumed(desc, model, i, f, path, err);
   }
   for (int i = 0; i < desc->nparams && rc == CTC_OK; i++) {
     const ctc_tensor *p = &desc->params[i], *f = find_param(desc, &st, i);

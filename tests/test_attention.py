@@ -223,3 +223,117 @@ def test_views_of_a_fused_projection_are_read_in_place(tmp_path):
     compare("y", np.load(tmp_path / "y.npy"), y.detach().numpy(), 1e-4, 1e-5)
     compare("dx", np.load(tmp_path / "dx.npy"), m.x.grad.numpy(), 1e-3, 1e-4)
 
+
+
+MASKED_GPT = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, T=6, C=16):
+        super().__init__()
+        self.qkv = nn.Linear(C, 3 * C)
+        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // 2))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+model = Block()
+example_inputs = {"forward": (torch.zeros(2, 6, 16),)}
+"""
+
+
+def test_a_weights_file_that_changes_a_fused_causal_mask_is_refused(tmp_path):
+    """Fused attention judges the mask causal from the buffer's values when the model is
+    compiled; a weights file whose mask differs (here: attending everywhere) would be
+    silently ignored. ctc_model_load refuses it, naming the tensor, the element, the
+    values and the model line; the same file with the model's own mask loads and matches
+    PyTorch, and a build with --no-fuse-attention takes the other mask and matches
+    PyTorch on it too."""
+    src = tmp_path / "blk.py"
+    src.write_text(MASKED_GPT)
+    exe, plain = tmp_path / "net", tmp_path / "net_plain"
+    run([CTC, "build", src, "-o", exe])
+    run([CTC, "build", src, "-o", plain, "--no-fuse-attention"])
+    assert " attention[" in entry_ir(run([CTC, "compile", src, "--emit", "ir"]).stdout, "forward")
+    torch.manual_seed(0)
+    mod = load_module(str(src), "masked_gpt_assumed")
+    x = np.random.default_rng(2).standard_normal((2, 6, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    sd = {k: v.detach().numpy().copy() for k, v in mod.model.state_dict().items()}
+    good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
+    st_write(good, sd)
+    st_write(bad, dict(sd, bias=np.ones_like(sd["bias"])))
+    run([exe, "infer", "--weights", good, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    compare("causal", np.load(tmp_path / "y.npy"), want, 1e-4, 1e-5)
+    r = run([exe, "infer", "--weights", bad, "--input", tmp_path / "x.npy", "--output", tmp_path / "z.npy"],
+            check=False)
+    assert r.returncode != 0 and not (tmp_path / "z.npy").exists(), r.stdout + r.stderr
+    assert "'bias' has 1 at [0, 0, 0, 1] where the model has 0" in r.stderr, r.stderr
+    assert "fused attention at blk.py:20 takes its values as a causal mask" in r.stderr, r.stderr
+    # unfused, the file's mask is used as PyTorch uses it
+    run([plain, "infer", "--weights", bad, "--input", tmp_path / "x.npy", "--output", tmp_path / "z.npy"])
+    mod.model.bias.fill_(1.0)
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    compare("all-ones mask, unfused", np.load(tmp_path / "z.npy"), want, 1e-4, 1e-5)
+
+
+
+def test_the_decode_entry_keeps_its_mask_through_load_state_dict(tmp_path):
+    """A token model's KV-cache decode entry relies on the mask it verified causal, even in a
+    build without fused attention: the Python module's load_state_dict refuses a state_dict
+    whose mask differs (PyTorch's RuntimeError, naming the element and the model line), and
+    takes the model's own."""
+    src = tmp_path / "lm.py"
+    src.write_text(MASKED_GPT.replace('model = Block()\nexample_inputs = {"forward": (torch.zeros(2, 6, 16),)}', '''
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(11, 16)
+        self.blk = Block()
+        self.head = nn.Linear(16, 11)
+
+    def forward(self, idx):
+        return self.head(self.blk(self.wte(idx)))
+
+
+model = LM()
+example_inputs = {"forward": (torch.zeros(1, 6, dtype=torch.long),)}'''))
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(CTC_NO_REEXEC="1", OMP_NUM_THREADS="1")
+    r = run([CTC, "build", src, "--python", "--no-fuse-attention", "-o", tmp_path / "lmmod"], env=env)
+    torch.manual_seed(0)
+    mod = load_module(str(src), "masked_gpt_decode")
+    sd = {k: v.detach().numpy() for k, v in mod.model.state_dict().items()}
+    np.savez(tmp_path / "sd.npz", **sd)
+    prog = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+import numpy as np
+import lmmod
+m = lmmod.Model()
+assert "decode" in lmmod.entries, lmmod.entries
+sd = dict(np.load({str(tmp_path / "sd.npz")!r}))
+m.load_state_dict(sd)
+sd["blk.bias"] = np.ones_like(sd["blk.bias"])
+try:
+    m.load_state_dict(sd)
+except RuntimeError as e:
+    print("refused:", e)
+"""
+    out = run(["/usr/bin/python3", "-c", prog], env=env).stdout
+    assert "refused:" in out and "'blk.bias' has 1 at [0, 0, 0, 1] where the model has 0" in out, out
+    assert "the decode entry takes its values at lm.py:19 as a causal mask" in out, out

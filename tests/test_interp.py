@@ -48,6 +48,7 @@ EXPRS = [
     ("i_fmod", "torch.fmod(i, torch.where(j == 0, 3, j))"), ("i_trunc_div", "torch.div(i, torch.where(j == 0, 3, j), rounding_mode='trunc')"),
     ("i_and", "i & j"), ("i_or", "i | j"), ("i_xor", "i ^ j"), ("i_shl", "i << (j.abs() % 8)"), ("i_shr", "i >> (j.abs() % 8)"),
     ("i_not", "~i"), ("i_max", "torch.maximum(i, j)"), ("i_lt", "i < j"), ("i_float", "i.float() / 4"), ("i_narrow", "(i * 100000).int()"), ("i_to_bool", "i.to(torch.bool)"),
+    ("i_pow", "torch.pow(i, j.abs() % 4)"), ("i_pow32", "torch.pow(i.int(), (j.abs() % 40).int())"),
 ]
 
 
@@ -126,3 +127,25 @@ def test_remainder_floordiv_stated_once(tmp_path):
     assert "static float ctc_remainder_f32(float a, float b) { return ctc_remfix_f32(fmodf(a, b), b); }" in c
     assert ("static int64_t ctc_floordiv_i64(int64_t a, int64_t b) { return (b == 0 ? 0 : b == -1 ? "
             "(int64_t)(0u - (uint64_t)a) : ctc_floordivm_i64(a, b, a % b)); }") in c
+
+
+def test_integer_pow_wraps_at_run_time_and_is_never_rounded_at_compile_time(tmp_path):
+    """Integer pow is one helper (ir/elem.c's ctc_ipow, by squaring, wrapping modulo 2**64 as
+    PyTorch's): the compiled code matches PyTorch on exponents up to 69. A compile-time value
+    is held as a double, so an i64 result beyond 2**53 that a double cannot hold exactly
+    (here 3**39) is refused at its line, not rounded (it was folded to the nearest double, 11 off)."""
+    path = tmp_path / "p.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\n"
+                    "class Net(nn.Module):\n    def forward(self, i, j):\n        return torch.pow(i, j)\n")
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe, "--input", "i=i64[64]", "--input", "j=i64[64]"])
+    rng = np.random.default_rng(4)
+    i = rng.integers(-50, 50, 64).astype(np.int64)
+    j = rng.integers(0, 70, 64).astype(np.int64)
+    got = run_entry(tmp_path, exe, "forward", [i, j], 1)[0]
+    np.testing.assert_array_equal(got, torch.pow(torch.from_numpy(i), torch.from_numpy(j)).numpy())
+    path.write_text("import torch\nimport torch.nn as nn\n\nBIG = torch.pow(torch.tensor([3, 2]), torch.tensor([39, 40]))\n\n\n"
+                    "class Net(nn.Module):\n    def forward(self, i):\n        return i + BIG\n")
+    r = run([CTC, "build", path, "-o", exe, "--input", "i=i64[2]"], check=False)
+    assert r.returncode == 1 and "p.py:4:7: error: ctc cannot compute 'pow' on i64 values at compile time" in r.stderr, \
+        r.stderr

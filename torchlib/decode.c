@@ -42,6 +42,8 @@ struct Decode {
   Vec(int64_t) iota;     /* per compiled arange: its length, start and step */
   Vec(int) fill;         /* per masked_fill: 1 if its mask was verified causal with -inf */
   int ncausal;           /* verified causal masks and causal scaled_dot_product_attention calls */
+  Vec(ValId) assume;     /* forward's verified masks read from buffers: decode relies on their values */
+  Vec(const char *) assume_why;
   int iiota, ifill;      /* decode: records consumed */
   int64_t S;             /* the window: forward's T */
   PV *pos;               /* decode: the position input, i64[] */
@@ -104,6 +106,14 @@ static int causal_mask(L *L, Span at, PV *mask, const Type *scores) {
   for (int64_t i = 0; i < n; i++) {
     int64_t j = i % T, r = i / T % T;
     if ((vals[i] != 0) != (j > r)) return 0;
+  }
+  if (!(mask->t->data && !mask->t->slot)) {   /* read from buffers: a weights file must keep them (dec_stage) */
+    const char *file = at.file && at.file->path ? at.file->path : ir_source_name(L->T->prog);
+    const char *base = strrchr(file, '/');
+    vec_push(L->a, &L->T->dec->assume, t_val(L, at, mask));
+    vec_push(L->a, &L->T->dec->assume_why,
+             arena_printf(L->T->prog->arena, "the decode entry takes its values at %s:%d as a causal mask",
+                          base ? base + 1 : file, at.line));
   }
   return 1;
 }
@@ -423,6 +433,7 @@ const char *dec_stage(L *L, Decode *d, PV *model, Span top) {
   d->S = it.dims[1];
   const char *why = stage_one(L, d, fwd, fwdm, it, 0);
   if (why) return arena_printf(L->a, "no KV-cache decode entry: %s", why);
+  for (int i = 0; i < d->assume.len; i++) ir_assume_params(P, fwd, d->assume.data[i], d->assume_why.data[i]);
   why = stage_one(L, d, fwd, fwdm, it, 1);
   return why ? arena_printf(L->a, "no prefill entry (decode fills its cache token by token): %s", why) : NULL;
 }

@@ -744,6 +744,13 @@ static PyObject *model_load_state_dict(ModelObject *self, PyObject *args, PyObje
           snprintf(msg, sizeof msg, "value out of range for %s: %lld at index %zd does not fit the model's int32.",
                    name, (long long)q[j], j);
     }
+    if (!msg[0] && sv->dt >= 0) {   /* a tensor whose values the compiled code relies on keeps them */
+      ctc_tensor f = *p;
+      f.dtype = (ctc_dtype)sv->dt;
+      f.data = sv->a.view.buf;
+      ctc_error e;
+      if (ctc_check_assumed(DESC, self->model, i, &f, "state_dict", &e)) snprintf(msg, sizeof msg, "%s", e.msg);
+    }
     if (msg[0]) {
       PyObject *m = PyUnicode_FromString(msg);
       if (!m || PyList_Append(errors, m) < 0) {
