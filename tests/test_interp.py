@@ -12,6 +12,8 @@ rtol 1e-4 (float32; integer results exactly), and the folded value must equal
 the run-time one (NaN where it has NaN)."""
 import pathlib
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -149,3 +151,17 @@ def test_integer_pow_wraps_at_run_time_and_is_never_rounded_at_compile_time(tmp_
     r = run([CTC, "build", path, "-o", exe, "--input", "i=i64[2]"], check=False)
     assert r.returncode == 1 and "p.py:4:7: error: ctc cannot compute 'pow' on i64 values at compile time" in r.stderr, \
         r.stderr
+
+
+@pytest.mark.parametrize("expr", ["torch.tensor([2**60 + 1, 5])", "torch.tensor(-(2**53) - 1)",
+                                  "torch.tensor([[1, 2], [3, 9007199254740993]])"])
+def test_int64_tensor_literals_beyond_2_53_are_refused_not_rounded(tmp_path, expr):
+    """A compile-time tensor holds its values as doubles: torch.tensor([2**60 + 1]) was stored
+    as 2**60 and the program computed with it silently. It is refused at its line, as integer
+    scalars of operations already are; floats of the same size keep PyTorch's rounding."""
+    path = tmp_path / "b.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\n\nBIG = {expr}\nF = torch.tensor([2.0**60 + 1])\n\n\n"
+                    "class Net(nn.Module):\n    def forward(self, i):\n        return i + BIG.sum() + F\n")
+    r = run([CTC, "compile", path, "-o", tmp_path / "b.c", "--input", "i=i64[1]"], check=False)
+    assert r.returncode == 1 and re.search(r"b\.py:4:7: error: torch\.tensor\(\): the integer -?\d+ is too large for "
+                                           r"ctc \(int64 constants are exact only up to 2\*\*53\)", r.stderr), r.stderr

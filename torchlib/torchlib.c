@@ -62,6 +62,14 @@ static Type type_of(DType dt, int n, const int64_t *dims) {
   return t;
 }
 
+/* An int64 tensor's compile-time values are doubles: a Python int beyond 2**53 would be
+ * rounded (2**60 + 1 stored as 2**60), so it is refused. */
+static void exact_int(L *L, Span at, const PV *v) {
+  if (v->k == PV_INT && (v->i > ((int64_t)1 << 53) || v->i < -((int64_t)1 << 53)))
+    lower_error(L, at, "torch.tensor(): the integer %lld is too large for ctc (int64 constants are exact only up "
+                "to 2**53)", (long long)v->i);
+}
+
 /* Compile-time random numbers (torch.randn in __init__ or example_inputs):
  * values only matter for shapes and parameter placeholders. */
 static double rnd_uniform(uint64_t *s) {
@@ -197,8 +205,9 @@ static PV *factory(L *L, int bi, Args *A0) {
   case BI_T_TENSOR: {
     bind_args(L, A, "data", a);
     if (pv_is_num(a[0])) {
-      DType dflt = a[0]->k == PV_FLOAT ? DT_F32 : a[0]->k == PV_BOOL ? DT_BOOL : DT_I64;
-      return t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, dflt), 0, dims), pv_num(a[0]));
+      DType dflt = a[0]->k == PV_FLOAT ? DT_F32 : a[0]->k == PV_BOOL ? DT_BOOL : DT_I64, dt = dtype_kw(L, A0, dflt);
+      if (dt == DT_I64) exact_int(L, A->at, a[0]);
+      return t_const_tensor(L, A->at, type_of(dt, 0, dims), pv_num(a[0]));
     }
     if (!pv_is_seq(a[0])) lower_error(L, A->at, "torch.tensor() needs numbers or (nested) lists of numbers");
     /* nested lists: the shape from the first items, then each level checked */
@@ -212,6 +221,7 @@ static PV *factory(L *L, int bi, Args *A0) {
     int64_t n = ir_numel(&ty);
     double *vals = arena_alloc(L->a, sizeof(double) * (size_t)n);
     int isf = 0, allb = 1;
+    const PV *big = NULL;   /* an int a double would round */
     for (int64_t k = 0; k < n; k++) {
       PV *v = a[0];
       for (int64_t d = 0, rest = k, span = n; d < nd; d++) {
@@ -228,9 +238,11 @@ static PV *factory(L *L, int bi, Args *A0) {
       isf |= v->k == PV_FLOAT || (ct0 && ir_dtype_is_float(v->t->type.dtype));
       allb &= v->k == PV_BOOL || (ct0 && v->t->type.dtype == DT_BOOL);
       vals[k] = ct0 ? v->t->data[0] : pv_num(v);
+      if (v->k == PV_INT && (v->i > ((int64_t)1 << 53) || v->i < -((int64_t)1 << 53))) big = v;
     }
     PV *t = t_const_tensor(L, A->at, type_of(dtype_kw(L, A0, isf ? DT_F32 : allb ? DT_BOOL : DT_I64), nd, dims), 0);
     for (int64_t k = 0; k < n; k++) t->t->data[k] = vals[k];
+    if (big && t->t->type.dtype == DT_I64) exact_int(L, A->at, big);   /* the values are held as doubles */
     return t;
   }
   case BI_T_ZEROS_LIKE:
