@@ -93,6 +93,7 @@ static const struct { const char *path; unsigned ns; } namespaces[] = {
     {"torch.func", NS_FUNC},
     {"functorch", NS_FUNC},
     {"torch.sparse", NS_SPARSE},
+    {"torch.nn.utils.stateless", NS_STATELESS},
 };
 
 static int ns_index(const char *path) {
