@@ -13,7 +13,8 @@
  *       name. At module level (the ensembling tutorial) each stack is a tensor of
  *       its own in the program ("ensemble.<name>", loadable by that name from a
  *       weights file), initialised as the models' tensors are; in compiled code,
- *       the stack of the models' current values. */
+ *       the stack of the models' current values.
+ *   copy.deepcopy(module): a clone of the module tree (new parameters). */
 #include <string.h>
 #include "torch_int.h"
 
@@ -270,6 +271,20 @@ static PV *stack_module_state(L *L, Args *A) {
   return pv_tuple(L, r, 2);
 }
 
+/* copy.deepcopy(x): a module is cloned (base = copy.deepcopy(models[0]), the
+ * ensembling tutorial's template); anything else stays the opaque value ctc made of
+ * copy's functions before (an error only where its value is needed) */
+static PV *deepcopy(L *L, Args *A) {
+  PV *a[2];
+  bind_args(L, A, "x,memo=", a);
+  if (pv_is_module(a[0])) return module_clone(L, A->at, a[0]);
+  return pv_opaque(L, A->at, "copy.deepcopy(...)");
+}
+
 PV *bi_func_state(L *L, PV *fn, Args *A) {
-  return fn->bi == BI_TF_FUNCTIONAL_CALL ? functional_call(L, A) : stack_module_state(L, A);
+  switch (fn->bi) {
+  case BI_TF_FUNCTIONAL_CALL: return functional_call(L, A);
+  case BI_TF_STACK_MODULE_STATE: return stack_module_state(L, A);
+  default: return deepcopy(L, A);
+  }
 }

@@ -274,6 +274,7 @@ void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
 void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
+PV *module_clone(L *L, Span at, PV *m);           /* nn_seq.c: copy.deepcopy of a module tree (new slots) */
 
 /* One LR scheduler step (SchedRule, sched.c): the learning rate after step n. */
 struct SchedStep {
