@@ -350,3 +350,54 @@ def test_refused_at_the_call(tmp_path, entry, where, msg):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert where in r.stderr and msg in r.stderr, r.stderr
+
+
+TIED = """\
+import torch
+import torch.nn as nn
+from torch.func import functional_call
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, i):
+        return self.head(self.emb(i))
+
+
+model = LM()
+
+
+def e_tied(i, w):
+    return functional_call(model, {"emb.weight": w}, (i,))
+
+
+def e_untied(i, w):
+    return functional_call(model, {"emb.weight": w}, (i,), tie_weights=False)
+
+
+example_inputs = {"forward": (torch.randint(0, 10, (3,)),), "e_tied": (torch.randint(0, 10, (3,)), torch.randn(10, 4)),
+                  "e_untied": (torch.randint(0, 10, (3,)), torch.randn(10, 4))}
+"""
+
+
+def test_tied_weights(tmp_path):
+    """A head tied to the embedding: giving emb.weight replaces both (tie_weights,
+    PyTorch 2.x's default), or the embedding alone with tie_weights=False."""
+    path = tmp_path / "tie.py"
+    path.write_text(TIED)
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe, "--entry", "e_tied", "--entry", "e_untied"])
+    rng = np.random.default_rng(5)
+    own = rng.standard_normal((10, 4)).astype(np.float32)
+    weights = str(tmp_path / "w.safetensors")
+    st_write(weights, {"emb.weight": own, "head.weight": own})
+    i, w = rng.integers(0, 10, 3), rng.standard_normal((10, 4)).astype(np.float32)
+    got = run_with_weights(tmp_path, exe, "e_tied", weights, [i, w], 1)[0]
+    compare("tied", got, w[i] @ w.T, 1e-4, 1e-5)
+    got = run_with_weights(tmp_path, exe, "e_untied", weights, [i, w], 1)[0]
+    compare("untied", got, w[i] @ own.T, 1e-4, 1e-5)
