@@ -538,14 +538,14 @@ def test_vmap_refuses_state_updates_from_batched_values(tmp_path):
 def test_batched_code_passes_gradcheck(tmp_path):
     """The batched code is ordinary IR: `--dtype f64` builds of the vmap seed
     (per-sample gradients, batched jacobians and hessian, vmap over convolution
-    weights and embedding tables inside grad) pass `./net gradcheck` (central
-    differences against both AD sweeps of each entry)."""
+    weights and embedding tables, shared or per-sample indices, inside grad) pass
+    `./net gradcheck` (central differences against both AD sweeps of each entry)."""
     exe = tmp_path / "net"
     run([CTC, "build", "--dtype", "f64", os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds",
                                                          "vmap.py"), "-o", exe])
     r = run([exe, "gradcheck"])
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("gradcheck ")]
-    assert len(lines) == 5 and all(": ok:" in x for x in lines), r.stdout + r.stderr
+    assert len(lines) == 6 and all(": ok:" in x for x in lines), r.stdout + r.stderr
 
 
 MULTI = """\
