@@ -6,7 +6,7 @@
   against torch.func of PyTorch 2.x (bench/.venv, optional);
 - torch.nn.utils.stateless.functional_call (1.13's spelling) with kwargs and a
   dict that leaves names out (the module's own tensors are used for them);
-- has_aux=True for grad, grad_and_value, jacrev and jacfwd;
+- has_aux=True for grad, grad_and_value, jacrev and jacfwd, also under vmap;
 - stack_module_state + a deepcopied template + vmap: the model-ensembling
   tutorial, minibatch shared (in_dims=(0, 0, None)) and one per model (0, 0, 0),
   against a loop over the models; its C does not grow with the number of models;
@@ -76,6 +76,18 @@ def e_aux(x, y):
     return g["fc1.weight"], g["bn.bias"], out, s, g2["fc2.bias"], v, aux[1]
 
 
+def sample_loss(p, x, y):
+    out = functional_call(model, p, (x.unsqueeze(0),))
+    return F.cross_entropy(out, y.unsqueeze(0)), out.squeeze(0)
+
+
+def e_vmap_aux(x, y):
+    g, out = vmap(grad(sample_loss, has_aux=True), in_dims=(None, 0, 0))(params, x, y)
+    gx = vmap(grad(lambda xx, p, yy: sample_loss(p, xx, yy)[0]), in_dims=(0, None, 0))(
+        x, {"fc2.bias": params["fc2.bias"]}, y)
+    return g["fc2.weight"], g["bn.weight"], out, gx
+
+
 def e_jac_aux(x):
     jr, ar = jacrev(lambda u: (torch.tanh(u) * u.sum(), u.exp()), has_aux=True)(x)
     jf, af = jacfwd(lambda u: (torch.sin(u).cumsum(0), {"s": u * 3}), has_aux=True)(x)
@@ -84,9 +96,10 @@ def e_jac_aux(x):
 
 example_inputs = {"forward": (torch.randn(2, 6),), "per_sample": (torch.randn(5, 6), torch.randint(0, 3, (5,))),
                   "e_kwargs": (torch.randn(4, 6), torch.randn(3, 8)),
-                  "e_aux": (torch.randn(4, 6), torch.randint(0, 3, (4,))), "e_jac_aux": (torch.randn(5),)}
+                  "e_aux": (torch.randn(4, 6), torch.randint(0, 3, (4,))), "e_jac_aux": (torch.randn(5),),
+                  "e_vmap_aux": (torch.randn(4, 6), torch.randint(0, 3, (4,)))}
 """
-NET_ENTRIES = ["per_sample", "e_kwargs", "e_aux", "e_jac_aux"]
+NET_ENTRIES = ["per_sample", "e_kwargs", "e_aux", "e_jac_aux", "e_vmap_aux"]
 
 
 def run_with_weights(tmp, exe, entry, weights, arrays, nout):
@@ -160,6 +173,10 @@ def test_stateless_kwargs_missing_keys_and_aux(net):
     got = run_with_weights(tmp, exe, "e_aux", weights, [x, y], len(want))
     for k, (g, wt) in enumerate(zip(got, want)):
         compare(f"e_aux output {k}", g, wt.detach().numpy(), 1e-3 if k in (0, 1, 4) else 1e-4, 1e-5)
+    want = mod.e_vmap_aux(torch.from_numpy(x), torch.from_numpy(y))   # has_aux under vmap
+    got = run_with_weights(tmp, exe, "e_vmap_aux", weights, [x, y], len(want))
+    for k, (g, wt) in enumerate(zip(got, want)):
+        compare(f"e_vmap_aux output {k}", g, wt.detach().numpy(), 1e-3, 1e-5)
     v = rng.standard_normal(5).astype(np.float32)
     want = mod.e_jac_aux(torch.from_numpy(v))
     got = run_with_weights(tmp, exe, "e_jac_aux", weights, [v], 4)
@@ -282,8 +299,9 @@ s.loader.exec_module(m)
 w = np.load({str(tmp_path / 'w.npz')!r})
 for k in m.params: m.params[k] = torch.from_numpy(w["ensemble." + k])
 for k in m.buffers: m.buffers[k] = torch.from_numpy(w["ensemble." + k])
-np.save({str(tmp_path / 't2a.npy')!r}, m.same_minibatch(torch.from_numpy(np.load({str(tmp_path / 'x.npy')!r}))).detach().numpy())
-np.save({str(tmp_path / 't2b.npy')!r}, m.own_minibatches(torch.from_numpy(np.load({str(tmp_path / 'xs.npy')!r}))).detach().numpy())
+x, xs = (torch.from_numpy(np.load({str(tmp_path)!r} + f)) for f in ("/x.npy", "/xs.npy"))
+np.save({str(tmp_path / 't2a.npy')!r}, m.same_minibatch(x).detach().numpy())
+np.save({str(tmp_path / 't2b.npy')!r}, m.own_minibatches(xs).detach().numpy())
 """)
         compare("same_minibatch vs torch 2.x", got, np.load(tmp_path / "t2a.npy"), 1e-4, 1e-5)
         compare("own_minibatches vs torch 2.x", got2, np.load(tmp_path / "t2b.npy"), 1e-4, 1e-5)

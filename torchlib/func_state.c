@@ -69,7 +69,8 @@ static void swap_named(L *L, Span at, PV *obj, const char *prefix, PV *given, PV
     const char *name = arena_printf(L->a, "%s%s", prefix, r->name);
     eval_charge(L, at, 1);
     if (r->kind == REG_CHILD) {
-      if (pv_is_module(r->val)) swap_named(L, at, r->val, arena_printf(L->a, "%s.", name), given, used, tied, sw, depth + 1);
+      if (pv_is_module(r->val))
+        swap_named(L, at, r->val, arena_printf(L->a, "%s.", name), given, used, tied, sw, depth + 1);
       continue;
     }
     PV *key = pv_str(L, name), *v = pv_dict_get(given, key);
@@ -117,7 +118,8 @@ static PV *functional_call(L *L, Args *A) {
   Span at = A->at;
   bind_args(L, A, "module,parameter_and_buffer_dicts,args=,kwargs=,tie_weights=,strict=", a);
   PV *m = a[0];
-  if (!pv_is_module(m)) lower_error(L, at, "functional_call: the module must be an nn.Module, got '%s'", pv_kind_name(m));
+  if (!pv_is_module(m))
+    lower_error(L, at, "functional_call: the module must be an nn.Module, got '%s'", pv_kind_name(m));
   PV *given = merged_dicts(L, at, a[1]), *used = pv_dict(L), *tied = pv_dict(L);
   for (int k = 0; k < given->n; k++)
     if (given->keys[k]->k != PV_STR)
@@ -199,7 +201,8 @@ static PV *stacked_slot(L *L, Span at, PV **ts, int n, const char *name) {
    * precedes training state): "ensemble.<name>" in weights files */
   Program *P = L->T->prog;
   Param p = {0};
-  p.name = arena_printf(L->a, "%s.%s", L->T->nstacks ? arena_printf(L->a, "ensemble%d", L->T->nstacks) : "ensemble", name);
+  const char *prefix = L->T->nstacks ? arena_printf(L->a, "ensemble%d", L->T->nstacks) : "ensemble";
+  p.name = arena_printf(L->a, "%s.%s", prefix, name);
   p.type = t;
   p.is_buffer = s->is_buffer;
   p.init = s->init;
@@ -264,7 +267,8 @@ static PV *stack_module_state(L *L, Args *A) {
     if (!pv_is_module(models[i]))
       lower_error(L, at, "stack_module_state: item %d is a '%s', not an nn.Module", i, pv_kind_name(models[i]));
     if (models[i]->mod->training != models[0]->mod->training)
-      lower_error(L, at, "stack_module_state: expected all models to be in the same mode (train or eval), as PyTorch does");
+      lower_error(L, at, "stack_module_state: expected all models to be in the same mode (train or eval), as "
+                         "PyTorch does");
   }
   PV *r[2] = {stack_state(L, at, models, n, "named_parameters"), stack_state(L, at, models, n, "named_buffers")};
   if (!L->T->fn) L->T->nstacks++;
