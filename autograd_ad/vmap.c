@@ -224,10 +224,33 @@ static ValId rows_to_batch(Bt *b, ValId v) {
   return permute(b, reshape(b, v, d, n), perm);
 }
 
+/* A table per sample ([B, V, D]) read as one table of B*V rows: sample b's index
+ * i becomes b*V + i. An index outside [0, V) becomes -1, so that it still stops
+ * the entry instead of reading another sample's table. ix: the batched index. */
+static ValId stacked_index(Bt *b, ValId ix, int64_t V) {
+  Type t = *ty(b, ix), it = {0}, bt = t;
+  it.dtype = t.dtype;
+  it.ndim = 1;
+  it.dims[0] = b->B;
+  bt.dtype = DT_BOOL;
+  int64_t ia[2] = {0, V}, d[IR_MAX_DIMS];
+  d[0] = b->B;
+  for (int i = 1; i < t.ndim; i++) d[i] = 1;
+  ValId off = reshape(b, emit(b, IR_IOTA, NULL, 0, it, ia, 0), d, t.ndim);
+  ValId zero = ir_const(b->p, b->f, t.dtype, 0, b->in->loc), vV = ir_const(b->p, b->f, t.dtype, (double)V, b->in->loc);
+  ValId m1 = ir_const(b->p, b->f, t.dtype, -1, b->in->loc);
+  ValId lo = emit(b, IR_CMP_GE, (ValId[]){ix, zero}, 2, bt, NULL, 0);
+  ValId hi = emit(b, IR_CMP_LT, (ValId[]){ix, vV}, 2, bt, NULL, 0);
+  ValId ok = emit(b, IR_WHERE, (ValId[]){lo, hi, lo}, 3, bt, NULL, 0);
+  ValId sum = emit(b, IR_ADD, (ValId[]){ix, off}, 2, t, NULL, 0);
+  return emit(b, IR_WHERE, (ValId[]){ok, sum, m1}, 3, t, NULL, 0);
+}
+
 /* embedding(table, index) and embedding_bwd(index, g): a batched index alone
  * indexes the shared table; a batched table (or gradient) with a shared index
- * is one table with B*D columns. A batched table with batched indices (per-sample
- * gradients of an embedding) has no rule yet. */
+ * is one table with B*D columns; a batched table with batched indices (a table
+ * per sample, as in an ensemble; per-sample gradients of an embedding) is one
+ * table of B*V rows read (written) at stacked_index. */
 static ValId b_index(Bt *b, Type r) {
   const Inst *in = b->in;
   if (in->op == IR_EMBEDDING) {
@@ -236,14 +259,41 @@ static ValId b_index(Bt *b, Type r) {
       ValId a[2] = {w, b->bv[idx]};
       return emit(b, in->op, a, 2, r, in->attr, 0);
     }
-    if (b->bv[idx] >= 0) return refuse(b, "no batching rule for a batched table with batched indices");
+    if (b->bv[idx] >= 0) {
+      const Type *tw = ty(b, w);
+      int64_t d2[2] = {b->B * tw->dims[0], tw->dims[1]};
+      ValId a[2] = {reshape(b, b->bv[w], d2, 2), stacked_index(b, b->bv[idx], tw->dims[0])};
+      return emit(b, in->op, a, 2, r, in->attr, 0);
+    }
     ValId a[2] = {batch_to_rows(b, b->bv[w]), idx};
     Type t = *ty(b, in->res);
     t.dims[t.ndim - 1] *= b->B;
     return rows_to_batch(b, emit(b, in->op, a, 2, t, in->attr, 0));
   }
   ValId idx = in->args[0], g = in->args[1];
-  if (b->bv[idx] >= 0) return refuse(b, "no batching rule for batched indices (a table per sample)");
+  if (b->bv[idx] >= 0) {
+    /* a gradient table per sample: B*V rows; the padding row's gradient is masked
+     * out before (its index moved by the stacking) */
+    const Type *tr = ty(b, in->res);
+    ValId ix = b->bv[idx], gb = full(b, g);
+    Type tg = *ty(b, gb), tc = *ty(b, ix);
+    int64_t attr[IR_MAX_ATTRS] = {0};
+    if (in->attr[0]) {
+      tc.dtype = DT_BOOL;
+      ValId p = ir_const(b->p, b->f, ty(b, ix)->dtype, (double)in->attr[1], b->in->loc);
+      ValId c = emit(b, IR_CMP_EQ, (ValId[]){ix, p}, 2, tc, NULL, 0);
+      int64_t d[IR_MAX_DIMS];
+      memcpy(d, tc.dims, sizeof(int64_t) * (size_t)tc.ndim);
+      d[tc.ndim] = 1;
+      c = reshape(b, c, d, tc.ndim + 1);
+      ValId z = ir_const(b->p, b->f, tg.dtype, 0, b->in->loc);
+      gb = emit(b, IR_WHERE, (ValId[]){c, z, gb}, 3, tg, NULL, 0);
+    }
+    Type t = *tr;
+    t.dims[0] *= b->B;
+    ValId a[2] = {stacked_index(b, ix, tr->dims[0]), gb};
+    return reshape(b, emit(b, in->op, a, 2, t, attr, 0), r.dims, r.ndim);
+  }
   ValId a[2] = {idx, batch_to_rows(b, b->bv[g])};
   Type t = *ty(b, in->res);
   t.dims[1] *= b->B;

@@ -10,8 +10,10 @@
   R^512, are one batched sweep: the generated C does not grow with the sizes
   (was one sweep per direction: 1.4 MB of C for R^8 -> R^512), values against
   torch.autograd.functional and functorch;
-- what vmap cannot batch is refused at the op's line, naming it: a batched
-  embedding table, random draws without randomness='same', no batched input."""
+- what vmap cannot batch is refused at the op's line, naming it:
+  random draws without randomness='same', no batched input;
+- embedding with a table per sample (batched table and indices), forward and
+  per-sample gradients."""
 import os
 import subprocess
 
@@ -96,6 +98,22 @@ def e_jac_table(w, i):
     return jacrev(lambda t: F.embedding(i, t).sin().sum(0))(w)
 
 
+def e_table_pairs(w, i):
+    return vmap(lambda wi, ii: F.embedding(ii, wi) * 2)(w, i)
+
+
+def emb_loss(w, i, y):
+    return (F.embedding(i, w, padding_idx=1).tanh() * y).sum()
+
+
+def e_emb_tables_grad(w, i, y):
+    return vmap(grad(emb_loss))(w, i, y)
+
+
+def e_emb_per_sample(w, i, y):
+    return vmap(grad(emb_loss), in_dims=(None, 0, 0))(w, i, y)
+
+
 example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3)),
                   "e_cols": (torch.randn(5, 3), torch.randn(5), torch.randn(3, 4)),
                   "e_pair": (torch.randn(4, 3), torch.randn(3)),
@@ -107,10 +125,13 @@ example_inputs = {"e_rows": (torch.randn(5, 3), torch.randn(5), torch.randn(4, 3
                             torch.randint(0, 6, (5,))),
                   "e_weights": (torch.randn(3, 4, 2, 3, 3), torch.randn(2, 2, 6, 6)),
                   "e_tables": (torch.randn(3, 7, 4), torch.randint(0, 7, (2, 5))),
-                  "e_jac_table": (torch.randn(7, 4), torch.randint(0, 7, (5,)))}
+                  "e_jac_table": (torch.randn(7, 4), torch.randint(0, 7, (5,))),
+                  "e_table_pairs": (torch.randn(3, 4, 2), torch.randint(0, 4, (3, 5))),
+                  "e_emb_tables_grad": (torch.randn(4, 6, 3), torch.randint(0, 6, (4, 5)), torch.randn(4, 5, 3)),
+                  "e_emb_per_sample": (torch.randn(6, 3), torch.randint(0, 6, (4, 5)), torch.randn(4, 5, 3))}
 """
 
-ENTRIES = ["e_rows", "e_cols", "e_pair", "e_tuple_arg", "e_jac_of_vmap", "e_grad_of_vmap", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table"]
+ENTRIES = ["e_rows", "e_cols", "e_pair", "e_tuple_arg", "e_jac_of_vmap", "e_grad_of_vmap", "e_nested", "e_per_sample", "e_cnn", "e_weights", "e_tables", "e_jac_table", "e_table_pairs", "e_emb_tables_grad", "e_emb_per_sample"]
 
 
 def have_functorch():
@@ -163,6 +184,31 @@ def test_vmap_in_dims_out_dims_tuples_nested_composed(vmap_program):
     # with respect to the table (embedding_bwd with a batched gradient)
     check(tmp, exe, mod, "e_tables", [f32(3, 7, 4), rng.integers(0, 7, (2, 5))])
     check(tmp, exe, mod, "e_jac_table", [f32(7, 4), rng.integers(0, 7, 5)])
+
+
+def test_embedding_with_a_table_per_sample(vmap_program):
+    """A batched table read at batched indices (a table per sample: one table of
+    B*V rows), its gradient per sample with padding_idx (the padding row gets
+    none), per-sample gradients of a shared table; an index out of range in one
+    sample still stops the entry (it never reads another sample's table)."""
+    tmp, exe, mod = vmap_program
+    rng = np.random.default_rng(8)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    i = rng.integers(0, 4, (3, 5))
+    check(tmp, exe, mod, "e_table_pairs", [f32(3, 4, 2), i])
+    i6 = rng.integers(0, 6, (4, 5))
+    i6[0, 0] = 1   # the padding row is read
+    check(tmp, exe, mod, "e_emb_tables_grad", [f32(4, 6, 3), i6, f32(4, 5, 3)], 1e-3, 1e-5)
+    check(tmp, exe, mod, "e_emb_per_sample", [f32(6, 3), i6, f32(4, 5, 3)], 1e-3, 1e-5)
+    i[1, 2] = 4   # sample 1 reads row 4 of its 4-row table: sample 2's row 0 if unchecked
+    r = subprocess.run([exe, "run", "e_table_pairs", "--input", tmp / "e_table_pairs_in0.npy", "--input",
+                        _save(tmp, "bad_index.npy", i)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "out of range" in r.stderr, r.stderr
+
+
+def _save(tmp, name, a):
+    np.save(tmp / name, a)
+    return tmp / name
 
 
 def test_per_sample_gradients(vmap_program):
@@ -305,7 +351,6 @@ example_inputs = {"e_table": (torch.randn(3, 4, 2), torch.randint(0, 4, (3, 5)))
 
 
 @pytest.mark.parametrize("entry,where,msg", [
-    ("e_table", "m.py:10:32", "vmap cannot batch 'embedding' here: no batching rule for a batched table with batched indices"),
     ("e_random", "m.py:14:27", "needs randomness='same'"),
     ("e_unbatched", "m.py:18:12", "no input is batched"),
 ])
@@ -493,14 +538,14 @@ def test_vmap_refuses_state_updates_from_batched_values(tmp_path):
 def test_batched_code_passes_gradcheck(tmp_path):
     """The batched code is ordinary IR: `--dtype f64` builds of the vmap seed
     (per-sample gradients, batched jacobians and hessian, vmap over convolution
-    weights and embedding tables inside grad) pass `./net gradcheck` (central
-    differences against both AD sweeps of each entry)."""
+    weights and embedding tables, shared or per-sample indices, inside grad) pass
+    `./net gradcheck` (central differences against both AD sweeps of each entry)."""
     exe = tmp_path / "net"
     run([CTC, "build", "--dtype", "f64", os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds",
                                                          "vmap.py"), "-o", exe])
     r = run([exe, "gradcheck"])
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("gradcheck ")]
-    assert len(lines) == 5 and all(": ok:" in x for x in lines), r.stdout + r.stderr
+    assert len(lines) == 6 and all(": ok:" in x for x in lines), r.stdout + r.stderr
 
 
 MULTI = """\

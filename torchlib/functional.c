@@ -58,6 +58,55 @@ static void seeds_like(L *L, Span at, PV *v, PV **like, int n, ValId *out, const
 
 static PV *pack(L *L, PV **xs, int n, int single) { return single ? xs[0] : pv_tuple(L, xs, n); }
 
+/* ---- pytrees: torch.func's arguments and results are tensors nested in tuples,
+ * lists and dicts (a model's parameters as {name: tensor}) ---- */
+
+static int is_node(const PV *x) { return x->k == PV_TUPLE || x->k == PV_LIST || x->k == PV_DICT; }
+
+/* x's leaves (every value that is no tuple, list or dict), in order, appended to out */
+static void tree_leaves(L *L, Span at, PV *x, PV *out) {
+  eval_charge(L, at, 1);
+  if (!is_node(x)) pv_list_append(L, out, x);
+  else
+    for (int i = 0; i < x->n; i++) tree_leaves(L, at, x->items[i], out);
+}
+
+/* x's structure with its leaves replaced by leaves[*k], leaves[*k + 1] ... */
+static PV *tree_build(L *L, Span at, PV *x, PV **leaves, int *k) {
+  if (!is_node(x)) return leaves[(*k)++];
+  if (x->k == PV_DICT) {
+    PV *d = pv_dict(L);
+    for (int i = 0; i < x->n; i++) pv_dict_set(L, at, d, x->keys[i], tree_build(L, at, x->items[i], leaves, k));
+    return d;
+  }
+  PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)(x->n + 1));
+  for (int i = 0; i < x->n; i++) items[i] = tree_build(L, at, x->items[i], leaves, k);
+  return x->k == PV_TUPLE ? pv_tuple(L, items, x->n) : pv_list(L, items, x->n);
+}
+
+/* One dim per leaf of x (appended to out) from dims, a prefix of x's structure:
+ * an int or None applies to every leaf below it, a tuple/list or dict matches x's
+ * items (vmap's in_dims and out_dims). */
+static void tree_dims(L *L, Span at, PV *x, PV *dim, PV *out, const char *what) {
+  if (!dim || !is_node(dim)) {
+    PV *leaves = pv_list(L, NULL, 0);
+    tree_leaves(L, at, x, leaves);
+    for (int i = 0; i < leaves->n; i++) pv_list_append(L, out, dim ? dim : pv_none(L));
+    return;
+  }
+  if (!is_node(x) || (dim->k == PV_DICT) != (x->k == PV_DICT))
+    lower_error(L, at, "vmap: %s gives a %s for a '%s'", what, pv_kind_name(dim), pv_kind_name(x));
+  if (dim->n != x->n) lower_error(L, at, "vmap: %s has %d entries for a %s of %d", what, dim->n, pv_kind_name(x), x->n);
+  for (int i = 0; i < x->n; i++) {
+    PV *d = dim->items[i];
+    if (dim->k == PV_DICT) {
+      d = pv_dict_get(dim, x->keys[i]);
+      if (!d) lower_error(L, at, "vmap: %s has no entry for key %s", what, pv_repr(L, at, x->keys[i]));
+    }
+    tree_dims(L, at, x->items[i], d, out, what);
+  }
+}
+
 static PV *call_f(L *L, Span at, PV *f, PV **xs, int n) {
   PV *r = call_value(L, at, f, xs, n, NULL, NULL, 0);
   if (r->k != PV_TENSOR) lower_error(L, at, "the function to differentiate must return a tensor, got '%s'", pv_kind_name(r));
@@ -459,20 +508,17 @@ static PV *vmap_input(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
   return ph;
 }
 
-/* an argument with its in_dim: a tensor, or a tuple/list of them with one dim for
- * all or a tuple/list of dims matching it */
+/* an argument with its in_dims: a tensor, or tensors nested in tuples, lists and
+ * dicts with one dim for all or a matching structure of dims (tree_dims) */
 static PV *vmap_arg(L *L, Span at, PV *x, PV *dim, VmapIn *vi) {
   if (!dim || dim->k == PV_NONE) return x;
-  int per = dim->k == PV_TUPLE || dim->k == PV_LIST;
-  if (x->k != PV_TUPLE && x->k != PV_LIST) {
-    if (per) lower_error(L, at, "vmap: in_dims gives a tuple for an argument that is a '%s'", pv_kind_name(x));
-    return vmap_input(L, at, x, dim, vi);
-  }
-  if (per && dim->n != x->n)
-    lower_error(L, at, "vmap: in_dims has %d entries for a %s of %d", dim->n, pv_kind_name(x), x->n);
-  PV **items = arena_alloc(L->a, sizeof(PV *) * (size_t)(x->n + 1));
-  for (int i = 0; i < x->n; i++) items[i] = vmap_arg(L, at, x->items[i], per ? dim->items[i] : dim, vi);
-  return x->k == PV_TUPLE ? pv_tuple(L, items, x->n) : pv_list(L, items, x->n);
+  PV *leaves = pv_list(L, NULL, 0), *dims = pv_list(L, NULL, 0);
+  tree_leaves(L, at, x, leaves);
+  tree_dims(L, at, x, dim, dims, "in_dims");
+  for (int i = 0; i < leaves->n; i++)
+    if (dims->items[i]->k != PV_NONE) leaves->items[i] = vmap_input(L, at, leaves->items[i], dims->items[i], vi);
+  int k = 0;
+  return tree_build(L, at, x, leaves->items, &k);
 }
 
 /* A batched result [B] + shape with the batch moved to out_dim. */
@@ -519,17 +565,16 @@ static PV *apply_vmap(L *L, PV *self, Args *A) {
   Func *F = L->T->fn;
   int from = F->insts.len;
   PV *out = call_value(L, at, f, args, na, NULL, NULL, 0);
-  PV **outs = &out;
-  int no = 1, tuple = out->k == PV_TUPLE || out->k == PV_LIST;
-  if (tuple) no = out->n;
-  if (tuple) outs = out->items;
+  PV *leaves = pv_list(L, NULL, 0), *dims = pv_list(L, NULL, 0);
+  tree_leaves(L, at, out, leaves);
+  int no = leaves->n;
   ValId *ov = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
   ValId *bo = arena_alloc(L->a, sizeof(ValId) * (size_t)(no + 1));
   for (int i = 0; i < no; i++) {
-    if (outs[i]->k != PV_TENSOR)
-      lower_error(L, at, "vmap: the function must return a tensor or a tuple of tensors, got '%s'",
-                  pv_kind_name(outs[i]));
-    ov[i] = t_val(L, at, outs[i]);
+    if (leaves->items[i]->k != PV_TENSOR)
+      lower_error(L, at, "vmap: the function must return tensors (alone or in tuples, lists and dicts), got '%s'",
+                  pv_kind_name(leaves->items[i]));
+    ov[i] = t_val(L, at, leaves->items[i]);
   }
   for (int i = from; i < F->insts.len; i++)
     if (F->insts.data[i].op == IR_RAND_UNIFORM && !same)
@@ -542,59 +587,95 @@ static PV *apply_vmap(L *L, PV *self, Args *A) {
     lower_error(L, in->loc, "vmap cannot batch '%s' here: %s (in the function vmapped at line %d)", ir_ops[in->op].name,
                 why ? why : "no batching rule", at.line);
   }
-  if ((outd->k == PV_TUPLE || outd->k == PV_LIST) && (!tuple || outd->n != no))
-    lower_error(L, at, "vmap: out_dims has %d entries for %d outputs", outd->n, no);
+  if (is_node(outd) && (!is_node(out) || outd->n != out->n))
+    lower_error(L, at, "vmap: out_dims has %d entries for %d outputs", outd->n, is_node(out) ? out->n : 1);
+  tree_dims(L, at, out, outd, dims, "out_dims");
   PV **r = arena_alloc(L->a, sizeof(PV *) * (size_t)(no + 1));
-  int per = outd->k == PV_TUPLE || outd->k == PV_LIST;
-  for (int i = 0; i < no; i++) r[i] = vmap_output(L, at, bo[i], per ? outd->items[i] : outd);
-  if (!tuple) return r[0];
-  return out->k == PV_TUPLE ? pv_tuple(L, r, no) : pv_list(L, r, no);
+  for (int i = 0; i < no; i++) r[i] = vmap_output(L, at, bo[i], dims->items[i]);
+  int k = 0;
+  return tree_build(L, at, out, r, &k);
 }
 
 /* ---- torch.func ------------------------------------------------------------------ */
 
-/* A transformed function: self = (kind, f, argnums). */
-static PV *transform(L *L, int kind, PV *f, PV *argnums) {
-  PV *items[3] = {pv_int(L, kind), f, argnums ? argnums : pv_int(L, 0)};
-  return pv_builtin(L, BI_TF_APPLY, "<transformed function>", pv_tuple(L, items, 3));
+/* A transformed function: self = (kind, f, argnums, has_aux). */
+static PV *transform(L *L, int kind, PV *f, PV *argnums, int has_aux) {
+  PV *items[4] = {pv_int(L, kind), f, argnums ? argnums : pv_int(L, 0), pv_bool(L, has_aux)};
+  return pv_builtin(L, BI_TF_APPLY, "<transformed function>", pv_tuple(L, items, 4));
 }
 
+/* grad, grad_and_value, jacrev, jacfwd, hessian applied: the arguments argnums
+ * names (tensors, or tensors nested in tuples, lists and dicts: each leaf is an
+ * input) become fresh inputs; the result has each such argument's structure with
+ * a gradient (jacobian) per leaf. has_aux: f returns (output, aux), and aux is
+ * returned beside the result as PyTorch does. */
 static PV *apply_transform(L *L, PV *self, Args *A) {
   Span at = A->at;
   if (self->items[0]->i == BI_TF_VMAP) return apply_vmap(L, self, A);
   need_fn_ctx(L, at, "a torch.func transform");
   if (A->nkw) lower_error(L, at, "keyword arguments to a transformed function are not supported");
-  int kind = (int)self->items[0]->i;
+  int kind = (int)self->items[0]->i, has_aux = self->items[3]->i != 0;
   PV *f = self->items[1], *argnums = self->items[2];
   int64_t an[8];
   int nan_ = arg_ints(L, at, argnums, an, 8, "argnums"), single = argnums->k == PV_INT;
   PV **args = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));
   memcpy(args, A->args, sizeof(PV *) * (size_t)A->nargs);
-  PV **xs = arena_alloc(L->a, sizeof(PV *) * 8);
+  PV *xl = pv_list(L, NULL, 0);   /* the leaves of every differentiated argument, fresh */
+  int start[9];
   for (int i = 0; i < nan_; i++) {
     if (an[i] < 0 || an[i] >= A->nargs) lower_error(L, at, "argnums %lld is out of range", (long long)an[i]);
-    args[an[i]] = xs[i] = fresh(L, at, A->args[an[i]]);
+    start[i] = xl->n;
+    tree_leaves(L, at, A->args[an[i]], xl);
+    for (int k = start[i]; k < xl->n; k++) xl->items[k] = fresh(L, at, xl->items[k]);
+    int k = start[i];
+    args[an[i]] = tree_build(L, at, A->args[an[i]], xl->items, &k);
   }
-  PV *out = call_f(L, at, f, args, A->nargs);
+  start[nan_] = xl->n;
+  PV **xs = xl->items, *res = call_value(L, at, f, args, A->nargs, NULL, NULL, 0), *out = res, *aux = NULL;
+  if (has_aux) {
+    if ((res->k != PV_TUPLE && res->k != PV_LIST) || res->n != 2)
+      lower_error(L, at, "has_aux=True: the function must return a pair (output, aux), got '%s'", pv_kind_name(res));
+    out = res->items[0];
+    aux = res->items[1];
+  }
+  if (out->k != PV_TENSOR)
+    lower_error(L, at, "the function to differentiate must return a tensor%s, got '%s'", has_aux ? " (and aux)" : "",
+                pv_kind_name(out));
+  int nx = xl->n;
+  PV **g;
   switch (kind) {
   case BI_TF_GRAD:
-  case BI_TF_GRAD_AND_VALUE: {
+  case BI_TF_GRAD_AND_VALUE:
     need_scalar(L, at, out, "grad");
-    PV *g = pack(L, wrap_all(L, grads_of(L, at, out, xs, nan_), nan_), nan_, single);
-    if (kind == BI_TF_GRAD) return g;
-    PV *r[2] = {g, out};
-    return pv_tuple(L, r, 2);
-  }
+    g = wrap_all(L, grads_of(L, at, out, xs, nx), nx);
+    break;
   case BI_TF_JACREV:
-  case BI_TF_JACFWD: return pack(L, jacobian_of(L, at, out, xs, nan_, kind == BI_TF_JACFWD), nan_, single);
+  case BI_TF_JACFWD: g = jacobian_of(L, at, out, xs, nx, kind == BI_TF_JACFWD); break;
   default:
     need_scalar(L, at, out, "hessian");
-    return hessian_of(L, at, out, xs, nan_, single, 0); /* jacfwd(jacrev) */
+    for (int i = 0; i < nan_; i++)
+      if (A->args[an[i]]->k != PV_TENSOR)
+        lower_error(L, at, "hessian of a '%s' argument is not supported (give tensors)", pv_kind_name(A->args[an[i]]));
+    return hessian_of(L, at, out, xs, nx, single, 0); /* jacfwd(jacrev) */
   }
+  PV **per = arena_alloc(L->a, sizeof(PV *) * (size_t)(nan_ + 1));
+  for (int i = 0; i < nan_; i++) {
+    int k = start[i];
+    per[i] = tree_build(L, at, A->args[an[i]], g, &k);
+  }
+  PV *r = pack(L, per, nan_, single);
+  if (kind == BI_TF_GRAD_AND_VALUE) {
+    PV *va[2] = {out, aux};
+    PV *rv[2] = {r, has_aux ? pv_tuple(L, va, 2) : out};
+    return pv_tuple(L, rv, 2);
+  }
+  if (!has_aux) return r;
+  PV *ra[2] = {r, aux};
+  return pv_tuple(L, ra, 2);
 }
 
 static PV *torch_func(L *L, PV *fn, Args *A) {
-  PV *a[4];
+  PV *a[4] = {0};
   Span at = A->at;
   switch (fn->bi) {
   case BI_TF_GRAD:
@@ -602,9 +683,9 @@ static PV *torch_func(L *L, PV *fn, Args *A) {
   case BI_TF_JACREV:
   case BI_TF_JACFWD:
   case BI_TF_HESSIAN:
-    bind_args(L, A, "func,argnums=,has_aux=", a);
-    if (a[2] && truthy(L, at, a[2])) lower_error(L, at, "has_aux=True is not supported yet");
-    return transform(L, fn->bi, a[0], a[1]);
+    if (fn->bi == BI_TF_HESSIAN) bind_args(L, A, "func,argnums=", a);   /* PyTorch's hessian has no has_aux */
+    else bind_args(L, A, "func,argnums=,has_aux=", a);
+    return transform(L, fn->bi, a[0], a[1], fn->bi != BI_TF_HESSIAN && a[2] && truthy(L, at, a[2]));
   case BI_TF_VMAP: {
     PV *v[5];
     bind_args(L, A, "func,in_dims=,out_dims=,randomness=,chunk_size=", v);

@@ -642,9 +642,10 @@ PV *nn_tel_forward(L *L, PV *o, Args *A) {
   return x;
 }
 
-/* copy.deepcopy of a module tree (TransformerEncoder's clones of its layer): the
- * parameters are new slots with the same initialisation, in the same order. */
-static PV *module_clone(L *L, Span at, PV *m) {
+/* copy.deepcopy of a module tree (TransformerEncoder's clones of its layer, the
+ * user's copy.deepcopy(model)): the parameters are new slots with the same
+ * initialisation, in the same order. */
+PV *module_clone(L *L, Span at, PV *m) {
   PV *c = module_new(L, m->cls);
   c->mod->training = m->mod->training;
   for (int i = 0; i < m->mod->regs.len; i++) {

@@ -93,6 +93,7 @@ static const struct { const char *path; unsigned ns; } namespaces[] = {
     {"torch.func", NS_FUNC},
     {"functorch", NS_FUNC},
     {"torch.sparse", NS_SPARSE},
+    {"torch.nn.utils.stateless", NS_STATELESS},
 };
 
 static int ns_index(const char *path) {
@@ -194,6 +195,7 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
                                   strcmp(name, "multiprocessing") == 0 || strcmp(name, "backends") == 0))
     return pv_ns(L, arena_printf(L->a, "torch.%s", name)); /* torch.utils.data.DataLoader ...: opaque below */
   if (strcmp(m, "torch.nn.utils") == 0 && strcmp(name, "clip_grad") == 0) return pv_ns(L, "torch.nn.utils");
+  if (strcmp(m, "copy") == 0 && strcmp(name, "deepcopy") == 0) return bi_value(L, BI_CP_DEEPCOPY, NULL);
   int k = ns_index(m);
   if (k >= 0) {
     const char *sub = arena_printf(L->a, "%s.%s", m, name);

@@ -20,6 +20,7 @@
  *   optim.c     the update rules of Adamax, NAdam, RAdam, ASGD, Rprop, SparseAdam;
  *               LBFGS and optimizer.step(closure)
  *   functional.c torch.autograd.functional, forward_ad and torch.func on ad_reverse/ad_forward
+ *   func_state.c torch.func's functional_call and stack_module_state (a module's state swapped, stacked)
  *   lowering.c  the entry (lowering.h): run the module, pick the model, stage entries
  *   loops.c     the training loops people write: a `for ... in loader:` body as an entry */
 #ifndef CTC_TORCH_INT_H
@@ -69,6 +70,7 @@ enum {
   NS_OPTIMIZER = 1u << 19,   /* methods of an optimizer object */
   NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
   NS_SPARSE = 1u << 21,      /* torch.sparse.* */
+  NS_STATELESS = 1u << 22,   /* torch.nn.utils.stateless.* (functional_call in PyTorch 1.13) */
 };
 
 typedef struct OptStep OptStep;
@@ -182,6 +184,8 @@ struct HostState {
   PV *backward_loss;     /* the last tensor .backward() was called on in the entry being staged */
   const char *loop_entry; /* staging a loop body as this entry: .item() is an error */
   struct Decode *dec;    /* decode.c: probing forward, or staging `decode` (NULL otherwise) */
+  int nstacks;           /* func_state.c: stack_module_state calls at module level so far (their
+                            tensors are "ensemble.<name>", then "ensemble1.<name>" ...) */
 };
 
 /* ---- decode.c: the KV-cache entry `decode` derived from forward ----
@@ -270,6 +274,7 @@ void module_setattr(L *L, Span at, PV *obj, const char *name, PV *val);
 void module_tree_check(L *L, Span at, PV *root);  /* depth <= 1000, paths charged */
 Slot *slot_new(L *L, Span at, Type t, int init, double a, double b);
 PV *param_tensor(L *L, Slot *s);
+PV *module_clone(L *L, Span at, PV *m);           /* nn_seq.c: copy.deepcopy of a module tree (new slots) */
 
 /* One LR scheduler step (SchedRule, sched.c): the learning rate after step n. */
 struct SchedStep {

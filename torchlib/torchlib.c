@@ -1154,12 +1154,17 @@ static PV *grad_mode_ctx(L *L, int bi, Args *A) {
 }
 
 /* A new tensor object on the same compile-time data (in-place updates are refused
- * at compile time, so sharing the data is safe); parameters have no data yet. */
+ * at compile time, so sharing the data is safe); parameters have no data yet: their
+ * detach() is an alias of the parameter that requires no gradient (torch.func's
+ * `{k: v.detach() for k, v in model.named_parameters()}`), read as the parameter
+ * in compiled code. */
 static PV *compile_time_copy(L *L, Span at, PV *x, const char *what) {
-  if (x->t->slot) lower_error(L, at, "%s() of a parameter outside compiled code is not supported", what);
+  if (x->t->slot && strcmp(what, "detach"))
+    lower_error(L, at, "%s() of a parameter outside compiled code is not supported", what);
   Tensor *t = arena_alloc(L->a, sizeof *t);
   *t = *x->t;
   t->requires_grad = 0;
+  if (t->slot) t->is_data = 1;   /* an alias: requires_grad is its own, in-place updates are refused */
   return pv_tensor(L, t);
 }
 
@@ -1175,6 +1180,8 @@ void tensor_setattr(L *L, Span at, PV *t, const char *name, PV *val) {
   if (strcmp(name, "requires_grad") != 0)
     lower_error(L, at, "setting '.%s' of a tensor is not supported by ctc", name);
   int rg = arg_bool(L, at, val, "requires_grad");
+  if (t->t->slot && t->t->is_data && !L->T->fn)
+    lower_error(L, at, "setting requires_grad of a detached parameter outside compiled code is not supported");
   if (t->t->slot) {
     if (t->t->slot->is_buffer && rg) lower_error(L, at, "a buffer cannot require gradients in ctc");
     if (L->T->fn) lower_error(L, at, "change requires_grad of parameters in __init__ or at module level, "
@@ -1220,7 +1227,7 @@ PV *tensor_getattr(L *L, Span at, PV *t, const char *name) {
   if (!strcmp(name, "device")) return pv_str(L, "cpu");
   if (!strcmp(name, "is_cuda") || !strcmp(name, "is_mps") || !strcmp(name, "is_xpu")) return pv_bool(L, 0); /* ctc compiles for the CPU */
   if (!strcmp(name, "requires_grad"))
-    return pv_bool(L, t->t->slot ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
+    return pv_bool(L, t->t->slot && !t->t->is_data ? !t->t->slot->is_buffer && !t->t->slot->frozen : t->t->requires_grad);
   if (!strcmp(name, "grad")) return param_grad(L, at, t);
   if (!L->T->fn && t->t->slot && !t->t->data) {
     /* script code reading a parameter's values (regression's poly_desc(fc.weight.view(-1), ...)

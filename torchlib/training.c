@@ -780,7 +780,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
   persist_group_lrs(L, def->span);
   PV **outs = &r;
   int nout = r->k == PV_NONE ? 0 : 1;
-  if (pv_is_seq(r)) {
+  if (pv_is_seq(r) || r->k == PV_DICT) {   /* a dict (torch.func's per-parameter results): its values, named by its keys */
     outs = r->items;
     nout = r->n;
   }
@@ -793,6 +793,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
       lower_error(L, def->span, "'%s' must return tensors, but returned a %s", name, pv_kind_name(outs[i]));
     ir_add_output(L->T->prog, f, t_val(L, def->span, outs[i]),
                   loop == 2 ? outnames[i]
+                  : r->k == PV_DICT && r->keys[i]->k == PV_STR ? r->keys[i]->s
                   : nout == 1 ? (f->kind == FK_TRAIN ? "loss" : "out") : arena_printf(L->a, "out%d", i));
     kept++;
   }

@@ -1,5 +1,6 @@
 """vmap's batch axis: per-sample gradients, batched jacobians and hessians, vmap
-over convolution weights and embedding tables inside a differentiated function."""
+over convolution weights and embedding tables (shared or per-sample indices) inside a
+differentiated function."""
 import torch
 import torch.nn.functional as F
 from functorch import vmap, grad, jacrev, jacfwd, hessian
@@ -32,7 +33,12 @@ def table_grad(t, i):
     return grad(lambda tt: vmap(lambda ti: F.embedding(i, ti).sin(), in_dims=1, out_dims=2)(tt).sum())(t)
 
 
+def tables_indices_grad(t, i):
+    return grad(lambda tt: vmap(lambda ti, ii: F.embedding(ii, ti).sin())(tt, i).pow(2).sum())(t)
+
+
 example_inputs = {"per_sample_grad": (torch.randn(4, 3), torch.randn(5, 3), torch.randn(5, 4)),
                   "jac_rev_fwd": (torch.randn(6, 3), torch.randn(3)), "hess": (torch.randn(4,),),
                   "conv_weights_grad": (torch.randn(2, 3, 1, 3, 3), torch.randn(2, 1, 6, 6)),
-                  "table_grad": (torch.randn(7, 3, 2), torch.randint(0, 7, (4,)))}
+                  "table_grad": (torch.randn(7, 3, 2), torch.randint(0, 7, (4,))),
+                  "tables_indices_grad": (torch.randn(3, 7, 2), torch.randint(0, 7, (3, 4)))}
