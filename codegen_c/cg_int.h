@@ -199,6 +199,7 @@ struct CgRender {
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
   const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
+  const char **vname;        /* per variable of the kernel IR (Kir.vars): its name */
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
   void (*call)(CgRender *r, const KirStmt *s);   /* a KS_CALL (C: cg_render_call_c; CUDA: none yet) */
@@ -210,6 +211,8 @@ struct CgRender {
   int block;                 /* CUDA: threads per row block */
   int64_t per;               /* CUDA: elements of a row per thread */
   int anybuf;                /* CUDA: some value has a per-row array */
+  int serial;                /* the axis of the KIR_SERIAL loop open, -1 none */
+  int space_to;              /* CUDA: the axes [0, space_to) of the KIR_SPACE loop open */
 };
 extern const CgRenderOps cg_render_c;
 void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k);
@@ -222,7 +225,8 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names);
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
 /* The tables of a kernel IR (Kir.tables), named and declared `static const` at c->ind. */
 void cg_render_tables(CgRender *r);
-/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample) as C loops into c->out:
+/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample, cumsum, argmax,
+ * scatter_add) as C loops into c->out:
  * 0, or -1 when it has none. */
 int cg_render_op_c(CgFunc *c, const Inst *in);
 
@@ -324,6 +328,7 @@ void cg_comment(CgFunc *c, const Inst *in);
 /* A reduction's accumulator type, initial value and update statement (acc_*). */
 const char *cg_acc_type(const Inst *in, DType t);
 const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t);   /* with k's float_acc */
+const char *cg_sum_type(const Kernels *k, DType t);   /* the type sums of t accumulate in (KirVar.sum) */
 const char *cg_acc_init(const Inst *in, DType t);
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
 /* A float reduction of the contiguous row ptr[0..n) through ctc_sum/ctc_max (lane_reduce);

@@ -1548,147 +1548,6 @@ static void emit_upsample_bwd(CgFunc *c, const Inst *in) {
   free(lh);
 }
 
-/* ---- scans, gathers and arg-reductions ------------------------------------------------ */
-
-/* The axes of t around `axis`: outer = product of dims before, n = its size,
- * inner = product of dims after (the axis' stride). */
-static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
-  *outer = *inner = 1;
-  for (int k = 0; k < axis; k++) *outer *= t->dims[k];
-  for (int k = axis + 1; k < t->ndim; k++) *inner *= t->dims[k];
-  *n = t->dims[axis];
-}
-
-/* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
-static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
-  int base = c->ind;
-  cg_par_for(c, "o", outer, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
-  c->ind += 2;
-  return base;
-}
-
-static void close_lines(CgFunc *c, int base) {
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_par_end(c);
-  c->ind = base;
-}
-
-/* Running sums along the axis (from its end when attr[1]); floats accumulate in
- * double as PyTorch's CPU kernel does, integers in wrapping uint64_t. */
-static void emit_cumsum(CgFunc *c, const Inst *in) {
-  const Type *r = ty(c, in->res);
-  int64_t outer, n, inner;
-  around(r, (int)in->attr[0], &outer, &n, &inner);
-  int fl = ir_dtype_is_float(r->dtype);
-  Buf x = {0};
-  load(c, &x, in->args[0], "at");
-  int base = open_lines(c, outer, inner, ir_numel(r));
-  LINE(c, "%s acc = 0;\n", fl ? float_acc(c->k, r->dtype) : "uint64_t");
-  if (in->attr[1]) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(n - 1));
-  else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
-  LINE(c, "  const int64_t at = (o * %lld + k) * %lld + i;\n", (ll)n, (ll)inner);
-  LINE(c, "  acc += %s%s;\n", fl ? "" : "(uint64_t)", x.s);
-  LINE(c, "  %s[at] = (%s)acc;\n", cg_ref(c, in->res), cg_ctype(r->dtype));
-  LINE(c, "}\n");
-  close_lines(c, base);
-  cg_buf_free(&x);
-}
-
-/* The first index of the max (min) along the axis; a NaN wins over numbers and
- * the first NaN over later ones (torch.argmax / argmin). */
-static void emit_argmax(CgFunc *c, const Inst *in) {
-  const Type *a = ty(c, in->args[0]);
-  int64_t outer, n, inner;
-  around(a, (int)in->attr[0], &outer, &n, &inner);
-  const char *ct = cg_ctype(a->dtype), *cmp = in->attr[1] ? "<" : ">";
-  Buf x = {0};
-  char xi[IDX_CAP];
-  snprintf(xi, sizeof xi, "(o * %lld + k) * %lld + i", (ll)n, (ll)inner);
-  load(c, &x, in->args[0], xi);
-  int base = open_lines(c, outer, inner, ir_numel(a));
-  LINE(c, "int64_t at = 0;\n");
-  LINE(c, "%s mx = 0;\n", ct);
-  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
-  LINE(c, "  const %s v = %s;\n", ct, x.s);
-  if (ir_dtype_is_float(a->dtype))
-    LINE(c, "  if (k == 0 || (v %s mx && !isnan(mx)) || (isnan(v) && !isnan(mx))) mx = v, at = k;\n", cmp);
-  else
-    LINE(c, "  if (k == 0 || v %s mx) mx = v, at = k;\n", cmp);
-  LINE(c, "}\n");
-  LINE(c, "%s[o * %lld + i] = at;\n", cg_ref(c, in->res), (ll)inner);
-  close_lines(c, base);
-  cg_buf_free(&x);
-}
-
-/* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
- * base's fiber, then, where src has that fiber, src's elements added at their
- * indices in order along the axis. Fibers are disjoint, so the loop over them is parallel
- * (OpenMP, GPU threads), and each element's sum runs in the order of a sequential pass
- * over src. */
-static void emit_scatter_add(CgFunc *c, const Inst *in) {
-  const int ax = (int)in->attr[0];
-  const Type *r = ty(c, in->res), *src = ty(c, in->args[2]);
-  int64_t rst[IR_MAX_DIMS], bst[IR_MAX_DIMS], sst[IR_MAX_DIMS], ist[IR_MAX_DIMS], fibers = 1;
-  cstrides(r, rst);
-  bcast_strides(ty(c, in->args[0]), r, bst);
-  cstrides(src, sst);
-  bcast_strides(ty(c, in->args[1]), src, ist);
-  /* the fiber's coordinates i<d> (the axes but ax, of more than one element) and the offsets
-   * they give in the result, the base, src and the index */
-  unsigned char take[IR_MAX_DIMS] = {0};
-  char var[IR_MAX_DIMS][16];
-  int64_t st[4][IR_MAX_DIMS] = {{0}};
-  int nv = 0;
-  Buf inside = {0};   /* the fiber lies inside src */
-  for (int d = 0; d < r->ndim; d++) {
-    if (d == ax || r->dims[d] == 1) continue;
-    take[d] = 1, fibers *= r->dims[d];
-    snprintf(var[nv], sizeof var[nv], "i%d", d);
-    st[0][nv] = rst[d], st[1][nv] = bst[d], st[2][nv] = sst[d], st[3][nv] = ist[d];
-    nv++;
-    if (src->dims[d] < r->dims[d]) cg_printf(&inside, "%si%d < %lld", inside.len ? " && " : "", d, (ll)src->dims[d]);
-  }
-  char ro[IDX_CAP], bo[IDX_CAP], so[IDX_CAP], io[IDX_CAP];
-  index_expr(ro, nv, var, 0, st[0]);
-  index_expr(bo, nv, var, 0, st[1]);
-  index_expr(so, nv, var, 0, st[2]);
-  index_expr(io, nv, var, 0, st[3]);
-  int base = c->ind;
-  LINE(c, "/* the fibers along axis %d */\n", ax);
-  cg_par_for(c, "i", fibers, CG_PAR_GRID | (ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0));
-  unflatten(c, "i", r->ndim, r->dims, take, 0);
-  char idx[IDX_CAP * 2];
-  Buf v = {0};
-  snprintf(idx, sizeof idx, "%s + j * %lld", bo, (ll)bst[ax]);
-  load(c, &v, in->args[0], idx);
-  LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[%s + j * %lld] = %s;\n", (ll)r->dims[ax], cg_ref(c, in->res), ro,
-       (ll)rst[ax], v.s);
-  cg_buf_free(&v);
-  if (inside.len) {
-    LINE(c, "if (%s) {\n", inside.s);
-    c->ind += 2;
-  }
-  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)src->dims[ax]);
-  c->ind += 2;
-  snprintf(idx, sizeof idx, "%s + k * %lld", io, (ll)ist[ax]);
-  load(c, &v, in->args[1], idx);
-  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", v.s, (ll)r->dims[ax]);
-  cg_buf_free(&v);
-  snprintf(idx, sizeof idx, "%s + k * %lld", so, (ll)sst[ax]);
-  load(c, &v, in->args[2], idx);
-  LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
-  cg_buf_free(&v);
-  for (int close = inside.len ? 2 : 1; close > 0; close--) {   /* k's loop, the if */
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-  cg_par_end(c);   /* the fibers' loop */
-  cg_buf_free(&inside);
-  c->ind = base;
-}
-
 /* ---- index checks ------------------------------------------------------------------ */
 
 int cg_index_operand(const Func *f, const Inst *in, ValId *idx, int64_t *bound) {
@@ -1978,7 +1837,8 @@ void cg_emit_kernel(CgFunc *c, int k) {
  * every other row names emit_<ID>, so a primitive without an emitter does not
  * compile. */
 
-/* PAD, GATHER, UPSAMPLE: their kernel IR (kernels/kir_ops.c) through the C renderer. */
+/* PAD, GATHER, UPSAMPLE, CUMSUM, ARGMAX, SCATTER_ADD: their kernel IR (kernels/kir_ops.c)
+ * through the C renderer. */
 static void emit_kir_op(CgFunc *c, const Inst *in) {
   if (cg_render_op_c(c, in) < 0) BUG("codegen_c: no kernel IR for %s", ir_ops[in->op].name);
 }
@@ -2013,10 +1873,10 @@ EMITTER(PAD, emit_kir_op(c, in))
 EMITTER(PAD_BWD, emit_pad_bwd(c, in))
 EMITTER(UPSAMPLE, emit_kir_op(c, in))
 EMITTER(UPSAMPLE_BWD, emit_upsample_bwd(c, in))
-EMITTER(CUMSUM, emit_cumsum(c, in))
-EMITTER(ARGMAX, emit_argmax(c, in))
+EMITTER(CUMSUM, emit_kir_op(c, in))
+EMITTER(ARGMAX, emit_kir_op(c, in))
 EMITTER(GATHER, emit_kir_op(c, in))
-EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
+EMITTER(SCATTER_ADD, emit_kir_op(c, in))
 EMITTER(ATTENTION, cg_emit_attention(c, i))   /* attn_c.c */
 EMITTER(ATTENTION_BWD, cg_emit_attention(c, i))
 
@@ -2048,6 +1908,7 @@ void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) { e
 void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
 const char *cg_acc_type(const Inst *in, DType t) { return acc_type_k(NULL, in, t); }
 const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t) { return acc_type_k(k, in, t); }
+const char *cg_sum_type(const Kernels *k, DType t) { return ir_dtype_is_float(t) ? float_acc(k, t) : "uint64_t"; }
 int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
   return lane_reduce(c, in, accv, op, ptr, n);
 }

@@ -48,8 +48,11 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
   r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
-  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname);
+  r->vname = calloc((size_t)k->vars.len + 1, sizeof *r->vname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname && r->vname);
+  for (int v = 0; v < k->vars.len; v++) r->vname[v] = cg_name(c->ns, k->vars.data[v].hint);
   r->omp_min_work = OMP_MIN_WORK;
+  r->serial = -1;
 }
 
 void cg_render_free(CgRender *r) {
@@ -58,18 +61,20 @@ void cg_render_free(CgRender *r) {
   free(r->rowarr);
   free(r->aux);
   free(r->tname);
+  free(r->vname);
 }
 
-/* KE_BIN's operators and their binding (C's: * over + - over < >= over &&). */
-static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&"};
-static const int bin_prec[] = {2, 2, 3, 1, 1, 0};
+/* KE_BIN's operators and their binding (C's: * over + - over < >= > over == over && over ||). */
+static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&", ">", "==", "||"};
+static const int bin_prec[] = {5, 5, 6, 4, 4, 2, 4, 3, 1};
 
 /* x as an operand of a binary operator of binding prec (left or right of it): in
  * parentheses when C would otherwise group it differently (a right operand of the same
- * binding always: a float sum's order is the kernel IR's). */
+ * binding always: a float sum's order is the kernel IR's), and an && inside an || (as
+ * -Wparentheses asks). */
 static void operand(CgRender *r, const KirExpr *x, Buf *b, int prec, int right) {
   int p = x->kind == KE_BIN ? bin_prec[x->bop] : x->kind == KE_SELECT ? -1 : 9;
-  int paren = p < prec || (right && p == prec);
+  int paren = p < prec || (right && p == prec) || (prec == bin_prec[KB_OR] && p == bin_prec[KB_AND]);
   if (paren) cg_puts(b, "(");
   cg_render_expr(r, x, b);
   if (paren) cg_puts(b, ")");
@@ -124,6 +129,18 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     cg_render_expr(r, x->arg[0], b);
     cg_puts(b, "]");
     break;
+  case KE_VAR: cg_puts(b, r->vname[x->var]); break;
+  case KE_CAST:
+  case KE_NOT:
+    if (x->kind == KE_CAST) cg_printf(b, "(%s)", cg_ctype(x->dt));
+    else cg_puts(b, "!");
+    operand(r, x->arg[0], b, 9, 0);
+    break;
+  case KE_ISNAN:
+    cg_puts(b, "isnan(");
+    cg_render_expr(r, x->arg[0], b);
+    cg_puts(b, ")");
+    break;
   }
 }
 
@@ -170,6 +187,30 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
       if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->ops->rowpos, x.s);   /* accumulated after the loop */
       else cg_acc_update(c, s->in, r->accn[s->v], x.s);
       break;
+    case KS_VAR:
+    case KS_SET: {
+      const KirVar *v = &r->k->vars.data[s->var];
+      cg_render_expr(r, s->x, &x);
+      if (s->kind == KS_SET) LINE(c, "%s = %s;\n", r->vname[s->var], x.s);
+      else LINE(c, "%s %s = %s;\n", v->sum ? cg_sum_type(c->k, v->dt) : cg_ctype(v->dt), r->vname[s->var], x.s);
+      break;
+    }
+    case KS_IF:
+      cg_render_expr(r, s->x, &x);
+      LINE(c, "if (%s) {\n", x.s);
+      c->ind += 2;
+      cg_render_block(r, &s->body);
+      c->ind -= 2;
+      LINE(c, "}\n");
+      break;
+    case KS_STOREAT: {
+      Buf at = {0};
+      cg_render_expr(r, s->at, &at);
+      cg_render_expr(r, s->x, &x);
+      LINE(c, "%s[%s] = %s;\n", cg_ref(c, s->v), at.s, x.s);
+      cg_buf_free(&at);
+      break;
+    }
     }
     cg_buf_free(&x);
   }
@@ -247,47 +288,44 @@ void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
 
 void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
 
-/* Every index the loop's body uses (loads and stores), for merging axes. */
-static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) {
+/* Every index the loop's body uses (loads and stores, in the loops and ifs inside it too), for
+ * merging axes: counted (ix NULL) or gathered; whether an expression reads a loop variable
+ * itself (KE_AXIS: the nest's axes are then not merged). */
+static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int *axes) {
   if (x->kind == KE_LOAD) {
-    CHECK(*n < cap);
-    ix[(*n)++] = &x->ix;
+    if (ix) ix[*n] = &x->ix;
+    ++*n;
   }
-  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
+  *axes |= x->kind == KE_AXIS;
+  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, axes);
 }
 
-static int count_loads(const KirExpr *x) {
-  int n = x->kind == KE_LOAD;
-  for (int a = 0; a < x->nargs; a++) n += count_loads(x->arg[a]);
-  return n;
-}
-
-/* Whether x reads a loop variable itself (KE_AXIS): the nest's axes are then not merged. */
-static int uses_axis(const KirExpr *x) {
-  int u = x->kind == KE_AXIS;
-  for (int a = 0; a < x->nargs && !u; a++) u = uses_axis(x->arg[a]);
-  return u;
+static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, int *axes) {
+  for (int j = 0; j < b->len; j++) {
+    const KirStmt *t = b->data[j];
+    if (t->kind == KS_STORE) {
+      if (ix) ix[*n] = &t->ix;
+      ++*n;
+    }
+    if (t->x) gather_expr(t->x, ix, n, axes);
+    if (t->at) gather_expr(t->at, ix, n, axes);
+    gather_block(&t->body, ix, n, axes);
+  }
 }
 
 static void c_space_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
-  int cap = 1, na = 0;
-  for (int j = 0; j < s->body.len; j++) cap += 1 + (s->body.data[j]->x ? count_loads(s->body.data[j]->x) : 0);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)cap);
+  int cap = 0, na = 0, axes = 0;
+  gather_block(&s->body, NULL, &cap, &axes);
+  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
   CHECK(acc);
-  int axes = 0;
-  for (int j = 0; j < s->body.len; j++) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind == KS_STORE) acc[na++] = &t->ix;
-    if (t->x) gather_expr(t->x, acc, &na, cap), axes |= uses_axis(t->x);
-  }
+  gather_block(&s->body, acc, &na, &axes);
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
-  int64_t d[IR_MAX_DIMS], total = 1;
+  int64_t d[IR_MAX_DIMS], total = ir_numel(S);   /* the work: the serial loops' in it too */
   int n = 0;
+  for (int k = 0; k < S->ndim; k++) r->group[k] = -1;
   for (int k = s->from; k < s->to; k++) {
-    total *= S->dims[k];
-    r->group[k] = -1;
     if (S->dims[k] == 1) continue;
     int merge = n > 0 && !axes;
     for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
@@ -405,9 +443,26 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
   }
 }
 
+/* A KIR_SERIAL loop (inside a KIR_SPACE nest): its axis gets a variable of its own, k. */
+static void c_serial_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  int g = r->nvar, ax = s->from;
+  CHECK(r->merged && g < IR_MAX_DIMS && r->serial < 0);
+  snprintf(r->var[g], sizeof r->var[g], "k");
+  r->group[ax] = g, r->last[g] = ax, r->nvar++, r->serial = ax;
+  if (s->marks & KIR_REVERSE) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(s->n - 1));
+  else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)s->n);
+  c->ind += 2;
+  cg_render_block(r, &s->body);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  r->nvar--, r->group[ax] = -1, r->serial = -1;
+}
+
 static void c_loop(CgRender *r, const KirStmt *s) {
   if (s->loop == KIR_SPACE) c_space_loop(r, s);
   else if (s->loop == KIR_ROWS) c_rows_loop(r, s);
+  else if (s->loop == KIR_SERIAL) c_serial_loop(r, s);
   else c_row_loop(r, s);
 }
 
