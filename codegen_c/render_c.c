@@ -289,18 +289,18 @@ void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
 void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
 
 /* Every index the loop's body uses (loads and stores, in the loops and ifs inside it too), for
- * merging axes: counted (ix NULL) or gathered; whether an expression reads a loop variable
- * itself (KE_AXIS: the nest's axes are then not merged). */
-static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int *axes) {
+ * merging axes: counted (ix NULL) or gathered; and the axes whose loop variable an expression
+ * reads itself (KE_AXIS, a bit each: the nest's axes are then not merged). */
+static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, unsigned *axes) {
   if (x->kind == KE_LOAD) {
     if (ix) ix[*n] = &x->ix;
     ++*n;
   }
-  *axes |= x->kind == KE_AXIS;
+  if (x->kind == KE_AXIS) *axes |= 1u << x->axis;
   for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, axes);
 }
 
-static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, int *axes) {
+static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigned *axes) {
   for (int j = 0; j < b->len; j++) {
     const KirStmt *t = b->data[j];
     if (t->kind == KS_STORE) {
@@ -316,11 +316,13 @@ static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, int *ax
 static void c_space_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
-  int cap = 0, na = 0, axes = 0;
-  gather_block(&s->body, NULL, &cap, &axes);
+  int cap = 0, na = 0;
+  unsigned read = 0;
+  gather_block(&s->body, NULL, &cap, &read);
   const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
   CHECK(acc);
-  gather_block(&s->body, acc, &na, &axes);
+  gather_block(&s->body, acc, &na, &read);
+  int axes = (read & (((1u << s->to) - 1) & ~((1u << s->from) - 1))) != 0;   /* of this nest's */
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
   int64_t d[IR_MAX_DIMS], total = ir_numel(S);   /* the work: the serial loops' in it too */
   int n = 0;
