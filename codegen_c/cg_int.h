@@ -94,7 +94,7 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
-/* ---- cg_util.c: emitted C read back as lines (prof_c.c's rewrite; codegen_cuda re-indents a block) ---- */
+/* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 
 typedef struct CgLines {
   const char **s;   /* each line's start (pointers into the text) */
@@ -104,20 +104,11 @@ typedef struct CgLines {
 /* Splits text into lines; free with cg_lines_free. */
 void cg_lines(const char *text, CgLines *l);
 void cg_lines_free(CgLines *l);
-/* Leading spaces of line s[0..n); whether the line without them is exactly word. */
-int cg_line_indent(const char *s, size_t n);
-int cg_line_is(const char *s, size_t n, const char *word);
-/* The last line of the statement starting at line `first` (a `for` header, as the
- * emitters lay it out): its braced block up to the `}` at its indentation when the
- * line ends with '{' (before a trailing comment), else the more-indented lines after it. */
-size_t cg_stmt_last(const CgLines *l, size_t first);
 
 /* ---- prof_c.c ------------------------------------------------------------ */
 
-/* --profile: rewrites the parallel loops (CTC_OMP_FOR) in b's text from `from` on
- * into regions whose threads report their shares to ctc_prof_thread for `site`
- * (C text: "&ctc_prof_forward[3]"); cg_prof_macros defines what they use. */
-void cg_prof_threads(Buf *b, size_t from, const char *site);
+/* --profile: the macros of the regions whose threads report their shares (render_c.c writes
+ * them around a timed kernel's parallel loops). */
 extern const char cg_prof_macros[];
 
 /* ---- emit_ops.c ---------------------------------------------------------- */
@@ -190,6 +181,8 @@ typedef struct CgRenderOps {
   /* an op's parallel loop (cg_par_for / cg_par_end, below) */
   void (*par_for)(CgFunc *c, const char *var, int64_t n, unsigned flags);
   void (*par_end)(CgFunc *c);
+  void (*par_open)(CgFunc *c, unsigned flags);   /* before a parallel statement written as text */
+  void (*par_close)(CgFunc *c);
   void (*axis)(CgRender *r, int k, char *out, size_t cap);   /* KE_AXIS: space axis k's position */
 } CgRenderOps;
 struct CgRender {
@@ -237,9 +230,16 @@ int cg_render_op_c(CgFunc *c, const Inst *in);
  * report their shares); CG_PAR_SIMD, vector lanes too; CG_PAR_GRID, the loop is all the
  * instruction does (what precedes it, declarations every thread may run): a GPU renderer runs
  * it over the grid (CUDA: a grid-stride loop, its trip count in c->grid_trip). */
-enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4 };
+enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4, CG_PAR_REGION = 8 };
 void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags);
 void cg_par_end(CgFunc *c);
+/* A parallel statement an emitter writes itself (a `for` with its own header or a nest of
+ * them; with CG_PAR_REGION a braced block every thread runs, as the GEMM epilogue's):
+ * cg_par_open before it (flags: CG_PAR_OMP, CG_PAR_SIMD, CG_PAR_REGION), cg_par_close after
+ * it, which restores c->ind. C: OpenMP's line before it, or with --profile the region timing
+ * each thread around it (its text indented in the region); CUDA: nothing (one thread's). */
+void cg_par_open(CgFunc *c, unsigned flags);
+void cg_par_close(CgFunc *c);
 
 /* ---- attn_c.c: fused attention (ATTENTION, ATTENTION_BWD) ------------------------ */
 

@@ -447,14 +447,11 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
     }
-    size_t kstart = body.len;
     char site[160];
     snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
-    c.prof_site = timed ? site : NULL;   /* the kernel IR's loops report each thread's share themselves */
+    c.prof_site = timed ? site : NULL;   /* its parallel loops report each thread's share (render_c.c) */
     cg_emit_kernel(&c, k);
     c.prof_site = NULL;
-    /* each OpenMP thread's share of the parallel loops other emitters wrote as text */
-    if (timed) cg_prof_threads(&body, kstart, site);
     if (timed) {
       cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
       c.ind = 2;

@@ -6,8 +6,10 @@
  * compile-time strides (nest() below): adjacent axes that are contiguous for
  * every access are merged, so same-shape elementwise ops become one flat loop.
  * GEMMs and convolutions call cblas (-DCTC_HAVE_CBLAS) or the portable kernels
- * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel; loops
- * that accumulate (+=) are only parallel over disjoint parts of their result.
+ * of kernels.c. Outer loops worth running in parallel are opened through the target's
+ * renderer (cg_par_for, or cg_par_open before a loop written here: C's CTC_OMP_FOR, or with
+ * --profile a region timing each thread); loops that accumulate (+=) are only parallel over
+ * disjoint parts of their result.
  *
  * Gradient primitives: UNSLICE zeroes and scatters; convolutions run over tiles
  * of the batch (emit_conv2d_tiled): CONV2D_BWD_INPUT is a GEMM w^T g into the
@@ -480,9 +482,9 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   for (int k = 0; k < nr; k++) snprintf(rvar[k], 16, "r%d", k);
   int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 256 ? 256 : inner;
   int chunked = column && inner > chunk;
-  int base = c->ind;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
-  if (outer_count > 1 && ir_numel(a) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, outer_count > 1 && ir_numel(a) >= min_work(c) ? CG_PAR_OMP : 0);
+  int base = c->ind;
   for (int k = 0; k < nouter; k++) {
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", kvar[k], kvar[k], (ll)kd[k], kvar[k],
          k == nouter - 1 && !chunked ? " {" : "");
@@ -560,6 +562,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
+  cg_par_close(c);
 }
 
 /* ---- matmul and convolution ------------------------------------------------------ */
@@ -651,17 +654,17 @@ static void emit_matmul_strided(CgFunc *c, const Inst *in) {
     inner *= br.dims[k];
   }
   for (int j = 0; j < 3; j++) index_expr(idx[j], br.ndim, var, acc[j].off, acc[j].st);
-  if (u.M * u.N * u.K >= 32768) {
-    if (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64)
-      LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
-    LINE(c, "CTC_OMP_FOR\n");
-  }
+  int par = u.M * u.N * u.K >= 32768;
+  if (par && (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64))
+    LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)total);
   c->ind += 2;
   LINE(c, "const int64_t %s;\n", split.s);
   matmul_body(c, idx, &u);
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_close(c);
   cg_buf_free(&split);
 }
 
@@ -764,7 +767,7 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
  * and the tile's ys[O, L] (to_tile: ys = images), in parallel over the rows. */
 static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *ymem, const char *ys, int64_t L,
                       int to_tile) {
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
   LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, row o) */\n", (ll)g->O);
   c->ind += 2;
   LINE(c, "const int64_t s = q / %lld, o = q %% %lld;\n", (ll)g->O, (ll)g->O);
@@ -776,6 +779,7 @@ static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *
          (ll)g->ohw, (ll)g->ohw, ct);
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
@@ -833,18 +837,19 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   /* before the GEMMs: unfold the tile's images, copy their output gradients; in
    * parallel over (image, channel) pairs (a channel's rows are unfolded alone) */
   if (!bin) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
     fold_call(c, "im2col", t, in, &one, unfold, col, L);
     c->ind -= 2;
     LINE(c, "}\n");
+    cg_par_close(c);
   }
   if (!fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 1);
   char wg[IDX_CAP + 48], cg[IDX_CAP + 48], yg[IDX_CAP + 48];
   if (g.G > 1) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t grp = 0; grp < %lld; grp++)   /* each group's GEMM whole on one thread */\n", (ll)g.G);
     c->ind += 2;
     snprintf(wg, sizeof wg, "%s + grp * %lld", w, (ll)(g.Og * g.ckk));
@@ -864,17 +869,18 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   else
     LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
          (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
-  if (g.G > 1) c->ind -= 2;
+  if (g.G > 1) cg_par_close(c);
   /* after them: fold the columns into the images (channel by channel, in parallel),
    * copy the outputs to theirs */
   if (bin) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
     fold_call(c, "col2im", t, in, &one, col, unfold, L);
     c->ind -= 2;
     LINE(c, "}\n");
+    cg_par_close(c);
   }
   if (fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 0);
   while (c->ind > base) {
@@ -896,7 +902,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
   snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
            (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
   c->k->dwconv[t] = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
   switch (in->op) {
   case IR_CONV2D: {
     const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
@@ -926,6 +932,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
   }
   }
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
@@ -944,15 +951,14 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in) {
   image_ptr_g(c, yn, sizeof yn, yv, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
   image_ptr_g(c, wg, sizeof wg, wv, 1, 0, g.G, g.Og * g.ckk);
   int par = g.G == 1 && in->op != IR_CONV2D_BWD_WEIGHT && g.N > 1;   /* images in parallel */
-  if (par) {
-    if (t == DT_F32 || t == DT_F64) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
-    LINE(c, "CTC_OMP_FOR\n");
-  }
+  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
   open_batch(c, &g);
   if (in->op == IR_CONV2D) gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
   else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
   else gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
+  cg_par_close(c);
   c->ind = base;
 }
 
@@ -983,9 +989,9 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
   int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, KW = g->KW;
-  int base = c->ind;
   c->k->simd = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
   LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, c, kh) */\n", (ll)(g->O * g->C * g->KH));
   c->ind += 2;
   LINE(c, "const int64_t o = q / %lld, ci = q / %lld %% %lld, kh = q %% %lld;\n", (ll)(g->C * g->KH), (ll)g->KH,
@@ -1020,6 +1026,7 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   LINE(c, "}\n");
   c->ind = base;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* y[n, o, oh, :] = sum over c, kh, kw of w[o, c, kh, kw] x[n, c, oh + kh - ph, kw - pw :]:
@@ -1030,9 +1037,9 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
   int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, O = g->O;
-  int base = c->ind;
   c->k->simd = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
   LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, oh) */\n", (ll)(g->N * g->OH));
   c->ind += 2;
   LINE(c, "const int64_t n = q / %lld, oh = q %% %lld;\n", (ll)g->OH, (ll)g->OH);
@@ -1064,6 +1071,7 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   LINE(c, "  memcpy(%s + ((n * %lld + o) * %lld + oh) * %lld, acc[o], sizeof acc[o]);\n", y, (ll)O, (ll)g->OH, (ll)OW);
   c->ind = base;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
@@ -1776,7 +1784,8 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   c->k->gemm[r->dtype] = 1;
   c->k->simd = 1;
   LINE(c, "ctc_blas_threads_%s();\n", sfx);
-  if ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK) LINE(c, "CTC_OMP_PARALLEL\n");   /* as ctc_matmul splits it */
+  /* a region, as ctc_matmul splits it */
+  cg_par_open(c, CG_PAR_REGION | ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK ? CG_PAR_OMP : 0));
   LINE(c, "{\n");
   c->ind += 2;
   LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
@@ -1794,6 +1803,7 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  cg_par_close(c);
   free(u.local);
   free(u.acc);
 }

@@ -18,9 +18,10 @@
  * runs as two: the elements and the reductions' operands (into `<name>_in[]`)
  * in a CTC_OMP_SIMD loop, then the accumulations in their order (ctc_sum /
  * ctc_max for floats, as emit_reduce). A parallel loop is the C target's
- * par_for (below), shared with the ops that are not kernel IR yet (cg_par_for):
- * OpenMP, or with CgFunc.prof_site (--profile) a region whose threads report
- * their shares: a renderer option, not a rewrite of the text. */
+ * par_for (below), shared with the ops that are not kernel IR (cg_par_for, and
+ * cg_par_open around the loops the GEMM, convolution and reduction emitters
+ * write): OpenMP, or with CgFunc.prof_site (--profile) a region whose threads
+ * report their shares: a renderer option, not a rewrite of the text. */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -243,15 +244,16 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names) {
 
 /* ---- C: loops ---------------------------------------------------------------------------- */
 
-/* ---- C: parallel loops (the kernel IR's and the ops' through cg_par_for) -------------------
- * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD), or with --profile (CgFunc.prof_site) a
- * region whose threads each note the time, run their iterations (`omp for nowait`: the same
- * iterations on the same threads as `omp parallel for`) and report their share (prof_c.c's
- * macros). par_kind: 0 a plain loop, 1 OpenMP, 2 a profiled region. */
+/* ---- C: parallel loops (the kernel IR's, the ops' through cg_par_for and cg_par_open) -------
+ * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD; a region: CTC_OMP_PARALLEL), or with
+ * --profile (CgFunc.prof_site) a region whose threads each note the time, run their
+ * iterations (`omp for nowait`: the same iterations on the same threads as `omp parallel
+ * for`) and report their share (prof_c.c's macros): a renderer option, written here, never a
+ * rewrite of the text. par_kind: 0 a plain statement, 1 OpenMP, 2 a profiled region. */
 
-static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
-  int par = (flags & CG_PAR_OMP) && n > 1, simd = (flags & CG_PAR_SIMD) != 0;
-  int kind = !par ? 0 : c->prof_site ? 2 : 1;
+static void c_par_open(CgFunc *c, unsigned flags) {
+  int region = (flags & CG_PAR_REGION) != 0, simd = (flags & CG_PAR_SIMD) != 0;
+  int kind = !(flags & CG_PAR_OMP) ? 0 : c->prof_site ? 2 : 1;
   CHECK(c->par_depth < (int)sizeof c->par_kind);
   if (simd) c->k->simd = 1;
   if (kind == 2) {
@@ -259,27 +261,37 @@ static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
     LINE(c, "{\n");
     c->ind += 2;
     LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
-    LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+    if (!region) LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
   } else if (kind == 1) {
-    LINE(c, simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  } else if (simd) {
+    LINE(c, region ? "CTC_OMP_PARALLEL\n" : simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
+  } else if (simd && !region) {
     LINE(c, "CTC_OMP_SIMD\n");
   }
-  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
-  c->ind += 2;
   c->par_kind[c->par_depth] = (unsigned char)kind;
   c->par_ind[c->par_depth++] = c->ind;
 }
 
-static void c_par_end(CgFunc *c) {
+static void c_par_close(CgFunc *c) {
   CHECK(c->par_depth > 0);
   int kind = c->par_kind[--c->par_depth];
-  c->ind = c->par_ind[c->par_depth] - 2;
-  LINE(c, "}\n");
+  c->ind = c->par_ind[c->par_depth];
   if (kind != 2) return;
   LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", c->prof_site);
   c->ind -= 2;
   LINE(c, "}\n");
+}
+
+static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  c_par_open(c, (flags & CG_PAR_SIMD) | ((flags & CG_PAR_OMP) && n > 1 ? CG_PAR_OMP : 0));
+  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
+  c->ind += 2;
+}
+
+static void c_par_end(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  c->ind = c->par_ind[c->par_depth - 1];
+  LINE(c, "}\n");
+  c_par_close(c);
 }
 
 void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
@@ -287,6 +299,10 @@ void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
 }
 
 void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
+
+void cg_par_open(CgFunc *c, unsigned flags) { (c->target ? c->target : &cg_render_c)->par_open(c, flags); }
+
+void cg_par_close(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_close(c); }
 
 /* Every index the loop's body uses (loads and stores, in the loops and ifs inside it too), for
  * merging axes: counted (ix NULL) or gathered; and the axes whose loop variable an expression
@@ -512,7 +528,8 @@ static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, 
 
 const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
                                  .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",
-                                 .par_for = c_par_for, .par_end = c_par_end, .axis = c_axis};
+                                 .par_for = c_par_for, .par_end = c_par_end, .par_open = c_par_open,
+                                 .par_close = c_par_close, .axis = c_axis};
 
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   CgRender r;

@@ -316,6 +316,19 @@ static void cu_par_end(CgFunc *c) {
   cg_puts(c->out, "}\n");
 }
 
+/* A parallel statement an emitter writes as text: one thread's here (nothing around it). */
+static void cu_par_open(CgFunc *c, unsigned flags) {
+  (void)flags;
+  CHECK(c->par_depth < (int)sizeof c->par_kind);
+  c->par_kind[c->par_depth] = 0;
+  c->par_ind[c->par_depth++] = c->ind;
+}
+
+static void cu_par_close(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  c->ind = c->par_ind[--c->par_depth];
+}
+
 /* KE_AXIS: axis k's position from the flat element ctc_i, or a KIR_SERIAL loop's ctc_k. */
 static void cu_axis(CgRender *r, int k, char *out, size_t cap) {
   int64_t st[IR_MAX_DIMS] = {0};
@@ -329,7 +342,8 @@ static void cu_axis(CgRender *r, int k, char *out, size_t cap) {
 /* The C target's table (render_c.c) with what a GPU does differently. */
 static const CgRenderOps cuda_render = {.names = cu_names, .loop = cu_loop, .index = cu_index, .store = cu_store,
                                         .rowbuf_decl = cu_rowbuf_decl, .acc_done = cu_acc_done, .rowpos = "ctc_k",
-                                        .par_for = cu_par_for, .par_end = cu_par_end, .axis = cu_axis};
+                                        .par_for = cu_par_for, .par_end = cu_par_end, .par_open = cu_par_open,
+                                        .par_close = cu_par_close, .axis = cu_axis};
 
 /* Kernel k (kn: KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) as a __global__ function and its launch. */
 void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
