@@ -65,6 +65,8 @@ void cg_ident(char *buf, size_t cap, const char *s);
 typedef struct Kernels {
   unsigned char float_acc;          /* --freestanding: f32 sums accumulate in float, not double (a
                                        single-precision FPU, as a Cortex-M4's, has no double arithmetic) */
+  unsigned char freestanding;       /* --freestanding: the helpers written without their OpenMP, OpenBLAS
+                                       and x86 SIMD branches (kernels.c's Part), as options of the writer */
   unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt>; f32/f64: ctc_gemm_block_<dt>, ctc_matmul_block_<dt> */
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
@@ -252,10 +254,6 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels'
 /* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
  * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
 int cg_fs_refuse(const Program *p, const CgOptions *opt);
-/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS, __AVX512F__, __AVX2__ and CTC_GEMM_AVX512_/AVX2_* as undefined (their
- * directives and dead branches go): the portable GEMM (NEON's on aarch64), no OpenMP or x86 intrinsics. Other
- * conditionals stay. */
-void cg_fs_preprocess(Buf *b);
 /* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
  * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it
  * calls to math, space-separated. 0, or -1 after printing the first call that is not allowed. */

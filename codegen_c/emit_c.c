@@ -1048,6 +1048,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   memset(&g, 0, sizeof g);
   g.opt = *opt;
   g.k.float_acc = (unsigned char)(opt->freestanding != 0);   /* float-only code for single-precision FPUs */
+  g.k.freestanding = (unsigned char)(opt->freestanding != 0);
   g.p = p;
   g.mp = plan;
   g.sched = sched;
@@ -1099,11 +1100,8 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   cg_emit_kernels(&kern, &g.k);
   Buf all = {0}, math = {0}, pro = {0};   /* --freestanding: the calls the text makes, its prologue */
   if (opt->freestanding) {
-    Buf *parts[] = {&kern, &data, &init, &entries};
-    for (int i = 0; i < 4; i++) {
-      cg_fs_preprocess(parts[i]);   /* no OpenMP or BLAS branches */
-      cg_puts(&all, parts[i]->s ? parts[i]->s : "");
-    }
+    Buf *parts[] = {&kern, &data, &init, &entries};   /* written without OpenMP or BLAS branches */
+    for (int i = 0; i < 4; i++) cg_puts(&all, parts[i]->s ? parts[i]->s : "");
     rc = cg_fs_scan(all.s ? all.s : "", opt, &math);
     cg_fs_prologue(&pro, h_name, math.s ? math.s : "", opt);
   }
