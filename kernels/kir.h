@@ -16,7 +16,10 @@
  * element, then each instruction a local or a store) and KN_ROW (a KIR_ROWS
  * loop over the rows, per row the per-row values, accumulator inits and one
  * KIR_ROW loop over the row's elements per phase, then the reductions'
- * results). Arena-allocated (kir_build's arena), no globals. */
+ * results); for data-movement instructions by kir_build_op (kir_ops.c): a KIR_SPACE loop
+ * over the result (pad, gather, upsample), or over the fibers along an axis with KIR_SERIAL
+ * loops along it and variables carried there (cumsum, argmax, scatter_add). Arena-allocated
+ * (kir_build's arena), no globals. */
 #ifndef CTC_KIR_H
 #define CTC_KIR_H
 
