@@ -263,8 +263,9 @@ def test_data_movement_kernel_ir_rendered_by_both_targets(tmp_path):
 
 
 # Scans, arg-reductions and scatters along an axis (a thread per fiber): floats and integers,
-# forward and reversed (the VJP of a cumsum), NaNs and ties for argmax/argmin, and a
-# scatter-add whose src covers only some fibers, into a base broadcast along the batch.
+# forward and reversed (the VJP of a cumsum), NaNs and ties for argmax/argmin, a scatter-add
+# whose src covers only some fibers, into a base broadcast along the batch, and 1-D operands
+# (a single fiber).
 ALONG = """
 import torch
 import torch.nn as nn
@@ -283,7 +284,7 @@ class Net(nn.Module):
         b = torch.argmin(x, dim=0, keepdim=True)
         c = torch.argmax(n, dim=1)
         e = self.b.expand(4, 7, 5).scatter_add(1, i, s)
-        return y, r, z, a, b, c, e
+        return y, r, z, a, b, c, e, x.argmax(), torch.cumsum(s.reshape(-1), 0)   # no fiber axes: one fiber
 """
 
 
@@ -323,7 +324,7 @@ def test_along_an_axis_values_match_torch(tmp_path):
     with torch.no_grad():
         want = [t.numpy() for t in model(*map(torch.from_numpy, along_inputs()))]
     got = run_forward(str(tmp_path), str(p), model, along_inputs(), ALONG_SPECS)
-    assert len(got) == len(want) == 7
+    assert len(got) == len(want) == 9
     for k, (g, w) in enumerate(zip(got, want)):
         same(f"output {k}", g, w)
 
@@ -336,7 +337,7 @@ def test_along_an_axis_emulated_cuda_matches_torch(tmp_path, rt_objects):
     cu, exe = emulated(tmp_path, str(p), ALONG_SPECS, rt_objects)
     code = cu.read_text()
     assert "one thread:" not in code, code
-    assert len(re.findall(r"/\* its kernel IR: a thread per fiber along axis \d \(grid-stride\) \*/", code)) == 7, code
+    assert len(re.findall(r"/\* its kernel IR: a thread per fiber along axis \d \(grid-stride\) \*/", code)) == 9, code
     torch.manual_seed(0)
     model = load_module(str(p), "kir_along_cuda").Net()
     ins = along_inputs()
