@@ -365,3 +365,50 @@ def test_along_an_axis_nvcc_compiles_clean(tmp_path):
     run([CTC, "compile", str(p), "--target", "cuda", "-o", cu, *ALONG_SPECS])
     run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-Werror", "all-warnings",
          "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"], timeout=600)
+
+
+# A convolution, a GEMM with an epilogue, a column sum and a scan, large enough for threads.
+THREADED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(512, 256)
+
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        z = torch.tanh(self.fc(h.flatten(1)))
+        return z.sum(0), torch.cumsum(z, dim=1)
+"""
+
+
+def entry_body(code):
+    return code[code.index("int net_forward(net_t *m"):]
+
+
+def test_profile_regions_of_every_parallel_loop_are_the_renderers(tmp_path):
+    """--profile: every parallel loop of the entry, the kernel IR's and those the convolution,
+    GEMM and reduction emitters write (opened through cg_par_open), is a region reporting each
+    thread's share, written by the C renderer; the plain build has OpenMP's line at each of
+    them, and the GEMM epilogue's block every thread runs is a region without `omp for`."""
+    opts = ["--input", "x=f32[64,3,8,8]"]
+    compile_to(tmp_path, THREADED, "plain.c", *opts)
+    compile_to(tmp_path, THREADED, "prof.c", *opts, "--profile")
+    plain, prof = entry_body((tmp_path / "plain.c").read_text()), entry_body((tmp_path / "prof.c").read_text())
+    omp = re.findall(r"^ *(CTC_OMP_FOR|CTC_OMP_FOR_SIMD|CTC_OMP_PARALLEL)$", plain, re.M)
+    assert len(omp) >= 4 and {"CTC_OMP_FOR", "CTC_OMP_PARALLEL"} <= set(omp), omp
+    assert len(re.findall(r"^ *CTC_PROF_PARALLEL$", prof, re.M)) == len(omp), prof
+    assert len(re.findall(r"ctc_prof_thread\(m->prof, &ctc_prof_forward\[\d+\], ctc_prof_thread_num\(\), ctc_thread_t0\);", prof)) == len(omp)
+    assert not re.search(r"^ *(CTC_OMP_FOR|CTC_OMP_FOR_SIMD|CTC_OMP_PARALLEL)$", prof, re.M), prof
+    # the im2col loop over (image, channel), and the GEMM epilogue's region
+    assert re.search(r"CTC_PROF_PARALLEL\n +\{\n +const double ctc_thread_t0 = ctc_prof_now\(\);\n +CTC_PROF_FOR\n"
+                     r" +for \(int64_t q = 0; q < ns \* 3; q\+\+\) \{   /\* \(image s, channel ci\) \*/\n", prof), prof
+    assert re.search(r"CTC_PROF_PARALLEL\n +\{\n +const double ctc_thread_t0 = ctc_prof_now\(\);\n +\{\n"
+                     r" +int64_t r0, r1, c0, c1;", prof), prof
+    for name in ("plain.c", "prof.c"):
+        run(["gcc", "-std=c11", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I", RT, tmp_path / name])
