@@ -54,6 +54,7 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   for (int v = 0; v < k->vars.len; v++) r->vname[v] = cg_name(c->ns, k->vars.data[v].hint);
   r->omp_min_work = OMP_MIN_WORK;
   r->serial = -1;
+  r->space_to = k->space.ndim;
 }
 
 void cg_render_free(CgRender *r) {

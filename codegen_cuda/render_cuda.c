@@ -182,10 +182,11 @@ static void cu_loop(CgRender *r, const KirStmt *s) {
     if (s->marks & KIR_REVERSE) cg_printf(c->out, "for (int64_t ctc_k = %lld; ctc_k >= 0; ctc_k--) {\n", (ll)(s->n - 1));
     else cg_printf(c->out, "for (int64_t ctc_k = 0; ctc_k < %lld; ctc_k++) {\n", (ll)s->n);
     r->serial = s->from;
-  } else if (s->loop == KIR_SPACE)
+  } else if (s->loop == KIR_SPACE) {   /* the flat elements of its axes (all of them, or the fibers') */
     cg_printf(c->out, "for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
-                      " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)space_count(S, s->to)), r->space_to = s->to;
-  else if (s->loop == KIR_ROWS)
+                      " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)space_count(S, s->to));
+    r->space_to = s->to;
+  } else if (s->loop == KIR_ROWS)
     cg_printf(c->out, "for (int64_t ctc_row = blockIdx.x; ctc_row < %lld; ctc_row += gridDim.x) {\n",
               (ll)(L ? ir_numel(S) / L : 0));
   else if (r->anybuf)
