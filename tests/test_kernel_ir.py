@@ -412,3 +412,25 @@ def test_profile_regions_of_every_parallel_loop_are_the_renderers(tmp_path):
                      r" +int64_t r0, r1, c0, c1;", prof), prof
     for name in ("plain.c", "prof.c"):
         run(["gcc", "-std=c11", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I", RT, tmp_path / name])
+
+
+def test_scatter_add_kernel_ir(tmp_path):
+    """scatter_add: a thread per fiber of the result along the axis, which first copies the
+    base's fiber, then, where src has that fiber, adds src's elements at their indices in
+    order (a store at a computed offset)."""
+    p = tmp_path / "along.py"
+    p.write_text(ALONG)
+    kir = run([CTC, "compile", str(p), *ALONG_SPECS, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: scatter_add over f32\[4,5,7\]\n    loop space over i0<4 i1<5 parallel\n"
+                     r"      loop serial over i2<7\n        store %e\.\d+\[i0\*35 \+ i1 \+ i2\*5\] = load %\w+\.\d+\[i0\*35 \+ i1 \+ i2\*5\]\n"
+                     r"      if \(i1 < 2\)\n        loop serial over i2<3\n"
+                     r"          var \$ix = load %i\.\d+\[i0\*6 \+ i1 \+ i2\*2\]\n"
+                     r"          store %e\.\d+\[\(\(\(i0 \* 35\) \+ i1\) \+ \(\$ix \* 5\)\)\] = \(load %e\.\d+\[", kir, re.M), kir
+    compile_to(tmp_path, ALONG, "m.c", *ALONG_SPECS)
+    compile_to(tmp_path, ALONG, "m.cu", *ALONG_SPECS, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    # C: the fibers' loops i0, i1 (the if reads i1 itself: not merged); CUDA: ctc_i's coordinates
+    assert re.search(r"if \(i1 < 2\) \{\n +for \(int64_t k = 0; k < 3; k\+\+\) \{\n +int64_t ix\w* = i\w*\[i0 \* 6 \+ i1 \+ k \* 2\];\n"
+                     r" +e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] = e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] \+ s\w*\[i0 \* 6 \+ i1 \+ k \* 2\];", c), c
+    assert re.search(r"if \(\(ctc_i % 5\) < 2\) \{\n +for \(int64_t ctc_k = 0; ctc_k < 3; ctc_k\+\+\) \{\n"
+                     r" +int64_t ix\w* = i\w*\[\(ctc_i / 5\) \* 6 \+ \(ctc_i % 5\) \+ ctc_k \* 2\];", cu), cu
