@@ -917,7 +917,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
                "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
   if ((k->gemm[DT_F32] || k->gemm[DT_F64]) && fs)
-    cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n#define CTC_OMP_PARALLEL\n\n");
+    cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n"
+               "#define CTC_OMP_PARALLEL\n\n");
   else if (k->gemm[DT_F32] || k->gemm[DT_F64])
     cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n"
                "#ifdef _OPENMP\n#define CTC_OMP_PARALLEL _Pragma(\"omp parallel\")\n"

@@ -179,7 +179,8 @@ static void cu_loop(CgRender *r, const KirStmt *s) {
   int64_t L = r->k->rowlen;
   cu_line(r);
   if (s->loop == KIR_SERIAL) {   /* this thread's fiber along the axis */
-    if (s->marks & KIR_REVERSE) cg_printf(c->out, "for (int64_t ctc_k = %lld; ctc_k >= 0; ctc_k--) {\n", (ll)(s->n - 1));
+    if (s->marks & KIR_REVERSE)
+      cg_printf(c->out, "for (int64_t ctc_k = %lld; ctc_k >= 0; ctc_k--) {\n", (ll)(s->n - 1));
     else cg_printf(c->out, "for (int64_t ctc_k = 0; ctc_k < %lld; ctc_k++) {\n", (ll)s->n);
     r->serial = s->from;
   } else if (s->loop == KIR_SPACE) {   /* the flat elements of its axes (all of them, or the fibers') */
