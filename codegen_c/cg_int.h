@@ -65,6 +65,8 @@ void cg_ident(char *buf, size_t cap, const char *s);
 typedef struct Kernels {
   unsigned char float_acc;          /* --freestanding: f32 sums accumulate in float, not double (a
                                        single-precision FPU, as a Cortex-M4's, has no double arithmetic) */
+  unsigned char freestanding;       /* --freestanding: the helpers written without their OpenMP, OpenBLAS
+                                       and x86 SIMD branches (kernels.c's Part), as options of the writer */
   unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt>; f32/f64: ctc_gemm_block_<dt>, ctc_matmul_block_<dt> */
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
@@ -94,7 +96,7 @@ const char *cg_dt_suffix(DType t);  /* "f32" ... */
 void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
                     const char **sname);
 
-/* ---- cg_util.c: emitted C read back as lines (prof_c.c's rewrite; codegen_cuda re-indents a block) ---- */
+/* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 
 typedef struct CgLines {
   const char **s;   /* each line's start (pointers into the text) */
@@ -104,20 +106,11 @@ typedef struct CgLines {
 /* Splits text into lines; free with cg_lines_free. */
 void cg_lines(const char *text, CgLines *l);
 void cg_lines_free(CgLines *l);
-/* Leading spaces of line s[0..n); whether the line without them is exactly word. */
-int cg_line_indent(const char *s, size_t n);
-int cg_line_is(const char *s, size_t n, const char *word);
-/* The last line of the statement starting at line `first` (a `for` header, as the
- * emitters lay it out): its braced block up to the `}` at its indentation when the
- * line ends with '{' (before a trailing comment), else the more-indented lines after it. */
-size_t cg_stmt_last(const CgLines *l, size_t first);
 
 /* ---- prof_c.c ------------------------------------------------------------ */
 
-/* --profile: rewrites the parallel loops (CTC_OMP_FOR) in b's text from `from` on
- * into regions whose threads report their shares to ctc_prof_thread for `site`
- * (C text: "&ctc_prof_forward[3]"); cg_prof_macros defines what they use. */
-void cg_prof_threads(Buf *b, size_t from, const char *site);
+/* --profile: the macros of the regions whose threads report their shares (render_c.c writes
+ * them around a timed kernel's parallel loops). */
 extern const char cg_prof_macros[];
 
 /* ---- emit_ops.c ---------------------------------------------------------- */
@@ -190,6 +183,8 @@ typedef struct CgRenderOps {
   /* an op's parallel loop (cg_par_for / cg_par_end, below) */
   void (*par_for)(CgFunc *c, const char *var, int64_t n, unsigned flags);
   void (*par_end)(CgFunc *c);
+  void (*par_open)(CgFunc *c, unsigned flags);   /* before a parallel statement written as text */
+  void (*par_close)(CgFunc *c);
   void (*axis)(CgRender *r, int k, char *out, size_t cap);   /* KE_AXIS: space axis k's position */
 } CgRenderOps;
 struct CgRender {
@@ -199,6 +194,7 @@ struct CgRender {
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
   const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
+  const char **vname;        /* per variable of the kernel IR (Kir.vars): its name */
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
   void (*call)(CgRender *r, const KirStmt *s);   /* a KS_CALL (C: cg_render_call_c; CUDA: none yet) */
@@ -210,6 +206,8 @@ struct CgRender {
   int block;                 /* CUDA: threads per row block */
   int64_t per;               /* CUDA: elements of a row per thread */
   int anybuf;                /* CUDA: some value has a per-row array */
+  int serial;                /* the axis of the KIR_SERIAL loop open, -1 none */
+  int space_to;              /* CUDA: the axes [0, space_to) of the KIR_SPACE loop open */
 };
 extern const CgRenderOps cg_render_c;
 void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k);
@@ -222,7 +220,8 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names);
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn);
 /* The tables of a kernel IR (Kir.tables), named and declared `static const` at c->ind. */
 void cg_render_tables(CgRender *r);
-/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample) as C loops into c->out:
+/* Instruction in's kernel IR (kir_build_op: pad, gather, upsample, cumsum, argmax,
+ * scatter_add) as C loops into c->out:
  * 0, or -1 when it has none. */
 int cg_render_op_c(CgFunc *c, const Inst *in);
 
@@ -233,9 +232,16 @@ int cg_render_op_c(CgFunc *c, const Inst *in);
  * report their shares); CG_PAR_SIMD, vector lanes too; CG_PAR_GRID, the loop is all the
  * instruction does (what precedes it, declarations every thread may run): a GPU renderer runs
  * it over the grid (CUDA: a grid-stride loop, its trip count in c->grid_trip). */
-enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4 };
+enum { CG_PAR_OMP = 1, CG_PAR_SIMD = 2, CG_PAR_GRID = 4, CG_PAR_REGION = 8 };
 void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags);
 void cg_par_end(CgFunc *c);
+/* A parallel statement an emitter writes itself (a `for` with its own header or a nest of
+ * them; with CG_PAR_REGION a braced block every thread runs, as the GEMM epilogue's):
+ * cg_par_open before it (flags: CG_PAR_OMP, CG_PAR_SIMD, CG_PAR_REGION), cg_par_close after
+ * it, which restores c->ind. C: OpenMP's line before it, or with --profile the region timing
+ * each thread around it (its text indented in the region); CUDA: nothing (one thread's). */
+void cg_par_open(CgFunc *c, unsigned flags);
+void cg_par_close(CgFunc *c);
 
 /* ---- attn_c.c: fused attention (ATTENTION, ATTENTION_BWD) ------------------------ */
 
@@ -248,10 +254,6 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels'
 /* -1 after printing why p cannot be emitted freestanding with opt (profiling, anomaly checks,
  * a distributed build; with embedded weights, an entry that updates parameters), else 0. */
 int cg_fs_refuse(const Program *p, const CgOptions *opt);
-/* Resolves, in b, the conditionals on _OPENMP, CTC_HAVE_CBLAS, __AVX512F__, __AVX2__ and CTC_GEMM_AVX512_/AVX2_* as undefined (their
- * directives and dead branches go): the portable GEMM (NEON's on aarch64), no OpenMP or x86 intrinsics. Other
- * conditionals stay. */
-void cg_fs_preprocess(Buf *b);
 /* Checks that text (the file without its prologue) calls only functions it defines, memcpy and
  * the like, and libm's (with opt->no_libm: those ctc implements); appends the libm functions it
  * calls to math, space-separated. 0, or -1 after printing the first call that is not allowed. */
@@ -324,6 +326,7 @@ void cg_comment(CgFunc *c, const Inst *in);
 /* A reduction's accumulator type, initial value and update statement (acc_*). */
 const char *cg_acc_type(const Inst *in, DType t);
 const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t);   /* with k's float_acc */
+const char *cg_sum_type(const Kernels *k, DType t);   /* the type sums of t accumulate in (KirVar.sum) */
 const char *cg_acc_init(const Inst *in, DType t);
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
 /* A float reduction of the contiguous row ptr[0..n) through ctc_sum/ctc_max (lane_reduce);

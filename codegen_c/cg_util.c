@@ -352,36 +352,3 @@ void cg_lines_free(CgLines *l) {
   free(l->n);
   memset(l, 0, sizeof *l);
 }
-
-int cg_line_indent(const char *s, size_t n) {
-  int i = 0;
-  while ((size_t)i < n && s[i] == ' ') i++;
-  return i;
-}
-
-int cg_line_is(const char *s, size_t n, const char *word) {
-  int i = cg_line_indent(s, n);
-  size_t w = strlen(word);
-  return n - (size_t)i == w && !memcmp(s + i, word, w);
-}
-
-size_t cg_stmt_last(const CgLines *l, size_t first) {
-  const char *f = l->s[first];
-  size_t e = l->n[first], last = first;
-  int ind = cg_line_indent(f, e);
-  if (e >= 2 && f[e - 1] == '/' && f[e - 2] == '*')   /* a trailing comment */
-    for (size_t q = 0; q + 1 < e; q++)
-      if (f[q] == '/' && f[q + 1] == '*') {
-        e = q;
-        break;
-      }
-  while (e > 0 && f[e - 1] == ' ') e--;
-  if (e > 0 && f[e - 1] == '{') {
-    while (last + 1 < l->len && !(cg_line_indent(l->s[last], l->n[last]) == ind && l->n[last] > (size_t)ind &&
-                                  l->s[last][ind] == '}'))
-      last++;
-  } else {
-    while (last + 1 < l->len && l->n[last + 1] > 0 && cg_line_indent(l->s[last + 1], l->n[last + 1]) > ind) last++;
-  }
-  return last;
-}

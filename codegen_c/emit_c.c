@@ -447,14 +447,11 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
       c.ind = 4;
     }
-    size_t kstart = body.len;
     char site[160];
     snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
-    c.prof_site = timed ? site : NULL;   /* the kernel IR's loops report each thread's share themselves */
+    c.prof_site = timed ? site : NULL;   /* its parallel loops report each thread's share (render_c.c) */
     cg_emit_kernel(&c, k);
     c.prof_site = NULL;
-    /* each OpenMP thread's share of the parallel loops other emitters wrote as text */
-    if (timed) cg_prof_threads(&body, kstart, site);
     if (timed) {
       cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
       c.ind = 2;
@@ -1065,6 +1062,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   memset(&g, 0, sizeof g);
   g.opt = *opt;
   g.k.float_acc = (unsigned char)(opt->freestanding != 0);   /* float-only code for single-precision FPUs */
+  g.k.freestanding = (unsigned char)(opt->freestanding != 0);
   g.p = p;
   g.mp = plan;
   g.sched = sched;
@@ -1116,11 +1114,8 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   cg_emit_kernels(&kern, &g.k);
   Buf all = {0}, math = {0}, pro = {0};   /* --freestanding: the calls the text makes, its prologue */
   if (opt->freestanding) {
-    Buf *parts[] = {&kern, &data, &init, &entries};
-    for (int i = 0; i < 4; i++) {
-      cg_fs_preprocess(parts[i]);   /* no OpenMP or BLAS branches */
-      cg_puts(&all, parts[i]->s ? parts[i]->s : "");
-    }
+    Buf *parts[] = {&kern, &data, &init, &entries};   /* written without OpenMP or BLAS branches */
+    for (int i = 0; i < 4; i++) cg_puts(&all, parts[i]->s ? parts[i]->s : "");
     rc = cg_fs_scan(all.s ? all.s : "", opt, &math);
     cg_fs_prologue(&pro, h_name, math.s ? math.s : "", opt);
   }

@@ -6,8 +6,10 @@
  * compile-time strides (nest() below): adjacent axes that are contiguous for
  * every access are merged, so same-shape elementwise ops become one flat loop.
  * GEMMs and convolutions call cblas (-DCTC_HAVE_CBLAS) or the portable kernels
- * of kernels.c. CTC_OMP_FOR marks outer loops worth running in parallel; loops
- * that accumulate (+=) are only parallel over disjoint parts of their result.
+ * of kernels.c. Outer loops worth running in parallel are opened through the target's
+ * renderer (cg_par_for, or cg_par_open before a loop written here: C's CTC_OMP_FOR, or with
+ * --profile a region timing each thread); loops that accumulate (+=) are only parallel over
+ * disjoint parts of their result.
  *
  * Gradient primitives: UNSLICE zeroes and scatters; convolutions run over tiles
  * of the batch (emit_conv2d_tiled): CONV2D_BWD_INPUT is a GEMM w^T g into the
@@ -504,9 +506,9 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   for (int k = 0; k < nr; k++) snprintf(rvar[k], 16, "r%d", k);
   int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 256 ? 256 : inner;
   int chunked = column && inner > chunk;
-  int base = c->ind;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
-  if (outer_count > 1 && ir_numel(a) >= min_work(c)) LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, outer_count > 1 && ir_numel(a) >= min_work(c) ? CG_PAR_OMP : 0);
+  int base = c->ind;
   for (int k = 0; k < nouter; k++) {
     LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", kvar[k], kvar[k], (ll)kd[k], kvar[k],
          k == nouter - 1 && !chunked ? " {" : "");
@@ -584,6 +586,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
+  cg_par_close(c);
 }
 
 /* ---- matmul and convolution ------------------------------------------------------ */
@@ -675,17 +678,17 @@ static void emit_matmul_strided(CgFunc *c, const Inst *in) {
     inner *= br.dims[k];
   }
   for (int j = 0; j < 3; j++) index_expr(idx[j], br.ndim, var, acc[j].off, acc[j].st);
-  if (u.M * u.N * u.K >= 32768) {
-    if (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64)
-      LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
-    LINE(c, "CTC_OMP_FOR\n");
-  }
+  int par = u.M * u.N * u.K >= 32768;
+  if (par && (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64))
+    LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)total);
   c->ind += 2;
   LINE(c, "const int64_t %s;\n", split.s);
   matmul_body(c, idx, &u);
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_close(c);
   cg_buf_free(&split);
 }
 
@@ -788,7 +791,7 @@ static void close_batch(CgFunc *c, const ConvGeom *g) {
  * and the tile's ys[O, L] (to_tile: ys = images), in parallel over the rows. */
 static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *ymem, const char *ys, int64_t L,
                       int to_tile) {
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
   LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, row o) */\n", (ll)g->O);
   c->ind += 2;
   LINE(c, "const int64_t s = q / %lld, o = q %% %lld;\n", (ll)g->O, (ll)g->O);
@@ -800,6 +803,7 @@ static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *
          (ll)g->ohw, (ll)g->ohw, ct);
   c->ind -= 2;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
@@ -857,18 +861,19 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   /* before the GEMMs: unfold the tile's images, copy their output gradients; in
    * parallel over (image, channel) pairs (a channel's rows are unfolded alone) */
   if (!bin) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
     fold_call(c, "im2col", t, in, &one, unfold, col, L);
     c->ind -= 2;
     LINE(c, "}\n");
+    cg_par_close(c);
   }
   if (!fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 1);
   char wg[IDX_CAP + 48], cg[IDX_CAP + 48], yg[IDX_CAP + 48];
   if (g.G > 1) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t grp = 0; grp < %lld; grp++)   /* each group's GEMM whole on one thread */\n", (ll)g.G);
     c->ind += 2;
     snprintf(wg, sizeof wg, "%s + grp * %lld", w, (ll)(g.Og * g.ckk));
@@ -888,17 +893,18 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   else
     LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
          (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
-  if (g.G > 1) c->ind -= 2;
+  if (g.G > 1) cg_par_close(c);
   /* after them: fold the columns into the images (channel by channel, in parallel),
    * copy the outputs to theirs */
   if (bin) {
-    LINE(c, "CTC_OMP_FOR\n");
+    cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
     fold_call(c, "col2im", t, in, &one, col, unfold, L);
     c->ind -= 2;
     LINE(c, "}\n");
+    cg_par_close(c);
   }
   if (fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 0);
   while (c->ind > base) {
@@ -920,7 +926,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
   snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
            (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
   c->k->dwconv[t] = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
   switch (in->op) {
   case IR_CONV2D: {
     const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
@@ -950,6 +956,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
   }
   }
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
@@ -968,15 +975,14 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in) {
   image_ptr_g(c, yn, sizeof yn, yv, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
   image_ptr_g(c, wg, sizeof wg, wv, 1, 0, g.G, g.Og * g.ckk);
   int par = g.G == 1 && in->op != IR_CONV2D_BWD_WEIGHT && g.N > 1;   /* images in parallel */
-  if (par) {
-    if (t == DT_F32 || t == DT_F64) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
-    LINE(c, "CTC_OMP_FOR\n");
-  }
+  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
   open_batch(c, &g);
   if (in->op == IR_CONV2D) gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
   else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
   else gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
+  cg_par_close(c);
   c->ind = base;
 }
 
@@ -1007,9 +1013,9 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
   int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, KW = g->KW;
-  int base = c->ind;
   c->k->simd = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
   LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, c, kh) */\n", (ll)(g->O * g->C * g->KH));
   c->ind += 2;
   LINE(c, "const int64_t o = q / %lld, ci = q / %lld %% %lld, kh = q %% %lld;\n", (ll)(g->C * g->KH), (ll)g->KH,
@@ -1044,6 +1050,7 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   LINE(c, "}\n");
   c->ind = base;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 /* y[n, o, oh, :] = sum over c, kh, kw of w[o, c, kh, kw] x[n, c, oh + kh - ph, kw - pw :]:
@@ -1054,9 +1061,9 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
   int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, O = g->O;
-  int base = c->ind;
   c->k->simd = 1;
-  LINE(c, "CTC_OMP_FOR\n");
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
   LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, oh) */\n", (ll)(g->N * g->OH));
   c->ind += 2;
   LINE(c, "const int64_t n = q / %lld, oh = q %% %lld;\n", (ll)g->OH, (ll)g->OH);
@@ -1088,6 +1095,7 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   LINE(c, "  memcpy(%s + ((n * %lld + o) * %lld + oh) * %lld, acc[o], sizeof acc[o]);\n", y, (ll)O, (ll)g->OH, (ll)OW);
   c->ind = base;
   LINE(c, "}\n");
+  cg_par_close(c);
 }
 
 static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
@@ -1572,147 +1580,6 @@ static void emit_upsample_bwd(CgFunc *c, const Inst *in) {
   free(lh);
 }
 
-/* ---- scans, gathers and arg-reductions ------------------------------------------------ */
-
-/* The axes of t around `axis`: outer = product of dims before, n = its size,
- * inner = product of dims after (the axis' stride). */
-static void around(const Type *t, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
-  *outer = *inner = 1;
-  for (int k = 0; k < axis; k++) *outer *= t->dims[k];
-  for (int k = axis + 1; k < t->ndim; k++) *inner *= t->dims[k];
-  *n = t->dims[axis];
-}
-
-/* The loops over (o, i) of a scan or arg-reduction along an axis; returns the base indent. */
-static int open_lines(CgFunc *c, int64_t outer, int64_t inner, int64_t work) {
-  int base = c->ind;
-  cg_par_for(c, "o", outer, CG_PAR_GRID | (work >= min_work(c) ? CG_PAR_OMP : 0));
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)inner);
-  c->ind += 2;
-  return base;
-}
-
-static void close_lines(CgFunc *c, int base) {
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_par_end(c);
-  c->ind = base;
-}
-
-/* Running sums along the axis (from its end when attr[1]); floats accumulate in
- * double as PyTorch's CPU kernel does, integers in wrapping uint64_t. */
-static void emit_cumsum(CgFunc *c, const Inst *in) {
-  const Type *r = ty(c, in->res);
-  int64_t outer, n, inner;
-  around(r, (int)in->attr[0], &outer, &n, &inner);
-  int fl = ir_dtype_is_float(r->dtype);
-  Buf x = {0};
-  load(c, &x, in->args[0], "at");
-  int base = open_lines(c, outer, inner, ir_numel(r));
-  LINE(c, "%s acc = 0;\n", fl ? float_acc(c->k, r->dtype) : "uint64_t");
-  if (in->attr[1]) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(n - 1));
-  else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
-  LINE(c, "  const int64_t at = (o * %lld + k) * %lld + i;\n", (ll)n, (ll)inner);
-  LINE(c, "  acc += %s%s;\n", fl ? "" : "(uint64_t)", x.s);
-  LINE(c, "  %s[at] = (%s)acc;\n", cg_ref(c, in->res), cg_ctype(r->dtype));
-  LINE(c, "}\n");
-  close_lines(c, base);
-  cg_buf_free(&x);
-}
-
-/* The first index of the max (min) along the axis; a NaN wins over numbers and
- * the first NaN over later ones (torch.argmax / argmin). */
-static void emit_argmax(CgFunc *c, const Inst *in) {
-  const Type *a = ty(c, in->args[0]);
-  int64_t outer, n, inner;
-  around(a, (int)in->attr[0], &outer, &n, &inner);
-  const char *ct = cg_ctype(a->dtype), *cmp = in->attr[1] ? "<" : ">";
-  Buf x = {0};
-  char xi[IDX_CAP];
-  snprintf(xi, sizeof xi, "(o * %lld + k) * %lld + i", (ll)n, (ll)inner);
-  load(c, &x, in->args[0], xi);
-  int base = open_lines(c, outer, inner, ir_numel(a));
-  LINE(c, "int64_t at = 0;\n");
-  LINE(c, "%s mx = 0;\n", ct);
-  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)n);
-  LINE(c, "  const %s v = %s;\n", ct, x.s);
-  if (ir_dtype_is_float(a->dtype))
-    LINE(c, "  if (k == 0 || (v %s mx && !isnan(mx)) || (isnan(v) && !isnan(mx))) mx = v, at = k;\n", cmp);
-  else
-    LINE(c, "  if (k == 0 || v %s mx) mx = v, at = k;\n", cmp);
-  LINE(c, "}\n");
-  LINE(c, "%s[o * %lld + i] = at;\n", cg_ref(c, in->res), (ll)inner);
-  close_lines(c, base);
-  cg_buf_free(&x);
-}
-
-/* scatter_add per fiber of the result along the axis (every other coordinate fixed): the
- * base's fiber, then, where src has that fiber, src's elements added at their
- * indices in order along the axis. Fibers are disjoint, so the loop over them is parallel
- * (OpenMP, GPU threads), and each element's sum runs in the order of a sequential pass
- * over src. */
-static void emit_scatter_add(CgFunc *c, const Inst *in) {
-  const int ax = (int)in->attr[0];
-  const Type *r = ty(c, in->res), *src = ty(c, in->args[2]);
-  int64_t rst[IR_MAX_DIMS], bst[IR_MAX_DIMS], sst[IR_MAX_DIMS], ist[IR_MAX_DIMS], fibers = 1;
-  cstrides(r, rst);
-  bcast_strides(ty(c, in->args[0]), r, bst);
-  cstrides(src, sst);
-  bcast_strides(ty(c, in->args[1]), src, ist);
-  /* the fiber's coordinates i<d> (the axes but ax, of more than one element) and the offsets
-   * they give in the result, the base, src and the index */
-  unsigned char take[IR_MAX_DIMS] = {0};
-  char var[IR_MAX_DIMS][16];
-  int64_t st[4][IR_MAX_DIMS] = {{0}};
-  int nv = 0;
-  Buf inside = {0};   /* the fiber lies inside src */
-  for (int d = 0; d < r->ndim; d++) {
-    if (d == ax || r->dims[d] == 1) continue;
-    take[d] = 1, fibers *= r->dims[d];
-    snprintf(var[nv], sizeof var[nv], "i%d", d);
-    st[0][nv] = rst[d], st[1][nv] = bst[d], st[2][nv] = sst[d], st[3][nv] = ist[d];
-    nv++;
-    if (src->dims[d] < r->dims[d]) cg_printf(&inside, "%si%d < %lld", inside.len ? " && " : "", d, (ll)src->dims[d]);
-  }
-  char ro[IDX_CAP], bo[IDX_CAP], so[IDX_CAP], io[IDX_CAP];
-  index_expr(ro, nv, var, 0, st[0]);
-  index_expr(bo, nv, var, 0, st[1]);
-  index_expr(so, nv, var, 0, st[2]);
-  index_expr(io, nv, var, 0, st[3]);
-  int base = c->ind;
-  LINE(c, "/* the fibers along axis %d */\n", ax);
-  cg_par_for(c, "i", fibers, CG_PAR_GRID | (ir_numel(r) >= min_work(c) ? CG_PAR_OMP : 0));
-  unflatten(c, "i", r->ndim, r->dims, take, 0);
-  char idx[IDX_CAP * 2];
-  Buf v = {0};
-  snprintf(idx, sizeof idx, "%s + j * %lld", bo, (ll)bst[ax]);
-  load(c, &v, in->args[0], idx);
-  LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[%s + j * %lld] = %s;\n", (ll)r->dims[ax], cg_ref(c, in->res), ro,
-       (ll)rst[ax], v.s);
-  cg_buf_free(&v);
-  if (inside.len) {
-    LINE(c, "if (%s) {\n", inside.s);
-    c->ind += 2;
-  }
-  LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)src->dims[ax]);
-  c->ind += 2;
-  snprintf(idx, sizeof idx, "%s + k * %lld", io, (ll)ist[ax]);
-  load(c, &v, in->args[1], idx);
-  LINE(c, "const int64_t ix = %s;   /* in [0, %lld): checked before the kernel */\n", v.s, (ll)r->dims[ax]);
-  cg_buf_free(&v);
-  snprintf(idx, sizeof idx, "%s + k * %lld", so, (ll)sst[ax]);
-  load(c, &v, in->args[2], idx);
-  LINE(c, "%s[%s + ix * %lld] += %s;\n", cg_ref(c, in->res), ro, (ll)rst[ax], v.s);
-  cg_buf_free(&v);
-  for (int close = inside.len ? 2 : 1; close > 0; close--) {   /* k's loop, the if */
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-  cg_par_end(c);   /* the fibers' loop */
-  cg_buf_free(&inside);
-  c->ind = base;
-}
-
 /* ---- index checks ------------------------------------------------------------------ */
 
 int cg_index_operand(const Func *f, const Inst *in, ValId *idx, int64_t *bound) {
@@ -1941,7 +1808,8 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   c->k->gemm[r->dtype] = 1;
   c->k->simd = 1;
   LINE(c, "ctc_blas_threads_%s();\n", sfx);
-  if ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK) LINE(c, "CTC_OMP_PARALLEL\n");   /* as ctc_matmul splits it */
+  /* a region, as ctc_matmul splits it */
+  cg_par_open(c, CG_PAR_REGION | ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK ? CG_PAR_OMP : 0));
   LINE(c, "{\n");
   c->ind += 2;
   LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
@@ -1959,6 +1827,7 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
     c->ind -= 2;
     LINE(c, "}\n");
   }
+  cg_par_close(c);
   free(u.local);
   free(u.acc);
 }
@@ -2002,7 +1871,8 @@ void cg_emit_kernel(CgFunc *c, int k) {
  * every other row names emit_<ID>, so a primitive without an emitter does not
  * compile. */
 
-/* PAD, GATHER, UPSAMPLE: their kernel IR (kernels/kir_ops.c) through the C renderer. */
+/* PAD, GATHER, UPSAMPLE, CUMSUM, ARGMAX, SCATTER_ADD: their kernel IR (kernels/kir_ops.c)
+ * through the C renderer. */
 static void emit_kir_op(CgFunc *c, const Inst *in) {
   if (cg_render_op_c(c, in) < 0) BUG("codegen_c: no kernel IR for %s", ir_ops[in->op].name);
 }
@@ -2037,10 +1907,10 @@ EMITTER(PAD, emit_kir_op(c, in))
 EMITTER(PAD_BWD, emit_pad_bwd(c, in))
 EMITTER(UPSAMPLE, emit_kir_op(c, in))
 EMITTER(UPSAMPLE_BWD, emit_upsample_bwd(c, in))
-EMITTER(CUMSUM, emit_cumsum(c, in))
-EMITTER(ARGMAX, emit_argmax(c, in))
+EMITTER(CUMSUM, emit_kir_op(c, in))
+EMITTER(ARGMAX, emit_kir_op(c, in))
 EMITTER(GATHER, emit_kir_op(c, in))
-EMITTER(SCATTER_ADD, emit_scatter_add(c, in))
+EMITTER(SCATTER_ADD, emit_kir_op(c, in))
 EMITTER(ATTENTION, cg_emit_attention(c, i))   /* attn_c.c */
 EMITTER(ATTENTION_BWD, cg_emit_attention(c, i))
 
@@ -2072,6 +1942,7 @@ void cg_elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) { e
 void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
 const char *cg_acc_type(const Inst *in, DType t) { return acc_type_k(NULL, in, t); }
 const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t) { return acc_type_k(k, in, t); }
+const char *cg_sum_type(const Kernels *k, DType t) { return ir_dtype_is_float(t) ? float_acc(k, t) : "uint64_t"; }
 int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
   return lane_reduce(c, in, accv, op, ptr, n);
 }

@@ -1,6 +1,8 @@
 /* freestanding_c.c - the parts of a `--freestanding` model.c/.h (CgOptions.freestanding) that
- * differ from the hosted file emit_c.c writes: the prologue (no runtime, no OpenMP, no BLAS),
- * the check that the generated text calls nothing but <string.h>'s memcpy/memset and the
+ * differ from the hosted file emit_c.c writes: the prologue (no runtime, no OpenMP, no BLAS:
+ * the helpers are written without those branches, kernels.c's Part, an option of the writer,
+ * and no text is rewritten here), the check that the generated text calls nothing but
+ * <string.h>'s memcpy/memset and the
  * math functions the header names, ctc's own math functions for `--no-libm`, the parameters
  * as const arrays for `--embed-weights` (flash) with the arena holding only activations, and
  * the header.
@@ -172,78 +174,6 @@ static const MathFn math_fns[] = {
     {"erff", m_erff, "fabsf copysignf"},
 };
 enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
-
-/* ---- OpenMP and BLAS conditionals --------------------------------------------------------- */
-
-static int is_off_macro(const char *s, size_t n) {
-  return (n == 7 && !strncmp(s, "_OPENMP", 7)) || (n == 14 && !strncmp(s, "CTC_HAVE_CBLAS", 14)) ||
-         (n == 11 && !strncmp(s, "__AVX512F__", 11)) ||   /* kernels.c's x86 GEMMs (<immintrin.h> is */
-         (n == 8 && !strncmp(s, "__AVX2__", 8)) ||         /* not freestanding: its mm_malloc.h needs stdlib) */
-         (n > 15 && !strncmp(s, "CTC_GEMM_AVX512_", 16)) || /* and their calls; the NEON GEMM stays */
-         (n > 13 && !strncmp(s, "CTC_GEMM_AVX2_", 14));    /* (<arm_neon.h> is freestanding) */
-}
-
-/* The value of a conditional directive with _OPENMP, CTC_HAVE_CBLAS, __AVX512F__, __AVX2__,
- * CTC_GEMM_AVX512_* and CTC_GEMM_AVX2_* undefined: 1, 0, or -1 when it depends on something else. */
-static int cond_value(const char *line) {
-  const char *s = line + 1;
-  int neg = 0;
-  if (!strncmp(s, "ifdef ", 6) || (neg = !strncmp(s, "ifndef ", 7))) {
-    s += neg ? 7 : 6;
-    while (*s == ' ') s++;
-    size_t n = 0;
-    while (isalnum((unsigned char)s[n]) || s[n] == '_') n++;
-    if (!is_off_macro(s, n)) return -1;
-    return neg;
-  }
-  if (!strncmp(s, "if ", 3)) {   /* defined(A) && defined(B) ...: false if one is off */
-    if (strstr(s, "||") || strchr(s, '!')) return -1;
-    for (const char *d = strstr(s, "defined("); d; d = strstr(d + 1, "defined(")) {
-      const char *m = d + 8;
-      size_t n = strcspn(m, ")");
-      if (is_off_macro(m, n)) return 0;
-    }
-  }
-  return -1;
-}
-
-void cg_fs_preprocess(Buf *b) {
-  if (!b->s) return;
-  Buf out = {0};
-  struct {
-    int handled, active;
-  } st[64];
-  int depth = 0;
-  for (const char *s = b->s; *s;) {
-    size_t n = strcspn(s, "\n");
-    const char *line = s;
-    s += n + (s[n] == '\n');
-    int emit = 1;
-    for (int i = 0; i < depth; i++) emit &= st[i].active;
-    int drop = 0;
-    if (line[0] == '#') {
-      if (!strncmp(line, "#if", 3)) {
-        if (depth == 64) BUG("codegen_c: conditionals nested too deeply");
-        char text[256];   /* the directive alone (line is not NUL-terminated) */
-        snprintf(text, sizeof text, "%.*s", (int)n, line);
-        int v = n < sizeof text ? cond_value(text) : -1;
-        st[depth].handled = v >= 0;
-        st[depth].active = v != 0;
-        depth++;
-        drop = v >= 0;
-      } else if (!strncmp(line, "#elif", 5)) {
-        if (depth && st[depth - 1].handled) BUG("codegen_c: #elif after a conditional on _OPENMP or CTC_HAVE_CBLAS");
-      } else if (!strncmp(line, "#else", 5) && depth) {
-        if (st[depth - 1].handled) st[depth - 1].active = !st[depth - 1].active, drop = 1;
-      } else if (!strncmp(line, "#endif", 6) && depth) {
-        drop = st[--depth].handled;
-      }
-    }
-    if (emit && !drop) cg_printf(&out, "%.*s%s", (int)n, line, line[n] == '\n' ? "\n" : "");
-  }
-  cg_buf_free(b);
-  *b = out;
-}
 
 /* ---- scanning the generated text -------------------------------------------------------- */
 

@@ -4,11 +4,24 @@
  * dtype suffix: f32, f64, ...). Only the helpers an entry uses are written,
  * so the file has no unused static functions (-Wunused-function). With
  * -DCTC_HAVE_CBLAS, f32/f64 GEMMs call cblas_sgemm/dgemm (ctc_gemm only for the
- * narrow column remainders OpenBLAS's small-matrix kernel would malloc for). */
+ * narrow column remainders OpenBLAS's small-matrix kernel would malloc for).
+ *
+ * A hosted file keeps the OpenMP, OpenBLAS and x86 SIMD branches as #ifdef's for the C
+ * compiler to choose; a --freestanding one (Kernels.freestanding) is written without them:
+ * a helper with such branches is a list of parts (Part), each with its freestanding text,
+ * and the x86 GEMMs are not written at all (the NEON GEMM stays: <arm_neon.h> is
+ * freestanding). */
 #include <string.h>
 #include "cg_int.h"
 
 const char *cg_dt_suffix(DType t) { return ir_dtype_name(t); }
+
+/* A part of a helper's text: hosted, and fs for a --freestanding file ("" none of it, NULL the
+ * hosted text: nothing in it depends on OpenMP, OpenBLAS or an x86 ISA). */
+typedef struct Part {
+  const char *hosted, *fs;
+} Part;
+#define NPARTS(a) ((int)(sizeof(a) / sizeof(a)[0]))
 
 static const char gemm_text[] =
     "/* C[M,N] = op(A) op(B), or C += op(A) op(B) if acc; row-major. op(A) is A[M,K]\n"
@@ -410,99 +423,105 @@ static const char gemm_simd16_text[] =
  * Without OpenBLAS: the portable ctc_gemm_$S on each block. A GEMM with an
  * epilogue (kernels/: KN_GEMM) runs the same blocks itself, then its
  * elementwise ops on each thread's block. */
-static const char matmul_text[] =
-    "/* OpenBLAS single-threaded (once, outside parallel regions: before a loop that runs GEMMs in parallel). */\n"
-    "#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)\n"
-    "#define ctc_blas_threads_$S() (openblas_get_num_threads() != 1 ? openblas_set_num_threads(1) : (void)0)\n"
-    "#else\n"
-    "#define ctc_blas_threads_$S() ((void)0)\n"
-    "#endif\n"
-    "#ifdef _OPENMP\n"
-    "#include <omp.h>\n"
-    "#endif\n"
-    "/* The block [*r0, *r1) x [*c0, *c1) of C[M,N] the calling thread computes: its share of the\n"
-    " * rows when M >= N, else of the columns, in multiples of 16; all of C outside a parallel region. */\n"
-    "static void ctc_gemm_block_$S(int64_t M, int64_t N, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {\n"
-    "  *r0 = 0, *r1 = M, *c0 = 0, *c1 = N;\n"
-    "#ifdef _OPENMP\n"
-    "  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), n = M >= N ? M : N;\n"
-    "  if (nt <= 1) return;\n"
-    "  const int64_t p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
-    "  if (M >= N) *r0 = p0, *r1 = p1;\n"
-    "  else *c0 = p0, *c1 = p1;\n"
-    "#endif\n"
-    "}\n"
-    "/* Rows [r0, r1) and columns [c0, c1) of C = op(A) op(B) (C += if acc). */\n"
-    "static void ctc_matmul_block_$S(int ta, int tb, int acc, int64_t K, const $T *a, int64_t lda, const $T *b,\n"
-    "                                int64_t ldb, $T *c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {\n"
-    "  if (r1 <= r0 || c1 <= c0) return;\n"
-    "  a += ta ? r0 : r0 * lda;\n"
-    "  b += tb ? c0 * ldb : c0;\n"
-    "  c += r0 * ldc + c0;\n"
-    "#ifdef CTC_GEMM_AVX512_$S\n"
-    "  /* ctc's AVX-512 GEMM (above); with OpenBLAS, not on slivers it would mostly pad */\n"
-    "#ifdef CTC_HAVE_CBLAS\n"
-    "  if (r1 - r0 >= 8 && c1 - c0 >= 32)\n"
-    "#endif\n"
-    "  {\n"
-    "    ctc_gemm_avx512_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
-    "    return;\n"
-    "  }\n"
-    "#endif\n"
-    "#ifdef CTC_GEMM_AVX2_$S\n"
-    "  ctc_gemm_avx2_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);   /* ctc's AVX2 GEMM (above) */\n"
-    "  return;\n"
-    "#endif\n"
-    "#ifdef CTC_GEMM_NEON_$S\n"
-    "  ctc_gemm_neon_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);   /* ctc's NEON GEMM (above) */\n"
-    "  return;\n"
-    "#endif\n"
-    "#ifdef CTC_HAVE_CBLAS\n"
-    "  int64_t n = c1 - c0;\n"
-    "  /* OpenBLAS (0.3.21) runs a row-major A B with M*N*K <= 1e6 on its AVX-512 small-matrix kernel,\n"
-    "   * which mallocs a buffer on every call when N % 16 is 1..8 and K >= 32: those last columns\n"
-    "   * are computed here instead (the generated code allocates nothing after init). */\n"
-    "  const int64_t rest = n % 16;\n"
-    "  if (!ta && !tb && rest && rest <= 8 && K >= 32 && (double)(r1 - r0) * (double)n * (double)K <= 1e6) {\n"
-    "    n -= rest;\n"
-    "    ctc_gemm_$S(0, 0, acc, r1 - r0, rest, K, a, lda, b + n, ldb, c + n, ldc);\n"
-    "    if (!n) return;\n"
-    "  }\n"
-    "  $G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(r1 - r0), (int)n,\n"
-    "     (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
-    "#else\n"
-    "  ctc_gemm_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
-    "#endif\n"
-    "}\n"
-    ;
+static const Part matmul_text[] = {
+    {"/* OpenBLAS single-threaded (once, outside parallel regions: before a loop that runs GEMMs in parallel). */\n"
+     "#if defined(CTC_HAVE_CBLAS) && defined(_OPENMP)\n"
+     "#define ctc_blas_threads_$S() (openblas_get_num_threads() != 1 ? openblas_set_num_threads(1) : (void)0)\n"
+     "#else\n"
+     "#define ctc_blas_threads_$S() ((void)0)\n"
+     "#endif\n"
+     "#ifdef _OPENMP\n"
+     "#include <omp.h>\n"
+     "#endif\n",
+     "/* OpenBLAS single-threaded (once, outside parallel regions: before a loop that runs GEMMs in parallel). */\n"
+     "#define ctc_blas_threads_$S() ((void)0)\n"},
+    {"/* The block [*r0, *r1) x [*c0, *c1) of C[M,N] the calling thread computes: its share of the\n"
+     " * rows when M >= N, else of the columns, in multiples of 16; all of C outside a parallel region. */\n"
+     "static void ctc_gemm_block_$S(int64_t M, int64_t N, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {\n"
+     "  *r0 = 0, *r1 = M, *c0 = 0, *c1 = N;\n", NULL},
+    {"#ifdef _OPENMP\n"
+     "  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), n = M >= N ? M : N;\n"
+     "  if (nt <= 1) return;\n"
+     "  const int64_t p0 = n * t / nt / 16 * 16, p1 = t == nt - 1 ? n : n * (t + 1) / nt / 16 * 16;\n"
+     "  if (M >= N) *r0 = p0, *r1 = p1;\n"
+     "  else *c0 = p0, *c1 = p1;\n"
+     "#endif\n", ""},
+    {"}\n"
+     "/* Rows [r0, r1) and columns [c0, c1) of C = op(A) op(B) (C += if acc). */\n"
+     "static void ctc_matmul_block_$S(int ta, int tb, int acc, int64_t K, const $T *a, int64_t lda, const $T *b,\n"
+     "                                int64_t ldb, $T *c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {\n"
+     "  if (r1 <= r0 || c1 <= c0) return;\n"
+     "  a += ta ? r0 : r0 * lda;\n"
+     "  b += tb ? c0 * ldb : c0;\n"
+     "  c += r0 * ldc + c0;\n", NULL},
+    {"#ifdef CTC_GEMM_AVX512_$S\n"
+     "  /* ctc's AVX-512 GEMM (above); with OpenBLAS, not on slivers it would mostly pad */\n"
+     "#ifdef CTC_HAVE_CBLAS\n"
+     "  if (r1 - r0 >= 8 && c1 - c0 >= 32)\n"
+     "#endif\n"
+     "  {\n"
+     "    ctc_gemm_avx512_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
+     "    return;\n"
+     "  }\n"
+     "#endif\n"
+     "#ifdef CTC_GEMM_AVX2_$S\n"
+     "  ctc_gemm_avx2_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);   /* ctc's AVX2 GEMM (above) */\n"
+     "  return;\n"
+     "#endif\n", ""},
+    {"#ifdef CTC_GEMM_NEON_$S\n"
+     "  ctc_gemm_neon_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);   /* ctc's NEON GEMM (above) */\n"
+     "  return;\n"
+     "#endif\n", NULL},
+    {"#ifdef CTC_HAVE_CBLAS\n"
+     "  int64_t n = c1 - c0;\n"
+     "  /* OpenBLAS (0.3.21) runs a row-major A B with M*N*K <= 1e6 on its AVX-512 small-matrix kernel,\n"
+     "   * which mallocs a buffer on every call when N % 16 is 1..8 and K >= 32: those last columns\n"
+     "   * are computed here instead (the generated code allocates nothing after init). */\n"
+     "  const int64_t rest = n % 16;\n"
+     "  if (!ta && !tb && rest && rest <= 8 && K >= 32 && (double)(r1 - r0) * (double)n * (double)K <= 1e6) {\n"
+     "    n -= rest;\n"
+     "    ctc_gemm_$S(0, 0, acc, r1 - r0, rest, K, a, lda, b + n, ldb, c + n, ldc);\n"
+     "    if (!n) return;\n"
+     "  }\n"
+     "  $G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(r1 - r0), (int)n,\n"
+     "     (int)K, 1, a, (int)lda, b, (int)ldb, acc ? 1 : 0, c, (int)ldc);\n"
+     "#else\n"
+     "  ctc_gemm_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
+     "#endif\n",
+     "  ctc_gemm_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"},
+    {"}\n", NULL},
+};
 
 /* ctc_matmul_$S: a GEMM split over the threads when it is large enough (kernels/ emits a
  * KN_GEMM's split itself, from the same threshold: GEMM_SPLIT_WORK in emit_ops.c). */
-static const char matmul_call_text[] =
-    "/* Whether a GEMM of this size is split over the OpenMP threads (asked outside parallel regions). */\n"
-    "static int ctc_gemm_split_$S(int64_t M, int64_t N, int64_t K) {\n"
-    "#ifdef _OPENMP\n"
-    "  if (omp_in_parallel()) return 0;\n"
-    "  ctc_blas_threads_$S();\n"
-    "  return omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0;\n"
-    "#else\n"
-    "  (void)M, (void)N, (void)K;\n"
-    "  return 0;\n"
-    "#endif\n"
-    "}\n"
-    "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
-    "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
-    "  if (!ctc_gemm_split_$S(M, N, K)) {\n"
-    "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
-    "    return;\n"
-    "  }\n"
-    "  CTC_OMP_PARALLEL\n"
-    "  {\n"
-    "    int64_t r0, r1, c0, c1;\n"
-    "    ctc_gemm_block_$S(M, N, &r0, &r1, &c0, &c1);\n"
-    "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
-    "  }\n"
-    "}\n";
+static const Part matmul_call_text[] = {
+    {"/* Whether a GEMM of this size is split over the OpenMP threads (asked outside parallel regions). */\n"
+     "static int ctc_gemm_split_$S(int64_t M, int64_t N, int64_t K) {\n", NULL},
+    {"#ifdef _OPENMP\n"
+     "  if (omp_in_parallel()) return 0;\n"
+     "  ctc_blas_threads_$S();\n"
+     "  return omp_get_max_threads() > 1 && (double)M * (double)N * (double)K >= 262144.0;\n"
+     "#else\n"
+     "  (void)M, (void)N, (void)K;\n"
+     "  return 0;\n"
+     "#endif\n",
+     "  (void)M, (void)N, (void)K;\n"
+     "  return 0;\n"},
+    {"}\n"
+     "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
+     "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
+     "  if (!ctc_gemm_split_$S(M, N, K)) {\n"
+     "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
+     "    return;\n"
+     "  }\n"
+     "  CTC_OMP_PARALLEL\n"
+     "  {\n"
+     "    int64_t r0, r1, c0, c1;\n"
+     "    ctc_gemm_block_$S(M, N, &r0, &r1, &c0, &c1);\n"
+     "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
+     "  }\n"
+     "}\n", NULL},
+};
 
 /* The output columns ow whose input column iw = ow * sw + off lies inside a row of W: [*lo, *hi). */
 static const char conv_span_text[] =
@@ -769,22 +788,23 @@ static const char sum_text[] =
     "  for (int u = 0; i + u < n; u++) s[u] += ($A)x[i + u];\n"
     "  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));\n"
     "}\n";
-static const char max_text[] =
-    "static inline $T ctc_max_$S(const $T *x, int64_t n) {\n"
-    "  $T r = -INFINITY, z = 0;   /* z: NaN once a NaN or an infinity was seen */\n"
-    "#ifdef _OPENMP\n"
-    "#pragma omp simd reduction(max : r) reduction(+ : z)\n"
-    "#endif\n"
-    "  for (int64_t i = 0; i < n; i++) {\n"
-    "    const $T v = x[i];\n"
-    "    r = v > r ? v : r;\n"
-    "    z += v - v;\n"
-    "  }\n"
-    "  if (z != z)\n"
-    "    for (int64_t j = n - 1; j >= 0; j--)\n"
-    "      if (x[j] != x[j]) return x[j];\n"
-    "  return r;\n"
-    "}\n";
+static const Part max_text[] = {
+    {"static inline $T ctc_max_$S(const $T *x, int64_t n) {\n"
+     "  $T r = -INFINITY, z = 0;   /* z: NaN once a NaN or an infinity was seen */\n", NULL},
+    {"#ifdef _OPENMP\n"
+     "#pragma omp simd reduction(max : r) reduction(+ : z)\n"
+     "#endif\n", ""},
+    {"  for (int64_t i = 0; i < n; i++) {\n"
+     "    const $T v = x[i];\n"
+     "    r = v > r ? v : r;\n"
+     "    z += v - v;\n"
+     "  }\n"
+     "  if (z != z)\n"
+     "    for (int64_t j = n - 1; j >= 0; j--)\n"
+     "      if (x[j] != x[j]) return x[j];\n"
+     "  return r;\n"
+     "}\n", NULL},
+};
 
 /* Writes text with $T, $S, $U (the unsigned type of an integer $T) and $F (the
  * libm suffix: f for f32) replaced for dtype t. */
@@ -797,6 +817,11 @@ static void instantiate(Buf *b, const char *text, DType t) {
     else if (s[0] == '$' && s[1] == 'G') cg_puts(b, t == DT_F64 ? "cblas_dgemm" : "cblas_sgemm"), s++;
     else cg_printf(b, "%c", *s);
   }
+}
+
+/* The parts of a helper, each instantiated: the freestanding text when fs. */
+static void instantiate_parts(Buf *b, const Part *p, int n, DType t, int fs) {
+  for (int i = 0; i < n; i++) instantiate(b, fs && p[i].fs ? p[i].fs : p[i].hosted, t);
 }
 
 /* instantiate, with $A the type sums accumulate in */
@@ -874,12 +899,18 @@ static void elem_helpers(Buf *b, DType t, int remainder, int floordiv, int ipow)
 }
 
 void cg_emit_kernels(Buf *b, const Kernels *k) {
-  if (k->simd)
+  const int fs = k->freestanding;
+  if (k->simd && fs) cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
+                                "#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n\n");
+  else if (k->simd)
     cg_puts(b, "/* Loops whose iterations are independent: vectorised even inside OpenMP regions. */\n"
                "#ifdef _OPENMP\n#define CTC_OMP_SIMD _Pragma(\"omp simd\")\n"
                "#define CTC_OMP_FOR_SIMD _Pragma(\"omp parallel for simd\")\n"
                "#else\n#define CTC_OMP_SIMD\n#define CTC_OMP_FOR_SIMD\n#endif\n\n");
-  if (k->gemm[DT_F32] || k->gemm[DT_F64])
+  if ((k->gemm[DT_F32] || k->gemm[DT_F64]) && fs)
+    cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n"
+               "#define CTC_OMP_PARALLEL\n\n");
+  else if (k->gemm[DT_F32] || k->gemm[DT_F64])
     cg_puts(b, "/* A parallel region: a GEMM split over the threads (ctc_gemm_block). */\n"
                "#ifdef _OPENMP\n#define CTC_OMP_PARALLEL _Pragma(\"omp parallel\")\n"
                "#else\n#define CTC_OMP_PARALLEL\n#endif\n\n");
@@ -888,7 +919,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     int blas = t == DT_F32 || t == DT_F64;
     instantiate(b, gemm_text, (DType)t);   /* with BLAS too: ctc_matmul_block's narrow remainders */
     cg_puts(b, "\n");
-    if (t == DT_F32) {   /* ctc's own f32 GEMMs (--freestanding drops them: freestanding_c.c) */
+    if (t == DT_F32 && fs) {   /* ctc's own f32 GEMMs: the NEON one alone (<immintrin.h> is not freestanding) */
+      cg_printf(b, "\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n%s", gemm_neon_head);
+      instantiate_isa(b, gemm_simd16_text, "neon");
+      cg_puts(b, "#endif\n\n");
+    } else if (t == DT_F32) {
       cg_printf(b, "%s\n", gemm_avx512_text);
       cg_printf(b, "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n%s",
                 gemm_avx2_head);
@@ -898,8 +933,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       instantiate_isa(b, gemm_simd16_text, "neon");
       cg_puts(b, "#endif\n#endif\n\n");
     }
-    if (blas) instantiate(b, matmul_text, (DType)t), cg_puts(b, "\n");
-    if (blas && k->matmul[t]) instantiate(b, matmul_call_text, (DType)t), cg_puts(b, "\n");
+    if (blas) instantiate_parts(b, matmul_text, NPARTS(matmul_text), (DType)t, fs), cg_puts(b, "\n");
+    if (blas && k->matmul[t])
+      instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs), cg_puts(b, "\n");
   }
   int fold = 0;
   for (int t = 0; t < DT_COUNT; t++) fold |= k->im2col[t] | k->col2im[t];
@@ -925,7 +961,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++) {
     if (k->sum[t]) instantiate_acc(b, sum_text, (DType)t, t == DT_F32 && k->float_acc ? "float" : "double"),
                    cg_puts(b, "\n");
-    if (k->max[t]) instantiate(b, max_text, (DType)t), cg_puts(b, "\n");
+    if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);

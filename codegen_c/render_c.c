@@ -18,9 +18,10 @@
  * runs as two: the elements and the reductions' operands (into `<name>_in[]`)
  * in a CTC_OMP_SIMD loop, then the accumulations in their order (ctc_sum /
  * ctc_max for floats, as emit_reduce). A parallel loop is the C target's
- * par_for (below), shared with the ops that are not kernel IR yet (cg_par_for):
- * OpenMP, or with CgFunc.prof_site (--profile) a region whose threads report
- * their shares: a renderer option, not a rewrite of the text. */
+ * par_for (below), shared with the ops that are not kernel IR (cg_par_for, and
+ * cg_par_open around the loops the GEMM, convolution and reduction emitters
+ * write): OpenMP, or with CgFunc.prof_site (--profile) a region whose threads
+ * report their shares: a renderer option, not a rewrite of the text. */
 #include <stdlib.h>
 #include <string.h>
 #include "cg_int.h"
@@ -48,8 +49,12 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
   r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
-  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname);
+  r->vname = calloc((size_t)k->vars.len + 1, sizeof *r->vname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname && r->vname);
+  for (int v = 0; v < k->vars.len; v++) r->vname[v] = cg_name(c->ns, k->vars.data[v].hint);
   r->omp_min_work = OMP_MIN_WORK;
+  r->serial = -1;
+  r->space_to = k->space.ndim;
 }
 
 void cg_render_free(CgRender *r) {
@@ -58,18 +63,20 @@ void cg_render_free(CgRender *r) {
   free(r->rowarr);
   free(r->aux);
   free(r->tname);
+  free(r->vname);
 }
 
-/* KE_BIN's operators and their binding (C's: * over + - over < >= over &&). */
-static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&"};
-static const int bin_prec[] = {2, 2, 3, 1, 1, 0};
+/* KE_BIN's operators and their binding (C's: * over + - over < >= > over == over && over ||). */
+static const char *const bin_sym[] = {"+", "-", "*", "<", ">=", "&&", ">", "==", "||"};
+static const int bin_prec[] = {5, 5, 6, 4, 4, 2, 4, 3, 1};
 
 /* x as an operand of a binary operator of binding prec (left or right of it): in
  * parentheses when C would otherwise group it differently (a right operand of the same
- * binding always: a float sum's order is the kernel IR's). */
+ * binding always: a float sum's order is the kernel IR's), and an && inside an || (as
+ * -Wparentheses asks). */
 static void operand(CgRender *r, const KirExpr *x, Buf *b, int prec, int right) {
   int p = x->kind == KE_BIN ? bin_prec[x->bop] : x->kind == KE_SELECT ? -1 : 9;
-  int paren = p < prec || (right && p == prec);
+  int paren = p < prec || (right && p == prec) || (prec == bin_prec[KB_OR] && p == bin_prec[KB_AND]);
   if (paren) cg_puts(b, "(");
   cg_render_expr(r, x, b);
   if (paren) cg_puts(b, ")");
@@ -124,6 +131,18 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     cg_render_expr(r, x->arg[0], b);
     cg_puts(b, "]");
     break;
+  case KE_VAR: cg_puts(b, r->vname[x->var]); break;
+  case KE_CAST:
+  case KE_NOT:
+    if (x->kind == KE_CAST) cg_printf(b, "(%s)", cg_ctype(x->dt));
+    else cg_puts(b, "!");
+    operand(r, x->arg[0], b, 9, 0);
+    break;
+  case KE_ISNAN:
+    cg_puts(b, "isnan(");
+    cg_render_expr(r, x->arg[0], b);
+    cg_puts(b, ")");
+    break;
   }
 }
 
@@ -170,6 +189,30 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
       if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->ops->rowpos, x.s);   /* accumulated after the loop */
       else cg_acc_update(c, s->in, r->accn[s->v], x.s);
       break;
+    case KS_VAR:
+    case KS_SET: {
+      const KirVar *v = &r->k->vars.data[s->var];
+      cg_render_expr(r, s->x, &x);
+      if (s->kind == KS_SET) LINE(c, "%s = %s;\n", r->vname[s->var], x.s);
+      else LINE(c, "%s %s = %s;\n", v->sum ? cg_sum_type(c->k, v->dt) : cg_ctype(v->dt), r->vname[s->var], x.s);
+      break;
+    }
+    case KS_IF:
+      cg_render_expr(r, s->x, &x);
+      LINE(c, "if (%s) {\n", x.s);
+      c->ind += 2;
+      cg_render_block(r, &s->body);
+      c->ind -= 2;
+      LINE(c, "}\n");
+      break;
+    case KS_STOREAT: {
+      Buf at = {0};
+      cg_render_expr(r, s->at, &at);
+      cg_render_expr(r, s->x, &x);
+      LINE(c, "%s[%s] = %s;\n", cg_ref(c, s->v), at.s, x.s);
+      cg_buf_free(&at);
+      break;
+    }
     }
     cg_buf_free(&x);
   }
@@ -202,15 +245,16 @@ void cg_render_names(CgRender *r, int with_inputs, int row_names) {
 
 /* ---- C: loops ---------------------------------------------------------------------------- */
 
-/* ---- C: parallel loops (the kernel IR's and the ops' through cg_par_for) -------------------
- * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD), or with --profile (CgFunc.prof_site) a
- * region whose threads each note the time, run their iterations (`omp for nowait`: the same
- * iterations on the same threads as `omp parallel for`) and report their share (prof_c.c's
- * macros). par_kind: 0 a plain loop, 1 OpenMP, 2 a profiled region. */
+/* ---- C: parallel loops (the kernel IR's, the ops' through cg_par_for and cg_par_open) -------
+ * OpenMP on the loop (CTC_OMP_FOR, CTC_OMP_FOR_SIMD; a region: CTC_OMP_PARALLEL), or with
+ * --profile (CgFunc.prof_site) a region whose threads each note the time, run their
+ * iterations (`omp for nowait`: the same iterations on the same threads as `omp parallel
+ * for`) and report their share (prof_c.c's macros): a renderer option, written here, never a
+ * rewrite of the text. par_kind: 0 a plain statement, 1 OpenMP, 2 a profiled region. */
 
-static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
-  int par = (flags & CG_PAR_OMP) && n > 1, simd = (flags & CG_PAR_SIMD) != 0;
-  int kind = !par ? 0 : c->prof_site ? 2 : 1;
+static void c_par_open(CgFunc *c, unsigned flags) {
+  int region = (flags & CG_PAR_REGION) != 0, simd = (flags & CG_PAR_SIMD) != 0;
+  int kind = !(flags & CG_PAR_OMP) ? 0 : c->prof_site ? 2 : 1;
   CHECK(c->par_depth < (int)sizeof c->par_kind);
   if (simd) c->k->simd = 1;
   if (kind == 2) {
@@ -218,27 +262,37 @@ static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
     LINE(c, "{\n");
     c->ind += 2;
     LINE(c, "const double ctc_thread_t0 = ctc_prof_now();\n");
-    LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
+    if (!region) LINE(c, "%s\n", simd ? "CTC_PROF_FOR_SIMD" : "CTC_PROF_FOR");
   } else if (kind == 1) {
-    LINE(c, simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
-  } else if (simd) {
+    LINE(c, region ? "CTC_OMP_PARALLEL\n" : simd ? "CTC_OMP_FOR_SIMD\n" : "CTC_OMP_FOR\n");
+  } else if (simd && !region) {
     LINE(c, "CTC_OMP_SIMD\n");
   }
-  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
-  c->ind += 2;
   c->par_kind[c->par_depth] = (unsigned char)kind;
   c->par_ind[c->par_depth++] = c->ind;
 }
 
-static void c_par_end(CgFunc *c) {
+static void c_par_close(CgFunc *c) {
   CHECK(c->par_depth > 0);
   int kind = c->par_kind[--c->par_depth];
-  c->ind = c->par_ind[c->par_depth] - 2;
-  LINE(c, "}\n");
+  c->ind = c->par_ind[c->par_depth];
   if (kind != 2) return;
   LINE(c, "ctc_prof_thread(m->prof, %s, ctc_prof_thread_num(), ctc_thread_t0);\n", c->prof_site);
   c->ind -= 2;
   LINE(c, "}\n");
+}
+
+static void c_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
+  c_par_open(c, (flags & CG_PAR_SIMD) | ((flags & CG_PAR_OMP) && n > 1 ? CG_PAR_OMP : 0));
+  LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", var, var, (ll)n, var);
+  c->ind += 2;
+}
+
+static void c_par_end(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  c->ind = c->par_ind[c->par_depth - 1];
+  LINE(c, "}\n");
+  c_par_close(c);
 }
 
 void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
@@ -247,47 +301,50 @@ void cg_par_for(CgFunc *c, const char *var, int64_t n, unsigned flags) {
 
 void cg_par_end(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_end(c); }
 
-/* Every index the loop's body uses (loads and stores), for merging axes. */
-static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, int cap) {
+void cg_par_open(CgFunc *c, unsigned flags) { (c->target ? c->target : &cg_render_c)->par_open(c, flags); }
+
+void cg_par_close(CgFunc *c) { (c->target ? c->target : &cg_render_c)->par_close(c); }
+
+/* Every index the loop's body uses (loads and stores, in the loops and ifs inside it too), for
+ * merging axes: counted (ix NULL) or gathered; and the axes whose loop variable an expression
+ * reads itself (KE_AXIS, a bit each: the nest's axes are then not merged). */
+static void gather_expr(const KirExpr *x, const KirIndex **ix, int *n, unsigned *axes) {
   if (x->kind == KE_LOAD) {
-    CHECK(*n < cap);
-    ix[(*n)++] = &x->ix;
+    if (ix) ix[*n] = &x->ix;
+    ++*n;
   }
-  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, cap);
+  if (x->kind == KE_AXIS) *axes |= 1u << x->axis;
+  for (int a = 0; a < x->nargs; a++) gather_expr(x->arg[a], ix, n, axes);
 }
 
-static int count_loads(const KirExpr *x) {
-  int n = x->kind == KE_LOAD;
-  for (int a = 0; a < x->nargs; a++) n += count_loads(x->arg[a]);
-  return n;
-}
-
-/* Whether x reads a loop variable itself (KE_AXIS): the nest's axes are then not merged. */
-static int uses_axis(const KirExpr *x) {
-  int u = x->kind == KE_AXIS;
-  for (int a = 0; a < x->nargs && !u; a++) u = uses_axis(x->arg[a]);
-  return u;
+static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigned *axes) {
+  for (int j = 0; j < b->len; j++) {
+    const KirStmt *t = b->data[j];
+    if (t->kind == KS_STORE) {
+      if (ix) ix[*n] = &t->ix;
+      ++*n;
+    }
+    if (t->x) gather_expr(t->x, ix, n, axes);
+    if (t->at) gather_expr(t->at, ix, n, axes);
+    gather_block(&t->body, ix, n, axes);
+  }
 }
 
 static void c_space_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
-  int cap = 1, na = 0;
-  for (int j = 0; j < s->body.len; j++) cap += 1 + (s->body.data[j]->x ? count_loads(s->body.data[j]->x) : 0);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)cap);
+  int cap = 0, na = 0;
+  unsigned read = 0;
+  gather_block(&s->body, NULL, &cap, &read);
+  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
   CHECK(acc);
-  int axes = 0;
-  for (int j = 0; j < s->body.len; j++) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind == KS_STORE) acc[na++] = &t->ix;
-    if (t->x) gather_expr(t->x, acc, &na, cap), axes |= uses_axis(t->x);
-  }
+  gather_block(&s->body, acc, &na, &read);
+  int axes = (read & (((1u << s->to) - 1) & ~((1u << s->from) - 1))) != 0;   /* of this nest's */
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
-  int64_t d[IR_MAX_DIMS], total = 1;
+  int64_t d[IR_MAX_DIMS], total = ir_numel(S);   /* the work: the serial loops' in it too */
   int n = 0;
+  for (int k = 0; k < S->ndim; k++) r->group[k] = -1;
   for (int k = s->from; k < s->to; k++) {
-    total *= S->dims[k];
-    r->group[k] = -1;
     if (S->dims[k] == 1) continue;
     int merge = n > 0 && !axes;
     for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
@@ -405,9 +462,26 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
   }
 }
 
+/* A KIR_SERIAL loop (inside a KIR_SPACE nest): its axis gets a variable of its own, k. */
+static void c_serial_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  int g = r->nvar, ax = s->from;
+  CHECK(r->merged && g < IR_MAX_DIMS && r->serial < 0);
+  snprintf(r->var[g], sizeof r->var[g], "k");
+  r->group[ax] = g, r->last[g] = ax, r->nvar++, r->serial = ax;
+  if (s->marks & KIR_REVERSE) LINE(c, "for (int64_t k = %lld; k >= 0; k--) {\n", (ll)(s->n - 1));
+  else LINE(c, "for (int64_t k = 0; k < %lld; k++) {\n", (ll)s->n);
+  c->ind += 2;
+  cg_render_block(r, &s->body);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  r->nvar--, r->group[ax] = -1, r->serial = -1;
+}
+
 static void c_loop(CgRender *r, const KirStmt *s) {
   if (s->loop == KIR_SPACE) c_space_loop(r, s);
   else if (s->loop == KIR_ROWS) c_rows_loop(r, s);
+  else if (s->loop == KIR_SERIAL) c_serial_loop(r, s);
   else c_row_loop(r, s);
 }
 
@@ -455,7 +529,8 @@ static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, 
 
 const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
                                  .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",
-                                 .par_for = c_par_for, .par_end = c_par_end, .axis = c_axis};
+                                 .par_for = c_par_for, .par_end = c_par_end, .par_open = c_par_open,
+                                 .par_close = c_par_close, .axis = c_axis};
 
 void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
   CgRender r;

@@ -166,15 +166,28 @@ void cu_launch_comments(Ent *e, const Kernel *kn, int k, Buf *body) {
 
 static void cu_line(CgRender *r) { indent(r->c->out, r->c->ind); }
 
+/* The elements of S's axes [0, to): a KIR_SPACE loop's threads. */
+static int64_t space_count(const Type *S, int to) {
+  int64_t n = 1;
+  for (int k = 0; k < to; k++) n *= S->dims[k];
+  return n;
+}
+
 static void cu_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
   int64_t L = r->k->rowlen;
   cu_line(r);
-  if (s->loop == KIR_SPACE)
+  if (s->loop == KIR_SERIAL) {   /* this thread's fiber along the axis */
+    if (s->marks & KIR_REVERSE)
+      cg_printf(c->out, "for (int64_t ctc_k = %lld; ctc_k >= 0; ctc_k--) {\n", (ll)(s->n - 1));
+    else cg_printf(c->out, "for (int64_t ctc_k = 0; ctc_k < %lld; ctc_k++) {\n", (ll)s->n);
+    r->serial = s->from;
+  } else if (s->loop == KIR_SPACE) {   /* the flat elements of its axes (all of them, or the fibers') */
     cg_printf(c->out, "for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
-                      " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)ir_numel(S));
-  else if (s->loop == KIR_ROWS)
+                      " ctc_i += (int64_t)blockDim.x * gridDim.x) {\n", (ll)space_count(S, s->to));
+    r->space_to = s->to;
+  } else if (s->loop == KIR_ROWS)
     cg_printf(c->out, "for (int64_t ctc_row = blockIdx.x; ctc_row < %lld; ctc_row += gridDim.x) {\n",
               (ll)(L ? ir_numel(S) / L : 0));
   else if (r->anybuf)
@@ -185,16 +198,25 @@ static void cu_loop(CgRender *r, const KirStmt *s) {
   r->in_row = s->loop == KIR_ROW;
   cg_render_block(r, &s->body);
   r->in_row = 0;
+  if (s->loop == KIR_SERIAL) r->serial = -1;
   c->ind -= 2;
   cu_line(r);
   cg_puts(c->out, "}\n");
 }
 
-/* KIR_SPACE: from the flat element ctc_i; a row kernel: the row ctc_row, element ctc_j. */
+/* KIR_SPACE: from the flat element ctc_i (and a KIR_SERIAL loop's ctc_k along its axis); a
+ * row kernel: the row ctc_row, element ctc_j. */
 static void cu_index(CgRender *r, const KirIndex *ix, char *out, size_t cap) {
   const Type *S = &r->k->space;
   if (!r->k->kn || r->k->kn->kind != KN_ROW) {
-    cu_flat_index(out, cap, S, ix->st, "ctc_i", S->ndim);
+    cu_flat_index(out, cap, S, ix->st, "ctc_i", r->space_to);
+    int64_t sk = r->serial >= 0 ? ix->st[r->serial] : 0;
+    if (!sk) return;
+    size_t n = strlen(out);
+    int z = !strcmp(out, "0");
+    if (z) n = 0;
+    if (sk == 1) snprintf(out + n, cap - n, "%sctc_k", z ? "" : " + ");
+    else snprintf(out + n, cap - n, "%sctc_k * %lld", z ? "" : " + ", (ll)sk);
     return;
   }
   int nout = S->ndim - 1;
@@ -296,19 +318,34 @@ static void cu_par_end(CgFunc *c) {
   cg_puts(c->out, "}\n");
 }
 
-/* KE_AXIS: axis k's position from the flat element ctc_i. */
+/* A parallel statement an emitter writes as text: one thread's here (nothing around it). */
+static void cu_par_open(CgFunc *c, unsigned flags) {
+  (void)flags;
+  CHECK(c->par_depth < (int)sizeof c->par_kind);
+  c->par_kind[c->par_depth] = 0;
+  c->par_ind[c->par_depth++] = c->ind;
+}
+
+static void cu_par_close(CgFunc *c) {
+  CHECK(c->par_depth > 0);
+  c->ind = c->par_ind[--c->par_depth];
+}
+
+/* KE_AXIS: axis k's position from the flat element ctc_i, or a KIR_SERIAL loop's ctc_k. */
 static void cu_axis(CgRender *r, int k, char *out, size_t cap) {
   int64_t st[IR_MAX_DIMS] = {0};
   st[k] = 1;
   char t[160];
-  cu_flat_index(t, sizeof t, &r->k->space, st, "ctc_i", r->k->space.ndim);
+  if (k == r->serial) snprintf(t, sizeof t, "ctc_k");
+  else cu_flat_index(t, sizeof t, &r->k->space, st, "ctc_i", r->space_to);
   snprintf(out, cap, "%s", t);
 }
 
 /* The C target's table (render_c.c) with what a GPU does differently. */
 static const CgRenderOps cuda_render = {.names = cu_names, .loop = cu_loop, .index = cu_index, .store = cu_store,
                                         .rowbuf_decl = cu_rowbuf_decl, .acc_done = cu_acc_done, .rowpos = "ctc_k",
-                                        .par_for = cu_par_for, .par_end = cu_par_end, .axis = cu_axis};
+                                        .par_for = cu_par_for, .par_end = cu_par_end, .par_open = cu_par_open,
+                                        .par_close = cu_par_close, .axis = cu_axis};
 
 /* Kernel k (kn: KN_ELEM, KN_ROW, or a KN_GEMM's epilogue) as a __global__ function and its launch. */
 void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
@@ -341,8 +378,9 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
   cg_render_free(&r);
 }
 
-/* Instruction i's kernel IR (kir_build_op: pad, gather, upsample) as a __global__ function, a
- * thread per result element, and its launch: 0, or -1 when it has none. */
+/* Instruction i's kernel IR (kir_build_op) as a __global__ function and its launch: a thread
+ * per result element (pad, gather, upsample), or per fiber along the axis, running the
+ * serial loops along it (cumsum, argmax, scatter_add); 0, or -1 when it has none. */
 int cu_op_kernel(Ent *e, int i) {
   const Inst *in = &e->f->insts.data[i];
   Kir *k = kir_build_op(e->g->p->arena, e->f, in);
@@ -356,9 +394,13 @@ int cu_op_kernel(Ent *e, int i) {
   cg_render_block(&r, &k->body);
   char kname[200], grid[32];
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  int64_t N = ir_numel(&k->space), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  const KirStmt *par = k->body.data[0];
+  CHECK(k->body.len == 1 && par->kind == KS_LOOP && par->loop == KIR_SPACE);
+  int64_t N = space_count(&k->space, par->to), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
   snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  cg_puts(&com, "/* its kernel IR: a thread per result element (grid-stride) */\n");
+  if (par->to < k->space.ndim)
+    cg_printf(&com, "/* its kernel IR: a thread per fiber along axis %lld (grid-stride) */\n", (ll)in->attr[0]);
+  else cg_puts(&com, "/* its kernel IR: a thread per result element (grid-stride) */\n");
   cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
   cg_buf_free(&body);
   cg_buf_free(&com);
@@ -368,7 +410,7 @@ int cu_op_kernel(Ent *e, int i) {
 
 /* ---- any other instruction: the C target's loops, on GPU threads where it can -----------
  * The C emitter writes the instruction with c->target the CUDA renderer: a loop that is all
- * the instruction does (CG_PAR_GRID: pad_bwd, upsample_bwd, cumsum, argmax, scatter_add) is a
+ * the instruction does (CG_PAR_GRID: pad_bwd, upsample_bwd, pooling) is a
  * grid-stride loop (cu_par_for), its iterations independent as for OpenMP's
  * threads, and the kernel is launched over the grid its trip count needs. Any other
  * instruction stays a one-thread kernel running the C target's loops. */

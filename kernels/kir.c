@@ -287,7 +287,7 @@ static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
   case KE_INT: fprintf(out, "%lld", (long long)x->imm); break;
   case KE_FLT: fprintf(out, "%.9g", x->fimm); break;
   case KE_BIN: {
-    static const char *const sym[] = {"+", "-", "*", "<", ">=", "&&"};
+    static const char *const sym[] = {"+", "-", "*", "<", ">=", "&&", ">", "==", "||"};
     fprintf(out, "(");
     print_expr(out, k, x->arg[0]);
     fprintf(out, " %s ", sym[x->bop]);
@@ -310,11 +310,19 @@ static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
     print_expr(out, k, x->arg[0]);
     fprintf(out, "]");
     break;
+  case KE_VAR: fprintf(out, "$%s", k->vars.data[x->var].hint); break;
+  case KE_CAST:
+  case KE_NOT:
+  case KE_ISNAN:
+    fprintf(out, "%s(", x->kind == KE_CAST ? ir_dtype_name(x->dt) : x->kind == KE_NOT ? "not" : "isnan");
+    print_expr(out, k, x->arg[0]);
+    fprintf(out, ")");
+    break;
   }
 }
 
 static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
-  static const char *const loops[] = {"space", "rows", "row"};
+  static const char *const loops[] = {"space", "rows", "row", "serial"};
   for (int j = 0; j < b->len; j++) {
     const KirStmt *s = b->data[j];
     const char *name = s->v >= 0 ? k->f->values.data[s->v].name : "";
@@ -322,10 +330,30 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
     switch (s->kind) {
     case KS_LOOP:
       fprintf(out, "loop %s over", loops[s->loop]);
-      for (int d = s->from; d < s->to; d++) fprintf(out, " i%d<%lld", d, (long long)k->space.dims[d]);
-      fprintf(out, "%s%s\n", s->marks & KIR_PARALLEL ? " parallel" : "", s->marks & KIR_VECTOR ? " vector" : "");
+      for (int d = s->from; d < s->to; d++)
+        fprintf(out, " i%d<%lld", d, (long long)(s->loop == KIR_SERIAL ? s->n : k->space.dims[d]));
+      fprintf(out, "%s%s%s\n", s->marks & KIR_PARALLEL ? " parallel" : "", s->marks & KIR_VECTOR ? " vector" : "",
+              s->marks & KIR_REVERSE ? " reverse" : "");
       print_block(out, k, &s->body, ind + 2);
       continue;
+    case KS_IF:
+      fprintf(out, "if ");
+      print_expr(out, k, s->x);
+      fprintf(out, "\n");
+      print_block(out, k, &s->body, ind + 2);
+      continue;
+    case KS_VAR:
+    case KS_SET:
+      fprintf(out, "%s$%s%s = ", s->kind == KS_VAR ? "var " : "", k->vars.data[s->var].hint,
+              s->kind == KS_VAR && k->vars.data[s->var].sum ? " (sum)" : "");
+      print_expr(out, k, s->x);
+      break;
+    case KS_STOREAT:
+      fprintf(out, "store %%%s.%d[", name, s->v);
+      print_expr(out, k, s->at);
+      fprintf(out, "] = ");
+      print_expr(out, k, s->x);
+      break;
     case KS_LET: fprintf(out, "let %%%s.%d = ", name, s->v); print_expr(out, k, s->x); break;
     case KS_STORE:
       fprintf(out, "store %%%s.%d[", name, s->v);

@@ -16,7 +16,10 @@
  * element, then each instruction a local or a store) and KN_ROW (a KIR_ROWS
  * loop over the rows, per row the per-row values, accumulator inits and one
  * KIR_ROW loop over the row's elements per phase, then the reductions'
- * results). Arena-allocated (kir_build's arena), no globals. */
+ * results); for data-movement instructions by kir_build_op (kir_ops.c): a KIR_SPACE loop
+ * over the result (pad, gather, upsample), or over the fibers along an axis with KIR_SERIAL
+ * loops along it and variables carried there (cumsum, argmax, scatter_add). Arena-allocated
+ * (kir_build's arena), no globals. */
 #ifndef CTC_KIR_H
 #define CTC_KIR_H
 
@@ -41,10 +44,15 @@ typedef enum KirExprKind {
   KE_BIN,      /* arg[0] bop arg[1], in dtype dt (int64 offsets and conditions, or the element type) */
   KE_SELECT,   /* arg[0] ? arg[1] : arg[2] (only the branch taken is evaluated) */
   KE_LOADAT,   /* v[arg[0]]: an element at a computed offset */
-  KE_TABLE     /* Kir.tables[table] at arg[0]: a table computed at compile time */
+  KE_TABLE,    /* Kir.tables[table] at arg[0]: a table computed at compile time */
+  /* a scan's or an arg-reduction's kernel IR (kir_ops.c) */
+  KE_VAR,      /* Kir.vars[var]'s current value */
+  KE_CAST,     /* arg[0] converted to dt */
+  KE_NOT,      /* !arg[0] */
+  KE_ISNAN     /* isnan(arg[0]) */
 } KirExprKind;
 
-typedef enum KirBinOp { KB_ADD, KB_SUB, KB_MUL, KB_LT, KB_GE, KB_AND } KirBinOp;
+typedef enum KirBinOp { KB_ADD, KB_SUB, KB_MUL, KB_LT, KB_GE, KB_AND, KB_GT, KB_EQ, KB_OR } KirBinOp;
 
 typedef struct KirExpr {
   KirExprKind kind;
@@ -59,6 +67,7 @@ typedef struct KirExpr {
   double fimm;
   DType dt;
   KirBinOp bop;
+  int var;             /* KE_VAR */
 } KirExpr;
 
 /* A constant table of a data-movement kernel (an upsample's source indices and weights): n
@@ -71,6 +80,16 @@ typedef struct KirTable {
   const double *fv;
 } KirTable;
 
+/* A variable of a data-movement kernel, assigned in its serial loops (a running sum, the
+ * extreme so far and its index): named from hint by the renderer. sum: it accumulates a sum
+ * of dt, in the type the target sums dt in (C: double, or float for --freestanding f32;
+ * uint64_t for integers, which wrap). */
+typedef struct KirVar {
+  const char *hint;
+  DType dt;
+  int sum;
+} KirVar;
+
 typedef enum KirStmtKind {
   KS_LOOP,          /* loop over axes [from, to) of the space; body */
   KS_LET,           /* const <v's type> <v's local> = x */
@@ -80,7 +99,12 @@ typedef enum KirStmtKind {
   KS_ACC_INIT,      /* in's accumulator = its initial value (in: a reduction, v its result) */
   KS_ACC,           /* in's accumulator takes x (sum or NaN-propagating max) */
   KS_ACC_DONE,      /* const <v's type> <v's local> = the accumulated value */
-  KS_CALL           /* v = call->fn(call->args...; call->ints, call->real): a microkernel (attention.c) */
+  KS_CALL,          /* v = call->fn(call->args...; call->ints, call->real): a microkernel (attention.c) */
+  /* data-movement kernels (kir_ops.c) */
+  KS_VAR,           /* Kir.vars[var] declared, = x */
+  KS_SET,           /* Kir.vars[var] = x */
+  KS_IF,            /* if x: body */
+  KS_STOREAT        /* v[at] = x: a store at a computed offset */
 } KirStmtKind;
 
 /* A microkernel call: arrays read (args), the result (the statement's v), integer
@@ -99,10 +123,12 @@ typedef struct KirCall {
 typedef enum KirLoopKind {
   KIR_SPACE,   /* every element of the space (KN_ELEM) */
   KIR_ROWS,    /* the rows: every axis but the last (KN_ROW) */
-  KIR_ROW      /* the elements of one row: the last axis (inside KIR_ROWS) */
+  KIR_ROW,     /* the elements of one row: the last axis (inside KIR_ROWS) */
+  KIR_SERIAL   /* axis `from` in order (KIR_REVERSE: from its end), one thread's, inside a KIR_SPACE
+                * loop over the axes before it (kir_ops.c: a scan, an arg-reduction, a scatter) */
 } KirLoopKind;
 
-enum { KIR_PARALLEL = 1, KIR_VECTOR = 2 };
+enum { KIR_PARALLEL = 1, KIR_VECTOR = 2, KIR_REVERSE = 4 };
 
 typedef struct KirStmt KirStmt;
 typedef Vec(KirStmt *) KirBlock;
@@ -120,6 +146,11 @@ struct KirStmt {
   KirBlock body;
   /* KS_CALL */
   KirCall *call;
+  /* KS_VAR, KS_SET: the variable; KS_STOREAT: the offset; a KIR_SERIAL loop: its steps (the
+   * space's axis `from` has the longest of the serial loops over it) */
+  int var;
+  KirExpr *at;
+  int64_t n;
 };
 
 typedef struct Kir {
@@ -130,6 +161,7 @@ typedef struct Kir {
   KirBlock body;
   const Inst *op;      /* kir_build_op: the instruction (kn NULL) */
   Vec(KirTable) tables;
+  Vec(KirVar) vars;
 } Kir;
 
 /* The kernel IR of a KN_ELEM or KN_ROW kernel kn of f scheduled in s (a KN_GEMM's
@@ -137,8 +169,10 @@ typedef struct Kir {
 Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
 /* The kernel IR of data-movement instruction in of f (kir_ops.c): one KIR_SPACE loop over
  * its result, parallel, each element loaded from a computed offset: PAD (every mode), GATHER,
- * UPSAMPLE (nearest and bilinear, its source indices and weights as tables). NULL for any
- * other instruction (or a scalar result, or a literal operand). */
+ * UPSAMPLE (nearest and bilinear, its source indices and weights as tables); or a parallel
+ * KIR_SPACE loop over the fibers along an axis, each running KIR_SERIAL loops along it:
+ * CUMSUM, ARGMAX, SCATTER_ADD. NULL for any other instruction (or a scalar result, or a
+ * literal operand of PAD, GATHER, UPSAMPLE). */
 Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
 /* The source positions and weights of one axis of an UPSAMPLE from `in` to `out` positions,
  * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */

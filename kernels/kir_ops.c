@@ -9,7 +9,20 @@
  *             reflected (reflect) or clamped (replicate) into x
  *   GATHER    y[i] = x[i with i[axis] := index[i]] (the indices checked before the kernel)
  *   UPSAMPLE  nearest: x at the tables' source pixel; bilinear: the four source pixels
- *             weighted along W, then H (PyTorch 1.13's order and opmath precision) */
+ *             weighted along W, then H (PyTorch 1.13's order and opmath precision)
+ *
+ * Scans, arg-reductions and scatters along an axis run a thread per fiber (every coordinate
+ * but the axis fixed): a parallel KIR_SPACE loop over the other axes (the fiber space: the
+ * result's axes but the axis, in order, then one axis for the serial loops), and in it
+ * KIR_SERIAL loops along the axis with variables (KirVar) for what is carried along it:
+ *
+ *   CUMSUM       acc += x[.., k, ..]; y[.., k, ..] = acc (k from the end with attr[1]); acc in
+ *                the target's sum type (KirVar.sum: double, integers wrapping)
+ *   ARGMAX       the first k of the max (min) so far, a NaN winning over numbers and the
+ *                first NaN over later ones; y[..] = that k
+ *   SCATTER_ADD  y's fiber = base's; then, when src has the fiber, y[.., index[.., k, ..], ..]
+ *                += src[.., k, ..] for k in order (the fibers are disjoint; the indices are
+ *                checked before the kernel) */
 #include <math.h>
 #include <string.h>
 #include "kir.h"
@@ -93,6 +106,44 @@ static int table(B *b, const char *hint, DType dt, int64_t n, const int64_t *iv,
   KirTable t = {hint, dt, n, iv, fv};
   vec_push(b->a, &b->k->tables, t);
   return b->k->tables.len - 1;
+}
+
+static KirStmt *stmt(B *b, KirBlock *blk, KirStmtKind kind) {
+  KirStmt *st = arena_alloc(b->a, sizeof *st);
+  memset(st, 0, sizeof *st);
+  st->kind = kind, st->v = -1;
+  vec_push(b->a, blk, st);
+  return st;
+}
+
+static KirStmt *loop(B *b, KirBlock *blk, KirLoopKind kind, int from, int to, unsigned marks) {
+  KirStmt *l = stmt(b, blk, KS_LOOP);
+  l->loop = kind, l->from = from, l->to = to, l->marks = marks;
+  return l;
+}
+
+/* A variable of the kernel (KirVar) and its value. */
+static int var(B *b, const char *hint, DType dt, int sum) {
+  KirVar v = {hint, dt, sum};
+  vec_push(b->a, &b->k->vars, v);
+  return b->k->vars.len - 1;
+}
+
+static KirExpr *rd(B *b, int v) {
+  KirExpr *x = ex(b, KE_VAR);
+  x->var = v, x->dt = b->k->vars.data[v].dt;
+  return x;
+}
+
+static void set(B *b, KirBlock *blk, KirStmtKind kind, int v, KirExpr *x) {
+  KirStmt *st = stmt(b, blk, kind);
+  st->var = v, st->x = x;
+}
+
+static KirExpr *un(B *b, KirExprKind kind, KirExpr *a, DType dt) {
+  KirExpr *x = ex(b, kind);
+  x->dt = dt, x->nargs = 1, x->arg[0] = a;
+  return x;
 }
 
 /* sum over the axes of the space of axis * st (the axes of size 1 and stride 0 left out) */
@@ -193,7 +244,167 @@ static KirExpr *build_upsample(B *b, const Inst *in) {
   return bin(b, KB_ADD, rows[0], rows[1], t);
 }
 
+/* ---- along an axis: a thread per fiber ------------------------------------------------------ */
+
+/* Strides of t broadcast over r (numpy-style), 0 along the axes it is broadcast over. */
+static void bstrides(const Type *t, const Type *r, int64_t *st) {
+  int64_t cs[IR_MAX_DIMS];
+  cstrides(t, cs);
+  for (int k = 0; k < r->ndim; k++) {
+    int d = k - (r->ndim - t->ndim);
+    st[k] = d >= 0 && t->dims[d] != 1 ? cs[d] : 0;
+  }
+}
+
+/* The fiber space of r along ax: r's axes but ax (perm: which axis of r each is), then one
+ * axis for the serial loops, of extent n (their longest). */
+typedef struct Fiber {
+  int nf, ax;
+  int perm[IR_MAX_DIMS];
+} Fiber;
+
+static void fiber_space(B *b, const Type *r, int ax, int64_t n, Fiber *fb) {
+  Type S = *r;
+  S.ndim = 0;
+  for (int k = 0; k < r->ndim; k++)
+    if (k != ax) fb->perm[S.ndim] = k, S.dims[S.ndim++] = r->dims[k];
+  fb->nf = S.ndim, fb->ax = ax;
+  S.dims[S.ndim++] = n;
+  b->k->space = S;
+}
+
+/* The element of an array of strides st (over r's axes) at the fiber, at the serial loop's
+ * position along the axis (along: 1) or at none of it. */
+static KirIndex at_fiber(const Fiber *fb, const int64_t *st, int along) {
+  KirIndex ix;
+  memset(&ix, 0, sizeof ix);
+  for (int k = 0; k < fb->nf; k++) ix.st[k] = st[fb->perm[k]];
+  if (along) ix.st[fb->nf] = st[fb->ax];
+  return ix;
+}
+
+/* v's element at ix (a literal: itself). */
+static KirExpr *value(B *b, ValId v, KirIndex ix) {
+  KirExpr *x = ex(b, is_literal(b->f, v) ? KE_LIT : KE_LOAD);
+  x->v = v, x->ix = ix, x->dt = ty(b->f, v)->dtype;
+  return x;
+}
+
+/* The parallel loop over the fibers, and a serial loop of n steps in it. */
+static KirStmt *fibers(B *b, const Fiber *fb) { return loop(b, &b->k->body, KIR_SPACE, 0, fb->nf, KIR_PARALLEL); }
+
+static KirStmt *along(B *b, KirStmt *par, const Fiber *fb, int64_t n, unsigned marks) {
+  KirStmt *l = loop(b, &par->body, KIR_SERIAL, fb->nf, fb->nf + 1, marks);
+  l->n = n;
+  return l;
+}
+
+static int build_cumsum(B *b, const Inst *in) {
+  const Type *r = ty(b->f, in->res);
+  int ax = (int)in->attr[0];
+  Fiber fb;
+  fiber_space(b, r, ax, r->dims[ax], &fb);
+  int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
+  cstrides(r, rst);
+  bstrides(ty(b->f, in->args[0]), r, xst);
+  KirStmt *par = fibers(b, &fb);
+  int acc = var(b, "acc", r->dtype, 1);
+  set(b, &par->body, KS_VAR, acc, num(b, 0));
+  KirStmt *k = along(b, par, &fb, r->dims[ax], in->attr[1] ? KIR_REVERSE : 0);
+  set(b, &k->body, KS_SET, acc, bin(b, KB_ADD, rd(b, acc), value(b, in->args[0], at_fiber(&fb, xst, 1)), r->dtype));
+  KirStmt *st = stmt(b, &k->body, KS_STORE);
+  st->v = in->res, st->ix = at_fiber(&fb, rst, 1), st->x = un(b, KE_CAST, rd(b, acc), r->dtype);
+  return 0;
+}
+
+static int build_argmax(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
+  int ax = (int)in->attr[0];
+  DType t = x->dtype;
+  Fiber fb;
+  fiber_space(b, x, ax, x->dims[ax], &fb);
+  int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
+  cstrides(r, rst);   /* r: x's shape with the axis of size 1 */
+  cstrides(x, xst);
+  KirStmt *par = fibers(b, &fb);
+  int at = var(b, "at", DT_I64, 0), mx = var(b, "mx", t, 0), v = var(b, "v", t, 0);
+  KirExpr *zero = ex(b, KE_FLT);
+  zero->dt = t;
+  set(b, &par->body, KS_VAR, at, num(b, 0));
+  set(b, &par->body, KS_VAR, mx, zero);
+  KirStmt *k = along(b, par, &fb, x->dims[ax], 0);
+  set(b, &k->body, KS_VAR, v, value(b, in->args[0], at_fiber(&fb, xst, 1)));
+  /* the first element; a better one (not against a NaN); a NaN (not after one) */
+  KirExpr *first = bin(b, KB_EQ, axis(b, fb.nf), num(b, 0), DT_BOOL);
+  KirExpr *better = bin(b, in->attr[1] ? KB_LT : KB_GT, rd(b, v), rd(b, mx), DT_BOOL);
+  KirExpr *take = bin(b, KB_OR, first, better, DT_BOOL);
+  if (ir_dtype_is_float(t)) {
+    KirExpr *num_mx = un(b, KE_NOT, un(b, KE_ISNAN, rd(b, mx), DT_BOOL), DT_BOOL);
+    take = bin(b, KB_OR, bin(b, KB_OR, first, bin(b, KB_AND, better, num_mx, DT_BOOL), DT_BOOL),
+               bin(b, KB_AND, un(b, KE_ISNAN, rd(b, v), DT_BOOL), num_mx, DT_BOOL), DT_BOOL);
+  }
+  KirStmt *if_ = stmt(b, &k->body, KS_IF);
+  if_->x = take;
+  set(b, &if_->body, KS_SET, mx, rd(b, v));
+  set(b, &if_->body, KS_SET, at, axis(b, fb.nf));
+  KirStmt *st = stmt(b, &par->body, KS_STORE);
+  st->v = in->res, st->ix = at_fiber(&fb, rst, 0), st->x = rd(b, at);
+  return 0;
+}
+
+static int build_scatter_add(B *b, const Inst *in) {
+  const Type *r = ty(b->f, in->res), *src = ty(b->f, in->args[2]);
+  int ax = (int)in->attr[0];
+  int64_t R = r->dims[ax], K = src->dims[ax];
+  Fiber fb;
+  fiber_space(b, r, ax, R > K ? R : K, &fb);
+  int64_t rst[IR_MAX_DIMS], bst[IR_MAX_DIMS], sst[IR_MAX_DIMS], ist[IR_MAX_DIMS];
+  cstrides(r, rst);
+  bstrides(ty(b->f, in->args[0]), r, bst);
+  cstrides(src, sst);
+  bstrides(ty(b->f, in->args[1]), src, ist);
+  KirStmt *par = fibers(b, &fb);
+  KirStmt *j = along(b, par, &fb, R, 0);   /* the base's fiber */
+  KirStmt *st = stmt(b, &j->body, KS_STORE);
+  st->v = in->res, st->ix = at_fiber(&fb, rst, 1), st->x = value(b, in->args[0], at_fiber(&fb, bst, 1));
+  KirExpr *inside = NULL, *ro = num(b, 0);   /* src has the fiber; the fiber's offset in r */
+  for (int k = 0; k < fb.nf; k++) {
+    int d = fb.perm[k];
+    if (r->dims[d] == 1) continue;
+    ro = bin(b, KB_ADD, ro, bin(b, KB_MUL, axis(b, k), num(b, rst[d]), DT_I64), DT_I64);
+    if (src->dims[d] < r->dims[d]) {
+      KirExpr *c = bin(b, KB_LT, axis(b, k), num(b, src->dims[d]), DT_BOOL);
+      inside = inside ? bin(b, KB_AND, inside, c, DT_BOOL) : c;
+    }
+  }
+  KirStmt *blk = par;
+  if (inside) {
+    blk = stmt(b, &par->body, KS_IF);
+    blk->x = inside;
+  }
+  KirStmt *k = loop(b, &blk->body, KIR_SERIAL, fb.nf, fb.nf + 1, 0);
+  k->n = K;
+  int ix = var(b, "ix", DT_I64, 0);
+  set(b, &k->body, KS_VAR, ix, value(b, in->args[1], at_fiber(&fb, ist, 1)));
+  KirExpr *off = bin(b, KB_ADD, ro, bin(b, KB_MUL, rd(b, ix), num(b, rst[ax]), DT_I64), DT_I64);
+  KirStmt *add = stmt(b, &k->body, KS_STOREAT);
+  add->v = in->res, add->at = off;
+  add->x = bin(b, KB_ADD, load_at(b, in->res, off), value(b, in->args[2], at_fiber(&fb, sst, 1)), r->dtype);
+  return 0;
+}
+
 Kir *kir_build_op(Arena *a, const Func *f, const Inst *in) {
+  if (in->op == IR_CUMSUM || in->op == IR_ARGMAX || in->op == IR_SCATTER_ADD) {
+    if (ty(f, in->res)->ndim == 0) return NULL;
+    B b = {a, f, arena_alloc(a, sizeof(Kir))};
+    memset(b.k, 0, sizeof *b.k);
+    b.k->f = f;
+    b.k->op = in;
+    if (in->op == IR_CUMSUM) build_cumsum(&b, in);
+    else if (in->op == IR_ARGMAX) build_argmax(&b, in);
+    else build_scatter_add(&b, in);
+    return b.k;
+  }
   if (in->op != IR_PAD && in->op != IR_GATHER && in->op != IR_UPSAMPLE) return NULL;
   const Type *r = ty(f, in->res);
   if (r->ndim == 0 || ir_numel(r) == 0) return NULL;

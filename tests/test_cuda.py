@@ -29,10 +29,10 @@ def _gpt_tiny():
     return src
 
 
-# The data-movement ops the CUDA emitter runs as the C target's loops, with their
-# outer loop over GPU threads: pad (constant and reflect), bilinear upsample, cumsum,
-# argmax, gather, and in the train step their gradients (reflect's pad_bwd over its
-# unpadded leading axes, gather's scatter-add over the fibers along its axis).
+# The data-movement ops the CUDA target runs over GPU threads: pad (constant and reflect),
+# bilinear upsample, gather (their kernel IR: a thread per element), cumsum, argmax (a
+# thread per fiber along the axis), and in the train step their gradients (reflect's
+# pad_bwd over its unpadded leading axes, gather's scatter-add a thread per fiber).
 DATAOPS = """
 import torch
 import torch.nn as nn

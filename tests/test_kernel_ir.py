@@ -4,9 +4,12 @@ prints and which the C renderer (codegen_c/render_c.c) and the CUDA renderer
 (codegen_cuda/emit_cuda.c) both print, each its own way."""
 import re
 
+import numpy as np
 import pytest
+import torch
 
-from ctc_testlib import CTC, build_ctc, run
+from ctc_testlib import CTC, build_ctc, compare, load_module, run, run_forward, st_write, state_dict_np
+from cuda_testlib import NVCC, RT, emulated, run_env, rt_objects  # noqa: F401 (a fixture)
 
 SRC = """
 import torch
@@ -136,8 +139,8 @@ def test_profile_regions_come_from_the_renderer(tmp_path):
     assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
 
 
-# Data-movement ops that are not kernel IR yet: their loops are the C emitter's, the
-# parallel one opened through the target's renderer (cg_par_for in render_c.c).
+# Data-movement ops as kernel IR (kernels/kir_ops.c): pad, upsample and gather a thread per
+# result element, cumsum and argmax a thread per fiber along their axis.
 DATAOPS = """
 import torch
 import torch.nn as nn
@@ -152,40 +155,66 @@ class Net(nn.Module):
 """
 
 
-def op_loops(code, op):
-    """The lines of the op's code (from its model-line comment to the end of its parallel
-    loop), dedented, the loop's header apart: (header, body)."""
+def serial_loop(code, op, var):
+    """The body of the op's first serial loop `for (int64_t var = ...) {`, dedented."""
     lines = code.splitlines()
     at = next(k for k, l in enumerate(lines) if re.match(r"\s*/\* m\.py:\d+  " + re.escape(op), l))
-    head = next(k for k in range(at, len(lines)) if re.match(r"\s*for \(int64_t \w+ = ", lines[k]))
+    head = next(k for k in range(at, len(lines)) if re.match(rf"\s*for \(int64_t {var} = ", lines[k]))
     ind = len(lines[head]) - len(lines[head].lstrip())
     end = next(k for k in range(head + 1, len(lines)) if lines[k] == " " * ind + "}")
     return lines[head].strip(), [l[ind:] for l in lines[head + 1:end]]
 
 
-def test_data_ops_parallel_loop_is_the_renderers(tmp_path):
-    """cumsum and argmax (C loops, not kernel IR yet) rendered for C and for CUDA: the same
-    loops, except the parallel one: C's `for` (OpenMP when large enough, with --profile a
-    region reporting each thread's share), CUDA's grid-stride loop."""
+def test_scan_and_argmax_kernel_ir_rendered_by_both_targets(tmp_path):
+    """cumsum and argmax are kernel IR: a parallel loop over the fibers along the axis and a
+    serial loop along it, carrying variables (a running sum in double; the extreme so far
+    and its index). C writes the fibers as loops (OpenMP when large enough, with --profile a
+    region reporting each thread's share), CUDA as a thread per fiber; the serial loop's
+    body is the same text in both, up to the loop variables."""
     opts = ["--input", "x=f32[2,3,8,8]", "--input", "i=i64[2,3,20,2]"]
+    p = tmp_path / "m.py"
+    p.write_text(DATAOPS)
+    kir = run([CTC, "compile", str(p), *opts, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: cumsum over f32\[2,3,20,20\]\n    loop space over i0<2 i1<3 i2<20 parallel\n"
+                     r"      var \$acc \(sum\) = 0\n      loop serial over i3<20\n"
+                     r"        \$acc = \(\$acc \+ load %h\w*\.\d+\[i0\*1200 \+ i1\*400 \+ i2\*20 \+ i3\]\)\n"
+                     r"        store %h\w*\.\d+\[i0\*1200 \+ i1\*400 \+ i2\*20 \+ i3\] = f32\(\$acc\)\n", kir, re.M), kir
+    # argmax along axis 1: the fibers are the other axes, the serial loop runs along axis 1
+    assert re.search(r"^  kernel \d+: argmax over f32\[2,20,20,3\]\n    loop space over i0<2 i1<20 i2<20 parallel\n"
+                     r"      var \$at = 0\n      var \$mx = 0\n      loop serial over i3<3\n"
+                     r"        var \$v = load %h\w*\.\d+\[i0\*1200 \+ i1\*20 \+ i2 \+ i3\*400\]\n"
+                     r"        if \(\(\(i3 == 0\) \|\| \(\(\$v > \$mx\) && not\(isnan\(\$mx\)\)\)\) \|\| "
+                     r"\(isnan\(\$v\) && not\(isnan\(\$mx\)\)\)\)\n", kir, re.M), kir
     compile_to(tmp_path, DATAOPS, "m.c", *opts)
     compile_to(tmp_path, DATAOPS, "m.cu", *opts, "--target", "cuda")
     c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
-    for op, var, n in [("cumsum(", "o", 120), ("argmax(", "o", 2)]:
-        (ch, cb), (uh, ub) = op_loops(c, op), op_loops(cu, op)
-        # (C's trip count may be the run-time batch's: `(batch)`, `(60 * batch)`)
-        assert re.fullmatch(rf"for \(int64_t {var} = 0; {var} < ({n}|\((\d+ \* )?batch\)); {var}\+\+\) \{{", ch), (op, ch)
-        assert uh == (f"for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {n}; "
-                      f"{var} += (int64_t)blockDim.x * gridDim.x) {{"), (op, uh)
-        assert cb == ub and cb, (op, cb, ub)
-    # large enough for threads: OpenMP on the same loop; --profile, a region written as such
+    # cumsum: the 120 fibers one C loop (contiguous), 120 CUDA threads
+    ch, cb = serial_loop(c, "cumsum(", "k")
+    uh, ub = serial_loop(cu, "cumsum(", "ctc_k")
+    assert ch == "for (int64_t k = 0; k < 20; k++) {" and uh == "for (int64_t ctc_k = 0; ctc_k < 20; ctc_k++) {", (ch, uh)
+    assert re.search(r"for \(int64_t i = 0; i < (120|\(60 \* batch\)); i\+\+\) \{\n\s+double acc\w* = 0;\n\s+for \(int64_t k", c), c
+    assert re.search(r"/\* its kernel IR: a thread per fiber along axis 3 \(grid-stride\) \*/\n.*\n.*\n.*\n.*cumsum\(h\w*\).*\n"
+                     r"\s+for \(int64_t ctc_i = \(int64_t\)blockIdx\.x \* blockDim\.x \+ threadIdx\.x; ctc_i < 120;", cu), cu
+    assert [re.sub(r"\bi\b", "ctc_i", re.sub(r"\bk\b", "ctc_k", l)) for l in cb] == ub and len(cb) == 2, (cb, ub)
+    assert re.fullmatch(r"  acc\w* = acc\w* \+ h\w*\[ctc_i \* 20 \+ ctc_k\];", ub[0]), ub
+    # argmax along axis 1: C's fibers i0 < 2, i1 < 400 (merged); CUDA's from ctc_i
+    ch, cb = serial_loop(c, "argmax(", "k")
+    uh, ub = serial_loop(cu, "argmax(", "ctc_k")
+    assert ch == "for (int64_t k = 0; k < 3; k++) {", ch
+    assert [re.sub(r"\bk\b", "ctc_k", l) for l in cb[1:]] == ub[1:] and len(cb) == 5, (cb, ub)
+    # the element loaded: C's merged fiber axes, CUDA's coordinates of ctc_i
+    assert re.fullmatch(r"  float v\w* = h\w*\[i0 \* 1200 \+ i1 \+ k \* 400\];", cb[0]), cb
+    assert re.fullmatch(r"  float v\w* = h\w*\[\(ctc_i / 400\) \* 1200 \+ \(ctc_i / 20 % 20\) \* 20 \+ \(ctc_i % 20\)"
+                        r" \+ ctc_k \* 400\];", ub[0]), ub
+    assert "  if (ctc_k == 0 || (v" in ub[1] and "&& !isnan(mx" in ub[1], ub
+    # large enough for threads: OpenMP on the fibers' loop; --profile, a region written as such
     opts = ["--input", "x=f32[256,3,8,8]", "--input", "i=i64[256,3,20,2]"]
     compile_to(tmp_path, DATAOPS, "big.c", *opts)
     compile_to(tmp_path, DATAOPS, "prof.c", *opts, "--profile")
     big, prof = (tmp_path / "big.c").read_text(), (tmp_path / "prof.c").read_text()
-    assert re.search(r"^  CTC_OMP_FOR\n  for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n    for \(int64_t i = 0; i < 1;", big, re.M)
+    assert re.search(r"^  CTC_OMP_FOR\n  for \(int64_t i = 0; i < (15360|\(60 \* batch\)); i\+\+\) \{\n    double acc", big, re.M)
     assert re.search(r"^    CTC_PROF_PARALLEL\n    \{\n      const double ctc_thread_t0 = ctc_prof_now\(\);\n"
-                     r"      CTC_PROF_FOR\n      for \(int64_t o = 0; o < (15360|\(60 \* batch\)); o\+\+\) \{\n(.*\n)*?      \}\n"
+                     r"      CTC_PROF_FOR\n      for \(int64_t i = 0; i < (15360|\(60 \* batch\)); i\+\+\) \{\n(.*\n)*?      \}\n"
                      r"      ctc_prof_thread\(m->prof, &ctc_prof_forward\[\d+\], ctc_prof_thread_num\(\), ctc_thread_t0\);",
                      prof, re.M)
     assert not re.search(r"^\s*CTC_OMP_FOR", prof, re.M)
@@ -231,3 +260,177 @@ def test_data_movement_kernel_ir_rendered_by_both_targets(tmp_path):
         rhs = re.sub(r"\bi([0-3])\b", lambda m: axis[int(m.group(1))], cs.split(" = ", 1)[1])
         rhs = re.sub(r"\b(uh0|uw0|uh1|uw1|lh0|lh1|lw0|lw1)_\d+\b", r"\1", rhs)   # the tables' names in the file
         assert rhs == re.sub(r"\b(uh0|uw0|uh1|uw1|lh0|lh1|lw0|lw1)_\d+\b", r"\1", us.split(" = ", 1)[1]), (op, rhs, us)
+
+
+# Scans, arg-reductions and scatters along an axis (a thread per fiber): floats and integers,
+# forward and reversed (the VJP of a cumsum), NaNs and ties for argmax/argmin, a scatter-add
+# whose src covers only some fibers, into a base broadcast along the batch, and 1-D operands
+# (a single fiber).
+ALONG = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(7, 5))
+
+    def forward(self, x, n, i, s):
+        y = torch.cumsum(x, dim=1)
+        r = torch.flip(torch.cumsum(torch.flip(x, [2]), dim=2), [2])
+        z = torch.cumsum(n, dim=0)
+        a = torch.argmax(x, dim=2)
+        b = torch.argmin(x, dim=0, keepdim=True)
+        c = torch.argmax(n, dim=1)
+        e = self.b.expand(4, 7, 5).scatter_add(1, i, s)
+        return y, r, z, a, b, c, e, x.argmax(), torch.cumsum(s.reshape(-1), 0)   # no fiber axes: one fiber
+"""
+
+
+def along_inputs():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    x[1, 2, 3] = x[2, :, 1] = np.nan              # a NaN wins over numbers, the first NaN over later ones
+    x[3, 4, :] = 1.5                              # ties: the first index
+    n = rng.integers(-3, 4, (6, 3)).astype(np.int64)
+    n[:, 1] = 2                                   # ties among integers
+    i = rng.integers(0, 7, (4, 3, 2)).astype(np.int64)
+    s = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    return [x, n, i, s]
+
+
+def same(name, got, want):
+    """Integers equal; floats close (rtol 1e-5), NaN where PyTorch has NaN."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (name, got.dtype, want.dtype, got.shape, want.shape)
+    if got.dtype == np.int64:
+        assert (got == want).all(), (name, got, want)
+        return
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), (name, got, want)
+    compare(name, got[~nan], want[~nan], 1e-5, 1e-6)
+
+
+ALONG_SPECS = ["--input", "x=f32[4,6,5]", "--input", "n=i64[6,3]", "--input", "i=i64[4,3,2]", "--input", "s=f32[4,3,2]"]
+
+
+def test_along_an_axis_values_match_torch(tmp_path):
+    """The C target's cumsum, argmax/argmin and scatter_add (kernel IR) against PyTorch."""
+    p = tmp_path / "along.py"
+    p.write_text(ALONG)
+    torch.manual_seed(0)
+    mod = load_module(str(p), "kir_along_c")
+    model = mod.Net()
+    with torch.no_grad():
+        want = [t.numpy() for t in model(*map(torch.from_numpy, along_inputs()))]
+    got = run_forward(str(tmp_path), str(p), model, along_inputs(), ALONG_SPECS)
+    assert len(got) == len(want) == 9
+    for k, (g, w) in enumerate(zip(got, want)):
+        same(f"output {k}", g, w)
+
+
+def test_along_an_axis_emulated_cuda_matches_torch(tmp_path, rt_objects):
+    """The same kernels for CUDA, a thread per fiber (none on one thread), run under the
+    emulation header (runtime_min/cuda_emu): PyTorch's values."""
+    p = tmp_path / "along.py"
+    p.write_text(ALONG)
+    cu, exe = emulated(tmp_path, str(p), ALONG_SPECS, rt_objects)
+    code = cu.read_text()
+    assert "one thread:" not in code, code
+    assert len(re.findall(r"/\* its kernel IR: a thread per fiber along axis \d \(grid-stride\) \*/", code)) == 9, code
+    torch.manual_seed(0)
+    model = load_module(str(p), "kir_along_cuda").Net()
+    ins = along_inputs()
+    with torch.no_grad():
+        want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(model))
+    args = [exe, "run", "forward", "--weights", w]
+    for k, a in enumerate(ins):
+        np.save(tmp_path / f"in{k}.npy", a)
+        args += ["--input", tmp_path / f"in{k}.npy"]
+    for k in range(len(want)):
+        args += ["--output", tmp_path / f"out{k}.npy"]
+    run_env(args)
+    for k, wt in enumerate(want):
+        same(f"output {k}", np.load(tmp_path / f"out{k}.npy"), wt)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
+def test_along_an_axis_nvcc_compiles_clean(tmp_path):
+    """The kernels' .cu through nvcc for sm_80, every warning an error, host and device."""
+    p = tmp_path / "along.py"
+    p.write_text(ALONG)
+    cu = tmp_path / "m.cu"
+    run([CTC, "compile", str(p), "--target", "cuda", "-o", cu, *ALONG_SPECS])
+    run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-Werror", "all-warnings",
+         "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"], timeout=600)
+
+
+# A convolution, a GEMM with an epilogue, a column sum and a scan, large enough for threads.
+THREADED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(512, 256)
+
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        z = torch.tanh(self.fc(h.flatten(1)))
+        return z.sum(0), torch.cumsum(z, dim=1)
+"""
+
+
+def entry_body(code):
+    return code[code.index("int net_forward(net_t *m"):]
+
+
+def test_profile_regions_of_every_parallel_loop_are_the_renderers(tmp_path):
+    """--profile: every parallel loop of the entry, the kernel IR's and those the convolution,
+    GEMM and reduction emitters write (opened through cg_par_open), is a region reporting each
+    thread's share, written by the C renderer; the plain build has OpenMP's line at each of
+    them, and the GEMM epilogue's block every thread runs is a region without `omp for`."""
+    opts = ["--input", "x=f32[64,3,8,8]"]
+    compile_to(tmp_path, THREADED, "plain.c", *opts)
+    compile_to(tmp_path, THREADED, "prof.c", *opts, "--profile")
+    plain, prof = entry_body((tmp_path / "plain.c").read_text()), entry_body((tmp_path / "prof.c").read_text())
+    omp = re.findall(r"^ *(CTC_OMP_FOR|CTC_OMP_FOR_SIMD|CTC_OMP_PARALLEL)$", plain, re.M)
+    assert len(omp) >= 4 and {"CTC_OMP_FOR", "CTC_OMP_PARALLEL"} <= set(omp), omp
+    assert len(re.findall(r"^ *CTC_PROF_PARALLEL$", prof, re.M)) == len(omp), prof
+    assert len(re.findall(r"ctc_prof_thread\(m->prof, &ctc_prof_forward\[\d+\], ctc_prof_thread_num\(\), ctc_thread_t0\);", prof)) == len(omp)
+    assert not re.search(r"^ *(CTC_OMP_FOR|CTC_OMP_FOR_SIMD|CTC_OMP_PARALLEL)$", prof, re.M), prof
+    # the im2col loop over (image, channel), and the GEMM epilogue's region
+    assert re.search(r"CTC_PROF_PARALLEL\n +\{\n +const double ctc_thread_t0 = ctc_prof_now\(\);\n +CTC_PROF_FOR\n"
+                     r" +for \(int64_t q = 0; q < ns \* 3; q\+\+\) \{   /\* \(image s, channel ci\) \*/\n", prof), prof
+    assert re.search(r"CTC_PROF_PARALLEL\n +\{\n +const double ctc_thread_t0 = ctc_prof_now\(\);\n +\{\n"
+                     r" +int64_t r0, r1, c0, c1;", prof), prof
+    for name in ("plain.c", "prof.c"):
+        run(["gcc", "-std=c11", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I", RT, tmp_path / name])
+
+
+def test_scatter_add_kernel_ir(tmp_path):
+    """scatter_add: a thread per fiber of the result along the axis, which first copies the
+    base's fiber, then, where src has that fiber, adds src's elements at their indices in
+    order (a store at a computed offset)."""
+    p = tmp_path / "along.py"
+    p.write_text(ALONG)
+    kir = run([CTC, "compile", str(p), *ALONG_SPECS, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: scatter_add over f32\[4,5,7\]\n    loop space over i0<4 i1<5 parallel\n"
+                     r"      loop serial over i2<7\n        store %e\.\d+\[i0\*35 \+ i1 \+ i2\*5\] = load %\w+\.\d+\[i0\*35 \+ i1 \+ i2\*5\]\n"
+                     r"      if \(i1 < 2\)\n        loop serial over i2<3\n"
+                     r"          var \$ix = load %i\.\d+\[i0\*6 \+ i1 \+ i2\*2\]\n"
+                     r"          store %e\.\d+\[\(\(\(i0 \* 35\) \+ i1\) \+ \(\$ix \* 5\)\)\] = \(load %e\.\d+\[", kir, re.M), kir
+    compile_to(tmp_path, ALONG, "m.c", *ALONG_SPECS)
+    compile_to(tmp_path, ALONG, "m.cu", *ALONG_SPECS, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    # C: the fibers' loops i0, i1 (the if reads i1 itself: not merged); CUDA: ctc_i's coordinates
+    assert re.search(r"if \(i1 < 2\) \{\n +for \(int64_t k = 0; k < 3; k\+\+\) \{\n +int64_t ix\w* = i\w*\[i0 \* 6 \+ i1 \+ k \* 2\];\n"
+                     r" +e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] = e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] \+ s\w*\[i0 \* 6 \+ i1 \+ k \* 2\];", c), c
+    assert re.search(r"if \(\(ctc_i % 5\) < 2\) \{\n +for \(int64_t ctc_k = 0; ctc_k < 3; ctc_k\+\+\) \{\n"
+                     r" +int64_t ix\w* = i\w*\[\(ctc_i / 5\) \* 6 \+ \(ctc_i % 5\) \+ ctc_k \* 2\];", cu), cu
