@@ -146,8 +146,12 @@ static void emit_script(Buf *b, const TextScript *s) {
             (long long)s->eval_iters, s->eval_last);
   if (s->eval_format) c_string(b, s->eval_format);
   else cg_puts(b, "NULL");
-  cg_printf(b, ",\n  %d, ctc_script_vocab, %lld, %lld, ctc_script_train, ctc_script_val, %.17g, %lld\n};\n\n",
+  cg_printf(b, ",\n  %d, ctc_script_vocab, %lld, %lld, ctc_script_train, ctc_script_val, %.17g, %lld,\n  ",
             (int)s->nvocab, (long long)s->ntrain, (long long)s->nval, s->train_fraction, (long long)s->sample_tokens);
+  if (s->gen_where) c_string(b, s->gen_where);
+  else cg_puts(b, "NULL");
+  cg_printf(b, ", %d, %lld, %.17g  /* generate: crop, top-k, temperature */\n};\n\n", s->gen_where ? s->sample_crop : 1,
+            (long long)s->sample_top_k, s->gen_where ? s->sample_temperature : 1.0);
 }
 
 static void c_string(Buf *b, const char *s) {

@@ -227,6 +227,10 @@ typedef struct TextScript {
   const int32_t *train, *val; /* the tokens of the text read at compile time */
   double train_fraction;      /* where a text given at run time is split */
   int64_t sample_tokens;      /* generate(context, max_new_tokens=N) after the loop: N (0: none) */
+  const char *gen_where;      /* "gpt.py:88": the generate it calls, read for the sampler (NULL: none) */
+  int sample_crop;            /* generate crops the context to forward's window (else never slides it) */
+  int64_t sample_top_k;       /* its top-k cut (0: none; 1: greedy argmax) */
+  double sample_temperature;  /* what it divides the logits by (1.0: nothing) */
 } TextScript;
 
 /* Instrumentation around every AD sweep and pass: compiler/main.c prints the

@@ -175,6 +175,10 @@ typedef struct ctc_text_script {
   const int32_t *train, *val;    /* the tokens of the text read at compile time, split as the script did */
   double train_fraction;         /* a text given at run time (--text) is split there */
   int64_t sample_tokens;         /* generate's max_new_tokens (0: none) */
+  const char *gen_where;         /* "gpt.py:88": the script's generate, whose settings `sample` takes (NULL: none) */
+  int sample_crop;               /* it crops the context to forward's window: 0, the window never slides */
+  int64_t sample_top_k;          /* its top-k cut (0: none; 1: greedy argmax) */
+  double sample_temperature;     /* its temperature (1.0: none) */
 } ctc_text_script;
 
 typedef struct ctc_model_desc {
