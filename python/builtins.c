@@ -361,6 +361,9 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);
     return pv_int(L, ck_float_to_int(L, A->at, trunc(v)));
   }
+  case BI_COMPLEX_CONJUGATE:
+    bind_args(L, A, "", a);
+    return pv_complex(L, fn->self->f, -fn->self->fi);
   case BI_COMPLEX: {   /* complex(real=0, imag=0): numbers or complex numbers */
     bind_args(L, A, "real=,imag=", a);
     double p[4] = {0, 0, 0, 0};

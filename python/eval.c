@@ -544,7 +544,7 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
   case PV_COMPLEX:
     if (!strcmp(name, "real") || !strcmp(name, "imag")) return pv_float(L, name[0] == 'r' ? obj->f : obj->fi);
-    return NULL;
+    return strcmp(name, "conjugate") ? NULL : py_builtin(L, BI_COMPLEX_CONJUGATE, obj);
   case PV_OPAQUE: return pv_opaque_from(L, at, obj, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
