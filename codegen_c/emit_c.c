@@ -167,7 +167,7 @@ static void c_string(Buf *b, const char *s) {
 /* {"name", CTC_F32, 2, {512, 784}, offset, NULL, 0}. Value v of an entry with
  * a run-time batch (v >= 0, f->batch_max): its batch axis is described at the
  * largest batch, whatever N this Func was staged with. */
-static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v) {
+static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v, int cplx) {
   int ax = v >= 0 && f->batch_max && f->batch_axis ? f->batch_axis[v] : -1;
   cg_puts(b, "{");
   c_string(b, name);
@@ -175,7 +175,7 @@ static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset,
   for (int i = 0; i < t->ndim; i++)
     cg_printf(b, "%s%lld", i ? ", " : "", (ll)(i == ax ? t->dims[i] / f->batch_n * f->batch_max : t->dims[i]));
   if (!t->ndim) cg_puts(b, "0");
-  cg_printf(b, "}, %lld, NULL, %d}", (ll)offset, ax + 1);
+  cg_printf(b, "}, %lld, NULL, %d%s}", (ll)offset, ax + 1, cplx ? ", 1 /* complex64 */" : "");
 }
 
 /* s made safe to put inside a comment (in buf). */
@@ -857,7 +857,8 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
     cg_puts(b, "static const ctc_tensor ctc_params[] = {\n");
     for (int i = 0; i < p->params.len; i++) {
       cg_puts(b, "  ");
-      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1);
+      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1,
+                  p->params.data[i].complex64);
       cg_puts(b, ",\n");
     }
     cg_puts(b, "};\n\n");
@@ -908,7 +909,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_in_%s[] = {\n", fname);
       for (int k = 0; k < f->inputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k]);
+        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k], 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");
@@ -917,7 +918,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_out_%s[] = {\n", fname);
       for (int k = 0; k < f->outputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k]);
+        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k], 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");

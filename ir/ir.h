@@ -197,6 +197,8 @@ typedef struct Param {
                                  "<scheduler>.last_epoch") or ctc's own tensors ("ctc.const.N",
                                  "ctc.kv.*"): not in the state_dict; checkpoints carry it */
   int not_persistent;         /* register_buffer(persistent=False): in the arena, not in the state_dict */
+  int complex64;              /* a complex64 tensor (torchlib/complex.c): type is its float32 storage S + [2],
+                                 files hold it as complex64 S (ctc_tensor.complex64) */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */

@@ -75,6 +75,9 @@ typedef struct ctc_tensor {
   int batch_axis1;               /* entry inputs and outputs with a run-time batch: 1 + the axis
                                     whose extent is shape[axis] / batch_max * n for a call on a
                                     batch of n (ctc_entry.batch_max); 0: the shape is static */
+  int complex64;                 /* a complex64 tensor held as its float32 parts, shape S + [2]: .pt and
+                                    safetensors files hold it as complex64 of shape S (ComplexFloatStorage,
+                                    "C64"); a file's complex64 tensor reads in as such */
 } ctc_tensor;
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
 size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
