@@ -175,7 +175,7 @@ static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset,
   for (int i = 0; i < t->ndim; i++)
     cg_printf(b, "%s%lld", i ? ", " : "", (ll)(i == ax ? t->dims[i] / f->batch_n * f->batch_max : t->dims[i]));
   if (!t->ndim) cg_puts(b, "0");
-  cg_printf(b, "}, %lld, NULL, %d%s}", (ll)offset, ax + 1, cplx ? ", 1 /* complex64 */" : "");
+  cg_printf(b, "}, %lld, NULL, %d, %d}", (ll)offset, ax + 1, cplx);   /* cplx: complex64 in files */
 }
 
 /* s made safe to put inside a comment (in buf). */
