@@ -726,6 +726,8 @@ static void group_digits(char *buf, size_t cap, char sep) {
 
 const char *pv_format(L *L, Span at, const PV *v, const char *spec) {
   if (!spec[0]) return pv_to_str(L, at, v);
+  if (v->k == PV_COMPLEX)
+    lower_error(L, at, "format spec '%s' on a complex number is not supported by ctc (format its .real and .imag)", spec);
   const char *s = spec;
   char fill = ' ', align = 0, sign = '-', type = 0, grouping = 0;
   int alt = 0, width = -1, prec = -1;

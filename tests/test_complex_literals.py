@@ -152,6 +152,7 @@ def test_three_sgd_steps(built):
     ("torch.exp(x.double() * 1j)", "5:22: error: a complex64 tensor * a float64 tensor is complex128 in PyTorch"),
     ("x @ (1j * x)", "5:12: error: '@' on complex tensors is not supported by ctc"),
     ("torch.tensor([1j])", "5:12: error: torch.tensor(): expected numbers, got 'complex'"),
+    ("f'{1j:.2f}'", "5:12: error: format spec '.2f' on a complex number is not supported by ctc"),
 ])
 def test_refused_at_the_line(tmp_path, expr, msg):
     (tmp_path / "r.py").write_text(f"import torch\n\n\ndef f(x):\n    return {expr}\n\n\n"
