@@ -146,8 +146,12 @@ static void emit_script(Buf *b, const TextScript *s) {
             (long long)s->eval_iters, s->eval_last);
   if (s->eval_format) c_string(b, s->eval_format);
   else cg_puts(b, "NULL");
-  cg_printf(b, ",\n  %d, ctc_script_vocab, %lld, %lld, ctc_script_train, ctc_script_val, %.17g, %lld\n};\n\n",
+  cg_printf(b, ",\n  %d, ctc_script_vocab, %lld, %lld, ctc_script_train, ctc_script_val, %.17g, %lld,\n  ",
             (int)s->nvocab, (long long)s->ntrain, (long long)s->nval, s->train_fraction, (long long)s->sample_tokens);
+  if (s->gen_where) c_string(b, s->gen_where);
+  else cg_puts(b, "NULL");
+  cg_printf(b, ", %d, %lld, %.17g  /* generate: crop, top-k, temperature */\n};\n\n", s->gen_where ? s->sample_crop : 1,
+            (long long)s->sample_top_k, s->gen_where ? s->sample_temperature : 1.0);
 }
 
 static void c_string(Buf *b, const char *s) {
@@ -163,7 +167,7 @@ static void c_string(Buf *b, const char *s) {
 /* {"name", CTC_F32, 2, {512, 784}, offset, NULL, 0}. Value v of an entry with
  * a run-time batch (v >= 0, f->batch_max): its batch axis is described at the
  * largest batch, whatever N this Func was staged with. */
-static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v) {
+static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v, int cplx) {
   int ax = v >= 0 && f->batch_max && f->batch_axis ? f->batch_axis[v] : -1;
   cg_puts(b, "{");
   c_string(b, name);
@@ -171,7 +175,7 @@ static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset,
   for (int i = 0; i < t->ndim; i++)
     cg_printf(b, "%s%lld", i ? ", " : "", (ll)(i == ax ? t->dims[i] / f->batch_n * f->batch_max : t->dims[i]));
   if (!t->ndim) cg_puts(b, "0");
-  cg_printf(b, "}, %lld, NULL, %d}", (ll)offset, ax + 1);
+  cg_printf(b, "}, %lld, NULL, %d, %d}", (ll)offset, ax + 1, cplx);   /* cplx: complex64 in files */
 }
 
 /* s made safe to put inside a comment (in buf). */
@@ -850,7 +854,8 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
     cg_puts(b, "static const ctc_tensor ctc_params[] = {\n");
     for (int i = 0; i < p->params.len; i++) {
       cg_puts(b, "  ");
-      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1);
+      tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1,
+                  p->params.data[i].complex64);
       cg_puts(b, ",\n");
     }
     cg_puts(b, "};\n\n");
@@ -914,7 +919,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_in_%s[] = {\n", fname);
       for (int k = 0; k < f->inputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k]);
+        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k], 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");
@@ -923,7 +928,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_out_%s[] = {\n", fname);
       for (int k = 0; k < f->outputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k]);
+        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k], 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");

@@ -39,7 +39,7 @@ static const char *const kind_names[N_COUNT] = {
     [N_TRY] = "try",             [N_EXCEPT] = "except",        [N_IMPORT] = "import",
     [N_IMPORTFROM] = "from",     [N_ALIAS] = "alias",          [N_FUNCDEF] = "def",
     [N_PARAM] = "param",         [N_CLASSDEF] = "class",       [N_NAME] = "name",
-    [N_INT] = "int",             [N_FLOAT] = "float",          [N_STR] = "str",
+    [N_INT] = "int",             [N_FLOAT] = "float",          [N_IMAG] = "imag",          [N_STR] = "str",
     [N_FSTR] = "fstr",           [N_CONST] = "const",          [N_ATTR] = "attr",
     [N_SUBSCRIPT] = "subscript", [N_SLICE] = "slice",          [N_CALL] = "call",
     [N_KEYWORD] = "kw",          [N_STARRED] = "starred",      [N_BINOP] = "binop",
@@ -193,6 +193,10 @@ static void dump(FILE *o, const Node *n) {
     return;
   case N_FLOAT:
     dump_float(o, n->fval);
+    return;
+  case N_IMAG:
+    dump_float(o, n->fval);
+    fputc('j', o);
     return;
   case N_STR:
     dump_string(o, n->sval, n->ival);

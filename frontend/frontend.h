@@ -20,7 +20,8 @@ typedef enum TokKind {
   T_DEDENT,    /* indentation decreased (one per level) */
   T_NAME,      /* identifier or keyword: keywords are told apart by text */
   T_INT,       /* 12, 0x1f, 0o7, 0b1, 1_000 */
-  T_FLOAT,     /* 1.0, 1e-3, .5, 3. (imaginary literals are rejected) */
+  T_FLOAT,     /* 1.0, 1e-3, .5, 3. */
+  T_IMAG,      /* 1j, 2.5J, 1e3j: fval the imaginary part */
   T_STRING,    /* '..', "..", '''..''', """..""", with r/b prefixes; text = decoded value */
   T_FSTRING,   /* f"..": text = raw contents between the quotes (not evaluated) */
   T_OP,        /* operator or delimiter: text is its spelling ("**=", "(", "->") */
@@ -75,6 +76,7 @@ typedef enum NodeKind {
   N_NAME,        /* name */
   N_INT,         /* ival */
   N_FLOAT,       /* fval */
+  N_IMAG,        /* fval j: an imaginary literal (1j, 2.5J) */
   N_STR,         /* sval (len in ival); adjacent literals are concatenated */
   N_FSTR,        /* sval = raw f-string contents (not evaluated by the parser) */
   N_CONST,       /* op = CONST_NONE | CONST_TRUE | CONST_FALSE | CONST_ELLIPSIS */

@@ -204,8 +204,8 @@ static int scan_digits(Lexer *L, int base, int lead_us, size_t tok_start) {
 /* The token after a number must not run into a name or another number. */
 static void number_end(Lexer *L, size_t start, const char *what) {
   char c = L->s[L->pos];
-  if (c == 'j' || c == 'J')
-    lerr(L, here(L, start, L->pos + 1 - start), "imaginary (complex) literals are not supported");
+  if (c == 'j' || c == 'J')   /* after a decimal number lex_number took it: 0x1j */
+    lerr(L, here(L, start, L->pos + 1 - start), "invalid %s literal: only decimal numbers can be imaginary", what);
   if (is_id_char(c) || c == '.' || (unsigned char)c >= 0x80) {
     size_t e = L->pos;
     while (is_id_char(L->s[e])) e++;
@@ -249,6 +249,24 @@ static void lex_number(Lexer *L) {
       }
       scan_digits(L, 10, 0, start);
       is_float = 1;
+    }
+    if (s[L->pos] == 'j' || s[L->pos] == 'J') {   /* an imaginary literal: 1j, 2.5J, 1e-3j, 01j */
+      size_t len = L->pos - start;
+      char *buf = arena_alloc(L->a, len + 1);
+      size_t k = 0;
+      for (size_t i = start; i < L->pos; i++)
+        if (s[i] != '_') buf[k++] = s[i];
+      buf[k] = '\0';
+      L->pos++;
+      number_end(L, start, "imaginary");
+      Token t = {0};
+      t.kind = T_IMAG;
+      t.span = mkspan(L, p0, lpos(L));
+      t.text = arena_strndup(L->a, s + start, len + 1);
+      t.len = len + 1;
+      t.fval = strtod(buf, NULL);
+      vec_push(L->a, L->out, t);
+      return;
     }
     number_end(L, start, "decimal");
     if (!is_float) {

@@ -123,6 +123,7 @@ static const char *tok_desc(Parser *p, const Token *t) {
   case T_NAME: return arena_printf(p->a, is_keyword(t->text) ? "keyword '%s'" : "'%s'", t->text);
   case T_INT:
   case T_FLOAT:
+  case T_IMAG:
     if (t->len > 24) return arena_printf(p->a, "number '%.20s...'", t->text);
     return arena_printf(p->a, "number '%s'", t->text);
   case T_STRING: return "a string";
@@ -207,6 +208,7 @@ static int starts_expr(const Token *t) {
            is_kw(t, "False") || is_kw(t, "await") || is_kw(t, "yield");
   case T_INT:
   case T_FLOAT:
+  case T_IMAG:
   case T_STRING:
   case T_FSTRING:
     return 1;
@@ -222,7 +224,7 @@ static int starts_expr(const Token *t) {
 static const char *expr_desc(const Node *e) {
   switch (e->kind) {
   case N_CALL: return "a function call";
-  case N_INT: case N_FLOAT: case N_STR: case N_CONST: return "a literal";
+  case N_INT: case N_FLOAT: case N_IMAG: case N_STR: case N_CONST: return "a literal";
   case N_FSTR: return "an f-string";
   case N_BINOP: case N_UNARY: return "an operator expression";
   case N_BOOLOP: return "a boolean expression";
@@ -511,9 +513,10 @@ static Node *parse_atom(Parser *p) {
     n->ival = t->ival;
     return n;
   }
-  case T_FLOAT: {
+  case T_FLOAT:
+  case T_IMAG: {
     next(p);
-    Node *n = mk(p, N_FLOAT, t->span);
+    Node *n = mk(p, t->kind == T_IMAG ? N_IMAG : N_FLOAT, t->span);
     n->fval = t->fval;
     return n;
   }

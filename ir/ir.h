@@ -197,6 +197,8 @@ typedef struct Param {
                                  "<scheduler>.last_epoch") or ctc's own tensors ("ctc.const.N",
                                  "ctc.kv.*"): not in the state_dict; checkpoints carry it */
   int not_persistent;         /* register_buffer(persistent=False): in the arena, not in the state_dict */
+  int complex64;              /* a complex64 tensor (torchlib/complex.c): type is its float32 storage S + [2],
+                                 files hold it as complex64 S (ctc_tensor.complex64) */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
@@ -230,6 +232,10 @@ typedef struct TextScript {
   const int32_t *train, *val; /* the tokens of the text read at compile time */
   double train_fraction;      /* where a text given at run time is split */
   int64_t sample_tokens;      /* generate(context, max_new_tokens=N) after the loop: N (0: none) */
+  const char *gen_where;      /* "gpt.py:88": the generate it calls, read for the sampler (NULL: none) */
+  int sample_crop;            /* generate crops the context to forward's window (else never slides it) */
+  int64_t sample_top_k;       /* its top-k cut (0: none; 1: greedy argmax) */
+  double sample_temperature;  /* what it divides the logits by (1.0: nothing) */
 } TextScript;
 
 /* Instrumentation around every AD sweep and pass: compiler/main.c prints the

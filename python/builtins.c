@@ -353,10 +353,28 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       PV *r = L->host->math(L, A->at, A->fname, a[0]);
       if (r) return r;
     }
+    if (a[0]->k == PV_COMPLEX)
+      py_raise(L, A->at, "TypeError", "%s() argument must be a string or a %snumber, not 'complex'", A->fname,
+               bi == BI_INT ? "" : "real ");
     double v = arg_num(L, A->at, a[0], "argument");
     if (bi == BI_FLOAT) return pv_float(L, v);
     if (a[0]->k != PV_FLOAT) return pv_int(L, a[0]->i);
     return pv_int(L, ck_float_to_int(L, A->at, trunc(v)));
+  }
+  case BI_COMPLEX_CONJUGATE:
+    bind_args(L, A, "", a);
+    return pv_complex(L, fn->self->f, -fn->self->fi);
+  case BI_COMPLEX: {   /* complex(real=0, imag=0): numbers or complex numbers */
+    bind_args(L, A, "real=,imag=", a);
+    double p[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 2; k++) {
+      if (!a[k]) continue;
+      if (a[k]->k == PV_STR) lower_error(L, A->at, "complex() from a string is not supported by ctc");
+      if (a[k]->k == PV_COMPLEX) p[2 * k] = a[k]->f, p[2 * k + 1] = a[k]->fi;
+      else if (pv_is_num(a[k])) p[2 * k] = pv_num(a[k]);
+      else py_raise(L, A->at, "TypeError", "complex() argument must be a number, not '%s'", pv_kind_name(a[k]));
+    }
+    return pv_complex(L, p[0] - p[3], p[1] + p[2]);   /* real + imag * 1j, as CPython */
   }
   case BI_STR:
     bind_args(L, A, "x=", a);
@@ -445,6 +463,7 @@ PV *bi_python(L *L, PV *fn, Args *A) {
       if (r) return r;
     }
     if (a[0]->k == PV_FLOAT) return pv_float(L, fabs(a[0]->f));
+    if (a[0]->k == PV_COMPLEX) return pv_float(L, hypot(a[0]->f, a[0]->fi));
     {
       int64_t x = arg_int(L, A->at, a[0], "abs() argument");
       return pv_int(L, x < 0 ? ck_neg(L, A->at, x) : x);

@@ -258,12 +258,74 @@ static PV *percent_format(L *L, Span at, const char *fmt, PV *b) {
   return pv_str(L, sb_done(L, &out));
 }
 
+/* ---- complex numbers: CPython's arithmetic (Objects/complexobject.c) ---------------- */
+
+typedef struct Cx { double re, im; } Cx;
+
+static Cx cx_mul(Cx a, Cx b) { return (Cx){a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}; }
+
+/* _Py_c_quot: Smith's division, scaled by the larger part of b */
+static Cx cx_quot(L *L, Span at, Cx a, Cx b) {
+  double abs_re = fabs(b.re), abs_im = fabs(b.im);
+  if (abs_re >= abs_im) {
+    if (abs_re == 0) py_raise(L, at, "ZeroDivisionError", "complex division by zero");
+    double ratio = b.im / b.re, denom = b.re + b.im * ratio;
+    return (Cx){(a.re + a.im * ratio) / denom, (a.im - a.re * ratio) / denom};
+  }
+  if (abs_im >= abs_re) {
+    double ratio = b.re / b.im, denom = b.re * ratio + b.im;
+    return (Cx){(a.re * ratio + a.im) / denom, (a.im * ratio - a.re) / denom};
+  }
+  return (Cx){NAN, NAN};   /* a NaN in b */
+}
+
+/* complex_pow: integral exponents up to 100 by repeated squaring (c_powi), others in polar form */
+static Cx cx_pow(L *L, Span at, Cx a, Cx b) {
+  if (b.im == 0 && b.re == floor(b.re) && fabs(b.re) <= 100) {
+    int64_t n = (int64_t)b.re, m = n < 0 ? -n : n;
+    Cx r = {1, 0}, p = a;
+    for (int64_t mask = 1; mask > 0 && m >= mask; mask <<= 1) {
+      if (m & mask) r = cx_mul(r, p);
+      p = cx_mul(p, p);
+    }
+    return n < 0 ? cx_quot(L, at, (Cx){1, 0}, r) : r;
+  }
+  if (b.re == 0 && b.im == 0) return (Cx){1, 0};
+  if (a.re == 0 && a.im == 0) {
+    if (b.im != 0 || b.re < 0) py_raise(L, at, "ZeroDivisionError", "0.0 to a negative or complex power");
+    return (Cx){0, 0};
+  }
+  double vabs = hypot(a.re, a.im), len = pow(vabs, b.re), ang = atan2(a.im, a.re), phase = ang * b.re;
+  if (b.im != 0) {
+    len /= exp(ang * b.im);
+    phase += b.im * log(vabs);
+  }
+  return (Cx){len * cos(phase), len * sin(phase)};
+}
+
+PV *py_complex_binop(L *L, Span at, int op, PV *a, PV *b) {
+  Cx x = {a->k == PV_COMPLEX ? a->f : pv_num(a), a->k == PV_COMPLEX ? a->fi : 0};
+  Cx y = {b->k == PV_COMPLEX ? b->f : pv_num(b), b->k == PV_COMPLEX ? b->fi : 0}, r;
+  switch (op) {
+  case OP_ADD: r = (Cx){x.re + y.re, x.im + y.im}; break;
+  case OP_SUB: r = (Cx){x.re - y.re, x.im - y.im}; break;
+  case OP_MUL: r = cx_mul(x, y); break;   /* a real operand is complex(x, 0) first, as in CPython 3.11 */
+  case OP_DIV: r = cx_quot(L, at, x, y); break;
+  case OP_POW: r = cx_pow(L, at, x, y); break;
+  default:
+    lower_error(L, at, "unsupported operand type(s) for %s: '%s' and '%s'", fe_op_spelling(op), pv_kind_name(a),
+                pv_kind_name(b));
+  }
+  return pv_complex(L, r.re, r.im);
+}
+
 PV *py_binop(L *L, Span at, int op, PV *a, PV *b) {
   if (a->k == PV_OPAQUE || b->k == PV_OPAQUE)
     return opaque_op(L, at, a, b, arena_printf(L->a, "%s %s %s", a->k == PV_OPAQUE ? a->s : "...", fe_op_spelling(op),
                                                b->k == PV_OPAQUE ? b->s : "..."), arena_printf(L->a, "'%s' on a tensor", fe_op_spelling(op)));
   if (is_host(a) || is_host(b)) return L->host->binary(L, at, op, a, b);
   if (pv_is_num(a) && pv_is_num(b)) return num_result(L, at, op, a, b);
+  if ((a->k == PV_COMPLEX || pv_is_num(a)) && (b->k == PV_COMPLEX || pv_is_num(b))) return py_complex_binop(L, at, op, a, b);
   if (op == OP_ADD && a->k == PV_STR && b->k == PV_STR) return py_concat_str(L, at, a->s, b->s, 0);
   if (op == OP_ADD && pv_is_seq(a) && a->k == b->k) return concat_seq(L, at, a, b);
   if (op == OP_MUL && (pv_is_seq(a) || a->k == PV_STR) && b->k == PV_INT) {
@@ -368,6 +430,7 @@ int truthy(L *L, Span at, PV *v) {
   case PV_BOOL:
   case PV_INT: return v->i != 0;
   case PV_FLOAT: return v->f != 0;
+  case PV_COMPLEX: return v->f != 0 || v->fi != 0;
   case PV_STR: return v->s[0] != 0;
   case PV_TUPLE:
   case PV_LIST:
@@ -479,6 +542,9 @@ PV *py_pylib_missing(L *L, Span at, PV *m, const char *name) {
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
+  case PV_COMPLEX:
+    if (!strcmp(name, "real") || !strcmp(name, "imag")) return pv_float(L, name[0] == 'r' ? obj->f : obj->fi);
+    return strcmp(name, "conjugate") ? NULL : py_builtin(L, BI_COMPLEX_CONJUGATE, obj);
   case PV_OPAQUE: return pv_opaque_from(L, at, obj, arena_printf(L->a, "%s.%s", obj->s, name));
   case PV_NS: {
     PV *v = py_module_attr(L, at, obj, name);
@@ -1034,6 +1100,7 @@ PV *eval_expr(L *L, Node *n) {
   }
   case N_INT: return pv_int(L, n->ival);
   case N_FLOAT: return pv_float(L, n->fval);
+  case N_IMAG: return pv_complex(L, 0.0, n->fval);
   case N_STR: return pv_str(L, n->sval);
   case N_FSTR: {
     const PV *opaque = NULL;
@@ -1079,6 +1146,8 @@ PV *eval_expr(L *L, Node *n) {
     if (n->op == OP_NOT) return pv_bool(L, !truthy(L, n->a->span, a));
     if (a->k == PV_OPAQUE) return pv_opaque_from(L, n->span, a, arena_printf(L->a, "%s%s", fe_op_spelling(n->op), a->s));
     if (is_host(a)) return L->host->unary(L, n->span, n->op, a);
+    if (a->k == PV_COMPLEX && n->op != OP_INVERT)
+      return n->op == OP_POS ? a : pv_complex(L, -a->f, -a->fi);
     if (!pv_is_num(a)) lower_error(L, n->span, "bad operand type for unary %s: '%s'", fe_op_spelling(n->op), pv_kind_name(a));
     if (n->op == OP_POS) return a->k == PV_BOOL ? pv_int(L, a->i) : a;
     if (n->op == OP_INVERT) {

@@ -84,6 +84,7 @@ typedef enum PVKind {
                    attributes, calls, operators and subclassing give opaque values; only
                    a use that needs its value (a tensor operation, an int argument ...) is
                    an error, naming the use and the origin */
+  PV_COMPLEX,   /* a Python complex number: f the real part, fi the imaginary (1j, complex(a, b)) */
 } PVKind;
 
 struct HostValue;   /* defined by the host (torchlib: its tensors) */
@@ -93,7 +94,8 @@ struct HostState;   /* the host's part of the context */
 struct PV {
   PVKind k;
   int64_t i;             /* INT, BOOL; FUNC: its method kind (FK_*); BUILTIN: the namespace bits its row was found under (0: made directly) */
-  double f;              /* FLOAT */
+  double f;              /* FLOAT; COMPLEX: the real part */
+  double fi;             /* COMPLEX: the imaginary part */
   const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN; HOST/HOSTC: the kind's name */
   PV **items;            /* TUPLE, LIST, DICT values, SLICE parts */
   PV **keys;             /* DICT keys */
@@ -244,6 +246,8 @@ PV *pv_new(L *L, PVKind k);
 PV *pv_none(L *L);
 PV *pv_bool(L *L, int b);
 PV *pv_int(L *L, int64_t i);
+PV *pv_complex(L *L, double re, double im);
+PV *py_complex_binop(L *L, Span at, int op, PV *a, PV *b);   /* a or b complex, the other a number */
 PV *pv_float(L *L, double f);
 PV *pv_str(L *L, const char *s);
 PV *pv_tuple(L *L, PV **items, int n);

@@ -26,6 +26,13 @@ PV *pv_float(L *L, double f) {
   v->f = f;
   return v;
 }
+PV *pv_complex(L *L, double re, double im) {
+  PV *v = pv_new(L, PV_COMPLEX);
+  v->f = re;
+  v->fi = im;
+  return v;
+}
+
 PV *pv_str(L *L, const char *s) {
   PV *v = pv_new(L, PV_STR);
   v->s = arena_strdup(L->a, s);
@@ -90,6 +97,13 @@ static uint64_t hash_rec(const PV *v, int depth, const PV **bad, int *deep) {
       return mix64((uint64_t)(int64_t)v->f);
     return mix64((uint64_t)v->f ^ 0x7ff);
   case PV_STR: return str_hash(v->s);
+  case PV_COMPLEX:   /* equal to a real number when the imaginary part is 0: hashed alike */
+    if (v->fi == 0) {
+      PV r = *v;
+      r.k = PV_FLOAT;
+      return hash_rec(&r, depth, bad, deep);
+    }
+    return mix64((uint64_t)v->f ^ 0x1234) ^ mix64((uint64_t)v->fi);
   case PV_NS: return str_hash(v->s) ^ 0x5a5a;
   case PV_HOSTC: return mix64((uint64_t)v->dt + 77);
   case PV_TUPLE: {
@@ -129,6 +143,13 @@ static uint64_t pv_hash_known(const PV *v) {
 /* Equality of hashable values (acyclic, depth-bounded trees of tuples). */
 static int key_equal(const PV *a, const PV *b) {
   if (a == b) return 1;
+  if ((a->k == PV_COMPLEX && (pv_is_num(b) || b->k == PV_COMPLEX)) || (b->k == PV_COMPLEX && pv_is_num(a))) {
+    if ((a->k == PV_COMPLEX ? a->fi : 0) != (b->k == PV_COMPLEX ? b->fi : 0)) return 0;
+    PV ra = *a, rb = *b;   /* equal imaginary parts: the real parts as numbers (1 + 0j == 1) */
+    if (ra.k == PV_COMPLEX) ra.k = PV_FLOAT;
+    if (rb.k == PV_COMPLEX) rb.k = PV_FLOAT;
+    return key_equal(&ra, &rb);
+  }
   if (pv_is_num(a) && pv_is_num(b)) {
     if (a->k != PV_FLOAT && b->k != PV_FLOAT) return a->i == b->i;
     if (a->k == PV_FLOAT && b->k == PV_FLOAT) return a->f == b->f;
@@ -141,6 +162,7 @@ static int key_equal(const PV *a, const PV *b) {
   switch (a->k) {
   case PV_NONE:
   case PV_ELLIPSIS: return 1;
+  case PV_COMPLEX: return a->f == b->f && a->fi == b->fi;
   case PV_STR:
   case PV_NS: return strcmp(a->s, b->s) == 0;
   case PV_HOSTC: return a->dt == b->dt;
@@ -320,7 +342,7 @@ PV *pv_opaque_str(L *L, Span at, const PV *src, const char *how) {
  * own __str__, PyTorch's tensor printing). */
 PV *pv_text_unknown(L *L, Span at, const PV *v, const char *how) {
   switch (v->k) {
-  case PV_NONE: case PV_BOOL: case PV_INT: case PV_FLOAT: case PV_STR: case PV_ELLIPSIS:
+  case PV_NONE: case PV_BOOL: case PV_INT: case PV_FLOAT: case PV_COMPLEX: case PV_STR: case PV_ELLIPSIS:
   case PV_TUPLE: case PV_LIST: case PV_SLICE: case PV_HOSTC: return NULL;
   case PV_DICT:
     if (v->bi != BI_SET) return NULL;
@@ -371,6 +393,7 @@ const char *pv_kind_name(const PV *v) {
   case PV_HOST:
   case PV_HOSTC: return v->s; /* the host's name for its kind */
   case PV_OPAQUE: return v->what;
+  case PV_COMPLEX: return "complex";
   }
   return "?";
 }
@@ -503,6 +526,20 @@ static void str_repr(L *L, Span at, SB *b, const char *s) {
   sb_add(L, at, b, &q, 1);
 }
 
+/* CPython's repr of a complex: each part as float's repr without a trailing ".0"; the
+ * real part left out when it is +0.0 (1j), else in parentheses with a signed imaginary
+ * part ((1+2j), (-0-1j)) */
+static const char *complex_part(L *L, double f, int sign) {
+  const char *s = float_repr(L, f);
+  size_t n = strlen(s);
+  if (n > 2 && !strcmp(s + n - 2, ".0")) s = arena_strndup(L->a, s, n - 2);
+  return sign && s[0] != '-' ? arena_printf(L->a, "+%s", s) : s;
+}
+static const char *complex_repr(L *L, double re, double im) {
+  if (re == 0 && !signbit(re)) return arena_printf(L->a, "%sj", complex_part(L, im, 0));
+  return arena_printf(L->a, "(%s%sj)", complex_part(L, re, 0), complex_part(L, im, 1));
+}
+
 /* Containers being printed (Python's Py_ReprEnter): a container met again inside
  * itself prints as [...], {...} or (...). */
 typedef struct ReprStack { const PV *v[MAX_VALUE_DEPTH + 1]; int n; } ReprStack;
@@ -513,6 +550,7 @@ static void repr_rec(L *L, Span at, SB *b, const PV *v, ReprStack *st) {
   case PV_BOOL: sb_adds(L, at, b, v->i ? "True" : "False"); return;
   case PV_INT: sb_adds(L, at, b, arena_printf(L->a, "%lld", (long long)v->i)); return;
   case PV_FLOAT: sb_adds(L, at, b, float_repr(L, v->f)); return;
+  case PV_COMPLEX: sb_adds(L, at, b, complex_repr(L, v->f, v->fi)); return;
   case PV_STR: str_repr(L, at, b, v->s); return;
   case PV_ELLIPSIS: sb_adds(L, at, b, "Ellipsis"); return;
   case PV_TUPLE:
@@ -577,6 +615,9 @@ static int num_equal(const PV *a, const PV *b) {
 }
 static int eq_rec(L *L, Span at, const PV *a, const PV *b, int depth) {
   if (pv_is_num(a) && pv_is_num(b)) return num_equal(a, b);
+  if ((a->k == PV_COMPLEX || pv_is_num(a)) && (b->k == PV_COMPLEX || pv_is_num(b)))   /* 1 + 0j == 1 */
+    return (a->k == PV_COMPLEX ? a->f : pv_num(a)) == (b->k == PV_COMPLEX ? b->f : pv_num(b)) &&
+           (a->k == PV_COMPLEX ? a->fi : 0) == (b->k == PV_COMPLEX ? b->fi : 0);
   if (a == b) return 1;
   if (a->k != b->k) return 0;
   if (depth >= MAX_VALUE_DEPTH) lower_error(L, at, "maximum recursion depth exceeded in comparison (RecursionError)");
@@ -685,6 +726,8 @@ static void group_digits(char *buf, size_t cap, char sep) {
 
 const char *pv_format(L *L, Span at, const PV *v, const char *spec) {
   if (!spec[0]) return pv_to_str(L, at, v);
+  if (v->k == PV_COMPLEX)
+    lower_error(L, at, "format spec '%s' on a complex number is not supported by ctc (format its .real and .imag)", spec);
   const char *s = spec;
   char fill = ' ', align = 0, sign = '-', type = 0, grouping = 0;
   int alt = 0, width = -1, prec = -1;

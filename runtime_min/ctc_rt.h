@@ -77,6 +77,9 @@ typedef struct ctc_tensor {
   int batch_axis1;               /* entry inputs and outputs with a run-time batch: 1 + the axis
                                     whose extent is shape[axis] / batch_max * n for a call on a
                                     batch of n (ctc_entry.batch_max); 0: the shape is static */
+  int complex64;                 /* a complex64 tensor held as its float32 parts, shape S + [2]: .pt and
+                                    safetensors files hold it as complex64 of shape S (ComplexFloatStorage,
+                                    "C64"); a file's complex64 tensor reads in as such */
 } ctc_tensor;
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
 size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
@@ -177,6 +180,10 @@ typedef struct ctc_text_script {
   const int32_t *train, *val;    /* the tokens of the text read at compile time, split as the script did */
   double train_fraction;         /* a text given at run time (--text) is split there */
   int64_t sample_tokens;         /* generate's max_new_tokens (0: none) */
+  const char *gen_where;         /* "gpt.py:88": the script's generate, whose settings `sample` takes (NULL: none) */
+  int sample_crop;               /* it crops the context to forward's window: 0, the window never slides */
+  int64_t sample_top_k;          /* its top-k cut (0: none; 1: greedy argmax) */
+  double sample_temperature;     /* its temperature (1.0: none) */
 } ctc_text_script;
 
 typedef struct ctc_model_desc {

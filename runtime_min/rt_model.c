@@ -135,6 +135,9 @@ static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *
   if (f->dtype != p->dtype && !(is_float_f && is_float_p) && !(p->dtype == CTC_I64 && f->dtype == CTC_I32))
     return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", path, p->name,
                     ctc_dtype_name(f->dtype), ctc_dtype_name(p->dtype));
+  if (f->complex64 && !p->complex64)   /* PyTorch's strict load refuses it too; float32 parts load into complex */
+    return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' is complex64, expected %s", path, p->name,
+                    ctc_dtype_name(p->dtype));
   int same = f->ndim == p->ndim;
   for (int d = 0; same && d < p->ndim; d++) same = f->shape[d] == p->shape[d];
   if (!same)

@@ -1068,6 +1068,7 @@ static int materialise(Pt *p, const PV *d, int pre, ctc_safetensors *st) {
         break;
       }
       o->shape[o->ndim++] = 2;
+      o->complex64 = 1;
     }
     size_t bytes = ctc_tensor_bytes(o), nl = strlen(pk[k].name) + 1;
     if (bytes == SIZE_MAX || bytes > SIZE_MAX / 2 - total - 64 - nl) {
@@ -1363,6 +1364,9 @@ static void build_pickle(Out *o, int n, const ctc_tensor *ts) {
   for (int i = 0; i < n; i++) {
     const ctc_tensor *t = &ts[i];
     int dt = pt_storage_dtype(t->dtype);
+    int c64 = t->complex64 && t->dtype == CTC_F32 && t->ndim >= 1 && t->shape[t->ndim - 1] == 2;
+    if (c64) dt = PT_C64;   /* float32 parts S + [2] as the complex64 tensor S */
+    int nd = t->ndim - c64;
     pk_str(o, t->name);
     pk_global(o, "torch._utils\n_rebuild_tensor_v2\n", &m_rebuild, &next);
     out_byte(o, '(');
@@ -1373,16 +1377,16 @@ static void build_pickle(Out *o, int n, const ctc_tensor *ts) {
     snprintf(tmp, sizeof tmp, "%d", i);
     pk_str(o, tmp);
     pk_str(o, "cpu");
-    pk_int(o, ctc_tensor_numel(t));
+    pk_int(o, ctc_tensor_numel(t) / (c64 ? 2 : 1));
     out_byte(o, 't'), out_byte(o, 'Q');
     pk_int(o, 0);
     out_byte(o, '(');
-    for (int d = 0; d < t->ndim; d++) pk_int(o, t->shape[d]);
+    for (int d = 0; d < nd; d++) pk_int(o, t->shape[d]);
     out_byte(o, 't');
     out_byte(o, '(');
     int64_t stride[CTC_MAX_DIMS], s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) stride[d] = s, s *= t->shape[d] > 0 ? t->shape[d] : 1;
-    for (int d = 0; d < t->ndim; d++) pk_int(o, stride[d]);
+    for (int d = nd - 1; d >= 0; d--) stride[d] = s, s *= t->shape[d] > 0 ? t->shape[d] : 1;
+    for (int d = 0; d < nd; d++) pk_int(o, stride[d]);
     out_byte(o, 't');
     out_byte(o, 0x89);
     pk_global(o, "collections\nOrderedDict\n", &m_odict, &next);

@@ -378,9 +378,16 @@ static int parse_tensor(Json *j, const char *name, char *data, size_t data_len, 
   if (!have_dtype) return ctc_fail(err, CTC_ERR_FORMAT, "tensor '%s' has no \"dtype\"", name);
   if (!have_shape) return ctc_fail(err, CTC_ERR_FORMAT, "tensor '%s' has no \"shape\"", name);
   if (!have_offsets) return ctc_fail(err, CTC_ERR_FORMAT, "tensor '%s' has no \"data_offsets\"", name);
-  if (!st_dtype_from_name(dtype, &t->dtype))
+  if (!strcmp(dtype, "C64")) {   /* complex64: its float32 parts, a trailing dimension of 2 */
+    if (t->ndim + 1 > CTC_MAX_DIMS)
+      return ctc_fail(err, CTC_ERR_FORMAT, "tensor '%s': a complex64 tensor of %d dimensions is more than ctc's %d "
+                      "as float32 parts", name, t->ndim, CTC_MAX_DIMS - 1);
+    t->dtype = CTC_F32;
+    t->shape[t->ndim++] = 2;
+    t->complex64 = 1;
+  } else if (!st_dtype_from_name(dtype, &t->dtype))
     return ctc_fail(err, CTC_ERR_DTYPE,
-                    "tensor '%s' has dtype \"%s\", which ctc does not support (F32, F64, I64, I32, BOOL, U8)",
+                    "tensor '%s' has dtype \"%s\", which ctc does not support (F32, F64, I64, I32, BOOL, U8, C64)",
                     name, dtype);
   for (int d = 0; d < t->ndim; d++)
     if (t->shape[d] < 0)
@@ -608,6 +615,11 @@ static int check_write_tensor(const ctc_tensor *t, size_t *bytes, ctc_error *err
   return CTC_OK;
 }
 
+/* A complex64 tensor held as float32 S + [2] (ctc_tensor.complex64): written as "C64" S. */
+static int st_complex64(const ctc_tensor *t) {
+  return t->complex64 && t->dtype == CTC_F32 && t->ndim >= 1 && t->shape[t->ndim - 1] == 2;
+}
+
 /* Builds the padded header; returns CTC_OK and the header in *hb. */
 static int build_header(int n, const ctc_tensor *ts, StrBuf *hb, ctc_error *err) {
   size_t pos = 0;
@@ -622,9 +634,10 @@ static int build_header(int n, const ctc_tensor *ts, StrBuf *hb, ctc_error *err)
     if (i) sb_puts(hb, ",");
     sb_json_string(hb, t->name);
     sb_puts(hb, ":{\"dtype\":\"");
-    sb_puts(hb, st_dtype_names[t->dtype]);
+    int c64 = st_complex64(t);   /* its float32 parts as complex64, the trailing 2 dropped */
+    sb_puts(hb, c64 ? "C64" : st_dtype_names[t->dtype]);
     sb_puts(hb, "\",\"shape\":[");
-    for (int d = 0; d < t->ndim; d++) {
+    for (int d = 0; d < t->ndim - c64; d++) {
       snprintf(tmp, sizeof tmp, "%s%lld", d ? "," : "", (long long)t->shape[d]);
       sb_puts(hb, tmp);
     }

@@ -298,13 +298,22 @@ static int parse_sample_args(int argc, char **argv, SampleArgs *a, ctc_error *er
 }
 
 /* A module-level training loop's generate(context, max_new_tokens=N) after it: N tokens
- * after token 0 (its context, torch.zeros((1, 1))), unless given. */
+ * after token 0 (its context, torch.zeros((1, 1))), with its temperature and top-k (the
+ * compiler read them from generate's body, script.c), unless given. */
 static void script_sample_defaults(const ctc_model_desc *desc, int argc, char **argv, SampleArgs *a) {
-  if (!desc->script) return;
-  int tokens = 0;
-  for (int i = 0; i < argc; i++) tokens |= !strncmp(argv[i], "--tokens", 8);
-  if (!tokens && desc->script->sample_tokens) a->tokens = desc->script->sample_tokens;
+  const ctc_text_script *sc = desc->script;
+  if (!sc) return;
+  int tokens = 0, temp = 0, topk = 0;
+  for (int i = 0; i < argc; i++) {
+    tokens |= !strncmp(argv[i], "--tokens", 8);
+    temp |= !strncmp(argv[i], "--temperature", 13);
+    topk |= !strncmp(argv[i], "--top-k", 7);
+  }
+  if (!tokens && sc->sample_tokens) a->tokens = sc->sample_tokens;
   if (!a->prompt && !a->prompt_tokens) a->prompt_tokens = "0";
+  if (!sc->gen_where) return;
+  if (!temp) a->temperature = sc->sample_temperature;
+  if (!topk) a->top_k = sc->sample_top_k;
 }
 
 typedef struct Sampler {
@@ -347,6 +356,12 @@ static void get_logits(Sampler *s, const void *src, ctc_dtype dt, int64_t row) {
 /* The logits of the last position of the window ctx[max(0, n - S) .. n) into s->lg. */
 static int next_logits(const ctc_model_desc *desc, Sampler *s, ctc_error *err) {
   int64_t w0 = s->n > s->S ? s->n - s->S : 0;
+  const ctc_text_script *sc = desc->script;
+  if (w0 && sc && sc->gen_where && !sc->sample_crop)
+    return ctc_fail(err, CTC_ERR_SHAPE, "the script's generate (%s) runs forward on the whole context, never cropped "
+                    "to block_size, and the compiled forward takes %lld tokens: the context has %lld (crop it in "
+                    "generate, idx[:, -block_size:], or ask for fewer --tokens)", sc->gen_where, (long long)s->S,
+                    (long long)s->n);
   if (s->dec) {
     if (w0 != s->w0) s->w0 = w0, s->filled = 0;   /* the window slid: recompute its cache */
     ctc_dtype it = s->dec->inputs[0].dtype;

@@ -38,7 +38,7 @@ def train_step(x, y):
 """
 
 _DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64",
-       np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8"}
+       np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8", np.dtype("complex64"): "C64"}
 _NP = {v: k for k, v in _DT.items()}
 
 

@@ -192,13 +192,14 @@ def test_complex_uses_not_implemented_are_refused(tmp_path, line, msg):
 
 def test_convert_reads_complex_checkpoint_entries(tmp_path):
     """`ctc convert` of a torch.save file with a complex64 tensor (a view of a
-    larger one, so strides and offset apply): its float32 parts, view_as_real's."""
+    larger one, so strides and offset apply): read as its float32 parts, written
+    back as complex64 ("C64")."""
     table = torch.polar(torch.ones(5, 6), torch.randn(5, 6))[1:, ::2]
     torch.save({"table": table, "w": torch.randn(3)}, tmp_path / "c.pt")
     run([CTC, "convert", str(tmp_path / "c.pt"), "-o", str(tmp_path / "c.safetensors")])
     got = st_read(str(tmp_path / "c.safetensors"))
-    assert got["table"].shape == (4, 3, 2) and got["table"].dtype == np.float32
-    assert (got["table"] == torch.view_as_real(table).numpy()).all()
+    assert got["table"].shape == (4, 3) and got["table"].dtype == np.complex64
+    assert (got["table"] == table.numpy()).all()
 
 
 DTYPE_SRC = '''import torch
@@ -245,3 +246,54 @@ def test_scaled_rope_table_built_by_a_loop_in_init(tmp_path):
     assert (waves < 16).any() and (waves > 64).any() and ((waves >= 16) & (waves <= 64)).any()
     torch.manual_seed(0)
     forward_vs_torch(tmp_path, path, mod.Net(), [randn(2, 5, 16)], "--input", "x=f32[2,5,16]")
+
+
+@pytest.mark.parametrize("ext", [".pt", ".safetensors"])
+def test_saved_complex_buffer_loads_strictly_in_pytorch(tmp_path, ext):
+    """`--save` writes a persistent complex64 buffer as complex64 (ComplexFloatStorage in .pt,
+    "C64" in safetensors) of its logical shape: PyTorch's strict load_state_dict takes the
+    file back, values equal; and the program reads its own file again."""
+    path = os.path.join(FILES, "rope_buffer.py")
+    mod = load_module(path)
+    torch.manual_seed(0)
+    net = mod.Rotary()
+    with torch.no_grad():
+        net.table.mul_(torch.polar(torch.ones(()), torch.tensor(0.7)))
+    torch.save(net.state_dict(), tmp_path / "ckpt.pt")
+    exe = str(tmp_path / "net")
+    ctc_build(path, exe, "--model", "Rotary", "--input", "x=f32[2,5,16]")
+    np.save(tmp_path / "x.npy", randn(2, 5, 16))
+    out = tmp_path / ("saved" + ext)
+    run([exe, "run", "forward", "--weights", tmp_path / "ckpt.pt", "--input", tmp_path / "x.npy", "--output",
+         tmp_path / "y0.npy", "--save", out])
+    if ext == ".pt":
+        sd = torch.load(out)
+    else:
+        data = open(out, "rb").read()
+        n = int.from_bytes(data[:8], "little")
+        header = __import__("json").loads(data[8:8 + n])
+        assert header["table"]["dtype"] == "C64" and header["table"]["shape"] == [6, 4], header["table"]
+        sd = {k: torch.from_numpy(v.copy()) for k, v in st_read(str(out)).items()}
+    assert sd["table"].dtype == torch.complex64 and tuple(sd["table"].shape) == (6, 4)
+    back = mod.Rotary()
+    back.load_state_dict(sd, strict=True)
+    for k, v in net.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+    # the program's own file loads back as its weights: the same output
+    run([exe, "run", "forward", "--weights", out, "--input", tmp_path / "x.npy", "--output", tmp_path / "y1.npy"])
+    assert np.array_equal(np.load(tmp_path / "y0.npy"), np.load(tmp_path / "y1.npy"))
+
+
+def test_complex_file_tensor_into_a_real_parameter_is_refused(tmp_path):
+    """A complex64 entry where the model has a float32 parameter: an error naming it (as PyTorch's load)."""
+    path = os.path.join(FILES, "rope_buffer.py")
+    mod = load_module(path)
+    net = mod.Rotary()
+    sd = net.state_dict()
+    sd["proj.bias"] = torch.view_as_complex(torch.zeros(16, 2))
+    torch.save(sd, tmp_path / "bad.pt")
+    exe = str(tmp_path / "net")
+    ctc_build(path, exe, "--model", "Rotary", "--input", "x=f32[2,5,16]")
+    np.save(tmp_path / "x.npy", randn(2, 5, 16))
+    r = run([exe, "infer", "--weights", tmp_path / "bad.pt", "--input", tmp_path / "x.npy"], check=False)
+    assert r.returncode != 0 and "tensor 'proj.bias' is complex64, expected f32" in r.stderr, r.stderr

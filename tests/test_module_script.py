@@ -336,3 +336,105 @@ def test_other_module_level_loops_are_unchanged(tmp_path):
     r = subprocess.run([CTC, "check", tmp_path / "m.py", "--input", "input=f32[3,4]"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "train_step" not in r.stdout, r.stdout + r.stderr
+
+
+# ---- ./net sample follows the script's generate (script.c reads its body) ----------
+
+GEN_DEFAULT = HEAD[HEAD.index("    def generate(self"):HEAD.index("\n\nmodel = TinyGPT()")]
+
+GEN_GREEDY = '''    def generate(self, idx, max_new_tokens):
+        for _ in range(max_new_tokens):
+            idx_cond = idx[:, -block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :]
+            idx_next = torch.argmax(logits, dim=-1, keepdim=True)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx'''
+
+GEN_NANOGPT = '''    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """nanoGPT's model.py"""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('Inf')
+            probs = F.softmax(logits, dim=-1)
+            idx_next = torch.multinomial(probs, num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx'''
+
+GEN_NO_CROP = GEN_DEFAULT.replace("self(idx[:, -block_size:])", "self(idx)")
+
+
+def script_with(tmp, generate, call="m.generate(context, max_new_tokens=30)"):
+    (tmp / "input.txt").write_text(small_text())
+    src = HEAD.replace(GEN_DEFAULT, generate) + LOOP + TAIL.replace("m.generate(context, max_new_tokens=60)", call)
+    (tmp / "lm.py").write_text(src)
+    return src
+
+
+@pytest.mark.parametrize("generate, call", [
+    (GEN_GREEDY, "m.generate(context, max_new_tokens=30)"),
+    (GEN_NANOGPT, "m.generate(context, max_new_tokens=30, top_k=1)"),
+    (GEN_NANOGPT, "m.generate(context, 30, 1e-4)"),   # a temperature this low draws the most likely token
+], ids=["argmax", "top_k_1", "temperature"])
+def test_sample_runs_the_scripts_generate(tmp_path, monkeypatch, generate, call):
+    """Deterministic generates (greedy, top-k 1, a near-zero temperature): `./net sample`
+    prints the text PyTorch's generate gives from the same weights, past the window (30
+    tokens, block_size 8). The built-in sampler (multinomial at temperature 1) would not."""
+    src = script_with(tmp_path, generate, call)
+    ctc_build(str(tmp_path / "lm.py"), str(tmp_path / "net"))
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    exec(compile(src[:src.index(LOOP)], str(tmp_path / "lm.py"), "exec"), ns)
+    model = ns["model"]
+    st_write(tmp_path / "w.safetensors", state_dict_np(model))
+    model.eval()
+    ctx = torch.zeros((1, 1), dtype=torch.long)
+    want = ns["decode"](eval(call.replace("m.generate", "model.generate"), {"model": model, "context": ctx})[0].tolist())
+    r = run([tmp_path / "net", "sample", "--weights", tmp_path / "w.safetensors", "--seed", "7"], env=ENV)
+    assert r.stdout[:-1] == want, (r.stdout, want)
+
+
+def test_sample_without_crop_stops_at_the_window(tmp_path):
+    """A generate that feeds forward the whole context: `sample` runs while the context
+    fits forward's window and stops, naming generate, where the window would slide."""
+    script_with(tmp_path, GEN_NO_CROP)
+    ctc_build(str(tmp_path / "lm.py"), str(tmp_path / "net"))
+    r = run([tmp_path / "net", "sample", "--tokens", "7"], env=ENV, check=False)
+    assert r.returncode == 0 and len(r.stdout) == 9, r.stdout + r.stderr
+    r = run([tmp_path / "net", "sample"], env=ENV, check=False)
+    line = HEAD.index("    def generate(self")
+    line = HEAD[:line].count("\n") + 1
+    assert r.returncode != 0 and f"the script's generate (lm.py:{line}) runs forward on the whole context, never " \
+        "cropped to block_size, and the compiled forward takes 8 tokens: the context has 9" in r.stderr, r.stderr
+
+
+GEN_REFUSED = [
+    (GEN_DEFAULT.replace("probs = F.softmax(logits[:, -1, :], dim=-1)",
+                         "probs = F.softmax(logits[:, -1, :] - logits[:, -1, :].mean(), dim=-1)"),
+     "probs = F.softmax", "this expression is none of those steps"),
+    (GEN_DEFAULT.replace("self(idx[:, -block_size:])", "self(idx[:, -4:])"),
+     "logits, _ = self", "this crops the context to 4 tokens, where forward's window (block_size) is 8"),
+    (GEN_DEFAULT.replace("num_samples=1", "num_samples=2"), "idx = torch.cat",
+     "this expression is none of those steps"),
+    (GEN_DEFAULT.replace("            idx = torch.cat", "            print(idx)\n            idx = torch.cat"), "print(idx)",
+     "this statement is none of those steps"),
+    (GEN_NANOGPT.replace("torch.argmax", "x").replace("probs = F.softmax(logits, dim=-1)",
+                                                       "probs = F.softmax(logits, dim=-1) / temperature"),
+     "probs = F.softmax", "this expression is none of those steps"),
+]
+
+
+@pytest.mark.parametrize("generate, at, msg", GEN_REFUSED, ids=["shifted", "crop4", "two_samples", "print", "late_temp"])
+def test_generate_of_other_logic_is_refused(tmp_path, generate, at, msg):
+    """A generate whose logic the sampler does not implement is a located error at its line."""
+    src = script_with(tmp_path, generate, "m.generate(context, max_new_tokens=30)")
+    line = src[:src.index(at)].count("\n") + 1
+    r = subprocess.run([CTC, "check", tmp_path / "lm.py"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"lm.py:{line}:" in r.stderr and "`./net sample` runs generate as ctc's sampler" in r.stderr \
+        and msg in r.stderr, r.stderr

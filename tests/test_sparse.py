@@ -227,7 +227,8 @@ def test_indexing_with_one_tensor(tmp_path):
 
 @pytest.mark.parametrize("body, msg", [
     ("x[x > 0]", "indexing with a boolean mask computed at run time is not supported by ctc"),
-    ("x[i, i]", "indexing with more than one tensor is not supported by ctc yet"),
+    ("x[i, torch.zeros(3, dtype=torch.long)]",   # several index tensors: theirs must broadcast (test_index_multi.py)
+     "shape mismatch: indexing tensors could not be broadcast together with shapes [2], [3]"),
     ("x[x]", "tensors used as indices must be long, int or bool tensors, got f32"),
 ])
 def test_indexing_errors(tmp_path, body, msg):

@@ -22,7 +22,7 @@ int cx_is(const PV *v) { return v && v->k == PV_TENSOR && v->t->cplx; }
 static int cx_dtype(const PV *v) { return v && v->k == PV_DTYPE && v->dt == DT_COMPLEX64; }
 
 static int cx_any1(const PV *v) {
-  if (cx_is(v) || cx_dtype(v)) return 1;
+  if (cx_is(v) || cx_dtype(v) || (v && v->k == PV_COMPLEX)) return 1;
   if (v && (v->k == PV_LIST || v->k == PV_TUPLE))
     for (int i = 0; i < v->n; i++)
       if (cx_is(v->items[i])) return 1;
@@ -110,9 +110,20 @@ static PV *real_operand(L *L, Span at, PV *x, const char *what) {
 
 static PV *zeros_as(L *L, Span at, PV *x) { return t_const_tensor(L, at, x->t->type, 0.0); }
 
-/* a, b: complex or real (tensors or numbers); op OP_ADD, OP_SUB, OP_MUL, OP_DIV. */
+/* A Python complex number (1j) as a 0-d complex64 tensor. */
+static PV *cx_scalar(L *L, Span at, PV *c) {
+  Type t = {DT_F32, 0, {0}};
+  return make(L, at, t_const_tensor(L, at, t, c->f), t_const_tensor(L, at, t, c->fi));
+}
+
+/* a, b: complex or real (tensors, numbers or Python complex numbers); op OP_ADD, OP_SUB,
+ * OP_MUL, OP_DIV. */
 PV *cx_binary(L *L, Span at, int op, PV *a, PV *b) {
   const char *sp = fe_op_spelling(op);
+  if (a->k == PV_COMPLEX && b->k != PV_TENSOR) return py_complex_binop(L, at, op, a, b);   /* two numbers */
+  if (b->k == PV_COMPLEX && a->k != PV_TENSOR) return py_complex_binop(L, at, op, a, b);
+  if (a->k == PV_COMPLEX) a = cx_scalar(L, at, a);
+  if (b->k == PV_COMPLEX) b = cx_scalar(L, at, b);
   if (op != OP_ADD && op != OP_SUB && op != OP_MUL && op != OP_DIV) cx_refuse(L, at, arena_printf(L->a, "'%s'", sp));
   int ca = cx_is(a), cb = cx_is(b);
   if (!ca) a = real_operand(L, at, a, sp);

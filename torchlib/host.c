@@ -158,7 +158,8 @@ static PV *h_call(L *L, Span at, PV *obj, Args *A) {
 }
 
 static PV *h_binary(L *L, Span at, int op, PV *a, PV *b) {
-  if (cx_is(a) || cx_is(b)) return op == OP_MATMUL ? (cx_refuse(L, at, "'@'"), NULL) : cx_binary(L, at, op, a, b);
+  if (cx_is(a) || cx_is(b) || a->k == PV_COMPLEX || b->k == PV_COMPLEX)   /* 1j * theta: complex.c */
+    return op == OP_MATMUL ? (cx_refuse(L, at, "'@'"), NULL) : cx_binary(L, at, op, a, b);
   if (op == OP_MATMUL) return t_matmul(L, at, a, b);
   return t_binary(L, at, op, a, b);
 }

@@ -113,6 +113,7 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
         p.type = s->type;
         p.is_buffer = s->is_buffer;
         p.not_persistent = s->not_persistent;
+        p.complex64 = s->cplx;
         p.init = s->init;
         p.init_a = s->init_a;
         p.init_b = s->init_b;

@@ -410,6 +410,291 @@ static int only_prints(const Node *s) {
   return 1;
 }
 
+/* ---- generate: what `./net sample` runs ------------------------------------------
+ *
+ * The script's generate is not compiled: the program's sampler (runtime_min/rt_text.c)
+ * implements nanoGPT's loop, and generate is read here for it, statement by statement:
+ *
+ *     for _ in range(max_new_tokens):
+ *         idx_cond = idx[:, -block_size:]        # or `idx if idx.size(1) <= ... else ...`;
+ *                                                # without it the context is never cropped
+ *         logits, _ = self(idx_cond)             # or logits = self(idx_cond) / self(...)[0]
+ *         logits = logits[:, -1, :] / temperature            # the division optional
+ *         if top_k is not None:                               # tests known at compile time
+ *             v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+ *             logits[logits < v[:, [-1]]] = -float('Inf')
+ *         probs = F.softmax(logits, dim=-1)
+ *         idx_next = torch.multinomial(probs, num_samples=1)  # or argmax(..., keepdim=True)
+ *         idx = torch.cat((idx, idx_next), dim=1)
+ *     return idx
+ *
+ * giving the sampler's temperature, top-k (1: greedy) and whether it crops the window.
+ * Any other statement or form is a located error naming it: a generate of other logic
+ * would otherwise sample silently in a way the script does not. */
+
+enum { G_NONE, G_IDX, G_CROP, G_OUT, G_LOGITS, G_LAST, G_TOPV, G_PROBS, G_NEXT };
+
+typedef struct Gen {
+  L *L;
+  Env *env;                  /* generate's parameters known at compile time, self */
+  const char *self;          /* the model's name inside generate (self, or a function's first parameter) */
+  int64_t T;                 /* forward's window */
+  Span at;                   /* generate's def */
+  const char *names[32];     /* the names bound to a step's values, with their tags */
+  int tags[32], n;
+  int crop, called, topk, cat, next;
+  double temperature;
+  int64_t top_k;             /* 0: all tokens; 1: greedy */
+} Gen;
+
+static _Noreturn void gen_refuse(Gen *G, Span at, const char *why) {
+  lower_error(G->L, at, "`./net sample` runs generate as ctc's sampler (per token: forward on the context cropped to "
+              "block_size, logits[:, -1, :], optionally divided by a temperature and cut to the top k, softmax, "
+              "torch.multinomial or argmax, torch.cat), and %s", why);
+}
+
+static int gen_tag(Gen *G, const Node *e) {
+  if (e->kind != N_NAME) return G_NONE;
+  for (int i = G->n - 1; i >= 0; i--)
+    if (!strcmp(G->names[i], e->name)) return G->tags[i];
+  return G_NONE;
+}
+
+static void gen_bind(Gen *G, const char *name, int tag) {
+  for (int i = 0; i < G->n; i++)
+    if (!strcmp(G->names[i], name)) {
+      G->tags[i] = tag;
+      return;
+    }
+  if (G->n == 32) gen_refuse(G, G->at, "it names too many values");
+  G->names[G->n] = name;
+  G->tags[G->n++] = tag;
+}
+
+/* e's value at compile time: it must not read a step's tensors */
+static PV *gen_eval(Gen *G, Node *e) {
+  for (int i = 0; i < G->n; i++)
+    if (G->tags[i] != G_NONE && mentions(e, G->names[i]))
+      gen_refuse(G, e->span, arena_printf(G->L->a, "this expression reads '%s' where a value known at compile time "
+                                          "is expected", G->names[i]));
+  Env *saved = G->L->env;
+  G->L->env = G->env;
+  PV *v = eval_expr(G->L, e);
+  G->L->env = saved;
+  return v;
+}
+
+static Node *kwarg(const Node *call, const char *name, int pos) {
+  for (int k = 0; k < call->list2.len; k++)
+    if (call->list2.data[k]->name && !strcmp(call->list2.data[k]->name, name)) return call->list2.data[k]->a;
+  return pos >= 0 && pos < call->list.len ? call->list.data[pos] : NULL;
+}
+
+static int is_int_lit(const Node *e, int64_t v) {
+  if (e && e->kind == N_UNARY && e->op == OP_NEG && e->a->kind == N_INT) return e->a->ival == -v;
+  return e && e->kind == N_INT && e->ival == v;
+}
+
+static int is_full_slice(const Node *e) { return e->kind == N_SLICE && !e->a && !e->b && !e->c; }
+
+/* dim=-1 (or the last of a known rank) */
+static int is_last_dim(const Node *e, int rank) { return e && (is_int_lit(e, -1) || is_int_lit(e, rank - 1)); }
+
+/* the model called on the context: self(x) / self.forward(x) */
+static int gen_forward_call(Gen *G, const Node *e, Node **arg) {
+  if (e->kind != N_CALL || e->list.len < 1) return 0;
+  const Node *f = e->a;
+  int ok = (f->kind == N_NAME && !strcmp(f->name, G->self)) ||
+           (f->kind == N_ATTR && !strcmp(f->name, "forward") && f->a->kind == N_NAME && !strcmp(f->a->name, G->self));
+  if (ok) *arg = e->list.data[0];
+  return ok;
+}
+
+/* what expression e is among a step's values */
+static int gen_expr(Gen *G, Node *e) {
+  int t = gen_tag(G, e);
+  if (t != G_NONE) return t;
+  Node *arg;
+  if (gen_forward_call(G, e, &arg)) {
+    int a = gen_expr(G, arg);
+    if (a != G_IDX && a != G_CROP) gen_refuse(G, arg->span, "forward is called on something else than the context");
+    G->crop = a == G_CROP;
+    G->called++;
+    return G_OUT;
+  }
+  if (e->kind == N_SUBSCRIPT) {
+    int a = gen_expr(G, e->a);
+    const Node *ix = e->b;
+    int n = ix->kind == N_TUPLE ? ix->list.len : 1;
+    Node *const *it = ix->kind == N_TUPLE ? ix->list.data : (Node *const *)&e->b;
+    if (a == G_IDX && n == 2 && is_full_slice(it[0]) && it[1]->kind == N_SLICE && it[1]->a && !it[1]->b && !it[1]->c &&
+        it[1]->a->kind == N_UNARY && it[1]->a->op == OP_NEG) {   /* idx[:, -block_size:] */
+      PV *w = gen_eval(G, it[1]->a->a);
+      if (w->k != PV_INT || w->i != G->T)
+        gen_refuse(G, e->span, arena_printf(G->L->a, "this crops the context to %s tokens, where forward's window "
+                                            "(block_size) is %lld", pv_repr(G->L, e->span, w), (long long)G->T));
+      return G_CROP;
+    }
+    if (a == G_OUT && n == 1 && is_int_lit(it[0], 0)) return G_LOGITS;   /* self(x)[0] */
+    if ((a == G_OUT || a == G_LOGITS) && (n == 2 || n == 3) && is_full_slice(it[0]) && is_int_lit(it[1], -1) &&
+        (n == 2 || is_full_slice(it[2])))
+      return G_LAST;   /* logits[:, -1, :] */
+    gen_refuse(G, e->span, "this index is none of the context's crop (idx[:, -block_size:]), forward's logits "
+               "(self(x)[0]) or the last position's (logits[:, -1, :])");
+  }
+  if (e->kind == N_IFEXP) {   /* idx if idx.size(1) <= block_size else idx[:, -block_size:] */
+    if (gen_expr(G, e->b) == G_IDX && gen_expr(G, e->c) == G_CROP) return G_CROP;
+    gen_refuse(G, e->span, "this conditional is not the crop `idx if idx.size(1) <= block_size else "
+               "idx[:, -block_size:]`");
+  }
+  if (e->kind == N_BINOP && e->op == OP_DIV && gen_expr(G, e->a) == G_LAST) {   /* logits / temperature */
+    PV *v = gen_eval(G, e->b);
+    if (!pv_is_num(v) || v->k == PV_BOOL || !(pv_num(v) > 0))
+      gen_refuse(G, e->b->span, "the temperature must be a positive number known at compile time");
+    if (G->topk) gen_refuse(G, e->span, "it divides by the temperature after the top-k cut");
+    G->temperature *= pv_num(v);
+    return G_LAST;
+  }
+  if (e->kind == N_CALL && e->a->kind == N_ATTR) {
+    const char *f = e->a->name;
+    int recv = e->a->a->kind == N_NAME && (!strcmp(e->a->a->name, "torch") || !strcmp(e->a->a->name, "F"));
+    if (!strcmp(f, "cat")) {   /* torch.cat((idx, idx_next), dim=1) */
+      Node *xs = kwarg(e, "tensors", 0), *d = kwarg(e, "dim", 1);
+      if (recv && xs && (xs->kind == N_TUPLE || xs->kind == N_LIST) && xs->list.len == 2 &&
+          gen_expr(G, xs->list.data[0]) == G_IDX && gen_expr(G, xs->list.data[1]) == G_NEXT &&
+          d && (is_int_lit(d, 1) || is_int_lit(d, -1))) {
+        G->cat++;
+        return G_IDX;
+      }
+      gen_refuse(G, e->span, "its concatenation must append the next token: torch.cat((idx, idx_next), dim=1)");
+    }
+    Node *x = recv ? kwarg(e, "input", 0) : e->a->a;
+    int ai = recv ? 1 : 0;   /* the first argument after the tensor */
+    int xt = x ? gen_expr(G, x) : G_NONE;
+    if (!strcmp(f, "softmax") && xt == G_LAST && is_last_dim(kwarg(e, "dim", ai), 2)) return G_PROBS;
+    if (!strcmp(f, "multinomial") && xt == G_PROBS && is_int_lit(kwarg(e, "num_samples", ai), 1) &&
+        !kwarg(e, "replacement", ai + 1)) {
+      G->next = 1;
+      return G_NEXT;
+    }
+    if (!strcmp(f, "argmax") && (xt == G_LAST || xt == G_PROBS)) {
+      Node *kd = kwarg(e, "keepdim", ai + 1);
+      if (!is_last_dim(kwarg(e, "dim", ai), 2) || !kd || kd->kind != N_CONST || kd->op != CONST_TRUE)
+        gen_refuse(G, e->span, "its argmax must keep the last dimension: argmax(x, dim=-1, keepdim=True)");
+      G->next = 2;
+      return G_NEXT;
+    }
+    if (!strcmp(f, "topk") && (xt == G_LAST)) {   /* v, _ = torch.topk(logits, min(top_k, logits.size(-1))) */
+      Node *k = kwarg(e, "k", ai);
+      if (k && k->kind == N_CALL && k->a->kind == N_NAME && !strcmp(k->a->name, "min") && k->list.len == 2) k = k->list.data[0];
+      PV *kv = k ? gen_eval(G, k) : NULL;
+      if (!kv || kv->k != PV_INT || kv->i < 1)
+        gen_refuse(G, e->span, "its top k must be a positive integer known at compile time");
+      G->top_k = kv->i;
+      return G_TOPV;
+    }
+  }
+  gen_refuse(G, e->span, "this expression is none of those steps");
+}
+
+static void gen_block(Gen *G, NodeVec *b);
+
+static void gen_stmt(Gen *G, Node *s) {
+  if (s->kind == N_EXPR_STMT && s->a->kind == N_STR) return;   /* a docstring */
+  if (s->kind == N_IF) {   /* a test of compile-time values: its branch */
+    gen_block(G, truthy(G->L, s->a->span, gen_eval(G, s->a)) ? &s->body : &s->orelse);
+    return;
+  }
+  if (s->kind == N_ASSIGN && s->list.len == 1) {
+    Node *t = s->list.data[0];
+    if (t->kind == N_SUBSCRIPT && t->a->kind == N_NAME && gen_tag(G, t->a) == G_LAST) {
+      /* logits[logits < v[:, [-1]]] = -float('Inf') */
+      const Node *c = t->b;
+      int ok = c->kind == N_COMPARE && c->list.len == 2 && c->cmpops[0] == OP_LT && c->list.data[0]->kind == N_NAME &&
+               !strcmp(c->list.data[0]->name, t->a->name) && c->list.data[1]->kind == N_SUBSCRIPT &&
+               gen_tag(G, c->list.data[1]->a) == G_TOPV;
+      PV *v = ok ? gen_eval(G, s->a) : NULL;
+      if (!ok || !pv_is_num(v) || !(pv_num(v) < -1e308))
+        gen_refuse(G, s->span, "its top-k cut must be `logits[logits < v[:, [-1]]] = -float('Inf')` after "
+                   "`v, _ = torch.topk(logits, k)`");
+      G->topk = 1;
+      return;
+    }
+    int r = gen_expr(G, s->a);
+    if (t->kind == N_NAME) {
+      gen_bind(G, t->name, r == G_OUT ? G_LOGITS : r);   /* a forward that returns the logits alone */
+      return;
+    }
+    if ((t->kind == N_TUPLE || t->kind == N_LIST) && t->list.len == 2 && t->list.data[0]->kind == N_NAME &&
+        t->list.data[1]->kind == N_NAME && (r == G_OUT || r == G_TOPV)) {
+      gen_bind(G, t->list.data[0]->name, r == G_OUT ? G_LOGITS : G_TOPV);
+      gen_bind(G, t->list.data[1]->name, G_NONE);
+      return;
+    }
+  }
+  gen_refuse(G, s->span, "this statement is none of those steps");
+}
+
+static void gen_block(Gen *G, NodeVec *b) {
+  for (int i = 0; i < b->len; i++) gen_stmt(G, b->data[i]);
+}
+
+/* The sampler's settings from the script's call `m.generate(context, max_new_tokens=N, ...)`. */
+static void read_generate(L *L, Node *call, TextScript *ts, int64_t T) {
+  PV *f = eval_global(L, call->a);
+  PV *self = NULL;
+  int bound = f->k == PV_BOUND;   /* m.generate(...): the call's arguments start after self */
+  if (bound) self = f->self, f = f->fn;
+  if (f->k != PV_FUNC || !f->node || f->node->kind != N_FUNCDEF)
+    lower_error(L, call->span, "`./net sample` runs the script's generate, and this one is no Python def");
+  Node *def = f->node;
+  Gen G0 = {.L = L, .T = T, .at = def->span, .temperature = 1.0}, *G = &G0;
+  G->env = env_new(L, f->env);
+  int np = def->list.len;
+  if (np < 3) gen_refuse(G, def->span, "it takes no context and token count (generate(idx, max_new_tokens))");
+  /* self, or generate(model, idx, max_new_tokens, ...) with the model passed first */
+  G->self = def->list.data[0]->name;
+  if (!self && call->list.len) self = eval_global(L, call->list.data[0]);
+  if (self) env_set(L, G->env, G->self, self);
+  const char *idx = def->list.data[1]->name;
+  /* the parameters after the context: the call's values (known at compile time) or the defaults */
+  for (int p = 2; p < np; p++) {
+    Node *pn = def->list.data[p];
+    if (pn->op != PARAM_PLAIN || !pn->name) continue;
+    Node *a = kwarg(call, pn->name, bound ? p - 1 : p);
+    PV *v = a ? eval_global(L, a) : f->defaults ? f->defaults[p] : NULL;
+    if (v) env_set(L, G->env, pn->name, v);
+  }
+  gen_bind(G, idx, G_IDX);
+  /* the body: a docstring, the loop over max_new_tokens, return idx */
+  Node *loop = NULL;
+  for (int i = 0; i < def->body.len; i++) {
+    Node *s = def->body.data[i];
+    if (s->kind == N_EXPR_STMT && s->a->kind == N_STR) continue;
+    if (!loop && s->kind == N_FOR && s->a->kind == N_NAME && is_call_named(s->b, "range") && s->b->list.len == 1 &&
+        !s->orelse.len) {
+      loop = s;
+      continue;
+    }
+    if (loop && s->kind == N_RETURN && s->a && s->a->kind == N_NAME && !strcmp(s->a->name, idx)) continue;
+    gen_refuse(G, s->span, loop ? "after its loop it must `return idx`" : "its body must be `for _ in "
+               "range(max_new_tokens):` then `return idx`");
+  }
+  if (!loop) gen_refuse(G, def->span, "it has no loop over the new tokens");
+  gen_bind(G, loop->a->name, G_NONE);
+  gen_block(G, &loop->body);
+  if (G->called != 1 || !G->next || G->cat != 1)
+    gen_refuse(G, loop->span, !G->called ? "its loop does not call the model" : G->called > 1 ? "its loop calls the "
+               "model more than once" : !G->next ? "its loop draws no next token (torch.multinomial or argmax)" :
+               "its loop must append one token a step with torch.cat");
+  const char *base = strrchr(def->span.file->path, '/');
+  ts->gen_where = arena_printf(L->a, "%s:%d", base ? base + 1 : def->span.file->path, def->span.line);
+  ts->sample_crop = G->crop;
+  ts->sample_top_k = G->next == 2 ? 1 : G->topk ? G->top_k : 0;
+  ts->sample_temperature = G->temperature;
+  if (G->top_k && !G->topk) gen_refuse(G, loop->span, "it takes torch.topk but never cuts the logits with it");
+}
+
 /* ---- entry points ---------------------------------------------------------------- */
 
 void script_prepare(L *L, Node *module, int at, const LowerOptions *opt) {
@@ -503,6 +788,7 @@ void script_prepare(L *L, Node *module, int at, const LowerOptions *opt) {
       for (int k = 0; k < g->list2.len; k++)
         if (g->list2.data[k]->name && !strcmp(g->list2.data[k]->name, "max_new_tokens")) n = g->list2.data[k]->a;
       if (n) ts->sample_tokens = eval_count(L, n, "generate's max_new_tokens");
+      read_generate(L, g, ts, S->T);
     }
     note(L, g ? "`./net sample` generates" : "the program does not run it", s->span.line,
          "after the module-level training loop: not compiled");

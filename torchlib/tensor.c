@@ -495,6 +495,24 @@ PV *t_mark_view(L *L, PV *base, PV *v) {
 static PV *index_tensor(L *L, Span at, PV *x, PV *idx);
 PV *t_index(L *L, Span at, PV *x, PV *idx) { return t_mark_view(L, x, index_tensor(L, at, x, idx)); }
 
+/* an index item that PyTorch reads as an advanced index (index_adv.c): a tensor (but a
+ * 0-d integer one, which selects as an int does), a flat list of ints; a one-element
+ * list only beside another (alone, x[[k]] keeps the axis as x[k:k+1] does) */
+static int adv_item(PV *it, int others) {
+  if (it->k == PV_TENSOR) return it->t->type.ndim > 0 || it->t->type.dtype == DT_BOOL;
+  if (it->k != PV_LIST || it->n == 0) return 0;
+  for (int i = 0; i < it->n; i++)
+    if (it->items[i]->k != PV_INT) return 0;
+  return it->n > 1 || others;
+}
+
+/* a flat list of ints as a constant int64 tensor */
+static PV *list_index(L *L, Span at, PV *l) {
+  PV *t = t_const_tensor(L, at, (Type){.dtype = DT_I64, .ndim = 1, .dims = {l->n}}, 0);
+  for (int i = 0; i < l->n; i++) t->t->data[i] = (double)l->items[i]->i;
+  return t;
+}
+
 static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
   need_tensor_arg(L, at, x, "index");
   PV **items = &idx;
@@ -504,21 +522,36 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
     n = idx->n;
   }
   Type in = x->t->type;
-  int used = 0, ell = -1;
+  int used = 0, ell = -1, nadv = 0;
   for (int i = 0; i < n; i++) {
     if (items[i]->k == PV_ELLIPSIS) {
       if (ell >= 0) lower_error(L, at, "an index can only have one ellipsis");
       ell = i;
     } else if (items[i]->k != PV_NONE)
       used++;
+    nadv += adv_item(items[i], 0);
   }
+  if (nadv)   /* beside another advanced index, a one-element list is one too */
+    for (int i = 0; i < n; i++) nadv += !adv_item(items[i], 0) && adv_item(items[i], 1);
   if (used > in.ndim)
     lower_error(L, at, "too many indices for a tensor of shape %s", shape_str(L, &in));
   PV *cur = x;
   int64_t newdims[IR_MAX_DIMS * 2];
-  int nnew = 0, axis = 0, ntensor = 0;
+  int nnew = 0, axis = 0;
+  /* several advanced indices: gathered after the loop (index_adv.c); where their shape goes */
+  PV *adv[IR_MAX_DIMS];
+  int advax[IR_MAX_DIMS], nadv_seen = 0, ins = -1, gap = 0, front = 0;
   for (int i = 0; i < n; i++) {
     PV *it = items[i];
+    if (nadv > 1 && adv_item(it, 1)) {
+      if (nadv_seen && gap) front = 1;   /* a slice, None or Ellipsis between them */
+      if (!nadv_seen) ins = nnew;
+      advax[nadv_seen] = axis++;
+      adv[nadv_seen++] = it->k == PV_LIST ? list_index(L, at, it) : it;
+      gap = 0;
+      continue;
+    }
+    if (nadv_seen && !(it->k == PV_INT || it->k == PV_BOOL || it->k == PV_TENSOR)) gap = 1;
     if (it->k == PV_ELLIPSIS) {
       int skip = in.ndim - used;
       for (int k = 0; k < skip; k++) newdims[nnew++] = in.dims[axis++];
@@ -558,11 +591,9 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
       axis++;
       continue;
     }
-    if (it->k == PV_TENSOR) {   /* one advanced index (index_adv.c) */
-      if (ntensor++)
-        lower_error(L, at, "indexing with more than one tensor is not supported by ctc yet (use index_select or gather)");
+    if (it->k == PV_TENSOR || (it->k == PV_LIST && adv_item(it, 0))) {   /* one advanced index (index_adv.c) */
       int nd;
-      cur = t_index_by_tensor(L, at, cur, axis, it, newdims + nnew, &nd);
+      cur = t_index_by_tensor(L, at, cur, axis, it->k == PV_LIST ? list_index(L, at, it) : it, newdims + nnew, &nd);
       nnew += nd;
       axis++;
       continue;
@@ -570,10 +601,20 @@ static PV *index_tensor(L *L, Span at, PV *x, PV *idx) {
     lower_error(L, at, "unsupported index of type '%s'", pv_kind_name(it));
   }
   while (axis < in.ndim) newdims[nnew++] = in.dims[axis++];
+  if (nadv_seen) {   /* the broadcast shape of the indices goes first, or where the first one was */
+    int64_t bd[IR_MAX_DIMS];
+    int bn;
+    cur = t_index_by_tensors(L, at, cur, advax, adv, nadv_seen, front, bd, &bn);
+    if (front) ins = 0;
+    if (nnew + bn > IR_MAX_DIMS * 2) lower_error(L, at, "too many dimensions");
+    memmove(newdims + ins + bn, newdims + ins, sizeof(int64_t) * (size_t)(nnew - ins));
+    for (int i = 0; i < bn; i++) newdims[ins + i] = bd[i];
+    nnew += bn;
+  }
   if (nnew > IR_MAX_DIMS) lower_error(L, at, "too many dimensions");
   Type ct = cur->t->type;
   int same = ct.ndim == nnew;
-  for (int i = 0; same && i < nnew; i++) same = ct.dims[i] == newdims[i];
+  for (int i = 0; i < nnew; i++) same = same && ct.dims[i] == newdims[i];
   if (same) return cur;
   if (nnew == 0 && ct_applies(L, cur, NULL)) return t_reshape(L, at, cur, newdims, 0);
   if (nnew == 0) {

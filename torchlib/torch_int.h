@@ -474,6 +474,7 @@ PV *nn_conv_padding(L *L, Span at, int nsp, PV *x, PV *w, PV *padv, const int64_
 PV *t_spread(L *L, Span at, PV *x, int axis, int64_t stride);   /* zeros between elements along axis */
 int typed_tensor_class(int bi, DType *dt);   /* torch.FloatTensor ...: 1 and its dtype */
 PV *t_index_by_tensor(L *L, Span at, PV *x, int axis, PV *idx, int64_t *dims, int *nd);   /* index_adv.c */
+PV *t_index_by_tensors(L *L, Span at, PV *x, const int *ax, PV **idx, int k, int front, int64_t *bdims, int *bnd);
 PV *t_adaptive_avg_matrix(L *L, Span at, int64_t o, int64_t n, DType dt);   /* torchlib.c: [o, n] bin means */
 /* nn_compose.c */
 PV *t_embedding_bag(L *L, Span at, PV *w, PV *idx, PV *offsets, int mode, PV *psw, int last_offset, PV *padding_idx);

@@ -597,6 +597,7 @@ def test_nanogpt_dump_details(parse_dump, tmp_path):
     ("x = [1,\n  2]\\\n  + [3]  # c\n", "(assign x (binop + (list 1 2) (list 3)))"),
     ("x = '''a\nb'''", '(assign x "a\\nb")'),
     ("print(x)", "(expr (call print x))"),
+    ("z = 1j + 2.5J * 1_0j", "(assign z (binop + 1.0j (binop * 2.5j 1e+01j)))"),
 ])
 def test_dump_exact(parse_dump, tmp_path, src, expected):
     assert dump_of(parse_dump, tmp_path, src + "\n").rstrip("\n") == expected
@@ -654,7 +655,8 @@ DIAGS = [
     ("x = (1 + )\n", "t.py:1:10: error: expected an expression, found ')'", "  x = (1 + )", "           ^"),
     ("x = 1 +\n", "t.py:1:8: error: expected an expression, found end of line", "  x = 1 +", "         ^"),
     ("x = 1\n  y = 2\n", "t.py:2:3: error: unexpected indent", "    y = 2", "    ^"),
-    ("x = 1j\n", "t.py:1:5: error: imaginary (complex) literals are not supported", "  x = 1j", "      ^~"),
+    ("x = 0x1j\n", "t.py:1:5: error: invalid hexadecimal literal: only decimal numbers can be imaginary", "  x = 0x1j",
+     "      ^~~~"),
     ("x = 012\n",
      "t.py:1:5: error: leading zeros in decimal integer literals are not permitted; use an 0o prefix for octal integers",
      "  x = 012", "      ^~~"),
