@@ -289,17 +289,6 @@ int ctc_dataset_load(const char *path, ctc_tensor *out, ctc_error *err) {
 
 /* ---- batches ---------------------------------------------------------------------- */
 
-double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i) {
-  const unsigned char *p = data;
-  switch (dt) {
-    case CTC_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
-    case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
-    case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
-    case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    default: return p[i]; /* BOOL, U8 */
-  }
-}
-
 /* Element i of src as an integer; 0 when it is a float that is not integral
  * or out of the i64 range (*ok cleared). */
 static int64_t get_i(const unsigned char *p, ctc_dtype dt, size_t i, int *ok) {

@@ -142,6 +142,17 @@ size_t ctc_tensor_bytes(const ctc_tensor *t) {
   return (size_t)n * es;
 }
 
+double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i) {
+  const unsigned char *p = data;
+  switch (dt) {
+    case CTC_F32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
+    case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
+    case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
+    case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    default: return p[i]; /* BOOL, U8 */
+  }
+}
+
 /* ---- utilities ---------------------------------------------------------- */
 
 char *ctc_format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
