@@ -567,13 +567,16 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       CHECK(val->kind == V_PARAM || is_result(f, v));
       const char *ct = cg_ctype(val->type.dtype);
       const Loc *l = &fp->loc[v];
-      ValId r = root_of(f, v);
-      int view = r != v, readonly = f->values.data[r].kind != V_INST;
+      ValId r = root_of(f, v), sr = kn_root(f, c.s, v);
+      /* a folded slice or permute (or a reshape of one): a pointer to its root's storage, read
+       * through strides and an offset; declared with the root's type (all it may read) */
+      int strided = sr != kn_root(f, NULL, v);
+      int view = r != v || strided, readonly = f->values.data[r].kind != V_INST;
       /* parameters are written at the end of an entry with updates: not restrict there */
       int written = f->updates.len && f->values.data[r].kind == V_PARAM;
       /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
       const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
-      type_str(&val->type, tb, sizeof tb);
+      type_str(strided ? &f->values.data[sr].type : &val->type, tb, sizeof tb);
       if (l->base >= 0) {
         cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
                   cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
@@ -587,7 +590,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_buf_free(&ad);
       char pn[256];
       if (val->kind == V_PARAM) cg_printf(&decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
-      if (view) cg_printf(&decl, ", view of %s", cname[r]);
+      if (strided) cg_printf(&decl, ", the storage of %s, read through strides", cname[sr]);
+      else if (view) cg_printf(&decl, ", view of %s", cname[r]);
       cg_puts(&decl, " */\n");
     }
   free(excl);

@@ -1787,7 +1787,8 @@ static void comment(CgFunc *c, const Inst *in) {
     else cg_puts(&b, c->cname[in->args[k]]);
     if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
     KnLayout l;
-    int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD;
+    int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD ||
+                         ir_ops[in->op].kind == K_ELEM;
     if (strided_reader && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
       cg_printf(&b, " (in %s)", c->cname[l.root]);   /* a strided view: read in place from its root */
   }

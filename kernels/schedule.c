@@ -145,9 +145,9 @@ int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, in
 
 /* Whether every reader of v indexes it through strides: folded views, reshapes
  * of it whose readers do, GEMM operands that BLAS can read in place, and
- * elementwise operands (a fused kernel loads them through their layout's strides
- * and offset, kir.c: a recurrence's gate slices are read in place; such an
- * operand keeps its op out of a GEMM's epilogue, joins_epilogue).
+ * elementwise operands of the same phase (a fused kernel loads them through their
+ * layout's strides and offset, kir.c: a recurrence's gate slices are read in place;
+ * such an operand keeps its op out of a GEMM's epilogue, joins_epilogue).
  * Outputs and updates are copied out contiguously: not foldable. */
 /* The instructions that read each value: those reading v are
  * inst[start[v]] .. inst[start[v + 1] - 1] (once per operand slot). */
@@ -190,7 +190,10 @@ static int readers_strided(const Func *f, const KnSchedule *s, const Readers *rd
         if (!readers_strided(f, s, rd, in->res, depth + 1)) return 0;
         continue;
       }
-      if (ir_ops[in->op].kind == K_ELEM) continue;
+      /* (a backward or optimizer reader of a forward slice would keep its whole root alive
+       * until then: the slice is copied, and only the copy saved) */
+      const Inst *dv = def_of(f, v);
+      if (ir_ops[in->op].kind == K_ELEM && (!dv || dv->phase == in->phase)) continue;
       int64_t ast[3];   /* fused attention reads its operands through strides too (attention.c) */
       if ((in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) &&
           kn_attention_operand(&f->values.data[v].type, &l, ast) == 0)
@@ -493,6 +496,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
    * writes only its own block); no other input, which another thread's GEMM
    * block may still be reading. */
   ValId *inplace = arena_alloc(A, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  unsigned char *viewed = arena_alloc(A, (size_t)(nv ? nv : 1));   /* a kernel's roots read through folded views */
   for (int v = 0; v < nv; v++) inplace[v] = -1;
   for (int k = 0; k < s->kernels.len && fuse; k++) {
     Kernel *kn = &s->kernels.data[k];
@@ -515,6 +519,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
      * inputs (a split, then elementwise ops) is matched in linear time */
     int nin = kn->inputs.len, start = 0;
     unsigned char *claimed = arena_alloc(A, (size_t)nin + 1);
+    for (int q = 0; q < nin; q++)
+      if (strided(f, s, kn->inputs.data[q])) viewed[kn_root(f, s, kn->inputs.data[q])] = 1;
     for (int o = 0; o < kn->outputs.len; o++) {
       ValId r = kn->outputs.data[o];
       const Type *rt = &f->values.data[r].type;
@@ -523,10 +529,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         ValId v = kn->inputs.data[j];
         const Type *vt = &f->values.data[v].type;
         const Inst *d = def_of(f, v);
-        int other = 0;   /* read through a folded view too: at other elements */
-        for (int q = 0; q < nin && !other; q++)
-          other = q != j && strided(f, s, kn->inputs.data[q]) && kn_root(f, s, kn->inputs.data[q]) == v;
-        if (!claimed[j] && d && d->op != IR_CONST && !ir_is_view(f, v) && !s->fold[v] && !other &&
+        /* (not one also read through a folded view: at other elements) */
+        if (!claimed[j] && d && d->op != IR_CONST && !ir_is_view(f, v) && !s->fold[v] && !viewed[v] &&
             same_shape(vt, rt) && ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
           inplace[r] = v;
           claimed[j] = 1;
@@ -534,6 +538,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         }
       }
     }
+    for (int q = 0; q < nin; q++) viewed[kn_root(f, s, kn->inputs.data[q])] = 0;
   }
   for (int k = 0; k < s->kernels.len; k++) s->ncode += s->kernels.data[k].kind != KN_VIEW;
   s->hints.step = s->kernel_of;
