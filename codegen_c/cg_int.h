@@ -136,6 +136,8 @@ typedef struct CgFunc {
   int64_t grid_trip;       /* CUDA: the trip count of the loop run over the grid (CG_PAR_GRID), 0 for none */
   const char *prof_site;   /* --profile: the site of the kernel being written ("&ctc_prof_forward[3]"):
                               the kernel IR's parallel loops report each thread's share to it */
+  const char **over;       /* inside a time loop (kernels/reroll.c's KnLoops): per value, the name
+                              cg_ref gives, `(h + t * 2048)` for one the step moves; else NULL */
 } CgFunc;
 
 /* Writes instruction i's comment and code into c->out (not for K_ELEM
@@ -144,13 +146,8 @@ void cg_emit_inst(CgFunc *c, int i);
 /* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
  * instruction's own code otherwise. */
 void cg_emit_kernel(CgFunc *c, int k);
-/* reroll_c.c: rewrites the entry body (kernel k's text at body[kstart[k], kstart[k+1]),
- * the names given out while writing it c->ns->used[kname[k], kname[k+1])) with each
- * run of repeated steps (KnSchedule.runs) whose steps' texts differ only by affine
- * offsets as a C loop over one step; sets c->ref anew from the new body. Returns
- * the loops written. */
-int cg_reroll(CgFunc *c, Buf *body, const size_t *kstart, const int *kname);
-/* The value's C pointer name (marks it referenced). */
+/* The value's C pointer name (marks it referenced); inside a time loop, moved by the loop's
+ * variable (CgFunc.over). */
 const char *cg_ref(CgFunc *c, ValId v);
 /* Whether v is a scalar constant written as a literal. */
 int cg_is_literal(const CgFunc *c, ValId v);

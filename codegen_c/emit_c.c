@@ -364,6 +364,36 @@ static void index_check(Gen *g, CgFunc *c, const Inst *in, const char *fid, Buf 
   cg_buf_free(&fail);
 }
 
+/* Opens loop li of L: its comment and `for`, and the names of the values its step moves,
+ * `(name + t * d)`, which cg_ref gives while c->over is set (until the loop's last kernel). */
+static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const char *tv, const char **over) {
+  const KnLoop *lp = &L->loops.data[li];
+  char where[256] = "";
+  for (int k = lp->first; k < lp->first + lp->len && !where[0]; k++)
+    for (int i = c->s->kernels.data[k].first; i <= c->s->kernels.data[k].last && !where[0]; i++)
+      cg_where(where, sizeof where, f->insts.data[i].loc);
+  cg_printf(c->out, "\n  /* for %s in range(%d): %s%sa step of %d kernel%s (steps %d..%d of %d) */\n", tv, lp->count,
+            where, where[0] ? ", " : "", lp->len, lp->len == 1 ? "" : "s", lp->step0, lp->step0 + lp->count - 1,
+            lp->steps);
+  cg_printf(c->out, "  for (int64_t %s = 0; %s < %d; %s++) {", tv, tv, lp->count, tv);
+  for (int k = lp->first; k < lp->first + lp->len; k++)
+    for (int i = c->s->kernels.data[k].first; i <= c->s->kernels.data[k].last; i++) {
+      const Inst *in = &f->insts.data[i];
+      for (int a = 0; a <= in->nargs; a++) {
+        ValId v = a < in->nargs ? in->args[a] : in->res;
+        for (int r = 0; r < 2; r++, v = kn_root(f, c->s, v)) {
+          int64_t d = L->move[v];
+          if (d && c->cname[v])
+            over[v] = arena_printf(c->p->arena, "(%s %c %s * %lld)", c->cname[v], d < 0 ? '-' : '+', tv,
+                                   (ll)(d < 0 ? -d : d));
+          else over[v] = NULL;
+        }
+      }
+    }
+  c->over = over;
+  c->ind += 2;
+}
+
 static int emit_entry(Gen *g, int fi, Buf *out) {
   const Program *p = g->p;
   const Func *f = p->funcs.data[fi];
@@ -434,14 +464,18 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
   if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
   g->nbuckets += dist.nb;
-  int nk = c.s->kernels.len;
-  size_t *kstart = calloc((size_t)nk + 1, sizeof *kstart);   /* where each kernel's text starts */
-  int *kname = calloc((size_t)nk + 1, sizeof *kname);        /* the names given out before it */
-  CHECK(kstart && kname);
+  /* repeated steps as loops (kernels/reroll.c decides them on the kernels and the plan); not
+   * where each kernel is a profile or anomaly site, or gradient buckets start after given kernels */
+  KnLoops *loops = !g->opt.profile && !g->opt.anomaly && !dist.nb ? kn_reroll_loops(p->arena, f, c.s, fp) : NULL;
+  int looped = loops && loops->loops.len, li = 0;
+  const char **over = looped ? calloc((size_t)nv + 1, sizeof *over) : NULL;
+  const char *tv = looped ? cg_name(&ns, "t") : NULL;
+  CHECK(!looped || over);
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
     int code = kernel_has_code(f, kn), timed = pt && code;
-    kstart[k] = body.len, kname[k] = ns.n;
+    if (looped && li < loops->loops.len && k == loops->loops.data[li].first)
+      loop_begin(&c, f, loops, li, tv, over);
     if (sites && code) nsite++;
     cg_dist_hooks(&c, &dist, k, 0);
     for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
@@ -469,13 +503,16 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
                 fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
     }
     cg_dist_hooks(&c, &dist, k, 1);
+    if (looped && li < loops->loops.len && k == loops->loops.data[li].first + loops->loops.data[li].len - 1) {
+      const KnLoop *lp = &loops->loops.data[li++];
+      c.ind -= 2;
+      c.over = NULL;
+      memset(over, 0, sizeof *over * (size_t)(nv + 1));
+      cg_puts(&body, "  }\n");
+      k = lp->first + lp->count * lp->len - 1;   /* the later steps ran in the loop */
+    }
   }
-  kstart[nk] = body.len, kname[nk] = ns.n;
-  /* repeated steps as loops (reroll_c.c); not where each kernel is a profile or anomaly site, or
-   * gradient buckets start after given kernels */
-  int looped = !g->opt.profile && !g->opt.anomaly && !dist.nb ? cg_reroll(&c, &body, kstart, kname) : 0;
-  free(kstart);
-  free(kname);
+  free(over);
   cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
   if (f->outputs.len) {
     if (body.len) cg_puts(&body, "\n");
@@ -531,13 +568,16 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       CHECK(val->kind == V_PARAM || is_result(f, v));
       const char *ct = cg_ctype(val->type.dtype);
       const Loc *l = &fp->loc[v];
-      ValId r = root_of(f, v);
-      int view = r != v, readonly = f->values.data[r].kind != V_INST;
+      ValId r = root_of(f, v), sr = kn_root(f, c.s, v);
+      /* a folded slice or permute (or a reshape of one): a pointer to its root's storage, read
+       * through strides and an offset; declared with the root's type (all it may read) */
+      int strided = sr != kn_root(f, NULL, v);
+      int view = r != v || strided, readonly = f->values.data[r].kind != V_INST;
       /* parameters are written at the end of an entry with updates: not restrict there */
       int written = f->updates.len && f->values.data[r].kind == V_PARAM;
       /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
       const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
-      type_str(&val->type, tb, sizeof tb);
+      type_str(strided ? &f->values.data[sr].type : &val->type, tb, sizeof tb);
       if (l->base >= 0) {
         cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
                   cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
@@ -551,7 +591,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_buf_free(&ad);
       char pn[256];
       if (val->kind == V_PARAM) cg_printf(&decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
-      if (view) cg_printf(&decl, ", view of %s", cname[r]);
+      if (strided) cg_printf(&decl, ", the storage of %s, read through strides", cname[sr]);
+      else if (view) cg_printf(&decl, ", view of %s", cname[r]);
       cg_puts(&decl, " */\n");
     }
   free(excl);

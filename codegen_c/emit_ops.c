@@ -55,7 +55,7 @@ int cg_is_literal(const CgFunc *c, ValId v) {
 const char *cg_ref(CgFunc *c, ValId v) {
   CHECK(!cg_is_literal(c, v) && c->fp->loc[v].base != LOC_LOCAL);
   c->ref[v] = 1;
-  return c->cname[v];
+  return c->over && c->over[v] ? c->over[v] : c->cname[v];
 }
 
 void cg_where(char *buf, size_t cap, Span loc) {
@@ -346,6 +346,26 @@ static void emit_slice(CgFunc *c, const Inst *in) {
   copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
 }
 
+/* The parts k.. of a concatenation that lie at one stride in memory (a time loop's
+ * outputs, one per step: its values are laid out so, kernels/reroll.c), of part k's type:
+ * their count (1 when none follows alike, or inside a time loop), *d the stride in elements. */
+static int alike_parts(CgFunc *c, const Inst *in, int k, int64_t *d) {
+  if (c->over || cg_is_literal(c, in->args[k])) return 1;
+  int b0, b;
+  int64_t x0 = kn_value_addr(c->f, c->s, c->fp, in->args[k], &b0), es = (int64_t)ir_dtype_size(ty(c, in->args[k])->dtype);
+  if (x0 < 0 || b0 == LOC_LOCAL || b0 == LOC_NONE) return 1;
+  int n = 1;
+  for (; k + n < in->nargs; n++) {
+    ValId v = in->args[k + n];
+    if (cg_is_literal(c, v) || !ir_type_eq(ty(c, v), ty(c, in->args[k]))) break;
+    int64_t x = kn_value_addr(c->f, c->s, c->fp, v, &b);
+    if (x < 0 || b != b0 || (x - x0) % (es * n)) break;
+    if (n == 1) *d = (x - x0) / es;
+    if ((x - x0) / es != *d * n) break;
+  }
+  return n;
+}
+
 static void emit_concat(CgFunc *c, const Inst *in) {
   const Type *r = ty(c, in->res);
   int ax = (int)in->attr[0];
@@ -359,9 +379,33 @@ static void emit_concat(CgFunc *c, const Inst *in) {
     acc[0].off = at * rst[ax];
     cstrides(a, acc[1].st);
     if (k) cg_puts(c->out, "\n");
-    LINE(c, "/* part %d: [%lld, %lld) of axis %d */\n", k, (ll)at, (ll)(at + a->dims[ax]), ax);
+    int64_t d = 0;
+    int n = alike_parts(c, in, k, &d);
+    if (n < KN_REROLL_MIN) {
+      LINE(c, "/* part %d: [%lld, %lld) of axis %d */\n", k, (ll)at, (ll)(at + a->dims[ax]), ax);
+      copy_nest(c, in->res, in->args[k], a->ndim, a->dims, acc);
+      at += a->dims[ax];
+      continue;
+    }
+    /* parts k .. k + n - 1 as one loop: part k + t read at t * d, written t parts on */
+    const char *tv = cg_name(c->ns, "t");
+    const char **over = calloc((size_t)c->f->values.len + 1, sizeof *over);
+    CHECK(over);
+    over[in->args[k]] = arena_printf(c->p->arena, "(%s %c %s * %lld)", c->cname[in->args[k]], d < 0 ? '-' : '+', tv,
+                                     (ll)(d < 0 ? -d : d));
+    over[in->res] = arena_printf(c->p->arena, "(%s + %s * %lld)", c->cname[in->res], tv, (ll)(a->dims[ax] * rst[ax]));
+    LINE(c, "/* parts %d..%d: [%lld, %lld) of axis %d, a part of %lld each */\n", k, k + n - 1, (ll)at,
+         (ll)(at + n * a->dims[ax]), ax, (ll)a->dims[ax]);
+    LINE(c, "for (int64_t %s = 0; %s < %d; %s++) {\n", tv, tv, n, tv);
+    c->over = over;
+    c->ind += 2;
     copy_nest(c, in->res, in->args[k], a->ndim, a->dims, acc);
-    at += a->dims[ax];
+    c->ind -= 2;
+    c->over = NULL;
+    free(over);
+    LINE(c, "}\n");
+    at += n * a->dims[ax];
+    k += n - 1;
   }
 }
 
@@ -629,7 +673,7 @@ static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != k
 
 /* A GEMM over operands some of which are folded views (kernels/: a slice of
  * the fused q/k/v projection, a head transpose): each operand read in place
- * from its root through its layout (kn_layout), batch axes by their strides,
+ * through its layout (kn_layout) from its pointer (its root's), batch axes by their strides,
  * the matrix axes as BLAS's leading dimension and transpose flag. */
 static void emit_matmul_strided(CgFunc *c, const Inst *in) {
   const Type *r = ty(c, in->res);
@@ -646,7 +690,9 @@ static void emit_matmul_strided(CgFunc *c, const Inst *in) {
     CHECK(kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) == 0);
   }
   u.K = in->attr[0] ? t[0]->dims[t[0]->ndim - 2] : t[0]->dims[t[0]->ndim - 1];
-  u.a = l[0].root, u.b = l[1].root, u.ta = bt[0], u.tb = bt[1], u.lda = ld[0], u.ldb = ld[1];
+  /* each operand at its own name (a view's pointer is its root's) plus its layout's offset: a
+   * time loop moves that name (the slice of step t is step 0's moved t steps on) */
+  u.a = in->args[0], u.b = in->args[1], u.ta = bt[0], u.tb = bt[1], u.lda = ld[0], u.ldb = ld[1];
   Type br = *r;
   br.ndim -= 2;
   Acc acc[3];
@@ -1634,7 +1680,8 @@ static void comment(CgFunc *c, const Inst *in) {
     else cg_puts(&b, c->cname[in->args[k]]);
     if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
     KnLayout l;
-    int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD;
+    int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD ||
+                         ir_ops[in->op].kind == K_ELEM;
     if (strided_reader && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
       cg_printf(&b, " (in %s)", c->cname[l.root]);   /* a strided view: read in place from its root */
   }
@@ -1697,7 +1744,7 @@ static void comment(CgFunc *c, const Inst *in) {
   }
   cg_printf(&b, " -> %s %s", c->cname[in->res], ir_type_str(ty(c, in->res), tb, sizeof tb));
   if (ir_is_view(c->f, in->res)) cg_puts(&b, ": a view, no code");
-  else if (c->s->fold[in->res]) cg_puts(&b, ": a strided view, no code (its GEMMs read it in place)");
+  else if (c->s->fold[in->res]) cg_puts(&b, ": a strided view, no code (its readers index it in place)");
   /* A comment must not be closed early by the text inside it. */
   for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
   LINE(c, "/* %s */\n", b.s);

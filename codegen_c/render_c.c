@@ -93,9 +93,10 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
   }
   case KE_LOCAL: cg_puts(b, r->local[x->v]); break;
   case KE_ROWBUF: cg_printf(b, "%s[%s]", r->rowarr[x->v], r->ops->rowpos); break;
-  case KE_LOAD:
+  case KE_LOAD:   /* (a folded slice's offset before the renderer's index) */
     r->ops->index(r, &x->ix, idx, sizeof idx);
-    cg_printf(b, "%s[%s]", cg_ref(c, x->v), idx);
+    if (x->ix.off) cg_printf(b, "%s[%lld + %s]", cg_ref(c, x->v), (ll)x->ix.off, idx);
+    else cg_printf(b, "%s[%s]", cg_ref(c, x->v), idx);
     break;
   case KE_OP: {
     Buf ops[3] = {{0}};

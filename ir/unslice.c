@@ -10,18 +10,21 @@
  * needs. Each element is a sum of exactly one piece and zeros, so the values
  * are the same (x + 0 = x, -0 + 0 = +0 aside: a concatenation keeps -0). */
 #include <stdlib.h>
+#include <string.h>
 #include "ir.h"
 
-#define MAX_PIECES 16
-
+/* A sum of pieces, sorted by start: any number of them (a recurrence's backward adds one
+ * per step, the input projection's gradient of every step). Arrays in the arena; a sum
+ * that grows by one piece per ADD copies its operands' (quadratic in the pieces, which
+ * are a few thousand at most). */
 typedef struct Pieces {
   int axis, n;                 /* -1: not a sum of pieces */
-  int64_t start[MAX_PIECES];
-  ValId val[MAX_PIECES];       /* the piece's values (UNSLICE operands) */
+  int64_t *start;
+  ValId *val;                  /* the piece's values (UNSLICE operands) */
 } Pieces;
 
 /* An UNSLICE that is one contiguous range of one axis: its Pieces. */
-static int as_piece(const Func *f, const Inst *in, Pieces *p) {
+static int as_piece(Arena *A, const Func *f, const Inst *in, Pieces *p) {
   const Type *r = &f->values.data[in->res].type, *o = &f->values.data[in->args[0]].type;
   p->axis = -1;
   for (int k = 0; k < r->ndim; k++) {
@@ -32,6 +35,8 @@ static int as_piece(const Func *f, const Inst *in, Pieces *p) {
   }
   if (p->axis < 0) return 0;
   p->n = 1;
+  p->start = arena_alloc(A, sizeof *p->start);
+  p->val = arena_alloc(A, sizeof *p->val);
   p->start[0] = in->attr[2 * p->axis];
   p->val[0] = in->args[0];
   return 1;
@@ -48,16 +53,20 @@ void ir_pass_unslice(Program *p, Func *f) {
     Inst *in = &f->insts.data[i];
     if (in->dead) continue;
     if (in->op == IR_UNSLICE) {
-      as_piece(f, in, &pc[in->res]);
+      as_piece(p->arena, f, in, &pc[in->res]);
       continue;
     }
     if (in->op != IR_ADD || in->nargs != 2) continue;
     const Pieces *a = &pc[in->args[0]], *b = &pc[in->args[1]];
     const Type *r = &f->values.data[in->res].type;
-    if (a->axis < 0 || a->axis != b->axis || a->n + b->n > MAX_PIECES ||
+    if (a->axis < 0 || a->axis != b->axis ||
         !ir_type_eq(r, &f->values.data[in->args[0]].type) || !ir_type_eq(r, &f->values.data[in->args[1]].type))
       continue;
     Pieces s = *a;   /* merge, sorted by start */
+    s.start = arena_alloc(p->arena, sizeof *s.start * (size_t)(a->n + b->n));
+    s.val = arena_alloc(p->arena, sizeof *s.val * (size_t)(a->n + b->n));
+    memcpy(s.start, a->start, sizeof *s.start * (size_t)a->n);
+    memcpy(s.val, a->val, sizeof *s.val * (size_t)a->n);
     for (int k = 0; k < b->n; k++) {
       int at = s.n;
       while (at > 0 && s.start[at - 1] > b->start[k]) {

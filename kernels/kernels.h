@@ -30,9 +30,11 @@
  *   KN_OP    one instruction with its own emitter (GEMM, other reductions, conv ...).
  *   KN_VIEW  a view (reshape/detach of a value in memory) or a scalar
  *            constant: no code. Also a *folded* SLICE or PERMUTE (KnSchedule.fold)
- *            whose readers are all GEMM operands (or further folded views and
- *            reshapes of it): they address its elements through strides
- *            (kn_layout), so q/k/v splits and head transposes copy nothing.
+ *            whose readers are all GEMM operands, fused attention, elementwise ops
+ *            outside a GEMM's epilogue (or further folded views and reshapes of it):
+ *            they address its elements through strides and an offset (kn_layout;
+ *            kir.h's KirIndex.off), so q/k/v splits, head transposes and a
+ *            recurrence's gate slices copy nothing.
  *
  * Fusion rules. KN_ROW: a reduction over the last axis joins (or turns into a
  * KN_ROW) the open kernel whose space is its operand's shape; an elementwise
@@ -94,6 +96,28 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
  * write the run as a loop over one step's code. Called by kn_schedule. */
 #define KN_REROLL_MIN 4
 void kn_reroll(const Program *p, const Func *f, KnSchedule *s);
+/* A time loop: kernels [first, first + len) are one step, run `count` times; iteration t
+ * runs what step `step0 + t` of the run (of `steps`) computes, on the values of step
+ * step0 moved by t * KnLoops.move (elements). */
+typedef struct KnLoop {
+  int first, len, count, step0, steps;
+} KnLoop;
+typedef struct KnLoops {
+  Vec(KnLoop) loops;   /* in kernel order, disjoint */
+  int64_t *move;       /* per value a loop's step names: elements its address moves per
+                          iteration (0: the same every step, a weight or an accumulator) */
+} KnLoops;
+/* reroll.c: the loops of s's runs on the memory plan fp (decided on the kernels' structure
+ * and the plan's addresses, for renderers that write loops: codegen_c): steps t0..t1 of a
+ * run are one loop when each value step t names sits at step t0's address plus (t - t0)
+ * times a constant, weights are shared, and every instruction with code has step t0's
+ * attributes (a folded slice's start moves with its view's address instead); at least
+ * KN_REROLL_MIN steps. */
+KnLoops *kn_reroll_loops(Arena *A, const Func *f, const KnSchedule *s, const FuncPlan *fp);
+/* The byte address (arena offset, or offset in entry input *base) a renderer reads v at:
+ * its storage's, plus the offset of the folded views it is read through; *base is the
+ * plan's (LOC_LOCAL, LOC_NONE: no storage, 0 returned). -1 if v has no layout. */
+int64_t kn_value_addr(const Func *f, const KnSchedule *s, const FuncPlan *fp, ValId v, int *base);
 /* How a KN_GEMM epilogue reads a memory operand of type t over the GEMM's
  * result `space` viewed as [M, N] (N its last axis): 0 at the same element,
  * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if

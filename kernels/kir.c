@@ -57,6 +57,21 @@ static KirIndex bcast(const Type *t, const Type *S) {
   return ix;
 }
 
+/* How operand v (from memory) is read over the space S: broadcast, and through the
+ * strides and offset of its layout when it is (a view of) a folded slice or permute. */
+static KirIndex operand_index(const Func *f, const KnSchedule *s, ValId v, const Type *S) {
+  KirIndex ix = bcast(ty(f, v), S);
+  KnLayout l;
+  if (!s || kn_root(f, s, v) == kn_root(f, NULL, v) || kn_layout(f, s, v, &l) < 0) return ix;
+  const Type *t = ty(f, v);
+  ix.off = l.off;
+  for (int k = 0; k < S->ndim; k++) {
+    int ax = k - (S->ndim - t->ndim);
+    ix.st[k] = ax >= 0 && t->dims[ax] != 1 ? l.st[ax] : 0;
+  }
+  return ix;
+}
+
 typedef struct B {
   Arena *a;
   const Func *f;
@@ -107,7 +122,7 @@ static void build_elem(B *b) {
   /* every input of the element first: a result may be stored over an input in place */
   for (int j = 0; j < kn->inputs.len; j++) {
     ValId v = kn->inputs.data[j];
-    add(b, &loop->body, KS_LET, v)->x = load(b, v, bcast(ty(f, v), S));
+    add(b, &loop->body, KS_LET, v)->x = load(b, v, operand_index(f, b->s, v, S));
   }
   KirIndex out = bcast(S, S);
   /* per instruction of the kernel: the last one reading its result, and whether it is an
@@ -156,7 +171,7 @@ static void build_elem(B *b) {
 
 /* v's element at the current row, and at the current position in it when with_j. */
 static KirIndex row_index(B *b, ValId v, int with_j) {
-  KirIndex ix = bcast(ty(b->f, v), &b->kn->space);
+  KirIndex ix = operand_index(b->f, b->s, v, &b->kn->space);
   if (!with_j) ix.st[b->kn->space.ndim - 1] = 0;
   return ix;
 }
@@ -253,7 +268,8 @@ Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
 /* ---- --emit kir ------------------------------------------------------------------------ */
 
 static void print_index(FILE *out, const Kir *k, const KirIndex *ix) {
-  int any = 0;
+  int any = ix->off != 0;
+  if (any) fprintf(out, "%lld", (long long)ix->off);
   for (int d = 0; d < k->space.ndim; d++) {
     if (!ix->st[d]) continue;
     fprintf(out, "%s", any ? " + " : "");

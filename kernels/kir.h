@@ -25,9 +25,12 @@
 
 #include "kernels.h"
 
-/* An element of an array: its offset is sum over the space's axes of st[k] * (the
- * loop variable of axis k); 0 for axes it is broadcast over (or not inside). */
+/* An element of an array: its offset is off + sum over the space's axes of st[k] * (the
+ * loop variable of axis k); st[k] is 0 for axes it is broadcast over (or not inside).
+ * off is nonzero only for a load through a folded slice (KnSchedule.fold: the gate
+ * slices of a recurrence read in place), whose strides are its root's. */
 typedef struct KirIndex {
+  int64_t off;
   int64_t st[IR_MAX_DIMS];
 } KirIndex;
 

@@ -14,9 +14,16 @@
  * The values a run's kernels compute form families (the value of the i-th
  * instruction of every step), which PlanHints.family hands to the memory plan:
  * it lays a family out at one stride, so step t's value sits at base + t*stride.
- * Whether a run is then written as a loop is the renderer's decision on its text
- * (codegen_c/reroll_c.c checks that every step's code is step 0's with affine
- * offsets); a run the renderer keeps unrolled costs nothing but its layout.
+ *
+ * Once planned, kn_reroll_loops decides which steps of each run are one loop, on the
+ * kernels and the plan (never on generated text): steps t0..t1 when every value step t
+ * names (operands, the roots of folded views, results) sits at step t0's address plus
+ * (t - t0) times a constant, weights are shared, and every instruction with code has step
+ * t0's attributes and literals (a folded slice's start is its view's address instead). A
+ * renderer that writes loops (codegen_c/emit_c.c) then writes step t0's kernels once inside
+ * `for (t ...)`, each moved value named `(name + t * d)` (KnLoops.move); a run it keeps
+ * unrolled (a step whose code differs: the backward's first and last) costs nothing but
+ * its layout.
  *
  * Deterministic: signatures hash the IR only (no addresses), the scan is in order. */
 #include <string.h>
@@ -147,4 +154,129 @@ void kn_reroll(const Program *p, const Func *f, KnSchedule *s) {
   }
   s->hints.family = fam;
   s->hints.family_ix = fix;
+}
+
+/* ---- loops: which steps of a run one step's code runs, on the memory plan ------------------ */
+
+int64_t kn_value_addr(const Func *f, const KnSchedule *s, const FuncPlan *fp, ValId v, int *base) {
+  const Loc *lc = &fp->loc[v];
+  *base = lc->base;
+  if (lc->base == LOC_LOCAL || lc->base == LOC_NONE) return 0;
+  KnLayout l;
+  if (kn_layout(f, s, v, &l) < 0) return -1;
+  return lc->offset + l.off * (int64_t)ir_dtype_size(f->values.data[v].type.dtype);
+}
+
+/* The values step t of run names, in order: per instruction of its kernels its operands
+ * (and, for an operand read through a folded view, that view's root), then its result. */
+static int named(const Func *f, const KnSchedule *s, const KnRun *run, int t, ValId *out) {
+  int n = 0;
+  for (int j = 0; j < run->len; j++) {
+    const Kernel *kn = &s->kernels.data[run->first + t * run->len + j];
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      for (int a = 0; a < in->nargs; a++) {
+        out[n++] = in->args[a];
+        out[n++] = kn_root(f, s, in->args[a]);
+      }
+      out[n++] = in->res;
+    }
+  }
+  return n;
+}
+
+static int is_param(const Func *f, ValId v) { return f->values.data[v].kind == V_PARAM; }
+
+/* Whether instruction in reads an operand through a folded view at the view's own name plus
+ * its offset (a fused kernel's load, kir.c; a strided GEMM, codegen_c) rather than at its
+ * root's name plus an offset (fused attention): the root's offset must then stay the same
+ * over the steps. */
+static int reads_by_view(const Inst *in) { return ir_ops[in->op].kind == K_ELEM || in->op == IR_MATMUL; }
+
+KnLoops *kn_reroll_loops(Arena *A, const Func *f, const KnSchedule *s, const FuncPlan *fp) {
+  KnLoops *L = arena_alloc(A, sizeof *L);
+  int nv = f->values.len;
+  L->move = arena_alloc(A, sizeof(int64_t) * (size_t)(nv ? nv : 1));
+  for (int r = 0; r < s->runs.len; r++) {
+    const KnRun *run = &s->runs.data[r];
+    int cap = 0;   /* named values per step */
+    for (int j = 0; j < run->len; j++) {
+      const Kernel *kn = &s->kernels.data[run->first + j];
+      for (int i = kn->first; i <= kn->last; i++) cap += 1 + 2 * f->insts.data[i].nargs;
+    }
+    ValId *v0 = arena_alloc(A, sizeof(ValId) * (size_t)(cap + 1)), *vt = arena_alloc(A, sizeof(ValId) * (size_t)(cap + 1));
+    int64_t *d = arena_alloc(A, sizeof(int64_t) * (size_t)(cap + 1));
+    for (int t0 = 0; t0 < run->count;) {
+      int n = named(f, s, run, t0, v0), t1 = t0 + 1;
+      for (; t1 < run->count; t1++) {   /* step t1 is step t0's code with addresses moved by (t1 - t0) d */
+        if (named(f, s, run, t1, vt) != n) break;
+        int ok = 1;
+        for (int q = 0; q < n && ok; q++) {
+          ValId a = v0[q], b = vt[q];
+          if (a == b) {
+            if (t1 == t0 + 1) d[q] = 0;
+            ok = d[q] == 0;
+            continue;
+          }
+          const Value *va = &f->values.data[a], *vb = &f->values.data[b];
+          if (is_param(f, a) || is_param(f, b) || va->type.dtype != vb->type.dtype) {
+            ok = 0;   /* a loop's steps share their weights */
+            break;
+          }
+          int ba, bb;
+          int64_t xa = kn_value_addr(f, s, fp, a, &ba), xb = kn_value_addr(f, s, fp, b, &bb);
+          if (ba != bb || xa < 0 || xb < 0) {
+            ok = 0;
+            break;
+          }
+          if (ba == LOC_LOCAL || ba == LOC_NONE) continue;   /* a kernel's local, or a literal */
+          int64_t es = (int64_t)ir_dtype_size(va->type.dtype), m = xb - xa;
+          if (m % es || (m / es) % (t1 - t0)) {
+            ok = 0;
+            break;
+          }
+          if (t1 == t0 + 1) d[q] = m / es;
+          ok = m / es == d[q] * (t1 - t0);
+        }
+        /* what else the code prints: attributes of instructions with code, the root offsets of
+         * folded views read at their root's name */
+        for (int j = 0; j < run->len && ok; j++) {
+          const Kernel *ka = &s->kernels.data[run->first + t0 * run->len + j];
+          const Kernel *kb = &s->kernels.data[run->first + t1 * run->len + j];
+          for (int i = 0; i <= ka->last - ka->first && ok; i++) {
+            const Inst *x = &f->insts.data[ka->first + i], *y = &f->insts.data[kb->first + i];
+            int view = ir_is_view(f, x->res) || (s->fold && s->fold[x->res]);
+            if (!view && (memcmp(x->attr, y->attr, sizeof x->attr) || memcmp(&x->fattr, &y->fattr, sizeof x->fattr)))
+              ok = 0;
+            for (int a = 0; a < x->nargs && ok && !view && !reads_by_view(x); a++) {
+              KnLayout la, lb;
+              if (kn_root(f, s, x->args[a]) == kn_root(f, NULL, x->args[a])) continue;
+              ok = kn_layout(f, s, x->args[a], &la) == 0 && kn_layout(f, s, y->args[a], &lb) == 0 && la.off == lb.off;
+            }
+          }
+        }
+        if (!ok) break;
+      }
+      if (t1 - t0 < KN_REROLL_MIN) {
+        t0++;
+        continue;
+      }
+      /* the values step t0 names move by d per iteration; one value named at two places moves alike */
+      int clash = 0;
+      for (int q = 0; q < n; q++) L->move[v0[q]] = INT64_MIN;
+      for (int q = 0; q < n && !clash; q++) {
+        if (L->move[v0[q]] != INT64_MIN && L->move[v0[q]] != d[q]) clash = 1;
+        L->move[v0[q]] = d[q];
+      }
+      for (int q = 0; q < n; q++)
+        if (L->move[v0[q]] == INT64_MIN || clash) L->move[v0[q]] = 0;
+      if (clash) {
+        t0++;
+        continue;
+      }
+      vec_push(A, &L->loops, ((KnLoop){run->first + t0 * run->len, run->len, t1 - t0, t0, run->count}));
+      t0 = t1;
+    }
+  }
+  return L;
 }

@@ -144,7 +144,10 @@ int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, in
 }
 
 /* Whether every reader of v indexes it through strides: folded views, reshapes
- * of it whose readers do, and GEMM operands that BLAS can read in place.
+ * of it whose readers do, GEMM operands that BLAS can read in place, and
+ * elementwise operands of the same phase (a fused kernel loads them through their
+ * layout's strides and offset, kir.c: a recurrence's gate slices are read in place;
+ * such an operand keeps its op out of a GEMM's epilogue, joins_epilogue).
  * Outputs and updates are copied out contiguously: not foldable. */
 /* The instructions that read each value: those reading v are
  * inst[start[v]] .. inst[start[v + 1] - 1] (once per operand slot). */
@@ -187,6 +190,10 @@ static int readers_strided(const Func *f, const KnSchedule *s, const Readers *rd
         if (!readers_strided(f, s, rd, in->res, depth + 1)) return 0;
         continue;
       }
+      /* (a backward or optimizer reader of a forward slice would keep its whole root alive
+       * until then: the slice is copied, and only the copy saved) */
+      const Inst *dv = def_of(f, v);
+      if (ir_ops[in->op].kind == K_ELEM && (!dv || dv->phase == in->phase)) continue;
       int64_t ast[3];   /* fused attention reads its operands through strides too (attention.c) */
       if ((in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) &&
           kn_attention_operand(&f->values.data[v].type, &l, ast) == 0)
@@ -225,6 +232,9 @@ ValId kn_root(const Func *f, const KnSchedule *s, ValId v) {
   while (ir_is_view(f, v) || is_folded(s, v)) v = def_of(f, v)->args[0];
   return v;
 }
+
+/* Whether v is read through a folded slice or permute (not contiguously from its root). */
+static int strided(const Func *f, const KnSchedule *s, ValId v) { return kn_root(f, s, v) != kn_root(f, NULL, v); }
 
 int kn_single_gemm(const Func *f, const KnSchedule *s, const Inst *in) {
   if (in->op != IR_MATMUL) return 0;
@@ -271,12 +281,13 @@ Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops)
  * epilogue: joins(), it reads the GEMM's result or an epilogue value (not an
  * unrelated op that happens to have the same shape), and every memory operand
  * tiles (kn_epilogue_operand). */
-static int joins_epilogue(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
+static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in, const Type *rt) {
   if (!joins(f, kn, in, rt)) return 0;
   int inner = 0;
   for (int a = 0; a < in->nargs; a++) {
     const Inst *d = def_of(f, in->args[a]);
     if (d && d->op == IR_CONST) continue;
+    if (strided(f, s, in->args[a])) return 0;   /* the epilogue reads memory contiguously */
     if (d && (int)(d - f->insts.data) >= kn->first) {
       inner = 1;
       continue;
@@ -321,7 +332,8 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
         if (kn_root(f, s, x) != pv) continue;
         if (s->kernel_of[i] > k) ok = 0;
         else if (s->kernel_of[i] == k)   /* (a KN_GEMM's GEMM reads its operands whole) */
-          ok = same_shape(&f->values.data[x].type, &kn->space) && !(kn->kind == KN_GEMM && i == kn->first);
+          ok = same_shape(&f->values.data[x].type, &kn->space) && !strided(f, s, x) &&
+               !(kn->kind == KN_GEMM && i == kn->first);
       }
     }
     for (int o = 0; o < f->outputs.len && ok; o++) ok = kn_root(f, s, f->outputs.data[o]) != pv;
@@ -366,7 +378,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       Kernel *kn = &s->kernels.data[open];
       int ok = 0;
       if (kn->kind == KN_GEMM) {
-        ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, kn, in, rt);
+        ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in, rt);
       } else if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
         kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
         ok = 1;
@@ -484,6 +496,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
    * writes only its own block); no other input, which another thread's GEMM
    * block may still be reading. */
   ValId *inplace = arena_alloc(A, sizeof(ValId) * (size_t)(nv ? nv : 1));
+  unsigned char *viewed = arena_alloc(A, (size_t)(nv ? nv : 1));   /* a kernel's roots read through folded views */
   for (int v = 0; v < nv; v++) inplace[v] = -1;
   for (int k = 0; k < s->kernels.len && fuse; k++) {
     Kernel *kn = &s->kernels.data[k];
@@ -506,6 +519,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
      * inputs (a split, then elementwise ops) is matched in linear time */
     int nin = kn->inputs.len, start = 0;
     unsigned char *claimed = arena_alloc(A, (size_t)nin + 1);
+    for (int q = 0; q < nin; q++)
+      if (strided(f, s, kn->inputs.data[q])) viewed[kn_root(f, s, kn->inputs.data[q])] = 1;
     for (int o = 0; o < kn->outputs.len; o++) {
       ValId r = kn->outputs.data[o];
       const Type *rt = &f->values.data[r].type;
@@ -514,14 +529,16 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         ValId v = kn->inputs.data[j];
         const Type *vt = &f->values.data[v].type;
         const Inst *d = def_of(f, v);
-        if (!claimed[j] && d && d->op != IR_CONST && !ir_is_view(f, v) && same_shape(vt, rt) &&
-            ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
+        /* (not one also read through a folded view: at other elements) */
+        if (!claimed[j] && d && d->op != IR_CONST && !ir_is_view(f, v) && !s->fold[v] && !viewed[v] &&
+            same_shape(vt, rt) && ir_dtype_size(vt->dtype) == ir_dtype_size(rt->dtype)) {
           inplace[r] = v;
           claimed[j] = 1;
           break;
         }
       }
     }
+    for (int q = 0; q < nin; q++) viewed[kn_root(f, s, kn->inputs.data[q])] = 0;
   }
   for (int k = 0; k < s->kernels.len; k++) s->ncode += s->kernels.data[k].kind != KN_VIEW;
   s->hints.step = s->kernel_of;
@@ -563,7 +580,7 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST) continue;
       fprintf(out, "    %%%s.%d = %s%s : %s", f->values.data[in->res].name, in->res, ir_ops[in->op].name,
-              s->fold[in->res] ? " (strided, read in place by its GEMMs)"
+              s->fold[in->res] ? " (strided, read in place by its readers)"
               : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
               ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
       if (kn->kind == KN_ROW)

@@ -146,7 +146,9 @@ def _inst_names(line):
         depth += {"(": 1, ")": -1}.get(line[j], 0)
         if depth == 0:
             break
-    args = [a.strip().removesuffix("^T") for a in line[k + 1:j].split(",")]
+    # an operand read in place through a folded view is `view (in root)`: the view's pointer
+    # is declared with its root's storage
+    args = [re.sub(r" \(in \w+\)$", "", a.strip()).removesuffix("^T") for a in line[k + 1:j].split(",")]
     m = re.search(r" -> (\w+) ", line[j:])
     roots = re.findall(r"\(in (\w+)\)", line[k + 1:j])   # GEMM operands read in place from a strided view's root
     return [a for a in args if re.fullmatch(r"[A-Za-z_]\w*", a)] + roots + ([m.group(1)] if m else [])

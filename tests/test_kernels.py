@@ -389,7 +389,7 @@ def test_attention_is_one_fused_call(tmp_path):
     fwd = code[code.index("gpt_forward("):code.index("gpt_train_step(")]
     views = re.findall(r"^  /\* gpt\.py:2[3-7]  (?:slice|permute)\(.*$", fwd, re.M)
     assert len(views) == 4 * 6, views   # per block: 3 slices and 3 head transposes
-    assert all(v.endswith(": a strided view, no code (its GEMMs read it in place) */") for v in views), views
+    assert all(v.endswith(": a strided view, no code (its readers index it in place) */") for v in views), views
     assert "ctc_tanh_f32(" in code and not re.search(r"\btanhf\(", code)
     assert code.count("CTC_OMP_SIMD\n") + code.count("CTC_OMP_FOR_SIMD\n") >= 20
     assert code.count("cblas_sgemm(") == 1   # inside ctc_matmul_block_f32 only

@@ -153,7 +153,9 @@ static PV *state_at(L *L, Span at, PV *hx, int64_t idx, int64_t N, int64_t H) {
     t.ndim = 2;
     t.dims[0] = N;
     t.dims[1] = H;
-    return t_const_tensor(L, at, t, 0);
+    /* written here, before the steps: the first step then reads its state from memory as
+     * every later one does (kernels/reroll.c makes it the state's step -1, one loop) */
+    return t_wrap(L, t_val(L, at, t_const_tensor(L, at, t, 0)));
   }
   return reshape2(L, at, t_slice(L, at, hx, 0, idx, idx + 1, 1), N, H);
 }
@@ -285,7 +287,9 @@ static PV *cell_state(L *L, Span at, PV *v, int64_t N, int64_t H, int unbatched,
     t.ndim = 2;
     t.dims[0] = N;
     t.dims[1] = H;
-    return t_const_tensor(L, at, t, 0);
+    /* written here, before the steps: the first step then reads its state from memory as
+     * every later one does (kernels/reroll.c makes it the state's step -1, one loop) */
+    return t_wrap(L, t_val(L, at, t_const_tensor(L, at, t, 0)));
   }
   need_t(L, at, v, "hx", who);
   Type t = v->t->type;
