@@ -233,11 +233,9 @@ static void float_to_int(Buf *e, DType rt, const char *x) {
 static int f32_exp_calls(CgFunc *c, const char *t, Buf *r) {
   int n = 0;
   for (const char *s = t; *s;) {
-    const char *after = s;
-    if (!strncmp(s, "exp", 3))
-      for (after = s + 3; *after == ' '; after++) {
-      }
-    if (after != s && *after == '(' && (s == t || !(isalnum((unsigned char)s[-1]) || s[-1] == '_'))) {
+    const char *after = s + 3;
+    while (*after == ' ') after++;
+    if (!strncmp(s, "exp", 3) && *after == '(' && (s == t || !(isalnum((unsigned char)s[-1]) || s[-1] == '_'))) {
       cg_puts(r, "ctc_exp_f32");
       s += 3, n++;
     } else {
