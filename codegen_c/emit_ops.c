@@ -19,7 +19,6 @@
  * EMBEDDING_BWD adds rows of g at the indices (checked in range before the kernel: emit_c.c). */
 #include <math.h>
 #include <stdlib.h>
-#include <ctype.h>
 #include <string.h>
 #include "cg_int.h"
 
@@ -228,36 +227,13 @@ static void float_to_int(Buf *e, DType rt, const char *x) {
     cg_printf(e, "(%s > -2147483649.0 && %s < 2147483648.0 ? (int32_t)%s : INT32_MIN)", x, x, x);
 }
 
-/* f32 template t with its calls of exp (sigmoid's) made calls of the file's vectorisable
- * ctc_exp_f32, as EXP's own are (elem_template), into r; 0 when t calls none. */
-static int f32_exp_calls(CgFunc *c, const char *t, Buf *r) {
-  int n = 0;
-  for (const char *s = t; *s;) {
-    const char *after = s + 3;
-    while (*after == ' ') after++;
-    if (!strncmp(s, "exp", 3) && *after == '(' && (s == t || !(isalnum((unsigned char)s[-1]) || s[-1] == '_'))) {
-      cg_puts(r, "ctc_exp_f32");
-      s += 3, n++;
-    } else {
-      cg_printf(r, "%c", *s++);
-    }
-  }
-  if (n) c->k->exp_f32 = 1;
-  return n;
-}
-
 /* The C expression of elementwise instruction in over operand texts txt. */
 static void elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) {
   DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
   if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(e, "(unsigned char)(%s != 0)", txt[0]);
   else if (in->op == IR_CAST && ir_dtype_is_float(ct) && (rt == DT_I64 || rt == DT_I32)) float_to_int(e, rt, txt[0]);
   else if (in->op == IR_CAST) cg_printf(e, "(%s)%s", cg_ctype(rt), txt[0]);
-  else {
-    const char *t = elem_template(c, in, ct);
-    Buf r = {0};
-    cg_expand(e, ct == DT_F32 && f32_exp_calls(c, t, &r) ? r.s : t, txt, in->nargs, ct);
-    cg_buf_free(&r);
-  }
+  else cg_expand(e, elem_template(c, in, ct), txt, in->nargs, ct);
 }
 
 static void elem_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
