@@ -214,6 +214,16 @@ static void number_end(Lexer *L, size_t start, const char *what) {
   }
 }
 
+/* The value of the decimal digits text [start, end) without their underscores. */
+static double float_value(Lexer *L, size_t start, size_t end) {
+  char *buf = arena_alloc(L->a, end - start + 1);
+  size_t k = 0;
+  for (size_t i = start; i < end; i++)
+    if (L->s[i] != '_') buf[k++] = L->s[i];
+  buf[k] = '\0';
+  return strtod(buf, NULL);
+}
+
 static void lex_number(Lexer *L) {
   size_t start = L->pos;
   Pos p0 = lpos(L);
@@ -252,11 +262,7 @@ static void lex_number(Lexer *L) {
     }
     if (s[L->pos] == 'j' || s[L->pos] == 'J') {   /* an imaginary literal: 1j, 2.5J, 1e-3j, 01j */
       size_t len = L->pos - start;
-      char *buf = arena_alloc(L->a, len + 1);
-      size_t k = 0;
-      for (size_t i = start; i < L->pos; i++)
-        if (s[i] != '_') buf[k++] = s[i];
-      buf[k] = '\0';
+      double val = float_value(L, start, L->pos);
       L->pos++;
       number_end(L, start, "imaginary");
       Token t = {0};
@@ -264,7 +270,7 @@ static void lex_number(Lexer *L) {
       t.span = mkspan(L, p0, lpos(L));
       t.text = arena_strndup(L->a, s + start, len + 1);
       t.len = len + 1;
-      t.fval = strtod(buf, NULL);
+      t.fval = val;
       vec_push(L->a, L->out, t);
       return;
     }
@@ -280,17 +286,12 @@ static void lex_number(Lexer *L) {
     }
     if (is_float) {
       size_t len = L->pos - start;
-      char *buf = arena_alloc(L->a, len + 1);
-      size_t k = 0;
-      for (size_t i = start; i < L->pos; i++)
-        if (s[i] != '_') buf[k++] = s[i];
-      buf[k] = '\0';
       Token t = {0};
       t.kind = T_FLOAT;
       t.span = mkspan(L, p0, lpos(L));
       t.text = arena_strndup(L->a, s + start, len);
       t.len = len;
-      t.fval = strtod(buf, NULL);
+      t.fval = float_value(L, start, L->pos);
       vec_push(L->a, L->out, t);
       return;
     }
