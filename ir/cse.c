@@ -12,7 +12,10 @@
  * loop nest anyway: a recomputation must not become a read of a value computed
  * in another kernel, which would store a value that is now recomputed in
  * registers (and a backward one must not read the forward value, kept alive
- * through the whole backward: rematerialisation undone). An entry's outputs, updates and
+ * through the whole backward: rematerialisation undone). A one-element value is the
+ * exception: keeping it alive costs one word, so its copies merge at any distance and
+ * across GEMMs (an optimizer's bias corrections, computed once per parameter, become
+ * one computation per step). An entry's outputs, updates and
  * synchronised gradients stay their own values (an all-reduce must not run twice
  * on one buffer). DCE then removes the copies.
  *
@@ -91,7 +94,8 @@ void ir_pass_cse(Program *p, Func *f) {
       }
       Inst *prev = &f->insts.data[slot[h] - 1];
       if (!inst_same(f, prev, in)) continue;
-      if (i - (slot[h] - 1) <= CSE_WINDOW && slot[h] - 1 > barrier) {
+      int near = i - (slot[h] - 1) <= CSE_WINDOW && slot[h] - 1 > barrier;
+      if (near || ir_numel(&f->values.data[in->res].type) == 1) {
         to[in->res] = prev->res;
         in->dead = 1;
         any = 1;

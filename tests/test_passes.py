@@ -104,3 +104,59 @@ def test_cse(tmp_path):
     after = err[err.index("after cse"):]
     assert before.count(" = exp ") == 3 and after.count(" = exp ") == 2, after
     assert before.count(" = mul ") - after.count(" = mul ") == 1, after   # one x * 2.0 merged too
+
+
+SCALAR_CSE = """\
+import torch
+
+
+def g(x, w, s):
+    k = torch.exp(s * 0.5)             # a one-element value
+    a = torch.exp(x * 2.0) * k
+    c = (a @ w) @ w                    # two GEMMs: a barrier for tensor copies
+    d = torch.exp(x * 2.0) + c         # kept: a copy of a [4,8] tensor past GEMMs
+    return d * torch.exp(s * 0.5)      # merged: a scalar costs a word to keep alive
+
+
+example_inputs = {"g": (torch.randn(4, 8), torch.randn(8, 8), torch.randn(()))}
+"""
+
+
+def test_cse_merges_one_element_values_at_any_distance(tmp_path):
+    """A scalar's copy merges across GEMMs (an optimizer's bias corrections are computed
+    once per step, not once per parameter); a tensor's copy there still stays."""
+    p = tmp_path / "m.py"
+    p.write_text(SCALAR_CSE)
+    err = run([CTC, "compile", p, "-o", tmp_path / "m.c", "--entry", "g", "--dump-before", "cse",
+               "--dump-after", "cse"]).stderr
+    before = err[err.index("before cse"):err.index("after cse")]
+    after = err[err.index("after cse"):]
+    assert before.count(" = exp ") == 4 and after.count(" = exp ") == 3, after
+
+
+def test_adam_bias_correction_is_computed_once(tmp_path):
+    src = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(4, 8),),
+                  "train_step": (torch.randn(4, 8), torch.zeros(4, dtype=torch.long))}
+"""
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    run([CTC, "compile", p, "-o", tmp_path / "m.c"])
+    c = (tmp_path / "m.c").read_text()
+    assert c.count("= pow(0.9, ") == 1 and c.count("= pow(0.999, ") == 1, c.count("= pow(0.9, ")
