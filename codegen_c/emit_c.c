@@ -1109,6 +1109,7 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
   g.opt = *opt;
   g.k.float_acc = (unsigned char)(opt->freestanding != 0);   /* float-only code for single-precision FPUs */
   g.k.freestanding = (unsigned char)(opt->freestanding != 0);
+  g.k.exp_cr = (unsigned char)(opt->freestanding == 0);   /* sigmoid: a vectorised exp as accurate as expf */
   g.p = p;
   g.mp = plan;
   g.sched = sched;

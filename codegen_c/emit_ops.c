@@ -19,6 +19,7 @@
  * EMBEDDING_BWD adds rows of g at the indices (checked in range before the kernel: emit_c.c). */
 #include <math.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include "cg_int.h"
 
@@ -196,10 +197,22 @@ static DType compute_type(const CgFunc *c, const Inst *in) {
   return ir_elem_compute_type(in->op, ty(c, in->args[0])->dtype, ty(c, in->res)->dtype);
 }
 
+/* t with every call of exp(...) made a call of ctc_exp_cr_f32 (in the arena), or t itself. */
+static const char *call_exp_cr(CgFunc *c, const char *t) {
+  const char *hit = NULL;
+  for (const char *q = strstr(t, "exp("); q && !hit; q = strstr(q + 1, "exp("))
+    if (q == t || !(isalnum((unsigned char)q[-1]) || q[-1] == '_')) hit = q;
+  if (!hit) return t;
+  c->k->exp_cr_f32 = 1;
+  const char *rest = call_exp_cr(c, hit + 4);
+  return arena_printf(c->p->arena, "%.*sctc_exp_cr_f32(%s", (int)(hit - t), t, rest);
+}
+
 /* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
  * its integer form), noting the helpers it calls so that kernels.c writes them
  * into the file; f32 tanh and exp call the file's vectorisable versions of the
- * same functions. */
+ * same functions, and in hosted C code the exp that other templates call (sigmoid)
+ * is the one as accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   if (in->op == IR_TANH && ct == DT_F32) {
     c->k->tanh_f32 = 1;
@@ -211,6 +224,7 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   }
   const char *t = ir_elem_template(in->op, ct);
   if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
+  if (ct == DT_F32 && c->k->exp_cr) t = call_exp_cr(c, t);
   if (strstr(t, "ctc_ipow_")) c->k->ipow[ct] = 1;
   if (strstr(t, "ctc_remainder_")) c->k->remainder[ct] = 1;
   if (strstr(t, "ctc_floordiv_")) c->k->floordiv[ct] = 1;
