@@ -2,8 +2,11 @@
 
 usage: /usr/bin/python3 bench/bench.py [--models mlp,lenet,gpt,resnet,llama] [--modes forward,train]
                                        [--rounds 3] [--iters 20] [--warmup 3] [--threads 2]
-                                       [--cflags '-march=haswell'] [--avx2]
+                                       [--cflags '-march=haswell'] [--avx2] [--dtype bf16]
 
+--dtype bf16 runs both sides under CPU autocast (torch.autocast("cpu", dtype=torch.bfloat16)
+around the forward, and around the forward and the loss in the training step, as users
+write it; f32 master weights and optimizer), in the file ctc compiles as in PyTorch's step.
 --cflags passes flags to `ctc build` (the C compiler); --avx2 is the AVX2 machine on an
 AVX-512 one: --cflags=-march=haswell (ctc's AVX-512 GEMM is compiled out, OpenBLAS's runs)
 and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe; for PyTorch
@@ -77,7 +80,36 @@ _x, _y = make_inputs()
 example_inputs = {"forward": (_x,), "train_step": (_x, _y)}
 """
 
+# The same step under CPU autocast (--dtype bf16): the forward entry is `infer`.
+WRAPPER_BF16 = """
+
+# ---- added by bench/bench.py: the bf16 autocast steps a user would write ----
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def infer(x):
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+_x, _y = make_inputs()
+example_inputs = {"forward": (_x,), "infer": (_x,), "train_step": (_x, _y)}
+"""
+
 ENTRY = {"forward": "forward", "train": "train_step"}
+ENTRY_BF16 = {"forward": "infer", "train": "train_step"}
 BENCH_LINE = re.compile(r"^bench \S+: median ([0-9.]+) ms, min ([0-9.]+) ms per call .*peak RSS ([0-9.]+) MiB$", re.M)
 
 
@@ -177,10 +209,14 @@ def torch_worker(a):
     if a.compiled:
         fwd = torch.compile(model)
 
+    import contextlib
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.dtype == "bf16" else contextlib.nullcontext
+
     def step():
         opt.zero_grad()
-        logits = fwd(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with amp():
+            logits = fwd(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         return loss
@@ -188,7 +224,8 @@ def torch_worker(a):
     if a.mode == "forward":
         def call():
             with torch.no_grad():
-                fwd(x)
+                with amp():
+                    fwd(x)
     else:
         call = step
     for _ in range(a.warmup):
@@ -204,7 +241,7 @@ def torch_worker(a):
 
 def run_torch(python, model, mode, a, compiled=False):
     cmd = [python, os.path.abspath(__file__), "--torch-worker", model, mode, "--iters", str(a.iters),
-           "--warmup", str(a.warmup), "--threads", str(a.threads)]
+           "--warmup", str(a.warmup), "--threads", str(a.threads), "--dtype", a.dtype]
     if compiled:
         cmd.append("--compiled")
     r = subprocess.run(cmd, capture_output=True, text=True, env=torch_env(a.threads, a.avx2), timeout=1800)
@@ -234,13 +271,13 @@ def build_ctc():
         raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
 
 
-def prepare(model, d, cflags):
+def prepare(model, d, cflags, dtype="f32"):
     """Writes the user file, builds ./net, times `ctc compile`; returns (exe, compile ms, classes)."""
     with open(os.path.join(MODELS_DIR, model + ".py")) as f:
         src = f.read()
     path = os.path.join(d, model + ".py")
     with open(path, "w") as f:
-        f.write(src + WRAPPER)
+        f.write(src + (WRAPPER_BF16 if dtype == "bf16" else WRAPPER))
     exe = os.path.join(d, model)
     r = subprocess.run([CTC, "build", path, "-o", exe] + [f"--cflags={c}" for c in cflags], capture_output=True,
                        text=True)
@@ -267,7 +304,8 @@ def run_ctc(exe, mode, classes, a):
         env["OPENBLAS_CORETYPE"] = "Haswell"
     if a.ctc_wait_policy:
         env["OMP_WAIT_POLICY"] = a.ctc_wait_policy
-    cmd = [exe, "bench", ENTRY[mode], "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
+    entry = (ENTRY_BF16 if a.dtype == "bf16" else ENTRY)[mode]
+    cmd = [exe, "bench", entry, "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
            "--threads", str(a.threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     m = BENCH_LINE.search(r.stdout)
@@ -302,6 +340,8 @@ def main():
                     help="OMP_WAIT_POLICY for ctc's program (default: libgomp's, spin then sleep; PyTorch always "
                          "gets passive). On a loaded machine use passive: the default made the resnet train step "
                          "at 2 threads 14.5 s instead of 0.8 s")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                    help="bf16: forward and train step under CPU autocast to bfloat16 on both sides")
     ap.add_argument("--venv-python", default=VENV_PYTHON,
                     help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
@@ -330,14 +370,15 @@ def main():
           f"({core_from}; the CPU's choice: {openblas_coretype() or 'none'}); "
           f"torch.compile: {tc_version or 'skipped (' + why + ')'}"
           + (f"; ctc build --cflags '{' '.join(a.cflags)}'" if a.cflags else "")
-          + (f"; ctc OMP_WAIT_POLICY={a.ctc_wait_policy}" if a.ctc_wait_policy else ""), flush=True)
+          + (f"; ctc OMP_WAIT_POLICY={a.ctc_wait_policy}" if a.ctc_wait_policy else "")
+          + ("; both under CPU autocast to bfloat16" if a.dtype == "bf16" else ""), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctc_bench_") as d:
         rate = sgemm_rate(d, a.threads, a.avx2)
         print(f"# sgemm rate (OpenBLAS cblas_sgemm 1024^3, {a.threads} threads, best of 5): "
               + (f"{rate:.1f} GFLOP/s" if rate else "unavailable (no OpenBLAS to link)"), flush=True)
         for model in models:
-            exe, compile_ms, classes = prepare(model, d, a.cflags)
+            exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype)
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
                 for _ in range(a.rounds):
