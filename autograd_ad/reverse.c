@@ -6,6 +6,16 @@
 
 Type *ad_type(Ad *ad, ValId v) { return ir_type(ad->f, v); }
 
+/* The complete adjoint g of forward value v (every use of v comes after its definition, so
+ * the reverse sweep has added all contributions when it reaches v's instruction) is marked as
+ * v's gradient, which names it in the generated code: grad_fc1, grad_sigmoid_3. Only a value
+ * this sweep made (index nv or more), once (a sum shared by two operands keeps the later one). */
+static void name_adjoint(Func *f, ValId g, ValId v, int nv) {
+  Value *gv = &f->values.data[g];
+  if (g < nv || gv->kind != V_INST || gv->adjoint_of) return;
+  gv->adjoint_of = v + 1;
+}
+
 ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name) {
   int nattr = ir_op_nattrs(op, &res, nargs > 0 ? ad_type(ad, args[0]) : NULL, attr);
   ValId small[8], *a = nargs <= 8 ? small : malloc(sizeof(ValId) * (size_t)nargs);
@@ -155,6 +165,7 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
     Inst in = f->insts.data[i];   /* a copy: emitting grows f->insts */
     if (in.dead || adj[in.res] < 0 || !active[in.res]) continue;
     if (in.op == IR_DETACH || in.nograd != NG_NONE) continue;
+    name_adjoint(f, adj[in.res], in.res, nv);
     int any = 0;
     for (int k = 0; k < in.nargs; k++) {
       ValId a = in.args[k];

@@ -320,8 +320,16 @@ void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **c
   for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(ns, f->out_names.data[k]);
   for (int v = 0; v < f->values.len; v++)
     if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(ns, f->values.data[v].name);
-  for (int i = 0; i < f->insts.len; i++)
-    if (f->insts.data[i].op != IR_CONST) cname[f->insts.data[i].res] = cg_name(ns, f->values.data[f->insts.data[i].res].name);
+  for (int i = 0; i < f->insts.len; i++) {
+    const Inst *in = &f->insts.data[i];
+    const Value *r = &f->values.data[in->res];
+    if (in->op == IR_CONST) continue;
+    const char *of = r->adjoint_of ? cname[r->adjoint_of - 1] : NULL;   /* named before: defined before */
+    if (of && strcmp(r->name, "grad")) of = NULL;   /* a name of its own (fc1_weight_grad) */
+    char hint[160];
+    if (of) snprintf(hint, sizeof hint, "grad_%s", of);
+    cname[in->res] = cg_name(ns, of ? hint : r->name);
+  }
   for (int i = 0; i < f->insts.len; i++)
     if (fp->scratch[i] >= 0) {
       char hint[128];

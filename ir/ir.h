@@ -112,6 +112,8 @@ typedef struct Value {
   const char *name;   /* readable hint from the model ("fc1", "x"); may repeat; never NULL */
   int def;            /* V_INST: index of the defining Inst */
   int index;          /* V_INPUT: argument position; V_PARAM: Program.params index */
+  int adjoint_of;     /* reverse-mode AD: 1 + the value this is the whole gradient of (its C name is
+                         grad_<that value's>), else 0 */
 } Value;
 
 #define IR_MAX_ATTRS 16

@@ -2,6 +2,8 @@
 every AD sweep and pass (AD runs inside staging, so this is the only way to see
 the IR before it), the IR is verified after each, and the memory-plan checker
 (ir/plan_check.c) runs on every compile."""
+import re
+
 from ctc_testlib import CTC, run
 
 SRC = """\
@@ -160,3 +162,55 @@ example_inputs = {"forward": (torch.randn(4, 8),),
     run([CTC, "compile", p, "-o", tmp_path / "m.c"])
     c = (tmp_path / "m.c").read_text()
     assert c.count("= pow(0.9, ") == 1 and c.count("= pow(0.999, ") == 1, c.count("= pow(0.9, ")
+
+
+NAMED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        hidden = torch.tanh(self.fc1(x))
+        return self.fc2(hidden)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(4, 8),), "train_step": (torch.randn(4, 8), torch.zeros(4, dtype=torch.long))}
+"""
+
+
+def test_gradient_buffers_are_named_after_their_values(tmp_path):
+    """The whole gradient of a forward value is named grad_<its name> in the generated code (the
+    backward reads like llm.c's: the GEMM into fc2 gives grad_hidden), parameters' gradients
+    <parameter>_grad; partial sums and derivative factors stay grad_<n>."""
+    p = tmp_path / "m.py"
+    p.write_text(NAMED)
+    run([CTC, "compile", p, "-o", tmp_path / "m.c"])
+    c = (tmp_path / "m.c").read_text()
+    body = c[c.index("int net_train_step("):]
+    m = re.search(r"matmul\(grad_\w+, fc2_weight\) -> (\w+) f32\[4,16\]", body)
+    assert m and m.group(1).startswith("grad_hidden"), m and m.group(0)
+    assert re.search(r"-> grad_fc1\w* f32\[4,16\]", body), "tanh's input gradient"
+    assert "-> fc2_weight_grad f32[3,16]" in body and "-> fc1_bias_grad f32[16]" in body
+    named = set(re.findall(r"float \*grad_([a-z]\w*) = ", body))   # each names a value of the entry
+    assert len(named) >= 3, named
+    for name in named:
+        assert re.search(rf"(?<!grad_)\b{name}\b", body), name
