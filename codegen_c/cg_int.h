@@ -148,6 +148,11 @@ void cg_emit_inst(CgFunc *c, int i);
 /* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
  * instruction's own code otherwise. */
 void cg_emit_kernel(CgFunc *c, int k);
+/* Kernels k.. (before kernel `end`) that are each one view slicing the same operand at starts
+ * that move by a constant along one axis (a time loop's per-step pieces of one array, read in
+ * place), at least KN_REROLL_MIN of them: written as one comment; their count, else 0 and
+ * nothing written. */
+int cg_emit_view_run(CgFunc *c, int k, int end);
 /* The value's C pointer name (marks it referenced); inside a time loop, moved by the loop's
  * variable (CgFunc.over). */
 const char *cg_ref(CgFunc *c, ValId v);

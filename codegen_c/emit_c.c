@@ -484,6 +484,13 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     int code = kernel_has_code(f, kn), timed = pt && code;
     if (looped && li < loops->loops.len && k == loops->loops.data[li].first)
       loop_begin(&c, f, loops, li, tv, over);
+    if (!c.over && !dist.nb) {   /* a run of per-step slices of one array: one comment */
+      int nview = cg_emit_view_run(&c, k, looped && li < loops->loops.len ? loops->loops.data[li].first : c.s->kernels.len);
+      if (nview) {
+        k += nview - 1;
+        continue;
+      }
+    }
     if (sites && code) nsite++;
     cg_dist_hooks(&c, &dist, k, 0);
     for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */

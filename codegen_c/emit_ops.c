@@ -354,11 +354,45 @@ static int alike_parts(CgFunc *c, const Inst *in, int k, int64_t *d) {
   return n;
 }
 
+static void concat_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  const Inst *in = up;
+  for (int k = 0; k < in->nargs; k++) {
+    Buf e = {0};
+    load(c, &e, in->args[k], idx[2 * k + 1]);
+    LINE(c, "%s[%s] = %s;\n", cg_ref(c, in->res), idx[2 * k], e.s);
+    cg_buf_free(&e);
+  }
+}
+
+/* Parts all of one shape, none a literal, no run of them at one stride (alike_parts): one loop
+ * nest over a part's shape storing every part (part k at k part-widths along axis ax). */
+static int concat_one_nest(CgFunc *c, const Inst *in, int ax, const int64_t *rst) {
+  const Type *a = ty(c, in->args[0]);
+  for (int k = 0; k < in->nargs; k++) {
+    int64_t d = 0;
+    if (cg_is_literal(c, in->args[k]) || !ir_type_eq(ty(c, in->args[k]), a) || alike_parts(c, in, k, &d) >= KN_REROLL_MIN)
+      return 0;
+  }
+  Acc *acc = calloc((size_t)(2 * in->nargs), sizeof *acc);
+  CHECK(acc);
+  for (int k = 0; k < in->nargs; k++) {
+    memcpy(acc[2 * k].st, rst, sizeof acc[2 * k].st);
+    acc[2 * k].off = k * a->dims[ax] * rst[ax];
+    cstrides(a, acc[2 * k + 1].st);
+  }
+  LINE(c, "/* parts 0..%d: [%lld k, %lld (k + 1)) of axis %d for part k, in one loop nest */\n", in->nargs - 1,
+       (ll)a->dims[ax], (ll)a->dims[ax], ax);
+  nest(c, a->ndim, a->dims, 2 * in->nargs, acc, concat_body, (void *)in, 1, 1);
+  free(acc);
+  return 1;
+}
+
 static void emit_concat(CgFunc *c, const Inst *in) {
   const Type *r = ty(c, in->res);
   int ax = (int)in->attr[0];
   int64_t rst[IR_MAX_DIMS], at = 0;
   cstrides(r, rst);
+  if (in->nargs > 1 && concat_one_nest(c, in, ax, rst)) return;
   for (int k = 0; k < in->nargs; k++) {
     const Type *a = ty(c, in->args[k]);
     Acc acc[2];
@@ -1737,6 +1771,59 @@ static void comment(CgFunc *c, const Inst *in) {
   for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
   LINE(c, "/* %s */\n", b.s);
   cg_buf_free(&b);
+}
+
+/* Kernel k as a slice with no code (a view, or a strided view its readers index in place), else NULL. */
+static const Inst *view_slice(CgFunc *c, int k) {
+  const Kernel *kn = &c->s->kernels.data[k];
+  if (kn->kind != KN_VIEW || kn->first != kn->last) return NULL;
+  const Inst *in = &c->f->insts.data[kn->first];
+  if (in->op != IR_SLICE || cg_is_literal(c, in->args[0])) return NULL;
+  return ir_is_view(c->f, in->res) || c->s->fold[in->res] ? in : NULL;
+}
+
+int cg_emit_view_run(CgFunc *c, int k, int end) {
+  const Inst *in0 = view_slice(c, k);
+  if (!in0) return 0;
+  int na = ir_nattrs(c->f, in0), ax = -1, n = 1;
+  int64_t step = 0;
+  char w0[256], w[256];
+  cg_where(w0, sizeof w0, in0->loc);
+  for (; k + n < end; n++) {
+    const Inst *in = view_slice(c, k + n);
+    if (!in || in->args[0] != in0->args[0] || ir_nattrs(c->f, in) != na || !ir_type_eq(ty(c, in->res), ty(c, in0->res)) ||
+        ir_is_view(c->f, in->res) != ir_is_view(c->f, in0->res))
+      break;
+    cg_where(w, sizeof w, in->loc);
+    int moved = -1, same = !strcmp(w, w0);   /* the one axis whose start moves */
+    for (int j = 0; j < na / 2 && same; j++) {
+      same = in->attr[2 * j + 1] == in0->attr[2 * j + 1];
+      if (in->attr[2 * j] != in0->attr[2 * j]) same = same && moved < 0, moved = j;
+    }
+    if (!same || moved < 0 || (n > 1 && moved != ax)) break;
+    if (n == 1) ax = moved, step = in->attr[2 * ax] - in0->attr[2 * ax];
+    if (in->attr[2 * ax] - in0->attr[2 * ax] != step * n) break;
+  }
+  if (n < KN_REROLL_MIN) return 0;
+  const Inst *last = &c->f->insts.data[c->s->kernels.data[k + n - 1].first];
+  char tb[256];
+  Buf b = {0};
+  if (w0[0]) cg_printf(&b, "%s  ", w0);
+  cg_printf(&b, "slice(%s) start:step", c->cname[in0->args[0]]);
+  for (int j = 0; j < na / 2; j++) {
+    if (j == ax && step == 1) cg_printf(&b, " %lld..%lld", (ll)in0->attr[2 * j], (ll)last->attr[2 * j]);
+    else if (j == ax) cg_printf(&b, " %lld..%lld by %lld", (ll)in0->attr[2 * j], (ll)last->attr[2 * j], (ll)step);
+    else cg_printf(&b, " %lld", (ll)in0->attr[2 * j]);
+    cg_printf(&b, ":%lld", (ll)in0->attr[2 * j + 1]);
+  }
+  cg_printf(&b, " -> %s..%s %s each: %d %s, no code", c->cname[in0->res], c->cname[last->res],
+            ir_type_str(ty(c, in0->res), tb, sizeof tb), n,
+            ir_is_view(c->f, in0->res) ? "views" : "strided views (their readers index them in place)");
+  for (char *s = b.s; (s = strstr(s, "*/")) != NULL;) s[1] = '|';
+  if (c->out->len) cg_puts(c->out, "\n");
+  LINE(c, "/* %s */\n", b.s);
+  cg_buf_free(&b);
+  return n;
 }
 
 /* ---- a GEMM's epilogue body (KN_GEMM; KN_ELEM and KN_ROW kernels are rendered from
