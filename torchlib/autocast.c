@@ -130,6 +130,17 @@ static PV *result(L *L, Span at, PV *r, int how, PV *const *ins, int nins) {
   return r;
 }
 
+/* A Python number or a 0-d f32 tensor beside a dimensioned bf16 tensor in arithmetic:
+ * PyTorch's type promotion gives the op bf16 operands, so the number is rounded to bf16
+ * first (h * 0.353 multiplies by 0.353515625; probed: docs/mixed-precision.md). */
+static PV *scalar_bf16(L *L, Span at, PV *v) {
+  if (v && v->k == PV_FLOAT) return pv_float(L, ir_round_bf16(v->f));
+  if (v && v->k == PV_INT && (v->i > 256 || v->i < -256) && ir_round_bf16((double)v->i) != (double)v->i)
+    return pv_float(L, ir_round_bf16((double)v->i));
+  if (is_float_t(v) && !v->t->bf16 && v->t->type.ndim == 0) return ac_round(L, at, v);
+  return v;
+}
+
 /* ---- refusals ---- */
 
 static CTC_NORETURN void refuse_mixed(L *L, Span at, const char *what) {
@@ -248,6 +259,16 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
     if (cls == AC_PROMOTE) return result(L, at, call(L, mod ? mod : fn, A), R_F32, NULL, 0);
     refuse_mixed(L, at, arena_printf(L->a, "'%s'", name));
   }
+  if (cls == AC_PROMOTE || bi == BI_T_MASKED_FILL) {   /* numbers become bf16 operands */
+    Args B = *A;
+    B.args = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));
+    B.kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nkw + 1));
+    for (int i = 0; i < A->nargs; i++) B.args[i] = scalar_bf16(L, at, A->args[i]);
+    for (int i = 0; i < A->nkw; i++)
+      B.kwvals[i] = strcmp(A->kwnames[i], "alpha") ? scalar_bf16(L, at, A->kwvals[i]) : A->kwvals[i];
+    A = &B;
+    return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0);
+  }
   /* in-place methods (add_, mul_ ...) on a bf16 tensor: it stays bf16 */
   ValId before = self && self->k == PV_TENSOR ? self->t->v : -1;
   PV *r = call(L, mod ? mod : fn, A);
@@ -279,7 +300,7 @@ PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f) {
     if (mm) refuse_mixed(L, at, "'@'");
     return as_f32(L, f(L, at, op, a, b));
   }
-  return result(L, at, f(L, at, op, a, b), R_ROUND, NULL, 0);
+  return result(L, at, f(L, at, op, scalar_bf16(L, at, a), scalar_bf16(L, at, b)), R_ROUND, NULL, 0);
 }
 
 /* x[...] and x.T / x.mT / x.data of a bf16 tensor: bf16 views */
