@@ -254,6 +254,8 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
     if (!m.f_dim && !m.f_0) return call(L, mod ? mod : fn, A);
     cls = AC_OTHER;
   }
+  if (to_dtype(A) >= 0 && to_dtype(A) < DT_COUNT && ir_dtype_is_float((DType)to_dtype(A)))
+    return result(L, at, call(L, mod ? mod : fn, A), R_F32, NULL, 0);   /* x.sum(dtype=torch.float32) */
   int mixed = m.f_dim || (m.f_0 && !m.bf_dim);
   if (mixed) {
     if (cls == AC_PROMOTE) return result(L, at, call(L, mod ? mod : fn, A), R_F32, NULL, 0);
