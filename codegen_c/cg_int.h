@@ -82,7 +82,7 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
-  unsigned char bf16;               /* ctc_bf16_f32/_f64: round_bf16 (ops.def) */
+  unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */
   unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);

@@ -760,7 +760,8 @@ static const char bf16_text[] =
     "  float y;\n"
     "  memcpy(&y, &r, sizeof y);\n"
     "  return x != x ? x : y;\n"
-    "}\n"
+    "}\n";
+static const char bf16_f64_text[] =
     "static inline double ctc_bf16_f64(double x) { return (double)ctc_bf16_f32((float)x); }\n";
 
 /* exp in f32 without a libm call (loops over it vectorise): at most 1 ulp
@@ -979,7 +980,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   }
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
-  if (k->bf16) cg_printf(b, "%s\n", bf16_text);
+  if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);
+  if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);
