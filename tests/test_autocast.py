@@ -278,7 +278,8 @@ BAD = [
      "'@' on a mix of bfloat16 and float32 tensors is not supported"),
     ("bf16_factory", "return x + torch.zeros(4, dtype=torch.bfloat16)",
      "torch.bfloat16 as a dtype of 'zeros' is not supported by ctc"),
-    ("half_tensor", "return x.half()", "torch.float16 is not supported by ctc (x.half())"),
+    ("half_to", "return x.to(torch.half)", "torch.float16 is not supported by ctc (x.to())"),
+    ("half_method", "return x.half()", "torch.float16 is not supported by ctc (x.half())"),
 ]
 
 

@@ -161,7 +161,7 @@ static CTC_NORETURN void refuse_dtype(L *L, Span at, const char *what, int f16) 
 /* ---- the calls ---- */
 
 int ac_wants(L *L, const PV *self, const Args *A, int bi) {
-  if (bi == BI_T_AUTOCAST || bi == BI_T_AUTOCAST_MODE || bi == BI_T_BFLOAT16 || bi == BI_T_HALF) return 0;
+  if (bi == BI_T_AUTOCAST || bi == BI_T_AUTOCAST_MODE || bi == BI_T_BFLOAT16) return 0;
   if (L->T->autocast && ac_class(bi) == AC_LOWER) return 1;
   Mix m = mix_of(self, A);
   return m.bf_dim || m.bf_0 || m.half_dtype;
@@ -359,17 +359,18 @@ PV *bi_autocast(L *L, PV *fn, Args *A) {
   return c;
 }
 
-/* x.bfloat16() (rounded, marked); model.bfloat16() and .half() are refused */
+/* x.bfloat16(): rounded, marked */
 PV *bi_half_method(L *L, PV *fn, Args *A) {
   Span at = A->at;
   PV *x = fn->self, *none[1];
   bind_args(L, A, "", none);
-  if (fn->bi == BI_T_BFLOAT16 && x && x->k == PV_TENSOR) {
-    if (!is_float_t(x)) lower_error(L, at, "x.bfloat16() on a non-float tensor is not supported by ctc");
-    return ac_round(L, at, x);
-  }
-  if (x && pv_is_module(x))
-    lower_error(L, at, "model.%s() is not supported by ctc: parameters stay float32; train in mixed precision "
-                       "with torch.autocast('cpu', dtype=torch.bfloat16) (docs/mixed-precision.md)", fn->s);
-  refuse_dtype(L, at, arena_printf(L->a, "x.%s()", fn->s), fn->bi == BI_T_HALF);
+  if (!is_float_t(x)) lower_error(L, at, "x.bfloat16() on a non-float tensor is not supported by ctc");
+  return ac_round(L, at, x);
+}
+
+/* model.bfloat16(), model.half() (host.c's attribute of a module), x.half() */
+void ac_refuse_half(L *L, Span at, const char *what) {
+  if (!strcmp(what, "x.half()")) refuse_dtype(L, at, what, 1);
+  lower_error(L, at, "model.%s() is not supported by ctc: parameters stay float32; train in mixed precision "
+                     "with torch.autocast('cpu', dtype=torch.bfloat16) (docs/mixed-precision.md)", what);
 }

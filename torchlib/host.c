@@ -13,6 +13,7 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_TENSOR:
     if (obj->t->cplx) return cx_getattr(L, at, obj, name);
     if (obj->t->bf16 && !strcmp(name, "dtype")) return pv_dtype(L, DT_BF16_MARK);   /* autocast.c */
+    if (!strcmp(name, "half")) ac_refuse_half(L, at, "x.half()");
     if (obj->t->bf16 && (!strcmp(name, "T") || !strcmp(name, "mT") || !strcmp(name, "data") || !strcmp(name, "H") ||
                          !strcmp(name, "mH")))
       return ac_view_result(L, obj, tensor_getattr(L, at, obj, name));
@@ -20,6 +21,7 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_OBJ:
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
+      if (!strcmp(name, "bfloat16") || !strcmp(name, "half")) ac_refuse_half(L, at, name);   /* autocast.c */
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       PV *m = bi_lookup(L, NS_MODULE, name, obj);
       /* append, items ... are methods of the containers only */

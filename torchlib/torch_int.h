@@ -437,6 +437,7 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call);
 PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f);
 PV *ac_view_result(L *L, PV *x, PV *r);           /* x[...], x.T of a bf16 x: marked */
 PV *ac_round(L *L, Span at, PV *x);               /* x rounded to bf16 and marked */
+CTC_NORETURN void ac_refuse_half(L *L, Span at, const char *what); /* model.bfloat16(), .half(), x.half() */
 
 /* ---- complex.c: complex64 tensors (Tensor.cplx), rows of their own and every
  * row, operator, index or attribute given a complex operand ---- */
