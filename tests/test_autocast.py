@@ -132,6 +132,38 @@ example_inputs = {"forward": (torch.randn(16, 20),)}
 '''
 
 
+# what users write around autocast: a module-level context object (nanoGPT's ctx), in-place
+# updates of bf16 tensors, a dtype test, mixed cat, dtype=, a loss after the region on bf16
+# logits (computed in bf16 by PyTorch: here in f32 and rounded once)
+PATTERNS = HEAD + '''
+ctx = torch.amp.autocast(device_type="cpu", dtype=torch.bfloat16)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 24)
+        self.fc2 = nn.Linear(24, 6)
+
+    def forward(self, x, y):
+        with ctx:
+            h = self.fc1(x)
+            h += 1.37
+            h.mul_(0.61)
+            big = h.dtype == torch.bfloat16
+            both = torch.cat([h, x.to(torch.bfloat16)], 1) if big else h
+            logits = self.fc2(F.relu(h))
+            s = both.sum(1, dtype=torch.float32)
+        mixed = torch.cat([h, x], 1)
+        loss = F.cross_entropy(logits, y)
+        return logits.float(), both.float(), s, mixed, loss.float()
+
+
+model = Net()
+example_inputs = {"forward": (torch.randn(8, 12), torch.zeros(8, dtype=torch.long))}
+'''
+
+
 def bf16_ulp(x):
     """One bf16 unit in the last place at each of x's magnitudes."""
     x = np.maximum(np.abs(np.asarray(x, np.float64)), 2.0 ** -126)
@@ -185,6 +217,27 @@ def test_mlp_forward_cpu_amp(tmp_path):
     d = compare("mlp output 0 (f32)", got[0], want[0], 1e-5, 1e-6)
     print(f"mlp output 0 (f32): max |ctc - torch| {d:.3g}")
     check_bf16_outputs("mlp output 1 (bf16 softmax)", got[1], want[1], ref[1])
+
+
+def test_user_patterns(tmp_path):
+    p = tmp_path / "patterns.py"
+    p.write_text(PATTERNS)
+    mod = load_module(str(p), "ac_patterns")
+    torch.manual_seed(0)
+    m = mod.Net()
+    x, y = torch.randn(8, 12), torch.randint(0, 6, (8,))
+    got = run_forward(str(tmp_path), str(p), m, [x.numpy(), y.numpy()])
+    with torch.no_grad():
+        out = m(x, y)
+    names = ["logits (bf16)", "cat of bf16 (bf16)", "sum(dtype=float32)", "cat of bf16 and f32 (f32)",
+             "cross_entropy of bf16 logits outside the region (bf16)"]
+    for name, g, w in zip(names, got, out):
+        w = w.numpy()
+        d = np.abs(np.asarray(g, np.float64) - w)
+        print(f"{name}: max |ctc - torch| {d.max():.3g}")
+        assert (d <= bf16_ulp(w)).all(), f"{name}: {d.max():.3g} exceeds one bf16 ulp"
+    compare("sum(dtype=float32)", got[2], out[2].numpy(), 1e-5, 1e-6)
+    compare("cat of bf16 and f32", got[3], out[3].numpy(), 0, 0)
 
 
 def test_gpt_forward(tmp_path):

@@ -261,15 +261,17 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
     if (cls == AC_PROMOTE) return result(L, at, call(L, mod ? mod : fn, A), R_F32, NULL, 0);
     refuse_mixed(L, at, arena_printf(L->a, "'%s'", name));
   }
-  if (cls == AC_PROMOTE || bi == BI_T_MASKED_FILL) {   /* numbers become bf16 operands */
-    Args B = *A;
+  Args B;
+  int inplace_arith = bi == BI_T_ADD_ || bi == BI_T_MUL_ || bi == BI_T_FILL_;
+  if (cls == AC_PROMOTE || bi == BI_T_MASKED_FILL || inplace_arith) {   /* numbers become bf16 operands */
+    B = *A;
     B.args = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nargs + 1));
     B.kwvals = arena_alloc(L->a, sizeof(PV *) * (size_t)(A->nkw + 1));
     for (int i = 0; i < A->nargs; i++) B.args[i] = scalar_bf16(L, at, A->args[i]);
     for (int i = 0; i < A->nkw; i++)
       B.kwvals[i] = strcmp(A->kwnames[i], "alpha") ? scalar_bf16(L, at, A->kwvals[i]) : A->kwvals[i];
     A = &B;
-    return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0);
+    if (!inplace_arith) return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0);
   }
   /* in-place methods (add_, mul_ ...) on a bf16 tensor: it stays bf16 */
   ValId before = self && self->k == PV_TENSOR ? self->t->v : -1;
@@ -317,7 +319,9 @@ PV *ac_view_result(L *L, PV *x, PV *r) {
 /* torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None),
  * torch.amp.autocast (the same), torch.cpu.amp.autocast(enabled=True, dtype=torch.bfloat16,
  * cache_enabled=True), torch.cuda.amp.autocast (refused): a BI_T_AUTOCAST_MODE value
- * whose i is the state it enters (1 on, 0 off). fn->self is the namespace it was read from. */
+ * whose n is the state it enters (1 on, 0 off), made anywhere (nanoGPT's module-level
+ * `ctx = torch.amp.autocast(...)`) and entered in compiled code (host.c's `with`).
+ * fn->self is the namespace it was read from. */
 PV *bi_autocast(L *L, PV *fn, Args *A) {
   Span at = A->at;
   if (fn->bi == BI_T_AUTOCAST_MODE) lower_error(L, at, "an autocast context manager is not callable");
@@ -351,9 +355,6 @@ PV *bi_autocast(L *L, PV *fn, Args *A) {
       lower_error(L, at, "torch.autocast('cpu') takes dtype=torch.bfloat16 (PyTorch 1.13's CPU autocast "
                          "supports no other)");
   }
-  if (enabled && !L->T->fn)
-    lower_error(L, at, "torch.autocast outside compiled code (forward or a training function) is not supported "
-                       "by ctc");
   PV *c = pv_builtin(L, BI_T_AUTOCAST_MODE, "autocast", NULL);
   c->n = enabled;
   return c;

@@ -385,6 +385,9 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
     lower_error(L, it->span, "'autocast' needs to be called: 'with torch.autocast('cpu', dtype=torch.bfloat16):'");
   if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST_MODE) {   /* autocast.c; bit 17, the state it replaces in 18 */
     if (it->b) lower_error(L, it->b->span, "'with torch.autocast(...) as ...' binds nothing useful");
+    if (cm->n && !L->T->fn)
+      lower_error(L, it->span, "torch.autocast outside compiled code (forward or a training function) is not "
+                               "supported by ctc");
     token |= 1 << 17 | L->T->autocast << 18;
     L->T->autocast = (int)cm->n;
     return token;
