@@ -317,6 +317,86 @@ def test_gpt_training_20_steps(tmp_path):
     np.testing.assert_allclose(losses, loss_bf, rtol=2e-3)
 
 
+# nanoGPT's step: a module-level autocast context and a GradScaler(enabled=False) (its bf16
+# and f32 runs), unscale_ before gradient clipping, AdamW
+SCALER = HEAD + '''
+ctx = torch.amp.autocast(device_type="cpu", dtype=torch.bfloat16)
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 32)
+        self.fc2 = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def train_step(x, y):
+    with ctx:
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss * scaler.get_scale()
+
+
+example_inputs = {"forward": (torch.randn(16, 12),),
+                  "train_step": (torch.randn(16, 12), torch.zeros(16, dtype=torch.long))}
+'''
+
+
+def test_disabled_grad_scaler_steps(tmp_path):
+    """The step as nanoGPT writes it: the first loss (a forward) is PyTorch's; after 5 AdamW
+    steps the weights are within PyTorch's own bf16-vs-f32 distance of its bf16 run."""
+    p = tmp_path / "scaler.py"
+    p.write_text(SCALER)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    mod = load_module(str(p), "ac_scaler")
+    torch.manual_seed(0)
+    mod.model = mod.Net()   # the same weights however the tests before ran
+    init = {k: v.clone() for k, v in mod.model.state_dict().items()}
+    rng = np.random.default_rng(2)
+    batches = [(rng.standard_normal((16, 12)).astype(np.float32), rng.integers(0, 5, 16)) for _ in range(5)]
+    w = tmp_path / "w0.safetensors"
+    st_write(w, {k: v.numpy() for k, v in init.items()})
+    losses = []
+    for s, (x, y) in enumerate(batches):
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        losses.append(float(np.load(tmp_path / "loss.npy")))
+        w = w_next
+    got = st_read(w)
+
+    def torch_run(autocast):
+        mod.ctx = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+        mod.model.load_state_dict(init)
+        mod.optimizer = torch.optim.AdamW(mod.model.parameters(), lr=1e-2)
+        ls = [float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y))) for x, y in batches]
+        return {k: v.double().numpy() for k, v in mod.model.state_dict().items()}, ls
+
+    bf, loss_bf = torch_run(True)
+    f32, _ = torch_run(False)
+    dist = lambda a, b: math.sqrt(sum(float(((np.asarray(a[k], np.float64) - b[k]) ** 2).sum()) for k in bf))
+    print(f"after 5 steps: |ctc - torch bf16| {dist(got, bf):.3g}, |torch bf16 - torch f32| {dist(bf, f32):.3g}; "
+          f"first loss ctc {losses[0]!r} torch {loss_bf[0]!r}")
+    assert abs(losses[0] - loss_bf[0]) <= 1e-6 * abs(loss_bf[0])
+    assert dist(got, bf) <= dist(bf, f32)
+
+
 BAD = [
     ("f16", "with torch.autocast('cpu', dtype=torch.float16):\n            return self.fc(x)",
      "torch.autocast('cpu', dtype=torch.float16) is not supported"),
@@ -331,6 +411,8 @@ BAD = [
      "'@' on a mix of bfloat16 and float32 tensors is not supported"),
     ("bf16_factory", "return x + torch.zeros(4, dtype=torch.bfloat16)",
      "torch.bfloat16 as a dtype of 'zeros' is not supported by ctc"),
+    ("scaler_enabled", "s = torch.cuda.amp.GradScaler()\n        return x",
+     "torch.cuda.amp.GradScaler(enabled=True) is not supported by ctc"),
     ("half_to", "return x.to(torch.half)", "torch.float16 is not supported by ctc (x.to())"),
     ("half_method", "return x.half()", "torch.float16 is not supported by ctc (x.half())"),
 ]

@@ -375,3 +375,39 @@ void ac_refuse_half(L *L, Span at, const char *what) {
   lower_error(L, at, "model.%s() is not supported by ctc: parameters stay float32; train in mixed precision "
                      "with torch.autocast('cpu', dtype=torch.bfloat16) (docs/mixed-precision.md)", what);
 }
+
+/* ---- GradScaler ---- */
+
+/* torch.cuda.amp.GradScaler(enabled=False), as nanoGPT makes it for bf16 and f32 runs:
+ * every method is PyTorch's disabled one (scale returns its argument, step calls
+ * optimizer.step, unscale_ and update do nothing, get_scale is 1.0). An enabled scaler
+ * scales float16 gradients, which ctc does not have (PyTorch 1.13 disables it without
+ * CUDA, with a warning): refused. */
+PV *bi_gradscaler(L *L, PV *fn, Args *A) {
+  Span at = A->at;
+  PV *a[6];
+  switch (fn->bi) {
+  case BI_T_GRADSCALER: {
+    bind_args(L, A, "init_scale=,growth_factor=,backoff_factor=,growth_interval=,enabled=", a);
+    if (!a[4] || arg_bool(L, at, a[4], "enabled"))
+      lower_error(L, at, "torch.cuda.amp.GradScaler(enabled=True) is not supported by ctc: it scales float16 "
+                         "gradients, and ctc has bfloat16 autocast only, which needs no scaler (PyTorch 1.13 "
+                         "disables it without CUDA); pass enabled=False");
+    return pv_builtin(L, BI_T_SCALER_OBJ, "GradScaler", NULL);
+  }
+  case BI_T_SCALER_OBJ: lower_error(L, at, "a GradScaler is not callable");
+  case BI_GS_SCALE: bind_args(L, A, "outputs", a); return a[0];
+  case BI_GS_UNSCALE_: bind_args(L, A, "optimizer", a); return pv_none(L);
+  case BI_GS_UPDATE: bind_args(L, A, "new_scale=", a); return pv_none(L);
+  case BI_GS_GET_SCALE: bind_args(L, A, "", a); return pv_float(L, 1.0);
+  case BI_GS_IS_ENABLED: bind_args(L, A, "", a); return pv_bool(L, 0);
+  default: { /* step(optimizer, *args, **kwargs): optimizer.step(*args, **kwargs) */
+    if (A->nargs < 1) lower_error(L, at, "GradScaler.step() needs the optimizer");
+    PV *opt = A->args[0];
+    PV *step = opt->k == PV_OBJ && opt->cls && opt->cls->bi ? bi_lookup(L, bi_rows[opt->cls->bi].methods, "step", opt)
+                                                          : NULL;
+    if (!step) lower_error(L, at, "GradScaler.step() needs an optimizer");
+    return call_value(L, at, step, A->args + 1, A->nargs - 1, A->kwnames, A->kwvals, A->nkw);
+  }
+  }
+}

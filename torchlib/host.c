@@ -40,6 +40,8 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
       return obj->items[!strcmp(name, "indices")];
     if (obj->bi == BI_T_AMINMAX && (!strcmp(name, "min") || !strcmp(name, "max"))) return obj->items[!strcmp(name, "max")];
     return NULL;
+  case PV_BUILTIN:   /* a GradScaler's methods (autocast.c) */
+    return obj->bi == BI_T_SCALER_OBJ ? bi_lookup(L, NS_SCALER, name, obj) : NULL;
   default: return NULL;
   }
 }

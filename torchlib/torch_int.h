@@ -71,6 +71,7 @@ enum {
   NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
   NS_SPARSE = 1u << 21,      /* torch.sparse.* */
   NS_STATELESS = 1u << 22,   /* torch.nn.utils.stateless.* (functional_call in PyTorch 1.13) */
+  NS_SCALER = 1u << 23,      /* methods of a torch.cuda.amp.GradScaler(enabled=False) (autocast.c) */
 };
 
 typedef struct OptStep OptStep;
