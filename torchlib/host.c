@@ -288,7 +288,10 @@ static int h_staging(L *L) { return L->T->fn != NULL; }
 
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) {
   if (cx_is(a) || cx_is(b)) cx_refuse(L, at, "a branch on a run-time condition selecting");
-  return t_where(L, at, c, a, b);
+  PV *r = t_where(L, at, c, a, b);
+  /* both sides bf16 (autocast.c): so is the value selected */
+  if (a->k == PV_TENSOR && b->k == PV_TENSOR && a->t->bf16 && b->t->bf16) r = ac_view_result(L, a, r);
+  return r;
 }
 
 static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
