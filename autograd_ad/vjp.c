@@ -379,6 +379,10 @@ static void vjp_ATTENTION_BWD(Ad *ad, const Inst *in, ValId g, const int *need, 
       ir_ops[in->op].name);
 }
 /* detach(): a constant to differentiation */
+/* the cotangent of a bf16 value is bf16 (PyTorch's autocast backward) */
+static void vjp_ROUND_BF16(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_un(ad, IR_ROUND_BF16, g);
+}
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 
 const VjpRule ad_vjp_rules[IR__COUNT] = {

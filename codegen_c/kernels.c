@@ -749,6 +749,21 @@ static const char tanh_text[] =
     "  return x != x ? x : res;\n"
     "}\n";
 
+/* round_bf16 (ir/ops.def; ir/elem.c's ir_round_bf16 is the same statement for the
+ * evaluator): the float rounded to bfloat16 as c10::BFloat16's round_to_nearest_even,
+ * kept in a float; NaN stays NaN; a double is rounded to float first. */
+static const char bf16_text[] =
+    "static inline float ctc_bf16_f32(float x) {\n"
+    "  uint32_t u;\n"
+    "  memcpy(&u, &x, sizeof u);\n"
+    "  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;\n"
+    "  float y;\n"
+    "  memcpy(&y, &r, sizeof y);\n"
+    "  return x != x ? x : y;\n"
+    "}\n";
+static const char bf16_f64_text[] =
+    "static inline double ctc_bf16_f64(double x) { return (double)ctc_bf16_f32((float)x); }\n";
+
 /* exp in f32 without a libm call (loops over it vectorise): at most 1 ulp
  * from the exact exp (checked on every 3rd float), exp(-inf) = 0, inf from
  * 88.73 on, subnormal results rounded once, NaN kept. 2^n exp(r) as in
@@ -1011,6 +1026,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
+  if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);
+  if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);

@@ -45,6 +45,8 @@ const char *ir_elem_template(Op op, DType ct) {
     }
   }
   if (ct == DT_BOOL && op == IR_BIT_NOT) return "(unsigned char)!A";
+  if (op == IR_ROUND_BF16)   /* codegen_c/kernels.c writes them; the evaluator's call() computes them */
+    return ct == DT_F32 ? "ctc_bf16_f32(A)" : ct == DT_F64 ? "ctc_bf16_f64(A)" : NULL;
   if (op == IR_REMAINDER || op == IR_FLOORDIV) {
     /* the helpers below, which the generated file defines once per dtype (kernels.c) */
     static const char *const names[2][DT_COUNT] = {
@@ -102,6 +104,18 @@ const char *ir_elem_helper(int k, DType ct, const char **text, int *nargs) {
   *text = ir_dtype_is_float(ct) ? helpers[k].fl : ct == DT_I64 ? helpers[k].i64 : ct == DT_I32 ? helpers[k].i32 : NULL;
   *nargs = helpers[k].nargs;
   return helpers[k].name;
+}
+
+/* round_bf16 (ops.def): x (as a float: a double rounds to float first) rounded to
+ * bfloat16 as c10::BFloat16's round_to_nearest_even, the text of kernels.c's ctc_bf16_f32 */
+double ir_round_bf16(double x) {
+  float f = (float)x;
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u << 1) > 0xff000000u) return x;   /* NaN */
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 DType ir_elem_compute_type(Op op, DType arg0, DType res) {
@@ -241,6 +255,7 @@ static CVal call(Ev *e, const char *name, size_t n, CVal *a, int na) {
   if (IS("isinf")) return boolv(isinf(as_double(a[0])));
   if (IS("isfinite")) return boolv(isfinite(as_double(a[0])));
   if (IS("signbit")) return boolv(signbit(as_double(a[0])));
+  if ((IS("ctc_bf16_f32") || IS("ctc_bf16_f64")) && na == 1) return mk_fl(fk, ir_round_bf16(as_double(a[0])));
   if (n > 4 && !strncmp(name, "ctc_", 4)) return helper_call(e, name + 4, n - 4, a, na);
   /* <math.h>, in float for f32 code (the emitter writes expf there) */
   double x = na > 0 ? conv(a[0], fk).d : 0, y = na > 1 ? conv(a[1], fk).d : 0;

@@ -10,10 +10,18 @@ static int is_tensor(const PV *v) { return v->k == PV_TENSOR; }
 static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   switch (obj->k) {
   case PV_NS: return ns_getattr(L, at, obj, name);
-  case PV_TENSOR: return obj->t->cplx ? cx_getattr(L, at, obj, name) : tensor_getattr(L, at, obj, name);
+  case PV_TENSOR:
+    if (obj->t->cplx) return cx_getattr(L, at, obj, name);
+    if (obj->t->bf16 && !strcmp(name, "dtype")) return pv_dtype(L, DT_BF16_MARK);   /* autocast.c */
+    if (!strcmp(name, "half")) ac_refuse_half(L, at, "x.half()");
+    if (obj->t->bf16 && (!strcmp(name, "T") || !strcmp(name, "mT") || !strcmp(name, "data") || !strcmp(name, "H") ||
+                         !strcmp(name, "mH")))
+      return ac_view_result(L, obj, tensor_getattr(L, at, obj, name));
+    return tensor_getattr(L, at, obj, name);
   case PV_OBJ:
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
+      if (!strcmp(name, "bfloat16") || !strcmp(name, "half")) ac_refuse_half(L, at, name);   /* autocast.c */
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       PV *m = bi_lookup(L, NS_MODULE, name, obj);
       /* append, items ... are methods of the containers only */
@@ -32,6 +40,8 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
       return obj->items[!strcmp(name, "indices")];
     if (obj->bi == BI_T_AMINMAX && (!strcmp(name, "min") || !strcmp(name, "max"))) return obj->items[!strcmp(name, "max")];
     return NULL;
+  case PV_BUILTIN:   /* a GradScaler's methods (autocast.c) */
+    return obj->bi == BI_T_SCALER_OBJ ? bi_lookup(L, NS_SCALER, name, obj) : NULL;
   default: return NULL;
   }
 }
@@ -157,17 +167,21 @@ static PV *h_call(L *L, Span at, PV *obj, Args *A) {
   return h_call_result(L, obj, call_value(L, at, fwd, A->args, A->nargs, A->kwnames, A->kwvals, A->nkw));
 }
 
+static PV *binary_f32(L *L, Span at, int op, PV *a, PV *b) {
+  if (op == OP_MATMUL) return t_matmul(L, at, a, b);
+  return t_binary(L, at, op, a, b);
+}
+
 static PV *h_binary(L *L, Span at, int op, PV *a, PV *b) {
   if (cx_is(a) || cx_is(b) || a->k == PV_COMPLEX || b->k == PV_COMPLEX)   /* 1j * theta: complex.c */
     return op == OP_MATMUL ? (cx_refuse(L, at, "'@'"), NULL) : cx_binary(L, at, op, a, b);
-  if (op == OP_MATMUL) return t_matmul(L, at, a, b);
-  return t_binary(L, at, op, a, b);
+  return ac_binary(L, at, op, a, b, binary_f32);   /* autocast.c: the f32 op, or its bf16 policy */
 }
 
 static PV *h_unary(L *L, Span at, int op, PV *a) {
   if (!is_tensor(a)) lower_error(L, at, "bad operand type for unary %s: '%s'", fe_op_spelling(op), pv_kind_name(a));
   if (cx_is(a)) return cx_unary(L, at, op, a);
-  if (op == OP_NEG) return t_unary(L, at, IR_NEG, a);
+  if (op == OP_NEG) return ac_view_result(L, a, t_unary(L, at, IR_NEG, a));   /* -bf16 is bf16 exactly */
   if (op == OP_POS) return a;
   return t_invert(L, at, a);   /* OP_INVERT: bitwise not (logical on bool) */
 }
@@ -189,7 +203,7 @@ static PV *h_compare(L *L, Span at, int op, PV *a, PV *b) {
 static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
   if (obj->k == PV_TENSOR && !L->T->fn && obj->t->slot && !obj->t->data) return param_opaque(L, at, "<parameter>[...]");
   if (cx_is(obj)) return cx_index(L, at, obj, idx);
-  if (obj->k == PV_TENSOR) return t_index(L, at, obj, idx);
+  if (obj->k == PV_TENSOR) return ac_view_result(L, obj, t_index(L, at, obj, idx));
   if (pv_is_module(obj) && obj->cls->bi) {
     PV **items;
     int n = iter_items(L, at, obj, &items);
@@ -274,7 +288,10 @@ static int h_staging(L *L) { return L->T->fn != NULL; }
 
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) {
   if (cx_is(a) || cx_is(b)) cx_refuse(L, at, "a branch on a run-time condition selecting");
-  return t_where(L, at, c, a, b);
+  PV *r = t_where(L, at, c, a, b);
+  /* both sides bf16 (autocast.c): so is the value selected */
+  if (a->k == PV_TENSOR && b->k == PV_TENSOR && a->t->bf16 && b->t->bf16) r = ac_view_result(L, a, r);
+  return r;
 }
 
 static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
@@ -287,7 +304,9 @@ static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
   if (cur->k != PV_TENSOR || !L->T->fn) return NULL;
   /* `x += y` on a tensor updates it in place: other names bound to it see the change */
   staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");
-  return t_inplace(L, at, cur, h_binary(L, at, op, cur, rhs));
+  PV *r = h_binary(L, at, op, cur, rhs);
+  if (cur->t->bf16 && r->k == PV_TENSOR && !r->t->bf16) r = ac_round(L, at, r);   /* a bf16 tensor stays bf16 */
+  return t_inplace(L, at, cur, r);
 }
 
 static void h_name_value(L *L, PV *v, const char *name) {
@@ -367,6 +386,17 @@ static int h_isinstance(const PV *obj, const PV *cls) {
  * the dual level (bit 16). */
 static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
   int token = L->T->grad_mode;
+  if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST)
+    lower_error(L, it->span, "'autocast' needs to be called: 'with torch.autocast('cpu', dtype=torch.bfloat16):'");
+  if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST_MODE) {   /* autocast.c; bit 17, the state it replaces in 18 */
+    if (it->b) lower_error(L, it->b->span, "'with torch.autocast(...) as ...' binds nothing useful");
+    if (cm->n && !L->T->fn)
+      lower_error(L, it->span, "torch.autocast outside compiled code (forward or a training function) is not "
+                               "supported by ctc");
+    token |= 1 << 17 | L->T->autocast << 18;
+    L->T->autocast = (int)cm->n;
+    return token;
+  }
   if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
     /* forward_ad.dual_level(): duals made inside belong to this level */
     if (it->b) lower_error(L, it->b->span, "'with dual_level() as ...' binds nothing useful");
@@ -381,8 +411,9 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
                                cm->bi == BI_T_SET_GRAD_ENABLED || cm->bi == BI_T_INFERENCE_MODE))
     lower_error(L, it->span, "'%s' needs to be called: 'with torch.%s():'", cm->s, cm->s);
   if (!(cm->k == PV_BUILTIN && cm->bi == BI_T_GRAD_MODE))
-    lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode) and "
-                             "'with forward_ad.dual_level():' are supported as context managers");
+    lower_error(L, it->span, "only 'with torch.no_grad():' (enable_grad, set_grad_enabled, inference_mode), "
+                             "'with torch.autocast(...):' and 'with forward_ad.dual_level():' are supported as "
+                             "context managers");
   if (it->b) lower_error(L, it->b->span, "'with torch.%s() as ...' binds nothing useful", cm->s);
   if (cm->n >= 0) token = (int)cm->n; /* set_grad_enabled switched when called: restore what it replaced */
   grad_mode_set(L, (int)cm->i);
@@ -391,6 +422,7 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
 
 static void h_with_exit(L *L, int token) {
   if (token & 1 << 16) L->T->dual_depth--;
+  if (token & 1 << 17) L->T->autocast = token >> 18 & 1;
   grad_mode_set(L, token & 0xffff);
 }
 
@@ -458,6 +490,8 @@ static const char *h_repr(L *L, Span at, const PV *v) {
                                         [DT_I32] = "int32", [DT_BOOL] = "bool"};
   if (v->k != PV_DTYPE) lower_error(L, at, "the text of a tensor is not known to ctc");
   if (v->dt == DT_COMPLEX64) return "torch.complex64";
+  if (v->dt == DT_BF16_MARK) return "torch.bfloat16";
+  if (v->dt == DT_F16_MARK) return "torch.float16";
   return arena_printf(L->a, "torch.%s", names[v->dt]);
 }
 

@@ -47,9 +47,11 @@ const char *const bi_names[BI__COUNT] = {
 /* Every torch row is called through here: a complex tensor or dtype among its
  * operands goes to complex.c, which implements the rows that take one and refuses
  * the others by name (no handler sees a complex tensor as its real storage). */
+static PV *raw_call(L *L, PV *fn, Args *A) { return bi_rows[fn->bi].call(L, fn, A); }
 static PV *row_call(L *L, PV *fn, Args *A) {
   if (cx_operands(fn->self, A)) return cx_call(L, fn, A);
-  return bi_rows[fn->bi].call(L, fn, A);
+  if (ac_wants(L, fn->self, A, fn->bi)) return ac_call(L, fn->bi, fn, A, NULL, raw_call);   /* autocast.c */
+  return raw_call(L, fn, A);
 }
 
 PV *pv_builtin(L *L, int bi, const char *name, PV *self) { return pv_native(L, row_call, bi, name, self); }
@@ -182,6 +184,18 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
       (strcmp(name, "is_available") == 0 || strcmp(name, "device_count") == 0 ||
                                        strcmp(name, "is_bf16_supported") == 0))
     return pv_native(L, cuda_none, 0, name, NULL);
+  /* torch.autocast's other spellings (autocast.c): torch.amp, torch.cpu.amp, torch.cuda.amp */
+  if ((strcmp(m, "torch") == 0 || strcmp(m, "torch.cpu") == 0 || strcmp(m, "torch.cuda") == 0) && strcmp(name, "amp") == 0)
+    return pv_ns(L, arena_printf(L->a, "%s.amp", m));
+  if (strcmp(m, "torch") == 0 && strcmp(name, "cpu") == 0) return pv_ns(L, "torch.cpu");
+  if ((strcmp(m, "torch.amp") == 0 || strcmp(m, "torch.cpu.amp") == 0 || strcmp(m, "torch.cuda.amp") == 0) &&
+      strcmp(name, "autocast") == 0)
+    return pv_builtin(L, BI_T_AUTOCAST, "autocast", pv_ns(L, m));
+  if (strcmp(m, "torch.cuda.amp") == 0 && strcmp(name, "GradScaler") == 0)
+    return pv_builtin(L, BI_T_GRADSCALER, "GradScaler", NULL);
+  if (strcmp(m, "torch") == 0 && strcmp(name, "bfloat16") == 0) return pv_dtype(L, DT_BF16_MARK);
+  if (strcmp(m, "torch") == 0 && (strcmp(name, "float16") == 0 || strcmp(name, "half") == 0))
+    return pv_dtype(L, DT_F16_MARK);
   if (strcmp(m, "torch") == 0) {
     if (dtype_by_name(name, &dt)) return pv_dtype(L, dt);
     if (strcmp(name, "Tensor") == 0) return bi_value(L, BI_T_TENSOR_CLASS, NULL);
@@ -231,6 +245,7 @@ PV *layer_call(L *L, PV *obj, Args *A) {
   BuiltinFn *f = bi_rows[obj->cls->bi].forward;
   if (!f) lower_error(L, A->at, "calling nn.%s is not supported by ctc yet", obj->cls->s);
   if (cx_operands(NULL, A)) cx_refuse(L, A->at, arena_printf(L->a, "nn.%s", obj->cls->s));
+  if (ac_wants(L, NULL, A, obj->cls->bi)) return ac_call(L, obj->cls->bi, NULL, A, obj, f);   /* autocast.c */
   return f(L, obj, A);
 }
 

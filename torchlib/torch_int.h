@@ -71,6 +71,7 @@ enum {
   NS_SCHEDULER = 1u << 20,   /* methods of an LR scheduler object */
   NS_SPARSE = 1u << 21,      /* torch.sparse.* */
   NS_STATELESS = 1u << 22,   /* torch.nn.utils.stateless.* (functional_call in PyTorch 1.13) */
+  NS_SCALER = 1u << 23,      /* methods of a torch.cuda.amp.GradScaler(enabled=False) (autocast.c) */
 };
 
 typedef struct OptStep OptStep;
@@ -134,6 +135,7 @@ typedef struct HostValue {
   int viewed;            /* some view of this tensor was taken */
   int dec_mark, dec_layer; /* decode.c, staging `decode`: attention scores (their state) of a layer */
   int cplx;              /* complex64 (complex.c): type is the float32 storage, shape + [2] */
+  int bf16;              /* a bfloat16 value in float32 storage (autocast.c): its elements are bf16 numbers */
 } Tensor;
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -161,6 +163,7 @@ struct HostState {
                             keeps doubles instead of rounding f32 results (consteval.c, t_cast) */
   Func *fn;              /* function being staged, NULL at compile time */
   int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
+  int autocast;          /* inside an enabled torch.autocast region (autocast.c) */
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
@@ -424,6 +427,18 @@ PV *t_fmaxmin(L *L, Span at, PV *a, PV *b, int is_min);
 PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
 PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
+
+/* ---- autocast.c: torch.autocast('cpu', dtype=torch.bfloat16) on float32 storage ---- */
+#define DT_BF16_MARK (DT_COUNT + 1)   /* torch.bfloat16: a PV_DTYPE's dt with no IR dtype */
+#define DT_F16_MARK (DT_COUNT + 2)    /* torch.float16 / torch.half: refused wherever used */
+typedef PV *AcBinaryFn(L *L, Span at, int op, PV *a, PV *b);   /* host.c's f32 operators */
+int ac_wants(L *L, const PV *self, const Args *A, int bi);  /* row bi's call needs autocast.c */
+/* row bi called under the autocast policy: call(L, fn, A), or for a layer (mod) call(L, mod, A) */
+PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call);
+PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f);
+PV *ac_view_result(L *L, PV *x, PV *r);           /* x[...], x.T of a bf16 x: marked */
+PV *ac_round(L *L, Span at, PV *x);               /* x rounded to bf16 and marked */
+CTC_NORETURN void ac_refuse_half(L *L, Span at, const char *what); /* model.bfloat16(), .half(), x.half() */
 
 /* ---- complex.c: complex64 tensors (Tensor.cplx), rows of their own and every
  * row, operator, index or attribute given a complex operand ---- */

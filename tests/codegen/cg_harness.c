@@ -578,6 +578,7 @@ static void suite_elem(void) {
   out(un(IR_SIN, x, "sin"), "sin");
   out(un(IR_FLOOR, x, "floor"), "floor");
   out(un(IR_DETACH, un(IR_EXP, x, "e"), "detached"), "detach");
+  out(un(IR_ROUND_BF16, x, "bf16"), "round_bf16");
   entry_done();
 
   entry("unary_pos");

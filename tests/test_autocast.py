@@ -1,0 +1,442 @@
+"""torch.autocast('cpu', dtype=torch.bfloat16) on the C target (docs/mixed-precision.md):
+bf16 numerics on float32 storage, against PyTorch 1.13's CPU autocast.
+
+Forward: an MLP and a small GPT inside autocast give PyTorch's bf16 results. Both sides
+round the same values at the same ops and accumulate GEMMs in f32, so the outputs agree
+bit for bit today; the tolerance allowed is one bf16 rounding of the output
+(2**-8 relative), and ctc's distance to a float64 run of the model must be no larger
+than PyTorch's own (so any difference is a different rounding, not an error).
+
+Training: 20 autocast steps of a small GPT (f32 master weights, f32 SGD with momentum,
+loss inside the region, backward and step outside). PyTorch 1.13's bf16 backward does
+not round as its forward does: its small bmm's take a kernel that rounds every product
+and partial sum to bf16 (probed in docs/mixed-precision.md), where ctc accumulates in
+f32 and rounds once. So the final weights are held to the issue's measure: their
+distance to PyTorch's bf16 run (2-norm over all parameters) is within PyTorch's own
+bf16-vs-f32 distance, and ctc's distance to a float64 run is within PyTorch bf16's."""
+import math
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, run_forward, st_read, st_write
+
+HEAD = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+GPT = HEAD + '''
+V, T, C, H = 32, 8, 32, 4
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(C)
+        self.attn = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+        self.ln2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C)
+        self.fc2 = nn.Linear(4 * C, C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+    def forward(self, x):
+        B, t, _ = x.shape
+        q, k, v = self.attn(self.ln1(x)).split(C, dim=2)
+        q = q.view(B, t, H, C // H).transpose(1, 2)
+        k = k.view(B, t, H, C // H).transpose(1, 2)
+        v = v.view(B, t, H, C // H).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, t, C)
+        x = x + self.proj(y)
+        x = x + self.fc2(F.gelu(self.fc(self.ln2(x))))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.ln_f = nn.LayerNorm(C)
+        self.head = nn.Linear(C, V, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(0, idx.shape[1], dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+'''
+
+GPT_FORWARD = GPT + '''
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = GPT()
+
+    def forward(self, idx):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return self.m(idx).float()
+
+
+model = Net()
+example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),)}
+'''
+
+GPT_TRAIN = GPT + '''
+
+model = GPT()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(idx, targets):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        logits = model(idx)
+        loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),),
+                  "train_step": (torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}
+'''
+
+# cpu.amp.autocast(); a nested enabled=False region computes in f32 (x.dtype: float64 in the reference run)
+MLP = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 64)
+        self.fc2 = nn.Linear(64, 64)
+        self.fc3 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        with torch.cpu.amp.autocast():
+            h = F.gelu(self.fc1(x))
+            h = torch.tanh(self.fc2(h)) * 0.7 + h
+            with torch.autocast("cpu", enabled=False):
+                g = self.fc3(h.to(x.dtype))
+            return g + self.fc3(h), F.softmax(self.fc3(h), -1).to(x.dtype)
+
+
+model = Net()
+example_inputs = {"forward": (torch.randn(16, 20),)}
+'''
+
+
+# what users write around autocast: a module-level context object (nanoGPT's ctx), in-place
+# updates of bf16 tensors, a dtype test, mixed cat, dtype=, a loss after the region on bf16
+# logits (computed in bf16 by PyTorch: here in f32 and rounded once)
+PATTERNS = HEAD + '''
+ctx = torch.amp.autocast(device_type="cpu", dtype=torch.bfloat16)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 24)
+        self.fc2 = nn.Linear(24, 6)
+
+    def forward(self, x, y):
+        with ctx:
+            h = self.fc1(x)
+            h += 1.37
+            h.mul_(0.61)
+            big = h.dtype == torch.bfloat16
+            both = torch.cat([h, x.to(torch.bfloat16)], 1) if big else h
+            logits = self.fc2(F.relu(h))
+            s = both.sum(1, dtype=torch.float32)
+        mixed = torch.cat([h, x], 1)
+        loss = F.cross_entropy(logits, y)
+        return logits.float(), both.float(), s, mixed, loss.float()
+
+
+model = Net()
+example_inputs = {"forward": (torch.randn(8, 12), torch.zeros(8, dtype=torch.long))}
+'''
+
+
+def bf16_ulp(x):
+    """One bf16 unit in the last place at each of x's magnitudes."""
+    x = np.maximum(np.abs(np.asarray(x, np.float64)), 2.0 ** -126)
+    return 2.0 ** (np.floor(np.log2(x)) - 7)
+
+
+def check_bf16_outputs(name, got, want, ref):
+    """got (ctc) and want (PyTorch autocast) within one bf16 rounding of each other, and
+    ctc no further from the float64 run ref than PyTorch is."""
+    got, want, ref = (np.asarray(a, np.float64) for a in (got, want, ref))
+    d = np.abs(got - want)
+    assert (d <= bf16_ulp(want)).all(), f"{name}: max |ctc - torch| {d.max():.3g} exceeds one bf16 ulp"
+    dc, dt = np.abs(got - ref).max(), np.abs(want - ref).max()
+    print(f"{name}: max |ctc - torch| {d.max():.3g} ({(d > 0).mean():.1%} differ); max distance to float64: "
+          f"ctc {dc:.3g}, torch {dt:.3g}")
+    assert dc <= dt * 1.01 + 1e-12, f"{name}: ctc is further from float64 ({dc:.3g}) than torch ({dt:.3g})"
+
+
+def test_round_bf16_values(tmp_path):
+    """x.bfloat16() / x.to(torch.bfloat16): round to nearest even, NaN kept, overflow to inf,
+    subnormals, as PyTorch converts."""
+    p = tmp_path / "conv.py"
+    p.write_text(HEAD + "class Net(nn.Module):\n    def forward(self, x):\n"
+                 "        return x.bfloat16().float(), x.to(torch.bfloat16).float() * 1.0\n\n\n"
+                 "model = Net()\nexample_inputs = {'forward': (torch.randn(64),)}\n")
+    m = load_module(str(p), "ac_conv")
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -8), 0.0, -0.0, 3.4e38,
+                  3.3895e38, -3.4e38, float("inf"), float("-inf"), float("nan"), 2 ** -130, 3 * 2 ** -134,
+                  1.5 * 2 ** -126, 65504.0, 0.1, 1 / 3] + list(np.random.default_rng(0).standard_normal(46) * 100),
+                 np.float32)
+    got = run_forward(str(tmp_path), str(p), m.model, [x])
+    want = torch.from_numpy(x).bfloat16().float().numpy()
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+
+
+def test_mlp_forward_cpu_amp(tmp_path):
+    p = tmp_path / "mlp.py"
+    p.write_text(MLP)
+    mod = load_module(str(p), "ac_mlp")
+    torch.manual_seed(0)
+    m = mod.Net()
+    x = torch.randn(16, 20) * 2
+    got = run_forward(str(tmp_path), str(p), m, [x.numpy()])
+    with torch.no_grad():
+        want = [w.float().numpy() for w in m(x)]
+        m64 = mod.Net().double()
+        m64.load_state_dict(m.state_dict())
+        ref = [r.numpy() for r in m64(x.double())]
+    # output 0: f32 (fc3 outside the region, plus a bf16 value: promoted), f32 tolerances
+    d = compare("mlp output 0 (f32)", got[0], want[0], 1e-5, 1e-6)
+    print(f"mlp output 0 (f32): max |ctc - torch| {d:.3g}")
+    check_bf16_outputs("mlp output 1 (bf16 softmax)", got[1], want[1], ref[1])
+
+
+def test_user_patterns(tmp_path):
+    p = tmp_path / "patterns.py"
+    p.write_text(PATTERNS)
+    mod = load_module(str(p), "ac_patterns")
+    torch.manual_seed(0)
+    m = mod.Net()
+    x, y = torch.randn(8, 12), torch.randint(0, 6, (8,))
+    got = run_forward(str(tmp_path), str(p), m, [x.numpy(), y.numpy()])
+    with torch.no_grad():
+        out = m(x, y)
+    names = ["logits (bf16)", "cat of bf16 (bf16)", "sum(dtype=float32)", "cat of bf16 and f32 (f32)",
+             "cross_entropy of bf16 logits outside the region (bf16)"]
+    for name, g, w in zip(names, got, out):
+        w = w.numpy()
+        d = np.abs(np.asarray(g, np.float64) - w)
+        print(f"{name}: max |ctc - torch| {d.max():.3g}")
+        assert (d <= bf16_ulp(w)).all(), f"{name}: {d.max():.3g} exceeds one bf16 ulp"
+    compare("sum(dtype=float32)", got[2], out[2].numpy(), 1e-5, 1e-6)
+    compare("cat of bf16 and f32", got[3], out[3].numpy(), 0, 0)
+
+
+def test_gpt_forward(tmp_path):
+    p = tmp_path / "gpt_fwd.py"
+    p.write_text(GPT_FORWARD)
+    mod = load_module(str(p), "ac_gpt_fwd")
+    torch.manual_seed(0)
+    m = mod.Net()
+    with torch.no_grad():
+        for q in m.parameters():   # biases and gains away from 0 and 1
+            q.add_(0.1 * torch.randn_like(q))
+    idx = torch.randint(0, 32, (4, 8))
+    got = run_forward(str(tmp_path), str(p), m, [idx.numpy()])[0]
+    with torch.no_grad():
+        want = m(idx).numpy()
+        m64 = mod.Net().double()
+        m64.load_state_dict(m.state_dict())
+        ref = m64.m(idx).numpy()
+    check_bf16_outputs("gpt logits", got, want, ref)
+
+
+def test_gpt_training_20_steps(tmp_path):
+    p = tmp_path / "gpt_train.py"
+    p.write_text(GPT_TRAIN)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    mod = load_module(str(p), "ac_gpt_train")
+    torch.manual_seed(0)
+    init = {k: v.clone() for k, v in mod.GPT().state_dict().items()}
+    steps = 20
+    rng = np.random.default_rng(1)
+    batches = [(rng.integers(0, 32, (4, 8)), rng.integers(0, 32, (4, 8))) for _ in range(steps)]
+
+    def torch_run(autocast, dtype=torch.float32):
+        m = mod.GPT().to(dtype)
+        m.load_state_dict(init)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        losses = []
+        for idx, tg in batches:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = torch.nn.functional.cross_entropy(m(torch.from_numpy(idx)).view(-1, 32),
+                                                         torch.from_numpy(tg).view(-1))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return {k: v.double().numpy() for k, v in m.state_dict().items()}, losses
+
+    w = tmp_path / "w0.safetensors"
+    st_write(w, {k: v.numpy() for k, v in init.items()})
+    losses = []
+    for s, (idx, tg) in enumerate(batches):
+        np.save(tmp_path / "x.npy", idx)
+        np.save(tmp_path / "y.npy", tg)
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        losses.append(float(np.load(tmp_path / "loss.npy")))
+        w = w_next
+    got = st_read(w)
+    bf, loss_bf = torch_run(True)
+    f32, _ = torch_run(False)
+    f64, _ = torch_run(False, torch.float64)
+    keys = [k for k in bf if not k.endswith("mask")]
+
+    def dist(a, b):
+        return math.sqrt(sum(float(((np.asarray(a[k], np.float64) - b[k]) ** 2).sum()) for k in keys))
+
+    d_ctc_bf, d_bf_f32, d_ctc_64, d_bf_64 = dist(got, bf), dist(bf, f32), dist(got, f64), dist(bf, f64)
+    print(f"after {steps} steps: |ctc - torch bf16| {d_ctc_bf:.3g}, |torch bf16 - torch f32| {d_bf_f32:.3g}, "
+          f"|ctc - f64| {d_ctc_64:.3g}, |torch bf16 - f64| {d_bf_64:.3g}; losses ctc {losses[-1]:.5f} "
+          f"torch {loss_bf[-1]:.5f}")
+    assert d_ctc_bf <= d_bf_f32, "ctc's bf16 run is further from PyTorch's than PyTorch's own f32 run"
+    assert d_ctc_64 <= 1.1 * d_bf_64, "ctc's bf16 run is further from float64 than PyTorch's bf16 run"
+    # the first loss is a forward only: PyTorch's bf16 logits, an f32 cross entropy
+    assert abs(losses[0] - loss_bf[0]) <= 1e-5 * abs(loss_bf[0])
+    np.testing.assert_allclose(losses, loss_bf, rtol=2e-3)
+
+
+# nanoGPT's step: a module-level autocast context and a GradScaler(enabled=False) (its bf16
+# and f32 runs), unscale_ before gradient clipping, AdamW
+SCALER = HEAD + '''
+ctx = torch.amp.autocast(device_type="cpu", dtype=torch.bfloat16)
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 32)
+        self.fc2 = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def train_step(x, y):
+    with ctx:
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss * scaler.get_scale()
+
+
+example_inputs = {"forward": (torch.randn(16, 12),),
+                  "train_step": (torch.randn(16, 12), torch.zeros(16, dtype=torch.long))}
+'''
+
+
+def test_disabled_grad_scaler_steps(tmp_path):
+    """The step as nanoGPT writes it: the first loss (a forward) is PyTorch's; after 5 AdamW
+    steps the weights are within PyTorch's own bf16-vs-f32 distance of its bf16 run."""
+    p = tmp_path / "scaler.py"
+    p.write_text(SCALER)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    mod = load_module(str(p), "ac_scaler")
+    torch.manual_seed(0)
+    mod.model = mod.Net()   # the same weights however the tests before ran
+    init = {k: v.clone() for k, v in mod.model.state_dict().items()}
+    rng = np.random.default_rng(2)
+    batches = [(rng.standard_normal((16, 12)).astype(np.float32), rng.integers(0, 5, 16)) for _ in range(5)]
+    w = tmp_path / "w0.safetensors"
+    st_write(w, {k: v.numpy() for k, v in init.items()})
+    losses = []
+    for s, (x, y) in enumerate(batches):
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        losses.append(float(np.load(tmp_path / "loss.npy")))
+        w = w_next
+    got = st_read(w)
+
+    def torch_run(autocast):
+        mod.ctx = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+        mod.model.load_state_dict(init)
+        mod.optimizer = torch.optim.AdamW(mod.model.parameters(), lr=1e-2)
+        ls = [float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y))) for x, y in batches]
+        return {k: v.double().numpy() for k, v in mod.model.state_dict().items()}, ls
+
+    bf, loss_bf = torch_run(True)
+    f32, _ = torch_run(False)
+    dist = lambda a, b: math.sqrt(sum(float(((np.asarray(a[k], np.float64) - b[k]) ** 2).sum()) for k in bf))
+    print(f"after 5 steps: |ctc - torch bf16| {dist(got, bf):.3g}, |torch bf16 - torch f32| {dist(bf, f32):.3g}; "
+          f"first loss ctc {losses[0]!r} torch {loss_bf[0]!r}")
+    assert abs(losses[0] - loss_bf[0]) <= 1e-6 * abs(loss_bf[0])
+    assert dist(got, bf) <= dist(bf, f32)
+
+
+BAD = [
+    ("f16", "with torch.autocast('cpu', dtype=torch.float16):\n            return self.fc(x)",
+     "torch.autocast('cpu', dtype=torch.float16) is not supported"),
+    ("cuda", "with torch.autocast('cuda'):\n            return self.fc(x)",
+     "torch.autocast(device_type='cuda') is not supported by ctc"),
+    ("cuda_amp", "with torch.cuda.amp.autocast():\n            return self.fc(x)",
+     "torch.cuda.amp.autocast is not supported by ctc"),
+    ("uncalled", "with torch.autocast:\n            return self.fc(x)", "'autocast' needs to be called"),
+    ("layer_norm_mixed", "with torch.autocast('cpu'):\n            h = self.fc(x)\n        return self.ln(h)",
+     "'LayerNorm' on a mix of bfloat16 and float32 tensors is not supported"),
+    ("matmul_mixed", "with torch.autocast('cpu'):\n            h = self.fc(x)\n        return h @ self.fc.weight",
+     "'@' on a mix of bfloat16 and float32 tensors is not supported"),
+    ("bf16_factory", "return x + torch.zeros(4, dtype=torch.bfloat16)",
+     "torch.bfloat16 as a dtype of 'zeros' is not supported by ctc"),
+    ("scaler_enabled", "s = torch.cuda.amp.GradScaler()\n        return x",
+     "torch.cuda.amp.GradScaler(enabled=True) is not supported by ctc"),
+    ("half_to", "return x.to(torch.half)", "torch.float16 is not supported by ctc (x.to())"),
+    ("half_method", "return x.half()", "torch.float16 is not supported by ctc (x.half())"),
+]
+
+
+@pytest.mark.parametrize("label,body,msg", BAD, ids=[b[0] for b in BAD])
+def test_refusals(tmp_path, label, body, msg):
+    src = HEAD + ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                  "        self.fc = nn.Linear(4, 4)\n        self.ln = nn.LayerNorm(4)\n\n"
+                  f"    def forward(self, x):\n        {body}\n")
+    p = tmp_path / "bad.py"
+    p.write_text(src)
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2,4]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    m = re.search(rf"{re.escape(str(p))}:(\d+):\d+: error: ", r.stderr)
+    assert m and 13 <= int(m.group(1)) < 13 + body.count("\n") + 1, r.stderr   # located in forward's body
+    assert msg in r.stderr, r.stderr
+
+
+def test_model_bfloat16_refused(tmp_path):
+    p = tmp_path / "bad.py"
+    p.write_text(HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.fc = nn.Linear(4, 4)\n\n    def forward(self, x):\n        return self.fc(x)\n\n\n"
+                 "model = Net().bfloat16()\n")
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2,4]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"{p}:15:9: error: " in r.stderr, r.stderr
+    assert "model.bfloat16() is not supported by ctc: parameters stay float32" in r.stderr, r.stderr
