@@ -279,14 +279,16 @@ def prepare(model, d, cflags, dtype="f32"):
     with open(path, "w") as f:
         f.write(src + (WRAPPER_BF16 if dtype == "bf16" else WRAPPER))
     exe = os.path.join(d, model)
-    r = subprocess.run([CTC, "build", path, "-o", exe] + [f"--cflags={c}" for c in cflags], capture_output=True,
-                       text=True)
+    entries = ["--entry", "infer", "--entry", "train_step"] if dtype == "bf16" else []
+    r = subprocess.run([CTC, "build", path, "-o", exe] + entries + [f"--cflags={c}" for c in cflags],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ctc build {path} failed:\n{r.stderr}")
     times, cpu = [], []
     for _ in range(3):
         t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run([CTC, "compile", path, "-o", os.path.join(d, model + "_c.c")], capture_output=True, text=True)
+        r = subprocess.run([CTC, "compile", path, "-o", os.path.join(d, model + "_c.c")] + entries, capture_output=True,
+                           text=True)
         times.append((time.perf_counter() - t) * 1e3)
         ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append((ru2.ru_utime + ru2.ru_stime - ru.ru_utime - ru.ru_stime) * 1e3)

@@ -32,6 +32,19 @@ def test_bench_script_prints_the_table():
     assert len(lines) == 5, r.stdout
 
 
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
+def test_bench_script_bf16_autocast():
+    """--dtype bf16: the file ctc builds runs its forward ('infer') and train step under CPU autocast,
+    as PyTorch's side does; both rows print."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "mlp", "--rounds", "1",
+                        "--iters", "1", "--warmup", "0", "--no-compile-column", "--dtype", "bf16", "--threads", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "both under CPU autocast to bfloat16" in r.stdout.splitlines()[0], r.stdout
+    for mode in ("forward", "train"):
+        assert re.search(rf"^\| mlp {mode} \| [0-9.]+ \(min", r.stdout, re.M), r.stdout
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "gpt.py")), reason="../shared/bench/models missing")
 def test_gpu_bench_script_emulated():
     """bench/bench_gpu.py with --emulate (the program built for the CPU, PyTorch on the
