@@ -1,0 +1,267 @@
+"""torch.autocast('cpu', dtype=torch.float16) and an enabled GradScaler on the C target
+(docs/mixed-precision.md): f16 numerics on float32 storage (the round_f16 primitive) and
+PyTorch's dynamic loss scaling, against PyTorch 2.x's CPU autocast and GradScaler.
+
+PyTorch 1.13 (the suite's oracle) has no CPU float16 autocast and no CPU GradScaler, so the
+comparisons run PyTorch 2.x from bench/.venv in a subprocess and are skipped where that
+interpreter is absent; the rounding itself is checked against numpy and PyTorch 1.13."""
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, compare, run, st_read, st_write
+
+TORCH2 = next((p for p in [os.environ.get("CTC_TORCH2_PYTHON", ""), "/work/main/bench/.venv/bin/python",
+                           os.path.join(os.path.dirname(__file__), "..", "bench", ".venv", "bin", "python")]
+               if p and os.path.exists(p)), None)
+needs_torch2 = pytest.mark.skipif(TORCH2 is None, reason="PyTorch 2.x (bench/.venv) is not installed")
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+
+def f16_ulp(x):
+    """One float16 unit in the last place at each of x's magnitudes (2^-24 under 2^-14)."""
+    x = np.maximum(np.abs(np.asarray(x, np.float64)), 2.0 ** -14)
+    return 2.0 ** (np.floor(np.log2(x)) - 10)
+
+
+def torch2(tmp_path, script, **arrays):
+    """Run script under PyTorch 2.x with the arrays in inputs.npz; returns the npz it saves as out.npz
+    and its printed JSON line."""
+    np.savez(tmp_path / "inputs.npz", **arrays)
+    p = tmp_path / "oracle.py"
+    p.write_text(script)
+    r = subprocess.run([TORCH2, str(p)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(np.load(tmp_path / "out.npz")), json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_round_f16_values(tmp_path):
+    """x.half() / x.to(torch.float16): IEEE binary16 round to nearest even, overflow to inf from
+    65520, subnormals, NaN kept, as numpy and PyTorch convert."""
+    p = tmp_path / "conv.py"
+    p.write_text(HEAD + "class Net(nn.Module):\n    def forward(self, x):\n"
+                 "        return x.half().float(), x.to(torch.float16).float() * 1.0, x[0] * 0 + (x.to(torch.half).dtype == torch.float16)\n\n\n"
+                 "model = Net()\nexample_inputs = {'forward': (torch.randn(96),)}\n")
+    x = np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, 1 + 2 ** -11 + 2 ** -20, -(1 + 2 ** -11), 0.0, -0.0, 65504.0, 65519.99,
+                  65520.0, -65520.0, 1e6, float("inf"), float("-inf"), float("nan"), 2 ** -14, 2 ** -14 - 2 ** -26,
+                  2 ** -24, 2 ** -25, 2 ** -25 + 2 ** -40, 3 * 2 ** -25, 5 * 2 ** -25, -3 * 2 ** -25, 2 ** -26, 1e-30,
+                  6.1e-5, 0.1, 1 / 3] + list(np.random.default_rng(0).standard_normal(69) * 30), np.float32)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    np.save(tmp_path / "x.npy", x)
+    outs = [tmp_path / f"o{i}.npy" for i in range(3)]
+    run([exe, "infer", "--input", tmp_path / "x.npy"] + sum([["--output", o] for o in outs], []))
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(np.load(outs[0]), want)
+    np.testing.assert_array_equal(np.load(outs[1]), want)
+    np.testing.assert_array_equal(torch.from_numpy(x).half().float().numpy(), want)   # PyTorch 1.13 agrees
+    assert bool(np.load(outs[2]))
+
+
+MLP = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 64)
+        self.fc2 = nn.Linear(64, 64)
+        self.fc3 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.float16):
+            h = F.gelu(self.fc1(x))
+            h = torch.tanh(self.fc2(h)) * 0.353 + h - 0.1
+            with torch.autocast("cpu", enabled=False):
+                g = self.fc3(h.to(x.dtype))
+            s = F.softmax(self.fc3(h) / 1.37, -1)
+            return g + self.fc3(h), s.float(), (h.dtype == torch.float16) + x[0, 0] * 0
+
+
+torch.manual_seed(0)
+model = Net()
+example_inputs = {"forward": (torch.randn(16, 20),)}
+'''
+
+MLP_ORACLE = '''import sys, json, numpy as np, torch
+sys.path.insert(0, ".")
+import mlp
+x = torch.from_numpy(np.load("inputs.npz")["x"])
+m = mlp.model
+with torch.no_grad():
+    out = [o.float().numpy() for o in m(x)]
+    m64 = mlp.Net().double()
+    m64.load_state_dict(m.state_dict())
+    ref = [o.double().numpy() for o in m64(x.double())]
+np.savez("out.npz", o0=out[0], o1=out[1], r1=ref[1], **{k: v.numpy() for k, v in m.state_dict().items()})
+print(json.dumps({"torch": torch.__version__}))
+'''
+
+
+@needs_torch2
+def test_f16_mlp_forward(tmp_path):
+    """Forward of an MLP in a float16 region (with a nested enabled=False): PyTorch 2.x's f16
+    outputs within one f16 rounding, and no further from float64 than PyTorch's."""
+    (tmp_path / "mlp.py").write_text(MLP)
+    x = (np.random.default_rng(3).standard_normal((16, 20)) * 2).astype(np.float32)
+    want, info = torch2(tmp_path, MLP_ORACLE, x=x)
+    exe = tmp_path / "net"
+    run([CTC, "build", tmp_path / "mlp.py", "-o", exe])
+    st_write(tmp_path / "w.safetensors", {k: want[k] for k in want if k.startswith("fc")})
+    np.save(tmp_path / "x.npy", x)
+    outs = [tmp_path / f"o{i}.npy" for i in range(3)]
+    run([exe, "infer", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy"] +
+        sum([["--output", o] for o in outs], []))
+    got = [np.load(o) for o in outs]
+    d0 = np.abs(got[0].astype(np.float64) - want["o0"])
+    assert (d0 <= 2 * f16_ulp(want["o0"])).all(), f"output 0 (f32 from f16 values): {d0.max():.3g}"
+    d1 = np.abs(got[1].astype(np.float64) - want["o1"])
+    dc, dt = np.abs(got[1] - want["r1"]).max(), np.abs(want["o1"] - want["r1"]).max()
+    print(f"PyTorch {info['torch']}: f16 mlp output 0 max |ctc - torch| {d0.max():.3g}; softmax {d1.max():.3g} "
+          f"({(d1 > 0).mean():.1%} differ); distance to float64 ctc {dc:.3g}, torch {dt:.3g}")
+    assert (d1 <= f16_ulp(want["o1"])).all(), f"softmax: {d1.max():.3g} exceeds one f16 ulp"
+    assert dc <= dt * 1.01 + 1e-12
+    assert float(got[2]) == 1.0   # h.dtype == torch.float16
+
+
+# PyTorch's AMP recipe with float16 autocast: scale, backward, unscale_, clip, step, update;
+# a large init_scale overflows the f16 gradients of the first steps (skipped, scale halved),
+# a tiny growth_interval grows it again, and one batch of huge inputs overflows the forward.
+SCALER = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 32)
+        self.fc2 = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)) * 0.7)
+
+
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 22, growth_interval=3, backoff_factor=0.25)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(16, 12),),
+                  "train_step": (torch.randn(16, 12), torch.zeros(16, dtype=torch.long))}
+'''
+
+SCALER_ORACLE = '''import sys, json, numpy as np, torch
+sys.path.insert(0, ".")
+import scaler_model as sm
+d = np.load("inputs.npz")
+init = {k: v.clone() for k, v in sm.model.state_dict().items()}
+out, scales, losses = {}, [], []
+for i in range(len(d["xs"])):
+    losses.append(float(sm.train_step(torch.from_numpy(d["xs"][i]), torch.from_numpy(d["ys"][i]))))
+    scales.append(sm.scaler.get_scale())
+    for k, v in sm.model.state_dict().items():
+        out[f"{i}/{k}"] = v.numpy().copy()
+    out[f"{i}/step"] = np.float32(sm.optimizer.state[sm.model.fc1.weight]["step"]) if sm.optimizer.state else np.float32(0)
+out.update({f"init/{k}": v.numpy() for k, v in init.items()})
+np.savez("out.npz", **out)
+print(json.dumps({"scales": scales, "losses": losses, "tracker": sm.scaler._growth_tracker.item(), "torch": torch.__version__}))
+'''
+
+
+@needs_torch2
+def test_grad_scaler_f16_steps(tmp_path):
+    (tmp_path / "scaler_model.py").write_text(SCALER)
+    steps = 12
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((steps, 16, 12)).astype(np.float32)
+    xs[8] *= 1e5   # past float16's range: an inf in the forward, a NaN loss, a skipped step
+    ys = rng.integers(0, 5, (steps, 16))
+    want, info = torch2(tmp_path, SCALER_ORACLE, xs=xs, ys=ys)
+    exe = tmp_path / "net"
+    run([CTC, "build", tmp_path / "scaler_model.py", "-o", exe])
+    keys = [k[5:] for k in want if k.startswith("init/")]
+    w = tmp_path / "w0.safetensors"
+    st_write(w, {k: want[f"init/{k}"] for k in keys})
+    prev = {k: want[f"init/{k}"] for k in keys}
+    scales, trackers, losses, skipped = [], [], [], []
+    for s in range(steps):
+        np.save(tmp_path / "x.npy", xs[s])
+        np.save(tmp_path / "y.npy", ys[s])
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        losses.append(float(np.load(tmp_path / "loss.npy")))
+        st = st_read(w_next)
+        scales.append(float(st["scaler.scale"]))
+        trackers.append(int(st["scaler._growth_tracker"]))
+        same = all(np.array_equal(st[k], prev[k]) for k in keys)
+        same_torch = all(np.array_equal(want[f"{s}/{k}"], (want[f"{s - 1}/{k}"] if s else want[f"init/{k}"]))
+                         for k in keys)
+        assert same == same_torch, f"step {s}: ctc {'skipped' if same else 'stepped'}, PyTorch did not"
+        if same:
+            skipped.append(s)
+        for k in keys:
+            compare(f"step {s} {k}", st[k], want[f"{s}/{k}"], 2e-3, 2e-5)
+        prev = {k: st[k] for k in keys}
+        w = w_next
+    print(f"PyTorch {info['torch']}: scales ctc {scales}\n  torch {info['scales']}; skipped steps {skipped}; "
+          f"final max |w ctc - w torch| "
+          f"{max(np.abs(st[k] - want[f'{steps - 1}/{k}']).max() for k in keys):.3g}")
+    assert scales == info["scales"]
+    assert trackers[-1] == info["tracker"]
+    assert 8 in skipped and 0 in skipped and len(skipped) < steps - 3
+    assert float(st["optimizer.step"]) == float(want[f"{steps - 1}/step"])   # skipped steps do not count
+    fin = [i for i, l in enumerate(info["losses"]) if np.isfinite(l)]
+    np.testing.assert_allclose(np.array(losses)[fin], np.array(info["losses"])[fin], rtol=2e-3)
+    assert not np.isfinite(losses[8])
+
+
+BAD = [
+    ("mixed_bf16_f16", "a = x.half()\n        return a + x.bfloat16()",
+     "'+' on a mix of bfloat16 and float16 tensors is not supported by ctc"),
+    ("f16_factory", "return x + torch.zeros(4, dtype=torch.float16)",
+     "torch.float16 as a dtype of 'zeros' is not supported by ctc"),
+    ("layer_norm_f16", "with torch.autocast('cpu', dtype=torch.float16):\n            h = self.fc(x)\n        "
+                       "return self.ln(h)", "'LayerNorm' on a mix of float16 and float32 tensors is not supported"),
+    ("growth_factor", "s = torch.amp.GradScaler('cpu', growth_factor=0.5)\n        return x",
+     "The growth factor must be > 1.0."),
+]
+
+
+@pytest.mark.parametrize("label,body,msg", BAD, ids=[b[0] for b in BAD])
+def test_refusals(tmp_path, label, body, msg):
+    src = HEAD + ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                  "        self.fc = nn.Linear(4, 4)\n        self.ln = nn.LayerNorm(4)\n\n"
+                  f"    def forward(self, x):\n        {body}\n")
+    p = tmp_path / "bad.py"
+    p.write_text(src)
+    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2,4]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    m = re.search(rf"{re.escape(str(p))}:(\d+):\d+: error: ", r.stderr)
+    assert m and 12 <= int(m.group(1)) < 13 + body.count("\n") + 1, r.stderr
+    assert msg in r.stderr, r.stderr
+
+
+def test_step_without_update_refused(tmp_path):
+    """scaler.step() with no scaler.update() in the function: PyTorch raises at the next call."""
+    p = tmp_path / "bad.py"
+    p.write_text(SCALER.replace("    scaler.update()\n", ""))
+    r = subprocess.run([CTC, "check", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert re.search(rf"{re.escape(str(p))}:\d+:\d+: error: 'train_step' calls scaler.step\(\) or unscale_\(\) for "
+                     r"'optimizer' but no scaler.update\(\) after it", r.stderr), r.stderr
