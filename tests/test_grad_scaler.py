@@ -311,3 +311,45 @@ def test_f16_gpt_forward(tmp_path):
     assert d.max() <= f16_ulp(np.abs(want["out"]).max()), f"{d.max():.3g} exceeds one f16 step of the largest logit"
     assert (d > 0).mean() < 0.02
     assert dc <= dt * 1.01 + 1e-12
+
+
+def test_grad_scaler_rules_without_oracle(tmp_path):
+    """Without PyTorch 2.x: torch.cuda.amp.GradScaler's spelling, SGD with momentum; a step is skipped
+    (weights, momentum and the step count bitwise unchanged) exactly when the loss or a gradient is
+    not finite, and the scale and tracker follow update()'s rule from the skips seen."""
+    src = SCALER.replace('torch.amp.GradScaler("cpu", init_scale=2.0 ** 22, growth_interval=3, backoff_factor=0.25)',
+                         "torch.cuda.amp.GradScaler(init_scale=2.0 ** 22, growth_factor=4.0, growth_interval=2)")
+    src = src.replace("torch.optim.Adam(model.parameters(), lr=1e-2)",
+                      "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)")
+    p = tmp_path / "sgd_scaler.py"
+    p.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    rng = np.random.default_rng(7)
+    w = tmp_path / "w0.safetensors"
+    torch.manual_seed(0)
+    st_write(w, {"fc1.weight": (torch.randn(32, 12) * 0.3).numpy(), "fc1.bias": np.zeros(32, np.float32),
+                 "fc2.weight": (torch.randn(5, 32) * 0.2).numpy(), "fc2.bias": np.zeros(5, np.float32)})
+    scale, tracker, prev, skips = 2.0 ** 22, 0, st_read(w), []
+    for s in range(8):
+        x = rng.standard_normal((16, 12)).astype(np.float32) * (1e5 if s == 5 else 1)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", rng.integers(0, 5, 16))
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        st = st_read(w_next)
+        skipped = all(np.array_equal(st[k], prev[k]) for k in prev if not k.startswith("scaler."))
+        if skipped:
+            scale, tracker = scale * 0.5, 0
+            skips.append(s)
+        else:
+            tracker += 1
+            if tracker == 2:
+                scale, tracker = scale * 4, 0
+        assert float(st["scaler.scale"]) == scale and int(st["scaler._growth_tracker"]) == tracker, s
+        assert np.isfinite(float(np.load(tmp_path / "loss.npy"))) or skipped
+        prev, w = st, w_next
+    print(f"skipped steps {skips}; final scale {scale}")
+    assert 0 in skips and 5 in skips and len(skips) < 7
+    assert float(st["optimizer.step"]) == 8 - len(skips)
