@@ -80,7 +80,7 @@ class Net(nn.Module):
             with torch.autocast("cpu", enabled=False):
                 g = self.fc3(h.to(x.dtype))
             s = F.softmax(self.fc3(h) / 1.37, -1)
-            return g + self.fc3(h), s.float(), (h.dtype == torch.float16) + x[0, 0] * 0
+            return g + self.fc3(h), s.float(), (h.dtype == torch.float16) + x[0, 0] * 0, (0.7 / (h * h + 1)).float()
 
 
 torch.manual_seed(0)
@@ -95,9 +95,11 @@ x = torch.from_numpy(np.load("inputs.npz")["x"])
 m = mlp.model
 with torch.no_grad():
     out = [o.float().numpy() for o in m(x)]
+    out[1] = np.concatenate([out[1], out[3]], 1)
     m64 = mlp.Net().double()
     m64.load_state_dict(m.state_dict())
     ref = [o.double().numpy() for o in m64(x.double())]
+    ref[1] = np.concatenate([ref[1], ref[3]], 1)
 np.savez("out.npz", o0=out[0], o1=out[1], r1=ref[1], **{k: v.numpy() for k, v in m.state_dict().items()})
 print(json.dumps({"torch": torch.__version__}))
 '''
@@ -114,15 +116,16 @@ def test_f16_mlp_forward(tmp_path):
     run([CTC, "build", tmp_path / "mlp.py", "-o", exe])
     st_write(tmp_path / "w.safetensors", {k: want[k] for k in want if k.startswith("fc")})
     np.save(tmp_path / "x.npy", x)
-    outs = [tmp_path / f"o{i}.npy" for i in range(3)]
+    outs = [tmp_path / f"o{i}.npy" for i in range(4)]
     run([exe, "infer", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy"] +
         sum([["--output", o] for o in outs], []))
     got = [np.load(o) for o in outs]
+    got[1] = np.concatenate([got[1], got[3]], 1)   # softmax and 0.7 / (h * h + 1) (h.reciprocal() * 0.7 in PyTorch)
     d0 = np.abs(got[0].astype(np.float64) - want["o0"])
     assert (d0 <= 2 * f16_ulp(want["o0"])).all(), f"output 0 (f32 from f16 values): {d0.max():.3g}"
     d1 = np.abs(got[1].astype(np.float64) - want["o1"])
     dc, dt = np.abs(got[1] - want["r1"]).max(), np.abs(want["o1"] - want["r1"]).max()
-    print(f"PyTorch {info['torch']}: f16 mlp output 0 max |ctc - torch| {d0.max():.3g}; softmax {d1.max():.3g} "
+    print(f"PyTorch {info['torch']}: f16 mlp output 0 max |ctc - torch| {d0.max():.3g}; softmax, 0.7 / h {d1.max():.3g} "
           f"({(d1 > 0).mean():.1%} differ); distance to float64 ctc {dc:.3g}, torch {dt:.3g}")
     assert (d1 <= f16_ulp(want["o1"])).all(), f"softmax: {d1.max():.3g} exceeds one f16 ulp"
     assert dc <= dt * 1.01 + 1e-12

@@ -338,6 +338,11 @@ PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f) {
     return as_f32(L, f(L, at, op, a, b));
   }
   int keep = op == OP_MUL || op == OP_DIV;
+  if (low == LOW_F16 && op == OP_DIV && (a->k == PV_FLOAT || a->k == PV_INT) && is_bf16(b)) {
+    /* s / h is h.reciprocal() * s in PyTorch: the reciprocal is an f16 value */
+    PV *rec = result(L, at, f(L, at, OP_DIV, pv_float(L, 1.0), b), R_ROUND, NULL, 0, low);
+    return result(L, at, f(L, at, OP_MUL, rec, a), R_ROUND, NULL, 0, low);
+  }
   return result(L, at, f(L, at, op, scalar_bf16(L, at, a, low, keep), scalar_bf16(L, at, b, low, keep)), R_ROUND,
                 NULL, 0, low);
 }
