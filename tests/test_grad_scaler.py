@@ -179,7 +179,8 @@ for i in range(len(d["xs"])):
     scales.append(sm.scaler.get_scale())
     for k, v in sm.model.state_dict().items():
         out[f"{i}/{k}"] = v.numpy().copy()
-    out[f"{i}/step"] = np.float32(sm.optimizer.state[sm.model.fc1.weight]["step"]) if sm.optimizer.state else np.float32(0)
+    st = sm.optimizer.state.get(next(sm.model.parameters()), {})
+    out[f"{i}/step"] = np.float32(st.get("step", -1))
 out.update({f"init/{k}": v.numpy() for k, v in init.items()})
 np.savez("out.npz", **out)
 print(json.dumps({"scales": scales, "losses": losses, "tracker": sm.scaler._growth_tracker.item(), "torch": torch.__version__}))
@@ -356,3 +357,64 @@ def test_grad_scaler_rules_without_oracle(tmp_path):
     print(f"skipped steps {skips}; final scale {scale}")
     assert 0 in skips and 5 in skips and len(skips) < 7
     assert float(st["optimizer.step"]) == 8 - len(skips)
+
+
+GPT_SCALER = """
+model = GPT()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 17, growth_interval=2)
+
+
+def train_step(idx, targets):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.float16):
+        logits = model(idx)
+        loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),),
+                  "train_step": (torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}
+"""
+
+
+@needs_torch2
+def test_grad_scaler_f16_gpt(tmp_path):
+    """test_autocast.py's GPT trained in float16 with a GradScaler whose growth (every 2 steps) overflows the f16
+    gradients at 2**19: the same steps skipped (weights bitwise unchanged), the same
+    scale trajectory, the weights close to PyTorch 2.x's."""
+    from test_autocast import GPT
+    (tmp_path / "scaler_model.py").write_text(GPT + "\ntorch.manual_seed(0)\n" + GPT_SCALER)
+    steps = 8
+    rng = np.random.default_rng(6)
+    xs, ys = rng.integers(0, 32, (steps, 4, 8)), rng.integers(0, 32, (steps, 4, 8))
+    want, info = torch2(tmp_path, SCALER_ORACLE, xs=xs, ys=ys)
+    exe = tmp_path / "net"
+    run([CTC, "build", tmp_path / "scaler_model.py", "-o", exe])
+    keys = [k[5:] for k in want if k.startswith("init/")]
+    w = tmp_path / "w0.safetensors"
+    st_write(w, {k: want[f"init/{k}"] for k in keys})
+    scales, skipped, dmax = [], [], 0.0
+    for s in range(steps):
+        np.save(tmp_path / "x.npy", xs[s])
+        np.save(tmp_path / "y.npy", ys[s])
+        w_next = tmp_path / f"w{s + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", w_next, "--save-training-state"])
+        st, before = st_read(w_next), st_read(w)
+        scales.append(float(st["scaler.scale"]))
+        same = all(np.array_equal(st[k], before[k]) for k in keys if not k.endswith("mask"))
+        prev_t = want[f"{s - 1}/head.weight"] if s else want["init/head.weight"]
+        assert same == np.array_equal(want[f"{s}/head.weight"], prev_t), f"step {s}"
+        if same:
+            skipped.append(s)
+        dmax = max(dmax, max(float(np.abs(st[k] - want[f"{s}/{k}"]).max()) for k in keys))
+        w = w_next
+    print(f"PyTorch {info['torch']}: gpt scales ctc {scales}\n  torch {info['scales']}; skipped {skipped}; "
+          f"max |w ctc - w torch| over the steps {dmax:.3g}")
+    assert scales == info["scales"] and 0 < len(skipped) < steps
+    for k in keys:
+        compare(f"after {steps} steps {k}", st[k], want[f"{steps - 1}/{k}"], 2e-3, 2e-4)
