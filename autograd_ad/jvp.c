@@ -152,6 +152,7 @@ static ValId jvp_ATTENTION(Ad *ad, const Inst *in, const ValId *t) {
 static ValId jvp_ATTENTION_BWD(Ad *ad, const Inst *in, const ValId *t) { return jvp_ATTENTION(ad, in, t); }
 /* the tangent of a bf16 value is bf16, as its cotangent (vjp.c) */
 static ValId jvp_ROUND_BF16(Ad *ad, const Inst *in, const ValId *t) { return ad_un(ad, IR_ROUND_BF16, t[0]); }
+static ValId jvp_ROUND_F16(Ad *ad, const Inst *in, const ValId *t) { return ad_un(ad, IR_ROUND_F16, t[0]); }
 static ValId jvp_DETACH(Ad *ad, const Inst *in, const ValId *t) { return -1; }
 
 const JvpRule ad_jvp_rules[IR__COUNT] = {

@@ -383,6 +383,10 @@ static void vjp_ATTENTION_BWD(Ad *ad, const Inst *in, ValId g, const int *need, 
 static void vjp_ROUND_BF16(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
   d[0] = ad_un(ad, IR_ROUND_BF16, g);
 }
+/* the cotangent of an f16 value is f16 (an overflow there is the inf GradScaler finds) */
+static void vjp_ROUND_F16(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {
+  d[0] = ad_un(ad, IR_ROUND_F16, g);
+}
 static void vjp_DETACH(Ad *ad, const Inst *in, ValId g, const int *need, ValId *d) {}
 
 const VjpRule ad_vjp_rules[IR__COUNT] = {

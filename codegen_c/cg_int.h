@@ -85,6 +85,7 @@ typedef struct Kernels {
   unsigned char exp_cr;             /* the hosted C target: templates calling exp (sigmoid) call ctc_exp_cr_f32 */
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */
   unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */
+  unsigned char f16[DT_COUNT];      /* ctc_f16_<dt>: round_f16 (ops.def) */
   unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);

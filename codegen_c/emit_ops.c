@@ -229,6 +229,7 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   if (strstr(t, "ctc_remainder_")) c->k->remainder[ct] = 1;
   if (strstr(t, "ctc_floordiv_")) c->k->floordiv[ct] = 1;
   if (strstr(t, "ctc_bf16_")) c->k->bf16[ct] = 1;
+  if (strstr(t, "ctc_f16_")) c->k->f16[ct] = 1;
   return t;
 }
 

@@ -764,6 +764,37 @@ static const char bf16_text[] =
 static const char bf16_f64_text[] =
     "static inline double ctc_bf16_f64(double x) { return (double)ctc_bf16_f32((float)x); }\n";
 
+/* round_f16 (ir/ops.def; ir/elem.c's ir_round_f16 is the same statement for the evaluator):
+ * the float rounded to IEEE binary16 as c10::Half's conversion (nearest, ties to even; inf
+ * from 65520; subnormals as multiples of 2^-24), kept in a float; NaN stays NaN. */
+static const char f16_text[] =
+    "static inline float ctc_f16_f32(float x) {\n"
+    "  uint32_t u, a;\n"
+    "  memcpy(&u, &x, sizeof u);\n"
+    "  a = u & 0x7fffffffu;\n"
+    "  if (a > 0x7f800000u) return x;\n"
+    "  if (a >= 0x477ff000u) a = 0x7f800000u;\n"
+    "  else if (a >= 0x38800000u) a = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;\n"
+    "  else {\n"
+    "    const int d = 126 - (int)(a >> 23);\n"
+    "    const uint32_t m = (a & 0x7fffffu) | 0x800000u;\n"
+    "    uint32_t q = 0;\n"
+    "    if (a >> 23 && d < 25) {\n"
+    "      const uint32_t rem = m & ((1u << d) - 1), half = 1u << (d - 1);\n"
+    "      q = m >> d;\n"
+    "      q += rem > half || (rem == half && (q & 1u));\n"
+    "    }\n"
+    "    const float s = (float)q * 0x1p-24f;\n"
+    "    memcpy(&a, &s, sizeof a);\n"
+    "  }\n"
+    "  u = (u & 0x80000000u) | a;\n"
+    "  float y;\n"
+    "  memcpy(&y, &u, sizeof y);\n"
+    "  return y;\n"
+    "}\n";
+static const char f16_f64_text[] =
+    "static inline double ctc_f16_f64(double x) { return (double)ctc_f16_f32((float)x); }\n";
+
 /* exp in f32 without a libm call (loops over it vectorise): at most 1 ulp
  * from the exact exp (checked on every 3rd float), exp(-inf) = 0, inf from
  * 88.73 on, subnormal results rounded once, NaN kept. 2^n exp(r) as in
@@ -1028,6 +1059,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
   if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);
   if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
+  if (k->f16[DT_F32] || k->f16[DT_F64]) cg_printf(b, "%s\n", f16_text);
+  if (k->f16[DT_F64]) cg_printf(b, "%s\n", f16_f64_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);

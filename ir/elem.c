@@ -47,6 +47,7 @@ const char *ir_elem_template(Op op, DType ct) {
   if (ct == DT_BOOL && op == IR_BIT_NOT) return "(unsigned char)!A";
   if (op == IR_ROUND_BF16)   /* codegen_c/kernels.c writes them; the evaluator's call() computes them */
     return ct == DT_F32 ? "ctc_bf16_f32(A)" : ct == DT_F64 ? "ctc_bf16_f64(A)" : NULL;
+  if (op == IR_ROUND_F16) return ct == DT_F32 ? "ctc_f16_f32(A)" : ct == DT_F64 ? "ctc_f16_f64(A)" : NULL;
   if (op == IR_REMAINDER || op == IR_FLOORDIV) {
     /* the helpers below, which the generated file defines once per dtype (kernels.c) */
     static const char *const names[2][DT_COUNT] = {
@@ -114,6 +115,32 @@ double ir_round_bf16(double x) {
   memcpy(&u, &f, sizeof u);
   if ((u << 1) > 0xff000000u) return x;   /* NaN */
   u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* round_f16 (ops.def): x (as a float) rounded to IEEE binary16, nearest with ties to even,
+ * as c10::Half's conversion; the text of kernels.c's ctc_f16_f32 */
+double ir_round_f16(double x) {
+  float f = (float)x;
+  uint32_t u, a;
+  memcpy(&u, &f, sizeof u);
+  a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return x;   /* NaN */
+  if (a >= 0x477ff000u) a = 0x7f800000u;   /* 65520 and above: inf */
+  else if (a >= 0x38800000u) a = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;   /* normal: 10 fraction bits */
+  else {   /* subnormal: a multiple of 2^-24 */
+    int d = 126 - (int)(a >> 23);
+    uint32_t m = (a & 0x7fffffu) | 0x800000u, q = 0;
+    if (a >> 23 && d < 25) {
+      uint32_t rem = m & ((1u << d) - 1), half = 1u << (d - 1);
+      q = m >> d;
+      q += rem > half || (rem == half && (q & 1u));
+    }
+    f = (float)q * 0x1p-24f;
+    memcpy(&a, &f, sizeof a);
+  }
+  u = (u & 0x80000000u) | a;
   memcpy(&f, &u, sizeof f);
   return f;
 }
@@ -256,6 +283,7 @@ static CVal call(Ev *e, const char *name, size_t n, CVal *a, int na) {
   if (IS("isfinite")) return boolv(isfinite(as_double(a[0])));
   if (IS("signbit")) return boolv(signbit(as_double(a[0])));
   if ((IS("ctc_bf16_f32") || IS("ctc_bf16_f64")) && na == 1) return mk_fl(fk, ir_round_bf16(as_double(a[0])));
+  if ((IS("ctc_f16_f32") || IS("ctc_f16_f64")) && na == 1) return mk_fl(fk, ir_round_f16(as_double(a[0])));
   if (n > 4 && !strncmp(name, "ctc_", 4)) return helper_call(e, name + 4, n - 4, a, na);
   /* <math.h>, in float for f32 code (the emitter writes expf there) */
   double x = na > 0 ? conv(a[0], fk).d : 0, y = na > 1 ? conv(a[1], fk).d : 0;

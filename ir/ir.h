@@ -479,6 +479,8 @@ const char *ir_elem_helper(int k, DType ct, const char **text, int *nargs);
 /* round_bf16's value (ops.def): x rounded to float, then to bfloat16 (nearest, ties to even;
  * NaN kept), as a double. */
 double ir_round_bf16(double x);
+/* round_f16's value (ops.def): x rounded to float, then to IEEE binary16 (nearest, ties to even) */
+double ir_round_f16(double x);
 /* One element: r = op(x[0], x[1], x[2]) computed in ct, stored as dtype rt. */
 int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r);
 /* One instruction on dense row-major operands a[k] of types ta[k], into out (the

@@ -97,6 +97,8 @@ CASES += [
                                                 "torch.addr(x, x[:, 0], v) + torch.outer(x[0], v).t()[:3]"),
     # round_bf16 (autocast's bf16 values): its gradient is PyTorch's, the cotangent rounded to bf16
     ("round_bf16", ["x=3,4"], "x.bfloat16().float() * x + x.to(torch.bfloat16) * 2"),
+    # round_f16 (float16 autocast): the cotangent rounded to float16
+    ("round_f16", ["x=3,4"], "x.half().float() * x * 3000 + x.to(torch.float16) * 2"),
     ("clamp_tril_repeat", ["x=3,4"], "torch.clamp_min(x, -0.5) * x.clamp_max(0.5) + torch.tril(x, 1) + "
                                      "x.triu(-1) + x.repeat(1, 2)[:, 3:7] + x.diff(prepend=x[:, :1]) + "
                                      "torch.diagonal(x, 1).sum() * torch.trace(x)"),
@@ -106,7 +108,7 @@ CASES += [
 # Cases whose derivative is PyTorch's convention rather than the function's: a rounding to
 # bf16 passes the (rounded) cotangent through, where the step function's derivative is 0, so
 # no finite difference can agree with it.
-STRAIGHT_THROUGH = {"round_bf16"}
+STRAIGHT_THROUGH = {"round_bf16", "round_f16"}
 
 
 def parse(spec):

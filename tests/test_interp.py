@@ -35,7 +35,7 @@ EXPRS = [
     ("exp", "torch.exp(x)"), ("log", "torch.log(x)"), ("sqrt", "torch.sqrt(x)"), ("rsqrt", "torch.rsqrt(x)"),
     ("tanh", "torch.tanh(x)"), ("sigmoid", "torch.sigmoid(x)"), ("erf", "torch.erf(x)"), ("erfc", "torch.erfc(x)"),
     ("sin", "torch.sin(x)"), ("cos", "torch.cos(x)"), ("floor", "torch.floor(x)"), ("sign", "torch.sign(x)"),
-    ("round", "torch.round(x * 1.25)"), ("round_bf16", "(x * 1.01).bfloat16().float()"), ("trunc", "torch.trunc(x)"), ("log1p", "torch.log1p(x)"),
+    ("round", "torch.round(x * 1.25)"), ("round_bf16", "(x * 1.01).bfloat16().float()"), ("round_f16", "(x * 1.01).half().float()"), ("trunc", "torch.trunc(x)"), ("log1p", "torch.log1p(x)"),
     ("expm1", "torch.expm1(x)"), ("atan", "torch.atan(x)"), ("sinh", "torch.sinh(x)"),
     ("add", "x + y"), ("sub", "x - y"), ("mul", "x * y"), ("div", "x / y"), ("pow", "torch.pow(x, y)"),
     ("maximum", "torch.maximum(x, y)"), ("minimum", "torch.minimum(x, y)"), ("atan2", "torch.atan2(x, y)"),

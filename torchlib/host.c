@@ -12,9 +12,9 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_NS: return ns_getattr(L, at, obj, name);
   case PV_TENSOR:
     if (obj->t->cplx) return cx_getattr(L, at, obj, name);
-    if (obj->t->bf16 && !strcmp(name, "dtype")) return pv_dtype(L, DT_BF16_MARK);   /* autocast.c */
-    if (!strcmp(name, "half")) ac_refuse_half(L, at, "x.half()");
-    if (obj->t->bf16 && (!strcmp(name, "T") || !strcmp(name, "mT") || !strcmp(name, "data") || !strcmp(name, "H") ||
+    if (obj->t->low && !strcmp(name, "dtype"))   /* autocast.c */
+      return pv_dtype(L, obj->t->low == LOW_F16 ? DT_F16_MARK : DT_BF16_MARK);
+    if (obj->t->low && (!strcmp(name, "T") || !strcmp(name, "mT") || !strcmp(name, "data") || !strcmp(name, "H") ||
                          !strcmp(name, "mH")))
       return ac_view_result(L, obj, tensor_getattr(L, at, obj, name));
     return tensor_getattr(L, at, obj, name);
@@ -181,7 +181,7 @@ static PV *h_binary(L *L, Span at, int op, PV *a, PV *b) {
 static PV *h_unary(L *L, Span at, int op, PV *a) {
   if (!is_tensor(a)) lower_error(L, at, "bad operand type for unary %s: '%s'", fe_op_spelling(op), pv_kind_name(a));
   if (cx_is(a)) return cx_unary(L, at, op, a);
-  if (op == OP_NEG) return ac_view_result(L, a, t_unary(L, at, IR_NEG, a));   /* -bf16 is bf16 exactly */
+  if (op == OP_NEG) return ac_view_result(L, a, t_unary(L, at, IR_NEG, a));   /* -bf16 is bf16 exactly (f16 too) */
   if (op == OP_POS) return a;
   return t_invert(L, at, a);   /* OP_INVERT: bitwise not (logical on bool) */
 }
@@ -289,8 +289,8 @@ static int h_staging(L *L) { return L->T->fn != NULL; }
 static PV *h_select(L *L, Span at, PV *c, PV *a, PV *b) {
   if (cx_is(a) || cx_is(b)) cx_refuse(L, at, "a branch on a run-time condition selecting");
   PV *r = t_where(L, at, c, a, b);
-  /* both sides bf16 (autocast.c): so is the value selected */
-  if (a->k == PV_TENSOR && b->k == PV_TENSOR && a->t->bf16 && b->t->bf16) r = ac_view_result(L, a, r);
+  /* both sides bf16 (or f16; autocast.c): so is the value selected */
+  if (a->k == PV_TENSOR && b->k == PV_TENSOR && a->t->low && b->t->low == a->t->low) r = ac_view_result(L, a, r);
   return r;
 }
 
@@ -305,7 +305,7 @@ static PV *h_inplace(L *L, Span at, int op, PV *cur, PV *rhs) {
   /* `x += y` on a tensor updates it in place: other names bound to it see the change */
   staged_effect_check(L, at, "an in-place update of a tensor (write `x = x + ...`)");
   PV *r = h_binary(L, at, op, cur, rhs);
-  if (cur->t->bf16 && r->k == PV_TENSOR && !r->t->bf16) r = ac_round(L, at, r);   /* a bf16 tensor stays bf16 */
+  if (cur->t->low && r->k == PV_TENSOR && r->t->low != cur->t->low) r = ac_round(L, at, r, cur->t->low);   /* a bf16 tensor stays bf16 */
   return t_inplace(L, at, cur, r);
 }
 
@@ -393,7 +393,7 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
     if (cm->n && !L->T->fn)
       lower_error(L, it->span, "torch.autocast outside compiled code (forward or a training function) is not "
                                "supported by ctc");
-    token |= 1 << 17 | L->T->autocast << 18;
+    token |= 1 << 17 | L->T->autocast << 18;   /* 0, LOW_BF16 or LOW_F16 */
     L->T->autocast = (int)cm->n;
     return token;
   }
@@ -422,7 +422,7 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
 
 static void h_with_exit(L *L, int token) {
   if (token & 1 << 16) L->T->dual_depth--;
-  if (token & 1 << 17) L->T->autocast = token >> 18 & 1;
+  if (token & 1 << 17) L->T->autocast = token >> 18 & 3;
   grad_mode_set(L, token & 0xffff);
 }
 

@@ -191,8 +191,9 @@ PV *ns_getattr(L *L, Span at, PV *ns, const char *name) {
   if ((strcmp(m, "torch.amp") == 0 || strcmp(m, "torch.cpu.amp") == 0 || strcmp(m, "torch.cuda.amp") == 0) &&
       strcmp(name, "autocast") == 0)
     return pv_builtin(L, BI_T_AUTOCAST, "autocast", pv_ns(L, m));
-  if (strcmp(m, "torch.cuda.amp") == 0 && strcmp(name, "GradScaler") == 0)
-    return pv_builtin(L, BI_T_GRADSCALER, "GradScaler", NULL);
+  if ((strcmp(m, "torch.cuda.amp") == 0 || strcmp(m, "torch.amp") == 0 || strcmp(m, "torch.cpu.amp") == 0) &&
+      strcmp(name, "GradScaler") == 0)
+    return pv_builtin(L, BI_T_GRADSCALER, "GradScaler", pv_ns(L, m));   /* autocast.c */
   if (strcmp(m, "torch") == 0 && strcmp(name, "bfloat16") == 0) return pv_dtype(L, DT_BF16_MARK);
   if (strcmp(m, "torch") == 0 && (strcmp(name, "float16") == 0 || strcmp(name, "half") == 0))
     return pv_dtype(L, DT_F16_MARK);

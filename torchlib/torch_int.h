@@ -135,7 +135,8 @@ typedef struct HostValue {
   int viewed;            /* some view of this tensor was taken */
   int dec_mark, dec_layer; /* decode.c, staging `decode`: attention scores (their state) of a layer */
   int cplx;              /* complex64 (complex.c): type is the float32 storage, shape + [2] */
-  int bf16;              /* a bfloat16 value in float32 storage (autocast.c): its elements are bf16 numbers */
+  int low;               /* LOW_BF16 / LOW_F16: a bfloat16 / float16 value in float32 storage (autocast.c):
+                            its elements are bf16 / f16 numbers; 0: float32 */
 } Tensor;
 
 /* Registration order of an nn.Module's state, as PyTorch keeps it. */
@@ -163,7 +164,9 @@ struct HostState {
                             keeps doubles instead of rounding f32 results (consteval.c, t_cast) */
   Func *fn;              /* function being staged, NULL at compile time */
   int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
-  int autocast;          /* inside an enabled torch.autocast region (autocast.c) */
+  int autocast;          /* inside an enabled torch.autocast region: its LOW_ dtype (autocast.c), else 0 */
+  PV *step_skip;         /* a bool 0-d tensor while GradScaler.step stages optimizer.step(): where it is
+                            true, every state_update keeps the old value (the step is skipped) */
   /* staging a training function (training.c) */
   Vec(ValId) pending;    /* losses passed to .backward() since the last zero_grad/step */
   Vec(ValId) pending_seed; /* their gradient arguments (-1: ones) */
@@ -428,17 +431,22 @@ PV *t_logaddexp(L *L, Span at, PV *a, PV *b, int base2);
 PV *t_xlogy(L *L, Span at, PV *x, PV *y);
 const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
 
-/* ---- autocast.c: torch.autocast('cpu', dtype=torch.bfloat16) on float32 storage ---- */
+/* ---- autocast.c: torch.autocast('cpu', dtype=torch.bfloat16 | torch.float16) on float32 storage ---- */
 #define DT_BF16_MARK (DT_COUNT + 1)   /* torch.bfloat16: a PV_DTYPE's dt with no IR dtype */
-#define DT_F16_MARK (DT_COUNT + 2)    /* torch.float16 / torch.half: refused wherever used */
+#define DT_F16_MARK (DT_COUNT + 2)    /* torch.float16 / torch.half: a PV_DTYPE's dt with no IR dtype */
+enum { LOW_BF16 = 1, LOW_F16 = 2 };   /* Tensor.low, HostState.autocast */
 typedef PV *AcBinaryFn(L *L, Span at, int op, PV *a, PV *b);   /* host.c's f32 operators */
 int ac_wants(L *L, const PV *self, const Args *A, int bi);  /* row bi's call needs autocast.c */
 /* row bi called under the autocast policy: call(L, fn, A), or for a layer (mod) call(L, mod, A) */
 PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call);
 PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f);
-PV *ac_view_result(L *L, PV *x, PV *r);           /* x[...], x.T of a bf16 x: marked */
-PV *ac_round(L *L, Span at, PV *x);               /* x rounded to bf16 and marked */
-CTC_NORETURN void ac_refuse_half(L *L, Span at, const char *what); /* model.bfloat16(), .half(), x.half() */
+PV *ac_view_result(L *L, PV *x, PV *r);           /* x[...], x.T of a bf16/f16 x: marked */
+PV *ac_round(L *L, Span at, PV *x, int low);      /* x rounded to LOW_BF16 / LOW_F16 and marked */
+CTC_NORETURN void ac_refuse_half(L *L, Span at, const char *what); /* model.bfloat16(), .half() */
+void gs_finish(L *L, Span at, const char *fname);  /* a training function's end: no scaler left mid-step */
+/* training.c: each accumulated gradient of opt's parameters replaced by map(L, at, g, ctx) (GradScaler.unscale_) */
+typedef PV *GradMapFn(L *L, Span at, PV *g, void *ctx);
+void opt_grads_map(L *L, Span at, PV *opt, GradMapFn *map, void *ctx);
 
 /* ---- complex.c: complex64 tensors (Tensor.cplx), rows of their own and every
  * row, operator, index or attribute given a complex operand ---- */

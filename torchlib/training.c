@@ -188,6 +188,7 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
 void state_update(L *L, Span at, PV *t, PV *v) {
   staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
   int idx = t->t->slot->index;
+  if (L->T->step_skip) v = t_where(L, at, L->T->step_skip, t, v);   /* GradScaler.step: skipped on inf */
   ValId val = t_val(L, at, v);
   ir_add_update(L->T->prog, L->T->fn, idx, val);
   L->T->param_cur[idx] = val;
@@ -590,6 +591,20 @@ PV *bi_clip_grad(L *L, PV *fn, Args *A) {
   return total;
 }
 
+void opt_grads_map(L *L, Span at, PV *opt, GradMapFn *map, void *ctx) {
+  if (!L->T->fn) lower_error(L, at, "GradScaler.unscale_() must be called inside a compiled training function");
+  staged_effect_check(L, at, "GradScaler.unscale_()");
+  grads_materialize(L, at, NULL);
+  PV *groups = env_get(opt->attrs, "param_groups");
+  for (int gi = 0; gi < groups->n; gi++) {
+    PV *ps = pv_dict_get(groups->items[gi], key(L, "params"));
+    for (int i = 0; i < ps->n; i++) {
+      ValId g = grad_of(L, ps->items[i]);
+      if (g >= 0) L->T->grad_acc[ps->items[i]->t->slot->index] = t_val(L, at, map(L, at, t_wrap(L, g), ctx));
+    }
+  }
+}
+
 static PV *optimizer_step(L *L, PV *opt, Span at) {
   if (!L->T->fn) lower_error(L, at, "optimizer.step() must be called inside a compiled training function");
   staged_effect_check(L, at, "optimizer.step()");
@@ -777,6 +792,7 @@ void stage_function(L *L, const char *name, PV *fnv, const LowerOptions *opt, PV
     lower_error(L, L->T->unzeroed_step, "optimizer.step() without an optimizer.zero_grad() before or after it in '%s' "
                                      "would accumulate gradients across calls; call zero_grad()", name);
   grads_check_cleared(L, def->span, name);
+  gs_finish(L, def->span, name);
   persist_group_lrs(L, def->span);
   PV **outs = &r;
   int nout = r->k == PV_NONE ? 0 : 1;

@@ -579,6 +579,7 @@ static void suite_elem(void) {
   out(un(IR_FLOOR, x, "floor"), "floor");
   out(un(IR_DETACH, un(IR_EXP, x, "e"), "detached"), "detach");
   out(un(IR_ROUND_BF16, x, "bf16"), "round_bf16");
+  out(un(IR_ROUND_F16, x, "f16"), "round_f16");
   entry_done();
 
   entry("unary_pos");

@@ -269,7 +269,8 @@ MASKS = [1, 2, 8, 6, 15, 10, 5, 9]
 # (suite, entry) -> function of the inputs (by manifest name) giving the outputs in order.
 REFS = {
     ("elem", "unary"): lambda x: [-x, np.exp(x), np.tanh(x), sig(x), np.abs(x), erf(x), np.maximum(x, 0), np.cos(x),
-                                  np.sin(x), np.floor(x), np.exp(x), bf16(x)],
+                                  np.sin(x), np.floor(x), np.exp(x), bf16(x),
+                                  x.astype(np.float16).astype(np.float32)],
     ("elem", "unary_pos"): lambda x: [np.log(x), np.sqrt(x), 1 / np.sqrt(x)],
     ("elem", "binary"): lambda a, b: [a + b, a - b, a * b, a / b, np.power(a.astype(np.float64), b), np.maximum(a, b),
                                       np.minimum(a, b)],
