@@ -12,8 +12,11 @@
  * blocks in order, so results do not depend on the thread count): for each query block, a
  * first pass over the keys gives each row's maximum and sum (its logsumexp), di = g . o per
  * row, then per key block p = exp(s - lse), dv += p^T g, dp = g v^T, ds = p (dp - di) * scale,
- * dq += ds k, dk += ds^T q (GEMM calls). Operands are read through strides (views of a fused
- * projection), the results are contiguous. f32's exp is ctc_exp_f32. */
+ * dq += ds k, dk += ds^T q (GEMM calls). When the keys fit one block (T <= CTC_ATTN_KB
+ * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
+ * computed once per query block. Operands are read through strides (views of a fused
+ * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
+ * is ctc_attn_expneg_f32 (vectorised; ctc_exp_f32 for rows that are not finite). */
 #include <string.h>
 #include "cg_int.h"
 
