@@ -12,28 +12,55 @@
  * blocks in order, so results do not depend on the thread count): for each query block, a
  * first pass over the keys gives each row's maximum and sum (its logsumexp), di = g . o per
  * row, then per key block p = exp(s - lse), dv += p^T g, dp = g v^T, ds = p (dp - di) * scale,
- * dq += ds k, dk += ds^T q (GEMM calls). Operands are read through strides (views of a fused
- * projection), the results are contiguous. f32's exp is ctc_exp_f32. */
+ * dq += ds k, dk += ds^T q (GEMM calls). When the keys fit one block (T <= CTC_ATTN_KB
+ * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
+ * computed once per query block. Operands are read through strides (views of a fused
+ * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
+ * is ctc_attn_expneg_f32 (vectorised; ctc_exp_f32 for rows that are not finite). */
 #include <string.h>
 #include "cg_int.h"
 
 static const char attn_common_text[] =
     "#define CTC_ATTN_QB 64\n"
-    "#define CTC_ATTN_KB 128\n"
+    "#define CTC_ATTN_KB 256\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
     "}\n\n";
 
-/* the scores of rows [0, ni) of qb (rows qr apart) against keys [j0, j0 + nj) of kb (rows kr
- * apart), one GEMM: s[ii][jj] = (q . k) * or / sc, -inf above the diagonal when causal */
+/* exp(x) for finite x <= 0, as ctc_exp_f32 (the same polynomial and result) without its tests
+ * for large x and NaN, so that a loop over it vectorises with GCC 12 on AVX2 as on AVX-512 (a
+ * float compare and select, memcpy, k / 2 each keep it scalar there). Rows holding a NaN or an
+ * infinity take ctc_exp_f32 (ctc_attn_max_<dt>'s fin). */
+static const char attn_exp_f32_text[] =
+    "static inline float ctc_attn_expneg_f32(float x) {\n"
+    "  union { float f; int32_t i; } c = {x};   /* |x| clamped to 104 on the bits */\n"
+    "  const int32_t mag = c.i & 0x7FFFFFFF;\n"
+    "  c.i = (c.i & (int32_t)0x80000000) | (mag < 0x42D00000 ? mag : 0x42D00000);\n"
+    "  const float t = c.f;\n"
+    "  const float m = t * 1.44269504089f + 12582912.0f;\n"
+    "  const float n = m - 12582912.0f;\n"
+    "  const float r = (t - n * 0.693359375f) + n * 2.12194440e-4f;\n"
+    "  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +\n"
+    "                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r * r + r) + 1.0f;\n"
+    "  union { float f; int32_t i; } u = {m}, s1, s2;\n"
+    "  const int32_t k = u.i - 0x4B400000, k1 = k >> 1, k2 = k - k1;   /* k <= 0: 2^k = 2^k1 2^k2, both normal */\n"
+    "  s1.i = (k1 + 127) << 23;\n"
+    "  s2.i = (k2 + 127) << 23;\n"
+    "  return p * s1.f * s2.f;\n"
+    "}\n\n";
+
+/* The blocks' pieces: the scores of rows [0, ni) of qb (rows qr apart) against keys
+ * [j0, j0 + nj) of kb (rows kr apart), one GEMM: s[ii][jj] = (q . k) * or / sc, -inf above
+ * the diagonal when causal; a row's maximum and its exp(x - mx) summed, in 16 lanes (a
+ * float max or sum of one accumulator does not vectorise; the exp loop does). */
 static const char attn_text[] =
     "static void ctc_attn_scores_$S(const $T *qb, int64_t qr, const $T *kb, int64_t kr, int64_t ni, int64_t nj,\n"
     "                               int64_t D, int64_t i0, int64_t j0, int causal, int divide, $T sc,\n"
-    "                               $T s[CTC_ATTN_QB][CTC_ATTN_KB]) {\n"
-    "  ctc_matmul_block_$S(0, 1, 0, D, qb, qr, kb + j0 * kr, kr, &s[0][0], CTC_ATTN_KB, 0, ni, 0, nj);\n"
+    "                               $T *s, int64_t ls) {\n"
+    "  ctc_matmul_block_$S(0, 1, 0, D, qb, qr, kb + j0 * kr, kr, s, ls, 0, ni, 0, nj);\n"
     "  for (int64_t ii = 0; ii < ni; ii++) {\n"
-    "    $T *restrict si = s[ii];\n"
+    "    $T *restrict si = s + ii * ls;\n"
     "    const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
     "    if (divide)\n"
     "      for (int64_t jj = 0; jj < nv; jj++) si[jj] /= sc;\n"
@@ -41,6 +68,35 @@ static const char attn_text[] =
     "      for (int64_t jj = 0; jj < nv; jj++) si[jj] *= sc;\n"
     "    for (int64_t jj = nv; jj < nj; jj++) si[jj] = -($T)INFINITY;\n"
     "  }\n"
+    "}\n"
+    "/* the maximum of x[0, n) and mx; *fin = 0 when x holds a NaN or an infinity */\n"
+    "static inline $T ctc_attn_max_$S(const $T *x, int64_t n, $T mx, int *fin) {\n"
+    "  $T r[16], z[16] = {0};\n"
+    "  for (int u = 0; u < 16; u++) r[u] = mx;\n"
+    "  int64_t i = 0;\n"
+    "  for (; i + 16 <= n; i += 16)\n"
+    "    for (int u = 0; u < 16; u++) r[u] = x[i + u] > r[u] ? x[i + u] : r[u], z[u] += x[i + u] * 0;\n"
+    "  for (; i < n; i++) r[0] = x[i] > r[0] ? x[i] : r[0], z[0] += x[i] * 0;\n"
+    "  for (int u = 1; u < 16; u++) r[0] = r[u] > r[0] ? r[u] : r[0], z[0] += z[u];\n"
+    "  *fin = z[0] == 0;\n"
+    "  return r[0];\n"
+    "}\n"
+    "/* x[j] = exp(x[j] - mx) for j < n, the sum of those returned; fin: x is finite */\n"
+    "static inline $T ctc_attn_exp_$S($T *restrict x, int64_t n, $T mx, int fin) {\n"
+    "  if (!fin) {\n"
+    "    $T r = 0;\n"
+    "    for (int64_t i = 0; i < n; i++) r += x[i] = $E(x[i] - mx);\n"
+    "    return r;\n"
+    "  }\n"
+    "  for (int64_t i = 0; i < n; i++) x[i] = $V(x[i] - mx);\n"
+    "  $T r[16] = {0};\n"
+    "  int64_t i = 0;\n"
+    "  for (; i + 16 <= n; i += 16)\n"
+    "    for (int u = 0; u < 16; u++) r[u] += x[i + u];\n"
+    "  for (int u = 0; i < n; i++, u++) r[u] += x[i];\n"
+    "  for (int w = 8; w >= 1; w /= 2)\n"
+    "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
+    "  return r[0];\n"
     "}\n\n"
     "/* o = softmax(q k^T * scale (causal: -inf above the diagonal)) v over [B = n0 n1, T, D]; o contiguous,\n"
     " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows) */\n"
@@ -66,27 +122,29 @@ static const char attn_text[] =
     "    const int64_t jend = causal ? i0 + ni : T;\n"
     "    for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "      const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, s);\n"
+    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, &s[0][0], CTC_ATTN_KB);\n"
     "      for (int64_t ii = 0; ii < ni; ii++) {   /* the online softmax: p = exp(s - m), o and l rescaled */\n"
     "        $T *restrict si = s[ii], *restrict oi = ob + ii * D;\n"
     "        const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;   /* keys not masked */\n"
-    "        $T mx = m[ii], sum = 0;\n"
-    "        for (int64_t jj = 0; jj < nv; jj++) mx = si[jj] > mx ? si[jj] : mx;\n"
+    "        int fin;\n"
+    "        const $T mx = ctc_attn_max_$S(si, nv, m[ii], &fin);\n"
     "        if (mx == -($T)INFINITY) {   /* every key so far masked */\n"
     "          for (int64_t jj = 0; jj < nj; jj++) si[jj] = 0;\n"
     "          continue;\n"
     "        }\n"
-    "        const $T corr = $E(m[ii] - mx);\n"
-    "        for (int64_t jj = 0; jj < nv; jj++) sum += si[jj] = $E(si[jj] - mx);\n"
+    "        const $T corr = $E(m[ii] - mx), sum = ctc_attn_exp_$S(si, nv, mx, fin);\n"
     "        for (int64_t jj = nv; jj < nj; jj++) si[jj] = 0;\n"
     "        l[ii] = l[ii] * corr + sum;\n"
     "        m[ii] = mx;\n"
-    "        for (int64_t d = 0; d < D; d++) oi[d] *= corr;\n"
+    "        if (corr != 1)\n"
+    "          for (int64_t d = 0; d < D; d++) oi[d] *= corr;\n"
     "      }\n"
     "      ctc_matmul_block_$S(0, 0, 1, nj, &s[0][0], CTC_ATTN_KB, vb + j0 * vr, vr, ob, D, 0, ni, 0, D);   /* o += p v */\n"
     "    }\n"
-    "    for (int64_t ii = 0; ii < ni; ii++)\n"
-    "      for (int64_t d = 0; d < D; d++) ob[ii * D + d] /= l[ii];\n"
+    "    for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "      const $T inv = 1 / l[ii];\n"
+    "      for (int64_t d = 0; d < D; d++) ob[ii * D + d] *= inv;\n"
+    "    }\n"
     "  }\n"
     "}\n\n";
 
@@ -115,19 +173,21 @@ static const char attn_bwd_text[] =
     "      const int64_t ni = T - i0 < CTC_ATTN_QB ? T - i0 : CTC_ATTN_QB, jend = causal ? i0 + ni : T;\n"
     "      const $T *qb = q + b0 * q0 + b1 * q1 + i0 * qr, *gb = g + b0 * g0 + b1 * g1 + i0 * gr;\n"
     "      const $T *obk = o + b0 * o0 + b1 * o1 + i0 * orow;\n"
+    "      const int one = jend <= CTC_ATTN_KB;   /* the keys in one block: its scores kept from the first pass */\n"
     "      for (int64_t ii = 0; ii < ni; ii++) {\n"
     "        m[ii] = -($T)INFINITY, l[ii] = 0, di[ii] = 0;\n"
     "        for (int64_t d = 0; d < D; d++) di[ii] += gb[ii * gr + d] * obk[ii * orow + d];\n"
     "      }\n"
     "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {   /* each row's maximum and sum */\n"
     "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, s);\n"
+    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, &s[0][0], CTC_ATTN_KB);\n"
     "        for (int64_t ii = 0; ii < ni; ii++) {\n"
     "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
-    "          $T mx = m[ii], sum = 0;\n"
-    "          for (int64_t jj = 0; jj < nv; jj++) mx = s[ii][jj] > mx ? s[ii][jj] : mx;\n"
+    "          int fin;\n"
+    "          const $T mx = ctc_attn_max_$S(s[ii], nv, m[ii], &fin);\n"
     "          if (mx == -($T)INFINITY) continue;\n"
-    "          for (int64_t jj = 0; jj < nv; jj++) sum += $E(s[ii][jj] - mx);\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) dp[ii][jj] = s[ii][jj];   /* exp(s - m) in dp, s kept */\n"
+    "          const $T sum = ctc_attn_exp_$S(dp[ii], nv, mx, fin);\n"
     "          l[ii] = l[ii] * $E(m[ii] - mx) + sum;\n"
     "          m[ii] = mx;\n"
     "        }\n"
@@ -135,19 +195,36 @@ static const char attn_bwd_text[] =
     "      for (int64_t ii = 0; ii < ni; ii++) lse[ii] = m[ii] + $L(l[ii]);\n"
     "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, s);\n"
-    "        for (int64_t ii = 0; ii < ni; ii++) {   /* p */\n"
-    "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
-    "          for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] = $E(s[ii][jj] - lse[ii]);\n"
-    "          for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
+    "        if (one)   /* p = exp(s - m) / l: the first pass's exp(s - m) (in dp), divided */\n"
+    "          for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "            const $T inv = 1 / l[ii];\n"
+    "            for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] = dp[ii][jj] * inv;\n"
+    "            for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
+    "          }\n"
+    "        else {\n"
+    "          ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, &s[0][0], CTC_ATTN_KB);\n"
+    "          for (int64_t ii = 0; ii < ni; ii++) {   /* p */\n"
+    "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "            int fin;\n"
+    "            (void)ctc_attn_max_$S(s[ii], nv, 0, &fin);\n"
+    "            if (fin && lse[ii] - lse[ii] == 0)\n"
+    "              for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] = $V(s[ii][jj] - lse[ii]);\n"
+    "            else\n"
+    "              for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] = $E(s[ii][jj] - lse[ii]);\n"
+    "            for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
+    "          }\n"
     "        }\n"
     "        ctc_matmul_block_$S(1, 0, 1, ni, &s[0][0], CTC_ATTN_KB, gb, gr, dv + j0 * D, D, 0, nj, 0, D);   /* dv += p^T g */\n"
     "        ctc_matmul_block_$S(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni, 0, nj);   /* dp = g v^T */\n"
-    "        for (int64_t ii = 0; ii < ni; ii++)   /* ds = p (dp - di) * scale (kept in dp) */\n"
-    "          for (int64_t jj = 0; jj < nj; jj++) {\n"
-    "            const $T x = s[ii][jj] * (dp[ii][jj] - di[ii]);\n"
-    "            dp[ii][jj] = divide ? x / sc : x * sc;\n"
-    "          }\n"
+    "        for (int64_t ii = 0; ii < ni; ii++) {   /* ds = p (dp - di) * scale (kept in dp) */\n"
+    "          $T *restrict pi = s[ii], *restrict dpi = dp[ii];\n"
+    "          const $T dii = di[ii];\n"
+    "          if (divide)\n"
+    "            for (int64_t jj = 0; jj < nj; jj++) dpi[jj] = pi[jj] * (dpi[jj] - dii) / sc;\n"
+    "          else\n"
+    "            for (int64_t jj = 0; jj < nj; jj++) dpi[jj] = pi[jj] * (dpi[jj] - dii) * sc;\n"
+    "        }\n"
     "        ctc_matmul_block_$S(0, 0, 1, nj, &dp[0][0], CTC_ATTN_KB, kb + j0 * kr, kr, dq + i0 * D, D, 0, ni, 0, D);   /* dq += ds k */\n"
     "        ctc_matmul_block_$S(1, 0, 1, ni, &dp[0][0], CTC_ATTN_KB, qb, qr, dk + j0 * D, D, 0, nj, 0, D);   /* dk += ds^T q */\n"
     "      }\n"
@@ -161,6 +238,7 @@ static void put(Buf *b, const char *text, DType t) {
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
     else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
+    else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_attn_expneg_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
     else cg_printf(b, "%c", *s);
   }
@@ -172,6 +250,7 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
   cg_puts(b, attn_common_text);
+  if (k->attention[DT_F32]) cg_puts(b, attn_exp_f32_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
     put(b, attn_text, (DType)t);

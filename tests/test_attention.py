@@ -2,8 +2,8 @@
 staged the ways models write it becomes one `attention` instruction (and `attention_bwd` in a
 training step's sweep), whose C kernel never forms the T x T matrix. Its forward and its
 gradients are held to a float64 PyTorch reference at sizes that are not multiples of the
-kernel's blocks (16 query rows, 64 keys), head dims 16 and 64, causal and not, batch and heads
-above 1. Spellings it must not fuse (another additive mask, dropout on the probabilities in
+kernel's blocks (64 query rows, 256 keys), head dims 16 and 64 and odd ones, causal and not,
+grouped-query heads, batch and heads above 1. Spellings it must not fuse (another additive mask, dropout on the probabilities in
 training mode) stay unfused and still match PyTorch."""
 import os
 import re
@@ -63,6 +63,8 @@ SCALES = {
     "mul": "(q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))",
     "div": "q @ k.transpose(-2, -1) / math.sqrt(D)",
     "q": "(q * D ** -0.5) @ k.transpose(-2, -1)",
+    # grouped-query, as Llama: every other head of k, each used by two query heads
+    "gqa": "q @ k[:, ::2].repeat_interleave(2, dim=1).transpose(-2, -1) / math.sqrt(D)",
 }
 MASKS = {
     "none": "att",
@@ -78,6 +80,12 @@ CASES = [  # B, H, T, D, scale, mask, dropout p
     (2, 4, 5, 16, "q", "tril", 0),
     (1, 2, 1, 16, "div", "triu", 0),
     (2, 2, 19, 16, "mul", "bias", 0),
+    # more keys than the kernel's key block (256): backward recomputes the scores per block;
+    # odd head dims; T not a multiple of the query block (64)
+    (1, 2, 300, 17, "div", "none", 0),
+    (1, 1, 290, 33, "mul", "tril", 0),
+    (2, 4, 67, 32, "gqa", "triu", 0),
+    (1, 2, 9, 7, "gqa", "none", 0),
 ]
 
 
@@ -133,6 +141,31 @@ def test_attention_forward_and_gradients_match_float64(tmp_path, b, h, t, d, sca
     compare("grads y", np.load(outs[0]), want[0], 1e-4, 1e-5)
     for name, o, ref in zip(("dq", "dk", "dv"), outs[1:], want[1:]):
         compare(name, np.load(o), ref, 1e-3, 1e-4)
+
+
+@pytest.mark.parametrize("value", [float("nan"), -float("nan"), float("inf")], ids=["nan", "-nan", "inf"])
+def test_a_nan_or_infinite_score_reaches_its_rows(tmp_path, value):
+    """The kernel's vectorised exp assumes finite scores; a row holding a NaN or an infinity
+    (here from one element of k, seen by every query row: an infinite score is +inf or -inf
+    by the sign of q's element) takes the exact path, so its output is NaN exactly where
+    float64 PyTorch's is (never a silently finite row) and the finite rows match it."""
+    src, exe, ir = build(tmp_path, 1, 2, 70, 16, "mul", "none")
+    torch.manual_seed(0)
+    mod = load_module(str(src), f"attn_bad_{np.signbit(value)}_{value}")
+    sd = {k: v.detach().numpy().copy() for k, v in mod.model.state_dict().items()}
+    sd["k"][0, 0, 5, 3] = value
+    w = tmp_path / "w.safetensors"
+    st_write(w, sd)
+    mod.model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
+    g = np.zeros((1, 2, 70, 16), np.float32)
+    np.save(tmp_path / "g.npy", g)
+    run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "g.npy", "--output", tmp_path / "f.npy",
+         "--output", tmp_path / "fl.npy"])
+    got, want = np.load(tmp_path / "f.npy"), reference(mod, g)[0]
+    bad = np.isnan(want)
+    assert bad[0, 0].any() and not bad[0, 1].any()
+    assert (np.isnan(got) == bad).all(), np.argwhere(np.isnan(got) != bad)[:5]
+    compare("the finite rows", np.where(bad, 0, got), np.where(bad, 0, want), 1e-4, 1e-5)
 
 
 def test_dropout_on_the_probabilities_stays_unfused(tmp_path):
