@@ -16,7 +16,7 @@
  * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
  * computed once per query block. Operands are read through strides (views of a fused
  * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
- * is ctc_attn_expneg_f32 (vectorised; ctc_exp_f32 for rows that are not finite). */
+ * is ctc_exp_f32 (vectorised). */
 #include <string.h>
 #include "cg_int.h"
 
@@ -26,28 +26,6 @@ static const char attn_common_text[] =
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
-    "}\n\n";
-
-/* exp(x) for finite x <= 0, as ctc_exp_f32 (the same polynomial and result) without its tests
- * for large x and NaN, so that a loop over it vectorises with GCC 12 on AVX2 as on AVX-512 (a
- * float compare and select, memcpy, k / 2 each keep it scalar there). Rows holding a NaN or an
- * infinity take ctc_exp_f32 (ctc_attn_max_<dt>'s fin). */
-static const char attn_exp_f32_text[] =
-    "static inline float ctc_attn_expneg_f32(float x) {\n"
-    "  union { float f; int32_t i; } c = {x};   /* |x| clamped to 104 on the bits */\n"
-    "  const int32_t mag = c.i & 0x7FFFFFFF;\n"
-    "  c.i = (c.i & (int32_t)0x80000000) | (mag < 0x42D00000 ? mag : 0x42D00000);\n"
-    "  const float t = c.f;\n"
-    "  const float m = t * 1.44269504089f + 12582912.0f;\n"
-    "  const float n = m - 12582912.0f;\n"
-    "  const float r = (t - n * 0.693359375f) + n * 2.12194440e-4f;\n"
-    "  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +\n"
-    "                     1.6666665459e-1f) * r + 5.0000001201e-1f) * r * r + r) + 1.0f;\n"
-    "  union { float f; int32_t i; } u = {m}, s1, s2;\n"
-    "  const int32_t k = u.i - 0x4B400000, k1 = k >> 1, k2 = k - k1;   /* k <= 0: 2^k = 2^k1 2^k2, both normal */\n"
-    "  s1.i = (k1 + 127) << 23;\n"
-    "  s2.i = (k2 + 127) << 23;\n"
-    "  return p * s1.f * s2.f;\n"
     "}\n\n";
 
 /* The blocks' pieces: the scores of rows [0, ni) of qb (rows qr apart) against keys
@@ -238,7 +216,7 @@ static void put(Buf *b, const char *text, DType t) {
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
     else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
-    else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_attn_expneg_f32" : "exp"), s++;
+    else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
     else cg_printf(b, "%c", *s);
   }
@@ -250,7 +228,6 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
   cg_puts(b, attn_common_text);
-  if (k->attention[DT_F32]) cg_puts(b, attn_exp_f32_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
     put(b, attn_text, (DType)t);
