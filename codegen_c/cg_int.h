@@ -92,6 +92,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
+extern const char *const cg_gemm_simd_texts[4];   /* runtime_min/ctc_gemm_simd.h's (scripts/gen_runtime.py) */
 
 /* ---- emit_c.c ------------------------------------------------------------ */
 

@@ -414,6 +414,11 @@ static const char gemm_simd16_text[] =
     "  }\n"
     "}\n";
 
+/* The texts of runtime_min/ctc_gemm_simd.h, which scripts/gen_runtime.py writes from this
+ * file (a hosted model.c includes the header; a --freestanding one gets the NEON kernel from
+ * the texts here): referenced, so that all of them are compiled and stay valid strings. */
+const char *const cg_gemm_simd_texts[] = {gemm_avx512_text, gemm_avx2_head, gemm_neon_head, gemm_simd16_text};
+
 /* The GEMM every matmul and convolution calls (f32, f64). With OpenBLAS and
  * OpenMP, ctc owns the threads: OpenBLAS runs single-threaded (its pthreads
  * otherwise spin in sched_yield between calls and take the cores from the
@@ -1041,15 +1046,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       cg_printf(b, "\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n%s", gemm_neon_head);
       instantiate_isa(b, gemm_simd16_text, "neon");
       cg_puts(b, "#endif\n\n");
-    } else if (t == DT_F32) {
-      cg_printf(b, "%s\n", gemm_avx512_text);
-      cg_printf(b, "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n%s",
-                gemm_avx2_head);
-      instantiate_isa(b, gemm_simd16_text, "avx2");
-      cg_printf(b, "#endif\n#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n%s",
-                gemm_neon_head);
-      instantiate_isa(b, gemm_simd16_text, "neon");
-      cg_puts(b, "#endif\n#endif\n\n");
+    } else if (t == DT_F32) {   /* the texts above, for every ISA, in the runtime's header */
+      cg_puts(b, "/* ctc's f32 GEMM microkernels for the ISA the compiler targets (AVX-512, AVX2+FMA, NEON) */\n"
+                 "#include \"ctc_gemm_simd.h\"\n\n");
     }
     if (blas) instantiate_parts(b, matmul_text, NPARTS(matmul_text), (DType)t, fs), cg_puts(b, "\n");
     if (blas && k->matmul[t])

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Writes runtime_min/ctc_gemm_simd.h, ctc's f32 GEMM microkernels for AVX-512, AVX2+FMA and
+NEON, from the texts codegen_c/kernels.c holds (gemm_avx512_text, gemm_avx2_head,
+gemm_neon_head and gemm_simd16_text, the last instantiated for avx2 and neon), so that
+there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
+--freestanding one gets the NEON kernel written into it by kernels.c.
+
+    python3 scripts/gen_runtime.py            # rewrite runtime_min/ctc_gemm_simd.h
+    python3 scripts/gen_runtime.py -o FILE    # write elsewhere
+    python3 scripts/gen_runtime.py --check    # exit 1 if the header (or -o FILE) is stale (tests/test_gemm_header.py)
+
+Python 3 standard library only."""
+import argparse
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join("codegen_c", "kernels.c")
+OUT = os.path.join("runtime_min", "ctc_gemm_simd.h")
+ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
+
+
+def c_string(src, name):
+    """The value of `static const char NAME[] = "..." "...";` in src."""
+    m = re.search(r"static const char " + re.escape(name) + r"\[\] =\s*((?:\"(?:[^\"\\]|\\.)*\"\s*)+);", src)
+    if not m:
+        sys.exit(f"gen_runtime.py: {SRC} has no string {name}")
+    out = []
+    for lit in re.findall(r"\"((?:[^\"\\]|\\.)*)\"", m.group(1)):
+        out.append(re.sub(r"\\(.)", lambda e: ESCAPES[e.group(1)], lit))
+    return "".join(out)
+
+
+def header():
+    with open(os.path.join(ROOT, SRC), encoding="utf-8") as f:
+        src = f.read()
+    simd16 = c_string(src, "gemm_simd16_text")
+    return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
+            " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
+            " * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c\n"
+            " * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its\n"
+            " * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).\n"
+            " *\n"
+            " * Written by scripts/gen_runtime.py from the texts of codegen_c/kernels.c (docs/speed.md\n"
+            " * describes the kernels); do not edit. */\n"
+            "#ifndef CTC_GEMM_SIMD_H\n#define CTC_GEMM_SIMD_H\n\n"
+            "#include <stdint.h>\n#include <string.h>\n\n"
+            + c_string(src, "gemm_avx512_text") + "\n"
+            "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n"
+            + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2")
+            + "#endif\n#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
+            + c_string(src, "gemm_neon_head") + simd16.replace("$I", "neon")
+            + "#endif\n#endif\n\n#endif /* CTC_GEMM_SIMD_H */\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--output", default=os.path.join(ROOT, OUT))
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args()
+    text = header()
+    if a.check:
+        with open(a.output, encoding="utf-8") as f:
+            if f.read() != text:
+                sys.exit(f"{a.output} is stale: run python3 scripts/gen_runtime.py")
+        return
+    with open(a.output, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
