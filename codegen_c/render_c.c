@@ -526,7 +526,7 @@ static void c_axis(CgRender *r, int k, char *out, size_t cap) {
   else snprintf(out, cap, "%s", r->var[k]);
 }
 
-static void c_names(CgRender *r) { cg_render_names(r, r->k->kn->kind != KN_ROW, r->k->kn->kind == KN_ROW); }
+static void c_names(CgRender *r) { cg_render_names(r, 1, r->k->kn->kind == KN_ROW); }
 
 const CgRenderOps cg_render_c = {.names = c_names, .loop = c_loop, .index = c_index, .store = c_store,
                                  .rowbuf_decl = c_rowbuf_decl, .acc_done = c_acc_done, .rowpos = "j",

@@ -78,6 +78,7 @@ typedef struct B {
   const KnSchedule *s;
   const Kernel *kn;
   Kir *k;
+  unsigned char *rowload;   /* KN_ROW: per value, loaded once per row into its local (build_row) */
 } B;
 
 static KirStmt *add(B *b, KirBlock *blk, KirStmtKind kind, ValId v) {
@@ -180,6 +181,7 @@ static KirIndex row_index(B *b, ValId v, int with_j) {
 static KirExpr *row_operand(B *b, ValId v, int ph) {
   const Func *f = b->f;
   if (is_literal(f, v)) return expr(b, KE_LIT, v);
+  if (b->rowload && b->rowload[v]) return expr(b, KE_LOCAL, v);
   if (in_kernel(f, b->kn, v)) {
     int di = f->values.data[v].def;
     if (!same_dims(ty(f, v), &b->kn->space) || b->s->phase[di] == ph) return expr(b, KE_LOCAL, v);
@@ -217,6 +219,22 @@ static void build_row(B *b) {
   for (int i = kn->first; i <= kn->last; i++)
     if (f->insts.data[i].op != IR_CONST && s->rowbuf[f->insts.data[i].res])
       add(b, &rows->body, KS_ROWBUF_DECL, f->insts.data[i].res);
+  /* operands from memory that are one value per row (a row's maximum, a target class, a scale:
+   * broadcast along it) are loaded once, before the row's loops: read in a loop under a select
+   * (where), the load was conditional, a masked load the vectoriser may refuse (an i64 compare
+   * choosing an f32 load: the cross-entropy backward ran scalar, 17 ns an element) */
+  b->rowload = arena_alloc(b->a, (size_t)f->values.len + 1);
+  memset(b->rowload, 0, (size_t)f->values.len + 1);
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    for (int a = 0; a < in->nargs; a++) {
+      ValId v = in->args[a];
+      if (is_literal(f, v) || in_kernel(f, kn, v) || b->rowload[v] || row_index(b, v, 1).st[nout] != 0) continue;
+      add(b, &rows->body, KS_LET, v)->x = load(b, v, row_index(b, v, 0));
+      b->rowload[v] = 1;
+    }
+  }
   for (int p = 0; p <= kn->nloops; p++) {
     /* per-row values that exist from loop p on, then the accumulators of loop p */
     int any = 0;
@@ -251,7 +269,7 @@ static void build_row(B *b) {
 }
 
 Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
-  B b = {a, f, s, kn, arena_alloc(a, sizeof(Kir))};
+  B b = {a, f, s, kn, arena_alloc(a, sizeof(Kir)), NULL};
   b.k->f = f;
   b.k->kn = kn;
   b.k->space = kn->space;
