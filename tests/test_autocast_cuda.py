@@ -217,14 +217,19 @@ def test_gpt_emulated_float64_distance(tmp_path, dt):
     def loss_fn(m, x, y):
         return torch.nn.functional.cross_entropy(m.m(x).view(-1, 32), y.view(-1))
 
-    t_fwd, t_bf = torch_train(mod, init, batches, loss_fn, True)
     r_fwd, r_64 = torch_train(mod, init, batches, loss_fn, False, torch.float64)
+    if dt == "bf16":   # PyTorch 1.13's CPU autocast
+        t_fwd, t_w = torch_train(mod, init, batches, loss_fn, True)
+        what = "torch cpu bf16"
+    else:   # the C target's CPU f16 autocast (as far from float64 as PyTorch 2.x's: test_grad_scaler.py)
+        t_fwd, _, t_w = steps(tmp_path, build(tmp_path, write(tmp_path, GPT_FILE, "cpu", dt, "gpt"), False), w0,
+                              batches, "c")
+        what = "ctc C target cpu f16"
     keys = [k for k in init if not k.endswith("mask")]
     fc, ft = float(np.abs(got[0] - r_fwd).max()), float(np.abs(t_fwd - r_fwd).max())
-    wc, wt = dist(got[2], r_64, keys), dist(t_bf, r_64, keys)
+    wc, wt = dist(got[2], r_64, keys), dist(t_w, r_64, keys)
     print(f"{dt} gpt: {n_lp} cublasGemmEx calls, {n_f32} f32 GEMMs; distance to float64: logits ctc cuda {fc:.3g}, "
-          f"torch cpu bf16 {ft:.3g}; weights after 3 steps ctc cuda {wc:.3g}, torch cpu bf16 {wt:.3g}; "
-          f"losses {got[1]}")
+          f"{what} {ft:.3g}; weights after 3 steps ctc cuda {wc:.3g}, {what} {wt:.3g}; losses {got[1]}")
     assert n_lp >= 8
     assert fc <= 1.5 * ft and wc <= 1.5 * wt
 
@@ -241,6 +246,47 @@ def test_nvcc_and_validate(tmp_path, dt):
     run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
         timeout=600)
+
+
+PROBE = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+
+    def forward(self, x):
+        with torch.autocast(DEVICE, dtype=DTYPE):
+            h = self.fc(x) * 0.5
+            outs = (h, F.gelu(h), h.mean(-1), F.softmax(h, -1), F.log_softmax(h, -1), h.sum(-1), torch.exp(h),
+                    h.log1p(), h ** 2, self.ln(h), torch.logsumexp(h, -1), torch.cumsum(h, -1), h @ h.t())
+        return tuple(o.float() for o in outs)
+
+
+model = Net()
+example_inputs = {"forward": (torch.rand(4, 16),)}
+'''
+# the probe's outputs: True where PyTorch's CUDA autocast returns a low-precision tensor
+PROBE_LOW = [("linear", True), ("gelu", True), ("mean", True), ("softmax", False), ("log_softmax", False),
+             ("sum", False), ("exp", False), ("log1p", False), ("pow", False), ("layer_norm", False),
+             ("logsumexp", False), ("cumsum", False), ("matmul", True)]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_cuda_op_lists(tmp_path, dt):
+    """which results are bf16/f16 values in a 'cuda' region (PyTorch's CUDA lists: softmax,
+    sum, exp, pow, layer_norm ... in f32), on the emulated CUDA target"""
+    exe = build(tmp_path, write(tmp_path, PROBE, "cuda", dt, "probe"), True)
+    x = np.random.default_rng(3).random((4, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    outs = [tmp_path / f"o{i}.npy" for i in range(len(PROBE_LOW))]
+    run_env([exe, "run", "forward", "--input", tmp_path / "x.npy",
+             *[a for o in outs for a in ("--output", o)]])
+    rnd = (lambda a: torch.from_numpy(a).bfloat16().float().numpy()) if dt == "bf16" else \
+        (lambda a: a.astype(np.float16).astype(np.float32))
+    for (name, low), o in zip(PROBE_LOW, outs):
+        v = np.load(o)
+        assert (rnd(v) == v).all() == low, f"{name}: {'expected' if low else 'not expected'} {dt} values"
 
 
 def test_c_target_disables_cuda_autocast(tmp_path):
