@@ -304,7 +304,9 @@ class Net(nn.Module):
         with torch.autocast("cpu"):
             with torch.autocast("cuda", dtype=torch.float16):
                 b = self.fc(x)
-        return a, b.float()
+        with torch.autocast("cuda", dtype=torch.float32):
+            c = self.fc(x)
+        return a, b.float(), c
 
 
 model = Net()
@@ -323,11 +325,12 @@ example_inputs = {"forward": (torch.randn(4, 8),)}
     x = torch.randn(4, 8)
     np.save(tmp_path / "x.npy", x.numpy())
     run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", tmp_path / "a.npy",
-         "--output", tmp_path / "b.npy"])
+         "--output", tmp_path / "b.npy", "--output", tmp_path / "c.npy"])
     with torch.no_grad():
-        a, b = m(x)   # PyTorch 1.13 without CUDA: "CUDA is not available. Disabling"
-    assert a.dtype == torch.float32 and b.dtype == torch.float32
+        a, b, c = m(x)   # PyTorch 1.13 without CUDA: "CUDA is not available. Disabling"
+    assert a.dtype == torch.float32 and c.dtype == torch.float32
     np.testing.assert_allclose(np.load(tmp_path / "a.npy"), a.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), c.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), b.numpy())   # the cpu region's bf16 linear
 
 

@@ -434,6 +434,15 @@ PV *bi_autocast(L *L, PV *fn, Args *A) {
     lower_error(L, at, "torch.autocast(device_type='%s') is not supported by ctc: use 'cpu' (the C target) or "
                        "'cuda' (--target cuda)", device);
   int enabled = !a[2] || a[2]->k == PV_NONE || arg_bool(L, at, a[2], "enabled");
+  PV *c = pv_builtin(L, BI_T_AUTOCAST_MODE, "autocast", NULL);
+  if (cuda && !L->T->cuda) {   /* before any dtype check, as PyTorch */
+    if (enabled)
+      diag_note(L->d, at, "torch.autocast('cuda') is disabled on the C target, as PyTorch disables it when CUDA is "
+                          "not available (it computes in float32); compile with --target cuda, or use "
+                          "torch.autocast('cpu', dtype=torch.bfloat16)");
+    c->n = -1;
+    return c;
+  }
   int low = cuda ? LOW_F16 : LOW_BF16;   /* PyTorch's defaults */
   if (a[1] && a[1]->k != PV_NONE) {
     if (a[1]->k != PV_DTYPE) lower_error(L, at, "torch.autocast: dtype must be a torch dtype");
@@ -442,14 +451,7 @@ PV *bi_autocast(L *L, PV *fn, Args *A) {
                          "other autocast dtype)", device);
     low = a[1]->dt == DT_F16_MARK ? LOW_F16 : LOW_BF16;
   }
-  PV *c = pv_builtin(L, BI_T_AUTOCAST_MODE, "autocast", NULL);
   c->n = enabled ? low | (cuda ? 4 : 0) : 0;
-  if (cuda && !L->T->cuda) {
-    diag_note(L->d, at, "torch.autocast('cuda') is disabled on the C target, as PyTorch disables it when CUDA is "
-                        "not available (it computes in float32); compile with --target cuda, or use "
-                        "torch.autocast('cpu', dtype=torch.bfloat16)");
-    c->n = -1;
-  }
   return c;
 }
 
