@@ -29,6 +29,7 @@ typedef struct Gen {
   char prefix[64], upper[64];
   Kernels k;            /* C helpers the code uses (made __host__ __device__) */
   unsigned char gemm[DT_COUNT], im2col[DT_COUNT], col2im[DT_COUNT], grid;
+  unsigned char gemm_lp; /* some GEMM of bf16/f16-valued f32 operands runs on tensor cores (ctc_gemm_lp) */
   Buf kern;             /* __global__ kernels */
   Buf *sig, *dsig, *doc;   /* per func: host-pointer and device prototypes, description */
   int64_t io_bytes;     /* the largest entry's inputs + outputs (256-byte aligned each) */

@@ -343,6 +343,23 @@ static const char gemm_text[] =
     "                          (int)ldc, sc, (int)count);\n"
     "}\n\n";
 
+/* The same GEMM over f32 buffers whose elements are bf16 (f16) values (autocast's rounded
+ * operands): tensor cores through cublasGemmEx, ct CUBLAS_COMPUTE_32F_FAST_16BF (_16F). Their
+ * down-conversion is exact for such values; products accumulate in f32. */
+static const char gemm_lp_text[] =
+    "static cublasStatus_t ctc_gemm_lp(cublasComputeType_t ct, cublasHandle_t h, int ta, int tb, int64_t M, int64_t N,\n"
+    "                                  int64_t K, const float *a, int64_t lda, int64_t sa, const float *b, int64_t ldb,\n"
+    "                                  int64_t sb, int beta, float *c, int64_t ldc, int64_t sc, int64_t count) {\n"
+    "  const float one = 1, bv = (float)beta;\n"
+    "  const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;\n"
+    "  if (count == 1)\n"
+    "    return cublasGemmEx(h, ob, oa, (int)N, (int)M, (int)K, &one, b, CUDA_R_32F, (int)ldb, a, CUDA_R_32F, (int)lda,\n"
+    "                        &bv, c, CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);\n"
+    "  return cublasGemmStridedBatchedEx(h, ob, oa, (int)N, (int)M, (int)K, &one, b, CUDA_R_32F, (int)ldb, sb, a,\n"
+    "                                    CUDA_R_32F, (int)lda, sa, &bv, c, CUDA_R_32F, (int)ldc, sc, (int)count, ct,\n"
+    "                                    CUBLAS_GEMM_DEFAULT);\n"
+    "}\n\n";
+
 static const char grid_text[] =
     "/* Blocks of 256 threads for n elements (grid-stride loops cover the rest). */\n"
     "static unsigned ctc_grid(int64_t n) {\n"
@@ -573,6 +590,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
       if (g.im2col[t]) instantiate(&helpers, im2col_text, (DType)t);
       if (g.col2im[t]) instantiate(&helpers, col2im_text, (DType)t);
     }
+    if (g.gemm_lp) cg_puts(&helpers, gemm_lp_text);
     if (g.grid) cg_puts(&helpers, grid_text);
     cg_dnn_support(&api_pre, &g.dnn, g.prefix, opt && opt->tf32);
 

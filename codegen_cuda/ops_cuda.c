@@ -27,12 +27,25 @@ static int uniform(const int64_t *st, const int64_t *dims, int nd, int64_t *s) {
   return 1;
 }
 
+/* The low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result, autocast's
+ * values, or a view of one), else 0. */
+static int low_kind(const Func *f, ValId v) {
+  for (const Inst *d = def_of(f, v); d; d = def_of(f, d->args[0])) {
+    if (d->op == IR_ROUND_BF16) return 1;
+    if (d->op == IR_ROUND_F16) return 2;
+    if (ir_ops[d->op].kind != K_SHAPE || d->nargs < 1) return 0;
+  }
+  return 0;
+}
+
+/* A GEMM: cuBLAS's Sgemm/Dgemm (ctc_gemm_<t>), or, when both f32 operands hold bf16 (f16)
+ * values, cublasGemmEx with f32 storage and CUBLAS_COMPUTE_32F_FAST_16BF (_16F): tensor cores
+ * on the exact bf16/f16 operands, f32 accumulation (ctc_gemm_lp). */
 int cu_matmul(Ent *e, const Inst *in) {
   const Func *f = e->f;
   const Type *r = ty(f, in->res);
   DType dt = r->dtype;
   if (!gemm_dtype(dt)) return -1;
-  e->g->gemm[dt] = 1;
   e->uses_blas = 1;
   KnLayout l[2];
   const Type *t[2];
@@ -61,14 +74,21 @@ int cu_matmul(Ent *e, const Inst *in) {
             uniform(bst[2], r->dims, nb, &s[2]);
   /* b shared by the batch, a's rows contiguous across it: one GEMM with the batch in the rows */
   if (uni && batch > 1 && s[2] == 0 && !bt[0] && ld[0] == K && s[1] == M * K) M *= batch, batch = 1;
+  int lp = dt == DT_F32 ? low_kind(f, in->args[0]) : 0;
+  if (lp && low_kind(f, in->args[1]) != lp) lp = 0;
+  if (lp) e->g->gemm_lp = 1;
+  else e->g->gemm[dt] = 1;
   const char *sf = cg_dt_suffix(dt);
+  char fn[64];
+  if (lp) snprintf(fn, sizeof fn, "lp(%s, ", lp == 1 ? "CUBLAS_COMPUTE_32F_FAST_16BF" : "CUBLAS_COMPUTE_32F_FAST_16F");
+  else snprintf(fn, sizeof fn, "%s(", sf);
   Buf pa = {0}, pb = {0}, pc = {0};
   if (uni || nb <= 1) {
     host_ptr(e, &pa, l[0].root, l[0].off);
     host_ptr(e, &pb, l[1].root, l[1].off);
     host_ptr(e, &pc, in->res, 0);
-    cg_printf(e->host, "  CTC_CUBLAS(ctc_gemm_%s(ctc_blas, %d, %d, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, %s, "
-                       "%lld, %lld, %lld));\n", sf, bt[0], bt[1], (ll)M, (ll)N, (ll)K, pa.s, (ll)ld[0],
+    cg_printf(e->host, "  CTC_CUBLAS(ctc_gemm_%sctc_blas, %d, %d, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, %s, "
+                       "%lld, %lld, %lld));\n", fn, bt[0], bt[1], (ll)M, (ll)N, (ll)K, pa.s, (ll)ld[0],
               (ll)(batch > 1 ? s[1] : 0), pb.s, (ll)ld[1], (ll)(batch > 1 ? s[2] : 0), pc.s, (ll)N,
               (ll)(batch > 1 ? s[0] : 0), (ll)batch);
   } else {
@@ -84,8 +104,8 @@ int cu_matmul(Ent *e, const Inst *in) {
       for (int k = 0; k < last; k++)
         if (bst[j][k]) cg_printf(pp[j], " + ctc_b%d * %lld", k, (ll)bst[j][k]);
     }
-    cg_printf(e->host, "  %*sCTC_CUBLAS(ctc_gemm_%s(ctc_blas, %d, %d, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, "
-                       "%s, %lld, %lld, %lld));\n", 2 * last, "", sf, bt[0], bt[1], (ll)M, (ll)N, (ll)K, pa.s, (ll)ld[0],
+    cg_printf(e->host, "  %*sCTC_CUBLAS(ctc_gemm_%sctc_blas, %d, %d, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, "
+                       "%s, %lld, %lld, %lld));\n", 2 * last, "", fn, bt[0], bt[1], (ll)M, (ll)N, (ll)K, pa.s, (ll)ld[0],
               (ll)bst[1][last], pb.s, (ll)ld[1], (ll)bst[2][last], pc.s, (ll)N, (ll)bst[0][last], (ll)r->dims[last]);
   }
   cg_buf_free(&pa);

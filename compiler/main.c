@@ -343,6 +343,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   o->lower.entries = o->entries.data;
   o->lower.nentries = o->entries.len;
   /* fused attention (ir/attn.c): C kernels only; not where every op must stay visible */
+  o->lower.cuda_target = o->target && !strcmp(o->target, "cuda");
   o->lower.fuse_attention = !(o->target && strcmp(o->target, "c")) && !o->no_fuse && !o->no_fuse_attention &&
                             !o->anomaly && !o->quantize && !o->freestanding;
   if (!o->cmd) {

@@ -38,6 +38,8 @@ typedef struct LowerOptions {
   int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
   int fuse_attention;       /* fused attention (Program.fuse_attention, ir_fuse_attention): the C target,
                                not --no-fuse, --anomaly, --dtype f64, --quantize or --freestanding */
+  int cuda_target;          /* --target cuda: torch.autocast('cuda') regions apply (PyTorch's CUDA lists,
+                               torchlib/autocast.c); on the C target they are disabled with a note */
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses
                                DistributedDataParallel sets it too) */
   double bucket_mb;         /* --bucket-mb (0: DDP's bucket_cap_mb, else 25) */

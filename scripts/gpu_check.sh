@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh - on a machine with a GPU (the device machine), in one call: builds
 # ctc with ninja, runs the CUDA target's GPU suite (tests/gpu: programs built with nvcc
-# against the C target and PyTorch on the GPU, compute-sanitizer's memcheck), then the
+# against the C target and PyTorch on the GPU, compute-sanitizer's memcheck; torch.autocast('cuda')
+# bf16/f16 builds on tensor cores against their emulation and PyTorch's CUDA autocast), then the
 # GPU benchmark (bench/bench_gpu.py: the bench GPT and a GPT-2-small-sized train step
 # against PyTorch eager). Needs nvcc, nvidia-smi, and a python with pytest, numpy and a
 # CUDA PyTorch ($PYTHON, default python3). Arguments go to bench_gpu.py.

@@ -1,5 +1,6 @@
 /* autocast.c - torch.autocast('cpu', dtype=torch.bfloat16 | torch.float16) on float32
- * storage, and torch.amp.GradScaler (docs/mixed-precision.md).
+ * storage (torch.autocast('cuda') with --target cuda: PyTorch's CUDA lists, ac_class_cuda),
+ * and torch.amp.GradScaler (docs/mixed-precision.md).
  *
  * A tensor PyTorch would hold in bfloat16 (float16) is a float32 IR value whose elements
  * are bfloat16 (float16) numbers (the round_bf16 / round_f16 primitive, ir/ops.def, made
@@ -33,10 +34,48 @@
 #include <string.h>
 #include "torch_int.h"
 
-enum { AC_OTHER, AC_LOWER, AC_FP32, AC_VIEW, AC_TO_F32, AC_PROMOTE };
+enum { AC_OTHER, AC_LOWER, AC_FP32, AC_VIEW, AC_TO_F32, AC_PROMOTE, AC_BANNED };
 
-/* the class of row bi under PyTorch's CPU autocast to `low` (probed: docs/mixed-precision.md) */
-static int ac_class(int bi, int low) {
+/* The class of row bi in a torch.autocast('cuda') region (--target cuda), where PyTorch's
+ * CUDA lists differ from its CPU ones (aten/src/ATen/autocast_mode.cpp, the same for
+ * float16 and bfloat16): lower_precision_fp adds mv, addmv, addr, conv_transpose, prelu
+ * and scaled_dot_product_attention; fp32 (every float operand read as f32, an f32 result)
+ * has the transcendentals, pow, softplus, layer_norm, group_norm, cosine_similarity,
+ * logsumexp and the losses, and fp32_set_opt_dtype softmax, log_softmax, sum, cumsum and
+ * norm; binary_cross_entropy is banned. -1: as on the CPU (views, promotion, the rest). */
+static int ac_class_cuda(int bi) {
+  switch (bi) {
+  case BI_F_LINEAR: case BI_T_MATMUL: case BI_T_MM: case BI_T_BMM: case BI_T_ADDMM: case BI_T_BADDBMM:
+  case BI_T_ADDBMM: case BI_T_MV: case BI_T_ADDMV: case BI_T_ADDR: case BI_F_CONV1D: case BI_F_CONV2D:
+  case BI_F_CONV3D: case BI_C_LINEAR: case BI_C_CONV1D: case BI_C_CONV2D: case BI_C_CONV3D:
+  case BI_F_CONV_TRANSPOSE1D: case BI_F_CONV_TRANSPOSE2D: case BI_F_CONV_TRANSPOSE3D: case BI_C_CONVTRANSPOSE1D:
+  case BI_C_CONVTRANSPOSE2D: case BI_C_CONVTRANSPOSE3D: case BI_F_PRELU: case BI_C_PRELU:
+  case BI_F_SCALED_DOT_PRODUCT_ATTENTION:
+    return AC_LOWER;
+  case BI_T_EXP: case BI_T_EXPM1: case BI_T_LOG: case BI_T_LOG10: case BI_T_LOG2: case BI_T_LOG1P:
+  case BI_T_RECIPROCAL: case BI_T_RSQRT: case BI_T_SINH: case BI_T_COSH: case BI_T_TAN: case BI_T_ACOS:
+  case BI_T_ASIN: case BI_T_POW: case BI_F_SOFTPLUS: case BI_C_SOFTPLUS: case BI_F_LAYER_NORM: case BI_C_LAYERNORM:
+  case BI_F_GROUP_NORM: case BI_C_GROUPNORM: case BI_F_COSINE_SIMILARITY: case BI_C_COSINESIMILARITY:
+  case BI_T_LOGSUMEXP: case BI_T_SOFTMAX: case BI_T_LOG_SOFTMAX: case BI_C_SOFTMAX: case BI_C_LOGSOFTMAX:
+  case BI_F_SOFTMIN: case BI_C_SOFTMIN: case BI_T_SUM: case BI_T_CUMSUM: case BI_T_NORM:
+  case BI_F_CROSS_ENTROPY: case BI_F_NLL_LOSS: case BI_F_MSE_LOSS: case BI_F_L1_LOSS: case BI_F_SMOOTH_L1_LOSS:
+  case BI_F_HUBER_LOSS: case BI_F_KL_DIV: case BI_F_BINARY_CROSS_ENTROPY_WITH_LOGITS: case BI_F_POISSON_NLL_LOSS:
+  case BI_F_COSINE_EMBEDDING_LOSS: case BI_F_HINGE_EMBEDDING_LOSS: case BI_F_MARGIN_RANKING_LOSS:
+  case BI_F_SOFT_MARGIN_LOSS: case BI_F_TRIPLET_MARGIN_LOSS: case BI_C_CROSSENTROPYLOSS: case BI_C_NLLLOSS:
+  case BI_C_MSELOSS: case BI_C_L1LOSS: case BI_C_SMOOTHL1LOSS: case BI_C_HUBERLOSS: case BI_C_KLDIVLOSS:
+  case BI_C_BCEWITHLOGITSLOSS: case BI_C_POISSONNLLLOSS: case BI_C_COSINEEMBEDDINGLOSS: case BI_C_HINGEEMBEDDINGLOSS:
+  case BI_C_MARGINRANKINGLOSS: case BI_C_SOFTMARGINLOSS: case BI_C_TRIPLETMARGINLOSS:
+    return AC_FP32;
+  case BI_F_BINARY_CROSS_ENTROPY: case BI_C_BCELOSS: return AC_BANNED;
+  default: return -1;
+  }
+}
+
+/* the class of row bi under PyTorch's CPU autocast to `low` (probed: docs/mixed-precision.md),
+ * or its CUDA autocast in a torch.autocast('cuda') region (cuda) */
+static int ac_class(int bi, int low, int cuda) {
+  int c = cuda ? ac_class_cuda(bi) : -1;
+  if (c >= 0) return c;
   switch (bi) {
   case BI_F_CONV_TRANSPOSE1D: case BI_F_CONV_TRANSPOSE2D: case BI_F_CONV_TRANSPOSE3D: case BI_C_CONVTRANSPOSE1D:
   case BI_C_CONVTRANSPOSE2D: case BI_C_CONVTRANSPOSE3D: case BI_F_PRELU: case BI_C_PRELU:
@@ -182,7 +221,8 @@ static CTC_NORETURN void refuse_dtype(L *L, Span at, const char *what, int f16) 
 
 int ac_wants(L *L, const PV *self, const Args *A, int bi) {
   if (bi == BI_T_AUTOCAST || bi == BI_T_AUTOCAST_MODE || bi == BI_T_BFLOAT16 || bi == BI_T_HALF) return 0;
-  if (L->T->autocast && ac_class(bi, L->T->autocast) == AC_LOWER) return 1;
+  int cls = L->T->autocast ? ac_class(bi, L->T->autocast, L->T->autocast_cuda) : AC_OTHER;
+  if (cls == AC_LOWER || cls == AC_BANNED) return 1;
   Mix m = mix_of(self, A);
   return m.bf_dim || m.bf_0 || m.half_dtype;
 }
@@ -221,7 +261,11 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
                        "with .float()", name);
   int low = L->T->autocast && !(m.kinds & (1 << (L->T->autocast == LOW_BF16 ? LOW_F16 : LOW_BF16)))
                 ? L->T->autocast : m.kinds & (1 << LOW_F16) ? LOW_F16 : LOW_BF16;
-  int cls = ac_class(bi, L->T->autocast ? L->T->autocast : low);
+  int cls = ac_class(bi, L->T->autocast ? L->T->autocast : low, L->T->autocast && L->T->autocast_cuda);
+  if (L->T->autocast && cls == AC_BANNED)   /* PyTorch's binary_cross_entropy_banned */
+    lower_error(L, at, "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast "
+                       "(PyTorch's CUDA autocast raises): use binary_cross_entropy_with_logits or "
+                       "nn.BCEWithLogitsLoss");
   if (bi == BI_T_TO) {
     int dt = to_dtype(A);
     if (dt == DT_BF16_MARK || dt == DT_F16_MARK) {
@@ -325,6 +369,8 @@ PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f) {
     return result(L, at, r, R_ROUND, NULL, 0, low);
   }
   if (!is_bf16(a) && !is_bf16(b)) return f(L, at, op, a, b);
+  if (op == OP_POW && L->T->autocast && L->T->autocast_cuda)   /* CUDA's fp32 list: f32 operands, f32 result */
+    return as_f32(L, f(L, at, op, as_f32(L, a), as_f32(L, b)));
   Mix m = {0};
   mix_add(&m, a, 0);
   mix_add(&m, b, 0);
@@ -358,23 +404,24 @@ PV *ac_view_result(L *L, PV *x, PV *r) {
 
 /* torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None),
  * torch.amp.autocast (the same), torch.cpu.amp.autocast(enabled=True, dtype=torch.bfloat16,
- * cache_enabled=True), torch.cuda.amp.autocast (refused): a BI_T_AUTOCAST_MODE value
- * whose n is the state it enters (LOW_BF16, LOW_F16 on, 0 off), made anywhere (nanoGPT's module-level
- * `ctx = torch.amp.autocast(...)`) and entered in compiled code (host.c's `with`).
- * fn->self is the namespace it was read from. */
+ * cache_enabled=True), torch.cuda.amp.autocast(enabled=True, dtype=torch.float16,
+ * cache_enabled=True): a BI_T_AUTOCAST_MODE value whose n is the state it enters (LOW_BF16,
+ * LOW_F16, plus 4 for the CUDA lists; 0 off; -1 no change), made anywhere (nanoGPT's
+ * module-level `ctx = torch.amp.autocast(...)`) and entered in compiled code (host.c's
+ * `with`). fn->self is the namespace it was read from. A 'cuda' region applies with
+ * --target cuda (default float16, as PyTorch); on the C target it is PyTorch's on a machine
+ * without CUDA: disabled, with a note, leaving an enclosing 'cpu' region in force. */
 PV *bi_autocast(L *L, PV *fn, Args *A) {
   Span at = A->at;
   if (fn->bi == BI_T_AUTOCAST_MODE) lower_error(L, at, "an autocast context manager is not callable");
   const char *ns = fn->self && fn->self->k == PV_NS ? fn->self->s : "torch";
   PV *a[4];
   const char *device = "cpu";
-  if (!strcmp(ns, "torch.cuda.amp"))
-    lower_error(L, at, "torch.cuda.amp.autocast is not supported by ctc: its C target compiles for the CPU; "
-                       "use torch.autocast('cpu', dtype=torch.bfloat16)");
-  if (!strcmp(ns, "torch.cpu.amp")) {
+  if (!strcmp(ns, "torch.cpu.amp") || !strcmp(ns, "torch.cuda.amp")) {
     PV *b[3];
     bind_args(L, A, "enabled=,dtype=,cache_enabled=", b);
     a[0] = NULL, a[1] = b[1], a[2] = b[0], a[3] = b[2];   /* as torch.autocast's: device, dtype, enabled, cache */
+    if (!strcmp(ns, "torch.cuda.amp")) device = "cuda";
   } else {
     PV *b[4];
     bind_args(L, A, "device_type,dtype=,enabled=,cache_enabled=", b);
@@ -382,20 +429,29 @@ PV *bi_autocast(L *L, PV *fn, Args *A) {
     device = b[0]->s;
     for (int i = 0; i < 4; i++) a[i] = b[i];
   }
-  if (strcmp(device, "cpu"))
-    lower_error(L, at, "torch.autocast(device_type='%s') is not supported by ctc: its C target compiles for the "
-                       "CPU; use torch.autocast('cpu', dtype=torch.bfloat16)", device);
+  int cuda = !strcmp(device, "cuda");
+  if (strcmp(device, "cpu") && !cuda)
+    lower_error(L, at, "torch.autocast(device_type='%s') is not supported by ctc: use 'cpu' (the C target) or "
+                       "'cuda' (--target cuda)", device);
   int enabled = !a[2] || a[2]->k == PV_NONE || arg_bool(L, at, a[2], "enabled");
-  int low = LOW_BF16;   /* the CPU's default */
+  PV *c = pv_builtin(L, BI_T_AUTOCAST_MODE, "autocast", NULL);
+  if (cuda && !L->T->cuda) {   /* before any dtype check, as PyTorch */
+    if (enabled)
+      diag_note(L->d, at, "torch.autocast('cuda') is disabled on the C target, as PyTorch disables it when CUDA is "
+                          "not available (it computes in float32); compile with --target cuda, or use "
+                          "torch.autocast('cpu', dtype=torch.bfloat16)");
+    c->n = -1;
+    return c;
+  }
+  int low = cuda ? LOW_F16 : LOW_BF16;   /* PyTorch's defaults */
   if (a[1] && a[1]->k != PV_NONE) {
     if (a[1]->k != PV_DTYPE) lower_error(L, at, "torch.autocast: dtype must be a torch dtype");
     if (a[1]->dt != DT_BF16_MARK && a[1]->dt != DT_F16_MARK && enabled)
-      lower_error(L, at, "torch.autocast('cpu') takes dtype=torch.bfloat16 or torch.float16 (PyTorch's CPU "
-                         "autocast supports no other)");
-    if (a[1]->dt == DT_F16_MARK) low = LOW_F16;
+      lower_error(L, at, "torch.autocast('%s') takes dtype=torch.bfloat16 or torch.float16 (ctc compiles no "
+                         "other autocast dtype)", device);
+    low = a[1]->dt == DT_F16_MARK ? LOW_F16 : LOW_BF16;
   }
-  PV *c = pv_builtin(L, BI_T_AUTOCAST_MODE, "autocast", NULL);
-  c->n = enabled ? low : 0;
+  c->n = enabled ? low | (cuda ? 4 : 0) : 0;
   return c;
 }
 

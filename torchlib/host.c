@@ -388,13 +388,16 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
   int token = L->T->grad_mode;
   if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST)
     lower_error(L, it->span, "'autocast' needs to be called: 'with torch.autocast('cpu', dtype=torch.bfloat16):'");
-  if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST_MODE) {   /* autocast.c; bit 17, the state it replaces in 18 */
+  if (cm->k == PV_BUILTIN && cm->bi == BI_T_AUTOCAST_MODE) {   /* autocast.c; bit 17, the state it replaces in 18-20 */
     if (it->b) lower_error(L, it->b->span, "'with torch.autocast(...) as ...' binds nothing useful");
-    if (cm->n && !L->T->fn)
+    if (cm->n > 0 && !L->T->fn)
       lower_error(L, it->span, "torch.autocast outside compiled code (forward or a training function) is not "
                                "supported by ctc");
-    token |= 1 << 17 | L->T->autocast << 18;   /* 0, LOW_BF16 or LOW_F16 */
-    L->T->autocast = (int)cm->n;
+    token |= 1 << 17 | L->T->autocast << 18 | L->T->autocast_cuda << 20;   /* 0, LOW_BF16 or LOW_F16; CUDA lists */
+    if (cm->n >= 0) {   /* -1: a 'cuda' region on the C target changes nothing (disabled, as PyTorch without CUDA) */
+      L->T->autocast = (int)cm->n & 3;
+      L->T->autocast_cuda = (int)cm->n >> 2 & 1;
+    }
     return token;
   }
   if (cm->k == PV_BUILTIN && cm->bi == BI_FW_DUAL_LEVEL) {
@@ -422,7 +425,7 @@ static int h_with_enter(L *L, Span at, Node *it, PV *cm) {
 
 static void h_with_exit(L *L, int token) {
   if (token & 1 << 16) L->T->dual_depth--;
-  if (token & 1 << 17) L->T->autocast = token >> 18 & 3;
+  if (token & 1 << 17) L->T->autocast = token >> 18 & 3, L->T->autocast_cuda = token >> 20 & 1;
   grad_mode_set(L, token & 0xffff);
 }
 

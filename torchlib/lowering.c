@@ -532,6 +532,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->pylib = opt->pylib;
   L->T->prog = ir_program_new(a, src);
   L->T->f64 = opt->float_dtype == DT_F64;
+  L->T->cuda = opt->cuda_target;
   L->T->prog->hook = opt->hook;
   L->T->prog->no_remat = opt->no_remat;
   L->T->prog->fuse_attention = opt->fuse_attention && opt->float_dtype != DT_F64;

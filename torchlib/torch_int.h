@@ -165,6 +165,8 @@ struct HostState {
   Func *fn;              /* function being staged, NULL at compile time */
   int grad_mode;         /* NG_*: torch.no_grad() / inference_mode() in force (grad_mode_set) */
   int autocast;          /* inside an enabled torch.autocast region: its LOW_ dtype (autocast.c), else 0 */
+  int autocast_cuda;     /* that region is torch.autocast('cuda'): PyTorch's CUDA op lists (autocast.c) */
+  int cuda;              /* compiling for --target cuda (LowerOptions.cuda_target) */
   PV *step_skip;         /* a bool 0-d tensor while GradScaler.step stages optimizer.step(): where it is
                             true, every state_update keeps the old value (the step is skipped) */
   /* staging a training function (training.c) */

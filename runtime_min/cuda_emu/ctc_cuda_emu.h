@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 /* ---- the language --------------------------------------------------------- */
 
@@ -211,6 +212,32 @@ typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUB
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
 typedef struct ctc_emu_blas { int math; } *cublasHandle_t;
+typedef enum { CUDA_R_32F = 0 } cudaDataType_t;
+typedef enum {
+  CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16F = 74, CUBLAS_COMPUTE_32F_FAST_16BF = 75
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+
+/* cublasGemmEx's down-conversion of an f32 operand: to bfloat16 (lp 1) or IEEE half (lp 2),
+ * round to nearest even (inf past the half range), as tensor cores read it; 0 keeps it. */
+inline double ctc_emu_lp(double v, int lp) {
+  const float x = (float)v;
+  if (!lp || x != x) return x;
+  if (lp == 1) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float y;
+    memcpy(&y, &u, sizeof y);
+    return y;
+  }
+  const double a = fabs(x);
+  if (a >= 65520.0) return x < 0 ? -HUGE_VAL : HUGE_VAL;
+  int e;
+  frexp(a, &e);   /* a = m 2^e, m in [0.5, 1): 11 significant bits, not below 2^-24 */
+  const double q = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+  return copysign(nearbyint(a / q) * q, (double)x);
+}
 
 inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
   *h = (cublasHandle_t)calloc(1, sizeof **h);
@@ -233,7 +260,7 @@ inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
 template <class T>
 inline cublasStatus_t ctc_emu_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                    const T *alpha, const T *A, int lda, long long sa, const T *B, int ldb, long long sb,
-                                   const T *beta, T *C, int ldc, long long sc, int count) {
+                                   const T *beta, T *C, int ldc, long long sc, int count, int lp = 0) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || k < 0 || count < 0 || ldc < (m > 1 ? m : 1) || lda < 1 || ldb < 1 ||
       lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n))
@@ -247,8 +274,9 @@ inline cublasStatus_t ctc_emu_gemm(cublasHandle_t h, cublasOperation_t ta, cubla
       for (int i = 0; i < m; i++) {
         double s = 0;
         for (int p = 0; p < k; p++) {
-          const double x = ta == CUBLAS_OP_N ? a[i + (long long)p * lda] : a[p + (long long)i * lda];
-          const double y = tb == CUBLAS_OP_N ? bb[p + (long long)j * ldb] : bb[j + (long long)p * ldb];
+          double x = ta == CUBLAS_OP_N ? a[i + (long long)p * lda] : a[p + (long long)i * lda];
+          double y = tb == CUBLAS_OP_N ? bb[p + (long long)j * ldb] : bb[j + (long long)p * ldb];
+          if (lp) x = ctc_emu_lp(x, lp), y = ctc_emu_lp(y, lp);
           s += x * y;
         }
         T *cij = c + i + (long long)j * ldc;
@@ -278,6 +306,30 @@ inline cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperatio
                                                 const double *B, int ldb, long long sb, const double *beta, double *C,
                                                 int ldc, long long sc, int count) {
   return ctc_emu_gemm(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
+}
+
+/* cublasGemmEx / cublasGemmStridedBatchedEx as ctc emits them: f32 storage, compute type
+ * 32F (plain), 32F_FAST_16BF or 32F_FAST_16F (operands down-converted, f32-or-better sums). */
+inline int ctc_emu_lp_of(cudaDataType_t at, cudaDataType_t bt, cudaDataType_t ct, cublasComputeType_t c) {
+  if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return -1;
+  return c == CUBLAS_COMPUTE_32F ? 0 : c == CUBLAS_COMPUTE_32F_FAST_16BF ? 1 : c == CUBLAS_COMPUTE_32F_FAST_16F ? 2 : -1;
+}
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                 int n, int k, const void *alpha, const void *A, cudaDataType_t at,
+                                                 int lda, long long sa, const void *B, cudaDataType_t bt, int ldb,
+                                                 long long sb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                                 long long sc, int count, cublasComputeType_t c, cublasGemmAlgo_t) {
+  const int lp = ctc_emu_lp_of(at, bt, ct, c);
+  if (lp < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  return ctc_emu_gemm(h, ta, tb, m, n, k, (const float *)alpha, (const float *)A, lda, sa, (const float *)B, ldb, sb,
+                      (const float *)beta, (float *)C, ldc, sc, count, lp);
+}
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
+                                   cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                   cublasComputeType_t c, cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, c,
+                                    algo);
 }
 
 #endif

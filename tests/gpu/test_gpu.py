@@ -131,3 +131,46 @@ def test_gpu_hvp_matches_c_target(tmp_path):
         outs[tag] = [np.load(p) for p in o]
     for k in range(2):
         compare(f"hvp output {k} on the GPU vs C", outs["gpu"][k], outs["c"][k], 1e-3, 1e-5)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_gpu_autocast_gpt(tmp_path, dt):
+    """torch.autocast('cuda') (tests/test_autocast_cuda.py's 2-block GPT): the GPU program
+    (cublasGemmEx on tensor cores, CUBLAS_COMPUTE_32F_FAST_16BF / _16F) against the same
+    .cu under the emulation header, forward and 3 SGD-momentum steps, and against PyTorch's
+    CUDA autocast on the same GPU (not when emulated: PyTorch on the CPU disables it).
+    Written without a GPU; not yet run on one."""
+    import torch
+    from test_autocast_cuda import GPT_FILE, bf16_ulp, f16_ulp, write
+
+    src = write(tmp_path, GPT_FILE, "cuda", dt, "gpt")
+    gpu, emu = tmp_path / "net_gpu", tmp_path / "net_emu"
+    run([CTC, "build", src, *CUDA, "-o", gpu], timeout=900)
+    run([CTC, "build", src, "--target", "cuda", "--emulate", "-o", emu], timeout=900)
+    rng = np.random.default_rng(4)
+    x, y = rng.integers(0, 32, (4, 8)), rng.integers(0, 32, (4, 8))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    w = tmp_path / "w.safetensors"
+    run([emu, "run", "forward", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy", "--save", w])
+    res = {}
+    for tag, exe in (("gpu", gpu), ("emu", emu)):
+        out, saved = tmp_path / f"{tag}_out.npy", tmp_path / f"{tag}_w.safetensors"
+        run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", out])
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / f"{tag}_loss.npy", "--save", saved, "--repeat", "3"])
+        res[tag] = (np.load(out), st_read(str(saved)))
+    ulp = bf16_ulp if dt == "bf16" else f16_ulp
+    d = np.abs(res["gpu"][0] - res["emu"][0])
+    print(f"{dt} gpt forward: max |gpu - emulated| {d.max():.3g}")
+    assert (d <= 2 * ulp(res["emu"][0])).all()   # f32 sums in another order, rounded to bf16/f16
+    for k in res["emu"][1]:
+        compare(f"{dt} gpt {k} after 3 steps, GPU vs emulated", res["gpu"][1][k], res["emu"][1][k], 1e-2, 1e-3)
+    if EMULATE:
+        return
+    out, params = _torch_steps(src, w, x.astype(np.int64), y.astype(np.int64), 3)
+    d = np.abs(res["gpu"][0] - out)
+    print(f"{dt} gpt forward: max |gpu - PyTorch cuda autocast| {d.max():.3g}")
+    assert (d <= 4 * ulp(out)).all()
+    for k, v in params.items():
+        compare(f"{dt} gpt {k} after 3 steps, GPU vs PyTorch", res["gpu"][1][k], v, 1e-2, 1e-3)
