@@ -4,6 +4,7 @@ and the C API's ctc_set_num_threads (compiler/build.c, runtime_min/rt_driver.c).
 import os
 import re
 import stat
+import subprocess
 
 import numpy as np
 
@@ -198,3 +199,23 @@ def test_a_long_compile_says_what_it_is_doing(tmp_path):
                      notes[0]), notes[0]
     quiet = run([CTC, "build", m, "-o", tmp_path / "net2", "--cc", str(slow)], env=_env(tmp_path))
     assert "ctc build:" not in quiet.stderr   # not a terminal, no $CTC_PROGRESS: nothing
+
+
+def test_loops_over_sqrt_vectorise(tmp_path):
+    """ctc build compiles with -fno-math-errno: nothing reads errno, and with it every sqrtf is a
+    branch to libm for negative inputs, so Adam's update (sqrt of its second moment) and the
+    norms stayed scalar. A user's --cflags=-fmath-errno comes later and wins."""
+    m = _model(tmp_path)
+    cc = _logging_cc(tmp_path)
+    run([CTC, "build", m, "-o", tmp_path / "net", "--cc", cc], env=_env(tmp_path))
+    calls = [c.split() for c in (tmp_path / "cc.log").read_text().splitlines()]
+    compiles = [w for w in calls if "-std=c11" in w]   # not the OpenBLAS probe
+    assert compiles and all("-fno-math-errno" in w for w in compiles), calls
+    src = tmp_path / "loop.c"
+    src.write_text("#include <math.h>\nvoid f(const float *restrict v, float *restrict o, int n) {\n"
+                   "  for (int i = 0; i < n; i++) o[i] = o[i] / (sqrtf(v[i]) + 1e-8f);\n}\n")
+    for errno_flag, vectorised in (("-fno-math-errno", True), ("-fmath-errno", False)):
+        r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", errno_flag, "-fopt-info-vec-optimized", "-c",
+                            str(src), "-o", str(tmp_path / "loop.o")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert ("loop vectorized" in r.stderr) == vectorised, (errno_flag, r.stderr)
