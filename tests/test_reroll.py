@@ -170,7 +170,8 @@ def test_char_gru_is_a_loop(tmp_path):
     # the loops on the kernels and the plan; 3,541 with the per-step slices of one array as one
     # comment (-124) and equal-shaped concatenations as one loop nest (-84); 3,436 with Adam's
     # bias corrections computed once (-137) and sigmoid's exp as a helper (+32); 2,996 with the
-    # GEMM microkernels in the runtime's header (runtime_min/ctc_gemm_simd.h, -442). Under
+    # GEMM microkernels in the runtime's header (runtime_min/ctc_gemm_simd.h, -442; 3,001 with
+    # the row kernels' per-row loads and the bit-level tanh). Under
     # 2,000 (issue 28) is not reached: the Adam update of 11 parameters (~400 lines) and the
     # backward's first and last step of each layer (~100-125 lines each, and their pointers:
     # the first has no incoming recurrent gradient and starts the weight gradients' sums, the
