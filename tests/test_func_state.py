@@ -12,6 +12,7 @@
   against a loop over the models; its C does not grow with the number of models;
 - what stays refused is refused at the call's line, naming what is wrong."""
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -315,7 +316,9 @@ def test_ensemble_code_does_not_grow_with_models(tmp_path):
         path.write_text(ENSEMBLE.format(n=n))
         out = tmp_path / f"ens{n}.c"
         run([CTC, "compile", path, "-o", out, "--entry", "same_minibatch", "--entry", "own_minibatches"])
-        lines[n] = len(out.read_text().splitlines())
+        # the code, without the constants' data (a stacked constant has a row per model)
+        code = re.sub(r"static const \w+ ctc_data_\d+\[\d+\] = \{.*?\};", "", out.read_text(), flags=re.S)
+        lines[n] = len(code.splitlines())
     assert lines[100] <= lines[5] * 1.05, lines
 
 
