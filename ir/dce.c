@@ -18,7 +18,7 @@ void ir_pass_dce(Program *p, Func *f) {
   for (int i = 0; i < f->updates.len; i++) used[f->updates.data[i]] = 1;
   for (int i = f->insts.len - 1; i >= 0; i--) {
     Inst *in = &f->insts.data[i];
-    if (in->dead || !used[in->res]) {
+    if (in->dead || !(used[in->res] || in->keep)) {
       in->dead = 1;
       continue;
     }
