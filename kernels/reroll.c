@@ -446,7 +446,8 @@ static int pad_front(Program *p, Func *f, const KnSchedule *s, const KnRun *run)
     }
   }
   if (ok) {
-    int n0 = f->insts.len, nnew = 0;
+    int n0 = f->insts.len, nnew = 0, Z = P0;   /* the zeros go before the views just before the step */
+    while (Z > 0 && s->kernels.data[s->kernel_of[Z - 1]].kind == KN_VIEW) Z--;
     int *before = malloc(sizeof(int) * (size_t)(3 * nskip));
     CHECK(before);
     for (int q = j + 1; q < B1; q++) {
@@ -455,9 +456,9 @@ static int pad_front(Program *p, Func *f, const KnSchedule *s, const KnRun *run)
       int k = carried_add(f, &b, B0);
       Type t = f->values.data[b.res].type;
       ValId zero = emit_like(p, f, &b, IR_CONST, NULL, 0, (Type){.dtype = t.dtype}, NULL, 0, 0, "c");
-      before[nnew++] = P0;
-      ValId z = emit_like(p, f, &b, IR_BROADCAST, &zero, 1, t, NULL, 0, 0, "zeros");
-      before[nnew++] = P0;
+      before[nnew++] = Z;
+      ValId z = emit_like(p, f, &b, IR_BROADCAST, &zero, 1, t, NULL, 0, 0, f->values.data[b.args[k]].name);
+      before[nnew++] = Z;
       ValId args[2];
       args[k] = z;
       args[1 - k] = f->insts.data[bm[def_ix(f, b.args[1 - k]) - B0]].res;
@@ -496,19 +497,32 @@ static int pad_back(Program *p, Func *f, const KnSchedule *s, const KnRun *run) 
   int L0 = s->kernels.data[last].first, L1 = s->kernels.data[last + run->len - 1].last + 1, m = L1 - L0, ni = f->insts.len;
   if (L0 - m < 0) return 0;
   int *bm = malloc(sizeof(int) * (size_t)m), *ins = malloc(sizeof(int) * (size_t)m);
-  unsigned char *dead = malloc((size_t)m);   /* read only after the step, or by such values */
+  /* dead[q]: step count-2's value at q - m is read only by the step after it (a carried value,
+   * which the boundary's step after does not exist to read) or by such values of its own step */
+  unsigned char *dead = calloc((size_t)m, 1), *bad = calloc((size_t)m, 1), *next = calloc((size_t)m, 1),
+                *own = calloc((size_t)m, 1), *notc = calloc((size_t)m, 1);
   ValId *cl = malloc(sizeof(ValId) * (size_t)m);
-  CHECK(bm && ins && dead && cl);
-  for (int q = 0; q < m; q++) bm[q] = PAD_UNSEEN, dead[q] = 1;
-  for (int o = 0; o < f->outputs.len; o++)
-    if (def_ix(f, f->outputs.data[o]) >= L0 && def_ix(f, f->outputs.data[o]) < L1) dead[def_ix(f, f->outputs.data[o]) - L0] = 0;
-  for (int o = 0; o < f->updates.len; o++)
-    if (def_ix(f, f->updates.data[o]) >= L0 && def_ix(f, f->updates.data[o]) < L1) dead[def_ix(f, f->updates.data[o]) - L0] = 0;
-  for (int u = L1 - 1; u >= L0; u--)
-    for (int k = 0; k < f->insts.data[u].nargs && !dead[u - L0]; k++) {
-      int d = def_ix(f, f->insts.data[u].args[k]);
-      if (d >= L0) dead[d - L0] = 0;
+  CHECK(bm && ins && dead && bad && next && own && notc && cl);
+  for (int q = 0; q < m; q++) bm[q] = PAD_UNSEEN;
+  for (int o = 0; o < f->outputs.len + f->updates.len; o++) {
+    int d = def_ix(f, o < f->outputs.len ? f->outputs.data[o] : f->updates.data[o - f->outputs.len]) - (L0 - m);
+    if (d >= 0 && d < m) bad[d] = 1;
+  }
+  for (int u = L0; u < ni; u++)
+    for (int k = 0; k < f->insts.data[u].nargs; k++) {
+      int d = def_ix(f, f->insts.data[u].args[k]) - (L0 - m);
+      if (d >= 0 && d < m) (u < L1 ? next : bad)[d] = 1;
     }
+  for (int u = m - 1; u >= 0; u--) {
+    const Inst *in = &f->insts.data[L0 - m + u];
+    dead[u] = !bad[u] && !notc[u] && (next[u] || own[u]);
+    for (int k = 0; k < in->nargs; k++) {
+      int d = def_ix(f, in->args[k]) - (L0 - m);
+      if (d < 0 || d >= u) continue;
+      own[d] = 1;
+      notc[d] |= !dead[u];
+    }
+  }
   int j = L0, i = L1, nskip = 0;
   while (j < L1) {
     if (i < ni && same_inst(f, &f->insts.data[j], &f->insts.data[i])) {
@@ -520,7 +534,7 @@ static int pad_back(Program *p, Func *f, const KnSchedule *s, const KnRun *run) 
     } else
       break;
   }
-  int E = i, ok = j == L1 && nskip > 0;
+  int E = i, ok = j == L1 && nskip > 0 && 4 * nskip <= m;
   for (int q = L0; q < L1 && ok; q++) {
     const Inst *b = &f->insts.data[q];
     const Inst *a = bm[q - L0] >= 0 ? &f->insts.data[bm[q - L0]] : NULL;
@@ -567,6 +581,10 @@ static int pad_back(Program *p, Func *f, const KnSchedule *s, const KnRun *run) 
   free(bm);
   free(ins);
   free(dead);
+  free(bad);
+  free(next);
+  free(own);
+  free(notc);
   free(cl);
   return ok;
 }
