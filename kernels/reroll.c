@@ -22,8 +22,8 @@
  * t0's attributes and literals (a folded slice's start is its view's address instead). A
  * renderer that writes loops (codegen_c/emit_c.c) then writes step t0's kernels once inside
  * `for (t ...)`, each moved value named `(name + t * d)` (KnLoops.move); a run it keeps
- * unrolled (a step whose code differs: the backward's first and last) costs nothing but
- * its layout.
+ * unrolled costs nothing but its layout. For such renderers kn_reroll_pad first pads the
+ * steps just outside a run (a backward's first and last, whose code differs) to its step.
  *
  * Deterministic: signatures hash the IR only (no addresses), the scan is in order. */
 #include <stdlib.h>
