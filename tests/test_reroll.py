@@ -200,6 +200,59 @@ def test_cells_and_layers(tmp_path):
     assert len(bwd) == 3 and all(n >= 19 for _, n in bwd), bwd
 
 
+# one block with shared weights applied in a Python loop (not a recurrence over time): its
+# backward also adds a carried gradient and sums the weights' gradients over the steps
+SHARED_BLOCK = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(10, 24)
+        self.block = nn.Linear(24, 24)
+        self.out = nn.Linear(24, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for _ in range(12):
+            h = h + torch.tanh(self.block(h))
+        return self.out(h)
+
+
+model = Deep()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(8, 10),), "train_step": (torch.zeros(8, 10), torch.zeros(8, dtype=torch.long))}
+"""
+
+
+def test_shared_block_backward_loop(tmp_path):
+    """The backward's first step (no carried gradient yet, the sums' first terms) is padded
+    with zeros into the loop, and the values stay PyTorch's."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 10)).astype(np.float32)
+    batches = [(rng.standard_normal((8, 10)).astype(np.float32), rng.integers(0, 3, (8,)).astype(np.int64))
+               for _ in range(2)]
+    c_text, _ = _check(tmp_path, SHARED_BLOCK, "shared", x, batches)
+    body = c_text[c_text.index("deep_train_step("):]
+    bwd = [int(n) for n, _ in re.findall(r"/\* for t in range\((\d+)\): shared\.py:16, a step of (\d+) kernels", body)]
+    # the last step writes the final sums, which the optimizer's update reads in the same kernel
+    assert bwd and max(bwd) >= 11, bwd
+    assert re.search(r"broadcast\(0\.0f\) -> \w+ f32\[24,24\] \*/", body), "the weight gradient's sum starts at zero"
+
+
 def test_activations_stay_small(tmp_path):
     """Reading slices in place (a folded view keeps its root alive) and one block per family
     must not grow the training step's activations: no more than the unrolled program's
