@@ -887,8 +887,12 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
     /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
-    for (int i = 0; i < p->funcs.len; i++)
+    /* the C target writes time loops (codegen_c, kn_reroll_loops): their first and last steps padded */
+    int pad = !(o.target && strcmp(o.target, "c")) && !o.profile && !o.anomaly && !o.no_fuse && !progs[j]->distributed;
+    for (int i = 0; i < p->funcs.len; i++) {
       scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse && !o.anomaly);
+      if (pad) scheds[j][i] = kn_reroll_pad(progs[j], progs[j]->funcs.data[i], scheds[j][i], 1);
+    }
   }
   KnSchedule **sched = scheds[0];
   PlanHints *hints = arena_alloc(a, sizeof *hints * (size_t)(p->funcs.len + 1));

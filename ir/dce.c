@@ -1,6 +1,7 @@
 /* dce.c - dead code elimination.
  *
- * The function's outputs and parameter update values are the roots. Walking
+ * The function's outputs, parameter update values and kept instructions (Inst.keep) are
+ * the roots. Walking
  * the instructions backwards, an instruction is live when its result is used by
  * a live instruction or is a root; the operands of a live instruction become
  * used. Everything else is marked dead and removed by ir_compact. Straight-line
@@ -18,7 +19,7 @@ void ir_pass_dce(Program *p, Func *f) {
   for (int i = 0; i < f->updates.len; i++) used[f->updates.data[i]] = 1;
   for (int i = f->insts.len - 1; i >= 0; i--) {
     Inst *in = &f->insts.data[i];
-    if (in->dead || !used[in->res]) {
+    if (in->dead || !(used[in->res] || in->keep)) {
       in->dead = 1;
       continue;
     }

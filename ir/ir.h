@@ -128,6 +128,8 @@ typedef struct Inst {
   int nograd;         /* NG_*: staged under torch.no_grad() / inference_mode() */
   int phase;          /* PH_*: forward, backward (an AD sweep) or optimizer code (profiles) */
   int dead;           /* set by passes that delete; removed by ir_compact */
+  int keep;           /* stored and kept though nothing reads it: a recurrence's last step computing
+                         the loop body's dead carried value (kernels/reroll.c, kn_reroll_pad) */
   int retired;        /* vmap's unbatched original (dead too): a later read is a value that escaped vmap */
 } Inst;
 

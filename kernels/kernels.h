@@ -96,6 +96,13 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);
  * write the run as a loop over one step's code. Called by kn_schedule. */
 #define KN_REROLL_MIN 4
 void kn_reroll(const Program *p, const Func *f, KnSchedule *s);
+/* reroll.c: for renderers that write loops (the C target), the step just before a run and
+ * the one just after it padded to the run's step where they are its code with a carried value
+ * zero (a backward's first step: `add(zeros, x)` where the body adds the carried sum) or with
+ * results nothing reads (its last: the dead gradient of the initial state, computed and kept,
+ * Inst.keep), so that they join the run. Rewrites f (every value stays the same) and returns
+ * its schedule; a pad that leaves no fewer kernels outside runs is undone. */
+KnSchedule *kn_reroll_pad(Program *p, Func *f, KnSchedule *s, int fuse);
 /* A time loop: kernels [first, first + len) are one step, run `count` times; iteration t
  * runs what step `step0 + t` of the run (of `steps`) computes, on the values of step
  * step0 moved by t * KnLoops.move (elements). */

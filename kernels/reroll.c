@@ -22,10 +22,11 @@
  * t0's attributes and literals (a folded slice's start is its view's address instead). A
  * renderer that writes loops (codegen_c/emit_c.c) then writes step t0's kernels once inside
  * `for (t ...)`, each moved value named `(name + t * d)` (KnLoops.move); a run it keeps
- * unrolled (a step whose code differs: the backward's first and last) costs nothing but
- * its layout.
+ * unrolled costs nothing but its layout. For such renderers kn_reroll_pad first pads the
+ * steps just outside a run (a backward's first and last, whose code differs) to its step.
  *
  * Deterministic: signatures hash the IR only (no addresses), the scan is in order. */
+#include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
 
@@ -279,4 +280,342 @@ KnLoops *kn_reroll_loops(Arena *A, const Func *f, const KnSchedule *s, const Fun
     }
   }
   return L;
+}
+
+/* ---- padding a run's boundary steps: kn_reroll_pad ------------------------------------------
+ *
+ * A recurrence's backward sweep leaves its steps at the ends different from the others: the
+ * first has no incoming recurrent gradient and starts the weight gradients' sums (the step's
+ * `add(carried, x)` are missing: x alone is the sum so far), and the last drops the gradient
+ * of the initial state, which nothing reads (the instructions computing it are gone). Both
+ * are the loop body's code with a carried value zero or a result unread, so they are padded
+ * back to it: the missing adds become `add(zeros, x)` (zeros: a broadcast 0 written before the
+ * step, which the run's family then takes as its step -1), the missing dead instructions are
+ * computed again and kept (Inst.keep). Each pad keeps every value (x + 0 = x; -0 + 0 = +0 aside)
+ * and only adds a few small ops; it is kept when the new schedule leaves fewer kernels with
+ * code outside runs, else undone. The alignment is structural (same_inst, operands at the
+ * same places of the two steps), on the instructions, never on generated text. */
+
+enum { PAD_UNSEEN = -1, PAD_SKIP = -2 };
+
+static int def_ix(const Func *f, ValId v) { return f->values.data[v].kind == V_INST ? f->values.data[v].def : -1; }
+
+static int is_const_inst(const Func *f, int d) { return d >= 0 && f->insts.data[d].op == IR_CONST; }
+
+/* Whether instructions a and b do the same: op, result type, attributes (a slice's starts
+ * aside: they move with the step) and literal. */
+static int same_inst(const Func *f, const Inst *a, const Inst *b) {
+  if (a->op != b->op || a->nargs != b->nargs) return 0;
+  if (!ir_type_eq(&f->values.data[a->res].type, &f->values.data[b->res].type)) return 0;
+  int na = ir_nattrs(f, a);
+  for (int k = 0; k < na && k < IR_MAX_ATTRS; k++)
+    if (!((a->op == IR_SLICE || a->op == IR_UNSLICE) && k % 2 == 0) && a->attr[k] != b->attr[k]) return 0;
+  return a->op != IR_CONST || !memcmp(&a->fattr, &b->fattr, sizeof a->fattr);
+}
+
+/* Whether the boundary step may read pv where the body step reads bv, a value from outside
+ * the body step (and not of the step before it): the same parameter or literal, or a value
+ * of the same kind and type defined outside the instructions [lo, hi). */
+static int same_outside(const Func *f, ValId bv, ValId pv, int lo, int hi) {
+  const Value *a = &f->values.data[bv], *b = &f->values.data[pv];
+  if (a->kind == V_PARAM || b->kind == V_PARAM) return bv == pv;
+  int da = def_ix(f, bv), db = def_ix(f, pv);
+  if (is_const_inst(f, da) || is_const_inst(f, db))
+    return is_const_inst(f, da) && is_const_inst(f, db) && same_inst(f, &f->insts.data[da], &f->insts.data[db]);
+  return a->kind == b->kind && ir_type_eq(&a->type, &b->type) && (db < lo || db >= hi);
+}
+
+/* The IR of f before a pad, to undo it: the instructions (their operand arrays are never
+ * written in place, set_arg copies them) and the number of values. */
+typedef struct Snap {
+  Inst *insts;
+  int ni, nv;
+} Snap;
+
+static void snap_save(const Func *f, Snap *sn) {
+  sn->ni = f->insts.len;
+  sn->nv = f->values.len;
+  sn->insts = malloc(sizeof(Inst) * (size_t)(sn->ni ? sn->ni : 1));
+  CHECK(sn->insts);
+  memcpy(sn->insts, f->insts.data, sizeof(Inst) * (size_t)sn->ni);
+}
+
+static void snap_restore(Func *f, const Snap *sn) {
+  memcpy(f->insts.data, sn->insts, sizeof(Inst) * (size_t)sn->ni);
+  f->insts.len = sn->ni;
+  f->values.len = sn->nv;
+  for (int i = 0; i < sn->ni; i++) f->values.data[f->insts.data[i].res].def = i;
+}
+
+static void set_arg(Program *p, Inst *in, int k, ValId v) {
+  ValId *a = arena_alloc(p->arena, sizeof(ValId) * (size_t)in->nargs);
+  memcpy(a, in->args, sizeof(ValId) * (size_t)in->nargs);
+  a[k] = v;
+  in->args = a;
+}
+
+/* Moves the instructions appended from n0 on, the k-th to just before instruction before[k]
+ * of the first n0 (n0: the end), keeping their order. */
+static void place(Func *f, int n0, const int *before) {
+  int n = f->insts.len, w = 0;
+  Inst *old = malloc(sizeof(Inst) * (size_t)n);
+  CHECK(old);
+  memcpy(old, f->insts.data, sizeof(Inst) * (size_t)n);
+  for (int q = 0; q <= n0; q++) {
+    for (int k = 0; k < n - n0; k++)
+      if (before[k] == q) f->insts.data[w++] = old[n0 + k];
+    if (q < n0) f->insts.data[w++] = old[q];
+  }
+  for (int i = 0; i < n; i++) f->values.data[f->insts.data[i].res].def = i;
+  free(old);
+}
+
+/* A new instruction like body instruction b (its location, phase and grad mode). */
+static ValId emit_like(Program *p, Func *f, const Inst *b, Op op, const ValId *args, int nargs, Type t,
+                       const int64_t *attr, int nattr, double fattr, const char *name) {
+  ValId r = ir_emit(p, f, op, args, nargs, t, attr, nattr, fattr, b->loc, name);
+  Inst *in = &f->insts.data[f->insts.len - 1];
+  in->phase = b->phase;
+  in->nograd = b->nograd;
+  return r;
+}
+
+/* Body instruction b (of a step starting at instruction B0) as a missing add of a first
+ * step: `add(carried, x)` of one type, carried from before the step, x of the step. Which
+ * operand is carried, or -1. */
+static int carried_add(const Func *f, const Inst *b, int B0) {
+  if (b->op != IR_ADD || b->nargs != 2 || !ir_dtype_is_float(f->values.data[b->res].type.dtype)) return -1;
+  const Type *t = &f->values.data[b->res].type;
+  if (t->ndim == 0) return -1;   /* (no zeros in memory to read) */
+  for (int k = 0; k < 2; k++)
+    if (!ir_type_eq(&f->values.data[b->args[k]].type, t)) return -1;
+  int d0 = def_ix(f, b->args[0]), d1 = def_ix(f, b->args[1]);
+  if (is_const_inst(f, d0) || is_const_inst(f, d1)) return -1;
+  if (d0 >= 0 && d0 < B0 && d1 >= B0) return 0;
+  if (d1 >= 0 && d1 < B0 && d0 >= B0) return 1;
+  return -1;
+}
+
+/* The step before run's first: aligned backwards with the run's step 0, which may have adds
+ * the boundary lacks (carried_add); those are padded with zeros. 1 if f changed. */
+static int pad_front(Program *p, Func *f, const KnSchedule *s, const KnRun *run) {
+  int B0 = s->kernels.data[run->first].first, B1 = s->kernels.data[run->first + run->len - 1].last + 1, m = B1 - B0;
+  int *bm = malloc(sizeof(int) * (size_t)m), *ins = malloc(sizeof(int) * (size_t)m);
+  ValId *sp = malloc(sizeof(ValId) * (size_t)m);
+  CHECK(bm && ins && sp);
+  for (int q = 0; q < m; q++) bm[q] = PAD_UNSEEN;
+  int j = B1 - 1, i = B0 - 1, nskip = 0;
+  while (j >= B0 && i >= 0) {
+    const Inst *b = &f->insts.data[j];
+    if (same_inst(f, b, &f->insts.data[i])) {
+      bm[j-- - B0] = i--;
+    } else if (carried_add(f, b, B0) >= 0) {
+      bm[j - B0] = PAD_SKIP;
+      ins[j-- - B0] = i + 1;
+      nskip++;
+    } else
+      break;
+  }
+  int P0 = i + 1, ok = nskip > 0;
+  for (int q = B0; q <= j && ok; q++)   /* what stays unaligned: views of the step before's values */
+    ok = s->kernels.data[s->kernel_of[q]].kind == KN_VIEW;
+  for (int q = j + 1; q < B1 && ok; q++) {
+    const Inst *b = &f->insts.data[q];
+    if (bm[q - B0] == PAD_SKIP) {   /* carried from the boundary step, x aligned */
+      int k = carried_add(f, b, B0), dx = def_ix(f, b->args[1 - k]);
+      ok = def_ix(f, b->args[k]) >= P0 && dx < B1 && bm[dx - B0] >= 0;
+      continue;
+    }
+    const Inst *a = &f->insts.data[bm[q - B0]];
+    for (int k = 0; k < b->nargs && ok; k++) {
+      ValId bv = b->args[k], pv = a->args[k];
+      int d = def_ix(f, bv);
+      if (d >= B0 && d < B1) {   /* the step's own: its counterpart (a padded add's: its x's) */
+        int t = bm[d - B0];
+        if (t == PAD_SKIP) {
+          const Inst *s0 = &f->insts.data[d];
+          int dx = def_ix(f, s0->args[1 - carried_add(f, s0, B0)]);
+          t = bm[dx - B0];
+        }
+        ok = t >= 0 && pv == f->insts.data[t].res;
+      } else if (d >= P0 && d < B0) {   /* the step before's: an initial value read from memory */
+        int dp = def_ix(f, pv);
+        ok = dp >= 0 && dp < P0 && !is_const_inst(f, dp) && ir_type_eq(ir_type(f, bv), ir_type(f, pv));
+      } else
+        ok = same_outside(f, bv, pv, P0, B0);
+    }
+  }
+  if (ok) {
+    int n0 = f->insts.len, nnew = 0, Z = P0;   /* the zeros go before the views just before the step */
+    while (Z > 0 && s->kernels.data[s->kernel_of[Z - 1]].kind == KN_VIEW) Z--;
+    int *before = malloc(sizeof(int) * (size_t)(3 * nskip));
+    CHECK(before);
+    for (int q = j + 1; q < B1; q++) {
+      if (bm[q - B0] != PAD_SKIP) continue;
+      const Inst b = f->insts.data[q];   /* (a copy: emitting grows insts) */
+      int k = carried_add(f, &b, B0);
+      Type t = f->values.data[b.res].type;
+      ValId zero = emit_like(p, f, &b, IR_CONST, NULL, 0, (Type){.dtype = t.dtype}, NULL, 0, 0, "c");
+      before[nnew++] = Z;
+      ValId z = emit_like(p, f, &b, IR_BROADCAST, &zero, 1, t, NULL, 0, 0, f->values.data[b.args[k]].name);
+      before[nnew++] = Z;
+      ValId args[2];
+      args[k] = z;
+      args[1 - k] = f->insts.data[bm[def_ix(f, b.args[1 - k]) - B0]].res;
+      sp[q - B0] = emit_like(p, f, &b, IR_ADD, args, 2, t, NULL, 0, 0, f->values.data[b.res].name);
+      before[nnew++] = ins[q - B0];
+    }
+    for (int q = j + 1; q < B1; q++) {
+      const Inst *b = &f->insts.data[q];
+      if (bm[q - B0] == PAD_SKIP) {   /* step 0 reads the boundary's sum where it read x' */
+        int k = carried_add(f, b, B0);
+        for (int r = j + 1; r < B1; r++)
+          if (bm[r - B0] == PAD_SKIP &&
+              f->insts.data[def_ix(f, sp[r - B0])].args[1 - carried_add(f, &f->insts.data[r], B0)] == b->args[k])
+            set_arg(p, &f->insts.data[q], k, sp[r - B0]);
+        continue;
+      }
+      for (int k = 0; k < b->nargs; k++) {
+        int d = def_ix(f, b->args[k]);
+        if (d >= B0 && d < B1 && bm[d - B0] == PAD_SKIP) set_arg(p, &f->insts.data[bm[q - B0]], k, sp[d - B0]);
+      }
+    }
+    place(f, n0, before);
+    free(before);
+  }
+  free(bm);
+  free(ins);
+  free(sp);
+  return ok;
+}
+
+/* The step after run's last: aligned forwards with it, which may compute values the boundary
+ * lacks, read only by the step after (a dead carried gradient) or by other such values; those
+ * are computed again in the boundary and kept. 1 if f changed. */
+static int pad_back(Program *p, Func *f, const KnSchedule *s, const KnRun *run) {
+  int last = run->first + (run->count - 1) * run->len;
+  int L0 = s->kernels.data[last].first, L1 = s->kernels.data[last + run->len - 1].last + 1, m = L1 - L0, ni = f->insts.len;
+  if (L0 - m < 0) return 0;
+  int *bm = malloc(sizeof(int) * (size_t)m), *ins = malloc(sizeof(int) * (size_t)m);
+  /* dead[q]: step count-2's value at q - m is read only by the step after it (a carried value,
+   * which the boundary's step after does not exist to read) or by such values of its own step */
+  unsigned char *dead = calloc((size_t)m, 1), *bad = calloc((size_t)m, 1), *next = calloc((size_t)m, 1),
+                *own = calloc((size_t)m, 1), *notc = calloc((size_t)m, 1);
+  ValId *cl = malloc(sizeof(ValId) * (size_t)m);
+  CHECK(bm && ins && dead && bad && next && own && notc && cl);
+  for (int q = 0; q < m; q++) bm[q] = PAD_UNSEEN;
+  for (int o = 0; o < f->outputs.len + f->updates.len; o++) {
+    int d = def_ix(f, o < f->outputs.len ? f->outputs.data[o] : f->updates.data[o - f->outputs.len]) - (L0 - m);
+    if (d >= 0 && d < m) bad[d] = 1;
+  }
+  for (int u = L0; u < ni; u++)
+    for (int k = 0; k < f->insts.data[u].nargs; k++) {
+      int d = def_ix(f, f->insts.data[u].args[k]) - (L0 - m);
+      if (d >= 0 && d < m) (u < L1 ? next : bad)[d] = 1;
+    }
+  for (int u = m - 1; u >= 0; u--) {
+    const Inst *in = &f->insts.data[L0 - m + u];
+    dead[u] = !bad[u] && !notc[u] && (next[u] || own[u]);
+    for (int k = 0; k < in->nargs; k++) {
+      int d = def_ix(f, in->args[k]) - (L0 - m);
+      if (d < 0 || d >= u) continue;
+      own[d] = 1;
+      notc[d] |= !dead[u];
+    }
+  }
+  int j = L0, i = L1, nskip = 0;
+  while (j < L1) {
+    if (i < ni && same_inst(f, &f->insts.data[j], &f->insts.data[i])) {
+      bm[j++ - L0] = i++;
+    } else if (dead[j - L0]) {
+      bm[j - L0] = PAD_SKIP;
+      ins[j++ - L0] = i;
+      nskip += f->insts.data[j - 1].op != IR_CONST;
+    } else
+      break;
+  }
+  int E = i, ok = j == L1 && nskip > 0 && 4 * nskip <= m;
+  for (int q = L0; q < L1 && ok; q++) {
+    const Inst *b = &f->insts.data[q];
+    const Inst *a = bm[q - L0] >= 0 ? &f->insts.data[bm[q - L0]] : NULL;
+    for (int k = 0; k < b->nargs && ok; k++) {
+      ValId bv = b->args[k];
+      int d = def_ix(f, bv);
+      if (d >= L0 && d < L1)   /* the step's own: a recomputed value reads a recomputed one or its counterpart */
+        ok = a ? bm[d - L0] >= 0 && a->args[k] == f->insts.data[bm[d - L0]].res : 1;
+      else if (d >= L0 - m && d < L0)   /* the step before's: the boundary reads the last step's */
+        ok = !a || a->args[k] == f->insts.data[d + m].res;
+      else if (a)
+        ok = same_outside(f, bv, a->args[k], L0 - m, E);
+      else   /* a recomputed value reads the step's values, parameters and literals only */
+        ok = f->values.data[bv].kind == V_PARAM || is_const_inst(f, d);
+    }
+  }
+  if (ok) {
+    int n0 = f->insts.len, nnew = 0;
+    int *before = malloc(sizeof(int) * (size_t)(nskip + m));
+    CHECK(before);
+    for (int q = L0; q < L1; q++) {
+      if (bm[q - L0] != PAD_SKIP) continue;
+      const Inst b = f->insts.data[q];   /* (a copy: emitting grows insts) */
+      ValId args[8], *a = b.nargs <= 8 ? args : malloc(sizeof(ValId) * (size_t)b.nargs);
+      CHECK(a);
+      for (int k = 0; k < b.nargs; k++) {
+        int d = def_ix(f, b.args[k]);
+        a[k] = d >= L0 && d < L1   ? (bm[d - L0] >= 0 ? f->insts.data[bm[d - L0]].res : cl[d - L0])
+               : d >= L0 - m && d < L0 ? f->insts.data[d + m].res
+                                        : b.args[k];
+      }
+      cl[q - L0] = emit_like(p, f, &b, b.op, a, b.nargs, f->values.data[b.res].type, b.attr, ir_nattrs(f, &b), b.fattr,
+                             f->values.data[b.res].name);
+      if (a != args) free(a);
+      int used = 0;   /* read after the step: nothing reads it here, keep it */
+      for (int u = L1; u < n0 && !used; u++)
+        for (int k = 0; k < f->insts.data[u].nargs && !used; k++) used = f->insts.data[u].args[k] == b.res;
+      f->insts.data[f->insts.len - 1].keep = used;
+      before[nnew++] = ins[q - L0];
+    }
+    place(f, n0, before);
+    free(before);
+  }
+  free(bm);
+  free(ins);
+  free(dead);
+  free(bad);
+  free(next);
+  free(own);
+  free(notc);
+  free(cl);
+  return ok;
+}
+
+/* Kernels with code outside every run. */
+static int unrolled(const KnSchedule *s) {
+  int n = s->ncode;
+  for (int r = 0; r < s->runs.len; r++) {
+    const KnRun *run = &s->runs.data[r];
+    for (int k = run->first; k < run->first + run->len * run->count; k++) n -= s->kernels.data[k].kind != KN_VIEW;
+  }
+  return n;
+}
+
+KnSchedule *kn_reroll_pad(Program *p, Func *f, KnSchedule *s, int fuse) {
+  if (!fuse || f->batch_max) return s;
+  for (int round = 0; round < 4 * s->runs.len + 4; round++) {
+    int better = 0;
+    for (int r = 0; r < s->runs.len && !better; r++)
+      for (int side = 0; side < 2 && !better; side++) {
+        Snap sn;
+        snap_save(f, &sn);
+        if (side ? pad_back(p, f, s, &s->runs.data[r]) : pad_front(p, f, s, &s->runs.data[r])) {
+          if (ir_verify(p, f, stderr) < 0) BUG("invalid IR after padding a run of %s", f->name);
+          KnSchedule *t = kn_schedule(p, f, fuse);
+          if (unrolled(t) < unrolled(s)) s = t, better = 1;
+          else snap_restore(f, &sn);
+        }
+        free(sn.insts);
+      }
+    if (!better) break;
+  }
+  return s;
 }

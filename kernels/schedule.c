@@ -429,6 +429,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   }
   for (int i = 0; i < f->outputs.len; i++) used_out[f->outputs.data[i]] = 1;
   for (int i = 0; i < f->updates.len; i++) used_out[f->updates.data[i]] = 1;
+  for (int i = 0; i < ni; i++) used_out[f->insts.data[i].res] |= f->insts.data[i].keep != 0;
   /* Row kernels: the loop over the row each instruction runs in (phase).
    * A reduction runs in its operand's loop and its value exists from the next
    * loop on; a row element runs in the first loop where all its operands
