@@ -143,6 +143,8 @@ typedef struct CgFunc {
                               the kernel IR's parallel loops report each thread's share to it */
   const char **over;       /* inside a time loop (kernels/reroll.c's KnLoops): per value, the name
                               cg_ref gives, `(h + t * 2048)` for one the step moves; else NULL */
+  const char *trip;        /* foreach_c.c: a KN_ELEM kernel's one loop runs this many elements (a table
+                              row's count, "update_tab[p].n"), else NULL */
 } CgFunc;
 
 /* Writes instruction i's comment and code into c->out (not for K_ELEM
@@ -151,6 +153,8 @@ void cg_emit_inst(CgFunc *c, int i);
 /* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
  * instruction's own code otherwise. */
 void cg_emit_kernel(CgFunc *c, int k);
+/* foreach_c.c: run fe (kernels/foreach.c) as one loop over a table of its kernels' arrays. */
+void cg_emit_foreach(CgFunc *c, const KnForeach *fe);
 /* Kernels k.. (before kernel `end`) that are each one view slicing the same operand at starts
  * that move by a constant along one axis (a time loop's per-step pieces of one array, read in
  * place), at least KN_REROLL_MIN of them: written as one comment; their count, else 0 and

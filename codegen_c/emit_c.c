@@ -479,9 +479,19 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   const char **over = looped ? calloc((size_t)nv + 1, sizeof *over) : NULL;
   const char *tv = looped ? cg_name(&ns, "t") : NULL;
   CHECK(!looped || over);
+  /* an optimizer's same update of each parameter as one loop over a table (kernels/foreach.c) */
+  KnForeachs *fe = !g->opt.profile && !g->opt.anomaly && !dist.nb && !g->opt.embed ? kn_foreach(p->arena, f, c.s, fp) : NULL;
+  int fj = 0;
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
     int code = kernel_has_code(f, kn), timed = pt && code;
+    for (; fe && fj < fe->runs.len && fe->runs.data[fj].first < k; fj++) {}
+    if (fe && fj < fe->runs.len && k == fe->runs.data[fj].first && !c.over &&
+        !(looped && li < loops->loops.len && loops->loops.data[li].first < k + fe->runs.data[fj].count)) {
+      cg_emit_foreach(&c, &fe->runs.data[fj]);
+      k += fe->runs.data[fj].count - 1;
+      continue;
+    }
     if (looped && li < loops->loops.len && k == loops->loops.data[li].first)
       loop_begin(&c, f, loops, li, tv, over);
     if (!c.over && !dist.nb) {   /* a run of per-step slices of one array: one comment */

@@ -367,10 +367,19 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   int par = (s->marks & KIR_PARALLEL) && n > 0 && d[0] > 1 && total >= r->omp_min_work;
   int simd = (s->marks & KIR_VECTOR) && n > 0 && d[n - 1] > 1;
   if (simd) c->k->simd = 1;
-  if (par) c_par_for(c, r->var[0], d[0], CG_PAR_OMP | (simd && n == 1 ? CG_PAR_SIMD : 0));
+  char trip[IR_MAX_DIMS][160];   /* each loop's count (CgFunc.trip: a foreach table row's, one loop) */
+  CHECK(!c->trip || n == 1);
+  for (int k = 0; k < n; k++)
+    if (c->trip) snprintf(trip[k], sizeof trip[k], "%s", c->trip);
+    else snprintf(trip[k], sizeof trip[k], "%lld", (ll)d[k]);
+  if (par) {
+    c_par_open(c, CG_PAR_OMP | (simd && n == 1 ? CG_PAR_SIMD : 0));
+    LINE(c, "for (int64_t %s = 0; %s < %s; %s++) {\n", r->var[0], r->var[0], trip[0], r->var[0]);
+    c->ind += 2;
+  }
   for (int k = par; k < n; k++) {
     if (simd && k == n - 1) LINE(c, "CTC_OMP_SIMD\n");
-    LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)%s\n", r->var[k], r->var[k], (ll)d[k], r->var[k],
+    LINE(c, "for (int64_t %s = 0; %s < %s; %s++)%s\n", r->var[k], r->var[k], trip[k], r->var[k],
          k == n - 1 ? " {" : "");
     c->ind += 2;
   }

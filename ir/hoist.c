@@ -8,7 +8,11 @@
  * as kernels are contiguous runs of instructions, splits them: after hoisting,
  * an attention's scaled scores, mask select and softmax are one row kernel.
  * Reading a parameter earlier is always safe: updates are written at the end,
- * or computed in place only where no later kernel reads the parameter. */
+ * or computed in place only where no later kernel reads the parameter.
+ * An optimizer's per-element values (a state times its decay) stay where they
+ * are: they belong to their parameter's update, which runs as one pass at the
+ * end (and as one table loop for all parameters, kernels/foreach.c); its
+ * scalars (Adam's bias corrections) still move. */
 #include <stdlib.h>
 #include "ir.h"
 
@@ -27,7 +31,8 @@ void ir_pass_hoist(Program *p, Func *f) {
     const Inst *in = &f->insts.data[i];
     if (in->op == IR_CONST || ir_ops[in->op].kind != K_ELEM) continue;
     const Type *t = &f->values.data[in->res].type;
-    int ok = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype) <= HOIST_MAX_BYTES;
+    int ok = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype) <= HOIST_MAX_BYTES &&
+             !(in->phase == PH_OPTIMIZER && ir_numel(t) > 1);
     for (int k = 0; k < in->nargs && ok; k++) {
       const Value *a = &f->values.data[in->args[k]];
       ok = up[in->args[k]] || (a->kind == V_INST && f->insts.data[a->def].op == IR_CONST);

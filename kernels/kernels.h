@@ -121,6 +121,30 @@ typedef struct KnLoops {
  * attributes (a folded slice's start moves with its view's address instead); at least
  * KN_REROLL_MIN steps. */
 KnLoops *kn_reroll_loops(Arena *A, const Func *f, const KnSchedule *s, const FuncPlan *fp);
+/* foreach.c: a run of consecutive KN_ELEM kernels of optimizer code that compute the same
+ * thing, each on its own arrays and element count (an optimizer's update of each parameter),
+ * which a renderer writes as one loop over a table of the arrays (PyTorch's foreach /
+ * multi-tensor apply): the same instructions, types, attributes, literals and stored values,
+ * operands in the same places; every array read or stored a whole contiguous array of the
+ * kernel's elements (or one element) in the arena. */
+typedef struct KnForeach {
+  int first, count;      /* kernels [first, first + count) */
+  int big;               /* the one with the most elements (0..count-1): the one written */
+  int ncol;              /* the arrays that differ between the kernels: the table's columns */
+  int64_t *n;            /* [count]: each kernel's elements */
+  int64_t *off;          /* [count * ncol]: kernel j's array of column c at arena byte off[j * ncol + c] */
+  ValId *val;            /* [count * ncol]: the value it holds (the first of several sharing it) */
+  unsigned char *store;  /* [ncol]: the kernels store to the column's array */
+  int nslot;             /* per kernel, in order: the operands read from memory, their roots, the results stored */
+  ValId *slot;           /* [count * nslot] */
+  int *slot_col;         /* [nslot]: the slot's column, or -1 for a value every kernel shares (a scalar) */
+} KnForeach;
+typedef struct KnForeachs {
+  Vec(KnForeach) runs;   /* in kernel order, disjoint, each of at least 2 kernels */
+} KnForeachs;
+/* The runs of f's kernels in s on the memory plan fp (decided on the kernels and the plan's
+ * addresses); allocates in A. */
+KnForeachs *kn_foreach(Arena *A, const Func *f, const KnSchedule *s, const FuncPlan *fp);
 /* The byte address (arena offset, or offset in entry input *base) a renderer reads v at:
  * its storage's, plus the offset of the folded views it is read through; *base is the
  * plan's (LOC_LOCAL, LOC_NONE: no storage, 0 returned). -1 if v has no layout. */

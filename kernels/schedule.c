@@ -343,6 +343,71 @@ static int *updates_in_place(Arena *A, const Func *f, const KnSchedule *s) {
   return into;
 }
 
+/* An optimizer's update of parameters of one shape is one chain per parameter, which the
+ * walk fuses into one kernel (a horizontal fusion of independent loops). Each KN_ELEM
+ * kernel of optimizer code whose instructions fall into independent chains (connected
+ * through the kernel's own values), each a contiguous run, is split into one kernel per
+ * chain: every parameter's update is then the same kernel, on its own arrays, which
+ * kernels/foreach.c writes as one loop over a table of the parameters. Literals stay in
+ * the kernel of the range they sit in. */
+static int uf_find(int *up, int i) {
+  while (up[i] != i) i = up[i] = up[up[i]];
+  return i;
+}
+
+static void split_updates(Arena *A, const Func *f, KnSchedule *s) {
+  int ni = f->insts.len, any = 0;
+  int *up = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
+  int *hi = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));   /* per chain root: its last instruction */
+  unsigned char *cut = arena_alloc(A, (size_t)(ni ? ni : 1));      /* a kernel starts at this instruction */
+  for (int k = 0; k < s->kernels.len; k++) {
+    const Kernel *kn = &s->kernels.data[k];
+    if (kn->kind != KN_ELEM || kn->first == kn->last) continue;
+    int opt = 1;
+    for (int i = kn->first; i <= kn->last && opt; i++)
+      opt = f->insts.data[i].op == IR_CONST || f->insts.data[i].phase == PH_OPTIMIZER;
+    if (!opt) continue;
+    for (int i = kn->first; i <= kn->last; i++) up[i] = i;
+    for (int i = kn->first; i <= kn->last; i++) {
+      const Inst *in = &f->insts.data[i];
+      if (in->op == IR_CONST) continue;
+      for (int a = 0; a < in->nargs; a++) {
+        const Inst *d = def_of(f, in->args[a]);
+        int di = d ? (int)(d - f->insts.data) : -1;
+        if (di < kn->first || di > kn->last || d->op == IR_CONST) continue;
+        up[uf_find(up, di)] = uf_find(up, i);
+      }
+    }
+    for (int i = kn->first; i <= kn->last; i++) hi[uf_find(up, i)] = i;
+    /* a cut before instruction i when every chain met before i ends before it */
+    int reach = -1, seen = 0;
+    for (int i = kn->first; i <= kn->last; i++) {
+      if (f->insts.data[i].op == IR_CONST) continue;
+      if (seen && reach < i) cut[i] = 1, any = 1;
+      int h = hi[uf_find(up, i)];
+      if (h > reach) reach = h;
+      seen = 1;
+    }
+  }
+  if (!any) return;
+  int nold = s->kernels.len;
+  Kernel *old = s->kernels.data;
+  memset(&s->kernels, 0, sizeof s->kernels);
+  for (int k = 0; k < nold; k++) {
+    Kernel kn = old[k];
+    int start = kn.first;
+    for (int i = kn.first; i <= kn.last + 1; i++) {
+      if (i <= kn.last && !cut[i]) continue;
+      Kernel part = kn;
+      part.first = start;
+      part.last = i <= kn.last ? i - 1 : kn.last;
+      for (int j = part.first; j <= part.last; j++) s->kernel_of[j] = s->kernels.len;
+      vec_push(A, &s->kernels, part);
+      start = i;
+    }
+  }
+}
+
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   Arena *A = p->arena;
   int ni = f->insts.len, nv = f->values.len;
@@ -406,6 +471,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     /* a view closes the open kernel (kernels are contiguous) */
     open = (kn.kind == KN_ELEM || kn.kind == KN_ROW || kn.kind == KN_GEMM) && !(barrier && barrier[in->res]) ? k : -1;
   }
+  if (fuse) split_updates(A, f, s);
   /* Which results leave their kernel. */
   /* The fused instructions: those of KN_ELEM and KN_ROW kernels and a KN_GEMM's
    * epilogue (its GEMM writes memory). */
