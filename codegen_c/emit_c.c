@@ -773,6 +773,30 @@ static void emit_param_data(Gen *g, Buf *b) {
   }
 }
 
+/* Whether parameter i starts as zeros (no initialiser, no data). */
+static int starts_zero(const Param *pr) {
+  return (pr->init != PINIT_CONST && pr->init != PINIT_UNIFORM && pr->init != PINIT_NORMAL &&
+          (pr->init != PINIT_DATA || !pr->init_data)) && pr->init_zero_row1 <= 0;
+}
+
+/* The end of the run of parameters from i that start as zeros and lie one after another in
+ * the arena (only alignment padding, no other tensor, between them): e, parameters [i, e). */
+static int zero_run(const Program *p, const MemPlan *mp, int i) {
+  int e = i;
+  int64_t end = 0;
+  for (; e < p->params.len && starts_zero(&p->params.data[e]); e++) {
+    const Param *pr = &p->params.data[e];
+    int64_t off = mp->param_offset[e];
+    if (e > i && (off < end || off - end >= 64)) break;
+    int other = 0;
+    for (int q = 0; q < p->params.len && !other; q++)
+      other = (q < i || q > e) && mp->param_offset[q] >= end && mp->param_offset[q] < off;
+    if (e > i && other) break;
+    end = off + ir_numel(&pr->type) * (int64_t)ir_dtype_size(pr->type.dtype);
+  }
+  return e;
+}
+
 static void emit_init(Gen *g, Buf *b) {
   const Program *p = g->p;
   const char *P = g->prefix;
@@ -800,6 +824,17 @@ static void emit_init(Gen *g, Buf *b) {
     const Param *pr = &p->params.data[i];
     const Type *t = &pr->type;
     int64_t off = g->mp->param_offset[i], n = ir_numel(t);
+    int e = zero_run(p, g->mp, i);
+    if (e > i + 1) {   /* tensors that start as zeros, one after another (an optimizer's state): one memset */
+      char pn0[256], pe[256];
+      const Param *pl = &p->params.data[e - 1];
+      int64_t end = g->mp->param_offset[e - 1] + ir_numel(&pl->type) * (int64_t)ir_dtype_size(pl->type.dtype);
+      cg_printf(b, "  /* %d tensors, %s", e - i, comment_text(pn0, sizeof pn0, pr->name));
+      cg_printf(b, " .. %s: zeros */\n", comment_text(pe, sizeof pe, pl->name));
+      cg_printf(b, "  memset(A + %lld, 0, %lld);\n", (ll)off, (ll)(end - off));
+      i = e - 1;
+      continue;
+    }
     const char *ct = cg_ctype(t->dtype), *sf = cg_dt_suffix(t->dtype);
     char pn[256];
     cg_printf(b, "  /* %s %s: ", comment_text(pn, sizeof pn, pr->name), type_str(t, tb, sizeof tb));
