@@ -64,7 +64,7 @@ void cg_emit_foreach(CgFunc *c, const KnForeach *fe) {
   int nc = fe->ncol, nk = fe->count;
   const Kernel *k0 = &c->s->kernels.data[fe->first];
   int p0 = updated_param(p, f, k0);
-  char pn[256], text[256], hint[256];
+  char pn[256], text[200], hint[256];
   cg_ident(pn, sizeof pn, p0 >= 0 ? p->params.data[p0].name : "");
   /* the columns' fields (unique among themselves) and their pointers' names */
   const char **field = calloc((size_t)nc + 1, sizeof *field), **ptr = calloc((size_t)nc + 1, sizeof *ptr);
