@@ -216,6 +216,11 @@ static int by_lo(const void *a, const void *b) {
   return x->lo != y->lo ? (x->lo > y->lo ? 1 : -1) : (x->v > y->v) - (x->v < y->v);
 }
 
+/* Whether f's k-th update was computed into its parameter's bytes (PlanHints.update_into). */
+static int in_place_update(const Func *f, const FuncPlan *fp, int k) {
+  return fp->hints.update_into && fp->hints.update_into[f->updates.data[k]] == f->update_params.data[k];
+}
+
 /* For each activation v: whether it may be a function-wide restrict pointer: it
  * has no views, and no other tensor or scratch buffer of f overlaps its bytes
  * (with a run-time batch: at the sizes the plan was made for). One sort of the
@@ -557,12 +562,21 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   }
 
   int arena = 0;
-  if (f->updates.len) {
+  if (f->updates.len) {   /* those computed in place were stored into their tensors' bytes: counted, not listed */
+    int inplace = 0, n = 0;
+    for (int k = 0; k < f->updates.len; k++) {
+      n += order[k] >= 0;
+      inplace += order[k] >= 0 && in_place_update(f, fp, order[k]);
+    }
     if (body.len) cg_puts(&body, "\n");
-    cg_puts(&body, "  /* parameter updates (every read above saw the old values) */\n");
+    cg_puts(&body, "  /* parameter updates (every read above saw the old values)");
+    if (inplace)
+      cg_printf(&body, ": %s%d computed in place above",
+                inplace == n ? "all " : "", inplace);
+    cg_puts(&body, " */\n");
   }
   for (int k = 0; k < f->updates.len && !rc; k++) {
-    if (order[k] < 0) continue;
+    if (order[k] < 0 || in_place_update(f, fp, order[k])) continue;
     ValId v = f->updates.data[order[k]];
     const Param *pr = &p->params.data[f->update_params.data[order[k]]];
     int64_t off = g->mp->param_offset[f->update_params.data[order[k]]];
@@ -570,9 +584,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     char pn[256];
     comment_text(pn, sizeof pn, pr->name);
     arena = 1;
-    if (fp->hints.update_into && fp->hints.update_into[v] == f->update_params.data[order[k]]) {
-      cg_printf(&body, "  /* %s := %s: computed in place */\n", pn, cname[v]);
-    } else if (cg_is_literal(&c, v)) {
+    if (cg_is_literal(&c, v)) {
       Buf lit = {0};
       cg_literal(&lit, t->dtype, f->insts.data[f->values.data[v].def].fattr);
       cg_printf(&body, "  *(%s *)(A + %lld) = %s;  /* %s := %s */\n", cg_ctype(t->dtype), (ll)off, lit.s, pn, lit.s);
@@ -616,6 +628,8 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
       cg_buf_free(&ad);
       char pn[256];
       if (val->kind == V_PARAM) cg_printf(&decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
+      if (fp->hints.update_into && fp->hints.update_into[v] >= 0)
+        cg_printf(&decl, " %s's new value", comment_text(pn, sizeof pn, p->params.data[fp->hints.update_into[v]].name));
       if (strided) cg_printf(&decl, ", the storage of %s, read through strides", cname[sr]);
       else if (view) cg_printf(&decl, ", view of %s", cname[r]);
       cg_puts(&decl, " */\n");

@@ -279,7 +279,7 @@ Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops)
 
 /* Whether elementwise instruction in may join KN_GEMM kernel kn as its
  * epilogue: joins(), it reads the GEMM's result or an epilogue value (not an
- * unrelated op that happens to have the same shape), and every memory operand
+ * unrelated op that happens to have the same shape) or is optimizer code, and every memory operand
  * tiles (kn_epilogue_operand). */
 static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in, const Type *rt) {
   if (!joins(f, kn, in, rt)) return 0;
@@ -294,7 +294,9 @@ static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, 
     }
     if (kn_epilogue_operand(&f->values.data[in->args[a]].type, &kn->space) < 0) return 0;
   }
-  return inner;
+  /* an optimizer's per-element value that precedes the use of the gradient (a state times its
+   * decay, ir/hoist.c leaves it in place) belongs to the update that follows the GEMM */
+  return inner || in->phase == PH_OPTIMIZER;
 }
 
 /* Parameter updates computed in place (PlanHints.update_into): update i

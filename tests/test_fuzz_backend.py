@@ -135,6 +135,9 @@ _DECL = re.compile(r"^  (?:const )?(?:unsigned )?\w+ \*(?:restrict )?(\w+) = \((
                    r"  /\* (\w+)\[([\d,]*)\]( column scratch of (\w+))?")
 _INST = re.compile(r"^  /\* (?:\S+:\d+  )?\w+\(")
 _KERNEL = re.compile(r"^  /\* kernel \d+: ")
+# an optimizer's update table (codegen_c/foreach_c.c): a row's element count, its arrays' arena offsets
+_TAB_ROW = re.compile(r"^    \{(\d+), ([\d, ]+)\},\s+/\* \S+ (\w+)\[")
+_TAB_INST = re.compile(r"^    /\* (?:\S+:\d+  )?\w+\(")
 
 
 def _inst_names(line):
@@ -166,6 +169,7 @@ def guard_arena(c_text):
     size = m.group(1)
     out, decls, scratch, in_entry = [], {}, {}, False
     group = None   # a fused kernel: [index in out of its guard line, names of all its ops]
+    table = None   # an update table's loop: [index in out of its guard line, its rows' regions, its kernel's names]
 
     def close_group():
         nonlocal group
@@ -194,6 +198,23 @@ def guard_arena(c_text):
                 decls[d.group(1)] = (int(d.group(2)), n)
                 if d.group(6):
                     scratch[d.group(6)] = d.group(1)
+            elif _TAB_ROW.match(line):   # every row's arrays: the loop runs the kernel on each in turn
+                t = _TAB_ROW.match(line)
+                n = int(t.group(1)) * _DT_BYTES[t.group(3)]
+                table = table or [None, [], []]
+                table[1] += [(int(off), n) for off in t.group(2).split(",")]
+            elif table is not None and table[0] is None and line.startswith("  for (int p = 0; "):
+                table[0] = len(out)
+                out.append("")
+            elif table is not None and _TAB_INST.match(line):
+                table[2] += _inst_names("  " + line.lstrip())
+            elif table is not None and table[0] is not None and line == "  }":
+                names = table[2] + [scratch[n] for n in table[2] if n in scratch]
+                allow = "".join(f" ctc_fz_allow(A + {off}, {n});" for off, n in table[1])
+                allow += "".join(f" ctc_fz_allow(A + {decls[n][0]}, {decls[n][1]});" for n in dict.fromkeys(names)
+                                 if n in decls)
+                out[table[0]] = f"  ctc_fz_poison(A, {size});{allow}"
+                table = None
             elif _KERNEL.match(line):   # one guard for the whole kernel: all its ops' tensors
                 group = [len(out), []]
                 out.append("")
@@ -204,7 +225,7 @@ def guard_arena(c_text):
                 names += [scratch[n] for n in names if n in scratch]
                 allow = "".join(f" ctc_fz_allow(A + {decls[n][0]}, {decls[n][1]});" for n in names if n in decls)
                 out.append(f"  ctc_fz_poison(A, {size});{allow}")
-            elif line in ("  /* outputs */", "  /* parameter updates (every read above saw the old values) */") \
+            elif line == "  /* outputs */" or line.startswith("  /* parameter updates (every read above saw the old values)") \
                     or line.startswith("  return "):
                 out.append(f"  ctc_fz_allow(A, {size});")
         out.append(line)

@@ -178,8 +178,10 @@ def test_char_gru_is_a_loop(tmp_path):
     # the row kernels' per-row loads and the bit-level tanh); 2,533 with the backward's first
     # and last step of each layer in its loop (the first has no incoming recurrent gradient and
     # starts the weight gradients' sums, the last drops the dead gradient of the initial state;
-    # kn_reroll_pad pads both to the loop's step).
-    assert lines < 2600, lines
+    # kn_reroll_pad pads both to the loop's step); 2,023 with the optimizer's update of the 11
+    # parameters as one loop over a table (kernels/foreach.c, -510); 1,989 with the in-place
+    # parameter updates counted in one comment, not listed (their declarations name them).
+    assert lines < 2000, lines
 
 
 def test_cells_and_layers(tmp_path):
