@@ -906,12 +906,14 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   case IR_CONV2D_BWD_INPUT: out = cg_ref(c, in->args[0]), w = cg_ref(c, in->args[1]), img = cg_ref(c, in->res); break;
   default: img = cg_ref(c, in->args[0]), out = cg_ref(c, in->args[1]), w = cg_ref(c, in->res); break;
   }
-  int fwd = in->op == IR_CONV2D, bin = in->op == IR_CONV2D_BWD_INPUT;
+  int fwd = in->op == IR_CONV2D, bin = in->op == IR_CONV2D_BWD_INPUT, wt = ir_conv_wgrad_t(c->f, in);
   int base = c->ind;
   const char *mm = t == DT_F32 || t == DT_F64 ? "matmul" : "gemm";
   c->k->gemm[t] = c->k->matmul[t] = 1;
   if (bin) c->k->col2im[t] = 1;
   else c->k->im2col[t] = 1;
+  char dwt[IDX_CAP];   /* the transposed weight gradient's dW^T [ckk, O]: after the tile's outputs ys */
+  snprintf(dwt, sizeof dwt, "%s + %lld", scratch, (ll)(g.ckk * L + (S > 1 ? g.O * L : 0)));
   if (S < g.N) {
     LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g.N, (ll)S, (ll)S,
          S > 1 ? "s" : "");
@@ -962,6 +964,9 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   else if (bin)
     LINE(c, "ctc_%s_%s(1, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.ckk, (ll)g.ohw,
          (ll)g.Og, wg, (ll)g.ckk, yg, (ll)L, cg, (ll)L);
+  else if (wt)   /* dW^T += col g^T: only g is repacked, its panels reused over all ckk rows */
+    LINE(c, "ctc_matmul_f32(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", (ll)g.ckk, (ll)g.O,
+         (ll)g.ohw, cg, (ll)L, yg, (ll)L, dwt, (ll)g.O);
   else
     LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
          (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
@@ -982,6 +987,14 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
   while (c->ind > base) {
     c->ind -= 2;
     LINE(c, "}\n");
+  }
+  if (wt) {   /* dW = (dW^T)^T, 16 output channels at a time */
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t o0 = 0; o0 < %lld; o0 += 16)   /* dW^T's columns o0..o0+15 */\n", (ll)g.O);
+    LINE(c, "  for (int64_t r = 0; r < %lld; r++)\n", (ll)g.ckk);
+    LINE(c, "    for (int64_t o = o0; o < o0 + 16 && o < %lld; o++) %s[o * %lld + r] = (%s)[r * %lld + o];\n", (ll)g.O, w,
+         (ll)g.ckk, dwt, (ll)g.O);
+    cg_par_close(c);
   }
 }
 

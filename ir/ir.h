@@ -430,6 +430,11 @@ int ir_conv_direct(const Func *f, const Inst *in);
  * which the C target computes directly (f->conv_direct), no scratch: at most
  * IR_CONV_DIRECT_MAX_W kernel taps and 1024 output columns. */
 int ir_conv_depthwise(const Func *f, const Inst *in);
+/* An f32 weight gradient (CONV2D_BWD_WEIGHT) of one group, 32 to C*KH*KW output channels, that
+ * the C target (f->conv_direct) unfolds: computed as dW^T[C*KH*KW, O] = columns x g^T, so that the
+ * GEMM repacks g (O rows) instead of the columns (C*KH*KW rows, reused only O/12 times), then
+ * transposed into dW; dW^T is part of its scratch (ir_scratch_bytes). */
+int ir_conv_wgrad_t(const Func *f, const Inst *in);
 /* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least
  * one, at most the batch): ir_conv_slots images of ir_conv_image_bytes each. */
 #define IR_CONV_SCRATCH_BYTES ((int64_t)8 << 20)

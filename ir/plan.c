@@ -105,10 +105,14 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   if (per == INT64_MAX) return INT64_MAX;
   if (S == 1 && f->conv_direct) {   /* the C target's tiles of one image use the outputs' own rows */
     int64_t k[5] = {C, KH, KW, OH * OW, (int64_t)ir_dtype_size(f->values.data[in->res].type.dtype)};
-    return ir_prod(k, 5, &b) < 0 ? INT64_MAX : b;
+    b = ir_prod(k, 5, &b) < 0 ? INT64_MAX : b;
+  } else {
+    int64_t d[2] = {per, S};
+    b = ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
   }
-  int64_t d[2] = {per, S};
-  return ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
+  if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;
+  int64_t e[5] = {C, KH, KW, O, 4}, more;   /* and dW^T [C*KH*KW, O] (ir_conv_wgrad_t) */
+  return ir_prod(e, 5, &more) < 0 || more > INT64_MAX - b ? INT64_MAX : b + more;
 }
 
 /* The geometry numbers of a convolution instruction: N images, C channels in, O out,
@@ -141,8 +145,27 @@ int ir_conv_direct(const Func *f, const Inst *in) {
   int64_t G = in->attr[6] > 0 ? in->attr[6] : 1;
   if (in->attr[0] != 1 || in->attr[1] != 1 || in->attr[4] != 1 || in->attr[5] != 1 || G != 1) return 0;
   if (C > IR_CONV_DIRECT_MAX_W || KH * KW > IR_CONV_DIRECT_MAX_W || O * C * KH * KW > IR_CONV_DIRECT_MAX_W) return 0;
+  /* a forward GEMM of at least 32 rows beats the loops (a 3-channel stem: 10-13 -> 50-58 GFLOP/s);
+   * the weight gradient stays direct: its GEMM (32+ rows, 27 columns) would be a sliver that
+   * OpenBLAS computes, with other sums at other thread counts */
+  if (in->op == IR_CONV2D && O >= 32) return 0;
   /* the direct loops keep an O x OW (forward) or KW x OW (weight gradient) block on the stack */
   return in->op == IR_CONV2D ? OW >= 16 && O * OW <= 1024 : OW >= 8 && KW * OW <= 4096;
+}
+
+int ir_conv_wgrad_t(const Func *f, const Inst *in) {
+  if (in->op != IR_CONV2D_BWD_WEIGHT || !f->conv_direct || f->values.data[in->res].type.dtype != DT_F32 ||
+      ir_conv_direct(f, in) || ir_conv_depthwise(f, in))
+    return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  const Type *x = &f->values.data[in->args[0]].type;
+  /* (at least 32 output channels, a whole column panel of ctc's AVX-512 GEMM, and no more than
+   * C*KH*KW: ctc_matmul then splits dW^T by rows; narrower, or split by columns into blocks under
+   * 32, blocks of dW^T would be slivers that go to OpenBLAS when it is linked in, at some thread
+   * counts only, and the bits would depend on the thread count) */
+  return O >= 32 && O <= C * KH * KW && (in->attr[6] > 0 ? in->attr[6] : 1) == 1 &&
+         !conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW);
 }
 
 int ir_conv_depthwise(const Func *f, const Inst *in) {

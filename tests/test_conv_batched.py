@@ -33,6 +33,14 @@ CASES = [
     ("depthwise_dilated", 3, 5, 9, 11, 5, (5, 3), 1, (2, 1), (1, 2), 5, False, 0),
     ("transposed", 3, 6, 7, 7, 4, (3, 3), 2, 1, 1, 2, True, 1),
     ("transposed_depthwise", 2, 4, 6, 5, 4, (3, 3), 2, 1, 1, 4, True, 0),
+    # at least 32 output channels: the weight gradient as dW^T = columns g^T (ir_conv_wgrad_t);
+    # 63 rows of 26x50 outputs a image: S = 3, tiles 3 and 2, dW^T accumulated over them
+    ("wide_ragged", 5, 7, 26, 50, 40, (3, 3), 1, 1, 1, 1, False, 0),
+    # stride 2, 33 output channels (dW^T's last column panel has one), the whole batch one tile
+    ("wide_stride2", 7, 5, 23, 19, 33, (3, 3), 2, 1, 1, 1, False, 0),
+    # a 3-channel stem with 32 outputs: few weights, but its forward is im2col + GEMM (K = 27), not the
+    # direct loops (the weight gradient's are kept)
+    ("stem", 4, 3, 20, 18, 32, (3, 3), 1, 1, 1, 1, False, 0),
 ]
 
 
@@ -111,13 +119,18 @@ def test_conv_matches_torch(net, case):
 
 def test_tiles_are_one_gemm(net):
     """The ragged batch runs in tiles of 3 images, each one GEMM over 3 * 550 columns
-    (forward, input and weight gradients); depthwise convolutions are direct loops."""
+    (forward, input gradient, weight gradient: dW^T = columns g^T from 32 output channels on);
+    depthwise convolutions are direct loops."""
     tmp, exe, outs = net
     c = (tmp / "net.c").read_text()
     assert "for (int64_t n0 = 0; n0 < 7; n0 += 3) {   /* tiles of 3 images */" in c
     assert "ctc_matmul_f32(0, 0, 0, 16, ns * 550, 144," in c
     assert "ctc_matmul_f32(1, 0, 0, 144, ns * 550, 16," in c
-    assert "ctc_matmul_f32(0, 1, n0 > 0, 16, 144, ns * 550," in c
+    assert "ctc_matmul_f32(0, 1, n0 > 0, 16, 144, ns * 550," in c   # 16 output channels: dW = g columns^T
+    assert "for (int64_t n0 = 0; n0 < 5; n0 += 3) {   /* tiles of 3 images */" in c
+    assert "ctc_matmul_f32(0, 1, n0 > 0, 63, 40, ns * 1300," in c   # 40: dW^T = columns g^T
+    assert "ctc_matmul_f32(0, 0, 0, 32, ns * 360, 27," in c   # the stem: a GEMM
+    assert "ctc_matmul_f32(0, 1, n0 > 0, 32, 27, ns * 360," not in c   # its weight gradient: direct loops
     assert "for (int64_t n0 = 0; n0 < 10; n0 += 7) {   /* tiles of 7 images */" in c
     assert re.search(r"ctc_dwconv_f32\(", c) and re.search(r"ctc_dwconv_bwd_weight_f32\(", c)
 
@@ -125,7 +138,7 @@ def test_tiles_are_one_gemm(net):
 def test_thread_count_does_not_change_results(net):
     tmp, exe, outs = net
     res = {}
-    for case in (CASES[0], CASES[7], CASES[8], CASES[10]):
+    for case in (CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16]):
         n = case[0]
         arrays = _data(case, outs[n], 3)
         for threads in ("1", "2"):

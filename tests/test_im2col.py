@@ -87,6 +87,8 @@ int main(void) {
       {3, 9, 8, 3, 3, 1, 2, 1, 1, 1, 1},     /* stride 1 over rows, 2 over columns */
       {3, 9, 8, 3, 3, 2, 1, 1, 1, 1, 1},     /* stride 2 over rows only */
       {2, 6, 7, 3, 2, 1, 1, 1, 1, 1, 1},     /* OW = W + 1: the row loop */
+      {2, 11, 37, 3, 3, 2, 2, 1, 1, 1, 1},   /* stride 2, 19 outputs a row: the vectorised stride-2 loop */
+      {3, 8, 40, 1, 3, 1, 2, 0, 2, 1, 1},    /* stride 2 over columns, padding 2: its span [lo, hi) */
   };
   int bad = 0, n = (int)(sizeof g / sizeof *g);
   for (int i = 0; i < n; i++)
