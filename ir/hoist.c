@@ -12,7 +12,10 @@
  * An optimizer's per-element values (a state times its decay) stay where they
  * are: they belong to their parameter's update, which runs as one pass at the
  * end (and as one table loop for all parameters, kernels/foreach.c); its
- * scalars (Adam's bias corrections) still move. */
+ * scalars (Adam's bias corrections) still move. A reshape of a parameter or of
+ * a moved value moves too, whatever its size: it is a view, no code, but where
+ * it stands it closes the open kernel (BatchNorm's weight as [C,1,1] between
+ * the normalisation's ops made eval-mode BatchNorm three passes, not one). */
 #include <stdlib.h>
 #include "ir.h"
 
@@ -29,6 +32,12 @@ void ir_pass_hoist(Program *p, Func *f) {
   int any = 0;
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
+    if (in->op == IR_RESHAPE && up[in->args[0]]) {   /* a view of a parameter (BatchNorm's [C] as [C,1,1]) */
+      up[in->res] = 1;
+      moved[i] = 1;
+      any = 1;
+      continue;
+    }
     if (in->op == IR_CONST || ir_ops[in->op].kind != K_ELEM) continue;
     const Type *t = &f->values.data[in->res].type;
     int ok = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype) <= HOIST_MAX_BYTES &&

@@ -716,3 +716,38 @@ def test_gemm_epilogues(tmp_path):
     got = st_read(str(saved))
     for k, v in net.state_dict().items():
         compare(k, got[k], v.numpy(), 1e-4, 1e-6)
+
+
+BN_EVAL = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+model = Net()
+model.eval()
+example_inputs = {"forward": (torch.zeros(2, 3, 6, 6),)}
+"""
+
+
+def test_eval_batchnorm_is_one_pass(tmp_path):
+    """Eval-mode BatchNorm and its relu after a convolution: one elementwise pass over the
+    output. BatchNorm's weight and bias are read as [C,1,1] views; the hoist moves those
+    reshapes to the front with the parameters' other invariant values (ir/hoist.c), so they
+    no longer close the kernel between the normalisation's ops (which made it three passes).
+    The values are checked against PyTorch by the layer tests (test_torchvision, test_layers)."""
+    ks = code_kernels(kernels_of(tmp_path, BN_EVAL)["forward"])
+    big = [k for k in ks if k.startswith("elementwise over f32[2,8,6,6]")]
+    assert len(big) == 1, ks
+    ops = [o for o in re.findall(r"= (\w+)(?: \(local\))? : f32\[2,8,6,6\]", big[0])]
+    assert ops == ["sub", "mul", "mul", "add", "relu"], big[0]
