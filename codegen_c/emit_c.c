@@ -571,8 +571,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     if (body.len) cg_puts(&body, "\n");
     cg_puts(&body, "  /* parameter updates (every read above saw the old values)");
     if (inplace)
-      cg_printf(&body, ": %s%d computed in place above",
-                inplace == n ? "all " : "", inplace);
+      cg_printf(&body, ": %s%d computed in place above", inplace == n ? "all " : "", inplace);
     cg_puts(&body, " */\n");
   }
   for (int k = 0; k < f->updates.len && !rc; k++) {
