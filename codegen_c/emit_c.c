@@ -1266,9 +1266,11 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
             stem, stem, pro.s);
   } else {
     fprintf(c, " * Build a program around it with the runtime (RT = ctc's runtime_min folder):\n"
-               " *   cc -std=c11 -O2 -DCTC_MAIN %s.c -I$RT $RT/rt_*.c -lm -o %s\n"
-               " * Add -DCTC_HAVE_CBLAS ... -lopenblas to run GEMMs with OpenBLAS, and -fopenmp\n"
-               " * to run the outer loops of the heavy ops in parallel. Usage: ./%s --help */\n",
+               " *   cc -std=c11 -O3 -march=native -fno-math-errno -fno-trapping-math -DCTC_MAIN %s.c\n"
+               " *      -I$RT $RT/rt_*.c -lm -o %s\n"
+               " * The two -f flags change no value; without them GCC keeps loops over sqrtf and\n"
+               " * selects scalar. Add -DCTC_HAVE_CBLAS ... -lopenblas to run GEMMs with OpenBLAS,\n"
+               " * and -fopenmp to run the outer loops of the heavy ops in parallel. Usage: ./%s --help */\n",
             stem, stem, stem);
     fprintf(c, "#include \"%s\"\n#include \"ctc_rt.h\"\n\n", h_name);
     fprintf(c, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n");

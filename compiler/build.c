@@ -480,8 +480,12 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   if (!has_flag(cc, ncc, "-march=") && !has_flag(cc, ncc, "-mcpu=")) flags[nf++] = "-march=native";
   /* sqrtf and the like need not set errno (nothing reads it): without this, every sqrt is an
    * instruction plus a branch to libm for a negative input, and no loop over one (Adam's
-   * update, a norm) vectorises. The values are the same. */
+   * update, a norm) vectorises. Nor do floating-point operations trap (nothing unmasks the
+   * exceptions): without -fno-trapping-math GCC sinks an add computed before a select into the
+   * select's branch and then will not if-convert it, so a loop such as relu's backward of a
+   * residual sum, where(x <= 0, 0, a + b), stays a scalar loop of branches. The values are the same. */
   flags[nf++] = "-fno-math-errno";
+  flags[nf++] = "-fno-trapping-math";
   flags[nf++] = "-D_POSIX_C_SOURCE=200809L";
   if (o->shared || o->python) flags[nf++] = "-fPIC";
   if (blas) flags[nf++] = "-DCTC_HAVE_CBLAS";
