@@ -16,6 +16,20 @@ static void name_adjoint(Func *f, ValId g, ValId v, int nv) {
   gv->adjoint_of = v + 1;
 }
 
+/* The values a VJP rule made on the way to operand a's gradient term g (those from index v0 on
+ * that g reads, directly or through each other) are terms of a's gradient, which names them in
+ * the generated code (grad_sub_3_term) instead of a bare number. A value that is not the rule's
+ * own gradient arithmetic (a recomputed forward value, a mask) keeps its name; one that feeds the
+ * terms of two operands keeps the first. */
+static void name_terms(Func *f, ValId g, ValId a, int v0) {
+  if (g < v0) return;
+  Value *gv = &f->values.data[g];
+  if (gv->kind != V_INST || gv->term_of || strcmp(gv->name, "grad")) return;
+  gv->term_of = a + 1;
+  const Inst *in = &f->insts.data[gv->def];
+  for (int k = 0; k < in->nargs; k++) name_terms(f, in->args[k], a, v0);
+}
+
 ValId ad_emit(Ad *ad, Op op, const ValId *args, int nargs, Type res, const int64_t *attr, const char *name) {
   int nattr = ir_op_nattrs(op, &res, nargs > 0 ? ad_type(ad, args[0]) : NULL, attr);
   ValId small[8], *a = nargs <= 8 ? small : malloc(sizeof(ValId) * (size_t)nargs);
@@ -176,6 +190,7 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
     if (!any) continue;
     ad.loc = in.loc;
     if (!ad_vjp_rules[in.op]) BUG("no VJP rule for '%s'", ir_ops[in.op].name);
+    int v0 = f->values.len;   /* the rule's values: from here on */
     ad_vjp_rules[in.op](&ad, &in, adj[in.res], need, dargs);
     if (need[0] && dargs[0] >= 0) dargs[0] = ad_test_wrong_rule(&ad, "CTC_TEST_WRONG_VJP", in.op, dargs[0]);
     for (int k = 0; k < in.nargs; k++) {
@@ -186,7 +201,10 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
         BUG("VJP of '%s' gave %s for an operand of type %s", ir_ops[in.op].name,
             ir_type_str(ir_type(f, dargs[k]), b1, sizeof b1), ir_type_str(ir_type(f, a), b2, sizeof b2));
       }
+      name_terms(f, dargs[k], a, v0);
+      int vs = f->values.len;
       adj[a] = adj[a] < 0 ? dargs[k] : ad_bin(&ad, IR_ADD, adj[a], dargs[k]);
+      name_terms(f, adj[a], a, vs);   /* a partial sum (the whole one becomes grad_<a> later) */
     }
   }
   ad.loc = f->loc;

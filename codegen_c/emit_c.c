@@ -325,16 +325,22 @@ void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **c
   for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(ns, f->out_names.data[k]);
   for (int v = 0; v < f->values.len; v++)
     if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(ns, f->values.data[v].name);
-  for (int i = 0; i < f->insts.len; i++) {
-    const Inst *in = &f->insts.data[i];
-    const Value *r = &f->values.data[in->res];
-    if (in->op == IR_CONST) continue;
-    const char *of = r->adjoint_of ? cname[r->adjoint_of - 1] : NULL;   /* named before: defined before */
-    if (of && strcmp(r->name, "grad")) of = NULL;   /* a name of its own (fc1_weight_grad) */
-    char hint[160];
-    if (of) snprintf(hint, sizeof hint, "grad_%s", of);
-    cname[in->res] = cg_name(ns, of ? hint : r->name);
-  }
+  /* gradients first, then the terms of gradients (reverse.c's name_terms): grad_x is x's whole
+   * gradient, grad_x_term, grad_x_term_1, ... the values on the way to it */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < f->insts.len; i++) {
+      const Inst *in = &f->insts.data[i];
+      const Value *r = &f->values.data[in->res];
+      if (in->op == IR_CONST || (pass && cname[in->res])) continue;
+      int own = strcmp(r->name, "grad") != 0;   /* a name of its own (fc1_weight_grad) */
+      int term = !own && !r->adjoint_of && r->term_of && cname[r->term_of - 1];
+      if (term != pass) continue;
+      char hint[160];
+      if (term) snprintf(hint, sizeof hint, "grad_%s_term", cname[r->term_of - 1]);
+      else if (!own && r->adjoint_of) snprintf(hint, sizeof hint, "grad_%s", cname[r->adjoint_of - 1]);
+      else snprintf(hint, sizeof hint, "%s", r->name);
+      cname[in->res] = cg_name(ns, hint);   /* what it is named after is named before: defined before */
+    }
   for (int i = 0; i < f->insts.len; i++)
     if (fp->scratch[i] >= 0) {
       char hint[128];

@@ -114,6 +114,9 @@ typedef struct Value {
   int index;          /* V_INPUT: argument position; V_PARAM: Program.params index */
   int adjoint_of;     /* reverse-mode AD: 1 + the value this is the whole gradient of (its C name is
                          grad_<that value's>), else 0 */
+  int term_of;        /* reverse-mode AD: 1 + the value whose gradient this intermediate value of a
+                         VJP (or partial sum of its contributions) goes into (its C name is
+                         grad_<that value's>_term), else 0 */
 } Value;
 
 #define IR_MAX_ATTRS 16
