@@ -200,7 +200,8 @@ example_inputs = {"forward": (torch.randn(4, 8),), "train_step": (torch.randn(4,
 def test_gradient_buffers_are_named_after_their_values(tmp_path):
     """The whole gradient of a forward value is named grad_<its name> in the generated code (the
     backward reads like llm.c's: the GEMM into fc2 gives grad_hidden), parameters' gradients
-    <parameter>_grad; partial sums and derivative factors stay grad_<n>."""
+    <parameter>_grad; partial sums and derivative factors on the way to x's gradient are
+    grad_<x>_term, grad_<x>_term_1, ...: no gradient is a bare number."""
     p = tmp_path / "m.py"
     p.write_text(NAMED)
     run([CTC, "compile", p, "-o", tmp_path / "m.c"])
@@ -210,7 +211,14 @@ def test_gradient_buffers_are_named_after_their_values(tmp_path):
     assert m and m.group(1).startswith("grad_hidden"), m and m.group(0)
     assert re.search(r"-> grad_fc1\w* f32\[4,16\]", body), "tanh's input gradient"
     assert "-> fc2_weight_grad f32[3,16]" in body and "-> fc1_bias_grad f32[16]" in body
+    # tanh's derivative 1 - tanh^2 is two terms of fc1's gradient, then the whole of it
+    assert re.search(r"mul\(hidden_\d+, hidden_\d+\) -> grad_fc1_term f32\[4,16\]", body), body
+    assert re.search(r"sub\(1\.0f, grad_fc1_term\) -> grad_fc1_term_1 f32\[4,16\]", body)
+    assert re.search(r"mul\(grad_hidden\w*, grad_fc1_term_1\) -> grad_fc1 f32\[4,16\]", body)
+    assert "-> grad_fc2_bias_term f32[1,3]" in body   # the bias's row sum, before its reshape
+    assert not re.findall(r"\bgrad_\d+\b", body), sorted(set(re.findall(r"\bgrad_\d+\b", body)))
     named = set(re.findall(r"float \*grad_([a-z]\w*) = ", body))   # each names a value of the entry
     assert len(named) >= 3, named
     for name in named:
-        assert re.search(rf"(?<!grad_)\b{name}\b", body), name
+        of = re.sub(r"_term(_\d+)?$", "", name)   # a term of of's gradient
+        assert re.search(rf"(?<!grad_)\b{of}\b", body), name
