@@ -10,8 +10,10 @@
  * instruction that reads it reads a clone of its cone emitted just before it
  * (reused by later reads up to the next non-elementwise instruction, which
  * ends a fused loop; after it the cone is recomputed again), which the kernel
- * layer fuses into the consumer's loop. GELU's tanh form keeps one tensor (the GEMM
- * output) instead of six; layer norm's normalised input is recomputed from
+ * layer fuses into the consumer's loop. An operand of a GEMM or convolution is not
+ * rematerialised: the forward stores it for the GEMM anyway, and a clone for the weight
+ * gradient would be a pass of its own. GELU's tanh form keeps two tensors (the GEMM
+ * output, and GELU's output for the next GEMM) instead of six; layer norm's normalised input is recomputed from
  * the centred input and the row statistics; softmax from its logits. The clones are the same ops on the same values, so the
  * results are bit for bit those of the forward pass. */
 #include <stdlib.h>
@@ -58,15 +60,28 @@ void ad_remat_init(Ad *ad, int fwd_end) {
   int *seen = calloc((size_t)nv + 1, sizeof *seen);
   if (!ad->remat || !ad->clone || !seen) BUG("out of memory");
   for (int v = 0; v < nv; v++) ad->clone[v] = -1;
+  /* An operand of a GEMM or convolution is stored by the forward pass anyway (the GEMM reads
+   * it from memory), and the backward's weight gradient reads it again: a clone there would be
+   * a pass of its own writing the same bytes, so it stays (GELU's output before c_proj: its
+   * tanh was computed a third time for c_proj's weight gradient, 2.1 ms of the bench gpt's
+   * 360 ms step per layer). */
+  char *kept = calloc((size_t)nv + 1, 1);
+  if (!kept) BUG("out of memory");
+  for (int i = 0; i < fwd_end; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (!in->dead && (in->op == IR_MATMUL || in->op == IR_CONV2D))
+      for (int k = 0; k < in->nargs; k++) kept[in->args[k]] = 1;
+  }
   for (int i = 0; i < fwd_end; i++) {   /* in order: a value's operands are decided first */
     const Inst *in = &f->insts.data[i];
-    if (in->dead || ir_ops[in->op].kind != K_ELEM || in->op == IR_CONST) continue;
+    if (in->dead || ir_ops[in->op].kind != K_ELEM || in->op == IR_CONST || kept[in->res]) continue;
     int ops = 1;
     int64_t anchor = 0;
     seen[in->res] = i + 1;
     for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], &ops, &anchor, seen, i + 1, bytes(f, in->res) / 16);
     ad->remat[in->res] = ops <= REMAT_MAX_OPS && anchor <= bytes(f, in->res);
   }
+  free(kept);
   free(seen);
 }
 

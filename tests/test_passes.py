@@ -212,7 +212,7 @@ def test_gradient_buffers_are_named_after_their_values(tmp_path):
     assert re.search(r"-> grad_fc1\w* f32\[4,16\]", body), "tanh's input gradient"
     assert "-> fc2_weight_grad f32[3,16]" in body and "-> fc1_bias_grad f32[16]" in body
     # tanh's derivative 1 - tanh^2 is two terms of fc1's gradient, then the whole of it
-    assert re.search(r"mul\(hidden_\d+, hidden_\d+\) -> grad_fc1_term f32\[4,16\]", body), body
+    assert re.search(r"mul\(hidden(?:_\d+)?, hidden(?:_\d+)?\) -> grad_fc1_term f32\[4,16\]", body), body
     assert re.search(r"sub\(1\.0f, grad_fc1_term\) -> grad_fc1_term_1 f32\[4,16\]", body)
     assert re.search(r"mul\(grad_hidden\w*, grad_fc1_term_1\) -> grad_fc1 f32\[4,16\]", body)
     assert "-> grad_fc2_bias_term f32[1,3]" in body   # the bias's row sum, before its reshape
