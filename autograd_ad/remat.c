@@ -13,9 +13,10 @@
  * layer fuses into the consumer's loop. An operand of a GEMM or convolution is not
  * rematerialised: the forward stores it for the GEMM anyway, and a clone for the weight
  * gradient would be a pass of its own. GELU's tanh form keeps two tensors (the GEMM
- * output, and GELU's output for the next GEMM) instead of six; layer norm's normalised input is recomputed from
- * the centred input and the row statistics; softmax from its logits. The clones are the same ops on the same values, so the
- * results are bit for bit those of the forward pass. */
+ * output, and GELU's output for the next GEMM) instead of six; layer norm's normalised
+ * input is recomputed from the centred input and the row statistics; softmax from its
+ * logits. The clones are the same ops on the same values, so the results are bit for bit
+ * those of the forward pass. */
 #include <stdlib.h>
 #include "ad_int.h"
 
