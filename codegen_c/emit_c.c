@@ -331,12 +331,12 @@ void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **c
     for (int i = 0; i < f->insts.len; i++) {
       const Inst *in = &f->insts.data[i];
       const Value *r = &f->values.data[in->res];
-      if (in->op == IR_CONST || (pass && cname[in->res])) continue;
+      if (in->op == IR_CONST) continue;
       int own = strcmp(r->name, "grad") != 0;   /* a name of its own (fc1_weight_grad) */
-      int term = !own && !r->adjoint_of && r->term_of && cname[r->term_of - 1];
+      int term = !own && !r->adjoint_of && r->term_of;
       if (term != pass) continue;
       char hint[160];
-      if (term) snprintf(hint, sizeof hint, "grad_%s_term", cname[r->term_of - 1]);
+      if (term && cname[r->term_of - 1]) snprintf(hint, sizeof hint, "grad_%s_term", cname[r->term_of - 1]);
       else if (!own && r->adjoint_of) snprintf(hint, sizeof hint, "grad_%s", cname[r->adjoint_of - 1]);
       else snprintf(hint, sizeof hint, "%s", r->name);
       cname[in->res] = cg_name(ns, hint);   /* what it is named after is named before: defined before */
