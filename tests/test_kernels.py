@@ -164,7 +164,7 @@ def test_layer_norm_log_softmax_mean_one_kernel(tmp_path):
     run([CTC, "compile", str(p), "--input", "x=f32[8,32]", "-o", str(c)])
     body = c.read_text().split("int net_forward(")[1]
     # 5 loops over each row; each reduction's operands go to a per-row array, which
-    # ctc_sum_f32 / ctc_max_f32 reduce in 8 lanes (loops that vectorise, in a fixed order)
+    # ctc_sum_f32 / ctc_max_f32 reduce in lanes (loops that vectorise, in a fixed order)
     assert body.count("for (int64_t j = 0; j < 32; j++)") == 5, body
     lanes = re.findall(r"_acc = ctc_(sum|max)_f32\(\w+_in, 32\);", body)
     assert sorted(lanes) == ["max", "sum", "sum", "sum"], body   # x.mean is the layer norm's mean (CSE)
