@@ -914,31 +914,23 @@ static const char exp_cr_text[] =
 /* Sums and maxima of a contiguous float row. A sum runs in 32 interleaved lanes
  * (element i into lane i % 32, then a fixed tree): one accumulator would wait on each
  * add (a 4-cycle chain per element), and 8 lanes are one vector of doubles, still one
- * chain (BatchNorm's statistics ran at 30 GB/s); 32 lanes, as four arrays of 8 that GCC
- * keeps in registers, are 4 (AVX-512) or 8 (AVX2) independent vectors. The order is
+ * chain (BatchNorm's statistics ran at 30 GB/s); 32 lanes, 4 rows of 8 that GCC keeps in
+ * registers, are 4 (AVX-512) or 8 (AVX2) independent vectors. The order is
  * fixed, so the result is the same on every run and thread count; sums accumulate in
  * double (in float in --freestanding f32 code: $A).
  * A maximum does not depend on the order (an OpenMP simd reduction where OpenMP
  * is on); it propagates NaN (the last one, as the sequential loop did). */
 static const char sum_text[] =
     "static inline $A ctc_sum_$S(const $T *x, int64_t n) {\n"
-    "  $A s0[8] = {0}, s1[8] = {0}, s2[8] = {0}, s3[8] = {0};   /* lanes 0-7, 8-15, 16-23, 24-31 */\n"
+    "  $A s[4][8] = {{0}};   /* element i in lane i % 32: 4 vectors of 8 */\n"
     "  int64_t i = 0;\n"
     "  for (; i + 32 <= n; i += 32)\n"
-    "    for (int u = 0; u < 8; u++) {\n"
-    "      s0[u] += ($A)x[i + u];\n"
-    "      s1[u] += ($A)x[i + 8 + u];\n"
-    "      s2[u] += ($A)x[i + 16 + u];\n"
-    "      s3[u] += ($A)x[i + 24 + u];\n"
-    "    }\n"
-    "  for (int u = 0; u < 8; u++) {\n"
-    "    s0[u] += i + u < n ? ($A)x[i + u] : 0;\n"
-    "    s1[u] += i + 8 + u < n ? ($A)x[i + 8 + u] : 0;\n"
-    "    s2[u] += i + 16 + u < n ? ($A)x[i + 16 + u] : 0;\n"
-    "    s3[u] += i + 24 + u < n ? ($A)x[i + 24 + u] : 0;\n"
-    "  }\n"
-    "  for (int u = 0; u < 8; u++) s0[u] = (s0[u] + s2[u]) + (s1[u] + s3[u]);\n"
-    "  return ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));\n"
+    "    for (int v = 0; v < 4; v++)\n"
+    "      for (int u = 0; u < 8; u++) s[v][u] += ($A)x[i + 8 * v + u];\n"
+    "  for (int v = 0; v < 4; v++)\n"
+    "    for (int u = 0; u < 8; u++) s[v][u] += i + 8 * v + u < n ? ($A)x[i + 8 * v + u] : 0;\n"
+    "  for (int u = 0; u < 8; u++) s[0][u] = (s[0][u] + s[2][u]) + (s[1][u] + s[3][u]);\n"
+    "  return ((s[0][0] + s[0][4]) + (s[0][1] + s[0][5])) + ((s[0][2] + s[0][6]) + (s[0][3] + s[0][7]));\n"
     "}\n";
 static const Part max_text[] = {
     {"static inline $T ctc_max_$S(const $T *x, int64_t n) {\n"
