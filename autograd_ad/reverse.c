@@ -141,7 +141,7 @@ void ad_reverse(Program *p, Func *f, const AdSeed *seeds, int nseeds, const ValI
 void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int nseeds, const ValId *wrt, int nwrt,
                      ValId *grads, int *reached) {
   ir_pass_event(p, f, "ad_reverse", 0);
-  int phase = f->phase;   /* restored at the end */
+  int phase = f->phase, scope = f->scope;   /* restored at the end */
   if (f->phase == PH_FORWARD) f->phase = PH_BACKWARD;
   int nv = f->values.len, ni = ninsts >= 0 && ninsts < f->insts.len ? ninsts : f->insts.len;
   char *active = calloc((size_t)nv + 1, 1);   /* depends on some wrt value */
@@ -189,6 +189,7 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
     }
     if (!any) continue;
     ad.loc = in.loc;
+    f->scope = in.scope;   /* a gradient belongs to the module of what it differentiates */
     if (!ad_vjp_rules[in.op]) BUG("no VJP rule for '%s'", ir_ops[in.op].name);
     int v0 = f->values.len;   /* the rule's values: from here on */
     ad_vjp_rules[in.op](&ad, &in, adj[in.res], need, dargs);
@@ -208,6 +209,7 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
     }
   }
   ad.loc = f->loc;
+  f->scope = scope;
   for (int i = 0; i < nwrt; i++) {
     if (reached) reached[i] = adj[wrt[i]] >= 0;
     grads[i] = adj[wrt[i]] >= 0 ? adj[wrt[i]] : ad_zeros(&ad, ir_type(f, wrt[i]));
@@ -222,5 +224,6 @@ void ad_reverse_upto(Program *p, Func *f, int ninsts, const AdSeed *seeds, int n
   free(need);
   free(dargs);
   f->phase = phase;
+  f->scope = scope;
   ir_pass_event(p, f, "ad_reverse", 1);
 }

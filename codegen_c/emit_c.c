@@ -413,6 +413,203 @@ static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const
   c->ind += 2;
 }
 
+/* The declarations of the tensors a function's body uses (ref), parameters first, then the
+ * column scratch of the convolutions it runs (sref; NULL: all of the entry's); whether they
+ * read the arena. inputs (may be NULL): marks the entry inputs they are views of. */
+static int emit_decls(Gen *g, CgFunc *c, const unsigned char *ref, const unsigned char *sref, const unsigned char *excl,
+                      int looped, Buf *decl, unsigned char *inputs) {
+  const Program *p = c->p;
+  const Func *f = c->f;
+  const FuncPlan *fp = c->fp;
+  const char **cname = c->cname, **sname = c->sname;
+  int nv = f->values.len, arena = 0;
+  char tb[300];
+  for (int pass = 0; pass < 2; pass++)
+    for (int v = 0; v < nv; v++) {
+      const Value *val = &f->values.data[v];
+      if (!ref[v] || val->kind == V_INPUT || (val->kind == V_PARAM) != (pass == 0)) continue;
+      CHECK(val->kind == V_PARAM || is_result(f, v));
+      const char *ct = cg_ctype(val->type.dtype);
+      const Loc *l = &fp->loc[v];
+      ValId r = root_of(f, v), sr = kn_root(f, c->s, v);
+      /* a folded slice or permute (or a reshape of one): a pointer to its root's storage, read
+       * through strides and an offset; declared with the root's type (all it may read) */
+      int strided = sr != kn_root(f, NULL, v);
+      int view = r != v || strided, readonly = f->values.data[r].kind != V_INST;
+      /* parameters are written at the end of an entry with updates: not restrict there */
+      int written = f->updates.len && f->values.data[r].kind == V_PARAM;
+      /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
+      const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
+      type_str(strided ? &f->values.data[sr].type : &val->type, tb, sizeof tb);
+      if (l->base >= 0) {
+        cg_printf(decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
+                  cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
+        if (inputs) inputs[l->base] = 1;
+        continue;
+      }
+      CHECK(l->base == LOC_ARENA);
+      const char *cq = readonly || view ? "const " : "";
+      Buf ad = {0};   /* A + offset; with embedded weights, a parameter's const array */
+      arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, l->offset);
+      cg_printf(decl, "  %s%s *%s%s = (%s%s *)(%s);  /* %s", cq, ct, rs, cname[v], cq, ct, ad.s, tb);
+      cg_buf_free(&ad);
+      char pn[256];
+      if (val->kind == V_PARAM) cg_printf(decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
+      if (fp->hints.update_into && fp->hints.update_into[v] >= 0)
+        cg_printf(decl, " %s's new value", comment_text(pn, sizeof pn, p->params.data[fp->hints.update_into[v]].name));
+      if (strided) cg_printf(decl, ", the storage of %s, read through strides", cname[sr]);
+      else if (view) cg_printf(decl, ", view of %s", cname[r]);
+      cg_puts(decl, " */\n");
+    }
+  for (int i = 0; i < f->insts.len; i++) {
+    if (!sname[i] || (sref && !sref[i])) continue;
+    const Inst *in = &f->insts.data[i];
+    const Type *r = &f->values.data[in->res].type;
+    ConvGeom cg;
+    cg_conv_geom(f, in, &cg);
+    Buf ad = {0};
+    arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, fp->scratch[i]);
+    cg_printf(decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",
+              cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), ad.s, ir_dtype_name(r->dtype),
+              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
+              (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
+              ir_conv_slots(f, in) == 1 ? "" : in->op == IR_CONV2D ? " and outputs" : " and output gradients");
+    cg_buf_free(&ad);
+  }
+  return arena;
+}
+
+/* ---- per-module functions (scope_c.c decides which kernels go in which) ---------- */
+
+#define MODFN_DEPTH 16
+typedef struct ModFrame {
+  int scope, phase;
+  int fails;                   /* its body can stop the entry (an index check): returns an int */
+  const char *name;
+  Buf *body;
+  unsigned char *ref, *sref;   /* per value, per instruction: what its body uses (cg_ref, scratch) */
+  unsigned char *inputs;       /* per entry input: passed to it */
+} ModFrame;
+typedef struct ModFns {
+  ModFrame fr[MODFN_DEPTH + 1];   /* [0] the entry; [1..depth] the module functions open, outermost first */
+  int depth;
+  ModFrame *done;                 /* the functions closed, in order: each before its caller */
+  int ndone, capdone;
+} ModFns;
+
+static const char *const phase_word[] = {"forward", "backward", "optimizer"};
+
+/* Closes the innermost module function: a call of it into its caller; its text is written
+ * once all are closed (modfn_text). */
+static void modfn_close(CgFunc *c, ModFns *mf) {
+  ModFrame *fr = &mf->fr[mf->depth], *pa = &mf->fr[mf->depth - 1];
+  const Func *f = c->f;
+  fr->inputs = calloc((size_t)f->inputs.len + 1, 1);
+  CHECK(fr->inputs);
+  for (int v = 0; v < f->values.len; v++)   /* the inputs it reads, or reads views of */
+    if (fr->ref[v] && f->values.data[v].kind != V_INPUT && c->fp->loc[v].base >= 0) fr->inputs[c->fp->loc[v].base] = 1;
+  Buf call = {0};
+  cg_printf(&call, "%s(m", fr->name);
+  if (f->batch_max) cg_puts(&call, ", batch");
+  for (int k = 0; k < f->inputs.len; k++) {
+    ValId v = f->inputs.data[k];
+    fr->inputs[k] |= fr->ref[v];
+    if (!fr->inputs[k]) continue;
+    cg_printf(&call, ", %s", c->cname[v]);
+    pa->ref[v] = 1;
+  }
+  cg_puts(&call, ")");
+  if (pa->body->len) cg_puts(pa->body, "\n");
+  if (fr->fails) {
+    cg_printf(pa->body, "  {\n    const int ctc_rc = %s;\n    if (ctc_rc) return ctc_rc;\n  }\n", call.s);
+    pa->fails = 1;
+  } else {
+    cg_printf(pa->body, "  %s;\n", call.s);
+  }
+  cg_buf_free(&call);
+  if (mf->ndone == mf->capdone) {
+    mf->capdone = mf->capdone ? 2 * mf->capdone : 16;
+    mf->done = realloc(mf->done, sizeof *mf->done * (size_t)mf->capdone);
+    CHECK(mf->done);
+  }
+  mf->done[mf->ndone++] = *fr;
+  mf->depth--;
+}
+
+/* The closed functions' text (each before its caller) into out, and frees them. A tensor
+ * two functions use is not restrict in either: one calls the other while its pointer lives. */
+static void modfn_text(Gen *g, CgFunc *c, ModFns *mf, unsigned char *excl, int looped, Buf *out) {
+  const Func *f = c->f;
+  int nv = f->values.len;
+  unsigned char *nref = calloc((size_t)nv + 1, 1), *ex = calloc((size_t)nv + 1, 1);
+  CHECK(nref && ex);
+  for (int d = -1; d < mf->ndone; d++) {
+    const unsigned char *r = d < 0 ? mf->fr[0].ref : mf->done[d].ref;
+    for (int v = 0; v < nv; v++) nref[v] += r[v] && nref[v] < 2;
+  }
+  for (int v = 0; v < nv; v++) ex[v] = excl[v] && nref[v] <= 1;
+  for (int d = 0; d < mf->ndone; d++) {
+    ModFrame *fr = &mf->done[d];
+    Buf decl = {0};
+    int arena = emit_decls(g, c, fr->ref, fr->sref, ex, looped, &decl, NULL);
+    const IrScope *sc = &c->p->scopes.data[fr->scope];
+    cg_printf(out, "/* %s%s%s%s: %s of entry %s */\n", sc->path, sc->cls ? " (" : "", sc->cls ? sc->cls : "",
+              sc->cls ? ")" : "", phase_word[fr->phase >= PH_FORWARD && fr->phase <= PH_OPTIMIZER ? fr->phase : 0],
+              f->name);
+    cg_printf(out, "static %s %s(%s_t *m", fr->fails ? "int" : "void", fr->name, g->prefix);
+    if (f->batch_max) cg_puts(out, ", int64_t batch");   /* the entry's run-time batch */
+    for (int k = 0; k < f->inputs.len; k++)
+      if (fr->inputs[k])
+        cg_printf(out, ", const %s *%s", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype),
+                  c->cname[f->inputs.data[k]]);
+    cg_puts(out, ") {\n");
+    if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
+    else if (!fr->fails) cg_puts(out, "  (void)m;\n");
+    if (f->batch_max) cg_puts(out, "  (void)batch;   /* not every function's loops depend on it */\n");
+    if (decl.len) cg_puts(out, decl.s);
+    if (fr->body->len) cg_printf(out, "%s%s", decl.len || arena ? "\n" : "", fr->body->s);
+    if (fr->fails) cg_puts(out, "  return CTC_OK;\n");
+    cg_puts(out, "}\n\n");
+    cg_buf_free(&decl);
+    cg_buf_free(fr->body);
+    free(fr->body);
+    free(fr->ref);
+    free(fr->sref);
+    free(fr->inputs);
+  }
+  free(mf->done);
+  memcpy(excl, ex, (size_t)nv + 1);   /* the entry's own declarations too */
+  free(nref);
+  free(ex);
+}
+
+/* Makes the module function of scope sc (phase ph) the one kernels are written into: closes
+ * those it is not inside, opens those it is inside of (named <entry>_<path>_<phase>). */
+static void modfn_enter(CgFunc *c, ModFns *mf, int sc, int ph) {
+  int chain[MODFN_DEPTH];
+  int n = cg_scope_chain(c->p, sc, chain, MODFN_DEPTH), keep = 0;
+  while (keep < mf->depth && keep < n && mf->fr[keep + 1].scope == chain[keep] && mf->fr[keep + 1].phase == ph) keep++;
+  while (mf->depth > keep) modfn_close(c, mf);
+  for (; mf->depth < n; mf->depth++) {
+    ModFrame *fr = &mf->fr[mf->depth + 1];
+    memset(fr, 0, sizeof *fr);
+    fr->scope = chain[mf->depth];
+    fr->phase = ph;
+    char id[256], hint[400];
+    cg_ident(id, sizeof id, c->p->scopes.data[fr->scope].path);
+    snprintf(hint, sizeof hint, "%s_%s_%s", c->f->name, id, phase_word[ph >= PH_FORWARD && ph <= PH_OPTIMIZER ? ph : 0]);
+    char nm[400];
+    cg_ident(nm, sizeof nm, hint);
+    fr->name = cg_name(c->ns, nm);
+    fr->body = calloc(1, sizeof *fr->body);
+    fr->ref = calloc((size_t)c->f->values.len + 1, 1);
+    fr->sref = calloc((size_t)c->f->insts.len + 1, 1);
+    CHECK(fr->body && fr->ref && fr->sref);
+  }
+  c->out = mf->fr[mf->depth].body;
+  c->ref = mf->fr[mf->depth].ref;
+}
+
 static int emit_entry(Gen *g, int fi, Buf *out) {
   const Program *p = g->p;
   const Func *f = p->funcs.data[fi];
@@ -493,10 +690,31 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   /* an optimizer's same update of each parameter as one loop over a table (kernels/foreach.c) */
   KnForeachs *fe = !g->opt.profile && !g->opt.anomaly && !dist.nb && !g->opt.embed ? kn_foreach(p->arena, f, c.s, fp) : NULL;
   int fj = 0;
+  unsigned char *excl = exclusive_all(f, fp);
+  /* each user module's kernels as a function (scope_c.c); not where kernels are profile or
+   * anomaly sites, or gradient buckets start between them */
+  int grouped = p->scopes.len > 1 && !sites && !dist.nb;
+  int *ksc = grouped ? calloc((size_t)c.s->kernels.len + 1, sizeof *ksc) : NULL;
+  int *kph = grouped ? calloc((size_t)c.s->kernels.len + 1, sizeof *kph) : NULL;
+  unsigned char *sref = grouped ? calloc((size_t)f->insts.len + 1, 1) : NULL;
+  ModFns mf;
+  memset(&mf, 0, sizeof mf);
+  mf.fr[0].body = &body, mf.fr[0].ref = ref, mf.fr[0].sref = sref;
+  if (grouped) {
+    CHECK(ksc && kph && sref);
+    cg_kernel_scopes(p, f, c.s, looped ? loops : NULL, ksc, kph);
+  }
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
     int code = kernel_has_code(f, kn), timed = pt && code;
     for (; fe && fj < fe->runs.len && fe->runs.data[fj].first < k; fj++) {}
+    if (grouped && !c.over) {
+      if (fe && fj < fe->runs.len && k == fe->runs.data[fj].first) modfn_enter(&c, &mf, 0, PH_OPTIMIZER);
+      else if (ksc[k] >= 0) modfn_enter(&c, &mf, ksc[k], kph[k]);
+    }
+    if (grouped)   /* the convolutions' column scratch is declared where they run */
+      for (int i = kn->first; i <= kn->last; i++) mf.fr[mf.depth].sref[i] |= sname[i] != NULL;
+    int nix0 = nix;
     if (fe && fj < fe->runs.len && k == fe->runs.data[fj].first && !c.over &&
         !(looped && li < loops->loops.len && loops->loops.data[li].first < k + fe->runs.data[fj].count)) {
       cg_emit_foreach(&c, &fe->runs.data[fj]);
@@ -539,15 +757,20 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
                 fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
     }
     cg_dist_hooks(&c, &dist, k, 1);
+    if (nix > nix0) mf.fr[mf.depth].fails = 1;   /* an index check: the function returns its status */
     if (looped && li < loops->loops.len && k == loops->loops.data[li].first + loops->loops.data[li].len - 1) {
       const KnLoop *lp = &loops->loops.data[li++];
       c.ind -= 2;
       c.over = NULL;
       memset(over, 0, sizeof *over * (size_t)(nv + 1));
-      cg_puts(&body, "  }\n");
+      cg_puts(c.out, "  }\n");
       k = lp->first + lp->count * lp->len - 1;   /* the later steps ran in the loop */
     }
   }
+  while (mf.depth > 0) modfn_close(&c, &mf);
+  c.out = &body, c.ref = ref;
+  free(ksc);
+  free(kph);
   free(over);
   cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
   if (f->outputs.len) {
@@ -600,61 +823,11 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     }
   }
 
-  /* Declarations of the tensors the body uses: parameters, then the rest. */
-  Buf decl = {0};
-  unsigned char *excl = exclusive_all(f, fp);
-  for (int pass = 0; pass < 2; pass++)
-    for (int v = 0; v < nv; v++) {
-      const Value *val = &f->values.data[v];
-      if (!ref[v] || val->kind == V_INPUT || (val->kind == V_PARAM) != (pass == 0)) continue;
-      CHECK(val->kind == V_PARAM || is_result(f, v));
-      const char *ct = cg_ctype(val->type.dtype);
-      const Loc *l = &fp->loc[v];
-      ValId r = root_of(f, v), sr = kn_root(f, c.s, v);
-      /* a folded slice or permute (or a reshape of one): a pointer to its root's storage, read
-       * through strides and an offset; declared with the root's type (all it may read) */
-      int strided = sr != kn_root(f, NULL, v);
-      int view = r != v || strided, readonly = f->values.data[r].kind != V_INST;
-      /* parameters are written at the end of an entry with updates: not restrict there */
-      int written = f->updates.len && f->values.data[r].kind == V_PARAM;
-      /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
-      const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
-      type_str(strided ? &f->values.data[sr].type : &val->type, tb, sizeof tb);
-      if (l->base >= 0) {
-        cg_printf(&decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
-                  cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
-        continue;
-      }
-      CHECK(l->base == LOC_ARENA);
-      const char *cq = readonly || view ? "const " : "";
-      Buf ad = {0};   /* A + offset; with embedded weights, a parameter's const array */
-      arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, l->offset);
-      cg_printf(&decl, "  %s%s *%s%s = (%s%s *)(%s);  /* %s", cq, ct, rs, cname[v], cq, ct, ad.s, tb);
-      cg_buf_free(&ad);
-      char pn[256];
-      if (val->kind == V_PARAM) cg_printf(&decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
-      if (fp->hints.update_into && fp->hints.update_into[v] >= 0)
-        cg_printf(&decl, " %s's new value", comment_text(pn, sizeof pn, p->params.data[fp->hints.update_into[v]].name));
-      if (strided) cg_printf(&decl, ", the storage of %s, read through strides", cname[sr]);
-      else if (view) cg_printf(&decl, ", view of %s", cname[r]);
-      cg_puts(&decl, " */\n");
-    }
+  /* Declarations of the tensors the entry's own body uses: parameters, then the rest. */
+  Buf decl = {0}, fns = {0};
+  if (grouped) modfn_text(g, &c, &mf, excl, looped, &fns);   /* after the body: the entry's ref is complete */
+  arena |= emit_decls(g, &c, ref, grouped ? sref : NULL, excl, looped, &decl, NULL);
   free(excl);
-  for (int i = 0; i < f->insts.len; i++) {
-    if (!sname[i]) continue;
-    const Inst *in = &f->insts.data[i];
-    const Type *r = &f->values.data[in->res].type;
-    ConvGeom cg;
-    cg_conv_geom(f, in, &cg);
-    Buf ad = {0};
-    arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, fp->scratch[i]);
-    cg_printf(&decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",
-              cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), ad.s, ir_dtype_name(r->dtype),
-              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
-              (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
-              ir_conv_slots(f, in) == 1 ? "" : in->op == IR_CONV2D ? " and outputs" : " and output gradients");
-    cg_buf_free(&ad);
-  }
 
   char where[256];
   cg_where(where, sizeof where, f->loc);
@@ -677,6 +850,9 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   free(checked);
   if (dist.tables.len) cg_puts(out, dist.tables.s);
   cg_dist_free(&dist);
+  cg_puts(out, fns.len ? fns.s : "");   /* its module functions, before it */
+  cg_buf_free(&fns);
+  free(sref);
   if (wrapped)   /* before the entry (declared in the header), so that its body follows its name */
     cg_printf(out, "/* %s at batch %lld (%s_%s_batch takes 1..%lld) */\n%s {\n  return %s;\n}\n\n", fname,
               (ll)f->batch_max, g->prefix, fname, (ll)f->batch_max, wsig->s, wcall.s);

@@ -130,6 +130,14 @@ Program *ir_program_new(Arena *a, const SrcFile *src) {
   return p;
 }
 
+int ir_scope(Program *p, const char *path, const char *cls) {
+  if (!p->scopes.len) vec_push(p->arena, &p->scopes, ((IrScope){"", NULL}));
+  for (int i = 1; i < p->scopes.len; i++)
+    if (strcmp(p->scopes.data[i].path, path) == 0) return i;
+  vec_push(p->arena, &p->scopes, ((IrScope){arena_strdup(p->arena, path), cls ? arena_strdup(p->arena, cls) : NULL}));
+  return p->scopes.len - 1;
+}
+
 const char *ir_source_name(const Program *p) {
   const char *path = p->src && p->src->path ? p->src->path : "?";
   const char *s = strrchr(path, '/');
@@ -216,6 +224,7 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
   in.loc = loc;
   in.nograd = f->grad_mode;
   in.phase = f->phase;
+  in.scope = f->scope;
   f->values.data[r].def = f->insts.len;
   vec_push(p->arena, &f->insts, in);
   return r;

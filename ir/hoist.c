@@ -15,7 +15,8 @@
  * scalars (Adam's bias corrections) still move. A reshape of a parameter or of
  * a moved value moves too, whatever its size: it is a view, no code, but where
  * it stands it closes the open kernel (BatchNorm's weight as [C,1,1] between
- * the normalisation's ops made eval-mode BatchNorm three passes, not one). */
+ * the normalisation's ops made eval-mode BatchNorm three passes, not one). Moved
+ * instructions are the entry's own prologue (Inst.scope 0), not their module's. */
 #include <stdlib.h>
 #include "ir.h"
 
@@ -62,6 +63,7 @@ void ir_pass_hoist(Program *p, Func *f) {
       for (int i = 0; i < ni; i++)
         if (moved[i] == (pass == 0)) {
           f->insts.data[n] = old[i];
+          if (pass == 0) f->insts.data[n].scope = 0;   /* the entry's prologue, no module's code */
           f->values.data[old[i].res].def = n;
           n++;
         }

@@ -130,6 +130,8 @@ typedef struct Inst {
   Span loc;           /* the model.py span this op came from */
   int nograd;         /* NG_*: staged under torch.no_grad() / inference_mode() */
   int phase;          /* PH_*: forward, backward (an AD sweep) or optimizer code (profiles) */
+  int scope;          /* Program.scopes index: the user module whose forward staged it, or whose
+                         instruction's gradient it computes (0: the entry's own code) */
   int dead;           /* set by passes that delete; removed by ir_compact */
   int keep;           /* stored and kept though nothing reads it: a recurrence's last step computing
                          the loop body's dead carried value (kernels/reroll.c, kn_reroll_pad) */
@@ -174,6 +176,9 @@ typedef struct Func {
   Span loc;                   /* the def in model.py */
   int grad_mode;              /* NG_*: ir_emit stamps it on every new instruction */
   int phase;                  /* PH_*: ir_emit stamps it on every new instruction */
+  int scope;                  /* Program.scopes index: ir_emit stamps it on every new instruction
+                                 (lowering sets it around a user module's forward, ad_reverse to
+                                 that of the instruction it differentiates) */
   /* A batch dimension chosen at run time (--input x=f32[N,...] --max N=M): the
    * entry takes n (1 .. batch_max) as an argument. This Func was staged with
    * N = batch_n; batch_axis[v] is the axis of value v whose extent is a multiple
@@ -245,6 +250,11 @@ typedef struct TextScript {
   double sample_temperature;  /* what it divides the logits by (1.0: nothing) */
 } TextScript;
 
+/* A user module's call (Inst.scope): its path in the model ("h.0.attn") and class. */
+typedef struct IrScope {
+  const char *path, *cls;
+} IrScope;
+
 /* Instrumentation around every AD sweep and pass: compiler/main.c prints the
  * IR (--dump-before / --dump-after) and verifies it. `after` is 0 before the
  * pass, 1 after it. */
@@ -276,6 +286,8 @@ struct Program {
   int fuse_attention;         /* the C target's fused attention (ir_fuse_attention; LowerOptions.fuse_attention) */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
+  Vec(IrScope) scopes;        /* the user modules whose forward staged instructions (Inst.scope);
+                                 [0] is none (the entry's own code); ir_scope adds them */
   Vec(const char *) imports;  /* lowering: the files of the local modules the model imported, as opened
                                  (beside the model file), in import order: `ctc -MD` lists them */
 };
@@ -295,6 +307,8 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name);
 ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc);
 void ir_add_output(Program *p, Func *f, ValId v, const char *name);
+/* The Program.scopes index of the module at `path` (class cls), added on first use (> 0). */
+int ir_scope(Program *p, const char *path, const char *cls);
 /* At the end of f, parameter `param` := v (type must equal the parameter's);
  * updating the same parameter again replaces the earlier update. */
 void ir_add_update(Program *p, Func *f, int param, ValId v);

@@ -370,12 +370,13 @@ static void place(Func *f, int n0, const int *before) {
   free(old);
 }
 
-/* A new instruction like body instruction b (its location, phase and grad mode). */
+/* A new instruction like body instruction b (its location, phase, module and grad mode). */
 static ValId emit_like(Program *p, Func *f, const Inst *b, Op op, const ValId *args, int nargs, Type t,
                        const int64_t *attr, int nattr, double fattr, const char *name) {
   ValId r = ir_emit(p, f, op, args, nargs, t, attr, nattr, fattr, b->loc, name);
   Inst *in = &f->insts.data[f->insts.len - 1];
   in->phase = b->phase;
+  in->scope = b->scope;
   in->nograd = b->nograd;
   return r;
 }

@@ -388,7 +388,10 @@ def test_attention_is_one_fused_call(tmp_path):
             r"h_0_attn_c_attn \+ 512, 98304, 64, 768, \w+, 4, \(?[\w *]+\)?, 128, 64, 1, 0, 0.125\);")
     assert re.search(call, code), call
     assert re.search(r"ctc_attention_bwd_f32\(h_0_attn_c_attn, 98304, 64, 768, ", code)
-    fwd = code[code.index("gpt_forward("):code.index("gpt_train_step(")]
+    # the forward entry: its body and its modules' functions (forward_h_0_attn_forward, ...)
+    entry = code.index("int gpt_forward(")
+    fwd = "".join(re.findall(r"^static void forward_\w+\(.*?^\}\n", code, re.M | re.S)) + \
+        code[entry:code.index("\n}\n", entry)]
     views = re.findall(r"^  /\* gpt\.py:2[3-7]  (?:slice|permute)\(.*$", fwd, re.M)
     assert len(views) == 4 * 6, views   # per block: 3 slices and 3 head transposes
     assert all(v.endswith(": a strided view, no code (its readers index it in place) */") for v in views), views

@@ -164,7 +164,13 @@ static PV *h_call(L *L, Span at, PV *obj, Args *A) {
     L->stack_span[L->nstack] = at;
     L->stack_name[L->nstack] = arena_printf(L->a, "%s.forward", obj->cls->s);
   }
-  return h_call_result(L, obj, call_value(L, at, fwd, A->args, A->nargs, A->kwnames, A->kwvals, A->nkw));
+  /* what it stages belongs to this module (Inst.scope: the C target's per-module functions) */
+  Func *fn = L->T->fn;
+  int scope = fn ? fn->scope : 0;
+  if (fn && obj->mod && obj->mod->path && obj->mod->path[0]) fn->scope = ir_scope(L->T->prog, obj->mod->path, obj->cls->s);
+  PV *r = call_value(L, at, fwd, A->args, A->nargs, A->kwnames, A->kwvals, A->nkw);
+  if (fn) fn->scope = scope;
+  return h_call_result(L, obj, r);
 }
 
 static PV *binary_f32(L *L, Span at, int op, PV *a, PV *b) {

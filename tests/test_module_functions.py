@@ -1,0 +1,140 @@
+"""The C target writes each user module's call as a function of the entry, named after
+the entry, the module's path and the phase (net_train_step calls
+train_step_blocks_0_forward, which calls train_step_blocks_0_attn_forward, ...), nested
+as the modules are; their kernels and values are the same as when written inline, so
+the numbers are PyTorch's."""
+import os
+import re
+
+import numpy as np
+import torch
+
+from ctc_testlib import CTC, compare, load_module, run, run_forward
+
+MODEL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attn(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)
+        w = torch.softmax(q @ k.transpose(-2, -1) / 4.0, dim=-1)
+        return self.proj(w @ v)
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.attn = Attn(d)
+        self.ff = nn.Linear(d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm(x))
+        return x + torch.tanh(self.ff(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(12, 16)
+        self.blocks = nn.ModuleList([Block(16) for _ in range(2)])
+        self.head = nn.Linear(16, 12)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+example_inputs = {"forward": (torch.zeros(2, 5, dtype=torch.long),),
+                  "train_step": (torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))}
+
+
+def train_step(idx, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(idx).reshape(-1, 12), y.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
+
+def functions(code):
+    """{name: body} of the file's static functions that are not ctc_ helpers."""
+    return {m.group(2): m.group(3) for m in
+            re.finditer(r"^static (void|int) ((?!ctc_)\w+)\(net_t \*m[^)]*\) \{\n(.*?)^\}\n", code, re.M | re.S)}
+
+
+def test_module_calls_are_functions_called_in_order(tmp_path):
+    p = tmp_path / "model.py"
+    p.write_text(MODEL)
+    c = tmp_path / "net.c"
+    run([CTC, "compile", str(p), "-o", str(c)])
+    code = c.read_text()
+    fns = functions(code)
+    fwd = ["train_step_blocks_%d_forward" % i for i in range(2)]
+    attn = ["train_step_blocks_%d_attn_forward" % i for i in range(2)]
+    bwd = ["train_step_blocks_%d_backward" % i for i in range(2)]
+    for name in fwd + attn + bwd + ["forward_blocks_0_forward", "forward_blocks_0_attn_forward"]:
+        assert name in fns, sorted(fns)
+    # each defined before its caller, with the module and phase in its comment
+    assert code.index("/* blocks.0.attn (Attn): forward of entry train_step */\nstatic void train_step_blocks_0_attn_forward(") \
+        < code.index("static void train_step_blocks_0_forward(")
+    # the block calls its attention; the entry calls the blocks forward in order, then backward in reverse
+    assert "  train_step_blocks_0_attn_forward(m);\n" in fns["train_step_blocks_0_forward"]
+    entry = code.split("int net_train_step(")[1].split("\n}\n")[0]
+    calls = re.findall(r"^  (train_step_\w+)\(m\);$", entry, re.M)
+    assert calls[:2] == fwd and [c for c in calls if c.endswith("_backward")][-2:] == bwd[::-1], calls
+    # a function declares what it uses, read from the arena: the attention's weights are not the entry's
+    assert "blocks_0_attn_qkv_weight = " in fns["train_step_blocks_0_attn_forward"]
+    assert "blocks_0_attn_qkv_weight = " not in entry
+    # the generated file stays warning-free
+    exe = tmp_path / "net"
+    run([CTC, "build", str(p), "-o", str(exe), "--cflags=-Wall", "--cflags=-Wextra", "--cflags=-Werror"])
+
+
+def test_module_functions_compute_what_pytorch_does(tmp_path):
+    p = tmp_path / "model.py"
+    p.write_text(MODEL)
+    mod = load_module(str(p))
+    idx = np.random.default_rng(1).integers(0, 12, size=(2, 5)).astype(np.int64)
+    (got,) = run_forward(str(tmp_path), str(p), mod.model, [idx])
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(idx)).numpy()
+    compare("logits", got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_index_check_inside_a_module_function_stops_the_entry(tmp_path):
+    """The embedding's index check sits in a module's function: the function returns the
+    status, and its caller returns it on."""
+    src = MODEL.replace("self.emb = nn.Embedding(12, 16)\n", "self.emb = nn.Embedding(12, 16)\n        self.pre = Pre()\n") \
+               .replace("x = self.emb(idx)", "x = self.pre(self.emb, idx)") \
+               .replace("class Block(nn.Module):", "class Pre(nn.Module):\n    def forward(self, emb, idx):\n"
+                        "        return emb(idx) * 2.0\n\n\nclass Block(nn.Module):")
+    p = tmp_path / "model.py"
+    p.write_text(src)
+    c = tmp_path / "net.c"
+    run([CTC, "compile", str(p), "-o", str(c)])
+    fns = functions(c.read_text())
+    assert re.search(r"^static int forward_pre_forward\(", c.read_text(), re.M), sorted(fns)
+    assert re.search(r"const int ctc_rc = forward_pre_forward\(m, (batch, )?idx\);\n    if \(ctc_rc\) return ctc_rc;",
+                     c.read_text()), c.read_text()
+    exe = tmp_path / "net"
+    run([CTC, "build", str(p), "-o", str(exe)])
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.array([[1, 2, 3, 12, 0], [0, 0, 0, 0, 0]], dtype=np.int64))
+    r = run([exe, "infer", "--random-weights", "--input", bad, "--output", tmp_path / "o.npy"], check=False)
+    assert r.returncode != 0 and "index 12 is out of range [0, 12) in 'idx' (element 3) read by embedding" in r.stderr, \
+        r.stderr
