@@ -72,8 +72,9 @@ static void line_text(Buf *b, Span at) {
   c_string(b, buf);
 }
 
-/* kernel k's ctc_prof_site initializer: entry, name (its ops), model line, phase, FLOPs, bytes. */
-static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
+/* kernel k's ctc_prof_site initializer: entry, name (its ops), model line, phase, FLOPs, bytes,
+ * the user module whose code it runs (scope_c.c; "" for the entry's own). */
+static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k, const char *module) {
   const Kernel *kn = &s->kernels.data[k];
   char name[64] = "", where[256] = "";
   size_t len = 0;
@@ -109,11 +110,13 @@ static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k) {
   c_string(b, where);
   cg_puts(b, ", ");
   line_text(b, in0->loc);
-  cg_printf(b, ", %s, %.0f, %.0f},\n",
+  cg_printf(b, ", %s, %.0f, %.0f, ",
             in0->phase == PH_BACKWARD    ? "CTC_PROF_BACKWARD"
             : in0->phase == PH_OPTIMIZER ? "CTC_PROF_OPTIMIZER"
                                          : "CTC_PROF_FORWARD",
             flops, bytes);
+  c_string(b, module);
+  cg_puts(b, "},\n");
 }
 
 static const char *basename_of(const char *path) {
@@ -840,9 +843,14 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     c_string(out, where);
     cg_puts(out, ", ");
     line_text(out, f->loc);
-    cg_puts(out, ", CTC_PROF_ENTRY, 0, 0},\n");
+    cg_puts(out, ", CTC_PROF_ENTRY, 0, 0, \"\"},\n");
+    int *psc = calloc((size_t)c.s->kernels.len + 1, sizeof *psc), *pph = calloc((size_t)c.s->kernels.len + 1, sizeof *pph);
+    CHECK(psc && pph);
+    cg_kernel_scopes(p, f, c.s, NULL, psc, pph);
     for (int k = 0; k < c.s->kernels.len; k++)
-      if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k);
+      if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k, psc[k] > 0 ? p->scopes.data[psc[k]].path : "");
+    free(psc);
+    free(pph);
     cg_puts(out, "};\n\n");
   }
   if (nix && !g->opt.freestanding) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fid, ixsites.s);

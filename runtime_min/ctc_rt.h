@@ -236,6 +236,7 @@ typedef struct ctc_prof_site {
   int phase;           /* CTC_PROF_*: forward, backward or optimizer code */
   double flops;        /* per call (0: unknown) */
   double bytes;        /* the tensors it reads and writes, per call */
+  const char *module;  /* the user module whose code it runs ("h.0.attn"; NULL or "": the entry's own) */
 } ctc_prof_site;
 /* A profile keeping up to max_events kernel calls for the trace (totals are kept for all). */
 ctc_profile *ctc_prof_new(size_t max_events);
@@ -248,7 +249,8 @@ void ctc_prof_record(ctc_profile *p, const ctc_prof_site *site, double t0);
 void ctc_prof_thread(ctc_profile *p, const ctc_prof_site *site, int thread, double t0);
 /* The Chrome trace event format (chrome://tracing, Perfetto): one "X" event per call. */
 int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err);
-/* Totals per entry, model line, name and phase, largest first (file: a FILE *). */
+/* Totals per entry, model line, name and phase, largest first (file: a FILE *); then, where
+ * sites name modules, the totals per entry, module and phase in the model's order. */
 void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows);
 
 /* Anomaly mode (`ctc build --anomaly`): CTC_OK if the n values of `data` (f32 or

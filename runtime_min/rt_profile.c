@@ -10,7 +10,8 @@
  * (ctc_prof_thread, from inside the parallel region: lock-free, one slot per
  * call taken with an atomic counter): the trace shows them on one track per
  * thread, and the table's second part gives each such kernel's busiest and
- * idlest thread. */
+ * idlest thread. Its third part sums the kernels by the user module whose code they run
+ * (ctc_prof_site.module), each module with those inside it. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdatomic.h>
@@ -159,6 +160,7 @@ int ctc_prof_write_trace(const ctc_profile *p, const char *path, ctc_error *err)
     json_str(f, s->where);
     fprintf(f, ", \"entry\": ");
     json_str(f, s->entry);
+    if (s->module && s->module[0]) fprintf(f, ", \"module\": "), json_str(f, s->module);
     if (s->flops > 0) fprintf(f, ", \"flops\": %.0f", s->flops);
     if (s->bytes > 0) fprintf(f, ", \"bytes\": %.0f", s->bytes);
     fprintf(f, "}}");
@@ -194,6 +196,74 @@ typedef struct Row {
 
 static int same_row(const ctc_prof_site *a, const ctc_prof_site *b) {
   return a->phase == b->phase && !strcmp(a->entry, b->entry) && !strcmp(a->where, b->where) && !strcmp(a->name, b->name);
+}
+
+/* The table's third part, where the sites name modules: per (entry, module, phase), the
+ * kernel time of that module's code and of the modules inside it (h.0 holds h.0.attn), in the
+ * order of the sites' tables (the model's: a module's forward, later its backward). */
+typedef struct ModRow {
+  const ctc_prof_site *site;   /* the first of its sites (the tables' order) */
+  const ctc_prof_site *first;  /* the first site of it or of a module inside it */
+  int depth;                   /* the dots in its path */
+  double ms, own;              /* with the modules inside it; its own kernels only */
+} ModRow;
+
+static int mod_before(const ModRow *a, const ModRow *b) {   /* a module before those inside it */
+  return a->first != b->first ? a->first < b->first : a->depth < b->depth;
+}
+
+static int inside(const char *m, const char *outer) {   /* m is outer or a module inside it */
+  size_t n = strlen(outer);
+  return !strncmp(m, outer, n) && (m[n] == 0 || m[n] == '.');
+}
+
+static void print_modules(const ctc_profile *p, FILE *out, double all) {
+  size_t nm = 0;
+  ModRow *rows = calloc(p->ntot + 1, sizeof *rows);
+  if (!rows) return;
+  for (size_t i = 0; i < p->tcap; i++) {
+    const ctc_prof_site *s = p->tot[i].site;
+    if (!s || s->phase == CTC_PROF_ENTRY || !s->module || !s->module[0]) continue;
+    size_t r = 0;
+    while (r < nm && !(rows[r].site->phase == s->phase && !strcmp(rows[r].site->entry, s->entry) &&
+                       !strcmp(rows[r].site->module, s->module))) r++;
+    if (r == nm) rows[nm++].site = s;
+    else if (s < rows[r].site) rows[r].site = s;   /* a table's earlier site: the model's order */
+    rows[r].own += p->tot[i].ms;
+  }
+  for (size_t r = 0; r < nm; r++) {
+    rows[r].first = rows[r].site;
+    for (const char *c = rows[r].site->module; *c; c++) rows[r].depth += *c == '.';
+    for (size_t q = 0; q < nm; q++)
+      if (rows[q].site->phase == rows[r].site->phase && !strcmp(rows[q].site->entry, rows[r].site->entry) &&
+          inside(rows[q].site->module, rows[r].site->module)) {
+        rows[r].ms += rows[q].own;
+        if (rows[q].site < rows[r].first) rows[r].first = rows[q].site;
+      }
+  }
+  for (size_t r = 1; r < nm; r++)   /* in the tables' order (each entry's sites are one array) */
+    for (size_t q = r; q > 0 && mod_before(&rows[q], &rows[q - 1]); q--) {
+      ModRow t = rows[q];
+      rows[q] = rows[q - 1];
+      rows[q - 1] = t;
+    }
+  int base = nm ? rows[0].depth : 0;   /* the outermost modules' depth: not indented */
+  for (size_t r = 0; r < nm; r++) base = rows[r].depth < base ? rows[r].depth : base;
+  if (nm) {
+    const char *rule = "-------------------------------------------------------------------------------------";
+    fprintf(out, "\nModules: kernel time of each call of your modules' code, with the modules inside it\n%s\n"
+                 "%-36s %-14s %-9s %11s %11s %7s\n%s\n", rule, "Module", "Entry", "Phase", "Total ms", "Own ms", "%", rule);
+    for (size_t r = 0; r < nm; r++) {
+      const ctc_prof_site *s = rows[r].site;
+      int depth = rows[r].depth - base < 8 ? rows[r].depth - base : 8;
+      char name[37];
+      snprintf(name, sizeof name, "%*s%s", 2 * depth, "", s->module);
+      fprintf(out, "%-36s %-14s %-9s %11.3f %11.3f %6.2f%%\n", name, s->entry, phase_name(s->phase), rows[r].ms,
+              rows[r].own, all > 0 ? 100 * rows[r].ms / all : 0);
+    }
+    fprintf(out, "%s\n", rule);
+  }
+  free(rows);
 }
 
 static int cmp_row(const void *x, const void *y) {
@@ -289,6 +359,7 @@ void ctc_prof_print_table(const ctc_profile *p, void *file, int max_rows) {
           kernel_ms, entry_ms);
   if (p->dropped) fprintf(out, "(%zu kernel calls past the trace's %zu events are in the totals only)\n", p->dropped, p->cap);
   print_threads(p, out, rows, n, max_rows);
+  print_modules(p, out, all);
   free(rows);
 }
 

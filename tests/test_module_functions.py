@@ -4,6 +4,7 @@ train_step_blocks_0_forward, which calls train_step_blocks_0_attn_forward, ...),
 as the modules are; their kernels and values are the same as when written inline, so
 the numbers are PyTorch's."""
 import os
+import json
 import re
 
 import numpy as np
@@ -138,3 +139,30 @@ def test_an_index_check_inside_a_module_function_stops_the_entry(tmp_path):
     r = run([exe, "infer", "--random-weights", "--input", bad, "--output", tmp_path / "o.npy"], check=False)
     assert r.returncode != 0 and "index 12 is out of range [0, 12) in 'idx' (element 3) read by embedding" in r.stderr, \
         r.stderr
+
+
+def test_profile_sums_kernels_by_module(tmp_path):
+    """--profile writes every kernel inline, each site naming its module: the table's last part
+    gives each module call's kernel time, with the modules inside it, parents first; the trace's
+    events carry the module."""
+    p = tmp_path / "model.py"
+    p.write_text(MODEL)
+    exe = tmp_path / "net"
+    run([CTC, "build", str(p), "-o", str(exe), "--profile", "--cflags=-Wall", "--cflags=-Wextra", "--cflags=-Werror"])
+    c = tmp_path / "prof.c"
+    run([CTC, "compile", str(p), "-o", str(c), "--profile"])
+    assert not functions(c.read_text())   # every kernel a site of the entry itself
+    trace = tmp_path / "t.json"
+    out = run([exe, "bench", "train_step", "--iters", "2", "--warmup", "1", "--profile", trace]).stdout
+    table = out[out.index("Modules: "):]
+    rows = re.findall(r"^( *)(blocks\.\d(?:\.attn)?) +train_step +(forward|backward) +([\d.]+) +([\d.]+) ", table, re.M)
+    got = [(len(ind), mod, ph) for ind, mod, ph, _, _ in rows]
+    assert got == [(0, "blocks.0", "forward"), (2, "blocks.0.attn", "forward"),
+                   (0, "blocks.1", "forward"), (2, "blocks.1.attn", "forward"),
+                   (0, "blocks.1", "backward"), (2, "blocks.1.attn", "backward"),
+                   (0, "blocks.0", "backward"), (2, "blocks.0.attn", "backward")], table
+    for i in range(0, len(rows), 2):   # a block's total holds its attention's
+        total, own = float(rows[i][3]), float(rows[i][4])
+        assert total >= own and abs(total - own - float(rows[i + 1][3])) < 1e-3 + 1e-6 * total, table
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["args"].get("module") for e in events if e.get("ph") == "X"} >= {"blocks.0.attn", "blocks.1"}
