@@ -3,14 +3,13 @@ the entry, the module's path and the phase (net_train_step calls
 train_step_blocks_0_forward, which calls train_step_blocks_0_attn_forward, ...), nested
 as the modules are; their kernels and values are the same as when written inline, so
 the numbers are PyTorch's."""
-import os
 import json
 import re
 
 import numpy as np
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_forward
+from ctc_testlib import CTC, compare, load_module, run, run_forward, st_read, st_write, state_dict_np
 
 MODEL = '''
 import torch
@@ -166,3 +165,81 @@ def test_profile_sums_kernels_by_module(tmp_path):
         assert total >= own and abs(total - own - float(rows[i + 1][3])) < 1e-3 + 1e-6 * total, table
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["args"].get("module") for e in events if e.get("ph") == "X"} >= {"blocks.0.attn", "blocks.1"}
+
+
+CELL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Cell(nn.Module):
+    def __init__(self, n, h):
+        super().__init__()
+        self.ih = nn.Linear(n, h)
+        self.hh = nn.Linear(h, h)
+
+    def forward(self, x, h):
+        return torch.tanh(self.ih(x) + self.hh(h))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = Cell(6, 16)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):                   # x [T, B, 6]
+        h = torch.zeros(x.shape[1], 16)
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+        return self.out(h)
+
+
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+example_inputs = {"forward": (torch.zeros(12, 4, 6),),
+                  "train_step": (torch.zeros(12, 4, 6), torch.zeros(4, dtype=torch.long))}
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
+
+def test_a_cell_called_every_step_is_one_function_holding_the_time_loop(tmp_path):
+    """A user cell called in a Python loop over time: the steps' kernels are one C loop
+    (kernels/reroll.c), and the loop lies whole inside the cell's function; forward and
+    three training steps match PyTorch."""
+    p = tmp_path / "cell.py"
+    p.write_text(CELL)
+    c = tmp_path / "cell.c"
+    run([CTC, "compile", str(p), "-o", str(c)])
+    fns = functions(c.read_text())
+    for name in ("train_step_cell_forward", "train_step_cell_backward"):
+        assert name in fns and re.search(r"^  for \(int64_t t = 0; t < \d+; t\+\+\) \{", fns[name], re.M), sorted(fns)
+    mod = load_module(str(p))
+    exe = tmp_path / "net"
+    run([CTC, "build", str(p), "-o", str(exe), "--cflags=-Wall", "--cflags=-Wextra", "--cflags=-Werror"])
+    rng = np.random.default_rng(0)
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    for step in range(3):
+        x = rng.standard_normal((12, 4, 6)).astype(np.float32)
+        y = rng.integers(0, 3, 4).astype(np.int64)
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        nxt = tmp_path / f"w{step + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
+        want = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+        compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), want, 1e-4, 1e-6)
+        w = nxt
+    got = st_read(w)
+    for k, v in mod.model.state_dict().items():
+        compare(f"{k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-5)
