@@ -45,6 +45,7 @@ typedef struct Gen {
   CgOptions opt;
   int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
   int no_error;           /* the model struct has no `error` field (the CUDA target's <prefix>_host_t) */
+  Names fns;              /* the entries' module functions (file scope: unique across entries) */
 } Gen;
 
 /* ---- profiles (--profile) ---------------------------------------------------- */
@@ -498,6 +499,7 @@ typedef struct ModFns {
   int depth;
   ModFrame *done;                 /* the functions closed, in order: each before its caller */
   int ndone, capdone;
+  Names *fns;                     /* the file's module functions (Gen.fns) */
 } ModFns;
 
 static const char *const phase_word[] = {"forward", "backward", "optimizer"};
@@ -603,7 +605,9 @@ static void modfn_enter(CgFunc *c, ModFns *mf, int sc, int ph) {
     snprintf(hint, sizeof hint, "%s_%s_%s", c->f->name, id, phase_word[ph >= PH_FORWARD && ph <= PH_OPTIMIZER ? ph : 0]);
     char nm[400];
     cg_ident(nm, sizeof nm, hint);
-    fr->name = cg_name(c->ns, nm);
+    const char *name = cg_name(mf->fns, nm);   /* unique in the file, and no local of the entry */
+    while (cg_name_given(c->ns, name)) name = cg_name(mf->fns, nm);
+    fr->name = cg_name(c->ns, name);
     fr->body = calloc(1, sizeof *fr->body);
     fr->ref = calloc((size_t)c->f->values.len + 1, 1);
     fr->sref = calloc((size_t)c->f->insts.len + 1, 1);
@@ -702,7 +706,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   unsigned char *sref = grouped ? calloc((size_t)f->insts.len + 1, 1) : NULL;
   ModFns mf;
   memset(&mf, 0, sizeof mf);
-  mf.fr[0].body = &body, mf.fr[0].ref = ref, mf.fr[0].sref = sref;
+  mf.fr[0].body = &body, mf.fr[0].ref = ref, mf.fr[0].sref = sref, mf.fns = &g->fns;
   if (grouped) {
     CHECK(ksc && kph && sref);
     cg_kernel_scopes(p, f, c.s, looped ? loops : NULL, ksc, kph);
@@ -1403,7 +1407,9 @@ int cg_c_emit_opts(const Program *p, const MemPlan *plan, KnSchedule *const *sch
 
   Buf entries = {0}, init = {0}, data = {0}, desc = {0}, kern = {0};
   int rc = 0;
+  cg_names_init(&g.fns, g.prefix);
   for (int fi = 0; fi < p->funcs.len && !rc; fi++) rc = emit_entry(&g, fi, &entries);
+  cg_names_free(&g.fns);
   check_state_params(p);
   if (rc) {
     for (int fi = 0; fi < p->funcs.len; fi++) {
