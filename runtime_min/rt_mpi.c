@@ -138,11 +138,14 @@ static void trace(MpiComm *w, const char *ev, const ctc_bucket *b) {
   fprintf(w->trace, "%.0f %s %d %s\n", (now_s() - w->t0) * 1e6, ev, b->id, b->names ? b->names : "");
 }
 
+/* The message is one write: stderr is unbuffered, and mpirun's report of the abort (or another
+ * rank's) would otherwise land between its pieces. */
 static void die(MpiComm *w, const char *fmt, const char *what, int id) {
-  fprintf(stderr, "ctc: error: rank %d of %d: ", w->pub.rank, w->pub.size);
-  fprintf(stderr, fmt, what, id);
-  fprintf(stderr, " within %g s (CTC_MPI_TIMEOUT): another rank died, left early or runs a different program; "
-                  "ending all ranks\n", w->timeout);
+  char msg[512], part[160];
+  snprintf(part, sizeof part, fmt, what, id);
+  snprintf(msg, sizeof msg, "ctc: error: rank %d of %d: %s within %g s (CTC_MPI_TIMEOUT): another rank died, left "
+           "early or runs a different program; ending all ranks\n", w->pub.rank, w->pub.size, part, w->timeout);
+  fputs(msg, stderr);
   fflush(stderr);
   if (w->trace) fflush(w->trace);
   MPI_Abort(MPI_COMM_WORLD, 1);
