@@ -153,12 +153,6 @@ void cg_emit_inst(CgFunc *c, int i);
 /* Writes kernel k of c->s: one loop nest for a KN_ELEM kernel, the
  * instruction's own code otherwise. */
 void cg_emit_kernel(CgFunc *c, int k);
-/* scope_c.c: per kernel of s, the Program.scopes index of the module function its code goes
- * in (0: the entry; -1: no code, it stays where the kernel before it is) and its phase
- * (PH_*); loops (may be NULL): a time loop's kernels all go in one. */
-void cg_kernel_scopes(const Program *p, const Func *f, const KnSchedule *s, const KnLoops *loops, int *scope, int *phase);
-/* scope_c.c: the module calls from the outermost down to scope sc (at most cap): their count. */
-int cg_scope_chain(const Program *p, int sc, int *chain, int cap);
 /* foreach_c.c: run fe (kernels/foreach.c) as one loop over a table of its kernels' arrays. */
 void cg_emit_foreach(CgFunc *c, const KnForeach *fe);
 /* Kernels k.. (before kernel `end`) that are each one view slicing the same operand at starts

@@ -74,7 +74,7 @@ static void line_text(Buf *b, Span at) {
 }
 
 /* kernel k's ctc_prof_site initializer: entry, name (its ops), model line, phase, FLOPs, bytes,
- * the user module whose code it runs (scope_c.c; "" for the entry's own). */
+ * the user module whose code it runs (kernels/scope.c; "" for the entry's own). */
 static void prof_site(Buf *b, const Func *f, const KnSchedule *s, int k, const char *module) {
   const Kernel *kn = &s->kernels.data[k];
   char name[64] = "", where[256] = "";
@@ -483,7 +483,7 @@ static int emit_decls(Gen *g, CgFunc *c, const unsigned char *ref, const unsigne
   return arena;
 }
 
-/* ---- per-module functions (scope_c.c decides which kernels go in which) ---------- */
+/* ---- per-module functions (kernels/scope.c decides which kernels go in which) ---------- */
 
 #define MODFN_DEPTH 16
 typedef struct ModFrame {
@@ -592,7 +592,7 @@ static void modfn_text(Gen *g, CgFunc *c, ModFns *mf, unsigned char *excl, int l
  * those it is not inside, opens those it is inside of (named <entry>_<path>_<phase>). */
 static void modfn_enter(CgFunc *c, ModFns *mf, int sc, int ph) {
   int chain[MODFN_DEPTH];
-  int n = cg_scope_chain(c->p, sc, chain, MODFN_DEPTH), keep = 0;
+  int n = kn_scope_chain(c->p, sc, chain, MODFN_DEPTH), keep = 0;
   while (keep < mf->depth && keep < n && mf->fr[keep + 1].scope == chain[keep] && mf->fr[keep + 1].phase == ph) keep++;
   while (mf->depth > keep) modfn_close(c, mf);
   for (; mf->depth < n; mf->depth++) {
@@ -698,7 +698,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   KnForeachs *fe = !g->opt.profile && !g->opt.anomaly && !dist.nb && !g->opt.embed ? kn_foreach(p->arena, f, c.s, fp) : NULL;
   int fj = 0;
   unsigned char *excl = exclusive_all(f, fp);
-  /* each user module's kernels as a function (scope_c.c); not where kernels are profile or
+  /* each user module's kernels as a function (kernels/scope.c); not where kernels are profile or
    * anomaly sites, or gradient buckets start between them */
   int grouped = p->scopes.len > 1 && !sites && !dist.nb;
   int *ksc = grouped ? calloc((size_t)c.s->kernels.len + 1, sizeof *ksc) : NULL;
@@ -709,7 +709,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   mf.fr[0].body = &body, mf.fr[0].ref = ref, mf.fr[0].sref = sref, mf.fns = &g->fns;
   if (grouped) {
     CHECK(ksc && kph && sref);
-    cg_kernel_scopes(p, f, c.s, looped ? loops : NULL, ksc, kph);
+    kn_kernel_scopes(p, f, c.s, looped ? loops : NULL, ksc, kph);
   }
   for (int k = 0; k < c.s->kernels.len; k++) {
     const Kernel *kn = &c.s->kernels.data[k];
@@ -850,7 +850,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_puts(out, ", CTC_PROF_ENTRY, 0, 0, \"\"},\n");
     int *psc = calloc((size_t)c.s->kernels.len + 1, sizeof *psc), *pph = calloc((size_t)c.s->kernels.len + 1, sizeof *pph);
     CHECK(psc && pph);
-    cg_kernel_scopes(p, f, c.s, NULL, psc, pph);
+    kn_kernel_scopes(p, f, c.s, NULL, psc, pph);
     for (int k = 0; k < c.s->kernels.len; k++)
       if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k, psc[k] > 0 ? p->scopes.data[psc[k]].path : "");
     free(psc);

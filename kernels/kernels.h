@@ -86,6 +86,16 @@ typedef struct KnSchedule {
   Vec(KnRun) runs;     /* repeated steps (kn_reroll), in kernel order, disjoint */
 } KnSchedule;
 
+/* scope.c: per kernel of s, the Program.scopes index of the user module its code belongs to:
+ * the innermost one holding all its instructions (0: none, the entry's own code; -1: no code,
+ * a view or a constant), and its phase (PH_*); loops (may be NULL): a time loop's kernels all
+ * belong to the one holding the whole loop. */
+struct KnLoops;
+void kn_kernel_scopes(const Program *p, const Func *f, const struct KnSchedule *s, const struct KnLoops *loops,
+                      int *scope, int *phase);
+/* scope.c: the module calls from the outermost down to scope sc (at most cap): their count. */
+int kn_scope_chain(const Program *p, int sc, int *chain, int cap);
+
 /* Partitions f's instructions; fuse = 0 gives one kernel per instruction
  * (the unfused reference, `ctc --no-fuse`). Allocates in p->arena. */
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse);

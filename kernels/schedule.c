@@ -633,12 +633,16 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
     fprintf(out, "  repeated steps: kernels %d..%d, %d steps of %d kernels\n", run->first,
             run->first + run->count * run->len - 1, run->count, run->len);
   }
+  int *sc = arena_alloc(p->arena, sizeof *sc * (size_t)(s->kernels.len + 1));
+  int *ph = arena_alloc(p->arena, sizeof *ph * (size_t)(s->kernels.len + 1));
+  kn_kernel_scopes(p, f, s, NULL, sc, ph);
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
     fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
     if (kn->kind == KN_ROW)
       fprintf(out, ", rows of %lld, %d loop%s per row", (long long)kn->space.dims[kn->space.ndim - 1], kn->nloops,
               kn->nloops == 1 ? "" : "s");
+    if (sc[k] > 0) fprintf(out, ", in %s", p->scopes.data[sc[k]].path);   /* the user module it belongs to */
     fprintf(out, "\n");
     fprintf(out, "    inputs:");
     for (int j = 0; j < kn->inputs.len; j++) print_val(out, f, kn->inputs.data[j]);
@@ -659,5 +663,4 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
       fprintf(out, "\n");
     }
   }
-  (void)p;
 }

@@ -100,6 +100,10 @@ def test_module_calls_are_functions_called_in_order(tmp_path):
     # a function declares what it uses, read from the arena: the attention's weights are not the entry's
     assert "blocks_0_attn_qkv_weight = " in fns["train_step_blocks_0_attn_forward"]
     assert "blocks_0_attn_qkv_weight = " not in entry
+    # --emit kernels names each kernel's module
+    ks = run([CTC, "compile", str(p), "--emit", "kernels"]).stdout
+    assert re.search(r"^  kernel \d+: gemm with epilogue over f32\[2,5,48\], in blocks\.0\.attn$", ks, re.M), ks
+    assert re.search(r"^  kernel \d+: row over f32\[2,5,16\], rows of 16, 3 loops per row, in blocks\.1$", ks, re.M), ks
     # the generated file stays warning-free
     exe = tmp_path / "net"
     run([CTC, "build", str(p), "-o", str(exe), "--cflags=-Wall", "--cflags=-Wextra", "--cflags=-Werror"])

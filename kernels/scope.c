@@ -1,6 +1,8 @@
-/* scope_c.c - which module function of an entry each kernel's code goes in (cg_int.h).
+/* scope.c - the user module each kernel's code belongs to (kernels.h).
  *
- * The C target writes an entry's kernels grouped by the user module whose forward
+ * Instructions carry the user module whose forward staged them (Inst.scope, Program.scopes).
+ * A kernel belongs to the innermost module that holds all its instructions: `--emit kernels`
+ * names it, `--profile` sums the kernels by it, and the C target writes an entry's kernels grouped by the user module whose forward
  * staged their instructions (Inst.scope, Program.scopes): each module call's kernels
  * are a static function named after the entry, the module's path and the phase
  * (train_step_h_0_attn_forward, train_step_h_0_attn_backward), nested as the modules
@@ -10,7 +12,7 @@
  * all; every kernel of a time loop (kernels/reroll.c) in the one that holds the whole
  * loop, so that a loop never crosses a function. */
 #include <string.h>
-#include "cg_int.h"
+#include "kernels.h"
 
 /* The Program.scopes index of path's first n bytes, or -1 (0 for ""). */
 static int scope_of_prefix(const Program *p, const char *path, size_t n) {
@@ -39,7 +41,7 @@ static int common_scope(const Program *p, int a, int b) {
   }
 }
 
-int cg_scope_chain(const Program *p, int sc, int *chain, int cap) {
+int kn_scope_chain(const Program *p, int sc, int *chain, int cap) {
   if (sc <= 0) return 0;
   const char *x = p->scopes.data[sc].path;
   int n = 0;
@@ -52,7 +54,7 @@ int cg_scope_chain(const Program *p, int sc, int *chain, int cap) {
   return n;
 }
 
-void cg_kernel_scopes(const Program *p, const Func *f, const KnSchedule *s, const KnLoops *loops, int *scope, int *phase) {
+void kn_kernel_scopes(const Program *p, const Func *f, const KnSchedule *s, const KnLoops *loops, int *scope, int *phase) {
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
     scope[k] = -1;   /* no code: it stays where the kernel before it is */
