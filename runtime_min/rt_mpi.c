@@ -140,11 +140,13 @@ static void trace(MpiComm *w, const char *ev, const ctc_bucket *b) {
 
 /* The message is one write: stderr is unbuffered, and mpirun's report of the abort (or another
  * rank's) would otherwise land between its pieces. */
-static void die(MpiComm *w, const char *fmt, const char *what, int id) {
-  char msg[512], part[160];
+static void die(MpiComm *w, const char *fmt, const char *what, int id, int timed_out) {
+  char msg[512], part[160], why[160] = "; ending all ranks";
   snprintf(part, sizeof part, fmt, what, id);
-  snprintf(msg, sizeof msg, "ctc: error: rank %d of %d: %s within %g s (CTC_MPI_TIMEOUT): another rank died, left "
-           "early or runs a different program; ending all ranks\n", w->pub.rank, w->pub.size, part, w->timeout);
+  if (timed_out)
+    snprintf(why, sizeof why, " within %g s (CTC_MPI_TIMEOUT): another rank died, left early or runs a different "
+             "program; ending all ranks", w->timeout);
+  snprintf(msg, sizeof msg, "ctc: error: rank %d of %d: %s%s\n", w->pub.rank, w->pub.size, part, why);
   fputs(msg, stderr);
   fflush(stderr);
   if (w->trace) fflush(w->trace);
@@ -162,7 +164,7 @@ static void finish(MpiComm *w, MPI_Request *reqs, int n, const char *what, int i
     unlock(w);
     if (flag) return;
     if ((spins & 255) == 255) {
-      if (now_s() > deadline) die(w, "%s %d did not complete", what, id);
+      if (now_s() > deadline) die(w, "%s %d did not complete", what, id, 1);
       sched_yield();   /* oversubscribed ranks (mpirun --oversubscribe) share cores */
     }
   }
@@ -231,7 +233,9 @@ static Slot *slot_of(MpiComm *w, const ctc_bucket *b) {
 
 /* MPI counts are int: a gradient of more than INT_MAX elements cannot be one call. */
 static int count_of(MpiComm *w, int64_t n, const ctc_bucket *b) {
-  if (n > 2147483647) die(w, "%s %d is over 2^31 elements: use a smaller --bucket-mb and gradient", "bucket", b->id);
+  if (n > 2147483647)
+    die(w, "%s %d is over 2^31 elements: use a smaller --bucket-mb (a single gradient that large cannot be all-reduced)",
+        "bucket", b->id, 0);
   return (int)n;
 }
 
@@ -283,7 +287,7 @@ static void mpi_wait(ctc_comm *c, unsigned char *arena, const ctc_bucket *b) {
   int active = s->active, done = s->done;
   if (active) trace(w, "wait", b);
   unlock(w);
-  if (!active) die(w, "%s %d was waited for before it was started (a bug in ctc)", "bucket", b->id);
+  if (!active) die(w, "%s %d was waited for before it was started (a bug in ctc)", "bucket", b->id, 0);
   if (!done) finish(w, s->req, s->nreq, "the all-reduce of gradient bucket", b->id);
   lock(w);
   if (!s->done) w->nactive--;
