@@ -419,9 +419,9 @@ static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const
 
 /* The declarations of the tensors a function's body uses (ref), parameters first, then the
  * column scratch of the convolutions it runs (sref; NULL: all of the entry's); whether they
- * read the arena. inputs (may be NULL): marks the entry inputs they are views of. */
+ * read the arena. */
 static int emit_decls(Gen *g, CgFunc *c, const unsigned char *ref, const unsigned char *sref, const unsigned char *excl,
-                      int looped, Buf *decl, unsigned char *inputs) {
+                      int looped, Buf *decl) {
   const Program *p = c->p;
   const Func *f = c->f;
   const FuncPlan *fp = c->fp;
@@ -448,7 +448,6 @@ static int emit_decls(Gen *g, CgFunc *c, const unsigned char *ref, const unsigne
       if (l->base >= 0) {
         cg_printf(decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
                   cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
-        if (inputs) inputs[l->base] = 1;
         continue;
       }
       CHECK(l->base == LOC_ARENA);
@@ -502,7 +501,7 @@ typedef struct ModFns {
   Names *fns;                     /* the file's module functions (Gen.fns) */
 } ModFns;
 
-static const char *const phase_word[] = {"forward", "backward", "optimizer"};
+static const char *phase_word(int ph) { return ph == PH_BACKWARD ? "backward" : ph == PH_OPTIMIZER ? "optimizer" : "forward"; }
 
 /* Closes the innermost module function: a call of it into its caller; its text is written
  * once all are closed (modfn_text). */
@@ -556,10 +555,10 @@ static void modfn_text(Gen *g, CgFunc *c, ModFns *mf, unsigned char *excl, int l
   for (int d = 0; d < mf->ndone; d++) {
     ModFrame *fr = &mf->done[d];
     Buf decl = {0};
-    int arena = emit_decls(g, c, fr->ref, fr->sref, ex, looped, &decl, NULL);
+    int arena = emit_decls(g, c, fr->ref, fr->sref, ex, looped, &decl);
     const IrScope *sc = &c->p->scopes.data[fr->scope];
     cg_printf(out, "/* %s%s%s%s: %s of entry %s */\n", sc->path, sc->cls ? " (" : "", sc->cls ? sc->cls : "",
-              sc->cls ? ")" : "", phase_word[fr->phase >= PH_FORWARD && fr->phase <= PH_OPTIMIZER ? fr->phase : 0],
+              sc->cls ? ")" : "", phase_word(fr->phase),
               f->name);
     cg_printf(out, "static %s %s(%s_t *m", fr->fails ? "int" : "void", fr->name, g->prefix);
     if (f->batch_max) cg_puts(out, ", int64_t batch");   /* the entry's run-time batch */
@@ -600,11 +599,9 @@ static void modfn_enter(CgFunc *c, ModFns *mf, int sc, int ph) {
     memset(fr, 0, sizeof *fr);
     fr->scope = chain[mf->depth];
     fr->phase = ph;
-    char id[256], hint[400];
-    cg_ident(id, sizeof id, c->p->scopes.data[fr->scope].path);
-    snprintf(hint, sizeof hint, "%s_%s_%s", c->f->name, id, phase_word[ph >= PH_FORWARD && ph <= PH_OPTIMIZER ? ph : 0]);
-    char nm[400];
-    cg_ident(nm, sizeof nm, hint);
+    char hint[400], nm[400];
+    snprintf(hint, sizeof hint, "%s_%s_%s", c->f->name, c->p->scopes.data[fr->scope].path, phase_word(ph));
+    cg_ident(nm, sizeof nm, hint);   /* train_step_h_0_attn_forward */
     const char *name = cg_name(mf->fns, nm);   /* unique in the file, and no local of the entry */
     while (cg_name_given(c->ns, name)) name = cg_name(mf->fns, nm);
     fr->name = cg_name(c->ns, name);
@@ -833,7 +830,7 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
   /* Declarations of the tensors the entry's own body uses: parameters, then the rest. */
   Buf decl = {0}, fns = {0};
   if (grouped) modfn_text(g, &c, &mf, excl, looped, &fns);   /* after the body: the entry's ref is complete */
-  arena |= emit_decls(g, &c, ref, grouped ? sref : NULL, excl, looped, &decl, NULL);
+  arena |= emit_decls(g, &c, ref, grouped ? sref : NULL, excl, looped, &decl);
   free(excl);
 
   char where[256];
