@@ -9,7 +9,7 @@ import re
 import numpy as np
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_forward, st_read, st_write, state_dict_np
+from ctc_testlib import CTC, compare, load_module, run, run_forward, st_write, state_dict_np, train_steps_match
 
 MODEL = '''
 import torch
@@ -233,17 +233,6 @@ def test_a_cell_called_every_step_is_one_function_holding_the_time_loop(tmp_path
     rng = np.random.default_rng(0)
     w = tmp_path / "w0.safetensors"
     st_write(w, state_dict_np(mod.model))
-    for step in range(3):
-        x = rng.standard_normal((12, 4, 6)).astype(np.float32)
-        y = rng.integers(0, 3, 4).astype(np.int64)
-        np.save(tmp_path / "x.npy", x)
-        np.save(tmp_path / "y.npy", y)
-        nxt = tmp_path / f"w{step + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
-        want = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
-        compare(f"loss at step {step}", float(np.load(tmp_path / "loss.npy")), want, 1e-4, 1e-6)
-        w = nxt
-    got = st_read(w)
-    for k, v in mod.model.state_dict().items():
-        compare(f"{k} after 3 steps", got[k], v.numpy(), 1e-3, 1e-5)
+    batches = [(rng.standard_normal((12, 4, 6)).astype(np.float32), rng.integers(0, 3, 4).astype(np.int64))
+               for _ in range(3)]
+    train_steps_match(str(tmp_path), exe, mod, w, batches, "cell")

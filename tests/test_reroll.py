@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np, train_steps_match
 from cuda_testlib import rt_objects  # noqa: F401 (a fixture)
 
 CHAR_GRU = """\
@@ -124,18 +124,7 @@ def _check(tmp_path, src, name, x_fwd, batches, steps=2, batch3=False):
             want3 = mod.model(torch.from_numpy(x_fwd[:3]))
         compare(f"{name} forward at batch 3", np.load(tmp_path / "o3.npy"), want3.numpy(), 1e-4, 1e-5)
     mod.model.train()
-    for step, (x, y) in enumerate(batches[:steps]):
-        np.save(tmp_path / "tx.npy", x)
-        np.save(tmp_path / "ty.npy", y)
-        nxt = tmp_path / f"w{step + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "tx.npy", "--input", tmp_path / "ty.npy",
-             "--output", tmp_path / "loss.npy", "--save", nxt, "--save-training-state"])
-        lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
-        compare(f"{name} loss at step {step}", float(np.load(tmp_path / "loss.npy")), lt, 1e-4, 1e-6)
-        w = nxt
-    got = st_read(w)
-    for k, v in mod.model.state_dict().items():
-        compare(f"{name} {k} after {steps} steps", got[k], v.numpy(), 1e-3, 1e-5)
+    train_steps_match(str(tmp_path), exe, mod, w, batches[:steps], name)
     return c_text, build_s
 
 
