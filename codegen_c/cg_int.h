@@ -94,13 +94,6 @@ const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 extern const char *const cg_gemm_simd_texts[4];   /* runtime_min/ctc_gemm_simd.h's (scripts/gen_runtime.py) */
 
-/* ---- emit_c.c ------------------------------------------------------------ */
-
-/* The C names of an entry, in the order both emitters give them out: inputs, outputs
- * (oname), parameters, instruction results, then conv scratch buffers (sname). */
-void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
-                    const char **sname);
-
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 
 typedef struct CgLines {
@@ -353,9 +346,78 @@ void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const
 /* The ctc_model_desc <prefix>_desc and its call wrappers (emit_desc); device_params (the CUDA
  * target): its arena_of is <prefix>_params, which brings the host copy up to date. */
 void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix, int device_params);
-/* The order of f's parameter write-backs (update_order): 0, or -1 after printing why. */
-int cg_update_order(const Program *p, const Func *f, int *order);
 /* The C text of a comment's content made safe (comment_text). */
 const char *cg_comment_text(char *buf, size_t cap, const char *s);
+
+/* ---- entry_c.c: one entry, the walk both targets share ----------------------- */
+
+/* An entry is written by one walk (cg_emit_entry) over its schedule: names, the description,
+ * the update order, distributed hooks, each kernel's index checks and code, the outputs
+ * copied out, the parameter write-backs; a target's table (CgEntryOps) writes what differs,
+ * as CgRenderOps does for a kernel. The C target (emit_c.c) adds the structure of its
+ * text (CG_EN_*: time loops, optimizer tables, view runs, module functions); the CUDA
+ * target (codegen_cuda/emit_cuda.c) launches kernels from host code. */
+typedef struct CgEntry CgEntry;
+typedef struct CgEntryOps {
+  const char *const *reserved;   /* identifiers the target keeps out of the entry's names, or NULL */
+  void (*proto)(CgEntry *e);     /* its prototypes, from e->params (", const float *x, float *y") */
+  void (*begin)(CgEntry *e);     /* after the names, before the kernels (its own locals' names) */
+  void (*index_check)(CgEntry *e, const Inst *in);   /* into e->c.out; the walk counts e->nix */
+  void (*kernel)(CgEntry *e, int k);                 /* kernel k's code into e->c.out */
+  void (*output)(CgEntry *e, int k, ValId v);        /* output k (value v) copied out */
+  void (*update)(CgEntry *e, ValId v, int param);    /* param's new value v written back */
+  int (*finish)(CgEntry *e, Buf *out);               /* the entry's text around e->body into out */
+} CgEntryOps;
+
+enum { CG_EN_REROLL = 1, CG_EN_FOREACH = 2, CG_EN_VIEWRUN = 4, CG_EN_MODFNS = 8 };
+
+struct CgEntry {
+  /* given by the target */
+  const CgEntryOps *ops;
+  void *tgt;                 /* the target's state */
+  const Program *p;
+  const MemPlan *mp;
+  int fi;
+  const char *prefix;
+  const KnSchedule *s;
+  Kernels *k;
+  Buf *doc;                  /* the one-line description */
+  unsigned structure;        /* CG_EN_*: the C text's structures allowed (none in distributed builds) */
+  const CgOptions *copt;     /* the C target's options (module functions' declarations), or NULL */
+  Names *fns;                /* the file's module function names (CG_EN_MODFNS) */
+  const char *dist_build;    /* distributed builds: cg_dist_plan_for's note, its arena and stream (NULL: C's) */
+  const char *dist_arena, *dist_stream;
+  int *nbuckets;             /* the file's gradient buckets so far */
+  /* the walk's */
+  const Func *f;
+  const FuncPlan *fp;
+  Names ns;
+  const char **cname, **oname, **sname;
+  unsigned char *ref;        /* per value: the entry's own body uses it */
+  char fname[128];           /* the entry's C identifier */
+  Buf params, body;
+  CgFunc c;
+  int *order;                /* the write-backs' order (update_order) */
+  CgDist dist;
+  int64_t *checked;          /* per value: the bound its index check used */
+  Buf ixsites;               /* the index checks' ctc_index_site rows */
+  int nix, nsite;            /* index checks; --profile/--anomaly sites so far (the target counts) */
+  int looped;                /* time loops (kernels/reroll.c) */
+  int grouped;               /* module functions: their text (e->fns_text), e->sref the entry's scratch */
+  unsigned char *sref, *excl;
+  struct ModFns *mf_done;    /* the module functions written, until their text */
+  Buf fns_text;
+  int arena;                 /* the text reads A */
+  int rc;
+};
+
+/* Writes entry e->fi of e->p: 0, or -1 after printing why. */
+int cg_emit_entry(CgEntry *e, Buf *out);
+/* The declarations of the tensors a C function's body uses (ref), parameters first, then
+ * the column scratch of the convolutions it runs (sref; NULL: all of the entry's); whether
+ * they read the arena. excl: per value, may be restrict. */
+int cg_entry_decls(CgEntry *e, const unsigned char *ref, const unsigned char *sref, const unsigned char *excl, Buf *decl);
+/* Whether kernel kn has code (views and constants have none). */
+int cg_kernel_has_code(const Func *f, const Kernel *kn);
 
 #endif

@@ -5,8 +5,8 @@
  *   includes; CTC_OMP_FOR (an OpenMP pragma under -fopenmp, else nothing)
  *   helper kernels the entries use (kernels.c)
  *   parameter data (PINIT_DATA) and <m>_arena_bytes / _init / _load / _save
- *   one function per entry (emit_entry): null checks, a pointer per tensor
- *     with its shape, each instruction's loops, the outputs copied out
+ *   one function per entry (entry_c.c's walk with this file's CgEntryOps): null checks, a
+ *     pointer per tensor with its shape, each kernel's loops, the outputs copied out
  *   the ctc_model_desc the runtime works from, and main() under CTC_MAIN.
  *
  * Pointers to the arena are `restrict` only where that is true for the whole
@@ -46,19 +46,12 @@ typedef struct Gen {
   int nbuckets;           /* distributed builds: gradient buckets so far (dist_c.c) */
   int no_error;           /* the model struct has no `error` field (the CUDA target's <prefix>_host_t) */
   Names fns;              /* the entries' module functions (file scope: unique across entries) */
+  const char *prof_t;     /* --profile: the entry being written's timer variable */
 } Gen;
 
 /* ---- profiles (--profile) ---------------------------------------------------- */
 
 static void c_string(Buf *b, const char *s);
-
-/* Whether kernel k emits code (views and constants do not). */
-static int kernel_has_code(const Func *f, const Kernel *kn) {
-  if (kn->kind == KN_VIEW) return 0;
-  for (int i = kn->first; i <= kn->last; i++)
-    if (f->insts.data[i].op != IR_CONST) return 1;
-  return 0;
-}
 
 /* The text of the model line of `at`, trimmed, as a C string literal. */
 static void line_text(Buf *b, Span at) {
@@ -196,174 +189,39 @@ static const char *comment_text(char *buf, size_t cap, const char *s) {
 
 static const char *type_str(const Type *t, char *buf, size_t cap) { return ir_type_str(t, buf, cap); }
 
-/* ---- entry functions ---------------------------------------------------------- */
+/* ---- entries: the C target's table for the walk (entry_c.c) --------------------------- */
 
-static int is_result(const Func *f, ValId v) {
-  const Value *val = &f->values.data[v];
-  return val->kind == V_INST && val->def >= 0 && val->def < f->insts.len && f->insts.data[val->def].res == v;
+static const char *bs(const Buf *b) { return b->len ? b->s : ""; }
+
+static void c_proto(CgEntry *e) {
+  Gen *g = e->tgt;
+  const Func *f = e->f;
+  int wrapped = f->batch_max && g->opt.batch_wrap;
+  Buf *sig = &g->sig[e->fi];
+  cg_printf(sig, "int %s_%s%s(%s_t *m", g->prefix, e->fname, wrapped ? "_batch" : "", g->prefix);
+  if (f->batch_max) cg_puts(sig, ", int64_t batch");
+  cg_printf(sig, "%s)", bs(&e->params));
+  if (wrapped) cg_printf(&g->wrap[e->fi], "int %s_%s(%s_t *m%s)", g->prefix, e->fname, g->prefix, bs(&e->params));
 }
 
-/* The value whose storage v uses (itself unless v is a view). */
-static ValId root_of(const Func *f, ValId v) {
-  while (ir_is_view(f, v)) v = f->insts.data[f->values.data[v].def].args[0];
-  return v;
-}
-
-/* An arena byte range [lo, hi) of value v (-1: a scratch buffer). */
-typedef struct Span64 {
-  int64_t lo, hi;
-  ValId v;
-} Span64;
-
-static int by_lo(const void *a, const void *b) {
-  const Span64 *x = a, *y = b;
-  return x->lo != y->lo ? (x->lo > y->lo ? 1 : -1) : (x->v > y->v) - (x->v < y->v);
-}
-
-/* Whether f's k-th update was computed into its parameter's bytes (PlanHints.update_into). */
-static int in_place_update(const Func *f, const FuncPlan *fp, int k) {
-  return fp->hints.update_into && fp->hints.update_into[f->updates.data[k]] == f->update_params.data[k];
-}
-
-/* For each activation v: whether it may be a function-wide restrict pointer: it
- * has no views, and no other tensor or scratch buffer of f overlaps its bytes
- * (with a run-time batch: at the sizes the plan was made for). One sort of the
- * byte ranges by start, then for each range: an earlier one that ends past its
- * start, or a later non-empty one that starts before its end (O(n log n)). */
-static unsigned char *exclusive_all(const Func *f, const FuncPlan *fp) {
-  if (f->batch_ref) f = f->batch_ref;
-  int nv = f->values.len, ni = f->insts.len, n = 0;
-  unsigned char *ok = calloc((size_t)nv + 1, 1), *viewed = calloc((size_t)nv + 1, 1);
-  Span64 *sp = malloc(sizeof *sp * (size_t)(2 * ni + 1));
-  int *pos = malloc(sizeof(int) * (size_t)(nv + 1));
-  int64_t *maxend = malloc(sizeof(int64_t) * (size_t)(2 * ni + 2));
-  CHECK(ok && viewed && sp && pos && maxend);
-  for (int v = 0; v < nv; v++) pos[v] = -1;
-  for (int i = 0; i < ni; i++) {
-    const Inst *in = &f->insts.data[i];
-    if (fp->scratch[i] >= 0) sp[n++] = (Span64){fp->scratch[i], fp->scratch[i] + ir_scratch_bytes(f, in), -1};
-    ValId w = in->res;
-    if (fp->loc[w].base != LOC_ARENA) continue;
-    if (ir_is_view(f, w)) {
-      viewed[root_of(f, w)] = 1;
-      continue;
-    }
-    const Type *t = &f->values.data[w].type;
-    int64_t w0 = fp->loc[w].offset;
-    sp[n++] = (Span64){w0, w0 + ir_numel(t) * (int64_t)ir_dtype_size(t->dtype), w};
-  }
-  qsort(sp, (size_t)n, sizeof *sp, by_lo);
-  maxend[0] = INT64_MIN;
-  for (int k = 0; k < n; k++) {
-    maxend[k + 1] = sp[k].hi > maxend[k] ? sp[k].hi : maxend[k];
-    if (sp[k].v >= 0 && pos[sp[k].v] < 0) pos[sp[k].v] = k;
-  }
-  for (int k = 0; k < n; k++) {
-    ValId v = sp[k].v;
-    if (v < 0 || pos[v] != k) continue;
-    int excl = !viewed[v] && !(fp->hints.update_into && fp->hints.update_into[v] >= 0) && maxend[k] <= sp[k].lo;
-    for (int j = k + 1; j < n && excl && sp[j].lo < sp[k].hi; j++) excl = sp[j].v == v || sp[j].lo >= sp[j].hi;
-    ok[v] = (unsigned char)excl;
-  }
-  free(viewed);
-  free(sp);
-  free(pos);
-  free(maxend);
-  return ok;
-}
-
-/* The parameter whose storage v is (itself or through views), or -1. */
-static int param_of(const Func *f, ValId v) {
-  const Value *r = &f->values.data[root_of(f, v)];
-  return r->kind == V_PARAM ? r->index : -1;
-}
-
-/* The order in which f's updates are written back (indices into f->updates;
- * -1 marks an identity update, which writes nothing). Returns 0, or -1 after
- * printing why the updates cannot be ordered. */
-static int update_order(const Program *p, const Func *f, int *order) {
-  int n = f->updates.len, k = 0;
-  unsigned char *done = calloc((size_t)n + 1, 1);
-  CHECK(done);
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < i; j++)
-      if (f->update_params.data[i] == f->update_params.data[j]) {
-        fprintf(stderr, "ctc: error: entry '%s' updates parameter '%s' twice\n", f->name,
-                p->params.data[f->update_params.data[i]].name);
-        free(done);
-        return -1;
-      }
-  for (int i = 0; i < n; i++)
-    if (param_of(f, f->updates.data[i]) == f->update_params.data[i]) done[i] = 1;   /* p := p */
-  /* Values that are parameters: each before the update that overwrites its parameter. */
-  for (int progress = 1; progress;) {
-    progress = 0;
-    for (int i = 0; i < n; i++) {
-      if (done[i] || param_of(f, f->updates.data[i]) < 0) continue;
-      int blocked = 0;
-      for (int j = 0; j < n && !blocked; j++)
-        blocked = j != i && !done[j] && param_of(f, f->updates.data[j]) == f->update_params.data[i];
-      if (blocked) continue;
-      order[k++] = i;
-      done[i] = 1;
-      progress = 1;
-    }
-  }
-  for (int i = 0; i < n; i++)
-    if (!done[i] && param_of(f, f->updates.data[i]) >= 0) {
-      fprintf(stderr, "ctc: error: entry '%s': the updates of parameter '%s' and others form a cycle (each reads "
-                      "another's old value)\n", f->name, p->params.data[f->update_params.data[i]].name);
-      free(done);
-      return -1;
-    }
-  for (int i = 0; i < n; i++)
-    if (!done[i]) order[k++] = i;
-  while (k < n) order[k++] = -1;
-  free(done);
-  return 0;
-}
-
-void cg_entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char **cname, const char **oname,
-                    const char **sname) {
-  for (int k = 0; k < f->inputs.len; k++) cname[f->inputs.data[k]] = cg_name(ns, f->values.data[f->inputs.data[k]].name);
-  for (int k = 0; k < f->outputs.len; k++) oname[k] = cg_name(ns, f->out_names.data[k]);
-  for (int v = 0; v < f->values.len; v++)
-    if (f->values.data[v].kind == V_PARAM) cname[v] = cg_name(ns, f->values.data[v].name);
-  /* gradients first, then the terms of gradients (reverse.c's name_terms): grad_x is x's whole
-   * gradient, grad_x_term, grad_x_term_1, ... the values on the way to it */
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < f->insts.len; i++) {
-      const Inst *in = &f->insts.data[i];
-      const Value *r = &f->values.data[in->res];
-      if (in->op == IR_CONST) continue;
-      int own = strcmp(r->name, "grad") != 0;   /* a name of its own (fc1_weight_grad) */
-      int term = !own && !r->adjoint_of && r->term_of;
-      if (term != pass) continue;
-      char hint[160];
-      if (term && cname[r->term_of - 1]) snprintf(hint, sizeof hint, "grad_%s_term", cname[r->term_of - 1]);
-      else if (!own && r->adjoint_of) snprintf(hint, sizeof hint, "grad_%s", cname[r->adjoint_of - 1]);
-      else snprintf(hint, sizeof hint, "%s", r->name);
-      cname[in->res] = cg_name(ns, hint);   /* what it is named after is named before: defined before */
-    }
-  for (int i = 0; i < f->insts.len; i++)
-    if (fp->scratch[i] >= 0) {
-      char hint[128];
-      snprintf(hint, sizeof hint, "%s_col", cname[f->insts.data[i].res]);
-      sname[i] = cg_name(ns, hint);
-    }
+static void c_begin(CgEntry *e) {
+  Gen *g = e->tgt;
+  g->prof_t = g->opt.profile ? cg_name(&e->ns, "prof_t") : NULL;
 }
 
 /* The run-time check of instruction in's index operand, before its kernel: one pass over the
  * index (no branch in it), and when a value lies outside [0, bound) the entry returns
  * CTC_ERR_INDEX with the report in m->error (freestanding: the status alone). */
-static void index_check(Gen *g, CgFunc *c, const Inst *in, const char *fid, Buf *sites, int *nsites) {
+static void c_index_check(CgEntry *e, const Inst *in) {
+  Gen *g = e->tgt;
+  CgFunc *c = &e->c;
   ValId v;
   int64_t bound;
   CHECK(cg_index_operand(c->f, in, &v, &bound) && c->f->values.data[v].type.dtype == DT_I64);
   int64_t n = ir_numel(&c->f->values.data[v].type);
   Buf fail = {0};
   if (g->opt.freestanding) cg_puts(&fail, "CTC_ERR_INDEX");
-  else cg_printf(&fail, "ctc_index_fail(m->error, sizeof m->error, &ctc_ix_%s[%d], %%s, %lld, %lld)", fid, *nsites,
+  else cg_printf(&fail, "ctc_index_fail(m->error, sizeof m->error, &ctc_ix_%s[%d], %%s, %lld, %lld)", e->fname, e->nix,
                  (ll)n, (ll)bound);
   char tb[300];
   if (cg_is_literal(c, v)) {   /* a constant outside the bound (cg_index_needs_check): the entry always fails */
@@ -372,7 +230,7 @@ static void index_check(Gen *g, CgFunc *c, const Inst *in, const char *fid, Buf 
                       "    (void)ctc_v;\n    return ", (ll)x, ir_ops[in->op].name, (ll)bound, (ll)x);
     cg_printf(c->out, fail.s, "ctc_v");
     cg_puts(c->out, ";\n  }\n");
-    cg_index_site(sites, c->f, in, "a constant");
+    cg_index_site(&e->ixsites, c->f, in, "a constant");
   } else {
     const char *ix = cg_ref(c, v);
     cg_printf(c->out, "  { /* %s reads %s %s: every index in [0, %lld) */\n    int ctc_bad = 0;\n", ir_ops[in->op].name, ix,
@@ -381,461 +239,86 @@ static void index_check(Gen *g, CgFunc *c, const Inst *in, const char *fid, Buf 
     cg_puts(c->out, "    if (ctc_bad) return ");
     cg_printf(c->out, fail.s, ix);
     cg_puts(c->out, ";\n  }\n");
-    cg_index_site(sites, c->f, in, c->cname[v]);
+    cg_index_site(&e->ixsites, c->f, in, c->cname[v]);
   }
-  (*nsites)++;
   cg_buf_free(&fail);
 }
 
-/* Opens loop li of L: its comment and `for`, and the names of the values its step moves,
- * `(name + t * d)`, which cg_ref gives while c->over is set (until the loop's last kernel). */
-static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const char *tv, const char **over) {
-  const KnLoop *lp = &L->loops.data[li];
-  char where[256] = "";
-  for (int k = lp->first; k < lp->first + lp->len && !where[0]; k++)
-    for (int i = c->s->kernels.data[k].first; i <= c->s->kernels.data[k].last && !where[0]; i++)
-      cg_where(where, sizeof where, f->insts.data[i].loc);
-  cg_printf(c->out, "\n  /* for %s in range(%d): %s%sa step of %d kernel%s (steps %d..%d of %d) */\n", tv, lp->count,
-            where, where[0] ? ", " : "", lp->len, lp->len == 1 ? "" : "s", lp->step0, lp->step0 + lp->count - 1,
-            lp->steps);
-  cg_printf(c->out, "  for (int64_t %s = 0; %s < %d; %s++) {", tv, tv, lp->count, tv);
-  for (int k = lp->first; k < lp->first + lp->len; k++)
-    for (int i = c->s->kernels.data[k].first; i <= c->s->kernels.data[k].last; i++) {
-      const Inst *in = &f->insts.data[i];
-      for (int a = 0; a <= in->nargs; a++) {
-        ValId v = a < in->nargs ? in->args[a] : in->res;
-        for (int r = 0; r < 2; r++, v = kn_root(f, c->s, v)) {
-          int64_t d = L->move[v];
-          if (d && c->cname[v])
-            over[v] = arena_printf(c->p->arena, "(%s %c %s * %lld)", c->cname[v], d < 0 ? '-' : '+', tv,
-                                   (ll)(d < 0 ? -d : d));
-          else over[v] = NULL;
-        }
-      }
-    }
-  c->over = over;
-  c->ind += 2;
+/* Kernel k's loops; with --profile inside its timing, with --anomaly followed by the check of
+ * its float outputs (NaN and Inf stop the entry). */
+static void c_kernel(CgEntry *e, int k) {
+  Gen *g = e->tgt;
+  CgFunc *c = &e->c;
+  const Func *f = e->f;
+  const Kernel *kn = &c->s->kernels.data[k];
+  int code = cg_kernel_has_code(f, kn), timed = g->prof_t && code;
+  if ((g->opt.profile || g->opt.anomaly) && code) e->nsite++;   /* [0] is the entry */
+  if (timed) {
+    cg_printf(c->out, "%s  {\n    const double %s = ctc_prof_now();\n", c->out->len ? "\n" : "", g->prof_t);
+    c->ind = 4;
+  }
+  char site[160];
+  snprintf(site, sizeof site, "&ctc_prof_%s[%d]", e->fname, e->nsite);
+  c->prof_site = timed ? site : NULL;   /* its parallel loops report each thread's share (render_c.c) */
+  cg_emit_kernel(c, k);
+  c->prof_site = NULL;
+  if (timed) {
+    cg_printf(c->out, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", e->fname, e->nsite, g->prof_t);
+    c->ind = 2;
+  }
+  for (int j = 0; g->opt.anomaly && code && j < kn->outputs.len; j++) {
+    ValId v = kn->outputs.data[j];
+    const Type *t = &f->values.data[v].type;
+    if (t->dtype != DT_F32 && t->dtype != DT_F64) continue;
+    cg_printf(c->out, "  if (ctc_anomaly_check(m->error, sizeof m->error, &ctc_prof_%s[%d], \"%s\", %s, %s, %lld))\n"
+                      "    return CTC_ERR_ANOMALY;\n",
+              e->fname, e->nsite, e->cname[v], cg_ref(c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
+  }
 }
 
-/* The declarations of the tensors a function's body uses (ref), parameters first, then the
- * column scratch of the convolutions it runs (sref; NULL: all of the entry's); whether they
- * read the arena. */
-static int emit_decls(Gen *g, CgFunc *c, const unsigned char *ref, const unsigned char *sref, const unsigned char *excl,
-                      int looped, Buf *decl) {
-  const Program *p = c->p;
-  const Func *f = c->f;
-  const FuncPlan *fp = c->fp;
-  const char **cname = c->cname, **sname = c->sname;
-  int nv = f->values.len, arena = 0;
-  char tb[300];
-  for (int pass = 0; pass < 2; pass++)
-    for (int v = 0; v < nv; v++) {
-      const Value *val = &f->values.data[v];
-      if (!ref[v] || val->kind == V_INPUT || (val->kind == V_PARAM) != (pass == 0)) continue;
-      CHECK(val->kind == V_PARAM || is_result(f, v));
-      const char *ct = cg_ctype(val->type.dtype);
-      const Loc *l = &fp->loc[v];
-      ValId r = root_of(f, v), sr = kn_root(f, c->s, v);
-      /* a folded slice or permute (or a reshape of one): a pointer to its root's storage, read
-       * through strides and an offset; declared with the root's type (all it may read) */
-      int strided = sr != kn_root(f, NULL, v);
-      int view = r != v || strided, readonly = f->values.data[r].kind != V_INST;
-      /* parameters are written at the end of an entry with updates: not restrict there */
-      int written = f->updates.len && f->values.data[r].kind == V_PARAM;
-      /* a loop over steps reaches a step's tensors through another's pointer: no restrict on activations */
-      const char *rs = (readonly && !written) || (!view && !readonly && excl[v] && !looped) ? "restrict " : "";
-      type_str(strided ? &f->values.data[sr].type : &val->type, tb, sizeof tb);
-      if (l->base >= 0) {
-        cg_printf(decl, "  const %s *%s%s = %s;  /* %s, view of %s */\n", ct, rs, cname[v],
-                  cname[f->inputs.data[l->base]], tb, cname[f->inputs.data[l->base]]);
-        continue;
-      }
-      CHECK(l->base == LOC_ARENA);
-      const char *cq = readonly || view ? "const " : "";
-      Buf ad = {0};   /* A + offset; with embedded weights, a parameter's const array */
-      arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, l->offset);
-      cg_printf(decl, "  %s%s *%s%s = (%s%s *)(%s);  /* %s", cq, ct, rs, cname[v], cq, ct, ad.s, tb);
-      cg_buf_free(&ad);
-      char pn[256];
-      if (val->kind == V_PARAM) cg_printf(decl, " %s", comment_text(pn, sizeof pn, p->params.data[val->index].name));
-      if (fp->hints.update_into && fp->hints.update_into[v] >= 0)
-        cg_printf(decl, " %s's new value", comment_text(pn, sizeof pn, p->params.data[fp->hints.update_into[v]].name));
-      if (strided) cg_printf(decl, ", the storage of %s, read through strides", cname[sr]);
-      else if (view) cg_printf(decl, ", view of %s", cname[r]);
-      cg_puts(decl, " */\n");
-    }
-  for (int i = 0; i < f->insts.len; i++) {
-    if (!sname[i] || (sref && !sref[i])) continue;
-    const Inst *in = &f->insts.data[i];
-    const Type *r = &f->values.data[in->res].type;
-    ConvGeom cg;
-    cg_conv_geom(f, in, &cg);
-    Buf ad = {0};
-    arena |= cg_fs_addr(&ad, p, g->mp, &g->opt, fp->scratch[i]);
-    cg_printf(decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",
-              cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), ad.s, ir_dtype_name(r->dtype),
-              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
-              (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
-              ir_conv_slots(f, in) == 1 ? "" : in->op == IR_CONV2D ? " and outputs" : " and output gradients");
-    cg_buf_free(&ad);
-  }
-  return arena;
-}
-
-/* ---- per-module functions (kernels/scope.c decides which kernels go in which) ---------- */
-
-#define MODFN_DEPTH 16
-typedef struct ModFrame {
-  int scope, phase;
-  int fails;                   /* its body can stop the entry (an index check): returns an int */
-  const char *name;
-  Buf *body;
-  unsigned char *ref, *sref;   /* per value, per instruction: what its body uses (cg_ref, scratch) */
-  unsigned char *inputs;       /* per entry input: passed to it */
-} ModFrame;
-typedef struct ModFns {
-  ModFrame fr[MODFN_DEPTH + 1];   /* [0] the entry; [1..depth] the module functions open, outermost first */
-  int depth;
-  ModFrame *done;                 /* the functions closed, in order: each before its caller */
-  int ndone, capdone;
-  Names *fns;                     /* the file's module functions (Gen.fns) */
-} ModFns;
-
-static const char *phase_word(int ph) { return ph == PH_BACKWARD ? "backward" : ph == PH_OPTIMIZER ? "optimizer" : "forward"; }
-
-/* Closes the innermost module function: a call of it into its caller; its text is written
- * once all are closed (modfn_text). */
-static void modfn_close(CgFunc *c, ModFns *mf) {
-  ModFrame *fr = &mf->fr[mf->depth], *pa = &mf->fr[mf->depth - 1];
-  const Func *f = c->f;
-  fr->inputs = calloc((size_t)f->inputs.len + 1, 1);
-  CHECK(fr->inputs);
-  for (int v = 0; v < f->values.len; v++)   /* the inputs it reads, or reads views of */
-    if (fr->ref[v] && f->values.data[v].kind != V_INPUT && c->fp->loc[v].base >= 0) fr->inputs[c->fp->loc[v].base] = 1;
-  Buf call = {0};
-  cg_printf(&call, "%s(m", fr->name);
-  if (f->batch_max) cg_puts(&call, ", batch");
-  for (int k = 0; k < f->inputs.len; k++) {
-    ValId v = f->inputs.data[k];
-    fr->inputs[k] |= fr->ref[v];
-    if (!fr->inputs[k]) continue;
-    cg_printf(&call, ", %s", c->cname[v]);
-    pa->ref[v] = 1;
-  }
-  cg_puts(&call, ")");
-  if (pa->body->len) cg_puts(pa->body, "\n");
-  if (fr->fails) {
-    cg_printf(pa->body, "  {\n    const int ctc_rc = %s;\n    if (ctc_rc) return ctc_rc;\n  }\n", call.s);
-    pa->fails = 1;
+static void c_output(CgEntry *e, int k, ValId v) {
+  const Type *t = &e->f->values.data[v].type;
+  if (cg_is_literal(&e->c, v)) {
+    cg_printf(&e->body, "  %s[0] = ", e->oname[k]);
+    cg_literal(&e->body, t->dtype, e->f->insts.data[e->f->values.data[v].def].fattr);
+    cg_puts(&e->body, ";\n");
   } else {
-    cg_printf(pa->body, "  %s;\n", call.s);
+    cg_printf(&e->body, "  memcpy(%s, %s, sizeof(%s) * %lld);\n", e->oname[k], cg_ref(&e->c, v), cg_ctype(t->dtype),
+              (ll)ir_numel(t));
   }
-  cg_buf_free(&call);
-  if (mf->ndone == mf->capdone) {
-    mf->capdone = mf->capdone ? 2 * mf->capdone : 16;
-    mf->done = realloc(mf->done, sizeof *mf->done * (size_t)mf->capdone);
-    CHECK(mf->done);
-  }
-  mf->done[mf->ndone++] = *fr;
-  mf->depth--;
 }
 
-/* The closed functions' text (each before its caller) into out, and frees them. A tensor
- * two functions use is not restrict in either: one calls the other while its pointer lives. */
-static void modfn_text(Gen *g, CgFunc *c, ModFns *mf, unsigned char *excl, int looped, Buf *out) {
-  const Func *f = c->f;
-  int nv = f->values.len;
-  unsigned char *nref = calloc((size_t)nv + 1, 1), *ex = calloc((size_t)nv + 1, 1);
-  CHECK(nref && ex);
-  for (int d = -1; d < mf->ndone; d++) {
-    const unsigned char *r = d < 0 ? mf->fr[0].ref : mf->done[d].ref;
-    for (int v = 0; v < nv; v++) nref[v] += r[v] && nref[v] < 2;
+static void c_update(CgEntry *e, ValId v, int param) {
+  const Param *pr = &e->p->params.data[param];
+  int64_t off = e->mp->param_offset[param];
+  const Type *t = &pr->type;
+  char pn[256];
+  comment_text(pn, sizeof pn, pr->name);
+  if (cg_is_literal(&e->c, v)) {
+    Buf lit = {0};
+    cg_literal(&lit, t->dtype, e->f->insts.data[e->f->values.data[v].def].fattr);
+    cg_printf(&e->body, "  *(%s *)(A + %lld) = %s;  /* %s := %s */\n", cg_ctype(t->dtype), (ll)off, lit.s, pn, lit.s);
+    cg_buf_free(&lit);
+  } else {
+    cg_printf(&e->body, "  memcpy(A + %lld, %s, %lld);  /* %s := %s */\n", (ll)off, cg_ref(&e->c, v),
+              (ll)(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype)), pn, e->cname[v]);
   }
-  for (int v = 0; v < nv; v++) ex[v] = excl[v] && nref[v] <= 1;
-  for (int d = 0; d < mf->ndone; d++) {
-    ModFrame *fr = &mf->done[d];
-    Buf decl = {0};
-    int arena = emit_decls(g, c, fr->ref, fr->sref, ex, looped, &decl);
-    const IrScope *sc = &c->p->scopes.data[fr->scope];
-    cg_printf(out, "/* %s%s%s%s: %s of entry %s */\n", sc->path, sc->cls ? " (" : "", sc->cls ? sc->cls : "",
-              sc->cls ? ")" : "", phase_word(fr->phase),
-              f->name);
-    cg_printf(out, "static %s %s(%s_t *m", fr->fails ? "int" : "void", fr->name, g->prefix);
-    if (f->batch_max) cg_puts(out, ", int64_t batch");   /* the entry's run-time batch */
-    for (int k = 0; k < f->inputs.len; k++)
-      if (fr->inputs[k])
-        cg_printf(out, ", const %s *%s", cg_ctype(f->values.data[f->inputs.data[k]].type.dtype),
-                  c->cname[f->inputs.data[k]]);
-    cg_puts(out, ") {\n");
-    if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
-    else if (!fr->fails) cg_puts(out, "  (void)m;\n");
-    if (f->batch_max) cg_puts(out, "  (void)batch;   /* not every function's loops depend on it */\n");
-    if (decl.len) cg_puts(out, decl.s);
-    if (fr->body->len) cg_printf(out, "%s%s", decl.len || arena ? "\n" : "", fr->body->s);
-    if (fr->fails) cg_puts(out, "  return CTC_OK;\n");
-    cg_puts(out, "}\n\n");
-    cg_buf_free(&decl);
-    cg_buf_free(fr->body);
-    free(fr->body);
-    free(fr->ref);
-    free(fr->sref);
-    free(fr->inputs);
-  }
-  free(mf->done);
-  memcpy(excl, ex, (size_t)nv + 1);   /* the entry's own declarations too */
-  free(nref);
-  free(ex);
 }
 
-/* Makes the module function of scope sc (phase ph) the one kernels are written into: closes
- * those it is not inside, opens those it is inside of (named <entry>_<path>_<phase>). */
-static void modfn_enter(CgFunc *c, ModFns *mf, int sc, int ph) {
-  int chain[MODFN_DEPTH];
-  int n = kn_scope_chain(c->p, sc, chain, MODFN_DEPTH), keep = 0;
-  while (keep < mf->depth && keep < n && mf->fr[keep + 1].scope == chain[keep] && mf->fr[keep + 1].phase == ph) keep++;
-  while (mf->depth > keep) modfn_close(c, mf);
-  for (; mf->depth < n; mf->depth++) {
-    ModFrame *fr = &mf->fr[mf->depth + 1];
-    memset(fr, 0, sizeof *fr);
-    fr->scope = chain[mf->depth];
-    fr->phase = ph;
-    char hint[400], nm[400];
-    snprintf(hint, sizeof hint, "%s_%s_%s", c->f->name, c->p->scopes.data[fr->scope].path, phase_word(ph));
-    cg_ident(nm, sizeof nm, hint);   /* train_step_h_0_attn_forward */
-    const char *name = cg_name(mf->fns, nm);   /* unique in the file, and no local of the entry */
-    while (cg_name_given(c->ns, name)) name = cg_name(mf->fns, nm);
-    fr->name = cg_name(c->ns, name);
-    fr->body = calloc(1, sizeof *fr->body);
-    fr->ref = calloc((size_t)c->f->values.len + 1, 1);
-    fr->sref = calloc((size_t)c->f->insts.len + 1, 1);
-    CHECK(fr->body && fr->ref && fr->sref);
-  }
-  c->out = mf->fr[mf->depth].body;
-  c->ref = mf->fr[mf->depth].ref;
-}
-
-static int emit_entry(Gen *g, int fi, Buf *out) {
-  const Program *p = g->p;
-  const Func *f = p->funcs.data[fi];
-  const FuncPlan *fp = &g->mp->funcs[fi];
-  int nv = f->values.len;
-  Names ns;
-  cg_names_init(&ns, g->prefix);
-  const char **cname = calloc((size_t)nv + 1, sizeof *cname);
-  unsigned char *ref = calloc((size_t)nv + 1, 1);
-  const char **oname = calloc((size_t)f->outputs.len + 1, sizeof *oname);
-  const char **sname = calloc((size_t)f->insts.len + 1, sizeof *sname);
-  CHECK(cname && ref && oname && sname);
-  char tb[300];
-
-  /* Names: the function's parameters first, then tensors in order of definition. */
-  cg_entry_names(f, fp, &ns, cname, oname, sname);
-
-  /* Prototype and description. */
-  Buf *sig = &g->sig[fi], *doc = &g->doc[fi];
-  char fname[128];
-  cg_ident(fname, sizeof fname, f->name);
-  int wrapped = f->batch_max && g->opt.batch_wrap;
-  Buf *wsig = &g->wrap[fi], wcall = {0};
-  cg_printf(sig, "int %s_%s%s(%s_t *m", g->prefix, fname, wrapped ? "_batch" : "", g->prefix);
-  if (wrapped) {
-    cg_printf(wsig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
-    cg_printf(&wcall, "%s_%s_batch(m, %lld", g->prefix, fname, (ll)f->batch_max);
-  }
-  cg_printf(doc, "%s(", fname);
-  if (f->batch_max) {   /* a run-time batch: its size, the shapes below are at batch_max */
-    cg_puts(sig, ", int64_t batch");
-    cg_printf(doc, "batch: 1..%lld; shapes at batch = %lld: ", (ll)f->batch_max, (ll)f->batch_max);
-  }
-  for (int k = 0; k < f->inputs.len; k++) {
-    ValId v = f->inputs.data[k];
-    const Type *t = &f->values.data[v].type;
-    cg_printf(sig, ", const %s *%s", cg_ctype(t->dtype), cname[v]);
-    if (wrapped) cg_printf(wsig, ", const %s *%s", cg_ctype(t->dtype), cname[v]), cg_printf(&wcall, ", %s", cname[v]);
-    cg_printf(doc, "%s%s %s", k ? ", " : "", cname[v], type_str(t, tb, sizeof tb));
-  }
-  cg_puts(doc, ") -> ");
-  for (int k = 0; k < f->outputs.len; k++) {
-    const Type *t = &f->values.data[f->outputs.data[k]].type;
-    cg_printf(sig, ", %s *%s", cg_ctype(t->dtype), oname[k]);
-    if (wrapped) cg_printf(wsig, ", %s *%s", cg_ctype(t->dtype), oname[k]), cg_printf(&wcall, ", %s", oname[k]);
-    cg_printf(doc, "%s%s %s", k ? ", " : "", oname[k], type_str(t, tb, sizeof tb));
-  }
-  cg_puts(sig, ")");
-  if (wrapped) cg_puts(wsig, ")"), cg_puts(&wcall, ")");
-  if (f->updates.len) cg_printf(doc, "; updates %d parameter%s", f->updates.len, f->updates.len == 1 ? "" : "s");
-  int *order = calloc((size_t)f->updates.len + 1, sizeof *order);
-  CHECK(order);
-  int rc = update_order(p, f, order);
-
-  /* Body. */
-  Buf body = {0};
-  CgFunc c = {.p = p, .f = f, .fp = fp, .cname = cname, .ref = ref, .out = &body, .ind = 2, .sname = sname,
-              .k = &g->k, .s = g->sched[fi], .ns = &ns};
-  char fid[128];
-  cg_ident(fid, sizeof fid, f->name);
-  const char *pt = g->opt.profile ? cg_name(&ns, "prof_t") : NULL;
-  int sites = g->opt.profile || g->opt.anomaly;
-  int nsite = 0;   /* --profile, --anomaly: ctc_prof_<entry>[0] is the entry, then one site per kernel with code */
-  int64_t *checked = calloc((size_t)nv + 1, sizeof *checked);   /* per value: the bound it was checked against */
-  CHECK(checked);
-  Buf ixsites = {0};   /* the index checks' ctc_index_site rows */
-  int nix = 0;
-  CgDist dist;   /* distributed builds: the gradient all-reduce hooks around the kernels */
-  if (cg_dist_plan(&c, fname, g->nbuckets, &dist) < 0) rc = -1;
-  g->nbuckets += dist.nb;
-  /* repeated steps as loops (kernels/reroll.c decides them on the kernels and the plan); not
-   * where each kernel is a profile or anomaly site, or gradient buckets start after given kernels */
-  KnLoops *loops = !g->opt.profile && !g->opt.anomaly && !dist.nb ? kn_reroll_loops(p->arena, f, c.s, fp) : NULL;
-  int looped = loops && loops->loops.len, li = 0;
-  const char **over = looped ? calloc((size_t)nv + 1, sizeof *over) : NULL;
-  const char *tv = looped ? cg_name(&ns, "t") : NULL;
-  CHECK(!looped || over);
-  /* an optimizer's same update of each parameter as one loop over a table (kernels/foreach.c) */
-  KnForeachs *fe = !g->opt.profile && !g->opt.anomaly && !dist.nb && !g->opt.embed ? kn_foreach(p->arena, f, c.s, fp) : NULL;
-  int fj = 0;
-  unsigned char *excl = exclusive_all(f, fp);
-  /* each user module's kernels as a function (kernels/scope.c); not where kernels are profile or
-   * anomaly sites, or gradient buckets start between them */
-  int grouped = p->scopes.len > 1 && !sites && !dist.nb;
-  int *ksc = grouped ? calloc((size_t)c.s->kernels.len + 1, sizeof *ksc) : NULL;
-  int *kph = grouped ? calloc((size_t)c.s->kernels.len + 1, sizeof *kph) : NULL;
-  unsigned char *sref = grouped ? calloc((size_t)f->insts.len + 1, 1) : NULL;
-  ModFns mf;
-  memset(&mf, 0, sizeof mf);
-  mf.fr[0].body = &body, mf.fr[0].ref = ref, mf.fr[0].sref = sref, mf.fns = &g->fns;
-  if (grouped) {
-    CHECK(ksc && kph && sref);
-    kn_kernel_scopes(p, f, c.s, looped ? loops : NULL, ksc, kph);
-  }
-  for (int k = 0; k < c.s->kernels.len; k++) {
-    const Kernel *kn = &c.s->kernels.data[k];
-    int code = kernel_has_code(f, kn), timed = pt && code;
-    for (; fe && fj < fe->runs.len && fe->runs.data[fj].first < k; fj++) {}
-    if (grouped && !c.over) {
-      if (fe && fj < fe->runs.len && k == fe->runs.data[fj].first) modfn_enter(&c, &mf, 0, PH_OPTIMIZER);
-      else if (ksc[k] >= 0) modfn_enter(&c, &mf, ksc[k], kph[k]);
-    }
-    if (grouped)   /* the convolutions' column scratch is declared where they run */
-      for (int i = kn->first; i <= kn->last; i++) mf.fr[mf.depth].sref[i] |= sname[i] != NULL;
-    int nix0 = nix;
-    if (fe && fj < fe->runs.len && k == fe->runs.data[fj].first && !c.over &&
-        !(looped && li < loops->loops.len && loops->loops.data[li].first < k + fe->runs.data[fj].count)) {
-      cg_emit_foreach(&c, &fe->runs.data[fj]);
-      k += fe->runs.data[fj].count - 1;
-      continue;
-    }
-    if (looped && li < loops->loops.len && k == loops->loops.data[li].first)
-      loop_begin(&c, f, loops, li, tv, over);
-    if (!c.over && !dist.nb) {   /* a run of per-step slices of one array: one comment */
-      int nview = cg_emit_view_run(&c, k, looped && li < loops->loops.len ? loops->loops.data[li].first : c.s->kernels.len);
-      if (nview) {
-        k += nview - 1;
-        continue;
-      }
-    }
-    if (sites && code) nsite++;
-    cg_dist_hooks(&c, &dist, k, 0);
-    for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
-      if (cg_index_needs_check(f, &f->insts.data[i], checked))
-        index_check(g, &c, &f->insts.data[i], fid, &ixsites, &nix);
-    if (timed) {
-      cg_printf(&body, "%s  {\n    const double %s = ctc_prof_now();\n", body.len ? "\n" : "", pt);
-      c.ind = 4;
-    }
-    char site[160];
-    snprintf(site, sizeof site, "&ctc_prof_%s[%d]", fid, nsite);
-    c.prof_site = timed ? site : NULL;   /* its parallel loops report each thread's share (render_c.c) */
-    cg_emit_kernel(&c, k);
-    c.prof_site = NULL;
-    if (timed) {
-      cg_printf(&body, "    ctc_prof_record(m->prof, &ctc_prof_%s[%d], %s);\n  }\n", fid, nsite, pt);
-      c.ind = 2;
-    }
-    for (int j = 0; g->opt.anomaly && code && j < kn->outputs.len; j++) {   /* NaN and Inf stop the entry */
-      ValId v = kn->outputs.data[j];
-      const Type *t = &f->values.data[v].type;
-      if (t->dtype != DT_F32 && t->dtype != DT_F64) continue;
-      cg_printf(&body, "  if (ctc_anomaly_check(m->error, sizeof m->error, &ctc_prof_%s[%d], \"%s\", %s, %s, %lld))\n"
-                       "    return CTC_ERR_ANOMALY;\n",
-                fid, nsite, cname[v], cg_ref(&c, v), cg_rt_dtype(t->dtype), (ll)ir_numel(t));
-    }
-    cg_dist_hooks(&c, &dist, k, 1);
-    if (nix > nix0) mf.fr[mf.depth].fails = 1;   /* an index check: the function returns its status */
-    if (looped && li < loops->loops.len && k == loops->loops.data[li].first + loops->loops.data[li].len - 1) {
-      const KnLoop *lp = &loops->loops.data[li++];
-      c.ind -= 2;
-      c.over = NULL;
-      memset(over, 0, sizeof *over * (size_t)(nv + 1));
-      cg_puts(c.out, "  }\n");
-      k = lp->first + lp->count * lp->len - 1;   /* the later steps ran in the loop */
-    }
-  }
-  while (mf.depth > 0) modfn_close(&c, &mf);
-  c.out = &body, c.ref = ref;
-  free(ksc);
-  free(kph);
-  free(over);
-  cg_dist_hooks(&c, &dist, c.s->kernels.len, 0);
-  if (f->outputs.len) {
-    if (body.len) cg_puts(&body, "\n");
-    cg_puts(&body, "  /* outputs */\n");
-  }
-  for (int k = 0; k < f->outputs.len; k++) {
-    ValId v = f->outputs.data[k];
-    const Type *t = &f->values.data[v].type;
-    if (cg_is_literal(&c, v)) {
-      cg_printf(&body, "  %s[0] = ", oname[k]);
-      cg_literal(&body, t->dtype, f->insts.data[f->values.data[v].def].fattr);
-      cg_puts(&body, ";\n");
-    } else {
-      cg_printf(&body, "  memcpy(%s, %s, sizeof(%s) * %lld);\n", oname[k], cg_ref(&c, v), cg_ctype(t->dtype),
-                (ll)ir_numel(t));
-    }
-  }
-
-  int arena = 0;
-  if (f->updates.len) {   /* those computed in place were stored into their tensors' bytes: counted, not listed */
-    int inplace = 0, n = 0;
-    for (int k = 0; k < f->updates.len; k++) {
-      n += order[k] >= 0;
-      inplace += order[k] >= 0 && in_place_update(f, fp, order[k]);
-    }
-    if (body.len) cg_puts(&body, "\n");
-    cg_puts(&body, "  /* parameter updates (every read above saw the old values)");
-    if (inplace)
-      cg_printf(&body, ": %s%d computed in place above", inplace == n ? "all " : "", inplace);
-    cg_puts(&body, " */\n");
-  }
-  for (int k = 0; k < f->updates.len && !rc; k++) {
-    if (order[k] < 0 || in_place_update(f, fp, order[k])) continue;
-    ValId v = f->updates.data[order[k]];
-    const Param *pr = &p->params.data[f->update_params.data[order[k]]];
-    int64_t off = g->mp->param_offset[f->update_params.data[order[k]]];
-    const Type *t = &pr->type;
-    char pn[256];
-    comment_text(pn, sizeof pn, pr->name);
-    arena = 1;
-    if (cg_is_literal(&c, v)) {
-      Buf lit = {0};
-      cg_literal(&lit, t->dtype, f->insts.data[f->values.data[v].def].fattr);
-      cg_printf(&body, "  *(%s *)(A + %lld) = %s;  /* %s := %s */\n", cg_ctype(t->dtype), (ll)off, lit.s, pn, lit.s);
-      cg_buf_free(&lit);
-    } else {
-      cg_printf(&body, "  memcpy(A + %lld, %s, %lld);  /* %s := %s */\n", (ll)off, cg_ref(&c, v),
-                (ll)(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype)), pn, cname[v]);
-    }
-  }
-
-  /* Declarations of the tensors the entry's own body uses: parameters, then the rest. */
-  Buf decl = {0}, fns = {0};
-  if (grouped) modfn_text(g, &c, &mf, excl, looped, &fns);   /* after the body: the entry's ref is complete */
-  arena |= emit_decls(g, &c, ref, grouped ? sref : NULL, excl, looped, &decl);
-  free(excl);
-
+/* The entry's text: its --profile/--anomaly sites, index sites and gradient bucket tables,
+ * its module functions, the fixed-batch wrapper, then the function: argument checks, the
+ * declarations of the tensors its own body uses, the body. */
+static int c_finish(CgEntry *e, Buf *out) {
+  Gen *g = e->tgt;
+  const Program *p = e->p;
+  const Func *f = e->f;
+  const KnSchedule *s = e->s;
+  const char *fid = e->fname, *pt = g->prof_t;
+  Buf decl = {0};
+  int arena = e->arena | cg_entry_decls(e, e->ref, e->grouped ? e->sref : NULL, e->excl, &decl);
   char where[256];
   cg_where(where, sizeof where, f->loc);
-  if (sites) {   /* --profile, --anomaly: what each kernel is */
+  if (g->opt.profile || g->opt.anomaly) {   /* what each kernel is */
     cg_printf(out, "static const ctc_prof_site ctc_prof_%s[] = {\n  {", fid);
     c_string(out, f->name);
     cg_puts(out, ", ");
@@ -845,59 +328,68 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_puts(out, ", ");
     line_text(out, f->loc);
     cg_puts(out, ", CTC_PROF_ENTRY, 0, 0, \"\"},\n");
-    int *psc = calloc((size_t)c.s->kernels.len + 1, sizeof *psc), *pph = calloc((size_t)c.s->kernels.len + 1, sizeof *pph);
+    int *psc = calloc((size_t)s->kernels.len + 1, sizeof *psc), *pph = calloc((size_t)s->kernels.len + 1, sizeof *pph);
     CHECK(psc && pph);
-    kn_kernel_scopes(p, f, c.s, NULL, psc, pph);
-    for (int k = 0; k < c.s->kernels.len; k++)
-      if (kernel_has_code(f, &c.s->kernels.data[k])) prof_site(out, f, c.s, k, psc[k] > 0 ? p->scopes.data[psc[k]].path : "");
+    kn_kernel_scopes(p, f, s, NULL, psc, pph);
+    for (int k = 0; k < s->kernels.len; k++)
+      if (cg_kernel_has_code(f, &s->kernels.data[k])) prof_site(out, f, s, k, psc[k] > 0 ? p->scopes.data[psc[k]].path : "");
     free(psc);
     free(pph);
     cg_puts(out, "};\n\n");
   }
-  if (nix && !g->opt.freestanding) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fid, ixsites.s);
-  cg_buf_free(&ixsites);
-  free(checked);
-  if (dist.tables.len) cg_puts(out, dist.tables.s);
-  cg_dist_free(&dist);
-  cg_puts(out, fns.len ? fns.s : "");   /* its module functions, before it */
-  cg_buf_free(&fns);
-  free(sref);
-  if (wrapped)   /* before the entry (declared in the header), so that its body follows its name */
-    cg_printf(out, "/* %s at batch %lld (%s_%s_batch takes 1..%lld) */\n%s {\n  return %s;\n}\n\n", fname,
-              (ll)f->batch_max, g->prefix, fname, (ll)f->batch_max, wsig->s, wcall.s);
-  cg_printf(out, "/* %s%s%s */\n", doc->s, where[0] ? "  -- " : "", where);
-  cg_printf(out, "%s {\n", sig->s);
+  if (e->nix && !g->opt.freestanding) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fid, e->ixsites.s);
+  if (e->dist.tables.len) cg_puts(out, e->dist.tables.s);
+  cg_puts(out, bs(&e->fns_text));   /* its module functions, before it */
+  if (f->batch_max && g->opt.batch_wrap) {   /* before the entry (declared in the header), so that its body follows its name */
+    Buf call = {0};
+    cg_printf(&call, "%s_%s_batch(m, %lld", g->prefix, fid, (ll)f->batch_max);
+    for (int k = 0; k < f->inputs.len; k++) cg_printf(&call, ", %s", e->cname[f->inputs.data[k]]);
+    for (int k = 0; k < f->outputs.len; k++) cg_printf(&call, ", %s", e->oname[k]);
+    cg_printf(out, "/* %s at batch %lld (%s_%s_batch takes 1..%lld) */\n%s {\n  return %s);\n}\n\n", fid,
+              (ll)f->batch_max, g->prefix, fid, (ll)f->batch_max, g->wrap[e->fi].s, call.s);
+    cg_buf_free(&call);
+  }
+  cg_printf(out, "/* %s%s%s */\n", e->doc->s, where[0] ? "  -- " : "", where);
+  cg_printf(out, "%s {\n", g->sig[e->fi].s);
   cg_puts(out, "  if (!m || !m->arena");
-  for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
-  for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
+  for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", e->cname[f->inputs.data[k]]);
+  for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", e->oname[k]);
   if (g->opt.freestanding) {   /* the status alone */
     cg_puts(out, ") return CTC_ERR_ARG;\n");
     if (f->batch_max) cg_printf(out, "  if (batch < 1 || batch > %lld) return CTC_ERR_SHAPE;\n", (ll)f->batch_max);
   } else {   /* the status, and its detail in m->error (ctc_model_error) */
     cg_printf(out, ")\n    return m ? ctc_error_set(m->error, sizeof m->error, CTC_ERR_ARG, \"entry '%s': a NULL "
-                   "argument, or the model is not initialised\") : CTC_ERR_ARG;\n", fname);
+                   "argument, or the model is not initialised\") : CTC_ERR_ARG;\n", fid);
     if (f->batch_max)
       cg_printf(out, "  if (batch < 1 || batch > %lld)\n    return ctc_error_set(m->error, sizeof m->error, CTC_ERR_SHAPE, "
                      "\"entry '%s': batch %%lld is outside 1..%lld\", (long long)batch);\n",
-                (ll)f->batch_max, fname, (ll)f->batch_max);
+                (ll)f->batch_max, fid, (ll)f->batch_max);
   }
   if (arena) cg_puts(out, "  unsigned char *A = m->arena;\n");
-  if (decl.len) cg_puts(out, decl.s);
+  cg_puts(out, bs(&decl));
   if (pt) cg_printf(out, "  const double %s_entry = ctc_prof_now();\n", pt);
-  if (body.len) cg_printf(out, "\n%s", body.s);
+  if (e->body.len) cg_printf(out, "\n%s", e->body.s);
   if (pt) cg_printf(out, "  ctc_prof_record(m->prof, &ctc_prof_%s[0], %s_entry);\n", fid, pt);
   cg_puts(out, "  return CTC_OK;\n}\n\n");
-  cg_buf_free(&wcall);
-
   cg_buf_free(&decl);
-  cg_buf_free(&body);
-  cg_names_free(&ns);
-  free(cname);
-  free(ref);
-  free(oname);
-  free(sname);
-  free(order);
-  return rc;
+  return 0;
+}
+
+static const CgEntryOps c_entry_ops = {
+    .proto = c_proto, .begin = c_begin, .index_check = c_index_check, .kernel = c_kernel,
+    .output = c_output, .update = c_update, .finish = c_finish,
+};
+
+static int emit_entry(Gen *g, int fi, Buf *out) {
+  int sites = g->opt.profile || g->opt.anomaly;
+  CgEntry e = {.ops = &c_entry_ops, .tgt = g, .p = g->p, .mp = g->mp, .fi = fi, .prefix = g->prefix,
+               .s = g->sched[fi], .k = &g->k, .doc = &g->doc[fi], .copt = &g->opt, .fns = &g->fns,
+               .nbuckets = &g->nbuckets};
+  /* repeated steps as loops, an optimizer's updates as a table: not where each kernel is a
+   * profile or anomaly site; module functions: not where kernels are sites */
+  e.structure = CG_EN_VIEWRUN | (sites ? 0 : CG_EN_REROLL | CG_EN_FOREACH | CG_EN_MODFNS);
+  if (g->opt.embed) e.structure &= ~(unsigned)CG_EN_FOREACH;
+  return cg_emit_entry(&e, out);
 }
 
 /* ---- parameters: data, init, load, save ----------------------------------------------- */
@@ -1532,7 +1024,6 @@ void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *p
   emit_desc(&g, b, device_params);
 }
 
-int cg_update_order(const Program *p, const Func *f, int *order) { return update_order(p, f, order); }
 const char *cg_comment_text(char *buf, size_t cap, const char *s) { return comment_text(buf, cap, s); }
 
 const char *cg_c_prefix(const Program *p, char *buf, size_t cap) {

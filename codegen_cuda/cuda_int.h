@@ -42,13 +42,14 @@ typedef struct Gen {
 /* The state of one entry. */
 typedef struct Ent {
   Gen *g;
+  CgEntry *en;          /* the walk writing it (codegen_c/entry_c.c) */
   int fi;
   const Func *f;
   const char *fname;
-  CgFunc c;
-  unsigned char *href;  /* values the host code references */
+  CgFunc *c;            /* en->c */
+  unsigned char *href;  /* values the host code references (en->ref) */
   unsigned char *kref;  /* values the kernel being written references */
-  Buf *host;            /* the entry's host body */
+  Buf *host;            /* the entry's host body (en->body) */
   int nkern;
   int uses_stream, uses_blas, uses_arena, uses_dnn;
 } Ent;

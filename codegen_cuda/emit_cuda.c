@@ -10,7 +10,8 @@
  *   per instruction without cuBLAS), each with the model-line comments
  *   parameter data and the host init of the C target (<m>_host_init, emit_c.c)
  *   <m>_init / _set_stream / _free / _load / _save
- *   per entry: <m>_<entry>_device (launches on m->stream) and <m>_<entry> (host pointers);
+ *   per entry (codegen_c/entry_c.c's walk with this file's CgEntryOps): <m>_<entry>_device
+ *   (launches on m->stream) and <m>_<entry> (host pointers);
  *   distributed builds: its gradient buckets and the start/wait hooks between its
  *   kernels, from codegen_c/dist_c.c on the device arena (the communicator is
  *   runtime_min/rt_nccl.c's: NCCL on its own stream, ordered by events on m->stream)
@@ -23,7 +24,7 @@
 #include <string.h>
 #include "cuda_int.h"
 
-/* ---- one entry ------------------------------------------------------------------- */
+/* ---- one entry: the CUDA target's table for the walk (codegen_c/entry_c.c) ----------- */
 
 static const char *const cuda_names[] = {"blockIdx", "threadIdx", "blockDim", "gridDim", "dim3", "uint3",
                                           "warpSize", "cudaStream_t", "cublasHandle_t", "half", "std", NULL};
@@ -39,194 +40,158 @@ static int fail(Gen *g, const Func *f, const Inst *in, const char *what) {
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-static int emit_entry(Gen *g, int fi, Buf *out) {
-  const Program *p = g->p;
-  const Func *f = p->funcs.data[fi];
-  const FuncPlan *fp = &g->mp->funcs[fi];
-  int nv = f->values.len;
-  Names ns;
-  cg_names_init(&ns, g->prefix);
-  for (int k = 0; cuda_names[k]; k++) cg_name(&ns, cuda_names[k]);
-  const char **cname = calloc((size_t)nv + 1, sizeof *cname);
-  unsigned char *href = calloc((size_t)nv + 1, 1), *kref = calloc((size_t)nv + 1, 1);
-  const char **oname = calloc((size_t)f->outputs.len + 1, sizeof *oname);
-  const char **sname = calloc((size_t)f->insts.len + 1, sizeof *sname);
-  CHECK(cname && href && kref && oname && sname);
-  cg_entry_names(f, fp, &ns, cname, oname, sname);
-  char fname[128], tb[300];
-  cg_ident(fname, sizeof fname, f->name);
-
-  /* prototypes */
-  Buf *sig = &g->sig[fi], *dsig = &g->dsig[fi], *doc = &g->doc[fi];
-  cg_printf(sig, "int %s_%s(%s_t *m", g->prefix, fname, g->prefix);
-  cg_printf(dsig, "int %s_%s_device(%s_t *m", g->prefix, fname, g->prefix);
-  cg_printf(doc, "%s(", fname);
+/* <m>_<entry>(m, host pointers...) and <m>_<entry>_device(m, device pointers...); the largest
+ * entry's inputs and outputs size m->io. */
+static void cu_proto(CgEntry *en) {
+  Ent *e = en->tgt;
+  Gen *g = e->g;
+  const Func *f = en->f;
+  cg_printf(&g->sig[en->fi], "int %s_%s(%s_t *m%s)", g->prefix, en->fname, g->prefix, en->params.len ? en->params.s : "");
+  cg_printf(&g->dsig[en->fi], "int %s_%s_device(%s_t *m%s)", g->prefix, en->fname, g->prefix,
+            en->params.len ? en->params.s : "");
   int64_t io = 0;
-  for (int k = 0; k < f->inputs.len; k++) {
-    ValId v = f->inputs.data[k];
-    const Type *t = ty(f, v);
-    cg_printf(sig, ", const %s *%s", cg_ctype(t->dtype), cname[v]);
-    cg_printf(dsig, ", const %s *%s", cg_ctype(t->dtype), cname[v]);
-    cg_printf(doc, "%s%s %s", k ? ", " : "", cname[v], ir_type_str(t, tb, sizeof tb));
-    io += align256(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype));
-  }
-  cg_puts(doc, ") -> ");
-  for (int k = 0; k < f->outputs.len; k++) {
-    const Type *t = ty(f, f->outputs.data[k]);
-    cg_printf(sig, ", %s *%s", cg_ctype(t->dtype), oname[k]);
-    cg_printf(dsig, ", %s *%s", cg_ctype(t->dtype), oname[k]);
-    cg_printf(doc, "%s%s %s", k ? ", " : "", oname[k], ir_type_str(t, tb, sizeof tb));
-    io += align256(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype));
-  }
-  cg_puts(sig, ")");
-  cg_puts(dsig, ")");
+  for (int k = 0; k < f->inputs.len; k++) io += align256(ir_numel(ty(f, f->inputs.data[k])) * (int64_t)ir_dtype_size(ty(f, f->inputs.data[k])->dtype));
+  for (int k = 0; k < f->outputs.len; k++)
+    io += align256(ir_numel(ty(f, f->outputs.data[k])) * (int64_t)ir_dtype_size(ty(f, f->outputs.data[k])->dtype));
   if (io > g->io_bytes) g->io_bytes = io;
-  if (f->updates.len) cg_printf(doc, "; updates %d parameter%s", f->updates.len, f->updates.len == 1 ? "" : "s");
-  int *order = calloc((size_t)f->updates.len + 1, sizeof *order);
-  CHECK(order);
-  int rc = cg_update_order(p, f, order);
+}
 
-  Buf body = {0};
-  Ent e;
-  memset(&e, 0, sizeof e);
-  e.g = g, e.fi = fi, e.f = f, e.fname = fname, e.href = href, e.kref = kref, e.host = &body;
-  CgFunc c = {.p = p, .f = f, .fp = fp, .cname = cname, .ref = href, .out = &body, .ind = 2, .sname = sname,
-              .k = &g->k, .s = g->sched[fi], .ns = &ns};
-  e.c = c;
-  const KnSchedule *s = g->sched[fi];
-  /* distributed builds: the C target's buckets and hooks (dist_c.c) on the device arena; the
-   * communicator is rt_nccl.c's, told the stream the kernels run on */
-  CgDist dist;
-  if (cg_dist_plan_for(&e.c, fname, g->nbuckets, "build with nvcc -DCTC_NCCL, MPI's include and link flags,\n"
-                       " * $RT/rt_nccl.c and -lnccl, as `ctc build --target cuda --distributed nccl` does", &dist) < 0)
-    rc = -1;
-  g->nbuckets += dist.nb;
-  dist.arena = "m->dev";
-  dist.stream = "m->stream";
-  int64_t *checked = calloc((size_t)f->values.len + 1, sizeof *checked);   /* per value: the bound it was checked against */
-  CHECK(checked);
-  Buf ixsites = {0};   /* the index checks' ctc_index_site rows */
-  int nix = 0;
-  for (int k = 0; k < s->kernels.len && !rc; k++) {
-    const Kernel *kn = &s->kernels.data[k];
-    e.c.out = &body, e.c.ref = href, e.c.ind = 2;
-    if (k) cg_dist_hooks(&e.c, &dist, k - 1, 1);   /* after kernel k - 1: the buckets it completes start */
-    cg_dist_hooks(&e.c, &dist, k, 0);              /* before kernel k: the buckets it reads are waited for */
-    for (int i = kn->first; i <= kn->last; i++)   /* the indices it reads lie in range, else the entry stops */
-      if (cg_index_needs_check(f, &f->insts.data[i], checked)) {
-        const Inst *in = &f->insts.data[i];
-        ValId v;
-        int64_t bound;
-        CHECK(cg_index_operand(f, in, &v, &bound));
-        if (cu_is_literal(f, v)) {   /* a constant outside the bound: the entry always fails */
-          cg_printf(&body, "  { static const int64_t ctc_v[1] = {%lld};\n    return ctc_index_fail(m->error, sizeof m->error, "
-                           "&ctc_ix_%s[%d], ctc_v, 1, %lld);\n  }\n", (ll)def_of(f, v)->fattr, fname, nix, (ll)bound);
-          cg_index_site(&ixsites, f, in, "a constant");
-        } else {
-          cg_printf(&body, "  { /* %s reads %s: every index in [0, %lld) (synchronises) */\n"
-                           "    const int ctc_rc = %s_index_check(m, %s, %lld, %lld, &ctc_ix_%s[%d]);\n"
-                           "    if (ctc_rc) return ctc_rc;\n  }\n", ir_ops[in->op].name, cname[v], (ll)bound, g->prefix,
-                    cg_ref(&e.c, v), (ll)ir_numel(ty(f, v)), (ll)bound, fname, nix);
-          cg_index_site(&ixsites, f, in, cname[v]);
-        }
-        nix++;
-        g->ixcheck = 1;
-      }
-    if (kn->kind == KN_VIEW) {
-      cg_emit_kernel(&e.c, k);   /* comments only: views and constants have no code */
+/* An index operand checked on the device before its kernel (<m>_index_check synchronises);
+ * a constant outside the bound fails the entry always. */
+static void cu_begin(CgEntry *en) {
+  Ent *e = en->tgt;
+  e->href = en->ref;
+}
+
+static void cu_index_check(CgEntry *en, const Inst *in) {
+  Ent *e = en->tgt;
+  const Func *f = en->f;
+  ValId v;
+  int64_t bound;
+  CHECK(cg_index_operand(f, in, &v, &bound));
+  if (cu_is_literal(f, v)) {
+    cg_printf(en->c.out, "  { static const int64_t ctc_v[1] = {%lld};\n    return ctc_index_fail(m->error, sizeof m->error, "
+                         "&ctc_ix_%s[%d], ctc_v, 1, %lld);\n  }\n", (ll)def_of(f, v)->fattr, en->fname, en->nix, (ll)bound);
+    cg_index_site(&en->ixsites, f, in, "a constant");
+  } else {
+    cg_printf(en->c.out, "  { /* %s reads %s: every index in [0, %lld) (synchronises) */\n"
+                         "    const int ctc_rc = %s_index_check(m, %s, %lld, %lld, &ctc_ix_%s[%d]);\n"
+                         "    if (ctc_rc) return ctc_rc;\n  }\n", ir_ops[in->op].name, en->cname[v], (ll)bound, e->g->prefix,
+              cg_ref(&en->c, v), (ll)ir_numel(ty(f, v)), (ll)bound, en->fname, en->nix);
+    cg_index_site(&en->ixsites, f, in, en->cname[v]);
+  }
+  e->g->ixcheck = 1;
+}
+
+/* Kernel k: a fused kernel's launch; a GEMM (cuBLAS) and its epilogue's kernel; another
+ * instruction's own kernel, or the C emitter's text over the grid or on one thread. */
+static void cu_kernel_code(CgEntry *en, int k) {
+  Ent *e = en->tgt;
+  Gen *g = e->g;
+  const Program *p = en->p;
+  const Func *f = en->f;
+  const KnSchedule *s = en->s;
+  const Kernel *kn = &s->kernels.data[k];
+  Buf *body = &en->body;
+  if (kn->kind == KN_VIEW) {
+    cg_emit_kernel(e->c, k);   /* comments only: views and constants have no code */
+    return;
+  }
+  if (body->len) cg_puts(body, "\n");
+  if (kn->kind == KN_ELEM || kn->kind == KN_ROW) {
+    cu_launch_comments(e, kn, k, body);
+    cu_fused_kernel(e, kn, k);
+    return;
+  }
+  /* KN_OP: its instruction (constants and views have no code); KN_GEMM: the GEMM (cuBLAS),
+   * then its epilogue as an elementwise kernel */
+  int nep = 0;
+  Kernel ep = kn->kind == KN_GEMM ? kn_epilogue(p, f, kn, &nep) : *kn;
+  for (int i = kn->first; i <= (nep ? kn->first : kn->last) && !en->rc; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->op == IR_CONST) continue;
+    e->c->out = body, e->c->ref = e->href, e->c->ind = 2;
+    if (ir_is_view(f, in->res) || s->fold[in->res]) {
+      cg_comment(e->c, in);
       continue;
     }
-    if (body.len) cg_puts(&body, "\n");
-    if (kn->kind == KN_ELEM || kn->kind == KN_ROW) {
-      cu_launch_comments(&e, kn, k, &body);
-      cu_fused_kernel(&e, kn, k);
+    cg_comment(e->c, in);
+    if (in->op == IR_MATMUL || in->op == IR_CONV2D || in->op == IR_CONV2D_BWD_INPUT || in->op == IR_CONV2D_BWD_WEIGHT) {
+      int r = in->op == IR_MATMUL ? cu_matmul(e, in) : cu_conv(e, i, in);
+      if (r < 0)
+        en->rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
       continue;
     }
-    /* KN_OP: its instruction (constants and views have no code); KN_GEMM: the GEMM (cuBLAS),
-     * then its epilogue as an elementwise kernel */
-    int nep = 0;
-    Kernel ep = kn->kind == KN_GEMM ? kn_epilogue(p, f, kn, &nep) : *kn;
-    for (int i = kn->first; i <= (nep ? kn->first : kn->last) && !rc; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op == IR_CONST) continue;
-      if (ir_is_view(f, in->res) || s->fold[in->res]) {
-        cg_comment(&e.c, in);
-        continue;
-      }
-      e.c.out = &body, e.c.ref = href, e.c.ind = 2;
-      cg_comment(&e.c, in);
-      if (in->op == IR_MATMUL || in->op == IR_CONV2D || in->op == IR_CONV2D_BWD_INPUT || in->op == IR_CONV2D_BWD_WEIGHT) {
-        int r = in->op == IR_MATMUL ? cu_matmul(&e, in) : cu_conv(&e, i, in);
-        if (r < 0)
-          rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
-        continue;
-      }
-      if (cu_op_kernel(&e, i) == 0 || cu_data_op(&e, i, in) == 0) continue;
-      cu_serial(&e, i);
-      if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
-        BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
-    }
-    if (nep && !rc) {
-      e.c.out = &body, e.c.ref = href, e.c.ind = 2;
-      cg_puts(&body, "\n");
-      cu_launch_comments(&e, &ep, k, &body);
-      cu_fused_kernel(&e, &ep, k);
-    }
+    if (cu_op_kernel(e, i) == 0 || cu_data_op(e, i, in) == 0) continue;
+    cu_serial(e, i);
+    if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])
+      BUG("codegen_cuda: a one-thread kernel calls a host GEMM");
   }
-  e.c.ref = href;
-  e.c.out = &body;
-  e.c.ind = 2;
-  if (!rc && s->kernels.len) cg_dist_hooks(&e.c, &dist, s->kernels.len - 1, 1);
-  if (!rc) cg_dist_hooks(&e.c, &dist, s->kernels.len, 0);
+  e->c->out = body, e->c->ref = e->href, e->c->ind = 2;
+  if (nep && !en->rc) {
+    cg_puts(body, "\n");
+    cu_launch_comments(e, &ep, k, body);
+    cu_fused_kernel(e, &ep, k);
+  }
+}
 
-  /* outputs: copied to the caller's device storage */
-  if (f->outputs.len && !rc) cg_puts(&body, "\n  /* outputs */\n");
-  for (int k = 0; k < f->outputs.len && !rc; k++) {
-    ValId v = f->outputs.data[k];
-    const Type *t = ty(f, v);
-    const char *ct = cg_ctype(t->dtype);
-    e.uses_stream = 1;
-    if (cu_is_literal(f, v)) {
-      Buf lit = {0};
-      cu_literal(f, v, &lit);
-      cg_printf(&body, "  { static const %s ctc_v = %s; CTC_CUDA(cudaMemcpyAsync(%s, &ctc_v, sizeof ctc_v, "
-                       "cudaMemcpyHostToDevice, ctc_st)); }\n", ct, lit.s, oname[k]);
-      cg_buf_free(&lit);
-    } else {
-      cg_printf(&body, "  CTC_CUDA(cudaMemcpyAsync(%s, %s, sizeof(%s) * %lld, cudaMemcpyDeviceToDevice, ctc_st));\n",
-                oname[k], cg_ref(&e.c, v), ct, (ll)ir_numel(t));
-    }
-  }
-  int arena = 0;
-  if (f->updates.len && !rc) cg_puts(&body, "\n  /* parameter updates (every read above saw the old values) */\n");
-  for (int k = 0; k < f->updates.len && !rc; k++) {
-    if (order[k] < 0) continue;
-    ValId v = f->updates.data[order[k]];
-    const Param *pr = &p->params.data[f->update_params.data[order[k]]];
-    int64_t off = g->mp->param_offset[f->update_params.data[order[k]]];
-    const Type *t = &pr->type;
-    char pn[256];
-    cg_comment_text(pn, sizeof pn, pr->name);
-    arena = 1;
-    e.uses_stream = 1;
-    if (fp->hints.update_into && fp->hints.update_into[v] == f->update_params.data[order[k]]) {
-      cg_printf(&body, "  /* %s := %s: computed in place */\n", pn, cname[v]);
-    } else if (cu_is_literal(f, v)) {
-      Buf lit = {0};
-      cg_literal(&lit, t->dtype, def_of(f, v)->fattr);
-      cg_printf(&body, "  { static const %s ctc_v = %s; CTC_CUDA(cudaMemcpyAsync(A + %lld, &ctc_v, sizeof ctc_v, "
-                       "cudaMemcpyHostToDevice, ctc_st)); }  /* %s */\n", cg_ctype(t->dtype), lit.s, (ll)off, pn);
-      cg_buf_free(&lit);
-    } else {
-      cg_printf(&body, "  CTC_CUDA(cudaMemcpyAsync(A + %lld, %s, %lld, cudaMemcpyDeviceToDevice, ctc_st));  /* %s := %s */\n",
-                (ll)off, cg_ref(&e.c, v), (ll)(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype)), pn, cname[v]);
-    }
-  }
+static void cu_kernel(CgEntry *en, int k) {
+  Ent *e = en->tgt;
+  cu_kernel_code(en, k);
+  e->c->out = &en->body, e->c->ref = e->href, e->c->ind = 2;   /* the host code again */
+}
 
-  /* host declarations of the tensors the host code uses (device addresses) */
+/* Outputs are copied to the caller's device storage, on the stream. */
+static void cu_output(CgEntry *en, int k, ValId v) {
+  Ent *e = en->tgt;
+  const Type *t = ty(en->f, v);
+  const char *ct = cg_ctype(t->dtype);
+  e->uses_stream = 1;
+  if (cu_is_literal(en->f, v)) {
+    Buf lit = {0};
+    cu_literal(en->f, v, &lit);
+    cg_printf(&en->body, "  { static const %s ctc_v = %s; CTC_CUDA(cudaMemcpyAsync(%s, &ctc_v, sizeof ctc_v, "
+                         "cudaMemcpyHostToDevice, ctc_st)); }\n", ct, lit.s, en->oname[k]);
+    cg_buf_free(&lit);
+  } else {
+    cg_printf(&en->body, "  CTC_CUDA(cudaMemcpyAsync(%s, %s, sizeof(%s) * %lld, cudaMemcpyDeviceToDevice, ctc_st));\n",
+              en->oname[k], cg_ref(&en->c, v), ct, (ll)ir_numel(t));
+  }
+}
+
+static void cu_update(CgEntry *en, ValId v, int param) {
+  Ent *e = en->tgt;
+  const Param *pr = &en->p->params.data[param];
+  int64_t off = en->mp->param_offset[param];
+  const Type *t = &pr->type;
+  char pn[256];
+  cg_comment_text(pn, sizeof pn, pr->name);
+  e->uses_stream = 1;
+  if (cu_is_literal(en->f, v)) {
+    Buf lit = {0};
+    cg_literal(&lit, t->dtype, def_of(en->f, v)->fattr);
+    cg_printf(&en->body, "  { static const %s ctc_v = %s; CTC_CUDA(cudaMemcpyAsync(A + %lld, &ctc_v, sizeof ctc_v, "
+                         "cudaMemcpyHostToDevice, ctc_st)); }  /* %s */\n", cg_ctype(t->dtype), lit.s, (ll)off, pn);
+    cg_buf_free(&lit);
+  } else {
+    cg_printf(&en->body, "  CTC_CUDA(cudaMemcpyAsync(A + %lld, %s, %lld, cudaMemcpyDeviceToDevice, ctc_st));  /* %s := %s */\n",
+              (ll)off, cg_ref(&en->c, v), (ll)(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype)), pn, en->cname[v]);
+  }
+}
+
+/* The device entry (host declarations of the device addresses it uses, then the body) and
+ * the host-pointer entry that stages its arguments through m->pinned. */
+static int cu_finish(CgEntry *en, Buf *out) {
+  Ent *e = en->tgt;
+  Gen *g = e->g;
+  const Func *f = en->f;
+  const FuncPlan *fp = en->fp;
+  const char **cname = en->cname;
+  int arena = en->arena | e->uses_arena;
+  char tb[300];
   Buf decl = {0};
-  for (int v = 0; v < nv && !rc; v++) {
-    if (!href[v] || f->values.data[v].kind == V_INPUT) continue;
+  for (int v = 0; v < f->values.len; v++) {
+    if (!en->ref[v] || f->values.data[v].kind == V_INPUT) continue;
     const char *ct = cg_ctype(ty(f, v)->dtype);
     const Loc *l = &fp->loc[v];
     if (l->base >= 0) {
@@ -238,92 +203,101 @@ static int emit_entry(Gen *g, int fi, Buf *out) {
     cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* %s */\n", ct, cname[v], ct, (ll)l->offset,
               ir_type_str(ty(f, v), tb, sizeof tb));
   }
-  for (int i = 0; i < f->insts.len && !rc; i++) {
-    if (!sname[i]) continue;
+  for (int i = 0; i < f->insts.len; i++) {
+    if (!en->sname[i]) continue;
     const Inst *in = &f->insts.data[i];
     arena = 1;
-    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* column scratch of %s */\n", cg_ctype(ty(f, in->res)->dtype), sname[i],
-              cg_ctype(ty(f, in->res)->dtype), (ll)fp->scratch[i], cname[in->res]);
+    cg_printf(&decl, "  %s *%s = (%s *)(A + %lld);  /* column scratch of %s */\n", cg_ctype(ty(f, in->res)->dtype),
+              en->sname[i], cg_ctype(ty(f, in->res)->dtype), (ll)fp->scratch[i], cname[in->res]);
   }
-  if (e.uses_arena) arena = 1;
-
-  if (!rc) {
-    char where[256];
-    cg_where(where, sizeof where, f->loc);
-    if (nix) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", fname, ixsites.s);
-    if (dist.tables.len) cg_puts(out, dist.tables.s);
-    cg_printf(out, "/* %s%s%s: device pointers, asynchronous on m->stream */\n", doc->s, where[0] ? "  -- " : "", where);
-    cg_printf(out, "%s {\n", dsig->s);
-    cg_puts(out, "  if (!m || !m->dev");
-    for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
-    for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
-    cg_puts(out, ") return CTC_ERR_ARG;\n");
-    cg_printf(out, "  if (m->dev_stale) {   /* the host copy was handed out (%s_params): it may be newer */\n"
-                   "    CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
-                   "    m->dev_stale = 0;\n  }\n", g->prefix, g->upper);
-    if (f->updates.len) cg_puts(out, "  m->host_stale = 1;   /* the step updates the parameters on the device */\n");
-    if (arena) cg_puts(out, "  unsigned char *A = m->dev;\n");
-    if (e.uses_stream) cg_puts(out, "  cudaStream_t ctc_st = m->stream;\n");
-    if (e.uses_blas) cg_puts(out, "  cublasHandle_t ctc_blas = m->blas;\n");
-    if (e.uses_dnn) cg_printf(out, "#ifdef CTC_HAVE_CUDNN\n  const %s_dnn_t *ctc_dnn = (const %s_dnn_t *)m->dnn;\n#endif\n", g->prefix, g->prefix);
-    if (decl.len) cg_puts(out, decl.s);
-    if (body.len) cg_printf(out, "\n%s", body.s);
-    cg_puts(out, "  return CTC_OK;\n}\n\n");
-
-    /* the host-pointer entry */
-    cg_printf(out, "/* %s: host pointers, through the page-locked m->pinned; synchronises */\n", doc->s);
-    cg_printf(out, "%s {\n", sig->s);
-    cg_puts(out, "  if (!m || !m->dev");
-    for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
-    for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", oname[k]);
-    cg_puts(out, ") return CTC_ERR_ARG;\n");
-    int64_t o = 0;
-    Buf call = {0};
-    cg_printf(&call, "  const int ctc_rc = %s_%s_device(m", g->prefix, fname);
-    for (int k = 0; k < f->inputs.len; k++) {
-      ValId v = f->inputs.data[k];
-      const Type *t = ty(f, v);
-      int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
-      cg_printf(out, "  memcpy(m->pinned + %lld, %s, %lld);\n", (ll)o, cname[v], (ll)bytes);
-      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->io + %lld, m->pinned + %lld, %lld, cudaMemcpyHostToDevice, m->stream));\n",
-                (ll)o, (ll)o, (ll)bytes);
-      cg_printf(&call, ", (const %s *)(m->io + %lld)", cg_ctype(t->dtype), (ll)o);
-      o += align256(bytes);
-    }
-    int64_t o_out = o;
-    for (int k = 0; k < f->outputs.len; k++) {
-      const Type *t = ty(f, f->outputs.data[k]);
-      cg_printf(&call, ", (%s *)(m->io + %lld)", cg_ctype(t->dtype), (ll)o);
-      o += align256(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype));
-    }
-    cg_puts(&call, ");\n  if (ctc_rc) return ctc_rc;\n");
-    cg_puts(out, call.s);
-    o = o_out;
-    Buf back = {0};   /* the outputs out of m->pinned once the stream is done */
-    for (int k = 0; k < f->outputs.len; k++) {
-      const Type *t = ty(f, f->outputs.data[k]);
-      int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
-      cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->pinned + %lld, m->io + %lld, %lld, cudaMemcpyDeviceToHost, m->stream));\n",
-                (ll)o, (ll)o, (ll)bytes);
-      cg_printf(&back, "  memcpy(%s, m->pinned + %lld, %lld);\n", oname[k], (ll)o, (ll)bytes);
-      o += align256(bytes);
-    }
-    cg_printf(out, "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n%s  return CTC_OK;\n}\n\n", back.s ? back.s : "");
-    cg_buf_free(&back);
-    cg_buf_free(&call);
-  }
-  cg_dist_free(&dist);
-  cg_buf_free(&ixsites);
-  free(checked);
+  char where[256];
+  cg_where(where, sizeof where, f->loc);
+  if (en->nix) cg_printf(out, "static const ctc_index_site ctc_ix_%s[] = {\n%s};\n\n", en->fname, en->ixsites.s);
+  if (en->dist.tables.len) cg_puts(out, en->dist.tables.s);
+  cg_printf(out, "/* %s%s%s: device pointers, asynchronous on m->stream */\n", en->doc->s, where[0] ? "  -- " : "", where);
+  cg_printf(out, "%s {\n", g->dsig[en->fi].s);
+  cg_puts(out, "  if (!m || !m->dev");
+  for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
+  for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", en->oname[k]);
+  cg_puts(out, ") return CTC_ERR_ARG;\n");
+  cg_printf(out, "  if (m->dev_stale) {   /* the host copy was handed out (%s_params): it may be newer */\n"
+                 "    CTC_CUDA(cudaMemcpyAsync(m->dev, m->arena, %s_PARAMS_BYTES, cudaMemcpyHostToDevice, m->stream));\n"
+                 "    m->dev_stale = 0;\n  }\n", g->prefix, g->upper);
+  if (f->updates.len) cg_puts(out, "  m->host_stale = 1;   /* the step updates the parameters on the device */\n");
+  if (arena) cg_puts(out, "  unsigned char *A = m->dev;\n");
+  if (e->uses_stream) cg_puts(out, "  cudaStream_t ctc_st = m->stream;\n");
+  if (e->uses_blas) cg_puts(out, "  cublasHandle_t ctc_blas = m->blas;\n");
+  if (e->uses_dnn) cg_printf(out, "#ifdef CTC_HAVE_CUDNN\n  const %s_dnn_t *ctc_dnn = (const %s_dnn_t *)m->dnn;\n#endif\n", g->prefix, g->prefix);
+  if (decl.len) cg_puts(out, decl.s);
+  if (en->body.len) cg_printf(out, "\n%s", en->body.s);
+  cg_puts(out, "  return CTC_OK;\n}\n\n");
   cg_buf_free(&decl);
-  cg_buf_free(&body);
-  cg_names_free(&ns);
-  free(cname);
-  free(href);
+
+  /* the host-pointer entry */
+  cg_printf(out, "/* %s: host pointers, through the page-locked m->pinned; synchronises */\n", en->doc->s);
+  cg_printf(out, "%s {\n", g->sig[en->fi].s);
+  cg_puts(out, "  if (!m || !m->dev");
+  for (int k = 0; k < f->inputs.len; k++) cg_printf(out, " || !%s", cname[f->inputs.data[k]]);
+  for (int k = 0; k < f->outputs.len; k++) cg_printf(out, " || !%s", en->oname[k]);
+  cg_puts(out, ") return CTC_ERR_ARG;\n");
+  int64_t o = 0;
+  Buf call = {0};
+  cg_printf(&call, "  const int ctc_rc = %s_%s_device(m", g->prefix, en->fname);
+  for (int k = 0; k < f->inputs.len; k++) {
+    ValId v = f->inputs.data[k];
+    const Type *t = ty(f, v);
+    int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
+    cg_printf(out, "  memcpy(m->pinned + %lld, %s, %lld);\n", (ll)o, cname[v], (ll)bytes);
+    cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->io + %lld, m->pinned + %lld, %lld, cudaMemcpyHostToDevice, m->stream));\n",
+              (ll)o, (ll)o, (ll)bytes);
+    cg_printf(&call, ", (const %s *)(m->io + %lld)", cg_ctype(t->dtype), (ll)o);
+    o += align256(bytes);
+  }
+  int64_t o_out = o;
+  for (int k = 0; k < f->outputs.len; k++) {
+    const Type *t = ty(f, f->outputs.data[k]);
+    cg_printf(&call, ", (%s *)(m->io + %lld)", cg_ctype(t->dtype), (ll)o);
+    o += align256(ir_numel(t) * (int64_t)ir_dtype_size(t->dtype));
+  }
+  cg_puts(&call, ");\n  if (ctc_rc) return ctc_rc;\n");
+  cg_puts(out, call.s);
+  o = o_out;
+  Buf back = {0};   /* the outputs out of m->pinned once the stream is done */
+  for (int k = 0; k < f->outputs.len; k++) {
+    const Type *t = ty(f, f->outputs.data[k]);
+    int64_t bytes = ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
+    cg_printf(out, "  CTC_CUDA(cudaMemcpyAsync(m->pinned + %lld, m->io + %lld, %lld, cudaMemcpyDeviceToHost, m->stream));\n",
+              (ll)o, (ll)o, (ll)bytes);
+    cg_printf(&back, "  memcpy(%s, m->pinned + %lld, %lld);\n", en->oname[k], (ll)o, (ll)bytes);
+    o += align256(bytes);
+  }
+  cg_printf(out, "  CTC_CUDA(cudaStreamSynchronize(m->stream));\n%s  return CTC_OK;\n}\n\n", back.s ? back.s : "");
+  cg_buf_free(&back);
+  cg_buf_free(&call);
+  return 0;
+}
+
+static const CgEntryOps cuda_entry_ops = {
+    .reserved = cuda_names, .proto = cu_proto, .begin = cu_begin, .index_check = cu_index_check, .kernel = cu_kernel,
+    .output = cu_output, .update = cu_update, .finish = cu_finish,
+};
+
+static int emit_entry(Gen *g, int fi, Buf *out) {
+  unsigned char *kref = calloc((size_t)g->p->funcs.data[fi]->values.len + 1, 1);
+  CHECK(kref);
+  Ent e;
+  memset(&e, 0, sizeof e);
+  CgEntry en = {.ops = &cuda_entry_ops, .tgt = &e, .p = g->p, .mp = g->mp, .fi = fi, .prefix = g->prefix,
+                .s = g->sched[fi], .k = &g->k, .doc = &g->doc[fi], .nbuckets = &g->nbuckets,
+                /* the C target's buckets and hooks (dist_c.c) on the device arena; the communicator
+                 * is rt_nccl.c's, told the stream the kernels run on */
+                .dist_build = "build with nvcc -DCTC_NCCL, MPI's include and link flags,\n"
+                              " * $RT/rt_nccl.c and -lnccl, as `ctc build --target cuda --distributed nccl` does",
+                .dist_arena = "m->dev", .dist_stream = "m->stream"};
+  e.g = g, e.en = &en, e.fi = fi, e.f = g->p->funcs.data[fi], e.fname = en.fname, e.c = &en.c, e.kref = kref,
+  e.host = &en.body;   /* e.href: en.ref once the walk has made it (cu_begin) */
+  int rc = cg_emit_entry(&en, out);
   free(kref);
-  free(oname);
-  free(sname);
-  free(order);
   return rc;
 }
 

@@ -12,8 +12,8 @@ static int gemm_dtype(DType t) { return t == DT_F32 || t == DT_F64; }
 
 /* "ptr + off" as host text for root value r at element offset off. */
 static void host_ptr(Ent *e, Buf *b, ValId r, int64_t off) {
-  if (off) cg_printf(b, "%s + %lld", cg_ref(&e->c, r), (ll)off);
-  else cg_puts(b, cg_ref(&e->c, r));
+  if (off) cg_printf(b, "%s + %lld", cg_ref(e->c, r), (ll)off);
+  else cg_puts(b, cg_ref(e->c, r));
 }
 
 /* Whether strides st over the axes of dims are one stride per flat batch index. */
@@ -53,7 +53,7 @@ int cu_matmul(Ent *e, const Inst *in) {
   int64_t ld[2];
   for (int k = 0; k < 2; k++) {
     t[k] = ty(f, in->args[k]);
-    if (kn_layout(f, e->c.s, in->args[k], &l[k]) < 0 || kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) < 0)
+    if (kn_layout(f, e->c->s, in->args[k], &l[k]) < 0 || kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) < 0)
       return -1;
   }
   int64_t M = r->dims[r->ndim - 2], N = r->dims[r->ndim - 1];
@@ -128,7 +128,7 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
   gen->gemm[dt] = 1;
   e->uses_blas = 1;
   e->uses_stream = 1;
-  const char *sf = cg_dt_suffix(dt), *scratch = e->c.sname[i];
+  const char *sf = cg_dt_suffix(dt), *scratch = e->c->sname[i];
   int64_t CHW = g.C * g.H * g.W, OHW = g.O * g.ohw, G = g.G, Og = g.Og, Cg = g.Cg, ckk = g.ckk, ohw = g.ohw;
   int64_t colimg = G * ckk * ohw;   /* one image's columns, all channels */
   const int64_t *a = in->attr;
@@ -142,7 +142,7 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
             (ll)g.N, (ll)G);
   switch (in->op) {
   case IR_CONV2D: {
-    const char *x = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *y = cg_ref(&e->c, in->res);
+    const char *x = cg_ref(e->c, in->args[0]), *w = cg_ref(e->c, in->args[1]), *y = cg_ref(e->c, in->res);
     char col[256];
     if (scratch) {
       gen->im2col[dt] = 1;
@@ -158,7 +158,7 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
     break;
   }
   case IR_CONV2D_BWD_INPUT: {
-    const char *gy = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *dx = cg_ref(&e->c, in->res);
+    const char *gy = cg_ref(e->c, in->args[0]), *w = cg_ref(e->c, in->args[1]), *dx = cg_ref(e->c, in->res);
     char col[256];
     if (scratch) snprintf(col, sizeof col, "%s", scratch);
     else snprintf(col, sizeof col, "%s + ctc_n * %lld", dx, (ll)CHW);
@@ -173,7 +173,7 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
     break;
   }
   case IR_CONV2D_BWD_WEIGHT: {
-    const char *x = cg_ref(&e->c, in->args[0]), *gy = cg_ref(&e->c, in->args[1]), *dw = cg_ref(&e->c, in->res);
+    const char *x = cg_ref(e->c, in->args[0]), *gy = cg_ref(e->c, in->args[1]), *dw = cg_ref(e->c, in->res);
     char col[256];
     if (scratch) {
       gen->im2col[dt] = 1;
@@ -205,7 +205,7 @@ static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
   gen->gemm[dt] = 1;
   e->uses_blas = 1;
   e->uses_stream = 1;
-  const char *sf = cg_dt_suffix(dt), *scratch = e->c.sname[i];
+  const char *sf = cg_dt_suffix(dt), *scratch = e->c->sname[i];
   int64_t S = ir_conv_slots(f, in), CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
   const int64_t *a = in->attr;
   char geo[256];
@@ -216,7 +216,7 @@ static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
   if (scratch) gen->grid = 1;
   switch (in->op) {
   case IR_CONV2D: {
-    const char *x = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *y = cg_ref(&e->c, in->res);
+    const char *x = cg_ref(e->c, in->args[0]), *w = cg_ref(e->c, in->args[1]), *y = cg_ref(e->c, in->res);
     if (!scratch) {   /* 1x1, stride 1, no padding: x[n] is the column matrix */
       cg_printf(h, "  CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 0, 0, %lld, %lld, %lld, %s, %lld, 0, %s, %lld, %lld, 0, %s, %lld, %lld, "
                    "%lld));\n", sf, (ll)g.O, (ll)g.ohw, (ll)g.C, w, (ll)g.C, x, (ll)g.ohw, (ll)CHW, y, (ll)g.ohw, (ll)OHW,
@@ -236,7 +236,7 @@ static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
     break;
   }
   case IR_CONV2D_BWD_INPUT: {
-    const char *gy = cg_ref(&e->c, in->args[0]), *w = cg_ref(&e->c, in->args[1]), *dx = cg_ref(&e->c, in->res);
+    const char *gy = cg_ref(e->c, in->args[0]), *w = cg_ref(e->c, in->args[1]), *dx = cg_ref(e->c, in->res);
     if (!scratch) {
       cg_printf(h, "  CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 1, 0, %lld, %lld, %lld, %s, %lld, 0, %s, %lld, %lld, 0, %s, %lld, %lld, "
                    "%lld));\n", sf, (ll)g.C, (ll)g.ohw, (ll)g.O, w, (ll)g.C, gy, (ll)g.ohw, (ll)OHW, dx, (ll)g.ohw, (ll)CHW,
@@ -255,7 +255,7 @@ static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
     break;
   }
   case IR_CONV2D_BWD_WEIGHT: {
-    const char *x = cg_ref(&e->c, in->args[0]), *gy = cg_ref(&e->c, in->args[1]), *dw = cg_ref(&e->c, in->res);
+    const char *x = cg_ref(e->c, in->args[0]), *gy = cg_ref(e->c, in->args[1]), *dw = cg_ref(e->c, in->res);
     if (!scratch) {   /* dw = sum over n of g[n] x[n]^T */
       cg_printf(h, "  for (int64_t ctc_n = 0; ctc_n < %lld; ctc_n++)\n", (ll)g.N);
       cg_printf(h, "    CTC_CUBLAS(ctc_gemm_%s(ctc_blas, 0, 1, %lld, %lld, %lld, %s + ctc_n * %lld, %lld, 0, %s + ctc_n * %lld, "
@@ -299,11 +299,11 @@ int cu_conv(Ent *e, int i, const Inst *in) {
   if (!rc) {
     /* x, w, y as cuDNN names them: the image, the kernel, the convolution's output */
     const char *x, *w, *y;
-    if (in->op == IR_CONV2D) x = cg_ref(&e->c, in->args[0]), w = cg_ref(&e->c, in->args[1]), y = cg_ref(&e->c, in->res);
+    if (in->op == IR_CONV2D) x = cg_ref(e->c, in->args[0]), w = cg_ref(e->c, in->args[1]), y = cg_ref(e->c, in->res);
     else if (in->op == IR_CONV2D_BWD_INPUT)
-      y = cg_ref(&e->c, in->args[0]), w = cg_ref(&e->c, in->args[1]), x = cg_ref(&e->c, in->res);
-    else x = cg_ref(&e->c, in->args[0]), y = cg_ref(&e->c, in->args[1]), w = cg_ref(&e->c, in->res);
-    const char *scratch = e->c.sname[i];
+      y = cg_ref(e->c, in->args[0]), w = cg_ref(e->c, in->args[1]), x = cg_ref(e->c, in->res);
+    else x = cg_ref(e->c, in->args[0]), y = cg_ref(e->c, in->args[1]), w = cg_ref(e->c, in->res);
+    const char *scratch = e->c->sname[i];
     cg_dnn_conv(&e->g->dnn, host, f, in, x, w, y, scratch, scratch ? ir_scratch_bytes(f, in) : 0);
     e->uses_dnn = 1;
     cg_puts(host, "  {\n");
@@ -328,11 +328,11 @@ static void cstrides(const Type *t, int64_t *st) {
  * elements around `inner` (which uses ctc_i); c->out is the body. */
 static void elementwise_kernel(Ent *e, int i, const Inst *in, Buf *body) {
   Buf com = {0};
-  Buf *save = e->c.out;
-  unsigned char *ref = e->c.ref;
-  e->c.out = &com, e->c.ind = 0, e->c.ref = e->href;
-  cg_comment(&e->c, in);
-  e->c.out = save, e->c.ref = ref;
+  Buf *save = e->c->out;
+  unsigned char *ref = e->c->ref;
+  e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
+  cg_comment(e->c, in);
+  e->c->out = save, e->c->ref = ref;
   char kname[200], grid[32];
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
   int64_t N = ir_numel(ty(e->f, in->res)), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
@@ -368,12 +368,12 @@ static int emit_copy(Ent *e, int i, const Inst *in) {
   } else {
     char idx[512];
     cu_flat_index(idx, sizeof idx, r, st, "ctc_i", r->ndim);
-    cg_printf(&src, "%s[%s", cg_ref(&e->c, in->args[0]), idx);
+    cg_printf(&src, "%s[%s", cg_ref(e->c, in->args[0]), idx);
     if (off) cg_printf(&src, " + %lld", (ll)off);
     cg_puts(&src, "]");
   }
   cg_printf(&body, loop_head, (ll)ir_numel(r));
-  cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(&e->c, in->res), src.s);
+  cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(e->c, in->res), src.s);
   elementwise_kernel(e, i, in, &body);
   cg_buf_free(&body);
   cg_buf_free(&src);
@@ -399,7 +399,7 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
   cg_printf(&body, " {\n    const int64_t ctc_b = %s;\n", idx);
   cg_printf(&body, "    %s ctc_acc = %s;\n", cg_acc_type(in, t), cg_acc_init(in, t));
   Buf x = {0};
-  cg_printf(&x, "%s[ctc_b", cg_ref(&e->c, in->args[0]));
+  cg_printf(&x, "%s[ctc_b", cg_ref(e->c, in->args[0]));
   int nl = 0;
   for (int k = 0; k < a->ndim; k++) {
     if (!((in->attr[0] >> k) & 1) || a->dims[k] == 1) continue;
@@ -408,11 +408,11 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
     nl++;
   }
   cg_puts(&x, "]");
-  e->c.out = &body;
-  e->c.ind = 4 + 2 * nl;
-  cg_acc_update(&e->c, in, "ctc_acc", x.s);
+  e->c->out = &body;
+  e->c->ind = 4 + 2 * nl;
+  cg_acc_update(e->c, in, "ctc_acc", x.s);
   int cast = strcmp(cg_acc_type(in, t), cg_ctype(t)) != 0;
-  cg_printf(&body, "    %s[ctc_i] = %s%s%sctc_acc;\n  }\n", cg_ref(&e->c, in->res), cast ? "(" : "", cast ? cg_ctype(t) : "",
+  cg_printf(&body, "    %s[ctc_i] = %s%s%sctc_acc;\n  }\n", cg_ref(e->c, in->res), cast ? "(" : "", cast ? cg_ctype(t) : "",
             cast ? ")" : "");
   elementwise_kernel(e, i, in, &body);
   cg_buf_free(&body);
@@ -439,7 +439,7 @@ static int emit_concat(Ent *e, int i, const Inst *in) {
   for (int k = 0; k < in->nargs; k++) {
     int64_t n = ty(f, in->args[k])->dims[ax];
     cg_printf(&body, "    %sif (ctc_a < %lld) %s[ctc_i] = %s[(ctc_o * %lld + ctc_a - %lld) * %lld + ctc_q];\n", k ? "else " : "",
-              (ll)(at + n), cg_ref(&e->c, in->res), cg_ref(&e->c, in->args[k]), (ll)n, (ll)at, (ll)inner);
+              (ll)(at + n), cg_ref(e->c, in->res), cg_ref(e->c, in->args[k]), (ll)n, (ll)at, (ll)inner);
     at += n;
   }
   cg_puts(&body, "  }\n");
@@ -456,13 +456,13 @@ static int emit_iota_rand(Ent *e, int i, const Inst *in) {
   Buf body = {0};
   cu_kbegin(e, &body);
   cg_printf(&body, loop_head, (ll)(in->op == IR_IOTA ? r->dims[0] : ir_numel(r)));
-  const char *y = cg_ref(&e->c, in->res);
+  const char *y = cg_ref(e->c, in->res);
   if (in->op == IR_IOTA) {
     cg_printf(&body, "\n    %s[ctc_i] = (%s)(%lld + ctc_i * %lld);\n", y, ct, (ll)in->attr[0], (ll)in->attr[1]);
   } else {
     Buf off = {0};
     if (cu_is_literal(f, in->args[0])) cg_printf(&off, "%lld", (ll)def_of(f, in->args[0])->fattr);
-    else cg_printf(&off, "%s[0]", cg_ref(&e->c, in->args[0]));
+    else cg_printf(&off, "%s[0]", cg_ref(e->c, in->args[0]));
     cg_printf(&body, " {\n    uint64_t ctc_z = ((uint64_t)%s + (uint64_t)ctc_i + 1u) * 0x9E3779B97F4A7C15u;\n", off.s);
     cg_puts(&body, "    ctc_z = (ctc_z ^ (ctc_z >> 30)) * 0xBF58476D1CE4E5B9u;\n    ctc_z = (ctc_z ^ (ctc_z >> 27)) * 0x94D049BB133111EBu;\n");
     cg_printf(&body, "    %s[ctc_i] = (%s)((ctc_z ^ (ctc_z >> 31)) >> 40) * (%s)(1.0 / 16777216.0);\n  }\n", y, ct, ct);
@@ -484,7 +484,7 @@ static int emit_unslice(Ent *e, int i, const Inst *in) {
   if (in->op == IR_RESHAPE) {
     Buf lit = {0};
     cu_literal(f, in->args[0], &lit);
-    cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(&e->c, in->res), lit.s);
+    cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(e->c, in->res), lit.s);
     cg_buf_free(&lit);
   } else {
     const Type *g = ty(f, in->args[0]);
@@ -499,7 +499,7 @@ static int emit_unslice(Ent *e, int i, const Inst *in) {
       cg_printf(&body, "      ctc_g += ctc_c / %lld * %lld; }\n", (ll)step, (ll)gst[k]);
       inner *= r->dims[k];
     }
-    cg_printf(&body, "    %s[ctc_i] = ctc_on ? %s[ctc_g] : (%s)0;\n  }\n", cg_ref(&e->c, in->res), cg_ref(&e->c, in->args[0]),
+    cg_printf(&body, "    %s[ctc_i] = ctc_on ? %s[ctc_g] : (%s)0;\n  }\n", cg_ref(e->c, in->res), cg_ref(e->c, in->args[0]),
               cg_ctype(r->dtype));
   }
   elementwise_kernel(e, i, in, &body);
@@ -534,7 +534,7 @@ static int emit_avgpool(Ent *e, int i, const Inst *in) {
                                                        : "(ctc_hb - ctc_ha) * (ctc_wb - ctc_wa)");
   Buf body = {0};
   cu_kbegin(e, &body);
-  const char *xs = cg_ref(&e->c, in->args[0]), *ys = cg_ref(&e->c, in->res);
+  const char *xs = cg_ref(e->c, in->args[0]), *ys = cg_ref(e->c, in->res);
   cg_printf(&body, loop_head, (ll)ir_numel(ty(f, in->res)));
   cg_puts(&body, " {\n");
   if (!bwd) {
@@ -591,7 +591,7 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
   const int64_t *a = in->attr;   /* kernel, stride, padding, dilation */
   Buf body = {0};
   cu_kbegin(e, &body);
-  const char *xs = cg_ref(&e->c, in->args[0]), *ys = cg_ref(&e->c, in->res);
+  const char *xs = cg_ref(e->c, in->args[0]), *ys = cg_ref(e->c, in->res);
   cg_printf(&body, loop_head, (ll)ir_numel(r));
   cg_puts(&body, " {\n");
   /* the window (oh, ow) of image nc: its max's position `at` (-1: none in bounds) */
@@ -616,7 +616,7 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
     /* the C target starts from -INFINITY: a window with no input in bounds gives it */
     cg_printf(&body, "      %s[ctc_i] = ctc_at < 0 ? -INFINITY : ctc_mx;\n    }\n  }\n", ys);
   } else {
-    const char *gs = cg_ref(&e->c, in->args[1]);
+    const char *gs = cg_ref(e->c, in->args[1]);
     cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_p = ctc_i %% %lld, ctc_ph = ctc_p / %lld, ctc_pw = ctc_p %% %lld;\n", (ll)(H * W),
               (ll)(H * W), (ll)W, (ll)W);
     cg_printf(&body, "    const %s *ctc_xp = %s + ctc_nc * %lld, *ctc_gp = %s + ctc_nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
@@ -655,30 +655,30 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   int64_t D = w->dims[1], n = ir_numel(ix);
   Buf body = {0};
   cu_kbegin(e, &body);
-  const char *is = cg_ref(&e->c, ixv), *ys = cg_ref(&e->c, in->res);
+  const char *is = cg_ref(e->c, ixv), *ys = cg_ref(e->c, in->res);
   if (!bwd) {   /* the indices were checked in [0, V) before the kernel */
-    const char *ws = cg_ref(&e->c, in->args[0]);
+    const char *ws = cg_ref(e->c, in->args[0]);
     cg_printf(&body, loop_head, (ll)(n * D));
     cg_printf(&body, " {\n    const int64_t ctc_ix = (int64_t)%s[ctc_i / %lld];\n    %s[ctc_i] = %s[ctc_ix * %lld + ctc_i %% %lld];\n  }\n",
               is, (ll)D, ys, ws, (ll)D, (ll)D);
   } else {
-    const char *gs = cg_ref(&e->c, in->args[1]);
+    const char *gs = cg_ref(e->c, in->args[1]);
     cg_printf(&body, loop_head, (ll)D);
     cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      const int64_t ctc_ix = (int64_t)%s[ctc_r];\n", (ll)n, is);
     if (in->attr[0]) cg_printf(&body, "      if (ctc_ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
     cg_printf(&body, "      %s[ctc_ix * %lld + ctc_i] += %s[ctc_r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
     e->uses_stream = 1;
-    e->c.ref = e->href;   /* the host zeroes dw */
-    cg_printf(e->host, "  CTC_CUDA(cudaMemsetAsync(%s, 0, sizeof(%s) * %lld, ctc_st));\n", cg_ref(&e->c, in->res),
+    e->c->ref = e->href;   /* the host zeroes dw */
+    cg_printf(e->host, "  CTC_CUDA(cudaMemsetAsync(%s, 0, sizeof(%s) * %lld, ctc_st));\n", cg_ref(e->c, in->res),
               cg_ctype(w->dtype), (ll)ir_numel(w));
-    e->c.ref = e->kref;
+    e->c->ref = e->kref;
   }
   Buf com = {0};
-  Buf *save = e->c.out;
-  unsigned char *ref = e->c.ref;
-  e->c.out = &com, e->c.ind = 0, e->c.ref = e->href;
-  cg_comment(&e->c, in);
-  e->c.out = save, e->c.ref = ref;
+  Buf *save = e->c->out;
+  unsigned char *ref = e->c->ref;
+  e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
+  cg_comment(e->c, in);
+  e->c->out = save, e->c->ref = ref;
   char kname[200], grid[32];
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
   int64_t N = bwd ? D : n * D, blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;

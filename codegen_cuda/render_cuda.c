@@ -11,9 +11,9 @@
 /* Starts a kernel body: the CgFunc writes into body and marks kref. */
 void cu_kbegin(Ent *e, Buf *body) {
   memset(e->kref, 0, (size_t)e->f->values.len + 1);
-  e->c.ref = e->kref;
-  e->c.out = body;
-  e->c.ind = 4;
+  e->c->ref = e->kref;
+  e->c->out = body;
+  e->c->ind = 4;
 }
 
 /* Finishes kernel `kname`: signature, declarations of the tensors it
@@ -38,8 +38,8 @@ void cu_kend(Ent *e, const char *kname, const char *comments, Buf *body, const c
   for (int j = 0; j < f->inputs.len; j++) {
     if (!inp[j]) continue;
     ValId v = f->inputs.data[j];
-    cg_printf(&params, "%sconst %s *%s", params.len ? ", " : "", cg_ctype(ty(f, v)->dtype), e->c.cname[v]);
-    cg_printf(&args, "%s%s", args.len ? ", " : "", e->c.cname[v]);
+    cg_printf(&params, "%sconst %s *%s", params.len ? ", " : "", cg_ctype(ty(f, v)->dtype), e->c->cname[v]);
+    cg_printf(&args, "%s%s", args.len ? ", " : "", e->c->cname[v]);
   }
   cg_printf(k, "static __global__ void %s(%s) {\n", kname, params.len ? params.s : "void");
   for (ValId v = 0; v < f->values.len; v++) {
@@ -48,16 +48,16 @@ void cu_kend(Ent *e, const char *kname, const char *comments, Buf *body, const c
     const char *ct = cg_ctype(ty(f, v)->dtype);
     if (l->base >= 0) {
       if (f->inputs.data[l->base] != v)
-        cg_printf(k, "  const %s *%s = %s;\n", ct, e->c.cname[v], e->c.cname[f->inputs.data[l->base]]);
+        cg_printf(k, "  const %s *%s = %s;\n", ct, e->c->cname[v], e->c->cname[f->inputs.data[l->base]]);
       continue;
     }
     CHECK(l->base == LOC_ARENA);
-    cg_printf(k, "  %s *%s = (%s *)(A + %lld);\n", ct, e->c.cname[v], ct, (ll)l->offset);
+    cg_printf(k, "  %s *%s = (%s *)(A + %lld);\n", ct, e->c->cname[v], ct, (ll)l->offset);
   }
   if (body->len) cg_puts(k, body->s);
   cg_puts(k, "}\n\n");
   /* the launch */
-  e->c.ref = e->href;
+  e->c->ref = e->href;
   e->uses_stream = 1;
   if (anyA) e->uses_arena = 1;
   cg_printf(e->host, "  CTC_LAUNCH(%s, %s, %d, %d, ctc_st%s%s);\n", kname, grid, block, sync, args.len ? ", " : "",
@@ -74,12 +74,12 @@ void cu_kname(Ent *e, char *buf, size_t cap, int k) {
 
 /* Comments of kernel kn (its header line and one per instruction) into b. */
 void cu_kernel_comments(Ent *e, const Kernel *kn, int k, Buf *b) {
-  Buf *save = e->c.out;
-  int ind = e->c.ind;
-  unsigned char *ref = e->c.ref;
-  e->c.out = b;
-  e->c.ind = 0;
-  e->c.ref = e->href;   /* comments name values; they reference nothing */
+  Buf *save = e->c->out;
+  int ind = e->c->ind;
+  unsigned char *ref = e->c->ref;
+  e->c->out = b;
+  e->c->ind = 0;
+  e->c->ref = e->href;   /* comments name values; they reference nothing */
   char tb[256];
   int nops = 0;
   for (int i = kn->first; i <= kn->last; i++) nops += e->f->insts.data[i].op != IR_CONST;
@@ -91,17 +91,17 @@ void cu_kernel_comments(Ent *e, const Kernel *kn, int k, Buf *b) {
     else
       cg_printf(&h, "kernel %d: %d elementwise ops fused over %s (grid-stride), stores", k, nops,
                 ir_type_str(&kn->space, tb, sizeof tb));
-    for (int j = 0; j < kn->outputs.len; j++) cg_printf(&h, "%s %s", j ? "," : "", e->c.cname[kn->outputs.data[j]]);
+    for (int j = 0; j < kn->outputs.len; j++) cg_printf(&h, "%s %s", j ? "," : "", e->c->cname[kn->outputs.data[j]]);
     if (!kn->outputs.len) cg_puts(&h, " nothing");
     for (char *t = h.s; (t = strstr(t, "*/")) != NULL;) t[1] = '|';
     cg_printf(b, "/* %s */\n", h.s);
     cg_buf_free(&h);
   }
   for (int i = kn->first; i <= kn->last; i++)
-    if (e->f->insts.data[i].op != IR_CONST) cg_comment(&e->c, &e->f->insts.data[i]);
-  e->c.out = save;
-  e->c.ind = ind;
-  e->c.ref = ref;
+    if (e->f->insts.data[i].op != IR_CONST) cg_comment(e->c, &e->f->insts.data[i]);
+  e->c->out = save;
+  e->c->ind = ind;
+  e->c->ref = ref;
 }
 
 
@@ -352,7 +352,7 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
   const Func *f = e->f;
   const Type *S = &kn->space;
   CgRender r;
-  cg_render_init(&r, &cuda_render, &e->c, kir_build(e->g->p->arena, f, e->c.s, kn));
+  cg_render_init(&r, &cuda_render, e->c, kir_build(e->g->p->arena, f, e->c->s, kn));
   r.ops->names(&r);
   int64_t N = ir_numel(S), L = S->dims[S->ndim - 1], rows = L ? N / L : 0;
   int row = kn->kind == KN_ROW;
@@ -366,7 +366,7 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
     if (in->op != IR_CONST && (in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX))
       cg_printf(&body, "  __shared__ %s %s[%d];\n", cg_acc_type(in, ty(f, in->res)->dtype), r.aux[in->res], r.block);
   }
-  e->c.ind = 2;
+  e->c->ind = 2;
   cg_render_block(&r, &r.k->body);
   char kname[200], grid[32];
   cu_kname(e, kname, sizeof kname, k);
@@ -386,10 +386,10 @@ int cu_op_kernel(Ent *e, int i) {
   Kir *k = kir_build_op(e->g->p->arena, e->f, in);
   if (!k) return -1;
   CgRender r;
-  cg_render_init(&r, &cuda_render, &e->c, k);
+  cg_render_init(&r, &cuda_render, e->c, k);
   Buf body = {0}, com = {0};
   cu_kbegin(e, &body);
-  cg_comment(&e->c, in);
+  cg_comment(e->c, in);
   cg_render_tables(&r);
   cg_render_block(&r, &k->body);
   char kname[200], grid[32];
@@ -417,15 +417,15 @@ int cu_op_kernel(Ent *e, int i) {
 void cu_serial(Ent *e, int i) {
   Buf body = {0}, com = {0};
   cu_kbegin(e, &body);
-  e->c.target = &cuda_render;
-  e->c.grid_trip = 0;
-  cg_emit_inst(&e->c, i);   /* its comment, then its loops */
-  CHECK(e->c.par_depth == 0);
-  e->c.target = NULL;
+  e->c->target = &cuda_render;
+  e->c->grid_trip = 0;
+  cg_emit_inst(e->c, i);   /* its comment, then its loops */
+  CHECK(e->c->par_depth == 0);
+  e->c->target = NULL;
   char kname[200], grid[32];
   snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  if (e->c.grid_trip > 0) {
-    int64_t blocks = (e->c.grid_trip + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  if (e->c->grid_trip > 0) {
+    int64_t blocks = (e->c->grid_trip + ELEM_BLOCK - 1) / ELEM_BLOCK;
     snprintf(grid, sizeof grid, "%lld", (ll)(blocks > MAX_GRID ? MAX_GRID : blocks));
     cg_puts(&com, "/* the C target's loops, the outer one over GPU threads (grid-stride) */\n");
     cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
@@ -433,7 +433,7 @@ void cu_serial(Ent *e, int i) {
     cg_puts(&com, "/* one thread: the C target's loops (not yet parallel on the GPU) */\n");
     cu_kend(e, kname, com.s, &body, "1", 1, 0);
   }
-  e->c.grid_trip = 0;
+  e->c->grid_trip = 0;
   cg_buf_free(&body);
   cg_buf_free(&com);
 }
