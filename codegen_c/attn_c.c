@@ -246,10 +246,14 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   }
 }
 
-/* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); */
+/* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); a GEMM's is emit_ops.c's. */
 void cg_render_call_c(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const KirCall *k = s->call;
+  if (!strcmp(k->fn, "gemm")) {
+    cg_render_gemm_c(r, s);
+    return;
+  }
   Buf x = {0};
   DType t = c->f->values.data[k->args[0]].type.dtype;
   cg_printf(&x, "ctc_%s_%s(", k->fn, cg_dt_suffix(t));
@@ -269,10 +273,12 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   if (t == DT_F32) c->k->exp_f32 = 1;
 }
 
-/* The emitter of ATTENTION and ATTENTION_BWD (emit_ops.c's table): the kernel IR's call. */
-void cg_emit_attention(CgFunc *c, int i) {
+/* The emitter of a microkernel call's instruction i (ATTENTION, ATTENTION_BWD, MATMUL; emit_ops.c's
+ * table): its kernel IR (kir_build_call) through the C renderer. */
+void cg_emit_call(CgFunc *c, int i) {
   const Kernel *kn = &c->s->kernels.data[c->s->kernel_of[i]];
-  Kir *k = kir_build_call(c->p->arena, c->f, c->s, kn);
+  Kir *k = c->f->insts.data[i].op == IR_MATMUL ? kir_build_gemm(c->p->arena, c->f, c->s, kn, &c->f->insts.data[i])
+                                               : kir_build_call(c->p->arena, c->f, c->s, kn);
   CHECK(k != NULL);
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, k);

@@ -692,49 +692,48 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   cg_buf_free(&pc);
 }
 
-/* Whether v reads a folded (strided) view: itself or through reshapes. */
-static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
-
-/* A GEMM over operands some of which are folded views (kernels/: a slice of
- * the fused q/k/v projection, a head transpose): each operand read in place
- * through its layout (kn_layout) from its pointer (its root's), batch axes by their strides,
- * the matrix axes as BLAS's leading dimension and transpose flag. */
-static void emit_matmul_strided(CgFunc *c, const Inst *in) {
-  const Type *r = ty(c, in->res);
-  KnLayout l[2];
-  const Type *t[2];
-  MatU u = {in, 0, 0, 0, 0, 0, -1, -1, 0, 0};
-  u.M = r->dims[r->ndim - 2];
-  u.N = r->dims[r->ndim - 1];
-  int64_t ld[2];
-  int bt[2];
-  for (int k = 0; k < 2; k++) {
-    t[k] = ty(c, in->args[k]);
-    CHECK(kn_layout(c->f, c->s, in->args[k], &l[k]) == 0);
-    CHECK(kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) == 0);
-  }
-  u.K = in->attr[0] ? t[0]->dims[t[0]->ndim - 2] : t[0]->dims[t[0]->ndim - 1];
-  /* each operand at its own name (a view's pointer is its root's) plus its layout's offset: a
-   * time loop moves that name (the slice of step t is step 0's moved t steps on) */
-  u.a = in->args[0], u.b = in->args[1], u.ta = bt[0], u.tb = bt[1], u.lda = ld[0], u.ldb = ld[1];
-  Type br = *r;
+/* A GEMM's call (kernels/gemm.c's KirCall) as C, the render_c.c table's call for "gemm".
+ * Operands read through a folded view (a slice of the fused q/k/v projection, a head
+ * transpose): each at its own name (a view's pointer is its root's) plus its layout's offset,
+ * which a time loop moves (the slice of step t is step 0's moved t steps on); the batch as
+ * one loop over all its GEMMs (B*H shared by the threads even when B alone is small), its
+ * index split into the batch axes. Otherwise a loop nest over the batch axes, or, when b is
+ * shared by the whole batch and a is not transposed, one GEMM with the batch in the rows. */
+void cg_render_gemm_c(CgRender *r, const KirStmt *st) {
+  CgFunc *c = r->c;
+  const KirCall *g = st->call;
+  const Inst *in = st->in;
+  const Type *res = ty(c, in->res);
+  MatU u = {in, g->ints[2], g->ints[3], g->ints[4], g->ints[5], g->ints[6], g->vals[0], g->vals[1], (int)g->ints[0],
+            (int)g->ints[1]};
+  Type br = *res;
   br.ndim -= 2;
   Acc acc[3];
   memset(acc, 0, sizeof acc);
-  cstrides(&br, acc[0].st);
-  for (int k = 0; k < br.ndim; k++) acc[0].st[k] *= u.M * u.N;
-  for (int j = 0; j < 2; j++) {
-    acc[j + 1].off = l[j].off;
-    for (int k = 0; k < br.ndim; k++) {
-      int ax = k - (br.ndim - (t[j]->ndim - 2));
-      acc[j + 1].st[k] = ax >= 0 && t[j]->dims[ax] != 1 ? l[j].st[ax] : 0;
-    }
+  for (int j = 0; j < 3; j++) {
+    if (j && g->folded) acc[j].off = g->off[j - 1];
+    for (int k = 0; k < br.ndim; k++) acc[j].st[k] = g->bst[j][k];
   }
-  /* one loop over the whole batch (B*H GEMMs shared by the threads even when
-   * B alone is small), its index split into the batch axes */
+  int64_t work = u.M * u.N * u.K;
+  if (!g->folded) {
+    const Type *a = ty(c, in->args[0]), *b = ty(c, in->args[1]);
+    Type ba = *a, bb = *b;
+    ba.ndim -= 2, bb.ndim -= 2;
+    if (!u.ta && ir_numel(&bb) == 1 && ir_numel(&ba) == ir_numel(&br)) {
+      /* b is shared by the whole batch and a is not transposed: one GEMM with the batch
+       * folded into the rows. */
+      u.M *= ir_numel(&br);
+      char idx[3][IDX_CAP] = {"0", "0", "0"};
+      matmul_body(c, idx, &u);
+      return;
+    }
+    /* a batch of GEMMs: one per thread at a time (ctc_matmul is one call inside a parallel loop) */
+    nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, work >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
+    return;
+  }
   int64_t total = ir_numel(&br);
   if (br.ndim <= 1 || total <= 1) {
-    nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, u.M * u.N * u.K >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
+    nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, work >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
     return;
   }
   char var[IR_MAX_DIMS][16], idx[3][IDX_CAP];
@@ -750,9 +749,8 @@ static void emit_matmul_strided(CgFunc *c, const Inst *in) {
     inner *= br.dims[k];
   }
   for (int j = 0; j < 3; j++) index_expr(idx[j], br.ndim, var, acc[j].off, acc[j].st);
-  int par = u.M * u.N * u.K >= 32768;
-  if (par && (ty(c, in->res)->dtype == DT_F32 || ty(c, in->res)->dtype == DT_F64))
-    LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(ty(c, in->res)->dtype));
+  int par = work >= 32768;
+  if (par && (res->dtype == DT_F32 || res->dtype == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(res->dtype));
   cg_par_open(c, par ? CG_PAR_OMP : 0);
   LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)total);
   c->ind += 2;
@@ -762,44 +760,6 @@ static void emit_matmul_strided(CgFunc *c, const Inst *in) {
   LINE(c, "}\n");
   cg_par_close(c);
   cg_buf_free(&split);
-}
-
-static void emit_matmul(CgFunc *c, const Inst *in) {
-  if (reads_folded(c, in->args[0]) || reads_folded(c, in->args[1])) {
-    emit_matmul_strided(c, in);
-    return;
-  }
-  const Type *a = ty(c, in->args[0]), *b = ty(c, in->args[1]), *r = ty(c, in->res);
-  int ta = (int)in->attr[0];
-  MatU u = {in, 0, 0, 0, 0, 0, in->args[0], in->args[1], ta, (int)in->attr[1]};
-  u.M = r->dims[r->ndim - 2];
-  u.N = r->dims[r->ndim - 1];
-  u.K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
-  u.lda = a->dims[a->ndim - 1];
-  u.ldb = b->dims[b->ndim - 1];
-  /* Batch axes: the result's leading axes, a and b broadcast over them. */
-  Type ba = *a, bb = *b, br = *r;
-  ba.ndim -= 2, bb.ndim -= 2, br.ndim -= 2;
-  Acc acc[3];
-  memset(acc, 0, sizeof acc);
-  cstrides(&br, acc[0].st);
-  bcast_strides(&ba, &br, acc[1].st);
-  bcast_strides(&bb, &br, acc[2].st);
-  for (int k = 0; k < br.ndim; k++) {
-    acc[0].st[k] *= u.M * u.N;
-    acc[1].st[k] *= u.M * u.K;
-    acc[2].st[k] *= u.K * u.N;
-  }
-  if (!ta && ir_numel(&bb) == 1 && ir_numel(&ba) == ir_numel(&br)) {
-    /* b is shared by the whole batch and a is not transposed: one GEMM with
-     * the batch folded into the rows. */
-    u.M *= ir_numel(&br);
-    char idx[3][IDX_CAP] = {"0", "0", "0"};
-    matmul_body(c, idx, &u);
-    return;
-  }
-  /* a batch of GEMMs: one per thread at a time (ctc_matmul is one call inside a parallel loop) */
-  nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, u.M * u.N * u.K >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
 }
 
 void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
@@ -1701,9 +1661,10 @@ int cg_index_needs_check(const Func *f, const Inst *in, int64_t *checked) {
 
 /* ---- one instruction ----------------------------------------------------------------- */
 
-/* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
-static int reads_folded(CgFunc *c, ValId v);
+/* Whether v reads a folded (strided) view: itself or through reshapes. */
+static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
 
+/* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
 static void comment(CgFunc *c, const Inst *in) {
   char where[256], tb[256];
   Buf b = {0};
@@ -2030,7 +1991,7 @@ EMITTER(PERMUTE, emit_permute(c, in))
 EMITTER(BROADCAST, emit_broadcast(c, in))
 EMITTER(SLICE, emit_slice(c, in))
 EMITTER(CONCAT, emit_concat(c, in))
-EMITTER(MATMUL, emit_matmul(c, in))
+EMITTER(MATMUL, cg_emit_call(c, i))   /* its kernel IR (kernels/gemm.c) */
 EMITTER(CONV2D, emit_conv2d(c, i, in))
 EMITTER(MAXPOOL2D, emit_pool(c, in))
 EMITTER(AVGPOOL2D, emit_pool(c, in))
@@ -2050,8 +2011,8 @@ EMITTER(CUMSUM, emit_kir_op(c, in))
 EMITTER(ARGMAX, emit_kir_op(c, in))
 EMITTER(GATHER, emit_kir_op(c, in))
 EMITTER(SCATTER_ADD, emit_kir_op(c, in))
-EMITTER(ATTENTION, cg_emit_attention(c, i))   /* attn_c.c */
-EMITTER(ATTENTION_BWD, cg_emit_attention(c, i))
+EMITTER(ATTENTION, cg_emit_call(c, i))   /* attn_c.c */
+EMITTER(ATTENTION_BWD, cg_emit_call(c, i))
 
 #define EMITTER_K_ELEM(id) emit_ELEM
 #define EMITTER_K_REDUCE(id) emit_REDUCE

@@ -38,37 +38,27 @@ static int low_kind(const Func *f, ValId v) {
   return 0;
 }
 
-/* A GEMM: cuBLAS's Sgemm/Dgemm (ctc_gemm_<t>), or, when both f32 operands hold bf16 (f16)
- * values, cublasGemmEx with f32 storage and CUBLAS_COMPUTE_32F_FAST_16BF (_16F): tensor cores
- * on the exact bf16/f16 operands, f32 accumulation (ctc_gemm_lp). */
+/* A GEMM's call (kernels/gemm.c's KirCall): cuBLAS's Sgemm/Dgemm (ctc_gemm_<t>), or, when both
+ * f32 operands hold bf16 (f16) values, cublasGemmEx with f32 storage and
+ * CUBLAS_COMPUTE_32F_FAST_16BF (_16F): tensor cores on the exact bf16/f16 operands, f32
+ * accumulation (ctc_gemm_lp). The batch as cuBLAS's strided batches where its strides are
+ * one per flat batch index, else host loops over the leading batch axes. */
 int cu_matmul(Ent *e, const Inst *in) {
   const Func *f = e->f;
   const Type *r = ty(f, in->res);
   DType dt = r->dtype;
   if (!gemm_dtype(dt)) return -1;
+  const KnSchedule *sc = e->c->s;
+  Kir *kir = kir_build_gemm(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[in - f->insts.data]], in);
+  if (!kir) return -1;
+  const KirCall *g = kir->body.data[0]->call;
   e->uses_blas = 1;
-  KnLayout l[2];
-  const Type *t[2];
-  int bt[2];
-  int64_t ld[2];
-  for (int k = 0; k < 2; k++) {
-    t[k] = ty(f, in->args[k]);
-    if (kn_layout(f, e->c->s, in->args[k], &l[k]) < 0 || kn_gemm_operand(t[k], &l[k], (int)in->attr[k], &bt[k], &ld[k]) < 0)
-      return -1;
-  }
-  int64_t M = r->dims[r->ndim - 2], N = r->dims[r->ndim - 1];
-  int64_t K = in->attr[0] ? t[0]->dims[t[0]->ndim - 2] : t[0]->dims[t[0]->ndim - 1];
-  /* batch strides of the result and both operands over the result's batch axes */
-  int nb = r->ndim - 2;
-  int64_t bst[3][IR_MAX_DIMS], cs = M * N;
-  for (int k = nb - 1; k >= 0; k--) bst[0][k] = cs, cs *= r->dims[k];
-  for (int j = 0; j < 2; j++)
-    for (int k = 0; k < nb; k++) {
-      int ax = k - (nb - (t[j]->ndim - 2));
-      bst[j + 1][k] = ax >= 0 && t[j]->dims[ax] != 1 ? l[j].st[ax] : 0;
-    }
-  int64_t batch = 1;
-  for (int k = 0; k < nb; k++) batch *= r->dims[k];
+  int bt[2] = {(int)g->ints[0], (int)g->ints[1]};
+  int64_t ld[2] = {g->ints[5], g->ints[6]};
+  int64_t M = g->ints[2], N = g->ints[3], K = g->ints[4];
+  int nb = kir->space.ndim;
+  const int64_t(*bst)[IR_MAX_DIMS] = g->bst;
+  int64_t batch = ir_numel(&kir->space);
   int64_t s[3];
   int uni = uniform(bst[0], r->dims, nb, &s[0]) && uniform(bst[1], r->dims, nb, &s[1]) &&
             uniform(bst[2], r->dims, nb, &s[2]);
@@ -84,8 +74,8 @@ int cu_matmul(Ent *e, const Inst *in) {
   else snprintf(fn, sizeof fn, "%s(", sf);
   Buf pa = {0}, pb = {0}, pc = {0};
   if (uni || nb <= 1) {
-    host_ptr(e, &pa, l[0].root, l[0].off);
-    host_ptr(e, &pb, l[1].root, l[1].off);
+    host_ptr(e, &pa, g->args[0], g->off[0]);
+    host_ptr(e, &pb, g->args[1], g->off[1]);
     host_ptr(e, &pc, in->res, 0);
     cg_printf(e->host, "  CTC_CUBLAS(ctc_gemm_%sctc_blas, %d, %d, %lld, %lld, %lld, %s, %lld, %lld, %s, %lld, %lld, 0, %s, "
                        "%lld, %lld, %lld));\n", fn, bt[0], bt[1], (ll)M, (ll)N, (ll)K, pa.s, (ll)ld[0],
@@ -97,8 +87,8 @@ int cu_matmul(Ent *e, const Inst *in) {
     for (int k = 0; k < last; k++)
       cg_printf(e->host, "  %*sfor (int64_t ctc_b%d = 0; ctc_b%d < %lld; ctc_b%d++)\n", 2 * k, "", k, k, (ll)r->dims[k], k);
     Buf *pp[3] = {&pc, &pa, &pb};
-    ValId roots[3] = {in->res, l[0].root, l[1].root};
-    int64_t offs[3] = {0, l[0].off, l[1].off};
+    ValId roots[3] = {in->res, g->args[0], g->args[1]};
+    int64_t offs[3] = {0, g->off[0], g->off[1]};
     for (int j = 0; j < 3; j++) {
       host_ptr(e, pp[j], roots[j], offs[j]);
       for (int k = 0; k < last; k++)

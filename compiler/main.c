@@ -902,7 +902,7 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
     if (!f) return CTC_EXIT_IO;
     if (!strcmp(o.emit, "dot")) kn_dot(f, p, sched);
     else if (!strcmp(o.emit, "kir"))
-      for (int i = 0; i < p->funcs.len; i++) kir_print(f, p->arena, p->funcs.data[i], sched[i]);
+      for (int i = 0; i < p->funcs.len; i++) kir_print(f, p, p->funcs.data[i], sched[i]);
     else
       for (int i = 0; i < p->funcs.len; i++) kn_print(f, p, p->funcs.data[i], sched[i]);
     if (f != stdout) fclose(f);

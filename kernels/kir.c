@@ -401,6 +401,23 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
     case KS_ACC: fprintf(out, "acc %%%s.%d <- ", name, s->v); print_expr(out, k, s->x); break;
     case KS_ACC_DONE: fprintf(out, "let %%%s.%d = acc %%%s.%d", name, s->v, name, s->v); break;
     case KS_CALL:
+      if (!strcmp(s->call->fn, "gemm")) {   /* gemm.c: operands, BLAS's arguments, the batch's strides */
+        const KirCall *g = s->call;
+        fprintf(out, "%%%s.%d = call gemm(", name, s->v);
+        for (int a = 0; a < 2; a++)
+          fprintf(out, "%s%%%s.%d + %lld", a ? ", " : "", k->f->values.data[g->args[a]].name, g->args[a],
+                  (long long)g->off[a]);
+        fprintf(out, "; ta %lld, tb %lld, M %lld, N %lld, K %lld, lda %lld, ldb %lld", (long long)g->ints[0],
+                (long long)g->ints[1], (long long)g->ints[2], (long long)g->ints[3], (long long)g->ints[4],
+                (long long)g->ints[5], (long long)g->ints[6]);
+        for (int j = 0; j < 3 && k->space.ndim; j++) {
+          fprintf(out, "%s", j ? " " : "; batch strides ");
+          for (int x = 0; x < k->space.ndim; x++) fprintf(out, "%s%lld", x ? "," : "[", (long long)g->bst[j][x]);
+          fprintf(out, "]");
+        }
+        fprintf(out, "%s)", g->folded ? "; folded" : "");
+        break;
+      }
       fprintf(out, "%%%s.%d = call %s(", name, s->v, s->call->fn);
       for (int a = 0; a < s->call->nargs; a++)
         fprintf(out, "%s%%%s.%d", a ? ", " : "", k->f->values.data[s->call->args[a]].name, s->call->args[a]);
@@ -412,8 +429,9 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
   }
 }
 
-void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s) {
-  char tb[256];
+void kir_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
+  Arena *a = p->arena;
+  char tb[256], tb2[256];
   fprintf(out, "func %s\n", f->name);
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
@@ -427,10 +445,23 @@ void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s) {
                 (long long)kir->tables.data[t].n);
       print_block(out, kir, &kir->body, 4);
     }
+    if (kn->kind == KN_GEMM) {   /* a GEMM's call, then its epilogue over each block of the result */
+      Kir *g = kir_build_gemm(a, f, s, kn, &f->insts.data[kn->first]);
+      int nep = 0;
+      Kernel ep = kn_epilogue(p, f, kn, &nep);
+      fprintf(out, "  kernel %d: gemm over %s and its epilogue over %s\n", k, ir_type_str(&g->space, tb, sizeof tb),
+              ir_type_str(&kn->space, tb2, sizeof tb2));
+      print_block(out, g, &g->body, 4);
+      if (nep) {
+        Kir *e = kir_build(a, f, s, &ep);
+        print_block(out, e, &e->body, 4);
+      }
+      continue;
+    }
     Kir *kir = kn->kind == KN_OP ? kir_build_call(a, f, s, kn) : NULL;
     if (kn->kind != KN_ELEM && kn->kind != KN_ROW && !kir) continue;
     fprintf(out, "  kernel %d: %s over %s\n", k, kir ? "call" : kn->kind == KN_ROW ? "row" : "elementwise",
-            ir_type_str(&kn->space, tb, sizeof tb));
+            ir_type_str(kir ? &kir->space : &kn->space, tb, sizeof tb));   /* a GEMM's: its batch */
     if (!kir) kir = kir_build(a, f, s, kn);
     print_block(out, kir, &kir->body, 4);
   }

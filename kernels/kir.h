@@ -113,7 +113,7 @@ typedef enum KirStmtKind {
 /* A microkernel call: arrays read (args), the result (the statement's v), integer
  * arguments (sizes, flags) and one real one (a scale). */
 typedef struct KirCall {
-  const char *fn;      /* "attention", "attention_bwd": the renderer names the function per dtype */
+  const char *fn;      /* "attention", "attention_bwd", "gemm": the renderer names the function per dtype */
   int nargs, nint;
   ValId args[8];       /* the stored values read (roots of views) */
   int64_t off[8];      /* element offset of each in its root */
@@ -121,6 +121,14 @@ typedef struct KirCall {
   int64_t st[8][3];
   int64_t ints[8];
   double real;
+  /* "gemm" (gemm.c): a batch of C[M,N] = op(A) op(B) over the space (the result's batch axes):
+   * ints are BLAS's transposes ta, tb, then M, N, K, lda, ldb; args[0..1] A and B's roots at
+   * off[0..1]; vals[0..1] the operands as staged (a view's pointer is its root's), bst[0] the
+   * result's strides over the batch axes, bst[1..2] A's and B's (0 where broadcast); folded: an
+   * operand is read through a folded view's strides (KnSchedule.fold) */
+  ValId vals[2];
+  int64_t bst[3][IR_MAX_DIMS];
+  int folded;
 } KirCall;
 
 typedef enum KirLoopKind {
@@ -181,11 +189,14 @@ Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
  * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */
 void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
                        int64_t *i0, int64_t *i1, double *l0, double *l1);
-/* attention.c: the kernel IR of a KN_OP kernel that is a microkernel call (ATTENTION,
- * ATTENTION_BWD): one KS_CALL; NULL for any other kernel. */
+/* The kernel IR of a KN_OP kernel that is a microkernel call: ATTENTION, ATTENTION_BWD
+ * (attention.c) and MATMUL (gemm.c), one KS_CALL over the space of its batch; NULL for any
+ * other kernel (or a GEMM operand no strides address). */
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* gemm.c: the call of MATMUL in of f (kernel kn, or NULL). */
+Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in);
 /* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR, each instruction
- * kir_build_op covers, and each microkernel call. */
-void kir_print(FILE *out, Arena *a, const Func *f, const KnSchedule *s);
+ * kir_build_op covers, each microkernel call, and each KN_GEMM's call and epilogue. */
+void kir_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);
 
 #endif

@@ -434,3 +434,85 @@ def test_scatter_add_kernel_ir(tmp_path):
                      r" +e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] = e\[i0 \* 35 \+ i1 \+ ix\w* \* 5\] \+ s\w*\[i0 \* 6 \+ i1 \+ k \* 2\];", c), c
     assert re.search(r"if \(\(ctc_i % 5\) < 2\) \{\n +for \(int64_t ctc_k = 0; ctc_k < 3; ctc_k\+\+\) \{\n"
                      r" +int64_t ix\w* = i\w*\[\(ctc_i / 5\) \* 6 \+ \(ctc_i % 5\) \+ ctc_k \* 2\];", cu), cu
+
+
+# GEMMs of every batch layout: a projection (the batch in the rows), heads read in place from
+# the fused projection's slices (folded views, K transposed), a transposed operand and a
+# weight broadcast over the leading batch axis; ragged sizes (5, 7, 3).
+GEMMS = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(12, 36)
+        self.w = nn.Parameter(torch.randn(3, 5, 7))
+
+    def forward(self, x, a, b):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(12, dim=2)
+        q = q.view(B, T, 3, 4).transpose(1, 2)
+        k = k.view(B, T, 3, 4).transpose(1, 2)
+        v = v.view(B, T, 3, 4).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * 0.5
+        y = torch.softmax(att, dim=-1) @ v
+        return y, a.transpose(-2, -1) @ b, torch.matmul(a, self.w)
+"""
+GEMM_SPECS = ["--input", "x=f32[2,5,12]", "--input", "a=f32[2,3,4,5]", "--input", "b=f32[2,3,4,6]",
+              "--no-fuse-attention"]
+
+
+def gemm_inputs():
+    rng = np.random.default_rng(8)
+    return [rng.standard_normal(s).astype(np.float32) for s in ((2, 5, 12), (2, 3, 4, 5), (2, 3, 4, 6))]
+
+
+def test_gemm_calls_rendered_by_both_targets(tmp_path, rt_objects):
+    """A GEMM is a microkernel call of the kernel IR (kernels/gemm.c, `--emit kir`: BLAS's
+    transposes, M, N, K, leading dimensions and the batch's strides); the C target writes it as
+    ctc_matmul calls, the CUDA target as cuBLAS calls with the same transposes, sizes and
+    leading dimensions (the batch in the rows, or as strided batches). Both give PyTorch's
+    values."""
+    p = tmp_path / "m.py"
+    p.write_text(GEMMS)
+    kir = run([CTC, "compile", str(p), *GEMM_SPECS, "--emit", "kir"]).stdout
+    calls = re.findall(r"= call gemm\(.*?; ta (\d), tb (\d), M (\d+), N (\d+), K (\d+), lda (\d+), ldb (\d+)"
+                       r"(?:; batch strides ((?:\[[\d,]+\] ?){3}))?(; folded)?\)", kir)
+    assert len(calls) == 5, kir
+    assert any(c[-1] for c in calls) and any("] [0," in c[-2] for c in calls), calls   # folded; a broadcast weight
+    compile_to(tmp_path, GEMMS, "m.c", *GEMM_SPECS)
+    compile_to(tmp_path, GEMMS, "m.cu", *GEMM_SPECS, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    cc = re.findall(r"ctc_matmul_f32\((\d), (\d), 0, (\d+), (\d+), (\d+), [^,]+, (\d+), [^,]+, (\d+), [^,]+, \d+\);", c)
+    # the projection and its bias: each thread's block of the GEMM, then the epilogue on it
+    cb = re.findall(r"ctc_matmul_block_f32\((\d), (\d), 0, (\d+), [^,]+, (\d+), [^,]+, (\d+), [^,]+, \d+, r0", c)
+    uc = re.findall(r"ctc_gemm_f32\(ctc_blas, (\d), (\d), (\d+), (\d+), (\d+), [^,]+, (\d+), \d+, [^,]+, (\d+), \d+, 0,", cu)
+    # each call: the same transposes, K and leading dimensions (and N); M is the call's, or
+    # times the batch where a target runs the batch in the rows
+    key = lambda t: (t[0], t[1], t[4], t[5], t[6])   # noqa: E731
+    assert len(cc) == 4 and len(cb) == 1, (cc, cb)
+    assert sorted(map(key, cc + [(b[0], b[1], "", "", b[2], b[3], b[4]) for b in cb])) == sorted(map(key, calls)), (calls, cc, cb)
+    assert sorted(map(key, uc)) == sorted(map(key, calls)), (calls, uc)
+    for got in (cc, uc):
+        for t in got:
+            assert any(key(t) == key(k) and t[3] == k[3] and int(t[2]) % int(k[2]) == 0 for k in calls), (t, calls)
+    torch.manual_seed(0)
+    model = load_module(str(p), "kir_gemms").Net()
+    with torch.no_grad():
+        want = [t.numpy() for t in model(*map(torch.from_numpy, gemm_inputs()))]
+    got = run_forward(str(tmp_path), str(p), model, gemm_inputs(), GEMM_SPECS)
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"C output {k}", g, w, 1e-5, 1e-6)
+    _, exe = emulated(tmp_path, str(p), GEMM_SPECS, rt_objects)
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(model))
+    args = [exe, "run", "forward", "--weights", w]
+    for k, a in enumerate(gemm_inputs()):
+        np.save(tmp_path / f"g{k}.npy", a)
+        args += ["--input", tmp_path / f"g{k}.npy"]
+    args += sum((["--output", tmp_path / f"o{k}.npy"] for k in range(3)), [])
+    run_env(args)
+    for k, wt in enumerate(want):
+        compare(f"CUDA output {k}", np.load(tmp_path / f"o{k}.npy"), wt, 1e-5, 1e-6)
