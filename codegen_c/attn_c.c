@@ -246,12 +246,17 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   }
 }
 
-/* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); a GEMM's is emit_ops.c's. */
+/* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); a GEMM's and a convolution's are
+ * emit_ops.c's. */
 void cg_render_call_c(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const KirCall *k = s->call;
   if (!strcmp(k->fn, "gemm")) {
     cg_render_gemm_c(r, s);
+    return;
+  }
+  if (!strncmp(k->fn, "conv2d", 6)) {
+    cg_render_conv_c(r, s);
     return;
   }
   Buf x = {0};
@@ -273,12 +278,15 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   if (t == DT_F32) c->k->exp_f32 = 1;
 }
 
-/* The emitter of a microkernel call's instruction i (ATTENTION, ATTENTION_BWD, MATMUL; emit_ops.c's
+/* The emitter of a microkernel call's instruction i (ATTENTION, ATTENTION_BWD, MATMUL, CONV2D and its
+ * gradients; emit_ops.c's
  * table): its kernel IR (kir_build_call) through the C renderer. */
 void cg_emit_call(CgFunc *c, int i) {
   const Kernel *kn = &c->s->kernels.data[c->s->kernel_of[i]];
-  Kir *k = c->f->insts.data[i].op == IR_MATMUL ? kir_build_gemm(c->p->arena, c->f, c->s, kn, &c->f->insts.data[i])
-                                               : kir_build_call(c->p->arena, c->f, c->s, kn);
+  const Inst *in = &c->f->insts.data[i];
+  Kir *k = in->op == IR_MATMUL ? kir_build_gemm(c->p->arena, c->f, c->s, kn, in)
+           : in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD ? kir_build_call(c->p->arena, c->f, c->s, kn)
+                                                                  : kir_build_conv(c->p->arena, c->f, kn, in);
   CHECK(k != NULL);
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, k);

@@ -158,15 +158,6 @@ int cg_emit_view_run(CgFunc *c, int k, int end);
 const char *cg_ref(CgFunc *c, ValId v);
 /* Whether v is a scalar constant written as a literal. */
 int cg_is_literal(const CgFunc *c, ValId v);
-/* The geometry of a convolution or of one of its gradients (CONV2D,
- * CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT): image x[N,C,H,W], kernel w[O,C,KH,KW],
- * output y[N,O,OH,OW], whichever of them are operands or the result. */
-typedef struct ConvGeom {
-  int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t G, Cg, Og;  /* groups (attr[6]) and the channels of one group: C / G in, O / G out */
-  int64_t ckk, ohw;   /* Cg*KH*KW and OH*OW: the column matrix of one image and group */
-} ConvGeom;
-void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* "model.py:17" or "" into buf. */
 void cg_where(char *buf, size_t cap, Span loc);
 
@@ -251,7 +242,8 @@ void cg_par_close(CgFunc *c);
 
 void cg_render_call_c(CgRender *r, const KirStmt *s);   /* cg_render_c's KS_CALL */
 void cg_render_gemm_c(CgRender *r, const KirStmt *s);    /* a GEMM's KS_CALL (emit_ops.c) */
-void cg_emit_call(CgFunc *c, int i);                    /* instruction i's kernel IR call (attention, gemm) */
+void cg_render_conv_c(CgRender *r, const KirStmt *s);    /* a convolution's KS_CALL (emit_ops.c) */
+void cg_emit_call(CgFunc *c, int i);                    /* instruction i's kernel IR call (attention, gemm, conv) */
 void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels' text (cg_emit_kernels) */
 
 /* ---- freestanding_c.c (CgOptions.freestanding) --------------------------- */

@@ -762,33 +762,15 @@ void cg_render_gemm_c(CgRender *r, const KirStmt *st) {
   cg_buf_free(&split);
 }
 
-void cg_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
-  const Type *a0 = &f->values.data[in->args[0]].type, *a1 = &f->values.data[in->args[1]].type;
-  const Type *r = &f->values.data[in->res].type;
-  const Type *x, *w, *y;   /* image, kernel and output shapes, whichever are operands */
-  switch (in->op) {
-  case IR_CONV2D: x = a0, w = a1, y = r; break;
-  case IR_CONV2D_BWD_INPUT: x = r, w = a1, y = a0; break;
-  case IR_CONV2D_BWD_WEIGHT: x = a0, w = r, y = a1; break;
-  default: BUG("cg_conv_geom: not a convolution");
-  }
-  g->N = x->dims[0], g->C = x->dims[1], g->H = x->dims[2], g->W = x->dims[3];
-  g->O = w->dims[0], g->KH = w->dims[2], g->KW = w->dims[3], g->OH = y->dims[2], g->OW = y->dims[3];
-  g->G = in->attr[6] > 0 ? in->attr[6] : 1;
-  g->Cg = g->C / g->G, g->Og = g->O / g->G;
-  g->ckk = g->Cg * g->KH * g->KW;
-  g->ohw = g->OH * g->OW;
-}
-
 /* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call
  * (im2col with the row stride ldc of its columns). */
-static void fold_call(CgFunc *c, const char *kernel, DType t, const Inst *in, const ConvGeom *g, const char *from,
+static void fold_call(CgFunc *c, const char *kernel, DType t, const ConvGeom *g, const char *from,
                       const char *to, int64_t ldc) {
   char ld[32] = "";
   if (ldc) snprintf(ld, sizeof ld, ", %lld", (ll)ldc);
   LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s%s);\n", kernel,
-       cg_dt_suffix(t), from, (ll)g->Cg, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)in->attr[0], (ll)in->attr[1],
-       (ll)in->attr[2], (ll)in->attr[3], (ll)in->attr[4], (ll)in->attr[5], (ll)g->OH, (ll)g->OW, to, ld);
+       cg_dt_suffix(t), from, (ll)g->Cg, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->sh, (ll)g->sw,
+       (ll)g->ph, (ll)g->pw, (ll)g->dh, (ll)g->dw, (ll)g->OH, (ll)g->OW, to, ld);
 }
 
 /* "p" or "p + n * 12" or "p + n * 12 + grp * 4": v's slice for image n (when
@@ -854,11 +836,10 @@ static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *
  *   CONV2D:            col = im2col(x tile); ys[grp] = w[grp] col[grp]; y = ys, image by image
  *   CONV2D_BWD_INPUT:  ys = g tile; col[grp] = w[grp]^T ys[grp]; dx = col2im(col), image by image
  *   CONV2D_BWD_WEIGHT: col = im2col(x tile), ys = g tile; dw[grp] = (dw[grp] +) ys[grp] col[grp]^T */
-static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
+static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *geo) {
   DType t = ty(c, in->res)->dtype;
   const char *ct = cg_ctype(t), *sf = cg_dt_suffix(t), *scratch = c->sname[i];
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
+  ConvGeom g = *geo;
   int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw, CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
   const char *img, *out, *w;   /* the image-side array (x or dx), the output-side one (y or g), the weights */
   switch (in->op) {
@@ -899,7 +880,7 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
-    fold_call(c, "im2col", t, in, &one, unfold, col, L);
+    fold_call(c, "im2col", t, &one, unfold, col, L);
     c->ind -= 2;
     LINE(c, "}\n");
     cg_par_close(c);
@@ -938,7 +919,7 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
     LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
     c->ind += 2;
     LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
-    fold_call(c, "col2im", t, in, &one, col, unfold, L);
+    fold_call(c, "col2im", t, &one, col, unfold, L);
     c->ind -= 2;
     LINE(c, "}\n");
     cg_par_close(c);
@@ -961,15 +942,14 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in) {
 /* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
  * in parallel over the output channels of all images (forward), the input
  * channels (backward input) or the kernel taps (backward weight). */
-static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
+static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg) {
   DType t = ty(c, in->res)->dtype;
   const char *sf = cg_dt_suffix(t);
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  const int64_t *a = in->attr, M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
+  ConvGeom g = *cg;
+  const int64_t M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
   char geo[256];
   snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
-           (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
+           (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
   c->k->dwconv[t] = 1;
   cg_par_open(c, CG_PAR_OMP);
   switch (in->op) {
@@ -996,7 +976,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
     LINE(c, "  %s[q] = ctc_dwconv_bwd_weight_%s(%s + o / %lld * %lld, %lld, %s + o * %lld, %lld, %lld, %lld, %lld, "
             "q / %lld %% %lld, q %% %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld);\n",
          dw, sf, x, (ll)M, (ll)HW, (ll)(g.C * HW), gy, (ll)g.ohw, (ll)(g.O * g.ohw), (ll)g.N, (ll)g.H, (ll)g.W,
-         (ll)g.KW, (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH, (ll)g.OW);
+         (ll)g.KW, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
     break;
   }
   }
@@ -1006,10 +986,9 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in) {
 
 /* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
  * one GEMM per image (and group), images in parallel when there is one group. */
-static void emit_conv2d_pointwise(CgFunc *c, const Inst *in) {
+static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo) {
   DType t = ty(c, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
+  ConvGeom g = *geo;
   char xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
   int base = c->ind;
   int img = in->op == IR_CONV2D_BWD_INPUT ? -1 : 0;   /* which operand is the image (-1: the result) */
@@ -1031,10 +1010,10 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in) {
   c->ind = base;
 }
 
-static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in) {
-  if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
-  else emit_conv2d_tiled(c, i, in);
+static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
 }
 
 /* The direct loops' input row: ih = oh + kh - ph (outside the image: no
@@ -1057,7 +1036,7 @@ static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvG
   DType t = ty(c, in->res)->dtype;
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
-  int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, KW = g->KW;
+  int64_t ph = g->ph, pw = g->pw, OW = g->OW, KW = g->KW;
   c->k->simd = 1;
   cg_par_open(c, CG_PAR_OMP);
   int base = c->ind;
@@ -1105,7 +1084,7 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   DType t = ty(c, in->res)->dtype;
   const char *ct = cg_ctype(t);
   const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
-  int64_t ph = in->attr[2], pw = in->attr[3], OW = g->OW, O = g->O;
+  int64_t ph = g->ph, pw = g->pw, OW = g->OW, O = g->O;
   c->k->simd = 1;
   cg_par_open(c, CG_PAR_OMP);
   int base = c->ind;
@@ -1143,22 +1122,33 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   cg_par_close(c);
 }
 
-static void emit_conv2d(CgFunc *c, int i, const Inst *in) {
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, &g);
-  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
-  else emit_conv2d_tiled(c, i, in);
+static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, g);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
 }
 
-static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in) {
-  ConvGeom g;
-  cg_conv_geom(c->f, in, &g);
-  if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, &g);
-  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in);
-  else emit_conv2d_tiled(c, i, in);
+static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
+}
+
+/* A convolution's call (kernels/conv.c's KirCall) as C, the render_c.c table's call for
+ * "conv2d*": directly, per channel, as one GEMM or as tiles of im2col/col2im and GEMMs, from
+ * the call's geometry. */
+void cg_render_conv_c(CgRender *r, const KirStmt *st) {
+  CgFunc *c = r->c;
+  const Inst *in = st->in;
+  int i = (int)(in - c->f->insts.data);
+  switch (in->op) {
+  case IR_CONV2D: emit_conv2d(c, i, in, &st->call->conv); break;
+  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in, &st->call->conv); break;
+  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in, &st->call->conv); break;
+  default: BUG("cg_render_conv_c: not a convolution");
+  }
 }
 
 /* ---- pooling and embedding -------------------------------------------------------- */
@@ -1992,13 +1982,13 @@ EMITTER(BROADCAST, emit_broadcast(c, in))
 EMITTER(SLICE, emit_slice(c, in))
 EMITTER(CONCAT, emit_concat(c, in))
 EMITTER(MATMUL, cg_emit_call(c, i))   /* its kernel IR (kernels/gemm.c) */
-EMITTER(CONV2D, emit_conv2d(c, i, in))
+EMITTER(CONV2D, cg_emit_call(c, i))   /* its kernel IR (kernels/conv.c) */
 EMITTER(MAXPOOL2D, emit_pool(c, in))
 EMITTER(AVGPOOL2D, emit_pool(c, in))
 EMITTER(EMBEDDING, emit_embedding(c, in))
 EMITTER(UNSLICE, emit_unslice(c, in))
-EMITTER(CONV2D_BWD_INPUT, emit_conv2d_bwd_input(c, i, in))
-EMITTER(CONV2D_BWD_WEIGHT, emit_conv2d_bwd_weight(c, i, in))
+EMITTER(CONV2D_BWD_INPUT, cg_emit_call(c, i))
+EMITTER(CONV2D_BWD_WEIGHT, cg_emit_call(c, i))
 EMITTER(MAXPOOL2D_BWD, emit_maxpool_bwd(c, in))
 EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
 EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))

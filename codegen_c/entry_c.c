@@ -257,7 +257,7 @@ int cg_entry_decls(CgEntry *e, const unsigned char *ref, const unsigned char *sr
     const Inst *in = &f->insts.data[i];
     const Type *r = &f->values.data[in->res].type;
     ConvGeom cg;
-    cg_conv_geom(f, in, &cg);
+    kn_conv_geom(f, in, &cg);
     Buf ad = {0};
     arena |= cg_fs_addr(&ad, p, e->mp, e->copt, fp->scratch[i]);
     cg_printf(decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",

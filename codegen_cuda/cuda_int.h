@@ -99,8 +99,8 @@ void cu_serial(Ent *e, int i);
 
 /* ---- ops_cuda.c ---- */
 
-/* MATMUL through cuBLAS; CONV2D and its gradients (cuDNN, or im2col/col2im and cuBLAS):
- * 0, or -1 for a dtype or layout not supported. */
+/* MATMUL through cuBLAS; CONV2D and its gradients (cuDNN, or im2col/col2im and cuBLAS), each
+ * from its kernel IR call (kernels/gemm.c, conv.c): 0, or -1 for a dtype or layout not supported. */
 int cu_matmul(Ent *e, const Inst *in);
 int cu_conv(Ent *e, int i, const Inst *in);
 /* Instruction i as this target's own kernel (copies, reductions, concat, iota and rand,

@@ -6,7 +6,7 @@ typedef long long ll;
 void cg_dnn_conv(DnnSites *s, Buf *b, const Func *f, const Inst *in, const char *x, const char *w, const char *y,
                  const char *scratch, int64_t scratch_bytes) {
   ConvGeom g;
-  cg_conv_geom(f, in, &g);
+  kn_conv_geom(f, in, &g);
   const int k = s->n++;
   const int op = in->op == IR_CONV2D ? 0 : in->op == IR_CONV2D_BWD_INPUT ? 1 : 2;
   const int f64 = f->values.data[in->res].type.dtype == DT_F64;

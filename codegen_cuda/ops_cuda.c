@@ -109,11 +109,10 @@ int cu_matmul(Ent *e, const Inst *in) {
 /* Grouped convolutions: a GEMM batched over the groups per image (the C
  * target's per-image, per-group GEMMs), im2col/col2im of one image at a time
  * over all its channels (group grp's rows are the block [grp*ckk, (grp+1)*ckk)). */
-static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
+static int emit_conv_grouped(Ent *e, int i, const Inst *in, const ConvGeom *cg) {
   const Func *f = e->f;
   DType dt = ty(f, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(f, in, &g);
+  ConvGeom g = *cg;
   Gen *gen = e->g;
   gen->gemm[dt] = 1;
   e->uses_blas = 1;
@@ -121,10 +120,9 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
   const char *sf = cg_dt_suffix(dt), *scratch = e->c->sname[i];
   int64_t CHW = g.C * g.H * g.W, OHW = g.O * g.ohw, G = g.G, Og = g.Og, Cg = g.Cg, ckk = g.ckk, ohw = g.ohw;
   int64_t colimg = G * ckk * ohw;   /* one image's columns, all channels */
-  const int64_t *a = in->attr;
   char geo[256];
   snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.C,
-           (ll)g.H, (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH,
+           (ll)g.H, (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH,
            (ll)g.OW);
   Buf *h = e->host;
   if (scratch) gen->grid = 1;
@@ -186,21 +184,19 @@ static int emit_conv_grouped(Ent *e, int i, const Inst *in) {
 }
 
 /* A convolution without groups: im2col/col2im kernels and cuBLAS, S images at a time. */
-static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
+static int emit_conv_gemm(Ent *e, int i, const Inst *in, const ConvGeom *cg) {
   const Func *f = e->f;
   DType dt = ty(f, in->res)->dtype;
-  ConvGeom g;
-  cg_conv_geom(f, in, &g);
+  ConvGeom g = *cg;
   Gen *gen = e->g;
   gen->gemm[dt] = 1;
   e->uses_blas = 1;
   e->uses_stream = 1;
   const char *sf = cg_dt_suffix(dt), *scratch = e->c->sname[i];
   int64_t S = ir_conv_slots(f, in), CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
-  const int64_t *a = in->attr;
   char geo[256];
   snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.C,
-           (ll)g.H, (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)a[0], (ll)a[1], (ll)a[2], (ll)a[3], (ll)a[4], (ll)a[5], (ll)g.OH,
+           (ll)g.H, (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH,
            (ll)g.OW);
   Buf *h = e->host;
   if (scratch) gen->grid = 1;
@@ -282,9 +278,11 @@ static int emit_conv_gemm(Ent *e, int i, const Inst *in) {
 int cu_conv(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   if (!gemm_dtype(ty(f, in->res)->dtype)) return -1;
+  const KnSchedule *sc = e->c->s;
+  const ConvGeom *g = &kir_build_conv(e->g->p->arena, f, &sc->kernels.data[sc->kernel_of[i]], in)->body.data[0]->call->conv;
   Buf *host = e->host, alt = {0};
   e->host = &alt;
-  int rc = in->attr[6] > 1 ? emit_conv_grouped(e, i, in) : emit_conv_gemm(e, i, in);
+  int rc = g->G > 1 ? emit_conv_grouped(e, i, in, g) : emit_conv_gemm(e, i, in, g);
   e->host = host;
   if (!rc) {
     /* x, w, y as cuDNN names them: the image, the kernel, the convolution's output */

@@ -164,6 +164,16 @@ int64_t kn_value_addr(const Func *f, const KnSchedule *s, const FuncPlan *fp, Va
  * 1 at column j (a row of N along the last axis, a bias), 2 a scalar; -1 if
  * none of these (the op cannot join the epilogue). */
 int kn_epilogue_operand(const Type *t, const Type *space);
+/* The geometry of a convolution or of one of its gradients (CONV2D,
+ * CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT): image x[N,C,H,W], kernel w[O,C,KH,KW],
+ * output y[N,O,OH,OW], whichever of them are operands or the result (kernels/conv.c). */
+typedef struct ConvGeom {
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t G, Cg, Og;  /* groups (attr[6]) and the channels of one group: C / G in, O / G out */
+  int64_t ckk, ohw;   /* Cg*KH*KW and OH*OW: the column matrix of one image and group */
+  int64_t sh, sw, ph, pw, dh, dw;   /* stride, padding and dilation (attr[0..5]) */
+} ConvGeom;
+void kn_conv_geom(const Func *f, const Inst *in, ConvGeom *g);
 /* The epilogue of KN_GEMM kernel kn as a KN_ELEM kernel over the same space:
  * the instructions after the GEMM, its inputs those they read from memory plus
  * the GEMM's result, its outputs the kernel's others (what an emitter runs after

@@ -418,6 +418,17 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
         fprintf(out, "%s)", g->folded ? "; folded" : "");
         break;
       }
+      if (!strncmp(s->call->fn, "conv2d", 6)) {   /* conv.c: operands and geometry */
+        const ConvGeom *g = &s->call->conv;
+        fprintf(out, "%%%s.%d = call %s(%%%s.%d, %%%s.%d; x [%lld,%lld,%lld,%lld], w [%lld,%lld,%lld,%lld], y "
+                     "[%lld,%lld,%lld,%lld], stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld)",
+                name, s->v, s->call->fn, k->f->values.data[s->call->args[0]].name, s->call->args[0],
+                k->f->values.data[s->call->args[1]].name, s->call->args[1], (long long)g->N, (long long)g->C,
+                (long long)g->H, (long long)g->W, (long long)g->O, (long long)g->Cg, (long long)g->KH, (long long)g->KW,
+                (long long)g->N, (long long)g->O, (long long)g->OH, (long long)g->OW, (long long)g->sh, (long long)g->sw,
+                (long long)g->ph, (long long)g->pw, (long long)g->dh, (long long)g->dw, (long long)g->G);
+        break;
+      }
       fprintf(out, "%%%s.%d = call %s(", name, s->v, s->call->fn);
       for (int a = 0; a < s->call->nargs; a++)
         fprintf(out, "%s%%%s.%d", a ? ", " : "", k->f->values.data[s->call->args[a]].name, s->call->args[a]);

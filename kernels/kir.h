@@ -129,6 +129,9 @@ typedef struct KirCall {
   ValId vals[2];
   int64_t bst[3][IR_MAX_DIMS];
   int folded;
+  /* "conv2d", "conv2d_bwd_input", "conv2d_bwd_weight" (conv.c): its operands args[0..1] (= vals),
+   * its geometry */
+  ConvGeom conv;
 } KirCall;
 
 typedef enum KirLoopKind {
@@ -190,11 +193,14 @@ Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
 void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,
                        int64_t *i0, int64_t *i1, double *l0, double *l1);
 /* The kernel IR of a KN_OP kernel that is a microkernel call: ATTENTION, ATTENTION_BWD
- * (attention.c) and MATMUL (gemm.c), one KS_CALL over the space of its batch; NULL for any
+ * (attention.c), MATMUL (gemm.c, over the space of its batch) and the convolutions (conv.c),
+ * one KS_CALL; NULL for any
  * other kernel (or a GEMM operand no strides address). */
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
 /* gemm.c: the call of MATMUL in of f (kernel kn, or NULL). */
 Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in);
+/* conv.c: the call of convolution in (CONV2D, CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT) of f. */
+Kir *kir_build_conv(Arena *a, const Func *f, const Kernel *kn, const Inst *in);
 /* `--emit kir`: every KN_ELEM and KN_ROW kernel of f as its kernel IR, each instruction
  * kir_build_op covers, each microkernel call, and each KN_GEMM's call and epilogue. */
 void kir_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s);

@@ -516,3 +516,60 @@ def test_gemm_calls_rendered_by_both_targets(tmp_path, rt_objects):
     run_env(args)
     for k, wt in enumerate(want):
         compare(f"CUDA output {k}", np.load(tmp_path / f"o{k}.npy"), wt, 1e-5, 1e-6)
+
+
+# A strided, padded, dilated convolution and a grouped one, trained: forward, and both
+# gradients of each (the first layer's input gradient is not needed).
+CONVS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2)
+        self.b = nn.Conv2d(6, 6, (3, 2), padding=(1, 0), groups=3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+"""
+
+
+def test_conv_calls_rendered_by_both_targets(tmp_path):
+    """A convolution is a microkernel call of the kernel IR (kernels/conv.c, `--emit kir`, forward and
+    train_step: its
+    operands, shapes, stride, padding, dilation and groups); the C target's im2col and the
+    CUDA target's im2col kernels take that geometry."""
+    p = tmp_path / "m.py"
+    p.write_text(CONVS)
+    specs = ["--input", "x=f32[2,4,11,9]", "--input", "y=f32[2,6,6,4]"]
+    kir = run([CTC, "compile", str(p), *specs, "--emit", "kir"]).stdout
+    geo = re.findall(r"= call (conv2d\w*)\(%\w+\.\d+, %\w+\.\d+; x \[(\d+),(\d+),(\d+),(\d+)\], w \[(\d+),(\d+),(\d+),(\d+)\], "
+                     r"y \[\d+,\d+,(\d+),(\d+)\], stride (\d+)x(\d+), padding (\d+)x(\d+), dilation (\d+)x(\d+), groups (\d+)\)", kir)
+    ops = sorted(g[0] for g in geo)
+    assert ops.count("conv2d") == 4 and ops.count("conv2d_bwd_weight") == 2 and ops.count("conv2d_bwd_input") == 1, kir
+    a = [g for g in geo if g[17] == "1"][0]
+    b = [g for g in geo if g[17] == "3"][0]
+    assert a[1:] == ("2", "4", "11", "9", "6", "4", "3", "3", "6", "5", "2", "2", "2", "2", "2", "2", "1"), a
+    assert b[1:] == ("2", "6", "6", "5", "6", "2", "3", "2", "6", "4", "1", "1", "1", "0", "1", "1", "3"), b
+    compile_to(tmp_path, CONVS, "m.c", *specs)
+    compile_to(tmp_path, CONVS, "m.cu", *specs, "--target", "cuda")
+    c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
+    for g in (a, b):   # H, W, KH, KW, stride, padding, dilation, OH, OW as each target passes them
+        tail = ", ".join([g[3], g[4], g[7], g[8], g[11], g[12], g[13], g[14], g[15], g[16], g[9], g[10]])
+        assert re.search(r"ctc_im2col_f32\([^;]*, \d+, " + tail + r", ", c), (tail, c)
+        assert re.search(r"ctc_im2col_f32, [^;]*, \d+, " + tail + r", ", cu), (tail, cu)
