@@ -193,6 +193,8 @@ struct CgRender {
   /* options */
   int64_t omp_min_work;      /* C: elements from which a KIR_PARALLEL loop runs on OpenMP threads */
   void (*call)(CgRender *r, const KirStmt *s);   /* a KS_CALL (C: cg_render_call_c; CUDA: none yet) */
+  int gemm_block;            /* C: the KIR_SPACE loop is a GEMM epilogue's over one thread's block
+                                [r0, r1) x [c0, c1) of its [M, N] space (emit_gemm_kernel) */
   /* while rendering */
   int nvar, merged;          /* the loop variables (merged: a KIR_SPACE nest's, over last[]) */
   char var[IR_MAX_DIMS + 1][16];

@@ -1792,79 +1792,6 @@ int cg_emit_view_run(CgFunc *c, int k, int end) {
   return n;
 }
 
-/* ---- a GEMM's epilogue body (KN_GEMM; KN_ELEM and KN_ROW kernels are rendered from
- * their kernel IR: kernels/kir.c, render_c.c) ---------------------------------------------
- * Each instruction's value is a local of the loop body (`const float relu = ...;`)
- * read by the later instructions; only the kernel's outputs are stored, inputs
- * are loaded with their broadcast strides. An output no later instruction of the
- * kernel reads is stored directly. */
-
-typedef struct ElemK {
-  const Kernel *kn;
-  const char **local;   /* per value: its local's name (values of this kernel) */
-  int *acc;             /* per value: its access (outputs, then inputs), -1 */
-} ElemK;
-
-static int read_later(const CgFunc *c, const Kernel *kn, int i, ValId v) {
-  for (int j = i + 1; j <= kn->last; j++) {
-    const Inst *x = &c->f->insts.data[j];
-    for (int a = 0; a < x->nargs; a++)
-      if (x->args[a] == v) return 1;
-  }
-  return 0;
-}
-
-static void elemk_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
-  ElemK *u = up;
-  const Kernel *kn = u->kn;
-  /* Every input of the element first: a result may be stored over an input in place. */
-  for (int j = 0; j < kn->inputs.len; j++) {
-    ValId v = kn->inputs.data[j];
-    LINE(c, "const %s %s = %s[%s];\n", cg_ctype(ty(c, v)->dtype), u->local[v], cg_ref(c, v), idx[u->acc[v]]);
-  }
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &c->f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    Buf ops[3] = {{0}}, e = {0};
-    const char *txt[3];
-    for (int k = 0; k < in->nargs; k++) {
-      ValId a = in->args[k];
-      if (cg_is_literal(c, a)) load(c, &ops[k], a, "0");
-      else cg_puts(&ops[k], u->local[a]);   /* a value of the kernel or an input loaded above */
-      txt[k] = ops[k].s;
-    }
-    elem_expr(c, in, txt, &e);
-    ValId r = in->res;
-    const char *ct = cg_ctype(ty(c, r)->dtype);
-    if (u->acc[r] >= 0 && !read_later(c, kn, i, r)) {
-      LINE(c, "%s[%s] = %s;\n", cg_ref(c, r), idx[u->acc[r]], e.s);
-    } else {
-      LINE(c, "const %s %s = %s;\n", ct, u->local[r], e.s);
-      if (u->acc[r] >= 0) LINE(c, "%s[%s] = %s;\n", cg_ref(c, r), idx[u->acc[r]], u->local[r]);
-    }
-    for (int k = 0; k < in->nargs; k++) cg_buf_free(&ops[k]);
-    cg_buf_free(&e);
-  }
-}
-
-/* The locals of an elementwise kernel's body: `<name>_e` for each input loaded
- * at the element, the value's own name for a kernel-local value (no pointer),
- * `<name>_v` for a stored one. */
-static void elemk_names(CgFunc *c, const Kernel *kn, ElemK *u) {
-  for (int j = 0; j < kn->inputs.len; j++) {
-    char hint[160];
-    snprintf(hint, sizeof hint, "%s_e", c->cname[kn->inputs.data[j]]);
-    u->local[kn->inputs.data[j]] = cg_name(c->ns, hint);
-  }
-  for (int i = kn->first; i <= kn->last; i++) {
-    const Inst *in = &c->f->insts.data[i];
-    if (in->op == IR_CONST) continue;
-    char hint[160];
-    if (c->fp->loc[in->res].base == LOC_LOCAL) u->local[in->res] = c->cname[in->res];
-    else snprintf(hint, sizeof hint, "%s_v", c->cname[in->res]), u->local[in->res] = cg_name(c->ns, hint);
-  }
-}
-
 /* ---- GEMMs with an epilogue (kernels/: KN_GEMM) --------------------------------------
  * The GEMM split into the blocks ctc_matmul would give each thread
  * (ctc_gemm_split, ctc_gemm_block), each thread running its block and then the
@@ -1880,21 +1807,12 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   const char *sfx = cg_dt_suffix(r->dtype);
   int nops;
   Kernel ep = kn_epilogue(c->p, c->f, kn, &nops);   /* the instructions after the GEMM */
-  int nv = c->f->values.len;
-  ElemK u = {&ep, calloc((size_t)nv + 1, sizeof(char *)), malloc(sizeof(int) * ((size_t)nv + 1))};
-  CHECK(u.local && u.acc);
-  for (int v = 0; v < nv; v++) u.acc[v] = -1;
-  for (int j = 0; j < ep.outputs.len; j++) u.acc[ep.outputs.data[j]] = 0;
-  for (int j = 0; j < ep.inputs.len; j++) {
-    ValId v = ep.inputs.data[j];
-    u.acc[v] = kn_epilogue_operand(ty(c, v), &kn->space);
-    CHECK(u.acc[v] >= 0);
-  }
-  elemk_names(c, &ep, &u);
-  char idx[3][IDX_CAP];
-  snprintf(idx[0], IDX_CAP, "i * %lld + j", (ll)N);
-  snprintf(idx[1], IDX_CAP, "j");
-  snprintf(idx[2], IDX_CAP, "0");
+  ep.space = *r;   /* over the result as [M, N]: its operands (kn_epilogue_operand) read at (i, j), j or 0 */
+  ep.space.ndim = 2, ep.space.dims[0] = M, ep.space.dims[1] = N;
+  CgRender R;
+  cg_render_init(&R, &cg_render_c, c, kir_build(c->p->arena, c->f, c->s, &ep));
+  R.gemm_block = 1;
+  R.ops->names(&R);
   c->k->gemm[r->dtype] = 1;
   c->k->simd = 1;
   LINE(c, "ctc_blas_threads_%s();\n", sfx);
@@ -1907,19 +1825,11 @@ static void emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", sfx, ta, tb, (ll)K,
        cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
        cg_ref(c, mm->res), (ll)N);
-  LINE(c, "for (int64_t i = r0; i < r1; i++) {\n");
-  c->ind += 2;
-  LINE(c, "CTC_OMP_SIMD\n");
-  LINE(c, "for (int64_t j = c0; j < c1; j++) {\n");
-  c->ind += 2;
-  elemk_body(c, idx, &u);
-  for (int d = 0; d < 3; d++) {
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
+  cg_render_block(&R, &R.k->body);   /* the epilogue's kernel IR over the block */
+  c->ind -= 2;
+  LINE(c, "}\n");
   cg_par_close(c);
-  free(u.local);
-  free(u.acc);
+  cg_render_free(&R);
 }
 
 void cg_emit_kernel(CgFunc *c, int k) {

@@ -331,8 +331,36 @@ static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigne
   }
 }
 
+/* A GEMM epilogue's loop over this thread's block of the result [M, N] (rows i, columns j). */
+static void c_block_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  CHECK(r->k->space.ndim == 2 && s->from == 0 && s->to == 2);
+  r->nvar = 2;
+  r->merged = 1;
+  snprintf(r->var[0], sizeof r->var[0], "i");
+  snprintf(r->var[1], sizeof r->var[1], "j");
+  r->group[0] = r->last[0] = 0;
+  r->group[1] = r->last[1] = 1;
+  c->k->simd = 1;
+  LINE(c, "for (int64_t i = r0; i < r1; i++) {\n");
+  c->ind += 2;
+  LINE(c, "CTC_OMP_SIMD\n");
+  LINE(c, "for (int64_t j = c0; j < c1; j++) {\n");
+  c->ind += 2;
+  cg_render_block(r, &s->body);
+  for (int d = 0; d < 2; d++) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  r->merged = 0;
+}
+
 static void c_space_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
+  if (r->gemm_block) {
+    c_block_loop(r, s);
+    return;
+  }
   const Type *S = &r->k->space;
   int cap = 0, na = 0;
   unsigned read = 0;
