@@ -122,6 +122,10 @@ static void cu_kernel_code(CgEntry *en, int k) {
         en->rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
       continue;
     }
+    if (in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) {   /* forward code fuses only (Program.fuse_attention) */
+      if (in->op == IR_ATTENTION_BWD || cu_attention(e, i, in) < 0) en->rc = fail(g, f, in, "fused attention of this dtype");
+      continue;
+    }
     if (cu_op_kernel(e, i) == 0 || cu_data_op(e, i, in) == 0) continue;
     cu_serial(e, i);
     if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])

@@ -677,6 +677,80 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* ---- fused attention (ATTENTION, kernels/attention.c's call) -------------------------
+ * A thread per query row (grid-stride over the B * T rows): its scores against the keys it
+ * sees (those at or before it when causal) one at a time, with the online softmax of the C
+ * target's kernel (the running maximum m and sum l, the row of o rescaled by exp(m_old - m_new)
+ * when the maximum grows), o accumulated in a local array of D elements and divided by l at the
+ * end. The T x T matrix never exists. Operands are read through the call's strides; o is
+ * contiguous. Only forward code fuses on this target (Program.fuse_attention = 1): it has no
+ * attention_bwd. */
+int cu_attention(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const KnSchedule *sc = e->c->s;
+  Kir *kir = kir_build_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]]);
+  DType dt = ty(f, in->res)->dtype;
+  if (!kir || in->op != IR_ATTENTION || (dt != DT_F32 && dt != DT_F64)) return -1;
+  const KirCall *k = kir->body.data[0]->call;
+  int64_t n1 = k->ints[0], B = k->ints[1], T = k->ints[2], D = k->ints[3], causal = k->ints[4], divide = k->ints[5];
+  const char *ct = cg_ctype(dt), *ex = dt == DT_F32 ? "expf" : "exp";
+  Buf body = {0}, p[3] = {{0}, {0}, {0}};
+  cu_kbegin(e, &body);
+  for (int a = 0; a < 3; a++) {   /* each operand's base for batch (b0, b1) */
+    cg_printf(&p[a], "%s", cg_ref(e->c, k->args[a]));
+    if (k->off[a]) cg_printf(&p[a], " + %lld", (ll)k->off[a]);
+    cg_printf(&p[a], " + ctc_b0 * %lld + ctc_b1 * %lld", (ll)k->st[a][0], (ll)k->st[a][1]);
+  }
+  const char *o = cg_ref(e->c, in->res);
+  char scale[96], jend[32];
+  Buf lit = {0};
+  cg_literal(&lit, dt, k->real);
+  snprintf(scale, sizeof scale, "%s %s", divide ? "/" : "*", lit.s);
+  cg_buf_free(&lit);
+  if (causal) snprintf(jend, sizeof jend, "ctc_q + 1");
+  else snprintf(jend, sizeof jend, "%lld", (ll)T);
+  cg_printf(&body, loop_head, (ll)(B * T));
+  cg_printf(&body, " {\n    const int64_t ctc_b = ctc_i / %lld, ctc_q = ctc_i %% %lld, ctc_b0 = ctc_b / %lld, ctc_b1 = ctc_b %% %lld;\n",
+            (ll)T, (ll)T, (ll)n1, (ll)n1);
+  cg_printf(&body, "    const %s *ctc_qi = %s + ctc_q * %lld, *ctc_kb = %s, *ctc_vb = %s;\n", ct, p[0].s, (ll)k->st[0][2], p[1].s,
+            p[2].s);
+  cg_printf(&body, "    %s ctc_acc[%lld], ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, (ll)D, ct);
+  cg_printf(&body, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] = 0;\n", (ll)D);
+  cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {   /* the keys it sees */\n", jend);
+  cg_printf(&body, "      %s ctc_s = 0;\n", ct);
+  cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_s += ctc_qi[ctc_d] * ctc_kb[ctc_j * %lld + ctc_d];\n",
+            (ll)D, (ll)k->st[1][2]);
+  cg_printf(&body, "      ctc_s = ctc_s %s;\n", scale);
+  cg_printf(&body, "      if (ctc_s > ctc_m) {   /* a new maximum: what was summed is rescaled */\n");
+  cg_printf(&body, "        const %s ctc_c = ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n", ct, ct, ex);
+  cg_printf(&body, "        ctc_l *= ctc_c;\n");
+  cg_printf(&body, "        for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] *= ctc_c;\n", (ll)D);
+  cg_printf(&body, "        ctc_m = ctc_s;\n      }\n");
+  /* a -inf score adds nothing (before any finite one, exp(-inf - -inf) would be NaN); NaN and +inf
+   * make the row NaN, as softmax does */
+  cg_printf(&body, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n      ctc_l += ctc_p;\n", ct, ct, ex);
+  cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] += ctc_p * ctc_vb[ctc_j * %lld + ctc_d];\n",
+            (ll)D, (ll)k->st[2][2]);
+  cg_printf(&body, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_acc[ctc_d] / ctc_l;\n  }\n",
+            (ll)D, o, (ll)D);
+  for (int a = 0; a < 3; a++) cg_buf_free(&p[a]);
+  Buf com = {0};
+  Buf *save = e->c->out;
+  unsigned char *ref = e->c->ref;
+  e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
+  cg_comment(e->c, in);
+  e->c->out = save, e->c->ref = ref;
+  cg_puts(&com, "/* its kernel IR: a call of attention, here a thread per query row (grid-stride) */\n");
+  char kname[200], grid[32];
+  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
+  int64_t blocks = (B * T + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
+  cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
+  cg_buf_free(&com);
+  cg_buf_free(&body);
+  return 0;
+}
+
 int cu_data_op(Ent *e, int i, const Inst *in) {
   if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(e, i, in) == 0) return 0;
   if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(e, i, in) == 0) return 0;

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ctc_testlib import CTC, compare, load_module, run, st_write
+from cuda_testlib import rt_objects  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -189,9 +190,56 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text)
     kir = run([CTC, "compile", src, "--emit", "kir"]).stdout
     assert re.search(r"kernel \d+: call over f32\[2,2,40,16\]\n\s+%\S+ = call attention\(%", kir), kir[:3000]
-    # --no-fuse (the unfused reference) and the CUDA target keep the unfused chain
+    # --no-fuse (the unfused reference) keeps the unfused chain; the CUDA target fuses forward
+    # code only (it has no attention_bwd)
     assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--no-fuse"]).stdout
-    assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
+    cu = run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
+    assert " attention[" in entry_ir(cu, "forward") and " attention" not in entry_ir(cu, "grads"), cu
+
+
+CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [(1, 2, 70, 16, "mul", "none", "nan"),
+                                                                    (1, 2, 70, 16, "mul", "none", "-inf")]
+
+
+@pytest.mark.parametrize("b,h,t,d,scale,mask,bad", CUDA_CASES, ids=lambda c: str(c))
+def test_cuda_fused_forward_matches_float64(tmp_path, rt_objects, b, h, t, d, scale, mask, bad):
+    """The CUDA target's fused attention (codegen_cuda/ops_cuda.c: a thread per query row, the
+    online softmax), emulated: forward against float64 PyTorch, causal or not, scaled each way,
+    grouped-query heads, odd sizes; a NaN in k makes NaN exactly the rows PyTorch's are, and a
+    -inf score (one key of k, seen first by some rows) adds nothing. The grads entry keeps the
+    unfused chain and matches too."""
+    from cuda_testlib import emulated, run_env
+    src = tmp_path / "attn.py"
+    src.write_text(SRC.format(B=b, H=h, T=t, D=d, SCORES=SCALES[scale], MASK=MASKS[mask], DROP="att"))
+    cu, exe = emulated(tmp_path, str(src), [], rt_objects)
+    code = cu.read_text()
+    assert "a call of attention, here a thread per query row" in code and "attention_bwd" not in code
+    torch.manual_seed(0)
+    mod = load_module(str(src), f"attn_cuda_{t}_{d}_{mask}_{bad}")
+    sd = {k: v.detach().numpy().copy() for k, v in mod.model.state_dict().items()}
+    if bad == "nan":
+        sd["k"][0, 0, 5, 3] = float("nan")
+    elif bad == "-inf":   # key 0 of head 0: a score of -inf where q's element is negative, +inf (NaN row) where positive
+        sd["k"][0, 0, 0, 3] = float("inf")
+    mod.model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
+    w = tmp_path / "w.safetensors"
+    st_write(w, sd)
+    g = np.random.default_rng(1).standard_normal((b, h, t, d)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "g.npy", "--output", tmp_path / "f.npy",
+             "--output", tmp_path / "fl.npy"])
+    got, want = np.load(tmp_path / "f.npy"), reference(mod, g)[0]
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), np.argwhere(np.isnan(got) != nan)[:5]
+    if bad:   # -inf: the rows whose q[..., 3] is negative see a -inf score first, and stay finite
+        assert nan.any() and not nan.all()
+    compare("cuda forward y", np.where(nan, 0, got), np.where(nan, 0, want), 1e-4, 1e-5)
+    if bad:
+        return
+    outs = [tmp_path / f"o{i}.npy" for i in range(4)]
+    run_env([exe, "run", "grads", "--weights", w, "--input", tmp_path / "g.npy"] + [a for o in outs for a in ("--output", o)])
+    for name, o, ref in zip(("y", "dq", "dk", "dv"), outs, reference(mod, g)):
+        compare("cuda grads " + name, np.load(o), ref, 1e-3, 1e-4)
 
 
 SPLIT = """
@@ -370,3 +418,19 @@ except RuntimeError as e:
     out = run(["/usr/bin/python3", "-c", prog], env=env).stdout
     assert "refused:" in out and "'blk.bias' has 1 at [0, 0, 0, 1] where the model has 0" in out, out
     assert "the decode entry takes its values at lm.py:19 as a causal mask" in out, out
+
+
+def test_cuda_fused_attention_nvcc_compiles_clean(tmp_path):
+    """The CUDA target's attention kernel compiles with nvcc (sm_80, sm_90, every warning an
+    error) and passes --validate (NVRTC and libclang)."""
+    from cuda_testlib import NVCC, RT
+    if NVCC is None:
+        pytest.skip("nvcc not found (the CUDA toolkit is not installed)")
+    src = tmp_path / "attn.py"
+    src.write_text(SRC.format(B=2, H=3, T=37, D=16, SCORES=SCALES["div"], MASK=MASKS["tril"], DROP="att"))
+    cu = tmp_path / "m.cu"
+    r = run([CTC, "compile", src, "--target", "cuda", "--validate", "-o", cu])
+    assert "error" not in r.stderr and "a thread per query row" in cu.read_text()
+    run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+         "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
+        timeout=600)
