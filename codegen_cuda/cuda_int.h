@@ -103,7 +103,8 @@ void cu_serial(Ent *e, int i);
  * from its kernel IR call (kernels/gemm.c, conv.c): 0, or -1 for a dtype or layout not supported. */
 int cu_matmul(Ent *e, const Inst *in);
 int cu_conv(Ent *e, int i, const Inst *in);
-/* ATTENTION (fused forward attention, kernels/attention.c's call) as a thread per query row:
+/* ATTENTION (a thread per query row) and ATTENTION_BWD (three kernels: each row's logsumexp,
+ * dk and dv a thread per key row, dq a thread per query row), from kernels/attention.c's call:
  * 0, or -1 (another dtype). */
 int cu_attention(Ent *e, int i, const Inst *in);
 /* Instruction i as this target's own kernel (copies, reductions, concat, iota and rand,

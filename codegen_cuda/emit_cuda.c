@@ -122,8 +122,8 @@ static void cu_kernel_code(CgEntry *en, int k) {
         en->rc = fail(g, f, in, in->op == IR_MATMUL ? "a GEMM of this dtype or layout" : "a non-float convolution");
       continue;
     }
-    if (in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) {   /* forward code fuses only (Program.fuse_attention) */
-      if (in->op == IR_ATTENTION_BWD || cu_attention(e, i, in) < 0) en->rc = fail(g, f, in, "fused attention of this dtype");
+    if (in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) {
+      if (cu_attention(e, i, in) < 0) en->rc = fail(g, f, in, "fused attention of this dtype");
       continue;
     }
     if (cu_op_kernel(e, i) == 0 || cu_data_op(e, i, in) == 0) continue;

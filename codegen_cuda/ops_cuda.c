@@ -677,77 +677,179 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-/* ---- fused attention (ATTENTION, kernels/attention.c's call) -------------------------
- * A thread per query row (grid-stride over the B * T rows): its scores against the keys it
- * sees (those at or before it when causal) one at a time, with the online softmax of the C
- * target's kernel (the running maximum m and sum l, the row of o rescaled by exp(m_old - m_new)
- * when the maximum grows), o accumulated in a local array of D elements and divided by l at the
- * end. The T x T matrix never exists. Operands are read through the call's strides; o is
- * contiguous. Only forward code fuses on this target (Program.fuse_attention = 1): it has no
- * attention_bwd. */
-int cu_attention(Ent *e, int i, const Inst *in) {
-  const Func *f = e->f;
-  const KnSchedule *sc = e->c->s;
-  Kir *kir = kir_build_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]]);
-  DType dt = ty(f, in->res)->dtype;
-  if (!kir || in->op != IR_ATTENTION || (dt != DT_F32 && dt != DT_F64)) return -1;
-  const KirCall *k = kir->body.data[0]->call;
-  int64_t n1 = k->ints[0], B = k->ints[1], T = k->ints[2], D = k->ints[3], causal = k->ints[4], divide = k->ints[5];
-  const char *ct = cg_ctype(dt), *ex = dt == DT_F32 ? "expf" : "exp";
-  Buf body = {0}, p[3] = {{0}, {0}, {0}};
-  cu_kbegin(e, &body);
-  for (int a = 0; a < 3; a++) {   /* each operand's base for batch (b0, b1) */
-    cg_printf(&p[a], "%s", cg_ref(e->c, k->args[a]));
-    if (k->off[a]) cg_printf(&p[a], " + %lld", (ll)k->off[a]);
-    cg_printf(&p[a], " + ctc_b0 * %lld + ctc_b1 * %lld", (ll)k->st[a][0], (ll)k->st[a][1]);
+/* ---- fused attention (ATTENTION, ATTENTION_BWD: kernels/attention.c's call) -------------
+ * Forward: a thread per query row (grid-stride over the B * T rows): its scores against the
+ * keys it sees (those at or before it when causal) one at a time, with the online softmax of
+ * the C target's kernel (the running maximum m and sum l, the row of o rescaled by
+ * exp(m_old - m_new) when the maximum grows), o accumulated in a local array of D elements and
+ * divided by l at the end. The T x T matrix never exists. Backward, three kernels in stream
+ * order: a thread per query row writes its logsumexp into the first element of its dq row;
+ * a thread per key row j sums dk[j] = sum_i ds_ij q_i and dv[j] = sum_i p_ij g_i over the rows
+ * that see it (p_ij = exp(s_ij - lse_i), ds_ij = p_ij (g_i . v_j - g_i . o_i) * scale); a thread
+ * per query row takes its logsumexp back and writes dq[i] = sum_j ds_ij k_j over its row.
+ * Operands are read through the call's strides; the results are contiguous. A -inf score adds
+ * nothing (before any finite one, exp(-inf - -inf) would be NaN); NaN and +inf make the row
+ * NaN, as softmax does. */
+
+typedef struct AttnK {
+  Ent *e;
+  const KirCall *k;
+  int64_t n1, B, T, D, causal, divide;
+  const char *ct, *ex, *lg;
+  char scale[96];
+} AttnK;
+
+/* operand a's base for the batch (ctc_b0, ctc_b1) */
+static void attn_base(AttnK *A, Buf *b, int a) {
+  cg_printf(b, "%s", cg_ref(A->e->c, A->k->args[a]));
+  if (A->k->off[a]) cg_printf(b, " + %lld", (ll)A->k->off[a]);
+  cg_printf(b, " + ctc_b0 * %lld + ctc_b1 * %lld", (ll)A->k->st[a][0], (ll)A->k->st[a][1]);
+}
+
+/* the thread's row: ctc_b (batch), ctc_r (row), ctc_b0, ctc_b1, and each operand's row-0 pointer */
+static void attn_head(AttnK *A, Buf *body, int nargs) {
+  static const char *const nm[5] = {"ctc_q", "ctc_k", "ctc_v", "ctc_o", "ctc_g"};
+  cg_printf(body, loop_head, (ll)(A->B * A->T));
+  cg_printf(body, " {\n    const int64_t ctc_b = ctc_i / %lld, ctc_r = ctc_i %% %lld, ctc_b0 = ctc_b / %lld, ctc_b1 = ctc_b %% %lld;\n",
+            (ll)A->T, (ll)A->T, (ll)A->n1, (ll)A->n1);
+  for (int a = 0; a < nargs; a++) {
+    cg_printf(body, "    const %s *%s = ", A->ct, nm[a]);
+    attn_base(A, body, a);
+    cg_puts(body, ";\n");
   }
-  const char *o = cg_ref(e->c, in->res);
-  char scale[96], jend[32];
-  Buf lit = {0};
-  cg_literal(&lit, dt, k->real);
-  snprintf(scale, sizeof scale, "%s %s", divide ? "/" : "*", lit.s);
-  cg_buf_free(&lit);
-  if (causal) snprintf(jend, sizeof jend, "ctc_q + 1");
-  else snprintf(jend, sizeof jend, "%lld", (ll)T);
-  cg_printf(&body, loop_head, (ll)(B * T));
-  cg_printf(&body, " {\n    const int64_t ctc_b = ctc_i / %lld, ctc_q = ctc_i %% %lld, ctc_b0 = ctc_b / %lld, ctc_b1 = ctc_b %% %lld;\n",
-            (ll)T, (ll)T, (ll)n1, (ll)n1);
-  cg_printf(&body, "    const %s *ctc_qi = %s + ctc_q * %lld, *ctc_kb = %s, *ctc_vb = %s;\n", ct, p[0].s, (ll)k->st[0][2], p[1].s,
-            p[2].s);
-  cg_printf(&body, "    %s ctc_acc[%lld], ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, (ll)D, ct);
-  cg_printf(&body, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] = 0;\n", (ll)D);
-  cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {   /* the keys it sees */\n", jend);
-  cg_printf(&body, "      %s ctc_s = 0;\n", ct);
-  cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_s += ctc_qi[ctc_d] * ctc_kb[ctc_j * %lld + ctc_d];\n",
-            (ll)D, (ll)k->st[1][2]);
-  cg_printf(&body, "      ctc_s = ctc_s %s;\n", scale);
-  cg_printf(&body, "      if (ctc_s > ctc_m) {   /* a new maximum: what was summed is rescaled */\n");
-  cg_printf(&body, "        const %s ctc_c = ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n", ct, ct, ex);
-  cg_printf(&body, "        ctc_l *= ctc_c;\n");
-  cg_printf(&body, "        for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] *= ctc_c;\n", (ll)D);
-  cg_printf(&body, "        ctc_m = ctc_s;\n      }\n");
-  /* a -inf score adds nothing (before any finite one, exp(-inf - -inf) would be NaN); NaN and +inf
-   * make the row NaN, as softmax does */
-  cg_printf(&body, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n      ctc_l += ctc_p;\n", ct, ct, ex);
-  cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] += ctc_p * ctc_vb[ctc_j * %lld + ctc_d];\n",
-            (ll)D, (ll)k->st[2][2]);
-  cg_printf(&body, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_acc[ctc_d] / ctc_l;\n  }\n",
-            (ll)D, o, (ll)D);
-  for (int a = 0; a < 3; a++) cg_buf_free(&p[a]);
+  cg_printf(body, "    (void)ctc_r;\n");
+}
+
+/* ctc_s = the score of query row `qi` and key row `kj` (C expressions of row indices) */
+static void attn_score(AttnK *A, Buf *body, const char *ind, const char *qi, const char *kj) {
+  cg_printf(body, "%s%s ctc_s = 0;\n", ind, A->ct);
+  cg_printf(body, "%sfor (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_s += ctc_q[(%s) * %lld + ctc_d] * ctc_k[(%s) * %lld + ctc_d];\n",
+            ind, (ll)A->D, qi, (ll)A->k->st[0][2], kj, (ll)A->k->st[1][2]);
+  cg_printf(body, "%sctc_s = ctc_s %s;\n", ind, A->scale);
+}
+
+/* ctc_<name> = the dot product of row `x` of operand xa and row `y` of operand ya */
+static void attn_dot(AttnK *A, Buf *body, const char *ind, const char *name, const char *xp, int xa, const char *x,
+                     const char *yp, int ya, const char *y) {
+  cg_printf(body, "%s%s %s = 0;\n", ind, A->ct, name);
+  cg_printf(body, "%sfor (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s += %s[(%s) * %lld + ctc_d] * %s[(%s) * %lld + ctc_d];\n",
+            ind, (ll)A->D, name, xp, x, (ll)A->k->st[xa][2], yp, y, (ll)A->k->st[ya][2]);
+}
+
+static void attn_launch(AttnK *A, int i, const Inst *in, Buf *body, const char *what, const char *sfx) {
+  Ent *e = A->e;
   Buf com = {0};
   Buf *save = e->c->out;
   unsigned char *ref = e->c->ref;
   e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
   cg_comment(e->c, in);
   e->c->out = save, e->c->ref = ref;
-  cg_puts(&com, "/* its kernel IR: a call of attention, here a thread per query row (grid-stride) */\n");
+  cg_printf(&com, "/* its kernel IR: a call of %s, here %s (grid-stride) */\n", in->op == IR_ATTENTION ? "attention" : "attention_bwd",
+            what);
   char kname[200], grid[32];
-  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  int64_t blocks = (B * T + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(kname, sizeof kname, "%s_%s_i%d%s", e->g->prefix, e->fname, i, sfx);
+  int64_t blocks = (A->B * A->T + ELEM_BLOCK - 1) / ELEM_BLOCK;
   snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
+  cu_kend(e, kname, com.s, body, grid, ELEM_BLOCK, 0);
   cg_buf_free(&com);
+}
+
+int cu_attention(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const KnSchedule *sc = e->c->s;
+  Kir *kir = kir_build_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]]);
+  DType dt = ty(f, in->res)->dtype;
+  if (!kir || (dt != DT_F32 && dt != DT_F64)) return -1;
+  AttnK A = {e, kir->body.data[0]->call, 0, 0, 0, 0, 0, 0, cg_ctype(dt), dt == DT_F32 ? "expf" : "exp",
+             dt == DT_F32 ? "logf" : "log", ""};
+  A.n1 = A.k->ints[0], A.B = A.k->ints[1], A.T = A.k->ints[2], A.D = A.k->ints[3], A.causal = A.k->ints[4];
+  A.divide = A.k->ints[5];
+  Buf lit = {0};
+  cg_literal(&lit, dt, A.k->real);
+  snprintf(A.scale, sizeof A.scale, "%s %s", A.divide ? "/" : "*", lit.s);
+  cg_buf_free(&lit);
+  const char *ct = A.ct, *ex = A.ex;
+  int64_t D = A.D, BTD = A.B * A.T * A.D;
+  char jend[32], ibeg[32];   /* the keys row ctc_r sees; the first row that sees key ctc_r */
+  snprintf(jend, sizeof jend, A.causal ? "ctc_r + 1" : "%lld", (ll)A.T);
+  snprintf(ibeg, sizeof ibeg, A.causal ? "ctc_r" : "0");
+  Buf body = {0};
+  if (in->op == IR_ATTENTION) {
+    cu_kbegin(e, &body);
+    attn_head(&A, &body, 3);
+    const char *o = cg_ref(e->c, in->res);
+    cg_printf(&body, "    %s ctc_acc[%lld], ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, (ll)D, ct);
+    cg_printf(&body, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] = 0;\n", (ll)D);
+    cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {   /* the keys it sees */\n", jend);
+    attn_score(&A, &body, "      ", "ctc_r", "ctc_j");
+    cg_printf(&body, "      if (ctc_s > ctc_m) {   /* a new maximum: what was summed is rescaled */\n");
+    cg_printf(&body, "        const %s ctc_c = ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n", ct, ct, ex);
+    cg_printf(&body, "        ctc_l *= ctc_c;\n");
+    cg_printf(&body, "        for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] *= ctc_c;\n", (ll)D);
+    cg_printf(&body, "        ctc_m = ctc_s;\n      }\n");
+    cg_printf(&body, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n      ctc_l += ctc_p;\n", ct, ct, ex);
+    cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] += ctc_p * ctc_v[ctc_j * %lld + ctc_d];\n",
+              (ll)D, (ll)A.k->st[2][2]);
+    cg_printf(&body, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_acc[ctc_d] / ctc_l;\n  }\n",
+              (ll)D, o, (ll)D);
+    attn_launch(&A, i, in, &body, "a thread per query row", "");
+    cg_buf_free(&body);
+    return 0;
+  }
+  /* ATTENTION_BWD: q, k, v, o, g -> r = [dq; dk; dv] */
+  cu_kbegin(e, &body);   /* 1: each row's logsumexp, into its dq row's first element */
+  attn_head(&A, &body, 2);
+  const char *r = cg_ref(e->c, in->res);
+  cg_printf(&body, "    %s ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, ct);
+  cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {\n", jend);
+  attn_score(&A, &body, "      ", "ctc_r", "ctc_j");
+  cg_printf(&body, "      if (ctc_s > ctc_m) {\n        ctc_l *= ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n        ctc_m = ctc_s;\n      }\n", ct, ex);
+  cg_printf(&body, "      ctc_l += ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n    }\n", ct, ex);
+  cg_printf(&body, "    %s[ctc_i * %lld] = ctc_m + %s(ctc_l);\n  }\n", r, (ll)D, A.lg);
+  attn_launch(&A, i, in, &body, "a thread per query row: its logsumexp", "_lse");
   cg_buf_free(&body);
+
+  Buf b2 = {0};   /* 2: dk and dv, a thread per key row */
+  cu_kbegin(e, &b2);
+  attn_head(&A, &b2, 5);
+  r = cg_ref(e->c, in->res);
+  cg_printf(&b2, "    %s ctc_dk[%lld], ctc_dv[%lld];\n", ct, (ll)D, (ll)D);
+  cg_printf(&b2, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dk[ctc_d] = ctc_dv[ctc_d] = 0;\n", (ll)D);
+  cg_printf(&b2, "    for (int64_t ctc_t = %s; ctc_t < %lld; ctc_t++) {   /* the query rows that see this key */\n", ibeg, (ll)A.T);
+  attn_score(&A, &b2, "      ", "ctc_t", "ctc_r");
+  cg_printf(&b2, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - %s[(ctc_b * %lld + ctc_t) * %lld]);\n", ct, ct, ex, r,
+            (ll)A.T, (ll)D);
+  attn_dot(&A, &b2, "      ", "ctc_dp", "ctc_g", 4, "ctc_t", "ctc_v", 2, "ctc_r");
+  attn_dot(&A, &b2, "      ", "ctc_di", "ctc_g", 4, "ctc_t", "ctc_o", 3, "ctc_t");
+  cg_printf(&b2, "      const %s ctc_ds = ctc_p * (ctc_dp - ctc_di) %s;\n", ct, A.scale);
+  cg_printf(&b2, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) {\n", (ll)D);
+  cg_printf(&b2, "        ctc_dv[ctc_d] += ctc_p * ctc_g[ctc_t * %lld + ctc_d];\n", (ll)A.k->st[4][2]);
+  cg_printf(&b2, "        ctc_dk[ctc_d] += ctc_ds * ctc_q[ctc_t * %lld + ctc_d];\n      }\n    }\n", (ll)A.k->st[0][2]);
+  cg_printf(&b2, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) {\n", (ll)D);
+  cg_printf(&b2, "      %s[%lld + ctc_i * %lld + ctc_d] = ctc_dk[ctc_d];\n", r, (ll)BTD, (ll)D);
+  cg_printf(&b2, "      %s[%lld + ctc_i * %lld + ctc_d] = ctc_dv[ctc_d];\n    }\n  }\n", r, (ll)(2 * BTD), (ll)D);
+  attn_launch(&A, i, in, &b2, "a thread per key row: dk and dv", "_dkv");
+  cg_buf_free(&b2);
+
+  Buf b3 = {0};   /* 3: dq, a thread per query row (its logsumexp read first, then overwritten) */
+  cu_kbegin(e, &b3);
+  attn_head(&A, &b3, 5);
+  r = cg_ref(e->c, in->res);
+  cg_printf(&b3, "    const %s ctc_lse = %s[ctc_i * %lld];\n", ct, r, (ll)D);
+  attn_dot(&A, &b3, "    ", "ctc_di", "ctc_g", 4, "ctc_r", "ctc_o", 3, "ctc_r");
+  cg_printf(&b3, "    %s ctc_dq[%lld];\n", ct, (ll)D);
+  cg_printf(&b3, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dq[ctc_d] = 0;\n", (ll)D);
+  cg_printf(&b3, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {\n", jend);
+  attn_score(&A, &b3, "      ", "ctc_r", "ctc_j");
+  cg_printf(&b3, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_lse);\n", ct, ct, ex);
+  attn_dot(&A, &b3, "      ", "ctc_dp", "ctc_g", 4, "ctc_r", "ctc_v", 2, "ctc_j");
+  cg_printf(&b3, "      const %s ctc_ds = ctc_p * (ctc_dp - ctc_di) %s;\n", ct, A.scale);
+  cg_printf(&b3, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dq[ctc_d] += ctc_ds * ctc_k[ctc_j * %lld + ctc_d];\n",
+            (ll)D, (ll)A.k->st[1][2]);
+  cg_printf(&b3, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_dq[ctc_d];\n  }\n", (ll)D, r,
+            (ll)D);
+  attn_launch(&A, i, in, &b3, "a thread per query row: dq", "_dq");
+  cg_buf_free(&b3);
   return 0;
 }
 

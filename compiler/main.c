@@ -342,13 +342,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   o->lower.ninputs = o->inputs.len;
   o->lower.entries = o->entries.data;
   o->lower.nentries = o->entries.len;
-  /* fused attention (ir/attn.c): the C target's everywhere, the CUDA target's in code nothing
-   * differentiates (it has no attention_bwd kernel); not where every op must stay visible */
+  /* fused attention (ir/attn.c): both targets; not where every op must stay visible */
   o->lower.cuda_target = o->target && !strcmp(o->target, "cuda");
-  o->lower.fuse_attention = o->no_fuse || o->no_fuse_attention || o->anomaly || o->quantize || o->freestanding ? 0
-                            : !o->target || !strcmp(o->target, "c")                                      ? 2
-                            : o->lower.cuda_target                                                        ? 1
-                                                                                                          : 0;
+  o->lower.fuse_attention = !(o->target && strcmp(o->target, "c") && !o->lower.cuda_target) && !o->no_fuse &&
+                            !o->no_fuse_attention && !o->anomaly && !o->quantize && !o->freestanding;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

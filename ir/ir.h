@@ -283,8 +283,7 @@ struct Program {
   void (*type_error)(void *ctx, Span at, const char *msg);
   void *type_error_ctx;
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
-  int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention): 1 after
-                                 staging (the CUDA target), 2 also before backward()'s sweep (the C target) */
+  int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention) */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
   Vec(IrScope) scopes;        /* the user modules whose forward staged instructions (Inst.scope);
@@ -334,7 +333,7 @@ void ir_compact(Func *f);
 /* attn.c: the staged chain softmax(q k^T * scale + causal mask) v whose intermediates
  * have no other use, from instruction `from` on, becomes one ATTENTION instruction
  * (ops.def); returns how many. Called where nothing differentiates the result again
- * (Program.fuse_attention: after staging, and, on the C target, before the sweep of backward()/step()). */
+ * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
 int ir_fuse_attention(Program *p, Func *f, int from);
 /* v's values (numel doubles into out) when they are computable at compile time from
  * literals and the initial values of buffers and ctc's constants (not of trainable

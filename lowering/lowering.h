@@ -36,10 +36,8 @@ typedef struct LowerOptions {
                                  none given: every function that calls backward()/step()/
                                  torch.autograd.grad */
   int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
-  int fuse_attention;       /* fused attention (Program.fuse_attention, ir_fuse_attention): 2 the C target
-                               (also before backward()'s sweep), 1 the CUDA target (code nothing
-                               differentiates: it has no attention_bwd); 0 under --no-fuse, --anomaly,
-                               --dtype f64, --quantize or --freestanding */
+  int fuse_attention;       /* fused attention (Program.fuse_attention, ir_fuse_attention): the C and CUDA
+                               targets, not --no-fuse, --anomaly, --dtype f64, --quantize or --freestanding */
   int cuda_target;          /* --target cuda: torch.autocast('cuda') regions apply (PyTorch's CUDA lists,
                                torchlib/autocast.c); on the C target they are disabled with a note */
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses

@@ -190,11 +190,10 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text)
     kir = run([CTC, "compile", src, "--emit", "kir"]).stdout
     assert re.search(r"kernel \d+: call over f32\[2,2,40,16\]\n\s+%\S+ = call attention\(%", kir), kir[:3000]
-    # --no-fuse (the unfused reference) keeps the unfused chain; the CUDA target fuses forward
-    # code only (it has no attention_bwd)
+    # --no-fuse (the unfused reference) keeps the unfused chain; the CUDA target fuses as C does
     assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--no-fuse"]).stdout
     cu = run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
-    assert " attention[" in entry_ir(cu, "forward") and " attention" not in entry_ir(cu, "grads"), cu
+    assert " attention[" in entry_ir(cu, "forward") and " attention_bwd[" in entry_ir(cu, "grads"), cu
 
 
 CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [(1, 2, 70, 16, "mul", "none", "nan"),
@@ -203,17 +202,18 @@ CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [(1, 2, 70, 1
 
 @pytest.mark.parametrize("b,h,t,d,scale,mask,bad", CUDA_CASES, ids=lambda c: str(c))
 def test_cuda_fused_forward_matches_float64(tmp_path, rt_objects, b, h, t, d, scale, mask, bad):
-    """The CUDA target's fused attention (codegen_cuda/ops_cuda.c: a thread per query row, the
-    online softmax), emulated: forward against float64 PyTorch, causal or not, scaled each way,
-    grouped-query heads, odd sizes; a NaN in k makes NaN exactly the rows PyTorch's are, and a
-    -inf score (one key of k, seen first by some rows) adds nothing. The grads entry keeps the
-    unfused chain and matches too."""
+    """The CUDA target's fused attention (codegen_cuda/ops_cuda.c: forward a thread per query
+    row with the online softmax; backward each row's logsumexp, then dk and dv a thread per key
+    row, dq a thread per query row), emulated, against float64 PyTorch: causal or not, scaled
+    each way, grouped-query heads, odd sizes. A NaN in k makes NaN exactly the rows PyTorch's
+    are, and a -inf score (one key of k, seen first by some rows) adds nothing."""
     from cuda_testlib import emulated, run_env
     src = tmp_path / "attn.py"
     src.write_text(SRC.format(B=b, H=h, T=t, D=d, SCORES=SCALES[scale], MASK=MASKS[mask], DROP="att"))
     cu, exe = emulated(tmp_path, str(src), [], rt_objects)
     code = cu.read_text()
-    assert "a call of attention, here a thread per query row" in code and "attention_bwd" not in code
+    assert "a call of attention, here a thread per query row" in code
+    assert "a call of attention_bwd, here a thread per key row: dk and dv" in code
     torch.manual_seed(0)
     mod = load_module(str(src), f"attn_cuda_{t}_{d}_{mask}_{bad}")
     sd = {k: v.detach().numpy().copy() for k, v in mod.model.state_dict().items()}

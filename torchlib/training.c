@@ -485,7 +485,7 @@ static void grads_materialize(L *L, Span at, PV *extra) {
   }
   int *reached = arena_alloc(L->a, sizeof(int) * (size_t)n);
   /* a first-order sweep that nothing differentiates again (backward(create_graph=True) is refused) */
-  if (L->T->prog->fuse_attention == 2) ir_fuse_attention(L->T->prog, L->T->fn, 0);   /* attention_bwd: the C target */
+  if (L->T->prog->fuse_attention) ir_fuse_attention(L->T->prog, L->T->fn, 0);
   ad_reverse(L->T->prog, L->T->fn, seeds, L->T->pending.len, wrt, n, grads, reached);
   L->T->pending.len = L->T->pending_seed.len = 0;
   grads_grow(L);
