@@ -312,21 +312,28 @@ static void cstrides(const Type *t, int64_t *st) {
   for (int k = t->ndim - 1; k >= 0; k--) st[k] = n, n *= t->dims[k];
 }
 
-/* The kernel of instruction i with a grid-stride loop over its result's
- * elements around `inner` (which uses ctc_i); c->out is the body. */
-static void elementwise_kernel(Ent *e, int i, const Inst *in, Buf *body) {
+/* Kernel body (a grid-stride loop over n elements) of instruction i finished and launched:
+ * its model-line comment and `note` (or none), named <m>_<entry>_i<i><sfx>. */
+static void op_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, int64_t n) {
   Buf com = {0};
   Buf *save = e->c->out;
   unsigned char *ref = e->c->ref;
   e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
   cg_comment(e->c, in);
   e->c->out = save, e->c->ref = ref;
+  if (note) cg_printf(&com, "/* %s */\n", note);
   char kname[200], grid[32];
-  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  int64_t N = ir_numel(ty(e->f, in->res)), blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
+  snprintf(kname, sizeof kname, "%s_%s_i%d%s", e->g->prefix, e->fname, i, sfx);
+  int64_t blocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
   snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
   cu_kend(e, kname, com.s, body, grid, ELEM_BLOCK, 0);
   cg_buf_free(&com);
+}
+
+/* The kernel of instruction i with a grid-stride loop over its result's
+ * elements around `inner` (which uses ctc_i); c->out is the body. */
+static void elementwise_kernel(Ent *e, int i, const Inst *in, Buf *body) {
+  op_launch(e, i, in, NULL, "", body, ir_numel(ty(e->f, in->res)));
 }
 
 static const char loop_head[] =
@@ -661,18 +668,7 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
               cg_ctype(w->dtype), (ll)ir_numel(w));
     e->c->ref = e->kref;
   }
-  Buf com = {0};
-  Buf *save = e->c->out;
-  unsigned char *ref = e->c->ref;
-  e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
-  cg_comment(e->c, in);
-  e->c->out = save, e->c->ref = ref;
-  char kname[200], grid[32];
-  snprintf(kname, sizeof kname, "%s_%s_i%d", e->g->prefix, e->fname, i);
-  int64_t N = bwd ? D : n * D, blocks = (N + ELEM_BLOCK - 1) / ELEM_BLOCK;
-  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  cu_kend(e, kname, com.s, &body, grid, ELEM_BLOCK, 0);
-  cg_buf_free(&com);
+  op_launch(e, i, in, NULL, "", &body, bwd ? D : n * D);
   cg_buf_free(&body);
   return 0;
 }
@@ -737,21 +733,9 @@ static void attn_dot(AttnK *A, Buf *body, const char *ind, const char *name, con
 }
 
 static void attn_launch(AttnK *A, int i, const Inst *in, Buf *body, const char *what, const char *sfx) {
-  Ent *e = A->e;
-  Buf com = {0};
-  Buf *save = e->c->out;
-  unsigned char *ref = e->c->ref;
-  e->c->out = &com, e->c->ind = 0, e->c->ref = e->href;
-  cg_comment(e->c, in);
-  e->c->out = save, e->c->ref = ref;
-  cg_printf(&com, "/* its kernel IR: a call of %s, here %s (grid-stride) */\n", in->op == IR_ATTENTION ? "attention" : "attention_bwd",
-            what);
-  char kname[200], grid[32];
-  snprintf(kname, sizeof kname, "%s_%s_i%d%s", e->g->prefix, e->fname, i, sfx);
-  int64_t blocks = (A->B * A->T + ELEM_BLOCK - 1) / ELEM_BLOCK;
-  snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  cu_kend(e, kname, com.s, body, grid, ELEM_BLOCK, 0);
-  cg_buf_free(&com);
+  char note[200];
+  snprintf(note, sizeof note, "its kernel IR: a call of %s, here %s (grid-stride)", ir_ops[in->op].name, what);
+  op_launch(A->e, i, in, note, sfx, body, A->B * A->T);
 }
 
 int cu_attention(Ent *e, int i, const Inst *in) {

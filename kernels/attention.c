@@ -24,6 +24,25 @@ int kn_attention_operand(const Type *t, const KnLayout *l, int64_t st[3]) {
   return 0;
 }
 
+Kir *kir_call_new(Arena *a, const Func *f, const Kernel *kn, const Inst *in, const Type *space, const char *fn) {
+  Kir *k = arena_alloc(a, sizeof *k);
+  KirStmt *st = arena_alloc(a, sizeof *st);
+  KirCall *c = arena_alloc(a, sizeof *c);
+  memset(k, 0, sizeof *k);
+  memset(st, 0, sizeof *st);
+  memset(c, 0, sizeof *c);
+  k->f = f;
+  k->kn = kn;
+  k->space = *space;
+  c->fn = fn;
+  st->kind = KS_CALL;
+  st->v = in->res;
+  st->in = in;
+  st->call = c;
+  vec_push(a, &k->body, st);
+  return k;
+}
+
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
   if (kn->kind != KN_OP) return NULL;
   const Inst *in = NULL;
@@ -39,17 +58,8 @@ Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *
   if (in->op != IR_ATTENTION && in->op != IR_ATTENTION_BWD) return kir_build_conv(a, f, kn, in);
   const Type *q = &f->values.data[in->args[0]].type;
   int64_t T = q->dims[q->ndim - 2], D = q->dims[q->ndim - 1];
-  Kir *k = arena_alloc(a, sizeof *k);
-  k->f = f;
-  k->kn = kn;
-  k->space = kn->space;
-  KirStmt *st = arena_alloc(a, sizeof *st);
-  KirCall *c = arena_alloc(a, sizeof *c);
-  st->kind = KS_CALL;
-  st->v = in->res;
-  st->in = in;
-  st->call = c;
-  c->fn = in->op == IR_ATTENTION ? "attention" : "attention_bwd";
+  Kir *k = kir_call_new(a, f, kn, in, &kn->space, ir_ops[in->op].name);   /* attention, attention_bwd */
+  KirCall *c = k->body.data[0]->call;
   c->nargs = in->nargs;
   for (int i = 0; i < in->nargs; i++) {
     KnLayout l;
@@ -67,6 +77,5 @@ Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *
   c->ints[5] = in->attr[1];             /* divide by the scale */
   c->nint = 6;
   c->real = in->fattr;
-  vec_push(a, &k->body, st);
   return k;
 }

@@ -6,7 +6,6 @@
  * (pointwise) or as im2col/col2im over tiles of the batch and GEMMs
  * (codegen_c/emit_ops.c); the CUDA target through cuDNN or im2col/col2im kernels and
  * cuBLAS (codegen_cuda/ops_cuda.c). */
-#include <string.h>
 #include "kir.h"
 
 void kn_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
@@ -31,23 +30,10 @@ void kn_conv_geom(const Func *f, const Inst *in, ConvGeom *g) {
 
 Kir *kir_build_conv(Arena *a, const Func *f, const Kernel *kn, const Inst *in) {
   if (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) return NULL;
-  Kir *k = arena_alloc(a, sizeof *k);
-  KirStmt *st = arena_alloc(a, sizeof *st);
-  KirCall *c = arena_alloc(a, sizeof *c);
-  memset(k, 0, sizeof *k);
-  memset(st, 0, sizeof *st);
-  memset(c, 0, sizeof *c);
-  k->f = f;
-  k->kn = kn;
-  k->space = f->values.data[in->res].type;
-  c->fn = ir_ops[in->op].name;   /* conv2d, conv2d_bwd_input, conv2d_bwd_weight */
+  Kir *k = kir_call_new(a, f, kn, in, &f->values.data[in->res].type, ir_ops[in->op].name);   /* conv2d, conv2d_bwd_* */
+  KirCall *c = k->body.data[0]->call;
   c->nargs = 2;
   for (int j = 0; j < 2; j++) c->args[j] = c->vals[j] = in->args[j];
   kn_conv_geom(f, in, &c->conv);
-  st->kind = KS_CALL;
-  st->v = in->res;
-  st->in = in;
-  st->call = c;
-  vec_push(a, &k->body, st);
   return k;
 }

@@ -5,22 +5,15 @@
  * its batch axes as strides (0 where it is broadcast). How a batch runs is the renderer's:
  * the C target a loop of ctc_matmul calls or one call with the batch in the rows
  * (codegen_c/emit_ops.c), the CUDA target cuBLAS's strided batches (codegen_cuda/ops_cuda.c). */
-#include <string.h>
 #include "kir.h"
 
 Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
   const Type *r = &f->values.data[in->res].type;
   if (in->op != IR_MATMUL || r->ndim < 2) return NULL;
-  Kir *k = arena_alloc(a, sizeof *k);
-  KirStmt *st = arena_alloc(a, sizeof *st);
-  KirCall *c = arena_alloc(a, sizeof *c);
-  memset(k, 0, sizeof *k);
-  memset(st, 0, sizeof *st);
-  memset(c, 0, sizeof *c);
-  k->f = f;
-  k->kn = kn;
-  k->space = *r;
-  k->space.ndim -= 2;   /* the batch axes */
+  Type batch = *r;
+  batch.ndim -= 2;   /* the batch axes */
+  Kir *k = kir_call_new(a, f, kn, in, &batch, "gemm");
+  KirCall *c = k->body.data[0]->call;
   int nb = k->space.ndim;
   int64_t M = r->dims[r->ndim - 2], N = r->dims[r->ndim - 1];
   for (int j = 0; j < 2; j++) {
@@ -52,16 +45,10 @@ Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *
   int64_t cs = M * N;
   for (int x = nb - 1; x >= 0; x--) c->bst[0][x] = cs, cs *= r->dims[x];
   const Type *ta = &f->values.data[in->args[0]].type;
-  c->fn = "gemm";
   c->nargs = 2;
   c->ints[2] = M;
   c->ints[3] = N;
   c->ints[4] = in->attr[0] ? ta->dims[ta->ndim - 2] : ta->dims[ta->ndim - 1];   /* K */
   c->nint = 7;
-  st->kind = KS_CALL;
-  st->v = in->res;
-  st->in = in;
-  st->call = c;
-  vec_push(a, &k->body, st);
   return k;
 }

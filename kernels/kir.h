@@ -197,6 +197,9 @@ void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t ou
  * one KS_CALL; NULL for any
  * other kernel (or a GEMM operand no strides address). */
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* attention.c: the kernel IR of one KS_CALL of fn for instruction in (its result the call's v)
+ * over space; the call's fields are the caller's to fill (kir->body.data[0]->call). */
+Kir *kir_call_new(Arena *a, const Func *f, const Kernel *kn, const Inst *in, const Type *space, const char *fn);
 /* gemm.c: the call of MATMUL in of f (kernel kn, or NULL). */
 Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in);
 /* conv.c: the call of convolution in (CONV2D, CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT) of f. */
