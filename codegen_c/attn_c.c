@@ -247,7 +247,7 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
 }
 
 /* KS_CALL as C: ctc_<fn>_<dt>(arrays..., result, ints..., real); a GEMM's and a convolution's are
- * emit_ops.c's. */
+ * linalg_c.c's. */
 void cg_render_call_c(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const KirCall *k = s->call;

@@ -243,8 +243,8 @@ void cg_par_close(CgFunc *c);
 /* ---- attn_c.c: fused attention (ATTENTION, ATTENTION_BWD) ------------------------ */
 
 void cg_render_call_c(CgRender *r, const KirStmt *s);   /* cg_render_c's KS_CALL */
-void cg_render_gemm_c(CgRender *r, const KirStmt *s);    /* a GEMM's KS_CALL (emit_ops.c) */
-void cg_render_conv_c(CgRender *r, const KirStmt *s);    /* a convolution's KS_CALL (emit_ops.c) */
+void cg_render_gemm_c(CgRender *r, const KirStmt *s);    /* a GEMM's KS_CALL (linalg_c.c) */
+void cg_render_conv_c(CgRender *r, const KirStmt *s);    /* a convolution's KS_CALL (linalg_c.c) */
 void cg_emit_call(CgFunc *c, int i);                    /* instruction i's kernel IR call (attention, gemm, conv) */
 void cg_emit_attention_kernels(Buf *b, const Kernels *k);   /* the microkernels' text (cg_emit_kernels) */
 

@@ -508,7 +508,7 @@ static const Part matmul_text[] = {
 };
 
 /* ctc_matmul_$S: a GEMM split over the threads when it is large enough (kernels/ emits a
- * KN_GEMM's split itself, from the same threshold: GEMM_SPLIT_WORK in emit_ops.c). */
+ * KN_GEMM's split itself, from the same threshold: GEMM_SPLIT_WORK in ops_int.h). */
 static const Part matmul_call_text[] = {
     {"/* Whether a GEMM of this size is split over the OpenMP threads (asked outside parallel regions). */\n"
      "static int ctc_gemm_split_$S(int64_t M, int64_t N, int64_t K) {\n", NULL},

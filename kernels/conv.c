@@ -4,7 +4,7 @@
  * the call. Operands and result are contiguous [N,C,H,W] / [O,C/G,KH,KW] tensors. How it
  * runs is the renderer's: the C target directly, per channel (depthwise), as one GEMM
  * (pointwise) or as im2col/col2im over tiles of the batch and GEMMs
- * (codegen_c/emit_ops.c); the CUDA target through cuDNN or im2col/col2im kernels and
+ * (codegen_c/linalg_c.c); the CUDA target through cuDNN or im2col/col2im kernels and
  * cuBLAS (codegen_cuda/ops_cuda.c). */
 #include "kir.h"
 

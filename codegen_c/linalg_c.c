@@ -1,0 +1,546 @@
+/* linalg_c.c - the kernel IR's GEMM and convolution calls as C (kernels/gemm.c, conv.c;
+ * render_c.c's call of KS_CALL): GEMMs as ctc_matmul calls, one over the whole batch in the
+ * rows, a loop over the batch, or a flat parallel loop where an operand is a folded view;
+ * convolutions directly, per channel (depthwise), as one GEMM (pointwise) or over tiles of the
+ * batch as im2col/col2im and GEMMs; a KN_GEMM kernel as each thread's block of its GEMM and
+ * then its epilogue's kernel IR over that block. GEMMs call cblas (-DCTC_HAVE_CBLAS) or the
+ * portable kernels of kernels.c. Convolutions' gradients run over tiles of the batch
+ * (emit_conv2d_tiled): CONV2D_BWD_INPUT is a GEMM w^T g into the tile's columns, then col2im
+ * (scatter-add); CONV2D_BWD_WEIGHT is im2col of the tile, then a GEMM g col^T accumulated over
+ * the tiles (beta = 1 from the second tile on); depthwise ones are direct loops (kernels.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "ops_int.h"
+
+/* ---- matmul and convolution ------------------------------------------------------ */
+
+/* One GEMM call: c[M,N] = op(a) op(b), pointers as C text. acc: NULL (overwrite c)
+ * or a C condition under which c is accumulated into instead (c += ...). */
+static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
+                      int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
+  c->k->gemm[t] = c->k->matmul[t] = 1;
+  /* f32/f64: ctc_matmul (OpenBLAS, threads split by ctc; or the portable GEMM) */
+  LINE(c, "ctc_%s_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n",
+       t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), ta, tb, acc ? acc : "0", (ll)M, (ll)N, (ll)K,
+       pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
+}
+
+typedef struct MatU {
+  const Inst *in;
+  int64_t M, N, K, lda, ldb;
+  ValId a, b;      /* the arrays the operands are read from (a folded view's root) */
+  int ta, tb;      /* BLAS transposes */
+} MatU;
+
+static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
+  MatU *u = up;
+  const Inst *in = u->in;
+  Buf pa = {0}, pb = {0}, pc = {0};
+  cg_ptr_at(c, &pc, in->res, idx[0]);
+  cg_ptr_at(c, &pa, u->a, idx[1]);
+  cg_ptr_at(c, &pb, u->b, idx[2]);
+  gemm_call(c, ty(c, in->res)->dtype, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N, NULL);
+  cg_buf_free(&pa);
+  cg_buf_free(&pb);
+  cg_buf_free(&pc);
+}
+
+/* A GEMM's call (kernels/gemm.c's KirCall) as C, the render_c.c table's call for "gemm".
+ * Operands read through a folded view (a slice of the fused q/k/v projection, a head
+ * transpose): each at its own name (a view's pointer is its root's) plus its layout's offset,
+ * which a time loop moves (the slice of step t is step 0's moved t steps on); the batch as
+ * one loop over all its GEMMs (B*H shared by the threads even when B alone is small), its
+ * index split into the batch axes. Otherwise a loop nest over the batch axes, or, when b is
+ * shared by the whole batch and a is not transposed, one GEMM with the batch in the rows. */
+void cg_render_gemm_c(CgRender *r, const KirStmt *st) {
+  CgFunc *c = r->c;
+  const KirCall *g = st->call;
+  const Inst *in = st->in;
+  const Type *res = ty(c, in->res);
+  MatU u = {in, g->ints[2], g->ints[3], g->ints[4], g->ints[5], g->ints[6], g->vals[0], g->vals[1], (int)g->ints[0],
+            (int)g->ints[1]};
+  Type br = *res;
+  br.ndim -= 2;
+  Acc acc[3];
+  memset(acc, 0, sizeof acc);
+  for (int j = 0; j < 3; j++) {
+    if (j && g->folded) acc[j].off = g->off[j - 1];
+    for (int k = 0; k < br.ndim; k++) acc[j].st[k] = g->bst[j][k];
+  }
+  int64_t work = u.M * u.N * u.K;
+  if (!g->folded) {
+    const Type *a = ty(c, in->args[0]), *b = ty(c, in->args[1]);
+    Type ba = *a, bb = *b;
+    ba.ndim -= 2, bb.ndim -= 2;
+    if (!u.ta && ir_numel(&bb) == 1 && ir_numel(&ba) == ir_numel(&br)) {
+      /* b is shared by the whole batch and a is not transposed: one GEMM with the batch
+       * folded into the rows. */
+      u.M *= ir_numel(&br);
+      char idx[3][IDX_CAP] = {"0", "0", "0"};
+      matmul_body(c, idx, &u);
+      return;
+    }
+    /* a batch of GEMMs: one per thread at a time (ctc_matmul is one call inside a parallel loop) */
+    cg_nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, work >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
+    return;
+  }
+  int64_t total = ir_numel(&br);
+  if (br.ndim <= 1 || total <= 1) {
+    cg_nest(c, br.ndim, br.dims, 3, acc, matmul_body, &u, work >= 32768 ? NEST_OMP_ALWAYS : 0, 1);
+    return;
+  }
+  char var[IR_MAX_DIMS][16], idx[3][IDX_CAP];
+  Buf split = {0};
+  int64_t inner = 1;
+  for (int k = br.ndim - 1; k >= 0; k--) {
+    snprintf(var[k], sizeof var[k], "i%d", k);
+    char e[96];
+    if (k == 0) snprintf(e, sizeof e, "i / %lld", (ll)inner);
+    else if (inner == 1) snprintf(e, sizeof e, "i %% %lld", (ll)br.dims[k]);
+    else snprintf(e, sizeof e, "i / %lld %% %lld", (ll)inner, (ll)br.dims[k]);
+    cg_printf(&split, "%s%s = %s", k == br.ndim - 1 ? "" : ", ", var[k], e);
+    inner *= br.dims[k];
+  }
+  for (int j = 0; j < 3; j++) cg_index_expr(idx[j], IDX_CAP, br.ndim, var, acc[j].off, acc[j].st);
+  int par = work >= 32768;
+  if (par && (res->dtype == DT_F32 || res->dtype == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(res->dtype));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
+  LINE(c, "for (int64_t i = 0; i < %lld; i++) {\n", (ll)total);
+  c->ind += 2;
+  LINE(c, "const int64_t %s;\n", split.s);
+  matmul_body(c, idx, &u);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_par_close(c);
+  cg_buf_free(&split);
+}
+
+/* "ctc_im2col_f32(x, C, H, W, ...)" or col2im: the unfold/fold kernel call
+ * (im2col with the row stride ldc of its columns). */
+static void fold_call(CgFunc *c, const char *kernel, DType t, const ConvGeom *g, const char *from,
+                      const char *to, int64_t ldc) {
+  char ld[32] = "";
+  if (ldc) snprintf(ld, sizeof ld, ", %lld", (ll)ldc);
+  LINE(c, "ctc_%s_%s(%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %s%s);\n", kernel,
+       cg_dt_suffix(t), from, (ll)g->Cg, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->sh, (ll)g->sw,
+       (ll)g->ph, (ll)g->pw, (ll)g->dh, (ll)g->dw, (ll)g->OH, (ll)g->OW, to, ld);
+}
+
+/* "p" or "p + n * 12" or "p + n * 12 + grp * 4": v's slice for image n (when
+ * there are several) and group grp (when there are several). */
+static void image_ptr_g(CgFunc *c, char *buf, size_t cap, ValId v, int64_t N, int64_t stride, int64_t G,
+                        int64_t gstride) {
+  int k = snprintf(buf, cap, "%s", cg_ref(c, v));
+  if (N > 1) k += snprintf(buf + k, cap - (size_t)k, " + n * %lld", (ll)stride);
+  if (G > 1) snprintf(buf + k, cap - (size_t)k, " + grp * %lld", (ll)gstride);
+}
+
+/* for n { for grp { ... } }, each loop only where it has several iterations */
+static void open_batch(CgFunc *c, const ConvGeom *g) {
+  if (g->N > 1) {
+    LINE(c, "for (int64_t n = 0; n < %lld; n++) {\n", (ll)g->N);
+    c->ind += 2;
+  }
+  if (g->G > 1) {
+    LINE(c, "for (int64_t grp = 0; grp < %lld; grp++) {\n", (ll)g->G);
+    c->ind += 2;
+  }
+}
+
+static void close_batch(CgFunc *c, const ConvGeom *g) {
+  for (int k = (g->N > 1) + (g->G > 1); k > 0; k--) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+}
+
+/* The copies between the images' output-side rows (ymem: image n0 + s's, "o" its row)
+ * and the tile's ys[O, L] (to_tile: ys = images), in parallel over the rows. */
+static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *ymem, const char *ys, int64_t L,
+                      int to_tile) {
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, row o) */\n", (ll)g->O);
+  c->ind += 2;
+  LINE(c, "const int64_t s = q / %lld, o = q %% %lld;\n", (ll)g->O, (ll)g->O);
+  if (to_tile)
+    LINE(c, "memcpy(%s + o * %lld + s * %lld, %s + o * %lld, %lld * sizeof(%s));\n", ys, (ll)L, (ll)g->ohw, ymem,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  else
+    LINE(c, "memcpy(%s + o * %lld, %s + o * %lld + s * %lld, %lld * sizeof(%s));\n", ymem, (ll)g->ohw, ys, (ll)L,
+         (ll)g->ohw, (ll)g->ohw, ct);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_par_close(c);
+}
+
+/* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
+ * their columns fit the scratch), their column matrices side by side in
+ * col[C*KH*KW, L] (L = S*OH*OW, image s's columns from s*OH*OW on; group grp's
+ * rows from grp*Cg*KH*KW on), so that each tile and group is one GEMM with
+ * ns*OH*OW columns (ns: the images in the tile). With one group ctc_matmul
+ * splits it over the threads (a column's sum runs over k in the same order
+ * whatever the split); with several, the groups' GEMMs run in parallel, each
+ * whole on one thread: results do not depend on the thread count. Unfolding,
+ * folding and the copies between the images' layout and the tile's run in
+ * parallel over (image, channel) pairs. The C target's tiles are at most 1 MiB
+ * of columns (they stay in the cache) unless that is under 128 columns. After col, the scratch holds ys[O, L], the
+ * tile's outputs (forward) or output gradients (backward); with one image a
+ * tile, the GEMMs read and write the image's own rows instead:
+ *   CONV2D:            col = im2col(x tile); ys[grp] = w[grp] col[grp]; y = ys, image by image
+ *   CONV2D_BWD_INPUT:  ys = g tile; col[grp] = w[grp]^T ys[grp]; dx = col2im(col), image by image
+ *   CONV2D_BWD_WEIGHT: col = im2col(x tile), ys = g tile; dw[grp] = (dw[grp] +) ys[grp] col[grp]^T */
+static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *geo) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t), *sf = cg_dt_suffix(t), *scratch = c->sname[i];
+  ConvGeom g = *geo;
+  int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw, CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
+  const char *img, *out, *w;   /* the image-side array (x or dx), the output-side one (y or g), the weights */
+  switch (in->op) {
+  case IR_CONV2D: img = cg_ref(c, in->args[0]), w = cg_ref(c, in->args[1]), out = cg_ref(c, in->res); break;
+  case IR_CONV2D_BWD_INPUT: out = cg_ref(c, in->args[0]), w = cg_ref(c, in->args[1]), img = cg_ref(c, in->res); break;
+  default: img = cg_ref(c, in->args[0]), out = cg_ref(c, in->args[1]), w = cg_ref(c, in->res); break;
+  }
+  int fwd = in->op == IR_CONV2D, bin = in->op == IR_CONV2D_BWD_INPUT, wt = ir_conv_wgrad_t(c->f, in);
+  int base = c->ind;
+  const char *mm = t == DT_F32 || t == DT_F64 ? "matmul" : "gemm";
+  c->k->gemm[t] = c->k->matmul[t] = 1;
+  if (bin) c->k->col2im[t] = 1;
+  else c->k->im2col[t] = 1;
+  char dwt[IDX_CAP];   /* the transposed weight gradient's dW^T [ckk, O]: after the tile's outputs ys */
+  snprintf(dwt, sizeof dwt, "%s + %lld", scratch, (ll)(g.ckk * L + (S > 1 ? g.O * L : 0)));
+  if (S < g.N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g.N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g.N, (ll)S, (ll)g.N, (ll)S);
+  } else {
+    LINE(c, "{   /* the whole batch in one tile */\n");
+    c->ind += 2;
+    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
+  }
+  char ys[IDX_CAP], ymem[IDX_CAP], unfold[IDX_CAP], col[IDX_CAP];
+  snprintf(ymem, sizeof ymem, "%s + (n0 + s) * %lld", out, (ll)OHW);   /* image n0 + s's output-side rows */
+  if (S > 1) snprintf(ys, sizeof ys, "%s + %lld", scratch, (ll)(g.C * g.KH * g.KW * L));
+  else snprintf(ys, sizeof ys, "%s + n0 * %lld", out, (ll)OHW);   /* one image a tile: its own rows */
+  snprintf(unfold, sizeof unfold, "%s + (n0 + s) * %lld + ci * %lld", img, (ll)CHW, (ll)(g.H * g.W));
+  snprintf(col, sizeof col, "%s + s * %lld + ci * %lld", scratch, (ll)g.ohw, (ll)(g.KH * g.KW * L));
+  ConvGeom one = g;   /* im2col and col2im of one channel: its KH*KW rows of the columns */
+  one.Cg = 1;
+  /* before the GEMMs: unfold the tile's images, copy their output gradients; in
+   * parallel over (image, channel) pairs (a channel's rows are unfolded alone) */
+  if (!bin) {
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
+    c->ind += 2;
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "im2col", t, &one, unfold, col, L);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_close(c);
+  }
+  if (!fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 1);
+  char wg[IDX_CAP + 48], cg[IDX_CAP + 48], yg[IDX_CAP + 48];
+  if (g.G > 1) {
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t grp = 0; grp < %lld; grp++)   /* each group's GEMM whole on one thread */\n", (ll)g.G);
+    c->ind += 2;
+    snprintf(wg, sizeof wg, "%s + grp * %lld", w, (ll)(g.Og * g.ckk));
+    snprintf(cg, sizeof cg, "%s + grp * %lld", scratch, (ll)(g.ckk * L));
+    snprintf(yg, sizeof yg, "%s + grp * %lld", ys, (ll)(g.Og * L));
+  } else {
+    snprintf(wg, sizeof wg, "%s", w);
+    snprintf(cg, sizeof cg, "%s", scratch);
+    snprintf(yg, sizeof yg, "%s", ys);
+  }
+  if (fwd)
+    LINE(c, "ctc_%s_%s(0, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og, (ll)g.ohw,
+         (ll)g.ckk, wg, (ll)g.ckk, cg, (ll)L, yg, (ll)L);
+  else if (bin)
+    LINE(c, "ctc_%s_%s(1, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.ckk, (ll)g.ohw,
+         (ll)g.Og, wg, (ll)g.ckk, yg, (ll)L, cg, (ll)L);
+  else if (wt)   /* dW^T += col g^T: only g is repacked, its panels reused over all ckk rows */
+    LINE(c, "ctc_matmul_f32(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", (ll)g.ckk, (ll)g.O,
+         (ll)g.ohw, cg, (ll)L, yg, (ll)L, dwt, (ll)g.O);
+  else
+    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
+         (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
+  if (g.G > 1) cg_par_close(c);
+  /* after them: fold the columns into the images (channel by channel, in parallel),
+   * copy the outputs to theirs */
+  if (bin) {
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t q = 0; q < ns * %lld; q++) {   /* (image s, channel ci) */\n", (ll)g.C);
+    c->ind += 2;
+    LINE(c, "const int64_t s = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    fold_call(c, "col2im", t, &one, col, unfold, L);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_close(c);
+  }
+  if (fwd && S > 1) copy_rows(c, &g, ct, ymem, ys, L, 0);
+  while (c->ind > base) {
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  if (wt) {   /* dW = (dW^T)^T, 16 output channels at a time */
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t o0 = 0; o0 < %lld; o0 += 16)   /* dW^T's columns o0..o0+15 */\n", (ll)g.O);
+    LINE(c, "  for (int64_t r = 0; r < %lld; r++)\n", (ll)g.ckk);
+    LINE(c, "    for (int64_t o = o0; o < o0 + 16 && o < %lld; o++) %s[o * %lld + r] = (%s)[r * %lld + o];\n", (ll)g.O, w,
+         (ll)g.ckk, dwt, (ll)g.O);
+    cg_par_close(c);
+  }
+}
+
+/* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
+ * in parallel over the output channels of all images (forward), the input
+ * channels (backward input) or the kernel taps (backward weight). */
+static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg) {
+  DType t = ty(c, in->res)->dtype;
+  const char *sf = cg_dt_suffix(t);
+  ConvGeom g = *cg;
+  const int64_t M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
+  char geo[256];
+  snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
+           (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+  c->k->dwconv[t] = 1;
+  cg_par_open(c, CG_PAR_OMP);
+  switch (in->op) {
+  case IR_CONV2D: {
+    const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, o) */\n", (ll)(g.N * g.O));
+    LINE(c, "  const int64_t n = q / %lld, o = q %% %lld;\n", (ll)g.O, (ll)g.O);
+    LINE(c, "  ctc_dwconv_%s(%s + (n * %lld + o / %lld) * %lld, %s + o * %lld, %s, %s + q * %lld);\n", sf, x, (ll)g.C,
+         (ll)M, (ll)HW, w, (ll)KK, geo, y, (ll)g.ohw);
+    break;
+  }
+  case IR_CONV2D_BWD_INPUT: {
+    const char *gy = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *dx = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, input channel) */\n", (ll)(g.N * g.C));
+    LINE(c, "  const int64_t n = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
+    LINE(c, "  ctc_dwconv_bwd_input_%s(%s + (n * %lld + ci * %lld) * %lld, %s + ci * %lld, %lld, %s, %s + q * %lld);\n",
+         sf, gy, (ll)g.O, (ll)M, (ll)g.ohw, w, (ll)(M * KK), (ll)M, geo, dx, (ll)HW);
+    break;
+  }
+  default: {
+    const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
+    LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, kh, kw) */\n", (ll)(g.O * KK));
+    LINE(c, "  const int64_t o = q / %lld;\n", (ll)KK);
+    LINE(c, "  %s[q] = ctc_dwconv_bwd_weight_%s(%s + o / %lld * %lld, %lld, %s + o * %lld, %lld, %lld, %lld, %lld, "
+            "q / %lld %% %lld, q %% %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld);\n",
+         dw, sf, x, (ll)M, (ll)HW, (ll)(g.C * HW), gy, (ll)g.ohw, (ll)(g.O * g.ohw), (ll)g.N, (ll)g.H, (ll)g.W,
+         (ll)g.KW, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+    break;
+  }
+  }
+  LINE(c, "}\n");
+  cg_par_close(c);
+}
+
+/* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
+ * one GEMM per image (and group), images in parallel when there is one group. */
+static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo) {
+  DType t = ty(c, in->res)->dtype;
+  ConvGeom g = *geo;
+  char xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
+  int base = c->ind;
+  int img = in->op == IR_CONV2D_BWD_INPUT ? -1 : 0;   /* which operand is the image (-1: the result) */
+  ValId xv = img < 0 ? in->res : in->args[0];
+  ValId yv = in->op == IR_CONV2D ? in->res : in->op == IR_CONV2D_BWD_INPUT ? in->args[0] : in->args[1];
+  ValId wv = in->op == IR_CONV2D_BWD_WEIGHT ? in->res : in->args[1];
+  image_ptr_g(c, xn, sizeof xn, xv, g.N, g.C * g.H * g.W, g.G, g.Cg * g.H * g.W);
+  image_ptr_g(c, yn, sizeof yn, yv, g.N, g.O * g.ohw, g.G, g.Og * g.ohw);
+  image_ptr_g(c, wg, sizeof wg, wv, 1, 0, g.G, g.Og * g.ckk);
+  int par = g.G == 1 && in->op != IR_CONV2D_BWD_WEIGHT && g.N > 1;   /* images in parallel */
+  if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
+  cg_par_open(c, par ? CG_PAR_OMP : 0);
+  open_batch(c, &g);
+  if (in->op == IR_CONV2D) gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
+  else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
+  else gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
+  close_batch(c, &g);
+  cg_par_close(c);
+  c->ind = base;
+}
+
+static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
+}
+
+/* The direct loops' input row: ih = oh + kh - ph (outside the image: no
+ * contribution, the next row), and xr, its start in image n, channel ci. */
+static void direct_input_row(CgFunc *c, const ConvGeom *g, int64_t ph, const char *ct, const char *x) {
+  if (ph) {
+    LINE(c, "const int64_t ih = oh + kh - %lld;\n", (ll)ph);
+    LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)g->H);
+  } else {
+    LINE(c, "const int64_t ih = oh + kh;\n");
+  }
+  LINE(c, "const %s *restrict xr = %s + ((n * %lld + ci) * %lld + ih) * %lld;\n", ct, x, (ll)g->C, (ll)g->H, (ll)g->W);
+}
+
+/* dw[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] x[n, c, oh + kh - ph, ow + kw - pw]:
+ * per (o, c, kh), in parallel, a KW x OW block of partial sums accumulated over
+ * images and output rows, the ow loop unit-stride in both g and x (it
+ * vectorises), then each kw's OW partial sums added in order. No unfolding. */
+static void emit_conv2d_bwd_weight_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t);
+  const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
+  int64_t ph = g->ph, pw = g->pw, OW = g->OW, KW = g->KW;
+  c->k->simd = 1;
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
+  LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, c, kh) */\n", (ll)(g->O * g->C * g->KH));
+  c->ind += 2;
+  LINE(c, "const int64_t o = q / %lld, ci = q / %lld %% %lld, kh = q %% %lld;\n", (ll)(g->C * g->KH), (ll)g->KH,
+       (ll)g->C, (ll)g->KH);
+  LINE(c, "%s part[%lld][%lld];   /* part[kw][ow]: partial sums over images and output rows */\n", ct, (ll)KW, (ll)OW);
+  LINE(c, "memset(part, 0, sizeof part);\n");
+  LINE(c, "for (int64_t n = 0; n < %lld; n++)\n", (ll)g->N);
+  LINE(c, "  for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)g->OH);
+  c->ind += 4;
+  direct_input_row(c, g, ph, ct, x);
+  LINE(c, "const %s *restrict gr = %s + ((n * %lld + o) * %lld + oh) * %lld;\n", ct, gy, (ll)g->O, (ll)g->OH, (ll)OW);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)KW);
+  c->ind += 2;
+  if (pw) {   /* the outputs whose input column ow + kw - pw is inside the image */
+    LINE(c, "const int64_t lo = kw < %lld ? %lld - kw : 0, hi = %lld - kw < %lld ? %lld - kw : %lld;\n", (ll)pw, (ll)pw,
+         (ll)(g->W + pw), (ll)OW, (ll)(g->W + pw), (ll)OW);
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = lo; ow < hi; ow++) part[kw][ow] += gr[ow] * xr[ow + kw - %lld];\n", (ll)pw);
+  } else {
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) part[kw][ow] += gr[ow] * xr[ow + kw];\n", (ll)OW);
+  }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)KW);
+  LINE(c, "  double s = 0;\n");
+  LINE(c, "  for (int64_t ow = 0; ow < %lld; ow++) s += part[kw][ow];\n", (ll)OW);
+  LINE(c, "  %s[q * %lld + kw] = (%s)s;\n", dw, (ll)KW, ct);
+  LINE(c, "}\n");
+  c->ind = base;
+  LINE(c, "}\n");
+  cg_par_close(c);
+}
+
+/* y[n, o, oh, :] = sum over c, kh, kw of w[o, c, kh, kw] x[n, c, oh + kh - ph, kw - pw :]:
+ * per (n, oh), in parallel, the O x OW outputs in a local block; each input row
+ * segment is loaded once for all O output channels (the ow loop vectorises). */
+static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
+  DType t = ty(c, in->res)->dtype;
+  const char *ct = cg_ctype(t);
+  const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
+  int64_t ph = g->ph, pw = g->pw, OW = g->OW, O = g->O;
+  c->k->simd = 1;
+  cg_par_open(c, CG_PAR_OMP);
+  int base = c->ind;
+  LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, oh) */\n", (ll)(g->N * g->OH));
+  c->ind += 2;
+  LINE(c, "const int64_t n = q / %lld, oh = q %% %lld;\n", (ll)g->OH, (ll)g->OH);
+  LINE(c, "%s acc[%lld][%lld];   /* acc[o][ow] */\n", ct, (ll)O, (ll)OW);
+  LINE(c, "memset(acc, 0, sizeof acc);\n");
+  LINE(c, "for (int64_t ci = 0; ci < %lld; ci++)\n", (ll)g->C);
+  LINE(c, "  for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)g->KH);
+  c->ind += 4;
+  direct_input_row(c, g, ph, ct, x);
+  LINE(c, "const %s *restrict wr = %s + ci * %lld + kh * %lld;   /* w[0, ci, kh, 0] */\n", ct, w, (ll)(g->KH * g->KW),
+       (ll)g->KW);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g->KW);
+  c->ind += 2;
+  if (pw)
+    LINE(c, "const int64_t lo = kw < %lld ? %lld - kw : 0, hi = %lld - kw < %lld ? %lld - kw : %lld;\n", (ll)pw, (ll)pw,
+         (ll)(g->W + pw), (ll)OW, (ll)(g->W + pw), (ll)OW);
+  LINE(c, "for (int64_t o = 0; o < %lld; o++) {\n", (ll)O);
+  LINE(c, "  const %s wv = wr[o * %lld + kw];\n", ct, (ll)g->ckk);
+  LINE(c, "  CTC_OMP_SIMD\n");
+  if (pw) LINE(c, "  for (int64_t ow = lo; ow < hi; ow++) acc[o][ow] += wv * xr[ow + kw - %lld];\n", (ll)pw);
+  else LINE(c, "  for (int64_t ow = 0; ow < %lld; ow++) acc[o][ow] += wv * xr[ow + kw];\n", (ll)OW);
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "for (int64_t o = 0; o < %lld; o++)\n", (ll)O);
+  LINE(c, "  memcpy(%s + ((n * %lld + o) * %lld + oh) * %lld, acc[o], sizeof acc[o]);\n", y, (ll)O, (ll)g->OH, (ll)OW);
+  c->ind = base;
+  LINE(c, "}\n");
+  cg_par_close(c);
+}
+
+static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, g);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
+}
+
+static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+  if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
+  else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
+  else emit_conv2d_tiled(c, i, in, g);
+}
+
+/* A convolution's call (kernels/conv.c's KirCall) as C, the render_c.c table's call for
+ * "conv2d*": directly, per channel, as one GEMM or as tiles of im2col/col2im and GEMMs, from
+ * the call's geometry. */
+void cg_render_conv_c(CgRender *r, const KirStmt *st) {
+  CgFunc *c = r->c;
+  const Inst *in = st->in;
+  int i = (int)(in - c->f->insts.data);
+  switch (in->op) {
+  case IR_CONV2D: emit_conv2d(c, i, in, &st->call->conv); break;
+  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in, &st->call->conv); break;
+  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in, &st->call->conv); break;
+  default: BUG("cg_render_conv_c: not a convolution");
+  }
+}
+
+
+/* ---- GEMMs with an epilogue (kernels/: KN_GEMM) --------------------------------------
+ * The GEMM split into the blocks ctc_matmul would give each thread
+ * (ctc_gemm_split, ctc_gemm_block), each thread running its block and then the
+ * epilogue's elementwise ops over that block while it is in cache: the result
+ * [..., N] as [M, N], operands read at the element (i * N + j), along the last
+ * axis (j: a bias) or as scalars. The epilogue is emitted as a KN_ELEM kernel
+ * over the instructions after the GEMM, the GEMM's result one of its inputs. */
+void cg_emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
+  const Inst *mm = &c->f->insts.data[kn->first];
+  const Type *a = ty(c, mm->args[0]), *b = ty(c, mm->args[1]), *r = ty(c, mm->res);
+  const int ta = (int)mm->attr[0], tb = (int)mm->attr[1];
+  const int64_t N = r->dims[r->ndim - 1], M = ir_numel(r) / N, K = ta ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+  const char *sfx = cg_dt_suffix(r->dtype);
+  int nops;
+  Kernel ep = kn_epilogue(c->p, c->f, kn, &nops);   /* the instructions after the GEMM */
+  ep.space = *r;   /* over the result as [M, N]: its operands (kn_epilogue_operand) read at (i, j), j or 0 */
+  ep.space.ndim = 2, ep.space.dims[0] = M, ep.space.dims[1] = N;
+  CgRender R;
+  cg_render_init(&R, &cg_render_c, c, kir_build(c->p->arena, c->f, c->s, &ep));
+  R.gemm_block = 1;
+  R.ops->names(&R);
+  c->k->gemm[r->dtype] = 1;
+  c->k->simd = 1;
+  LINE(c, "ctc_blas_threads_%s();\n", sfx);
+  /* a region, as ctc_matmul splits it */
+  cg_par_open(c, CG_PAR_REGION | ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK ? CG_PAR_OMP : 0));
+  LINE(c, "{\n");
+  c->ind += 2;
+  LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
+  LINE(c, "ctc_gemm_block_%s(%lld, %lld, &r0, &r1, &c0, &c1);\n", sfx, (ll)M, (ll)N);
+  LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", sfx, ta, tb, (ll)K,
+       cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
+       cg_ref(c, mm->res), (ll)N);
+  cg_render_block(&R, &R.k->body);   /* the epilogue's kernel IR over the block */
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_par_close(c);
+  cg_render_free(&R);
+}
