@@ -4,7 +4,7 @@
  * transpose), its matrix axes as BLAS's transpose and leading dimension (kn_gemm_operand),
  * its batch axes as strides (0 where it is broadcast). How a batch runs is the renderer's:
  * the C target a loop of ctc_matmul calls or one call with the batch in the rows
-' * (codegen_c/linalg_c.c), the CUDA target cuBLAS's strided batches (codegen_cuda/ops_cuda.c). */
+ * (codegen_c/linalg_c.c), the CUDA target cuBLAS's strided batches (codegen_cuda/ops_cuda.c). */
 #include "kir.h"
 
 Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
