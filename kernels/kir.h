@@ -18,8 +18,9 @@
  * KIR_ROW loop over the row's elements per phase, then the reductions'
  * results); for data-movement instructions by kir_build_op (kir_ops.c): a KIR_SPACE loop
  * over the result (pad, gather, upsample), or over the fibers along an axis with KIR_SERIAL
- * loops along it and variables carried there (cumsum, argmax, scatter_add). Arena-allocated
- * (kir_build's arena), no globals. */
+ * loops along it and variables carried there (cumsum, argmax, scatter_add); and for the
+ * microkernel calls (one KS_CALL: attention.c's fused attention, gemm.c's GEMM over its batch,
+ * conv.c's convolution with its geometry). Arena-allocated (kir_build's arena), no globals. */
 #ifndef CTC_KIR_H
 #define CTC_KIR_H
 
