@@ -388,7 +388,7 @@ const char *pv_kind_name(const PV *v) {
   case PV_CLASS: return "class";
   case PV_OBJ: return v->cls && v->cls->s ? v->cls->s : "object";
   case PV_BOUND: return "method";
-  case PV_BUILTIN: return "builtin function";
+  case PV_BUILTIN: return v->attrs && v->s ? v->s : "builtin function";   /* an object of the host's (a GradScaler) */
   case PV_NS: return "module";
   case PV_HOST:
   case PV_HOSTC: return v->s; /* the host's name for its kind */

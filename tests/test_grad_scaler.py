@@ -244,6 +244,9 @@ BAD = [
                        "return self.ln(h)", "'LayerNorm' on a mix of float16 and float32 tensors is not supported"),
     ("growth_factor", "s = torch.amp.GradScaler('cpu', growth_factor=0.5)\n        return x",
      "The growth factor must be > 1.0."),
+    # a method ctc does not compile: named as the scaler's (it said "'builtin function' object")
+    ("state_dict", "s = torch.amp.GradScaler('cpu', enabled=False)\n        d = s.state_dict()\n        return x",
+     "'GradScaler' object has no attribute 'state_dict'"),
 ]
 
 
