@@ -280,13 +280,10 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
 
 /* The emitter of a microkernel call's instruction i (ATTENTION, ATTENTION_BWD, MATMUL, CONV2D and its
  * gradients; emit_ops.c's
- * table): its kernel IR (kir_build_call) through the C renderer. */
+ * table): its kernel IR (kir_build_inst_call) through the C renderer. */
 void cg_emit_call(CgFunc *c, int i) {
   const Kernel *kn = &c->s->kernels.data[c->s->kernel_of[i]];
-  const Inst *in = &c->f->insts.data[i];
-  Kir *k = in->op == IR_MATMUL ? kir_build_gemm(c->p->arena, c->f, c->s, kn, in)
-           : in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD ? kir_build_call(c->p->arena, c->f, c->s, kn)
-                                                                  : kir_build_conv(c->p->arena, c->f, kn, in);
+  Kir *k = kir_build_inst_call(c->p->arena, c->f, c->s, kn, &c->f->insts.data[i]);
   CHECK(k != NULL);
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, k);

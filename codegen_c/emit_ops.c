@@ -3,7 +3,7 @@
  * Every tensor is a pointer to row-major data (declared by emit_c.c at the top
  * of the entry function); scalar constants are written as literals. Most ops
  * are a loop nest over the result with each operand addressed through
- * compile-time strides (nest() below): adjacent axes that are contiguous for
+ * compile-time strides (cg_nest() below): adjacent axes that are contiguous for
  * every access are merged, so same-shape elementwise ops become one flat loop.
  * GEMMs and convolutions are kernel IR calls that linalg_c.c writes. Outer loops worth running in parallel are opened through the target's
  * renderer (cg_par_for, or cg_par_open before a loop written here: C's CTC_OMP_FOR, or with
@@ -58,7 +58,7 @@ static void load(CgFunc *c, Buf *b, ValId v, const char *idx) {
 }
 
 /* "x" or "x + i0 * 12": a pointer into v at element offset idx. */
-static void ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx) {
+void cg_ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx) {
   if (!strcmp(idx, "0")) cg_printf(b, "%s", cg_ref(c, v));
   else cg_printf(b, "%s + %s", cg_ref(c, v), idx);
 }
@@ -98,7 +98,7 @@ static void index_expr(char *out, int n, char var[][16], int64_t off, const int6
  * captures, and with many arrays gives up vectorising); NEST_GRID, the nest is all
  * the instruction does (CG_PAR_GRID: its outer loop over a GPU's threads). The
  * outer loop, when parallel, is the renderer's (cg_par_for). */
-static void nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
+void cg_nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u,
                  int omp, int braces) {
   int64_t d[IR_MAX_DIMS], total = 1;
   int64_t (*st)[IR_MAX_DIMS] = malloc(sizeof *st * (size_t)(na ? na : 1));
@@ -255,7 +255,7 @@ static void emit_elem(CgFunc *c, const Inst *in) {
     bcast_strides(ty(c, in->args[k]), r, acc[na].st);
     u.acc[k] = na++;
   }
-  nest(c, r->ndim, r->dims, na, acc, elem_body, &u, 1, 0);
+  cg_nest(c, r->ndim, r->dims, na, acc, elem_body, &u, 1, 0);
 }
 
 /* ---- data movement ----------------------------------------------------------- */
@@ -275,7 +275,7 @@ static void copy_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
 /* dst (shape dims over nd axes, accessed by acc[0]) = src (acc[1]). */
 static void copy_nest(CgFunc *c, ValId dst, ValId src, int nd, const int64_t *dims, const Acc *acc) {
   CopyU u = {dst, src};
-  nest(c, nd, dims, 2, acc, copy_body, &u, 1, 0);
+  cg_nest(c, nd, dims, 2, acc, copy_body, &u, 1, 0);
 }
 
 static void emit_permute(CgFunc *c, const Inst *in) {
@@ -360,7 +360,7 @@ static int concat_one_nest(CgFunc *c, const Inst *in, int ax, const int64_t *rst
   }
   LINE(c, "/* parts 0..%d: [%lld k, %lld (k + 1)) of axis %d for part k, in one loop nest */\n", in->nargs - 1,
        (ll)a->dims[ax], (ll)a->dims[ax], ax);
-  nest(c, a->ndim, a->dims, 2 * in->nargs, acc, concat_body, (void *)in, 1, 1);
+  cg_nest(c, a->ndim, a->dims, 2 * in->nargs, acc, concat_body, (void *)in, 1, 1);
   free(acc);
   return 1;
 }
@@ -1397,8 +1397,3 @@ void cg_index_expr(char *out, size_t cap, int n, char var[][16], int64_t off, co
 const char *cg_acc_init(const Inst *in, DType t) { return acc_init(in, t); }
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x) { acc_update(c, in, accv, x); }
 void cg_bcast_strides(const Type *a, const Type *r, int64_t *st) { bcast_strides(a, r, st); }
-
-void cg_nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u, int omp, int braces) {
-  nest(c, nd, dims, na, acc, body, u, omp, braces);
-}
-void cg_ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx) { ptr_at(c, b, v, idx); }

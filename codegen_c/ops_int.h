@@ -27,7 +27,7 @@ typedef void (*BodyFn)(CgFunc *c, char idx[][IDX_CAP], void *u);
 
 enum { NEST_OMP = 1, NEST_OMP_ALWAYS = 2, NEST_SIMD = 4, NEST_GRID = 8 };
 
-/* emit_ops.c's nest() and ptr_at() (see there) */
+/* emit_ops.c: a loop nest over dims with its accesses; a pointer into v at element offset idx */
 void cg_nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, BodyFn body, void *u, int omp, int braces);
 void cg_ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx);
 /* linalg_c.c: a KN_GEMM kernel (a GEMM and its epilogue per thread's block) */

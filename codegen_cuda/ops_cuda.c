@@ -49,7 +49,7 @@ int cu_matmul(Ent *e, const Inst *in) {
   DType dt = r->dtype;
   if (!gemm_dtype(dt)) return -1;
   const KnSchedule *sc = e->c->s;
-  Kir *kir = kir_build_gemm(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[in - f->insts.data]], in);
+  Kir *kir = kir_build_inst_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[in - f->insts.data]], in);
   if (!kir) return -1;
   const KirCall *g = kir->body.data[0]->call;
   e->uses_blas = 1;
@@ -279,7 +279,7 @@ int cu_conv(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   if (!gemm_dtype(ty(f, in->res)->dtype)) return -1;
   const KnSchedule *sc = e->c->s;
-  const ConvGeom *g = &kir_build_conv(e->g->p->arena, f, &sc->kernels.data[sc->kernel_of[i]], in)->body.data[0]->call->conv;
+  const ConvGeom *g = &kir_build_inst_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]], in)->body.data[0]->call->conv;
   Buf *host = e->host, alt = {0};
   e->host = &alt;
   int rc = g->G > 1 ? emit_conv_grouped(e, i, in, g) : emit_conv_gemm(e, i, in, g);
@@ -741,7 +741,7 @@ static void attn_launch(AttnK *A, int i, const Inst *in, Buf *body, const char *
 int cu_attention(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   const KnSchedule *sc = e->c->s;
-  Kir *kir = kir_build_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]]);
+  Kir *kir = kir_build_inst_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]], in);
   DType dt = ty(f, in->res)->dtype;
   if (!kir || (dt != DT_F32 && dt != DT_F64)) return -1;
   AttnK A = {e, kir->body.data[0]->call, 0, 0, 0, 0, 0, 0, cg_ctype(dt), dt == DT_F32 ? "expf" : "exp",
@@ -755,8 +755,8 @@ int cu_attention(Ent *e, int i, const Inst *in) {
   const char *ct = A.ct, *ex = A.ex;
   int64_t D = A.D, BTD = A.B * A.T * A.D;
   char jend[32], ibeg[32];   /* the keys row ctc_r sees; the first row that sees key ctc_r */
-  snprintf(jend, sizeof jend, A.causal ? "ctc_r + 1" : "%lld", (ll)A.T);
-  snprintf(ibeg, sizeof ibeg, A.causal ? "ctc_r" : "0");
+  if (A.causal) snprintf(jend, sizeof jend, "ctc_r + 1"), snprintf(ibeg, sizeof ibeg, "ctc_r");
+  else snprintf(jend, sizeof jend, "%lld", (ll)A.T), snprintf(ibeg, sizeof ibeg, "0");
   Buf body = {0};
   if (in->op == IR_ATTENTION) {
     cu_kbegin(e, &body);

@@ -48,14 +48,22 @@ Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *
   const Inst *in = NULL;
   for (int i = kn->first; i <= kn->last; i++) {   /* the op (a kernel also holds the literals after it) */
     const Inst *x = &f->insts.data[i];
-    if (x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD || x->op == IR_MATMUL || x->op == IR_CONV2D ||
-        x->op == IR_CONV2D_BWD_INPUT || x->op == IR_CONV2D_BWD_WEIGHT)
-      in = x;
-    else if (x->op != IR_CONST) return NULL;
+    if (x->op != IR_CONST && in) return NULL;
+    if (x->op != IR_CONST) in = x;
   }
-  if (!in) return NULL;
-  if (in->op == IR_MATMUL) return kir_build_gemm(a, f, s, kn, in);
-  if (in->op != IR_ATTENTION && in->op != IR_ATTENTION_BWD) return kir_build_conv(a, f, kn, in);
+  return in ? kir_build_inst_call(a, f, s, kn, in) : NULL;
+}
+
+Kir *kir_build_inst_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
+  switch (in->op) {
+  case IR_MATMUL: return kir_build_gemm(a, f, s, kn, in);
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_INPUT:
+  case IR_CONV2D_BWD_WEIGHT: return kir_build_conv(a, f, kn, in);
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: break;
+  default: return NULL;
+  }
   const Type *q = &f->values.data[in->args[0]].type;
   int64_t T = q->dims[q->ndim - 2], D = q->dims[q->ndim - 1];
   Kir *k = kir_call_new(a, f, kn, in, &kn->space, ir_ops[in->op].name);   /* attention, attention_bwd */

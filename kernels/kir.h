@@ -198,6 +198,9 @@ void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t ou
  * one KS_CALL; NULL for any
  * other kernel (or a GEMM operand no strides address). */
 Kir *kir_build_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
+/* The call of instruction in of kernel kn (any kind): its op's builder above; NULL for an op
+ * that is no microkernel call. */
+Kir *kir_build_inst_call(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in);
 /* attention.c: the kernel IR of one KS_CALL of fn for instruction in (its result the call's v)
  * over space; the call's fields are the caller's to fill (kir->body.data[0]->call). */
 Kir *kir_call_new(Arena *a, const Func *f, const Kernel *kn, const Inst *in, const Type *space, const char *fn);
