@@ -161,10 +161,11 @@ static void c_string(Buf *b, const char *s) {
   cg_puts(b, "\"");
 }
 
-/* {"name", CTC_F32, 2, {512, 784}, offset, NULL, 0}. Value v of an entry with
+/* {"name", CTC_F32, 2, {512, 784}, offset, NULL, 0, 0, 0}. Value v of an entry with
  * a run-time batch (v >= 0, f->batch_max): its batch axis is described at the
  * largest batch, whatever N this Func was staged with. */
-static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v, int cplx) {
+static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset, const Func *f, ValId v, int cplx,
+                        int low) {
   int ax = v >= 0 && f->batch_max && f->batch_axis ? f->batch_axis[v] : -1;
   cg_puts(b, "{");
   c_string(b, name);
@@ -172,7 +173,8 @@ static void tensor_desc(Buf *b, const char *name, const Type *t, int64_t offset,
   for (int i = 0; i < t->ndim; i++)
     cg_printf(b, "%s%lld", i ? ", " : "", (ll)(i == ax ? t->dims[i] / f->batch_n * f->batch_max : t->dims[i]));
   if (!t->ndim) cg_puts(b, "0");
-  cg_printf(b, "}, %lld, NULL, %d, %d}", (ll)offset, ax + 1, cplx);   /* cplx: complex64 in files */
+  /* cplx: complex64 in files; low: bfloat16 (1) / float16 (2) values, so held in files */
+  cg_printf(b, "}, %lld, NULL, %d, %d, %d}", (ll)offset, ax + 1, cplx, low);
 }
 
 /* s made safe to put inside a comment (in buf). */
@@ -652,7 +654,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
     for (int i = 0; i < p->params.len; i++) {
       cg_puts(b, "  ");
       tensor_desc(b, p->params.data[i].name, &p->params.data[i].type, g->mp->param_offset[i], NULL, -1,
-                  p->params.data[i].complex64);
+                  p->params.data[i].complex64, p->params.data[i].low);
       cg_puts(b, ",\n");
     }
     cg_puts(b, "};\n\n");
@@ -716,7 +718,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_in_%s[] = {\n", fname);
       for (int k = 0; k < f->inputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k], 0);
+        tensor_desc(b, in_names[k], &f->values.data[f->inputs.data[k]].type, 0, f, f->inputs.data[k], 0, 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");
@@ -725,7 +727,7 @@ static void emit_desc(Gen *g, Buf *b, int device_params) {
       cg_printf(b, "static const ctc_tensor ctc_out_%s[] = {\n", fname);
       for (int k = 0; k < f->outputs.len; k++) {
         cg_puts(b, "  ");
-        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k], 0);
+        tensor_desc(b, f->out_names.data[k], &f->values.data[f->outputs.data[k]].type, 0, f, f->outputs.data[k], 0, 0);
         cg_puts(b, ",\n");
       }
       cg_puts(b, "};\n");

@@ -16,16 +16,15 @@ static ctc_dtype rt_dtype(DType t) {
   }
 }
 
-/* Element k of a file tensor as a double (floating) or int64 (integers). */
-static double get_f(const ctc_tensor *t, int64_t k) {
-  const unsigned char *d = t->data;
-  if (t->dtype == CTC_F32) {
-    float v;
-    memcpy(&v, d + 4 * k, 4);
-    return v;
+/* Element k of a floating file tensor, rounded as parameter pr holds it (a .bfloat16() model's). */
+static double get_f(const ctc_tensor *t, int64_t k, const Param *pr) {
+  double v = ctc_elem_f64(t->data, t->dtype, (size_t)k);
+  int exact = pr->low == 1 ? t->dtype == CTC_BF16 : t->dtype == CTC_F16;
+  if (pr->low && !exact) {
+    float f = (float)v;
+    ctc_float_copy(&f, CTC_F32, &f, CTC_F32, 1, pr->low);
+    v = f;
   }
-  double v;
-  memcpy(&v, d + 8 * k, 8);
   return v;
 }
 
@@ -100,9 +99,9 @@ int ctc_embed_read(Arena *a, Diag *d, const Program *p, const char *spec, const 
       bad = 1;
       break;
     }
-    int fl_param = ty->dtype == DT_F32 || ty->dtype == DT_F64, fl_file = t->dtype == CTC_F32 || t->dtype == CTC_F64;
+    int fl_param = ty->dtype == DT_F32 || ty->dtype == DT_F64, fl_file = ctc_dtype_is_float(t->dtype);
     if (fl_param && fl_file) {
-      for (int64_t k = 0; k < n; k++) put(buf, ty->dtype, k, get_f(t, k), 0);
+      for (int64_t k = 0; k < n; k++) put(buf, ty->dtype, k, get_f(t, k, pr), 0);
     } else if (ty->dtype == DT_I64 && (t->dtype == CTC_I32 || t->dtype == CTC_I64)) {
       for (int64_t k = 0; k < n; k++) {
         int64_t v;

@@ -211,6 +211,8 @@ typedef struct Param {
   int not_persistent;         /* register_buffer(persistent=False): in the arena, not in the state_dict */
   int complex64;              /* a complex64 tensor (torchlib/complex.c): type is its float32 storage S + [2],
                                  files hold it as complex64 S (ctc_tensor.complex64) */
+  int low;                    /* 1 bfloat16, 2 float16 (model.bfloat16() / .half()): an f32 tensor whose values
+                                 are such numbers; <model>_init rounds them, files hold it so (ctc_tensor.low) */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */

@@ -58,11 +58,15 @@ int ctc_fail(ctc_error *err, int code, const char *fmt, ...)
 
 /* ---- tensors ---------------------------------------------------------- */
 
+/* CTC_BF16 and CTC_F16 are file tensors only (safetensors "BF16"/"F16", .pt BFloat16Storage/
+ * HalfStorage, read without widening and written as such): a model computes on float32, and
+ * a parameter of a model converted with .bfloat16() / .half() is a float32 tensor marked `low`. */
 typedef enum ctc_dtype {
-  CTC_F32, CTC_F64, CTC_I64, CTC_I32, CTC_BOOL, CTC_U8, CTC_DTYPE_COUNT
+  CTC_F32, CTC_F64, CTC_I64, CTC_I32, CTC_BOOL, CTC_U8, CTC_BF16, CTC_F16, CTC_DTYPE_COUNT
 } ctc_dtype;
 size_t ctc_dtype_size(ctc_dtype t);
 const char *ctc_dtype_name(ctc_dtype t);   /* "f32" ... */
+int ctc_dtype_is_float(ctc_dtype t);       /* F32, F64, BF16, F16 */
 
 #define CTC_MAX_DIMS 8
 
@@ -80,11 +84,26 @@ typedef struct ctc_tensor {
   int complex64;                 /* a complex64 tensor held as its float32 parts, shape S + [2]: .pt and
                                     safetensors files hold it as complex64 of shape S (ComplexFloatStorage,
                                     "C64"); a file's complex64 tensor reads in as such */
+  int low;                       /* CTC_LOW_BF16 / CTC_LOW_F16: a float32 parameter whose values are bfloat16 /
+                                    float16 numbers (the model's .bfloat16() / .half()): saved as BF16 / F16,
+                                    and a wider file's values rounded to it when loaded; 0: none */
 } ctc_tensor;
+enum { CTC_LOW_BF16 = 1, CTC_LOW_F16 = 2 };
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */
 size_t ctc_tensor_bytes(const ctc_tensor *t);   /* SIZE_MAX where numel is -1 or bytes overflow */
 /* Element i of data (dtype dt) as a double: integers exact up to 2**53, bool and u8 as 0..255. */
 double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i);
+
+/* ---- 16-bit floats (rt_error.c) ----------------------------------------- */
+
+float ctc_bf16_to_f32(uint16_t h);          /* exact */
+float ctc_f16_to_f32(uint16_t h);           /* exact */
+uint16_t ctc_f32_to_bf16(float x);          /* round to nearest even; NaN stays NaN */
+uint16_t ctc_f32_to_f16(float x);           /* round to nearest even; inf from 65520, subnormals */
+/* n floating elements of src (dtype st) into dst (dtype dt), both ctc_dtype_is_float; low
+ * (CTC_LOW_*) rounds each value to that precision (dt must then be CTC_F32): a float32
+ * parameter of a .bfloat16() model loaded from a float32 file, as PyTorch's copy_ rounds. */
+void ctc_float_copy(void *dst, ctc_dtype dt, const void *src, ctc_dtype st, size_t n, int low);
 
 /* ---- small utilities (rt_error.c) -------------------------------------- */
 

@@ -446,6 +446,8 @@ static int convert_input(const ctc_tensor *want, const ctc_tensor *got, const ch
   unsigned char *out = dst;
   if (got->dtype == want->dtype) {
     memcpy(dst, got->data, ctc_tensor_bytes(want));
+  } else if ((want->dtype == CTC_F32 || want->dtype == CTC_F64) && (got->dtype == CTC_BF16 || got->dtype == CTC_F16)) {
+    ctc_float_copy(dst, want->dtype, got->data, got->dtype, n, 0);   /* exact */
   } else if (want->dtype == CTC_F32 && got->dtype == CTC_F64) {
     for (size_t i = 0; i < n; i++) {
       double v;

@@ -106,6 +106,8 @@ size_t ctc_dtype_size(ctc_dtype t) {
     case CTC_I32: return 4;
     case CTC_BOOL: return 1;
     case CTC_U8: return 1;
+    case CTC_BF16: return 2;
+    case CTC_F16: return 2;
     default: return 0;
   }
 }
@@ -118,9 +120,13 @@ const char *ctc_dtype_name(ctc_dtype t) {
     case CTC_I32: return "i32";
     case CTC_BOOL: return "bool";
     case CTC_U8: return "u8";
+    case CTC_BF16: return "bf16";
+    case CTC_F16: return "f16";
     default: return "?";
   }
 }
+
+int ctc_dtype_is_float(ctc_dtype t) { return t == CTC_F32 || t == CTC_F64 || t == CTC_BF16 || t == CTC_F16; }
 
 int64_t ctc_tensor_numel(const ctc_tensor *t) {
   if (!t || t->ndim < 0 || t->ndim > CTC_MAX_DIMS) return -1;
@@ -149,7 +155,87 @@ double ctc_elem_f64(const void *data, ctc_dtype dt, size_t i) {
     case CTC_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
     case CTC_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
     case CTC_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case CTC_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return ctc_bf16_to_f32(v); }
+    case CTC_F16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return ctc_f16_to_f32(v); }
     default: return p[i]; /* BOOL, U8 */
+  }
+}
+
+/* ---- 16-bit floats: bfloat16 and IEEE binary16 (float16) ------------------
+ * A model computes on float32; these convert a file's BF16 / F16 tensors to it (exactly)
+ * and a .bfloat16() / .half() model's float32 parameters back (ctc_tensor.low), rounding to
+ * nearest even as PyTorch's conversions do. */
+
+float ctc_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+float ctc_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) bits = sign | 0x7f800000u | man << 13;   /* inf, NaN */
+  else if (exp) bits = sign | (exp + 112) << 23 | man << 13;
+  else if (!man) bits = sign;
+  else {   /* subnormal: normalise */
+    int e = -1;
+    do {
+      man <<= 1;
+      e++;
+    } while (!(man & 0x400));
+    bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t ctc_f32_to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;   /* NaN: PyTorch's canonical bfloat16 NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);                       /* to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
+
+uint16_t ctc_f32_to_f16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);   /* NaN */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* 65520 and above: inf */
+  if (a >= 0x38800000u) {                                   /* 2^-14 and above: normal */
+    uint32_t r = a - 0x38000000u;                           /* the exponent rebiased from 127 to 15 */
+    r += 0xfffu + ((r >> 13) & 1u);                         /* to nearest at bit 13, ties to even */
+    return (uint16_t)(sign | r >> 13);
+  }
+  if (a <= 0x33000000u) return (uint16_t)sign;              /* up to 2^-25 (a tie, to the even 0): zero */
+  /* subnormal: a multiple of 2^-24; the value is m * 2^(e - 150), m with its leading 1 */
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+  int shift = 126 - (int)e;                                 /* 14 .. 24 */
+  uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) q++;         /* 1024 is the smallest normal, as it should be */
+  return (uint16_t)(sign | q);
+}
+
+void ctc_float_copy(void *dst, ctc_dtype dt, const void *src, ctc_dtype st, size_t n, int low) {
+  unsigned char *out = dst;
+  for (size_t i = 0; i < n; i++) {
+    double v = ctc_elem_f64(src, st, i);
+    if (dt == CTC_F64) {
+      memcpy(out + 8 * i, &v, 8);
+      continue;
+    }
+    float f = (float)v;   /* float64 to a 16-bit float goes through float32, as PyTorch's conversion */
+    if (dt == CTC_F32) {
+      if (low == CTC_LOW_BF16) f = ctc_bf16_to_f32(ctc_f32_to_bf16(f));
+      else if (low == CTC_LOW_F16) f = ctc_f16_to_f32(ctc_f32_to_f16(f));
+      memcpy(out + 4 * i, &f, 4);
+    } else {
+      uint16_t h = dt == CTC_BF16 ? ctc_f32_to_bf16(f) : ctc_f32_to_f16(f);
+      memcpy(out + 2 * i, &h, 2);
+    }
   }
 }
 

@@ -129,9 +129,9 @@ static int param_span(const ctc_model_desc *desc, const ctc_tensor *p, size_t *b
 static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *f, ctc_error *err) {
   char want[128], got[128];
   if (!f) return ctc_fail(err, CTC_ERR_MISSING, "%s: tensor '%s' is missing", path, p->name);
-  /* Floating-point data converts to the parameter's floating dtype (F64 -> F32 rounds),
-   * I32 data widens to I64. */
-  int is_float_f = f->dtype == CTC_F32 || f->dtype == CTC_F64, is_float_p = p->dtype == CTC_F32 || p->dtype == CTC_F64;
+  /* Floating-point data converts to the parameter's floating dtype (F64 -> F32 rounds; BF16 and
+   * F16 widen exactly), I32 data widens to I64. */
+  int is_float_f = ctc_dtype_is_float(f->dtype), is_float_p = p->dtype == CTC_F32 || p->dtype == CTC_F64;
   if (f->dtype != p->dtype && !(is_float_f && is_float_p) && !(p->dtype == CTC_I64 && f->dtype == CTC_I32))
     return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", path, p->name,
                     ctc_dtype_name(f->dtype), ctc_dtype_name(p->dtype));
@@ -147,31 +147,27 @@ static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *
   return CTC_OK;
 }
 
-/* Copies file data into the arena; the source may be unaligned, so memcpy. */
+/* Copies file data into the arena; the source may be unaligned, so memcpy. A parameter of a
+ * .bfloat16() / .half() model (p->low) takes a wider file's values rounded, as PyTorch's
+ * load_state_dict copies them into its bfloat16 / float16 tensors. */
 static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor *f, size_t bytes) {
+  size_t n = bytes / ctc_dtype_size(p->dtype);
+  if (ctc_dtype_is_float(f->dtype)) {
+    int exact = p->low == CTC_LOW_BF16 ? f->dtype == CTC_BF16 : p->low == CTC_LOW_F16 ? f->dtype == CTC_F16 : 0;
+    if (f->dtype == p->dtype && !p->low) memcpy(dst, f->data, bytes);
+    else ctc_float_copy(dst, p->dtype, f->data, f->dtype, n, exact ? 0 : p->low);
+    return;
+  }
   if (f->dtype == p->dtype) {
     memcpy(dst, f->data, bytes);
     return;
   }
-  size_t n = bytes / ctc_dtype_size(p->dtype);
   const unsigned char *src = f->data;
-  for (size_t i = 0; i < n; i++) {
-    if (p->dtype == CTC_F32) {   /* F64 -> F32 */
-      double v;
-      memcpy(&v, src + i * sizeof v, sizeof v);
-      float x = (float)v;
-      memcpy(dst + i * sizeof x, &x, sizeof x);
-    } else if (p->dtype == CTC_F64) {   /* F32 -> F64 */
-      float v;
-      memcpy(&v, src + i * sizeof v, sizeof v);
-      double x = v;
-      memcpy(dst + i * sizeof x, &x, sizeof x);
-    } else {   /* I32 -> I64 */
-      int32_t v;
-      memcpy(&v, src + i * sizeof v, sizeof v);
-      int64_t x = v;
-      memcpy(dst + i * sizeof x, &x, sizeof x);
-    }
+  for (size_t i = 0; i < n; i++) {   /* I32 -> I64 */
+    int32_t v;
+    memcpy(&v, src + i * sizeof v, sizeof v);
+    int64_t x = v;
+    memcpy(dst + i * sizeof x, &x, sizeof x);
   }
 }
 
@@ -184,7 +180,11 @@ int ctc_check_assumed(const ctc_model_desc *desc, const void *model, int i, cons
   int64_t n = ctc_tensor_numel(p);
   for (int64_t k = 0; k < n; k++) {
     double now = ctc_elem_f64(arena + p->offset, p->dtype, (size_t)k), got = ctc_elem_f64(f->data, f->dtype, (size_t)k);
-    if (p->dtype == CTC_F32) got = (float)got;   /* compared as the model stores it (an F64 file rounds) */
+    if (p->dtype == CTC_F32) {   /* compared as the model stores it (an F64 file rounds, a bf16 model rounds more) */
+      float g = (float)got;
+      if (p->low) ctc_float_copy(&g, CTC_F32, &g, CTC_F32, 1, p->low);
+      got = g;
+    }
     if (got == now || (got != got && now != now)) continue;
     char at[160];
     int64_t idx[8], r = k;
@@ -248,7 +248,12 @@ int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const cha
   int to_pt = ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin");
   int nkeys = ctc_sd_count(desc), cap = nkeys + desc->nparams;
   ctc_tensor *ts = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ts);
-  if (!ts) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  void **low = calloc((size_t)(cap > 0 ? cap : 1), sizeof *low);   /* the 16-bit copies of .bfloat16() parameters */
+  if (!ts || !low) {
+    free(ts);
+    free(low);
+    return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+  }
   int rc = CTC_OK, n = 0;
   size_t bytes;
   for (int k = 0; k < nkeys + desc->nparams && rc == CTC_OK; k++) {
@@ -262,9 +267,23 @@ int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const cha
     ts[n] = desc->params[i];
     if (name) ts[n].name = name;
     if ((rc = param_span(desc, &ts[n], &bytes, err)) == CTC_OK) ts[n].data = arena + ts[n].offset;
+    if (rc == CTC_OK && ts[n].low && ts[n].dtype == CTC_F32) {   /* kept as PyTorch holds it: BF16 / F16 */
+      size_t count = bytes / 4;
+      ctc_dtype dt = ts[n].low == CTC_LOW_F16 ? CTC_F16 : CTC_BF16;
+      if (!(low[n] = malloc(count * 2 + 1))) {
+        rc = ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
+        break;
+      }
+      ctc_float_copy(low[n], dt, ts[n].data, CTC_F32, count, 0);
+      ts[n].data = low[n];
+      ts[n].dtype = dt;
+      ts[n].low = 0;
+    }
     n++;
   }
   if (rc == CTC_OK) rc = to_pt ? ctc_pt_write(path, n, ts, err) : ctc_st_write(path, n, ts, err);
+  for (int k = 0; k < n; k++) free(low[k]);
+  free(low);
   free(ts);
   return rc;
 }

@@ -31,11 +31,11 @@ static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 static const char *const npy_descr[CTC_DTYPE_COUNT] = {
     [CTC_F32] = "<f4", [CTC_F64] = "<f8", [CTC_I64] = "<i8",
     [CTC_I32] = "<i4", [CTC_BOOL] = "|b1", [CTC_U8] = "|u1",
-};
+};   /* none for the 16-bit floats: data sets and inputs are float32 or float64 */
 
 static int npy_dtype_from_descr(const char *d, ctc_dtype *out) {
   for (int i = 0; i < CTC_DTYPE_COUNT; i++)
-    if (strcmp(d, npy_descr[i]) == 0) {
+    if (npy_descr[i] && strcmp(d, npy_descr[i]) == 0) {
       *out = (ctc_dtype)i;
       return 1;
     }
@@ -266,6 +266,9 @@ int ctc_npy_write(const char *path, const ctc_tensor *t, ctc_error *err) {
   if (!path || !t) return ctc_fail(err, CTC_ERR_ARG, "ctc_npy_write: NULL argument");
   if ((unsigned)t->dtype >= CTC_DTYPE_COUNT)
     return ctc_fail(err, CTC_ERR_ARG, "%s: invalid dtype (%d)", path, (int)t->dtype);
+  if (!npy_descr[t->dtype])
+    return ctc_fail(err, CTC_ERR_DTYPE, "%s: a %s tensor cannot be written as .npy by ctc", path,
+                    ctc_dtype_name(t->dtype));
   size_t bytes = ctc_tensor_bytes(t);
   if (bytes == SIZE_MAX) return ctc_fail(err, CTC_ERR_ARG, "%s: invalid shape", path);
   if (bytes && !t->data) return ctc_fail(err, CTC_ERR_ARG, "%s: tensor has no data", path);

@@ -30,7 +30,7 @@
  * checkpoint also holds the tensor 'best_val_loss'), else it is ambiguous. Names saved from a torch.compile'd or
  * DistributedDataParallel model ('_orig_mod.', 'module.' prefixes) match too.
  * The tensors found are materialised contiguous, in ctc dtypes: float32 and
- * float64 as they are, float16 and bfloat16 as float32 (exact), int16/int8 as
+ * float64, float16 and bfloat16 as they are (CTC_F16, CTC_BF16), int16/int8 as
  * int32, int64/int32/uint8/bool as they are, complex64 as float32 with a trailing
  * dimension of 2 (torch.view_as_real's layout); views (tied weights, storage
  * offsets, any strides) are gathered element by element.
@@ -61,7 +61,7 @@ static const struct {
   ctc_dtype to;          /* what it is materialised as */
 } pt_dtypes[PT_NDTYPES] = {
     [PT_F32] = {"FloatStorage", "float32", 4, CTC_F32},   [PT_F64] = {"DoubleStorage", "float64", 8, CTC_F64},
-    [PT_F16] = {"HalfStorage", "float16", 2, CTC_F32},    [PT_BF16] = {"BFloat16Storage", "bfloat16", 2, CTC_F32},
+    [PT_F16] = {"HalfStorage", "float16", 2, CTC_F16},    [PT_BF16] = {"BFloat16Storage", "bfloat16", 2, CTC_BF16},
     [PT_I64] = {"LongStorage", "int64", 8, CTC_I64},      [PT_I32] = {"IntStorage", "int32", 4, CTC_I32},
     [PT_I16] = {"ShortStorage", "int16", 2, CTC_I32},     [PT_I8] = {"CharStorage", "int8", 1, CTC_I32},
     [PT_U8] = {"ByteStorage", "uint8", 1, CTC_U8},        [PT_BOOL] = {"BoolStorage", "bool", 1, CTC_BOOL},
@@ -946,30 +946,10 @@ static int select_dict(Pt *p, PV *root, const char *key, int nnames, const char 
 
 /* ---- materialising ------------------------------------------------------------ */
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0x1f) bits = sign | 0x7f800000u | man << 13;
-  else if (exp) bits = sign | (exp + 112) << 23 | man << 13;
-  else if (!man) bits = sign;
-  else {   /* subnormal: normalise */
-    int e = -1;
-    do {
-      man <<= 1;
-      e++;
-    } while (!(man & 0x400));
-    bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
-  }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 /* Element k of storage s, as the bytes of dtype pt_dtypes[s->dtype].to at dst. */
 static int convert_elem(const Storage *s, int64_t k, unsigned char *dst) {
   const unsigned char *src = s->data + (size_t)k * pt_dtypes[s->dtype].size;
   switch (s->dtype) {
-    case PT_F16: { float f = half_to_float(rd16(src)); memcpy(dst, &f, 4); return 1; }
-    case PT_BF16: { uint32_t u = (uint32_t)rd16(src) << 16; memcpy(dst, &u, 4); return 1; }
     case PT_I16: { int32_t x = (int16_t)rd16(src); memcpy(dst, &x, 4); return 1; }
     case PT_I8: { int32_t x = (int8_t)src[0]; memcpy(dst, &x, 4); return 1; }
     case PT_BOOL: dst[0] = src[0]; return src[0] <= 1;
@@ -1349,6 +1329,8 @@ static int pt_storage_dtype(ctc_dtype t) {
     case CTC_I32: return PT_I32;
     case CTC_U8: return PT_U8;
     case CTC_BOOL: return PT_BOOL;
+    case CTC_BF16: return PT_BF16;
+    case CTC_F16: return PT_F16;
     default: return -1;
   }
 }

@@ -33,7 +33,7 @@
 
 static const char *const st_dtype_names[CTC_DTYPE_COUNT] = {
     [CTC_F32] = "F32", [CTC_F64] = "F64", [CTC_I64] = "I64",
-    [CTC_I32] = "I32", [CTC_BOOL] = "BOOL", [CTC_U8] = "U8",
+    [CTC_I32] = "I32", [CTC_BOOL] = "BOOL", [CTC_U8] = "U8", [CTC_BF16] = "BF16", [CTC_F16] = "F16",
 };
 
 static int st_dtype_from_name(const char *s, ctc_dtype *out) {
@@ -387,7 +387,7 @@ static int parse_tensor(Json *j, const char *name, char *data, size_t data_len, 
     t->complex64 = 1;
   } else if (!st_dtype_from_name(dtype, &t->dtype))
     return ctc_fail(err, CTC_ERR_DTYPE,
-                    "tensor '%s' has dtype \"%s\", which ctc does not support (F32, F64, I64, I32, BOOL, U8, C64)",
+                    "tensor '%s' has dtype \"%s\", which ctc does not support (F32, F64, BF16, F16, I64, I32, BOOL, U8, C64)",
                     name, dtype);
   for (int d = 0; d < t->ndim; d++)
     if (t->shape[d] < 0)

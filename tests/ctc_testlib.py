@@ -38,8 +38,18 @@ def train_step(x, y):
 """
 
 _DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64",
-       np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8", np.dtype("complex64"): "C64"}
+       np.dtype("int32"): "I32", np.dtype("bool"): "BOOL", np.dtype("uint8"): "U8", np.dtype("complex64"): "C64",
+       np.dtype("float16"): "F16"}
 _NP = {v: k for k, v in _DT.items()}
+
+
+class BF16:
+    """A bfloat16 array for st_write (NumPy has no bfloat16): its float32 values, which
+    must be bfloat16 numbers (their low 16 bits zero), written as "BF16"."""
+
+    def __init__(self, a):
+        self.a = np.ascontiguousarray(np.asarray(a, np.float32))
+        assert not (self.a.view(np.uint32) & 0xFFFF).any(), "not bfloat16 values"
 
 
 @contextlib.contextmanager
@@ -73,6 +83,12 @@ def st_write(path, tensors):
     """Write a safetensors file from {name: np.ndarray} (in dict order)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
+        if isinstance(a, BF16):
+            b = (a.a.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+            header[name] = {"dtype": "BF16", "shape": list(a.a.shape), "data_offsets": [off, off + len(b)]}
+            blobs.append(b)
+            off += len(b)
+            continue
         a = np.asarray(a)
         b = np.ascontiguousarray(a).tobytes()  # (ascontiguousarray makes a 0-d array 1-d)
         header[name] = {"dtype": _DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
@@ -84,8 +100,16 @@ def st_write(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def st_dtypes(path):
+    """The safetensors dtype of each tensor of a file ("F32", "BF16" ...), in file order."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    return {k: d["dtype"] for k, d in json.loads(data[8:8 + n]).items() if k != "__metadata__"}
+
+
 def st_read(path):
-    """Read a safetensors file into {name: np.ndarray}, in file order."""
+    """Read a safetensors file into {name: np.ndarray}, in file order (a "BF16" tensor as
+    its float32 values, exactly; st_dtypes tells them apart)."""
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
@@ -95,6 +119,10 @@ def st_read(path):
         if name == "__metadata__":
             continue
         b, e = d["data_offsets"]
+        if d["dtype"] == "BF16":
+            u = np.frombuffer(data[base + b:base + e], dtype=np.uint16).astype(np.uint32) << 16
+            out[name] = u.view(np.float32).reshape(d["shape"])
+            continue
         out[name] = np.frombuffer(data[base + b:base + e], dtype=_NP[d["dtype"]]).reshape(d["shape"])
     return out
 

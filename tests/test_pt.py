@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, ROOT, compare, ctc_build, load_module, run, st_read, st_write
+from ctc_testlib import CTC, ROOT, compare, ctc_build, load_module, run, st_dtypes, st_read, st_write
 
 GPT = os.path.join(ROOT, "tests", "user_files", "gpt_model.py")
 GPT_EXPR = "GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, vocab_size=32, block_size=8, dropout=0.0))"
@@ -31,8 +31,9 @@ def convert(src, dst, status=0):
 
 
 def as_np(t):
-    """A torch tensor as numpy in the dtype ctc reads it as (f16/bf16 -> f32, i8/i16 -> i32)."""
-    if t.dtype in (torch.float16, torch.bfloat16):
+    """A torch tensor as numpy in the dtype ctc reads it as (i8/i16 -> i32; f16 and bf16 kept,
+    bf16 as st_read gives it: its float32 values)."""
+    if t.dtype == torch.bfloat16:
         t = t.float()
     elif t.dtype in (torch.int8, torch.int16):
         t = t.int()
@@ -96,6 +97,9 @@ def test_dtypes_views_and_tied_storages(tmp_path):
         torch.save(sd, p, _use_new_zipfile_serialization=not legacy)
         convert(p, tmp_path / "d.safetensors")
         assert_same(st_read(tmp_path / "d.safetensors"), sd)
+        # 16-bit floats stay 16-bit, as the checkpoint holds them
+        dts = st_dtypes(tmp_path / "d.safetensors")
+        assert (dts["f16"], dts["bf16"], dts["view_of_f16"], dts["f32"]) == ("F16", "BF16", "F16", "F32"), dts
 
 
 def nanogpt_checkpoint(model, iters=1):

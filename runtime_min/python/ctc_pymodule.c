@@ -63,7 +63,8 @@ static PyObject *ctc_exc;     /* NAME.Error (a RuntimeError) */
 static PyObject *index_exc;   /* NAME.IndexError (NAME.Error and IndexError): an index out of range */
 static PyObject *incompat_type;   /* NAME.IncompatibleKeys(missing_keys, unexpected_keys), as PyTorch's */
 
-static const char *const np_names[CTC_DTYPE_COUNT] = {"float32", "float64", "int64", "int32", "bool", "uint8"};
+static const char *const np_names[CTC_DTYPE_COUNT] = {"float32", "float64", "int64", "int32", "bool", "uint8",
+                                                         "bfloat16", "float16"};
 
 /* ---- the model ---------------------------------------------------------------- */
 
