@@ -225,7 +225,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       if (!spec) return -1;
       InputSpec is;
       if (lower_parse_input_spec(a, spec, &is) < 0) {
-        diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] or NAME=(f32[...],f32[...]) (dtypes f32 f64 i64 i32 bool, or PyTorch's float32 float float64 double int64 long int32 int, with or without torch.)", spec);
+        diag_plain(d, "bad --input '%s': expected NAME=f32[d1,d2,...] or NAME=(f32[...],f32[...]) (dtypes f32 f64 i64 i32 bool, bf16 f16 (float32 rounded on entry), or PyTorch's float32 float float64 double int64 long int32 int bfloat16 float16 half, with or without torch.)", spec);
         return -1;
       }
       vec_push(a, &o->inputs, is);

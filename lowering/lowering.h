@@ -21,6 +21,8 @@ typedef struct InputSpec {
   const char *sym;    /* a named dim, --input x=f32[N,784] (the run-time batch), or NULL */
   unsigned symmask;   /* the axes of `type` that are `sym` (their dims are 1 until the driver
                          substitutes a value: lower_input_specs_at) */
+  int low;            /* 1 bf16[...], 2 f16[...]: a float32 input rounded to bfloat16 / float16 on entry
+                         (the input of a model.bfloat16() / .half() model) */
 } InputSpec;
 
 typedef struct LowerOptions {

@@ -423,13 +423,3 @@ def test_refusals(tmp_path, label, body, msg):
     m = re.search(rf"{re.escape(str(p))}:(\d+):\d+: error: ", r.stderr)
     assert m and 13 <= int(m.group(1)) < 13 + body.count("\n") + 1, r.stderr   # located in forward's body
     assert msg in r.stderr, r.stderr
-
-
-def test_model_bfloat16_refused(tmp_path):
-    p = tmp_path / "bad.py"
-    p.write_text(HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-                 "        self.fc = nn.Linear(4, 4)\n\n    def forward(self, x):\n        return self.fc(x)\n\n\n"
-                 "model = Net().bfloat16()\n")
-    r = subprocess.run([CTC, "check", str(p), "--input", "x=f32[2,4]"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and f"{p}:15:9: error: " in r.stderr, r.stderr
-    assert "model.bfloat16() is not supported by ctc: parameters stay float32" in r.stderr, r.stderr

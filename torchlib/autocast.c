@@ -183,10 +183,10 @@ static PV *result(L *L, Span at, PV *r, int how, PV *const *ins, int nins, int l
 /* A Python number or a 0-d f32 tensor beside a dimensioned bf16 tensor in arithmetic:
  * PyTorch's type promotion gives the op bf16 operands, so the number is rounded to bf16
  * first (h * 0.353 multiplies by 0.353515625; probed: docs/mixed-precision.md). PyTorch
- * 2.x's f16 kernels of *, / (x / s, s / x), lerp, addcmul and addcdiv read the number in
- * float (their opmath scalar): keep_f32 keeps it. */
+ * 2.x's f16 kernels of *, / (x / s, s / x) read the number in float (their opmath scalar),
+ * and lerp, addcmul and addcdiv do so for bf16 in 1.13 too: keep_f32 (keeps_f32) keeps it. */
 static PV *scalar_bf16(L *L, Span at, PV *v, int low, int keep_f32) {
-  if (low == LOW_F16 && keep_f32) return v;
+  if ((low == LOW_F16 && keep_f32) || keep_f32 == 2) return v;
   double (*rnd)(double) = low == LOW_F16 ? ir_round_f16 : ir_round_bf16;
   if (v && v->k == PV_FLOAT) return pv_float(L, rnd(v->f));
   if (v && v->k == PV_INT && (v->i > 256 || v->i < -256) && rnd((double)v->i) != (double)v->i)
@@ -194,9 +194,12 @@ static PV *scalar_bf16(L *L, Span at, PV *v, int low, int keep_f32) {
   if (is_float_t(v) && !v->t->low && v->t->type.ndim == 0) return ac_round(L, at, v, low);
   return v;
 }
+/* 2: the number stays float beside bf16 and f16 tensors (lerp's weight, addcmul's and addcdiv's
+ * value: both PyTorch 1.13 and 2.x, probed); 1: beside f16 only (*, /: 2.x keeps it, 1.13
+ * rounds it to bf16); 0: rounded */
 static int keeps_f32(int bi) {
-  return bi == BI_T_MUL || bi == BI_T_DIV || bi == BI_T_TRUE_DIVIDE || bi == BI_T_MUL_ || bi == BI_T_LERP ||
-         bi == BI_T_ADDCMUL || bi == BI_T_ADDCDIV;
+  if (bi == BI_T_LERP || bi == BI_T_ADDCMUL || bi == BI_T_ADDCDIV) return 2;
+  return bi == BI_T_MUL || bi == BI_T_DIV || bi == BI_T_TRUE_DIVIDE || bi == BI_T_MUL_;
 }
 
 /* ---- refusals ---- */
@@ -219,11 +222,15 @@ static CTC_NORETURN void refuse_dtype(L *L, Span at, const char *what, int f16) 
 
 /* ---- the calls ---- */
 
-int ac_wants(L *L, const PV *self, const Args *A, int bi) {
-  if (bi == BI_T_AUTOCAST || bi == BI_T_AUTOCAST_MODE || bi == BI_T_BFLOAT16 || bi == BI_T_HALF) return 0;
+/* mod: a layer being called, whose parameters and buffers are operands too (a .bfloat16() model's) */
+int ac_wants(L *L, const PV *self, const Args *A, int bi, const PV *mod) {
+  if (bi == BI_T_AUTOCAST || bi == BI_T_AUTOCAST_MODE || bi == BI_T_BFLOAT16 || bi == BI_T_HALF || bi == BI_MOD_TO)
+    return 0;   /* model.to(torch.bfloat16): module.c */
   int cls = L->T->autocast ? ac_class(bi, L->T->autocast, L->T->autocast_cuda) : AC_OTHER;
   if (cls == AC_LOWER || cls == AC_BANNED) return 1;
   Mix m = mix_of(self, A);
+  for (int i = 0; mod && i < mod->mod->regs.len; i++)
+    if (mod->mod->regs.data[i].kind != REG_CHILD) mix_add(&m, mod->mod->regs.data[i].val, 0);
   return m.bf_dim || m.bf_0 || m.half_dtype;
 }
 
@@ -464,10 +471,9 @@ PV *bi_half_method(L *L, PV *fn, Args *A) {
   return ac_round(L, at, x, fn->bi == BI_T_HALF ? LOW_F16 : LOW_BF16);
 }
 
-/* model.bfloat16(), model.half() (host.c's attribute of a module) */
-void ac_refuse_half(L *L, Span at, const char *what) {
-  lower_error(L, at, "model.%s() is not supported by ctc: parameters stay float32; train in mixed precision "
-                     "with torch.autocast('cpu', dtype=torch.bfloat16) (docs/mixed-precision.md)", what);
+/* compile-time values (a buffer's data, a constant init) rounded as model.bfloat16() / .half() does */
+void ac_round_data(double *v, int64_t n, int low) {
+  for (int64_t i = 0; i < n; i++) v[i] = low == LOW_F16 ? ir_round_f16(v[i]) : ir_round_bf16(v[i]);
 }
 
 /* ---- GradScaler ---- */

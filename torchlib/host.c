@@ -21,7 +21,6 @@ static PV *h_getattr(L *L, Span at, PV *obj, const char *name) {
   case PV_OBJ:
     if (obj->mod) {
       if (strcmp(name, "training") == 0) return pv_bool(L, obj->mod->training);
-      if (!strcmp(name, "bfloat16") || !strcmp(name, "half")) ac_refuse_half(L, at, name);   /* autocast.c */
       if (obj->mod->ddp && strcmp(name, "module") == 0) return obj;   /* DistributedDataParallel(m).module */
       PV *m = bi_lookup(L, NS_MODULE, name, obj);
       /* append, items ... are methods of the containers only */

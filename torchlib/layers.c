@@ -26,6 +26,7 @@ PV *param_tensor(L *L, Slot *s) {
   t->slot = s;
   t->requires_grad = !s->is_buffer && !s->frozen;
   t->cplx = s->cplx;
+  t->low = s->low;
   return pv_tensor(L, t);
 }
 

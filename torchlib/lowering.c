@@ -9,19 +9,25 @@
 /* One type "f32[2,3]" at *pp; advances *pp past it. 0 ok, -1 bad syntax. A dim
  * may be a name (f32[N,784]: the run-time batch): its axis bit goes into *symmask
  * (NULL: names are refused) and the name into *sym (one name per spec), the dim is 1. */
-static int parse_type(Arena *a, const char **pp, Type *out, unsigned *symmask, const char **sym) {
+static int parse_type(Arena *a, const char **pp, Type *out, unsigned *symmask, const char **sym, int *low) {
   const char *p = *pp;
   Type t = {0};
   t.dtype = DT_F32;
-  static const struct { const char *n; DType d; } dts[] = {   /* ctc's names and PyTorch's */
-      {"f32", DT_F32}, {"f64", DT_F64}, {"i64", DT_I64}, {"i32", DT_I32}, {"bool", DT_BOOL},
-      {"float32", DT_F32}, {"float", DT_F32}, {"float64", DT_F64}, {"double", DT_F64},
-      {"int64", DT_I64}, {"long", DT_I64}, {"int32", DT_I32}, {"int", DT_I32}};
+  /* ctc's names and PyTorch's; bf16 and f16 are float32 rounded on entry (low: LOW_BF16, LOW_F16) */
+  static const struct { const char *n; DType d; int low; } dts[] = {
+      {"f32", DT_F32, 0}, {"f64", DT_F64, 0}, {"i64", DT_I64, 0}, {"i32", DT_I32, 0}, {"bool", DT_BOOL, 0},
+      {"float32", DT_F32, 0}, {"float", DT_F32, 0}, {"float64", DT_F64, 0}, {"double", DT_F64, 0},
+      {"int64", DT_I64, 0}, {"long", DT_I64, 0}, {"int32", DT_I32, 0}, {"int", DT_I32, 0},
+      {"bf16", DT_F32, LOW_BF16}, {"bfloat16", DT_F32, LOW_BF16}, {"f16", DT_F32, LOW_F16},
+      {"float16", DT_F32, LOW_F16}, {"half", DT_F32, LOW_F16}};
   if (strncmp(p, "torch.", 6) == 0) p += 6;   /* torch.float32[...] */
+  if (low) *low = 0;
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
     size_t n = strlen(dts[i].n);
     if (strncmp(p, dts[i].n, n) == 0 && p[n] == '[') {
+      if (dts[i].low && !low) return -1;
       t.dtype = dts[i].d;
+      if (low) *low = dts[i].low;
       p += n;
     }
   }
@@ -66,9 +72,10 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   out->elems = NULL;
   out->sym = NULL;
   out->symmask = 0;
+  out->low = 0;
   const char *p = eq + 1;
   if (*p != '(') {
-    if (parse_type(a, &p, &out->type, &out->symmask, &out->sym) < 0 || *p) return -1;
+    if (parse_type(a, &p, &out->type, &out->symmask, &out->sym, &out->low) < 0 || *p) return -1;
     return 0;
   }
   Type el[IR_MAX_DIMS];
@@ -77,7 +84,7 @@ int lower_parse_input_spec(Arena *a, const char *text, InputSpec *out) {
   for (;;) {
     while (*p == ' ') p++;
     if (*p == ')' && n > 0) break;
-    if (n == IR_MAX_DIMS || parse_type(a, &p, &el[n++], NULL, NULL) < 0) return -1;
+    if (n == IR_MAX_DIMS || parse_type(a, &p, &el[n++], NULL, NULL, NULL) < 0) return -1;
     while (*p == ' ') p++;
     if (*p == ',') p++;
     else if (*p != ')') return -1;
@@ -114,6 +121,7 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
         p.is_buffer = s->is_buffer;
         p.not_persistent = s->not_persistent;
         p.complex64 = s->cplx;
+        p.low = s->low;
         p.init = s->init;
         p.init_a = s->init_a;
         p.init_b = s->init_b;
@@ -387,9 +395,10 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
       args[nargs++] = tv;
       continue;
     }
-    if (spec) t = spec->type;
+    int low = 0;   /* a bfloat16 / float16 input: the caller's float32 values rounded on entry, as x.bfloat16() */
+    if (spec) t = spec->type, low = spec->low;
     else if (exv && exv->k == PV_TENSOR)
-      t = exv->t->type;
+      t = exv->t->type, low = exv->t->low;
     else if (p->b) break; /* remaining parameters keep their defaults */
     else if (!entry && ex == 0 && !examples && loop_forward_input(L, opt))
       t = *loop_forward_input(L, opt); /* model(data) in a training loop: data's --input */
@@ -404,7 +413,9 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
                   "\"%s\": (torch.randn(...), ...) to an example_inputs dict in the file",
                   p->name, entry, p->name, entry);
     if (!entry && opt->fwd_batch_from && t.ndim >= 1 && t.dims[0] == opt->fwd_batch_from) t.dims[0] = opt->fwd_batch_to;
-    args[nargs++] = t_wrap(L, ir_add_input(L->T->prog, L->T->fn, p->name, t));
+    args[nargs] = t_wrap(L, ir_add_input(L->T->prog, L->T->fn, p->name, t));
+    if (low) args[nargs] = ac_round(L, p->span, args[nargs], low);
+    nargs++;
   }
   *n = nargs;
   return args;

@@ -94,19 +94,54 @@ static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out,
 
 /* module.double() / .float(): every floating-point parameter and buffer takes the dtype
  * (their slots, so <model>_init and the state_dict have it, and the tensors bound to them) */
-static void module_cast(L *L, PV *m, DType dt) {
+/* model.float() / .double() / .bfloat16() / .half() / .to(dtype): every floating parameter and
+ * buffer (not complex64 ones, as PyTorch) becomes dtype dt, or with low (LOW_BF16 / LOW_F16)
+ * float32 holding bfloat16 / float16 numbers (autocast.c's marked values): its compile-time
+ * values are rounded here, <model>_init rounds random ones, files hold it as BF16 / F16. */
+static void module_cast(L *L, PV *m, DType dt, int low) {
   for (int i = 0; i < m->mod->regs.len; i++) {
     Reg *r = &m->mod->regs.data[i];
-    if (r->kind == REG_CHILD && pv_is_module(r->val)) module_cast(L, r->val, dt);
+    if (r->kind == REG_CHILD && pv_is_module(r->val)) module_cast(L, r->val, dt, low);
     if (r->kind == REG_CHILD || !r->val || r->val->k != PV_TENSOR) continue;
     Tensor *t = r->val->t;
     if (!ir_dtype_is_float(t->type.dtype) || t->cplx) continue;   /* complex64 buffers stay complex64, as in PyTorch */
     t->type.dtype = dt;
-    if (t->slot) {
-      if (t->slot->index >= 0) BUG("module cast after the state_dict was built");
-      t->slot->type.dtype = dt;
+    t->low = low;
+    Slot *s = t->slot;
+    if (!s) continue;
+    if (s->index >= 0) BUG("module cast after the state_dict was built");
+    s->type.dtype = dt;
+    if (!low || s->low == low) {
+      s->low = low;
+      continue;
+    }
+    s->low = low;
+    if (s->init == PINIT_CONST) ac_round_data(&s->init_a, 1, low);
+    if (s->init == PINIT_DATA && s->data) {   /* a copy: the values may be shared with the tensor it was made from */
+      int64_t n = ir_numel(&s->type);
+      double *d = arena_alloc(L->a, sizeof *d * (size_t)(n + 1));
+      memcpy(d, s->data, sizeof *d * (size_t)n);
+      ac_round_data(d, n, low);
+      s->data = d;
     }
   }
+}
+
+/* the dtype model.to(...) asks for: -1 none (a device), else an IR dtype or DT_BF16_MARK / DT_F16_MARK */
+static int module_to_dtype(L *L, Args *A) {
+  int dt = -1;
+  for (int i = 0; i < A->nargs + A->nkw; i++) {
+    PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];
+    const char *kw = i < A->nargs ? NULL : A->kwnames[i - A->nargs];
+    if (kw && strcmp(kw, "dtype") && strcmp(kw, "device") && strcmp(kw, "non_blocking"))
+      lower_error(L, A->at, "module.to() got an unexpected keyword argument '%s'", kw);
+    if (v->k == PV_DTYPE) dt = (int)v->dt;
+    else if (v->k == PV_TENSOR) dt = v->t->low == LOW_F16 ? DT_F16_MARK : v->t->low ? DT_BF16_MARK : (int)v->t->type.dtype;
+  }
+  if (dt >= 0 && dt < DT_COUNT && !ir_dtype_is_float((DType)dt))
+    lower_error(L, A->at, "nn.Module.to only accepts floating point dtypes, but got desired dtype=%s",
+                ir_dtype_name((DType)dt));
+  return dt;
 }
 
 /* ---- ModuleList / ModuleDict / ParameterList mutation ------------------- */
@@ -336,15 +371,24 @@ PV *bi_module_method(L *L, PV *fn, Args *A) {
       grads_zero(L, A->at, ps);
     }
     return pv_none(L);
-  case BI_MOD_TO:
   case BI_MOD_CUDA:
   case BI_MOD_CPU: return self;
+  case BI_MOD_TO:
   case BI_MOD_DOUBLE:
   case BI_MOD_FLOAT:
-    if (L->T->fn) lower_error(L, A->at, "module.%s() inside compiled code is not supported; call it at module level",
-                              bi_names[fn->bi]);
-    module_cast(L, self, fn->bi == BI_MOD_DOUBLE ? DT_F64 : DT_F32);
+  case BI_MOD_BFLOAT16:
+  case BI_MOD_HALF: {
+    int dt = fn->bi == BI_MOD_DOUBLE ? DT_F64 : fn->bi == BI_MOD_FLOAT ? DT_F32 : fn->bi == BI_MOD_HALF ? DT_F16_MARK
+             : fn->bi == BI_MOD_BFLOAT16 ? DT_BF16_MARK : module_to_dtype(L, A);
+    if (fn->bi != BI_MOD_TO) bind_args(L, A, "", a);
+    if (dt < 0) return self;   /* model.to(device) */
+    if (L->T->fn)
+      lower_error(L, A->at, "module.%s(%s) inside compiled code is not supported; call it at module level or in "
+                  "__init__", bi_names[fn->bi], fn->bi == BI_MOD_TO ? "dtype" : "");
+    int low = dt == DT_BF16_MARK ? LOW_BF16 : dt == DT_F16_MARK ? LOW_F16 : 0;
+    module_cast(L, self, low ? DT_F32 : (DType)dt, low);
     return self;
+  }
   default: break;
   }
   BUG("module method %d", fn->bi);

@@ -29,7 +29,7 @@
 #define EQ(a, b) t_compare(L, at, OP_EQ, (a), (b))
 #define WHERE(c, a, b) t_where(L, at, (c), (a), (b))
 /* a state tensor of the parameter's shape, zero-initialised */
-#define ST(name) state_tensor(L, at, arena_printf(L->a, "%s." name, s->pre), &s->t, 0)
+#define ST(name) opt_state(L, at, s, name, 0)
 
 /* a 0-d f32 state tensor (PyTorch's torch.tensor(x) state entries) */
 static PV *scalar_state(L *L, Span at, OptStep *s, const char *name, double init) {

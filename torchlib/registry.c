@@ -50,7 +50,7 @@ const char *const bi_names[BI__COUNT] = {
 static PV *raw_call(L *L, PV *fn, Args *A) { return bi_rows[fn->bi].call(L, fn, A); }
 static PV *row_call(L *L, PV *fn, Args *A) {
   if (cx_operands(fn->self, A)) return cx_call(L, fn, A);
-  if (ac_wants(L, fn->self, A, fn->bi)) return ac_call(L, fn->bi, fn, A, NULL, raw_call);   /* autocast.c */
+  if (ac_wants(L, fn->self, A, fn->bi, NULL)) return ac_call(L, fn->bi, fn, A, NULL, raw_call);   /* autocast.c */
   return raw_call(L, fn, A);
 }
 
@@ -246,7 +246,7 @@ PV *layer_call(L *L, PV *obj, Args *A) {
   BuiltinFn *f = bi_rows[obj->cls->bi].forward;
   if (!f) lower_error(L, A->at, "calling nn.%s is not supported by ctc yet", obj->cls->s);
   if (cx_operands(NULL, A)) cx_refuse(L, A->at, arena_printf(L->a, "nn.%s", obj->cls->s));
-  if (ac_wants(L, NULL, A, obj->cls->bi)) return ac_call(L, obj->cls->bi, NULL, A, obj, f);   /* autocast.c */
+  if (ac_wants(L, NULL, A, obj->cls->bi, obj)) return ac_call(L, obj->cls->bi, NULL, A, obj, f);   /* autocast.c */
   return f(L, obj, A);
 }
 

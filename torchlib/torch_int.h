@@ -119,6 +119,8 @@ typedef struct Slot {
   int sparse_grad;       /* weight of nn.Embedding(sparse=True) / F.embedding(sparse=True): PyTorch's
                             gradient is sparse (SparseAdam takes it; clip_grad_norm_ does not scale it) */
   int cplx;              /* a complex64 buffer: type is its float32 storage, shape + [2] (complex.c) */
+  int low;               /* LOW_BF16 / LOW_F16: a float32 tensor holding bfloat16 / float16 numbers, after
+                            model.bfloat16() / .half() (module.c) or an optimizer's state of such a parameter */
   Span loc;
 } Slot;
 
@@ -242,6 +244,7 @@ struct OptStep {
 double opt_hp(L *L, Span at, PV *group, const char *name, double dflt);
 int opt_hpb(L *L, Span at, PV *group, const char *name);
 PV *opt_l2(L *L, Span at, OptStep *s);            /* g + weight_decay * p (L2 penalty) */
+PV *opt_state(L *L, Span at, OptStep *s, const char *name, double init); /* "<opt>.<param>.<name>", p's shape */
 PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum/beta1, OneCycleLR may cycle it */
 PV *opt_as_dt(L *L, Span at, PV *x, DType dt);    /* a tensor cast to dt (numbers stay numbers) */
 /* optim.c: optimizer.step(closure): the closure called with gradients enabled;
@@ -438,13 +441,13 @@ const char *shape_str(L *L, const Type *t);       /* "[64, 10]" */
 #define DT_F16_MARK (DT_COUNT + 2)    /* torch.float16 / torch.half: a PV_DTYPE's dt with no IR dtype */
 enum { LOW_BF16 = 1, LOW_F16 = 2 };   /* Tensor.low, HostState.autocast */
 typedef PV *AcBinaryFn(L *L, Span at, int op, PV *a, PV *b);   /* host.c's f32 operators */
-int ac_wants(L *L, const PV *self, const Args *A, int bi);  /* row bi's call needs autocast.c */
+int ac_wants(L *L, const PV *self, const Args *A, int bi, const PV *mod);  /* row bi's call needs autocast.c */
 /* row bi called under the autocast policy: call(L, fn, A), or for a layer (mod) call(L, mod, A) */
 PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call);
 PV *ac_binary(L *L, Span at, int op, PV *a, PV *b, AcBinaryFn *f);
 PV *ac_view_result(L *L, PV *x, PV *r);           /* x[...], x.T of a bf16/f16 x: marked */
 PV *ac_round(L *L, Span at, PV *x, int low);      /* x rounded to LOW_BF16 / LOW_F16 and marked */
-CTC_NORETURN void ac_refuse_half(L *L, Span at, const char *what); /* model.bfloat16(), .half() */
+void ac_round_data(double *v, int64_t n, int low);  /* compile-time values rounded to LOW_BF16 / LOW_F16 */
 void gs_finish(L *L, Span at, const char *fname);  /* a training function's end: no scaler left mid-step */
 /* training.c: each accumulated gradient of opt's parameters replaced by map(L, at, g, ctx) (GradScaler.unscale_) */
 typedef PV *GradMapFn(L *L, Span at, PV *g, void *ctx);

@@ -184,10 +184,18 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
   return param_tensor(L, s);
 }
 
-/* Record that parameter/state `t` becomes `v` when the entry finishes. */
+/* Record that parameter/state `t` becomes `v` when the entry finishes. A tensor of a
+ * .bfloat16() / .half() model (Param.low), or an optimizer's state of one, stores v rounded
+ * once: the update is computed in float32 (PyTorch rounds after each in-place op of it). */
 void state_update(L *L, Span at, PV *t, PV *v) {
   staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
-  int idx = t->t->slot->index;
+  int idx = t->t->slot->index, low = L->T->prog->params.data[idx].low;
+  if (low && v->k == PV_TENSOR && v->t->low != low) {
+    Tensor *u = arena_alloc(L->a, sizeof *u);   /* the same value, unmarked: ac_round rounds it */
+    *u = *v->t;
+    u->low = 0;
+    v = ac_round(L, at, pv_tensor(L, u), low);
+  }
   if (L->T->step_skip) v = t_where(L, at, L->T->step_skip, t, v);   /* GradScaler.step: skipped on inf */
   ValId val = t_val(L, at, v);
   ir_add_update(L->T->prog, L->T->fn, idx, val);
@@ -259,15 +267,59 @@ PV *opt_l2(L *L, Span at, OptStep *s) {
   return wd != 0 ? ADD(s->g, MUL(s->p, F(wd))) : s->g;
 }
 
-#define ST(name) state_tensor(L, at, arena_printf(L->a, "%s." name, s->pre), &s->t, 0)
+/* An optimizer's state tensor of the parameter's shape ("<optimizer>.<param>.<name>"), starting
+ * at init; bfloat16 / float16 values where the parameter is (PyTorch's zeros_like(p)). */
+PV *opt_state(L *L, Span at, OptStep *s, const char *name, double init) {
+  PV *st = state_tensor(L, at, arena_printf(L->a, "%s.%s", s->pre, name), &s->t, init);
+  int low = s->p->t->slot ? L->T->prog->params.data[s->p->t->slot->index].low : s->p->t->low;
+  if (low) L->T->prog->params.data[st->t->slot->index].low = st->t->slot->low = st->t->low = low;
+  return st;
+}
+
+#define ST(name) opt_state(L, at, s, name, 0)
+
+/* SGD of a .bfloat16() / .half() parameter: PyTorch's single-tensor SGD on such tensors, each
+ * in-place op (d_p.add(p, alpha=wd), buf.mul_(m).add_(d_p, alpha=1 - dampening),
+ * p.add_(d_p, alpha=-lr)) computed in float32 with its scalar first rounded to the tensor's
+ * dtype, and its result rounded once (probed: docs/mixed-precision.md). */
+static PV *low_round(L *L, Span at, PV *x, int low) {
+  if (x->k != PV_TENSOR) return pv_float(L, low == LOW_F16 ? ir_round_f16(pv_num(x)) : ir_round_bf16(pv_num(x)));
+  Tensor *u = arena_alloc(L->a, sizeof *u);   /* the value unmarked: ac_round rounds it */
+  *u = *x->t;
+  u->low = 0;
+  return ac_round(L, at, pv_tensor(L, u), low);
+}
+
+static void sgd_low(L *L, Span at, OptStep *s, int low, double mom, double damp, int nesterov, PV *MOM) {
+  PV *g = s->g, *p = s->p;
+  double wd = opt_hp(L, at, s->group, "weight_decay", 0);
+#define R(x) low_round(L, at, (x), low)
+  if (wd != 0) g = R(ADD(g, MUL(p, R(F(wd)))));
+  PV *d = g;
+  if (mom != 0 || MOM->k == PV_TENSOR) {
+    PV *buf = ST("momentum_buffer");
+    /* buf.mul_(momentum): PyTorch 1.13 rounds the number to bf16; 2.x (the f16 oracle) keeps it in float */
+    PV *nb = R(ADD(R(MUL(buf, low == LOW_F16 ? MOM : R(MOM))), damp != 0 ? MUL(g, R(F(1 - damp))) : g));
+    if (damp != 0) nb = t_where(L, at, t_compare(L, at, OP_EQ, s->tcount, F(0)), g, nb);   /* the first: buf = g */
+    state_update(L, at, buf, nb);
+    d = nesterov ? R(ADD(g, MUL(nb, R(MOM)))) : nb;
+  }
+  state_update(L, at, p, SUB(p, MUL(d, R(s->LR))));   /* rounded by state_update */
+#undef R
+}
 
 void opt_sgd(L *L, Span at, OptStep *s) {
-  PV *g = opt_l2(L, at, s), *p = s->p;
   double mom = opt_hp(L, at, s->group, "momentum", 0), damp = opt_hp(L, at, s->group, "dampening", 0);
   int nesterov = opt_hpb(L, at, s->group, "nesterov");
   if (nesterov && (mom <= 0 || damp != 0)) lower_error(L, at, "Nesterov momentum requires a momentum and zero dampening");
-  PV *d = g;
   PV *MOM = opt_mom(L, at, s->opt, s->oname, mom);
+  int low = s->p->t->slot ? L->T->prog->params.data[s->p->t->slot->index].low : 0;
+  if (low) {
+    sgd_low(L, at, s, low, mom, damp, nesterov, MOM);
+    return;
+  }
+  PV *g = opt_l2(L, at, s), *p = s->p;
+  PV *d = g;
   if (mom != 0 || MOM->k == PV_TENSOR) {
     PV *buf = ST("momentum_buffer");
     PV *nb = ADD(MUL(buf, MOM), mul_c(L, at, g, 1 - damp));
@@ -298,8 +350,41 @@ PV *opt_as_dt(L *L, Span at, PV *x, DType dt) {
  * sqrt(bias_correction2) are Python doubles there, applied as scalars of the
  * parameter's dtype: computed here in f64 and cast. In f32, 1 - 0.999f ** 1
  * is 1.3e-5 off 0.001, which would scale every update by 1 + 6e-6. */
+/* Adam(W) of a .bfloat16() / .half() parameter, op by op as PyTorch runs it on such tensors
+ * (each in-place op computed in float32 and rounded once; see sgd_low): bfloat16 as 1.13's
+ * _single_tensor_adam, whose scalars multiplying or dividing a bf16 tensor are rounded to bf16
+ * too (beta1 0.9 is 0.8984375); float16 as 2.x's (exp_avg.lerp_(grad, 1 - beta1); its scalars of
+ * *, / kept in float: its opmath). Both keep addcmul's and addcdiv's value in float and round the
+ * number that + adds (eps). */
+static void adam_low(L *L, Span at, OptStep *s, int decoupled, int low, double b2, double eps, double wd, PV *B1,
+                     PV *bc1, PV *bc2, int amsgrad) {
+  PV *LR = s->LR, *g = s->g, *p = s->p, *slot = s->p;
+#define R(x) low_round(L, at, (x), low)
+#define SM(c) (low == LOW_F16 ? (c) : R(c))   /* a number multiplying or dividing a low tensor */
+  if (decoupled) p = R(MUL(p, SM(SUB(F(1), MUL(LR, F(wd))))));   /* param.mul_(1 - lr * weight_decay) */
+  else if (wd != 0) g = R(ADD(g, MUL(p, R(F(wd)))));              /* grad.add(param, alpha=weight_decay) */
+  PV *m = ST("exp_avg"), *v = ST("exp_avg_sq");
+  PV *nm = low == LOW_F16 ? R(ADD(m, MUL(SUB(g, m), SUB(F(1), B1))))            /* exp_avg.lerp_(grad, 1 - beta1) */
+                          : R(ADD(R(MUL(m, R(B1))), MUL(g, R(SUB(F(1), B1)))));  /* .mul_(beta1).add_(grad, alpha=1 - beta1) */
+  PV *nv = R(ADD(R(MUL(v, SM(F(b2)))), MUL(MUL(g, F(1 - b2)), g)));  /* .mul_(beta2).addcmul_(grad, grad, value=1 - beta2) */
+  state_update(L, at, m, nm);
+  state_update(L, at, v, nv);
+  PV *den_v = nv;
+  if (amsgrad) {
+    PV *vmax = ST("max_exp_avg_sq");
+    den_v = t_minmax(L, at, IR_MAX, vmax, nv);
+    state_update(L, at, vmax, den_v);
+  }
+  /* denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) */
+  PV *denom = R(ADD(R(DIV(R(SQRT(den_v)), SM(opt_as_dt(L, at, SQRT(bc2), DT_F32)))), R(F(eps))));
+  PV *stepsize = opt_as_dt(L, at, DIV(opt_as_dt(L, at, LR, DT_F64), bc1), DT_F32);
+  state_update(L, at, slot, SUB(p, DIV(MUL(stepsize, nm), denom)));   /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+#undef SM
+#undef R
+}
+
 static void adam(L *L, Span at, OptStep *s, int decoupled) {
-  PV *LR = s->LR, *g = decoupled ? s->g : opt_l2(L, at, s), *p = s->p, *group = s->group;
+  PV *LR = s->LR, *g = s->g, *p = s->p, *group = s->group;
   PV *betas = pv_dict_get(group, key(L, "betas"));
   double b1 = 0.9, b2 = 0.999;
   if (betas) {
@@ -308,6 +393,16 @@ static void adam(L *L, Span at, OptStep *s, int decoupled) {
     b2 = arg_num(L, at, betas->items[1], "beta2");
   }
   double eps = opt_hp(L, at, group, "eps", 1e-8), wd = opt_hp(L, at, group, "weight_decay", 0);
+  int low = s->p->t->slot ? L->T->prog->params.data[s->p->t->slot->index].low : 0;
+  if (low) {
+    PV *B1 = opt_mom(L, at, s->opt, s->oname, b1);
+    PV *step = t_cast(L, at, ADD(s->tcount, F(1)), DT_F64);
+    PV *bc1 = SUB(F(1), t_binary(L, at, OP_POW, opt_as_dt(L, at, B1, DT_F64), step));
+    PV *bc2 = SUB(F(1), t_binary(L, at, OP_POW, F(b2), step));
+    adam_low(L, at, s, decoupled, low, b2, eps, wd, B1, bc1, bc2, opt_hpb(L, at, group, "amsgrad"));
+    return;
+  }
+  if (!decoupled) g = opt_l2(L, at, s);
   DType dt = s->t.dtype;
   PV *slot = p;
   if (decoupled) p = MUL(p, SUB(F(1), MUL(LR, F(wd))));
@@ -362,7 +457,7 @@ void opt_adagrad(L *L, Span at, OptStep *s) {
   PV *g = opt_l2(L, at, s), *p = s->p, *group = s->group;
   double lrd = opt_hp(L, at, group, "lr_decay", 0), eps = opt_hp(L, at, group, "eps", 1e-10);
   double init = opt_hp(L, at, group, "initial_accumulator_value", 0);
-  PV *sum = state_tensor(L, at, arena_printf(L->a, "%s.sum", s->pre), &s->t, init);
+  PV *sum = opt_state(L, at, s, "sum", init);
   PV *nsum = ADD(sum, MUL(g, g));
   state_update(L, at, sum, nsum);
   PV *clr = DIV(s->LR, ADD(F(1), MUL(s->tcount, F(lrd))));
@@ -497,7 +592,11 @@ static void grads_materialize(L *L, Span at, PV *extra) {
       vec_push(L->a, &L->T->fn->sync_params, idx);
     }
     ValId prev = L->T->grad_acc[idx];
-    L->T->grad_acc[idx] = prev < 0 ? grads[i] : t_val(L, at, ADD(t_wrap(L, prev), t_wrap(L, grads[i])));
+    int low = L->T->prog->params.data[idx].low;   /* a .bfloat16() model's .grad is bfloat16 */
+    PV *g = low ? ac_round(L, at, t_wrap(L, grads[i]), low) : t_wrap(L, grads[i]);
+    PV *acc = prev < 0 ? g : ADD(t_wrap(L, prev), g);
+    if (low && prev >= 0) acc = ac_round(L, at, acc, low);   /* accumulated in bfloat16, as PyTorch's .grad += */
+    L->T->grad_acc[idx] = t_val(L, at, acc);
   }
 }
 
