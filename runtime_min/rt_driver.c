@@ -206,8 +206,11 @@ static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
 
 static void print_tensor(const char *indent, const ctc_tensor *t) {
   char sh[256];
-  printf("%s%s %s%s\n", indent, t->name ? t->name : "?", ctc_dtype_name(t->dtype),
-         ctc_format_shape(sh, sizeof sh, t->ndim, t->shape));
+  printf("%s%s %s%s%s\n", indent, t->name ? t->name : "?", ctc_dtype_name(t->dtype),
+         ctc_format_shape(sh, sizeof sh, t->ndim, t->shape),
+         t->low == CTC_LOW_BF16  ? " (bfloat16 values, saved as BF16)"
+         : t->low == CTC_LOW_F16 ? " (float16 values, saved as F16)"
+                                 : "");
 }
 
 static int cmd_info(const ctc_model_desc *desc) {

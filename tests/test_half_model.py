@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ctc_testlib import CTC, load_module, run, st_dtypes, st_read
+from cuda_testlib import NVCC, RT, emulated, rt_objects, run_env  # noqa: F401 (rt_objects: a fixture)
 from test_autocast import GPT, HEAD, bf16_ulp
 from test_grad_scaler import needs_torch2, torch2
 
@@ -336,6 +337,41 @@ def test_optimizers_on_bfloat16_parameters(tmp_path, opt):
 
 
 @needs_torch2
+@pytest.mark.parametrize("opt", ["sgd_nesterov", "adamw"])
+def test_optimizers_on_float16_parameters_pytorch2(tmp_path, opt):
+    """As test_optimizers_on_bfloat16_parameters, for a .half() model against PyTorch 2.x (1.13
+    has no CPU float16 arithmetic): its numbers of * and / stay float, its Adam updates exp_avg
+    with lerp_; five steps bit for bit."""
+    src = OPT_EXACT.replace(".bfloat16()", ".half()").replace("OPT", OPTS_EXACT[opt])
+    p = write(tmp_path, src)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe, "--input", "x=f32[256]", "--input", "y=f32[4,64]"])
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((5, 256)).astype(np.float32)
+    ys = (rng.standard_normal((5, 4, 64)) * np.arange(1, 6)[:, None, None]).astype(np.float32)
+    script = (f"import sys, numpy as np, torch\nsys.path.insert(0, {str(tmp_path)!r})\ntorch.manual_seed(1)\n"
+              "import m\ntorch.save(m.model.state_dict(), 'w0.pt')\nd = np.load('inputs.npz')\n"
+              "for x, y in zip(d['xs'], d['ys']):\n    m.train_step(torch.from_numpy(x), torch.from_numpy(y))\n"
+              "names = dict(m.model.named_parameters())\nres = {}\n"
+              "for k, v in m.model.state_dict().items():\n    res[k] = v.float().numpy()\n"
+              "    for sk, sv in m.optimizer.state[names[k]].items():\n"
+              "        if sk != 'step' and sv is not None:\n            res[f'optimizer.{k}.{sk}'] = sv.float().numpy()\n"
+              "np.savez('out.npz', **res)\nprint('{}')\n")
+    out, _ = torch2(tmp_path, script, xs=xs, ys=ys)
+    w = tmp_path / "w0.pt"
+    for i in range(5):
+        np.save(tmp_path / "x.npy", xs[i])
+        np.save(tmp_path / "y.npy", ys[i])
+        nxt = tmp_path / f"w{i + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
+             "--save", nxt, "--save-training-state"])
+        w = nxt
+    got, dts = st_read(w), st_dtypes(w)
+    for k, v in out.items():
+        assert dts[k] == "F16" and np.array_equal(got[k], v), (k, np.abs(got[k] - v).max())
+
+
+@needs_torch2
 def test_bfloat16_sgd_equals_pytorch2(tmp_path):
     """PyTorch 2.x's bf16 GEMM backward rounds once, as ctc: ten SGD steps with weight decay
     end within a tenth of PyTorch 2.x's own bf16-vs-float32 distance of its bf16 run (its
@@ -438,3 +474,31 @@ def test_to_float64_casts(tmp_path):
         assert f'param "fc.weight" : {want}' in r.stdout, (cast, r.stdout[:400])
         assert "round_bf16" not in r.stdout
 
+
+
+def test_cuda_target(tmp_path, rt_objects):
+    """--target cuda: the bf16 GPT's GEMMs read bf16 parameters and bf16 activations, so they
+    run on tensor cores (cublasGemmEx, f32 accumulation); the .cu passes --validate and nvcc
+    (sm_80, sm_90, warnings as errors), and the program, run under the emulation header, gives
+    the C target's logits and saves BF16 parameters."""
+    p = write(tmp_path, GPT + "\n\nmodel = GPT().bfloat16()\n", "gpt.py")
+    run([CTC, "build", p, "-o", tmp_path / "net", "--input", "idx=i64[2,8]"])
+    torch.manual_seed(0)
+    mod = load_module(p, "half_gpt_cuda")
+    torch.save(mod.model.state_dict(), tmp_path / "w.pt")
+    idx = np.random.default_rng(2).integers(0, 32, (2, 8)).astype(np.int64)
+    want = infer(tmp_path, tmp_path / "net", tmp_path / "w.pt", [idx])
+    cu, exe = emulated(tmp_path, p, ["--input", "idx=i64[2,8]"], rt_objects)
+    text = cu.read_text()
+    assert len(re.findall(r"ctc_gemm_lp\(", text)) >= 12, "the GEMMs on tensor cores"
+    run([CTC, "compile", p, "--target", "cuda", "--validate", "-o", tmp_path / "v.cu", "--input", "idx=i64[2,8]"])
+    if NVCC:
+        run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+             "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
+            timeout=600)
+    np.save(tmp_path / "idx.npy", idx)
+    run_env([exe, "infer", "--weights", tmp_path / "w.pt", "--input", tmp_path / "idx.npy", "--output",
+             tmp_path / "cu.npy", "--save", tmp_path / "cu.safetensors"])
+    got = np.load(tmp_path / "cu.npy")
+    assert np.all(np.abs(got - want) <= bf16_ulp(want)), np.abs(got - want).max()
+    assert set(st_dtypes(tmp_path / "cu.safetensors").values()) == {"BF16"}
