@@ -245,8 +245,10 @@ BAD = [
     ("growth_factor", "s = torch.amp.GradScaler('cpu', growth_factor=0.5)\n        return x",
      "The growth factor must be > 1.0."),
     # a method ctc does not compile: named as the scaler's (it said "'builtin function' object")
-    ("state_dict", "s = torch.amp.GradScaler('cpu', enabled=False)\n        d = s.state_dict()\n        return x",
-     "'GradScaler' object has no attribute 'state_dict'"),
+    ("set_growth_factor", "s = torch.amp.GradScaler('cpu', enabled=False)\n        s.set_growth_factor(3.0)\n"
+                          "        return x", "'GradScaler' object has no attribute 'set_growth_factor'"),
+    ("load_state_dict", "s = torch.amp.GradScaler('cpu', enabled=False)\n        s.load_state_dict({'scale': 4.0})\n"
+                        "        return x", "GradScaler.load_state_dict(): ctc keeps the scaler's scale"),
 ]
 
 
@@ -262,6 +264,38 @@ def test_refusals(tmp_path, label, body, msg):
     m = re.search(rf"{re.escape(str(p))}:(\d+):\d+: error: ", r.stderr)
     assert m and 12 <= int(m.group(1)) < 13 + body.count("\n") + 1, r.stderr
     assert msg in r.stderr, r.stderr
+
+
+def test_state_dict(tmp_path):
+    """scaler.state_dict() in a training function: PyTorch's keys, its numbers, and the scale and
+    growth tracker after the step (the state tensors); loading it back is a no-op; disabled, {}."""
+    src = SCALER.replace("    scaler.update()\n    return loss\n", "    scaler.update()\n    sd = scaler.state_dict()\n"
+                         "    scaler.load_state_dict(sd)\n    assert sorted(sd) == ['_growth_tracker', 'backoff_factor', "
+                         "'growth_factor', 'growth_interval', 'scale']\n"
+                         "    assert (sd['growth_factor'], sd['backoff_factor'], sd['growth_interval']) == (2.0, 0.25, 3)\n"
+                         "    assert scaler.get_growth_interval() == 3 and scaler.get_backoff_factor() == 0.25\n"
+                         "    assert torch.amp.GradScaler('cpu', enabled=False).state_dict() == {}\n"
+                         "    return loss, sd['scale'], sd['_growth_tracker']\n")
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe])
+    rng = np.random.default_rng(0)
+    w, scales = None, []
+    for i in range(4):
+        np.save(tmp_path / "x.npy", rng.standard_normal((16, 12)).astype(np.float32))
+        np.save(tmp_path / "y.npy", rng.integers(0, 5, 16))
+        nxt = tmp_path / f"w{i}.safetensors"
+        args = [exe, "run", "train_step", "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy", "--output",
+                tmp_path / "l.npy", "--output", tmp_path / "s.npy", "--output", tmp_path / "t.npy", "--save", nxt,
+                "--save-training-state"]
+        run(args + (["--weights", w] if w else []))
+        st = st_read(nxt)
+        assert float(np.load(tmp_path / "s.npy")) == float(st["scaler.scale"])
+        assert int(np.load(tmp_path / "t.npy")) == int(st["scaler._growth_tracker"])
+        scales.append(float(st["scaler.scale"]))
+        w = nxt
+    assert scales[0] == 2.0 ** 20 and len(set(scales)) > 1, scales   # the scale moved: the outputs followed it
 
 
 def test_step_without_update_refused(tmp_path):

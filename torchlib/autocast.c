@@ -649,6 +649,36 @@ PV *bi_gradscaler(L *L, PV *fn, Args *A) {
     if (!on) return pv_float(L, 1.0);
     return L->T->fn ? gs_state(L, at, sc, 0) : pv_float(L, gs_num(sc, "init_scale"));
   case BI_GS_IS_ENABLED: bind_args(L, A, "", a); return pv_bool(L, on);
+  case BI_GS_GET_GROWTH_FACTOR: bind_args(L, A, "", a); return pv_float(L, gs_num(sc, "growth_factor"));
+  case BI_GS_GET_BACKOFF_FACTOR: bind_args(L, A, "", a); return pv_float(L, gs_num(sc, "backoff_factor"));
+  case BI_GS_GET_GROWTH_INTERVAL: bind_args(L, A, "", a); return pv_int(L, (int64_t)gs_num(sc, "growth_interval"));
+  case BI_GS_STATE_DICT: {   /* PyTorch's keys; in compiled code the scale and tracker are the state tensors */
+    bind_args(L, A, "", a);
+    PV *d = pv_dict(L);
+    if (on) {
+      pv_dict_set(L, at, d, pv_str(L, "scale"), L->T->fn ? gs_state(L, at, sc, 0) : pv_float(L, gs_num(sc, "init_scale")));
+      pv_dict_set(L, at, d, pv_str(L, "growth_factor"), pv_float(L, gs_num(sc, "growth_factor")));
+      pv_dict_set(L, at, d, pv_str(L, "backoff_factor"), pv_float(L, gs_num(sc, "backoff_factor")));
+      pv_dict_set(L, at, d, pv_str(L, "growth_interval"), pv_int(L, (int64_t)gs_num(sc, "growth_interval")));
+      pv_dict_set(L, at, d, pv_str(L, "_growth_tracker"), L->T->fn ? gs_state(L, at, sc, 1) : pv_int(L, 0));
+    }
+    PV *ret = env_get(sc->attrs, "sd_returned");
+    if (!ret) env_set(L, sc->attrs, "sd_returned", ret = pv_list(L, NULL, 0));
+    pv_list_append(L, ret, d);
+    return d;
+  }
+  case BI_GS_LOAD_STATE_DICT: {   /* the scale and tracker are saved and loaded with the weights */
+    bind_args(L, A, "state_dict", a);
+    PV *ret = env_get(sc->attrs, "sd_returned");
+    int own = 0;
+    for (int i = 0; ret && i < ret->n; i++) own |= ret->items[i] == a[0];
+    if (!own)
+      lower_error(L, at, "GradScaler.load_state_dict(): ctc keeps the scaler's scale and growth tracker with the "
+                         "training state ('%s.scale', '%s._growth_tracker': saved by --save-training-state, loaded "
+                         "by --weights); only the dict its own state_dict() returned can be loaded back (a no-op)",
+                  gs_name(L, sc), gs_name(L, sc));
+    return pv_none(L);
+  }
   default: { /* step(optimizer, *args, **kwargs): optimizer.step(*args, **kwargs), skipped on inf */
     if (A->nargs < 1) lower_error(L, at, "GradScaler.step() needs the optimizer");
     PV *opt = A->args[0];
