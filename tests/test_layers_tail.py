@@ -148,3 +148,41 @@ def test_errors(tmp_path, body, msg):
     p.write_text(src)
     r = run([CTC, "check", p, "--input", "x=f32[2,3,8,8]"], check=False)
     assert r.returncode == 1 and "m.py:12:" in r.stderr and msg in r.stderr, r.stderr
+
+
+LINSPACE = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("a", torch.linspace(0.3, 1.7, 7))
+        self.register_buffer("b", torch.linspace(-3, 11.1, 1001))
+        self.register_buffer("c", torch.linspace(0, 1, 1))
+        self.register_buffer("d", torch.linspace(1e-3, 5.0, 64, dtype=torch.float64))
+
+    def forward(self, x):
+        return x * self.a.sum() + self.b.mean() + self.c + torch.linspace(-1, 1, 4) + self.d.float().sum()
+"""
+
+
+def test_linspace(tmp_path):
+    """torch.linspace in __init__ and in forward: PyTorch's formula (start + step * i up to the
+    middle, end - step * (steps - 1 - i) after, in the result's dtype; one step is start). PyTorch's
+    vectorised kernel computes runs of 8 or 16 values from each run's first (the width depends on
+    the CPU), so its values differ from the formula's by at most one ulp in places."""
+    p = tmp_path / "lin.py"
+    p.write_text(LINSPACE)
+    run([CTC, "build", p, "-o", tmp_path / "net", "--input", "x=f32[4]"])
+    np.save(tmp_path / "x.npy", np.arange(4, dtype=np.float32))
+    run([tmp_path / "net", "infer", "--random-weights", "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy",
+         "--save", tmp_path / "s.safetensors"])
+    m = load_module(p, "lin_model").Net()
+    got = st_read(tmp_path / "s.safetensors")
+    for k, v in m.state_dict().items():
+        w = v.numpy()
+        # one ulp of the range's magnitude (near 0 both are sums of values that size)
+        assert got[k].dtype == w.dtype and np.all(np.abs(got[k] - w) <= np.spacing(np.abs(w).max())), k
+        assert got[k][0] == w[0], k
+    np.testing.assert_allclose(np.load(tmp_path / "o.npy"), m(torch.arange(4.0)).numpy(), rtol=1e-6)

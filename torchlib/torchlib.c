@@ -171,6 +171,32 @@ static PV *factory(L *L, int bi, Args *A0) {
     for (int64_t i = 0; i < n; i++) t->t->data[i] = lo + (double)i * st;
     return t;
   }
+  case BI_T_LINSPACE: {   /* PyTorch's CPU kernel's formula in the result's dtype: start + step * i up to
+                            halfway, end - step * (steps - 1 - i) after, step = (end - start) / (steps - 1);
+                            one step: start. (Its vectorised loop computes runs of 8 or 16 values from the
+                            run's first, so PyTorch's own values can differ from these by one ulp.) */
+    bind_args(L, A, "start,end,steps", a);
+    double lo = arg_num(L, A->at, a[0], "start"), hi = arg_num(L, A->at, a[1], "end");
+    int64_t n = arg_int(L, A->at, a[2], "steps");
+    if (n < 0) lower_error(L, A->at, "number of steps must be non-negative");
+    if (n == 0) lower_error(L, A->at, "zero-size tensors are not supported by ctc: this linspace is empty (shape [0])");
+    DType dt = dtype_kw(L, A0, DT_F32);
+    if (!ir_dtype_is_float(dt)) lower_error(L, A->at, "torch.linspace with an integer dtype is not supported by ctc");
+    PV *t = t_const_tensor(L, A->at, type_of(dt, 1, &n), dt == DT_F32 ? (float)lo : lo);
+    int64_t half = n / 2;
+    if (n == 1) return t;
+    if (dt == DT_F32) {
+      float s = (float)lo, e = (float)hi, step = n > 1 ? (e - s) / (float)(n - 1) : 0;
+      for (int64_t i = 0; i < n; i++) {
+        volatile float prod = step * (float)(i < half ? i : n - 1 - i);   /* rounded before the add: no fma */
+        t->t->data[i] = i < half ? s + prod : e - prod;
+      }
+    } else {
+      double step = n > 1 ? (hi - lo) / (double)(n - 1) : 0;
+      for (int64_t i = 0; i < n; i++) t->t->data[i] = i < half ? lo + step * (double)i : hi - step * (double)(n - 1 - i);
+    }
+    return t;
+  }
   case BI_T_EYE: {
     bind_args(L, A, "n,m=", a);
     int64_t d[2] = {arg_int(L, A->at, a[0], "n"), a[1] ? arg_int(L, A->at, a[1], "m") : arg_int(L, A->at, a[0], "n")};
@@ -1246,7 +1272,7 @@ PV *bi_torch(L *L, PV *fn, Args *A) {
   int bi = fn->bi;
   switch (bi) {
   case BI_T_ZEROS: case BI_T_EMPTY: case BI_T_ONES: case BI_T_FULL: case BI_T_RANDN: case BI_T_RAND:
-  case BI_T_RANDINT: case BI_T_ARANGE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
+  case BI_T_RANDINT: case BI_T_ARANGE: case BI_T_LINSPACE: case BI_T_EYE: case BI_T_TENSOR: case BI_T_ZEROS_LIKE: case BI_T_ONES_LIKE:
   case BI_T_FULL_LIKE:
     return factory(L, bi, A);
   case BI_T_TRIL:
