@@ -133,7 +133,7 @@ static int module_to_dtype(L *L, Args *A) {
   for (int i = 0; i < A->nargs + A->nkw; i++) {
     PV *v = i < A->nargs ? A->args[i] : A->kwvals[i - A->nargs];
     const char *kw = i < A->nargs ? NULL : A->kwnames[i - A->nargs];
-    if (kw && strcmp(kw, "dtype") && strcmp(kw, "device") && strcmp(kw, "non_blocking"))
+    if (kw && strcmp(kw, "dtype") && strcmp(kw, "device") && strcmp(kw, "non_blocking") && strcmp(kw, "memory_format"))
       lower_error(L, A->at, "module.to() got an unexpected keyword argument '%s'", kw);
     if (v->k == PV_DTYPE) dt = (int)v->dt;
     else if (v->k == PV_TENSOR) dt = v->t->low == LOW_F16 ? DT_F16_MARK : v->t->low ? DT_BF16_MARK : (int)v->t->type.dtype;
