@@ -220,6 +220,21 @@ def torch_run(mod, sd, batches, dtype, opt_text):
     return {k: v.double().numpy() for k, v in m.state_dict().items()}, losses
 
 
+def ctc_steps(tmp, exe, w, batches):
+    """`./net run train_step` on each (x, y) of batches from weights file w, the state carried
+    by --save --save-training-state: the last file and the losses."""
+    losses = []
+    for i, (x, y) in enumerate(batches):
+        np.save(tmp / "x.npy", x)
+        np.save(tmp / "y.npy", y)
+        nxt = tmp / f"w{i + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp / "x.npy", "--input", tmp / "y.npy",
+             "--output", tmp / "l.npy", "--save", nxt, "--save-training-state"])
+        losses.append(float(np.load(tmp / "l.npy").reshape(-1)[0]))
+        w = nxt
+    return w, losses
+
+
 def dist(a, b):
     return float(np.sqrt(sum(np.sum((np.asarray(a[k], np.float64) - b[k]) ** 2) for k in b)))
 
@@ -243,15 +258,7 @@ def test_bfloat16_training(tmp_path, opt):
     torch.save(sd, tmp_path / "w0.pt")
     rng = np.random.default_rng(0)
     batches = [(rng.standard_normal((8, 20)).astype(np.float32), rng.integers(0, 5, 8)) for _ in range(10)]
-    w, losses = tmp_path / "w0.pt", []
-    for i, (x, y) in enumerate(batches):
-        np.save(tmp_path / "x.npy", x)
-        np.save(tmp_path / "y.npy", y)
-        nxt = tmp_path / f"w{i + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--output", tmp_path / "l.npy", "--save", nxt, "--save-training-state"])
-        losses.append(float(np.load(tmp_path / "l.npy")))
-        w = nxt
+    w, losses = ctc_steps(tmp_path, exe, tmp_path / "w0.pt", batches)
     got = st_read(w)
     dts = st_dtypes(w)
     assert all(dts[k] == "BF16" for k in sd), dts
@@ -314,16 +321,10 @@ def test_optimizers_on_bfloat16_parameters(tmp_path, opt):
     mod = load_module(p, f"half_opt_{opt}")
     torch.save(mod.model.state_dict(), tmp_path / "w0.pt")
     rng = np.random.default_rng(3)
-    w = tmp_path / "w0.pt"
-    for i in range(5):
-        x = rng.standard_normal(256).astype(np.float32)
-        y = (rng.standard_normal((4, 64)) * (i + 1)).astype(np.float32)
-        np.save(tmp_path / "x.npy", x)
-        np.save(tmp_path / "y.npy", y)
-        nxt = tmp_path / f"w{i + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt, "--save-training-state"])
-        w = nxt
+    batches = [(rng.standard_normal(256).astype(np.float32), (rng.standard_normal((4, 64)) * (i + 1)).astype(np.float32))
+               for i in range(5)]
+    w, _ = ctc_steps(tmp_path, exe, tmp_path / "w0.pt", batches)
+    for x, y in batches:
         mod.train_step(torch.from_numpy(x), torch.from_numpy(y))
     got, dts = st_read(w), st_dtypes(w)
     names = dict(mod.model.named_parameters())
@@ -358,14 +359,7 @@ def test_optimizers_on_float16_parameters_pytorch2(tmp_path, opt):
               "        if sk != 'step' and sv is not None:\n            res[f'optimizer.{k}.{sk}'] = sv.float().numpy()\n"
               "np.savez('out.npz', **res)\nprint('{}')\n")
     out, _ = torch2(tmp_path, script, xs=xs, ys=ys)
-    w = tmp_path / "w0.pt"
-    for i in range(5):
-        np.save(tmp_path / "x.npy", xs[i])
-        np.save(tmp_path / "y.npy", ys[i])
-        nxt = tmp_path / f"w{i + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt, "--save-training-state"])
-        w = nxt
+    w, _ = ctc_steps(tmp_path, exe, tmp_path / "w0.pt", list(zip(xs, ys)))
     got, dts = st_read(w), st_dtypes(w)
     for k, v in out.items():
         assert dts[k] == "F16" and np.array_equal(got[k], v), (k, np.abs(got[k] - v).max())
@@ -395,14 +389,7 @@ def test_bfloat16_sgd_equals_pytorch2(tmp_path):
               "    for k, v in net.state_dict().items():\n        res[f'{dt}.{k}'] = v.float().numpy()\n"
               "np.savez('out.npz', **res)\nprint('{}')\n")
     out, _ = torch2(tmp_path, script, xs=xs, ys=ys)
-    w = tmp_path / "w0.pt"
-    for i in range(10):
-        np.save(tmp_path / "x.npy", xs[i])
-        np.save(tmp_path / "y.npy", ys[i])
-        nxt = tmp_path / f"w{i + 1}.safetensors"
-        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
-             "--save", nxt, "--save-training-state"])
-        w = nxt
+    w, _ = ctc_steps(tmp_path, exe, tmp_path / "w0.pt", list(zip(xs, ys)))
     got = st_read(w)
     keys = [k for k in got if not k.startswith("optimizer.")]
     bf = {k: out[f"torch.bfloat16.{k}"].astype(np.float64) for k in keys}
