@@ -662,17 +662,11 @@ PV *bi_gradscaler(L *L, PV *fn, Args *A) {
       pv_dict_set(L, at, d, pv_str(L, "growth_interval"), pv_int(L, (int64_t)gs_num(sc, "growth_interval")));
       pv_dict_set(L, at, d, pv_str(L, "_growth_tracker"), L->T->fn ? gs_state(L, at, sc, 1) : pv_int(L, 0));
     }
-    PV *ret = env_get(sc->attrs, "sd_returned");
-    if (!ret) env_set(L, sc->attrs, "sd_returned", ret = pv_list(L, NULL, 0));
-    pv_list_append(L, ret, d);
-    return d;
+    return sd_returned(L, sc, d);
   }
   case BI_GS_LOAD_STATE_DICT: {   /* the scale and tracker are saved and loaded with the weights */
     bind_args(L, A, "state_dict", a);
-    PV *ret = env_get(sc->attrs, "sd_returned");
-    int own = 0;
-    for (int i = 0; ret && i < ret->n; i++) own |= ret->items[i] == a[0];
-    if (!own)
+    if (!sd_is_own(sc, a[0]))
       lower_error(L, at, "GradScaler.load_state_dict(): ctc keeps the scaler's scale and growth tracker with the "
                          "training state ('%s.scale', '%s._growth_tracker': saved by --save-training-state, loaded "
                          "by --weights); only the dict its own state_dict() returned can be loaded back (a no-op)",

@@ -797,6 +797,22 @@ static PV *last_lrs(L *L, Span at, PV *s) {
   return r;
 }
 
+/* A scheduler's or GradScaler's state_dict() d, remembered: load_state_dict accepts those only
+ * (a no-op: the state itself travels with the weights) */
+PV *sd_returned(L *L, PV *obj, PV *d) {
+  PV *ret = env_get(obj->attrs, "sd_returned");
+  if (!ret) env_set(L, obj->attrs, "sd_returned", ret = pv_list(L, NULL, 0));
+  pv_list_append(L, ret, d);
+  return d;
+}
+
+int sd_is_own(PV *obj, PV *d) {
+  PV *ret = env_get(obj->attrs, "sd_returned");
+  for (int i = 0; ret && i < ret->n; i++)
+    if (ret->items[i] == d) return 1;
+  return 0;
+}
+
 PV *bi_sched_method(L *L, PV *fn, Args *A) {
   PV *a[2], *s = fn->self;
   Span at = A->at;
@@ -818,17 +834,11 @@ PV *bi_sched_method(L *L, PV *fn, Args *A) {
       pv_dict_set(L, at, d, pv_str(L, "base_lrs"), env_get(s->attrs, "base_lrs"));
     }
     pv_dict_set(L, at, d, pv_str(L, "_last_lr"), last_lrs(L, at, s));
-    PV *ret = env_get(s->attrs, "sd_returned");
-    if (!ret) env_set(L, s->attrs, "sd_returned", ret = pv_list(L, NULL, 0));
-    pv_list_append(L, ret, d);
-    return d;
+    return sd_returned(L, s, d);
   }
   if (fn->bi == BI_SCHED_LOAD_STATE_DICT) {
     bind_args(L, A, "state_dict", a);
-    PV *ret = env_get(s->attrs, "sd_returned");
-    int own = 0;
-    for (int i = 0; ret && i < ret->n; i++) own |= ret->items[i] == a[0];
-    if (!own)
+    if (!sd_is_own(s, a[0]))
       lower_error(L, at, "load_state_dict() of an LR scheduler: ctc keeps the scheduler's state (last_epoch, ...) with "
                          "the weights (saved by --save, loaded by --weights); only the dict its own state_dict() "
                          "returned can be loaded back (a no-op)");

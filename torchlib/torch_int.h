@@ -245,6 +245,8 @@ double opt_hp(L *L, Span at, PV *group, const char *name, double dflt);
 int opt_hpb(L *L, Span at, PV *group, const char *name);
 PV *opt_l2(L *L, Span at, OptStep *s);            /* g + weight_decay * p (L2 penalty) */
 PV *opt_state(L *L, Span at, OptStep *s, const char *name, double init); /* "<opt>.<param>.<name>", p's shape */
+PV *sd_returned(L *L, PV *obj, PV *d);   /* sched.c: a scheduler's / GradScaler's state_dict() d, remembered */
+int sd_is_own(PV *obj, PV *d);           /* ... so that load_state_dict(d) is a no-op (others are refused) */
 PV *opt_mom(L *L, Span at, PV *opt, const char *oname, double dflt); /* momentum/beta1, OneCycleLR may cycle it */
 PV *opt_as_dt(L *L, Span at, PV *x, DType dt);    /* a tensor cast to dt (numbers stay numbers) */
 /* optim.c: optimizer.step(closure): the closure called with gradients enabled;
