@@ -86,6 +86,8 @@ typedef struct Kernels {
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */
   unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */
   unsigned char f16[DT_COUNT];      /* ctc_f16_<dt>: round_f16 (ops.def) */
+  unsigned char low_io[DT_COUNT];   /* ctc_bf16_load/_store, ctc_f16_load/_store: casts from and to the
+                                       storage of a .bfloat16() / .half() model (DT_BF16, DT_F16) */
   unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);

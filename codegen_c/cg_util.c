@@ -57,6 +57,7 @@ const char *cg_ctype(DType t) {
   case DT_I64: return "int64_t";
   case DT_I32: return "int32_t";
   case DT_BOOL: return "unsigned char";
+  case DT_BF16: case DT_F16: return "uint16_t";   /* the bits (storage only) */
   default: BUG("bad dtype %d", (int)t);
   }
 }
@@ -68,6 +69,8 @@ const char *cg_rt_dtype(DType t) {
   case DT_I64: return "CTC_I64";
   case DT_I32: return "CTC_I32";
   case DT_BOOL: return "CTC_BOOL";
+  case DT_BF16: return "CTC_BF16";
+  case DT_F16: return "CTC_F16";
   default: BUG("bad dtype %d", (int)t);
   }
 }
@@ -82,6 +85,24 @@ static void float_digits(char *buf, size_t cap, double v, int is_f32) {
     size_t n = strlen(buf);
     snprintf(buf + n, cap - n, ".0");
   }
+}
+
+/* The bits of v rounded to bfloat16 / float16 (to nearest even; NaN as PyTorch's 0x7FC0 / 0x7E00). */
+static unsigned low_bits(DType t, double v) {
+  if (t == DT_BF16) {
+    float f = (float)ir_round_bf16(v);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return isnan(f) ? 0x7FC0u : u >> 16;
+  }
+  double r = ir_round_f16(v), a = fabs(r);
+  unsigned sign = signbit(r) ? 0x8000u : 0;
+  if (isnan(r)) return 0x7E00u;
+  if (isinf(r)) return sign | 0x7C00u;
+  if (a < 0x1p-14) return sign | (unsigned)(a * 0x1p24);   /* subnormal (or zero): a multiple of 2^-24 */
+  int e;
+  double fr = frexp(a, &e);   /* a = fr * 2^e, fr in [0.5, 1) */
+  return sign | (unsigned)(e + 14) << 10 | (unsigned)((fr * 2 - 1) * 1024);
 }
 
 void cg_literal(Buf *b, DType t, double v) {
@@ -127,6 +148,10 @@ void cg_literal(Buf *b, DType t, double v) {
   }
   case DT_BOOL:
     cg_puts(b, v != 0 ? "1" : "0");
+    return;
+  case DT_BF16:
+  case DT_F16:
+    cg_printf(b, "0x%04X", low_bits(t, v));
     return;
   default: BUG("bad dtype %d", (int)t);
   }

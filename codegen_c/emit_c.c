@@ -554,12 +554,10 @@ static void emit_init(Gen *g, Buf *b) {
       cg_puts(b, ");\n");
       if (u) g->k.uniform[t->dtype] = 1;
       else g->k.normal[t->dtype] = 1;
-      if (pr->low && t->dtype == DT_F32) {   /* model.bfloat16() / .half(): the values rounded, as PyTorch's cast */
-        const char *r = pr->low == 2 ? "ctc_f16_f32" : "ctc_bf16_f32";
-        cg_printf(b, "  for (int64_t i = 0; i < %lld; i++) ((float *)(A + %lld))[i] = %s(((float *)(A + %lld))[i]);"
-                     "   /* .%s() */\n", (ll)n, (ll)off, r, (ll)off, pr->low == 2 ? "half" : "bfloat16");
-        if (pr->low == 2) g->k.f16[DT_F32] = 1;
-        else g->k.bf16[DT_F32] = 1;
+      if (ir_dtype_is_low(t->dtype)) {   /* model.bfloat16() / .half(): each value rounded into the storage */
+        g->k.low_io[t->dtype] = 1;
+        if (t->dtype == DT_BF16) g->k.bf16[DT_F32] = 1;
+        else g->k.f16[DT_F32] = 1;
       }
       break;
     }

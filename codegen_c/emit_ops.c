@@ -222,6 +222,16 @@ static void float_to_int(Buf *e, DType rt, const char *x) {
 /* The C expression of elementwise instruction in over operand texts txt. */
 static void elem_expr(CgFunc *c, const Inst *in, const char *const *txt, Buf *e) {
   DType rt = ty(c, in->res)->dtype, ct = compute_type(c, in);
+  if (in->op == IR_CAST && (ir_dtype_is_low(ct) || ir_dtype_is_low(rt))) {   /* bf16 / f16 storage (verify.c) */
+    DType low = ir_dtype_is_low(ct) ? ct : rt;
+    const char *n = low == DT_BF16 ? "bf16" : "f16";
+    c->k->low_io[low] = 1;
+    if (low == DT_BF16) c->k->bf16[DT_F32] = 1;   /* ctc_bf16_store rounds with ctc_bf16_f32 */
+    else c->k->f16[DT_F32] = 1;
+    if (low == ct) cg_printf(e, rt == DT_F32 ? "ctc_%s_load(%s)" : "(double)ctc_%s_load(%s)", n, txt[0]);
+    else cg_printf(e, ct == DT_F32 ? "ctc_%s_store(%s)" : "ctc_%s_store((float)%s)", n, txt[0]);
+    return;
+  }
   if (in->op == IR_CAST && rt == DT_BOOL) cg_printf(e, "(unsigned char)(%s != 0)", txt[0]);
   else if (in->op == IR_CAST && ir_dtype_is_float(ct) && (rt == DT_I64 || rt == DT_I32)) float_to_int(e, rt, txt[0]);
   else if (in->op == IR_CAST) cg_printf(e, "(%s)%s", cg_ctype(rt), txt[0]);

@@ -457,7 +457,15 @@ void cg_fs_weights(Buf *b, const Program *p, const void *const *embed) {
         cg_literal(b, DT_I32, v);
         break;
       }
-      default: cg_printf(b, "%d", (int)d[k]); break;
+      case DT_BF16:
+      case DT_F16: {   /* the bits (a .bfloat16() / .half() model's storage) */
+        uint16_t v;
+        memcpy(&v, d + 2 * k, 2);
+        cg_printf(b, "0x%04X", (unsigned)v);
+        break;
+      }
+      case DT_BOOL: cg_printf(b, "%d", (int)d[k]); break;
+      default: BUG("--embed-weights: a %s parameter", ir_dtype_name(t->dtype));
       }
       if (k + 1 < n) cg_puts(b, ",");
     }

@@ -744,6 +744,19 @@ static const char uniform_text[] =
     "  for (int64_t i = 0; i < n; i++) p[i] = ($T)(lo + (hi - lo) * ctc_u01(key, (uint64_t)i));\n"
     "}\n";
 
+/* the same into bf16 / f16 storage (DT_BF16, DT_F16): each float value rounded, as .bfloat16() does */
+static const char uniform_low_text[] =
+    "static void ctc_fill_uniform_$S(uint16_t *p, int64_t n, uint64_t key, double lo, double hi) {\n"
+    "  for (int64_t i = 0; i < n; i++) p[i] = ctc_$S_store((float)(lo + (hi - lo) * ctc_u01(key, (uint64_t)i)));\n"
+    "}\n";
+static const char normal_low_text[] =
+    "static void ctc_fill_normal_$S(uint16_t *p, int64_t n, uint64_t key, double mean, double std) {\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    double u1 = ctc_u01(key, 2 * (uint64_t)i), u2 = ctc_u01(key, 2 * (uint64_t)i + 1);\n"
+    "    p[i] = ctc_$S_store((float)(mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2)));\n"
+    "  }\n"
+    "}\n";
+
 static const char normal_text[] =
     "/* Box-Muller: two uniforms per value. */\n"
     "static void ctc_fill_normal_$S($T *p, int64_t n, uint64_t key, double mean, double std) {\n"
@@ -837,6 +850,42 @@ static const char f16_text[] =
     "}\n";
 static const char f16_f64_text[] =
     "static inline double ctc_f16_f64(double x) { return (double)ctc_f16_f32((float)x); }\n";
+
+/* The storage of a .bfloat16() / .half() model's parameters (DT_BF16, DT_F16, ir.h): the bits
+ * widened to float exactly, and a float rounded (ctc_bf16_f32, ctc_f16_f32 above) and narrowed;
+ * NaN as PyTorch's canonical one. */
+static const char bf16_io_text[] =
+    "static inline float ctc_bf16_load(uint16_t h) {\n"
+    "  const uint32_t u = (uint32_t)h << 16;\n"
+    "  float f;\n"
+    "  memcpy(&f, &u, sizeof f);\n"
+    "  return f;\n"
+    "}\n"
+    "static inline uint16_t ctc_bf16_store(float x) {\n"
+    "  const float r = ctc_bf16_f32(x);\n"
+    "  uint32_t u;\n"
+    "  memcpy(&u, &r, sizeof u);\n"
+    "  return r != r ? (uint16_t)0x7FC0 : (uint16_t)(u >> 16);\n"
+    "}\n";
+static const char f16_io_text[] =
+    "static inline float ctc_f16_load(uint16_t h) {\n"
+    "  const uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "  const uint32_t u = e == 31 ? s | 0x7f800000u | m << 13 : s | (e + 112) << 23 | m << 13;\n"
+    "  float f;\n"
+    "  memcpy(&f, &u, sizeof f);\n"
+    "  if (e == 0) f = (s ? -1.0f : 1.0f) * (float)m * 0x1p-24f;   /* zero and the subnormals */\n"
+    "  return f;\n"
+    "}\n"
+    "static inline uint16_t ctc_f16_store(float x) {\n"
+    "  const float r = ctc_f16_f32(x);\n"
+    "  uint32_t u;\n"
+    "  memcpy(&u, &r, sizeof u);\n"
+    "  const uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
+    "  if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);\n"
+    "  if (a == 0x7f800000u) return (uint16_t)(s | 0x7c00u);\n"
+    "  if (a < 0x38800000u) return (uint16_t)(s | (uint32_t)((r < 0 ? -r : r) * 0x1p24f));\n"
+    "  return (uint16_t)(s | ((a >> 23) - 112) << 10 | ((a >> 13) & 0x3ffu));\n"
+    "}\n";
 
 /* exp in f32 without a libm call: at most 1 ulp from the exact exp (checked on every 3rd
  * float), exp(-inf) = 0, inf from 88.73 on, subnormal results rounded once, NaN kept. 2^n exp(r)
@@ -1108,12 +1157,15 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
   if (k->f16[DT_F32] || k->f16[DT_F64]) cg_printf(b, "%s\n", f16_text);
   if (k->f16[DT_F64]) cg_printf(b, "%s\n", f16_f64_text);
+  if (k->low_io[DT_BF16]) cg_printf(b, "%s\n", bf16_io_text);
+  if (k->low_io[DT_F16]) cg_printf(b, "%s\n", f16_io_text);
   int rng = 0;
   for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);
   for (int t = 0; t < DT_COUNT; t++) {
-    if (k->uniform[t]) instantiate(b, uniform_text, (DType)t), cg_puts(b, "\n");
-    if (k->normal[t]) instantiate(b, normal_text, (DType)t), cg_puts(b, "\n");
+    int low = ir_dtype_is_low((DType)t);
+    if (k->uniform[t]) instantiate(b, low ? uniform_low_text : uniform_text, (DType)t), cg_puts(b, "\n");
+    if (k->normal[t]) instantiate(b, low ? normal_low_text : normal_text, (DType)t), cg_puts(b, "\n");
   }
   cg_emit_attention_kernels(b, k);   /* attn_c.c (after ctc_exp_f32, which it calls) */
 }

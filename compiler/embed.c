@@ -12,6 +12,8 @@ static ctc_dtype rt_dtype(DType t) {
   case DT_I64: return CTC_I64;
   case DT_I32: return CTC_I32;
   case DT_BOOL: return CTC_BOOL;
+  case DT_BF16: return CTC_BF16;
+  case DT_F16: return CTC_F16;
   default: return CTC_U8;
   }
 }
@@ -36,6 +38,12 @@ static void put(unsigned char *out, DType dt, int64_t k, double f, int64_t i) {
     break;
   }
   case DT_F64: memcpy(out + 8 * k, &f, 8); break;
+  case DT_BF16:
+  case DT_F16: {   /* a .bfloat16() / .half() model's storage: f rounded to it */
+    uint16_t h = dt == DT_BF16 ? ctc_f32_to_bf16((float)f) : ctc_f32_to_f16((float)f);
+    memcpy(out + 2 * k, &h, 2);
+    break;
+  }
   case DT_I64: memcpy(out + 8 * k, &i, 8); break;
   case DT_I32: {
     int32_t v = (int32_t)i;
@@ -99,7 +107,7 @@ int ctc_embed_read(Arena *a, Diag *d, const Program *p, const char *spec, const 
       bad = 1;
       break;
     }
-    int fl_param = ty->dtype == DT_F32 || ty->dtype == DT_F64, fl_file = ctc_dtype_is_float(t->dtype);
+    int fl_param = ir_dtype_is_float(ty->dtype) || ir_dtype_is_low(ty->dtype), fl_file = ctc_dtype_is_float(t->dtype);
     if (fl_param && fl_file) {
       for (int64_t k = 0; k < n; k++) put(buf, ty->dtype, k, get_f(t, k, pr), 0);
     } else if (ty->dtype == DT_I64 && (t->dtype == CTC_I32 || t->dtype == CTC_I64)) {

@@ -704,6 +704,12 @@ static int quant_build(Arena *a, Diag *d, const Opts *o, const Program *p, const
     diag_plain(d, "--quantize int8: %s has no forward entry", o->file);
     return CTC_EXIT_USER;
   }
+  for (int i = 0; i < p->params.len; i++)
+    if (ir_dtype_is_low(p->params.data[i].type.dtype)) {
+      diag_plain(d, "--quantize int8 of a model converted with .bfloat16() / .half() ('%s' is %s) is not supported: "
+                    "quantize the float32 model", p->params.data[i].name, ir_dtype_name(p->params.data[i].type.dtype));
+      return CTC_EXIT_USER;
+    }
   if (o->weights && (rc = ctc_embed_read(a, d, p, o->weights, &embed))) return rc;
   QuantPlan *q = quant_plan(a, d, p, fi, embed, o->calibrate, o->no_libm, &rc);
   if (!q) return rc;

@@ -9,12 +9,13 @@ const OpInfo ir_ops[IR__COUNT] = {
 #undef OP
 };
 
-static const char *const dtype_names[DT_COUNT] = {"f32", "f64", "i64", "i32", "bool"};
-static const size_t dtype_sizes[DT_COUNT] = {4, 8, 8, 4, 1};
+static const char *const dtype_names[DT_COUNT] = {"f32", "f64", "i64", "i32", "bool", "bf16", "f16"};
+static const size_t dtype_sizes[DT_COUNT] = {4, 8, 8, 4, 1, 2, 2};
 
 const char *ir_dtype_name(DType t) { return (unsigned)t < DT_COUNT ? dtype_names[t] : "?"; }
 size_t ir_dtype_size(DType t) { return (unsigned)t < DT_COUNT ? dtype_sizes[t] : 0; }
 int ir_dtype_is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+int ir_dtype_is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
 int ir_prod(const int64_t *dims, int n, int64_t *r) {
   int64_t p = 1;

@@ -203,6 +203,7 @@ static CKind kind_of(DType t) {
   case DT_F32: return CK_F32;
   case DT_F64: return CK_F64;
   case DT_I64: return CK_I64;
+  case DT_BF16: case DT_F16: return CK_F32;   /* storage of float numbers (only cast reads them) */
   default: return CK_I32;   /* i32, and bool (unsigned char), promoted */
   }
 }
@@ -560,6 +561,11 @@ int ir_elem_eval(Op op, DType ct, DType rt, const double *x, double *r) {
   int n = oi->nargs;
   for (int k = 0; k < n; k++)
     ops[k] = op == IR_WHERE && k == 0 ? from_double(DT_BOOL, x[k]) : from_double(op == IR_WHERE ? rt : ct, x[k]);
+  if (op == IR_CAST && (ir_dtype_is_low(ct) || ir_dtype_is_low(rt))) {
+    /* bf16 / f16 storage: its numbers widen exactly, a float is rounded into it */
+    *r = rt == DT_BF16 ? ir_round_bf16(x[0]) : rt == DT_F16 ? ir_round_f16(x[0]) : rt == DT_F32 ? (double)(float)x[0] : x[0];
+    return 1;
+  }
   if (op == IR_CAST) {
     /* a conversion to the result dtype: to bool, "!= 0"; a float to an integer as
      * x86-64 converts (codegen_c's float_to_int) */

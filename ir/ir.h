@@ -22,7 +22,10 @@
 
 /* ---- types -------------------------------------------------------------- */
 
-typedef enum DType { DT_F32, DT_F64, DT_I64, DT_I32, DT_BOOL, DT_COUNT } DType;
+/* DT_BF16 and DT_F16 are storage only: the parameters, buffers and optimizer state of a model
+ * converted with .bfloat16() / .half() (Param.low), read through a `cast` to float32 and written
+ * through one from it; no other instruction has them as operand or result type. */
+typedef enum DType { DT_F32, DT_F64, DT_I64, DT_I32, DT_BOOL, DT_BF16, DT_F16, DT_COUNT } DType;
 
 #define IR_MAX_DIMS 8
 typedef struct Type {
@@ -33,7 +36,8 @@ typedef struct Type {
 
 const char *ir_dtype_name(DType t);   /* "f32" */
 size_t ir_dtype_size(DType t);
-int ir_dtype_is_float(DType t);
+int ir_dtype_is_float(DType t);      /* F32, F64: the float compute types */
+int ir_dtype_is_low(DType t);        /* BF16, F16: storage only */
 /* Elements of t. Exact for every type that passed ir_type_problem (the IR
  * builder checks each value's type); saturates at INT64_MAX otherwise. */
 int64_t ir_numel(const Type *t);
@@ -211,8 +215,8 @@ typedef struct Param {
   int not_persistent;         /* register_buffer(persistent=False): in the arena, not in the state_dict */
   int complex64;              /* a complex64 tensor (torchlib/complex.c): type is its float32 storage S + [2],
                                  files hold it as complex64 S (ctc_tensor.complex64) */
-  int low;                    /* 1 bfloat16, 2 float16 (model.bfloat16() / .half()): an f32 tensor whose values
-                                 are such numbers; <model>_init rounds them, files hold it so (ctc_tensor.low) */
+  int low;                    /* 1 bfloat16, 2 float16 (model.bfloat16() / .half(), or an optimizer's state of
+                                 such a parameter): type is DT_BF16 / DT_F16, read through a cast to float */
   int init;                   /* PINIT_* : how <model>_init fills it */
   double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */

@@ -34,6 +34,13 @@ static int check_shape(V *v) {
   const Inst *in = v->in;
   const Type *r = &v->f->values.data[in->res].type;
   char b1[200], b2[200];
+  /* bf16 / f16 storage (a .bfloat16() model's parameters) is only read and written by a
+   * cast from / to a float type */
+  for (int k = 0; k < in->nargs; k++)
+    if (ir_dtype_is_low(T(v, k)->dtype) && (in->op != IR_CAST || !ir_dtype_is_float(r->dtype)))
+      return fail(v, "a %s value is an operand of %s", ir_dtype_name(T(v, k)->dtype), ir_ops[in->op].name);
+  if (ir_dtype_is_low(r->dtype) && (in->op != IR_CAST || !ir_dtype_is_float(T(v, 0)->dtype)))
+    return fail(v, "%s gives a %s value", ir_ops[in->op].name, ir_dtype_name(r->dtype));
   /* the op's shape rule (shape.c), shared with staging */
   Type *ta = malloc(sizeof(Type) * (size_t)(in->nargs + 1)), want;
   if (!ta) BUG("out of memory");

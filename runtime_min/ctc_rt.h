@@ -58,9 +58,9 @@ int ctc_fail(ctc_error *err, int code, const char *fmt, ...)
 
 /* ---- tensors ---------------------------------------------------------- */
 
-/* CTC_BF16 and CTC_F16 are file tensors only (safetensors "BF16"/"F16", .pt BFloat16Storage/
- * HalfStorage, read without widening and written as such): a model computes on float32, and
- * a parameter of a model converted with .bfloat16() / .half() is a float32 tensor marked `low`. */
+/* CTC_BF16 and CTC_F16: file tensors (safetensors "BF16"/"F16", .pt BFloat16Storage/HalfStorage,
+ * read without widening and written as such) and the parameters of a model converted with
+ * .bfloat16() / .half(), which it stores so and computes on in float32. */
 typedef enum ctc_dtype {
   CTC_F32, CTC_F64, CTC_I64, CTC_I32, CTC_BOOL, CTC_U8, CTC_BF16, CTC_F16, CTC_DTYPE_COUNT
 } ctc_dtype;
@@ -84,9 +84,10 @@ typedef struct ctc_tensor {
   int complex64;                 /* a complex64 tensor held as its float32 parts, shape S + [2]: .pt and
                                     safetensors files hold it as complex64 of shape S (ComplexFloatStorage,
                                     "C64"); a file's complex64 tensor reads in as such */
-  int low;                       /* CTC_LOW_BF16 / CTC_LOW_F16: a float32 parameter whose values are bfloat16 /
-                                    float16 numbers (the model's .bfloat16() / .half()): saved as BF16 / F16,
-                                    and a wider file's values rounded to it when loaded; 0: none */
+  int low;                       /* CTC_LOW_BF16 / CTC_LOW_F16: a parameter of a .bfloat16() / .half() model
+                                    (its dtype CTC_BF16 / CTC_F16; a CTC_F32 tensor so marked holds such
+                                    numbers and is saved as BF16 / F16): a wider file's values are rounded
+                                    to it when loaded; 0: none */
 } ctc_tensor;
 enum { CTC_LOW_BF16 = 1, CTC_LOW_F16 = 2 };
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */

@@ -131,7 +131,7 @@ static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *
   if (!f) return ctc_fail(err, CTC_ERR_MISSING, "%s: tensor '%s' is missing", path, p->name);
   /* Floating-point data converts to the parameter's floating dtype (F64 -> F32 rounds; BF16 and
    * F16 widen exactly), I32 data widens to I64. */
-  int is_float_f = ctc_dtype_is_float(f->dtype), is_float_p = p->dtype == CTC_F32 || p->dtype == CTC_F64;
+  int is_float_f = ctc_dtype_is_float(f->dtype), is_float_p = ctc_dtype_is_float(p->dtype);
   if (f->dtype != p->dtype && !(is_float_f && is_float_p) && !(p->dtype == CTC_I64 && f->dtype == CTC_I32))
     return ctc_fail(err, CTC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", path, p->name,
                     ctc_dtype_name(f->dtype), ctc_dtype_name(p->dtype));
@@ -152,9 +152,9 @@ static int check_param(const char *path, const ctc_tensor *p, const ctc_tensor *
  * load_state_dict copies them into its bfloat16 / float16 tensors. */
 static void copy_param(unsigned char *dst, const ctc_tensor *p, const ctc_tensor *f, size_t bytes) {
   size_t n = bytes / ctc_dtype_size(p->dtype);
-  if (ctc_dtype_is_float(f->dtype)) {
+  if (ctc_dtype_is_float(f->dtype)) {   /* into bf16 / f16 storage: rounded by the conversion */
     int exact = p->low == CTC_LOW_BF16 ? f->dtype == CTC_BF16 : p->low == CTC_LOW_F16 ? f->dtype == CTC_F16 : 0;
-    if (f->dtype == p->dtype && !p->low) memcpy(dst, f->data, bytes);
+    if (f->dtype == p->dtype) memcpy(dst, f->data, bytes);
     else ctc_float_copy(dst, p->dtype, f->data, f->dtype, n, exact ? 0 : p->low);
     return;
   }
@@ -180,9 +180,10 @@ int ctc_check_assumed(const ctc_model_desc *desc, const void *model, int i, cons
   int64_t n = ctc_tensor_numel(p);
   for (int64_t k = 0; k < n; k++) {
     double now = ctc_elem_f64(arena + p->offset, p->dtype, (size_t)k), got = ctc_elem_f64(f->data, f->dtype, (size_t)k);
-    if (p->dtype == CTC_F32) {   /* compared as the model stores it (an F64 file rounds, a bf16 model rounds more) */
+    if (p->dtype != CTC_F64 && ctc_dtype_is_float(p->dtype)) {   /* as the model stores it (an F64 file rounds) */
       float g = (float)got;
-      if (p->low) ctc_float_copy(&g, CTC_F32, &g, CTC_F32, 1, p->low);
+      int low = p->dtype == CTC_BF16 ? CTC_LOW_BF16 : p->dtype == CTC_F16 ? CTC_LOW_F16 : p->low;
+      if (low) ctc_float_copy(&g, CTC_F32, &g, CTC_F32, 1, low);
       got = g;
     }
     if (got == now || (got != got && now != now)) continue;

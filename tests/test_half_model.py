@@ -560,3 +560,56 @@ def test_cuda_target(tmp_path, rt_objects):
     got = np.load(tmp_path / "cu.npy")
     assert np.all(np.abs(got - want) <= bf16_ulp(want)), np.abs(got - want).max()
     assert set(st_dtypes(tmp_path / "cu.safetensors").values()) == {"BF16"}
+
+
+def test_storage_is_16_bit(tmp_path):
+    """The parameters are stored as bf16 (the arena's parameter region is half the float32
+    model's, up to alignment), `./net info` says so, --freestanding --embed-weights writes the
+    checkpoint's bf16 bits as const uint16_t arrays, the Python module's state_dict() gives
+    their values as float32 arrays and load_state_dict rounds float32 ones into them, and
+    --quantize int8 of such a model is refused."""
+    sizes = {}
+    for cast in ("float()", "bfloat16()"):
+        p = write(tmp_path, MLP, CAST=cast)
+        run([CTC, "compile", p, "-o", tmp_path / "m.c", "--input", "x=bf16[4,20]" if "bf" in cast else "x=f32[4,20]"])
+        ends = [int(o) + int(np.prod([int(d) for d in dims.split(",")])) * {"CTC_F32": 4, "CTC_BF16": 2}[dt]
+                for dt, dims, o in re.findall(r'\{"[^"]+", (CTC_\w+), \d+, \{([\d, ]+)\}, (\d+), NULL',
+                                              (tmp_path / "m.c").read_text())]
+        sizes[cast] = max(ends)   # the end of the parameters in the arena
+    assert sizes["bfloat16()"] <= sizes["float()"] // 2 + 64 * 5, sizes
+    p = write(tmp_path, MLP, CAST="bfloat16()")
+    run([CTC, "build", p, "-o", tmp_path / "net", "--input", "x=bf16[4,20]"])
+    assert "fc1.weight bf16[48, 20] (bfloat16 values, saved as BF16)" in run([tmp_path / "net", "info"]).stdout
+    torch.manual_seed(0)
+    mod = load_module(p, "half_storage")
+    sd = mod.model.state_dict()
+    torch.save(sd, tmp_path / "w.pt")
+    run([CTC, "compile", p, "--freestanding", "--embed-weights", tmp_path / "w.pt", "-o", tmp_path / "fs.c",
+         "--input", "x=bf16[4,20]"])
+    text = (tmp_path / "fs.c").read_text()
+    arr = re.search(r"/\* fc1\.weight bf16\[48,20\] \*/\nstatic const uint16_t ctc_w_\d+\[960\] = \{([^}]*)\}", text)
+    assert arr, text[:2000]
+    bits = [int(h, 16) for h in re.findall(r"0x[0-9A-F]{4}", arr.group(1))]
+    assert bits == sd["fc1.weight"].view(torch.int16).flatten().numpy().view(np.uint16).tolist()
+    run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", tmp_path / "fs.c", "-o", tmp_path / "fs.o"])
+    r = subprocess.run([CTC, "compile", p, "--quantize", "int8", "--calibrate", tmp_path / "x.npy", "--weights",
+                        tmp_path / "w.pt", "-o", tmp_path / "q.c", "--input", "x=bf16[4,20]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--quantize int8 of a model converted with .bfloat16()" in r.stderr, r.stderr
+    run([CTC, "build", p, "--python", "-o", tmp_path / "hmod", "--input", "x=bf16[4,20]"])
+    x = np.random.default_rng(0).standard_normal((4, 20)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = infer(tmp_path, tmp_path / "net", tmp_path / "w.pt", [x])
+    f32 = mod.Net().state_dict()   # float32 values: rounded on load
+    script = (f"import sys, numpy as np, torch\nsys.path.insert(0, {str(tmp_path)!r})\nimport hmod\n"
+              f"m = hmod.Model()\nsd = torch.load({str(tmp_path / 'w.pt')!r})\n"
+              "print(m.load_state_dict({k: v.float() for k, v in sd.items()}))\n"
+              "got = m.state_dict()\nassert all(got[k].dtype == np.float32 and np.array_equal(got[k], v.float().numpy()) "
+              "for k, v in sd.items())\n"
+              f"np.save({str(tmp_path / 'py.npy')!r}, m(np.load({str(tmp_path / 'x.npy')!r})))\n"
+              f"f32 = torch.load({str(tmp_path / 'f32.pt')!r})\nm.load_state_dict({{k: v.numpy() for k, v in f32.items()}})\n"
+              "got = m.state_dict()\nassert all(np.array_equal(got[k], v.bfloat16().float().numpy()) for k, v in f32.items())\n")
+    torch.save(f32, tmp_path / "f32.pt")
+    r = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(np.load(tmp_path / "py.npy"), want)

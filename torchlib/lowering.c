@@ -122,6 +122,7 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
         p.not_persistent = s->not_persistent;
         p.complex64 = s->cplx;
         p.low = s->low;
+        if (s->low) p.type.dtype = s->low == LOW_F16 ? DT_F16 : DT_BF16;   /* stored so; read through a cast */
         p.init = s->init;
         p.init_a = s->init_a;
         p.init_b = s->init_b;

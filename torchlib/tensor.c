@@ -55,6 +55,26 @@ static void need_fn(L *L, Span at, const char *what) {
                        "compile time", what);
 }
 
+/* The float value of a parameter stored as bf16 / f16 (a .bfloat16() / .half() model's): its
+ * storage cast to the tensor's dtype, once per function (the cast is what every reader and
+ * the gradient see; state_update casts the new value back). */
+static ValId low_read(L *L, Span at, Tensor *t) {
+  struct HostState *T = L->T;
+  int idx = t->slot->index, n = T->prog->params.len;
+  if (T->low_read_fn != T->fn || T->low_read_n < n) {
+    ValId *r = arena_alloc(L->a, sizeof(ValId) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) r[i] = T->low_read_fn == T->fn && i < T->low_read_n ? T->low_read[i] : -1;
+    T->low_read = r, T->low_read_n = n, T->low_read_fn = T->fn;
+  }
+  if (T->low_read[idx] < 0) {
+    ValId s = ir_param_value(T->prog, T->fn, idx);
+    Type ft = T->prog->params.data[idx].type;
+    ft.dtype = t->slot->type.dtype;
+    T->low_read[idx] = ir_emit(T->prog, T->fn, IR_CAST, &s, 1, ft, NULL, 0, 0, at, T->fn->values.data[s].name);
+  }
+  return T->low_read[idx];
+}
+
 ValId t_val(L *L, Span at, PV *x) {
   if (x->k != PV_TENSOR) lower_error(L, at, "expected a tensor, got '%s'", pv_kind_name(x));
   Tensor *t = x->t;
@@ -68,6 +88,7 @@ ValId t_val(L *L, Span at, PV *x) {
     if (t->slot->index < 0)
       lower_error(L, at, "this tensor is a parameter of a module that is not part of the model");
     if (L->T->param_cur && L->T->param_cur[t->slot->index] >= 0) return L->T->param_cur[t->slot->index]; /* after a step */
+    if (ir_dtype_is_low(L->T->prog->params.data[t->slot->index].type.dtype)) return low_read(L, at, t);
     return ir_param_value(L->T->prog, L->T->fn, t->slot->index);
   }
   if (t->data) {

@@ -181,6 +181,10 @@ struct HostState {
   Span unzeroed_step;    /* that step() */
   int stepped;           /* optimizer.step() was called */
   ValId *param_cur;      /* per Program param: its current value in L->T->fn (after a step), or -1 */
+  ValId *low_read;       /* per Program param stored as bf16 / f16 (Param.low): its float value in low_read_fn,
+                            the one cast of its storage there, or -1 (tensor.c's t_val) */
+  int low_read_n;
+  const Func *low_read_fn;
   Vec(ValId) dual_primal;  /* forward_ad.make_dual: the dual tensors of the current dual_level */
   Vec(ValId) dual_tangent; /* and their tangents */
   int dual_depth;        /* open `with dual_level():` statements (at most 1) */

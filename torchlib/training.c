@@ -189,7 +189,8 @@ PV *state_tensor(L *L, Span at, const char *name, const Type *t, double init) {
  * once: the update is computed in float32 (PyTorch rounds after each in-place op of it). */
 void state_update(L *L, Span at, PV *t, PV *v) {
   staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
-  int idx = t->t->slot->index, low = L->T->prog->params.data[idx].low;
+  Param *pr = &L->T->prog->params.data[t->t->slot->index];
+  int idx = t->t->slot->index, low = pr->low;
   if (low && v->k == PV_TENSOR && v->t->low != low) {
     Tensor *u = arena_alloc(L->a, sizeof *u);   /* the same value, unmarked: ac_round rounds it */
     *u = *v->t;
@@ -197,8 +198,10 @@ void state_update(L *L, Span at, PV *t, PV *v) {
     v = ac_round(L, at, pv_tensor(L, u), low);
   }
   if (L->T->step_skip) v = t_where(L, at, L->T->step_skip, t, v);   /* GradScaler.step: skipped on inf */
-  ValId val = t_val(L, at, v);
-  ir_add_update(L->T->prog, L->T->fn, idx, val);
+  ValId val = t_val(L, at, v), stored = val;
+  if (ir_dtype_is_low(pr->type.dtype))   /* bf16 / f16 storage: the rounded value, narrowed (exact) */
+    stored = ir_emit(L->T->prog, L->T->fn, IR_CAST, &val, 1, pr->type, NULL, 0, 0, at, L->T->fn->values.data[val].name);
+  ir_add_update(L->T->prog, L->T->fn, idx, stored);
   L->T->param_cur[idx] = val;
 }
 
@@ -272,7 +275,11 @@ PV *opt_l2(L *L, Span at, OptStep *s) {
 PV *opt_state(L *L, Span at, OptStep *s, const char *name, double init) {
   PV *st = state_tensor(L, at, arena_printf(L->a, "%s.%s", s->pre, name), &s->t, init);
   int low = s->p->t->slot ? L->T->prog->params.data[s->p->t->slot->index].low : s->p->t->low;
-  if (low) L->T->prog->params.data[st->t->slot->index].low = st->t->slot->low = st->t->low = low;
+  if (low) {   /* stored as bf16 / f16 too (read through a cast: none happened yet) */
+    Param *pr = &L->T->prog->params.data[st->t->slot->index];
+    pr->low = st->t->slot->low = st->t->low = low;
+    pr->type.dtype = low == LOW_F16 ? DT_F16 : DT_BF16;
+  }
   return st;
 }
 

@@ -63,6 +63,7 @@ static PyObject *ctc_exc;     /* NAME.Error (a RuntimeError) */
 static PyObject *index_exc;   /* NAME.IndexError (NAME.Error and IndexError): an index out of range */
 static PyObject *incompat_type;   /* NAME.IncompatibleKeys(missing_keys, unexpected_keys), as PyTorch's */
 
+static int is_low(int dt) { return dt == CTC_BF16 || dt == CTC_F16; }   /* a .bfloat16() / .half() model's storage */
 static const char *const np_names[CTC_DTYPE_COUNT] = {"float32", "float64", "int64", "int32", "bool", "uint8",
                                                          "bfloat16", "float16"};
 
@@ -180,7 +181,8 @@ static PyObject *new_array(const ctc_tensor *t, void **data) {
   PyObject *shape = PyTuple_New(t->ndim);
   if (!shape) return NULL;
   for (int d = 0; d < t->ndim; d++) PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(t->shape[d]));
-  PyObject *arr = PyObject_CallMethod(numpy_mod, "empty", "Os", shape, np_names[t->dtype]);
+  /* a .bfloat16() / .half() model's parameters as float32 arrays (NumPy has no bfloat16): exact */
+  PyObject *arr = PyObject_CallMethod(numpy_mod, "empty", "Os", shape, is_low(t->dtype) ? "float32" : np_names[t->dtype]);
   Py_DECREF(shape);
   if (!arr) return NULL;
   Py_buffer v;
@@ -220,7 +222,8 @@ static PyObject *model_state_dict(ModelObject *self, PyObject *unused) {
       Py_CLEAR(d);
       break;
     }
-    memcpy(data, arena + p->offset, ctc_tensor_bytes(p));
+    if (is_low(p->dtype)) ctc_float_copy(data, CTC_F32, arena + p->offset, p->dtype, (size_t)ctc_tensor_numel(p), 0);
+    else memcpy(data, arena + p->offset, ctc_tensor_bytes(p));
     Py_DECREF(a);
   }
   return d;
@@ -274,6 +277,10 @@ static int convertible(int from, int to) {
 /* n values of dtype `from` at src as dtype `to` at dst (convertible, or the same dtype);
  * -1 with *bad the index of an int64 value that does not fit an int32. */
 static int convert_values(void *dst, int to, const void *src, int from, Py_ssize_t n, Py_ssize_t *bad) {
+  if (is_low(to)) {   /* into a .bfloat16() / .half() model's storage: rounded, as PyTorch's copy_ */
+    ctc_float_copy(dst, (ctc_dtype)to, src, (ctc_dtype)from, (size_t)n, 0);
+    return 0;
+  }
   if (from == to) {
     memcpy(dst, src, (size_t)n * ctc_dtype_size((ctc_dtype)to));
     return 0;
@@ -658,7 +665,7 @@ typedef struct {
   int dt;   /* its dtype (CTC_*), -1: none of ctc's */
 } SdValue;
 
-static int is_float(int dt) { return dt == CTC_F32 || dt == CTC_F64; }
+static int is_float(int dt) { return dt == CTC_F32 || dt == CTC_F64 || is_low(dt); }
 static int is_int(int dt) { return dt == CTC_I32 || dt == CTC_I64; }
 
 /* The shape of a buffer as "[3, 3]". */
@@ -718,7 +725,7 @@ static PyObject *model_load_state_dict(ModelObject *self, PyObject *args, PyObje
         strchr(sv->a.view.format, 'e')) {   /* float16 (a half model's state_dict): exact in float32 */
       PyBuffer_Release(&sv->a.view);
       sv->a.has_view = 0;
-      PyObject *c = PyObject_CallMethod(numpy_mod, "asarray", "Os", sv->a.obj, np_names[p->dtype]);
+      PyObject *c = PyObject_CallMethod(numpy_mod, "asarray", "Os", sv->a.obj, is_low(p->dtype) ? "float32" : np_names[p->dtype]);
       if (!c) goto done;
       Py_SETREF(sv->a.obj, c);
       if (get_contiguous(&sv->a, &sv->dt) < 0) goto done;
