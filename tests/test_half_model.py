@@ -613,3 +613,27 @@ def test_storage_is_16_bit(tmp_path):
     r = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert np.array_equal(np.load(tmp_path / "py.npy"), want)
+
+
+def test_decode_entry(tmp_path):
+    """A bf16 GPT gets the KV-cache `decode` entry (the roundings of its attention scores are
+    elementwise, so the new token's row rounds as forward's does): `./net sample`'s logits at
+    every full window equal the forward entry's on that window, within one bf16 step of the
+    largest logit (a one-row GEMM against a T-row one may sum in another order; they were
+    equal when measured)."""
+    p = write(tmp_path, GPT + "\n\nmodel = GPT().bfloat16()\n", "gpt.py")
+    exe = tmp_path / "net"
+    r = run([CTC, "build", p, "-o", exe, "--input", "idx=i64[1,8]"])
+    assert "no KV-cache decode entry" not in r.stderr, r.stderr
+    assert "entry decode" in run([exe, "info"]).stdout
+    torch.manual_seed(3)
+    mod = load_module(p, "half_decode")
+    torch.save(mod.model.state_dict(), tmp_path / "w.pt")
+    r = run([exe, "sample", "--weights", tmp_path / "w.pt", "--prompt-tokens", "5,7,11", "--tokens", "24", "--seed", "1",
+             "--logits", tmp_path / "l.npy"])
+    assert "KV cache" in r.stderr, r.stderr
+    tokens = [int(t) for t in r.stdout.split()]
+    got = np.load(tmp_path / "l.npy")
+    for i in range(8, len(tokens)):
+        fw = infer(tmp_path, exe, tmp_path / "w.pt", [np.array([tokens[i - 8:i]], np.int64)])[0, -1]
+        assert np.abs(got[i - 3] - fw).max() <= 2 ** -8 * np.abs(fw).max(), (i, np.abs(got[i - 3] - fw).max())

@@ -145,7 +145,10 @@ static PV *as_f32(L *L, PV *x);
 /* x rounded to `low` (a new tensor, marked); x itself when it is already so */
 PV *ac_round(L *L, Span at, PV *x, int low) {
   if (!is_float_t(x) || x->t->low == low) return x;
+  int mark = x->t->dec_mark, layer = x->t->dec_layer;   /* attention scores while decode is derived */
+  if (mark) dec_allow(L, 1);
   PV *r = t_unary(L, at, low == LOW_F16 ? IR_ROUND_F16 : IR_ROUND_BF16, as_f32(L, x));
+  if (mark) dec_allow(L, 0), r->t->dec_mark = mark, r->t->dec_layer = layer;
   r->t->low = low;
   return r;
 }

@@ -79,6 +79,12 @@ void dec_check_read(L *L, Span at, const Tensor *t) {
                     "knows scaling, a causal masked_fill, softmax over the last axis and the product with v)");
 }
 
+/* Rounding to bf16 / f16 is elementwise, so the decode row's scores round as forward's did:
+ * autocast.c's ac_round reads a marked tensor with this on, and marks its result alike. */
+void dec_allow(L *L, int on) {
+  if (L->T->dec) L->T->dec->allow = on;
+}
+
 /* ---- the probe: compile-time values of a mask ---- */
 
 /* The values of v (numel doubles into out) if it is computable at compile time (ir/attn.c) */

@@ -216,6 +216,7 @@ PV *dec_softmax(L *L, Span at, PV *x, int64_t dim, int log);                    
 PV *dec_binary(L *L, Span at, int op, PV *a, PV *b);                             /* t_binary */
 PV *dec_attend(L *L, Span at, PV *q, PV *k, PV *v, double scale);                /* causal SDPA (nn_seq.c) */
 void dec_check_read(L *L, Span at, const Tensor *t);                             /* t_val */
+void dec_allow(L *L, int on);   /* autocast.c's rounding of attention scores keeps their mark (a bf16 model's) */
 extern const HostOps torch_host;   /* host.c */
 PV *layer_base_class(PV *cls);     /* host.c: the builtin layer a user class derives from, or NULL */
 
