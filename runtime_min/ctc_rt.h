@@ -84,10 +84,9 @@ typedef struct ctc_tensor {
   int complex64;                 /* a complex64 tensor held as its float32 parts, shape S + [2]: .pt and
                                     safetensors files hold it as complex64 of shape S (ComplexFloatStorage,
                                     "C64"); a file's complex64 tensor reads in as such */
-  int low;                       /* CTC_LOW_BF16 / CTC_LOW_F16: a parameter of a .bfloat16() / .half() model
-                                    (its dtype CTC_BF16 / CTC_F16; a CTC_F32 tensor so marked holds such
-                                    numbers and is saved as BF16 / F16): a wider file's values are rounded
-                                    to it when loaded; 0: none */
+  int low;                       /* CTC_LOW_BF16 / CTC_LOW_F16: a parameter of a .bfloat16() / .half() model,
+                                    stored as CTC_BF16 / CTC_F16 (a CTC_F32 one so marked holds such numbers):
+                                    a wider file's values are rounded to it when loaded; 0: none */
 } ctc_tensor;
 enum { CTC_LOW_BF16 = 1, CTC_LOW_F16 = 2 };
 int64_t ctc_tensor_numel(const ctc_tensor *t);  /* -1: bad ndim, negative dim or overflow */

@@ -249,12 +249,7 @@ int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const cha
   int to_pt = ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin");
   int nkeys = ctc_sd_count(desc), cap = nkeys + desc->nparams;
   ctc_tensor *ts = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ts);
-  void **low = calloc((size_t)(cap > 0 ? cap : 1), sizeof *low);   /* the 16-bit copies of .bfloat16() parameters */
-  if (!ts || !low) {
-    free(ts);
-    free(low);
-    return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-  }
+  if (!ts) return ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
   int rc = CTC_OK, n = 0;
   size_t bytes;
   for (int k = 0; k < nkeys + desc->nparams && rc == CTC_OK; k++) {
@@ -268,23 +263,9 @@ int ctc_model_save_opts(const ctc_model_desc *desc, const void *model, const cha
     ts[n] = desc->params[i];
     if (name) ts[n].name = name;
     if ((rc = param_span(desc, &ts[n], &bytes, err)) == CTC_OK) ts[n].data = arena + ts[n].offset;
-    if (rc == CTC_OK && ts[n].low && ts[n].dtype == CTC_F32) {   /* kept as PyTorch holds it: BF16 / F16 */
-      size_t count = bytes / 4;
-      ctc_dtype dt = ts[n].low == CTC_LOW_F16 ? CTC_F16 : CTC_BF16;
-      if (!(low[n] = malloc(count * 2 + 1))) {
-        rc = ctc_fail(err, CTC_ERR_NOMEM, "out of memory");
-        break;
-      }
-      ctc_float_copy(low[n], dt, ts[n].data, CTC_F32, count, 0);
-      ts[n].data = low[n];
-      ts[n].dtype = dt;
-      ts[n].low = 0;
-    }
     n++;
   }
   if (rc == CTC_OK) rc = to_pt ? ctc_pt_write(path, n, ts, err) : ctc_st_write(path, n, ts, err);
-  for (int k = 0; k < n; k++) free(low[k]);
-  free(low);
   free(ts);
   return rc;
 }
