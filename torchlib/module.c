@@ -92,12 +92,12 @@ static void state_dict_into(L *L, Span at, PV *obj, const char *prefix, PV *out,
     }
 }
 
-/* module.double() / .float(): every floating-point parameter and buffer takes the dtype
- * (their slots, so <model>_init and the state_dict have it, and the tensors bound to them) */
 /* model.float() / .double() / .bfloat16() / .half() / .to(dtype): every floating parameter and
- * buffer (not complex64 ones, as PyTorch) becomes dtype dt, or with low (LOW_BF16 / LOW_F16)
- * float32 holding bfloat16 / float16 numbers (autocast.c's marked values): its compile-time
- * values are rounded here, <model>_init rounds random ones, files hold it as BF16 / F16. */
+ * buffer (not complex64 ones, as PyTorch) takes dtype dt (their slots, so <model>_init and the
+ * state_dict have it, and the tensors bound to them), or with low (LOW_BF16 / LOW_F16) is a
+ * float32 tensor holding bfloat16 / float16 numbers (autocast.c's marked values), stored as such
+ * (lowering.c gives its Param the dtype bf16 / f16): compile-time values are rounded here,
+ * <model>_init rounds random ones. */
 static void module_cast(L *L, PV *m, DType dt, int low) {
   for (int i = 0; i < m->mod->regs.len; i++) {
     Reg *r = &m->mod->regs.data[i];
