@@ -423,3 +423,60 @@ def test_refusals(tmp_path, label, body, msg):
     m = re.search(rf"{re.escape(str(p))}:(\d+):\d+: error: ", r.stderr)
     assert m and 13 <= int(m.group(1)) < 13 + body.count("\n") + 1, r.stderr   # located in forward's body
     assert msg in r.stderr, r.stderr
+
+
+BN_CNN = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(F.batch_norm(self.conv2(h), self.bn2.running_mean, self.bn2.running_var, self.bn2.weight,
+                                self.bn2.bias, training=False) + h)
+        return self.fc(h.mean((2, 3)))
+
+
+model = Net()
+
+
+def forward_bf16(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return model(x)
+'''
+
+
+def test_batchnorm_of_bf16_input(tmp_path):
+    """A CNN under autocast: BatchNorm2d (and F.batch_norm) of a bf16 convolution output with
+    float32 weights and running statistics, as PyTorch's mixed-type batch_norm takes it (ctc
+    refused it as a mix of bf16 and f32): computed in float32, the output rounded once to bf16,
+    the running statistics updated in float32. Against PyTorch 1.13 in training mode: the
+    output and the running statistics within PyTorch's own bf16-vs-f32 distance."""
+    p = tmp_path / "bn.py"
+    p.write_text(BN_CNN)
+    exe = tmp_path / "net"
+    run([CTC, "build", p, "-o", exe, "--entry", "forward_bf16", "--input", "x=f32[4,3,8,8]"])
+    torch.manual_seed(0)
+    mod = load_module(p, "bn_autocast")
+    st_write(tmp_path / "w.safetensors", {k: v.numpy() for k, v in mod.model.state_dict().items()})
+    sd0 = {k: v.clone() for k, v in mod.model.state_dict().items()}
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run([exe, "run", "forward_bf16", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "x.npy",
+         "--output", tmp_path / "y.npy", "--save", tmp_path / "s.safetensors"])
+    got, saved = np.load(tmp_path / "y.npy"), st_read(tmp_path / "s.safetensors")
+    with torch.no_grad():
+        want = mod.forward_bf16(torch.from_numpy(x)).float().numpy()
+        stats_bf = {k: v.numpy().copy() for k, v in mod.model.state_dict().items() if "running" in k}
+        mod.model.load_state_dict(sd0)
+        f32 = mod.model(torch.from_numpy(x)).numpy()
+        stats_f32 = {k: v.numpy() for k, v in mod.model.state_dict().items() if "running" in k}
+    n = np.linalg.norm
+    assert n(got - want) <= n(want - f32), (n(got - want), n(want - f32))
+    for k, v in stats_bf.items():
+        assert saved[k].dtype == np.float32 and n(saved[k] - v) <= n(v - stats_f32[k]) + 1e-7, k

@@ -338,6 +338,12 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
   int mixed = m.f_dim || (m.f_0 && !m.bf_dim);
   if (mixed) {
     if (cls == AC_PROMOTE) return result(L, at, call(L, mod ? mod : fn, A), R_F32, NULL, 0, low);
+    /* batch_norm of a bf16 input with float32 weights and running statistics (PyTorch's mixed
+     * type, as a CNN under autocast has it): computed in float32, the statistics kept in float32,
+     * the output rounded once */
+    int bn = bi == BI_F_BATCH_NORM || bi == BI_C_BATCHNORM1D || bi == BI_C_BATCHNORM2D || bi == BI_C_BATCHNORM3D;
+    PV *in0 = mod ? (A->nargs ? A->args[0] : NULL) : self ? self : A->nargs ? A->args[0] : NULL;
+    if (bn && is_bf16(in0)) return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0, in0->t->low);
     refuse_mixed(L, at, arena_printf(L->a, "'%s'", name), low);
   }
   Args B;
