@@ -18,9 +18,6 @@ static ctc_dtype rt_dtype(DType t) {
   }
 }
 
-/* Element k of a floating file tensor (put rounds it to the parameter's dtype). */
-static double get_f(const ctc_tensor *t, int64_t k) { return ctc_elem_f64(t->data, t->dtype, (size_t)k); }
-
 static void put(unsigned char *out, DType dt, int64_t k, double f, int64_t i) {
   switch (dt) {
   case DT_F32: {
@@ -100,7 +97,7 @@ int ctc_embed_read(Arena *a, Diag *d, const Program *p, const char *spec, const 
     }
     int fl_param = ir_dtype_is_float(ty->dtype) || ir_dtype_is_low(ty->dtype), fl_file = ctc_dtype_is_float(t->dtype);
     if (fl_param && fl_file) {
-      for (int64_t k = 0; k < n; k++) put(buf, ty->dtype, k, get_f(t, k), 0);
+      for (int64_t k = 0; k < n; k++) put(buf, ty->dtype, k, ctc_elem_f64(t->data, t->dtype, (size_t)k), 0);   /* put rounds it */
     } else if (ty->dtype == DT_I64 && (t->dtype == CTC_I32 || t->dtype == CTC_I64)) {
       for (int64_t k = 0; k < n; k++) {
         int64_t v;

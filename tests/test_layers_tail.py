@@ -3,6 +3,9 @@ AvgPool1d, AdaptiveAvgPool1d, AdaptiveMaxPool1d), AdaptiveMaxPool2d, BatchNorm3d
 InstanceNorm3d, MultiLabelSoftMarginLoss, module and F forms, in a sequence CNN and an
 image net as people write them: forward (eval) and three SGD steps in training mode
 against PyTorch."""
+import re
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -186,3 +189,16 @@ def test_linspace(tmp_path):
         assert got[k].dtype == w.dtype and np.all(np.abs(got[k] - w) <= np.spacing(np.abs(w).max())), k
         assert got[k][0] == w[0], k
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), m(torch.arange(4.0)).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call,message", [
+    ("torch.linspace(0, 1, -2)", "number of steps must be non-negative"),
+    ("torch.linspace(0, 1, 0)", "this linspace is empty"),
+    ("torch.linspace(0, 10, 5, dtype=torch.int64)", "torch.linspace with an integer dtype is not supported"),
+])
+def test_linspace_refusals(tmp_path, call, message):
+    p = tmp_path / "bad.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+                 f"        return x + {call}.sum()\n")
+    r = subprocess.run([CTC, "check", p, "--input", "x=f32[2]"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and re.search(rf"bad\.py:7:\d+: error: .*{re.escape(message)}", r.stderr), r.stderr

@@ -34,7 +34,7 @@
 #include <string.h>
 #include "torch_int.h"
 
-enum { AC_OTHER, AC_LOWER, AC_FP32, AC_VIEW, AC_TO_F32, AC_PROMOTE, AC_BANNED };
+enum { AC_OTHER, AC_LOWER, AC_FP32, AC_VIEW, AC_TO_F32, AC_PROMOTE, AC_BANNED, AC_NORM };
 
 /* The class of row bi in a torch.autocast('cuda') region (--target cuda), where PyTorch's
  * CUDA lists differ from its CPU ones (aten/src/ATen/autocast_mode.cpp, the same for
@@ -102,6 +102,8 @@ static int ac_class(int bi, int low, int cuda) {
   case BI_T_CAT: case BI_T_STACK: case BI_T_MAXIMUM: case BI_T_MINIMUM: case BI_T_POW: case BI_T_LERP:
   case BI_T_ADDCMUL: case BI_T_ADDCDIV:
     return AC_PROMOTE;
+  case BI_F_BATCH_NORM: case BI_C_BATCHNORM1D: case BI_C_BATCHNORM2D: case BI_C_BATCHNORM3D:
+    return AC_NORM;   /* a bf16 input with f32 weights and statistics: PyTorch's mixed type */
   default: return AC_OTHER;
   }
 }
@@ -341,9 +343,8 @@ PV *ac_call(L *L, int bi, PV *fn, Args *A, PV *mod, BuiltinFn *call) {
     /* batch_norm of a bf16 input with float32 weights and running statistics (PyTorch's mixed
      * type, as a CNN under autocast has it): computed in float32, the statistics kept in float32,
      * the output rounded once */
-    int bn = bi == BI_F_BATCH_NORM || bi == BI_C_BATCHNORM1D || bi == BI_C_BATCHNORM2D || bi == BI_C_BATCHNORM3D;
     PV *in0 = mod ? (A->nargs ? A->args[0] : NULL) : self ? self : A->nargs ? A->args[0] : NULL;
-    if (bn && is_bf16(in0)) return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0, in0->t->low);
+    if (cls == AC_NORM && is_bf16(in0)) return result(L, at, call(L, mod ? mod : fn, A), R_ROUND, NULL, 0, in0->t->low);
     refuse_mixed(L, at, arena_printf(L->a, "'%s'", name), low);
   }
   Args B;

@@ -191,12 +191,7 @@ void state_update(L *L, Span at, PV *t, PV *v) {
   staged_effect_check(L, at, "updating state (an optimizer, scheduler or random-number state)");
   Param *pr = &L->T->prog->params.data[t->t->slot->index];
   int idx = t->t->slot->index, low = pr->low;
-  if (low && v->k == PV_TENSOR && v->t->low != low) {
-    Tensor *u = arena_alloc(L->a, sizeof *u);   /* the same value, unmarked: ac_round rounds it */
-    *u = *v->t;
-    u->low = 0;
-    v = ac_round(L, at, pv_tensor(L, u), low);
-  }
+  if (low && v->k == PV_TENSOR) v = ac_round(L, at, v, low);   /* (a value already so marked is so rounded) */
   if (L->T->step_skip) v = t_where(L, at, L->T->step_skip, t, v);   /* GradScaler.step: skipped on inf */
   ValId val = t_val(L, at, v), stored = val;
   if (ir_dtype_is_low(pr->type.dtype))   /* bf16 / f16 storage: the rounded value, narrowed (exact) */
@@ -290,11 +285,10 @@ PV *opt_state(L *L, Span at, OptStep *s, const char *name, double init) {
  * p.add_(d_p, alpha=-lr)) computed in float32 with its scalar first rounded to the tensor's
  * dtype, and its result rounded once (probed: docs/mixed-precision.md). */
 static PV *low_round(L *L, Span at, PV *x, int low) {
-  if (x->k != PV_TENSOR) return pv_float(L, low == LOW_F16 ? ir_round_f16(pv_num(x)) : ir_round_bf16(pv_num(x)));
-  Tensor *u = arena_alloc(L->a, sizeof *u);   /* the value unmarked: ac_round rounds it */
-  *u = *x->t;
-  u->low = 0;
-  return ac_round(L, at, pv_tensor(L, u), low);
+  if (x->k == PV_TENSOR) return ac_round(L, at, x, low);
+  double v = pv_num(x);
+  ac_round_data(&v, 1, low);
+  return pv_float(L, v);
 }
 
 static void sgd_low(L *L, Span at, OptStep *s, int low, double mom, double damp, int nesterov, PV *MOM) {
