@@ -69,6 +69,8 @@ typedef struct Kernels {
                                        and x86 SIMD branches (kernels.c's Part), as options of the writer */
   unsigned char gemm[DT_COUNT];     /* ctc_gemm_<dt>; f32/f64: ctc_gemm_block_<dt>, ctc_matmul_block_<dt> */
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
+  unsigned char gemm_bf16;          /* ctc_matmul_block_bf16 (with ctc_matmul_block_f32) */
+  unsigned char matmul_bf16;        /* ctc_matmul_bf16 (with ctc_matmul_f32's split) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char dwconv[DT_COUNT];   /* ctc_dwconv_<dt> and its gradients (depthwise convolutions) */
@@ -94,7 +96,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
-extern const char *const cg_gemm_simd_texts[4];   /* runtime_min/ctc_gemm_simd.h's (scripts/gen_runtime.py) */
+extern const char *const cg_gemm_simd_texts[5];   /* runtime_min/ctc_gemm_simd.h's (scripts/gen_runtime.py) */
 
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 

@@ -26,12 +26,7 @@
  * over the GPU's grid whatever its size. */
 static int64_t min_work(const CgFunc *c) { (void)c; return OMP_MIN_WORK; }
 
-static const Inst *def_of(const CgFunc *c, ValId v) {
-  const Value *val = &c->f->values.data[v];
-  if (val->kind != V_INST || val->def < 0 || val->def >= c->f->insts.len) return NULL;
-  const Inst *in = &c->f->insts.data[val->def];
-  return in->res == v ? in : NULL;
-}
+static const Inst *def_of(const CgFunc *c, ValId v) { return ir_def(c->f, v); }
 
 int cg_is_literal(const CgFunc *c, ValId v) {
   const Inst *in = def_of(c, v);

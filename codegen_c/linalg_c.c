@@ -14,15 +14,27 @@
 
 /* ---- matmul and convolution ------------------------------------------------------ */
 
+/* The function a GEMM of dtype t calls: ctc_matmul_<dt> for f32/f64 (OpenBLAS, threads split
+ * by ctc; or the portable GEMM), ctc_matmul_bf16 for f32 operands that both hold bf16 values
+ * (low == 1: AVX-512 BF16 where the compiler targets it), ctc_gemm_<dt> for the others. */
+static const char *gemm_fn(CgFunc *c, DType t, int low) {
+  static const char *const fn[DT_COUNT] = {[DT_F32] = "ctc_matmul_f32", [DT_F64] = "ctc_matmul_f64",
+                                           [DT_I64] = "ctc_gemm_i64", [DT_I32] = "ctc_gemm_i32"};
+  c->k->gemm[t] = c->k->matmul[t] = 1;
+  if (t == DT_F32 && low == 1) {
+    c->k->gemm_bf16 = c->k->matmul_bf16 = 1;
+    return "ctc_matmul_bf16";
+  }
+  if (!fn[t]) BUG("gemm_fn: no GEMM of %s", ir_dtype_name(t));
+  return fn[t];
+}
+
 /* One GEMM call: c[M,N] = op(a) op(b), pointers as C text. acc: NULL (overwrite c)
  * or a C condition under which c is accumulated into instead (c += ...). */
-static void gemm_call(CgFunc *c, DType t, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
+static void gemm_call(CgFunc *c, DType t, int low, int ta, int tb, int64_t M, int64_t N, int64_t K, const char *pa,
                       int64_t lda, const char *pb, int64_t ldb, const char *pc, int64_t ldc, const char *acc) {
-  c->k->gemm[t] = c->k->matmul[t] = 1;
-  /* f32/f64: ctc_matmul (OpenBLAS, threads split by ctc; or the portable GEMM) */
-  LINE(c, "ctc_%s_%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n",
-       t == DT_F32 || t == DT_F64 ? "matmul" : "gemm", cg_dt_suffix(t), ta, tb, acc ? acc : "0", (ll)M, (ll)N, (ll)K,
-       pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
+  LINE(c, "%s(%d, %d, %s, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", gemm_fn(c, t, low), ta, tb,
+       acc ? acc : "0", (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
 }
 
 typedef struct MatU {
@@ -30,6 +42,7 @@ typedef struct MatU {
   int64_t M, N, K, lda, ldb;
   ValId a, b;      /* the arrays the operands are read from (a folded view's root) */
   int ta, tb;      /* BLAS transposes */
+  int low;         /* KirCall.low */
 } MatU;
 
 static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
@@ -39,7 +52,7 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   cg_ptr_at(c, &pc, in->res, idx[0]);
   cg_ptr_at(c, &pa, u->a, idx[1]);
   cg_ptr_at(c, &pb, u->b, idx[2]);
-  gemm_call(c, ty(c, in->res)->dtype, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N, NULL);
+  gemm_call(c, ty(c, in->res)->dtype, u->low, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N, NULL);
   cg_buf_free(&pa);
   cg_buf_free(&pb);
   cg_buf_free(&pc);
@@ -58,7 +71,7 @@ void cg_render_gemm_c(CgRender *r, const KirStmt *st) {
   const Inst *in = st->in;
   const Type *res = ty(c, in->res);
   MatU u = {in, g->ints[2], g->ints[3], g->ints[4], g->ints[5], g->ints[6], g->vals[0], g->vals[1], (int)g->ints[0],
-            (int)g->ints[1]};
+            (int)g->ints[1], g->low};
   Type br = *res;
   br.ndim -= 2;
   Acc acc[3];
@@ -189,9 +202,9 @@ static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *
  *   CONV2D:            col = im2col(x tile); ys[grp] = w[grp] col[grp]; y = ys, image by image
  *   CONV2D_BWD_INPUT:  ys = g tile; col[grp] = w[grp]^T ys[grp]; dx = col2im(col), image by image
  *   CONV2D_BWD_WEIGHT: col = im2col(x tile), ys = g tile; dw[grp] = (dw[grp] +) ys[grp] col[grp]^T */
-static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *geo) {
+static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *geo, int low) {
   DType t = ty(c, in->res)->dtype;
-  const char *ct = cg_ctype(t), *sf = cg_dt_suffix(t), *scratch = c->sname[i];
+  const char *ct = cg_ctype(t), *scratch = c->sname[i];
   ConvGeom g = *geo;
   int64_t S = ir_conv_slots(c->f, in), L = S * g.ohw, CHW = g.C * g.H * g.W, OHW = g.O * g.ohw;
   const char *img, *out, *w;   /* the image-side array (x or dx), the output-side one (y or g), the weights */
@@ -202,8 +215,7 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *
   }
   int fwd = in->op == IR_CONV2D, bin = in->op == IR_CONV2D_BWD_INPUT, wt = ir_conv_wgrad_t(c->f, in);
   int base = c->ind;
-  const char *mm = t == DT_F32 || t == DT_F64 ? "matmul" : "gemm";
-  c->k->gemm[t] = c->k->matmul[t] = 1;
+  const char *mm = gemm_fn(c, t, low);
   if (bin) c->k->col2im[t] = 1;
   else c->k->im2col[t] = 1;
   char dwt[IDX_CAP];   /* the transposed weight gradient's dW^T [ckk, O]: after the tile's outputs ys */
@@ -253,16 +265,16 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *
     snprintf(yg, sizeof yg, "%s", ys);
   }
   if (fwd)
-    LINE(c, "ctc_%s_%s(0, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og, (ll)g.ohw,
+    LINE(c, "%s(0, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, (ll)g.Og, (ll)g.ohw,
          (ll)g.ckk, wg, (ll)g.ckk, cg, (ll)L, yg, (ll)L);
   else if (bin)
-    LINE(c, "ctc_%s_%s(1, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.ckk, (ll)g.ohw,
+    LINE(c, "%s(1, 0, 0, %lld, ns * %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, (ll)g.ckk, (ll)g.ohw,
          (ll)g.Og, wg, (ll)g.ckk, yg, (ll)L, cg, (ll)L);
   else if (wt)   /* dW^T += col g^T: only g is repacked, its panels reused over all ckk rows */
-    LINE(c, "ctc_matmul_f32(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", (ll)g.ckk, (ll)g.O,
+    LINE(c, "%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, (ll)g.ckk, (ll)g.O,
          (ll)g.ohw, cg, (ll)L, yg, (ll)L, dwt, (ll)g.O);
   else
-    LINE(c, "ctc_%s_%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, sf, (ll)g.Og,
+    LINE(c, "%s(0, 1, n0 > 0, %lld, %lld, ns * %lld, %s, %lld, %s, %lld, %s, %lld);\n", mm, (ll)g.Og,
          (ll)g.ckk, (ll)g.ohw, yg, (ll)L, cg, (ll)L, wg, (ll)g.ckk);
   if (g.G > 1) cg_par_close(c);
   /* after them: fold the columns into the images (channel by channel, in parallel),
@@ -339,7 +351,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg)
 
 /* 1x1 convolutions with stride 1 and no padding read x[n] as the column matrix:
  * one GEMM per image (and group), images in parallel when there is one group. */
-static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo) {
+static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo, int low) {
   DType t = ty(c, in->res)->dtype;
   ConvGeom g = *geo;
   char xn[IDX_CAP], yn[IDX_CAP], wg[IDX_CAP];
@@ -355,18 +367,18 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo
   if (par && (t == DT_F32 || t == DT_F64)) LINE(c, "ctc_blas_threads_%s();\n", cg_dt_suffix(t));
   cg_par_open(c, par ? CG_PAR_OMP : 0);
   open_batch(c, &g);
-  if (in->op == IR_CONV2D) gemm_call(c, t, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
-  else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
-  else gemm_call(c, t, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
+  if (in->op == IR_CONV2D) gemm_call(c, t, low, 0, 0, g.Og, g.ohw, g.ckk, wg, g.ckk, xn, g.ohw, yn, g.ohw, NULL);
+  else if (in->op == IR_CONV2D_BWD_INPUT) gemm_call(c, t, low, 1, 0, g.Cg, g.ohw, g.Og, wg, g.Cg, yn, g.ohw, xn, g.ohw, NULL);
+  else gemm_call(c, t, low, 0, 1, g.Og, g.ckk, g.ohw, yn, g.ohw, xn, g.ohw, wg, g.ckk, g.N > 1 ? "n > 0" : NULL);
   close_batch(c, &g);
   cg_par_close(c);
   c->ind = base;
 }
 
-static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
-  else emit_conv2d_tiled(c, i, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
+  else emit_conv2d_tiled(c, i, in, g, low);
 }
 
 /* The direct loops' input row: ih = oh + kh - ph (outside the image: no
@@ -475,18 +487,18 @@ static void emit_conv2d_direct(CgFunc *c, const Inst *in, const ConvGeom *g) {
   cg_par_close(c);
 }
 
-static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
-  else emit_conv2d_tiled(c, i, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
+  else emit_conv2d_tiled(c, i, in, g, low);
 }
 
-static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
-  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g);
-  else emit_conv2d_tiled(c, i, in, g);
+  else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
+  else emit_conv2d_tiled(c, i, in, g, low);
 }
 
 /* A convolution's call (kernels/conv.c's KirCall) as C, the render_c.c table's call for
@@ -497,9 +509,9 @@ void cg_render_conv_c(CgRender *r, const KirStmt *st) {
   const Inst *in = st->in;
   int i = (int)(in - c->f->insts.data);
   switch (in->op) {
-  case IR_CONV2D: emit_conv2d(c, i, in, &st->call->conv); break;
-  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in, &st->call->conv); break;
-  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in, &st->call->conv); break;
+  case IR_CONV2D: emit_conv2d(c, i, in, &st->call->conv, st->call->low); break;
+  case IR_CONV2D_BWD_INPUT: emit_conv2d_bwd_input(c, i, in, &st->call->conv, st->call->low); break;
+  case IR_CONV2D_BWD_WEIGHT: emit_conv2d_bwd_weight(c, i, in, &st->call->conv, st->call->low); break;
   default: BUG("cg_render_conv_c: not a convolution");
   }
 }
@@ -528,6 +540,8 @@ void cg_emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   R.ops->names(&R);
   c->k->gemm[r->dtype] = 1;
   c->k->simd = 1;
+  const int bf16 = r->dtype == DT_F32 && kn_low_operands(c->f, mm) == 1;   /* ctc_matmul_block_bf16 */
+  if (bf16) c->k->gemm_bf16 = 1;
   LINE(c, "ctc_blas_threads_%s();\n", sfx);
   /* a region, as ctc_matmul splits it */
   cg_par_open(c, CG_PAR_REGION | ((double)M * (double)N * (double)K >= GEMM_SPLIT_WORK ? CG_PAR_OMP : 0));
@@ -535,7 +549,7 @@ void cg_emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   c->ind += 2;
   LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
   LINE(c, "ctc_gemm_block_%s(%lld, %lld, &r0, &r1, &c0, &c1);\n", sfx, (ll)M, (ll)N);
-  LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", sfx, ta, tb, (ll)K,
+  LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", bf16 ? "bf16" : sfx, ta, tb, (ll)K,
        cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
        cg_ref(c, mm->res), (ll)N);
   cg_render_block(&R, &R.k->body);   /* the epilogue's kernel IR over the block */

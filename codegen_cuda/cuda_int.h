@@ -56,12 +56,7 @@ typedef struct Ent {
 
 static inline const Type *ty(const Func *f, ValId v) { return &f->values.data[v].type; }
 
-static inline const Inst *def_of(const Func *f, ValId v) {
-  const Value *val = &f->values.data[v];
-  if (val->kind != V_INST || val->def < 0 || val->def >= f->insts.len) return NULL;
-  const Inst *in = &f->insts.data[val->def];
-  return in->res == v ? in : NULL;
-}
+static inline const Inst *def_of(const Func *f, ValId v) { return ir_def(f, v); }
 
 static inline void indent(Buf *b, int n) { cg_printf(b, "%*s", n, ""); }
 

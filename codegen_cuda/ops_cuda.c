@@ -27,17 +27,6 @@ static int uniform(const int64_t *st, const int64_t *dims, int nd, int64_t *s) {
   return 1;
 }
 
-/* The low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result, autocast's
- * values, the cast of a .bfloat16() / .half() model's stored parameter, or a view of one), else 0. */
-static int low_kind(const Func *f, ValId v) {
-  for (const Inst *d = def_of(f, v); d; d = def_of(f, d->args[0])) {
-    if (d->op == IR_ROUND_BF16 || (d->op == IR_CAST && ty(f, d->args[0])->dtype == DT_BF16)) return 1;
-    if (d->op == IR_ROUND_F16 || (d->op == IR_CAST && ty(f, d->args[0])->dtype == DT_F16)) return 2;
-    if (ir_ops[d->op].kind != K_SHAPE || d->nargs < 1) return 0;
-  }
-  return 0;
-}
-
 /* A GEMM's call (kernels/gemm.c's KirCall): cuBLAS's Sgemm/Dgemm (ctc_gemm_<t>), or, when both
  * f32 operands hold bf16 (f16) values, cublasGemmEx with f32 storage and
  * CUBLAS_COMPUTE_32F_FAST_16BF (_16F): tensor cores on the exact bf16/f16 operands, f32
@@ -64,8 +53,7 @@ int cu_matmul(Ent *e, const Inst *in) {
             uniform(bst[2], r->dims, nb, &s[2]);
   /* b shared by the batch, a's rows contiguous across it: one GEMM with the batch in the rows */
   if (uni && batch > 1 && s[2] == 0 && !bt[0] && ld[0] == K && s[1] == M * K) M *= batch, batch = 1;
-  int lp = dt == DT_F32 ? low_kind(f, in->args[0]) : 0;
-  if (lp && low_kind(f, in->args[1]) != lp) lp = 0;
+  int lp = dt == DT_F32 ? g->low : 0;
   if (lp) e->g->gemm_lp = 1;
   else e->g->gemm[dt] = 1;
   const char *sf = cg_dt_suffix(dt);

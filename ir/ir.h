@@ -319,6 +319,13 @@ int ir_scope(Program *p, const char *path, const char *cls);
  * updating the same parameter again replaces the earlier update. */
 void ir_add_update(Program *p, Func *f, int param, ValId v);
 static inline Value *ir_val(Func *f, ValId v) { return &f->values.data[v]; }
+/* The instruction that defines v, NULL for an input, a parameter or a constant. */
+static inline const Inst *ir_def(const Func *f, ValId v) {
+  const Value *val = &f->values.data[v];
+  if (val->kind != V_INST || val->def < 0 || val->def >= f->insts.len) return NULL;
+  const Inst *in = &f->insts.data[val->def];
+  return in->res == v ? in : NULL;
+}
 static inline Type *ir_type(Func *f, ValId v) { return &f->values.data[v].type; }
 /* Report a pass (or AD sweep) starting (after = 0) or done (1) to p->hook. */
 void ir_pass_event(Program *p, const Func *f, const char *pass, int after);

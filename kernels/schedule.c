@@ -9,12 +9,7 @@
 #include <string.h>
 #include "kernels.h"
 
-static const Inst *def_of(const Func *f, ValId v) {
-  const Value *val = &f->values.data[v];
-  if (val->kind != V_INST || val->def < 0 || val->def >= f->insts.len) return NULL;
-  const Inst *in = &f->insts.data[val->def];
-  return in->res == v ? in : NULL;
-}
+static const Inst *def_of(const Func *f, ValId v) { return ir_def(f, v); }
 
 static int is_literal(const Func *f, ValId v) {
   const Inst *in = def_of(f, v);

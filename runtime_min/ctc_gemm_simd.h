@@ -3,6 +3,9 @@
  * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c
  * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its
  * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).
+ * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
+ * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
+ * model.c that defines CTC_WANT_GEMM_BF16 before including it.
  *
  * Written by scripts/gen_runtime.py from the texts of codegen_c/kernels.c (docs/speed.md
  * describes the kernels); do not edit. */
@@ -140,6 +143,158 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
           if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
           else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a last, shorter tile */
           else ctc_gemm_tile_f32(4, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
+        }
+      }
+    }
+  }
+}
+#endif
+
+#if defined(CTC_WANT_GEMM_BF16) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define CTC_GEMM_AVX512BF16 1
+/* 16 bf16 pairs from 32 consecutive floats holding bfloat16 values (their upper halves, in
+ * order: pair q is (p[2q], p[2q+1])); the floats past n are zeros. */
+static inline __m512i ctc_bf16_pairs_row(const float *p, int64_t n) {
+  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __mmask16 m0 = n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+  const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(m0, p));
+  const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(m1, p + 16));
+  return _mm512_permutex2var_epi16(lo, odd, hi);
+}
+/* 16 bf16 pairs (x[j], y[j]) of two vectors of floats holding bfloat16 values. */
+static inline __m512i ctc_bf16_pairs_cols(__m512 x, __m512 y) {
+  return _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32((int)0xffff0000u)),
+                         _mm512_srli_epi32(_mm512_castps_si512(x), 16));
+}
+/* op(A)'s block [i0, i0 + mc) x [k0, k0 + kc) as bf16 pairs along k, zero-padded to an even kc:
+ * row-major ap[i * kpl + q] (kpl: kc / 2 rounded up to 16) when A is not transposed, else
+ * ap[q * mcl + i] (mcl: mc rounded up to 16). */
+static void ctc_pack_a_bf16(int ta, const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
+                            int64_t kpl, int64_t mcl, uint32_t *restrict ap) {
+  if (!ta) {
+    for (int64_t i = 0; i < mc; i++)
+      for (int64_t q = 0; q < kpl; q += 16)
+        _mm512_store_si512(ap + i * kpl + q, ctc_bf16_pairs_row(a + (i0 + i) * lda + k0 + 2 * q, kc - 2 * q));
+    return;
+  }
+  for (int64_t q = 0; 2 * q < kc; q++) {
+    const float *x = a + (k0 + 2 * q) * lda + i0, *y = x + lda;
+    const int two = 2 * q + 1 < kc;
+    for (int64_t i = 0; i < mcl; i += 16) {
+      const __mmask16 m = mc - i >= 16 ? 0xffff : (__mmask16)((1u << (mc - i)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i), yv = two ? _mm512_maskz_loadu_ps(m, y + i) : _mm512_setzero_ps();
+      _mm512_store_si512(ap + q * mcl + i, ctc_bf16_pairs_cols(xv, yv));
+    }
+  }
+}
+/* op(B)'s panel of 32 columns [j0, j0 + nr) over [k0, k0 + kc) as bf16 pairs along k:
+ * bp[q * 32 + j] = (B[k0 + 2q, j0 + j], B[k0 + 2q + 1, j0 + j]), zero past kc and nr; when B
+ * is transposed, 16 columns' rows of pairs at a time through a 16x16 transpose. */
+static void ctc_pack_b_bf16(int tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
+                            uint32_t *restrict bp) {
+  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  if (!tb) {
+    for (int64_t q = 0; 2 * q < kc; q++) {
+      const float *x = b + (k0 + 2 * q) * ldb + j0, *y = x + ldb;
+      const int two = 2 * q + 1 < kc;
+      const __m512 x0 = _mm512_maskz_loadu_ps(m0, x), x1 = _mm512_maskz_loadu_ps(m1, x + 16);
+      const __m512 y0 = two ? _mm512_maskz_loadu_ps(m0, y) : _mm512_setzero_ps();
+      const __m512 y1 = two ? _mm512_maskz_loadu_ps(m1, y + 16) : _mm512_setzero_ps();
+      _mm512_store_si512(bp + q * 32, ctc_bf16_pairs_cols(x0, y0));
+      _mm512_store_si512(bp + q * 32 + 16, ctc_bf16_pairs_cols(x1, y1));
+    }
+    return;
+  }
+  _Alignas(64) uint32_t t[16 * 16];
+  for (int64_t q0 = 0; 2 * q0 < kc; q0 += 16) {
+    const int64_t nq = (kc - 2 * q0 + 1) / 2 < 16 ? (kc - 2 * q0 + 1) / 2 : 16;
+    for (int h = 0; h < 2; h++) {
+      for (int j = 0; j < 16; j++) {
+        const __m512i p = h * 16 + j < nr ? ctc_bf16_pairs_row(b + (j0 + h * 16 + j) * ldb + k0 + 2 * q0, kc - 2 * q0)
+                                          : _mm512_setzero_si512();
+        _mm512_store_si512(t + j * 16, p);
+      }
+      if (nq == 16) {
+        ctc_transpose16_f32((const float *)t, 16, (float *)(bp + q0 * 32 + h * 16), 32);
+      } else {
+        for (int64_t q = 0; q < nq; q++)
+          for (int j = 0; j < 16; j++) bp[(q0 + q) * 32 + h * 16 + j] = t[j * 16 + q];
+      }
+    }
+  }
+}
+/* The tile C[mr, 32 columns masked by m0, m1] = (C +, if add) sum over the kp pairs q of
+ * A's pair (i, q) . bp[q]: A's pair at a[i * ars + q * aks]. R (12, 8, 4, 2 or 1) rows as in
+ * ctc_gemm_tile_f32; the registers sum 32 pairs (64 k) at a time. */
+static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const uint32_t *a, int64_t ars, int64_t aks, int mr,
+                                      const uint32_t *restrict bp, float *c, int64_t ldc, __mmask16 m0,
+                                      __mmask16 m1, int add) {
+  const uint32_t *ai[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
+  for (int64_t q0 = 0; q0 < kp; q0 += 32) {
+    const int64_t q1 = kp - q0 < 32 ? kp : q0 + 32;
+    __m512 c0[12], c1[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+    for (int64_t q = q0; q < q1; q++) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 32), b1 = (__m512bh)_mm512_load_si512(bp + q * 32 + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; i++) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ai[i][q * aks]);
+        c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
+        c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) {
+      if (i >= mr) break;
+      float *ci = c + i * ldc;
+      if (add || q0 > 0) {
+        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), c0[i]);
+        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), c1[i]);
+      }
+      _mm512_mask_storeu_ps(ci, m0, c0[i]);
+      _mm512_mask_storeu_ps(ci + 16, m1, c1[i]);
+    }
+  }
+}
+/* C[M,N] = op(A) op(B), or C += if acc, where A's and B's floats hold bfloat16 values; serial. */
+static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  _Alignas(64) uint32_t bp[256 * 32];
+  _Alignas(64) uint32_t ap[96 * 256];
+  if (K <= 0) {
+    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  /* K in equal blocks of at most 512 (multiples of 32 but the last), M of 96 */
+  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb, kp = (kc + 1) / 2, kpl = (kp + 15) / 16 * 16;
+    for (int64_t i0 = 0; i0 < M; i0 += 96) {
+      const int64_t mc = M - i0 < 96 ? M - i0 : 96, mcl = (mc + 15) / 16 * 16;
+      const int64_t ars = ta ? 1 : kpl, aks = ta ? mcl : 1;
+      ctc_pack_a_bf16(ta, a, lda, i0, mc, k0, kc, kpl, mcl, ap);
+      for (int64_t j0 = 0; j0 < N; j0 += 32) {
+        const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
+        const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+        const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+        ctc_pack_b_bf16(tb, b, ldb, k0, kc, j0, nr, bp);
+        for (int64_t i = 0; i < mc; i += 12) {
+          const int mr = mc - i < 12 ? (int)(mc - i) : 12;
+          const uint32_t *ai = ap + i * ars;
+          float *ci = c + (i0 + i) * ldc + j0;
+          const int add = acc || k0 > 0;
+          if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
+          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a last, shorter tile */
+          else if (mr > 2) ctc_gemm_tile_bf16(4, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
+          else if (mr == 2) ctc_gemm_tile_bf16(2, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
+          else ctc_gemm_tile_bf16(1, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a row: decoding one token */
         }
       }
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes runtime_min/ctc_gemm_simd.h, ctc's f32 GEMM microkernels for AVX-512, AVX2+FMA and
-NEON, from the texts codegen_c/kernels.c holds (gemm_avx512_text, gemm_avx2_head,
+NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the texts
+codegen_c/kernels.c holds (gemm_avx512_text, gemm_avx512bf16_text, gemm_avx2_head,
 gemm_neon_head and gemm_simd16_text, the last instantiated for avx2 and neon), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by kernels.c.
@@ -41,12 +42,16 @@ def header():
             " * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c\n"
             " * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its\n"
             " * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).\n"
+            " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
+            " * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a\n"
+            " * model.c that defines CTC_WANT_GEMM_BF16 before including it.\n"
             " *\n"
             " * Written by scripts/gen_runtime.py from the texts of codegen_c/kernels.c (docs/speed.md\n"
             " * describes the kernels); do not edit. */\n"
             "#ifndef CTC_GEMM_SIMD_H\n#define CTC_GEMM_SIMD_H\n\n"
             "#include <stdint.h>\n#include <string.h>\n\n"
             + c_string(src, "gemm_avx512_text") + "\n"
+            + c_string(src, "gemm_avx512bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2")
             + "#endif\n#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"

@@ -1,0 +1,350 @@
+"""The GEMM of operands that hold bfloat16 values (issue 31: AVX-512 BF16 dot products on the C
+target; docs/mixed-precision.md).
+
+A GEMM or convolution whose two operands both hold bf16 values (autocast's roundings, the
+weights of a .bfloat16() model: kernels/gemm.c's kn_low_operands) calls ctc_matmul_bf16 /
+ctc_matmul_block_bf16. Where the compiler targets AVX-512 BF16 (-march=native on Zen 4/5,
+Cooper Lake, Sapphire Rapids) that is ctc_gemm_avx512bf16 (vdpbf16ps: pairs of bf16 products
+added to float sums); elsewhere the f32 GEMM, which computes the same exact products.
+
+- test_kernel_*: a C main includes a generated model.c and calls ctc_matmul_block_bf16 on
+  ragged shapes (odd K, partial 12-row tiles and 32-column panels, every ta/tb, acc on and
+  off, leading dimensions above the matrix) of bf16 values, each element against a float64
+  sum, the padding untouched; C computed in the blocks ctc_gemm_block gives 2 and 3 threads
+  has the bits of one call. Built with -march=native (the BF16 kernel, where the CPU has it),
+  -march=skylake-avx512 (AVX-512 without BF16: the f32 kernel) and -march=x86-64 (portable).
+- test_calls: which calls the generated code makes: bf16 for autocast's linear layers and
+  convolutions (forward and both backward GEMMs) and for a .bfloat16() model, f32 for a
+  float32 model and for GEMMs whose operand is not a bf16 value.
+- test_cnn_*: an autocast CNN's forward and training step built with both kernels, against
+  PyTorch 1.13's CPU autocast: within one bf16 rounding of it, and ctc's distance to a float64
+  run no larger than PyTorch's."""
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, ROOT, build_ctc, load_module, run, st_read, st_write, state_dict_np
+from test_autocast import bf16_ulp
+from test_gemm_isa import cpu_has, x86
+
+RT = os.path.join(ROOT, "runtime_min")
+RT_LIB = os.path.join(ROOT, "build", "libctc_rt.a")
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L"]
+
+MM_MODEL = """
+import torch
+
+
+def mm(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return (a @ b).float()
+
+
+example_inputs = {"mm": (torch.ones(7, 9), torch.ones(9, 20))}
+"""
+
+HARNESS = r"""
+#include "net.c"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned seed = 7u;
+/* a bf16 value (at most 8 significant bits) in [-16, 16) */
+static float urand(void) {
+  seed = seed * 1103515245u + 12345u;
+  return (float)((int)((seed >> 12) & 0xff) - 128) / 64.0f * (float)(1 << ((seed >> 20) & 3));
+}
+
+static int one(int ta, int tb, int acc, int M, int N, int K, int pad) {
+  const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  const size_t na = (size_t)(ta ? K : M) * lda + 1, nb = (size_t)(tb ? N : K) * ldb + 1, nc = (size_t)M * ldc + 1;
+  float *a = malloc(sizeof(float) * na), *b = malloc(sizeof(float) * nb), *c = malloc(sizeof(float) * nc);
+  float *c0 = malloc(sizeof(float) * nc);
+  for (size_t i = 0; i < na; i++) a[i] = urand();
+  for (size_t i = 0; i < nb; i++) b[i] = urand();
+  for (size_t i = 0; i < nc; i++) c[i] = c0[i] = urand();
+  ctc_matmul_block_bf16(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);
+  int bad = 0;
+  for (int i = 0; i < M && !bad; i++)
+    for (int j = 0; j < ldc && !bad; j++) {
+      const float got = c[(size_t)i * ldc + j];
+      if (j >= N) {   /* the padding is not written */
+        bad = got != c0[(size_t)i * ldc + j];
+        if (bad) printf("PADDING ta=%d tb=%d M=%d N=%d K=%d: C[%d,%d] written\n", ta, tb, M, N, K, i, j);
+        continue;
+      }
+      double want = acc ? c0[(size_t)i * ldc + j] : 0.0, size = fabs(want);
+      for (int k = 0; k < K; k++) {
+        const double t = (double)(ta ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k]) *
+                         (double)(tb ? b[(size_t)j * ldb + k] : b[(size_t)k * ldb + j]);
+        want += t, size += fabs(t);
+      }
+      /* exact products; a float sum of K + 1 terms is within about (K + 1) 2^-24 of their sizes */
+      bad = fabs((double)got - want) > 1e-6 + 1e-7 * (K + 1) * size;
+      if (bad)
+        printf("WRONG ta=%d tb=%d acc=%d M=%d N=%d K=%d pad=%d: C[%d,%d] = %.9g, want %.9g\n", ta, tb, acc, M, N, K,
+               pad, i, j, got, want);
+    }
+  free(a), free(b), free(c), free(c0);
+  return bad;
+}
+
+#ifndef CTC_HAVE_CBLAS
+static int split(int ta, int tb, int M, int N, int K, int nt) {
+  const int lda = ta ? M : K, ldb = tb ? K : N;
+  float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)K * N);
+  float *c1 = malloc(sizeof(float) * (size_t)M * N), *c2 = malloc(sizeof(float) * (size_t)M * N);
+  for (int i = 0; i < M * K; i++) a[i] = urand();
+  for (int i = 0; i < K * N; i++) b[i] = urand();
+  ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c1, N, 0, M, 0, N);
+  const int n = M >= N ? M : N;
+  for (int t = 0; t < nt; t++) {
+    const int q = M >= N ? 16 : 32, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;
+    if (M >= N) ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c2, N, p0, p1, 0, N);
+    else ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c2, N, 0, M, p0, p1);
+  }
+  const int bad = memcmp(c1, c2, sizeof(float) * (size_t)M * N) != 0;
+  if (bad) printf("SPLIT ta=%d tb=%d M=%d N=%d K=%d threads=%d: other bits than one call\n", ta, tb, M, N, K, nt);
+  free(a), free(b), free(c1), free(c2);
+  return bad;
+}
+#endif
+
+int main(void) {
+#if defined(CTC_GEMM_AVX512BF16)
+  printf("kernel avx512bf16\n");
+#elif defined(CTC_GEMM_AVX512_f32)
+  printf("kernel avx512\n");
+#else
+  printf("kernel none\n");
+#endif
+  static const int Ms[] = {1, 2, 3, 5, 9, 12, 13, 31, 97, 200}, Ns[] = {1, 5, 16, 17, 31, 32, 33, 100},
+                   Ks[] = {0, 1, 2, 13, 31, 64, 65, 511, 1030};
+  const int nm = (int)(sizeof Ms / sizeof *Ms), nn = (int)(sizeof Ns / sizeof *Ns), nk = (int)(sizeof Ks / sizeof *Ks);
+  int cases = 0, wrong = 0;
+  for (int t = 0; t < 4; t++)
+    for (int mi = 0; mi < nm; mi++)
+      for (int ni = 0; ni < nn; ni++)
+        for (int ki = 0; ki < nk; ki++) {
+          wrong += one(t >> 1, t & 1, (mi + ni + ki + t) % 2, Ms[mi], Ns[ni], Ks[ki], (mi + ki) % 3);
+          cases++;
+        }
+#ifndef CTC_HAVE_CBLAS
+  static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}};
+  for (int t = 0; t < 4; t++)
+    for (int s = 0; s < 3; s++)
+      for (int nt = 2; nt <= 3; nt++) wrong += split(t >> 1, t & 1, S[s][0], S[s][1], S[s][2], nt), cases++;
+#endif
+  printf("%d cases, %d wrong\n", cases, wrong);
+  return wrong != 0;
+}
+"""
+
+# variant: (-march, the kernel it must pick, the CPU flag it needs)
+VARIANTS = {"native": ("-march=native", "avx512bf16", "avx512_bf16"),
+            "avx512": ("-march=skylake-avx512", "avx512", "avx512f"),
+            "portable": ("-march=x86-64", "none", None)}
+
+
+@pytest.fixture(scope="module")
+def mm_dir(tmp_path_factory):
+    build_ctc()
+    tmp = tmp_path_factory.mktemp("gemm_bf16")
+    (tmp / "mm.py").write_text(MM_MODEL)
+    run([CTC, "compile", tmp / "mm.py", "--entry", "mm", "--name", "net", "-o", tmp / "net.c"])
+    (tmp / "main.c").write_text(HARNESS)
+    return tmp
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_kernel(mm_dir, variant):
+    if not x86():
+        pytest.skip("an x86-64 host")
+    march, kernel, need = VARIANTS[variant]
+    if need and not cpu_has(need):
+        pytest.skip(f"the CPU has no {need}")
+    exe = mm_dir / variant
+    run(["cc", *CFLAGS, march, f"-I{RT}", f"-I{mm_dir}", mm_dir / "main.c", RT_LIB, "-o", exe, "-lz", "-lm"])
+    out = run([exe], timeout=300).stdout
+    assert f"kernel {kernel}\n" in out, out[-3000:]
+    m = re.search(r"(\d+) cases, (\d+) wrong", out)
+    assert m and int(m.group(1)) > 1000 and m.group(2) == "0", out[-3000:]
+
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+CNN = HEAD + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 24, 3, padding=1)
+        self.conv2 = nn.Conv2d(24, 40, 3, stride=2, padding=1)
+        self.point = nn.Conv2d(40, 40, 1)
+        self.fc = nn.Linear(40 * 8 * 8, 10)
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x))
+        h = F.relu(self.conv2(h))
+        h = h + self.point(h)
+        return self.fc(h.flatten(1))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def infer(images):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return model(images).float()
+
+
+def train_step(images, labels):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def plain(a, b, c):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lo = a @ b
+    return lo.float() @ c, a @ b
+
+
+example_inputs = {"forward": (torch.randn(6, 3, 16, 16),),
+                  "infer": (torch.randn(6, 3, 16, 16),),
+                  "train_step": (torch.randn(6, 3, 16, 16), torch.zeros(6, dtype=torch.long)),
+                  "plain": (torch.randn(5, 40), torch.randn(40, 33), torch.randn(33, 7))}
+"""
+
+BF16_MODEL = HEAD + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(40, 64)
+        self.fc2 = nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+model = Net().bfloat16()
+example_inputs = {"forward": (torch.randn(4, 40).bfloat16(),)}
+"""
+
+
+def gemm_calls(path):
+    """How many bf16 and f32 GEMM calls the code of the entries in a generated model.c makes."""
+    text = path.read_text()
+    code = text[text.index("int net_init("):]
+    return tuple(len(re.findall(r"\bctc_matmul(?:_block)?_" + t + r"\(", code)) for t in ("bf16", "f32"))
+
+
+def test_calls(tmp_path):
+    build_ctc()
+    (tmp_path / "cnn.py").write_text(CNN)
+    counts = {}
+    for entry in ("forward", "infer", "train_step", "plain"):   # (forward is always in)
+        run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", entry, "-o", tmp_path / f"{entry}.c"])
+        counts[entry] = gemm_calls(tmp_path / f"{entry}.c")
+    print(counts)
+    # forward, float32: its GEMMs f32 (conv2's, the 1x1 convolution's, fc's; conv1, of 3 channels, is direct)
+    assert counts["forward"] == (0, 3)
+    # forward under autocast: the same GEMMs in bf16
+    assert counts["infer"] == (3, 3)
+    # training under autocast: its forward's and five backward GEMMs (fc's two, the 1x1 convolution's
+    # input gradient, conv2's two; gradients are rounded to bf16, as PyTorch's are)
+    assert counts["train_step"] == (3 + 5, 3)
+    # plain: a @ b inside the region in bf16; lo.float() @ c (c is not a bf16 value) and a @ b outside in f32
+    assert counts["plain"] == (1, 3 + 2)
+    (tmp_path / "m.py").write_text(BF16_MODEL)
+    run([CTC, "compile", tmp_path / "m.py", "--name", "net", "--input", "x=bf16[4,40]", "-o", tmp_path / "m.c"])
+    assert gemm_calls(tmp_path / "m.c") == (2, 0)
+
+
+def build_variant(tmp_path, src, march):
+    cc = tmp_path / "cc"   # ctc build's flags, then the -march that wins over its -march=native
+    cc.write_text('#!/bin/sh\nexec cc "$@" ' + march + "\n")
+    cc.chmod(0o755)
+    exe = tmp_path / "net"
+    run([CTC, "build", src, "--entry", "infer", "--entry", "train_step", "-o", exe, "--cc", cc])
+    return exe
+
+
+def dist(a, b):
+    """The 2-norm of a - b over b's tensors (a may hold training state too)."""
+    return float(np.sqrt(sum(((np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64)) ** 2).sum() for k in b)))
+
+
+@pytest.mark.parametrize("variant", ["native", "avx512"])
+def test_cnn(tmp_path, variant):
+    """Forward outputs within one bf16 rounding of PyTorch's autocast, no further from float64;
+    three SGD-momentum steps: the weights' distance to PyTorch's bf16 run within PyTorch's own
+    bf16-vs-f32 distance, and ctc's distance to float64 within 1.25x PyTorch bf16's."""
+    march, _, need = VARIANTS[variant]
+    if not x86() or not cpu_has(need):
+        pytest.skip(f"an x86-64 CPU with {need}")
+    build_ctc()
+    src = tmp_path / "cnn.py"
+    src.write_text(CNN)
+    exe = build_variant(tmp_path, src, march)
+    torch.manual_seed(0)   # (the model's initial weights, made at import)
+    mod = load_module(str(src), "gemm_bf16_cnn_" + variant)
+    m = mod.model   # (infer calls it)
+    w0 = {k: v.clone() for k, v in m.state_dict().items()}
+    st_write(tmp_path / "w0.safetensors", state_dict_np(m))
+    x = torch.randn(6, 3, 16, 16)
+    np.save(tmp_path / "x.npy", x.numpy())
+    run([exe, "run", "infer", "--weights", tmp_path / "w0.safetensors", "--input", tmp_path / "x.npy",
+         "--output", tmp_path / "y.npy"])
+    got = np.load(tmp_path / "y.npy").astype(np.float64)
+    with torch.no_grad():
+        want = mod.infer(x).double().numpy()
+        m64 = mod.Net().double()
+        m64.load_state_dict(w0)
+        ref = m64(x.double()).numpy()
+    d = np.abs(got - want)
+    assert (d <= bf16_ulp(want)).all(), f"forward: max |ctc - torch| {d.max():.3g} exceeds one bf16 ulp"
+    dc, dt = np.abs(got - ref).max(), np.abs(want - ref).max()
+    print(f"{variant} forward: max |ctc - torch| {d.max():.3g}; to float64: ctc {dc:.3g}, torch {dt:.3g}")
+    assert dc <= dt * 1.25 + 1e-12
+
+    rng = np.random.default_rng(1)
+    batches = [(rng.standard_normal((6, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 6)) for _ in range(3)]
+
+    def torch_run(autocast, dtype=torch.float32):
+        net = mod.Net().to(dtype)
+        net.load_state_dict(w0)
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        for xb, yb in batches:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(xb).to(dtype)), torch.from_numpy(yb))
+            loss.backward()
+            opt.step()
+        return {k: v.double().numpy() for k, v in net.state_dict().items()}
+
+    w = tmp_path / "w0.safetensors"
+    for i, (xb, yb) in enumerate(batches):
+        np.save(tmp_path / "xb.npy", xb)
+        np.save(tmp_path / "yb.npy", yb)
+        nxt = tmp_path / f"w{i + 1}.safetensors"
+        run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "xb.npy", "--input",
+             tmp_path / "yb.npy", "--save", nxt, "--save-training-state"])
+        w = nxt
+    ctc = st_read(w)
+    bf, f32 = torch_run(True), torch_run(False)
+    f64 = torch_run(False, torch.float64)
+    d_ct, d_own = dist(ctc, bf), dist(bf, f32)
+    d_c64, d_t64 = dist(ctc, f64), dist(bf, f64)
+    print(f"{variant} train: ctc-torch bf16 {d_ct:.3g}, torch's own bf16-f32 {d_own:.3g}; "
+          f"to float64: ctc {d_c64:.3g}, torch bf16 {d_t64:.3g}")
+    assert d_ct <= d_own
+    assert d_c64 <= 1.25 * d_t64
