@@ -267,3 +267,24 @@ void ir_compact(Func *f) {
   }
   f->insts.len = n;
 }
+
+int ir_low_kind(const Func *f, ValId v) {
+  const Inst *d = ir_def(f, v);
+  if (!d) return 0;
+  if (d->op == IR_ROUND_BF16) return 1;
+  if (d->op == IR_ROUND_F16) return 2;
+  if (d->op == IR_CAST) {
+    DType from = f->values.data[d->args[0]].type.dtype;
+    return from == DT_BF16 ? 1 : from == DT_F16 ? 2 : 0;
+  }
+  if (ir_ops[d->op].kind != K_SHAPE || d->nargs < 1) return 0;
+  int k = ir_low_kind(f, d->args[0]);
+  for (int j = 1; j < d->nargs && k; j++)   /* a concatenation: every part */
+    if (ir_low_kind(f, d->args[j]) != k) k = 0;
+  return k;
+}
+
+int ir_low_operands(const Func *f, const Inst *in) {
+  int k = ir_low_kind(f, in->args[0]);
+  return k && ir_low_kind(f, in->args[1]) == k ? k : 0;
+}

@@ -444,6 +444,13 @@ typedef struct MemPlan {
   Span error_at;
 } MemPlan;
 
+/* The low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result,
+ * autocast's values; the cast of a .bfloat16() / .half() model's stored tensor; views of one, a
+ * concatenation of such of one kind), else 0. ir_low_operands: the kind both operands of a
+ * GEMM or convolution share (0 if they differ), which their microkernels may multiply in
+ * (builder.c). */
+int ir_low_kind(const Func *f, ValId v);
+int ir_low_operands(const Func *f, const Inst *in);
 /* Scratch bytes an instruction needs while it runs (CONV2D: its im2col buffer);
  * INT64_MAX when that does not fit in int64. */
 int64_t ir_scratch_bytes(const Func *f, const Inst *in);

@@ -149,6 +149,9 @@ int ir_conv_direct(const Func *f, const Inst *in) {
    * the weight gradient stays direct: its GEMM (32+ rows, 27 columns) would be a sliver that
    * OpenBLAS computes, with other sums at other thread counts */
   if (in->op == IR_CONV2D && O >= 32) return 0;
+  /* nor does the weight gradient of bf16 values, which an AVX-512 BF16 CPU computes as an
+   * implicit GEMM (codegen_c/linalg_c.c; a 3-channel stem: 17 -> ~100 GFLOP/s) */
+  if (in->op == IR_CONV2D_BWD_WEIGHT && ir_low_operands(f, in) == 1) return 0;
   /* the direct loops keep an O x OW (forward) or KW x OW (weight gradient) block on the stack */
   return in->op == IR_CONV2D ? OW >= 16 && O * OW <= 1024 : OW >= 8 && KW * OW <= 4096;
 }

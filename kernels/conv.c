@@ -35,6 +35,6 @@ Kir *kir_build_conv(Arena *a, const Func *f, const Kernel *kn, const Inst *in) {
   c->nargs = 2;
   for (int j = 0; j < 2; j++) c->args[j] = c->vals[j] = in->args[j];
   kn_conv_geom(f, in, &c->conv);
-  c->low = kn_low_operands(f, in);
+  c->low = ir_low_operands(f, in);
   return k;
 }

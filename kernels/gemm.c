@@ -5,30 +5,10 @@
  * its batch axes as strides (0 where it is broadcast). How a batch runs is the renderer's:
  * the C target a loop of ctc_matmul calls or one call with the batch in the rows
  * (codegen_c/linalg_c.c), the CUDA target cuBLAS's strided batches (codegen_cuda/ops_cuda.c).
- * When both operands hold bf16 (f16) values (KirCall.low), a renderer may multiply them in that
- * precision with float sums: the C target's AVX-512 BF16 GEMM, the CUDA one's tensor cores. */
+ * When both operands hold bf16 (f16) values (KirCall.low: ir_low_operands), a renderer may
+ * multiply them in that precision with float sums: the C target's AVX-512 BF16 GEMM, the CUDA
+ * one's tensor cores. */
 #include "kir.h"
-
-int kn_low_kind(const Func *f, ValId v) {
-  const Inst *d = ir_def(f, v);
-  if (!d) return 0;
-  if (d->op == IR_ROUND_BF16) return 1;
-  if (d->op == IR_ROUND_F16) return 2;
-  if (d->op == IR_CAST) {
-    DType from = f->values.data[d->args[0]].type.dtype;
-    return from == DT_BF16 ? 1 : from == DT_F16 ? 2 : 0;
-  }
-  if (ir_ops[d->op].kind != K_SHAPE || d->nargs < 1) return 0;
-  int k = kn_low_kind(f, d->args[0]);
-  for (int j = 1; j < d->nargs && k; j++)   /* a concatenation: every part */
-    if (kn_low_kind(f, d->args[j]) != k) k = 0;
-  return k;
-}
-
-int kn_low_operands(const Func *f, const Inst *in) {
-  int k = kn_low_kind(f, in->args[0]);
-  return k && kn_low_kind(f, in->args[1]) == k ? k : 0;
-}
 
 Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
   const Type *r = &f->values.data[in->res].type;
@@ -73,6 +53,6 @@ Kir *kir_build_gemm(Arena *a, const Func *f, const KnSchedule *s, const Kernel *
   c->ints[3] = N;
   c->ints[4] = in->attr[0] ? ta->dims[ta->ndim - 2] : ta->dims[ta->ndim - 1];   /* K */
   c->nint = 7;
-  c->low = kn_low_operands(f, in);
+  c->low = ir_low_operands(f, in);
   return k;
 }

@@ -205,12 +205,6 @@ ValId kn_root(const Func *f, const KnSchedule *s, ValId v);
  * *ld, transposed for BLAS if *blas_t. -1 if the last two axes have no unit
  * stride (not a BLAS operand). */
 int kn_gemm_operand(const Type *t, const KnLayout *l, int trans, int *blas_t, int64_t *ld);
-/* gemm.c: the low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result,
- * autocast's values; the cast of a .bfloat16() / .half() model's stored tensor; views of one, a
- * concatenation of such of one kind), else 0. kn_low_operands: the kind both operands of a
- * GEMM or convolution share (0 if they differ), which their microkernels may multiply in. */
-int kn_low_kind(const Func *f, ValId v);
-int kn_low_operands(const Func *f, const Inst *in);
 /* attention.c: how a fused attention microkernel reads an operand of type t [..., n1, T, D]
  * laid out as l: st = {stride of the merged axes before n1, of n1, of T} (elements; D's
  * is 1); -1 when the axes before n1 do not merge or D is not contiguous. */

@@ -133,7 +133,7 @@ typedef struct KirCall {
   /* "conv2d", "conv2d_bwd_input", "conv2d_bwd_weight" (conv.c): its operands args[0..1] (= vals),
    * its geometry */
   ConvGeom conv;
-  /* "gemm", "conv2d*": the low precision both operands' values have (kn_low_operands: 1 bf16,
+  /* "gemm", "conv2d*": the low precision both operands' values have (ir_low_operands: 1 bf16,
    * 2 f16, 0 none) */
   int low;
 } KirCall;

@@ -153,6 +153,9 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
 #if defined(CTC_WANT_GEMM_BF16) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define CTC_GEMM_AVX512BF16 1
+/* Two bf16 (the lower 16 bits first) in 32 bits: the packed panels, which may be laid in memory
+ * that holds floats at other times (a convolution's scratch). */
+typedef uint32_t __attribute__((__may_alias__)) ctc_bf16x2;
 /* 16 bf16 pairs from 32 consecutive floats holding bfloat16 values (their upper halves, in
  * order: pair q is (p[2q], p[2q+1])); the floats past n are zeros. */
 static inline __m512i ctc_bf16_pairs_row(const float *p, int64_t n) {
@@ -173,7 +176,7 @@ static inline __m512i ctc_bf16_pairs_cols(__m512 x, __m512 y) {
  * row-major ap[i * kpl + q] (kpl: kc / 2 rounded up to 16) when A is not transposed, else
  * ap[q * mcl + i] (mcl: mc rounded up to 16). */
 static void ctc_pack_a_bf16(int ta, const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
-                            int64_t kpl, int64_t mcl, uint32_t *restrict ap) {
+                            int64_t kpl, int64_t mcl, ctc_bf16x2 *restrict ap) {
   if (!ta) {
     for (int64_t i = 0; i < mc; i++)
       for (int64_t q = 0; q < kpl; q += 16)
@@ -185,31 +188,40 @@ static void ctc_pack_a_bf16(int ta, const float *a, int64_t lda, int64_t i0, int
     const int two = 2 * q + 1 < kc;
     for (int64_t i = 0; i < mcl; i += 16) {
       const __mmask16 m = mc - i >= 16 ? 0xffff : (__mmask16)((1u << (mc - i)) - 1);
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i), yv = two ? _mm512_maskz_loadu_ps(m, y + i) : _mm512_setzero_ps();
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+      const __m512 yv = two ? _mm512_maskz_loadu_ps(m, y + i) : _mm512_setzero_ps();
       _mm512_store_si512(ap + q * mcl + i, ctc_bf16_pairs_cols(xv, yv));
     }
   }
 }
-/* op(B)'s panel of 32 columns [j0, j0 + nr) over [k0, k0 + kc) as bf16 pairs along k:
- * bp[q * 32 + j] = (B[k0 + 2q, j0 + j], B[k0 + 2q + 1, j0 + j]), zero past kc and nr; when B
- * is transposed, 16 columns' rows of pairs at a time through a 16x16 transpose. */
-static void ctc_pack_b_bf16(int tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
-                            uint32_t *restrict bp) {
+/* op(B)'s panels of 32 columns as bf16 pairs along k over [k0, k0 + kc), zero past kc and N:
+ * panel p's bp[p * 8192 + q * 32 + j] = (B[k0 + 2q, j], B[k0 + 2q + 1, j]) for its columns j.
+ * B not transposed: the n <= 128 columns from j0 (up to 4 panels) at once, each row's 128 floats
+ * read in one pass (a panel at a time read B's rows 32 floats apart: 229 against 361 GFLOP/s on
+ * a 32 x 8192 x 288 GEMM). */
+static void ctc_pack_bn_bf16(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                             ctc_bf16x2 *restrict bp) {
+  const int np = (int)((n + 31) / 32), nr = (int)(n - 32 * (np - 1));
   const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-  if (!tb) {
-    for (int64_t q = 0; 2 * q < kc; q++) {
-      const float *x = b + (k0 + 2 * q) * ldb + j0, *y = x + ldb;
-      const int two = 2 * q + 1 < kc;
-      const __m512 x0 = _mm512_maskz_loadu_ps(m0, x), x1 = _mm512_maskz_loadu_ps(m1, x + 16);
-      const __m512 y0 = two ? _mm512_maskz_loadu_ps(m0, y) : _mm512_setzero_ps();
-      const __m512 y1 = two ? _mm512_maskz_loadu_ps(m1, y + 16) : _mm512_setzero_ps();
-      _mm512_store_si512(bp + q * 32, ctc_bf16_pairs_cols(x0, y0));
-      _mm512_store_si512(bp + q * 32 + 16, ctc_bf16_pairs_cols(x1, y1));
+  for (int64_t q = 0; 2 * q < kc; q++) {
+    const float *x = b + (k0 + 2 * q) * ldb + j0, *y = x + ldb;
+    const int two = 2 * q + 1 < kc;
+    for (int p = 0; p < np; p++) {
+      const __mmask16 n0 = p == np - 1 ? m0 : 0xffff, n1 = p == np - 1 ? m1 : 0xffff;
+      const __m512 x0 = _mm512_maskz_loadu_ps(n0, x + 32 * p), x1 = _mm512_maskz_loadu_ps(n1, x + 32 * p + 16);
+      const __m512 y0 = two ? _mm512_maskz_loadu_ps(n0, y + 32 * p) : _mm512_setzero_ps();
+      const __m512 y1 = two ? _mm512_maskz_loadu_ps(n1, y + 32 * p + 16) : _mm512_setzero_ps();
+      _mm512_store_si512(bp + p * 8192 + q * 32, ctc_bf16_pairs_cols(x0, y0));
+      _mm512_store_si512(bp + p * 8192 + q * 32 + 16, ctc_bf16_pairs_cols(x1, y1));
     }
-    return;
   }
-  _Alignas(64) uint32_t t[16 * 16];
+}
+/* B transposed (B[j, k] at b[j * ldb + k]): the panel of the nr <= 32 columns from j0, 16 columns'
+ * rows of pairs at a time through a 16x16 transpose. */
+static void ctc_pack_bt_bf16(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
+                             ctc_bf16x2 *restrict bp) {
+  _Alignas(64) ctc_bf16x2 t[16 * 16];
   for (int64_t q0 = 0; 2 * q0 < kc; q0 += 16) {
     const int64_t nq = (kc - 2 * q0 + 1) / 2 < 16 ? (kc - 2 * q0 + 1) / 2 : 16;
     for (int h = 0; h < 2; h++) {
@@ -227,13 +239,14 @@ static void ctc_pack_b_bf16(int tb, const float *b, int64_t ldb, int64_t k0, int
     }
   }
 }
-/* The tile C[mr, 32 columns masked by m0, m1] = (C +, if add) sum over the kp pairs q of
+/* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
+ * other 16 at c1p + i * ldc) = (C +, if add) sum over the kp pairs q of
  * A's pair (i, q) . bp[q]: A's pair at a[i * ars + q * aks]. R (12, 8, 4, 2 or 1) rows as in
  * ctc_gemm_tile_f32; the registers sum 32 pairs (64 k) at a time. */
-static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const uint32_t *a, int64_t ars, int64_t aks, int mr,
-                                      const uint32_t *restrict bp, float *c, int64_t ldc, __mmask16 m0,
-                                      __mmask16 m1, int add) {
-  const uint32_t *ai[12];
+static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const ctc_bf16x2 *a, int64_t ars, int64_t aks, int mr,
+                                      const ctc_bf16x2 *restrict bp, float *c0p, float *c1p, int64_t ldc,
+                                      __mmask16 m0, __mmask16 m1, int add) {
+  const ctc_bf16x2 *ai[12];
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
   for (int64_t q0 = 0; q0 < kp; q0 += 32) {
@@ -253,26 +266,27 @@ static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const uint32_t *a
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
       if (i >= mr) break;
-      float *ci = c + i * ldc;
+      float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
       if (add || q0 > 0) {
-        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), c0[i]);
-        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), c1[i]);
+        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
+        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
       }
-      _mm512_mask_storeu_ps(ci, m0, c0[i]);
-      _mm512_mask_storeu_ps(ci + 16, m1, c1[i]);
+      _mm512_mask_storeu_ps(ci0, m0, c0[i]);
+      _mm512_mask_storeu_ps(ci1, m1, c1[i]);
     }
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc, where A's and B's floats hold bfloat16 values; serial. */
 static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  _Alignas(64) uint32_t bp[256 * 32];
-  _Alignas(64) uint32_t ap[96 * 256];
+  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];   /* 4 panels of 256 pairs */
+  _Alignas(64) ctc_bf16x2 ap[96 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (multiples of 32 but the last), M of 96 */
+  /* K in equal blocks of at most 512 (multiples of 32 but the last), M of 96; 128 KiB of
+   * packed panels and 96 KiB of op(A) on the stack */
   const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb, kp = (kc + 1) / 2, kpl = (kp + 15) / 16 * 16;
@@ -284,17 +298,244 @@ static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, i
         const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
         const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
         const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-        ctc_pack_b_bf16(tb, b, ldb, k0, kc, j0, nr, bp);
+        ctc_bf16x2 *restrict bq = bp + j0 / 32 % 4 * 8192;   /* this panel */
+        if (tb) ctc_pack_bt_bf16(b, ldb, k0, kc, j0, nr, bq);
+        else if (j0 % 128 == 0) ctc_pack_bn_bf16(b, ldb, k0, kc, j0, N - j0 < 128 ? N - j0 : 128, bp);
         for (int64_t i = 0; i < mc; i += 12) {
           const int mr = mc - i < 12 ? (int)(mc - i) : 12;
-          const uint32_t *ai = ap + i * ars;
+          const ctc_bf16x2 *ai = ap + i * ars;
           float *ci = c + (i0 + i) * ldc + j0;
           const int add = acc || k0 > 0;
-          if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
-          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a last, shorter tile */
-          else if (mr > 2) ctc_gemm_tile_bf16(4, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
-          else if (mr == 2) ctc_gemm_tile_bf16(2, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
-          else ctc_gemm_tile_bf16(1, kp, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a row: decoding one token */
+          if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
+          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);   /* shorter */
+          else if (mr > 2) ctc_gemm_tile_bf16(4, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
+          else if (mr == 2) ctc_gemm_tile_bf16(2, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
+          else ctc_gemm_tile_bf16(1, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);   /* one token's row */
+        }
+      }
+    }
+  }
+}
+/* ---- stride-1 convolutions of bf16 values as implicit GEMMs (codegen_c/linalg_c.c's
+ * conv_implicit): the unfolded images are never written, the panels of the operand that reads
+ * them are packed straight from the images. Static inline: a model.c calls the ones its
+ * convolutions need. */
+/* A convolution's operand read in place as a matrix over pixels p = n * H * W + oh * W + ow
+ * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
+ * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
+ * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
+ * itself, row c holding x[n, c, oh, ow]. */
+typedef struct ctc_pix_bf16 {
+  const float *x;
+  int64_t C, H, W, KH, KW, ph, pw;
+} ctc_pix_bf16;
+/* Where pixels p .. p + 15 of a ctc_pix_bf16 start (n's image, pixel offset r) and, for an
+ * unfolded one, which of them each tap (kh, kw) reads inside the image. */
+typedef struct ctc_pix16 {
+  const float *x;   /* image n's channel 0 at pixel r */
+  __mmask16 tap[64];
+} ctc_pix16;
+static inline void ctc_pix16_at(const ctc_pix_bf16 *s, int64_t p, ctc_pix16 *h) {
+  const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
+  h->x = s->x + n * s->C * HW + r;
+  if (!s->KH) return;
+  unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
+  int64_t oh = r / s->W, ow = r % s->W;
+  for (int l = 0; l < 16; l++) {
+    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
+    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
+    if (++ow == s->W) ow = 0, oh++;
+  }
+  for (int64_t kh = 0; kh < s->KH; kh++)
+    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (__mmask16)(rows[kh] & cols[kw]);
+}
+/* The next row: (c, kh, kw) counted up */
+static inline void ctc_pix_next(const ctc_pix_bf16 *s, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) {
+    ++*c;
+  } else if (++*kw == s->KW) {
+    *kw = 0;
+    if (++*kh == s->KH) *kh = 0, ++*c;
+  }
+}
+static inline void ctc_pix_split(const ctc_pix_bf16 *s, int64_t k, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) *c = k, *kh = *kw = 0;
+  else *c = k / (s->KH * s->KW), *kh = k / s->KW % s->KH, *kw = k % s->KW;
+}
+/* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
+ * and which tap mask it reads. */
+static inline void ctc_pix_rows_at(const ctc_pix_bf16 *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
+  int64_t c, kh, kw;
+  ctc_pix_split(s, k0, &c, &kh, &kw);
+  for (int64_t k = 0; k < kc; k++) {
+    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
+    tap[k] = (unsigned char)(kh * s->KW + kw);
+    ctc_pix_next(s, &c, &kh, &kw);
+  }
+}
+/* B's panel of pixels [p0, p0 + 32) (the second 16 absent, zeros, when p0 + 16 == p1) over the rows
+ * at off/tap (kc of them) as bf16 pairs along k: bp[q * 32 + j], as ctc_pack_bn_bf16 packs a matrix. */
+static inline void ctc_pack_bpix_bf16(const ctc_pix_bf16 *s, const int64_t *off, const unsigned char *tap, int64_t kc,
+                                      int64_t p0, int64_t p1, ctc_bf16x2 *restrict bp) {
+  ctc_pix16 h0, h1;
+  const int two = p0 + 16 < p1;
+  ctc_pix16_at(s, p0, &h0);
+  ctc_pix16_at(s, two ? p0 + 16 : p0, &h1);
+  const __mmask16 all1 = two ? 0xffff : 0;
+  for (int64_t q = 0; 2 * q < kc; q++) {
+    const int64_t k = 2 * q, o0 = off[k];
+    __mmask16 t0 = s->KH ? h0.tap[tap[k]] : 0xffff, t1 = (s->KH ? h1.tap[tap[k]] : 0xffff) & all1;
+    const __m512 x0 = _mm512_maskz_loadu_ps(t0, h0.x + o0), x1 = _mm512_maskz_loadu_ps(t1, h1.x + o0);
+    __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
+    if (k + 1 < kc) {
+      const int64_t o1 = off[k + 1];
+      t0 = s->KH ? h0.tap[tap[k + 1]] : 0xffff, t1 = (s->KH ? h1.tap[tap[k + 1]] : 0xffff) & all1;
+      y0 = _mm512_maskz_loadu_ps(t0, h0.x + o1), y1 = _mm512_maskz_loadu_ps(t1, h1.x + o1);
+    }
+    _mm512_store_si512(bp + q * 32, ctc_bf16_pairs_cols(x0, y0));
+    _mm512_store_si512(bp + q * 32 + 16, ctc_bf16_pairs_cols(x1, y1));
+  }
+}
+/* The rows at off/tap (m of them) of a pixel matrix over pixels [k0, k0 + kc) (k0 a multiple of
+ * 32, kc of 16) as bf16 pairs along the pixels, row-major: ap[i * ld + q], zeros from kc to ld (a
+ * multiple of 16); h[t]: pixels k0 + 16 t .. + 15 (ctc_pix_chunks). */
+static inline void ctc_pack_pix_rows_bf16(const ctc_pix_bf16 *s, const ctc_pix16 *h, const int64_t *off,
+                                          const unsigned char *tap, int64_t m, int64_t kc, int64_t ld,
+                                          ctc_bf16x2 *restrict ap) {
+  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t q0 = 0; q0 < ld; q0 += 16) {   /* pixels k0 + 2 q0 .. + 31 */
+      const ctc_pix16 *h0 = &h[q0 / 8], *h1 = &h[q0 / 8 + 1];
+      const __mmask16 t0 = 2 * q0 >= kc ? 0 : s->KH ? h0->tap[tap[i]] : 0xffff;
+      const __mmask16 t1 = 2 * q0 + 16 >= kc ? 0 : s->KH ? h1->tap[tap[i]] : 0xffff;
+      const __m512 lo = _mm512_maskz_loadu_ps(t0, h0->x + off[i]), hi = _mm512_maskz_loadu_ps(t1, h1->x + off[i]);
+      const __m512i pairs = _mm512_permutex2var_epi16(_mm512_castps_si512(lo), odd, _mm512_castps_si512(hi));
+      _mm512_store_si512(ap + i * ld + q0, pairs);
+    }
+}
+/* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
+static inline void ctc_pix_chunks(const ctc_pix_bf16 *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
+  for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);
+}
+/* B^T's panels for the columns [j0, j0 + n) (n <= 128: up to 4 panels of 32) that are rows of the
+ * pixel matrix s, over the pixels of h (kc of them): panel t's bp[t * 8192 + q * 32 + j], zeros past n. */
+static inline void ctc_pack_pix_cols_bf16(const ctc_pix_bf16 *s, const ctc_pix16 *h, int64_t j0, int64_t n, int64_t kc,
+                                          int64_t kpl, ctc_bf16x2 *restrict bp) {
+  _Alignas(64) ctc_bf16x2 t[16 * 256];
+  int64_t off[16];
+  unsigned char tap[16];
+  for (int64_t g = 0; g < n; g += 16) {   /* 16 columns: their rows of pairs, transposed */
+    const int64_t m = n - g < 16 ? n - g : 16;
+    ctc_pix_rows_at(s, j0 + g, m, off, tap);
+    ctc_pack_pix_rows_bf16(s, h, off, tap, m, kc, kpl, t);
+    if (m < 16) memset(t + m * kpl, 0, sizeof(uint32_t) * (size_t)((16 - m) * kpl));
+    ctc_bf16x2 *dst = bp + g / 32 * 8192 + g % 32;
+    for (int64_t q0 = 0; q0 < kpl; q0 += 16)
+      ctc_transpose16_f32((const float *)(t + q0), kpl, (float *)(dst + q0 * 32), 32);
+  }
+}
+/* Rows [i0, i1) of a convolution's weights as the A operand of ctc_conv_pix_bf16, bf16 pairs
+ * along k, row-major: wp[i * wpl + q] (wpl: K / 2 rounded up to 16, zeros past K). flip 0:
+ * A = w[M, K]; flip 1: A[i, (o, kh, kw)] = w[o, i, KH - 1 - kh, KW - 1 - kw] (K = O KH KW), the
+ * input gradient of the convolution by w[O, M, KH, KW] as a convolution of its output gradient. */
+static inline void ctc_pack_w_bf16(const float *w, int flip, int64_t M, int64_t K, int64_t KH, int64_t KW,
+                                   int64_t wpl, int64_t i0, int64_t i1, ctc_bf16x2 *restrict wp) {
+  if (!flip) {
+    ctc_pack_a_bf16(0, w, K, i0, i1 - i0, 0, K, wpl, 0, wp + i0 * wpl);
+    return;
+  }
+  const int64_t KK = KH * KW;
+  for (int64_t i = i0; i < i1; i++) {   /* row i: w[o, i] reversed, o = 0, 1, ... */
+    ctc_bf16x2 *ai = wp + i * wpl, lo = 0;
+    const float *wo = w + i * KK;
+    int64_t t = KK - 1;   /* the tap read */
+    for (int64_t k = 0; k < 2 * wpl; k++) {
+      uint32_t v = 0;
+      if (k < K) {
+        memcpy(&v, wo + t, 4);
+        v >>= 16;
+        if (t-- == 0) t = KK - 1, wo += M * KK;
+      }
+      if (k & 1) ai[k / 2] = lo | v << 16;
+      else lo = v;
+    }
+  }
+}
+/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (p0 a multiple of 32, p1 of 16) = sum
+ * over k < K of A[i, k] s[k, p], s a pixel matrix (ctc_pix_bf16), y [N, M, H, W], A packed by
+ * ctc_pack_w_bf16: a stride-1 convolution (or its input gradient) as an implicit GEMM, op(B)'s
+ * panels packed from the images. K in blocks of up to 512, the pixels in groups of 128 (4
+ * panels), M in tiles of 12 rows. */
+static inline void ctc_conv_pix_bf16(const ctc_bf16x2 *wp, int64_t wpl, const ctc_pix_bf16 *s, int64_t M, int64_t K,
+                                     float *y, int64_t p0, int64_t p1) {
+  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];
+  int64_t off[512];
+  unsigned char tap[512];
+  const int64_t HW = s->H * s->W;
+  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb, kp = (kc + 1) / 2;
+    ctc_pix_rows_at(s, k0, kc, off, tap);
+    for (int64_t g0 = p0; g0 < p1; g0 += 128) {
+      const int64_t g1 = p1 - g0 < 128 ? p1 : g0 + 128;
+      for (int64_t j = g0; j < g1; j += 32) ctc_pack_bpix_bf16(s, off, tap, kc, j, g1, bp + (j - g0) / 32 * 8192);
+      for (int64_t j = g0; j < g1; j += 32) {
+        const ctc_bf16x2 *bq = bp + (j - g0) / 32 * 8192;
+        const __mmask16 m1 = j + 16 < g1 ? 0xffff : 0;
+        float *y0 = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of row 0 */
+        float *y1 = m1 ? y + (j + 16) / HW * M * HW + (j + 16) % HW : y0;
+        for (int64_t i = 0; i < M; i += 12) {
+          const int mr = M - i < 12 ? (int)(M - i) : 12;
+          const ctc_bf16x2 *ai = wp + i * wpl + k0 / 2;
+          float *c0 = y0 + i * HW, *c1 = y1 + i * HW;
+          const int add = k0 > 0;
+          if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, wpl, 1, mr, bq, c0, c1, HW, 0xffff, m1, add);
+          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, wpl, 1, mr, bq, c0, c1, HW, 0xffff, m1, add);
+          else ctc_gemm_tile_bf16(4, kp, ai, wpl, 1, mr, bq, c0, c1, HW, 0xffff, m1, add);
+        }
+      }
+    }
+  }
+}
+/* dwt[i, o] for the rows i in [i0, i1) of the unfolded input x and o < O = sum over the pixels
+ * p < P of x[i, p] g[o, p]: the transposed weight gradient dW^T[C KH KW, O] of a stride-1
+ * convolution, g its output gradient (pixel matrices, packed from the images). The pixels in
+ * blocks of up to 512, O in groups of 128 (4 panels of g^T, through 16x16 transposes), the rows
+ * in blocks of 96 (x's pairs along the pixels). */
+static inline void ctc_conv_wgrad_bf16(const ctc_pix_bf16 *x, const ctc_pix_bf16 *g, int64_t O, int64_t P,
+                                       float *dwt, int64_t i0, int64_t i1) {
+  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];
+  _Alignas(64) ctc_bf16x2 ap[96 * 256];
+  ctc_pix16 hx[32], hg[32];
+  int64_t off[96];
+  unsigned char tap[96];
+  const int64_t nkb = (P + 511) / 512, kb = ((P + nkb - 1) / nkb + 31) / 32 * 32;
+  for (int64_t k0 = 0; k0 < P; k0 += kb) {
+    const int64_t kc = P - k0 < kb ? P - k0 : kb, kp = kc / 2, kpl = (kp + 15) / 16 * 16;
+    ctc_pix_chunks(x, k0, kc, kpl, hx);
+    ctc_pix_chunks(g, k0, kc, kpl, hg);
+    for (int64_t jg = 0; jg < O; jg += 128) {
+      const int64_t nj = O - jg < 128 ? O - jg : 128;
+      ctc_pack_pix_cols_bf16(g, hg, jg, nj, kc, kpl, bp);
+      for (int64_t r0 = i0; r0 < i1; r0 += 96) {
+        const int64_t mc = i1 - r0 < 96 ? i1 - r0 : 96;
+        ctc_pix_rows_at(x, r0, mc, off, tap);
+        ctc_pack_pix_rows_bf16(x, hx, off, tap, mc, kc, kpl, ap);
+        for (int64_t j = jg; j < jg + nj; j += 32) {
+          const int nr = jg + nj - j < 32 ? (int)(jg + nj - j) : 32;
+          const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+          const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+          const ctc_bf16x2 *bq = bp + (j - jg) / 32 * 8192;
+          for (int64_t i = 0; i < mc; i += 12) {
+            const int mr = mc - i < 12 ? (int)(mc - i) : 12;
+            const ctc_bf16x2 *ai = ap + i * kpl;
+            float *c0 = dwt + (r0 + i) * O + j;
+            const int add = k0 > 0;
+            if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, kpl, 1, mr, bq, c0, c0 + 16, O, m0, m1, add);
+            else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, kpl, 1, mr, bq, c0, c0 + 16, O, m0, m1, add);
+            else ctc_gemm_tile_bf16(4, kp, ai, kpl, 1, mr, bq, c0, c0 + 16, O, m0, m1, add);
+          }
         }
       }
     }

@@ -15,8 +15,12 @@ added to float sums); elsewhere the f32 GEMM, which computes the same exact prod
   -march=skylake-avx512 (AVX-512 without BF16: the f32 kernel) and -march=x86-64 (portable).
 - test_calls: which calls the generated code makes: bf16 for autocast's linear layers and
   convolutions (forward and both backward GEMMs) and for a .bfloat16() model, f32 for a
-  float32 model and for GEMMs whose operand is not a bf16 value.
-- test_cnn_*: an autocast CNN's forward and training step built with both kernels, against
+  float32 model and for GEMMs whose operand is not a bf16 value; stride-1 convolutions whose
+  output is the size of their input as implicit GEMMs (ctc_conv_pix_bf16 for the forward and
+  input gradient, ctc_conv_wgrad_bf16), with the unfolded tiles as the other branch.
+- test_cnn_*: an autocast CNN (12x12 images: 16-pixel vectors that straddle rows; a 3x3 and
+  a 5x5 convolution written as implicit GEMMs, a strided one and a 1x1 one as GEMMs) built
+  with both kernels (the implicit GEMMs only with AVX-512 BF16), its forward and training step against
   PyTorch 1.13's CPU autocast: within one bf16 rounding of it, and ctc's distance to a float64
   run no larger than PyTorch's."""
 import os
@@ -183,12 +187,14 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 24, 3, padding=1)
-        self.conv2 = nn.Conv2d(24, 40, 3, stride=2, padding=1)
+        self.conv_mid = nn.Conv2d(24, 40, 5, padding=2, bias=False)
+        self.conv2 = nn.Conv2d(40, 40, 3, stride=2, padding=1)
         self.point = nn.Conv2d(40, 40, 1)
-        self.fc = nn.Linear(40 * 8 * 8, 10)
+        self.fc = nn.Linear(40 * 6 * 6, 10)
 
     def forward(self, x):
         h = F.relu(self.conv1(x))
+        h = F.relu(self.conv_mid(h))
         h = F.relu(self.conv2(h))
         h = h + self.point(h)
         return self.fc(h.flatten(1))
@@ -218,9 +224,9 @@ def plain(a, b, c):
     return lo.float() @ c, a @ b
 
 
-example_inputs = {"forward": (torch.randn(6, 3, 16, 16),),
-                  "infer": (torch.randn(6, 3, 16, 16),),
-                  "train_step": (torch.randn(6, 3, 16, 16), torch.zeros(6, dtype=torch.long)),
+example_inputs = {"forward": (torch.randn(6, 3, 12, 12),),
+                  "infer": (torch.randn(6, 3, 12, 12),),
+                  "train_step": (torch.randn(6, 3, 12, 12), torch.zeros(6, dtype=torch.long)),
                   "plain": (torch.randn(5, 40), torch.randn(40, 33), torch.randn(33, 7))}
 """
 
@@ -241,10 +247,12 @@ example_inputs = {"forward": (torch.randn(4, 40).bfloat16(),)}
 
 
 def gemm_calls(path):
-    """How many bf16 and f32 GEMM calls the code of the entries in a generated model.c makes."""
+    """How many bf16 GEMM, f32 GEMM and implicit-GEMM convolution calls the entries of a generated
+    model.c make (the implicit ones' #else branches' GEMMs included)."""
     text = path.read_text()
     code = text[text.index("int net_init("):]
-    return tuple(len(re.findall(r"\bctc_matmul(?:_block)?_" + t + r"\(", code)) for t in ("bf16", "f32"))
+    pats = (r"\bctc_matmul(?:_block)?_bf16\(", r"\bctc_matmul(?:_block)?_f32\(", r"\bctc_conv_(?:pix|wgrad)_bf16\(")
+    return tuple(len(re.findall(p, code)) for p in pats)
 
 
 def test_calls(tmp_path):
@@ -255,18 +263,19 @@ def test_calls(tmp_path):
         run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", entry, "-o", tmp_path / f"{entry}.c"])
         counts[entry] = gemm_calls(tmp_path / f"{entry}.c")
     print(counts)
-    # forward, float32: its GEMMs f32 (conv2's, the 1x1 convolution's, fc's; conv1, of 3 channels, is direct)
-    assert counts["forward"] == (0, 3)
-    # forward under autocast: the same GEMMs in bf16
-    assert counts["infer"] == (3, 3)
-    # training under autocast: its forward's and five backward GEMMs (fc's two, the 1x1 convolution's
-    # input gradient, conv2's two; gradients are rounded to bf16, as PyTorch's are)
-    assert counts["train_step"] == (3 + 5, 3)
+    # forward, float32: f32 GEMMs (conv1, conv_mid and conv2 unfolded, the 1x1 convolution, fc)
+    assert counts["forward"] == (0, 5, 0)
+    # forward under autocast: the same GEMMs in bf16 (conv1's and conv_mid's in the branch without
+    # AVX-512 BF16), and conv1, conv_mid (stride 1, same size) as implicit GEMMs
+    assert counts["infer"] == (5, 5, 2)
+    # training under autocast: also the backward GEMMs (gradients are rounded to bf16, as PyTorch's
+    # are); conv_mid's input gradient and both weight gradients of conv1 and conv_mid implicit
+    assert counts["train_step"] == (14, 5, 2 + 3)
     # plain: a @ b inside the region in bf16; lo.float() @ c (c is not a bf16 value) and a @ b outside in f32
-    assert counts["plain"] == (1, 3 + 2)
+    assert counts["plain"] == (1, 5 + 2, 0)
     (tmp_path / "m.py").write_text(BF16_MODEL)
     run([CTC, "compile", tmp_path / "m.py", "--name", "net", "--input", "x=bf16[4,40]", "-o", tmp_path / "m.c"])
-    assert gemm_calls(tmp_path / "m.c") == (2, 0)
+    assert gemm_calls(tmp_path / "m.c") == (2, 0, 0)
 
 
 def build_variant(tmp_path, src, march):
@@ -300,7 +309,7 @@ def test_cnn(tmp_path, variant):
     m = mod.model   # (infer calls it)
     w0 = {k: v.clone() for k, v in m.state_dict().items()}
     st_write(tmp_path / "w0.safetensors", state_dict_np(m))
-    x = torch.randn(6, 3, 16, 16)
+    x = torch.randn(6, 3, 12, 12)
     np.save(tmp_path / "x.npy", x.numpy())
     run([exe, "run", "infer", "--weights", tmp_path / "w0.safetensors", "--input", tmp_path / "x.npy",
          "--output", tmp_path / "y.npy"])
@@ -317,7 +326,7 @@ def test_cnn(tmp_path, variant):
     assert dc <= dt * 1.25 + 1e-12
 
     rng = np.random.default_rng(1)
-    batches = [(rng.standard_normal((6, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 6)) for _ in range(3)]
+    batches = [(rng.standard_normal((6, 3, 12, 12)).astype(np.float32), rng.integers(0, 10, 6)) for _ in range(3)]
 
     def torch_run(autocast, dtype=torch.float32):
         net = mod.Net().to(dtype)
