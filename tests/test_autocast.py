@@ -2,8 +2,9 @@
 bf16 numerics on float32 storage, against PyTorch 1.13's CPU autocast.
 
 Forward: an MLP and a small GPT inside autocast give PyTorch's bf16 results. Both sides
-round the same values at the same ops and accumulate GEMMs in f32, so the outputs agree
-bit for bit today; the tolerance allowed is one bf16 rounding of the output
+round the same values at the same ops and accumulate GEMMs in f32 (in another order where
+either uses bf16 dot products: ctc's AVX-512 BF16 GEMM, oneDNN's), so the outputs agree bit
+for bit or nearly; the tolerance allowed is one bf16 rounding of the output
 (2**-8 relative), and ctc's distance to a float64 run of the model must be no larger
 than PyTorch's own (so any difference is a different rounding, not an error).
 
