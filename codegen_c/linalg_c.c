@@ -328,8 +328,9 @@ static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom 
 /* A convolution as conv_implicit allows: the implicit GEMM where the compiler targets AVX-512
  * BF16, the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled) otherwise. In parallel over
  * blocks of 256 pixels (forward, input gradient: the weights packed first, in parallel over
- * their rows) or of 96 rows of dW^T (weight gradient, then transposed into dW); each output
- * element is computed by one call, in the same order whatever the number of threads. */
+ * their rows) or over each thread's rows of dW^T (weight gradient, ctc_gemm_block's split,
+ * then transposed into dW); each output element is computed by one call, in the same order
+ * whatever the number of threads. */
 static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
   const int64_t P = g->N * g->H * g->W, kk = g->KH * g->KW, ckk = g->C * kk;
   const char *scratch = c->sname[i];
@@ -344,10 +345,12 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
          (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
     LINE(c, "const ctc_pix_bf16 gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0};\n", cg_ref(c, in->args[1]), (ll)g->O,
          (ll)g->H, (ll)g->W);
-    cg_par_open(c, CG_PAR_OMP);
-    LINE(c, "for (int64_t r = 0; r < %lld; r += 96)   /* rows r.. of dW^T in %s */\n", (ll)ckk, scratch);
-    LINE(c, "  ctc_conv_wgrad_bf16(&xs, &gs, %lld, %lld, %s, r, r + 96 < %lld ? r + 96 : %lld);\n", (ll)g->O, (ll)P,
-         scratch, (ll)ckk, (ll)ckk);
+    cg_par_open(c, CG_PAR_REGION | CG_PAR_OMP);   /* each thread its rows of dW^T: g^T packed once a thread */
+    LINE(c, "{\n");
+    LINE(c, "  int64_t r0, r1, c0, c1;   /* this thread's rows of dW^T, in %s */\n", scratch);
+    LINE(c, "  ctc_gemm_block_f32(%lld, 1, &r0, &r1, &c0, &c1);\n", (ll)ckk);
+    LINE(c, "  ctc_conv_wgrad_bf16(&xs, &gs, %lld, %lld, %s, r0, r1);\n", (ll)g->O, (ll)P, scratch);
+    LINE(c, "}\n");
     cg_par_close(c);
     const char *dw = cg_ref(c, in->res);
     cg_par_open(c, CG_PAR_OMP);
