@@ -338,7 +338,7 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   cg_printf(c->out, "#ifdef CTC_GEMM_AVX512BF16\n");
   LINE(c, "{   /* a stride-1 convolution of bf16 values as an implicit GEMM (AVX-512 BF16): no unfolded copy */\n");
   c->ind += 2;
-  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_bf16;   /* (the #else branch's) */\n",
+  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_bf16;   /* (what the #else branch calls) */\n",
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col");
   if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
     LINE(c, "const ctc_pix_bf16 xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]),

@@ -7,11 +7,11 @@ ctc_matmul_block_bf16. Where the compiler targets AVX-512 BF16 (-march=native on
 Cooper Lake, Sapphire Rapids) that is ctc_gemm_avx512bf16 (vdpbf16ps: pairs of bf16 products
 added to float sums); elsewhere the f32 GEMM, which computes the same exact products.
 
-- test_kernel_*: a C main includes a generated model.c and calls ctc_matmul_block_bf16 on
-  ragged shapes (odd K, partial 12-row tiles and 32-column panels, every ta/tb, acc on and
-  off, leading dimensions above the matrix) of bf16 values, each element against a float64
-  sum, the padding untouched; C computed in the blocks ctc_gemm_block gives 2 and 3 threads
-  has the bits of one call. Built with -march=native (the BF16 kernel, where the CPU has it),
+- test_kernel_*: test_gemm_isa.py's C main includes a generated model.c and calls
+  ctc_matmul_block_bf16 on ragged shapes (odd K, K past a block, partial 12-row tiles and
+  32-column panels, every ta/tb, acc on and off, leading dimensions above the matrix) of bf16
+  values, each element against a float64 sum, the padding untouched; C computed in the blocks
+  ctc_gemm_block gives 2 and 3 threads has the bits of one call. Built with -march=native (the BF16 kernel, where the CPU has it),
   -march=skylake-avx512 (AVX-512 without BF16: the f32 kernel) and -march=x86-64 (portable).
 - test_calls: which calls the generated code makes: bf16 for autocast's linear layers and
   convolutions (forward and both backward GEMMs) and for a .bfloat16() model, f32 for a
@@ -32,6 +32,7 @@ import torch
 
 from ctc_testlib import CTC, ROOT, build_ctc, load_module, run, st_read, st_write, state_dict_np
 from test_autocast import bf16_ulp
+from test_gemm_isa import HARNESS as F32_HARNESS
 from test_gemm_isa import cpu_has, x86
 
 RT = os.path.join(ROOT, "runtime_min")
@@ -50,104 +51,17 @@ def mm(a, b):
 example_inputs = {"mm": (torch.ones(7, 9), torch.ones(9, 20))}
 """
 
-HARNESS = r"""
-#include "net.c"
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static unsigned seed = 7u;
-/* a bf16 value (at most 8 significant bits) in [-16, 16) */
+# test_gemm_isa.py's harness (ragged shapes against a float64 sum, the padding untouched, the
+# same bits in 2 and 3 threads' blocks) on ctc_matmul_block_bf16, its operands bf16 values.
+URAND_F32 = ("static float urand(void) { seed = seed * 1103515245u + 12345u; "
+             "return (float)((seed >> 9) & 0xffff) / 65536.0f - 0.5f; }")
+URAND_BF16 = """/* a bf16 value (at most 8 significant bits) in [-16, 16) */
 static float urand(void) {
   seed = seed * 1103515245u + 12345u;
   return (float)((int)((seed >> 12) & 0xff) - 128) / 64.0f * (float)(1 << ((seed >> 20) & 3));
-}
-
-static int one(int ta, int tb, int acc, int M, int N, int K, int pad) {
-  const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-  const size_t na = (size_t)(ta ? K : M) * lda + 1, nb = (size_t)(tb ? N : K) * ldb + 1, nc = (size_t)M * ldc + 1;
-  float *a = malloc(sizeof(float) * na), *b = malloc(sizeof(float) * nb), *c = malloc(sizeof(float) * nc);
-  float *c0 = malloc(sizeof(float) * nc);
-  for (size_t i = 0; i < na; i++) a[i] = urand();
-  for (size_t i = 0; i < nb; i++) b[i] = urand();
-  for (size_t i = 0; i < nc; i++) c[i] = c0[i] = urand();
-  ctc_matmul_block_bf16(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);
-  int bad = 0;
-  for (int i = 0; i < M && !bad; i++)
-    for (int j = 0; j < ldc && !bad; j++) {
-      const float got = c[(size_t)i * ldc + j];
-      if (j >= N) {   /* the padding is not written */
-        bad = got != c0[(size_t)i * ldc + j];
-        if (bad) printf("PADDING ta=%d tb=%d M=%d N=%d K=%d: C[%d,%d] written\n", ta, tb, M, N, K, i, j);
-        continue;
-      }
-      double want = acc ? c0[(size_t)i * ldc + j] : 0.0, size = fabs(want);
-      for (int k = 0; k < K; k++) {
-        const double t = (double)(ta ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k]) *
-                         (double)(tb ? b[(size_t)j * ldb + k] : b[(size_t)k * ldb + j]);
-        want += t, size += fabs(t);
-      }
-      /* exact products; a float sum of K + 1 terms is within about (K + 1) 2^-24 of their sizes */
-      bad = fabs((double)got - want) > 1e-6 + 1e-7 * (K + 1) * size;
-      if (bad)
-        printf("WRONG ta=%d tb=%d acc=%d M=%d N=%d K=%d pad=%d: C[%d,%d] = %.9g, want %.9g\n", ta, tb, acc, M, N, K,
-               pad, i, j, got, want);
-    }
-  free(a), free(b), free(c), free(c0);
-  return bad;
-}
-
-#ifndef CTC_HAVE_CBLAS
-static int split(int ta, int tb, int M, int N, int K, int nt) {
-  const int lda = ta ? M : K, ldb = tb ? K : N;
-  float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)K * N);
-  float *c1 = malloc(sizeof(float) * (size_t)M * N), *c2 = malloc(sizeof(float) * (size_t)M * N);
-  for (int i = 0; i < M * K; i++) a[i] = urand();
-  for (int i = 0; i < K * N; i++) b[i] = urand();
-  ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c1, N, 0, M, 0, N);
-  const int n = M >= N ? M : N;
-  for (int t = 0; t < nt; t++) {
-    const int q = M >= N ? 16 : 32, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;
-    if (M >= N) ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c2, N, p0, p1, 0, N);
-    else ctc_matmul_block_bf16(ta, tb, 0, K, a, lda, b, ldb, c2, N, 0, M, p0, p1);
-  }
-  const int bad = memcmp(c1, c2, sizeof(float) * (size_t)M * N) != 0;
-  if (bad) printf("SPLIT ta=%d tb=%d M=%d N=%d K=%d threads=%d: other bits than one call\n", ta, tb, M, N, K, nt);
-  free(a), free(b), free(c1), free(c2);
-  return bad;
-}
-#endif
-
-int main(void) {
-#if defined(CTC_GEMM_AVX512BF16)
-  printf("kernel avx512bf16\n");
-#elif defined(CTC_GEMM_AVX512_f32)
-  printf("kernel avx512\n");
-#else
-  printf("kernel none\n");
-#endif
-  static const int Ms[] = {1, 2, 3, 5, 9, 12, 13, 31, 97, 200}, Ns[] = {1, 5, 16, 17, 31, 32, 33, 100},
-                   Ks[] = {0, 1, 2, 13, 31, 64, 65, 511, 1030};
-  const int nm = (int)(sizeof Ms / sizeof *Ms), nn = (int)(sizeof Ns / sizeof *Ns), nk = (int)(sizeof Ks / sizeof *Ks);
-  int cases = 0, wrong = 0;
-  for (int t = 0; t < 4; t++)
-    for (int mi = 0; mi < nm; mi++)
-      for (int ni = 0; ni < nn; ni++)
-        for (int ki = 0; ki < nk; ki++) {
-          wrong += one(t >> 1, t & 1, (mi + ni + ki + t) % 2, Ms[mi], Ns[ni], Ks[ki], (mi + ki) % 3);
-          cases++;
-        }
-#ifndef CTC_HAVE_CBLAS
-  static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}};
-  for (int t = 0; t < 4; t++)
-    for (int s = 0; s < 3; s++)
-      for (int nt = 2; nt <= 3; nt++) wrong += split(t >> 1, t & 1, S[s][0], S[s][1], S[s][2], nt), cases++;
-#endif
-  printf("%d cases, %d wrong\n", cases, wrong);
-  return wrong != 0;
-}
-"""
+}"""
+assert URAND_F32 in F32_HARNESS and F32_HARNESS.count("ctc_matmul_block_f32(") == 4
+HARNESS = F32_HARNESS.replace(URAND_F32, URAND_BF16).replace("ctc_matmul_block_f32(", "ctc_matmul_block_bf16(")
 
 # variant: (-march, the kernel it must pick, the CPU flag it needs)
 VARIANTS = {"native": ("-march=native", "avx512bf16", "avx512_bf16"),

@@ -114,7 +114,9 @@ static int split(int ta, int tb, int M, int N, int K, int nt) {
 #endif
 
 int main(void) {
-#if defined(CTC_GEMM_AVX512_f32)
+#if defined(CTC_GEMM_AVX512BF16)   /* (tests/test_gemm_bf16.py's ctc_matmul_block_bf16) */
+  printf("kernel avx512bf16\n");
+#elif defined(CTC_GEMM_AVX512_f32)
   printf("kernel avx512\n");
 #elif defined(CTC_GEMM_AVX2_f32)
   printf("kernel avx2\n");
