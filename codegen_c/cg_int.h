@@ -2,6 +2,7 @@
  *
  *   cg_util.c   text buffers, C types and literals, identifiers, c_expr templates
  *   kernels.c   helper kernels written once into model.c (GEMM, im2col, RNG fills)
+ *   gemm_simd_c.c  the GEMM microkernels per ISA, the text of runtime_min/ctc_gemm_simd.h
  *   emit_ops.c  the loops of each primitive
  *   render_c.c  the kernel IR (kernels/kir.h) as text: the renderers' walk and the C table
  *   emit_c.c    file structure: header, init/load/save, entry functions, descriptor
@@ -96,7 +97,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
-extern const char *const cg_gemm_simd_texts[5];   /* runtime_min/ctc_gemm_simd.h's (scripts/gen_runtime.py) */
+/* gemm_simd_c.c: runtime_min/ctc_gemm_simd.h's texts (scripts/gen_runtime.py); the NEON
+ * kernel's head and the 16-column kernel over $I, which a --freestanding file carries */
+extern const char *const cg_gemm_simd_texts[5];
+extern const char cg_gemm_neon_head[];
+extern const char cg_gemm_simd16_text[];
 
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 

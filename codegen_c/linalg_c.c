@@ -314,7 +314,7 @@ static int64_t implicit_bytes(const Inst *in, const ConvGeom *g) {
 }
 
 /* Whether a tiled convolution of bf16 values (KirCall.low) is written as an implicit GEMM for
- * AVX-512 BF16 (ctc_conv_pix_bf16, ctc_conv_wgrad_bf16 of kernels.c's gemm_avx512bf16_text): on
+ * AVX-512 BF16 (ctc_conv_pix_bf16, ctc_conv_wgrad_bf16 of gemm_simd_c.c's gemm_avx512bf16_text): on
  * the hosted C target, stride 1, no dilation, one group, an output the size of the input (which
  * makes the input gradient a convolution of the same kind, padded KH - 1 - ph), images of a
  * multiple of 16 pixels, at most 64 taps, and what it keeps fitting in the tiles' scratch. */

@@ -7,7 +7,7 @@
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
  * model.c that defines CTC_WANT_GEMM_BF16 before including it.
  *
- * Written by scripts/gen_runtime.py from the texts of codegen_c/kernels.c (docs/speed.md
+ * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c (docs/speed.md
  * describes the kernels); do not edit. */
 #ifndef CTC_GEMM_SIMD_H
 #define CTC_GEMM_SIMD_H

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Writes runtime_min/ctc_gemm_simd.h, ctc's f32 GEMM microkernels for AVX-512, AVX2+FMA and
 NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the texts
-codegen_c/kernels.c holds (gemm_avx512_text, gemm_avx512bf16_text, gemm_avx2_head,
-gemm_neon_head and gemm_simd16_text, the last instantiated for avx2 and neon), so that
+codegen_c/gemm_simd_c.c holds (gemm_avx512_text, gemm_avx512bf16_text, gemm_avx2_head,
+cg_gemm_neon_head and cg_gemm_simd16_text, the last instantiated for avx2 and neon), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
---freestanding one gets the NEON kernel written into it by kernels.c.
+--freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
     python3 scripts/gen_runtime.py            # rewrite runtime_min/ctc_gemm_simd.h
     python3 scripts/gen_runtime.py -o FILE    # write elsewhere
@@ -17,14 +17,14 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join("codegen_c", "kernels.c")
+SRC = os.path.join("codegen_c", "gemm_simd_c.c")
 OUT = os.path.join("runtime_min", "ctc_gemm_simd.h")
 ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
 
 
 def c_string(src, name):
     """The value of `static const char NAME[] = "..." "...";` in src."""
-    m = re.search(r"static const char " + re.escape(name) + r"\[\] =\s*((?:\"(?:[^\"\\]|\\.)*\"\s*)+);", src)
+    m = re.search(r"(?:static )?const char " + re.escape(name) + r"\[\] =\s*((?:\"(?:[^\"\\]|\\.)*\"\s*)+);", src)
     if not m:
         sys.exit(f"gen_runtime.py: {SRC} has no string {name}")
     out = []
@@ -36,7 +36,7 @@ def c_string(src, name):
 def header():
     with open(os.path.join(ROOT, SRC), encoding="utf-8") as f:
         src = f.read()
-    simd16 = c_string(src, "gemm_simd16_text")
+    simd16 = c_string(src, "cg_gemm_simd16_text")
     return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
             " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
             " * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c\n"
@@ -46,7 +46,7 @@ def header():
             " * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a\n"
             " * model.c that defines CTC_WANT_GEMM_BF16 before including it.\n"
             " *\n"
-            " * Written by scripts/gen_runtime.py from the texts of codegen_c/kernels.c (docs/speed.md\n"
+            " * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c (docs/speed.md\n"
             " * describes the kernels); do not edit. */\n"
             "#ifndef CTC_GEMM_SIMD_H\n#define CTC_GEMM_SIMD_H\n\n"
             "#include <stdint.h>\n#include <string.h>\n\n"
@@ -55,7 +55,7 @@ def header():
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2")
             + "#endif\n#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
-            + c_string(src, "gemm_neon_head") + simd16.replace("$I", "neon")
+            + c_string(src, "cg_gemm_neon_head") + simd16.replace("$I", "neon")
             + "#endif\n#endif\n\n#endif /* CTC_GEMM_SIMD_H */\n")
 
 

@@ -1,8 +1,8 @@
-"""ctc's f32 GEMM microkernels (AVX-512, AVX2+FMA, NEON) live once, as texts in
-codegen_c/kernels.c; scripts/gen_runtime.py writes them into runtime_min/ctc_gemm_simd.h,
+"""ctc's GEMM microkernels (f32: AVX-512, AVX2+FMA, NEON; AVX-512 BF16) live once, as texts in
+codegen_c/gemm_simd_c.c; scripts/gen_runtime.py writes them into runtime_min/ctc_gemm_simd.h,
 which a hosted model.c includes instead of carrying ~440 lines of SIMD code, and a
 --freestanding file (no runtime) still gets the NEON kernel written into it. The committed
-header must be what the script writes from the current kernels.c."""
+header must be what the script writes from the current gemm_simd_c.c."""
 import os
 import subprocess
 import sys
@@ -38,7 +38,7 @@ def test_header_is_current(tmp_path):
     assert r.returncode == 0, r.stderr
     with open(HEADER, encoding="utf-8") as f:
         assert f.read() == out.read_text(encoding="utf-8"), (
-            "runtime_min/ctc_gemm_simd.h is stale (codegen_c/kernels.c's GEMM texts changed): "
+            "runtime_min/ctc_gemm_simd.h is stale (codegen_c/gemm_simd_c.c's GEMM texts changed): "
             "run `python3 scripts/gen_runtime.py` and commit the header")
     text = out.read_text()
     for fn in ("ctc_gemm_avx512_f32", "ctc_gemm_avx2_f32", "ctc_gemm_neon_f32"):
