@@ -304,47 +304,53 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *
   }
 }
 
-/* The scratch bytes a convolution written as an implicit GEMM needs (emit_conv2d_implicit): its
- * packed weights (forward, input gradient: ctc_pack_w_bf16's rows), or dW^T (weight gradient). */
-static int64_t implicit_bytes(const Inst *in, const ConvGeom *g) {
+/* The scratch bytes a convolution written as an implicit GEMM needs (emit_conv2d_implicit):
+ * forward: none in f32 (the tiles read the weights), the packed weights in bf16
+ * (ctc_pack_w_bf16's rows); input gradient: the weights' reversed taps (f32) or their packed
+ * rows (bf16); weight gradient: dW^T. */
+static int64_t implicit_bytes(const Inst *in, const ConvGeom *g, int bf16) {
   const int64_t kk = g->KH * g->KW;
   if (in->op == IR_CONV2D_BWD_WEIGHT) return g->C * kk * g->O * 4;
+  if (!bf16) return in->op == IR_CONV2D ? 0 : g->C * g->O * kk * 4;
   const int64_t M = in->op == IR_CONV2D ? g->O : g->C, K = in->op == IR_CONV2D ? g->C * kk : g->O * kk;
   return M * ((K + 1) / 2 + 15) / 16 * 16 * 4;
 }
 
-/* Whether a tiled convolution of bf16 values (KirCall.low) is written as an implicit GEMM for
- * AVX-512 BF16 (ctc_conv_pix_bf16, ctc_conv_wgrad_bf16 of gemm_simd_c.c's gemm_avx512bf16_text): on
- * the hosted C target, stride 1, no dilation, one group, an output the size of the input (which
- * makes the input gradient a convolution of the same kind, padded KH - 1 - ph), images of a
- * multiple of 16 pixels, at most 64 taps, and what it keeps fitting in the tiles' scratch. */
+/* Whether a tiled f32 convolution is written as an implicit GEMM for AVX-512 (gemm_simd_c.c's
+ * ctc_conv_pix_f32: forward and input gradient; of bf16 values, KirCall.low, for AVX-512 BF16:
+ * ctc_conv_pix_bf16 and the weight gradient's ctc_conv_wgrad_bf16): on the hosted C target,
+ * stride 1, no dilation, one group, an output the size of the input (which makes the input
+ * gradient a convolution of the same kind, padded KH - 1 - ph), images of a multiple of 16
+ * pixels, at most 64 taps, and what it keeps fitting in the tiles' scratch. */
 static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
-  return low == 1 && ty(c, in->res)->dtype == DT_F32 && !c->target && !c->k->freestanding && c->sname[i] &&
-         g->G == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->OH == g->H && g->OW == g->W &&
+  return ty(c, in->res)->dtype == DT_F32 && (low == 1 || in->op != IR_CONV2D_BWD_WEIGHT) && !c->target &&
+         !c->k->freestanding && c->sname[i] && g->G == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
+         g->OH == g->H && g->OW == g->W &&
          g->KH * g->KW <= 64 && g->KH - 1 == 2 * g->ph && g->KW - 1 == 2 * g->pw && g->H * g->W % 16 == 0 &&
-         implicit_bytes(in, g) <= ir_scratch_bytes(c->f, in);
+         implicit_bytes(in, g, low == 1) <= ir_scratch_bytes(c->f, in);
 }
 
 /* A convolution as conv_implicit allows: the implicit GEMM where the compiler targets AVX-512
- * BF16, the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled) otherwise. In parallel over
- * blocks of 256 pixels (forward, input gradient: the weights packed first, in parallel over
- * their rows) or over each thread's rows of dW^T (weight gradient, ctc_gemm_block's split,
- * then transposed into dW); each output element is computed by one call, in the same order
- * whatever the number of threads. */
-static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeom *g) {
+ * (AVX-512 BF16 for bf16 values), the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled)
+ * otherwise. In parallel over blocks of 256 pixels (forward, input gradient: the weights
+ * prepared first, in parallel over their rows) or over each thread's rows of dW^T (weight
+ * gradient, ctc_gemm_block's split, then transposed into dW); each output element is computed
+ * by one call, in the same order whatever the number of threads. */
+static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   const int64_t P = g->N * g->H * g->W, kk = g->KH * g->KW, ckk = g->C * kk;
-  const char *scratch = c->sname[i];
-  c->k->gemm_bf16 = 1;
-  cg_printf(c->out, "#ifdef CTC_GEMM_AVX512BF16\n");
-  LINE(c, "{   /* a stride-1 convolution of bf16 values as an implicit GEMM (AVX-512 BF16): no unfolded copy */\n");
+  const char *scratch = c->sname[i], *sf = low == 1 ? "bf16" : "f32";
+  if (low == 1) c->k->gemm_bf16 = 1;
+  cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_GEMM_AVX512_f32");
+  LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (AVX-512%s): no unfolded copy */\n",
+       low == 1 ? " BF16, of bf16 values" : "");
   c->ind += 2;
-  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_bf16;   /* (what the #else branch calls) */\n",
-       in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col");
-  if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
-    LINE(c, "const ctc_pix_bf16 xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]),
-         (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
-    LINE(c, "const ctc_pix_bf16 gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0};\n", cg_ref(c, in->args[1]), (ll)g->O,
-         (ll)g->H, (ll)g->W);
+  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s;   /* (what the #else branch calls) */\n",
+       in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf);
+  if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
+    LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]), (ll)g->C,
+         (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
+    LINE(c, "const ctc_pix gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0};\n", cg_ref(c, in->args[1]), (ll)g->O, (ll)g->H,
+         (ll)g->W);
     cg_par_open(c, CG_PAR_REGION | CG_PAR_OMP);   /* each thread its rows of dW^T: g^T packed once a thread */
     LINE(c, "{\n");
     LINE(c, "  int64_t r0, r1, c0, c1;   /* this thread's rows of dW^T, in %s */\n", scratch);
@@ -363,25 +369,39 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   } else {
     const int fwd = in->op == IR_CONV2D;   /* else dx: the convolution of g by w's taps reversed, channels swapped */
     const int64_t M = fwd ? g->O : g->C, K = fwd ? ckk : g->O * kk, wpl = ((K + 1) / 2 + 15) / 16 * 16;
-    LINE(c, "const ctc_pix_bf16 s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]),
+    const char *w = cg_ref(c, in->args[1]), *a = w;
+    LINE(c, "const ctc_pix s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]),
          (ll)(fwd ? g->C : g->O), (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)(fwd ? g->ph : g->KH - 1 - g->ph),
          (ll)(fwd ? g->pw : g->KW - 1 - g->pw));
-    LINE(c, "ctc_bf16x2 *wp = (ctc_bf16x2 *)%s;   /* the weights as bf16 pairs, %lld a row */\n", scratch, (ll)wpl);
-    cg_par_open(c, CG_PAR_OMP);
-    LINE(c, "for (int64_t r = 0; r < %lld; r += 16)\n", (ll)M);
-    LINE(c, "  ctc_pack_w_bf16(%s, %d, %lld, %lld, %lld, %lld, %lld, r, r + 16 < %lld ? r + 16 : %lld, wp);\n",
-         cg_ref(c, in->args[1]), !fwd, (ll)M, (ll)K, (ll)g->KH, (ll)g->KW, (ll)wpl, (ll)M, (ll)M);
-    cg_par_close(c);
+    if (low == 1) {
+      LINE(c, "ctc_bf16x2 *wp = (ctc_bf16x2 *)%s;   /* the weights as bf16 pairs, %lld a row */\n", scratch, (ll)wpl);
+      cg_par_open(c, CG_PAR_OMP);
+      LINE(c, "for (int64_t r = 0; r < %lld; r += 16)\n", (ll)M);
+      LINE(c, "  ctc_pack_w_bf16(%s, %d, %lld, %lld, %lld, %lld, %lld, r, r + 16 < %lld ? r + 16 : %lld, wp);\n", w, !fwd,
+           (ll)M, (ll)K, (ll)g->KH, (ll)g->KW, (ll)wpl, (ll)M, (ll)M);
+      cg_par_close(c);
+    } else if (!fwd) {
+      a = scratch;
+      cg_par_open(c, CG_PAR_OMP);
+      LINE(c, "for (int64_t r = 0; r < %lld; r += 16)   /* %s: w's taps reversed, [C, O*KH*KW] */\n", (ll)M, scratch);
+      LINE(c, "  ctc_flip_w_f32(%s, %lld, %lld, %lld, r, r + 16 < %lld ? r + 16 : %lld, %s);\n", w, (ll)M, (ll)g->O,
+           (ll)kk, (ll)M, (ll)M, scratch);
+      cg_par_close(c);
+    }
     cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t p = 0; p < %lld; p += 256)\n", (ll)P);
-    LINE(c, "  ctc_conv_pix_bf16(wp, %lld, &s, %lld, %lld, %s, p, p + 256 < %lld ? p + 256 : %lld);\n", (ll)wpl,
-         (ll)M, (ll)K, cg_ref(c, in->res), (ll)P, (ll)P);
+    if (low == 1)
+      LINE(c, "  ctc_conv_pix_bf16(wp, %lld, &s, %lld, %lld, %s, p, p + 256 < %lld ? p + 256 : %lld);\n", (ll)wpl,
+           (ll)M, (ll)K, cg_ref(c, in->res), (ll)P, (ll)P);
+    else
+      LINE(c, "  ctc_conv_pix_f32(%s, &s, %lld, %lld, %s, p, p + 256 < %lld ? p + 256 : %lld);\n", a, (ll)M, (ll)K,
+           cg_ref(c, in->res), (ll)P, (ll)P);
     cg_par_close(c);
   }
   c->ind -= 2;
   LINE(c, "}\n");
   cg_printf(c->out, "#else\n");
-  emit_conv2d_tiled(c, i, in, g, 1);
+  emit_conv2d_tiled(c, i, in, g, low);
   cg_printf(c->out, "#endif\n");
 }
 
@@ -459,7 +479,7 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g);
+  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 
@@ -573,7 +593,7 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int
   if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g);
+  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 
@@ -581,7 +601,7 @@ static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvG
   if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g);
+  else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 

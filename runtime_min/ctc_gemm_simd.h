@@ -77,14 +77,15 @@ static void ctc_pack_b_f32(int tb, const float *b, int64_t ldb, int64_t k0, int6
     for (int64_t k = k16; k < kc; k++) bp[k * 32 + j] = j < nr ? bj[k] : 0;
   }
 }
-/* The tile C[mr, 32 columns masked by m0, m1] = (C +, if add) sum over k < kc of A[i, k] bp[k]:
+/* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
+ * other 16 at c1p + i * ldc) = (C +, if add) sum over k < kc of A[i, k] bp[k]:
  * A[i, k] at a[i * ars + k * aks]. R (12, 8 or 4, a constant where it is called) rows are
  * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum 32 k at a
  * time, each such partial sum added to C in memory (blocked summation: the rounding
  * error of a dot product of length K grows as 32 + K / 32 additions, not K). */
 static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, int64_t ars, int64_t aks, int mr,
-                                     const float *restrict bp, float *c, int64_t ldc, __mmask16 m0,
-                                     __mmask16 m1, int add) {
+                                     const float *restrict bp, float *c0p, float *c1p, int64_t ldc,
+                                     __mmask16 m0, __mmask16 m1, int add) {
   const float *ai[12];
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
@@ -105,13 +106,13 @@ static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, in
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
       if (i >= mr) break;
-      float *ci = c + i * ldc;
+      float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
       if (add || k0 > 0) {
-        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), c0[i]);
-        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), c1[i]);
+        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
+        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
       }
-      _mm512_mask_storeu_ps(ci, m0, c0[i]);
-      _mm512_mask_storeu_ps(ci + 16, m1, c1[i]);
+      _mm512_mask_storeu_ps(ci0, m0, c0[i]);
+      _mm512_mask_storeu_ps(ci1, m1, c1[i]);
     }
   }
 }
@@ -140,13 +141,131 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
           const float *ai = a + i * ars + k0 * aks;
           float *ci = c + i * ldc + j0;
           const int add = acc || k0 > 0;
-          if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
-          else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);   /* a last, shorter tile */
-          else ctc_gemm_tile_f32(4, kc, ai, ars, aks, mr, bp, ci, ldc, m0, m1, add);
+          if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);
+          else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);   /* shorter */
+          else ctc_gemm_tile_f32(4, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);
         }
       }
     }
   }
+}
+/* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the
+ * unfolded images are never written, the panels of the operand that reads them are packed
+ * straight from the images (a tap in the padding: a masked load). Static inline: a model.c
+ * calls the ones its convolutions need. */
+/* A convolution's operand read in place as a matrix over pixels p = n * H * W + oh * W + ow
+ * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
+ * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
+ * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
+ * itself, row c holding x[n, c, oh, ow]. */
+typedef struct ctc_pix {
+  const float *x;
+  int64_t C, H, W, KH, KW, ph, pw;
+} ctc_pix;
+/* Where pixels p .. p + 15 of a ctc_pix start (n's image, pixel offset r) and, for an
+ * unfolded one, which of them each tap (kh, kw) reads inside the image. */
+typedef struct ctc_pix16 {
+  const float *x;   /* image n's channel 0 at pixel r */
+  __mmask16 tap[64];
+} ctc_pix16;
+static inline void ctc_pix16_at(const ctc_pix *s, int64_t p, ctc_pix16 *h) {
+  const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
+  h->x = s->x + n * s->C * HW + r;
+  if (!s->KH) return;
+  unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
+  int64_t oh = r / s->W, ow = r % s->W;
+  for (int l = 0; l < 16; l++) {
+    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
+    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
+    if (++ow == s->W) ow = 0, oh++;
+  }
+  for (int64_t kh = 0; kh < s->KH; kh++)
+    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (__mmask16)(rows[kh] & cols[kw]);
+}
+/* The next row: (c, kh, kw) counted up */
+static inline void ctc_pix_next(const ctc_pix *s, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) {
+    ++*c;
+  } else if (++*kw == s->KW) {
+    *kw = 0;
+    if (++*kh == s->KH) *kh = 0, ++*c;
+  }
+}
+static inline void ctc_pix_split(const ctc_pix *s, int64_t k, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) *c = k, *kh = *kw = 0;
+  else *c = k / (s->KH * s->KW), *kh = k / s->KW % s->KH, *kw = k % s->KW;
+}
+/* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
+ * and which tap mask it reads. */
+static inline void ctc_pix_rows_at(const ctc_pix *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
+  int64_t c, kh, kw;
+  ctc_pix_split(s, k0, &c, &kh, &kw);
+  for (int64_t k = 0; k < kc; k++) {
+    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
+    tap[k] = (unsigned char)(kh * s->KW + kw);
+    ctc_pix_next(s, &c, &kh, &kw);
+  }
+}
+/* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
+static inline void ctc_pix_chunks(const ctc_pix *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
+  for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);
+}
+/* ---- stride-1 f32 convolutions as implicit GEMMs (the tiles of ctc_gemm_avx512_f32): the
+ * forward and the input gradient (the weight gradient keeps the unfolded tiles: packing the
+ * unfolded rows as floats measured slower than im2col's copy, 168-176 against 179-182 GFLOP/s) */
+/* B's panel [kc][32] of pixels [p0, p0 + 32) (the second 16 zeros when p0 + 16 == p1) over the
+ * rows at off/tap, as ctc_pack_b_f32 packs a matrix's. */
+static inline void ctc_pack_bpix_f32(const ctc_pix *s, const int64_t *off, const unsigned char *tap, int64_t kc,
+                                     int64_t p0, int64_t p1, float *restrict bp) {
+  ctc_pix16 h0, h1;
+  const int two = p0 + 16 < p1;
+  ctc_pix16_at(s, p0, &h0);
+  ctc_pix16_at(s, two ? p0 + 16 : p0, &h1);
+  const __mmask16 all1 = two ? 0xffff : 0;
+  for (int64_t k = 0; k < kc; k++) {
+    const __mmask16 t0 = s->KH ? h0.tap[tap[k]] : 0xffff, t1 = (s->KH ? h1.tap[tap[k]] : 0xffff) & all1;
+    _mm512_store_ps(bp + k * 32, _mm512_maskz_loadu_ps(t0, h0.x + off[k]));
+    _mm512_store_ps(bp + k * 32 + 16, _mm512_maskz_loadu_ps(t1, h1.x + off[k]));
+  }
+}
+/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (p0 a multiple of 32, p1 of 16) = sum
+ * over k < K of a[i * K + k] s[k, p], y [N, M, H, W]: a stride-1 convolution (a: its weights
+ * [M, C KH KW]) or its input gradient (a: the weights' reversed taps, ctc_flip_w_f32) as an
+ * implicit GEMM, K in ctc_gemm_avx512_f32's blocks, a panel of 32 pixels packed at a time. */
+static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M, int64_t K, float *y, int64_t p0,
+                                    int64_t p1) {
+  _Alignas(64) float bp[512 * 32];
+  int64_t off[512];
+  unsigned char tap[512];
+  const int64_t HW = s->H * s->W;
+  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    ctc_pix_rows_at(s, k0, kc, off, tap);
+    for (int64_t j = p0; j < p1; j += 32) {
+      ctc_pack_bpix_f32(s, off, tap, kc, j, p1, bp);
+      const __mmask16 m1 = j + 16 < p1 ? 0xffff : 0;
+      float *y0 = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of row 0 */
+      float *y1 = m1 ? y + (j + 16) / HW * M * HW + (j + 16) % HW : y0;
+      for (int64_t i = 0; i < M; i += 12) {
+        const int mr = M - i < 12 ? (int)(M - i) : 12;
+        const float *ai = a + i * K + k0;
+        float *c0 = y0 + i * HW, *c1 = y1 + i * HW;
+        const int add = k0 > 0;
+        if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
+        else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
+        else ctc_gemm_tile_f32(4, kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
+      }
+    }
+  }
+}
+/* Rows [i0, i1) of the weights' reversed taps for the input gradient of the convolution by
+ * w[O, M, KH, KW]: a[i * O KK + o KK + t] = w[o, i, KK - 1 - t] (KK = KH KW). */
+static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t KK, int64_t i0, int64_t i1,
+                                  float *restrict a) {
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t t = 0; t < KK; t++) a[(i * O + o) * KK + t] = w[(o * M + i) * KK + KK - 1 - t];
 }
 #endif
 
@@ -307,7 +426,7 @@ static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, i
           float *ci = c + (i0 + i) * ldc + j0;
           const int add = acc || k0 > 0;
           if (mr > 8) ctc_gemm_tile_bf16(12, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
-          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);   /* shorter */
+          else if (mr > 4) ctc_gemm_tile_bf16(8, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
           else if (mr > 2) ctc_gemm_tile_bf16(4, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
           else if (mr == 2) ctc_gemm_tile_bf16(2, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
           else ctc_gemm_tile_bf16(1, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);   /* one token's row */
@@ -317,65 +436,10 @@ static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, i
   }
 }
 /* ---- stride-1 convolutions of bf16 values as implicit GEMMs (codegen_c/linalg_c.c's
- * conv_implicit): the unfolded images are never written, the panels of the operand that reads
- * them are packed straight from the images. Static inline: a model.c calls the ones its
- * convolutions need. */
-/* A convolution's operand read in place as a matrix over pixels p = n * H * W + oh * W + ow
- * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
- * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
- * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
- * itself, row c holding x[n, c, oh, ow]. */
-typedef struct ctc_pix_bf16 {
-  const float *x;
-  int64_t C, H, W, KH, KW, ph, pw;
-} ctc_pix_bf16;
-/* Where pixels p .. p + 15 of a ctc_pix_bf16 start (n's image, pixel offset r) and, for an
- * unfolded one, which of them each tap (kh, kw) reads inside the image. */
-typedef struct ctc_pix16 {
-  const float *x;   /* image n's channel 0 at pixel r */
-  __mmask16 tap[64];
-} ctc_pix16;
-static inline void ctc_pix16_at(const ctc_pix_bf16 *s, int64_t p, ctc_pix16 *h) {
-  const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
-  h->x = s->x + n * s->C * HW + r;
-  if (!s->KH) return;
-  unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
-  int64_t oh = r / s->W, ow = r % s->W;
-  for (int l = 0; l < 16; l++) {
-    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
-    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
-    if (++ow == s->W) ow = 0, oh++;
-  }
-  for (int64_t kh = 0; kh < s->KH; kh++)
-    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (__mmask16)(rows[kh] & cols[kw]);
-}
-/* The next row: (c, kh, kw) counted up */
-static inline void ctc_pix_next(const ctc_pix_bf16 *s, int64_t *c, int64_t *kh, int64_t *kw) {
-  if (!s->KH) {
-    ++*c;
-  } else if (++*kw == s->KW) {
-    *kw = 0;
-    if (++*kh == s->KH) *kh = 0, ++*c;
-  }
-}
-static inline void ctc_pix_split(const ctc_pix_bf16 *s, int64_t k, int64_t *c, int64_t *kh, int64_t *kw) {
-  if (!s->KH) *c = k, *kh = *kw = 0;
-  else *c = k / (s->KH * s->KW), *kh = k / s->KW % s->KH, *kw = k % s->KW;
-}
-/* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
- * and which tap mask it reads. */
-static inline void ctc_pix_rows_at(const ctc_pix_bf16 *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
-  int64_t c, kh, kw;
-  ctc_pix_split(s, k0, &c, &kh, &kw);
-  for (int64_t k = 0; k < kc; k++) {
-    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
-    tap[k] = (unsigned char)(kh * s->KW + kw);
-    ctc_pix_next(s, &c, &kh, &kw);
-  }
-}
+ * conv_implicit), over the pixel matrices (ctc_pix) of the f32 section. */
 /* B's panel of pixels [p0, p0 + 32) (the second 16 absent, zeros, when p0 + 16 == p1) over the rows
  * at off/tap (kc of them) as bf16 pairs along k: bp[q * 32 + j], as ctc_pack_bn_bf16 packs a matrix. */
-static inline void ctc_pack_bpix_bf16(const ctc_pix_bf16 *s, const int64_t *off, const unsigned char *tap, int64_t kc,
+static inline void ctc_pack_bpix_bf16(const ctc_pix *s, const int64_t *off, const unsigned char *tap, int64_t kc,
                                       int64_t p0, int64_t p1, ctc_bf16x2 *restrict bp) {
   ctc_pix16 h0, h1;
   const int two = p0 + 16 < p1;
@@ -399,7 +463,7 @@ static inline void ctc_pack_bpix_bf16(const ctc_pix_bf16 *s, const int64_t *off,
 /* The rows at off/tap (m of them) of a pixel matrix over pixels [k0, k0 + kc) (k0 a multiple of
  * 32, kc of 16) as bf16 pairs along the pixels, row-major: ap[i * ld + q], zeros from kc to ld (a
  * multiple of 16); h[t]: pixels k0 + 16 t .. + 15 (ctc_pix_chunks). */
-static inline void ctc_pack_pix_rows_bf16(const ctc_pix_bf16 *s, const ctc_pix16 *h, const int64_t *off,
+static inline void ctc_pack_pix_rows_bf16(const ctc_pix *s, const ctc_pix16 *h, const int64_t *off,
                                           const unsigned char *tap, int64_t m, int64_t kc, int64_t ld,
                                           ctc_bf16x2 *restrict ap) {
   const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
@@ -414,13 +478,9 @@ static inline void ctc_pack_pix_rows_bf16(const ctc_pix_bf16 *s, const ctc_pix16
       _mm512_store_si512(ap + i * ld + q0, pairs);
     }
 }
-/* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
-static inline void ctc_pix_chunks(const ctc_pix_bf16 *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
-  for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);
-}
 /* B^T's panels for the columns [j0, j0 + n) (n <= 128: up to 4 panels of 32) that are rows of the
  * pixel matrix s, over the pixels of h (kc of them): panel t's bp[t * 8192 + q * 32 + j], zeros past n. */
-static inline void ctc_pack_pix_cols_bf16(const ctc_pix_bf16 *s, const ctc_pix16 *h, int64_t j0, int64_t n, int64_t kc,
+static inline void ctc_pack_pix_cols_bf16(const ctc_pix *s, const ctc_pix16 *h, int64_t j0, int64_t n, int64_t kc,
                                           int64_t kpl, ctc_bf16x2 *restrict bp) {
   _Alignas(64) ctc_bf16x2 t[16 * 256];
   int64_t off[16];
@@ -463,11 +523,11 @@ static inline void ctc_pack_w_bf16(const float *w, int flip, int64_t M, int64_t 
   }
 }
 /* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (p0 a multiple of 32, p1 of 16) = sum
- * over k < K of A[i, k] s[k, p], s a pixel matrix (ctc_pix_bf16), y [N, M, H, W], A packed by
+ * over k < K of A[i, k] s[k, p], s a pixel matrix (ctc_pix), y [N, M, H, W], A packed by
  * ctc_pack_w_bf16: a stride-1 convolution (or its input gradient) as an implicit GEMM, op(B)'s
  * panels packed from the images. K in blocks of up to 512, the pixels in groups of 128 (4
  * panels), M in tiles of 12 rows. */
-static inline void ctc_conv_pix_bf16(const ctc_bf16x2 *wp, int64_t wpl, const ctc_pix_bf16 *s, int64_t M, int64_t K,
+static inline void ctc_conv_pix_bf16(const ctc_bf16x2 *wp, int64_t wpl, const ctc_pix *s, int64_t M, int64_t K,
                                      float *y, int64_t p0, int64_t p1) {
   _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];
   int64_t off[512];
@@ -503,7 +563,7 @@ static inline void ctc_conv_pix_bf16(const ctc_bf16x2 *wp, int64_t wpl, const ct
  * convolution, g its output gradient (pixel matrices, packed from the images). The pixels in
  * blocks of up to 512, O in groups of 128 (4 panels of g^T, through 16x16 transposes), the rows
  * in blocks of 96 (x's pairs along the pixels). */
-static inline void ctc_conv_wgrad_bf16(const ctc_pix_bf16 *x, const ctc_pix_bf16 *g, int64_t O, int64_t P,
+static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64_t O, int64_t P,
                                        float *dwt, int64_t i0, int64_t i1) {
   _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];
   _Alignas(64) ctc_bf16x2 ap[96 * 256];

@@ -1,6 +1,7 @@
-"""Convolutions over tiles of the batch (codegen_c/emit_ops.c emit_conv2d_tiled):
+"""Convolutions over tiles of the batch (codegen_c/linalg_c.c emit_conv2d_tiled):
 the column matrices of S images side by side, one GEMM per tile and group;
-depthwise ones by direct loops. Forward and gradients against PyTorch on ragged
+depthwise ones by direct loops; stride-1 same-size ones as implicit GEMMs on AVX-512
+(the tiles in the other branch). Forward and gradients against PyTorch on ragged
 tiles (a batch that is not a multiple of S), 1x1, stride, padding, dilation,
 groups, depthwise and transposed convolutions; and the same bits whatever the
 number of threads."""
@@ -41,6 +42,11 @@ CASES = [
     # a 3-channel stem with 32 outputs: few weights, but its forward is im2col + GEMM (K = 27), not the
     # direct loops (the weight gradient's are kept)
     ("stem", 4, 3, 20, 18, 32, (3, 3), 1, 1, 1, 1, False, 0),
+    # stride 1, outputs the size of the inputs, images of a multiple of 16 pixels: with AVX-512 the
+    # forward and the input gradient are implicit GEMMs (ctc_conv_pix_f32; 12x12: vectors of 16
+    # pixels straddle rows; a batch of 5: a last panel of 16 pixels; 63 = 7 * 9 taps, 13 rows)
+    ("implicit_5x5", 5, 24, 12, 12, 40, (5, 5), 1, 2, 1, 1, False, 0),
+    ("implicit_odd", 3, 7, 8, 8, 13, (3, 3), 1, 1, 1, 1, False, 0),
 ]
 
 
@@ -133,12 +139,17 @@ def test_tiles_are_one_gemm(net):
     assert "ctc_matmul_f32(0, 1, n0 > 0, 32, 27, ns * 360," not in c   # its weight gradient: direct loops
     assert "for (int64_t n0 = 0; n0 < 10; n0 += 7) {   /* tiles of 7 images */" in c
     assert re.search(r"ctc_dwconv_f32\(", c) and re.search(r"ctc_dwconv_bwd_weight_f32\(", c)
+    # implicit GEMMs where the compiler targets AVX-512, the tiles as the other branch
+    assert "ctc_conv_pix_f32(w, &s, 40, 600, conv, p, p + 256 < 720 ? p + 256 : 720);" in c
+    assert "ctc_flip_w_f32(w, 24, 40, 25, r, r + 16 < 24 ? r + 16 : 24, x_grad_col);" in c   # taps reversed
+    assert "ctc_conv_pix_f32(x_grad_col, &s, 24, 1000, x_grad, p, p + 256 < 720 ? p + 256 : 720);" in c
+    assert "ctc_conv_pix_f32(w, &s, 13, 63, conv, p, p + 256 < 192 ? p + 256 : 192);" in c
 
 
 def test_thread_count_does_not_change_results(net):
     tmp, exe, outs = net
     res = {}
-    for case in (CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16]):
+    for case in (CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16], CASES[17], CASES[18]):
         n = case[0]
         arrays = _data(case, outs[n], 3)
         for threads in ("1", "2"):
