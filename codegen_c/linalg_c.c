@@ -344,8 +344,8 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (AVX-512%s): no unfolded copy */\n",
        low == 1 ? " BF16, of bf16 values" : "");
   c->ind += 2;
-  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s;   /* (what the #else branch calls) */\n",
-       in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf);
+  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s, (void)%s;   /* (what the #else branch uses) */\n",
+       in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);
   if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
     LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]), (ll)g->C,
          (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);

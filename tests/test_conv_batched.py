@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, compare, run, run_entry
+from ctc_testlib import CTC, ROOT, compare, run, run_entry
 
 # (name, N, C, H, W, O, (KH, KW), stride, padding, dilation, groups, transposed, output_padding)
 # The C target's tiles hold up to 1 MiB of columns (ir_conv_slots):
@@ -144,6 +144,19 @@ def test_tiles_are_one_gemm(net):
     assert "ctc_flip_w_f32(w, 24, 40, 25, r, r + 16 < 24 ? r + 16 : 24, x_grad_col);" in c   # taps reversed
     assert "ctc_conv_pix_f32(x_grad_col, &s, 24, 1000, x_grad, p, p + 256 < 720 ? p + 256 : 720);" in c
     assert "ctc_conv_pix_f32(w, &s, 13, 63, conv, p, p + 256 < 192 ? p + 256 : 192);" in c
+
+
+@pytest.mark.parametrize("march", ["native", "haswell"])
+def test_compiles_clean(net, march):
+    """The generated C with warnings as errors, the implicit GEMMs' branch (AVX-512: native where
+    the CPU has it) and the tiles' (haswell) each compiled (neither leaves a variable or a
+    function unused)."""
+    tmp, exe, outs = net
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 host")
+    run(["cc", "-std=c11", "-O1", f"-march={march}", "-fopenmp", "-Wall", "-Wextra", "-Werror",
+         "-D_POSIX_C_SOURCE=200809L", f"-I{os.path.join(ROOT, 'runtime_min')}", "-c", tmp / "net.c", "-o",
+         tmp / f"net_{march}.o"], timeout=600)
 
 
 def test_thread_count_does_not_change_results(net):

@@ -190,6 +190,12 @@ def test_calls(tmp_path):
     (tmp_path / "m.py").write_text(BF16_MODEL)
     run([CTC, "compile", tmp_path / "m.py", "--name", "net", "--input", "x=bf16[4,40]", "-o", tmp_path / "m.c"])
     assert gemm_calls(tmp_path / "m.c") == (2, 0, 0)
+    # each branch compiles with warnings as errors: AVX-512 BF16 (where the CPU has it), AVX-512
+    # without it, AVX2 (nothing left unused in any)
+    for march, need in (("native", "avx512_bf16"), ("skylake-avx512", None), ("haswell", None)):
+        if x86() and (need is None or cpu_has(need)):
+            run(["cc", *CFLAGS, f"-march={march}", "-fopenmp", f"-I{RT}", "-c", tmp_path / "train_step.c", "-o",
+                 tmp_path / f"t_{march}.o"], timeout=600)
 
 
 def build_variant(tmp_path, src, march):
