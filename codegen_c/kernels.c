@@ -167,25 +167,28 @@ static const Part matmul_call_text[] = {
      "#endif\n",
      "  (void)M, (void)N, (void)K;\n"
      "  return 0;\n"},
-    {"}\n"
-     "static void ctc_matmul_$S(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
-     "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
-     "  if (!ctc_gemm_split_$S(M, N, K)) {\n"
-     "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
-     "    return;\n"
-     "  }\n"
-     "  CTC_OMP_PARALLEL\n"
-     "  {\n"
-     "    int64_t r0, r1, c0, c1;\n"
-     "    ctc_gemm_block_$S(M, N, &r0, &r1, &c0, &c1);\n"
-     "    ctc_matmul_block_$S(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
-     "  }\n"
-     "}\n", NULL},
+    {"}\n", NULL},
 };
+/* ctc_matmul_$M, over ctc_matmul_block_$M: $M is the dtype's suffix, or bf16 for the f32 GEMMs
+ * of bf16 values (instantiate_m). */
+static const char matmul_fn_text[] =
+    "static void ctc_matmul_$M(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
+    "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
+    "  if (!ctc_gemm_split_$S(M, N, K)) {\n"
+    "    ctc_matmul_block_$M(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
+    "    return;\n"
+    "  }\n"
+    "  CTC_OMP_PARALLEL\n"
+    "  {\n"
+    "    int64_t r0, r1, c0, c1;\n"
+    "    ctc_gemm_block_$S(M, N, &r0, &r1, &c0, &c1);\n"
+    "    ctc_matmul_block_$M(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
+    "  }\n"
+    "}\n";
 
 /* GEMMs whose operands both hold bfloat16 values (KirCall.low): ctc_gemm_avx512bf16 where the
  * compiler targets AVX-512 BF16, else the f32 GEMM, which computes the same exact products;
- * split over the threads as ctc_matmul_f32. */
+ * split over the threads by matmul_fn_text as ctc_matmul_f32. */
 static const Part matmul_bf16_text[] = {
     {"/* Rows [r0, r1) and columns [c0, c1) of C = op(A) op(B) (C += if acc), A's and B's floats\n"
      " * holding bfloat16 values: AVX-512 BF16 dot products where the compiler targets them. */\n"
@@ -203,20 +206,6 @@ static const Part matmul_bf16_text[] = {
      "  ctc_matmul_block_f32(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"},
     {"}\n", NULL},
 };
-static const char matmul_bf16_call_text[] =
-    "static void ctc_matmul_bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,\n"
-    "                            const float *b, int64_t ldb, float *c, int64_t ldc) {\n"
-    "  if (!ctc_gemm_split_f32(M, N, K)) {\n"
-    "    ctc_matmul_block_bf16(ta, tb, acc, K, a, lda, b, ldb, c, ldc, 0, M, 0, N);\n"
-    "    return;\n"
-    "  }\n"
-    "  CTC_OMP_PARALLEL\n"
-    "  {\n"
-    "    int64_t r0, r1, c0, c1;\n"
-    "    ctc_gemm_block_f32(M, N, &r0, &r1, &c0, &c1);\n"
-    "    ctc_matmul_block_bf16(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
-    "  }\n"
-     "}\n";
 
 /* The output columns ow whose input column iw = ow * sw + off lies inside a row of W: [*lo, *hi). */
 static const char conv_span_text[] =
@@ -708,6 +697,17 @@ static void instantiate_acc(Buf *b, const char *text, DType t, const char *acc) 
   cg_buf_free(&x);
 }
 
+/* instantiate, with $M a variant's name (matmul_fn_text) */
+static void instantiate_m(Buf *b, const char *text, DType t, const char *m) {
+  Buf x = {0};
+  for (const char *s = text; *s; s++) {
+    if (s[0] == '$' && s[1] == 'M') cg_puts(&x, m), s++;
+    else cg_printf(&x, "%c", *s);
+  }
+  instantiate(b, x.s, t);
+  cg_buf_free(&x);
+}
+
 /* Writes text with $I replaced by isa. */
 static void instantiate_isa(Buf *b, const char *text, const char *isa) {
   for (const char *s = text; *s; s++) {
@@ -802,11 +802,13 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       cg_puts(b, "#include \"ctc_gemm_simd.h\"\n\n");
     }
     if (blas) instantiate_parts(b, matmul_text, NPARTS(matmul_text), (DType)t, fs), cg_puts(b, "\n");
-    if (blas && k->matmul[t])
-      instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs), cg_puts(b, "\n");
+    if (blas && k->matmul[t]) {
+      instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs);
+      instantiate_m(b, matmul_fn_text, (DType)t, cg_dt_suffix((DType)t)), cg_puts(b, "\n");
+    }
     if (t == DT_F32 && k->gemm_bf16)
       instantiate_parts(b, matmul_bf16_text, NPARTS(matmul_bf16_text), DT_F32, fs), cg_puts(b, "\n");
-    if (t == DT_F32 && k->matmul_bf16) cg_printf(b, "%s\n", matmul_bf16_call_text);
+    if (t == DT_F32 && k->matmul_bf16) instantiate_m(b, matmul_fn_text, DT_F32, "bf16"), cg_puts(b, "\n");
   }
   int fold = 0;
   for (int t = 0; t < DT_COUNT; t++) fold |= k->im2col[t] | k->col2im[t];
