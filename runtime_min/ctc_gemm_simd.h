@@ -1,6 +1,6 @@
 /* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else
  * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's
- * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c
+ * -march allows; the NEON one only without CTC_HAVE_CBLAS. A generated model.c
  * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its
  * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
@@ -605,12 +605,12 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
 
 #if defined(__AVX2__) && defined(__FMA__)
 #ifndef CTC_GEMM_AVX512_f32
-#ifndef CTC_HAVE_CBLAS
 #include <immintrin.h>
 #define CTC_GEMM_AVX2_f32 1
 /* 16 columns are 2 vectors of 8; op(A) broadcast (vbroadcastss) */
 #define CTC_VW_avx2 8
 #define CTC_NV_avx2 2
+#define CTC_NP_avx2 4   /* panels of op(B) packed together (ctc_pack_bn_avx2) */
 typedef __m256 ctc_vf_avx2;
 typedef __m256 ctc_va_avx2;
 static inline __m256 ctc_vzero_avx2(void) { return _mm256_setzero_ps(); }
@@ -653,21 +653,25 @@ static inline int64_t ctc_pack_bt16_avx2(const float *b, int64_t ldb, int64_t kc
   }
   return k8;
 }
-/* bp[k][16] = op(B)[k0 + k, j0 + j] for k < kc, j < nr; zero for j >= nr. */
-static void ctc_pack_b16_avx2(int tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
-                            float *restrict bp) {
-  if (!tb && nr == 16) {   /* a loop the compiler vectorises, not a call per row */
+/* B not transposed, columns [j0, j0 + nj) (nj <= 16 CTC_NP_avx2) as panels bp[p][k][16] = B[k0 + k,
+ * j0 + 16 p + j], kb floats apart, for k < kc; zero past nj. Each row is read in one pass of up to
+ * 16 CTC_NP_avx2 floats: a panel at a time read a 32x8192x288 GEMM's rows 16 floats apart (AVX2, Zen 5:
+ * 81 GFLOP/s, OpenBLAS 112). */
+static void ctc_pack_bn_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,
+                           float *restrict bp) {
+  if (nj == 16 * CTC_NP_avx2) {   /* loops the compiler vectorises */
     for (int64_t k = 0; k < kc; k++)
-      for (int j = 0; j < 16; j++) bp[k * 16 + j] = b[(k0 + k) * ldb + j0 + j];
+#pragma GCC unroll 4
+      for (int p = 0; p < CTC_NP_avx2; p++)
+        for (int j = 0; j < 16; j++) bp[p * kb * 16 + k * 16 + j] = b[(k0 + k) * ldb + j0 + p * 16 + j];
     return;
   }
-  if (!tb) {
-    for (int64_t k = 0; k < kc; k++) {
-      memcpy(bp + k * 16, b + (k0 + k) * ldb + j0, sizeof(float) * (size_t)nr);
-      if (nr < 16) memset(bp + k * 16 + nr, 0, sizeof(float) * (size_t)(16 - nr));
-    }
-    return;
-  }
+  const int64_t np = (nj + 15) / 16;
+  for (int64_t k = 0; k < kc; k++)
+    for (int64_t j = 0; j < np * 16; j++) bp[j / 16 * kb * 16 + k * 16 + j % 16] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+}
+/* B transposed: bp[k][16] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr. */
+static void ctc_pack_b16_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr, float *restrict bp) {
   const int64_t kt = nr == 16 ? ctc_pack_bt16_avx2(b + j0 * ldb + k0, ldb, kc, bp) : 0;
   for (int j = 0; j < 16; j++)
     for (int64_t k = kt; k < kc; k++) bp[k * 16 + j] = j < nr ? b[(j0 + j) * ldb + k0 + k] : 0;
@@ -718,13 +722,14 @@ static inline void ctc_gemm_tile16_avx2(const int R, int64_t kc, const float *a,
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
- * with 16-column panels of op(B) (32 KiB on the stack) and 6x16 tiles of C. A transposed A
+ * with 16-column panels of op(B) (CTC_NP_avx2 of them packed together when B is not transposed: 32 KiB
+ * on the stack each) and 6x16 tiles of C. A transposed A
  * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s). */
 static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc) {
-  _Alignas(64) float bp[512 * 16];
+  _Alignas(64) float bp[CTC_NP_avx2 * 512 * 16];
   _Alignas(64) float ap[96 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
@@ -749,25 +754,30 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
             for (int64_t k = 0; k < kc; k++)
               for (int r = 0; r < mr; r++) apt[k * 6 + r] = at[k * lda + r];
         }
-      for (int64_t j0 = 0; j0 < N; j0 += 16) {
-        const int nr = N - j0 < 16 ? (int)(N - j0) : 16;
-        ctc_pack_b16_avx2(tb, b, ldb, k0, kc, j0, nr, bp);
-        for (int64_t i = i0; i < i0 + mc; i += 6) {
-          const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-          const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
-          const int64_t rs = ta ? 1 : ars;
-          float *ci = c + i * ldc + j0;
-          const int add = acc || k0 > 0;
-          if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
-          else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);   /* a last, shorter tile */
-          else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
-          else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
+      const int64_t nw = tb ? 16 : 16 * CTC_NP_avx2;   /* the columns packed together */
+      for (int64_t j0 = 0; j0 < N; j0 += nw) {
+        const int64_t nj = N - j0 < nw ? N - j0 : nw;
+        if (tb) ctc_pack_b16_avx2(b, ldb, k0, kc, j0, (int)nj, bp);
+        else ctc_pack_bn_avx2(b, ldb, k0, kc, j0, nj, kb, bp);
+        for (int64_t p = 0; p * 16 < nj; p++) {
+          const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
+          const float *bpp = bp + p * kb * 16;
+          for (int64_t i = i0; i < i0 + mc; i += 6) {
+            const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
+            const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
+            const int64_t rs = ta ? 1 : ars;
+            float *ci = c + i * ldc + j0 + p * 16;
+            const int add = acc || k0 > 0;
+            if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+            else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+          }
         }
       }
     }
   }
 }
-#endif
 #endif
 #endif
 
@@ -778,6 +788,7 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
 /* 16 columns are 4 vectors of 4; op(A) one scalar, fmla by lane */
 #define CTC_VW_neon 4
 #define CTC_NV_neon 4
+#define CTC_NP_neon 1   /* panels of op(B) packed together (ctc_pack_bn_neon) */
 typedef float32x4_t ctc_vf_neon;
 typedef float ctc_va_neon;
 static inline float32x4_t ctc_vzero_neon(void) { return vdupq_n_f32(0); }
@@ -805,21 +816,25 @@ static inline int64_t ctc_pack_bt16_neon(const float *b, int64_t ldb, int64_t kc
     }
   return k4;
 }
-/* bp[k][16] = op(B)[k0 + k, j0 + j] for k < kc, j < nr; zero for j >= nr. */
-static void ctc_pack_b16_neon(int tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
-                            float *restrict bp) {
-  if (!tb && nr == 16) {   /* a loop the compiler vectorises, not a call per row */
+/* B not transposed, columns [j0, j0 + nj) (nj <= 16 CTC_NP_neon) as panels bp[p][k][16] = B[k0 + k,
+ * j0 + 16 p + j], kb floats apart, for k < kc; zero past nj. Each row is read in one pass of up to
+ * 16 CTC_NP_neon floats: a panel at a time read a 32x8192x288 GEMM's rows 16 floats apart (AVX2, Zen 5:
+ * 81 GFLOP/s, OpenBLAS 112). */
+static void ctc_pack_bn_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,
+                           float *restrict bp) {
+  if (nj == 16 * CTC_NP_neon) {   /* loops the compiler vectorises */
     for (int64_t k = 0; k < kc; k++)
-      for (int j = 0; j < 16; j++) bp[k * 16 + j] = b[(k0 + k) * ldb + j0 + j];
+#pragma GCC unroll 4
+      for (int p = 0; p < CTC_NP_neon; p++)
+        for (int j = 0; j < 16; j++) bp[p * kb * 16 + k * 16 + j] = b[(k0 + k) * ldb + j0 + p * 16 + j];
     return;
   }
-  if (!tb) {
-    for (int64_t k = 0; k < kc; k++) {
-      memcpy(bp + k * 16, b + (k0 + k) * ldb + j0, sizeof(float) * (size_t)nr);
-      if (nr < 16) memset(bp + k * 16 + nr, 0, sizeof(float) * (size_t)(16 - nr));
-    }
-    return;
-  }
+  const int64_t np = (nj + 15) / 16;
+  for (int64_t k = 0; k < kc; k++)
+    for (int64_t j = 0; j < np * 16; j++) bp[j / 16 * kb * 16 + k * 16 + j % 16] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+}
+/* B transposed: bp[k][16] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr. */
+static void ctc_pack_b16_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr, float *restrict bp) {
   const int64_t kt = nr == 16 ? ctc_pack_bt16_neon(b + j0 * ldb + k0, ldb, kc, bp) : 0;
   for (int j = 0; j < 16; j++)
     for (int64_t k = kt; k < kc; k++) bp[k * 16 + j] = j < nr ? b[(j0 + j) * ldb + k0 + k] : 0;
@@ -870,13 +885,14 @@ static inline void ctc_gemm_tile16_neon(const int R, int64_t kc, const float *a,
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
- * with 16-column panels of op(B) (32 KiB on the stack) and 6x16 tiles of C. A transposed A
+ * with 16-column panels of op(B) (CTC_NP_neon of them packed together when B is not transposed: 32 KiB
+ * on the stack each) and 6x16 tiles of C. A transposed A
  * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s). */
 static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc) {
-  _Alignas(64) float bp[512 * 16];
+  _Alignas(64) float bp[CTC_NP_neon * 512 * 16];
   _Alignas(64) float ap[96 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
@@ -901,19 +917,25 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
             for (int64_t k = 0; k < kc; k++)
               for (int r = 0; r < mr; r++) apt[k * 6 + r] = at[k * lda + r];
         }
-      for (int64_t j0 = 0; j0 < N; j0 += 16) {
-        const int nr = N - j0 < 16 ? (int)(N - j0) : 16;
-        ctc_pack_b16_neon(tb, b, ldb, k0, kc, j0, nr, bp);
-        for (int64_t i = i0; i < i0 + mc; i += 6) {
-          const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-          const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
-          const int64_t rs = ta ? 1 : ars;
-          float *ci = c + i * ldc + j0;
-          const int add = acc || k0 > 0;
-          if (mr > 4) ctc_gemm_tile16_neon(6, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
-          else if (mr > 2) ctc_gemm_tile16_neon(4, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);   /* a last, shorter tile */
-          else if (mr == 2) ctc_gemm_tile16_neon(2, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
-          else ctc_gemm_tile16_neon(1, kc, ai, rs, aks, mr, bp, ci, ldc, nr, add);
+      const int64_t nw = tb ? 16 : 16 * CTC_NP_neon;   /* the columns packed together */
+      for (int64_t j0 = 0; j0 < N; j0 += nw) {
+        const int64_t nj = N - j0 < nw ? N - j0 : nw;
+        if (tb) ctc_pack_b16_neon(b, ldb, k0, kc, j0, (int)nj, bp);
+        else ctc_pack_bn_neon(b, ldb, k0, kc, j0, nj, kb, bp);
+        for (int64_t p = 0; p * 16 < nj; p++) {
+          const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
+          const float *bpp = bp + p * kb * 16;
+          for (int64_t i = i0; i < i0 + mc; i += 6) {
+            const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
+            const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
+            const int64_t rs = ta ? 1 : ars;
+            float *ci = c + i * ldc + j0 + p * 16;
+            const int add = acc || k0 > 0;
+            if (mr > 4) ctc_gemm_tile16_neon(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            else if (mr > 2) ctc_gemm_tile16_neon(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+            else if (mr == 2) ctc_gemm_tile16_neon(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            else ctc_gemm_tile16_neon(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+          }
         }
       }
     }

@@ -39,7 +39,7 @@ def header():
     simd16 = c_string(src, "cg_gemm_simd16_text")
     return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
             " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
-            " * -march allows; the AVX2 and NEON ones only without CTC_HAVE_CBLAS. A generated model.c\n"
+            " * -march allows; the NEON one only without CTC_HAVE_CBLAS. A generated model.c\n"
             " * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its\n"
             " * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).\n"
             " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
@@ -52,9 +52,9 @@ def header():
             "#include <stdint.h>\n#include <string.h>\n\n"
             + c_string(src, "gemm_avx512_text") + "\n"
             + c_string(src, "gemm_avx512bf16_text") + "\n"
-            "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n#ifndef CTC_HAVE_CBLAS\n"
+            "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2")
-            + "#endif\n#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
+            + "#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "cg_gemm_neon_head") + simd16.replace("$I", "neon")
             + "#endif\n#endif\n\n#endif /* CTC_GEMM_SIMD_H */\n")
 

@@ -2,8 +2,8 @@
 
 Generated code carries three: AVX-512 (12x32 tiles), AVX2+FMA and NEON (6x16 tiles, the same
 blocking and blocked summation), picked at compile time from the target's macros
-(__AVX512F__ > __AVX2__ && __FMA__ > __aarch64__ && __ARM_NEON > the portable ctc_gemm; AVX2 and
-NEON only without OpenBLAS, whose kernels measured faster than ctc's AVX2 one). Each
+(__AVX512F__ > __AVX2__ && __FMA__ > __aarch64__ && __ARM_NEON > the portable ctc_gemm; NEON only
+without OpenBLAS; AVX-512 and AVX2 with OpenBLAS too, which then keeps the slivers). Each
 x86 one is forced here with -march (haswell: AVX2 without AVX-512; native: AVX-512 where the
 CPU has it; x86-64: neither), the NEON one is cross-compiled for aarch64 and run under
 qemu-aarch64 (skipped when the cross compiler or QEMU is missing).
@@ -173,7 +173,7 @@ def have_openblas(tmp):
 
 # variant: (-march flags, the kernel it must pick, what the CPU needs to run it)
 X86 = {"avx2": (["-march=haswell"], "avx2", "avx2"),
-       "avx2-blas": (["-march=haswell"], "none", "avx2"),   # OpenBLAS: faster than ctc's AVX2 GEMM
+       "avx2-blas": (["-march=haswell"], "avx2", "avx2"),   # OpenBLAS: the slivers
        "avx512": (["-march=native"], "avx512", "avx512f"),
        "portable": (["-march=x86-64"], "none", None)}
 
