@@ -316,7 +316,7 @@ static int64_t implicit_bytes(const Inst *in, const ConvGeom *g, int bf16) {
   return M * ((K + 1) / 2 + 15) / 16 * 16 * 4;
 }
 
-/* Whether a tiled f32 convolution is written as an implicit GEMM for AVX-512 (gemm_simd_c.c's
+/* Whether a tiled f32 convolution is written as an implicit GEMM for AVX-512 or AVX2 (gemm_simd_c.c's
  * ctc_conv_pix_f32: forward and input gradient; of bf16 values, KirCall.low, for AVX-512 BF16:
  * ctc_conv_pix_bf16 and the weight gradient's ctc_conv_wgrad_bf16): on the hosted C target,
  * stride 1, no dilation, one group, an output the size of the input (which makes the input
@@ -330,8 +330,8 @@ static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom 
          implicit_bytes(in, g, low == 1) <= ir_scratch_bytes(c->f, in);
 }
 
-/* A convolution as conv_implicit allows: the implicit GEMM where the compiler targets AVX-512
- * (AVX-512 BF16 for bf16 values), the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled)
+/* A convolution as conv_implicit allows: the implicit GEMM where the compiler targets AVX-512 or
+ * AVX2 (CTC_CONV_PIX_f32; AVX-512 BF16 for bf16 values), the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled)
  * otherwise. In parallel over blocks of 256 pixels (forward, input gradient: the weights
  * prepared first, in parallel over their rows) or over each thread's rows of dW^T (weight
  * gradient, ctc_gemm_block's split, then transposed into dW); each output element is computed
@@ -340,9 +340,9 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   const int64_t P = g->N * g->H * g->W, kk = g->KH * g->KW, ckk = g->C * kk;
   const char *scratch = c->sname[i], *sf = low == 1 ? "bf16" : "f32";
   if (low == 1) c->k->gemm_bf16 = 1;
-  cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_GEMM_AVX512_f32");
-  LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (AVX-512%s): no unfolded copy */\n",
-       low == 1 ? " BF16, of bf16 values" : "");
+  cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_CONV_PIX_f32");
+  LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (%s): no unfolded copy */\n",
+       low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512 or AVX2");
   c->ind += 2;
   LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s, (void)%s;   /* (what the #else branch uses) */\n",
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);

@@ -5,7 +5,8 @@
  * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
- * model.c that defines CTC_WANT_GEMM_BF16 before including it.
+ * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
+ * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32).
  *
  * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c (docs/speed.md
  * describes the kernels); do not edit. */
@@ -14,6 +15,78 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the
+ * unfolded images are never written, the panels of the operand that reads them are packed
+ * straight from the images (a tap in the padding: a masked load), on AVX-512 (f32, bf16) and AVX2.
+ * Static inline: a model.c calls the ones its convolutions need. */
+/* A convolution's operand read in place as a matrix over pixels p = n * H * W + oh * W + ow
+ * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
+ * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
+ * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
+ * itself, row c holding x[n, c, oh, ow]. */
+typedef struct ctc_pix {
+  const float *x;
+  int64_t C, H, W, KH, KW, ph, pw;
+} ctc_pix;
+/* Where pixels p .. p + 15 of a ctc_pix start (n's image, pixel offset r) and, for an
+ * unfolded one, which of them each tap (kh, kw) reads inside the image. */
+typedef struct ctc_pix16 {
+  const float *x;   /* image n's channel 0 at pixel r */
+  uint16_t tap[64];   /* bit l: lane l (pixel p + l) */
+} ctc_pix16;
+static inline void ctc_pix16_at(const ctc_pix *s, int64_t p, ctc_pix16 *h) {
+  const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
+  h->x = s->x + n * s->C * HW + r;
+  if (!s->KH) return;
+  unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
+  int64_t oh = r / s->W, ow = r % s->W;
+  for (int l = 0; l < 16; l++) {
+    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
+    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
+    if (++ow == s->W) ow = 0, oh++;
+  }
+  for (int64_t kh = 0; kh < s->KH; kh++)
+    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (uint16_t)(rows[kh] & cols[kw]);
+}
+/* The next row: (c, kh, kw) counted up */
+static inline void ctc_pix_next(const ctc_pix *s, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) {
+    ++*c;
+  } else if (++*kw == s->KW) {
+    *kw = 0;
+    if (++*kh == s->KH) *kh = 0, ++*c;
+  }
+}
+static inline void ctc_pix_split(const ctc_pix *s, int64_t k, int64_t *c, int64_t *kh, int64_t *kw) {
+  if (!s->KH) *c = k, *kh = *kw = 0;
+  else *c = k / (s->KH * s->KW), *kh = k / s->KW % s->KH, *kw = k % s->KW;
+}
+/* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
+ * and which tap mask it reads. */
+static inline void ctc_pix_rows_at(const ctc_pix *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
+  int64_t c, kh, kw;
+  ctc_pix_split(s, k0, &c, &kh, &kw);
+  for (int64_t k = 0; k < kc; k++) {
+    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
+    tap[k] = (unsigned char)(kh * s->KW + kw);
+    ctc_pix_next(s, &c, &kh, &kw);
+  }
+}
+/* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
+static inline void ctc_pix_chunks(const ctc_pix *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
+  for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);
+}
+/* Rows [i0, i1) of the weights' reversed taps for the input gradient of the convolution by
+ * w[O, M, KH, KW]: a[i * O KK + o KK + t] = w[o, i, KK - 1 - t] (KK = KH KW). */
+static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t KK, int64_t i0, int64_t i1,
+                                  float *restrict a) {
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t t = 0; t < KK; t++) a[(i * O + o) * KK + t] = w[(o * M + i) * KK + KK - 1 - t];
+}
+#endif
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -149,67 +222,7 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
     }
   }
 }
-/* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the
- * unfolded images are never written, the panels of the operand that reads them are packed
- * straight from the images (a tap in the padding: a masked load). Static inline: a model.c
- * calls the ones its convolutions need. */
-/* A convolution's operand read in place as a matrix over pixels p = n * H * W + oh * W + ow
- * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
- * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
- * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
- * itself, row c holding x[n, c, oh, ow]. */
-typedef struct ctc_pix {
-  const float *x;
-  int64_t C, H, W, KH, KW, ph, pw;
-} ctc_pix;
-/* Where pixels p .. p + 15 of a ctc_pix start (n's image, pixel offset r) and, for an
- * unfolded one, which of them each tap (kh, kw) reads inside the image. */
-typedef struct ctc_pix16 {
-  const float *x;   /* image n's channel 0 at pixel r */
-  __mmask16 tap[64];
-} ctc_pix16;
-static inline void ctc_pix16_at(const ctc_pix *s, int64_t p, ctc_pix16 *h) {
-  const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
-  h->x = s->x + n * s->C * HW + r;
-  if (!s->KH) return;
-  unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
-  int64_t oh = r / s->W, ow = r % s->W;
-  for (int l = 0; l < 16; l++) {
-    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
-    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
-    if (++ow == s->W) ow = 0, oh++;
-  }
-  for (int64_t kh = 0; kh < s->KH; kh++)
-    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (__mmask16)(rows[kh] & cols[kw]);
-}
-/* The next row: (c, kh, kw) counted up */
-static inline void ctc_pix_next(const ctc_pix *s, int64_t *c, int64_t *kh, int64_t *kw) {
-  if (!s->KH) {
-    ++*c;
-  } else if (++*kw == s->KW) {
-    *kw = 0;
-    if (++*kh == s->KH) *kh = 0, ++*c;
-  }
-}
-static inline void ctc_pix_split(const ctc_pix *s, int64_t k, int64_t *c, int64_t *kh, int64_t *kw) {
-  if (!s->KH) *c = k, *kh = *kw = 0;
-  else *c = k / (s->KH * s->KW), *kh = k / s->KW % s->KH, *kw = k % s->KW;
-}
-/* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
- * and which tap mask it reads. */
-static inline void ctc_pix_rows_at(const ctc_pix *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
-  int64_t c, kh, kw;
-  ctc_pix_split(s, k0, &c, &kh, &kw);
-  for (int64_t k = 0; k < kc; k++) {
-    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
-    tap[k] = (unsigned char)(kh * s->KW + kw);
-    ctc_pix_next(s, &c, &kh, &kw);
-  }
-}
-/* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
-static inline void ctc_pix_chunks(const ctc_pix *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
-  for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);
-}
+#define CTC_CONV_PIX_f32 1   /* ctc_conv_pix_f32 is in (linalg_c.c's conv_implicit) */
 /* ---- stride-1 f32 convolutions as implicit GEMMs (the tiles of ctc_gemm_avx512_f32): the
  * forward and the input gradient (the weight gradient keeps the unfolded tiles: packing the
  * unfolded rows as floats measured slower than im2col's copy, 168-176 against 179-182 GFLOP/s) */
@@ -258,14 +271,6 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
       }
     }
   }
-}
-/* Rows [i0, i1) of the weights' reversed taps for the input gradient of the convolution by
- * w[O, M, KH, KW]: a[i * O KK + o KK + t] = w[o, i, KK - 1 - t] (KK = KH KW). */
-static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t KK, int64_t i0, int64_t i1,
-                                  float *restrict a) {
-  for (int64_t i = i0; i < i1; i++)
-    for (int64_t o = 0; o < O; o++)
-      for (int64_t t = 0; t < KK; t++) a[(i * O + o) * KK + t] = w[(o * M + i) * KK + KK - 1 - t];
 }
 #endif
 
@@ -774,6 +779,61 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
             else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
           }
         }
+      }
+    }
+  }
+}
+/* ---- stride-1 f32 convolutions as implicit GEMMs on AVX2 (the tiles of ctc_gemm_avx2_f32): the
+ * AVX-512 ones' structure with 16-pixel panels (never two images: H * W is a multiple of 16) */
+#define CTC_CONV_PIX_f32 1   /* ctc_conv_pix_f32 is in (linalg_c.c's conv_implicit) */
+/* The lanes of mask bits m (8 of them) as a vmaskmovps mask */
+static inline __m256i ctc_mask8_avx2(unsigned m) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)m), bit), bit);
+}
+/* B's panel [kc][16] of pixels [p0, p0 + 16) over the rows at off/tap (a masked load where a tap
+ * falls in the padding: masked lanes are not read) */
+static inline void ctc_pack_bpix16_avx2(const ctc_pix *s, const int64_t *off, const unsigned char *tap, int64_t kc,
+                                        int64_t p0, float *restrict bp) {
+  ctc_pix16 h;
+  ctc_pix16_at(s, p0, &h);
+  for (int64_t k = 0; k < kc; k++) {
+    const unsigned m = s->KH ? h.tap[tap[k]] : 0xffffu;
+    const float *x = h.x + off[k];
+    if (m == 0xffffu) {
+      _mm256_store_ps(bp + k * 16, _mm256_loadu_ps(x));
+      _mm256_store_ps(bp + k * 16 + 8, _mm256_loadu_ps(x + 8));
+    } else {
+      _mm256_store_ps(bp + k * 16, _mm256_maskload_ps(x, ctc_mask8_avx2(m & 0xffu)));
+      _mm256_store_ps(bp + k * 16 + 8, _mm256_maskload_ps(x + 8, ctc_mask8_avx2(m >> 8)));
+    }
+  }
+}
+/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (multiples of 16) = sum over k < K of
+ * a[i * K + k] s[k, p], y [N, M, H, W]: as the AVX-512 ctc_conv_pix_f32, with ctc_gemm_avx2_f32's
+ * K blocks and 6x16 tiles, a panel of 16 pixels packed at a time. */
+static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M, int64_t K, float *y, int64_t p0,
+                                    int64_t p1) {
+  _Alignas(64) float bp[512 * 16];
+  int64_t off[512];
+  unsigned char tap[512];
+  const int64_t HW = s->H * s->W;
+  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    ctc_pix_rows_at(s, k0, kc, off, tap);
+    for (int64_t j = p0; j < p1; j += 16) {
+      ctc_pack_bpix16_avx2(s, off, tap, kc, j, bp);
+      float *yj = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of channel 0 */
+      for (int64_t i = 0; i < M; i += 6) {
+        const int mr = M - i < 6 ? (int)(M - i) : 6;
+        const float *ai = a + i * K + k0;
+        float *ci = yj + i * HW;
+        const int add = k0 > 0;
+        if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else ctc_gemm_tile16_avx2(1, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
       }
     }
   }

@@ -1,7 +1,7 @@
 """Convolutions over tiles of the batch (codegen_c/linalg_c.c emit_conv2d_tiled):
 the column matrices of S images side by side, one GEMM per tile and group;
-depthwise ones by direct loops; stride-1 same-size ones as implicit GEMMs on AVX-512
-(the tiles in the other branch). Forward and gradients against PyTorch on ragged
+depthwise ones by direct loops; stride-1 same-size ones as implicit GEMMs on AVX-512 and
+AVX2 (the tiles in the other branch; the AVX2 one is forced with -march=haswell). Forward and gradients against PyTorch on ragged
 tiles (a batch that is not a multiple of S), 1x1, stride, padding, dilation,
 groups, depthwise and transposed convolutions; and the same bits whatever the
 number of threads."""
@@ -42,7 +42,7 @@ CASES = [
     # a 3-channel stem with 32 outputs: few weights, but its forward is im2col + GEMM (K = 27), not the
     # direct loops (the weight gradient's are kept)
     ("stem", 4, 3, 20, 18, 32, (3, 3), 1, 1, 1, 1, False, 0),
-    # stride 1, outputs the size of the inputs, images of a multiple of 16 pixels: with AVX-512 the
+    # stride 1, outputs the size of the inputs, images of a multiple of 16 pixels: with AVX-512 or AVX2 the
     # forward and the input gradient are implicit GEMMs (ctc_conv_pix_f32; 12x12: vectors of 16
     # pixels straddle rows; a batch of 5: a last panel of 16 pixels; 63 = 7 * 9 taps, 13 rows)
     ("implicit_5x5", 5, 24, 12, 12, 40, (5, 5), 1, 2, 1, 1, False, 0),
@@ -146,11 +146,53 @@ def test_tiles_are_one_gemm(net):
     assert "ctc_conv_pix_f32(w, &s, 13, 63, conv, p, p + 256 < 192 ? p + 256 : 192);" in c
 
 
-@pytest.mark.parametrize("march", ["native", "haswell"])
+IMPLICIT = [c for c in CASES if c[0].startswith("implicit")]
+
+
+@pytest.fixture(scope="module")
+def net_avx2(net):
+    """The same file built for AVX2 without AVX-512 (ctc build's compiler wrapped to add
+    -march=haswell after its -march=native): the AVX2 implicit GEMMs (ctc_conv_pix_f32 over
+    ctc_gemm_avx2_f32's tiles, 16-pixel panels)."""
+    tmp, exe, outs = net
+    if os.uname().machine != "x86_64" or "avx2" not in open("/proc/cpuinfo").read().split():
+        pytest.skip("an x86-64 CPU with AVX2")
+    cc = tmp / "cc_haswell"
+    cc.write_text('#!/bin/sh\nexec cc "$@" -march=haswell\n')
+    cc.chmod(0o755)
+    entries = [a for c in IMPLICIT for a in ("--entry", f"fwd_{c[0]}", "--entry", f"grads_{c[0]}")]
+    exe2 = tmp / "net_avx2"
+    run([CTC, "build", str(tmp / "convs.py"), "-o", str(exe2), "--cc", str(cc), *entries], timeout=900)
+    macros = run(["cc", "-std=c11", "-march=haswell", "-D_POSIX_C_SOURCE=200809L",
+                  f"-I{os.path.join(ROOT, 'runtime_min')}", "-E", "-dM", tmp / "net.c"]).stdout
+    assert "#define CTC_CONV_PIX_f32 1" in macros and "#define CTC_GEMM_AVX2_f32 1" in macros
+    return tmp, exe2, outs
+
+
+@pytest.mark.parametrize("case", IMPLICIT, ids=[c[0] for c in IMPLICIT])
+def test_implicit_avx2_matches_torch(net_avx2, case, monkeypatch):
+    """The AVX2 implicit GEMMs: forward and all gradients against PyTorch, and the same bits
+    with 1 and 2 threads."""
+    tmp, exe, outs = net_avx2
+    n = case[0]
+    x, w, b, p = _data(case, outs[n], len(n))
+    (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
+    compare(f"{n} forward (AVX2)", y, _torch(case, x, w, b), 1e-4, 1e-4)
+    got = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        got[threads] = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)
+    for what, g, want in zip(("x", "w", "b"), got["1"], _torch(case, x, w, b, p)):
+        compare(f"{n} d/d{what} (AVX2)", g, want, 1e-3, 1e-3)
+    for g1, g2 in zip(got["1"], got["2"]):
+        assert g1.tobytes() == g2.tobytes(), f"{n}: 1 and 2 threads differ"
+
+
+@pytest.mark.parametrize("march", ["native", "haswell", "x86-64"])
 def test_compiles_clean(net, march):
     """The generated C with warnings as errors, the implicit GEMMs' branch (AVX-512: native where
-    the CPU has it) and the tiles' (haswell) each compiled (neither leaves a variable or a
-    function unused)."""
+    the CPU has it; AVX2: haswell) and the tiles' (x86-64) each compiled (none leaves a variable
+    or a function unused)."""
     tmp, exe, outs = net
     if os.uname().machine != "x86_64":
         pytest.skip("an x86-64 host")
