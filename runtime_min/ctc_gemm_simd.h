@@ -91,6 +91,7 @@ static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define CTC_GEMM_AVX512_f32 1
+#define CTC_NP_avx512 4   /* panels of op(B) packed together when B is not transposed (ctc_pack_bn_f32) */
 /* dst[k * ldd + j] = src[j * lds + k] for a 16x16 block: unpack 32-bit, then 64-bit
  * pairs, then a 4x4 transpose of the 128-bit lanes. */
 static inline void ctc_transpose16_f32(const float *src, int64_t lds, float *dst, int64_t ldd) {
@@ -121,25 +122,31 @@ static inline void ctc_transpose16_f32(const float *src, int64_t lds, float *dst
     _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(p1, q1, 0xDD));
   }
 }
-/* bp[k][32] = op(B)[k0 + k, j0 + j] for k < kc, j < nr; zero for j >= nr. A whole panel's row is two
- * vector moves, not a memcpy call (a convolution's GEMM with 32 rows spent a fifth of its time here). */
-static void ctc_pack_b_f32(int tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
-                           float *restrict bp) {
-  if (!tb && nr == 32) {
+/* B not transposed, columns [j0, j0 + nj) (nj <= 32 CTC_NP_avx512) as panels bp[p][k][32] =
+ * B[k0 + k, j0 + 32 p + j], kb floats apart, for k < kc; zero past nj: each row read in one pass
+ * (as ctc_pack_bn_avx2: a panel at a time, a 32x8192x288 GEMM read rows 32 KiB apart 32 floats at a
+ * time). */
+static void ctc_pack_bn_f32(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,
+                            float *restrict bp) {
+  if (nj == 32 * CTC_NP_avx512) {
     for (int64_t k = 0; k < kc; k++) {
       const float *bk = b + (k0 + k) * ldb + j0;
-      _mm512_store_ps(bp + k * 32, _mm512_loadu_ps(bk));
-      _mm512_store_ps(bp + k * 32 + 16, _mm512_loadu_ps(bk + 16));
+#pragma GCC unroll 4
+      for (int p = 0; p < CTC_NP_avx512; p++) {
+        _mm512_store_ps(bp + p * kb * 32 + k * 32, _mm512_loadu_ps(bk + p * 32));
+        _mm512_store_ps(bp + p * kb * 32 + k * 32 + 16, _mm512_loadu_ps(bk + p * 32 + 16));
+      }
     }
     return;
   }
-  if (!tb) {
-    for (int64_t k = 0; k < kc; k++) {
-      memcpy(bp + k * 32, b + (k0 + k) * ldb + j0, sizeof(float) * (size_t)nr);
-      if (nr < 32) memset(bp + k * 32 + nr, 0, sizeof(float) * (size_t)(32 - nr));
-    }
-    return;
-  }
+  const int64_t np = (nj + 31) / 32;
+  for (int64_t k = 0; k < kc; k++)
+    for (int64_t j = 0; j < np * 32; j++) bp[j / 32 * kb * 32 + k * 32 + j % 32] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+}
+/* B transposed: bp[k][32] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr (16x16 register
+ * transposes). */
+static void ctc_pack_b_f32(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
+                           float *restrict bp) {
   const int64_t k16 = nr == 32 ? kc / 16 * 16 : 0;
   for (int64_t k = 0; k < k16; k += 16) {
     ctc_transpose16_f32(b + j0 * ldb + k0 + k, ldb, bp + k * 32, 32);
@@ -192,31 +199,37 @@ static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, in
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. */
 static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  _Alignas(64) float bp[512 * 32];
+  _Alignas(64) float bp[CTC_NP_avx512 * 512 * 32];
   const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (multiples of 16 but the last) */
+  /* K in equal blocks of at most 512 (multiples of 16 but the last), M of 384 */
   const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
-    for (int64_t i0 = 0; i0 < M; i0 += 192) {
-      const int64_t mc = M - i0 < 192 ? M - i0 : 192;
-      for (int64_t j0 = 0; j0 < N; j0 += 32) {
-        const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
-        const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-        const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-        ctc_pack_b_f32(tb, b, ldb, k0, kc, j0, nr, bp);
-        for (int64_t i = i0; i < i0 + mc; i += 12) {
-          const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
-          const float *ai = a + i * ars + k0 * aks;
-          float *ci = c + i * ldc + j0;
-          const int add = acc || k0 > 0;
-          if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);
-          else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);   /* shorter */
-          else ctc_gemm_tile_f32(4, kc, ai, ars, aks, mr, bp, ci, ci + 16, ldc, m0, m1, add);
+    for (int64_t i0 = 0; i0 < M; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
+      const int64_t mc = M - i0 < 384 ? M - i0 : 384;
+      const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
+      for (int64_t j0 = 0; j0 < N; j0 += nw) {
+        const int64_t nj = N - j0 < nw ? N - j0 : nw;
+        if (tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
+        else ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
+        for (int64_t p = 0; p * 32 < nj; p++) {
+          const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
+          const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+          const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+          const float *bpp = bp + p * kb * 32;
+          for (int64_t i = i0; i < i0 + mc; i += 12) {
+            const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
+            const float *ai = a + i * ars + k0 * aks;
+            float *ci = c + i * ldc + j0 + p * 32;
+            const int add = acc || k0 > 0;
+            if (mr > 8) ctc_gemm_tile_f32(12, kc, ai, ars, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+            else if (mr > 4) ctc_gemm_tile_f32(8, kc, ai, ars, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);   /* shorter */
+            else ctc_gemm_tile_f32(4, kc, ai, ars, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+          }
         }
       }
     }
@@ -740,8 +753,8 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 192 (96) */
-  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 192;
+  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
+  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 384;
   const int64_t nkb = (K + kmax - 1) / kmax, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
@@ -958,8 +971,8 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 192 (96) */
-  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 192;
+  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
+  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 384;
   const int64_t nkb = (K + kmax - 1) / kmax, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {

@@ -94,6 +94,14 @@ int main(void) {
             if (M > 4 && N > 4)   /* an inner block, as one thread's share */
               bad += check(ta, tb, !acc, M, N, K, pad, M / 4, M - 1, N / 3, N - 2), cases++;
           }
+  /* past an M block (384 rows) and two groups of op(B) panels packed together (128 columns) */
+  static const int L[][3] = {{400, 300, 530}, {390, 257, 33}};
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int s = 0; s < 2; s++) {
+        bad += check(ta, tb, s, L[s][0], L[s][1], L[s][2], s, 0, L[s][0], 0, L[s][1]), cases++;
+        bad += check(ta, tb, !s, L[s][0], L[s][1], L[s][2], s, 5, L[s][0] - 3, 7, L[s][1] - 2), cases++;
+      }
   printf("%d cases, %d wrong\n", cases, bad);
   return bad != 0;
 }

@@ -140,6 +140,11 @@ int main(void) {
           wrong += one(t >> 1, t & 1, (mi + ni + ki + t) % 2, Ms[mi], Ns[ni], Ks[ki], (mi + ki) % 3);
           cases++;
         }
+#ifndef FEW   /* past an M block (384 rows) and two groups of op(B) panels packed together (64 columns) */
+  static const int L[][3] = {{400, 150, 530}, {390, 129, 33}};
+  for (int t = 0; t < 4; t++)
+    for (int s = 0; s < 2; s++) wrong += one(t >> 1, t & 1, (s + t) % 2, L[s][0], L[s][1], L[s][2], s), cases++;
+#endif
 #ifndef CTC_HAVE_CBLAS
   static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}};
   for (int t = 0; t < 4; t++)
