@@ -14,7 +14,7 @@ qemu-aarch64 (skipped when the cross compiler or QEMU is missing).
   the matrix), each against a float64 reference; it prints the kernel it was built with and
   the test requires the intended one. It also computes C in the row or column blocks that
   ctc_gemm_block gives 2 and 3 threads and requires the same bits as in one call.
-- test_model_*: `ctc build --no-blas` (its compiler wrapped to append the -march) of a matmul entry with
+- test_model_*: `ctc build --no-blas` (and with OpenBLAS, for AVX2; its compiler wrapped to append the -march) of a matmul entry with
   all four transposes and an MLP's training step (Linear forward with its bias/tanh epilogue,
   both backward GEMMs), against PyTorch; `cc -E -dM` of the same model.c with the same flags
   shows which kernel the program uses.
@@ -283,7 +283,7 @@ def mlp_dir(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx512", "portable"])
+@pytest.mark.parametrize("variant", ["avx2", "avx2-blas", "avx512", "portable"])
 def test_model_x86(mlp_dir, tmp_path, variant):
     if not x86():
         pytest.skip("an x86-64 host")
@@ -293,12 +293,16 @@ def test_model_x86(mlp_dir, tmp_path, variant):
     cc = tmp_path / "cc"   # ctc build's flags, then the -march that wins over its -march=native
     cc.write_text('#!/bin/sh\nexec cc "$@" ' + " ".join(march) + "\n")
     cc.chmod(0o755)
+    blas = variant.endswith("blas")   # ctc build's default where OpenBLAS is installed: it keeps the slivers
+    if blas and not have_openblas(tmp_path):
+        pytest.skip("OpenBLAS (cblas.h, -lopenblas) is not installed")
     macros = run([cc, "-std=c11", "-march=native", "-D_POSIX_C_SOURCE=200809L", f"-I{RT}", "-E", "-dM",
-                  mlp_dir / "net.c"]).stdout
+                  *(["-DCTC_HAVE_CBLAS"] if blas else []), mlp_dir / "net.c"]).stdout
     picked = sorted(set(re.findall(r"#define CTC_GEMM_(\w+)_f32 1", macros)))
     assert picked == ([] if kernel == "none" else [kernel.upper()]), picked
     exe = tmp_path / "net"
-    run([CTC, "build", mlp_dir / "mlp.py", "--entry", "mm", "--entry", "train_step", "-o", exe, "--cc", cc, "--no-blas"])
+    run([CTC, "build", mlp_dir / "mlp.py", "--entry", "mm", "--entry", "train_step", "-o", exe, "--cc", cc,
+         *([] if blas else ["--no-blas"])])
     mod = load_module(str(mlp_dir / "mlp.py"), "gemm_isa_mlp_" + variant)
     rng = np.random.default_rng(3)
     arrs = [rng.standard_normal(s).astype(np.float32) for s in ((13, 100), (100, 31), (31, 100), (100, 13))]
