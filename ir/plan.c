@@ -146,9 +146,11 @@ int ir_conv_direct(const Func *f, const Inst *in) {
   if (in->attr[0] != 1 || in->attr[1] != 1 || in->attr[4] != 1 || in->attr[5] != 1 || G != 1) return 0;
   if (C > IR_CONV_DIRECT_MAX_W || KH * KW > IR_CONV_DIRECT_MAX_W || O * C * KH * KW > IR_CONV_DIRECT_MAX_W) return 0;
   /* a forward GEMM of at least 32 rows beats the loops (a 3-channel stem: 10-13 -> 50-58 GFLOP/s);
-   * the weight gradient stays direct: its GEMM (32+ rows, 27 columns) would be a sliver that
-   * OpenBLAS computes, with other sums at other thread counts */
+   * so does the f32 weight gradient's dW^T = columns g^T (ir_conv_wgrad_t) for whole panels of
+   * 32 output channels (a 3-channel stem: 17.5 -> 91 GFLOP/s, AVX-512); dW = g columns^T would be
+   * a sliver of C*KH*KW < 32 columns that OpenBLAS computes, with other sums at other thread counts */
   if (in->op == IR_CONV2D && O >= 32) return 0;
+  if (in->op == IR_CONV2D_BWD_WEIGHT && O % 32 == 0 && f->values.data[in->res].type.dtype == DT_F32) return 0;
   /* nor does the weight gradient of bf16 values, which an AVX-512 BF16 CPU computes as an
    * implicit GEMM (codegen_c/linalg_c.c; a 3-channel stem: 17 -> ~100 GFLOP/s) */
   if (in->op == IR_CONV2D_BWD_WEIGHT && ir_low_operands(f, in) == 1) return 0;
@@ -164,10 +166,11 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in) {
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   const Type *x = &f->values.data[in->args[0]].type;
   /* (at least 32 output channels, a whole column panel of ctc's AVX-512 GEMM, and no more than
-   * C*KH*KW: ctc_matmul then splits dW^T by rows; narrower, or split by columns into blocks under
-   * 32, blocks of dW^T would be slivers that go to OpenBLAS when it is linked in, at some thread
-   * counts only, and the bits would depend on the thread count) */
-  return O >= 32 && O <= C * KH * KW && (in->attr[6] > 0 ? in->attr[6] : 1) == 1 &&
+   * C*KH*KW, where ctc_matmul splits dW^T by rows, or a multiple of 32, where it splits the
+   * columns in blocks of multiples of 32; otherwise blocks of dW^T could be slivers that go to
+   * OpenBLAS when it is linked in, at some thread counts only, and the bits would depend on the
+   * thread count) */
+  return O >= 32 && (O <= C * KH * KW || O % 32 == 0) && (in->attr[6] > 0 ? in->attr[6] : 1) == 1 &&
          !conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW);
 }
 
