@@ -16,7 +16,12 @@
  * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
  * computed once per query block. Operands are read through strides (views of a fused
  * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
- * is ctc_exp_f32 (vectorised). */
+ * is ctc_exp_f32 (vectorised).
+ * Under autocast (rnd, IR_ATTN_ROUND_*; the keys in one block) the scores are rounded to bf16
+ * where the chain rounds them, p = e / l is rounded once the row's sum is known, and backward
+ * rounds each rounding's cotangent, as reverse mode of the unfused chain does (tests/test_autocast.py
+ * finds the gradients equal to the unfused ops' bit for bit); the products of operands that hold
+ * bf16 values (low) are ctc_matmul_block_bf16's. */
 #include <string.h>
 #include "cg_int.h"
 
@@ -36,13 +41,18 @@ static const char attn_common_text[] =
  * a scalar remainder of up to 15 exps a row took as long as the vector part. */
 static const char attn_text[] =
     "static void ctc_attn_scores_$S(const $T *qb, int64_t qr, const $T *kb, int64_t kr, int64_t ni, int64_t nj,\n"
-    "                               int64_t D, int64_t i0, int64_t j0, int causal, int divide, $T sc,\n"
-    "                               $T *s, int64_t ls) {\n"
-    "  ctc_matmul_block_$S(0, 1, 0, D, qb, qr, kb + j0 * kr, kr, s, ls, 0, ni, 0, nj);\n"
+    "                               int64_t D, int64_t i0, int64_t j0, int causal, int divide, $T sc, int rnd,\n"
+    "                               int low, $T *s, int64_t ls) {\n"
+    "  ((low & 3) == 3 ? $B : ctc_matmul_block_$S)(0, 1, 0, D, qb, qr, kb + j0 * kr, kr, s, ls, 0, ni, 0, nj);\n"
     "  for (int64_t ii = 0; ii < ni; ii++) {\n"
     "    $T *restrict si = s + ii * ls;\n"
     "    const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
-    "    if (divide)\n"
+    "    if (rnd)   /* autocast's roundings to bf16 (rnd: IR_ATTN_ROUND_*): of the products, then of the scaled */\n"
+    "      for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "        const $T x = rnd & 1 ? $R(si[jj]) : si[jj], y = divide ? x / sc : x * sc;\n"
+    "        si[jj] = rnd & 6 ? $R(y) : y;\n"
+    "      }\n"
+    "    else if (divide)\n"
     "      for (int64_t jj = 0; jj < nv; jj++) si[jj] /= sc;\n"
     "    else\n"
     "      for (int64_t jj = 0; jj < nv; jj++) si[jj] *= sc;\n"
@@ -83,14 +93,18 @@ static const char attn_text[] =
     "  for (int w = 8; w >= 1; w /= 2)\n"
     "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
     "  return r[0];\n"
-    "}\n\n"
+    "}\n"
+    "\n"
     "/* o = softmax(q k^T * scale (causal: -inf above the diagonal)) v over [B = n0 n1, T, D]; o contiguous,\n"
-    " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows) */\n"
+    " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows). rnd (IR_ATTN_ROUND_*, only where the keys\n"
+    " * fit one block): the scores rounded to bf16 as ctc_attn_scores does, and with 8 p = e / l rounded; low:\n"
+    " * the operands that hold bf16 values (1 q, 2 k, 4 v, 8 g), whose products with rounded ones are\n"
+    " * $B's (AVX-512 BF16 dot products where the CPU has them). */\n"
     "static void ctc_attention_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
     "                             const $T *restrict k, int64_t k0, int64_t k1, int64_t kr,\n"
     "                             const $T *restrict v, int64_t v0, int64_t v1, int64_t vr, $T *restrict o,\n"
     "                             int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
-    "                             double scale) {\n"
+    "                             int64_t rnd, int64_t low, double scale) {\n"
     "  const int64_t nqb = (T + CTC_ATTN_QB - 1) / CTC_ATTN_QB;\n"
     "  (void)ctc_gemm_block_$S;   /* written with ctc_matmul_block_$S (kernels.c); the threads' split is ours */\n"
     "#ifdef _OPENMP\n"
@@ -108,7 +122,8 @@ static const char attn_text[] =
     "    const int64_t jend = causal ? i0 + ni : T;\n"
     "    for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "      const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, &s[0][0], CTC_ATTN_KB);\n"
+    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, (int)rnd, (int)low,\n"
+    "                         &s[0][0], CTC_ATTN_KB);\n"
     "      for (int64_t ii = 0; ii < ni; ii++) {   /* the online softmax: p = exp(s - m), o and l rescaled */\n"
     "        $T *restrict si = s[ii], *restrict oi = ob + ii * D;\n"
     "        const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;   /* keys not masked */\n"
@@ -122,30 +137,38 @@ static const char attn_text[] =
     "         * a scalar exp a row cost as much as the row's vector exps) */\n"
     "        const $T corr = m[ii] == -($T)INFINITY ? 0 : $E(m[ii] - mx), sum = ctc_attn_exp_$S(si, nv, mx, fin);\n"
     "        for (int64_t jj = nv; jj < nj; jj++) si[jj] = 0;\n"
-    "        l[ii] = l[ii] * corr + sum;\n"
+    "        if (rnd & 8) {   /* p = round(e / l), the row's sum known (one block of keys): o = p v, not divided */\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) si[jj] = $R(si[jj] / sum);\n"
+    "          l[ii] = 1;\n"
+    "        } else {\n"
+    "          l[ii] = l[ii] * corr + sum;\n"
+    "        }\n"
     "        m[ii] = mx;\n"
     "        if (corr != 1)\n"
     "          for (int64_t d = 0; d < D; d++) oi[d] *= corr;\n"
     "      }\n"
-    "      ctc_matmul_block_$S(0, 0, 1, nj, &s[0][0], CTC_ATTN_KB, vb + j0 * vr, vr, ob, D, 0, ni, 0, D);   /* o += p v */\n"
+    "      ((rnd & 8) && (low & 4) ? $B : ctc_matmul_block_$S)(0, 0, 1, nj, &s[0][0], CTC_ATTN_KB, vb + j0 * vr, vr, ob, D, 0,\n"
+    "                                                          ni, 0, D);   /* o += p v */\n"
     "    }\n"
     "    for (int64_t ii = 0; ii < ni; ii++) {\n"
     "      const $T inv = 1 / l[ii];\n"
     "      for (int64_t d = 0; d < D; d++) ob[ii * D + d] *= inv;\n"
     "    }\n"
     "  }\n"
-    "}\n\n";
+    "}\n";
 
 static const char attn_bwd_text[] =
     "/* r = [dq; dk; dv] (3 x [B, T, D], contiguous) of <g, ctc_attention(q, k, v)>, o its result; operands\n"
-    " * strided as ctc_attention's */\n"
+    " * strided as ctc_attention's. With roundings (rnd, keys in one block) the gradient of the chain as\n"
+    " * reverse mode gives it unfused: each rounding's cotangent rounded (dp for p's, ds for the scores'),\n"
+    " * di the row sum of softmax * dp (not g . o: o was computed from the rounded p). */\n"
     "static void ctc_attention_bwd_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
     "                                 const $T *restrict k, int64_t k0, int64_t k1, int64_t kr,\n"
     "                                 const $T *restrict v, int64_t v0, int64_t v1, int64_t vr,\n"
     "                                 const $T *restrict o, int64_t o0, int64_t o1, int64_t orow,\n"
     "                                 const $T *restrict g, int64_t g0, int64_t g1, int64_t gr, $T *restrict r,\n"
     "                                 int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
-    "                                 double scale) {\n"
+    "                                 int64_t rnd, int64_t low, double scale) {\n"
     "  const $T sc = ($T)scale;\n"
     "#ifdef _OPENMP\n"
     "#pragma omp parallel for schedule(dynamic) if (B * T * T * D > 32768)\n"
@@ -154,7 +177,7 @@ static const char attn_bwd_text[] =
     "    const int64_t off = b * T * D, b0 = b / n1, b1 = b % n1;\n"
     "    const $T *kb = k + b0 * k0 + b1 * k1, *vb = v + b0 * v0 + b1 * v1;\n"
     "    $T *dq = r + off, *dk = r + B * T * D + off, *dv = r + 2 * B * T * D + off;\n"
-    "    $T s[CTC_ATTN_QB][CTC_ATTN_KB], dp[CTC_ATTN_QB][CTC_ATTN_KB];\n"
+    "    $T s[CTC_ATTN_QB][CTC_ATTN_KB], dp[CTC_ATTN_QB][CTC_ATTN_KB], sm[CTC_ATTN_QB][CTC_ATTN_KB];\n"
     "    $T lse[CTC_ATTN_QB], di[CTC_ATTN_QB], m[CTC_ATTN_QB], l[CTC_ATTN_QB];\n"
     "    for (int64_t x = 0; x < T * D; x++) dq[x] = dk[x] = dv[x] = 0;\n"
     "    for (int64_t i0 = 0; i0 < T; i0 += CTC_ATTN_QB) {\n"
@@ -168,7 +191,8 @@ static const char attn_bwd_text[] =
     "      }\n"
     "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {   /* each row's maximum and sum */\n"
     "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, &s[0][0], CTC_ATTN_KB);\n"
+    "        ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, (int)rnd, (int)low,\n"
+    "                           &s[0][0], CTC_ATTN_KB);\n"
     "        for (int64_t ii = 0; ii < ni; ii++) {\n"
     "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
     "          int fin;\n"
@@ -183,7 +207,14 @@ static const char attn_bwd_text[] =
     "      for (int64_t ii = 0; ii < ni; ii++) lse[ii] = m[ii] + $L(l[ii]);\n"
     "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "        if (one)   /* p = exp(s - m) / l: the first pass's exp(s - m) (in dp), divided */\n"
+    "        if (rnd)   /* (one block) the softmax e / l in sm, p = its rounding in s */\n"
+    "          for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "            for (int64_t jj = 0; jj < nv; jj++) sm[ii][jj] = dp[ii][jj] / l[ii];\n"
+    "            for (int64_t jj = nv; jj < nj; jj++) sm[ii][jj] = 0;\n"
+    "            for (int64_t jj = 0; jj < nj; jj++) s[ii][jj] = rnd & 8 ? $R(sm[ii][jj]) : sm[ii][jj];\n"
+    "          }\n"
+    "        else if (one)   /* p = exp(s - m) / l: the first pass's exp(s - m) (in dp), divided */\n"
     "          for (int64_t ii = 0; ii < ni; ii++) {\n"
     "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
     "            const $T inv = 1 / l[ii];\n"
@@ -191,7 +222,8 @@ static const char attn_bwd_text[] =
     "            for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
     "          }\n"
     "        else {\n"
-    "          ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, &s[0][0], CTC_ATTN_KB);\n"
+    "          ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, (int)rnd, (int)low,\n"
+    "                           &s[0][0], CTC_ATTN_KB);\n"
     "          for (int64_t ii = 0; ii < ni; ii++) {   /* p */\n"
     "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
     "            int fin;\n"
@@ -204,9 +236,24 @@ static const char attn_bwd_text[] =
     "            for (int64_t jj = nv; jj < nj; jj++) s[ii][jj] = 0;\n"
     "          }\n"
     "        }\n"
-    "        ctc_matmul_block_$S(1, 0, 1, ni, &s[0][0], CTC_ATTN_KB, gb, gr, dv + j0 * D, D, 0, nj, 0, D);   /* dv += p^T g */\n"
-    "        ctc_matmul_block_$S(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni, 0, nj);   /* dp = g v^T */\n"
-    "        for (int64_t ii = 0; ii < ni; ii++) {   /* ds = p (dp - di) * scale (kept in dp) */\n"
+    "        ((rnd & 8) && (low & 8) ? $B : ctc_matmul_block_$S)(1, 0, 1, ni, &s[0][0], CTC_ATTN_KB, gb, gr, dv + j0 * D, D, 0,\n"
+    "                                                          nj, 0, D);   /* dv += p^T g */\n"
+    "        ((low & 12) == 12 ? $B : ctc_matmul_block_$S)(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni,\n"
+    "                                                     0, nj);   /* dp = g v^T */\n"
+    "        for (int64_t ii = 0; rnd && ii < ni; ii++) {   /* ds of the rounded chain (kept in dp) */\n"
+    "          $T *restrict smi = sm[ii], *restrict dpi = dp[ii], dii = 0;\n"
+    "          if (rnd & 8)\n"
+    "            for (int64_t jj = 0; jj < nj; jj++) dpi[jj] = $R(dpi[jj]);\n"
+    "          for (int64_t jj = 0; jj < nj; jj++) dii += smi[jj] * dpi[jj];\n"
+    "          for (int64_t jj = 0; jj < nj; jj++) {\n"
+    "            $T x = smi[jj] * (dpi[jj] - dii);\n"
+    "            x = rnd & 4 ? $R(x) : x;   /* the masked: 0 (their softmax is) */\n"
+    "            x = rnd & 2 ? $R(x) : x;\n"
+    "            x = divide ? x / sc : x * sc;\n"
+    "            dpi[jj] = rnd & 1 ? $R(x) : x;\n"
+    "          }\n"
+    "        }\n"
+    "        for (int64_t ii = 0; !rnd && ii < ni; ii++) {   /* ds = p (dp - di) * scale (kept in dp) */\n"
     "          $T *restrict pi = s[ii], *restrict dpi = dp[ii];\n"
     "          const $T dii = di[ii];\n"
     "          if (divide)\n"
@@ -214,21 +261,26 @@ static const char attn_bwd_text[] =
     "          else\n"
     "            for (int64_t jj = 0; jj < nj; jj++) dpi[jj] = pi[jj] * (dpi[jj] - dii) * sc;\n"
     "        }\n"
-    "        ctc_matmul_block_$S(0, 0, 1, nj, &dp[0][0], CTC_ATTN_KB, kb + j0 * kr, kr, dq + i0 * D, D, 0, ni, 0, D);   /* dq += ds k */\n"
-    "        ctc_matmul_block_$S(1, 0, 1, ni, &dp[0][0], CTC_ATTN_KB, qb, qr, dk + j0 * D, D, 0, nj, 0, D);   /* dk += ds^T q */\n"
+    "        ((rnd & 1) && (low & 2) ? $B : ctc_matmul_block_$S)(0, 0, 1, nj, &dp[0][0], CTC_ATTN_KB, kb + j0 * kr, kr,\n"
+    "                                                          dq + i0 * D, D, 0, ni, 0, D);   /* dq += ds k */\n"
+    "        ((rnd & 1) && (low & 1) ? $B : ctc_matmul_block_$S)(1, 0, 1, ni, &dp[0][0], CTC_ATTN_KB, qb, qr, dk + j0 * D, D, 0,\n"
+    "                                                          nj, 0, D);   /* dk += ds^T q */\n"
     "      }\n"
     "    }\n"
     "  }\n"
-    "}\n\n";
+    "}\n";
 
-/* text with $T, $S, $E (exp), $L (log) for dtype t */
-static void put(Buf *b, const char *text, DType t) {
+/* text with $T, $S, $E (exp), $L (log), $R (the rounding to bf16), $B (the GEMM block of bf16 values:
+ * kernels.c's ctc_matmul_block_bf16 where the file has it, bf16) for dtype t */
+static void put(Buf *b, const char *text, DType t, int bf16) {
   for (const char *s = text; *s; s++) {
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
     else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
+    else if (s[0] == '$' && s[1] == 'R') cg_puts(b, t == DT_F32 ? "ctc_bf16_f32" : "ctc_bf16_f64"), s++;
+    else if (s[0] == '$' && s[1] == 'B') cg_printf(b, "ctc_matmul_block_%s", t == DT_F32 && bf16 ? "bf16" : cg_dt_suffix(t)), s++;
     else cg_printf(b, "%c", *s);
   }
 }
@@ -241,8 +293,8 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   cg_puts(b, attn_common_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
-    put(b, attn_text, (DType)t);
-    if (k->attention[t] & 2) put(b, attn_bwd_text, (DType)t);
+    put(b, attn_text, (DType)t, k->gemm_bf16);
+    if (k->attention[t] & 2) put(b, attn_bwd_text, (DType)t, k->gemm_bf16);
   }
 }
 
@@ -274,6 +326,8 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   cg_printf(c->out, "%*s%s", c->ind, "", x.s);
   cg_buf_free(&x);
   c->k->attention[t] |= !strcmp(k->fn, "attention") ? 1 : 3;
+  c->k->bf16[t] = 1;   /* $R: ctc_bf16_<dt>, which the kernels call with roundings (ints[6]) */
+  if (k->nint > 7 && k->ints[7] && t == DT_F32) c->k->gemm_bf16 = 1;   /* $B: products of bf16 values (ints[7]) */
   c->k->gemm[t] = 1;   /* the blocks' products are ctc_matmul_block_<dt> calls */
   if (t == DT_F32) c->k->exp_f32 = 1;
 }

@@ -736,6 +736,7 @@ int cu_attention(Ent *e, int i, const Inst *in) {
              dt == DT_F32 ? "logf" : "log", ""};
   A.n1 = A.k->ints[0], A.B = A.k->ints[1], A.T = A.k->ints[2], A.D = A.k->ints[3], A.causal = A.k->ints[4];
   A.divide = A.k->ints[5];
+  if (A.k->ints[6]) BUG("attention with bf16 roundings on the CUDA target (ir/attn.c fuses them for C only)");
   Buf lit = {0};
   cg_literal(&lit, dt, A.k->real);
   snprintf(A.scale, sizeof A.scale, "%s %s", A.divide ? "/" : "*", lit.s);

@@ -345,7 +345,9 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   /* fused attention (ir/attn.c): both targets; not where every op must stay visible */
   o->lower.cuda_target = o->target && !strcmp(o->target, "cuda");
   o->lower.fuse_attention = !(o->target && strcmp(o->target, "c") && !o->lower.cuda_target) && !o->no_fuse &&
-                            !o->no_fuse_attention && !o->anomaly && !o->quantize && !o->freestanding;
+                                    !o->no_fuse_attention && !o->anomaly && !o->quantize && !o->freestanding
+                                ? IR_FUSE_ATTN | (o->lower.cuda_target ? 0 : IR_FUSE_ATTN_ROUNDED)
+                                : 0;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;

@@ -6,6 +6,10 @@
  *   m = reduce_max(s) (detached); z = s - m; e = exp(z); t = reduce_sum(e); p = e / t
  *   y = matmul(p, v)
  *
+ * with, under autocast to bf16, a round_bf16 after the scores, the scale, the mask and p
+ * (each optional: Inst.attr[2], IR_ATTN_ROUND_*) where the target's kernel has them
+ * (Program.fuse_attention & IR_FUSE_ATTN_ROUNDED: the C target, keys in one block)
+ *
  * (t_softmax's steps, torchlib/tensor.c) becomes y = attention(q, k, v) (ops.def), when
  * q, k and v have one type [..., T, D], every intermediate is used only by the next step
  * and the mask is causal: evaluated at compile time (ir_const_eval, from the parameters'
@@ -15,7 +19,8 @@
  *
  * y's instruction becomes the attention and the rest of the chain stays as it was, unused
  * (DCE removes it): nothing is inserted or deleted, so instruction indices, and any value
- * the staging code still holds, stay valid. */
+ * the staging code still holds, stay valid. (A rounding of k^T becomes a rounding of k, and
+ * the scores' matmul, which read it, reads k^T itself.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +129,9 @@ static int try_chain(Chain *c, int i) {
   const Type *tv = &f->values.data[v].type;
   if (!ir_dtype_is_float(tv->dtype) || tv->ndim < 2 || !ir_type_eq(tv, &f->values.data[y->res].type)) return 0;
   int64_t T = tv->dims[tv->ndim - 2];
+  int rnd = 0;   /* IR_ATTN_ROUND_*: autocast's bf16 roundings in the chain */
+  Inst *r = def(c, P, IR_ROUND_BF16, 1);
+  if (r) rnd |= IR_ATTN_ROUND_P, P = r->args[0];
   Inst *div = def(c, P, IR_DIV, 1);
   if (!div) return 0;
   ValId e = div->args[0];
@@ -138,6 +146,7 @@ static int try_chain(Chain *c, int i) {
   /* the mask */
   int causal = 0, uses = 2;
   ValId mask = -1;
+  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_MASKED, x = r->args[0], uses = 1;
   const Type *tx = &f->values.data[x].type;
   if (tx->ndim != tv->ndim || tx->dims[tx->ndim - 1] != T || tx->dims[tx->ndim - 2] != T) return 0;
   Inst *w = def(c, x, IR_WHERE, uses);
@@ -156,6 +165,7 @@ static int try_chain(Chain *c, int i) {
   /* the scale */
   double scale = 1;
   int divide = 0;
+  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_SCALED, x = r->args[0], uses = 1;
   Inst *sc = def(c, x, IR_MUL, uses);
   if (!sc && (sc = def(c, x, IR_DIV, uses))) divide = 1;
   if (sc) {
@@ -163,10 +173,17 @@ static int try_chain(Chain *c, int i) {
     if (k < 0 || !ir_type_eq(&f->values.data[sc->args[k]].type, tx)) return 0;
     x = sc->args[k], uses = 1;
   }
+  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_SCORES, x = r->args[0], uses = 1;
   Inst *mm = def(c, x, IR_MATMUL, uses);
   if (!mm || mm->attr[0]) return 0;
+  /* with roundings: the C target's kernel for keys in one block (the probabilities are rounded
+   * after their row's sum is known), f32 */
+  if (rnd && (!(c->p->fuse_attention & IR_FUSE_ATTN_ROUNDED) || T > IR_ATTN_ROUND_MAX_T || tv->dtype != DT_F32))
+    return 0;
   ValId q = mm->args[0], k = mm->args[1];
+  Inst *rk = NULL;   /* autocast's rounding of k^T (round(k.transpose(-2, -1))): made a rounding of k */
   if (!mm->attr[1]) {   /* k^T as a permute of the last two axes */
+    if (rnd && (rk = def(c, k, IR_ROUND_BF16, 1))) k = rk->args[0];
     const Value *kv = &f->values.data[k];
     if (kv->kind != V_INST) return 0;
     const Inst *pm = &f->insts.data[kv->def];
@@ -177,6 +194,12 @@ static int try_chain(Chain *c, int i) {
     k = pm->args[0];
   }
   if (!ir_type_eq(&f->values.data[q].type, tv) || !ir_type_eq(&f->values.data[k].type, tv)) return 0;
+  if (rk) {   /* its only use, the scores' matmul (left unused), reads k^T unrounded instead */
+    mm->args[1] = rk->args[0];
+    rk->args[0] = k;
+    f->values.data[rk->res].type = *tv;
+    k = rk->res;
+  }
   /* rewrite: the mask's buffers must keep the values it was judged causal on */
   if (causal) {
     const char *file = y->loc.file && y->loc.file->path ? y->loc.file->path : ir_source_name(c->p);
@@ -192,6 +215,7 @@ static int try_chain(Chain *c, int i) {
   for (int a = 0; a < IR_MAX_ATTRS; a++) y->attr[a] = 0;
   y->attr[0] = causal;
   y->attr[1] = divide;
+  y->attr[2] = rnd;
   y->fattr = scale;
   return 1;
 }

@@ -289,7 +289,8 @@ struct Program {
   void (*type_error)(void *ctx, Span at, const char *msg);
   void *type_error_ctx;
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
-  int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention) */
+  int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention): 0, or
+                                 IR_FUSE_ATTN, | IR_FUSE_ATTN_ROUNDED for chains with bf16 roundings */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
   Vec(IrScope) scopes;        /* the user modules whose forward staged instructions (Inst.scope);
@@ -348,6 +349,11 @@ void ir_compact(Func *f);
  * (ops.def); returns how many. Called where nothing differentiates the result again
  * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
 int ir_fuse_attention(Program *p, Func *f, int from);
+enum { IR_FUSE_ATTN = 1, IR_FUSE_ATTN_ROUNDED = 2 };
+/* An attention's attr[2]: where autocast rounds to bf16 in the fused chain (ops.def's ATTENTION);
+ * made for at most IR_ATTN_ROUND_MAX_T keys (the C kernel's key block, CTC_ATTN_KB) */
+enum { IR_ATTN_ROUND_SCORES = 1, IR_ATTN_ROUND_SCALED = 2, IR_ATTN_ROUND_MASKED = 4, IR_ATTN_ROUND_P = 8 };
+#define IR_ATTN_ROUND_MAX_T 256
 /* v's values (numel doubles into out) when they are computable at compile time from
  * literals and the initial values of buffers and ctc's constants (not of trainable
  * parameters, nor of anything an entry writes) through ops the reference evaluator

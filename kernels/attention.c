@@ -83,7 +83,11 @@ Kir *kir_build_inst_call(Arena *a, const Func *f, const KnSchedule *s, const Ker
   c->ints[3] = D;
   c->ints[4] = in->attr[0];             /* causal */
   c->ints[5] = in->attr[1];             /* divide by the scale */
-  c->nint = 6;
+  c->ints[6] = in->attr[2];             /* bf16 roundings (IR_ATTN_ROUND_*) */
+  c->ints[7] = 0;                       /* which operands hold bf16 values: 1 q, 2 k, 4 v, 8 g */
+  for (int i = 0; i < in->nargs; i++)
+    if (i != 3 && in->attr[2] && ir_low_kind(f, in->args[i]) == 1) c->ints[7] |= i == 4 ? 8 : 1 << i;
+  c->nint = 8;
   c->real = in->fattr;
   return k;
 }

@@ -39,7 +39,8 @@ typedef struct LowerOptions {
                                  torch.autograd.grad */
   int no_remat;             /* --no-remat: no rematerialisation in reverse mode (Program.no_remat) */
   int fuse_attention;       /* fused attention (Program.fuse_attention, ir_fuse_attention): the C and CUDA
-                               targets, not --no-fuse, --anomaly, --dtype f64, --quantize or --freestanding */
+                               targets, not --no-fuse, --anomaly, --dtype f64, --quantize or --freestanding;
+                               | IR_FUSE_ATTN_ROUNDED (chains with autocast's roundings): the C target */
   int cuda_target;          /* --target cuda: torch.autocast('cuda') regions apply (PyTorch's CUDA lists,
                                torchlib/autocast.c); on the C target they are disabled with a note */
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses

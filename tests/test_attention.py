@@ -186,8 +186,9 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     text = c.read_text()
     # each operand: its array, then strides over the batch, the heads and the rows
     arg = r"\w+, 1280, 640, 16, "
-    assert re.search(r"ctc_attention_f32\((%s){3}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text), text[-3000:]
-    assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0.25\);" % arg, text)
+    # then n1, n0 n1, T, D, causal, divide, the bf16 roundings and bf16 operands (none here), the scale
+    assert re.search(r"ctc_attention_f32\((%s){3}\w+, 2, 4, 40, 16, 1, 0, 0, 0, 0.25\);" % arg, text), text[-3000:]
+    assert re.search(r"ctc_attention_bwd_f32\((%s){5}\w+, 2, 4, 40, 16, 1, 0, 0, 0, 0.25\);" % arg, text)
     kir = run([CTC, "compile", src, "--emit", "kir"]).stdout
     assert re.search(r"kernel \d+: call over f32\[2,2,40,16\]\n\s+%\S+ = call attention\(%", kir), kir[:3000]
     # --no-fuse (the unfused reference) keeps the unfused chain; the CUDA target fuses as C does

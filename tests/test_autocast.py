@@ -260,27 +260,30 @@ def test_gpt_forward(tmp_path):
     check_bf16_outputs("gpt logits", got, want, ref)
 
 
-def test_gpt_training_20_steps(tmp_path):
-    p = tmp_path / "gpt_train.py"
-    p.write_text(GPT_TRAIN)
+def train_against_torch(tmp_path, src, name, steps, V, T):
+    """`steps` autocast SGD steps of src's `model` (train_step as GPT_TRAIN's) compiled, and the
+    same under PyTorch with autocast, without, and in float64: (ctc's final weights, ctc's
+    losses, PyTorch bf16's losses, the distances |ctc - torch bf16|, |torch bf16 - torch f32|,
+    |ctc - f64|, |torch bf16 - f64| over all parameters), and the generated C."""
+    p = tmp_path / f"{name}.py"
+    p.write_text(src)
     exe = tmp_path / "net"
     run([CTC, "build", p, "-o", exe])
-    mod = load_module(str(p), "ac_gpt_train")
+    mod = load_module(str(p), "ac_" + name)
     torch.manual_seed(0)
-    init = {k: v.clone() for k, v in mod.GPT().state_dict().items()}
-    steps = 20
+    init = {k: v.clone() for k, v in mod.model.__class__().state_dict().items()}
     rng = np.random.default_rng(1)
-    batches = [(rng.integers(0, 32, (4, 8)), rng.integers(0, 32, (4, 8))) for _ in range(steps)]
+    batches = [(rng.integers(0, V, (4, T)), rng.integers(0, V, (4, T))) for _ in range(steps)]
 
     def torch_run(autocast, dtype=torch.float32):
-        m = mod.GPT().to(dtype)
+        m = mod.model.__class__().to(dtype)
         m.load_state_dict(init)
         opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         losses = []
         for idx, tg in batches:
             opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = torch.nn.functional.cross_entropy(m(torch.from_numpy(idx)).view(-1, 32),
+                loss = torch.nn.functional.cross_entropy(m(torch.from_numpy(idx)).view(-1, V),
                                                          torch.from_numpy(tg).view(-1))
             loss.backward()
             opt.step()
@@ -307,15 +310,209 @@ def test_gpt_training_20_steps(tmp_path):
     def dist(a, b):
         return math.sqrt(sum(float(((np.asarray(a[k], np.float64) - b[k]) ** 2).sum()) for k in keys))
 
-    d_ctc_bf, d_bf_f32, d_ctc_64, d_bf_64 = dist(got, bf), dist(bf, f32), dist(got, f64), dist(bf, f64)
-    print(f"after {steps} steps: |ctc - torch bf16| {d_ctc_bf:.3g}, |torch bf16 - torch f32| {d_bf_f32:.3g}, "
-          f"|ctc - f64| {d_ctc_64:.3g}, |torch bf16 - f64| {d_bf_64:.3g}; losses ctc {losses[-1]:.5f} "
+    d = dist(got, bf), dist(bf, f32), dist(got, f64), dist(bf, f64)
+    print(f"{name}, after {steps} steps: |ctc - torch bf16| {d[0]:.3g}, |torch bf16 - torch f32| {d[1]:.3g}, "
+          f"|ctc - f64| {d[2]:.3g}, |torch bf16 - f64| {d[3]:.3g}; losses ctc {losses[-1]:.5f} "
           f"torch {loss_bf[-1]:.5f}")
+    return got, losses, loss_bf, d, (tmp_path / "net.c").read_text()
+
+
+def test_gpt_training_20_steps(tmp_path):
+    got, losses, loss_bf, (d_ctc_bf, d_bf_f32, d_ctc_64, d_bf_64), c = train_against_torch(
+        tmp_path, GPT_TRAIN, "gpt_train", 20, 32, 8)
     assert d_ctc_bf <= d_bf_f32, "ctc's bf16 run is further from PyTorch's than PyTorch's own f32 run"
     assert d_ctc_64 <= 1.1 * d_bf_64, "ctc's bf16 run is further from float64 than PyTorch's bf16 run"
     # the first loss is a forward only: PyTorch's bf16 logits, an f32 cross entropy
     assert abs(losses[0] - loss_bf[0]) <= 1e-5 * abs(loss_bf[0])
     np.testing.assert_allclose(losses, loss_bf, rtol=2e-3)
+    # the attention fused with its roundings (ir/attn.c: products, scaled, masked, p: 15) and the
+    # bf16 products of q, k, v and the output gradient (7, 15)
+    assert re.search(r"ctc_attention_f32\([^;]*, 1, 0, 15, 7, 0\.353515625\);", c)
+    assert re.search(r"ctc_attention_bwd_f32\([^;]*, 1, 0, 15, 15, 0\.353515625\);", c)
+
+
+# Llama's attention: the scale divides, the causal mask is a float buffer added to the scores
+# (so the masked scores are not rounded: PyTorch promotes them to f32), k^T rounded as the
+# matmul's operand; 2 KV heads repeated for 4 query heads
+LLAMA = HEAD + '''
+V, T, C, H, KVH = 48, 16, 32, 4, 2
+D = C // H
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wq = nn.Linear(C, C, bias=False)
+        self.wk = nn.Linear(C, KVH * D, bias=False)
+        self.wv = nn.Linear(C, KVH * D, bias=False)
+        self.wo = nn.Linear(C, C, bias=False)
+        self.register_buffer("mask", torch.full((1, 1, T, T), float("-inf")).triu(1))
+
+    def forward(self, x):
+        B, t, _ = x.shape
+        q = self.wq(x).view(B, t, H, D).transpose(1, 2)
+        k = self.wk(x).view(B, t, KVH, D).repeat_interleave(H // KVH, dim=2).transpose(1, 2)
+        v = self.wv(x).view(B, t, KVH, D).repeat_interleave(H // KVH, dim=2).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        att = att + self.mask[:, :, :t, :t]
+        y = F.softmax(att, dim=-1) @ v
+        return self.wo(y.transpose(1, 2).reshape(B, t, C))
+
+
+class Llama(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(V, C)
+        self.attn = Attention()
+        self.norm = nn.LayerNorm(C)
+        self.out = nn.Linear(C, V, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        x = x + self.attn(x)
+        return self.out(self.norm(x))
+
+
+model = Llama()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(idx, targets):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        logits = model(idx)
+        loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),),
+                  "train_step": (torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}
+'''
+
+
+def test_llama_attention_training(tmp_path):
+    """The fused attention with Llama's roundings (products, divided, p: 11; the added f32 mask
+    is not rounded) trained 10 steps against PyTorch's autocast, held as the GPT's."""
+    got, losses, loss_bf, (d_ctc_bf, d_bf_f32, d_ctc_64, d_bf_64), c = train_against_torch(
+        tmp_path, LLAMA, "llama_train", 10, 48, 16)
+    assert re.search(r"ctc_attention_f32\([^;]*, 1, 1, 11, 7, 2\.828125\);", c)
+    assert re.search(r"ctc_attention_bwd_f32\([^;]*, 1, 1, 11, 15, 2\.828125\);", c)
+    assert d_ctc_bf <= d_bf_f32, "ctc's bf16 run is further from PyTorch's than PyTorch's own f32 run"
+    assert d_ctc_64 <= 1.1 * d_bf_64, "ctc's bf16 run is further from float64 than PyTorch's bf16 run"
+    assert abs(losses[0] - loss_bf[0]) <= 1e-5 * abs(loss_bf[0])
+    np.testing.assert_allclose(losses, loss_bf, rtol=2e-3)
+
+
+def test_rounded_attention_fused_only_for_one_key_block(tmp_path):
+    """With roundings the C kernel needs each row's keys in one block (p is rounded after the row's
+    sum is known): 256 keys fuse, 272 stay the unfused ops (correct, slower); without autocast
+    272 keys fuse; the CUDA target never fuses a rounded chain."""
+    def ir(T, autocast, *opts):
+        src = LLAMA.replace("V, T, C, H, KVH = 48, 16, 32, 4, 2", f"V, T, C, H, KVH = 48, {T}, 32, 4, 2")
+        if not autocast:
+            src = src.replace('with torch.autocast(device_type="cpu", dtype=torch.bfloat16):', "if True:")
+        p = tmp_path / f"m{T}{int(autocast)}.py"
+        p.write_text(src)
+        return run([CTC, "compile", p, "--emit", "ir", *opts]).stdout
+    rounded = re.compile(r"attention(_bwd)?\[1,1,[1-9]")   # (forward, outside autocast: [1,1,0])
+    assert rounded.search(ir(256, True))
+    out = ir(272, True)
+    assert not rounded.search(out) and "reduce_max" in out and "attention[1,1,0]" in out
+    assert "attention_bwd[1,1,0]" in ir(272, False)
+    out = ir(16, True, "--target", "cuda")
+    assert not rounded.search(out) and "attention[1,1,0]" in out
+
+
+ATTN_GRADS = HEAD + '''
+T, D = 80, 8   # two blocks of query rows (CTC_ATTN_QB 64), keys in one (CTC_ATTN_KB 256)
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(3, 2, T, D))
+        self.k = nn.Parameter(torch.randn(3, 2, T, D))
+        self.v = nn.Parameter(torch.randn(3, 2, T, D))
+        self.register_buffer("mask", MASK)
+
+    def forward(self, g):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q, k, v = self.q * 1.0, self.k * 1.0, self.v * 1.0   # f32: the matmuls round them (k^T: its rounding)
+            att = SCORES
+            y = F.softmax(att, dim=-1) @ v
+        return (y.float() * g).sum()
+
+
+model = M()
+
+
+def grads(g):
+    model.zero_grad()
+    loss = model(g)
+    loss.backward()
+    return model.q.grad, model.k.grad, model.v.grad
+
+
+example_inputs = {"forward": (torch.randn(3, 2, T, D),), "grads": (torch.randn(3, 2, T, D),)}
+'''
+ATTN_CHAINS = {   # (the mask buffer, the scores): nanoGPT's and Llama's
+    "masked_fill": ("torch.tril(torch.ones(T, T)).view(1, 1, T, T)",
+                    "((q @ k.transpose(-2, -1)) * 0.35).masked_fill(self.mask == 0, float('-inf'))"),
+    "added_mask": ("torch.full((1, 1, T, T), float('-inf')).triu(1)",
+                   "(q @ k.transpose(-2, -1)) / math.sqrt(D) + self.mask"),
+}
+
+
+@pytest.mark.parametrize("chain", sorted(ATTN_CHAINS))
+def test_rounded_attention_gradients_equal_unfused(tmp_path, chain):
+    """The fused attention with roundings (forward and backward) computes what the unfused ops
+    compute (--no-fuse-attention): the same roundings, sums in another order, so equal to the bit
+    but for rare ties (measured: every element equal); a rounding left out of the backward would
+    change most elements by up to a bf16 ulp. Against PyTorch: no further from float64."""
+    mask, scores = ATTN_CHAINS[chain]
+    p = tmp_path / "attn.py"
+    p.write_text(ATTN_GRADS.replace("MASK", mask).replace("SCORES", scores))
+    exes = {}
+    for v, opts in (("fused", []), ("unfused", ["--no-fuse-attention"])):
+        exes[v] = tmp_path / v
+        run([CTC, "build", p, "--entry", "grads", "-o", exes[v], *opts])
+    assert "ctc_attention_bwd_f32(" in (tmp_path / "fused.c").read_text()
+    assert "ctc_attention" not in (tmp_path / "unfused.c").read_text()
+    g = np.random.default_rng(0).standard_normal((3, 2, 80, 8)).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    got = {}
+    for v, exe in exes.items():
+        run([exe, "run", "grads", "--input", tmp_path / "g.npy"] +
+            [a for i in range(3) for a in ("--output", tmp_path / f"{v}{i}.npy")])
+        got[v] = [np.load(tmp_path / f"{v}{i}.npy") for i in range(3)]
+    mod = load_module(str(p), "ac_attn_" + chain)
+    torch.manual_seed(0)
+    m = mod.M()
+    st_write(tmp_path / "w.safetensors", {k: t.numpy() for k, t in m.state_dict().items()})
+
+    def torch_grads(model):
+        model.zero_grad()
+        model(torch.from_numpy(g).to(model.q.dtype)).backward()
+        return [t.grad.double().numpy() for t in (model.q, model.k, model.v)]
+    for v, exe in exes.items():   # (PyTorch's initial values for the comparison with it)
+        run([exe, "run", "grads", "--weights", tmp_path / "w.safetensors", "--input", tmp_path / "g.npy"] +
+            [a for i in range(3) for a in ("--output", tmp_path / f"t{v}{i}.npy")])
+    want = torch_grads(m)
+    m64 = mod.M().double()
+    m64.load_state_dict(m.state_dict())
+    ref = torch_grads(m64)
+    for i, name in enumerate("qkv"):
+        a, b = got["fused"][i], got["unfused"][i]
+        equal = (a == b).mean()
+        rel = (np.abs(a - b) / np.maximum(np.abs(b), 1e-30)).max()
+        print(f"{chain} d{name}: {equal:.1%} equal to the unfused ops, max relative difference {rel:.3g}")
+        assert equal >= 0.99 and rel <= 2.0 ** -7, f"{chain} d{name}: fused {equal:.1%} equal, max rel {rel:.3g}"
+        t = np.load(tmp_path / f"tfused{i}.npy").astype(np.float64)
+        dc, dt = np.abs(t - ref[i]).max(), np.abs(want[i] - ref[i]).max()
+        print(f"{chain} d{name}: max distance to float64: ctc {dc:.3g}, torch {dt:.3g}")
+        assert dc <= 1.25 * dt, f"{chain} d{name}: ctc is further from float64 ({dc:.3g}) than torch ({dt:.3g})"
 
 
 # nanoGPT's step: a module-level autocast context and a GradScaler(enabled=False) (its bf16
