@@ -90,9 +90,9 @@ model = Net()
 example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),)}
 '''
 
-GPT_TRAIN = GPT + '''
-
-model = GPT()
+# a training step over the model class CLS: the loss under autocast, backward and SGD outside
+TRAIN_STEP = '''
+model = CLS()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
@@ -109,6 +109,7 @@ def train_step(idx, targets):
 example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),),
                   "train_step": (torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}
 '''
+GPT_TRAIN = GPT + "\n" + TRAIN_STEP.replace("CLS", "GPT")
 
 # cpu.amp.autocast(); a nested enabled=False region computes in f32 (x.dtype: float64 in the reference run)
 MLP = HEAD + '''
@@ -372,24 +373,7 @@ class Llama(nn.Module):
         x = x + self.attn(x)
         return self.out(self.norm(x))
 
-
-model = Llama()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-
-def train_step(idx, targets):
-    optimizer.zero_grad()
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        logits = model(idx)
-        loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
-    loss.backward()
-    optimizer.step()
-    return loss
-
-
-example_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),),
-                  "train_step": (torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}
-'''
+''' + TRAIN_STEP.replace("CLS", "Llama")
 
 
 def test_llama_attention_training(tmp_path):
