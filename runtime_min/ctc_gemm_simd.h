@@ -91,6 +91,11 @@ static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define CTC_GEMM_AVX512_f32 1
+/* the x86 kernel ctc_matmul_block_f32 calls, and the slivers it leaves to OpenBLAS */
+#define CTC_GEMM_X86_f32 1
+#define ctc_gemm_x86_f32 ctc_gemm_avx512_f32
+#define CTC_GEMM_X86_MIN_ROWS 8
+#define CTC_GEMM_X86_MIN_COLS 32
 #define CTC_NP_avx512 4   /* panels of op(B) packed together when B is not transposed (ctc_pack_bn_f32) */
 /* dst[k * ldd + j] = src[j * lds + k] for a 16x16 block: unpack 32-bit, then 64-bit
  * pairs, then a 4x4 transpose of the 128-bit lanes. */
@@ -625,6 +630,10 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
 #ifndef CTC_GEMM_AVX512_f32
 #include <immintrin.h>
 #define CTC_GEMM_AVX2_f32 1
+#define CTC_GEMM_X86_f32 1   /* (as the AVX-512 kernel's) */
+#define ctc_gemm_x86_f32 ctc_gemm_avx2_f32
+#define CTC_GEMM_X86_MIN_ROWS 6
+#define CTC_GEMM_X86_MIN_COLS 16
 /* 16 columns are 2 vectors of 8; op(A) broadcast (vbroadcastss) */
 #define CTC_VW_avx2 8
 #define CTC_NV_avx2 2

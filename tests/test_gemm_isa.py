@@ -298,7 +298,7 @@ def test_model_x86(mlp_dir, tmp_path, variant):
         pytest.skip("OpenBLAS (cblas.h, -lopenblas) is not installed")
     macros = run([cc, "-std=c11", "-march=native", "-D_POSIX_C_SOURCE=200809L", f"-I{RT}", "-E", "-dM",
                   *(["-DCTC_HAVE_CBLAS"] if blas else []), mlp_dir / "net.c"]).stdout
-    picked = sorted(set(re.findall(r"#define CTC_GEMM_(\w+)_f32 1", macros)))
+    picked = sorted(set(re.findall(r"#define CTC_GEMM_(\w+)_f32 1", macros)) - {"X86"})
     assert picked == ([] if kernel == "none" else [kernel.upper()]), picked
     exe = tmp_path / "net"
     run([CTC, "build", mlp_dir / "mlp.py", "--entry", "mm", "--entry", "train_step", "-o", exe, "--cc", cc,

@@ -385,7 +385,7 @@ def test_attention_is_one_fused_call(tmp_path):
          "--input", "y=i64[2,128]"])
     code = c.read_text()
     call = (r"ctc_attention_f32\(h_0_attn_c_attn, 98304, 64, 768, h_0_attn_c_attn \+ 256, 98304, 64, 768, "
-            r"h_0_attn_c_attn \+ 512, 98304, 64, 768, \w+, 4, \(?[\w *]+\)?, 128, 64, 1, 0, 0.125\);")
+            r"h_0_attn_c_attn \+ 512, 98304, 64, 768, \w+, 4, \(?[\w *]+\)?, 128, 64, 1, 0, 0, 0, 0.125\);")
     assert re.search(call, code), call
     assert re.search(r"ctc_attention_bwd_f32\(h_0_attn_c_attn, 98304, 64, 768, ", code)
     # the forward entry: its body and its modules' functions (forward_h_0_attn_forward, ...)
