@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_forward, st_read, st_write
+from ctc_testlib import CTC, ROOT, compare, load_module, run, run_forward, st_read, st_write
 
 HEAD = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -497,6 +497,23 @@ def test_rounded_attention_gradients_equal_unfused(tmp_path, chain):
         dc, dt = np.abs(t - ref[i]).max(), np.abs(want[i] - ref[i]).max()
         print(f"{chain} d{name}: max distance to float64: ctc {dc:.3g}, torch {dt:.3g}")
         assert dc <= 1.25 * dt, f"{chain} d{name}: ctc is further from float64 ({dc:.3g}) than torch ({dt:.3g})"
+
+
+@pytest.mark.parametrize("march", ["native", "haswell", "x86-64"])
+def test_rounded_attention_compiles_clean(tmp_path, march):
+    """The fused attention with roundings calls ctc_matmul_block_bf16 (AVX-512 BF16 where the
+    compiler targets it, the f32 GEMM elsewhere): the generated C compiles with warnings as errors
+    whichever x86 branch the -march keeps."""
+    if subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip() != "x86_64":
+        pytest.skip("an x86-64 host")
+    p = tmp_path / "llama.py"
+    p.write_text(LLAMA)
+    c = tmp_path / "llama.c"
+    run([CTC, "compile", p, "-o", c])
+    bwd = re.search(r"static void ctc_attention_bwd_f32\(.*?\n}\n", c.read_text(), re.S).group(0)
+    assert "ctc_matmul_block_bf16" in bwd
+    run(["cc", "-std=c11", "-O1", f"-march={march}", "-fopenmp", "-Wall", "-Wextra", "-Werror",
+         "-D_POSIX_C_SOURCE=200809L", f"-I{ROOT}/runtime_min", "-c", c, "-o", tmp_path / "llama.o"])
 
 
 # nanoGPT's step: a module-level autocast context and a GradScaler(enabled=False) (its bf16
