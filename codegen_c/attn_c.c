@@ -25,9 +25,10 @@
 #include <string.h>
 #include "cg_int.h"
 
+/* (CTC_ATTN_KB, the keys a block, is IR_ATTN_ROUND_MAX_T: a row whose probabilities are rounded
+ * has its keys in one block; cg_emit_attention_kernels writes it) */
 static const char attn_common_text[] =
     "#define CTC_ATTN_QB 64\n"
-    "#define CTC_ATTN_KB 256   /* keys a block (autocast's rounded probabilities: a row in one) */\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
@@ -290,6 +291,8 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++) any |= k->attention[t];
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
+  cg_printf(b, "#define CTC_ATTN_KB %d   /* keys a block (autocast's rounded probabilities: a row in one) */\n",
+            IR_ATTN_ROUND_MAX_T);
   cg_puts(b, attn_common_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
@@ -313,7 +316,7 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   }
   Buf x = {0};
   DType t = c->f->values.data[k->args[0]].type.dtype;
-  if (k->nint > 6 && k->ints[6] && k->ints[2] > IR_ATTN_ROUND_MAX_T)   /* (CTC_ATTN_KB, attn_common_text) */
+  if (k->nint > 6 && k->ints[6] && k->ints[2] > IR_ATTN_ROUND_MAX_T)   /* (CTC_ATTN_KB) */
     BUG("attention with roundings over %lld keys: the kernel rounds p within one block of keys", (long long)k->ints[2]);
   cg_printf(&x, "ctc_%s_%s(", k->fn, cg_dt_suffix(t));
   for (int a = 0; a < k->nargs; a++) {

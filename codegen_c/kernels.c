@@ -166,7 +166,7 @@ static const Part matmul_call_text[] = {
     {"}\n", NULL},
 };
 /* ctc_matmul_$M, over ctc_matmul_block_$M: $M is the dtype's suffix, or bf16 for the f32 GEMMs
- * of bf16 values (instantiate_m). */
+ * of bf16 values (instantiate_with). */
 static const char matmul_fn_text[] =
     "static void ctc_matmul_$M(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const $T *a, int64_t lda,\n"
     "                          const $T *b, int64_t ldb, $T *c, int64_t ldc) {\n"
@@ -682,22 +682,12 @@ static void instantiate_parts(Buf *b, const Part *p, int n, DType t, int fs) {
   for (int i = 0; i < n; i++) instantiate(b, fs && p[i].fs ? p[i].fs : p[i].hosted, t);
 }
 
-/* instantiate, with $A the type sums accumulate in */
-static void instantiate_acc(Buf *b, const char *text, DType t, const char *acc) {
+/* instantiate, with $<key> replaced by val first: $A the type sums accumulate in (sum_text),
+ * $M a variant's name (matmul_fn_text) */
+static void instantiate_with(Buf *b, const char *text, DType t, char key, const char *val) {
   Buf x = {0};
   for (const char *s = text; *s; s++) {
-    if (s[0] == '$' && s[1] == 'A') cg_puts(&x, acc), s++;
-    else cg_printf(&x, "%c", *s);
-  }
-  instantiate(b, x.s, t);
-  cg_buf_free(&x);
-}
-
-/* instantiate, with $M a variant's name (matmul_fn_text) */
-static void instantiate_m(Buf *b, const char *text, DType t, const char *m) {
-  Buf x = {0};
-  for (const char *s = text; *s; s++) {
-    if (s[0] == '$' && s[1] == 'M') cg_puts(&x, m), s++;
+    if (s[0] == '$' && s[1] == key) cg_puts(&x, val), s++;
     else cg_printf(&x, "%c", *s);
   }
   instantiate(b, x.s, t);
@@ -800,11 +790,11 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (blas) instantiate_parts(b, matmul_text, NPARTS(matmul_text), (DType)t, fs), cg_puts(b, "\n");
     if (blas && k->matmul[t]) {
       instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs);
-      instantiate_m(b, matmul_fn_text, (DType)t, cg_dt_suffix((DType)t)), cg_puts(b, "\n");
+      instantiate_with(b, matmul_fn_text, (DType)t, 'M', cg_dt_suffix((DType)t)), cg_puts(b, "\n");
     }
     if (t == DT_F32 && k->gemm_bf16)
       instantiate_parts(b, matmul_bf16_text, NPARTS(matmul_bf16_text), DT_F32, fs), cg_puts(b, "\n");
-    if (t == DT_F32 && k->matmul_bf16) instantiate_m(b, matmul_fn_text, DT_F32, "bf16"), cg_puts(b, "\n");
+    if (t == DT_F32 && k->matmul_bf16) instantiate_with(b, matmul_fn_text, DT_F32, 'M', "bf16"), cg_puts(b, "\n");
   }
   int fold = 0;
   for (int t = 0; t < DT_COUNT; t++) fold |= k->im2col[t] | k->col2im[t];
@@ -828,7 +818,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->remainder[t] || k->floordiv[t] || k->ipow[t])
       elem_helpers(b, (DType)t, k->remainder[t], k->floordiv[t], k->ipow[t]);
   for (int t = 0; t < DT_COUNT; t++) {
-    if (k->sum[t]) instantiate_acc(b, sum_text, (DType)t, t == DT_F32 && k->float_acc ? "float" : "double"),
+    if (k->sum[t]) instantiate_with(b, sum_text, (DType)t, 'A', t == DT_F32 && k->float_acc ? "float" : "double"),
                    cg_puts(b, "\n");
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }

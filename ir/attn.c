@@ -120,6 +120,13 @@ static int causal_values(const Chain *c, ValId v, int64_t T, double above, doubl
 
 static int reduces_last(const Inst *in, const Type *t) { return in->attr[0] == ((int64_t)1 << (t->ndim - 1)); }
 
+/* *x is autocast's round_bf16 of a value used `uses` times: *x becomes that value (used once, by
+ * the rounding), and the flag is added to *rnd */
+static void skip_round(Chain *c, ValId *x, int *uses, int *rnd, int flag) {
+  Inst *r = def(c, *x, IR_ROUND_BF16, *uses);
+  if (r) *x = r->args[0], *uses = 1, *rnd |= flag;
+}
+
 /* Tries the chain ending at instruction i (a MATMUL); rewrites it when it matches. */
 static int try_chain(Chain *c, int i) {
   Func *f = c->f;
@@ -129,9 +136,8 @@ static int try_chain(Chain *c, int i) {
   const Type *tv = &f->values.data[v].type;
   if (!ir_dtype_is_float(tv->dtype) || tv->ndim < 2 || !ir_type_eq(tv, &f->values.data[y->res].type)) return 0;
   int64_t T = tv->dims[tv->ndim - 2];
-  int rnd = 0;   /* IR_ATTN_ROUND_*: autocast's bf16 roundings in the chain */
-  Inst *r = def(c, P, IR_ROUND_BF16, 1);
-  if (r) rnd |= IR_ATTN_ROUND_P, P = r->args[0];
+  int rnd = 0, one = 1;   /* IR_ATTN_ROUND_*: autocast's bf16 roundings in the chain */
+  skip_round(c, &P, &one, &rnd, IR_ATTN_ROUND_P);
   Inst *div = def(c, P, IR_DIV, 1);
   if (!div) return 0;
   ValId e = div->args[0];
@@ -146,7 +152,7 @@ static int try_chain(Chain *c, int i) {
   /* the mask */
   int causal = 0, uses = 2;
   ValId mask = -1;
-  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_MASKED, x = r->args[0], uses = 1;
+  skip_round(c, &x, &uses, &rnd, IR_ATTN_ROUND_MASKED);
   const Type *tx = &f->values.data[x].type;
   if (tx->ndim != tv->ndim || tx->dims[tx->ndim - 1] != T || tx->dims[tx->ndim - 2] != T) return 0;
   Inst *w = def(c, x, IR_WHERE, uses);
@@ -165,7 +171,7 @@ static int try_chain(Chain *c, int i) {
   /* the scale */
   double scale = 1;
   int divide = 0;
-  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_SCALED, x = r->args[0], uses = 1;
+  skip_round(c, &x, &uses, &rnd, IR_ATTN_ROUND_SCALED);
   Inst *sc = def(c, x, IR_MUL, uses);
   if (!sc && (sc = def(c, x, IR_DIV, uses))) divide = 1;
   if (sc) {
@@ -173,7 +179,7 @@ static int try_chain(Chain *c, int i) {
     if (k < 0 || !ir_type_eq(&f->values.data[sc->args[k]].type, tx)) return 0;
     x = sc->args[k], uses = 1;
   }
-  if ((r = def(c, x, IR_ROUND_BF16, uses))) rnd |= IR_ATTN_ROUND_SCORES, x = r->args[0], uses = 1;
+  skip_round(c, &x, &uses, &rnd, IR_ATTN_ROUND_SCORES);
   Inst *mm = def(c, x, IR_MATMUL, uses);
   if (!mm || mm->attr[0]) return 0;
   /* with roundings: the C target's kernel for keys in one block (the probabilities are rounded

@@ -162,6 +162,23 @@ static void ctc_pack_b_f32(const float *b, int64_t ldb, int64_t k0, int64_t kc, 
     for (int64_t k = k16; k < kc; k++) bp[k * 32 + j] = j < nr ? bj[k] : 0;
   }
 }
+/* Rows i < mr of a tile's two 16-column accumulators c0, c1 stored into C (columns m0, m1 of
+ * c0p, c1p, rows ldc apart), added to what C holds when sum (the tiles' blocked summation) */
+static inline __attribute__((always_inline)) void ctc_tile_store_f32(const int R, int mr, __m512 *c0, __m512 *c1,
+                                                                     float *c0p, float *c1p, int64_t ldc,
+                                                                     __mmask16 m0, __mmask16 m1, int sum) {
+#pragma GCC unroll 12
+  for (int i = 0; i < R; i++) {
+    if (i >= mr) break;
+    float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
+    if (sum) {
+      c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
+      c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
+    }
+    _mm512_mask_storeu_ps(ci0, m0, c0[i]);
+    _mm512_mask_storeu_ps(ci1, m1, c1[i]);
+  }
+}
 /* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
  * other 16 at c1p + i * ldc) = (C +, if add) sum over k < kc of A[i, k] bp[k]:
  * A[i, k] at a[i * ars + k * aks]. R (12, 8 or 4, a constant where it is called) rows are
@@ -188,17 +205,7 @@ static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, in
         c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
       }
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < R; i++) {
-      if (i >= mr) break;
-      float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
-      if (add || k0 > 0) {
-        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
-        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
-      }
-      _mm512_mask_storeu_ps(ci0, m0, c0[i]);
-      _mm512_mask_storeu_ps(ci1, m1, c1[i]);
-    }
+    ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. */
@@ -405,17 +412,7 @@ static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const ctc_bf16x2 
         c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
       }
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < R; i++) {
-      if (i >= mr) break;
-      float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
-      if (add || q0 > 0) {
-        c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
-        c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
-      }
-      _mm512_mask_storeu_ps(ci0, m0, c0[i]);
-      _mm512_mask_storeu_ps(ci1, m1, c1[i]);
-    }
+    ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || q0 > 0);
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc, where A's and B's floats hold bfloat16 values; serial. */
