@@ -34,6 +34,12 @@ static int64_t bytes(const Func *f, ValId v) {
   return ir_numel(t) * (int64_t)ir_dtype_size(t->dtype);
 }
 
+/* What keeping v for the backward sweep costs: a rounded value is kept as bf16/f16
+ * (ir_pass_low_store), half its float32 bytes */
+static int64_t kept_bytes(const Ad *ad, ValId v) {
+  return ir_low_store_dtype(ad->p, ad->f, v) != DT_F32 ? bytes(ad->f, v) / 2 : bytes(ad->f, v);
+}
+
 /* Walks v's cone: counts its ops into *ops and adds each anchor's bytes once
  * (seen[x] == stamp marks what this walk counted). */
 static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, int stamp, int64_t small) {
@@ -43,7 +49,7 @@ static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, in
   const Inst *in = def_in(f, v, ad->fwd_end);
   if (!in || in->op == IR_CONST) return;   /* a parameter, input or literal: free */
   if (!ad->remat[v]) {
-    if (bytes(f, v) > small) *anchor += bytes(f, v);
+    if (bytes(f, v) > small) *anchor += kept_bytes(ad, v);
     return;
   }
   ++*ops;
@@ -80,7 +86,7 @@ void ad_remat_init(Ad *ad, int fwd_end) {
     int64_t anchor = 0;
     seen[in->res] = i + 1;
     for (int k = 0; k < in->nargs; k++) cone(ad, in->args[k], &ops, &anchor, seen, i + 1, bytes(f, in->res) / 16);
-    ad->remat[in->res] = ops <= REMAT_MAX_OPS && anchor <= bytes(f, in->res);
+    ad->remat[in->res] = ops <= REMAT_MAX_OPS && anchor <= kept_bytes(ad, in->res);
   }
   free(kept);
   free(seen);

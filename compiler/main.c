@@ -57,6 +57,8 @@ static const char *usage =
     "                          from 1 to it where the model's forward allows, see docs/program.md)\n"
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --no-fuse-attention     attention as its matmul/softmax kernels, not one fused call\n"
+    "  --no-low-store          training under autocast: keep the bf16/f16 values backward reads as\n"
+    "                          float32 buffers, not as 16-bit copies (the C target stores them so)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
     "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
@@ -95,7 +97,8 @@ static const char *usage =
     "  --anomaly               every kernel checks its outputs for NaN/Inf; the first stops the entry\n"
     "                          with the op and model line (for backward code: the line it differentiates)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
-    "                          ad_forward, unslice, unbroadcast, cse, dce, hoist, or all); repeatable\n"
+    "                          ad_forward, unslice, unbroadcast, cse, dce, hoist, low_store, or all);\n"
+    "                          repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --freestanding          (compile) model.c/.h for a microcontroller or bare metal: only <stddef.h>,\n"
     "                          <stdint.h>, <string.h> and the math functions the header names; no runtime,\n"
@@ -244,12 +247,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
-      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "cse", "dce", "hoist", "lower",
-                                           "all"};
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "cse", "dce", "hoist",
+                                           "low_store", "lower", "all"};
       int ok = 0;
       for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
       if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
-        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, cse, dce, hoist%s or all)", pass, s,
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, cse, dce, hoist, low_store%s or all)", pass, s,
                    s[7] == 'a' ? ", lower" : "");
         return -1;
       }
@@ -272,6 +275,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_fuse = 1;
     } else if (!strcmp(s, "--no-fuse-attention")) {
       o->no_fuse_attention = 1;
+    } else if (!strcmp(s, "--no-low-store")) {
+      o->no_low_store = 1;
     } else if (!strcmp(s, "--distributed")) {
       const char *v = NEXT();
       if (!v) return -1;
@@ -348,6 +353,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
                                     !o->no_fuse_attention && !o->anomaly && !o->quantize && !o->freestanding
                                 ? IR_FUSE_ATTN | (o->lower.cuda_target ? 0 : IR_FUSE_ATTN_ROUNDED)
                                 : 0;
+  o->lower.low_store = !o->no_low_store && !o->lower.cuda_target && !(o->target && strcmp(o->target, "c")) && !o->quantize &&
+                 !o->freestanding;
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;
@@ -642,6 +649,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   run_pass(p, "cse", ir_pass_cse);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);
+  run_pass(p, "low_store", ir_pass_low_store);
   t->p = p;
   return 0;
 }

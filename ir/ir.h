@@ -291,6 +291,7 @@ struct Program {
   int no_remat;               /* --no-remat: reverse mode keeps forward values instead of recomputing them */
   int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention): 0, or
                                  IR_FUSE_ATTN, | IR_FUSE_ATTN_ROUNDED for chains with bf16 roundings */
+  int low_store;              /* ir_pass_low_store: autocast's values kept for backward stored as bf16/f16 */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
   Vec(IrScope) scopes;        /* the user modules whose forward staged instructions (Inst.scope);
@@ -343,6 +344,11 @@ void ir_pass_cse(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);
+/* lowstore.c: with Program.low_store, a rounded (round_bf16/round_f16) float32 value that
+ * backward reads is also stored as bf16/f16, and backward reads a cast of that copy. */
+void ir_pass_low_store(Program *p, Func *f);
+/* The dtype ir_pass_low_store stores v in if backward reads it (DT_BF16, DT_F16), else DT_F32. */
+DType ir_low_store_dtype(const Program *p, const Func *f, ValId v);
 void ir_compact(Func *f);
 /* attn.c: the staged chain softmax(q k^T * scale + causal mask) v whose intermediates
  * have no other use, from instruction `from` on, becomes one ATTENTION instruction
