@@ -13,19 +13,18 @@
  * uses are in the kernel that computes it); the values are the same bits, so nothing
  * a program computes changes.
  *
- * Only float32 values of at least LOW_STORE_MIN elements that an instruction of a later
- * phase reads (Inst.phase: backward, optimizer) are stored so; a value only forward
- * reads is short-lived already. Program.low_store turns it on (the C target). */
+ * Only float32 values that an instruction of a later phase reads (Inst.phase: backward,
+ * optimizer) are stored so, whatever their size (a threshold would stage a batch chosen at
+ * run time differently at different sizes, compiler/batch.c); a value only forward reads is
+ * short-lived already. Program.low_store turns it on (the C target). */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"
 
-#define LOW_STORE_MIN 1024
-
 DType ir_low_store_dtype(const Program *p, const Func *f, ValId v) {
   const Inst *d = ir_def(f, v);
   const Type *t = &f->values.data[v].type;
-  if (!p->low_store || !d || t->dtype != DT_F32 || ir_numel(t) < LOW_STORE_MIN) return DT_F32;
+  if (!p->low_store || !d || t->dtype != DT_F32) return DT_F32;
   return d->op == IR_ROUND_BF16 ? DT_BF16 : d->op == IR_ROUND_F16 ? DT_F16 : DT_F32;
 }
 

@@ -153,14 +153,13 @@ def train_ir(tmp_path, *opts):
 def test_what_is_stored(tmp_path):
     """The MLP's train step: fc1's rounded output (gelu's input), the rounded input x and gelu's
     rounded output (the GEMMs' operands for the weight gradients) and fc2's rounded weight (for
-    the input gradient) get bf16 copies; backward reads casts of them. Without the copies
-    reverse mode recomputes fc1's rounding from the float32 GEMM output (rematerialisation,
-    autograd_ad/remat.c), which would keep 4 bytes an element; with them it reads the stored
-    2-byte copy. fc2's [32,10] logits are too small to copy (LOW_STORE_MIN); --target cuda keeps
-    float32 buffers."""
+    the input gradient) and fc2's rounded logits (log_softmax's backward) get bf16 copies;
+    backward reads casts of them. Without the copies reverse mode recomputes fc1's rounding from
+    the float32 GEMM output (rematerialisation, autograd_ad/remat.c), which would keep 4 bytes an
+    element; with them it reads the stored 2-byte copy. --target cuda keeps float32 buffers."""
     ir = train_ir(tmp_path)
     copies = re.findall(r"%(\S+) = cast %(\S+) : bf16\[([\d,]+)\]", ir)
-    assert sorted(s for _, _, s in copies) == ["10,128", "32,128", "32,128", "32,64"], copies
+    assert sorted(s for _, _, s in copies) == ["10,128", "32,10", "32,128", "32,128", "32,64"], copies
     for name, _, _ in copies:
         assert re.search(rf"= cast %{re.escape(name)} : f32\[", ir), f"backward reads no cast of {name}"
     bwd = ir[ir.index("grad."):]
@@ -176,6 +175,24 @@ def test_pass_can_be_dumped(tmp_path):
     p.write_text(MLP)
     err = run([CTC, "compile", p, "--entry", "train_step", "-o", tmp_path / "m.c", "--dump-after", "low_store"]).stderr
     assert "; ---- IR of train_step after low_store ----" in err and ": bf16[" in err
+
+
+def test_batch_chosen_at_run_time(tmp_path):
+    """A batch chosen at run time stages the entry at sizes from --max up and requires the same
+    code at each: what gets a copy does not depend on a value's size (15 x 64 elements and 16 x
+    64 are copied alike), and the program's losses at a smaller batch equal the fixed-size
+    build's at that batch."""
+    p = tmp_path / "mlp.py"
+    p.write_text(MLP)
+    run([CTC, "build", p, "-o", tmp_path / "var", "--entry", "train_step", "--input", "x=f32[N,64]", "--input",
+         "y=i64[N]", "--max", "N=15"])
+    run([CTC, "build", p, "-o", tmp_path / "fixed", "--entry", "train_step", "--input", "x=f32[9,64]", "--input",
+         "y=i64[9]"])
+    r = np.random.default_rng(0)
+    batches = [(r.standard_normal((9, 64)).astype(np.float32), r.integers(0, 10, 9)) for _ in range(2)]
+    a, b = steps(tmp_path, tmp_path / "var", batches, "v"), steps(tmp_path, tmp_path / "fixed", batches, "f")
+    for (wa, la), (wb, lb) in zip(a, b):
+        assert la.tobytes() == lb.tobytes() and all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
 
 
 def test_forward_only_entries_unchanged(tmp_path):
