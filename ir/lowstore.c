@@ -13,6 +13,11 @@
  * uses are in the kernel that computes it); the values are the same bits, so nothing
  * a program computes changes.
  *
+ * The same holds for a float32 read of 16-bit storage (a .bfloat16() model's weight, a cast
+ * of its parameter, made once per entry by lowering): a later phase's instruction reads a
+ * cast of the parameter of its own, just before it, so the float32 copies of the weights do
+ * not live from forward to backward and the optimizer (which read them for the update).
+ *
  * Only float32 values that an instruction of a later phase reads (Inst.phase: backward,
  * optimizer) are stored so, whatever their size (a threshold would stage a batch chosen at
  * run time differently at different sizes, compiler/batch.c); a value only forward reads is
@@ -32,7 +37,7 @@ void ir_pass_low_store(Program *p, Func *f) {
   if (!p->low_store || f->insts.len == 0) return;
   const int ni = f->insts.len, nv = f->values.len;
   DType *low = calloc((size_t)nv + 1, sizeof *low);   /* per value: the storage dtype it gets, or DT_F32 (0) */
-  ValId *copy = calloc((size_t)nv + 1, sizeof *copy);  /* its 16-bit copy, once made */
+  ValId *copy = calloc((size_t)nv + 1, sizeof *copy);  /* its 16-bit copy, once made (a cast's: its operand) */
   CHECK(low && copy);
   int any = 0;
   for (int i = 0; i < ni; i++) {
@@ -40,8 +45,11 @@ void ir_pass_low_store(Program *p, Func *f) {
     for (int k = 0; k < in->nargs && in->phase != PH_FORWARD; k++) {
       const ValId a = in->args[k];
       const Inst *d = ir_def(f, a);
-      const DType dt = ir_low_store_dtype(p, f, a);
-      if (d && d->phase == PH_FORWARD && dt != DT_F32) low[a] = dt, any = 1;
+      if (!d || d->phase != PH_FORWARD) continue;
+      const DType dt = ir_low_store_dtype(p, f, a), from = f->values.data[d->args[0]].type.dtype;
+      if (dt != DT_F32) low[a] = dt, any = 1;
+      if (p->low_store && d->op == IR_CAST && ir_dtype_is_low(from) && f->values.data[a].type.dtype == DT_F32)
+        low[a] = from, copy[a] = d->args[0], any = 1;   /* a read of 16-bit storage: read it again */
     }
   }
   if (!any) {
@@ -79,7 +87,7 @@ void ir_pass_low_store(Program *p, Func *f) {
     }
     f->values.data[in.res].def = f->insts.len;
     vec_push(p->arena, &f->insts, in);
-    if (low[in.res]) {   /* the 16-bit copy, made from the same float value the rounding reads */
+    if (low[in.res] && in.op != IR_CAST) {   /* the 16-bit copy, made from the same float value the rounding reads */
       f->phase = in.phase, f->scope = in.scope, f->grad_mode = in.nograd;
       Type t = f->values.data[in.res].type;
       t.dtype = low[in.res];

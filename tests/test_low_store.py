@@ -195,6 +195,66 @@ def test_batch_chosen_at_run_time(tmp_path):
         assert la.tobytes() == lb.tobytes() and all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
 
 
+WIDE = HEAD + '''
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(256, 512)
+        self.fc2 = nn.Linear(512, 256)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+model = Net().bfloat16()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x.bfloat16()).float(), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(4, 256).bfloat16(),), "train_step": (torch.zeros(4, 256), torch.zeros(4, 256))}
+'''
+
+
+def test_bfloat16_model_keeps_no_float32_weights(tmp_path):
+    """A .bfloat16() model's GEMMs read float32 copies of its weights, one cast per entry.
+    Backward (dx = g W) and the optimizer (W - lr * update) read casts of the bf16 parameters of
+    their own instead of the forward's copies, which lived to the end of the step: with a batch
+    of 4, those copies (1 MiB for these 262,144 weights) were most of the arena. Same bits."""
+    p = tmp_path / "wide.py"
+    p.write_text(WIDE)
+    exes = {}
+    for tag, opts in (("low", []), ("f32", ["--no-low-store"])):
+        exes[tag] = tmp_path / f"net_{tag}"
+        run([CTC, "build", p, "-o", exes[tag], "--entry", "train_step", *opts])
+    r = np.random.default_rng(4)
+    batches = [(r.standard_normal((4, 256)).astype(np.float32), r.standard_normal((4, 256)).astype(np.float32))
+               for _ in range(3)]
+    a, b = steps(tmp_path, exes["low"], batches, "l"), steps(tmp_path, exes["f32"], batches, "f")
+    for (wa, la), (wb, lb) in zip(a, b):
+        assert la.tobytes() == lb.tobytes() and all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
+    weights_f32 = (256 * 512 * 2) * 4
+    saved = {}
+    for tag, opts in (("low", []), ("f32", ["--no-low-store"])):
+        err = run([CTC, "compile", p, "--entry", "train_step", "-o", tmp_path / "s.c", "--stats", *opts]).stderr
+        saved[tag] = int(re.search(r"entry train_step: activations \d+ bytes; .*saved activations (\d+)", err).group(1))
+    print(f"arena {arena(exes['f32'])} -> {arena(exes['low'])} bytes; saved activations at the busiest kernel "
+          f"{saved['f32']} -> {saved['low']}")
+    assert saved["f32"] >= weights_f32 and saved["low"] == 0
+    assert arena(exes["low"]) < arena(exes["f32"])
+    ir = run([CTC, "compile", p, "--entry", "train_step", "--emit", "ir"]).stdout
+    ir = ir[ir.index("func train_step"):]
+    # fc2's weight: read as float32 three times (forward, backward, the update), each a cast of the parameter
+    param = re.search(r"%(\S+) = param \"fc2\.weight\" : bf16", ir).group(1)
+    assert len(re.findall(rf"= cast %{re.escape(param)} : f32\[256,512\]", ir)) == 3
+
+
 def test_forward_only_entries_unchanged(tmp_path):
     """An entry without backward (inference under autocast) gets no copies: its rounded values
     live only as long as forward reads them."""
