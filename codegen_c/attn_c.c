@@ -17,18 +17,18 @@
  * computed once per query block. Operands are read through strides (views of a fused
  * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
  * is ctc_exp_f32 (vectorised).
- * Under autocast (rnd, IR_ATTN_ROUND_*; the keys in one block) the scores are rounded to bf16
- * where the chain rounds them, p = e / l is rounded once the row's sum is known, and backward
+ * Under autocast (rnd, IR_ATTN_ROUND_*) the scores are rounded to bf16 where the chain rounds
+ * them, p = e / l is rounded once the row's sum is known (a row's keys in several blocks: a first
+ * pass over them for its maximum and sum, and backward a pass for di), and backward
  * rounds each rounding's cotangent, as reverse mode of the unfused chain does (tests/test_autocast.py
  * finds the gradients equal to the unfused ops' bit for bit); the products of operands that hold
  * bf16 values (low) are ctc_matmul_block_bf16's. */
 #include <string.h>
 #include "cg_int.h"
 
-/* (CTC_ATTN_KB, the keys a block, is IR_ATTN_ROUND_MAX_T: a row whose probabilities are rounded
- * has its keys in one block; cg_emit_attention_kernels writes it) */
 static const char attn_common_text[] =
-    "#define CTC_ATTN_QB 64\n"
+    "#define CTC_ATTN_QB 64   /* query rows a block */\n"
+    "#define CTC_ATTN_KB 256   /* keys a block */\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
@@ -97,8 +97,9 @@ static const char attn_text[] =
     "}\n"
     "\n"
     "/* o = softmax(q k^T * scale (causal: -inf above the diagonal)) v over [B = n0 n1, T, D]; o contiguous,\n"
-    " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows). rnd (IR_ATTN_ROUND_*, only where the keys\n"
-    " * fit one block): the scores rounded to bf16 as ctc_attn_scores does, and with 8 p = e / l rounded; low:\n"
+    " * q, k, v with strides x0 (over n0), x1 (over n1), xr (rows). rnd (IR_ATTN_ROUND_*): the scores rounded\n"
+    " * to bf16 as ctc_attn_scores does, and with 8 p = e / l rounded (a row's keys in several blocks: two\n"
+    " * passes, its m and l first); low:\n"
     " * the operands that hold bf16 values (1 q, 2 k, 4 v, 8 g), whose products with rounded ones are\n"
     " * $B's (AVX-512 BF16 dot products where the CPU has them). */\n"
     "static void ctc_attention_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
@@ -121,6 +122,23 @@ static const char attn_text[] =
     "    for (int64_t ii = 0; ii < ni; ii++) m[ii] = -($T)INFINITY, l[ii] = 0;\n"
     "    for (int64_t x = 0; x < ni * D; x++) ob[x] = 0;\n"
     "    const int64_t jend = causal ? i0 + ni : T;\n"
+    "    /* p rounded and the keys in several blocks (two): a first pass for each row's maximum m and\n"
+    "     * sum l, then p = round(exp(s - m) / l) block by block, o = p v not divided */\n"
+    "    const int two = (rnd & 8) && jend > CTC_ATTN_KB;\n"
+    "    for (int64_t j0 = 0; two && j0 < jend; j0 += CTC_ATTN_KB) {\n"
+    "      const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
+    "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, (int)rnd, (int)low,\n"
+    "                         &s[0][0], CTC_ATTN_KB);\n"
+    "      for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "        const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "        int fin;\n"
+    "        const $T mx = ctc_attn_max_$S(s[ii], nv, m[ii], &fin);\n"
+    "        if (mx == -($T)INFINITY) continue;\n"
+    "        const $T corr = m[ii] == -($T)INFINITY ? 0 : $E(m[ii] - mx), sum = ctc_attn_exp_$S(s[ii], nv, mx, fin);\n"
+    "        l[ii] = l[ii] * corr + sum;\n"
+    "        m[ii] = mx;\n"
+    "      }\n"
+    "    }\n"
     "    for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "      const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
     "      ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, ($T)scale, (int)rnd, (int)low,\n"
@@ -129,6 +147,13 @@ static const char attn_text[] =
     "        $T *restrict si = s[ii], *restrict oi = ob + ii * D;\n"
     "        const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;   /* keys not masked */\n"
     "        int fin;\n"
+    "        if (two) {   /* p = round(exp(s - m) / l), the row's m and l known */\n"
+    "          (void)ctc_attn_max_$S(si, nv, m[ii], &fin);\n"
+    "          if (m[ii] != -($T)INFINITY) (void)ctc_attn_exp_$S(si, nv, m[ii], fin);\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) si[jj] = m[ii] == -($T)INFINITY ? 0 : $R(si[jj] / l[ii]);\n"
+    "          for (int64_t jj = nv; jj < nj; jj++) si[jj] = 0;\n"
+    "          continue;\n"
+    "        }\n"
     "        const $T mx = ctc_attn_max_$S(si, nv, m[ii], &fin);\n"
     "        if (mx == -($T)INFINITY) {   /* every key so far masked */\n"
     "          for (int64_t jj = 0; jj < nj; jj++) si[jj] = 0;\n"
@@ -151,6 +176,7 @@ static const char attn_text[] =
     "      ((rnd & 8) && (low & 4) ? $B : ctc_matmul_block_$S)(0, 0, 1, nj, &s[0][0], CTC_ATTN_KB, vb + j0 * vr, vr, ob, D, 0,\n"
     "                                                          ni, 0, D);   /* o += p v */\n"
     "    }\n"
+    "    for (int64_t ii = 0; two && ii < ni; ii++) l[ii] = l[ii] == 0 ? 0 : 1;   /* (p divided; no key: NaN, as unfused) */\n"
     "    for (int64_t ii = 0; ii < ni; ii++) {\n"
     "      const $T inv = 1 / l[ii];\n"
     "      for (int64_t d = 0; d < D; d++) ob[ii * D + d] *= inv;\n"
@@ -159,10 +185,25 @@ static const char attn_text[] =
     "}\n";
 
 static const char attn_bwd_text[] =
+    "/* (roundings, a row's keys in several blocks) the scores of rows [0, ni) against keys [j0, j0 + nj) in\n"
+    " * s and e = exp(s - m) in e, m each row's maximum over all its keys (a row with none: e = 0) */\n"
+    "static void ctc_attn_exps_$S(const $T *qb, int64_t qr, const $T *kb, int64_t kr, int64_t ni, int64_t nj, int64_t D,\n"
+    "                             int64_t i0, int64_t j0, int causal, int divide, $T sc, int rnd, int low, const $T *m,\n"
+    "                             $T (*s)[CTC_ATTN_KB], $T (*e)[CTC_ATTN_KB]) {\n"
+    "  ctc_attn_scores_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, causal, divide, sc, rnd, low, &s[0][0], CTC_ATTN_KB);\n"
+    "  for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "    const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "    int fin;\n"
+    "    (void)ctc_attn_max_$S(s[ii], nv, m[ii], &fin);\n"
+    "    for (int64_t jj = 0; jj < (nv + 15) / 16 * 16; jj++) e[ii][jj] = m[ii] == -($T)INFINITY ? 0 : s[ii][jj];\n"
+    "    if (m[ii] != -($T)INFINITY) (void)ctc_attn_exp_$S(e[ii], nv, m[ii], fin);\n"
+    "  }\n"
+    "}\n"
     "/* r = [dq; dk; dv] (3 x [B, T, D], contiguous) of <g, ctc_attention(q, k, v)>, o its result; operands\n"
-    " * strided as ctc_attention's. With roundings (rnd, keys in one block) the gradient of the chain as\n"
-    " * reverse mode gives it unfused: each rounding's cotangent rounded (dp for p's, ds for the scores'),\n"
-    " * di the row sum of softmax * dp (not g . o: o was computed from the rounded p). */\n"
+    " * strided as ctc_attention's. With roundings (rnd) the gradient of the chain as reverse mode gives it\n"
+    " * unfused: each rounding's cotangent rounded (dp for p's, ds for the scores'), di the row sum of\n"
+    " * softmax * dp (not g . o: o was computed from the rounded p), over a pass of its own when a row's\n"
+    " * keys are in several blocks. */\n"
     "static void ctc_attention_bwd_$S(const $T *restrict q, int64_t q0, int64_t q1, int64_t qr,\n"
     "                                 const $T *restrict k, int64_t k0, int64_t k1, int64_t kr,\n"
     "                                 const $T *restrict v, int64_t v0, int64_t v1, int64_t vr,\n"
@@ -206,9 +247,23 @@ static const char attn_bwd_text[] =
     "        }\n"
     "      }\n"
     "      for (int64_t ii = 0; ii < ni; ii++) lse[ii] = m[ii] + $L(l[ii]);\n"
+    "      for (int64_t j0 = 0; rnd && !one && j0 < jend; j0 += CTC_ATTN_KB) {   /* di = sum of sm * dp, every block */\n"
+    "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
+    "        if (j0 == 0)\n"
+    "          for (int64_t ii = 0; ii < ni; ii++) di[ii] = 0;\n"
+    "        ctc_attn_exps_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, (int)rnd, (int)low, m, s, sm);\n"
+    "        ((low & 12) == 12 ? $B : ctc_matmul_block_$S)(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni,\n"
+    "                                                     0, nj);   /* dp = g v^T */\n"
+    "        for (int64_t ii = 0; ii < ni; ii++) {\n"
+    "          const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
+    "          for (int64_t jj = 0; jj < nv; jj++) di[ii] += sm[ii][jj] / l[ii] * (rnd & 8 ? $R(dp[ii][jj]) : dp[ii][jj]);\n"
+    "        }\n"
+    "      }\n"
     "      for (int64_t j0 = 0; j0 < jend; j0 += CTC_ATTN_KB) {\n"
     "        const int64_t nj = jend - j0 < CTC_ATTN_KB ? jend - j0 : CTC_ATTN_KB;\n"
-    "        if (rnd)   /* (one block) the softmax e / l in sm, p = its rounding in s */\n"
+    "        if (rnd && !one)   /* e = exp(s - m) in dp, as the first pass's with one block */\n"
+    "          ctc_attn_exps_$S(qb, qr, kb, kr, ni, nj, D, i0, j0, (int)causal, (int)divide, sc, (int)rnd, (int)low, m, s, dp);\n"
+    "        if (rnd)   /* the softmax e / l in sm, p = its rounding in s */\n"
     "          for (int64_t ii = 0; ii < ni; ii++) {\n"
     "            const int64_t nv = causal ? ctc_attn_valid(i0 + ii, j0, nj) : nj;\n"
     "            for (int64_t jj = 0; jj < nv; jj++) sm[ii][jj] = dp[ii][jj] / l[ii];\n"
@@ -242,10 +297,10 @@ static const char attn_bwd_text[] =
     "        ((low & 12) == 12 ? $B : ctc_matmul_block_$S)(0, 1, 0, D, gb, gr, vb + j0 * vr, vr, &dp[0][0], CTC_ATTN_KB, 0, ni,\n"
     "                                                     0, nj);   /* dp = g v^T */\n"
     "        for (int64_t ii = 0; rnd && ii < ni; ii++) {   /* ds of the rounded chain (kept in dp) */\n"
-    "          $T *restrict smi = sm[ii], *restrict dpi = dp[ii], dii = 0;\n"
+    "          $T *restrict smi = sm[ii], *restrict dpi = dp[ii], dii = one ? 0 : di[ii];\n"
     "          if (rnd & 8)\n"
     "            for (int64_t jj = 0; jj < nj; jj++) dpi[jj] = $R(dpi[jj]);\n"
-    "          for (int64_t jj = 0; jj < nj; jj++) dii += smi[jj] * dpi[jj];\n"
+    "          for (int64_t jj = 0; one && jj < nj; jj++) dii += smi[jj] * dpi[jj];\n"
     "          for (int64_t jj = 0; jj < nj; jj++) {\n"
     "            $T x = smi[jj] * (dpi[jj] - dii);\n"
     "            x = rnd & 4 ? $R(x) : x;   /* the masked: 0 (their softmax is) */\n"
@@ -291,8 +346,6 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   for (int t = 0; t < DT_COUNT; t++) any |= k->attention[t];
   if (!any) return;
   cg_puts(b, "/* Fused attention (codegen_c/attn_c.c): per query block, an online softmax; no T x T matrix. */\n");
-  cg_printf(b, "#define CTC_ATTN_KB %d   /* keys a block (autocast's rounded probabilities: a row in one) */\n",
-            IR_ATTN_ROUND_MAX_T);
   cg_puts(b, attn_common_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
@@ -316,8 +369,6 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   }
   Buf x = {0};
   DType t = c->f->values.data[k->args[0]].type.dtype;
-  if (k->nint > 6 && k->ints[6] && k->ints[2] > IR_ATTN_ROUND_MAX_T)   /* (CTC_ATTN_KB) */
-    BUG("attention with roundings over %lld keys: the kernel rounds p within one block of keys", (long long)k->ints[2]);
   cg_printf(&x, "ctc_%s_%s(", k->fn, cg_dt_suffix(t));
   for (int a = 0; a < k->nargs; a++) {
     cg_printf(&x, "%s", cg_ref(c, k->args[a]));

@@ -182,10 +182,8 @@ static int try_chain(Chain *c, int i) {
   skip_round(c, &x, &uses, &rnd, IR_ATTN_ROUND_SCORES);
   Inst *mm = def(c, x, IR_MATMUL, uses);
   if (!mm || mm->attr[0]) return 0;
-  /* with roundings: the C target's kernel for keys in one block (the probabilities are rounded
-   * after their row's sum is known), f32 */
-  if (rnd && (!(c->p->fuse_attention & IR_FUSE_ATTN_ROUNDED) || T > IR_ATTN_ROUND_MAX_T || tv->dtype != DT_F32))
-    return 0;
+  /* with roundings: the C target's kernel, f32 */
+  if (rnd && (!(c->p->fuse_attention & IR_FUSE_ATTN_ROUNDED) || tv->dtype != DT_F32)) return 0;
   ValId q = mm->args[0], k = mm->args[1];
   Inst *rk = NULL;   /* autocast's rounding of k^T (round(k.transpose(-2, -1))): made a rounding of k */
   if (!mm->attr[1]) {   /* k^T as a permute of the last two axes */
