@@ -326,16 +326,20 @@ static const char attn_bwd_text[] =
     "  }\n"
     "}\n";
 
-/* text with $T, $S, $E (exp), $L (log), $R (the rounding to bf16), $B (the GEMM block of bf16 values:
- * kernels.c's ctc_matmul_block_bf16 where the file has it, bf16) for dtype t */
+/* text with $T, $S, $E (exp), $L (log), $R(x) (x rounded to bf16, or f16 with rnd's 16:
+ * ctc_attn_round_<dt>), $B (the GEMM block of bf16 values: kernels.c's ctc_matmul_block_bf16 where
+ * the file has it, bf16) for dtype t */
 static void put(Buf *b, const char *text, DType t, int bf16) {
   for (const char *s = text; *s; s++) {
+    if (s[0] == '$' && s[1] == 'R' && s[2] == '(') {
+      cg_printf(b, "ctc_attn_round_%s(rnd, ", cg_dt_suffix(t)), s += 2;
+      continue;
+    }
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
     else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
-    else if (s[0] == '$' && s[1] == 'R') cg_puts(b, t == DT_F32 ? "ctc_bf16_f32" : "ctc_bf16_f64"), s++;
     else if (s[0] == '$' && s[1] == 'B') cg_printf(b, "ctc_matmul_block_%s", t == DT_F32 && bf16 ? "bf16" : cg_dt_suffix(t)), s++;
     else cg_printf(b, "%c", *s);
   }
@@ -349,6 +353,11 @@ void cg_emit_attention_kernels(Buf *b, const Kernels *k) {
   cg_puts(b, attn_common_text);
   for (int t = 0; t < DT_COUNT; t++) {
     if (!k->attention[t]) continue;
+    if (k->attention[t] & 4)   /* the roundings of autocast's bf16 or f16 */
+      put(b, "static inline $T ctc_attn_round_$S(int64_t rnd, $T x) { return rnd & 16 ? ctc_f16_$S(x) : ctc_bf16_$S(x); }\n",
+          (DType)t, 0);
+    else
+      put(b, "static inline $T ctc_attn_round_$S(int64_t rnd, $T x) { (void)rnd; return ctc_bf16_$S(x); }\n", (DType)t, 0);
     put(b, attn_text, (DType)t, k->gemm_bf16);
     if (k->attention[t] & 2) put(b, attn_bwd_text, (DType)t, k->gemm_bf16);
   }
@@ -383,6 +392,7 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   cg_buf_free(&x);
   c->k->attention[t] |= !strcmp(k->fn, "attention") ? 1 : 3;
   c->k->bf16[t] = 1;   /* $R: ctc_bf16_<dt>, which the kernels call with roundings (ints[6]) */
+  if (k->nint > 6 && k->ints[6] & IR_ATTN_ROUND_F16) c->k->attention[t] |= 4, c->k->f16[t] = 1;   /* and ctc_f16_<dt> */
   if (k->nint > 7 && k->ints[7] && t == DT_F32) c->k->gemm_bf16 = 1;   /* $B: products of bf16 values (ints[7]) */
   c->k->gemm[t] = 1;   /* the blocks' products are ctc_matmul_block_<dt> calls */
   if (t == DT_F32) c->k->exp_f32 = 1;

@@ -91,7 +91,7 @@ typedef struct Kernels {
   unsigned char f16[DT_COUNT];      /* ctc_f16_<dt>: round_f16 (ops.def) */
   unsigned char low_io[DT_COUNT];   /* ctc_bf16_load/_store, ctc_f16_load/_store: casts from and to the
                                        storage of a .bfloat16() / .half() model (DT_BF16, DT_F16) */
-  unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt> */
+  unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt>, 4 f16 roundings */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */

@@ -120,10 +120,15 @@ static int causal_values(const Chain *c, ValId v, int64_t T, double above, doubl
 
 static int reduces_last(const Inst *in, const Type *t) { return in->attr[0] == ((int64_t)1 << (t->ndim - 1)); }
 
-/* *x is autocast's round_bf16 of a value used `uses` times: *x becomes that value (used once, by
- * the rounding), and the flag is added to *rnd */
+/* The rounding op of a chain's roundings so far (*rnd): bf16's, or f16's with IR_ATTN_ROUND_F16 */
+static Op round_op(int rnd) { return rnd & IR_ATTN_ROUND_F16 ? IR_ROUND_F16 : IR_ROUND_BF16; }
+
+/* *x is autocast's round_bf16 (or round_f16; the chain's first rounding decides, the others must
+ * be of its kind) of a value used `uses` times: *x becomes that value (used once, by the
+ * rounding), and the flag is added to *rnd */
 static void skip_round(Chain *c, ValId *x, int *uses, int *rnd, int flag) {
-  Inst *r = def(c, *x, IR_ROUND_BF16, *uses);
+  Inst *r = def(c, *x, round_op(*rnd), *uses);
+  if (!r && !*rnd && (r = def(c, *x, IR_ROUND_F16, *uses))) *rnd |= IR_ATTN_ROUND_F16;
   if (r) *x = r->args[0], *uses = 1, *rnd |= flag;
 }
 
@@ -136,7 +141,7 @@ static int try_chain(Chain *c, int i) {
   const Type *tv = &f->values.data[v].type;
   if (!ir_dtype_is_float(tv->dtype) || tv->ndim < 2 || !ir_type_eq(tv, &f->values.data[y->res].type)) return 0;
   int64_t T = tv->dims[tv->ndim - 2];
-  int rnd = 0, one = 1;   /* IR_ATTN_ROUND_*: autocast's bf16 roundings in the chain */
+  int rnd = 0, one = 1;   /* IR_ATTN_ROUND_*: autocast's roundings in the chain */
   skip_round(c, &P, &one, &rnd, IR_ATTN_ROUND_P);
   Inst *div = def(c, P, IR_DIV, 1);
   if (!div) return 0;
@@ -187,7 +192,7 @@ static int try_chain(Chain *c, int i) {
   ValId q = mm->args[0], k = mm->args[1];
   Inst *rk = NULL;   /* autocast's rounding of k^T (round(k.transpose(-2, -1))): made a rounding of k */
   if (!mm->attr[1]) {   /* k^T as a permute of the last two axes */
-    if (rnd && (rk = def(c, k, IR_ROUND_BF16, 1))) k = rk->args[0];
+    if (rnd && (rk = def(c, k, round_op(rnd), 1))) k = rk->args[0];
     const Value *kv = &f->values.data[k];
     if (kv->kind != V_INST) return 0;
     const Inst *pm = &f->insts.data[kv->def];

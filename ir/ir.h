@@ -356,8 +356,10 @@ void ir_compact(Func *f);
  * (Program.fuse_attention: after staging, and before the sweep of backward()/step()). */
 int ir_fuse_attention(Program *p, Func *f, int from);
 enum { IR_FUSE_ATTN = 1, IR_FUSE_ATTN_ROUNDED = 2 };
-/* An attention's attr[2]: where autocast rounds to bf16 in the fused chain (ops.def's ATTENTION) */
-enum { IR_ATTN_ROUND_SCORES = 1, IR_ATTN_ROUND_SCALED = 2, IR_ATTN_ROUND_MASKED = 4, IR_ATTN_ROUND_P = 8 };
+/* An attention's attr[2]: where autocast rounds to bf16 in the fused chain (ops.def's ATTENTION);
+ * with IR_ATTN_ROUND_F16 the roundings are to f16 */
+enum { IR_ATTN_ROUND_SCORES = 1, IR_ATTN_ROUND_SCALED = 2, IR_ATTN_ROUND_MASKED = 4, IR_ATTN_ROUND_P = 8,
+       IR_ATTN_ROUND_F16 = 16 };
 /* v's values (numel doubles into out) when they are computable at compile time from
  * literals and the initial values of buffers and ctc's constants (not of trainable
  * parameters, nor of anything an entry writes) through ops the reference evaluator

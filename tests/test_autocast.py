@@ -455,17 +455,20 @@ ATTN_CHAINS = {   # (the mask buffer, the scores): nanoGPT's and Llama's
 }
 
 
-@pytest.mark.parametrize("T", [80, 300])
-@pytest.mark.parametrize("chain", sorted(ATTN_CHAINS))
-def test_rounded_attention_gradients_equal_unfused(tmp_path, chain, T):
+@pytest.mark.parametrize("chain,T,dtype", [(c, T, "bfloat16") for c in sorted(ATTN_CHAINS) for T in (80, 300)] +
+                         [(c, 300, "float16") for c in sorted(ATTN_CHAINS)])
+def test_rounded_attention_gradients_equal_unfused(tmp_path, chain, T, dtype):
     """The fused attention with roundings (forward and backward) computes what the unfused ops
     compute (--no-fuse-attention): the same roundings, sums in another order, so equal to the bit
     but for rare ties (measured: every element equal with the keys in one block; with two, 99.96% or
     more, the others within a bf16 ulp of the gradient's largest element); a rounding left out of the
-    backward would change most elements by up to a bf16 ulp. Against PyTorch: no further from float64."""
+    backward would change most elements by up to a bf16 ulp. Against PyTorch: no further from float64.
+    The same in float16 (PyTorch 2.x's CPU autocast; 1.13 has none, so no comparison with it here:
+    test_grad_scaler.py checks the unfused f16 ops against 2.x)."""
     mask, scores = ATTN_CHAINS[chain]
     p = tmp_path / "attn.py"
-    p.write_text(ATTN_GRADS.replace("MASK", mask).replace("SCORES", scores).replace("TD", f"{T}, 8"))
+    p.write_text(ATTN_GRADS.replace("MASK", mask).replace("SCORES", scores).replace("TD", f"{T}, 8")
+                 .replace("dtype=torch.bfloat16", f"dtype=torch.{dtype}"))
     exes = {}
     for v, opts in (("fused", []), ("unfused", ["--no-fuse-attention"])):
         exes[v] = tmp_path / v
@@ -485,6 +488,13 @@ def test_rounded_attention_gradients_equal_unfused(tmp_path, chain, T):
     a, b = got["fused"][3], got["unfused"][3]   # the forward: p rounded once the row's sum is known
     print(f"{chain} y: {(a == b).mean():.2%} equal to the unfused ops")
     assert (a == b).mean() >= 0.99 and np.abs(a - b).max() <= 2.0 ** -7 * np.abs(b).max()
+    if dtype == "float16":
+        assert re.search(r"ctc_attention_bwd_f32\([^;]*, 1, [01], (1[6-9]|2[0-9]|3[01]), 0, ", (tmp_path / "fused.c").read_text())
+        for i, name in enumerate("qkv"):
+            a, b = got["fused"][i], got["unfused"][i]
+            print(f"{chain} f16 d{name}: {(a == b).mean():.2%} equal to the unfused ops")
+            assert (a == b).mean() >= 0.99 and np.abs(a - b).max() <= 2.0 ** -7 * np.abs(b).max()
+        return
     mod = load_module(str(p), f"ac_attn_{chain}_{T}")
     torch.manual_seed(0)
     m = mod.M()
