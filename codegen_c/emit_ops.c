@@ -609,13 +609,23 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
     for (int k = 0; k < nouter; k++) add_var(vars, xs, &nv, kvar[k], kst[k]);
     for (int k = 0; k < nr - 1; k++) add_var(vars, xs, &nv, rvar[k], rst[k]);
     char xr[IDX_CAP + 64];
+    /* a sum over two or more runs: the last two in one ctc_sum_runs call (its lanes go on across
+     * the runs: BatchNorm's statistics over N and H W) */
+    const int runs = in->op == IR_REDUCE_SUM && nr >= 2;
+    if (runs) nv--;
     index_expr(xi, nv, vars, 0, xs);
     snprintf(xr, sizeof xr, "&%s[%s]", x, xi);
-    for (int k = 0; k < nr - 1; k++) {
+    for (int k = 0; k < nr - 1 - runs; k++) {
       LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);
       c->ind += 2;
     }
-    lane_reduce(c, in, "acc", nr == 1 ? "=" : "+=", xr, rd[nr - 1]);
+    if (runs) {
+      c->k->sum[t] = 1;
+      LINE(c, "acc %s ctc_sum_runs_%s(%s, %lld, %lld, %lld);\n", nr == 2 ? "=" : "+=", cg_dt_suffix(t), xr,
+           (ll)rd[nr - 1], (ll)rd[nr - 2], (ll)rst[nr - 2]);
+    } else {
+      lane_reduce(c, in, "acc", nr == 1 ? "=" : "+=", xr, rd[nr - 1]);
+    }
   } else {
     for (int k = 0; k < nr; k++) {
       LINE(c, "for (int64_t %s = 0; %s < %lld; %s++)\n", rvar[k], rvar[k], (ll)rd[k], rvar[k]);

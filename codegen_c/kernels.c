@@ -635,17 +635,23 @@ static const char exp_cr_text[] =
  * A maximum does not depend on the order (an OpenMP simd reduction where OpenMP
  * is on); it propagates NaN (the last one, as the sequential loop did). */
 static const char sum_text[] =
-    "static inline $A ctc_sum_$S(const $T *x, int64_t n) {\n"
-    "  $A s[4][8] = {{0}};   /* element i in lane i % 32: 4 vectors of 8 */\n"
-    "  int64_t i = 0;\n"
-    "  for (; i + 32 <= n; i += 32)\n"
-    "    for (int v = 0; v < 4; v++)\n"
-    "      for (int u = 0; u < 8; u++) s[v][u] += ($A)x[i + 8 * v + u];\n"
-    "  for (int v = 0; v < 4; v++)\n"
-    "    for (int u = 0; u < 8; u++) s[v][u] += i + 8 * v + u < n ? ($A)x[i + 8 * v + u] : 0;\n"
+    "/* the sum of `runs` runs of n elements, stride apart (BatchNorm's statistics: a channel's rows of\n"
+    " * every image); the lanes go on from run to run, so a short run costs no reduction of its own */\n"
+    "static inline $A ctc_sum_runs_$S(const $T *x, int64_t n, int64_t runs, int64_t stride) {\n"
+    "  $A s[4][8] = {{0}};   /* element i of a run in lane i % 32: 4 vectors of 8 */\n"
+    "  for (int64_t r = 0; r < runs; r++, x += stride) {\n"
+    "    int64_t i = 0;\n"
+    "    for (; i + 32 <= n; i += 32)\n"
+    "      for (int v = 0; v < 4; v++)\n"
+    "        for (int u = 0; u < 8; u++) s[v][u] += ($A)x[i + 8 * v + u];\n"
+    "    for (; i + 8 <= n; i += 8)   /* the rest: whole vectors of 8, then single lanes */\n"
+    "      for (int u = 0; u < 8; u++) s[i / 8 % 4][u] += ($A)x[i + u];\n"
+    "    for (int u = 0; i + u < n; u++) s[i / 8 % 4][u] += ($A)x[i + u];\n"
+    "  }\n"
     "  for (int u = 0; u < 8; u++) s[0][u] = (s[0][u] + s[2][u]) + (s[1][u] + s[3][u]);\n"
     "  return ((s[0][0] + s[0][4]) + (s[0][1] + s[0][5])) + ((s[0][2] + s[0][6]) + (s[0][3] + s[0][7]));\n"
-    "}\n";
+    "}\n"
+    "static inline $A ctc_sum_$S(const $T *x, int64_t n) { return ctc_sum_runs_$S(x, n, 1, 0); }\n";
 static const Part max_text[] = {
     {"static inline $T ctc_max_$S(const $T *x, int64_t n) {\n"
      "  $T r = -INFINITY, z = 0;   /* z: NaN once a NaN or an infinity was seen */\n", NULL},

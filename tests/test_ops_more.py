@@ -95,6 +95,14 @@ GROUPS = {
         ("nansum", "torch.nansum(x.log())"), ("nanmean", "x.log().nanmean(dim=1)"),
         ("amin", "torch.amin(x, dim=1)"), ("amin_keep", "x.amin((0, 2), keepdim=True)"), ("amin_int", "i.amin(2)"),
     ], ["x=f32[3,4,5]", "i=i64[3,4,5]"]),
+    # sums over runs of the reduced axes (kernels.c's ctc_sum_runs: the lanes go on across runs of 30,
+    # 7, 2 and 64 elements, tails of 6 and 7 and none)
+    "reduce_runs": ("", [
+        ("sum_02", "x.sum((0, 2))"), ("mean_02_keep", "x.mean(dim=(0, 2), keepdim=True)"),
+        ("sum_024", "y.sum((0, 2, 4))"), ("sum_013", "y.sum((0, 1, 3))"), ("sum_short", "w.sum((0, 2))"),
+        ("bn_mean", "z.mean((0, 2, 3))"), ("bn_var", "z.var((0, 2, 3), unbiased=False)"),
+        ("bn_var_keep", "torch.var(z, dim=(0, 2, 3), keepdim=True)"),
+    ], ["x=f32[3,4,30]", "y=f32[2,3,4,5,7]", "w=f32[5,3,2]", "z=f32[4,3,8,8]"]),
     "index": ("", [
         ("gather", "torch.gather(x, 1, k)"), ("x.gather", "x.gather(0, k[:3])"), ("gather_dim", "torch.gather(x, dim=1, index=k[:, :2])"),
         ("scatter_add", "torch.scatter_add(x, 1, k, y)"), ("x.scatter_add", "x.scatter_add(0, k[:3], y)"),
