@@ -46,10 +46,11 @@ void ir_pass_low_store(Program *p, Func *f) {
       const ValId a = in->args[k];
       const Inst *d = ir_def(f, a);
       if (!d || d->phase != PH_FORWARD) continue;
-      const DType dt = ir_low_store_dtype(p, f, a), from = f->values.data[d->args[0]].type.dtype;
+      const DType dt = ir_low_store_dtype(p, f, a);
       if (dt != DT_F32) low[a] = dt, any = 1;
-      if (p->low_store && d->op == IR_CAST && ir_dtype_is_low(from) && f->values.data[a].type.dtype == DT_F32)
-        low[a] = from, copy[a] = d->args[0], any = 1;   /* a read of 16-bit storage: read it again */
+      if (d->op != IR_CAST || f->values.data[a].type.dtype != DT_F32) continue;
+      const DType from = f->values.data[d->args[0]].type.dtype;
+      if (ir_dtype_is_low(from)) low[a] = from, copy[a] = d->args[0], any = 1;   /* 16-bit storage: read it again */
     }
   }
   if (!any) {
