@@ -20,6 +20,18 @@ from test_half_model import TRAIN as HALF_TRAIN
 GPT_EXAMPLE = '\nexample_inputs = {"forward": (torch.zeros(4, T, dtype=torch.long),), "train_step": ' \
               '(torch.zeros(4, T, dtype=torch.long), torch.zeros(4, T, dtype=torch.long))}\n'
 
+# the training step of the files below: forward and loss under autocast, as PyTorch's AMP recipe
+AUTOCAST_STEP = '''
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+'''
+
 # A user's CIFAR-style block under autocast: convolutions, BatchNorm of their bf16 outputs, a
 # residual add, AdamW
 CNN = HEAD + '''
@@ -41,15 +53,7 @@ class Net(nn.Module):
 model = Net()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss
-
+''' + AUTOCAST_STEP + '''
 
 example_inputs = {"forward": (torch.zeros(8, 3, 16, 16),),
                   "train_step": (torch.zeros(8, 3, 16, 16), torch.zeros(8, dtype=torch.long))}
@@ -130,15 +134,7 @@ class Net(nn.Module):
 model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss
-
+''' + AUTOCAST_STEP + '''
 
 example_inputs = {"forward": (torch.zeros(32, 64),), "train_step": (torch.zeros(32, 64), torch.zeros(32, dtype=torch.long))}
 '''
