@@ -21,7 +21,7 @@
  * Only float32 values that an instruction of a later phase reads (Inst.phase: backward,
  * optimizer) are stored so, whatever their size (a threshold would stage a batch chosen at
  * run time differently at different sizes, compiler/batch.c); a value only forward reads is
- * short-lived already. Program.low_store turns it on (the C target). */
+ * short-lived already. Program.low_store turns it on (the C and CUDA targets). */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"

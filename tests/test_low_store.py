@@ -93,18 +93,20 @@ def steps(tmp, exe, batches, tag):
     return out
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_same_bits_as_float32_storage(tmp_path, case):
+@pytest.mark.parametrize("case,target", [(c, "c") for c in sorted(CASES)] + [("gpt_bf16", "cuda")])
+def test_same_bits_as_float32_storage(tmp_path, case, target):
     """Four training steps with the 16-bit copies and without (--no-low-store): the same losses
     and the same bits in every parameter and optimizer state after each step (and the GradScaler's
-    scale and skipped steps, which follow from them); the copies make the arena smaller."""
+    scale and skipped steps, which follow from them); the copies make the arena smaller. The CUDA
+    target's too, under the emulation header (no GPU here)."""
     src, name, batches = CASES[case]
     p = tmp_path / f"{name}.py"
     p.write_text(src)
     exes = {}
+    cuda = ["--target", "cuda", "--emulate"] if target == "cuda" else []
     for tag, opts in (("low", []), ("f32", ["--no-low-store"])):
         exes[tag] = tmp_path / f"net_{tag}"
-        run([CTC, "build", p, "-o", exes[tag], "--entry", "train_step", *opts])
+        run([CTC, "build", p, "-o", exes[tag], "--entry", "train_step", *cuda, *opts], timeout=600)
     got = {tag: steps(tmp_path, exe, batches, tag) for tag, exe in exes.items()}
     for s, ((a, la), (b, lb)) in enumerate(zip(got["low"], got["f32"])):
         assert la.tobytes() == lb.tobytes(), f"step {s}: loss {la} != {lb}"
@@ -114,10 +116,11 @@ def test_same_bits_as_float32_storage(tmp_path, case):
     low, f32 = arena(exes["low"]), arena(exes["f32"])
     print(f"{case}: arena {f32} bytes with float32 copies, {low} with 16-bit ones")
     assert low < f32
-    c = (tmp_path / "net_low.c").read_text()
-    dt = "f16" if case == "gpt_f16_scaler" else "bf16"
-    assert re.search(rf"uint16_t \*(restrict )?\w+ = \(uint16_t \*\)\(A \+ \d+\);  /\* {dt}\[", c), \
-        "no activation stored as 16-bit"
+    if target == "c":
+        c = (tmp_path / "net_low.c").read_text()
+        dt = "f16" if case == "gpt_f16_scaler" else "bf16"
+        assert re.search(rf"uint16_t \*(restrict )?\w+ = \(uint16_t \*\)\(A \+ \d+\);  /\* {dt}\[", c), \
+            "no activation stored as 16-bit"
 
 
 MLP = HEAD + '''
@@ -152,7 +155,7 @@ def test_what_is_stored(tmp_path):
     the input gradient) and fc2's rounded logits (log_softmax's backward) get bf16 copies;
     backward reads casts of them. Without the copies reverse mode recomputes fc1's rounding from
     the float32 GEMM output (rematerialisation, autograd_ad/remat.c), which would keep 4 bytes an
-    element; with them it reads the stored 2-byte copy. --target cuda keeps float32 buffers."""
+    element; with them it reads the stored 2-byte copy. --target cuda makes the same copies."""
     ir = train_ir(tmp_path)
     copies = re.findall(r"%(\S+) = cast %(\S+) : bf16\[([\d,]+)\]", ir)
     assert sorted(s for _, _, s in copies) == ["10,128", "32,10", "32,128", "32,128", "32,64"], copies
@@ -163,7 +166,8 @@ def test_what_is_stored(tmp_path):
     plain = train_ir(tmp_path, "--no-low-store")
     assert ": bf16[" not in plain
     assert re.search(r"round_bf16 %add\.\d+ : f32\[32,128\]", plain[plain.index("grad."):])
-    assert ": bf16[" not in train_ir(tmp_path, "--target", "cuda")
+    assert sorted(re.findall(r"= cast %\S+ : bf16\[([\d,]+)\]", train_ir(tmp_path, "--target", "cuda"))) == \
+        sorted(s for _, _, s in copies)
 
 
 def test_pass_can_be_dumped(tmp_path):
