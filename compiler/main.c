@@ -58,7 +58,7 @@ static const char *usage =
     "  --no-fuse               one loop nest per instruction (the unfused reference, for debugging)\n"
     "  --no-fuse-attention     attention as its matmul/softmax kernels, not one fused call\n"
     "  --no-low-store          training under autocast: keep the bf16/f16 values backward reads as\n"
-    "                          float32 buffers, not as 16-bit copies (the C and CUDA targets store them so)\n"
+    "                          float32 buffers, not as 16-bit copies (the default)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
     "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
@@ -347,14 +347,14 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   o->lower.ninputs = o->inputs.len;
   o->lower.entries = o->entries.data;
   o->lower.nentries = o->entries.len;
-  /* fused attention (ir/attn.c): both targets; not where every op must stay visible */
   o->lower.cuda_target = o->target && !strcmp(o->target, "cuda");
-  o->lower.fuse_attention = !(o->target && strcmp(o->target, "c") && !o->lower.cuda_target) && !o->no_fuse &&
-                                    !o->no_fuse_attention && !o->anomaly && !o->quantize && !o->freestanding
+  /* the C or CUDA target, compiled for a hosted program (not --quantize's int8 nor --freestanding) */
+  const int hosted = !(o->target && strcmp(o->target, "c") && !o->lower.cuda_target) && !o->quantize && !o->freestanding;
+  /* fused attention (ir/attn.c): both targets; not where every op must stay visible */
+  o->lower.fuse_attention = hosted && !o->no_fuse && !o->no_fuse_attention && !o->anomaly
                                 ? IR_FUSE_ATTN | (o->lower.cuda_target ? 0 : IR_FUSE_ATTN_ROUNDED)
                                 : 0;
-  o->lower.low_store = !o->no_low_store && !(o->target && strcmp(o->target, "c") && !o->lower.cuda_target) && !o->quantize &&
-                 !o->freestanding;
+  o->lower.low_store = hosted && !o->no_low_store;   /* ir/lowstore.c */
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;
