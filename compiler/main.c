@@ -59,6 +59,8 @@ static const char *usage =
     "  --no-fuse-attention     attention as its matmul/softmax kernels, not one fused call\n"
     "  --no-low-store          training under autocast: keep the bf16/f16 values backward reads as\n"
     "                          float32 buffers, not as 16-bit copies (the default)\n"
+    "  --no-winograd           3x3 stride-1 convolutions as implicit GEMMs, not by Winograd's F(2x2, 3x3)\n"
+    "                          (the C target's default with AVX-512; a few roundings closer to direct sums)\n"
     "  --distributed mpi       data-parallel training: the training entry averages its gradients over\n"
     "                          the MPI ranks (buckets all-reduced while backward runs), `build` links\n"
     "                          MPI (mpicc) and `./PROGRAM train` shards the data under mpirun; a file\n"
@@ -277,6 +279,8 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->no_fuse_attention = 1;
     } else if (!strcmp(s, "--no-low-store")) {
       o->no_low_store = 1;
+    } else if (!strcmp(s, "--no-winograd")) {
+      o->no_winograd = 1;
     } else if (!strcmp(s, "--distributed")) {
       const char *v = NEXT();
       if (!v) return -1;
@@ -863,7 +867,11 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   if (autob && !ntr) AUTO_FAIL();
   /* the C target computes small stride-1 convolutions directly (no scratch) */
   for (int j = 0; j < ntr; j++)
-    for (int i = 0; i < progs[j]->funcs.len; i++) progs[j]->funcs.data[i]->conv_direct = !o.target || strcmp(o.target, "cuda");
+    for (int i = 0; i < progs[j]->funcs.len; i++) {
+      Func *fn = progs[j]->funcs.data[i];
+      fn->conv_direct = !o.target || strcmp(o.target, "cuda");
+      fn->conv_wino = fn->conv_direct && !o.freestanding && !o.quantize && !o.no_winograd;   /* hosted C: wino_c.c */
+    }
   if (ntr > 1 && batch_compare(autob ? &quiet : &d, progs, pts, ntr) < 0) {
     if (autob) AUTO_FAIL();
     return CTC_EXIT_USER;

@@ -8,6 +8,7 @@ typedef struct Opts {
   const char *cmd, *file, *out, *target, *emit, *cc;
   int stats, no_blas, no_openmp, no_fuse, no_fuse_attention, profile, anomaly, tf32, emulate;
   int no_low_store;   /* --no-low-store: LowerOptions.low_store off */
+  int no_winograd;    /* --no-winograd: Func.conv_wino off */
   int fixed_batch;             /* --fixed-batch: forward runs only at the file's batch */
   int validate;               /* --validate (validate.h) */
   int md;                     /* -MD: --depfile OUT.d (depfile.h) */

@@ -110,6 +110,11 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
     int64_t d[2] = {per, S};
     b = ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
   }
+  if (ir_conv_wino(f, in)) {   /* either branch of the C (#ifdef CTC_CONV_WINO_f32) may run */
+    int64_t K = in->op == IR_CONV2D ? C : O, M = in->op == IR_CONV2D ? O : C;
+    int64_t w = 4 * 16 * (M * K + (K + M) * ir_conv_wino_block(f, in));
+    if (b != INT64_MAX && w > b) b = w;
+  }
   if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;
   int64_t e[5] = {C, KH, KW, O, 4}, more;   /* and dW^T [C*KH*KW, O] (ir_conv_wgrad_t) */
   return ir_prod(e, 5, &more) < 0 || more > INT64_MAX - b ? INT64_MAX : b + more;
@@ -172,6 +177,30 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in) {
    * thread count) */
   return O >= 32 && (O <= C * KH * KW || O % 32 == 0) && (in->attr[6] > 0 ? in->attr[6] : 1) == 1 &&
          !conv_is_pointwise(in, KH, KW, x->dims[2], x->dims[3], OH, OW);
+}
+
+int ir_conv_wino(const Func *f, const Inst *in) {
+  if (!f->conv_wino || (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT) ||
+      f->values.data[in->res].type.dtype != DT_F32 || ir_low_operands(f, in) || ir_conv_direct(f, in) ||
+      ir_conv_depthwise(f, in))
+    return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  const Type *x = &f->values.data[in->op == IR_CONV2D ? in->args[0] : in->res].type;
+  const int64_t K = in->op == IR_CONV2D ? C : O, M = in->op == IR_CONV2D ? O : C;
+  return (in->attr[6] > 0 ? in->attr[6] : 1) == 1 && KH == 3 && KW == 3 && in->attr[0] == 1 && in->attr[1] == 1 &&
+         in->attr[2] == 1 && in->attr[3] == 1 && in->attr[4] == 1 && in->attr[5] == 1 && OH == x->dims[2] &&
+         OW == x->dims[3] && OH % 2 == 0 && OW % 2 == 0 && OH > 0 && OW > 0 && K >= 16 && K <= IR_CONV_WINO_MAX_K &&
+         M >= 16 && M * K <= IR_CONV_WINO_MAX_W;
+}
+
+/* Tiles a block: its transformed inputs and products, 64 (K + M) bytes a tile, near 1 MiB (an
+ * L2 cache), in whole panels of 32 (ctc_gemm_tile_f32's columns); the same at every batch. */
+int64_t ir_conv_wino_block(const Func *f, const Inst *in) {
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  int64_t b = 16384 / (C + O) / 32 * 32;
+  return b < 32 ? 32 : b;
 }
 
 int ir_conv_depthwise(const Func *f, const Inst *in) {

@@ -6,9 +6,10 @@
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
  * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
- * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32).
+ * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,
+ * the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).
  *
- * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c (docs/speed.md
+ * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md
  * describes the kernels); do not edit. */
 #ifndef CTC_GEMM_SIMD_H
 #define CTC_GEMM_SIMD_H
@@ -295,6 +296,183 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
         else ctc_gemm_tile_f32(4, kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
       }
     }
+  }
+}
+#endif
+
+#if defined(__AVX512F__)
+#define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
+/* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) (Lavin and Gray, 2015): each
+ * 2x2 block of outputs ("tile") from the 4x4 block of inputs around it, as 16 products of
+ * transformed inputs and transformed weights summed over the input channels instead of 36:
+ * y = A^T [sum over k of (G g G^T) . (B^T d B)] A. The 16 sums are GEMMs on ctc_gemm_tile_f32's
+ * tiles, 2.25 times fewer multiplications than the implicit GEMM's. The transforms add and
+ * halve (powers of two): the results differ from the direct sums by a few roundings. */
+#ifdef _OPENMP
+#define CTC_WINO_FOR _Pragma("omp for schedule(static)")
+#else
+#define CTC_WINO_FOR
+#endif
+/* U[e][m][k] (e = 4 a + b < 16) = (G g G^T)[a][b] for row m: g = w[m, k] (w [M, K, 3, 3]) or,
+ * flip, w[k, m] with its taps reversed (w [K, M, 3, 3]: the input gradient's). 16 k at a time. */
+static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
+  const __m512 h = _mm512_set1_ps(0.5f);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 mk = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
+    const __m512i kv = _mm512_add_epi32(_mm512_set1_epi32((int)k),
+                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i at = flip ? _mm512_add_epi32(_mm512_mullo_epi32(kv, _mm512_set1_epi32((int)(M * 9))),
+                                               _mm512_set1_epi32((int)(m * 9 + 8)))
+                            : _mm512_add_epi32(_mm512_mullo_epi32(kv, _mm512_set1_epi32(9)),
+                                               _mm512_set1_epi32((int)(m * K * 9)));
+    __m512 g[3][3], t[4][3];
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++)
+        g[a][b] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk,
+                                           _mm512_add_epi32(at, _mm512_set1_epi32(flip ? -(3 * a + b) : 3 * a + b)), w, 4);
+    for (int b = 0; b < 3; b++) {   /* t = G g */
+      const __m512 s = _mm512_add_ps(g[0][b], g[2][b]);
+      t[0][b] = g[0][b], t[3][b] = g[2][b];
+      t[1][b] = _mm512_mul_ps(h, _mm512_add_ps(s, g[1][b]));
+      t[2][b] = _mm512_mul_ps(h, _mm512_sub_ps(s, g[1][b]));
+    }
+    for (int a = 0; a < 4; a++) {   /* t G^T */
+      const __m512 s = _mm512_add_ps(t[a][0], t[a][2]);
+      float *u = U + (4 * a * M + m) * K + k;
+      _mm512_mask_storeu_ps(u, mk, t[a][0]);
+      _mm512_mask_storeu_ps(u + M * K, mk, _mm512_mul_ps(h, _mm512_add_ps(s, t[a][1])));
+      _mm512_mask_storeu_ps(u + 2 * M * K, mk, _mm512_mul_ps(h, _mm512_sub_ps(s, t[a][1])));
+      _mm512_mask_storeu_ps(u + 3 * M * K, mk, t[a][2]);
+    }
+  }
+}
+/* The loads of a run of tiles' input columns: masks of the columns [base, base + 2 L + 2)
+ * inside [0, W), as two vectors from base and two from base + 2. */
+static inline void ctc_wino_cols(int64_t base, int64_t W, int64_t L, __mmask16 *mm) {
+  for (int s = 0; s < 4; s++) {
+    const int64_t b0 = base + 2 * (s / 2) + 16 * (s % 2), lo = -b0 > 0 ? -b0 : 0;
+    int64_t hi = W - b0 < 2 * L + 2 - 2 * (s / 2) - 16 * (s % 2) ? W - b0 : 2 * L + 2 - 2 * (s / 2) - 16 * (s % 2);
+    if (hi > 16) hi = 16;
+    mm[s] = hi <= lo ? 0 : (__mmask16)((((1u << (hi - lo)) - 1) << lo) & 0xffff);
+  }
+}
+/* d[c][l] = row[base + 2 l + c], c < 4 (0 outside the masks) */
+static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 *mm, __m512 *d) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int s = 0; s < 2; s++) {
+    const __m512 A = _mm512_maskz_loadu_ps(mm[2 * s], row + base + 2 * s);
+    const __m512 B = _mm512_maskz_loadu_ps(mm[2 * s + 1], row + base + 2 * s + 16);
+    d[2 * s] = _mm512_permutex2var_ps(A, ev, B);
+    d[2 * s + 1] = _mm512_permutex2var_ps(A, od, B);
+  }
+}
+/* V[e][p][k][32] (p: the block's panels of 32 tiles) = (B^T d B)[e] of tile t0 + 32 p + lane,
+ * channels [k0, k1), for the tiles [t0, t0 + B) of T (tile t: image t / (TH TW), rows 2 ty - 1 ..
+ * 2 ty + 2, columns 2 tx - 1 .. 2 tx + 2 of x [N, K, H, W]), runs of up to 16 tiles of a row. */
+static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
+                                   int64_t k0, int64_t k1, float *restrict V) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 32;
+  for (int64_t t = t0; t < t0 + B && t < T;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 16;
+    int64_t L = TW - tx < 16 - sh ? TW - tx : 16 - sh;
+    if (L > T - t) L = T - t;
+    const __mmask16 sm = (__mmask16)((((1u << L) - 1) << sh) & 0xffff);
+    const __m512i rot = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32((int)sh));
+    __mmask16 mm[4];
+    ctc_wino_cols(2 * tx - 1, W, L, mm);
+    for (int64_t k = k0; k < k1; k++) {
+      const float *xk = x + (n * K + k) * HW;
+      __m512 d[4][4], e[4][4];
+      for (int r = 0; r < 4; r++) {
+        const int64_t ih = 2 * ty - 1 + r;
+        if (ih < 0 || ih >= H)
+          for (int c = 0; c < 4; c++) d[r][c] = _mm512_setzero_ps();
+        else
+          ctc_wino_row(xk + ih * W, 2 * tx - 1, mm, d[r]);
+      }
+      for (int c = 0; c < 4; c++) {   /* e = B^T d */
+        e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
+        e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
+      }
+      float *v = V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
+      for (int r = 0; r < 4; r++) {   /* e B */
+        const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
+                             _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
+        for (int c = 0; c < 4; c++)
+          _mm512_mask_store_ps(v + (4 * r + c) * NP * K * 32, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
+      }
+    }
+    t += L;
+  }
+}
+/* Mb[e][m][B] for rows [m, m + 12) of M and the block's panel p (nt tiles in the block):
+ * U[e] V[e, p], over all K at once (the same sums whatever the thread). */
+static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                     int64_t e, int64_t p, int64_t m, float *Mb) {
+  const int mr = M - m < 12 ? (int)(M - m) : 12;
+  const __mmask16 m1 = p * 32 + 16 < nt ? 0xffff : 0;
+  const float *a = U + (e * M + m) * K, *bp = V + (e * (B / 32) + p) * K * 32;
+  float *c0 = Mb + (e * M + m) * B + p * 32;
+  if (mr > 8) ctc_gemm_tile_f32(12, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
+  else if (mr > 4) ctc_gemm_tile_f32(8, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
+  else ctc_gemm_tile_f32(4, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
+}
+/* y[n, m, 2 ty + i, 2 tx + j] = (A^T Mb A)[i][j] for rows [m0, m1) of y [N, M, H, W], the
+ * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
+static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
+                                    int64_t B, int64_t m0, int64_t m1, float *y) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t t = t0; t < t0 + nt;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
+    int64_t L = TW - tx < 16 ? TW - tx : 16;
+    if (L > t0 + nt - t) L = t0 + nt - t;
+    const __mmask16 lm = (__mmask16)(((1u << L) - 1) & 0xffff);
+    const __mmask16 s0 = L >= 8 ? 0xffff : (__mmask16)((1u << (2 * L)) - 1);
+    const __mmask16 s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
+    for (int64_t m = m0; m < m1; m++) {
+      __m512 v[16], s[4][2];
+      for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + (e * M + m) * B + tb);
+      for (int a = 0; a < 4; a++) {   /* s = v A */
+        s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+        s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+      }
+      float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
+      for (int i = 0; i < 2; i++) {   /* A^T s, its two columns interleaved */
+        const __m512 c0 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][0], s[2][0]), s[3][0])
+                            : _mm512_add_ps(_mm512_add_ps(s[0][0], s[1][0]), s[2][0]);
+        const __m512 c1 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][1], s[2][1]), s[3][1])
+                            : _mm512_add_ps(_mm512_add_ps(s[0][1], s[1][1]), s[2][1]);
+        _mm512_mask_storeu_ps(yr + i * W, s0, _mm512_permutex2var_ps(c0, lo, c1));
+        if (s1) _mm512_mask_storeu_ps(yr + i * W + 16, s1, _mm512_permutex2var_ps(c0, hi, c1));
+      }
+    }
+    t += L;
+  }
+}
+/* y [N, M, H, W] = the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W] (H, W even) by
+ * w (flip 0: [M, K, 3, 3]; flip 1: [K, M, 3, 3], taps reversed: the input gradient of the
+ * convolution by w, x its output gradient), in blocks of B tiles (a multiple of 32); scratch:
+ * U [16, M, K], V [16, K, B], Mb [16, M, B] floats, 64-byte aligned. Every thread of a parallel
+ * region calls it (or one thread): the blocks' steps are split among them, and each output is
+ * computed the same way whatever the number of threads. */
+static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
+                                     int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
+  float *U = scratch, *V = U + 16 * M * K, *Mb = V + 16 * K * B;
+  const int64_t T = N * (H / 2) * (W / 2), NR = (M + 11) / 12;
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
+  for (int64_t t0 = 0; t0 < T; t0 += B) {
+    const int64_t nt = T - t0 < B ? T - t0 : B, np = (nt + 31) / 32;
+    CTC_WINO_FOR
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, V);
+    CTC_WINO_FOR
+    for (int64_t j = 0; j < 16 * np * NR; j++) ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * 12, Mb);
+    CTC_WINO_FOR
+    for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
   }
 }
 #endif

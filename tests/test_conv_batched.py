@@ -47,6 +47,13 @@ CASES = [
     # pixels straddle rows; a batch of 5: a last panel of 16 pixels; 63 = 7 * 9 taps, 13 rows)
     ("implicit_5x5", 5, 24, 12, 12, 40, (5, 5), 1, 2, 1, 1, False, 0),
     ("implicit_odd", 3, 7, 8, 8, 13, (3, 3), 1, 1, 1, 1, False, 0),
+    # 3x3, stride 1, padding 1, even sizes, at least 16 channels in and out: with AVX-512 the forward
+    # and the input gradient by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32): rows of 5 tiles (runs that
+    # start inside a vector of 16), 105 tiles (a last panel of 9); 200 and 190 channels (blocks of 32
+    # tiles: 32 + 13; 16 rows of 12, the last of 10); rows of 18 tiles (runs of 16 and 2), one tile row
+    ("wino_ragged", 3, 17, 14, 10, 20, (3, 3), 1, 1, 1, 1, False, 0),
+    ("wino_blocks", 3, 200, 6, 10, 190, (3, 3), 1, 1, 1, 1, False, 0),
+    ("wino_wide", 2, 16, 2, 36, 16, (3, 3), 1, 1, 1, 1, False, 0),
 ]
 
 
@@ -204,7 +211,7 @@ def test_compiles_clean(net, march):
 def test_thread_count_does_not_change_results(net):
     tmp, exe, outs = net
     res = {}
-    for case in (CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16], CASES[17], CASES[18]):
+    for case in [CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16], CASES[17], CASES[18]] + WINO:
         n = case[0]
         arrays = _data(case, outs[n], 3)
         for threads in ("1", "2"):
@@ -262,3 +269,56 @@ def test_depthwise_first_layer_compiles_clean(tmp_path):
     rt = os.path.join(os.path.dirname(CTC), "..", "runtime_min")
     run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", f"-I{rt}", "-c",
          tmp_path / "dw.c", "-o", tmp_path / "dw.o"])
+
+
+WINO = [c for c in CASES if c[0].startswith("wino") or c[0] == "small_tiles"]
+
+
+def test_winograd_calls(net):
+    """The 3x3 stride-1 convolutions with 16 or more channels (and their input gradients, w's taps
+    reversed) call ctc_conv_wino_f32 in the AVX-512 branch, in blocks of tiles sized by their
+    channels (ir_conv_wino_block: 16384 / (K + M) floats, in 32s); the 5x5, the odd-channel and the
+    strided ones do not; --no-winograd writes none."""
+    tmp, exe, outs = net
+    c = (tmp / "net.c").read_text()
+    assert "ctc_conv_wino_f32(x, w, 0, 3, 200, 6, 10, 190, 32, conv_col, conv);" in c
+    assert re.search(r"ctc_conv_wino_f32\(\w+, w, 1, 3, 190, 6, 10, 200, 32, x_grad_col, x_grad\);", c)
+    assert "ctc_conv_wino_f32(x, w, 0, 3, 17, 14, 10, 20, 416, conv_col, conv);" in c
+    assert "ctc_conv_wino_f32(x, w, 0, 2, 16, 2, 36, 16, 512, conv_col, conv);" in c
+    assert len(re.findall(r"ctc_conv_wino_f32\(", c)) == 2 * len(WINO)
+    off = tmp / "net_nowino.c"
+    run([CTC, "compile", str(tmp / "convs.py"), "-o", str(off), "--no-winograd",
+         *[a for k in WINO for a in ("--entry", f"fwd_{k[0]}", "--entry", f"grads_{k[0]}")]], timeout=600)
+    assert "ctc_conv_wino_f32(" not in off.read_text()
+
+
+def _avx512():
+    return os.uname().machine == "x86_64" and "avx512f" in open("/proc/cpuinfo").read().split()
+
+
+@pytest.mark.parametrize("case", WINO, ids=[c[0] for c in WINO])
+def test_winograd_error_against_float64(net, case):
+    """Winograd's transforms add and halve before the products are summed, so its results are a few
+    roundings from the direct sums: forward and input gradient, their largest error against a float64
+    run (relative to the largest element) within twice PyTorch's float32 one."""
+    if not _avx512():
+        pytest.skip("the Winograd branch is compiled for AVX-512")
+    import torch
+    tmp, exe, outs = net
+    n = case[0]
+    x, w, b, p = _data(case, outs[n], len(n))
+    (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
+    dx = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)[0]
+    want32 = [_torch(case, x, w, b), _torch(case, x, w, b, p)[0]]
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        x64, w64, b64, p64 = (a.astype(np.float64) for a in (x, w, b, p))
+        want64 = [_torch(case, x64, w64, b64), _torch(case, x64, w64, b64, p64)[0]]
+    finally:
+        torch.set_default_dtype(prev)
+    for what, got, t32, t64 in zip(("forward", "d/dx"), (y, dx), want32, want64):
+        scale = np.abs(t64).max()
+        ours, theirs = np.abs(got - t64).max() / scale, np.abs(t32 - t64).max() / scale
+        print(f"{n} {what}: ctc {ours:.3g}, torch {theirs:.3g} (relative to the largest element)")
+        assert ours <= 2 * theirs + 1e-7, f"{n} {what}: {ours:.3g} against PyTorch's {theirs:.3g}"
