@@ -6,8 +6,8 @@
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
  * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
- * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,
- * the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).
+ * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32), and the 3x3
+ * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).
  *
  * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md
  * describes the kernels); do not edit. */
@@ -308,11 +308,8 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
  * y = A^T [sum over k of (G g G^T) . (B^T d B)] A. The 16 sums are GEMMs on ctc_gemm_tile_f32's
  * tiles, 2.25 times fewer multiplications than the implicit GEMM's. The transforms add and
  * halve (powers of two): the results differ from the direct sums by a few roundings. */
-#ifdef _OPENMP
-#define CTC_WINO_FOR _Pragma("omp for schedule(static)")
-#else
-#define CTC_WINO_FOR
-#endif
+#define CTC_WINO_P 32   /* tiles a panel (the GEMM tile's columns) */
+#define CTC_WINO_R 12   /* rows a GEMM tile */
 /* U[e][m][k] (e = 4 a + b < 16) = (G g G^T)[a][b] for row m: g = w[m, k] (w [M, K, 3, 3]) or,
  * flip, w[k, m] with its taps reversed (w [K, M, 3, 3]: the input gradient's). 16 k at a time. */
 static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
@@ -451,28 +448,6 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
       }
     }
     t += L;
-  }
-}
-/* y [N, M, H, W] = the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W] (H, W even) by
- * w (flip 0: [M, K, 3, 3]; flip 1: [K, M, 3, 3], taps reversed: the input gradient of the
- * convolution by w, x its output gradient), in blocks of B tiles (a multiple of 32); scratch:
- * U [16, M, K], V [16, K, B], Mb [16, M, B] floats, 64-byte aligned. Every thread of a parallel
- * region calls it (or one thread): the blocks' steps are split among them, and each output is
- * computed the same way whatever the number of threads. */
-static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
-                                     int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
-  float *U = scratch, *V = U + 16 * M * K, *Mb = V + 16 * K * B;
-  const int64_t T = N * (H / 2) * (W / 2), NR = (M + 11) / 12;
-  CTC_WINO_FOR
-  for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
-  for (int64_t t0 = 0; t0 < T; t0 += B) {
-    const int64_t nt = T - t0 < B ? T - t0 : B, np = (nt + 31) / 32;
-    CTC_WINO_FOR
-    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, V);
-    CTC_WINO_FOR
-    for (int64_t j = 0; j < 16 * np * NR; j++) ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * 12, Mb);
-    CTC_WINO_FOR
-    for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
   }
 }
 #endif
@@ -1035,7 +1010,181 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
     }
   }
 }
+#define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
+/* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) on AVX2: the AVX-512 helpers'
+ * structure (see there) with 8 lanes, panels of 16 tiles and ctc_gemm_tile16_avx2's 6x16 tiles */
+#define CTC_WINO_P 16   /* tiles a panel (the GEMM tile's columns) */
+#define CTC_WINO_R 6    /* rows a GEMM tile */
+/* lanes [lo, hi) of 8 as a load/store mask */
+static inline __m256i ctc_wino_lanes_avx2(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : lo > 8 ? 8 : lo, hi = hi < 0 ? 0 : hi > 8 ? 8 : hi;
+  const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32((int)lo - 1)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), l));
+}
+/* U[e][m][k] = (G g G^T)[e] as the AVX-512 helper's, 8 k at a time */
+static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
+  const __m256 h = _mm256_set1_ps(0.5f);
+  for (int64_t k = 0; k < K; k += 8) {
+    const __m256i mk = ctc_wino_lanes_avx2(0, K - k);
+    const __m256i kv = _mm256_add_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i at = flip ? _mm256_add_epi32(_mm256_mullo_epi32(kv, _mm256_set1_epi32((int)(M * 9))),
+                                               _mm256_set1_epi32((int)(m * 9 + 8)))
+                            : _mm256_add_epi32(_mm256_mullo_epi32(kv, _mm256_set1_epi32(9)),
+                                               _mm256_set1_epi32((int)(m * K * 9)));
+    __m256 g[3][3], t[4][3];
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++)
+        g[a][b] = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), w,
+                                           _mm256_add_epi32(at, _mm256_set1_epi32(flip ? -(3 * a + b) : 3 * a + b)),
+                                           _mm256_castsi256_ps(mk), 4);
+    for (int b = 0; b < 3; b++) {   /* t = G g */
+      const __m256 s = _mm256_add_ps(g[0][b], g[2][b]);
+      t[0][b] = g[0][b], t[3][b] = g[2][b];
+      t[1][b] = _mm256_mul_ps(h, _mm256_add_ps(s, g[1][b]));
+      t[2][b] = _mm256_mul_ps(h, _mm256_sub_ps(s, g[1][b]));
+    }
+    for (int a = 0; a < 4; a++) {   /* t G^T */
+      const __m256 s = _mm256_add_ps(t[a][0], t[a][2]);
+      float *u = U + (4 * a * M + m) * K + k;
+      _mm256_maskstore_ps(u, mk, t[a][0]);
+      _mm256_maskstore_ps(u + M * K, mk, _mm256_mul_ps(h, _mm256_add_ps(s, t[a][1])));
+      _mm256_maskstore_ps(u + 2 * M * K, mk, _mm256_mul_ps(h, _mm256_sub_ps(s, t[a][1])));
+      _mm256_maskstore_ps(u + 3 * M * K, mk, t[a][2]);
+    }
+  }
+}
+/* d[c][l] = row[base + 2 l + c], c < 4, l < 8 (0 outside the masks: columns [base, base + 2 L + 2)
+ * inside [0, W), as two vectors from base and two from base + 2) */
+static inline void ctc_wino_cols_avx2(int64_t base, int64_t W, int64_t L, __m256i *mm) {
+  for (int s = 0; s < 4; s++) {
+    const int64_t b0 = base + 2 * (s / 2) + 8 * (s % 2), end = 2 * L + 2 - 2 * (s / 2) - 8 * (s % 2);
+    mm[s] = ctc_wino_lanes_avx2(-b0, W - b0 < end ? W - b0 : end);
+  }
+}
+static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m256i *mm, __m256 *d) {
+  const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int s = 0; s < 2; s++) {
+    const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(row + base + 2 * s, mm[2 * s]), pi);
+    const __m256 B = _mm256_permutevar8x32_ps(_mm256_maskload_ps(row + base + 2 * s + 8, mm[2 * s + 1]), pi);
+    d[2 * s] = _mm256_permute2f128_ps(A, B, 0x20);
+    d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
+  }
+}
+/* V[e][p][k][16] (panels of 16 tiles) = (B^T d B)[e], channels [k0, k1), runs of up to 8 tiles */
+static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
+                                   int64_t k0, int64_t k1, float *restrict V) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 16;
+  for (int64_t t = t0; t < t0 + B && t < T;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 8;
+    int64_t L = TW - tx < 8 - sh ? TW - tx : 8 - sh;
+    if (L > T - t) L = T - t;
+    const __m256i sm = ctc_wino_lanes_avx2(sh, sh + L);
+    const __m256i rot = _mm256_and_si256(
+        _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)sh)), _mm256_set1_epi32(7));
+    __m256i mm[4];
+    ctc_wino_cols_avx2(2 * tx - 1, W, L, mm);
+    for (int64_t k = k0; k < k1; k++) {
+      const float *xk = x + (n * K + k) * HW;
+      __m256 d[4][4], e[4][4];
+      for (int r = 0; r < 4; r++) {
+        const int64_t ih = 2 * ty - 1 + r;
+        if (ih < 0 || ih >= H)
+          for (int c = 0; c < 4; c++) d[r][c] = _mm256_setzero_ps();
+        else
+          ctc_wino_row_avx2(xk + ih * W, 2 * tx - 1, mm, d[r]);
+      }
+      for (int c = 0; c < 4; c++) {   /* e = B^T d */
+        e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
+        e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
+      }
+      float *v = V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
+      for (int r = 0; r < 4; r++) {   /* e B */
+        const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
+                             _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
+        for (int c = 0; c < 4; c++)
+          _mm256_maskstore_ps(v + (4 * r + c) * NP * K * 16, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+      }
+    }
+    t += L;
+  }
+}
+/* Mb[e][m][B] for rows [m, m + 6) of M and the block's panel p: U[e] V[e, p] over all K */
+static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                     int64_t e, int64_t p, int64_t m, float *Mb) {
+  const int mr = M - m < 6 ? (int)(M - m) : 6;
+  const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
+  const float *a = U + (e * M + m) * K, *bp = V + (e * (B / 16) + p) * K * 16;
+  float *c = Mb + (e * M + m) * B + p * 16;
+  if (mr > 4) ctc_gemm_tile16_avx2(6, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr > 2) ctc_gemm_tile16_avx2(4, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr == 2) ctc_gemm_tile16_avx2(2, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else ctc_gemm_tile16_avx2(1, K, a, K, 1, mr, bp, c, B, nr, 0);
+}
+/* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 8 tiles of a row */
+static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
+                                    int64_t B, int64_t m0, int64_t m1, float *y) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  for (int64_t t = t0; t < t0 + nt;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
+    int64_t L = TW - tx < 8 ? TW - tx : 8;
+    if (L > t0 + nt - t) L = t0 + nt - t;
+    const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
+                  s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
+    for (int64_t m = m0; m < m1; m++) {
+      __m256 v[16], s[4][2];
+      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + (e * M + m) * B + tb, lm);
+      for (int a = 0; a < 4; a++) {   /* s = v A */
+        s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+        s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+      }
+      float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
+      for (int i = 0; i < 2; i++) {   /* A^T s, its two columns interleaved */
+        const __m256 c0 = i ? _mm256_sub_ps(_mm256_sub_ps(s[1][0], s[2][0]), s[3][0])
+                            : _mm256_add_ps(_mm256_add_ps(s[0][0], s[1][0]), s[2][0]);
+        const __m256 c1 = i ? _mm256_sub_ps(_mm256_sub_ps(s[1][1], s[2][1]), s[3][1])
+                            : _mm256_add_ps(_mm256_add_ps(s[0][1], s[1][1]), s[2][1]);
+        const __m256 ul = _mm256_unpacklo_ps(c0, c1), uh = _mm256_unpackhi_ps(c0, c1);
+        _mm256_maskstore_ps(yr + i * W, s0, _mm256_permute2f128_ps(ul, uh, 0x20));
+        if (L > 4) _mm256_maskstore_ps(yr + i * W + 8, s1, _mm256_permute2f128_ps(ul, uh, 0x31));
+      }
+    }
+    t += L;
+  }
+}
 #endif
+#endif
+
+#ifdef CTC_CONV_WINO_f32
+/* ---- the Winograd convolution over the helpers of the instruction set compiled (AVX-512 or AVX2) */
+#ifdef _OPENMP
+#define CTC_WINO_FOR _Pragma("omp for schedule(static)")
+#else
+#define CTC_WINO_FOR
+#endif
+/* y [N, M, H, W] = the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W] (H, W even) by
+ * w (flip 0: [M, K, 3, 3]; flip 1: [K, M, 3, 3], taps reversed: the input gradient of the
+ * convolution by w, x its output gradient), in blocks of B tiles (a multiple of 32: whole
+ * panels); scratch: U [16, M, K], V [16, K, B], Mb [16, M, B] floats, 64-byte aligned. Every thread of a parallel
+ * region calls it (or one thread): the blocks' steps are split among them, and each output is
+ * computed the same way whatever the number of threads. */
+static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
+                                     int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
+  float *U = scratch, *V = U + 16 * M * K, *Mb = V + 16 * K * B;
+  const int64_t T = N * (H / 2) * (W / 2), NR = (M + CTC_WINO_R - 1) / CTC_WINO_R;
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
+  for (int64_t t0 = 0; t0 < T; t0 += B) {
+    const int64_t nt = T - t0 < B ? T - t0 : B, np = (nt + CTC_WINO_P - 1) / CTC_WINO_P;
+    CTC_WINO_FOR
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, V);
+    CTC_WINO_FOR
+    for (int64_t j = 0; j < 16 * np * NR; j++)
+      ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
+    CTC_WINO_FOR
+    for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
+  }
+}
 #endif
 
 #if defined(__aarch64__) && defined(__ARM_NEON)

@@ -3,7 +3,8 @@
 NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the texts
 codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_text,
 gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_head and cg_gemm_simd16_text, the last
-instantiated for avx2 and neon) and codegen_c/wino_c.c (cg_conv_wino_text), so that
+instantiated for avx2 and neon) and codegen_c/wino_c.c (cg_conv_wino_text, cg_conv_wino_avx2_text,
+cg_conv_wino_driver_text), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
@@ -49,8 +50,8 @@ def header():
             " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
             " * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a\n"
             " * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the\n"
-            " * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,\n"
-            " * the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).\n"
+            " * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32), and the 3x3\n"
+            " * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).\n"
             " *\n"
             " * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md\n"
             " * describes the kernels); do not edit. */\n"
@@ -62,7 +63,9 @@ def header():
             + c_string(src, "gemm_avx512bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
-            + "#endif\n#endif\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
+            + c_string(wino, "cg_conv_wino_avx2_text") + "#endif\n#endif\n\n"
+            + c_string(wino, "cg_conv_wino_driver_text")
+            + "\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "cg_gemm_neon_head") + simd16.replace("$I", "neon")
             + "#endif\n#endif\n\n#endif /* CTC_GEMM_SIMD_H */\n")
 

@@ -154,32 +154,35 @@ def test_tiles_are_one_gemm(net):
 
 
 IMPLICIT = [c for c in CASES if c[0].startswith("implicit")]
+WINO = [c for c in CASES if c[0].startswith("wino") or c[0] == "small_tiles"]
 
 
 @pytest.fixture(scope="module")
 def net_avx2(net):
     """The same file built for AVX2 without AVX-512 (ctc build's compiler wrapped to add
     -march=haswell after its -march=native): the AVX2 implicit GEMMs (ctc_conv_pix_f32 over
-    ctc_gemm_avx2_f32's tiles, 16-pixel panels)."""
+    ctc_gemm_avx2_f32's tiles, 16-pixel panels) and Winograd convolutions (8-lane transforms,
+    ctc_gemm_tile16_avx2's tiles)."""
     tmp, exe, outs = net
     if os.uname().machine != "x86_64" or "avx2" not in open("/proc/cpuinfo").read().split():
         pytest.skip("an x86-64 CPU with AVX2")
     cc = tmp / "cc_haswell"
     cc.write_text('#!/bin/sh\nexec cc "$@" -march=haswell\n')
     cc.chmod(0o755)
-    entries = [a for c in IMPLICIT for a in ("--entry", f"fwd_{c[0]}", "--entry", f"grads_{c[0]}")]
+    entries = [a for c in IMPLICIT + WINO for a in ("--entry", f"fwd_{c[0]}", "--entry", f"grads_{c[0]}")]
     exe2 = tmp / "net_avx2"
     run([CTC, "build", str(tmp / "convs.py"), "-o", str(exe2), "--cc", str(cc), *entries], timeout=900)
     macros = run(["cc", "-std=c11", "-march=haswell", "-D_POSIX_C_SOURCE=200809L",
                   f"-I{os.path.join(ROOT, 'runtime_min')}", "-E", "-dM", tmp / "net.c"]).stdout
     assert "#define CTC_CONV_PIX_f32 1" in macros and "#define CTC_GEMM_AVX2_f32 1" in macros
+    assert "#define CTC_CONV_WINO_f32 1" in macros and "#define CTC_GEMM_AVX512_f32 1" not in macros
     return tmp, exe2, outs
 
 
-@pytest.mark.parametrize("case", IMPLICIT, ids=[c[0] for c in IMPLICIT])
+@pytest.mark.parametrize("case", IMPLICIT + WINO, ids=[c[0] for c in IMPLICIT + WINO])
 def test_implicit_avx2_matches_torch(net_avx2, case, monkeypatch):
-    """The AVX2 implicit GEMMs: forward and all gradients against PyTorch, and the same bits
-    with 1 and 2 threads."""
+    """The AVX2 implicit GEMMs and Winograd convolutions: forward and all gradients against
+    PyTorch, and the same bits with 1 and 2 threads."""
     tmp, exe, outs = net_avx2
     n = case[0]
     x, w, b, p = _data(case, outs[n], len(n))
@@ -271,12 +274,9 @@ def test_depthwise_first_layer_compiles_clean(tmp_path):
          tmp_path / "dw.c", "-o", tmp_path / "dw.o"])
 
 
-WINO = [c for c in CASES if c[0].startswith("wino") or c[0] == "small_tiles"]
-
-
 def test_winograd_calls(net):
     """The 3x3 stride-1 convolutions with 16 or more channels (and their input gradients, w's taps
-    reversed) call ctc_conv_wino_f32 in the AVX-512 branch, in blocks of tiles sized by their
+    reversed) call ctc_conv_wino_f32 (AVX-512 or AVX2) in the #ifdef branch, in blocks of tiles sized by their
     channels (ir_conv_wino_block: 16384 / (K + M) floats, in 32s); the 5x5, the odd-channel and the
     strided ones do not; --no-winograd writes none."""
     tmp, exe, outs = net
@@ -296,15 +296,17 @@ def _avx512():
     return os.uname().machine == "x86_64" and "avx512f" in open("/proc/cpuinfo").read().split()
 
 
+@pytest.mark.parametrize("isa", ["native", "avx2"])
 @pytest.mark.parametrize("case", WINO, ids=[c[0] for c in WINO])
-def test_winograd_error_against_float64(net, case):
+def test_winograd_error_against_float64(request, case, isa):
     """Winograd's transforms add and halve before the products are summed, so its results are a few
     roundings from the direct sums: forward and input gradient, their largest error against a float64
-    run (relative to the largest element) within twice PyTorch's float32 one."""
-    if not _avx512():
-        pytest.skip("the Winograd branch is compiled for AVX-512")
+    run (relative to the largest element) within twice PyTorch's float32 one; AVX-512 (native, where
+    the CPU has it) and AVX2."""
+    if isa == "native" and not _avx512():
+        pytest.skip("native is AVX-512 here only on a CPU with it")
     import torch
-    tmp, exe, outs = net
+    tmp, exe, outs = request.getfixturevalue("net" if isa == "native" else "net_avx2")
     n = case[0]
     x, w, b, p = _data(case, outs[n], len(n))
     (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
