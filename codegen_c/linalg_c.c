@@ -476,19 +476,25 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo
   c->ind = base;
 }
 
-/* A convolution or input gradient that ir_conv_wino allows: by Winograd's F(2x2, 3x3) where the
- * compiler targets AVX-512 (CTC_CONV_WINO_f32, wino_c.c), the implicit GEMM or the tiles in the
- * #else branch. Every thread of a region calls ctc_conv_wino_f32, which splits each step of its
+/* A convolution or gradient that ir_conv_wino allows: by Winograd's F(2x2, 3x3) where the
+ * compiler targets AVX-512 or AVX2 (CTC_CONV_WINO_f32, wino_c.c), the implicit GEMM or the tiles in
+ * the #else branch. Every thread of a region calls ctc_conv_wino_f32, which splits each step of its
  * blocks of tiles among them; each output is computed the same way whatever their number. */
 static void emit_conv2d_wino(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
-  const int fwd = in->op == IR_CONV2D;
+  const int fwd = in->op == IR_CONV2D, dw = in->op == IR_CONV2D_BWD_WEIGHT;
   cg_printf(c->out, "#ifdef CTC_CONV_WINO_f32\n");
-  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n", fwd ? "im2col" : "col2im");
+  LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n",
+       in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col");
   cg_par_open(c, CG_PAR_OMP | CG_PAR_REGION);
-  LINE(c, "ctc_conv_wino_f32(%s, %s, %d, %lld, %lld, %lld, %lld, %lld, %lld, %s, %s);%s\n", cg_ref(c, in->args[0]),
-       cg_ref(c, in->args[1]), !fwd, (ll)g->N, (ll)(fwd ? g->C : g->O), (ll)g->H, (ll)g->W, (ll)(fwd ? g->O : g->C),
-       (ll)ir_conv_wino_block(c->f, in), c->sname[i], cg_ref(c, in->res),
-       fwd ? "   /* Winograd's F(2x2, 3x3) */" : "   /* Winograd's F(2x2, 3x3), w's taps reversed */");
+  if (dw)
+    LINE(c, "ctc_conv_wino_wgrad_f32(%s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %s, %s);   /* Winograd's F(2x2, 3x3) */\n",
+         cg_ref(c, in->args[0]), cg_ref(c, in->args[1]), (ll)g->N, (ll)g->C, (ll)g->H, (ll)g->W, (ll)g->O,
+         (ll)ir_conv_wino_block(c->f, in), c->sname[i], cg_ref(c, in->res));
+  else
+    LINE(c, "ctc_conv_wino_f32(%s, %s, %d, %lld, %lld, %lld, %lld, %lld, %lld, %s, %s);%s\n", cg_ref(c, in->args[0]),
+         cg_ref(c, in->args[1]), !fwd, (ll)g->N, (ll)(fwd ? g->C : g->O), (ll)g->H, (ll)g->W, (ll)(fwd ? g->O : g->C),
+         (ll)ir_conv_wino_block(c->f, in), c->sname[i], cg_ref(c, in->res),
+         fwd ? "   /* Winograd's F(2x2, 3x3) */" : "   /* Winograd's F(2x2, 3x3), w's taps reversed */");
   cg_par_close(c);
   cg_printf(c->out, "#else\n");
   if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
@@ -623,6 +629,7 @@ static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvG
   if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
+  else if (ir_conv_wino(c->f, in) && !c->target && !c->k->freestanding) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }

@@ -487,14 +487,15 @@ int ir_conv_depthwise(const Func *f, const Inst *in);
  * GEMM repacks g (O rows) instead of the columns (C*KH*KW rows, reused only O/12 times), then
  * transposed into dW; dW^T is part of its scratch (ir_scratch_bytes). */
 int ir_conv_wgrad_t(const Func *f, const Inst *in);
-/* A convolution (CONV2D) or its input gradient (CONV2D_BWD_INPUT) that the hosted C target
- * (f->conv_wino) computes by Winograd's F(2x2, 3x3) where the compiler targets AVX-512
- * (codegen_c/wino_c.c): f32 values that are not 16-bit ones (ir_low_operands 0), one group,
- * 3x3 taps, stride and dilation 1, padding 1, even image sizes, 16 to IR_CONV_WINO_MAX_K input
- * channels and at least 16 output channels (of the convolution the call computes: the input
- * gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights. Its scratch
- * (part of ir_scratch_bytes): the transformed weights [16, M, K] and a block of
- * ir_conv_wino_block tiles' transformed inputs [16, K, B] and products [16, M, B]. */
+/* A convolution (CONV2D) or one of its gradients (CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT) that the
+ * hosted C target (f->conv_wino) computes by Winograd's F(2x2, 3x3) where the compiler targets
+ * AVX-512 or AVX2 (codegen_c/wino_c.c): f32 values that are not 16-bit ones (ir_low_operands 0),
+ * one group, 3x3 taps, stride and dilation 1, padding 1, even image sizes, 16 to
+ * IR_CONV_WINO_MAX_K input channels and at least 16 output channels (of the convolution the call
+ * computes: the input gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights.
+ * Its scratch (part of ir_scratch_bytes): the transformed weights [16, M, K] (the weight
+ * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K, B] and
+ * products (output gradients) [16, M, B]. */
 #define IR_CONV_WINO_MAX_K 512
 #define IR_CONV_WINO_MAX_W ((int64_t)1 << 17)
 int ir_conv_wino(const Func *f, const Inst *in);

@@ -111,7 +111,7 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
     b = ir_prod(d, 2, &b) < 0 ? INT64_MAX : b;
   }
   if (ir_conv_wino(f, in)) {   /* either branch of the C (#ifdef CTC_CONV_WINO_f32) may run */
-    int64_t K = in->op == IR_CONV2D ? C : O, M = in->op == IR_CONV2D ? O : C;
+    int64_t K = in->op != IR_CONV2D_BWD_INPUT ? C : O, M = in->op != IR_CONV2D_BWD_INPUT ? O : C;
     int64_t w = 4 * 16 * (M * K + (K + M) * ir_conv_wino_block(f, in));
     if (b != INT64_MAX && w > b) b = w;
   }
@@ -180,14 +180,14 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in) {
 }
 
 int ir_conv_wino(const Func *f, const Inst *in) {
-  if (!f->conv_wino || (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT) ||
+  if (!f->conv_wino || (in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) ||
       f->values.data[in->res].type.dtype != DT_F32 || ir_low_operands(f, in) || ir_conv_direct(f, in) ||
       ir_conv_depthwise(f, in))
     return 0;
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
-  const Type *x = &f->values.data[in->op == IR_CONV2D ? in->args[0] : in->res].type;
-  const int64_t K = in->op == IR_CONV2D ? C : O, M = in->op == IR_CONV2D ? O : C;
+  const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
+  const int64_t K = in->op != IR_CONV2D_BWD_INPUT ? C : O, M = in->op != IR_CONV2D_BWD_INPUT ? O : C;
   return (in->attr[6] > 0 ? in->attr[6] : 1) == 1 && KH == 3 && KW == 3 && in->attr[0] == 1 && in->attr[1] == 1 &&
          in->attr[2] == 1 && in->attr[3] == 1 && in->attr[4] == 1 && in->attr[5] == 1 && OH == x->dims[2] &&
          OW == x->dims[3] && OH % 2 == 0 && OW % 2 == 0 && OH > 0 && OW > 0 && K >= 16 && K <= IR_CONV_WINO_MAX_K &&

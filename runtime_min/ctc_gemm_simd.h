@@ -364,17 +364,18 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
     d[2 * s + 1] = _mm512_permutex2var_ps(A, od, B);
   }
 }
-/* V[e][p][k][32] (p: the block's panels of 32 tiles) = (B^T d B)[e] of tile t0 + 32 p + lane,
- * channels [k0, k1), for the tiles [t0, t0 + B) of T (tile t: image t / (TH TW), rows 2 ty - 1 ..
- * 2 ty + 2, columns 2 tx - 1 .. 2 tx + 2 of x [N, K, H, W]), runs of up to 16 tiles of a row. */
+/* V[e][p][k][32] (p: the block's panels of 32 tiles; rows: V[e][k][B]) = (B^T d B)[e] of tile
+ * t0 + 32 p + lane, channels [k0, k1), for the tiles [t0, t0 + B) of T (tile t: image t / (TH TW),
+ * rows 2 ty - 1 .. 2 ty + 2, columns 2 tx - 1 .. 2 tx + 2 of x [N, K, H, W]), runs of up to 16
+ * tiles of a row. */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
-                                   int64_t k0, int64_t k1, float *restrict V) {
+                                   int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 32;
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 16;
     int64_t L = TW - tx < 16 - sh ? TW - tx : 16 - sh;
     if (L > T - t) L = T - t;
-    const __mmask16 sm = (__mmask16)((((1u << L) - 1) << sh) & 0xffff);
+    const __mmask16 sm = (__mmask16)((((1u << L) - 1) << sh) & 0xffff), lm = (__mmask16)((1u << L) - 1);
     const __m512i rot = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32((int)sh));
     __mmask16 mm[4];
@@ -393,12 +394,13 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
         e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
       }
-      float *v = V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
+      float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
       for (int r = 0; r < 4; r++) {   /* e B */
         const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
                              _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
         for (int c = 0; c < 4; c++)
-          _mm512_mask_store_ps(v + (4 * r + c) * NP * K * 32, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
+          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * K * B, lm, o[c]);
+          else _mm512_mask_store_ps(v + (4 * r + c) * NP * K * 32, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
       }
     }
     t += L;
@@ -450,6 +452,63 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     t += L;
   }
 }
+/* The weight gradient: dw[m, k] = G^T P G, P[e][m][k] = sum over the tiles of Z[e][m][t] V[e][k][t],
+ * Z = A f A^T of the output gradient's 2x2 tile f (the forward's transposed: 2.25 times fewer
+ * multiplications than the unfolded GEMM's). Z[e][m][B] of rows [m0, m1) of g [N, M, H, W], the
+ * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
+static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
+                                   int64_t m0, int64_t m1, float *restrict Z) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t t = t0; t < t0 + nt;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
+    int64_t L = TW - tx < 16 ? TW - tx : 16;
+    if (L > t0 + nt - t) L = t0 + nt - t;
+    const __mmask16 lm = (__mmask16)(((1u << L) - 1) & 0xffff);
+    const __mmask16 s0 = L >= 8 ? 0xffff : (__mmask16)((1u << (2 * L)) - 1);
+    const __mmask16 s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
+    for (int64_t m = m0; m < m1; m++) {
+      const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
+      __m512 f[2][2], z[2][4];
+      for (int i = 0; i < 2; i++) {
+        const __m512 A = _mm512_maskz_loadu_ps(s0, gr + i * W), B2 = _mm512_maskz_loadu_ps(s1, gr + i * W + 16);
+        f[i][0] = _mm512_permutex2var_ps(A, ev, B2), f[i][1] = _mm512_permutex2var_ps(A, od, B2);
+      }
+      for (int c = 0; c < 2; c++) {   /* z = A f */
+        z[c][0] = f[0][c], z[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
+        z[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
+      }
+      float *zr = Z + m * B + tb;
+      for (int r = 0; r < 4; r++) {   /* z A^T */
+        _mm512_mask_storeu_ps(zr + (4 * r) * M * B, lm, z[0][r]);
+        _mm512_mask_storeu_ps(zr + (4 * r + 1) * M * B, lm, _mm512_add_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 2) * M * B, lm, _mm512_sub_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 3) * M * B, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
+      }
+    }
+    t += L;
+  }
+}
+/* P[e][m][k] (+)= Z[e] V[e]^T over the block's nt tiles, columns k of panel q (32 of them: V's rows
+ * packed as op(B)'s panel), every row m; add: onto the earlier blocks' sums. */
+static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                      int64_t e, int64_t q, int add, float *P) {
+  _Alignas(64) float bp[512 * 32];
+  const int nr = K - q * 32 < 32 ? (int)(K - q * 32) : 32;
+  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  ctc_pack_b_f32(V + e * K * B, B, 0, nt, q * 32, nr, bp);
+  for (int64_t m = 0; m < M; m += 12) {
+    const int mr = M - m < 12 ? (int)(M - m) : 12;
+    const float *a = Z + (e * M + m) * B;
+    float *c0 = P + (e * M + m) * K + q * 32;
+    if (mr > 8) ctc_gemm_tile_f32(12, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
+    else if (mr > 4) ctc_gemm_tile_f32(8, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
+    else ctc_gemm_tile_f32(4, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
+  }
+}
+#define CTC_WINO_WQ 32   /* weight gradient: channels k a GEMM panel */
 #endif
 
 #if defined(CTC_WANT_GEMM_BF16) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
@@ -1071,15 +1130,16 @@ static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m25
     d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
   }
 }
-/* V[e][p][k][16] (panels of 16 tiles) = (B^T d B)[e], channels [k0, k1), runs of up to 8 tiles */
+/* V[e][p][k][16] (panels of 16 tiles; rows: V[e][k][B]) = (B^T d B)[e], channels [k0, k1), runs
+ * of up to 8 tiles */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
-                                   int64_t k0, int64_t k1, float *restrict V) {
+                                   int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 16;
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 8;
     int64_t L = TW - tx < 8 - sh ? TW - tx : 8 - sh;
     if (L > T - t) L = T - t;
-    const __m256i sm = ctc_wino_lanes_avx2(sh, sh + L);
+    const __m256i sm = ctc_wino_lanes_avx2(sh, sh + L), lm = ctc_wino_lanes_avx2(0, L);
     const __m256i rot = _mm256_and_si256(
         _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)sh)), _mm256_set1_epi32(7));
     __m256i mm[4];
@@ -1098,12 +1158,13 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
         e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
       }
-      float *v = V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
+      float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
       for (int r = 0; r < 4; r++) {   /* e B */
         const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
                              _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
         for (int c = 0; c < 4; c++)
-          _mm256_maskstore_ps(v + (4 * r + c) * NP * K * 16, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * K * B, lm, o[c]);
+          else _mm256_maskstore_ps(v + (4 * r + c) * NP * K * 16, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
       }
     }
     t += L;
@@ -1152,6 +1213,57 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     t += L;
   }
 }
+/* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
+static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
+                                   int64_t m0, int64_t m1, float *restrict Z) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int64_t t = t0; t < t0 + nt;) {
+    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
+    int64_t L = TW - tx < 8 ? TW - tx : 8;
+    if (L > t0 + nt - t) L = t0 + nt - t;
+    const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
+                  s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
+    for (int64_t m = m0; m < m1; m++) {
+      const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
+      __m256 f[2][2], z[2][4];
+      for (int i = 0; i < 2; i++) {
+        const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W, s0), pi);
+        const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
+        f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
+      }
+      for (int c = 0; c < 2; c++) {   /* z = A f */
+        z[c][0] = f[0][c], z[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
+        z[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
+      }
+      float *zr = Z + m * B + tb;
+      for (int r = 0; r < 4; r++) {   /* z A^T */
+        _mm256_maskstore_ps(zr + (4 * r) * M * B, lm, z[0][r]);
+        _mm256_maskstore_ps(zr + (4 * r + 1) * M * B, lm, _mm256_add_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 2) * M * B, lm, _mm256_sub_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 3) * M * B, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
+      }
+    }
+    t += L;
+  }
+}
+/* P[e][m][k] (+)= Z[e] V[e]^T over the block's tiles, the 16 columns k of panel q */
+static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                      int64_t e, int64_t q, int add, float *P) {
+  _Alignas(64) float bp[512 * 16];
+  const int nr = K - q * 16 < 16 ? (int)(K - q * 16) : 16;
+  ctc_pack_b16_avx2(V + e * K * B, B, 0, nt, q * 16, nr, bp);
+  for (int64_t m = 0; m < M; m += 6) {
+    const int mr = M - m < 6 ? (int)(M - m) : 6;
+    const float *a = Z + (e * M + m) * B;
+    float *c = P + (e * M + m) * K + q * 16;
+    if (mr > 4) ctc_gemm_tile16_avx2(6, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr > 2) ctc_gemm_tile16_avx2(4, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr == 2) ctc_gemm_tile16_avx2(2, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else ctc_gemm_tile16_avx2(1, nt, a, B, 1, mr, bp, c, K, nr, add);
+  }
+}
+#define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */
 #endif
 #endif
 
@@ -1177,13 +1289,56 @@ static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, i
   for (int64_t t0 = 0; t0 < T; t0 += B) {
     const int64_t nt = T - t0 < B ? T - t0 : B, np = (nt + CTC_WINO_P - 1) / CTC_WINO_P;
     CTC_WINO_FOR
-    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, V);
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 0, V);
     CTC_WINO_FOR
     for (int64_t j = 0; j < 16 * np * NR; j++)
       ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
     CTC_WINO_FOR
     for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
   }
+}
+/* dw[m, k] (G^T P G) for rows [m0, m1): the weight gradient's last step, 16 k at a time */
+static inline void ctc_wino_dw_f32(const float *P, int64_t M, int64_t K, int64_t m0, int64_t m1, float *dw) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t k0 = 0; k0 < K; k0 += 16) {
+      const int64_t nk = K - k0 < 16 ? K - k0 : 16;
+      float s[4][3][16], o[9][16];
+      for (int r = 0; r < 4; r++) {   /* s = P G */
+        const float *p0 = P + ((4 * r) * M + m) * K + k0, *p1 = p0 + M * K, *p2 = p1 + M * K, *p3 = p2 + M * K;
+        for (int l = 0; l < 16; l++) {
+          const float a = l < nk ? p0[l] : 0, b = l < nk ? p1[l] : 0, c = l < nk ? p2[l] : 0, d = l < nk ? p3[l] : 0;
+          const float h = 0.5f * (b + c);
+          s[r][0][l] = a + h, s[r][1][l] = 0.5f * (b - c), s[r][2][l] = h + d;
+        }
+      }
+      for (int j = 0; j < 3; j++)   /* G^T s */
+        for (int l = 0; l < 16; l++) {
+          const float h = 0.5f * (s[1][j][l] + s[2][j][l]);
+          o[j][l] = s[0][j][l] + h, o[3 + j][l] = 0.5f * (s[1][j][l] - s[2][j][l]), o[6 + j][l] = h + s[3][j][l];
+        }
+      for (int64_t l = 0; l < nk; l++)
+        for (int t = 0; t < 9; t++) dw[(m * K + k0 + l) * 9 + t] = o[t][l];
+    }
+}
+/* dw [M, K, 3, 3] = the weight gradient of the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W]
+ * (H, W even) with output gradient g [N, M, H, W], in blocks of B tiles; scratch: P [16, M, K], V
+ * [16, K, B], Z [16, M, B] floats. As ctc_conv_wino_f32: every thread of a region calls it, each
+ * sum made the same way whatever their number (the blocks added in order). */
+static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64_t N, int64_t K, int64_t H, int64_t W,
+                                           int64_t M, int64_t B, float *scratch, float *dw) {
+  float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * K * B;
+  const int64_t T = N * (H / 2) * (W / 2), NQ = (K + CTC_WINO_WQ - 1) / CTC_WINO_WQ;
+  for (int64_t t0 = 0; t0 < T; t0 += B) {
+    const int64_t nt = T - t0 < B ? T - t0 : B;
+    CTC_WINO_FOR
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, V);
+    CTC_WINO_FOR
+    for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, Z);
+    CTC_WINO_FOR
+    for (int64_t j = 0; j < 16 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
+  }
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m += 4) ctc_wino_dw_f32(P, M, K, m, m + 4 < M ? m + 4 : M, dw);
 }
 #endif
 

@@ -276,7 +276,7 @@ def test_depthwise_first_layer_compiles_clean(tmp_path):
 
 def test_winograd_calls(net):
     """The 3x3 stride-1 convolutions with 16 or more channels (and their input gradients, w's taps
-    reversed) call ctc_conv_wino_f32 (AVX-512 or AVX2) in the #ifdef branch, in blocks of tiles sized by their
+    reversed; their weight gradients: ctc_conv_wino_wgrad_f32) call ctc_conv_wino_f32 (AVX-512 or AVX2) in the #ifdef branch, in blocks of tiles sized by their
     channels (ir_conv_wino_block: 16384 / (K + M) floats, in 32s); the 5x5, the odd-channel and the
     strided ones do not; --no-winograd writes none."""
     tmp, exe, outs = net
@@ -285,7 +285,9 @@ def test_winograd_calls(net):
     assert re.search(r"ctc_conv_wino_f32\(\w+, w, 1, 3, 190, 6, 10, 200, 32, x_grad_col, x_grad\);", c)
     assert "ctc_conv_wino_f32(x, w, 0, 3, 17, 14, 10, 20, 416, conv_col, conv);" in c
     assert "ctc_conv_wino_f32(x, w, 0, 2, 16, 2, 36, 16, 512, conv_col, conv);" in c
+    assert "ctc_conv_wino_wgrad_f32(x, grad__null__1, 3, 200, 6, 10, 190, 32, w_grad_col, w_grad);" in c
     assert len(re.findall(r"ctc_conv_wino_f32\(", c)) == 2 * len(WINO)
+    assert len(re.findall(r"ctc_conv_wino_wgrad_f32\(", c)) == len(WINO)
     off = tmp / "net_nowino.c"
     run([CTC, "compile", str(tmp / "convs.py"), "-o", str(off), "--no-winograd",
          *[a for k in WINO for a in ("--entry", f"fwd_{k[0]}", "--entry", f"grads_{k[0]}")]], timeout=600)
@@ -300,7 +302,7 @@ def _avx512():
 @pytest.mark.parametrize("case", WINO, ids=[c[0] for c in WINO])
 def test_winograd_error_against_float64(request, case, isa):
     """Winograd's transforms add and halve before the products are summed, so its results are a few
-    roundings from the direct sums: forward and input gradient, their largest error against a float64
+    roundings from the direct sums: forward, input and weight gradients, their largest error against a float64
     run (relative to the largest element) within twice PyTorch's float32 one; AVX-512 (native, where
     the CPU has it) and AVX2."""
     if isa == "native" and not _avx512():
@@ -310,16 +312,16 @@ def test_winograd_error_against_float64(request, case, isa):
     n = case[0]
     x, w, b, p = _data(case, outs[n], len(n))
     (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
-    dx = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)[0]
-    want32 = [_torch(case, x, w, b), _torch(case, x, w, b, p)[0]]
+    dx, dw = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)[:2]
+    want32 = [_torch(case, x, w, b)] + _torch(case, x, w, b, p)[:2]
     prev = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         x64, w64, b64, p64 = (a.astype(np.float64) for a in (x, w, b, p))
-        want64 = [_torch(case, x64, w64, b64), _torch(case, x64, w64, b64, p64)[0]]
+        want64 = [_torch(case, x64, w64, b64)] + _torch(case, x64, w64, b64, p64)[:2]
     finally:
         torch.set_default_dtype(prev)
-    for what, got, t32, t64 in zip(("forward", "d/dx"), (y, dx), want32, want64):
+    for what, got, t32, t64 in zip(("forward", "d/dx", "d/dw"), (y, dx, dw), want32, want64):
         scale = np.abs(t64).max()
         ours, theirs = np.abs(got - t64).max() / scale, np.abs(t32 - t64).max() / scale
         print(f"{n} {what}: ctc {ours:.3g}, torch {theirs:.3g} (relative to the largest element)")
