@@ -494,8 +494,8 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in);
  * IR_CONV_WINO_MAX_K input channels and at least 16 output channels (of the convolution the call
  * computes: the input gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights.
  * Its scratch (part of ir_scratch_bytes): the transformed weights [16, M, K] (the weight
- * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K, B] and
- * products (output gradients) [16, M, B]. */
+ * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K B + 16] and
+ * products (output gradients) [16, M B + 16]. */
 #define IR_CONV_WINO_MAX_K 512
 #define IR_CONV_WINO_MAX_W ((int64_t)1 << 17)
 int ir_conv_wino(const Func *f, const Inst *in);

@@ -310,6 +310,9 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
  * halve (powers of two): the results differ from the direct sums by a few roundings. */
 #define CTC_WINO_P 32   /* tiles a panel (the GEMM tile's columns) */
 #define CTC_WINO_R 12   /* rows a GEMM tile */
+/* The 16 planes of a block's transforms lie CTC_WINO_PAD floats more than their size apart (at
+ * sizes a power of two apart, the 16 stores of a tile's transforms fell into one set of the L1) */
+#define CTC_WINO_PAD 16
 /* U[e][m][k] (e = 4 a + b < 16) = (G g G^T)[a][b] for row m: g = w[m, k] (w [M, K, 3, 3]) or,
  * flip, w[k, m] with its taps reversed (w [K, M, 3, 3]: the input gradient's). 16 k at a time. */
 static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
@@ -370,7 +373,7 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
  * tiles of a row. */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
-  const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 32;
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 16;
     int64_t L = TW - tx < 16 - sh ? TW - tx : 16 - sh;
@@ -399,8 +402,8 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
                              _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
         for (int c = 0; c < 4; c++)
-          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * K * B, lm, o[c]);
-          else _mm512_mask_store_ps(v + (4 * r + c) * NP * K * 32, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
+          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+          else _mm512_mask_store_ps(v + (4 * r + c) * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
       }
     }
     t += L;
@@ -412,8 +415,8 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
                                      int64_t e, int64_t p, int64_t m, float *Mb) {
   const int mr = M - m < 12 ? (int)(M - m) : 12;
   const __mmask16 m1 = p * 32 + 16 < nt ? 0xffff : 0;
-  const float *a = U + (e * M + m) * K, *bp = V + (e * (B / 32) + p) * K * 32;
-  float *c0 = Mb + (e * M + m) * B + p * 32;
+  const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 32;
+  float *c0 = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 32;
   if (mr > 8) ctc_gemm_tile_f32(12, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
   else if (mr > 4) ctc_gemm_tile_f32(8, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
   else ctc_gemm_tile_f32(4, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
@@ -434,7 +437,7 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     const __mmask16 s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
     for (int64_t m = m0; m < m1; m++) {
       __m512 v[16], s[4][2];
-      for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + (e * M + m) * B + tb);
+      for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb);
       for (int a = 0; a < 4; a++) {   /* s = v A */
         s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
         s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
@@ -458,7 +461,7 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
  * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
                                    int64_t m0, int64_t m1, float *restrict Z) {
-  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (int64_t t = t0; t < t0 + nt;) {
@@ -481,10 +484,10 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
       }
       float *zr = Z + m * B + tb;
       for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm512_mask_storeu_ps(zr + (4 * r) * M * B, lm, z[0][r]);
-        _mm512_mask_storeu_ps(zr + (4 * r + 1) * M * B, lm, _mm512_add_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 2) * M * B, lm, _mm512_sub_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 3) * M * B, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r) * ZS, lm, z[0][r]);
+        _mm512_mask_storeu_ps(zr + (4 * r + 1) * ZS, lm, _mm512_add_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 2) * ZS, lm, _mm512_sub_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 3) * ZS, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
       }
     }
     t += L;
@@ -498,10 +501,10 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
   const int nr = K - q * 32 < 32 ? (int)(K - q * 32) : 32;
   const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-  ctc_pack_b_f32(V + e * K * B, B, 0, nt, q * 32, nr, bp);
+  ctc_pack_b_f32(V + e * (K * B + CTC_WINO_PAD), B, 0, nt, q * 32, nr, bp);
   for (int64_t m = 0; m < M; m += 12) {
     const int mr = M - m < 12 ? (int)(M - m) : 12;
-    const float *a = Z + (e * M + m) * B;
+    const float *a = Z + e * (M * B + CTC_WINO_PAD) + m * B;
     float *c0 = P + (e * M + m) * K + q * 32;
     if (mr > 8) ctc_gemm_tile_f32(12, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
     else if (mr > 4) ctc_gemm_tile_f32(8, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
@@ -1074,6 +1077,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
  * structure (see there) with 8 lanes, panels of 16 tiles and ctc_gemm_tile16_avx2's 6x16 tiles */
 #define CTC_WINO_P 16   /* tiles a panel (the GEMM tile's columns) */
 #define CTC_WINO_R 6    /* rows a GEMM tile */
+#define CTC_WINO_PAD 16  /* as the AVX-512 helpers' */
 /* lanes [lo, hi) of 8 as a load/store mask */
 static inline __m256i ctc_wino_lanes_avx2(int64_t lo, int64_t hi) {
   lo = lo < 0 ? 0 : lo > 8 ? 8 : lo, hi = hi < 0 ? 0 : hi > 8 ? 8 : hi;
@@ -1134,7 +1138,7 @@ static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m25
  * of up to 8 tiles */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
-  const int64_t TW = W / 2, TH = H / 2, HW = H * W, NP = B / 16;
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 8;
     int64_t L = TW - tx < 8 - sh ? TW - tx : 8 - sh;
@@ -1163,8 +1167,8 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
                              _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
         for (int c = 0; c < 4; c++)
-          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * K * B, lm, o[c]);
-          else _mm256_maskstore_ps(v + (4 * r + c) * NP * K * 16, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
+          else _mm256_maskstore_ps(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
       }
     }
     t += L;
@@ -1175,8 +1179,8 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
                                      int64_t e, int64_t p, int64_t m, float *Mb) {
   const int mr = M - m < 6 ? (int)(M - m) : 6;
   const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
-  const float *a = U + (e * M + m) * K, *bp = V + (e * (B / 16) + p) * K * 16;
-  float *c = Mb + (e * M + m) * B + p * 16;
+  const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 16;
+  float *c = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 16;
   if (mr > 4) ctc_gemm_tile16_avx2(6, K, a, K, 1, mr, bp, c, B, nr, 0);
   else if (mr > 2) ctc_gemm_tile16_avx2(4, K, a, K, 1, mr, bp, c, B, nr, 0);
   else if (mr == 2) ctc_gemm_tile16_avx2(2, K, a, K, 1, mr, bp, c, B, nr, 0);
@@ -1194,7 +1198,7 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {
       __m256 v[16], s[4][2];
-      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + (e * M + m) * B + tb, lm);
+      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
       for (int a = 0; a < 4; a++) {   /* s = v A */
         s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
         s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
@@ -1216,7 +1220,7 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
 /* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
                                    int64_t m0, int64_t m1, float *restrict Z) {
-  const int64_t TW = W / 2, TH = H / 2, HW = H * W;
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t t = t0; t < t0 + nt;) {
     const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
@@ -1238,10 +1242,10 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
       }
       float *zr = Z + m * B + tb;
       for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm256_maskstore_ps(zr + (4 * r) * M * B, lm, z[0][r]);
-        _mm256_maskstore_ps(zr + (4 * r + 1) * M * B, lm, _mm256_add_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 2) * M * B, lm, _mm256_sub_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 3) * M * B, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r) * ZS, lm, z[0][r]);
+        _mm256_maskstore_ps(zr + (4 * r + 1) * ZS, lm, _mm256_add_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 2) * ZS, lm, _mm256_sub_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 3) * ZS, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
       }
     }
     t += L;
@@ -1252,10 +1256,10 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
                                       int64_t e, int64_t q, int add, float *P) {
   _Alignas(64) float bp[512 * 16];
   const int nr = K - q * 16 < 16 ? (int)(K - q * 16) : 16;
-  ctc_pack_b16_avx2(V + e * K * B, B, 0, nt, q * 16, nr, bp);
+  ctc_pack_b16_avx2(V + e * (K * B + CTC_WINO_PAD), B, 0, nt, q * 16, nr, bp);
   for (int64_t m = 0; m < M; m += 6) {
     const int mr = M - m < 6 ? (int)(M - m) : 6;
-    const float *a = Z + (e * M + m) * B;
+    const float *a = Z + e * (M * B + CTC_WINO_PAD) + m * B;
     float *c = P + (e * M + m) * K + q * 16;
     if (mr > 4) ctc_gemm_tile16_avx2(6, nt, a, B, 1, mr, bp, c, K, nr, add);
     else if (mr > 2) ctc_gemm_tile16_avx2(4, nt, a, B, 1, mr, bp, c, K, nr, add);
@@ -1282,7 +1286,7 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
  * computed the same way whatever the number of threads. */
 static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
                                      int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
-  float *U = scratch, *V = U + 16 * M * K, *Mb = V + 16 * K * B;
+  float *U = scratch, *V = U + 16 * M * K, *Mb = V + 16 * (K * B + CTC_WINO_PAD);
   const int64_t T = N * (H / 2) * (W / 2), NR = (M + CTC_WINO_R - 1) / CTC_WINO_R;
   CTC_WINO_FOR
   for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
@@ -1321,12 +1325,12 @@ static inline void ctc_wino_dw_f32(const float *P, int64_t M, int64_t K, int64_t
     }
 }
 /* dw [M, K, 3, 3] = the weight gradient of the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W]
- * (H, W even) with output gradient g [N, M, H, W], in blocks of B tiles; scratch: P [16, M, K], V
- * [16, K, B], Z [16, M, B] floats. As ctc_conv_wino_f32: every thread of a region calls it, each
- * sum made the same way whatever their number (the blocks added in order). */
+ * (H, W even) with output gradient g [N, M, H, W], in blocks of B tiles; scratch: P [16, M, K],
+ * V [16, K B + CTC_WINO_PAD], Z [16, M B + CTC_WINO_PAD] floats. As ctc_conv_wino_f32: every thread
+ * of a region calls it, each sum made the same way whatever their number (the blocks added in order). */
 static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64_t N, int64_t K, int64_t H, int64_t W,
                                            int64_t M, int64_t B, float *scratch, float *dw) {
-  float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * K * B;
+  float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * (K * B + CTC_WINO_PAD);
   const int64_t T = N * (H / 2) * (W / 2), NQ = (K + CTC_WINO_WQ - 1) / CTC_WINO_WQ;
   for (int64_t t0 = 0; t0 < T; t0 += B) {
     const int64_t nt = T - t0 < B ? T - t0 : B;
