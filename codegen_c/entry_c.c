@@ -260,9 +260,12 @@ int cg_entry_decls(CgEntry *e, const unsigned char *ref, const unsigned char *sr
     kn_conv_geom(f, in, &cg);
     Buf ad = {0};
     arena |= cg_fs_addr(&ad, p, e->mp, e->copt, fp->scratch[i]);
-    cg_printf(decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %lld images' [%lld,%lld]%s */\n",
+    char wino[96] = "";   /* (either branch of the C: linalg_c.c's emit_conv2d_wino) */
+    if (ir_conv_wino(f, in))
+      snprintf(wino, sizeof wino, "Winograd's transforms (%lld tiles a block) or ", (ll)ir_conv_wino_block(f, in));
+    cg_printf(decl, "  %s *%s = (%s *)(%s);  /* %s[%lld] column scratch of %s: %s%lld images' [%lld,%lld]%s */\n",
               cg_ctype(r->dtype), sname[i], cg_ctype(r->dtype), ad.s, ir_dtype_name(r->dtype),
-              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res],
+              (ll)(ir_scratch_bytes(f, in) / (int64_t)ir_dtype_size(r->dtype)), cname[in->res], wino,
               (ll)ir_conv_slots(f, in), (ll)cg.ckk, (ll)cg.ohw,
               ir_conv_slots(f, in) == 1 ? "" : in->op == IR_CONV2D ? " and outputs" : " and output gradients");
     cg_buf_free(&ad);
