@@ -300,6 +300,21 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
 }
 #endif
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* ---- Winograd convolutions (below, per instruction set): a run of tiles from tile t of a block
+ * [t0, ...): image n, tile row ty, tile column tx, its place tb in the block, and L tiles (to the end
+ * of the row, at most `lanes`, none at or past `end`). Tile t covers rows 2 ty - 1 .. 2 ty + 2 and
+ * columns 2 tx - 1 .. 2 tx + 2 of its image (TH x TW tiles an image). */
+typedef struct ctc_wino_run {
+  int64_t n, ty, tx, tb, L;
+} ctc_wino_run;
+static inline ctc_wino_run ctc_wino_run_at(int64_t t, int64_t t0, int64_t end, int64_t TH, int64_t TW, int64_t lanes) {
+  ctc_wino_run r = {t / (TW * TH), t / TW % TH, t % TW, t - t0, 0};
+  r.L = TW - r.tx < lanes ? TW - r.tx : lanes;
+  if (r.L > end - t) r.L = end - t;
+  return r;
+}
+#endif
 #if defined(__AVX512F__)
 #define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
 /* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) (Lavin and Gray, 2015): each
@@ -375,9 +390,9 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 16;
-    int64_t L = TW - tx < 16 - sh ? TW - tx : 16 - sh;
-    if (L > T - t) L = T - t;
+    const int64_t sh = (t - t0) % 16;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, T, TH, TW, 16 - sh);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
     const __mmask16 sm = (__mmask16)((((1u << L) - 1) << sh) & 0xffff), lm = (__mmask16)((1u << L) - 1);
     const __m512i rot = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32((int)sh));
@@ -421,6 +436,12 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
   else if (mr > 4) ctc_gemm_tile_f32(8, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
   else ctc_gemm_tile_f32(4, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
 }
+/* The masks of a run of L tiles' lanes (lm) and of its outputs' 2 L columns of a row (s0, s1) */
+static inline void ctc_wino_out_masks(int64_t L, __mmask16 *lm, __mmask16 *s0, __mmask16 *s1) {
+  *lm = (__mmask16)(((1u << L) - 1) & 0xffff);
+  *s0 = L >= 8 ? 0xffff : (__mmask16)((1u << (2 * L)) - 1);
+  *s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
+}
 /* y[n, m, 2 ty + i, 2 tx + j] = (A^T Mb A)[i][j] for rows [m0, m1) of y [N, M, H, W], the
  * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
 static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
@@ -429,12 +450,10 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int64_t t = t0; t < t0 + nt;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
-    int64_t L = TW - tx < 16 ? TW - tx : 16;
-    if (L > t0 + nt - t) L = t0 + nt - t;
-    const __mmask16 lm = (__mmask16)(((1u << L) - 1) & 0xffff);
-    const __mmask16 s0 = L >= 8 ? 0xffff : (__mmask16)((1u << (2 * L)) - 1);
-    const __mmask16 s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 16);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
+    __mmask16 lm, s0, s1;
+    ctc_wino_out_masks(L, &lm, &s0, &s1);
     for (int64_t m = m0; m < m1; m++) {
       __m512 v[16], s[4][2];
       for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb);
@@ -465,12 +484,10 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (int64_t t = t0; t < t0 + nt;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
-    int64_t L = TW - tx < 16 ? TW - tx : 16;
-    if (L > t0 + nt - t) L = t0 + nt - t;
-    const __mmask16 lm = (__mmask16)(((1u << L) - 1) & 0xffff);
-    const __mmask16 s0 = L >= 8 ? 0xffff : (__mmask16)((1u << (2 * L)) - 1);
-    const __mmask16 s1 = L > 8 ? (__mmask16)(((1u << (2 * L - 16)) - 1) & 0xffff) : 0;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 16);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
+    __mmask16 lm, s0, s1;
+    ctc_wino_out_masks(L, &lm, &s0, &s1);
     for (int64_t m = m0; m < m1; m++) {
       const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
       __m512 f[2][2], z[2][4];
@@ -1140,9 +1157,9 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0, sh = tb % 8;
-    int64_t L = TW - tx < 8 - sh ? TW - tx : 8 - sh;
-    if (L > T - t) L = T - t;
+    const int64_t sh = (t - t0) % 8;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, T, TH, TW, 8 - sh);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
     const __m256i sm = ctc_wino_lanes_avx2(sh, sh + L), lm = ctc_wino_lanes_avx2(0, L);
     const __m256i rot = _mm256_and_si256(
         _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)sh)), _mm256_set1_epi32(7));
@@ -1191,9 +1208,8 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
                                     int64_t B, int64_t m0, int64_t m1, float *y) {
   const int64_t TW = W / 2, TH = H / 2, HW = H * W;
   for (int64_t t = t0; t < t0 + nt;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
-    int64_t L = TW - tx < 8 ? TW - tx : 8;
-    if (L > t0 + nt - t) L = t0 + nt - t;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 8);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
     const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {
@@ -1223,9 +1239,8 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t t = t0; t < t0 + nt;) {
-    const int64_t tx = t % TW, ty = t / TW % TH, n = t / (TW * TH), tb = t - t0;
-    int64_t L = TW - tx < 8 ? TW - tx : 8;
-    if (L > t0 + nt - t) L = t0 + nt - t;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 8);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
     const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {

@@ -3,8 +3,8 @@
 NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the texts
 codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_text,
 gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_head and cg_gemm_simd16_text, the last
-instantiated for avx2 and neon) and codegen_c/wino_c.c (cg_conv_wino_text, cg_conv_wino_avx2_text,
-cg_conv_wino_driver_text), so that
+instantiated for avx2 and neon) and codegen_c/wino_c.c (cg_conv_wino_common_text, cg_conv_wino_text,
+cg_conv_wino_avx2_text, cg_conv_wino_driver_text), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
@@ -59,7 +59,7 @@ def header():
             "#include <stdint.h>\n#include <string.h>\n\n"
             + c_string(src, "conv_pix_text") + "\n"
             + c_string(src, "gemm_avx512_text") + "\n"
-            + c_string(wino, "cg_conv_wino_text") + "\n"
+            + c_string(wino, "cg_conv_wino_common_text") + c_string(wino, "cg_conv_wino_text") + "\n"
             + c_string(src, "gemm_avx512bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
