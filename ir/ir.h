@@ -497,7 +497,7 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in);
  * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K B + 16] and
  * products (output gradients) [16, M B + 16]. */
 #define IR_CONV_WINO_MAX_K 512
-#define IR_CONV_WINO_MAX_W ((int64_t)1 << 17)
+#define IR_CONV_WINO_MAX_W ((int64_t)1 << 18)
 int ir_conv_wino(const Func *f, const Inst *in);
 int64_t ir_conv_wino_block(const Func *f, const Inst *in);
 /* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least
