@@ -326,3 +326,87 @@ def test_winograd_error_against_float64(request, case, isa):
         ours, theirs = np.abs(got - t64).max() / scale, np.abs(t32 - t64).max() / scale
         print(f"{n} {what}: ctc {ours:.3g}, torch {theirs:.3g} (relative to the largest element)")
         assert ours <= 2 * theirs + 1e-7, f"{n} {what}: {ours:.3g} against PyTorch's {theirs:.3g}"
+
+
+SMALL_RESNET = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return F.relu(h + (x if self.down is None else self.down(x)))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.stage1 = Block(16, 16, 1)
+        self.stage2 = Block(16, 32, 2)
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.stage2(self.stage1(self.stem(x)))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+torch.manual_seed(0)
+model = SmallResNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(8, 3, 16, 16),),
+                  "train_step": (torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,)))}
+"""
+
+
+@pytest.mark.parametrize("wino", [True, False], ids=["winograd", "no_winograd"])
+def test_small_resnet_trains_like_torch(tmp_path, wino):
+    """A user's CIFAR-style ResNet (BatchNorm, a residual block and a strided one with a 1x1
+    shortcut, SGD with momentum and weight decay): three training steps against PyTorch's, each
+    loss and then every state_dict tensor (running statistics included), with its 16- and 32-channel
+    3x3 convolutions and their gradients by Winograd (ctc_conv_wino_f32 and its weight gradient in the
+    C; the AVX-512 or AVX2 branch where this CPU has one) and with --no-winograd."""
+    from ctc_testlib import load_module, st_write, state_dict_np, train_steps_match
+    path = tmp_path / "small_resnet.py"
+    path.write_text(SMALL_RESNET)
+    exe = tmp_path / "net"
+    opts = [] if wino else ["--no-winograd"]
+    run([CTC, "build", str(path), "-o", str(exe), *opts], timeout=600)
+    c = (tmp_path / "net.c").read_text()
+    if wino:   # stage1's two convolutions and stage2's second: forward (also the run-time batch's
+        # inference entry), input and weight gradients
+        assert len(re.findall(r"ctc_conv_wino_f32\([^;]*, 0, 8, 16, 16, 16, 16, 512, ", c)) == 2
+        assert len(re.findall(r"ctc_conv_wino_f32\([^;]*, 0, \(batch\), 16, 16, 16, 16, 512, ", c)) == 2
+        assert re.search(r"ctc_conv_wino_f32\([^;]*, 1, 8, 32, 8, 8, 32, 256, ", c)
+        assert len(re.findall(r"ctc_conv_wino_wgrad_f32\(", c)) == 3
+    else:
+        assert "ctc_conv_wino" not in c
+    mod = load_module(str(path), "small_resnet_" + ("w" if wino else "n"))
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    rng = np.random.default_rng(3)
+    batches = [(rng.standard_normal((8, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 8).astype(np.int64))
+               for _ in range(3)]
+    train_steps_match(str(tmp_path), str(exe), mod, str(w), batches, "small resnet")
