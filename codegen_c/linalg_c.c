@@ -476,6 +476,12 @@ static void emit_conv2d_pointwise(CgFunc *c, const Inst *in, const ConvGeom *geo
   c->ind = base;
 }
 
+/* Whether a convolution or gradient is written by Winograd's F(2x2, 3x3) (emit_conv2d_wino): what
+ * ir_conv_wino allows (the hosted C target: Func.conv_wino), which the C renderer writes. */
+static int conv_wino(const CgFunc *c, const Inst *in) {
+  return ir_conv_wino(c->f, in) && !c->target && !c->k->freestanding;
+}
+
 /* A convolution or gradient that ir_conv_wino allows: by Winograd's F(2x2, 3x3) where the
  * compiler targets AVX-512 or AVX2 (CTC_CONV_WINO_f32, wino_c.c), the implicit GEMM or the tiles in
  * the #else branch. Every thread of a region calls ctc_conv_wino_f32, which splits each step of its
@@ -505,7 +511,7 @@ static void emit_conv2d_wino(CgFunc *c, int i, const Inst *in, const ConvGeom *g
 static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (ir_conv_wino(c->f, in) && !c->target && !c->k->freestanding) emit_conv2d_wino(c, i, in, g, low);
+  else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
@@ -620,7 +626,7 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int
   if (ir_conv_direct(c->f, in)) emit_conv2d_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (ir_conv_wino(c->f, in) && !c->target && !c->k->freestanding) emit_conv2d_wino(c, i, in, g, low);
+  else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
@@ -629,7 +635,7 @@ static void emit_conv2d_bwd_weight(CgFunc *c, int i, const Inst *in, const ConvG
   if (ir_conv_direct(c->f, in)) emit_conv2d_bwd_weight_direct(c, in, g);
   else if (ir_conv_depthwise(c->f, in)) emit_conv2d_depthwise(c, in, g);
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
-  else if (ir_conv_wino(c->f, in) && !c->target && !c->k->freestanding) emit_conv2d_wino(c, i, in, g, low);
+  else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
