@@ -88,17 +88,18 @@ def test_gpu_matches_c_target(tmp_path, name):
             assert r.returncode == 0 and "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr, r.stdout[-4000:] + r.stderr[-4000:]
 
 
-def _torch_steps(src, w, x, y, steps):
-    """PyTorch on the GPU (the CPU when emulated) running the same file from the weights w:
-    the forward output on x, then the parameters after `steps` of the file's train_step."""
+def _torch_steps(src, w, x, y, steps, dev=None, dtype=None):
+    """PyTorch running the same file from the weights w, on the GPU (the CPU when emulated, or
+    dev), its floating-point parameters in dtype if given: the forward output on x, then the
+    parameters after `steps` of the file's train_step."""
     import torch
 
-    dev = "cpu" if EMULATE else "cuda"
-    mod = load_module(str(src), "gpu_torch_" + src.stem)
+    dev = dev or ("cpu" if EMULATE else "cuda")
+    mod = load_module(str(src), f"gpu_torch_{src.stem}_{dev}_{dtype}".replace(".", "_"))
     state = st_read(str(w))
     sd = mod.model.state_dict()
-    mod.model.load_state_dict({k: torch.from_numpy(state[k]) for k in sd})
-    mod.model.to(dev)   # in place: the optimizer keeps the same parameters
+    mod.model.load_state_dict({k: torch.from_numpy(state[k].copy()) for k in sd})
+    mod.model.to(dev, dtype) if dtype else mod.model.to(dev)   # in place: the optimizer keeps the same parameters
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     # tensors the model makes (torch.arange in gpt's forward) on that device too
     where = torch.device(dev) if dev != "cpu" and hasattr(torch, "set_default_device") else contextlib.nullcontext()
@@ -138,10 +139,10 @@ def test_gpu_autocast_gpt(tmp_path, dt):
     """torch.autocast('cuda') (tests/test_autocast_cuda.py's 2-block GPT): the GPU program
     (cublasGemmEx on tensor cores, CUBLAS_COMPUTE_32F_FAST_16BF / _16F) against the same
     .cu under the emulation header, forward and 3 SGD-momentum steps, and against PyTorch's
-    CUDA autocast on the same GPU (not when emulated: PyTorch on the CPU disables it).
-    Written without a GPU; not yet run on one."""
+    CUDA autocast on the same GPU (not when emulated: PyTorch on the CPU disables it), each
+    by its distance to a float64 run."""
     import torch
-    from test_autocast_cuda import GPT_FILE, bf16_ulp, f16_ulp, write
+    from test_autocast_cuda import GPT_FILE, dist, write
 
     src = write(tmp_path, GPT_FILE, "cuda", dt, "gpt")
     gpu, emu = tmp_path / "net_gpu", tmp_path / "net_emu"
@@ -160,17 +161,23 @@ def test_gpu_autocast_gpt(tmp_path, dt):
         run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
              "--output", tmp_path / f"{tag}_loss.npy", "--save", saved, "--repeat", "3"])
         res[tag] = (np.load(out), st_read(str(saved)))
-    ulp = bf16_ulp if dt == "bf16" else f16_ulp
-    d = np.abs(res["gpu"][0] - res["emu"][0])
-    print(f"{dt} gpt forward: max |gpu - emulated| {d.max():.3g}")
-    assert (d <= 2 * ulp(res["emu"][0])).all()   # f32 sums in another order, rounded to bf16/f16
-    for k in res["emu"][1]:
-        compare(f"{dt} gpt {k} after 3 steps, GPU vs emulated", res["gpu"][1][k], res["emu"][1][k], 1e-2, 1e-3)
+    # Held to their distance to a float64 run of the same model (PyTorch on the CPU; float64
+    # ops are not eligible for autocast), forward and weights after the steps: rounded bf16/f16
+    # intermediates carry a summation order's one-ulp difference into later layers, so the
+    # same arithmetic in another order differs by more than an ulp where the logits cancel.
+    ref_src = write(tmp_path, GPT_FILE, "cpu", "bf16", "gpt_float64")
+    ref_out, ref_w = _torch_steps(ref_src, w, x.astype(np.int64), y.astype(np.int64), 3, "cpu", torch.float64)
+    keys = [k for k in ref_w if not k.endswith("mask")]
+    near = {tag: (float(np.abs(o - ref_out).max()), dist(p, ref_w, keys)) for tag, (o, p) in res.items()}
+    print(f"{dt} gpt: max |gpu - emulated| forward {float(np.abs(res['gpu'][0] - res['emu'][0]).max()):.3g}; "
+          f"distance to float64, forward / weights after 3 steps: gpu {near['gpu'][0]:.3g} / {near['gpu'][1]:.3g}, "
+          f"emulated {near['emu'][0]:.3g} / {near['emu'][1]:.3g}")
+    for k in range(2):   # the GPU's sums in another order: as near float64 as the emulation's
+        assert near["gpu"][k] <= 1.5 * near["emu"][k], ("forward", "weights")[k]
     if EMULATE:
         return
     out, params = _torch_steps(src, w, x.astype(np.int64), y.astype(np.int64), 3)
-    d = np.abs(res["gpu"][0] - out)
-    print(f"{dt} gpt forward: max |gpu - PyTorch cuda autocast| {d.max():.3g}")
-    assert (d <= 4 * ulp(out)).all()
-    for k, v in params.items():
-        compare(f"{dt} gpt {k} after 3 steps, GPU vs PyTorch", res["gpu"][1][k], v, 1e-2, 1e-3)
+    t = (float(np.abs(out - ref_out).max()), dist(params, ref_w, keys))
+    print(f"{dt} gpt: PyTorch's CUDA autocast's distance to float64 {t[0]:.3g} / {t[1]:.3g}")
+    for k in range(2):   # as near float64 as PyTorch's CUDA autocast
+        assert near["gpu"][k] <= 1.5 * t[k], ("forward", "weights")[k]
