@@ -8,6 +8,7 @@
  *                  the C emitter's parallel loops (cg_par_for: grid-stride)
  *   ops_cuda.c     GEMMs and convolutions (cuBLAS, im2col/col2im), data movement, pooling and
  *                  embeddings as a thread per result element
+ *   attn_cuda.c    fused attention: tiles in shared memory, or a thread per row
  *   dnn_cuda.c     cuDNN's convolutions */
 #ifndef CTC_CUDA_INT_H
 #define CTC_CUDA_INT_H
@@ -30,6 +31,7 @@ typedef struct Gen {
   Kernels k;            /* C helpers the code uses (made __host__ __device__) */
   unsigned char gemm[DT_COUNT], im2col[DT_COUNT], col2im[DT_COUNT], grid;
   unsigned char gemm_lp; /* some GEMM of bf16/f16-valued f32 operands runs on tensor cores (ctc_gemm_lp) */
+  unsigned char attn_tiles; /* some attention runs in tiles (attn_cuda.c's device functions are written) */
   Buf kern;             /* __global__ kernels */
   Buf *sig, *dsig, *doc;   /* per func: host-pointer and device prototypes, description */
   int64_t io_bytes;     /* the largest entry's inputs + outputs (256-byte aligned each) */
@@ -98,12 +100,25 @@ void cu_serial(Ent *e, int i);
  * from its kernel IR call (kernels/gemm.c, conv.c): 0, or -1 for a dtype or layout not supported. */
 int cu_matmul(Ent *e, const Inst *in);
 int cu_conv(Ent *e, int i, const Inst *in);
-/* ATTENTION (a thread per query row) and ATTENTION_BWD (three kernels: each row's logsumexp,
- * dk and dv a thread per key row, dq a thread per query row), from kernels/attention.c's call:
- * 0, or -1 (another dtype). */
-int cu_attention(Ent *e, int i, const Inst *in);
 /* Instruction i as this target's own kernel (copies, reductions, concat, iota and rand,
  * unslice, pooling, embeddings): 0, or -1 when it has none (cu_serial then). */
 int cu_data_op(Ent *e, int i, const Inst *in);
+/* Instruction i's kernel, the body finished: its model-line comment and `note` (or none), named
+ * <m>_<entry>_i<i><sfx>, launched on grid (C text) blocks of `block` threads; sync: it has
+ * __syncthreads. cu_op_launch: a grid-stride loop over n elements. */
+void cu_inst_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, const char *grid,
+                    int block, int sync);
+void cu_op_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, int64_t n);
+/* The head of a grid-stride loop over %lld elements (ctc_i). */
+extern const char cu_loop_head[];
+
+/* ---- attn_cuda.c ---- */
+
+/* ATTENTION and ATTENTION_BWD from kernels/attention.c's call: in tiles (a block per TQ rows;
+ * backward three kernels: each query row's logsumexp and g . o, dk and dv per key tile, dq
+ * per query tile), or a thread per row where the tiles do not fit: 0, or -1 (another dtype). */
+int cu_attention(Ent *e, int i, const Inst *in);
+/* The tiles' device functions, written once into the file when some call uses them. */
+void cu_attention_support(Buf *b);
 
 #endif

@@ -569,6 +569,7 @@ int cg_cuda_emit(const Program *p, const MemPlan *plan, KnSchedule *const *sched
       if (g.col2im[t]) instantiate(&helpers, col2im_text, (DType)t);
     }
     if (g.gemm_lp) cg_puts(&helpers, gemm_lp_text);
+    if (g.attn_tiles) cu_attention_support(&helpers);
     if (g.grid) cg_puts(&helpers, grid_text);
     cg_dnn_support(&api_pre, &g.dnn, g.prefix, opt && opt->tf32);
 

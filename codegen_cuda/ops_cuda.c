@@ -300,9 +300,8 @@ static void cstrides(const Type *t, int64_t *st) {
   for (int k = t->ndim - 1; k >= 0; k--) st[k] = n, n *= t->dims[k];
 }
 
-/* Kernel body (a grid-stride loop over n elements) of instruction i finished and launched:
- * its model-line comment and `note` (or none), named <m>_<entry>_i<i><sfx>. */
-static void op_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, int64_t n) {
+void cu_inst_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, const char *grid,
+                    int block, int sync) {
   Buf com = {0};
   Buf *save = e->c->out;
   unsigned char *ref = e->c->ref;
@@ -310,21 +309,27 @@ static void op_launch(Ent *e, int i, const Inst *in, const char *note, const cha
   cg_comment(e->c, in);
   e->c->out = save, e->c->ref = ref;
   if (note) cg_printf(&com, "/* %s */\n", note);
-  char kname[200], grid[32];
+  char kname[200];
   snprintf(kname, sizeof kname, "%s_%s_i%d%s", e->g->prefix, e->fname, i, sfx);
+  cu_kend(e, kname, com.s, body, grid, block, sync);
+  cg_buf_free(&com);
+}
+
+/* Kernel body (a grid-stride loop over n elements) of instruction i finished and launched. */
+void cu_op_launch(Ent *e, int i, const Inst *in, const char *note, const char *sfx, Buf *body, int64_t n) {
+  char grid[32];
   int64_t blocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
   snprintf(grid, sizeof grid, "%lld", (ll)(blocks < 1 ? 1 : blocks > MAX_GRID ? MAX_GRID : blocks));
-  cu_kend(e, kname, com.s, body, grid, ELEM_BLOCK, 0);
-  cg_buf_free(&com);
+  cu_inst_launch(e, i, in, note, sfx, body, grid, ELEM_BLOCK, 0);
 }
 
 /* The kernel of instruction i with a grid-stride loop over its result's
  * elements around `inner` (which uses ctc_i); c->out is the body. */
 static void elementwise_kernel(Ent *e, int i, const Inst *in, Buf *body) {
-  op_launch(e, i, in, NULL, "", body, ir_numel(ty(e->f, in->res)));
+  cu_op_launch(e, i, in, NULL, "", body, ir_numel(ty(e->f, in->res)));
 }
 
-static const char loop_head[] =
+const char cu_loop_head[] =
     "  for (int64_t ctc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; ctc_i < %lld;"
     " ctc_i += (int64_t)blockDim.x * gridDim.x)";
 
@@ -355,7 +360,7 @@ static int emit_copy(Ent *e, int i, const Inst *in) {
     if (off) cg_printf(&src, " + %lld", (ll)off);
     cg_puts(&src, "]");
   }
-  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(r));
   cg_printf(&body, "\n    %s[ctc_i] = %s;\n", cg_ref(e->c, in->res), src.s);
   elementwise_kernel(e, i, in, &body);
   cg_buf_free(&body);
@@ -378,7 +383,7 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
   cu_kbegin(e, &body);
   char idx[512];
   cu_flat_index(idx, sizeof idx, r, kst, "ctc_i", r->ndim);
-  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(r));
   cg_printf(&body, " {\n    const int64_t ctc_b = %s;\n", idx);
   cg_printf(&body, "    %s ctc_acc = %s;\n", cg_acc_type(in, t), cg_acc_init(in, t));
   Buf x = {0};
@@ -415,7 +420,7 @@ static int emit_concat(Ent *e, int i, const Inst *in) {
   int64_t D = r->dims[ax];
   Buf body = {0};
   cu_kbegin(e, &body);
-  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(r));
   cg_printf(&body, " {\n    const int64_t ctc_o = ctc_i / %lld, ctc_a = ctc_i / %lld %% %lld, ctc_q = ctc_i %% %lld;\n", (ll)(D * inner),
             (ll)inner, (ll)D, (ll)inner);
   int64_t at = 0;
@@ -438,7 +443,7 @@ static int emit_iota_rand(Ent *e, int i, const Inst *in) {
   const char *ct = cg_ctype(r->dtype);
   Buf body = {0};
   cu_kbegin(e, &body);
-  cg_printf(&body, loop_head, (ll)(in->op == IR_IOTA ? r->dims[0] : ir_numel(r)));
+  cg_printf(&body, cu_loop_head, (ll)(in->op == IR_IOTA ? r->dims[0] : ir_numel(r)));
   const char *y = cg_ref(e->c, in->res);
   if (in->op == IR_IOTA) {
     cg_printf(&body, "\n    %s[ctc_i] = (%s)(%lld + ctc_i * %lld);\n", y, ct, (ll)in->attr[0], (ll)in->attr[1]);
@@ -463,7 +468,7 @@ static int emit_unslice(Ent *e, int i, const Inst *in) {
   const Type *r = ty(f, in->res);
   Buf body = {0};
   cu_kbegin(e, &body);
-  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(r));
   if (in->op == IR_RESHAPE) {
     Buf lit = {0};
     cu_literal(f, in->args[0], &lit);
@@ -518,7 +523,7 @@ static int emit_avgpool(Ent *e, int i, const Inst *in) {
   Buf body = {0};
   cu_kbegin(e, &body);
   const char *xs = cg_ref(e->c, in->args[0]), *ys = cg_ref(e->c, in->res);
-  cg_printf(&body, loop_head, (ll)ir_numel(ty(f, in->res)));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(ty(f, in->res)));
   cg_puts(&body, " {\n");
   if (!bwd) {
     cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_oh = ctc_i / %lld %% %lld, ctc_ow = ctc_i %% %lld;\n",
@@ -575,7 +580,7 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
   Buf body = {0};
   cu_kbegin(e, &body);
   const char *xs = cg_ref(e->c, in->args[0]), *ys = cg_ref(e->c, in->res);
-  cg_printf(&body, loop_head, (ll)ir_numel(r));
+  cg_printf(&body, cu_loop_head, (ll)ir_numel(r));
   cg_puts(&body, " {\n");
   /* the window (oh, ow) of image nc: its max's position `at` (-1: none in bounds) */
   Buf scan = {0};
@@ -641,12 +646,12 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
   const char *is = cg_ref(e->c, ixv), *ys = cg_ref(e->c, in->res);
   if (!bwd) {   /* the indices were checked in [0, V) before the kernel */
     const char *ws = cg_ref(e->c, in->args[0]);
-    cg_printf(&body, loop_head, (ll)(n * D));
+    cg_printf(&body, cu_loop_head, (ll)(n * D));
     cg_printf(&body, " {\n    const int64_t ctc_ix = (int64_t)%s[ctc_i / %lld];\n    %s[ctc_i] = %s[ctc_ix * %lld + ctc_i %% %lld];\n  }\n",
               is, (ll)D, ys, ws, (ll)D, (ll)D);
   } else {
     const char *gs = cg_ref(e->c, in->args[1]);
-    cg_printf(&body, loop_head, (ll)D);
+    cg_printf(&body, cu_loop_head, (ll)D);
     cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      const int64_t ctc_ix = (int64_t)%s[ctc_r];\n", (ll)n, is);
     if (in->attr[0]) cg_printf(&body, "      if (ctc_ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
     cg_printf(&body, "      %s[ctc_ix * %lld + ctc_i] += %s[ctc_r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
@@ -656,173 +661,8 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
               cg_ctype(w->dtype), (ll)ir_numel(w));
     e->c->ref = e->kref;
   }
-  op_launch(e, i, in, NULL, "", &body, bwd ? D : n * D);
+  cu_op_launch(e, i, in, NULL, "", &body, bwd ? D : n * D);
   cg_buf_free(&body);
-  return 0;
-}
-
-/* ---- fused attention (ATTENTION, ATTENTION_BWD: kernels/attention.c's call) -------------
- * Forward: a thread per query row (grid-stride over the B * T rows): its scores against the
- * keys it sees (those at or before it when causal) one at a time, with the online softmax of
- * the C target's kernel (the running maximum m and sum l, the row of o rescaled by
- * exp(m_old - m_new) when the maximum grows), o accumulated in a local array of D elements and
- * divided by l at the end. The T x T matrix never exists. Backward, three kernels in stream
- * order: a thread per query row writes its logsumexp into the first element of its dq row;
- * a thread per key row j sums dk[j] = sum_i ds_ij q_i and dv[j] = sum_i p_ij g_i over the rows
- * that see it (p_ij = exp(s_ij - lse_i), ds_ij = p_ij (g_i . v_j - g_i . o_i) * scale); a thread
- * per query row takes its logsumexp back and writes dq[i] = sum_j ds_ij k_j over its row.
- * Operands are read through the call's strides; the results are contiguous. A -inf score adds
- * nothing (before any finite one, exp(-inf - -inf) would be NaN); NaN and +inf make the row
- * NaN, as softmax does. */
-
-typedef struct AttnK {
-  Ent *e;
-  const KirCall *k;
-  int64_t n1, B, T, D, causal, divide;
-  const char *ct, *ex, *lg;
-  char scale[96];
-} AttnK;
-
-/* operand a's base for the batch (ctc_b0, ctc_b1) */
-static void attn_base(AttnK *A, Buf *b, int a) {
-  cg_printf(b, "%s", cg_ref(A->e->c, A->k->args[a]));
-  if (A->k->off[a]) cg_printf(b, " + %lld", (ll)A->k->off[a]);
-  cg_printf(b, " + ctc_b0 * %lld + ctc_b1 * %lld", (ll)A->k->st[a][0], (ll)A->k->st[a][1]);
-}
-
-/* the thread's row: ctc_b (batch), ctc_r (row), ctc_b0, ctc_b1, and each operand's row-0 pointer */
-static void attn_head(AttnK *A, Buf *body, int nargs) {
-  static const char *const nm[5] = {"ctc_q", "ctc_k", "ctc_v", "ctc_o", "ctc_g"};
-  cg_printf(body, loop_head, (ll)(A->B * A->T));
-  cg_printf(body, " {\n    const int64_t ctc_b = ctc_i / %lld, ctc_r = ctc_i %% %lld, ctc_b0 = ctc_b / %lld, ctc_b1 = ctc_b %% %lld;\n",
-            (ll)A->T, (ll)A->T, (ll)A->n1, (ll)A->n1);
-  for (int a = 0; a < nargs; a++) {
-    cg_printf(body, "    const %s *%s = ", A->ct, nm[a]);
-    attn_base(A, body, a);
-    cg_puts(body, ";\n");
-  }
-  cg_printf(body, "    (void)ctc_r;\n");
-}
-
-/* ctc_s = the score of query row `qi` and key row `kj` (C expressions of row indices) */
-static void attn_score(AttnK *A, Buf *body, const char *ind, const char *qi, const char *kj) {
-  cg_printf(body, "%s%s ctc_s = 0;\n", ind, A->ct);
-  cg_printf(body, "%sfor (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_s += ctc_q[(%s) * %lld + ctc_d] * ctc_k[(%s) * %lld + ctc_d];\n",
-            ind, (ll)A->D, qi, (ll)A->k->st[0][2], kj, (ll)A->k->st[1][2]);
-  cg_printf(body, "%sctc_s = ctc_s %s;\n", ind, A->scale);
-}
-
-/* ctc_<name> = the dot product of row `x` of operand xa and row `y` of operand ya */
-static void attn_dot(AttnK *A, Buf *body, const char *ind, const char *name, const char *xp, int xa, const char *x,
-                     const char *yp, int ya, const char *y) {
-  cg_printf(body, "%s%s %s = 0;\n", ind, A->ct, name);
-  cg_printf(body, "%sfor (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s += %s[(%s) * %lld + ctc_d] * %s[(%s) * %lld + ctc_d];\n",
-            ind, (ll)A->D, name, xp, x, (ll)A->k->st[xa][2], yp, y, (ll)A->k->st[ya][2]);
-}
-
-static void attn_launch(AttnK *A, int i, const Inst *in, Buf *body, const char *what, const char *sfx) {
-  char note[200];
-  snprintf(note, sizeof note, "its kernel IR: a call of %s, here %s (grid-stride)", ir_ops[in->op].name, what);
-  op_launch(A->e, i, in, note, sfx, body, A->B * A->T);
-}
-
-int cu_attention(Ent *e, int i, const Inst *in) {
-  const Func *f = e->f;
-  const KnSchedule *sc = e->c->s;
-  Kir *kir = kir_build_inst_call(e->g->p->arena, f, sc, &sc->kernels.data[sc->kernel_of[i]], in);
-  DType dt = ty(f, in->res)->dtype;
-  if (!kir || (dt != DT_F32 && dt != DT_F64)) return -1;
-  AttnK A = {e, kir->body.data[0]->call, 0, 0, 0, 0, 0, 0, cg_ctype(dt), dt == DT_F32 ? "expf" : "exp",
-             dt == DT_F32 ? "logf" : "log", ""};
-  A.n1 = A.k->ints[0], A.B = A.k->ints[1], A.T = A.k->ints[2], A.D = A.k->ints[3], A.causal = A.k->ints[4];
-  A.divide = A.k->ints[5];
-  if (A.k->ints[6]) BUG("attention with bf16 roundings on the CUDA target (ir/attn.c fuses them for C only)");
-  Buf lit = {0};
-  cg_literal(&lit, dt, A.k->real);
-  snprintf(A.scale, sizeof A.scale, "%s %s", A.divide ? "/" : "*", lit.s);
-  cg_buf_free(&lit);
-  const char *ct = A.ct, *ex = A.ex;
-  int64_t D = A.D, BTD = A.B * A.T * A.D;
-  char jend[32], ibeg[32];   /* the keys row ctc_r sees; the first row that sees key ctc_r */
-  if (A.causal) snprintf(jend, sizeof jend, "ctc_r + 1"), snprintf(ibeg, sizeof ibeg, "ctc_r");
-  else snprintf(jend, sizeof jend, "%lld", (ll)A.T), snprintf(ibeg, sizeof ibeg, "0");
-  Buf body = {0};
-  if (in->op == IR_ATTENTION) {
-    cu_kbegin(e, &body);
-    attn_head(&A, &body, 3);
-    const char *o = cg_ref(e->c, in->res);
-    cg_printf(&body, "    %s ctc_acc[%lld], ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, (ll)D, ct);
-    cg_printf(&body, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] = 0;\n", (ll)D);
-    cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {   /* the keys it sees */\n", jend);
-    attn_score(&A, &body, "      ", "ctc_r", "ctc_j");
-    cg_printf(&body, "      if (ctc_s > ctc_m) {   /* a new maximum: what was summed is rescaled */\n");
-    cg_printf(&body, "        const %s ctc_c = ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n", ct, ct, ex);
-    cg_printf(&body, "        ctc_l *= ctc_c;\n");
-    cg_printf(&body, "        for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] *= ctc_c;\n", (ll)D);
-    cg_printf(&body, "        ctc_m = ctc_s;\n      }\n");
-    cg_printf(&body, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n      ctc_l += ctc_p;\n", ct, ct, ex);
-    cg_printf(&body, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_acc[ctc_d] += ctc_p * ctc_v[ctc_j * %lld + ctc_d];\n",
-              (ll)D, (ll)A.k->st[2][2]);
-    cg_printf(&body, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_acc[ctc_d] / ctc_l;\n  }\n",
-              (ll)D, o, (ll)D);
-    attn_launch(&A, i, in, &body, "a thread per query row", "");
-    cg_buf_free(&body);
-    return 0;
-  }
-  /* ATTENTION_BWD: q, k, v, o, g -> r = [dq; dk; dv] */
-  cu_kbegin(e, &body);   /* 1: each row's logsumexp, into its dq row's first element */
-  attn_head(&A, &body, 2);
-  const char *r = cg_ref(e->c, in->res);
-  cg_printf(&body, "    %s ctc_m = -(%s)INFINITY, ctc_l = 0;\n", ct, ct);
-  cg_printf(&body, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {\n", jend);
-  attn_score(&A, &body, "      ", "ctc_r", "ctc_j");
-  cg_printf(&body, "      if (ctc_s > ctc_m) {\n        ctc_l *= ctc_m == -(%s)INFINITY ? 0 : %s(ctc_m - ctc_s);\n        ctc_m = ctc_s;\n      }\n", ct, ex);
-  cg_printf(&body, "      ctc_l += ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_m);\n    }\n", ct, ex);
-  cg_printf(&body, "    %s[ctc_i * %lld] = ctc_m + %s(ctc_l);\n  }\n", r, (ll)D, A.lg);
-  attn_launch(&A, i, in, &body, "a thread per query row: its logsumexp", "_lse");
-  cg_buf_free(&body);
-
-  Buf b2 = {0};   /* 2: dk and dv, a thread per key row */
-  cu_kbegin(e, &b2);
-  attn_head(&A, &b2, 5);
-  r = cg_ref(e->c, in->res);
-  cg_printf(&b2, "    %s ctc_dk[%lld], ctc_dv[%lld];\n", ct, (ll)D, (ll)D);
-  cg_printf(&b2, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dk[ctc_d] = ctc_dv[ctc_d] = 0;\n", (ll)D);
-  cg_printf(&b2, "    for (int64_t ctc_t = %s; ctc_t < %lld; ctc_t++) {   /* the query rows that see this key */\n", ibeg, (ll)A.T);
-  attn_score(&A, &b2, "      ", "ctc_t", "ctc_r");
-  cg_printf(&b2, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - %s[(ctc_b * %lld + ctc_t) * %lld]);\n", ct, ct, ex, r,
-            (ll)A.T, (ll)D);
-  attn_dot(&A, &b2, "      ", "ctc_dp", "ctc_g", 4, "ctc_t", "ctc_v", 2, "ctc_r");
-  attn_dot(&A, &b2, "      ", "ctc_di", "ctc_g", 4, "ctc_t", "ctc_o", 3, "ctc_t");
-  cg_printf(&b2, "      const %s ctc_ds = ctc_p * (ctc_dp - ctc_di) %s;\n", ct, A.scale);
-  cg_printf(&b2, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) {\n", (ll)D);
-  cg_printf(&b2, "        ctc_dv[ctc_d] += ctc_p * ctc_g[ctc_t * %lld + ctc_d];\n", (ll)A.k->st[4][2]);
-  cg_printf(&b2, "        ctc_dk[ctc_d] += ctc_ds * ctc_q[ctc_t * %lld + ctc_d];\n      }\n    }\n", (ll)A.k->st[0][2]);
-  cg_printf(&b2, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) {\n", (ll)D);
-  cg_printf(&b2, "      %s[%lld + ctc_i * %lld + ctc_d] = ctc_dk[ctc_d];\n", r, (ll)BTD, (ll)D);
-  cg_printf(&b2, "      %s[%lld + ctc_i * %lld + ctc_d] = ctc_dv[ctc_d];\n    }\n  }\n", r, (ll)(2 * BTD), (ll)D);
-  attn_launch(&A, i, in, &b2, "a thread per key row: dk and dv", "_dkv");
-  cg_buf_free(&b2);
-
-  Buf b3 = {0};   /* 3: dq, a thread per query row (its logsumexp read first, then overwritten) */
-  cu_kbegin(e, &b3);
-  attn_head(&A, &b3, 5);
-  r = cg_ref(e->c, in->res);
-  cg_printf(&b3, "    const %s ctc_lse = %s[ctc_i * %lld];\n", ct, r, (ll)D);
-  attn_dot(&A, &b3, "    ", "ctc_di", "ctc_g", 4, "ctc_r", "ctc_o", 3, "ctc_r");
-  cg_printf(&b3, "    %s ctc_dq[%lld];\n", ct, (ll)D);
-  cg_printf(&b3, "    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dq[ctc_d] = 0;\n", (ll)D);
-  cg_printf(&b3, "    for (int64_t ctc_j = 0; ctc_j < %s; ctc_j++) {\n", jend);
-  attn_score(&A, &b3, "      ", "ctc_r", "ctc_j");
-  cg_printf(&b3, "      const %s ctc_p = ctc_s == -(%s)INFINITY ? 0 : %s(ctc_s - ctc_lse);\n", ct, ct, ex);
-  attn_dot(&A, &b3, "      ", "ctc_dp", "ctc_g", 4, "ctc_r", "ctc_v", 2, "ctc_j");
-  cg_printf(&b3, "      const %s ctc_ds = ctc_p * (ctc_dp - ctc_di) %s;\n", ct, A.scale);
-  cg_printf(&b3, "      for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) ctc_dq[ctc_d] += ctc_ds * ctc_k[ctc_j * %lld + ctc_d];\n",
-            (ll)D, (ll)A.k->st[1][2]);
-  cg_printf(&b3, "    }\n    for (int64_t ctc_d = 0; ctc_d < %lld; ctc_d++) %s[ctc_i * %lld + ctc_d] = ctc_dq[ctc_d];\n  }\n", (ll)D, r,
-            (ll)D);
-  attn_launch(&A, i, in, &b3, "a thread per query row: dq", "_dq");
-  cg_buf_free(&b3);
   return 0;
 }
 

@@ -129,6 +129,8 @@ static Items scan(Arena *a, const char *s) {
       cur.dev = head_has(s, cur.beg, head, "__device__") || head_has(s, cur.beg, head, "__global__") ||
                 head_has(s, cur.beg, head, "__constant__") || head_has(s, cur.beg, head, "__shared__") ||
                 head_has(s, cur.beg, head, "__managed__");
+      /* a type whose members are device code (the attention tiles' ctc_attn_arg) goes with it */
+      cur.dev |= !cur.func && head_has(s, cur.beg, i, "__device__");
       cur.global = head_has(s, cur.beg, head, "__global__");
       if (cur.func) cur.name = func_name(a, s, cur.beg, brace);
       vec_push(a, &v, cur);

@@ -197,24 +197,38 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     assert " attention[" in entry_ir(cu, "forward") and " attention_bwd[" in entry_ir(cu, "grads"), cu
 
 
-CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [(1, 2, 70, 16, "mul", "none", "nan"),
-                                                                    (1, 2, 70, 16, "mul", "none", "-inf")]
+CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [
+    (1, 2, 70, 16, "mul", "none", "nan"), (1, 2, 70, 16, "mul", "none", "-inf"),
+    (1, 2, 45, 130, "div", "tril", 0),   # tiles of 16 rows (four of 32 x 131 floats are over 48 KiB)
+    (2, 1, 21, 1, "mul", "triu", 0),     # head dim 1: a thread per row (the gradients keep 2 numbers per row)
+]
 
 
 @pytest.mark.parametrize("b,h,t,d,scale,mask,bad", CUDA_CASES, ids=lambda c: str(c))
 def test_cuda_fused_forward_matches_float64(tmp_path, rt_objects, b, h, t, d, scale, mask, bad):
-    """The CUDA target's fused attention (codegen_cuda/ops_cuda.c: forward a thread per query
-    row with the online softmax; backward each row's logsumexp, then dk and dv a thread per key
-    row, dq a thread per query row), emulated, against float64 PyTorch: causal or not, scaled
-    each way, grouped-query heads, odd sizes. A NaN in k makes NaN exactly the rows PyTorch's
-    are, and a -inf score (one key of k, seen first by some rows) adds nothing."""
+    """The CUDA target's fused attention (codegen_cuda/attn_cuda.c: forward a block per tile
+    of query rows with the online softmax over tiles of keys in shared memory; backward each
+    row's logsumexp and g . o, then dk and dv a block per tile of key rows, dq a block per tile
+    of query rows; a thread per row where the tiles do not fit), emulated (a block's threads
+    as fibers meeting at each __syncthreads), against float64 PyTorch: causal or not, scaled
+    each way, grouped-query heads, odd sizes, rows not a multiple of the tile. A NaN in k
+    makes NaN exactly the rows PyTorch's are, and a -inf score (one key of k, seen first by
+    some rows) adds nothing."""
     from cuda_testlib import emulated, run_env
     src = tmp_path / "attn.py"
     src.write_text(SRC.format(B=b, H=h, T=t, D=d, SCORES=SCALES[scale], MASK=MASKS[mask], DROP="att"))
     cu, exe = emulated(tmp_path, str(src), [], rt_objects)
     code = cu.read_text()
-    assert "a call of attention, here a thread per query row" in code
-    assert "a call of attention_bwd, here a thread per key row: dk and dv" in code
+    tq = 16 if d > 64 else 32
+    calls = ["ctc_attention_tiles", "ctc_attention_bwd_lse", "ctc_attention_bwd_dkv", "ctc_attention_bwd_dq"]
+    if d == 1:   # the forward in tiles, the gradients a thread per row
+        assert f"ctc_attention_tiles<float, 32, 1, " in code
+        assert "a call of attention_bwd, here a thread per key row: dk and dv" in code
+        assert not any(f"{c}<" in code for c in calls[1:])
+    else:
+        for c in calls:
+            assert f"{c}<float, {tq}, {d}, {'true' if mask != 'none' else 'false'}, " in code, c
+        assert "a thread per" not in code
     torch.manual_seed(0)
     mod = load_module(str(src), f"attn_cuda_{t}_{d}_{mask}_{bad}")
     sd = {k: v.detach().numpy().copy() for k, v in mod.model.state_dict().items()}
@@ -422,8 +436,8 @@ except RuntimeError as e:
 
 
 def test_cuda_fused_attention_nvcc_compiles_clean(tmp_path):
-    """The CUDA target's attention kernel compiles with nvcc (sm_80, sm_90, every warning an
-    error) and passes --validate (NVRTC and libclang)."""
+    """The CUDA target's attention kernels (the tiles' device functions) compile with nvcc
+    (sm_80, sm_90, every warning an error) and pass --validate (NVRTC and libclang)."""
     from cuda_testlib import NVCC, RT
     if NVCC is None:
         pytest.skip("nvcc not found (the CUDA toolkit is not installed)")
@@ -431,7 +445,7 @@ def test_cuda_fused_attention_nvcc_compiles_clean(tmp_path):
     src.write_text(SRC.format(B=2, H=3, T=37, D=16, SCORES=SCALES["div"], MASK=MASKS["tril"], DROP="att"))
     cu = tmp_path / "m.cu"
     r = run([CTC, "compile", src, "--target", "cuda", "--validate", "-o", cu])
-    assert "error" not in r.stderr and "a thread per query row" in cu.read_text()
+    assert "error" not in r.stderr and "ctc_attention_bwd_dkv<float, 32, 16, true, true>(" in cu.read_text()
     run([NVCC, "-c", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", "-I", RT, cu, "-o", tmp_path / "m.o"],
         timeout=600)
