@@ -371,14 +371,71 @@ static int emit_copy(Ent *e, int i, const Inst *in) {
 /* REDUCE_SUM / REDUCE_MAX over any axes: each result element accumulates its
  * operand elements in row-major order of the reduced axes, in the C target's
  * accumulator type (emit_reduce's order: the same sums). */
+/* Few results over many elements each (a bias's gradient, a norm's weight's): a block of
+ * RED_COLS * RED_PARTS threads per RED_COLS results; each result's RED_PARTS threads take
+ * every RED_PARTS-th of its R elements (in order), and the first adds the others' partials in
+ * order from shared memory: deterministic, a float sum in double as the C target's. */
+enum { RED_COLS = 8, RED_PARTS = 32 };
+
+static void emit_reduce_split(Ent *e, int i, const Inst *in, const int64_t *ast, const int64_t *kst, int64_t R) {
+  const Func *f = e->f;
+  const Type *a = ty(f, in->args[0]), *r = ty(f, in->res);
+  DType t = r->dtype;
+  const char *acc = cg_acc_type(in, t);
+  int64_t n = ir_numel(r);
+  Buf body = {0}, x = {0};
+  cu_kbegin(e, &body);
+  char idx[512];
+  cu_flat_index(idx, sizeof idx, r, kst, "ctc_i", r->ndim);
+  cg_printf(&body, "  __shared__ %s ctc_part[%d][%d];\n", acc, RED_PARTS, RED_COLS);
+  cg_printf(&body, "  const int ctc_c = threadIdx.x %% %d, ctc_g = threadIdx.x / %d;\n", RED_COLS, RED_COLS);
+  cg_printf(&body, "  const int64_t ctc_i = (int64_t)blockIdx.x * %d + ctc_c;\n", RED_COLS);
+  cg_printf(&body, "  %s ctc_acc = %s;\n", acc, cg_acc_init(in, t));
+  cg_printf(&body, "  if (ctc_i < %lld) {\n    const int64_t ctc_b = %s;\n", (ll)n, idx);
+  cg_printf(&body, "    for (int64_t ctc_q = ctc_g; ctc_q < %lld; ctc_q += %d)   /* its share of the %lld elements */\n", (ll)R,
+            RED_PARTS, (ll)R);
+  cg_printf(&x, "%s[ctc_b", cg_ref(e->c, in->args[0]));
+  int64_t inner = R;
+  for (int k = 0; k < a->ndim; k++) {   /* ctc_q's index on each reduced axis, outermost first */
+    if (!((in->attr[0] >> k) & 1) || a->dims[k] == 1) continue;
+    inner /= a->dims[k];
+    cg_puts(&x, " + ");
+    if (inner > 1) cg_printf(&x, inner * a->dims[k] < R ? "ctc_q / %lld %% %lld" : "ctc_q / %lld", (ll)inner, (ll)a->dims[k]);
+    else cg_printf(&x, a->dims[k] < R ? "ctc_q %% %lld" : "ctc_q", (ll)a->dims[k]);
+    if (ast[k] != 1) cg_printf(&x, " * %lld", (ll)ast[k]);
+  }
+  cg_puts(&x, "]");
+  e->c->out = &body;
+  e->c->ind = 6;
+  cg_acc_update(e->c, in, "ctc_acc", x.s);
+  cg_printf(&body, "  }\n  ctc_part[ctc_g][ctc_c] = ctc_acc;\n  __syncthreads();\n");
+  cg_printf(&body, "  if (ctc_g == 0 && ctc_i < %lld) {\n    for (int ctc_k = 1; ctc_k < %d; ctc_k++)\n", (ll)n, RED_PARTS);
+  e->c->ind = 6;
+  cg_acc_update(e->c, in, "ctc_acc", "ctc_part[ctc_k][ctc_c]");
+  int cast = strcmp(acc, cg_ctype(t)) != 0;
+  cg_printf(&body, "    %s[ctc_i] = %s%s%sctc_acc;\n  }\n", cg_ref(e->c, in->res), cast ? "(" : "", cast ? cg_ctype(t) : "",
+            cast ? ")" : "");
+  char note[160], grid[32];
+  snprintf(note, sizeof note, "a block of %d threads per %d results, %d per result", RED_COLS * RED_PARTS, RED_COLS, RED_PARTS);
+  snprintf(grid, sizeof grid, "%lld", (ll)((n + RED_COLS - 1) / RED_COLS));
+  cu_inst_launch(e, i, in, note, "", &body, grid, RED_COLS * RED_PARTS, 1);
+  cg_buf_free(&body);
+  cg_buf_free(&x);
+}
+
 static int emit_reduce(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   if (cu_is_literal(f, in->args[0])) return -1;
   const Type *a = ty(f, in->args[0]), *r = ty(f, in->res);
   DType t = r->dtype;
-  int64_t ast[IR_MAX_DIMS], kst[IR_MAX_DIMS];
+  int64_t ast[IR_MAX_DIMS], kst[IR_MAX_DIMS], R = 1;
   cstrides(a, ast);
   for (int k = 0; k < r->ndim; k++) kst[k] = (in->attr[0] >> k) & 1 ? 0 : ast[k];
+  for (int k = 0; k < a->ndim; k++) R *= (in->attr[0] >> k) & 1 ? a->dims[k] : 1;
+  if (ir_numel(r) <= 65536 && R >= 64) {   /* too few results to fill the GPU a thread each */
+    emit_reduce_split(e, i, in, ast, kst, R);
+    return 0;
+  }
   Buf body = {0};
   cu_kbegin(e, &body);
   char idx[512];

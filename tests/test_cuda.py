@@ -88,6 +88,32 @@ def make_model():
     return Convs()
 """
 
+# Sums and maxima of few results over many elements (a block of 256 threads per 8 results,
+# ctc_part's partials added in order), whose gradient is another: g's gradient sums 160
+# elements per result, as a bias's gradient sums a batch's rows.
+REDUCE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.g = nn.Parameter(torch.rand(3, 12) + 0.5)
+        self.fc = nn.Linear(12, 10)
+
+    def forward(self, x):
+        h = torch.tanh(x * self.g[:, None, :])
+        per_sample = h.sum(dim=2).mean(dim=1)
+        m = h.amax(dim=(0, 2))
+        return self.fc(per_sample) + m.sum() * 0.1
+
+
+def make_model():
+    return Net()
+"""
+
 # name -> (source, forward's input name, x, y)
 MODELS = {
     "dataops": (lambda: DATAOPS, "x", lambda r: r.standard_normal((4, 3, 8, 8)).astype(np.float32),
@@ -99,6 +125,8 @@ MODELS = {
     "gpt_tiny": (_gpt_tiny, "idx", lambda r: r.integers(0, 64, (2, 16)), lambda r: r.integers(0, 64, (2, 16))),
     "convs": (lambda: CONVS, "x", lambda r: r.standard_normal((3, 3, 10, 10)).astype(np.float32),
               lambda r: r.integers(0, 10, 3)),
+    "reduce": (lambda: REDUCE, "x", lambda r: r.standard_normal((4, 3, 40, 12)).astype(np.float32),
+               lambda r: r.integers(0, 10, 4)),
 }
 
 
@@ -142,6 +170,9 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
         assert serial == [], serial
         for op in ("pad(", "upsample(", "cumsum(", "argmax(", "gather(", "pad_bwd(", "scatter_add("):
             assert re.search(r"grid-stride\) \*/\n[^\n]*\n(?:  [^\n]*\n)*?    /\* dataops\.py:\d+  " + re.escape(op), code), op
+    if name == "reduce":   # the max over (0, 2) and g's gradient, a block per 8 results
+        split = re.findall(r"/\* reduce\.py:\d+  (reduce_\w+)\(.*\n/\* a block of 256 threads per 8 results", code)
+        assert "reduce_max" in split and "reduce_sum" in split, split
     cexe = tmp_path / "m_c"
     run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
     mod = load_module(str(path), "cuda_" + name)
@@ -165,7 +196,7 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
-@pytest.mark.parametrize("name", ["lenet", "lenet+cudnn", "gpt_tiny", "dataops"])
+@pytest.mark.parametrize("name", ["lenet", "lenet+cudnn", "gpt_tiny", "dataops", "reduce"])
 def test_nvcc_compiles_clean(tmp_path, name):
     """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device; lenet also
     with -DCTC_HAVE_CUDNN against the toolkit's cudnn.h (when it has one)."""
