@@ -688,9 +688,10 @@ static int emit_maxpool(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-/* EMBEDDING: a thread per output element. EMBEDDING_BWD: dw zeroed, then a
- * thread per column d adding g's rows at their indices (checked before) in index order
- * (the C target's order; no two threads write the same element). */
+/* EMBEDDING: a thread per output element. EMBEDDING_BWD: dw zeroed, then a thread per
+ * column d and slice of the vocabulary (about 32768 threads in all) adding, in index order,
+ * g's rows whose index (checked before) falls in its slice: each element of dw is one
+ * thread's, summed in the C target's order. */
 static int emit_embedding(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   int bwd = in->op == IR_EMBEDDING_BWD;
@@ -708,17 +709,28 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
               is, (ll)D, ys, ws, (ll)D, (ll)D);
   } else {
     const char *gs = cg_ref(e->c, in->args[1]);
-    cg_printf(&body, cu_loop_head, (ll)D);
-    cg_printf(&body, "\n    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      const int64_t ctc_ix = (int64_t)%s[ctc_r];\n", (ll)n, is);
+    int64_t V = w->dims[0], nch = 32768 / (D > 0 ? D : 1);
+    nch = nch < 1 ? 1 : nch > V ? V : nch;
+    int64_t vc = (V + nch - 1) / nch;   /* vocabulary rows per slice */
+    nch = (V + vc - 1) / vc;
+    cg_printf(&body, cu_loop_head, (ll)(D * nch));
+    if (nch > 1)
+      cg_printf(&body, " {\n    const int64_t ctc_d = ctc_i %% %lld, ctc_v0 = ctc_i / %lld * %lld;   /* column ctc_d of %lld rows from ctc_v0 */\n",
+                (ll)D, (ll)D, (ll)vc, (ll)vc);
+    else
+      cg_printf(&body, " {\n    const int64_t ctc_d = ctc_i;\n");
+    cg_printf(&body, "    for (int64_t ctc_r = 0; ctc_r < %lld; ctc_r++) {\n      const int64_t ctc_ix = (int64_t)%s[ctc_r];\n", (ll)n, is);
+    if (nch > 1) cg_printf(&body, "      if (ctc_ix < ctc_v0 || ctc_ix >= ctc_v0 + %lld) continue;   /* another slice's */\n", (ll)vc);
     if (in->attr[0]) cg_printf(&body, "      if (ctc_ix == %lld) continue;   /* padding_idx: no gradient */\n", (ll)in->attr[1]);
-    cg_printf(&body, "      %s[ctc_ix * %lld + ctc_i] += %s[ctc_r * %lld + ctc_i];\n    }\n", ys, (ll)D, gs, (ll)D);
+    cg_printf(&body, "      %s[ctc_ix * %lld + ctc_d] += %s[ctc_r * %lld + ctc_d];\n    }\n  }\n", ys, (ll)D, gs, (ll)D);
+    n = D * nch;   /* the threads */
     e->uses_stream = 1;
     e->c->ref = e->href;   /* the host zeroes dw */
     cg_printf(e->host, "  CTC_CUDA(cudaMemsetAsync(%s, 0, sizeof(%s) * %lld, ctc_st));\n", cg_ref(e->c, in->res),
               cg_ctype(w->dtype), (ll)ir_numel(w));
     e->c->ref = e->kref;
   }
-  cu_op_launch(e, i, in, NULL, "", &body, bwd ? D : n * D);
+  cu_op_launch(e, i, in, NULL, "", &body, bwd ? n : n * D);
   cg_buf_free(&body);
   return 0;
 }

@@ -114,6 +114,28 @@ def make_model():
     return Net()
 """
 
+# An embedding whose gradient runs a thread per column and slice of 3 vocabulary rows
+# (5000 rows of 16), with repeated indices (added in index order) and a padding_idx.
+EMBED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(5000, 16, padding_idx=3)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).mean(dim=1))
+
+
+def make_model():
+    return Net()
+"""
+
 # name -> (source, forward's input name, x, y)
 MODELS = {
     "dataops": (lambda: DATAOPS, "x", lambda r: r.standard_normal((4, 3, 8, 8)).astype(np.float32),
@@ -125,6 +147,8 @@ MODELS = {
     "gpt_tiny": (_gpt_tiny, "idx", lambda r: r.integers(0, 64, (2, 16)), lambda r: r.integers(0, 64, (2, 16))),
     "convs": (lambda: CONVS, "x", lambda r: r.standard_normal((3, 3, 10, 10)).astype(np.float32),
               lambda r: r.integers(0, 10, 3)),
+    "embed": (lambda: EMBED, "x", lambda r: np.where(r.random((8, 12)) < 0.2, 3, r.integers(0, 40, (8, 12)) * 125 + 1),
+              lambda r: r.integers(0, 10, 8)),
     "reduce": (lambda: REDUCE, "x", lambda r: r.standard_normal((4, 3, 40, 12)).astype(np.float32),
                lambda r: r.integers(0, 10, 4)),
 }
@@ -170,6 +194,8 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
         assert serial == [], serial
         for op in ("pad(", "upsample(", "cumsum(", "argmax(", "gather(", "pad_bwd(", "scatter_add("):
             assert re.search(r"grid-stride\) \*/\n[^\n]*\n(?:  [^\n]*\n)*?    /\* dataops\.py:\d+  " + re.escape(op), code), op
+    if name == "embed":   # the vocabulary in slices of 3 rows, a thread per column and slice
+        assert "ctc_v0 = ctc_i / 16 * 3;" in code and "/* padding_idx: no gradient */" in code
     if name == "reduce":   # the max over (0, 2) and g's gradient, a block per 8 results
         split = re.findall(r"/\* reduce\.py:\d+  (reduce_\w+)\(.*\n/\* a block of 256 threads per 8 results", code)
         assert "reduce_max" in split and "reduce_sum" in split, split
@@ -196,7 +222,7 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (the CUDA toolkit is not installed)")
-@pytest.mark.parametrize("name", ["lenet", "lenet+cudnn", "gpt_tiny", "dataops", "reduce"])
+@pytest.mark.parametrize("name", ["lenet", "lenet+cudnn", "gpt_tiny", "dataops", "reduce", "embed"])
 def test_nvcc_compiles_clean(tmp_path, name):
     """nvcc -c for sm_80 and sm_90: no warning, host (-Wall -Wextra) or device; lenet also
     with -DCTC_HAVE_CUDNN against the toolkit's cudnn.h (when it has one)."""
