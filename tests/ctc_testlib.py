@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # CTC_BIN runs the suite against another build of ctc, e.g. the sanitizer build:
 # CTC_BIN=build/asan/ctc CTC_RUNTIME_DIR=$PWD/runtime_min ASAN_OPTIONS=detect_leaks=0 ./run_tests.sh
 CTC = os.path.abspath(os.environ.get("CTC_BIN") or os.path.join(ROOT, "build", "ctc"))
-BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
+# the bench models (../shared/bench/models; $CTC_BENCH_MODELS where the repository travels alone)
+BENCH = os.environ.get("CTC_BENCH_MODELS") or os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 # What a user appends to a ../shared/bench model file to train it: the SGD-momentum
