@@ -75,3 +75,28 @@ def test_avx2_caps_every_torch_kernel_library():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--help"], capture_output=True,
                        text=True, timeout=60)
     assert "--ctc-wait-policy" in r.stdout and "--venv-python" in r.stdout, r.stdout
+
+
+def test_ncu_summary_sums_launches_by_kernel(tmp_path):
+    """bench/ncu_summary.py over Nsight Compute's CSV (as `ncu --csv --metrics
+    gpu__time_duration.sum` writes it): launches of one kernel summed, units converted,
+    largest first; a file that is not such a CSV is refused with a message."""
+    head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
+           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    rows = [("0", "net_i3_dkv(unsigned char *)", "(16, 1, 1)", "usecond", "2,500.5"),
+            ("1", "net_k7(unsigned char *)", "(64, 1, 1)", "nsecond", "1,500"),
+            ("2", "net_k7(unsigned char *)", "(64, 1, 1)", "nsecond", "500"),
+            ("3", "net_i3_dkv(unsigned char *)", "(16, 1, 1)", "msecond", "0.5")]
+    body = "".join(f'"{i}","1","net","h","{k}","1","7","(256, 1, 1)","{g}","0","9.0","Command line profiler metrics",'
+                   f'"gpu__time_duration.sum","{u}","{v}"\n' for i, k, g, u, v in rows)
+    (tmp_path / "ncu.csv").write_text("==PROF== Connected to process\n" + head + body)
+    script = os.path.join(ROOT, "bench", "ncu_summary.py")
+    r = subprocess.run([sys.executable, script, tmp_path / "ncu.csv"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "4 launches of 2 kernels, 3.002 ms of kernel time", lines
+    assert re.match(r"\s+3\.001 ms\s+2x  grid\s+\(16, 1, 1\)  net_i3_dkv$", lines[1]), lines
+    assert re.match(r"\s+0\.002 ms\s+2x  grid\s+\(64, 1, 1\)  net_k7$", lines[2]), lines
+    (tmp_path / "bad.csv").write_text("not a profile\n")
+    r = subprocess.run([sys.executable, script, tmp_path / "bad.csv"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "no 'Kernel Name' / 'Metric Value' header" in r.stderr
