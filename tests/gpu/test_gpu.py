@@ -48,6 +48,9 @@ CASES = {   # file, forward's input name, x, y
 }
 
 
+BY_DISTANCE = {"resnet"}   # held to their distance to a float64 run (below)
+
+
 def _spec(name, a):
     return f"{name}={'i64' if a.dtype == np.int64 else 'f32'}[{','.join(map(str, a.shape))}]"
 
@@ -77,12 +80,26 @@ def test_gpu_matches_c_target(tmp_path, name):
              "--output", tmp_path / f"{tag}_loss.npy", "--save", saved, "--repeat", "10"])
         res[tag] = (np.load(out), st_read(str(saved)))
     compare(f"{name} forward on the GPU vs C", res["gpu"][0], res["c"][0], 1e-4, 1e-5)
-    for k in res["c"][1]:
-        compare(f"{name} {k} after 10 steps on the GPU vs C", res["gpu"][1][k], res["c"][1][k], 1e-3, 1e-5)
     out, params = _torch_steps(src, w, x, y, 10)
     compare(f"{name} forward on the GPU vs PyTorch", res["gpu"][0], out, 1e-4, 1e-5)
-    for k, v in params.items():
-        compare(f"{name} {k} after 10 steps on the GPU vs PyTorch", res["gpu"][1][k], v, 1e-3, 1e-5)
+    if name in BY_DISTANCE:
+        import torch
+        from test_autocast_cuda import dist
+        # BatchNorm over a batch of 32 makes rounding grow over the steps (after 3 the C
+        # target and PyTorch's float32 are each ~1e-4 from float64 in the first convolution's
+        # weights, the emulation's double sums 5e-6): the weights are held to their distance
+        # to a float64 run, no farther than the farther of the C target's and PyTorch's.
+        _, p64 = _torch_steps(src, w, x, y, 10, "cpu", torch.float64)
+        keys = [k for k in p64 if not k.endswith("num_batches_tracked")]
+        near = {tag: dist(res[tag][1], p64, keys) for tag in ("gpu", "c")}
+        t = dist(params, p64, keys)
+        print(f"{name}: distance to float64 after 10 steps: GPU {near['gpu']:.3g}, C {near['c']:.3g}, PyTorch {t:.3g}")
+        assert near["gpu"] <= 1.5 * max(near["c"], t)
+    else:
+        for k in res["c"][1]:
+            compare(f"{name} {k} after 10 steps on the GPU vs C", res["gpu"][1][k], res["c"][1][k], 1e-3, 1e-5)
+        for k, v in params.items():
+            compare(f"{name} {k} after 10 steps on the GPU vs PyTorch", res["gpu"][1][k], v, 1e-3, 1e-5)
     if not EMULATE:   # compute-sanitizer: one training step, no memory error
         sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
         if os.path.exists(sanitizer):
@@ -105,11 +122,15 @@ def _torch_steps(src, w, x, y, steps, dev=None, dtype=None):
     mod.model.load_state_dict({k: torch.from_numpy(state[k].copy()) for k in sd})
     mod.model.to(dev, dtype) if dtype else mod.model.to(dev)   # in place: the optimizer keeps the same parameters
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+    if dtype and xt.is_floating_point():
+        xt = xt.to(dtype)
     # tensors the model makes (torch.arange in gpt's forward) on that device too
     where = torch.device(dev) if dev != "cpu" and hasattr(torch, "set_default_device") else contextlib.nullcontext()
     with where:
-        with torch.no_grad():
+        with torch.no_grad():   # ctc's forward entry is compiled in eval mode (docs/training.md)
+            mod.model.eval()
             out = mod.model(xt).cpu().numpy()
+            mod.model.train()
         for _ in range(steps):
             mod.train_step(xt, yt)
     return out, {k: v.detach().cpu().numpy() for k, v in mod.model.state_dict().items()}
