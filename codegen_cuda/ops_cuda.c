@@ -368,9 +368,6 @@ static int emit_copy(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
-/* REDUCE_SUM / REDUCE_MAX over any axes: each result element accumulates its
- * operand elements in row-major order of the reduced axes, in the C target's
- * accumulator type (emit_reduce's order: the same sums). */
 /* Few results over many elements each (a bias's gradient, a norm's weight's): a block of
  * RED_COLS * RED_PARTS threads per RED_COLS results; each result's RED_PARTS threads take
  * every RED_PARTS-th of its R elements (in order), and the first adds the others' partials in
@@ -423,6 +420,10 @@ static void emit_reduce_split(Ent *e, int i, const Inst *in, const int64_t *ast,
   cg_buf_free(&x);
 }
 
+/* REDUCE_SUM / REDUCE_MAX over any axes: each result element accumulates its
+ * operand elements in row-major order of the reduced axes, in the C target's
+ * accumulator type (emit_reduce's order: the same sums); few results of many elements
+ * each, emit_reduce_split's blocks. */
 static int emit_reduce(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   if (cu_is_literal(f, in->args[0])) return -1;
