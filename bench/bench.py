@@ -55,7 +55,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CTC = os.path.join(ROOT, "build", "ctc")
-MODELS_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
+# the bench models (../shared/bench/models; $CTC_BENCH_MODELS where the repository travels alone)
+MODELS_DIR = os.environ.get("CTC_BENCH_MODELS") or os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "models"))
 SYSTEM_PYTHON = "/usr/bin/python3"
 VENV_PYTHON = os.path.join(HERE, ".venv", "bin", "python")
 

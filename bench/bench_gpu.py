@@ -30,10 +30,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CTC = os.path.join(ROOT, "build", "ctc")
-GPT = os.path.join(os.environ.get("CTC_BENCH_MODELS") or os.path.join(ROOT, "..", "shared", "bench", "models"), "gpt.py")
-GPT = os.path.normpath(GPT)
 sys.path.insert(0, HERE)
-from bench import WRAPPER  # noqa: E402  (the same training step as bench.py)
+from bench import MODELS_DIR, WRAPPER  # noqa: E402  (the same models and training step as bench.py)
+
+GPT = os.path.join(MODELS_DIR, "gpt.py")
 
 CONFIGS = {
     "bench": {},
