@@ -382,12 +382,164 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
     d[2 * s + 1] = _mm512_permutex2var_ps(A, od, B);
   }
 }
+/* Narrow images (W = 4, 8 or 16 columns: a row's runs fill 2, 4 or 8 of 16 lanes): groups of 16
+ * tiles [t, t + 16) (t a multiple of 16), R = 32 / W whole tile rows each, lane l tile l % (W / 2) of
+ * tile row l / (W / 2). A group's rows of W floats (one per tile row) travel as the 32 floats of a
+ * pair of vectors, and the tiles' columns come out of it by one two-source permute each. */
+/* The group's tile rows: per tile row j its image n[j] (-1: at or past end) and tile row ty[j] */
+static inline void ctc_wino_group(int64_t t, int64_t end, int64_t H, int64_t W, int64_t *n, int64_t *ty) {
+  const int64_t TW = W / 2, TH = H / 2;
+  for (int64_t j = 0; j < 32 / W; j++) {
+    const int64_t u = t + j * TW;
+    n[j] = u < end ? u / (TW * TH) : -1, ty[j] = u / TW % TH;
+  }
+}
+/* ab[0], ab[1] = the 32 / W rows p[j] of W floats (NULL: zeros), one after another */
+static inline void ctc_wino_pair_ld(const float *const *p, int64_t W, __m512 *ab) {
+  for (int h = 0; h < 2; h++)
+    if (W == 16) ab[h] = p[h] ? _mm512_loadu_ps(p[h]) : _mm512_setzero_ps();
+    else if (W == 8)
+      ab[h] = _mm512_insertf32x8(_mm512_castps256_ps512(p[2 * h] ? _mm256_loadu_ps(p[2 * h]) : _mm256_setzero_ps()),
+                                 p[2 * h + 1] ? _mm256_loadu_ps(p[2 * h + 1]) : _mm256_setzero_ps(), 1);
+    else {
+      __m512 v = _mm512_setzero_ps();
+      for (int q = 0; q < 4; q++)
+        if (p[4 * h + q]) v = _mm512_mask_loadu_ps(v, (__mmask16)(0xfu << (4 * q)), p[4 * h + q] - 4 * q);
+      ab[h] = v;
+    }
+}
+/* the rows p[j] (NULL: none) = W floats each of ab[0], ab[1], one after another */
+static inline void ctc_wino_pair_st(float *const *p, int64_t W, const __m512 *ab) {
+  for (int h = 0; h < 2; h++)
+    if (W == 16) {
+      if (p[h]) _mm512_storeu_ps(p[h], ab[h]);
+    } else if (W == 8) {
+      if (p[2 * h]) _mm256_storeu_ps(p[2 * h], _mm512_castps512_ps256(ab[h]));
+      if (p[2 * h + 1]) _mm256_storeu_ps(p[2 * h + 1], _mm512_extractf32x8_ps(ab[h], 1));
+    } else
+      for (int q = 0; q < 4; q++)
+        if (p[4 * h + q]) _mm512_mask_storeu_ps(p[4 * h + q] - 4 * q, (__mmask16)(0xfu << (4 * q)), ab[h]);
+}
+/* ctc_wino_in_f32 for narrow images: lane l of d[r][c] is column 2 tx - 1 + c of its tile row's
+ * input row r (idx[c] into the pair; zm[c]: the columns inside the image) */
+static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
+                                          int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
+  const int64_t TW = W / 2, HW = H * W, R = 32 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
+  _Alignas(64) int32_t ix[4][16];
+  __mmask16 zm[4] = {0, 0, 0, 0};
+  for (int c = 0; c < 4; c++)
+    for (int l = 0; l < 16; l++) {
+      const int64_t col = 2 * (l % TW) - 1 + c;
+      ix[c][l] = (int32_t)(l / TW * W + (col < 0 ? 0 : col >= W ? 0 : col));
+      if (col >= 0 && col < W) zm[c] |= (__mmask16)(1u << l);
+    }
+  for (int64_t tb = 0; tb < B && t0 + tb < T; tb += 16) {
+    int64_t n[8], ty[8];
+    ctc_wino_group(t0 + tb, T, H, W, n, ty);
+    const __mmask16 lm = T - t0 - tb >= 16 ? 0xffff : (__mmask16)((1u << (T - t0 - tb)) - 1);
+    for (int64_t k = k0; k < k1; k++) {
+      __m512 d[4][4], e[4][4];
+      for (int r = 0; r < 4; r++) {
+        const float *p[8];
+        __m512 ab[2];
+        for (int64_t j = 0; j < R; j++) {
+          const int64_t ih = 2 * ty[j] - 1 + r;
+          p[j] = n[j] >= 0 && ih >= 0 && ih < H ? x + (n[j] * K + k) * HW + ih * W : NULL;
+        }
+        ctc_wino_pair_ld(p, W, ab);
+        for (int c = 0; c < 4; c++)
+          d[r][c] = _mm512_maskz_permutex2var_ps(zm[c], ab[0], _mm512_load_si512(ix[c]), ab[1]);
+      }
+      for (int c = 0; c < 4; c++) {   /* e = B^T d */
+        e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
+        e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
+      }
+      float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32;
+      for (int r = 0; r < 4; r++) {   /* e B */
+        const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
+                             _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+      }
+    }
+  }
+}
+/* ctc_wino_out_f32 for narrow images: output row 2 ty + i of each tile row, its columns' two
+ * results interleaved into the pair (ix[h]) */
+static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0,
+                                           int64_t nt, int64_t B, int64_t m0, int64_t m1, float *y) {
+  const int64_t TW = W / 2, HW = H * W, R = 32 / W;
+  _Alignas(64) int32_t ix[2][16];
+  for (int p = 0; p < 32; p++) ix[p / 16][p % 16] = (int32_t)((p % W % 2) * 16 + p / W * TW + p % W / 2);
+  for (int64_t tb = 0; tb < nt; tb += 16) {
+    int64_t n[8], ty[8];
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, n, ty);
+    const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
+    for (int64_t m = m0; m < m1; m++) {
+      __m512 v[16], s[4][2];
+      for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb);
+      for (int a = 0; a < 4; a++) {   /* s = v A */
+        s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+        s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+      }
+      for (int i = 0; i < 2; i++) {   /* A^T s */
+        const __m512 c0 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][0], s[2][0]), s[3][0])
+                            : _mm512_add_ps(_mm512_add_ps(s[0][0], s[1][0]), s[2][0]);
+        const __m512 c1 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][1], s[2][1]), s[3][1])
+                            : _mm512_add_ps(_mm512_add_ps(s[0][1], s[1][1]), s[2][1]);
+        const __m512 ab[2] = {_mm512_permutex2var_ps(c0, _mm512_load_si512(ix[0]), c1),
+                              _mm512_permutex2var_ps(c0, _mm512_load_si512(ix[1]), c1)};
+        float *p[8];
+        for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? y + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
+        ctc_wino_pair_st(p, W, ab);
+      }
+    }
+  }
+}
+/* ctc_wino_dy_f32 for narrow images: f[i][c] lane l is column 2 tx + c of its tile row's output
+ * gradient row 2 ty + i (ix[c] into the pair) */
+static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
+                                          int64_t B, int64_t m0, int64_t m1, float *restrict Z) {
+  const int64_t TW = W / 2, HW = H * W, R = 32 / W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
+  _Alignas(64) int32_t ix[2][16];
+  for (int c = 0; c < 2; c++)
+    for (int l = 0; l < 16; l++) ix[c][l] = (int32_t)(l / TW * W + 2 * (l % TW) + c);
+  for (int64_t tb = 0; tb < nt; tb += 16) {
+    int64_t n[8], ty[8];
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, n, ty);
+    const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
+    for (int64_t m = m0; m < m1; m++) {
+      __m512 f[2][2], z[2][4];
+      for (int i = 0; i < 2; i++) {
+        const float *p[8];
+        __m512 ab[2];
+        for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? g + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
+        ctc_wino_pair_ld(p, W, ab);
+        for (int c = 0; c < 2; c++) f[i][c] = _mm512_permutex2var_ps(ab[0], _mm512_load_si512(ix[c]), ab[1]);
+      }
+      for (int c = 0; c < 2; c++) {   /* z = A f */
+        z[c][0] = f[0][c], z[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
+        z[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
+      }
+      float *zr = Z + m * B + tb;
+      for (int r = 0; r < 4; r++) {   /* z A^T */
+        _mm512_mask_storeu_ps(zr + (4 * r) * ZS, lm, z[0][r]);
+        _mm512_mask_storeu_ps(zr + (4 * r + 1) * ZS, lm, _mm512_add_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 2) * ZS, lm, _mm512_sub_ps(z[0][r], z[1][r]));
+        _mm512_mask_storeu_ps(zr + (4 * r + 3) * ZS, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
+      }
+    }
+  }
+}
 /* V[e][p][k][32] (p: the block's panels of 32 tiles; rows: V[e][k][B]) = (B^T d B)[e] of tile
  * t0 + 32 p + lane, channels [k0, k1), for the tiles [t0, t0 + B) of T (tile t: image t / (TH TW),
  * rows 2 ty - 1 .. 2 ty + 2, columns 2 tx - 1 .. 2 tx + 2 of x [N, K, H, W]), runs of up to 16
  * tiles of a row. */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
+  if (W == 4 || W == 8 || W == 16) {   /* narrow images: whole groups of 16 tiles */
+    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, V);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t sh = (t - t0) % 16;
@@ -446,6 +598,10 @@ static inline void ctc_wino_out_masks(int64_t L, __mmask16 *lm, __mmask16 *s0, _
  * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
 static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
                                     int64_t B, int64_t m0, int64_t m1, float *y) {
+  if (W == 4 || W == 8 || W == 16) {   /* narrow images: whole groups of 16 tiles */
+    ctc_wino_out_narrow_f32(Mb, M, H, W, t0, nt, B, m0, m1, y);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W;
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -480,6 +636,10 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
  * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
                                    int64_t m0, int64_t m1, float *restrict Z) {
+  if (W == 4 || W == 8 || W == 16) {   /* narrow images: whole groups of 16 tiles */
+    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, Z);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);

@@ -54,6 +54,11 @@ CASES = [
     ("wino_ragged", 3, 17, 14, 10, 20, (3, 3), 1, 1, 1, 1, False, 0),
     ("wino_blocks", 3, 200, 6, 10, 190, (3, 3), 1, 1, 1, 1, False, 0),
     ("wino_wide", 2, 16, 2, 36, 16, (3, 3), 1, 1, 1, 1, False, 0),
+    # images 8 and 16 columns wide (and small_tiles' 4): with AVX-512 groups of 16 tiles over whole
+    # tile rows of several images (ctc_wino_in_narrow_f32): 3 tile rows an image (a group's rows
+    # cross images), 60 tiles (a last group of 12); one tile row an image, 24 tiles (a last of 8)
+    ("wino_narrow8", 5, 16, 6, 8, 20, (3, 3), 1, 1, 1, 1, False, 0),
+    ("wino_narrow16", 3, 24, 2, 16, 16, (3, 3), 1, 1, 1, 1, False, 0),
 ]
 
 
