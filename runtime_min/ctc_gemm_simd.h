@@ -314,6 +314,15 @@ static inline ctc_wino_run ctc_wino_run_at(int64_t t, int64_t t0, int64_t end, i
   if (r.L > end - t) r.L = end - t;
   return r;
 }
+/* A group of narrow images' tiles [t, t + R TW) (AVX-512 and AVX2 below): per tile row j < R its image
+ * n[j] (-1: at or past end) and tile row ty[j] */
+static inline void ctc_wino_group(int64_t t, int64_t end, int64_t H, int64_t W, int64_t R, int64_t *n, int64_t *ty) {
+  const int64_t TW = W / 2, TH = H / 2;
+  for (int64_t j = 0; j < R; j++) {
+    const int64_t u = t + j * TW;
+    n[j] = u < end ? u / (TW * TH) : -1, ty[j] = u / TW % TH;
+  }
+}
 #endif
 #if defined(__AVX512F__)
 #define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
@@ -386,14 +395,6 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
  * tiles [t, t + 16) (t a multiple of 16), R = 32 / W whole tile rows each, lane l tile l % (W / 2) of
  * tile row l / (W / 2). A group's rows of W floats (one per tile row) travel as the 32 floats of a
  * pair of vectors, and the tiles' columns come out of it by one two-source permute each. */
-/* The group's tile rows: per tile row j its image n[j] (-1: at or past end) and tile row ty[j] */
-static inline void ctc_wino_group(int64_t t, int64_t end, int64_t H, int64_t W, int64_t *n, int64_t *ty) {
-  const int64_t TW = W / 2, TH = H / 2;
-  for (int64_t j = 0; j < 32 / W; j++) {
-    const int64_t u = t + j * TW;
-    n[j] = u < end ? u / (TW * TH) : -1, ty[j] = u / TW % TH;
-  }
-}
 /* ab[0], ab[1] = the 32 / W rows p[j] of W floats (NULL: zeros), one after another */
 static inline void ctc_wino_pair_ld(const float *const *p, int64_t W, __m512 *ab) {
   for (int h = 0; h < 2; h++)
@@ -435,7 +436,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
     }
   for (int64_t tb = 0; tb < B && t0 + tb < T; tb += 16) {
     int64_t n[8], ty[8];
-    ctc_wino_group(t0 + tb, T, H, W, n, ty);
+    ctc_wino_group(t0 + tb, T, H, W, R, n, ty);
     const __mmask16 lm = T - t0 - tb >= 16 ? 0xffff : (__mmask16)((1u << (T - t0 - tb)) - 1);
     for (int64_t k = k0; k < k1; k++) {
       __m512 d[4][4], e[4][4];
@@ -472,7 +473,7 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
   for (int p = 0; p < 32; p++) ix[p / 16][p % 16] = (int32_t)((p % W % 2) * 16 + p / W * TW + p % W / 2);
   for (int64_t tb = 0; tb < nt; tb += 16) {
     int64_t n[8], ty[8];
-    ctc_wino_group(t0 + tb, t0 + nt, H, W, n, ty);
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
     for (int64_t m = m0; m < m1; m++) {
       __m512 v[16], s[4][2];
@@ -505,7 +506,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     for (int l = 0; l < 16; l++) ix[c][l] = (int32_t)(l / TW * W + 2 * (l % TW) + c);
   for (int64_t tb = 0; tb < nt; tb += 16) {
     int64_t n[8], ty[8];
-    ctc_wino_group(t0 + tb, t0 + nt, H, W, n, ty);
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
     for (int64_t m = m0; m < m1; m++) {
       __m512 f[2][2], z[2][4];
@@ -1311,10 +1312,151 @@ static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m25
     d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
   }
 }
+/* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
+ * groups of 8 tiles [t, t + 8) (t a multiple of 8), 16 / W whole tile rows each, a group's rows the 16
+ * floats of a pair of vectors, and a tile column out of the pair by two permutes and a blend */
+/* ab[0], ab[1] = the 16 / W rows p[j] of W floats (NULL: zeros), one after another */
+static inline void ctc_wino_pair_ld(const float *const *p, int64_t W, __m256 *ab) {
+  for (int h = 0; h < 2; h++)
+    if (W == 8) ab[h] = p[h] ? _mm256_loadu_ps(p[h]) : _mm256_setzero_ps();
+    else
+      ab[h] = _mm256_insertf128_ps(_mm256_castps128_ps256(p[2 * h] ? _mm_loadu_ps(p[2 * h]) : _mm_setzero_ps()),
+                                   p[2 * h + 1] ? _mm_loadu_ps(p[2 * h + 1]) : _mm_setzero_ps(), 1);
+}
+static inline void ctc_wino_pair_st(float *const *p, int64_t W, const __m256 *ab) {
+  for (int h = 0; h < 2; h++)
+    if (W == 8) {
+      if (p[h]) _mm256_storeu_ps(p[h], ab[h]);
+    } else {
+      if (p[2 * h]) _mm_storeu_ps(p[2 * h], _mm256_castps256_ps128(ab[h]));
+      if (p[2 * h + 1]) _mm_storeu_ps(p[2 * h + 1], _mm256_extractf128_ps(ab[h], 1));
+    }
+}
+/* lane l = element ix[l] of the pair's 16 floats (ix[l] < 8: the first), 0 where zm[l] is 0 */
+static inline __m256 ctc_wino_pick(const __m256 *ab, __m256i ix, __m256 zm) {
+  const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ix, _mm256_set1_epi32(7)));
+  return _mm256_and_ps(zm, _mm256_blendv_ps(_mm256_permutevar8x32_ps(ab[0], ix), _mm256_permutevar8x32_ps(ab[1], ix), hi));
+}
+/* lanes [0, L) of 8 as a mask (L >= 8: all) */
+static inline __m256i ctc_wino_lm_avx2(int64_t L) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(L > 8 ? 8 : (int)L), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
+                                          int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
+  const int64_t TW = W / 2, HW = H * W, R = 16 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
+  __m256i ix[4];
+  __m256 zm[4];
+  for (int c = 0; c < 4; c++) {
+    _Alignas(32) int32_t iv[8], zv[8];
+    for (int l = 0; l < 8; l++) {
+      const int64_t col = 2 * (l % TW) - 1 + c;
+      iv[l] = (int32_t)(l / TW * W + (col < 0 ? 0 : col >= W ? 0 : col)), zv[l] = col >= 0 && col < W ? -1 : 0;
+    }
+    ix[c] = _mm256_load_si256((const __m256i *)iv), zm[c] = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)zv));
+  }
+  for (int64_t tb = 0; tb < B && t0 + tb < T; tb += 8) {
+    int64_t n[4], ty[4];
+    ctc_wino_group(t0 + tb, T, H, W, R, n, ty);
+    const __m256i lm = ctc_wino_lm_avx2(T - t0 - tb);
+    for (int64_t k = k0; k < k1; k++) {
+      __m256 d[4][4], e[4][4];
+      for (int r = 0; r < 4; r++) {
+        const float *p[4];
+        __m256 ab[2];
+        for (int64_t j = 0; j < R; j++) {
+          const int64_t ih = 2 * ty[j] - 1 + r;
+          p[j] = n[j] >= 0 && ih >= 0 && ih < H ? x + (n[j] * K + k) * HW + ih * W : NULL;
+        }
+        ctc_wino_pair_ld(p, W, ab);
+        for (int c = 0; c < 4; c++) d[r][c] = ctc_wino_pick(ab, ix[c], zm[c]);
+      }
+      for (int c = 0; c < 4; c++) {   /* e = B^T d */
+        e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
+        e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
+      }
+      float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16;
+      for (int r = 0; r < 4; r++) {   /* e B */
+        const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
+                             _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
+        for (int c = 0; c < 4; c++) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
+      }
+    }
+  }
+}
+static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0,
+                                           int64_t nt, int64_t B, int64_t m0, int64_t m1, float *y) {
+  const int64_t TW = W / 2, HW = H * W, R = 16 / W;
+  _Alignas(32) int32_t iv[2][8];
+  for (int p = 0; p < 16; p++) iv[p / 8][p % 8] = (int32_t)((p % W % 2) * 8 + p / W * TW + p % W / 2);
+  const __m256i ix[2] = {_mm256_load_si256((const __m256i *)iv[0]), _mm256_load_si256((const __m256i *)iv[1])};
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t tb = 0; tb < nt; tb += 8) {
+    int64_t n[4], ty[4];
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
+    const __m256i lm = ctc_wino_lm_avx2(nt - tb);
+    for (int64_t m = m0; m < m1; m++) {
+      __m256 v[16], s[4][2];
+      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
+      for (int a = 0; a < 4; a++) {   /* s = v A */
+        s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+        s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+      }
+      for (int i = 0; i < 2; i++) {   /* A^T s */
+        const __m256 c[2] = {i ? _mm256_sub_ps(_mm256_sub_ps(s[1][0], s[2][0]), s[3][0])
+                               : _mm256_add_ps(_mm256_add_ps(s[0][0], s[1][0]), s[2][0]),
+                             i ? _mm256_sub_ps(_mm256_sub_ps(s[1][1], s[2][1]), s[3][1])
+                               : _mm256_add_ps(_mm256_add_ps(s[0][1], s[1][1]), s[2][1])};
+        const __m256 ab[2] = {ctc_wino_pick(c, ix[0], all), ctc_wino_pick(c, ix[1], all)};
+        float *p[4];
+        for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? y + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
+        ctc_wino_pair_st(p, W, ab);
+      }
+    }
+  }
+}
+static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
+                                          int64_t B, int64_t m0, int64_t m1, float *restrict Z) {
+  const int64_t TW = W / 2, HW = H * W, R = 16 / W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
+  _Alignas(32) int32_t iv[2][8];
+  for (int c = 0; c < 2; c++)
+    for (int l = 0; l < 8; l++) iv[c][l] = (int32_t)(l / TW * W + 2 * (l % TW) + c);
+  const __m256i ix[2] = {_mm256_load_si256((const __m256i *)iv[0]), _mm256_load_si256((const __m256i *)iv[1])};
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t tb = 0; tb < nt; tb += 8) {
+    int64_t n[4], ty[4];
+    ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
+    const __m256i lm = ctc_wino_lm_avx2(nt - tb);
+    for (int64_t m = m0; m < m1; m++) {
+      __m256 f[2][2], z[2][4];
+      for (int i = 0; i < 2; i++) {
+        const float *p[4];
+        __m256 ab[2];
+        for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? g + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
+        ctc_wino_pair_ld(p, W, ab);
+        for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
+      }
+      for (int c = 0; c < 2; c++) {   /* z = A f */
+        z[c][0] = f[0][c], z[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
+        z[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
+      }
+      float *zr = Z + m * B + tb;
+      for (int r = 0; r < 4; r++) {   /* z A^T */
+        _mm256_maskstore_ps(zr + (4 * r) * ZS, lm, z[0][r]);
+        _mm256_maskstore_ps(zr + (4 * r + 1) * ZS, lm, _mm256_add_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 2) * ZS, lm, _mm256_sub_ps(z[0][r], z[1][r]));
+        _mm256_maskstore_ps(zr + (4 * r + 3) * ZS, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
+      }
+    }
+  }
+}
 /* V[e][p][k][16] (panels of 16 tiles; rows: V[e][k][B]) = (B^T d B)[e], channels [k0, k1), runs
  * of up to 8 tiles */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
                                    int64_t k0, int64_t k1, int rows, float *restrict V) {
+  if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
+    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, V);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
     const int64_t sh = (t - t0) % 8;
@@ -1366,6 +1508,10 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
 /* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 8 tiles of a row */
 static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
                                     int64_t B, int64_t m0, int64_t m1, float *y) {
+  if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
+    ctc_wino_out_narrow_f32(Mb, M, H, W, t0, nt, B, m0, m1, y);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W;
   for (int64_t t = t0; t < t0 + nt;) {
     const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 8);
@@ -1396,6 +1542,10 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
 /* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
                                    int64_t m0, int64_t m1, float *restrict Z) {
+  if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
+    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, Z);
+    return;
+  }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t t = t0; t < t0 + nt;) {
