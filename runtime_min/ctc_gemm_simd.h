@@ -391,6 +391,43 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
     d[2 * s + 1] = _mm512_permutex2var_ps(A, od, B);
   }
 }
+/* The transforms of one lane's tile (the same operations in the same order wherever a tile is):
+ * o[4 r + c] = (B^T d B)[r][c] of its 4x4 inputs d */
+static inline void ctc_wino_bdb(__m512 d[4][4], __m512 *o) {
+  __m512 e[4][4];
+  for (int c = 0; c < 4; c++) {   /* e = B^T d */
+    e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
+    e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
+  }
+  for (int r = 0; r < 4; r++) {   /* e B */
+    o[4 * r] = _mm512_sub_ps(e[r][0], e[r][2]), o[4 * r + 1] = _mm512_add_ps(e[r][1], e[r][2]);
+    o[4 * r + 2] = _mm512_sub_ps(e[r][2], e[r][1]), o[4 * r + 3] = _mm512_sub_ps(e[r][1], e[r][3]);
+  }
+}
+/* y[i][j] = (A^T v A)[i][j] of its 16 products v */
+static inline void ctc_wino_ava(const __m512 *v, __m512 y[2][2]) {
+  __m512 s[4][2];
+  for (int a = 0; a < 4; a++) {   /* s = v A */
+    s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+    s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+  }
+  for (int j = 0; j < 2; j++) {   /* A^T s */
+    y[0][j] = _mm512_add_ps(_mm512_add_ps(s[0][j], s[1][j]), s[2][j]);
+    y[1][j] = _mm512_sub_ps(_mm512_sub_ps(s[1][j], s[2][j]), s[3][j]);
+  }
+}
+/* z[4 r + q] = (A f A^T)[r][q] of its output gradient's 2x2 tile f */
+static inline void ctc_wino_afa(__m512 f[2][2], __m512 *z) {
+  __m512 t[2][4];
+  for (int c = 0; c < 2; c++) {   /* t = A f */
+    t[c][0] = f[0][c], t[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
+    t[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), t[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
+  }
+  for (int r = 0; r < 4; r++) {   /* t A^T */
+    z[4 * r] = t[0][r], z[4 * r + 1] = _mm512_add_ps(t[0][r], t[1][r]);
+    z[4 * r + 2] = _mm512_sub_ps(t[0][r], t[1][r]), z[4 * r + 3] = _mm512_sub_ps(_mm512_setzero_ps(), t[1][r]);
+  }
+}
 /* Narrow images (W = 4, 8 or 16 columns: a row's runs fill 2, 4 or 8 of 16 lanes): groups of 16
  * tiles [t, t + 16) (t a multiple of 16), R = 32 / W whole tile rows each, lane l tile l % (W / 2) of
  * tile row l / (W / 2). A group's rows of W floats (one per tile row) travel as the 32 floats of a
@@ -439,7 +476,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
     ctc_wino_group(t0 + tb, T, H, W, R, n, ty);
     const __mmask16 lm = T - t0 - tb >= 16 ? 0xffff : (__mmask16)((1u << (T - t0 - tb)) - 1);
     for (int64_t k = k0; k < k1; k++) {
-      __m512 d[4][4], e[4][4];
+      __m512 d[4][4];
       for (int r = 0; r < 4; r++) {
         const float *p[8];
         __m512 ab[2];
@@ -451,16 +488,10 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
         for (int c = 0; c < 4; c++)
           d[r][c] = _mm512_maskz_permutex2var_ps(zm[c], ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      for (int c = 0; c < 4; c++) {   /* e = B^T d */
-        e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
-        e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
-      }
+      __m512 o[16];
+      ctc_wino_bdb(d, o);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32;
-      for (int r = 0; r < 4; r++) {   /* e B */
-        const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
-                             _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
-        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
-      }
+      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(v + e * VS, lm, o[e]);
     }
   }
 }
@@ -476,19 +507,12 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
     for (int64_t m = m0; m < m1; m++) {
-      __m512 v[16], s[4][2];
+      __m512 v[16], c[2][2];
       for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb);
-      for (int a = 0; a < 4; a++) {   /* s = v A */
-        s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
-        s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
-      }
-      for (int i = 0; i < 2; i++) {   /* A^T s */
-        const __m512 c0 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][0], s[2][0]), s[3][0])
-                            : _mm512_add_ps(_mm512_add_ps(s[0][0], s[1][0]), s[2][0]);
-        const __m512 c1 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][1], s[2][1]), s[3][1])
-                            : _mm512_add_ps(_mm512_add_ps(s[0][1], s[1][1]), s[2][1]);
-        const __m512 ab[2] = {_mm512_permutex2var_ps(c0, _mm512_load_si512(ix[0]), c1),
-                              _mm512_permutex2var_ps(c0, _mm512_load_si512(ix[1]), c1)};
+      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
+      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i of each tile row */
+        const __m512 ab[2] = {_mm512_permutex2var_ps(c[i][0], _mm512_load_si512(ix[0]), c[i][1]),
+                              _mm512_permutex2var_ps(c[i][0], _mm512_load_si512(ix[1]), c[i][1])};
         float *p[8];
         for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? y + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
         ctc_wino_pair_st(p, W, ab);
@@ -509,7 +533,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
     for (int64_t m = m0; m < m1; m++) {
-      __m512 f[2][2], z[2][4];
+      __m512 f[2][2], z[16];
       for (int i = 0; i < 2; i++) {
         const float *p[8];
         __m512 ab[2];
@@ -517,17 +541,9 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = _mm512_permutex2var_ps(ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      for (int c = 0; c < 2; c++) {   /* z = A f */
-        z[c][0] = f[0][c], z[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
-        z[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
-      }
+      ctc_wino_afa(f, z);
       float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm512_mask_storeu_ps(zr + (4 * r) * ZS, lm, z[0][r]);
-        _mm512_mask_storeu_ps(zr + (4 * r + 1) * ZS, lm, _mm512_add_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 2) * ZS, lm, _mm512_sub_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 3) * ZS, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
-      }
+      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(zr + e * ZS, lm, z[e]);
     }
   }
 }
@@ -553,7 +569,7 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
     ctc_wino_cols(2 * tx - 1, W, L, mm);
     for (int64_t k = k0; k < k1; k++) {
       const float *xk = x + (n * K + k) * HW;
-      __m512 d[4][4], e[4][4];
+      __m512 d[4][4];
       for (int r = 0; r < 4; r++) {
         const int64_t ih = 2 * ty - 1 + r;
         if (ih < 0 || ih >= H)
@@ -561,18 +577,12 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         else
           ctc_wino_row(xk + ih * W, 2 * tx - 1, mm, d[r]);
       }
-      for (int c = 0; c < 4; c++) {   /* e = B^T d */
-        e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
-        e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
-      }
+      __m512 o[16];
+      ctc_wino_bdb(d, o);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
-      for (int r = 0; r < 4; r++) {   /* e B */
-        const __m512 o[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
-                             _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
-        for (int c = 0; c < 4; c++)
-          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
-          else _mm512_mask_store_ps(v + (4 * r + c) * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
-      }
+      for (int e = 0; e < 16; e++)
+        if (rows) _mm512_mask_storeu_ps(v + e * VS, lm, o[e]);
+        else _mm512_mask_store_ps(v + e * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[e]) : o[e]);
     }
     t += L;
   }
@@ -612,20 +622,13 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     __mmask16 lm, s0, s1;
     ctc_wino_out_masks(L, &lm, &s0, &s1);
     for (int64_t m = m0; m < m1; m++) {
-      __m512 v[16], s[4][2];
+      __m512 v[16], c[2][2];
       for (int e = 0; e < 16; e++) v[e] = _mm512_maskz_loadu_ps(lm, Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb);
-      for (int a = 0; a < 4; a++) {   /* s = v A */
-        s[a][0] = _mm512_add_ps(_mm512_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
-        s[a][1] = _mm512_sub_ps(_mm512_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
-      }
+      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
       float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      for (int i = 0; i < 2; i++) {   /* A^T s, its two columns interleaved */
-        const __m512 c0 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][0], s[2][0]), s[3][0])
-                            : _mm512_add_ps(_mm512_add_ps(s[0][0], s[1][0]), s[2][0]);
-        const __m512 c1 = i ? _mm512_sub_ps(_mm512_sub_ps(s[1][1], s[2][1]), s[3][1])
-                            : _mm512_add_ps(_mm512_add_ps(s[0][1], s[1][1]), s[2][1]);
-        _mm512_mask_storeu_ps(yr + i * W, s0, _mm512_permutex2var_ps(c0, lo, c1));
-        if (s1) _mm512_mask_storeu_ps(yr + i * W + 16, s1, _mm512_permutex2var_ps(c0, hi, c1));
+      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
+        _mm512_mask_storeu_ps(yr + i * W, s0, _mm512_permutex2var_ps(c[i][0], lo, c[i][1]));
+        if (s1) _mm512_mask_storeu_ps(yr + i * W + 16, s1, _mm512_permutex2var_ps(c[i][0], hi, c[i][1]));
       }
     }
     t += L;
@@ -651,22 +654,14 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
     ctc_wino_out_masks(L, &lm, &s0, &s1);
     for (int64_t m = m0; m < m1; m++) {
       const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      __m512 f[2][2], z[2][4];
+      __m512 f[2][2], z[16];
       for (int i = 0; i < 2; i++) {
         const __m512 A = _mm512_maskz_loadu_ps(s0, gr + i * W), B2 = _mm512_maskz_loadu_ps(s1, gr + i * W + 16);
         f[i][0] = _mm512_permutex2var_ps(A, ev, B2), f[i][1] = _mm512_permutex2var_ps(A, od, B2);
       }
-      for (int c = 0; c < 2; c++) {   /* z = A f */
-        z[c][0] = f[0][c], z[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
-        z[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
-      }
+      ctc_wino_afa(f, z);
       float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm512_mask_storeu_ps(zr + (4 * r) * ZS, lm, z[0][r]);
-        _mm512_mask_storeu_ps(zr + (4 * r + 1) * ZS, lm, _mm512_add_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 2) * ZS, lm, _mm512_sub_ps(z[0][r], z[1][r]));
-        _mm512_mask_storeu_ps(zr + (4 * r + 3) * ZS, lm, _mm512_sub_ps(_mm512_setzero_ps(), z[1][r]));
-      }
+      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(zr + e * ZS, lm, z[e]);
     }
     t += L;
   }
@@ -1312,6 +1307,43 @@ static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m25
     d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
   }
 }
+/* The transforms of one lane's tile (the same operations in the same order wherever a tile is):
+ * o[4 r + c] = (B^T d B)[r][c] of its 4x4 inputs d */
+static inline void ctc_wino_bdb(__m256 d[4][4], __m256 *o) {
+  __m256 e[4][4];
+  for (int c = 0; c < 4; c++) {   /* e = B^T d */
+    e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
+    e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
+  }
+  for (int r = 0; r < 4; r++) {   /* e B */
+    o[4 * r] = _mm256_sub_ps(e[r][0], e[r][2]), o[4 * r + 1] = _mm256_add_ps(e[r][1], e[r][2]);
+    o[4 * r + 2] = _mm256_sub_ps(e[r][2], e[r][1]), o[4 * r + 3] = _mm256_sub_ps(e[r][1], e[r][3]);
+  }
+}
+/* y[i][j] = (A^T v A)[i][j] of its 16 products v */
+static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
+  __m256 s[4][2];
+  for (int a = 0; a < 4; a++) {   /* s = v A */
+    s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
+    s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+  }
+  for (int j = 0; j < 2; j++) {   /* A^T s */
+    y[0][j] = _mm256_add_ps(_mm256_add_ps(s[0][j], s[1][j]), s[2][j]);
+    y[1][j] = _mm256_sub_ps(_mm256_sub_ps(s[1][j], s[2][j]), s[3][j]);
+  }
+}
+/* z[4 r + q] = (A f A^T)[r][q] of its output gradient's 2x2 tile f */
+static inline void ctc_wino_afa(__m256 f[2][2], __m256 *z) {
+  __m256 t[2][4];
+  for (int c = 0; c < 2; c++) {   /* t = A f */
+    t[c][0] = f[0][c], t[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
+    t[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), t[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
+  }
+  for (int r = 0; r < 4; r++) {   /* t A^T */
+    z[4 * r] = t[0][r], z[4 * r + 1] = _mm256_add_ps(t[0][r], t[1][r]);
+    z[4 * r + 2] = _mm256_sub_ps(t[0][r], t[1][r]), z[4 * r + 3] = _mm256_sub_ps(_mm256_setzero_ps(), t[1][r]);
+  }
+}
 /* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
  * groups of 8 tiles [t, t + 8) (t a multiple of 8), 16 / W whole tile rows each, a group's rows the 16
  * floats of a pair of vectors, and a tile column out of the pair by two permutes and a blend */
@@ -1359,7 +1391,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
     ctc_wino_group(t0 + tb, T, H, W, R, n, ty);
     const __m256i lm = ctc_wino_lm_avx2(T - t0 - tb);
     for (int64_t k = k0; k < k1; k++) {
-      __m256 d[4][4], e[4][4];
+      __m256 d[4][4];
       for (int r = 0; r < 4; r++) {
         const float *p[4];
         __m256 ab[2];
@@ -1370,16 +1402,10 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 4; c++) d[r][c] = ctc_wino_pick(ab, ix[c], zm[c]);
       }
-      for (int c = 0; c < 4; c++) {   /* e = B^T d */
-        e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
-        e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
-      }
+      __m256 o[16];
+      ctc_wino_bdb(d, o);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16;
-      for (int r = 0; r < 4; r++) {   /* e B */
-        const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
-                             _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
-        for (int c = 0; c < 4; c++) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
-      }
+      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(v + e * VS, lm, o[e]);
     }
   }
 }
@@ -1395,18 +1421,11 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __m256i lm = ctc_wino_lm_avx2(nt - tb);
     for (int64_t m = m0; m < m1; m++) {
-      __m256 v[16], s[4][2];
+      __m256 v[16], c[2][2];
       for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
-      for (int a = 0; a < 4; a++) {   /* s = v A */
-        s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
-        s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
-      }
-      for (int i = 0; i < 2; i++) {   /* A^T s */
-        const __m256 c[2] = {i ? _mm256_sub_ps(_mm256_sub_ps(s[1][0], s[2][0]), s[3][0])
-                               : _mm256_add_ps(_mm256_add_ps(s[0][0], s[1][0]), s[2][0]),
-                             i ? _mm256_sub_ps(_mm256_sub_ps(s[1][1], s[2][1]), s[3][1])
-                               : _mm256_add_ps(_mm256_add_ps(s[0][1], s[1][1]), s[2][1])};
-        const __m256 ab[2] = {ctc_wino_pick(c, ix[0], all), ctc_wino_pick(c, ix[1], all)};
+      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
+      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i of each tile row */
+        const __m256 ab[2] = {ctc_wino_pick(c[i], ix[0], all), ctc_wino_pick(c[i], ix[1], all)};
         float *p[4];
         for (int64_t j = 0; j < R; j++) p[j] = n[j] >= 0 ? y + (n[j] * M + m) * HW + (2 * ty[j] + i) * W : NULL;
         ctc_wino_pair_st(p, W, ab);
@@ -1427,7 +1446,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __m256i lm = ctc_wino_lm_avx2(nt - tb);
     for (int64_t m = m0; m < m1; m++) {
-      __m256 f[2][2], z[2][4];
+      __m256 f[2][2], z[16];
       for (int i = 0; i < 2; i++) {
         const float *p[4];
         __m256 ab[2];
@@ -1435,17 +1454,9 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
       }
-      for (int c = 0; c < 2; c++) {   /* z = A f */
-        z[c][0] = f[0][c], z[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
-        z[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
-      }
+      ctc_wino_afa(f, z);
       float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm256_maskstore_ps(zr + (4 * r) * ZS, lm, z[0][r]);
-        _mm256_maskstore_ps(zr + (4 * r + 1) * ZS, lm, _mm256_add_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 2) * ZS, lm, _mm256_sub_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 3) * ZS, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
-      }
+      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(zr + e * ZS, lm, z[e]);
     }
   }
 }
@@ -1469,7 +1480,7 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
     ctc_wino_cols_avx2(2 * tx - 1, W, L, mm);
     for (int64_t k = k0; k < k1; k++) {
       const float *xk = x + (n * K + k) * HW;
-      __m256 d[4][4], e[4][4];
+      __m256 d[4][4];
       for (int r = 0; r < 4; r++) {
         const int64_t ih = 2 * ty - 1 + r;
         if (ih < 0 || ih >= H)
@@ -1477,18 +1488,12 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         else
           ctc_wino_row_avx2(xk + ih * W, 2 * tx - 1, mm, d[r]);
       }
-      for (int c = 0; c < 4; c++) {   /* e = B^T d */
-        e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
-        e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
-      }
+      __m256 o[16];
+      ctc_wino_bdb(d, o);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
-      for (int r = 0; r < 4; r++) {   /* e B */
-        const __m256 o[4] = {_mm256_sub_ps(e[r][0], e[r][2]), _mm256_add_ps(e[r][1], e[r][2]),
-                             _mm256_sub_ps(e[r][2], e[r][1]), _mm256_sub_ps(e[r][1], e[r][3])};
-        for (int c = 0; c < 4; c++)
-          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
-          else _mm256_maskstore_ps(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
-      }
+      for (int e = 0; e < 16; e++)
+        if (rows) _mm256_maskstore_ps(v + e * VS, lm, o[e]);
+        else _mm256_maskstore_ps(v + e * VS, sm, sh ? _mm256_permutevar8x32_ps(o[e], rot) : o[e]);
     }
     t += L;
   }
@@ -1519,19 +1524,12 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {
-      __m256 v[16], s[4][2];
+      __m256 v[16], c[2][2];
       for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
-      for (int a = 0; a < 4; a++) {   /* s = v A */
-        s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
-        s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
-      }
+      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
       float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      for (int i = 0; i < 2; i++) {   /* A^T s, its two columns interleaved */
-        const __m256 c0 = i ? _mm256_sub_ps(_mm256_sub_ps(s[1][0], s[2][0]), s[3][0])
-                            : _mm256_add_ps(_mm256_add_ps(s[0][0], s[1][0]), s[2][0]);
-        const __m256 c1 = i ? _mm256_sub_ps(_mm256_sub_ps(s[1][1], s[2][1]), s[3][1])
-                            : _mm256_add_ps(_mm256_add_ps(s[0][1], s[1][1]), s[2][1]);
-        const __m256 ul = _mm256_unpacklo_ps(c0, c1), uh = _mm256_unpackhi_ps(c0, c1);
+      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
+        const __m256 ul = _mm256_unpacklo_ps(c[i][0], c[i][1]), uh = _mm256_unpackhi_ps(c[i][0], c[i][1]);
         _mm256_maskstore_ps(yr + i * W, s0, _mm256_permute2f128_ps(ul, uh, 0x20));
         if (L > 4) _mm256_maskstore_ps(yr + i * W + 8, s1, _mm256_permute2f128_ps(ul, uh, 0x31));
       }
@@ -1555,23 +1553,15 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {
       const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      __m256 f[2][2], z[2][4];
+      __m256 f[2][2], z[16];
       for (int i = 0; i < 2; i++) {
         const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W, s0), pi);
         const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
         f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
       }
-      for (int c = 0; c < 2; c++) {   /* z = A f */
-        z[c][0] = f[0][c], z[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
-        z[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), z[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
-      }
+      ctc_wino_afa(f, z);
       float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* z A^T */
-        _mm256_maskstore_ps(zr + (4 * r) * ZS, lm, z[0][r]);
-        _mm256_maskstore_ps(zr + (4 * r + 1) * ZS, lm, _mm256_add_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 2) * ZS, lm, _mm256_sub_ps(z[0][r], z[1][r]));
-        _mm256_maskstore_ps(zr + (4 * r + 3) * ZS, lm, _mm256_sub_ps(_mm256_setzero_ps(), z[1][r]));
-      }
+      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(zr + e * ZS, lm, z[e]);
     }
     t += L;
   }
