@@ -1,7 +1,9 @@
 /* wino_c.c - the Winograd convolutions of the hosted C target, as C text: 3x3, stride 1,
  * padding 1 f32 convolutions and their input and weight gradients by F(2x2, 3x3), with AVX-512 (over
  * ctc_gemm_tile_f32's 12x32 tiles) or AVX2 (ctc_gemm_tile16_avx2's 6x16): the runs of tiles both
- * walk, each instruction set's helpers (the transforms and a GEMM tile, same names), then
+ * walk, each instruction set's helpers (the transforms and a GEMM tile, same names; images 4, 8 or
+ * 16 columns wide (AVX2: 4 or 8) in groups of a vector's tiles over whole tile rows, their columns
+ * picked from a pair of vectors, where a row's runs would fill few lanes), then
  * ctc_conv_wino_f32 and ctc_conv_wino_wgrad_f32 over whichever is compiled. scripts/gen_runtime.py writes the texts into runtime_min/ctc_gemm_simd.h beside
  * the GEMMs; linalg_c.c calls it where ir_conv_wino allows (ir/plan.c sizes its scratch), the
  * implicit GEMM or the tiles in the #else branch. docs/speed.md has the measurements. */
