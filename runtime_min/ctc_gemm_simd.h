@@ -391,18 +391,20 @@ static inline void ctc_wino_row(const float *row, int64_t base, const __mmask16 
     d[2 * s + 1] = _mm512_permutex2var_ps(A, od, B);
   }
 }
-/* The transforms of one lane's tile (the same operations in the same order wherever a tile is):
- * o[4 r + c] = (B^T d B)[r][c] of its 4x4 inputs d */
-static inline void ctc_wino_bdb(__m512 d[4][4], __m512 *o) {
-  __m512 e[4][4];
-  for (int c = 0; c < 4; c++) {   /* e = B^T d */
-    e[0][c] = _mm512_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm512_add_ps(d[1][c], d[2][c]);
-    e[2][c] = _mm512_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm512_sub_ps(d[1][c], d[3][c]);
+/* The transforms of one lane's tile, a row at a time (the same operations in the same order
+ * wherever a tile is; four outputs live at a time, as AVX2's 16 registers allow):
+ * d = B^T d of its 4x4 inputs, in place */
+static inline void ctc_wino_btd(__m512 d[4][4]) {
+  for (int c = 0; c < 4; c++) {
+    const __m512 e0 = _mm512_sub_ps(d[0][c], d[2][c]), e1 = _mm512_add_ps(d[1][c], d[2][c]);
+    const __m512 e2 = _mm512_sub_ps(d[2][c], d[1][c]), e3 = _mm512_sub_ps(d[1][c], d[3][c]);
+    d[0][c] = e0, d[1][c] = e1, d[2][c] = e2, d[3][c] = e3;
   }
-  for (int r = 0; r < 4; r++) {   /* e B */
-    o[4 * r] = _mm512_sub_ps(e[r][0], e[r][2]), o[4 * r + 1] = _mm512_add_ps(e[r][1], e[r][2]);
-    o[4 * r + 2] = _mm512_sub_ps(e[r][2], e[r][1]), o[4 * r + 3] = _mm512_sub_ps(e[r][1], e[r][3]);
-  }
+}
+/* o = e B of a row e of B^T d: a row of B^T d B */
+static inline void ctc_wino_eb(const __m512 *e, __m512 *o) {
+  o[0] = _mm512_sub_ps(e[0], e[2]), o[1] = _mm512_add_ps(e[1], e[2]);
+  o[2] = _mm512_sub_ps(e[2], e[1]), o[3] = _mm512_sub_ps(e[1], e[3]);
 }
 /* y[i][j] = (A^T v A)[i][j] of its 16 products v */
 static inline void ctc_wino_ava(const __m512 *v, __m512 y[2][2]) {
@@ -416,17 +418,9 @@ static inline void ctc_wino_ava(const __m512 *v, __m512 y[2][2]) {
     y[1][j] = _mm512_sub_ps(_mm512_sub_ps(s[1][j], s[2][j]), s[3][j]);
   }
 }
-/* z[4 r + q] = (A f A^T)[r][q] of its output gradient's 2x2 tile f */
-static inline void ctc_wino_afa(__m512 f[2][2], __m512 *z) {
-  __m512 t[2][4];
-  for (int c = 0; c < 2; c++) {   /* t = A f */
-    t[c][0] = f[0][c], t[c][1] = _mm512_add_ps(f[0][c], f[1][c]);
-    t[c][2] = _mm512_sub_ps(f[0][c], f[1][c]), t[c][3] = _mm512_sub_ps(_mm512_setzero_ps(), f[1][c]);
-  }
-  for (int r = 0; r < 4; r++) {   /* t A^T */
-    z[4 * r] = t[0][r], z[4 * r + 1] = _mm512_add_ps(t[0][r], t[1][r]);
-    z[4 * r + 2] = _mm512_sub_ps(t[0][r], t[1][r]), z[4 * r + 3] = _mm512_sub_ps(_mm512_setzero_ps(), t[1][r]);
-  }
+/* o = A (a, b) with A 4x2: the output gradient's tile f as A f A^T, its columns, then the rows */
+static inline void ctc_wino_ta(__m512 a, __m512 b, __m512 *o) {
+  o[0] = a, o[1] = _mm512_add_ps(a, b), o[2] = _mm512_sub_ps(a, b), o[3] = _mm512_sub_ps(_mm512_setzero_ps(), b);
 }
 /* Narrow images (W = 4, 8 or 16 columns: a row's runs fill 2, 4 or 8 of 16 lanes): groups of 16
  * tiles [t, t + 16) (t a multiple of 16), R = 32 / W whole tile rows each, lane l tile l % (W / 2) of
@@ -488,10 +482,13 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
         for (int c = 0; c < 4; c++)
           d[r][c] = _mm512_maskz_permutex2var_ps(zm[c], ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      __m512 o[16];
-      ctc_wino_bdb(d, o);
+      ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32;
-      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(v + e * VS, lm, o[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+        __m512 o[4];
+        ctc_wino_eb(d[r], o);
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+      }
     }
   }
 }
@@ -533,7 +530,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __mmask16 lm = nt - tb >= 16 ? 0xffff : (__mmask16)((1u << (nt - tb)) - 1);
     for (int64_t m = m0; m < m1; m++) {
-      __m512 f[2][2], z[16];
+      __m512 f[2][2];
       for (int i = 0; i < 2; i++) {
         const float *p[8];
         __m512 ab[2];
@@ -541,9 +538,14 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = _mm512_permutex2var_ps(ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      ctc_wino_afa(f, z);
+      __m512 t[2][4];
+      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
       float *zr = Z + m * B + tb;
-      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(zr + e * ZS, lm, z[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+        __m512 o[4];
+        ctc_wino_ta(t[0][r], t[1][r], o);
+        for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+      }
     }
   }
 }
@@ -577,12 +579,15 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         else
           ctc_wino_row(xk + ih * W, 2 * tx - 1, mm, d[r]);
       }
-      __m512 o[16];
-      ctc_wino_bdb(d, o);
+      ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
-      for (int e = 0; e < 16; e++)
-        if (rows) _mm512_mask_storeu_ps(v + e * VS, lm, o[e]);
-        else _mm512_mask_store_ps(v + e * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[e]) : o[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+        __m512 o[4];
+        ctc_wino_eb(d[r], o);
+        for (int c = 0; c < 4; c++)
+          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+          else _mm512_mask_store_ps(v + (4 * r + c) * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
+      }
     }
     t += L;
   }
@@ -654,14 +659,19 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
     ctc_wino_out_masks(L, &lm, &s0, &s1);
     for (int64_t m = m0; m < m1; m++) {
       const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      __m512 f[2][2], z[16];
+      __m512 f[2][2];
       for (int i = 0; i < 2; i++) {
         const __m512 A = _mm512_maskz_loadu_ps(s0, gr + i * W), B2 = _mm512_maskz_loadu_ps(s1, gr + i * W + 16);
         f[i][0] = _mm512_permutex2var_ps(A, ev, B2), f[i][1] = _mm512_permutex2var_ps(A, od, B2);
       }
-      ctc_wino_afa(f, z);
+      __m512 t[2][4];
+      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
       float *zr = Z + m * B + tb;
-      for (int e = 0; e < 16; e++) _mm512_mask_storeu_ps(zr + e * ZS, lm, z[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+        __m512 o[4];
+        ctc_wino_ta(t[0][r], t[1][r], o);
+        for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+      }
     }
     t += L;
   }
@@ -1307,18 +1317,20 @@ static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m25
     d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
   }
 }
-/* The transforms of one lane's tile (the same operations in the same order wherever a tile is):
- * o[4 r + c] = (B^T d B)[r][c] of its 4x4 inputs d */
-static inline void ctc_wino_bdb(__m256 d[4][4], __m256 *o) {
-  __m256 e[4][4];
-  for (int c = 0; c < 4; c++) {   /* e = B^T d */
-    e[0][c] = _mm256_sub_ps(d[0][c], d[2][c]), e[1][c] = _mm256_add_ps(d[1][c], d[2][c]);
-    e[2][c] = _mm256_sub_ps(d[2][c], d[1][c]), e[3][c] = _mm256_sub_ps(d[1][c], d[3][c]);
+/* The transforms of one lane's tile, a row at a time (the same operations in the same order
+ * wherever a tile is; four outputs live at a time, as AVX2's 16 registers allow):
+ * d = B^T d of its 4x4 inputs, in place */
+static inline void ctc_wino_btd(__m256 d[4][4]) {
+  for (int c = 0; c < 4; c++) {
+    const __m256 e0 = _mm256_sub_ps(d[0][c], d[2][c]), e1 = _mm256_add_ps(d[1][c], d[2][c]);
+    const __m256 e2 = _mm256_sub_ps(d[2][c], d[1][c]), e3 = _mm256_sub_ps(d[1][c], d[3][c]);
+    d[0][c] = e0, d[1][c] = e1, d[2][c] = e2, d[3][c] = e3;
   }
-  for (int r = 0; r < 4; r++) {   /* e B */
-    o[4 * r] = _mm256_sub_ps(e[r][0], e[r][2]), o[4 * r + 1] = _mm256_add_ps(e[r][1], e[r][2]);
-    o[4 * r + 2] = _mm256_sub_ps(e[r][2], e[r][1]), o[4 * r + 3] = _mm256_sub_ps(e[r][1], e[r][3]);
-  }
+}
+/* o = e B of a row e of B^T d: a row of B^T d B */
+static inline void ctc_wino_eb(const __m256 *e, __m256 *o) {
+  o[0] = _mm256_sub_ps(e[0], e[2]), o[1] = _mm256_add_ps(e[1], e[2]);
+  o[2] = _mm256_sub_ps(e[2], e[1]), o[3] = _mm256_sub_ps(e[1], e[3]);
 }
 /* y[i][j] = (A^T v A)[i][j] of its 16 products v */
 static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
@@ -1332,17 +1344,9 @@ static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
     y[1][j] = _mm256_sub_ps(_mm256_sub_ps(s[1][j], s[2][j]), s[3][j]);
   }
 }
-/* z[4 r + q] = (A f A^T)[r][q] of its output gradient's 2x2 tile f */
-static inline void ctc_wino_afa(__m256 f[2][2], __m256 *z) {
-  __m256 t[2][4];
-  for (int c = 0; c < 2; c++) {   /* t = A f */
-    t[c][0] = f[0][c], t[c][1] = _mm256_add_ps(f[0][c], f[1][c]);
-    t[c][2] = _mm256_sub_ps(f[0][c], f[1][c]), t[c][3] = _mm256_sub_ps(_mm256_setzero_ps(), f[1][c]);
-  }
-  for (int r = 0; r < 4; r++) {   /* t A^T */
-    z[4 * r] = t[0][r], z[4 * r + 1] = _mm256_add_ps(t[0][r], t[1][r]);
-    z[4 * r + 2] = _mm256_sub_ps(t[0][r], t[1][r]), z[4 * r + 3] = _mm256_sub_ps(_mm256_setzero_ps(), t[1][r]);
-  }
+/* o = A (a, b) with A 4x2: the output gradient's tile f as A f A^T, its columns, then the rows */
+static inline void ctc_wino_ta(__m256 a, __m256 b, __m256 *o) {
+  o[0] = a, o[1] = _mm256_add_ps(a, b), o[2] = _mm256_sub_ps(a, b), o[3] = _mm256_sub_ps(_mm256_setzero_ps(), b);
 }
 /* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
  * groups of 8 tiles [t, t + 8) (t a multiple of 8), 16 / W whole tile rows each, a group's rows the 16
@@ -1402,10 +1406,13 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 4; c++) d[r][c] = ctc_wino_pick(ab, ix[c], zm[c]);
       }
-      __m256 o[16];
-      ctc_wino_bdb(d, o);
+      ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16;
-      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(v + e * VS, lm, o[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+        __m256 o[4];
+        ctc_wino_eb(d[r], o);
+        for (int c = 0; c < 4; c++) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
+      }
     }
   }
 }
@@ -1446,7 +1453,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __m256i lm = ctc_wino_lm_avx2(nt - tb);
     for (int64_t m = m0; m < m1; m++) {
-      __m256 f[2][2], z[16];
+      __m256 f[2][2];
       for (int i = 0; i < 2; i++) {
         const float *p[4];
         __m256 ab[2];
@@ -1454,9 +1461,14 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
       }
-      ctc_wino_afa(f, z);
+      __m256 t[2][4];
+      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
       float *zr = Z + m * B + tb;
-      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(zr + e * ZS, lm, z[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+        __m256 o[4];
+        ctc_wino_ta(t[0][r], t[1][r], o);
+        for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+      }
     }
   }
 }
@@ -1488,12 +1500,15 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         else
           ctc_wino_row_avx2(xk + ih * W, 2 * tx - 1, mm, d[r]);
       }
-      __m256 o[16];
-      ctc_wino_bdb(d, o);
+      ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
-      for (int e = 0; e < 16; e++)
-        if (rows) _mm256_maskstore_ps(v + e * VS, lm, o[e]);
-        else _mm256_maskstore_ps(v + e * VS, sm, sh ? _mm256_permutevar8x32_ps(o[e], rot) : o[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+        __m256 o[4];
+        ctc_wino_eb(d[r], o);
+        for (int c = 0; c < 4; c++)
+          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
+          else _mm256_maskstore_ps(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+      }
     }
     t += L;
   }
@@ -1553,15 +1568,20 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
                   s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
     for (int64_t m = m0; m < m1; m++) {
       const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      __m256 f[2][2], z[16];
+      __m256 f[2][2];
       for (int i = 0; i < 2; i++) {
         const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W, s0), pi);
         const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
         f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
       }
-      ctc_wino_afa(f, z);
+      __m256 t[2][4];
+      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
       float *zr = Z + m * B + tb;
-      for (int e = 0; e < 16; e++) _mm256_maskstore_ps(zr + e * ZS, lm, z[e]);
+      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+        __m256 o[4];
+        ctc_wino_ta(t[0][r], t[1][r], o);
+        for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+      }
     }
     t += L;
   }
