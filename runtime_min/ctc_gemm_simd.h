@@ -422,6 +422,16 @@ static inline void ctc_wino_ava(const __m512 *v, __m512 y[2][2]) {
 static inline void ctc_wino_ta(__m512 a, __m512 b, __m512 *o) {
   o[0] = a, o[1] = _mm512_add_ps(a, b), o[2] = _mm512_sub_ps(a, b), o[3] = _mm512_sub_ps(_mm512_setzero_ps(), b);
 }
+/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row */
+static inline void ctc_wino_afa(__m512 f[2][2], float *zr, int64_t ZS, __mmask16 lm) {
+  __m512 t[2][4];
+  for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
+  for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+    __m512 o[4];
+    ctc_wino_ta(t[0][r], t[1][r], o);
+    for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+  }
+}
 /* Narrow images (W = 4, 8 or 16 columns: a row's runs fill 2, 4 or 8 of 16 lanes): groups of 16
  * tiles [t, t + 16) (t a multiple of 16), R = 32 / W whole tile rows each, lane l tile l % (W / 2) of
  * tile row l / (W / 2). A group's rows of W floats (one per tile row) travel as the 32 floats of a
@@ -538,14 +548,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = _mm512_permutex2var_ps(ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      __m512 t[2][4];
-      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-      float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
-        __m512 o[4];
-        ctc_wino_ta(t[0][r], t[1][r], o);
-        for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
-      }
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
     }
   }
 }
@@ -664,14 +667,7 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
         const __m512 A = _mm512_maskz_loadu_ps(s0, gr + i * W), B2 = _mm512_maskz_loadu_ps(s1, gr + i * W + 16);
         f[i][0] = _mm512_permutex2var_ps(A, ev, B2), f[i][1] = _mm512_permutex2var_ps(A, od, B2);
       }
-      __m512 t[2][4];
-      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-      float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
-        __m512 o[4];
-        ctc_wino_ta(t[0][r], t[1][r], o);
-        for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
-      }
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
     }
     t += L;
   }
@@ -1348,6 +1344,16 @@ static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
 static inline void ctc_wino_ta(__m256 a, __m256 b, __m256 *o) {
   o[0] = a, o[1] = _mm256_add_ps(a, b), o[2] = _mm256_sub_ps(a, b), o[3] = _mm256_sub_ps(_mm256_setzero_ps(), b);
 }
+/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row */
+static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i lm) {
+  __m256 t[2][4];
+  for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
+  for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+    __m256 o[4];
+    ctc_wino_ta(t[0][r], t[1][r], o);
+    for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+  }
+}
 /* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
  * groups of 8 tiles [t, t + 8) (t a multiple of 8), 16 / W whole tile rows each, a group's rows the 16
  * floats of a pair of vectors, and a tile column out of the pair by two permutes and a blend */
@@ -1461,14 +1467,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
       }
-      __m256 t[2][4];
-      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-      float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
-        __m256 o[4];
-        ctc_wino_ta(t[0][r], t[1][r], o);
-        for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
-      }
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
     }
   }
 }
@@ -1574,14 +1573,7 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
         const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
         f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
       }
-      __m256 t[2][4];
-      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-      float *zr = Z + m * B + tb;
-      for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
-        __m256 o[4];
-        ctc_wino_ta(t[0][r], t[1][r], o);
-        for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
-      }
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
     }
     t += L;
   }
