@@ -463,7 +463,7 @@ static inline void ctc_wino_pair_st(float *const *p, int64_t W, const __m512 *ab
         if (p[4 * h + q]) _mm512_mask_storeu_ps(p[4 * h + q] - 4 * q, (__mmask16)(0xfu << (4 * q)), ab[h]);
 }
 /* ctc_wino_in_f32 for narrow images: lane l of d[r][c] is column 2 tx - 1 + c of its tile row's
- * input row r (idx[c] into the pair; zm[c]: the columns inside the image) */
+ * input row r (ix[c] into the pair; zm[c]: the columns inside the image) */
 static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
                                           int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, HW = H * W, R = 32 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
