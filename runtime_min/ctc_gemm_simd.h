@@ -1379,10 +1379,6 @@ static inline __m256 ctc_wino_pick(const __m256 *ab, __m256i ix, __m256 zm) {
   const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ix, _mm256_set1_epi32(7)));
   return _mm256_and_ps(zm, _mm256_blendv_ps(_mm256_permutevar8x32_ps(ab[0], ix), _mm256_permutevar8x32_ps(ab[1], ix), hi));
 }
-/* lanes [0, L) of 8 as a mask (L >= 8: all) */
-static inline __m256i ctc_wino_lm_avx2(int64_t L) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(L > 8 ? 8 : (int)L), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
                                           int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
   const int64_t TW = W / 2, HW = H * W, R = 16 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
@@ -1399,7 +1395,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
   for (int64_t tb = 0; tb < B && t0 + tb < T; tb += 8) {
     int64_t n[4], ty[4];
     ctc_wino_group(t0 + tb, T, H, W, R, n, ty);
-    const __m256i lm = ctc_wino_lm_avx2(T - t0 - tb);
+    const __m256i lm = ctc_wino_lanes_avx2(0, T - t0 - tb);
     for (int64_t k = k0; k < k1; k++) {
       __m256 d[4][4];
       for (int r = 0; r < 4; r++) {
@@ -1432,7 +1428,7 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
   for (int64_t tb = 0; tb < nt; tb += 8) {
     int64_t n[4], ty[4];
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
-    const __m256i lm = ctc_wino_lm_avx2(nt - tb);
+    const __m256i lm = ctc_wino_lanes_avx2(0, nt - tb);
     for (int64_t m = m0; m < m1; m++) {
       __m256 v[16], c[2][2];
       for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
@@ -1457,7 +1453,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
   for (int64_t tb = 0; tb < nt; tb += 8) {
     int64_t n[4], ty[4];
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
-    const __m256i lm = ctc_wino_lm_avx2(nt - tb);
+    const __m256i lm = ctc_wino_lanes_avx2(0, nt - tb);
     for (int64_t m = m0; m < m1; m++) {
       __m256 f[2][2];
       for (int i = 0; i < 2; i++) {
