@@ -72,6 +72,7 @@ typedef struct Kernels {
   unsigned char matmul[DT_COUNT];   /* ctc_matmul_<dt> (f32/f64: a GEMM split over the threads at run time) */
   unsigned char gemm_bf16;          /* ctc_matmul_block_bf16 (with ctc_matmul_block_f32) */
   unsigned char matmul_bf16;        /* ctc_matmul_bf16 (with ctc_matmul_f32's split) */
+  unsigned char gemm_pk;            /* ctc_gemm_pack_f32, ctc_matmul_pk_f32 and its block (with ctc_matmul_f32) */
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char dwconv[DT_COUNT];   /* ctc_dwconv_<dt> and its gradients (depthwise convolutions) */
@@ -99,7 +100,7 @@ const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 /* gemm_simd_c.c: runtime_min/ctc_gemm_simd.h's texts (scripts/gen_runtime.py); the NEON
  * kernel's head and the 16-column kernel over $I, which a --freestanding file carries */
-extern const char *const cg_gemm_simd_texts[7];
+extern const char *const cg_gemm_simd_texts[8];
 extern const char cg_gemm_neon_head[];
 extern const char cg_gemm_simd16_text[];
 /* wino_c.c: the Winograd convolutions' texts (the runs of tiles, AVX-512 and AVX2 helpers,
@@ -127,6 +128,12 @@ extern const char cg_prof_macros[];
 /* ---- emit_ops.c ---------------------------------------------------------- */
 
 /* The state of emitting one entry function. */
+/* A time loop's weight packed before it (kernels/prepack.c's KnPack) and the C name of its panels */
+typedef struct CgPacked {
+  const KnPack *pk;
+  const char *name;
+} CgPacked;
+
 typedef struct CgFunc {
   const Program *p;
   const Func *f;
@@ -151,6 +158,8 @@ typedef struct CgFunc {
                               cg_ref gives, `(h + t * 2048)` for one the step moves; else NULL */
   const char *trip;        /* foreach_c.c: a KN_ELEM kernel's one loop runs this many elements (a table
                               row's count, "update_tab[p].n"), else NULL */
+  CgPacked *packed;        /* inside a time loop: per instruction, the weight its GEMM reads packed
+                              before the loop (kernels/prepack.c; .name NULL: none), else NULL */
 } CgFunc;
 
 /* Writes instruction i's comment and code into c->out (not for K_ELEM

@@ -177,9 +177,27 @@ static void entry_names(const Func *f, const FuncPlan *fp, Names *ns, const char
     }
 }
 
+/* The weights loop li's GEMMs read, packed before it into the pack region (kernels/prepack.c):
+ * each a pointer named after the weight and one ctc_gemm_pack_f32; the GEMMs of the loop's step
+ * find them in c->packed. */
+static void loop_packs(CgFunc *c, const KnPacks *P, int li) {
+  for (int q = 0; P && q < P->packs.len; q++) {
+    const KnPack *pk = &P->packs.data[q];
+    if (pk->loop != li) continue;
+    const char *b = cg_ref(c, pk->b), *name = cg_name(c->ns, arena_printf(c->p->arena, "%s_panels", b));
+    cg_printf(c->out, "  /* %s%s's panels for the steps' GEMMs, packed once (ctc_gemm_pack_f32) */\n", b, pk->tb ? "^T" : "");
+    cg_printf(c->out, "  float *%s = (float *)(A + %lld);\n", name, (ll)(c->fp->pack_at + pk->off));
+    cg_printf(c->out, "  ctc_gemm_pack_f32(%d, %d, %lld, %lld, %s, %lld, %s, %lld);\n", pk->ta, pk->tb, (ll)pk->N,
+              (ll)pk->K, b, (ll)pk->ldb, name, (ll)pk->ldp);
+    c->packed[pk->inst] = (CgPacked){pk, name};
+    c->k->gemm[DT_F32] = c->k->matmul[DT_F32] = c->k->gemm_pk = 1;
+  }
+}
+
 /* Opens loop li of L: its comment and `for`, and the names of the values its step moves,
  * `(name + t * d)`, which cg_ref gives while c->over is set (until the loop's last kernel). */
-static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const char *tv, const char **over) {
+static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, const KnPacks *P, int li, const char *tv,
+                       const char **over) {
   const KnLoop *lp = &L->loops.data[li];
   char where[256] = "";
   for (int k = lp->first; k < lp->first + lp->len && !where[0]; k++)
@@ -188,6 +206,7 @@ static void loop_begin(CgFunc *c, const Func *f, const KnLoops *L, int li, const
   cg_printf(c->out, "\n  /* for %s in range(%d): %s%sa step of %d kernel%s (steps %d..%d of %d) */\n", tv, lp->count,
             where, where[0] ? ", " : "", lp->len, lp->len == 1 ? "" : "s", lp->step0, lp->step0 + lp->count - 1,
             lp->steps);
+  loop_packs(c, P, li);
   cg_printf(c->out, "  for (int64_t %s = 0; %s < %d; %s++) {", tv, tv, lp->count, tv);
   for (int k = lp->first; k < lp->first + lp->len; k++)
     for (int i = c->s->kernels.data[k].first; i <= c->s->kernels.data[k].last; i++) {
@@ -453,6 +472,11 @@ static void entry_kernels(CgEntry *e) {
   const char **over = looped ? calloc((size_t)nv + 1, sizeof *over) : NULL;
   const char *tv = looped ? cg_name(&e->ns, "t") : NULL;
   CHECK(!looped || over);
+  /* the weights the loops' GEMMs read, packed once before each loop: where the plan holds them */
+  KnPacks *packs = looped && e->fp->pack_bytes ? kn_prepacks(p->arena, f, c->s, loops) : NULL;
+  if (packs && packs->bytes > e->fp->pack_bytes) packs = NULL;
+  c->packed = packs ? calloc((size_t)f->insts.len + 1, sizeof *c->packed) : NULL;
+  CHECK(!packs || c->packed);
   e->looped = looped;
   if (e->copt) e->excl = exclusive_all(f, e->fp);   /* the C text's restrict pointers */
   /* an optimizer's same update of each parameter as one loop over a table (kernels/foreach.c) */
@@ -487,7 +511,7 @@ static void entry_kernels(CgEntry *e) {
       k += fe->runs.data[fj].count - 1;
       continue;
     }
-    if (looped && li < loops->loops.len && k == loops->loops.data[li].first) loop_begin(c, f, loops, li, tv, over);
+    if (looped && li < loops->loops.len && k == loops->loops.data[li].first) loop_begin(c, f, loops, packs, li, tv, over);
     if (!c->over && (st & CG_EN_VIEWRUN)) {   /* a run of per-step slices of one array: one comment */
       int nview = cg_emit_view_run(c, k, looped && li < loops->loops.len ? loops->loops.data[li].first : nk);
       if (nview) {
@@ -509,6 +533,7 @@ static void entry_kernels(CgEntry *e) {
       c->ind -= 2;
       c->over = NULL;
       memset(over, 0, sizeof *over * (size_t)(nv + 1));
+      if (c->packed) memset(c->packed, 0, sizeof *c->packed * (size_t)(f->insts.len + 1));
       cg_puts(c->out, "  }\n");
       k = lp->first + lp->count * lp->len - 1;   /* the later steps ran in the loop */
     }
@@ -518,6 +543,8 @@ static void entry_kernels(CgEntry *e) {
   free(ksc);
   free(kph);
   free(over);
+  free(c->packed);
+  c->packed = NULL;
   cg_dist_hooks(c, &e->dist, nk, 0);
   if (grouped) {   /* the functions' text, once the entry's own references are complete (after the updates) */
     e->mf_done = malloc(sizeof mf);

@@ -182,6 +182,50 @@ static const char matmul_fn_text[] =
     "  }\n"
     "}\n";
 
+/* A time loop's GEMMs whose op(B) is a weight the loop does not change (kernels/prepack.c): its
+ * panels packed once before the loop (ctc_gemm_pack_f32, into the arena's region above the
+ * activations, FuncPlan.pack_at), then each step's GEMM reads them instead of packing B again.
+ * Only where ctc's own kernel runs (AVX-512, AVX2, NEON), and on the blocks it takes: elsewhere
+ * nothing is packed and every GEMM reads B, as without. The same sums in the same order either way. */
+static const char matmul_pk_text[] =
+    "/* op(B) [K, N] (b, ldb; transposed if tb) packed once for the GEMMs of this ta: ldp floats a k */\n"
+    "static void ctc_gemm_pack_f32(int ta, int tb, int64_t N, int64_t K, const float *b, int64_t ldb, float *pk,\n"
+    "                              int64_t ldp) {\n"
+    "#ifdef CTC_GEMM_PK_f32\n"
+    "  ctc_gemm_own_pack_f32(ta, tb, N, K, b, ldb, pk, ldp);\n"
+    "#else\n"
+    "  (void)ta, (void)tb, (void)N, (void)K, (void)b, (void)ldb, (void)pk, (void)ldp;\n"
+    "#endif\n"
+    "}\n"
+    "/* ctc_matmul_block_f32 reading op(B)'s panels from pk where ctc's kernel computes the block */\n"
+    "static void ctc_matmul_block_pk_f32(int ta, int tb, int acc, int64_t K, const float *a, int64_t lda, const float *b,\n"
+    "                                   int64_t ldb, const float *pk, int64_t ldp, float *c, int64_t ldc, int64_t r0,\n"
+    "                                   int64_t r1, int64_t c0, int64_t c1) {\n"
+    "#ifdef CTC_GEMM_PK_f32\n"
+    "  if (r1 > r0 && c1 > c0 && c0 % 32 == 0 && CTC_GEMM_OWN_f32(r1 - r0, c1 - c0)) {\n"
+    "    ctc_gemm_own_pk_f32(ta, tb, acc, r1 - r0, c1 - c0, K, a + (ta ? r0 : r0 * lda), lda, NULL, ldb, pk, ldp, c0,\n"
+    "                        c + r0 * ldc + c0, ldc);\n"
+    "    return;\n"
+    "  }\n"
+    "#endif\n"
+    "  (void)pk, (void)ldp;\n"
+    "  ctc_matmul_block_f32(ta, tb, acc, K, a, lda, b, ldb, c, ldc, r0, r1, c0, c1);\n"
+    "}\n"
+    "static inline void ctc_matmul_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,\n"
+    "                                     int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, float *c,\n"
+    "                                     int64_t ldc) {\n"
+    "  if (!ctc_gemm_split_f32(M, N, K)) {\n"
+    "    ctc_matmul_block_pk_f32(ta, tb, acc, K, a, lda, b, ldb, pk, ldp, c, ldc, 0, M, 0, N);\n"
+    "    return;\n"
+    "  }\n"
+    "  CTC_OMP_PARALLEL\n"
+    "  {\n"
+    "    int64_t r0, r1, c0, c1;\n"
+    "    ctc_gemm_block_f32(M, N, &r0, &r1, &c0, &c1);\n"
+    "    ctc_matmul_block_pk_f32(ta, tb, acc, K, a, lda, b, ldb, pk, ldp, c, ldc, r0, r1, c0, c1);\n"
+    "  }\n"
+    "}\n";
+
 /* GEMMs whose operands both hold bfloat16 values (KirCall.low): ctc_gemm_avx512bf16 where the
  * compiler targets AVX-512 BF16, else the f32 GEMM, which computes the same exact products;
  * split over the threads by matmul_fn_text as ctc_matmul_f32. */
@@ -798,6 +842,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs);
       instantiate_with(b, matmul_fn_text, (DType)t, 'M', cg_dt_suffix((DType)t)), cg_puts(b, "\n");
     }
+    if (t == DT_F32 && k->gemm_pk) cg_printf(b, "%s\n", matmul_pk_text);
     if (t == DT_F32 && k->gemm_bf16)
       instantiate_parts(b, matmul_bf16_text, NPARTS(matmul_bf16_text), DT_F32, fs), cg_puts(b, "\n");
     if (t == DT_F32 && k->matmul_bf16) instantiate_with(b, matmul_fn_text, DT_F32, 'M', "bf16"), cg_puts(b, "\n");

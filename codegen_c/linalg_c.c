@@ -37,6 +37,15 @@ static void gemm_call(CgFunc *c, DType t, int low, int ta, int tb, int64_t M, in
        acc ? acc : "0", (ll)M, (ll)N, (ll)K, pa, (ll)lda, pb, (ll)ldb, pc, (ll)ldc);
 }
 
+/* The weight GEMM instruction i reads as op(B) with these transposes and sizes, packed before
+ * the time loop it is in (CgFunc.packed, kernels/prepack.c), or NULL. */
+static const CgPacked *packed_b(const CgFunc *c, int i, int ta, int tb, int64_t N, int64_t K, int64_t ldb) {
+  const CgPacked *q = c->packed && c->over ? &c->packed[i] : NULL;
+  if (!q || !q->name) return NULL;
+  const KnPack *pk = q->pk;
+  return pk->ta == ta && pk->tb == tb && pk->N == N && pk->K == K && pk->ldb == ldb ? q : NULL;
+}
+
 typedef struct MatU {
   const Inst *in;
   int64_t M, N, K, lda, ldb;
@@ -52,7 +61,13 @@ static void matmul_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
   cg_ptr_at(c, &pc, in->res, idx[0]);
   cg_ptr_at(c, &pa, u->a, idx[1]);
   cg_ptr_at(c, &pb, u->b, idx[2]);
-  gemm_call(c, ty(c, in->res)->dtype, u->low, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N, NULL);
+  const CgPacked *q = packed_b(c, (int)(in - c->f->insts.data), u->ta, u->tb, u->N, u->K, u->ldb);
+  if (q)   /* a time loop's weight, its panels packed before the loop */
+    LINE(c, "ctc_matmul_pk_f32(%d, %d, 0, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld, %s, %lld);\n", u->ta, u->tb,
+         (ll)u->M, (ll)u->N, (ll)u->K, pa.s, (ll)u->lda, pb.s, (ll)u->ldb, q->name, (ll)q->pk->ldp, pc.s, (ll)u->N);
+  else
+    gemm_call(c, ty(c, in->res)->dtype, u->low, u->ta, u->tb, u->M, u->N, u->K, pa.s, u->lda, pb.s, u->ldb, pc.s, u->N,
+              NULL);
   cg_buf_free(&pa);
   cg_buf_free(&pb);
   cg_buf_free(&pc);
@@ -688,9 +703,15 @@ void cg_emit_gemm_kernel(CgFunc *c, const Kernel *kn) {
   c->ind += 2;
   LINE(c, "int64_t r0, r1, c0, c1;   /* this thread's block of %s */\n", c->cname[mm->res]);
   LINE(c, "ctc_gemm_block_%s(%lld, %lld, &r0, &r1, &c0, &c1);\n", sfx, (ll)M, (ll)N);
-  LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", bf16 ? "bf16" : sfx, ta, tb, (ll)K,
-       cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
-       cg_ref(c, mm->res), (ll)N);
+  const CgPacked *q = bf16 ? NULL : packed_b(c, kn->first, ta, tb, N, K, b->dims[b->ndim - 1]);
+  if (q)   /* a time loop's weight, its panels packed before the loop */
+    LINE(c, "ctc_matmul_block_pk_f32(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", ta, tb,
+         (ll)K, cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
+         q->name, (ll)q->pk->ldp, cg_ref(c, mm->res), (ll)N);
+  else
+    LINE(c, "ctc_matmul_block_%s(%d, %d, 0, %lld, %s, %lld, %s, %lld, %s, %lld, r0, r1, c0, c1);\n", bf16 ? "bf16" : sfx, ta,
+         tb, (ll)K, cg_ref(c, mm->args[0]), (ll)a->dims[a->ndim - 1], cg_ref(c, mm->args[1]), (ll)b->dims[b->ndim - 1],
+         cg_ref(c, mm->res), (ll)N);
   cg_render_block(&R, &R.k->body);   /* the epilogue's kernel IR over the block */
   c->ind -= 2;
   LINE(c, "}\n");

@@ -908,11 +908,13 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
   }
   /* the kernel layer: one schedule per entry, the plan over its kernels */
   KnSchedule **scheds[BATCH_NPOINTS];
+  /* the C target writes time loops (codegen_c, kn_reroll_loops) */
+  const int loops_c = !(o.target && strcmp(o.target, "c")) && !o.profile && !o.anomaly && !o.no_fuse;
   for (int j = 0; j < ntr; j++) {
     scheds[j] = arena_alloc(a, sizeof *scheds[j] * (size_t)(p->funcs.len + 1));
     /* --anomaly checks every op's result, as PyTorch's anomaly mode checks every Function's: no fusion */
     /* the C target writes time loops (codegen_c, kn_reroll_loops): their first and last steps padded */
-    int pad = !(o.target && strcmp(o.target, "c")) && !o.profile && !o.anomaly && !o.no_fuse && !progs[j]->distributed;
+    int pad = loops_c && !progs[j]->distributed;
     for (int i = 0; i < p->funcs.len; i++) {
       scheds[j][i] = kn_schedule(progs[j], progs[j]->funcs.data[i], !o.no_fuse && !o.anomaly);
       if (pad) scheds[j][i] = kn_reroll_pad(progs[j], progs[j]->funcs.data[i], scheds[j][i], 1);
@@ -938,6 +940,17 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
     return CTC_EXIT_USER;
   }
   if (ir_plan_check(p, plan, stderr) < 0) BUG("invalid memory plan");
+  /* the C target's time loops pack the weights their GEMMs read once, before the loop
+   * (kernels/prepack.c): a region above each entry's activations, as large as any trace needs */
+  for (int i = 0; i < p->funcs.len && loops_c && !p->distributed && !o.freestanding && !o.embed && !o.quantize; i++) {
+    int64_t bytes = 0;
+    for (int j = 0; j < ntr; j++) {
+      const Func *fj = progs[j]->funcs.data[i];
+      KnPacks *pk = kn_prepacks(a, fj, scheds[j][i], kn_reroll_loops(a, fj, scheds[j][i], &plan->funcs[i]));
+      if (pk->bytes > bytes) bytes = pk->bytes;
+    }
+    if (bytes) ir_plan_reserve(plan, i, bytes);   /* (past the arena's limit: no packs) */
+  }
   const void *const *embed = NULL;   /* --embed-weights: the parameters' values */
   if (o.embed && !check_only) {
     int erc = ctc_embed_read(a, &d, p, o.embed, &embed);
@@ -1011,9 +1024,12 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
       int ncode = 0;
       for (int k = 0; k < f->insts.len; k++)
         ncode += f->insts.data[k].op != IR_CONST && !ir_is_view(f, f->insts.data[k].res);
-      fprintf(stderr, "ctc: entry %s: %d instructions, %d with code; %d kernels%s, activations %lld bytes\n", f->name,
+      const FuncPlan *fp = &plan->funcs[i];
+      fprintf(stderr, "ctc: entry %s: %d instructions, %d with code; %d kernels%s, activations %lld bytes", f->name,
               f->insts.len, ncode, sched[i]->ncode, o.no_fuse ? " (--no-fuse)" : " after fusion",
-              (long long)plan->funcs[i].peak);
+              (long long)(fp->pack_bytes ? fp->pack_at - plan->params_bytes : fp->peak));
+      if (fp->pack_bytes) fprintf(stderr, " and %lld of a time loop's packed weights", (long long)fp->pack_bytes);
+      fputc('\n', stderr);
       kn_stats(stderr, p, plan, f, sched[i], i);
     }
     if (o.freestanding) {   /* flash: the weights' const arrays (code not counted); RAM: the arena */

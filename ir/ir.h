@@ -445,6 +445,8 @@ typedef struct FuncPlan {
   ValId *shares;     /* per value: the value whose bytes it took over in place (PlanHints.inplace), or -1 */
   int64_t *scratch;  /* per instruction: arena offset of its scratch space, -1 if none */
   int64_t peak;      /* bytes of the activation region this function needs */
+  int64_t pack_at, pack_bytes;   /* the region above its activations where a time loop's weights are
+                                    packed (kernels/prepack.c), reserved by ir_plan_reserve; 0 bytes: none */
 } FuncPlan;
 
 typedef struct MemPlan {
@@ -458,6 +460,10 @@ typedef struct MemPlan {
   const char *error;
   Span error_at;
 } MemPlan;
+/* Reserves `bytes` more of function fi's activation region, above what its values take, as its
+ * pack region (FuncPlan.pack_at); the arena grows to hold it. 0, or -1 (nothing changed) when
+ * that would pass CTC_MAX_ARENA_BYTES. */
+int ir_plan_reserve(MemPlan *mp, int fi, int64_t bytes);
 
 /* The low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result,
  * autocast's values; the cast of a .bfloat16() / .half() model's stored tensor; views of one, a

@@ -651,6 +651,16 @@ static void plan_func(Program *p, Func *f, MemPlan *mp, FuncPlan *fp) {
   free(last);
 }
 
+int ir_plan_reserve(MemPlan *mp, int fi, int64_t bytes) {
+  FuncPlan *fp = &mp->funcs[fi];
+  int64_t at = align_up(fp->peak);
+  if (bytes <= 0 || bytes > CTC_MAX_ARENA_BYTES || at + bytes > CTC_MAX_ARENA_BYTES - mp->params_bytes) return -1;
+  fp->pack_at = mp->params_bytes + at, fp->pack_bytes = bytes;
+  fp->peak = at + bytes;
+  if (mp->params_bytes + fp->peak > mp->arena_bytes) mp->arena_bytes = mp->params_bytes + fp->peak;
+  return 0;
+}
+
 MemPlan *ir_plan_memory(Program *p) { return ir_plan_memory_hints(p, NULL); }
 
 MemPlan *ir_plan_memory_hints(Program *p, const PlanHints *hints) {

@@ -131,6 +131,26 @@ typedef struct KnLoops {
  * attributes (a folded slice's start moves with its view's address instead); at least
  * KN_REROLL_MIN steps. */
 KnLoops *kn_reroll_loops(Arena *A, const Func *f, const KnSchedule *s, const FuncPlan *fp);
+/* prepack.c: the weights a time loop's GEMMs read, packed once before the loop by a renderer
+ * that writes loops (codegen_c) into the function's pack region (FuncPlan.pack_at): per loop of
+ * L, each GEMM of its step whose op(B) is a parameter (f32, one matrix, read in place, the same
+ * in every step); two GEMMs of a step reading it the same way share one. */
+typedef struct KnPack {
+  int loop;            /* its loop in KnLoops.loops */
+  int inst;            /* the GEMM's instruction in the loop's first step */
+  ValId b;             /* the weight */
+  int ta, tb;          /* the GEMM's BLAS transposes (its K blocks depend on ta) */
+  int64_t N, K, ldb;   /* op(B) is [K, N]; B's leading dimension */
+  int64_t ldp;         /* floats per k of the packed panels: N rounded up to 32 */
+  int64_t off;         /* bytes from the region's start (each loop's packs from 0) */
+} KnPack;
+typedef struct KnPacks {
+  Vec(KnPack) packs;   /* in loop order */
+  int64_t bytes;       /* the region's size: the largest loop's packs */
+} KnPacks;
+KnPacks *kn_prepacks(Arena *a, const Func *f, const KnSchedule *s, const KnLoops *L);
+/* The pack whose GEMM is instruction inst, or NULL. */
+const KnPack *kn_pack_of(const KnPacks *P, int inst);
 /* foreach.c: a run of consecutive KN_ELEM kernels of optimizer code that compute the same
  * thing, each on its own arrays and element count (an optimizer's update of each parameter),
  * which a renderer writes as one loop over a table of the arrays (PyTorch's foreach /

@@ -95,6 +95,9 @@ static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t 
 /* the x86 kernel ctc_matmul_block_f32 calls, and the slivers it leaves to OpenBLAS */
 #define CTC_GEMM_X86_f32 1
 #define ctc_gemm_x86_f32 ctc_gemm_avx512_f32
+#define CTC_GEMM_PK_f32 1   /* with op(B) packed before (a model.c's ctc_gemm_pack_f32): */
+#define ctc_gemm_own_pk_f32 ctc_gemm_avx512_pk_f32
+#define ctc_gemm_own_pack_f32 ctc_gemm_pack_avx512_f32
 #define CTC_GEMM_X86_MIN_ROWS 8
 #define CTC_GEMM_X86_MIN_COLS 32
 #define CTC_NP_avx512 4   /* panels of op(B) packed together when B is not transposed (ctc_pack_bn_f32) */
@@ -209,9 +212,34 @@ static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, in
     ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
   }
 }
-/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. */
-static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+/* K in equal blocks of at most 512, multiples of 16 but the last: their size */
+static inline int64_t ctc_gemm_kb_avx512(int64_t K) {
+  const int64_t nkb = (K + 511) / 512;
+  return ((K + nkb - 1) / nkb + 15) / 16 * 16;
+}
+/* op(B) [K, N] packed whole, as ctc_gemm_avx512_pk_f32 reads it (a time loop's weights, packed
+ * once before the loop: kernels/prepack.c): from pk + k0 * ldp, K block [k0, k0 + kc)'s 32-column
+ * panels, kc * 32 floats apart, zero past N (ldp: N rounded up to 32; pk 64-byte aligned). */
+static inline void ctc_gemm_pack_avx512_f32(int ta, int tb, int64_t N, int64_t K, const float *b, int64_t ldb,
+                                            float *pk, int64_t ldp) {
+  const int64_t kb = K > 0 ? ctc_gemm_kb_avx512(K) : 1, nw = tb ? 32 : 32 * CTC_NP_avx512;
+  (void)ta;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    for (int64_t j0 = 0; j0 < N; j0 += nw) {
+      const int64_t nj = N - j0 < nw ? N - j0 : nw;
+      float *d = pk + k0 * ldp + j0 / 32 * kc * 32;
+      if (tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, d);
+      else ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kc, d);
+    }
+  }
+}
+/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. With pk, op(B)'s panels
+ * come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's column 0 is op(B)'s column
+ * jp, a multiple of 32) and B is not read: the same sums in the same order. */
+static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                   int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp,
+                                   int64_t jp, float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_avx512 * 512 * 32];
   const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
   if (K <= 0) {
@@ -219,7 +247,7 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
     return;
   }
   /* K in equal blocks of at most 512 (multiples of 16 but the last), M of 384 */
-  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  const int64_t kb = ctc_gemm_kb_avx512(K);
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i0 = 0; i0 < M; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
@@ -227,13 +255,13 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
       const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
-        if (tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
-        else ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
+        if (!pk && tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
+        else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
         for (int64_t p = 0; p * 32 < nj; p++) {
           const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
           const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
           const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-          const float *bpp = bp + p * kb * 32;
+          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
           for (int64_t i = i0; i < i0 + mc; i += 12) {
             const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
             const float *ai = a + i * ars + k0 * aks;
@@ -247,6 +275,10 @@ static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, i
       }
     }
   }
+}
+static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ctc_gemm_avx512_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
 #define CTC_CONV_PIX_f32 1   /* ctc_conv_pix_f32 is in (linalg_c.c's conv_implicit) */
 /* ---- stride-1 f32 convolutions as implicit GEMMs (the tiles of ctc_gemm_avx512_f32): the
@@ -277,7 +309,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
   int64_t off[512];
   unsigned char tap[512];
   const int64_t HW = s->H * s->W;
-  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  const int64_t kb = ctc_gemm_kb_avx512(K);
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     ctc_pix_rows_at(s, k0, kc, off, tap);
@@ -1023,6 +1055,9 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
 #define CTC_GEMM_AVX2_f32 1
 #define CTC_GEMM_X86_f32 1   /* (as the AVX-512 kernel's) */
 #define ctc_gemm_x86_f32 ctc_gemm_avx2_f32
+#define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */
+#define ctc_gemm_own_pk_f32 ctc_gemm_avx2_pk_f32
+#define ctc_gemm_own_pack_f32 ctc_gemm_pack_avx2_f32
 #define CTC_GEMM_X86_MIN_ROWS 6
 #define CTC_GEMM_X86_MIN_COLS 16
 /* 16 columns are 2 vectors of 8; op(A) broadcast (vbroadcastss) */
@@ -1139,14 +1174,38 @@ static inline void ctc_gemm_tile16_avx2(const int R, int64_t kc, const float *a,
     }
   }
 }
+/* K in equal blocks of at most 512 (256 if ta), multiples of 16 but the last: their size */
+static inline int64_t ctc_gemm_kb_avx2(int ta, int64_t K) {
+  const int64_t kmax = ta ? 256 : 512, nkb = (K + kmax - 1) / kmax;
+  return ((K + nkb - 1) / nkb + 15) / 16 * 16;
+}
+/* op(B) [K, N] packed whole, as ctc_gemm_avx2_pk_f32 reads it (a time loop's weights, packed once
+ * before the loop: kernels/prepack.c): from pk + k0 * ldp, K block [k0, k0 + kc)'s 16-column panels
+ * (the blocks of a GEMM with this ta), kc * 16 floats apart, zero past N (ldp: N rounded up to 32). */
+static inline void ctc_gemm_pack_avx2_f32(int ta, int tb, int64_t N, int64_t K, const float *b, int64_t ldb,
+                                        float *pk, int64_t ldp) {
+  const int64_t kb = K > 0 ? ctc_gemm_kb_avx2(ta, K) : 1, nw = tb ? 16 : 16 * CTC_NP_avx2;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    for (int64_t j0 = 0; j0 < N; j0 += nw) {
+      const int64_t nj = N - j0 < nw ? N - j0 : nw;
+      float *d = pk + k0 * ldp + j0 / 16 * kc * 16;
+      if (tb) ctc_pack_b16_avx2(b, ldb, k0, kc, j0, (int)nj, d);
+      else ctc_pack_bn_avx2(b, ldb, k0, kc, j0, nj, kc, d);
+    }
+  }
+}
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
  * with 16-column panels of op(B) (CTC_NP_avx2 of them packed together when B is not transposed: 32 KiB
  * on the stack each) and 6x16 tiles of C. A transposed A
  * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
- * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s). */
-static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+ * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
+ * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx2_f32 of all its ldp columns; C's column 0
+ * is op(B)'s column jp, a multiple of 16) and B is not read: the same sums in the same order. */
+static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                              int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
+                              float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_avx2 * 512 * 16];
   _Alignas(64) float ap[96 * 256];
   if (K <= 0) {
@@ -1154,8 +1213,7 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
     return;
   }
   /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
-  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 384;
-  const int64_t nkb = (K + kmax - 1) / kmax, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  const int64_t mb = ta ? 96 : 384, kb = ctc_gemm_kb_avx2(ta, K);
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
@@ -1175,11 +1233,11 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
       const int64_t nw = tb ? 16 : 16 * CTC_NP_avx2;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
-        if (tb) ctc_pack_b16_avx2(b, ldb, k0, kc, j0, (int)nj, bp);
-        else ctc_pack_bn_avx2(b, ldb, k0, kc, j0, nj, kb, bp);
+        if (!pk && tb) ctc_pack_b16_avx2(b, ldb, k0, kc, j0, (int)nj, bp);
+        else if (!pk) ctc_pack_bn_avx2(b, ldb, k0, kc, j0, nj, kb, bp);
         for (int64_t p = 0; p * 16 < nj; p++) {
           const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
-          const float *bpp = bp + p * kb * 16;
+          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
           for (int64_t i = i0; i < i0 + mc; i += 6) {
             const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
             const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
@@ -1195,6 +1253,10 @@ static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
       }
     }
   }
+}
+static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ctc_gemm_avx2_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
 /* ---- stride-1 f32 convolutions as implicit GEMMs on AVX2 (the tiles of ctc_gemm_avx2_f32): the
  * AVX-512 ones' structure with 16-pixel panels (never two images: H * W is a multiple of 16) */
@@ -1231,7 +1293,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
   int64_t off[512];
   unsigned char tap[512];
   const int64_t HW = s->H * s->W;
-  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  const int64_t kb = ctc_gemm_kb_avx2(0, K);
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     ctc_pix_rows_at(s, k0, kc, off, tap);
@@ -1673,6 +1735,10 @@ static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64
 #ifndef CTC_HAVE_CBLAS
 #include <arm_neon.h>
 #define CTC_GEMM_NEON_f32 1
+#define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */
+#define ctc_gemm_own_pk_f32 ctc_gemm_neon_pk_f32
+#define ctc_gemm_own_pack_f32 ctc_gemm_pack_neon_f32
+#define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */
 /* 16 columns are 4 vectors of 4; op(A) one scalar, fmla by lane */
 #define CTC_VW_neon 4
 #define CTC_NV_neon 4
@@ -1772,14 +1838,38 @@ static inline void ctc_gemm_tile16_neon(const int R, int64_t kc, const float *a,
     }
   }
 }
+/* K in equal blocks of at most 512 (256 if ta), multiples of 16 but the last: their size */
+static inline int64_t ctc_gemm_kb_neon(int ta, int64_t K) {
+  const int64_t kmax = ta ? 256 : 512, nkb = (K + kmax - 1) / kmax;
+  return ((K + nkb - 1) / nkb + 15) / 16 * 16;
+}
+/* op(B) [K, N] packed whole, as ctc_gemm_neon_pk_f32 reads it (a time loop's weights, packed once
+ * before the loop: kernels/prepack.c): from pk + k0 * ldp, K block [k0, k0 + kc)'s 16-column panels
+ * (the blocks of a GEMM with this ta), kc * 16 floats apart, zero past N (ldp: N rounded up to 32). */
+static inline void ctc_gemm_pack_neon_f32(int ta, int tb, int64_t N, int64_t K, const float *b, int64_t ldb,
+                                        float *pk, int64_t ldp) {
+  const int64_t kb = K > 0 ? ctc_gemm_kb_neon(ta, K) : 1, nw = tb ? 16 : 16 * CTC_NP_neon;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    for (int64_t j0 = 0; j0 < N; j0 += nw) {
+      const int64_t nj = N - j0 < nw ? N - j0 : nw;
+      float *d = pk + k0 * ldp + j0 / 16 * kc * 16;
+      if (tb) ctc_pack_b16_neon(b, ldb, k0, kc, j0, (int)nj, d);
+      else ctc_pack_bn_neon(b, ldb, k0, kc, j0, nj, kc, d);
+    }
+  }
+}
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
  * with 16-column panels of op(B) (CTC_NP_neon of them packed together when B is not transposed: 32 KiB
  * on the stack each) and 6x16 tiles of C. A transposed A
  * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
- * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s). */
-static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+ * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
+ * With pk, op(B)'s panels come packed (ctc_gemm_pack_neon_f32 of all its ldp columns; C's column 0
+ * is op(B)'s column jp, a multiple of 16) and B is not read: the same sums in the same order. */
+static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                              int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
+                              float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_neon * 512 * 16];
   _Alignas(64) float ap[96 * 256];
   if (K <= 0) {
@@ -1787,8 +1877,7 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
     return;
   }
   /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
-  const int64_t kmax = ta ? 256 : 512, mb = ta ? 96 : 384;
-  const int64_t nkb = (K + kmax - 1) / kmax, kb = ((K + nkb - 1) / nkb + 15) / 16 * 16;
+  const int64_t mb = ta ? 96 : 384, kb = ctc_gemm_kb_neon(ta, K);
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
@@ -1808,11 +1897,11 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
       const int64_t nw = tb ? 16 : 16 * CTC_NP_neon;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
-        if (tb) ctc_pack_b16_neon(b, ldb, k0, kc, j0, (int)nj, bp);
-        else ctc_pack_bn_neon(b, ldb, k0, kc, j0, nj, kb, bp);
+        if (!pk && tb) ctc_pack_b16_neon(b, ldb, k0, kc, j0, (int)nj, bp);
+        else if (!pk) ctc_pack_bn_neon(b, ldb, k0, kc, j0, nj, kb, bp);
         for (int64_t p = 0; p * 16 < nj; p++) {
           const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
-          const float *bpp = bp + p * kb * 16;
+          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
           for (int64_t i = i0; i < i0 + mc; i += 6) {
             const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
             const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
@@ -1829,7 +1918,17 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
     }
   }
 }
+static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
+}
 #endif
+#endif
+
+#if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)
+#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (n) >= CTC_GEMM_X86_MIN_COLS)
+#elif defined(CTC_GEMM_X86_f32)
+#define CTC_GEMM_OWN_f32(m, n) 1
 #endif
 
 #endif /* CTC_GEMM_SIMD_H */

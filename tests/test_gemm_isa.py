@@ -13,7 +13,9 @@ qemu-aarch64 (skipped when the cross compiler or QEMU is missing).
   panels, K blocks of unequal length, every ta/tb, acc on and off, leading dimensions above
   the matrix), each against a float64 reference; it prints the kernel it was built with and
   the test requires the intended one. It also computes C in the row or column blocks that
-  ctc_gemm_block gives 2 and 3 threads and requires the same bits as in one call.
+  ctc_gemm_block gives 2 and 3 threads and requires the same bits as in one call, and from
+  op(B)'s panels packed once before (a time loop's weight, kernels/prepack.c), whole and in two
+  column blocks: the same bits as the GEMM that packs B itself.
 - test_model_*: `ctc build --no-blas` (and with OpenBLAS, for AVX2; its compiler wrapped to append the -march) of a matmul entry with
   all four transposes and an MLP's training step (Linear forward with its bias/tanh epilogue,
   both backward GEMMs), against PyTorch; `cc -E -dM` of the same model.c with the same flags
@@ -86,6 +88,27 @@ static int one(int ta, int tb, int acc, int M, int N, int K, int pad) {
         printf("WRONG ta=%d tb=%d acc=%d M=%d N=%d K=%d pad=%d: C[%d,%d] = %.9g, want %.9g\n", ta, tb, acc, M, N, K,
                pad, i, j, got, want);
     }
+#ifdef CTC_GEMM_PK_f32
+  /* op(B) packed once (a time loop's weight, kernels/prepack.c), C computed from the panels whole
+   * and in two column blocks (a thread's columns start at a multiple of 32): the bits of the GEMM
+   * that packs B itself, where that is ctc's kernel */
+  if (!bad && CTC_GEMM_OWN_f32(M, N)) {
+    const int ldp = (N + 31) / 32 * 32;
+    float *pk = aligned_alloc(64, sizeof(float) * ((size_t)K * ldp + 16)), *cp = malloc(sizeof(float) * nc);
+    ctc_gemm_own_pack_f32(ta, tb, N, K, b, ldb, pk, ldp);
+    for (int cut = 0; cut <= (N > 32) && !bad; cut++) {
+      const int j1 = cut ? 32 : N;
+      memcpy(cp, c0, sizeof(float) * nc);
+      ctc_gemm_own_pk_f32(ta, tb, acc, M, j1, K, a, lda, NULL, ldb, pk, ldp, 0, cp, ldc);
+      if (cut) ctc_gemm_own_pk_f32(ta, tb, acc, M, N - 32, K, a, lda, NULL, ldb, pk, ldp, 32, cp + 32, ldc);
+      bad = memcmp(cp, c, sizeof(float) * nc) != 0;
+      if (bad)
+        printf("PACKED ta=%d tb=%d acc=%d M=%d N=%d K=%d pad=%d cut=%d: other bits than packing B in the call\n", ta, tb,
+               acc, M, N, K, pad, cut);
+    }
+    free(pk), free(cp);
+  }
+#endif
   free(a), free(b), free(c), free(c0);
   return bad;
 }
@@ -151,6 +174,9 @@ int main(void) {
     for (int s = 0; s < 3; s++)
       for (int nt = 2; nt <= 3; nt++) wrong += split(t >> 1, t & 1, S[s][0], S[s][1], S[s][2], nt), cases++;
 #endif
+#ifdef CTC_GEMM_PK_f32
+  printf("packed panels\n");
+#endif
   printf("%d cases, %d wrong\n", cases, wrong);
   return wrong != 0;
 }
@@ -198,6 +224,7 @@ def mm_dir(tmp_path_factory):
 
 def check_output(out, kernel):
     assert f"kernel {kernel}\n" in out, out[-3000:]
+    assert ("packed panels\n" in out) == (kernel != "none"), out[-3000:]   # each own kernel also from packed panels
     m = re.search(r"(\d+) cases, (\d+) wrong", out)
     assert m and int(m.group(1)) > 100 and m.group(2) == "0", out[-3000:]
 
@@ -298,7 +325,7 @@ def test_model_x86(mlp_dir, tmp_path, variant):
         pytest.skip("OpenBLAS (cblas.h, -lopenblas) is not installed")
     macros = run([cc, "-std=c11", "-march=native", "-D_POSIX_C_SOURCE=200809L", f"-I{RT}", "-E", "-dM",
                   *(["-DCTC_HAVE_CBLAS"] if blas else []), mlp_dir / "net.c"]).stdout
-    picked = sorted(set(re.findall(r"#define CTC_GEMM_(\w+)_f32 1", macros)) - {"X86"})
+    picked = sorted(set(re.findall(r"#define CTC_GEMM_(\w+)_f32 1", macros)) - {"X86", "PK"})
     assert picked == ([] if kernel == "none" else [kernel.upper()]), picked
     exe = tmp_path / "net"
     run([CTC, "build", mlp_dir / "mlp.py", "--entry", "mm", "--entry", "train_step", "-o", exe, "--cc", cc,
