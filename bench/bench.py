@@ -24,7 +24,7 @@ times
   ctc:   `./net bench ENTRY --iters K --warmup W --int-max C` (random inputs;
          integers in [0, C), C = the classes of the forward output, which is also
          the vocabulary for gpt), with OMP_NUM_THREADS = --threads and `--threads`
-         (the program sets OPENBLAS_CORETYPE, and OPENBLAS_NUM_THREADS=1, itself; libgomp's
+         (OPENBLAS_CORETYPE as for torch below; the program sets OPENBLAS_NUM_THREADS=1 itself; libgomp's
          default wait policy);
   torch: Debian's PyTorch (/usr/bin/python3) eager, **tuned**: OMP_WAIT_POLICY=passive,
          OPENBLAS_CORETYPE from the CPU's flags (AVX-512 -> SkylakeX, AVX2+FMA ->
@@ -132,10 +132,19 @@ def openblas_coretype():
     return None
 
 
+def bench_coretype(avx2):
+    """The OPENBLAS_CORETYPE of every process the bench runs: Haswell with --avx2, else the CPU's
+    choice, whatever the environment says. (A machine here had OPENBLAS_CORETYPE=Haswell in its
+    environment: PyTorch's GEMMs then ran OpenBLAS's AVX2 kernels on an AVX-512 CPU, 130 GFLOP/s
+    at 1024^3 on one core instead of 244, and its gpt train step took 225 ms instead of 152.)"""
+    return "Haswell" if avx2 else openblas_coretype()
+
+
 def torch_env(threads, avx2=False):
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"),
                OMP_NUM_THREADS=str(threads))
-    core = "Haswell" if avx2 else os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
+    env.pop("OPENBLAS_CORETYPE", None)
+    core = bench_coretype(avx2)
     if core:
         env["OPENBLAS_CORETYPE"] = core
     if avx2:
@@ -181,7 +190,8 @@ def sgemm_rate(d, threads, avx2):
     if subprocess.run(["cc", "-O2", src, "-o", exe, "-lopenblas"], capture_output=True).returncode != 0:
         return None
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    core = "Haswell" if avx2 else os.environ.get("OPENBLAS_CORETYPE") or openblas_coretype()
+    env.pop("OPENBLAS_CORETYPE", None)
+    core = bench_coretype(avx2)
     if core:
         env["OPENBLAS_CORETYPE"] = core
     r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300)
@@ -303,8 +313,10 @@ def prepare(model, d, cflags, dtype="f32"):
 
 def run_ctc(exe, mode, classes, a):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))   # (the program sets OPENBLAS_NUM_THREADS=1 itself)
-    if a.avx2:
-        env["OPENBLAS_CORETYPE"] = "Haswell"
+    env.pop("OPENBLAS_CORETYPE", None)   # the same OpenBLAS kernels as PyTorch's (its slivers)
+    core = bench_coretype(a.avx2)
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
     if a.ctc_wait_policy:
         env["OMP_WAIT_POLICY"] = a.ctc_wait_policy
     entry = (ENTRY_BF16 if a.dtype == "bf16" else ENTRY)[mode]
@@ -367,10 +379,12 @@ def main():
     build_ctc()
     tc_version, why = (None, "--no-compile-column") if a.no_compile_column else have_torch_compile(a.venv_python)
     env = torch_env(a.threads, a.avx2)
-    core_from = "--avx2" if a.avx2 else "from the environment" if os.environ.get("OPENBLAS_CORETYPE") else "from the CPU flags"
+    core_from = "--avx2" if a.avx2 else "the CPU's choice"
+    if os.environ.get("OPENBLAS_CORETYPE", env.get("OPENBLAS_CORETYPE")) != env.get("OPENBLAS_CORETYPE"):
+        core_from += f", not the environment's {os.environ['OPENBLAS_CORETYPE']}"
     print(f"# {a.rounds} rounds x {a.iters} calls (after {a.warmup} warm-up), {a.threads} threads; torch tuned: "
           f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')} "
-          f"({core_from}; the CPU's choice: {openblas_coretype() or 'none'}); "
+          f"({core_from}); "
           f"torch.compile: {tc_version or 'skipped (' + why + ')'}"
           + (f"; ctc build --cflags '{' '.join(a.cflags)}'" if a.cflags else "")
           + (f"; ctc OMP_WAIT_POLICY={a.ctc_wait_policy}" if a.ctc_wait_policy else "")

@@ -149,8 +149,6 @@ typedef struct KnPacks {
   int64_t bytes;       /* the region's size: the largest loop's packs */
 } KnPacks;
 KnPacks *kn_prepacks(Arena *a, const Func *f, const KnSchedule *s, const KnLoops *L);
-/* The pack whose GEMM is instruction inst, or NULL. */
-const KnPack *kn_pack_of(const KnPacks *P, int inst);
 /* foreach.c: a run of consecutive KN_ELEM kernels of optimizer code that compute the same
  * thing, each on its own arrays and element count (an optimizer's update of each parameter),
  * which a renderer writes as one loop over a table of the arrays (PyTorch's foreach /

@@ -59,9 +59,3 @@ KnPacks *kn_prepacks(Arena *a, const Func *f, const KnSchedule *s, const KnLoops
   }
   return P;
 }
-
-const KnPack *kn_pack_of(const KnPacks *P, int inst) {
-  for (int q = 0; P && q < P->packs.len; q++)
-    if (P->packs.data[q].inst == inst) return &P->packs.data[q];
-  return NULL;
-}

@@ -56,7 +56,7 @@ def test_gpu_bench_script_emulated():
     assert re.search(r"^\| tiny \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", r.stdout, re.M), r.stdout
 
 
-def test_avx2_caps_every_torch_kernel_library():
+def test_avx2_caps_every_torch_kernel_library(monkeypatch):
     """--avx2 caps PyTorch's oneDNN convolutions and MKL GEMMs at AVX2 as well as ATen:
     ATEN_CPU_CAPABILITY alone left oneDNN's jit:avx512_core convolutions and MKL's AVX-512
     sgemm running on an AVX-512 machine. Without --avx2 none of the caps is set."""
@@ -72,6 +72,11 @@ def test_avx2_caps_every_torch_kernel_library():
     plain = bench.torch_env(2)
     for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
         assert plain.get(k) == os.environ.get(k)
+    # OpenBLAS's kernels are the CPU's choice (AVX2's with --avx2), not an OPENBLAS_CORETYPE of the
+    # environment's: PyTorch is timed at its best
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Prescott")
+    assert bench.torch_env(2).get("OPENBLAS_CORETYPE") == bench.openblas_coretype()
+    assert bench.torch_env(2, avx2=True)["OPENBLAS_CORETYPE"] == "Haswell"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--help"], capture_output=True,
                        text=True, timeout=60)
     assert "--ctc-wait-policy" in r.stdout and "--venv-python" in r.stdout, r.stdout
