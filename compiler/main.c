@@ -650,6 +650,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   /* the pass pipeline */
   run_pass(p, "unslice", ir_pass_unslice);
   run_pass(p, "unbroadcast", ir_pass_unbroadcast);
+  run_pass(p, "regroup", ir_pass_regroup);
   run_pass(p, "cse", ir_pass_cse);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);

@@ -51,7 +51,7 @@ static uint64_t inst_hash(const Func *f, const Inst *in) {
   return h ^ (h >> 31);
 }
 
-static int inst_same(const Func *f, const Inst *a, const Inst *b) {
+int ir_inst_same(const Func *f, const Inst *a, const Inst *b) {
   if (a->op != b->op || a->nargs != b->nargs || a->phase != b->phase) return 0;
   if (memcmp(a->args, b->args, sizeof *a->args * (size_t)a->nargs)) return 0;
   if (memcmp(a->attr, b->attr, sizeof a->attr) || memcmp(&a->fattr, &b->fattr, sizeof a->fattr)) return 0;
@@ -93,7 +93,7 @@ void ir_pass_cse(Program *p, Func *f) {
         break;
       }
       Inst *prev = &f->insts.data[slot[h] - 1];
-      if (!inst_same(f, prev, in)) continue;
+      if (!ir_inst_same(f, prev, in)) continue;
       int near = i - (slot[h] - 1) <= CSE_WINDOW && slot[h] - 1 > barrier;
       if (near || ir_numel(&f->values.data[in->res].type) == 1) {
         to[in->res] = prev->res;

@@ -344,6 +344,12 @@ void ir_pass_unbroadcast(Program *p, Func *f);
 /* cse.c: an instruction identical to one at most a few dozen before it, in the
  * same phase, is dropped and its uses read the earlier one (remat's copies). */
 void ir_pass_cse(Program *p, Func *f);
+/* cse.c: whether two instructions compute the same value (op, operands, attributes, phase, type). */
+int ir_inst_same(const Func *f, const Inst *a, const Inst *b);
+/* regroup.c: an elementwise run moved up to follow an earlier run of its shape and phase whose
+ * result it reads, when everything else it reads exists by then (a GEMM between them no
+ * longer splits their loop). */
+void ir_pass_regroup(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);
