@@ -68,7 +68,7 @@ def generated(work):
               "-fsanitize=address,undefined"]
     srcs = ["support/arena.c", "support/source.c", "support/diag.c", "ir/builder.c", "ir/printer.c",
             "ir/verify.c", "ir/shape.c", "ir/elem.c"]
-    mine = ["ir/plan.c", "ir/plan_check.c", "ir/dce.c", "kernels/schedule.c", "kernels/reroll.c", "kernels/foreach.c", "kernels/stats.c", "kernels/kir.c", "kernels/kir_ops.c", "kernels/attention.c", "kernels/gemm.c", "kernels/conv.c", "kernels/scope.c"] + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
+    mine = ["ir/plan.c", "ir/plan_check.c", "ir/dce.c", "kernels/schedule.c", "kernels/reroll.c", "kernels/foreach.c", "kernels/stats.c", "kernels/kir.c", "kernels/kir_ops.c", "kernels/attention.c", "kernels/gemm.c", "kernels/conv.c", "kernels/scope.c", "kernels/prepack.c"] + ["codegen_c/" + f for f in sorted(os.listdir(os.path.join(ROOT, "codegen_c")))
                                          if f.endswith(".c")] + ["tests/codegen/cg_harness.c"]
 
     def cc(src, strict):
