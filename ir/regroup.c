@@ -7,13 +7,13 @@
  * sigmoid(w1). Here such a later run moves up to follow the earlier one when it reads one of
  * its results, recomputes one of its values and every other value it reads exists by then: the
  * two become one loop, the value between them is never stored, and CSE (after this pass)
- * computes the sigmoid once. (Without the recomputation a move gains little and may cost: a
- * recurrence's backward step reading the step before it would move into that step, and its
- * time loop would no longer repeat.)
+ * computes the sigmoid once. Only such moves are made: one that saves a recomputation, not
+ * just a store and a load.
  *
- * A run: consecutive elementwise instructions (literals among and just before them) of one phase
- * whose results have one shape. Only a whole run moves, with its literals, so no value of it is stored for
- * want of a neighbour; to the latest earlier run of its shape and phase it reads from, and at
+ * A run: consecutive elementwise instructions (literals among and just before them) of one
+ * phase whose results have one shape. Only a whole run moves, with its literals, so no value of
+ * it is stored for want of a neighbour; to the latest earlier run of its shape and phase it
+ * reads from, and at
  * most REGROUP_GAP instructions back (a recomputation that could move anywhere stays near its
  * uses), over at least REGROUP_MIN_ELEMS elements: a loop whose arrays stay in the cache gains
  * little, and a recurrence's steps are small (the first step of a GRU's backward regrouped where
