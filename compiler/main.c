@@ -1028,7 +1028,7 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
       const FuncPlan *fp = &plan->funcs[i];
       fprintf(stderr, "ctc: entry %s: %d instructions, %d with code; %d kernels%s, activations %lld bytes", f->name,
               f->insts.len, ncode, sched[i]->ncode, o.no_fuse ? " (--no-fuse)" : " after fusion",
-              (long long)(fp->pack_bytes ? fp->pack_at - plan->params_bytes : fp->peak));
+              (long long)ir_plan_values_peak(plan, i));
       if (fp->pack_bytes) fprintf(stderr, " and %lld of a time loop's packed weights", (long long)fp->pack_bytes);
       fputc('\n', stderr);
       kn_stats(stderr, p, plan, f, sched[i], i);

@@ -470,6 +470,8 @@ typedef struct MemPlan {
  * pack region (FuncPlan.pack_at); the arena grows to hold it. 0, or -1 (nothing changed) when
  * that would pass CTC_MAX_ARENA_BYTES. */
 int ir_plan_reserve(MemPlan *mp, int fi, int64_t bytes);
+/* The bytes of function fi's activation region its values take: its peak without the pack region. */
+int64_t ir_plan_values_peak(const MemPlan *mp, int fi);
 
 /* The low precision of v's elements: 1 bf16, 2 f16 (a round_bf16 / round_f16 result,
  * autocast's values; the cast of a .bfloat16() / .half() model's stored tensor; views of one, a

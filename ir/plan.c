@@ -661,6 +661,11 @@ int ir_plan_reserve(MemPlan *mp, int fi, int64_t bytes) {
   return 0;
 }
 
+int64_t ir_plan_values_peak(const MemPlan *mp, int fi) {
+  const FuncPlan *fp = &mp->funcs[fi];
+  return fp->pack_bytes ? fp->pack_at - mp->params_bytes : fp->peak;
+}
+
 MemPlan *ir_plan_memory(Program *p) { return ir_plan_memory_hints(p, NULL); }
 
 MemPlan *ir_plan_memory_hints(Program *p, const PlanHints *hints) {

@@ -143,7 +143,7 @@ void kn_stats(FILE *out, const Program *p, const MemPlan *mp, const Func *f, con
   if (most < 0) most = 0;
   fprintf(out, "ctc: entry %s: %.3f GFLOP (GEMM and convolution %.3f, other ops %.3f)\n", f->name,
           (double)(gemm + other) * 1e-9, (double)gemm * 1e-9, (double)other * 1e-9);
-  const int64_t peak = fp->pack_bytes ? fp->pack_at - mp->params_bytes : fp->peak;   /* (not the packed weights) */
+  const int64_t peak = ir_plan_values_peak(mp, index);   /* (not the packed weights) */
   fprintf(out, "ctc: entry %s: activations %lld bytes; at its busiest kernel (%d): gradients %lld, saved "
                "activations %lld, other %lld, scratch %lld, fragmentation %lld\n",
           f->name, (long long)peak, busiest, (long long)live[busiest][0], (long long)live[busiest][1],
