@@ -148,9 +148,16 @@ static void ctc_pack_bn_f32(const float *b, int64_t ldb, int64_t k0, int64_t kc,
     }
     return;
   }
-  const int64_t np = (nj + 31) / 32;
-  for (int64_t k = 0; k < kc; k++)
-    for (int64_t j = 0; j < np * 32; j++) bp[j / 32 * kb * 32 + k * 32 + j % 32] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+  for (int64_t k = 0; k < kc; k++) {   /* fewer columns: masked loads, zeros past nj */
+    const float *bk = b + (k0 + k) * ldb + j0;
+    for (int64_t p = 0; p * 32 < nj; p++) {
+      const int64_t w = nj - p * 32;
+      const __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
+      const __mmask16 m1 = w >= 32 ? 0xffff : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
+      _mm512_store_ps(bp + p * kb * 32 + k * 32, _mm512_maskz_loadu_ps(m0, bk + p * 32));
+      _mm512_store_ps(bp + p * kb * 32 + k * 32 + 16, _mm512_maskz_loadu_ps(m1, bk + p * 32 + 16));
+    }
+  }
 }
 /* B transposed: bp[k][32] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr (16x16 register
  * transposes). */
@@ -1119,9 +1126,15 @@ static void ctc_pack_bn_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc
         for (int j = 0; j < 16; j++) bp[p * kb * 16 + k * 16 + j] = b[(k0 + k) * ldb + j0 + p * 16 + j];
     return;
   }
-  const int64_t np = (nj + 15) / 16;
-  for (int64_t k = 0; k < kc; k++)
-    for (int64_t j = 0; j < np * 16; j++) bp[j / 16 * kb * 16 + k * 16 + j % 16] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+  for (int64_t k = 0; k < kc; k++)   /* fewer columns: whole panels vectorised, zeros past nj */
+    for (int64_t p = 0; p * 16 < nj; p++) {
+      const float *bk = b + (k0 + k) * ldb + j0 + p * 16;
+      float *d = bp + p * kb * 16 + k * 16;
+      if (nj - p * 16 >= 16)
+        for (int j = 0; j < 16; j++) d[j] = bk[j];
+      else
+        for (int j = 0; j < 16; j++) d[j] = j < nj - p * 16 ? bk[j] : 0;
+    }
 }
 /* B transposed: bp[k][16] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr. */
 static void ctc_pack_b16_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr, float *restrict bp) {
@@ -1783,9 +1796,15 @@ static void ctc_pack_bn_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc
         for (int j = 0; j < 16; j++) bp[p * kb * 16 + k * 16 + j] = b[(k0 + k) * ldb + j0 + p * 16 + j];
     return;
   }
-  const int64_t np = (nj + 15) / 16;
-  for (int64_t k = 0; k < kc; k++)
-    for (int64_t j = 0; j < np * 16; j++) bp[j / 16 * kb * 16 + k * 16 + j % 16] = j < nj ? b[(k0 + k) * ldb + j0 + j] : 0;
+  for (int64_t k = 0; k < kc; k++)   /* fewer columns: whole panels vectorised, zeros past nj */
+    for (int64_t p = 0; p * 16 < nj; p++) {
+      const float *bk = b + (k0 + k) * ldb + j0 + p * 16;
+      float *d = bp + p * kb * 16 + k * 16;
+      if (nj - p * 16 >= 16)
+        for (int j = 0; j < 16; j++) d[j] = bk[j];
+      else
+        for (int j = 0; j < 16; j++) d[j] = j < nj - p * 16 ? bk[j] : 0;
+    }
 }
 /* B transposed: bp[k][16] = B[j0 + j, k0 + k] for k < kc, j < nr; zero for j >= nr. */
 static void ctc_pack_b16_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr, float *restrict bp) {
