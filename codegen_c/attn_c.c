@@ -2,7 +2,7 @@
  * by ir/attn.c): the microkernels' text, written into model.c when an entry uses them
  * (Kernels.attention), and the kernel IR call (kernels/attention.c) as C.
  *
- * Forward, per (batch, block of CTC_ATTN_QB query rows), an OpenMP iteration: for each
+ * Forward, per (batch, block of query rows: ctc_attn_qb), an OpenMP iteration: for each
  * block of CTC_ATTN_KB keys (those at or before the block's last row when causal), the
  * block's scores s = q k^T (one ctc_matmul_block call: ctc's GEMM, or OpenBLAS), scaled and
  * masked, then an online softmax per row: the running maximum m and sum l, the row of o
@@ -27,8 +27,11 @@
 #include "cg_int.h"
 
 static const char attn_common_text[] =
-    "#define CTC_ATTN_QB 64   /* query rows a block */\n"
+    "#define CTC_ATTN_QB 64   /* query rows a block, at most */\n"
     "#define CTC_ATTN_KB 256   /* keys a block */\n"
+    "/* query rows a block: 32 under a causal mask (a block's scores reach its last row: fewer of them\n"
+    " * past the diagonal), else CTC_ATTN_QB */\n"
+    "static inline int64_t ctc_attn_qb(int64_t causal) { return causal ? CTC_ATTN_QB / 2 : CTC_ATTN_QB; }\n"
     "/* how many of keys [j0, j0 + nj) row i sees under a causal mask */\n"
     "static inline int64_t ctc_attn_valid(int64_t i, int64_t j0, int64_t nj) {\n"
     "  return i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nj ? i - j0 + 1 : nj;\n"
@@ -133,13 +136,13 @@ static const char attn_text[] =
     "                             const $T *restrict v, int64_t v0, int64_t v1, int64_t vr, $T *restrict o,\n"
     "                             int64_t n1, int64_t B, int64_t T, int64_t D, int64_t causal, int64_t divide,\n"
     "                             int64_t rnd, int64_t low, double scale) {\n"
-    "  const int64_t nqb = (T + CTC_ATTN_QB - 1) / CTC_ATTN_QB;\n"
+    "  const int64_t qb = ctc_attn_qb(causal), nqb = (T + qb - 1) / qb;\n"
     "  (void)ctc_gemm_block_$S;   /* written with ctc_matmul_block_$S (kernels.c); the threads' split is ours */\n"
     "#ifdef _OPENMP\n"
     "#pragma omp parallel for schedule(dynamic) if (B * T * T * D > 32768)\n"
     "#endif\n"
     "  for (int64_t w = 0; w < B * nqb; w++) {\n"
-    "    const int64_t b = w / nqb, i0 = w % nqb * CTC_ATTN_QB, ni = T - i0 < CTC_ATTN_QB ? T - i0 : CTC_ATTN_QB;\n"
+    "    const int64_t b = w / nqb, i0 = w % nqb * qb, ni = T - i0 < qb ? T - i0 : qb;\n"
     "    const int64_t b0 = b / n1, b1 = b % n1;\n"
     "    const $T *qb = q + b0 * q0 + b1 * q1 + i0 * qr, *kb = k + b0 * k0 + b1 * k1;\n"
     "    const $T *vb = v + b0 * v0 + b1 * v1;\n"
@@ -234,8 +237,8 @@ static const char attn_bwd_text[] =
     "    $T s[CTC_ATTN_QB][CTC_ATTN_KB], dp[CTC_ATTN_QB][CTC_ATTN_KB], sm[CTC_ATTN_QB][CTC_ATTN_KB];\n"
     "    $T lse[CTC_ATTN_QB], di[CTC_ATTN_QB], m[CTC_ATTN_QB], l[CTC_ATTN_QB];\n"
     "    for (int64_t x = 0; x < T * D; x++) dq[x] = dk[x] = dv[x] = 0;\n"
-    "    for (int64_t i0 = 0; i0 < T; i0 += CTC_ATTN_QB) {\n"
-    "      const int64_t ni = T - i0 < CTC_ATTN_QB ? T - i0 : CTC_ATTN_QB, jend = causal ? i0 + ni : T;\n"
+    "    for (int64_t i0 = 0, qb = ctc_attn_qb(causal); i0 < T; i0 += qb) {\n"
+    "      const int64_t ni = T - i0 < qb ? T - i0 : qb, jend = causal ? i0 + ni : T;\n"
     "      const $T *qb = q + b0 * q0 + b1 * q1 + i0 * qr, *gb = g + b0 * g0 + b1 * g1 + i0 * gr;\n"
     "      const $T *obk = o + b0 * o0 + b1 * o1 + i0 * orow;\n"
     "      const int one = jend <= CTC_ATTN_KB;   /* the keys in one block: its scores kept from the first pass */\n"
