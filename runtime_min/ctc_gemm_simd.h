@@ -182,6 +182,12 @@ static inline __attribute__((always_inline)) void ctc_tile_store_f32(const int R
   for (int i = 0; i < R; i++) {
     if (i >= mr) break;
     float *ci0 = c0p + i * ldc, *ci1 = c1p + i * ldc;
+    if ((m0 & m1) == 0xffff) {   /* all 32 columns, unmasked (Zen 4, 1024^3: 79 GFLOP/s masked, 104 not) */
+      if (sum) c0[i] = _mm512_add_ps(_mm512_loadu_ps(ci0), c0[i]), c1[i] = _mm512_add_ps(_mm512_loadu_ps(ci1), c1[i]);
+      _mm512_storeu_ps(ci0, c0[i]);
+      _mm512_storeu_ps(ci1, c1[i]);
+      continue;
+    }
     if (sum) {
       c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci0), c0[i]);
       c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci1), c1[i]);
