@@ -202,9 +202,11 @@ static inline __attribute__((always_inline)) void ctc_tile_store_f32(const int R
  * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum 32 k at a
  * time, each such partial sum added to C in memory (blocked summation: the rounding
  * error of a dot product of length K grows as 32 + K / 32 additions, not K). */
-static inline void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a, int64_t ars, int64_t aks, int mr,
-                                     const float *restrict bp, float *c0p, float *c1p, int64_t ldc,
-                                     __mmask16 m0, __mmask16 m1, int add) {
+static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, int64_t kc, const float *a,
+                                                                    int64_t ars, int64_t aks, int mr,
+                                                                    const float *restrict bp, float *c0p,
+                                                                    float *c1p, int64_t ldc, __mmask16 m0,
+                                                                    __mmask16 m1, int add) {
   const float *ai[12];
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
@@ -831,9 +833,11 @@ static void ctc_pack_bt_bf16(const float *b, int64_t ldb, int64_t k0, int64_t kc
  * other 16 at c1p + i * ldc) = (C +, if add) sum over the kp pairs q of
  * A's pair (i, q) . bp[q]: A's pair at a[i * ars + q * aks]. R (12, 8, 4, 2 or 1) rows as in
  * ctc_gemm_tile_f32; the registers sum 32 pairs (64 k) at a time. */
-static inline void ctc_gemm_tile_bf16(const int R, int64_t kp, const ctc_bf16x2 *a, int64_t ars, int64_t aks, int mr,
-                                      const ctc_bf16x2 *restrict bp, float *c0p, float *c1p, int64_t ldc,
-                                      __mmask16 m0, __mmask16 m1, int add) {
+static inline __attribute__((always_inline)) void ctc_gemm_tile_bf16(const int R, int64_t kp, const ctc_bf16x2 *a,
+                                                                     int64_t ars, int64_t aks, int mr,
+                                                                     const ctc_bf16x2 *restrict bp, float *c0p,
+                                                                     float *c1p, int64_t ldc, __mmask16 m0,
+                                                                     __mmask16 m1, int add) {
   const ctc_bf16x2 *ai[12];
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
@@ -1152,8 +1156,10 @@ static void ctc_pack_b16_avx2(const float *b, int64_t ldb, int64_t k0, int64_t k
  * a[i * ars + k * aks]. R (6, 4, 2 or 1, a constant where it is called) rows are computed: rows
  * mr..R-1 repeat row 0 and are not stored. As the AVX-512 tile: the registers sum 32 k at a time,
  * each such partial sum added to C in memory (blocked summation). */
-static inline void ctc_gemm_tile16_avx2(const int R, int64_t kc, const float *a, int64_t ars, int64_t aks, int mr,
-                                      const float *restrict bp, float *c, int64_t ldc, int nr, int add) {
+static inline __attribute__((always_inline)) void ctc_gemm_tile16_avx2(const int R, int64_t kc, const float *a,
+                                                                     int64_t ars, int64_t aks, int mr,
+                                                                     const float *restrict bp, float *c,
+                                                                     int64_t ldc, int nr, int add) {
   const float *ai[6];
 #pragma GCC unroll 6
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
@@ -1822,8 +1828,10 @@ static void ctc_pack_b16_neon(const float *b, int64_t ldb, int64_t k0, int64_t k
  * a[i * ars + k * aks]. R (6, 4, 2 or 1, a constant where it is called) rows are computed: rows
  * mr..R-1 repeat row 0 and are not stored. As the AVX-512 tile: the registers sum 32 k at a time,
  * each such partial sum added to C in memory (blocked summation). */
-static inline void ctc_gemm_tile16_neon(const int R, int64_t kc, const float *a, int64_t ars, int64_t aks, int mr,
-                                      const float *restrict bp, float *c, int64_t ldc, int nr, int add) {
+static inline __attribute__((always_inline)) void ctc_gemm_tile16_neon(const int R, int64_t kc, const float *a,
+                                                                     int64_t ars, int64_t aks, int mr,
+                                                                     const float *restrict bp, float *c,
+                                                                     int64_t ldc, int nr, int add) {
   const float *ai[6];
 #pragma GCC unroll 6
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
