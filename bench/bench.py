@@ -398,20 +398,29 @@ def main():
             exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype)
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
+                compiles = bool(tc_version)
                 for _ in range(a.rounds):
                     res["ctc"].append(run_ctc(exe, mode, classes, a))
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
-                    if tc_version:
+                    if compiles:
                         try:
                             res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
-                        except RuntimeError as e:  # inductor needs a C++ toolchain and Python headers
-                            print(f"# torch.compile failed, column left out: {str(e)[-300:]}", file=sys.stderr)
-                            tc_version = None
-                s = {k: summarize(v) for k, v in res.items() if v and (k != "compile" or tc_version)}
+                        except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
+                            print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
+                                  file=sys.stderr)
+                            compiles, res["compile"] = False, []
+                s = {k: summarize(v) for k, v in res.items() if v}
                 s["torch_version"] = res["torch"][0].get("version", "?")
                 rows.append((model, mode, compile_ms, s))
                 print(f"# {model} {mode}: torch {s['torch']['median']:.3f} ms, ctc {s['ctc']['median']:.3f} ms",
                       file=sys.stderr, flush=True)
+    print_table(rows, tc_version if any("compile" in r[3] for r in rows) else None)
+    return 0
+
+
+def print_table(rows, tc_version):
+    """The Markdown table of rows (model, mode, ctc compile ms, summaries); a torch.compile column when
+    tc_version is set, "failed" in the rows where torch.compile failed."""
     tv = rows[0][3]["torch_version"] if rows else "?"
     head = ["workload", f"torch {tv} tuned ms", "ctc ms", "torch/ctc"]
     if tc_version:
@@ -423,13 +432,14 @@ def main():
         t, c = s["torch"], s["ctc"]
         cells = [f"{model} {mode}", f"{t['median']:.2f} (min {t['min']:.2f})", f"{c['median']:.2f} (min {c['min']:.2f})",
                  f"{t['median'] / c['median']:.2f}"]
-        if tc_version:
+        if tc_version and "compile" in s:
             k = s["compile"]
             cells += [f"{k['median']:.2f} (min {k['min']:.2f})", f"{k['median'] / c['median']:.2f}"]
+        elif tc_version:
+            cells += ["failed", "-"]
         cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
                   f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
         print("| " + " | ".join(cells) + " |")
-    return 0
 
 
 if __name__ == "__main__":

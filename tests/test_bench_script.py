@@ -105,3 +105,25 @@ def test_ncu_summary_sums_launches_by_kernel(tmp_path):
     (tmp_path / "bad.csv").write_text("not a profile\n")
     r = subprocess.run([sys.executable, script, tmp_path / "bad.csv"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "no 'Kernel Name' / 'Metric Value' header" in r.stderr
+
+
+def test_a_torch_compile_failure_marks_its_row_only(capsys):
+    """An inductor error on one workload (torch.compile 2.15 on lenet's train step under --avx2:
+    "index out of bounds" in a generated kernel) marks that row's cells, and the other rows keep
+    their torch.compile times; the column is left out only when no row has one."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    t = {"median": 2.0, "min": 1.5, "rss": 100}
+    ok = {"torch": t, "ctc": {"median": 1.0, "min": 1.0, "rss": 10}, "compile": {"median": 3.0, "min": 2.5, "rss": 0},
+          "torch_version": "1.13"}
+    bad = {k: v for k, v in ok.items() if k != "compile"}
+    bench.print_table([("mlp", "train", (19, 18), ok), ("lenet", "train", (23, 22), bad)], "2.15")
+    lines = capsys.readouterr().out.splitlines()
+    assert "| torch.compile 2.15 ms | compile/ctc |" in lines[0], lines[0]
+    assert lines[2].startswith("| mlp train | 2.00 (min 1.50) | 1.00 (min 1.00) | 2.00 | 3.00 (min 2.50) | 3.00 | 1.50 |"), lines[2]
+    assert lines[3].startswith("| lenet train | 2.00 (min 1.50) | 1.00 (min 1.00) | 2.00 | failed | - | 1.50 |"), lines[3]
+    bench.print_table([("lenet", "train", (23, 22), bad)], None)
+    assert "torch.compile" not in capsys.readouterr().out
