@@ -381,6 +381,11 @@ static inline void ctc_wino_group(int64_t t, int64_t end, int64_t H, int64_t W, 
  * halve (powers of two): the results differ from the direct sums by a few roundings. */
 #define CTC_WINO_P 32   /* tiles a panel (the GEMM tile's columns) */
 #define CTC_WINO_R 12   /* rows a GEMM tile */
+/* v's lanes of m stored at p: a plain store when all 16 are (masked stores are slower on Zen 4) */
+static inline void ctc_wino_st_f32(float *p, __mmask16 m, __m512 v) {
+  if (m == 0xffff) _mm512_storeu_ps(p, v);
+  else _mm512_mask_storeu_ps(p, m, v);
+}
 /* The 16 planes of a block's transforms lie CTC_WINO_PAD floats more than their size apart (at
  * sizes a power of two apart, the 16 stores of a tile's transforms fell into one set of the L1) */
 #define CTC_WINO_PAD 16
@@ -410,10 +415,10 @@ static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip
     for (int a = 0; a < 4; a++) {   /* t G^T */
       const __m512 s = _mm512_add_ps(t[a][0], t[a][2]);
       float *u = U + (4 * a * M + m) * K + k;
-      _mm512_mask_storeu_ps(u, mk, t[a][0]);
-      _mm512_mask_storeu_ps(u + M * K, mk, _mm512_mul_ps(h, _mm512_add_ps(s, t[a][1])));
-      _mm512_mask_storeu_ps(u + 2 * M * K, mk, _mm512_mul_ps(h, _mm512_sub_ps(s, t[a][1])));
-      _mm512_mask_storeu_ps(u + 3 * M * K, mk, t[a][2]);
+      ctc_wino_st_f32(u, mk, t[a][0]);
+      ctc_wino_st_f32(u + M * K, mk, _mm512_mul_ps(h, _mm512_add_ps(s, t[a][1])));
+      ctc_wino_st_f32(u + 2 * M * K, mk, _mm512_mul_ps(h, _mm512_sub_ps(s, t[a][1])));
+      ctc_wino_st_f32(u + 3 * M * K, mk, t[a][2]);
     }
   }
 }
@@ -476,7 +481,7 @@ static inline void ctc_wino_afa(__m512 f[2][2], float *zr, int64_t ZS, __mmask16
   for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
     __m512 o[4];
     ctc_wino_ta(t[0][r], t[1][r], o);
-    for (int q = 0; q < 4; q++) _mm512_mask_storeu_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+    for (int q = 0; q < 4; q++) ctc_wino_st_f32(zr + (4 * r + q) * ZS, lm, o[q]);
   }
 }
 /* Narrow images (W = 4, 8 or 16 columns: a row's runs fill 2, 4 or 8 of 16 lanes): groups of 16
@@ -544,7 +549,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
       for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
         __m512 o[4];
         ctc_wino_eb(d[r], o);
-        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+        for (int c = 0; c < 4; c++) ctc_wino_st_f32(v + (4 * r + c) * VS, lm, o[c]);
       }
     }
   }
@@ -635,7 +640,7 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         __m512 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++)
-          if (rows) _mm512_mask_storeu_ps(v + (4 * r + c) * VS, lm, o[c]);
+          if (rows) ctc_wino_st_f32(v + (4 * r + c) * VS, lm, o[c]);
           else _mm512_mask_store_ps(v + (4 * r + c) * VS, sm, sh ? _mm512_permutexvar_ps(rot, o[c]) : o[c]);
       }
     }
@@ -682,8 +687,8 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
       ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
       float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
       for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
-        _mm512_mask_storeu_ps(yr + i * W, s0, _mm512_permutex2var_ps(c[i][0], lo, c[i][1]));
-        if (s1) _mm512_mask_storeu_ps(yr + i * W + 16, s1, _mm512_permutex2var_ps(c[i][0], hi, c[i][1]));
+        ctc_wino_st_f32(yr + i * W, s0, _mm512_permutex2var_ps(c[i][0], lo, c[i][1]));
+        if (s1) ctc_wino_st_f32(yr + i * W + 16, s1, _mm512_permutex2var_ps(c[i][0], hi, c[i][1]));
       }
     }
     t += L;
@@ -1344,6 +1349,12 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
 #define CTC_WINO_P 16   /* tiles a panel (the GEMM tile's columns) */
 #define CTC_WINO_R 6    /* rows a GEMM tile */
 #define CTC_WINO_PAD 16  /* as the AVX-512 helpers' */
+/* v's lanes of m (each all ones or zero) stored at p: a plain store when all 8 are (vmaskmovps to
+ * memory is microcoded on AMD's Zen: the input transform took 20% of a resnet step, Zen 4) */
+static inline void ctc_wino_st_avx2(float *p, __m256i m, __m256 v) {
+  if (_mm256_movemask_ps(_mm256_castsi256_ps(m)) == 0xff) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, m, v);
+}
 /* lanes [lo, hi) of 8 as a load/store mask */
 static inline __m256i ctc_wino_lanes_avx2(int64_t lo, int64_t hi) {
   lo = lo < 0 ? 0 : lo > 8 ? 8 : lo, hi = hi < 0 ? 0 : hi > 8 ? 8 : hi;
@@ -1376,10 +1387,10 @@ static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip
     for (int a = 0; a < 4; a++) {   /* t G^T */
       const __m256 s = _mm256_add_ps(t[a][0], t[a][2]);
       float *u = U + (4 * a * M + m) * K + k;
-      _mm256_maskstore_ps(u, mk, t[a][0]);
-      _mm256_maskstore_ps(u + M * K, mk, _mm256_mul_ps(h, _mm256_add_ps(s, t[a][1])));
-      _mm256_maskstore_ps(u + 2 * M * K, mk, _mm256_mul_ps(h, _mm256_sub_ps(s, t[a][1])));
-      _mm256_maskstore_ps(u + 3 * M * K, mk, t[a][2]);
+      ctc_wino_st_avx2(u, mk, t[a][0]);
+      ctc_wino_st_avx2(u + M * K, mk, _mm256_mul_ps(h, _mm256_add_ps(s, t[a][1])));
+      ctc_wino_st_avx2(u + 2 * M * K, mk, _mm256_mul_ps(h, _mm256_sub_ps(s, t[a][1])));
+      ctc_wino_st_avx2(u + 3 * M * K, mk, t[a][2]);
     }
   }
 }
@@ -1438,7 +1449,7 @@ static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i l
   for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
     __m256 o[4];
     ctc_wino_ta(t[0][r], t[1][r], o);
-    for (int q = 0; q < 4; q++) _mm256_maskstore_ps(zr + (4 * r + q) * ZS, lm, o[q]);
+    for (int q = 0; q < 4; q++) ctc_wino_st_avx2(zr + (4 * r + q) * ZS, lm, o[q]);
   }
 }
 /* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
@@ -1500,7 +1511,7 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
       for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
         __m256 o[4];
         ctc_wino_eb(d[r], o);
-        for (int c = 0; c < 4; c++) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
+        for (int c = 0; c < 4; c++) ctc_wino_st_avx2(v + (4 * r + c) * VS, lm, o[c]);
       }
     }
   }
@@ -1588,8 +1599,8 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
         __m256 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++)
-          if (rows) _mm256_maskstore_ps(v + (4 * r + c) * VS, lm, o[c]);
-          else _mm256_maskstore_ps(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+          if (rows) ctc_wino_st_avx2(v + (4 * r + c) * VS, lm, o[c]);
+          else ctc_wino_st_avx2(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
       }
     }
     t += L;
@@ -1627,8 +1638,8 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
       float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
       for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
         const __m256 ul = _mm256_unpacklo_ps(c[i][0], c[i][1]), uh = _mm256_unpackhi_ps(c[i][0], c[i][1]);
-        _mm256_maskstore_ps(yr + i * W, s0, _mm256_permute2f128_ps(ul, uh, 0x20));
-        if (L > 4) _mm256_maskstore_ps(yr + i * W + 8, s1, _mm256_permute2f128_ps(ul, uh, 0x31));
+        ctc_wino_st_avx2(yr + i * W, s0, _mm256_permute2f128_ps(ul, uh, 0x20));
+        if (L > 4) ctc_wino_st_avx2(yr + i * W + 8, s1, _mm256_permute2f128_ps(ul, uh, 0x31));
       }
     }
     t += L;
