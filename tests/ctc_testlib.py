@@ -53,6 +53,21 @@ class BF16:
         assert not (self.a.view(np.uint32) & 0xFFFF).any(), "not bfloat16 values"
 
 
+def torch2_python(*modules):
+    """The Python of PyTorch 2.x (CTC_TORCH2_PYTHON, else bench/.venv's) when it imports torch 2.x and
+    `modules`, else None: the optional oracle's tests skip where it is missing or partial (a venv with
+    torch from PyPI and no numpy)."""
+    py = os.environ.get("CTC_TORCH2_PYTHON") or os.path.join(ROOT, "bench", ".venv", "bin", "python")
+    if not os.path.exists(py):
+        return None
+    code = "import torch\n" + "".join(f"import {m}\n" for m in modules) + "assert int(torch.__version__.split('.')[0]) >= 2"
+    try:
+        ok = subprocess.run([py, "-c", code], capture_output=True, timeout=300).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return py if ok else None
+
+
 @contextlib.contextmanager
 def build_lock():
     """Serialises builds in the repository's build/ folder: the suite runs in

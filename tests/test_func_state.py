@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, st_write
+from ctc_testlib import CTC, compare, load_module, run, st_write, torch2_python
 
-TORCH2 = os.environ.get("CTC_TORCH2_PYTHON") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "bench", ".venv", "bin", "python")
+TORCH2 = torch2_python("numpy")   # PyTorch 2.x of bench/.venv (optional; its scripts read .npy files)
 
 NET = """\
 import torch
@@ -185,7 +184,7 @@ def test_stateless_kwargs_missing_keys_and_aux(net):
         compare(f"e_jac_aux output {k}", g, wt.numpy(), 1e-4, 1e-5)
 
 
-@pytest.mark.skipif(not os.path.exists(TORCH2), reason="no PyTorch 2.x in bench/.venv (optional)")
+@pytest.mark.skipif(TORCH2 is None, reason="no PyTorch 2.x with numpy in bench/.venv (optional)")
 def test_per_sample_gradients_against_torch_func_2x(net):
     tmp, exe, mod, weights = net
     rng = np.random.default_rng(3)
@@ -290,7 +289,7 @@ def test_model_ensembling(tmp_path):
         for i, m in enumerate(ms):
             compare(f"model {i}, shared minibatch", got[i], (m(torch.from_numpy(x)) + shift).numpy(), 1e-4, 1e-5)
             compare(f"model {i}, own minibatch", got2[i], (m(torch.from_numpy(xs[i])) + shift).numpy(), 1e-4, 1e-5)
-    if os.path.exists(TORCH2):   # the same file under torch.func of PyTorch 2.x
+    if TORCH2:   # the same file under torch.func of PyTorch 2.x
         np.save(tmp_path / "x.npy", x)
         np.save(tmp_path / "xs.npy", xs)
         torch2(str(tmp_path), f"""

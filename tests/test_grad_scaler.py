@@ -14,12 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, run, st_read, st_write
+from ctc_testlib import CTC, compare, run, st_read, st_write, torch2_python
 
-TORCH2 = next((p for p in [os.environ.get("CTC_TORCH2_PYTHON", ""), "/work/main/bench/.venv/bin/python",
-                           os.path.join(os.path.dirname(__file__), "..", "bench", ".venv", "bin", "python")]
-               if p and os.path.exists(p)), None)
-needs_torch2 = pytest.mark.skipif(TORCH2 is None, reason="PyTorch 2.x (bench/.venv) is not installed")
+TORCH2 = torch2_python("numpy")   # the oracle scripts read and write .npz files
+needs_torch2 = pytest.mark.skipif(TORCH2 is None, reason="PyTorch 2.x with numpy (bench/.venv) is not installed")
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 

@@ -128,18 +128,25 @@ def test_backbone_forward(tmp_path, name):
     compare(f"{name} forward", got, want, 1e-4, 1e-5)
 
 
-def near_float64(what, got, t32, t64, rtol):
+def near_float64(what, got, t32, t64, rtol, factor=2):
     """ctc's float32 result against PyTorch's float32 and float64 runs of the same steps:
-    within rtol of PyTorch's float32, or no further from float64 than twice PyTorch's
-    float32 distance (training a deep net with BatchNorm over a batch of 4 amplifies
-    float32 rounding: after a step the two float32 runs can differ by 0.5% while each is
-    as close to float64 as the other)."""
+    within rtol of PyTorch's float32, or no further from float64 (root mean square) than
+    factor times PyTorch's float32 distance (training a deep net with BatchNorm over a batch
+    of 4 amplifies float32 rounding: after three steps layer4's weights of the two float32
+    runs each differ from float64 by 10-17%, and the largest element of a difference is
+    noise: one tensor's was 4.4 times PyTorch's where the root mean squares were 1.8
+    times). Returns the squared distances summed (ctc's, PyTorch float32's) and float64's
+    squared norm."""
     got, t32, t64 = (np.asarray(v, dtype=np.float64) for v in (got, t32, t64))
+    rms = lambda d: float(np.sqrt(np.mean(np.square(d))))   # noqa: E731
+    scale = max(rms(t64), 1e-30)
+    sums = tuple(float(np.sum(np.square(d))) for d in (got - t64, t32 - t64, t64))
     if np.all(np.abs(got - t32) <= rtol * np.abs(t32) + 1e-6):
-        return
-    d_ctc, d_torch = np.abs(got - t64).max(), np.abs(t32 - t64).max()
-    assert d_ctc <= 2 * d_torch + rtol * np.abs(t64).max(), \
-        f"{what}: ctc is {d_ctc:.3g} from float64, PyTorch float32 {d_torch:.3g}"
+        return sums
+    d_ctc, d_torch = rms(got - t64), rms(t32 - t64)
+    assert d_ctc <= factor * d_torch + rtol * scale, \
+        f"{what}: ctc is {d_ctc:.3g} from float64 (root mean square), PyTorch float32 {d_torch:.3g}"
+    return sums
 
 
 @pytest.mark.parametrize("name", ["resnet18", pytest.param("mobilenet_v3_small", marks=pytest.mark.slow),
@@ -177,11 +184,15 @@ def test_backbone_training_steps(tmp_path, name):
         w = nxt
     got = st_read(w)
     sd64 = m64.state_dict()
+    sq = []   # each tensor's squared distances to float64 (ctc's, PyTorch float32's) and float64's norm
     for k, v in mod.model.state_dict().items():
         if k.endswith("num_batches_tracked"):
             assert int(got[k]) == int(v) == 3, k
-        else:
-            near_float64(f"{name} {k} after 3 steps", got[k], v.numpy(), sd64[k].numpy(), 1e-4)
+        else:   # per tensor, 3 times PyTorch's distance (a wrong gradient is an error near 100%)
+            sq.append(near_float64(f"{name} {k} after 3 steps", got[k], v.numpy(), sd64[k].numpy(), 1e-4, 3))
+    c, t, n = (sum(x) for x in zip(*sq))   # all of the state: ctc within 1.5 times PyTorch's distance
+    assert c <= 1.5 ** 2 * t + 1e-8 * n, \
+        f"{name} after 3 steps: ctc's state {np.sqrt(c / n):.3g} from float64, PyTorch float32's {np.sqrt(t / n):.3g}"
 
 
 def test_pretrained_weights_refused(tmp_path):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_entry
+from ctc_testlib import CTC, compare, load_module, run, run_entry, torch2_python
 
 VMAP = """\
 import torch
@@ -460,11 +460,10 @@ def test_jacobian_unrolls_where_the_batch_axis_does_not_fit(tmp_path):
     compare("e_deep", got, mod.e_deep(torch.from_numpy(x)).numpy(), 1e-5, 1e-6)
 
 
-TORCH2 = os.environ.get("CTC_TORCH2_PYTHON") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "bench", ".venv", "bin", "python")
+TORCH2 = torch2_python("numpy")   # PyTorch 2.x of bench/.venv (optional; its scripts read .npy files)
 
 
-@pytest.mark.skipif(not os.path.exists(TORCH2), reason="no PyTorch 2.x in bench/.venv (optional)")
+@pytest.mark.skipif(TORCH2 is None, reason="no PyTorch 2.x with numpy in bench/.venv (optional)")
 def test_per_sample_gradients_against_torch_func_2x(vmap_program):
     """Optional: the same per-sample gradients against torch.func of PyTorch 2.x."""
     tmp, exe, mod = vmap_program
