@@ -100,6 +100,10 @@ static inline void ctc_flip_w_f32(const float *w, int64_t M, int64_t O, int64_t 
 #define ctc_gemm_own_pack_f32 ctc_gemm_pack_avx512_f32
 #define CTC_GEMM_X86_MIN_ROWS 8
 #define CTC_GEMM_X86_MIN_COLS 32
+/* the first n of 16 lanes (none for n <= 0, all from 16): a 32-column row's masks are n and n - 16 */
+static inline __mmask16 ctc_lanes16(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
 #define CTC_NP_avx512 4   /* panels of op(B) packed together when B is not transposed (ctc_pack_bn_f32) */
 /* dst[k * ldd + j] = src[j * lds + k] for a 16x16 block: unpack 32-bit, then 64-bit
  * pairs, then a 4x4 transpose of the 128-bit lanes. */
@@ -152,8 +156,8 @@ static void ctc_pack_bn_f32(const float *b, int64_t ldb, int64_t k0, int64_t kc,
     const float *bk = b + (k0 + k) * ldb + j0;
     for (int64_t p = 0; p * 32 < nj; p++) {
       const int64_t w = nj - p * 32;
-      const __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
-      const __mmask16 m1 = w >= 32 ? 0xffff : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
+      const __mmask16 m0 = ctc_lanes16(w);
+      const __mmask16 m1 = ctc_lanes16(w - 16);
       _mm512_store_ps(bp + p * kb * 32 + k * 32, _mm512_maskz_loadu_ps(m0, bk + p * 32));
       _mm512_store_ps(bp + p * kb * 32 + k * 32 + 16, _mm512_maskz_loadu_ps(m1, bk + p * 32 + 16));
     }
@@ -274,8 +278,8 @@ static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N
         else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
         for (int64_t p = 0; p * 32 < nj; p++) {
           const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
-          const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-          const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+          const __mmask16 m0 = ctc_lanes16(nr);
+          const __mmask16 m1 = ctc_lanes16(nr - 16);
           const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
           for (int64_t i = i0; i < i0 + mc; i += 12) {
             const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
@@ -756,8 +760,8 @@ typedef uint32_t __attribute__((__may_alias__)) ctc_bf16x2;
 static inline __m512i ctc_bf16_pairs_row(const float *p, int64_t n) {
   const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
                                        25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __mmask16 m0 = n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-  const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+  const __mmask16 m0 = ctc_lanes16(n);
+  const __mmask16 m1 = ctc_lanes16(n - 16);
   const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(m0, p));
   const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(m1, p + 16));
   return _mm512_permutex2var_epi16(lo, odd, hi);
@@ -797,8 +801,8 @@ static void ctc_pack_a_bf16(int ta, const float *a, int64_t lda, int64_t i0, int
 static void ctc_pack_bn_bf16(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n,
                              ctc_bf16x2 *restrict bp) {
   const int np = (int)((n + 31) / 32), nr = (int)(n - 32 * (np - 1));
-  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  const __mmask16 m0 = ctc_lanes16(nr);
+  const __mmask16 m1 = ctc_lanes16(nr - 16);
   for (int64_t q = 0; 2 * q < kc; q++) {
     const float *x = b + (k0 + 2 * q) * ldb + j0, *y = x + ldb;
     const int two = 2 * q + 1 < kc;
@@ -883,8 +887,8 @@ static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, i
       ctc_pack_a_bf16(ta, a, lda, i0, mc, k0, kc, kpl, mcl, ap);
       for (int64_t j0 = 0; j0 < N; j0 += 32) {
         const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
-        const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-        const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+        const __mmask16 m0 = ctc_lanes16(nr);
+        const __mmask16 m1 = ctc_lanes16(nr - 16);
         ctc_bf16x2 *restrict bq = bp + j0 / 32 % 4 * 8192;   /* this panel */
         if (tb) ctc_pack_bt_bf16(b, ldb, k0, kc, j0, nr, bq);
         else if (j0 % 128 == 0) ctc_pack_bn_bf16(b, ldb, k0, kc, j0, N - j0 < 128 ? N - j0 : 128, bp);
@@ -1052,8 +1056,8 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
         ctc_pack_pix_rows_bf16(x, hx, off, tap, mc, kc, kpl, ap);
         for (int64_t j = jg; j < jg + nj; j += 32) {
           const int nr = jg + nj - j < 32 ? (int)(jg + nj - j) : 32;
-          const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-          const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+          const __mmask16 m0 = ctc_lanes16(nr);
+          const __mmask16 m1 = ctc_lanes16(nr - 16);
           const ctc_bf16x2 *bq = bp + (j - jg) / 32 * 8192;
           for (int64_t i = 0; i < mc; i += 12) {
             const int mr = mc - i < 12 ? (int)(mc - i) : 12;
