@@ -163,10 +163,11 @@ int main(void) {
           wrong += one(t >> 1, t & 1, (mi + ni + ki + t) % 2, Ms[mi], Ns[ni], Ks[ki], (mi + ki) % 3);
           cases++;
         }
-#ifndef FEW   /* past an M block (384 rows) and two groups of op(B) panels packed together (64 columns) */
-  static const int L[][3] = {{400, 150, 530}, {390, 129, 33}};
+#ifndef FEW   /* past an M block (384 rows) and two groups of op(B) panels packed together (64 columns); C's
+                rows 1024 floats apart (ldc = N + pad: the AVX-512 tiles keep their sums off C) */
+  static const int L[][4] = {{400, 150, 530, 0}, {390, 129, 33, 1}, {40, 1000, 530, 24}, {13, 1023, 70, 1}};
   for (int t = 0; t < 4; t++)
-    for (int s = 0; s < 2; s++) wrong += one(t >> 1, t & 1, (s + t) % 2, L[s][0], L[s][1], L[s][2], s), cases++;
+    for (int s = 0; s < 4; s++) wrong += one(t >> 1, t & 1, (s + t) % 2, L[s][0], L[s][1], L[s][2], L[s][3]), cases++;
 #endif
 #ifndef CTC_HAVE_CBLAS
   static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}};
