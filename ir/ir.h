@@ -509,7 +509,9 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in);
  * computes: the input gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights.
  * Its scratch (part of ir_scratch_bytes): the transformed weights [16, M, K] (the weight
  * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K B + 16] and
- * products (output gradients) [16, M B + 16]. */
+ * products (output gradients) [16, M B + 16], with B 32 tiles more when it is 64 or more and the
+ * call is not the weight gradient (the blocks of B / n tiles that each of n threads takes, their
+ * planes 16 floats apart). */
 #define IR_CONV_WINO_MAX_K 512
 #define IR_CONV_WINO_MAX_W ((int64_t)1 << 18)
 int ir_conv_wino(const Func *f, const Inst *in);

@@ -112,7 +112,8 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   }
   if (ir_conv_wino(f, in)) {   /* either branch of the C (#ifdef CTC_CONV_WINO_f32) may run */
     int64_t K = in->op != IR_CONV2D_BWD_INPUT ? C : O, M = in->op != IR_CONV2D_BWD_INPUT ? O : C;
-    int64_t w = 4 * 16 * (M * K + (K + M) * ir_conv_wino_block(f, in) + 2 * 16);   /* (+ CTC_WINO_PAD a plane) */
+    const int64_t B = ir_conv_wino_block(f, in), room = in->op == IR_CONV2D_BWD_WEIGHT || B < 64 ? B : B + 32;
+    int64_t w = 4 * 16 * (M * K + (K + M) * room + 2 * 16);   /* (+ CTC_WINO_PAD a plane) */
     if (b != INT64_MAX && w > b) b = w;
   }
   if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;

@@ -59,6 +59,9 @@ CASES = [
     # cross images), 60 tiles (a last group of 12); one tile row an image, 24 tiles (a last of 8)
     ("wino_narrow8", 5, 16, 6, 8, 20, (3, 3), 1, 1, 1, 1, False, 0),
     ("wino_narrow16", 3, 24, 2, 16, 16, (3, 3), 1, 1, 1, 1, False, 0),
+    # 16 and 18 channels: blocks of 480 tiles, 224 a thread of 2 (each thread's blocks its own),
+    # 4 images of 12 x 11 tile rows: 528 tiles, the first thread's second block 80 tiles
+    ("wino_threads", 4, 16, 24, 22, 18, (3, 3), 1, 1, 1, 1, False, 0),
 ]
 
 
