@@ -12,7 +12,8 @@ AVX-512 one: --cflags=-march=haswell (ctc's AVX-512 GEMM is compiled out, OpenBL
 and OPENBLAS_CORETYPE=Haswell for ctc, PyTorch and the sgemm probe; for PyTorch
 ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 (its convolutions) and
 MKL_ENABLE_INSTRUCTIONS=AVX2 (torch 2.x's GEMMs). The header prints the machine's sgemm rate: OpenBLAS's cblas_sgemm at
-1024x1024x1024 with --threads threads (best of 5), to hold the GEMM-bound rows against.
+1024x1024x1024 with --threads threads (best of 5), to hold the GEMM-bound rows against, and with
+more than one thread a cache line's round trip between the first two CPUs (one core complex or two).
 
 For each model of ../shared/bench/models (make_model(), make_inputs()) it writes
 the file a user would write around it: `model`, an SGD-momentum `optimizer`, a
@@ -196,6 +197,76 @@ def sgemm_rate(d, threads, avx2):
         env["OPENBLAS_CORETYPE"] = core
     r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300)
     return float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+# Two threads pinned to CPUs argv[1] and argv[2] pass a cache line back and forth: the round
+# trip's nanoseconds (best of 5 runs of 200,000). On one core complex it is tens of ns; across
+# two (or two sockets) hundreds, and a kernel whose threads read what the others wrote slows
+# down there: a Zen 4 VM's 2 vCPUs measured 51-67 ns and, in another hour, 320-330 ns.
+PINGPONG_PROBE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static _Alignas(64) _Atomic long flag;
+static int cpu[2];
+static int pin(int c) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(c, &s);
+  return pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+}
+enum { N = 200000 };
+static void *other(void *p) {
+  (void)p;
+  if (pin(cpu[1]) != 0) exit(2);
+  for (long r = 0; r < 5; r++)
+    for (long i = 2 * N * r + 1; i < 2 * N * (r + 1); i += 2) {
+      while (atomic_load(&flag) != i) {}
+      atomic_store(&flag, i + 1);
+    }
+  return NULL;
+}
+int main(int argc, char **argv) {
+  if (argc != 3) return 2;
+  cpu[0] = atoi(argv[1]), cpu[1] = atoi(argv[2]);
+  pthread_t t;
+  if (pin(cpu[0]) != 0 || pthread_create(&t, NULL, other, NULL) != 0) return 2;
+  double best = 1e30;
+  for (long r = 0; r < 5; r++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 2 * N * r; i < 2 * N * (r + 1); i += 2) {
+      atomic_store(&flag, i + 1);
+      while (atomic_load(&flag) != i + 2) {}
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / N;
+    if (ns < best) best = ns;
+  }
+  pthread_join(t, NULL);
+  printf("%.0f\n", best);
+  return 0;
+}
+"""
+
+
+def core_round_trip(d):
+    """(cpu a, cpu b, ns): a cache line's round trip between the first two CPUs this process may
+    run on, or None (one CPU, or the probe cannot be built or pinned)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    src, exe = os.path.join(d, "pingpong_probe.c"), os.path.join(d, "pingpong_probe")
+    with open(src, "w") as f:
+        f.write(PINGPONG_PROBE)
+    if subprocess.run(["cc", "-O2", "-std=c11", src, "-o", exe, "-lpthread"], capture_output=True).returncode != 0:
+        return None
+    r = subprocess.run([exe, str(cpus[0]), str(cpus[1])], capture_output=True, text=True, timeout=120)
+    return (cpus[0], cpus[1], float(r.stdout)) if r.returncode == 0 and r.stdout.strip() else None
 
 
 # ---- the torch worker (run in its own process) -------------------------------------------
@@ -394,6 +465,10 @@ def main():
         rate = sgemm_rate(d, a.threads, a.avx2)
         print(f"# sgemm rate (OpenBLAS cblas_sgemm 1024^3, {a.threads} threads, best of 5): "
               + (f"{rate:.1f} GFLOP/s" if rate else "unavailable (no OpenBLAS to link)"), flush=True)
+        trip = core_round_trip(d) if a.threads > 1 else None
+        if trip:
+            print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
+                  f"complex; hundreds: two, where {a.threads}-thread times depend on the placement)", flush=True)
         for model in models:
             exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype)
             for mode in modes:
