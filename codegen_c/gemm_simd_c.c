@@ -241,7 +241,7 @@ static const char gemm_avx512_text[] =
     "                                                                    float *c1p, int64_t ldc, __mmask16 m0,\n"
     "                                                                    __mmask16 m1, int add) {\n"
     "  const float *ai[12];\n"
-    "  _Alignas(64) float t[T ? 12 * 32 : 1];\n"
+    "  _Alignas(64) float t[T ? 12 * 32 : 1];   /* (a 12 x 32 array in every instantiation: 1-5% slower) */\n"
     "#pragma GCC unroll 12\n"
     "  for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;\n"
     "  for (int64_t k0 = 0; k0 < kc; k0 += 32) {\n"

@@ -239,7 +239,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
                                                                     float *c1p, int64_t ldc, __mmask16 m0,
                                                                     __mmask16 m1, int add) {
   const float *ai[12];
-  _Alignas(64) float t[T ? 12 * 32 : 1];
+  _Alignas(64) float t[T ? 12 * 32 : 1];   /* (a 12 x 32 array in every instantiation: 1-5% slower) */
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
   for (int64_t k0 = 0; k0 < kc; k0 += 32) {
