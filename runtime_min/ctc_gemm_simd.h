@@ -262,7 +262,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
 }
 /* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_f32, in the fewest
  * rows of 12, 8 or 4 computed; the sums kept off C when its rows share L1 sets (rows 1024 floats
- * apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; other strides measured 0-1% faster adding to C) */
+ * apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; at other strides the buffer was 3-5% slower) */
 static inline __attribute__((always_inline)) void ctc_gemm_rows_f32(int64_t kc, const float *a, int64_t ars,
                                                                     int64_t aks, int mr, const float *bp,
                                                                     float *c0p, float *c1p, int64_t ldc,
