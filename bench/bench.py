@@ -183,20 +183,29 @@ int main(void) {
 """
 
 
+def run_probe(d, name, text, libs, args=(), env=None, timeout=300):
+    """A C probe's one number: `text` written to d/name.c, built with libs and run with args;
+    None when it cannot be built, fails, prints nothing or outlasts timeout seconds."""
+    src, exe = os.path.join(d, name + ".c"), os.path.join(d, name)
+    with open(src, "w") as f:
+        f.write(text)
+    if subprocess.run(["cc", "-O2", "-std=gnu11", src, "-o", exe, *libs], capture_output=True).returncode != 0:
+        return None
+    try:
+        r = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
 def sgemm_rate(d, threads, avx2):
     """OpenBLAS's sgemm GFLOP/s at 1024^3 on `threads` threads (None when it cannot be built)."""
-    src, exe = os.path.join(d, "sgemm_probe.c"), os.path.join(d, "sgemm_probe")
-    with open(src, "w") as f:
-        f.write(SGEMM_PROBE)
-    if subprocess.run(["cc", "-O2", src, "-o", exe, "-lopenblas"], capture_output=True).returncode != 0:
-        return None
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     env.pop("OPENBLAS_CORETYPE", None)
     core = bench_coretype(avx2)
     if core:
         env["OPENBLAS_CORETYPE"] = core
-    r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300)
-    return float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+    return run_probe(d, "sgemm_probe", SGEMM_PROBE, ["-lopenblas"], env=env)
 
 
 # Two threads pinned to CPUs argv[1] and argv[2] pass a cache line back and forth: the round
@@ -260,16 +269,9 @@ def core_round_trip(d):
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
-    src, exe = os.path.join(d, "pingpong_probe.c"), os.path.join(d, "pingpong_probe")
-    with open(src, "w") as f:
-        f.write(PINGPONG_PROBE)
-    if subprocess.run(["cc", "-O2", "-std=c11", src, "-o", exe, "-lpthread"], capture_output=True).returncode != 0:
-        return None
-    try:   # (two CPUs that are not really two spin for long)
-        r = subprocess.run([exe, str(cpus[0]), str(cpus[1])], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return None
-    return (cpus[0], cpus[1], float(r.stdout)) if r.returncode == 0 and r.stdout.strip() else None
+    # (two CPUs that are not really two spin for long: 60 s at most)
+    ns = run_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"], [str(cpus[0]), str(cpus[1])], timeout=60)
+    return (cpus[0], cpus[1], ns) if ns else None
 
 
 # ---- the torch worker (run in its own process) -------------------------------------------

@@ -231,8 +231,9 @@ static inline __attribute__((always_inline)) void ctc_tile_next_f32(const int R,
  * other 16 at c1p + i * ldc) = (C +, if add) sum over k < kc of A[i, k] bp[k]:
  * A[i, k] at a[i * ars + k * aks]. R (12, 8 or 4, a constant where it is called) rows are
  * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum 32 k at a
- * time, each such partial sum added to C in memory (blocked summation: the rounding
- * error of a dot product of length K grows as 32 + K / 32 additions, not K). */
+ * time, each such partial sum added to C in memory, or with T to the sum kept in t
+ * (ctc_tile_next_f32; blocked summation: the rounding error of a dot product of length K
+ * grows as 32 + K / 32 additions, not K). */
 static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, const int T, int64_t kc, const float *a,
                                                                     int64_t ars, int64_t aks, int mr,
                                                                     const float *restrict bp, float *c0p,
