@@ -435,6 +435,11 @@ int ctc_error_set(char *msg, size_t cap, int code, const char *fmt, ...)
  * Returns the process exit status (0 ok, 1 usage or data error, 2 I/O error). */
 int ctc_main(int argc, char **argv, const ctc_model_desc *desc);
 
+/* A model's arena (the driver's and the Python module's): `bytes` zeroed bytes aligned to
+ * `align` (a power of two), from 2 MiB on on a 2 MiB boundary with Linux's transparent huge
+ * pages asked for (madvise); free() releases it. NULL when out of memory. */
+void *ctc_arena_alloc(size_t align, size_t bytes);
+
 /* Called first in ctc_main: if the process uses OpenBLAS and OPENBLAS_CORETYPE is
  * unset, pick the core type from the CPU (cpuid) and re-exec once, so that
  * Debian's OpenBLAS uses its AVX2/AVX-512 kernels on CPUs it does not recognise;

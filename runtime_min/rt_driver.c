@@ -33,6 +33,9 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* setenv, execv, clock_gettime */
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (glibc) */
+#endif
 #include "ctc_rt.h"
 #include "rt_driver_int.h"
 
@@ -43,6 +46,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 #include <unistd.h>
 
 
@@ -127,14 +133,26 @@ double ctc_drv_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* aligned_alloc needs a size that is a multiple of the alignment; never 0. */
+/* aligned_alloc needs a size that is a multiple of the alignment; never 0. From 2 MiB on the
+ * block starts on a 2 MiB boundary and Linux is asked to back it with transparent huge pages
+ * (advice: where the system gives none, nothing changes). A training step's arena is a hundred
+ * MiB that its kernels walk in several streams at once: on 4 KiB pages the TLB misses slowed
+ * them (Zen 4, 1 thread: the bench resnet's train step 203-209 -> 197-198 ms, its kernels
+ * around the convolutions 29 -> 22 ms; llama 240 -> 230-236, gpt 244-252 -> 241-248). */
 void *ctc_drv_alloc_aligned(size_t align, size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  if (bytes >= huge && align < huge) align = huge;
   if (bytes > SIZE_MAX - align) return NULL;
   size_t n = bytes ? (bytes + align - 1) / align * align : align;
   void *p = aligned_alloc(align, n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p && n >= huge) (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
   if (p) memset(p, 0, n);
   return p;
 }
+
+void *ctc_arena_alloc(size_t align, size_t bytes) { return ctc_drv_alloc_aligned(align, bytes); }
 
 static void usage(FILE *f, const char *prog, const ctc_model_desc *desc) {
   const char *dflt = desc->nentries > 0 ? desc->entries[0].name : "forward";

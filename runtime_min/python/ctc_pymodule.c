@@ -105,7 +105,7 @@ static PyObject *model_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   size_t align = DESC->arena_align ? DESC->arena_align : 64;
   size_t bytes = (DESC->arena_bytes + align - 1) / align * align;
   self->model = calloc(1, DESC->model_size ? DESC->model_size : 1);
-  self->arena = aligned_alloc(align, bytes ? bytes : align);
+  self->arena = ctc_arena_alloc(align, bytes);
   if (!self->model || !self->arena) {
     Py_DECREF(self);
     return PyErr_Format(PyExc_MemoryError, "%s.Model: cannot allocate the model's arena (%zu bytes)", MODNAME, bytes);
