@@ -136,6 +136,33 @@ def make_model():
     return Net()
 """
 
+# BatchNorm in training: its statistics and their gradients are row kernels over N, H and W
+# (a block per channel), the residual block's backward among them.
+BNORM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)) + h)
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+def make_model():
+    return Net()
+"""
+
 # name -> (source, forward's input name, x, y)
 MODELS = {
     "dataops": (lambda: DATAOPS, "x", lambda r: r.standard_normal((4, 3, 8, 8)).astype(np.float32),
@@ -151,6 +178,8 @@ MODELS = {
               lambda r: r.integers(0, 10, 8)),
     "reduce": (lambda: REDUCE, "x", lambda r: r.standard_normal((4, 3, 40, 12)).astype(np.float32),
                lambda r: r.integers(0, 10, 4)),
+    "bnorm": (lambda: BNORM, "x", lambda r: r.standard_normal((4, 3, 10, 10)).astype(np.float32),
+              lambda r: r.integers(0, 10, 4)),
 }
 
 
@@ -196,6 +225,9 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
             assert re.search(r"grid-stride\) \*/\n[^\n]*\n(?:  [^\n]*\n)*?    /\* dataops\.py:\d+  " + re.escape(op), code), op
     if name == "embed":   # the vocabulary in slices of 3 rows, a thread per column and slice
         assert "ctc_v0 = ctc_i / 16 * 3;" in code and "/* padding_idx: no gradient */" in code
+    if name == "bnorm":   # the statistics and their gradients: a block per channel, rows over N, H and W
+        assert "for (int64_t ctc_row = blockIdx.x; ctc_row < 8; ctc_row += gridDim.x) {" in code
+        assert "for (int64_t ctc_j = threadIdx.x; ctc_j < 400; ctc_j += blockDim.x) {" in code
     if name == "reduce":   # the max over (0, 2) and g's gradient, a block per 8 results
         split = re.findall(r"/\* reduce\.py:\d+  (reduce_\w+)\(.*\n/\* a block of 256 threads per 8 results", code)
         assert "reduce_max" in split and "reduce_sum" in split, split
@@ -212,8 +244,10 @@ def test_emulated_matches_c_target_and_torch(tmp_path, name, rt_objects):
     assert gw.keys() == cw.keys()
     for k in cw:
         compare(f"{name} {k} after a step vs C", gw[k], cw[k], 1e-5, 1e-6)
+    mod.model.eval()   # `run forward` is inference (BatchNorm's running statistics); the step trains
     with torch.no_grad():
         want = mod.model(torch.from_numpy(x)).numpy()
+    mod.model.train()
     compare(f"{name} forward vs torch", go, want, 1e-4, 1e-5)
     loss_t = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
     compare(f"{name} loss vs torch", gl, np.float32(loss_t), 1e-4, 1e-5)

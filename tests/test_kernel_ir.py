@@ -573,3 +573,89 @@ def test_conv_calls_rendered_by_both_targets(tmp_path):
         tail = ", ".join([g[3], g[4], g[7], g[8], g[11], g[12], g[13], g[14], g[15], g[16], g[9], g[10]])
         assert re.search(r"ctc_im2col_f32\([^;]*, \d+, " + tail + r", ", c), (tail, c)
         assert re.search(r"ctc_im2col_f32, [^;]*, \d+, " + tail + r", ", cu), (tail, cu)
+
+
+# Statistics over every axis but the channels (BatchNorm's, as custom norm layers spell them out):
+# each reduction's rows run over axes 0, 2 and 3, not the last axis alone.
+CHANNEL_STATS = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(1, 3, 1, 1) + 0.5)
+
+    def forward(self, x):
+        mean = x.mean(dim=(0, 2, 3), keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=(0, 2, 3), keepdim=True)
+        y = (x - mean) * torch.rsqrt(var + 1e-5) * self.w
+        return torch.relu(y), (x * self.w).amax(dim=(0, 2, 3))
+"""
+
+# A sum of an array alone: read in place, run by run.
+CHANNEL_SUM = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=(0, 2, 3), keepdim=True) * x
+"""
+
+STATS_SPECS = ["--input", "x=f32[5,3,6,200]"]
+
+
+def _stats_input():
+    return [np.random.default_rng(1).standard_normal((5, 3, 6, 200)).astype(np.float32) * 2 + 0.5]
+
+
+def test_channel_statistics_are_one_row_kernel_on_both_targets(tmp_path, rt_objects):
+    """A reduction over axes 0, 2 and 3 of [N, C, H, W] (the last one among them) is a row kernel
+    whose rows are the channels: the mean, the variance around it and the normalised output in one
+    kernel, x - mean computed again in the later loops (not stored); C walks blocks of channels,
+    each loop in the arrays' order, a row's runs of H W elements in chunks that fit its sums'
+    arrays (the first loop's sum and maximum: 1024 of the 1200), the sums' lanes going on from
+    run to run; CUDA takes a block per channel. Both match PyTorch."""
+    p = tmp_path / "stats.py"
+    p.write_text(CHANNEL_STATS)
+    kir = run([CTC, "compile", str(p), *STATS_SPECS, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: row over f32\[5,3,6,200\]\n    loop rows over i1<3 parallel\n", kir, re.M), kir
+    assert len(re.findall(r"^      loop row over i0<5 i2<6 i3<200$", kir, re.M)) == 3, kir
+    sched = run([CTC, "compile", str(p), *STATS_SPECS, "--emit", "kernels"]).stdout
+    assert "rows of 6000 (axes 0 2 3), 3 loops per row" in sched, sched
+    assert re.search(r"%sub\.\d+ = sub \(local, computed again in later loops\)", sched), sched
+    c = run([CTC, "compile", str(p), *STATS_SPECS, "-o", str(tmp_path / "m.c")]) and (tmp_path / "m.c").read_text()
+    assert "for (int64_t r0 = 0; r0 < (batch); r0++) {" in c and "for (int64_t j0 = 0; j0 < 1200; j0 += 1024) {" in c, c
+    assert re.search(r"ctc_sum_more_f32\(\w+_lanes\[q\], \w+_in, jn\);", c), c
+    assert re.search(r"ctc_sum_more_f32\(\w+_lanes\[q\], \w+_in, 1200\);", c), c
+    assert len(re.findall(r"\w+_acc\[q\] = ctc_sum_end_f32\(\w+_lanes\[q\]\);", c)) == 2, c
+    assert "x[r0 * 3600 + i1 * 1200 + (j0 + j)]" in c and "x[r0 * 3600 + i1 * 1200 + j]" in c, c
+    # the rows in blocks (here of one channel), each loop walking them in the arrays' order
+    assert "for (int64_t qb = 0; qb < 3; qb++) {" in c and "const int64_t i1 = qb;" in c, c
+    assert "for (int64_t q = 0; q < nb; q++) {   /* the block's rows, one after another in memory */" in c, c
+    assert not re.search(r"\bsub\w*\[", c), c   # x - mean never stored
+    (tmp_path / "sum.py").write_text(CHANNEL_SUM)
+    run([CTC, "compile", str(tmp_path / "sum.py"), *STATS_SPECS, "-o", str(tmp_path / "sum.c")])
+    cs = (tmp_path / "sum.c").read_text()
+    assert re.search(r"ctc_sum_more_f32\(\w+_lanes\[q\], &x\[r0 \* 3600 \+ i1 \* 1200\], 1200\);", cs), cs
+    torch.manual_seed(0)
+    model = load_module(str(p), "kir_stats").Net()
+    ins = _stats_input()
+    with torch.no_grad():
+        want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
+    got = run_forward(str(tmp_path), str(p), model, ins, STATS_SPECS)
+    for k, (g, w) in enumerate(zip(got, want)):
+        compare(f"C output {k}", g, w, 1e-5, 1e-6)
+    cu, exe = emulated(tmp_path, str(p), STATS_SPECS, rt_objects)
+    code = cu.read_text()
+    assert "for (int64_t ctc_row = blockIdx.x; ctc_row < 3; ctc_row += gridDim.x) {" in code, code
+    assert "for (int64_t ctc_j = threadIdx.x; ctc_j < 6000; ctc_j += blockDim.x) {" in code, code
+    assert "x[ctc_row * 1200 + (ctc_j / 1200) * 3600 + (ctc_j % 1200)]" in code, code   # H, W as one axis
+    w = tmp_path / "w.safetensors"
+    st_write(w, state_dict_np(model))
+    np.save(tmp_path / "in0.npy", ins[0])
+    run_env([exe, "run", "forward", "--weights", w, "--input", tmp_path / "in0.npy",
+             "--output", tmp_path / "out0.npy", "--output", tmp_path / "out1.npy"])
+    for k, wt in enumerate(want):
+        compare(f"CUDA output {k}", np.load(tmp_path / f"out{k}.npy"), wt, 1e-5, 1e-6)
