@@ -655,7 +655,6 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);
   run_pass(p, "low_store", ir_pass_low_store);
-  run_pass(p, "sink_views", ir_pass_sink_views);
   t->p = p;
   return 0;
 }

@@ -353,9 +353,6 @@ void ir_pass_regroup(Program *p, Func *f);
 /* hoist.c: small elementwise values of parameters and literals move to
  * the front of f, so they do not split the kernels around their uses. */
 void ir_pass_hoist(Program *p, Func *f);
-/* sink.c: a view moved down to just before its first reader, in its phase (where it stood it
- * closed the open kernel). */
-void ir_pass_sink_views(Program *p, Func *f);
 /* lowstore.c: with Program.low_store, a rounded (round_bf16/round_f16) float32 value that
  * backward reads is also stored as bf16/f16, and backward reads a cast of that copy. */
 void ir_pass_low_store(Program *p, Func *f);
