@@ -342,6 +342,18 @@ static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigne
   }
 }
 
+/* Every index b's statements use (gather_block), in a malloc'ed array of *n; *axes the axes an
+ * expression reads itself. */
+static const KirIndex **block_accesses(const KirBlock *b, int *n, unsigned *axes) {
+  int cap = 0;
+  gather_block(b, NULL, &cap, axes);
+  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
+  CHECK(acc);
+  *n = 0;
+  gather_block(b, acc, n, axes);
+  return acc;
+}
+
 /* A GEMM epilogue's loop over this thread's block of the result [M, N] (rows i, columns j). */
 static void c_block_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
@@ -373,12 +385,9 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     return;
   }
   const Type *S = &r->k->space;
-  int cap = 0, na = 0;
+  int na = 0;
   unsigned read = 0;
-  gather_block(&s->body, NULL, &cap, &read);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
-  CHECK(acc);
-  gather_block(&s->body, acc, &na, &read);
+  const KirIndex **acc = block_accesses(&s->body, &na, &read);
   int axes = (read & (((1u << s->to) - 1) & ~((1u << s->from) - 1))) != 0;   /* of this nest's */
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
   int64_t d[IR_MAX_DIMS], total = ir_numel(S);   /* the work: the serial loops' in it too */
@@ -438,19 +447,14 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
 
 static void c_row_loop(CgRender *r, const KirStmt *s);
 
-static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigned *axes);
-
 /* A row's kept-axis variables (i<axis>) that the statements of b read, from its place in the
  * block: row qb * rowblock + q */
 static void c_row_vars(CgRender *r, const KirBlock *b) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
-  int cap = 0, na = 0;
+  int na = 0;
   unsigned used = 0;
-  gather_block(b, NULL, &cap, &used);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
-  CHECK(acc);
-  gather_block(b, acc, &na, &used);
+  const KirIndex **acc = block_accesses(b, &na, &used);
   for (int a = 0; a < na; a++)
     for (int k = 0; k < S->ndim; k++) used |= (unsigned)(acc[a]->st[k] != 0) << k;
   free(acc);
@@ -578,12 +582,9 @@ static void c_row_loop_multi(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
   unsigned m = r->k->rmask;
-  int cap = 0, na = 0;
+  int na = 0;
   unsigned read = 0;
-  gather_block(&s->body, NULL, &cap, &read);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
-  CHECK(acc);
-  gather_block(&s->body, acc, &na, &read);
+  const KirIndex **acc = block_accesses(&s->body, &na, &read);
   int64_t d[IR_MAX_DIMS];
   int red[IR_MAX_DIMS], n = 0;
   for (int k = 0; k < S->ndim; k++) r->group[k] = -1;
