@@ -210,7 +210,6 @@ struct CgRender {
   const Kir *k;
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
-  const char **aux2;         /* per value: C, a float sum's lanes over a row of several axes (Kir.rmask) */
   const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
   const char **vname;        /* per variable of the kernel IR (Kir.vars): its name */
   /* options */
@@ -223,11 +222,6 @@ struct CgRender {
   char var[IR_MAX_DIMS + 1][16];
   int group[IR_MAX_DIMS], last[IR_MAX_DIMS];
   int split, in_row;         /* C: accumulations go to the operand arrays; inside a KIR_ROW loop */
-  int64_t rowblock;          /* C, a row over several axes: rows a block walks together (0: one row) */
-  unsigned char *rowval;     /* per value: a per-row value of such a block, an array element (its [q]) */
-  int nhoist;                /* C, such a row's run: loads the same all along it, read before its loop */
-  const KirExpr *hoist[16];
-  const char *hoistn[16];
   int block;                 /* CUDA: threads per row block */
   int64_t per;               /* CUDA: elements of a row per thread */
   int anybuf;                /* CUDA: some value has a per-row array */

@@ -48,11 +48,9 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->accn = calloc(nv, sizeof *r->accn);
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
-  r->aux2 = calloc(nv, sizeof *r->aux2);
-  r->rowval = calloc(nv, 1);
   r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
   r->vname = calloc((size_t)k->vars.len + 1, sizeof *r->vname);
-  CHECK(r->local && r->accn && r->rowarr && r->aux && r->aux2 && r->rowval && r->tname && r->vname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname && r->vname);
   for (int v = 0; v < k->vars.len; v++) r->vname[v] = cg_name(c->ns, k->vars.data[v].hint);
   r->omp_min_work = OMP_MIN_WORK;
   r->serial = -1;
@@ -64,8 +62,6 @@ void cg_render_free(CgRender *r) {
   free(r->accn);
   free(r->rowarr);
   free(r->aux);
-  free(r->aux2);
-  free(r->rowval);
   free(r->tname);
   free(r->vname);
 }
@@ -98,11 +94,6 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
   case KE_LOCAL: cg_puts(b, r->local[x->v]); break;
   case KE_ROWBUF: cg_printf(b, "%s[%s]", r->rowarr[x->v], r->ops->rowpos); break;
   case KE_LOAD:   /* (a folded slice's offset before the renderer's index) */
-    for (int h = 0; h < r->nhoist; h++)
-      if (r->hoist[h]->v == x->v && !memcmp(&r->hoist[h]->ix, &x->ix, sizeof x->ix)) {
-        cg_puts(b, r->hoistn[h]);   /* read before the run's loop */
-        return;
-      }
     r->ops->index(r, &x->ix, idx, sizeof idx);
     if (x->ix.off) cg_printf(b, "%s[%lld + %s]", cg_ref(c, x->v), (ll)x->ix.off, idx);
     else cg_printf(b, "%s[%s]", cg_ref(c, x->v), idx);
@@ -186,14 +177,12 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
     case KS_CALL: CHECK(r->call != NULL); r->call(r, s); break;   /* a microkernel (attn_c.c) */
     case KS_LET:
       cg_render_expr(r, s->x, &x);
-      if (r->rowval[s->v]) LINE(c, "%s = %s;\n", r->local[s->v], x.s);   /* an element of the block's array */
-      else LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, s->v)->dtype), r->local[s->v], x.s);
+      LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, s->v)->dtype), r->local[s->v], x.s);
       break;
     case KS_ROWBUF_PUT: LINE(c, "%s[%s] = %s;\n", r->rowarr[s->v], r->ops->rowpos, r->local[s->v]); break;
     case KS_ACC_INIT: {
       DType t = ty(c, s->v)->dtype;
-      if (r->rowval[s->v]) LINE(c, "%s = %s;\n", r->accn[s->v], cg_acc_init(s->in, t));
-      else LINE(c, "%s %s = %s;\n", cg_acc_type_k(c->k, s->in, t), r->accn[s->v], cg_acc_init(s->in, t));
+      LINE(c, "%s %s = %s;\n", cg_acc_type_k(c->k, s->in, t), r->accn[s->v], cg_acc_init(s->in, t));
       break;
     }
     case KS_ACC:
@@ -342,18 +331,6 @@ static void gather_block(const KirBlock *b, const KirIndex **ix, int *n, unsigne
   }
 }
 
-/* Every index b's statements use (gather_block), in a malloc'ed array of *n; *axes the axes an
- * expression reads itself. */
-static const KirIndex **block_accesses(const KirBlock *b, int *n, unsigned *axes) {
-  int cap = 0;
-  gather_block(b, NULL, &cap, axes);
-  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
-  CHECK(acc);
-  *n = 0;
-  gather_block(b, acc, n, axes);
-  return acc;
-}
-
 /* A GEMM epilogue's loop over this thread's block of the result [M, N] (rows i, columns j). */
 static void c_block_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
@@ -385,9 +362,12 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
     return;
   }
   const Type *S = &r->k->space;
-  int na = 0;
+  int cap = 0, na = 0;
   unsigned read = 0;
-  const KirIndex **acc = block_accesses(&s->body, &na, &read);
+  gather_block(&s->body, NULL, &cap, &read);
+  const KirIndex **acc = malloc(sizeof *acc * (size_t)(cap + 1));
+  CHECK(acc);
+  gather_block(&s->body, acc, &na, &read);
   int axes = (read & (((1u << s->to) - 1) & ~((1u << s->from) - 1))) != 0;   /* of this nest's */
   /* size-1 axes dropped, adjacent axes merged where every access is contiguous across them */
   int64_t d[IR_MAX_DIMS], total = ir_numel(S);   /* the work: the serial loops' in it too */
@@ -445,106 +425,9 @@ static void c_space_loop(CgRender *r, const KirStmt *s) {
   r->merged = 0;
 }
 
-static void c_row_loop(CgRender *r, const KirStmt *s);
-
-/* A row's kept-axis variables (i<axis>) that the statements of b read, from its place in the
- * block: row qb * rowblock + q */
-static void c_row_vars(CgRender *r, const KirBlock *b) {
-  CgFunc *c = r->c;
-  const Type *S = &r->k->space;
-  int na = 0;
-  unsigned used = 0;
-  const KirIndex **acc = block_accesses(b, &na, &used);
-  for (int a = 0; a < na; a++)
-    for (int k = 0; k < S->ndim; k++) used |= (unsigned)(acc[a]->st[k] != 0) << k;
-  free(acc);
-  int64_t inner = 1;
-  char at[64];
-  if (r->rowblock == 1) snprintf(at, sizeof at, "qb");
-  else snprintf(at, sizeof at, "qb * %lld + q", (ll)r->rowblock);
-  for (int k = S->ndim - 1; k >= 0; k--) {
-    if ((r->k->rmask >> k & 1) || S->dims[k] == 1) continue;
-    if (!(used >> k & 1)) {
-      inner *= S->dims[k];
-      continue;
-    }
-    int outer = 1;   /* no kept axis before k of more than one: no modulo */
-    for (int j = 0; j < k; j++) outer &= (r->k->rmask >> j & 1) || S->dims[j] == 1;
-    if (inner == 1 && outer) LINE(c, "const int64_t i%d = %s;\n", k, at);
-    else if (inner == 1) LINE(c, "const int64_t i%d = (%s) %% %lld;\n", k, at, (ll)S->dims[k]);
-    else if (outer) LINE(c, "const int64_t i%d = (%s) / %lld;\n", k, at, (ll)inner);
-    else LINE(c, "const int64_t i%d = (%s) / %lld %% %lld;\n", k, at, (ll)inner, (ll)S->dims[k]);
-    inner *= S->dims[k];
-  }
-}
-
-/* The rows of a row over several axes (Kir.rmask: BatchNorm's channels, each row a channel's runs
- * of H W elements over N): blocks of up to 64 rows (OpenMP's threads share the blocks), each walked loop by
- * loop in the arrays' order (for every image, the block's channels one after another), not row by
- * row: a row's runs lie a whole image apart, and the loops of one row at a time ran at a third of
- * the memory's speed (every run a new page to the prefetcher, the runs in the same cache sets).
- * The per-row values are the block's arrays (`<name>[q]`); the statements between the loops run
- * per row of the block (for q), the row's variables i<axis> from its place. */
-static void c_rows_loop_multi(CgRender *r, const KirStmt *s) {
-  CgFunc *c = r->c;
-  const Type *S = &r->k->space;
-  int64_t nrows = 1;
-  for (int k = 0; k < S->ndim; k++) {
-    snprintf(r->var[k], sizeof r->var[k], "i%d", k);
-    if (!(r->k->rmask >> k & 1)) nrows *= S->dims[k];
-  }
-  r->nvar = S->ndim;
-  /* at least 8 blocks where there are 8 rows (OpenMP's threads share them), at most 64 rows */
-  const int64_t rb = nrows / 8 < 1 ? 1 : nrows / 8 > 64 ? 64 : nrows / 8, nblocks = (nrows + rb - 1) / rb;
-  r->rowblock = rb;
-  int base = c->ind;
-  int par = (s->marks & KIR_PARALLEL) && ir_numel(S) >= r->omp_min_work;
-  c_par_for(c, "qb", nblocks, par ? CG_PAR_OMP : 0);
-  if (nblocks * rb == nrows) LINE(c, "const int64_t nb = %lld;\n", (ll)rb);
-  else LINE(c, "const int64_t nb = qb < %lld ? %lld : %lld;   /* the block's rows */\n", (ll)(nblocks - 1), (ll)rb,
-            (ll)(nrows - (nblocks - 1) * rb));
-  /* the block's arrays: every per-row value and accumulator */
-  for (int j = 0; j < s->body.len; j++) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind == KS_LET || t->kind == KS_ACC_DONE) {
-      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->v)->dtype), r->local[t->v], (ll)rb);
-      r->local[t->v] = arena_printf(c->p->arena, "%s[q]", r->local[t->v]);
-      r->rowval[t->v] = 1;
-    } else if (t->kind == KS_ACC_INIT) {
-      LINE(c, "%s %s[%lld];\n", cg_acc_type_k(c->k, t->in, ty(c, t->v)->dtype), r->accn[t->v], (ll)rb);
-      r->accn[t->v] = arena_printf(c->p->arena, "%s[q]", r->accn[t->v]);
-      r->rowval[t->v] = 1;
-    }
-  }
-  /* statements between the loops: per row of the block */
-  for (int j = 0; j < s->body.len;) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind == KS_LOOP) {
-      c_row_loop(r, t);
-      j++;
-      continue;
-    }
-    KirBlock seg = {0};
-    for (; j < s->body.len && s->body.data[j]->kind != KS_LOOP; j++) vec_push(c->p->arena, &seg, s->body.data[j]);
-    LINE(c, "for (int64_t q = 0; q < nb; q++) {\n");
-    c->ind += 2;
-    c_row_vars(r, &seg);
-    cg_render_block(r, &seg);
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-  c_par_end(c);
-  c->ind = base;
-  r->rowblock = 0;
-}
-
 static void c_rows_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   const Type *S = &r->k->space;
-  if (r->k->rmask != 1u << (S->ndim - 1)) {
-    c_rows_loop_multi(r, s);
-    return;
-  }
   int nout = s->to;
   for (int k = 0; k < nout; k++) snprintf(r->var[k], sizeof r->var[k], "i%d", k);
   snprintf(r->var[nout], sizeof r->var[nout], "j");
@@ -569,212 +452,11 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
   c->ind = base;
 }
 
-static void c_row_run(CgRender *r, const KirStmt *s, const char *len, int nacc);
-static void c_index(CgRender *r, const KirIndex *ix, char *out, size_t cap);
-
-/* A row over several axes (Kir.rmask: BatchNorm's N, H and W): a loop per outer axis of the
- * row, then its innermost run (its trailing axes, merged where every access is contiguous
- * across them) in chunks that fit KN_MAX_ROWBUF: the elements and the reductions' operands
- * (into `<name>_in[]`) in a CTC_OMP_SIMD loop, then each float sum's lanes take the chunk
- * (ctc_sum_more: the lanes go on from run to run, the sum ctc_sum_runs makes), a maximum
- * ctc_max's, integers in order. */
-static void c_row_loop_multi(CgRender *r, const KirStmt *s) {
-  CgFunc *c = r->c;
-  const Type *S = &r->k->space;
-  unsigned m = r->k->rmask;
-  int na = 0;
-  unsigned read = 0;
-  const KirIndex **acc = block_accesses(&s->body, &na, &read);
-  int64_t d[IR_MAX_DIMS];
-  int red[IR_MAX_DIMS], n = 0;
-  for (int k = 0; k < S->ndim; k++) r->group[k] = -1;
-  for (int k = 0; k < S->ndim; k++) {
-    if (S->dims[k] == 1) continue;
-    int rk = (int)(m >> k & 1), merge = n > 0 && rk && red[n - 1] && !read;
-    for (int a = 0; a < na && merge; a++) merge = acc[a]->st[r->last[n - 1]] == acc[a]->st[k] * S->dims[k];
-    if (merge) {
-      d[n - 1] *= S->dims[k];
-      r->group[k] = n - 1;
-      r->last[n - 1] = k;
-      continue;
-    }
-    d[n] = S->dims[k], red[n] = rk;
-    r->group[k] = n;
-    r->last[n++] = k;
-  }
-  free(acc);
-  CHECK(n > 0 && red[n - 1]);
-  int nacc = 0;
-  for (int j = 0; j < s->body.len; j++) nacc += s->body.data[j]->kind == KS_ACC;
-  /* a loop of float reductions of arrays alone, each contiguous along the run: they read the
-   * arrays in place (no copy into an operand array, no chunks) */
-  int direct = nacc == s->body.len;
-  for (int j = 0; j < s->body.len && direct; j++) {
-    const KirStmt *t = s->body.data[j];
-    direct = t->x->kind == KE_LOAD && t->x->ix.st[r->last[n - 1]] == 1 && ir_dtype_is_float(ty(c, t->v)->dtype) &&
-             ty(c, t->in->args[0])->dtype == ty(c, t->v)->dtype;
-  }
-  const int64_t inner = d[n - 1], most = nacc && !direct ? KN_MAX_ROWBUF / (8 * nacc) / 32 * 32 : inner;
-  const int64_t ch = inner < most ? inner : most > 32 ? most : 32;
-  const int chunked = ch < inner;
-  char hint[160];
-  for (int j = 0; j < s->body.len; j++) {   /* a float sum's lanes, one state per row of the block */
-    const KirStmt *t = s->body.data[j];
-    if (t->kind != KS_ACC || t->in->op != IR_REDUCE_SUM || !ir_dtype_is_float(ty(c, t->v)->dtype)) continue;
-    snprintf(hint, sizeof hint, "%s_lanes", c->cname[t->v]);
-    const char *ln = cg_name(c->ns, hint);
-    c->k->sum[ty(c, t->v)->dtype] = 1;
-    LINE(c, "%s %s[%lld][4][8];\n", cg_acc_type_k(c->k, t->in, ty(c, t->v)->dtype), ln, (ll)r->rowblock);
-    LINE(c, "memset(%s, 0, sizeof %s);\n", ln, ln);
-    r->aux2[t->v] = arena_printf(c->p->arena, "%s[q]", ln);
-  }
-  int base = c->ind;
-  r->merged = 1;
-  r->nvar = n;
-  for (int g = 0; g < n; g++) {
-    if (!red[g]) snprintf(r->var[g], sizeof r->var[g], "i%d", r->last[g]);
-    else if (g < n - 1) snprintf(r->var[g], sizeof r->var[g], "r%d", g);
-    else snprintf(r->var[g], sizeof r->var[g], chunked ? "(j0 + j)" : "j");
-    if (red[g] && g < n - 1) {
-      LINE(c, "for (int64_t %s = 0; %s < %lld; %s++) {\n", r->var[g], r->var[g], (ll)d[g], r->var[g]);
-      c->ind += 2;
-    }
-  }
-  LINE(c, "for (int64_t q = 0; q < nb; q++) {   /* the block's rows, one after another in memory */\n");
-  c->ind += 2;
-  c_row_vars(r, &s->body);
-  const char *len = chunked ? "jn" : NULL;
-  char lenbuf[32];
-  if (chunked) {
-    LINE(c, "for (int64_t j0 = 0; j0 < %lld; j0 += %lld) {\n", (ll)inner, (ll)ch);
-    c->ind += 2;
-    LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)inner, (ll)ch, (ll)inner, (ll)ch);
-  } else {
-    snprintf(lenbuf, sizeof lenbuf, "%lld", (ll)inner);
-    len = lenbuf;
-  }
-  if (direct) {
-    for (int j = 0; j < s->body.len; j++) {
-      const KirStmt *t = s->body.data[j];
-      DType rt = ty(c, t->v)->dtype;
-      char idx[IDX_CAP], x[IDX_CAP + 200];
-      KirIndex at = t->x->ix;   /* the run's first element */
-      for (int k = 0; k < S->ndim; k++)
-        if (r->group[k] == n - 1) at.st[k] = 0;
-      c_index(r, &at, idx, sizeof idx);
-      if (r->aux2[t->v]) {
-        LINE(c, "ctc_sum_more_%s(%s, &%s[%s], %s);\n", cg_dt_suffix(rt), r->aux2[t->v], cg_ref(c, t->x->v), idx, len);
-      } else {
-        c->k->max[rt] = 1;
-        snprintf(x, sizeof x, "ctc_max_%s(&%s[%s], %s)", cg_dt_suffix(rt), cg_ref(c, t->x->v), idx, len);
-        cg_acc_update(c, t->in, r->accn[t->v], x);
-      }
-    }
-    nacc = 0;
-  }
-  for (int j = 0; j < s->body.len && nacc; j++) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind != KS_ACC) continue;
-    snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
-    r->aux[t->v] = cg_name(c->ns, hint);
-    LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)ch);
-  }
-  if (!direct) c_row_run(r, s, len, nacc);
-  while (c->ind > base) {
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-  int ends = 0;
-  for (int j = 0; j < s->body.len; j++) {
-    const KirStmt *t = s->body.data[j];
-    if (t->kind != KS_ACC || !r->aux2[t->v]) continue;
-    if (!ends++) LINE(c, "for (int64_t q = 0; q < nb; q++) {\n");
-    LINE(c, "  %s = ctc_sum_end_%s(%s);\n", r->accn[t->v], cg_dt_suffix(ty(c, t->v)->dtype), r->aux2[t->v]);
-  }
-  if (ends) LINE(c, "}\n");
-  r->merged = 0;
-  for (int k = 0; k < S->ndim; k++) snprintf(r->var[k], sizeof r->var[k], "i%d", k);
-  r->nvar = S->ndim;
-}
-
-/* c_row_loop_multi's run of len elements: the elements and the reductions' operands, then each
- * accumulation takes the run's operands */
-/* Loads of x's tree read first, each once: those the same all along the run (inner 0, before
- * its loop) or the others (inner 1, at the top of its body) */
-static void hoist_expr(CgRender *r, const KirExpr *x, unsigned run, int inner) {
-  CgFunc *c = r->c;
-  if (x->kind == KE_LOAD && r->nhoist < 16) {
-    int same = 1;   /* the same element all along the run */
-    for (int k = 0; k < r->k->space.ndim; k++) same &= !(run >> k & 1) || x->ix.st[k] == 0;
-    int take = same != inner;
-    for (int h = 0; h < r->nhoist && take; h++)
-      take = !(r->hoist[h]->v == x->v && !memcmp(&r->hoist[h]->ix, &x->ix, sizeof x->ix));
-    if (take) {
-      Buf e = {0};
-      char hint[160];
-      cg_render_expr(r, x, &e);
-      snprintf(hint, sizeof hint, "%s_e", c->cname[x->v]);
-      r->hoistn[r->nhoist] = cg_name(c->ns, hint);
-      LINE(c, "const %s %s = %s;\n", cg_ctype(ty(c, x->v)->dtype), r->hoistn[r->nhoist], e.s);
-      r->hoist[r->nhoist++] = x;
-      cg_buf_free(&e);
-    }
-  }
-  for (int a = 0; a < x->nargs; a++) hoist_expr(r, x->arg[a], run, inner);
-}
-
-static void c_row_run(CgRender *r, const KirStmt *s, const char *len, int nacc) {
-  CgFunc *c = r->c;
-  /* loads the same all along the run (a value per image and channel) first: read under a
-   * select in the loop, the load was conditional and the loop ran scalar */
-  unsigned run = 0;
-  for (int k = 0; k < r->k->space.ndim; k++) run |= (unsigned)(r->group[k] == r->nvar - 1) << k;
-  for (int j = 0; j < s->body.len; j++)
-    if (s->body.data[j]->x) hoist_expr(r, s->body.data[j]->x, run, 0);
-  c->k->simd = 1;
-  LINE(c, "CTC_OMP_SIMD\n");
-  LINE(c, "for (int64_t j = 0; j < %s; j++) {\n", len);
-  c->ind += 2;
-  for (int j = 0; j < s->body.len; j++)   /* (a load under a select, conditional, kept the loop scalar) */
-    if (s->body.data[j]->x) hoist_expr(r, s->body.data[j]->x, run, 1);
-  r->split = nacc > 0;
-  r->in_row = 1;
-  cg_render_block(r, &s->body);
-  r->split = 0;
-  r->in_row = 0;
-  c->ind -= 2;
-  LINE(c, "}\n");
-  for (int j = 0; j < s->body.len; j++) {   /* the chunk into each accumulation */
-    const KirStmt *t = s->body.data[j];
-    if (t->kind != KS_ACC) continue;
-    DType rt = ty(c, t->v)->dtype;
-    char x[200];
-    if (r->aux2[t->v]) {
-      LINE(c, "ctc_sum_more_%s(%s, %s, %s);\n", cg_dt_suffix(rt), r->aux2[t->v], r->aux[t->v], len);
-    } else if (ir_dtype_is_float(rt)) {
-      c->k->max[rt] = 1;
-      snprintf(x, sizeof x, "ctc_max_%s(%s, %s)", cg_dt_suffix(rt), r->aux[t->v], len);
-      cg_acc_update(c, t->in, r->accn[t->v], x);
-    } else {
-      snprintf(x, sizeof x, "%s[j]", r->aux[t->v]);
-      LINE(c, "for (int64_t j = 0; j < %s; j++)\n", len);
-      c->ind += 2;
-      cg_acc_update(c, t->in, r->accn[t->v], x);
-      c->ind -= 2;
-    }
-  }
-  r->nhoist = 0;
-}
-
 /* A row's elements: as two loops when it both computes row elements (or float
  * sums) and accumulates (see the file's comment). */
 static void c_row_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   int64_t rowlen = r->k->rowlen;
-  if (r->k->rmask != 1u << (r->k->space.ndim - 1)) {
-    c_row_loop_multi(r, s);
-    return;
-  }
   int nred = 0, nelem = 0, nfloat = 0;
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
@@ -871,11 +553,7 @@ static void c_acc_done(CgRender *r, const KirStmt *s) {
   DType t = ty(c, s->v)->dtype;
   const char *ct = cg_ctype(t);
   int cast = strcmp(cg_acc_type_k(c->k, s->in, t), ct) != 0;
-  if (r->rowval[s->v])
-    LINE(c, "%s = %s%s%s%s;\n", r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", r->accn[s->v]);
-  else
-    LINE(c, "const %s %s = %s%s%s%s;\n", ct, r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "",
-         r->accn[s->v]);
+  LINE(c, "const %s %s = %s%s%s%s;\n", ct, r->local[s->v], cast ? "(" : "", cast ? ct : "", cast ? ")" : "", r->accn[s->v]);
 }
 
 /* KE_AXIS: axis k's loop variable (a KIR_SPACE nest's axes are not merged then), 0 for a

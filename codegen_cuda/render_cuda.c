@@ -219,26 +219,16 @@ static void cu_index(CgRender *r, const KirIndex *ix, char *out, size_t cap) {
     else snprintf(out + n, cap - n, "%sctc_k * %lld", z ? "" : " + ", (ll)sk);
     return;
   }
-  Type R = *S, J = *S;   /* the rows (the axes not in Kir.rmask) and a row's elements (its axes) */
-  int64_t rs[IR_MAX_DIMS], js[IR_MAX_DIMS];
-  int nr = 0, nj = 0;
-  for (int k = 0; k < S->ndim; k++) {   /* an axis contiguous with the one before it in the same part merged */
-    int inj = (int)(r->k->rmask >> k & 1);
-    Type *P = inj ? &J : &R;
-    int64_t *ps = inj ? js : rs;
-    int *np = inj ? &nj : &nr;
-    if (*np && (k == 0 || (int)(r->k->rmask >> (k - 1) & 1) == inj) && ps[*np - 1] == ix->st[k] * S->dims[k]) {
-      P->dims[*np - 1] *= S->dims[k], ps[*np - 1] = ix->st[k];
-      continue;
-    }
-    P->dims[*np] = S->dims[k], ps[(*np)++] = ix->st[k];
-  }
-  R.ndim = nr, J.ndim = nj;
-  char ri[400], ji[400];
-  cu_flat_index(ri, sizeof ri, &R, rs, "ctc_row", nr);
-  cu_flat_index(ji, sizeof ji, &J, js, "ctc_j", nj);
-  int r0 = !strcmp(ri, "0"), j0 = !strcmp(ji, "0");
-  snprintf(out, cap, "%s%s%s", r0 && !j0 ? "" : ri, r0 || j0 ? "" : " + ", j0 ? "" : ji);
+  int nout = S->ndim - 1;
+  Type R = *S;   /* the rows: the space without its last axis */
+  R.ndim = nout;
+  char ri[400];
+  cu_flat_index(ri, sizeof ri, &R, ix->st, "ctc_row", nout);
+  int64_t sj = ix->st[nout];
+  int r0 = !strcmp(ri, "0");
+  if (!sj) snprintf(out, cap, "%s", ri);
+  else if (sj == 1) snprintf(out, cap, "%s%sctc_j", r0 ? "" : ri, r0 ? "" : " + ");
+  else snprintf(out, cap, "%s%sctc_j * %lld", r0 ? "" : ri, r0 ? "" : " + ", (ll)sj);
 }
 
 static void cu_store(CgRender *r, const KirStmt *s) {
@@ -364,8 +354,8 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
   CgRender r;
   cg_render_init(&r, &cuda_render, e->c, kir_build(e->g->p->arena, f, e->c->s, kn));
   r.ops->names(&r);
+  int64_t N = ir_numel(S), L = S->dims[S->ndim - 1], rows = L ? N / L : 0;
   int row = kn->kind == KN_ROW;
-  int64_t N = ir_numel(S), L = row ? r.k->rowlen : S->dims[S->ndim - 1], rows = L ? N / L : 0;
   r.block = !row ? ELEM_BLOCK : L <= 32 ? 32 : L <= 64 ? 64 : L <= 128 ? 128 : 256;
   r.per = (L + r.block - 1) / r.block;   /* elements of a row per thread */
   Buf body = {0}, com = {0};

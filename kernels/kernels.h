@@ -14,10 +14,7 @@
  *   KN_ROW   reductions over the last axis of `space` with their elementwise
  *            prologue (ops computing the reduced operand) and epilogue (ops
  *            using the reduced values broadcast back over the row): softmax,
- *            log_softmax, layer norm, mean/var, cross-entropy; or over the axes
- *            `rmask` that include the last one (BatchNorm's statistics over N, H
- *            and W of [N, C, H, W]: a row is a channel's runs of H W elements,
- *            its elements never kept in a per-row array). Per row (an
+ *            log_softmax, layer norm, mean/var, cross-entropy. Per row (an
  *            OpenMP iteration; a thread block on a GPU), `nloops` loops over
  *            the row's elements: a reduction runs in its operand's loop, and
  *            ops that need its value in later ones. Values of the row that a
@@ -65,7 +62,6 @@ typedef struct Kernel {
   Vec(ValId) inputs;   /* values read from memory (not literals), each once */
   Vec(ValId) outputs;  /* values it stores */
   int nloops;          /* KN_ROW: loops over each row (reductions need their operand's loop done) */
-  unsigned rmask;      /* KN_ROW: the space's axes a row runs over (bit k: axis k; the last one always) */
 } Kernel;
 
 /* A run of repeated steps (reroll.c): kernels [first, first + count*len) are
@@ -82,9 +78,6 @@ typedef struct KnSchedule {
   int *phase;          /* per instruction of a KN_ROW: the loop it runs in (row elements,
                           reductions), or before which it runs (per-row values) */
   unsigned char *rowbuf;  /* per value: a row element kept in a per-row array, read in a later loop */
-  unsigned char *remat;   /* per value: a row element a later loop of its KN_ROW computes again (an
-                             elementwise op of memory and per-row values; a row over several axes,
-                             whose elements no per-row array holds) instead of reading it back */
   unsigned char *fold; /* per value: a SLICE/PERMUTE result folded into its readers' indexing
                           (no code, no storage: a view of its operand, PlanHints.strided) */
   PlanHints hints;     /* for ir_plan_memory_hints: step = kernel_of, nostore = internal values,

@@ -168,16 +168,8 @@ static void build_elem(B *b) {
 /* v's element at the current row, and at the current position in it when with_j. */
 static KirIndex row_index(B *b, ValId v, int with_j) {
   KirIndex ix = operand_index(b->f, b->s, v, &b->kn->space);
-  for (int k = 0; k < b->kn->space.ndim && !with_j; k++)
-    if (b->kn->rmask >> k & 1) ix.st[k] = 0;
+  if (!with_j) ix.st[b->kn->space.ndim - 1] = 0;
   return ix;
-}
-
-/* Whether v's element moves along the row (a stride over one of its axes) */
-static int along_row(B *b, KirIndex ix) {
-  int any = 0;
-  for (int k = 0; k < b->kn->space.ndim; k++) any |= (b->kn->rmask >> k & 1) && ix.st[k] != 0;
-  return any;
 }
 
 /* Operand v of an instruction that runs in loop ph (-1: per row, outside the loops). */
@@ -189,7 +181,6 @@ static KirExpr *row_operand(B *b, ValId v, int ph) {
     int di = f->values.data[v].def;
     if (!same_dims(ty(f, v), &b->kn->space) || b->s->phase[di] == ph) return expr(b, KE_LOCAL, v);
     if (b->s->rowbuf[v]) return expr(b, KE_ROWBUF, v);
-    if (b->s->remat[v]) return expr(b, KE_LOCAL, v);   /* computed again at the loop's start */
     /* a stored row element of an earlier loop: read back */
   }
   return load(b, v, row_index(b, v, ph >= 0));
@@ -208,30 +199,6 @@ static void row_elem(B *b, KirBlock *blk, const Inst *in, int ph) {
   add(b, blk, KS_LET, in->res)->x = op(b, in, args);
   row_store(b, blk, in->res, ph >= 0);
   if (b->s->rowbuf[in->res]) add(b, blk, KS_ROWBUF_PUT, in->res);
-}
-
-/* v's LET in loop p's body blk when a later loop computes it again (KnSchedule.remat), after
- * those of the values computed again that it reads */
-static void remat_let(B *b, KirBlock *blk, ValId v, int p, unsigned char *again) {
-  const Func *f = b->f;
-  if (!b->s->remat[v] || again[v] || !in_kernel(f, b->kn, v) || b->s->phase[f->values.data[v].def] == p) return;
-  const Inst *d = &f->insts.data[f->values.data[v].def];
-  for (int e = 0; e < d->nargs; e++) remat_let(b, blk, d->args[e], p, again);
-  KirExpr *args[3];
-  for (int e = 0; e < d->nargs; e++) args[e] = row_operand(b, d->args[e], p);
-  add(b, blk, KS_LET, v)->x = op(b, d, args);
-  again[v] = 1;
-}
-
-/* Whether an instruction of the row kernel in loop p reads v */
-static int used_in_loop(B *b, ValId v, int p) {
-  for (int i = b->kn->first; i <= b->kn->last; i++) {
-    const Inst *in = &b->f->insts.data[i];
-    if (in->op == IR_CONST || b->s->phase[i] != p) continue;
-    for (int a = 0; a < in->nargs; a++)
-      if (in->args[a] == v) return 1;
-  }
-  return 0;
 }
 
 static void build_row(B *b) {
@@ -258,7 +225,7 @@ static void build_row(B *b) {
     if (in->op == IR_CONST) continue;
     for (int a = 0; a < in->nargs; a++) {
       ValId v = in->args[a];
-      if (is_literal(f, v) || in_kernel(f, kn, v) || b->rowload[v] || along_row(b, row_index(b, v, 1))) continue;
+      if (is_literal(f, v) || in_kernel(f, kn, v) || b->rowload[v] || row_index(b, v, 1).st[nout] != 0) continue;
       add(b, &rows->body, KS_LET, v)->x = load(b, v, row_index(b, v, 0));
       b->rowload[v] = 1;
     }
@@ -277,22 +244,14 @@ static void build_row(B *b) {
     KirStmt *row = add(b, &rows->body, KS_LOOP, -1);
     row->loop = KIR_ROW;
     row->from = nout, row->to = nout + 1;
-    /* the row elements of earlier loops this one computes again (KnSchedule.remat), first */
-    unsigned char *again = arena_alloc(b->a, (size_t)f->values.len + 1);
-    memset(again, 0, (size_t)f->values.len + 1);
-    for (int i = kn->first; i <= kn->last; i++) {
-      const Inst *in = &f->insts.data[i];
-      if (in->op == IR_CONST || s->phase[i] != p) continue;
-      for (int a = 0; a < in->nargs; a++) remat_let(b, &row->body, in->args[a], p, again);
-    }
     for (int i = kn->first; i <= kn->last; i++) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST || s->phase[i] != p) continue;
       if (is_reduction(in)) {
         KirStmt *st = add(b, &row->body, KS_ACC, in->res);
         st->in = in, st->x = row_operand(b, in->args[0], p);
-      } else if (same_dims(ty(f, in->res), S) && !(s->remat[in->res] && !used_in_loop(b, in->res, p))) {
-        row_elem(b, &row->body, in, p);   /* (a value only later loops compute again: not here) */
+      } else if (same_dims(ty(f, in->res), S)) {
+        row_elem(b, &row->body, in, p);
       }
     }
     for (int i = kn->first; i <= kn->last; i++) {
@@ -310,10 +269,7 @@ Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn) {
   b.k->kn = kn;
   b.k->space = kn->space;
   if (kn->kind == KN_ROW) {
-    b.k->rmask = kn->rmask;
-    b.k->rowlen = 1;
-    for (int d = 0; d < kn->space.ndim; d++)
-      if (kn->rmask >> d & 1) b.k->rowlen *= kn->space.dims[d];
+    b.k->rowlen = kn->space.dims[kn->space.ndim - 1];
     build_row(&b);
   } else {
     CHECK(kn->kind == KN_ELEM);
@@ -403,10 +359,8 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
     switch (s->kind) {
     case KS_LOOP:
       fprintf(out, "loop %s over", loops[s->loop]);
-      for (int d = s->from; d < s->to && s->loop != KIR_ROWS && s->loop != KIR_ROW; d++)
+      for (int d = s->from; d < s->to; d++)
         fprintf(out, " i%d<%lld", d, (long long)(s->loop == KIR_SERIAL ? s->n : k->space.dims[d]));
-      for (int d = 0; d < k->space.ndim && (s->loop == KIR_ROWS || s->loop == KIR_ROW); d++)   /* Kir.rmask's */
-        if ((int)(k->rmask >> d & 1) == (s->loop == KIR_ROW)) fprintf(out, " i%d<%lld", d, (long long)k->space.dims[d]);
       fprintf(out, "%s%s%s\n", s->marks & KIR_PARALLEL ? " parallel" : "", s->marks & KIR_VECTOR ? " vector" : "",
               s->marks & KIR_REVERSE ? " reverse" : "");
       print_block(out, k, &s->body, ind + 2);

@@ -140,8 +140,8 @@ typedef struct KirCall {
 
 typedef enum KirLoopKind {
   KIR_SPACE,   /* every element of the space (KN_ELEM) */
-  KIR_ROWS,    /* the rows: every axis but the row's (KN_ROW; Kir.rmask) */
-  KIR_ROW,     /* the elements of one row: the last axis, or the axes of Kir.rmask (inside KIR_ROWS) */
+  KIR_ROWS,    /* the rows: every axis but the last (KN_ROW) */
+  KIR_ROW,     /* the elements of one row: the last axis (inside KIR_ROWS) */
   KIR_SERIAL   /* axis `from` in order (KIR_REVERSE: from its end), one thread's, inside a KIR_SPACE
                 * loop over the axes before it (kir_ops.c: a scan, an arg-reduction, a scatter) */
 } KirLoopKind;
@@ -175,9 +175,7 @@ typedef struct Kir {
   const Func *f;
   const Kernel *kn;
   Type space;
-  int64_t rowlen;      /* KN_ROW: the row's length (the space's last dim, or the product of rmask's) */
-  unsigned rmask;      /* KN_ROW: the space's axes of a row (KIR_ROW), the others the rows' (KIR_ROWS):
-                        * the last axis, or more (Kernel.rmask) */
+  int64_t rowlen;      /* KN_ROW: the row's length (the space's last dim) */
   KirBlock body;
   const Inst *op;      /* kir_build_op: the instruction (kn NULL) */
   Vec(KirTable) tables;

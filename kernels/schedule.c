@@ -23,25 +23,19 @@ static int same_shape(const Type *a, const Type *b) {
   return 1;
 }
 
-/* The axes a reduction a KN_ROW kernel is built around runs over (a bit each), or 0: the last
- * axis of an array of more than one element per row, with or without other axes (BatchNorm's
- * statistics: N, H and W of [N, C, H, W]); at least one axis kept where it is more than one. */
-static unsigned row_reduction(const Func *f, const Inst *in) {
+/* A reduction over exactly the last axis of an array (of more than one
+ * element per row): the reduction a KN_ROW kernel is built around. */
+static int row_reduction(const Func *f, const Inst *in) {
   if (in->op != IR_REDUCE_SUM && in->op != IR_REDUCE_MAX) return 0;
   const Type *a = &f->values.data[in->args[0]].type;
-  unsigned last = 1u << (a->ndim - 1), m = (unsigned)in->attr[0];
-  if (is_literal(f, in->args[0]) || a->ndim < 1 || a->dims[a->ndim - 1] <= 1 || !(m & last)) return 0;
-  if (m == last) return m;
-  int kept = 0;
-  for (int k = 0; k < a->ndim; k++) kept |= !(m >> k & 1) && a->dims[k] > 1;
-  return kept ? m : 0;
+  return !is_literal(f, in->args[0]) && a->ndim >= 1 && a->dims[a->ndim - 1] > 1 &&
+         in->attr[0] == ((int64_t)1 << (a->ndim - 1));
 }
 
-/* The per-row shape of a row kernel's space: its row's axes made 1. */
-static Type row_shape(const Kernel *kn) {
-  Type r = kn->space;
-  for (int k = 0; k < r.ndim; k++)
-    if (kn->rmask >> k & 1) r.dims[k] = 1;
+/* The per-row shape of a row kernel's space: the last dim made 1. */
+static Type row_shape(const Type *space) {
+  Type r = *space;
+  r.dims[r.ndim - 1] = 1;
   return r;
 }
 
@@ -51,7 +45,7 @@ static Type row_shape(const Kernel *kn) {
  * space's shape) or a per-row value (row_shape), reading the kernel's values
  * of either kind. Memory operands may broadcast in any legal way. */
 static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
-  Type row = kn->kind == KN_ROW ? row_shape(kn) : kn->space;
+  Type row = kn->kind == KN_ROW ? row_shape(&kn->space) : kn->space;
   if (!same_shape(rt, &kn->space) && !(kn->kind == KN_ROW && same_shape(rt, &row))) return 0;
   for (int a = 0; a < in->nargs; a++) {
     const Inst *d = def_of(f, in->args[a]);
@@ -411,37 +405,6 @@ static void split_updates(Arena *A, const Func *f, KnSchedule *s) {
   }
 }
 
-/* Whether a later loop of row kernel k may compute row element d's value again rather than
- * read it back from memory: an elementwise op whose operands are literals, memory, per-row
- * values, row elements stored anyway or (at most `depth` deep) ones computed again too
- * (x - mean, relu's mask of the gradient: a few ops against a store and a load of the array). */
-static int remat_row(const Func *f, const KnSchedule *s, const unsigned char *used_out, int k, const Inst *d,
-                     int depth) {
-  if (ir_ops[d->op].kind != K_ELEM || depth <= 0) return 0;
-  const Kernel *kn = &s->kernels.data[k];
-  for (int a = 0; a < d->nargs; a++) {
-    const Inst *e = def_of(f, d->args[a]);
-    if (!e || e->op == IR_CONST || s->kernel_of[e - f->insts.data] != k) continue;
-    if (!same_shape(&f->values.data[d->args[a]].type, &kn->space) || used_out[d->args[a]] || s->remat[d->args[a]])
-      continue;
-    if (!remat_row(f, s, used_out, k, e, depth - 1)) return 0;
-  }
-  return 1;
-}
-
-/* Marks d's value and the row elements it reads that remat_row computes again with it. */
-static void mark_remat(const Func *f, KnSchedule *s, const unsigned char *used_out, int k, const Inst *d) {
-  s->remat[d->res] = 1;
-  for (int a = 0; a < d->nargs; a++) {
-    const Inst *e = def_of(f, d->args[a]);
-    if (!e || e->op == IR_CONST || s->kernel_of[e - f->insts.data] != k) continue;
-    if (!same_shape(&f->values.data[d->args[a]].type, &s->kernels.data[k].space) || used_out[d->args[a]] ||
-        s->remat[d->args[a]])
-      continue;
-    mark_remat(f, s, used_out, k, e);
-  }
-}
-
 KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   Arena *A = p->arena;
   int ni = f->insts.len, nv = f->values.len;
@@ -449,7 +412,6 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
   s->kernel_of = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
   s->phase = arena_alloc(A, sizeof(int) * (size_t)(ni ? ni : 1));
   s->rowbuf = arena_alloc(A, (size_t)(nv ? nv : 1));
-  s->remat = arena_alloc(A, (size_t)(nv ? nv : 1));
   unsigned char *nostore = arena_alloc(A, (size_t)(nv ? nv : 1));
   fold_views(A, f, s, fuse);
   /* Distributed builds: a gradient all-reduced while backward runs (Func.sync)
@@ -479,10 +441,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       int ok = 0;
       if (kn->kind == KN_GEMM) {
         ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in, rt);
-      } else if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space) &&
-                 (kn->kind == KN_ELEM || kn->rmask == row_reduction(f, in))) {
+      } else if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
         kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
-        kn->rmask = row_reduction(f, in);
         ok = 1;
       } else if (ir_ops[in->op].kind == K_ELEM) {
         ok = joins(f, kn, in, rt);
@@ -500,8 +460,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     kn.first = kn.last = i;
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
-    else if (fuse && row_reduction(f, in))
-      kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type, kn.rmask = row_reduction(f, in);
+    else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
     else if (fuse && kn_single_gemm(f, s, in)) kn.kind = KN_GEMM;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
@@ -564,7 +523,6 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       }
     }
     int64_t rowbytes = kn->space.dims[kn->space.ndim - 1] * 8;
-    int multi = kn->rmask != 1u << (kn->space.ndim - 1);
     for (int i = kn->first; i <= kn->last; i++) {
       const Inst *in = &f->insts.data[i];
       for (int a = 0; a < in->nargs; a++) {
@@ -572,9 +530,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         const Inst *d = def_of(f, v);
         if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
         if (!same_shape(&f->values.data[v].type, &kn->space) || s->phase[d - f->insts.data] == s->phase[i]) continue;
-        if (used_out[v] || s->remat[v]) continue;   /* read back from memory, or computed again */
-        if (!multi && rowbytes <= KN_MAX_ROWBUF) s->rowbuf[v] = 1;
-        else if (multi && remat_row(f, s, used_out, k, d, 8)) mark_remat(f, s, used_out, k, d);
+        if (used_out[v]) continue;   /* read back from its array */
+        if (rowbytes <= KN_MAX_ROWBUF) s->rowbuf[v] = 1;
         else used_out[v] = 1;
       }
     }
@@ -677,18 +634,9 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
     fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
-    if (kn->kind == KN_ROW) {
-      long long len = 1;
-      for (int d = 0; d < kn->space.ndim; d++) len *= kn->rmask >> d & 1 ? kn->space.dims[d] : 1;
-      fprintf(out, ", rows of %lld", len);
-      if (kn->rmask != 1u << (kn->space.ndim - 1)) {
-        fprintf(out, " (axes");
-        for (int d = 0; d < kn->space.ndim; d++)
-          if (kn->rmask >> d & 1) fprintf(out, " %d", d);
-        fprintf(out, ")");
-      }
-      fprintf(out, ", %d loop%s per row", kn->nloops, kn->nloops == 1 ? "" : "s");
-    }
+    if (kn->kind == KN_ROW)
+      fprintf(out, ", rows of %lld, %d loop%s per row", (long long)kn->space.dims[kn->space.ndim - 1], kn->nloops,
+              kn->nloops == 1 ? "" : "s");
     if (sc[k] > 0) fprintf(out, ", in %s", p->scopes.data[sc[k]].path);   /* the user module it belongs to */
     fprintf(out, "\n");
     fprintf(out, "    inputs:");
@@ -701,9 +649,7 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
       if (in->op == IR_CONST) continue;
       fprintf(out, "    %%%s.%d = %s%s : %s", f->values.data[in->res].name, in->res, ir_ops[in->op].name,
               s->fold[in->res] ? " (strided, read in place by its readers)"
-              : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)"
-                                          : s->remat[in->res] ? " (local, computed again in later loops)" : " (local)"
-                                          : "",
+              : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
               ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
       if (kn->kind == KN_ROW)
         fprintf(out, "  [%s %d]", same_shape(&f->values.data[in->res].type, &kn->space) || row_reduction(f, in)
