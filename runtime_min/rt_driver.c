@@ -137,8 +137,9 @@ double ctc_drv_now_ms(void) {
  * block starts on a 2 MiB boundary and Linux is asked to back it with transparent huge pages
  * (advice: where the system gives none, nothing changes). A training step's arena is a hundred
  * MiB that its kernels walk in several streams at once: on 4 KiB pages the TLB misses slowed
- * them (Zen 4, 1 thread: the bench resnet's train step 203-209 -> 197-198 ms, its kernels
- * around the convolutions 29 -> 22 ms; llama 240 -> 230-236, gpt 244-252 -> 241-248). */
+ * them (Zen 4, 1 thread: the bench resnet's train step 198.6-201.1 -> 188.9-192.0 ms, its
+ * kernels around the convolutions 30 -> 20-21 ms; llama 240 -> 230-236, gpt 244-252 -> 241-248;
+ * docs/speed.md). */
 void *ctc_drv_alloc_aligned(size_t align, size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   if (bytes >= huge && align < huge) align = huge;
