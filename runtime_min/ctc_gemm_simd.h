@@ -519,11 +519,13 @@ static inline void ctc_wino_ava(const __m512 *v, __m512 y[2][2]) {
 static inline void ctc_wino_ta(__m512 a, __m512 b, __m512 *o) {
   o[0] = a, o[1] = _mm512_add_ps(a, b), o[2] = _mm512_sub_ps(a, b), o[3] = _mm512_sub_ps(_mm512_setzero_ps(), b);
 }
-/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row */
-static inline void ctc_wino_afa(__m512 f[2][2], float *zr, int64_t ZS, __mmask16 lm) {
+/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row: rows [r0, r1) */
+static inline void ctc_wino_afa(__m512 f[2][2], float *zr, int64_t ZS, __mmask16 lm, int r0, int r1) {
   __m512 t[2][4];
   for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-  for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; r++) {   /* row r of A f A^T (unrolled: t stays in registers) */
+    if (r < r0 || r >= r1) continue;
     __m512 o[4];
     ctc_wino_ta(t[0][r], t[1][r], o);
     for (int q = 0; q < 4; q++) ctc_wino_st_f32(zr + (4 * r + q) * ZS, lm, o[q]);
@@ -562,7 +564,8 @@ static inline void ctc_wino_pair_st(float *const *p, int64_t W, const __m512 *ab
 /* ctc_wino_in_f32 for narrow images: lane l of d[r][c] is column 2 tx - 1 + c of its tile row's
  * input row r (ix[c] into the pair; zm[c]: the columns inside the image) */
 static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
-                                          int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
+                                          int64_t B, int64_t k0, int64_t k1, int rows, int r0, int r1,
+                                          float *restrict V) {
   const int64_t TW = W / 2, HW = H * W, R = 32 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   _Alignas(64) int32_t ix[4][16];
   __mmask16 zm[4] = {0, 0, 0, 0};
@@ -591,7 +594,9 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
       }
       ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32;
-      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B (unrolled: d stays in registers) */
+        if (r < r0 || r >= r1) continue;
         __m512 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++) ctc_wino_st_f32(v + (4 * r + c) * VS, lm, o[c]);
@@ -627,7 +632,7 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
 /* ctc_wino_dy_f32 for narrow images: f[i][c] lane l is column 2 tx + c of its tile row's output
  * gradient row 2 ty + i (ix[c] into the pair) */
 static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
-                                          int64_t B, int64_t m0, int64_t m1, float *restrict Z) {
+                                          int64_t B, int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
   const int64_t TW = W / 2, HW = H * W, R = 32 / W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   _Alignas(64) int32_t ix[2][16];
   for (int c = 0; c < 2; c++)
@@ -645,18 +650,18 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = _mm512_permutex2var_ps(ab[0], _mm512_load_si512(ix[c]), ab[1]);
       }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
     }
   }
 }
 /* V[e][p][k][32] (p: the block's panels of 32 tiles; rows: V[e][k][B]) = (B^T d B)[e] of tile
  * t0 + 32 p + lane, channels [k0, k1), for the tiles [t0, t0 + B) of T (tile t: image t / (TH TW),
  * rows 2 ty - 1 .. 2 ty + 2, columns 2 tx - 1 .. 2 tx + 2 of x [N, K, H, W]), runs of up to 16
- * tiles of a row. */
+ * tiles of a row; only the transform's rows [r0, r1) (planes e from 4 r0 to 4 r1). */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
-                                   int64_t k0, int64_t k1, int rows, float *restrict V) {
+                                   int64_t k0, int64_t k1, int rows, int r0, int r1, float *restrict V) {
   if (W == 4 || W == 8 || W == 16) {   /* narrow images: whole groups of 16 tiles */
-    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, V);
+    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, r0, r1, V);
     return;
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
@@ -681,7 +686,9 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
       }
       ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 32 * K + k) * 32 + tb % 32 / 16 * 16;
-      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B (unrolled: d stays in registers) */
+        if (r < r0 || r >= r1) continue;
         __m512 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++)
@@ -740,11 +747,11 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
 /* The weight gradient: dw[m, k] = G^T P G, P[e][m][k] = sum over the tiles of Z[e][m][t] V[e][k][t],
  * Z = A f A^T of the output gradient's 2x2 tile f (the forward's transposed: 2.25 times fewer
  * multiplications than the unfolded GEMM's). Z[e][m][B] of rows [m0, m1) of g [N, M, H, W], the
- * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row. */
+ * block's tiles [t0, t0 + nt), runs of up to 16 tiles of a row; only Z's rows [r0, r1). */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
-                                   int64_t m0, int64_t m1, float *restrict Z) {
+                                   int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
   if (W == 4 || W == 8 || W == 16) {   /* narrow images: whole groups of 16 tiles */
-    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, Z);
+    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, r0, r1, Z);
     return;
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
@@ -762,7 +769,7 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
         const __m512 A = _mm512_maskz_loadu_ps(s0, gr + i * W), B2 = _mm512_maskz_loadu_ps(s1, gr + i * W + 16);
         f[i][0] = _mm512_permutex2var_ps(A, ev, B2), f[i][1] = _mm512_permutex2var_ps(A, od, B2);
       }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
     }
     t += L;
   }
@@ -1498,11 +1505,13 @@ static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
 static inline void ctc_wino_ta(__m256 a, __m256 b, __m256 *o) {
   o[0] = a, o[1] = _mm256_add_ps(a, b), o[2] = _mm256_sub_ps(a, b), o[3] = _mm256_sub_ps(_mm256_setzero_ps(), b);
 }
-/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row */
-static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i lm) {
+/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row: rows [r0, r1) */
+static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i lm, int r0, int r1) {
   __m256 t[2][4];
   for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
-  for (int r = 0; r < 4; r++) {   /* row r of A f A^T */
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; r++) {   /* row r of A f A^T (unrolled: t stays in registers) */
+    if (r < r0 || r >= r1) continue;
     __m256 o[4];
     ctc_wino_ta(t[0][r], t[1][r], o);
     for (int q = 0; q < 4; q++) ctc_wino_st_avx2(zr + (4 * r + q) * ZS, lm, o[q]);
@@ -1534,7 +1543,8 @@ static inline __m256 ctc_wino_pick(const __m256 *ab, __m256i ix, __m256 zm) {
   return _mm256_and_ps(zm, _mm256_blendv_ps(_mm256_permutevar8x32_ps(ab[0], ix), _mm256_permutevar8x32_ps(ab[1], ix), hi));
 }
 static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0,
-                                          int64_t B, int64_t k0, int64_t k1, int rows, float *restrict V) {
+                                          int64_t B, int64_t k0, int64_t k1, int rows, int r0, int r1,
+                                          float *restrict V) {
   const int64_t TW = W / 2, HW = H * W, R = 16 / W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   __m256i ix[4];
   __m256 zm[4];
@@ -1564,7 +1574,9 @@ static inline void ctc_wino_in_narrow_f32(const float *x, int64_t K, int64_t H, 
       }
       ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16;
-      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B (unrolled: d stays in registers) */
+        if (r < r0 || r >= r1) continue;
         __m256 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++) ctc_wino_st_avx2(v + (4 * r + c) * VS, lm, o[c]);
@@ -1597,7 +1609,7 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
   }
 }
 static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
-                                          int64_t B, int64_t m0, int64_t m1, float *restrict Z) {
+                                          int64_t B, int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
   const int64_t TW = W / 2, HW = H * W, R = 16 / W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
   _Alignas(32) int32_t iv[2][8];
   for (int c = 0; c < 2; c++)
@@ -1617,16 +1629,16 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
       }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
     }
   }
 }
 /* V[e][p][k][16] (panels of 16 tiles; rows: V[e][k][B]) = (B^T d B)[e], channels [k0, k1), runs
  * of up to 8 tiles */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
-                                   int64_t k0, int64_t k1, int rows, float *restrict V) {
+                                   int64_t k0, int64_t k1, int rows, int r0, int r1, float *restrict V) {
   if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
-    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, V);
+    ctc_wino_in_narrow_f32(x, K, H, W, T, t0, B, k0, k1, rows, r0, r1, V);
     return;
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
@@ -1651,7 +1663,9 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
       }
       ctc_wino_btd(d);
       float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
-      for (int r = 0; r < 4; r++) {   /* row r of B^T d B */
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {   /* row r of B^T d B (unrolled: d stays in registers) */
+        if (r < r0 || r >= r1) continue;
         __m256 o[4];
         ctc_wino_eb(d[r], o);
         for (int c = 0; c < 4; c++)
@@ -1703,9 +1717,9 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
 }
 /* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
-                                   int64_t m0, int64_t m1, float *restrict Z) {
+                                   int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
   if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
-    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, Z);
+    ctc_wino_dy_narrow_f32(g, M, H, W, t0, nt, B, m0, m1, r0, r1, Z);
     return;
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
@@ -1723,7 +1737,7 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
         const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
         f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
       }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm);
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
     }
     t += L;
   }
@@ -1753,25 +1767,27 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
 #ifdef _OPENMP
 #include <omp.h>
 #define CTC_WINO_FOR _Pragma("omp for schedule(static)")
+#define CTC_WINO_BARRIER _Pragma("omp barrier")
 #else
 #define CTC_WINO_FOR
+#define CTC_WINO_BARRIER
 #endif
 /* The steps of one block of nt tiles from tile t0 (B its planes' tiles): the transforms V of its
  * inputs, their products Mb with U, the outputs; split among the threads if split, else all by
  * the caller */
 static inline void ctc_wino_block_f32(const float *x, const float *U, int64_t K, int64_t H, int64_t W, int64_t M,
-                                      int64_t T, int64_t t0, int64_t nt, int64_t B, float *V, float *Mb, float *y,
+                                      int64_t t0, int64_t nt, int64_t B, float *V, float *Mb, float *y,
                                       int split) {
   const int64_t np = (nt + CTC_WINO_P - 1) / CTC_WINO_P, NR = (M + CTC_WINO_R - 1) / CTC_WINO_R;
   if (!split) {
-    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 0, V);
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
     for (int64_t j = 0; j < 16 * np * NR; j++)
       ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
     for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
     return;
   }
   CTC_WINO_FOR
-  for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 0, V);
+  for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
   CTC_WINO_FOR
   for (int64_t j = 0; j < 16 * np * NR; j++)
     ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
@@ -1783,11 +1799,13 @@ static inline void ctc_wino_block_f32(const float *x, const float *U, int64_t K,
  * convolution by w, x its output gradient), in blocks of B tiles (a multiple of 32: whole
  * panels); scratch: U [16, M, K], then room for V [16, K, B + 32] and Mb [16, M, B + 32] floats,
  * 64-byte aligned. Every thread of a parallel region calls it (or one thread). With n threads
- * and B / n at least 32, each thread takes blocks of its own of B / n tiles (rounded down to 32),
- * their transforms in its own part of V and Mb: no barrier between the steps and no thread reads
- * what another wrote (2 vCPUs on two of a Zen 4's core complexes: the resnet's 3x3 convolutions
- * 4.2 ms a call with the steps split, 1 thread 3.4). Else the steps of each block are split
- * among the threads. Each output is computed the same way whatever the number of threads. */
+ * and B / n at least 32, each thread takes an n-th of the tiles, one run from a multiple of 32
+ * (whole images where n divides the batch: the images that the elementwise loops over the batch
+ * give the thread), in blocks of B / n tiles (rounded down to 32), their transforms in its own
+ * part of V and Mb: no barrier between the steps and no thread reads what another wrote (2 vCPUs
+ * on two of a Zen 4's core complexes: the resnet's 3x3 convolutions 4.2 ms a call with the steps
+ * split, 1 thread 3.4). Else the steps of each block are split among the threads. Each output is
+ * computed the same way whatever the number of threads. */
 static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
                                      int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
   float *U = scratch, *R = U + 16 * M * K;   /* R: room for (K + M) (B + 32) + 2 CTC_WINO_PAD floats a plane */
@@ -1801,12 +1819,12 @@ static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, i
   const int64_t b = B / nth / 32 * 32, own = 16 * ((K + M) * b + 2 * CTC_WINO_PAD);
   if (nth > 1 && b >= 32 && nth * own <= 16 * ((K + M) * (B + 32) + 2 * CTC_WINO_PAD)) {
     float *V = R + th * own, *Mb = V + 16 * (K * b + CTC_WINO_PAD);
-    for (int64_t t0 = th * b; t0 < T; t0 += nth * b)
-      ctc_wino_block_f32(x, U, K, H, W, M, T, t0, T - t0 < b ? T - t0 : b, b, V, Mb, y, 0);
+    const int64_t lo = T * th / nth / 32 * 32, hi = th == nth - 1 ? T : T * (th + 1) / nth / 32 * 32;
+    for (int64_t t0 = lo; t0 < hi; t0 += b) ctc_wino_block_f32(x, U, K, H, W, M, t0, hi - t0 < b ? hi - t0 : b, b, V, Mb, y, 0);
     return;
   }
   for (int64_t t0 = 0; t0 < T; t0 += B)
-    ctc_wino_block_f32(x, U, K, H, W, M, T, t0, T - t0 < B ? T - t0 : B, B, R, R + 16 * (K * B + CTC_WINO_PAD), y,
+    ctc_wino_block_f32(x, U, K, H, W, M, t0, T - t0 < B ? T - t0 : B, B, R, R + 16 * (K * B + CTC_WINO_PAD), y,
                        nth > 1);
 }
 /* dw[m, k] (G^T P G) for rows [m0, m1): the weight gradient's last step, 16 k at a time */
@@ -1835,20 +1853,39 @@ static inline void ctc_wino_dw_f32(const float *P, int64_t M, int64_t K, int64_t
 /* dw [M, K, 3, 3] = the weight gradient of the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W]
  * (H, W even) with output gradient g [N, M, H, W], in blocks of B tiles; scratch: P [16, M, K],
  * V [16, K B + CTC_WINO_PAD], Z [16, M B + CTC_WINO_PAD] floats. As ctc_conv_wino_f32: every thread
- * of a region calls it, each sum made the same way whatever their number (the blocks added in order). */
+ * of a region calls it, each sum made the same way whatever their number (the blocks added in order).
+ * With 2 to 4 threads, each takes rows of the 4x4 transforms (planes e of its own): it transforms
+ * every block's inputs and output gradients but keeps only its rows, and sums its planes' products
+ * over all the blocks, with no barrier until the last step and nothing read that another thread
+ * wrote (2 vCPUs on two of a Zen 4's core complexes: the blocks' steps split among the threads took
+ * 4.8 ms a call of the bench resnet's, 1 thread 3.5). Else the steps of each block are split. */
 static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64_t N, int64_t K, int64_t H, int64_t W,
                                            int64_t M, int64_t B, float *scratch, float *dw) {
   float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * (K * B + CTC_WINO_PAD);
   const int64_t T = N * (H / 2) * (W / 2), NQ = (K + CTC_WINO_WQ - 1) / CTC_WINO_WQ;
-  for (int64_t t0 = 0; t0 < T; t0 += B) {
-    const int64_t nt = T - t0 < B ? T - t0 : B;
-    CTC_WINO_FOR
-    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, V);
-    CTC_WINO_FOR
-    for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, Z);
-    CTC_WINO_FOR
-    for (int64_t j = 0; j < 16 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
-  }
+  int nth = 1, th = 0;
+#ifdef _OPENMP
+  nth = omp_get_num_threads(), th = omp_get_thread_num();
+#endif
+  if (nth >= 2 && nth <= 4) {
+    const int r0 = th * 4 / nth, r1 = (th + 1) * 4 / nth;   /* this thread's rows: planes [4 r0, 4 r1) */
+    for (int64_t t0 = 0; t0 < T; t0 += B) {
+      const int64_t nt = T - t0 < B ? T - t0 : B;
+      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, r0, r1, V);
+      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, r0, r1, Z);
+      for (int64_t j = 4 * r0 * NQ; j < 4 * r1 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
+    }
+    CTC_WINO_BARRIER   /* every plane of P summed */
+  } else
+    for (int64_t t0 = 0; t0 < T; t0 += B) {
+      const int64_t nt = T - t0 < B ? T - t0 : B;
+      CTC_WINO_FOR
+      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, 0, 4, V);
+      CTC_WINO_FOR
+      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, 0, 4, Z);
+      CTC_WINO_FOR
+      for (int64_t j = 0; j < 16 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
+    }
   CTC_WINO_FOR
   for (int64_t m = 0; m < M; m += 4) ctc_wino_dw_f32(P, M, K, m, m + 4 < M ? m + 4 : M, dw);
 }
