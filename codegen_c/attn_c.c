@@ -15,7 +15,7 @@
  * dq += ds k, dk += ds^T q (GEMM calls). When the keys fit one block (T <= CTC_ATTN_KB
  * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
  * computed once per query block. Operands are read through strides (views of a fused
- * projection), the results are contiguous. Row maxima and sums run in 16 lanes, f32's exp
+ * projection), the results are contiguous. Row maxima, sums and g . o run in 16 lanes, f32's exp
  * is ctc_exp_f32 (vectorised).
  * Under autocast (rnd, IR_ATTN_ROUND_*) the scores are rounded to bf16 where the chain rounds
  * them, p = e / l is rounded once the row's sum is known (a row's keys in several blocks: a first
@@ -63,6 +63,19 @@ static const char attn_text[] =
     "  $T r[16] = {0};\n"
     "  for (int64_t i = 0; i < n; i += 16)\n"
     "    for (int u = 0; u < 16; u++) r[u] += y[i + u] = $V(x[i + u] - mx);\n"
+    "  for (int w = 8; w >= 1; w /= 2)\n"
+    "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
+    "  return r[0];\n"
+    "}\n"
+    "/* the dot product of x[0, n) and y[0, n), in 16 lanes (element d in lane d % 16, then the tree\n"
+    " * of the sums above): one accumulator waited on each add (a backward's row g . o took as long\n"
+    " * as its exps) */\n"
+    "static inline $T ctc_attn_dot_$S(const $T *x, const $T *y, int64_t n) {\n"
+    "  $T r[16] = {0};\n"
+    "  int64_t d = 0;\n"
+    "  for (; d + 16 <= n; d += 16)\n"
+    "    for (int u = 0; u < 16; u++) r[u] += x[d + u] * y[d + u];\n"
+    "  for (int u = 0; d + u < n; u++) r[u] += x[d + u] * y[d + u];\n"
     "  for (int w = 8; w >= 1; w /= 2)\n"
     "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
     "  return r[0];\n"
@@ -243,8 +256,8 @@ static const char attn_bwd_text[] =
     "      const $T *obk = o + b0 * o0 + b1 * o1 + i0 * orow;\n"
     "      const int one = jend <= CTC_ATTN_KB;   /* the keys in one block: its scores kept from the first pass */\n"
     "      for (int64_t ii = 0; ii < ni; ii++) {\n"
-    "        m[ii] = -($T)INFINITY, l[ii] = 0, di[ii] = 0;\n"
-    "        for (int64_t d = 0; d < D; d++) di[ii] += gb[ii * gr + d] * obk[ii * orow + d];\n"
+    "        m[ii] = -($T)INFINITY, l[ii] = 0;\n"
+    "        di[ii] = ctc_attn_dot_$S(gb + ii * gr, obk + ii * orow, D);   /* g . o */\n"
     "      }\n"
     "      /* each row's maximum and sum; with one block its scores kept in s, exp(s - m) in dp */\n"
     "      ctc_attn_stats_$S(qb, qr, kb, kr, ni, jend, D, i0, (int)causal, (int)divide, sc, (int)rnd, (int)low, s, dp, m, l);\n"
