@@ -40,8 +40,11 @@ times
 It prints a Markdown table: median ms per call (median over the rounds of each
 round's median) and the fastest call, torch/ctc ratios of the medians and of the
 minima (the minima move less when other processes load the machine), the peak RSS of each process (getrusage
-ru_maxrss: the largest over the rounds), and ctc's compile time. Nothing is
-asserted about speed."""
+ru_maxrss: the largest over the rounds), and ctc's compile time. With more than one thread, the
+round trip is measured again just before each side's run, and the last column gives each side's
+largest (ctc / torch / torch.compile): a VM's vCPUs can move between core complexes within minutes,
+and a row whose sides ran in different placements is marked (one side's round trip over twice
+another's) and compares different machines. Nothing is asserted about speed."""
 import argparse
 import json
 import os
@@ -183,13 +186,21 @@ int main(void) {
 """
 
 
-def run_probe(d, name, text, libs, args=(), env=None, timeout=300):
-    """A C probe's one number: `text` written to d/name.c, built with libs and run with args;
-    None when it cannot be built, fails, prints nothing or outlasts timeout seconds."""
+def build_probe(d, name, text, libs):
+    """A C probe's program: `text` written to d/name.c and built with libs; None when it cannot be built."""
     src, exe = os.path.join(d, name + ".c"), os.path.join(d, name)
     with open(src, "w") as f:
         f.write(text)
     if subprocess.run(["cc", "-O2", "-std=gnu11", src, "-o", exe, *libs], capture_output=True).returncode != 0:
+        return None
+    return exe
+
+
+def run_probe(d, name, text, libs, args=(), env=None, timeout=300, exe=None):
+    """A C probe's one number: the probe built (build_probe; or exe, built before) and run with args;
+    None when it cannot be built, fails, prints nothing or outlasts timeout seconds."""
+    exe = exe or build_probe(d, name, text, libs)
+    if not exe:
         return None
     try:
         r = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=timeout)
@@ -263,14 +274,15 @@ int main(int argc, char **argv) {
 """
 
 
-def core_round_trip(d):
+def core_round_trip(d, exe=None):
     """(cpu a, cpu b, ns): a cache line's round trip between the first two CPUs this process may
-    run on, or None (one CPU, or the probe cannot be built or pinned)."""
+    run on, or None (one CPU, or the probe cannot be built or pinned); exe: the probe built before."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
     # (two CPUs that are not really two spin for long: 60 s at most)
-    ns = run_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"], [str(cpus[0]), str(cpus[1])], timeout=60)
+    ns = run_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"], [str(cpus[0]), str(cpus[1])], timeout=60,
+                   exe=exe)
     return (cpus[0], cpus[1], ns) if ns else None
 
 
@@ -470,7 +482,14 @@ def main():
         rate = sgemm_rate(d, a.threads, a.avx2)
         print(f"# sgemm rate (OpenBLAS cblas_sgemm 1024^3, {a.threads} threads, best of 5): "
               + (f"{rate:.1f} GFLOP/s" if rate else "unavailable (no OpenBLAS to link)"), flush=True)
-        trip = core_round_trip(d) if a.threads > 1 else None
+        probe = build_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"]) if a.threads > 1 else None
+        trip = core_round_trip(d, probe) if probe else None
+
+        def trip_now(side):   # the placement each side runs in: the round trip just before its run
+            if trip:
+                t = core_round_trip(d, probe)
+                trips[side].append(t[2] if t else None)
+
         if trip:
             print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
                   f"complex; hundreds: two, where {a.threads}-thread times depend on the placement)", flush=True)
@@ -478,11 +497,15 @@ def main():
             exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype)
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
+                trips = {"ctc": [], "torch": [], "compile": []}
                 compiles = bool(tc_version)
                 for _ in range(a.rounds):
+                    trip_now("ctc")
                     res["ctc"].append(run_ctc(exe, mode, classes, a))
+                    trip_now("torch")
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
                     if compiles:
+                        trip_now("compile")
                         try:
                             res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
                         except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
@@ -491,6 +514,8 @@ def main():
                             compiles, res["compile"] = False, []
                 s = {k: summarize(v) for k, v in res.items() if v}
                 s["torch_version"] = res["torch"][0].get("version", "?")
+                if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
+                    s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}
                 rows.append((model, mode, compile_ms, s))
                 print(f"# {model} {mode}: torch {s['torch']['median']:.3f} ms, ctc {s['ctc']['median']:.3f} ms",
                       file=sys.stderr, flush=True)
@@ -506,6 +531,10 @@ def print_table(rows, tc_version):
     if tc_version:
         head += [f"torch.compile {tc_version} ms", "compile/ctc"]
     head += ["torch/ctc of mins", "torch peak RSS", "ctc peak RSS", "ctc compile (wall / CPU)"]
+    trips = any("trip" in r[3] for r in rows)
+    if trips:
+        head.append("round trip ns (ctc / torch" + (" / compile)" if tc_version else ")"))
+    mixed = False
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for model, mode, compile_ms, s in rows:
@@ -519,7 +548,19 @@ def print_table(rows, tc_version):
             cells += ["failed", "-"]
         cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
                   f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
+        if trips:
+            tr = s.get("trip")
+            if tr:
+                sides = [tr[k] for k in ("ctc", "torch", "compile") if k in tr]
+                odd = max(sides) > 2 * min(sides)
+                mixed |= odd
+                cells.append(" / ".join(f"{v:.0f}" for v in sides) + (" *" if odd else ""))
+            else:
+                cells.append("-")
         print("| " + " | ".join(cells) + " |")
+    if mixed:
+        print("\n(*: that row's sides ran in different placements, one's round trip over twice another's: its "
+              "ratios compare different machines; run it again)")
 
 
 if __name__ == "__main__":

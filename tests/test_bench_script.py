@@ -22,7 +22,8 @@ def test_bench_script_prints_the_table():
     assert lines[0].startswith("# 1 rounds x 1 calls") and "torch.compile: skipped" in lines[0], lines[0]
     assert "OMP_WAIT_POLICY=passive" in lines[0]
     assert re.fullmatch(r"# sgemm rate \(OpenBLAS cblas_sgemm 1024\^3, 2 threads, best of 5\): [0-9.]+ GFLOP/s", lines[1]), lines[1]
-    if len(os.sched_getaffinity(0)) > 1:   # 2 threads: the placement probe's line
+    two = len(os.sched_getaffinity(0)) > 1
+    if two:   # 2 threads: the placement probe's line, and its column (each side's round trip)
         cpus = sorted(os.sched_getaffinity(0))[:2]
         assert re.fullmatch(rf"# a cache line's round trip between CPUs {cpus[0]} and {cpus[1]}: [1-9][0-9]* ns "
                             r"\(tens: one core complex; hundreds: two, where 2-thread times depend on the placement\)",
@@ -30,13 +31,17 @@ def test_bench_script_prints_the_table():
         lines = lines[:1] + lines[3:]
     else:
         lines = lines[:1] + lines[2:]
-    assert lines[1].startswith("| workload | torch ") and lines[1].endswith("| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |")
+    tail = " round trip ns (ctc / torch) |" if two else ""
+    assert lines[1].startswith("| workload | torch ") and lines[1].endswith(
+        "| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |" + tail), lines[1]
     num = r"[0-9]+\.[0-9]{2}"
     ms = rf"{num} \(min {num}\)"
+    trip = r" [1-9][0-9]* / [1-9][0-9]*( \*)? \|" if two else ""
     for mode, line in zip(("forward", "train"), lines[3:5]):
-        assert re.fullmatch(rf"\| mlp {mode} \| {ms} \| {ms} \| {num} \| {num} \| [0-9]+ MiB \| [0-9]+ MiB \| [0-9]+ / [0-9]+ ms \|",
-                            line), line
-    assert len(lines) == 5, r.stdout
+        assert re.fullmatch(rf"\| mlp {mode} \| {ms} \| {ms} \| {num} \| {num} \| [0-9]+ MiB \| [0-9]+ MiB \| [0-9]+ / [0-9]+ ms \|"
+                            + trip, line), line
+    rest = lines[5:]   # the note under the table when a row's sides ran in different placements
+    assert rest == [] or (rest[0] == "" and rest[1].startswith("(*: that row's sides ran in different placements")), r.stdout
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
@@ -134,3 +139,28 @@ def test_a_torch_compile_failure_marks_its_row_only(capsys):
     assert lines[3].startswith("| lenet train | 2.00 (min 1.50) | 1.00 (min 1.00) | 2.00 | failed | - | 1.50 |"), lines[3]
     bench.print_table([("lenet", "train", (23, 22), bad)], None)
     assert "torch.compile" not in capsys.readouterr().out
+
+
+def test_rows_whose_sides_ran_in_different_placements_are_marked(capsys):
+    """Each side's round trip (measured before its runs) in the last column; a row where one side's is
+    over twice another's (a VM's vCPUs moved between core complexes) is marked, with a note."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    t = {"median": 2.0, "min": 1.5, "rss": 100}
+    row = {"torch": t, "ctc": {"median": 1.0, "min": 1.0, "rss": 10}, "compile": {"median": 3.0, "min": 2.5, "rss": 0},
+           "torch_version": "1.13"}
+    same = dict(row, trip={"ctc": 52.0, "torch": 55.0, "compile": 60.0})
+    moved = dict(row, trip={"ctc": 52.0, "torch": 55.0, "compile": 331.0})
+    bench.print_table([("gpt", "train", (19, 18), same)], "2.15")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| round trip ns (ctc / torch / compile) |"), lines[0]
+    assert lines[2].endswith("| 52 / 55 / 60 |") and len(lines) == 3, lines
+    bench.print_table([("gpt", "train", (19, 18), same), ("resnet", "train", (19, 18), moved)], "2.15")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].endswith("| 52 / 55 / 331 * |"), lines[3]
+    assert lines[4] == "" and lines[5].startswith("(*: that row's sides ran in different placements"), lines
+    bench.print_table([("gpt", "train", (19, 18), row)], "2.15")   # 1 thread: no column
+    assert "round trip" not in capsys.readouterr().out
