@@ -41,7 +41,7 @@ It prints a Markdown table: median ms per call (median over the rounds of each
 round's median) and the fastest call, torch/ctc ratios of the medians and of the
 minima (the minima move less when other processes load the machine), the peak RSS of each process (getrusage
 ru_maxrss: the largest over the rounds), and ctc's compile time. With more than one thread, the
-round trip is measured again just before each side's run, and the last column gives each side's
+round trip is measured again before and after each side's run, and the last column gives each side's
 largest (ctc / torch / torch.compile): a VM's vCPUs can move between core complexes within minutes,
 and a row whose sides ran in different placements is marked (one side's round trip over twice
 another's) and compares different machines. Nothing is asserted about speed."""
@@ -485,10 +485,11 @@ def main():
         probe = build_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"]) if a.threads > 1 else None
         trip = core_round_trip(d, probe) if probe else None
 
-        def trip_now(side):   # the placement each side runs in: the round trip just before its run
+        def trip_now(*sides):   # the placement between two runs: the round trip, for the run before and after
             if trip:
                 t = core_round_trip(d, probe)
-                trips[side].append(t[2] if t else None)
+                for side in sides:
+                    trips[side].append(t[2] if t else None)
 
         if trip:
             print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
@@ -502,12 +503,13 @@ def main():
                 for _ in range(a.rounds):
                     trip_now("ctc")
                     res["ctc"].append(run_ctc(exe, mode, classes, a))
-                    trip_now("torch")
+                    trip_now("ctc", "torch")
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
+                    trip_now("torch", "compile")
                     if compiles:
-                        trip_now("compile")
                         try:
                             res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
+                            trip_now("compile")
                         except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
                             print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
                                   file=sys.stderr)
@@ -515,7 +517,7 @@ def main():
                 s = {k: summarize(v) for k, v in res.items() if v}
                 s["torch_version"] = res["torch"][0].get("version", "?")
                 if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
-                    s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}
+                    s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
                 rows.append((model, mode, compile_ms, s))
                 print(f"# {model} {mode}: torch {s['torch']['median']:.3f} ms, ctc {s['ctc']['median']:.3f} ms",
                       file=sys.stderr, flush=True)
