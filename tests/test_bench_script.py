@@ -12,6 +12,22 @@ from ctc_testlib import BENCH, ROOT
 pytest.importorskip("torch")
 
 
+def import_bench():
+    """bench/bench.py as a module (its table and environment functions)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    return bench
+
+
+def summary_row():
+    """A row's summaries as bench.main() makes them: torch 2.00 ms, ctc 1.00, torch.compile 3.00."""
+    return {"torch": {"median": 2.0, "min": 1.5, "rss": 100}, "ctc": {"median": 1.0, "min": 1.0, "rss": 10},
+            "compile": {"median": 3.0, "min": 2.5, "rss": 0}, "torch_version": "1.13"}
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
 def test_bench_script_prints_the_table():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "mlp", "--rounds", "1",
@@ -72,11 +88,7 @@ def test_avx2_caps_every_torch_kernel_library(monkeypatch):
     """--avx2 caps PyTorch's oneDNN convolutions and MKL GEMMs at AVX2 as well as ATen:
     ATEN_CPU_CAPABILITY alone left oneDNN's jit:avx512_core convolutions and MKL's AVX-512
     sgemm running on an AVX-512 machine. Without --avx2 none of the caps is set."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import bench
-    finally:
-        sys.path.pop(0)
+    bench = import_bench()
     env = bench.torch_env(2, avx2=True)
     assert env["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["ONEDNN_MAX_CPU_ISA"] == env["DNNL_MAX_CPU_ISA"] == "AVX2"
@@ -123,14 +135,8 @@ def test_a_torch_compile_failure_marks_its_row_only(capsys):
     """An inductor error on one workload (torch.compile 2.15 on lenet's train step under --avx2:
     "index out of bounds" in a generated kernel) marks that row's cells, and the other rows keep
     their torch.compile times; the column is left out only when no row has one."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import bench
-    finally:
-        sys.path.pop(0)
-    t = {"median": 2.0, "min": 1.5, "rss": 100}
-    ok = {"torch": t, "ctc": {"median": 1.0, "min": 1.0, "rss": 10}, "compile": {"median": 3.0, "min": 2.5, "rss": 0},
-          "torch_version": "1.13"}
+    bench = import_bench()
+    ok = summary_row()
     bad = {k: v for k, v in ok.items() if k != "compile"}
     bench.print_table([("mlp", "train", (19, 18), ok), ("lenet", "train", (23, 22), bad)], "2.15")
     lines = capsys.readouterr().out.splitlines()
@@ -142,16 +148,10 @@ def test_a_torch_compile_failure_marks_its_row_only(capsys):
 
 
 def test_rows_whose_sides_ran_in_different_placements_are_marked(capsys):
-    """Each side's round trip (measured before its runs) in the last column; a row where one side's is
+    """Each side's round trip (measured before and after its runs) in the last column; a row where one side's is
     over twice another's (a VM's vCPUs moved between core complexes) is marked, with a note."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        import bench
-    finally:
-        sys.path.pop(0)
-    t = {"median": 2.0, "min": 1.5, "rss": 100}
-    row = {"torch": t, "ctc": {"median": 1.0, "min": 1.0, "rss": 10}, "compile": {"median": 3.0, "min": 2.5, "rss": 0},
-           "torch_version": "1.13"}
+    bench = import_bench()
+    row = summary_row()
     same = dict(row, trip={"ctc": 52.0, "torch": 55.0, "compile": 60.0})
     moved = dict(row, trip={"ctc": 52.0, "torch": 55.0, "compile": 331.0})
     bench.print_table([("gpt", "train", (19, 18), same)], "2.15")
