@@ -485,7 +485,7 @@ def main():
         probe = build_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"]) if a.threads > 1 else None
         trip = core_round_trip(d, probe) if probe else None
 
-        def trip_now(*sides):   # the placement between two runs: the round trip, for the run before and after
+        def trip_now(trips, *sides):   # the placement between two runs: its round trip, for the sides of both
             if trip:
                 t = core_round_trip(d, probe)
                 for side in sides:
@@ -501,15 +501,15 @@ def main():
                 trips = {"ctc": [], "torch": [], "compile": []}
                 compiles = bool(tc_version)
                 for _ in range(a.rounds):
-                    trip_now("ctc")
+                    trip_now(trips, "ctc")
                     res["ctc"].append(run_ctc(exe, mode, classes, a))
-                    trip_now("ctc", "torch")
+                    trip_now(trips, "ctc", "torch")
                     res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
-                    trip_now("torch", "compile")
+                    trip_now(trips, "torch", *(["compile"] if compiles else []))
                     if compiles:
                         try:
                             res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
-                            trip_now("compile")
+                            trip_now(trips, "compile")
                         except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
                             print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
                                   file=sys.stderr)
