@@ -310,17 +310,19 @@ static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (multiples of 16 but the last), M of 384 */
+  /* K in equal blocks of at most 512 (multiples of 16 but the last); each block's columns of op(B)
+   * packed once, then used by every row of C, 384 rows at a time (packing op(B) again for each 384
+   * rows, as before: the gpt train step 1-1.5% slower on Zen 4) */
   const int64_t kb = ctc_gemm_kb_avx512(K);
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
-    for (int64_t i0 = 0; i0 < M; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
-      const int64_t mc = M - i0 < 384 ? M - i0 : 384;
-      const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
-      for (int64_t j0 = 0; j0 < N; j0 += nw) {
-        const int64_t nj = N - j0 < nw ? N - j0 : nw;
-        if (!pk && tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
-        else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
+    const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
+    for (int64_t j0 = 0; j0 < N; j0 += nw) {
+      const int64_t nj = N - j0 < nw ? N - j0 : nw;
+      if (!pk && tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
+      else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
+      for (int64_t i0 = 0; i0 < M; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
+        const int64_t mc = M - i0 < 384 ? M - i0 : 384;
         for (int64_t p = 0; p * 32 < nj; p++) {
           const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
           const __mmask16 m0 = ctc_lanes16(nr);
@@ -1291,7 +1293,7 @@ static inline void ctc_gemm_pack_avx2_f32(int ta, int tb, int64_t N, int64_t K, 
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
  * with 16-column panels of op(B) (CTC_NP_avx2 of them packed together when B is not transposed: 32 KiB
  * on the stack each) and 6x16 tiles of C. A transposed A
- * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
+ * (a weight gradient's dY^T) is packed too, 6 rows at a time in blocks of 384 (384 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx2_f32 of all its ldp columns; C's column 0
@@ -1300,23 +1302,27 @@ static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
                               int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
                               float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_avx2 * 512 * 16];
-  _Alignas(64) float ap[96 * 256];
+  _Alignas(64) float ap[384 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
-  const int64_t mb = ta ? 96 : 384, kb = ctc_gemm_kb_avx2(ta, K);
+  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (with ta,
+   * blocks of 96 rows packed op(B) 4 times as often: the gpt train step 1.5% slower with AVX2 on Zen 4) */
+  const int64_t mb = 384, kb = ctc_gemm_kb_avx2(ta, K);
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
+  /* the rows whose packed op(B) panels are shared: the packed A's block if ta, else all of them (each
+   * column group of op(B) packed once per K block, as the AVX-512 GEMM does) */
+  const int64_t mo = ta ? mb : M;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
-    for (int64_t i0 = 0; i0 < M; i0 += mb) {
-      const int64_t mc = M - i0 < mb ? M - i0 : mb;
-      if (ta)   /* ap[t][k][6] = A[k0 + k, i0 + 6 t + r] */
-        for (int64_t t = 0; t < mc; t += 6) {
-          const int mr = mc - t < 6 ? (int)(mc - t) : 6;
+    for (int64_t i1 = 0; i1 < M; i1 += mo) {
+      const int64_t m1 = M - i1 < mo ? M - i1 : mo;
+      if (ta)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
+        for (int64_t t = 0; t < m1; t += 6) {
+          const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
           float *restrict apt = ap + t * kb;
-          const float *at = a + k0 * lda + i0 + t;
+          const float *at = a + k0 * lda + i1 + t;
           if (mr == 6)   /* a 6-float copy per k, not a loop of unknown length (2304x64x256: 1.2x) */
             for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 6, at + k * lda, sizeof(float) * 6);
           else
@@ -1328,19 +1334,22 @@ static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
         if (!pk && tb) ctc_pack_b16_avx2(b, ldb, k0, kc, j0, (int)nj, bp);
         else if (!pk) ctc_pack_bn_avx2(b, ldb, k0, kc, j0, nj, kb, bp);
-        for (int64_t p = 0; p * 16 < nj; p++) {
-          const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
-          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
-          for (int64_t i = i0; i < i0 + mc; i += 6) {
-            const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-            const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
-            const int64_t rs = ta ? 1 : ars;
-            float *ci = c + i * ldc + j0 + p * 16;
-            const int add = acc || k0 > 0;
-            if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-            else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
-            else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-            else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+        for (int64_t i0 = i1; i0 < i1 + m1; i0 += mb) {
+          const int64_t mc = i1 + m1 - i0 < mb ? i1 + m1 - i0 : mb;
+          for (int64_t p = 0; p * 16 < nj; p++) {
+            const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
+            const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
+            for (int64_t i = i0; i < i0 + mc; i += 6) {
+              const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
+              const float *ai = ta ? ap + (i - i1) / 6 * ars : a + i * ars + k0;
+              const int64_t rs = ta ? 1 : ars;
+              float *ci = c + i * ldc + j0 + p * 16;
+              const int add = acc || k0 > 0;
+              if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+              else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            }
           }
         }
       }
@@ -2030,7 +2039,7 @@ static inline void ctc_gemm_pack_neon_f32(int ta, int tb, int64_t N, int64_t K, 
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. The AVX-512 GEMM's blocking
  * with 16-column panels of op(B) (CTC_NP_neon of them packed together when B is not transposed: 32 KiB
  * on the stack each) and 6x16 tiles of C. A transposed A
- * (a weight gradient's dY^T) is packed too, 6 rows at a time (96 KiB): its rows are often 4 KiB
+ * (a weight gradient's dY^T) is packed too, 6 rows at a time in blocks of 384 (384 KiB): its rows are often 4 KiB
  * apart, and a tile reading 6 floats from each of 512 such rows evicts them from L1 (one cache
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_neon_f32 of all its ldp columns; C's column 0
@@ -2039,23 +2048,27 @@ static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
                               int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
                               float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_neon * 512 * 16];
-  _Alignas(64) float ap[96 * 256];
+  _Alignas(64) float ap[384 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (96) */
-  const int64_t mb = ta ? 96 : 384, kb = ctc_gemm_kb_neon(ta, K);
+  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (with ta,
+   * blocks of 96 rows packed op(B) 4 times as often: the gpt train step 1.5% slower with AVX2 on Zen 4) */
+  const int64_t mb = 384, kb = ctc_gemm_kb_neon(ta, K);
   const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
+  /* the rows whose packed op(B) panels are shared: the packed A's block if ta, else all of them (each
+   * column group of op(B) packed once per K block, as the AVX-512 GEMM does) */
+  const int64_t mo = ta ? mb : M;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
-    for (int64_t i0 = 0; i0 < M; i0 += mb) {
-      const int64_t mc = M - i0 < mb ? M - i0 : mb;
-      if (ta)   /* ap[t][k][6] = A[k0 + k, i0 + 6 t + r] */
-        for (int64_t t = 0; t < mc; t += 6) {
-          const int mr = mc - t < 6 ? (int)(mc - t) : 6;
+    for (int64_t i1 = 0; i1 < M; i1 += mo) {
+      const int64_t m1 = M - i1 < mo ? M - i1 : mo;
+      if (ta)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
+        for (int64_t t = 0; t < m1; t += 6) {
+          const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
           float *restrict apt = ap + t * kb;
-          const float *at = a + k0 * lda + i0 + t;
+          const float *at = a + k0 * lda + i1 + t;
           if (mr == 6)   /* a 6-float copy per k, not a loop of unknown length (2304x64x256: 1.2x) */
             for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 6, at + k * lda, sizeof(float) * 6);
           else
@@ -2067,19 +2080,22 @@ static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
         if (!pk && tb) ctc_pack_b16_neon(b, ldb, k0, kc, j0, (int)nj, bp);
         else if (!pk) ctc_pack_bn_neon(b, ldb, k0, kc, j0, nj, kb, bp);
-        for (int64_t p = 0; p * 16 < nj; p++) {
-          const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
-          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
-          for (int64_t i = i0; i < i0 + mc; i += 6) {
-            const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-            const float *ai = ta ? ap + (i - i0) / 6 * ars : a + i * ars + k0;
-            const int64_t rs = ta ? 1 : ars;
-            float *ci = c + i * ldc + j0 + p * 16;
-            const int add = acc || k0 > 0;
-            if (mr > 4) ctc_gemm_tile16_neon(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-            else if (mr > 2) ctc_gemm_tile16_neon(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
-            else if (mr == 2) ctc_gemm_tile16_neon(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-            else ctc_gemm_tile16_neon(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+        for (int64_t i0 = i1; i0 < i1 + m1; i0 += mb) {
+          const int64_t mc = i1 + m1 - i0 < mb ? i1 + m1 - i0 : mb;
+          for (int64_t p = 0; p * 16 < nj; p++) {
+            const int nr = nj - p * 16 < 16 ? (int)(nj - p * 16) : 16;
+            const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
+            for (int64_t i = i0; i < i0 + mc; i += 6) {
+              const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
+              const float *ai = ta ? ap + (i - i1) / 6 * ars : a + i * ars + k0;
+              const int64_t rs = ta ? 1 : ars;
+              float *ci = c + i * ldc + j0 + p * 16;
+              const int add = acc || k0 > 0;
+              if (mr > 4) ctc_gemm_tile16_neon(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else if (mr > 2) ctc_gemm_tile16_neon(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+              else if (mr == 2) ctc_gemm_tile16_neon(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else ctc_gemm_tile16_neon(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+            }
           }
         }
       }
