@@ -174,8 +174,9 @@ def test_char_gru_is_a_loop(tmp_path):
     # 1,995 with ctc_sum's 32 lanes in 4 rows of 8 (codegen_c/kernels.c); 2,053 with the
     # recurrent weights packed once before each loop (kernels/prepack.c: 3 lines a loop, +38 of
     # helpers); 2,069 with ctc_tanh_f32's polynomials as fused multiply-adds (its CTC_FMA_F32
-    # macro and one multiply-add a line, +16).
-    assert lines < 2075, lines
+    # macro and one multiply-add a line, +16); 2,088 with ctc_exp_f32's and sigmoid's
+    # ctc_exp_cr_f32's the same way (the latter's CTC_FMA_F64 macro, +19).
+    assert lines < 2095, lines
 
 
 def _steps_bits(exe, tmp_path, w, batches, tag, threads):
