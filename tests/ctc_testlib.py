@@ -151,6 +151,15 @@ def load_module(path, name="user_model"):
     return mod
 
 
+def x86_has_fma():
+    """An x86-64 host whose CPU has FMA (a -march=haswell build runs there)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return os.uname().machine == "x86_64" and any(l.startswith("flags") and " fma " in l + " " for l in f)
+    except OSError:
+        return False
+
+
 def run(args, cwd=None, timeout=300, check=True, env=None):
     r = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     if check and r.returncode != 0:

@@ -23,7 +23,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, EXAMPLES, ROOT, compare, load_module, run, st_write, state_dict_np
+from ctc_testlib import CTC, EXAMPLES, ROOT, compare, load_module, run, st_write, state_dict_np, x86_has_fma
 
 torch = pytest.importorskip("torch")
 
@@ -293,21 +293,13 @@ def mathnet(tmp_path_factory):
     return d
 
 
-def _has_fma():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return os.uname().machine == "x86_64" and any(l.startswith("flags") and " fma " in l + " " for l in f)
-    except OSError:
-        return False
-
-
 # "": no FMA instruction (a * b + c rounds twice); haswell: tanh's polynomials as fused multiply-adds
 # (CTC_FMA_F32), as a model built with -march=native on an AVX2 or AVX-512 CPU computes them
 @pytest.mark.parametrize("march", ["", "-march=haswell"])
 def test_no_libm_sweep(mathnet, march):
     """ctc's math functions against glibc on a sweep of every 16381st float, [-10, 10] more densely and
     the special values (signed zeros, subnormals, infinities, NaN, rounding ties)."""
-    if march and not _has_fma():
+    if march and not x86_has_fma():
         pytest.skip("an x86-64 CPU with FMA")
     d = mathnet
     h = (d / "mnet.h").read_text()

@@ -9,7 +9,6 @@ every 7th bit pattern, against 48,804 times for glibc's expf. The bound below (2
 in 3.4e7 floats, 0 expected) fails for any error near an ulp: the old f32 polynomial differs on
 0.4% of the floats. The special values are exact: the overflow and underflow thresholds,
 subnormal results, the infinities, NaN."""
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import subprocess
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_forward
+from ctc_testlib import CTC, compare, load_module, run, run_forward, x86_has_fma
 
 MODEL = """\
 import torch
@@ -93,19 +92,11 @@ def test_sigmoid_calls_the_vectorisable_exp_and_matches_pytorch(tmp_path):
     compare("silu(h) * sigmoid(-h)", got[0], want.numpy(), 1e-5, 1e-7)
 
 
-def _has_fma():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return os.uname().machine == "x86_64" and any(l.startswith("flags") and " fma " in l + " " for l in f)
-    except OSError:
-        return False
-
-
 # "": no FMA instruction; haswell: the reduction and polynomial as fused multiply-adds (CTC_FMA_F64),
 # as a model built with -march=native on an AVX2 or AVX-512 CPU computes them
 @pytest.mark.parametrize("march", ["", "-march=haswell"])
 def test_exp_cr_is_libm_accurate(tmp_path, march):
-    if march and not _has_fma():
+    if march and not x86_has_fma():
         pytest.skip("an x86-64 CPU with FMA")
     _, helper = _helper(tmp_path)
     src = tmp_path / "sweep.c"
