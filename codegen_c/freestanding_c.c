@@ -386,7 +386,7 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
   cg_puts(b, m_bits);
   int fma = 0;   /* CTC_FMA_F32, which expf's and tanhf's texts use, once */
   for (int k = 0; k < NMATH; k++) fma |= want[k] && (!strcmp(math_fns[k].name, "expf") || !strcmp(math_fns[k].name, "tanhf"));
-  if (fma) cg_puts(b, cg_fma_f32_text());
+  if (fma) cg_puts(b, cg_fma_text());
   for (int k = 0; k < NMATH; k++) {
     if (!want[k]) continue;
     const MathFn *m = &math_fns[k];

@@ -475,17 +475,21 @@ static const char normal_text[] =
     "  }\n"
     "}\n";
 
-/* CTC_FMA_F32(a, b, c): a * b + c rounded once where the target has the instruction (ISO C mode
- * fuses nothing by itself), else rounded twice; written once before the helpers that use it
- * (ctc_tanh_f32, ctc_exp_f32, and --no-libm's tanhf and expf, their texts renamed). */
-static const char fma_f32_text[] =
+/* CTC_FMA_F32(a, b, c), CTC_FMA_F64: a * b + c rounded once where the target has the instruction
+ * (ISO C mode fuses nothing by itself), else rounded twice; written once before the helpers that
+ * use them (ctc_tanh_f32, ctc_exp_f32, ctc_exp_cr_f32, and --no-libm's tanhf and expf, their texts
+ * renamed). */
+static const char fma_text[] =
     "#ifndef CTC_FMA_F32   /* a * b + c rounded once where the target has the instruction */\n"
     "#if defined(__CUDACC__)\n"
     "#define CTC_FMA_F32(a, b, c) fmaf(a, b, c)\n"
+    "#define CTC_FMA_F64(a, b, c) fma(a, b, c)\n"
     "#elif defined(__FMA__) || defined(__ARM_FEATURE_FMA)\n"
     "#define CTC_FMA_F32(a, b, c) __builtin_fmaf(a, b, c)\n"
+    "#define CTC_FMA_F64(a, b, c) __builtin_fma(a, b, c)\n"
     "#else\n"
     "#define CTC_FMA_F32(a, b, c) ((a) * (b) + (c))\n"
+    "#define CTC_FMA_F64(a, b, c) ((a) * (b) + (c))\n"
     "#endif\n"
     "#endif\n";
 
@@ -667,19 +671,10 @@ static const char exp_text[] =
  * setting the result's bits: a select (?:) in a loop that converts float to double keeps
  * GCC from vectorising it. It costs about twice ctc_exp_f32 (double lanes), which the exp op,
  * softmax and attention keep. The reduction and the polynomial are fused multiply-adds where the
- * target has them (CTC_FMA_F64; without FMA the same expressions, the same bits as before): a loop
+ * target has them (CTC_FMA_F64, fma_text; without FMA the same expressions, the same bits as before): a loop
  * over sigmoid 1.37 -> 0.95 ns an element with AVX-512, 1.98 -> 1.28 with AVX2 (Zen 4), and on
  * every 7th float the results differ from (float)exp((double)x) once, as before. */
 static const char exp_cr_text[] =
-    "#ifndef CTC_FMA_F64   /* a * b + c rounded once where the target has the instruction */\n"
-    "#if defined(__CUDACC__)\n"
-    "#define CTC_FMA_F64(a, b, c) fma(a, b, c)\n"
-    "#elif defined(__FMA__) || defined(__ARM_FEATURE_FMA)\n"
-    "#define CTC_FMA_F64(a, b, c) __builtin_fma(a, b, c)\n"
-    "#else\n"
-    "#define CTC_FMA_F64(a, b, c) ((a) * (b) + (c))\n"
-    "#endif\n"
-    "#endif\n"
     "static inline float ctc_exp_cr_f32(float x) {\n"
     "  uint32_t xi;\n"
     "  memcpy(&xi, &x, sizeof xi);\n"
@@ -922,7 +917,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                    cg_puts(b, "\n");
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
-  if (k->tanh_f32 || k->exp_f32) cg_printf(b, "%s", fma_f32_text);
+  if (k->tanh_f32 || k->exp_f32 || k->exp_cr_f32) cg_printf(b, "%s", fma_text);
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
@@ -943,6 +938,6 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   cg_emit_attention_kernels(b, k);   /* attn_c.c (after ctc_exp_f32, which it calls) */
 }
 
-const char *cg_fma_f32_text(void) { return fma_f32_text; }
+const char *cg_fma_text(void) { return fma_text; }
 const char *cg_exp_f32_text(void) { return exp_text; }
 const char *cg_tanh_f32_text(void) { return tanh_text; }
