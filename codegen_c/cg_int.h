@@ -86,6 +86,7 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
+  unsigned char erf_f32;            /* ctc_erf_f32: erf without a libm call (vectorises) */
   unsigned char exp_cr;             /* the hosted C target: templates calling exp (sigmoid) call ctc_exp_cr_f32 */
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */
   unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */

@@ -12,12 +12,11 @@
  * activation offset moves down by params_bytes, so the RAM arena is the activations' peak.
  *
  * --no-libm math (f32 only; a double-precision call, or one not listed here, is refused):
- * expf and tanhf are the polynomials of kernels.c's ctc_exp_f32/ctc_tanh_f32; logf is
+ * expf and tanhf are kernels.c's ctc_exp_f32 and ctc_tanh_f32, and erf is its ctc_erf_f32 in every
+ * f32 file (float arithmetic: no double anywhere, so a single-precision FPU needs no soft double
+ * helper); logf is
  * FreeBSD's e_logf.c reduction and polynomial; log1pf and expm1f are Goldberg's and Kahan's
- * corrections on them; sqrtf is fdlibm's bit-by-bit square root (correctly rounded); erff is
- * x + x p(x^2) below 0.75 and 1 - erfc above, erfc a polynomial in x - c on [0.75, 1.75),
- * [1.75, 2.5) and [2.5, 4) (Chebyshev fits, float coefficients, float arithmetic: no double
- * anywhere, so a single-precision FPU needs no soft double helper); fabsf, copysignf, truncf, floorf and
+ * corrections on them; sqrtf is fdlibm's bit-by-bit square root (correctly rounded); fabsf, copysignf, truncf, floorf and
  * nearbyintf are exact. These are the f32 functions ops.def's templates call. tests/test_embedded.py sweeps them against glibc
  * (the bounds in ulps are in docs/microcontrollers.md). */
 #include <ctype.h>
@@ -121,37 +120,6 @@ static const char m_sqrtf[] =
     "  if (ix != 0) q += q & 1;\n"
     "  return ctc_m_float((uint32_t)((q / 2) + 0x3f000000 + m * (1 << 23)));\n"
     "}\n";
-static const char m_erff[] =
-    "static float ctc_m_erff(float x) {   /* float only: polynomials fitted to erf (ctc docs/microcontrollers.md) */\n"
-    "  const float ax = ctc_m_fabsf(x);\n"
-    "  float r;\n"
-    "  if (x != x) return x;\n"
-    "  if (ax < 0.75f) {   /* x + x p(x^2): p(0) = 2/sqrt(pi) - 1 */\n"
-    "    const float z = ax * ax;\n"
-    "    r = ax + ax * (0.128379166f + z * (-0.376126379f + z * (0.112837784f + z * (-0.0268647801f +\n"
-    "        z * (0.00521681644f + z * (-0.000835735642f + z * (9.4729985e-05f)))))));\n"
-    "  } else if (ax < 1.75f) {   /* 1 - erfc(ax), erfc a polynomial in s = ax - centre (exact) */\n"
-    "    const float s = ax - 1.25f;\n"
-    "    r = 1.0f - (0.0770998746f + s * (-0.236521125f + s * (0.295651406f + s * (-0.167536035f +\n"
-    "        s * (0.00615931675f + s * (0.0471864641f + s * (-0.0212997831f + s * (-0.00367625244f +\n"
-    "        s * (0.00568622537f + s * (-0.000671232236f + s * (-0.000753061729f)))))))))));\n"
-    "  } else if (ax < 2.5f) {\n"
-    "    const float s = ax - 2.125f;\n"
-    "    r = 1.0f - (0.00265402929f + s * (-0.0123408204f + s * (0.0262242388f + s * (-0.033037398f +\n"
-    "        s * (0.026361106f + s * (-0.0124957897f + s * (0.00181591406f + s * (0.00187426154f +\n"
-    "        s * (-0.00133903138f + s * (0.000253919716f))))))))));\n"
-    "  } else if (ax < 4.0f) {\n"
-    "    const float s = ax - 3.25f;\n"
-    "    r = 1.0f - (4.30271484e-06f + s * (-2.91868146e-05f + s * (9.48689631e-05f +\n"
-    "        s * (-0.000195887726f + s * (0.00028652756f + s * (-0.000313029886f +\n"
-    "        s * (0.000263535621f + s * (-0.000173044929f + s * (8.24522576e-05f +\n"
-    "        s * (-2.07238663e-05f))))))))));\n"
-    "  } else {\n"
-    "    r = 1.0f;   /* erf rounds to 1 from 3.92 on; inf */\n"
-    "  }\n"
-    "  return ctc_m_copysignf(r, x);\n"
-    "}\n";
-
 /* One function of --no-libm: its name (the libm name), its text (defining ctc_m_<name>), and
  * the functions it calls (names of this table, which come before it). Order = emission order. */
 typedef struct MathFn {
@@ -171,7 +139,6 @@ static const MathFn math_fns[] = {
     {"log1pf", m_log1pf, "logf"},
     {"expm1f", m_expm1f, "expf logf"},
     {"sqrtf", m_sqrtf, ""},
-    {"erff", m_erff, "fabsf copysignf"},
 };
 enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 
@@ -384,8 +351,8 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
   }
   cg_puts(b, "/* ---- math (--no-libm; accuracy: ctc's docs/microcontrollers.md) ---- */\n");
   cg_puts(b, m_bits);
-  int fma = 0;   /* CTC_FMA_F32, which expf's and tanhf's texts use, once */
-  for (int k = 0; k < NMATH; k++) fma |= want[k] && (!strcmp(math_fns[k].name, "expf") || !strcmp(math_fns[k].name, "tanhf"));
+  int fma = 0;   /* CTC_FMA_F32, which the texts of kernels.c use, once */
+  for (int k = 0; k < NMATH; k++) fma |= want[k] && !math_fns[k].text;
   if (fma) cg_puts(b, cg_fma_text());
   for (int k = 0; k < NMATH; k++) {
     if (!want[k]) continue;
