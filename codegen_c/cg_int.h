@@ -87,6 +87,8 @@ typedef struct Kernels {
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
   unsigned char erf_f32;            /* ctc_erf_f32: erf without a libm call (vectorises) */
+  unsigned char log_f32;            /* ctc_log_f32: log without a libm call (vectorises) */
+  unsigned char log1p_f32;          /* ctc_log1p_f32 (and ctc_log_f32's core) */
   unsigned char exp_cr;             /* the hosted C target: templates calling exp (sigmoid) call ctc_exp_cr_f32 */
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */
   unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */
@@ -99,6 +101,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_fma_text(void);   /* the CTC_FMA_F32/F64 macros ctc_exp_f32's and ctc_tanh_f32's texts use */
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
+const char *cg_log_f32_text(void);   /* ctc_log_f32's (freestanding_c.c's logf) */
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 /* gemm_simd_c.c: runtime_min/ctc_gemm_simd.h's texts (scripts/gen_runtime.py); the NEON
  * kernel's head and the 16-column kernel over $I, which a --freestanding file carries */

@@ -181,7 +181,7 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
 
 /* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
  * its integer form), noting the helpers it calls so that kernels.c writes them
- * into the file; f32 tanh, erf and exp call the file's vectorisable versions of the
+ * into the file; f32 tanh, erf, log, log1p and exp call the file's vectorisable versions of the
  * same functions, and in hosted C code the exp that other templates call (sigmoid)
  * is the one as accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
@@ -196,6 +196,14 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   if (in->op == IR_ERF && ct == DT_F32) {
     c->k->erf_f32 = 1;
     return "ctc_erf_f32(A)";
+  }
+  if (in->op == IR_LOG && ct == DT_F32) {
+    c->k->log_f32 = 1;
+    return "ctc_log_f32(A)";
+  }
+  if (in->op == IR_LOG1P && ct == DT_F32) {
+    c->k->log1p_f32 = 1;
+    return "ctc_log1p_f32(A)";
   }
   const char *t = ir_elem_template(in->op, ct);
   if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));

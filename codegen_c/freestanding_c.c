@@ -12,11 +12,11 @@
  * activation offset moves down by params_bytes, so the RAM arena is the activations' peak.
  *
  * --no-libm math (f32 only; a double-precision call, or one not listed here, is refused):
- * expf and tanhf are kernels.c's ctc_exp_f32 and ctc_tanh_f32, and erf is its ctc_erf_f32 in every
- * f32 file (float arithmetic: no double anywhere, so a single-precision FPU needs no soft double
- * helper); logf is
- * FreeBSD's e_logf.c reduction and polynomial; log1pf and expm1f are Goldberg's and Kahan's
- * corrections on them; sqrtf is fdlibm's bit-by-bit square root (correctly rounded); fabsf, copysignf, truncf, floorf and
+ * expf, tanhf and logf are kernels.c's ctc_exp_f32, ctc_tanh_f32 and ctc_log_f32 renamed, and erf and
+ * log1p are its ctc_erf_f32 and ctc_log1p_f32 in every f32 file (float arithmetic: no double
+ * anywhere, so a single-precision FPU needs no soft double helper); expm1f is Kahan's correction
+ * on expf and logf; sqrtf is fdlibm's bit-by-bit square root (correctly rounded); fabsf,
+ * copysignf, truncf, floorf and
  * nearbyintf are exact. These are the f32 functions ops.def's templates call. tests/test_embedded.py sweeps them against glibc
  * (the bounds in ulps are in docs/microcontrollers.md). */
 #include <ctype.h>
@@ -52,34 +52,6 @@ static const char m_nearbyintf[] =
     "  const float ax = ctc_m_fabsf(x);\n"
     "  if (!(ax < 8388608.0f)) return x;   /* integral, inf or NaN */\n"
     "  return ctc_m_copysignf((ax + 8388608.0f) - 8388608.0f, x);\n"
-    "}\n";
-static const char m_logf[] =
-    "static float ctc_m_logf(float x) {\n"
-    "  uint32_t ix = ctc_m_bits(x);\n"
-    "  int k = 0;\n"
-    "  if (x != x || ix == 0x7f800000u) return x;   /* NaN, +inf */\n"
-    "  if (x == 0) return -INFINITY;\n"
-    "  if (x < 0) return NAN;\n"
-    "  if (ix < 0x00800000u) {   /* subnormal: scaled by 2^25 */\n"
-    "    k = -25;\n"
-    "    ix = ctc_m_bits(x * 33554432.0f);\n"
-    "  }\n"
-    "  ix += 0x3f800000u - 0x3f3504f3u;   /* x = 2^k m, m in [sqrt(2)/2, sqrt(2)) */\n"
-    "  k += (int)(ix >> 23) - 127;\n"
-    "  ix = (ix & 0x007fffffu) + 0x3f3504f3u;\n"
-    "  const float f = ctc_m_float(ix) - 1.0f, s = f / (2.0f + f), z = s * s, w = z * z;\n"
-    "  const float r = w * (0.40000972152f + w * 0.24279078841f) + z * (0.66666662693f + w * 0.28498786688f);\n"
-    "  const float hfsq = 0.5f * f * f, dk = (float)k;\n"
-    "  return s * (hfsq + r) + dk * 9.0580006145e-06f - hfsq + f + dk * 6.9313812256e-01f;\n"
-    "}\n";
-static const char m_log1pf[] =
-    "static float ctc_m_log1pf(float x) {   /* Goldberg: log(u) x / (u - 1), u = 1 + x */\n"
-    "  if (x != x || x == INFINITY) return x;\n"
-    "  if (x <= -1.0f) return x == -1.0f ? -INFINITY : NAN;\n"
-    "  const float u = 1.0f + x;\n"
-    "  if (u == 1.0f) return x;\n"
-    "  if (u == INFINITY) return ctc_m_logf(x);\n"
-    "  return ctc_m_logf(u) * (x / (u - 1.0f));\n"
     "}\n";
 static const char m_expm1f[] =
     "static float ctc_m_expm1f(float x) {   /* Kahan: (u - 1) x / log(u), u = exp(x) */\n"
@@ -124,7 +96,7 @@ static const char m_sqrtf[] =
  * the functions it calls (names of this table, which come before it). Order = emission order. */
 typedef struct MathFn {
   const char *name;
-  const char *text;   /* NULL: kernels.c's text under another name (expf, tanhf) */
+  const char *text;   /* NULL: kernels.c's text under another name (expf, tanhf, logf) */
   const char *deps;   /* space-separated */
 } MathFn;
 static const MathFn math_fns[] = {
@@ -135,8 +107,7 @@ static const MathFn math_fns[] = {
     {"nearbyintf", m_nearbyintf, "fabsf copysignf"},
     {"expf", NULL, ""},
     {"tanhf", NULL, ""},
-    {"logf", m_logf, ""},
-    {"log1pf", m_log1pf, "logf"},
+    {"logf", NULL, ""},
     {"expm1f", m_expm1f, "expf logf"},
     {"sqrtf", m_sqrtf, ""},
 };
@@ -359,6 +330,7 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
     const MathFn *m = &math_fns[k];
     if (!strcmp(m->name, "expf")) put_renamed(b, cg_exp_f32_text(), "ctc_exp_f32", "ctc_m_expf");
     else if (!strcmp(m->name, "tanhf")) put_renamed(b, cg_tanh_f32_text(), "ctc_tanh_f32", "ctc_m_tanhf");
+    else if (!strcmp(m->name, "logf")) put_renamed(b, cg_log_f32_text(), "ctc_log_f32", "ctc_m_logf");
     else cg_puts(b, m->text);
   }
   for (int k = 0; k < NMATH; k++)

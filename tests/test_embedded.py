@@ -211,7 +211,7 @@ example_inputs = {"forward": (torch.randn(4, 8),)}
 # value (glibc's double function), on the sweep below; docs/microcontrollers.md states the same bounds.
 MATH_BOUNDS = {"ctc_m_fabsf": 0, "ctc_m_truncf": 0, "ctc_m_floorf": 0, "ctc_m_nearbyintf": 0,
                "ctc_m_copysignf": 0, "ctc_m_expf": 1.0, "ctc_exp_f32": 1.0, "ctc_tanh_f32": 1.5,
-               "ctc_m_logf": 1.0, "ctc_m_log1pf": 2.5, "ctc_m_expm1f": 2.5, "ctc_m_sqrtf": 0.5, "ctc_erf_f32": 1.0}
+               "ctc_m_logf": 1.0, "ctc_log1p_f32": 1.0, "ctc_m_expm1f": 2.5, "ctc_m_sqrtf": 0.5, "ctc_erf_f32": 1.0}
 
 SWEEP_C = r"""
 #include "mnet.c"
@@ -222,7 +222,6 @@ SWEEP_C = r"""
 #undef nearbyintf
 #undef expf
 #undef logf
-#undef log1pf
 #undef expm1f
 #undef sqrtf
 #undef INFINITY
@@ -256,7 +255,7 @@ int main(void) {
       {"ctc_m_floorf", ctc_m_floorf, floor}, {"ctc_m_nearbyintf", ctc_m_nearbyintf, nearbyint},
       {"ctc_m_copysignf", c_copysign, neg_copysign}, {"ctc_m_expf", ctc_m_expf, exp},
       {"ctc_exp_f32", ctc_exp_f32, exp}, {"ctc_tanh_f32", ctc_tanh_f32, tanh}, {"ctc_m_logf", ctc_m_logf, log},
-      {"ctc_m_log1pf", ctc_m_log1pf, log1p}, {"ctc_m_expm1f", ctc_m_expm1f, expm1},
+      {"ctc_log1p_f32", ctc_log1p_f32, log1p}, {"ctc_m_expm1f", ctc_m_expm1f, expm1},
       {"ctc_m_sqrtf", ctc_m_sqrtf, sqrt}, {"ctc_erf_f32", ctc_erf_f32, erf}};
   static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 88.7f, 88.8f, -104.0f,
                                   -87.0f, 3.92f, 4.0f, 1e-30f, 1.4e-45f, -1.4e-45f, 1.17549435e-38f, 8388608.5f,

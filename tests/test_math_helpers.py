@@ -1,7 +1,8 @@
-"""The f32 math helpers of hosted and freestanding C (codegen_c/kernels.c): ctc_tanh_f32 and
-ctc_erf_f32, polynomials without a libm call so that loops over them vectorise (glibc's tanhf and
-erff are scalar calls, 12-20 ns an element). GELU is one or the other: the tanh form in the gpt,
-the exact form (nn.GELU()'s default, erf) in ViT- and BERT-style MLPs.
+"""The f32 math helpers of hosted and freestanding C (codegen_c/kernels.c): ctc_tanh_f32,
+ctc_erf_f32, ctc_log_f32 and ctc_log1p_f32, polynomials without a libm call so that loops over
+them vectorise (glibc's are scalar calls, 3-20 ns an element). GELU is tanh or erf: the tanh form
+in the gpt, the exact form (nn.GELU()'s default) in ViT- and BERT-style MLPs; softplus,
+logsigmoid and mish are log1p(exp(x)).
 
 Their clamps, the choice between their forms and NaN are integer operations on the bits: written
 as float selects, GCC turned them back into a conditional multiply and division, which "could
@@ -32,14 +33,15 @@ class Mlp(nn.Module):
     def forward(self, x):
         h = self.fc(x)
         return (F.gelu(h, approximate="tanh") + self.act(h) + torch.tanh(x).sum(dim=1, keepdim=True)
-                + torch.erf(x).sum(dim=1, keepdim=True))
+                + torch.erf(x).sum(dim=1, keepdim=True) + F.softplus(h) + F.mish(h)
+                + torch.log(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log1p(h.abs() - 0.5))
 
 
 model = Mlp()
 example_inputs = {"forward": (torch.randn(8, 16),)}
 """
 
-HELPERS = ["ctc_tanh_f32", "ctc_erf_f32"]
+HELPERS = ["ctc_tanh_f32", "ctc_erf_f32", "ctc_log_f32", "ctc_log1p_f32"]
 
 
 def _helpers(tmp_path):
@@ -50,6 +52,9 @@ def _helpers(tmp_path):
     m = re.search(r"#ifndef CTC_FMA_F32\b.*?\n#endif\n#endif\n", c, re.S)
     assert m, "no CTC_FMA_F32 in the generated file"
     text = m.group(0)
+    core = re.search(r"#ifndef CTC_LOGK_F32\b.*?\n#endif\n", c, re.S)   # log's and log1p's polynomial
+    assert core, "no ctc_logk_f32 in the generated file"
+    text += core.group(0)
     for name in HELPERS:
         f = re.search(r"static inline (?:CTC_ALWAYS_INLINE )?float " + name + r"\(float x\) \{.*?\n\}\n", c, re.S)
         assert f, f"no {name} in the generated file"
@@ -57,15 +62,16 @@ def _helpers(tmp_path):
     return text
 
 
-def test_tanh_erf_and_both_gelus_match_pytorch(tmp_path):
+def test_the_helpers_match_pytorch(tmp_path):
     _helpers(tmp_path)
     mod = load_module(str(tmp_path / "mlp.py"), "math_mlp")
-    x = torch.randn(8, 16) * 6   # every form of both, |x| past 9.1 (tanh is 1) and 4 (erf is 1)
+    x = torch.randn(8, 16) * 6   # every form of each, |x| past 9.1 (tanh is 1) and 4 (erf is 1)
     x[0, :6] = torch.tensor([0.0, -0.0, 9.5, -12.0, 3.95, -0.75])
+    x[1, :3] = torch.tensor([1e-40, 3e-39, 1e30])   # subnormal logs
     with torch.no_grad():
         want = mod.model(x).numpy()
     got = run_forward(str(tmp_path), str(tmp_path / "mlp.py"), mod.model, [x.numpy()])[0]
-    compare("gelu (both forms), tanh and erf", got, want, 1e-5, 1e-6)
+    compare("gelu (both forms), tanh, erf, softplus, mish, log and log1p", got, want, 1e-5, 1e-6)
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="GCC's vectoriser report")
@@ -84,7 +90,7 @@ def test_a_loop_over_the_helper_vectorises(tmp_path, march, name):
 
 # Every float against glibc's double function, in ulps of the float nearest the exact value (as
 # test_embedded.py's sweep measures them); the bounds docs/speed.md and docs/microcontrollers.md state.
-SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04}
+SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, "ctc_log1p_f32": 0.84}
 SWEEP_C = r"""
 #include <math.h>
 #include <stdio.h>
@@ -106,8 +112,9 @@ int main(void) {
     float x;
     memcpy(&x, &b, 4);
     const float g = FN(x);
-    const double e = ulps(g, REF((double)x));
-    sign += !isnan(g) && signbit(g) != signbit(x);   /* odd: erf(-0) = tanh(-0) = -0 */
+    const double w = REF((double)x);
+    const double e = ulps(g, w);
+    sign += !isnan(g) && !isnan(w) && !signbit(g) != !signbit(w);   /* erf(-0) = tanh(-0) = log1p(-0) = -0 */
     if (!(e <= worst)) worst = e == e ? e : INFINITY, wx = x;
   }
   printf("%.4f %.9g %ld\n", worst, wx, sign);
@@ -124,7 +131,7 @@ def test_every_float(tmp_path, name, march):
     if march and not x86_has_fma():
         pytest.skip("an x86-64 CPU with FMA")
     src = tmp_path / "sweep.c"
-    ref = {"ctc_tanh_f32": "tanh", "ctc_erf_f32": "erf"}[name]
+    ref = name[4:-4]   # ctc_tanh_f32: tanh
     src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
                    f"#define FN {name}\n#define REF {ref}\n" + SWEEP_C)
     exe = tmp_path / "sweep"

@@ -244,8 +244,8 @@ def test_f32_code_calls_float_math(tmp_path):
         run([CTC, "compile", path, "-o", c, "--input", f"x={dt}[8]"])
         body = re.sub(r"/\*.*?\*/", "", c.read_text(), flags=re.S)   # code only, not the comments
         for fn in fns:
-            if fn in ("tanh", "exp", "erf") and suffix:   # f32 tanh, exp and erf are ctc_tanh_f32, ctc_exp_f32
-                # and ctc_erf_f32, and sigmoid's exp ctc_exp_cr_f32 (no libm call: their loops vectorise)
+            if fn in ("tanh", "exp", "erf", "log") and suffix:   # f32 tanh, exp, erf and log are ctc_tanh_f32,
+                # ctc_exp_f32..., and sigmoid's exp ctc_exp_cr_f32 (no libm call: their loops vectorise)
                 assert re.search(rf"\bctc_{fn}_f32\(", body) and not re.search(rf"\b{fn}f?\(", body), fn
                 continue
             assert re.search(rf"\b{fn}{suffix}\(", body), f"{dt}: no call of {fn}{suffix}"
