@@ -185,25 +185,19 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
  * same functions, and in hosted C code the exp that other templates call (sigmoid)
  * is the one as accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
-  if (in->op == IR_TANH && ct == DT_F32) {
-    c->k->tanh_f32 = 1;
-    return "ctc_tanh_f32(A)";
+  unsigned char *used = NULL;   /* the f32 helpers of kernels.c */
+  const char *call = NULL;
+  switch (ct == DT_F32 ? in->op : IR__COUNT) {
+    case IR_TANH: used = &c->k->tanh_f32, call = "ctc_tanh_f32(A)"; break;
+    case IR_EXP: used = &c->k->exp_f32, call = "ctc_exp_f32(A)"; break;
+    case IR_ERF: used = &c->k->erf_f32, call = "ctc_erf_f32(A)"; break;
+    case IR_LOG: used = &c->k->log_f32, call = "ctc_log_f32(A)"; break;
+    case IR_LOG1P: used = &c->k->log1p_f32, call = "ctc_log1p_f32(A)"; break;
+    default: break;
   }
-  if (in->op == IR_EXP && ct == DT_F32) {
-    c->k->exp_f32 = 1;
-    return "ctc_exp_f32(A)";
-  }
-  if (in->op == IR_ERF && ct == DT_F32) {
-    c->k->erf_f32 = 1;
-    return "ctc_erf_f32(A)";
-  }
-  if (in->op == IR_LOG && ct == DT_F32) {
-    c->k->log_f32 = 1;
-    return "ctc_log_f32(A)";
-  }
-  if (in->op == IR_LOG1P && ct == DT_F32) {
-    c->k->log1p_f32 = 1;
-    return "ctc_log1p_f32(A)";
+  if (call) {
+    *used = 1;
+    return call;
   }
   const char *t = ir_elem_template(in->op, ct);
   if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));

@@ -160,6 +160,22 @@ def x86_has_fma():
         return False
 
 
+# C: |got - want| in units of the last place of the float nearest want (want exact, in double);
+# the sweeps of test_embedded.py and test_math_helpers.py measure the math functions with it
+ULPS_C = r"""
+static double ulps(float got, double want) {
+  if (isnan(want)) return isnan(got) ? 0 : INFINITY;
+  const float w = (float)want;
+  if (isinf(w) || isinf(got)) return got == w ? 0 : INFINITY;
+  if (isnan(got)) return INFINITY;
+  const float aw = fabsf(w);
+  const double u = aw < 1.17549435e-38f ? 1.40129846e-45 : aw == 3.40282347e38f ? 2.028240960365167e31
+                                                          : (double)(nextafterf(aw, INFINITY) - aw);
+  return fabs((double)got - want) / u;
+}
+"""
+
+
 def run(args, cwd=None, timeout=300, check=True, env=None):
     r = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     if check and r.returncode != 0:

@@ -23,7 +23,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, EXAMPLES, ROOT, compare, load_module, run, st_write, state_dict_np, x86_has_fma
+from ctc_testlib import (CTC, EXAMPLES, ROOT, ULPS_C, compare, load_module, run, st_write, state_dict_np,
+                         x86_has_fma)
 
 torch = pytest.importorskip("torch")
 
@@ -235,17 +236,7 @@ SWEEP_C = r"""
 
 static float fl(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-/* |got - want| in units of the last place of the float nearest want (want exact, in double) */
-static double ulps(float got, double want) {
-  if (isnan(want)) return isnan(got) ? 0 : INFINITY;
-  const float w = (float)want;
-  if (isinf(w) || isinf(got)) return got == w ? 0 : INFINITY;
-  if (isnan(got)) return INFINITY;
-  const float aw = fabsf(w);
-  const double u = aw < 1.17549435e-38f ? 1.40129846e-45 : aw == 3.40282347e38f ? 2.028240960365167e31
-                                                          : (double)(nextafterf(aw, INFINITY) - aw);
-  return fabs((double)got - want) / u;
-}
+""" + ULPS_C + r"""
 static double neg_copysign(double x) { return copysign(x, -x); }
 static float c_copysign(float x) { return ctc_m_copysignf(x, -x); }
 

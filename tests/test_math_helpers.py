@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, run_forward, x86_has_fma
+from ctc_testlib import CTC, ULPS_C, compare, load_module, run, run_forward, x86_has_fma
 
 MODEL = """\
 import torch
@@ -94,15 +94,7 @@ SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, 
 SWEEP_C = r"""
 #include <math.h>
 #include <stdio.h>
-static double ulps(float got, double want) {
-  if (isnan(want)) return isnan(got) ? 0 : INFINITY;
-  const float w = (float)want;
-  if (isinf(w) || isinf(got)) return got == w ? 0 : INFINITY;
-  if (isnan(got)) return INFINITY;
-  const float aw = fabsf(w);
-  const double u = aw < 1.17549435e-38f ? 1.40129846e-45 : (double)(nextafterf(aw, INFINITY) - aw);
-  return fabs((double)got - want) / u;
-}
+""" + ULPS_C + r"""
 int main(void) {
   double worst = 0;
   float wx = 0;
