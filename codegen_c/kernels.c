@@ -476,9 +476,9 @@ static const char normal_text[] =
     "}\n";
 
 /* CTC_FMA_F32(a, b, c), CTC_FMA_F64: a * b + c rounded once where the target has the instruction
- * (ISO C mode fuses nothing by itself), else rounded twice; CTC_ALWAYS_INLINE (GCC and Clang):
- * ctc_erf_f32, the largest helper, was left a call in the gpt's backward function, and that loop
- * scalar (GCC 12, -O3); written once before the helpers that
+ * (ISO C mode fuses nothing by itself), else rounded twice; CTC_ALWAYS_INLINE (GCC and Clang),
+ * on erf's and log's helpers: ctc_erf_f32, the largest, was left a call in one of the gpt's
+ * backward functions, and that loop scalar (GCC 12, -O3); written once before the helpers that
  * use them (ctc_tanh_f32, ctc_erf_f32, ctc_log_f32, ctc_exp_f32, ctc_exp_cr_f32, and --no-libm's tanhf, logf and expf, their texts
  * renamed). */
 static const char fma_text[] =
