@@ -98,7 +98,7 @@ typedef struct Kernels {
   unsigned char attention[DT_COUNT]; /* attn_c.c: 1 ctc_attention_<dt>, 2 also ctc_attention_bwd_<dt>, 4 f16 roundings */
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
-const char *cg_fma_text(void);   /* the CTC_FMA_F32/F64 macros ctc_exp_f32's and ctc_tanh_f32's texts use */
+const char *cg_fma_text(void);   /* CTC_FMA_F32/F64 and CTC_ALWAYS_INLINE, which the helpers' texts use */
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_log_f32_text(void);   /* ctc_log_f32's (freestanding_c.c's logf) */

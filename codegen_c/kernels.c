@@ -479,8 +479,8 @@ static const char normal_text[] =
  * (ISO C mode fuses nothing by itself), else rounded twice; CTC_ALWAYS_INLINE (GCC and Clang),
  * on erf's and log's helpers: ctc_erf_f32, the largest, was left a call in one of the gpt's
  * backward functions, and that loop scalar (GCC 12, -O3); written once before the helpers that
- * use them (ctc_tanh_f32, ctc_erf_f32, ctc_log_f32, ctc_exp_f32, ctc_exp_cr_f32, and --no-libm's tanhf, logf and expf, their texts
- * renamed). */
+ * use them (ctc_tanh_f32, ctc_erf_f32, ctc_log_f32, ctc_exp_f32, ctc_exp_cr_f32, and --no-libm's
+ * tanhf, logf and expf, their texts renamed). */
 static const char fma_text[] =
     "#ifndef CTC_FMA_F32   /* a * b + c rounded once where the target has the instruction */\n"
     "#if defined(__CUDACC__)\n"
@@ -557,7 +557,7 @@ static const char tanh_text[] =
  * [1.75, 2.5) and [2.5, 4), exactly 1 above (Chebyshev fits, float coefficients, float
  * arithmetic only: --no-libm's microcontrollers need no double). Odd, erf(-0) = -0, NaN kept.
  * At most 1.04 ulp from the exactly rounded erf without FMA, 0.97 with (every float, against
- * glibc's double erf; tests/test_erf_helper.py). */
+ * glibc's double erf; tests/test_math_helpers.py). */
 static const char erf_text[] =
     "static inline CTC_ALWAYS_INLINE float ctc_erf_f32(float x) {\n"
     "  union { float f; uint32_t u; } xb = {x}, a, e0, e1, e2, e3, y;\n"
@@ -631,9 +631,11 @@ static const char log_text[] =
     "/* log(2^dk (1 + f)) + c, f in [sqrt(2)/2 - 1, sqrt(2) - 1) */\n"
     "static inline CTC_ALWAYS_INLINE float ctc_logk_f32(float f, float dk, float c) {\n"
     "  const float s = f / (2.0f + f), z = s * s, w = z * z;\n"
-    "  const float r = CTC_FMA_F32(w, CTC_FMA_F32(w, 0.24279078841f, 0.40000972152f), z * CTC_FMA_F32(w, 0.28498786688f, 0.66666662693f));\n"
+    "  const float r = CTC_FMA_F32(w, CTC_FMA_F32(w, 0.24279078841f, 0.40000972152f),\n"
+    "                              z * CTC_FMA_F32(w, 0.28498786688f, 0.66666662693f));\n"
     "  const float hfsq = 0.5f * f * f;\n"
-    "  return s * (hfsq + r) + CTC_FMA_F32(dk, 9.0580006145e-06f, c) - hfsq + f + dk * 6.9313812256e-01f;\n"
+    "  return s * (hfsq + r) + CTC_FMA_F32(dk, 9.0580006145e-06f, c) - hfsq + f\n"
+    "         + dk * 6.9313812256e-01f;   /* ln 2 in two parts: dk * 0.693138... is exact */\n"
     "}\n"
     "#endif\n"
     "static inline CTC_ALWAYS_INLINE float ctc_log_f32(float x) {\n"
@@ -666,7 +668,8 @@ static const char log1p_text[] =
     "  const uint32_t m1 = 0u - (uint32_t)(xb.u == 0xBF800000u), inf = 0u - (uint32_t)(xb.u == 0x7F800000u),\n"
     "                 zero = 0u - (uint32_t)((xb.u & 0x7FFFFFFFu) == 0u), neg = 0u - (uint32_t)(xb.u > 0xBF800000u),\n"
     "                 nan = 0u - ((0x7F800000u - (xb.u & 0x7FFFFFFFu)) >> 31);\n"
-    "  y.u = (y.u & ~(m1 | inf | zero | neg)) | (0xFF800000u & m1) | (0x7F800000u & inf) | (xb.u & zero) | (0x7FC00000u & neg);\n"
+    "  y.u = (y.u & ~(m1 | inf | zero | neg)) | (0xFF800000u & m1) | (0x7F800000u & inf) | (xb.u & zero)\n"
+    "        | (0x7FC00000u & neg);\n"
     "  y.u = (xb.u & nan) | (y.u & ~nan);\n"
     "  return y.f;\n"
     "}\n";
@@ -1046,7 +1049,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                    cg_puts(b, "\n");
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
-  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32) cg_printf(b, "%s", fma_text);
+  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32)
+    cg_printf(b, "%s", fma_text);
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->erf_f32) cg_printf(b, "%s\n", erf_text);
   if (k->log_f32 || k->log1p_f32) cg_printf(b, "%s\n", log_text);
