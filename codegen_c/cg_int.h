@@ -227,6 +227,7 @@ struct CgRender {
   char var[IR_MAX_DIMS + 1][16];
   int group[IR_MAX_DIMS], last[IR_MAX_DIMS];
   int split, in_row;         /* C: accumulations go to the operand arrays; inside a KIR_ROW loop */
+  const char *auxpos;        /* C: an operand array's position ("j", or "j - j0" in a row's chunk) */
   int block;                 /* CUDA: threads per row block */
   int64_t per;               /* CUDA: elements of a row per thread */
   int anybuf;                /* CUDA: some value has a per-row array */
@@ -357,7 +358,8 @@ const char *cg_acc_init(const Inst *in, DType t);
 void cg_acc_update(CgFunc *c, const Inst *in, const char *accv, const char *x);
 /* A float reduction of the contiguous row ptr[0..n) through ctc_sum/ctc_max (lane_reduce);
  * 0 for integers (nothing written). */
-int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n);
+int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, const char *len,
+                   int64_t n);
 /* "7 + i0 * 12 + i1": offset plus var[k] * st[k] over n axes (index_expr). */
 void cg_index_expr(char *out, size_t cap, int n, char var[][16], int64_t off, const int64_t *st);
 /* Strides of operand a broadcast over result shape r (bcast_strides). */

@@ -494,22 +494,26 @@ static void acc_update(CgFunc *c, const Inst *in, const char *accv, const char *
 }
 
 /* A float reduction of the contiguous row `ptr[0..n)` through ctc_sum/ctc_max:
- * "acc op ctc_sum_f32(ptr, n);" (op "=" or "+=" for sums; a max combines).
+ * "acc op ctc_sum_f32(ptr, n);" (op "=" or "+=" for sums; a max combines); the
+ * length is the expression len where it is not NULL (a row's chunk: "jn").
  * 0 (nothing emitted) for integers, which accumulate in order. */
-static int lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
+static int lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, const char *len,
+                       int64_t n) {
   DType t = ty(c, in->res)->dtype;
   if (!ir_dtype_is_float(t)) return 0;
   const char *sfx = cg_dt_suffix(t);
+  char nb[32];
+  if (!len) snprintf(nb, sizeof nb, "%lld", (ll)n), len = nb;
   if (in->op == IR_REDUCE_SUM) {
     c->k->sum[t] = 1;
-    LINE(c, "%s %s ctc_sum_%s(%s, %lld);\n", accv, op, sfx, ptr, (ll)n);
+    LINE(c, "%s %s ctc_sum_%s(%s, %s);\n", accv, op, sfx, ptr, len);
   } else if (!strcmp(op, "=")) {
     c->k->max[t] = 1;
-    LINE(c, "%s = ctc_max_%s(%s, %lld);\n", accv, sfx, ptr, (ll)n);
+    LINE(c, "%s = ctc_max_%s(%s, %s);\n", accv, sfx, ptr, len);
   } else {
     c->k->max[t] = 1;
     char x[256];
-    snprintf(x, sizeof x, "ctc_max_%s(%s, %lld)", sfx, ptr, (ll)n);
+    snprintf(x, sizeof x, "ctc_max_%s(%s, %s)", sfx, ptr, len);
     acc_update(c, in, accv, x);
   }
   return 1;
@@ -630,7 +634,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
       LINE(c, "acc %s ctc_sum_runs_%s(%s, %lld, %lld, %lld);\n", nr == 2 ? "=" : "+=", cg_dt_suffix(t), xr,
            (ll)rd[nr - 1], (ll)rd[nr - 2], (ll)rst[nr - 2]);
     } else {
-      lane_reduce(c, in, "acc", nr == 1 ? "=" : "+=", xr, rd[nr - 1]);
+      lane_reduce(c, in, "acc", nr == 1 ? "=" : "+=", xr, NULL, rd[nr - 1]);
     }
   } else {
     for (int k = 0; k < nr; k++) {
@@ -1408,8 +1412,9 @@ void cg_comment(CgFunc *c, const Inst *in) { comment(c, in); }
 const char *cg_acc_type(const Inst *in, DType t) { return acc_type_k(NULL, in, t); }
 const char *cg_acc_type_k(const Kernels *k, const Inst *in, DType t) { return acc_type_k(k, in, t); }
 const char *cg_sum_type(const Kernels *k, DType t) { return ir_dtype_is_float(t) ? float_acc(k, t) : "uint64_t"; }
-int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, int64_t n) {
-  return lane_reduce(c, in, accv, op, ptr, n);
+int cg_lane_reduce(CgFunc *c, const Inst *in, const char *accv, const char *op, const char *ptr, const char *len,
+                   int64_t n) {
+  return lane_reduce(c, in, accv, op, ptr, len, n);
 }
 void cg_index_expr(char *out, size_t cap, int n, char var[][16], int64_t off, const int64_t *st) {
   CHECK(cap >= IDX_CAP);

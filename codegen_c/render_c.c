@@ -187,7 +187,7 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
     }
     case KS_ACC:
       cg_render_expr(r, s->x, &x);
-      if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->ops->rowpos, x.s);   /* accumulated after the loop */
+      if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->auxpos, x.s);   /* accumulated after the loop */
       else cg_acc_update(c, s->in, r->accn[s->v], x.s);
       break;
     case KS_VAR:
@@ -453,7 +453,11 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
 }
 
 /* A row's elements: as two loops when it both computes row elements (or float
- * sums) and accumulates (see the file's comment). */
+ * sums) and accumulates (see the file's comment). A row whose operand arrays would pass
+ * KN_MAX_ROWBUF bytes runs in chunks of up to `chunk` elements (a multiple of ctc_sum's 32
+ * lanes), each chunk's arrays reduced and combined into the accumulators in order (one
+ * accumulator's chain over a 4096-element row made softmax 6 times slower than PyTorch's);
+ * integers are accumulated in order over each chunk's array. */
 static void c_row_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   int64_t rowlen = r->k->rowlen;
@@ -463,7 +467,9 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
     if (t->kind == KS_ACC) nred++, nfloat += ir_dtype_is_float(ty(c, t->v)->dtype);
     else if (t->kind == KS_LET) nelem++;
   }
-  int split = nred > 0 && (nelem > 0 || nfloat > 0) && rowlen * 8 * nred <= KN_MAX_ROWBUF;
+  int split = nred > 0 && (nelem > 0 || nfloat > 0);
+  int64_t chunk = rowlen;
+  if (split && rowlen * 8 * nred > KN_MAX_ROWBUF) chunk = KN_MAX_ROWBUF / (8 * nred) / 32 * 32;
   char hint[160];
   if (split) {
     for (int j = 0; j < s->body.len; j++) {
@@ -471,14 +477,24 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
       if (t->kind != KS_ACC) continue;
       snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
       r->aux[t->v] = cg_name(c->ns, hint);
-      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)rowlen);
+      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)chunk);
     }
+  }
+  int chunked = chunk < rowlen;
+  if (chunked) {
+    LINE(c, "for (int64_t j0 = 0; j0 < %lld; j0 += %lld) {   /* chunks of the row */\n", (ll)rowlen, (ll)chunk);
+    c->ind += 2;
+    LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)rowlen, (ll)chunk, (ll)rowlen, (ll)chunk);
+  }
+  if (split) {
     c->k->simd = 1;
     LINE(c, "CTC_OMP_SIMD\n");
   }
-  LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+  if (chunked) LINE(c, "for (int64_t j = j0; j < j0 + jn; j++) {\n");
+  else LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
   c->ind += 2;
   r->split = split;
+  r->auxpos = chunked ? "j - j0" : r->ops->rowpos;
   r->in_row = 1;
   cg_render_block(r, &s->body);
   r->split = 0;
@@ -486,17 +502,22 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
   c->ind -= 2;
   LINE(c, "}\n");
   if (!split) return;
-  /* float rows: ctc_sum/ctc_max (8 lanes, as emit_reduce); integers in order */
+  /* float rows: ctc_sum/ctc_max (32 lanes, as emit_reduce; a chunk's added on); integers in order */
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
     if (t->kind != KS_ACC) continue;
-    if (cg_lane_reduce(c, t->in, r->accn[t->v], "=", r->aux[t->v], rowlen)) continue;
+    if (cg_lane_reduce(c, t->in, r->accn[t->v], chunked ? "+=" : "=", r->aux[t->v], chunked ? "jn" : NULL, rowlen)) continue;
     char x[200];
     snprintf(x, sizeof x, "%s[j]", r->aux[t->v]);
-    LINE(c, "for (int64_t j = 0; j < %lld; j++)\n", (ll)rowlen);
+    if (chunked) LINE(c, "for (int64_t j = 0; j < jn; j++)\n");
+    else LINE(c, "for (int64_t j = 0; j < %lld; j++)\n", (ll)rowlen);
     c->ind += 2;
     cg_acc_update(c, t->in, r->accn[t->v], x);
     c->ind -= 2;
+  }
+  if (chunked) {
+    c->ind -= 2;
+    LINE(c, "}\n");
   }
 }
 

@@ -7,6 +7,8 @@ torch.autograd and forward AD, plus finite differences), which
 test_forward_ad.py and test_op_table.py reuse. test_edge_values runs 0, -0,
 halves, NaN and infinities through the rounding, division and arg-reduction
 ops."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -208,6 +210,37 @@ def test_edge_values(tmp_path):
         w = w.numpy()
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"output {k}")
+
+
+POW_SRC = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x, d):
+        return (x ** 3, x ** -1, x ** -2, torch.pow(x, 3), x.pow(-2), d ** 3, d ** -2)
+
+
+example_inputs = (torch.randn(64, 33), torch.randn(64, 33, dtype=torch.float64))
+"""
+
+
+def test_small_integer_powers_are_pytorchs(tmp_path):
+    """PyTorch computes x ** 3, x ** -1 and x ** -2 of float and double tensors as x * x * x,
+    1 / x and 1 / (x * x), not pow (whose correctly rounded result differs in about a quarter
+    of the elements): ctc's values are the same bits, and the C calls no pow for them."""
+    x = (np.random.default_rng(7).standard_normal((64, 33)) * 5).astype(np.float32)
+    x[0, :6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-20]
+    path = tmp_path / "pows.py"
+    path.write_text(POW_SRC)
+    mod = load_module(str(path), "ops_more_pows")
+    with torch.no_grad():
+        want = mod.Net()(torch.from_numpy(x), torch.from_numpy(x.astype(np.float64)))
+    got = run_forward(str(tmp_path), str(path), mod.Net(), [x, x.astype(np.float64)])
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(g, w.numpy(), err_msg=f"output {k}")
+    assert not re.search(r"\bpowf?\(", (tmp_path / "net.c").read_text())
 
 
 REFUSED = [

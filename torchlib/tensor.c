@@ -270,6 +270,14 @@ PV *t_binary(L *L, Span at, int op, PV *a, PV *b) {
       return t_unary(L, at, IR_SQRT, a);
     if (pv_is_num(b) && pv_num(b) == -0.5 && a->k == PV_TENSOR && ir_dtype_is_float(dt))
       return t_unary(L, at, IR_RSQRT, a);
+    /* and x ** 3, x ** -1 and x ** -2 (float, double) as x * x * x, 1 / x and 1 / (x * x): the
+     * same roundings (powf(x, 3) was also a slow scalar call for negative x, 9 ns an element) */
+    if (pv_is_num(b) && a->k == PV_TENSOR && (dt == DT_F32 || dt == DT_F64)) {
+      double e = pv_num(b);
+      if (e == 3.0) return elem2(L, at, IR_MUL, "**", elem2(L, at, IR_MUL, "**", a, a, dt, dt), a, dt, dt);
+      if (e == -1.0) return t_binary(L, at, OP_DIV, pv_float(L, 1.0), a);
+      if (e == -2.0) return t_binary(L, at, OP_DIV, pv_float(L, 1.0), elem2(L, at, IR_MUL, "**", a, a, dt, dt));
+    }
     return elem2(L, at, IR_POW, "**", a, b, dt, dt);
   case OP_FLOORDIV: return t_divmod(L, at, 'f', a, b);
   case OP_MOD: return t_divmod(L, at, '%', a, b);
