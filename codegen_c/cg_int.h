@@ -89,6 +89,9 @@ typedef struct Kernels {
   unsigned char erf_f32;            /* ctc_erf_f32: erf without a libm call (vectorises) */
   unsigned char log_f32;            /* ctc_log_f32: log without a libm call (vectorises) */
   unsigned char log1p_f32;          /* ctc_log1p_f32 (and ctc_log_f32's core) */
+  unsigned char sincos_f32;         /* ctc_sin_f32, ctc_cos_f32, ctc_tan_f32: every float reduced exactly, in double */
+  unsigned char atan_f32;           /* ctc_atan_f32, ctc_atan2_f32: in double */
+  unsigned char logb_f32;           /* ctc_log2_f32, ctc_log10_f32: in double */
   unsigned char exp_cr;             /* the hosted C target: templates calling exp (sigmoid) call ctc_exp_cr_f32 */
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */
   unsigned char bf16[DT_COUNT];     /* ctc_bf16_<dt>: round_bf16 (ops.def) in f32, f64 code */

@@ -182,8 +182,9 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
 /* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
  * its integer form), noting the helpers it calls so that kernels.c writes them
  * into the file; f32 tanh, erf, log, log1p and exp call the file's vectorisable versions of the
- * same functions, and in hosted C code the exp that other templates call (sigmoid)
- * is the one as accurate as libm's expf. */
+ * same functions, and in hosted C code sin, cos, tan, atan, atan2, log2 and log10 too (in double: not
+ * for --no-libm's FPUs) and
+ * the exp that other templates call (sigmoid) is the one as accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   unsigned char *used = NULL;   /* the f32 helpers of kernels.c */
   const char *call = NULL;
@@ -193,6 +194,13 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     case IR_ERF: used = &c->k->erf_f32, call = "ctc_erf_f32(A)"; break;
     case IR_LOG: used = &c->k->log_f32, call = "ctc_log_f32(A)"; break;
     case IR_LOG1P: used = &c->k->log1p_f32, call = "ctc_log1p_f32(A)"; break;
+    case IR_SIN: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_sin_f32(A)" : NULL; break;
+    case IR_COS: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_cos_f32(A)" : NULL; break;
+    case IR_TAN: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_tan_f32(A)" : NULL; break;
+    case IR_ATAN: used = c->k->exp_cr ? &c->k->atan_f32 : NULL, call = used ? "ctc_atan_f32(A)" : NULL; break;
+    case IR_ATAN2: used = c->k->exp_cr ? &c->k->atan_f32 : NULL, call = used ? "ctc_atan2_f32(A, B)" : NULL; break;
+    case IR_LOG2: used = c->k->exp_cr ? &c->k->logb_f32 : NULL, call = used ? "ctc_log2_f32(A)" : NULL; break;
+    case IR_LOG10: used = c->k->exp_cr ? &c->k->logb_f32 : NULL, call = used ? "ctc_log10_f32(A)" : NULL; break;
     default: break;
   }
   if (call) {

@@ -479,8 +479,8 @@ static const char normal_text[] =
  * (ISO C mode fuses nothing by itself), else rounded twice; CTC_ALWAYS_INLINE (GCC and Clang),
  * on erf's and log's helpers: ctc_erf_f32, the largest, was left a call in one of the gpt's
  * backward functions, and that loop scalar (GCC 12, -O3); written once before the helpers that
- * use them (ctc_tanh_f32, ctc_erf_f32, ctc_log_f32, ctc_exp_f32, ctc_exp_cr_f32, and --no-libm's
- * tanhf, logf and expf, their texts renamed). */
+ * use them (ctc_tanh_f32, ctc_erf_f32, ctc_log_f32, ctc_exp_f32, ctc_exp_cr_f32, ctc_sincos_f32, and
+ * --no-libm's tanhf, logf and expf, their texts renamed). */
 static const char fma_text[] =
     "#ifndef CTC_FMA_F32   /* a * b + c rounded once where the target has the instruction */\n"
     "#if defined(__CUDACC__)\n"
@@ -637,20 +637,31 @@ static const char log_text[] =
     "  return s * (hfsq + r) + CTC_FMA_F32(dk, 9.0580006145e-06f, c) - hfsq + f\n"
     "         + dk * 6.9313812256e-01f;   /* ln 2 in two parts: dk * 0.693138... is exact */\n"
     "}\n"
-    "#endif\n"
-    "static inline CTC_ALWAYS_INLINE float ctc_log_f32(float x) {\n"
-    "  union { float f; uint32_t u; } xb = {x}, sc, m, y;\n"
+    "/* x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)) from the bits (a subnormal scaled by 2^25 first): f */\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_log_split_f32(float x, float *k) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, sc, m;\n"
     "  sc.f = x * 33554432.0f;   /* 2^25: a subnormal scaled into the normal range */\n"
     "  const uint32_t sub = 0u - (uint32_t)(xb.u < 0x00800000u);   /* subnormal or +0 */\n"
     "  const uint32_t ix = ((sc.u & sub) | (xb.u & ~sub)) + (0x3F800000u - 0x3F3504F3u);\n"
-    "  m.u = (ix & 0x007FFFFFu) + 0x3F3504F3u;   /* x = 2^k m, m in [sqrt(2)/2, sqrt(2)) */\n"
-    "  y.f = ctc_logk_f32(m.f - 1.0f, (float)((int32_t)(ix >> 23) - 127 - (int32_t)(sub & 25u)), 0.0f);\n"
-    "  const uint32_t a = xb.u & 0x7FFFFFFFu;   /* x < 0: NaN; +-0: -inf; +inf; NaN: x itself */\n"
+    "  m.u = (ix & 0x007FFFFFu) + 0x3F3504F3u;\n"
+    "  *k = (float)((int32_t)(ix >> 23) - 127 - (int32_t)(sub & 25u));\n"
+    "  return m.f - 1.0f;\n"
+    "}\n"
+    "/* y, or a log's value where x is not a positive finite float: NaN (x < 0), -inf (+-0), +inf, x (NaN) */\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_log_special_f32(float x, float v) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, y = {v};\n"
+    "  const uint32_t a = xb.u & 0x7FFFFFFFu;\n"
     "  const uint32_t neg = 0u - (uint32_t)(xb.u > 0x80000000u), zero = 0u - (uint32_t)(a == 0u),\n"
     "                 inf = 0u - (uint32_t)(xb.u == 0x7F800000u), nan = 0u - ((0x7F800000u - a) >> 31);\n"
     "  y.u = (y.u & ~(neg | zero | inf)) | (0x7FC00000u & neg) | (0xFF800000u & zero) | (0x7F800000u & inf);\n"
     "  y.u = (xb.u & nan) | (y.u & ~nan);\n"
     "  return y.f;\n"
+    "}\n"
+    "#endif\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_log_f32(float x) {\n"
+    "  float k;\n"
+    "  const float f = ctc_log_split_f32(x, &k);\n"
+    "  return ctc_log_special_f32(x, ctc_logk_f32(f, k, 0.0f));\n"
     "}\n";
 static const char log1p_text[] =
     "static inline CTC_ALWAYS_INLINE float ctc_log1p_f32(float x) {\n"
@@ -672,6 +683,156 @@ static const char log1p_text[] =
     "        | (0x7FC00000u & neg);\n"
     "  y.u = (xb.u & nan) | (y.u & ~nan);\n"
     "  return y.f;\n"
+    "}\n";
+
+/* sin, cos and tan in f32 without a libm call (glibc's sinf and cosf are scalar calls, 5.5-5.8 ns an
+ * element against PyTorch's 0.9-1.2, tanf 12), for every float: x 2/pi = n + f (|f| <= 1/2) reduced exactly
+ * in double without a table (a gather keeps GCC from vectorising under znver and generic tuning):
+ * 2/pi is 7 chunks of 29 bits, C[i] = c_i 2^(-29 (i + 1)), so each product |x| C[i] (24 and 29
+ * significant bits) is exact; each is taken mod 4 exactly (minus its nearest multiple of 8, 0 from
+ * 2^54 on), split at 2^-19 into a part h whose sum H is exact and a rest l summed in double
+ * (|l| <= 2^-20: an error below 2^-67 of a quarter turn). n = round(H), f = (H - n) + L; the 203
+ * bits leave at most |x| 2^-203 <= 2^-75 of a quarter turn, so r = f pi/2 has a relative error
+ * below 2^-38 even where f is as small as any float makes it. sin r and cos r are FreeBSD's
+ * k_sinf.c and k_cosf.c polynomials in double (errors 2^-37.5 and 2^-34.1 on [-pi/4, pi/4]);
+ * the quadrant n mod 4 (plus 1 for cos) picks one and its sign, on the bits (tan: their quotient,
+ * or minus the inverse one's). So the result is (float) of a double within 2^-33 of sin x: at most
+ * 0.501 ulp (tests/test_math_helpers.py). The
+ * selects are masks on the bits (a float select kept the loop scalar on AVX2 without
+ * -fno-trapping-math); inf gives NaN, NaN itself. */
+static const char sincos_text[] =
+    "/* sin x (c = 0), cos x (c = 1) or tan x (c = 2) */\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_sincos_f32(float x, uint32_t c) {\n"
+    "  static const double C[7] = {0x1.45f306dp-1, 0x1.9391054p-30, 0x1.4fe13abp-59, 0x1.d1f534dp-88,\n"
+    "                              0x1.b81b6c5p-117, 0x1.5993c4p-148, 0x1.c820ff2p-175};   /* 2/pi */\n"
+    "  union { float f; uint32_t u; } xb = {x}, ab, y;\n"
+    "  union { double d; uint64_t u; } tb, gb, nb, sb, cb, rb;\n"
+    "  ab.u = xb.u & 0x7FFFFFFFu;\n"
+    "  const double t = ab.f;\n"
+    "  double H = 0, L = 0;\n"
+    "  for (int i = 0; i < 4; i++) {   /* |x| 2/pi mod 4 = H + L */\n"
+    "    tb.d = t * C[i];   /* exact */\n"
+    "    gb.d = tb.d - ((tb.d + 0x1.8p55) - 0x1.8p55);   /* minus a multiple of 8 near it: exact, in [-4, 4] */\n"
+    "    if (i < 3) gb.u &= 0u - (uint64_t)(tb.u < 0x4350000000000000u);   /* from 2^54 on, a multiple of 4 */\n"
+    "    const double h = (gb.d + 0x1.8p33) - 0x1.8p33;   /* a multiple of 2^-19 */\n"
+    "    H += h;\n"
+    "    L += gb.d - h;\n"
+    "  }\n"
+    "  tb.d = t * C[4];   /* below 2^12: no multiple of 8 to take */\n"
+    "  const double h4 = (tb.d + 0x1.8p33) - 0x1.8p33;\n"
+    "  H += h4;\n"
+    "  L += (tb.d - h4) + CTC_FMA_F64(t, C[5], t * C[6]);   /* the last two below 2^-19 */\n"
+    "  nb.d = H + 0x1.8p52;   /* n = round(H) in the low bits */\n"
+    "  const double f = (H - (nb.d - 0x1.8p52)) + L, r = f * 0x1.921fb54442d18p0, z = r * r, w = z * z;\n"
+    "  sb.d = (r + r * z * CTC_FMA_F64(z, 0x1.11110896efbb2p-7, -0x1.5555554cbac77p-3))\n"
+    "         + r * z * w * CTC_FMA_F64(z, 0x1.6cd878c3b46a7p-19, -0x1.a00f9e2cae774p-13);\n"
+    "  cb.d = (CTC_FMA_F64(z, -0x1.ffffffd0c5e81p-2, 1.0) + w * 0x1.55553e1053a42p-5)\n"
+    "         + w * z * CTC_FMA_F64(z, 0x1.99342e0ee5069p-16, -0x1.6c087e80f1e27p-10);\n"
+    "  if (c == 2) {   /* tan: sin r / cos r, or -cos r / sin r where n is odd */\n"
+    "    const uint64_t odd = 0u - (uint64_t)(nb.u & 1u);\n"
+    "    union { double d; uint64_t u; } nu, de;\n"
+    "    nu.u = (cb.u & odd) | (sb.u & ~odd), de.u = (sb.u & odd) | (cb.u & ~odd);\n"
+    "    y.f = (float)(nu.d / de.d);\n"
+    "    y.u ^= ((uint32_t)nb.u & 1u) << 31 ^ (xb.u & 0x80000000u);   /* tan is odd */\n"
+    "  } else {\n"
+    "    const uint32_t q = (uint32_t)nb.u + c;   /* the quadrant: sin r, cos r, -sin r, -cos r */\n"
+    "    const uint64_t odd = 0u - (uint64_t)(q & 1u);\n"
+    "    rb.u = (cb.u & odd) | (sb.u & ~odd);\n"
+    "    y.f = (float)rb.d;\n"
+    "    y.u ^= ((q >> 1) & 1u) << 31 ^ (xb.u & ~(0u - c) & 0x80000000u);   /* sin is odd */\n"
+    "  }\n"
+    "  const uint32_t inf = 0u - (uint32_t)(ab.u == 0x7F800000u), nan = 0u - ((0x7F800000u - ab.u) >> 31);\n"
+    "  y.u = (y.u & ~inf) | (0x7FC00000u & inf);\n"
+    "  y.u = (xb.u & nan) | (y.u & ~nan);\n"
+    "  return y.f;\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_sin_f32(float x) { return ctc_sincos_f32(x, 0); }\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_cos_f32(float x) { return ctc_sincos_f32(x, 1); }\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_tan_f32(float x) { return ctc_sincos_f32(x, 2); }\n";
+
+/* atan and atan2 in f32 without a libm call (glibc's atanf is a scalar call, 11 ns an element, and
+ * atan2f 19): in double, FreeBSD's s_atan.c, its four intervals of |x| (from 7/16, 11/16, 19/16 and
+ * 39/16 on: atan(1/2), atan(1), atan(3/2) and pi/2 plus the atan of a quotient) chosen by masks on
+ * the bits, one division, then its polynomial of degree 22: the double is within 2^-52 of atan x, so
+ * the float is atan x correctly rounded but within 2^-28 ulp of a midpoint. atan2(y, x) is the atan
+ * of |y| / |x| in double (0 where both are zero, 1 where both are infinite), pi minus it where x is
+ * negative or -0, with y's sign: C's and PyTorch's values at the zeros and infinities. */
+static const char atan_text[] =
+    "/* v where the mask m is set, else old (on the bits: a float select kept loops scalar on AVX2) */\n"
+    "static inline CTC_ALWAYS_INLINE double ctc_sel_f64(uint64_t m, double v, double old) {\n"
+    "  union { double d; uint64_t u; } a = {v}, b = {old};\n"
+    "  a.u = (a.u & m) | (b.u & ~m);\n"
+    "  return a.d;\n"
+    "}\n"
+    "/* atan a for a double a >= 0 (inf included) */\n"
+    "static inline CTC_ALWAYS_INLINE double ctc_atan_pos_f64(double a) {\n"
+    "  union { double d; uint64_t u; } ab = {a};\n"
+    "  const uint64_t m0 = 0u - (uint64_t)(ab.u >= 0x3FDC000000000000u), m1 = 0u - (uint64_t)(ab.u >= 0x3FE6000000000000u),\n"
+    "                 m2 = 0u - (uint64_t)(ab.u >= 0x3FF3000000000000u), m3 = 0u - (uint64_t)(ab.u >= 0x4003800000000000u);\n"
+    "  /* below 7/16 atan a itself; from 7/16, 11/16, 19/16, 39/16 on hi + lo + the atan of num / den */\n"
+    "  double num = ctc_sel_f64(m0, 2.0 * a - 1.0, a), den = ctc_sel_f64(m0, 2.0 + a, 1.0);\n"
+    "  double hi = ctc_sel_f64(m0, 4.63647609000806093515e-01, 0.0), lo = ctc_sel_f64(m0, 2.26987774529616870924e-17, 0.0);\n"
+    "  num = ctc_sel_f64(m1, a - 1.0, num), den = ctc_sel_f64(m1, a + 1.0, den);\n"
+    "  hi = ctc_sel_f64(m1, 7.85398163397448278999e-01, hi), lo = ctc_sel_f64(m1, 3.06161699786838301793e-17, lo);\n"
+    "  num = ctc_sel_f64(m2, a - 1.5, num), den = ctc_sel_f64(m2, CTC_FMA_F64(1.5, a, 1.0), den);\n"
+    "  hi = ctc_sel_f64(m2, 9.82793723247329054082e-01, hi), lo = ctc_sel_f64(m2, 1.39033110312309984516e-17, lo);\n"
+    "  num = ctc_sel_f64(m3, -1.0, num), den = ctc_sel_f64(m3, a, den);\n"
+    "  hi = ctc_sel_f64(m3, 1.57079632679489655800e+00, hi), lo = ctc_sel_f64(m3, 6.12323399573676603587e-17, lo);\n"
+    "  const double x = num / den, z = x * x, w = z * z;\n"
+    "  const double s1 = z * CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w,\n"
+    "                    1.62858201153657823623e-02, 4.97687799461593236017e-02), 6.66107313738753120669e-02),\n"
+    "                    9.09088713343650656196e-02), 1.42857142725034663711e-01), 3.33333333333329318027e-01);\n"
+    "  const double s2 = w * CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w,\n"
+    "                    -3.65315727442169155270e-02, -5.83357013379057348645e-02), -7.69187620504482999495e-02),\n"
+    "                    -1.11111104054623557880e-01), -1.99999999998764832476e-01);\n"
+    "  return hi - ((x * (s1 + s2) - lo) - x);\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_atan_f32(float x) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, ab, y;\n"
+    "  ab.u = xb.u & 0x7FFFFFFFu;\n"
+    "  y.f = (float)ctc_atan_pos_f64(ab.f);\n"
+    "  y.u |= xb.u & 0x80000000u;   /* odd */\n"
+    "  const uint32_t nan = 0u - ((0x7F800000u - ab.u) >> 31);\n"
+    "  y.u = (xb.u & nan) | (y.u & ~nan);\n"
+    "  return y.f;\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_atan2_f32(float y, float x) {\n"
+    "  union { float f; uint32_t u; } yb = {y}, xb = {x}, ya, xa, r;\n"
+    "  union { double d; uint64_t u; } t, a;\n"
+    "  ya.u = yb.u & 0x7FFFFFFFu, xa.u = xb.u & 0x7FFFFFFFu;\n"
+    "  t.d = (double)ya.f / (double)xa.f;\n"
+    "  const uint64_t zz = 0u - (uint64_t)((ya.u | xa.u) == 0u), ii = 0u - (uint64_t)((ya.u & xa.u) == 0x7F800000u);\n"
+    "  t.u = (t.u & ~(zz | ii)) | (0x3FF0000000000000u & ii);   /* 0 / 0: 0; inf / inf: 1 */\n"
+    "  a.d = ctc_atan_pos_f64(t.d);\n"
+    "  a.d = ctc_sel_f64(0u - (uint64_t)(xb.u >> 31), 3.14159265358979311600e+00 - a.d, a.d);   /* x < 0 or -0 */\n"
+    "  r.f = (float)a.d;\n"
+    "  r.u |= yb.u & 0x80000000u;\n"
+    "  const uint32_t nan = 0u - (((0x7F800000u - ya.u) | (0x7F800000u - xa.u)) >> 31);\n"
+    "  r.u = (0x7FC00000u & nan) | (r.u & ~nan);\n"
+    "  return r.f;\n"
+    "}\n";
+
+/* log2 and log10 in f32 without a libm call (glibc's log2f and log10f are scalar calls, 3.7 and 6.5
+ * ns an element): x = 2^k m with m in [sqrt(2)/2, sqrt(2)) from the bits (a subnormal scaled by 2^25
+ * first), log(m) = log1p(f) in double by FreeBSD's e_log.c (s = f / (2 + f), its degree-14
+ * polynomial in s: within 2^-52), then k kc + log1p(f) fc in double (log2: kc = 1, fc = 1 / ln 2;
+ * log10: log10(2) and 1 / ln 10): the float is the value correctly rounded but within 2^-28 ulp of
+ * a midpoint; log2 of a power of 2 is exact. The split and the special values are ctc_log_f32's
+ * (log_text). */
+static const char logb_text[] =
+    "static inline CTC_ALWAYS_INLINE float ctc_logb_f32(float x, double kc, double fc) {\n"
+    "  float kf;\n"
+    "  const double f = ctc_log_split_f32(x, &kf), k = kf;\n"
+    "  const double s = f / (2.0 + f), z = s * s, w = z * z, hfsq = 0.5 * f * f;\n"
+    "  const double r = z * CTC_FMA_F64(w, CTC_FMA_F64(w, CTC_FMA_F64(w, 1.479819860511658591e-01, 1.818357216161805012e-01),\n"
+    "                                                  2.857142874366239149e-01), 6.666666666666735130e-01)\n"
+    "                   + w * CTC_FMA_F64(w, CTC_FMA_F64(w, 1.531383769920937332e-01, 2.222219843214978396e-01),\n"
+    "                                     3.999999999940941908e-01);\n"
+    "  return ctc_log_special_f32(x, (float)CTC_FMA_F64(k, kc, (f - (hfsq - s * (hfsq + r))) * fc));\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_log2_f32(float x) { return ctc_logb_f32(x, 1.0, 1.4426950408889634); }\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_log10_f32(float x) {\n"
+    "  return ctc_logb_f32(x, 0.30102999566398119521, 0.43429448190325182765);\n"
     "}\n";
 
 /* round_bf16 (ir/ops.def; ir/elem.c's ir_round_bf16 is the same statement for the
@@ -1049,12 +1210,16 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                    cg_puts(b, "\n");
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
-  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32)
+  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32 || k->sincos_f32 ||
+      k->atan_f32 || k->logb_f32)
     cg_printf(b, "%s", fma_text);
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->erf_f32) cg_printf(b, "%s\n", erf_text);
-  if (k->log_f32 || k->log1p_f32) cg_printf(b, "%s\n", log_text);
+  if (k->log_f32 || k->log1p_f32 || k->logb_f32) cg_printf(b, "%s\n", log_text);   /* (logb: its split) */
   if (k->log1p_f32) cg_printf(b, "%s\n", log1p_text);
+  if (k->sincos_f32) cg_printf(b, "%s\n", sincos_text);
+  if (k->atan_f32) cg_printf(b, "%s\n", atan_text);
+  if (k->logb_f32) cg_printf(b, "%s\n", logb_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
   if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);

@@ -1,8 +1,10 @@
 """The f32 math helpers of hosted and freestanding C (codegen_c/kernels.c): ctc_tanh_f32,
 ctc_erf_f32, ctc_log_f32 and ctc_log1p_f32, polynomials without a libm call so that loops over
-them vectorise (glibc's are scalar calls, 3-20 ns an element). GELU is tanh or erf: the tanh form
+them vectorise (glibc's are scalar calls, 3-20 ns an element), and hosted C's ctc_sin_f32 and
+ctc_cos_f32 and ctc_tan_f32 (an exact reduction of every float in double), ctc_atan_f32 and
+ctc_atan2_f32 (FreeBSD's double atan), ctc_log2_f32 and ctc_log10_f32 (its double log). GELU is tanh or erf: the tanh form
 in the gpt, the exact form (nn.GELU()'s default) in ViT- and BERT-style MLPs; softplus,
-logsigmoid and mish are log1p(exp(x)).
+logsigmoid and mish are log1p(exp(x)); sin and cos are NeRF's and SIREN's.
 
 Their clamps, the choice between their forms and NaN are integer operations on the bits: written
 as float selects, GCC turned them back into a conditional multiply and division, which "could
@@ -34,14 +36,18 @@ class Mlp(nn.Module):
         h = self.fc(x)
         return (F.gelu(h, approximate="tanh") + self.act(h) + torch.tanh(x).sum(dim=1, keepdim=True)
                 + torch.erf(x).sum(dim=1, keepdim=True) + F.softplus(h) + F.mish(h)
-                + torch.log(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log1p(h.abs() - 0.5))
+                + torch.log(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log1p(h.abs() - 0.5)
+                + torch.sin(h) + torch.cos(x * 1000).sum(dim=1, keepdim=True) + torch.tan(h * 0.1)
+                + torch.atan(h * 3) + torch.atan2(h, h[:, :1] - 0.5)
+                + torch.log2(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log10(h.abs() + 1e-3))
 
 
 model = Mlp()
 example_inputs = {"forward": (torch.randn(8, 16),)}
 """
 
-HELPERS = ["ctc_tanh_f32", "ctc_erf_f32", "ctc_log_f32", "ctc_log1p_f32"]
+HELPERS = ["ctc_tanh_f32", "ctc_erf_f32", "ctc_log_f32", "ctc_log1p_f32", "ctc_sin_f32", "ctc_cos_f32",
+           "ctc_tan_f32", "ctc_atan_f32", "ctc_log2_f32", "ctc_log10_f32"]
 
 
 def _helpers(tmp_path):
@@ -55,8 +61,17 @@ def _helpers(tmp_path):
     core = re.search(r"#ifndef CTC_LOGK_F32\b.*?\n#endif\n", c, re.S)   # log's and log1p's polynomial
     assert core, "no ctc_logk_f32 in the generated file"
     text += core.group(0)
-    for name in HELPERS:
-        f = re.search(r"static inline (?:CTC_ALWAYS_INLINE )?float " + name + r"\(float x\) \{.*?\n\}\n", c, re.S)
+    core = re.search(r"static inline CTC_ALWAYS_INLINE float ctc_sincos_f32\(float x, uint32_t c\) \{.*?\n\}\n", c, re.S)
+    assert core, "no ctc_sincos_f32 in the generated file"   # sin's and cos's
+    text += core.group(0)
+    for core in ("double ctc_sel_f64", "double ctc_atan_pos_f64", "float ctc_logb_f32"):   # atan's, atan2's, log2's
+        # and log10's
+        f = re.search(r"static inline CTC_ALWAYS_INLINE " + core + r"\(.*?\n\}\n", c, re.S)
+        assert f, f"no {core} in the generated file"
+        text += f.group(0)
+    for name in HELPERS + ["ctc_atan2_f32"]:
+        f = re.search(r"static inline (?:CTC_ALWAYS_INLINE )?float " + name +
+                      r"\((?:float y, )?float x\) \{(?: return [^\n]*\}\n|.*?\n\}\n)", c, re.S)
         assert f, f"no {name} in the generated file"
         text += f.group(0)
     return text
@@ -68,10 +83,12 @@ def test_the_helpers_match_pytorch(tmp_path):
     x = torch.randn(8, 16) * 6   # every form of each, |x| past 9.1 (tanh is 1) and 4 (erf is 1)
     x[0, :6] = torch.tensor([0.0, -0.0, 9.5, -12.0, 3.95, -0.75])
     x[1, :3] = torch.tensor([1e-40, 3e-39, 1e30])   # subnormal logs
+    x[2, :4] = torch.tensor([3e35, -1.5e20, 8e6, 355.0])   # cos(1000 x): reductions of huge arguments
     with torch.no_grad():
         want = mod.model(x).numpy()
     got = run_forward(str(tmp_path), str(tmp_path / "mlp.py"), mod.model, [x.numpy()])[0]
-    compare("gelu (both forms), tanh, erf, softplus, mish, log and log1p", got, want, 1e-5, 1e-6)
+    compare("gelu (both forms), tanh, erf, softplus, mish, log, log1p, sin, cos, tan, atan, atan2, log2 and log10", got,
+            want, 1e-5, 1e-6)
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="GCC's vectoriser report")
@@ -88,9 +105,66 @@ def test_a_loop_over_the_helper_vectorises(tmp_path, march, name):
     assert "loop vectorized" in r.stderr, r.stderr
 
 
+@pytest.mark.skipif(not shutil.which("gcc"), reason="GCC's vectoriser report")
+@pytest.mark.parametrize("march", ["haswell", "x86-64-v4"])
+def test_a_loop_over_atan2_vectorises(tmp_path, march):
+    src = tmp_path / "loop.c"
+    src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
+                   "void th(const float *restrict a, const float *restrict b, float *restrict o, int n) {\n"
+                   "  for (int i = 0; i < n; i++) o[i] = ctc_atan2_f32(a[i], b[i]);\n}\n")
+    r = subprocess.run(["gcc", "-std=c11", "-O3", f"-march={march}", "-fopt-info-vec-optimized", "-c", str(src), "-o",
+                        str(tmp_path / "loop.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "loop vectorized" in r.stderr, r.stderr
+
+
+ATAN2_C = r"""
+#include <math.h>
+#include <stdio.h>
+""" + ULPS_C + r"""
+int main(void) {
+  static const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 1e-40f, -3e38f, 0.5f};
+  double worst = 0;
+  long sign = 0;
+  uint64_t s = 88172645463325252ull;
+  for (long k = 0; k < 4000000; k++) {   /* the special values' pairs, then random bits */
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    const uint32_t a = (uint32_t)s, b = (uint32_t)(s >> 32);
+    float y, x;
+    memcpy(&y, &a, 4), memcpy(&x, &b, 4);
+    if (k < 100) y = sp[k % 10], x = sp[k / 10];
+    else if (k % 3 == 0) x = y * (float)((s >> 20) % 1000) / 977.0f;   /* nearby magnitudes */
+    const float g = ctc_atan2_f32(y, x);
+    const double w = atan2((double)y, (double)x), e = ulps(g, w);
+    sign += !isnan(g) && !isnan(w) && !signbit(g) != !signbit(w);
+    sign += isnan(g) != isnan(w);
+    if (!(e <= worst)) worst = e == e ? e : INFINITY;
+  }
+  printf("%.4f %ld\n", worst, sign);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("march", ["", "-march=haswell"])
+def test_atan2_pairs(tmp_path, march):
+    """atan2 on 4 million pairs (the zeros', infinities' and NaN's, random bits, and y / x near 1)
+    against glibc's double atan2: C's values at the zeros and infinities, within 0.501 ulp."""
+    if march and not x86_has_fma():
+        pytest.skip("an x86-64 CPU with FMA")
+    src = tmp_path / "pairs.c"
+    src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) + ATAN2_C)
+    exe = tmp_path / "pairs"
+    run(["gcc", "-std=c11", "-O2", *([march] if march else []), "-fno-builtin", "-w", src, "-o", exe, "-lm"])
+    worst, sign = run([exe]).stdout.split()
+    assert int(sign) == 0 and float(worst) <= 0.501, (worst, sign)
+
+
 # Every float against glibc's double function, in ulps of the float nearest the exact value (as
 # test_embedded.py's sweep measures them); the bounds docs/speed.md and docs/microcontrollers.md state.
-SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, "ctc_log1p_f32": 0.84}
+SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, "ctc_log1p_f32": 0.84,
+                "ctc_sin_f32": 0.502, "ctc_cos_f32": 0.502, "ctc_tan_f32": 0.502, "ctc_atan_f32": 0.501,
+                "ctc_log2_f32": 0.501, "ctc_log10_f32": 0.501}
 SWEEP_C = r"""
 #include <math.h>
 #include <stdio.h>
@@ -104,10 +178,17 @@ int main(void) {
     float x;
     memcpy(&x, &b, 4);
     const float g = FN(x);
-#ifdef ODD   /* the negative half: -f(-x), bit for bit (tanh and erf are odd, and so is their rounding) */
+#ifdef ODD   /* the negative half: -f(-x), bit for bit (tanh, erf and sin are odd, and so is their rounding) */
     if (b >= 0x80000000u) {
       const float h = -FN(-x);
-      sign += memcmp(&g, &h, 4) != 0;
+      sign += memcmp(&g, &h, 4) != 0 && !(isnan(g) && isnan(h));   /* sin(-inf) and sin(inf): NaN */
+      continue;
+    }
+#endif
+#ifdef EVEN   /* cos: f(-x) */
+    if (b >= 0x80000000u) {
+      const float h = FN(-x);
+      sign += memcmp(&g, &h, 4) != 0 && !(isnan(g) && isnan(h));   /* a NaN x is its own result */
       continue;
     }
 #endif
@@ -126,14 +207,14 @@ int main(void) {
 @pytest.mark.parametrize("march", ["", "-march=haswell"])
 @pytest.mark.parametrize("name", HELPERS)
 def test_every_float(tmp_path, name, march):
-    """All 2^32 floats, with and without FMA (a * b + c rounded once or twice); for tanh and erf the
-    negative half as the positive one's negation, bit for bit (glibc's double reference is most of
-    the time)."""
+    """All 2^32 floats, with and without FMA (a * b + c rounded once or twice); for tanh, erf, sin, tan
+    and atan the negative half as the positive one's negation, for cos as the positive one, bit for bit
+    (glibc's double reference is most of the time)."""
     if march and not x86_has_fma():
         pytest.skip("an x86-64 CPU with FMA")
     src = tmp_path / "sweep.c"
     ref = name[4:-4]   # ctc_tanh_f32: tanh
-    odd = "#define ODD\n" if ref in ("tanh", "erf") else ""
+    odd = "#define ODD\n" if ref in ("tanh", "erf", "sin", "tan", "atan") else "#define EVEN\n" if ref == "cos" else ""
     src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
                    f"#define FN {name}\n#define REF {ref}\n{odd}" + SWEEP_C)
     exe = tmp_path / "sweep"

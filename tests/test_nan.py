@@ -54,6 +54,7 @@ FORWARD = [
     ("rsqrt", "torch.rsqrt(x)"), ("tanh", "torch.tanh(x)"), ("sigmoid", "torch.sigmoid(x)"),
     ("gelu", "F.gelu(x)"), ("gelu_tanh", "F.gelu(x, approximate='tanh')"), ("silu", "F.silu(x)"),
     ("abs", "x.abs()"), ("neg", "-x"), ("erf", "torch.erf(x)"), ("sin", "torch.sin(x)"), ("cos", "torch.cos(x)"),
+    ("tan", "torch.tan(x)"),
     ("add", "x + y"), ("sub", "x - y"), ("mul", "x * y"), ("div", "x / y"), ("rdiv", "1 / x"),
     ("pow2", "x ** 2"), ("pow3", "x ** 3"), ("pow_half", "x ** 0.5"), ("pow_mhalf", "x ** -0.5"),
     ("pow_m1", "x ** -1"), ("pow_m2", "x ** -2"), ("pow_1_5", "x ** 1.5"), ("pow0", "x ** 0"),
@@ -244,8 +245,9 @@ def test_f32_code_calls_float_math(tmp_path):
         run([CTC, "compile", path, "-o", c, "--input", f"x={dt}[8]"])
         body = re.sub(r"/\*.*?\*/", "", c.read_text(), flags=re.S)   # code only, not the comments
         for fn in fns:
-            if fn in ("tanh", "exp", "erf", "log") and suffix:   # f32 tanh, exp, erf and log are ctc_tanh_f32,
-                # ctc_exp_f32..., and sigmoid's exp ctc_exp_cr_f32 (no libm call: their loops vectorise)
+            if fn in ("tanh", "exp", "erf", "log", "sin", "cos") and suffix:   # f32 tanh, exp, erf, log, sin and
+                # cos are ctc_tanh_f32, ctc_exp_f32..., and sigmoid's exp ctc_exp_cr_f32 (no libm call: their
+                # loops vectorise)
                 assert re.search(rf"\bctc_{fn}_f32\(", body) and not re.search(rf"\b{fn}f?\(", body), fn
                 continue
             assert re.search(rf"\b{fn}{suffix}\(", body), f"{dt}: no call of {fn}{suffix}"
