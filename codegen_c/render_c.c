@@ -457,28 +457,46 @@ static void c_rows_loop(CgRender *r, const KirStmt *s) {
  * KN_MAX_ROWBUF bytes runs in chunks of up to `chunk` elements (a multiple of ctc_sum's 32
  * lanes), each chunk's arrays reduced and combined into the accumulators in order (one
  * accumulator's chain over a 4096-element row made softmax 6 times slower than PyTorch's);
- * integers are accumulated in order over each chunk's array. */
+ * integers are accumulated in order over each chunk's array. A float reduction of a row that
+ * is contiguous in memory (softmax's maximum of its input, a sum over the last axis) reads it
+ * in place: no copy into an array, and no loop where nothing else is computed. */
+static int direct_acc(CgRender *r, const KirStmt *t) {
+  CgFunc *c = r->c;
+  const KirExpr *x = t->x;
+  DType dt = ty(c, t->v)->dtype;
+  return t->kind == KS_ACC && x->kind == KE_LOAD && (dt == DT_F32 || dt == DT_F64) && ty(c, x->v)->dtype == dt &&
+         ty(c, t->in->args[0])->dtype == dt && x->ix.st[r->nvar - 1] == 1;
+}
+
 static void c_row_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   int64_t rowlen = r->k->rowlen;
-  int nred = 0, nelem = 0, nfloat = 0;
+  int nred = 0, nelem = 0, nfloat = 0, ndirect = 0;
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
     if (t->kind == KS_ACC) nred++, nfloat += ir_dtype_is_float(ty(c, t->v)->dtype);
     else if (t->kind == KS_LET) nelem++;
   }
   int split = nred > 0 && (nelem > 0 || nfloat > 0);
-  int64_t chunk = rowlen;
-  if (split && rowlen * 8 * nred > KN_MAX_ROWBUF) chunk = KN_MAX_ROWBUF / (8 * nred) / 32 * 32;
-  char hint[160];
+  KirBlock body = s->body;   /* (split: without the reductions read in place) */
   if (split) {
-    for (int j = 0; j < s->body.len; j++) {
-      const KirStmt *t = s->body.data[j];
-      if (t->kind != KS_ACC) continue;
-      snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
-      r->aux[t->v] = cg_name(c->ns, hint);
-      LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)chunk);
-    }
+    body.data = calloc((size_t)s->body.len + 1, sizeof *body.data);
+    CHECK(body.data);
+    body.len = 0;
+    for (int j = 0; j < s->body.len; j++)
+      if (direct_acc(r, s->body.data[j])) ndirect++;
+      else body.data[body.len++] = s->body.data[j];
+  }
+  int64_t chunk = rowlen;
+  if (split && rowlen * 8 * (nred - ndirect) > KN_MAX_ROWBUF) chunk = KN_MAX_ROWBUF / (8 * (nred - ndirect)) / 32 * 32;
+  if (split && ndirect == nred && nelem == 0) chunk = rowlen;   /* nothing but reductions read in place */
+  char hint[160];
+  for (int j = 0; split && j < s->body.len; j++) {
+    const KirStmt *t = s->body.data[j];
+    if (t->kind != KS_ACC || direct_acc(r, t)) continue;
+    snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
+    r->aux[t->v] = cg_name(c->ns, hint);
+    LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)chunk);
   }
   int chunked = chunk < rowlen;
   if (chunked) {
@@ -486,27 +504,44 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
     c->ind += 2;
     LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)rowlen, (ll)chunk, (ll)rowlen, (ll)chunk);
   }
-  if (split) {
-    c->k->simd = 1;
-    LINE(c, "CTC_OMP_SIMD\n");
+  if (body.len > 0) {
+    if (split) {
+      c->k->simd = 1;
+      LINE(c, "CTC_OMP_SIMD\n");
+    }
+    if (chunked) LINE(c, "for (int64_t j = j0; j < j0 + jn; j++) {\n");
+    else LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
+    c->ind += 2;
+    r->split = split;
+    r->auxpos = chunked ? "j - j0" : r->ops->rowpos;
+    r->in_row = 1;
+    cg_render_block(r, &body);
+    r->split = 0;
+    r->in_row = 0;
+    c->ind -= 2;
+    LINE(c, "}\n");
   }
-  if (chunked) LINE(c, "for (int64_t j = j0; j < j0 + jn; j++) {\n");
-  else LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)rowlen);
-  c->ind += 2;
-  r->split = split;
-  r->auxpos = chunked ? "j - j0" : r->ops->rowpos;
-  r->in_row = 1;
-  cg_render_block(r, &s->body);
-  r->split = 0;
-  r->in_row = 0;
-  c->ind -= 2;
-  LINE(c, "}\n");
+  if (split) free(body.data);
   if (!split) return;
   /* float rows: ctc_sum/ctc_max (32 lanes, as emit_reduce; a chunk's added on); integers in order */
   for (int j = 0; j < s->body.len; j++) {
     const KirStmt *t = s->body.data[j];
     if (t->kind != KS_ACC) continue;
-    if (cg_lane_reduce(c, t->in, r->accn[t->v], chunked ? "+=" : "=", r->aux[t->v], chunked ? "jn" : NULL, rowlen)) continue;
+    char ptr[IDX_CAP + 200];
+    const char *from = r->aux[t->v];
+    if (direct_acc(r, t)) {   /* the row in place, from its chunk's first element */
+      char idx[IDX_CAP], save[16];
+      memcpy(save, r->var[r->nvar - 1], sizeof save);
+      snprintf(r->var[r->nvar - 1], sizeof r->var[r->nvar - 1], "%s", chunked ? "j0" : "0");
+      r->ops->index(r, &t->x->ix, idx, sizeof idx);
+      memcpy(r->var[r->nvar - 1], save, sizeof save);
+      size_t n = strlen(idx);
+      if (n > 4 && !strcmp(idx + n - 4, " + 0")) idx[n - 4] = 0;   /* the row's first element: i0 * 4096 */
+      if (t->x->ix.off) snprintf(ptr, sizeof ptr, "&%s[%lld + %s]", cg_ref(c, t->x->v), (ll)t->x->ix.off, idx);
+      else snprintf(ptr, sizeof ptr, "&%s[%s]", cg_ref(c, t->x->v), idx);
+      from = ptr;
+    }
+    if (cg_lane_reduce(c, t->in, r->accn[t->v], chunked ? "+=" : "=", from, chunked ? "jn" : NULL, rowlen)) continue;
     char x[200];
     snprintf(x, sizeof x, "%s[j]", r->aux[t->v]);
     if (chunked) LINE(c, "for (int64_t j = 0; j < jn; j++)\n");
