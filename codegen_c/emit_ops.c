@@ -182,9 +182,9 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
 /* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
  * its integer form), noting the helpers it calls so that kernels.c writes them
  * into the file; f32 tanh, erf, log, log1p and exp call the file's vectorisable versions of the
- * same functions, and in hosted C code sin, cos, tan, atan, atan2, log2 and log10 too (in double: not
- * for --no-libm's FPUs) and
- * the exp that other templates call (sigmoid) is the one as accurate as libm's expf. */
+ * same functions, and in hosted C code sin, cos, tan, atan, atan2, log2 and log10 too (in double:
+ * not for --no-libm's FPUs), and the exp that other templates call (sigmoid) is the one as
+ * accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   unsigned char *used = NULL;   /* the f32 helpers of kernels.c */
   const char *call = NULL;
