@@ -494,7 +494,7 @@ static const char fma_text[] =
     "#define CTC_FMA_F64(a, b, c) ((a) * (b) + (c))\n"
     "#endif\n"
     "#if defined(__GNUC__) && !defined(__CUDACC__)   /* inlined even in a large function: a call would not vectorise */\n"
-    "#define CTC_ALWAYS_INLINE __attribute__((always_inline))\n"
+    "#define CTC_ALWAYS_INLINE __attribute__((always_inline, unused))   /* (unused: clang warns of a file's unused helper) */\n"
     "#else\n"
     "#define CTC_ALWAYS_INLINE\n"
     "#endif\n"
