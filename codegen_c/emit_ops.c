@@ -188,22 +188,23 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
   unsigned char *used = NULL;   /* the f32 helpers of kernels.c */
   const char *call = NULL;
+  int hosted = 0;   /* the helper computes in double: hosted C only (exp_cr's targets) */
   switch (ct == DT_F32 ? in->op : IR__COUNT) {
     case IR_TANH: used = &c->k->tanh_f32, call = "ctc_tanh_f32(A)"; break;
     case IR_EXP: used = &c->k->exp_f32, call = "ctc_exp_f32(A)"; break;
     case IR_ERF: used = &c->k->erf_f32, call = "ctc_erf_f32(A)"; break;
     case IR_LOG: used = &c->k->log_f32, call = "ctc_log_f32(A)"; break;
     case IR_LOG1P: used = &c->k->log1p_f32, call = "ctc_log1p_f32(A)"; break;
-    case IR_SIN: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_sin_f32(A)" : NULL; break;
-    case IR_COS: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_cos_f32(A)" : NULL; break;
-    case IR_TAN: used = c->k->exp_cr ? &c->k->sincos_f32 : NULL, call = used ? "ctc_tan_f32(A)" : NULL; break;
-    case IR_ATAN: used = c->k->exp_cr ? &c->k->atan_f32 : NULL, call = used ? "ctc_atan_f32(A)" : NULL; break;
-    case IR_ATAN2: used = c->k->exp_cr ? &c->k->atan_f32 : NULL, call = used ? "ctc_atan2_f32(A, B)" : NULL; break;
-    case IR_LOG2: used = c->k->exp_cr ? &c->k->logb_f32 : NULL, call = used ? "ctc_log2_f32(A)" : NULL; break;
-    case IR_LOG10: used = c->k->exp_cr ? &c->k->logb_f32 : NULL, call = used ? "ctc_log10_f32(A)" : NULL; break;
+    case IR_SIN: used = &c->k->sincos_f32, call = "ctc_sin_f32(A)", hosted = 1; break;
+    case IR_COS: used = &c->k->sincos_f32, call = "ctc_cos_f32(A)", hosted = 1; break;
+    case IR_TAN: used = &c->k->sincos_f32, call = "ctc_tan_f32(A)", hosted = 1; break;
+    case IR_ATAN: used = &c->k->atan_f32, call = "ctc_atan_f32(A)", hosted = 1; break;
+    case IR_ATAN2: used = &c->k->atan_f32, call = "ctc_atan2_f32(A, B)", hosted = 1; break;
+    case IR_LOG2: used = &c->k->logb_f32, call = "ctc_log2_f32(A)", hosted = 1; break;
+    case IR_LOG10: used = &c->k->logb_f32, call = "ctc_log10_f32(A)", hosted = 1; break;
     default: break;
   }
-  if (call) {
+  if (call && (!hosted || c->k->exp_cr)) {
     *used = 1;
     return call;
   }
