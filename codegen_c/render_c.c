@@ -132,7 +132,7 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     cg_render_expr(r, x->arg[0], b);
     cg_puts(b, "]");
     break;
-  case KE_VAR: cg_puts(b, r->vname[x->var]); break;
+  case KE_VAR: cg_printf(b, r->k->vars.data[x->var].lanes ? "%s[j]" : "%s", r->vname[x->var]); break;
   case KE_CAST:
   case KE_NOT:
     if (x->kind == KE_CAST) cg_printf(b, "(%s)", cg_ctype(x->dt));
@@ -194,8 +194,12 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
     case KS_SET: {
       const KirVar *v = &r->k->vars.data[s->var];
       cg_render_expr(r, s->x, &x);
-      if (s->kind == KS_SET) LINE(c, "%s = %s;\n", r->vname[s->var], x.s);
-      else LINE(c, "%s %s = %s;\n", v->sum ? cg_sum_type(c->k, v->dt) : cg_ctype(v->dt), r->vname[s->var], x.s);
+      const char *t = v->sum ? cg_sum_type(c->k, v->dt) : cg_ctype(v->dt);
+      if (s->kind == KS_SET) LINE(c, "%s%s = %s;\n", r->vname[s->var], v->lanes ? "[j]" : "", x.s);
+      else if (v->lanes) {   /* one per lane (KIR_LANES, whose variable is j) */
+        LINE(c, "%s %s[%lld];\n", t, r->vname[s->var], (ll)v->lanes);
+        LINE(c, "for (int64_t j = 0; j < %lld; j++) %s[j] = %s;\n", (ll)v->lanes, r->vname[s->var], x.s);
+      } else LINE(c, "%s %s = %s;\n", t, r->vname[s->var], x.s);
       break;
     }
     case KS_IF:
@@ -572,10 +576,28 @@ static void c_serial_loop(CgRender *r, const KirStmt *s) {
   r->nvar--, r->group[ax] = -1, r->serial = -1;
 }
 
+/* A KIR_LANES loop (inside a KIR_SERIAL one): its axis the variable j, a loop that vectorises. */
+static void c_lanes_loop(CgRender *r, const KirStmt *s) {
+  CgFunc *c = r->c;
+  int g = r->nvar, ax = s->from;
+  CHECK(r->merged && g < IR_MAX_DIMS && r->serial >= 0);
+  snprintf(r->var[g], sizeof r->var[g], "j");
+  r->group[ax] = g, r->last[g] = ax, r->nvar++;
+  c->k->simd = 1;
+  LINE(c, "CTC_OMP_SIMD\n");
+  LINE(c, "for (int64_t j = 0; j < %lld; j++) {\n", (ll)r->k->space.dims[ax]);
+  c->ind += 2;
+  cg_render_block(r, &s->body);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  r->nvar--, r->group[ax] = -1;
+}
+
 static void c_loop(CgRender *r, const KirStmt *s) {
   if (s->loop == KIR_SPACE) c_space_loop(r, s);
   else if (s->loop == KIR_ROWS) c_rows_loop(r, s);
   else if (s->loop == KIR_SERIAL) c_serial_loop(r, s);
+  else if (s->loop == KIR_LANES) c_lanes_loop(r, s);
   else c_row_loop(r, s);
 }
 
@@ -635,7 +657,7 @@ void cg_render_kernel_c(CgFunc *c, const Kernel *kn) {
 }
 
 int cg_render_op_c(CgFunc *c, const Inst *in) {
-  Kir *k = kir_build_op(c->p->arena, c->f, in);
+  Kir *k = kir_build_op(c->p->arena, c->f, in, 1);
   if (!k) return -1;
   CgRender r;
   cg_render_init(&r, &cg_render_c, c, k);

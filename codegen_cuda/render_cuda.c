@@ -383,7 +383,7 @@ void cu_fused_kernel(Ent *e, const Kernel *kn, int k) {
  * serial loops along it (cumsum, argmax, scatter_add); 0, or -1 when it has none. */
 int cu_op_kernel(Ent *e, int i) {
   const Inst *in = &e->f->insts.data[i];
-  Kir *k = kir_build_op(e->g->p->arena, e->f, in);
+  Kir *k = kir_build_op(e->g->p->arena, e->f, in, 0);   /* a thread per fiber: no lanes */
   if (!k) return -1;
   CgRender r;
   cg_render_init(&r, &cuda_render, e->c, k);

@@ -351,7 +351,7 @@ static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
 }
 
 static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
-  static const char *const loops[] = {"space", "rows", "row", "serial"};
+  static const char *const loops[] = {"space", "rows", "row", "serial", "lanes"};
   for (int j = 0; j < b->len; j++) {
     const KirStmt *s = b->data[j];
     const char *name = s->v >= 0 ? k->f->values.data[s->v].name : "";
@@ -373,8 +373,9 @@ static void print_block(FILE *out, const Kir *k, const KirBlock *b, int ind) {
       continue;
     case KS_VAR:
     case KS_SET:
-      fprintf(out, "%s$%s%s = ", s->kind == KS_VAR ? "var " : "", k->vars.data[s->var].hint,
-              s->kind == KS_VAR && k->vars.data[s->var].sum ? " (sum)" : "");
+      fprintf(out, "%s$%s", s->kind == KS_VAR ? "var " : "", k->vars.data[s->var].hint);
+      if (s->kind == KS_VAR && k->vars.data[s->var].lanes) fprintf(out, "[%lld]", (long long)k->vars.data[s->var].lanes);
+      fprintf(out, "%s = ", s->kind == KS_VAR && k->vars.data[s->var].sum ? " (sum)" : "");
       print_expr(out, k, s->x);
       break;
     case KS_STOREAT:
@@ -443,7 +444,7 @@ void kir_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) 
     const Kernel *kn = &s->kernels.data[k];
     for (int i = kn->first; kn->kind == KN_OP && i <= kn->last; i++) {   /* data movement (kir_ops.c) */
       const Inst *in = &f->insts.data[i];
-      Kir *kir = in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res] ? NULL : kir_build_op(a, f, in);
+      Kir *kir = in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res] ? NULL : kir_build_op(a, f, in, 1);
       if (!kir) continue;
       fprintf(out, "  kernel %d: %s over %s\n", k, ir_ops[in->op].name, ir_type_str(&kir->space, tb, sizeof tb));
       for (int t = 0; t < kir->tables.len; t++)

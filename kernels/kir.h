@@ -18,7 +18,8 @@
  * KIR_ROW loop over the row's elements per phase, then the reductions'
  * results); for data-movement instructions by kir_build_op (kir_ops.c): a KIR_SPACE loop
  * over the result (pad, gather, upsample), or over the fibers along an axis with KIR_SERIAL
- * loops along it and variables carried there (cumsum, argmax, scatter_add); and for the
+ * loops along it and variables carried there (cumsum, argmax, scatter_add; a CPU cumsum along
+ * an axis that is not the last with the last axis's fibers as KIR_LANES inside); and for the
  * microkernel calls (one KS_CALL: attention.c's fused attention, gemm.c's GEMM over its batch,
  * conv.c's convolution with its geometry). Arena-allocated (kir_build's arena), no globals. */
 #ifndef CTC_KIR_H
@@ -92,6 +93,7 @@ typedef struct KirVar {
   const char *hint;
   DType dt;
   int sum;
+  int64_t lanes;   /* 0, or an array of one per lane of the KIR_LANES loop it is assigned in */
 } KirVar;
 
 typedef enum KirStmtKind {
@@ -142,8 +144,10 @@ typedef enum KirLoopKind {
   KIR_SPACE,   /* every element of the space (KN_ELEM) */
   KIR_ROWS,    /* the rows: every axis but the last (KN_ROW) */
   KIR_ROW,     /* the elements of one row: the last axis (inside KIR_ROWS) */
-  KIR_SERIAL   /* axis `from` in order (KIR_REVERSE: from its end), one thread's, inside a KIR_SPACE
+  KIR_SERIAL,  /* axis `from` in order (KIR_REVERSE: from its end), one thread's, inside a KIR_SPACE
                 * loop over the axes before it (kir_ops.c: a scan, an arg-reduction, a scatter) */
+  KIR_LANES    /* axis `from`, the last, inside a KIR_SERIAL loop: independent fibers as vector lanes
+                * (a CPU cumsum's; its variables arrays of lanes) */
 } KirLoopKind;
 
 enum { KIR_PARALLEL = 1, KIR_VECTOR = 2, KIR_REVERSE = 4 };
@@ -189,9 +193,10 @@ Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
  * its result, parallel, each element loaded from a computed offset: PAD (every mode), GATHER,
  * UPSAMPLE (nearest and bilinear, its source indices and weights as tables); or a parallel
  * KIR_SPACE loop over the fibers along an axis, each running KIR_SERIAL loops along it:
- * CUMSUM, ARGMAX, SCATTER_ADD. NULL for any other instruction (or a scalar result, or a
- * literal operand of PAD, GATHER, UPSAMPLE). */
-Kir *kir_build_op(Arena *a, const Func *f, const Inst *in);
+ * CUMSUM, ARGMAX, SCATTER_ADD. lanes (CPU targets): a CUMSUM along an axis that is not the
+ * last runs the last axis's fibers as KIR_LANES inside its serial loop. NULL for any other
+ * instruction (or a scalar result, or a literal operand of PAD, GATHER, UPSAMPLE). */
+Kir *kir_build_op(Arena *a, const Func *f, const Inst *in, int lanes);
 /* The source positions and weights of one axis of an UPSAMPLE from `in` to `out` positions,
  * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */
 void kir_upsample_axis(int mode, int align, double scale, int64_t in, int64_t out, DType t, int exact,

@@ -17,7 +17,9 @@
  * KIR_SERIAL loops along the axis with variables (KirVar) for what is carried along it:
  *
  *   CUMSUM       acc += x[.., k, ..]; y[.., k, ..] = acc (k from the end with attr[1]); acc in
- *                the target's sum type (KirVar.sum: double, integers wrapping)
+ *                the target's sum type (KirVar.sum: double, integers wrapping); for CPU targets
+ *                along an axis that is not the last, the last axis's tiles of lanes inside the
+ *                serial loop (KIR_LANES; acc an array of them)
  *   ARGMAX       the first k of the max (min) so far, a NaN winning over numbers and the
  *                first NaN over later ones; y[..] = that k
  *   SCATTER_ADD  y's fiber = base's; then, when src has the fiber, y[.., index[.., k, ..], ..]
@@ -124,7 +126,7 @@ static KirStmt *loop(B *b, KirBlock *blk, KirLoopKind kind, int from, int to, un
 
 /* A variable of the kernel (KirVar) and its value. */
 static int var(B *b, const char *hint, DType dt, int sum) {
-  KirVar v = {hint, dt, sum};
+  KirVar v = {hint, dt, sum, 0};
   vec_push(b->a, &b->k->vars, v);
   return b->k->vars.len - 1;
 }
@@ -299,9 +301,58 @@ static KirStmt *along(B *b, KirStmt *par, const Fiber *fb, int64_t n, unsigned m
   return l;
 }
 
-static int build_cumsum(B *b, const Inst *in) {
+/* CPU targets' cumsum along an axis that is not the last: the fibers' last axis (L) in tiles of
+ * T elements, the lanes, inside the serial loop, with the running sums an array of T: the
+ * space is the other fiber axes, the tiles, the axis and the lanes (a loop over them that
+ * vectorises), so that each step along the axis reads T consecutive elements; one thread per
+ * fiber read the axis's elements a row apart (cumsum(0) of [256, 4096] 12.2 ms against PyTorch's
+ * 5.8). T: the largest divisor of L's extent up to 64, so that there are tiles to share out.
+ * The order of each fiber's sum is the same. */
+static int64_t lane_tile(int64_t n) {
+  int64_t t = n < 64 ? n : 64;
+  while (n % t) t--;
+  return t;
+}
+
+static int build_cumsum_lanes(B *b, const Inst *in) {
+  const Type *r = ty(b->f, in->res);
+  int ax = (int)in->attr[0], L = r->ndim - 1;
+  int64_t T = lane_tile(r->dims[L]);
+  int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
+  cstrides(r, rst);
+  bstrides(ty(b->f, in->args[0]), r, xst);
+  Type S = *r;   /* the other fiber axes, the tiles, the axis, the lanes */
+  int64_t rs[IR_MAX_DIMS], xs[IR_MAX_DIMS];
+  S.ndim = 0;
+  for (int k = 0; k < L; k++)
+    if (k != ax) rs[S.ndim] = rst[k], xs[S.ndim] = xst[k], S.dims[S.ndim++] = r->dims[k];
+  int nf = S.ndim + 1;
+  rs[S.ndim] = T * rst[L], xs[S.ndim] = T * xst[L], S.dims[S.ndim++] = r->dims[L] / T;
+  rs[S.ndim] = rst[ax], xs[S.ndim] = xst[ax], S.dims[S.ndim++] = r->dims[ax];
+  rs[S.ndim] = rst[L], xs[S.ndim] = xst[L], S.dims[S.ndim++] = T;
+  b->k->space = S;
+  KirIndex ri, xi;
+  memset(&ri, 0, sizeof ri);
+  memset(&xi, 0, sizeof xi);
+  for (int k = 0; k < S.ndim; k++) ri.st[k] = rs[k], xi.st[k] = xs[k];
+  KirStmt *par = loop(b, &b->k->body, KIR_SPACE, 0, nf, KIR_PARALLEL);
+  int acc = var(b, "acc", r->dtype, 1);
+  b->k->vars.data[acc].lanes = T;
+  set(b, &par->body, KS_VAR, acc, num(b, 0));
+  KirStmt *k = loop(b, &par->body, KIR_SERIAL, nf, nf + 1, in->attr[1] ? KIR_REVERSE : 0);
+  k->n = r->dims[ax];
+  KirStmt *l = loop(b, &k->body, KIR_LANES, nf + 1, nf + 2, KIR_VECTOR);
+  set(b, &l->body, KS_SET, acc, bin(b, KB_ADD, rd(b, acc), value(b, in->args[0], xi), r->dtype));
+  KirStmt *st = stmt(b, &l->body, KS_STORE);
+  st->v = in->res, st->ix = ri, st->x = un(b, KE_CAST, rd(b, acc), r->dtype);
+  return 0;
+}
+
+static int build_cumsum(B *b, const Inst *in, int lanes) {
   const Type *r = ty(b->f, in->res);
   int ax = (int)in->attr[0];
+  if (lanes && ax != r->ndim - 1 && r->dims[r->ndim - 1] > 1 && r->ndim < IR_MAX_DIMS)
+    return build_cumsum_lanes(b, in);
   Fiber fb;
   fiber_space(b, r, ax, r->dims[ax], &fb);
   int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
@@ -393,14 +444,14 @@ static int build_scatter_add(B *b, const Inst *in) {
   return 0;
 }
 
-Kir *kir_build_op(Arena *a, const Func *f, const Inst *in) {
+Kir *kir_build_op(Arena *a, const Func *f, const Inst *in, int lanes) {
   if (in->op == IR_CUMSUM || in->op == IR_ARGMAX || in->op == IR_SCATTER_ADD) {
     if (ty(f, in->res)->ndim == 0) return NULL;
     B b = {a, f, arena_alloc(a, sizeof(Kir))};
     memset(b.k, 0, sizeof *b.k);
     b.k->f = f;
     b.k->op = in;
-    if (in->op == IR_CUMSUM) build_cumsum(&b, in);
+    if (in->op == IR_CUMSUM) build_cumsum(&b, in, lanes);
     else if (in->op == IR_ARGMAX) build_argmax(&b, in);
     else build_scatter_add(&b, in);
     return b.k;

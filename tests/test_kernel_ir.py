@@ -329,6 +329,51 @@ def test_along_an_axis_values_match_torch(tmp_path):
         same(f"output {k}", g, w)
 
 
+# A cumsum along an axis that is not the last: on CPU targets the last axis's fibers run as
+# vector lanes inside the serial loop (tiles of up to 64, the running sums an array), so that
+# each step reads consecutive elements; each fiber's sum in the same order as PyTorch's.
+LANES = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        n = (x * 4).long()
+        return (torch.cumsum(x, 0), torch.cumsum(x, dim=1), x.double().cumsum(1), torch.cumsum(n, 0),
+                torch.flip(torch.cumsum(torch.flip(x, [0]), 0), [0]), torch.cumsum(x, 2))
+"""
+
+
+def test_cumsum_along_a_leading_axis_runs_lanes(tmp_path):
+    """cumsum along axes 0 and 1 of [8, 33, 130] (130's lanes: tiles of 26), reversed, in float,
+    double and int64: PyTorch's values bit for bit (float sums in double, in the same order); the C
+    loop over the lanes is inside the serial one, the last axis's cumsum is a thread per fiber as
+    before, and `--emit kir` shows the lanes; the CUDA target keeps a thread per fiber."""
+    p = tmp_path / "m.py"
+    p.write_text(LANES)
+    spec = ["--input", "x=f32[8,33,130]"]
+    kir = run([CTC, "compile", str(p), *spec, "--emit", "kir"]).stdout
+    assert re.search(r"^    loop space over i0<33 i1<5 parallel\n      var \$acc\[26\] \(sum\) = 0\n"
+                     r"      loop serial over i2<8\n        loop lanes over i3<26 vector\n", kir, re.M), kir
+    run([CTC, "compile", str(p), *spec, "-o", tmp_path / "m.c"])
+    c = (tmp_path / "m.c").read_text()
+    lanes = re.findall(r"for \(int64_t k = (?:0|7|32); k (?:<|>=) (?:8|33|0); k(?:\+\+|--)\) \{\n\s+CTC_OMP_SIMD\n"
+                       r"\s+for \(int64_t j = 0; j < 26; j\+\+\) \{\n\s+acc\w*\[j\] = acc\w*\[j\] \+ ", c)
+    assert len(lanes) == 5, c
+    assert re.search(r"for \(int64_t k = 0; k < 130; k\+\+\) \{\n\s+acc\w* = acc\w* \+ ", c), c
+    run([CTC, "compile", str(p), *spec, "--target", "cuda", "-o", tmp_path / "m.cu"])
+    assert "[j]" not in (tmp_path / "m.cu").read_text()
+    model = load_module(str(p), "kir_lanes").Net()
+    x = np.random.default_rng(3).standard_normal((8, 33, 130)).astype(np.float32)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(torch.from_numpy(x))]
+    got = run_forward(str(tmp_path), str(p), model, [x], spec)
+    assert len(got) == len(want) == 6
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w), (k, g.dtype, w.dtype)
+
+
 def test_along_an_axis_emulated_cuda_matches_torch(tmp_path, rt_objects):
     """The same kernels for CUDA, a thread per fiber (none on one thread), run under the
     emulation header (runtime_min/cuda_emu): PyTorch's values."""
