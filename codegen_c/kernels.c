@@ -757,13 +757,15 @@ static const char sincos_text[] =
  * the float is atan x correctly rounded but within 2^-28 ulp of a midpoint. atan2(y, x) is the atan
  * of |y| / |x| in double (0 where both are zero, 1 where both are infinite), pi minus it where x is
  * negative or -0, with y's sign: C's and PyTorch's values at the zeros and infinities. */
-static const char atan_text[] =
+static const char sel_text[] =
     "/* v where the mask m is set, else old (on the bits: a float select kept loops scalar on AVX2) */\n"
     "static inline CTC_ALWAYS_INLINE double ctc_sel_f64(uint64_t m, double v, double old) {\n"
     "  union { double d; uint64_t u; } a = {v}, b = {old};\n"
     "  a.u = (a.u & m) | (b.u & ~m);\n"
     "  return a.d;\n"
-    "}\n"
+    "}\n";
+
+static const char atan_text[] =
     "/* atan a for a double a >= 0 (inf included) */\n"
     "static inline CTC_ALWAYS_INLINE double ctc_atan_pos_f64(double a) {\n"
     "  union { double d; uint64_t u; } ab = {a};\n"
@@ -967,17 +969,9 @@ static const char exp_text[] =
  * target has them (CTC_FMA_F64, fma_text; without FMA the same expressions, the same bits as before): a loop
  * over sigmoid 1.37 -> 0.95 ns an element with AVX-512, 1.98 -> 1.28 with AVX2 (Zen 4), and on
  * every 7th float the results differ from (float)exp((double)x) once, as before. */
-static const char exp_cr_text[] =
-    "static inline float ctc_exp_cr_f32(float x) {\n"
-    "  uint32_t xi;\n"
-    "  memcpy(&xi, &x, sizeof xi);\n"
-    "  const uint32_t sign = xi >> 31, mag = xi & 0x7FFFFFFFu;\n"
-    "  const uint32_t lim = 0x42B20000u + sign * (0x42D00000u - 0x42B20000u);   /* 89.0f, or 104.0f for x < 0 */\n"
-    "  const int32_t over = (int32_t)(lim - mag);\n"
-    "  const uint32_t ci = (mag + (uint32_t)(over & (over >> 31))) | sign << 31;   /* |x| at most lim */\n"
-    "  float c;\n"
-    "  memcpy(&c, &ci, sizeof c);\n"
-    "  const double t = c;\n"
+static const char expd_text[] =
+    "/* e^t in double for t in [-105, 90] (relative error below 1e-14), exp_cr's core */\n"
+    "static inline CTC_ALWAYS_INLINE double ctc_exp_f64k(double t) {\n"
     "  const double m = CTC_FMA_F64(t, 1.4426950408889634, 6755399441055744.0);   /* round(t / ln 2) in the low mantissa bits */\n"
     "  const double n = m - 6755399441055744.0;\n"
     "  const double r = CTC_FMA_F64(n, -1.90821492927058770002e-10, CTC_FMA_F64(n, -6.93147180369123816490e-01, t));\n"
@@ -994,16 +988,87 @@ static const char exp_cr_text[] =
     "  p = CTC_FMA_F64(p, r, 1.0);   /* exp(r) */\n"
     "  uint64_t mi;\n"
     "  memcpy(&mi, &m, sizeof mi);\n"
-    "  const uint64_t b = (mi - UINT64_C(0x4338000000000000) + 1023) << 52;   /* 2^n, n in [-150, 129] */\n"
+    "  const uint64_t b = (mi - UINT64_C(0x4338000000000000) + 1023) << 52;   /* 2^n, n in [-152, 130] */\n"
     "  double s;\n"
     "  memcpy(&s, &b, sizeof s);\n"
-    "  const float y = (float)(p * s);\n"
+    "  return p * s;\n"
+    "}\n";
+
+static const char exp_cr_text[] =
+    "static inline float ctc_exp_cr_f32(float x) {\n"
+    "  uint32_t xi;\n"
+    "  memcpy(&xi, &x, sizeof xi);\n"
+    "  const uint32_t sign = xi >> 31, mag = xi & 0x7FFFFFFFu;\n"
+    "  const uint32_t lim = 0x42B20000u + sign * (0x42D00000u - 0x42B20000u);   /* 89.0f, or 104.0f for x < 0 */\n"
+    "  const int32_t over = (int32_t)(lim - mag);\n"
+    "  const uint32_t ci = (mag + (uint32_t)(over & (over >> 31))) | sign << 31;   /* |x| at most lim */\n"
+    "  float c;\n"
+    "  memcpy(&c, &ci, sizeof c);\n"
+    "  const float y = (float)ctc_exp_f64k(c);\n"
     "  uint32_t yi;\n"
     "  memcpy(&yi, &y, sizeof yi);\n"
     "  yi |= ((0x7F800000u - mag) >> 31) * 0x7FC00000u;   /* NaN in, NaN out */\n"
     "  float res;\n"
     "  memcpy(&res, &yi, sizeof res);\n"
     "  return res;\n"
+    "}\n";
+
+/* expm1, sinh, cosh and exp2 in f32 without a libm call (glibc's expm1f, sinhf and coshf are scalar
+ * calls, 9-16 ns an element; exp2f 3.5): from ctc_exp_f64k's e^t in double, one rounding to float.
+ * expm1: e^t - 1, below |x| = 1/4 its Taylor series to t^9 (relative error below 1e-12); sinh and
+ * cosh: (e^|x| -+ e^-|x|) / 2, sinh below 1/4 its odd series to t^11; exp2: e^(x ln 2). |x| is
+ * clamped on the bits (to 90, past which sinh and cosh are inf; expm1's and exp2's limits for x < 0
+ * past which they are -1 and 0), NaN passed on by the bits, the series chosen by a mask (ctc_sel_f64):
+ * loops over them vectorise. At most 0.501 ulp (a sweep of every third float). */
+static const char expx_text[] =
+    "static inline CTC_ALWAYS_INLINE float ctc_expm1_f32(float x) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, c, y;\n"
+    "  const uint32_t sign = xb.u >> 31, mag = xb.u & 0x7FFFFFFFu;\n"
+    "  const uint32_t lim = 0x42B40000u + sign * (0x42D00000u - 0x42B40000u);   /* 90.0f, or 104.0f for x < 0 */\n"
+    "  const int32_t over = (int32_t)(lim - mag);\n"
+    "  c.u = (mag + (uint32_t)(over & (over >> 31))) | sign << 31;\n"
+    "  const double t = c.f;\n"
+    "  const double s = t * CTC_FMA_F64(t, CTC_FMA_F64(t, CTC_FMA_F64(t, CTC_FMA_F64(t, CTC_FMA_F64(t, CTC_FMA_F64(t,\n"
+    "                   CTC_FMA_F64(t, CTC_FMA_F64(t, 2.7557319223985893e-06, 2.4801587301587302e-05),\n"
+    "                   1.9841269841269841e-04), 1.3888888888888889e-03), 8.3333333333333332e-03),\n"
+    "                   4.1666666666666664e-02), 1.6666666666666666e-01), 0.5), 1.0);\n"
+    "  const double r = ctc_sel_f64(0u - (uint64_t)(mag < 0x3E800000u), s, ctc_exp_f64k(t) - 1.0);   /* |x| < 1/4: the series */\n"
+    "  y.f = (float)r;\n"
+    "  y.u |= ((0x7F800000u - mag) >> 31) * 0x7FC00000u;   /* NaN in, NaN out */\n"
+    "  return y.f;\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_sinh_f32(float x) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, c, y;\n"
+    "  const uint32_t mag = xb.u & 0x7FFFFFFFu;\n"
+    "  c.u = mag < 0x42B40000u ? mag : 0x42B40000u;   /* |x| at most 90 */\n"
+    "  const double t = c.f, z = t * t, e = ctc_exp_f64k(t);\n"
+    "  const double s = CTC_FMA_F64(t * z, CTC_FMA_F64(z, CTC_FMA_F64(z, CTC_FMA_F64(z, CTC_FMA_F64(z,\n"
+    "                   2.5052108385441720e-08, 2.7557319223985888e-06), 1.9841269841269841e-04),\n"
+    "                   8.3333333333333332e-03), 1.6666666666666666e-01), t);\n"
+    "  const double r = ctc_sel_f64(0u - (uint64_t)(mag < 0x3E800000u), s, 0.5 * (e - 1.0 / e));   /* |x| < 1/4: the series */\n"
+    "  y.f = (float)r;\n"
+    "  y.u |= xb.u & 0x80000000u;\n"
+    "  y.u |= ((0x7F800000u - mag) >> 31) * 0x7FC00000u;   /* NaN in, NaN out */\n"
+    "  return y.f;\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_cosh_f32(float x) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, c, y;\n"
+    "  const uint32_t mag = xb.u & 0x7FFFFFFFu;\n"
+    "  c.u = mag < 0x42B40000u ? mag : 0x42B40000u;   /* |x| at most 90 */\n"
+    "  const double e = ctc_exp_f64k(c.f);\n"
+    "  y.f = (float)(0.5 * (e + 1.0 / e));\n"
+    "  y.u |= ((0x7F800000u - mag) >> 31) * 0x7FC00000u;   /* NaN in, NaN out */\n"
+    "  return y.f;\n"
+    "}\n"
+    "static inline CTC_ALWAYS_INLINE float ctc_exp2_f32(float x) {\n"
+    "  union { float f; uint32_t u; } xb = {x}, c, y;\n"
+    "  const uint32_t sign = xb.u >> 31, mag = xb.u & 0x7FFFFFFFu;\n"
+    "  const uint32_t lim = 0x43010000u + sign * (0x43170000u - 0x43010000u);   /* 129.0f, or 151.0f for x < 0 */\n"
+    "  const int32_t over = (int32_t)(lim - mag);\n"
+    "  c.u = (mag + (uint32_t)(over & (over >> 31))) | sign << 31;\n"
+    "  y.f = (float)ctc_exp_f64k((double)c.f * 0.69314718055994530942);\n"
+    "  y.u |= ((0x7F800000u - mag) >> 31) * 0x7FC00000u;   /* NaN in, NaN out */\n"
+    "  return y.f;\n"
     "}\n";
 
 /* Sums and maxima of a contiguous float row. A sum runs in 32 interleaved lanes
@@ -1211,8 +1276,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
   if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32 || k->sincos_f32 ||
-      k->atan_f32 || k->logb_f32)
+      k->atan_f32 || k->logb_f32 || k->expx_f32)
     cg_printf(b, "%s", fma_text);
+  if (k->atan_f32 || k->expx_f32) cg_printf(b, "%s", sel_text);
   if (k->tanh_f32) cg_printf(b, "%s\n", tanh_text);
   if (k->erf_f32) cg_printf(b, "%s\n", erf_text);
   if (k->log_f32 || k->log1p_f32 || k->logb_f32) cg_printf(b, "%s\n", log_text);   /* (logb: its split) */
@@ -1221,7 +1287,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->atan_f32) cg_printf(b, "%s\n", atan_text);
   if (k->logb_f32) cg_printf(b, "%s\n", logb_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
+  if (k->exp_cr_f32 || k->expx_f32) cg_printf(b, "%s", expd_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
+  if (k->expx_f32) cg_printf(b, "%s\n", expx_text);
   if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);
   if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
   if (k->f16[DT_F32] || k->f16[DT_F64]) cg_printf(b, "%s\n", f16_text);

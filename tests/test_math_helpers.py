@@ -39,7 +39,9 @@ class Mlp(nn.Module):
                 + torch.log(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log1p(h.abs() - 0.5)
                 + torch.sin(h) + torch.cos(x * 1000).sum(dim=1, keepdim=True) + torch.tan(h * 0.1)
                 + torch.atan(h * 3) + torch.atan2(h, h[:, :1] - 0.5)
-                + torch.log2(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log10(h.abs() + 1e-3))
+                + torch.log2(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log10(h.abs() + 1e-3)
+                + torch.expm1(torch.tanh(h * 0.1) * 5) + torch.sinh(torch.tanh(h * 0.1) * 6)
+                + torch.cosh(torch.tanh(x) * 5).sum(dim=1, keepdim=True) + torch.exp2(torch.tanh(h * 0.1) * 30))
 
 
 model = Mlp()
@@ -47,7 +49,8 @@ example_inputs = {"forward": (torch.randn(8, 16),)}
 """
 
 HELPERS = ["ctc_tanh_f32", "ctc_erf_f32", "ctc_log_f32", "ctc_log1p_f32", "ctc_sin_f32", "ctc_cos_f32",
-           "ctc_tan_f32", "ctc_atan_f32", "ctc_log2_f32", "ctc_log10_f32"]
+           "ctc_tan_f32", "ctc_atan_f32", "ctc_log2_f32", "ctc_log10_f32", "ctc_expm1_f32", "ctc_sinh_f32", "ctc_cosh_f32",
+           "ctc_exp2_f32"]
 
 
 def _helpers(tmp_path):
@@ -64,8 +67,8 @@ def _helpers(tmp_path):
     core = re.search(r"static inline CTC_ALWAYS_INLINE float ctc_sincos_f32\(float x, uint32_t c\) \{.*?\n\}\n", c, re.S)
     assert core, "no ctc_sincos_f32 in the generated file"   # sin's and cos's
     text += core.group(0)
-    for core in ("double ctc_sel_f64", "double ctc_atan_pos_f64", "float ctc_logb_f32"):   # atan's, atan2's, log2's
-        # and log10's
+    for core in ("double ctc_sel_f64", "double ctc_atan_pos_f64", "float ctc_logb_f32", "double ctc_exp_f64k"):
+        # atan's, atan2's, log2's and log10's; expm1's, sinh's, cosh's and exp2's
         f = re.search(r"static inline CTC_ALWAYS_INLINE " + core + r"\(.*?\n\}\n", c, re.S)
         assert f, f"no {core} in the generated file"
         text += f.group(0)
@@ -87,8 +90,8 @@ def test_the_helpers_match_pytorch(tmp_path):
     with torch.no_grad():
         want = mod.model(x).numpy()
     got = run_forward(str(tmp_path), str(tmp_path / "mlp.py"), mod.model, [x.numpy()])[0]
-    compare("gelu (both forms), tanh, erf, softplus, mish, log, log1p, sin, cos, tan, atan, atan2, log2 and log10", got,
-            want, 1e-5, 1e-6)
+    compare("gelu (both forms), tanh, erf, softplus, mish, log, log1p, sin, cos, tan, atan, atan2, log2, log10, expm1, "
+            "sinh, cosh and exp2", got, want, 1e-5, 1e-6)
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="GCC's vectoriser report")
@@ -164,7 +167,11 @@ def test_atan2_pairs(tmp_path, march):
 # test_embedded.py's sweep measures them); the bounds docs/speed.md and docs/microcontrollers.md state.
 SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, "ctc_log1p_f32": 0.84,
                 "ctc_sin_f32": 0.502, "ctc_cos_f32": 0.502, "ctc_tan_f32": 0.502, "ctc_atan_f32": 0.501,
-                "ctc_log2_f32": 0.501, "ctc_log10_f32": 0.501}
+                "ctc_log2_f32": 0.501, "ctc_log10_f32": 0.501, "ctc_expm1_f32": 0.501, "ctc_sinh_f32": 0.501,
+                "ctc_cosh_f32": 0.501, "ctc_exp2_f32": 0.501}
+# The helpers on ctc_exp_f64k (e^t in double, its polynomial's error below 1e-14, one rounding): every
+# third float (all exponents, every residue of the low bits' patterns but a third)
+SWEEP_STEP = {"ctc_expm1_f32": 3, "ctc_sinh_f32": 3, "ctc_cosh_f32": 3, "ctc_exp2_f32": 3}
 SWEEP_C = r"""
 #include <math.h>
 #include <stdio.h>
@@ -177,7 +184,7 @@ int main(void) {
   double worst[2] = {0.5, 0.5};
   float wx[2] = {0, 0};
   long sign[2] = {0, 0};
-  for (uint64_t u = 0; u < 0x100000000ull; u++) {
+  for (uint64_t u = 0; u < 0x100000000ull; u += STEP) {
     const uint32_t b = (uint32_t)u;
     float x;
     memcpy(&x, &b, 4);
@@ -221,7 +228,8 @@ def test_every_float(tmp_path, name):
     as the positive one, bit for bit."""
     fma = x86_has_fma()
     ref = name[4:-4]   # ctc_tanh_f32: tanh
-    odd = "#define ODD\n" if ref in ("tanh", "erf", "sin", "tan", "atan") else "#define EVEN\n" if ref == "cos" else ""
+    odd = "#define ODD\n" if ref in ("tanh", "erf", "sin", "tan", "atan", "sinh") else \
+        "#define EVEN\n" if ref in ("cos", "cosh") else ""
     helpers = "#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path)
     builds = [("plain", [])] + ([("fma", ["-march=haswell"])] if fma else [])
     objs = []
@@ -234,7 +242,8 @@ def test_every_float(tmp_path, name):
         objs.append(tmp_path / "fma.o")
         run(["gcc", "-std=c11", "-O2", "-c", tmp_path / "fma.c", "-o", objs[-1]])
     src = tmp_path / "sweep.c"
-    src.write_text(f"#include <stdint.h>\n#include <string.h>\n#define HAVE_FMA {int(fma)}\n#define REF {ref}\n{odd}" + SWEEP_C)
+    src.write_text(f"#include <stdint.h>\n#include <string.h>\n#define HAVE_FMA {int(fma)}\n#define REF {ref}\n"
+                   f"#define STEP {SWEEP_STEP.get(name, 1)}\n{odd}" + SWEEP_C)
     exe = tmp_path / "sweep"
     run(["gcc", "-std=c11", "-O2", "-w", src, *objs, "-o", exe, "-lm"])
     lines = run([exe], timeout=900).stdout.splitlines()
