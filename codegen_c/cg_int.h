@@ -92,6 +92,7 @@ typedef struct Kernels {
   unsigned char sincos_f32;         /* ctc_sin_f32, ctc_cos_f32, ctc_tan_f32: every float reduced exactly, in double */
   unsigned char atan_f32;           /* ctc_atan_f32, ctc_atan2_f32: in double */
   unsigned char logb_f32;           /* ctc_log2_f32, ctc_log10_f32: in double */
+  unsigned char key_f32, key_f64;   /* ctc_key_f32, ctc_key_f64: argmax's order keys (kir_ops.c's KE_KEY) */
   unsigned char expx_f32;           /* ctc_expm1_f32, ctc_sinh_f32, ctc_cosh_f32, ctc_exp2_f32: in double */
   unsigned char exp_cr;             /* the hosted C target: templates calling exp (sigmoid) call ctc_exp_cr_f32 */
   unsigned char exp_cr_f32;         /* ctc_exp_cr_f32: libm's accuracy without its call (vectorises) */

@@ -994,6 +994,27 @@ static const char expd_text[] =
     "  return p * s;\n"
     "}\n";
 
+/* argmax's order key of a float (kernels/kir_ops.c, KE_KEY): an integer of its width that orders
+ * as argmax compares: |x| for x >= 0, -|x| below (so -0 is +0), a NaN above every number (high)
+ * or below (argmin's); integer operations only, so that the loops over a row are integer maximum
+ * and minimum reductions, which vectorise (a float compare and select in it kept them scalar). */
+static const char key_f32_text[] =
+    "static inline int32_t ctc_key_f32(float v, int high) {\n"
+    "  uint32_t b;\n"
+    "  memcpy(&b, &v, sizeof b);\n"
+    "  const uint32_t mag = b & 0x7FFFFFFFu, neg = (uint32_t)((int32_t)b >> 31), nan = 0u - (uint32_t)(mag > 0x7F800000u);\n"
+    "  const uint32_t k = (mag ^ neg) - neg;   /* -|x| for a negative x */\n"
+    "  return (int32_t)((k & ~nan) | ((high ? 0x7FFFFFFFu : 0x80000000u) & nan));\n"
+    "}\n";
+static const char key_f64_text[] =
+    "static inline int64_t ctc_key_f64(double v, int high) {\n"
+    "  uint64_t b;\n"
+    "  memcpy(&b, &v, sizeof b);\n"
+    "  const uint64_t mag = b & UINT64_C(0x7FFFFFFFFFFFFFFF), neg = (uint64_t)((int64_t)b >> 63);\n"
+    "  const uint64_t nan = 0u - (uint64_t)(mag > UINT64_C(0x7FF0000000000000)), k = (mag ^ neg) - neg;\n"
+    "  return (int64_t)((k & ~nan) | ((high ? UINT64_C(0x7FFFFFFFFFFFFFFF) : UINT64_C(0x8000000000000000)) & nan));\n"
+    "}\n";
+
 static const char exp_cr_text[] =
     "static inline float ctc_exp_cr_f32(float x) {\n"
     "  uint32_t xi;\n"
@@ -1290,6 +1311,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->exp_cr_f32 || k->expx_f32) cg_printf(b, "%s", expd_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
   if (k->expx_f32) cg_printf(b, "%s\n", expx_text);
+  if (k->key_f32) cg_printf(b, "%s\n", key_f32_text);
+  if (k->key_f64) cg_printf(b, "%s\n", key_f64_text);
   if (k->bf16[DT_F32] || k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_text);
   if (k->bf16[DT_F64]) cg_printf(b, "%s\n", bf16_f64_text);
   if (k->f16[DT_F32] || k->f16[DT_F64]) cg_printf(b, "%s\n", f16_text);

@@ -139,6 +139,15 @@ void cg_render_expr(CgRender *r, const KirExpr *x, Buf *b) {
     else cg_puts(b, "!");
     operand(r, x->arg[0], b, 9, 0);
     break;
+  case KE_KEY: {   /* kernels.c's ctc_key_f32 / ctc_key_f64 */
+    DType t = ty(c, x->arg[0]->v)->dtype;
+    if (t == DT_F32) c->k->key_f32 = 1;
+    else c->k->key_f64 = 1;
+    cg_printf(b, "ctc_key_%s(", t == DT_F32 ? "f32" : "f64");
+    cg_render_expr(r, x->arg[0], b);
+    cg_puts(b, x->imm < 0 ? ", 0)" : ", 1)");
+    break;
+  }
   case KE_ISNAN:
     cg_puts(b, "isnan(");
     cg_render_expr(r, x->arg[0], b);

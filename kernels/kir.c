@@ -340,6 +340,11 @@ static void print_expr(FILE *out, const Kir *k, const KirExpr *x) {
     fprintf(out, "]");
     break;
   case KE_VAR: fprintf(out, "$%s", k->vars.data[x->var].hint); break;
+  case KE_KEY:
+    fprintf(out, "key%s(", x->imm < 0 ? "_nanlow" : "");
+    print_expr(out, k, x->arg[0]);
+    fprintf(out, ")");
+    break;
   case KE_CAST:
   case KE_NOT:
   case KE_ISNAN:

@@ -54,7 +54,9 @@ typedef enum KirExprKind {
   KE_VAR,      /* Kir.vars[var]'s current value */
   KE_CAST,     /* arg[0] converted to dt */
   KE_NOT,      /* !arg[0] */
-  KE_ISNAN     /* isnan(arg[0]) */
+  KE_ISNAN,    /* isnan(arg[0]) */
+  KE_KEY       /* arg[0] (a float) as an integer of its width (dt) in the order argmax compares: -0 as +0,
+                * a NaN above every number (imm 1) or below (imm -1, argmin's) */
 } KirExprKind;
 
 typedef enum KirBinOp { KB_ADD, KB_SUB, KB_MUL, KB_LT, KB_GE, KB_AND, KB_GT, KB_EQ, KB_OR } KirBinOp;
@@ -194,7 +196,8 @@ Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
  * UPSAMPLE (nearest and bilinear, its source indices and weights as tables); or a parallel
  * KIR_SPACE loop over the fibers along an axis, each running KIR_SERIAL loops along it:
  * CUMSUM, ARGMAX, SCATTER_ADD. lanes (CPU targets): a CUMSUM along an axis that is not the
- * last runs the last axis's fibers as KIR_LANES inside its serial loop. NULL for any other
+ * last runs the last axis's fibers as KIR_LANES inside its serial loop; an ARGMAX along the
+ * last axis is two loops along it that vectorise (KE_KEY's maximum, its first position). NULL for any other
  * instruction (or a scalar result, or a literal operand of PAD, GATHER, UPSAMPLE). */
 Kir *kir_build_op(Arena *a, const Func *f, const Inst *in, int lanes);
 /* The source positions and weights of one axis of an UPSAMPLE from `in` to `out` positions,

@@ -368,10 +368,58 @@ static int build_cumsum(B *b, const Inst *in, int lanes) {
   return 0;
 }
 
-static int build_argmax(B *b, const Inst *in) {
+/* CPU targets' argmax (argmin) along the last axis, whose elements are consecutive: two loops
+ * along the row that vectorise as integer reductions over an order key of each element (KE_KEY:
+ * -0 as +0, a NaN above every number, below for argmin), the key's maximum (minimum), then the
+ * first position with that key, the same index as the loop with its branch (0.86 ms for [256,
+ * 4096] against PyTorch's 0.60). */
+static int build_argmax_rows(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
+  int ax = (int)in->attr[0], least = in->attr[1] != 0;
+  DType t = x->dtype, kt = t == DT_F32 || t == DT_I32 ? DT_I32 : DT_I64;
+  int64_t n = x->dims[ax];
+  Fiber fb;
+  fiber_space(b, x, ax, n, &fb);
+  int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
+  cstrides(r, rst);
+  cstrides(x, xst);
+  KirStmt *par = fibers(b, &fb);
+  int top = var(b, "top", kt, 0), key = var(b, "key", kt, 0), at = var(b, "at", DT_I64, 0), c = var(b, "c", DT_I64, 0);
+  KirExpr *k0 = value(b, in->args[0], at_fiber(&fb, xst, 0)), *kk = value(b, in->args[0], at_fiber(&fb, xst, 1));
+  if (ir_dtype_is_float(t)) {
+    KirExpr *e0 = un(b, KE_KEY, k0, kt), *ek = un(b, KE_KEY, kk, kt), *e2 = un(b, KE_KEY, kk, kt);
+    e0->imm = ek->imm = e2->imm = least ? -1 : 1;
+    k0 = e0, kk = ek;
+    set(b, &par->body, KS_VAR, top, k0);
+    KirStmt *l1 = along(b, par, &fb, n, 0);
+    set(b, &l1->body, KS_VAR, key, kk);
+    set(b, &l1->body, KS_SET, top, sel(b, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), rd(b, key), rd(b, top), kt));
+    set(b, &par->body, KS_VAR, at, num(b, n));
+    KirStmt *l2 = along(b, par, &fb, n, 0);
+    set(b, &l2->body, KS_VAR, c, sel(b, bin(b, KB_EQ, e2, rd(b, top), DT_BOOL), axis(b, fb.nf), num(b, n), DT_I64));
+    set(b, &l2->body, KS_SET, at, sel(b, bin(b, KB_LT, rd(b, c), rd(b, at), DT_BOOL), rd(b, c), rd(b, at), DT_I64));
+  } else {
+    set(b, &par->body, KS_VAR, top, k0);
+    KirStmt *l1 = along(b, par, &fb, n, 0);
+    set(b, &l1->body, KS_VAR, key, kk);
+    set(b, &l1->body, KS_SET, top, sel(b, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), rd(b, key), rd(b, top), kt));
+    set(b, &par->body, KS_VAR, at, num(b, n));
+    KirStmt *l2 = along(b, par, &fb, n, 0);
+    KirExpr *kv = value(b, in->args[0], at_fiber(&fb, xst, 1));
+    set(b, &l2->body, KS_VAR, c, sel(b, bin(b, KB_EQ, kv, rd(b, top), DT_BOOL), axis(b, fb.nf), num(b, n), DT_I64));
+    set(b, &l2->body, KS_SET, at, sel(b, bin(b, KB_LT, rd(b, c), rd(b, at), DT_BOOL), rd(b, c), rd(b, at), DT_I64));
+  }
+  KirStmt *st = stmt(b, &par->body, KS_STORE);
+  st->v = in->res, st->ix = at_fiber(&fb, rst, 0), st->x = rd(b, at);
+  return 0;
+}
+
+static int build_argmax(B *b, const Inst *in, int lanes) {
   const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
   int ax = (int)in->attr[0];
   DType t = x->dtype;
+  if (lanes && ax == x->ndim - 1 && x->dims[ax] > 1 && (t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64))
+    return build_argmax_rows(b, in);
   Fiber fb;
   fiber_space(b, x, ax, x->dims[ax], &fb);
   int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
@@ -452,7 +500,7 @@ Kir *kir_build_op(Arena *a, const Func *f, const Inst *in, int lanes) {
     b.k->f = f;
     b.k->op = in;
     if (in->op == IR_CUMSUM) build_cumsum(&b, in, lanes);
-    else if (in->op == IR_ARGMAX) build_argmax(&b, in);
+    else if (in->op == IR_ARGMAX) build_argmax(&b, in, lanes);
     else build_scatter_add(&b, in);
     return b.k;
   }

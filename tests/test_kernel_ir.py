@@ -2,7 +2,10 @@
 loads, stores, expressions and accumulations, which `ctc compile --emit kir`
 prints and which the C renderer (codegen_c/render_c.c) and the CUDA renderer
 (codegen_cuda/emit_cuda.c) both print, each its own way."""
+import os
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -372,6 +375,64 @@ def test_cumsum_along_a_leading_axis_runs_lanes(tmp_path):
     assert len(got) == len(want) == 6
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w), (k, g.dtype, w.dtype)
+
+
+# argmax and argmin along the last axis on CPU targets: two loops along the row over an integer
+# order key of each element (the key's extreme, then its first position), which vectorise.
+ROWMAX = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x, d, n):
+        v, i = x.max(-1)
+        return (v, i, x.argmin(dim=1), torch.min(x, 1)[1], d.argmax(-1), d.argmin(-1), n.argmax(1), n.argmin(1),
+                x.argmax())
+"""
+
+
+def test_argmax_along_the_last_axis_vectorises(tmp_path):
+    """Rows with a NaN (of either sign), several NaNs, -0 and +0 tied, infinities, all equal, and
+    random rows of 1,000: PyTorch's indices and values, float, double and int64; the C's loops
+    over the rows are integer reductions GCC vectorises."""
+    p = tmp_path / "m.py"
+    p.write_text(ROWMAX)
+    spec = ["--input", "x=f32[8,1000]", "--input", "d=f64[8,1000]", "--input", "n=i64[8,1000]"]
+    run([CTC, "compile", str(p), *spec, "-o", tmp_path / "m.c"])
+    c = (tmp_path / "m.c").read_text()
+    assert "ctc_key_f32(" in c and "ctc_key_f64(" in c, c
+    if shutil.which("gcc"):
+        r = subprocess.run(["gcc", "-std=c11", "-O3", "-march=haswell", "-fno-trapping-math", "-fopenmp",
+                            f"-I{os.path.join(os.path.dirname(CTC), '..', 'runtime_min')}", "-fopt-info-vec-optimized",
+                            "-c", str(tmp_path / "m.c"), "-o", str(tmp_path / "m.o")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        lines = c.splitlines()
+        vec = {int(m.group(1)) for m in re.finditer(r"m\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
+        rows = [k + 1 for k, l in enumerate(lines) if re.match(r"\s+for \(int64_t k = 0; k < 1000; k\+\+\)", l)]
+        assert len(rows) >= 12 and set(rows) <= vec, (rows, sorted(vec), r.stderr)   # 2 loops a row argmax
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((8, 1000)).astype(np.float32)
+    x[0, 17] = np.nan
+    x[1, [5, 900]] = np.nan
+    x[1, 3] = np.inf
+    x[2] = 0.0
+    x[2, ::3] = -0.0
+    x[3, [10, 20]] = np.inf
+    x[3, [30, 40]] = -np.inf
+    x[4] = 2.5
+    x[5, 999] = -np.float32(np.nan)   # a NaN with the sign bit set
+    x[6, 0] = -np.inf
+    d = x.astype(np.float64) * 3
+    n = rng.integers(-5, 6, (8, 1000)).astype(np.int64)
+    model = load_module(str(p), "kir_rowmax").Net()
+    ins = [x, d, n]
+    want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
+    got = run_forward(str(tmp_path), str(p), model, ins, spec)
+    assert len(got) == len(want) == 9
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
+        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
 
 
 def test_along_an_axis_emulated_cuda_matches_torch(tmp_path, rt_objects):
