@@ -585,11 +585,12 @@ static void c_serial_loop(CgRender *r, const KirStmt *s) {
   r->nvar--, r->group[ax] = -1, r->serial = -1;
 }
 
-/* A KIR_LANES loop (inside a KIR_SERIAL one): its axis the variable j, a loop that vectorises. */
+/* A KIR_LANES loop (inside a KIR_SERIAL one, or after it): its axis the variable j, a loop that
+ * vectorises. */
 static void c_lanes_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   int g = r->nvar, ax = s->from;
-  CHECK(r->merged && g < IR_MAX_DIMS && r->serial >= 0);
+  CHECK(r->merged && g < IR_MAX_DIMS);
   snprintf(r->var[g], sizeof r->var[g], "j");
   r->group[ax] = g, r->last[g] = ax, r->nvar++;
   c->k->simd = 1;

@@ -148,8 +148,8 @@ typedef enum KirLoopKind {
   KIR_ROW,     /* the elements of one row: the last axis (inside KIR_ROWS) */
   KIR_SERIAL,  /* axis `from` in order (KIR_REVERSE: from its end), one thread's, inside a KIR_SPACE
                 * loop over the axes before it (kir_ops.c: a scan, an arg-reduction, a scatter) */
-  KIR_LANES    /* axis `from`, the last, inside a KIR_SERIAL loop: independent fibers as vector lanes
-                * (a CPU cumsum's; its variables arrays of lanes) */
+  KIR_LANES    /* axis `from`, the last, inside a KIR_SERIAL loop (or after it): independent fibers as
+                * vector lanes (a CPU cumsum's, argmax's; its variables arrays of lanes) */
 } KirLoopKind;
 
 enum { KIR_PARALLEL = 1, KIR_VECTOR = 2, KIR_REVERSE = 4 };

@@ -414,12 +414,65 @@ static int build_argmax_rows(B *b, const Inst *in) {
   return 0;
 }
 
+/* CPU targets' argmax (argmin) along an axis that is not the last (a segmentation's argmax over
+ * the classes of [N, C, H, W]): the last axis's fibers as lanes inside the serial loop, as
+ * cumsum's, each lane keeping the best order key so far and its position (a later element
+ * replaces it only with a greater key: the first of a tie, the first NaN). */
+static int build_argmax_lanes(B *b, const Inst *in) {
+  const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
+  int ax = (int)in->attr[0], L = x->ndim - 1, least = in->attr[1] != 0;
+  DType t = x->dtype, kt = t == DT_F32 || t == DT_I32 ? DT_I32 : DT_I64;
+  int64_t T = lane_tile(x->dims[L]);
+  int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
+  cstrides(r, rst);   /* r: x's shape with the axis of size 1 */
+  cstrides(x, xst);
+  rst[ax] = 0;
+  Type S = *x;   /* the other fiber axes, the tiles, the axis, the lanes */
+  int64_t rs[IR_MAX_DIMS], xs[IR_MAX_DIMS];
+  S.ndim = 0;
+  for (int k = 0; k < L; k++)
+    if (k != ax) rs[S.ndim] = rst[k], xs[S.ndim] = xst[k], S.dims[S.ndim++] = x->dims[k];
+  int nf = S.ndim + 1;
+  rs[S.ndim] = T * rst[L], xs[S.ndim] = T * xst[L], S.dims[S.ndim++] = x->dims[L] / T;
+  rs[S.ndim] = 0, xs[S.ndim] = xst[ax], S.dims[S.ndim++] = x->dims[ax];
+  rs[S.ndim] = rst[L], xs[S.ndim] = xst[L], S.dims[S.ndim++] = T;
+  b->k->space = S;
+  KirIndex ri, xi;
+  memset(&ri, 0, sizeof ri);
+  memset(&xi, 0, sizeof xi);
+  for (int k = 0; k < S.ndim; k++) ri.st[k] = rs[k], xi.st[k] = xs[k];
+  KirStmt *par = loop(b, &b->k->body, KIR_SPACE, 0, nf, KIR_PARALLEL);
+  int top = var(b, "top", kt, 0), at = var(b, "at", DT_I64, 0), key = var(b, "key", kt, 0), take = var(b, "take", DT_BOOL, 0);
+  b->k->vars.data[top].lanes = b->k->vars.data[at].lanes = T;
+  set(b, &par->body, KS_VAR, top, num(b, 0));
+  set(b, &par->body, KS_VAR, at, num(b, 0));
+  KirStmt *k = loop(b, &par->body, KIR_SERIAL, nf, nf + 1, 0);
+  k->n = x->dims[ax];
+  KirStmt *l = loop(b, &k->body, KIR_LANES, nf + 1, nf + 2, KIR_VECTOR);
+  KirExpr *kv = value(b, in->args[0], xi);
+  if (ir_dtype_is_float(t)) {
+    kv = un(b, KE_KEY, kv, kt);
+    kv->imm = least ? -1 : 1;
+  }
+  set(b, &l->body, KS_VAR, key, kv);
+  KirExpr *first = bin(b, KB_EQ, axis(b, nf), num(b, 0), DT_BOOL);
+  set(b, &l->body, KS_VAR, take, bin(b, KB_OR, first, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), DT_BOOL));
+  set(b, &l->body, KS_SET, top, sel(b, rd(b, take), rd(b, key), rd(b, top), kt));
+  set(b, &l->body, KS_SET, at, sel(b, rd(b, take), axis(b, nf), rd(b, at), DT_I64));
+  KirStmt *out = loop(b, &par->body, KIR_LANES, nf + 1, nf + 2, KIR_VECTOR);
+  KirStmt *st = stmt(b, &out->body, KS_STORE);
+  st->v = in->res, st->ix = ri, st->x = rd(b, at);
+  return 0;
+}
+
 static int build_argmax(B *b, const Inst *in, int lanes) {
   const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
   int ax = (int)in->attr[0];
   DType t = x->dtype;
-  if (lanes && ax == x->ndim - 1 && x->dims[ax] > 1 && (t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64))
-    return build_argmax_rows(b, in);
+  int keyed = t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64;
+  if (lanes && keyed && ax == x->ndim - 1 && x->dims[ax] > 1) return build_argmax_rows(b, in);
+  if (lanes && keyed && ax != x->ndim - 1 && x->dims[x->ndim - 1] > 1 && x->ndim < IR_MAX_DIMS)
+    return build_argmax_lanes(b, in);
   Fiber fb;
   fiber_space(b, x, ax, x->dims[ax], &fb);
   int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];

@@ -173,7 +173,10 @@ def test_scan_and_argmax_kernel_ir_rendered_by_both_targets(tmp_path):
     serial loop along it, carrying variables (a running sum in double; the extreme so far
     and its index). C writes the fibers as loops (OpenMP when large enough, with --profile a
     region reporting each thread's share), CUDA as a thread per fiber; the serial loop's
-    body is the same text in both, up to the loop variables."""
+    body is the same text in both, up to the loop variables. An argmax along an axis that is
+    not the last is, for C (and `--emit kir`), the last axis's fibers as lanes inside the
+    serial loop (its order keys' maximum so far and its position per lane); CUDA keeps a
+    thread per fiber."""
     opts = ["--input", "x=f32[2,3,8,8]", "--input", "i=i64[2,3,20,2]"]
     p = tmp_path / "m.py"
     p.write_text(DATAOPS)
@@ -182,12 +185,13 @@ def test_scan_and_argmax_kernel_ir_rendered_by_both_targets(tmp_path):
                      r"      var \$acc \(sum\) = 0\n      loop serial over i3<20\n"
                      r"        \$acc = \(\$acc \+ load %h\w*\.\d+\[i0\*1200 \+ i1\*400 \+ i2\*20 \+ i3\]\)\n"
                      r"        store %h\w*\.\d+\[i0\*1200 \+ i1\*400 \+ i2\*20 \+ i3\] = f32\(\$acc\)\n", kir, re.M), kir
-    # argmax along axis 1: the fibers are the other axes, the serial loop runs along axis 1
-    assert re.search(r"^  kernel \d+: argmax over f32\[2,20,20,3\]\n    loop space over i0<2 i1<20 i2<20 parallel\n"
-                     r"      var \$at = 0\n      var \$mx = 0\n      loop serial over i3<3\n"
-                     r"        var \$v = load %h\w*\.\d+\[i0\*1200 \+ i1\*20 \+ i2 \+ i3\*400\]\n"
-                     r"        if \(\(\(i3 == 0\) \|\| \(\(\$v > \$mx\) && not\(isnan\(\$mx\)\)\)\) \|\| "
-                     r"\(isnan\(\$v\) && not\(isnan\(\$mx\)\)\)\)\n", kir, re.M), kir
+    # argmax along axis 1: the fibers are the other axes, the serial loop runs along axis 1, the
+    # last axis's fibers (one tile of 20) its lanes
+    assert re.search(r"^  kernel \d+: argmax over f32\[2,20,1,3,20\]\n    loop space over i0<2 i1<20 i2<1 parallel\n"
+                     r"      var \$top\[20\] = 0\n      var \$at\[20\] = 0\n      loop serial over i3<3\n"
+                     r"        loop lanes over i4<20 vector\n"
+                     r"          var \$key = key\(load %h\w*\.\d+\[i0\*1200 \+ i1\*20 \+ i2\*20 \+ i3\*400 \+ i4\]\)\n"
+                     r"          var \$take = \(\(i3 == 0\) \|\| \(\$key > \$top\)\)\n", kir, re.M), kir
     compile_to(tmp_path, DATAOPS, "m.c", *opts)
     compile_to(tmp_path, DATAOPS, "m.cu", *opts, "--target", "cuda")
     c, cu = (tmp_path / "m.c").read_text(), (tmp_path / "m.cu").read_text()
@@ -200,13 +204,13 @@ def test_scan_and_argmax_kernel_ir_rendered_by_both_targets(tmp_path):
                      r"\s+for \(int64_t ctc_i = \(int64_t\)blockIdx\.x \* blockDim\.x \+ threadIdx\.x; ctc_i < 120;", cu), cu
     assert [re.sub(r"\bi\b", "ctc_i", re.sub(r"\bk\b", "ctc_k", l)) for l in cb] == ub and len(cb) == 2, (cb, ub)
     assert re.fullmatch(r"  acc\w* = acc\w* \+ h\w*\[ctc_i \* 20 \+ ctc_k\];", ub[0]), ub
-    # argmax along axis 1: C's fibers i0 < 2, i1 < 400 (merged); CUDA's from ctc_i
+    # argmax along axis 1: C's fibers i0 < 2, i1 < 20, the lanes j < 20 inside the serial loop;
+    # CUDA's a thread per fiber from ctc_i
     ch, cb = serial_loop(c, "argmax(", "k")
     uh, ub = serial_loop(cu, "argmax(", "ctc_k")
     assert ch == "for (int64_t k = 0; k < 3; k++) {", ch
-    assert [re.sub(r"\bk\b", "ctc_k", l) for l in cb[1:]] == ub[1:] and len(cb) == 5, (cb, ub)
-    # the element loaded: C's merged fiber axes, CUDA's coordinates of ctc_i
-    assert re.fullmatch(r"  float v\w* = h\w*\[i0 \* 1200 \+ i1 \+ k \* 400\];", cb[0]), cb
+    assert cb[0] == "  CTC_OMP_SIMD" and cb[1] == "  for (int64_t j = 0; j < 20; j++) {", cb
+    assert re.fullmatch(r"    int32_t key\w* = ctc_key_f32\(h\w*\[i0 \* 1200 \+ i1 \* 20 \+ k \* 400 \+ j\], 1\);", cb[2]), cb
     assert re.fullmatch(r"  float v\w* = h\w*\[\(ctc_i / 400\) \* 1200 \+ \(ctc_i / 20 % 20\) \* 20 \+ \(ctc_i % 20\)"
                         r" \+ ctc_k \* 400\];", ub[0]), ub
     assert "  if (ctc_k == 0 || (v" in ub[1] and "&& !isnan(mx" in ub[1], ub
@@ -432,6 +436,53 @@ def test_argmax_along_the_last_axis_vectorises(tmp_path):
     assert len(got) == len(want) == 9
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
+        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
+
+
+# ... and along an axis that is not the last (a segmentation's argmax over the classes): the last
+# axis's fibers as lanes inside the serial loop, each lane's best key and position.
+CHANMAX = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x, d, n):
+        return (x.argmax(dim=1), x.argmin(1, keepdim=True), torch.max(x, 0)[1], d.argmax(2), n.argmin(1),
+                x.max(dim=1)[0])
+"""
+
+
+def test_argmax_along_a_leading_axis_runs_lanes(tmp_path):
+    """[3, 6, 5, 10] along axes 1, 0 and 2 with NaNs of either sign (the first wins), ties (the first),
+    -0 against +0 and infinities, float, double and int64: PyTorch's indices; the C's lanes."""
+    p = tmp_path / "m.py"
+    p.write_text(CHANMAX)
+    spec = ["--input", "x=f32[3,6,5,10]", "--input", "d=f64[3,6,5,10]", "--input", "n=i64[3,6,10]"]
+    kir = run([CTC, "compile", str(p), *spec, "--emit", "kir"]).stdout
+    assert re.search(r"^  kernel \d+: argmax over f32\[3,5,1,6,10\]\n    loop space over i0<3 i1<5 i2<1 parallel\n"
+                     r"      var \$top\[10\] = 0\n      var \$at\[10\] = 0\n      loop serial over i3<6\n"
+                     r"        loop lanes over i4<10 vector\n", kir, re.M), kir
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 6, 5, 10)).astype(np.float32)
+    x[0, 2, 1, 3] = np.nan
+    x[0, 4, 1, 3] = -np.float32(np.nan)
+    x[1, :, 2, 4] = 0.0
+    x[1, 1::2, 2, 4] = -0.0
+    x[2, 3, 0, :] = np.inf
+    x[2, 5, 0, :5] = np.inf
+    x[2, :, 4, 7] = -np.inf
+    x[:, :, 3, 9] = 1.25
+    d = x.astype(np.float64) * 2
+    d[1, 2, :, 6] = np.nan
+    n = rng.integers(-2, 3, (3, 6, 10)).astype(np.int64)
+    model = load_module(str(p), "kir_chanmax").Net()
+    ins = [x, d, n]
+    want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
+    got = run_forward(str(tmp_path), str(p), model, ins, spec)
+    assert len(got) == len(want) == 6
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
 
 
