@@ -90,7 +90,7 @@ typedef struct Kernels {
   unsigned char log_f32;            /* ctc_log_f32: log without a libm call (vectorises) */
   unsigned char log1p_f32;          /* ctc_log1p_f32 (and ctc_log_f32's core) */
   unsigned char sincos_f32;         /* ctc_sin_f32, ctc_cos_f32, ctc_tan_f32: every float reduced exactly, in double */
-  unsigned char atan_f32;           /* ctc_atan_f32, ctc_atan2_f32: in double */
+  unsigned char atan_f32;           /* ctc_atan_f32, ctc_atan2_f32, ctc_asin_f32, ctc_acos_f32: in double */
   unsigned char logb_f32;           /* ctc_log2_f32, ctc_log10_f32: in double */
   unsigned char key_f32, key_f64;   /* ctc_key_f32, ctc_key_f64: argmax's order keys (kir_ops.c's KE_KEY) */
   unsigned char expx_f32;           /* ctc_expm1_f32, ctc_sinh_f32, ctc_cosh_f32, ctc_exp2_f32: in double */

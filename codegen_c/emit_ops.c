@@ -182,8 +182,8 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
 /* The op's template for compute type ct (ir_elem_template: ops.def's c_expr or
  * its integer form), noting the helpers it calls so that kernels.c writes them
  * into the file; f32 tanh, erf, log, log1p and exp call the file's vectorisable versions of the
- * same functions, and in hosted C code sin, cos, tan, atan, atan2, log2, log10, expm1, sinh, cosh and
- * exp2 too (in double:
+ * same functions, and in hosted C code sin, cos, tan, atan, atan2, asin, acos, log2, log10, expm1, sinh,
+ * cosh and exp2 too (in double:
  * not for --no-libm's FPUs), and the exp that other templates call (sigmoid) is the one as
  * accurate as libm's expf. */
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
@@ -201,6 +201,8 @@ static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
     case IR_TAN: used = &c->k->sincos_f32, call = "ctc_tan_f32(A)", hosted = 1; break;
     case IR_ATAN: used = &c->k->atan_f32, call = "ctc_atan_f32(A)", hosted = 1; break;
     case IR_ATAN2: used = &c->k->atan_f32, call = "ctc_atan2_f32(A, B)", hosted = 1; break;
+    case IR_ASIN: used = &c->k->atan_f32, call = "ctc_asin_f32(A)", hosted = 1; break;
+    case IR_ACOS: used = &c->k->atan_f32, call = "ctc_acos_f32(A)", hosted = 1; break;
     case IR_LOG2: used = &c->k->logb_f32, call = "ctc_log2_f32(A)", hosted = 1; break;
     case IR_LOG10: used = &c->k->logb_f32, call = "ctc_log10_f32(A)", hosted = 1; break;
     case IR_EXPM1: used = &c->k->expx_f32, call = "ctc_expm1_f32(A)", hosted = 1; break;

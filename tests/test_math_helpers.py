@@ -41,7 +41,8 @@ class Mlp(nn.Module):
                 + torch.atan(h * 3) + torch.atan2(h, h[:, :1] - 0.5)
                 + torch.log2(x.abs().clamp(min=1e-44)).sum(dim=1, keepdim=True) + torch.log10(h.abs() + 1e-3)
                 + torch.expm1(torch.tanh(h * 0.1) * 5) + torch.sinh(torch.tanh(h * 0.1) * 6)
-                + torch.cosh(torch.tanh(x) * 5).sum(dim=1, keepdim=True) + torch.exp2(torch.tanh(h * 0.1) * 30))
+                + torch.cosh(torch.tanh(x) * 5).sum(dim=1, keepdim=True) + torch.exp2(torch.tanh(h * 0.1) * 30)
+                + torch.asin(torch.tanh(h * 0.3)) + torch.acos(torch.tanh(x * 2)).sum(dim=1, keepdim=True))
 
 
 model = Mlp()
@@ -50,7 +51,7 @@ example_inputs = {"forward": (torch.randn(8, 16),)}
 
 HELPERS = ["ctc_tanh_f32", "ctc_erf_f32", "ctc_log_f32", "ctc_log1p_f32", "ctc_sin_f32", "ctc_cos_f32",
            "ctc_tan_f32", "ctc_atan_f32", "ctc_log2_f32", "ctc_log10_f32", "ctc_expm1_f32", "ctc_sinh_f32", "ctc_cosh_f32",
-           "ctc_exp2_f32"]
+           "ctc_exp2_f32", "ctc_asin_f32", "ctc_acos_f32"]
 
 
 def _helpers(tmp_path):
@@ -91,18 +92,19 @@ def test_the_helpers_match_pytorch(tmp_path):
         want = mod.model(x).numpy()
     got = run_forward(str(tmp_path), str(tmp_path / "mlp.py"), mod.model, [x.numpy()])[0]
     compare("gelu (both forms), tanh, erf, softplus, mish, log, log1p, sin, cos, tan, atan, atan2, log2, log10, expm1, "
-            "sinh, cosh and exp2", got, want, 1e-5, 1e-6)
+            "sinh, cosh, exp2, asin and acos", got, want, 1e-5, 1e-6)
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="GCC's vectoriser report")
 @pytest.mark.parametrize("march", ["haswell", "x86-64-v4"])
 @pytest.mark.parametrize("name", HELPERS)
 def test_a_loop_over_the_helper_vectorises(tmp_path, march, name):
+    # -fno-math-errno as `ctc build` compiles (asin's and acos's sqrt: otherwise a call that may set errno)
     src = tmp_path / "loop.c"
-    src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
+    src.write_text("#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
                    "void th(const float *restrict a, float *restrict o, int n) {\n"
                    f"  for (int i = 0; i < n; i++) o[i] = {name}(a[i]);\n}}\n")
-    r = subprocess.run(["gcc", "-std=c11", "-O3", f"-march={march}", "-fopt-info-vec-optimized", "-c", str(src), "-o",
+    r = subprocess.run(["gcc", "-std=c11", "-O3", f"-march={march}", "-fno-math-errno", "-fopt-info-vec-optimized", "-c", str(src), "-o",
                         str(tmp_path / "loop.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "loop vectorized" in r.stderr, r.stderr
@@ -112,10 +114,10 @@ def test_a_loop_over_the_helper_vectorises(tmp_path, march, name):
 @pytest.mark.parametrize("march", ["haswell", "x86-64-v4"])
 def test_a_loop_over_atan2_vectorises(tmp_path, march):
     src = tmp_path / "loop.c"
-    src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
+    src.write_text("#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) +
                    "void th(const float *restrict a, const float *restrict b, float *restrict o, int n) {\n"
                    "  for (int i = 0; i < n; i++) o[i] = ctc_atan2_f32(a[i], b[i]);\n}\n")
-    r = subprocess.run(["gcc", "-std=c11", "-O3", f"-march={march}", "-fopt-info-vec-optimized", "-c", str(src), "-o",
+    r = subprocess.run(["gcc", "-std=c11", "-O3", f"-march={march}", "-fno-math-errno", "-fopt-info-vec-optimized", "-c", str(src), "-o",
                         str(tmp_path / "loop.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "loop vectorized" in r.stderr, r.stderr
@@ -156,7 +158,7 @@ def test_atan2_pairs(tmp_path, march):
     if march and not x86_has_fma():
         pytest.skip("an x86-64 CPU with FMA")
     src = tmp_path / "pairs.c"
-    src.write_text("#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) + ATAN2_C)
+    src.write_text("#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path) + ATAN2_C)
     exe = tmp_path / "pairs"
     run(["gcc", "-std=c11", "-O2", *([march] if march else []), "-fno-builtin", "-w", src, "-o", exe, "-lm"])
     worst, sign = run([exe]).stdout.split()
@@ -168,10 +170,12 @@ def test_atan2_pairs(tmp_path, march):
 SWEEP_BOUNDS = {"ctc_tanh_f32": 1.34, "ctc_erf_f32": 1.04, "ctc_log_f32": 0.84, "ctc_log1p_f32": 0.84,
                 "ctc_sin_f32": 0.502, "ctc_cos_f32": 0.502, "ctc_tan_f32": 0.502, "ctc_atan_f32": 0.501,
                 "ctc_log2_f32": 0.501, "ctc_log10_f32": 0.501, "ctc_expm1_f32": 0.501, "ctc_sinh_f32": 0.501,
-                "ctc_cosh_f32": 0.501, "ctc_exp2_f32": 0.501}
+                "ctc_cosh_f32": 0.501, "ctc_exp2_f32": 0.501, "ctc_asin_f32": 0.501, "ctc_acos_f32": 0.501}
 # The helpers on ctc_exp_f64k (e^t in double, its polynomial's error below 1e-14, one rounding): every
 # third float (all exponents, every residue of the low bits' patterns but a third)
-SWEEP_STEP = {"ctc_expm1_f32": 3, "ctc_sinh_f32": 3, "ctc_cosh_f32": 3, "ctc_exp2_f32": 3}
+# and asin and acos on ctc_atan_pos_f64 (atan's, swept on every float)
+SWEEP_STEP = {"ctc_expm1_f32": 3, "ctc_sinh_f32": 3, "ctc_cosh_f32": 3, "ctc_exp2_f32": 3, "ctc_asin_f32": 3,
+              "ctc_acos_f32": 3}
 SWEEP_C = r"""
 #include <math.h>
 #include <stdio.h>
@@ -228,9 +232,9 @@ def test_every_float(tmp_path, name):
     as the positive one, bit for bit."""
     fma = x86_has_fma()
     ref = name[4:-4]   # ctc_tanh_f32: tanh
-    odd = "#define ODD\n" if ref in ("tanh", "erf", "sin", "tan", "atan", "sinh") else \
+    odd = "#define ODD\n" if ref in ("tanh", "erf", "sin", "tan", "atan", "sinh", "asin") else \
         "#define EVEN\n" if ref in ("cos", "cosh") else ""
-    helpers = "#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path)
+    helpers = "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" + _helpers(tmp_path)
     builds = [("plain", [])] + ([("fma", ["-march=haswell"])] if fma else [])
     objs = []
     for variant, march in builds:
@@ -242,7 +246,7 @@ def test_every_float(tmp_path, name):
         objs.append(tmp_path / "fma.o")
         run(["gcc", "-std=c11", "-O2", "-c", tmp_path / "fma.c", "-o", objs[-1]])
     src = tmp_path / "sweep.c"
-    src.write_text(f"#include <stdint.h>\n#include <string.h>\n#define HAVE_FMA {int(fma)}\n#define REF {ref}\n"
+    src.write_text(f"#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#define HAVE_FMA {int(fma)}\n#define REF {ref}\n"
                    f"#define STEP {SWEEP_STEP.get(name, 1)}\n{odd}" + SWEEP_C)
     exe = tmp_path / "sweep"
     run(["gcc", "-std=c11", "-O2", "-w", src, *objs, "-o", exe, "-lm"])
