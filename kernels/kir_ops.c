@@ -314,27 +314,45 @@ static int64_t lane_tile(int64_t n) {
   return t;
 }
 
+/* The lanes' space of shape s along ax (the other fiber axes, the last axis's tiles, the axis, the
+ * lanes): returns T, the tile; *nf, the parallel axes. */
+static int64_t lane_space(B *b, const Type *s, int ax, int *nf) {
+  int L = s->ndim - 1;
+  int64_t T = lane_tile(s->dims[L]);
+  Type S = *s;
+  S.ndim = 0;
+  for (int k = 0; k < L; k++)
+    if (k != ax) S.dims[S.ndim++] = s->dims[k];
+  *nf = S.ndim + 1;
+  S.dims[S.ndim++] = s->dims[L] / T;
+  S.dims[S.ndim++] = s->dims[ax];
+  S.dims[S.ndim++] = T;
+  b->k->space = S;
+  return T;
+}
+
+/* The element of an array of strides st (over the shape's axes) in lane_space's loops (along: 1,
+ * at the serial loop's position; 0, at none of it). */
+static KirIndex at_lanes(int ndim, int ax, int64_t T, const int64_t *st, int along) {
+  int L = ndim - 1, n = 0;
+  KirIndex ix;
+  memset(&ix, 0, sizeof ix);
+  for (int k = 0; k < L; k++)
+    if (k != ax) ix.st[n++] = st[k];
+  ix.st[n++] = T * st[L];
+  ix.st[n++] = along ? st[ax] : 0;
+  ix.st[n] = st[L];
+  return ix;
+}
+
 static int build_cumsum_lanes(B *b, const Inst *in) {
   const Type *r = ty(b->f, in->res);
-  int ax = (int)in->attr[0], L = r->ndim - 1;
-  int64_t T = lane_tile(r->dims[L]);
+  int ax = (int)in->attr[0], nf;
   int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
   cstrides(r, rst);
   bstrides(ty(b->f, in->args[0]), r, xst);
-  Type S = *r;   /* the other fiber axes, the tiles, the axis, the lanes */
-  int64_t rs[IR_MAX_DIMS], xs[IR_MAX_DIMS];
-  S.ndim = 0;
-  for (int k = 0; k < L; k++)
-    if (k != ax) rs[S.ndim] = rst[k], xs[S.ndim] = xst[k], S.dims[S.ndim++] = r->dims[k];
-  int nf = S.ndim + 1;
-  rs[S.ndim] = T * rst[L], xs[S.ndim] = T * xst[L], S.dims[S.ndim++] = r->dims[L] / T;
-  rs[S.ndim] = rst[ax], xs[S.ndim] = xst[ax], S.dims[S.ndim++] = r->dims[ax];
-  rs[S.ndim] = rst[L], xs[S.ndim] = xst[L], S.dims[S.ndim++] = T;
-  b->k->space = S;
-  KirIndex ri, xi;
-  memset(&ri, 0, sizeof ri);
-  memset(&xi, 0, sizeof xi);
-  for (int k = 0; k < S.ndim; k++) ri.st[k] = rs[k], xi.st[k] = xs[k];
+  int64_t T = lane_space(b, r, ax, &nf);
+  KirIndex ri = at_lanes(r->ndim, ax, T, rst, 1), xi = at_lanes(r->ndim, ax, T, xst, 1);
   KirStmt *par = loop(b, &b->k->body, KIR_SPACE, 0, nf, KIR_PARALLEL);
   int acc = var(b, "acc", r->dtype, 1);
   b->k->vars.data[acc].lanes = T;
@@ -385,30 +403,19 @@ static int build_argmax_rows(B *b, const Inst *in) {
   cstrides(x, xst);
   KirStmt *par = fibers(b, &fb);
   int top = var(b, "top", kt, 0), key = var(b, "key", kt, 0), at = var(b, "at", DT_I64, 0), c = var(b, "c", DT_I64, 0);
-  KirExpr *k0 = value(b, in->args[0], at_fiber(&fb, xst, 0)), *kk = value(b, in->args[0], at_fiber(&fb, xst, 1));
-  if (ir_dtype_is_float(t)) {
-    KirExpr *e0 = un(b, KE_KEY, k0, kt), *ek = un(b, KE_KEY, kk, kt), *e2 = un(b, KE_KEY, kk, kt);
-    e0->imm = ek->imm = e2->imm = least ? -1 : 1;
-    k0 = e0, kk = ek;
-    set(b, &par->body, KS_VAR, top, k0);
-    KirStmt *l1 = along(b, par, &fb, n, 0);
-    set(b, &l1->body, KS_VAR, key, kk);
-    set(b, &l1->body, KS_SET, top, sel(b, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), rd(b, key), rd(b, top), kt));
-    set(b, &par->body, KS_VAR, at, num(b, n));
-    KirStmt *l2 = along(b, par, &fb, n, 0);
-    set(b, &l2->body, KS_VAR, c, sel(b, bin(b, KB_EQ, e2, rd(b, top), DT_BOOL), axis(b, fb.nf), num(b, n), DT_I64));
-    set(b, &l2->body, KS_SET, at, sel(b, bin(b, KB_LT, rd(b, c), rd(b, at), DT_BOOL), rd(b, c), rd(b, at), DT_I64));
-  } else {
-    set(b, &par->body, KS_VAR, top, k0);
-    KirStmt *l1 = along(b, par, &fb, n, 0);
-    set(b, &l1->body, KS_VAR, key, kk);
-    set(b, &l1->body, KS_SET, top, sel(b, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), rd(b, key), rd(b, top), kt));
-    set(b, &par->body, KS_VAR, at, num(b, n));
-    KirStmt *l2 = along(b, par, &fb, n, 0);
-    KirExpr *kv = value(b, in->args[0], at_fiber(&fb, xst, 1));
-    set(b, &l2->body, KS_VAR, c, sel(b, bin(b, KB_EQ, kv, rd(b, top), DT_BOOL), axis(b, fb.nf), num(b, n), DT_I64));
-    set(b, &l2->body, KS_SET, at, sel(b, bin(b, KB_LT, rd(b, c), rd(b, at), DT_BOOL), rd(b, c), rd(b, at), DT_I64));
+  KirExpr *k[3];   /* the key of the first element, of the element in the first loop, in the second */
+  for (int j = 0; j < 3; j++) {
+    k[j] = value(b, in->args[0], at_fiber(&fb, xst, j > 0));
+    if (ir_dtype_is_float(t)) k[j] = un(b, KE_KEY, k[j], kt), k[j]->imm = least ? -1 : 1;
   }
+  set(b, &par->body, KS_VAR, top, k[0]);
+  KirStmt *l1 = along(b, par, &fb, n, 0);
+  set(b, &l1->body, KS_VAR, key, k[1]);
+  set(b, &l1->body, KS_SET, top, sel(b, bin(b, least ? KB_LT : KB_GT, rd(b, key), rd(b, top), DT_BOOL), rd(b, key), rd(b, top), kt));
+  set(b, &par->body, KS_VAR, at, num(b, n));
+  KirStmt *l2 = along(b, par, &fb, n, 0);
+  set(b, &l2->body, KS_VAR, c, sel(b, bin(b, KB_EQ, k[2], rd(b, top), DT_BOOL), axis(b, fb.nf), num(b, n), DT_I64));
+  set(b, &l2->body, KS_SET, at, sel(b, bin(b, KB_LT, rd(b, c), rd(b, at), DT_BOOL), rd(b, c), rd(b, at), DT_I64));
   KirStmt *st = stmt(b, &par->body, KS_STORE);
   st->v = in->res, st->ix = at_fiber(&fb, rst, 0), st->x = rd(b, at);
   return 0;
@@ -420,27 +427,13 @@ static int build_argmax_rows(B *b, const Inst *in) {
  * replaces it only with a greater key: the first of a tie, the first NaN). */
 static int build_argmax_lanes(B *b, const Inst *in) {
   const Type *x = ty(b->f, in->args[0]), *r = ty(b->f, in->res);
-  int ax = (int)in->attr[0], L = x->ndim - 1, least = in->attr[1] != 0;
+  int ax = (int)in->attr[0], least = in->attr[1] != 0, nf;
   DType t = x->dtype, kt = t == DT_F32 || t == DT_I32 ? DT_I32 : DT_I64;
-  int64_t T = lane_tile(x->dims[L]);
   int64_t rst[IR_MAX_DIMS], xst[IR_MAX_DIMS];
   cstrides(r, rst);   /* r: x's shape with the axis of size 1 */
   cstrides(x, xst);
-  rst[ax] = 0;
-  Type S = *x;   /* the other fiber axes, the tiles, the axis, the lanes */
-  int64_t rs[IR_MAX_DIMS], xs[IR_MAX_DIMS];
-  S.ndim = 0;
-  for (int k = 0; k < L; k++)
-    if (k != ax) rs[S.ndim] = rst[k], xs[S.ndim] = xst[k], S.dims[S.ndim++] = x->dims[k];
-  int nf = S.ndim + 1;
-  rs[S.ndim] = T * rst[L], xs[S.ndim] = T * xst[L], S.dims[S.ndim++] = x->dims[L] / T;
-  rs[S.ndim] = 0, xs[S.ndim] = xst[ax], S.dims[S.ndim++] = x->dims[ax];
-  rs[S.ndim] = rst[L], xs[S.ndim] = xst[L], S.dims[S.ndim++] = T;
-  b->k->space = S;
-  KirIndex ri, xi;
-  memset(&ri, 0, sizeof ri);
-  memset(&xi, 0, sizeof xi);
-  for (int k = 0; k < S.ndim; k++) ri.st[k] = rs[k], xi.st[k] = xs[k];
+  int64_t T = lane_space(b, x, ax, &nf);
+  KirIndex ri = at_lanes(x->ndim, ax, T, rst, 0), xi = at_lanes(x->ndim, ax, T, xst, 1);
   KirStmt *par = loop(b, &b->k->body, KIR_SPACE, 0, nf, KIR_PARALLEL);
   int top = var(b, "top", kt, 0), at = var(b, "at", DT_I64, 0), key = var(b, "key", kt, 0), take = var(b, "take", DT_BOOL, 0);
   b->k->vars.data[top].lanes = b->k->vars.data[at].lanes = T;
