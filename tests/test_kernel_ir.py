@@ -396,6 +396,16 @@ class Net(nn.Module):
 """
 
 
+def same_bits_as_torch(tmp_path, p, name, ins, spec, nout):
+    """The program's forward outputs on ins equal PyTorch's, dtype, shape and bits (NaN where NaN)."""
+    model = load_module(str(p), name).Net()
+    want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
+    got = run_forward(str(tmp_path), str(p), model, ins, spec)
+    assert len(got) == len(want) == nout
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
+        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
+
 def test_argmax_along_the_last_axis_vectorises(tmp_path):
     """Rows with a NaN (of either sign), several NaNs, -0 and +0 tied, infinities, all equal, and
     random rows of 1,000: PyTorch's indices and values, float, double and int64; the C's loops
@@ -429,14 +439,7 @@ def test_argmax_along_the_last_axis_vectorises(tmp_path):
     x[6, 0] = -np.inf
     d = x.astype(np.float64) * 3
     n = rng.integers(-5, 6, (8, 1000)).astype(np.int64)
-    model = load_module(str(p), "kir_rowmax").Net()
-    ins = [x, d, n]
-    want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
-    got = run_forward(str(tmp_path), str(p), model, ins, spec)
-    assert len(got) == len(want) == 9
-    for k, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype)
-        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
+    same_bits_as_torch(tmp_path, p, "kir_rowmax", [x, d, n], spec, 9)
 
 
 # ... and along an axis that is not the last (a segmentation's argmax over the classes): the last
@@ -476,14 +479,7 @@ def test_argmax_along_a_leading_axis_runs_lanes(tmp_path):
     d = x.astype(np.float64) * 2
     d[1, 2, :, 6] = np.nan
     n = rng.integers(-2, 3, (3, 6, 10)).astype(np.int64)
-    model = load_module(str(p), "kir_chanmax").Net()
-    ins = [x, d, n]
-    want = [t.numpy() for t in model(*map(torch.from_numpy, ins))]
-    got = run_forward(str(tmp_path), str(p), model, ins, spec)
-    assert len(got) == len(want) == 6
-    for k, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
-        assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (k, g, w)
+    same_bits_as_torch(tmp_path, p, "kir_chanmax", [x, d, n], spec, 6)
 
 
 def test_along_an_axis_emulated_cuda_matches_torch(tmp_path, rt_objects):
