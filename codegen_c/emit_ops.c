@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <string.h>
 #include "ops_int.h"
 
@@ -186,35 +187,40 @@ static const char *call_exp_cr(CgFunc *c, const char *t) {
  * cosh and exp2 too (in double:
  * not for --no-libm's FPUs), and the exp that other templates call (sigmoid) is the one as
  * accurate as libm's expf. */
+/* The f32 ops that call a helper of kernels.c: its flag in Kernels, the call, and whether it computes
+ * in double (hosted C only: exp_cr's targets). */
+static const struct {
+  Op op;
+  size_t flag;
+  const char *call;
+  int hosted;
+} f32_helpers[] = {
+    {IR_TANH, offsetof(Kernels, tanh_f32), "ctc_tanh_f32(A)", 0},
+    {IR_EXP, offsetof(Kernels, exp_f32), "ctc_exp_f32(A)", 0},
+    {IR_ERF, offsetof(Kernels, erf_f32), "ctc_erf_f32(A)", 0},
+    {IR_LOG, offsetof(Kernels, log_f32), "ctc_log_f32(A)", 0},
+    {IR_LOG1P, offsetof(Kernels, log1p_f32), "ctc_log1p_f32(A)", 0},
+    {IR_SIN, offsetof(Kernels, sincos_f32), "ctc_sin_f32(A)", 1},
+    {IR_COS, offsetof(Kernels, sincos_f32), "ctc_cos_f32(A)", 1},
+    {IR_TAN, offsetof(Kernels, sincos_f32), "ctc_tan_f32(A)", 1},
+    {IR_ATAN, offsetof(Kernels, atan_f32), "ctc_atan_f32(A)", 1},
+    {IR_ATAN2, offsetof(Kernels, atan_f32), "ctc_atan2_f32(A, B)", 1},
+    {IR_ASIN, offsetof(Kernels, atan_f32), "ctc_asin_f32(A)", 1},
+    {IR_ACOS, offsetof(Kernels, atan_f32), "ctc_acos_f32(A)", 1},
+    {IR_LOG2, offsetof(Kernels, logb_f32), "ctc_log2_f32(A)", 1},
+    {IR_LOG10, offsetof(Kernels, logb_f32), "ctc_log10_f32(A)", 1},
+    {IR_EXPM1, offsetof(Kernels, expx_f32), "ctc_expm1_f32(A)", 1},
+    {IR_SINH, offsetof(Kernels, expx_f32), "ctc_sinh_f32(A)", 1},
+    {IR_COSH, offsetof(Kernels, expx_f32), "ctc_cosh_f32(A)", 1},
+    {IR_EXP2, offsetof(Kernels, expx_f32), "ctc_exp2_f32(A)", 1},
+};
+
 static const char *elem_template(CgFunc *c, const Inst *in, DType ct) {
-  unsigned char *used = NULL;   /* the f32 helpers of kernels.c */
-  const char *call = NULL;
-  int hosted = 0;   /* the helper computes in double: hosted C only (exp_cr's targets) */
-  switch (ct == DT_F32 ? in->op : IR__COUNT) {
-    case IR_TANH: used = &c->k->tanh_f32, call = "ctc_tanh_f32(A)"; break;
-    case IR_EXP: used = &c->k->exp_f32, call = "ctc_exp_f32(A)"; break;
-    case IR_ERF: used = &c->k->erf_f32, call = "ctc_erf_f32(A)"; break;
-    case IR_LOG: used = &c->k->log_f32, call = "ctc_log_f32(A)"; break;
-    case IR_LOG1P: used = &c->k->log1p_f32, call = "ctc_log1p_f32(A)"; break;
-    case IR_SIN: used = &c->k->sincos_f32, call = "ctc_sin_f32(A)", hosted = 1; break;
-    case IR_COS: used = &c->k->sincos_f32, call = "ctc_cos_f32(A)", hosted = 1; break;
-    case IR_TAN: used = &c->k->sincos_f32, call = "ctc_tan_f32(A)", hosted = 1; break;
-    case IR_ATAN: used = &c->k->atan_f32, call = "ctc_atan_f32(A)", hosted = 1; break;
-    case IR_ATAN2: used = &c->k->atan_f32, call = "ctc_atan2_f32(A, B)", hosted = 1; break;
-    case IR_ASIN: used = &c->k->atan_f32, call = "ctc_asin_f32(A)", hosted = 1; break;
-    case IR_ACOS: used = &c->k->atan_f32, call = "ctc_acos_f32(A)", hosted = 1; break;
-    case IR_LOG2: used = &c->k->logb_f32, call = "ctc_log2_f32(A)", hosted = 1; break;
-    case IR_LOG10: used = &c->k->logb_f32, call = "ctc_log10_f32(A)", hosted = 1; break;
-    case IR_EXPM1: used = &c->k->expx_f32, call = "ctc_expm1_f32(A)", hosted = 1; break;
-    case IR_SINH: used = &c->k->expx_f32, call = "ctc_sinh_f32(A)", hosted = 1; break;
-    case IR_COSH: used = &c->k->expx_f32, call = "ctc_cosh_f32(A)", hosted = 1; break;
-    case IR_EXP2: used = &c->k->expx_f32, call = "ctc_exp2_f32(A)", hosted = 1; break;
-    default: break;
-  }
-  if (call && (!hosted || c->k->exp_cr)) {
-    *used = 1;
-    return call;
-  }
+  for (size_t h = 0; ct == DT_F32 && h < sizeof f32_helpers / sizeof f32_helpers[0]; h++)
+    if (f32_helpers[h].op == in->op && (!f32_helpers[h].hosted || c->k->exp_cr)) {
+      ((unsigned char *)c->k)[f32_helpers[h].flag] = 1;
+      return f32_helpers[h].call;
+    }
   const char *t = ir_elem_template(in->op, ct);
   if (!t) BUG("%s on %s", ir_ops[in->op].name, ir_dtype_name(ct));
   if (ct == DT_F32 && c->k->exp_cr) t = call_exp_cr(c, t);

@@ -18,8 +18,9 @@
  * KIR_ROW loop over the row's elements per phase, then the reductions'
  * results); for data-movement instructions by kir_build_op (kir_ops.c): a KIR_SPACE loop
  * over the result (pad, gather, upsample), or over the fibers along an axis with KIR_SERIAL
- * loops along it and variables carried there (cumsum, argmax, scatter_add; a CPU cumsum along
- * an axis that is not the last with the last axis's fibers as KIR_LANES inside); and for the
+ * loops along it and variables carried there (cumsum, argmax, scatter_add; for CPU targets a
+ * cumsum or argmax along an axis that is not the last with the last axis's fibers as KIR_LANES
+ * inside, an argmax along the last axis over KE_KEY order keys); and for the
  * microkernel calls (one KS_CALL: attention.c's fused attention, gemm.c's GEMM over its batch,
  * conv.c's convolution with its geometry). Arena-allocated (kir_build's arena), no globals. */
 #ifndef CTC_KIR_H
@@ -196,9 +197,10 @@ Kir *kir_build(Arena *a, const Func *f, const KnSchedule *s, const Kernel *kn);
  * UPSAMPLE (nearest and bilinear, its source indices and weights as tables); or a parallel
  * KIR_SPACE loop over the fibers along an axis, each running KIR_SERIAL loops along it:
  * CUMSUM, ARGMAX, SCATTER_ADD. lanes (CPU targets): a CUMSUM along an axis that is not the
- * last runs the last axis's fibers as KIR_LANES inside its serial loop; an ARGMAX along the
- * last axis is two loops along it that vectorise (KE_KEY's maximum, its first position). NULL for any other
- * instruction (or a scalar result, or a literal operand of PAD, GATHER, UPSAMPLE). */
+ * last runs the last axis's fibers as KIR_LANES inside its serial loop, an ARGMAX too; an ARGMAX
+ * along the last axis is two loops along it that vectorise (KE_KEY's maximum, its first
+ * position). NULL for any other instruction (or a scalar result, or a literal operand of PAD,
+ * GATHER, UPSAMPLE). */
 Kir *kir_build_op(Arena *a, const Func *f, const Inst *in, int lanes);
 /* The source positions and weights of one axis of an UPSAMPLE from `in` to `out` positions,
  * as PyTorch 1.13 computes them (kir_ops.c); shared with UPSAMPLE_BWD's C loops. */
