@@ -220,6 +220,9 @@ struct CgRender {
   const Kir *k;
   const char **local, **accn, **rowarr;   /* per value: its local, accumulator, per-row array */
   const char **aux;          /* per value: C, a reduction's operand array; CUDA, its shared array */
+  const struct KirExpr **narrow;   /* per value: C, the float32 value whose cast to double it sums, which
+                                its operand array holds (ctc_sum_f32 adds them as ctc_sum_f64 would the
+                                doubles: the same sum), or NULL */
   const char **tname;        /* per table of the kernel IR (Kir.tables): its name */
   const char **vname;        /* per variable of the kernel IR (Kir.vars): its name */
   /* options */

@@ -48,9 +48,10 @@ void cg_render_init(CgRender *r, const CgRenderOps *ops, CgFunc *c, const Kir *k
   r->accn = calloc(nv, sizeof *r->accn);
   r->rowarr = calloc(nv, sizeof *r->rowarr);
   r->aux = calloc(nv, sizeof *r->aux);
+  r->narrow = calloc(nv, sizeof *r->narrow);
   r->tname = calloc((size_t)k->tables.len + 1, sizeof *r->tname);
   r->vname = calloc((size_t)k->vars.len + 1, sizeof *r->vname);
-  CHECK(r->local && r->accn && r->rowarr && r->aux && r->tname && r->vname);
+  CHECK(r->local && r->accn && r->rowarr && r->aux && r->narrow && r->tname && r->vname);
   for (int v = 0; v < k->vars.len; v++) r->vname[v] = cg_name(c->ns, k->vars.data[v].hint);
   r->omp_min_work = OMP_MIN_WORK;
   r->serial = -1;
@@ -62,6 +63,7 @@ void cg_render_free(CgRender *r) {
   free(r->accn);
   free(r->rowarr);
   free(r->aux);
+  free(r->narrow);
   free(r->tname);
   free(r->vname);
 }
@@ -195,7 +197,7 @@ void cg_render_block(CgRender *r, const KirBlock *b) {
       break;
     }
     case KS_ACC:
-      cg_render_expr(r, s->x, &x);
+      cg_render_expr(r, r->narrow[s->v] ? r->narrow[s->v] : s->x, &x);
       if (r->split) LINE(c, "%s[%s] = %s;\n", r->aux[s->v], r->auxpos, x.s);   /* accumulated after the loop */
       else cg_acc_update(c, s->in, r->accn[s->v], x.s);
       break;
@@ -481,6 +483,38 @@ static int direct_acc(CgRender *r, const KirStmt *t) {
          ty(c, t->in->args[0])->dtype == dt && x->ix.st[r->nvar - 1] == 1;
 }
 
+/* The float32 value accumulation t of a row loop (body) sums cast to double (ir/rowsplit.c's row
+ * sums), or NULL: its operand array then holds the floats (half the bytes). */
+static const KirExpr *narrow_sum(const CgRender *r, const KirBlock *body, const KirStmt *t) {
+  const KirExpr *x = t->x;
+  if (t->in->op != IR_REDUCE_SUM || ty(r->c, t->in->res)->dtype != DT_F64) return NULL;
+  for (int j = 0; x->kind == KE_LOCAL && j < body->len; j++)   /* the cast's local: its definition */
+    if (body->data[j]->kind == KS_LET && body->data[j]->v == x->v) x = body->data[j]->x;
+  if (x->kind != KE_OP || x->in->op != IR_CAST || ty(r->c, x->in->args[0])->dtype != DT_F32) return NULL;
+  return x->arg[0];
+}
+
+static int reads_local(const KirExpr *x, ValId v) {
+  if (x->kind == KE_LOCAL && x->v == v) return 1;
+  for (int a = 0; a < x->nargs; a++)
+    if (x->arg[a] && reads_local(x->arg[a], v)) return 1;
+  return 0;
+}
+
+/* Whether statement t of a row loop (body) is the cast to double of a narrowed sum that nothing
+ * else reads or stores (left out: an unused local would not compile with -Werror). */
+static int narrowed_away(const CgRender *r, const KirBlock *body, const KirStmt *t) {
+  if (t->kind != KS_LET) return 0;
+  int sum = 0;
+  for (int j = 0; j < body->len; j++) {
+    const KirStmt *u = body->data[j];
+    if (u == t) continue;
+    if (u->kind == KS_ACC && r->narrow[u->v] && u->x->kind == KE_LOCAL && u->x->v == t->v) sum = 1;
+    else if (u->v == t->v || (u->x && reads_local(u->x, t->v))) return 0;
+  }
+  return sum;
+}
+
 static void c_row_loop(CgRender *r, const KirStmt *s) {
   CgFunc *c = r->c;
   int64_t rowlen = r->k->rowlen;
@@ -491,17 +525,25 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
     else if (t->kind == KS_LET) nelem++;
   }
   int split = nred > 0 && (nelem > 0 || nfloat > 0);
-  KirBlock body = s->body;   /* (split: without the reductions read in place) */
+  KirBlock body = s->body;   /* (split: without the reductions read in place, nor the casts narrowed away) */
   if (split) {
     body.data = calloc((size_t)s->body.len + 1, sizeof *body.data);
     CHECK(body.data);
     body.len = 0;
+    for (int j = 0; j < s->body.len; j++) {
+      const KirStmt *t = s->body.data[j];
+      if (t->kind == KS_ACC && !direct_acc(r, t)) r->narrow[t->v] = narrow_sum(r, &s->body, t);
+    }
     for (int j = 0; j < s->body.len; j++)
       if (direct_acc(r, s->body.data[j])) ndirect++;
-      else body.data[body.len++] = s->body.data[j];
+      else if (!narrowed_away(r, &s->body, s->body.data[j])) body.data[body.len++] = s->body.data[j];
   }
-  int64_t chunk = rowlen;
-  if (split && rowlen * 8 * (nred - ndirect) > KN_MAX_ROWBUF) chunk = KN_MAX_ROWBUF / (8 * (nred - ndirect)) / 32 * 32;
+  int64_t chunk = rowlen, arrbytes = 0;   /* a row's operand arrays: 8 bytes an element each, 4 narrowed */
+  for (int j = 0; split && j < s->body.len; j++) {
+    const KirStmt *t = s->body.data[j];
+    if (t->kind == KS_ACC && !direct_acc(r, t)) arrbytes += r->narrow[t->v] ? 4 : 8;
+  }
+  if (split && rowlen * arrbytes > KN_MAX_ROWBUF) chunk = KN_MAX_ROWBUF / arrbytes / 32 * 32;
   if (split && ndirect == nred && nelem == 0) chunk = rowlen;   /* nothing but reductions read in place */
   char hint[160];
   for (int j = 0; split && j < s->body.len; j++) {
@@ -509,7 +551,8 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
     if (t->kind != KS_ACC || direct_acc(r, t)) continue;
     snprintf(hint, sizeof hint, "%s_in", c->cname[t->v]);
     r->aux[t->v] = cg_name(c->ns, hint);
-    LINE(c, "%s %s[%lld];\n", cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v], (ll)chunk);
+    LINE(c, "%s %s[%lld];\n", r->narrow[t->v] ? "float" : cg_ctype(ty(c, t->in->args[0])->dtype), r->aux[t->v],
+         (ll)chunk);
   }
   int chunked = chunk < rowlen;
   if (chunked) {
@@ -553,6 +596,12 @@ static void c_row_loop(CgRender *r, const KirStmt *s) {
       if (t->x->ix.off) snprintf(ptr, sizeof ptr, "&%s[%lld + %s]", cg_ref(c, t->x->v), (ll)t->x->ix.off, idx);
       else snprintf(ptr, sizeof ptr, "&%s[%s]", cg_ref(c, t->x->v), idx);
       from = ptr;
+    }
+    if (r->narrow[t->v]) {
+      c->k->sum[DT_F32] = 1;
+      if (chunked) LINE(c, "%s += ctc_sum_f32(%s, jn);\n", r->accn[t->v], from);
+      else LINE(c, "%s = ctc_sum_f32(%s, %lld);\n", r->accn[t->v], from, (ll)rowlen);
+      continue;
     }
     if (cg_lane_reduce(c, t->in, r->accn[t->v], chunked ? "+=" : "=", from, chunked ? "jn" : NULL, rowlen)) continue;
     char x[200];

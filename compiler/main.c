@@ -359,6 +359,7 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
                                 ? IR_FUSE_ATTN | (o->lower.cuda_target ? 0 : IR_FUSE_ATTN_ROUNDED)
                                 : 0;
   o->lower.low_store = hosted && !o->no_low_store;   /* ir/lowstore.c */
+  o->lower.row_sums = hosted && !o->lower.cuda_target && !o->no_fuse;   /* ir/rowsplit.c */
   if (!o->cmd) {
     fputs(usage, stderr);
     return -1;
@@ -651,6 +652,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   run_pass(p, "unslice", ir_pass_unslice);
   run_pass(p, "unbroadcast", ir_pass_unbroadcast);
   run_pass(p, "regroup", ir_pass_regroup);
+  run_pass(p, "rowsplit", ir_pass_rowsplit);
   run_pass(p, "cse", ir_pass_cse);
   run_pass(p, "dce", ir_pass_dce);
   run_pass(p, "hoist", ir_pass_hoist);

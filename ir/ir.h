@@ -295,6 +295,7 @@ struct Program {
   int fuse_attention;         /* fused attention (ir_fuse_attention; LowerOptions.fuse_attention): 0, or
                                  IR_FUSE_ATTN, | IR_FUSE_ATTN_ROUNDED for chains with bf16 roundings */
   int low_store;              /* ir_pass_low_store: autocast's values kept for backward stored as bf16/f16 */
+  int row_sums;               /* ir_pass_rowsplit: the hosted C target (set by the compiler before the passes) */
   int distributed;            /* CTC_DIST_*: data-parallel training (--distributed, or DistributedDataParallel) */
   double bucket_mb;           /* --bucket-mb / DDP's bucket_cap_mb: gradient bucket size (0: 25) */
   Vec(IrScope) scopes;        /* the user modules whose forward staged instructions (Inst.scope);
@@ -346,6 +347,10 @@ void ir_pass_unbroadcast(Program *p, Func *f);
 void ir_pass_cse(Program *p, Func *f);
 /* cse.c: whether two instructions compute the same value (op, operands, attributes, phase, type). */
 int ir_inst_same(const Func *f, const Inst *a, const Inst *b);
+/* rowsplit.c: with Program.row_sums, a float32 sum over the last axis and others of an
+ * elementwise value becomes a double sum over the rows (fused with the value's kernel), then
+ * over the rest, cast back (BatchNorm's statistics and gradients). Run before regroup. */
+void ir_pass_rowsplit(Program *p, Func *f);
 /* regroup.c: an elementwise run moved up to follow an earlier run of its shape and phase whose
  * result it reads, when everything else it reads exists by then (a GEMM between them no
  * longer splits their loop). */

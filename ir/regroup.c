@@ -70,15 +70,52 @@ static int find_runs(const Func *f, Run *runs) {
   return n;
 }
 
-/* Whether run q may follow run r: the same phase and shape, q reads a result of r and
- * recomputes a value of r (reverse mode's rematerialisation, which CSE then merges), and every
- * other value q reads is defined by r's end (its literals move with it). */
-static int may_follow(const Func *f, const Run *r, const Run *q) {
-  const Inst *a = &f->insts.data[r->first], *b = &f->insts.data[q->first];
+/* The first instruction of run r that is not a literal (those before it are its literals). */
+static const Inst *first_op(const Func *f, const Run *r) {
+  int i = r->first;
+  while (i < r->last && is_lit(&f->insts.data[i])) i++;
+  return &f->insts.data[i];
+}
+
+/* Whether instruction i may stand in a gap crossed without a recomputation: a literal, a view,
+ * a reduction or an elementwise value of at most 1/16 of the runs' elements (BatchNorm's
+ * statistics between its normalisation's passes); not a GEMM or convolution (a recurrence's
+ * steps, whose time loop would no longer repeat). */
+static int light(const Func *f, int i, int64_t big) {
+  const Inst *in = &f->insts.data[i];
+  if (is_lit(in) || ir_is_view(f, in->res) || ir_ops[in->op].kind == K_REDUCE) return 1;
+  return ir_ops[in->op].kind == K_ELEM && ir_numel(&f->values.data[in->res].type) * 16 <= big;
+}
+
+/* Whether a run of type t after instruction p may be in p's kernel: a GEMM's epilogue, or a row
+ * kernel's (after its reduction over the last axis, or a per-row value: t with the last dim 1). */
+static int may_join(const Func *f, const Inst *p, const Type *t) {
+  if (p->op == IR_MATMUL) return 1;
+  const Type *pt = &f->values.data[p->res].type;
+  if (ir_ops[p->op].kind == K_REDUCE || ir_ops[p->op].kind == K_ELEM) {
+    if (pt->ndim != t->ndim || t->ndim == 0) return 0;
+    for (int k = 0; k < t->ndim - 1; k++)
+      if (pt->dims[k] != t->dims[k]) return 0;
+    return pt->dims[t->ndim - 1] == 1;
+  }
+  return 0;
+}
+
+/* Whether run q may follow run r: the same phase and shape, q reads a result of r, and every
+ * other value q reads is defined by r's end or in the gap between them by instructions that can
+ * move before r (dep[i - r.last - 1] set for those, the gap's D: literals, views and small
+ * elementwise values that read nothing of r or of the rest of the gap). Either q recomputes a
+ * value of r (reverse mode's rematerialisation, which CSE then merges: SwiGLU's backward across
+ * its GEMMs), or the gap is light (a value stored and loaded again saved). */
+static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *dep) {
+  const Inst *a = first_op(f, r), *b = first_op(f, q);
   if (a->phase != b->phase || !same_dims(&f->values.data[a->res].type, &f->values.data[b->res].type)) return 0;
-  if (q->first - r->last > REGROUP_GAP || ir_numel(&f->values.data[a->res].type) < REGROUP_MIN_ELEMS) return 0;
-  int reads = 0;
-  for (int i = q->first; i <= q->last; i++) {
+  int64_t big = ir_numel(&f->values.data[a->res].type);
+  if (q->first - r->last > REGROUP_GAP || big < REGROUP_MIN_ELEMS) return 0;
+  int g0 = r->last + 1, ng = q->first - g0, reads = 0, nd = 0;
+  memset(dep, 0, (size_t)ng);
+  for (int i = q->last; i >= g0; i--) {   /* q's operands, then D's, backwards */
+    if (i < q->first && !dep[i - g0]) continue;
     const Inst *in = &f->insts.data[i];
     if (is_lit(in)) continue;
     for (int k = 0; k < in->nargs; k++) {
@@ -86,15 +123,24 @@ static int may_follow(const Func *f, const Run *r, const Run *q) {
       if (v->kind != V_INST) continue;
       int d = v->def;
       if (d >= q->first && d <= q->last) continue;
-      if (is_lit(&f->insts.data[d]) && d > r->last) return 0;   /* a literal of the gap: not moved */
-      if (d > r->last) return 0;
-      if (d >= r->first) reads = 1;
+      if (d >= r->first && d <= r->last) {
+        if (i < q->first) return 0;   /* D must move before r */
+        reads = 1;
+      } else if (d >= g0 && d < q->first) {
+        if (!light(f, d, big)) return 0;
+        if (!dep[d - g0]) dep[d - g0] = 1, nd++;
+      }
     }
   }
-  for (int i = q->first; i <= q->last && reads; i++)
+  if (!reads) return 0;
+  if (nd && r->first > 0 && may_join(f, &f->insts.data[r->first - 1], &f->values.data[a->res].type))
+    return 0;   /* D goes before r, not between r and the kernel it may join */
+  for (int i = q->first; i <= q->last; i++)
     for (int j = r->first; j <= r->last; j++)
       if (!is_lit(&f->insts.data[i]) && ir_inst_same(f, &f->insts.data[i], &f->insts.data[j])) return 1;
-  return 0;
+  for (int i = g0; i < q->first; i++)
+    if (!light(f, i, big)) return 0;
+  return 1;
 }
 
 void ir_pass_regroup(Program *p, Func *f) {
@@ -103,23 +149,29 @@ void ir_pass_regroup(Program *p, Func *f) {
   if (ni < 3 || f->sync.len) return;
   Run *runs = malloc(sizeof(Run) * (size_t)ni);
   Inst *tmp = malloc(sizeof(Inst) * (size_t)ni);
-  CHECK(runs && tmp);
+  unsigned char *dep = malloc((size_t)ni);
+  CHECK(runs && tmp && dep);
   for (int moves = 0; moves < ni; moves++) {   /* one move at a time, the runs found again after each */
-    int n = find_runs(f, runs), done = 0;
-    for (int qi = 1; qi < n && !done; qi++)
+    int nr = find_runs(f, runs), done = 0;
+    for (int qi = 1; qi < nr && !done; qi++)
       for (int ri = qi - 1; ri >= 0 && !done; ri--) {
         if (runs[qi].first - runs[ri].last > REGROUP_GAP) break;
-        if (runs[ri].last + 1 == runs[qi].first || !may_follow(f, &runs[ri], &runs[qi])) continue;
-        /* [r.last + 1, q.first) (the gap) and q swap places */
-        int g0 = runs[ri].last + 1, q0 = runs[qi].first, q1 = runs[qi].last, nq = q1 - q0 + 1, ng = q0 - g0;
-        memcpy(tmp, &f->insts.data[q0], sizeof(Inst) * (size_t)nq);
-        memcpy(tmp + nq, &f->insts.data[g0], sizeof(Inst) * (size_t)ng);
-        memcpy(&f->insts.data[g0], tmp, sizeof(Inst) * (size_t)(nq + ng));
-        for (int i = g0; i <= q1; i++) f->values.data[f->insts.data[i].res].def = i;
+        if (runs[ri].last + 1 == runs[qi].first || !may_follow(f, &runs[ri], &runs[qi], dep)) continue;
+        /* [r.first, q.last] becomes D, r, q, then the rest of the gap */
+        int r0 = runs[ri].first, g0 = runs[ri].last + 1, q0 = runs[qi].first, q1 = runs[qi].last, n = 0;
+        for (int i = g0; i < q0; i++)
+          if (dep[i - g0]) tmp[n++] = f->insts.data[i];
+        for (int i = r0; i < g0; i++) tmp[n++] = f->insts.data[i];
+        for (int i = q0; i <= q1; i++) tmp[n++] = f->insts.data[i];
+        for (int i = g0; i < q0; i++)
+          if (!dep[i - g0]) tmp[n++] = f->insts.data[i];
+        memcpy(&f->insts.data[r0], tmp, sizeof(Inst) * (size_t)n);
+        for (int i = r0; i <= q1; i++) f->values.data[f->insts.data[i].res].def = i;
         done = 1;
       }
     if (!done) break;
   }
   free(runs);
   free(tmp);
+  free(dep);
 }

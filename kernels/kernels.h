@@ -11,7 +11,8 @@
  *   KN_ELEM  a chain of K_ELEM instructions with one result shape (`space`);
  *            operands broadcast numpy-style; every intermediate used only
  *            inside the kernel is a scalar local of the loop body (no storage).
- *   KN_ROW   reductions over the last axis of `space` with their elementwise
+ *   KN_ROW   reductions over the last axis of `space` (or over several trailing axes of the
+ *            values, merged into the space's last: Kernel.merge) with their elementwise
  *            prologue (ops computing the reduced operand) and epilogue (ops
  *            using the reduced values broadcast back over the row): softmax,
  *            log_softmax, layer norm, mean/var, cross-entropy. Per row (an
@@ -62,7 +63,15 @@ typedef struct Kernel {
   Vec(ValId) inputs;   /* values read from memory (not literals), each once */
   Vec(ValId) outputs;  /* values it stores */
   int nloops;          /* KN_ROW: loops over each row (reductions need their operand's loop done) */
+  int merge;           /* KN_ROW of a reduction over several trailing axes (a BatchNorm's H and W): the
+                          last `merge` axes of the values (0: one) are one axis of `space`, the row;
+                          kn_collapse gives a value's type in the space's terms */
 } Kernel;
+
+/* Type t (of a value a kernel computes or reads, broadcast numpy-style over its space) with the
+ * kernel's merged trailing axes as one (kn->merge > 1; t itself otherwise) in *out: those of t's
+ * last axes that exist are all 1 (broadcast) or all the space's (read whole). -1 if neither. */
+int kn_collapse(const Kernel *kn, const Type *t, Type *out);
 
 /* A run of repeated steps (reroll.c): kernels [first, first + count*len) are
  * `count` steps of `len` kernels, step t's kernel j computing what step 0's

@@ -76,6 +76,13 @@ typedef struct B {
   unsigned char *rowload;   /* KN_ROW: per value, loaded once per row into its local (build_row) */
 } B;
 
+/* v's type in the kernel's terms: a row kernel's merged trailing axes as one (kn_collapse). */
+static Type kty(const B *b, ValId v) {
+  Type t;
+  CHECK(kn_collapse(b->kn, ty(b->f, v), &t) == 0);
+  return t;
+}
+
 static KirStmt *add(B *b, KirBlock *blk, KirStmtKind kind, ValId v) {
   KirStmt *st = arena_alloc(b->a, sizeof *st);
   st->kind = kind;
@@ -167,7 +174,13 @@ static void build_elem(B *b) {
 
 /* v's element at the current row, and at the current position in it when with_j. */
 static KirIndex row_index(B *b, ValId v, int with_j) {
-  KirIndex ix = operand_index(b->f, b->s, v, &b->kn->space);
+  KirIndex ix;
+  if (b->kn->merge > 1) {   /* (the schedule merges no operand read through a folded view) */
+    Type t = kty(b, v);
+    ix = bcast(&t, &b->kn->space);
+  } else {
+    ix = operand_index(b->f, b->s, v, &b->kn->space);
+  }
   if (!with_j) ix.st[b->kn->space.ndim - 1] = 0;
   return ix;
 }
@@ -179,7 +192,8 @@ static KirExpr *row_operand(B *b, ValId v, int ph) {
   if (b->rowload && b->rowload[v]) return expr(b, KE_LOCAL, v);
   if (in_kernel(f, b->kn, v)) {
     int di = f->values.data[v].def;
-    if (!same_dims(ty(f, v), &b->kn->space) || b->s->phase[di] == ph) return expr(b, KE_LOCAL, v);
+    Type t = kty(b, v);
+    if (!same_dims(&t, &b->kn->space) || b->s->phase[di] == ph) return expr(b, KE_LOCAL, v);
     if (b->s->rowbuf[v]) return expr(b, KE_ROWBUF, v);
     /* a stored row element of an earlier loop: read back */
   }
@@ -207,6 +221,7 @@ static void build_row(B *b) {
   const KnSchedule *s = b->s;
   const Type *S = &kn->space;
   int nout = S->ndim - 1;
+  Type rt;
   KirStmt *rows = add(b, &b->k->body, KS_LOOP, -1);
   rows->loop = KIR_ROWS;
   rows->from = 0, rows->to = nout;
@@ -237,7 +252,7 @@ static void build_row(B *b) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST || s->phase[i] != p) continue;
       if (is_reduction(in)) any = 1, add(b, &rows->body, KS_ACC_INIT, in->res)->in = in;
-      else if (!same_dims(ty(f, in->res), S)) row_elem(b, &rows->body, in, -1);
+      else if (rt = kty(b, in->res), !same_dims(&rt, S)) row_elem(b, &rows->body, in, -1);
       else any = 1;
     }
     if (!any) continue;
@@ -250,7 +265,7 @@ static void build_row(B *b) {
       if (is_reduction(in)) {
         KirStmt *st = add(b, &row->body, KS_ACC, in->res);
         st->in = in, st->x = row_operand(b, in->args[0], p);
-      } else if (same_dims(ty(f, in->res), S)) {
+      } else if (rt = kty(b, in->res), same_dims(&rt, S)) {
         row_elem(b, &row->body, in, p);
       }
     }

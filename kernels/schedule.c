@@ -23,13 +23,40 @@ static int same_shape(const Type *a, const Type *b) {
   return 1;
 }
 
-/* A reduction over exactly the last axis of an array (of more than one
- * element per row): the reduction a KN_ROW kernel is built around. */
+/* A reduction over the trailing axes of an array, of more than one element per row: the
+ * reduction a KN_ROW kernel is built around. Returns how many trailing axes (0: not one): the
+ * last axis; or several (merged into one row: a BatchNorm's H and W, an average over a
+ * feature map's positions) when there are at least KN_MERGE_MIN_ROWS rows to share out. */
+#define KN_MERGE_MIN_ROWS 8
 static int row_reduction(const Func *f, const Inst *in) {
   if (in->op != IR_REDUCE_SUM && in->op != IR_REDUCE_MAX) return 0;
   const Type *a = &f->values.data[in->args[0]].type;
-  return !is_literal(f, in->args[0]) && a->ndim >= 1 && a->dims[a->ndim - 1] > 1 &&
-         in->attr[0] == ((int64_t)1 << (a->ndim - 1));
+  if (is_literal(f, in->args[0]) || a->ndim < 1) return 0;
+  uint64_t mask = (uint64_t)in->attr[0];
+  int m = 0;
+  int64_t n = 1, rows = 1;
+  for (int k = a->ndim - 1; k >= 0 && (mask >> k & 1); k--) m++, n *= a->dims[k];
+  for (int k = 0; k < a->ndim - m; k++) rows *= a->dims[k];
+  if (m == 0 || mask != (((uint64_t)1 << m) - 1) << (a->ndim - m) || a->dims[a->ndim - 1] <= 1) return 0;
+  if (m > 1 && (rows < KN_MERGE_MIN_ROWS || n <= 1)) return 0;
+  return m;
+}
+
+int kn_collapse(const Kernel *kn, const Type *t, Type *out) {
+  *out = *t;
+  if (kn->merge < 2 || t->ndim == 0) return 0;
+  int m = kn->merge < t->ndim ? kn->merge : t->ndim;
+  int64_t n = 1;
+  for (int k = t->ndim - m; k < t->ndim; k++) n *= t->dims[k];
+  if (n != 1 && !(m == kn->merge && n == kn->space.dims[kn->space.ndim - 1])) return -1;
+  out->ndim = t->ndim - m + 1;
+  out->dims[out->ndim - 1] = n;
+  return 0;
+}
+
+/* v's type in kn's terms (kn_collapse); 0 if it has none (the caller then refuses). */
+static int kn_type(const Func *f, const Kernel *kn, ValId v, Type *out) {
+  return kn_collapse(kn, &f->values.data[v].type, out) == 0;
 }
 
 /* The per-row shape of a row kernel's space: the last dim made 1. */
@@ -44,14 +71,36 @@ static Type row_shape(const Type *space) {
  * kernel at the same element; KN_ROW: its result is a full row element (the
  * space's shape) or a per-row value (row_shape), reading the kernel's values
  * of either kind. Memory operands may broadcast in any legal way. */
-static int joins(const Func *f, const Kernel *kn, const Inst *in, const Type *rt) {
-  Type row = kn->kind == KN_ROW ? row_shape(&kn->space) : kn->space;
-  if (!same_shape(rt, &kn->space) && !(kn->kind == KN_ROW && same_shape(rt, &row))) return 0;
+static int joins(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
+  Type row = kn->kind == KN_ROW ? row_shape(&kn->space) : kn->space, rt, at;
+  if (!kn_type(f, kn, in->res, &rt)) return 0;
+  if (!same_shape(&rt, &kn->space) && !(kn->kind == KN_ROW && same_shape(&rt, &row))) return 0;
   for (int a = 0; a < in->nargs; a++) {
     const Inst *d = def_of(f, in->args[a]);
-    if (!d || d->op == IR_CONST || (int)(d - f->insts.data) < kn->first) continue;   /* memory or literal */
-    const Type *at = &f->values.data[in->args[a]].type;
-    if (!same_shape(at, rt) && !(kn->kind == KN_ROW && same_shape(at, &row))) return 0;
+    if (d && d->op == IR_CONST) continue;
+    if (!kn_type(f, kn, in->args[a], &at)) return 0;
+    if (kn->merge > 1 && (!d || (int)(d - f->insts.data) < kn->first) &&
+        kn_root(f, s, in->args[a]) != kn_root(f, NULL, in->args[a]))
+      return 0;   /* a folded view's strides are the unmerged axes' */
+    if (!d || (int)(d - f->insts.data) < kn->first) continue;   /* memory */
+    if (!same_shape(&at, &rt) && !(kn->kind == KN_ROW && same_shape(&at, &row))) return 0;
+  }
+  return 1;
+}
+
+/* Whether open kernel kn (KN_ELEM over the operand of a reduction over its last m axes) may
+ * become that reduction's KN_ROW with the axes merged: every value and operand of it in the
+ * merged terms (kn_collapse), none read through a folded view. Sets *out. */
+static int merges(const Func *f, const KnSchedule *s, const Kernel *kn, int m, Kernel *out) {
+  *out = *kn;
+  out->merge = m;
+  for (int k = kn->space.ndim - m; k < kn->space.ndim; k++)
+    if (k > kn->space.ndim - m) out->space.dims[kn->space.ndim - m] *= kn->space.dims[k];
+  out->space.ndim = kn->space.ndim - m + 1;
+  out->kind = KN_ROW;
+  for (int i = kn->first; i <= kn->last; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->op != IR_CONST && !joins(f, s, out, in)) return 0;
   }
   return 1;
 }
@@ -277,7 +326,8 @@ Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops)
  * unrelated op that happens to have the same shape) or is optimizer code, and every memory operand
  * tiles (kn_epilogue_operand). */
 static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in, const Type *rt) {
-  if (!joins(f, kn, in, rt)) return 0;
+  (void)rt;
+  if (!joins(f, s, kn, in)) return 0;
   int inner = 0;
   for (int a = 0; a < in->nargs; a++) {
     const Inst *d = def_of(f, in->args[a]);
@@ -435,17 +485,26 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       s->kernels.data[s->kernels.len - 1].last = i;
       continue;
     }
-    int k = s->kernels.len;
+    int k = s->kernels.len, m = 0;
     if (fuse && open >= 0) {
       Kernel *kn = &s->kernels.data[open];
       int ok = 0;
       if (kn->kind == KN_GEMM) {
         ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in, rt);
-      } else if (row_reduction(f, in) && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
-        kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
-        ok = 1;
+      } else if ((m = row_reduction(f, in)) != 0) {
+        Type at;
+        if (m < 2 && kn->merge < 2 && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
+          kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
+          ok = 1;
+        } else if (m > 1 && kn->kind == KN_ROW && kn->merge == m && kn_type(f, kn, in->args[0], &at) &&
+                   same_shape(&at, &kn->space)) {
+          ok = 1;   /* another reduction over the merged rows */
+        } else if (m > 1 && kn->kind == KN_ELEM && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
+          Kernel merged;
+          if ((ok = merges(f, s, kn, m, &merged)) != 0) *kn = merged;
+        }
       } else if (ir_ops[in->op].kind == K_ELEM) {
-        ok = joins(f, kn, in, rt);
+        ok = joins(f, s, kn, in);
       }
       if (ok) {
         s->kernel_of[i] = open;
@@ -460,7 +519,11 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     kn.first = kn.last = i;
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
-    else if (fuse && row_reduction(f, in)) kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
+    else if (fuse && (m = row_reduction(f, in)) != 0) {
+      kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
+      if (m > 1) merges(f, s, &(Kernel){.space = kn.space, .first = i, .last = i - 1}, m, &kn);
+      kn.first = kn.last = i;
+    }
     else if (fuse && kn_single_gemm(f, s, in)) kn.kind = KN_GEMM;
     else kn.kind = ir_ops[in->op].kind == K_ELEM ? KN_ELEM : KN_OP;
     vec_push(A, &s->kernels, kn);
@@ -506,7 +569,8 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     for (int i = kn->first; i <= kn->last; i++) {
       const Inst *in = &f->insts.data[i];
       if (in->op == IR_CONST) continue;
-      int full = same_shape(&f->values.data[in->res].type, &kn->space), ph = 0;
+      Type rt;
+      int full = kn_type(f, kn, in->res, &rt) && same_shape(&rt, &kn->space), ph = 0;
       for (int a = 0; a < in->nargs; a++) {
         const Inst *d = def_of(f, in->args[a]);
         if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
@@ -529,7 +593,9 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         ValId v = in->args[a];
         const Inst *d = def_of(f, v);
         if (!d || d->op == IR_CONST || s->kernel_of[d - f->insts.data] != k) continue;
-        if (!same_shape(&f->values.data[v].type, &kn->space) || s->phase[d - f->insts.data] == s->phase[i]) continue;
+        Type vt;
+        if (!kn_type(f, kn, v, &vt) || !same_shape(&vt, &kn->space) || s->phase[d - f->insts.data] == s->phase[i])
+          continue;
         if (used_out[v]) continue;   /* read back from its array */
         if (rowbytes <= KN_MAX_ROWBUF) s->rowbuf[v] = 1;
         else used_out[v] = 1;
@@ -633,6 +699,7 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
   kn_kernel_scopes(p, f, s, NULL, sc, ph);
   for (int k = 0; k < s->kernels.len; k++) {
     const Kernel *kn = &s->kernels.data[k];
+    Type rt;
     fprintf(out, "  kernel %d: %s over %s", k, kind[kn->kind], ir_type_str(&kn->space, tb, sizeof tb));
     if (kn->kind == KN_ROW)
       fprintf(out, ", rows of %lld, %d loop%s per row", (long long)kn->space.dims[kn->space.ndim - 1], kn->nloops,
@@ -652,7 +719,7 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
               : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
               ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
       if (kn->kind == KN_ROW)
-        fprintf(out, "  [%s %d]", same_shape(&f->values.data[in->res].type, &kn->space) || row_reduction(f, in)
+        fprintf(out, "  [%s %d]", (kn_type(f, kn, in->res, &rt) && same_shape(&rt, &kn->space)) || row_reduction(f, in)
                                       ? "loop" : "per row, before loop", s->phase[i]);
       if (in->loc.line > 0) fprintf(out, "    ; line %d", in->loc.line);
       fprintf(out, "\n");

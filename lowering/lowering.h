@@ -43,6 +43,7 @@ typedef struct LowerOptions {
                                | IR_FUSE_ATTN_ROUNDED (chains with autocast's roundings): the C target */
   int low_store;            /* autocast's values kept for backward stored as bf16/f16 (Program.low_store,
                                ir_pass_low_store): the C and CUDA targets, not --no-low-store, --quantize, --freestanding */
+  int row_sums;             /* sums split into row sums (Program.row_sums, ir_pass_rowsplit): the hosted C target */
   int cuda_target;          /* --target cuda: torch.autocast('cuda') regions apply (PyTorch's CUDA lists,
                                torchlib/autocast.c); on the C target they are disabled with a note */
   int distributed;          /* --distributed mpi: CTC_DIST_* (Program.distributed; a file that uses

@@ -549,6 +549,7 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
   L->T->prog->no_remat = opt->no_remat;
   L->T->prog->fuse_attention = opt->float_dtype != DT_F64 ? opt->fuse_attention : 0;
   L->T->prog->low_store = opt->low_store;
+  L->T->prog->row_sums = opt->row_sums;
   L->T->prog->distributed = opt->distributed;
   L->T->prog->bucket_mb = opt->bucket_mb;
   L->T->prog->hook_ctx = opt->hook_ctx;
