@@ -64,16 +64,22 @@ void ir_pass_rowsplit(Program *p, Func *f) {
   CHECK(early && rows);
   for (int v = 0; v < nv; v++) early[v] = -1;
   for (int i = 0; i < ni; i++) rows[i] = -1;
+  int *lead = malloc(sizeof(int) * (size_t)(ni + 1));   /* per split sum: the first of its value's, or -1 */
+  CHECK(lead);
   for (int i = 0; i < ni; i++) {
     const Inst *in = &f->insts.data[i];
+    lead[i] = -1;
     if (in->dead || !splits(f, in)) continue;
-    any = 1;
     const Inst *d = ir_def(f, in->args[0]);
-    if (early[in->args[0]] < 0 && d->phase == in->phase) early[in->args[0]] = i;
+    const int e = early[in->args[0]];
+    if (e < 0 && d->phase == in->phase) early[in->args[0]] = lead[i] = i, any = 1;
+    else if (e >= 0 && f->insts.data[e].attr[0] == in->attr[0] && f->insts.data[e].phase == in->phase)
+      lead[i] = e;   /* the same sum again (a gradient two BatchNorms read): the same row sums, merged by CSE */
   }
   if (!any) {
     free(early);
     free(rows);
+    free(lead);
     return;
   }
   Inst *old = malloc(sizeof(Inst) * (size_t)ni);
@@ -83,7 +89,8 @@ void ir_pass_rowsplit(Program *p, Func *f) {
   const int phase = f->phase, scope = f->scope, grad = f->grad_mode;
   for (int i = 0; i < ni; i++) {
     Inst in = old[i];
-    if (rows[i] >= 0) {   /* the sum of the rows, cast back: the result, as before */
+    if (lead[i] >= 0 && rows[lead[i]] >= 0) {   /* the sum of the rows, cast back: the result, as before */
+      rows[i] = rows[lead[i]];
       f->phase = in.phase, f->scope = in.scope, f->grad_mode = in.nograd;
       const int n = f->values.data[in.args[0]].type.ndim, tail = splits(f, &in);
       const int64_t rest = in.attr[0] & ~((((int64_t)1 << tail) - 1) << (n - tail));
@@ -103,4 +110,5 @@ void ir_pass_rowsplit(Program *p, Func *f) {
   free(old);
   free(early);
   free(rows);
+  free(lead);
 }
