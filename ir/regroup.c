@@ -88,17 +88,19 @@ static int light(const Func *f, int i, int64_t big) {
 }
 
 /* Whether a run of type t after instruction p may be in p's kernel: a GEMM's epilogue, or a row
- * kernel's (after its reduction over the last axis, or a per-row value: t with the last dim 1). */
+ * kernel's (after its reduction over the trailing axes, or a per-row value: t with its last
+ * dims 1). */
 static int may_join(const Func *f, const Inst *p, const Type *t) {
   if (p->op == IR_MATMUL) return 1;
   const Type *pt = &f->values.data[p->res].type;
-  if (ir_ops[p->op].kind == K_REDUCE || ir_ops[p->op].kind == K_ELEM) {
-    if (pt->ndim != t->ndim || t->ndim == 0) return 0;
-    for (int k = 0; k < t->ndim - 1; k++)
-      if (pt->dims[k] != t->dims[k]) return 0;
-    return pt->dims[t->ndim - 1] == 1;
-  }
-  return 0;
+  if ((ir_ops[p->op].kind != K_REDUCE && ir_ops[p->op].kind != K_ELEM) || pt->ndim != t->ndim || t->ndim == 0)
+    return 0;
+  int k = t->ndim;
+  while (k > 0 && pt->dims[k - 1] == 1) k--;   /* the trailing 1s */
+  if (k == t->ndim) return 0;
+  for (int j = 0; j < k; j++)
+    if (pt->dims[j] != t->dims[j]) return 0;
+  return 1;
 }
 
 /* Whether run q may follow run r: the same phase and shape, q reads a result of r, and every

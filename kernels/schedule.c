@@ -26,9 +26,10 @@ static int same_shape(const Type *a, const Type *b) {
 /* A reduction over the trailing axes of an array, of more than one element per row: the
  * reduction a KN_ROW kernel is built around. Returns how many trailing axes (0: not one): the
  * last axis; or several (merged into one row: a BatchNorm's H and W, an average over a
- * feature map's positions) when there are at least KN_MERGE_MIN_ROWS rows to share out. */
+ * feature map's positions) when there are at least KN_MERGE_MIN_ROWS rows to share out and the
+ * operand is not read through a folded view. */
 #define KN_MERGE_MIN_ROWS 8
-static int row_reduction(const Func *f, const Inst *in) {
+static int row_reduction(const Func *f, const KnSchedule *s, const Inst *in) {
   if (in->op != IR_REDUCE_SUM && in->op != IR_REDUCE_MAX) return 0;
   const Type *a = &f->values.data[in->args[0]].type;
   if (is_literal(f, in->args[0]) || a->ndim < 1) return 0;
@@ -38,7 +39,8 @@ static int row_reduction(const Func *f, const Inst *in) {
   for (int k = a->ndim - 1; k >= 0 && (mask >> k & 1); k--) m++, n *= a->dims[k];
   for (int k = 0; k < a->ndim - m; k++) rows *= a->dims[k];
   if (m == 0 || mask != (((uint64_t)1 << m) - 1) << (a->ndim - m) || a->dims[a->ndim - 1] <= 1) return 0;
-  if (m > 1 && (rows < KN_MERGE_MIN_ROWS || n <= 1)) return 0;
+  if (m > 1 && (rows < KN_MERGE_MIN_ROWS || n <= 1 || kn_root(f, s, in->args[0]) != kn_root(f, NULL, in->args[0])))
+    return 0;   /* (a folded view's strides are the unmerged axes') */
   return m;
 }
 
@@ -491,7 +493,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       int ok = 0;
       if (kn->kind == KN_GEMM) {
         ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in, rt);
-      } else if ((m = row_reduction(f, in)) != 0) {
+      } else if ((m = row_reduction(f, s, in)) != 0) {
         Type at;
         if (m < 2 && kn->merge < 2 && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
           kn->kind = KN_ROW;   /* an elementwise kernel over the rows becomes the prologue */
@@ -519,7 +521,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
     kn.first = kn.last = i;
     kn.space = *rt;
     if (in->op == IR_CONST || ir_is_view(f, in->res) || s->fold[in->res]) kn.kind = KN_VIEW;
-    else if (fuse && (m = row_reduction(f, in)) != 0) {
+    else if (fuse && (m = row_reduction(f, s, in)) != 0) {
       kn.kind = KN_ROW, kn.space = f->values.data[in->args[0]].type;
       if (m > 1) merges(f, s, &(Kernel){.space = kn.space, .first = i, .last = i - 1}, m, &kn);
       kn.first = kn.last = i;
@@ -578,7 +580,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
         if (q > ph) ph = q;
       }
       s->phase[i] = ph;
-      if (row_reduction(f, in)) {
+      if (row_reduction(f, s, in)) {
         avail[in->res] = ph + 1;
         if (ph + 1 > kn->nloops) kn->nloops = ph + 1;
       } else {
@@ -719,7 +721,7 @@ void kn_print(FILE *out, const Program *p, const Func *f, const KnSchedule *s) {
               : kn_internal(s, in->res) ? s->rowbuf[in->res] ? " (row array)" : " (local)" : "",
               ir_type_str(&f->values.data[in->res].type, tb, sizeof tb));
       if (kn->kind == KN_ROW)
-        fprintf(out, "  [%s %d]", (kn_type(f, kn, in->res, &rt) && same_shape(&rt, &kn->space)) || row_reduction(f, in)
+        fprintf(out, "  [%s %d]", (kn_type(f, kn, in->res, &rt) && same_shape(&rt, &kn->space)) || row_reduction(f, s, in)
                                       ? "loop" : "per row, before loop", s->phase[i]);
       if (in->loc.line > 0) fprintf(out, "    ; line %d", in->loc.line);
       fprintf(out, "\n");
