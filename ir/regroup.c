@@ -153,9 +153,10 @@ void ir_pass_regroup(Program *p, Func *f) {
   Inst *tmp = malloc(sizeof(Inst) * (size_t)ni);
   unsigned char *dep = malloc((size_t)ni);
   CHECK(runs && tmp && dep);
+  int from = 1;   /* the first run that may move: those before the last move's earlier run stay as they were */
   for (int moves = 0; moves < ni; moves++) {   /* one move at a time, the runs found again after each */
     int nr = find_runs(f, runs), done = 0;
-    for (int qi = 1; qi < nr && !done; qi++)
+    for (int qi = from; qi < nr && !done; qi++)
       for (int ri = qi - 1; ri >= 0 && !done; ri--) {
         if (runs[qi].first - runs[ri].last > REGROUP_GAP) break;
         if (runs[ri].last + 1 == runs[qi].first || !may_follow(f, &runs[ri], &runs[qi], dep)) continue;
@@ -170,6 +171,7 @@ void ir_pass_regroup(Program *p, Func *f) {
         memcpy(&f->insts.data[r0], tmp, sizeof(Inst) * (size_t)n);
         for (int i = r0; i <= q1; i++) f->values.data[f->insts.data[i].res].def = i;
         done = 1;
+        from = ri > 1 ? ri : 1;
       }
     if (!done) break;
   }
