@@ -13,6 +13,8 @@ images; a sum over H and W alone (the pool) is that row kernel directly.
 - The numbers: three SGD-momentum steps (running statistics too) against PyTorch (rtol 1e-3
   on the state, 1e-4 on the loss), and against the unfused build (`--no-fuse`: one pass per
   sum), whose double sums differ only in their order (rtol 1e-5).
+- Other sums over H and W (LayerNorm over [H, W], InstanceNorm, a max with a NaN, a variance,
+  a mean broadcast back): merged row kernels, forward and three steps against PyTorch.
 - The targets without it: `--freestanding` sums in float and `--target cuda` keeps its own
   reductions; the merged row kernel of the pool on the CUDA target (a block per row), run on
   the emulation header, gives the C target's numbers."""
@@ -20,6 +22,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from ctc_testlib import CTC, ROOT, compare, load_module, run, st_read, st_write, state_dict_np, train_steps_match
 from cuda_testlib import emulated, run_env, rt_objects  # noqa: F401 (a fixture)
@@ -176,3 +179,71 @@ def test_the_merged_rows_on_the_cuda_target(block, tmp_path, rt_objects):
                  tmp_path / f"{tag}.npy"])
         outs.append(np.load(tmp_path / f"{tag}.npy"))
     compare("forward: CUDA (emulated) against C", outs[0], outs[1], 1e-5, 1e-6)
+
+
+TRAILING = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.ln = nn.LayerNorm([12, 12])
+        self.inorm = nn.InstanceNorm2d(8, affine=True)
+
+    def forward(self, x):
+        h = self.conv(x)
+        a = self.ln(h)
+        b = self.inorm(torch.tanh(h))
+        c = (a * b.mean((2, 3), keepdim=True)).sum((2, 3))
+        d = h.amax(dim=(2, 3))
+        e = (a - b).var((2, 3))
+        f = F.adaptive_avg_pool2d(F.relu(a + b), 1).flatten(1)
+        return c + d + e + f
+
+
+model = M()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(16, 4, 12, 12),), "train_step": (torch.randn(16, 4, 12, 12), torch.randn(16, 8))}
+"""
+
+
+def test_other_sums_over_h_and_w_are_merged_rows(tmp_path):
+    path = tmp_path / "trailing.py"
+    path.write_text(TRAILING)
+    fwd = run([CTC, "compile", path, "--emit", "kernels"]).stdout
+    fwd = fwd[:fwd.index("func train_step")]
+    # LayerNorm's two loops, InstanceNorm's, the max, the variance, the pool: rows of H * W
+    assert fwd.count("row over f32[16,8,144], rows of 144") >= 4 and "op over f32[16,8,1,1]" not in fwd, fwd
+    mod = load_module(str(path), "rowsplit_trailing")
+    w = tmp_path / "w0.safetensors"
+    st_write(w, state_dict_np(mod.model))
+    exe = tmp_path / "net"
+    run([CTC, "build", path, "-o", exe])
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, 4, 12, 12)).astype(np.float32)
+    x[0, 0, 3, 3] = np.nan   # the max and every sum of image 0 propagate it
+    np.save(tmp_path / "x.npy", x)
+    run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "x.npy", "--output", tmp_path / "o.npy"])
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    got = np.load(tmp_path / "o.npy")
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
+    ok = ~np.isnan(want)
+    compare("forward", got[ok], want[ok], 1e-4, 1e-5)
+    batches = [(rng.standard_normal((16, 4, 12, 12)).astype(np.float32), rng.standard_normal((16, 8)).astype(np.float32))
+               for _ in range(3)]
+    train_steps_match(str(tmp_path), exe, mod, w, batches, "trailing")
