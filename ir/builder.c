@@ -193,6 +193,20 @@ static void check_not_retired(Program *p, Func *f, ValId v, Span loc) {
                   "dict or an attribute): it holds one sample's values, which PyTorch refuses too");
 }
 
+Inst *ir_insts_take(Func *f) {
+  int ni = f->insts.len;
+  Inst *old = malloc(sizeof(Inst) * (size_t)(ni ? ni : 1));
+  CHECK(old != NULL);
+  memcpy(old, f->insts.data, sizeof(Inst) * (size_t)ni);
+  f->insts.len = 0;
+  return old;
+}
+
+void ir_inst_push(Program *p, Func *f, Inst in) {
+  f->values.data[in.res].def = f->insts.len;
+  vec_push(p->arena, &f->insts, in);
+}
+
 ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res,
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name) {
   CHECK(nattr <= IR_MAX_ATTRS);

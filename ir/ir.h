@@ -319,6 +319,11 @@ ValId ir_emit(Program *p, Func *f, Op op, const ValId *args, int nargs, Type res
               const int64_t *attr, int nattr, double fattr, Span loc, const char *name);
 ValId ir_const(Program *p, Func *f, DType dt, double v, Span loc);
 void ir_add_output(Program *p, Func *f, ValId v, const char *name);
+/* A pass that rewrites f's instruction list in order (new ones emitted among the old, lowstore.c,
+ * rowsplit.c): ir_insts_take empties f's list and returns its instructions (malloc'd, the
+ * caller frees), ir_inst_push appends one of them again (its result's definition updated). */
+Inst *ir_insts_take(Func *f);
+void ir_inst_push(Program *p, Func *f, Inst in);
 /* The Program.scopes index of the module at `path` (class cls), added on first use (> 0). */
 int ir_scope(Program *p, const char *path, const char *cls);
 /* At the end of f, parameter `param` := v (type must equal the parameter's);

@@ -58,10 +58,7 @@ void ir_pass_low_store(Program *p, Func *f) {
     free(copy);
     return;
   }
-  Inst *old = malloc(sizeof(Inst) * (size_t)ni);
-  CHECK(old != NULL);
-  memcpy(old, f->insts.data, sizeof(Inst) * (size_t)ni);
-  f->insts.len = 0;
+  Inst *old = ir_insts_take(f);
   const int phase = f->phase, scope = f->scope, grad = f->grad_mode;
   for (int i = 0; i < ni; i++) {
     Inst in = old[i];
@@ -86,8 +83,7 @@ void ir_pass_low_store(Program *p, Func *f) {
       }
       if (args) in.args = args;
     }
-    f->values.data[in.res].def = f->insts.len;
-    vec_push(p->arena, &f->insts, in);
+    ir_inst_push(p, f, in);
     if (low[in.res] && in.op != IR_CAST) {   /* the 16-bit copy, made from the same float value the rounding reads */
       f->phase = in.phase, f->scope = in.scope, f->grad_mode = in.nograd;
       Type t = f->values.data[in.res].type;

@@ -82,10 +82,7 @@ void ir_pass_rowsplit(Program *p, Func *f) {
     free(lead);
     return;
   }
-  Inst *old = malloc(sizeof(Inst) * (size_t)ni);
-  CHECK(old != NULL);
-  memcpy(old, f->insts.data, sizeof(Inst) * (size_t)ni);
-  f->insts.len = 0;
+  Inst *old = ir_insts_take(f);
   const int phase = f->phase, scope = f->scope, grad = f->grad_mode;
   for (int i = 0; i < ni; i++) {
     Inst in = old[i];
@@ -102,8 +99,7 @@ void ir_pass_rowsplit(Program *p, Func *f) {
       in.op = IR_CAST, in.nargs = 1, in.args = args;
       memset(in.attr, 0, sizeof in.attr);
     }
-    f->values.data[in.res].def = f->insts.len;
-    vec_push(p->arena, &f->insts, in);
+    ir_inst_push(p, f, in);
     if (!in.dead && early[in.res] >= 0) rows[early[in.res]] = row_sums(p, f, &old[early[in.res]]);
   }
   f->phase = phase, f->scope = scope, f->grad_mode = grad;
