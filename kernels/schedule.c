@@ -327,8 +327,7 @@ Kernel kn_epilogue(const Program *p, const Func *f, const Kernel *kn, int *nops)
  * epilogue: joins(), it reads the GEMM's result or an epilogue value (not an
  * unrelated op that happens to have the same shape) or is optimizer code, and every memory operand
  * tiles (kn_epilogue_operand). */
-static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in, const Type *rt) {
-  (void)rt;
+static int joins_epilogue(const Func *f, const KnSchedule *s, const Kernel *kn, const Inst *in) {
   if (!joins(f, s, kn, in)) return 0;
   int inner = 0;
   for (int a = 0; a < in->nargs; a++) {
@@ -492,7 +491,7 @@ KnSchedule *kn_schedule(const Program *p, const Func *f, int fuse) {
       Kernel *kn = &s->kernels.data[open];
       int ok = 0;
       if (kn->kind == KN_GEMM) {
-        ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in, rt);
+        ok = ir_ops[in->op].kind == K_ELEM && joins_epilogue(f, s, kn, in);
       } else if ((m = row_reduction(f, s, in)) != 0) {
         Type at;
         if (m < 2 && kn->merge < 2 && same_shape(&f->values.data[in->args[0]].type, &kn->space)) {
