@@ -7,8 +7,13 @@
  * sigmoid(w1). Here such a later run moves up to follow the earlier one when it reads one of
  * its results, recomputes one of its values and every other value it reads exists by then: the
  * two become one loop, the value between them is never stored, and CSE (after this pass)
- * computes the sigmoid once. Only such moves are made: one that saves a recomputation, not
- * just a store and a load.
+ * computes the sigmoid once. Without a recomputation a run moves only across a light gap:
+ * reductions, views, literals and values of at most 1/16 of its elements, never a GEMM or a
+ * convolution. BatchNorm's backward is the relu's gradient, its sums and per-channel factors,
+ * then the terms of the input's gradient: one loop (with ir/rowsplit.c's row sums in it). What
+ * the run reads in the gap (a recomputed rsqrt of the variance) moves with it, before the
+ * earlier run, unless that would part the earlier run from a GEMM or a row reduction whose
+ * kernel it may join.
  *
  * A run: consecutive elementwise instructions (literals among and just before them) of one
  * phase whose results have one shape. Only a whole run moves, with its literals, so no value of

@@ -41,13 +41,16 @@ static int splits(const Func *f, const Inst *in) {
   return d && d->op != IR_CONST && ir_ops[d->op].kind == K_ELEM && !ir_is_view(f, in->args[0]) ? tail : 0;
 }
 
+/* The attribute of a sum over the last `tail` of n axes. */
+static int64_t tail_mask(int n, int tail) { return (((int64_t)1 << tail) - 1) << (n - tail); }
+
 /* The cast and the row sums of in's operand (c and r1 above); returns r1. */
 static ValId row_sums(Program *p, Func *f, const Inst *in) {
   f->phase = in->phase, f->scope = in->scope, f->grad_mode = in->nograd;
   const char *name = f->values.data[in->res].name;
   const int tail = splits(f, in);
   Type t = f->values.data[in->args[0]].type;
-  const int64_t rows = (((int64_t)1 << tail) - 1) << (t.ndim - tail);
+  const int64_t rows = tail_mask(t.ndim, tail);
   t.dtype = DT_F64;
   ValId c = ir_emit(p, f, IR_CAST, &in->args[0], 1, t, NULL, 0, 0, in->loc, name);
   for (int k = t.ndim - tail; k < t.ndim; k++) t.dims[k] = 1;
@@ -58,7 +61,7 @@ void ir_pass_rowsplit(Program *p, Func *f) {
   if (!p->row_sums) return;
   int ni = f->insts.len, nv = f->values.len, any = 0;
   /* per value: the first split sum of it in the phase of its definition (its row sums go right
-   * after the definition, in its kernel), and per split sum its row sums once made */
+   * after the definition, in its kernel); per such first sum its row sums once made */
   int *early = malloc(sizeof(int) * (size_t)(nv + 1));
   ValId *rows = malloc(sizeof(ValId) * (size_t)(ni + 1));
   CHECK(early && rows);
@@ -87,13 +90,11 @@ void ir_pass_rowsplit(Program *p, Func *f) {
   for (int i = 0; i < ni; i++) {
     Inst in = old[i];
     if (lead[i] >= 0 && rows[lead[i]] >= 0) {   /* the sum of the rows, cast back: the result, as before */
-      rows[i] = rows[lead[i]];
       f->phase = in.phase, f->scope = in.scope, f->grad_mode = in.nograd;
-      const int n = f->values.data[in.args[0]].type.ndim, tail = splits(f, &in);
-      const int64_t rest = in.attr[0] & ~((((int64_t)1 << tail) - 1) << (n - tail));
+      const int64_t rest = in.attr[0] & ~tail_mask(f->values.data[in.args[0]].type.ndim, splits(f, &in));
       Type t = f->values.data[in.res].type;
       t.dtype = DT_F64;
-      ValId r2 = ir_emit(p, f, IR_REDUCE_SUM, &rows[i], 1, t, &rest, 1, 0, in.loc, f->values.data[in.res].name);
+      ValId r2 = ir_emit(p, f, IR_REDUCE_SUM, &rows[lead[i]], 1, t, &rest, 1, 0, in.loc, f->values.data[in.res].name);
       ValId *args = arena_alloc(p->arena, sizeof(ValId));
       args[0] = r2;
       in.op = IR_CAST, in.nargs = 1, in.args = args;
