@@ -362,9 +362,9 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s, (void)%s;   /* (what the #else branch uses) */\n",
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);
   if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
-    LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]), (ll)g->C,
+    LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", cg_ref(c, in->args[0]), (ll)g->C,
          (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
-    LINE(c, "const ctc_pix gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0};\n", cg_ref(c, in->args[1]), (ll)g->O, (ll)g->H,
+    LINE(c, "const ctc_pix gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0, 1};\n", cg_ref(c, in->args[1]), (ll)g->O, (ll)g->H,
          (ll)g->W);
     cg_par_open(c, CG_PAR_REGION | CG_PAR_OMP);   /* each thread its rows of dW^T: g^T packed once a thread */
     LINE(c, "{\n");
@@ -385,7 +385,7 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
     const int fwd = in->op == IR_CONV2D;   /* else dx: the convolution of g by w's taps reversed, channels swapped */
     const int64_t M = fwd ? g->O : g->C, K = fwd ? ckk : g->O * kk, wpl = ((K + 1) / 2 + 15) / 16 * 16;
     const char *w = cg_ref(c, in->args[1]), *a = w;
-    LINE(c, "const ctc_pix s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld};\n", cg_ref(c, in->args[0]),
+    LINE(c, "const ctc_pix s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", cg_ref(c, in->args[0]),
          (ll)(fwd ? g->C : g->O), (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)(fwd ? g->ph : g->KH - 1 - g->ph),
          (ll)(fwd ? g->pw : g->KW - 1 - g->pw));
     if (low == 1) {
@@ -413,6 +413,72 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
            cg_ref(c, in->res), (ll)P, (ll)P);
     cg_par_close(c);
   }
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_printf(c->out, "#else\n");
+  emit_conv2d_tiled(c, i, in, g, low);
+  cg_printf(c->out, "#endif\n");
+}
+
+/* The bytes of one image's phases that a stride-2 convolution as an implicit GEMM reads
+ * (emit_conv2d_phases): NA x NB phases (2 where the kernel has several taps on that axis) of
+ * the C channels at the output's size. */
+static int64_t phase_bytes(const ConvGeom *g) { return (g->KH > 1 ? 2 : 1) * (g->KW > 1 ? 2 : 1) * g->C * g->ohw * 4; }
+
+/* Whether a tiled f32 convolution (the forward) is written as an implicit GEMM over its input's
+ * phases (ctc_pix with st 2) for AVX-512 or AVX2: on the hosted C target, stride 2, no dilation,
+ * one group, even image sizes and an output half their size (a kernel of 2 ph + 1 or 2 ph + 2
+ * taps), output images of a multiple of 16 pixels, at most 64 taps, and the phases of at least
+ * one image fitting the scratch of the tiles it replaces. */
+static int conv_phases(const CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
+  return in->op == IR_CONV2D && ty(c, in->res)->dtype == DT_F32 && !low && !c->target && !c->k->freestanding &&
+         c->sname[i] && g->G == 1 && g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1 && g->H % 2 == 0 &&
+         g->W % 2 == 0 && g->OH * 2 == g->H && g->OW * 2 == g->W && g->ohw % 16 == 0 && g->KH * g->KW <= 64 &&
+         phase_bytes(g) <= ir_scratch_bytes(c->f, in);
+}
+
+/* A stride-2 convolution as conv_phases allows: where the compiler targets AVX-512 or AVX2
+ * (CTC_CONV_PIX_f32), over tiles of as many images as the scratch holds, each image's input
+ * split into its phases (ctc_pix_phases_f32, in parallel over (image, channel) pairs), then
+ * ctc_conv_pix_f32 over the tile's pixels in blocks of 256 (in parallel): the unfolded columns
+ * (9/4 of the input for a 3x3 kernel) are never written, nor the outputs copied; the tiles of
+ * im2col and GEMMs (emit_conv2d_tiled) otherwise. Each output element is computed by one call,
+ * in the same order whatever the number of threads. */
+static void emit_conv2d_phases(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
+  const int64_t NA = g->KH > 1 ? 2 : 1, NB = g->KW > 1 ? 2 : 1, pb = phase_bytes(g) / 4;
+  int64_t S = ir_scratch_bytes(c->f, in) / phase_bytes(g);
+  if (S > g->N) S = g->N;
+  const char *scratch = c->sname[i], *x = cg_ref(c, in->args[0]);
+  cg_printf(c->out, "#ifdef CTC_CONV_PIX_f32\n");
+  LINE(c, "{   /* a stride-2 convolution as an implicit GEMM over its input's phases (AVX-512 or AVX2) */\n");
+  c->ind += 2;
+  LINE(c, "(void)ctc_im2col_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n");
+  if (S < g->N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g->N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g->N, (ll)S, (ll)g->N, (ll)S);
+  } else {
+    LINE(c, "{   /* the whole batch in one tile */\n");
+    c->ind += 2;
+    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g->N);
+  }
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t q = 0; q < ns * %lld; q++)   /* (image, channel): %s = its phases */\n", (ll)g->C, scratch);
+  LINE(c, "  ctc_pix_phases_f32(%s + (n0 + q / %lld) * %lld, %lld, %lld, %lld, %lld, %lld, q %% %lld, %s + q / %lld * %lld);\n",
+       x, (ll)g->C, (ll)(g->C * g->H * g->W), (ll)g->C, (ll)g->H, (ll)g->W, (ll)NA, (ll)NB, (ll)g->C, scratch,
+       (ll)g->C, (ll)pb);
+  cg_par_close(c);
+  LINE(c, "const ctc_pix s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 2};\n", scratch, (ll)g->C, (ll)g->OH,
+       (ll)g->OW, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t p = 0; p < ns * %lld; p += 256)\n", (ll)g->ohw);
+  LINE(c, "  ctc_conv_pix_f32(%s, &s, %lld, %lld, %s + n0 * %lld, p, p + 256 < ns * %lld ? p + 256 : ns * %lld);\n",
+       cg_ref(c, in->args[1]), (ll)g->O, (ll)g->ckk, cg_ref(c, in->res), (ll)(g->O * g->ohw), (ll)g->ohw,
+       (ll)g->ohw);
+  cg_par_close(c);
+  c->ind -= 2;
+  LINE(c, "}\n");
   c->ind -= 2;
   LINE(c, "}\n");
   cg_printf(c->out, "#else\n");
@@ -643,6 +709,7 @@ static void emit_conv2d(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
   else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
+  else if (conv_phases(c, i, in, g, low)) emit_conv2d_phases(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 

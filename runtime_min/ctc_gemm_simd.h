@@ -26,30 +26,51 @@
  * (H * W a multiple of 16) of images x[N, C, H, W]: with KH > 0 the unfolded image of a
  * stride-1 convolution whose output is the size of its input, row k = (c * KH + kh) * KW + kw
  * holding x[n, c, oh + kh - ph, ow + kw - pw] (0 in the padding); with KH == 0 the image
- * itself, row c holding x[n, c, oh, ow]. */
+ * itself, row c holding x[n, c, oh, ow]. With st == 2, the unfolded image of a stride-2
+ * convolution whose output is half its input's size, read from the input's phases
+ * (ctc_pix_phases_f32): x[n] holds NA x NB phases of C channels of H x W pixels (H, W the
+ * output's; NA = 2 where KH > 1, else 1; NB alike), phase (a, b) channel c pixel (i, j) the
+ * input's [c, 2 i + a, 2 j + b], so that row k = (c, kh, kw) holds the phase of parity
+ * (kh - ph, kw - pw) at pixel (oh + dh, ow + dw), dh = floor((kh - ph) / 2) (dw alike). */
 typedef struct ctc_pix {
   const float *x;
-  int64_t C, H, W, KH, KW, ph, pw;
+  int64_t C, H, W, KH, KW, ph, pw, st;
 } ctc_pix;
 /* Where pixels p .. p + 15 of a ctc_pix start (n's image, pixel offset r) and, for an
- * unfolded one, which of them each tap (kh, kw) reads inside the image. */
+ * unfolded one, which of them each tap reads inside the image: tap (kh, kw) of a stride-1
+ * one, tap (dh + phm, dw + pwm) of a stride-2 one (ctc_pix_taps). */
 typedef struct ctc_pix16 {
   const float *x;   /* image n's channel 0 at pixel r */
   uint16_t tap[64];   /* bit l: lane l (pixel p + l) */
 } ctc_pix16;
+/* floor(e / 2) */
+static inline int64_t ctc_half_down(int64_t e) { return (e - (e & 1)) / 2; }
+/* The taps whose masks ctc_pix16_at computes: KHm x KWm of them, tap (t, u) reading pixel
+ * (oh + t - phm, ow + u - pwm); and the channels of an image (st == 2: every phase's). */
+static inline int64_t ctc_pix_taps(const ctc_pix *s, int64_t *KHm, int64_t *KWm, int64_t *phm, int64_t *pwm) {
+  if (s->st != 2) {
+    *KHm = s->KH, *KWm = s->KW, *phm = s->ph, *pwm = s->pw;
+    return s->C;
+  }
+  *phm = -ctc_half_down(-s->ph), *pwm = -ctc_half_down(-s->pw);
+  *KHm = ctc_half_down(s->KH - 1 - s->ph) + *phm + 1, *KWm = ctc_half_down(s->KW - 1 - s->pw) + *pwm + 1;
+  return s->C * (s->KH > 1 ? 2 : 1) * (s->KW > 1 ? 2 : 1);
+}
 static inline void ctc_pix16_at(const ctc_pix *s, int64_t p, ctc_pix16 *h) {
+  int64_t KH, KW, ph, pw;
+  const int64_t C = ctc_pix_taps(s, &KH, &KW, &ph, &pw);
   const int64_t HW = s->H * s->W, n = p / HW, r = p % HW;
-  h->x = s->x + n * s->C * HW + r;
+  h->x = s->x + n * C * HW + r;
   if (!s->KH) return;
   unsigned rows[16] = {0}, cols[16] = {0};   /* the lanes whose tap row kh / column kw is inside */
   int64_t oh = r / s->W, ow = r % s->W;
   for (int l = 0; l < 16; l++) {
-    for (int64_t kh = 0; kh < s->KH; kh++) rows[kh] |= (unsigned)(oh + kh - s->ph >= 0 && oh + kh - s->ph < s->H) << l;
-    for (int64_t kw = 0; kw < s->KW; kw++) cols[kw] |= (unsigned)(ow + kw - s->pw >= 0 && ow + kw - s->pw < s->W) << l;
+    for (int64_t kh = 0; kh < KH; kh++) rows[kh] |= (unsigned)(oh + kh - ph >= 0 && oh + kh - ph < s->H) << l;
+    for (int64_t kw = 0; kw < KW; kw++) cols[kw] |= (unsigned)(ow + kw - pw >= 0 && ow + kw - pw < s->W) << l;
     if (++ow == s->W) ow = 0, oh++;
   }
-  for (int64_t kh = 0; kh < s->KH; kh++)
-    for (int64_t kw = 0; kw < s->KW; kw++) h->tap[kh * s->KW + kw] = (uint16_t)(rows[kh] & cols[kw]);
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) h->tap[kh * KW + kw] = (uint16_t)(rows[kh] & cols[kw]);
 }
 /* The next row: (c, kh, kw) counted up */
 static inline void ctc_pix_next(const ctc_pix *s, int64_t *c, int64_t *kh, int64_t *kw) {
@@ -67,13 +88,37 @@ static inline void ctc_pix_split(const ctc_pix *s, int64_t k, int64_t *c, int64_
 /* Rows [k0, k0 + kc) of a pixel matrix: each one's offset from its pixels' start (ctc_pix16.x)
  * and which tap mask it reads. */
 static inline void ctc_pix_rows_at(const ctc_pix *s, int64_t k0, int64_t kc, int64_t *off, unsigned char *tap) {
-  int64_t c, kh, kw;
+  int64_t c, kh, kw, KHm, KWm, phm, pwm;
+  ctc_pix_taps(s, &KHm, &KWm, &phm, &pwm);
+  const int64_t HW = s->H * s->W, NB = s->KW > 1 ? 2 : 1;
   ctc_pix_split(s, k0, &c, &kh, &kw);
   for (int64_t k = 0; k < kc; k++) {
-    off[k] = c * s->H * s->W + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
-    tap[k] = (unsigned char)(kh * s->KW + kw);
+    if (s->st == 2) {   /* the phase of parity (a, b), pixel (oh + dh, ow + dw) */
+      const int64_t a = (kh - s->ph) & 1, b = (kw - s->pw) & 1;
+      const int64_t dh = ctc_half_down(kh - s->ph), dw = ctc_half_down(kw - s->pw);
+      off[k] = ((a * NB + b) * s->C + c) * HW + dh * s->W + dw;
+      tap[k] = (unsigned char)((dh + phm) * KWm + dw + pwm);
+    } else {
+      off[k] = c * HW + (s->KH ? (kh - s->ph) * s->W + kw - s->pw : 0);
+      tap[k] = (unsigned char)(kh * s->KW + kw);
+    }
     ctc_pix_next(s, &c, &kh, &kw);
   }
+}
+/* Channel c of image x[C, H, W] (H, W even) as its phases for a ctc_pix with st == 2 of NA x NB
+ * phases: xs[((a NB + b) C + c) (H / 2) (W / 2) + i (W / 2) + j] = x[c, 2 i + a, 2 j + b]. */
+static inline void ctc_pix_phases_f32(const float *x, int64_t C, int64_t H, int64_t W, int64_t NA, int64_t NB,
+                                      int64_t c, float *restrict xs) {
+  const int64_t h = H / 2, w = W / 2;
+  for (int64_t a = 0; a < NA; a++)
+    for (int64_t i = 0; i < h; i++) {
+      const float *xr = x + (c * H + 2 * i + a) * W;
+      float *y0 = xs + ((a * NB * C + c) * h + i) * w, *y1 = y0 + C * h * w;
+      if (NB == 2)
+        for (int64_t j = 0; j < w; j++) y0[j] = xr[2 * j], y1[j] = xr[2 * j + 1];
+      else
+        for (int64_t j = 0; j < w; j++) y0[j] = xr[2 * j];
+    }
 }
 /* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
 static inline void ctc_pix_chunks(const ctc_pix *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {

@@ -1,6 +1,7 @@
 """Convolutions over tiles of the batch (codegen_c/linalg_c.c emit_conv2d_tiled):
 the column matrices of S images side by side, one GEMM per tile and group;
-depthwise ones by direct loops; stride-1 same-size ones as implicit GEMMs on AVX-512 and
+depthwise ones by direct loops; stride-1 same-size ones (and the forward of stride-2 ones
+whose output is half the input's size, over the input's phases) as implicit GEMMs on AVX-512 and
 AVX2 (the tiles in the other branch; the AVX2 one is forced with -march=haswell). Forward and gradients against PyTorch on ragged
 tiles (a batch that is not a multiple of S), 1x1, stride, padding, dilation,
 groups, depthwise and transposed convolutions; and the same bits whatever the
@@ -62,6 +63,16 @@ CASES = [
     # 16 and 18 channels: blocks of 480 tiles, 224 a thread of 2 (each thread's blocks its own),
     # 4 images of 12 x 11 tile rows: 528 tiles, the first thread's second block 80 tiles
     ("wino_threads", 4, 16, 24, 22, 18, (3, 3), 1, 1, 1, 1, False, 0),
+    # stride 2, even images, outputs half their size of a multiple of 16 pixels: with AVX-512 or AVX2
+    # the forward is an implicit GEMM over the input's phases (ctc_pix_phases_f32, ctc_pix st 2):
+    # 3x3 (4 phases, taps at -1 and 0; 8x12 outputs: vectors straddle rows); 1x1 (one phase);
+    # 2x2 without padding (4 phases, taps at 0); 5x3 (dh -1..1, dw -1..0); 9 images of 288 rows:
+    # tiles of 8 images and 1 (the scratch of 3 images' columns holds 8 images' phases)
+    ("phases_3x3", 5, 12, 16, 24, 20, (3, 3), 2, 1, 1, 1, False, 0),
+    ("phases_1x1", 3, 16, 8, 8, 24, (1, 1), 2, 0, 1, 1, False, 0),
+    ("phases_2x2", 4, 6, 8, 16, 10, (2, 2), 2, 0, 1, 1, False, 0),
+    ("phases_5x3", 3, 5, 16, 8, 9, (5, 3), 2, (2, 1), 1, 1, False, 0),
+    ("phases_tiles", 9, 32, 32, 32, 64, (3, 3), 2, 1, 1, 1, False, 0),
 ]
 
 
@@ -159,9 +170,15 @@ def test_tiles_are_one_gemm(net):
     assert "ctc_flip_w_f32(w, 24, 40, 25, r, r + 16 < 24 ? r + 16 : 24, x_grad_col);" in c   # taps reversed
     assert "ctc_conv_pix_f32(x_grad_col, &s, 24, 1000, x_grad, p, p + 256 < 720 ? p + 256 : 720);" in c
     assert "ctc_conv_pix_f32(w, &s, 13, 63, conv, p, p + 256 < 192 ? p + 256 : 192);" in c
+    # stride 2: the forward over the input's phases, tiles of 8 images where the columns took 3
+    assert "ctc_pix_phases_f32(x + (n0 + q / 32) * 32768, 32, 32, 32, 2, 2, q % 32, conv_col + q / 32 * 32768);" in c
+    assert "const ctc_pix s = {conv_col, 32, 16, 16, 3, 3, 1, 1, 2};" in c
+    assert "ctc_conv_pix_f32(w, &s, 64, 288, conv + n0 * 16384, p, p + 256 < ns * 256 ? p + 256 : ns * 256);" in c
+    assert "const ctc_pix s = {conv_col, 16, 4, 4, 1, 1, 0, 0, 2};" in c   # 1x1: one phase
+    assert "ctc_pix_phases_f32(x + (n0 + q / 16) * 1024, 16, 8, 8, 1, 1, q % 16, conv_col + q / 16 * 256);" in c
 
 
-IMPLICIT = [c for c in CASES if c[0].startswith("implicit")]
+IMPLICIT = [c for c in CASES if c[0].startswith("implicit") or c[0].startswith("phases")]
 WINO = [c for c in CASES if c[0].startswith("wino") or c[0] == "small_tiles"]
 
 
@@ -225,7 +242,8 @@ def test_thread_count_does_not_change_results(net):
     each), others split each block's steps (5)."""
     tmp, exe, outs = net
     res = {}
-    for case in [CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16], CASES[17], CASES[18]] + WINO:
+    phases = [c for c in CASES if c[0].startswith("phases")]
+    for case in [CASES[0], CASES[7], CASES[8], CASES[10], CASES[14], CASES[15], CASES[16], CASES[17], CASES[18]] + WINO + phases:
         n = case[0]
         arrays = _data(case, outs[n], 3)
         counts = ("1", "2", "3", "4", "5") if case in WINO else ("1", "2")
@@ -240,6 +258,21 @@ def test_thread_count_does_not_change_results(net):
             res[threads] = [np.load(tmp / f"t_{n}_{threads}_out{i}.npy") for i in range(3)]
             for a, b in zip(res["1"], res[threads]):
                 assert a.tobytes() == b.tobytes(), f"{n}: 1 and {threads} threads differ"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0].startswith("phases")],
+                         ids=[c[0] for c in CASES if c[0].startswith("phases")])
+def test_phases_forward_threads(net, case, monkeypatch):
+    """A stride-2 forward over the input's phases: the same bits at 1, 2 and 3 threads (each output
+    element one call's sum, whatever the split of the pixel blocks and of the phases' copies)."""
+    tmp, exe, outs = net
+    n = case[0]
+    x, w, b, p = _data(case, outs[n], 5)
+    got = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        got.append(run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)[0])
+    assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes(), n
 
 
 DW_FIRST = """import torch
