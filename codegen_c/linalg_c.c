@@ -486,6 +486,97 @@ static void emit_conv2d_phases(CgFunc *c, int i, const Inst *in, const ConvGeom 
   cg_printf(c->out, "#endif\n");
 }
 
+/* The taps of a stride-2 convolution's input gradient that reach phase a of dx on one axis (K
+ * taps, padding p): n of them, at offsets d = t - pad (t < n) into g, tap a + p - 2 d. */
+static void phase_taps(int64_t K, int64_t p, int64_t a, int64_t *n, int64_t *pad) {
+  const int64_t lo = -((K - 1 - a - p) >> 1), hi = (a + p) >> 1;   /* ceil((a + p - K + 1) / 2), floor((a + p) / 2) */
+  *n = hi >= lo ? hi - lo + 1 : 0, *pad = -lo;
+}
+
+/* A stride-2 convolution's input gradient as ir_conv_phase_bytes allows, where the compiler
+ * targets AVX-512 or AVX2 (CTC_CONV_PIX_f32; the tiles of im2col/col2im and GEMMs otherwise):
+ * each of dx's four phases (its pixels of row parity a and column parity b) is a stride-1
+ * convolution of g by the taps that reach it (ctc_phase_w_f32, the weights prepared first, in
+ * parallel over their rows), an implicit GEMM over g's pixels (ctc_conv_pix_f32, in blocks of
+ * 256), into the scratch; then dx is the phases interleaved (ctc_pix_unphase_f32, in parallel
+ * over (image, channel) pairs; a phase no tap reaches is zero), over tiles of S images. No
+ * column matrix is written and nothing is added into dx. Each element of dx is computed by one
+ * call, in the same order whatever the number of threads. */
+static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
+  const int64_t kk = g->KH * g->KW, pimg = 4 * g->C * g->ohw;
+  int64_t S = (ir_conv_phase_bytes(c->f, in) / 4 - g->C * g->O * kk) / pimg;
+  if (S > g->N) S = g->N;
+  const char *scratch = c->sname[i], *gy = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]);
+  int64_t n[2][2], pad[2][2], woff[4], wo = 0;   /* taps and padding per axis and parity; each phase's weights */
+  unsigned have = 0;
+  for (int a = 0; a < 2; a++) {
+    phase_taps(g->KH, g->ph, a, &n[0][a], &pad[0][a]);
+    phase_taps(g->KW, g->pw, a, &n[1][a], &pad[1][a]);
+  }
+  for (int ab = 0; ab < 4; ab++) {
+    woff[ab] = wo;
+    const int64_t taps = n[0][ab >> 1] * n[1][ab & 1];
+    if (taps) have |= 1u << ab, wo += g->C * g->O * taps;
+  }
+  cg_printf(c->out, "#ifdef CTC_CONV_PIX_f32\n");
+  LINE(c, "{   /* a stride-2 convolution's input gradient, phase by phase, as implicit GEMMs (AVX-512 or AVX2) */\n");
+  c->ind += 2;
+  LINE(c, "(void)ctc_col2im_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n");
+  LINE(c, "float *const ps = %s + %lld;   /* the phases of dx, %lld floats apart */\n", scratch, (ll)wo, (ll)(S * g->C * g->ohw));
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 16) {   /* %s: each phase's taps of w, [C, O * taps] */\n", (ll)g->C,
+       scratch);
+  c->ind += 2;
+  LINE(c, "const int64_t r1 = r + 16 < %lld ? r + 16 : %lld;\n", (ll)g->C, (ll)g->C);
+  for (int ab = 0; ab < 4; ab++)
+    if (have >> ab & 1)
+      LINE(c, "ctc_phase_w_f32(%s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, %lld, %lld, %lld, %lld, r, r1, %s + %lld);\n",
+           w, (ll)g->C, (ll)g->O, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw, ab >> 1, ab & 1, (ll)n[0][ab >> 1],
+           (ll)n[1][ab & 1], (ll)pad[0][ab >> 1], (ll)pad[1][ab & 1], scratch, (ll)woff[ab]);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_par_close(c);
+  if (S < g->N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g->N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g->N, (ll)S, (ll)g->N, (ll)S);
+  } else {
+    LINE(c, "{   /* the whole batch in one tile */\n");
+    c->ind += 2;
+    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g->N);
+  }
+  for (int ab = 0; ab < 4; ab++) {
+    if (!(have >> ab & 1)) continue;
+    const int64_t KHs = n[0][ab >> 1], KWs = n[1][ab & 1];
+    LINE(c, "{   /* phase (%d, %d): %lld x %lld taps */\n", ab >> 1, ab & 1, (ll)KHs, (ll)KWs);
+    c->ind += 2;
+    LINE(c, "const ctc_pix s = {%s + n0 * %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", gy,
+         (ll)(g->O * g->ohw), (ll)g->O, (ll)g->OH, (ll)g->OW, (ll)KHs, (ll)KWs, (ll)pad[0][ab >> 1], (ll)pad[1][ab & 1]);
+    cg_par_open(c, CG_PAR_OMP);
+    LINE(c, "for (int64_t p = 0; p < ns * %lld; p += 256)\n", (ll)g->ohw);
+    LINE(c, "  ctc_conv_pix_f32(%s + %lld, &s, %lld, %lld, ps + %lld, p, p + 256 < ns * %lld ? p + 256 : ns * %lld);\n",
+         scratch, (ll)woff[ab], (ll)g->C, (ll)(g->O * KHs * KWs), (ll)(ab * S * g->C * g->ohw), (ll)g->ohw,
+         (ll)g->ohw);
+    cg_par_close(c);
+    c->ind -= 2;
+    LINE(c, "}\n");
+  }
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t q = 0; q < ns * %lld; q++)   /* (image, channel): dx from its phases */\n", (ll)g->C);
+  LINE(c, "  ctc_pix_unphase_f32(ps + q / %lld * %lld, %lld, %lld, %lld, %uu, q %% %lld, %s + (n0 + q / %lld) * %lld);\n",
+       (ll)g->C, (ll)(g->C * g->ohw), (ll)g->H, (ll)g->W, (ll)(S * g->C * g->ohw), have, (ll)g->C,
+       cg_ref(c, in->res), (ll)g->C, (ll)(g->C * g->H * g->W));
+  cg_par_close(c);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_printf(c->out, "#else\n");
+  emit_conv2d_tiled(c, i, in, g, low);
+  cg_printf(c->out, "#endif\n");
+}
+
 /* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
  * in parallel over the output channels of all images (forward), the input
  * channels (backward input) or the kernel taps (backward weight). */
@@ -594,6 +685,7 @@ static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGe
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
   else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
+  else if (!c->target && !c->k->freestanding && ir_conv_phase_bytes(c->f, in)) emit_conv2d_bwd_phases(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 

@@ -535,6 +535,12 @@ int64_t ir_conv_wino_block(const Func *f, const Inst *in);
 #define IR_CONV_TILE_BYTES ((int64_t)1 << 20)
 #define IR_CONV_TILE_COLS 128
 int64_t ir_conv_image_bytes(const Func *f, const Inst *in);
+/* The scratch bytes of an f32 stride-2 convolution's input gradient computed phase by phase (the
+ * C target, f->conv_direct; codegen_c/linalg_c.c's emit_conv2d_bwd_phases): one group, no
+ * dilation, an image twice the output's size, output images of a multiple of 16 pixels, at most
+ * 64 taps: the phases' weights [C, O*KH*KW] and the four phases of S images (1024 pixels, at least
+ * 8 images, at most the batch); 0 for any other instruction. */
+int64_t ir_conv_phase_bytes(const Func *f, const Inst *in);
 int64_t ir_conv_slots(const Func *f, const Inst *in);
 /* Value v may share storage with its operand (RESHAPE of a value in memory). */
 int ir_is_view(const Func *f, ValId v);

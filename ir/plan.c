@@ -116,6 +116,8 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
     int64_t w = 4 * 16 * (M * K + (K + M) * room + 2 * 16);   /* (+ CTC_WINO_PAD a plane) */
     if (b != INT64_MAX && w > b) b = w;
   }
+  int64_t pb = ir_conv_phase_bytes(f, in);
+  if (b != INT64_MAX && pb > b) b = pb;
   if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;
   int64_t e[5] = {C, KH, KW, O, 4}, more;   /* and dW^T [C*KH*KW, O] (ir_conv_wgrad_t) */
   return ir_prod(e, 5, &more) < 0 || more > INT64_MAX - b ? INT64_MAX : b + more;
@@ -202,6 +204,23 @@ int64_t ir_conv_wino_block(const Func *f, const Inst *in) {
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   int64_t b = 16384 / (C + O) / 32 * 32;
   return b < 32 ? 32 : b;
+}
+
+int64_t ir_conv_phase_bytes(const Func *f, const Inst *in) {
+  if (in->op != IR_CONV2D_BWD_INPUT || !f->conv_direct || f->values.data[in->res].type.dtype != DT_F32 ||
+      ir_low_operands(f, in))
+    return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  const Type *x = &f->values.data[in->res].type;
+  if ((in->attr[6] > 0 ? in->attr[6] : 1) != 1 || in->attr[0] != 2 || in->attr[1] != 2 || in->attr[4] != 1 ||
+      in->attr[5] != 1 || x->dims[2] != 2 * OH || x->dims[3] != 2 * OW || OH * OW % 16 || KH * KW > 64 ||
+      C * O * KH * KW > ((int64_t)1 << 22))   /* (at most 16 MiB of weights) */
+    return 0;
+  int64_t S = (1024 + OH * OW - 1) / (OH * OW);   /* images for 1024 pixels, at least 8, at most the batch */
+  if (S < 8) S = 8;
+  if (S > N) S = N;
+  return 4 * (C * O * KH * KW + 4 * S * C * OH * OW);
 }
 
 int ir_conv_depthwise(const Func *f, const Inst *in) {

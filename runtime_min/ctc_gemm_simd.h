@@ -120,6 +120,35 @@ static inline void ctc_pix_phases_f32(const float *x, int64_t C, int64_t H, int6
         for (int64_t j = 0; j < w; j++) y0[j] = xr[2 * j];
     }
 }
+/* Rows [i0, i1) of the weights of phase (a, b) of a stride-2 convolution's input gradient
+ * (w[O, M, KH, KW], padding ph, pw): dx[., 2 i + a, 2 j + b] sums w[o, ., kh, kw] g[o, i + d, j + e]
+ * over the taps kh = a + ph - 2 d (kw = b + pw - 2 e), KHs x KWs of them, d = t - phs for t < KHs
+ * (e = u - pws): a convolution of g (ctc_pix over g with KHs, KWs, phs, pws) by
+ * A[i, (o KHs + t) KWs + u] = w[o, i, a + ph - 2 (t - phs), b + pw - 2 (u - pws)]. */
+static inline void ctc_phase_w_f32(const float *w, int64_t M, int64_t O, int64_t KH, int64_t KW, int64_t ph,
+                                   int64_t pw, int64_t a, int64_t b, int64_t KHs, int64_t KWs, int64_t phs, int64_t pws,
+                                   int64_t i0, int64_t i1, float *restrict A) {
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t t = 0; t < KHs; t++)
+        for (int64_t u = 0; u < KWs; u++)
+          A[((i * O + o) * KHs + t) * KWs + u] =
+              w[((o * M + i) * KH + a + ph - 2 * (t - phs)) * KW + b + pw - 2 * (u - pws)];
+}
+/* Channel c of image dx[C, H, W] (H, W even) from its four phases (ctc_pix_phases_f32's layout,
+ * phase (a, b) at ps + (2 a + b) pstride, channels of (H / 2) x (W / 2) pixels each); a phase
+ * whose bit 2 a + b is not in have is zero (no tap reaches it). */
+static inline void ctc_pix_unphase_f32(const float *ps, int64_t H, int64_t W, int64_t pstride,
+                                       unsigned have, int64_t c, float *restrict dx) {
+  const int64_t h = H / 2, w = W / 2;
+  for (int64_t a = 0; a < 2; a++)
+    for (int64_t i = 0; i < h; i++) {
+      float *xr = dx + (c * H + 2 * i + a) * W;
+      const float *y0 = ps + 2 * a * pstride + (c * h + i) * w, *y1 = y0 + pstride;
+      const int h0 = (int)(have >> (2 * a) & 1), h1 = (int)(have >> (2 * a + 1) & 1);
+      for (int64_t j = 0; j < w; j++) xr[2 * j] = h0 ? y0[j] : 0.0f, xr[2 * j + 1] = h1 ? y1[j] : 0.0f;
+    }
+}
 /* The ctc_pix16 of pixels [k0, k0 + 2 ld) in 16s, for ctc_pack_pix_rows_bf16 (the ones past kc: at k0). */
 static inline void ctc_pix_chunks(const ctc_pix *s, int64_t k0, int64_t kc, int64_t ld, ctc_pix16 *h) {
   for (int64_t t = 0; t < 2 * ld / 16; t++) ctc_pix16_at(s, 16 * t < kc ? k0 + 16 * t : k0, &h[t]);

@@ -1,7 +1,8 @@
 """Convolutions over tiles of the batch (codegen_c/linalg_c.c emit_conv2d_tiled):
 the column matrices of S images side by side, one GEMM per tile and group;
-depthwise ones by direct loops; stride-1 same-size ones (and the forward of stride-2 ones
-whose output is half the input's size, over the input's phases) as implicit GEMMs on AVX-512 and
+depthwise ones by direct loops; stride-1 same-size ones (and stride-2 ones whose output is half
+the input's size: the forward over the input's phases, the input gradient phase by phase) as
+implicit GEMMs on AVX-512 and
 AVX2 (the tiles in the other branch; the AVX2 one is forced with -march=haswell). Forward and gradients against PyTorch on ragged
 tiles (a batch that is not a multiple of S), 1x1, stride, padding, dilation,
 groups, depthwise and transposed convolutions; and the same bits whatever the
@@ -176,6 +177,11 @@ def test_tiles_are_one_gemm(net):
     assert "ctc_conv_pix_f32(w, &s, 64, 288, conv + n0 * 16384, p, p + 256 < ns * 256 ? p + 256 : ns * 256);" in c
     assert "const ctc_pix s = {conv_col, 16, 4, 4, 1, 1, 0, 0, 2};" in c   # 1x1: one phase
     assert "ctc_pix_phases_f32(x + (n0 + q / 16) * 1024, 16, 8, 8, 1, 1, q % 16, conv_col + q / 16 * 256);" in c
+    # and the input gradient phase by phase: 3x3's phase (1, 1) has 2 x 2 taps (kh 2 and 0 at g's
+    # rows i and i + 1); 1x1's only phase (0, 0) (have = 1u: the other three are zeros)
+    assert "ctc_phase_w_f32(w, 12, 20, 3, 3, 1, 1, 1, 1, 2, 2, 0, 0, r, r1, x_grad_col + 1200);" in c
+    assert "ctc_pix_unphase_f32(ps + q / 16 * 256, 8, 8, 768, 1u, q % 16, x_grad + (n0 + q / 16) * 1024);" in c
+    assert "ctc_pix_unphase_f32(ps + q / 12 * 1152, 16, 24, 5760, 15u, q % 12, x_grad + (n0 + q / 12) * 4608);" in c
 
 
 IMPLICIT = [c for c in CASES if c[0].startswith("implicit") or c[0].startswith("phases")]
