@@ -345,18 +345,36 @@ static void emit_slice(CgFunc *c, const Inst *in) {
   copy_nest(c, in->res, in->args[0], r->ndim, r->dims, acc);
 }
 
+/* Whether v reads a folded (strided) view: itself or through reshapes. */
+static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
+
+/* Part v of a concatenation as its loop reads it: acc's offset and strides over v's shape, and
+ * the value loaded: v, or for a folded slice or permute (Func.strided_concat) its root, read in
+ * place. */
+static ValId part_acc(CgFunc *c, ValId v, Acc *acc) {
+  KnLayout l;
+  if (!cg_is_literal(c, v) && reads_folded(c, v) && kn_layout(c->f, c->s, v, &l) == 0) {
+    acc->off = l.off;
+    memcpy(acc->st, l.st, sizeof acc->st);
+    return l.root;
+  }
+  acc->off = 0;
+  cstrides(ty(c, v), acc->st);
+  return v;
+}
+
 /* The parts k.. of a concatenation that lie at one stride in memory (a time loop's
  * outputs, one per step: its values are laid out so, kernels/reroll.c), of part k's type:
  * their count (1 when none follows alike, or inside a time loop), *d the stride in elements. */
 static int alike_parts(CgFunc *c, const Inst *in, int k, int64_t *d) {
-  if (c->over || cg_is_literal(c, in->args[k])) return 1;
+  if (c->over || cg_is_literal(c, in->args[k]) || reads_folded(c, in->args[k])) return 1;
   int b0, b;
   int64_t x0 = kn_value_addr(c->f, c->s, c->fp, in->args[k], &b0), es = (int64_t)ir_dtype_size(ty(c, in->args[k])->dtype);
   if (x0 < 0 || b0 == LOC_LOCAL || b0 == LOC_NONE) return 1;
   int n = 1;
   for (; k + n < in->nargs; n++) {
     ValId v = in->args[k + n];
-    if (cg_is_literal(c, v) || !ir_type_eq(ty(c, v), ty(c, in->args[k]))) break;
+    if (cg_is_literal(c, v) || reads_folded(c, v) || !ir_type_eq(ty(c, v), ty(c, in->args[k]))) break;
     int64_t x = kn_value_addr(c->f, c->s, c->fp, v, &b);
     if (x < 0 || b != b0 || (x - x0) % (es * n)) break;
     if (n == 1) *d = (x - x0) / es;
@@ -365,11 +383,17 @@ static int alike_parts(CgFunc *c, const Inst *in, int k, int64_t *d) {
   return n;
 }
 
+typedef struct ConcatU {
+  const Inst *in;
+  const ValId *src;   /* what each part loads (part_acc) */
+} ConcatU;
+
 static void concat_body(CgFunc *c, char idx[][IDX_CAP], void *up) {
-  const Inst *in = up;
+  const ConcatU *u = up;
+  const Inst *in = u->in;
   for (int k = 0; k < in->nargs; k++) {
     Buf e = {0};
-    load(c, &e, in->args[k], idx[2 * k + 1]);
+    load(c, &e, u->src[k], idx[2 * k + 1]);
     LINE(c, "%s[%s] = %s;\n", cg_ref(c, in->res), idx[2 * k], e.s);
     cg_buf_free(&e);
   }
@@ -385,16 +409,19 @@ static int concat_one_nest(CgFunc *c, const Inst *in, int ax, const int64_t *rst
       return 0;
   }
   Acc *acc = calloc((size_t)(2 * in->nargs), sizeof *acc);
-  CHECK(acc);
+  ValId *src = calloc((size_t)in->nargs, sizeof *src);
+  CHECK(acc && src);
   for (int k = 0; k < in->nargs; k++) {
     memcpy(acc[2 * k].st, rst, sizeof acc[2 * k].st);
     acc[2 * k].off = k * a->dims[ax] * rst[ax];
-    cstrides(a, acc[2 * k + 1].st);
+    src[k] = part_acc(c, in->args[k], &acc[2 * k + 1]);
   }
   LINE(c, "/* parts 0..%d: [%lld k, %lld (k + 1)) of axis %d for part k, in one loop nest */\n", in->nargs - 1,
        (ll)a->dims[ax], (ll)a->dims[ax], ax);
-  cg_nest(c, a->ndim, a->dims, 2 * in->nargs, acc, concat_body, (void *)in, 1, 1);
+  ConcatU u = {in, src};
+  cg_nest(c, a->ndim, a->dims, 2 * in->nargs, acc, concat_body, &u, 1, 1);
   free(acc);
+  free(src);
   return 1;
 }
 
@@ -410,13 +437,14 @@ static void emit_concat(CgFunc *c, const Inst *in) {
     memset(acc, 0, sizeof acc);
     memcpy(acc[0].st, rst, sizeof rst);
     acc[0].off = at * rst[ax];
-    cstrides(a, acc[1].st);
+    ValId src = part_acc(c, in->args[k], &acc[1]);
     if (k) cg_puts(c->out, "\n");
     int64_t d = 0;
     int n = alike_parts(c, in, k, &d);
     if (n < KN_REROLL_MIN) {
-      LINE(c, "/* part %d: [%lld, %lld) of axis %d */\n", k, (ll)at, (ll)(at + a->dims[ax]), ax);
-      copy_nest(c, in->res, in->args[k], a->ndim, a->dims, acc);
+      LINE(c, "/* part %d: [%lld, %lld) of axis %d%s%s */\n", k, (ll)at, (ll)(at + a->dims[ax]), ax,
+           src != in->args[k] ? ", read in place from " : "", src != in->args[k] ? c->cname[src] : "");
+      copy_nest(c, in->res, src, a->ndim, a->dims, acc);
       at += a->dims[ax];
       continue;
     }
@@ -1182,9 +1210,6 @@ int cg_index_needs_check(const Func *f, const Inst *in, int64_t *checked) {
 
 /* ---- one instruction ----------------------------------------------------------------- */
 
-/* Whether v reads a folded (strided) view: itself or through reshapes. */
-static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
-
 /* The instruction's comment: "model.py:17  conv2d(x, conv1_weight) stride 1x1 -> conv1 f32[...]". */
 static void comment(CgFunc *c, const Inst *in) {
   char where[256], tb[256];
@@ -1200,7 +1225,7 @@ static void comment(CgFunc *c, const Inst *in) {
     if (in->op == IR_MATMUL && in->attr[k]) cg_puts(&b, "^T");
     KnLayout l;
     int strided_reader = in->op == IR_MATMUL || in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD ||
-                         ir_ops[in->op].kind == K_ELEM;
+                         in->op == IR_CONCAT || ir_ops[in->op].kind == K_ELEM;
     if (strided_reader && reads_folded(c, in->args[k]) && kn_layout(c->f, c->s, in->args[k], &l) == 0)
       cg_printf(&b, " (in %s)", c->cname[l.root]);   /* a strided view: read in place from its root */
   }
