@@ -349,8 +349,7 @@ static void emit_slice(CgFunc *c, const Inst *in) {
 static int reads_folded(CgFunc *c, ValId v) { return kn_root(c->f, c->s, v) != kn_root(c->f, NULL, v); }
 
 /* Part v of a concatenation as its loop reads it: acc's offset and strides over v's shape, and
- * the value loaded: v, or for a folded slice or permute (Func.strided_concat) its root, read in
- * place. */
+ * the value loaded: v, or for a folded slice or permute its root, read in place. */
 static ValId part_acc(CgFunc *c, ValId v, Acc *acc) {
   KnLayout l;
   if (!cg_is_literal(c, v) && reads_folded(c, v) && kn_layout(c->f, c->s, v, &l) == 0) {

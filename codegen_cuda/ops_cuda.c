@@ -483,9 +483,26 @@ static int emit_concat(Ent *e, int i, const Inst *in) {
             (ll)inner, (ll)D, (ll)inner);
   int64_t at = 0;
   for (int k = 0; k < in->nargs; k++) {
-    int64_t n = ty(f, in->args[k])->dims[ax];
-    cg_printf(&body, "    %sif (ctc_a < %lld) %s[ctc_i] = %s[(ctc_o * %lld + ctc_a - %lld) * %lld + ctc_q];\n", k ? "else " : "",
-              (ll)(at + n), cg_ref(e->c, in->res), cg_ref(e->c, in->args[k]), (ll)n, (ll)at, (ll)inner);
+    ValId v = in->args[k];
+    int64_t n = ty(f, v)->dims[ax];
+    char idx[1200];
+    KnLayout l;   /* a folded slice or permute: read in place from its root */
+    if (kn_root(f, e->c->s, v) != kn_root(f, NULL, v) && kn_layout(f, e->c->s, v, &l) == 0) {
+      /* element (ctc_o over the axes before ax, ctc_a - at, ctc_q over those after) at its strides */
+      const Type *pt = ty(f, v);
+      Type lead = *pt, trail = *pt;
+      trail.ndim = pt->ndim - ax - 1;
+      for (int d = 0; d < trail.ndim; d++) trail.dims[d] = pt->dims[ax + 1 + d];
+      char o[512], q[512];
+      cu_flat_index(o, sizeof o, &lead, l.st, "ctc_o", ax);
+      cu_flat_index(q, sizeof q, &trail, l.st + ax + 1, "ctc_q", trail.ndim);
+      snprintf(idx, sizeof idx, "%lld + %s + (ctc_a - %lld) * %lld + %s", (ll)l.off, o, (ll)at, (ll)l.st[ax], q);
+      v = l.root;
+    } else {
+      snprintf(idx, sizeof idx, "(ctc_o * %lld + ctc_a - %lld) * %lld + ctc_q", (ll)n, (ll)at, (ll)inner);
+    }
+    cg_printf(&body, "    %sif (ctc_a < %lld) %s[ctc_i] = %s[%s];\n", k ? "else " : "", (ll)(at + n),
+              cg_ref(e->c, in->res), cg_ref(e->c, v), idx);
     at += n;
   }
   cg_puts(&body, "  }\n");

@@ -873,7 +873,6 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
     for (int i = 0; i < progs[j]->funcs.len; i++) {
       Func *fn = progs[j]->funcs.data[i];
       fn->conv_direct = !o.target || strcmp(o.target, "cuda");
-      fn->strided_concat = fn->conv_direct;
       fn->conv_wino = fn->conv_direct && !o.freestanding && !o.quantize && !o.no_winograd;   /* hosted C: wino_c.c */
     }
   if (ntr > 1 && batch_compare(autob ? &quiet : &d, progs, pts, ntr) < 0) {

@@ -194,9 +194,6 @@ typedef struct Func {
   /* The C target computes the convolutions ir_conv_direct accepts directly, with
    * no unfolded columns (no scratch); set by the compiler for that target. */
   int conv_direct;
-  /* The target's concatenations read their parts through strides (folded slices and permutes
-   * read in place, kernels/schedule.c): the C target; set by the compiler. */
-  int strided_concat;
   /* The hosted C target may compute 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3)
    * (ir_conv_wino); set by the compiler (off with --no-winograd). */
   int conv_wino;

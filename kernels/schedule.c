@@ -239,9 +239,7 @@ static int readers_strided(const Func *f, const KnSchedule *s, const Readers *rd
       /* (a backward or optimizer reader of a forward slice would keep its whole root alive
        * until then: the slice is copied, and only the copy saved) */
       const Inst *dv = def_of(f, v);
-      if ((ir_ops[in->op].kind == K_ELEM || (in->op == IR_CONCAT && f->strided_concat)) &&
-          (!dv || dv->phase == in->phase))
-        continue;
+      if ((ir_ops[in->op].kind == K_ELEM || in->op == IR_CONCAT) && (!dv || dv->phase == in->phase)) continue;
       int64_t ast[3];   /* fused attention reads its operands through strides too (attention.c) */
       if ((in->op == IR_ATTENTION || in->op == IR_ATTENTION_BWD) &&
           kn_attention_operand(&f->values.data[v].type, &l, ast) == 0)
