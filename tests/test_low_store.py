@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ctc_testlib import CTC, load_module, run, st_read, st_write
-from test_autocast import GPT, GPT_TRAIN, HEAD
+from test_autocast import GPT, GPT_TRAIN, HEAD, first_loss_ok
 from test_grad_scaler import GPT_SCALER
 from test_half_model import TRAIN as HALF_TRAIN
 
@@ -299,8 +299,10 @@ def test_matches_pytorch_after_the_copies(tmp_path):
         return {k: v.double().numpy() for k, v in m.state_dict().items()}, float(l)
     F_ce = torch.nn.functional.cross_entropy
     bf, loss_bf = torch_step(True)
-    f32, _ = torch_step(False)
-    assert abs(loss - loss_bf) <= 1e-5 * abs(loss_bf), (loss, loss_bf)
+    f32, loss32 = torch_step(False)
+    # PyTorch 1.13's bf16 kernels round differently on its AVX2 dispatch (first_loss_ok, the f32
+    # loss standing for the float64 one; an AVX2-only Zen 3: 1.4e-4 apart)
+    assert first_loss_ok(loss, loss_bf, loss32), (loss, loss_bf, loss32)
     keys = [k for k in bf if "num_batches" not in k]
     d = np.sqrt(sum(((got[k] - bf[k]) ** 2).sum() for k in keys))
     d_ref = np.sqrt(sum(((bf[k] - f32[k]) ** 2).sum() for k in keys))
