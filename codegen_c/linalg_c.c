@@ -201,6 +201,21 @@ static void copy_rows(CgFunc *c, const ConvGeom *g, const char *ct, const char *
   cg_par_close(c);
 }
 
+/* The loop over tiles of S of the batch's N images, n0 the first and ns the count (one block when
+ * S covers the batch); the caller closes it. */
+static void open_tiles(CgFunc *c, int64_t N, int64_t S) {
+  if (S < N) {
+    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)N, (ll)S, (ll)S,
+         S > 1 ? "s" : "");
+    c->ind += 2;
+    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)N, (ll)S, (ll)N, (ll)S);
+  } else {
+    LINE(c, "{   /* the whole batch in one tile */\n");
+    c->ind += 2;
+    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)N);
+  }
+}
+
 /* Convolutions over tiles of the batch: S images at a time (S = ir_conv_slots:
  * their columns fit the scratch), their column matrices side by side in
  * col[C*KH*KW, L] (L = S*OH*OW, image s's columns from s*OH*OW on; group grp's
@@ -235,16 +250,7 @@ static void emit_conv2d_tiled(CgFunc *c, int i, const Inst *in, const ConvGeom *
   else c->k->im2col[t] = 1;
   char dwt[IDX_CAP];   /* the transposed weight gradient's dW^T [ckk, O]: after the tile's outputs ys */
   snprintf(dwt, sizeof dwt, "%s + %lld", scratch, (ll)(g.ckk * L + (S > 1 ? g.O * L : 0)));
-  if (S < g.N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g.N, (ll)S, (ll)S,
-         S > 1 ? "s" : "");
-    c->ind += 2;
-    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g.N, (ll)S, (ll)g.N, (ll)S);
-  } else {
-    LINE(c, "{   /* the whole batch in one tile */\n");
-    c->ind += 2;
-    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g.N);
-  }
+  open_tiles(c, g.N, S);
   char ys[IDX_CAP], ymem[IDX_CAP], unfold[IDX_CAP], col[IDX_CAP];
   snprintf(ymem, sizeof ymem, "%s + (n0 + s) * %lld", out, (ll)OHW);   /* image n0 + s's output-side rows */
   if (S > 1) snprintf(ys, sizeof ys, "%s + %lld", scratch, (ll)(g.C * g.KH * g.KW * L));
@@ -453,16 +459,7 @@ static void emit_conv2d_phases(CgFunc *c, int i, const Inst *in, const ConvGeom 
   LINE(c, "{   /* a stride-2 convolution as an implicit GEMM over its input's phases (AVX-512 or AVX2) */\n");
   c->ind += 2;
   LINE(c, "(void)ctc_im2col_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n");
-  if (S < g->N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g->N, (ll)S, (ll)S,
-         S > 1 ? "s" : "");
-    c->ind += 2;
-    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g->N, (ll)S, (ll)g->N, (ll)S);
-  } else {
-    LINE(c, "{   /* the whole batch in one tile */\n");
-    c->ind += 2;
-    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g->N);
-  }
+  open_tiles(c, g->N, S);
   cg_par_open(c, CG_PAR_OMP);
   LINE(c, "for (int64_t q = 0; q < ns * %lld; q++)   /* (image, channel): %s = its phases */\n", (ll)g->C, scratch);
   LINE(c, "  ctc_pix_phases_f32(%s + (n0 + q / %lld) * %lld, %lld, %lld, %lld, %lld, %lld, q %% %lld, %s + q / %lld * %lld);\n",
@@ -536,16 +533,7 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
   c->ind -= 2;
   LINE(c, "}\n");
   cg_par_close(c);
-  if (S < g->N) {
-    LINE(c, "for (int64_t n0 = 0; n0 < %lld; n0 += %lld) {   /* tiles of %lld image%s */\n", (ll)g->N, (ll)S, (ll)S,
-         S > 1 ? "s" : "");
-    c->ind += 2;
-    LINE(c, "const int64_t ns = %lld - n0 < %lld ? %lld - n0 : %lld;\n", (ll)g->N, (ll)S, (ll)g->N, (ll)S);
-  } else {
-    LINE(c, "{   /* the whole batch in one tile */\n");
-    c->ind += 2;
-    LINE(c, "const int64_t n0 = 0, ns = %lld;\n", (ll)g->N);
-  }
+  open_tiles(c, g->N, S);
   for (int ab = 0; ab < 4; ab++) {
     if (!(have >> ab & 1)) continue;
     const int64_t KHs = n[0][ab >> 1], KWs = n[1][ab & 1];
