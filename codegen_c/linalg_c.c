@@ -426,6 +426,18 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   cg_printf(c->out, "#endif\n");
 }
 
+/* The end of a phase emitter's branch: its tile loop and block closed, then the tiles of im2col
+ * or col2im and GEMMs as the #else branch (no CTC_CONV_PIX_f32). */
+static void close_phases(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_printf(c->out, "#else\n");
+  emit_conv2d_tiled(c, i, in, g, low);
+  cg_printf(c->out, "#endif\n");
+}
+
 /* The bytes of one image's phases that a stride-2 convolution as an implicit GEMM reads
  * (emit_conv2d_phases): NA x NB phases (2 where the kernel has several taps on that axis) of
  * the C channels at the output's size. */
@@ -474,13 +486,7 @@ static void emit_conv2d_phases(CgFunc *c, int i, const Inst *in, const ConvGeom 
        cg_ref(c, in->args[1]), (ll)g->O, (ll)g->ckk, cg_ref(c, in->res), (ll)(g->O * g->ohw), (ll)g->ohw,
        (ll)g->ohw);
   cg_par_close(c);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_printf(c->out, "#else\n");
-  emit_conv2d_tiled(c, i, in, g, low);
-  cg_printf(c->out, "#endif\n");
+  close_phases(c, i, in, g, low);
 }
 
 /* The taps of a stride-2 convolution's input gradient that reach phase a of dx on one axis (K
@@ -556,13 +562,7 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
        (ll)g->C, (ll)(g->C * g->ohw), (ll)g->H, (ll)g->W, (ll)(S * g->C * g->ohw), have, (ll)g->C,
        cg_ref(c, in->res), (ll)g->C, (ll)(g->C * g->H * g->W));
   cg_par_close(c);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_printf(c->out, "#else\n");
-  emit_conv2d_tiled(c, i, in, g, low);
-  cg_printf(c->out, "#endif\n");
+  close_phases(c, i, in, g, low);
 }
 
 /* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
