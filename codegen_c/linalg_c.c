@@ -673,7 +673,8 @@ static void emit_conv2d_bwd_input(CgFunc *c, int i, const Inst *in, const ConvGe
   else if (!c->sname[i]) emit_conv2d_pointwise(c, in, g, low);
   else if (conv_wino(c, in)) emit_conv2d_wino(c, i, in, g, low);
   else if (conv_implicit(c, i, in, g, low)) emit_conv2d_implicit(c, i, in, g, low);
-  else if (!c->target && !c->k->freestanding && ir_conv_phase_bytes(c->f, in)) emit_conv2d_bwd_phases(c, i, in, g, low);
+  else if (!c->target && !c->k->freestanding && ir_conv_phase_bytes(c->f, in))   /* (Func.conv_phases) */
+    emit_conv2d_bwd_phases(c, i, in, g, low);
   else emit_conv2d_tiled(c, i, in, g, low);
 }
 

@@ -874,6 +874,7 @@ static int run_ctc(Arena *a, int argc, char **argv, int fixed_batch) {
       Func *fn = progs[j]->funcs.data[i];
       fn->conv_direct = !o.target || strcmp(o.target, "cuda");
       fn->conv_wino = fn->conv_direct && !o.freestanding && !o.quantize && !o.no_winograd;   /* hosted C: wino_c.c */
+      fn->conv_phases = fn->conv_direct && !o.freestanding && !o.quantize;   /* hosted C: linalg_c.c */
     }
   if (ntr > 1 && batch_compare(autob ? &quiet : &d, progs, pts, ntr) < 0) {
     if (autob) AUTO_FAIL();

@@ -197,6 +197,9 @@ typedef struct Func {
   /* The hosted C target may compute 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3)
    * (ir_conv_wino); set by the compiler (off with --no-winograd). */
   int conv_wino;
+  /* The hosted C target may compute a stride-2 f32 convolution's input gradient phase by phase
+   * (ir_conv_phase_bytes, its scratch); set by the compiler. */
+  int conv_phases;
   /* An entry ctc derived for generation (torchlib/decode.c: the KV-cache decode and
    * prefill): inference only, it writes the caches it reads; gradcheck leaves it out. */
   int derived;
@@ -536,7 +539,7 @@ int64_t ir_conv_wino_block(const Func *f, const Inst *in);
 #define IR_CONV_TILE_COLS 128
 int64_t ir_conv_image_bytes(const Func *f, const Inst *in);
 /* The scratch bytes of an f32 stride-2 convolution's input gradient computed phase by phase (the
- * C target, f->conv_direct; codegen_c/linalg_c.c's emit_conv2d_bwd_phases): one group, no
+ * hosted C target, f->conv_phases; codegen_c/linalg_c.c's emit_conv2d_bwd_phases): one group, no
  * dilation, an image twice the output's size, output images of a multiple of 16 pixels, at most
  * 64 taps: the phases' weights [C, O*KH*KW] and the four phases of S images (1024 pixels, at least
  * 8 images, at most the batch); 0 for any other instruction. */

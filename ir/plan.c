@@ -207,7 +207,7 @@ int64_t ir_conv_wino_block(const Func *f, const Inst *in) {
 }
 
 int64_t ir_conv_phase_bytes(const Func *f, const Inst *in) {
-  if (in->op != IR_CONV2D_BWD_INPUT || !f->conv_direct || f->values.data[in->res].type.dtype != DT_F32 ||
+  if (in->op != IR_CONV2D_BWD_INPUT || !f->conv_phases || f->values.data[in->res].type.dtype != DT_F32 ||
       ir_low_operands(f, in))
     return 0;
   int64_t N, C, O, KH, KW, OH, OW;
