@@ -20,12 +20,6 @@
 #include <string.h>
 #include "ops_int.h"
 
-/* Loops with fewer elements than this are not worth waking threads for. */
-#define OMP_MIN_WORK ((int64_t)1 << 15)
-/* The elements from which a loop runs on OpenMP threads. A loop that is all its instruction
- * does is opened through the renderer (cg_par_for, CG_PAR_GRID), which the CUDA target runs
- * over the GPU's grid whatever its size. */
-static int64_t min_work(const CgFunc *c) { (void)c; return OMP_MIN_WORK; }
 
 static const Inst *def_of(const CgFunc *c, ValId v) { return ir_def(c->f, v); }
 
@@ -59,13 +53,6 @@ void cg_ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx) {
   else cg_printf(b, "%s + %s", cg_ref(c, v), idx);
 }
 
-static void cstrides(const Type *t, int64_t *st) {
-  int64_t s = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= t->dims[i];
-  }
-}
 
 /* ---- loop nests ------------------------------------------------------------ */
 
@@ -991,188 +978,6 @@ static void emit_unslice(CgFunc *c, const Inst *in) {
   copy_nest(c, in->res, in->args[0], g->ndim, g->dims, acc);
 }
 
-/* ---- padding and resampling --------------------------------------------------------- */
-
-/* Row-major "0 + i0 * 12 + i1 * 4 + i2 * 1" of index variables <v>0.. over t's dims. */
-static void flat_index(char *buf, size_t cap, char v, const Type *t) {
-  int64_t st[IR_MAX_DIMS];
-  cstrides(t, st);
-  int n = snprintf(buf, cap, "0");
-  for (int k = 0; k < t->ndim; k++) n += snprintf(buf + n, cap - (size_t)n, " + %c%d * %lld", v, k, (ll)st[k]);
-}
-
-/* The loops of PAD and PAD_BWD over the padded shape p (i0, i1, ...), each with the
- * source index s<k> in x's shape along its axis: reflect and replicate map every
- * position into x; constant padding gives i - lo, which the caller checks. */
-static void pad_loops(CgFunc *c, const Inst *in, const Type *x, const Type *p, unsigned par, int from) {
-  int mode = (int)in->attr[0];
-  for (int k = from; k < p->ndim; k++) {
-    int64_t lo = in->attr[1 + k], X = x->dims[k];
-    char var[16];
-    snprintf(var, sizeof var, "i%d", k);
-    if (k == from && par) {   /* par: cg_par_for's flags for the outer loop */
-      cg_par_for(c, var, p->dims[k], par);
-    } else {
-      LINE(c, "for (int64_t i%d = 0; i%d < %lld; i%d++) {\n", k, k, (ll)p->dims[k], k);
-      c->ind += 2;
-    }
-    if (lo == 0 && p->dims[k] == X) LINE(c, "const int64_t s%d = i%d;\n", k, k);
-    else if (mode == 1)
-      LINE(c, "const int64_t s%d = i%d < %lld ? %lld - i%d : i%d >= %lld ? %lld - i%d : i%d - %lld;\n", k, k, (ll)lo,
-           (ll)lo, k, k, (ll)(lo + X), (ll)(2 * (X - 1) + lo), k, k, (ll)lo);
-    else if (mode == 2)
-      LINE(c, "const int64_t s%d = i%d < %lld ? 0 : i%d >= %lld ? %lld : i%d - %lld;\n", k, k, (ll)lo, k,
-           (ll)(lo + X), (ll)(X - 1), k, (ll)lo);
-    else LINE(c, "const int64_t s%d = i%d - %lld;\n", k, k, (ll)lo);
-  }
-}
-
-static void pad_close(CgFunc *c, int nd, unsigned par) {
-  for (int k = 0; k < nd; k++) {
-    if (k == nd - 1 && par) {
-      cg_par_end(c);
-      continue;
-    }
-    c->ind -= 2;
-    LINE(c, "}\n");
-  }
-}
-
-/* Declares `const int64_t i<d>` for each axis d of dims that take[d] selects, from the flat
- * index `var` running over those axes row-major (the last fastest); with_s: also `s<d> = i<d>`
- * (PAD's source index along an unpadded axis). */
-static void unflatten(CgFunc *c, const char *var, int nd, const int64_t *dims, const unsigned char *take, int with_s) {
-  int64_t total = 1, below = 1;
-  for (int d = 0; d < nd; d++)
-    if (take[d]) total *= dims[d];
-  for (int d = nd - 1; d >= 0; d--) {
-    if (!take[d]) continue;
-    char sd[32] = "";
-    if (with_s) snprintf(sd, sizeof sd, ", s%d = i%d", d, d);
-    if (dims[d] == 1) LINE(c, "const int64_t i%d = 0%s;\n", d, sd);
-    else if (below == 1 && dims[d] == total) LINE(c, "const int64_t i%d = %s%s;\n", d, var, sd);
-    else if (below == 1) LINE(c, "const int64_t i%d = %s %% %lld%s;\n", d, var, (ll)dims[d], sd);
-    else if (below * dims[d] == total) LINE(c, "const int64_t i%d = %s / %lld%s;\n", d, var, (ll)below, sd);
-    else LINE(c, "const int64_t i%d = %s / %lld %% %lld%s;\n", d, var, (ll)below, (ll)dims[d], sd);
-    below *= dims[d];
-  }
-}
-
-/* dx = 0; then each g element added into the x element PAD read it from. The
- * leading axes without padding (N and C of an image's H, W padding) are one loop over
- * disjoint slices of dx, each zeroed and then summed into: in parallel (OpenMP, GPU
- * threads), each element's sum in the order of the sequential loops. */
-static void emit_pad_bwd(CgFunc *c, const Inst *in) {
-  const Type *g = ty(c, in->args[0]), *r = ty(c, in->res);
-  char gi[IDX_CAP * 2], xi[IDX_CAP * 2];
-  flat_index(gi, sizeof gi, 'i', g);
-  flat_index(xi, sizeof xi, 's', r);
-  int lead = 0;   /* the leading unpadded axes */
-  int64_t n = 1;
-  unsigned char take[IR_MAX_DIMS] = {0};
-  while (lead < g->ndim && in->attr[1 + lead] == 0 && g->dims[lead] == r->dims[lead]) take[lead] = 1, n *= g->dims[lead++];
-  if (n <= 1) lead = 0;   /* padding from the first axis: one sequential pass */
-  const char *ct = cg_ctype(r->dtype), *dx = cg_ref(c, in->res);
-  const int64_t slice = ir_numel(r) / n;
-  int base = c->ind;
-  if (lead) {   /* the slices of the unpadded leading axes */
-    cg_par_for(c, "j", n, CG_PAR_GRID | (ir_numel(g) >= min_work(c) ? CG_PAR_OMP : 0));
-    unflatten(c, "j", lead, g->dims, take, 1);
-    LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
-  } else {
-    LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", dx, ct, (ll)slice);
-  }
-  pad_loops(c, in, r, g, 0, lead);
-  LINE(c, "%s[%s] += %s[%s];\n", dx, xi, cg_ref(c, in->args[0]), gi);
-  pad_close(c, g->ndim - lead, 0);
-  if (lead) cg_par_end(c);
-  c->ind = base;
-}
-
-static double attr_double(int64_t bits) {
-  double d;
-  memcpy(&d, &bits, sizeof d);
-  return d;
-}
-
-static void index_table(CgFunc *c, const char *name, const int64_t *v, int64_t n) {
-  Buf b = {0};
-  for (int64_t k = 0; k < n; k++) cg_printf(&b, "%s%lld", k ? (k % 16 ? ", " : ",\n    ") : "", (ll)v[k]);
-  LINE(c, "static const int64_t %s[%lld] = {%s};\n", name, (ll)n, b.s);
-  cg_buf_free(&b);
-}
-
-static void weight_table(CgFunc *c, const char *name, DType t, const double *v, int64_t n) {
-  Buf b = {0};
-  for (int64_t k = 0; k < n; k++) {
-    if (k) cg_puts(&b, k % 8 ? ", " : ",\n    ");
-    cg_literal(&b, t, v[k]);
-  }
-  LINE(c, "static const %s %s[%lld] = {%s};\n", cg_ctype(t), name, (ll)n, b.s);
-  cg_buf_free(&b);
-}
-
-/* UPSAMPLE_BWD (g -> dx; the forward is kernel IR, kernels/kir_ops.c): the index and
- * weight tables of both axes are computed at compile time (kir_upsample_axis) and written
- * as static arrays; the loops read them, adding each g element into its source pixels,
- * image by image (each image's slice is written by one thread). */
-static void emit_upsample_bwd(CgFunc *c, const Inst *in) {
-  const Type *small = ty(c, in->res), *big = ty(c, in->args[0]);
-  DType t = big->dtype;
-  const char *ct = cg_ctype(t);
-  int mode = (int)in->attr[0], align = (int)in->attr[1];
-  int64_t NC = small->dims[0] * small->dims[1], H = small->dims[2], W = small->dims[3], OH = big->dims[2],
-          OW = big->dims[3];
-  int64_t *ih0 = calloc((size_t)(2 * OH + 2 * OW), sizeof(int64_t));
-  double *lh = calloc((size_t)(2 * OH + 2 * OW), sizeof(double));
-  int64_t *ih1 = ih0 + OH, *iw0 = ih0 + 2 * OH, *iw1 = iw0 + OW;
-  double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
-  if (!ih0 || !lh) BUG("out of memory");
-  kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, 1, ih0, ih1, lh0, lh1);
-  kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, 1, iw0, iw1, lw0, lw1);
-  int base = c->ind;
-  LINE(c, "{\n");
-  c->ind += 2;
-  index_table(c, "uh0", ih0, OH);
-  index_table(c, "uw0", iw0, OW);
-  if (mode == 1) {
-    index_table(c, "uh1", ih1, OH);
-    index_table(c, "uw1", iw1, OW);
-    weight_table(c, "lh0", t, lh0, OH);
-    weight_table(c, "lh1", t, lh1, OH);
-    weight_table(c, "lw0", t, lw0, OW);
-    weight_table(c, "lw1", t, lw1, OW);
-  }
-  const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
-  LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
-  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-  c->ind += 2;
-  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
-  c->ind += 2;
-  LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
-  if (mode == 0) {
-    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
-  } else {
-    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
-  }
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_par_end(c);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = base;
-  free(ih0);
-  free(lh);
-}
-
 /* ---- index checks ------------------------------------------------------------------ */
 
 int cg_index_operand(const Func *f, const Inst *in, ValId *idx, int64_t *bound) {
@@ -1419,9 +1224,9 @@ EMITTER(MAXPOOL2D_JVP, emit_maxpool_bwd(c, in))
 EMITTER(AVGPOOL2D_BWD, emit_avgpool_bwd(c, in))
 EMITTER(EMBEDDING_BWD, emit_embedding_bwd(c, in))
 EMITTER(PAD, emit_kir_op(c, in))
-EMITTER(PAD_BWD, emit_pad_bwd(c, in))
+EMITTER(PAD_BWD, cg_emit_pad_bwd(c, in))
 EMITTER(UPSAMPLE, emit_kir_op(c, in))
-EMITTER(UPSAMPLE_BWD, emit_upsample_bwd(c, in))
+EMITTER(UPSAMPLE_BWD, cg_emit_upsample_bwd(c, in))
 EMITTER(CUMSUM, emit_kir_op(c, in))
 EMITTER(ARGMAX, emit_kir_op(c, in))
 EMITTER(GATHER, emit_kir_op(c, in))

@@ -617,12 +617,15 @@ static int emit_avgpool(Ent *e, int i, const Inst *in) {
     cg_printf(&body, "    const int64_t ctc_nc = ctc_i / %lld, ctc_p = ctc_i %% %lld, ctc_y = ctc_p / %lld, ctc_x = ctc_p %% %lld;\n",
               (ll)(H * W), (ll)(H * W), (ll)W, (ll)W);
     cg_printf(&body, "    const %s *ctc_gp = %s + ctc_nc * %lld;\n    %s ctc_acc = 0;\n", ct, xs, (ll)(OH * OW), ct);
-    cg_printf(&body, "    for (int64_t ctc_oh = 0; ctc_oh < %lld; ctc_oh++) {\n", (ll)OH);
-    cg_printf(&body, "      if (ctc_oh * %lld - %lld > ctc_y || ctc_oh * %lld - %lld + %lld <= ctc_y) continue;\n", (ll)sh,
-              (ll)ph, (ll)sh, (ll)ph, (ll)kh);
-    cg_printf(&body, "      for (int64_t ctc_ow = 0; ctc_ow < %lld; ctc_ow++) {\n", (ll)OW);
-    cg_printf(&body, "        if (ctc_ow * %lld - %lld > ctc_x || ctc_ow * %lld - %lld + %lld <= ctc_x) continue;\n", (ll)sw,
-              (ll)pw, (ll)sw, (ll)pw, (ll)kw);
+    /* the windows that hold (y, x): oh * sh - ph <= y < oh * sh - ph + kh, the same for ow */
+    cg_printf(&body, "    const int64_t ctc_ya = ctc_y + %lld - %lld, ctc_xa = ctc_x + %lld - %lld;\n", (ll)(ph + 1), (ll)kh,
+              (ll)(pw + 1), (ll)kw);
+    cg_printf(&body, "    const int64_t ctc_oh0 = ctc_ya <= 0 ? 0 : (ctc_ya + %lld) / %lld, ctc_ow0 = ctc_xa <= 0 ? 0 : (ctc_xa + %lld) / %lld;\n",
+              (ll)(sh - 1), (ll)sh, (ll)(sw - 1), (ll)sw);
+    cg_printf(&body, "    const int64_t ctc_oh1 = (ctc_y + %lld) / %lld + 1, ctc_ow1 = (ctc_x + %lld) / %lld + 1;\n", (ll)ph, (ll)sh,
+              (ll)pw, (ll)sw);
+    cg_printf(&body, "    for (int64_t ctc_oh = ctc_oh0; ctc_oh < ctc_oh1 && ctc_oh < %lld; ctc_oh++) {\n", (ll)OH);
+    cg_printf(&body, "      for (int64_t ctc_ow = ctc_ow0; ctc_ow < ctc_ow1 && ctc_ow < %lld; ctc_ow++) {\n", (ll)OW);
     for (const char *l = win.s; *l;) {
       const char *nl = strchr(l, '\n');
       cg_printf(&body, "        %.*s\n", (int)(nl - l), l);

@@ -331,6 +331,95 @@ def test_build_emulate(tmp_path):
 
 
 
+# Gradients of the resampling ops alone (no GEMM between them and the result): nearest and
+# bilinear upsampling up and down, reflect and replicate padding over one, two and three axes,
+# one whose leading axes are all of size 1, and average pooling with padding (its windows
+# found from the position, no longer by a scan over every output row).
+RESAMPLE_GRADS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        return x
+
+
+model = Net()
+
+
+def g_up(x, p):
+    y = (F.interpolate(x, scale_factor=2) + F.interpolate(x, size=(10, 12), mode="bilinear", align_corners=True)
+         + F.interpolate(x, scale_factor=2, mode="bilinear"))
+    return torch.autograd.grad((y * p).sum(), [x])[0]
+
+
+def g_resize(x):
+    y = (F.interpolate(x, scale_factor=1.5).pow(2).sum() + F.interpolate(x, size=(4, 7), mode="bilinear").pow(2).sum()
+         + F.interpolate(x, scale_factor=(0.5, 2.5), mode="bilinear").pow(2).sum()
+         + F.interpolate(x, size=(3, 17)).pow(2).sum())
+    return torch.autograd.grad(y, [x])[0]
+
+
+def g_pad(x):
+    y = (F.pad(x, (1, 2, 2, 0), mode="reflect").pow(2).sum() + F.pad(x, (4, 3, 3, 4), mode="replicate").pow(3).sum()
+         + F.pad(x.reshape(6, 5, 6), (2, 1), mode="replicate").pow(2).sum()
+         + F.pad(x, (1, 1, 1, 1, 1, 1), mode="replicate").pow(2).sum()
+         + F.pad(x[:1, :1], (1, 2, 2, 1), mode="reflect").pow(3).sum())
+    return torch.autograd.grad(y, [x])[0]
+
+
+def g_pool(x):
+    y = (F.avg_pool2d(x, 2).pow(2).sum() + F.avg_pool2d(x, 3, stride=2, padding=1).pow(2).sum()
+         + F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False).pow(2).sum())
+    return torch.autograd.grad(y, [x])[0]
+
+
+example_inputs = {"forward": (torch.zeros(1, 1),), "g_up": (torch.zeros(2, 2, 5, 6), torch.zeros(2, 2, 10, 12)),
+                  "g_resize": (torch.zeros(2, 2, 5, 6),), "g_pad": (torch.zeros(2, 3, 5, 6),),
+                  "g_pool": (torch.zeros(2, 3, 9, 11),)}
+"""
+
+
+def test_resample_gradients_on_threads_bit_for_bit(tmp_path, rt_objects):
+    """The gradients of upsampling and of reflect/replicate padding on the GPU: a thread per
+    element of dx (none runs on one thread, or one per image), each summing its terms in the
+    order in which the C target's loops over g add them: the emulated program's gradients are
+    the C target's bit for bit, and within float32 rounding of PyTorch's (float64)."""
+    path = tmp_path / "resample.py"
+    path.write_text(RESAMPLE_GRADS)
+    rng = np.random.default_rng(3)
+    ins = {"g_up": [(2, 2, 5, 6), (2, 2, 10, 12)], "g_resize": [(2, 2, 5, 6)], "g_pad": [(2, 3, 5, 6)],
+           "g_pool": [(2, 3, 9, 11)]}
+    arrays = {e: [rng.standard_normal(s).astype(np.float32) for s in shapes] for e, shapes in ins.items()}
+    specs = []
+    cu, emu = emulated(tmp_path, path, specs, rt_objects)
+    code = cu.read_text()
+    assert "one thread:" not in code
+    for op in ("upsample_bwd(", "pad_bwd("):
+        kernels = re.findall(r"static __global__ void \w+\(unsigned char \*A\) \{\n(?:  [^\n]*\n)*?    /\* resample\.py:\d+  "
+                             + re.escape(op) + r".*\n(?:    [^\n]*\n)*?      for \(int64_t p = \(int64_t\)blockIdx\.x", code)
+        assert kernels, op   # dx's elements over the grid
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *specs], timeout=600)
+    mod = load_module(str(path), "cuda_resample")
+    for e, arrs in arrays.items():
+        got = {}
+        for tag, exe in (("cuda", emu), ("c", cexe)):
+            args = [exe, "run", e]
+            for k, a in enumerate(arrs):
+                np.save(tmp_path / f"{e}_{k}.npy", a)
+                args += ["--input", tmp_path / f"{e}_{k}.npy"]
+            run_env([*args, "--output", tmp_path / f"{e}_{tag}.npy"])
+            got[tag] = np.load(tmp_path / f"{e}_{tag}.npy")
+        assert got["cuda"].tobytes() == got["c"].tobytes(), e
+        t = [torch.from_numpy(a.astype(np.float64)) for a in arrs]
+        t[0].requires_grad_(True)
+        want = getattr(mod, e)(*t).numpy()
+        compare(f"{e} vs PyTorch (float64)", got["c"], want, 1e-5, 1e-5)
+
+
 @pytest.mark.parametrize("name", ["convs", "lenet"])
 def test_cudnn_convolutions_emulated(tmp_path, name, rt_objects):
     """Built with -DCTC_HAVE_CUDNN, every convolution (forward, backward data, backward filter;
