@@ -466,6 +466,63 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
   return 0;
 }
 
+/* ARGMAX (argmin) of few long fibers (a language model's next token over the vocabulary): a
+ * block of RED_COLS * RED_PARTS threads per RED_COLS fibers. Each of a fiber's RED_PARTS
+ * threads scans every RED_PARTS-th element as the C target scans the fiber (the first of the
+ * best so far, a NaN beating numbers and the first NaN later ones), then the first thread
+ * takes the best of their results, an equal one (or a NaN after a NaN) at a smaller index:
+ * the C target's index, whatever the order the threads finish in. Many fibers keep their
+ * kernel IR, a thread per fiber. */
+static int emit_argmax_split(Ent *e, int i, const Inst *in) {
+  const Func *f = e->f;
+  const Type *x = ty(f, in->args[0]), *r = ty(f, in->res);
+  const int ax = (int)in->attr[0], isf = x->dtype == DT_F32 || x->dtype == DT_F64;
+  const int64_t R = x->dims[ax], n = ir_numel(r);
+  if (cu_is_literal(f, in->args[0]) || (!isf && x->dtype != DT_I32 && x->dtype != DT_I64) || n > 4096 || R < 1024)
+    return -1;
+  const char *ct = cg_ctype(x->dtype), *op = in->attr[1] ? "<" : ">";
+  int64_t xst[IR_MAX_DIMS], kst[IR_MAX_DIMS];
+  cstrides(x, xst);
+  for (int k = 0; k < r->ndim; k++) kst[k] = k == ax ? 0 : xst[k];
+  char idx[512];
+  cu_flat_index(idx, sizeof idx, r, kst, "ctc_i", r->ndim);
+  /* v (at k) better than the best so far, mx (at at): in a thread's scan a later k never wins a
+   * tie, across the threads' results the smaller k does */
+  char scan[300], pick[300];
+  if (isf) {
+    snprintf(scan, sizeof scan, "(isnan(ctc_v) ? !isnan(ctc_mx) : !isnan(ctc_mx) && ctc_v %s ctc_mx)", op);
+    snprintf(pick, sizeof pick, "(isnan(ctc_v) ? !isnan(ctc_mx) || ctc_k < ctc_at : !isnan(ctc_mx) && (ctc_v %s ctc_mx || "
+             "(ctc_v == ctc_mx && ctc_k < ctc_at)))", op);
+  } else {
+    snprintf(scan, sizeof scan, "ctc_v %s ctc_mx", op);
+    snprintf(pick, sizeof pick, "(ctc_v %s ctc_mx || (ctc_v == ctc_mx && ctc_k < ctc_at))", op);
+  }
+  Buf body = {0};
+  cu_kbegin(e, &body);
+  cg_printf(&body, "  __shared__ %s ctc_pmx[%d][%d];\n  __shared__ int64_t ctc_pat[%d][%d];\n", ct, RED_PARTS, RED_COLS,
+            RED_PARTS, RED_COLS);
+  cg_printf(&body, "  const int ctc_c = threadIdx.x %% %d, ctc_g = threadIdx.x / %d;\n", RED_COLS, RED_COLS);
+  cg_printf(&body, "  const int64_t ctc_i = (int64_t)blockIdx.x * %d + ctc_c;\n", RED_COLS);
+  cg_printf(&body, "  %s ctc_mx = 0;\n  int64_t ctc_at = -1;\n", ct);
+  cg_printf(&body, "  if (ctc_i < %lld) {\n    const int64_t ctc_b = %s;\n", (ll)n, idx);
+  cg_printf(&body, "    for (int64_t ctc_k = ctc_g; ctc_k < %lld; ctc_k += %d) {   /* its share of the %lld elements */\n",
+            (ll)R, RED_PARTS, (ll)R);
+  cg_printf(&body, "      const %s ctc_v = %s[ctc_b + ctc_k * %lld];\n", ct, cg_ref(e->c, in->args[0]), (ll)xst[ax]);
+  cg_printf(&body, "      if (ctc_at < 0 || %s) ctc_mx = ctc_v, ctc_at = ctc_k;\n    }\n  }\n", scan);
+  cg_printf(&body, "  ctc_pmx[ctc_g][ctc_c] = ctc_mx;\n  ctc_pat[ctc_g][ctc_c] = ctc_at;\n  __syncthreads();\n");
+  cg_printf(&body, "  if (ctc_g == 0 && ctc_i < %lld) {\n", (ll)n);
+  cg_printf(&body, "    for (int ctc_q = 1; ctc_q < %d; ctc_q++) {\n", RED_PARTS);
+  cg_printf(&body, "      const %s ctc_v = ctc_pmx[ctc_q][ctc_c];\n      const int64_t ctc_k = ctc_pat[ctc_q][ctc_c];\n", ct);
+  cg_printf(&body, "      if (ctc_k >= 0 && %s) ctc_mx = ctc_v, ctc_at = ctc_k;\n    }\n", pick);
+  cg_printf(&body, "    %s[ctc_i] = ctc_at;\n  }\n", cg_ref(e->c, in->res));
+  char note[160], grid[32];
+  snprintf(note, sizeof note, "a block of %d threads per %d fibers, %d per fiber", RED_COLS * RED_PARTS, RED_COLS, RED_PARTS);
+  snprintf(grid, sizeof grid, "%lld", (ll)((n + RED_COLS - 1) / RED_COLS));
+  cu_inst_launch(e, i, in, note, "", &body, grid, RED_COLS * RED_PARTS, 1);
+  cg_buf_free(&body);
+  return 0;
+}
+
 /* CONCAT: each result element from the part that holds its index on the axis. */
 static int emit_concat(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
@@ -757,6 +814,7 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
 }
 
 int cu_data_op(Ent *e, int i, const Inst *in) {
+  if (in->op == IR_ARGMAX && emit_argmax_split(e, i, in) == 0) return 0;
   if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(e, i, in) == 0) return 0;
   if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(e, i, in) == 0) return 0;
   if ((in->op == IR_MAXPOOL2D || in->op == IR_MAXPOOL2D_BWD) && emit_maxpool(e, i, in) == 0) return 0;

@@ -420,6 +420,77 @@ def test_resample_gradients_on_threads_bit_for_bit(tmp_path, rt_objects):
         compare(f"{e} vs PyTorch (float64)", got["c"], want, 1e-5, 1e-5)
 
 
+# argmax/argmin over a few long fibers (a language model's next token over its vocabulary).
+ARGMAX_LONG = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        return x
+
+
+model = Net()
+
+
+def a1(x):
+    return torch.argmax(x, dim=-1)
+
+
+def a2(x):
+    return torch.argmin(x, dim=0, keepdim=True)
+
+
+def a3(x):
+    return torch.argmax(x.reshape(2, 2, 1500), dim=2)
+
+
+def a4(n):
+    return torch.argmax(n, dim=1)
+
+
+example_inputs = {"forward": (torch.zeros(1),), "a1": (torch.zeros(2, 3000),), "a2": (torch.zeros(3000, 3),),
+                  "a3": (torch.zeros(2, 3000),), "a4": (torch.zeros(3, 2500, dtype=torch.int64),)}
+"""
+
+
+def test_argmax_of_few_long_fibers_in_blocks(tmp_path, rt_objects):
+    """argmax/argmin of few fibers of thousands of elements: a block of threads per 8 fibers, 32
+    threads scanning every 32nd element each and the first taking the best of their results
+    (a NaN over numbers, the smaller index on a tie): the C target's indices exactly, with NaNs,
+    ties, -0.0 against 0.0 and int64 values, and PyTorch's."""
+    path = tmp_path / "argmax_long.py"
+    path.write_text(ARGMAX_LONG)
+    entries = ["--entry", "a1", "--entry", "a2", "--entry", "a3", "--entry", "a4"]
+    cu, emu = emulated(tmp_path, path, entries, rt_objects)
+    assert cu.read_text().count("/* a block of 256 threads per 8 fibers, 32 per fiber */") == 4
+    cexe = tmp_path / "m_c"
+    run([CTC, "build", path, "-o", cexe, *entries], timeout=600)
+    rng = np.random.default_rng(0)
+
+    def floats(shape):
+        a = rng.standard_normal(shape).astype(np.float32)
+        a[rng.random(shape) < 0.3] = 0.0
+        a.flat[rng.integers(0, a.size, 20)] = -0.0
+        return a
+    cases = {"a1": floats((2, 3000)), "a2": floats((3000, 3)), "a3": floats((2, 3000)),
+             "a4": rng.integers(-5, 6, size=(3, 2500)).astype(np.int64)}
+    cases["a1"][0] = np.round(cases["a1"][0])   # many equal maxima: the first
+    cases["a1"][1, [100, 2000, 2999]] = np.nan   # NaNs: the first
+    cases["a2"][:, 1] = 0.0   # all equal
+    cases["a2"][2500, 2] = np.nan
+    mod = load_module(str(path), "cuda_argmax_long")
+    for e, x in cases.items():
+        np.save(tmp_path / f"{e}.npy", x)
+        got = []
+        for tag, exe in (("cuda", emu), ("c", cexe)):
+            run_env([exe, "run", e, "--input", tmp_path / f"{e}.npy", "--output", tmp_path / f"{e}_{tag}.npy"])
+            got.append(np.load(tmp_path / f"{e}_{tag}.npy"))
+        assert np.array_equal(got[0], got[1]), e
+        assert np.array_equal(got[1], getattr(mod, e)(torch.from_numpy(x)).numpy()), e
+
+
 @pytest.mark.parametrize("name", ["convs", "lenet"])
 def test_cudnn_convolutions_emulated(tmp_path, name, rt_objects):
     """Built with -DCTC_HAVE_CUDNN, every convolution (forward, backward data, backward filter;
