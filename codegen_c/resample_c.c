@@ -203,65 +203,9 @@ static void weight_table(CgFunc *c, const char *name, DType t, const double *v, 
   cg_buf_free(&b);
 }
 
-/* UPSAMPLE_BWD on the C target (g -> dx; the forward is kernel IR, kernels/kir_ops.c): the
- * index and weight tables of both axes are computed at compile time (kir_upsample_axis) and
- * written as static arrays; the loops read them, adding each g element into its source
- * pixels, image by image (each image's slice is written by one thread). */
-static void upsample_bwd_scatter(CgFunc *c, const Inst *in) {
-  const Type *small = ty(c, in->res), *big = ty(c, in->args[0]);
-  DType t = big->dtype;
-  const char *ct = cg_ctype(t);
-  int mode = (int)in->attr[0], align = (int)in->attr[1];
-  int64_t NC = small->dims[0] * small->dims[1], H = small->dims[2], W = small->dims[3], OH = big->dims[2],
-          OW = big->dims[3];
-  int64_t *ih0 = calloc((size_t)(2 * OH + 2 * OW), sizeof(int64_t));
-  double *lh = calloc((size_t)(2 * OH + 2 * OW), sizeof(double));
-  int64_t *ih1 = ih0 + OH, *iw0 = ih0 + 2 * OH, *iw1 = iw0 + OW;
-  double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
-  if (!ih0 || !lh) BUG("out of memory");
-  kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, 1, ih0, ih1, lh0, lh1);
-  kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, 1, iw0, iw1, lw0, lw1);
-  int base = c->ind;
-  LINE(c, "{\n");
-  c->ind += 2;
-  index_table(c, "uh0", ih0, OH);
-  index_table(c, "uw0", iw0, OW);
-  if (mode == 1) {
-    index_table(c, "uh1", ih1, OH);
-    index_table(c, "uw1", iw1, OW);
-    weight_table(c, "lh0", t, lh0, OH);
-    weight_table(c, "lh1", t, lh1, OH);
-    weight_table(c, "lw0", t, lw0, OW);
-    weight_table(c, "lw1", t, lw1, OW);
-  }
-  const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
-  LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
-  LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
-  LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-  c->ind += 2;
-  LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
-  c->ind += 2;
-  LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
-  if (mode == 0) {
-    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
-  } else {
-    LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += lh0[oh] * lw0[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh0[oh] * %lld + uw1[ow]] += lh0[oh] * lw1[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh1[oh] * %lld + uw0[ow]] += lh1[oh] * lw0[ow] * gv;\n", (ll)W);
-    LINE(c, "dp[uh1[oh] * %lld + uw1[ow]] += lh1[oh] * lw1[ow] * gv;\n", (ll)W);
-  }
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_par_end(c);
-  c->ind -= 2;
-  LINE(c, "}\n");
-  c->ind = base;
-  free(ih0);
-  free(lh);
+void cg_emit_pad_bwd(CgFunc *c, const Inst *in) {
+  if (c->target) pad_bwd_gather(c, in);
+  else pad_bwd_scatter(c, in);
 }
 
 /* For each source position s < n of an UPSAMPLE_BWD axis, the range [lo[s], hi[s]) of the
@@ -282,17 +226,20 @@ static void upsample_ranges(const int64_t *i0, const int64_t *i1, int64_t out, i
       if (i0[o] != s) BUG("upsample_bwd: a nearest source map that is not monotone");
 }
 
-/* UPSAMPLE_BWD on the GPU: upsample_bwd_scatter's tables, with each input row's (column's)
- * range of the output rows (columns) that read it. Each dx element is a thread that sums the
- * terms the forward's reads of it give, over those ranges in the order in which the scatter
- * adds them (the row, then the column, then the bilinear terms in order): the same sums bit
- * for bit, every element in parallel (the scatter runs a thread per image and channel). On the
- * CPU the scatter is 1.5-3x faster than this (1 thread, [8, 64, 64, 64] upsampled 2x). */
-static void upsample_bwd_gather(CgFunc *c, const Inst *in) {
+/* UPSAMPLE_BWD (g -> dx; the forward is kernel IR, kernels/kir_ops.c): the index and weight
+ * tables of both axes are computed at compile time (kir_upsample_axis) and written as static
+ * arrays. On the C target the loops add each g element into its source pixels, image by image
+ * (each image's slice written by one thread). On the GPU (c->target) each dx element is a
+ * thread that sums the terms the forward's reads of it give, over the ranges of output rows
+ * and columns that read it (tables too), in the order in which the C loops add them (the row,
+ * then the column, then the bilinear terms in order): the same sums bit for bit, every element
+ * in parallel. On a CPU that gather is 1.5-3x slower than the C loops (1 thread, [8, 64, 64,
+ * 64] upsampled 2x). */
+void cg_emit_upsample_bwd(CgFunc *c, const Inst *in) {
   const Type *small = ty(c, in->res), *big = ty(c, in->args[0]);
   DType t = big->dtype;
   const char *ct = cg_ctype(t);
-  int mode = (int)in->attr[0], align = (int)in->attr[1];
+  const int mode = (int)in->attr[0], align = (int)in->attr[1], gather = c->target != NULL;
   int64_t NC = small->dims[0] * small->dims[1], H = small->dims[2], W = small->dims[3], OH = big->dims[2],
           OW = big->dims[3];
   int64_t *ih0 = calloc((size_t)(2 * OH + 2 * OW + 2 * H + 2 * W), sizeof(int64_t));
@@ -303,14 +250,14 @@ static void upsample_bwd_gather(CgFunc *c, const Inst *in) {
   double *lh0 = lh, *lh1 = lh + OH, *lw0 = lh + 2 * OH, *lw1 = lw0 + OW;
   kir_upsample_axis(mode, align, attr_double(in->attr[2]), H, OH, t, 1, ih0, ih1, lh0, lh1);
   kir_upsample_axis(mode, align, attr_double(in->attr[3]), W, OW, t, 1, iw0, iw1, lw0, lw1);
-  upsample_ranges(ih0, mode == 1 ? ih1 : NULL, OH, H, ah, bh);
-  upsample_ranges(iw0, mode == 1 ? iw1 : NULL, OW, W, aw, bw);
   int base = c->ind;
   LINE(c, "{\n");
   c->ind += 2;
-  if (mode == 1) {   /* (nearest: the ranges say it all) */
+  if (mode == 1 || !gather) {   /* (the gather's nearest: its ranges say it all) */
     index_table(c, "uh0", ih0, OH);
     index_table(c, "uw0", iw0, OW);
+  }
+  if (mode == 1) {
     index_table(c, "uh1", ih1, OH);
     index_table(c, "uw1", iw1, OW);
     weight_table(c, "lh0", t, lh0, OH);
@@ -318,47 +265,50 @@ static void upsample_bwd_gather(CgFunc *c, const Inst *in) {
     weight_table(c, "lw0", t, lw0, OW);
     weight_table(c, "lw1", t, lw1, OW);
   }
-  index_table(c, "ah", ah, H);   /* input row ih: output rows [ah[ih], bh[ih]) read it */
-  index_table(c, "bh", bh, H);
-  index_table(c, "aw", aw, W);
-  index_table(c, "bw", bw, W);
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
-  cg_par_for(c, "p", NC * H * W, CG_PAR_GRID);
-  LINE(c, "const int64_t ih = p / %lld %% %lld, iw = p %% %lld;\n", (ll)W, (ll)H, (ll)W);
-  LINE(c, "const %s *gp = %s + p / %lld * %lld;\n", ct, xs, (ll)(H * W), (ll)(OH * OW));
-  LINE(c, "%s acc = 0;\n", ct);
-  LINE(c, "for (int64_t oh = ah[ih]; oh < bh[ih]; oh++) {\n");
-  c->ind += 2;
-  LINE(c, "for (int64_t ow = aw[iw]; ow < bw[iw]; ow++) {\n");
+  if (gather) {
+    upsample_ranges(ih0, mode == 1 ? ih1 : NULL, OH, H, ah, bh);
+    upsample_ranges(iw0, mode == 1 ? iw1 : NULL, OW, W, aw, bw);
+    index_table(c, "ah", ah, H);   /* input row ih: output rows [ah[ih], bh[ih]) read it */
+    index_table(c, "bh", bh, H);
+    index_table(c, "aw", aw, W);
+    index_table(c, "bw", bw, W);
+    cg_par_for(c, "p", NC * H * W, CG_PAR_GRID);
+    LINE(c, "const int64_t ih = p / %lld %% %lld, iw = p %% %lld;\n", (ll)W, (ll)H, (ll)W);
+    LINE(c, "const %s *gp = %s + p / %lld * %lld;\n", ct, xs, (ll)(H * W), (ll)(OH * OW));
+    LINE(c, "%s acc = 0;\n", ct);
+    LINE(c, "for (int64_t oh = ah[ih]; oh < bh[ih]; oh++) {\n");
+    c->ind += 2;
+    LINE(c, "for (int64_t ow = aw[iw]; ow < bw[iw]; ow++) {\n");
+  } else {
+    cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(big) >= min_work(c) ? CG_PAR_OMP : 0));
+    LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, xs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ys, (ll)(H * W));
+    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+  }
   c->ind += 2;
   LINE(c, "const %s gv = gp[oh * %lld + ow];\n", ct, (ll)OW);
-  if (mode == 0) {
-    LINE(c, "acc += gv;\n");
-  } else {   /* the four reads of output (oh, ow), in their order; border reads may take ih (iw) twice */
-    LINE(c, "if (uh0[oh] == ih && uw0[ow] == iw) acc += lh0[oh] * lw0[ow] * gv;\n");
-    LINE(c, "if (uh0[oh] == ih && uw1[ow] == iw) acc += lh0[oh] * lw1[ow] * gv;\n");
-    LINE(c, "if (uh1[oh] == ih && uw0[ow] == iw) acc += lh1[oh] * lw0[ow] * gv;\n");
-    LINE(c, "if (uh1[oh] == ih && uw1[ow] == iw) acc += lh1[oh] * lw1[ow] * gv;\n");
+  static const char *const terms[4][3] = {{"uh0", "uw0", "lh0[oh] * lw0[ow]"}, {"uh0", "uw1", "lh0[oh] * lw1[ow]"},
+                                          {"uh1", "uw0", "lh1[oh] * lw0[ow]"}, {"uh1", "uw1", "lh1[oh] * lw1[ow]"}};
+  if (mode == 0 && gather) LINE(c, "acc += gv;\n");
+  else if (mode == 0) LINE(c, "dp[uh0[oh] * %lld + uw0[ow]] += gv;\n", (ll)W);
+  for (int q = 0; q < 4 && mode == 1; q++) {   /* the four reads of output (oh, ow), in their order */
+    if (gather)   /* (border reads may take ih, or iw, twice) */
+      LINE(c, "if (%s[oh] == ih && %s[ow] == iw) acc += %s * gv;\n", terms[q][0], terms[q][1], terms[q][2]);
+    else LINE(c, "dp[%s[oh] * %lld + %s[ow]] += %s * gv;\n", terms[q][0], (ll)W, terms[q][1], terms[q][2]);
   }
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind -= 2;
   LINE(c, "}\n");
-  LINE(c, "%s[p] = acc;\n", ys);
+  if (gather) LINE(c, "%s[p] = acc;\n", ys);
   cg_par_end(c);
   c->ind -= 2;
   LINE(c, "}\n");
   c->ind = base;
   free(ih0);
   free(lh);
-}
-
-void cg_emit_pad_bwd(CgFunc *c, const Inst *in) {
-  if (c->target) pad_bwd_gather(c, in);
-  else pad_bwd_scatter(c, in);
-}
-
-void cg_emit_upsample_bwd(CgFunc *c, const Inst *in) {
-  if (c->target) upsample_bwd_gather(c, in);
-  else upsample_bwd_scatter(c, in);
 }
