@@ -61,10 +61,11 @@ static void pad_close(CgFunc *c, int nd, unsigned par) {
   }
 }
 
-/* Declares `const int64_t i<d>` for each axis d of dims that take[d] selects, from the flat
+/* Declares `const int64_t <v><d>` for each axis d of dims that take[d] selects, from the flat
  * index `var` running over those axes row-major (the last fastest); with_s: also `s<d> = i<d>`
  * (PAD's source index along an unpadded axis). */
-static void unflatten(CgFunc *c, const char *var, int nd, const int64_t *dims, const unsigned char *take, int with_s) {
+static void unflatten(CgFunc *c, const char *var, int nd, const int64_t *dims, const unsigned char *take, char v,
+                      int with_s) {
   int64_t total = 1, below = 1;
   for (int d = 0; d < nd; d++)
     if (take[d]) total *= dims[d];
@@ -72,11 +73,11 @@ static void unflatten(CgFunc *c, const char *var, int nd, const int64_t *dims, c
     if (!take[d]) continue;
     char sd[32] = "";
     if (with_s) snprintf(sd, sizeof sd, ", s%d = i%d", d, d);
-    if (dims[d] == 1) LINE(c, "const int64_t i%d = 0%s;\n", d, sd);
-    else if (below == 1 && dims[d] == total) LINE(c, "const int64_t i%d = %s%s;\n", d, var, sd);
-    else if (below == 1) LINE(c, "const int64_t i%d = %s %% %lld%s;\n", d, var, (ll)dims[d], sd);
-    else if (below * dims[d] == total) LINE(c, "const int64_t i%d = %s / %lld%s;\n", d, var, (ll)below, sd);
-    else LINE(c, "const int64_t i%d = %s / %lld %% %lld%s;\n", d, var, (ll)below, (ll)dims[d], sd);
+    if (dims[d] == 1) LINE(c, "const int64_t %c%d = 0%s;\n", v, d, sd);
+    else if (below == 1 && dims[d] == total) LINE(c, "const int64_t %c%d = %s%s;\n", v, d, var, sd);
+    else if (below == 1) LINE(c, "const int64_t %c%d = %s %% %lld%s;\n", v, d, var, (ll)dims[d], sd);
+    else if (below * dims[d] == total) LINE(c, "const int64_t %c%d = %s / %lld%s;\n", v, d, var, (ll)below, sd);
+    else LINE(c, "const int64_t %c%d = %s / %lld %% %lld%s;\n", v, d, var, (ll)below, (ll)dims[d], sd);
     below *= dims[d];
   }
 }
@@ -100,7 +101,7 @@ static void pad_bwd_scatter(CgFunc *c, const Inst *in) {
   int base = c->ind;
   if (lead) {   /* the slices of the unpadded leading axes */
     cg_par_for(c, "j", n, CG_PAR_GRID | (ir_numel(g) >= min_work(c) ? CG_PAR_OMP : 0));
-    unflatten(c, "j", lead, g->dims, take, 1);
+    unflatten(c, "j", lead, g->dims, take, 'i', 1);
     LINE(c, "memset(%s + j * %lld, 0, sizeof(%s) * %lld);\n", dx, (ll)slice, ct, (ll)slice);
   } else {
     LINE(c, "memset(%s, 0, sizeof(%s) * %lld);\n", dx, ct, (ll)slice);
@@ -161,14 +162,9 @@ static void pad_bwd_gather(CgFunc *c, const Inst *in) {
   char gi[IDX_CAP * 2];
   flat_index(gi, sizeof gi, 'i', g);
   cg_par_for(c, "p", ir_numel(r), CG_PAR_GRID);
-  int64_t below = 1;
-  for (int k = nd - 1; k >= 0; k--) {   /* x's position s<k> of element p */
-    if (k == 0 && below == 1) LINE(c, "const int64_t s0 = p;\n");
-    else if (k == 0) LINE(c, "const int64_t s0 = p / %lld;\n", (ll)below);
-    else if (below == 1) LINE(c, "const int64_t s%d = p %% %lld;\n", k, (ll)r->dims[k]);
-    else LINE(c, "const int64_t s%d = p / %lld %% %lld;\n", k, (ll)below, (ll)r->dims[k]);
-    below *= r->dims[k];
-  }
+  unsigned char all[IR_MAX_DIMS];
+  memset(all, 1, sizeof all);
+  unflatten(c, "p", nd, r->dims, all, 's', 0);   /* x's position s<k> of element p */
   LINE(c, "%s acc = 0;\n", ct);
   int open = 0;
   for (int k = 0; k < nd; k++) {

@@ -103,6 +103,8 @@ int cu_conv(Ent *e, int i, const Inst *in);
 /* Instruction i as this target's own kernel (copies, reductions, concat, iota and rand,
  * unslice, pooling, embeddings): 0, or -1 when it has none (cu_serial then). */
 int cu_data_op(Ent *e, int i, const Inst *in);
+/* argmax/argmin of few long fibers: a block per 8 fibers (ops_cuda.c); 0, or -1 when it does not apply */
+int cu_argmax_split(Ent *e, int i, const Inst *in);
 /* Instruction i's kernel, the body finished: its model-line comment and `note` (or none), named
  * <m>_<entry>_i<i><sfx>, launched on grid (C text) blocks of `block` threads; sync: it has
  * __syncthreads. cu_op_launch: a grid-stride loop over n elements. */

@@ -126,7 +126,7 @@ static void cu_kernel_code(CgEntry *en, int k) {
       if (cu_attention(e, i, in) < 0) en->rc = fail(g, f, in, "fused attention of this dtype");
       continue;
     }
-    if (in->op == IR_ARGMAX && cu_data_op(e, i, in) == 0) continue;   /* few long fibers: a block each */
+    if (in->op == IR_ARGMAX && cu_argmax_split(e, i, in) == 0) continue;   /* few long fibers: a block each */
     if (cu_op_kernel(e, i) == 0 || cu_data_op(e, i, in) == 0) continue;
     cu_serial(e, i);
     if (g->k.gemm[DT_F32] || g->k.gemm[DT_F64] || g->k.im2col[DT_F32] || g->k.col2im[DT_F32])

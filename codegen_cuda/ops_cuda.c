@@ -374,6 +374,21 @@ static int emit_copy(Ent *e, int i, const Inst *in) {
  * order from shared memory: deterministic, a float sum in double as the C target's. */
 enum { RED_COLS = 8, RED_PARTS = 32 };
 
+/* The split blocks' thread roles: ctc_c the result in the block, ctc_g the part, ctc_i the result. */
+static void split_roles(Buf *body) {
+  cg_printf(body, "  const int ctc_c = threadIdx.x %% %d, ctc_g = threadIdx.x / %d;\n", RED_COLS, RED_COLS);
+  cg_printf(body, "  const int64_t ctc_i = (int64_t)blockIdx.x * %d + ctc_c;\n", RED_COLS);
+}
+
+/* A split kernel of n results (`what`: "result", "fiber") launched with its note. */
+static void split_launch(Ent *e, int i, const Inst *in, Buf *body, int64_t n, const char *what) {
+  char note[160], grid[32];
+  snprintf(note, sizeof note, "a block of %d threads per %d %ss, %d per %s", RED_COLS * RED_PARTS, RED_COLS, what, RED_PARTS,
+           what);
+  snprintf(grid, sizeof grid, "%lld", (ll)((n + RED_COLS - 1) / RED_COLS));
+  cu_inst_launch(e, i, in, note, "", body, grid, RED_COLS * RED_PARTS, 1);
+}
+
 static void emit_reduce_split(Ent *e, int i, const Inst *in, const int64_t *ast, const int64_t *kst, int64_t R) {
   const Func *f = e->f;
   const Type *a = ty(f, in->args[0]), *r = ty(f, in->res);
@@ -385,8 +400,7 @@ static void emit_reduce_split(Ent *e, int i, const Inst *in, const int64_t *ast,
   char idx[512];
   cu_flat_index(idx, sizeof idx, r, kst, "ctc_i", r->ndim);
   cg_printf(&body, "  __shared__ %s ctc_part[%d][%d];\n", acc, RED_PARTS, RED_COLS);
-  cg_printf(&body, "  const int ctc_c = threadIdx.x %% %d, ctc_g = threadIdx.x / %d;\n", RED_COLS, RED_COLS);
-  cg_printf(&body, "  const int64_t ctc_i = (int64_t)blockIdx.x * %d + ctc_c;\n", RED_COLS);
+  split_roles(&body);
   cg_printf(&body, "  %s ctc_acc = %s;\n", acc, cg_acc_init(in, t));
   cg_printf(&body, "  if (ctc_i < %lld) {\n    const int64_t ctc_b = %s;\n", (ll)n, idx);
   cg_printf(&body, "    for (int64_t ctc_q = ctc_g; ctc_q < %lld; ctc_q += %d)   /* its share of the %lld elements */\n", (ll)R,
@@ -412,10 +426,7 @@ static void emit_reduce_split(Ent *e, int i, const Inst *in, const int64_t *ast,
   int cast = strcmp(acc, cg_ctype(t)) != 0;
   cg_printf(&body, "    %s[ctc_i] = %s%s%sctc_acc;\n  }\n", cg_ref(e->c, in->res), cast ? "(" : "", cast ? cg_ctype(t) : "",
             cast ? ")" : "");
-  char note[160], grid[32];
-  snprintf(note, sizeof note, "a block of %d threads per %d results, %d per result", RED_COLS * RED_PARTS, RED_COLS, RED_PARTS);
-  snprintf(grid, sizeof grid, "%lld", (ll)((n + RED_COLS - 1) / RED_COLS));
-  cu_inst_launch(e, i, in, note, "", &body, grid, RED_COLS * RED_PARTS, 1);
+  split_launch(e, i, in, &body, n, "result");
   cg_buf_free(&body);
   cg_buf_free(&x);
 }
@@ -473,7 +484,7 @@ static int emit_reduce(Ent *e, int i, const Inst *in) {
  * takes the best of their results, an equal one (or a NaN after a NaN) at a smaller index:
  * the C target's index, whatever the order the threads finish in. Many fibers keep their
  * kernel IR, a thread per fiber. */
-static int emit_argmax_split(Ent *e, int i, const Inst *in) {
+int cu_argmax_split(Ent *e, int i, const Inst *in) {
   const Func *f = e->f;
   const Type *x = ty(f, in->args[0]), *r = ty(f, in->res);
   const int ax = (int)in->attr[0], isf = x->dtype == DT_F32 || x->dtype == DT_F64;
@@ -501,8 +512,7 @@ static int emit_argmax_split(Ent *e, int i, const Inst *in) {
   cu_kbegin(e, &body);
   cg_printf(&body, "  __shared__ %s ctc_pmx[%d][%d];\n  __shared__ int64_t ctc_pat[%d][%d];\n", ct, RED_PARTS, RED_COLS,
             RED_PARTS, RED_COLS);
-  cg_printf(&body, "  const int ctc_c = threadIdx.x %% %d, ctc_g = threadIdx.x / %d;\n", RED_COLS, RED_COLS);
-  cg_printf(&body, "  const int64_t ctc_i = (int64_t)blockIdx.x * %d + ctc_c;\n", RED_COLS);
+  split_roles(&body);
   cg_printf(&body, "  %s ctc_mx = 0;\n  int64_t ctc_at = -1;\n", ct);
   cg_printf(&body, "  if (ctc_i < %lld) {\n    const int64_t ctc_b = %s;\n", (ll)n, idx);
   cg_printf(&body, "    for (int64_t ctc_k = ctc_g; ctc_k < %lld; ctc_k += %d) {   /* its share of the %lld elements */\n",
@@ -515,10 +525,7 @@ static int emit_argmax_split(Ent *e, int i, const Inst *in) {
   cg_printf(&body, "      const %s ctc_v = ctc_pmx[ctc_q][ctc_c];\n      const int64_t ctc_k = ctc_pat[ctc_q][ctc_c];\n", ct);
   cg_printf(&body, "      if (ctc_k >= 0 && %s) ctc_mx = ctc_v, ctc_at = ctc_k;\n    }\n", pick);
   cg_printf(&body, "    %s[ctc_i] = ctc_at;\n  }\n", cg_ref(e->c, in->res));
-  char note[160], grid[32];
-  snprintf(note, sizeof note, "a block of %d threads per %d fibers, %d per fiber", RED_COLS * RED_PARTS, RED_COLS, RED_PARTS);
-  snprintf(grid, sizeof grid, "%lld", (ll)((n + RED_COLS - 1) / RED_COLS));
-  cu_inst_launch(e, i, in, note, "", &body, grid, RED_COLS * RED_PARTS, 1);
+  split_launch(e, i, in, &body, n, "fiber");
   cg_buf_free(&body);
   return 0;
 }
@@ -814,7 +821,6 @@ static int emit_embedding(Ent *e, int i, const Inst *in) {
 }
 
 int cu_data_op(Ent *e, int i, const Inst *in) {
-  if (in->op == IR_ARGMAX && emit_argmax_split(e, i, in) == 0) return 0;
   if ((in->op == IR_PERMUTE || in->op == IR_BROADCAST || in->op == IR_SLICE) && emit_copy(e, i, in) == 0) return 0;
   if ((in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX) && emit_reduce(e, i, in) == 0) return 0;
   if ((in->op == IR_MAXPOOL2D || in->op == IR_MAXPOOL2D_BWD) && emit_maxpool(e, i, in) == 0) return 0;
