@@ -197,8 +197,9 @@ int ir_conv_wino(const Func *f, const Inst *in) {
          M >= 16 && M * K <= IR_CONV_WINO_MAX_W;
 }
 
-/* Tiles a block: its transformed inputs and products, 64 (K + M) bytes a tile, near 1 MiB (an
- * L2 cache), in whole panels of 32 (ctc_gemm_tile_f32's columns); the same at every batch. */
+/* Tiles a block at most (the scratch's room): its transformed inputs and products, 64 (K + M)
+ * bytes a tile, near 1 MiB, in whole panels of 32 (ctc_gemm_tile_f32's columns); the same at every
+ * batch. The program takes fewer where half of the core's L2 cache holds fewer (ctc_wino_fit). */
 int64_t ir_conv_wino_block(const Func *f, const Inst *in) {
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);

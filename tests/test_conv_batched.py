@@ -379,6 +379,80 @@ def test_winograd_error_against_float64(request, case, isa):
         assert ours <= 2 * theirs + 1e-7, f"{n} {what}: {ours:.3g} against PyTorch's {theirs:.3g}"
 
 
+BLOCK32_CC = r"""#!/usr/bin/env python3
+# cc, after setting every Winograd call's block of tiles in the model's C to one panel (32)
+import os, re, sys
+args = sys.argv[1:]
+for i, a in enumerate(args):
+    if a.endswith(".c") and not os.path.basename(a).startswith("rt_"):
+        src = open(a).read()
+        def one_panel(m):
+            xs = m.group(2).split(", ")
+            xs[8 if m.group(1) == "ctc_conv_wino_f32" else 7] = "32"
+            return m.group(1) + "(" + ", ".join(xs) + ");"
+        src, n = re.subn(r"(ctc_conv_wino_f32|ctc_conv_wino_wgrad_f32)\(([^;]*)\);", one_panel, src)
+        if n:   # (not a probe of the build's)
+            args[i] = a[:-2] + "_block32.c"
+            open(args[i], "w").write(src)
+os.execvp("cc", ["cc"] + args + EXTRA)
+"""
+
+
+@pytest.mark.parametrize("isa", ["native", "haswell"])
+def test_winograd_block_does_not_change_results(tmp_path, isa, monkeypatch):
+    """The convolutions take blocks of at most the plan's tiles, as many as fill half of the core's L2
+    cache (ctc_wino_fit: sysconf), so the block depends on the machine; every sum is made the same way
+    at any block of whole panels. The Winograd cases built with the plan's blocks and with blocks
+    of one panel (32 tiles: many blocks where the plan's fill one): the same bits, forward and
+    gradients, 1 and 2 threads; AVX-512 (native, where the CPU has it) and AVX2."""
+    if os.uname().machine != "x86_64" or "avx2" not in open("/proc/cpuinfo").read().split():
+        pytest.skip("an x86-64 CPU with AVX2")
+    if isa == "native" and not _avx512():
+        pytest.skip("native is AVX-512 here only on a CPU with it (the haswell case covers AVX2)")
+    import torch
+    import torch.nn.functional as F
+    extra = ["-march=haswell"] if isa == "haswell" else []
+    src = ["import torch", "import torch.nn.functional as F", ""]
+    ex, entries, outs = [], [], {}
+    for case in WINO:
+        n = case[0]
+        xs, ws, bs = _shapes(case)
+        with torch.no_grad():
+            outs[n] = tuple(eval(_call(case, "x", "w", "b"), {"F": F, "x": torch.zeros(xs), "w": torch.zeros(ws),
+                                                               "b": torch.zeros(bs)}).shape)
+        src += [f"def fwd_{n}(x, w, b):", f"    return {_call(case, 'x', 'w', 'b')}", "",
+                f"def grads_{n}(x, w, b, p):", f"    y = {_call(case, 'x', 'w', 'b')}",
+                "    return torch.autograd.grad((y * p).sum(), (x, w, b))", ""]
+        z = f"torch.zeros{xs}, torch.zeros{ws}, torch.zeros{bs}"
+        ex += [f'    "fwd_{n}": ({z}),', f'    "grads_{n}": ({z}, torch.zeros{outs[n]}),']
+        entries += ["--entry", f"fwd_{n}", "--entry", f"grads_{n}"]
+    (tmp_path / "wino.py").write_text("\n".join(src + ["example_inputs = {"] + ex + ["}", ""]))
+    exes = {}
+    for kind in ("plan", "block32"):
+        cc = tmp_path / f"cc_{kind}"
+        if kind == "plan":
+            cc.write_text('#!/bin/sh\nexec cc "$@"' + "".join(f" {e}" for e in extra) + "\n")
+        else:
+            cc.write_text(BLOCK32_CC.replace("EXTRA", repr(extra)))
+        cc.chmod(0o755)
+        exes[kind] = tmp_path / f"net_{kind}"
+        run([CTC, "build", str(tmp_path / "wino.py"), "-o", str(exes[kind]), "--cc", str(cc), *entries], timeout=900)
+    assert (tmp_path / "net_block32_block32.c").exists()
+    for case in WINO:
+        n = case[0]
+        x, w, b, p = _data(case, outs[n], len(n))
+        got = {}
+        for kind, exe in exes.items():
+            for threads in ("1", "2"):
+                monkeypatch.setenv("OMP_NUM_THREADS", threads)
+                got[kind, threads] = run_entry(tmp_path, exe, f"fwd_{n}", [x, w, b], 1) + \
+                    run_entry(tmp_path, exe, f"grads_{n}", [x, w, b, p], 3)
+        for key, arrays in got.items():
+            for what, a, ref in zip(("forward", "d/dx", "d/dw", "d/db"), arrays, got["plan", "1"]):
+                assert a.tobytes() == ref.tobytes(), f"{n} {what}: {key} differs from the plan's blocks"
+        compare(f"{n} d/dw", got["block32", "1"][2], _torch(case, x, w, b, p)[1], 1e-3, 1e-3)
+
+
 SMALL_RESNET = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
