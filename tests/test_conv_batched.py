@@ -102,16 +102,15 @@ def _torch(case, x, w, b, pgrad=None):
     return [t.numpy() for t in torch.autograd.grad((y * torch.from_numpy(pgrad)).sum(), (tx, tw, tb))]
 
 
-@pytest.fixture(scope="module")
-def net(tmp_path_factory):
+def _conv_file(cases, ex):
+    """A user file with fwd_NAME(x, w, b) and grads_NAME(x, w, b, p) for each case (ex: the
+    example_inputs entries before theirs); returns its text, ctc's --entry options and each
+    case's output shape."""
     import torch
     import torch.nn.functional as F
-    tmp = tmp_path_factory.mktemp("convb")
     src = ["import torch", "import torch.nn.functional as F", ""]
-    ex = ['    "forward": (torch.zeros(1),),']
-    entries = []
-    outs = {}
-    for case in CASES:
+    entries, outs = [], {}
+    for case in cases:
         n = case[0]
         xs, ws, bs = _shapes(case)
         with torch.no_grad():
@@ -122,11 +121,17 @@ def net(tmp_path_factory):
                 f"def grads_{n}(x, w, b, p):", f"    y = {_call(case, 'x', 'w', 'b')}",
                 "    return torch.autograd.grad((y * p).sum(), (x, w, b))", ""]
         z = f"torch.zeros{xs}, torch.zeros{ws}, torch.zeros{bs}"
-        ex += [f'    "fwd_{n}": ({z}),', f'    "grads_{n}": ({z}, torch.zeros{ys}),']
+        ex = ex + [f'    "fwd_{n}": ({z}),', f'    "grads_{n}": ({z}, torch.zeros{ys}),']
         entries += ["--entry", f"fwd_{n}", "--entry", f"grads_{n}"]
-    src += ["example_inputs = {"] + ex + ["}", ""]
+    return "\n".join(src + ["example_inputs = {"] + ex + ["}", ""]), entries, outs
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("convb")
+    text, entries, outs = _conv_file(CASES, ['    "forward": (torch.zeros(1),),'])
     path = tmp / "convs.py"
-    path.write_text("\n".join(src))
+    path.write_text(text)
     exe = tmp / "net"
     run([CTC, "build", str(path), "-o", str(exe), *entries], timeout=900)
     return tmp, exe, outs
@@ -409,24 +414,9 @@ def test_winograd_block_does_not_change_results(tmp_path, isa, monkeypatch):
         pytest.skip("an x86-64 CPU with AVX2")
     if isa == "native" and not _avx512():
         pytest.skip("native is AVX-512 here only on a CPU with it (the haswell case covers AVX2)")
-    import torch
-    import torch.nn.functional as F
     extra = ["-march=haswell"] if isa == "haswell" else []
-    src = ["import torch", "import torch.nn.functional as F", ""]
-    ex, entries, outs = [], [], {}
-    for case in WINO:
-        n = case[0]
-        xs, ws, bs = _shapes(case)
-        with torch.no_grad():
-            outs[n] = tuple(eval(_call(case, "x", "w", "b"), {"F": F, "x": torch.zeros(xs), "w": torch.zeros(ws),
-                                                               "b": torch.zeros(bs)}).shape)
-        src += [f"def fwd_{n}(x, w, b):", f"    return {_call(case, 'x', 'w', 'b')}", "",
-                f"def grads_{n}(x, w, b, p):", f"    y = {_call(case, 'x', 'w', 'b')}",
-                "    return torch.autograd.grad((y * p).sum(), (x, w, b))", ""]
-        z = f"torch.zeros{xs}, torch.zeros{ws}, torch.zeros{bs}"
-        ex += [f'    "fwd_{n}": ({z}),', f'    "grads_{n}": ({z}, torch.zeros{outs[n]}),']
-        entries += ["--entry", f"fwd_{n}", "--entry", f"grads_{n}"]
-    (tmp_path / "wino.py").write_text("\n".join(src + ["example_inputs = {"] + ex + ["}", ""]))
+    text, entries, outs = _conv_file(WINO, [])
+    (tmp_path / "wino.py").write_text(text)
     exes = {}
     for kind in ("plan", "block32"):
         cc = tmp_path / f"cc_{kind}"
