@@ -1866,8 +1866,9 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
 static inline int64_t ctc_wino_fit(int64_t B, int64_t bytes) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  const int64_t b = l2 > 0 ? l2 / 2 / bytes / 32 * 32 : B;
-  return b < 32 ? (B < 32 ? B : 32) : b < B ? b : B;
+  int64_t b = l2 > 0 ? l2 / 2 / bytes / 32 * 32 : B;
+  if (b < 32) b = 32;
+  return b < B ? b : B;
 #else
   (void)bytes;
   return B;
@@ -1968,8 +1969,8 @@ static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64
 #ifdef _OPENMP
   nth = omp_get_num_threads(), th = omp_get_thread_num();
 #endif
-  /* (with rows, a thread's share of a tile's transforms: its most rows of the 4) */
-  B = ctc_wino_fit(B, 16 * (K + M) * (nth >= 2 && nth <= 4 ? (nth == 3 ? 2 : 4 / nth) : 4));
+  /* (with rows, a thread's share of a tile's transforms: the most rows of the 4 a thread takes) */
+  B = ctc_wino_fit(B, 16 * (K + M) * (nth >= 2 && nth <= 4 ? (4 + nth - 1) / nth : 4));
   float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * (K * B + CTC_WINO_PAD);
   if (nth >= 2 && nth <= 4) {
     const int r0 = th * 4 / nth, r1 = (th + 1) * 4 / nth;   /* this thread's rows: planes [4 r0, 4 r1) */
