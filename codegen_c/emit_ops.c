@@ -711,6 +711,109 @@ static void win_index(char *buf, size_t cap, const char *o, int64_t s, int64_t p
   else snprintf(buf + n, cap - (size_t)n, " + %s * %lld", k, (ll)d);
 }
 
+/* The loop over a row of outputs for one tap (kh, kw) of a window, as pooling's row scans write
+ * it: outputs ow whose input column iw = ow * s - p + kw * d lies in [0, W) (all OW of them
+ * where no window reaches outside the image); then, where the tap's row ih = oh * s - p + kh * d
+ * is inside the image, `xr` is that row. Opens `for (ow ...) {` at the caller's indent + 2. */
+static void open_tap_row(CgFunc *c, int64_t W, int64_t OW, int64_t s, int64_t p, int64_t d, int chk) {
+  if (!chk) {
+    LINE(c, "CTC_OMP_SIMD\n");
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    return;
+  }
+  LINE(c, "const int64_t e = kw%s - %lld;   /* iw = ow%s + e: the outputs with iw in [0, %lld) */\n",
+       d == 1 ? "" : arena_printf(c->p->arena, " * %lld", (ll)d), (ll)p,
+       s == 1 ? "" : arena_printf(c->p->arena, " * %lld", (ll)s), (ll)W);
+  if (s == 1) LINE(c, "const int64_t o0 = e < 0 ? -e : 0, o1 = e > %lld ? 0 : %lld - e;\n", (ll)(W - 1), (ll)W);
+  else
+    LINE(c, "const int64_t o0 = e < 0 ? (%lld - e) / %lld : 0, o1 = e > %lld ? 0 : (%lld - e) / %lld + 1;\n",
+         (ll)(s - 1), (ll)s, (ll)(W - 1), (ll)(W - 1), (ll)s);
+  LINE(c, "CTC_OMP_SIMD\n");
+  LINE(c, "for (int64_t ow = o0; ow < (o1 < %lld ? o1 : %lld); ow++) {\n", (ll)OW, (ll)OW);
+}
+
+/* Pooling a row of outputs at a time: for each tap (kh, kw) of the windows, in that order, a
+ * loop over the row's outputs whose tap lies inside the image (rows outside skipped), reading
+ * or writing row ih through `row` ("const float *restrict xr = xp": its declaration without
+ * the offset). Each output meets its window's taps in the order a scan of the window takes
+ * them, so a max, first-max position or sum comes out as the scan's; the loop over the row has
+ * no branch and no bounds check, and vectorises (strided loads, selects). `body` emits output
+ * ow's update from column iw. g: the window (kh kw sh sw ph pw dh dw). */
+static void tap_rows(CgFunc *c, const Inst *in, const int64_t *g, int64_t H, int64_t W, int64_t OW, int chk_h,
+                     int chk_w, const char *row, void (*body)(CgFunc *, const Inst *, int64_t W)) {
+  char ih[128], iw[128];
+  win_index(ih, sizeof ih, "oh", g[2], g[4], "kh", g[6]);
+  win_index(iw, sizeof iw, "ow", g[3], g[5], "kw", g[7]);
+  LINE(c, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)g[0]);
+  c->ind += 2;
+  LINE(c, "const int64_t ih = %s;\n", ih);
+  if (chk_h) LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)H);
+  LINE(c, "%s + ih * %lld;\n", row, (ll)W);
+  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g[1]);
+  c->ind += 2;
+  open_tap_row(c, W, OW, g[3], g[5], g[7], chk_w);
+  c->ind += 2;
+  LINE(c, "const int64_t iw = %s;\n", iw);
+  body(c, in, W);
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+  c->ind -= 2;
+  LINE(c, "}\n");
+}
+
+/* The window of a max or average pooling (tap_rows's g): average pooling has no dilation. */
+static void pool_geom(const Inst *in, int64_t *g) {
+  int is_max = in->op != IR_AVGPOOL2D && in->op != IR_AVGPOOL2D_BWD;
+  for (int i = 0; i < 6; i++) g[i] = in->attr[i];
+  g[6] = is_max ? in->attr[6] : 1, g[7] = is_max ? in->attr[7] : 1;
+}
+
+static void avg_update(CgFunc *c, const Inst *in, int64_t W) {
+  (void)in, (void)W;
+  LINE(c, "acc[ow] += xr[iw];\n");
+}
+
+static void avg_bwd_update(CgFunc *c, const Inst *in, int64_t W) {
+  (void)in, (void)W;
+  LINE(c, "dr[iw] += d[ow];\n");
+}
+
+/* Average pooling's divisor for output (oh, ow), as PyTorch's: the window clipped to the padded
+ * image (count_include_pad) or to the image itself; declares h0 h1 ha hb (once a row: rows) or
+ * w0 w1 wa wb (cols) and returns the expression. */
+static const char *avg_clip(CgFunc *c, const Inst *in, int64_t H, int64_t W, int rows) {
+  const int64_t k = in->attr[rows ? 0 : 1], st = in->attr[rows ? 2 : 3], p = in->attr[rows ? 4 : 5], n = rows ? H : W;
+  const char o = rows ? 'h' : 'w';
+  char o0[64];
+  win_index(o0, sizeof o0, rows ? "oh" : "ow", st, p, "0", 1);
+  *(strrchr(o0, '+') - 1) = 0;   /* (without the tap's " + 0") */
+  LINE(c, "const int64_t %c0 = %s, %c1 = %c0 + %lld < %lld ? %c0 + %lld : %lld;\n", o, o0, o, o, (ll)k, (ll)(n + p), o,
+       (ll)k, (ll)(n + p));
+  if (!in->attr[6])
+    LINE(c, "const int64_t %ca = %c0 < 0 ? 0 : %c0, %cb = %c1 > %lld ? %lld : %c1;\n", o, o, o, o, o, (ll)n, (ll)n, o);
+  return in->attr[6] ? "((h1 - h0) * (w1 - w0))" : "((hb - ha) * (wb - wa))";
+}
+
+static void max_update(CgFunc *c, const Inst *in, int64_t W) {
+  (void)W;
+  DType t = ty(c, in->res)->dtype;
+  LINE(c, "const %s v = xr[iw];\n", cg_ctype(t));
+  LINE(c, ir_dtype_is_float(t) ? "yr[ow] = v > yr[ow] || v != v ? v : yr[ow];\n" : "yr[ow] = v > yr[ow] ? v : yr[ow];\n");
+}
+
+/* (max pooling's gradient) where the window's first maximum is: the first tap inside the image,
+ * then one greater or NaN */
+static void argmax_update(CgFunc *c, const Inst *in, int64_t W) {
+  DType t = ty(c, in->res)->dtype;
+  LINE(c, "const %s v = xr[iw];\n", cg_ctype(t));
+  LINE(c, ir_dtype_is_float(t) ? "const int take = (at[ow] < 0) | (v > mx[ow]) | (v != v);\n"
+                               : "const int take = (at[ow] < 0) | (v > mx[ow]);\n");
+  LINE(c, "mx[ow] = take ? v : mx[ow];\n");
+  LINE(c, "at[ow] = take ? (int32_t)(ih * %lld + iw) : at[ow];\n", (ll)W);
+}
+
 static void emit_pool(CgFunc *c, const Inst *in) {
   const Type *x = ty(c, in->args[0]), *r = ty(c, in->res);
   DType t = r->dtype;
@@ -727,6 +830,46 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   cg_par_for(c, "nc", NC, CG_PAR_GRID | (ir_numel(r) * kh * kw >= min_work(c) ? CG_PAR_OMP : 0));
   LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
   LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
+  if (is_max) {   /* a row of maxima at a time, in y itself (tap_rows) */
+    c->k->simd = 1;
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "%s *restrict yr = yp + oh * %lld;\n", ct, (ll)OW);
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) yr[ow] = %s;\n", (ll)OW, acc_init(in, t));
+    int64_t g[8];
+    pool_geom(in, g);
+    tap_rows(c, in, g, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), max_update);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_end(c);
+    c->ind = base;
+    return;
+  }
+  if ((chk_h || chk_w) && !c->target && !c->k->freestanding && OW <= 1024) {
+    /* hosted C, windows reaching outside the image: a row of sums at a time on the stack
+     * (tap_rows), then each divided by its window's divisor */
+    const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
+    int64_t g[8];
+    pool_geom(in, g);
+    c->k->simd = 1;
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "%s acc[%lld];   /* the row's window sums */\n", at, (ll)OW);
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) acc[ow] = 0;\n", (ll)OW);
+    tap_rows(c, in, g, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), avg_update);
+    avg_clip(c, in, H, W, 1);
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    c->ind += 2;
+    const char *cnt = avg_clip(c, in, H, W, 0);
+    LINE(c, "yp[oh * %lld + ow] = (%s)(acc[ow] / %s);\n", (ll)OW, ct, cnt);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_end(c);
+    c->ind = base;
+    return;
+  }
   LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
   c->ind += 2;
   LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
@@ -734,24 +877,7 @@ static void emit_pool(CgFunc *c, const Inst *in) {
   char ih[128], iw[128];
   win_index(ih, sizeof ih, "oh", sh, ph, "kh", dh);
   win_index(iw, sizeof iw, "ow", sw, pw, "kw", dw);
-  if (is_max) {
-    LINE(c, "%s acc = %s;\n", ct, acc_init(in, t));
-    LINE(c, "for (int64_t kh = 0; kh < %lld; kh++) {\n", (ll)kh);
-    c->ind += 2;
-    LINE(c, "const int64_t ih = %s;\n", ih);
-    if (chk_h) LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)H);
-    LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)kw);
-    c->ind += 2;
-    LINE(c, "const int64_t iw = %s;\n", iw);
-    if (chk_w) LINE(c, "if (iw < 0 || iw >= %lld) continue;\n", (ll)W);
-    LINE(c, "const %s v = xp[ih * %lld + iw];\n", ct, (ll)W);
-    LINE(c, ir_dtype_is_float(t) ? "if (v > acc || isnan(v)) acc = v;\n" : "if (v > acc) acc = v;\n");
-    c->ind -= 2;
-    LINE(c, "}\n");
-    c->ind -= 2;
-    LINE(c, "}\n");
-    LINE(c, "yp[oh * %lld + ow] = acc;\n", (ll)OW);
-  } else if (!chk_h && !chk_w) {
+  if (!chk_h && !chk_w) {
     /* every window lies inside the image: a plain mean */
     const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
     LINE(c, "%s acc = 0;\n", at);
@@ -865,6 +991,38 @@ static void emit_maxpool_bwd(CgFunc *c, const Inst *in) {
     close_windows(c, base);
     return;
   }
+  if (!c->target && !c->k->freestanding && OW <= 1024 && H * W <= INT32_MAX) {
+    /* hosted C: each row of windows scanned tap by tap (tap_rows), its maxima and their positions
+     * in two rows on the stack, then g added at those positions in the windows' order */
+    if (jvp) {
+      LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
+      LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
+    } else {
+      LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+      LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+      LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+    }
+    c->k->simd = 1;
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "%s mx[%lld];   /* each window's maximum so far */\n", ct, (ll)OW);
+    LINE(c, "int32_t at[%lld];   /* and where it is (-1: no tap inside the image yet) */\n", (ll)OW);
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) mx[ow] = 0, at[ow] = -1;\n", (ll)OW);
+    int64_t gm[8];
+    pool_geom(in, gm);
+    tap_rows(c, in, gm, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), argmax_update);
+    if (jvp) LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) op[oh * %lld + ow] = at[ow] >= 0 ? tp[at[ow]] : 0;\n",
+                  (ll)OW, (ll)OW);
+    else {
+      LINE(c, "for (int64_t ow = 0; ow < %lld; ow++)\n", (ll)OW);
+      LINE(c, "  if (at[ow] >= 0) dp[at[ow]] += gp[oh * %lld + ow];\n", (ll)OW);
+    }
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_end(c);
+    c->ind = base;
+    return;
+  }
   if (jvp) {
     LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
     LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
@@ -917,6 +1075,29 @@ static void emit_avgpool_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "const %s *gp = %s + nc * %lld;\n", ct, gs, (ll)(OH * OW));
   LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
   LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  if ((chk_h || chk_w) && !c->target && !c->k->freestanding && OW <= 1024) {
+    /* hosted C, windows reaching outside the image: a row of windows' shares g / divisor on the
+     * stack, then added tap by tap (tap_rows: for each tap, the row's outputs in order) */
+    int64_t gm[8];
+    pool_geom(in, gm);
+    c->k->simd = 1;
+    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+    c->ind += 2;
+    LINE(c, "%s d[%lld];   /* each window's share of its g */\n", ct, (ll)OW);
+    avg_clip(c, in, H, W, 1);
+    LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
+    c->ind += 2;
+    const char *cnt = avg_clip(c, in, H, W, 0);
+    LINE(c, "d[ow] = gp[oh * %lld + ow] / %s;\n", (ll)OW, cnt);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    tap_rows(c, in, gm, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "%s *restrict dr = dp", ct), avg_bwd_update);
+    c->ind -= 2;
+    LINE(c, "}\n");
+    cg_par_end(c);
+    c->ind = base;
+    return;
+  }
   window_loops(c, OH, OW);
   if (!chk_h && !chk_w) {
     char ih[128], iw[128];
