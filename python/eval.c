@@ -537,7 +537,22 @@ int iter_items_any_order(L *L, Span at, PV *v, PV ***out) {
 
 PV *py_pylib_missing(L *L, Span at, PV *m, const char *name) {
   PV *mark = m && m->k == PV_OBJ && m->attrs ? env_get(m->attrs, PY_PYLIB_MARK) : NULL;
-  return mark ? pv_opaque(L, at, arena_printf(L->a, "%s.%s", mark->s, name)) : NULL;
+  if (!mark) return NULL;
+  const char *expr = arena_printf(L->a, "%s.%s", mark->s, name);
+  if (!env_get(m->attrs, "__ctc_model_builders__")) return pv_opaque(L, at, expr);
+  /* a model builder ctc's torchvision lacks (densenet121): script code may name builders it
+   * does not call, but calling one is an error (call_value), never an opaque model whose
+   * parameters would be missing from the compiled one */
+  const char *has = "";
+  for (int i = 0; i < (int)m->attrs->names.len; i++) {
+    const char *n = m->attrs->names.data[i];
+    PV *f = m->attrs->vals.data[i];
+    if (f->k == PV_FUNC && n[0] >= 'a' && n[0] <= 'z') has = arena_printf(L->a, "%s%s%s", has, has[0] ? ", " : "", n);
+  }
+  PV *v = pv_opaque_described(L, at, expr, arena_printf(L->a, "torchvision model builder '%s', which ctc's "
+                                                         "torchvision does not have (it has %s)", name, has));
+  v->i = 2;
+  return v;
 }
 
 PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
@@ -732,6 +747,7 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
   }
   case PV_CLASS: return instantiate(L, at, fn, args, nargs, kwn, kwv, nkw);
   case PV_OPAQUE:
+    if (fn->i == 2) lower_error(L, at, "cannot build a model with the %s", fn->what);
     for (int i = 0; i < nargs + nkw; i++) {
       PV *x = i < nargs ? args[i] : kwv[i - nargs];
       if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");

@@ -93,7 +93,8 @@ struct HostState;   /* the host's part of the context */
 
 struct PV {
   PVKind k;
-  int64_t i;             /* INT, BOOL; FUNC: its method kind (FK_*); BUILTIN: the namespace bits its row was found under (0: made directly) */
+  int64_t i;             /* INT, BOOL; FUNC: its method kind (FK_*); BUILTIN: the namespace bits its row was found under (0: made directly);
+                            OPAQUE: 1 described (pv_opaque_described), 2 a model builder ctc's torchvision lacks (not callable) */
   double f;              /* FLOAT; COMPLEX: the real part */
   double fi;             /* COMPLEX: the imaginary part */
   const char *s;         /* STR (NUL-terminated), names of FUNC/CLASS/NS/BUILTIN; HOST/HOSTC: the kind's name */

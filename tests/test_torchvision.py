@@ -205,6 +205,50 @@ def test_pretrained_weights_refused(tmp_path):
     assert "pre.py:10:25" in r.stderr and "does not download pretrained weights" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("build", ["torchvision.models.densenet121(num_classes=10)",
+                                   "torchvision.models.shufflenet_v2_x1_0()"])
+def test_missing_builder_is_an_error(tmp_path, build):
+    """A builder ctc's torchvision lacks is a located error at its call that lists the
+    builders it has. (It was an opaque value: `self.backbone = ...densenet121()` compiled
+    without the backbone's parameters, and `model = ...shufflenet_v2_x1_0()` reported an
+    empty optimizer.) A table of builders the script does not call still compiles."""
+    path = tmp_path / "miss.py"
+    path.write_text(BACKBONE.replace("BUILD", build).replace("HEAD", "pass").replace("SIZE", "32"))
+    r = run([CTC, "check", path], check=False)
+    assert r.returncode == 1, r.stderr
+    name = build.split(".")[2].split("(")[0]
+    assert "miss.py:10:25: error: cannot build a model with the torchvision model builder " \
+           f"'{name}', which ctc's torchvision does not have (it has resnet18, " in r.stderr, r.stderr
+    table = "{'r18': torchvision.models.resnet18, 'd121': torchvision.models.densenet121}['r18'](num_classes=10)"
+    path.write_text(BACKBONE.replace("BUILD", table).replace("HEAD", "pass").replace("SIZE", "32"))
+    run([CTC, "check", path])
+
+
+def test_stochastic_depth_in_training(tmp_path):
+    """torchvision.ops.stochastic_depth in training (EfficientNet's blocks; its default
+    stochastic_depth_prob is 0.2): a row's sample, or the whole batch, kept with probability
+    1 - p and scaled by 1 / (1 - p), PyTorch's value of that scale; the dropped fraction
+    within 5 standard deviations of p. (It stopped on Tensor.bernoulli_.)"""
+    path = tmp_path / "sd.py"
+    path.write_text("import torch\nimport torchvision\n\n\n"
+                    "def rows(x):\n    return torchvision.ops.stochastic_depth(x, 0.3, 'row', True) * 1.0\n\n\n"
+                    "def batch(x):\n    return torchvision.ops.stochastic_depth(x, 0.3, 'batch', True) * 1.0\n\n\n"
+                    "example_inputs = {'rows': (torch.ones(4000, 3, 2, 2),), 'batch': (torch.ones(4000, 3, 2, 2),)}\n")
+    exe = tmp_path / "sd"
+    run([CTC, "build", path, "-o", exe, "--entry", "rows", "--entry", "batch"])
+    x = np.ones((4000, 3, 2, 2), np.float32)
+    scale = float(torch.ones(1).div_(1.0 - 0.3))
+    for entry in ("rows", "batch"):
+        np.save(tmp_path / "x.npy", x)
+        run([exe, "run", entry, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
+        r = np.load(tmp_path / "y.npy").reshape(4000 if entry == "rows" else 1, -1)
+        assert (r.min(1) == r.max(1)).all(), f"{entry}: a sample's values differ"
+        assert set(np.unique(r)) <= {0.0, np.float32(scale)}, np.unique(r)
+        if entry == "rows":
+            dropped = float((r[:, 0] == 0).mean())
+            assert abs(dropped - 0.3) <= 5 * np.sqrt(0.3 * 0.7 / 4000), dropped
+
+
 ADAPTIVE = """import torch
 import torch.nn as nn
 

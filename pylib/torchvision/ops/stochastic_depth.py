@@ -2,6 +2,7 @@
 # residual branch (mode "row") or the whole batch's (mode "batch") is dropped with
 # probability p and the kept ones scaled by 1 / (1 - p); the identity in eval.
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -17,9 +18,9 @@ def stochastic_depth(x, p, mode, training=True):
         size = [x.shape[0]] + [1] * (x.ndim - 1)
     else:
         size = [1] * x.ndim
-    noise = torch.empty(size, dtype=x.dtype, device=x.device).bernoulli_(keep)
-    if keep > 0.0:
-        noise.div_(keep)
+    # torchvision draws bernoulli(keep) and divides by keep: dropout of ones is that noise
+    # (ctc's random stream, as dropout's; PyTorch's draws differ from torchvision's order)
+    noise = F.dropout(torch.ones(size, dtype=x.dtype, device=x.device), p, True)
     return x * noise
 
 
