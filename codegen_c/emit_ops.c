@@ -11,7 +11,9 @@
  * disjoint parts of their result.
  *
  * Gradient primitives: UNSLICE zeroes and scatters (convolutions' gradients: linalg_c.c);
- * the pooling gradients loop over windows per image;
+ * pooling and its gradients loop over images in parallel, within one over a row of windows
+ * at a time, tap by tap (tap_rows; the freestanding target's gradients and average pooling
+ * per window: no rows on its stack);
  * EMBEDDING_BWD adds rows of g at the indices (checked in range before the kernel: emit_c.c). */
 #include <math.h>
 #include <stdlib.h>
