@@ -1,6 +1,7 @@
 /* ops_int.h - what emit_ops.c (the C loops of each primitive) shares with linalg_c.c (the
- * kernel IR's GEMM and convolution calls as C) and resample_c.c (pad's and upsample's
- * gradients): the line writer, the loop nest and its accesses. Private to those files. */
+ * kernel IR's GEMM and convolution calls as C), resample_c.c (pad's and upsample's
+ * gradients) and pool_c.c (pooling and its gradients): the line writer, the loop nest and its
+ * accesses. Private to those files. */
 #ifndef CTC_OPS_INT_H
 #define CTC_OPS_INT_H
 
@@ -56,6 +57,22 @@ void cg_nest(CgFunc *c, int nd, const int64_t *dims, int na, const Acc *acc, Bod
 void cg_ptr_at(CgFunc *c, Buf *b, ValId v, const char *idx);
 /* linalg_c.c: a KN_GEMM kernel (a GEMM and its epilogue per thread's block) */
 void cg_emit_gemm_kernel(CgFunc *c, const Kernel *kn);
+/* an f32 sum's accumulator type: float under --freestanding's float_acc, else double */
+static inline const char *float_acc(const Kernels *k, DType t) { return t == DT_F32 && k && k->float_acc ? "float" : "double"; }
+/* a max or sum's starting value */
+static inline const char *acc_init(const Inst *in, DType t) {
+  if (in->op == IR_REDUCE_SUM) return "0";
+  switch (t) {
+  case DT_F32: case DT_F64: return "-INFINITY";
+  case DT_I64: return "INT64_MIN";
+  case DT_I32: return "INT32_MIN";
+  default: return "0";
+  }
+}
+/* pool_c.c: max and average pooling and their gradients */
+void cg_emit_pool(CgFunc *c, const Inst *in);
+void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in);
+void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in);
 /* resample_c.c: the gradients of reflect/replicate PAD and of UPSAMPLE */
 void cg_emit_pad_bwd(CgFunc *c, const Inst *in);
 void cg_emit_upsample_bwd(CgFunc *c, const Inst *in);
