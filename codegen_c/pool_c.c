@@ -92,9 +92,10 @@ static void avg_bwd_update(CgFunc *c, const Inst *in, int64_t W) {
 }
 
 /* Average pooling's divisor for output (oh, ow), as PyTorch's: the window clipped to the padded
- * image (count_include_pad) or to the image itself; declares h0 h1 ha hb (once a row: rows) or
- * w0 w1 wa wb (cols) and returns the expression. */
-static const char *avg_clip(CgFunc *c, const Inst *in, int64_t H, int64_t W, int rows) {
+ * image (count_include_pad) or to the image itself; declares h0 h1 ha hb (rows) or w0 w1 wa wb
+ * (cols; ha hb wa wb, the window inside the image, only where the divisor needs them or with
+ * bounds) and returns the expression. */
+static const char *avg_clip(CgFunc *c, const Inst *in, int64_t H, int64_t W, int rows, int bounds) {
   const int64_t k = in->attr[rows ? 0 : 1], st = in->attr[rows ? 2 : 3], p = in->attr[rows ? 4 : 5], n = rows ? H : W;
   const char o = rows ? 'h' : 'w';
   char o0[64];
@@ -102,7 +103,7 @@ static const char *avg_clip(CgFunc *c, const Inst *in, int64_t H, int64_t W, int
   *(strrchr(o0, '+') - 1) = 0;   /* (without the tap's " + 0") */
   LINE(c, "const int64_t %c0 = %s, %c1 = %c0 + %lld < %lld ? %c0 + %lld : %lld;\n", o, o0, o, o, (ll)k, (ll)(n + p), o,
        (ll)k, (ll)(n + p));
-  if (!in->attr[6])
+  if (bounds || !in->attr[6])
     LINE(c, "const int64_t %ca = %c0 < 0 ? 0 : %c0, %cb = %c1 > %lld ? %lld : %c1;\n", o, o, o, o, o, (ll)n, (ll)n, o);
   return in->attr[6] ? "((h1 - h0) * (w1 - w0))" : "((hb - ha) * (wb - wa))";
 }
@@ -134,7 +135,6 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
   int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4],
           pw = in->attr[5];
   int64_t dh = is_max ? in->attr[6] : 1, dw = is_max ? in->attr[7] : 1;
-  int cip = !is_max && in->attr[6];
   int chk_h = needs_check(H, OH, kh, sh, ph, dh), chk_w = needs_check(W, OW, kw, sw, pw, dw);
   const char *xs = cg_ref(c, in->args[0]), *ys = cg_ref(c, in->res);
   int base = c->ind;
@@ -168,10 +168,10 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
     LINE(c, "%s acc[%lld];   /* the row's window sums */\n", at, (ll)OW);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) acc[ow] = 0;\n", (ll)OW);
     tap_rows(c, in, g, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), avg_update);
-    avg_clip(c, in, H, W, 1);
+    avg_clip(c, in, H, W, 1, 0);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
     c->ind += 2;
-    const char *cnt = avg_clip(c, in, H, W, 0);
+    const char *cnt = avg_clip(c, in, H, W, 0, 0);
     LINE(c, "yp[oh * %lld + ow] = (%s)(acc[ow] / %s);\n", (ll)OW, ct, cnt);
     c->ind -= 2;
     LINE(c, "}\n");
@@ -195,22 +195,14 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
     LINE(c, "for (int64_t kh = 0; kh < %lld; kh++)\n", (ll)kh);
     LINE(c, "  for (int64_t kw = 0; kw < %lld; kw++) acc += xp[(%s) * %lld + %s];\n", (ll)kw, ih, (ll)W, iw);
     LINE(c, "yp[oh * %lld + ow] = (%s)(acc / %lld);\n", (ll)OW, ct, (ll)(kh * kw));
-  } else {
-    /* PyTorch's divisor: the window clipped to the padded image (count_include_pad)
-     * or to the image itself. */
+  } else {   /* the window clipped to the image, PyTorch's divisor (avg_clip) */
     const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
-    LINE(c, "const int64_t h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw, (ll)pw);
-    LINE(c, "const int64_t h1 = h0 + %lld < %lld ? h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
-         (ll)(H + ph));
-    LINE(c, "const int64_t w1 = w0 + %lld < %lld ? w0 + %lld : %lld;\n", (ll)kw, (ll)(W + pw), (ll)kw,
-         (ll)(W + pw));
-    if (cip) LINE(c, "const int64_t cnt = (h1 - h0) * (w1 - w0);\n");
-    LINE(c, "const int64_t ha = h0 < 0 ? 0 : h0, hb = h1 > %lld ? %lld : h1;\n", (ll)H, (ll)H);
-    LINE(c, "const int64_t wa = w0 < 0 ? 0 : w0, wb = w1 > %lld ? %lld : w1;\n", (ll)W, (ll)W);
+    avg_clip(c, in, H, W, 1, 1);
+    const char *cnt = avg_clip(c, in, H, W, 0, 1);
     LINE(c, "%s acc = 0;\n", at);
     LINE(c, "for (int64_t ih = ha; ih < hb; ih++)\n");
     LINE(c, "  for (int64_t iw = wa; iw < wb; iw++) acc += xp[ih * %lld + iw];\n", (ll)W);
-    LINE(c, "yp[oh * %lld + ow] = (%s)(acc / %s);\n", (ll)OW, ct, cip ? "cnt" : "((hb - ha) * (wb - wa))");
+    LINE(c, "yp[oh * %lld + ow] = (%s)(acc / %s);\n", (ll)OW, ct, cnt);
   }
   c->ind -= 2;
   LINE(c, "}\n");
@@ -287,17 +279,17 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
     close_windows(c, base);
     return;
   }
+  if (jvp) {
+    LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
+    LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
+  } else {
+    LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
+    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
+    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
+  }
   if (!c->target && !c->k->freestanding && OW <= 1024 && H * W <= INT32_MAX) {
     /* hosted C: each row of windows scanned tap by tap (tap_rows), its maxima and their positions
      * in two rows on the stack, then g added at those positions in the windows' order */
-    if (jvp) {
-      LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
-      LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
-    } else {
-      LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
-      LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
-      LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
-    }
     c->k->simd = 1;
     LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
     c->ind += 2;
@@ -318,14 +310,6 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
     cg_par_end(c);
     c->ind = base;
     return;
-  }
-  if (jvp) {
-    LINE(c, "const %s *xp = %s + nc * %lld, *tp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(H * W));
-    LINE(c, "%s *op = %s + nc * %lld;\n", ct, ds, (ll)(OH * OW));
-  } else {
-    LINE(c, "const %s *xp = %s + nc * %lld, *gp = %s + nc * %lld;\n", ct, xs, (ll)(H * W), gs, (ll)(OH * OW));
-    LINE(c, "%s *dp = %s + nc * %lld;\n", ct, ds, (ll)(H * W));
-    LINE(c, "for (int64_t i = 0; i < %lld; i++) dp[i] = 0;\n", (ll)(H * W));
   }
   window_loops(c, OH, OW);
   char ih[128], iw[128];
@@ -364,7 +348,6 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
   int64_t NC = r->dims[0] * r->dims[1], H = r->dims[2], W = r->dims[3], OH = g->dims[2], OW = g->dims[3];
   int64_t kh = in->attr[0], kw = in->attr[1], sh = in->attr[2], sw = in->attr[3], ph = in->attr[4],
           pw = in->attr[5];
-  int cip = in->attr[6] != 0;
   int chk_h = needs_check(H, OH, kh, sh, ph, 1), chk_w = needs_check(W, OW, kw, sw, pw, 1);
   const char *gs = cg_ref(c, in->args[0]), *ds = cg_ref(c, in->res);
   int base = open_images(c, NC, ir_numel(g) * kh * kw);
@@ -380,10 +363,10 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
     LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
     c->ind += 2;
     LINE(c, "%s d[%lld];   /* each window's share of its g */\n", ct, (ll)OW);
-    avg_clip(c, in, H, W, 1);
+    avg_clip(c, in, H, W, 1, 0);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
     c->ind += 2;
-    const char *cnt = avg_clip(c, in, H, W, 0);
+    const char *cnt = avg_clip(c, in, H, W, 0, 0);
     LINE(c, "d[ow] = gp[oh * %lld + ow] / %s;\n", (ll)OW, cnt);
     c->ind -= 2;
     LINE(c, "}\n");
@@ -403,15 +386,9 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
     LINE(c, "for (int64_t kh = 0; kh < %lld; kh++)\n", (ll)kh);
     LINE(c, "  for (int64_t kw = 0; kw < %lld; kw++) dp[(%s) * %lld + %s] += d;\n", (ll)kw, ih, (ll)W, iw);
   } else {
-    LINE(c, "const int64_t h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", (ll)sh, (ll)ph, (ll)sw, (ll)pw);
-    LINE(c, "const int64_t h1 = h0 + %lld < %lld ? h0 + %lld : %lld;\n", (ll)kh, (ll)(H + ph), (ll)kh,
-         (ll)(H + ph));
-    LINE(c, "const int64_t w1 = w0 + %lld < %lld ? w0 + %lld : %lld;\n", (ll)kw, (ll)(W + pw), (ll)kw,
-         (ll)(W + pw));
-    if (cip) LINE(c, "const int64_t cnt = (h1 - h0) * (w1 - w0);\n");
-    LINE(c, "const int64_t ha = h0 < 0 ? 0 : h0, hb = h1 > %lld ? %lld : h1;\n", (ll)H, (ll)H);
-    LINE(c, "const int64_t wa = w0 < 0 ? 0 : w0, wb = w1 > %lld ? %lld : w1;\n", (ll)W, (ll)W);
-    LINE(c, "const %s d = gp[oh * %lld + ow] / %s;\n", ct, (ll)OW, cip ? "cnt" : "((hb - ha) * (wb - wa))");
+    avg_clip(c, in, H, W, 1, 1);
+    const char *cnt = avg_clip(c, in, H, W, 0, 1);
+    LINE(c, "const %s d = gp[oh * %lld + ow] / %s;\n", ct, (ll)OW, cnt);
     LINE(c, "for (int64_t ih = ha; ih < hb; ih++)\n");
     LINE(c, "  for (int64_t iw = wa; iw < wb; iw++) dp[ih * %lld + iw] += d;\n", (ll)W);
   }
