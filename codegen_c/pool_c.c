@@ -81,6 +81,23 @@ static void pool_geom(const Inst *in, int64_t *g) {
   g[6] = is_max ? in->attr[6] : 1, g[7] = is_max ? in->attr[7] : 1;
 }
 
+/* The start of a row scan inside the images' loop: the window g (pool_geom), `for oh {`;
+ * the loops over a row vectorise (CTC_OMP_SIMD). close_rows ends it. */
+static void open_rows(CgFunc *c, const Inst *in, int64_t OH, int64_t *g) {
+  pool_geom(in, g);
+  c->k->simd = 1;
+  LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
+  c->ind += 2;
+}
+
+/* The end of a row scan: its `for oh {` and the images' loop closed. */
+static void close_rows(CgFunc *c, int base) {
+  c->ind -= 2;
+  LINE(c, "}\n");
+  cg_par_end(c);
+  c->ind = base;
+}
+
 static void avg_update(CgFunc *c, const Inst *in, int64_t W) {
   (void)in, (void)W;
   LINE(c, "acc[ow] += xr[iw];\n");
@@ -142,18 +159,12 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
   LINE(c, "const %s *xp = %s + nc * %lld;\n", ct, xs, (ll)(H * W));
   LINE(c, "%s *yp = %s + nc * %lld;\n", ct, ys, (ll)(OH * OW));
   if (is_max) {   /* a row of maxima at a time, in y itself (tap_rows) */
-    c->k->simd = 1;
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
+    int64_t g[8];
+    open_rows(c, in, OH, g);
     LINE(c, "%s *restrict yr = yp + oh * %lld;\n", ct, (ll)OW);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) yr[ow] = %s;\n", (ll)OW, acc_init(in, t));
-    int64_t g[8];
-    pool_geom(in, g);
     tap_rows(c, in, g, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), max_update);
-    c->ind -= 2;
-    LINE(c, "}\n");
-    cg_par_end(c);
-    c->ind = base;
+    close_rows(c, base);
     return;
   }
   if ((chk_h || chk_w) && !c->target && !c->k->freestanding && OW <= 1024) {
@@ -161,10 +172,7 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
      * (tap_rows), then each divided by its window's divisor */
     const char *at = ir_dtype_is_float(t) ? float_acc(c->k, t) : "int64_t";
     int64_t g[8];
-    pool_geom(in, g);
-    c->k->simd = 1;
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
+    open_rows(c, in, OH, g);
     LINE(c, "%s acc[%lld];   /* the row's window sums */\n", at, (ll)OW);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) acc[ow] = 0;\n", (ll)OW);
     tap_rows(c, in, g, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), avg_update);
@@ -175,10 +183,7 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
     LINE(c, "yp[oh * %lld + ow] = (%s)(acc[ow] / %s);\n", (ll)OW, ct, cnt);
     c->ind -= 2;
     LINE(c, "}\n");
-    c->ind -= 2;
-    LINE(c, "}\n");
-    cg_par_end(c);
-    c->ind = base;
+    close_rows(c, base);
     return;
   }
   LINE(c, "for (int64_t oh = 0; oh < %lld; oh++)\n", (ll)OH);
@@ -290,14 +295,11 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   if (!c->target && !c->k->freestanding && OW <= 1024 && H * W <= INT32_MAX) {
     /* hosted C: each row of windows scanned tap by tap (tap_rows), its maxima and their positions
      * in two rows on the stack, then g added at those positions in the windows' order */
-    c->k->simd = 1;
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
+    int64_t gm[8];
+    open_rows(c, in, OH, gm);
     LINE(c, "%s mx[%lld];   /* each window's maximum so far */\n", ct, (ll)OW);
     LINE(c, "int32_t at[%lld];   /* and where it is (-1: no tap inside the image yet) */\n", (ll)OW);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) mx[ow] = 0, at[ow] = -1;\n", (ll)OW);
-    int64_t gm[8];
-    pool_geom(in, gm);
     tap_rows(c, in, gm, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "const %s *restrict xr = xp", ct), argmax_update);
     if (jvp) LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) op[oh * %lld + ow] = at[ow] >= 0 ? tp[at[ow]] : 0;\n",
                   (ll)OW, (ll)OW);
@@ -305,10 +307,7 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
       LINE(c, "for (int64_t ow = 0; ow < %lld; ow++)\n", (ll)OW);
       LINE(c, "  if (at[ow] >= 0) dp[at[ow]] += gp[oh * %lld + ow];\n", (ll)OW);
     }
-    c->ind -= 2;
-    LINE(c, "}\n");
-    cg_par_end(c);
-    c->ind = base;
+    close_rows(c, base);
     return;
   }
   window_loops(c, OH, OW);
@@ -358,10 +357,7 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
     /* hosted C, windows reaching outside the image: a row of windows' shares g / divisor on the
      * stack, then added tap by tap (tap_rows: for each tap, the row's outputs in order) */
     int64_t gm[8];
-    pool_geom(in, gm);
-    c->k->simd = 1;
-    LINE(c, "for (int64_t oh = 0; oh < %lld; oh++) {\n", (ll)OH);
-    c->ind += 2;
+    open_rows(c, in, OH, gm);
     LINE(c, "%s d[%lld];   /* each window's share of its g */\n", ct, (ll)OW);
     avg_clip(c, in, H, W, 1, 0);
     LINE(c, "for (int64_t ow = 0; ow < %lld; ow++) {\n", (ll)OW);
@@ -371,10 +367,7 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
     c->ind -= 2;
     LINE(c, "}\n");
     tap_rows(c, in, gm, H, W, OW, chk_h, chk_w, arena_printf(c->p->arena, "%s *restrict dr = dp", ct), avg_bwd_update);
-    c->ind -= 2;
-    LINE(c, "}\n");
-    cg_par_end(c);
-    c->ind = base;
+    close_rows(c, base);
     return;
   }
   window_loops(c, OH, OW);
