@@ -22,10 +22,9 @@ static void win_index(char *buf, size_t cap, const char *o, int64_t s, int64_t p
   else snprintf(buf + n, cap - (size_t)n, " + %s * %lld", k, (ll)d);
 }
 
-/* The loop over a row of outputs for one tap (kh, kw) of a window, as pooling's row scans write
- * it: outputs ow whose input column iw = ow * s - p + kw * d lies in [0, W) (all OW of them
- * where no window reaches outside the image); then, where the tap's row ih = oh * s - p + kh * d
- * is inside the image, `xr` is that row. Opens `for (ow ...) {` at the caller's indent + 2. */
+/* The loop over a row of outputs for one tap kw of the windows (tap_rows): the outputs ow whose
+ * input column iw = ow * s - p + kw * d lies in [0, W), all OW of them where no window reaches
+ * outside the image. Opens `for (ow ...) {`. */
 static void open_tap_row(CgFunc *c, int64_t W, int64_t OW, int64_t s, int64_t p, int64_t d, int chk) {
   if (!chk) {
     LINE(c, "CTC_OMP_SIMD\n");
