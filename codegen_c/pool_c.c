@@ -47,10 +47,14 @@ static void open_tap_row(CgFunc *c, int64_t W, int64_t OW, int64_t s, int64_t p,
  * or writing row ih through `row` ("const float *restrict xr = xp": its declaration without
  * the offset). Each output meets its window's taps in the order a scan of the window takes
  * them, so a max, first-max position or sum comes out as the scan's; the loop over the row has
- * no branch and no bounds check, and vectorises (strided loads, selects). `body` emits output
- * ow's update from column iw. g: the window (kh kw sh sw ph pw dh dw). */
+ * no branch and no bounds check, and vectorises (strided loads, selects). Average pooling's
+ * gradient, which adds into the input, runs kw down: an input's windows in a row then add in
+ * their order (ow up), as the loop over windows added them and as the CUDA target's thread per
+ * input element does (the same bits). `body` emits output ow's update from column iw. g: the
+ * window (kh kw sh sw ph pw dh dw). */
 static void tap_rows(CgFunc *c, const Inst *in, const int64_t *g, int64_t H, int64_t W, int64_t OW, int chk_h,
                      int chk_w, const char *row, void (*body)(CgFunc *, const Inst *, int64_t W)) {
+  const int down = in->op == IR_AVGPOOL2D_BWD;
   char ih[128], iw[128];
   win_index(ih, sizeof ih, "oh", g[2], g[4], "kh", g[6]);
   win_index(iw, sizeof iw, "ow", g[3], g[5], "kw", g[7]);
@@ -59,7 +63,8 @@ static void tap_rows(CgFunc *c, const Inst *in, const int64_t *g, int64_t H, int
   LINE(c, "const int64_t ih = %s;\n", ih);
   if (chk_h) LINE(c, "if (ih < 0 || ih >= %lld) continue;\n", (ll)H);
   LINE(c, "%s + ih * %lld;\n", row, (ll)W);
-  LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g[1]);
+  if (down) LINE(c, "for (int64_t kw = %lld; kw >= 0; kw--) {   /* (an input's windows in order) */\n", (ll)(g[1] - 1));
+  else LINE(c, "for (int64_t kw = 0; kw < %lld; kw++) {\n", (ll)g[1]);
   c->ind += 2;
   open_tap_row(c, W, OW, g[3], g[5], g[7], chk_w);
   c->ind += 2;
