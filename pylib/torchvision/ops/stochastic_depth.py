@@ -18,8 +18,9 @@ def stochastic_depth(x, p, mode, training=True):
         size = [x.shape[0]] + [1] * (x.ndim - 1)
     else:
         size = [1] * x.ndim
-    # torchvision draws bernoulli(keep) and divides by keep: dropout of ones is that noise
-    # (ctc's random stream, as dropout's; PyTorch's draws differ from torchvision's order)
+    # torchvision draws bernoulli(keep) and divides by keep: dropout of ones is that noise, the
+    # same distribution (ctc compiles it as dropout's random stream; run by PyTorch, this file
+    # draws other random numbers than torchvision's bernoulli_)
     noise = F.dropout(torch.ones(size, dtype=x.dtype, device=x.device), p, True)
     return x * noise
 
