@@ -94,7 +94,7 @@ static void open_rows(CgFunc *c, const Inst *in, int64_t OH, int64_t *g) {
   c->ind += 2;
 }
 
-/* The end of a row scan: its `for oh {` and the images' loop closed. */
+/* The end of a row scan or of window_loops: the innermost open loop and the images' loop closed. */
 static void close_rows(CgFunc *c, int base) {
   c->ind -= 2;
   LINE(c, "}\n");
@@ -221,7 +221,7 @@ void cg_emit_pool(CgFunc *c, const Inst *in) {
 
 /* The loops of a pooling gradient: open_images opens `for nc {` (the caller
  * then declares its per-image pointers), window_loops `for oh for ow {`,
- * close_windows closes all three. Images run in parallel: each one writes only
+ * close_rows closes all three. Images run in parallel: each one writes only
  * its own slice of the result, so the += of overlapping windows never races. */
 static int open_images(CgFunc *c, int64_t NC, int64_t work) {
   int base = c->ind;
@@ -236,12 +236,6 @@ static void window_loops(CgFunc *c, int64_t OH, int64_t OW) {
   c->ind += 2;
 }
 
-static void close_windows(CgFunc *c, int base) {
-  c->ind -= 2;
-  LINE(c, "}\n");
-  cg_par_end(c);
-  c->ind = base;
-}
 
 /* dx = 0; each window's g goes to the first position holding the window's max
  * (the rule of max_pool2d's forward in PyTorch: v > max or v is NaN), summed
@@ -285,7 +279,7 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
     for (int64_t a = 0; a < kh; a++)
       for (int64_t b = 0; b < kw; b++)
         LINE(c, "dp[w0 + %lld] = at == %lld ? gw : 0;\n", (ll)(a * W + b), (ll)(a * W + b));
-    close_windows(c, base);
+    close_rows(c, base);
     return;
   }
   if (jvp) {
@@ -339,7 +333,7 @@ void cg_emit_maxpool_bwd(CgFunc *c, const Inst *in) {
   LINE(c, "}\n");
   if (jvp) LINE(c, "op[oh * %lld + ow] = at >= 0 ? tp[at] : 0;\n", (ll)OW);
   else LINE(c, "if (at >= 0) dp[at] += gp[oh * %lld + ow];\n", (ll)OW);
-  close_windows(c, base);
+  close_rows(c, base);
 }
 
 /* dx = 0; each window's g / divisor added over the window's in-bounds
@@ -389,5 +383,5 @@ void cg_emit_avgpool_bwd(CgFunc *c, const Inst *in) {
     LINE(c, "for (int64_t ih = ha; ih < hb; ih++)\n");
     LINE(c, "  for (int64_t iw = wa; iw < wb; iw++) dp[ih * %lld + iw] += d;\n", (ll)W);
   }
-  close_windows(c, base);
+  close_rows(c, base);
 }
