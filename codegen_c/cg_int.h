@@ -62,6 +62,11 @@ void cg_ident(char *buf, size_t cap, const char *s);
 
 /* ---- kernels.c ----------------------------------------------------------- */
 
+/* The stack buffers of the stride-1 depthwise convolutions (kernels.c's dwconv_flat_text), in
+ * elements: a band of the padded plane, and the weight gradient's per-position sums of all taps. */
+#define CG_DW_BAND 4096
+#define CG_DW_PART 2048
+
 /* Which helpers the generated file needs (set while emitting the entries). */
 typedef struct Kernels {
   unsigned char float_acc;          /* --freestanding: f32 sums accumulate in float, not double (a
@@ -76,6 +81,7 @@ typedef struct Kernels {
   unsigned char im2col[DT_COUNT];   /* ctc_im2col_<dt> */
   unsigned char col2im[DT_COUNT];   /* ctc_col2im_<dt> */
   unsigned char dwconv[DT_COUNT];   /* ctc_dwconv_<dt> and its gradients (depthwise convolutions) */
+  unsigned char dwconv_flat[DT_COUNT];   /* ctc_dwconv_flat_<dt> and its gradients (stride 1, hosted) */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
   unsigned char ipow[DT_COUNT];      /* ctc_ipow_<dt>: integer pow, wrapping as PyTorch's */

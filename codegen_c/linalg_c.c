@@ -565,38 +565,67 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
   close_phases(c, i, in, g, low);
 }
 
+/* Whether a depthwise convolution (or gradient) runs kernels.c's stride-1 kernels over bands of
+ * a zero-padded plane (ctc_dwconv_flat_*): on the hosted C target (they keep a band on the
+ * stack), stride 1 with the output PyTorch's size, a band of at least one row; the input's
+ * gradient also needs the padding within the kernel's reach (its g padded by the rest). (Stride 2
+ * over the input's phases was no faster than the direct kernels' strided rows: not done.) */
+static int dw_flat(const CgFunc *c, const Inst *in, const ConvGeom *g) {
+  const int64_t ext = (g->KH - 1) * g->dh, extw = (g->KW - 1) * g->dw, Wp = g->W + 2 * g->pw;
+  if (c->target || c->k->freestanding || g->sh != 1 || g->sw != 1 || g->OH != g->H + 2 * g->ph - ext ||
+      g->OW != Wp - extw || Wp * (ext + 1) > CG_DW_BAND)
+    return 0;
+  if (in->op == IR_CONV2D_BWD_INPUT) return g->ph <= ext && g->pw <= extw && (g->W + extw) * (ext + 1) <= CG_DW_BAND;
+  if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= 64 && g->KH * g->KW * Wp <= CG_DW_PART;
+  return 1;
+}
+
 /* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
  * in parallel over the output channels of all images (forward), the input
- * channels (backward input) or the kernel taps (backward weight). */
+ * channels (backward input) or the kernel taps (backward weight; stride 1 on the
+ * hosted target: the output channels, all taps at once). */
 static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg) {
   DType t = ty(c, in->res)->dtype;
   const char *sf = cg_dt_suffix(t);
   ConvGeom g = *cg;
   const int64_t M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
+  const int flat = dw_flat(c, in, &g);
   char geo[256];
-  snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W,
-           (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+  if (flat)   /* stride 1: none in the call */
+    snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W, (ll)g.KH,
+             (ll)g.KW, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+  else
+    snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H,
+             (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+  const char *fl = flat ? "_flat" : "";
   c->k->dwconv[t] = 1;
+  if (flat) c->k->dwconv_flat[t] = 1;
   cg_par_open(c, CG_PAR_OMP);
   switch (in->op) {
   case IR_CONV2D: {
     const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
     LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, o) */\n", (ll)(g.N * g.O));
     LINE(c, "  const int64_t n = q / %lld, o = q %% %lld;\n", (ll)g.O, (ll)g.O);
-    LINE(c, "  ctc_dwconv_%s(%s + (n * %lld + o / %lld) * %lld, %s + o * %lld, %s, %s + q * %lld);\n", sf, x, (ll)g.C,
-         (ll)M, (ll)HW, w, (ll)KK, geo, y, (ll)g.ohw);
+    LINE(c, "  ctc_dwconv%s_%s(%s + (n * %lld + o / %lld) * %lld, %s + o * %lld, %s, %s + q * %lld);\n", fl, sf, x,
+         (ll)g.C, (ll)M, (ll)HW, w, (ll)KK, geo, y, (ll)g.ohw);
     break;
   }
   case IR_CONV2D_BWD_INPUT: {
     const char *gy = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *dx = cg_ref(c, in->res);
     LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (n, input channel) */\n", (ll)(g.N * g.C));
     LINE(c, "  const int64_t n = q / %lld, ci = q %% %lld;\n", (ll)g.C, (ll)g.C);
-    LINE(c, "  ctc_dwconv_bwd_input_%s(%s + (n * %lld + ci * %lld) * %lld, %s + ci * %lld, %lld, %s, %s + q * %lld);\n",
-         sf, gy, (ll)g.O, (ll)M, (ll)g.ohw, w, (ll)(M * KK), (ll)M, geo, dx, (ll)HW);
+    LINE(c, "  ctc_dwconv_bwd_input%s_%s(%s + (n * %lld + ci * %lld) * %lld, %s + ci * %lld, %lld, %s, %s + q * %lld);\n",
+         fl, sf, gy, (ll)g.O, (ll)M, (ll)g.ohw, w, (ll)(M * KK), (ll)M, geo, dx, (ll)HW);
     break;
   }
   default: {
     const char *x = cg_ref(c, in->args[0]), *gy = cg_ref(c, in->args[1]), *dw = cg_ref(c, in->res);
+    if (flat) {
+      LINE(c, "for (int64_t o = 0; o < %lld; o++) {   /* output channel o: its %lld taps */\n", (ll)g.O, (ll)KK);
+      LINE(c, "  ctc_dwconv_bwd_weight_flat_%s(%s + o / %lld * %lld, %lld, %s + o * %lld, %lld, %lld, %s, %s + o * %lld);\n",
+           sf, x, (ll)M, (ll)HW, (ll)(g.C * HW), gy, (ll)g.ohw, (ll)(g.O * g.ohw), (ll)g.N, geo, dw, (ll)KK);
+      break;
+    }
     LINE(c, "for (int64_t q = 0; q < %lld; q++) {   /* (o, kh, kw) */\n", (ll)(g.O * KK));
     LINE(c, "  const int64_t o = q / %lld;\n", (ll)KK);
     LINE(c, "  %s[q] = ctc_dwconv_bwd_weight_%s(%s + o / %lld * %lld, %lld, %s + o * %lld, %lld, %lld, %lld, %lld, "
