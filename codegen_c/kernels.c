@@ -432,10 +432,9 @@ static const char dwconv_text[] =
     "  return ($T)s;\n"
     "}\n";
 
-/* Depthwise convolutions on the hosted C target (linalg_c.c's dw_kind): with stride 1, bands of a
- * zero-padded plane, each tap one long loop; a strided one's input gradient phase by phase of dx
- * the same way (the kernels above for the others). CTC_DW_BAND and CTC_DW_PART (elements of the
- * stack buffers) are defined before it. */
+/* Stride-1 depthwise convolutions on the hosted C target (linalg_c.c's dw_flat): bands of a
+ * zero-padded plane, each tap one long loop (kernels above for the others). CTC_DW_BAND and
+ * CTC_DW_PART (elements of the stack buffers) are defined before it. */
 static const char dwconv_flat_text[] =
     "/* Rows [r0, r1) of the channel x[H, W] padded with ph rows and pw columns of zeros, W + 2 pw\n"
     " * apart: xp[(r - r0) (W + 2 pw) + pw + iw] = x[r - ph, iw] (0 outside x), then `tail` zeros.\n"
@@ -571,58 +570,6 @@ static const char dwconv_flat_text[] =
     "  }\n"
     "  for (int64_t t = 0; t < KK; t++)\n"
     "    dk[t] = ($T)(((s[t][0] + s[t][1]) + (s[t][2] + s[t][3])) + ((s[t][4] + s[t][5]) + (s[t][6] + s[t][7])));\n"
-    "}\n"
-    "/* The input gradient of a strided depthwise convolution (ctc_dwconv_bwd_input_$S's arguments) one\n"
-    " * phase of dx at a time: the inputs (ih, iw) with ih + ph = sh u + al (iw alike: sw v + be) are\n"
-    " * reached by the taps kh dh = sh ch + al only, at g's row u - ch, so over the phase's grid (u, v)\n"
-    " * it is a stride-1 correlation: g copied with Ch = (KH - 1) dh / sh zero rows and Cw columns\n"
-    " * before it (the grid's rows nv + Cw apart), each tap one loop over the grid (kh down, kw up: the\n"
-    " * direct kernel's order for each input, so its bits), the grid then written to its inputs. Where a\n"
-    " * kernel value is not finite, ctc_dwconv_bwd_input_$S. */\n"
-    "static inline void ctc_dwconv_bwd_input_phases_$S(const $T *restrict g, const $T *restrict k, int64_t M, int64_t H,\n"
-    "                                                  int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw,\n"
-    "                                                  int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t OH,\n"
-    "                                                  int64_t OW, $T *restrict dx) {\n"
-    "  if (!ctc_dw_finite_$S(k, M * KH * KW)) {\n"
-    "    ctc_dwconv_bwd_input_$S(g, k, M, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, dx);\n"
-    "    return;\n"
-    "  }\n"
-    "  $T gp[CTC_DW_BAND], xp[CTC_DW_BAND];\n"
-    "  const int64_t Ch = (KH - 1) * dh / sh, Cw = (KW - 1) * dw / sw;\n"
-    "  for (int64_t al = 0; al < sh; al++)\n"
-    "    for (int64_t be = 0; be < sw; be++) {\n"
-    "      /* the phase's grid: u in [u0, u1), v in [v0, v1) (ih = sh u + al - ph in [0, H)) */\n"
-    "      const int64_t u0 = ph > al ? (ph - al + sh - 1) / sh : 0, u1 = H + ph - al > 0 ? (H - 1 + ph - al) / sh + 1 : 0;\n"
-    "      const int64_t v0 = pw > be ? (pw - be + sw - 1) / sw : 0, v1 = W + pw - be > 0 ? (W - 1 + pw - be) / sw + 1 : 0;\n"
-    "      if (u1 <= u0 || v1 <= v0) continue;\n"
-    "      const int64_t nu = u1 - u0, nv = v1 - v0, Wg = nv + Cw, n = (nu - 1) * Wg + nv;\n"
-    "      const int64_t jlo = Cw - v0 > 0 ? Cw - v0 : 0, jhi = OW - v0 + Cw < Wg ? OW - v0 + Cw : Wg;   /* g's columns */\n"
-    "      for (int64_t p = 0; p < n; p++) xp[p] = 0;\n"
-    "      for (int64_t m = 0; m < M; m++) {\n"
-    "        for (int64_t r = 0; r < nu + Ch; r++) {   /* gp[r][j] = g[u0 - Ch + r][v0 - Cw + j], 0 outside g */\n"
-    "          const int64_t oh = u0 - Ch + r;\n"
-    "          $T *d = gp + r * Wg;\n"
-    "          if (oh < 0 || oh >= OH || jlo >= jhi) {\n"
-    "            for (int64_t j = 0; j < Wg; j++) d[j] = 0;\n"
-    "            continue;\n"
-    "          }\n"
-    "          const $T *s = g + (m * OH + oh) * OW + v0 - Cw;\n"
-    "          for (int64_t j = 0; j < jlo; j++) d[j] = 0;\n"
-    "          for (int64_t j = jlo; j < jhi; j++) d[j] = s[j];\n"
-    "          for (int64_t j = jhi; j < Wg; j++) d[j] = 0;\n"
-    "        }\n"
-    "        for (int64_t kh = KH - 1; kh >= 0; kh--) {\n"
-    "          if (kh * dh % sh != al) continue;\n"
-    "          for (int64_t kw = 0; kw < KW; kw++) {\n"
-    "            if (kw * dw % sw != be) continue;\n"
-    "            const $T kv = k[(m * KH + kh) * KW + kw], *gt = gp + (Ch - kh * dh / sh) * Wg + Cw - kw * dw / sw;\n"
-    "            for (int64_t p = 0; p < n; p++) xp[p] += kv * gt[p];\n"
-    "          }\n"
-    "        }\n"
-    "      }\n"
-    "      for (int64_t u = u0; u < u1; u++)\n"
-    "        for (int64_t v = v0; v < v1; v++) dx[(sh * u + al - ph) * W + sw * v + be - pw] = xp[(u - u0) * Wg + v - v0];\n"
-    "    }\n"
     "}\n";
 
 static const char rng_text[] =

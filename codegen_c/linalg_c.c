@@ -565,27 +565,19 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
   close_phases(c, i, in, g, low);
 }
 
-/* Which of kernels.c's kernels over a zero-padded plane on the stack a depthwise convolution (or
- * gradient) runs, on the hosted C target, with the output PyTorch's size: DW_FLAT, stride 1, in
- * bands of at least one row (ctc_dwconv_flat_*; the input's gradient also needs the padding within
- * the kernel's reach, its g padded by the rest); DW_PHASES, a strided one's input gradient, each
- * phase of dx at once (ctc_dwconv_bwd_input_phases_*); else DW_DIRECT. (A strided forward over
- * the input's phases was no faster than the direct kernels' strided rows: not done.) */
-enum { DW_DIRECT, DW_FLAT, DW_PHASES };
-static int dw_kind(const CgFunc *c, const Inst *in, const ConvGeom *g) {
+/* Whether a depthwise convolution (or gradient) runs kernels.c's stride-1 kernels over bands of
+ * a zero-padded plane (ctc_dwconv_flat_*): on the hosted C target (they keep a band on the
+ * stack), stride 1 with the output PyTorch's size, a band of at least one row; the input's
+ * gradient also needs the padding within the kernel's reach (its g padded by the rest). (Stride 2
+ * over the input's phases was no faster than the direct kernels' strided rows: not done.) */
+static int dw_flat(const CgFunc *c, const Inst *in, const ConvGeom *g) {
   const int64_t ext = (g->KH - 1) * g->dh, extw = (g->KW - 1) * g->dw, Wp = g->W + 2 * g->pw;
-  if (c->target || c->k->freestanding || g->OH != (g->H + 2 * g->ph - ext - 1) / g->sh + 1 ||
-      g->OW != (Wp - extw - 1) / g->sw + 1)
-    return DW_DIRECT;
-  if (g->sh != 1 || g->sw != 1) {   /* a phase's grid: H / sh rows and Ch more, W / sw columns and Cw more */
-    const int64_t rows = (g->H + g->sh - 1) / g->sh + ext / g->sh, cols = (g->W + g->sw - 1) / g->sw + extw / g->sw;
-    return in->op == IR_CONV2D_BWD_INPUT && rows * cols <= CG_DW_BAND ? DW_PHASES : DW_DIRECT;
-  }
-  if (Wp * (ext + 1) > CG_DW_BAND) return DW_DIRECT;
-  if (in->op == IR_CONV2D_BWD_INPUT)
-    return g->ph <= ext && g->pw <= extw && (g->W + extw) * (ext + 1) <= CG_DW_BAND ? DW_FLAT : DW_DIRECT;
-  if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= 64 && g->KH * g->KW * Wp <= CG_DW_PART ? DW_FLAT : DW_DIRECT;
-  return DW_FLAT;
+  if (c->target || c->k->freestanding || g->sh != 1 || g->sw != 1 || g->OH != g->H + 2 * g->ph - ext ||
+      g->OW != Wp - extw || Wp * (ext + 1) > CG_DW_BAND)
+    return 0;
+  if (in->op == IR_CONV2D_BWD_INPUT) return g->ph <= ext && g->pw <= extw && (g->W + extw) * (ext + 1) <= CG_DW_BAND;
+  if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= 64 && g->KH * g->KW * Wp <= CG_DW_PART;
+  return 1;
 }
 
 /* Depthwise convolutions (ir_conv_depthwise): the direct kernels of kernels.c,
@@ -597,7 +589,7 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg)
   const char *sf = cg_dt_suffix(t);
   ConvGeom g = *cg;
   const int64_t M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
-  const int kind = dw_kind(c, in, &g), flat = kind == DW_FLAT;
+  const int flat = dw_flat(c, in, &g);
   char geo[256];
   if (flat)   /* stride 1: none in the call */
     snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W, (ll)g.KH,
@@ -605,9 +597,9 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg)
   else
     snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H,
              (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
-  const char *fl = kind == DW_FLAT ? "_flat" : kind == DW_PHASES ? "_phases" : "";
+  const char *fl = flat ? "_flat" : "";
   c->k->dwconv[t] = 1;
-  if (kind != DW_DIRECT) c->k->dwconv_flat[t] = 1;
+  if (flat) c->k->dwconv_flat[t] = 1;
   cg_par_open(c, CG_PAR_OMP);
   switch (in->op) {
   case IR_CONV2D: {

@@ -1,13 +1,12 @@
-"""Depthwise convolutions on the hosted C target (kernels.c's dwconv_flat_text, chosen by
-linalg_c.c's dw_kind): with stride 1, bands of a zero-padded plane, each tap one loop over the
-band; a strided one's input gradient one phase of dx at a time, the same way.
+"""Stride-1 depthwise convolutions on the hosted C target (kernels.c's dwconv_flat_text, chosen
+by linalg_c.c's dw_flat): bands of a zero-padded plane, each tap one loop over the band.
 
 - Against PyTorch: forward, input and weight gradients of MobileNet's 3x3 on small planes, a
   channel multiplier of 2, 5x5, dilation, no padding, a 1x5 kernel, a plane wide enough for
   several bands, padding wider than the kernel's reach (its input gradient stays direct); and
-  strides 2, 3 and (2, 1) (their forward and weight gradient direct, the input gradient by phases).
-- The forward and the input gradients (flat and by phases) are the direct kernels' sums in their
-  order: a build whose calls are rewritten to the direct kernels (a wrapper cc) gives the same bits.
+  strides 2, 3 and (2, 1), which stay direct.
+- The forward and the input gradient are the direct kernels' sums in their order: a build whose
+  flat calls are rewritten to the direct kernels (a wrapper cc) gives the same bits.
 - The weight gradient adds in another order: its error against float64 is within PyTorch's.
 - A tap in the padding is skipped, not multiplied by 0: an inf weight, or an inf in the input or
   the incoming gradient, gives PyTorch's infs and NaNs (the kernels fall back to the direct ones).
@@ -32,17 +31,17 @@ CASES = [
     ("dw_bands", 2, 3, 40, 150, 3, (3, 3), 1, 1, 1, 3, False, 0),
     # padding 3 around a 3x3 kernel: the input gradient's g would need padding -1 (direct)
     ("dw_wide_pad", 2, 4, 6, 5, 4, (3, 3), 1, 3, 1, 4, False, 0),
-    # strides 2, 3 and (2, 1): the forward and weight gradient direct, the input gradient phase by phase
+    # strides 2, 3 and (2, 1): the direct kernels (not flat)
     ("dw_s2", 3, 8, 14, 14, 8, (3, 3), 2, 1, 1, 8, False, 0),
     ("dw_s2_mult2", 2, 4, 9, 11, 8, (5, 3), 2, (2, 1), 1, 4, False, 0),
     ("dw_s3_dilated", 2, 5, 13, 10, 5, (3, 3), 3, 1, 2, 5, False, 0),
     ("dw_s21", 2, 3, 12, 9, 3, (3, 3), (2, 1), 1, 1, 3, False, 0),
 ]
 STRIDED = ("dw_s2", "dw_s2_mult2", "dw_s3_dilated", "dw_s21")
-NOT_FLAT = {("dw_wide_pad", "bwd_input")} | {(n, op) for n in STRIDED for op in ("forward", "bwd_weight")}
+NOT_FLAT = {("dw_wide_pad", "bwd_input")} | {(n, op) for n in STRIDED for op in ("forward", "bwd_input", "bwd_weight")}
 
 DIRECT_CC = r"""#!/usr/bin/env python3
-# cc, after rewriting the model's calls of the flat and phase depthwise kernels to the direct ones
+# cc, after rewriting the model's calls of the flat depthwise kernels to the direct ones
 import os, sys
 args = sys.argv[1:]
 MACRO = '''
@@ -57,7 +56,6 @@ for i, a in enumerate(args):
         if "  ctc_dwconv_flat_f32(" in src:   # (not a probe of the build's)
             src = src.replace("  ctc_dwconv_flat_f32(", "  CTC_DW_DIRECT(")
             src = src.replace("  ctc_dwconv_bwd_input_flat_f32(", "  CTC_DW_DIRECT_BWD_INPUT(")
-            src = src.replace("  ctc_dwconv_bwd_input_phases_f32(", "  ctc_dwconv_bwd_input_f32(")   # the same arguments
             at = src.index("#define CTC_DW_BAND")
             args[i] = a[:-2] + "_direct.c"
             open(args[i], "w").write(src[:at] + MACRO + src[at:])
@@ -117,8 +115,7 @@ def test_flat_matches_torch(net, case):
 
 def test_flat_kernels_are_called(net):
     """Every stride-1 case's forward, input and weight gradient calls the flat kernels, but the
-    input gradient whose padding exceeds the kernel's reach; the strided ones' forward and weight
-    gradient the direct kernels, their input gradient the phases."""
+    input gradient whose padding exceeds the kernel's reach; the strided ones the direct kernels."""
     tmp, exe, outs = net
     entries = [a for c in CASES for a in ("--entry", f"fwd_{c[0]}", "--entry", f"grads_{c[0]}")]
     run([CTC, "compile", str(tmp / "dw.py"), "-o", str(tmp / "dw.c"), *entries])
@@ -127,9 +124,8 @@ def test_flat_kernels_are_called(net):
         n = case[0]
         fwd = next(b for b in bodies if b.startswith(f"int dw_fwd_{n}("))
         grads = next(b for b in bodies if b.startswith(f"int dw_grads_{n}("))
-        bwd_in = "ctc_dwconv_bwd_input_phases_f32(" if n in STRIDED else "ctc_dwconv_bwd_input_flat_f32("
         for op, body, flat, direct in (("forward", fwd, "  ctc_dwconv_flat_f32(", "  ctc_dwconv_f32("),
-                                       ("bwd_input", grads, bwd_in, "ctc_dwconv_bwd_input_f32("),
+                                       ("bwd_input", grads, "ctc_dwconv_bwd_input_flat_f32(", "ctc_dwconv_bwd_input_f32("),
                                        ("bwd_weight", grads, "ctc_dwconv_bwd_weight_flat_f32(", "ctc_dwconv_bwd_weight_f32(")):
             want = (n, op) not in NOT_FLAT
             assert (flat in body, direct in body) == (want, not want), (n, op)
@@ -155,35 +151,30 @@ NONFINITE = """import torch
 import torch.nn.functional as F
 
 def grads(x, w, p):
-    y = F.conv2d(x, w, stride=STRIDE, padding=1, groups=8)
+    y = F.conv2d(x, w, padding=1, groups=8)
     return [y] + list(torch.autograd.grad((y * p).sum(), (x, w)))
 
 example_inputs = {"forward": (torch.zeros(1),),
-                  "grads": (torch.zeros(2, 8, SIZE, SIZE), torch.zeros(8, 1, 3, 3), torch.zeros(2, 8, OUT, OUT))}
+                  "grads": (torch.zeros(2, 8, 7, 7), torch.zeros(8, 1, 3, 3), torch.zeros(2, 8, 7, 7))}
 """
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_padding_taps_are_skipped(tmp_path, stride):
+def test_padding_taps_are_skipped(tmp_path):
     """inf in a kernel (channel 1), in an input's corner (channel 3) and in the incoming gradient's
     edge (channel 5): the outputs and gradients PyTorch gives, infs and NaNs where it has them and
-    the finite values close; the other channels' results are those of finite data. Stride 1 (the
-    flat kernels) and 2 (the input gradient by phases: on 8x8 images, phase (0, 0)'s grid reaches a
-    row and a column past g, where the inf kernel value's tap would meet the padding)."""
+    the finite values close; the other channels' results are those of finite data."""
     import torch
-    size, out = (7, 7) if stride == 1 else (8, 4)
-    (tmp_path / "nf.py").write_text(NONFINITE.replace("STRIDE", str(stride)).replace("SIZE", str(size))
-                                    .replace("OUT", str(out)))
+    (tmp_path / "nf.py").write_text(NONFINITE)
     exe = tmp_path / "nf"
     run([CTC, "build", str(tmp_path / "nf.py"), "-o", str(exe), "--entry", "grads"], timeout=600)
     rng = np.random.default_rng(3)
-    x, w, p = (rng.standard_normal(s).astype(np.float32) for s in ((2, 8, size, size), (8, 1, 3, 3), (2, 8, out, out)))
+    x, w, p = (rng.standard_normal(s).astype(np.float32) for s in ((2, 8, 7, 7), (8, 1, 3, 3), (2, 8, 7, 7)))
     w[1, 0, 0, 2] = np.inf
     x[0, 3, 0, 0] = np.inf
-    p[1, 5, out - 1, 3] = -np.inf
+    p[1, 5, 6, 3] = -np.inf
     got = run_entry(tmp_path, exe, "grads", [x, w, p], 3)
     tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
-    y = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=1, groups=8)
+    y = torch.nn.functional.conv2d(tx, tw, padding=1, groups=8)
     want = [y.detach().numpy()] + [t.numpy() for t in torch.autograd.grad((y * torch.from_numpy(p)).sum(), (tx, tw))]
     for what, g, t in zip(("forward", "d/dx", "d/dw"), got, want):
         assert np.array_equal(np.isnan(g), np.isnan(t)), f"{what}: NaNs where PyTorch has none, or none where it has"
