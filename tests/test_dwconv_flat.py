@@ -151,30 +151,34 @@ NONFINITE = """import torch
 import torch.nn.functional as F
 
 def grads(x, w, p):
-    y = F.conv2d(x, w, padding=1, groups=8)
+    y = F.conv2d(x, w, stride=STRIDE, padding=1, groups=8)
     return [y] + list(torch.autograd.grad((y * p).sum(), (x, w)))
 
 example_inputs = {"forward": (torch.zeros(1),),
-                  "grads": (torch.zeros(2, 8, 7, 7), torch.zeros(8, 1, 3, 3), torch.zeros(2, 8, 7, 7))}
+                  "grads": (torch.zeros(2, 8, SIZE, SIZE), torch.zeros(8, 1, 3, 3), torch.zeros(2, 8, OUT, OUT))}
 """
 
 
-def test_padding_taps_are_skipped(tmp_path):
+@pytest.mark.parametrize("stride", [1, 2])
+def test_padding_taps_are_skipped(tmp_path, stride):
     """inf in a kernel (channel 1), in an input's corner (channel 3) and in the incoming gradient's
     edge (channel 5): the outputs and gradients PyTorch gives, infs and NaNs where it has them and
-    the finite values close; the other channels' results are those of finite data."""
+    the finite values close; the other channels' results are those of finite data. Stride 1 (the
+    flat kernels, 7x7 images) and 2 (the direct ones, 8x8)."""
     import torch
-    (tmp_path / "nf.py").write_text(NONFINITE)
+    size, out = (7, 7) if stride == 1 else (8, 4)
+    (tmp_path / "nf.py").write_text(NONFINITE.replace("STRIDE", str(stride)).replace("SIZE", str(size))
+                                    .replace("OUT", str(out)))
     exe = tmp_path / "nf"
     run([CTC, "build", str(tmp_path / "nf.py"), "-o", str(exe), "--entry", "grads"], timeout=600)
     rng = np.random.default_rng(3)
-    x, w, p = (rng.standard_normal(s).astype(np.float32) for s in ((2, 8, 7, 7), (8, 1, 3, 3), (2, 8, 7, 7)))
+    x, w, p = (rng.standard_normal(s).astype(np.float32) for s in ((2, 8, size, size), (8, 1, 3, 3), (2, 8, out, out)))
     w[1, 0, 0, 2] = np.inf
     x[0, 3, 0, 0] = np.inf
-    p[1, 5, 6, 3] = -np.inf
+    p[1, 5, out - 1, 3] = -np.inf
     got = run_entry(tmp_path, exe, "grads", [x, w, p], 3)
     tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
-    y = torch.nn.functional.conv2d(tx, tw, padding=1, groups=8)
+    y = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=1, groups=8)
     want = [y.detach().numpy()] + [t.numpy() for t in torch.autograd.grad((y * torch.from_numpy(p)).sum(), (tx, tw))]
     for what, g, t in zip(("forward", "d/dx", "d/dw"), got, want):
         assert np.array_equal(np.isnan(g), np.isnan(t)), f"{what}: NaNs where PyTorch has none, or none where it has"
