@@ -567,13 +567,16 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
 
 /* Whether a depthwise convolution (or gradient) runs kernels.c's stride-1 kernels over bands of
  * a zero-padded plane (ctc_dwconv_flat_*): on the hosted C target (they keep a band on the
- * stack), stride 1 with the output PyTorch's size, a band of at least one row; the input's
- * gradient also needs the padding within the kernel's reach (its g padded by the rest). (Stride 2
- * over the input's phases was no faster than the direct kernels' strided rows: not done.) */
+ * stack), stride 1 with the output PyTorch's size, a band of at least one row, and a padded plane
+ * at most 3 times the image (a 2x2 image under a 5x5 kernel with padding 2 is 9 times: most taps
+ * would multiply padding, which the direct kernels skip; EfficientNet's last stages at 64x64:
+ * 0.5-0.8 ms direct, 0.9-1.2 flat); the input's gradient also needs the padding within the
+ * kernel's reach (its g padded by the rest). (Stride 2 over the input's phases was no faster than
+ * the direct kernels' strided rows: not done.) */
 static int dw_flat(const CgFunc *c, const Inst *in, const ConvGeom *g) {
   const int64_t ext = (g->KH - 1) * g->dh, extw = (g->KW - 1) * g->dw, Wp = g->W + 2 * g->pw;
   if (c->target || c->k->freestanding || g->sh != 1 || g->sw != 1 || g->OH != g->H + 2 * g->ph - ext ||
-      g->OW != Wp - extw || Wp * (ext + 1) > CG_DW_BAND)
+      g->OW != Wp - extw || Wp * (ext + 1) > CG_DW_BAND || (g->H + 2 * g->ph) * Wp > 3 * g->H * g->W)
     return 0;
   if (in->op == IR_CONV2D_BWD_INPUT) return g->ph <= ext && g->pw <= extw && (g->W + extw) * (ext + 1) <= CG_DW_BAND;
   if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= 64 && g->KH * g->KW * Wp <= CG_DW_PART;

@@ -4,7 +4,8 @@ by linalg_c.c's dw_flat): bands of a zero-padded plane, each tap one loop over t
 - Against PyTorch: forward, input and weight gradients of MobileNet's 3x3 on small planes, a
   channel multiplier of 2, 5x5, dilation, no padding, a 1x5 kernel, a plane wide enough for
   several bands, padding wider than the kernel's reach (its input gradient stays direct); and
-  strides 2, 3 and (2, 1), which stay direct.
+  a 2x2 image under a 5x5 kernel (a padded plane 9 times the image) and strides 2, 3 and (2, 1),
+  which stay direct.
 - The forward and the input gradient are the direct kernels' sums in their order: a build whose
   flat calls are rewritten to the direct kernels (a wrapper cc) gives the same bits.
 - The weight gradient adds in another order: its error against float64 is within PyTorch's.
@@ -30,15 +31,18 @@ CASES = [
     # 152 padded columns: forward bands of 24 rows (2 of them), the weight gradient's of 1 row
     ("dw_bands", 2, 3, 40, 150, 3, (3, 3), 1, 1, 1, 3, False, 0),
     # padding 3 around a 3x3 kernel: the input gradient's g would need padding -1 (direct)
-    ("dw_wide_pad", 2, 4, 6, 5, 4, (3, 3), 1, 3, 1, 4, False, 0),
+    ("dw_wide_pad", 2, 4, 12, 10, 4, (3, 3), 1, 3, 1, 4, False, 0),
+    # a 2x2 image under a 5x5 kernel with padding 2 (EfficientNet's last stages at 64x64): a padded
+    # plane 9 times the image, the direct kernels (not flat)
+    ("dw_tiny", 3, 6, 2, 2, 6, (5, 5), 1, 2, 1, 6, False, 0),
     # strides 2, 3 and (2, 1): the direct kernels (not flat)
     ("dw_s2", 3, 8, 14, 14, 8, (3, 3), 2, 1, 1, 8, False, 0),
     ("dw_s2_mult2", 2, 4, 9, 11, 8, (5, 3), 2, (2, 1), 1, 4, False, 0),
     ("dw_s3_dilated", 2, 5, 13, 10, 5, (3, 3), 3, 1, 2, 5, False, 0),
     ("dw_s21", 2, 3, 12, 9, 3, (3, 3), (2, 1), 1, 1, 3, False, 0),
 ]
-STRIDED = ("dw_s2", "dw_s2_mult2", "dw_s3_dilated", "dw_s21")
-NOT_FLAT = {("dw_wide_pad", "bwd_input")} | {(n, op) for n in STRIDED for op in ("forward", "bwd_input", "bwd_weight")}
+DIRECT = ("dw_tiny", "dw_s2", "dw_s2_mult2", "dw_s3_dilated", "dw_s21")
+NOT_FLAT = {("dw_wide_pad", "bwd_input")} | {(n, op) for n in DIRECT for op in ("forward", "bwd_input", "bwd_weight")}
 
 DIRECT_CC = r"""#!/usr/bin/env python3
 # cc, after rewriting the model's calls of the flat depthwise kernels to the direct ones
@@ -115,7 +119,7 @@ def test_flat_matches_torch(net, case):
 
 def test_flat_kernels_are_called(net):
     """Every stride-1 case's forward, input and weight gradient calls the flat kernels, but the
-    input gradient whose padding exceeds the kernel's reach; the strided ones the direct kernels."""
+    input gradient whose padding exceeds the kernel's reach; the tiny and strided ones the direct kernels."""
     tmp, exe, outs = net
     entries = [a for c in CASES for a in ("--entry", f"fwd_{c[0]}", "--entry", f"grads_{c[0]}")]
     run([CTC, "compile", str(tmp / "dw.py"), "-o", str(tmp / "dw.c"), *entries])
