@@ -63,9 +63,11 @@ void cg_ident(char *buf, size_t cap, const char *s);
 /* ---- kernels.c ----------------------------------------------------------- */
 
 /* The stack buffers of the stride-1 depthwise convolutions (kernels.c's dwconv_flat_text), in
- * elements: a band of the padded plane, and the weight gradient's per-position sums of all taps. */
+ * elements: a band of the padded plane, and the weight gradient's per-position sums of all taps;
+ * and the most taps of a weight gradient's kernel (its sums, a row of 8 a tap). */
 #define CG_DW_BAND 4096
 #define CG_DW_PART 2048
+#define CG_DW_TAPS 64
 
 /* Which helpers the generated file needs (set while emitting the entries). */
 typedef struct Kernels {

@@ -433,8 +433,9 @@ static const char dwconv_text[] =
     "}\n";
 
 /* Stride-1 depthwise convolutions on the hosted C target (linalg_c.c's dw_flat): bands of a
- * zero-padded plane, each tap one long loop (kernels above for the others). CTC_DW_BAND and
- * CTC_DW_PART (elements of the stack buffers) are defined before it. */
+ * zero-padded plane, each tap one long loop (kernels above for the others). CTC_DW_BAND,
+ * CTC_DW_PART (elements of the stack buffers) and CTC_DW_TAPS (a weight gradient's most taps) are
+ * defined before it. */
 static const char dwconv_flat_text[] =
     "/* Rows [r0, r1) of the channel x[H, W] padded with ph rows and pw columns of zeros, W + 2 pw\n"
     " * apart: xp[(r - r0) (W + 2 pw) + pw + iw] = x[r - ph, iw] (0 outside x), then `tail` zeros.\n"
@@ -524,7 +525,7 @@ static const char dwconv_flat_text[] =
     "  }\n"
     "}\n"
     "/* The weight gradient of one output channel of a stride-1 depthwise convolution, all its\n"
-    " * KH x KW taps (KH KW <= 64) into dk: by bands of output rows over zero-padded copies of x and\n"
+    " * KH x KW taps (KH KW <= CTC_DW_TAPS) into dk: by bands of output rows over zero-padded copies of x and\n"
     " * g, each tap's products added at each position over the images (part), the positions then\n"
     " * added pairwise, the bands in double. Where a value of x or g is not finite (a padding zero\n"
     " * times inf is NaN), ctc_dwconv_bwd_weight_$S per tap, which skips the padding. */\n"
@@ -532,8 +533,8 @@ static const char dwconv_flat_text[] =
     "                                                 int64_t N, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t ph,\n"
     "                                                 int64_t pw, int64_t dh, int64_t dw, int64_t OH, int64_t OW,\n"
     "                                                 $T *restrict dk) {\n"
-    "  $T xp[CTC_DW_BAND + 8], gq[CTC_DW_BAND + 8], part[CTC_DW_PART + 8 * 64];   /* (np: up to 7 more a tap) */\n"
-    "  double s[64][8];\n"
+    "  $T xp[CTC_DW_BAND + 8], gq[CTC_DW_BAND + 8], part[CTC_DW_PART + 8 * CTC_DW_TAPS];   /* (np: up to 7 more a tap) */\n"
+    "  double s[CTC_DW_TAPS][8];\n"
     "  const int64_t Wp = W + 2 * pw, ext = (KH - 1) * dh, KK = KH * KW;\n"
     "  int64_t R = CTC_DW_BAND / Wp - ext;\n"
     "  if (R > CTC_DW_PART / (KK * Wp)) R = CTC_DW_PART / (KK * Wp);\n"
@@ -1446,7 +1447,9 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     }
   int flat = 0;
   for (int t = 0; t < DT_COUNT; t++) flat |= k->dwconv_flat[t];
-  if (flat) cg_printf(b, "#define CTC_DW_BAND %d\n#define CTC_DW_PART %d\n", CG_DW_BAND, CG_DW_PART);
+  if (flat)
+    cg_printf(b, "#define CTC_DW_BAND %d\n#define CTC_DW_PART %d\n#define CTC_DW_TAPS %d\n", CG_DW_BAND, CG_DW_PART,
+              CG_DW_TAPS);
   for (int t = 0; t < DT_COUNT; t++)
     if (k->dwconv_flat[t]) {
       instantiate(b, dwconv_flat_text, (DType)t);

@@ -579,7 +579,7 @@ static int dw_flat(const CgFunc *c, const Inst *in, const ConvGeom *g) {
       g->OW != Wp - extw || Wp * (ext + 1) > CG_DW_BAND || (g->H + 2 * g->ph) * Wp > 3 * g->H * g->W)
     return 0;
   if (in->op == IR_CONV2D_BWD_INPUT) return g->ph <= ext && g->pw <= extw && (g->W + extw) * (ext + 1) <= CG_DW_BAND;
-  if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= 64 && g->KH * g->KW * Wp <= CG_DW_PART;
+  if (in->op == IR_CONV2D_BWD_WEIGHT) return g->KH * g->KW <= CG_DW_TAPS && g->KH * g->KW * Wp <= CG_DW_PART;
   return 1;
 }
 
