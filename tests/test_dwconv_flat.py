@@ -32,6 +32,9 @@ CASES = [
     ("dw_bands", 2, 3, 40, 150, 3, (3, 3), 1, 1, 1, 3, False, 0),
     # padding 3 around a 3x3 kernel: the input gradient's g would need padding -1 (direct)
     ("dw_wide_pad", 2, 4, 12, 10, 4, (3, 3), 1, 3, 1, 4, False, 0),
+    # padding 4 under a 3x3 kernel: bands (of 23 rows forward, 1 for the weight gradient) that start
+    # in the bottom padding, past the image's last row
+    ("dw_pad_bands", 2, 2, 41, 150, 2, (3, 3), 1, 4, 1, 2, False, 0),
     # a 2x2 image under a 5x5 kernel with padding 2 (EfficientNet's last stages at 64x64): a padded
     # plane 9 times the image, the direct kernels (not flat)
     ("dw_tiny", 3, 6, 2, 2, 6, (5, 5), 1, 2, 1, 6, False, 0),
@@ -42,7 +45,7 @@ CASES = [
     ("dw_s21", 2, 3, 12, 9, 3, (3, 3), (2, 1), 1, 1, 3, False, 0),
 ]
 DIRECT = ("dw_tiny", "dw_s2", "dw_s2_mult2", "dw_s3_dilated", "dw_s21")
-NOT_FLAT = {("dw_wide_pad", "bwd_input")} | {(n, op) for n in DIRECT for op in ("forward", "bwd_input", "bwd_weight")}
+NOT_FLAT = {("dw_wide_pad", "bwd_input"), ("dw_pad_bands", "bwd_input")} | {(n, op) for n in DIRECT for op in ("forward", "bwd_input", "bwd_weight")}
 
 DIRECT_CC = r"""#!/usr/bin/env python3
 # cc, after rewriting the model's calls of the flat depthwise kernels to the direct ones
@@ -230,4 +233,27 @@ def test_float64_and_threads(tmp_path, monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
         _, two = _run(tmp, exe32, case, outs)
         for what, a, b in zip(("forward", "d/dx", "d/dw", "d/db"), one, two):
+            assert a.tobytes() == b.tobytes(), f"{case[0]} {what}"
+
+
+def test_sanitized_build(net, tmp_path, monkeypatch):
+    """Every case built with AddressSanitizer and UBSan (the bands' buffers live on the stack: a
+    band that starts in the bottom padding once wrote before its buffer): forward and gradients run
+    clean and give the plain build's bytes."""
+    import subprocess
+    probe = subprocess.run(["cc", "-fsanitize=address,undefined", "-x", "c", "-", "-o", "/dev/null"],
+                           input="int main(void){return 0;}\n", capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("no ASan/UBSan here: " + probe.stderr[:200])
+    tmp, exe, outs = net
+    text, entries, _ = _conv_file(CASES, [])
+    (tmp_path / "dw.py").write_text(text)
+    san = tmp_path / "net_san"
+    run([CTC, "build", str(tmp_path / "dw.py"), "-o", str(san), *entries, "--cflags",
+         "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"], timeout=900)
+    monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=0")
+    for case in CASES:
+        _, plain = _run(tmp, exe, case, outs)
+        _, checked = _run(tmp_path, san, case, outs)
+        for what, a, b in zip(("forward", "d/dx", "d/dw", "d/db"), plain, checked):
             assert a.tobytes() == b.tobytes(), f"{case[0]} {what}"
