@@ -593,13 +593,10 @@ static void emit_conv2d_depthwise(CgFunc *c, const Inst *in, const ConvGeom *cg)
   ConvGeom g = *cg;
   const int64_t M = g.O / g.C, HW = g.H * g.W, KK = g.KH * g.KW;
   const int flat = dw_flat(c, in, &g);
-  char geo[256];
-  if (flat)   /* stride 1: none in the call */
-    snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W, (ll)g.KH,
-             (ll)g.KW, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
-  else
-    snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H,
-             (ll)g.W, (ll)g.KH, (ll)g.KW, (ll)g.sh, (ll)g.sw, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
+  char geo[256], strides[64] = "";
+  if (!flat) snprintf(strides, sizeof strides, "%lld, %lld, ", (ll)g.sh, (ll)g.sw);   /* (flat: stride 1, not passed) */
+  snprintf(geo, sizeof geo, "%lld, %lld, %lld, %lld, %s%lld, %lld, %lld, %lld, %lld, %lld", (ll)g.H, (ll)g.W, (ll)g.KH,
+           (ll)g.KW, strides, (ll)g.ph, (ll)g.pw, (ll)g.dh, (ll)g.dw, (ll)g.OH, (ll)g.OW);
   const char *fl = flat ? "_flat" : "";
   c->k->dwconv[t] = 1;
   if (flat) c->k->dwconv_flat[t] = 1;
