@@ -44,7 +44,12 @@ ru_maxrss: the largest over the rounds), and ctc's compile time. With more than 
 round trip is measured again before and after each side's run, and the last column gives each side's
 largest (ctc / torch / torch.compile): a VM's vCPUs can move between core complexes within minutes,
 and a row whose sides ran in different placements is marked (one side's round trip over twice
-another's) and compares different machines. Nothing is asserted about speed."""
+another's) and compares different machines. Nothing is asserted about speed.
+
+--gemm-rate also builds each model with `ctc build --profile`, runs each entry once more with
+`--profile` (not timed with the rest) and prints a second table: the share of the kernels' time that
+ctc's GEMM kernels take (matmuls, with or without an epilogue; not convolutions or attention) and
+their GFLOP/s, against the sgemm probe: how near the GEMM-bound steps run to the machine's BLAS."""
 import argparse
 import json
 import os
@@ -370,8 +375,9 @@ def build_ctc():
         raise RuntimeError("ninja failed:\n" + r.stdout + r.stderr)
 
 
-def prepare(model, d, cflags, dtype="f32"):
-    """Writes the user file, builds ./net, times `ctc compile`; returns (exe, compile ms, classes)."""
+def prepare(model, d, cflags, dtype="f32", profile=False):
+    """Writes the user file, builds ./net (and with profile a `--profile` build beside it, ./net_prof),
+    times `ctc compile`; returns (exe, compile ms, classes)."""
     with open(os.path.join(MODELS_DIR, model + ".py")) as f:
         src = f.read()
     path = os.path.join(d, model + ".py")
@@ -383,6 +389,11 @@ def prepare(model, d, cflags, dtype="f32"):
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ctc build {path} failed:\n{r.stderr}")
+    if profile:
+        r = subprocess.run([CTC, "build", path, "-o", exe + "_prof", "--profile"] + entries
+                           + [f"--cflags={c}" for c in cflags], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"ctc build --profile {path} failed:\n{r.stderr}")
     times, cpu = [], []
     for _ in range(3):
         t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -417,6 +428,44 @@ def run_ctc(exe, mode, classes, a):
     return {"median": float(m.group(1)), "min": float(m.group(2)), "rss": float(m.group(3))}
 
 
+def gemm_summary(trace):
+    """The GEMM kernels of a `--profile` trace (a dict as json.load reads it): (their share of the
+    kernels' time, their GFLOP/s, calls), or None without any. Kernel events are the complete ('X')
+    events of thread 1; a GEMM kernel is one named `matmul` or `gemm: ...` (a matmul and its
+    epilogue), whose args hold its flops."""
+    total = gemm = flops = 0.0
+    calls = 0
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X" or e.get("tid") != 1:
+            continue
+        total += e["dur"]
+        if e["name"] == "matmul" or e["name"].startswith("gemm:"):
+            gemm += e["dur"]
+            flops += float(e.get("args", {}).get("flops", 0))
+            calls += 1
+    if not calls or gemm <= 0:
+        return None
+    return gemm / total, flops / gemm / 1e3, calls   # (dur in microseconds)
+
+
+def run_ctc_profile(exe, mode, classes, a, d):
+    """One `./net bench ENTRY --profile` run of the --profile build: gemm_summary of its trace."""
+    trace = os.path.join(d, "trace.json")
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    env.pop("OPENBLAS_CORETYPE", None)
+    core = bench_coretype(a.avx2)
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    entry = (ENTRY_BF16 if a.dtype == "bf16" else ENTRY)[mode]
+    cmd = [exe, "bench", entry, "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
+           "--threads", str(a.threads), "--profile", trace]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    with open(trace) as f:
+        return gemm_summary(json.load(f))
+
+
 # ---- the table -------------------------------------------------------------------------
 
 
@@ -445,6 +494,9 @@ def main():
                          "at 2 threads 14.5 s instead of 0.8 s")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                     help="bf16: forward and train step under CPU autocast to bfloat16 on both sides")
+    ap.add_argument("--gemm-rate", action="store_true",
+                    help="also run a --profile build of each model once per entry and print its GEMM kernels' share "
+                         "of the kernel time and their GFLOP/s against the sgemm probe")
     ap.add_argument("--venv-python", default=VENV_PYTHON,
                     help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
@@ -495,7 +547,7 @@ def main():
             print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
                   f"complex; hundreds: two, where {a.threads}-thread times depend on the placement)", flush=True)
         for model in models:
-            exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype)
+            exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype, a.gemm_rate)
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
                 trips = {"ctc": [], "torch": [], "compile": []}
@@ -518,10 +570,15 @@ def main():
                 s["torch_version"] = res["torch"][0].get("version", "?")
                 if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
                     s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
+                if a.gemm_rate:
+                    s["gemm"] = run_ctc_profile(exe + "_prof", mode, classes, a, d)
                 rows.append((model, mode, compile_ms, s))
                 print(f"# {model} {mode}: torch {s['torch']['median']:.3f} ms, ctc {s['ctc']['median']:.3f} ms",
                       file=sys.stderr, flush=True)
     print_table(rows, tc_version if any("compile" in r[3] for r in rows) else None)
+    if a.gemm_rate:
+        print()
+        print_gemm_table(rows, rate, a.threads)
     return 0
 
 
@@ -563,6 +620,22 @@ def print_table(rows, tc_version):
     if mixed:
         print("\n(*: that row's sides ran in different placements, one's round trip over twice another's: its "
               "ratios compare different machines; run it again)")
+
+
+def print_gemm_table(rows, rate, threads):
+    """--gemm-rate's table: each row's GEMM kernels (gemm_summary of its --profile run) against the
+    sgemm probe's rate (None: no OpenBLAS to probe)."""
+    print(f"| workload | GEMM kernels' share of kernel time | their GFLOP/s ({threads} thread{'s' if threads > 1 else ''}) "
+          "| of the sgemm probe |")
+    print("|---|---|---|---|")
+    for model, mode, _, s in rows:
+        g = s.get("gemm")
+        if not g:
+            print(f"| {model} {mode} | no GEMM kernel | - | - |")
+            continue
+        share, gflops, calls = g
+        of = f"{100 * gflops / rate:.0f}%" if rate else "-"
+        print(f"| {model} {mode} | {100 * share:.0f}% ({calls} calls) | {gflops:.1f} | {of} |")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,36 @@ def test_gpu_bench_script_emulated():
     assert re.search(r"^\| tiny \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", r.stdout, re.M), r.stdout
 
 
+def test_gemm_summary_counts_the_gemm_kernels_of_a_trace():
+    """--gemm-rate's numbers from a --profile trace: the GEMM kernels (`matmul`, `gemm: ...`) of
+    thread 1's complete events, their share of all kernels' time and flops / time; entry events
+    (thread 0), the threads' own events and convolutions are not GEMMs."""
+    bench = import_bench()
+    ev = [{"name": "entry train_step", "ph": "X", "tid": 0, "dur": 1000.0},
+          {"name": "gemm: matmul+add", "ph": "X", "tid": 1, "dur": 300.0, "args": {"flops": 6e6}},
+          {"name": "matmul", "ph": "X", "tid": 1, "dur": 100.0, "args": {"flops": 2e6}},
+          {"name": "conv2d", "ph": "X", "tid": 1, "dur": 400.0, "args": {"flops": 9e9}},
+          {"name": "row: reduce_sum", "ph": "X", "tid": 1, "dur": 200.0, "args": {"flops": 1e3}},
+          {"name": "matmul", "ph": "X", "tid": 2, "dur": 90.0, "args": {"flops": 2e6}},
+          {"name": "thread_name", "ph": "M", "tid": 1}]
+    share, gflops, calls = bench.gemm_summary({"traceEvents": ev})
+    assert calls == 2 and abs(share - 0.4) < 1e-12 and abs(gflops - 8e6 / 400 / 1e3) < 1e-12
+    assert bench.gemm_summary({"traceEvents": ev[3:5]}) is None
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
+def test_bench_script_gemm_rate_table():
+    """--gemm-rate: after the main table, each row's GEMM kernels from a --profile build's run."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--models", "mlp", "--modes", "forward",
+                        "--rounds", "1", "--iters", "1", "--warmup", "0", "--no-compile-column", "--threads", "1",
+                        "--gemm-rate"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tail = r.stdout.split("\n\n")[-1].splitlines()
+    assert tail[0] == "| workload | GEMM kernels' share of kernel time | their GFLOP/s (1 thread) | of the sgemm probe |", r.stdout
+    # the mlp's forward is three Linear layers: three GEMM kernels (with their bias and relu epilogues)
+    assert re.fullmatch(r"\| mlp forward \| [0-9]+% \(3 calls\) \| [0-9]+\.[0-9] \| ([0-9]+%|-) \|", tail[2]), r.stdout
+
+
 def test_avx2_caps_every_torch_kernel_library(monkeypatch):
     """--avx2 caps PyTorch's oneDNN convolutions and MKL GEMMs at AVX2 as well as ATen:
     ATEN_CPU_CAPABILITY alone left oneDNN's jit:avx512_core convolutions and MKL's AVX-512
