@@ -410,7 +410,8 @@ def prepare(model, d, cflags, dtype="f32", profile=False):
     return exe, (min(times), min(cpu)), classes
 
 
-def run_ctc(exe, mode, classes, a):
+def ctc_bench(exe, mode, classes, a, extra=()):
+    """Runs `./net bench ENTRY ...` (with extra arguments) as the table times it; its CompletedProcess."""
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))   # (the program sets OPENBLAS_NUM_THREADS=1 itself)
     env.pop("OPENBLAS_CORETYPE", None)   # the same OpenBLAS kernels as PyTorch's (its slivers)
     core = bench_coretype(a.avx2)
@@ -420,11 +421,18 @@ def run_ctc(exe, mode, classes, a):
         env["OMP_WAIT_POLICY"] = a.ctc_wait_policy
     entry = (ENTRY_BF16 if a.dtype == "bf16" else ENTRY)[mode]
     cmd = [exe, "bench", entry, "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
-           "--threads", str(a.threads)]
+           "--threads", str(a.threads), *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    m = BENCH_LINE.search(r.stdout)
-    if r.returncode != 0 or not m:
+    if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r
+
+
+def run_ctc(exe, mode, classes, a):
+    r = ctc_bench(exe, mode, classes, a)
+    m = BENCH_LINE.search(r.stdout)
+    if not m:
+        raise RuntimeError(f"{exe} bench printed no timing:\n{r.stdout}{r.stderr}")
     return {"median": float(m.group(1)), "min": float(m.group(2)), "rss": float(m.group(3))}
 
 
@@ -451,17 +459,7 @@ def gemm_summary(trace):
 def run_ctc_profile(exe, mode, classes, a, d):
     """One `./net bench ENTRY --profile` run of the --profile build: gemm_summary of its trace."""
     trace = os.path.join(d, "trace.json")
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    env.pop("OPENBLAS_CORETYPE", None)
-    core = bench_coretype(a.avx2)
-    if core:
-        env["OPENBLAS_CORETYPE"] = core
-    entry = (ENTRY_BF16 if a.dtype == "bf16" else ENTRY)[mode]
-    cmd = [exe, "bench", entry, "--iters", str(a.iters), "--warmup", str(a.warmup), "--int-max", str(classes),
-           "--threads", str(a.threads), "--profile", trace]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    ctc_bench(exe, mode, classes, a, ("--profile", trace))
     with open(trace) as f:
         return gemm_summary(json.load(f))
 
