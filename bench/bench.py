@@ -385,15 +385,11 @@ def prepare(model, d, cflags, dtype="f32", profile=False):
         f.write(src + (WRAPPER_BF16 if dtype == "bf16" else WRAPPER))
     exe = os.path.join(d, model)
     entries = ["--entry", "infer", "--entry", "train_step"] if dtype == "bf16" else []
-    r = subprocess.run([CTC, "build", path, "-o", exe] + entries + [f"--cflags={c}" for c in cflags],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"ctc build {path} failed:\n{r.stderr}")
-    if profile:
-        r = subprocess.run([CTC, "build", path, "-o", exe + "_prof", "--profile"] + entries
-                           + [f"--cflags={c}" for c in cflags], capture_output=True, text=True)
+    for out, extra in [(exe, [])] + ([(exe + "_prof", ["--profile"])] if profile else []):
+        r = subprocess.run([CTC, "build", path, "-o", out] + extra + entries + [f"--cflags={c}" for c in cflags],
+                           capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"ctc build --profile {path} failed:\n{r.stderr}")
+            raise RuntimeError(f"ctc build {' '.join(extra)} {path} failed:\n{r.stderr}")
     times, cpu = [], []
     for _ in range(3):
         t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
