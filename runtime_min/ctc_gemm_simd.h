@@ -1297,34 +1297,46 @@ static void ctc_pack_b16_avx2(const float *b, int64_t ldb, int64_t k0, int64_t k
   for (int j = 0; j < 16; j++)
     for (int64_t k = kt; k < kc; k++) bp[k * 16 + j] = j < nr ? b[(j0 + j) * ldb + k0 + k] : 0;
 }
+/* One k of a tile: acc[i] += A[i, k] bp[k] for its R rows (ai[i]: row i of A, k at ai[i] + k * aks). */
+static inline __attribute__((always_inline)) void ctc_gemm_k16_avx2(const int R, int64_t k, const float *const *ai,
+                                                                  int64_t aks, const float *restrict bp,
+                                                                  ctc_vf_avx2 acc[6][CTC_NV_avx2]) {
+  ctc_vf_avx2 bv[CTC_NV_avx2];
+#pragma GCC unroll 4
+  for (int v = 0; v < CTC_NV_avx2; v++) bv[v] = ctc_vload_avx2(bp + k * 16 + v * CTC_VW_avx2);
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++) {
+    const ctc_va_avx2 av = ctc_vbcast_avx2(ai[i] + k * aks);
+#pragma GCC unroll 4
+    for (int v = 0; v < CTC_NV_avx2; v++) acc[i][v] = ctc_vfma_avx2(acc[i][v], bv[v], av);
+  }
+}
 /* The tile C[mr, nr <= 16 columns] = (C +, if add) sum over k < kc of A[i, k] bp[k]: A[i, k] at
- * a[i * ars + k * aks]. R (6, 4, 2 or 1, a constant where it is called) rows are computed: rows
- * mr..R-1 repeat row 0 and are not stored. As the AVX-512 tile: the registers sum 32 k at a time,
- * each such partial sum added to C in memory (blocked summation). */
-static inline __attribute__((always_inline)) void ctc_gemm_tile16_avx2(const int R, int64_t kc, const float *a,
-                                                                     int64_t ars, int64_t aks, int mr,
-                                                                     const float *restrict bp, float *c,
+ * a[i * ars + k * aks]. R (6, 4, 2 or 1) rows are computed: rows mr..R-1 repeat row 0 and are not
+ * stored. The registers sum S k at a time, each such partial sum added to C in memory (blocked
+ * summation); R and S are constants where it is called. S is 128 in the GEMM (a length-K sum's
+ * error below OpenBLAS's: docs/speed.md), 32 in the convolutions and Winograd's sums over tiles
+ * (which keep their blocks of 32: their thread and block invariance). A whole block's k loop has a
+ * constant count, unrolled by 4 (the loop's exit no longer mispredicted each block). */
+static inline __attribute__((always_inline)) void ctc_gemm_tile16_avx2(const int R, const int S, int64_t kc,
+                                                                     const float *a, int64_t ars, int64_t aks,
+                                                                     int mr, const float *restrict bp, float *c,
                                                                      int64_t ldc, int nr, int add) {
   const float *ai[6];
 #pragma GCC unroll 6
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
-  for (int64_t k0 = 0; k0 < kc; k0 += 32) {
-    const int64_t k1 = kc - k0 < 32 ? kc : k0 + 32;
+  for (int64_t k0 = 0; k0 < kc; k0 += S) {
+    const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     ctc_vf_avx2 acc[6][CTC_NV_avx2];
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
       for (int v = 0; v < CTC_NV_avx2; v++) acc[i][v] = ctc_vzero_avx2();
-    for (int64_t k = k0; k < k1; k++) {
-      ctc_vf_avx2 bv[CTC_NV_avx2];
+    if (k1 - k0 == S) {
 #pragma GCC unroll 4
-      for (int v = 0; v < CTC_NV_avx2; v++) bv[v] = ctc_vload_avx2(bp + k * 16 + v * CTC_VW_avx2);
-#pragma GCC unroll 6
-      for (int i = 0; i < R; i++) {
-        const ctc_va_avx2 av = ctc_vbcast_avx2(ai[i] + k * aks);
-#pragma GCC unroll 4
-        for (int v = 0; v < CTC_NV_avx2; v++) acc[i][v] = ctc_vfma_avx2(acc[i][v], bv[v], av);
-      }
+      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k16_avx2(R, k, ai, aks, bp, acc);
+    } else {
+      for (int64_t k = k0; k < k1; k++) ctc_gemm_k16_avx2(R, k, ai, aks, bp, acc);
     }
     const int sum = add || k0 > 0;
 #pragma GCC unroll 6
@@ -1420,10 +1432,10 @@ static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
               const int64_t rs = ta ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 16;
               const int add = acc || k0 > 0;
-              if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-              else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
-              else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-              else ctc_gemm_tile16_avx2(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              if (mr > 4) ctc_gemm_tile16_avx2(6, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else if (mr > 2) ctc_gemm_tile16_avx2(4, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+              else if (mr == 2) ctc_gemm_tile16_avx2(2, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else ctc_gemm_tile16_avx2(1, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
             }
           }
         }
@@ -1482,10 +1494,10 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
         const float *ai = a + i * K + k0;
         float *ci = yj + i * HW;
         const int add = k0 > 0;
-        if (mr > 4) ctc_gemm_tile16_avx2(6, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
-        else if (mr > 2) ctc_gemm_tile16_avx2(4, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
-        else if (mr == 2) ctc_gemm_tile16_avx2(2, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
-        else ctc_gemm_tile16_avx2(1, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        if (mr > 4) ctc_gemm_tile16_avx2(6, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else ctc_gemm_tile16_avx2(1, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
       }
     }
   }
@@ -1767,10 +1779,10 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
   const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
   const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 16;
   float *c = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 16;
-  if (mr > 4) ctc_gemm_tile16_avx2(6, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else if (mr > 2) ctc_gemm_tile16_avx2(4, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else if (mr == 2) ctc_gemm_tile16_avx2(2, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else ctc_gemm_tile16_avx2(1, K, a, K, 1, mr, bp, c, B, nr, 0);
+  if (mr > 4) ctc_gemm_tile16_avx2(6, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else ctc_gemm_tile16_avx2(1, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
 }
 /* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 8 tiles of a row */
 static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
@@ -1836,10 +1848,10 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
     const int mr = M - m < 6 ? (int)(M - m) : 6;
     const float *a = Z + e * (M * B + CTC_WINO_PAD) + m * B;
     float *c = P + (e * M + m) * K + q * 16;
-    if (mr > 4) ctc_gemm_tile16_avx2(6, nt, a, B, 1, mr, bp, c, K, nr, add);
-    else if (mr > 2) ctc_gemm_tile16_avx2(4, nt, a, B, 1, mr, bp, c, K, nr, add);
-    else if (mr == 2) ctc_gemm_tile16_avx2(2, nt, a, B, 1, mr, bp, c, K, nr, add);
-    else ctc_gemm_tile16_avx2(1, nt, a, B, 1, mr, bp, c, K, nr, add);
+    if (mr > 4) ctc_gemm_tile16_avx2(6, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else ctc_gemm_tile16_avx2(1, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
   }
 }
 #define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */
@@ -2064,34 +2076,46 @@ static void ctc_pack_b16_neon(const float *b, int64_t ldb, int64_t k0, int64_t k
   for (int j = 0; j < 16; j++)
     for (int64_t k = kt; k < kc; k++) bp[k * 16 + j] = j < nr ? b[(j0 + j) * ldb + k0 + k] : 0;
 }
+/* One k of a tile: acc[i] += A[i, k] bp[k] for its R rows (ai[i]: row i of A, k at ai[i] + k * aks). */
+static inline __attribute__((always_inline)) void ctc_gemm_k16_neon(const int R, int64_t k, const float *const *ai,
+                                                                  int64_t aks, const float *restrict bp,
+                                                                  ctc_vf_neon acc[6][CTC_NV_neon]) {
+  ctc_vf_neon bv[CTC_NV_neon];
+#pragma GCC unroll 4
+  for (int v = 0; v < CTC_NV_neon; v++) bv[v] = ctc_vload_neon(bp + k * 16 + v * CTC_VW_neon);
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++) {
+    const ctc_va_neon av = ctc_vbcast_neon(ai[i] + k * aks);
+#pragma GCC unroll 4
+    for (int v = 0; v < CTC_NV_neon; v++) acc[i][v] = ctc_vfma_neon(acc[i][v], bv[v], av);
+  }
+}
 /* The tile C[mr, nr <= 16 columns] = (C +, if add) sum over k < kc of A[i, k] bp[k]: A[i, k] at
- * a[i * ars + k * aks]. R (6, 4, 2 or 1, a constant where it is called) rows are computed: rows
- * mr..R-1 repeat row 0 and are not stored. As the AVX-512 tile: the registers sum 32 k at a time,
- * each such partial sum added to C in memory (blocked summation). */
-static inline __attribute__((always_inline)) void ctc_gemm_tile16_neon(const int R, int64_t kc, const float *a,
-                                                                     int64_t ars, int64_t aks, int mr,
-                                                                     const float *restrict bp, float *c,
+ * a[i * ars + k * aks]. R (6, 4, 2 or 1) rows are computed: rows mr..R-1 repeat row 0 and are not
+ * stored. The registers sum S k at a time, each such partial sum added to C in memory (blocked
+ * summation); R and S are constants where it is called. S is 128 in the GEMM (a length-K sum's
+ * error below OpenBLAS's: docs/speed.md), 32 in the convolutions and Winograd's sums over tiles
+ * (which keep their blocks of 32: their thread and block invariance). A whole block's k loop has a
+ * constant count, unrolled by 4 (the loop's exit no longer mispredicted each block). */
+static inline __attribute__((always_inline)) void ctc_gemm_tile16_neon(const int R, const int S, int64_t kc,
+                                                                     const float *a, int64_t ars, int64_t aks,
+                                                                     int mr, const float *restrict bp, float *c,
                                                                      int64_t ldc, int nr, int add) {
   const float *ai[6];
 #pragma GCC unroll 6
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
-  for (int64_t k0 = 0; k0 < kc; k0 += 32) {
-    const int64_t k1 = kc - k0 < 32 ? kc : k0 + 32;
+  for (int64_t k0 = 0; k0 < kc; k0 += S) {
+    const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     ctc_vf_neon acc[6][CTC_NV_neon];
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
       for (int v = 0; v < CTC_NV_neon; v++) acc[i][v] = ctc_vzero_neon();
-    for (int64_t k = k0; k < k1; k++) {
-      ctc_vf_neon bv[CTC_NV_neon];
+    if (k1 - k0 == S) {
 #pragma GCC unroll 4
-      for (int v = 0; v < CTC_NV_neon; v++) bv[v] = ctc_vload_neon(bp + k * 16 + v * CTC_VW_neon);
-#pragma GCC unroll 6
-      for (int i = 0; i < R; i++) {
-        const ctc_va_neon av = ctc_vbcast_neon(ai[i] + k * aks);
-#pragma GCC unroll 4
-        for (int v = 0; v < CTC_NV_neon; v++) acc[i][v] = ctc_vfma_neon(acc[i][v], bv[v], av);
-      }
+      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k16_neon(R, k, ai, aks, bp, acc);
+    } else {
+      for (int64_t k = k0; k < k1; k++) ctc_gemm_k16_neon(R, k, ai, aks, bp, acc);
     }
     const int sum = add || k0 > 0;
 #pragma GCC unroll 6
@@ -2187,10 +2211,10 @@ static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
               const int64_t rs = ta ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 16;
               const int add = acc || k0 > 0;
-              if (mr > 4) ctc_gemm_tile16_neon(6, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-              else if (mr > 2) ctc_gemm_tile16_neon(4, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
-              else if (mr == 2) ctc_gemm_tile16_neon(2, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
-              else ctc_gemm_tile16_neon(1, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              if (mr > 4) ctc_gemm_tile16_neon(6, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else if (mr > 2) ctc_gemm_tile16_neon(4, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);   /* a last, shorter tile */
+              else if (mr == 2) ctc_gemm_tile16_neon(2, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
+              else ctc_gemm_tile16_neon(1, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
             }
           }
         }
