@@ -1,7 +1,7 @@
 """ctc's f32 GEMM microkernels, one per instruction set (issue 29, item 2).
 
 Generated code carries three: AVX-512 (12x32 tiles), AVX2+FMA and NEON (6x16 tiles, the same
-blocking and blocked summation), picked at compile time from the target's macros
+blocking; blocked summation of 32 k on AVX-512, 128 on AVX2 and NEON), picked at compile time from the target's macros
 (__AVX512F__ > __AVX2__ && __FMA__ > __aarch64__ && __ARM_NEON > the portable ctc_gemm; NEON only
 without OpenBLAS; AVX-512 and AVX2 with OpenBLAS too, which then keeps the slivers). Each
 x86 one is forced here with -march (haswell: AVX2 without AVX-512; native: AVX-512 where the
@@ -442,7 +442,7 @@ int main(void) {
 def test_gpt_aarch64(tmp_path):
     """The bench GPT (4 layers, 128 tokens, batch 1): the logits of the NEON build under QEMU
     against the x86 build of the same C (the portable GEMM). Only the GEMMs' summation order
-    differs (blocks of 32 k in registers vs 8 partial sums): float32 sums of at most 1,024 terms
+    differs (blocks of 128 k in registers vs 8 partial sums): float32 sums of at most 1,024 terms
     through 4 layers, so logits of size ~1 agree to ~1e-6; measured 6e-7."""
     need("aarch64-linux-gnu-gcc", "qemu-aarch64")
     if not os.path.exists(GPT):
