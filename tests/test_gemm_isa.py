@@ -281,7 +281,8 @@ def test_kernel_error_at_pytorch_or_below(mm_dir, tmp_path, variant):
     matmul of the same matrices: the tiles' blocked summation (partial sums of 128 k on AVX2, 32 on
     AVX-512, added to C) keeps it at or below PyTorch's. Measured error (root mean square of
     |C - C64| / sum |a b| over C): AVX2 0.75-0.79 of PyTorch's (OpenBLAS) on these shapes (0.50-0.65
-    with partial sums of 32); a whole K block (up to 512) summed in registers gives 1.20 and fails."""
+    with partial sums of 32); a whole K block (up to 512) summed in registers gives 1.20 on the first
+    shape and fails."""
     if not x86():
         pytest.skip("an x86-64 host")
     march, kernel, need_flag = X86[variant]
