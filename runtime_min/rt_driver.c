@@ -775,6 +775,9 @@ static int cmd_run(const char *prog, const ctc_model_desc *desc, int argc, char 
   if (rc == CTC_OK && is_infer) rc = check_infer_weights(desc, &a, &err);
   const ctc_entry *e = NULL;
   if (rc == CTC_OK) rc = find_entry(desc, a.entry, &e, &err);
+  if (rc == CTC_OK && is_infer && !a.entry && e->kind != CTC_ENTRY_FORWARD && e->kind != CTC_ENTRY_FUNCTION)
+    rc = ctc_fail(&err, CTC_ERR_ARG, "infer runs the model's forward, which this program does not have (`ctc check` "
+                  "says why); run an entry by name: `%s run %s`", prog, e->name);
   if (rc == CTC_OK) rc = do_run(prog, desc, e, &a, &r, &err);
   ctc_drv_run_free(&r);
   free_run_args(&a);

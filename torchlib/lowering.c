@@ -194,6 +194,36 @@ static const char *entry_unknown_param(L *L, Node *def, const LowerOptions *opt,
   return NULL;
 }
 
+/* With --entry naming only other functions: why forward cannot be staged (a parameter of the
+ * model's forward whose shape neither --input nor example_inputs gives, as entry_inputs looks
+ * them up), or NULL. A training file that gives only its train_step's example then compiles
+ * that entry, and forward is listed as skipped instead of stopping the build. */
+static const char *forward_unknown(L *L, PV *model, const LowerOptions *opt, Span top) {
+  int other = 0;
+  for (int i = 0; i < opt->nentries; i++) {
+    if (!strcmp(opt->entries[i], "forward")) return NULL;
+    other = 1;
+  }
+  PV *fwd = getattr_opt(L, top, model, "forward");
+  if (!other || !fwd || fwd->k != PV_BOUND || fwd->fn->k != PV_FUNC) return NULL;
+  Node *def = fwd->fn->node;
+  PV *ex = env_get(L->globals, "example_inputs");
+  if (ex && ex->k == PV_DICT) ex = pv_dict_get(ex, pv_str(L, "forward"));
+  if (ex && ex->k == PV_TENSOR) return NULL;
+  for (int k = 1; k < def->list.len; k++) {
+    Node *p = def->list.data[k];
+    if (p->op != PARAM_PLAIN) return NULL;   /* (entry_inputs says why) */
+    int known = k == 1 && !ex && loop_forward_input(L, opt);
+    for (int i = 0; i < opt->ninputs; i++) known |= !strcmp(opt->inputs[i].name, p->name);
+    if (ex && pv_is_seq(ex) && k - 1 < ex->n) known = 1;   /* (a tensor or a tuple of them: entry_inputs checks) */
+    if (known) continue;
+    if (p->b) break; /* defaults */
+    return arena_printf(L->a, "the shape of its input '%s' is unknown (give --input %s=f32[...] or a \"forward\" "
+                              "example in example_inputs to compile it for ./net infer)", p->name, p->name);
+  }
+  return NULL;
+}
+
 static void stage_entries(L *L, Node *module, const LowerOptions *opt, Span top) {
   PV *examples = env_get(L->globals, "example_inputs");
   for (int i = 0; i < opt->nentries; i++) {
@@ -403,11 +433,14 @@ PV **entry_inputs(L *L, Node *def, int first, const char *entry, const LowerOpti
     else if (p->b) break; /* remaining parameters keep their defaults */
     else if (!entry && ex == 0 && !examples && loop_forward_input(L, opt))
       t = *loop_forward_input(L, opt); /* model(data) in a training loop: data's --input */
-    else if (!entry)
+    else if (!entry) {
+      PV *g = env_get(L->globals, "example_inputs");
       lower_error(L, p->span,
-                  "the shape of input '%s' is unknown: pass --input %s=f32[...] or define "
-                  "example_inputs = (torch.randn(...), ...) in the file%s",
-                  p->name, p->name, other_inputs_note(L, def, first, opt));
+                  "the shape of input '%s' is unknown: pass --input %s=f32[...] or %s in the file%s", p->name, p->name,
+                  g && g->k == PV_DICT ? "add \"forward\": (torch.randn(...), ...) to the example_inputs dict"
+                                       : "define example_inputs = (torch.randn(...), ...)",
+                  other_inputs_note(L, def, first, opt));
+    }
     else
       lower_error(L, p->span,
                   "the shape of '%s' (a parameter of entry '%s') is unknown: pass --input %s=f32[...] or add "
@@ -587,9 +620,17 @@ Program *lower_program(Arena *a, Diag *d, const SrcFile *src, Node *module, cons
     int pos = 0;
     training_flags(L, model, &flags, &pos, 1);
     set_eval(model);
-    dec_probe_begin(L);
-    stage_forward(L, model, opt, top);
-    dec = dec_probe_end(L);
+    const char *why = forward_unknown(L, model, opt, top);
+    if (why) {
+      Program *P = L->T->prog;
+      PV *fwd = getattr_opt(L, top, model, "forward");
+      P->skipped = arena_printf(L->a, "%s%sforward (line %d): %s", P->skipped ? P->skipped : "", P->skipped ? "\n" : "",
+                                fwd->fn->node->span.line, why);
+    } else {
+      dec_probe_begin(L);
+      stage_forward(L, model, opt, top);
+      dec = dec_probe_end(L);
+    }
     training_flags(L, model, &flags, &pos, 0);
   } else {
     /* no nn.Module: the file's functions are the entries; the C prefix is the file's name */
