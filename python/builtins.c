@@ -1043,7 +1043,10 @@ PV *bi_obj_attr(L *L, PV *fn, Args *A) {
     if (a[0]->k != PV_STR) lower_error(L, A->at, "attribute name must be a string");
     return getattr_value(L, A->at, self, a[0]->s);
   case BI_DICT_UPDATE: {   /* d.update(other) / d.update(k=v ...); on obj.__dict__ it sets attributes */
+    const int nkw = A->nkw;   /* any keyword is a key: bind the positional 'other' alone */
+    A->nkw = 0;
     bind_args(L, A, "other=", a);
+    A->nkw = nkw;
     PV *src = pv_dict(L);
     if (a[0]) {
       if (a[0]->k != PV_DICT) lower_error(L, A->at, "dict.update(x) needs a dict at compile time");

@@ -261,6 +261,25 @@ def test_try_except_at_compile_time_matches_python(tmp_path, body, k):
     assert list(np.load(tmp_path / "y.npy")) == [k, k]
 
 
+@pytest.mark.parametrize("body,k", [
+    # a model zoo's config dict changed with keywords (configs[w].update(num_blocks=...)): it was
+    # "update() got an unexpected keyword argument"
+    ("cfg = {'a': 1}\ncfg.update(a=2, b=3)\ncfg.update({'b': 4}, c=5)\nk = cfg['a'] * 100 + cfg['b'] * 10 + cfg['c']\n",
+     245),
+    ("d = {}\nd.update(other=7)\nk = d['other']\n", 7),   # 'other' is a key: the positional is positional-only
+])
+def test_dict_update_with_keywords_matches_python(tmp_path, body, k):
+    ns = {}
+    exec("import torch\nimport torch.nn as nn\n" + body + MODEL_K, ns)
+    assert ns["M"]().k == k
+    exe = str(tmp_path / "m")
+    (tmp_path / "m.py").write_text("import torch\nimport torch.nn as nn\n" + body + MODEL_K)
+    ctc_build(str(tmp_path / "m.py"), exe, "--input", "x=f32[2]")
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
+    assert list(np.load(tmp_path / "y.npy")) == [k, k]
+
+
 @pytest.mark.parametrize("body,msg", [
     # ctc's own diagnostics are not Python exceptions: no handler takes them
     ("try:\n    global g\nexcept:\n    pass\nk = 1\n", "'global' and 'nonlocal' are not supported by ctc"),
