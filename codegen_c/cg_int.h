@@ -86,6 +86,7 @@ typedef struct Kernels {
   unsigned char dwconv_flat[DT_COUNT];   /* ctc_dwconv_flat_<dt> and its gradients (stride 1, hosted) */
   unsigned char uniform[DT_COUNT];  /* ctc_fill_uniform_<dt> */
   unsigned char normal[DT_COUNT];   /* ctc_fill_normal_<dt> */
+  unsigned char trunc_normal[DT_COUNT];   /* ctc_fill_trunc_normal_<dt> (nn.init.trunc_normal_) */
   unsigned char ipow[DT_COUNT];      /* ctc_ipow_<dt>: integer pow, wrapping as PyTorch's */
   unsigned char remainder[DT_COUNT]; /* ctc_remainder_<dt>: Python's %, as PyTorch's remainder */
   unsigned char floordiv[DT_COUNT];  /* ctc_floordiv_<dt>: PyTorch's div(rounding_mode='floor') */

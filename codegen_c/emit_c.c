@@ -545,14 +545,22 @@ static void emit_init(Gen *g, Buf *b) {
       break;
     case PINIT_UNIFORM:
     case PINIT_NORMAL: {
-      int u = pr->init == PINIT_UNIFORM;
-      cg_printf(b, "%s */\n", u ? "uniform(a, b)" : "normal(mean, std)");
-      cg_printf(b, "  ctc_fill_%s_%s((%s *)(A + %lld), %lld, %d, ", u ? "uniform" : "normal", sf, ct, (ll)off, (ll)n, i);
+      int u = pr->init == PINIT_UNIFORM, tr = !u && pr->init_trunc;
+      cg_printf(b, "%s */\n", u ? "uniform(a, b)" : tr ? "normal(mean, std) truncated to [a, b]" : "normal(mean, std)");
+      cg_printf(b, "  ctc_fill_%s_%s((%s *)(A + %lld), %lld, %d, ", u ? "uniform" : tr ? "trunc_normal" : "normal", sf, ct,
+                (ll)off, (ll)n, i);
       cg_literal(b, DT_F64, pr->init_a);
       cg_puts(b, ", ");
       cg_literal(b, DT_F64, pr->init_b);
+      if (tr) {
+        cg_puts(b, ", ");
+        cg_literal(b, DT_F64, pr->init_lo);
+        cg_puts(b, ", ");
+        cg_literal(b, DT_F64, pr->init_hi);
+      }
       cg_puts(b, ");\n");
       if (u) g->k.uniform[t->dtype] = 1;
+      else if (tr) g->k.trunc_normal[t->dtype] = 1;
       else g->k.normal[t->dtype] = 1;
       if (ir_dtype_is_low(t->dtype)) {   /* model.bfloat16() / .half(): each value rounded into the storage */
         g->k.low_io[t->dtype] = 1;
@@ -1022,7 +1030,8 @@ void cg_emit_host_init(Buf *data, Buf *init, Kernels *k, const Program *p, const
   g.no_error = 1;   /* <prefix>_host_t: the arena alone */
   emit_param_data(&g, data);
   emit_init(&g, init);
-  for (int t = 0; t < DT_COUNT; t++) k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t];
+  for (int t = 0; t < DT_COUNT; t++)
+    k->uniform[t] |= g.k.uniform[t], k->normal[t] |= g.k.normal[t], k->trunc_normal[t] |= g.k.trunc_normal[t];
 }
 
 void cg_emit_desc_for(Buf *b, const Program *p, const MemPlan *mp, const char *prefix, int device_params) {

@@ -619,6 +619,41 @@ static const char normal_text[] =
     "  }\n"
     "}\n";
 
+/* nn.init.trunc_normal_: normal_'s Box-Muller draw, drawn again (uniforms 2 (t n + i) and 2 (t n + i) + 1
+ * for try t of value i) while it falls outside [lo, hi]; the compiler requires the bounds to keep a
+ * tenth of the draws, so 4096 tries all miss with chance under 1e-187 (then the value is the bound
+ * clamped to, as PyTorch clamps). A value inside on the first try is normal_'s value. */
+static const char trunc_normal_text[] =
+    "static void ctc_fill_trunc_normal_$S($T *p, int64_t n, uint64_t key, double mean, double std, double lo,\n"
+    "                                    double hi) {\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    double v = mean;\n"
+    "    for (uint64_t t = 0; t < 4096; t++) {\n"
+    "      const uint64_t j = t * (uint64_t)n + (uint64_t)i;\n"
+    "      const double u1 = ctc_u01(key, 2 * j), u2 = ctc_u01(key, 2 * j + 1);\n"
+    "      v = mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);\n"
+    "      if (v >= lo && v <= hi) break;\n"
+    "    }\n"
+    "    const $T x = ($T)v, a = ($T)lo, b = ($T)hi;\n"
+    "    p[i] = x < a ? a : x > b ? b : x;\n"
+    "  }\n"
+    "}\n";
+static const char trunc_normal_low_text[] =
+    "static void ctc_fill_trunc_normal_$S(uint16_t *p, int64_t n, uint64_t key, double mean, double std, double lo,\n"
+    "                                    double hi) {\n"
+    "  for (int64_t i = 0; i < n; i++) {\n"
+    "    double v = mean;\n"
+    "    for (uint64_t t = 0; t < 4096; t++) {\n"
+    "      const uint64_t j = t * (uint64_t)n + (uint64_t)i;\n"
+    "      const double u1 = ctc_u01(key, 2 * j), u2 = ctc_u01(key, 2 * j + 1);\n"
+    "      v = mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);\n"
+    "      if (v >= lo && v <= hi) break;\n"
+    "    }\n"
+    "    const float x = (float)v, a = (float)lo, b = (float)hi;\n"
+    "    p[i] = ctc_$S_store(x < a ? a : x > b ? b : x);\n"
+    "  }\n"
+    "}\n";
+
 /* CTC_FMA_F32(a, b, c), CTC_FMA_F64: a * b + c rounded once where the target has the instruction
  * (ISO C mode fuses nothing by itself), else rounded twice; CTC_ALWAYS_INLINE (GCC and Clang),
  * on erf's and log's helpers: ctc_erf_f32, the largest, was left a call in one of the gpt's
@@ -1495,12 +1530,13 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->low_io[DT_BF16]) cg_printf(b, "%s\n", bf16_io_text);
   if (k->low_io[DT_F16]) cg_printf(b, "%s\n", f16_io_text);
   int rng = 0;
-  for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t];
+  for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t] | k->trunc_normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);
   for (int t = 0; t < DT_COUNT; t++) {
     int low = ir_dtype_is_low((DType)t);
     if (k->uniform[t]) instantiate(b, low ? uniform_low_text : uniform_text, (DType)t), cg_puts(b, "\n");
     if (k->normal[t]) instantiate(b, low ? normal_low_text : normal_text, (DType)t), cg_puts(b, "\n");
+    if (k->trunc_normal[t]) instantiate(b, low ? trunc_normal_low_text : trunc_normal_text, (DType)t), cg_puts(b, "\n");
   }
   cg_emit_attention_kernels(b, k);   /* attn_c.c (after ctc_exp_f32, which it calls) */
 }

@@ -224,7 +224,10 @@ typedef struct Param {
   int low;                    /* 1 bfloat16, 2 float16 (model.bfloat16() / .half(), or an optimizer's state of
                                  such a parameter): type is DT_BF16 / DT_F16, read through a cast to float */
   int init;                   /* PINIT_* : how <model>_init fills it */
-  double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a) */
+  double init_a, init_b;      /* PINIT_UNIFORM bounds, PINIT_CONST value (a), PINIT_NORMAL mean and std */
+  int init_trunc;             /* PINIT_NORMAL truncated to [init_lo, init_hi] (nn.init.trunc_normal_): a value
+                                 outside is drawn again */
+  double init_lo, init_hi;
   const double *init_data;    /* PINIT_DATA: numel values (compile-time tensor) */
   int64_t init_zero_row1;     /* 0, or 1 + a row (first axis) <model>_init sets to 0 after the
                                  fill: nn.Embedding(padding_idx) */

@@ -506,6 +506,66 @@ def test_orthogonal_init_and_dropout2d(tmp_path):
     check_forward(tmp_path, path, mod.Upscale(2), [randn(2, 1, 8, 8)], [])
 
 
+TRUNC = """import torch
+import torch.nn as nn
+
+
+class ViTish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.zeros(1, 16, 8))
+        self.tight = nn.Linear(128, 256)
+        self.skew = nn.Linear(128, 256, bias=False)
+        self.reset = nn.Linear(8, 8, bias=False)
+        nn.init.trunc_normal_(self.pos, std=0.02)   # timm: bounds [-2, 2] are 100 std away
+        nn.init.trunc_normal_(self.tight.weight, mean=0.1, std=0.5, a=0.1 - 1.0, b=0.1 + 1.0)
+        nn.init.trunc_normal_(self.skew.weight, std=1.0, a=-1.0, b=3.0)
+        nn.init.trunc_normal_(self.reset.weight, std=0.1, a=-0.1, b=0.1)
+        nn.init.normal_(self.reset.weight, std=0.1)   # a later normal_ is not truncated
+
+    def forward(self, x):
+        return self.tight(x) + self.skew(x)
+
+
+model = ViTish()
+example_inputs = (torch.randn(2, 128),)
+"""
+
+
+def test_trunc_normal_init(tmp_path):
+    """nn.init.trunc_normal_ in the compiled model's own initialisation (pytorch/examples'
+    Llama 2 cuts its output layer at 3 std; timm's ViTs call it with std=0.02): every value
+    inside [a, b], mean and std those of the truncated normal (the normal's within [mean - 2 std,
+    mean + 2 std]: std 0.8796 of the normal's); bounds past 9 std cut nothing and are normal_'s
+    fill (ctc's draws stay within 8.6 std); a later normal_ is untruncated; bounds that keep under
+    a tenth of the draws are refused."""
+    from ctc_testlib import ctc_build, run, st_read
+    p = tmp_path / "vit.py"
+    p.write_text(TRUNC)
+    exe = str(tmp_path / "net")
+    ctc_build(str(p), exe)
+    c = run([CTC, "compile", str(p), "-o", str(tmp_path / "net.c")]) and (tmp_path / "net.c").read_text()
+    assert c.count("ctc_fill_trunc_normal_f32((float *)") == 2 and c.count("ctc_fill_normal_f32((float *)") == 2, c
+    np.save(tmp_path / "x.npy", np.zeros((2, 128), np.float32))
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "w.safetensors")])
+    st = st_read(str(tmp_path / "w.safetensors"))
+    w = st["tight.weight"].astype(np.float64).ravel()
+    assert w.min() >= np.float32(-0.9) and w.max() <= np.float32(1.1), (w.min(), w.max())
+    assert abs(w.mean() - 0.1) < 5 * 0.5 * 0.8796 / np.sqrt(w.size), w.mean()
+    assert abs(w.std() / 0.5 - 0.8796) < 0.02, w.std()
+    k = st["skew.weight"].astype(np.float64).ravel()   # [-1, 3]: mean (phi(-1) - phi(3)) / 0.84 = 0.2828
+    assert k.min() >= -1.0 and k.max() <= 3.0 and k.max() > 2.5 and abs(k.mean() - 0.2828) < 5 * 0.8 / np.sqrt(k.size)
+    pos = st["pos"].astype(np.float64)
+    assert 0.015 < pos.std() < 0.025 and abs(pos).max() < 0.02 * 8.6
+    assert abs(st["reset.weight"]).max() > 0.1   # 64 normal(0, 0.1) draws: one past 1 std (all within: 3e-11)
+    bad = TRUNC.replace("std=1.0, a=-1.0, b=3.0", "std=1.0, a=2.5, b=3.0")
+    p.write_text(bad)
+    r = run([CTC, "check", str(p)], check=False)
+    assert r.returncode == 1
+    assert "vit.py:14:9: error: nn.init.trunc_normal_: the bounds [2.5, 3] keep 0.00486 of the normal(0, 1) draws; ctc " \
+           "draws a value again until it is inside, and needs them to keep at least a tenth" in r.stderr, r.stderr
+
+
 def test_dropout2d_derivatives(tmp_path):
     """Dropout2d's derivatives: with the mask fixed (p=0 or eval) VJP and JVP are
     the identity's; in training the gradient is the same per-channel mask times

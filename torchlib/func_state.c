@@ -181,6 +181,7 @@ static PV *stacked_slot(L *L, Span at, PV **ts, int n, const char *name) {
     const double *d = si ? si->data : ts[i]->t->data;
     all_data &= d != NULL;
     same &= si && !si->data && si->init == s0->init && si->init_a == s0->init_a && si->init_b == s0->init_b &&
+            si->init_trunc == s0->init_trunc && si->init_lo == s0->init_lo && si->init_hi == s0->init_hi &&
             !si->zero_row1 && si->type.dtype == s0->type.dtype;
   }
   if (!all_data && !same)
@@ -188,6 +189,7 @@ static PV *stacked_slot(L *L, Span at, PV **ts, int n, const char *name) {
                        "initialised by one rule, or computed at compile time", name);
   Slot *s = slot_new(L, at, t, all_data ? PINIT_DATA : s0->init, all_data ? 0 : s0->init_a, all_data ? 0 : s0->init_b);
   s->is_buffer = s0 ? s0->is_buffer : 1;
+  if (!all_data) s->init_trunc = s0->init_trunc, s->init_lo = s0->init_lo, s->init_hi = s0->init_hi;
   if (all_data) {
     int64_t each = ir_numel(&ts[0]->t->type);
     double *d = arena_alloc(L->a, sizeof(double) * (size_t)(each * n + 1));
@@ -208,6 +210,7 @@ static PV *stacked_slot(L *L, Span at, PV **ts, int n, const char *name) {
   p.init = s->init;
   p.init_a = s->init_a;
   p.init_b = s->init_b;
+  p.init_trunc = s->init_trunc, p.init_lo = s->init_lo, p.init_hi = s->init_hi;
   p.init_data = s->data;
   p.loc = at;
   s->index = P->params.len;

@@ -126,6 +126,7 @@ static void build_state_dict(L *L, PV *obj, const char *prefix) {
         p.init = s->init;
         p.init_a = s->init_a;
         p.init_b = s->init_b;
+        p.init_trunc = s->init_trunc, p.init_lo = s->init_lo, p.init_hi = s->init_hi;
         p.init_data = s->data;
         p.init_zero_row1 = s->zero_row1;
         p.loc = s->loc;

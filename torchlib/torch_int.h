@@ -111,6 +111,8 @@ typedef struct Slot {
   int not_persistent;    /* register_buffer(persistent=False): not in the state_dict */
   int init;              /* PINIT_* */
   double init_a, init_b;
+  int init_trunc;        /* PINIT_NORMAL redrawn outside [init_lo, init_hi] (nn.init.trunc_normal_) */
+  double init_lo, init_hi;
   double *data;          /* PINIT_DATA values */
   int index;             /* Program.params index once the state_dict is built, else -1 */
   int frozen;            /* requires_grad = False: optimizers skip it */

@@ -517,9 +517,10 @@ static double *orthogonal_data(L *L, Span at, const Type *t, double gain, uint64
 }
 
 static PV *init_fn(L *L, int bi, Args *A) {
-  PV *a[4];
+  PV *a[5];
   switch (bi) {
   case BI_I_NORMAL_: bind_args(L, A, "tensor,mean=,std=", a); break;
+  case BI_I_TRUNC_NORMAL_: bind_args(L, A, "tensor,mean=,std=,a=,b=", a); break;
   case BI_I_UNIFORM_: bind_args(L, A, "tensor,a=,b=", a); break;
   case BI_I_CONSTANT_: bind_args(L, A, "tensor,val", a); break;
   case BI_I_XAVIER_UNIFORM_:
@@ -534,6 +535,7 @@ static PV *init_fn(L *L, int bi, Args *A) {
   if (!s) lower_error(L, A->at, "nn.init functions need a parameter");
   if (L->T->fn) lower_error(L, A->at, "nn.init inside compiled code is not supported");
   s->zero_row1 = 0;   /* the new fill covers the padding row too */
+  s->init_trunc = 0;   /* (trunc_normal_ sets it again) */
   Type t = s->type;
   int64_t fan_in = t.ndim >= 2 ? ir_numel(&t) / t.dims[0] : t.dims[0];
   int64_t fan_out = t.ndim >= 2 ? ir_numel(&t) / t.dims[1] : t.dims[0];
@@ -544,6 +546,27 @@ static PV *init_fn(L *L, int bi, Args *A) {
     s->init_a = a[1] ? arg_num(L, A->at, a[1], "mean") : 0;
     s->init_b = a[2] ? arg_num(L, A->at, a[2], "std") : 1;
     break;
+  case BI_I_TRUNC_NORMAL_: {   /* PyTorch's defaults: mean 0, std 1, bounds [-2, 2] (absolute, not in stds) */
+    const double mean = a[1] ? arg_num(L, A->at, a[1], "mean") : 0, std = a[2] ? arg_num(L, A->at, a[2], "std") : 1;
+    const double lo = a[3] ? arg_num(L, A->at, a[3], "a") : -2, hi = a[4] ? arg_num(L, A->at, a[4], "b") : 2;
+    if (!(std > 0) || !(lo < hi))
+      lower_error(L, A->at, "nn.init.trunc_normal_ needs std > 0 and a < b (got std %g, a %g, b %g)", std, lo, hi);
+    /* the share of the normal's mass inside the bounds: values outside are drawn again */
+    const double mass = 0.5 * (erfc(-(hi - mean) / (std * sqrt(2.0))) - erfc(-(lo - mean) / (std * sqrt(2.0))));
+    if (mass < 0.1)
+      lower_error(L, A->at, "nn.init.trunc_normal_: the bounds [%g, %g] keep %.3g of the normal(%g, %g) draws; ctc "
+                            "draws a value again until it is inside, and needs them to keep at least a tenth", lo, hi,
+                  mass, mean, std);
+    s->init = PINIT_NORMAL;
+    s->init_a = mean;
+    s->init_b = std;
+    /* ctc's normal draws (Box-Muller on 53-bit uniforms) stay within 8.58 std of the mean: bounds
+     * past 9 std (timm's trunc_normal_(w, std=0.02) within [-2, 2]: 100 std) cut nothing */
+    s->init_trunc = lo > mean - 9 * std || hi < mean + 9 * std;
+    s->init_lo = lo;
+    s->init_hi = hi;
+    break;
+  }
   case BI_I_UNIFORM_:
     s->init = PINIT_UNIFORM;
     s->init_a = a[1] ? arg_num(L, A->at, a[1], "a") : 0;
