@@ -206,6 +206,32 @@ def test_init_values_of_empty_filled_in_init(tmp_path):
     assert 0.01 < w["c"].std() < 0.03 and abs(w["c"].mean()) < 0.01
 
 
+def test_parameter_data_zero_and_fill_in_init(tmp_path):
+    """An init_weights applied to every Linear (siamese_network's, HuggingFace's `_init_weights`):
+    `m.bias.data.zero_()`, `m.weight.data.fill_(v)`, `.fill_(value=v)` and `torch.fill_(p.data, v)`
+    on parameters in __init__ set how the program fills them (the method forms stopped with
+    "zero_() missing required argument 'tensor'"); forward matches PyTorch."""
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        self.fc = nn.Linear(4, 3)\n        self.fc2 = nn.Linear(3, 2)\n"
+                 "        self.apply(self.init_weights)\n        self.fc2.bias.data.fill_(value=-1.5)\n"
+                 "        torch.fill_(self.fc2.weight.data, 2.0)\n\n"
+                 "    def init_weights(self, m):\n        if isinstance(m, nn.Linear):\n"
+                 "            m.weight.data.fill_(0.25)\n            m.bias.data.zero_()\n\n"
+                 "    def forward(self, x):\n        return self.fc2(self.fc(x))\n")
+    exe = str(tmp_path / "m")
+    ctc_build(str(p), exe, "--input", "x=f32[2,4]")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.save(tmp_path / "x.npy", x)
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
+         "--save", str(tmp_path / "init.safetensors")])
+    mod = load_module(str(p))
+    want = mod.M()(torch.from_numpy(x)).detach().numpy()
+    compare("forward", np.load(tmp_path / "y.npy"), want, 1e-6, 1e-6)
+    w = st_read(str(tmp_path / "init.safetensors"))
+    assert (w["fc.bias"] == 0).all() and (w["fc.weight"] == 0.25).all() and (w["fc2.bias"] == -1.5).all()
+
+
 # ---- 5 and 6. next / iter / set / open, __setattr__ / __getattr__ / __dict__, try/except
 
 def test_text_file_vocabulary_and_optional_imports(tmp_path, monkeypatch):

@@ -1068,9 +1068,13 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_ADD_:
   case BI_T_MUL_:
   case BI_T_ZERO_:
-    if (x->t->slot && !L->T->fn) {
+    if (x->t->slot && !L->T->fn) {   /* p.zero_() / p.data.fill_(0.01) in __init__: how _init fills it */
       if (bi == BI_T_ADD_ || bi == BI_T_MUL_) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
-      return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, A0);
+      bind_args(L, A, bi == BI_T_ZERO_ ? "" : "value", a);
+      PV *init_args[2] = {x, a[0]};
+      Args C = *A;   /* as nn.init.zeros_(p) / constant_(p, value) */
+      C.args = init_args, C.nargs = bi == BI_T_ZERO_ ? 1 : 2, C.nkw = 0;
+      return init_fn(L, bi == BI_T_ZERO_ ? BI_I_ZEROS_ : BI_I_CONSTANT_, &C);
     }
     bind_args(L, A, bi == BI_T_ZERO_ ? "" : bi == BI_T_FILL_ ? "value" : "other", a);
     if ((bi == BI_T_ZERO_ || bi == BI_T_FILL_) && !L->T->fn && x->t->data) {   /* torch.empty(n).zero_() in __init__ */
