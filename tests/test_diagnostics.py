@@ -55,6 +55,11 @@ CASES = [
      "6:1: error: assertion failed at compile time: N must be even"),
     ("several_models", HEAD + "class A(nn.Module):\n    pass\n\nclass B(nn.Module):\n    pass\n", (),
      "1:1: error: the file defines several nn.Module classes (A, B); choose one with --model NAME"),
+    # (pytorch/examples' mnist_forward_forward: Net(dims) built in main())
+    ("model_needs_args", HEAD + "class Net(nn.Module):\n    def __init__(self, dims, act=None):\n"
+     "        super().__init__()\n", (),
+     "5:1: error: ctc builds the model as Net(), and Net's __init__ needs dims: give them with --model 'Net(...)' "
+     "(an expression in the file's names), or make the instance at module level (model = Net(...))"),
     ("helper_call_note", HEAD + "class Net(nn.Module):\n    def block(self, x):\n        return x @ x\n\n"
      "    def forward(self, x):\n        return self.block(x)\n", ("--input", "x=f32[2,3]"),
      "7:16: error: shape mismatch in matmul"),

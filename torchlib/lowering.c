@@ -333,6 +333,24 @@ static PV *module_level_instance(L *L, Node *module, Span top) {
               list);
 }
 
+/* The model class called with no arguments (ctc's default, or --model NAME): if its __init__
+ * needs arguments, say how to give them (it said only "__init__() missing required argument"). */
+static PV *build_model(L *L, PV *cls) {
+  PV *init = getattr_opt(L, cls->node->span, cls, "__init__");
+  if (init && init->k == PV_FUNC && init->node) {
+    const char *need = "";
+    for (int k = 1; k < init->node->list.len; k++) {
+      const Node *p = init->node->list.data[k];
+      if (p->op == PARAM_PLAIN && !p->b) need = arena_printf(L->a, "%s%s%s", need, need[0] ? ", " : "", p->name);
+    }
+    if (need[0])
+      lower_error(L, cls->node->span, "ctc builds the model as %s(), and %s's __init__ needs %s: give them with "
+                  "--model '%s(...)' (an expression in the file's names), or make the instance at module level "
+                  "(model = %s(...))", cls->s, cls->s, need, cls->s, cls->s);
+  }
+  return call_value(L, cls->node->span, cls, NULL, 0, NULL, NULL, 0);
+}
+
 static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
   if (opt->model && !is_identifier(opt->model)) return model_expression(L, opt->model);
   if (opt->model) {
@@ -351,7 +369,7 @@ static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
         }
       }
       if (n == 1) return inst;
-      return call_value(L, v->node->span, v, NULL, 0, NULL, NULL, 0);
+      return build_model(L, v);
     }
     if (pv_is_module(v)) return v;
     lower_error(L, top, "--model %s names a %s, not an nn.Module class or instance", opt->model, pv_kind_name(v));
@@ -376,7 +394,7 @@ static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
   if (count == 0) return NULL; /* a file of functions only (its entries are staged alone) */
   if (count > 1)
     lower_error(L, top, "the file defines several nn.Module classes (%s); choose one with --model NAME", names);
-  return call_value(L, only->node->span, only, NULL, 0, NULL, NULL, 0);
+  return build_model(L, only);
 }
 
 static const char *c_prefix(L *L, const char *cls) {
