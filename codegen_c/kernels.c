@@ -623,18 +623,23 @@ static const char normal_text[] =
  * for try t of value i) while it falls outside [lo, hi]; the compiler requires the bounds to keep a
  * tenth of the draws, so 4096 tries all miss with chance under 1e-187 (then the value is the bound
  * clamped to, as PyTorch clamps). A value inside on the first try is normal_'s value. */
+static const char trunc_draw_text[] =
+    "static double ctc_trunc_normal_draw(uint64_t key, int64_t n, int64_t i, double mean, double std, double lo,\n"
+    "                                    double hi) {\n"
+    "  double v = mean;\n"
+    "  for (uint64_t t = 0; t < 4096; t++) {\n"
+    "    const uint64_t j = t * (uint64_t)n + (uint64_t)i;\n"
+    "    const double u1 = ctc_u01(key, 2 * j), u2 = ctc_u01(key, 2 * j + 1);\n"
+    "    v = mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);\n"
+    "    if (v >= lo && v <= hi) break;\n"
+    "  }\n"
+    "  return v;\n"
+    "}\n";
 static const char trunc_normal_text[] =
     "static void ctc_fill_trunc_normal_$S($T *p, int64_t n, uint64_t key, double mean, double std, double lo,\n"
     "                                    double hi) {\n"
     "  for (int64_t i = 0; i < n; i++) {\n"
-    "    double v = mean;\n"
-    "    for (uint64_t t = 0; t < 4096; t++) {\n"
-    "      const uint64_t j = t * (uint64_t)n + (uint64_t)i;\n"
-    "      const double u1 = ctc_u01(key, 2 * j), u2 = ctc_u01(key, 2 * j + 1);\n"
-    "      v = mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);\n"
-    "      if (v >= lo && v <= hi) break;\n"
-    "    }\n"
-    "    const $T x = ($T)v, a = ($T)lo, b = ($T)hi;\n"
+    "    const $T x = ($T)ctc_trunc_normal_draw(key, n, i, mean, std, lo, hi), a = ($T)lo, b = ($T)hi;\n"
     "    p[i] = x < a ? a : x > b ? b : x;\n"
     "  }\n"
     "}\n";
@@ -642,14 +647,7 @@ static const char trunc_normal_low_text[] =
     "static void ctc_fill_trunc_normal_$S(uint16_t *p, int64_t n, uint64_t key, double mean, double std, double lo,\n"
     "                                    double hi) {\n"
     "  for (int64_t i = 0; i < n; i++) {\n"
-    "    double v = mean;\n"
-    "    for (uint64_t t = 0; t < 4096; t++) {\n"
-    "      const uint64_t j = t * (uint64_t)n + (uint64_t)i;\n"
-    "      const double u1 = ctc_u01(key, 2 * j), u2 = ctc_u01(key, 2 * j + 1);\n"
-    "      v = mean + std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);\n"
-    "      if (v >= lo && v <= hi) break;\n"
-    "    }\n"
-    "    const float x = (float)v, a = (float)lo, b = (float)hi;\n"
+    "    const float x = (float)ctc_trunc_normal_draw(key, n, i, mean, std, lo, hi), a = (float)lo, b = (float)hi;\n"
     "    p[i] = ctc_$S_store(x < a ? a : x > b ? b : x);\n"
     "  }\n"
     "}\n";
@@ -1529,9 +1527,10 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->f16[DT_F64]) cg_printf(b, "%s\n", f16_f64_text);
   if (k->low_io[DT_BF16]) cg_printf(b, "%s\n", bf16_io_text);
   if (k->low_io[DT_F16]) cg_printf(b, "%s\n", f16_io_text);
-  int rng = 0;
-  for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t] | k->trunc_normal[t];
+  int rng = 0, trunc = 0;
+  for (int t = 0; t < DT_COUNT; t++) rng |= k->uniform[t] | k->normal[t] | k->trunc_normal[t], trunc |= k->trunc_normal[t];
   if (rng) cg_printf(b, "%s\n", rng_text);
+  if (trunc) cg_printf(b, "%s\n", trunc_draw_text);
   for (int t = 0; t < DT_COUNT; t++) {
     int low = ir_dtype_is_low((DType)t);
     if (k->uniform[t]) instantiate(b, low ? uniform_low_text : uniform_text, (DType)t), cg_puts(b, "\n");
