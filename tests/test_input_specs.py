@@ -1,9 +1,11 @@
 """--input on the command line as a PyTorch user writes it (issue 28, item 8): PyTorch's
 dtype names, and a name that matches no parameter reported at the entry's def with the
 parameters it takes."""
+import numpy as np
 import pytest
+import torch
 
-from ctc_testlib import CTC, run
+from ctc_testlib import CTC, MLP_TRAIN_SRC, compare, ctc_build, load_module, run, st_write, state_dict_np
 
 SRC = """import torch
 import torch.nn as nn
@@ -83,35 +85,8 @@ def test_bare_module_with_several_inputs(tmp_path):
     assert r.returncode == 1 and "the model's is the one named 'input'" in r.stderr, r.stderr
 
 
-TRAIN_ONLY = """import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(6, 16)
-        self.fc2 = nn.Linear(16, 3)
-
-    def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x)))
-
-
-model = Net()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-
-def train_step(x, y):
-    optimizer.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
-    return loss
-
-
-example_inputs = {"train_step": (torch.randn(5, 6), torch.zeros(5, dtype=torch.long))}
-"""
+# ctc_testlib's MLP file with only train_step's example
+TRAIN_ONLY = MLP_TRAIN_SRC.replace('example_inputs = {"forward": (torch.randn(8, 20),), ', "example_inputs = {")
 
 
 def test_train_step_example_only(tmp_path):
@@ -121,18 +96,16 @@ def test_train_step_example_only(tmp_path):
     listed as skipped instead of stopping the build; `infer` then says the program has no
     forward. Without --entry the error at forward's parameter says to add a "forward"
     example to the dict (it said to define a tuple). A forward example compiles forward too."""
-    import numpy as np
-    import torch
-    from ctc_testlib import compare, ctc_build, load_module, st_write, state_dict_np
     p = tmp_path / "net.py"
     p.write_text(TRAIN_ONLY)
     r = run([CTC, "check", p], check=False)
     assert r.returncode == 1
-    assert ("net.py:12:23: error: the shape of input 'x' is unknown: pass --input x=f32[...] or add \"forward\": "
+    assert TRAIN_ONLY != MLP_TRAIN_SRC
+    assert ("net.py:13:23: error: the shape of input 'x' is unknown: pass --input x=f32[...] or add \"forward\": "
             "(torch.randn(...), ...) to the example_inputs dict in the file") in r.stderr, r.stderr
     r = run([CTC, "check", p, "--entry", "train_step"])
     assert "entry train_step -> f32[]" in r.stdout and "entry forward" not in r.stdout, r.stdout
-    assert ("skipped forward (line 12): the shape of its input 'x' is unknown (give --input x=f32[...] or a "
+    assert ("skipped forward (line 13): the shape of its input 'x' is unknown (give --input x=f32[...] or a "
             "\"forward\" example in example_inputs to compile it for ./net infer)") in r.stdout, r.stdout
     exe = tmp_path / "net"
     ctc_build(str(p), str(exe), "--entry", "train_step")
@@ -140,7 +113,7 @@ def test_train_step_example_only(tmp_path):
     w = tmp_path / "w.safetensors"
     st_write(w, state_dict_np(mod.model))
     rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5).astype(np.int64)
+    x, y = rng.standard_normal((8, 20)).astype(np.float32), rng.integers(0, 4, 8).astype(np.int64)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "x.npy", "--input", tmp_path / "y.npy",
@@ -151,6 +124,6 @@ def test_train_step_example_only(tmp_path):
     assert r.returncode == 1
     assert "infer runs the model's forward, which this program does not have (`ctc check` says why); run an entry " \
            f"by name: `{exe} run train_step`" in r.stderr, r.stderr
-    p.write_text(TRAIN_ONLY.replace('example_inputs = {', 'example_inputs = {"forward": (torch.randn(5, 6),), '))
+    p.write_text(MLP_TRAIN_SRC)
     r = run([CTC, "check", p, "--entry", "train_step"])
-    assert "entry forward -> f32[5,3]" in r.stdout and "skipped" not in r.stdout, r.stdout
+    assert "entry forward -> f32[8,4]" in r.stdout and "skipped" not in r.stdout, r.stdout
