@@ -186,6 +186,17 @@ def test_classic_allocation_and_unbind(tmp_path):
                    batches, *opts)
 
 
+def infer_initial(tmp_path, path, x):
+    """Builds path for input x (x=f32[...]), runs infer on the program's own initial
+    parameters: (the output, the state_dict it started from)."""
+    exe = str(tmp_path / "m")
+    ctc_build(str(path), exe, "--input", "x=f32[%s]" % ",".join(map(str, x.shape)))
+    np.save(tmp_path / "x.npy", x)
+    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
+         "--save", str(tmp_path / "init.safetensors")])
+    return np.load(tmp_path / "y.npy"), st_read(str(tmp_path / "init.safetensors"))
+
+
 def test_init_values_of_empty_filled_in_init(tmp_path):
     """What __init__ wrote is what the program starts from: zero_() and fill_() on
     torch.empty are exact; normal_(0, 0.02) draws values of that spread."""
@@ -196,11 +207,7 @@ def test_init_values_of_empty_filled_in_init(tmp_path):
                  "        self.c = nn.Parameter(torch.empty(400).normal_(0.0, 0.02))\n"
                  "        self.d = nn.Parameter(torch.Tensor([1, 2, 3, 4]))\n\n"
                  "    def forward(self, x):\n        return x * self.a + self.b + self.c[:4] + self.d\n")
-    exe = str(tmp_path / "m")
-    ctc_build(str(p), exe, "--input", "x=f32[4]")
-    np.save(tmp_path / "x.npy", np.zeros(4, np.float32))
-    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "init.safetensors")])
-    w = st_read(str(tmp_path / "init.safetensors"))
+    _, w = infer_initial(tmp_path, p, np.zeros(4, np.float32))
     assert (w["a"] == 0).all() and (w["b"] == 2.5).all() and w["d"].dtype == np.float32
     assert list(w["d"]) == [1, 2, 3, 4]
     assert 0.01 < w["c"].std() < 0.03 and abs(w["c"].mean()) < 0.01
@@ -219,16 +226,10 @@ def test_parameter_data_zero_and_fill_in_init(tmp_path):
                  "    def init_weights(self, m):\n        if isinstance(m, nn.Linear):\n"
                  "            m.weight.data.fill_(0.25)\n            m.bias.data.zero_()\n\n"
                  "    def forward(self, x):\n        return self.fc2(self.fc(x))\n")
-    exe = str(tmp_path / "m")
-    ctc_build(str(p), exe, "--input", "x=f32[2,4]")
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    np.save(tmp_path / "x.npy", x)
-    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"),
-         "--save", str(tmp_path / "init.safetensors")])
+    y, w = infer_initial(tmp_path, p, x)
     mod = load_module(str(p))
-    want = mod.M()(torch.from_numpy(x)).detach().numpy()
-    compare("forward", np.load(tmp_path / "y.npy"), want, 1e-6, 1e-6)
-    w = st_read(str(tmp_path / "init.safetensors"))
+    compare("forward", y, mod.M()(torch.from_numpy(x)).detach().numpy(), 1e-6, 1e-6)
     assert (w["fc.bias"] == 0).all() and (w["fc.weight"] == 0.25).all() and (w["fc2.bias"] == -1.5).all()
 
 
@@ -280,11 +281,8 @@ def test_try_except_at_compile_time_matches_python(tmp_path, body, k):
     assert ns["M"]().k == k
     r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
     assert r.returncode == 0, r.stderr
-    exe = str(tmp_path / "m")
-    ctc_build(str(tmp_path / "m.py"), exe, "--input", "x=f32[2]")
-    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
-    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
-    assert list(np.load(tmp_path / "y.npy")) == [k, k]
+    y, _ = infer_initial(tmp_path, tmp_path / "m.py", np.ones(2, np.float32))
+    assert list(y) == [k, k]
 
 
 @pytest.mark.parametrize("body,k", [
@@ -298,12 +296,9 @@ def test_dict_update_with_keywords_matches_python(tmp_path, body, k):
     ns = {}
     exec("import torch\nimport torch.nn as nn\n" + body + MODEL_K, ns)
     assert ns["M"]().k == k
-    exe = str(tmp_path / "m")
     (tmp_path / "m.py").write_text("import torch\nimport torch.nn as nn\n" + body + MODEL_K)
-    ctc_build(str(tmp_path / "m.py"), exe, "--input", "x=f32[2]")
-    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
-    run([exe, "infer", "--random-weights", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")])
-    assert list(np.load(tmp_path / "y.npy")) == [k, k]
+    y, _ = infer_initial(tmp_path, tmp_path / "m.py", np.ones(2, np.float32))
+    assert list(y) == [k, k]
 
 
 @pytest.mark.parametrize("body,msg", [
