@@ -55,6 +55,9 @@ CASES = [
      "6:1: error: assertion failed at compile time: N must be even"),
     ("several_models", HEAD + "class A(nn.Module):\n    pass\n\nclass B(nn.Module):\n    pass\n", (),
      "1:1: error: the file defines several nn.Module classes (A, B); choose one with --model NAME"),
+    ("trunc_normal_bounds", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.fc = nn.Linear(2, 2)\n        nn.init.trunc_normal_(self.fc.weight, std=0.1, a=1.0, b=-1.0)\n", (),
+     "9:9: error: nn.init.trunc_normal_ needs std > 0 and a < b (got std 0.1, a 1, b -1)"),
     # (pytorch/examples' mnist_forward_forward: Net(dims) built in main())
     ("model_needs_args", HEAD + "class Net(nn.Module):\n    def __init__(self, dims, act=None):\n"
      "        super().__init__()\n", (),
