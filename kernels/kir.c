@@ -39,9 +39,26 @@ static int same_dims(const Type *a, const Type *b) {
 
 static int is_reduction(const Inst *in) { return in->op == IR_REDUCE_SUM || in->op == IR_REDUCE_MAX; }
 
+/* t with its leading axes merged into one so that it has S's rank, where it has more axes than the
+ * space: a GEMM epilogue runs over the result [..., N] as [M, N] (codegen's cg_emit_gemm_kernel), and
+ * its operands (kn_epilogue_operand: the result's shape, a vector along the last axis or a scalar)
+ * keep their own rank, [B, 1, N] as [B, N] (aligning the last two axes instead would read the
+ * size-1 axis for the rows: every row the first one's values). */
+static Type fit_rank(const Type *t, const Type *S) {
+  Type r = *t;
+  if (t->ndim <= S->ndim) return r;
+  const int lead = t->ndim - S->ndim + 1;
+  r.ndim = S->ndim;
+  r.dims[0] = 1;
+  for (int k = 0; k < lead; k++) r.dims[0] *= t->dims[k];
+  for (int k = 1; k < S->ndim; k++) r.dims[k] = t->dims[lead + k - 1];
+  return r;
+}
+
 /* Strides of an operand of type t broadcast (numpy-style) over the space S. */
-static KirIndex bcast(const Type *t, const Type *S) {
+static KirIndex bcast(const Type *t0, const Type *S) {
   KirIndex ix;
+  const Type tr = fit_rank(t0, S), *t = &tr;
   int64_t cs[IR_MAX_DIMS], s = 1;
   memset(&ix, 0, sizeof ix);
   for (int k = t->ndim - 1; k >= 0; k--) cs[k] = s, s *= t->dims[k];
@@ -59,6 +76,7 @@ static KirIndex operand_index(const Func *f, const KnSchedule *s, ValId v, const
   KnLayout l;
   if (!s || kn_root(f, s, v) == kn_root(f, NULL, v) || kn_layout(f, s, v, &l) < 0) return ix;
   const Type *t = ty(f, v);
+  CHECK(t->ndim <= S->ndim);   /* (a GEMM epilogue's operands, fit_rank's, are never folded views) */
   ix.off = l.off;
   for (int k = 0; k < S->ndim; k++) {
     int ax = k - (S->ndim - t->ndim);

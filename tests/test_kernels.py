@@ -727,6 +727,86 @@ def test_gemm_epilogues(tmp_path):
         compare(k, got[k], v.numpy(), 1e-4, 1e-6)
 
 
+# A GEMM whose result has size-1 axes before its last, [B, 1, N]: a one-token step of a
+# decoder (nanoGPT's and Whisper's forward at sequence length 1), a Linear after a global
+# pool kept 4-D ([B, 1, 1, C], ConvNeXt's last stage on small images). The epilogue runs
+# over the result as [M, N]; its operands of the result's shape once read the size-1 axis
+# for the rows, so every row got the first one's values (the bias added twice to row 1).
+ONE_TOKEN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 48)
+        self.proj = nn.Linear(48, 16, bias=False)
+        self.b = nn.Parameter(torch.randn(16))
+        self.head = nn.Linear(16, 8)
+
+    def forward(self, x, z):
+        h = F.gelu(self.fc(x), approximate="tanh")          # [B, 1, 48]: bias and GELU epilogue
+        h = torch.tanh(self.proj(h) * 2.0 + self.b)          # [B, 1, 16]
+        g = torch.relu(self.head(z.mean(dim=(2, 3), keepdim=True).permute(0, 2, 3, 1)))   # [B, 1, 1, 8]
+        return h.sum(dim=1) + g.reshape(g.shape[0], 8).sum(dim=1, keepdim=True)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(x, z, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x, z), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.randn(5, 1, 32), torch.randn(5, 16, 3, 3)),
+                  "train_step": (torch.randn(5, 1, 32), torch.randn(5, 16, 3, 3), torch.randn(5, 16))}
+"""
+
+
+def test_gemm_epilogue_size1_axes(tmp_path):
+    import torch
+    from ctc_testlib import load_module, state_dict_np, st_write
+    py = tmp_path / "m.py"
+    py.write_text(ONE_TOKEN)
+    exe = tmp_path / "net"
+    run([CTC, "build", str(py), "-o", str(exe)])
+    mod = load_module(str(py), "one_token")
+    torch.manual_seed(2)
+    net = mod.Net()
+    rng = np.random.default_rng(3)
+    ins = {"x": rng.standard_normal((5, 1, 32)), "z": rng.standard_normal((5, 16, 3, 3)),
+           "y": rng.standard_normal((5, 16))}
+    for n, a in ins.items():
+        ins[n] = a.astype(np.float32)
+        np.save(tmp_path / f"{n}.npy", ins[n])
+    w = tmp_path / "w.safetensors"
+    st_write(str(w), state_dict_np(net))
+    run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
+         "--input", str(tmp_path / "z.npy"), "--output", str(tmp_path / "o.npy")])
+    x, z, y = (torch.from_numpy(ins[n]) for n in "xzy")
+    with torch.no_grad():
+        want = net(x, z).numpy()
+    compare("forward", np.load(tmp_path / "o.npy"), want, 1e-4, 1e-5)
+    saved = tmp_path / "after.safetensors"
+    run([str(exe), "run", "train_step", "--weights", str(w)] + [a for n in "xzy" for a in ("--input", str(tmp_path / f"{n}.npy"))]
+        + ["--output", str(tmp_path / "loss.npy"), "--save", str(saved)])
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    loss = torch.nn.functional.mse_loss(net(x, z), y)
+    loss.backward()
+    opt.step()
+    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-4, 1e-6)
+    got = st_read(str(saved))
+    for k, v in net.state_dict().items():
+        compare(k, got[k], v.numpy(), 1e-4, 1e-6)
+
+
 BN_EVAL = """\
 import torch
 import torch.nn as nn
