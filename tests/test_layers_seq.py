@@ -86,6 +86,57 @@ def test_recurrent_layers_forward(tmp_path):
     _fwd_check(tmp_path, RECURRENT, "recurrent", xs)
 
 
+# A `.double()` model's recurrent and attention layers compute in float64, as PyTorch's do: they
+# once cast their input, zero states and float masks to float32 (pytorch/examples'
+# time_sequence_prediction trains `Sequence().double()`; its outputs were 2e-8 off, float32's
+# rounding, where float64's is 1e-16).
+FLOAT64 = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lc = nn.LSTMCell(4, 6)
+        self.gc = nn.GRUCell(4, 6)
+        self.rc = nn.RNNCell(4, 6, nonlinearity='relu')
+        self.lstm = nn.LSTM(4, 5, num_layers=2, bidirectional=True)
+        self.gru = nn.GRU(4, 3, batch_first=True)
+        self.mha = nn.MultiheadAttention(4, 2)
+        self.enc = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0)
+
+    def forward(self, x, m):   # x [5, 3, 4] float64, m [5, 5] a float mask
+        h, c = self.lc(x[0])
+        outs = [h, c, self.gc(x[0]), self.rc(x[0], h)]
+        for t in range(1, 5):
+            h, c = self.lc(x[t], (h, c))
+        o, (hn, cn) = self.lstm(x)
+        og, hg = self.gru(x.transpose(0, 1))
+        a, w = self.mha(x, x, x, attn_mask=m)
+        return tuple(outs) + (h, c, o, hn, cn, og, hg, a, w, self.enc(x, src_mask=m))
+
+
+model = Net().double()
+example_inputs = (torch.randn(5, 3, 4, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64))
+"""
+
+
+def test_float64_layers_compute_in_float64(tmp_path):
+    path = tmp_path / "f64.py"
+    path.write_text(FLOAT64)
+    mod = load_module(str(path), "f64")
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 5))]
+    got = run_forward(str(tmp_path), str(path), mod.model, xs)
+    with torch.no_grad():
+        want = mod.model(*[torch.from_numpy(x) for x in xs])
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == np.float64, (k, g.dtype)
+        compare(f"float64 output {k}", g, w.numpy(), 1e-11, 1e-13)
+
+
 WORD_LM = """\
 import torch
 import torch.nn as nn

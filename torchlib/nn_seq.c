@@ -15,6 +15,11 @@
 #define SIG(x) t_unary(L, at, IR_SIGMOID, (x))
 #define TANH(x) t_unary(L, at, IR_TANH, (x))
 
+/* The dtype a recurrent layer or attention computes in: float64 where its weight (or query) is,
+ * else float32 (PyTorch computes in the weights' dtype; bf16 and f16 storage is read as float32). A
+ * `.double()` model's RNN once computed its input, state and masks in float32. */
+static DType seq_dtype(const PV *w) { return w && w->t && w->t->type.dtype == DT_F64 ? DT_F64 : DT_F32; }
+
 static PV *seq_layer_new(L *L, PV *cls, Args *A) {
   if (L->T->fn) lower_error(L, A->at, "creating layers inside compiled code is not supported; create them in __init__");
   return module_new(L, cls);
@@ -146,10 +151,10 @@ PV *nn_rnn_new(L *L, PV *cls, Args *A) {
 }
 
 /* The initial state for (layer l, direction d): hx[l * D + d] or zeros, [N, H]. */
-static PV *state_at(L *L, Span at, PV *hx, int64_t idx, int64_t N, int64_t H) {
+static PV *state_at(L *L, Span at, PV *hx, int64_t idx, int64_t N, int64_t H, DType dt) {
   if (!hx) {
     Type t = {0};
-    t.dtype = DT_F32;
+    t.dtype = dt;
     t.ndim = 2;
     t.dims[0] = N;
     t.dims[1] = H;
@@ -191,7 +196,8 @@ PV *nn_rnn_forward(L *L, PV *o, Args *A) {
   if (tx.dims[tx.ndim - 1] != in)
     lower_error(L, at, "input.size(-1) must be equal to input_size. Expected %lld, got %lld", (long long)in,
                 (long long)tx.dims[tx.ndim - 1]);
-  if (tx.dtype != DT_F32) x = t_cast(L, at, x, DT_F32);
+  const DType dt = seq_dtype(attr(o, "weight_ih_l0"));
+  if (tx.dtype != dt) x = t_cast(L, at, x, dt);
   int unbatched = tx.ndim == 2;
   if (unbatched) x = reshape3(L, at, x, tx.dims[0], 1, in);
   else if (bf) x = t_transpose(L, at, x, 0, 1);
@@ -219,7 +225,7 @@ PV *nn_rnn_forward(L *L, PV *o, Args *A) {
       if (!wih || !whh) lower_error(L, at, "%s: missing weights of layer %lld", who, (long long)l);
       PV *gi = t_linear(L, at, x, wih, is_none(bih) ? NULL : bih);   /* [T, N, G*H] for all steps */
       int64_t G = gi->t->type.dims[2];
-      PV *h = state_at(L, at, h0, l * D + d, N, H), *c = mode == M_LSTM ? state_at(L, at, c0, l * D + d, N, H) : NULL;
+      PV *h = state_at(L, at, h0, l * D + d, N, H, dt), *c = mode == M_LSTM ? state_at(L, at, c0, l * D + d, N, H, dt) : NULL;
       for (int64_t s = 0; s < T; s++) {
         int64_t t = d ? T - 1 - s : s;
         eval_charge(L, at, 1);   /* the unrolled steps count against the compile-time step limit */
@@ -280,10 +286,10 @@ PV *nn_rnncell_new(L *L, PV *cls, Args *A) {
   return o;
 }
 
-static PV *cell_state(L *L, Span at, PV *v, int64_t N, int64_t H, int unbatched, const char *who) {
+static PV *cell_state(L *L, Span at, PV *v, int64_t N, int64_t H, int unbatched, const char *who, DType dt) {
   if (is_none(v)) {
     Type t = {0};
-    t.dtype = DT_F32;
+    t.dtype = dt;
     t.ndim = 2;
     t.dims[0] = N;
     t.dims[1] = H;
@@ -311,7 +317,8 @@ PV *nn_rnncell_forward(L *L, PV *o, Args *A) {
   if ((tx.ndim != 1 && tx.ndim != 2) || tx.dims[tx.ndim - 1] != in)
     lower_error(L, at, "%s: expected input of shape [N, %lld] or [%lld], got %s", who, (long long)in, (long long)in,
                 shape_str(L, &tx));
-  if (tx.dtype != DT_F32) x = t_cast(L, at, x, DT_F32);
+  const DType dt = seq_dtype(attr(o, "weight_ih"));
+  if (tx.dtype != dt) x = t_cast(L, at, x, dt);
   int unbatched = tx.ndim == 1;
   if (unbatched) x = reshape2(L, at, x, 1, in);
   int64_t N = x->t->type.dims[0];
@@ -323,10 +330,10 @@ PV *nn_rnncell_forward(L *L, PV *o, Args *A) {
         lower_error(L, at, "nn.LSTMCell expects hx as a tuple (h_0, c_0)");
       h0 = a[1]->items[0], c0 = a[1]->items[1];
     }
-    h = cell_state(L, at, h0, N, H, unbatched, who);
-    c = cell_state(L, at, c0, N, H, unbatched, who);
+    h = cell_state(L, at, h0, N, H, unbatched, who, dt);
+    c = cell_state(L, at, c0, N, H, unbatched, who, dt);
   } else
-    h = cell_state(L, at, a[1], N, H, unbatched, who);
+    h = cell_state(L, at, a[1], N, H, unbatched, who, dt);
   PV *bih = attr(o, "bias_ih"), *bhh = attr(o, "bias_hh");
   PV *gi = t_linear(L, at, x, attr(o, "weight_ih"), is_none(bih) ? NULL : bih);
   h = cell_step(L, at, mode, H, gi, h, &c, attr(o, "weight_hh"), is_none(bhh) ? NULL : bhh);
@@ -441,13 +448,13 @@ PV *nn_mha_new(L *L, PV *cls, Args *A) {
   return o;
 }
 
-static PV *mha_mask(L *L, Span at, PV *m, int64_t N, int64_t h, int64_t T, int64_t S, const char *what) {
+static PV *mha_mask(L *L, Span at, PV *m, int64_t N, int64_t h, int64_t T, int64_t S, const char *what, DType dt) {
   if (is_none(m)) return NULL;
   need_t(L, at, m, what, "MultiheadAttention");
   Type t = m->t->type;
   if (t.dtype != DT_BOOL && !ir_dtype_is_float(t.dtype))
     lower_error(L, at, "only bool and floating types of %s are supported", what);
-  if (t.dtype != DT_BOOL && t.dtype != DT_F32) m = t_cast(L, at, m, DT_F32);
+  if (t.dtype != DT_BOOL && t.dtype != dt) m = t_cast(L, at, m, dt);
   if (!strcmp(what, "key_padding_mask")) {
     if (!((t.ndim == 2 && t.dims[0] == N && t.dims[1] == S) || (N == 1 && t.ndim == 1 && t.dims[0] == S)))
       lower_error(L, at, "key_padding_mask should have shape (%lld, %lld), got %s", (long long)N, (long long)S,
@@ -490,9 +497,10 @@ PV *nn_mha_forward(L *L, PV *o, Args *A) {
     lower_error(L, at, "MultiheadAttention: expected query, key, value feature sizes %lld, %lld, %lld, got %s, %s, %s",
                 (long long)E, (long long)kd, (long long)vd, shape_str(L, &tq), shape_str(L, &tk), shape_str(L, &tv));
   PV *xs[3] = {q, k, v};
+  const DType dt = seq_dtype(is_none(attr(o, "in_proj_weight")) ? attr(o, "q_proj_weight") : attr(o, "in_proj_weight"));
   for (int i = 0; i < 3; i++) {
     Type t = xs[i]->t->type;
-    if (t.dtype != DT_F32) xs[i] = t_cast(L, at, xs[i], DT_F32);
+    if (t.dtype != dt) xs[i] = t_cast(L, at, xs[i], dt);
     if (unbatched) xs[i] = reshape3(L, at, xs[i], 1, t.dims[0], t.dims[1]);
     else if (!bf) xs[i] = t_transpose(L, at, xs[i], 0, 1);   /* [N, T, E] */
   }
@@ -508,7 +516,7 @@ PV *nn_mha_forward(L *L, PV *o, Args *A) {
     PV *bi = is_none(b) ? NULL : t_slice(L, at, b, 0, i * E, (i + 1) * E, 1);
     proj[i] = split_heads(L, at, t_linear(L, at, xs[i], w, bi), h);
   }
-  PV *masks[2] = {mha_mask(L, at, a[5], N, h, T, S, "attn_mask"), mha_mask(L, at, a[3], N, h, T, S, "key_padding_mask")};
+  PV *masks[2] = {mha_mask(L, at, a[5], N, h, T, S, "attn_mask", dt), mha_mask(L, at, a[3], N, h, T, S, "key_padding_mask", dt)};
   if (causal && !masks[0]) lower_error(L, at, "Need attn_mask if specifying the is_causal hint.");
   PV *w = NULL;
   PV *y = attend(L, at, proj[0], proj[1], proj[2], masks, 2, 0, 1.0 / sqrt((double)(E / h)), pv_num(attr(o, "dropout")),
@@ -564,7 +572,7 @@ PV *nnf_scaled_dot_product_attention(L *L, PV *fn, Args *A) {
     m = need_t(L, at, a[3], "attn_mask", who);
     if (causal) lower_error(L, at, "%s: explicit attn_mask should not be set when is_causal=True", who);
     if (m->t->type.dtype == DT_BOOL) m = t_logical(L, at, '!', m, NULL);   /* True: masked out, for attend */
-    else if (m->t->type.dtype != DT_F32) m = t_cast(L, at, m, DT_F32);
+    else if (m->t->type.dtype != seq_dtype(q)) m = t_cast(L, at, m, seq_dtype(q));
   }
   PV *y = attend(L, at, xs[0], xs[1], xs[2], &m, 1, causal, scale, p, p > 0, NULL);
   Type r = tq;
