@@ -735,6 +735,20 @@ static PV *call_function_gm(L *L, Span at, PV *fn, PV *self, PV **args, int narg
   return r;
 }
 
+/* A compile-time call of an opaque function (from a module ctc does not model) with a tensor
+ * argument: timm's trunc_normal_(self.pos_embed, std=.02) in an __init__. Its effect is unknown,
+ * so it has none: said once per call site (an init applied to every layer calls it from one line),
+ * not silently. */
+static void note_opaque_on_tensor(L *L, Span at, const PV *fn) {
+  for (int i = 0; i < L->nopaque_noted; i++)
+    if (L->opaque_noted[i].file == at.file && L->opaque_noted[i].line == at.line && L->opaque_noted[i].col == at.col) return;
+  if (L->nopaque_noted < (int)(sizeof L->opaque_noted / sizeof L->opaque_noted[0]))
+    L->opaque_noted[L->nopaque_noted++] = at;
+  diag_note(L->d, at, "this call of the %s on a tensor does nothing here: a parameter it would initialise or change "
+                      "keeps its value (PyTorch's default initialisation; weights loaded with --weights replace it)",
+            fn->what);
+}
+
 PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV **kwv, int nkw) {
   switch (fn->k) {
   case PV_FUNC: return call_function_gm(L, at, fn, NULL, args, nargs, kwn, kwv, nkw);
@@ -752,6 +766,11 @@ PV *call_value(L *L, Span at, PV *fn, PV **args, int nargs, const char **kwn, PV
       PV *x = i < nargs ? args[i] : kwv[i - nargs];
       if (L->host->runtime(L, x)) pv_opaque_error(L, at, fn, "calling it on a tensor");
     }
+    for (int i = 0; i < nargs + nkw; i++)
+      if ((i < nargs ? args[i] : kwv[i - nargs])->k == PV_HOST) {
+        note_opaque_on_tensor(L, at, fn);
+        break;
+      }
     return pv_opaque_from(L, at, fn, arena_printf(L->a, "%s(...)", fn->s));
   case PV_OBJ:
     if (fn->mod) { /* an instance of a host class, or of a user class deriving from one */

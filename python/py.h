@@ -222,6 +222,8 @@ struct L {
                                ctc diagnostic unwinds (those are never caught) */
   const char *exc_msg;      /* its message (str(e)) */
   Span exc_at;              /* where it was raised */
+  Span opaque_noted[16];    /* eval.c: the call sites of opaque functions on tensors already noted */
+  int nopaque_noted;
 };
 
 /* The handlers named by builtins.def. */

@@ -114,6 +114,24 @@ def test_note_points_at_the_call(tmp_path):
     assert f"{path}:10:16: note: in 'block' called here" in r.stderr, r.stderr
 
 
+def test_opaque_init_on_a_parameter_is_noted(tmp_path):
+    """An init function from a module ctc does not model (timm's trunc_normal_, as ViT and ConvNeXt
+    files call it), applied to every Linear from one line: the file compiles, and one note per call
+    site says the call does nothing (the parameter keeps PyTorch's default initialisation), where it
+    once passed silently."""
+    src = ("import torch\nfrom torch import nn\nfrom timm.models.layers import trunc_normal_\n\n\n"
+           "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.a = nn.Linear(8, 8)\n        self.b = nn.Linear(8, 4)\n        self.apply(self._init)\n\n"
+           "    def _init(self, m):\n        if isinstance(m, nn.Linear):\n            trunc_normal_(m.weight, std=.02)\n\n"
+           "    def forward(self, x):\n        return self.b(self.a(x))\n\n\nexample_inputs = (torch.randn(2, 8),)\n")
+    r, path = check(tmp_path, src)
+    assert r.returncode == 0, r.stderr
+    notes = [l for l in r.stderr.splitlines() if ": note: " in l]
+    assert len(notes) == 1 and notes[0].startswith(f"{path}:15:13: note: this call of the opaque value "
+                                                   "'timm.models.layers.trunc_normal_'"), r.stderr
+    assert "does nothing here" in notes[0], notes
+
+
 def test_bad_command_lines(tmp_path):
     for args, msg in [(["frobnicate", "x.py"], "unknown command 'frobnicate'"),
                       (["compile", "x.py", "--input", "x=f32[2,,3]"], "bad --input"),
