@@ -345,3 +345,64 @@ def test_state_carried_between_calls_stays_an_error(tmp_path):
            "        return self.h\n")
     r = ctc_check_src(tmp_path, src, "--input", "x=f32[2]")
     assert r.returncode == 1 and "assigning 'self.h' inside compiled code" in r.stderr, r.stderr
+
+
+def test_parameter_scaled_or_shifted_in_init(tmp_path):
+    """`self.head.weight.data.mul_(head_init_scale)` (ConvNeXt) and `add_` on parameters in
+    __init__: the initial values become m p + c, so the fill does: a Linear's uniform(-k, k)
+    weight scaled by 0.5 lies in [-k/2, k/2] and spreads as much; a normal_(0, 0.02) weight times
+    -3 has std 0.06; a constant bias shifted is exact, a zero one times 7 stays zero."""
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self, s=0.5):\n"
+                 "        super().__init__()\n        self.head = nn.Linear(400, 50)\n        self.head.weight.data.mul_(s)\n"
+                 "        self.g = nn.Linear(400, 50)\n        nn.init.normal_(self.g.weight, 0.0, 0.02)\n"
+                 "        self.g.weight.data.mul_(-3.0)\n        nn.init.constant_(self.g.bias, 1.5)\n"
+                 "        self.g.bias.data.add_(2.0, alpha=0.25)\n        nn.init.zeros_(self.head.bias)\n"
+                 "        self.head.bias.data.mul_(7)\n\n"
+                 "    def forward(self, x):\n        return self.head(x) + self.g(x)\n")
+    _, w = infer_initial(tmp_path, p, np.zeros((1, 400), np.float32))
+    k = 1 / 400 ** 0.5
+    hw = w["head.weight"]
+    assert np.abs(hw).max() <= k / 2 and np.abs(hw).max() > 0.49 * k, np.abs(hw).max()
+    assert abs(hw.std() - k / 2 / 3 ** 0.5) < 0.03 * k, hw.std()   # uniform(-k/2, k/2)'s std
+    assert abs(w["g.weight"].std() - 0.06) < 0.003 and abs(w["g.weight"].mean()) < 0.002, w["g.weight"].std()
+    assert (w["g.bias"] == 2.0).all() and (w["head.bias"] == 0).all()
+
+
+MASKS = """
+import torch
+import torch.nn as nn
+
+
+class M(nn.Module):
+    def __init__(self, n=5):
+        super().__init__()
+        self.register_buffer("mask", torch.empty(n, n).fill_(float("-inf")).triu_(1), persistent=False)
+        self.ln = nn.LayerNorm(5)
+
+    def forward(self, x):                                    # x [2, 5, 5] float64 (the type() forms)
+        h = self.ln(x.type(torch.float32)).type(x.dtype)     # Whisper's LayerNorm: float32 inside
+        m = torch.ones(5, 5, dtype=torch.float64).tril_(-1)
+        y = torch.softmax(h + self.mask, dim=-1) + m
+        k = 2.0 if x.type() == 'torch.DoubleTensor' else 1.0
+        return (y * k).type('torch.DoubleTensor'), x.type(torch.FloatTensor)
+"""
+
+
+def test_inplace_tri_and_tensor_type(tmp_path):
+    """`torch.empty(n, n).fill_(-inf).triu_(1)` in __init__ and `.tril_(-1)` in forward (the
+    in-place forms, Whisper's mask), and Tensor.type(dtype / 'torch.DoubleTensor' /
+    torch.FloatTensor), whose no-argument form is the type's name: against PyTorch."""
+    import torch
+    p = tmp_path / "m.py"
+    p.write_text(MASKS)
+    mod = load_module(str(p), "masks")
+    torch.manual_seed(0)
+    net = mod.M()
+    x = np.random.default_rng(0).standard_normal((2, 5, 5))
+    got = run_forward(str(tmp_path), str(p), net, [x], opts=("--input", "x=f64[2,5,5]"))
+    with torch.no_grad():
+        want = net(torch.from_numpy(x))
+    assert len(got) == 2 and got[0].dtype == np.float64 and got[1].dtype == np.float32
+    compare("softmax + masks", got[0], want[0].numpy(), 1e-6, 1e-7)
+    compare("x as float32", got[1], want[1].numpy(), 0, 0)

@@ -125,6 +125,7 @@ typedef struct Slot {
                             model.bfloat16() / .half() (module.c) or an optimizer's state of such a parameter */
   Span loc;
 } Slot;
+void slot_affine(L *L, Span at, Slot *s, double m, double c, const char *what);   /* torchlib.c */
 
 /* A tensor during evaluation: an IR value of the function being staged, a
  * parameter slot, or a compile-time constant (host data, in __init__). */

@@ -637,6 +637,40 @@ PV *nnf_dropout_nd(L *L, PV *fn, Args *A) {
 
 PV *bi_init(L *L, PV *fn, Args *A) { return init_fn(L, fn->bi, A); }
 
+/* p.mul_(m) / p.add_(c) on a parameter in __init__: its initial values become m p + c, so its
+ * fill does: a constant's value, a uniform's bounds, a (truncated) normal's mean, std and bounds,
+ * and given values each mapped. */
+void slot_affine(L *L, Span at, Slot *s, double m, double c, const char *what) {
+  if (s->zero_row1 && c != 0)
+    lower_error(L, at, "'%s' on an nn.Embedding weight with padding_idx at compile time is not supported", what);
+  if (m == 0) {   /* every value c */
+    s->init = c == 0 ? PINIT_ZERO : PINIT_CONST, s->init_a = c, s->init_trunc = 0, s->data = NULL, s->zero_row1 = 0;
+    return;
+  }
+  const double a = m * s->init_a + c, b = m * s->init_b + c;
+  switch (s->init) {
+  case PINIT_ZERO:
+    if (c != 0) s->init = PINIT_CONST, s->init_a = c;
+    break;
+  case PINIT_CONST: s->init_a = a; break;
+  case PINIT_UNIFORM: s->init_a = a < b ? a : b, s->init_b = a < b ? b : a; break;
+  case PINIT_NORMAL: {
+    s->init_a = a, s->init_b = fabs(m) * s->init_b;
+    const double lo = m * s->init_lo + c, hi = m * s->init_hi + c;
+    s->init_lo = lo < hi ? lo : hi, s->init_hi = lo < hi ? hi : lo;
+    break;
+  }
+  case PINIT_DATA: {
+    const int64_t n = ir_numel(&s->type);
+    double *d = arena_alloc(L->a, sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = m * s->data[i] + c;
+    s->data = d;
+    break;
+  }
+  default: lower_error(L, at, "'%s' on this parameter at compile time is not supported", what);
+  }
+}
+
 /* x.normal_() / x.uniform_() at compile time: on a parameter, its nn.init row; on a
  * compile-time tensor (torch.empty(n).normal_(0, 0.02) before nn.Parameter), fresh
  * compile-time values as torch.randn's (a program's values come from the weights or init) */
@@ -1011,6 +1045,38 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_TYPE_AS:
     bind_args(L, A, "other", a);
     return convert(L, at, x, need_tensor(L, at, a[0], "other")->t->type.dtype, 0);
+  case BI_T_TYPE: {   /* x.type(torch.float32 / 'torch.DoubleTensor' / torch.LongTensor), or x.type(): its name */
+    bind_args(L, A, "dtype=,non_blocking=", a);
+    static const struct { DType dt; const char *name; int cls; } types[] = {
+        {DT_F32, "torch.FloatTensor", BI_T_FLOATTENSOR}, {DT_F64, "torch.DoubleTensor", BI_T_DOUBLETENSOR},
+        {DT_I64, "torch.LongTensor", BI_T_LONGTENSOR},   {DT_I32, "torch.IntTensor", BI_T_INTTENSOR},
+        {DT_BOOL, "torch.BoolTensor", BI_T_BOOLTENSOR},  {DT_F16, "torch.HalfTensor", -1},
+        {DT_BF16, "torch.BFloat16Tensor", -1}};
+    const int nt = (int)(sizeof types / sizeof types[0]);
+    if (!a[0] || a[0]->k == PV_NONE) {
+      const DType dt = x->t->low == LOW_BF16 ? DT_BF16 : x->t->low == LOW_F16 ? DT_F16 : t.dtype;
+      for (int i = 0; i < nt; i++)
+        if (types[i].dt == dt) return pv_str(L, types[i].name);
+      lower_error(L, at, "Tensor.type(): no type name for %s", ir_dtype_name(t.dtype));
+    }
+    if (a[0]->k == PV_DTYPE) return convert(L, at, x, a[0]->dt, 0);
+    for (int i = 0; i < nt; i++)
+      if ((a[0]->k == PV_STR && !strcmp(a[0]->s, types[i].name)) || (a[0]->k == PV_CLASS && a[0]->bi == types[i].cls))
+        return convert(L, at, x, types[i].dt, 0);
+    lower_error(L, at, "Tensor.type() takes a dtype or a tensor type name ('torch.FloatTensor', 'torch.DoubleTensor', "
+                       "'torch.LongTensor', ...), got %s", pv_kind_name(a[0]));
+  }
+  case BI_T_TRIL_:
+  case BI_T_TRIU_: {   /* the in-place forms: torch.empty(n, n).fill_(-inf).triu_(1) in an __init__ */
+    if (x->t->slot && !L->T->fn) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
+    PV *r = call_value(L, at, bi_lookup(L, NS_TENSOR, bi == BI_T_TRIL_ ? "tril" : "triu", x), A->args, A->nargs,
+                       A->kwnames, A->kwvals, A->nkw);
+    if (x->t->data && !L->T->fn) {   /* a compile-time tensor: its values replaced */
+      memcpy(x->t->data, r->t->data, sizeof(double) * (size_t)ir_numel(&t));
+      return x;
+    }
+    return t_inplace(L, at, x, r);
+  }
   case BI_T_MASKED_FILL:
     bind_args(L, A, "mask,value", a);
     if (L->T->dec && L->T->fn) {
@@ -1069,7 +1135,15 @@ static PV *tensor_fn(L *L, PV *fn, Args *A0) {
   case BI_T_MUL_:
   case BI_T_ZERO_:
     if (x->t->slot && !L->T->fn) {   /* p.zero_() / p.data.fill_(0.01) in __init__: how _init fills it */
-      if (bi == BI_T_ADD_ || bi == BI_T_MUL_) lower_error(L, at, "'%s' on a parameter at compile time is not supported", bi_names[bi]);
+      if (bi == BI_T_ADD_ || bi == BI_T_MUL_) {   /* p.data.mul_(head_init_scale) (ConvNeXt): the fill scaled */
+        bind_args(L, A, bi == BI_T_ADD_ ? "other,alpha=" : "other", a);
+        if (!pv_is_num(a[0]))
+          lower_error(L, at, "'%s' on a parameter at compile time takes a number (it changes how the parameter is "
+                             "initialised), got %s", bi_names[bi], pv_kind_name(a[0]));
+        const double v = pv_num(a[0]) * (bi == BI_T_ADD_ && a[1] ? arg_num(L, at, a[1], "alpha") : 1);
+        slot_affine(L, at, x->t->slot, bi == BI_T_MUL_ ? v : 1, bi == BI_T_ADD_ ? v : 0, bi_names[bi]);
+        return x;
+      }
       bind_args(L, A, bi == BI_T_ZERO_ ? "" : "value", a);
       PV *init_args[2] = {x, a[0]};
       Args C = *A;   /* as nn.init.zeros_(p) / constant_(p, value) */
