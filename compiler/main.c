@@ -539,7 +539,9 @@ static void run_pass(Program *p, const char *name, void (*pass)(Program *, Func 
   verify(p, name);
 }
 
+/* --emit ast/ir/kernels/kir/dot's output: -o PATH, or standard output for -o - (or no -o) */
 static FILE *open_out(Diag *d, const char *path) {
+  if (!strcmp(path, "-")) return stdout;
   FILE *f = fopen(path, "w");
   if (!f) diag_plain(d, "cannot write '%s': %s", path, strerror(errno));
   return f;

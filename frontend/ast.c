@@ -36,6 +36,7 @@ static const char *const kind_names[N_COUNT] = {
     [N_WITH] = "with",           [N_WITHITEM] = "withitem",    [N_PASS] = "pass",
     [N_BREAK] = "break",         [N_CONTINUE] = "continue",    [N_ASSERT] = "assert",
     [N_DEL] = "del",             [N_RAISE] = "raise",          [N_GLOBAL] = "global",
+    [N_YIELD] = "yield",
     [N_TRY] = "try",             [N_EXCEPT] = "except",        [N_IMPORT] = "import",
     [N_IMPORTFROM] = "from",     [N_ALIAS] = "alias",          [N_FUNCDEF] = "def",
     [N_PARAM] = "param",         [N_CLASSDEF] = "class",       [N_NAME] = "name",
@@ -278,6 +279,10 @@ static void dump(FILE *o, const Node *n) {
   case N_LIST:
   case N_SET:
     dump_items(o, &n->list);
+    break;
+  case N_YIELD:
+    if (n->op) fputs(" from", o);
+    dump_opt(o, n->a);
     break;
   case N_RAISE:
     dump_opt(o, n->a);

@@ -63,6 +63,7 @@ typedef enum NodeKind {
   N_ASSERT,      /* assert a, b   (b may be NULL) */
   N_DEL,         /* del list */
   N_RAISE,       /* raise a [from b] (both may be NULL) */
+  N_YIELD,       /* yield [a] / yield from a (op 1): a generator's statement, refused where it runs */
   N_GLOBAL,      /* global/nonlocal names: list of N_NAME; op = 0 global, 1 nonlocal */
   N_TRY,         /* try: body  list(handlers: N_EXCEPT)  else: orelse  finally: body2 */
   N_EXCEPT,      /* except a [as name]: body */

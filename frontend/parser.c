@@ -1260,7 +1260,15 @@ static Node *parse_simple_stmt(Parser *p) {
   }
   if (!strcmp(k, "import")) return parse_import(p);
   if (!strcmp(k, "from")) return parse_from(p);
-  if (!strcmp(k, "yield") || !strcmp(k, "async") || !strcmp(k, "await")) perr(p, t->span, "'%s' is not supported", k);
+  if (!strcmp(k, "yield")) {   /* a generator's (a @contextmanager's) statement: an error only where it runs */
+    next(p);
+    Node *n = mk(p, N_YIELD, t->span);
+    if (accept_kw(p, "from")) n->op = 1, n->a = parse_test(p);
+    else if (starts_expr(cur(p))) n->a = parse_star_exprs(p);
+    n->span = since(p, t->span);
+    return n;
+  }
+  if (!strcmp(k, "async") || !strcmp(k, "await")) perr(p, t->span, "'%s' is not supported", k);
   static const char *const compound[] = {"if", "elif", "else", "for", "while", "with", "try", "except",
                                          "finally", "def", "class", NULL};
   for (int i = 0; compound[i]; i++)

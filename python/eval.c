@@ -599,6 +599,10 @@ PV *getattr_opt(L *L, Span at, PV *obj, const char *name) {
   case PV_LIST: return py_lookup(L, NS_LIST, name, obj);
   case PV_DICT: return py_lookup(L, NS_DICT, name, obj);
   case PV_STR: return py_lookup(L, NS_STR, name, obj);
+  case PV_FUNC:   /* fn.__name__ (a registry keyed by it), __qualname__ */
+    if (!strcmp(name, "__name__")) return pv_str(L, obj->s);
+    if (!strcmp(name, "__qualname__")) return obj->cls ? pv_str(L, arena_printf(L->a, "%s.%s", obj->cls->s, obj->s)) : pv_str(L, obj->s);
+    return L->host->getattr(L, at, obj, name);
   default: return L->host->getattr(L, at, obj, name);
   }
 }

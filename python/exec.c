@@ -264,13 +264,17 @@ static void exec_classdef(L *L, Node *s) {
     exec_block(L, cls->env, &(NodeVec){&s->body.data[i], 1, 1});
   }
   L->env = saved;
+  PV *bound = cls;   /* what the class's name is bound to: the class, or what its decorators return */
   for (int k = s->decorators.len - 1; k >= 0; k--) {
     PV *dec = eval_expr(L, s->decorators.data[k]);
     if (dec->k == PV_BUILTIN && dec->bi == BI_DATACLASS) env_set(L, cls->env, "__dataclass__", pv_bool(L, 1));
     else if (dec->k == PV_BUILTIN && L->host->decorate(L, dec, pv_new(L, PV_FUNC))) continue;
+    else if (dec->k == PV_OPAQUE) continue;   /* from an unmodelled module (a registry's): the class as it is */
+    else if (dec->k == PV_FUNC || dec->k == PV_BOUND)   /* the file's own: cls = dec(cls), as Python */
+      bound = call_value(L, s->decorators.data[k]->span, dec, &bound, 1, NULL, NULL, 0);
     else lower_error(L, s->decorators.data[k]->span, "this class decorator is not supported by ctc (only @dataclass)");
   }
-  env_set(L, L->env, s->name, cls);
+  env_set(L, L->env, s->name, bound);
 }
 
 
@@ -626,6 +630,9 @@ static int exec_stmt(L *L, Node *s) {
     }
     return EX_NORMAL;
   case N_RAISE: exec_raise(L, s);
+  case N_YIELD:
+    lower_error(L, s->span, "'yield' is not supported by ctc: generator functions (and @contextlib.contextmanager) "
+                            "cannot be called in a compiled file; a file may define one it does not call");
   case N_GLOBAL:
     lower_error(L, s->span, "'global' and 'nonlocal' are not supported by ctc");
   case N_TRY: return exec_try(L, s);
@@ -637,6 +644,10 @@ static int exec_stmt(L *L, Node *s) {
       PV *dec = eval_expr(L, s->decorators.data[k]);
       if (L->host->decorate(L, dec, f)) continue; /* @torch.no_grad() ... */
       if (dec->k == PV_OPAQUE) continue;           /* from an unmodelled module: the function as it is */
+      if (dec->k == PV_FUNC || dec->k == PV_BOUND) {   /* the file's own (a model registry): f = dec(f), as Python */
+        f = call_value(L, s->decorators.data[k]->span, dec, &f, 1, NULL, NULL, 0);
+        continue;
+      }
       lower_error(L, s->decorators.data[k]->span, "this function decorator is not supported by ctc");
     }
     env_set(L, L->env, s->name, f);

@@ -114,6 +114,18 @@ def test_note_points_at_the_call(tmp_path):
     assert f"{path}:10:16: note: in 'block' called here" in r.stderr, r.stderr
 
 
+def test_emit_to_stdout_with_dash(tmp_path):
+    """`-o -` is standard output for --emit ast/ir/kernels (it once wrote a file named '-')."""
+    src = "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    p = tmp_path / "m.py"
+    p.write_text(src)
+    for emit, want in (("ast", "(def forward"), ("ir", "func forward"), ("kernels", "func forward")):
+        r = subprocess.run([CTC, "compile", str(p), "--input", "x=f32[2]", "--emit", emit, "-o", "-"], capture_output=True,
+                           text=True, timeout=30, cwd=tmp_path)
+        assert r.returncode == 0 and want in r.stdout, (emit, r.stdout[:300], r.stderr)
+    assert not (tmp_path / "-").exists()
+
+
 def test_opaque_init_on_a_parameter_is_noted(tmp_path):
     """An init function from a module ctc does not model (timm's trunc_normal_, as ViT and ConvNeXt
     files call it), applied to every Linear from one line: the file compiles, and one note per call

@@ -406,3 +406,78 @@ def test_inplace_tri_and_tensor_type(tmp_path):
     assert len(got) == 2 and got[0].dtype == np.float64 and got[1].dtype == np.float32
     compare("softmax + masks", got[0], want[0].numpy(), 1e-6, 1e-7)
     compare("x as float32", got[1], want[1].numpy(), 0, 0)
+
+
+REGISTRY = """
+import functools
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+
+_models = {}
+
+
+def register_model(fn):
+    _models[fn.__name__] = fn
+    return fn
+
+
+def register_class(cls):
+    _models[cls.__name__] = cls
+    return cls
+
+
+def doubled(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return 2 * fn(*args, **kwargs)
+    return wrapper
+
+
+@contextmanager
+def fast_path_off():   # defined, never called by the model (Whisper's)
+    yield
+
+
+@doubled
+def width(n):
+    return n + 1
+
+
+@register_class
+class Net(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.fc = nn.Linear(dim, width(1))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@register_model
+def net_small(**kwargs):
+    return Net(dim=6, **kwargs)
+
+
+model = _models["net_small"]()
+"""
+
+
+def test_decorators_of_the_file_and_an_unused_generator(tmp_path):
+    """A model registry (ConvNeXt's @register_model, a class decorator), a functools.wraps
+    wrapper and a @contextmanager the model never calls (Whisper's): decorated as Python
+    decorates, the model the registry returns built, forward against PyTorch."""
+    import torch
+    p = tmp_path / "m.py"
+    p.write_text(REGISTRY)
+    mod = load_module(str(p), "registry")
+    assert list(mod.model.fc.weight.shape) == [4, 6]
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    got = run_forward(str(tmp_path), str(p), mod.model, [x], opts=("--input", "x=f32[3,6]"))
+    with torch.no_grad():
+        want = mod.model(torch.from_numpy(x)).numpy()
+    compare("registry model", got[0], want, 1e-5, 1e-6)
+    p.write_text(REGISTRY + "\n\nwith fast_path_off():\n    pass\n")
+    r = run([CTC, "check", str(p), "--input", "x=f32[3,6]"], check=False)
+    assert r.returncode == 1 and f"{p}:30:5: error: 'yield' is not supported by ctc" in r.stderr, r.stderr
