@@ -127,10 +127,53 @@ PV *py_module_attr(L *L, Span at, PV *ns, const char *name) {
     if (!f) lower_error(L, at, "math.%s is not supported by ctc", name);
     return f;
   }
+  if (strcmp(m, "numpy") == 0) {   /* its scalars and functions of Python numbers; the rest opaque (NULL) */
+    if (!strcmp(name, "pi")) return pv_float(L, M_PI);
+    if (!strcmp(name, "e")) return pv_float(L, M_E);
+    if (!strcmp(name, "inf") || !strcmp(name, "Inf") || !strcmp(name, "infty")) return pv_float(L, INFINITY);
+    if (!strcmp(name, "nan") || !strcmp(name, "NaN")) return pv_float(L, NAN);
+    if (!strcmp(name, "newaxis")) return pv_none(L);
+    return py_lookup(L, NS_NUMPY, name, NULL);
+  }
   if (strcmp(m, "dataclasses") == 0) return py_lookup(L, NS_DATACLASSES, name, NULL);
   if (strcmp(m, "typing") == 0) return pv_none(L);
   if (strcmp(m, "argparse") == 0) return py_lookup(L, NS_ARGPARSE, name, NULL);
   return NULL;
+}
+
+/* numpy.log(x) ... of Python numbers as numpy computes them in float64 (IEEE: log(0) = -inf,
+ * sqrt(-1) = nan); of any other value (an array) the call of the opaque numpy function it was. */
+PV *bi_numpy(L *L, PV *fn, Args *A) {
+  const int bi = fn->bi, two = bi == BI_NP_POWER;
+  int nums = A->nargs == 1 + two && !A->nkw;
+  for (int i = 0; nums && i < A->nargs; i++) nums = pv_is_num(A->args[i]) && A->args[i]->k != PV_COMPLEX;
+  if (!nums) {
+    PV *o = pv_opaque(L, A->at, arena_printf(L->a, "numpy.%s", py_rows[bi].name));
+    return call_value(L, A->at, o, A->args, A->nargs, A->kwnames, A->kwvals, A->nkw);
+  }
+  const double x = pv_num(A->args[0]);
+  switch (bi) {
+  case BI_NP_LOG: return pv_float(L, log(x));
+  case BI_NP_LOG2: return pv_float(L, log2(x));
+  case BI_NP_LOG10: return pv_float(L, log10(x));
+  case BI_NP_LOG1P: return pv_float(L, log1p(x));
+  case BI_NP_EXP: return pv_float(L, exp(x));
+  case BI_NP_EXPM1: return pv_float(L, expm1(x));
+  case BI_NP_SQRT: return pv_float(L, sqrt(x));
+  case BI_NP_SIN: return pv_float(L, sin(x));
+  case BI_NP_COS: return pv_float(L, cos(x));
+  case BI_NP_TAN: return pv_float(L, tan(x));
+  case BI_NP_TANH: return pv_float(L, tanh(x));
+  case BI_NP_ARCTAN: return pv_float(L, atan(x));
+  case BI_NP_ARCSIN: return pv_float(L, asin(x));
+  case BI_NP_ARCCOS: return pv_float(L, acos(x));
+  case BI_NP_FLOOR: return pv_float(L, floor(x));
+  case BI_NP_CEIL: return pv_float(L, ceil(x));
+  case BI_NP_ABS:
+  case BI_NP_ABSOLUTE: return A->args[0]->k == PV_FLOAT ? pv_float(L, fabs(x)) : pv_int(L, A->args[0]->i < 0 ? -A->args[0]->i : A->args[0]->i);
+  case BI_NP_POWER: return pv_float(L, pow(x, pv_num(A->args[1])));
+  default: BUG("numpy row %d", bi);
+  }
 }
 
 /* staticmethod(f), classmethod(f), property(f) called as functions (as

@@ -45,6 +45,7 @@ enum {
   NS_LIST = 1u << 3,         /* methods of a list */
   NS_DICT = 1u << 4,         /* methods of a dict */
   NS_STR = 1u << 5,          /* methods of a str */
+  NS_NUMPY = 1u << 28,       /* numpy's functions of Python numbers (builtins.c's bi_numpy) */
   NS_FILE = 1u << 29,        /* methods of a file object from open() (read at compile time) */
   NS_ARGPARSE = 1u << 30,    /* argparse.* (argparse.c); high bits: the host numbers its own from 1u << 6 */
   NS_ARGPARSER = 1u << 31,   /* methods of an argparse.ArgumentParser (and of its groups) */

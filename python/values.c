@@ -1,4 +1,5 @@
 /* values.c - compile-time Python values (PV) and scopes (Env). */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,9 +292,11 @@ PV *pv_opaque(L *L, Span at, const char *expr) {
   v->s = arena_strdup(L->a, expr);
   v->origin = arena_alloc(L->a, sizeof(Span));
   *v->origin = at;
-  size_t n = strcspn(expr, ".([");
+  const char *m = expr;   /* the module: the first name in it ('-numpy.log(...) / ...' is numpy's) */
+  while (*m && !(isalpha((unsigned char)*m) || *m == '_')) m++;
+  size_t n = strcspn(m, ".([ ");
   v->what = arena_printf(L->a, "opaque value '%s' (made at line %d from '%.*s', which ctc does not model)", expr, at.line,
-                         (int)n, expr);
+                         (int)n, m);
   return v;
 }
 

@@ -481,3 +481,44 @@ def test_decorators_of_the_file_and_an_unused_generator(tmp_path):
     p.write_text(REGISTRY + "\n\nwith fast_path_off():\n    pass\n")
     r = run([CTC, "check", str(p), "--input", "x=f32[3,6]"], check=False)
     assert r.returncode == 1 and f"{p}:30:5: error: 'yield' is not supported by ctc" in r.stderr, r.stderr
+
+
+NUMPY_CONSTS = """
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def sinusoids(length, channels, max_timescale=10000):
+    log_timescale_increment = np.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, np.newaxis] * inv_timescales[np.newaxis, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+class Net(nn.Module):
+    def __init__(self, n=6, d=8):
+        super().__init__()
+        self.register_buffer("pe", sinusoids(n, d))
+        self.register_buffer("mask", torch.empty(n, n).fill_(-np.inf).triu_(1), persistent=False)
+        self.scale = np.sqrt(d) * np.power(2.0, -1) + abs(np.floor(-np.pi))
+
+    def forward(self, x):
+        return torch.softmax((x + self.pe) @ (x + self.pe).transpose(-1, -2) / self.scale + self.mask, dim=-1)
+"""
+
+
+def test_numpy_scalars_in_init(tmp_path):
+    """numpy on Python numbers in __init__ (Whisper's sinusoids: np.log, np.newaxis; its mask's
+    -np.inf; np.sqrt, np.power, np.floor, np.pi): computed as numpy does, forward against
+    PyTorch. numpy of anything else stays an opaque value."""
+    import torch
+    p = tmp_path / "m.py"
+    p.write_text(NUMPY_CONSTS)
+    mod = load_module(str(p), "np_consts")
+    net = mod.Net()
+    x = np.random.default_rng(0).standard_normal((2, 6, 8)).astype(np.float32)
+    got = run_forward(str(tmp_path), str(p), net, [x], opts=("--input", "x=f32[2,6,8]"))
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    compare("numpy constants", got[0], want, 1e-5, 1e-6)
