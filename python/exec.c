@@ -85,15 +85,21 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
   char *rel = arena_strdup(L->a, dotted ? dotted : "");
   for (char *c = rel; *c; c++)
     if (*c == '.') *c = '/';
-  const char *root[2] = {dir, level == 0 && rel[0] ? L->pylib : NULL};
-  const char *cands[4];
-  for (int r = 0; r < 2; r++) {
-    cands[2 * r] = arena_printf(L->a, "%s/%s.py", root[r] ? root[r] : dir, rel);
-    cands[2 * r + 1] = arena_printf(L->a, "%s/%s%s__init__.py", root[r] ? root[r] : dir, rel, rel[0] ? "/" : "");
-    if (!rel[0]) cands[2 * r] = cands[2 * r + 1];
+  /* an absolute import searches the compiled file's folder first, as Python's sys.path[0] (a package's
+   * `from pkg.cfg import Cfg` inside pkg/model.py), then the importing file's, then ctc's packages */
+  const char *main = L->src && L->src->path ? L->src->path : "", *mslash = strrchr(main, '/');
+  const char *mdir = mslash ? arena_strndup(L->a, main, (size_t)(mslash - main)) : ".";
+  const char *root[3] = {level == 0 && strcmp(mdir, dir) ? mdir : NULL, dir, level == 0 && rel[0] ? L->pylib : NULL};
+  const char *cands[6];
+  int nc = 0, first_pylib = 6;
+  for (int r = 0; r < 3; r++) {
+    if (!root[r]) continue;
+    if (r == 2) first_pylib = nc;
+    if (rel[0]) cands[nc++] = arena_printf(L->a, "%s/%s.py", root[r], rel);
+    cands[nc++] = arena_printf(L->a, "%s/%s%s__init__.py", root[r], rel, rel[0] ? "/" : "");
   }
   if (!L->modules) L->modules = pv_dict(L);
-  for (int c = 0; c < (root[1] ? 4 : 2); c++) {
+  for (int c = 0; c < nc; c++) {
     PV *key = pv_str(L, cands[c]);
     PV *m = pv_dict_get(L->modules, key);
     if (m) return m;
@@ -107,7 +113,7 @@ static PV *local_module(L *L, Span at, const char *dotted, int level) {
     m->cls = cls;
     m->attrs = env_new(L, NULL);
     env_set(L, m->attrs, "__name__", pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
-    if (c >= 2 || (from[0] && env_get(L->globals, PYLIB_MARK)))   /* ctc's own package, or imported by one */
+    if (c >= first_pylib || (from[0] && env_get(L->globals, PYLIB_MARK)))   /* ctc's own package, or imported by one */
       env_set(L, m->attrs, PYLIB_MARK, pv_str(L, dotted && dotted[0] ? dotted : "__init__"));
     pv_dict_set(L, at, L->modules, key, m); /* before running it: an import cycle sees it */
     Env *sg = L->globals, *se = L->env;

@@ -522,3 +522,32 @@ def test_numpy_scalars_in_init(tmp_path):
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
     compare("numpy constants", got[0], want, 1e-5, 1e-6)
+
+
+def test_absolute_import_inside_a_package(tmp_path):
+    """minGPT used as a package: main.py does `from mingpt.model import GPT` and mingpt/model.py
+    does `from mingpt.utils import CfgNode` (absolute, as Python resolves it from the main script's
+    folder, sys.path[0]): once looked up beside mingpt/model.py only, an opaque 'mingpt' there."""
+    import subprocess as sp
+    import sys
+    pkg = tmp_path / "tinygpt"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text("class Cfg:\n    def __init__(self, **kw):\n        self.__dict__.update(kw)\n")
+    (pkg / "model.py").write_text("import torch.nn as nn\nfrom tinygpt.utils import Cfg\n\n\n"
+                                  "class Net(nn.Module):\n    @staticmethod\n    def default():\n        return Cfg(n=4, m=3)\n\n"
+                                  "    def __init__(self, cfg):\n        super().__init__()\n        self.fc = nn.Linear(cfg.n, cfg.m)\n\n"
+                                  "    def forward(self, x):\n        return self.fc(x).tanh()\n")
+    main = tmp_path / "main.py"
+    main.write_text("import torch\nfrom tinygpt.model import Net\n\ntorch.manual_seed(0)\nmodel = Net(Net.default())\n"
+                    "example_inputs = (torch.randn(2, 4),)\n")
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = sp.run([sys.executable, "-c", "import sys, numpy as np, torch; sys.path.insert(0, '.'); import main; "
+                   "np.save('want.npy', main.model(torch.from_numpy(np.load('x.npy'))).detach().numpy()); "
+                   "torch.save(main.model.state_dict(), 'w.pt')"], cwd=tmp_path, capture_output=True, text=True)
+    assert want.returncode == 0, want.stderr
+    exe = tmp_path / "net"
+    ctc_build(str(main), str(exe))
+    run([exe, "infer", "--weights", tmp_path / "w.pt", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
+    compare("package model", np.load(tmp_path / "y.npy"), np.load(tmp_path / "want.npy"), 1e-5, 1e-6)
