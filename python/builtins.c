@@ -497,6 +497,34 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     }
     return r;
   }
+  case BI_MAP: {   /* a list (Python's iterator, consumed once, as files unpack and iterate it) */
+    if (A->nargs < 2 || A->nkw) lower_error(L, A->at, "map() takes a function and at least one iterable");
+    PV ***its = arena_alloc(L->a, sizeof(PV **) * (size_t)A->nargs);
+    int n = 1 << 30;
+    for (int i = 1; i < A->nargs; i++) {
+      int k = iter_items(L, A->at, A->args[i], &its[i]);
+      if (k < n) n = k;
+    }
+    eval_charge(L, A->at, n);
+    PV *r = pv_list(L, NULL, 0), **t = arena_alloc(L->a, sizeof(PV *) * (size_t)A->nargs);
+    for (int k = 0; k < n; k++) {
+      for (int i = 1; i < A->nargs; i++) t[i - 1] = its[i][k];
+      pv_list_append(L, r, call_value(L, A->at, A->args[0], t, A->nargs - 1, NULL, NULL, 0));
+    }
+    return r;
+  }
+  case BI_FILTER: {
+    bind_args(L, A, "function,iterable", a);
+    PV **items;
+    int n = iter_items(L, A->at, a[1], &items);
+    eval_charge(L, A->at, n);
+    PV *r = pv_list(L, NULL, 0);
+    for (int k = 0; k < n; k++) {
+      PV *keep = a[0]->k == PV_NONE ? items[k] : call_value(L, A->at, a[0], &items[k], 1, NULL, NULL, 0);
+      if (truthy(L, A->at, keep)) pv_list_append(L, r, items[k]);
+    }
+    return r;
+  }
   case BI_MIN: return minmax(L, A, 0);
   case BI_MAX: return minmax(L, A, 1);
   case BI_ABS:
@@ -835,6 +863,13 @@ PV *bi_python(L *L, PV *fn, Args *A) {
     }
     sb_adds(L, A->at, &sb, s);
     return pv_str(L, sb_done(L, &sb));
+  }
+  case BI_STR_ISDIGIT: {
+    bind_args(L, A, "", a);
+    const char *c = fn->self->s;
+    int ok = *c != 0;
+    for (; *c && ok; c++) ok = *c >= '0' && *c <= '9';
+    return pv_bool(L, ok);
   }
   case BI_STR_STARTSWITH:
   case BI_STR_ENDSWITH: {

@@ -351,6 +351,13 @@ static PV *build_model(L *L, PV *cls) {
   return call_value(L, cls->node->span, cls, NULL, 0, NULL, NULL, 0);
 }
 
+/* A class of ctc's own Python packages (pylib/: einops' Rearrange layer imported by the file): never the
+ * model a file defines. */
+static int pylib_class(L *L, const PV *cls) {
+  const char *f = cls->node && cls->node->span.file ? cls->node->span.file->path : NULL;
+  return L->pylib && f && !strncmp(f, L->pylib, strlen(L->pylib));
+}
+
 static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
   if (opt->model && !is_identifier(opt->model)) return model_expression(L, opt->model);
   if (opt->model) {
@@ -383,7 +390,7 @@ static PV *pick_model(L *L, const LowerOptions *opt, Node *module, Span top) {
   const char *names = "";
   for (int i = 0; i < L->globals->names.len; i++) {
     PV *v = L->globals->vals.data[i];
-    if (v->k != PV_CLASS || v->bi || env_get(L->globals, L->globals->names.data[i]) != v) continue;
+    if (v->k != PV_CLASS || v->bi || env_get(L->globals, L->globals->names.data[i]) != v || pylib_class(L, v)) continue;
     int is_mod = 0;
     for (PV *c = v; c; c = c->cls) is_mod |= c->bi == BI_C_MODULE;
     if (!is_mod) continue;

@@ -1,0 +1,1 @@
+# ctc's einops.layers (see einops/__init__.py)
