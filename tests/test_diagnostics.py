@@ -19,6 +19,12 @@ def check(tmp_path, src, *opts, name="bad.py"):
 
 CASES = [
     # (label, source, options, expected "line:col: error: message" fragment)
+    ("einsum_diagonal", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return torch.einsum('ii->i', x)\n",
+     ("--input", "x=f32[3,3]"), "7:16: error: einsum(): subscript 'i' repeated in one operand (a diagonal) is not supported"),
+    ("einsum_operands", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return torch.einsum('ij,jk->ik', x)\n",
+     ("--input", "x=f32[3,3]"), "7:16: error: einsum(): fewer operands were provided than specified in the equation"),
+    ("einsum_sizes", HEAD + "class Net(nn.Module):\n    def forward(self, x, y):\n        return torch.einsum('ij,jk->ik', x, y)\n",
+     ("--input", "x=f32[3,4]", "--input", "y=f32[5,2]"), "7:16: error: einsum(): the summed subscript has sizes 4 and 5"),
     ("syntax", HEAD + "class Net(nn.Module)\n    pass\n", (), "5:21: error: expected ':'"),
     ("shape_mismatch", HEAD + "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
      "        self.fc = nn.Linear(10, 5)\n\n    def forward(self, x):\n        return self.fc(x)\n",
