@@ -551,3 +551,83 @@ def test_absolute_import_inside_a_package(tmp_path):
     ctc_build(str(main), str(exe))
     run([exe, "infer", "--weights", tmp_path / "w.pt", "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy"])
     compare("package model", np.load(tmp_path / "y.npy"), np.load(tmp_path / "want.npy"), 1e-5, 1e-6)
+
+
+SETITEM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(11, 4)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, idx, x):                 # idx [2, 5] int64, x [2, 5, 4]
+        idx = torch.roll(idx, 1, 1)
+        idx[:, 0] = 10                         # makemore's MLP: the start token
+        h = self.wte(idx) + x
+        h = h.clone()
+        h[:, 1:3] = self.fc(x[:, :2])          # a tensor broadcast into a slice
+        h[0] = 0.5                             # a number into a row
+        h[..., -1] = h[..., 0] * 2             # reading what it overwrites
+        return h
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_step(idx, x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(idx, x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+_i, _x = torch.randint(0, 10, (2, 5)), torch.randn(2, 5, 4)
+example_inputs = {"forward": (_i, _x), "train_step": (_i, _x, torch.randn(2, 5, 4))}
+"""
+
+
+def test_assigning_into_an_index_in_forward(tmp_path):
+    """`idx[:, 0] = 10` (makemore), `h[:, 1:3] = tensor`, `h[0] = 0.5`, `h[..., -1] = h[..., 0] * 2`
+    in forward: each an update of the whole tensor (where the index selects, the value), forward
+    and an SGD step against PyTorch; an assignment into a tensor that has views is refused."""
+    import torch
+    p = tmp_path / "m.py"
+    p.write_text(SETITEM)
+    exe = tmp_path / "net"
+    ctc_build(str(p), str(exe))
+    mod = load_module(str(p), "setitem")
+    torch.manual_seed(0)
+    net = mod.Net()
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 10, (2, 5)).astype(np.int64)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    y = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    for n, a in (("i", idx), ("x", x), ("y", y)):
+        np.save(tmp_path / f"{n}.npy", a)
+    w = tmp_path / "w.safetensors"
+    st_write(str(w), state_dict_np(net))
+    run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "i.npy", "--input", tmp_path / "x.npy",
+         "--output", tmp_path / "o.npy"])
+    with torch.no_grad():
+        want = net(torch.from_numpy(idx), torch.from_numpy(x)).numpy()
+    compare("forward", np.load(tmp_path / "o.npy"), want, 1e-5, 1e-6)
+    run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "i.npy", "--input", tmp_path / "x.npy",
+         "--input", tmp_path / "y.npy", "--output", tmp_path / "loss.npy", "--save", tmp_path / "after.safetensors"])
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    loss = F.mse_loss(net(torch.from_numpy(idx), torch.from_numpy(x)), torch.from_numpy(y))
+    loss.backward()
+    opt.step()
+    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-6)
+    got = st_read(str(tmp_path / "after.safetensors"))
+    for k, v in net.state_dict().items():
+        compare(k, got[k], v.numpy(), 1e-5, 1e-6)
+    p.write_text(SETITEM.replace("        h[0] = 0.5", "        row = h[0]\n        h[0] = 0.5"))
+    r = run([CTC, "check", str(p)], check=False)
+    assert r.returncode == 1 and "in-place update of a tensor that has views" in r.stderr, r.stderr

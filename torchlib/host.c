@@ -225,6 +225,70 @@ static PV *h_index(L *L, Span at, PV *obj, PV *idx) {
   return NULL;
 }
 
+/* Whether index idx is known at compile time: ints, slices of ints, None, `...`, compile-time tensors. */
+static int index_known(const PV *idx) {
+  switch (idx->k) {
+  case PV_NONE: case PV_BOOL: case PV_INT: case PV_ELLIPSIS: return 1;
+  case PV_SLICE:
+    for (int i = 0; i < 3; i++)
+      if (idx->items[i]->k != PV_NONE && idx->items[i]->k != PV_INT) return 0;
+    return 1;
+  case PV_TUPLE:
+  case PV_LIST:
+    for (int i = 0; i < idx->n; i++)
+      if (!index_known(idx->items[i])) return 0;
+    return 1;
+  case PV_TENSOR: return idx->t->data != NULL && !idx->t->slot;
+  default: return 0;
+  }
+}
+
+/* x[idx] = v in compiled code (makemore's `idx[:, 0] = 10`), the index known at compile time: the
+ * positions it selects computed here, then x := where(selected, v's value for each, x), an in-place
+ * update of x (refused for views and tensors with views, as every in-place update). v is broadcast
+ * to the indexing result's shape and cast to x's dtype, as PyTorch's copy_ does. */
+static void staged_setitem(L *L, Span at, PV *x, PV *idx, PV *v) {
+  Type tt = x->t->type;
+  const int64_t n = ir_numel(&tt);
+  tt.dtype = DT_F64;
+  PV *ids = t_const_tensor(L, at, tt, 0);
+  for (int64_t i = 0; i < n; i++) ids->t->data[i] = (double)i;
+  Func *fn = L->T->fn;
+  L->T->fn = NULL;   /* the positions: ids indexed at compile time */
+  PV *pos = t_index(L, at, ids, idx);
+  L->T->fn = fn;
+  Type r = pos->t->type;
+  const int64_t m = ir_numel(&r);
+  Type it = {.dtype = DT_I64, .ndim = 1, .dims = {n}}, mt = {.dtype = DT_BOOL, .ndim = 1, .dims = {n}};
+  PV *src = t_const_tensor(L, at, it, 0), *sel = t_const_tensor(L, at, mt, 0);
+  for (int64_t j = 0; j < m; j++) {
+    const int64_t p = (int64_t)pos->t->data[j];
+    if (sel->t->data[p]) lower_error(L, at, "assigning into a tensor through an index that selects an element twice is not supported");
+    sel->t->data[p] = 1, src->t->data[p] = (double)j;
+  }
+  PV *val;
+  if (v->k == PV_TENSOR) {
+    Type b;
+    if (ir_broadcast_shapes(&v->t->type, &r, &b) < 0 || b.ndim != r.ndim || ir_numel(&b) != m)
+      lower_error(L, at, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
+                  shape_str(L, &v->t->type), shape_str(L, &r));
+    Type rv = r;
+    rv.dtype = v->t->type.dtype;
+    val = ir_type_eq(&rv, &v->t->type) ? v : t_expand_to(L, at, v, rv);
+    val = t_gather(L, at, t_reshape(L, at, val, &m, 1), 0, src);   /* v's value for each of x's elements */
+  } else if (pv_is_num(v)) {
+    val = v;
+  } else {
+    lower_error(L, at, "assigning into a tensor needs a number or a tensor, got '%s'", pv_kind_name(v));
+  }
+  const int viewed = x->t->viewed;   /* (flat: a view of x only inside this update) */
+  PV *flat = t_reshape(L, at, x, &n, 1);
+  x->t->viewed = viewed;
+  PV *r2 = t_where(L, at, sel, val, flat);
+  if (r2->t->type.dtype != x->t->type.dtype) r2 = t_cast(L, at, r2, x->t->type.dtype);
+  t_inplace(L, at, x, t_reshape(L, at, r2, x->t->type.dims, x->t->type.ndim));
+}
+
 static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
   if (module_container(obj)) {   /* self.heads["x"] = nn.Linear(...), self.layers[0] = ... */
     module_container_set(L, at, obj, idx, v);
@@ -232,9 +296,13 @@ static int h_setitem(L *L, Span at, PV *obj, PV *idx, PV *v) {
   }
   if (cx_is(obj) || cx_is(v)) cx_refuse(L, at, "assigning into an index");
   if (obj->k == PV_TENSOR && ct_setitem(L, at, obj, idx, v)) return 1;   /* pe[:, 0::2] = ... in __init__ */
+  if (obj->k == PV_TENSOR && L->T->fn && index_known(idx)) {
+    staged_setitem(L, at, obj, idx, v);
+    return 1;
+  }
   if (obj->k == PV_TENSOR)
-    lower_error(L, at, "assigning into a slice of a tensor is an in-place update; ctc compiles "
-                       "value semantics only (use torch.where or torch.cat)");
+    lower_error(L, at, "assigning into a tensor through an index computed at run time is not supported; ctc "
+                       "compiles value semantics (use torch.where or torch.scatter)");
   if (pv_is_module(obj) && (obj->cls->bi == BI_C_SEQUENTIAL || obj->cls->bi == BI_C_MODULELIST)) {
     /* seq[i] = module (a new head: backbone.classifier[1] = nn.Linear(...)): the i-th child replaced under its name */
     if (!pv_is_module(v)) lower_error(L, at, "%s items must be modules, got '%s'", obj->cls->s, pv_kind_name(v));

@@ -364,6 +364,8 @@ PV *t_where(L *L, Span at, PV *c, PV *a, PV *b) {
   return t_wrap(L, emit(L, at, IR_WHERE, args, 3, r, NULL, 0, "where"));
 }
 
+static int views_live(L *L, const Tensor *x, int depth);
+
 PV *t_inplace(L *L, Span at, PV *x, PV *r) {
   staged_effect_check(L, at, "an in-place tensor update");
   need_tensor_arg(L, at, x, "inplace");
@@ -379,7 +381,7 @@ PV *t_inplace(L *L, Span at, PV *x, PV *r) {
     lower_error(L, at, "in-place update of a view (a slice, view, reshape, transpose, expand or detach of "
                        "another tensor) inside compiled code is not supported: ctc compiles value semantics, so "
                        "the update would not reach the tensor it views; use an out-of-place operation");
-  if (x->t->viewed)
+  if (x->t->viewed && views_live(L, x->t, 0))
     lower_error(L, at, "in-place update of a tensor that has views (slices, view/reshape, transpose, expand, "
                        "detach) inside compiled code is not supported: ctc compiles value semantics, so the "
                        "views would not see the update; use an out-of-place operation");
@@ -518,7 +520,42 @@ PV *t_mark_view(L *L, PV *base, PV *v) {
   if (v->k != PV_TENSOR || v == base) return v;
   v->t->is_view = 1;
   base->t->viewed = 1;
+  Tensor *b = base->t;
+  if (b->nviews == b->cviews) {
+    const int nc = b->cviews ? 2 * b->cviews : 4;
+    PV **nv = arena_alloc(L->a, sizeof(PV *) * (size_t)nc);
+    if (b->nviews) memcpy(nv, b->views, sizeof(PV *) * (size_t)b->nviews);
+    b->views = nv, b->cviews = nc;
+  }
+  b->views[b->nviews++] = v;
   return v;
+}
+
+/* Whether value w is v or holds it: itself, an item of a tuple, list or dict, an attribute of an object. */
+static int holds(const PV *w, const PV *v, int depth) {
+  if (w == v) return 1;
+  if (depth > 2) return 0;
+  if (w->k == PV_TUPLE || w->k == PV_LIST || w->k == PV_DICT)
+    for (int i = 0; i < w->n; i++)
+      if (holds(w->items[i], v, depth + 1)) return 1;
+  if (w->k == PV_OBJ && w->attrs && !w->mod)
+    for (int i = 0; i < w->attrs->vals.len; i++)
+      if (holds(w->attrs->vals.data[i], v, depth + 1)) return 1;
+  return 0;
+}
+
+/* Whether a view of x (or a view of one, ...) is still bound to a name in scope: PyTorch's views share
+ * x's storage, so an in-place update of x would reach it, which ctc's value semantics cannot; a view
+ * that lived only inside an expression (`h[..., -1] = h[..., 0] * 2`) is gone. */
+static int views_live(L *L, const Tensor *x, int depth) {
+  for (int i = 0; i < x->nviews; i++) {
+    const PV *v = x->views[i];
+    for (Env *e = L->env; e; e = e->parent)
+      for (int j = 0; j < e->vals.len; j++)
+        if (holds(e->vals.data[j], v, 0)) return 1;
+    if (depth < 8 && v->t->viewed && views_live(L, v->t, depth + 1)) return 1;
+  }
+  return 0;
 }
 
 static PV *index_tensor(L *L, Span at, PV *x, PV *idx);

@@ -138,6 +138,8 @@ typedef struct HostValue {
   int is_data;           /* x.data inside compiled code: a detached alias (no in-place) */
   int is_view;           /* a view (x.view, x[i], x.t(), x.detach() ...) of a staged tensor */
   int viewed;            /* some view of this tensor was taken */
+  struct PV **views;     /* those views (t_mark_view), for t_inplace's check that none is still bound */
+  int nviews, cviews;
   int dec_mark, dec_layer; /* decode.c, staging `decode`: attention scores (their state) of a layer */
   int cplx;              /* complex64 (complex.c): type is the float32 storage, shape + [2] */
   int low;               /* LOW_BF16 / LOW_F16: a bfloat16 / float16 value in float32 storage (autocast.c):
