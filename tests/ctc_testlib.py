@@ -243,18 +243,20 @@ def run_entry(tmp, exe, entry, arrays, nout):
 
 
 def train_steps_match(tmp, exe, mod, w, batches, name, rtol=1e-3, atol=1e-5):
-    """Runs `./exe run train_step` on each (x, y) of batches from the weights file w (the
-    state carried through --save --save-training-state) and mod.train_step on the same
-    batches under PyTorch: each step's loss, then every state_dict tensor, must agree."""
+    """Runs `./exe run train_step` on each batch (a tuple of its input arrays: (x, y), ...) from
+    the weights file w (the state carried through --save --save-training-state) and
+    mod.train_step on the same batches under PyTorch: each step's loss, then every state_dict
+    tensor, must agree."""
     import torch   # the oracle (imported here: the helpers above run without it)
-    for step, (x, y) in enumerate(batches):
-        np.save(os.path.join(tmp, "tx.npy"), x)
-        np.save(os.path.join(tmp, "ty.npy"), y)
+    for step, batch in enumerate(batches):
+        ins = []
+        for i, a in enumerate(batch):
+            np.save(os.path.join(tmp, f"t{i}.npy"), a)
+            ins += ["--input", os.path.join(tmp, f"t{i}.npy")]
         nxt = os.path.join(tmp, f"w{step + 1}.safetensors")
-        run([exe, "run", "train_step", "--weights", w, "--input", os.path.join(tmp, "tx.npy"), "--input",
-             os.path.join(tmp, "ty.npy"), "--output", os.path.join(tmp, "loss.npy"), "--save", nxt,
-             "--save-training-state"])
-        lt = float(mod.train_step(torch.from_numpy(x), torch.from_numpy(y)))
+        run([exe, "run", "train_step", "--weights", w] + ins + ["--output", os.path.join(tmp, "loss.npy"), "--save", nxt,
+                                                                "--save-training-state"])
+        lt = float(mod.train_step(*[torch.from_numpy(a) for a in batch]))
         compare(f"{name} loss at step {step}", float(np.load(os.path.join(tmp, "loss.npy"))), lt, 1e-4, 1e-6)
         w = nxt
     got = st_read(w)

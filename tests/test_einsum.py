@@ -4,7 +4,7 @@ gradients flow through the GEMMs and reductions einsum becomes)."""
 import numpy as np
 import torch
 
-from ctc_testlib import CTC, compare, load_module, run, st_read, st_write, state_dict_np
+from ctc_testlib import compare, load_module, run_forward, train_steps_match
 
 EINSUM = """
 import torch
@@ -55,32 +55,14 @@ example_inputs = {"forward": _ins, "train_step": _ins}
 def test_einsum_and_meshgrid(tmp_path):
     path = tmp_path / "m.py"
     path.write_text(EINSUM)
-    exe = tmp_path / "net"
-    run([CTC, "build", path, "-o", exe])
     mod = load_module(str(path), "einsum_model")
-    torch.manual_seed(0)
-    net = mod.Net()
     rng = np.random.default_rng(0)
     ins = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 7, 6), (2, 3, 7, 6), (2, 7, 6)]]
-    args = []
-    for i, a in enumerate(ins):
-        np.save(tmp_path / f"i{i}.npy", a)
-        args += ["--input", tmp_path / f"i{i}.npy"]
-    w = tmp_path / "w.safetensors"
-    st_write(str(w), state_dict_np(net))
-    outs = [tmp_path / f"o{i}.npy" for i in range(11)]
-    run([exe, "run", "forward", "--weights", w] + args + [a for o in outs for a in ("--output", o)])
+    got = run_forward(str(tmp_path), str(path), mod.model, ins)
     with torch.no_grad():
-        want = net(*[torch.from_numpy(a) for a in ins])
-    for i, (o, t) in enumerate(zip(outs, want)):
-        compare(f"output {i}", np.load(o), t.numpy(), 1e-4, 1e-5)
-    run([exe, "run", "train_step", "--weights", w] + args + ["--output", tmp_path / "loss.npy", "--save",
-                                                              tmp_path / "after.safetensors"])
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    loss = net(*[torch.from_numpy(a) for a in ins])[-1]
-    loss.backward()
-    opt.step()
-    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-4, 1e-6)
-    got = st_read(str(tmp_path / "after.safetensors"))
-    for k, v in net.state_dict().items():
-        compare(k, got[k], v.numpy(), 1e-4, 1e-6)
+        want = mod.model(*[torch.from_numpy(a) for a in ins])
+    assert len(got) == len(want) == 11
+    for i, (g, t) in enumerate(zip(got, want)):
+        compare(f"output {i}", g, t.numpy(), 1e-4, 1e-5)
+    train_steps_match(str(tmp_path), str(tmp_path / "net"), mod, str(tmp_path / "weights.safetensors"), [tuple(ins)],
+                      "einsum", 1e-4, 1e-6)

@@ -772,39 +772,24 @@ example_inputs = {"forward": (torch.randn(5, 1, 32), torch.randn(5, 16, 3, 3)),
 
 def test_gemm_epilogue_size1_axes(tmp_path):
     import torch
-    from ctc_testlib import load_module, state_dict_np, st_write
+    from ctc_testlib import load_module, state_dict_np, st_write, train_steps_match
     py = tmp_path / "m.py"
     py.write_text(ONE_TOKEN)
     exe = tmp_path / "net"
     run([CTC, "build", str(py), "-o", str(exe)])
     mod = load_module(str(py), "one_token")
-    torch.manual_seed(2)
-    net = mod.Net()
     rng = np.random.default_rng(3)
-    ins = {"x": rng.standard_normal((5, 1, 32)), "z": rng.standard_normal((5, 16, 3, 3)),
-           "y": rng.standard_normal((5, 16))}
-    for n, a in ins.items():
-        ins[n] = a.astype(np.float32)
-        np.save(tmp_path / f"{n}.npy", ins[n])
+    x, z, y = (rng.standard_normal(s).astype(np.float32) for s in [(5, 1, 32), (5, 16, 3, 3), (5, 16)])
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "z.npy", z)
     w = tmp_path / "w.safetensors"
-    st_write(str(w), state_dict_np(net))
+    st_write(str(w), state_dict_np(mod.model))
     run([str(exe), "run", "forward", "--weights", str(w), "--input", str(tmp_path / "x.npy"),
          "--input", str(tmp_path / "z.npy"), "--output", str(tmp_path / "o.npy")])
-    x, z, y = (torch.from_numpy(ins[n]) for n in "xzy")
     with torch.no_grad():
-        want = net(x, z).numpy()
+        want = mod.model(torch.from_numpy(x), torch.from_numpy(z)).numpy()
     compare("forward", np.load(tmp_path / "o.npy"), want, 1e-4, 1e-5)
-    saved = tmp_path / "after.safetensors"
-    run([str(exe), "run", "train_step", "--weights", str(w)] + [a for n in "xzy" for a in ("--input", str(tmp_path / f"{n}.npy"))]
-        + ["--output", str(tmp_path / "loss.npy"), "--save", str(saved)])
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    loss = torch.nn.functional.mse_loss(net(x, z), y)
-    loss.backward()
-    opt.step()
-    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-4, 1e-6)
-    got = st_read(str(saved))
-    for k, v in net.state_dict().items():
-        compare(k, got[k], v.numpy(), 1e-4, 1e-6)
+    train_steps_match(str(tmp_path), str(exe), mod, str(w), [(x, z, y)], "one-token", 1e-4, 1e-6)
 
 
 BN_EVAL = """\

@@ -598,36 +598,20 @@ def test_assigning_into_an_index_in_forward(tmp_path):
     in forward: each an update of the whole tensor (where the index selects, the value), forward
     and an SGD step against PyTorch; an assignment into a tensor that has views is refused."""
     import torch
+    from ctc_testlib import train_steps_match
     p = tmp_path / "m.py"
     p.write_text(SETITEM)
-    exe = tmp_path / "net"
-    ctc_build(str(p), str(exe))
     mod = load_module(str(p), "setitem")
-    torch.manual_seed(0)
-    net = mod.Net()
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 10, (2, 5)).astype(np.int64)
     x = rng.standard_normal((2, 5, 4)).astype(np.float32)
     y = rng.standard_normal((2, 5, 4)).astype(np.float32)
-    for n, a in (("i", idx), ("x", x), ("y", y)):
-        np.save(tmp_path / f"{n}.npy", a)
-    w = tmp_path / "w.safetensors"
-    st_write(str(w), state_dict_np(net))
-    run([exe, "run", "forward", "--weights", w, "--input", tmp_path / "i.npy", "--input", tmp_path / "x.npy",
-         "--output", tmp_path / "o.npy"])
+    got = run_forward(str(tmp_path), str(p), mod.model, [idx, x])
     with torch.no_grad():
-        want = net(torch.from_numpy(idx), torch.from_numpy(x)).numpy()
-    compare("forward", np.load(tmp_path / "o.npy"), want, 1e-5, 1e-6)
-    run([exe, "run", "train_step", "--weights", w, "--input", tmp_path / "i.npy", "--input", tmp_path / "x.npy",
-         "--input", tmp_path / "y.npy", "--output", tmp_path / "loss.npy", "--save", tmp_path / "after.safetensors"])
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    loss = F.mse_loss(net(torch.from_numpy(idx), torch.from_numpy(x)), torch.from_numpy(y))
-    loss.backward()
-    opt.step()
-    compare("loss", np.load(tmp_path / "loss.npy"), loss.detach().numpy(), 1e-5, 1e-6)
-    got = st_read(str(tmp_path / "after.safetensors"))
-    for k, v in net.state_dict().items():
-        compare(k, got[k], v.numpy(), 1e-5, 1e-6)
+        want = mod.model(torch.from_numpy(idx), torch.from_numpy(x)).numpy()
+    compare("forward", got[0], want, 1e-5, 1e-6)
+    train_steps_match(str(tmp_path), str(tmp_path / "net"), mod, str(tmp_path / "weights.safetensors"), [(idx, x, y)],
+                      "setitem", 1e-5, 1e-6)
     p.write_text(SETITEM.replace("        h[0] = 0.5", "        row = h[0]\n        h[0] = 0.5"))
     r = run([CTC, "check", str(p)], check=False)
     assert r.returncode == 1 and "in-place update of a tensor that has views" in r.stderr, r.stderr
