@@ -706,6 +706,7 @@ static PV *call_function(L *L, Span at, PV *fn, PV *self, PV **args, int nargs,
     L->stack_span[L->nstack] = at;
     L->stack_name[L->nstack] = def->name ? def->name : "lambda";
     L->stack_made[L->nstack] = (Span){0};
+    L->stack_env[L->nstack] = L->env;
   }
   L->nstack++;
   L->depth++;

@@ -206,6 +206,7 @@ struct L {
   Span stack_span[64];
   const char *stack_name[64];
   Span stack_made[64];   /* a layer's frame: where the layer was created (file NULL: none) */
+  Env *stack_env[64];    /* each frame's caller's scope (the host's check that no view of a tensor is bound) */
   int nstack;
   Env *env;              /* the current local scope */
   PV *retval;            /* value of the last `return` */

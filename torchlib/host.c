@@ -149,6 +149,7 @@ static PV *h_call(L *L, Span at, PV *obj, Args *A) {
       L->stack_name[L->nstack] = obj->mod && obj->mod->path ? arena_printf(L->a, "%s (%s)", obj->mod->path, obj->cls->s)
                                                             : obj->cls->s;
       L->stack_made[L->nstack] = obj->mod ? obj->mod->made : (Span){0};
+      L->stack_env[L->nstack] = L->env;
     }
     L->nstack++;
     PV *r = layer_call(L, obj, A);

@@ -544,15 +544,24 @@ static int holds(const PV *w, const PV *v, int depth) {
   return 0;
 }
 
-/* Whether a view of x (or a view of one, ...) is still bound to a name in scope: PyTorch's views share
- * x's storage, so an in-place update of x would reach it, which ctc's value semantics cannot; a view
- * that lived only inside an expression (`h[..., -1] = h[..., 0] * 2`) is gone. */
+/* Whether a scope (or one it is nested in) binds v. */
+static int scope_binds(const Env *e, const PV *v) {
+  for (; e; e = e->parent)
+    for (int j = 0; j < e->vals.len; j++)
+      if (holds(e->vals.data[j], v, 0)) return 1;
+  return 0;
+}
+
+/* Whether a view of x (or a view of one, ...) is still bound to a name in scope, the callers' scopes
+ * included: PyTorch's views share x's storage, so an in-place update of x would reach it, which ctc's
+ * value semantics cannot; a view that lived only inside an expression (`h[..., -1] = h[..., 0] * 2`)
+ * is gone. */
 static int views_live(L *L, const Tensor *x, int depth) {
   for (int i = 0; i < x->nviews; i++) {
     const PV *v = x->views[i];
-    for (Env *e = L->env; e; e = e->parent)
-      for (int j = 0; j < e->vals.len; j++)
-        if (holds(e->vals.data[j], v, 0)) return 1;
+    if (scope_binds(L->env, v)) return 1;
+    for (int f = 0; f < L->nstack && f < 64; f++)
+      if (scope_binds(L->stack_env[f], v)) return 1;
     if (depth < 8 && v->t->viewed && views_live(L, v->t, depth + 1)) return 1;
   }
   return 0;
