@@ -76,12 +76,13 @@ TEXT_EXPRS = [
     "str(math.gcd(12, -18))", "str(math.gcd())", "str(math.factorial(20))", "repr(math.tau)",
     "'%s' % math.fabs(-1.5)", "'{}'.format(math.cosh(1.0))", "f'{math.sinh(1.0):.3f}'",
     "str(torch.float64)", "repr(torch.int32)", "f'{torch.bool}'", "str([torch.float32, (1, 2.5, None)])",
+    "repr(np.pi)", "f'{np.e}'",   # numpy's constants are Python floats
 ]
 ALPHA = "".join(chr(c) for c in range(32, 127))
 
 
 def test_compile_time_text_is_cpythons(tmp_path):
-    src = ("import math\nimport torch\nimport torch.nn as nn\n\n"
+    src = ("import math\nimport numpy as np\nimport torch\nimport torch.nn as nn\n\n"
            f"ALPHA = {ALPHA!r}\nTEXTS = [{', '.join(TEXT_EXPRS)}]\n"
            "CODES = [ALPHA.find(c) for c in '|'.join(TEXTS)]\n\n\n"
            "class Net(nn.Module):\n    def forward(self, x):\n"
@@ -96,15 +97,16 @@ def test_compile_time_text_is_cpythons(tmp_path):
     assert text == want
 
 
-# Text that ctc cannot know (an opaque value: numpy is not modelled) is refused
-# where it is used, with a located error; a print() of it (dropped) still compiles.
+# Text that ctc cannot know (an opaque value: numpy's arrays and scalar types are not
+# modelled; its constants, Python floats, are) is refused where it is used, with a located
+# error; a print() of it (dropped) still compiles.
 REFUSED_TEXT = [
     ("len(str(np.float32(2.0)))", "str()"),
-    ("len(repr(np.pi))", "repr()"),
-    ("len(f'{np.pi}')", "f-string"),
-    ("len('%s' % np.pi)", "numpy.pi"),
-    ("len('{}'.format(np.pi))", "str.format"),
-    ("len(str([np.pi]))", "its text"),
+    ("len(repr(np.float32(2.0)))", "repr()"),
+    ("len(f'{np.float32(2.0)}')", "f-string"),
+    ("len('%s' % np.float32(2.0))", "numpy.float32"),
+    ("len('{}'.format(np.float32(2.0)))", "str.format"),
+    ("len(str([np.float32(2.0)]))", "its text"),
     ("len(np.zeros(3))", "len("),
     ("len(str(len))", "text of a builtin function"),
     ("len(repr(math))", "text of a module"),
@@ -138,7 +140,7 @@ def test_unknown_text_is_refused(tmp_path, expr, msg):
 
 
 def test_printing_unknown_text_compiles(tmp_path):
-    r = _check(tmp_path, "3.0", "print(f'{np.pi}', str(np.pi), repr(np.e), '%s' % np.pi, '{}'.format(np.pi))\n")
+    r = _check(tmp_path, "3.0", "v = np.float32(np.pi)\nprint(f'{v}', str(v), repr(v), '%s' % v, '{}'.format(v))\n")
     assert r.returncode == 0, r.stderr
 
 
