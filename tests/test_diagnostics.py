@@ -19,6 +19,13 @@ def check(tmp_path, src, *opts, name="bad.py"):
 
 CASES = [
     # (label, source, options, expected "line:col: error: message" fragment)
+    ("setitem_runtime_index", HEAD + "class Net(nn.Module):\n    def forward(self, x, i):\n        x[i] = 0.0\n        return x\n",
+     ("--input", "x=f32[3]", "--input", "i=i64[1]"),
+     "7:9: error: assigning into a tensor through an index computed at run time is not supported"),
+    ("tensor_type_arg", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return x.type(3)\n",
+     ("--input", "x=f32[3]"), "7:16: error: Tensor.type() takes a dtype or a tensor type name"),
+    ("meshgrid_2d", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return torch.meshgrid(x, x)[0]\n",
+     ("--input", "x=f32[2,2]"), "7:16: error: torch.meshgrid: Expected 0D or 1D tensor in the tensor list"),
     ("einsum_diagonal", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return torch.einsum('ii->i', x)\n",
      ("--input", "x=f32[3,3]"), "7:16: error: einsum(): subscript 'i' repeated in one operand (a diagonal) is not supported"),
     ("einsum_operands", HEAD + "class Net(nn.Module):\n    def forward(self, x):\n        return torch.einsum('ij,jk->ik', x)\n",

@@ -165,3 +165,15 @@ def test_vit_in_the_vit_pytorch_style(tmp_path):
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
     compare("vit", got[0], want, 1e-4, 1e-5)
+
+
+def test_a_pattern_that_does_not_fit_is_a_located_error(tmp_path):
+    """A pattern whose axes do not divide the tensor: exit 1, the error in pylib's einops with a
+    note at the model's call (file:line:col), no crash."""
+    path = tmp_path / "bad.py"
+    path.write_text("import torch\nimport torch.nn as nn\nfrom einops import rearrange\n\n\nclass Net(nn.Module):\n"
+                    "    def forward(self, x):\n        return rearrange(x, 'b (h d) -> b h d', h=4)\n")
+    r = run([CTC, "check", path, "--input", "x=f32[2,6]"], check=False)
+    assert r.returncode == 1, r.stderr
+    assert "einops: dimension 1 of size 6 cannot be split by 4" in r.stderr, r.stderr
+    assert f"{path}:8:16: note: in 'rearrange' called here" in r.stderr, r.stderr

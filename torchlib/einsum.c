@@ -20,7 +20,7 @@ static void parse_term(L *L, Span at, const char *s, size_t len, int ndim, Term 
   for (size_t i = 0; i < len; i++) {
     if (s[i] == ' ') continue;
     if (s[i] == '.') {
-      if (ell >= 0 || i + 2 >= len + 0 || s[i + 1] != '.' || s[i + 2] != '.')
+      if (ell >= 0 || i + 2 >= len || s[i + 1] != '.' || s[i + 2] != '.')
         lower_error(L, at, "einsum(): found '.' for operand that is not part of any ellipsis");
       ell = nl, i += 2;
       continue;
