@@ -199,6 +199,16 @@ PV *ct_matmul(L *L, Span at, PV *a, PV *b) {
 
 /* x[idx] = v on a compile-time tensor (PyTorch's in-place write into its storage):
  * the positions come from indexing a tensor of element numbers the same way */
+void setitem_shape_check(L *L, Span at, const PV *v, Type r) {
+  if (v->k != PV_TENSOR) return;
+  Type b;
+  int bad = ir_broadcast_shapes(&v->t->type, &r, &b) < 0;
+  b.dtype = r.dtype;
+  if (bad || !ir_type_eq(&b, &r))
+    lower_error(L, at, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
+                shape_str(L, &v->t->type), shape_str(L, &r));
+}
+
 int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v) {
   if (L->T->fn || !ct_operand(x) || x->k != PV_TENSOR) return 0;
   if (!ct_operand(v))
@@ -215,14 +225,7 @@ int ct_setitem(L *L, Span at, PV *x, PV *idx, PV *v) {
   for (int64_t i = 0; i < ir_numel(&tt); i++) ids->t->data[i] = (double)i;
   PV *pos = t_index(L, at, ids, idx);
   Type r = pos->t->type;
-  if (v->k == PV_TENSOR) {
-    Type b;
-    int bad = ir_broadcast_shapes(&v->t->type, &r, &b) < 0;
-    b.dtype = r.dtype;
-    if (bad || !ir_type_eq(&b, &r))
-      lower_error(L, at, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
-                  shape_str(L, &v->t->type), shape_str(L, &r));
-  }
+  setitem_shape_check(L, at, v, r);
   Type rr = r;
   rr.dtype = x->t->type.dtype;
   for (int64_t i = 0; i < ir_numel(&r); i++)

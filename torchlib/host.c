@@ -268,11 +268,8 @@ static void staged_setitem(L *L, Span at, PV *x, PV *idx, PV *v) {
     sel->t->data[p] = 1, src->t->data[p] = (double)j;
   }
   PV *val;
+  setitem_shape_check(L, at, v, r);
   if (v->k == PV_TENSOR) {
-    Type b;
-    if (ir_broadcast_shapes(&v->t->type, &r, &b) < 0 || b.ndim != r.ndim || ir_numel(&b) != m)
-      lower_error(L, at, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
-                  shape_str(L, &v->t->type), shape_str(L, &r));
     Type rv = r;
     rv.dtype = v->t->type.dtype;
     val = ir_type_eq(&rv, &v->t->type) ? v : t_expand_to(L, at, v, rv);

@@ -126,6 +126,8 @@ typedef struct Slot {
   Span loc;
 } Slot;
 void slot_affine(L *L, Span at, Slot *s, double m, double c, const char *what);   /* torchlib.c */
+/* a value assigned into an index: a number, or a tensor that broadcasts to the indexing result r (consteval.c) */
+void setitem_shape_check(L *L, Span at, const PV *v, Type r);
 
 /* A tensor during evaluation: an IR value of the function being staged, a
  * parameter slot, or a compile-time constant (host data, in __init__). */
