@@ -99,7 +99,8 @@ static const char *usage =
     "  --anomaly               every kernel checks its outputs for NaN/Inf; the first stops the entry\n"
     "                          with the op and model line (for backward code: the line it differentiates)\n"
     "  --dump-before PASS      print each function's IR to stderr before PASS (ad_reverse,\n"
-    "                          ad_forward, unslice, unbroadcast, cse, dce, hoist, low_store, or all);\n"
+    "                          ad_forward, unslice, unbroadcast, linsum, regroup, rowsplit, cse, dce,\n"
+    "                          hoist, low_store, or all);\n"
     "                          repeatable\n"
     "  --dump-after PASS       the same after PASS (also: lower, the staged IR before passes)\n"
     "  --freestanding          (compile) model.c/.h for a microcontroller or bare metal: only <stddef.h>,\n"
@@ -249,12 +250,12 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
     } else if (!strcmp(s, "--dump-before") || !strcmp(s, "--dump-after")) {
       const char *pass = NEXT();
       if (!pass) return -1;
-      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "cse", "dce", "hoist",
-                                           "low_store", "lower", "all"};
+      static const char *const passes[] = {"ad_reverse", "ad_forward", "unslice", "unbroadcast", "linsum", "regroup",
+                                           "rowsplit", "cse", "dce", "hoist", "low_store", "lower", "all"};
       int ok = 0;
       for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) ok |= !strcmp(pass, passes[k]);
       if (!ok || (!strcmp(pass, "lower") && s[7] == 'b')) {
-        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, cse, dce, hoist, low_store%s or all)", pass, s,
+        diag_plain(d, "unknown pass '%s' for %s (expected ad_reverse, ad_forward, unslice, unbroadcast, linsum, regroup, rowsplit, cse, dce, hoist, low_store%s or all)", pass, s,
                    s[7] == 'a' ? ", lower" : "");
         return -1;
       }
@@ -653,6 +654,7 @@ static int stage(Arena *a, Diag *d, Opts *o, const SrcFile *src, int64_t nval, T
   /* the pass pipeline */
   run_pass(p, "unslice", ir_pass_unslice);
   run_pass(p, "unbroadcast", ir_pass_unbroadcast);
+  run_pass(p, "linsum", ir_pass_linsum);
   run_pass(p, "regroup", ir_pass_regroup);
   run_pass(p, "rowsplit", ir_pass_rowsplit);
   run_pass(p, "cse", ir_pass_cse);

@@ -109,3 +109,38 @@ void ir_pass_cse(Program *p, Func *f) {
   free(slot);
   free(to);
 }
+
+void ir_value_numbers(const Func *f, ValId *canon) {
+  int ni = f->insts.len, nv = f->values.len;
+  for (int v = 0; v < nv; v++) canon[v] = v;
+  size_t cap = 16;
+  while (cap < (size_t)ni * 2) cap *= 2;
+  int *slot = calloc(cap, sizeof(int));   /* instruction index + 1; 0 = empty */
+  ValId *args = malloc(sizeof(ValId) * 64);
+  CHECK(slot && args);
+  for (int i = 0; i < ni; i++) {
+    const Inst *in = &f->insts.data[i];
+    if (in->dead || in->nargs > 64) continue;
+    Inst key = *in;   /* the instruction with its operands' numbers */
+    for (int k = 0; k < in->nargs; k++) args[k] = canon[in->args[k]];
+    key.args = args;
+    size_t h = (size_t)inst_hash(f, &key) & (cap - 1);
+    for (;; h = (h + 1) & (cap - 1)) {
+      if (!slot[h]) {
+        slot[h] = i + 1;
+        break;
+      }
+      const Inst *prev = &f->insts.data[slot[h] - 1];
+      Inst pk = *prev;
+      ValId pargs[64];
+      for (int k = 0; k < prev->nargs && k < 64; k++) pargs[k] = canon[prev->args[k]];
+      pk.args = pargs;
+      if (prev->nargs <= 64 && ir_inst_same(f, &pk, &key)) {
+        canon[in->res] = prev->res;
+        break;
+      }
+    }
+  }
+  free(slot);
+  free(args);
+}

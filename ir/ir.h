@@ -356,8 +356,15 @@ void ir_pass_unbroadcast(Program *p, Func *f);
 /* cse.c: an instruction identical to one at most a few dozen before it, in the
  * same phase, is dropped and its uses read the earlier one (remat's copies). */
 void ir_pass_cse(Program *p, Func *f);
+/* cse.c: per value of f the first value of the same phase that computes the same (its value number,
+ * at any distance: the copies reverse mode's rematerialisation makes), into canon[values.len]. */
+void ir_value_numbers(const Func *f, ValId *canon);
 /* cse.c: whether two instructions compute the same value (op, operands, attributes, phase, type). */
 int ir_inst_same(const Func *f, const Inst *a, const Inst *b);
+/* linsum.c: a sum over axes A of a combination of values with factors constant along A, one of
+ * which waits for another sum over A of the same tensor (a normalisation's backward), becomes the
+ * combination of the values' sums, each right after its value. Run before regroup and rowsplit. */
+void ir_pass_linsum(Program *p, Func *f);
 /* rowsplit.c: with Program.row_sums, a float32 sum over the last axis and others of an
  * elementwise value becomes a double sum over the rows (fused with the value's kernel), then
  * over the rest, cast back (BatchNorm's statistics and gradients). Run before regroup. */

@@ -83,12 +83,13 @@ static const Inst *first_op(const Func *f, const Run *r) {
 }
 
 /* Whether instruction i may stand in a gap crossed without a recomputation: a literal, a view,
- * a reduction or an elementwise value of at most 1/16 of the runs' elements (BatchNorm's
- * statistics between its normalisation's passes); not a GEMM or convolution (a recurrence's
- * steps, whose time loop would no longer repeat). */
-static int light(const Func *f, int i, int64_t big) {
+ * a reduction, a value nothing reads (a broadcast unbroadcast.c left for DCE) or an elementwise
+ * value of at most 1/16 of the runs' elements (BatchNorm's statistics between its normalisation's
+ * passes); not a GEMM or convolution (a recurrence's steps, whose time loop would no longer
+ * repeat). */
+static int light(const Func *f, int i, int64_t big, const unsigned char *used) {
   const Inst *in = &f->insts.data[i];
-  if (is_lit(in) || ir_is_view(f, in->res) || ir_ops[in->op].kind == K_REDUCE) return 1;
+  if (is_lit(in) || ir_is_view(f, in->res) || ir_ops[in->op].kind == K_REDUCE || !used[in->res]) return 1;
   return ir_ops[in->op].kind == K_ELEM && ir_numel(&f->values.data[in->res].type) * 16 <= big;
 }
 
@@ -102,7 +103,7 @@ static int may_join(const Func *f, const Inst *p, const Type *t) {
     return 0;
   int k = t->ndim;
   while (k > 0 && pt->dims[k - 1] == 1) k--;   /* the trailing 1s */
-  if (k == t->ndim) return 0;
+  if (k == t->ndim || (k == 0 && ir_ops[p->op].kind == K_ELEM)) return 0;   /* (a scalar is no row kernel's) */
   for (int j = 0; j < k; j++)
     if (pt->dims[j] != t->dims[j]) return 0;
   return 1;
@@ -114,7 +115,7 @@ static int may_join(const Func *f, const Inst *p, const Type *t) {
  * elementwise values that read nothing of r or of the rest of the gap). Either q recomputes a
  * value of r (reverse mode's rematerialisation, which CSE then merges: SwiGLU's backward across
  * its GEMMs), or the gap is light (a value stored and loaded again saved). */
-static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *dep) {
+static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *dep, const unsigned char *used) {
   const Inst *a = first_op(f, r), *b = first_op(f, q);
   if (a->phase != b->phase || !same_dims(&f->values.data[a->res].type, &f->values.data[b->res].type)) return 0;
   int64_t big = ir_numel(&f->values.data[a->res].type);
@@ -134,7 +135,7 @@ static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *
         if (i < q->first) return 0;   /* D must move before r */
         reads = 1;
       } else if (d >= g0 && d < q->first) {
-        if (!light(f, d, big)) return 0;
+        if (!light(f, d, big, used)) return 0;
         if (!dep[d - g0]) dep[d - g0] = 1, nd++;
       }
     }
@@ -146,7 +147,7 @@ static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *
     for (int j = r->first; j <= r->last; j++)
       if (!is_lit(&f->insts.data[i]) && ir_inst_same(f, &f->insts.data[i], &f->insts.data[j])) return 1;
   for (int i = g0; i < q->first; i++)
-    if (!light(f, i, big)) return 0;
+    if (!light(f, i, big, used)) return 0;
   return 1;
 }
 
@@ -156,15 +157,19 @@ void ir_pass_regroup(Program *p, Func *f) {
   if (ni < 3 || f->sync.len) return;
   Run *runs = malloc(sizeof(Run) * (size_t)ni);
   Inst *tmp = malloc(sizeof(Inst) * (size_t)ni);
-  unsigned char *dep = malloc((size_t)ni);
-  CHECK(runs && tmp && dep);
+  unsigned char *dep = malloc((size_t)ni), *used = calloc((size_t)f->values.len + 1, 1);
+  CHECK(runs && tmp && dep && used);
+  for (int i = 0; i < ni; i++)
+    for (int k = 0; k < f->insts.data[i].nargs; k++) used[f->insts.data[i].args[k]] = 1;
+  for (int k = 0; k < f->outputs.len; k++) used[f->outputs.data[k]] = 1;
+  for (int k = 0; k < f->updates.len; k++) used[f->updates.data[k]] = 1;
   int from = 1;   /* the first run that may move: those before the last move's earlier run stay as they were */
   for (int moves = 0; moves < ni; moves++) {   /* one move at a time, the runs found again after each */
     int nr = find_runs(f, runs), done = 0;
     for (int qi = from; qi < nr && !done; qi++)
       for (int ri = qi - 1; ri >= 0 && !done; ri--) {
         if (runs[qi].first - runs[ri].last > REGROUP_GAP) break;
-        if (runs[ri].last + 1 == runs[qi].first || !may_follow(f, &runs[ri], &runs[qi], dep)) continue;
+        if (runs[ri].last + 1 == runs[qi].first || !may_follow(f, &runs[ri], &runs[qi], dep, used)) continue;
         /* [r.first, q.last] becomes D, r, q, then the rest of the gap */
         int r0 = runs[ri].first, g0 = runs[ri].last + 1, q0 = runs[qi].first, q1 = runs[qi].last, n = 0;
         for (int i = g0; i < q0; i++)
@@ -183,4 +188,5 @@ void ir_pass_regroup(Program *p, Func *f) {
   free(runs);
   free(tmp);
   free(dep);
+  free(used);
 }

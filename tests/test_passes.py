@@ -48,7 +48,7 @@ def test_unknown_pass_is_an_error(tmp_path):
     p.write_text(SRC)
     r = run([CTC, "compile", p, "-o", tmp_path / "m.c", "--dump-after", "fusion"], check=False)
     assert r.returncode == 1
-    assert "unknown pass 'fusion' for --dump-after (expected ad_reverse, ad_forward, unslice, unbroadcast, cse, dce, hoist, low_store, lower or all)" in r.stderr
+    assert "unknown pass 'fusion' for --dump-after (expected ad_reverse, ad_forward, unslice, unbroadcast, linsum, regroup, rowsplit, cse, dce, hoist, low_store, lower or all)" in r.stderr
 
 
 LN = """\
