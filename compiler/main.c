@@ -189,10 +189,15 @@ static int quant_check_opts(Diag *d, const Opts *o) {
 
 static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
   for (int i = 1; i < argc; i++) {
-    const char *s = argv[i];
-#define NEXT()                                                         \
-  (i + 1 < argc ? argv[++i]                                            \
-                : (diag_plain(d, "option '%s' needs an argument", s), (char *)NULL))
+    const char *s = argv[i], *eq = NULL;   /* --name=value: the value, which NEXT() takes */
+    if (s[0] == '-' && s[1] == '-' && strchr(s, '=') && strncmp(s, "--cflags=", 9)) {
+      eq = strchr(s, '=') + 1;
+      s = arena_strndup(a, s, (size_t)(eq - 1 - s));
+    }
+#define NEXT()                                                                                   \
+  (eq ? (eq = NULL, argv[i] + strlen(s) + 1)                                                     \
+   : i + 1 < argc ? argv[++i]                                                                    \
+                  : (diag_plain(d, "option '%s' needs an argument", s), (char *)NULL))
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
       fputs(usage, stdout);
       exit(0);
@@ -344,6 +349,10 @@ static int parse_args(Arena *a, Diag *d, int argc, char **argv, Opts *o) {
       o->file = s;
     } else {
       diag_plain(d, "unexpected argument '%s'", s);
+      return -1;
+    }
+    if (eq) {   /* an option of no value given one */
+      diag_plain(d, "option '%s' takes no value (got '%s')", s, argv[i]);
       return -1;
     }
 #undef NEXT

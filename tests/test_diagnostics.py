@@ -162,6 +162,9 @@ def test_bad_command_lines(tmp_path):
                       (["compile", "x.py", "--input", "x=f32[2,,3]"], "bad --input"),
                       (["compile", "x.py", "--target", "fpga", "-o", "a.c"], "unknown --target 'fpga'"),
                       (["compile", "x.py", "--bogus"], "unknown option '--bogus'"),
+                      (["compile", "x.py", "--bogus=1"], "unknown option '--bogus'"),
+                      (["compile", "x.py", "--stats=yes", "-o", "a.c"], "option '--stats' takes no value (got '--stats=yes')"),
+                      (["compile", "x.py", "--target=fpga", "-o", "a.c"], "unknown --target 'fpga'"),
                       (["compile", "x.py"], "'compile' needs -o OUT.c")]:
         r = subprocess.run([CTC, *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 1 and msg in r.stderr, (args, r.stderr)
@@ -169,6 +172,23 @@ def test_bad_command_lines(tmp_path):
     assert r.returncode == 2 and "cannot read" in r.stderr
     r = subprocess.run([CTC, "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "usage: ctc" in r.stdout
+
+
+def test_options_take_their_value_after_an_equals_sign(tmp_path):
+    # --name=value as --name value (GNU's long options): the same output, byte for byte
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nimport torch.nn as nn\nimport argparse\n"
+                 "ap = argparse.ArgumentParser()\nap.add_argument('--width', type=int, default=4)\n"
+                 "args = ap.parse_args()\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+                 "        super().__init__()\n        self.fc = nn.Linear(3, args.width)\n\n"
+                 "    def forward(self, x):\n        return self.fc(x)\n")
+    outs = []
+    for form in (["--args", "--width 6", "--input", "x=f32[2,3]", "--emit", "ir"],
+                 ["--args=--width 6", "--input=x=f32[2,3]", "--emit=ir"]):
+        r = subprocess.run([CTC, "compile", str(p), *form, "-o", "-"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1] and "f32[6,3]" in outs[0], outs
 
 
 # The fuzz run (valid seeds with their input shapes, mutated at the byte, token and AST
