@@ -49,7 +49,7 @@ typedef struct Ctx {
   int *reg;               /* per value number: i + 1 when in the sum's region */
   int *seen;              /* per value number: the stamp of the last region walk of another sum it was in */
   int walks;              /* those walks' stamps */
-  int *late, *late_at;    /* per value: 1 + whether it depends on a late sum, valid when late_at == i + 1 */
+  int *late, *late_at;    /* per value: whether it depends on a late sum, known when late_at == i + 1 */
   unsigned char *is_late; /* per instruction: a late sum of the current one */
   ValId *stack;
   Term terms[LINSUM_TERMS];
@@ -83,7 +83,8 @@ static int constant_along(const Ctx *c, ValId v) {
 }
 
 /* The region of the value at root: the elementwise values of its shape it is computed from
- * (through such values, defined in the window: a residual stream reaches back to the embedding), each value number marked with mark in marks; -1 past LINSUM_REGION. With
+ * (through such values defined in the window: a residual stream reaches back to the embedding),
+ * each value number marked with mark in marks; -1 past LINSUM_REGION. With
  * hit set, stops at the first value whose number is in the current sum's region: 1 (a recomputed
  * copy of one of its values is one of them). */
 static int walk(Ctx *c, ValId root, int *marks, int mark, int hit) {
