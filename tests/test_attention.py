@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, compare, load_module, run, st_write
+from ctc_testlib import CTC, compare, load_module, run, st_write, x86_has_fma
 from cuda_testlib import rt_objects  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
@@ -195,6 +195,54 @@ def test_generated_c_calls_the_microkernels(tmp_path):
     assert " attention[" not in run([CTC, "compile", src, "--emit", "ir", "--no-fuse"]).stdout
     cu = run([CTC, "compile", src, "--emit", "ir", "--target", "cuda"]).stdout
     assert " attention[" in entry_ir(cu, "forward") and " attention_bwd[" in entry_ir(cu, "grads"), cu
+
+
+EXPN_C = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+%s
+int main(void) {
+  long diff = 0, nan = 0, n = 0;
+  /* every 31st float <= 0 (with -0, the subnormals, -104's neighbours and -inf on the way), and NaNs of both signs */
+  for (uint64_t u = 0x80000000u; u <= 0xFF800000u; u += u < 0x80000100u || (u > 0xC2CFFF00u && u < 0xC2D00100u) ? 1 : 31) {
+    const uint32_t b = (uint32_t)u;
+    float x, y, z;
+    memcpy(&x, &b, 4);
+    y = ctc_exp_f32(x), z = ctc_attn_expn_f32(x);
+    diff += memcmp(&y, &z, 4) != 0, n++;
+  }
+  const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FFFFFFFu};
+  for (int i = 0; i < 5; i++) {
+    float x;
+    memcpy(&x, &nans[i], 4);
+    nan += !isnan(ctc_attn_expn_f32(x));
+  }
+  printf("%%ld %%ld %%ld\n", n, diff, nan);
+  return 0;
+}
+"""
+
+
+def test_attention_exp_is_ctc_exp_f32_for_every_argument_it_gets(tmp_path):
+    """The vector loops' exp (ctc_attn_expn_f32: its arguments are a score less the row's maximum,
+    all <= 0) gives ctc_exp_f32's bits, built as `ctc build` builds (both the plain and the FMA
+    build where the CPU has FMA), and a NaN for a NaN."""
+    src, exe, ir = build(tmp_path, 1, 1, 40, 16, "mul", "tril")
+    c = tmp_path / "attn.c"
+    run([CTC, "compile", src, "-o", c])
+    text = c.read_text()
+    fma = re.search(r"#ifndef CTC_FMA_F32\b.*?\n#endif\n#endif\n", text, re.S)
+    fns = [re.search(r"static inline float %s\(float x\) \{.*?\n\}\n" % f, text, re.S)
+           for f in ("ctc_exp_f32", "ctc_attn_expn_f32")]
+    assert fma and all(fns), text[:4000]
+    (tmp_path / "expn.c").write_text(EXPN_C % (fma.group(0) + fns[0].group(0) + fns[1].group(0)))
+    for march in ["-march=x86-64"] + (["-march=haswell"] if x86_has_fma() else []):
+        run(["gcc", "-std=c11", "-O3", march, "-fno-math-errno", "-fno-trapping-math", tmp_path / "expn.c", "-o",
+             tmp_path / "expn", "-lm"])
+        n, diff, nan = map(int, run([tmp_path / "expn"]).stdout.split())
+        assert n > 60_000_000 and diff == 0 and nan == 0, (march, n, diff, nan)
 
 
 CUDA_CASES = [c for c in CASES if c[5] != "bias" and c[2] < 200] + [
