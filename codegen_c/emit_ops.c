@@ -593,7 +593,10 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   int nouter = column ? nk - 1 : nk;
   for (int k = 0; k < nk; k++) snprintf(kvar[k], 16, "i%d", k);
   for (int k = 0; k < nr; k++) snprintf(rvar[k], 16, "r%d", k);
-  int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 256 ? 256 : inner;
+  /* columns in chunks of 32 accumulators, which the compiler keeps in registers over the rows when
+   * the chunks are whole (a bias's gradient, the sum over 1024 rows of [1024, 1024]: 336 -> 59 us,
+   * 1 thread, AVX2; chunks of 256 were kept in memory, a store and a load each row) */
+  int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 32 ? 32 : inner;
   int chunked = column && inner > chunk;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
   cg_par_open(c, outer_count > 1 && ir_numel(a) >= min_work(c) ? CG_PAR_OMP : 0);
@@ -627,10 +630,12 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   index_expr(yi, nv, vars, 0, xs);
   if (column) {
     snprintf(jv, sizeof jv, "acc[j]");
-    if (chunked) {
+    if (chunked && inner % chunk) {
       LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)inner, (ll)chunk, (ll)inner,
            (ll)chunk);
       snprintf(lim, sizeof lim, "jn");
+    } else if (chunked) {
+      snprintf(lim, sizeof lim, "%lld", (ll)chunk);
     } else {
       snprintf(lim, sizeof lim, "%lld", (ll)inner);
     }
