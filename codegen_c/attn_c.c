@@ -360,9 +360,9 @@ static const char attn_bwd_text[] =
     "  }\n"
     "}\n";
 
-/* text with $T, $S, $E (exp), $V (the vector loops' exp of x <= 0), $L (log), $R(x) (x rounded to bf16, or f16 with rnd's 16:
- * ctc_attn_round_<dt>), $B (the GEMM block of bf16 values: kernels.c's ctc_matmul_block_bf16 where
- * the file has it, bf16) for dtype t */
+/* text with $T, $S, $E (exp), $V (the vector loops' exp of x <= 0), $L (log), $R(x) (x rounded to
+ * bf16, or f16 with rnd's 16: ctc_attn_round_<dt>), $B (the GEMM block of bf16 values: kernels.c's
+ * ctc_matmul_block_bf16 where the file has it, bf16) for dtype t */
 static void put(Buf *b, const char *text, DType t, int bf16) {
   for (const char *s = text; *s; s++) {
     if (s[0] == '$' && s[1] == 'R' && s[2] == '(') {
