@@ -27,28 +27,14 @@
 #include "cg_int.h"
 
 /* attention's vector exps (a score less its row's maximum, or less its logsumexp): ctc_exp_f32's
- * bits for every x <= 0, and a NaN for a NaN, without its clamp of large positive x on the bits and
- * its select of a NaN (which passes through the arithmetic here): a causal attention of 64 heads
- * of 128 x 32 (1 thread, AVX2, Zen 3) 2.46 -> 2.29 ms forward, the exp's loop 0.74 -> 0.54 ms.
+ * bits for every x <= 0, and a NaN for a NaN, its core ctc_expk_f32 after a clamp of x < -104
+ * alone, without ctc_exp_f32's clamp of large positive x on the bits and its select of a NaN
+ * (which passes through the arithmetic here): a causal attention of 64 heads of 128 x 32
+ * (1 thread, AVX2, Zen 3) 2.46 -> 2.29 ms forward, the exp's loop 0.74 -> 0.54 ms.
  * tests/test_attention.py compares it with ctc_exp_f32 bit for bit. */
 static const char attn_expn_text[] =
     "static inline float ctc_attn_expn_f32(float x) {\n"
-    "  union { float f; uint32_t u; } m, s1, s2, y;\n"
-    "  const float t = x < -104.0f ? -104.0f : x;   /* ctc_exp_f32's clamp for x < 0 (a NaN stays) */\n"
-    "  m.f = CTC_FMA_F32(t, 1.44269504089f, 12582912.0f);\n"
-    "  const float n = m.f - 12582912.0f;\n"
-    "  const float r = CTC_FMA_F32(n, 2.12194440e-4f, CTC_FMA_F32(n, -0.693359375f, t));\n"
-    "  float q = CTC_FMA_F32(1.9875691500e-4f, r, 1.3981999507e-3f);\n"
-    "  q = CTC_FMA_F32(q, r, 8.3334519073e-3f);\n"
-    "  q = CTC_FMA_F32(q, r, 4.1665795894e-2f);\n"
-    "  q = CTC_FMA_F32(q, r, 1.6666665459e-1f);\n"
-    "  q = CTC_FMA_F32(q, r, 5.0000001201e-1f);\n"
-    "  const float p = (q * r * r + r) + 1.0f;\n"
-    "  const int32_t k = (int32_t)(m.u - 0x4B400000u), k1 = k >> 1, k2 = k - k1;\n"
-    "  s1.u = (uint32_t)(k1 + 127) << 23;\n"
-    "  s2.u = (uint32_t)(k2 + 127) << 23;\n"
-    "  y.f = p * s1.f * s2.f;\n"
-    "  return y.f;\n"
+    "  return ctc_expk_f32(x < -104.0f ? -104.0f : x);   /* ctc_exp_f32's clamp for x < 0 (a NaN stays) */\n"
     "}\n";
 
 static const char attn_common_text[] =
