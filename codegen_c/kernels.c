@@ -1126,7 +1126,8 @@ static const char f16_io_text[] =
  * reduction and the polynomial's Horner steps are fused multiply-adds where the target has them
  * (CTC_FMA_F32), its last two steps not (fused, they gave 1.02 ulp): 0.988 ulp at most on all
  * 2^32 floats, a loop over it 0.48 -> 0.37 ns an element with AVX-512 and 0.76 -> 0.54 with AVX2
- * (Zen 4); without FMA the same bits as before (0.992 ulp). */
+ * (Zen 4); without FMA the same bits as before (0.992 ulp). The reduction and polynomial are
+ * ctc_expk_f32, which attention's exps (attn_c.c) call after a clamp of their own. */
 static const char exp_text[] =
     "#ifndef CTC_EXPK_F32   /* (shared by ctc_exp_f32 and a freestanding file's expf, its renamed copy) */\n"
     "#define CTC_EXPK_F32\n"
