@@ -16,7 +16,7 @@
  * causal or not) the first pass's scores and exp(s - m) are kept, so the scores are
  * computed once per query block. Operands are read through strides (views of a fused
  * projection), the results are contiguous. Row maxima, sums and g . o run in 16 lanes, f32's exp
- * is ctc_exp_f32 (ctc_attn_expn_f32 in the vector loops: its bits for their arguments, <= 0).
+ * is ctc_attn_expn_f32 (ctc_exp_f32's bits for its arguments, all <= 0).
  * Under autocast (rnd, IR_ATTN_ROUND_*) the scores are rounded to bf16 where the chain rounds
  * them, p = e / l is rounded once the row's sum is known (a row's keys in several blocks: a first
  * pass over them for its maximum and sum, and backward a pass for di), and backward
@@ -26,10 +26,10 @@
 #include <string.h>
 #include "cg_int.h"
 
-/* attention's vector exps (a score less its row's maximum, or less its logsumexp): ctc_exp_f32's
- * bits for every x <= 0, and a NaN for a NaN, its core ctc_expk_f32 after a clamp of x < -104
- * alone, without ctc_exp_f32's clamp of large positive x on the bits and its select of a NaN
- * (which passes through the arithmetic here): a causal attention of 64 heads of 128 x 32
+/* attention's exps (a score less its row's maximum or logsumexp, an old maximum less a new
+ * one): ctc_exp_f32's bits for every x <= 0, and a NaN for a NaN, its core ctc_expk_f32 after a
+ * clamp of x < -104 alone, without ctc_exp_f32's clamp of large positive x on the bits and its
+ * select of a NaN (which passes through the arithmetic here): a causal attention of 64 heads of 128 x 32
  * (1 thread, AVX2, Zen 3) 2.46 -> 2.29 ms forward, the exp's loop 0.74 -> 0.54 ms.
  * tests/test_attention.py compares it with ctc_exp_f32 bit for bit. */
 static const char attn_expn_text[] =
@@ -130,7 +130,7 @@ static const char attn_text[] =
     "      const $T mx = rmx[ii] > m[ii] ? rmx[ii] : m[ii];\n"
     "      if (mx == -($T)INFINITY) continue;\n"
     "      const $T sum = e != s ? ctc_attn_exp_to_$S(s[ii], e[ii], nv, mx) : ctc_attn_exp_$S(s[ii], nv, mx);\n"
-    "      l[ii] = m[ii] == -($T)INFINITY ? sum : l[ii] * $E(m[ii] - mx) + sum;\n"
+    "      l[ii] = m[ii] == -($T)INFINITY ? sum : l[ii] * $V(m[ii] - mx) + sum;\n"
     "      m[ii] = mx;\n"
     "    }\n"
     "  }\n"
@@ -188,7 +188,7 @@ static const char attn_text[] =
     "        }\n"
     "        /* the rescale of what the earlier blocks summed: none before the first (exp(-inf) is 0;\n"
     "         * a scalar exp a row cost as much as the row's vector exps) */\n"
-    "        const $T corr = m[ii] == -($T)INFINITY ? 0 : $E(m[ii] - mx), sum = ctc_attn_exp_$S(si, nv, mx);\n"
+    "        const $T corr = m[ii] == -($T)INFINITY ? 0 : $V(m[ii] - mx), sum = ctc_attn_exp_$S(si, nv, mx);\n"
     "        for (int64_t jj = nv; jj < nj; jj++) si[jj] = 0;\n"
     "        if (rnd & 8) {   /* p = round(e / l), the row's sum known (one block of keys): o = p v, not divided */\n"
     "          for (int64_t jj = 0; jj < nv; jj++) si[jj] = $R(si[jj] / sum);\n"
@@ -346,7 +346,7 @@ static const char attn_bwd_text[] =
     "  }\n"
     "}\n";
 
-/* text with $T, $S, $E (exp), $V (the vector loops' exp of x <= 0), $L (log), $R(x) (x rounded to
+/* text with $T, $S, $V (exp of x <= 0: every exp here), $L (log), $R(x) (x rounded to
  * bf16, or f16 with rnd's 16: ctc_attn_round_<dt>), $B (the GEMM block of bf16 values: kernels.c's
  * ctc_matmul_block_bf16 where the file has it, bf16) for dtype t */
 static void put(Buf *b, const char *text, DType t, int bf16) {
@@ -357,7 +357,6 @@ static void put(Buf *b, const char *text, DType t, int bf16) {
     }
     if (s[0] == '$' && s[1] == 'T') cg_puts(b, cg_ctype(t)), s++;
     else if (s[0] == '$' && s[1] == 'S') cg_puts(b, cg_dt_suffix(t)), s++;
-    else if (s[0] == '$' && s[1] == 'E') cg_puts(b, t == DT_F32 ? "ctc_exp_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'V') cg_puts(b, t == DT_F32 ? "ctc_attn_expn_f32" : "exp"), s++;
     else if (s[0] == '$' && s[1] == 'L') cg_puts(b, t == DT_F32 ? "logf" : "log"), s++;
     else if (s[0] == '$' && s[1] == 'B') cg_printf(b, "ctc_matmul_block_%s", t == DT_F32 && bf16 ? "bf16" : cg_dt_suffix(t)), s++;

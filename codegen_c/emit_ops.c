@@ -634,10 +634,8 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
       LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)inner, (ll)chunk, (ll)inner,
            (ll)chunk);
       snprintf(lim, sizeof lim, "jn");
-    } else if (chunked) {
-      snprintf(lim, sizeof lim, "%lld", (ll)chunk);
     } else {
-      snprintf(lim, sizeof lim, "%lld", (ll)inner);
+      snprintf(lim, sizeof lim, "%lld", (ll)(chunked ? chunk : inner));
     }
     LINE(c, "%s acc[%lld];\n", at, (ll)chunk);
     LINE(c, "for (int64_t j = 0; j < %s; j++) acc[j] = %s;\n", lim, init);

@@ -228,8 +228,8 @@ int main(void) {
 
 
 def test_attention_exp_is_ctc_exp_f32_for_every_argument_it_gets(tmp_path):
-    """The vector loops' exp (ctc_attn_expn_f32: its arguments are a score less the row's maximum,
-    all <= 0) gives ctc_exp_f32's bits, built as `ctc build` builds (both the plain and the FMA
+    """Attention's exp (ctc_attn_expn_f32: its arguments are a score less the row's maximum or an
+    old maximum less a new one, all <= 0) gives ctc_exp_f32's bits, built as `ctc build` builds (both the plain and the FMA
     build where the CPU has FMA), and a NaN for a NaN."""
     src, exe, ir = build(tmp_path, 1, 1, 40, 16, "mul", "tril")
     c = tmp_path / "attn.c"
