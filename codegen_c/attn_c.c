@@ -415,7 +415,7 @@ void cg_render_call_c(CgRender *r, const KirStmt *s) {
   if (k->nint > 6 && k->ints[6] & IR_ATTN_ROUND_F16) c->k->attention[t] |= 4, c->k->f16[t] = 1;   /* and ctc_f16_<dt> */
   if (k->nint > 7 && k->ints[7] && t == DT_F32) c->k->gemm_bf16 = 1;   /* $B: products of bf16 values (ints[7]) */
   c->k->gemm[t] = 1;   /* the blocks' products are ctc_matmul_block_<dt> calls */
-  if (t == DT_F32) c->k->exp_f32 = 1;
+  if (t == DT_F32) c->k->expk_f32 = 1;   /* ctc_attn_expn_f32's core */
 }
 
 /* The emitter of a microkernel call's instruction i (ATTENTION, ATTENTION_BWD, MATMUL, CONV2D and its

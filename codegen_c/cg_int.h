@@ -95,6 +95,7 @@ typedef struct Kernels {
   unsigned char simd;               /* CTC_OMP_SIMD, CTC_OMP_FOR_SIMD (macros) */
   unsigned char tanh_f32;           /* ctc_tanh_f32: tanh without a libm call (vectorises) */
   unsigned char exp_f32;            /* ctc_exp_f32: exp without a libm call (vectorises) */
+  unsigned char expk_f32;           /* ctc_expk_f32 alone: ctc_exp_f32's core (attention's exps) */
   unsigned char erf_f32;            /* ctc_erf_f32: erf without a libm call (vectorises) */
   unsigned char log_f32;            /* ctc_log_f32: log without a libm call (vectorises) */
   unsigned char log1p_f32;          /* ctc_log1p_f32 (and ctc_log_f32's core) */
@@ -113,6 +114,7 @@ typedef struct Kernels {
 } Kernels;
 void cg_emit_kernels(Buf *b, const Kernels *k);
 const char *cg_fma_text(void);   /* CTC_FMA_F32/F64 and CTC_ALWAYS_INLINE, which the helpers' texts use */
+const char *cg_expk_f32_text(void);  /* ctc_expk_f32's definition, which ctc_exp_f32's calls */
 const char *cg_exp_f32_text(void);   /* ctc_exp_f32's definition (freestanding_c.c's expf) */
 const char *cg_tanh_f32_text(void);  /* ctc_tanh_f32's */
 const char *cg_log_f32_text(void);   /* ctc_log_f32's (freestanding_c.c's logf) */

@@ -1127,8 +1127,10 @@ static const char f16_io_text[] =
  * (CTC_FMA_F32), its last two steps not (fused, they gave 1.02 ulp): 0.988 ulp at most on all
  * 2^32 floats, a loop over it 0.48 -> 0.37 ns an element with AVX-512 and 0.76 -> 0.54 with AVX2
  * (Zen 4); without FMA the same bits as before (0.992 ulp). The reduction and polynomial are
- * ctc_expk_f32, which attention's exps (attn_c.c) call after a clamp of their own. */
-static const char exp_text[] =
+ * ctc_expk_f32, which attention's exps (attn_c.c) call after a clamp of their own (a text of its
+ * own, so that a file whose only exps are attention's has no unused ctc_exp_f32: clang's
+ * -Wunused-function flags a static inline function in the main file). */
+static const char expk_text[] =
     "#ifndef CTC_EXPK_F32   /* (shared by ctc_exp_f32 and a freestanding file's expf, its renamed copy) */\n"
     "#define CTC_EXPK_F32\n"
     "/* e^t for t in [-104, 89], ctc_exp_f32's and attention's after their clamps (a NaN gives a NaN) */\n"
@@ -1149,7 +1151,8 @@ static const char exp_text[] =
     "  y.f = p * s1.f * s2.f;\n"
     "  return y.f;\n"
     "}\n"
-    "#endif\n"
+    "#endif\n";
+static const char exp_text[] =
     "static inline float ctc_exp_f32(float x) {\n"
     "  union { float f; uint32_t u; } xb = {x}, c, y;\n"
     "  const uint32_t sign = xb.u >> 31, mag = xb.u & 0x7FFFFFFFu;\n"
@@ -1513,7 +1516,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
                    cg_puts(b, "\n");
     if (k->max[t]) instantiate_parts(b, max_text, NPARTS(max_text), (DType)t, fs), cg_puts(b, "\n");
   }
-  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32 || k->sincos_f32 ||
+  if (k->tanh_f32 || k->erf_f32 || k->exp_f32 || k->expk_f32 || k->exp_cr_f32 || k->log_f32 || k->log1p_f32 || k->sincos_f32 ||
       k->atan_f32 || k->logb_f32 || k->expx_f32)
     cg_printf(b, "%s", fma_text);
   if (k->atan_f32 || k->expx_f32) cg_printf(b, "%s", sel_text);
@@ -1524,6 +1527,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
   if (k->sincos_f32) cg_printf(b, "%s\n", sincos_text);
   if (k->atan_f32) cg_printf(b, "%s\n", atan_text);
   if (k->logb_f32) cg_printf(b, "%s\n", logb_text);
+  if (k->exp_f32 || k->expk_f32) cg_printf(b, "%s", expk_text);
   if (k->exp_f32) cg_printf(b, "%s\n", exp_text);
   if (k->exp_cr_f32 || k->expx_f32) cg_printf(b, "%s", expd_text);
   if (k->exp_cr_f32) cg_printf(b, "%s\n", exp_cr_text);
@@ -1550,6 +1554,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
 }
 
 const char *cg_fma_text(void) { return fma_text; }
+const char *cg_expk_f32_text(void) { return expk_text; }
 const char *cg_exp_f32_text(void) { return exp_text; }
 const char *cg_tanh_f32_text(void) { return tanh_text; }
 const char *cg_log_f32_text(void) { return log_text; }

@@ -227,6 +227,21 @@ int main(void) {
 """
 
 
+EXP_SRC = """
+import torch
+import torch.nn as nn
+
+
+class Expo(nn.Module):
+    def forward(self, x):
+        return x.exp()
+
+
+model = Expo()
+example_inputs = {"forward": (torch.randn(8),)}
+"""
+
+
 def test_attention_exp_is_ctc_exp_f32_for_every_argument_it_gets(tmp_path):
     """Attention's exp (ctc_attn_expn_f32: its arguments are a score less the row's maximum or an
     old maximum less a new one, all <= 0) gives ctc_exp_f32's bits, built as `ctc build` builds (both the plain and the FMA
@@ -235,11 +250,17 @@ def test_attention_exp_is_ctc_exp_f32_for_every_argument_it_gets(tmp_path):
     c = tmp_path / "attn.c"
     run([CTC, "compile", src, "-o", c])
     text = c.read_text()
+    assert "ctc_exp_f32(" not in text   # (attention's exps alone: no unused ctc_exp_f32, which clang flags)
+    exp_src = tmp_path / "expo.py"   # a file with the exp op, whose text has ctc_exp_f32
+    exp_src.write_text(EXP_SRC)
+    run([CTC, "compile", exp_src, "-o", tmp_path / "expo.c"])
+    exp_text = (tmp_path / "expo.c").read_text()
     fma = re.search(r"#ifndef CTC_FMA_F32\b.*?\n#endif\n#endif\n", text, re.S)
     core = re.search(r"#ifndef CTC_EXPK_F32\b.*?\n#endif\n", text, re.S)
-    fns = [re.search(r"static inline float %s\(float x\) \{.*?\n\}\n" % f, text, re.S)
-           for f in ("ctc_exp_f32", "ctc_attn_expn_f32")]
-    assert fma and core and all(fns), text[:4000]
+    fns = [re.search(r"static inline float %s\(float x\) \{.*?\n\}\n" % f, t, re.S)
+           for f, t in (("ctc_exp_f32", exp_text), ("ctc_attn_expn_f32", text))]
+    assert fma and core and all(fns), (text[:4000], exp_text[:4000])
+    assert core.group(0) in exp_text   # the same core in both files
     (tmp_path / "expn.c").write_text(EXPN_C % (fma.group(0) + core.group(0) + fns[0].group(0) + fns[1].group(0)))
     for march in [[]] + ([["-march=haswell"]] if x86_has_fma() else []):
         run(["gcc", "-std=c11", "-O3", *march, "-fno-math-errno", "-fno-trapping-math", tmp_path / "expn.c", "-o",
