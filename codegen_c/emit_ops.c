@@ -593,11 +593,13 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   int nouter = column ? nk - 1 : nk;
   for (int k = 0; k < nk; k++) snprintf(kvar[k], 16, "i%d", k);
   for (int k = 0; k < nr; k++) snprintf(rvar[k], 16, "r%d", k);
-  /* columns in chunks of 32 accumulators, which the compiler keeps in registers over the rows when
-   * the chunks are whole (a bias's gradient, the sum over 1024 rows of [1024, 1024]: 336 -> 192 us,
-   * 1 thread, AVX2; chunks of 256 were kept in memory, a store and a load each row) */
+  /* columns in chunks of 32 accumulators, which the compiler keeps in registers over the rows (a
+   * bias's gradient, the sum over 1024 rows of [1024, 1024]: 336 -> 192 us, 1 thread, AVX2; chunks of
+   * 256 were kept in memory, a store and a load each row). Every chunk is whole, a constant bound: where
+   * 32 does not divide the row, the last one ends at the row's end, over part of the one before, and
+   * stores only the columns past it (the same sums in the same order either way) */
   int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 32 ? 32 : inner;
-  int chunked = column && inner > chunk;
+  int chunked = column && inner > chunk, ragged = chunked && inner % chunk;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
   cg_par_open(c, outer_count > 1 && ir_numel(a) >= min_work(c) ? CG_PAR_OMP : 0);
   int base = c->ind;
@@ -606,7 +608,13 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
          k == nouter - 1 && !chunked ? " {" : "");
     c->ind += 2;
   }
-  if (chunked) {
+  if (ragged) {
+    LINE(c, "for (int64_t c0 = 0; c0 < %lld; c0++) {   /* chunks of %lld columns */\n", (ll)((inner + chunk - 1) / chunk),
+         (ll)chunk);
+    c->ind += 2;
+    LINE(c, "const int64_t j0 = c0 < %lld ? c0 * %lld : %lld;   /* the last ends at the row's end */\n",
+         (ll)(inner / chunk), (ll)chunk, (ll)(inner - chunk));
+  } else if (chunked) {
     LINE(c, "for (int64_t j0 = 0; j0 < %lld; j0 += %lld) {\n", (ll)inner, (ll)chunk);
     c->ind += 2;
   } else if (!nouter) {
@@ -630,13 +638,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   index_expr(yi, nv, vars, 0, xs);
   if (column) {
     snprintf(jv, sizeof jv, "acc[j]");
-    if (chunked && inner % chunk) {
-      LINE(c, "const int64_t jn = %lld - j0 < %lld ? %lld - j0 : %lld;\n", (ll)inner, (ll)chunk, (ll)inner,
-           (ll)chunk);
-      snprintf(lim, sizeof lim, "jn");
-    } else {
-      snprintf(lim, sizeof lim, "%lld", (ll)(chunked ? chunk : inner));
-    }
+    snprintf(lim, sizeof lim, "%lld", (ll)(chunked ? chunk : inner));
     LINE(c, "%s acc[%lld];\n", at, (ll)chunk);
     LINE(c, "for (int64_t j = 0; j < %s; j++) acc[j] = %s;\n", lim, init);
   } else {
@@ -683,7 +685,10 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
   c->ind = rbase;
   char cast[64] = "";
   if (strcmp(at, ct)) snprintf(cast, sizeof cast, "(%s)", ct);
-  if (column) LINE(c, "for (int64_t j = 0; j < %s; j++) %s[%s] = %sacc[j];\n", lim, y, yi, cast);
+  if (ragged)   /* (the last chunk: the columns the one before did not store) */
+    LINE(c, "for (int64_t j = c0 * %lld - j0; j < %s; j++) %s[%s] = %sacc[j];\n", (ll)chunk, lim, y, yi, cast);
+  else if (column)
+    LINE(c, "for (int64_t j = 0; j < %s; j++) %s[%s] = %sacc[j];\n", lim, y, yi, cast);
   else LINE(c, "%s[%s] = %sacc;\n", y, yi, cast);
   c->ind -= 2;
   LINE(c, "}\n");
