@@ -44,7 +44,11 @@ ru_maxrss: the largest over the rounds), and ctc's compile time. With more than 
 round trip is measured again before and after each side's run, and the last column gives each side's
 largest (ctc / torch / torch.compile): a VM's vCPUs can move between core complexes within minutes,
 and a row whose sides ran in different placements is marked (one side's round trip over twice
-another's) and compares different machines. Nothing is asserted about speed.
+another's) and compares different machines. On Linux, the share of the machine's CPU time the
+host took (steal, /proc/stat) while each side ran is counted too; where some side's reached 1% a
+column gives it (ctc / torch / torch.compile), and a row where one side's was over 5% is marked: its
+times include waits for a vCPU the hypervisor gave to someone else (a 2-thread run's parallel
+regions each wait for the missing thread). Nothing is asserted about speed.
 
 --gemm-rate also builds each model with `ctc build --profile`, runs each entry once more with
 `--profile` (not timed with the rest) and prints a second table: the share of the kernels' time that
@@ -289,6 +293,30 @@ def core_round_trip(d, exe=None):
     ns = run_probe(d, "pingpong_probe", PINGPONG_PROBE, ["-lpthread"], [str(cpus[0]), str(cpus[1])], timeout=60,
                    exe=exe)
     return (cpus[0], cpus[1], ns) if ns else None
+
+
+def cpu_jiffies():
+    """(steal, total) of all CPUs from /proc/stat, in clock ticks since boot; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]   # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    return (v[7], sum(v)) if len(v) == 8 else None
+
+
+def stolen(fn, acc):
+    """fn(), adding the steal and total ticks over its run to acc ([steal, total], or None: not counted)."""
+    t0 = cpu_jiffies()
+    r = fn()
+    t1 = cpu_jiffies()
+    if acc is not None and t0 and t1:
+        acc[0] += t1[0] - t0[0]
+        acc[1] += t1[1] - t0[1]
+    return r
+
+
+STEAL_MARK = 5.0   # % of the CPU time the host took while a side ran, over which its row is marked
 
 
 # ---- the torch worker (run in its own process) -------------------------------------------
@@ -545,16 +573,18 @@ def main():
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
                 trips = {"ctc": [], "torch": [], "compile": []}
+                steal = {k: [0, 0] for k in res} if cpu_jiffies() else {k: None for k in res}
                 compiles = bool(tc_version)
                 for _ in range(a.rounds):
                     trip_now(trips, "ctc")
-                    res["ctc"].append(run_ctc(exe, mode, classes, a))
+                    res["ctc"].append(stolen(lambda: run_ctc(exe, mode, classes, a), steal["ctc"]))
                     trip_now(trips, "ctc", "torch")
-                    res["torch"].append(run_torch(SYSTEM_PYTHON, model, mode, a))
+                    res["torch"].append(stolen(lambda: run_torch(SYSTEM_PYTHON, model, mode, a), steal["torch"]))
                     trip_now(trips, "torch", *(["compile"] if compiles else []))
                     if compiles:
                         try:
-                            res["compile"].append(run_torch(a.venv_python, model, mode, a, compiled=True))
+                            res["compile"].append(stolen(lambda: run_torch(a.venv_python, model, mode, a, compiled=True),
+                                                         steal["compile"]))
                             trip_now(trips, "compile")
                         except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
                             print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
@@ -564,6 +594,8 @@ def main():
                 s["torch_version"] = res["torch"][0].get("version", "?")
                 if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
                     s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
+                if steal["ctc"] and steal["ctc"][1]:   # each side's share of the ticks, in %
+                    s["steal"] = {k: 100.0 * v[0] / v[1] for k, v in steal.items() if k in s and v[1]}
                 if a.gemm_rate:
                     s["gemm"] = run_ctc_profile(exe + "_prof", mode, classes, a, d)
                 rows.append((model, mode, compile_ms, s))
@@ -585,9 +617,13 @@ def print_table(rows, tc_version):
         head += [f"torch.compile {tc_version} ms", "compile/ctc"]
     head += ["torch/ctc of mins", "torch peak RSS", "ctc peak RSS", "ctc compile (wall / CPU)"]
     trips = any("trip" in r[3] for r in rows)
+    sides = "(ctc / torch" + (" / compile)" if tc_version else ")")
     if trips:
-        head.append("round trip ns (ctc / torch" + (" / compile)" if tc_version else ")"))
-    mixed = False
+        head.append("round trip ns " + sides)
+    steals = any(max(r[3].get("steal", {0: 0}).values()) >= 1.0 for r in rows)
+    if steals:
+        head.append("host steal % " + sides)
+    mixed = stole = False
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for model, mode, compile_ms, s in rows:
@@ -610,10 +646,24 @@ def print_table(rows, tc_version):
                 cells.append(" / ".join(f"{v:.0f}" for v in sides) + (" *" if odd else ""))
             else:
                 cells.append("-")
+        if steals:
+            st = s.get("steal")
+            if st:
+                vals = [st[k] for k in ("ctc", "torch", "compile") if k in st]
+                odd = max(vals) > STEAL_MARK
+                stole |= odd
+                cells.append(" / ".join(f"{v:.1f}" for v in vals) + (" !" if odd else ""))
+            else:
+                cells.append("-")
         print("| " + " | ".join(cells) + " |")
+    if mixed or stole:
+        print()
     if mixed:
-        print("\n(*: that row's sides ran in different placements, one's round trip over twice another's: its "
+        print("(*: that row's sides ran in different placements, one's round trip over twice another's: its "
               "ratios compare different machines; run it again)")
+    if stole:
+        print(f"(!: the host took over {STEAL_MARK:.0f}% of the machine's CPU time while a side of that row ran: its "
+              "times include waits for a vCPU; run it again)")
 
 
 def print_gemm_table(rows, rate, threads):

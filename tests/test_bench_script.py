@@ -48,16 +48,20 @@ def test_bench_script_prints_the_table():
     else:
         lines = lines[:1] + lines[2:]
     tail = " round trip ns (ctc / torch) |" if two else ""
+    steal = lines[1].endswith(" host steal % (ctc / torch) |")   # (a VM whose host took 1% of its CPU time or more)
     assert lines[1].startswith("| workload | torch ") and lines[1].endswith(
-        "| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |" + tail), lines[1]
+        "| torch/ctc of mins | torch peak RSS | ctc peak RSS | ctc compile (wall / CPU) |" + tail
+        + (" host steal % (ctc / torch) |" if steal else "")), lines[1]
     num = r"[0-9]+\.[0-9]{2}"
     ms = rf"{num} \(min {num}\)"
     trip = r" [1-9][0-9]* / [1-9][0-9]*( \*)? \|" if two else ""
+    trip += r" [0-9]+\.[0-9] / [0-9]+\.[0-9]( !)? \|" if steal else ""
     for mode, line in zip(("forward", "train"), lines[3:5]):
         assert re.fullmatch(rf"\| mlp {mode} \| {ms} \| {ms} \| {num} \| {num} \| [0-9]+ MiB \| [0-9]+ MiB \| [0-9]+ / [0-9]+ ms \|"
                             + trip, line), line
-    rest = lines[5:]   # the note under the table when a row's sides ran in different placements
-    assert rest == [] or (rest[0] == "" and rest[1].startswith("(*: that row's sides ran in different placements")), r.stdout
+    rest = lines[5:]   # the notes under the table when a row's sides ran in different placements or under steal
+    assert rest == [] or (rest[0] == "" and all(n.startswith(("(*: that row's sides ran in different placements",
+                                                              "(!: the host took over 5%")) for n in rest[1:])), r.stdout
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
@@ -194,3 +198,24 @@ def test_rows_whose_sides_ran_in_different_placements_are_marked(capsys):
     assert lines[4] == "" and lines[5].startswith("(*: that row's sides ran in different placements"), lines
     bench.print_table([("gpt", "train", (19, 18), row)], "2.15")   # 1 thread: no column
     assert "round trip" not in capsys.readouterr().out
+
+
+def test_rows_run_while_the_host_took_the_cpus_are_marked(capsys, monkeypatch):
+    """Each side's share of the machine's CPU time the host took while it ran (steal, from
+    /proc/stat's first line): a column where some side's reached 1%, a row marked where one
+    side's was over 5%, with a note; stolen() adds the ticks over a call."""
+    bench = import_bench()
+    row = summary_row()
+    quiet = dict(row, steal={"ctc": 0.2, "torch": 0.0, "compile": 0.4})
+    bench.print_table([("gpt", "train", (19, 18), quiet)], "2.15")
+    assert "steal" not in capsys.readouterr().out   # under 1% everywhere: no column
+    busy = dict(row, steal={"ctc": 12.5, "torch": 1.0, "compile": 0.0})
+    bench.print_table([("gpt", "train", (19, 18), quiet), ("mlp", "forward", (19, 18), busy)], "2.15")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| host steal % (ctc / torch / compile) |"), lines[0]
+    assert lines[2].endswith("| 0.2 / 0.0 / 0.4 |") and lines[3].endswith("| 12.5 / 1.0 / 0.0 ! |"), lines
+    assert lines[4] == "" and lines[5].startswith("(!: the host took over 5% of the machine's CPU time"), lines
+    ticks = iter([(100, 1000), (130, 1400)])
+    monkeypatch.setattr(bench, "cpu_jiffies", lambda: next(ticks))
+    acc = [0, 0]
+    assert bench.stolen(lambda: "ran", acc) == "ran" and acc == [30, 400]
