@@ -306,11 +306,11 @@ def cpu_jiffies():
 
 
 def stolen(fn, acc):
-    """fn(), adding the steal and total ticks over its run to acc ([steal, total], or None: not counted)."""
+    """fn(), adding the steal and total ticks over its run to acc ([steal, total]; nothing without /proc/stat)."""
     t0 = cpu_jiffies()
     r = fn()
     t1 = cpu_jiffies()
-    if acc is not None and t0 and t1:
+    if t0 and t1:
         acc[0] += t1[0] - t0[0]
         acc[1] += t1[1] - t0[1]
     return r
@@ -573,7 +573,7 @@ def main():
             for mode in modes:
                 res = {"ctc": [], "torch": [], "compile": []}
                 trips = {"ctc": [], "torch": [], "compile": []}
-                steal = {k: [0, 0] for k in res} if cpu_jiffies() else {k: None for k in res}
+                steal = {k: [0, 0] for k in res}   # (steal, total) ticks while each side ran
                 compiles = bool(tc_version)
                 for _ in range(a.rounds):
                     trip_now(trips, "ctc")
@@ -594,7 +594,7 @@ def main():
                 s["torch_version"] = res["torch"][0].get("version", "?")
                 if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
                     s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
-                if steal["ctc"] and steal["ctc"][1]:   # each side's share of the ticks, in %
+                if steal["ctc"][1]:   # each side's share of the ticks, in %
                     s["steal"] = {k: 100.0 * v[0] / v[1] for k, v in steal.items() if k in s and v[1]}
                 if a.gemm_rate:
                     s["gemm"] = run_ctc_profile(exe + "_prof", mode, classes, a, d)
@@ -606,6 +606,16 @@ def main():
         print()
         print_gemm_table(rows, rate, a.threads)
     return 0
+
+
+def side_cell(per_side, fmt, is_odd, mark):
+    """A row's cell of one value per side (ctc / torch / torch.compile), marked where is_odd(values);
+    ("-", False) without them."""
+    if not per_side:
+        return "-", False
+    vals = [per_side[k] for k in ("ctc", "torch", "compile") if k in per_side]
+    odd = is_odd(vals)
+    return " / ".join(fmt.format(v) for v in vals) + (" " + mark if odd else ""), odd
 
 
 def print_table(rows, tc_version):
@@ -620,7 +630,7 @@ def print_table(rows, tc_version):
     sides = "(ctc / torch" + (" / compile)" if tc_version else ")")
     if trips:
         head.append("round trip ns " + sides)
-    steals = any(max(r[3].get("steal", {0: 0}).values()) >= 1.0 for r in rows)
+    steals = any(v >= 1.0 for r in rows for v in r[3].get("steal", {}).values())
     if steals:
         head.append("host steal % " + sides)
     mixed = stole = False
@@ -638,23 +648,13 @@ def print_table(rows, tc_version):
         cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
                   f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
         if trips:
-            tr = s.get("trip")
-            if tr:
-                sides = [tr[k] for k in ("ctc", "torch", "compile") if k in tr]
-                odd = max(sides) > 2 * min(sides)
-                mixed |= odd
-                cells.append(" / ".join(f"{v:.0f}" for v in sides) + (" *" if odd else ""))
-            else:
-                cells.append("-")
+            cell, odd = side_cell(s.get("trip"), "{:.0f}", lambda v: max(v) > 2 * min(v), "*")
+            cells.append(cell)
+            mixed |= odd
         if steals:
-            st = s.get("steal")
-            if st:
-                vals = [st[k] for k in ("ctc", "torch", "compile") if k in st]
-                odd = max(vals) > STEAL_MARK
-                stole |= odd
-                cells.append(" / ".join(f"{v:.1f}" for v in vals) + (" !" if odd else ""))
-            else:
-                cells.append("-")
+            cell, odd = side_cell(s.get("steal"), "{:.1f}", lambda v: max(v) > STEAL_MARK, "!")
+            cells.append(cell)
+            stole |= odd
         print("| " + " | ".join(cells) + " |")
     if mixed or stole:
         print()

@@ -328,8 +328,10 @@ void cg_fs_prologue(Buf *b, const char *h_name, const char *math, const CgOption
   for (int k = 0; k < NMATH; k++) {
     if (!want[k]) continue;
     const MathFn *m = &math_fns[k];
-    if (!strcmp(m->name, "expf")) cg_puts(b, cg_expk_f32_text()), put_renamed(b, cg_exp_f32_text(), "ctc_exp_f32", "ctc_m_expf");
-    else if (!strcmp(m->name, "tanhf")) put_renamed(b, cg_tanh_f32_text(), "ctc_tanh_f32", "ctc_m_tanhf");
+    if (!strcmp(m->name, "expf")) {   /* ctc_exp_f32's core, then ctc_exp_f32 renamed */
+      cg_puts(b, cg_expk_f32_text());
+      put_renamed(b, cg_exp_f32_text(), "ctc_exp_f32", "ctc_m_expf");
+    } else if (!strcmp(m->name, "tanhf")) put_renamed(b, cg_tanh_f32_text(), "ctc_tanh_f32", "ctc_m_tanhf");
     else if (!strcmp(m->name, "logf")) put_renamed(b, cg_log_f32_text(), "ctc_log_f32", "ctc_m_logf");
     else cg_puts(b, m->text);
   }
