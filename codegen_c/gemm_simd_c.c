@@ -906,7 +906,7 @@ static const char gemm_avx2_head[] =
     "#define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */\n"
     "#define ctc_gemm_own_pk_f32 ctc_gemm_avx2_pk_f32\n"
     "#define ctc_gemm_own_pack_f32 ctc_gemm_pack_avx2_f32\n"
-    "#define CTC_GEMM_X86_MIN_ROWS 6\n"
+    "#define CTC_GEMM_X86_MIN_ROWS 2   /* 2-5 rows: 1.0-2x OpenBLAS's Haswell kernels (Zen 4) */\n"
     "#define CTC_GEMM_X86_MIN_COLS 16\n"
     "/* 16 columns are 2 vectors of 8; op(A) broadcast (vbroadcastss) */\n"
     "#define CTC_VW_avx2 8\n"
@@ -1174,13 +1174,13 @@ const char cg_gemm_simd16_text[] =
     "}\n";
 
 /* The blocks of a GEMM ctc's x86 kernel computes (a model.c's ctc_matmul_block_pk_f32, with op(B)
- * packed before): all, but with OpenBLAS beside it, not the slivers ctc_matmul_block_f32 leaves to
- * OpenBLAS. */
+ * packed before): all but single rows (ctc_matmul_block_f32 gives them to the portable GEMM, B as
+ * it lies), and with OpenBLAS beside it, not the slivers ctc_matmul_block_f32 leaves to OpenBLAS. */
 static const char gemm_own_text[] =
     "#if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)\n"
-    "#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (n) >= CTC_GEMM_X86_MIN_COLS)\n"
+    "#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (m) > 1 && (n) >= CTC_GEMM_X86_MIN_COLS)\n"
     "#elif defined(CTC_GEMM_X86_f32)\n"
-    "#define CTC_GEMM_OWN_f32(m, n) 1\n"
+    "#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)\n"
     "#endif\n";
 
 /* The texts of runtime_min/ctc_gemm_simd.h (all of them referenced, so that all are compiled and

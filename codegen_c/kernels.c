@@ -115,6 +115,13 @@ static const Part matmul_text[] = {
      "  b += tb ? c0 * ldb : c0;\n"
      "  c += r0 * ldc + c0;\n", NULL},
     {"#ifdef CTC_GEMM_X86_$S\n"
+     "  /* one row of C (a batch of one: a vector times a matrix) as dot products or row updates over\n"
+     "   * B as it lies: packing B for the kernel below would read it twice, and OpenBLAS packs it too\n"
+     "   * (AVX2, Zen 4: 1 x 512 x 784, 44 us against 75 and 144) */\n"
+     "  if (r1 - r0 == 1 && !(ta && tb)) {\n"
+     "    ctc_gemm_$S(ta, tb, acc, 1, c1 - c0, K, a, lda, b, ldb, c, ldc);\n"
+     "    return;\n"
+     "  }\n"
      "  /* ctc's AVX-512 or AVX2 GEMM (above); with OpenBLAS, not on slivers it would mostly pad */\n"
      "#ifdef CTC_HAVE_CBLAS\n"
      "  if (r1 - r0 >= CTC_GEMM_X86_MIN_ROWS && c1 - c0 >= CTC_GEMM_X86_MIN_COLS)\n"

@@ -1220,7 +1220,7 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
 #define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */
 #define ctc_gemm_own_pk_f32 ctc_gemm_avx2_pk_f32
 #define ctc_gemm_own_pack_f32 ctc_gemm_pack_avx2_f32
-#define CTC_GEMM_X86_MIN_ROWS 6
+#define CTC_GEMM_X86_MIN_ROWS 2   /* 2-5 rows: 1.0-2x OpenBLAS's Haswell kernels (Zen 4) */
 #define CTC_GEMM_X86_MIN_COLS 16
 /* 16 columns are 2 vectors of 8; op(A) broadcast (vbroadcastss) */
 #define CTC_VW_avx2 8
@@ -2230,9 +2230,9 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
 #endif
 
 #if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)
-#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (n) >= CTC_GEMM_X86_MIN_COLS)
+#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (m) > 1 && (n) >= CTC_GEMM_X86_MIN_COLS)
 #elif defined(CTC_GEMM_X86_f32)
-#define CTC_GEMM_OWN_f32(m, n) 1
+#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)
 #endif
 
 #endif /* CTC_GEMM_SIMD_H */

@@ -113,7 +113,7 @@ static int one(int ta, int tb, int acc, int M, int N, int K, int pad) {
   return bad;
 }
 
-#ifndef CTC_HAVE_CBLAS   /* (with OpenBLAS, blocks under 6 rows or 16 columns are OpenBLAS's) */
+#ifndef CTC_HAVE_CBLAS   /* (with OpenBLAS, blocks of under 16 columns (AVX-512: 32) or 2-7 rows (AVX-512) are OpenBLAS's) */
 /* C computed in the blocks ctc_gemm_block gives nt threads (rows when M >= N, else columns, cut at
  * multiples of 16 and 32) has the bits of C computed in one call. */
 static int split(int ta, int tb, int M, int N, int K, int nt) {
@@ -170,9 +170,9 @@ int main(void) {
     for (int s = 0; s < 4; s++) wrong += one(t >> 1, t & 1, (s + t) % 2, L[s][0], L[s][1], L[s][2], L[s][3]), cases++;
 #endif
 #ifndef CTC_HAVE_CBLAS
-  static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}};
+  static const int S[][3] = {{257, 100, 530}, {33, 100, 257}, {100, 31, 1100}, {1, 300, 257}};
   for (int t = 0; t < 4; t++)
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 4; s++)
       for (int nt = 2; nt <= 3; nt++) wrong += split(t >> 1, t & 1, S[s][0], S[s][1], S[s][2], nt), cases++;
 #endif
 #ifdef CTC_GEMM_PK_f32
