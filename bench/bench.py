@@ -496,7 +496,8 @@ def summarize(rounds):
             "rss": max(r["rss"] for r in rounds)}
 
 
-def main():
+def parser():
+    """The options of this script (bench/bench_lm.py takes its defaults for the runs it shares)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="mlp,lenet,gpt,resnet,llama")
     ap.add_argument("--modes", default="forward,train")
@@ -523,7 +524,11 @@ def main():
                     help="the Python of the torch 2.x for the torch.compile column (default bench/.venv/bin/python)")
     ap.add_argument("--torch-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    a = parser().parse_args()
     if a.torch_worker:
         a.model, a.mode = a.torch_worker
         return torch_worker(a)

@@ -113,7 +113,7 @@ def main():
         return torch_generate_worker(a)
     bench.build_ctc()
     with tempfile.TemporaryDirectory(prefix="ctc_bench_lm_") as d:
-        exe, compile_ms, vocab = bench.prepare("gpt", d)
+        exe, compile_ms, vocab = bench.prepare("gpt", d, [])
         info = subprocess.run([exe, "info"], capture_output=True, text=True, check=True).stdout
         if "entry decode:" not in info:
             raise RuntimeError("the bench GPT has no decode entry:\n" + info)
@@ -138,7 +138,7 @@ def main():
             agree = 0
             while agree < min(len(ctc_tokens), len(r["tokens"])) and ctc_tokens[agree] == r["tokens"][agree]:
                 agree += 1
-        b = argparse.Namespace(iters=a.train_iters, warmup=2, threads=a.threads)
+        b = bench.parser().parse_args(["--iters", str(a.train_iters), "--warmup", "2", "--threads", str(a.threads)])
         train = {"ctc": [], "torch": []}
         for _ in range(a.rounds):
             train["ctc"].append(bench.run_ctc(exe, "train", vocab, b))

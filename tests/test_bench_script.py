@@ -88,6 +88,20 @@ def test_gpu_bench_script_emulated():
     assert re.search(r"^\| tiny \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", r.stdout, re.M), r.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "gpt.py")), reason="../shared/bench/models missing")
+def test_lm_bench_script_prints_its_table():
+    """bench/bench_lm.py (generation and the train step against PyTorch) on 4 tokens and one train
+    call: it runs through bench.py's helpers, whose options it takes from bench.py's own parser (it
+    had fallen behind them: prepare()'s cflags, ctc_bench's --avx2), and the greedy tokens agree."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_lm.py"), "--tokens", "4", "--rounds", "1",
+                        "--train-iters", "1", "--threads", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "greedy tokens that agree with PyTorch's: 4 of 4" in r.stdout, r.stdout
+    assert re.search(r"^\| generate 4 tokens .* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|", r.stdout, re.M), r.stdout
+    assert re.search(r"^\| train step \(8 x 128 tokens\) \| [0-9]+ \| [0-9]+ \| [0-9.]+ \|", r.stdout, re.M), r.stdout
+
+
 def test_gemm_summary_counts_the_gemm_kernels_of_a_trace():
     """--gemm-rate's numbers from a --profile trace: the GEMM kernels (`matmul`, `gemm: ...`) of
     thread 1's complete events, their share of all kernels' time and flops / time; entry events
