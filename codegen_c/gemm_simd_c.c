@@ -1173,6 +1173,79 @@ const char cg_gemm_simd16_text[] =
     "  ctc_gemm_$I_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);\n"
     "}\n";
 
+/* One row of C (a batch of one: a vector times a matrix) on x86 with AVX2 and FMA (AVX-512 CPUs
+ * too), which ctc_matmul_block_f32 gives a single row of op(A) = A: B read as it lies, never packed
+ * (a packing kernel copies all of B first, for two flops an element). tb (a Linear's weight): the
+ * dot products of a with four rows of B at a time, four sums in flight, each in 8 lanes added
+ * pairwise, the last K % 8 products in a scalar sum; else C's row updated by B's rows in k order, 64
+ * columns of it in registers (the last ones masked). A column's sum does not depend on the block of
+ * columns it is computed in: the same bits at any thread count. */
+static const char gemv_x86_text[] =
+    "#if defined(__AVX2__) && defined(__FMA__)\n"
+    "#include <immintrin.h>\n"
+    "#define CTC_GEMV_X86_f32 1\n"
+    "/* the 8 lanes of s added pairwise, then t */\n"
+    "static inline float ctc_gemv_sum8_f32(__m256 s, float t) {\n"
+    "  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));   /* lanes l + (l + 4) */\n"
+    "  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));\n"
+    "  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q))) + t;\n"
+    "}\n"
+    "/* c[j] (+ c[j] if acc) = sum over k < K of a[k] op(B)[k, j] for j < N: op(B)[k, j] = b[j * ldb + k] if tb,\n"
+    " * else b[k * ldb + j] */\n"
+    "static void ctc_gemv_x86_f32(int tb, int acc, int64_t N, int64_t K, const float *a, const float *b, int64_t ldb,\n"
+    "                             float *c) {\n"
+    "  const int64_t k8 = K / 8 * 8;\n"
+    "  if (tb) {\n"
+    "    for (int64_t j = 0; j < N; j += 4) {\n"
+    "      const int nq = N - j < 4 ? (int)(N - j) : 4;   /* rows of B this pass (the last: fewer) */\n"
+    "      const float *bq[4];\n"
+    "      for (int q = 0; q < 4; q++) bq[q] = b + (j + (q < nq ? q : 0)) * ldb;\n"
+    "      __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};\n"
+    "      for (int64_t k = 0; k < k8; k += 8) {\n"
+    "        const __m256 x = _mm256_loadu_ps(a + k);\n"
+    "#pragma GCC unroll 4\n"
+    "        for (int q = 0; q < 4; q++) s[q] = _mm256_fmadd_ps(x, _mm256_loadu_ps(bq[q] + k), s[q]);\n"
+    "      }\n"
+    "      for (int q = 0; q < nq; q++) {\n"
+    "        float t = 0;\n"
+    "        for (int64_t k = k8; k < K; k++) t += a[k] * bq[q][k];\n"
+    "        const float d = ctc_gemv_sum8_f32(s[q], t);\n"
+    "        c[j + q] = acc ? c[j + q] + d : d;\n"
+    "      }\n"
+    "    }\n"
+    "    return;\n"
+    "  }\n"
+    "  for (int64_t j0 = 0; j0 < N; j0 += 64) {\n"
+    "    const int64_t nj = N - j0 < 64 ? N - j0 : 64;\n"
+    "    __m256i m[8];   /* each vector's columns inside the row */\n"
+    "    for (int v = 0; v < 8; v++) {\n"
+    "      const int64_t n = nj - 8 * v;\n"
+    "      m[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
+    "    }\n"
+    "    __m256 s[8];\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int v = 0; v < 8; v++) s[v] = acc ? _mm256_maskload_ps(c + j0 + 8 * v, m[v]) : _mm256_setzero_ps();\n"
+    "    if (nj == 64)\n"
+    "      for (int64_t k = 0; k < K; k++) {\n"
+    "        const __m256 x = _mm256_broadcast_ss(a + k);\n"
+    "#pragma GCC unroll 8\n"
+    "        for (int v = 0; v < 8; v++) s[v] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + k * ldb + j0 + 8 * v), s[v]);\n"
+    "      }\n"
+    "    else   /* the last columns: masked loads (lanes past the row read nothing) */\n"
+    "      for (int64_t k = 0; k < K; k++) {\n"
+    "        const __m256 x = _mm256_broadcast_ss(a + k);\n"
+    "#pragma GCC unroll 8\n"
+    "        for (int v = 0; v < 8; v++)\n"
+    "          if (8 * v < nj) s[v] = _mm256_fmadd_ps(x, _mm256_maskload_ps(b + k * ldb + j0 + 8 * v, m[v]), s[v]);\n"
+    "      }\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int v = 0; v < 8; v++)\n"
+    "      if (8 * v + 8 <= nj) _mm256_storeu_ps(c + j0 + 8 * v, s[v]);\n"
+    "      else if (8 * v < nj) _mm256_maskstore_ps(c + j0 + 8 * v, m[v], s[v]);\n"
+    "  }\n"
+    "}\n"
+    "#endif\n";
+
 /* The blocks of a GEMM ctc's x86 kernel computes (a model.c's ctc_matmul_block_pk_f32, with op(B)
  * packed before): all but single rows (ctc_matmul_block_f32 gives them to the portable GEMM, B as
  * it lies), and with OpenBLAS beside it, not the slivers ctc_matmul_block_f32 leaves to OpenBLAS. */
@@ -1187,4 +1260,4 @@ static const char gemm_own_text[] =
  * stay valid strings). */
 const char *const cg_gemm_simd_texts[] = {conv_pix_text,     gemm_avx512_text,    gemm_avx512bf16_text,
                                           gemm_avx2_head,    gemm_avx2_conv_text, cg_gemm_neon_head,
-                                          cg_gemm_simd16_text, gemm_own_text};
+                                          cg_gemm_simd16_text, gemv_x86_text, gemm_own_text};

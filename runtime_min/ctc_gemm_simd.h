@@ -7,7 +7,8 @@
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
  * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
  * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32), and the 3x3
- * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32).
+ * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32); with AVX2 and FMA, the
+ * product of one row and a matrix (ctc_gemv_x86_f32, CTC_GEMV_X86_f32).
  *
  * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md
  * describes the kernels); do not edit. */
@@ -2227,6 +2228,71 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
   ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
 #endif
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CTC_GEMV_X86_f32 1
+/* the 8 lanes of s added pairwise, then t */
+static inline float ctc_gemv_sum8_f32(__m256 s, float t) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));   /* lanes l + (l + 4) */
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q))) + t;
+}
+/* c[j] (+ c[j] if acc) = sum over k < K of a[k] op(B)[k, j] for j < N: op(B)[k, j] = b[j * ldb + k] if tb,
+ * else b[k * ldb + j] */
+static void ctc_gemv_x86_f32(int tb, int acc, int64_t N, int64_t K, const float *a, const float *b, int64_t ldb,
+                             float *c) {
+  const int64_t k8 = K / 8 * 8;
+  if (tb) {
+    for (int64_t j = 0; j < N; j += 4) {
+      const int nq = N - j < 4 ? (int)(N - j) : 4;   /* rows of B this pass (the last: fewer) */
+      const float *bq[4];
+      for (int q = 0; q < 4; q++) bq[q] = b + (j + (q < nq ? q : 0)) * ldb;
+      __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t k = 0; k < k8; k += 8) {
+        const __m256 x = _mm256_loadu_ps(a + k);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) s[q] = _mm256_fmadd_ps(x, _mm256_loadu_ps(bq[q] + k), s[q]);
+      }
+      for (int q = 0; q < nq; q++) {
+        float t = 0;
+        for (int64_t k = k8; k < K; k++) t += a[k] * bq[q][k];
+        const float d = ctc_gemv_sum8_f32(s[q], t);
+        c[j + q] = acc ? c[j + q] + d : d;
+      }
+    }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < N; j0 += 64) {
+    const int64_t nj = N - j0 < 64 ? N - j0 : 64;
+    __m256i m[8];   /* each vector's columns inside the row */
+    for (int v = 0; v < 8; v++) {
+      const int64_t n = nj - 8 * v;
+      m[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    __m256 s[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) s[v] = acc ? _mm256_maskload_ps(c + j0 + 8 * v, m[v]) : _mm256_setzero_ps();
+    if (nj == 64)
+      for (int64_t k = 0; k < K; k++) {
+        const __m256 x = _mm256_broadcast_ss(a + k);
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) s[v] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + k * ldb + j0 + 8 * v), s[v]);
+      }
+    else   /* the last columns: masked loads (lanes past the row read nothing) */
+      for (int64_t k = 0; k < K; k++) {
+        const __m256 x = _mm256_broadcast_ss(a + k);
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
+          if (8 * v < nj) s[v] = _mm256_fmadd_ps(x, _mm256_maskload_ps(b + k * ldb + j0 + 8 * v, m[v]), s[v]);
+      }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++)
+      if (8 * v + 8 <= nj) _mm256_storeu_ps(c + j0 + 8 * v, s[v]);
+      else if (8 * v < nj) _mm256_maskstore_ps(c + j0 + 8 * v, m[v], s[v]);
+  }
+}
 #endif
 
 #if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)

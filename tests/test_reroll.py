@@ -177,8 +177,9 @@ def test_char_gru_is_a_loop(tmp_path):
     # macro and one multiply-add a line, +16); 2,088 with ctc_exp_f32's and sigmoid's
     # ctc_exp_cr_f32's the same way (+19); 2,082 with both macros in one text (-6); 2,112 with the
     # CTC_ALWAYS_INLINE macro (+5) and the cross-entropy's log as the vectorisable ctc_log_f32 (+25);
-    # 2,125 with its split and special values as helpers of their own, shared with log2 and log10 (+13).
-    assert lines < 2135, lines
+    # 2,125 with its split and special values as helpers of their own, shared with log2 and log10 (+13);
+    # 2,132 with a GEMM of one row of C reading B as it lies (ctc_matmul_block_f32, +7).
+    assert lines < 2140, lines
 
 
 def _steps_bits(exe, tmp_path, w, batches, tag, threads):
