@@ -1247,11 +1247,12 @@ static const char gemv_x86_text[] =
     "#endif\n";
 
 /* The blocks of a GEMM ctc's x86 kernel computes (a model.c's ctc_matmul_block_pk_f32, with op(B)
- * packed before): all but single rows (ctc_matmul_block_f32 gives them to the portable GEMM, B as
- * it lies), and with OpenBLAS beside it, not the slivers ctc_matmul_block_f32 leaves to OpenBLAS. */
+ * packed before): all but single rows (for which ctc_matmul_block_f32 reads B as it lies:
+ * ctc_gemv_x86_f32 or the portable GEMM), and with OpenBLAS beside it, not the slivers
+ * ctc_matmul_block_f32 leaves to OpenBLAS (CTC_GEMM_X86_MIN_ROWS is 2 or more). */
 static const char gemm_own_text[] =
     "#if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)\n"
-    "#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (m) > 1 && (n) >= CTC_GEMM_X86_MIN_COLS)\n"
+    "#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (n) >= CTC_GEMM_X86_MIN_COLS)\n"
     "#elif defined(CTC_GEMM_X86_f32)\n"
     "#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)\n"
     "#endif\n";

@@ -2296,7 +2296,7 @@ static void ctc_gemv_x86_f32(int tb, int acc, int64_t N, int64_t K, const float 
 #endif
 
 #if defined(CTC_GEMM_X86_f32) && defined(CTC_HAVE_CBLAS)
-#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (m) > 1 && (n) >= CTC_GEMM_X86_MIN_COLS)
+#define CTC_GEMM_OWN_f32(m, n) ((m) >= CTC_GEMM_X86_MIN_ROWS && (n) >= CTC_GEMM_X86_MIN_COLS)
 #elif defined(CTC_GEMM_X86_f32)
 #define CTC_GEMM_OWN_f32(m, n) ((m) > 1)
 #endif
