@@ -1562,11 +1562,24 @@ static inline void ctc_wino_cols_avx2(int64_t base, int64_t W, int64_t L, __m256
     mm[s] = ctc_wino_lanes_avx2(-b0, W - b0 < end ? W - b0 : end);
   }
 }
-static inline void ctc_wino_row_avx2(const float *row, int64_t base, const __m256i *mm, __m256 *d) {
+/* Vector j < 4 of a run's input row: the row's floats from base + 2 (j / 2) + 8 (j % 2), its
+ * even columns then its odd ones (0 outside mm[j]: ctc_wino_cols_avx2's). fm (a constant) says
+ * which take their masks: 4 every one; else bit 0 the first, bit 1 the last, and the others are
+ * plain loads (in a run of 8 tiles only the first can start left of the image and only the last
+ * end right of it) */
+static inline __attribute__((always_inline)) __m256 ctc_wino_ld_avx2(const float *p, const __m256i *mm, const int fm,
+                                                                     const int j) {
   const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const float *q = p + 2 * (j / 2) + 8 * (j % 2);
+  const int masked = fm == 4 || (j == 0 && (fm & 1)) || (j == 3 && (fm & 2));
+  return _mm256_permutevar8x32_ps(masked ? _mm256_maskload_ps(q, mm[j]) : _mm256_loadu_ps(q), pi);
+}
+/* d[c][l] = row[base + 2 l + c], c < 4, l < 8 (0 outside the masks: columns [base, base + 2 L + 2)
+ * inside [0, W), as two vectors from base and two from base + 2) */
+static inline __attribute__((always_inline)) void ctc_wino_row_avx2(const float *row, int64_t base, const __m256i *mm,
+                                                                    const int fm, __m256 *d) {
   for (int s = 0; s < 2; s++) {
-    const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(row + base + 2 * s, mm[2 * s]), pi);
-    const __m256 B = _mm256_permutevar8x32_ps(_mm256_maskload_ps(row + base + 2 * s + 8, mm[2 * s + 1]), pi);
+    const __m256 A = ctc_wino_ld_avx2(row + base, mm, fm, 2 * s), B = ctc_wino_ld_avx2(row + base, mm, fm, 2 * s + 1);
     d[2 * s] = _mm256_permute2f128_ps(A, B, 0x20);
     d[2 * s + 1] = _mm256_permute2f128_ps(A, B, 0x31);
   }
@@ -1586,12 +1599,18 @@ static inline void ctc_wino_eb(const __m256 *e, __m256 *o) {
   o[0] = _mm256_sub_ps(e[0], e[2]), o[1] = _mm256_add_ps(e[1], e[2]);
   o[2] = _mm256_sub_ps(e[2], e[1]), o[3] = _mm256_sub_ps(e[1], e[3]);
 }
-/* y[i][j] = (A^T v A)[i][j] of its 16 products v */
-static inline void ctc_wino_ava(const __m256 *v, __m256 y[2][2]) {
+/* y[i][j] = (A^T v A)[i][j] of a run's 16 products v, plane e at p + e ps, loaded a row of v at a
+ * time (all 16 and their sums do not fit AVX2's 16 registers): all 8 lanes where full (a constant),
+ * else the lanes lm (0 in the others) */
+static inline __attribute__((always_inline)) void ctc_wino_ava_ld(const float *p, int64_t ps, const int full, __m256i lm,
+                                                                  __m256 y[2][2]) {
   __m256 s[4][2];
   for (int a = 0; a < 4; a++) {   /* s = v A */
-    s[a][0] = _mm256_add_ps(_mm256_add_ps(v[4 * a], v[4 * a + 1]), v[4 * a + 2]);
-    s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[4 * a + 1], v[4 * a + 2]), v[4 * a + 3]);
+    __m256 v[4];
+    for (int b = 0; b < 4; b++)
+      v[b] = full ? _mm256_loadu_ps(p + (4 * a + b) * ps) : _mm256_maskload_ps(p + (4 * a + b) * ps, lm);
+    s[a][0] = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), v[2]);
+    s[a][1] = _mm256_sub_ps(_mm256_sub_ps(v[1], v[2]), v[3]);
   }
   for (int j = 0; j < 2; j++) {   /* A^T s */
     y[0][j] = _mm256_add_ps(_mm256_add_ps(s[0][j], s[1][j]), s[2][j]);
@@ -1693,9 +1712,8 @@ static inline void ctc_wino_out_narrow_f32(const float *restrict Mb, int64_t M, 
     ctc_wino_group(t0 + tb, t0 + nt, H, W, R, n, ty);
     const __m256i lm = ctc_wino_lanes_avx2(0, nt - tb);
     for (int64_t m = m0; m < m1; m++) {
-      __m256 v[16], c[2][2];
-      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
-      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
+      __m256 c[2][2];   /* c[i][j]: output row i, column j of each tile */
+      ctc_wino_ava_ld(Mb + m * B + tb, M * B + CTC_WINO_PAD, 0, lm, c);
       for (int i = 0; i < 2; i++) {   /* output row 2 ty + i of each tile row */
         const __m256 ab[2] = {ctc_wino_pick(c[i], ix[0], all), ctc_wino_pick(c[i], ix[1], all)};
         float *p[4];
@@ -1730,8 +1748,45 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
     }
   }
 }
+/* Rows [r0, r1) of B^T d B of one run's tiles, channels k of [k0, k1) (xr: channel k0's image row
+ * 2 ty, the run's row 1; row 0 read where ok0, row 3 where ok3; v: channel k0's place in plane 0,
+ * vk floats a channel), a row of B^T d at a time: (row 1) + (row 2), (row 2) - (row 1), (row 0) -
+ * (row 2), (row 1) - (row 3), rows 1 and 2 held (the 16 vectors of the whole tile and the masks do
+ * not fit AVX2's 16 registers: spilled, 32 channels of 32 x 32 images at batch 32 took 0.83 ms
+ * against 0.64, Zen 4). plain (a constant): all 8 lanes stored as they are; else the lanes m, rotated
+ * by sh first where sh (a run that starts inside a panel's vector) */
+static inline __attribute__((always_inline)) void ctc_wino_in_run_avx2(const float *xr, int64_t HW, int64_t W, int64_t base,
+                                                                       int64_t k0, int64_t k1, int ok0, int ok3,
+                                                                       const __m256i *mm, const int fm, float *v,
+                                                                       int64_t vk, int64_t VS, const int plain, __m256i m,
+                                                                       int64_t sh, __m256i rot, int r0, int r1) {
+  for (int64_t k = 0; k < k1 - k0; k++) {
+    const float *xk = xr + k * HW;
+    float *vc = v + k * vk;
+    __m256 a[4], b[4], e[4];
+    ctc_wino_row_avx2(xk, base, mm, fm, a);
+    ctc_wino_row_avx2(xk + W, base, mm, fm, b);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+      if (r < r0 || r >= r1) continue;
+      if ((r == 0 && !ok0) || (r == 3 && !ok3))
+        for (int c = 0; c < 4; c++) e[c] = _mm256_setzero_ps();
+      else if (r == 0 || r == 3)
+        ctc_wino_row_avx2(r == 0 ? xk - W : xk + 2 * W, base, mm, fm, e);
+      for (int c = 0; c < 4; c++)
+        e[c] = r == 0 ? _mm256_sub_ps(e[c], b[c]) : r == 1 ? _mm256_add_ps(a[c], b[c])
+             : r == 2 ? _mm256_sub_ps(b[c], a[c]) : _mm256_sub_ps(a[c], e[c]);
+      __m256 o[4];
+      ctc_wino_eb(e, o);
+      for (int c = 0; c < 4; c++)
+        if (plain) _mm256_storeu_ps(vc + (4 * r + c) * VS, o[c]);
+        else ctc_wino_st_avx2(vc + (4 * r + c) * VS, m, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
+    }
+  }
+}
 /* V[e][p][k][16] (panels of 16 tiles; rows: V[e][k][B]) = (B^T d B)[e], channels [k0, k1), runs
- * of up to 8 tiles */
+ * of up to 8 tiles; a run of 8 that fills its vector (all of them in images of 16 columns or more,
+ * but where a block starts inside a row) without the checks of every load and store */
 static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
                                    int64_t k0, int64_t k1, int rows, int r0, int r1, float *restrict V) {
   if (W == 4 || W == 8) {   /* narrow images: whole groups of 8 tiles */
@@ -1740,36 +1795,26 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
   for (int64_t t = t0; t < t0 + B && t < T;) {
-    const int64_t sh = (t - t0) % 8;
-    const ctc_wino_run u = ctc_wino_run_at(t, t0, T, TH, TW, 8 - sh);
-    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
-    const __m256i sm = ctc_wino_lanes_avx2(sh, sh + L), lm = ctc_wino_lanes_avx2(0, L);
+    const int64_t sh = rows ? 0 : (t - t0) % 8;
+    const ctc_wino_run u = ctc_wino_run_at(t, t0, T, TH, TW, 8 - (t - t0) % 8);
+    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L, base = 2 * tx - 1;
+    const __m256i m = ctc_wino_lanes_avx2(sh, sh + L);
     const __m256i rot = _mm256_and_si256(
         _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)sh)), _mm256_set1_epi32(7));
     __m256i mm[4];
-    ctc_wino_cols_avx2(2 * tx - 1, W, L, mm);
-    for (int64_t k = k0; k < k1; k++) {
-      const float *xk = x + (n * K + k) * HW;
-      __m256 d[4][4];
-      for (int r = 0; r < 4; r++) {
-        const int64_t ih = 2 * ty - 1 + r;
-        if (ih < 0 || ih >= H)
-          for (int c = 0; c < 4; c++) d[r][c] = _mm256_setzero_ps();
-        else
-          ctc_wino_row_avx2(xk + ih * W, 2 * tx - 1, mm, d[r]);
-      }
-      ctc_wino_btd(d);
-      float *v = rows ? V + k * B + tb : V + (tb / 16 * K + k) * 16 + tb % 16 / 8 * 8;
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) {   /* row r of B^T d B (unrolled: d stays in registers) */
-        if (r < r0 || r >= r1) continue;
-        __m256 o[4];
-        ctc_wino_eb(d[r], o);
-        for (int c = 0; c < 4; c++)
-          if (rows) ctc_wino_st_avx2(v + (4 * r + c) * VS, lm, o[c]);
-          else ctc_wino_st_avx2(v + (4 * r + c) * VS, sm, sh ? _mm256_permutevar8x32_ps(o[c], rot) : o[c]);
-      }
-    }
+    ctc_wino_cols_avx2(base, W, L, mm);
+    const float *xr = x + (n * K + k0) * HW + 2 * ty * W;
+    float *v = rows ? V + k0 * B + tb : V + (tb / 16 * K + k0) * 16 + tb % 16 / 8 * 8;
+    const int64_t vk = rows ? B : 16;
+    const int ok0 = ty > 0, ok3 = 2 * ty + 2 < H;
+    if (L == 8) {   /* (then sh is 0) */
+      const int fm = (tx == 0) | (tx + 8 == TW) << 1;
+      if (fm == 0) ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 0, v, vk, VS, 1, m, 0, rot, r0, r1);
+      else if (fm == 1) ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 1, v, vk, VS, 1, m, 0, rot, r0, r1);
+      else if (fm == 2) ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 2, v, vk, VS, 1, m, 0, rot, r0, r1);
+      else ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 3, v, vk, VS, 1, m, 0, rot, r0, r1);
+    } else
+      ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 4, v, vk, VS, 0, m, sh, rot, r0, r1);
     t += L;
   }
 }
@@ -1785,6 +1830,29 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
   else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
   else ctc_gemm_tile16_avx2(1, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
 }
+/* Output rows [m0, m1) of one run of L tiles (yr: row 2 ty, column 2 tx of channel m0's image):
+ * plain loads and stores where full (a constant: L = 8) */
+static inline __attribute__((always_inline)) void ctc_wino_out_run_avx2(const float *Mb, int64_t M, int64_t B, int64_t HW,
+                                                                        int64_t W, int64_t tb, int64_t L, int64_t m0,
+                                                                        int64_t m1, const int full, float *yr) {
+  const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L), s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
+  for (int64_t m = m0; m < m1; m++) {
+    __m256 c[2][2];   /* c[i][j]: output row i, column j of each tile */
+    ctc_wino_ava_ld(Mb + m * B + tb, M * B + CTC_WINO_PAD, full, lm, c);
+    float *ym = yr + (m - m0) * HW;
+    for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
+      const __m256 ul = _mm256_unpacklo_ps(c[i][0], c[i][1]), uh = _mm256_unpackhi_ps(c[i][0], c[i][1]);
+      const __m256 lo = _mm256_permute2f128_ps(ul, uh, 0x20), hi = _mm256_permute2f128_ps(ul, uh, 0x31);
+      if (full) {
+        _mm256_storeu_ps(ym + i * W, lo);
+        _mm256_storeu_ps(ym + i * W + 8, hi);
+      } else {
+        ctc_wino_st_avx2(ym + i * W, s0, lo);
+        if (L > 4) ctc_wino_st_avx2(ym + i * W + 8, s1, hi);
+      }
+    }
+  }
+}
 /* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 8 tiles of a row */
 static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
                                     int64_t B, int64_t m0, int64_t m1, float *y) {
@@ -1795,21 +1863,10 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
   const int64_t TW = W / 2, TH = H / 2, HW = H * W;
   for (int64_t t = t0; t < t0 + nt;) {
     const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 8);
-    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
-    const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
-                  s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
-    for (int64_t m = m0; m < m1; m++) {
-      __m256 v[16], c[2][2];
-      for (int e = 0; e < 16; e++) v[e] = _mm256_maskload_ps(Mb + e * (M * B + CTC_WINO_PAD) + m * B + tb, lm);
-      ctc_wino_ava(v, c);   /* c[i][j]: output row i, column j of each tile */
-      float *yr = y + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i, its two columns interleaved */
-        const __m256 ul = _mm256_unpacklo_ps(c[i][0], c[i][1]), uh = _mm256_unpackhi_ps(c[i][0], c[i][1]);
-        ctc_wino_st_avx2(yr + i * W, s0, _mm256_permute2f128_ps(ul, uh, 0x20));
-        if (L > 4) ctc_wino_st_avx2(yr + i * W + 8, s1, _mm256_permute2f128_ps(ul, uh, 0x31));
-      }
-    }
-    t += L;
+    float *yr = y + (u.n * M + m0) * HW + 2 * u.ty * W + 2 * u.tx;
+    if (u.L == 8) ctc_wino_out_run_avx2(Mb, M, B, HW, W, u.tb, 8, m0, m1, 1, yr);
+    else ctc_wino_out_run_avx2(Mb, M, B, HW, W, u.tb, u.L, m0, m1, 0, yr);
+    t += u.L;
   }
 }
 /* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
