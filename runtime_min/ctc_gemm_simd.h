@@ -1621,8 +1621,10 @@ static inline __attribute__((always_inline)) void ctc_wino_ava_ld(const float *p
 static inline void ctc_wino_ta(__m256 a, __m256 b, __m256 *o) {
   o[0] = a, o[1] = _mm256_add_ps(a, b), o[2] = _mm256_sub_ps(a, b), o[3] = _mm256_sub_ps(_mm256_setzero_ps(), b);
 }
-/* zr[e ZS] (lanes lm) = element e of A f A^T, row by row: rows [r0, r1) */
-static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i lm, int r0, int r1) {
+/* zr[e ZS] (lanes lm; all 8 as they are where full, a constant) = element e of A f A^T, row by
+ * row: rows [r0, r1) */
+static inline __attribute__((always_inline)) void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i lm,
+                                                               const int full, int r0, int r1) {
   __m256 t[2][4];
   for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], t[c]);   /* A f */
 #pragma GCC unroll 4
@@ -1630,7 +1632,9 @@ static inline void ctc_wino_afa(__m256 f[2][2], float *zr, int64_t ZS, __m256i l
     if (r < r0 || r >= r1) continue;
     __m256 o[4];
     ctc_wino_ta(t[0][r], t[1][r], o);
-    for (int q = 0; q < 4; q++) ctc_wino_st_avx2(zr + (4 * r + q) * ZS, lm, o[q]);
+    for (int q = 0; q < 4; q++)
+      if (full) _mm256_storeu_ps(zr + (4 * r + q) * ZS, o[q]);
+      else ctc_wino_st_avx2(zr + (4 * r + q) * ZS, lm, o[q]);
   }
 }
 /* Narrow images (W = 4 or 8 columns: a row's runs fill 2 or 4 of 8 lanes) as the AVX-512 helpers':
@@ -1744,7 +1748,7 @@ static inline void ctc_wino_dy_narrow_f32(const float *g, int64_t M, int64_t H, 
         ctc_wino_pair_ld(p, W, ab);
         for (int c = 0; c < 2; c++) f[i][c] = ctc_wino_pick(ab, ix[c], all);
       }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
+      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, 0, r0, r1);
     }
   }
 }
@@ -1869,6 +1873,26 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
     t += u.L;
   }
 }
+/* Rows [m0, m1) of one run of L tiles of the weight gradient's Z (gr: output gradient row 2 ty,
+ * column 2 tx of channel m0's image; zr: its place in Z's plane 0): plain loads and stores where
+ * full (a constant: L = 8) */
+static inline __attribute__((always_inline)) void ctc_wino_dy_run_avx2(const float *gr, int64_t HW, int64_t W, int64_t L,
+                                                                       int64_t m0, int64_t m1, int64_t B, int64_t ZS,
+                                                                       const int full, int r0, int r1, float *zr) {
+  const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L), s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
+  for (int64_t m = m0; m < m1; m++) {
+    const float *gm = gr + (m - m0) * HW;
+    __m256 f[2][2];
+    for (int i = 0; i < 2; i++) {
+      const __m256 A = _mm256_permutevar8x32_ps(full ? _mm256_loadu_ps(gm + i * W) : _mm256_maskload_ps(gm + i * W, s0), pi);
+      const __m256 B2 =
+          _mm256_permutevar8x32_ps(full ? _mm256_loadu_ps(gm + i * W + 8) : _mm256_maskload_ps(gm + i * W + 8, s1), pi);
+      f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
+    }
+    ctc_wino_afa(f, zr + (m - m0) * B, ZS, lm, full, r0, r1);
+  }
+}
 /* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 8 tiles */
 static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
                                    int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
@@ -1877,23 +1901,13 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
     return;
   }
   const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
-  const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t t = t0; t < t0 + nt;) {
     const ctc_wino_run u = ctc_wino_run_at(t, t0, t0 + nt, TH, TW, 8);
-    const int64_t tx = u.tx, ty = u.ty, n = u.n, tb = u.tb, L = u.L;
-    const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L),
-                  s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
-    for (int64_t m = m0; m < m1; m++) {
-      const float *gr = g + (n * M + m) * HW + 2 * ty * W + 2 * tx;
-      __m256 f[2][2];
-      for (int i = 0; i < 2; i++) {
-        const __m256 A = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W, s0), pi);
-        const __m256 B2 = _mm256_permutevar8x32_ps(_mm256_maskload_ps(gr + i * W + 8, s1), pi);
-        f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
-      }
-      ctc_wino_afa(f, Z + m * B + tb, ZS, lm, r0, r1);
-    }
-    t += L;
+    const float *gr = g + (u.n * M + m0) * HW + 2 * u.ty * W + 2 * u.tx;
+    float *zr = Z + m0 * B + u.tb;
+    if (u.L == 8) ctc_wino_dy_run_avx2(gr, HW, W, 8, m0, m1, B, ZS, 1, r0, r1, zr);
+    else ctc_wino_dy_run_avx2(gr, HW, W, u.L, m0, m1, B, ZS, 0, r0, r1, zr);
+    t += u.L;
   }
 }
 /* P[e][m][k] (+)= Z[e] V[e]^T over the block's tiles, the 16 columns k of panel q */
