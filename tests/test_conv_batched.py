@@ -56,6 +56,10 @@ CASES = [
     ("wino_ragged", 3, 17, 14, 10, 20, (3, 3), 1, 1, 1, 1, False, 0),
     ("wino_blocks", 3, 200, 6, 10, 190, (3, 3), 1, 1, 1, 1, False, 0),
     ("wino_wide", 2, 16, 2, 36, 16, (3, 3), 1, 1, 1, 1, False, 0),
+    # rows of 24 tiles, 4 image rows: on AVX2 three runs of 8 that fill their vectors, the first at the
+    # image's left edge, one inside, the last at its right edge (plain loads but for the edge's masked
+    # vector, ctc_wino_ld_avx2's fm 1, 0, 2), each tile row with its top or its bottom row in the padding
+    ("wino_runs", 2, 16, 4, 48, 16, (3, 3), 1, 1, 1, 1, False, 0),
     # images 8 and 16 columns wide (and small_tiles' 4): with AVX-512 groups of 16 tiles over whole
     # tile rows of several images (ctc_wino_in_narrow_f32): 3 tile rows an image (a group's rows
     # cross images), 60 tiles (a last group of 12); one tile row an image, 24 tiles (a last of 8)
