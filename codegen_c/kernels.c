@@ -96,13 +96,20 @@ static const Part matmul_text[] = {
      "#define ctc_blas_threads_$S() ((void)0)\n"},
     {"/* The block [*r0, *r1) x [*c0, *c1) of C[M,N] the calling thread computes: its share of the\n"
      " * rows when M >= N, in multiples of 16, else of the columns, in multiples of 32 (the AVX-512 kernel's\n"
-     " * panel: no thread gets a sliver it would hand to another library); all of C outside a parallel region. */\n"
+     " * panel: no thread gets a sliver it would hand to another library), 16 with AVX2 (its kernel's panel and\n"
+     " * CTC_GEMM_X86_MIN_COLS: the bench resnet's stem weight gradient, dW^T [27, 32] over 9,216 pixels, had\n"
+     " * all 32 columns on one thread); all of C outside a parallel region. */\n"
      "static void ctc_gemm_block_$S(int64_t M, int64_t N, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {\n"
      "  *r0 = 0, *r1 = M, *c0 = 0, *c1 = N;\n", NULL},
     {"#ifdef _OPENMP\n"
      "  const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), n = M >= N ? M : N;\n"
      "  if (nt <= 1) return;\n"
-     "  const int64_t q = M >= N ? 16 : 32, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;\n"
+     "#ifdef CTC_GEMM_AVX2_$S\n"
+     "  const int64_t qc = 16;\n"
+     "#else\n"
+     "  const int64_t qc = 32;\n"
+     "#endif\n"
+     "  const int64_t q = M >= N ? 16 : qc, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;\n"
      "  if (M >= N) *r0 = p0, *r1 = p1;\n"
      "  else *c0 = p0, *c1 = p1;\n"
      "#endif\n", ""},

@@ -115,7 +115,7 @@ static int one(int ta, int tb, int acc, int M, int N, int K, int pad) {
 
 #ifndef CTC_HAVE_CBLAS   /* (with OpenBLAS, blocks of under 16 columns (AVX-512: 32) or 2-7 rows (AVX-512) are OpenBLAS's) */
 /* C computed in the blocks ctc_gemm_block gives nt threads (rows when M >= N, else columns, cut at
- * multiples of 16 and 32) has the bits of C computed in one call. */
+ * multiples of 16 and 32, AVX2's columns at 16) has the bits of C computed in one call. */
 static int split(int ta, int tb, int M, int N, int K, int nt) {
   const int lda = ta ? M : K, ldb = tb ? K : N;
   float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)K * N);
@@ -125,7 +125,12 @@ static int split(int ta, int tb, int M, int N, int K, int nt) {
   ctc_matmul_block_f32(ta, tb, 0, K, a, lda, b, ldb, c1, N, 0, M, 0, N);
   const int n = M >= N ? M : N;
   for (int t = 0; t < nt; t++) {
-    const int q = M >= N ? 16 : 32, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;
+#ifdef CTC_GEMM_AVX2_f32
+    const int qc = 16;
+#else
+    const int qc = 32;
+#endif
+    const int q = M >= N ? 16 : qc, p0 = n * t / nt / q * q, p1 = t == nt - 1 ? n : n * (t + 1) / nt / q * q;
     if (M >= N) ctc_matmul_block_f32(ta, tb, 0, K, a, lda, b, ldb, c2, N, p0, p1, 0, N);
     else ctc_matmul_block_f32(ta, tb, 0, K, a, lda, b, ldb, c2, N, 0, M, p0, p1);
   }
