@@ -1891,15 +1891,12 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
 static inline __attribute__((always_inline)) void ctc_wino_dy_run_avx2(const float *gr, int64_t HW, int64_t W, int64_t L,
                                                                        int64_t m0, int64_t m1, int64_t B, int64_t ZS,
                                                                        const int full, int r0, int r1, float *zr) {
-  const __m256i pi = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m256i lm = ctc_wino_lanes_avx2(0, L), s0 = ctc_wino_lanes_avx2(0, 2 * L), s1 = ctc_wino_lanes_avx2(0, 2 * L - 8);
+  const __m256i lm = ctc_wino_lanes_avx2(0, L), mm[2] = {ctc_wino_lanes_avx2(0, 2 * L), ctc_wino_lanes_avx2(0, 2 * L - 8)};
   for (int64_t m = m0; m < m1; m++) {
     const float *gm = gr + (m - m0) * HW;
     __m256 f[2][2];
-    for (int i = 0; i < 2; i++) {
-      const __m256 A = _mm256_permutevar8x32_ps(full ? _mm256_loadu_ps(gm + i * W) : _mm256_maskload_ps(gm + i * W, s0), pi);
-      const __m256 B2 =
-          _mm256_permutevar8x32_ps(full ? _mm256_loadu_ps(gm + i * W + 8) : _mm256_maskload_ps(gm + i * W + 8, s1), pi);
+    for (int i = 0; i < 2; i++) {   /* the row's 16 floats from column 2 tx, as an input row's first two vectors */
+      const __m256 A = ctc_wino_ld_avx2(gm + i * W, mm, full ? 0 : 4, 0), B2 = ctc_wino_ld_avx2(gm + i * W, mm, full ? 0 : 4, 1);
       f[i][0] = _mm256_permute2f128_ps(A, B2, 0x20), f[i][1] = _mm256_permute2f128_ps(A, B2, 0x31);
     }
     ctc_wino_afa(f, zr + (m - m0) * B, ZS, lm, full, r0, r1);
