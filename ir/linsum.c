@@ -23,7 +23,21 @@
  * before, whose operand shares an elementwise value (or a recomputed copy of one) with this one's
  * (the pass before). Only where the new sums join a kernel: over the trailing axes
  * (a row kernel on every target) or on the hosted C target, where ir/rowsplit.c (after this pass)
- * makes BatchNorm's sums over N, H and W row sums. An entry's outputs keep their sums. */
+ * makes BatchNorm's sums over N, H and W row sums. An entry's outputs keep their sums.
+ *
+ * Then every float sum over A of a product with factors constant along A is their product times
+ * the sum of the other factors' product, and the sums of one product (by value number) are one:
+ *
+ *     sum_A(g_y * w * r) = w * r * sum_A(g_y)        sum_A(g_y * (xc * r)) = r * sum_A(g_y * xc)
+ *
+ * BatchNorm's backward had five sums of four values over the tensor (g_y, xc, g_y * xhat,
+ * g_y * w * xc and, from the rewrite above, g_y * w * r); they are three: g_y, xc and g_y * xc.
+ * Each sum is an accumulation per element (on the C target a store and a load of a row array
+ * too), the product a multiply. A factor is a literal or a value constant along A; a product
+ * is flattened through multiplications of the operand's shape whose factors are all of that
+ * shape or constant along A (g_y * w of a LayerNorm, w varying along its axis, is one factor);
+ * its varying factors multiply in the order of their value numbers. In exact arithmetic the
+ * value is the same; in floating point the products round in another order. */
 #include <stdlib.h>
 #include <string.h>
 #include "ir.h"
@@ -188,6 +202,120 @@ static int rewrites(const Program *p, Ctx *c, int i, const unsigned char *root) 
   return split(c, x, t0);
 }
 
+#define FACTOR_MAX 8   /* factors of one product, at most */
+
+/* A sum of a product: its varying factors' value numbers (ascending), axes and phase. */
+typedef struct SumKey {
+  int phase, n;
+  int64_t mask;
+  ValId key[FACTOR_MAX];
+  ValId sum;
+} SumKey;
+
+/* Flattens the product v (of the sum's operand's type): factors constant along the axes into
+ * cst, those of the operand's shape into var; 0 past FACTOR_MAX of either. */
+static int factors(Ctx *c, ValId v, ValId *cst, int *nc, ValId *var, int *nv) {
+  const Inst *d = ir_def(c->f, v);
+  int flat = full_elem(c, v) && d->op == IR_MUL;
+  for (int k = 0; flat && k < 2; k++) flat = full_shape(c, d->args[k]) || constant_along(c, d->args[k]);
+  if (!flat) {
+    if (*nv == FACTOR_MAX) return 0;
+    var[(*nv)++] = v;
+    return 1;
+  }
+  for (int k = 0; k < 2; k++) {
+    ValId a = d->args[k];
+    if (!full_shape(c, a)) {
+      if (*nc == FACTOR_MAX) return 0;
+      cst[(*nc)++] = a;
+    } else if (!factors(c, a, cst, nc, var, nv)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The second rewrite (above). A sum reuses an earlier one of its product, axes and phase (a
+ * value constant along the axes: small); the product itself is made anew at each sum that
+ * needs it (CSE merges the near copies), not read from another kernel. */
+static void factor_sums(Program *p, Func *f) {
+  const int ni = f->insts.len, nv = f->values.len;
+  ValId *canon = malloc(sizeof(ValId) * (size_t)nv), *to = malloc(sizeof(ValId) * (size_t)nv);
+  unsigned char *root = calloc((size_t)nv, 1);
+  SumKey *sums = malloc(sizeof(SumKey) * (size_t)ni);
+  CHECK(canon && to && root && sums);
+  ir_value_numbers(f, canon);
+  for (int v = 0; v < nv; v++) to[v] = v;
+  for (int k = 0; k < f->outputs.len; k++) root[f->outputs.data[k]] = 1;
+  for (int k = 0; k < f->updates.len; k++) root[f->updates.data[k]] = 1;
+  for (int k = 0; k < f->sync.len; k++) root[f->sync.data[k]] = 1;
+  int ns = 0;
+  Inst *old = ir_insts_take(f);
+  const int phase = f->phase, scope = f->scope, grad = f->grad_mode;
+  Ctx c = {.f = f};
+  for (int i = 0; i < ni; i++) {
+    Inst in = old[i];
+    for (int k = 0; k < in.nargs; k++) in.args[k] = to[in.args[k]];
+    ValId cst[FACTOR_MAX], var[FACTOR_MAX];
+    int nc = 0, nvar = 0, ok = !in.dead && in.op == IR_REDUCE_SUM && !root[in.res];
+    const Type t = ok ? f->values.data[in.args[0]].type : (Type){0};   /* (ir_emit may move values) */
+    if (ok) {
+      c.full = &t, c.mask = (uint64_t)in.attr[0];
+      ok = ir_dtype_is_float(t.dtype) && t.ndim && full_elem(&c, in.args[0]) &&
+           factors(&c, in.args[0], cst, &nc, var, &nvar) && nvar;
+      for (int k = 0; ok && k < nvar; k++) ok = var[k] < nv;
+    }
+    if (!ok) {
+      ir_inst_push(p, f, in);
+      continue;
+    }
+    SumKey sk = {.phase = in.phase, .n = nvar, .mask = in.attr[0], .sum = in.res};
+    for (int k = 0; k < nvar; k++) {   /* by value number (insertion sort: a few) */
+      ValId kv = canon[var[k]], vv = var[k];
+      int j = k;
+      for (; j > 0 && sk.key[j - 1] > kv; j--) sk.key[j] = sk.key[j - 1], var[j] = var[j - 1];
+      sk.key[j] = kv, var[j] = vv;
+    }
+    int j = 0;
+    while (j < ns && (sums[j].phase != sk.phase || sums[j].n != sk.n || sums[j].mask != sk.mask ||
+                      memcmp(sums[j].key, sk.key, sizeof(ValId) * (size_t)nvar)))
+      j++;
+    if (!nc) {   /* nothing to factor: later sums of its product read it */
+      ir_inst_push(p, f, in);
+      if (j == ns) sums[ns++] = sk;
+      continue;
+    }
+    f->phase = in.phase, f->scope = in.scope, f->grad_mode = in.nograd;
+    const Type rt = f->values.data[in.res].type;
+    const char *name = f->values.data[in.res].name;
+    ValId s;
+    if (j < ns) {
+      s = sums[j].sum;
+    } else {
+      ValId prod = var[0];
+      for (int k = 1; k < nvar; k++) {
+        ValId a[2] = {prod, var[k]};
+        prod = ir_emit(p, f, IR_MUL, a, 2, t, NULL, 0, 0, in.loc, NULL);
+      }
+      s = sk.sum = ir_emit(p, f, IR_REDUCE_SUM, &prod, 1, rt, in.attr, 1, 0, in.loc, name);
+      sums[ns++] = sk;
+    }
+    for (int k = 0; k < nc; k++) {
+      ValId a[2] = {s, cst[k]};
+      s = ir_emit(p, f, IR_MUL, a, 2, rt, NULL, 0, 0, in.loc, name);
+    }
+    Value *nw = &f->values.data[s], *ov = &f->values.data[in.res];
+    nw->adjoint_of = ov->adjoint_of, nw->term_of = ov->term_of;
+    to[in.res] = s;
+  }
+  f->phase = phase, f->scope = scope, f->grad_mode = grad;
+  free(old);
+  free(sums);
+  free(root);
+  free(to);
+  free(canon);
+}
+
 void ir_pass_linsum(Program *p, Func *f) {
   const int ni = f->insts.len, nv = f->values.len;
   if (ni < 3) return;
@@ -280,4 +408,5 @@ void ir_pass_linsum(Program *p, Func *f) {
   free(c.stack);
   free(canon);
   free(root);
+  factor_sums(p, f);
 }

@@ -329,7 +329,7 @@ def test_fused_differently_is_an_error_not_a_crash(tmp_path):
     trace's text twice on this path)."""
     src = ("import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
            "        self.p = nn.Parameter(torch.randn(10, 48))\n\n    def forward(self, x):\n"
-           "        a = self.p * 2.0\n        b = x * 3.0\n        return a.sum() + b.sum()\n\n\nmodel = Net()\n")
+           "        a = self.p + 2.0\n        b = x + 3.0\n        return a.sum() + b.sum()\n\n\nmodel = Net()\n")
     py = tmp_path / "m.py"
     py.write_text(src)
     r = run([CTC, "build", str(py), "-o", str(tmp_path / "net"), "--input", "x=f32[N,48]", "--max", "N=10"], check=False)

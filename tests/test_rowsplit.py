@@ -99,11 +99,12 @@ def test_the_sums_are_row_kernels_of_what_they_sum(block):
     ks = _train_step_kernels(block)
     kernels = re.split(r"\n  kernel \d+: ", ks)
     rows = [k for k in kernels if re.match(r"row over \w+\[16,16,256\], rows of 256", k)]
-    # forward: each BatchNorm's variance (3); backward: each one's bias, weight, variance and the
-    # two of the input's gradient through the mean, sum(g_y) and sum(x - mean) (ir/linsum.c) (15),
-    # but the bias sums of bn2 and the shortcut's BatchNorm are one (the same gradient)
+    # forward: each BatchNorm's variance (3); backward: each one's sums of g_y, x - mean and
+    # g_y * (x - mean), of which the bias, weight and input gradients are per-channel multiples
+    # (ir/linsum.c) (9), but the bias sums of bn2 and the shortcut's BatchNorm are one (the same
+    # gradient)
     sums = sum(len(re.findall(r"= reduce_sum : f64\[16,16,1,1\]", k)) for k in rows)
-    assert sums == 17, ks
+    assert sums == 11, ks
     # the variance's sum in the kernel that centres the input (which it stores for the output)
     assert sum(1 for k in rows if re.search(r"outputs: %sub\.\d+ %mean\.\d+\n", k)) == 3, ks
     # the pool's sum over H and W: a row kernel over the merged axes
@@ -111,9 +112,9 @@ def test_the_sums_are_row_kernels_of_what_they_sum(block):
     # no sum over N, H and W of a full tensor is an op of its own but the means of the convolutions (3)
     own = [k for k in kernels if re.match(r"op over f32\[1,16,1,1\]", k) and "reduce_sum" in k]
     assert len(own) == 3 and all(re.search(r"inputs: %(block_conv\d|block_shortcut_0)\.\d+\n", k) for k in own), own
-    # the relu's gradient and the five sums of the shortcut's BatchNorm, and of bn1, in one row
+    # the relu's gradient and the three sums of the shortcut's BatchNorm, and of bn1, in one row
     # kernel each (the input's gradient then one pass after it)
-    assert sum(1 for k in rows if len(re.findall(r"= reduce_sum : f64", k)) == 5) == 2, ks
+    assert sum(1 for k in rows if len(re.findall(r"= reduce_sum : f64", k)) == 3) == 2, ks
     unfused = _train_step_kernels(block, "--no-fuse")
     assert "f64" not in unfused and "rows of" not in unfused
 
@@ -125,8 +126,8 @@ def test_the_row_arrays_hold_floats_and_compile_clean(block, tmp_path):
     arrays = re.findall(r"(float|double) (\w+_in)\[(\d+)\];", text)
     assert arrays and all(t == "float" for t, _, _ in arrays), arrays
     summed = re.findall(r"_acc = ctc_sum_f32\((\w+_in), 256\);", text)
-    # the 17 double sums of the step, and the pool's in it (forward's reads the relu's output in place)
-    assert len(summed) == 18 and set(summed) == {a for _, a, n in arrays if n == "256"}, summed
+    # the 11 double sums of the step, and the pool's in it (forward's reads the relu's output in place)
+    assert len(summed) == 12 and set(summed) == {a for _, a, n in arrays if n == "256"}, summed
     run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fopenmp", "-c", out, "-I", f"{ROOT}/runtime_min",
          "-o", tmp_path / "gen.o"])
 
