@@ -68,6 +68,9 @@ CASES = [
     # 16 and 18 channels: blocks of 480 tiles, 224 a thread of 2 (each thread's blocks its own),
     # 4 images of 12 x 11 tile rows: 528 tiles, the first thread's second block 80 tiles
     ("wino_threads", 4, 16, 24, 22, 18, (3, 3), 1, 1, 1, 1, False, 0),
+    # 19 and 25 channels: on AVX2 the products' last 7 rows as tiles of 4 and 3 (ctc_wino_rows_avx2:
+    # 6 + 6 + 6 + 4 + 3 forward, 6 + 6 + 4 + 3 for the input gradient)
+    ("wino_tails", 2, 19, 6, 8, 25, (3, 3), 1, 1, 1, 1, False, 0),
     # stride 2, even images, outputs half their size of a multiple of 16 pixels: with AVX-512 or AVX2
     # the forward is an implicit GEMM over the input's phases (ctc_pix_phases_f32, ctc_pix st 2):
     # 3x3 (4 phases, taps at -1 and 0; 8x12 outputs: vectors straddle rows); 1x1 (one phase);
