@@ -137,21 +137,26 @@ def test_norm_backward_rows_are_two_loops(tmp_path):
     assert re.search(r"= reduce_sum\[\d+\] %sub\.\d+ : f32\[32,1\]", ir), ir   # sum(x - mean) of a LayerNorm
 
 
-def test_norm_training_matches_pytorch(tmp_path):
-    path = tmp_path / "norms.py"
-    path.write_text(NORMS)
-    # a fixed initialisation: with some (seeds 2 and 6 of 0-7), Adam's first steps divide a few
-    # weights' near-zero gradients by their square roots, and float32's rounding, PyTorch's or
-    # ctc's, puts them 1e-3 apart (each as far from a float64 run)
+def _three_steps_match(tmp_path, src, name, n, seed):
+    """Three training steps of the file src on batches of n 3x8x8 images against PyTorch. A fixed
+    initialisation: with some (seeds 2 and 6 of 0-7 for NORMS), Adam's first steps divide a few
+    weights' near-zero gradients by their square roots, and float32's rounding, PyTorch's or
+    ctc's, puts them 1e-3 apart (each as far from a float64 run)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
     torch.manual_seed(0)
-    mod = load_module(str(path), "linsum_norms")
+    mod = load_module(str(path), f"linsum_{name}")
     w = tmp_path / "w0.safetensors"
     st_write(w, state_dict_np(mod.model))
     run([CTC, "build", path, "-o", tmp_path / "net"])
-    rng = np.random.default_rng(5)
-    batches = [((rng.standard_normal((32, 3, 8, 8)) * 2 + 1).astype(np.float32),
-                rng.integers(0, 10, 32).astype(np.int64)) for _ in range(3)]
-    train_steps_match(str(tmp_path), str(tmp_path / "net"), mod, w, batches, "norms")
+    rng = np.random.default_rng(seed)
+    batches = [((rng.standard_normal((n, 3, 8, 8)) * 2 + 1).astype(np.float32),
+                rng.integers(0, 10, n).astype(np.int64)) for _ in range(3)]
+    train_steps_match(str(tmp_path), str(tmp_path / "net"), mod, w, batches, name)
+
+
+def test_norm_training_matches_pytorch(tmp_path):
+    _three_steps_match(tmp_path, NORMS, "norms", 32, 5)
 
 
 def test_gradient_penalty_through_layer_norm(tmp_path):
@@ -190,15 +195,7 @@ def test_batchnorm_backward_sums_three_products(tmp_path):
     # gradient through the mean keeps its own sum of a combination)
     cuda = _sums_after_linsum(path, tmp_path, "--target", "cuda")
     assert cuda[:4] == ["conv2d", "mul(sub,sub)", "where", "mul(sub,where)"] and len(cuda) == 5, cuda
-    torch.manual_seed(0)
-    mod = load_module(str(path), "linsum_bn")
-    w = tmp_path / "w0.safetensors"
-    st_write(w, state_dict_np(mod.model))
-    run([CTC, "build", path, "-o", tmp_path / "net"])
-    rng = np.random.default_rng(3)
-    batches = [((rng.standard_normal((4, 3, 8, 8)) * 2 + 1).astype(np.float32),
-                rng.integers(0, 10, 4).astype(np.int64)) for _ in range(3)]
-    train_steps_match(str(tmp_path), str(tmp_path / "net"), mod, w, batches, "bn")
+    _three_steps_match(tmp_path, BATCHNORM, "bn", 4, 3)
 
 
 def test_forward_sum_of_a_product_with_a_per_row_factor(tmp_path):
