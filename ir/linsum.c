@@ -202,6 +202,16 @@ static int rewrites(const Program *p, Ctx *c, int i, const unsigned char *root) 
   return split(c, x, t0);
 }
 
+/* Per value whether it is an entry's output, update or synchronised gradient (its sum stays). */
+static unsigned char *roots(const Func *f) {
+  unsigned char *root = calloc((size_t)f->values.len, 1);
+  CHECK(root);
+  for (int k = 0; k < f->outputs.len; k++) root[f->outputs.data[k]] = 1;
+  for (int k = 0; k < f->updates.len; k++) root[f->updates.data[k]] = 1;
+  for (int k = 0; k < f->sync.len; k++) root[f->sync.data[k]] = 1;
+  return root;
+}
+
 #define FACTOR_MAX 8   /* factors of one product, at most */
 
 /* A sum of a product: its varying factors' value numbers (ascending), axes and phase. */
@@ -241,14 +251,11 @@ static int factors(Ctx *c, ValId v, ValId *cst, int *nc, ValId *var, int *nv) {
 static void factor_sums(Program *p, Func *f) {
   const int ni = f->insts.len, nv = f->values.len;
   ValId *canon = malloc(sizeof(ValId) * (size_t)nv), *to = malloc(sizeof(ValId) * (size_t)nv);
-  unsigned char *root = calloc((size_t)nv, 1);
+  unsigned char *root = roots(f);
   SumKey *sums = malloc(sizeof(SumKey) * (size_t)ni);
   CHECK(canon && to && root && sums);
   ir_value_numbers(f, canon);
   for (int v = 0; v < nv; v++) to[v] = v;
-  for (int k = 0; k < f->outputs.len; k++) root[f->outputs.data[k]] = 1;
-  for (int k = 0; k < f->updates.len; k++) root[f->updates.data[k]] = 1;
-  for (int k = 0; k < f->sync.len; k++) root[f->sync.data[k]] = 1;
   int ns = 0;
   Inst *old = ir_insts_take(f);
   const int phase = f->phase, scope = f->scope, grad = f->grad_mode;
@@ -330,12 +337,9 @@ void ir_pass_linsum(Program *p, Func *f) {
   c.late_at = malloc(sizeof(int) * (size_t)nv);
   c.is_late = calloc((size_t)ni, 1);
   c.stack = malloc(sizeof(ValId) * (size_t)nv);
-  unsigned char *root = calloc((size_t)nv, 1);
+  unsigned char *root = roots(f);
   CHECK(c.reg && c.seen && c.late && c.late_at && c.is_late && c.stack && root);
   for (int v = 0; v < nv; v++) c.reg[v] = c.seen[v] = c.late_at[v] = 0;
-  for (int k = 0; k < f->outputs.len; k++) root[f->outputs.data[k]] = 1;
-  for (int k = 0; k < f->updates.len; k++) root[f->updates.data[k]] = 1;
-  for (int k = 0; k < f->sync.len; k++) root[f->sync.data[k]] = 1;
   /* per rewritten sum its terms */
   Term **terms = calloc((size_t)ni, sizeof *terms);
   int *nterms = calloc((size_t)ni, sizeof *nterms);
