@@ -127,7 +127,7 @@ extern const char cg_gemm_simd16_text[];
 /* wino_c.c: the Winograd convolutions' texts (the runs of tiles, AVX-512 and AVX2 helpers,
  * ctc_conv_wino_f32 and its weight gradient over them), written into the same header */
 extern const char cg_conv_wino_common_text[], cg_conv_wino_text[], cg_conv_wino_avx2_text[],
-    cg_conv_wino_driver_text[];
+    cg_conv_wino_tile16_text[], cg_conv_wino_neon_text[], cg_conv_wino_driver_text[];
 
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 

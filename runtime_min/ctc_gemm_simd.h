@@ -6,9 +6,10 @@
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
  * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
- * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32), and the 3x3
- * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32); with AVX2 and FMA, the
- * product of one row and a matrix (ctc_gemv_x86_f32, CTC_GEMV_X86_f32).
+ * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,
+ * AVX2 or the NEON GEMM, the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32,
+ * CTC_CONV_WINO_f32); with AVX2 and FMA, the product of one row and a matrix (ctc_gemv_x86_f32,
+ * CTC_GEMV_X86_f32).
  *
  * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md
  * describes the kernels); do not edit. */
@@ -469,7 +470,8 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
 }
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \
+    (defined(__aarch64__) && defined(__ARM_NEON) && !defined(CTC_HAVE_CBLAS))
 /* ---- Winograd convolutions (below, per instruction set): a run of tiles from tile t of a block
  * [t0, ...): image n, tile row ty, tile column tx, its place tb in the block, and L tiles (to the end
  * of the row, at most `lanes`, none at or past `end`). Tile t covers rows 2 ty - 1 .. 2 ty + 2 and
@@ -1835,32 +1837,6 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
       ctc_wino_in_run_avx2(xr, HW, W, base, k0, k1, ok0, ok3, mm, 4, v, vk, VS, 0, m, sh, rot, r0, r1);
   }
 }
-/* The rows of the GEMM tile that a loop over M's rows in steps of 6 computes at row m: from *m,
- * their count. Where the last tile would have 1 or 2 rows, the last 7 or 8 are a tile of 4 and
- * one of 3 or 4: a tile of 2 rows sums into 4 registers, too few to hide the FMA's latency (the
- * products of 32 channels 76 -> 87 GFLOP/s on Zen 4). Each row's sums are the same. */
-static inline int ctc_wino_rows_avx2(int64_t M, int64_t *m) {
-  const int64_t left = M - *m;
-  if (M > 6 && (left == 7 || left == 8)) return 4;
-  if (M > 6 && left <= 2) {
-    *m -= 2;
-    return (int)left + 2;
-  }
-  return left < 6 ? (int)left : 6;
-}
-/* Mb[e][m][B] for the rows of M at m (ctc_wino_rows_avx2) and the block's panel p: U[e] V[e, p]
- * over all K */
-static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
-                                     int64_t e, int64_t p, int64_t m, float *Mb) {
-  const int mr = ctc_wino_rows_avx2(M, &m);
-  const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
-  const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 16;
-  float *c = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 16;
-  if (mr > 4) ctc_gemm_tile16_avx2(6, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
-  else ctc_gemm_tile16_avx2(1, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
-}
 /* Output rows [m0, m1) of one run of L tiles (yr: row 2 ty, column 2 tx of channel m0's image):
  * plain loads and stores where full (a constant: L = 8) */
 static inline __attribute__((always_inline)) void ctc_wino_out_run_avx2(const float *Mb, int64_t M, int64_t B, int64_t HW,
@@ -1932,6 +1908,32 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
     else ctc_wino_dy_run_avx2(gr, HW, W, u.L, m0, m1, B, ZS, 0, r0, r1, zr);
   }
 }
+/* The rows of the GEMM tile that a loop over M's rows in steps of 6 computes at row m: from *m,
+ * their count. Where the last tile would have 1 or 2 rows, the last 7 or 8 are a tile of 4 and
+ * one of 3 or 4: a tile of 2 rows sums into 4 registers, too few to hide the FMA's latency (the
+ * products of 32 channels with AVX2 76 -> 87 GFLOP/s on Zen 4). Each row's sums are the same. */
+static inline int ctc_wino_rows_avx2(int64_t M, int64_t *m) {
+  const int64_t left = M - *m;
+  if (M > 6 && (left == 7 || left == 8)) return 4;
+  if (M > 6 && left <= 2) {
+    *m -= 2;
+    return (int)left + 2;
+  }
+  return left < 6 ? (int)left : 6;
+}
+/* Mb[e][m][B] for the rows of M at m (ctc_wino_rows_avx2) and the block's panel p: U[e] V[e, p]
+ * over all K */
+static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                     int64_t e, int64_t p, int64_t m, float *Mb) {
+  const int mr = ctc_wino_rows_avx2(M, &m);
+  const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
+  const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 16;
+  float *c = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 16;
+  if (mr > 4) ctc_gemm_tile16_avx2(6, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else ctc_gemm_tile16_avx2(1, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+}
 /* P[e][m][k] (+)= Z[e] V[e]^T over the block's tiles, the 16 columns k of panel q */
 static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
                                       int64_t e, int64_t q, int add, float *P) {
@@ -1951,157 +1953,6 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
 }
 #define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */
 #endif
-#endif
-
-#ifdef CTC_CONV_WINO_f32
-/* ---- the Winograd convolution over the helpers of the instruction set compiled (AVX-512 or AVX2) */
-#ifdef _OPENMP
-#include <omp.h>
-#define CTC_WINO_FOR _Pragma("omp for schedule(static)")
-#define CTC_WINO_BARRIER _Pragma("omp barrier")
-#else
-#define CTC_WINO_FOR
-#define CTC_WINO_BARRIER
-#endif
-#include <unistd.h>
-/* The tiles a block where its transforms take `bytes` a tile (64 (K + M), or a thread's share of
- * them): at most B (the plan's room), and where the C library tells the size of a core's L2 cache,
- * as many as fill half of it, in panels of 32 (at least one). A Zen 3 (L2 512 KiB, 1 thread):
- * 32 channels on 32x32 images forward 7.2 -> 6.2 ms, weight gradient 10.4 -> 6.7 ms, from 256
- * tiles (1 MiB) to 64. Every sum is made the same way at any block of whole panels: a tile's
- * over the channels, and the weight gradient's over the tiles 32 at a time, in order. */
-static inline int64_t ctc_wino_fit(int64_t B, int64_t bytes) {
-#ifdef _SC_LEVEL2_CACHE_SIZE
-  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  int64_t b = l2 > 0 ? l2 / 2 / bytes / 32 * 32 : B;
-  if (b < 32) b = 32;
-  return b < B ? b : B;
-#else
-  (void)bytes;
-  return B;
-#endif
-}
-/* The steps of one block of nt tiles from tile t0 (B its planes' tiles): the transforms V of its
- * inputs, their products Mb with U, the outputs; split among the threads if split, else all by
- * the caller */
-static inline void ctc_wino_block_f32(const float *x, const float *U, int64_t K, int64_t H, int64_t W, int64_t M,
-                                      int64_t t0, int64_t nt, int64_t B, float *V, float *Mb, float *y,
-                                      int split) {
-  const int64_t np = (nt + CTC_WINO_P - 1) / CTC_WINO_P, NR = (M + CTC_WINO_R - 1) / CTC_WINO_R;
-  if (!split) {
-    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
-    for (int64_t e = 0; e < 16; e++)   /* (the split loop's order, without its divisions: 4% faster on AVX2) */
-      for (int64_t p = 0; p < np; p++)
-        for (int64_t m = 0; m < M; m += CTC_WINO_R) ctc_wino_gemm_f32(U, V, M, K, B, nt, e, p, m, Mb);
-    for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
-    return;
-  }
-  CTC_WINO_FOR
-  for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
-  CTC_WINO_FOR
-  for (int64_t j = 0; j < 16 * np * NR; j++)
-    ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
-  CTC_WINO_FOR
-  for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
-}
-/* y [N, M, H, W] = the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W] (H, W even) by
- * w (flip 0: [M, K, 3, 3]; flip 1: [K, M, 3, 3], taps reversed: the input gradient of the
- * convolution by w, x its output gradient), in blocks of at most B tiles (ctc_wino_fit; multiples
- * of 32: whole panels); scratch: U [16, M, K], then room for V [16, K, B + 32] and Mb [16, M, B + 32] floats,
- * 64-byte aligned. Every thread of a parallel region calls it (or one thread). With n threads
- * and B / n at least 32, each thread takes an n-th of the tiles, one run from a multiple of 32
- * (whole images where n divides the batch: the images that the elementwise loops over the batch
- * give the thread), in blocks of B / n tiles (rounded down to 32), their transforms in its own
- * part of V and Mb: no barrier between the steps and no thread reads what another wrote (2 vCPUs
- * on two of a Zen 4's core complexes: the resnet's 3x3 convolutions 4.2 ms a call with the steps
- * split, 1 thread 3.4). Else the steps of each block are split among the threads. Each output is
- * computed the same way whatever the number of threads. */
-static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
-                                     int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
-  float *U = scratch, *R = U + 16 * M * K;   /* R: room for (K + M) (B + 32) + 2 CTC_WINO_PAD floats a plane */
-  const int64_t T = N * (H / 2) * (W / 2);
-  int nth = 1, th = 0;
-#ifdef _OPENMP
-  nth = omp_get_num_threads(), th = omp_get_thread_num();
-#endif
-  CTC_WINO_FOR
-  for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
-  const int64_t F = ctc_wino_fit(B, 64 * (K + M)), bn = B / nth / 32 * 32, b = bn < F ? bn : F,
-                own = 16 * ((K + M) * b + 2 * CTC_WINO_PAD);
-  if (nth > 1 && b >= 32 && nth * own <= 16 * ((K + M) * (B + 32) + 2 * CTC_WINO_PAD)) {
-    float *V = R + th * own, *Mb = V + 16 * (K * b + CTC_WINO_PAD);
-    const int64_t lo = T * th / nth / 32 * 32, hi = th == nth - 1 ? T : T * (th + 1) / nth / 32 * 32;
-    for (int64_t t0 = lo; t0 < hi; t0 += b) ctc_wino_block_f32(x, U, K, H, W, M, t0, hi - t0 < b ? hi - t0 : b, b, V, Mb, y, 0);
-    return;
-  }
-  for (int64_t t0 = 0; t0 < T; t0 += F)
-    ctc_wino_block_f32(x, U, K, H, W, M, t0, T - t0 < F ? T - t0 : F, F, R, R + 16 * (K * F + CTC_WINO_PAD), y,
-                       nth > 1);
-}
-/* dw[m, k] (G^T P G) for rows [m0, m1): the weight gradient's last step, 16 k at a time */
-static inline void ctc_wino_dw_f32(const float *P, int64_t M, int64_t K, int64_t m0, int64_t m1, float *dw) {
-  for (int64_t m = m0; m < m1; m++)
-    for (int64_t k0 = 0; k0 < K; k0 += 16) {
-      const int64_t nk = K - k0 < 16 ? K - k0 : 16;
-      float s[4][3][16], o[9][16];
-      for (int r = 0; r < 4; r++) {   /* s = P G */
-        const float *p0 = P + ((4 * r) * M + m) * K + k0, *p1 = p0 + M * K, *p2 = p1 + M * K, *p3 = p2 + M * K;
-        for (int l = 0; l < 16; l++) {
-          const float a = l < nk ? p0[l] : 0, b = l < nk ? p1[l] : 0, c = l < nk ? p2[l] : 0, d = l < nk ? p3[l] : 0;
-          const float h = 0.5f * (b + c);
-          s[r][0][l] = a + h, s[r][1][l] = 0.5f * (b - c), s[r][2][l] = h + d;
-        }
-      }
-      for (int j = 0; j < 3; j++)   /* G^T s */
-        for (int l = 0; l < 16; l++) {
-          const float h = 0.5f * (s[1][j][l] + s[2][j][l]);
-          o[j][l] = s[0][j][l] + h, o[3 + j][l] = 0.5f * (s[1][j][l] - s[2][j][l]), o[6 + j][l] = h + s[3][j][l];
-        }
-      for (int64_t l = 0; l < nk; l++)
-        for (int t = 0; t < 9; t++) dw[(m * K + k0 + l) * 9 + t] = o[t][l];
-    }
-}
-/* dw [M, K, 3, 3] = the weight gradient of the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W]
- * (H, W even) with output gradient g [N, M, H, W], in blocks of at most B tiles; scratch: P [16, M, K],
- * V [16, K B + CTC_WINO_PAD], Z [16, M B + CTC_WINO_PAD] floats. As ctc_conv_wino_f32: every thread
- * of a region calls it, each sum made the same way whatever their number (the blocks added in order).
- * With 2 to 4 threads, each takes rows of the 4x4 transforms (planes e of its own): it transforms
- * every block's inputs and output gradients but keeps only its rows, and sums its planes' products
- * over all the blocks, with no barrier until the last step and nothing read that another thread
- * wrote (2 vCPUs on two of a Zen 4's core complexes: the blocks' steps split among the threads took
- * 4.8 ms a call of the bench resnet's, 1 thread 3.5). Else the steps of each block are split. */
-static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64_t N, int64_t K, int64_t H, int64_t W,
-                                           int64_t M, int64_t B, float *scratch, float *dw) {
-  const int64_t T = N * (H / 2) * (W / 2), NQ = (K + CTC_WINO_WQ - 1) / CTC_WINO_WQ;
-  int nth = 1, th = 0;
-#ifdef _OPENMP
-  nth = omp_get_num_threads(), th = omp_get_thread_num();
-#endif
-  /* (with rows, a thread's share of a tile's transforms: the most rows of the 4 a thread takes) */
-  B = ctc_wino_fit(B, 16 * (K + M) * (nth >= 2 && nth <= 4 ? (4 + nth - 1) / nth : 4));
-  float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * (K * B + CTC_WINO_PAD);
-  if (nth >= 2 && nth <= 4) {
-    const int r0 = th * 4 / nth, r1 = (th + 1) * 4 / nth;   /* this thread's rows: planes [4 r0, 4 r1) */
-    for (int64_t t0 = 0; t0 < T; t0 += B) {
-      const int64_t nt = T - t0 < B ? T - t0 : B;
-      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, r0, r1, V);
-      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, r0, r1, Z);
-      for (int64_t j = 4 * r0 * NQ; j < 4 * r1 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
-    }
-    CTC_WINO_BARRIER   /* every plane of P summed */
-  } else
-    for (int64_t t0 = 0; t0 < T; t0 += B) {
-      const int64_t nt = T - t0 < B ? T - t0 : B;
-      CTC_WINO_FOR
-      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, 0, 4, V);
-      CTC_WINO_FOR
-      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, 0, 4, Z);
-      CTC_WINO_FOR
-      for (int64_t j = 0; j < 16 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
-    }
-  CTC_WINO_FOR
-  for (int64_t m = 0; m < M; m += 4) ctc_wino_dw_f32(P, M, K, m, m + 4 < M ? m + 4 : M, dw);
-}
 #endif
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
@@ -2322,7 +2173,388 @@ static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int
                            const float *b, int64_t ldb, float *c, int64_t ldc) {
   ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
+#define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
+/* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) on NEON: the AVX2 helpers' structure
+ * (see there) with 4 lanes: runs of up to 4 tiles of a row, panels of 16 tiles and
+ * ctc_gemm_tile16_neon's 6x16 tiles; each transform the same operations in the same order */
+#define CTC_WINO_P 16   /* tiles a panel (the GEMM tile's columns) */
+#define CTC_WINO_R 6    /* rows a GEMM tile */
+#define CTC_WINO_PAD 16  /* as the AVX-512 helpers' */
+/* lanes [0, n) of v stored at p: all 4 where n is 4, else through the stack (the lanes past n are
+ * another run's) */
+static inline void ctc_wino_st_neon(float *p, int64_t n, float32x4_t v) {
+  if (n >= 4) {
+    vst1q_f32(p, v);
+    return;
+  }
+  float t[4];
+  vst1q_f32(t, v);
+  memcpy(p, t, sizeof(float) * (size_t)n);
+}
+/* lanes [0, n) from p, 0 in the others */
+static inline float32x4_t ctc_wino_ld_neon(const float *p, int64_t n) {
+  if (n >= 4) return vld1q_f32(p);
+  float t[4] = {0, 0, 0, 0};
+  memcpy(t, p, sizeof(float) * (size_t)n);
+  return vld1q_f32(t);
+}
+/* U[e][m][k] = (G g G^T)[e] as the AVX-512 helper's, 4 k at a time */
+static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
+  const float32x4_t h = vdupq_n_f32(0.5f);
+  for (int64_t k = 0; k < K; k += 4) {
+    const int64_t nk = K - k < 4 ? K - k : 4;
+    float32x4_t g[3][3], t[4][3];
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++) {
+        float v[4] = {0, 0, 0, 0};
+        for (int64_t l = 0; l < nk; l++)
+          v[l] = flip ? w[((k + l) * M + m) * 9 + 8 - (3 * a + b)] : w[(m * K + k + l) * 9 + 3 * a + b];
+        g[a][b] = vld1q_f32(v);
+      }
+    for (int b = 0; b < 3; b++) {   /* t = G g */
+      const float32x4_t s = vaddq_f32(g[0][b], g[2][b]);
+      t[0][b] = g[0][b], t[3][b] = g[2][b];
+      t[1][b] = vmulq_f32(h, vaddq_f32(s, g[1][b]));
+      t[2][b] = vmulq_f32(h, vsubq_f32(s, g[1][b]));
+    }
+    for (int a = 0; a < 4; a++) {   /* t G^T */
+      const float32x4_t s = vaddq_f32(t[a][0], t[a][2]);
+      float *u = U + (4 * a * M + m) * K + k;
+      ctc_wino_st_neon(u, nk, t[a][0]);
+      ctc_wino_st_neon(u + M * K, nk, vmulq_f32(h, vaddq_f32(s, t[a][1])));
+      ctc_wino_st_neon(u + 2 * M * K, nk, vmulq_f32(h, vsubq_f32(s, t[a][1])));
+      ctc_wino_st_neon(u + 3 * M * K, nk, t[a][2]);
+    }
+  }
+}
+/* d[c] lane l = row[base + 2 l + c], c < 4, l < 4: two deinterleaving loads, from base and base + 2.
+ * plain (a constant): the columns [base, base + 10) are all inside [0, W); else they come from a
+ * copy with zeros outside the image */
+static inline __attribute__((always_inline)) void ctc_wino_row_neon(const float *row, int64_t base, int64_t W,
+                                                                    const int plain, float32x4_t *d) {
+  float t[10];
+  const float *p = row + base;
+  if (!plain) {
+    const int64_t lo = base < 0 ? -base : 0, hi = W - base < 10 ? W - base : 10;
+    memset(t, 0, sizeof t);
+    if (hi > lo) memcpy(t + lo, row + base + lo, sizeof(float) * (size_t)(hi - lo));
+    p = t;
+  }
+  const float32x4x2_t a = vld2q_f32(p), b = vld2q_f32(p + 2);
+  d[0] = a.val[0], d[1] = a.val[1], d[2] = b.val[0], d[3] = b.val[1];
+}
+/* o = e B of a row e of B^T d: a row of B^T d B */
+static inline void ctc_wino_eb(const float32x4_t *e, float32x4_t *o) {
+  o[0] = vsubq_f32(e[0], e[2]), o[1] = vaddq_f32(e[1], e[2]);
+  o[2] = vsubq_f32(e[2], e[1]), o[3] = vsubq_f32(e[1], e[3]);
+}
+/* Rows [r0, r1) of B^T d B of one run's L tiles, channels [k0, k0 + nk) (xr: channel k0's image row
+ * 2 ty, the run's row 1; row 0 read where ok0, row 3 where ok3; v: channel k0's place in plane 0,
+ * vk floats a channel), a row of B^T d at a time as the AVX2 helper's; plain (a constant): the
+ * run's columns inside the image */
+static inline __attribute__((always_inline)) void ctc_wino_in_run_neon(const float *xr, int64_t HW, int64_t W,
+                                                                       int64_t base, int64_t nk, int ok0, int ok3,
+                                                                       const int plain, float *v, int64_t vk,
+                                                                       int64_t VS, int64_t L, int r0, int r1) {
+  for (int64_t k = 0; k < nk; k++) {
+    const float *xk = xr + k * HW;
+    float *vc = v + k * vk;
+    float32x4_t a[4], b[4], e[4];
+    ctc_wino_row_neon(xk, base, W, plain, a);
+    ctc_wino_row_neon(xk + W, base, W, plain, b);
+    for (int r = r0; r < r1; r++) {
+      if ((r == 0 && !ok0) || (r == 3 && !ok3))
+        for (int c = 0; c < 4; c++) e[c] = vdupq_n_f32(0);
+      else if (r == 0 || r == 3)
+        ctc_wino_row_neon(r == 0 ? xk - W : xk + 2 * W, base, W, plain, e);
+      for (int c = 0; c < 4; c++)
+        e[c] = r == 0 ? vsubq_f32(e[c], b[c]) : r == 1 ? vaddq_f32(a[c], b[c])
+             : r == 2 ? vsubq_f32(b[c], a[c]) : vsubq_f32(a[c], e[c]);
+      float32x4_t o[4];
+      ctc_wino_eb(e, o);
+      for (int c = 0; c < 4; c++) ctc_wino_st_neon(vc + (4 * r + c) * VS, L, o[c]);
+    }
+  }
+}
+/* V[e][p][k][16] (panels of 16 tiles; rows: V[e][k][B]) = (B^T d B)[e], channels [k0, k1), runs
+ * of up to 4 tiles inside a vector of a panel */
+static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t W, int64_t T, int64_t t0, int64_t B,
+                                   int64_t k0, int64_t k1, int rows, int r0, int r1, float *restrict V) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, VS = K * B + CTC_WINO_PAD;   /* a plane's floats */
+  ctc_wino_run u = ctc_wino_run_at(t0, t0, T, TH, TW, 4);
+  for (int64_t t = t0; t < t0 + B && t < T; t += u.L, u = ctc_wino_run_after(u, t, T, TH, TW, 4 - (t - t0) % 4)) {
+    const int64_t base = 2 * u.tx - 1, tb = u.tb;
+    const float *xr = x + (u.n * K + k0) * HW + 2 * u.ty * W;
+    float *v = rows ? V + k0 * B + tb : V + (tb / 16 * K + k0) * 16 + tb % 16;
+    const int64_t vk = rows ? B : 16;
+    const int ok0 = u.ty > 0, ok3 = 2 * u.ty + 2 < H;
+    if (base >= 0 && base + 10 <= W)
+      ctc_wino_in_run_neon(xr, HW, W, base, k1 - k0, ok0, ok3, 1, v, vk, VS, u.L, r0, r1);
+    else
+      ctc_wino_in_run_neon(xr, HW, W, base, k1 - k0, ok0, ok3, 0, v, vk, VS, u.L, r0, r1);
+  }
+}
+/* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 4 tiles of a row (a row of
+ * outputs' two columns interleaved by one store) */
+static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt,
+                                    int64_t B, int64_t m0, int64_t m1, float *y) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, PS = M * B + CTC_WINO_PAD;
+  ctc_wino_run u = ctc_wino_run_at(t0, t0, t0 + nt, TH, TW, 4);
+  for (int64_t t = t0; t < t0 + nt; t += u.L, u = ctc_wino_run_after(u, t, t0 + nt, TH, TW, 4)) {
+    float *yr = y + (u.n * M + m0) * HW + 2 * u.ty * W + 2 * u.tx;
+    for (int64_t m = m0; m < m1; m++) {
+      const float *p = Mb + m * B + u.tb;
+      float32x4_t s[4][2], c[2][2];   /* c[i][j]: output row i, column j of each tile */
+      for (int a = 0; a < 4; a++) {   /* s = v A */
+        float32x4_t q[4];
+        for (int b = 0; b < 4; b++) q[b] = ctc_wino_ld_neon(p + (4 * a + b) * PS, u.L);
+        s[a][0] = vaddq_f32(vaddq_f32(q[0], q[1]), q[2]);
+        s[a][1] = vsubq_f32(vsubq_f32(q[1], q[2]), q[3]);
+      }
+      for (int j = 0; j < 2; j++) {   /* A^T s */
+        c[0][j] = vaddq_f32(vaddq_f32(s[0][j], s[1][j]), s[2][j]);
+        c[1][j] = vsubq_f32(vsubq_f32(s[1][j], s[2][j]), s[3][j]);
+      }
+      float *ym = yr + (m - m0) * HW;
+      for (int i = 0; i < 2; i++) {   /* output row 2 ty + i */
+        const float32x4x2_t o = {{c[i][0], c[i][1]}};
+        if (u.L == 4) {
+          vst2q_f32(ym + i * W, o);
+        } else {
+          float r[8];
+          vst2q_f32(r, o);
+          memcpy(ym + i * W, r, sizeof(float) * (size_t)(2 * u.L));
+        }
+      }
+    }
+  }
+}
+/* o = A (a, b) with A 4x2: the output gradient's tile f as A f A^T, its columns, then the rows */
+static inline void ctc_wino_ta(float32x4_t a, float32x4_t b, float32x4_t *o) {
+  o[0] = a, o[1] = vaddq_f32(a, b), o[2] = vsubq_f32(a, b), o[3] = vsubq_f32(vdupq_n_f32(0), b);
+}
+/* The weight gradient's Z[e][m][B] = A f A^T as the AVX-512 helper's, runs of up to 4 tiles of a row */
+static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t W, int64_t t0, int64_t nt, int64_t B,
+                                   int64_t m0, int64_t m1, int r0, int r1, float *restrict Z) {
+  const int64_t TW = W / 2, TH = H / 2, HW = H * W, ZS = M * B + CTC_WINO_PAD;   /* a plane's floats */
+  ctc_wino_run u = ctc_wino_run_at(t0, t0, t0 + nt, TH, TW, 4);
+  for (int64_t t = t0; t < t0 + nt; t += u.L, u = ctc_wino_run_after(u, t, t0 + nt, TH, TW, 4)) {
+    const float *gr = g + (u.n * M + m0) * HW + 2 * u.ty * W + 2 * u.tx;
+    for (int64_t m = m0; m < m1; m++) {
+      float32x4_t f[2][2], tc[2][4];
+      for (int i = 0; i < 2; i++) {   /* the run's 2 L columns of output gradient row 2 ty + i */
+        const float *p = gr + (m - m0) * HW + i * W;
+        float r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (u.L < 4) memcpy(r, p, sizeof(float) * (size_t)(2 * u.L)), p = r;
+        const float32x4x2_t q = vld2q_f32(p);
+        f[i][0] = q.val[0], f[i][1] = q.val[1];
+      }
+      for (int c = 0; c < 2; c++) ctc_wino_ta(f[0][c], f[1][c], tc[c]);   /* A f */
+      float *zr = Z + m * B + u.tb;
+      for (int r = r0; r < r1; r++) {   /* row r of A f A^T */
+        float32x4_t o[4];
+        ctc_wino_ta(tc[0][r], tc[1][r], o);
+        for (int q = 0; q < 4; q++) ctc_wino_st_neon(zr + (4 * r + q) * ZS, u.L, o[q]);
+      }
+    }
+  }
+}
+/* The rows of the GEMM tile that a loop over M's rows in steps of 6 computes at row m: from *m,
+ * their count. Where the last tile would have 1 or 2 rows, the last 7 or 8 are a tile of 4 and
+ * one of 3 or 4: a tile of 2 rows sums into 4 registers, too few to hide the FMA's latency (the
+ * products of 32 channels with AVX2 76 -> 87 GFLOP/s on Zen 4). Each row's sums are the same. */
+static inline int ctc_wino_rows_neon(int64_t M, int64_t *m) {
+  const int64_t left = M - *m;
+  if (M > 6 && (left == 7 || left == 8)) return 4;
+  if (M > 6 && left <= 2) {
+    *m -= 2;
+    return (int)left + 2;
+  }
+  return left < 6 ? (int)left : 6;
+}
+/* Mb[e][m][B] for the rows of M at m (ctc_wino_rows_neon) and the block's panel p: U[e] V[e, p]
+ * over all K */
+static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                     int64_t e, int64_t p, int64_t m, float *Mb) {
+  const int mr = ctc_wino_rows_neon(M, &m);
+  const int nr = nt - p * 16 < 16 ? (int)(nt - p * 16) : 16;
+  const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 16;
+  float *c = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 16;
+  if (mr > 4) ctc_gemm_tile16_neon(6, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr > 2) ctc_gemm_tile16_neon(4, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else if (mr == 2) ctc_gemm_tile16_neon(2, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+  else ctc_gemm_tile16_neon(1, 32, K, a, K, 1, mr, bp, c, B, nr, 0);
+}
+/* P[e][m][k] (+)= Z[e] V[e]^T over the block's tiles, the 16 columns k of panel q */
+static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M, int64_t K, int64_t B, int64_t nt,
+                                      int64_t e, int64_t q, int add, float *P) {
+  _Alignas(64) float bp[512 * 16];
+  const int nr = K - q * 16 < 16 ? (int)(K - q * 16) : 16;
+  ctc_pack_b16_neon(V + e * (K * B + CTC_WINO_PAD), B, 0, nt, q * 16, nr, bp);
+  for (int64_t m6 = 0; m6 < M; m6 += 6) {
+    int64_t m = m6;
+    const int mr = ctc_wino_rows_neon(M, &m);
+    const float *a = Z + e * (M * B + CTC_WINO_PAD) + m * B;
+    float *c = P + (e * M + m) * K + q * 16;
+    if (mr > 4) ctc_gemm_tile16_neon(6, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr > 2) ctc_gemm_tile16_neon(4, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else if (mr == 2) ctc_gemm_tile16_neon(2, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+    else ctc_gemm_tile16_neon(1, 32, nt, a, B, 1, mr, bp, c, K, nr, add);
+  }
+}
+#define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */
 #endif
+#endif
+
+#ifdef CTC_CONV_WINO_f32
+/* ---- the Winograd convolution over the helpers of the instruction set compiled (AVX-512, AVX2, NEON) */
+#ifdef _OPENMP
+#include <omp.h>
+#define CTC_WINO_FOR _Pragma("omp for schedule(static)")
+#define CTC_WINO_BARRIER _Pragma("omp barrier")
+#else
+#define CTC_WINO_FOR
+#define CTC_WINO_BARRIER
+#endif
+#include <unistd.h>
+/* The tiles a block where its transforms take `bytes` a tile (64 (K + M), or a thread's share of
+ * them): at most B (the plan's room), and where the C library tells the size of a core's L2 cache,
+ * as many as fill half of it, in panels of 32 (at least one). A Zen 3 (L2 512 KiB, 1 thread):
+ * 32 channels on 32x32 images forward 7.2 -> 6.2 ms, weight gradient 10.4 -> 6.7 ms, from 256
+ * tiles (1 MiB) to 64. Every sum is made the same way at any block of whole panels: a tile's
+ * over the channels, and the weight gradient's over the tiles 32 at a time, in order. */
+static inline int64_t ctc_wino_fit(int64_t B, int64_t bytes) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  int64_t b = l2 > 0 ? l2 / 2 / bytes / 32 * 32 : B;
+  if (b < 32) b = 32;
+  return b < B ? b : B;
+#else
+  (void)bytes;
+  return B;
+#endif
+}
+/* The steps of one block of nt tiles from tile t0 (B its planes' tiles): the transforms V of its
+ * inputs, their products Mb with U, the outputs; split among the threads if split, else all by
+ * the caller */
+static inline void ctc_wino_block_f32(const float *x, const float *U, int64_t K, int64_t H, int64_t W, int64_t M,
+                                      int64_t t0, int64_t nt, int64_t B, float *V, float *Mb, float *y,
+                                      int split) {
+  const int64_t np = (nt + CTC_WINO_P - 1) / CTC_WINO_P, NR = (M + CTC_WINO_R - 1) / CTC_WINO_R;
+  if (!split) {
+    for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
+    for (int64_t e = 0; e < 16; e++)   /* (the split loop's order, without its divisions: 4% faster on AVX2) */
+      for (int64_t p = 0; p < np; p++)
+        for (int64_t m = 0; m < M; m += CTC_WINO_R) ctc_wino_gemm_f32(U, V, M, K, B, nt, e, p, m, Mb);
+    for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
+    return;
+  }
+  CTC_WINO_FOR
+  for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, t0 + nt, t0, B, k, k + 8 < K ? k + 8 : K, 0, 0, 4, V);
+  CTC_WINO_FOR
+  for (int64_t j = 0; j < 16 * np * NR; j++)
+    ctc_wino_gemm_f32(U, V, M, K, B, nt, j / (np * NR), j / NR % np, j % NR * CTC_WINO_R, Mb);
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m += 4) ctc_wino_out_f32(Mb, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, y);
+}
+/* y [N, M, H, W] = the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W] (H, W even) by
+ * w (flip 0: [M, K, 3, 3]; flip 1: [K, M, 3, 3], taps reversed: the input gradient of the
+ * convolution by w, x its output gradient), in blocks of at most B tiles (ctc_wino_fit; multiples
+ * of 32: whole panels); scratch: U [16, M, K], then room for V [16, K, B + 32] and Mb [16, M, B + 32] floats,
+ * 64-byte aligned. Every thread of a parallel region calls it (or one thread). With n threads
+ * and B / n at least 32, each thread takes an n-th of the tiles, one run from a multiple of 32
+ * (whole images where n divides the batch: the images that the elementwise loops over the batch
+ * give the thread), in blocks of B / n tiles (rounded down to 32), their transforms in its own
+ * part of V and Mb: no barrier between the steps and no thread reads what another wrote (2 vCPUs
+ * on two of a Zen 4's core complexes: the resnet's 3x3 convolutions 4.2 ms a call with the steps
+ * split, 1 thread 3.4). Else the steps of each block are split among the threads. Each output is
+ * computed the same way whatever the number of threads. */
+static inline void ctc_conv_wino_f32(const float *x, const float *w, int flip, int64_t N, int64_t K, int64_t H,
+                                     int64_t W, int64_t M, int64_t B, float *scratch, float *y) {
+  float *U = scratch, *R = U + 16 * M * K;   /* R: room for (K + M) (B + 32) + 2 CTC_WINO_PAD floats a plane */
+  const int64_t T = N * (H / 2) * (W / 2);
+  int nth = 1, th = 0;
+#ifdef _OPENMP
+  nth = omp_get_num_threads(), th = omp_get_thread_num();
+#endif
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m++) ctc_wino_u_f32(w, M, K, flip, m, U);
+  const int64_t F = ctc_wino_fit(B, 64 * (K + M)), bn = B / nth / 32 * 32, b = bn < F ? bn : F,
+                own = 16 * ((K + M) * b + 2 * CTC_WINO_PAD);
+  if (nth > 1 && b >= 32 && nth * own <= 16 * ((K + M) * (B + 32) + 2 * CTC_WINO_PAD)) {
+    float *V = R + th * own, *Mb = V + 16 * (K * b + CTC_WINO_PAD);
+    const int64_t lo = T * th / nth / 32 * 32, hi = th == nth - 1 ? T : T * (th + 1) / nth / 32 * 32;
+    for (int64_t t0 = lo; t0 < hi; t0 += b) ctc_wino_block_f32(x, U, K, H, W, M, t0, hi - t0 < b ? hi - t0 : b, b, V, Mb, y, 0);
+    return;
+  }
+  for (int64_t t0 = 0; t0 < T; t0 += F)
+    ctc_wino_block_f32(x, U, K, H, W, M, t0, T - t0 < F ? T - t0 : F, F, R, R + 16 * (K * F + CTC_WINO_PAD), y,
+                       nth > 1);
+}
+/* dw[m, k] (G^T P G) for rows [m0, m1): the weight gradient's last step, 16 k at a time */
+static inline void ctc_wino_dw_f32(const float *P, int64_t M, int64_t K, int64_t m0, int64_t m1, float *dw) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t k0 = 0; k0 < K; k0 += 16) {
+      const int64_t nk = K - k0 < 16 ? K - k0 : 16;
+      float s[4][3][16], o[9][16];
+      for (int r = 0; r < 4; r++) {   /* s = P G */
+        const float *p0 = P + ((4 * r) * M + m) * K + k0, *p1 = p0 + M * K, *p2 = p1 + M * K, *p3 = p2 + M * K;
+        for (int l = 0; l < 16; l++) {
+          const float a = l < nk ? p0[l] : 0, b = l < nk ? p1[l] : 0, c = l < nk ? p2[l] : 0, d = l < nk ? p3[l] : 0;
+          const float h = 0.5f * (b + c);
+          s[r][0][l] = a + h, s[r][1][l] = 0.5f * (b - c), s[r][2][l] = h + d;
+        }
+      }
+      for (int j = 0; j < 3; j++)   /* G^T s */
+        for (int l = 0; l < 16; l++) {
+          const float h = 0.5f * (s[1][j][l] + s[2][j][l]);
+          o[j][l] = s[0][j][l] + h, o[3 + j][l] = 0.5f * (s[1][j][l] - s[2][j][l]), o[6 + j][l] = h + s[3][j][l];
+        }
+      for (int64_t l = 0; l < nk; l++)
+        for (int t = 0; t < 9; t++) dw[(m * K + k0 + l) * 9 + t] = o[t][l];
+    }
+}
+/* dw [M, K, 3, 3] = the weight gradient of the 3x3 convolution, stride 1, padding 1, of x [N, K, H, W]
+ * (H, W even) with output gradient g [N, M, H, W], in blocks of at most B tiles; scratch: P [16, M, K],
+ * V [16, K B + CTC_WINO_PAD], Z [16, M B + CTC_WINO_PAD] floats. As ctc_conv_wino_f32: every thread
+ * of a region calls it, each sum made the same way whatever their number (the blocks added in order).
+ * With 2 to 4 threads, each takes rows of the 4x4 transforms (planes e of its own): it transforms
+ * every block's inputs and output gradients but keeps only its rows, and sums its planes' products
+ * over all the blocks, with no barrier until the last step and nothing read that another thread
+ * wrote (2 vCPUs on two of a Zen 4's core complexes: the blocks' steps split among the threads took
+ * 4.8 ms a call of the bench resnet's, 1 thread 3.5). Else the steps of each block are split. */
+static inline void ctc_conv_wino_wgrad_f32(const float *x, const float *g, int64_t N, int64_t K, int64_t H, int64_t W,
+                                           int64_t M, int64_t B, float *scratch, float *dw) {
+  const int64_t T = N * (H / 2) * (W / 2), NQ = (K + CTC_WINO_WQ - 1) / CTC_WINO_WQ;
+  int nth = 1, th = 0;
+#ifdef _OPENMP
+  nth = omp_get_num_threads(), th = omp_get_thread_num();
+#endif
+  /* (with rows, a thread's share of a tile's transforms: the most rows of the 4 a thread takes) */
+  B = ctc_wino_fit(B, 16 * (K + M) * (nth >= 2 && nth <= 4 ? (4 + nth - 1) / nth : 4));
+  float *P = scratch, *V = P + 16 * M * K, *Z = V + 16 * (K * B + CTC_WINO_PAD);
+  if (nth >= 2 && nth <= 4) {
+    const int r0 = th * 4 / nth, r1 = (th + 1) * 4 / nth;   /* this thread's rows: planes [4 r0, 4 r1) */
+    for (int64_t t0 = 0; t0 < T; t0 += B) {
+      const int64_t nt = T - t0 < B ? T - t0 : B;
+      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, r0, r1, V);
+      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, r0, r1, Z);
+      for (int64_t j = 4 * r0 * NQ; j < 4 * r1 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
+    }
+    CTC_WINO_BARRIER   /* every plane of P summed */
+  } else
+    for (int64_t t0 = 0; t0 < T; t0 += B) {
+      const int64_t nt = T - t0 < B ? T - t0 : B;
+      CTC_WINO_FOR
+      for (int64_t k = 0; k < K; k += 8) ctc_wino_in_f32(x, K, H, W, T, t0, B, k, k + 8 < K ? k + 8 : K, 1, 0, 4, V);
+      CTC_WINO_FOR
+      for (int64_t m = 0; m < M; m += 4) ctc_wino_dy_f32(g, M, H, W, t0, nt, B, m, m + 4 < M ? m + 4 : M, 0, 4, Z);
+      CTC_WINO_FOR
+      for (int64_t j = 0; j < 16 * NQ; j++) ctc_wino_wgemm_f32(Z, V, M, K, B, nt, j / NQ, j % NQ, t0 > 0, P);
+    }
+  CTC_WINO_FOR
+  for (int64_t m = 0; m < M; m += 4) ctc_wino_dw_f32(P, M, K, m, m + 4 < M ? m + 4 : M, dw);
+}
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)

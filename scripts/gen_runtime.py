@@ -4,7 +4,8 @@ NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the text
 codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_text,
 gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_head and cg_gemm_simd16_text, the last
 instantiated for avx2 and neon, gemv_x86_text and gemm_own_text) and codegen_c/wino_c.c (cg_conv_wino_common_text, cg_conv_wino_text,
-cg_conv_wino_avx2_text, cg_conv_wino_driver_text), so that
+cg_conv_wino_avx2_text, cg_conv_wino_neon_text, cg_conv_wino_tile16_text instantiated for avx2 and
+neon, cg_conv_wino_driver_text), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
@@ -42,6 +43,7 @@ def header():
     with open(os.path.join(ROOT, WINO), encoding="utf-8") as f:
         wino = f.read()
     simd16 = c_string(src, "cg_gemm_simd16_text")
+    tile16 = c_string(wino, "cg_conv_wino_tile16_text")
     return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
             " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
             " * -march allows; the NEON one only without CTC_HAVE_CBLAS. A generated model.c\n"
@@ -50,9 +52,10 @@ def header():
             " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
             " * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a\n"
             " * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the\n"
-            " * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32), and the 3x3\n"
-            " * ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32, CTC_CONV_WINO_f32); with AVX2 and FMA, the\n"
-            " * product of one row and a matrix (ctc_gemv_x86_f32, CTC_GEMV_X86_f32).\n"
+            " * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,\n"
+            " * AVX2 or the NEON GEMM, the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32,\n"
+            " * CTC_CONV_WINO_f32); with AVX2 and FMA, the product of one row and a matrix (ctc_gemv_x86_f32,\n"
+            " * CTC_GEMV_X86_f32).\n"
             " *\n"
             " * Written by scripts/gen_runtime.py from the texts of codegen_c/gemm_simd_c.c and wino_c.c (docs/speed.md\n"
             " * describes the kernels); do not edit. */\n"
@@ -64,11 +67,12 @@ def header():
             + c_string(src, "gemm_avx512bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
-            + c_string(wino, "cg_conv_wino_avx2_text") + "#endif\n#endif\n\n"
-            + c_string(wino, "cg_conv_wino_driver_text")
-            + "\n#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
+            + c_string(wino, "cg_conv_wino_avx2_text") + tile16.replace("$I", "avx2") + "#endif\n#endif\n\n"
+            + "#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "cg_gemm_neon_head") + simd16.replace("$I", "neon")
-            + "#endif\n#endif\n\n" + c_string(src, "gemv_x86_text") + "\n" + c_string(src, "gemm_own_text")
+            + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon") + "#endif\n#endif\n\n"
+            + c_string(wino, "cg_conv_wino_driver_text")
+            + "\n" + c_string(src, "gemv_x86_text") + "\n" + c_string(src, "gemm_own_text")
             + "\n#endif /* CTC_GEMM_SIMD_H */\n")
 
 
