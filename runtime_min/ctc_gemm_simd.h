@@ -2187,6 +2187,10 @@ static inline void ctc_wino_st_neon(float *p, int64_t n, float32x4_t v) {
     vst1q_f32(p, v);
     return;
   }
+  if (n == 2) {
+    vst1_f32(p, vget_low_f32(v));
+    return;
+  }
   float t[4];
   vst1q_f32(t, v);
   memcpy(p, t, sizeof(float) * (size_t)n);
@@ -2194,23 +2198,38 @@ static inline void ctc_wino_st_neon(float *p, int64_t n, float32x4_t v) {
 /* lanes [0, n) from p, 0 in the others */
 static inline float32x4_t ctc_wino_ld_neon(const float *p, int64_t n) {
   if (n >= 4) return vld1q_f32(p);
+  if (n == 2) return vcombine_f32(vld1_f32(p), vdup_n_f32(0));
   float t[4] = {0, 0, 0, 0};
   memcpy(t, p, sizeof(float) * (size_t)n);
   return vld1q_f32(t);
 }
-/* U[e][m][k] = (G g G^T)[e] as the AVX-512 helper's, 4 k at a time */
+/* t[j] lane l = p[l rs + j] (j < 9) for the rows l < n of 9 floats, 0 for the others: two 4x4
+ * transposes (trn1/trn2 on 32-bit, then 64-bit elements) and the ninth floats */
+static inline void ctc_wino_taps_neon(const float *p, int64_t rs, int64_t n, float32x4_t *t) {
+  float32x4_t r[2][4];
+  float c[4] = {0, 0, 0, 0};
+  for (int l = 0; l < 4; l++)
+    if (l < n) r[0][l] = vld1q_f32(p + l * rs), r[1][l] = vld1q_f32(p + l * rs + 4), c[l] = p[l * rs + 8];
+    else r[0][l] = r[1][l] = vdupq_n_f32(0);
+  for (int h = 0; h < 2; h++) {
+    const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r[h][0], r[h][1]));
+    const float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(r[h][0], r[h][1]));
+    const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r[h][2], r[h][3]));
+    const float64x2_t t3 = vreinterpretq_f64_f32(vtrn2q_f32(r[h][2], r[h][3]));
+    t[4 * h] = vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)), t[4 * h + 1] = vreinterpretq_f32_f64(vtrn1q_f64(t1, t3));
+    t[4 * h + 2] = vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)), t[4 * h + 3] = vreinterpretq_f32_f64(vtrn2q_f64(t1, t3));
+  }
+  t[8] = vld1q_f32(c);
+}
+/* U[e][m][k] = (G g G^T)[e] as the AVX-512 helper's, 4 k at a time (w's rows of 9 taps transposed) */
 static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip, int64_t m, float *restrict U) {
   const float32x4_t h = vdupq_n_f32(0.5f);
   for (int64_t k = 0; k < K; k += 4) {
     const int64_t nk = K - k < 4 ? K - k : 4;
-    float32x4_t g[3][3], t[4][3];
+    float32x4_t g[3][3], t[4][3], tap[9];
+    ctc_wino_taps_neon(flip ? w + (k * M + m) * 9 : w + (m * K + k) * 9, flip ? M * 9 : 9, nk, tap);
     for (int a = 0; a < 3; a++)
-      for (int b = 0; b < 3; b++) {
-        float v[4] = {0, 0, 0, 0};
-        for (int64_t l = 0; l < nk; l++)
-          v[l] = flip ? w[((k + l) * M + m) * 9 + 8 - (3 * a + b)] : w[(m * K + k + l) * 9 + 3 * a + b];
-        g[a][b] = vld1q_f32(v);
-      }
+      for (int b = 0; b < 3; b++) g[a][b] = tap[flip ? 8 - (3 * a + b) : 3 * a + b];
     for (int b = 0; b < 3; b++) {   /* t = G g */
       const float32x4_t s = vaddq_f32(g[0][b], g[2][b]);
       t[0][b] = g[0][b], t[3][b] = g[2][b];
@@ -2227,14 +2246,39 @@ static inline void ctc_wino_u_f32(const float *w, int64_t M, int64_t K, int flip
     }
   }
 }
-/* d[c] lane l = row[base + 2 l + c], c < 4, l < 4: two deinterleaving loads, from base and base + 2.
- * plain (a constant): the columns [base, base + 10) are all inside [0, W); else they come from a
- * copy with zeros outside the image */
+/* d[c] lane l = row[base + 2 l + c], c < 4, l < 4 (0 outside the image's columns [0, W)): two
+ * deinterleaving loads. at (a constant): 0 the columns [base, base + 10) inside the image, loaded
+ * from base and base + 2; 1 a whole run at the left edge (base -1) and 2 at the right (base W - 9),
+ * from inside the row, the padding's column shifted in (W at least 10); 4 the whole row of an
+ * image 8 columns wide (one run of 4), 5 of one 4 wide (a run of 2), the same way; 3 any other,
+ * from a copy with zeros outside the image */
 static inline __attribute__((always_inline)) void ctc_wino_row_neon(const float *row, int64_t base, int64_t W,
-                                                                    const int plain, float32x4_t *d) {
+                                                                    const int at, float32x4_t *d) {
+  const float32x4_t z = vdupq_n_f32(0);
+  if (at == 1) {   /* columns 0..7 and 2..9: (-1, 1, 3, 5) is the odd columns of the first shifted */
+    const float32x4x2_t a = vld2q_f32(row), b = vld2q_f32(row + 2);
+    d[0] = vextq_f32(z, a.val[1], 3), d[1] = a.val[0], d[2] = a.val[1], d[3] = b.val[0];
+    return;
+  }
+  if (at == 2) {   /* columns W - 10..W - 3 and W - 8..W - 1: (W - 6, W - 4, W - 2, W) the second's even shifted */
+    const float32x4x2_t a = vld2q_f32(row + W - 10), b = vld2q_f32(row + W - 8);
+    d[0] = a.val[1], d[1] = b.val[0], d[2] = b.val[1], d[3] = vextq_f32(b.val[0], z, 1);
+    return;
+  }
+  if (at == 4) {   /* columns 0..7 */
+    const float32x4x2_t a = vld2q_f32(row);
+    d[0] = vextq_f32(z, a.val[1], 3), d[1] = a.val[0], d[2] = a.val[1], d[3] = vextq_f32(a.val[0], z, 1);
+    return;
+  }
+  if (at == 5) {   /* columns 0..3 in lanes 0 and 1 */
+    const float32x2x2_t a = vld2_f32(row);
+    const float32x4_t ev = vcombine_f32(a.val[0], vdup_n_f32(0)), od = vcombine_f32(a.val[1], vdup_n_f32(0));
+    d[0] = vextq_f32(z, od, 3), d[1] = ev, d[2] = od, d[3] = vextq_f32(ev, z, 1);
+    return;
+  }
   float t[10];
   const float *p = row + base;
-  if (!plain) {
+  if (at == 3) {
     const int64_t lo = base < 0 ? -base : 0, hi = W - base < 10 ? W - base : 10;
     memset(t, 0, sizeof t);
     if (hi > lo) memcpy(t + lo, row + base + lo, sizeof(float) * (size_t)(hi - lo));
@@ -2250,23 +2294,23 @@ static inline void ctc_wino_eb(const float32x4_t *e, float32x4_t *o) {
 }
 /* Rows [r0, r1) of B^T d B of one run's L tiles, channels [k0, k0 + nk) (xr: channel k0's image row
  * 2 ty, the run's row 1; row 0 read where ok0, row 3 where ok3; v: channel k0's place in plane 0,
- * vk floats a channel), a row of B^T d at a time as the AVX2 helper's; plain (a constant): the
- * run's columns inside the image */
+ * vk floats a channel), a row of B^T d at a time as the AVX2 helper's; at (a constant): how a row
+ * is loaded (ctc_wino_row_neon) */
 static inline __attribute__((always_inline)) void ctc_wino_in_run_neon(const float *xr, int64_t HW, int64_t W,
                                                                        int64_t base, int64_t nk, int ok0, int ok3,
-                                                                       const int plain, float *v, int64_t vk,
+                                                                       const int at, float *v, int64_t vk,
                                                                        int64_t VS, int64_t L, int r0, int r1) {
   for (int64_t k = 0; k < nk; k++) {
     const float *xk = xr + k * HW;
     float *vc = v + k * vk;
     float32x4_t a[4], b[4], e[4];
-    ctc_wino_row_neon(xk, base, W, plain, a);
-    ctc_wino_row_neon(xk + W, base, W, plain, b);
+    ctc_wino_row_neon(xk, base, W, at, a);
+    ctc_wino_row_neon(xk + W, base, W, at, b);
     for (int r = r0; r < r1; r++) {
       if ((r == 0 && !ok0) || (r == 3 && !ok3))
         for (int c = 0; c < 4; c++) e[c] = vdupq_n_f32(0);
       else if (r == 0 || r == 3)
-        ctc_wino_row_neon(r == 0 ? xk - W : xk + 2 * W, base, W, plain, e);
+        ctc_wino_row_neon(r == 0 ? xk - W : xk + 2 * W, base, W, at, e);
       for (int c = 0; c < 4; c++)
         e[c] = r == 0 ? vsubq_f32(e[c], b[c]) : r == 1 ? vaddq_f32(a[c], b[c])
              : r == 2 ? vsubq_f32(b[c], a[c]) : vsubq_f32(a[c], e[c]);
@@ -2288,10 +2332,13 @@ static inline void ctc_wino_in_f32(const float *x, int64_t K, int64_t H, int64_t
     float *v = rows ? V + k0 * B + tb : V + (tb / 16 * K + k0) * 16 + tb % 16;
     const int64_t vk = rows ? B : 16;
     const int ok0 = u.ty > 0, ok3 = 2 * u.ty + 2 < H;
-    if (base >= 0 && base + 10 <= W)
-      ctc_wino_in_run_neon(xr, HW, W, base, k1 - k0, ok0, ok3, 1, v, vk, VS, u.L, r0, r1);
-    else
-      ctc_wino_in_run_neon(xr, HW, W, base, k1 - k0, ok0, ok3, 0, v, vk, VS, u.L, r0, r1);
+    const int64_t nk = k1 - k0, L = u.L;
+    if (base >= 0 && base + 10 <= W) ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 0, v, vk, VS, L, r0, r1);
+    else if (L == 4 && W >= 10 && base < 0) ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 1, v, vk, VS, L, r0, r1);
+    else if (L == 4 && W >= 10) ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 2, v, vk, VS, L, r0, r1);
+    else if (L == 4 && W == 8) ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 4, v, vk, VS, L, r0, r1);
+    else if (L == 2 && W == 4) ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 5, v, vk, VS, L, r0, r1);
+    else ctc_wino_in_run_neon(xr, HW, W, base, nk, ok0, ok3, 3, v, vk, VS, L, r0, r1);
   }
 }
 /* y = (A^T Mb A) for rows [m0, m1) of y [N, M, H, W], runs of up to 4 tiles of a row (a row of
@@ -2320,6 +2367,9 @@ static inline void ctc_wino_out_f32(const float *restrict Mb, int64_t M, int64_t
         const float32x4x2_t o = {{c[i][0], c[i][1]}};
         if (u.L == 4) {
           vst2q_f32(ym + i * W, o);
+        } else if (u.L == 2) {
+          const float32x2x2_t h = {{vget_low_f32(c[i][0]), vget_low_f32(c[i][1])}};
+          vst2_f32(ym + i * W, h);
         } else {
           float r[8];
           vst2q_f32(r, o);
@@ -2344,6 +2394,11 @@ static inline void ctc_wino_dy_f32(const float *g, int64_t M, int64_t H, int64_t
       float32x4_t f[2][2], tc[2][4];
       for (int i = 0; i < 2; i++) {   /* the run's 2 L columns of output gradient row 2 ty + i */
         const float *p = gr + (m - m0) * HW + i * W;
+        if (u.L == 2) {
+          const float32x2x2_t h = vld2_f32(p);
+          f[i][0] = vcombine_f32(h.val[0], vdup_n_f32(0)), f[i][1] = vcombine_f32(h.val[1], vdup_n_f32(0));
+          continue;
+        }
         float r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (u.L < 4) memcpy(r, p, sizeof(float) * (size_t)(2 * u.L)), p = r;
         const float32x4x2_t q = vld2q_f32(p);
