@@ -526,10 +526,14 @@ int ir_conv_depthwise(const Func *f, const Inst *in);
 int ir_conv_wgrad_t(const Func *f, const Inst *in);
 /* A convolution (CONV2D) or one of its gradients (CONV2D_BWD_INPUT, CONV2D_BWD_WEIGHT) that the
  * hosted C target (f->conv_wino) computes by Winograd's F(2x2, 3x3) where the compiler targets
- * AVX-512 or AVX2 (codegen_c/wino_c.c): f32 values that are not 16-bit ones (ir_low_operands 0),
+ * AVX-512, AVX2 or NEON (codegen_c/wino_c.c): f32 values that are not 16-bit ones (ir_low_operands 0),
  * one group, 3x3 taps, stride and dilation 1, padding 1, even image sizes, 16 to
  * IR_CONV_WINO_MAX_K input channels and at least 16 output channels (of the convolution the call
- * computes: the input gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights.
+ * computes: the input gradient's are the forward's swapped), at most IR_CONV_WINO_MAX_W weights,
+ * at least IR_CONV_WINO_MIN_TILES 2x2 tiles of outputs in the batch (the weights' transform, once a
+ * call, costs as much as the products of some 16 tiles, and a GEMM panel holds 16 or 32 tiles: 256
+ * channels of 4x4 images at batch 1, 4 tiles, took 0.88 ms against the implicit GEMM's 0.23 on
+ * AVX2; 8x8 at batch 1, 16 tiles, 0.21-0.25 against 0.23; 32 tiles 1.4x faster than it).
  * Its scratch (part of ir_scratch_bytes): the transformed weights [16, M, K] (the weight
  * gradient's sums) and a block of ir_conv_wino_block tiles' transformed inputs [16, K B + 16] and
  * products (output gradients) [16, M B + 16], with B 32 tiles more when it is 64 or more and the
@@ -537,6 +541,7 @@ int ir_conv_wgrad_t(const Func *f, const Inst *in);
  * planes 16 floats apart). */
 #define IR_CONV_WINO_MAX_K 512
 #define IR_CONV_WINO_MAX_W ((int64_t)1 << 18)
+#define IR_CONV_WINO_MIN_TILES 32
 int ir_conv_wino(const Func *f, const Inst *in);
 int64_t ir_conv_wino_block(const Func *f, const Inst *in);
 /* Convolutions unfold up to IR_CONV_SCRATCH_BYTES of images at a time (at least

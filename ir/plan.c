@@ -194,7 +194,7 @@ int ir_conv_wino(const Func *f, const Inst *in) {
   return (in->attr[6] > 0 ? in->attr[6] : 1) == 1 && KH == 3 && KW == 3 && in->attr[0] == 1 && in->attr[1] == 1 &&
          in->attr[2] == 1 && in->attr[3] == 1 && in->attr[4] == 1 && in->attr[5] == 1 && OH == x->dims[2] &&
          OW == x->dims[3] && OH % 2 == 0 && OW % 2 == 0 && OH > 0 && OW > 0 && K >= 16 && K <= IR_CONV_WINO_MAX_K &&
-         M >= 16 && M * K <= IR_CONV_WINO_MAX_W;
+         M >= 16 && M * K <= IR_CONV_WINO_MAX_W && N * (OH / 2) * (OW / 2) >= IR_CONV_WINO_MIN_TILES;
 }
 
 /* Tiles a block at most (the scratch's room): its transformed inputs and products, 64 (K + M)

@@ -62,15 +62,17 @@ CASES = [
     ("wino_runs", 2, 16, 4, 48, 16, (3, 3), 1, 1, 1, 1, False, 0),
     # images 8 and 16 columns wide (and small_tiles' 4): with AVX-512 groups of 16 tiles over whole
     # tile rows of several images (ctc_wino_in_narrow_f32): 3 tile rows an image (a group's rows
-    # cross images), 60 tiles (a last group of 12); one tile row an image, 24 tiles (a last of 8)
+    # cross images), 60 tiles (a last group of 12); one tile row an image, 40 tiles (a last of 8)
     ("wino_narrow8", 5, 16, 6, 8, 20, (3, 3), 1, 1, 1, 1, False, 0),
-    ("wino_narrow16", 3, 24, 2, 16, 16, (3, 3), 1, 1, 1, 1, False, 0),
+    ("wino_narrow16", 5, 24, 2, 16, 16, (3, 3), 1, 1, 1, 1, False, 0),
     # 16 and 18 channels: blocks of 480 tiles, 224 a thread of 2 (each thread's blocks its own),
     # 4 images of 12 x 11 tile rows: 528 tiles, the first thread's second block 80 tiles
     ("wino_threads", 4, 16, 24, 22, 18, (3, 3), 1, 1, 1, 1, False, 0),
     # 19 and 25 channels: on AVX2 the products' last 7 rows as tiles of 4 and 3 (ctc_wino_rows_avx2:
     # 6 + 6 + 6 + 4 + 3 forward, 6 + 6 + 4 + 3 for the input gradient)
-    ("wino_tails", 2, 19, 6, 8, 25, (3, 3), 1, 1, 1, 1, False, 0),
+    ("wino_tails", 3, 19, 6, 8, 25, (3, 3), 1, 1, 1, 1, False, 0),
+    # Winograd's shape but 4 tiles (one 4x4 image): fewer than IR_CONV_WINO_MIN_TILES, the implicit GEMM
+    ("few_tiles", 1, 32, 4, 4, 32, (3, 3), 1, 1, 1, 1, False, 0),
     # stride 2, even images, outputs half their size of a multiple of 16 pixels: with AVX-512 or AVX2
     # the forward is an implicit GEMM over the input's phases (ctc_pix_phases_f32, ctc_pix st 2):
     # 3x3 (4 phases, taps at -1 and 0; 8x12 outputs: vectors straddle rows); 1x1 (one phase);
@@ -341,7 +343,7 @@ def test_winograd_calls(net):
     """The 3x3 stride-1 convolutions with 16 or more channels (and their input gradients, w's taps
     reversed; their weight gradients: ctc_conv_wino_wgrad_f32) call ctc_conv_wino_f32 (AVX-512 or AVX2) in the #ifdef branch, in blocks of tiles sized by their
     channels (ir_conv_wino_block: 16384 / (K + M) floats, in 32s); the 5x5, the odd-channel and the
-    strided ones do not; --no-winograd writes none."""
+    strided ones do not, nor the one of 4 tiles (few_tiles); --no-winograd writes none."""
     tmp, exe, outs = net
     c = (tmp / "net.c").read_text()
     assert "ctc_conv_wino_f32(x, w, 0, 3, 200, 6, 10, 190, 32, conv_col, conv);" in c
@@ -349,6 +351,7 @@ def test_winograd_calls(net):
     assert "ctc_conv_wino_f32(x, w, 0, 3, 17, 14, 10, 20, 416, conv_col, conv);" in c
     assert "ctc_conv_wino_f32(x, w, 0, 2, 16, 2, 36, 16, 512, conv_col, conv);" in c
     assert "ctc_conv_wino_wgrad_f32(x, grad__null__1, 3, 200, 6, 10, 190, 32, w_grad_col, w_grad);" in c
+    assert not re.search(r"ctc_conv_wino_(wgrad_)?f32\(\w+, \w+, (\d, )?1, 32, 4, 4, 32,", c)
     assert len(re.findall(r"ctc_conv_wino_f32\(", c)) == 2 * len(WINO)
     assert len(re.findall(r"ctc_conv_wino_wgrad_f32\(", c)) == len(WINO)
     off = tmp / "net_nowino.c"
