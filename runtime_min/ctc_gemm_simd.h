@@ -2307,10 +2307,8 @@ static inline __attribute__((always_inline)) void ctc_wino_in_run_neon(const flo
     ctc_wino_row_neon(xk, base, W, at, a);
     ctc_wino_row_neon(xk + W, base, W, at, b);
     for (int r = r0; r < r1; r++) {
-      if ((r == 0 && !ok0) || (r == 3 && !ok3))
-        for (int c = 0; c < 4; c++) e[c] = vdupq_n_f32(0);
-      else if (r == 0 || r == 3)
-        ctc_wino_row_neon(r == 0 ? xk - W : xk + 2 * W, base, W, at, e);
+      for (int c = 0; c < 4; c++) e[c] = vdupq_n_f32(0);   /* (rows 0 and 3 in the padding) */
+      if ((r == 0 && ok0) || (r == 3 && ok3)) ctc_wino_row_neon(r == 0 ? xk - W : xk + 2 * W, base, W, at, e);
       for (int c = 0; c < 4; c++)
         e[c] = r == 0 ? vsubq_f32(e[c], b[c]) : r == 1 ? vaddq_f32(a[c], b[c])
              : r == 2 ? vsubq_f32(b[c], a[c]) : vsubq_f32(a[c], e[c]);

@@ -180,3 +180,121 @@ def test_winograd_against_float64(harnesses, shape):
         assert len(b) == 1, f"{name}: the results depend on the thread count"
     if "avx2" in bits and "neon" in bits:
         assert bits["avx2"] == bits["neon"], "AVX2 and NEON made some sum differently"
+
+
+RESNET = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.skip = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(h)) + self.skip(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.blocks = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.bn(self.stem(x))))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(8, 3, 16, 16),),
+                  "train_step": (torch.zeros(8, 3, 16, 16), torch.zeros(8, dtype=torch.long))}
+"""
+
+# The model's entries alone (no ./net driver: the runtime's file formats need zlib, which the aarch64
+# cross toolchain lacks): its seeded initialisation, then five training steps on fixed data, the losses.
+RESNET_MAIN = r"""
+#include "net.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+/* the runtime's file functions, which these entries never call */
+int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err) {
+  (void)desc, (void)model, (void)path, (void)err;
+  return CTC_ERR_IO;
+}
+int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err) {
+  (void)desc, (void)model, (void)path, (void)err;
+  return CTC_ERR_IO;
+}
+
+int main(void) {
+  static float x[8 * 3 * 16 * 16];
+  int64_t y[8];
+  unsigned s = 7u;
+  for (int i = 0; i < 8 * 3 * 16 * 16; i++) s = s * 1103515245u + 12345u, x[i] = (float)((s >> 9) & 0xffff) / 32768.0f - 1.0f;
+  for (int i = 0; i < 8; i++) y[i] = (i * 7) % 10;
+  net_t m;
+  void *arena = aligned_alloc(64, (NET_ARENA_BYTES + 63) / 64 * 64);
+  if (!arena || net_init(&m, arena, NET_ARENA_BYTES) != CTC_OK) return 1;
+  for (int step = 0; step < 5; step++) {
+    float loss;
+    if (net_train_step(&m, x, y, &loss) != CTC_OK) return 1;
+    printf("%.9g\n", loss);
+  }
+  return 0;
+}
+"""
+
+
+def test_resnet_train_aarch64(tmp_path):
+    """A small ResNet's training steps (3x3 convolutions by Winograd on the NEON helpers, the NEON GEMM,
+    OpenMP at 2 threads) built for aarch64 and run under qemu-aarch64 against the same C built for x86:
+    the same losses within float32 rounding (the elementwise loops' vectors are 4 lanes there, 8 or 16
+    here, so sums of them may round differently)."""
+    from ctc_testlib import CTC, compare
+    import numpy as np
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 host")
+    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    (tmp_path / "net.py").write_text(RESNET)
+    run([CTC, "compile", tmp_path / "net.py", "-o", tmp_path / "net.c"])
+    assert "ctc_conv_wino_f32(" in (tmp_path / "net.c").read_text()
+    (tmp_path / "main.c").write_text(RESNET_MAIN)
+    srcs = [tmp_path / "main.c", tmp_path / "net.c", os.path.join(RT, "rt_error.c")]
+    flags = [*CFLAGS[:-1], "-O3", f"-I{RT}", f"-I{tmp_path}"]
+    macros = run(["aarch64-linux-gnu-gcc", *flags, "-E", "-dM", tmp_path / "net.c"]).stdout
+    assert "CTC_CONV_WINO_f32" in macros and "CTC_GEMM_NEON_f32" in macros
+    losses = {}
+    for arch, cc, pre in (("x86", ["cc", "-march=native"], []), ("a64", ["aarch64-linux-gnu-gcc"], QEMU)):
+        exe = tmp_path / f"net_{arch}"
+        run([*cc, *flags, *srcs, "-o", exe, "-lm"], timeout=600)
+        r = run([*pre, exe], timeout=600, env=dict(os.environ, OMP_NUM_THREADS="2"))
+        losses[arch] = np.array([float(v) for v in r.stdout.split()], dtype=np.float32)
+    print(f"\nlosses x86 {losses['x86']}, aarch64 {losses['a64']}")
+    assert losses["x86"].shape == (5,) and losses["x86"][-1] < losses["x86"][0]
+    compare("aarch64 losses vs x86", losses["a64"], losses["x86"], 1e-4, 1e-6)
