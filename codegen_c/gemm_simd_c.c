@@ -954,13 +954,15 @@ static const char gemm_avx2_head[] =
     "  }\n"
     "  return k8;\n"
     "}\n";
-const char cg_gemm_neon_head[] =
-    "#include <arm_neon.h>\n"
+const char cg_gemm_neon_sel[] =
     "#define CTC_GEMM_NEON_f32 1\n"
     "#define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */\n"
     "#define ctc_gemm_own_pk_f32 ctc_gemm_neon_pk_f32\n"
     "#define ctc_gemm_own_pack_f32 ctc_gemm_pack_neon_f32\n"
-    "#define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */\n"
+    "#define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */\n";
+/* The NEON kernel's vector helpers (its tiles: the GEMM's without OpenBLAS, Winograd's always) */
+const char cg_gemm_neon_head[] =
+    "#include <arm_neon.h>\n"
     "/* 16 columns are 4 vectors of 4; op(A) one scalar, fmla by lane */\n"
     "#define CTC_VW_neon 4\n"
     "#define CTC_NV_neon 4\n"
@@ -993,12 +995,16 @@ const char cg_gemm_neon_head[] =
     "  return k4;\n"
     "}\n";
 const char cg_gemm_simd16_text[] =
+    "#ifndef CTC_GEMM_UNUSED   /* (the GEMM itself, which an aarch64 build with OpenBLAS does not call:\n"
+    "                           * it keeps the tiles for Winograd's products) */\n"
+    "#define CTC_GEMM_UNUSED __attribute__((unused))\n"
+    "#endif\n"
     "/* B not transposed, columns [j0, j0 + nj) (nj <= 16 CTC_NP_$I) as panels bp[p][k][16] = B[k0 + k,\n"
     " * j0 + 16 p + j], kb floats apart, for k < kc; zero past nj. Each row is read in one pass of up to\n"
     " * 16 CTC_NP_$I floats: a panel at a time read a 32x8192x288 GEMM's rows 16 floats apart (AVX2, Zen 5:\n"
     " * 81 GFLOP/s, OpenBLAS 112). */\n"
-    "static void ctc_pack_bn_$I(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,\n"
-    "                           float *restrict bp) {\n"
+    "static CTC_GEMM_UNUSED void ctc_pack_bn_$I(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,\n"
+    "                                           int64_t nj, int64_t kb, float *restrict bp) {\n"
     "  if (nj == 16 * CTC_NP_$I) {   /* loops the compiler vectorises */\n"
     "    for (int64_t k = 0; k < kc; k++)\n"
     "#pragma GCC unroll 4\n"
@@ -1110,9 +1116,9 @@ const char cg_gemm_simd16_text[] =
     " * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).\n"
     " * With pk, op(B)'s panels come packed (ctc_gemm_pack_$I_f32 of all its ldp columns; C's column 0\n"
     " * is op(B)'s column jp, a multiple of 16) and B is not read: the same sums in the same order. */\n"
-    "static void ctc_gemm_$I_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,\n"
-    "                              int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,\n"
-    "                              float *c, int64_t ldc) {\n"
+    "static CTC_GEMM_UNUSED void ctc_gemm_$I_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K,\n"
+    "                                              const float *a, int64_t lda, const float *b, int64_t ldb,\n"
+    "                                              const float *pk, int64_t ldp, int64_t jp, float *c, int64_t ldc) {\n"
     "  _Alignas(64) float bp[CTC_NP_$I * 512 * 16];\n"
     "  _Alignas(64) float ap[384 * 256];\n"
     "  if (K <= 0) {\n"
@@ -1168,8 +1174,8 @@ const char cg_gemm_simd16_text[] =
     "    }\n"
     "  }\n"
     "}\n"
-    "static void ctc_gemm_$I_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,\n"
-    "                           const float *b, int64_t ldb, float *c, int64_t ldc) {\n"
+    "static CTC_GEMM_UNUSED void ctc_gemm_$I_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,\n"
+    "                                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {\n"
     "  ctc_gemm_$I_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);\n"
     "}\n";
 
@@ -1260,5 +1266,5 @@ static const char gemm_own_text[] =
 /* The texts of runtime_min/ctc_gemm_simd.h (all of them referenced, so that all are compiled and
  * stay valid strings). */
 const char *const cg_gemm_simd_texts[] = {conv_pix_text,     gemm_avx512_text,    gemm_avx512bf16_text,
-                                          gemm_avx2_head,    gemm_avx2_conv_text, cg_gemm_neon_head,
+                                          gemm_avx2_head,    gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head,
                                           cg_gemm_simd16_text, gemv_x86_text, gemm_own_text};

@@ -12,7 +12,7 @@
 /* The runs of tiles (AVX-512, AVX2 or NEON) */
 const char cg_conv_wino_common_text[] =
     "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \\\n"
-    "    (defined(__aarch64__) && defined(__ARM_NEON) && !defined(CTC_HAVE_CBLAS))\n"
+    "    (defined(__aarch64__) && defined(__ARM_NEON))\n"
     "/* ---- Winograd convolutions (below, per instruction set): a run of tiles from tile t of a block\n"
     " * [t0, ...): image n, tile row ty, tile column tx, its place tb in the block, and L tiles (to the end\n"
     " * of the row, at most `lanes`, none at or past `end`). Tile t covers rows 2 ty - 1 .. 2 ty + 2 and\n"
@@ -870,7 +870,7 @@ const char cg_conv_wino_tile16_text[] =
     "}\n"
     "#define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */\n";
 
-/* NEON (aarch64, where ctc's own GEMM runs: without OpenBLAS): runs of up to 4 tiles, panels of 16 */
+/* NEON (aarch64; with OpenBLAS too, which then runs the other GEMMs): runs of up to 4 tiles, panels of 16 */
 const char cg_conv_wino_neon_text[] =
     "#define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */\n"
     "/* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) on NEON: the AVX2 helpers' structure\n"

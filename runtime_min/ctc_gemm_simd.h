@@ -1,6 +1,7 @@
 /* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else
  * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's
- * -march allows; the NEON one only without CTC_HAVE_CBLAS. A generated model.c
+ * -march allows; the NEON one only without CTC_HAVE_CBLAS (its tiles, for Winograd, always).
+ * A generated model.c
  * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its
  * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
@@ -471,7 +472,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
 #endif
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \
-    (defined(__aarch64__) && defined(__ARM_NEON) && !defined(CTC_HAVE_CBLAS))
+    (defined(__aarch64__) && defined(__ARM_NEON))
 /* ---- Winograd convolutions (below, per instruction set): a run of tiles from tile t of a block
  * [t0, ...): image n, tile row ty, tile column tx, its place tb in the block, and L tiles (to the end
  * of the row, at most `lanes`, none at or past `end`). Tile t covers rows 2 ty - 1 .. 2 ty + 2 and
@@ -1285,12 +1286,16 @@ static inline int64_t ctc_pack_bt16_avx2(const float *b, int64_t ldb, int64_t kc
   }
   return k8;
 }
+#ifndef CTC_GEMM_UNUSED   /* (the GEMM itself, which an aarch64 build with OpenBLAS does not call:
+                           * it keeps the tiles for Winograd's products) */
+#define CTC_GEMM_UNUSED __attribute__((unused))
+#endif
 /* B not transposed, columns [j0, j0 + nj) (nj <= 16 CTC_NP_avx2) as panels bp[p][k][16] = B[k0 + k,
  * j0 + 16 p + j], kb floats apart, for k < kc; zero past nj. Each row is read in one pass of up to
  * 16 CTC_NP_avx2 floats: a panel at a time read a 32x8192x288 GEMM's rows 16 floats apart (AVX2, Zen 5:
  * 81 GFLOP/s, OpenBLAS 112). */
-static void ctc_pack_bn_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,
-                           float *restrict bp) {
+static CTC_GEMM_UNUSED void ctc_pack_bn_avx2(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,
+                                           int64_t nj, int64_t kb, float *restrict bp) {
   if (nj == 16 * CTC_NP_avx2) {   /* loops the compiler vectorises */
     for (int64_t k = 0; k < kc; k++)
 #pragma GCC unroll 4
@@ -1402,9 +1407,9 @@ static inline void ctc_gemm_pack_avx2_f32(int ta, int tb, int64_t N, int64_t K, 
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx2_f32 of all its ldp columns; C's column 0
  * is op(B)'s column jp, a multiple of 16) and B is not read: the same sums in the same order. */
-static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
-                              int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
-                              float *c, int64_t ldc) {
+static CTC_GEMM_UNUSED void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K,
+                                              const float *a, int64_t lda, const float *b, int64_t ldb,
+                                              const float *pk, int64_t ldp, int64_t jp, float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_avx2 * 512 * 16];
   _Alignas(64) float ap[384 * 256];
   if (K <= 0) {
@@ -1460,8 +1465,8 @@ static void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
     }
   }
 }
-static void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+static CTC_GEMM_UNUSED void ctc_gemm_avx2_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   ctc_gemm_avx2_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
 /* ---- stride-1 f32 convolutions as implicit GEMMs on AVX2 (the tiles of ctc_gemm_avx2_f32): the
@@ -1957,12 +1962,13 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #ifndef CTC_HAVE_CBLAS
-#include <arm_neon.h>
 #define CTC_GEMM_NEON_f32 1
 #define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */
 #define ctc_gemm_own_pk_f32 ctc_gemm_neon_pk_f32
 #define ctc_gemm_own_pack_f32 ctc_gemm_pack_neon_f32
 #define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */
+#endif
+#include <arm_neon.h>
 /* 16 columns are 4 vectors of 4; op(A) one scalar, fmla by lane */
 #define CTC_VW_neon 4
 #define CTC_NV_neon 4
@@ -1994,12 +2000,16 @@ static inline int64_t ctc_pack_bt16_neon(const float *b, int64_t ldb, int64_t kc
     }
   return k4;
 }
+#ifndef CTC_GEMM_UNUSED   /* (the GEMM itself, which an aarch64 build with OpenBLAS does not call:
+                           * it keeps the tiles for Winograd's products) */
+#define CTC_GEMM_UNUSED __attribute__((unused))
+#endif
 /* B not transposed, columns [j0, j0 + nj) (nj <= 16 CTC_NP_neon) as panels bp[p][k][16] = B[k0 + k,
  * j0 + 16 p + j], kb floats apart, for k < kc; zero past nj. Each row is read in one pass of up to
  * 16 CTC_NP_neon floats: a panel at a time read a 32x8192x288 GEMM's rows 16 floats apart (AVX2, Zen 5:
  * 81 GFLOP/s, OpenBLAS 112). */
-static void ctc_pack_bn_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nj, int64_t kb,
-                           float *restrict bp) {
+static CTC_GEMM_UNUSED void ctc_pack_bn_neon(const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,
+                                           int64_t nj, int64_t kb, float *restrict bp) {
   if (nj == 16 * CTC_NP_neon) {   /* loops the compiler vectorises */
     for (int64_t k = 0; k < kc; k++)
 #pragma GCC unroll 4
@@ -2111,9 +2121,9 @@ static inline void ctc_gemm_pack_neon_f32(int ta, int tb, int64_t N, int64_t K, 
  * set) before the next tile reads the neighbouring floats (1024x256x1024: 35 -> 47 GFLOP/s).
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_neon_f32 of all its ldp columns; C's column 0
  * is op(B)'s column jp, a multiple of 16) and B is not read: the same sums in the same order. */
-static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
-                              int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp,
-                              float *c, int64_t ldc) {
+static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K,
+                                              const float *a, int64_t lda, const float *b, int64_t ldb,
+                                              const float *pk, int64_t ldp, int64_t jp, float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_neon * 512 * 16];
   _Alignas(64) float ap[384 * 256];
   if (K <= 0) {
@@ -2169,8 +2179,8 @@ static void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, 
     }
   }
 }
-static void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                           const float *b, int64_t ldb, float *c, int64_t ldc) {
+static CTC_GEMM_UNUSED void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                           int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
 }
 #define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
@@ -2456,7 +2466,6 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
   }
 }
 #define CTC_WINO_WQ 16   /* weight gradient: channels k a GEMM panel */
-#endif
 #endif
 
 #ifdef CTC_CONV_WINO_f32

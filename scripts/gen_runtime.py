@@ -2,7 +2,7 @@
 """Writes runtime_min/ctc_gemm_simd.h, ctc's f32 GEMM microkernels for AVX-512, AVX2+FMA and
 NEON, and its AVX-512 BF16 GEMM of floats holding bfloat16 values, from the texts
 codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_text,
-gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_head and cg_gemm_simd16_text, the last
+gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head and cg_gemm_simd16_text, the last
 instantiated for avx2 and neon, gemv_x86_text and gemm_own_text) and codegen_c/wino_c.c (cg_conv_wino_common_text, cg_conv_wino_text,
 cg_conv_wino_avx2_text, cg_conv_wino_neon_text, cg_conv_wino_tile16_text instantiated for avx2 and
 neon, cg_conv_wino_driver_text), so that
@@ -46,7 +46,8 @@ def header():
     tile16 = c_string(wino, "cg_conv_wino_tile16_text")
     return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
             " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
-            " * -march allows; the NEON one only without CTC_HAVE_CBLAS. A generated model.c\n"
+            " * -march allows; the NEON one only without CTC_HAVE_CBLAS (its tiles, for Winograd, always).\n"
+            " * A generated model.c\n"
             " * that runs f32 GEMMs includes it after its portable ctc_gemm_f32, and its\n"
             " * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).\n"
             " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
@@ -69,8 +70,9 @@ def header():
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
             + c_string(wino, "cg_conv_wino_avx2_text") + tile16.replace("$I", "avx2") + "#endif\n#endif\n\n"
             + "#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
-            + c_string(src, "cg_gemm_neon_head") + simd16.replace("$I", "neon")
-            + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon") + "#endif\n#endif\n\n"
+            + c_string(src, "cg_gemm_neon_sel") + "#endif\n" + c_string(src, "cg_gemm_neon_head")
+            + simd16.replace("$I", "neon") + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon")
+            + "#endif\n\n"
             + c_string(wino, "cg_conv_wino_driver_text")
             + "\n" + c_string(src, "gemv_x86_text") + "\n" + c_string(src, "gemm_own_text")
             + "\n#endif /* CTC_GEMM_SIMD_H */\n")
