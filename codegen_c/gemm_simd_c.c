@@ -9,7 +9,7 @@
 /* The pixel matrices of the implicit-GEMM convolutions (ctc_pix), shared by the AVX-512 (f32,
  * bf16) and AVX2 ones, and the weights' reversed taps of an input gradient (ctc_flip_w_f32). */
 static const char conv_pix_text[] =
-    "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))\n"
+    "#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || (defined(__aarch64__) && defined(__ARM_NEON))\n"
     "/* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the\n"
     " * unfolded images are never written, the panels of the operand that reads them are packed\n"
     " * straight from the images (a tap in the padding: a masked load), on AVX-512 (f32, bf16) and AVX2.\n"
@@ -857,43 +857,15 @@ static const char gemm_avx2_conv_text[] =
     "      _mm256_store_ps(bp + k * 16 + 8, _mm256_maskload_ps(x + 8, ctc_mask8_avx2(m >> 8)));\n"
     "    }\n"
     "  }\n"
-    "}\n"
-    "/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (multiples of 16) = sum over k < K of\n"
-    " * a[i * K + k] s[k, p], y [N, M, H, W]: as the AVX-512 ctc_conv_pix_f32, with ctc_gemm_avx2_f32's\n"
-    " * K blocks and 6x16 tiles, a panel of 16 pixels packed at a time. */\n"
-    "static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M, int64_t K, float *y, int64_t p0,\n"
-    "                                    int64_t p1) {\n"
-    "  _Alignas(64) float bp[512 * 16];\n"
-    "  int64_t off[512];\n"
-    "  unsigned char tap[512];\n"
-    "  const int64_t HW = s->H * s->W;\n"
-    "  const int64_t kb = ctc_gemm_kb_avx2(0, K);\n"
-    "  for (int64_t k0 = 0; k0 < K; k0 += kb) {\n"
-    "    const int64_t kc = K - k0 < kb ? K - k0 : kb;\n"
-    "    ctc_pix_rows_at(s, k0, kc, off, tap);\n"
-    "    for (int64_t j = p0; j < p1; j += 16) {\n"
-    "      ctc_pack_bpix16_avx2(s, off, tap, kc, j, bp);\n"
-    "      float *yj = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of channel 0 */\n"
-    "      for (int64_t i = 0; i < M; i += 6) {\n"
-    "        const int mr = M - i < 6 ? (int)(M - i) : 6;\n"
-    "        const float *ai = a + i * K + k0;\n"
-    "        float *ci = yj + i * HW;\n"
-    "        const int add = k0 > 0;\n"
-    "        if (mr > 4) ctc_gemm_tile16_avx2(6, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
-    "        else if (mr > 2) ctc_gemm_tile16_avx2(4, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
-    "        else if (mr == 2) ctc_gemm_tile16_avx2(2, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
-    "        else ctc_gemm_tile16_avx2(1, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
-    "      }\n"
-    "    }\n"
-    "  }\n"
     "}\n";
 
 /* The f32 GEMM on AVX2+FMA CPUs without AVX-512 (-march=haswell and later, AMD Zen) and on
  * aarch64 (NEON): the AVX-512 GEMM's structure and summation order with 16-column panels of
  * op(B) and 6x16 tiles of C (12 ymm or 24 NEON accumulators), one text over $I (avx2, neon)
  * and the few vector helpers each ISA's head defines. cg_emit_kernels writes the conditions
- * around them: AVX2 only where AVX-512 is off, NEON on __aarch64__ && __ARM_NEON and only without
- * CTC_HAVE_CBLAS (CTC_GEMM_AVX2_f32 / CTC_GEMM_NEON_f32 say which is in). The AVX2 one runs with
+ * around them: AVX2 only where AVX-512 is off, NEON on __aarch64__ && __ARM_NEON, its GEMM only without
+ * CTC_HAVE_CBLAS and its tiles always (Winograd's and the implicit GEMMs' products;
+ * CTC_GEMM_AVX2_f32 / CTC_GEMM_NEON_f32 say which GEMM is in). The AVX2 one runs with
  * OpenBLAS too (which keeps the slivers, as beside the AVX-512 one): with op(B)'s panels packed 4
  * at a time (ctc_pack_bn) it measured 0.94-1.10x OpenBLAS 0.3.21's Haswell kernels per GEMM on
  * the bench models' shapes and 1.00-1.07x on their steps (-march=haswell, Zen 5, 1 thread); a
@@ -1263,8 +1235,64 @@ static const char gemm_own_text[] =
     "#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)\n"
     "#endif\n";
 
+/* The implicit-GEMM convolutions of AVX2 and NEON over their 6x16 tiles (ctc_pack_bpix16_$I: a panel
+ * of 16 pixels), $I the instruction set's name (scripts/gen_runtime.py instantiates it for each) */
+const char cg_conv_pix16_text[] =
+    "/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (multiples of 16) = sum over k < K of\n"
+    " * a[i * K + k] s[k, p], y [N, M, H, W]: as the AVX-512 ctc_conv_pix_f32, with ctc_gemm_$I_f32's\n"
+    " * K blocks and 6x16 tiles, a panel of 16 pixels packed at a time. */\n"
+    "static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M, int64_t K, float *y, int64_t p0,\n"
+    "                                    int64_t p1) {\n"
+    "  _Alignas(64) float bp[512 * 16];\n"
+    "  int64_t off[512];\n"
+    "  unsigned char tap[512];\n"
+    "  const int64_t HW = s->H * s->W;\n"
+    "  const int64_t kb = ctc_gemm_kb_$I(0, K);\n"
+    "  for (int64_t k0 = 0; k0 < K; k0 += kb) {\n"
+    "    const int64_t kc = K - k0 < kb ? K - k0 : kb;\n"
+    "    ctc_pix_rows_at(s, k0, kc, off, tap);\n"
+    "    for (int64_t j = p0; j < p1; j += 16) {\n"
+    "      ctc_pack_bpix16_$I(s, off, tap, kc, j, bp);\n"
+    "      float *yj = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of channel 0 */\n"
+    "      for (int64_t i = 0; i < M; i += 6) {\n"
+    "        const int mr = M - i < 6 ? (int)(M - i) : 6;\n"
+    "        const float *ai = a + i * K + k0;\n"
+    "        float *ci = yj + i * HW;\n"
+    "        const int add = k0 > 0;\n"
+    "        if (mr > 4) ctc_gemm_tile16_$I(6, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
+    "        else if (mr > 2) ctc_gemm_tile16_$I(4, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
+    "        else if (mr == 2) ctc_gemm_tile16_$I(2, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
+    "        else ctc_gemm_tile16_$I(1, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+/* The implicit-GEMM convolutions on NEON: a panel's taps in the padding filled lane by lane */
+const char cg_conv_pix_neon_text[] =
+    "/* ---- stride-1 (and, over the input's phases, stride-2) f32 convolutions as implicit GEMMs on NEON:\n"
+    " * the AVX2 ones' structure (the tiles of ctc_gemm_neon_pk_f32) */\n"
+    "#define CTC_CONV_PIX_f32 1   /* ctc_conv_pix_f32 is in (linalg_c.c's conv_implicit) */\n"
+    "/* B's panel [kc][16] of pixels [p0, p0 + 16) over the rows at off/tap (0 where a tap falls in the\n"
+    " * padding: those lanes are not read) */\n"
+    "static inline void ctc_pack_bpix16_neon(const ctc_pix *s, const int64_t *off, const unsigned char *tap, int64_t kc,\n"
+    "                                        int64_t p0, float *restrict bp) {\n"
+    "  ctc_pix16 h;\n"
+    "  ctc_pix16_at(s, p0, &h);\n"
+    "  for (int64_t k = 0; k < kc; k++) {\n"
+    "    const unsigned m = s->KH ? h.tap[tap[k]] : 0xffffu;\n"
+    "    const float *x = h.x + off[k];\n"
+    "    float *d = bp + k * 16;\n"
+    "    if (m == 0xffffu)\n"
+    "      for (int v = 0; v < 4; v++) vst1q_f32(d + 4 * v, vld1q_f32(x + 4 * v));\n"
+    "    else\n"
+    "      for (int l = 0; l < 16; l++) d[l] = m >> l & 1 ? x[l] : 0.0f;\n"
+    "  }\n"
+    "}\n";
+
 /* The texts of runtime_min/ctc_gemm_simd.h (all of them referenced, so that all are compiled and
  * stay valid strings). */
 const char *const cg_gemm_simd_texts[] = {conv_pix_text,     gemm_avx512_text,    gemm_avx512bf16_text,
                                           gemm_avx2_head,    gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head,
-                                          cg_gemm_simd16_text, gemv_x86_text, gemm_own_text};
+                                          cg_gemm_simd16_text, cg_conv_pix16_text, cg_conv_pix_neon_text, gemv_x86_text,
+                                          gemm_own_text};

@@ -337,7 +337,7 @@ static int64_t implicit_bytes(const Inst *in, const ConvGeom *g, int bf16) {
   return M * ((K + 1) / 2 + 15) / 16 * 16 * 4;
 }
 
-/* Whether a tiled f32 convolution is written as an implicit GEMM for AVX-512 or AVX2 (gemm_simd_c.c's
+/* Whether a tiled f32 convolution is written as an implicit GEMM for AVX-512, AVX2 or NEON (gemm_simd_c.c's
  * ctc_conv_pix_f32: forward and input gradient; of bf16 values, KirCall.low, for AVX-512 BF16:
  * ctc_conv_pix_bf16 and the weight gradient's ctc_conv_wgrad_bf16): on the hosted C target,
  * stride 1, no dilation, one group, an output the size of the input (which makes the input
@@ -363,7 +363,7 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   if (low == 1) c->k->gemm_bf16 = 1;
   cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_CONV_PIX_f32");
   LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (%s): no unfolded copy */\n",
-       low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512 or AVX2");
+       low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512, AVX2 or NEON");
   c->ind += 2;
   LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s, (void)%s;   /* (what the #else branch uses) */\n",
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);
@@ -444,7 +444,7 @@ static void close_phases(CgFunc *c, int i, const Inst *in, const ConvGeom *g, in
 static int64_t phase_bytes(const ConvGeom *g) { return (g->KH > 1 ? 2 : 1) * (g->KW > 1 ? 2 : 1) * g->C * g->ohw * 4; }
 
 /* Whether a tiled f32 convolution (the forward) is written as an implicit GEMM over its input's
- * phases (ctc_pix with st 2) for AVX-512 or AVX2: on the hosted C target, stride 2, no dilation,
+ * phases (ctc_pix with st 2) for AVX-512, AVX2 or NEON: on the hosted C target, stride 2, no dilation,
  * one group, even image sizes and an output half their size (a kernel of 2 ph + 1 or 2 ph + 2
  * taps), output images of a multiple of 16 pixels, at most 64 taps, and the phases of at least
  * one image fitting the scratch of the tiles it replaces. */
@@ -455,7 +455,7 @@ static int conv_phases(const CgFunc *c, int i, const Inst *in, const ConvGeom *g
          phase_bytes(g) <= ir_scratch_bytes(c->f, in);
 }
 
-/* A stride-2 convolution as conv_phases allows: where the compiler targets AVX-512 or AVX2
+/* A stride-2 convolution as conv_phases allows: where the compiler targets AVX-512, AVX2 or NEON
  * (CTC_CONV_PIX_f32), over tiles of as many images as the scratch holds, each image's input
  * split into its phases (ctc_pix_phases_f32, in parallel over (image, channel) pairs), then
  * ctc_conv_pix_f32 over the tile's pixels in blocks of 256 (in parallel): the unfolded columns
@@ -468,7 +468,7 @@ static void emit_conv2d_phases(CgFunc *c, int i, const Inst *in, const ConvGeom 
   if (S > g->N) S = g->N;
   const char *scratch = c->sname[i], *x = cg_ref(c, in->args[0]);
   cg_printf(c->out, "#ifdef CTC_CONV_PIX_f32\n");
-  LINE(c, "{   /* a stride-2 convolution as an implicit GEMM over its input's phases (AVX-512 or AVX2) */\n");
+  LINE(c, "{   /* a stride-2 convolution as an implicit GEMM over its input's phases (AVX-512, AVX2 or NEON) */\n");
   c->ind += 2;
   LINE(c, "(void)ctc_im2col_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n");
   open_tiles(c, g->N, S);
@@ -497,7 +497,7 @@ static void phase_taps(int64_t K, int64_t p, int64_t a, int64_t *n, int64_t *pad
 }
 
 /* A stride-2 convolution's input gradient as ir_conv_phase_bytes allows, where the compiler
- * targets AVX-512 or AVX2 (CTC_CONV_PIX_f32; the tiles of im2col/col2im and GEMMs otherwise):
+ * targets AVX-512, AVX2 or NEON (CTC_CONV_PIX_f32; the tiles of im2col/col2im and GEMMs otherwise):
  * each of dx's four phases (its pixels of row parity a and column parity b) is a stride-1
  * convolution of g by the taps that reach it (ctc_phase_w_f32, the weights prepared first, in
  * parallel over their rows), an implicit GEMM over g's pixels (ctc_conv_pix_f32, in blocks of
@@ -522,7 +522,7 @@ static void emit_conv2d_bwd_phases(CgFunc *c, int i, const Inst *in, const ConvG
     if (taps) have |= 1u << ab, wo += g->C * g->O * taps;
   }
   cg_printf(c->out, "#ifdef CTC_CONV_PIX_f32\n");
-  LINE(c, "{   /* a stride-2 convolution's input gradient, phase by phase, as implicit GEMMs (AVX-512 or AVX2) */\n");
+  LINE(c, "{   /* a stride-2 convolution's input gradient, phase by phase, as implicit GEMMs (AVX-512, AVX2 or NEON) */\n");
   c->ind += 2;
   LINE(c, "(void)ctc_col2im_f32, (void)ctc_matmul_f32;   /* (what the #else branch uses) */\n");
   LINE(c, "float *const ps = %s + %lld;   /* the phases of dx, %lld floats apart */\n", scratch, (ll)wo, (ll)(S * g->C * g->ohw));
@@ -672,7 +672,7 @@ static int conv_wino(const CgFunc *c, const Inst *in) {
 }
 
 /* A convolution or gradient that ir_conv_wino allows: by Winograd's F(2x2, 3x3) where the
- * compiler targets AVX-512 or AVX2 (CTC_CONV_WINO_f32, wino_c.c), the implicit GEMM or the tiles in
+ * compiler targets AVX-512, AVX2 or NEON (CTC_CONV_WINO_f32, wino_c.c), the implicit GEMM or the tiles in
  * the #else branch. Every thread of a region calls ctc_conv_wino_f32, which splits each step of its
  * blocks of tiles among them; each output is computed the same way whatever their number. */
 static void emit_conv2d_wino(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || (defined(__aarch64__) && defined(__ARM_NEON))
 /* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the
  * unfolded images are never written, the panels of the operand that reads them are packed
  * straight from the images (a tap in the padding: a masked load), on AVX-512 (f32, bf16) and AVX2.
@@ -2182,6 +2182,54 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
 static CTC_GEMM_UNUSED void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
                                            int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
+}
+/* ---- stride-1 (and, over the input's phases, stride-2) f32 convolutions as implicit GEMMs on NEON:
+ * the AVX2 ones' structure (the tiles of ctc_gemm_neon_pk_f32) */
+#define CTC_CONV_PIX_f32 1   /* ctc_conv_pix_f32 is in (linalg_c.c's conv_implicit) */
+/* B's panel [kc][16] of pixels [p0, p0 + 16) over the rows at off/tap (0 where a tap falls in the
+ * padding: those lanes are not read) */
+static inline void ctc_pack_bpix16_neon(const ctc_pix *s, const int64_t *off, const unsigned char *tap, int64_t kc,
+                                        int64_t p0, float *restrict bp) {
+  ctc_pix16 h;
+  ctc_pix16_at(s, p0, &h);
+  for (int64_t k = 0; k < kc; k++) {
+    const unsigned m = s->KH ? h.tap[tap[k]] : 0xffffu;
+    const float *x = h.x + off[k];
+    float *d = bp + k * 16;
+    if (m == 0xffffu)
+      for (int v = 0; v < 4; v++) vst1q_f32(d + 4 * v, vld1q_f32(x + 4 * v));
+    else
+      for (int l = 0; l < 16; l++) d[l] = m >> l & 1 ? x[l] : 0.0f;
+  }
+}
+/* y[n, i, oh, ow] for i < M and the pixels p in [p0, p1) (multiples of 16) = sum over k < K of
+ * a[i * K + k] s[k, p], y [N, M, H, W]: as the AVX-512 ctc_conv_pix_f32, with ctc_gemm_neon_f32's
+ * K blocks and 6x16 tiles, a panel of 16 pixels packed at a time. */
+static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M, int64_t K, float *y, int64_t p0,
+                                    int64_t p1) {
+  _Alignas(64) float bp[512 * 16];
+  int64_t off[512];
+  unsigned char tap[512];
+  const int64_t HW = s->H * s->W;
+  const int64_t kb = ctc_gemm_kb_neon(0, K);
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb;
+    ctc_pix_rows_at(s, k0, kc, off, tap);
+    for (int64_t j = p0; j < p1; j += 16) {
+      ctc_pack_bpix16_neon(s, off, tap, kc, j, bp);
+      float *yj = y + j / HW * M * HW + j % HW;   /* pixels j .. j + 15 of channel 0 */
+      for (int64_t i = 0; i < M; i += 6) {
+        const int mr = M - i < 6 ? (int)(M - i) : 6;
+        const float *ai = a + i * K + k0;
+        float *ci = yj + i * HW;
+        const int add = k0 > 0;
+        if (mr > 4) ctc_gemm_tile16_neon(6, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr > 2) ctc_gemm_tile16_neon(4, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else if (mr == 2) ctc_gemm_tile16_neon(2, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+        else ctc_gemm_tile16_neon(1, 32, kc, ai, K, 1, mr, bp, ci, HW, 16, add);
+      }
+    }
+  }
 }
 #define CTC_CONV_WINO_f32 1   /* ctc_conv_wino_f32 is in (linalg_c.c's conv_wino) */
 /* ---- 3x3 stride-1 f32 convolutions by Winograd's F(2x2, 3x3) on NEON: the AVX2 helpers' structure

@@ -44,6 +44,7 @@ def header():
         wino = f.read()
     simd16 = c_string(src, "cg_gemm_simd16_text")
     tile16 = c_string(wino, "cg_conv_wino_tile16_text")
+    pix16 = c_string(src, "cg_conv_pix16_text")
     return ("/* ctc_gemm_simd.h - ctc's f32 GEMM microkernels: AVX-512 (ctc_gemm_avx512_f32), else\n"
             " * AVX2+FMA (ctc_gemm_avx2_f32), or NEON on aarch64 (ctc_gemm_neon_f32), as the compiler's\n"
             " * -march allows; the NEON one only without CTC_HAVE_CBLAS (its tiles, for Winograd, always).\n"
@@ -68,10 +69,12 @@ def header():
             + c_string(src, "gemm_avx512bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
+            + pix16.replace("$I", "avx2")
             + c_string(wino, "cg_conv_wino_avx2_text") + tile16.replace("$I", "avx2") + "#endif\n#endif\n\n"
             + "#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "cg_gemm_neon_sel") + "#endif\n" + c_string(src, "cg_gemm_neon_head")
-            + simd16.replace("$I", "neon") + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon")
+            + simd16.replace("$I", "neon") + c_string(src, "cg_conv_pix_neon_text") + pix16.replace("$I", "neon")
+            + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon")
             + "#endif\n\n"
             + c_string(wino, "cg_conv_wino_driver_text")
             + "\n" + c_string(src, "gemv_x86_text") + "\n" + c_string(src, "gemm_own_text")

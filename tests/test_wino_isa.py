@@ -287,10 +287,11 @@ void openblas_set_num_threads(int);
 
 
 def test_resnet_train_aarch64(tmp_path):
-    """A small ResNet's training steps (3x3 convolutions by Winograd on the NEON helpers, the NEON GEMM,
-    OpenMP at 2 threads) built for aarch64 and run under qemu-aarch64 against the same C built for x86:
-    the same losses within float32 rounding (the elementwise loops' vectors are 4 lanes there, 8 or 16
-    here, so sums of them may round differently)."""
+    """A small ResNet's training steps built for aarch64 (its 3x3 convolutions by Winograd on the NEON
+    helpers; the stem, the strided and 1x1 ones as implicit GEMMs on NEON's tiles, ctc_conv_pix_f32; the
+    NEON GEMM; OpenMP at 2 threads) and run under qemu-aarch64 against the same C built for x86: the
+    same losses within float32 rounding (the elementwise loops' vectors are 4 lanes there, 8 or 16
+    here, so sums of them may round differently; on AVX2 they came out the same bits)."""
     from ctc_testlib import CTC, compare
     import numpy as np
     if os.uname().machine != "x86_64":
@@ -305,14 +306,14 @@ def test_resnet_train_aarch64(tmp_path):
     srcs = [tmp_path / "main.c", tmp_path / "net.c", os.path.join(RT, "rt_error.c")]
     flags = [*CFLAGS, "-O3", f"-I{RT}", f"-I{tmp_path}"]
     macros = run(["aarch64-linux-gnu-gcc", *flags, "-E", "-dM", tmp_path / "net.c"]).stdout
-    assert "CTC_CONV_WINO_f32" in macros and "CTC_GEMM_NEON_f32" in macros
+    assert "CTC_CONV_WINO_f32" in macros and "CTC_CONV_PIX_f32" in macros and "CTC_GEMM_NEON_f32" in macros
     # with OpenBLAS (its declarations only: there is no aarch64 OpenBLAS here to link) the model.c
     # compiles clean, Winograd on the NEON tiles and the other GEMMs OpenBLAS's
     (tmp_path / "blas").mkdir()
     (tmp_path / "blas" / "cblas.h").write_text(CBLAS_DECLS)
     blas = [*flags, "-DCTC_HAVE_CBLAS", f"-I{tmp_path / 'blas'}"]
     macros = run(["aarch64-linux-gnu-gcc", *blas, "-E", "-dM", tmp_path / "net.c"]).stdout
-    assert "CTC_CONV_WINO_f32" in macros and "CTC_GEMM_NEON_f32" not in macros
+    assert "CTC_CONV_WINO_f32" in macros and "CTC_CONV_PIX_f32" in macros and "CTC_GEMM_NEON_f32" not in macros
     run(["aarch64-linux-gnu-gcc", *blas, "-c", tmp_path / "net.c", "-o", tmp_path / "net_blas.o"], timeout=600)
     losses = {}
     for arch, cc, pre in (("x86", ["cc", "-march=native"], []), ("a64", ["aarch64-linux-gnu-gcc"], QEMU)):
