@@ -118,9 +118,9 @@ enum { NMATH = (int)(sizeof math_fns / sizeof math_fns[0]) };
 static const char *const c_words[] = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "_Alignas",
                                       "_Generic", "_Static_assert", "defined", "__attribute__", NULL};
 static const char *const string_fns[] = {"memcpy", "memset", "memmove", "memcmp", NULL};
-/* the NEON intrinsics kernels.c's aarch64 GEMM calls (inline functions of <arm_neon.h>) */
+/* the NEON intrinsics kernels.c's aarch64 GEMM and GEMV call (inline functions of <arm_neon.h>) */
 static const char *const neon_fns[] = {"vdupq_n_f32", "vld1q_f32", "vst1q_f32", "vaddq_f32", "vfmaq_n_f32",
-                                       "vtrn1q_f32", "vtrn2q_f32", "vtrn1q_f64", "vtrn2q_f64",
+                                       "vfmaq_f32", "vgetq_lane_f32", "vtrn1q_f32", "vtrn2q_f32", "vtrn1q_f64", "vtrn2q_f64",
                                        "vreinterpretq_f64_f32", "vreinterpretq_f32_f64", NULL};
 static const char *const std_macros[] = {"INT64_C", "UINT64_C", "INT32_C", "UINT32_C", "isnan", "isinf",
                                          "isfinite", "signbit", NULL};

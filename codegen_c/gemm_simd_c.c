@@ -931,7 +931,7 @@ const char cg_gemm_neon_sel[] =
     "#define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */\n"
     "#define ctc_gemm_own_pk_f32 ctc_gemm_neon_pk_f32\n"
     "#define ctc_gemm_own_pack_f32 ctc_gemm_pack_neon_f32\n"
-    "#define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */\n";
+    "#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)   /* the blocks it computes: all but single rows (ctc_gemv_neon_f32) */\n";
 /* The NEON kernel's vector helpers (its tiles: the GEMM's without OpenBLAS, Winograd's always) */
 const char cg_gemm_neon_head[] =
     "#include <arm_neon.h>\n"
@@ -1290,9 +1290,80 @@ const char cg_conv_pix_neon_text[] =
     "  }\n"
     "}\n";
 
+/* One row of C on NEON (after cg_gemm_simd16_text's neon instance: its CTC_GEMM_UNUSED) */
+const char cg_gemv_neon_text[] =
+    "/* c[j] (+ c[j] if acc) = sum over k < K of a[k] op(B)[k, j] for j < N (one row of C: a batch of one, a\n"
+    " * decode step), B read where it lies (the GEMM would first pack all of it): op(B)[k, j] = b[j * ldb + k]\n"
+    " * if tb (dot products with 4 of B's rows at a time, each 8 sums in flight), else b[k * ldb + j] (C's\n"
+    " * row updated by B's rows in k order, 64 columns of it in 16 registers; the last columns through the\n"
+    " * stack, by the same fused multiply-adds: a column's sum is the same in whichever block it falls) */\n"
+    "static CTC_GEMM_UNUSED void ctc_gemv_neon_f32(int tb, int acc, int64_t N, int64_t K, const float *a, const float *b,\n"
+    "                                              int64_t ldb, float *c) {\n"
+    "  const int64_t k8 = K / 8 * 8;\n"
+    "  if (tb) {\n"
+    "    for (int64_t j = 0; j < N; j += 4) {\n"
+    "      const int nq = N - j < 4 ? (int)(N - j) : 4;   /* rows of B this pass (the last: fewer) */\n"
+    "      const float *bq[4];\n"
+    "      for (int q = 0; q < 4; q++) bq[q] = b + (j + (q < nq ? q : 0)) * ldb;\n"
+    "      float32x4_t s[4][2];\n"
+    "      for (int q = 0; q < 4; q++) s[q][0] = s[q][1] = vdupq_n_f32(0);\n"
+    "      for (int64_t k = 0; k < k8; k += 8) {\n"
+    "        const float32x4_t x0 = vld1q_f32(a + k), x1 = vld1q_f32(a + k + 4);\n"
+    "#pragma GCC unroll 4\n"
+    "        for (int q = 0; q < 4; q++)\n"
+    "          s[q][0] = vfmaq_f32(s[q][0], x0, vld1q_f32(bq[q] + k)), s[q][1] = vfmaq_f32(s[q][1], x1, vld1q_f32(bq[q] + k + 4));\n"
+    "      }\n"
+    "      for (int q = 0; q < nq; q++) {\n"
+    "        float t = 0;\n"
+    "        for (int64_t k = k8; k < K; k++) t += a[k] * bq[q][k];\n"
+    "        const float32x4_t h = vaddq_f32(s[q][0], s[q][1]);\n"
+    "        const float d = ((vgetq_lane_f32(h, 0) + vgetq_lane_f32(h, 2)) + (vgetq_lane_f32(h, 1) + vgetq_lane_f32(h, 3))) + t;\n"
+    "        c[j + q] = acc ? c[j + q] + d : d;\n"
+    "      }\n"
+    "    }\n"
+    "    return;\n"
+    "  }\n"
+    "  for (int64_t j0 = 0; j0 < N; j0 += 64) {\n"
+    "    const int64_t nj = N - j0 < 64 ? N - j0 : 64, nv = (nj + 3) / 4;   /* vectors: the last may be partial */\n"
+    "    float32x4_t s[16];\n"
+    "    float t[4] = {0, 0, 0, 0};\n"
+    "#pragma GCC unroll 16\n"
+    "    for (int v = 0; v < 16; v++) {\n"
+    "      if (v >= nv) break;\n"
+    "      if (!acc) s[v] = vdupq_n_f32(0);\n"
+    "      else if (4 * v + 4 <= nj) s[v] = vld1q_f32(c + j0 + 4 * v);\n"
+    "      else memcpy(t, c + j0 + 4 * v, sizeof(float) * (size_t)(nj - 4 * v)), s[v] = vld1q_f32(t);\n"
+    "    }\n"
+    "    if (nj == 64)\n"
+    "      for (int64_t k = 0; k < K; k++) {\n"
+    "        const float32x4_t x = vdupq_n_f32(a[k]);\n"
+    "#pragma GCC unroll 16\n"
+    "        for (int v = 0; v < 16; v++) s[v] = vfmaq_f32(s[v], x, vld1q_f32(b + k * ldb + j0 + 4 * v));\n"
+    "      }\n"
+    "    else\n"
+    "      for (int64_t k = 0; k < K; k++) {\n"
+    "        const float32x4_t x = vdupq_n_f32(a[k]);\n"
+    "        const float *bk = b + k * ldb + j0;\n"
+    "        for (int v = 0; v < nv; v++)\n"
+    "          if (4 * v + 4 <= nj) s[v] = vfmaq_f32(s[v], x, vld1q_f32(bk + 4 * v));\n"
+    "          else {   /* the last columns, zeros past them */\n"
+    "            float r[4] = {0, 0, 0, 0};\n"
+    "            memcpy(r, bk + 4 * v, sizeof(float) * (size_t)(nj - 4 * v));\n"
+    "            s[v] = vfmaq_f32(s[v], x, vld1q_f32(r));\n"
+    "          }\n"
+    "      }\n"
+    "#pragma GCC unroll 16\n"
+    "    for (int v = 0; v < 16; v++) {\n"
+    "      if (v >= nv) break;\n"
+    "      if (4 * v + 4 <= nj) vst1q_f32(c + j0 + 4 * v, s[v]);\n"
+    "      else vst1q_f32(t, s[v]), memcpy(c + j0 + 4 * v, t, sizeof(float) * (size_t)(nj - 4 * v));\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
 /* The texts of runtime_min/ctc_gemm_simd.h (all of them referenced, so that all are compiled and
  * stay valid strings). */
 const char *const cg_gemm_simd_texts[] = {conv_pix_text,     gemm_avx512_text,    gemm_avx512bf16_text,
                                           gemm_avx2_head,    gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head,
-                                          cg_gemm_simd16_text, cg_conv_pix16_text, cg_conv_pix_neon_text, gemv_x86_text,
-                                          gemm_own_text};
+                                          cg_gemm_simd16_text, cg_conv_pix16_text, cg_conv_pix_neon_text, cg_gemv_neon_text,
+                                          gemv_x86_text, gemm_own_text};

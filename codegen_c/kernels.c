@@ -139,6 +139,10 @@ static const Part matmul_text[] = {
      "  }\n"
      "#endif\n", ""},
     {"#ifdef CTC_GEMM_NEON_$S\n"
+     "  if (r1 - r0 == 1 && !ta) {   /* one row of C (a batch of one): B as it lies, not packed */\n"
+     "    ctc_gemv_neon_$S(tb, acc, c1 - c0, K, a, b, ldb, c);\n"
+     "    return;\n"
+     "  }\n"
      "  ctc_gemm_neon_$S(ta, tb, acc, r1 - r0, c1 - c0, K, a, lda, b, ldb, c, ldc);   /* ctc's NEON GEMM (above) */\n"
      "  return;\n"
      "#endif\n", NULL},
@@ -1478,6 +1482,7 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     if (t == DT_F32 && fs) {   /* ctc's own f32 GEMMs: the NEON one alone (<immintrin.h> is not freestanding) */
       cg_printf(b, "\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n%s%s", cg_gemm_neon_sel, cg_gemm_neon_head);
       instantiate_isa(b, cg_gemm_simd16_text, "neon");
+      cg_puts(b, cg_gemv_neon_text);
       cg_puts(b, "#endif\n\n");
     } else if (t == DT_F32) {   /* the texts above, for every ISA, in the runtime's header */
       cg_puts(b, "/* ctc's f32 GEMM microkernels for the ISA the compiler targets (AVX-512, AVX2+FMA, NEON) */\n");

@@ -1966,7 +1966,7 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
 #define CTC_GEMM_PK_f32 1   /* (as the AVX-512 kernel's) */
 #define ctc_gemm_own_pk_f32 ctc_gemm_neon_pk_f32
 #define ctc_gemm_own_pack_f32 ctc_gemm_pack_neon_f32
-#define CTC_GEMM_OWN_f32(m, n) 1   /* the blocks it computes: all */
+#define CTC_GEMM_OWN_f32(m, n) ((m) > 1)   /* the blocks it computes: all but single rows (ctc_gemv_neon_f32) */
 #endif
 #include <arm_neon.h>
 /* 16 columns are 4 vectors of 4; op(A) one scalar, fmla by lane */
@@ -2182,6 +2182,74 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
 static CTC_GEMM_UNUSED void ctc_gemm_neon_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
                                            int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   ctc_gemm_neon_pk_f32(ta, tb, acc, M, N, K, a, lda, b, ldb, NULL, 0, 0, c, ldc);
+}
+/* c[j] (+ c[j] if acc) = sum over k < K of a[k] op(B)[k, j] for j < N (one row of C: a batch of one, a
+ * decode step), B read where it lies (the GEMM would first pack all of it): op(B)[k, j] = b[j * ldb + k]
+ * if tb (dot products with 4 of B's rows at a time, each 8 sums in flight), else b[k * ldb + j] (C's
+ * row updated by B's rows in k order, 64 columns of it in 16 registers; the last columns through the
+ * stack, by the same fused multiply-adds: a column's sum is the same in whichever block it falls) */
+static CTC_GEMM_UNUSED void ctc_gemv_neon_f32(int tb, int acc, int64_t N, int64_t K, const float *a, const float *b,
+                                              int64_t ldb, float *c) {
+  const int64_t k8 = K / 8 * 8;
+  if (tb) {
+    for (int64_t j = 0; j < N; j += 4) {
+      const int nq = N - j < 4 ? (int)(N - j) : 4;   /* rows of B this pass (the last: fewer) */
+      const float *bq[4];
+      for (int q = 0; q < 4; q++) bq[q] = b + (j + (q < nq ? q : 0)) * ldb;
+      float32x4_t s[4][2];
+      for (int q = 0; q < 4; q++) s[q][0] = s[q][1] = vdupq_n_f32(0);
+      for (int64_t k = 0; k < k8; k += 8) {
+        const float32x4_t x0 = vld1q_f32(a + k), x1 = vld1q_f32(a + k + 4);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+          s[q][0] = vfmaq_f32(s[q][0], x0, vld1q_f32(bq[q] + k)), s[q][1] = vfmaq_f32(s[q][1], x1, vld1q_f32(bq[q] + k + 4));
+      }
+      for (int q = 0; q < nq; q++) {
+        float t = 0;
+        for (int64_t k = k8; k < K; k++) t += a[k] * bq[q][k];
+        const float32x4_t h = vaddq_f32(s[q][0], s[q][1]);
+        const float d = ((vgetq_lane_f32(h, 0) + vgetq_lane_f32(h, 2)) + (vgetq_lane_f32(h, 1) + vgetq_lane_f32(h, 3))) + t;
+        c[j + q] = acc ? c[j + q] + d : d;
+      }
+    }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < N; j0 += 64) {
+    const int64_t nj = N - j0 < 64 ? N - j0 : 64, nv = (nj + 3) / 4;   /* vectors: the last may be partial */
+    float32x4_t s[16];
+    float t[4] = {0, 0, 0, 0};
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) {
+      if (v >= nv) break;
+      if (!acc) s[v] = vdupq_n_f32(0);
+      else if (4 * v + 4 <= nj) s[v] = vld1q_f32(c + j0 + 4 * v);
+      else memcpy(t, c + j0 + 4 * v, sizeof(float) * (size_t)(nj - 4 * v)), s[v] = vld1q_f32(t);
+    }
+    if (nj == 64)
+      for (int64_t k = 0; k < K; k++) {
+        const float32x4_t x = vdupq_n_f32(a[k]);
+#pragma GCC unroll 16
+        for (int v = 0; v < 16; v++) s[v] = vfmaq_f32(s[v], x, vld1q_f32(b + k * ldb + j0 + 4 * v));
+      }
+    else
+      for (int64_t k = 0; k < K; k++) {
+        const float32x4_t x = vdupq_n_f32(a[k]);
+        const float *bk = b + k * ldb + j0;
+        for (int v = 0; v < nv; v++)
+          if (4 * v + 4 <= nj) s[v] = vfmaq_f32(s[v], x, vld1q_f32(bk + 4 * v));
+          else {   /* the last columns, zeros past them */
+            float r[4] = {0, 0, 0, 0};
+            memcpy(r, bk + 4 * v, sizeof(float) * (size_t)(nj - 4 * v));
+            s[v] = vfmaq_f32(s[v], x, vld1q_f32(r));
+          }
+      }
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) {
+      if (v >= nv) break;
+      if (4 * v + 4 <= nj) vst1q_f32(c + j0 + 4 * v, s[v]);
+      else vst1q_f32(t, s[v]), memcpy(c + j0 + 4 * v, t, sizeof(float) * (size_t)(nj - 4 * v));
+    }
+  }
 }
 /* ---- stride-1 (and, over the input's phases, stride-2) f32 convolutions as implicit GEMMs on NEON:
  * the AVX2 ones' structure (the tiles of ctc_gemm_neon_pk_f32) */

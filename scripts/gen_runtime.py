@@ -73,7 +73,8 @@ def header():
             + c_string(wino, "cg_conv_wino_avx2_text") + tile16.replace("$I", "avx2") + "#endif\n#endif\n\n"
             + "#if defined(__aarch64__) && defined(__ARM_NEON)\n#ifndef CTC_HAVE_CBLAS\n"
             + c_string(src, "cg_gemm_neon_sel") + "#endif\n" + c_string(src, "cg_gemm_neon_head")
-            + simd16.replace("$I", "neon") + c_string(src, "cg_conv_pix_neon_text") + pix16.replace("$I", "neon")
+            + simd16.replace("$I", "neon") + c_string(src, "cg_gemv_neon_text") + c_string(src, "cg_conv_pix_neon_text")
+            + pix16.replace("$I", "neon")
             + c_string(wino, "cg_conv_wino_neon_text") + tile16.replace("$I", "neon")
             + "#endif\n\n"
             + c_string(wino, "cg_conv_wino_driver_text")
