@@ -212,14 +212,15 @@ static int runtime_files(Arena *a, Diag *d, const char *rt, const char *dist, in
   return 0;
 }
 
-/* Does the compiler `cc` (its words) link a program against OpenBLAS's cblas? */
-static int have_openblas(Arena *a, char *const *cc, int ncc, const char *dir) {
-  const char *src = arena_printf(a, "%s/.ctc_blas_probe_%d.c", dir, (int)getpid());
-  const char *bin = arena_printf(a, "%s/.ctc_blas_probe_%d", dir, (int)getpid());
+/* Does the compiler `cc` (its words) compile and link the program `text` with the library `lib`
+ * (-l<lib>)? `name` tells the probe's files apart. */
+static int links_with(Arena *a, char *const *cc, int ncc, const char *dir, const char *name, const char *text,
+                      const char *lib) {
+  const char *src = arena_printf(a, "%s/.ctc_%s_probe_%d.c", dir, name, (int)getpid());
+  const char *bin = arena_printf(a, "%s/.ctc_%s_probe_%d", dir, name, (int)getpid());
   FILE *f = fopen(src, "w");
   if (!f) return 0;
-  fputs("#include <cblas.h>\nint main(void){float a=1,b=1,c=0;"
-        "cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c!=1;}\n", f);
+  fputs(text, f);
   fclose(f);
   pid_t pid = fork();
   int ok = 0;
@@ -228,7 +229,7 @@ static int have_openblas(Arena *a, char *const *cc, int ncc, const char *dir) {
     char **argv = arena_alloc(a, sizeof *argv * (size_t)(ncc + 5));
     int n = 0;
     for (int k = 0; k < ncc; k++) argv[n++] = cc[k];
-    argv[n++] = (char *)src, argv[n++] = "-o", argv[n++] = (char *)bin, argv[n++] = "-lopenblas";
+    argv[n++] = (char *)src, argv[n++] = "-o", argv[n++] = (char *)bin, argv[n++] = (char *)lib;
     argv[n] = NULL;
     execvp(argv[0], argv);
     _exit(127);
@@ -240,6 +241,22 @@ static int have_openblas(Arena *a, char *const *cc, int ncc, const char *dir) {
   remove(src);
   remove(bin);
   return ok;
+}
+
+/* OpenBLAS's cblas, which the GEMMs call where ctc's own kernels do not run */
+static int have_openblas(Arena *a, char *const *cc, int ncc, const char *dir) {
+  return links_with(a, cc, ncc, dir, "blas",
+                    "#include <cblas.h>\nint main(void){float a=1,b=1,c=0;"
+                    "cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c!=1;}\n",
+                    "-lopenblas");
+}
+
+/* zlib, which the runtime reads deflated checkpoint records and gzipped datasets with: without it
+ * (a cross compiler's sysroot often has none) the runtime is built with -DCTC_NO_ZLIB and reads
+ * stored records and uncompressed files only, saying so for the others */
+static int have_zlib(Arena *a, char *const *cc, int ncc, const char *dir) {
+  return links_with(a, cc, ncc, dir, "zlib", "#include <zlib.h>\nint main(void){return zlibVersion()[0] == 0;}\n",
+                    "-lz");
 }
 
 /* --python: the include folder and extension suffix of the interpreter the module is for
@@ -442,7 +459,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   const char *rt = runtime_dir(a);
   char *outdup = arena_strdup(a, o->out);
   const char *outdir = dirname(outdup);
-  int blas = !o->no_blas && have_openblas(a, cc, ncc, outdir);
+  int blas = !o->no_blas && have_openblas(a, cc, ncc, outdir), zlib = have_zlib(a, cc, ncc, outdir);
   const char **rt_files;
   int nrt, rc = runtime_files(a, d, rt, "rt_mpi.c", distributed, &rt_files, &nrt);
   if (rc) return rc;
@@ -489,6 +506,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   flags[nf++] = "-D_POSIX_C_SOURCE=200809L";
   if (o->shared || o->python) flags[nf++] = "-fPIC";
   if (blas) flags[nf++] = "-DCTC_HAVE_CBLAS";
+  if (!zlib) flags[nf++] = "-DCTC_NO_ZLIB";
   if (distributed) flags[nf++] = "-DCTC_MPI";
   if (!o->no_openmp) flags[nf++] = "-fopenmp";
   flags[nf++] = arena_printf(a, "-I%s", rt);
@@ -517,7 +535,7 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   argv[n++] = "-o";
   argv[n++] = (char *)out;
   if (blas) argv[n++] = "-lopenblas";
-  argv[n++] = "-lz";
+  if (zlib) argv[n++] = "-lz";
   argv[n++] = "-lm";
   argv[n] = NULL;
   if (o->verbose) print_cmd(argv);

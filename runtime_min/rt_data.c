@@ -31,7 +31,64 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifndef CTC_NO_ZLIB
 #include <zlib.h>
+#else
+/* A runtime built without zlib (ctc build found none for its C compiler, as for a cross compiler):
+ * the few gz* calls below over a plain file descriptor, which read uncompressed files as zlib does
+ * and refuse a gzipped one (its first two bytes 1f 8b) with a clear message. */
+#define Z_OK 0
+#define Z_ERRNO (-1)
+#define Z_DATA_ERROR (-3)
+#define Z_MEM_ERROR (-4)
+typedef struct {
+  int fd, err;     /* err: Z_OK, Z_ERRNO (errno says why) or Z_DATA_ERROR (a gzipped file) */
+  long long pos;   /* bytes read so far */
+} ctc_plainfile;
+typedef ctc_plainfile *gzFile;
+static gzFile gzdopen(int fd, const char *mode) {
+  (void)mode;
+  gzFile f = calloc(1, sizeof *f);
+  if (f) f->fd = fd;
+  return f;
+}
+static int gzread(gzFile f, void *buf, unsigned n) {
+  if (f->err) return -1;
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = read(f->fd, (char *)buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      f->err = Z_ERRNO;
+      return -1;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  const unsigned char *b = buf;
+  if (f->pos == 0 && got >= 2 && b[0] == 0x1f && b[1] == 0x8b) {
+    f->err = Z_DATA_ERROR;
+    return -1;
+  }
+  f->pos += (long long)got;
+  return (int)got;
+}
+static int gzdirect(gzFile f) {
+  (void)f;
+  return 1;
+}
+static const char *gzerror(gzFile f, int *err) {
+  *err = f->err;
+  return f->err == Z_DATA_ERROR ? "a gzipped file, and this program was built without zlib (ctc build found none "
+                                  "for its C compiler): decompress it first (gunzip)"
+                                : "";
+}
+static int gzclose(gzFile f) {
+  const int r = close(f->fd);
+  free(f);
+  return r;
+}
+#endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "the ctc runtime assumes a little-endian machine"

@@ -48,7 +48,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifndef CTC_NO_ZLIB
 #include <zlib.h>
+
+/* zip's CRC-32 of n bytes */
+static uint32_t crc_of(const void *data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 0; off < n;) {
+    uInt chunk = n - off > 1u << 30 ? 1u << 30 : (uInt)(n - off);
+    crc = crc32(crc, (const Bytef *)data + off, chunk);
+    off += chunk;
+  }
+  return (uint32_t)crc;
+}
+#else
+/* zip's CRC-32 (reflected, polynomial 0xEDB88320) a bit at a time: a runtime built without zlib (ctc
+ * build found none for its compiler, as for a cross compiler), which reads stored records only */
+static uint32_t crc_of(const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = c >> 1 ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+#endif
 
 /* ---- PyTorch dtypes --------------------------------------------------------- */
 
@@ -336,6 +361,12 @@ static int zip_data(Pt *p, const ZEntry *e, const unsigned char **out) {
       return ctc_fail(p->err, CTC_ERR_FORMAT, "the zip archive is damaged: stored record '%s' has two sizes", nm);
     *out = src;
   } else if (e->method == 8) {
+#ifdef CTC_NO_ZLIB
+    (void)src;
+    return ctc_fail(p->err, CTC_ERR_FORMAT, "record '%s' is deflated, and this program was built without zlib (ctc "
+                    "build found none for its C compiler): save the checkpoint with torch.save, which stores its "
+                    "records, or build where zlib is installed", nm);
+#else
     if (e->usize > SIZE_MAX / 2 || e->usize / 1032 > e->csize)   /* deflate compresses at most 1032:1 */
       return ctc_fail(p->err, CTC_ERR_FORMAT, "the zip archive is damaged: record '%s' has a bad size", nm);
     if (p->ninflated == p->capinflated) {
@@ -375,17 +406,12 @@ static int zip_data(Pt *p, const ZEntry *e, const unsigned char **out) {
       return ctc_fail(p->err, CTC_ERR_FORMAT, "the zip archive is damaged: record '%s' does not inflate to its "
                       "%llu bytes", nm, (unsigned long long)e->usize);
     *out = dst;
+#endif
   } else {
     return ctc_fail(p->err, CTC_ERR_FORMAT, "record '%s' uses zip compression method %d (only stored and deflated "
                     "records are read)", nm, e->method);
   }
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (uint64_t off = 0; off < e->usize;) {
-    uInt chunk = e->usize - off > 1u << 30 ? 1u << 30 : (uInt)(e->usize - off);
-    crc = crc32(crc, *out + off, chunk);
-    off += chunk;
-  }
-  if ((uint32_t)crc != e->crc)
+  if (crc_of(*out, (size_t)e->usize) != e->crc)
     return ctc_fail(p->err, CTC_ERR_FORMAT, "the zip archive is damaged: record '%s' fails its CRC check", nm);
   return CTC_OK;
 }
@@ -1389,16 +1415,6 @@ typedef struct ZOut {
 static void zw(ZOut *z, const void *data, size_t n) {
   if (z->ok && n) z->ok = ctc_wwrite(&z->w, data, n);
   z->pos += n;
-}
-
-static uint32_t crc_of(const void *data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t off = 0; off < n;) {
-    uInt chunk = n - off > 1u << 30 ? 1u << 30 : (uInt)(n - off);
-    crc = crc32(crc, (const Bytef *)data + off, chunk);
-    off += chunk;
-  }
-  return (uint32_t)crc;
 }
 
 /* One stored record, its data 64-byte aligned; sizes and offset in ZIP64 fields. */

@@ -1,0 +1,117 @@
+"""ctc build with a C compiler that has no zlib (a cross compiler's sysroot often has none): the
+runtime is built with -DCTC_NO_ZLIB (compiler/build.c's probe), reads stored checkpoint records
+and uncompressed files, and refuses deflated records and gzipped data with a message that says
+why. On x86 the same runtime is forced with --cflags -DCTC_NO_ZLIB (its CRC-32 without zlib
+against PyTorch's checkpoints both ways); `--cc "aarch64-linux-gnu-gcc -march=armv8-a"` builds the
+whole program for aarch64 (run under qemu-aarch64, skipped without the cross compiler or QEMU),
+whose training step gives the x86 build's loss."""
+import gzip
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from ctc_testlib import CTC, compare, run
+
+MODEL = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        x = F.relu(self.conv2(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"forward": (torch.zeros(8, 1, 16, 16),),
+                  "train_step": (torch.zeros(8, 1, 16, 16), torch.zeros(8, dtype=torch.long))}
+"""
+
+
+def _idx(path, arr, gz):
+    """arr as an IDX file (u8), gzipped or not"""
+    head = bytes([0, 0, 8, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+    data = head + arr.astype(np.uint8).tobytes()
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cross")
+    (d / "net.py").write_text(MODEL)
+    rng = np.random.default_rng(0)
+    np.save(d / "x.npy", rng.standard_normal((8, 1, 16, 16)).astype(np.float32))
+    np.save(d / "y.npy", (np.arange(8) * 7 % 10).astype(np.int64))
+    images, labels = rng.integers(0, 256, (32, 16, 16)), rng.integers(0, 10, 32)
+    for gz in (0, 1):
+        _idx(d / f"images{'.gz' if gz else ''}", images, gz)
+        _idx(d / f"labels{'.gz' if gz else ''}", labels, gz)
+    return d
+
+
+def test_runtime_without_zlib(model_dir):
+    """-DCTC_NO_ZLIB on x86: a PyTorch checkpoint loads (its stored records' CRC-32 computed without
+    zlib), the program's --save OUT.pt loads into PyTorch with the same tensors, uncompressed IDX files
+    train, gzipped ones are refused with the reason."""
+    import torch
+    d = model_dir
+    run([CTC, "build", d / "net.py", "-o", d / "net_nz", "--cflags", "-DCTC_NO_ZLIB"], timeout=600)
+    ns = {}
+    exec(MODEL, ns)
+    torch.save(ns["model"].state_dict(), d / "w.pt")
+    run([d / "net_nz", "run", "train_step", "--weights", d / "w.pt", "--input", d / "x.npy", "--input", d / "y.npy",
+         "--output", d / "loss.npy", "--save", d / "out.pt"])
+    ns["train_step"](torch.from_numpy(np.load(d / "x.npy")), torch.from_numpy(np.load(d / "y.npy")))
+    got = torch.load(d / "out.pt")
+    for k, v in ns["model"].state_dict().items():
+        compare(f"{k} after a step, saved without zlib", got[k].numpy(), v.numpy(), 1e-4, 1e-5)
+    r = run([d / "net_nz", "train", "--data", d / "images", "--labels", d / "labels", "--epochs", "1"])
+    assert "epoch 1" in r.stdout + r.stderr
+    r = run([d / "net_nz", "train", "--data", d / "images.gz", "--labels", d / "labels.gz", "--epochs", "1"],
+            check=False)
+    assert r.returncode != 0 and "built without zlib" in r.stderr and "images.gz" in r.stderr, r.stderr
+
+
+def test_aarch64_program(model_dir):
+    """The whole program cross-built for aarch64 by ctc build (no zlib in the cross sysroot: the probe
+    leaves -lz out): `./net run train_step` under qemu-aarch64 gives the x86 build's loss."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 host")
+    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    d = model_dir
+    r = run([CTC, "build", d / "net.py", "-o", d / "net_a64", "--cc", "aarch64-linux-gnu-gcc -march=armv8-a", "-v"],
+            timeout=900)
+    assert "-DCTC_NO_ZLIB" in r.stderr and " -lz" not in r.stderr, r.stderr[-2000:]
+    run([CTC, "build", d / "net.py", "-o", d / "net_x86"], timeout=600)
+    losses = {}
+    for arch, pre in (("x86", []), ("a64", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])):
+        run([*pre, d / f"net_{arch}", "run", "train_step", "--input", d / "x.npy", "--input", d / "y.npy",
+             "--output", d / f"loss_{arch}.npy"], timeout=600)
+        losses[arch] = np.load(d / f"loss_{arch}.npy")
+    compare("aarch64 loss vs x86", losses["a64"], losses["x86"], 1e-5, 1e-6)
