@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "build.h"
@@ -241,6 +242,22 @@ static int links_with(Arena *a, char *const *cc, int ncc, const char *dir, const
   remove(src);
   remove(bin);
   return ok;
+}
+
+/* Whether the compiler `cc` builds for another machine than this one (its -dumpmachine triple's
+ * first part is not uname's machine: aarch64-linux-gnu-gcc on x86_64), where -march=native means
+ * nothing: the program is then built for the compiler's default CPU of its architecture. */
+static int cross_compiler(Arena *a, char *const *cc, int ncc) {
+  char **argv = arena_alloc(a, sizeof *argv * (size_t)(ncc + 2));
+  for (int k = 0; k < ncc; k++) argv[k] = cc[k];
+  argv[ncc] = "-dumpmachine", argv[ncc + 1] = NULL;
+  const char *triple = capture_cmd(a, argv);
+  struct utsname u;
+  if (!triple || !*triple || uname(&u) != 0) return 0;
+  const size_t n = strcspn(triple, "-\n");
+  /* (Apple's clang says arm64 for aarch64) */
+  if (!strcmp(u.machine, "aarch64") && n == 5 && !strncmp(triple, "arm64", 5)) return 0;
+  return strlen(u.machine) != n || strncmp(triple, u.machine, n) != 0;
 }
 
 /* OpenBLAS's cblas, which the GEMMs call where ctc's own kernels do not run */
@@ -494,7 +511,8 @@ int build_c_program(Arena *a, Diag *d, const Opts *o, const char *c_path, int di
   flags[nf++] = "-std=c11";
   char *opt = opt_flag(o, cc, ncc, "-O3");
   if (opt) flags[nf++] = opt;
-  if (!has_flag(cc, ncc, "-march=") && !has_flag(cc, ncc, "-mcpu=")) flags[nf++] = "-march=native";
+  if (!has_flag(cc, ncc, "-march=") && !has_flag(cc, ncc, "-mcpu=") && !cross_compiler(a, cc, ncc))
+    flags[nf++] = "-march=native";
   /* sqrtf and the like need not set errno (nothing reads it): without this, every sqrt is an
    * instruction plus a branch to libm for a negative input, and no loop over one (Adam's
    * update, a norm) vectorises. Nor do floating-point operations trap (nothing unmasks the
