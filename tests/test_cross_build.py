@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, compare, run
+from ctc_testlib import CTC, ROOT, compare, run
 
 MODEL = """
 import torch
@@ -116,3 +116,37 @@ def test_aarch64_program(model_dir):
              "--output", d / f"loss_{arch}.npy"], timeout=600)
         losses[arch] = np.load(d / f"loss_{arch}.npy")
     compare("aarch64 loss vs x86", losses["a64"], losses["x86"], 1e-5, 1e-6)
+
+
+def test_gpt_aarch64_program(tmp_path):
+    """The bench GPT (4 layers, 128 tokens, batch 1) as a whole program cross-built for aarch64 (the NEON
+    GEMM, OpenMP at 2 threads, the fused attention): `./net run forward` under qemu-aarch64 against the x86
+    build's logits, within float32 rounding (ctc's sums are made in one order on every ISA, the GEMMs' tiles
+    and the row sums' lanes alike: on an AVX2 machine they came out the same bits)."""
+    import torch
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 host")
+    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    gpt = os.path.join(os.path.dirname(ROOT), "shared", "bench", "models", "gpt.py")
+    if not os.path.exists(gpt):
+        pytest.skip(f"{gpt} is missing")
+    src = open(gpt).read() + ('\n\nmodel = make_model()\n'
+                              'example_inputs = {"forward": (torch.zeros(1, BLOCK, dtype=torch.long),)}\n')
+    (tmp_path / "gpt.py").write_text(src)
+    np.save(tmp_path / "idx.npy", ((np.arange(128) * 37 + 11) % 256).astype(np.int64).reshape(1, 128))
+    torch.manual_seed(0)
+    ns = {}
+    exec(src, ns)
+    torch.save(ns["model"].state_dict(), tmp_path / "w.pt")
+    logits = {}
+    for arch, cc, pre in (("x86", [], []), ("a64", ["--cc", "aarch64-linux-gnu-gcc"],
+                                            ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])):
+        run([CTC, "build", tmp_path / "gpt.py", "-o", tmp_path / f"gpt_{arch}", *cc], timeout=900)
+        run([*pre, tmp_path / f"gpt_{arch}", "infer", "--weights", tmp_path / "w.pt", "--input", tmp_path / "idx.npy",
+             "--output", tmp_path / f"logits_{arch}.npy"], timeout=600, env=dict(os.environ, OMP_NUM_THREADS="2"))
+        logits[arch] = np.load(tmp_path / f"logits_{arch}.npy")
+    assert logits["x86"].shape == (1, 128, 256) and np.abs(logits["x86"]).max() > 0.1
+    d = compare("gpt logits, aarch64 program vs x86", logits["a64"], logits["x86"], 1e-4, 1e-5)
+    print(f"\ngpt aarch64 program vs x86: max |diff| {d:.3g}")
