@@ -240,42 +240,6 @@ example_inputs = {"forward": (torch.zeros(8, 3, 16, 16),),
                   "train_step": (torch.zeros(8, 3, 16, 16), torch.zeros(8, dtype=torch.long))}
 """
 
-# The model's entries alone (no ./net driver: the runtime's file formats need zlib, which the aarch64
-# cross toolchain lacks): its seeded initialisation, then five training steps on fixed data, the losses.
-RESNET_MAIN = r"""
-#include "net.h"
-#include <stdio.h>
-#include <stdlib.h>
-
-/* the runtime's file functions, which these entries never call */
-int ctc_model_load(const ctc_model_desc *desc, void *model, const char *path, ctc_error *err) {
-  (void)desc, (void)model, (void)path, (void)err;
-  return CTC_ERR_IO;
-}
-int ctc_model_save(const ctc_model_desc *desc, const void *model, const char *path, ctc_error *err) {
-  (void)desc, (void)model, (void)path, (void)err;
-  return CTC_ERR_IO;
-}
-
-int main(void) {
-  static float x[8 * 3 * 16 * 16];
-  int64_t y[8];
-  unsigned s = 7u;
-  for (int i = 0; i < 8 * 3 * 16 * 16; i++) s = s * 1103515245u + 12345u, x[i] = (float)((s >> 9) & 0xffff) / 32768.0f - 1.0f;
-  for (int i = 0; i < 8; i++) y[i] = (i * 7) % 10;
-  net_t m;
-  void *arena = aligned_alloc(64, (NET_ARENA_BYTES + 63) / 64 * 64);
-  if (!arena || net_init(&m, arena, NET_ARENA_BYTES) != CTC_OK) return 1;
-  for (int step = 0; step < 5; step++) {
-    float loss;
-    if (net_train_step(&m, x, y, &loss) != CTC_OK) return 1;
-    printf("%.9g\n", loss);
-  }
-  return 0;
-}
-"""
-
-
 CBLAS_DECLS = """
 enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 };
 enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112 };
@@ -287,12 +251,14 @@ void openblas_set_num_threads(int);
 
 
 def test_resnet_train_aarch64(tmp_path):
-    """A small ResNet's training steps built for aarch64 (its 3x3 convolutions by Winograd on the NEON
-    helpers; the stem, the strided and 1x1 ones as implicit GEMMs on NEON's tiles, ctc_conv_pix_f32; the
-    NEON GEMM; OpenMP at 2 threads) and run under qemu-aarch64 against the same C built for x86: the
-    same losses within float32 rounding (the elementwise loops' vectors are 4 lanes there, 8 or 16
-    here, so sums of them may round differently; on AVX2 they came out the same bits)."""
-    from ctc_testlib import CTC, compare
+    """A small ResNet trained for five steps by the whole program cross-built for aarch64 (`ctc build --cc
+    aarch64-linux-gnu-gcc`: its 3x3 convolutions by Winograd on the NEON helpers; the stem, the strided
+    and 1x1 ones as implicit GEMMs on NEON's tiles; the NEON GEMM; OpenMP at 2 threads) under qemu-aarch64,
+    against the x86 build: the same weights after `./net train` within float32 rounding (the elementwise
+    loops' vectors are 4 lanes there, 8 or 16 here; on AVX2 they came out the same bits). Its model.c
+    also compiles clean for aarch64 with OpenBLAS (its declarations: there is no aarch64 OpenBLAS here),
+    Winograd then on the NEON tiles and the other GEMMs OpenBLAS's."""
+    from ctc_testlib import CTC, compare, st_read
     import numpy as np
     if os.uname().machine != "x86_64":
         pytest.skip("an x86-64 host")
@@ -300,27 +266,25 @@ def test_resnet_train_aarch64(tmp_path):
         if not shutil.which(t):
             pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
     (tmp_path / "net.py").write_text(RESNET)
-    run([CTC, "compile", tmp_path / "net.py", "-o", tmp_path / "net.c"])
-    assert "ctc_conv_wino_f32(" in (tmp_path / "net.c").read_text()
-    (tmp_path / "main.c").write_text(RESNET_MAIN)
-    srcs = [tmp_path / "main.c", tmp_path / "net.c", os.path.join(RT, "rt_error.c")]
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((40, 3, 16, 16)).astype(np.float32))
+    np.save(tmp_path / "y.npy", (np.arange(40) * 7 % 10).astype(np.int64))
+    weights = {}
+    for arch, cc, pre in (("x86", [], []), ("a64", ["--cc", "aarch64-linux-gnu-gcc"], QEMU)):
+        run([CTC, "build", tmp_path / "net.py", "-o", tmp_path / f"net_{arch}", *cc], timeout=900)
+        run([*pre, tmp_path / f"net_{arch}", "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
+             "--epochs", "1", "--no-shuffle", "--save", tmp_path / f"w_{arch}.safetensors"], timeout=600,
+            env=dict(os.environ, OMP_NUM_THREADS="2"))
+        weights[arch] = st_read(tmp_path / f"w_{arch}.safetensors")
+    assert "ctc_conv_wino_f32(" in (tmp_path / "net_a64.c").read_text()
+    for k, v in weights["x86"].items():
+        compare(f"{k} after 5 steps, aarch64 vs x86", weights["a64"][k], v, 1e-4, 1e-6)
     flags = [*CFLAGS, "-O3", f"-I{RT}", f"-I{tmp_path}"]
-    macros = run(["aarch64-linux-gnu-gcc", *flags, "-E", "-dM", tmp_path / "net.c"]).stdout
+    macros = run(["aarch64-linux-gnu-gcc", *flags, "-E", "-dM", tmp_path / "net_a64.c"]).stdout
     assert "CTC_CONV_WINO_f32" in macros and "CTC_CONV_PIX_f32" in macros and "CTC_GEMM_NEON_f32" in macros
-    # with OpenBLAS (its declarations only: there is no aarch64 OpenBLAS here to link) the model.c
-    # compiles clean, Winograd on the NEON tiles and the other GEMMs OpenBLAS's
     (tmp_path / "blas").mkdir()
     (tmp_path / "blas" / "cblas.h").write_text(CBLAS_DECLS)
     blas = [*flags, "-DCTC_HAVE_CBLAS", f"-I{tmp_path / 'blas'}"]
-    macros = run(["aarch64-linux-gnu-gcc", *blas, "-E", "-dM", tmp_path / "net.c"]).stdout
+    macros = run(["aarch64-linux-gnu-gcc", *blas, "-E", "-dM", tmp_path / "net_a64.c"]).stdout
     assert "CTC_CONV_WINO_f32" in macros and "CTC_CONV_PIX_f32" in macros and "CTC_GEMM_NEON_f32" not in macros
-    run(["aarch64-linux-gnu-gcc", *blas, "-c", tmp_path / "net.c", "-o", tmp_path / "net_blas.o"], timeout=600)
-    losses = {}
-    for arch, cc, pre in (("x86", ["cc", "-march=native"], []), ("a64", ["aarch64-linux-gnu-gcc"], QEMU)):
-        exe = tmp_path / f"net_{arch}"
-        run([*cc, *flags, *srcs, "-o", exe, "-lm"], timeout=600)
-        r = run([*pre, exe], timeout=600, env=dict(os.environ, OMP_NUM_THREADS="2"))
-        losses[arch] = np.array([float(v) for v in r.stdout.split()], dtype=np.float32)
-    print(f"\nlosses x86 {losses['x86']}, aarch64 {losses['a64']}")
-    assert losses["x86"].shape == (5,) and losses["x86"][-1] < losses["x86"][0]
-    compare("aarch64 losses vs x86", losses["a64"], losses["x86"], 1e-4, 1e-6)
+    run(["aarch64-linux-gnu-gcc", *blas, "-c", tmp_path / "net_a64.c", "-o", tmp_path / "net_blas.o"], timeout=600)
