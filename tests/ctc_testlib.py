@@ -8,6 +8,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import shutil
 import struct
 import subprocess
 
@@ -174,6 +175,25 @@ static double ulps(float got, double want) {
   return fabs((double)got - want) / u;
 }
 """
+
+
+QEMU_A64 = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]   # runs an aarch64 program (user mode)
+
+
+def need_tools(*tools):
+    """Skips the calling test where one of these programs (a cross compiler, QEMU) is missing."""
+    import pytest
+    for t in tools:
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+
+
+def need_aarch64():
+    """Skips the calling test unless this is an x86-64 host with aarch64-linux-gnu-gcc and qemu-aarch64."""
+    import pytest
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86-64 host")
+    need_tools("aarch64-linux-gnu-gcc", "qemu-aarch64")
 
 
 def run(args, cwd=None, timeout=300, check=True, env=None):

@@ -152,16 +152,20 @@ def _data(case, ys, seed):
     return [rng.standard_normal(s).astype(np.float32) for s in (xs, ws, bs, ys)]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_conv_matches_torch(net, case):
-    tmp, exe, outs = net
+def check_case(tmp, exe, outs, case, where=""):
+    """A case's forward and gradients from the program exe against PyTorch (also test_conv_neon.py's)"""
     n = case[0]
     x, w, b, p = _data(case, outs[n], len(n))
     (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
-    compare(f"{n} forward", y, _torch(case, x, w, b), 1e-4, 1e-4)
+    compare(f"{n} forward{where}", y, _torch(case, x, w, b), 1e-4, 1e-4)
     got = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)
     for what, g, want in zip(("x", "w", "b"), got, _torch(case, x, w, b, p)):
-        compare(f"{n} d/d{what}", g, want, 1e-3, 1e-3)
+        compare(f"{n} d/d{what}{where}", g, want, 1e-3, 1e-3)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_conv_matches_torch(net, case):
+    check_case(*net, case)
 
 
 def test_tiles_are_one_gemm(net):

@@ -5,15 +5,13 @@ aarch64 (`ctc build --cc aarch64-linux-gnu-gcc`) and run under qemu-aarch64 (`./
 forward and gradients against PyTorch with test_conv_batched's tolerances. Skipped without
 aarch64-linux-gnu-gcc or qemu-aarch64 (scripts/install-deps.sh installs both)."""
 import os
-import shutil
 
 import pytest
 
-from ctc_testlib import CTC, ROOT, compare, run, run_entry
-from test_conv_batched import CASES, _conv_file, _data, _torch
+from ctc_testlib import CTC, QEMU_A64, ROOT, need_aarch64, run
+from test_conv_batched import CASES, _conv_file, check_case
 
 RT = os.path.join(ROOT, "runtime_min")
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 NAMES = ["implicit_5x5", "implicit_odd", "phases_3x3", "phases_1x1", "phases_2x2", "phases_5x3", "wino_ragged",
          "wino_tails", "wino_narrow8", "small_tiles", "ragged", "stride2_pad"]
 SEL = [c for c in CASES if c[0] in NAMES]
@@ -22,11 +20,7 @@ SEL = [c for c in CASES if c[0] in NAMES]
 @pytest.fixture(scope="module")
 def neon(tmp_path_factory):
     """the cases' program cross-built by ctc build, and a script that runs it under QEMU"""
-    if os.uname().machine != "x86_64":
-        pytest.skip("an x86-64 host")
-    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    need_aarch64()
     tmp = tmp_path_factory.mktemp("conv_neon")
     text, entries, outs = _conv_file(SEL, ['    "forward": (torch.zeros(1),),'])
     (tmp / "net.py").write_text(text)
@@ -35,18 +29,11 @@ def neon(tmp_path_factory):
                   tmp / "net_a64.c"]).stdout
     assert all(f"CTC_{k}_f32" in macros for k in ("CONV_PIX", "CONV_WINO", "GEMM_NEON"))
     exe = tmp / "net"
-    exe.write_text(f'#!/bin/sh\nOMP_NUM_THREADS=2 exec {" ".join(QEMU)} {tmp / "net_a64"} "$@"\n')
+    exe.write_text(f'#!/bin/sh\nOMP_NUM_THREADS=2 exec {" ".join(QEMU_A64)} {tmp / "net_a64"} "$@"\n')
     exe.chmod(0o755)
     return tmp, exe, outs
 
 
 @pytest.mark.parametrize("case", SEL, ids=[c[0] for c in SEL])
 def test_conv_neon_matches_torch(neon, case):
-    tmp, exe, outs = neon
-    n = case[0]
-    x, w, b, p = _data(case, outs[n], len(n))
-    (y,) = run_entry(tmp, exe, f"fwd_{n}", [x, w, b], 1)
-    compare(f"{n} forward (aarch64)", y, _torch(case, x, w, b), 1e-4, 1e-4)
-    got = run_entry(tmp, exe, f"grads_{n}", [x, w, b, p], 3)
-    for what, g, want in zip(("x", "w", "b"), got, _torch(case, x, w, b, p)):
-        compare(f"{n} d/d{what} (aarch64)", g, want, 1e-3, 1e-3)
+    check_case(*neon, case, " (aarch64)")

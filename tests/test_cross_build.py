@@ -7,12 +7,11 @@ aarch64 (a cross compiler: no -march=native) (run under qemu-aarch64, skipped wi
 whose training step gives the x86 build's loss."""
 import gzip
 import os
-import shutil
 
 import numpy as np
 import pytest
 
-from ctc_testlib import CTC, ROOT, compare, run
+from ctc_testlib import CTC, QEMU_A64, ROOT, compare, need_aarch64, run
 
 MODEL = """
 import torch
@@ -100,18 +99,14 @@ def test_aarch64_program(model_dir):
     """The whole program cross-built for aarch64 by ctc build (no zlib in the cross sysroot: the probe
     leaves -lz out; no -march=native for another architecture's compiler): `./net run train_step` under
     qemu-aarch64 gives the x86 build's loss."""
-    if os.uname().machine != "x86_64":
-        pytest.skip("an x86-64 host")
-    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    need_aarch64()
     d = model_dir
     r = run([CTC, "build", d / "net.py", "-o", d / "net_a64", "--cc", "aarch64-linux-gnu-gcc", "-v"], timeout=900)
     # (a cross compiler: no -march=native, which it would refuse)
     assert "-DCTC_NO_ZLIB" in r.stderr and " -lz" not in r.stderr and "-march=native" not in r.stderr, r.stderr[-2000:]
     run([CTC, "build", d / "net.py", "-o", d / "net_x86"], timeout=600)
     losses = {}
-    for arch, pre in (("x86", []), ("a64", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])):
+    for arch, pre in (("x86", []), ("a64", QEMU_A64)):
         run([*pre, d / f"net_{arch}", "run", "train_step", "--input", d / "x.npy", "--input", d / "y.npy",
              "--output", d / f"loss_{arch}.npy"], timeout=600)
         losses[arch] = np.load(d / f"loss_{arch}.npy")
@@ -124,11 +119,7 @@ def test_gpt_aarch64_program(tmp_path):
     build's logits, within float32 rounding (ctc's sums are made in one order on every ISA, the GEMMs' tiles
     and the row sums' lanes alike: on an AVX2 machine they came out the same bits)."""
     import torch
-    if os.uname().machine != "x86_64":
-        pytest.skip("an x86-64 host")
-    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    need_aarch64()
     gpt = os.path.join(os.path.dirname(ROOT), "shared", "bench", "models", "gpt.py")
     if not os.path.exists(gpt):
         pytest.skip(f"{gpt} is missing")
@@ -142,7 +133,7 @@ def test_gpt_aarch64_program(tmp_path):
     torch.save(ns["model"].state_dict(), tmp_path / "w.pt")
     logits = {}
     for arch, cc, pre in (("x86", [], []), ("a64", ["--cc", "aarch64-linux-gnu-gcc"],
-                                            ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])):
+                                            QEMU_A64)):
         run([CTC, "build", tmp_path / "gpt.py", "-o", tmp_path / f"gpt_{arch}", *cc], timeout=900)
         run([*pre, tmp_path / f"gpt_{arch}", "infer", "--weights", tmp_path / "w.pt", "--input", tmp_path / "idx.npy",
              "--output", tmp_path / f"logits_{arch}.npy"], timeout=600, env=dict(os.environ, OMP_NUM_THREADS="2"))

@@ -16,14 +16,13 @@ Skipped (with the reason) only where a cross compiler or QEMU is not installed
 import gzip
 import os
 import re
-import shutil
 import struct
 import subprocess
 
 import numpy as np
 import pytest
 
-from ctc_testlib import (CTC, EXAMPLES, ROOT, ULPS_C, compare, load_module, run, st_write, state_dict_np,
+from ctc_testlib import (CTC, EXAMPLES, ROOT, ULPS_C, compare, load_module, need_tools, run, st_write, state_dict_np,
                          x86_has_fma)
 
 torch = pytest.importorskip("torch")
@@ -80,12 +79,6 @@ int main(void) {
   return 0;
 }
 """
-
-
-def need(*tools):
-    for t in tools:
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
 
 
 def fashion_images(n):
@@ -152,7 +145,7 @@ def test_freestanding_text(seed):
 
 
 def test_cortex_m4_qemu(seed):
-    need("arm-none-eabi-gcc", "qemu-system-arm")
+    need_tools("arm-none-eabi-gcc", "qemu-system-arm")
     d = seed["dir"]
     elf = d / "net.elf"
     run(["arm-none-eabi-gcc", *STRICT, *M4, "-DSEMIHOST", f"-I{EMB}", f"-I{d}", "-nostartfiles", "-T",
@@ -180,7 +173,7 @@ def test_cortex_m4_qemu(seed):
 
 
 def test_aarch64_qemu_user(seed):
-    need("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    need_tools("aarch64-linux-gnu-gcc", "qemu-aarch64")
     d = seed["dir"]
     run(["aarch64-linux-gnu-gcc", *STRICT, "-c", d / "net.c", "-o", d / "net_a64.o"])
     run(["aarch64-linux-gnu-gcc", "-std=c11", "-O2", f"-I{d}", d / "main.c", d / "net_a64.o", "-o", d / "net_a64"])
@@ -310,7 +303,7 @@ def test_no_libm_links_without_libm(mathnet):
     """The --no-libm file compiles for the Cortex-M4 with -Werror and calls nothing but memcpy/memset:
     no libm, and no soft double helper of libgcc (__aeabi_dadd, __aeabi_f2d, ...): every math
     function, erf's polynomials included, is float-only."""
-    need("arm-none-eabi-gcc")
+    need_tools("arm-none-eabi-gcc")
     d = mathnet
     run(["arm-none-eabi-gcc", *STRICT, *M4, "-c", d / "mnet.c", "-o", d / "mnet.o"])
     undef = {line.split()[-1] for line in run(["arm-none-eabi-nm", "-u", d / "mnet.o"]).stdout.splitlines()}
@@ -491,7 +484,7 @@ def test_freestanding_is_float_only(tmp_path):
     """Freestanding f32 code does no double arithmetic: cross-compiled for the Cortex-M4 it
     calls only memcpy/memset and the libm functions its header lists (and libgcc's 64-bit
     integer helpers), none of the soft double helpers; on the host it matches PyTorch."""
-    need("arm-none-eabi-gcc")
+    need_tools("arm-none-eabi-gcc")
     (tmp_path / "fo_model.py").write_text(FLOAT_ONLY_NET)
     torch.manual_seed(0)
     net = load_module(str(tmp_path / "fo_model.py"), "fo_model").Net().eval()

@@ -24,14 +24,14 @@ qemu-aarch64 (skipped when the cross compiler or QEMU is missing).
   built for aarch64 and run under qemu-aarch64, against the same C built for x86."""
 import os
 import re
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from ctc_testlib import CTC, ROOT, build_ctc, compare, load_module, run, st_read, st_write, state_dict_np
+from ctc_testlib import (CTC, ROOT, build_ctc, compare, load_module, need_tools, run, st_read, st_write,
+                         state_dict_np)
 
 RT = os.path.join(ROOT, "runtime_min")
 RT_LIB = os.path.join(ROOT, "build", "libctc_rt.a")
@@ -313,15 +313,9 @@ def test_kernel_error_at_pytorch_or_below(mm_dir, tmp_path, variant):
         assert 0 < ours <= theirs, (ta, tb, M, N, K, ours, theirs)
 
 
-def need(*tools):
-    for t in tools:
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
-
-
 def test_kernel_neon(mm_dir):
     """The --freestanding model.c keeps the NEON kernel (<arm_neon.h> is freestanding)."""
-    need("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    need_tools("aarch64-linux-gnu-gcc", "qemu-aarch64")
     d = mm_dir / "fs"
     assert "CTC_GEMM_NEON_f32" in (d / "net.c").read_text()
     run(["aarch64-linux-gnu-gcc", *CFLAGS, "-DFEW", f"-I{d}", d / "main.c", "-lm", "-o", d / "neon"])
@@ -450,7 +444,7 @@ def test_gpt_aarch64(tmp_path):
     against the x86 build of the same C (the portable GEMM). Only the GEMMs' summation order
     differs (blocks of 128 k in registers vs 8 partial sums): float32 sums of at most 1,024 terms
     through 4 layers, so logits of size ~1 agree to ~1e-6; measured 6e-7."""
-    need("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    need_tools("aarch64-linux-gnu-gcc", "qemu-aarch64")
     if not os.path.exists(GPT):
         pytest.skip(f"{GPT} is missing")
     build_ctc()

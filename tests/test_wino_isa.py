@@ -14,10 +14,9 @@ import shutil
 
 import pytest
 
-from ctc_testlib import ROOT, run
+from ctc_testlib import QEMU_A64, ROOT, need_aarch64, run
 
 RT = os.path.join(ROOT, "runtime_min")
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 CFLAGS = ["-std=c11", "-O2", "-fno-math-errno", "-fno-trapping-math", "-D_POSIX_C_SOURCE=200809L", "-fopenmp",
           "-Wall", "-Wextra", "-Werror"]
 X86_UNUSED = ["-Wno-unused-function"]   # (the x86 header's GEMV, which the harness does not call)
@@ -149,8 +148,8 @@ def _builds(tmp):
     if x86 and "avx512f" in flags:
         out.append(("avx512", ["cc", "-march=native", *X86_UNUSED], []))
     if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64"):
-        out.append(("neon", ["aarch64-linux-gnu-gcc"], QEMU))
-        out.append(("neon_blas", ["aarch64-linux-gnu-gcc", "-DCTC_HAVE_CBLAS"], QEMU))
+        out.append(("neon", ["aarch64-linux-gnu-gcc"], QEMU_A64))
+        out.append(("neon_blas", ["aarch64-linux-gnu-gcc", "-DCTC_HAVE_CBLAS"], QEMU_A64))
     built = []
     for name, cc, pre in out:
         exe = tmp / f"wref_{name}"
@@ -169,7 +168,7 @@ def test_winograd_against_float64(harnesses, shape):
     """Each instruction set's forward, input and weight gradients within TOL of float64, the same bits
     at 1, 2 and 3 threads; AVX2's and NEON's (with and without CTC_HAVE_CBLAS) the same bits."""
     if not harnesses:
-        pytest.skip("no instruction set with Winograd's helpers runs here (AVX2, AVX-512, or aarch64 under QEMU)")
+        pytest.skip("no instruction set with Winograd's helpers runs here (AVX2, AVX-512, or aarch64 under QEMU_A64)")
     bits = {}
     for name, pre, exe in harnesses:
         for threads in (1, 2, 3):
@@ -260,17 +259,13 @@ def test_resnet_train_aarch64(tmp_path):
     Winograd then on the NEON tiles and the other GEMMs OpenBLAS's."""
     from ctc_testlib import CTC, compare, st_read
     import numpy as np
-    if os.uname().machine != "x86_64":
-        pytest.skip("an x86-64 host")
-    for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
-        if not shutil.which(t):
-            pytest.skip(f"{t} is not installed (scripts/install-deps.sh installs the cross toolchains and QEMU)")
+    need_aarch64()
     (tmp_path / "net.py").write_text(RESNET)
     rng = np.random.default_rng(0)
     np.save(tmp_path / "x.npy", rng.standard_normal((40, 3, 16, 16)).astype(np.float32))
     np.save(tmp_path / "y.npy", (np.arange(40) * 7 % 10).astype(np.int64))
     weights = {}
-    for arch, cc, pre in (("x86", [], []), ("a64", ["--cc", "aarch64-linux-gnu-gcc"], QEMU)):
+    for arch, cc, pre in (("x86", [], []), ("a64", ["--cc", "aarch64-linux-gnu-gcc"], QEMU_A64)):
         run([CTC, "build", tmp_path / "net.py", "-o", tmp_path / f"net_{arch}", *cc], timeout=900)
         run([*pre, tmp_path / f"net_{arch}", "train", "--data", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
              "--epochs", "1", "--no-shuffle", "--save", tmp_path / f"w_{arch}.safetensors"], timeout=600,
