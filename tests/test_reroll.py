@@ -178,8 +178,9 @@ def test_char_gru_is_a_loop(tmp_path):
     # ctc_exp_cr_f32's the same way (+19); 2,082 with both macros in one text (-6); 2,112 with the
     # CTC_ALWAYS_INLINE macro (+5) and the cross-entropy's log as the vectorisable ctc_log_f32 (+25);
     # 2,125 with its split and special values as helpers of their own, shared with log2 and log10 (+13);
-    # 2,132 with a GEMM of one row of C reading B as it lies (ctc_matmul_block_f32, +7).
-    assert lines < 2140, lines
+    # 2,132 with a GEMM of one row of C reading B as it lies (ctc_matmul_block_f32, +7); 2,138 by
+    # 2026-12-03; 2,142 with NEON's one-row branch (ctc_gemv_neon_f32, +4).
+    assert lines < 2150, lines
 
 
 def _steps_bits(exe, tmp_path, w, batches, tag, threads):
