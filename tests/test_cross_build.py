@@ -98,25 +98,31 @@ def test_runtime_without_zlib(model_dir):
 def test_aarch64_program(model_dir):
     """The whole program cross-built for aarch64 by ctc build (no zlib in the cross sysroot: the probe
     leaves -lz out; no -march=native for another architecture's compiler): `./net run train_step` under
-    qemu-aarch64 gives the x86 build's loss."""
+    qemu-aarch64 gives PyTorch's loss from the same weights, and the x86 build's."""
+    import torch
     need_aarch64()
     d = model_dir
+    ns = {}
+    exec(MODEL, ns)
+    torch.save(ns["model"].state_dict(), d / "w0.pt")
+    want = ns["train_step"](torch.from_numpy(np.load(d / "x.npy")), torch.from_numpy(np.load(d / "y.npy"))).item()
     r = run([CTC, "build", d / "net.py", "-o", d / "net_a64", "--cc", "aarch64-linux-gnu-gcc", "-v"], timeout=900)
     # (a cross compiler: no -march=native, which it would refuse)
     assert "-DCTC_NO_ZLIB" in r.stderr and " -lz" not in r.stderr and "-march=native" not in r.stderr, r.stderr[-2000:]
     run([CTC, "build", d / "net.py", "-o", d / "net_x86"], timeout=600)
     losses = {}
     for arch, pre in (("x86", []), ("a64", QEMU_A64)):
-        run([*pre, d / f"net_{arch}", "run", "train_step", "--input", d / "x.npy", "--input", d / "y.npy",
-             "--output", d / f"loss_{arch}.npy"], timeout=600)
+        run([*pre, d / f"net_{arch}", "run", "train_step", "--weights", d / "w0.pt", "--input", d / "x.npy",
+             "--input", d / "y.npy", "--output", d / f"loss_{arch}.npy"], timeout=600)
         losses[arch] = np.load(d / f"loss_{arch}.npy")
+    compare("aarch64 loss vs PyTorch", losses["a64"], np.float32(want), 1e-4, 1e-6)
     compare("aarch64 loss vs x86", losses["a64"], losses["x86"], 1e-5, 1e-6)
 
 
 def test_gpt_aarch64_program(tmp_path):
     """The bench GPT (4 layers, 128 tokens, batch 1) as a whole program cross-built for aarch64 (the NEON
-    GEMM, OpenMP at 2 threads, the fused attention): `./net run forward` under qemu-aarch64 against the x86
-    build's logits, within float32 rounding (ctc's sums are made in one order on every ISA, the GEMMs' tiles
+    GEMM, OpenMP at 2 threads, the fused attention): `./net infer` under qemu-aarch64 against PyTorch's
+    logits (rtol 1e-4) and the x86 build's, within float32 rounding (ctc's sums are made in one order on every ISA, the GEMMs' tiles
     and the row sums' lanes alike: on an AVX2 machine they came out the same bits)."""
     import torch
     need_aarch64()
@@ -139,5 +145,8 @@ def test_gpt_aarch64_program(tmp_path):
              "--output", tmp_path / f"logits_{arch}.npy"], timeout=600, env=dict(os.environ, OMP_NUM_THREADS="2"))
         logits[arch] = np.load(tmp_path / f"logits_{arch}.npy")
     assert logits["x86"].shape == (1, 128, 256) and np.abs(logits["x86"]).max() > 0.1
+    with torch.no_grad():
+        want = ns["model"](torch.from_numpy(np.load(tmp_path / "idx.npy"))).numpy()
+    compare("gpt logits, aarch64 program vs PyTorch", logits["a64"], want, 1e-4, 1e-5)
     d = compare("gpt logits, aarch64 program vs x86", logits["a64"], logits["x86"], 1e-4, 1e-5)
     print(f"\ngpt aarch64 program vs x86: max |diff| {d:.3g}")
