@@ -40,6 +40,19 @@ static int64_t kept_bytes(const Ad *ad, ValId v) {
   return ir_low_store_dtype(ad->p, ad->f, v) != DT_F32 ? bytes(ad->f, v) / 2 : bytes(ad->f, v);
 }
 
+/* Whether v, made by in, costs more to recompute than to keep: a pass of tanh, sigmoid (its exp in
+ * double) or erf is 1.3-2 ns an element on one AVX2 core, a store in the forward and a load in the
+ * backward about 0.5 (the bench gpt's GELU and llama's SwiGLU, 1 thread: train step 293 -> 285 and
+ * 278 -> 271 ms, 16 and 11 MiB more arena). Only from REMAT_COSTLY_ELEMS elements: a smaller value
+ * stays in the cache either way, and a recurrence's per-step gates, kept, left a step of its
+ * backward out of the time loop. */
+#define REMAT_COSTLY_ELEMS 65536
+
+static int costly(const Func *f, const Inst *in) {
+  return (in->op == IR_TANH || in->op == IR_SIGMOID || in->op == IR_ERF) &&
+         ir_numel(&f->values.data[in->res].type) >= REMAT_COSTLY_ELEMS;
+}
+
 /* Walks v's cone: counts its ops into *ops and adds each anchor's bytes once
  * (seen[x] == stamp marks what this walk counted). */
 static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, int stamp, int64_t small) {
@@ -48,8 +61,8 @@ static void cone(const Ad *ad, ValId v, int *ops, int64_t *anchor, int *seen, in
   seen[v] = stamp;
   const Inst *in = def_in(f, v, ad->fwd_end);
   if (!in || in->op == IR_CONST) return;   /* a parameter, input or literal: free */
-  if (!ad->remat[v]) {
-    if (bytes(f, v) > small) *anchor += kept_bytes(ad, v);
+  if (!ad->remat[v]) {   /* (a costly op's result is kept whatever reads it: free here) */
+    if (bytes(f, v) > small && !costly(f, in)) *anchor += kept_bytes(ad, v);
     return;
   }
   ++*ops;
@@ -81,7 +94,7 @@ void ad_remat_init(Ad *ad, int fwd_end) {
   }
   for (int i = 0; i < fwd_end; i++) {   /* in order: a value's operands are decided first */
     const Inst *in = &f->insts.data[i];
-    if (in->dead || ir_ops[in->op].kind != K_ELEM || in->op == IR_CONST || kept[in->res]) continue;
+    if (in->dead || ir_ops[in->op].kind != K_ELEM || in->op == IR_CONST || kept[in->res] || costly(f, in)) continue;
     int ops = 1;
     int64_t anchor = 0;
     seen[in->res] = i + 1;

@@ -109,6 +109,19 @@ static int may_join(const Func *f, const Inst *p, const Type *t) {
   return 1;
 }
 
+/* Whether instructions a (of run q) and b (of run r) read one value of the runs' size made before r
+ * (a forward value backward keeps: SwiGLU's sigmoid(w1) and w1, which both runs of its backward
+ * read): together the runs load it once. */
+static int shared_read(const Func *f, const Run *r, const Inst *a, const Inst *b, int64_t big) {
+  for (int k = 0; k < a->nargs; k++) {
+    const Value *v = &f->values.data[a->args[k]];
+    if ((v->kind == V_INST && v->def >= r->first) || ir_numel(&v->type) != big) continue;
+    for (int l = 0; l < b->nargs; l++)
+      if (b->args[l] == a->args[k]) return 1;
+  }
+  return 0;
+}
+
 /* Whether run q may follow run r: the same phase and shape, q reads a result of r, and every
  * other value q reads is defined by r's end or in the gap between them by instructions that can
  * move before r (dep[i - r.last - 1] set for those, the gap's D: literals, views and small
@@ -145,7 +158,9 @@ static int may_follow(const Func *f, const Run *r, const Run *q, unsigned char *
     return 0;   /* D goes before r, not between r and the kernel it may join */
   for (int i = q->first; i <= q->last; i++)
     for (int j = r->first; j <= r->last; j++)
-      if (!is_lit(&f->insts.data[i]) && ir_inst_same(f, &f->insts.data[i], &f->insts.data[j])) return 1;
+      if (!is_lit(&f->insts.data[i]) &&
+          (ir_inst_same(f, &f->insts.data[i], &f->insts.data[j]) || shared_read(f, r, &f->insts.data[i], &f->insts.data[j], big)))
+        return 1;
   for (int i = g0; i < q->first; i++)
     if (!light(f, i, big, used)) return 0;
   return 1;

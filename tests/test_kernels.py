@@ -543,17 +543,28 @@ def train_step(x, y):
 
 
 def test_gelu_rematerialised_in_backward(tmp_path):
-    """Reverse mode recomputes GELU's elementwise chain where backward reads it
-    (autograd_ad/remat.c): every tanh of the training step is a kernel-local
-    value (none is stored from forward to backward), the forward's and the
-    backward's, while GELU's output, a GEMM operand, is kept; the step still matches PyTorch (test_fused_matches_unfused and
-    the training tests check the values on the bench models)."""
+    """Reverse mode recomputes GELU's cheap elementwise chain where backward reads it
+    (autograd_ad/remat.c), and its tanh too where the tensor is small: every tanh of the step is
+    a kernel-local value, the forward's and the derivative's, while GELU's output, a GEMM operand,
+    is kept. From 65,536 elements recomputing a tanh costs more than storing it in the forward and
+    loading it in the backward: the forward's GEMM epilogue stores it beside the GEMM's output and
+    GELU's, and the backward reads it (one tanh in the step); the rest of the chain (the bias add,
+    the cube, the scales) stays local on both sides. The step still matches PyTorch
+    (test_fused_matches_unfused and the training tests check the values on the bench models)."""
     ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[8,16]", "--input", "y=i64[8]")["train_step"]
     tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
     assert all("(local)" in line for line in tanh), tanh
     # two: the forward's and the derivative's. GELU's output, proj's GEMM operand, is kept from
     # the forward for proj's weight gradient, not computed a third time in a pass of its own
     assert len(tanh) == 2, tanh
+    ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[1024,16]", "--input", "y=i64[1024]")["train_step"]
+    tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
+    assert len(tanh) == 1 and "(local)" not in tanh[0], tanh
+    fwd = next(k for k in ks if "= tanh" in k)
+    stored = re.search(r"outputs: (.*)", fwd).group(1).split()
+    assert [re.sub(r"\.\d+$", "", v) for v in stored] == ["%linear", "%tanh", "%gelu"], stored
+    bwd = next(k for k in ks if re.search(r"inputs: .*%tanh\.", k))
+    assert "%linear." in bwd and len(re.search(r"outputs: (.*)", bwd).group(1).split()) == 1, bwd
     # --no-remat: the forward's tanh is stored for backward, which reads it
     ks = kernels_of(tmp_path, GELU_MLP, "--input", "x=f32[8,16]", "--input", "y=i64[8]", "--no-remat")["train_step"]
     tanh = [line for k in ks for line in k.splitlines() if re.search(r"= tanh", line)]
