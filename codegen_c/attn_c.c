@@ -27,14 +27,21 @@
 #include "cg_int.h"
 
 /* attention's exps (a score less its row's maximum or logsumexp, an old maximum less a new
- * one): ctc_exp_f32's bits for every x <= 0, and a NaN for a NaN, its core ctc_expk_f32 after a
- * clamp of x < -104 alone, without ctc_exp_f32's clamp of large positive x on the bits and its
- * select of a NaN (which passes through the arithmetic here): a causal attention of 64 heads of 128 x 32
- * (1 thread, AVX2, Zen 3) 2.46 -> 2.29 ms forward, the exp's loop 0.74 -> 0.54 ms.
- * tests/test_attention.py compares it with ctc_exp_f32 bit for bit. */
+ * one): ctc_exp_f32's bits for every x <= 0, and a NaN for a NaN, its core ctc_expk_f32 without
+ * ctc_exp_f32's clamp of large positive x on the bits and its select of a NaN (which passes through
+ * the arithmetic here): a causal attention of 64 heads of 128 x 32 (1 thread, AVX2, Zen 3) 2.46 ->
+ * 2.29 ms forward, the exp's loop 0.74 -> 0.54 ms. Below -104 (the rows' padding and masked keys,
+ * -inf) the result is 0 without the arithmetic: exp(-104) computed by ctc_expk_f32 underflows, which
+ * took 1.35 ns an element against 0.5 (AVX2, Zen 4); the bench llama's attention (8 x 8 heads of
+ * 128 x 32, 1 thread) 2.41 -> 2.08 ms forward, 7.38 -> 6.71 ms forward and backward, with the lanes'
+ * trees below. tests/test_attention.py compares it with ctc_exp_f32 bit for bit. */
 static const char attn_expn_text[] =
     "static inline float ctc_attn_expn_f32(float x) {\n"
-    "  return ctc_expk_f32(x < -104.0f ? -104.0f : x);   /* ctc_exp_f32's clamp for x < 0 (a NaN stays) */\n"
+    "  /* x < -104 (the rows' padding, -inf; a NaN stays): exp rounds to 0, made so instead of computed\n"
+    "   * from ctc_exp_f32's clamp to -104, whose underflowing products took 2.7 times as long */\n"
+    "  const int low = x < -104.0f;\n"
+    "  const float e = ctc_expk_f32(low ? 0.0f : x);\n"
+    "  return low ? 0.0f : e;\n"
     "}\n";
 
 static const char attn_common_text[] =
@@ -56,6 +63,21 @@ static const char attn_common_text[] =
  * padding's -inf included (its exp is 0): a causal row's length varies, and a scalar remainder
  * of up to 15 exps a row took as long as the vector part. */
 static const char attn_text[] =
+    "/* the lanes' tree: r[u] with r[u + 8], then r[u + 4], r[u + 2], r[u + 1]. Each level a loop of its\n"
+    " * own (constant trip counts: a loop over the levels was compiled as stores and scalar reloads, the\n"
+    " * stalls of a failed store forwarding on every row) */\n"
+    "static inline $T ctc_attn_hsum_$S($T r[16]) {\n"
+    "  for (int u = 0; u < 8; u++) r[u] += r[u + 8];\n"
+    "  for (int u = 0; u < 4; u++) r[u] += r[u + 4];\n"
+    "  for (int u = 0; u < 2; u++) r[u] += r[u + 2];\n"
+    "  return r[0] + r[1];\n"
+    "}\n"
+    "static inline $T ctc_attn_hmax_$S($T r[16]) {\n"
+    "  for (int u = 0; u < 8; u++) r[u] = r[u + 8] > r[u] ? r[u + 8] : r[u];\n"
+    "  for (int u = 0; u < 4; u++) r[u] = r[u + 4] > r[u] ? r[u + 4] : r[u];\n"
+    "  for (int u = 0; u < 2; u++) r[u] = r[u + 2] > r[u] ? r[u + 2] : r[u];\n"
+    "  return r[1] > r[0] ? r[1] : r[0];\n"
+    "}\n"
     "/* the maximum of x[0, n) and mx, NaN left out; x is read on to n rounded up to 16 (the rows' padding,\n"
     " * -inf) */\n"
     "static inline $T ctc_attn_max_$S(const $T *x, int64_t n, $T mx) {\n"
@@ -63,9 +85,7 @@ static const char attn_text[] =
     "  for (int u = 0; u < 16; u++) r[u] = mx;\n"
     "  for (int64_t i = 0; i < n; i += 16)\n"
     "    for (int u = 0; u < 16; u++) r[u] = x[i + u] > r[u] ? x[i + u] : r[u];\n"
-    "  for (int w = 8; w >= 1; w /= 2)\n"
-    "    for (int u = 0; u < w; u++) r[u] = r[u + w] > r[u] ? r[u + w] : r[u];\n"
-    "  return r[0];\n"
+    "  return ctc_attn_hmax_$S(r);\n"
     "}\n"
     "/* x[j] = exp(x[j] - mx) for j < n, the sum of those returned (mx > -inf). x[j] up to n rounded up to 16\n"
     " * (the rows' padding, -inf) is read and written too: exp(-inf) is 0, which the sum adds exactly. _to:\n"
@@ -74,17 +94,13 @@ static const char attn_text[] =
     "  $T r[16] = {0};\n"
     "  for (int64_t i = 0; i < n; i += 16)\n"
     "    for (int u = 0; u < 16; u++) r[u] += y[i + u] = $V(x[i + u] - mx);\n"
-    "  for (int w = 8; w >= 1; w /= 2)\n"
-    "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
-    "  return r[0];\n"
+    "  return ctc_attn_hsum_$S(r);\n"
     "}\n"
     "static inline $T ctc_attn_exp_$S($T *restrict x, int64_t n, $T mx) {\n"
     "  $T r[16] = {0};\n"
     "  for (int64_t i = 0; i < n; i += 16)\n"
     "    for (int u = 0; u < 16; u++) r[u] += x[i + u] = $V(x[i + u] - mx);\n"
-    "  for (int w = 8; w >= 1; w /= 2)\n"
-    "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
-    "  return r[0];\n"
+    "  return ctc_attn_hsum_$S(r);\n"
     "}\n"
     "static void ctc_attn_scores_$S(const $T *qb, int64_t qr, const $T *kb, int64_t kr, int64_t ni, int64_t nj,\n"
     "                               int64_t D, int64_t i0, int64_t j0, int causal, int divide, $T sc, int rnd,\n"
@@ -111,9 +127,7 @@ static const char attn_text[] =
     "        si[jj + u] = y;\n"
     "        r[u] = y > r[u] ? y : r[u];\n"
     "      }\n"
-    "    for (int w = 8; w >= 1; w /= 2)\n"
-    "      for (int u = 0; u < w; u++) r[u] = r[u + w] > r[u] ? r[u + w] : r[u];\n"
-    "    if (mx) mx[ii] = r[0];\n"
+    "    if (mx) mx[ii] = ctc_attn_hmax_$S(r);\n"
     "  }\n"
     "}\n"
     "/* each row's maximum m and sum l of exp(s - m) over keys [0, jend) (on entry m = -inf, l = 0), a block\n"
@@ -220,9 +234,7 @@ static const char attn_bwd_text[] =
     "  for (; d + 16 <= n; d += 16)\n"
     "    for (int u = 0; u < 16; u++) r[u] += x[d + u] * y[d + u];\n"
     "  for (int u = 0; d + u < n; u++) r[u] += x[d + u] * y[d + u];\n"
-    "  for (int w = 8; w >= 1; w /= 2)\n"
-    "    for (int u = 0; u < w; u++) r[u] += r[u + w];\n"
-    "  return r[0];\n"
+    "  return ctc_attn_hsum_$S(r);\n"
     "}\n"
     "/* (roundings, a row's keys in several blocks) the scores of rows [0, ni) against keys [j0, j0 + nj) in\n"
     " * s and e = exp(s - m) in e, m each row's maximum over all its keys (a row with none: e = 0) */\n"
