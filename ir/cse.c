@@ -7,8 +7,8 @@
  * twice per element, in one kernel. The later copy's uses read the earlier one.
  *
  * Only copies in the same phase (forward, backward, optimizer), at most
- * CSE_WINDOW instructions apart and with no GEMM, convolution or other special
- * op between them merge, that is copies the kernel layer would fuse into one
+ * CSE_WINDOW instructions apart and with no GEMM, convolution, other special
+ * op or reduction over a leading axis between them merge, that is copies the kernel layer would fuse into one
  * loop nest anyway: a recomputation must not become a read of a value computed
  * in another kernel, which would store a value that is now recomputed in
  * registers (and a backward one must not read the forward value, kept alive
@@ -58,6 +58,22 @@ int ir_inst_same(const Func *f, const Inst *a, const Inst *b) {
   return ir_type_eq(&f->values.data[a->res].type, &f->values.data[b->res].type);
 }
 
+/* A reduction over an axis before the last kept one (BatchNorm's sum over the batch of its per-image
+ * channel sums): no row kernel holds it, so it ends the kernel before it, and a copy after it would
+ * read the earlier one from memory. BatchNorm's backward recomputes x - mean for its input gradient
+ * after the sums; merged with the sums' copy it was stored by their kernel and loaded again. */
+static int across_rows(const Func *f, const Inst *in) {
+  if (ir_ops[in->op].kind != K_REDUCE) return 0;
+  const Type *t = &f->values.data[in->args[0]].type;
+  int kept = 0;
+  for (int k = t->ndim - 1; k >= 0; k--) {
+    if (t->dims[k] == 1) continue;
+    if (!((in->attr[0] >> k) & 1)) kept = 1;
+    else if (kept) return 1;
+  }
+  return 0;
+}
+
 void ir_pass_cse(Program *p, Func *f) {
   (void)p;
   int ni = f->insts.len, nv = f->values.len;
@@ -77,7 +93,7 @@ void ir_pass_cse(Program *p, Func *f) {
   for (int i = 0; i < ni; i++) {
     Inst *in = &f->insts.data[i];
     if (in->dead) continue;
-    if (ir_ops[in->op].kind == K_LINALG || ir_ops[in->op].kind == K_SPECIAL) barrier = i;
+    if (ir_ops[in->op].kind == K_LINALG || ir_ops[in->op].kind == K_SPECIAL || across_rows(f, in)) barrier = i;
     for (int k = 0; k < in->nargs; k++) in->args[k] = to[in->args[k]];
     if (root[in->res]) continue;
     if (in->op == IR_DETACH) {   /* identity once AD has run (passes come after it): a copy */

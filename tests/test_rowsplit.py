@@ -119,6 +119,23 @@ def test_the_sums_are_row_kernels_of_what_they_sum(block):
     assert "f64" not in unfused and "rows of" not in unfused
 
 
+def test_backward_recomputes_the_centred_input(block):
+    """BatchNorm's backward computes x - mean for its sums and again for its input gradient, which
+    comes after the sum over the images: the two copies are in different kernels, and CSE (ir/cse.c)
+    leaves them apart (a sum over a leading axis is its barrier) instead of the sums' kernel storing
+    x - mean for the later one. Each backward row kernel with sums stores no centred input; the
+    input-gradient passes after them recompute it from the convolution's output."""
+    ks = _train_step_kernels(block)
+    kernels = re.split(r"\n  kernel \d+: ", ks[ks.index("grad"):])
+    rows = [k for k in kernels if re.match(r"row over \w+\[16,16,256\], rows of 256", k) and "= reduce_sum : f64" in k]
+    assert len(rows) >= 3, ks
+    for k in rows:
+        outs = re.search(r"outputs: (.*)", k).group(1).split()
+        assert not any(re.match(r"%sub\.", v) for v in outs), k
+    after = [k for k in kernels if re.match(r"elementwise over f32\[16,16,16,16\]", k) and re.search(r"= sub (\(local\) )?:", k)]
+    assert len(after) >= 3 and all(re.search(r"inputs: .*%block_(conv\d|shortcut_0)\.", k) for k in after), after
+
+
 def test_the_row_arrays_hold_floats_and_compile_clean(block, tmp_path):
     out = tmp_path / "gen.c"
     run([CTC, "compile", block, "-o", out])
