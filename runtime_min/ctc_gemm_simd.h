@@ -1419,7 +1419,12 @@ static CTC_GEMM_UNUSED void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_
   /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (with ta,
    * blocks of 96 rows packed op(B) 4 times as often: the gpt train step 1.5% slower with AVX2 on Zen 4) */
   const int64_t mb = 384, kb = ctc_gemm_kb_avx2(ta, K);
-  const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
+  /* A^T packed (ap), but not with at most 64 columns of C and 64 k: its packing then cost as much as
+   * the few panels that reuse it saved, and a tile reads A^T's k rows where they lie (AVX2, Zen 4:
+   * attention's p^T g and ds^T q, M <= 128, N = K = 32, 62 -> 75-80 GFLOP/s; 1024 x 64 x 64 from
+   * rows 4 KiB apart 59 -> 67; at 128 columns packing is as fast or faster) */
+  const int pa = ta && !(K <= 64 && N <= 64);
+  const int64_t ars = pa ? 6 * kb : ta ? 1 : lda, aks = pa ? 6 : ta ? lda : 1;   /* (pa: row i of a tile at ap + i) */
   /* the rows whose packed op(B) panels are shared: the packed A's block if ta, else all of them (each
    * column group of op(B) packed once per K block, as the AVX-512 GEMM does) */
   const int64_t mo = ta ? mb : M;
@@ -1427,7 +1432,7 @@ static CTC_GEMM_UNUSED void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t m1 = M - i1 < mo ? M - i1 : mo;
-      if (ta)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
+      if (pa)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
         for (int64_t t = 0; t < m1; t += 6) {
           const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
           float *restrict apt = ap + t * kb;
@@ -1450,8 +1455,8 @@ static CTC_GEMM_UNUSED void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_
             const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
             for (int64_t i = i0; i < i0 + mc; i += 6) {
               const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-              const float *ai = ta ? ap + (i - i1) / 6 * ars : a + i * ars + k0;
-              const int64_t rs = ta ? 1 : ars;
+              const float *ai = pa ? ap + (i - i1) / 6 * ars : ta ? a + k0 * lda + i : a + i * ars + k0;
+              const int64_t rs = pa ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 16;
               const int add = acc || k0 > 0;
               if (mr > 4) ctc_gemm_tile16_avx2(6, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
@@ -2133,7 +2138,12 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
   /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last), M of 384 (with ta,
    * blocks of 96 rows packed op(B) 4 times as often: the gpt train step 1.5% slower with AVX2 on Zen 4) */
   const int64_t mb = 384, kb = ctc_gemm_kb_neon(ta, K);
-  const int64_t ars = ta ? 6 * kb : lda, aks = ta ? 6 : 1;   /* (ta: row i of a tile at ap + i) */
+  /* A^T packed (ap), but not with at most 64 columns of C and 64 k: its packing then cost as much as
+   * the few panels that reuse it saved, and a tile reads A^T's k rows where they lie (AVX2, Zen 4:
+   * attention's p^T g and ds^T q, M <= 128, N = K = 32, 62 -> 75-80 GFLOP/s; 1024 x 64 x 64 from
+   * rows 4 KiB apart 59 -> 67; at 128 columns packing is as fast or faster) */
+  const int pa = ta && !(K <= 64 && N <= 64);
+  const int64_t ars = pa ? 6 * kb : ta ? 1 : lda, aks = pa ? 6 : ta ? lda : 1;   /* (pa: row i of a tile at ap + i) */
   /* the rows whose packed op(B) panels are shared: the packed A's block if ta, else all of them (each
    * column group of op(B) packed once per K block, as the AVX-512 GEMM does) */
   const int64_t mo = ta ? mb : M;
@@ -2141,7 +2151,7 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t m1 = M - i1 < mo ? M - i1 : mo;
-      if (ta)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
+      if (pa)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
         for (int64_t t = 0; t < m1; t += 6) {
           const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
           float *restrict apt = ap + t * kb;
@@ -2164,8 +2174,8 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
             const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 16 + p) * kc * 16 : bp + p * kb * 16;
             for (int64_t i = i0; i < i0 + mc; i += 6) {
               const int mr = i0 + mc - i < 6 ? (int)(i0 + mc - i) : 6;
-              const float *ai = ta ? ap + (i - i1) / 6 * ars : a + i * ars + k0;
-              const int64_t rs = ta ? 1 : ars;
+              const float *ai = pa ? ap + (i - i1) / 6 * ars : ta ? a + k0 * lda + i : a + i * ars + k0;
+              const int64_t rs = pa ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 16;
               const int add = acc || k0 > 0;
               if (mr > 4) ctc_gemm_tile16_neon(6, 128, kc, ai, rs, aks, mr, bpp, ci, ldc, nr, add);
