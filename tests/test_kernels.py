@@ -574,6 +574,12 @@ def test_gelu_rematerialised_in_backward(tmp_path):
                       "'train_step': (torch.randn(8, 16), torch.randint(0, 4, (8,)))}\n")
     train_paired(tmp_path, src, "gelu_remat", steps=3,
                  make_batch=lambda r: (r.standard_normal((8, 16)), r.integers(0, 4, (8,))))
+    # the stored tanh's step (1,024 rows) against PyTorch too
+    big = GELU_MLP + ("\nexample_inputs = {'forward': (torch.randn(1024, 16),), "
+                      "'train_step': (torch.randn(1024, 16), torch.randint(0, 4, (1024,)))}\n")
+    (tmp_path / "big").mkdir()
+    train_paired(tmp_path / "big", big, "gelu_remat_big", steps=3,
+                 make_batch=lambda r: (r.standard_normal((1024, 16)), r.integers(0, 4, (1024,))))
 
 
 def test_mask_hoisted_attention_one_row_kernel(tmp_path):
