@@ -105,13 +105,15 @@ GROUPS = {
         ("bn_mean", "z.mean((0, 2, 3))"), ("bn_var", "z.var((0, 2, 3), unbiased=False)"),
         ("bn_var_keep", "torch.var(z, dim=(0, 2, 3), keepdim=True)"),
     ], ["x=f32[3,4,30]", "y=f32[2,3,4,5,7]", "w=f32[5,3,2]", "z=f32[4,3,8,8]"]),
-    # reductions over leading axes, the last kept (emit_reduce's chunks of 32 columns in registers;
-    # where 32 does not divide the row the last chunk ends at its end, over part of the one before)
+    # reductions over leading axes, the last kept (emit_reduce's chunks of 64 columns in registers;
+    # where 64 does not divide the row the last chunk ends at its end, over part of the one before:
+    # 100, 65 and 130 columns)
     "reduce_columns": ("", [
         ("sum_0_100", "x.sum(0)"), ("amax_0_100", "x.amax(0)"), ("mean_01_65", "y.mean((0, 1))"),
         ("amin_1_65", "y.amin(1)"), ("sum_0_64", "w.sum(0)"), ("sum_0_33", "v.sum(0)"), ("sum_0_32", "x[:, :32].sum(0)"),
-        ("sum_0_i64", "k.sum(0)"), ("sum_0_f64", "x.double().sum(0)"),
-    ], ["x=f32[40,100]", "y=f32[3,20,65]", "w=f32[50,64]", "v=f32[7,33]", "k=i64[9,70]"]),
+        ("sum_0_i64", "k.sum(0)"), ("sum_0_f64", "x.double().sum(0)"), ("sum_0_130", "u.sum(0)"),
+        ("mean_0_130", "u.mean(0, keepdim=True)"),
+    ], ["x=f32[40,100]", "y=f32[3,20,65]", "w=f32[50,64]", "v=f32[7,33]", "k=i64[9,70]", "u=f32[9,130]"]),
     "index": ("", [
         ("gather", "torch.gather(x, 1, k)"), ("x.gather", "x.gather(0, k[:3])"), ("gather_dim", "torch.gather(x, dim=1, index=k[:, :2])"),
         ("scatter_add", "torch.scatter_add(x, 1, k, y)"), ("x.scatter_add", "x.scatter_add(0, k[:3], y)"),
