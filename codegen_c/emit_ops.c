@@ -598,11 +598,12 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
    * 1 thread: 336 -> 192 us with chunks of 32, AVX2; unrolled chunks of 64, Zen 4, from the cache:
    * 207 -> 113 us AVX-512, 174-258 -> 111 AVX2; in the bench gpt's step, where the gradient comes
    * from L3 or memory, 429 -> 395 us; chunks of 256 were kept in memory, a store and a load each
-   * row). Every chunk is whole,
-   * a constant bound: where 64 does not divide the row, the last one ends at the row's end, over part
-   * of the one before, and stores only the columns past it (the same sums in the same order either
-   * way) */
-  int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > 64 ? 64 : inner;
+   * row). --freestanding keeps rolled chunks of 32 (a microcontroller's code size). Every chunk is
+   * whole, a constant bound: where the chunk does not divide the row, the last one ends at the row's
+   * end, over part of the one before, and stores only the columns past it (the same sums in the same
+   * order either way) */
+  const int64_t cw = c->k->freestanding ? 32 : 64;
+  int64_t inner = column ? kd[nk - 1] : 1, chunk = inner > cw ? cw : inner;
   int chunked = column && inner > chunk, ragged = chunked && inner % chunk;
   int64_t outer_count = nouter ? kd[0] : chunked ? (inner + chunk - 1) / chunk : 1;
   cg_par_open(c, outer_count > 1 && ir_numel(a) >= min_work(c) ? CG_PAR_OMP : 0);
@@ -681,7 +682,7 @@ static void emit_reduce(CgFunc *c, const Inst *in) {
     char xe[IDX_CAP + 64];
     snprintf(xe, sizeof xe, "%s[%s]", x, xi);
     if (column) {
-      LINE(c, "#pragma GCC unroll %s\n", lim);
+      if (!c->k->freestanding) LINE(c, "#pragma GCC unroll %s\n", lim);
       LINE(c, "for (int64_t j = 0; j < %s; j++)\n", lim);
       c->ind += 2;
     }
