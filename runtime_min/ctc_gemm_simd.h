@@ -304,14 +304,30 @@ static inline __attribute__((always_inline)) void ctc_tile_next_f32(const int R,
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) _mm512_store_ps(t + i * 32, c0[i]), _mm512_store_ps(t + i * 32 + 16, c1[i]);
 }
+/* One k of a tile: rows i < R of A broadcast, times op(B)'s packed row k (32 columns) */
+static inline __attribute__((always_inline)) void ctc_gemm_k32_f32(const int R, int64_t k, const float *const *ai,
+                                                                   int64_t aks, const float *restrict bp,
+                                                                   __m512 *c0, __m512 *c1) {
+  const __m512 b0 = _mm512_load_ps(bp + k * 32), b1 = _mm512_load_ps(bp + k * 32 + 16);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; i++) {
+    const __m512 av = _mm512_set1_ps(ai[i][k * aks]);
+    c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+    c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+  }
+}
 /* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
  * other 16 at c1p + i * ldc) = (C +, if add) sum over k < kc of A[i, k] bp[k]:
  * A[i, k] at a[i * ars + k * aks]. R (12, 8 or 4, a constant where it is called) rows are
- * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum 32 k at a
+ * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum S k at a
  * time, each such partial sum added to C in memory, or with T to the sum kept in t
  * (ctc_tile_next_f32; blocked summation: the rounding error of a dot product of length K
- * grows as 32 + K / 32 additions, not K). */
-static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, const int T, int64_t kc, const float *a,
+ * grows as S + K / S additions, not K). R, T and S are constants where it is called. S is 128
+ * in the GEMM (a length-K sum's error below OpenBLAS's, as the AVX2 tile's: docs/speed.md), 32
+ * in the convolutions and Winograd's sums over tiles (their thread and block invariance); a
+ * whole interval's k loop has a constant count, unrolled by 4. */
+static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, const int T, const int S, int64_t kc,
+                                                                    const float *a,
                                                                     int64_t ars, int64_t aks, int mr,
                                                                     const float *restrict bp, float *c0p,
                                                                     float *c1p, int64_t ldc, __mmask16 m0,
@@ -320,19 +336,16 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
   _Alignas(64) float t[T ? 12 * 32 : 1];   /* (a 12 x 32 array in every instantiation: 1-5% slower) */
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars;
-  for (int64_t k0 = 0; k0 < kc; k0 += 32) {
-    const int64_t k1 = kc - k0 < 32 ? kc : k0 + 32;
+  for (int64_t k0 = 0; k0 < kc; k0 += S) {
+    const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     __m512 c0[12], c1[12];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
-    for (int64_t k = k0; k < k1; k++) {
-      const __m512 b0 = _mm512_load_ps(bp + k * 32), b1 = _mm512_load_ps(bp + k * 32 + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < R; i++) {
-        const __m512 av = _mm512_set1_ps(ai[i][k * aks]);
-        c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-        c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
-      }
+    if (k1 - k0 == S) {
+#pragma GCC unroll 4
+      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
+    } else {
+      for (int64_t k = k0; k < k1; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
     }
     if (T) ctc_tile_next_f32(R, mr, c0, c1, t, k0 == 0, k1 == kc, c0p, c1p, ldc, m0, m1, add);
     else ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
@@ -341,21 +354,22 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
 /* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_f32, in the fewest
  * rows of 12, 8 or 4 computed; the sums kept off C when its rows share L1 sets (rows 1024 floats
  * apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; at other strides the buffer was 3-5% slower) */
-static inline __attribute__((always_inline)) void ctc_gemm_rows_f32(int64_t kc, const float *a, int64_t ars,
-                                                                    int64_t aks, int mr, const float *bp,
-                                                                    float *c0p, float *c1p, int64_t ldc,
-                                                                    __mmask16 m0, __mmask16 m1, int add) {
-  if (ldc % 1024 == 0 && kc > 32) {
-    if (mr > 8) ctc_gemm_tile_f32(12, 1, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
-    else if (mr > 4) ctc_gemm_tile_f32(8, 1, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
-    else ctc_gemm_tile_f32(4, 1, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
-  } else if (mr > 8) ctc_gemm_tile_f32(12, 0, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
-  else if (mr > 4) ctc_gemm_tile_f32(8, 0, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);   /* shorter */
-  else ctc_gemm_tile_f32(4, 0, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+static inline __attribute__((always_inline)) void ctc_gemm_rows_f32(const int S, int64_t kc, const float *a,
+                                                                    int64_t ars, int64_t aks, int mr,
+                                                                    const float *bp, float *c0p, float *c1p,
+                                                                    int64_t ldc, __mmask16 m0, __mmask16 m1,
+                                                                    int add) {
+  if (ldc % 1024 == 0 && kc > S) {
+    if (mr > 8) ctc_gemm_tile_f32(12, 1, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    else if (mr > 4) ctc_gemm_tile_f32(8, 1, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    else ctc_gemm_tile_f32(4, 1, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+  } else if (mr > 8) ctc_gemm_tile_f32(12, 0, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+  else if (mr > 4) ctc_gemm_tile_f32(8, 0, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);   /* shorter */
+  else ctc_gemm_tile_f32(4, 0, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
 }
-/* K in equal blocks of at most 512, multiples of 16 but the last: their size */
-static inline int64_t ctc_gemm_kb_avx512(int64_t K) {
-  const int64_t nkb = (K + 511) / 512;
+/* K in equal blocks of at most 512 (256 if ta), multiples of 16 but the last: their size */
+static inline int64_t ctc_gemm_kb_avx512(int ta, int64_t K) {
+  const int64_t kmax = ta ? 256 : 512, nkb = (K + kmax - 1) / kmax;
   return ((K + nkb - 1) / nkb + 15) / 16 * 16;
 }
 /* op(B) [K, N] packed whole, as ctc_gemm_avx512_pk_f32 reads it (a time loop's weights, packed
@@ -363,8 +377,7 @@ static inline int64_t ctc_gemm_kb_avx512(int64_t K) {
  * panels, kc * 32 floats apart, zero past N (ldp: N rounded up to 32; pk 64-byte aligned). */
 static inline void ctc_gemm_pack_avx512_f32(int ta, int tb, int64_t N, int64_t K, const float *b, int64_t ldb,
                                             float *pk, int64_t ldp) {
-  const int64_t kb = K > 0 ? ctc_gemm_kb_avx512(K) : 1, nw = tb ? 32 : 32 * CTC_NP_avx512;
-  (void)ta;
+  const int64_t kb = K > 0 ? ctc_gemm_kb_avx512(ta, K) : 1, nw = tb ? 32 : 32 * CTC_NP_avx512;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t j0 = 0; j0 < N; j0 += nw) {
@@ -375,42 +388,66 @@ static inline void ctc_gemm_pack_avx512_f32(int ta, int tb, int64_t N, int64_t K
     }
   }
 }
-/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. With pk, op(B)'s panels
- * come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's column 0 is op(B)'s column
- * jp, a multiple of 32) and B is not read: the same sums in the same order. */
+/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. A transposed A (a weight
+ * gradient's dY^T) is packed too, 12 rows at a time in blocks of 384 (384 KiB on the stack, K
+ * blocks of 256): its rows are often 4 KiB apart, and a tile reading 12 floats from each of
+ * 512 such rows evicts them from L1 (one cache set) before the next tile reads the
+ * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 66-81 -> 88-96 GFLOP/s);
+ * not with at most 64 columns of C and 64 k (attention's small products), as in the AVX2 GEMM.
+ * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's
+ * column 0 is op(B)'s column jp, a multiple of 32) and B is not read: the same sums in the same
+ * order. */
 static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
                                    int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp,
                                    int64_t jp, float *c, int64_t ldc) {
   _Alignas(64) float bp[CTC_NP_avx512 * 512 * 32];
-  const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
+  _Alignas(64) float ap[384 * 256];
   if (K <= 0) {
     for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
     return;
   }
-  /* K in equal blocks of at most 512 (multiples of 16 but the last); each block's columns of op(B)
-   * packed once, then used by every row of C, 384 rows at a time (packing op(B) again for each 384
-   * rows, as before: the gpt train step 1-1.5% slower on Zen 4) */
-  const int64_t kb = ctc_gemm_kb_avx512(K);
+  /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last); each block's columns
+   * of op(B) packed once, then used by every row of C (of the packed A's block if ta), 384 rows at a
+   * time (packing op(B) again for each 384 rows, as before: the gpt train step 1-1.5% slower on Zen 4) */
+  const int64_t kb = ctc_gemm_kb_avx512(ta, K);
+  const int pa = ta && !(K <= 64 && N <= 64);
+  const int64_t ars = pa ? 12 * kb : ta ? 1 : lda, aks = pa ? 12 : ta ? lda : 1;   /* (pa: row i of a tile at ap + i) */
+  const int64_t mo = pa ? 384 : M;   /* the rows whose packed op(B) panels are shared */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
-    const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
-    for (int64_t j0 = 0; j0 < N; j0 += nw) {
-      const int64_t nj = N - j0 < nw ? N - j0 : nw;
-      if (!pk && tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
-      else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
-      for (int64_t i0 = 0; i0 < M; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
-        const int64_t mc = M - i0 < 384 ? M - i0 : 384;
-        for (int64_t p = 0; p * 32 < nj; p++) {
-          const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
-          const __mmask16 m0 = ctc_lanes16(nr);
-          const __mmask16 m1 = ctc_lanes16(nr - 16);
-          const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
-          for (int64_t i = i0; i < i0 + mc; i += 12) {
-            const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
-            const float *ai = a + i * ars + k0 * aks;
-            float *ci = c + i * ldc + j0 + p * 32;
-            const int add = acc || k0 > 0;
-            ctc_gemm_rows_f32(kc, ai, ars, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+    for (int64_t i1 = 0; i1 < M; i1 += mo) {
+      const int64_t ml = M - i1 < mo ? M - i1 : mo;
+      if (pa)   /* ap[t][k][12] = A[k0 + k, i1 + 12 t + r] */
+        for (int64_t t = 0; t < ml; t += 12) {
+          const int mr = ml - t < 12 ? (int)(ml - t) : 12;
+          float *restrict apt = ap + t * kb;
+          const float *at = a + k0 * lda + i1 + t;
+          if (mr == 12)   /* a 12-float copy per k, not a loop of unknown length */
+            for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 12, at + k * lda, sizeof(float) * 12);
+          else
+            for (int64_t k = 0; k < kc; k++)
+              for (int r = 0; r < mr; r++) apt[k * 12 + r] = at[k * lda + r];
+        }
+      const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
+      for (int64_t j0 = 0; j0 < N; j0 += nw) {
+        const int64_t nj = N - j0 < nw ? N - j0 : nw;
+        if (!pk && tb) ctc_pack_b_f32(b, ldb, k0, kc, j0, (int)nj, bp);
+        else if (!pk) ctc_pack_bn_f32(b, ldb, k0, kc, j0, nj, kb, bp);
+        for (int64_t i0 = i1; i0 < i1 + ml; i0 += 384) {   /* (M blocks of 192: 2-6% slower on 1024-row GEMMs, Zen 5) */
+          const int64_t mc = i1 + ml - i0 < 384 ? i1 + ml - i0 : 384;
+          for (int64_t p = 0; p * 32 < nj; p++) {
+            const int nr = nj - p * 32 < 32 ? (int)(nj - p * 32) : 32;
+            const __mmask16 m0 = ctc_lanes16(nr);
+            const __mmask16 m1 = ctc_lanes16(nr - 16);
+            const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
+            for (int64_t i = i0; i < i0 + mc; i += 12) {
+              const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
+              const float *ai = pa ? ap + (i - i1) / 12 * ars : a + i * ars + k0 * aks;
+              const int64_t rs = pa ? 1 : ars;
+              float *ci = c + i * ldc + j0 + p * 32;
+              const int add = acc || k0 > 0;
+              ctc_gemm_rows_f32(32, kc, ai, rs, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+            }
           }
         }
       }
@@ -450,7 +487,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
   int64_t off[512];
   unsigned char tap[512];
   const int64_t HW = s->H * s->W;
-  const int64_t kb = ctc_gemm_kb_avx512(K);
+  const int64_t kb = ctc_gemm_kb_avx512(0, K);
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     ctc_pix_rows_at(s, k0, kc, off, tap);
@@ -464,7 +501,7 @@ static inline void ctc_conv_pix_f32(const float *a, const ctc_pix *s, int64_t M,
         const float *ai = a + i * K + k0;
         float *c0 = y0 + i * HW, *c1 = y1 + i * HW;
         const int add = k0 > 0;
-        ctc_gemm_rows_f32(kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
+        ctc_gemm_rows_f32(32, kc, ai, K, 1, mr, bp, c0, c1, HW, 0xffff, m1, add);
       }
     }
   }
@@ -801,7 +838,7 @@ static inline void ctc_wino_gemm_f32(const float *U, const float *V, int64_t M, 
   const __mmask16 m1 = p * 32 + 16 < nt ? 0xffff : 0;
   const float *a = U + (e * M + m) * K, *bp = V + e * (K * B + CTC_WINO_PAD) + p * K * 32;
   float *c0 = Mb + e * (M * B + CTC_WINO_PAD) + m * B + p * 32;
-  ctc_gemm_rows_f32(K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
+  ctc_gemm_rows_f32(32, K, a, K, 1, mr, bp, c0, c0 + 16, B, 0xffff, m1, 0);
 }
 /* The masks of a run of L tiles' lanes (lm) and of its outputs' 2 L columns of a row (s0, s1) */
 static inline void ctc_wino_out_masks(int64_t L, __mmask16 *lm, __mmask16 *s0, __mmask16 *s1) {
@@ -881,7 +918,7 @@ static inline void ctc_wino_wgemm_f32(const float *Z, const float *V, int64_t M,
     const int mr = M - m < 12 ? (int)(M - m) : 12;
     const float *a = Z + e * (M * B + CTC_WINO_PAD) + m * B;
     float *c0 = P + (e * M + m) * K + q * 32;
-    ctc_gemm_rows_f32(nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
+    ctc_gemm_rows_f32(32, nt, a, B, 1, mr, bp, c0, c0 + 16, K, m0, m1, add);
   }
 }
 #define CTC_WINO_WQ 32   /* weight gradient: channels k a GEMM panel */
