@@ -121,9 +121,9 @@ const char *cg_log_f32_text(void);   /* ctc_log_f32's (freestanding_c.c's logf) 
 const char *cg_dt_suffix(DType t);  /* "f32" ... */
 /* gemm_simd_c.c: runtime_min/ctc_gemm_simd.h's texts (scripts/gen_runtime.py); the NEON
  * kernel's head and the 16-column kernel over $I, which a --freestanding file carries */
-extern const char *const cg_gemm_simd_texts[13];
+extern const char *const cg_gemm_simd_texts[14];
 extern const char cg_gemm_neon_sel[], cg_gemm_neon_head[], cg_gemv_neon_text[];
-extern const char cg_gemm_simd16_text[];
+extern const char cg_gemm_simd16_text[], cg_gemm_pack_at_text[];
 /* wino_c.c: the Winograd convolutions' texts (the runs of tiles, AVX-512 and AVX2 helpers,
  * ctc_conv_wino_f32 and its weight gradient over them), written into the same header */
 extern const char cg_conv_wino_common_text[], cg_conv_wino_text[], cg_conv_wino_avx2_text[],

@@ -1480,7 +1480,8 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
     instantiate(b, gemm_text, (DType)t);   /* with BLAS too: ctc_matmul_block's narrow remainders */
     cg_puts(b, "\n");
     if (t == DT_F32 && fs) {   /* ctc's own f32 GEMMs: the NEON one alone (<immintrin.h> is not freestanding) */
-      cg_printf(b, "\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n%s%s", cg_gemm_neon_sel, cg_gemm_neon_head);
+      cg_printf(b, "\n\n#if defined(__aarch64__) && defined(__ARM_NEON)\n%s%s%s", cg_gemm_neon_sel, cg_gemm_pack_at_text,
+                cg_gemm_neon_head);
       instantiate_isa(b, cg_gemm_simd16_text, "neon");
       cg_puts(b, cg_gemv_neon_text);
       cg_puts(b, "#endif\n\n");

@@ -20,6 +20,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Columns [0, ml) of A^T's rows [0, kc) (a at the block's first row and column, rows lda apart) as
+ * panels of R: ap[t][k][R] = a[k * lda + t + r], panel t at ap + t * kb. R is a constant where it
+ * is called: an R-float copy per k, not a loop of unknown length (2304x64x256, AVX2: 1.2x). */
+static inline __attribute__((always_inline)) void ctc_pack_at_f32(const int R, const float *a, int64_t lda,
+                                                                  int64_t kc, int64_t ml, int64_t kb,
+                                                                  float *restrict ap) {
+  for (int64_t t = 0; t < ml; t += R) {
+    const int mr = ml - t < R ? (int)(ml - t) : R;
+    float *restrict apt = ap + t * kb;
+    const float *at = a + t;
+    if (mr == R)
+      for (int64_t k = 0; k < kc; k++) memcpy(apt + k * R, at + k * lda, sizeof(float) * (size_t)R);
+    else
+      for (int64_t k = 0; k < kc; k++)
+        for (int r = 0; r < mr; r++) apt[k * R + r] = at[k * lda + r];
+  }
+}
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || (defined(__aarch64__) && defined(__ARM_NEON))
 /* ---- stride-1 convolutions as implicit GEMMs (codegen_c/linalg_c.c's conv_implicit): the
  * unfolded images are never written, the panels of the operand that reads them are packed
@@ -417,17 +435,7 @@ static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t ml = M - i1 < mo ? M - i1 : mo;
-      if (pa)   /* ap[t][k][12] = A[k0 + k, i1 + 12 t + r] */
-        for (int64_t t = 0; t < ml; t += 12) {
-          const int mr = ml - t < 12 ? (int)(ml - t) : 12;
-          float *restrict apt = ap + t * kb;
-          const float *at = a + k0 * lda + i1 + t;
-          if (mr == 12)   /* a 12-float copy per k, not a loop of unknown length */
-            for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 12, at + k * lda, sizeof(float) * 12);
-          else
-            for (int64_t k = 0; k < kc; k++)
-              for (int r = 0; r < mr; r++) apt[k * 12 + r] = at[k * lda + r];
-        }
+      if (pa) ctc_pack_at_f32(12, a + k0 * lda + i1, lda, kc, ml, kb, ap);
       const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
@@ -1469,17 +1477,7 @@ static CTC_GEMM_UNUSED void ctc_gemm_avx2_pk_f32(int ta, int tb, int acc, int64_
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t m1 = M - i1 < mo ? M - i1 : mo;
-      if (pa)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
-        for (int64_t t = 0; t < m1; t += 6) {
-          const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
-          float *restrict apt = ap + t * kb;
-          const float *at = a + k0 * lda + i1 + t;
-          if (mr == 6)   /* a 6-float copy per k, not a loop of unknown length (2304x64x256: 1.2x) */
-            for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 6, at + k * lda, sizeof(float) * 6);
-          else
-            for (int64_t k = 0; k < kc; k++)
-              for (int r = 0; r < mr; r++) apt[k * 6 + r] = at[k * lda + r];
-        }
+      if (pa) ctc_pack_at_f32(6, a + k0 * lda + i1, lda, kc, m1, kb, ap);
       const int64_t nw = tb ? 16 : 16 * CTC_NP_avx2;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
@@ -2188,17 +2186,7 @@ static CTC_GEMM_UNUSED void ctc_gemm_neon_pk_f32(int ta, int tb, int acc, int64_
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t m1 = M - i1 < mo ? M - i1 : mo;
-      if (pa)   /* ap[t][k][6] = A[k0 + k, i1 + 6 t + r] */
-        for (int64_t t = 0; t < m1; t += 6) {
-          const int mr = m1 - t < 6 ? (int)(m1 - t) : 6;
-          float *restrict apt = ap + t * kb;
-          const float *at = a + k0 * lda + i1 + t;
-          if (mr == 6)   /* a 6-float copy per k, not a loop of unknown length (2304x64x256: 1.2x) */
-            for (int64_t k = 0; k < kc; k++) memcpy(apt + k * 6, at + k * lda, sizeof(float) * 6);
-          else
-            for (int64_t k = 0; k < kc; k++)
-              for (int r = 0; r < mr; r++) apt[k * 6 + r] = at[k * lda + r];
-        }
+      if (pa) ctc_pack_at_f32(6, a + k0 * lda + i1, lda, kc, m1, kb, ap);
       const int64_t nw = tb ? 16 : 16 * CTC_NP_neon;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;

@@ -63,6 +63,7 @@ def header():
             " * describes the kernels); do not edit. */\n"
             "#ifndef CTC_GEMM_SIMD_H\n#define CTC_GEMM_SIMD_H\n\n"
             "#include <stdint.h>\n#include <string.h>\n\n"
+            + c_string(src, "cg_gemm_pack_at_text") + "\n"
             + c_string(src, "conv_pix_text") + "\n"
             + c_string(src, "gemm_avx512_text") + "\n"
             + c_string(wino, "cg_conv_wino_common_text") + c_string(wino, "cg_conv_wino_text") + "\n"
