@@ -406,36 +406,23 @@ static inline void ctc_gemm_pack_avx512_f32(int ta, int tb, int64_t N, int64_t K
     }
   }
 }
-/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. A transposed A (a weight
- * gradient's dY^T) is packed too, 12 rows at a time in blocks of 384 (384 KiB on the stack, K
- * blocks of 256): its rows are often 4 KiB apart, and a tile reading 12 floats from each of
- * 512 such rows evicts them from L1 (one cache set) before the next tile reads the
- * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 66-81 -> 88-96 GFLOP/s);
- * not with at most 64 columns of C and 64 k (attention's small products), as in the AVX2 GEMM.
- * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's
- * column 0 is op(B)'s column jp, a multiple of 32) and B is not read: the same sums in the same
- * order. */
-static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
-                                   int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp,
-                                   int64_t jp, float *c, int64_t ldc) {
-  _Alignas(64) float bp[CTC_NP_avx512 * 512 * 32];
-  _Alignas(64) float ap[384 * 256];
-  if (K <= 0) {
-    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
-    return;
-  }
+/* ctc_gemm_avx512_pk_f32's loops (below), PA (a constant where it is called) whether a transposed A
+ * is packed into ap; bp: room for CTC_NP_avx512 panels of op(B) */
+static inline __attribute__((always_inline)) void ctc_gemm_avx512_run_f32(
+    const int PA, int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+    const float *b, int64_t ldb, const float *pk, int64_t ldp, int64_t jp, float *c, int64_t ldc, float *bp,
+    float *ap) {
   /* K in equal blocks of at most 512 (256 if ta; multiples of 16 but the last); each block's columns
    * of op(B) packed once, then used by every row of C (of the packed A's block if ta), 384 rows at a
    * time (packing op(B) again for each 384 rows, as before: the gpt train step 1-1.5% slower on Zen 4) */
   const int64_t kb = ctc_gemm_kb_avx512(ta, K);
-  const int pa = ta && !(K <= 64 && N <= 64);
-  const int64_t ars = pa ? 12 * kb : ta ? 1 : lda, aks = pa ? 12 : ta ? lda : 1;   /* (pa: row i of a tile at ap + i) */
-  const int64_t mo = pa ? 384 : M;   /* the rows whose packed op(B) panels are shared */
+  const int64_t ars = PA ? 12 * kb : ta ? 1 : lda, aks = PA ? 12 : ta ? lda : 1;   /* (PA: row i of a tile at ap + i) */
+  const int64_t mo = PA ? 384 : M;   /* the rows whose packed op(B) panels are shared */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t ml = M - i1 < mo ? M - i1 : mo;
-      if (pa) ctc_pack_at_f32(12, a + k0 * lda + i1, lda, kc, ml, kb, ap);
+      if (PA) ctc_pack_at_f32(12, a + k0 * lda + i1, lda, kc, ml, kb, ap);
       const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
@@ -450,8 +437,8 @@ static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N
             const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
             for (int64_t i = i0; i < i0 + mc; i += 12) {
               const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
-              const float *ai = pa ? ap + (i - i1) / 12 * ars : a + i * ars + k0 * aks;
-              const int64_t rs = pa ? 1 : ars;
+              const float *ai = PA ? ap + (i - i1) / 12 * ars : a + i * ars + k0 * aks;
+              const int64_t rs = PA ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 32;
               const int add = acc || k0 > 0;
               ctc_gemm_rows_f32(32, kc, ai, rs, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
@@ -460,6 +447,32 @@ static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N
         }
       }
     }
+  }
+}
+/* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. A transposed A (a weight
+ * gradient's dY^T) is packed too, 12 rows at a time in blocks of 384 (384 KiB on the stack, K
+ * blocks of 256): its rows are often 4 KiB apart, and a tile reading 12 floats from each of
+ * 512 such rows evicts them from L1 (one cache set) before the next tile reads the
+ * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 66-81 -> 88-96 GFLOP/s);
+ * not with at most 64 columns of C and 64 k (attention's small products), as in the AVX2 GEMM.
+ * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's
+ * column 0 is op(B)'s column jp, a multiple of 32) and B is not read: the same sums in the same
+ * order. */
+static void ctc_gemm_avx512_pk_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                   int64_t lda, const float *b, int64_t ldb, const float *pk, int64_t ldp,
+                                   int64_t jp, float *c, int64_t ldc) {
+  _Alignas(64) float bp[CTC_NP_avx512 * 512 * 32];
+  if (K <= 0) {
+    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  if (ta && !(K <= 64 && N <= 64)) {   /* A^T packed: its own instantiation (in the other, A read in place
+                                        * as before: with the choices made at run time, the GEMMs of C rows
+                                        * 4 KiB apart ran 2% slower) */
+    _Alignas(64) float ap[384 * 256];
+    ctc_gemm_avx512_run_f32(1, ta, tb, acc, M, N, K, a, lda, b, ldb, pk, ldp, jp, c, ldc, bp, ap);
+  } else {
+    ctc_gemm_avx512_run_f32(0, ta, tb, acc, M, N, K, a, lda, b, ldb, pk, ldp, jp, c, ldc, bp, NULL);
   }
 }
 static void ctc_gemm_avx512_f32(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
