@@ -340,10 +340,11 @@ static inline __attribute__((always_inline)) void ctc_gemm_k32_f32(const int R, 
  * computed: rows mr..R-1 repeat row 0 and are not stored. The registers sum S k at a
  * time, each such partial sum added to C in memory, or with T to the sum kept in t
  * (ctc_tile_next_f32; blocked summation: the rounding error of a dot product of length K
- * grows as S + K / S additions, not K). R, T and S are constants where it is called. S is 128
- * in the GEMM (a length-K sum's error below OpenBLAS's, as the AVX2 tile's: docs/speed.md), 32
- * in the convolutions and Winograd's sums over tiles (their thread and block invariance); a
- * whole interval's k loop has a constant count, unrolled by 4. */
+ * grows as S + K / S additions, not K). R, T and S are constants where it is called. S is 32
+ * everywhere here (the AVX2 tile's 128 made the GEMM 2-5% faster on a Zen 4 but moved
+ * tests/test_drift.py's seed 5 past its bound: docs/speed.md); the convolutions and Winograd's
+ * sums over tiles rest on 32 (their thread and block invariance). A whole interval's k loop has
+ * a constant count, unrolled by 4. */
 static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, const int T, const int S, int64_t kc,
                                                                     const float *a,
                                                                     int64_t ars, int64_t aks, int mr,
@@ -453,7 +454,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_avx512_run_f32(
  * gradient's dY^T) is packed too, 12 rows at a time in blocks of 384 (384 KiB on the stack, K
  * blocks of 256): its rows are often 4 KiB apart, and a tile reading 12 floats from each of
  * 512 such rows evicts them from L1 (one cache set) before the next tile reads the
- * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 66-81 -> 88-96 GFLOP/s);
+ * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 72 -> 89 GFLOP/s, medians);
  * not with at most 64 columns of C and 64 k (attention's small products), as in the AVX2 GEMM.
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's
  * column 0 is op(B)'s column jp, a multiple of 32) and B is not read: the same sums in the same
