@@ -48,7 +48,9 @@ another's) and compares different machines. On Linux, the share of the machine's
 host took (steal, /proc/stat) while each side ran is counted too; where some side's reached 1% a
 column gives it (ctc / torch / torch.compile), and a row where one side's was over 5% is marked: its
 times include waits for a vCPU the hypervisor gave to someone else (a 2-thread run's parallel
-regions each wait for the missing thread). Nothing is asserted about speed.
+regions each wait for the missing thread). A marked row is measured again, up to --remeasure
+times (2 unless given): the table keeps its first measurement without a mark (else its last) and a
+note under it names the rows measured again. Nothing is asserted about speed.
 
 --gemm-rate also builds each model with `ctc build --profile`, runs each entry once more with
 `--profile` (not timed with the rest) and prints a second table: the share of the kernels' time that
@@ -517,6 +519,10 @@ def parser():
                          "at 2 threads 14.5 s instead of 0.8 s")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                     help="bf16: forward and train step under CPU autocast to bfloat16 on both sides")
+    ap.add_argument("--remeasure", type=int, default=2, metavar="N",
+                    help="measure a row again, up to N more times, while it would be marked (* or !: its sides ran in "
+                         "different placements, or the host took over 5%% of the CPU time); the table keeps the first "
+                         "measurement without a mark, else the last, and says which rows were measured again")
     ap.add_argument("--gemm-rate", action="store_true",
                     help="also run a --profile build of each model once per entry and print its GEMM kernels' share "
                          "of the kernel time and their GFLOP/s against the sgemm probe")
@@ -528,7 +534,8 @@ def parser():
 
 
 def main():
-    a = parser().parse_args()
+    ap = parser()
+    a = ap.parse_args()
     if a.torch_worker:
         a.model, a.mode = a.torch_worker
         return torch_worker(a)
@@ -573,34 +580,44 @@ def main():
         if trip:
             print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
                   f"complex; hundreds: two, where {a.threads}-thread times depend on the placement)", flush=True)
+        def measure(model, mode, exe, classes, compiles):
+            """One measurement of a row: its summaries, and whether torch.compile still runs (False once it failed)."""
+            res = {"ctc": [], "torch": [], "compile": []}
+            trips = {"ctc": [], "torch": [], "compile": []}
+            steal = {k: [0, 0] for k in res}   # (steal, total) ticks while each side ran
+            for _ in range(a.rounds):
+                trip_now(trips, "ctc")
+                res["ctc"].append(stolen(lambda: run_ctc(exe, mode, classes, a), steal["ctc"]))
+                trip_now(trips, "ctc", "torch")
+                res["torch"].append(stolen(lambda: run_torch(SYSTEM_PYTHON, model, mode, a), steal["torch"]))
+                trip_now(trips, "torch", *(["compile"] if compiles else []))
+                if compiles:
+                    try:
+                        res["compile"].append(stolen(lambda: run_torch(a.venv_python, model, mode, a, compiled=True),
+                                                     steal["compile"]))
+                        trip_now(trips, "compile")
+                    except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
+                        print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
+                              file=sys.stderr)
+                        compiles, res["compile"] = False, []
+            s = {k: summarize(v) for k, v in res.items() if v}
+            s["torch_version"] = res["torch"][0].get("version", "?")
+            if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
+                s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
+            if steal["ctc"][1]:   # each side's share of the ticks, in %
+                s["steal"] = {k: 100.0 * v[0] / v[1] for k, v in steal.items() if k in s and v[1]}
+            return s, compiles
+
         for model in models:
             exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype, a.gemm_rate)
             for mode in modes:
-                res = {"ctc": [], "torch": [], "compile": []}
-                trips = {"ctc": [], "torch": [], "compile": []}
-                steal = {k: [0, 0] for k in res}   # (steal, total) ticks while each side ran
-                compiles = bool(tc_version)
-                for _ in range(a.rounds):
-                    trip_now(trips, "ctc")
-                    res["ctc"].append(stolen(lambda: run_ctc(exe, mode, classes, a), steal["ctc"]))
-                    trip_now(trips, "ctc", "torch")
-                    res["torch"].append(stolen(lambda: run_torch(SYSTEM_PYTHON, model, mode, a), steal["torch"]))
-                    trip_now(trips, "torch", *(["compile"] if compiles else []))
-                    if compiles:
-                        try:
-                            res["compile"].append(stolen(lambda: run_torch(a.venv_python, model, mode, a, compiled=True),
-                                                         steal["compile"]))
-                            trip_now(trips, "compile")
-                        except RuntimeError as e:  # no C++ toolchain for inductor, or an inductor bug
-                            print(f"# torch.compile failed on {model} {mode} (its cells say so): {str(e)[-300:]}",
-                                  file=sys.stderr)
-                            compiles, res["compile"] = False, []
-                s = {k: summarize(v) for k, v in res.items() if v}
-                s["torch_version"] = res["torch"][0].get("version", "?")
-                if trips["ctc"] and all(t is not None for v in trips.values() for t in v):
-                    s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
-                if steal["ctc"][1]:   # each side's share of the ticks, in %
-                    s["steal"] = {k: 100.0 * v[0] / v[1] for k, v in steal.items() if k in s and v[1]}
+                compiles = [bool(tc_version)]   # (False once torch.compile failed on this row)
+
+                def once():
+                    s, compiles[0] = measure(model, mode, exe, classes, compiles[0])
+                    return s
+
+                s = measure_unmarked(once, a.remeasure, f"{model} {mode}")
                 if a.gemm_rate:
                     s["gemm"] = run_ctc_profile(exe + "_prof", mode, classes, a, d)
                 rows.append((model, mode, compile_ms, s))
@@ -611,6 +628,36 @@ def main():
         print()
         print_gemm_table(rows, rate, a.threads)
     return 0
+
+
+def measure_unmarked(measure, remeasure, label):
+    """measure() (a row's summaries) again while row_marks() finds a mark, at most remeasure more times;
+    the first summaries without a mark, else the last, with "measured": how many measurements."""
+    for n in range(1 + max(remeasure, 0)):
+        s = measure()
+        marks = row_marks(s)
+        if not marks:
+            break
+        print(f"# {label}: marked {' '.join(marks)} (measurement {n + 1})", file=sys.stderr, flush=True)
+    s["measured"] = n + 1
+    return s
+
+
+def placement_moved(trips):
+    """Whether one side's round trip was over twice another's (the sides ran in different placements)."""
+    return max(trips) > 2 * min(trips)
+
+
+def host_stole(steals):
+    """Whether the host took over STEAL_MARK % of the CPU time while some side ran."""
+    return max(steals) > STEAL_MARK
+
+
+def row_marks(s):
+    """The marks of a row's summaries s: "*" (its sides ran in different placements), "!" (the host
+    took the CPUs while a side ran); [] for a row measured cleanly."""
+    return [m for m, key, odd in (("*", "trip", placement_moved), ("!", "steal", host_stole))
+            if s.get(key) and odd(list(s[key].values()))]
 
 
 def side_cell(per_side, fmt, is_odd, mark):
@@ -653,15 +700,16 @@ def print_table(rows, tc_version):
         cells += [f"{t['min'] / c['min']:.2f}", f"{t['rss']:.0f} MiB", f"{c['rss']:.0f} MiB",
                   f"{compile_ms[0]:.0f} / {compile_ms[1]:.0f} ms"]
         if trips:
-            cell, odd = side_cell(s.get("trip"), "{:.0f}", lambda v: max(v) > 2 * min(v), "*")
+            cell, odd = side_cell(s.get("trip"), "{:.0f}", placement_moved, "*")
             cells.append(cell)
             mixed |= odd
         if steals:
-            cell, odd = side_cell(s.get("steal"), "{:.1f}", lambda v: max(v) > STEAL_MARK, "!")
+            cell, odd = side_cell(s.get("steal"), "{:.1f}", host_stole, "!")
             cells.append(cell)
             stole |= odd
         print("| " + " | ".join(cells) + " |")
-    if mixed or stole:
+    again = [f"{model} {mode} {s['measured']} times" for model, mode, _, s in rows if s.get("measured", 1) > 1]
+    if mixed or stole or again:
         print()
     if mixed:
         print("(*: that row's sides ran in different placements, one's round trip over twice another's: its "
@@ -669,6 +717,9 @@ def print_table(rows, tc_version):
     if stole:
         print(f"(!: the host took over {STEAL_MARK:.0f}% of the machine's CPU time while a side of that row ran: its "
               "times include waits for a vCPU; run it again)")
+    if again:   # (--remeasure: the row's earlier measurements were marked; the table has its first unmarked one)
+        print(f"(measured again while marked: {', '.join(again)}; each row shows its first measurement without a "
+              "mark, or its last)")
 
 
 def print_gemm_table(rows, rate, threads):

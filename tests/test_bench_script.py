@@ -61,7 +61,8 @@ def test_bench_script_prints_the_table():
                             + trip, line), line
     rest = lines[5:]   # the notes under the table when a row's sides ran in different placements or under steal
     assert rest == [] or (rest[0] == "" and all(n.startswith(("(*: that row's sides ran in different placements",
-                                                              "(!: the host took over 5%")) for n in rest[1:])), r.stdout
+                                                              "(!: the host took over 5%",
+                                                              "(measured again while marked: ")) for n in rest[1:])), r.stdout
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "mlp.py")), reason="../shared/bench/models missing")
@@ -233,3 +234,40 @@ def test_rows_run_while_the_host_took_the_cpus_are_marked(capsys, monkeypatch):
     monkeypatch.setattr(bench, "cpu_jiffies", lambda: next(ticks))
     acc = [0, 0]
     assert bench.stolen(lambda: "ran", acc) == "ran" and acc == [30, 400]
+
+
+def test_a_marked_row_is_measured_again(capsys):
+    """--remeasure: a row whose sides ran in different placements (*) or while the host took the CPUs (!)
+    is measured again, up to N more times; the first measurement without a mark is kept (else the last),
+    and the table says which rows were measured again."""
+    bench = import_bench()
+    row = summary_row()
+    moved = dict(row, trip={"ctc": 52.0, "torch": 331.0, "compile": 60.0})
+    stole = dict(row, steal={"ctc": 12.5, "torch": 0.0, "compile": 0.0})
+    clean = dict(row, trip={"ctc": 52.0, "torch": 55.0, "compile": 60.0}, steal={"ctc": 0.2, "torch": 4.9, "compile": 0})
+    assert bench.row_marks(moved) == ["*"] and bench.row_marks(stole) == ["!"] and bench.row_marks(clean) == []
+    assert bench.row_marks(dict(moved, steal=stole["steal"])) == ["*", "!"] and bench.row_marks(row) == []
+
+    def runs(*summaries):   # measure() returning these in turn (copies: the loop adds "measured")
+        it = iter(summaries)
+        calls = []
+        return (lambda: calls.append(1) or dict(next(it))), calls
+
+    measure, calls = runs(moved, stole, clean, moved)
+    s = bench.measure_unmarked(measure, 2, "gpt train")
+    assert s["trip"] == clean["trip"] and s["measured"] == 3 and len(calls) == 3
+    err = capsys.readouterr().err
+    assert "# gpt train: marked * (measurement 1)" in err and "# gpt train: marked ! (measurement 2)" in err, err
+    measure, calls = runs(moved, moved, moved, clean)
+    s = bench.measure_unmarked(measure, 2, "gpt train")   # never clean within 2 more: the last is kept, marked
+    assert s["trip"] == moved["trip"] and s["measured"] == 3 and len(calls) == 3
+    measure, calls = runs(moved, clean)
+    assert bench.measure_unmarked(measure, 0, "gpt train")["measured"] == 1 and len(calls) == 1   # --remeasure 0
+    capsys.readouterr()
+
+    again = dict(clean, measured=3)
+    bench.print_table([("mlp", "forward", (19, 18), dict(clean, measured=1)), ("gpt", "train", (19, 18), again)], "2.15")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == "" and lines[-1].startswith("(measured again while marked: gpt train 3 times;"), lines
+    bench.print_table([("mlp", "forward", (19, 18), dict(clean, measured=1))], "2.15")
+    assert "measured again" not in capsys.readouterr().out
