@@ -580,8 +580,9 @@ def main():
         if trip:
             print(f"# a cache line's round trip between CPUs {trip[0]} and {trip[1]}: {trip[2]:.0f} ns (tens: one core "
                   f"complex; hundreds: two, where {a.threads}-thread times depend on the placement)", flush=True)
+
         def measure(model, mode, exe, classes, compiles):
-            """One measurement of a row: its summaries, and whether torch.compile still runs (False once it failed)."""
+            """One measurement of a row: its summaries (without "compile" where torch.compile is off or failed)."""
             res = {"ctc": [], "torch": [], "compile": []}
             trips = {"ctc": [], "torch": [], "compile": []}
             steal = {k: [0, 0] for k in res}   # (steal, total) ticks while each side ran
@@ -606,15 +607,17 @@ def main():
                 s["trip"] = {k: max(v) for k, v in trips.items() if v and k in s}   # (before and after each run)
             if steal["ctc"][1]:   # each side's share of the ticks, in %
                 s["steal"] = {k: 100.0 * v[0] / v[1] for k, v in steal.items() if k in s and v[1]}
-            return s, compiles
+            return s
 
         for model in models:
             exe, compile_ms, classes = prepare(model, d, a.cflags, a.dtype, a.gemm_rate)
             for mode in modes:
-                compiles = [bool(tc_version)]   # (False once torch.compile failed on this row)
+                compiles = bool(tc_version)   # (False once torch.compile failed on this row)
 
                 def once():
-                    s, compiles[0] = measure(model, mode, exe, classes, compiles[0])
+                    nonlocal compiles
+                    s = measure(model, mode, exe, classes, compiles)
+                    compiles = "compile" in s
                     return s
 
                 s = measure_unmarked(once, a.remeasure, f"{model} {mode}")
