@@ -370,14 +370,81 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
     else ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
   }
 }
-/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_f32, in the fewest
- * rows of 12, 8 or 4 computed; the sums kept off C when its rows share L1 sets (rows 1024 floats
- * apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; at other strides the buffer was 3-5% slower) */
+/* ctc_gemm_tile_f32's tile of R <= 6 rows with the sum of the blocks of S k kept in registers
+ * (2 R accumulators, 2 R sums, op(B)'s two vectors and A's broadcast: 4 R + 3 of the 32 zmm
+ * registers) and C read and written once: the same additions in the same order as adding each
+ * block to C, so the same bits. On a Zen 4, 1 thread, -O3, against the 12-row tile (best of 60
+ * calls, four alternating runs): the gpt bench's GEMMs with A not transposed 1.02-1.12x (the
+ * 12-row tile's 24 loads, adds and stores of C every 32 k are gone; most where C's rows are
+ * 4 KiB apart or K is over one block), 1024^3 1.10x; attention's 32-row products 0.88-0.95x
+ * (ctc_gemm_rows_f32 keeps those, and K <= 128, on the 12-row tile). docs/speed.md. */
+static inline __attribute__((always_inline)) void ctc_gemm_tile_keep_f32(const int R, const int S, int64_t kc,
+                                                                         const float *a, int64_t ars, int64_t aks,
+                                                                         int mr, const float *restrict bp,
+                                                                         float *c0p, float *c1p, int64_t ldc,
+                                                                         __mmask16 m0, __mmask16 m1, int add) {
+  const float *ai[6];
+  __m512 s0[6], s1[6];   /* (set from the first block; zeros for the compiler, which cannot see kc > 0) */
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars, s0[i] = s1[i] = _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < kc; k0 += S) {
+    const int64_t k1 = kc - k0 < S ? kc : k0 + S;
+    __m512 c0[6], c1[6];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+    if (k1 - k0 == S) {
+#pragma GCC unroll 4
+      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
+    } else {
+      for (int64_t k = k0; k < k1; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+      if (k0 > 0) {
+        s0[i] = _mm512_add_ps(s0[i], c0[i]), s1[i] = _mm512_add_ps(s1[i], c1[i]);
+      } else if (add && i < mr) {   /* (C's value first, as ctc_tile_store_f32 adds it) */
+        s0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c0p + i * ldc), c0[i]);
+        s1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c1p + i * ldc), c1[i]);
+      } else {
+        s0[i] = c0[i], s1[i] = c1[i];
+      }
+    }
+  }
+  ctc_tile_store_f32(R, mr, s0, s1, c0p, c1p, ldc, m0, m1, 0);
+}
+/* ctc_gemm_tile_keep_f32 of 6 and of 4 rows, S = 32, as functions of their own: inlined where the
+ * 12-row tiles are, GCC kept one of op(B)'s vectors on the stack (the gpt shapes 0.97x the 12-row
+ * tile's speed instead of 1.05x, at -O2) */
+static __attribute__((noinline)) void ctc_gemm_keep6_f32(int64_t kc, const float *a, int64_t ars, int64_t aks,
+                                                         int mr, const float *bp, float *c0p, float *c1p,
+                                                         int64_t ldc, __mmask16 m0, __mmask16 m1, int add) {
+  ctc_gemm_tile_keep_f32(6, 32, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+}
+static __attribute__((noinline)) void ctc_gemm_keep4_f32(int64_t kc, const float *a, int64_t ars, int64_t aks,
+                                                         int mr, const float *bp, float *c0p, float *c1p,
+                                                         int64_t ldc, __mmask16 m0, __mmask16 m1, int add) {
+  ctc_gemm_tile_keep_f32(4, 32, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+}
+/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_f32. Over more than 128
+ * k, as tiles of 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_f32), but for a
+ * packed A^T (ars 1: its 12 rows' floats of a k are one read; 0.97-1.0x in halves); else in the
+ * fewest rows of 12, 8 or 4 computed, the sums kept off C when its rows share L1 sets (rows 1024
+ * floats apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; at other strides the buffer was 3-5%
+ * slower) */
 static inline __attribute__((always_inline)) void ctc_gemm_rows_f32(const int S, int64_t kc, const float *a,
                                                                     int64_t ars, int64_t aks, int mr,
                                                                     const float *bp, float *c0p, float *c1p,
                                                                     int64_t ldc, __mmask16 m0, __mmask16 m1,
                                                                     int add) {
+  if (S == 32 && kc > 128 && ars != 1) {
+    if (mr > 6) {
+      ctc_gemm_keep6_f32(kc, a, ars, aks, 6, bp, c0p, c1p, ldc, m0, m1, add);
+      a += 6 * ars, c0p += 6 * ldc, c1p += 6 * ldc, mr -= 6;
+    }
+    if (mr > 4) ctc_gemm_keep6_f32(kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    else ctc_gemm_keep4_f32(kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    return;
+  }
   if (ldc % 1024 == 0 && kc > S) {
     if (mr > 8) ctc_gemm_tile_f32(12, 1, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
     else if (mr > 4) ctc_gemm_tile_f32(8, 1, S, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);

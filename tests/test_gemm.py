@@ -4,7 +4,7 @@ A model with one matmul is compiled, and a small C main #includes the generated
 net.c and calls its ctc_matmul_block_f32 (the function every f32 matmul, linear
 and convolution of the generated code goes through) on shapes that hit every
 branch of ctc's AVX-512 GEMM: both transposes, accumulation, rows that do not
-fill a 12-row tile, columns that do not fill 32 (masked stores, zero-padded
+fill a 12-row tile (nor, over 128 k, its two 6-row halves), columns that do not fill 32 (masked stores, zero-padded
 packing), K not a multiple of 16 and K over one 512 block, leading dimensions
 larger than the matrix, and sub-blocks (r0, c0 > 0) as the threads call it.
 Each result is compared with a float64 reference in the same program.
@@ -82,7 +82,7 @@ int main(void) {
 #else
   printf("gemm: other\n");
 #endif
-  static const int Ms[] = {1, 5, 12, 13, 40, 200}, Ns[] = {1, 17, 31, 32, 33, 100}, Ks[] = {0, 1, 15, 16, 17, 100, 512, 530, 1100};
+  static const int Ms[] = {1, 5, 7, 11, 12, 13, 40, 200}, Ns[] = {1, 17, 31, 32, 33, 100}, Ks[] = {0, 1, 15, 16, 17, 100, 512, 530, 1100};
   int cases = 0, bad = 0;
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++)
