@@ -22,19 +22,32 @@
 
 /* Columns [0, ml) of A^T's rows [0, kc) (a at the block's first row and column, rows lda apart) as
  * panels of R: ap[t][k][R] = a[k * lda + t + r], panel t at ap + t * kb. R is a constant where it
- * is called: an R-float copy per k, not a loop of unknown length (2304x64x256, AVX2: 1.2x). */
+ * is called: an R-float copy per k, not a loop of unknown length (2304x64x256, AVX2: 1.2x); R
+ * divides 48. 48 columns at a time, k by k, so that each of A^T's rows is read a whole line at a
+ * time: panel by panel, a panel's 6 floats of each of 256 rows 4 KiB apart (one L1 set) were read
+ * from L2 again for the next panel (the bench gpt's c_fc weight gradient, AVX-512: 12% of its
+ * time in the packing; 1024x256x1024 99 -> 104 GFLOP/s). */
 static inline __attribute__((always_inline)) void ctc_pack_at_f32(const int R, const float *a, int64_t lda,
                                                                   int64_t kc, int64_t ml, int64_t kb,
                                                                   float *restrict ap) {
-  for (int64_t t = 0; t < ml; t += R) {
-    const int mr = ml - t < R ? (int)(ml - t) : R;
-    float *restrict apt = ap + t * kb;
-    const float *at = a + t;
-    if (mr == R)
-      for (int64_t k = 0; k < kc; k++) memcpy(apt + k * R, at + k * lda, sizeof(float) * (size_t)R);
-    else
+  for (int64_t t0 = 0; t0 < ml; t0 += 48) {
+    if (ml - t0 >= 48) {   /* 48 columns, 48 / R panels: each row's three lines read once */
       for (int64_t k = 0; k < kc; k++)
-        for (int r = 0; r < mr; r++) apt[k * R + r] = at[k * lda + r];
+#pragma GCC unroll 8
+        for (int q = 0; q < 48 / R; q++)
+          memcpy(ap + (t0 + q * R) * kb + k * R, a + k * lda + t0 + q * R, sizeof(float) * (size_t)R);
+      continue;
+    }
+    for (int64_t t = t0; t < ml; t += R) {
+      const int mr = ml - t < R ? (int)(ml - t) : R;
+      float *restrict apt = ap + t * kb;
+      const float *at = a + t;
+      if (mr == R)
+        for (int64_t k = 0; k < kc; k++) memcpy(apt + k * R, at + k * lda, sizeof(float) * (size_t)R);
+      else
+        for (int64_t k = 0; k < kc; k++)
+          for (int r = 0; r < mr; r++) apt[k * R + r] = at[k * lda + r];
+    }
   }
 }
 
@@ -484,13 +497,13 @@ static inline __attribute__((always_inline)) void ctc_gemm_avx512_run_f32(
    * of op(B) packed once, then used by every row of C (of the packed A's block if ta), 384 rows at a
    * time (packing op(B) again for each 384 rows, as before: the gpt train step 1-1.5% slower on Zen 4) */
   const int64_t kb = ctc_gemm_kb_avx512(ta, K);
-  const int64_t ars = PA ? 12 * kb : ta ? 1 : lda, aks = PA ? 12 : ta ? lda : 1;   /* (PA: row i of a tile at ap + i) */
+  const int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
   const int64_t mo = PA ? 384 : M;   /* the rows whose packed op(B) panels are shared */
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb;
     for (int64_t i1 = 0; i1 < M; i1 += mo) {
       const int64_t ml = M - i1 < mo ? M - i1 : mo;
-      if (PA) ctc_pack_at_f32(12, a + k0 * lda + i1, lda, kc, ml, kb, ap);
+      if (PA) ctc_pack_at_f32(6, a + k0 * lda + i1, lda, kc, ml, kb, ap);
       const int64_t nw = tb ? 32 : 32 * CTC_NP_avx512;   /* the columns packed together */
       for (int64_t j0 = 0; j0 < N; j0 += nw) {
         const int64_t nj = N - j0 < nw ? N - j0 : nw;
@@ -505,11 +518,19 @@ static inline __attribute__((always_inline)) void ctc_gemm_avx512_run_f32(
             const float *bpp = pk ? pk + k0 * ldp + ((jp + j0) / 32 + p) * kc * 32 : bp + p * kb * 32;
             for (int64_t i = i0; i < i0 + mc; i += 12) {
               const int mr = i0 + mc - i < 12 ? (int)(i0 + mc - i) : 12;
-              const float *ai = PA ? ap + (i - i1) / 12 * ars : a + i * ars + k0 * aks;
-              const int64_t rs = PA ? 1 : ars;
               float *ci = c + i * ldc + j0 + p * 32;
               const int add = acc || k0 > 0;
-              ctc_gemm_rows_f32(32, kc, ai, rs, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+              if (!PA) {
+                ctc_gemm_rows_f32(32, kc, a + i * ars + k0 * aks, ars, aks, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+                continue;
+              }
+              /* the packed A^T's 6-row panels (row r of one at r + 6 k), each a tile of its own */
+              const float *ap0 = ap + (i - i1) * kb;
+              if (mr > 4) ctc_gemm_keep6_f32(kc, ap0, 1, 6, mr < 6 ? mr : 6, bpp, ci, ci + 16, ldc, m0, m1, add);
+              else ctc_gemm_keep4_f32(kc, ap0, 1, 6, mr, bpp, ci, ci + 16, ldc, m0, m1, add);
+              float *c6 = ci + 6 * ldc;
+              if (mr > 10) ctc_gemm_keep6_f32(kc, ap0 + 6 * kb, 1, 6, mr - 6, bpp, c6, c6 + 16, ldc, m0, m1, add);
+              else if (mr > 6) ctc_gemm_keep4_f32(kc, ap0 + 6 * kb, 1, 6, mr - 6, bpp, c6, c6 + 16, ldc, m0, m1, add);
             }
           }
         }
@@ -518,11 +539,13 @@ static inline __attribute__((always_inline)) void ctc_gemm_avx512_run_f32(
   }
 }
 /* C[M,N] = op(A) op(B), or C += if acc (as ctc_gemm_f32); serial. A transposed A (a weight
- * gradient's dY^T) is packed too, 12 rows at a time in blocks of 384 (384 KiB on the stack, K
- * blocks of 256): its rows are often 4 KiB apart, and a tile reading 12 floats from each of
- * 512 such rows evicts them from L1 (one cache set) before the next tile reads the
- * neighbouring floats (1024x256x1024 from rows 4 KiB apart, Zen 4: 72 -> 89 GFLOP/s, medians);
- * not with at most 64 columns of C and 64 k (attention's small products), as in the AVX2 GEMM.
+ * gradient's dY^T) is packed too, in panels of 6 rows (each one ctc_gemm_keep6_f32's tile: with
+ * 12-row panels and tiles, 0.96-0.98x) in blocks of 384 (384 KiB on the stack, K blocks of 256):
+ * its rows are often 4 KiB apart, and a tile reading 12 floats from each of 512 such rows evicts
+ * them from L1 (one cache set) before the next tile reads the neighbouring floats (1024x256x1024
+ * from rows 4 KiB apart, Zen 4: 72 -> 89 GFLOP/s, medians; 104 with the 6-row panels and
+ * ctc_pack_at_f32's whole lines); not with at most 64 columns of C and 64 k (attention's small
+ * products), as in the AVX2 GEMM.
  * With pk, op(B)'s panels come packed (ctc_gemm_pack_avx512_f32 of all its ldp columns; C's
  * column 0 is op(B)'s column jp, a multiple of 32) and B is not read: the same sums in the same
  * order. */
