@@ -33,8 +33,7 @@ static inline __attribute__((always_inline)) void ctc_pack_at_f32(const int R, c
   for (int64_t t0 = 0; t0 < ml; t0 += 48) {
     if (ml - t0 >= 48) {   /* 48 columns, 48 / R panels: each row's three lines read once */
       for (int64_t k = 0; k < kc; k++)
-#pragma GCC unroll 8
-        for (int q = 0; q < 48 / R; q++)
+        for (int q = 0; q < 48 / R; q++)   /* (no unroll pragma: with -fsanitize R is not a constant here) */
           memcpy(ap + (t0 + q * R) * kb + k * R, a + k * lda + t0 + q * R, sizeof(float) * (size_t)R);
       continue;
     }
@@ -347,6 +346,21 @@ static inline __attribute__((always_inline)) void ctc_gemm_k32_f32(const int R, 
     c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
   }
 }
+/* One block of a tile's blocked summation: c0, c1 (R rows) = the sums over k in [k0, k1) (k1 = k0 + S
+ * but for the last block; a whole block's loop of a constant count, unrolled by 4) */
+static inline __attribute__((always_inline)) void ctc_gemm_sumk_f32(const int R, const int S, int64_t k0, int64_t k1,
+                                                                    const float *const *ai, int64_t aks,
+                                                                    const float *restrict bp, __m512 *c0,
+                                                                    __m512 *c1) {
+#pragma GCC unroll 12
+  for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+  if (k1 - k0 == S) {
+#pragma GCC unroll 4
+    for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
+  } else {
+    for (int64_t k = k0; k < k1; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
+  }
+}
 /* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
  * other 16 at c1p + i * ldc) = (C +, if add) sum over k < kc of A[i, k] bp[k]:
  * A[i, k] at a[i * ars + k * aks]. R (12, 8 or 4, a constant where it is called) rows are
@@ -356,8 +370,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_k32_f32(const int R, 
  * grows as S + K / S additions, not K). R, T and S are constants where it is called. S is 32
  * everywhere here (the AVX2 tile's 128 made the GEMM 2-5% faster on a Zen 4 but moved
  * tests/test_drift.py's seed 5 past its bound: docs/speed.md); the convolutions and Winograd's
- * sums over tiles rest on 32 (their thread and block invariance). A whole interval's k loop has
- * a constant count, unrolled by 4. */
+ * sums over tiles rest on 32 (their thread and block invariance). */
 static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R, const int T, const int S, int64_t kc,
                                                                     const float *a,
                                                                     int64_t ars, int64_t aks, int mr,
@@ -371,14 +384,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
   for (int64_t k0 = 0; k0 < kc; k0 += S) {
     const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     __m512 c0[12], c1[12];
-#pragma GCC unroll 12
-    for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
-    if (k1 - k0 == S) {
-#pragma GCC unroll 4
-      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
-    } else {
-      for (int64_t k = k0; k < k1; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
-    }
+    ctc_gemm_sumk_f32(R, S, k0, k1, ai, aks, bp, c0, c1);
     if (T) ctc_tile_next_f32(R, mr, c0, c1, t, k0 == 0, k1 == kc, c0p, c1p, ldc, m0, m1, add);
     else ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
   }
@@ -403,14 +409,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_keep_f32(const i
   for (int64_t k0 = 0; k0 < kc; k0 += S) {
     const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     __m512 c0[6], c1[6];
-#pragma GCC unroll 6
-    for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
-    if (k1 - k0 == S) {
-#pragma GCC unroll 4
-      for (int64_t k = k0; k < k0 + S; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
-    } else {
-      for (int64_t k = k0; k < k1; k++) ctc_gemm_k32_f32(R, k, ai, aks, bp, c0, c1);
-    }
+    ctc_gemm_sumk_f32(R, S, k0, k1, ai, aks, bp, c0, c1);
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++) {
       if (k0 > 0) {
