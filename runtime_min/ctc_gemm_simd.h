@@ -438,8 +438,9 @@ static __attribute__((noinline)) void ctc_gemm_keep4_f32(int64_t kc, const float
   ctc_gemm_tile_keep_f32(4, 32, kc, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
 }
 /* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_f32. Over more than 128
- * k, as tiles of 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_f32), but for a
- * packed A^T (ars 1: its 12 rows' floats of a k are one read; 0.97-1.0x in halves); else in the
+ * k, as tiles of 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_f32; rows 1 float
+ * apart, ars 1, are an A^T read in place, K <= 64 there; a packed A^T calls the keep tiles itself,
+ * ctc_gemm_avx512_run_f32); else in the
  * fewest rows of 12, 8 or 4 computed, the sums kept off C when its rows share L1 sets (rows 1024
  * floats apart: 1024^3 on a Zen 4 at 94 GFLOP/s, not 83; at other strides the buffer was 3-5%
  * slower) */
