@@ -1125,6 +1125,19 @@ static void ctc_pack_bt_bf16(const float *b, int64_t ldb, int64_t k0, int64_t kc
     }
   }
 }
+/* One pair q of a tile: rows i < R of A's pairs broadcast, each dotted with op(B)'s packed pairs of
+ * row q (32 columns) */
+static inline __attribute__((always_inline)) void ctc_gemm_q32_bf16(const int R, int64_t q, const ctc_bf16x2 *const *ai,
+                                                                    int64_t aks, const ctc_bf16x2 *restrict bp,
+                                                                    __m512 *c0, __m512 *c1) {
+  const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 32), b1 = (__m512bh)_mm512_load_si512(bp + q * 32 + 16);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; i++) {
+    const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ai[i][q * aks]);
+    c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
+    c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
+  }
+}
 /* The tile C[mr, 32 columns masked by m0, m1] (the first 16 of row i at c0p + i * ldc, the
  * other 16 at c1p + i * ldc) = (C +, if add) sum over the kp pairs q of
  * A's pair (i, q) . bp[q]: A's pair at a[i * ars + q * aks]. R (12, 8, 4, 2 or 1) rows as in
@@ -1145,26 +1158,84 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_bf16(const int R
     __m512 c0[12], c1[12];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
-    for (int64_t q = q0; q < q1; q++) {
-      const __m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 32), b1 = (__m512bh)_mm512_load_si512(bp + q * 32 + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < R; i++) {
-        const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ai[i][q * aks]);
-        c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);
-        c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);
-      }
-    }
+    for (int64_t q = q0; q < q1; q++) ctc_gemm_q32_bf16(R, q, ai, aks, bp, c0, c1);
     if (T) ctc_tile_next_f32(R, mr, c0, c1, t, q0 == 0, q1 == kp, c0p, c1p, ldc, m0, m1, add);
     else ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || q0 > 0);
   }
 }
-/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_bf16 in the fewest rows
- * of 12, 8, 4, 2 or 1 computed; the sums kept off C when its rows share L1 sets, as
- * ctc_gemm_rows_f32 (1024^3 on a Zen 4: 172 GFLOP/s adding to C, 1000^3 187) */
-static inline __attribute__((always_inline)) void ctc_gemm_rows_bf16(int64_t kp, const ctc_bf16x2 *a, int64_t ars,
-                                                                     int64_t aks, int mr, const ctc_bf16x2 *bp,
-                                                                     float *c0p, float *c1p, int64_t ldc,
-                                                                     __mmask16 m0, __mmask16 m1, int add) {
+/* ctc_gemm_tile_bf16's tile of R <= 6 rows of a row-major A (a row's pairs 1 apart) with the sum of
+ * its blocks of 32 pairs kept in registers and C read and written once, as ctc_gemm_tile_keep_f32:
+ * the same additions in the same order as ctc_gemm_tile_bf16's, so the same bits (identical on 300
+ * random shapes). On a Zen 4, 1 thread, against the 12-row tile (medians of 5 alternating runs, best
+ * of 60 calls): the bench gpt's and llama's bf16 GEMMs with A not transposed 1.06-1.15x (208-217
+ * GFLOP/s), 1024^3 1.04-1.07x. A full block's loop is unrolled by 4, as ctc_gemm_sumk_f32's
+ * (without it GCC kept op(B)'s vectors on the stack in one of the two functions below). */
+static inline __attribute__((always_inline)) void ctc_gemm_tile_keep_bf16(const int R, int64_t kp, const ctc_bf16x2 *a,
+                                                                          int64_t ars, int mr,
+                                                                          const ctc_bf16x2 *restrict bp, float *c0p,
+                                                                          float *c1p, int64_t ldc, __mmask16 m0,
+                                                                          __mmask16 m1, int add) {
+  const ctc_bf16x2 *ai[6];
+  __m512 s0[6], s1[6];   /* (set from the first block; zeros for the compiler, which cannot see kp > 0) */
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++) ai[i] = a + (i < mr ? i : 0) * ars, s0[i] = s1[i] = _mm512_setzero_ps();
+  for (int64_t q0 = 0; q0 < kp; q0 += 32) {
+    const int64_t q1 = kp - q0 < 32 ? kp : q0 + 32;
+    __m512 c0[6], c1[6];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+    if (q1 - q0 == 32) {
+#pragma GCC unroll 4
+      for (int64_t q = q0; q < q0 + 32; q++) ctc_gemm_q32_bf16(R, q, ai, 1, bp, c0, c1);
+    } else {
+      for (int64_t q = q0; q < q1; q++) ctc_gemm_q32_bf16(R, q, ai, 1, bp, c0, c1);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+      if (q0 > 0) {
+        s0[i] = _mm512_add_ps(s0[i], c0[i]), s1[i] = _mm512_add_ps(s1[i], c1[i]);
+      } else if (add && i < mr) {   /* (C's value first, as ctc_tile_store_f32 adds it) */
+        s0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c0p + i * ldc), c0[i]);
+        s1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c1p + i * ldc), c1[i]);
+      } else {
+        s0[i] = c0[i], s1[i] = c1[i];
+      }
+    }
+  }
+  ctc_tile_store_f32(R, mr, s0, s1, c0p, c1p, ldc, m0, m1, 0);
+}
+/* ctc_gemm_tile_keep_bf16 of 6 and of 4 rows, as functions of their own (as the f32 ones) */
+static __attribute__((noinline)) void ctc_gemm_keep6_bf16(int64_t kp, const ctc_bf16x2 *a, int64_t ars, int mr,
+                                                          const ctc_bf16x2 *bp, float *c0p, float *c1p, int64_t ldc,
+                                                          __mmask16 m0, __mmask16 m1, int add) {
+  ctc_gemm_tile_keep_bf16(6, kp, a, ars, mr, bp, c0p, c1p, ldc, m0, m1, add);
+}
+static __attribute__((noinline)) void ctc_gemm_keep4_bf16(int64_t kp, const ctc_bf16x2 *a, int64_t ars, int mr,
+                                                          const ctc_bf16x2 *bp, float *c0p, float *c1p, int64_t ldc,
+                                                          __mmask16 m0, __mmask16 m1, int add) {
+  ctc_gemm_tile_keep_bf16(4, kp, a, ars, mr, bp, c0p, c1p, ldc, m0, m1, add);
+}
+/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_bf16. Over more than 64
+ * pairs (K > 128, as the f32 tiles' rule: attention's 32-row p v over 128 keys ran 0.96x on keep
+ * tiles) of a row-major A (aks 1: not A^T, whose packed pairs of 6 rows fill a quarter of a line;
+ * 6-row panels of A^T packed for the keep tiles measured 0.98-1.02x its 12-row tiles), 3 rows or
+ * more, as tiles of 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_bf16); else in
+ * the fewest rows of 12, 8, 4, 2 or 1 computed, the sums kept off C when its rows share L1 sets,
+ * as ctc_gemm_rows_f32 (1024^3 on a Zen 4: 172 GFLOP/s adding to C, 1000^3 187) */
+static inline __attribute__((always_inline)) void ctc_gemm_rows_bf16(const int KEEP, int64_t kp, const ctc_bf16x2 *a,
+                                                                     int64_t ars, int64_t aks, int mr,
+                                                                     const ctc_bf16x2 *bp, float *c0p, float *c1p,
+                                                                     int64_t ldc, __mmask16 m0, __mmask16 m1,
+                                                                     int add) {
+  if (KEEP && kp > 64 && mr > 2) {
+    if (mr > 6) {
+      ctc_gemm_keep6_bf16(kp, a, ars, 6, bp, c0p, c1p, ldc, m0, m1, add);
+      a += 6 * ars, c0p += 6 * ldc, c1p += 6 * ldc, mr -= 6;
+    }
+    if (mr > 4) ctc_gemm_keep6_bf16(kp, a, ars, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    else ctc_gemm_keep4_bf16(kp, a, ars, mr, bp, c0p, c1p, ldc, m0, m1, add);
+    return;
+  }
   if (ldc % 1024 == 0 && kp > 32) {
     if (mr > 8) ctc_gemm_tile_bf16(12, 1, kp, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
     else if (mr > 4) ctc_gemm_tile_bf16(8, 1, kp, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
@@ -1177,25 +1248,24 @@ static inline __attribute__((always_inline)) void ctc_gemm_rows_bf16(int64_t kp,
   else if (mr == 2) ctc_gemm_tile_bf16(2, 0, kp, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);
   else ctc_gemm_tile_bf16(1, 0, kp, a, ars, aks, mr, bp, c0p, c1p, ldc, m0, m1, add);   /* one token's row */
 }
-/* C[M,N] = op(A) op(B), or C += if acc, where A's and B's floats hold bfloat16 values; serial. */
-static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];   /* 4 panels of 256 pairs */
-  _Alignas(64) ctc_bf16x2 ap[384 * 256];
-  if (K <= 0) {
-    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
-    return;
-  }
+/* ctc_gemm_avx512bf16's loops, TA (a constant where it is called) whether A is transposed: an
+ * instantiation each (with both in one, the weight gradients' GEMMs, A^T on the 12-row tiles, ran
+ * 0.96-0.97x on a Zen 4 once the keep tiles were in) */
+static inline __attribute__((always_inline)) void ctc_gemm_avx512bf16_run(const int TA, int tb, int acc, int64_t M,
+                                                                          int64_t N, int64_t K, const float *a,
+                                                                          int64_t lda, const float *b, int64_t ldb,
+                                                                          float *c, int64_t ldc, ctc_bf16x2 *bp,
+                                                                          ctc_bf16x2 *ap) {
   /* K in equal blocks of at most 512 (multiples of 32 but the last), M of 384 (op(B)'s panels are
    * packed again for each: in blocks of 96 the bench gpt's bf16 autocast train step took 146 ms, not
-   * 139-141, on a Zen 4); 128 KiB of packed panels and 384 KiB of op(A) on the stack */
+   * 139-141, on a Zen 4) */
   const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kc = K - k0 < kb ? K - k0 : kb, kp = (kc + 1) / 2, kpl = (kp + 15) / 16 * 16;
     for (int64_t i0 = 0; i0 < M; i0 += 384) {
       const int64_t mc = M - i0 < 384 ? M - i0 : 384, mcl = (mc + 15) / 16 * 16;
-      const int64_t ars = ta ? 1 : kpl, aks = ta ? mcl : 1;
-      ctc_pack_a_bf16(ta, a, lda, i0, mc, k0, kc, kpl, mcl, ap);
+      const int64_t ars = TA ? 1 : kpl, aks = TA ? mcl : 1;
+      ctc_pack_a_bf16(TA, a, lda, i0, mc, k0, kc, kpl, mcl, ap);
       for (int64_t j0 = 0; j0 < N; j0 += 32) {
         const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
         const __mmask16 m0 = ctc_lanes16(nr);
@@ -1208,11 +1278,24 @@ static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, i
           const ctc_bf16x2 *ai = ap + i * ars;
           float *ci = c + (i0 + i) * ldc + j0;
           const int add = acc || k0 > 0;
-          ctc_gemm_rows_bf16(kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
+          ctc_gemm_rows_bf16(!TA, kp, ai, ars, aks, mr, bq, ci, ci + 16, ldc, m0, m1, add);
         }
       }
     }
   }
+}
+/* C[M,N] = op(A) op(B), or C += if acc, where A's and B's floats hold bfloat16 values; serial.
+ * 128 KiB of packed panels and 384 KiB of op(A) on the stack. */
+static void ctc_gemm_avx512bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];   /* 4 panels of 256 pairs */
+  _Alignas(64) ctc_bf16x2 ap[384 * 256];
+  if (K <= 0) {
+    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  if (ta) ctc_gemm_avx512bf16_run(1, tb, acc, M, N, K, a, lda, b, ldb, c, ldc, bp, ap);
+  else ctc_gemm_avx512bf16_run(0, tb, acc, M, N, K, a, lda, b, ldb, c, ldc, bp, ap);
 }
 /* ---- stride-1 convolutions of bf16 values as implicit GEMMs (codegen_c/linalg_c.c's
  * conv_implicit), over the pixel matrices (ctc_pix) of the f32 section. */
@@ -1329,7 +1412,7 @@ static inline void ctc_conv_pix_bf16(const ctc_bf16x2 *wp, int64_t wpl, const ct
           const ctc_bf16x2 *ai = wp + i * wpl + k0 / 2;
           float *c0 = y0 + i * HW, *c1 = y1 + i * HW;
           const int add = k0 > 0;
-          ctc_gemm_rows_bf16(kp, ai, wpl, 1, mr, bq, c0, c1, HW, 0xffff, m1, add);
+          ctc_gemm_rows_bf16(1, kp, ai, wpl, 1, mr, bq, c0, c1, HW, 0xffff, m1, add);
         }
       }
     }
@@ -1369,7 +1452,7 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
             const ctc_bf16x2 *ai = ap + i * kpl;
             float *c0 = dwt + (r0 + i) * O + j;
             const int add = k0 > 0;
-            ctc_gemm_rows_bf16(kp, ai, kpl, 1, mr, bq, c0, c0 + 16, O, m0, m1, add);
+            ctc_gemm_rows_bf16(1, kp, ai, kpl, 1, mr, bq, c0, c0 + 16, O, m0, m1, add);
           }
         }
       }
