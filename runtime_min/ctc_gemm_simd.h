@@ -389,6 +389,24 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_f32(const int R,
     else ctc_tile_store_f32(R, mr, c0, c1, c0p, c1p, ldc, m0, m1, add || k0 > 0);
   }
 }
+/* A keep tile's block c0, c1 (R rows) added into its sums s0, s1: the first block onto C's values if
+ * add (C first, as ctc_tile_store_f32 adds it), the others onto the sums */
+static inline __attribute__((always_inline)) void ctc_keep_add_f32(const int R, int first, int mr, const __m512 *c0,
+                                                                   const __m512 *c1, __m512 *s0, __m512 *s1,
+                                                                   const float *c0p, const float *c1p, int64_t ldc,
+                                                                   __mmask16 m0, __mmask16 m1, int add) {
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++) {
+    if (!first) {
+      s0[i] = _mm512_add_ps(s0[i], c0[i]), s1[i] = _mm512_add_ps(s1[i], c1[i]);
+    } else if (add && i < mr) {
+      s0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c0p + i * ldc), c0[i]);
+      s1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c1p + i * ldc), c1[i]);
+    } else {
+      s0[i] = c0[i], s1[i] = c1[i];
+    }
+  }
+}
 /* ctc_gemm_tile_f32's tile of R <= 6 rows with the sum of the blocks of S k kept in registers
  * (2 R accumulators, 2 R sums, op(B)'s two vectors and A's broadcast: 4 R + 3 of the 32 zmm
  * registers) and C read and written once: the same additions in the same order as adding each
@@ -410,17 +428,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_keep_f32(const i
     const int64_t k1 = kc - k0 < S ? kc : k0 + S;
     __m512 c0[6], c1[6];
     ctc_gemm_sumk_f32(R, S, k0, k1, ai, aks, bp, c0, c1);
-#pragma GCC unroll 6
-    for (int i = 0; i < R; i++) {
-      if (k0 > 0) {
-        s0[i] = _mm512_add_ps(s0[i], c0[i]), s1[i] = _mm512_add_ps(s1[i], c1[i]);
-      } else if (add && i < mr) {   /* (C's value first, as ctc_tile_store_f32 adds it) */
-        s0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c0p + i * ldc), c0[i]);
-        s1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c1p + i * ldc), c1[i]);
-      } else {
-        s0[i] = c0[i], s1[i] = c1[i];
-      }
-    }
+    ctc_keep_add_f32(R, k0 == 0, mr, c0, c1, s0, s1, c0p, c1p, ldc, m0, m1, add);
   }
   ctc_tile_store_f32(R, mr, s0, s1, c0p, c1p, ldc, m0, m1, 0);
 }
@@ -1190,17 +1198,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_keep_bf16(const 
     } else {
       for (int64_t q = q0; q < q1; q++) ctc_gemm_q32_bf16(R, q, ai, 1, bp, c0, c1);
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < R; i++) {
-      if (q0 > 0) {
-        s0[i] = _mm512_add_ps(s0[i], c0[i]), s1[i] = _mm512_add_ps(s1[i], c1[i]);
-      } else if (add && i < mr) {   /* (C's value first, as ctc_tile_store_f32 adds it) */
-        s0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c0p + i * ldc), c0[i]);
-        s1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c1p + i * ldc), c1[i]);
-      } else {
-        s0[i] = c0[i], s1[i] = c1[i];
-      }
-    }
+    ctc_keep_add_f32(R, q0 == 0, mr, c0, c1, s0, s1, c0p, c1p, ldc, m0, m1, add);
   }
   ctc_tile_store_f32(R, mr, s0, s1, c0p, c1p, ldc, m0, m1, 0);
 }
