@@ -1174,7 +1174,7 @@ static inline __attribute__((always_inline)) void ctc_gemm_tile_bf16(const int R
 /* ctc_gemm_tile_bf16's tile of R <= 6 rows of a row-major A (a row's pairs 1 apart) with the sum of
  * its blocks of 32 pairs kept in registers and C read and written once, as ctc_gemm_tile_keep_f32:
  * the same additions in the same order as ctc_gemm_tile_bf16's, so the same bits (identical on 300
- * random shapes). On a Zen 4, 1 thread, against the 12-row tile (medians of 5 alternating runs, best
+ * random shapes). On a Zen 4, 1 thread, against the 12-row tile (medians of 5-8 alternating runs, best
  * of 60 calls): the bench gpt's and llama's bf16 GEMMs with A not transposed 1.06-1.15x (208-217
  * GFLOP/s), 1024^3 1.04-1.07x. A full block's loop is unrolled by 4, as ctc_gemm_sumk_f32's
  * (without it GCC kept op(B)'s vectors on the stack in one of the two functions below). */
@@ -1213,11 +1213,13 @@ static __attribute__((noinline)) void ctc_gemm_keep4_bf16(int64_t kp, const ctc_
                                                           __mmask16 m0, __mmask16 m1, int add) {
   ctc_gemm_tile_keep_bf16(4, kp, a, ars, mr, bp, c0p, c1p, ldc, m0, m1, add);
 }
-/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_bf16. Over more than 64
- * pairs (K > 128, as the f32 tiles' rule: attention's 32-row p v over 128 keys ran 0.96x on keep
- * tiles) of a row-major A (aks 1: not A^T, whose packed pairs of 6 rows fill a quarter of a line;
- * 6-row panels of A^T packed for the keep tiles measured 0.98-1.02x its 12-row tiles), 3 rows or
- * more, as tiles of 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_bf16); else in
+/* The tile C[mr <= 12 rows, 32 columns masked by m0, m1] of ctc_gemm_tile_bf16. With KEEP (a constant
+ * where it is called, 1 only where A is row-major, aks 1: not for A^T, whose packed pairs of 6 rows
+ * fill a quarter of a line, and 6-row panels of A^T packed for the keep tiles measured 0.98-1.02x
+ * its 12-row tiles; a constant, not aks == 1, which GCC's propagation of aks made the keep tile
+ * keep op(B) on the stack: 0.52x), over more than 64 pairs (K > 128, as the f32 tiles' rule:
+ * attention's 32-row p v over 128 keys ran 0.96x on keep tiles) and 3 rows or more, as tiles of
+ * 6 (or 4) rows with their sums in registers (ctc_gemm_tile_keep_bf16); else in
  * the fewest rows of 12, 8, 4, 2 or 1 computed, the sums kept off C when its rows share L1 sets,
  * as ctc_gemm_rows_f32 (1024^3 on a Zen 4: 172 GFLOP/s adding to C, 1000^3 187) */
 static inline __attribute__((always_inline)) void ctc_gemm_rows_bf16(const int KEEP, int64_t kp, const ctc_bf16x2 *a,
