@@ -128,6 +128,8 @@ extern const char cg_gemm_simd16_text[], cg_gemm_pack_at_text[];
  * ctc_conv_wino_f32 and its weight gradient over them), written into the same header */
 extern const char cg_conv_wino_common_text[], cg_conv_wino_text[], cg_conv_wino_avx2_text[],
     cg_conv_wino_tile16_text[], cg_conv_wino_neon_text[], cg_conv_wino_driver_text[];
+/* conv_bat_c.c: the bf16 convolutions on small images, a GEMM per output position (same header) */
+extern const char cg_conv_bat_bf16_text[];
 
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 

@@ -1491,9 +1491,10 @@ void cg_emit_kernels(Buf *b, const Kernels *k) {
       cg_puts(b, "#include \"ctc_gemm_simd.h\"\n\n");
     }
     if (blas) instantiate_parts(b, matmul_text, NPARTS(matmul_text), (DType)t, fs), cg_puts(b, "\n");
-    if (blas && k->matmul[t]) {
+    if (blas && (k->matmul[t] || (t == DT_F32 && k->matmul_bf16))) {   /* (ctc_matmul_bf16 takes its split) */
       instantiate_parts(b, matmul_call_text, NPARTS(matmul_call_text), (DType)t, fs);
-      instantiate_with(b, matmul_fn_text, (DType)t, 'M', cg_dt_suffix((DType)t)), cg_puts(b, "\n");
+      if (k->matmul[t]) instantiate_with(b, matmul_fn_text, (DType)t, 'M', cg_dt_suffix((DType)t));
+      cg_puts(b, "\n");
     }
     if (t == DT_F32 && k->gemm_pk) cg_printf(b, "%s\n", matmul_pk_text);
     if (t == DT_F32 && k->gemm_bf16)

@@ -20,11 +20,12 @@
 static const char *gemm_fn(CgFunc *c, DType t, int low) {
   static const char *const fn[DT_COUNT] = {[DT_F32] = "ctc_matmul_f32", [DT_F64] = "ctc_matmul_f64",
                                            [DT_I64] = "ctc_gemm_i64", [DT_I32] = "ctc_gemm_i32"};
-  c->k->gemm[t] = c->k->matmul[t] = 1;
-  if (t == DT_F32 && low == 1) {
+  c->k->gemm[t] = 1;
+  if (t == DT_F32 && low == 1) {   /* (not ctc_matmul_f32 itself: unused, -Werror refused it) */
     c->k->gemm_bf16 = c->k->matmul_bf16 = 1;
     return "ctc_matmul_bf16";
   }
+  c->k->matmul[t] = 1;
   if (!fn[t]) BUG("gemm_fn: no GEMM of %s", ir_dtype_name(t));
   return fn[t];
 }
@@ -351,6 +352,98 @@ static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom 
          implicit_bytes(in, g, low == 1) <= ir_scratch_bytes(c->f, in);
 }
 
+/* n * N rounded up to 32 images' multiple, as C: a number, or at a batch chosen at run time the
+ * expression (batch_merge's forms are affine in N) */
+static void bat_size(CgFunc *c, char *buf, size_t cap, int64_t N, int64_t n) {
+  if (c->f->batch_max) snprintf(buf, cap, "(%lld + 31) / 32 * %lld", (ll)N, (ll)n);
+  else snprintf(buf, cap, "%lld", (ll)((N + 31) / 32 * n));
+}
+
+/* A stride-1 convolution of bf16 values (or its input gradient, fwd 0) as ir_conv_bat_bytes
+ * allows: a GEMM per output position over panels of 32 images (conv_bat_c.c), each tap's weights,
+ * the input and the output laid out by position in the scratch, in parallel over the taps'
+ * weights' rows, the pairs of input channels, the output positions, then the output channels.
+ * With a batch chosen at run time, under `if (N % 32 == 0)`, left open for the implicit GEMM's
+ * else branch; the sizes that depend on N are computed from it in the C (batch_merge's forms). */
+static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd, const char *scratch) {
+  const int64_t N = g->N, HW = g->H * g->W, kk = g->KH * g->KW, M = fwd ? g->O : g->C, Cin = fwd ? g->C : g->O;
+  const int64_t Cq = (Cin + 1) / 2, wq = (Cq + 15) / 16 * 16;
+  const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
+  if (c->f->batch_max) LINE(c, "if (%lld %% 32 == 0) {   /* a GEMM per output position over 32 images */\n", (ll)N);
+  c->ind += c->f->batch_max ? 2 : 0;
+  LINE(c, "/* each tap's weights [%lld, %lld, %lld] (bf16 pairs of channels), then the input [%lld, nb, %lld, 32] and\n",
+       (ll)kk, (ll)M, (ll)wq, (ll)HW, (ll)Cq);
+  LINE(c, " * output [%lld, nb, %lld, 32] by position, nb panels of 32 images: the taps in the padding skipped */\n",
+       (ll)HW, (ll)M);
+  LINE(c, "ctc_bf16x2 *wt = (ctc_bf16x2 *)%s, *xb = wt + %lld;\n", scratch, (ll)(kk * M * wq));
+  char xbn[64];
+  bat_size(c, xbn, sizeof xbn, N, HW * Cq * 32);
+  LINE(c, "float *yb = (float *)(xb + %s);\n", xbn);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 16)\n", (ll)M);
+  LINE(c, "  ctc_bat_w_bf16(%s, %d, %lld, %lld, %lld, %lld, r, r + 16 < %lld ? r + 16 : %lld, wt);\n", w, !fwd, (ll)M,
+       (ll)Cin, (ll)kk, (ll)wq, (ll)M, (ll)M);
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t q = 0; q < %lld; q += 4)\n", (ll)Cq);
+  LINE(c, "  ctc_bat_in_bf16(%s, %lld, %lld, %lld, q, q + 4 < %lld ? q + 4 : %lld, xb);\n", x, (ll)N, (ll)Cin, (ll)HW,
+       (ll)Cq, (ll)Cq);
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r++)\n", (ll)HW);
+  LINE(c, "  ctc_conv_bat_bf16(wt, %lld, xb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, yb, r, r + 1);\n",
+       (ll)wq, (ll)N, (ll)Cq, (ll)M, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW,
+       (ll)(fwd ? g->ph : g->KH - 1 - g->ph), (ll)(fwd ? g->pw : g->KW - 1 - g->pw));
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 8)\n", (ll)M);
+  LINE(c, "  ctc_bat_out_bf16(yb, %lld, %lld, %lld, r, r + 8 < %lld ? r + 8 : %lld, %s);\n", (ll)N, (ll)M, (ll)HW,
+       (ll)M, (ll)M, y);
+  cg_par_close(c);
+  c->ind -= c->f->batch_max ? 2 : 0;
+}
+
+/* The weight gradient of a convolution as emit_conv_bat's (ir_conv_bat_bytes): dW^T in the scratch
+ * (ctc_conv_bat_wgrad_bf16, in parallel over its 12-row blocks of channels), x's and g's channels
+ * laid out by position before, in parallel; left open as emit_conv_bat. */
+static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, const char *scratch) {
+  const int64_t N = g->N, HW = g->H * g->W, kk = g->KH * g->KW, C = g->C, O = g->O;
+  const char *x = cg_ref(c, in->args[0]), *gr = cg_ref(c, in->args[1]);
+  char nq[64], ga[64], gb[64];
+  bat_size(c, nq, sizeof nq, N, 16);
+  bat_size(c, ga, sizeof ga, N, C * HW * 16);
+  bat_size(c, gb, sizeof gb, N, O * HW * 16);
+  if (c->f->batch_max) LINE(c, "if (%lld %% 32 == 0) {   /* GEMMs over 32 images a position */\n", (ll)N);
+  c->ind += c->f->batch_max ? 2 : 0;
+  LINE(c, "/* dW^T [%lld, %lld] in %s, then x's and g's channels by position with bf16 pairs of images\n",
+       (ll)(C * kk), (ll)O, scratch);
+  LINE(c, " * [%lld, %lld, nq] and [%lld, %lld, nq], g's as op(B)'s panels: the taps in the padding skipped */\n",
+       (ll)C, (ll)HW, (ll)O, (ll)HW);
+  LINE(c, "const int64_t nq = %s;\n", nq);
+  LINE(c, "ctc_bf16x2 *xa = (ctc_bf16x2 *)(%s + %lld), *ga = xa + %s, *gb = ga + %s;   /* (64-byte aligned) */\n",
+       scratch, (ll)((C * kk * O + 15) / 16 * 16), ga, gb);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 4)\n", (ll)C);
+  LINE(c, "  ctc_bat_rows_bf16(%s, %lld, %lld, %lld, r, r + 4 < %lld ? r + 4 : %lld, xa);\n", x, (ll)N, (ll)C, (ll)HW,
+       (ll)C, (ll)C);
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 4)\n", (ll)O);
+  LINE(c, "  ctc_bat_rows_bf16(%s, %lld, %lld, %lld, r, r + 4 < %lld ? r + 4 : %lld, ga);\n", gr, (ll)N, (ll)O, (ll)HW,
+       (ll)O, (ll)O);
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r++)\n", (ll)HW);
+  LINE(c, "  ctc_bat_cols_bf16(ga, %lld, %lld, nq, r, r + 1, gb);\n", (ll)O, (ll)HW);
+  cg_par_close(c);
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; r += 12)\n", (ll)C);
+  LINE(c, "  ctc_conv_bat_wgrad_bf16(xa, gb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, nq, %s, r, r + 12 < %lld ? r + 12 : %lld);\n",
+       (ll)O, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw, scratch, (ll)C, (ll)C);
+  cg_par_close(c);
+  c->ind -= c->f->batch_max ? 2 : 0;
+}
+
 /* A convolution as conv_implicit allows: the implicit GEMM where the compiler targets AVX-512 or
  * AVX2 (CTC_CONV_PIX_f32; AVX-512 BF16 for bf16 values), the tiles of im2col/col2im and GEMMs (emit_conv2d_tiled)
  * otherwise. In parallel over blocks of 256 pixels (forward, input gradient: the weights
@@ -360,14 +453,24 @@ static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom 
 static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   const int64_t P = g->N * g->H * g->W, kk = g->KH * g->KW, ckk = g->C * kk;
   const char *scratch = c->sname[i], *sf = low == 1 ? "bf16" : "f32";
+  const Func *fr = c->f->batch_ref ? c->f->batch_ref : c->f;   /* (the same choice at every batch) */
+  const int bat = low == 1 && ir_conv_bat_bytes(fr, &fr->insts.data[i]) > 0;
   if (low == 1) c->k->gemm_bf16 = 1;
   cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_CONV_PIX_f32");
-  LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (%s): no unfolded copy */\n",
-       low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512, AVX2 or NEON");
+  if (bat && !c->f->batch_max)
+    LINE(c, "{   /* a stride-1 convolution of bf16 values as GEMMs over the batch (AVX-512 BF16): no unfolded copy */\n");
+  else
+    LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (%s): no unfolded copy */\n",
+         low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512, AVX2 or NEON");
   c->ind += 2;
   LINE(c, "(void)ctc_%s_f32, (void)ctc_matmul_%s, (void)%s;   /* (what the #else branch uses) */\n",
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);
-  if (in->op == IR_CONV2D_BWD_WEIGHT) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
+  if (in->op == IR_CONV2D_BWD_WEIGHT && bat) {
+    emit_conv_bat_wgrad(c, in, g, scratch);
+    if (c->f->batch_max) LINE(c, "} else {   /* other batches: x unfolded as it is read */\n");
+  }
+  if (in->op == IR_CONV2D_BWD_WEIGHT && (!bat || c->f->batch_max)) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
+    c->ind += bat ? 2 : 0;
     LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", cg_ref(c, in->args[0]), (ll)g->C,
          (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
     LINE(c, "const ctc_pix gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0, 1};\n", cg_ref(c, in->args[1]), (ll)g->O, (ll)g->H,
@@ -379,6 +482,12 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
     LINE(c, "  ctc_conv_wgrad_bf16(&xs, &gs, %lld, %lld, %s, r0, r1);\n", (ll)g->O, (ll)P, scratch);
     LINE(c, "}\n");
     cg_par_close(c);
+    if (bat) {
+      c->ind -= 2;
+      LINE(c, "}\n");
+    }
+  }
+  if (in->op == IR_CONV2D_BWD_WEIGHT) {
     const char *dw = cg_ref(c, in->res);
     cg_par_open(c, CG_PAR_OMP);
     LINE(c, "for (int64_t o0 = 0; o0 < %lld; o0 += 16)   /* dW = (dW^T)^T, 16 output channels at a time */\n",
@@ -391,6 +500,19 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
     const int fwd = in->op == IR_CONV2D;   /* else dx: the convolution of g by w's taps reversed, channels swapped */
     const int64_t M = fwd ? g->O : g->C, K = fwd ? ckk : g->O * kk, wpl = ((K + 1) / 2 + 15) / 16 * 16;
     const char *w = cg_ref(c, in->args[1]), *a = w;
+    if (bat) {
+      emit_conv_bat(c, in, g, fwd, scratch);
+      if (!c->f->batch_max) {
+        c->ind -= 2;
+        LINE(c, "}\n");
+        cg_printf(c->out, "#else\n");
+        emit_conv2d_tiled(c, i, in, g, low);
+        cg_printf(c->out, "#endif\n");
+        return;
+      }
+      LINE(c, "} else {   /* other batches: the implicit GEMM */\n");
+      c->ind += 2;
+    }
     LINE(c, "const ctc_pix s = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", cg_ref(c, in->args[0]),
          (ll)(fwd ? g->C : g->O), (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)(fwd ? g->ph : g->KH - 1 - g->ph),
          (ll)(fwd ? g->pw : g->KW - 1 - g->pw));
@@ -418,6 +540,10 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
       LINE(c, "  ctc_conv_pix_f32(%s, &s, %lld, %lld, %s, p, p + 256 < %lld ? p + 256 : %lld);\n", a, (ll)M, (ll)K,
            cg_ref(c, in->res), (ll)P, (ll)P);
     cg_par_close(c);
+    if (bat) {
+      c->ind -= 2;
+      LINE(c, "}\n");
+    }
   }
   c->ind -= 2;
   LINE(c, "}\n");

@@ -118,6 +118,8 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   }
   int64_t pb = ir_conv_phase_bytes(f, in);
   if (b != INT64_MAX && pb > b) b = pb;
+  int64_t bb = ir_conv_bat_bytes(f->batch_ref ? f->batch_ref : f, in);   /* (either branch may run) */
+  if (b != INT64_MAX && bb > b) b = bb;
   if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;
   int64_t e[5] = {C, KH, KW, O, 4}, more;   /* and dW^T [C*KH*KW, O] (ir_conv_wgrad_t) */
   return ir_prod(e, 5, &more) < 0 || more > INT64_MAX - b ? INT64_MAX : b + more;
@@ -222,6 +224,27 @@ int64_t ir_conv_phase_bytes(const Func *f, const Inst *in) {
   if (S < 8) S = 8;
   if (S > N) S = N;
   return 4 * (C * O * KH * KW + 4 * S * C * OH * OW);
+}
+
+int64_t ir_conv_bat_bytes(const Func *f, const Inst *in) {
+  if ((in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) || !f->conv_phases ||
+      f->values.data[in->res].type.dtype != DT_F32 || ir_low_operands(f, in) != 1)
+    return 0;
+  int64_t N, C, O, KH, KW, OH, OW;
+  conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
+  const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
+  if ((in->attr[6] > 0 ? in->attr[6] : 1) != 1 || in->attr[0] != 1 || in->attr[1] != 1 || in->attr[4] != 1 ||
+      in->attr[5] != 1 || x->dims[2] != OH || x->dims[3] != OW || KH - 1 != 2 * in->attr[2] ||
+      KW - 1 != 2 * in->attr[3] || OH * OW % 16 || KH * KW > 64 || (!f->batch_max && N % 32) ||
+      (in->op == IR_CONV2D_BWD_INPUT ? O : C) < 8 ||
+      C > ((int64_t)1 << 16) || O > ((int64_t)1 << 16) || OH * OW > (1 << 16))
+    return 0;
+  const int64_t Cq = ((in->op == IR_CONV2D ? C : O) + 1) / 2, M = in->op == IR_CONV2D ? O : C;
+  const int64_t wq = (Cq + 15) / 16 * 16, nb = (N + 31) / 32;
+  const int64_t dwt = (C * KH * KW * O + 15) / 16 * 16;   /* (the layouts after it 64-byte aligned) */
+  const int64_t b = in->op == IR_CONV2D_BWD_WEIGHT ? 4 * (dwt + OH * OW * nb * 16 * (C + O + (O + 31) / 32 * 32))
+                                                   : 4 * (KH * KW * M * wq + OH * OW * nb * 32 * (Cq + M));
+  return b <= IR_CONV_BAT_MAX_BYTES ? b : 0;
 }
 
 int ir_conv_depthwise(const Func *f, const Inst *in) {

@@ -1228,6 +1228,11 @@ static inline __attribute__((always_inline)) void ctc_gemm_rows_bf16(const int K
                                                                      int64_t ldc, __mmask16 m0, __mmask16 m1,
                                                                      int add) {
   if (KEEP && kp > 64 && mr > 2) {
+    if (mr == 8 || mr == 7) {   /* 4 + 4 (or 3), not 6 + a 4-row tile of 2 (or 1): 32 rows 1.03-1.05x */
+      ctc_gemm_keep4_bf16(kp, a, ars, 4, bp, c0p, c1p, ldc, m0, m1, add);
+      ctc_gemm_keep4_bf16(kp, a + 4 * ars, ars, mr - 4, bp, c0p + 4 * ldc, c1p + 4 * ldc, ldc, m0, m1, add);
+      return;
+    }
     if (mr > 6) {
       ctc_gemm_keep6_bf16(kp, a, ars, 6, bp, c0p, c1p, ldc, m0, m1, add);
       a += 6 * ars, c0p += 6 * ldc, c1p += 6 * ldc, mr -= 6;
@@ -1458,6 +1463,166 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
       }
     }
   }
+}
+#endif
+#ifdef CTC_GEMM_AVX512BF16
+#define CTC_CONV_BAT_BF16 1   /* ctc_conv_bat_bf16 is in (linalg_c.c's conv_bat) */
+/* ---- a stride-1 convolution of bf16 values on small images: a GEMM per output position over the
+ * batch (linalg_c.c's conv_bat), computing only the taps inside the image. Images in panels of 32
+ * (nb of them, zeros past N), channels in pairs (Cq of them, a zero past an odd C). */
+/* The input position-major, channel pairs of 32 images: xb[((pos * nb + b) * Cq + q) * 32 + j] =
+ * (x[n, 2q, pos], x[n, 2q + 1, pos]), n = 32 b + j, for the pairs q in [q0, q1); HW a multiple of 16. */
+static inline void ctc_bat_in_bf16(const float *x, int64_t N, int64_t C, int64_t HW, int64_t q0, int64_t q1,
+                                   ctc_bf16x2 *xb) {
+  const int64_t nb = (N + 31) / 32, Cq = (C + 1) / 2;
+  _Alignas(64) ctc_bf16x2 t[16 * 16];
+  for (int64_t q = q0; q < q1; q++)
+    for (int64_t n0 = 0; n0 < 32 * nb; n0 += 16)
+      for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+        for (int64_t l = 0; l < 16; l++) {   /* t[l][i]: image n0 + l at position p0 + i */
+          __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+          if (n0 + l < N) {
+            const float *xr = x + ((n0 + l) * C + 2 * q) * HW + p0;
+            lo = _mm512_loadu_ps(xr);
+            if (2 * q + 1 < C) hi = _mm512_loadu_ps(xr + HW);
+          }
+          _mm512_store_si512(t + 16 * l, ctc_bf16_pairs_cols(lo, hi));
+        }
+        ctc_transpose16_f32((const float *)t, 16, (float *)(xb + ((p0 * nb + n0 / 32) * Cq + q) * 32 + n0 % 32),
+                            nb * Cq * 32);
+      }
+}
+/* Each tap's weights as A: wt[(t * M + m) * wq + q] = (A[m, 2q, t], A[m, 2q + 1, t]) for the rows m in
+ * [m0, m1) (zeros from Cq to wq), A = w[M, C, KK] (flip 0), or w[C, M, KK] with the taps reversed (flip
+ * 1: the input gradient, as ctc_pack_w_bf16's). */
+static inline void ctc_bat_w_bf16(const float *w, int flip, int64_t M, int64_t C, int64_t KK, int64_t wq, int64_t m0,
+                                  int64_t m1, ctc_bf16x2 *wt) {
+  const int64_t cs = flip ? M * KK : KK;   /* from channel c to c + 1 */
+  for (int64_t m = m0; m < m1; m++)   /* (w's row of m read from L1 for each tap) */
+    for (int64_t t = 0; t < KK; t++) {
+      const uint32_t *wm = (const uint32_t *)(flip ? w + m * KK + KK - 1 - t : w + m * C * KK + t);
+      ctc_bf16x2 *restrict r = wt + (t * M + m) * wq;
+      int64_t q = 0;
+      for (; 2 * q + 1 < C; q++) r[q] = wm[2 * q * cs] >> 16 | (wm[(2 * q + 1) * cs] & 0xffff0000u);
+      if (2 * q < C) r[q] = wm[2 * q * cs] >> 16, q++;
+      for (; q < wq; q++) r[q] = 0;
+    }
+}
+/* yb[((pos * nb + b) * M + m) * 32 + j] (image 32 b + j) for the positions pos in [r0, r1) of an H x W
+ * output: the sum over the taps (kh, kw) inside the image (pixel (oh + kh - ph, ow + kw - pw)) of
+ * tap's weights (wt, ctc_bat_w_bf16) times xb's panel there (ctc_bat_in_bf16), tap after tap. */
+static inline void ctc_conv_bat_bf16(const ctc_bf16x2 *wt, int64_t wq, const ctc_bf16x2 *xb, int64_t N, int64_t Cq,
+                                     int64_t M, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t ph, int64_t pw,
+                                     float *yb, int64_t r0, int64_t r1) {
+  const int64_t nb = (N + 31) / 32;
+  for (int64_t pos = r0; pos < r1; pos++) {
+    const int64_t oh = pos / W, ow = pos % W;
+    for (int64_t b = 0; b < nb; b++) {
+      float *c = yb + (pos * nb + b) * M * 32;
+      int add = 0;
+      for (int64_t kh = 0; kh < KH; kh++) {
+        const int64_t ih = oh + kh - ph;
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t kw = 0; kw < KW; kw++) {
+          const int64_t iw = ow + kw - pw;
+          if (iw < 0 || iw >= W) continue;
+          const ctc_bf16x2 *bq = xb + ((ih * W + iw) * nb + b) * Cq * 32, *a = wt + (kh * KW + kw) * M * wq;
+          for (int64_t i = 0; i < M; i += 12) {
+            const int mr = M - i < 12 ? (int)(M - i) : 12;
+            ctc_gemm_rows_bf16(1, Cq, a + i * wq, wq, 1, mr, bq, c + i * 32, c + i * 32 + 16, 32, 0xffff, 0xffff, add);
+          }
+          add = 1;
+        }
+      }
+    }
+  }
+}
+/* y[n, m, pos] from yb (ctc_conv_bat_bf16's) for the channels m in [m0, m1) */
+static inline void ctc_bat_out_bf16(const float *yb, int64_t N, int64_t M, int64_t HW, int64_t m0, int64_t m1,
+                                    float *y) {
+  const int64_t nb = (N + 31) / 32;
+  _Alignas(64) float t[16 * 16];
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t n0 = 0; n0 < N; n0 += 16)
+      for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+        const float *src = yb + ((p0 * nb + n0 / 32) * M + m) * 32 + n0 % 32;
+        if (N - n0 >= 16) {
+          ctc_transpose16_f32(src, nb * M * 32, y + (n0 * M + m) * HW + p0, M * HW);
+          continue;
+        }
+        ctc_transpose16_f32(src, nb * M * 32, t, 16);
+        for (int64_t l = 0; n0 + l < N; l++) memcpy(y + ((n0 + l) * M + m) * HW + p0, t + 16 * l, 64);
+      }
+}
+/* The weight gradient's operands: a pixel matrix's rows (channels) with bf16 pairs along the images,
+ * by position: xa[(c * HW + pos) * nq + j] = (x[2j, c, pos], x[2j + 1, c, pos]) (nq = nb * 16 pairs,
+ * zeros past N), for the channels c in [c0, c1); HW a multiple of 16. */
+static inline void ctc_bat_rows_bf16(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c0, int64_t c1,
+                                     ctc_bf16x2 *xa) {
+  const int64_t nq = (N + 31) / 32 * 16;
+  _Alignas(64) ctc_bf16x2 t[16 * 16];
+  for (int64_t c = c0; c < c1; c++)
+    for (int64_t j0 = 0; j0 < nq; j0 += 16)
+      for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+        for (int64_t l = 0; l < 16; l++) {   /* t[l][i]: images 2 (j0 + l) and the next at position p0 + i */
+          const int64_t n = 2 * (j0 + l);
+          const __m512 lo = n < N ? _mm512_loadu_ps(x + (n * C + c) * HW + p0) : _mm512_setzero_ps();
+          const __m512 hi = n + 1 < N ? _mm512_loadu_ps(x + ((n + 1) * C + c) * HW + p0) : _mm512_setzero_ps();
+          _mm512_store_si512(t + 16 * l, ctc_bf16_pairs_cols(lo, hi));
+        }
+        ctc_transpose16_f32((const float *)t, 16, (float *)(xa + (c * HW + p0) * nq + j0), nq);
+      }
+}
+/* ga's rows (ctc_bat_rows_bf16's, O of them) as op(B)'s panels of 32 columns for the positions
+ * [p0, p1): gb[((ob * HW + pos) * nq + j) * 32 + o - 32 ob] (zeros past O). */
+static inline void ctc_bat_cols_bf16(const ctc_bf16x2 *ga, int64_t O, int64_t HW, int64_t nq, int64_t p0, int64_t p1,
+                                     ctc_bf16x2 *gb) {
+  _Alignas(64) ctc_bf16x2 t[16 * 16];
+  for (int64_t pos = p0; pos < p1; pos++)
+    for (int64_t o0 = 0; o0 < (O + 31) / 32 * 32; o0 += 16)
+      for (int64_t j0 = 0; j0 < nq; j0 += 16) {
+        ctc_bf16x2 *dst = gb + ((o0 / 32 * HW + pos) * nq + j0) * 32 + o0 % 32;
+        if (O - o0 >= 16) {
+          ctc_transpose16_f32((const float *)(ga + (o0 * HW + pos) * nq + j0), HW * nq, (float *)dst, 32);
+          continue;
+        }
+        for (int64_t l = 0; l < 16; l++)   /* t[l]: row o0 + l of ga, zeros past O */
+          if (o0 + l < O) memcpy(t + 16 * l, ga + ((o0 + l) * HW + pos) * nq + j0, 64);
+          else memset(t + 16 * l, 0, 64);
+        ctc_transpose16_f32((const float *)t, 16, (float *)dst, 32);
+      }
+}
+/* dwt[(c * KH * KW + t) * O + o] (the transposed weight gradient, as ctc_conv_wgrad_bf16's) for the
+ * channels c in [c0, c1): for each tap t = (kh, kw), the sum over the output positions whose tap is
+ * inside the image and the images of x (xa, ctc_bat_rows_bf16) at the tap's input position times the
+ * output gradient g (gb, ctc_bat_cols_bf16) at the output position; an output row's run of positions
+ * is one GEMM call over the pairs of its positions' images, the rows after the first added in C. */
+static inline void ctc_conv_bat_wgrad_bf16(const ctc_bf16x2 *xa, const ctc_bf16x2 *gb, int64_t O, int64_t H,
+                                           int64_t W, int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t nq,
+                                           float *dwt, int64_t c0, int64_t c1) {
+  const int64_t HW = H * W, KK = KH * KW, ldc = KK * O;
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const int64_t oh0 = ph - kh > 0 ? ph - kh : 0, oh1 = H + ph - kh < H ? H + ph - kh : H;
+      const int64_t ow0 = pw - kw > 0 ? pw - kw : 0, ow1 = W + pw - kw < W ? W + pw - kw : W;
+      for (int64_t ob = 0; ob < O; ob += 32) {
+        const int nr = O - ob < 32 ? (int)(O - ob) : 32;
+        const __mmask16 m0 = ctc_lanes16(nr), m1 = ctc_lanes16(nr - 16);
+        for (int64_t c = c0; c < c1; c += 12) {
+          const int mr = c1 - c < 12 ? (int)(c1 - c) : 12;
+          float *cp = dwt + (c * KK + kh * KW + kw) * O + ob;
+          if (oh0 >= oh1 || ow0 >= ow1) {   /* the tap is outside at every position */
+            for (int i = 0; i < mr; i++) memset(cp + i * ldc, 0, sizeof(float) * (size_t)nr);
+            continue;
+          }
+          for (int64_t oh = oh0; oh < oh1; oh++) {
+            const ctc_bf16x2 *a = xa + (c * HW + (oh + kh - ph) * W + ow0 + kw - pw) * nq;
+            const ctc_bf16x2 *bq = gb + ((ob / 32 * HW) + oh * W + ow0) * nq * 32;
+            ctc_gemm_rows_bf16(1, (ow1 - ow0) * nq, a, HW * nq, 1, mr, bq, cp, cp + 16, ldc, m0, m1, oh > oh0);
+          }
+        }
+      }
+    }
 }
 #endif
 

@@ -5,7 +5,7 @@ codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_
 gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head and cg_gemm_simd16_text, the last
 instantiated for avx2 and neon, gemv_x86_text and gemm_own_text) and codegen_c/wino_c.c (cg_conv_wino_common_text, cg_conv_wino_text,
 cg_conv_wino_avx2_text, cg_conv_wino_neon_text, cg_conv_wino_tile16_text instantiated for avx2 and
-neon, cg_conv_wino_driver_text), so that
+neon, cg_conv_wino_driver_text) and codegen_c/conv_bat_c.c (cg_conv_bat_bf16_text, after the bf16 GEMM), so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
@@ -22,6 +22,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join("codegen_c", "gemm_simd_c.c")
 WINO = os.path.join("codegen_c", "wino_c.c")
+BAT = os.path.join("codegen_c", "conv_bat_c.c")
 OUT = os.path.join("runtime_min", "ctc_gemm_simd.h")
 ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
 
@@ -42,6 +43,8 @@ def header():
         src = f.read()
     with open(os.path.join(ROOT, WINO), encoding="utf-8") as f:
         wino = f.read()
+    with open(os.path.join(ROOT, BAT), encoding="utf-8") as f:
+        bat = f.read()
     simd16 = c_string(src, "cg_gemm_simd16_text")
     tile16 = c_string(wino, "cg_conv_wino_tile16_text")
     pix16 = c_string(src, "cg_conv_pix16_text")
@@ -67,7 +70,7 @@ def header():
             + c_string(src, "conv_pix_text") + "\n"
             + c_string(src, "gemm_avx512_text") + "\n"
             + c_string(wino, "cg_conv_wino_common_text") + c_string(wino, "cg_conv_wino_text") + "\n"
-            + c_string(src, "gemm_avx512bf16_text") + "\n"
+            + c_string(src, "gemm_avx512bf16_text") + c_string(bat, "cg_conv_bat_bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
             + pix16.replace("$I", "avx2")

@@ -1,0 +1,180 @@
+"""Stride-1 convolutions of bf16 values on small images as a GEMM per output position over the
+batch (codegen_c/conv_bat_c.c, ir_conv_bat_bytes: the taps that fall into the padding skipped).
+
+An autocast CNN of 8x8 and 4x4 images, batch 32: 3x3 convolutions with odd channel counts in and
+out (a pair of channels half empty, a 12-row tile part full), a 5x5 one on 4x4 images (at a corner
+9 of its 25 taps inside), a strided one and the classifier as GEMMs. Checked:
+
+- test_calls: the generated C calls ctc_conv_bat_bf16 for the four same-size convolutions of the
+  forward with 8 channels in or more, and in the training step also for their input gradients and
+  ctc_conv_bat_wgrad_bf16 for their weight gradients (the 5-channel stem: the implicit GEMM); a
+  batch chosen at run time keeps the implicit GEMM for other batches under `if (N % 32 == 0)`; both
+  files compile with -Wall -Wextra -Werror for AVX-512 BF16, AVX-512 and AVX2;
+- test_small_images: built with -march=native where the CPU has AVX-512 BF16 (else skipped; the
+  other branch is test_gemm_bf16's), the forward within two bf16 roundings of PyTorch 1.13's CPU
+  autocast (seven layers rounded to bf16: a sum summed in another order and rounded the other
+  way in one of them moves the output by up to one more; seen: one element of 320 at 2) and no
+  further from a float64 run than PyTorch's (x 1.25), at batch 32 and, through a batch chosen at
+  run time (1..64), at 32, 64 (two panels) and 7 (the implicit GEMM); three SGD-momentum steps:
+  the weights' distance to PyTorch's bf16 run within PyTorch's own bf16-vs-f32 distance and to
+  float64 within 1.25x PyTorch bf16's; the same bits with 1 and 2 threads."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ctc_testlib import CTC, build_ctc, load_module, run, st_read, st_write, state_dict_np
+from test_autocast import bf16_ulp
+from test_gemm_bf16 import CFLAGS, RT, VARIANTS, build_variant, dist
+from test_gemm_isa import cpu_has, x86
+
+CNN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(5, 16, 3, padding=1)
+        self.a = nn.Conv2d(16, 33, 3, padding=1, bias=False)
+        self.b = nn.Conv2d(33, 24, 3, padding=1)
+        self.down = nn.Conv2d(24, 40, 3, stride=2, padding=1)
+        self.c = nn.Conv2d(40, 40, 3, padding=1)
+        self.wide = nn.Conv2d(40, 20, 5, padding=2)
+        self.head = nn.Linear(20 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = F.relu(self.stem(x))
+        h = F.relu(self.b(F.relu(self.a(h))))
+        h = F.relu(self.down(h))
+        h = h + F.relu(self.c(h))
+        h = torch.tanh(self.wide(h))
+        return self.head(h.flatten(1))
+
+
+model = SmallNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def infer(images):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return model(images).float()
+
+
+def train_step(images, labels):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+example_inputs = {"infer": (torch.randn(32, 5, 8, 8),),
+                  "train_step": (torch.randn(32, 5, 8, 8), torch.zeros(32, dtype=torch.long))}
+"""
+
+
+def bat_calls(path):
+    """The calls of ctc_conv_bat_bf16, ctc_conv_bat_wgrad_bf16, ctc_conv_pix_bf16 and ctc_conv_wgrad_bf16
+    in a generated model.c's entries"""
+    code = path.read_text()
+    code = code[code.index("int net_init("):]
+    return tuple(len(re.findall(r"\b%s\(" % f, code))
+                 for f in ("ctc_conv_bat_bf16", "ctc_conv_bat_wgrad_bf16", "ctc_conv_pix_bf16", "ctc_conv_wgrad_bf16"))
+
+
+def test_calls(tmp_path):
+    build_ctc()
+    (tmp_path / "cnn.py").write_text(CNN)
+    run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", "train_step", "-o", tmp_path / "t.c"])
+    # the forward's a, b, c, wide and their input gradients and weight gradients; the stem (5 channels in)
+    # on the implicit GEMM
+    assert bat_calls(tmp_path / "t.c") == (8, 4, 1, 1)
+    # a batch chosen at run time (1..32): each of the four under `if (N % 32 == 0)`, the implicit GEMM else
+    run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", "infer", "--input", "images=f32[N,5,8,8]",
+         "--max", "N=32", "-o", tmp_path / "i.c"])
+    assert bat_calls(tmp_path / "i.c") == (4, 0, 5, 0)
+    assert len(re.findall(r"if \(\(batch\) % 32 == 0\)", (tmp_path / "i.c").read_text())) == 4
+    # each branch compiles with warnings as errors: AVX-512 BF16 (where the CPU has it), AVX-512 without it, AVX2
+    for march, need in (("native", "avx512_bf16"), ("skylake-avx512", None), ("haswell", None)):
+        if x86() and (need is None or cpu_has(need)):
+            for f in ("t", "i"):
+                run(["cc", *CFLAGS, f"-march={march}", "-fopenmp", f"-I{RT}", "-c", tmp_path / f"{f}.c", "-o",
+                     tmp_path / f"{f}_{march}.o"], timeout=600)
+
+
+def test_small_images(tmp_path):
+    march, _, need = VARIANTS["native"]
+    if not x86() or not cpu_has(need):
+        pytest.skip(f"an x86-64 CPU with {need}")
+    build_ctc()
+    src = tmp_path / "cnn.py"
+    src.write_text(CNN)
+    exe = build_variant(tmp_path, src, march)
+    torch.manual_seed(0)   # (the model's initial weights, made at import)
+    mod = load_module(str(src), "conv_bat_cnn")
+    m = mod.model
+    w0 = {k: v.clone() for k, v in m.state_dict().items()}
+    st_write(tmp_path / "w0.safetensors", state_dict_np(m))
+    dyn = tmp_path / "net_n"   # infer at a batch chosen at run time, 1..64 (-march=native: ctc build's)
+    run([CTC, "build", src, "--entry", "infer", "--input", "images=f32[N,5,8,8]", "--max", "N=64", "-o", dyn])
+    for prog, n in ((exe, 32), (dyn, 32), (dyn, 64), (dyn, 7)):
+        x = torch.randn(n, 5, 8, 8)
+        np.save(tmp_path / "x.npy", x.numpy())
+        run([prog, "run", "infer", "--weights", tmp_path / "w0.safetensors", "--input", tmp_path / "x.npy",
+             "--output", tmp_path / "y.npy"])
+        got = np.load(tmp_path / "y.npy").astype(np.float64)
+        with torch.no_grad():
+            want = mod.infer(x).double().numpy()
+            m64 = mod.SmallNet().double()
+            m64.load_state_dict(w0)
+            ref = m64(x.double()).numpy()
+        d = np.abs(got - want)
+        dc, dt = np.abs(got - ref).max(), np.abs(want - ref).max()
+        print(f"forward, batch {n}: max |ctc - torch| {d.max():.3g} ({(d / bf16_ulp(want)).max():.3g} bf16 ulps); "
+              f"to float64: ctc {dc:.3g}, torch {dt:.3g}")
+        assert (d <= 2 * bf16_ulp(want)).all(), f"batch {n}: max |ctc - torch| {d.max():.3g} exceeds two bf16 ulps"
+        assert dc <= dt * 1.25 + 1e-12
+
+    rng = np.random.default_rng(1)
+    batches = [(rng.standard_normal((32, 5, 8, 8)).astype(np.float32), rng.integers(0, 10, 32)) for _ in range(3)]
+
+    def torch_run(autocast, dtype=torch.float32):
+        net = mod.SmallNet().to(dtype)
+        net.load_state_dict(w0)
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        for xb, yb in batches:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(xb).to(dtype)), torch.from_numpy(yb))
+            loss.backward()
+            opt.step()
+        return {k: v.double().numpy() for k, v in net.state_dict().items()}
+
+    def ctc_run(threads):
+        w = tmp_path / "w0.safetensors"
+        for i, (xb, yb) in enumerate(batches):
+            np.save(tmp_path / "xb.npy", xb)
+            np.save(tmp_path / "yb.npy", yb)
+            nxt = tmp_path / f"w{i + 1}_{threads}.safetensors"
+            run([exe, "--threads", str(threads), "run", "train_step", "--weights", w, "--input", tmp_path / "xb.npy",
+                 "--input", tmp_path / "yb.npy", "--save", nxt, "--save-training-state"])
+            w = nxt
+        return st_read(w)
+
+    ctc = ctc_run(1)
+    two = ctc_run(2)
+    for k in ctc:
+        np.testing.assert_array_equal(two[k], ctc[k], err_msg=f"{k} differs at 2 threads")
+    bf, f32 = torch_run(True), torch_run(False)
+    f64 = torch_run(False, torch.float64)
+    d_ct, d_own = dist(ctc, bf), dist(bf, f32)
+    d_c64, d_t64 = dist(ctc, f64), dist(bf, f64)
+    print(f"train: ctc-torch bf16 {d_ct:.3g}, torch's own bf16-f32 {d_own:.3g}; "
+          f"to float64: ctc {d_c64:.3g}, torch bf16 {d_t64:.3g}")
+    assert d_ct <= d_own
+    assert d_c64 <= 1.25 * d_t64
