@@ -359,6 +359,18 @@ static void bat_size(CgFunc *c, char *buf, size_t cap, int64_t N, int64_t n) {
   else snprintf(buf, cap, "%lld", (ll)((N + 31) / 32 * n));
 }
 
+/* A parallel loop over [0, n) in steps of `step`: `fn(pre, r, r + step (or n), post);` (pre and post:
+ * the call's other arguments, "" for none) */
+static void bat_loop(CgFunc *c, int64_t n, int64_t step, const char *fn, const char *pre, const char *post) {
+  cg_par_open(c, CG_PAR_OMP);
+  LINE(c, "for (int64_t r = 0; r < %lld; %s)\n", (ll)n, step == 1 ? "r++" : arena_printf(c->p->arena, "r += %lld", (ll)step));
+  if (step == 1)
+    LINE(c, "  %s(%sr, r + 1%s);\n", fn, pre, post);
+  else
+    LINE(c, "  %s(%sr, r + %lld < %lld ? r + %lld : %lld%s);\n", fn, pre, (ll)step, (ll)n, (ll)step, (ll)n, post);
+  cg_par_close(c);
+}
+
 /* A stride-1 convolution of bf16 values (or its input gradient, fwd 0) as ir_conv_bat_bytes
  * allows: a GEMM per output position over panels of 32 images (conv_bat_c.c), each tap's weights,
  * the input and the output laid out by position in the scratch, in parallel over the taps'
@@ -366,6 +378,7 @@ static void bat_size(CgFunc *c, char *buf, size_t cap, int64_t N, int64_t n) {
  * With a batch chosen at run time, under `if (N % 32 == 0)`, left open for the implicit GEMM's
  * else branch; the sizes that depend on N are computed from it in the C (batch_merge's forms). */
 static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd, const char *scratch) {
+  Arena *A = c->p->arena;
   const int64_t N = g->N, HW = g->H * g->W, kk = g->KH * g->KW, M = fwd ? g->O : g->C, Cin = fwd ? g->C : g->O;
   const int64_t Cq = (Cin + 1) / 2, wq = (Cq + 15) / 16 * 16;
   const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
@@ -379,27 +392,16 @@ static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd,
   char xbn[64];
   bat_size(c, xbn, sizeof xbn, N, HW * Cq * 32);
   LINE(c, "float *yb = (float *)(xb + %s);\n", xbn);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r += 16)\n", (ll)M);
-  LINE(c, "  ctc_bat_w_bf16(%s, %d, %lld, %lld, %lld, %lld, r, r + 16 < %lld ? r + 16 : %lld, wt);\n", w, !fwd, (ll)M,
-       (ll)Cin, (ll)kk, (ll)wq, (ll)M, (ll)M);
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t q = 0; q < %lld; q += 4)\n", (ll)Cq);
-  LINE(c, "  ctc_bat_in_bf16(%s, %lld, %lld, %lld, q, q + 4 < %lld ? q + 4 : %lld, xb);\n", x, (ll)N, (ll)Cin, (ll)HW,
-       (ll)Cq, (ll)Cq);
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r++)\n", (ll)HW);
-  LINE(c, "  ctc_conv_bat_bf16(wt, %lld, xb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, yb, r, r + 1);\n",
-       (ll)wq, (ll)N, (ll)Cq, (ll)M, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW,
-       (ll)(fwd ? g->ph : g->KH - 1 - g->ph), (ll)(fwd ? g->pw : g->KW - 1 - g->pw));
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r += 8)\n", (ll)M);
-  LINE(c, "  ctc_bat_out_bf16(yb, %lld, %lld, %lld, r, r + 8 < %lld ? r + 8 : %lld, %s);\n", (ll)N, (ll)M, (ll)HW,
-       (ll)M, (ll)M, y);
-  cg_par_close(c);
+  bat_loop(c, M, 16, "ctc_bat_w_bf16",
+           arena_printf(A, "%s, %d, %lld, %lld, %lld, %lld, ", w, !fwd, (ll)M, (ll)Cin, (ll)kk, (ll)wq), ", wt");
+  bat_loop(c, Cq, 4, "ctc_bat_in_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", x, (ll)N, (ll)Cin, (ll)HW), ", xb");
+  bat_loop(c, HW, 1, "ctc_conv_bat_bf16",
+           arena_printf(A, "wt, %lld, xb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, yb, ", (ll)wq, (ll)N,
+                        (ll)Cq, (ll)M, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)(fwd ? g->ph : g->KH - 1 - g->ph),
+                        (ll)(fwd ? g->pw : g->KW - 1 - g->pw)),
+           "");
+  bat_loop(c, M, 8, "ctc_bat_out_bf16", arena_printf(A, "yb, %lld, %lld, %lld, ", (ll)N, (ll)M, (ll)HW),
+           arena_printf(A, ", %s", y));
   c->ind -= c->f->batch_max ? 2 : 0;
 }
 
@@ -407,6 +409,7 @@ static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd,
  * (ctc_conv_bat_wgrad_bf16, in parallel over its 12-row blocks of channels), x's and g's channels
  * laid out by position before, in parallel; left open as emit_conv_bat. */
 static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, const char *scratch) {
+  Arena *A = c->p->arena;
   const int64_t N = g->N, HW = g->H * g->W, kk = g->KH * g->KW, C = g->C, O = g->O;
   const char *x = cg_ref(c, in->args[0]), *gr = cg_ref(c, in->args[1]);
   char nq[64], ga[64], gb[64];
@@ -422,25 +425,13 @@ static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, co
   LINE(c, "const int64_t nq = %s;\n", nq);
   LINE(c, "ctc_bf16x2 *xa = (ctc_bf16x2 *)(%s + %lld), *ga = xa + %s, *gb = ga + %s;   /* (64-byte aligned) */\n",
        scratch, (ll)((C * kk * O + 15) / 16 * 16), ga, gb);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r += 4)\n", (ll)C);
-  LINE(c, "  ctc_bat_rows_bf16(%s, %lld, %lld, %lld, r, r + 4 < %lld ? r + 4 : %lld, xa);\n", x, (ll)N, (ll)C, (ll)HW,
-       (ll)C, (ll)C);
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r += 4)\n", (ll)O);
-  LINE(c, "  ctc_bat_rows_bf16(%s, %lld, %lld, %lld, r, r + 4 < %lld ? r + 4 : %lld, ga);\n", gr, (ll)N, (ll)O, (ll)HW,
-       (ll)O, (ll)O);
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r++)\n", (ll)HW);
-  LINE(c, "  ctc_bat_cols_bf16(ga, %lld, %lld, nq, r, r + 1, gb);\n", (ll)O, (ll)HW);
-  cg_par_close(c);
-  cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; r += 12)\n", (ll)C);
-  LINE(c, "  ctc_conv_bat_wgrad_bf16(xa, gb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, nq, %s, r, r + 12 < %lld ? r + 12 : %lld);\n",
-       (ll)O, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw, scratch, (ll)C, (ll)C);
-  cg_par_close(c);
+  bat_loop(c, C, 4, "ctc_bat_rows_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", x, (ll)N, (ll)C, (ll)HW), ", xa");
+  bat_loop(c, O, 4, "ctc_bat_rows_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", gr, (ll)N, (ll)O, (ll)HW), ", ga");
+  bat_loop(c, HW, 1, "ctc_bat_cols_bf16", arena_printf(A, "ga, %lld, %lld, nq, ", (ll)O, (ll)HW), ", gb");
+  bat_loop(c, C, 12, "ctc_conv_bat_wgrad_bf16",
+           arena_printf(A, "xa, gb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, nq, %s, ", (ll)O, (ll)g->H, (ll)g->W,
+                        (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw, scratch),
+           "");
   c->ind -= c->f->batch_max ? 2 : 0;
 }
 

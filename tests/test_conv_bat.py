@@ -21,21 +21,14 @@ out (a pair of channels half empty, a 12-row tile part full), a 5x5 one on 4x4 i
 import re
 
 import numpy as np
-import pytest
 import torch
 
-from ctc_testlib import CTC, build_ctc, load_module, run, st_read, st_write, state_dict_np
-from test_autocast import bf16_ulp
-from test_gemm_bf16 import CFLAGS, RT, VARIANTS, build_variant, dist
+from ctc_testlib import CTC, build_ctc, run
+from test_gemm_bf16 import CFLAGS, HEAD, RT, STEPS, build_cnn, infer_check, train_check
 from test_gemm_isa import cpu_has, x86
 
-CNN = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class SmallNet(nn.Module):
+CNN = HEAD + """
+class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = nn.Conv2d(5, 16, 3, padding=1)
@@ -53,25 +46,7 @@ class SmallNet(nn.Module):
         h = h + F.relu(self.c(h))
         h = torch.tanh(self.wide(h))
         return self.head(h.flatten(1))
-
-
-model = SmallNet()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-
-def infer(images):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        return model(images).float()
-
-
-def train_step(images, labels):
-    optimizer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = F.cross_entropy(model(images), labels)
-    loss.backward()
-    optimizer.step()
-    return loss
-
+""" + STEPS + """
 
 example_inputs = {"infer": (torch.randn(32, 5, 8, 8),),
                   "train_step": (torch.randn(32, 5, 8, 8), torch.zeros(32, dtype=torch.long))}
@@ -108,73 +83,13 @@ def test_calls(tmp_path):
 
 
 def test_small_images(tmp_path):
-    march, _, need = VARIANTS["native"]
-    if not x86() or not cpu_has(need):
-        pytest.skip(f"an x86-64 CPU with {need}")
-    build_ctc()
+    exe, mod, w0 = build_cnn(tmp_path, CNN, "native", "conv_bat_cnn")
     src = tmp_path / "cnn.py"
-    src.write_text(CNN)
-    exe = build_variant(tmp_path, src, march)
-    torch.manual_seed(0)   # (the model's initial weights, made at import)
-    mod = load_module(str(src), "conv_bat_cnn")
-    m = mod.model
-    w0 = {k: v.clone() for k, v in m.state_dict().items()}
-    st_write(tmp_path / "w0.safetensors", state_dict_np(m))
     dyn = tmp_path / "net_n"   # infer at a batch chosen at run time, 1..64 (-march=native: ctc build's)
     run([CTC, "build", src, "--entry", "infer", "--input", "images=f32[N,5,8,8]", "--max", "N=64", "-o", dyn])
     for prog, n in ((exe, 32), (dyn, 32), (dyn, 64), (dyn, 7)):
-        x = torch.randn(n, 5, 8, 8)
-        np.save(tmp_path / "x.npy", x.numpy())
-        run([prog, "run", "infer", "--weights", tmp_path / "w0.safetensors", "--input", tmp_path / "x.npy",
-             "--output", tmp_path / "y.npy"])
-        got = np.load(tmp_path / "y.npy").astype(np.float64)
-        with torch.no_grad():
-            want = mod.infer(x).double().numpy()
-            m64 = mod.SmallNet().double()
-            m64.load_state_dict(w0)
-            ref = m64(x.double()).numpy()
-        d = np.abs(got - want)
-        dc, dt = np.abs(got - ref).max(), np.abs(want - ref).max()
-        print(f"forward, batch {n}: max |ctc - torch| {d.max():.3g} ({(d / bf16_ulp(want)).max():.3g} bf16 ulps); "
-              f"to float64: ctc {dc:.3g}, torch {dt:.3g}")
-        assert (d <= 2 * bf16_ulp(want)).all(), f"batch {n}: max |ctc - torch| {d.max():.3g} exceeds two bf16 ulps"
-        assert dc <= dt * 1.25 + 1e-12
+        infer_check(tmp_path, prog, mod, w0, torch.randn(n, 5, 8, 8), 2, f"batch {n}")
 
     rng = np.random.default_rng(1)
     batches = [(rng.standard_normal((32, 5, 8, 8)).astype(np.float32), rng.integers(0, 10, 32)) for _ in range(3)]
-
-    def torch_run(autocast, dtype=torch.float32):
-        net = mod.SmallNet().to(dtype)
-        net.load_state_dict(w0)
-        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        for xb, yb in batches:
-            opt.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(xb).to(dtype)), torch.from_numpy(yb))
-            loss.backward()
-            opt.step()
-        return {k: v.double().numpy() for k, v in net.state_dict().items()}
-
-    def ctc_run(threads):
-        w = tmp_path / "w0.safetensors"
-        for i, (xb, yb) in enumerate(batches):
-            np.save(tmp_path / "xb.npy", xb)
-            np.save(tmp_path / "yb.npy", yb)
-            nxt = tmp_path / f"w{i + 1}_{threads}.safetensors"
-            run([exe, "--threads", str(threads), "run", "train_step", "--weights", w, "--input", tmp_path / "xb.npy",
-                 "--input", tmp_path / "yb.npy", "--save", nxt, "--save-training-state"])
-            w = nxt
-        return st_read(w)
-
-    ctc = ctc_run(1)
-    two = ctc_run(2)
-    for k in ctc:
-        np.testing.assert_array_equal(two[k], ctc[k], err_msg=f"{k} differs at 2 threads")
-    bf, f32 = torch_run(True), torch_run(False)
-    f64 = torch_run(False, torch.float64)
-    d_ct, d_own = dist(ctc, bf), dist(bf, f32)
-    d_c64, d_t64 = dist(ctc, f64), dist(bf, f64)
-    print(f"train: ctc-torch bf16 {d_ct:.3g}, torch's own bf16-f32 {d_own:.3g}; "
-          f"to float64: ctc {d_c64:.3g}, torch bf16 {d_t64:.3g}")
-    assert d_ct <= d_own
-    assert d_c64 <= 1.25 * d_t64
+    train_check(tmp_path, exe, mod.Net, w0, batches, "small images")
