@@ -345,6 +345,9 @@ static int64_t implicit_bytes(const Inst *in, const ConvGeom *g, int bf16) {
  * gradient a convolution of the same kind, padded KH - 1 - ph), images of a multiple of 16
  * pixels, at most 64 taps, and what it keeps fitting in the tiles' scratch. */
 static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
+  const Func *fr = c->f->batch_ref ? c->f->batch_ref : c->f;
+  if (low == 1 && g->sh == 2 && !c->target && !c->k->freestanding && c->sname[i])   /* (emit_conv_bat's alone) */
+    return ir_conv_bat_bytes(fr, &fr->insts.data[i]) > 0;
   return ty(c, in->res)->dtype == DT_F32 && (low == 1 || in->op != IR_CONV2D_BWD_WEIGHT) && !c->target &&
          !c->k->freestanding && c->sname[i] && g->G == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
          g->OH == g->H && g->OW == g->W &&
@@ -379,7 +382,8 @@ static void bat_loop(CgFunc *c, int64_t n, int64_t step, const char *fn, const c
  * else branch; the sizes that depend on N are computed from it in the C (batch_merge's forms). */
 static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd, const char *scratch) {
   Arena *A = c->p->arena;
-  const int64_t N = g->N, HW = g->H * g->W, kk = g->KH * g->KW, M = fwd ? g->O : g->C, Cin = fwd ? g->C : g->O;
+  const int64_t N = g->N, HW = g->H * g->W, OHW = g->OH * g->OW, kk = g->KH * g->KW, M = fwd ? g->O : g->C;
+  const int64_t Cin = fwd ? g->C : g->O;
   const int64_t Cq = (Cin + 1) / 2, wq = (Cq + 15) / 16 * 16;
   const char *x = cg_ref(c, in->args[0]), *w = cg_ref(c, in->args[1]), *y = cg_ref(c, in->res);
   if (c->f->batch_max) LINE(c, "if (%lld %% 32 == 0) {   /* a GEMM per output position over 32 images */\n", (ll)N);
@@ -387,7 +391,7 @@ static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd,
   LINE(c, "/* each tap's weights [%lld, %lld, %lld] (bf16 pairs of channels), then the input [%lld, nb, %lld, 32] and\n",
        (ll)kk, (ll)M, (ll)wq, (ll)HW, (ll)Cq);
   LINE(c, " * output [%lld, nb, %lld, 32] by position, nb panels of 32 images: the taps in the padding skipped */\n",
-       (ll)HW, (ll)M);
+       (ll)OHW, (ll)M);
   LINE(c, "ctc_bf16x2 *wt = (ctc_bf16x2 *)%s, *xb = wt + %lld;\n", scratch, (ll)(kk * M * wq));
   char xbn[64];
   bat_size(c, xbn, sizeof xbn, N, HW * Cq * 32);
@@ -395,12 +399,12 @@ static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd,
   bat_loop(c, M, 16, "ctc_bat_w_bf16",
            arena_printf(A, "%s, %d, %lld, %lld, %lld, %lld, ", w, !fwd, (ll)M, (ll)Cin, (ll)kk, (ll)wq), ", wt");
   bat_loop(c, Cq, 4, "ctc_bat_in_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", x, (ll)N, (ll)Cin, (ll)HW), ", xb");
-  bat_loop(c, HW, 1, "ctc_conv_bat_bf16",
-           arena_printf(A, "wt, %lld, xb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, yb, ", (ll)wq, (ll)N,
-                        (ll)Cq, (ll)M, (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)(fwd ? g->ph : g->KH - 1 - g->ph),
-                        (ll)(fwd ? g->pw : g->KW - 1 - g->pw)),
+  bat_loop(c, OHW, 1, "ctc_conv_bat_bf16",
+           arena_printf(A, "wt, %lld, xb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, yb, ",
+                        (ll)wq, (ll)N, (ll)Cq, (ll)M, (ll)g->H, (ll)g->W, (ll)g->OW, (ll)g->sh, (ll)g->KH, (ll)g->KW,
+                        (ll)(fwd ? g->ph : g->KH - 1 - g->ph), (ll)(fwd ? g->pw : g->KW - 1 - g->pw)),
            "");
-  bat_loop(c, M, 8, "ctc_bat_out_bf16", arena_printf(A, "yb, %lld, %lld, %lld, ", (ll)N, (ll)M, (ll)HW),
+  bat_loop(c, M, 8, "ctc_bat_out_bf16", arena_printf(A, "yb, %lld, %lld, %lld, ", (ll)N, (ll)M, (ll)OHW),
            arena_printf(A, ", %s", y));
   c->ind -= c->f->batch_max ? 2 : 0;
 }
@@ -449,7 +453,8 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
   if (low == 1) c->k->gemm_bf16 = 1;
   cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_CONV_PIX_f32");
   if (bat && !c->f->batch_max)
-    LINE(c, "{   /* a stride-1 convolution of bf16 values as GEMMs over the batch (AVX-512 BF16): no unfolded copy */\n");
+    LINE(c, "{   /* a stride-%lld convolution of bf16 values as GEMMs over the batch (AVX-512 BF16): no unfolded copy */\n",
+         (ll)g->sh);
   else
     LINE(c, "{   /* a stride-1 convolution as an implicit GEMM (%s): no unfolded copy */\n",
          low == 1 ? "AVX-512 BF16, of bf16 values" : "AVX-512, AVX2 or NEON");

@@ -563,13 +563,14 @@ int64_t ir_conv_phase_bytes(const Func *f, const Inst *in);
  * .bfloat16() model's), or of one of its gradients, that the hosted C target (f->conv_phases)
  * computes, where the compiler targets AVX-512 BF16, as a GEMM per output position over panels
  * of 32 images (codegen_c/conv_bat_c.c; the taps in the padding skipped): one group, no
- * dilation, an output the size of the input (padding (KH - 1) / 2, (KW - 1) / 2), images of a
+ * dilation, padding (KH - 1) / 2, (KW - 1) / 2, stride 1 and an output the size of the input,
+ * or (the forward at a static batch) stride 2 and an output half the input's size; images of a
  * multiple of 16 pixels, at most 64 taps, at least 8 channels into the GEMMs (the input's; the
  * input gradient's: the output's; with 3, a 3-channel stem, it ran 0.78x forward, 0.95x the
  * weight gradient), a batch of a multiple of 32 (or one chosen at run time,
  * f->batch_max: the program takes it at such batches), and at most IR_CONV_BAT_MAX_BYTES of
  * scratch: each tap's weights [KH*KW, M, wq] (wq: the input channels' pairs rounded up to 16)
- * and the input and output laid out by position [OH*OW, nb, Cq + M, 32] (nb panels of 32
+ * and the input and output laid out by position [H*W, nb, Cq, 32], [OH*OW, nb, M, 32] (nb panels of 32
  * images, Cq pairs of input channels, M output channels); the weight gradient's dW^T [C*KH*KW, O],
  * x's and g's channels by position with pairs of images [C + O, OH*OW, nb * 16] and g's as
  * op(B)'s panels [O rounded up to 32, OH*OW, nb * 16]. 0 for any other instruction. */

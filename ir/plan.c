@@ -233,17 +233,18 @@ int64_t ir_conv_bat_bytes(const Func *f, const Inst *in) {
   int64_t N, C, O, KH, KW, OH, OW;
   conv_dims(f, in, &N, &C, &O, &KH, &KW, &OH, &OW);
   const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
-  if ((in->attr[6] > 0 ? in->attr[6] : 1) != 1 || in->attr[0] != 1 || in->attr[1] != 1 || in->attr[4] != 1 ||
-      in->attr[5] != 1 || x->dims[2] != OH || x->dims[3] != OW || KH - 1 != 2 * in->attr[2] ||
-      KW - 1 != 2 * in->attr[3] || OH * OW % 16 || KH * KW > 64 || (!f->batch_max && N % 32) ||
-      (in->op == IR_CONV2D_BWD_INPUT ? O : C) < 8 ||
+  const int64_t st = in->attr[0];   /* 1, or 2 for a forward at a static batch */
+  if ((in->attr[6] > 0 ? in->attr[6] : 1) != 1 || in->attr[1] != st ||
+      (st != 1 && (st != 2 || in->op != IR_CONV2D || f->batch_max)) || in->attr[4] != 1 || in->attr[5] != 1 ||
+      x->dims[2] != st * OH || x->dims[3] != st * OW || KH - 1 != 2 * in->attr[2] || KW - 1 != 2 * in->attr[3] ||
+      OH * OW % 16 || KH * KW > 64 || (!f->batch_max && N % 32) || (in->op == IR_CONV2D_BWD_INPUT ? O : C) < 8 ||
       C > ((int64_t)1 << 16) || O > ((int64_t)1 << 16) || OH * OW > (1 << 16))
     return 0;
   const int64_t Cq = ((in->op == IR_CONV2D ? C : O) + 1) / 2, M = in->op == IR_CONV2D ? O : C;
-  const int64_t wq = (Cq + 15) / 16 * 16, nb = (N + 31) / 32;
+  const int64_t wq = (Cq + 15) / 16 * 16, nb = (N + 31) / 32, HW = x->dims[2] * x->dims[3];
   const int64_t dwt = (C * KH * KW * O + 15) / 16 * 16;   /* (the layouts after it 64-byte aligned) */
   const int64_t b = in->op == IR_CONV2D_BWD_WEIGHT ? 4 * (dwt + OH * OW * nb * 16 * (C + O + (O + 31) / 32 * 32))
-                                                   : 4 * (KH * KW * M * wq + OH * OW * nb * 32 * (Cq + M));
+                                                   : 4 * (KH * KW * M * wq + nb * 32 * (HW * Cq + OH * OW * M));
   return b <= IR_CONV_BAT_MAX_BYTES ? b : 0;
 }
 

@@ -1508,23 +1508,24 @@ static inline void ctc_bat_w_bf16(const float *w, int flip, int64_t M, int64_t C
       for (; q < wq; q++) r[q] = 0;
     }
 }
-/* yb[((pos * nb + b) * M + m) * 32 + j] (image 32 b + j) for the positions pos in [r0, r1) of an H x W
- * output: the sum over the taps (kh, kw) inside the image (pixel (oh + kh - ph, ow + kw - pw)) of
- * tap's weights (wt, ctc_bat_w_bf16) times xb's panel there (ctc_bat_in_bf16), tap after tap. */
+/* yb[((pos * nb + b) * M + m) * 32 + j] (image 32 b + j) for the positions pos in [r0, r1) of an output
+ * OW wide: the sum over the taps (kh, kw) inside the H x W input (pixel (st oh + kh - ph, st ow + kw -
+ * pw), stride st) of tap's weights (wt, ctc_bat_w_bf16) times xb's panel there (ctc_bat_in_bf16), tap
+ * after tap. */
 static inline void ctc_conv_bat_bf16(const ctc_bf16x2 *wt, int64_t wq, const ctc_bf16x2 *xb, int64_t N, int64_t Cq,
-                                     int64_t M, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t ph, int64_t pw,
-                                     float *yb, int64_t r0, int64_t r1) {
+                                     int64_t M, int64_t H, int64_t W, int64_t OW, int64_t st, int64_t KH, int64_t KW,
+                                     int64_t ph, int64_t pw, float *yb, int64_t r0, int64_t r1) {
   const int64_t nb = (N + 31) / 32;
   for (int64_t pos = r0; pos < r1; pos++) {
-    const int64_t oh = pos / W, ow = pos % W;
+    const int64_t oh = pos / OW, ow = pos % OW;
     for (int64_t b = 0; b < nb; b++) {
       float *c = yb + (pos * nb + b) * M * 32;
       int add = 0;
       for (int64_t kh = 0; kh < KH; kh++) {
-        const int64_t ih = oh + kh - ph;
+        const int64_t ih = st * oh + kh - ph;
         if (ih < 0 || ih >= H) continue;
         for (int64_t kw = 0; kw < KW; kw++) {
-          const int64_t iw = ow + kw - pw;
+          const int64_t iw = st * ow + kw - pw;
           if (iw < 0 || iw >= W) continue;
           const ctc_bf16x2 *bq = xb + ((ih * W + iw) * nb + b) * Cq * 32, *a = wt + (kh * KW + kw) * M * wq;
           for (int64_t i = 0; i < M; i += 12) {

@@ -3,12 +3,13 @@ batch (codegen_c/conv_bat_c.c, ir_conv_bat_bytes: the taps that fall into the pa
 
 An autocast CNN of 8x8 and 4x4 images, batch 32: 3x3 convolutions with odd channel counts in and
 out (a pair of channels half empty, a 12-row tile part full), a 5x5 one on 4x4 images (at a corner
-9 of its 25 taps inside), a strided one and the classifier as GEMMs. Checked:
+9 of its 25 taps inside), a stride-2 one 8x8 -> 4x4, and the classifier. Checked:
 
 - test_calls: the generated C calls ctc_conv_bat_bf16 for the four same-size convolutions of the
-  forward with 8 channels in or more, and in the training step also for their input gradients and
-  ctc_conv_bat_wgrad_bf16 for their weight gradients (the 5-channel stem: the implicit GEMM); a
-  batch chosen at run time keeps the implicit GEMM for other batches under `if (N % 32 == 0)`; both
+  forward with 8 channels in or more and the stride-2 one, and in the training step also for the
+  same-size ones' input gradients and ctc_conv_bat_wgrad_bf16 for their weight gradients (the
+  5-channel stem: the implicit GEMM); a batch chosen at run time keeps the implicit GEMM for other
+  batches under `if (N % 32 == 0)` (and the stride-2 one on the tiles); both
   files compile with -Wall -Wextra -Werror for AVX-512 BF16, AVX-512 and AVX2;
 - test_small_images: built with -march=native where the CPU has AVX-512 BF16 (else skipped; the
   other branch is test_gemm_bf16's), the forward within two bf16 roundings of PyTorch 1.13's CPU
@@ -66,10 +67,11 @@ def test_calls(tmp_path):
     build_ctc()
     (tmp_path / "cnn.py").write_text(CNN)
     run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", "train_step", "-o", tmp_path / "t.c"])
-    # the forward's a, b, c, wide and their input gradients and weight gradients; the stem (5 channels in)
-    # on the implicit GEMM
-    assert bat_calls(tmp_path / "t.c") == (8, 4, 1, 1)
+    # the forward's a, b, c, wide and their input gradients and weight gradients, the forward of the
+    # strided one (down: its gradients stay on the tiles); the stem (5 channels in) on the implicit GEMM
+    assert bat_calls(tmp_path / "t.c") == (9, 4, 1, 1)
     # a batch chosen at run time (1..32): each of the four under `if (N % 32 == 0)`, the implicit GEMM else
+    # (the strided one on the tiles)
     run([CTC, "compile", tmp_path / "cnn.py", "--name", "net", "--entry", "infer", "--input", "images=f32[N,5,8,8]",
          "--max", "N=32", "-o", tmp_path / "i.c"])
     assert bat_calls(tmp_path / "i.c") == (4, 0, 5, 0)
