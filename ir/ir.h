@@ -564,7 +564,8 @@ int64_t ir_conv_phase_bytes(const Func *f, const Inst *in);
  * computes, where the compiler targets AVX-512 BF16, as a GEMM per output position over panels
  * of 32 images (codegen_c/conv_bat_c.c; the taps in the padding skipped): one group, no
  * dilation, padding (KH - 1) / 2, (KW - 1) / 2, stride 1 and an output the size of the input,
- * or (the forward at a static batch) stride 2 and an output half the input's size; images of a
+ * or (the forward at a static batch) stride 2, more than one tap (a 1x1 shortcut ran 0.78x) and an
+ * output half the input's size (its weight gradient this way measured no faster); images of a
  * multiple of 16 pixels, at most 64 taps, at least 8 channels into the GEMMs (the input's; the
  * input gradient's: the output's; with 3, a 3-channel stem, it ran 0.78x forward, 0.95x the
  * weight gradient), a batch of a multiple of 32 (or one chosen at run time,

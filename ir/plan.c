@@ -235,7 +235,7 @@ int64_t ir_conv_bat_bytes(const Func *f, const Inst *in) {
   const Type *x = &f->values.data[in->op == IR_CONV2D_BWD_INPUT ? in->res : in->args[0]].type;
   const int64_t st = in->attr[0];   /* 1, or 2 for a forward at a static batch */
   if ((in->attr[6] > 0 ? in->attr[6] : 1) != 1 || in->attr[1] != st ||
-      (st != 1 && (st != 2 || in->op != IR_CONV2D || f->batch_max)) || in->attr[4] != 1 || in->attr[5] != 1 ||
+      (st != 1 && (st != 2 || in->op != IR_CONV2D || f->batch_max || KH * KW == 1)) || in->attr[4] != 1 || in->attr[5] != 1 ||
       x->dims[2] != st * OH || x->dims[3] != st * OW || KH - 1 != 2 * in->attr[2] || KW - 1 != 2 * in->attr[3] ||
       OH * OW % 16 || KH * KW > 64 || (!f->batch_max && N % 32) || (in->op == IR_CONV2D_BWD_INPUT ? O : C) < 8 ||
       C > ((int64_t)1 << 16) || O > ((int64_t)1 << 16) || OH * OW > (1 << 16))
