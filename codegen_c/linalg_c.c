@@ -345,9 +345,8 @@ static int64_t implicit_bytes(const Inst *in, const ConvGeom *g, int bf16) {
  * gradient a convolution of the same kind, padded KH - 1 - ph), images of a multiple of 16
  * pixels, at most 64 taps, and what it keeps fitting in the tiles' scratch. */
 static int conv_implicit(const CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
-  const Func *fr = c->f->batch_ref ? c->f->batch_ref : c->f;
   if (low == 1 && g->sh == 2 && !c->target && !c->k->freestanding && c->sname[i])   /* (emit_conv_bat's alone) */
-    return ir_conv_bat_bytes(fr, &fr->insts.data[i]) > 0;
+    return ir_conv_bat_bytes(c->f, in) > 0;
   return ty(c, in->res)->dtype == DT_F32 && (low == 1 || in->op != IR_CONV2D_BWD_WEIGHT) && !c->target &&
          !c->k->freestanding && c->sname[i] && g->G == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
          g->OH == g->H && g->OW == g->W &&
@@ -448,8 +447,7 @@ static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, co
 static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeom *g, int low) {
   const int64_t P = g->N * g->H * g->W, kk = g->KH * g->KW, ckk = g->C * kk;
   const char *scratch = c->sname[i], *sf = low == 1 ? "bf16" : "f32";
-  const Func *fr = c->f->batch_ref ? c->f->batch_ref : c->f;   /* (the same choice at every batch) */
-  const int bat = low == 1 && ir_conv_bat_bytes(fr, &fr->insts.data[i]) > 0;
+  const int bat = low == 1 && ir_conv_bat_bytes(c->f, in) > 0;
   if (low == 1) c->k->gemm_bf16 = 1;
   cg_printf(c->out, "#ifdef %s\n", low == 1 ? "CTC_GEMM_AVX512BF16" : "CTC_CONV_PIX_f32");
   if (bat && !c->f->batch_max)
@@ -463,10 +461,12 @@ static void emit_conv2d_implicit(CgFunc *c, int i, const Inst *in, const ConvGeo
        in->op == IR_CONV2D_BWD_INPUT ? "col2im" : "im2col", sf, scratch);
   if (in->op == IR_CONV2D_BWD_WEIGHT && bat) {
     emit_conv_bat_wgrad(c, in, g, scratch);
-    if (c->f->batch_max) LINE(c, "} else {   /* other batches: x unfolded as it is read */\n");
+    if (c->f->batch_max) {
+      LINE(c, "} else {   /* other batches: x unfolded as it is read */\n");
+      c->ind += 2;
+    }
   }
   if (in->op == IR_CONV2D_BWD_WEIGHT && (!bat || c->f->batch_max)) {   /* (bf16) dW^T[C*KH*KW, O] = x g^T, x unfolded as it is read */
-    c->ind += bat ? 2 : 0;
     LINE(c, "const ctc_pix xs = {%s, %lld, %lld, %lld, %lld, %lld, %lld, %lld, 1};\n", cg_ref(c, in->args[0]), (ll)g->C,
          (ll)g->H, (ll)g->W, (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw);
     LINE(c, "const ctc_pix gs = {%s, %lld, %lld, %lld, 0, 0, 0, 0, 1};\n", cg_ref(c, in->args[1]), (ll)g->O, (ll)g->H,

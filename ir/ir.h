@@ -574,7 +574,8 @@ int64_t ir_conv_phase_bytes(const Func *f, const Inst *in);
  * and the input and output laid out by position [H*W, nb, Cq, 32], [OH*OW, nb, M, 32] (nb panels of 32
  * images, Cq pairs of input channels, M output channels); the weight gradient's dW^T [C*KH*KW, O],
  * x's and g's channels by position with pairs of images [C + O, OH*OW, nb * 16] and g's as
- * op(B)'s panels [O rounded up to 32, OH*OW, nb * 16]. 0 for any other instruction. */
+ * op(B)'s panels [O rounded up to 32, OH*OW, nb * 16]. 0 for any other instruction. With a batch
+ * chosen at run time it answers for f->batch_ref's instruction (the same at every batch). */
 #define IR_CONV_BAT_MAX_BYTES ((int64_t)8 << 20)
 int64_t ir_conv_bat_bytes(const Func *f, const Inst *in);
 int64_t ir_conv_slots(const Func *f, const Inst *in);

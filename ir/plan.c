@@ -118,7 +118,7 @@ int64_t ir_scratch_bytes(const Func *f, const Inst *in) {
   }
   int64_t pb = ir_conv_phase_bytes(f, in);
   if (b != INT64_MAX && pb > b) b = pb;
-  int64_t bb = ir_conv_bat_bytes(f->batch_ref ? f->batch_ref : f, in);   /* (either branch may run) */
+  int64_t bb = ir_conv_bat_bytes(f, in);   /* (either branch may run) */
   if (b != INT64_MAX && bb > b) b = bb;
   if (b == INT64_MAX || !ir_conv_wgrad_t(f, in)) return b;
   int64_t e[5] = {C, KH, KW, O, 4}, more;   /* and dW^T [C*KH*KW, O] (ir_conv_wgrad_t) */
@@ -227,6 +227,11 @@ int64_t ir_conv_phase_bytes(const Func *f, const Inst *in) {
 }
 
 int64_t ir_conv_bat_bytes(const Func *f, const Inst *in) {
+  if (f->batch_ref && f->batch_ref != f && in >= f->insts.data && in < f->insts.data + f->insts.len) {
+    /* the trace at the largest batch decides, for every batch */
+    const Func *r = f->batch_ref;
+    in = &r->insts.data[in - f->insts.data], f = r;
+  }
   if ((in->op != IR_CONV2D && in->op != IR_CONV2D_BWD_INPUT && in->op != IR_CONV2D_BWD_WEIGHT) || !f->conv_phases ||
       f->values.data[in->res].type.dtype != DT_F32 || ir_low_operands(f, in) != 1)
     return 0;
