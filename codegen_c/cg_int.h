@@ -130,6 +130,8 @@ extern const char cg_conv_wino_common_text[], cg_conv_wino_text[], cg_conv_wino_
     cg_conv_wino_tile16_text[], cg_conv_wino_neon_text[], cg_conv_wino_driver_text[];
 /* conv_bat_c.c: the bf16 convolutions on small images, a GEMM per output position (same header) */
 extern const char cg_conv_bat_bf16_text[];
+/* gemm_amx_c.c: the bf16 GEMM on AMX tiles (same header, after the AVX-512 BF16 one) */
+extern const char cg_gemm_amx_bf16_text[];
 
 /* ---- cg_util.c: a block of emitted C as lines (codegen_cuda re-indents one) ---- */
 

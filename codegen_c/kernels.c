@@ -244,18 +244,26 @@ static const char matmul_pk_text[] =
     "  }\n"
     "}\n";
 
-/* GEMMs whose operands both hold bfloat16 values (KirCall.low): ctc_gemm_avx512bf16 where the
- * compiler targets AVX-512 BF16, else the f32 GEMM, which computes the same exact products;
- * split over the threads by matmul_fn_text as ctc_matmul_f32. */
+/* GEMMs whose operands both hold bfloat16 values (KirCall.low): ctc_gemm_amx_bf16 where the
+ * compiler targets AMX and Linux grants the tiles, else ctc_gemm_avx512bf16 where it targets
+ * AVX-512 BF16, else the f32 GEMM, which computes the same exact products; split over the
+ * threads by matmul_fn_text as ctc_matmul_f32. */
 static const Part matmul_bf16_text[] = {
     {"/* Rows [r0, r1) and columns [c0, c1) of C = op(A) op(B) (C += if acc), A's and B's floats\n"
-     " * holding bfloat16 values: AVX-512 BF16 dot products where the compiler targets them. */\n"
+     " * holding bfloat16 values: AMX tiles or AVX-512 BF16 dot products where the compiler targets them. */\n"
      "static void ctc_matmul_block_bf16(int ta, int tb, int acc, int64_t K, const float *a, int64_t lda, const float *b,\n"
      "                                  int64_t ldb, float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {\n",
      NULL},
     {"#ifdef CTC_GEMM_AVX512BF16\n"
      "  (void)ctc_matmul_block_f32;   /* (this function's fallback without AVX-512 BF16) */\n"
      "  if (r1 <= r0 || c1 <= c0) return;\n"
+     "#ifdef CTC_GEMM_AMX_BF16\n"
+     "  if (ctc_amx_granted()) {\n"
+     "    ctc_gemm_amx_bf16(ta, tb, acc, r1 - r0, c1 - c0, K, a + (ta ? r0 : r0 * lda), lda, b + (tb ? c0 * ldb : c0), ldb,\n"
+     "                      c + r0 * ldc + c0, ldc);\n"
+     "    return;\n"
+     "  }\n"
+     "#endif\n"
      "  ctc_gemm_avx512bf16(ta, tb, acc, r1 - r0, c1 - c0, K, a + (ta ? r0 : r0 * lda), lda, b + (tb ? c0 * ldb : c0), ldb,\n"
      "                      c + r0 * ldc + c0, ldc);\n"
      "#else\n"

@@ -6,7 +6,8 @@
  * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).
  * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values
  * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a
- * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the
+ * model.c that defines CTC_WANT_GEMM_BF16 before including it, and with AMX the same GEMM on
+ * its tiles (ctc_gemm_amx_bf16, CTC_GEMM_AMX_BF16). With AVX-512 or AVX2, the
  * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,
  * AVX2 or the NEON GEMM, the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32,
  * CTC_CONV_WINO_f32); with AVX2 and FMA, the product of one row and a matrix (ctc_gemv_x86_f32,
@@ -1463,6 +1464,153 @@ static inline void ctc_conv_wgrad_bf16(const ctc_pix *x, const ctc_pix *g, int64
       }
     }
   }
+}
+#endif
+#if defined(CTC_GEMM_AVX512BF16) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__) && \
+    defined(__x86_64__)
+#define CTC_GEMM_AMX_BF16 1
+/* Whether this process may use the AMX tiles: Linux (5.16 and later) gives them to a process that
+ * asks, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), before its first tile instruction.
+ * Asked once (the system call itself: the model is compiled without _DEFAULT_SOURCE's syscall()),
+ * the answer kept; two threads asking at once ask twice and get the same answer. Refused (a kernel
+ * before 5.16, a hypervisor that does not pass the tiles on): the vdpbf16ps kernel. */
+static int ctc_amx_granted(void) {
+  static int state;   /* 0: not asked yet, 1: granted, 2: refused */
+  int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+  if (!s) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(158L /* SYS_arch_prctl */), "D"(0x1023L), "S"(18L) : "rcx", "r11",
+                     "memory");
+    s = r == 0 ? 1 : 2;
+    __atomic_store_n(&state, s, __ATOMIC_RELAXED);
+  }
+  return s == 1;
+}
+/* The tile configuration of this thread: palette 1, all eight tiles 16 rows of 64 bytes (16 floats,
+ * or 16 bf16 pairs). */
+static inline void ctc_amx_config(void) {
+  _Alignas(64) unsigned char cfg[64] = {1};
+  for (int t = 0; t < 8; t++) cfg[16 + 2 * t] = 64, cfg[48 + t] = 16;
+  _tile_loadconfig(cfg);
+}
+/* C's rows [0, mr) and columns [0, nr) (nr <= 16) from a stored 16x16 tile t: = t, or += t if add */
+static inline void ctc_amx_out(const float *t, float *c, int64_t ldc, int mr, int nr, int add) {
+  const __mmask16 m = ctc_lanes16(nr);
+  for (int i = 0; i < mr; i++) {
+    __m512 v = _mm512_load_ps(t + 16 * i);
+    if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c + i * ldc));
+    _mm512_mask_storeu_ps(c + i * ldc, m, v);
+  }
+}
+/* Tile T into C (its rows [0, mr), columns [0, nr)): straight into C when it is a whole 16x16 tile
+ * of C and replaces it, else through t (the sum C + tile: the same bits whichever way). */
+#define CTC_AMX_STORE(T, c, ldc, mr, nr, add, t)  \
+  do {                                            \
+    if ((mr) >= 16 && (nr) >= 16 && !(add)) {     \
+      _tile_stored(T, c, (ldc) * 4);              \
+    } else {                                      \
+      _tile_stored(T, t, 64);                     \
+      ctc_amx_out(t, c, ldc, mr, nr, add);        \
+    }                                             \
+  } while (0)
+/* The block C[mr <= 32 rows, nr <= 32 columns] (= or += if add) of A's rows of pairs (a, kpl pairs
+ * a row; rows past mr are read, their sums not stored) times the panel bq (zero from the block's
+ * pairs to kpl) over kpl pairs. Tiles 0-3: C's four 16x16 quarters; 4-5: A's two 16-row tiles of 16
+ * pairs; 6-7: the panel's two 16-column halves. R2, C2 (constants where it is called): whether the
+ * block has a second row tile, a second column tile. Each quarter sums the block's k from zero in
+ * the same order whatever its size, so the bits do not depend on how the threads split C. */
+static inline __attribute__((always_inline)) void ctc_amx_block_bf16(const int R2, const int C2, int64_t kpl,
+                                                                     const ctc_bf16x2 *a, const ctc_bf16x2 *bq,
+                                                                     float *c, int64_t ldc, int mr, int nr, int add) {
+  _Alignas(64) float t[256];
+  _tile_zero(0);
+  if (C2) _tile_zero(1);
+  if (R2) _tile_zero(2);
+  if (R2 && C2) _tile_zero(3);
+  for (int64_t q = 0; q < kpl; q += 16) {
+    _tile_loadd(4, a + q, kpl * 4);
+    _tile_loadd(6, bq + q * 32, 128);
+    if (C2) _tile_loadd(7, bq + q * 32 + 16, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    if (C2) _tile_dpbf16ps(1, 4, 7);
+    if (R2) {
+      _tile_loadd(5, a + 16 * kpl + q, kpl * 4);
+      _tile_dpbf16ps(2, 5, 6);
+      if (C2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  const int m0 = mr < 16 ? mr : 16, n0 = nr < 16 ? nr : 16;
+  CTC_AMX_STORE(0, c, ldc, m0, n0, add, t);
+  if (C2) CTC_AMX_STORE(1, c + 16, ldc, m0, nr - 16, add, t);
+  if (R2) CTC_AMX_STORE(2, c + 16 * ldc, ldc, mr - 16, n0, add, t);
+  if (R2 && C2) CTC_AMX_STORE(3, c + 16 * ldc + 16, ldc, mr - 16, nr - 16, add, t);
+}
+/* A transposed (A[k, i] at a[k * lda + i]): op(A)'s block [i0, i0 + mc) x [k0, k0 + kc) as rows of
+ * bf16 pairs along k, as ctc_pack_a_bf16 packs an A not transposed: ap[i * kpl + q], zeros from kc
+ * to 2 kpl and in the rows from mc to the next multiple of 16. */
+static void ctc_pack_at_rows_bf16(const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
+                                  int64_t kpl, ctc_bf16x2 *restrict ap) {
+  _Alignas(64) ctc_bf16x2 t[16 * 16];
+  for (int64_t i = 0; i < mc; i += 16) {
+    const __mmask16 m = ctc_lanes16(mc - i);
+    for (int64_t q0 = 0; q0 < kpl; q0 += 16) {
+      for (int q = 0; q < 16; q++) {   /* t[q]: the pairs (A[k, i + r], A[k + 1, i + r]), r < 16 */
+        const int64_t k = 2 * (q0 + q);
+        const __m512 x = k < kc ? _mm512_maskz_loadu_ps(m, a + (k0 + k) * lda + i0 + i) : _mm512_setzero_ps();
+        const __m512 y = k + 1 < kc ? _mm512_maskz_loadu_ps(m, a + (k0 + k + 1) * lda + i0 + i) : _mm512_setzero_ps();
+        _mm512_store_si512(t + q * 16, ctc_bf16_pairs_cols(x, y));
+      }
+      ctc_transpose16_f32((const float *)t, 16, (float *)(ap + i * kpl + q0), kpl);
+    }
+  }
+}
+/* C[M,N] = op(A) op(B), or C += if acc, as ctc_gemm_avx512bf16 (the same operands, packed the same
+ * way) on the AMX tiles (ctc_amx_granted first): K in blocks of up to 512 (256 pairs, a panel), M of
+ * 384 rows (op(A)'s block packed once as rows of pairs), op(B)'s panels of 32 columns (zero from the
+ * block's pairs to the tiles' 16), C in blocks of 32 x 32. Serial; 128 KiB of panels and 384 KiB of
+ * op(A) on the stack. */
+static void ctc_gemm_amx_bf16(int ta, int tb, int acc, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                              const float *b, int64_t ldb, float *c, int64_t ldc) {
+  _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];   /* 4 panels of 256 pairs */
+  _Alignas(64) ctc_bf16x2 ap[384 * 256];
+  if (K <= 0) {
+    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
+    return;
+  }
+  ctc_amx_config();
+  const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kc = K - k0 < kb ? K - k0 : kb, kp = (kc + 1) / 2, kpl = (kp + 15) / 16 * 16;
+    const size_t zpad = sizeof(ctc_bf16x2) * (size_t)((kpl - kp) * 32);   /* a panel's pairs kp .. kpl */
+    const int add = acc || k0 > 0;
+    for (int64_t i0 = 0; i0 < M; i0 += 384) {
+      const int64_t mc = M - i0 < 384 ? M - i0 : 384;
+      if (ta) ctc_pack_at_rows_bf16(a, lda, i0, mc, k0, kc, kpl, ap);
+      else ctc_pack_a_bf16(0, a, lda, i0, mc, k0, kc, kpl, 0, ap);
+      for (int64_t j0 = 0; j0 < N; j0 += 32) {
+        const int nr = N - j0 < 32 ? (int)(N - j0) : 32;
+        ctc_bf16x2 *restrict bq = bp + j0 / 32 % 4 * 8192;   /* this panel */
+        if (tb) {
+          ctc_pack_bt_bf16(b, ldb, k0, kc, j0, nr, bq);
+          memset(bq + kp * 32, 0, zpad);
+        } else if (j0 % 128 == 0) {
+          const int64_t n = N - j0 < 128 ? N - j0 : 128;
+          ctc_pack_bn_bf16(b, ldb, k0, kc, j0, n, bp);
+          for (int64_t p = 0; p < (n + 31) / 32; p++) memset(bp + p * 8192 + kp * 32, 0, zpad);
+        }
+        for (int64_t i = 0; i < mc; i += 32) {
+          const int mr = mc - i < 32 ? (int)(mc - i) : 32;
+          const ctc_bf16x2 *ai = ap + i * kpl;
+          float *ci = c + (i0 + i) * ldc + j0;
+          if (mr > 16 && nr > 16) ctc_amx_block_bf16(1, 1, kpl, ai, bq, ci, ldc, mr, nr, add);
+          else if (mr > 16) ctc_amx_block_bf16(1, 0, kpl, ai, bq, ci, ldc, mr, nr, add);
+          else if (nr > 16) ctc_amx_block_bf16(0, 1, kpl, ai, bq, ci, ldc, mr, nr, add);
+          else ctc_amx_block_bf16(0, 0, kpl, ai, bq, ci, ldc, mr, nr, add);
+        }
+      }
+    }
+  }
+  _tile_release();
 }
 #endif
 #ifdef CTC_GEMM_AVX512BF16

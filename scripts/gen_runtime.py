@@ -5,7 +5,8 @@ codegen_c/gemm_simd_c.c holds (conv_pix_text, gemm_avx512_text, gemm_avx512bf16_
 gemm_avx2_head, gemm_avx2_conv_text, cg_gemm_neon_sel, cg_gemm_neon_head and cg_gemm_simd16_text, the last
 instantiated for avx2 and neon, gemv_x86_text and gemm_own_text) and codegen_c/wino_c.c (cg_conv_wino_common_text, cg_conv_wino_text,
 cg_conv_wino_avx2_text, cg_conv_wino_neon_text, cg_conv_wino_tile16_text instantiated for avx2 and
-neon, cg_conv_wino_driver_text) and codegen_c/conv_bat_c.c (cg_conv_bat_bf16_text, after the bf16 GEMM), so that
+neon, cg_conv_wino_driver_text) and codegen_c/gemm_amx_c.c (cg_gemm_amx_bf16_text, the bf16 GEMM on AMX tiles) and
+codegen_c/conv_bat_c.c (cg_conv_bat_bf16_text), both after the bf16 GEMM, so that
 there is one copy of them: a hosted model.c that runs f32 GEMMs includes the header, a
 --freestanding one gets the NEON kernel written into it by codegen_c/kernels.c.
 
@@ -23,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join("codegen_c", "gemm_simd_c.c")
 WINO = os.path.join("codegen_c", "wino_c.c")
 BAT = os.path.join("codegen_c", "conv_bat_c.c")
+AMX = os.path.join("codegen_c", "gemm_amx_c.c")
 OUT = os.path.join("runtime_min", "ctc_gemm_simd.h")
 ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
 
@@ -45,6 +47,8 @@ def header():
         wino = f.read()
     with open(os.path.join(ROOT, BAT), encoding="utf-8") as f:
         bat = f.read()
+    with open(os.path.join(ROOT, AMX), encoding="utf-8") as f:
+        amx = f.read()
     simd16 = c_string(src, "cg_gemm_simd16_text")
     tile16 = c_string(wino, "cg_conv_wino_tile16_text")
     pix16 = c_string(src, "cg_conv_pix16_text")
@@ -56,7 +60,8 @@ def header():
             " * ctc_matmul_block_f32 calls the one that is in (CTC_GEMM_<ISA>_f32 says which).\n"
             " * With AVX-512 BF16, also the GEMM of floats holding bfloat16 values\n"
             " * (ctc_gemm_avx512bf16, CTC_GEMM_AVX512BF16), which ctc_matmul_block_bf16 calls, in a\n"
-            " * model.c that defines CTC_WANT_GEMM_BF16 before including it. With AVX-512 or AVX2, the\n"
+            " * model.c that defines CTC_WANT_GEMM_BF16 before including it, and with AMX the same GEMM on\n"
+            " * its tiles (ctc_gemm_amx_bf16, CTC_GEMM_AMX_BF16). With AVX-512 or AVX2, the\n"
             " * stride-1 convolutions as implicit GEMMs (ctc_conv_pix_f32, CTC_CONV_PIX_f32); with AVX-512,\n"
             " * AVX2 or the NEON GEMM, the 3x3 ones by Winograd's F(2x2, 3x3) (ctc_conv_wino_f32,\n"
             " * CTC_CONV_WINO_f32); with AVX2 and FMA, the product of one row and a matrix (ctc_gemv_x86_f32,\n"
@@ -70,7 +75,8 @@ def header():
             + c_string(src, "conv_pix_text") + "\n"
             + c_string(src, "gemm_avx512_text") + "\n"
             + c_string(wino, "cg_conv_wino_common_text") + c_string(wino, "cg_conv_wino_text") + "\n"
-            + c_string(src, "gemm_avx512bf16_text") + c_string(bat, "cg_conv_bat_bf16_text") + "\n"
+            + c_string(src, "gemm_avx512bf16_text") + c_string(amx, "cg_gemm_amx_bf16_text")
+            + c_string(bat, "cg_conv_bat_bf16_text") + "\n"
             "#if defined(__AVX2__) && defined(__FMA__)\n#ifndef CTC_GEMM_AVX512_f32\n"
             + c_string(src, "gemm_avx2_head") + simd16.replace("$I", "avx2") + c_string(src, "gemm_avx2_conv_text")
             + pix16.replace("$I", "avx2")

@@ -3,15 +3,19 @@ target; docs/mixed-precision.md).
 
 A GEMM or convolution whose two operands both hold bf16 values (autocast's roundings, the
 weights of a .bfloat16() model: kernels/gemm.c's kn_low_operands) calls ctc_matmul_bf16 /
-ctc_matmul_block_bf16. Where the compiler targets AVX-512 BF16 (-march=native on Zen 4/5,
-Cooper Lake, Sapphire Rapids) that is ctc_gemm_avx512bf16 (vdpbf16ps: pairs of bf16 products
-added to float sums); elsewhere the f32 GEMM, which computes the same exact products.
+ctc_matmul_block_bf16. Where the compiler targets AMX (-march=native on Sapphire Rapids and later)
+and Linux grants the tiles that is ctc_gemm_amx_bf16 (TDPBF16PS: 16x32 by 32x16 tiles of bf16 into
+16x16 of floats); else where it targets AVX-512 BF16 (-march=native on Zen 4/5, Cooper Lake)
+ctc_gemm_avx512bf16 (vdpbf16ps: pairs of bf16 products added to float sums); elsewhere the f32
+GEMM, which computes the same exact products.
 
 - test_kernel_*: test_gemm_isa.py's C main includes a generated model.c and calls
   ctc_matmul_block_bf16 on ragged shapes (odd K, K past a block, partial 12-row tiles and
   32-column panels, every ta/tb, acc on and off, leading dimensions above the matrix) of bf16
   values, each element against a float64 sum, the padding untouched; C computed in the blocks
-  ctc_gemm_block gives 2 and 3 threads has the bits of one call. Built with -march=native (the BF16 kernel, where the CPU has it),
+  ctc_gemm_block gives 2 and 3 threads has the bits of one call. Built with -march=native (the AMX kernel
+  where the CPU has it, else the AVX-512 BF16 one where it has that), -march=native without AMX (where
+  the CPU has AMX: the AVX-512 BF16 kernel),
   -march=skylake-avx512 (AVX-512 without BF16: the f32 kernel) and -march=x86-64 (portable).
 - test_calls: which calls the generated code makes: bf16 for autocast's linear layers and
   convolutions (forward and both backward GEMMs) and for a .bfloat16() model, f32 for a
@@ -64,7 +68,8 @@ assert URAND_F32 in F32_HARNESS and F32_HARNESS.count("ctc_matmul_block_f32(") =
 HARNESS = F32_HARNESS.replace(URAND_F32, URAND_BF16).replace("ctc_matmul_block_f32(", "ctc_matmul_block_bf16(")
 
 # variant: (-march, the kernel it must pick, the CPU flag it needs)
-VARIANTS = {"native": ("-march=native", "avx512bf16", "avx512_bf16"),
+VARIANTS = {"native": ("-march=native", "amx" if cpu_has("amx_bf16") else "avx512bf16", "avx512_bf16"),
+            "noamx": ("-march=native -mno-amx-tile -mno-amx-bf16 -mno-amx-int8", "avx512bf16", "amx_bf16"),
             "avx512": ("-march=skylake-avx512", "avx512", "avx512f"),
             "portable": ("-march=x86-64", "none", None)}
 
@@ -87,7 +92,7 @@ def test_kernel(mm_dir, variant):
     if need and not cpu_has(need):
         pytest.skip(f"the CPU has no {need}")
     exe = mm_dir / variant
-    run(["cc", *CFLAGS, march, f"-I{RT}", f"-I{mm_dir}", mm_dir / "main.c", RT_LIB, "-o", exe, "-lz", "-lm"])
+    run(["cc", *CFLAGS, *march.split(), f"-I{RT}", f"-I{mm_dir}", mm_dir / "main.c", RT_LIB, "-o", exe, "-lz", "-lm"])
     out = run([exe], timeout=300).stdout
     assert f"kernel {kernel}\n" in out, out[-3000:]
     m = re.search(r"(\d+) cases, (\d+) wrong", out)

@@ -25,6 +25,7 @@ qemu-aarch64 (skipped when the cross compiler or QEMU is missing).
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -142,7 +143,9 @@ static int split(int ta, int tb, int M, int N, int K, int nt) {
 #endif
 
 int main(void) {
-#if defined(CTC_GEMM_AVX512BF16)   /* (tests/test_gemm_bf16.py's ctc_matmul_block_bf16) */
+#if defined(CTC_GEMM_AMX_BF16)   /* (tests/test_gemm_bf16.py's ctc_matmul_block_bf16) */
+  printf(ctc_amx_granted() ? "kernel amx\n" : "kernel avx512bf16\n");
+#elif defined(CTC_GEMM_AVX512BF16)
   printf("kernel avx512bf16\n");
 #elif defined(CTC_GEMM_AVX512_f32)
   printf("kernel avx512\n");
@@ -280,6 +283,27 @@ int main(int argc, char **argv) {
 """
 
 
+def torch_matmul(tmp_path, a, b):
+    """a @ b by PyTorch in a process of its own, OpenBLAS's kernels those bench/bench.py gives it on
+    this CPU (bench.openblas_coretype; the environment's OPENBLAS_CORETYPE not inherited)"""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if bench.openblas_coretype():
+        env["OPENBLAS_CORETYPE"] = bench.openblas_coretype()
+    np.save(tmp_path / "ta.npy", np.ascontiguousarray(a))
+    np.save(tmp_path / "tb.npy", np.ascontiguousarray(b))
+    code = ("import sys, numpy as np, torch\n"
+            "a, b = (torch.from_numpy(np.load(sys.argv[i])) for i in (1, 2))\n"
+            "np.save(sys.argv[3], (a @ b).numpy())\n")
+    subprocess.run([sys.executable, "-c", code, tmp_path / "ta.npy", tmp_path / "tb.npy", tmp_path / "tc.npy"],
+                   env=env, check=True)
+    return np.load(tmp_path / "tc.npy")
+
+
 @pytest.mark.parametrize("variant", ["avx2", "avx512"])
 def test_kernel_error_at_pytorch_or_below(mm_dir, tmp_path, variant):
     """Each own x86 kernel's rounding error against a float64 product, beside PyTorch's float32
@@ -287,7 +311,11 @@ def test_kernel_error_at_pytorch_or_below(mm_dir, tmp_path, variant):
     AVX-512, added to C) keeps it at or below PyTorch's. Measured error (root mean square of
     |C - C64| / sum |a b| over C): AVX2 0.75-0.79 of PyTorch's (OpenBLAS) on these shapes (0.50-0.65
     with partial sums of 32); a whole K block (up to 512) summed in registers gives 1.20 on the first
-    shape and fails."""
+    shape and fails. PyTorch runs in a process of its own with OpenBLAS's kernels for this CPU
+    (OPENBLAS_CORETYPE as the generated program and bench/bench.py set it): left to itself, Debian's
+    OpenBLAS 0.3.21 does not know an Emerald Rapids (family 6, model 207) and runs its generic
+    Prescott kernels, which sum K in short blocks: 6.09e-9 on the first shape there, against 1.24e-8
+    for its SkylakeX kernels, 8.59e-9 for ctc's AVX2 kernel and 7.07e-9 for its AVX-512 one."""
     if not x86():
         pytest.skip("an x86-64 host")
     march, kernel, need_flag = X86[variant]
@@ -305,7 +333,7 @@ def test_kernel_error_at_pytorch_or_below(mm_dir, tmp_path, variant):
         opa, opb = (a.T if ta else a), (b.T if tb else b)
         ref = opa.astype(np.float64) @ opb.astype(np.float64)
         scale = np.abs(opa.astype(np.float64)) @ np.abs(opb.astype(np.float64))
-        torch_c = (torch.from_numpy(np.ascontiguousarray(opa)) @ torch.from_numpy(np.ascontiguousarray(opb))).numpy()
+        torch_c = torch_matmul(tmp_path, opa, opb)
         ours = float(np.sqrt(np.mean(((c - ref) / scale) ** 2)))
         theirs = float(np.sqrt(np.mean(((torch_c - ref) / scale) ** 2)))
         print(f"\n{variant} ta={ta} tb={tb} {M}x{N}x{K}: error {ours:.3g}, PyTorch's {theirs:.3g} "
