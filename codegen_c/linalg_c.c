@@ -361,16 +361,20 @@ static void bat_size(CgFunc *c, char *buf, size_t cap, int64_t N, int64_t n) {
   else snprintf(buf, cap, "%lld", (ll)((N + 31) / 32 * n));
 }
 
-/* A parallel loop over [0, n) in steps of `step`: `fn(pre, r, r + step (or n), post);` (pre and post:
- * the call's other arguments, "" for none) */
-static void bat_loop(CgFunc *c, int64_t n, int64_t step, const char *fn, const char *pre, const char *post) {
+/* A parallel loop over [0, n) in steps of `step` (a number, or a macro of the header):
+ * `fn(pre, r, r + step (or n), post);` (pre and post: the call's other arguments, "" for none) */
+static void bat_loop_s(CgFunc *c, int64_t n, const char *step, const char *fn, const char *pre, const char *post) {
+  const int one = !strcmp(step, "1");
   cg_par_open(c, CG_PAR_OMP);
-  LINE(c, "for (int64_t r = 0; r < %lld; %s)\n", (ll)n, step == 1 ? "r++" : arena_printf(c->p->arena, "r += %lld", (ll)step));
-  if (step == 1)
+  LINE(c, "for (int64_t r = 0; r < %lld; %s)\n", (ll)n, one ? "r++" : arena_printf(c->p->arena, "r += %s", step));
+  if (one)
     LINE(c, "  %s(%sr, r + 1%s);\n", fn, pre, post);
   else
-    LINE(c, "  %s(%sr, r + %lld < %lld ? r + %lld : %lld%s);\n", fn, pre, (ll)step, (ll)n, (ll)step, (ll)n, post);
+    LINE(c, "  %s(%sr, r + %s < %lld ? r + %s : %lld%s);\n", fn, pre, step, (ll)n, step, (ll)n, post);
   cg_par_close(c);
+}
+static void bat_loop(CgFunc *c, int64_t n, int64_t step, const char *fn, const char *pre, const char *post) {
+  bat_loop_s(c, n, arena_printf(c->p->arena, "%lld", (ll)step), fn, pre, post);
 }
 
 /* A stride-1 convolution of bf16 values (or its input gradient, fwd 0) as ir_conv_bat_bytes
@@ -409,7 +413,7 @@ static void emit_conv_bat(CgFunc *c, const Inst *in, const ConvGeom *g, int fwd,
 }
 
 /* The weight gradient of a convolution as emit_conv_bat's (ir_conv_bat_bytes): dW^T in the scratch
- * (ctc_conv_bat_wgrad_bf16, in parallel over its 12-row blocks of channels), x's and g's channels
+ * (ctc_conv_bat_wgrad_bf16, in parallel over blocks of CTC_BAT_WGRAD_ROWS channels: its tiles' rows), x's and g's channels
  * laid out by position before, in parallel; left open as emit_conv_bat. */
 static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, const char *scratch) {
   Arena *A = c->p->arena;
@@ -431,7 +435,7 @@ static void emit_conv_bat_wgrad(CgFunc *c, const Inst *in, const ConvGeom *g, co
   bat_loop(c, C, 4, "ctc_bat_rows_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", x, (ll)N, (ll)C, (ll)HW), ", xa");
   bat_loop(c, O, 4, "ctc_bat_rows_bf16", arena_printf(A, "%s, %lld, %lld, %lld, ", gr, (ll)N, (ll)O, (ll)HW), ", ga");
   bat_loop(c, HW, 1, "ctc_bat_cols_bf16", arena_printf(A, "ga, %lld, %lld, nq, ", (ll)O, (ll)HW), ", gb");
-  bat_loop(c, C, 12, "ctc_conv_bat_wgrad_bf16",
+  bat_loop_s(c, C, "CTC_BAT_WGRAD_ROWS", "ctc_conv_bat_wgrad_bf16",
            arena_printf(A, "xa, gb, %lld, %lld, %lld, %lld, %lld, %lld, %lld, nq, %s, ", (ll)O, (ll)g->H, (ll)g->W,
                         (ll)g->KH, (ll)g->KW, (ll)g->ph, (ll)g->pw, scratch),
            "");

@@ -1513,37 +1513,53 @@ static inline void ctc_amx_out(const float *t, float *c, int64_t ldc, int mr, in
       ctc_amx_out(t, c, ldc, mr, nr, add);        \
     }                                             \
   } while (0)
-/* The block C[mr <= 32 rows, nr <= 32 columns] (= or += if add) of A's rows of pairs (a, kpl pairs
- * a row; rows past mr are read, their sums not stored) times the panel bq (zero from the block's
- * pairs to kpl) over kpl pairs. Tiles 0-3: C's four 16x16 quarters; 4-5: A's two 16-row tiles of 16
- * pairs; 6-7: the panel's two 16-column halves. R2, C2 (constants where it is called): whether the
- * block has a second row tile, a second column tile. Each quarter sums the block's k from zero in
- * the same order whatever its size, so the bits do not depend on how the threads split C. */
-static inline __attribute__((always_inline)) void ctc_amx_block_bf16(const int R2, const int C2, int64_t kpl,
-                                                                     const ctc_bf16x2 *a, const ctc_bf16x2 *bq,
-                                                                     float *c, int64_t ldc, int mr, int nr, int add) {
-  _Alignas(64) float t[256];
+/* The 32 x 32 block's tiles (0-3: C's four 16x16 quarters, 0 and 1 its first 16 rows) set to zero. R2,
+ * C2 (constants where these are called): whether the block has a second row tile, a second column tile. */
+static inline __attribute__((always_inline)) void ctc_amx_zero(const int R2, const int C2) {
   _tile_zero(0);
   if (C2) _tile_zero(1);
   if (R2) _tile_zero(2);
   if (R2 && C2) _tile_zero(3);
-  for (int64_t q = 0; q < kpl; q += 16) {
-    _tile_loadd(4, a + q, kpl * 4);
+}
+/* The block's tiles += A's rows of pairs (a, rows ars pairs apart; rows past the block's are read, their
+ * sums not stored) times the panel bq (pair q of column j at bq[q * 32 + j]) over kq pairs (a multiple
+ * of 16): per 16 pairs, A's two 16-row tiles (4, 5) and the panel's two 16-column halves (6, 7). */
+static inline __attribute__((always_inline)) void ctc_amx_acc_bf16(const int R2, const int C2, int64_t kq,
+                                                                   const ctc_bf16x2 *a, int64_t ars,
+                                                                   const ctc_bf16x2 *bq) {
+  for (int64_t q = 0; q < kq; q += 16) {
+    _tile_loadd(4, a + q, ars * 4);
     _tile_loadd(6, bq + q * 32, 128);
     if (C2) _tile_loadd(7, bq + q * 32 + 16, 128);
     _tile_dpbf16ps(0, 4, 6);
     if (C2) _tile_dpbf16ps(1, 4, 7);
     if (R2) {
-      _tile_loadd(5, a + 16 * kpl + q, kpl * 4);
+      _tile_loadd(5, a + 16 * ars + q, ars * 4);
       _tile_dpbf16ps(2, 5, 6);
       if (C2) _tile_dpbf16ps(3, 5, 7);
     }
   }
+}
+/* The block's tiles into C's rows [0, mr) and columns [0, nr) (mr, nr <= 32): = or += if add. */
+static inline __attribute__((always_inline)) void ctc_amx_store(const int R2, const int C2, float *c, int64_t ldc,
+                                                                int mr, int nr, int add) {
+  _Alignas(64) float t[256];
   const int m0 = mr < 16 ? mr : 16, n0 = nr < 16 ? nr : 16;
   CTC_AMX_STORE(0, c, ldc, m0, n0, add, t);
   if (C2) CTC_AMX_STORE(1, c + 16, ldc, m0, nr - 16, add, t);
   if (R2) CTC_AMX_STORE(2, c + 16 * ldc, ldc, mr - 16, n0, add, t);
   if (R2 && C2) CTC_AMX_STORE(3, c + 16 * ldc + 16, ldc, mr - 16, nr - 16, add, t);
+}
+/* The block C[mr <= 32 rows, nr <= 32 columns] (= or += if add) of A's rows of pairs (a, kpl pairs a
+ * row) times the panel bq (zero from the block's pairs to kpl) over kpl pairs. Each quarter sums the
+ * block's k from zero in the same order whatever its size, so the bits do not depend on how the
+ * threads split C. */
+static inline __attribute__((always_inline)) void ctc_amx_block_bf16(const int R2, const int C2, int64_t kpl,
+                                                                     const ctc_bf16x2 *a, const ctc_bf16x2 *bq,
+                                                                     float *c, int64_t ldc, int mr, int nr, int add) {
+  ctc_amx_zero(R2, C2);
+  ctc_amx_acc_bf16(R2, C2, kpl, a, kpl, bq);
+  ctc_amx_store(R2, C2, c, ldc, mr, nr, add);
 }
 /* A transposed (A[k, i] at a[k * lda + i]): op(A)'s block [i0, i0 + mc) x [k0, k0 + kc) as rows of
  * bf16 pairs along k, as ctc_pack_a_bf16 packs an A not transposed: ap[i * kpl + q], zeros from kc
@@ -1656,6 +1672,43 @@ static inline void ctc_bat_w_bf16(const float *w, int flip, int64_t M, int64_t C
       for (; q < wq; q++) r[q] = 0;
     }
 }
+#ifdef CTC_GEMM_AMX_BF16
+/* ctc_conv_bat_bf16 on the AMX tiles (whole tiles of 16 channel pairs: Cq % 16 == 0): an output
+ * position's 32 images and 32 of its channels are one block of four tiles, summed over all the taps
+ * inside the image before C is stored once (ctc_amx_acc_bf16: the tap's weights' rows of pairs times
+ * the panel of the images at the tap's input position). */
+static void ctc_conv_bat_amx_bf16(const ctc_bf16x2 *wt, int64_t wq, const ctc_bf16x2 *xb, int64_t nb, int64_t Cq,
+                                  int64_t M, int64_t H, int64_t W, int64_t OW, int64_t st, int64_t KH, int64_t KW,
+                                  int64_t ph, int64_t pw, float *yb, int64_t r0, int64_t r1) {
+  int64_t tap[64], at[64];   /* the taps inside the image at this position, and their input positions */
+  ctc_amx_config();
+  for (int64_t pos = r0; pos < r1; pos++) {
+    const int64_t oh = pos / OW, ow = pos % OW;
+    int nt = 0;
+    for (int64_t kh = 0; kh < KH; kh++)
+      for (int64_t kw = 0; kw < KW; kw++) {
+        const int64_t ih = st * oh + kh - ph, iw = st * ow + kw - pw;
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) tap[nt] = kh * KW + kw, at[nt++] = ih * W + iw;
+      }
+    for (int64_t b = 0; b < nb; b++) {
+      float *c = yb + (pos * nb + b) * M * 32;
+      for (int64_t i = 0; i < M; i += 32) {
+        const int mr = M - i < 32 ? (int)(M - i) : 32;
+        if (mr > 16) ctc_amx_zero(1, 1);
+        else ctc_amx_zero(0, 1);
+        for (int t = 0; t < nt; t++) {
+          const ctc_bf16x2 *a = wt + (tap[t] * M + i) * wq, *bq = xb + (at[t] * nb + b) * Cq * 32;
+          if (mr > 16) ctc_amx_acc_bf16(1, 1, Cq, a, wq, bq);
+          else ctc_amx_acc_bf16(0, 1, Cq, a, wq, bq);
+        }
+        if (mr > 16) ctc_amx_store(1, 1, c + i * 32, 32, mr, 32, 0);
+        else ctc_amx_store(0, 1, c + i * 32, 32, mr, 32, 0);
+      }
+    }
+  }
+  _tile_release();
+}
+#endif
 /* yb[((pos * nb + b) * M + m) * 32 + j] (image 32 b + j) for the positions pos in [r0, r1) of an output
  * OW wide: the sum over the taps (kh, kw) inside the H x W input (pixel (st oh + kh - ph, st ow + kw -
  * pw), stride st) of tap's weights (wt, ctc_bat_w_bf16) times xb's panel there (ctc_bat_in_bf16), tap
@@ -1664,6 +1717,12 @@ static inline void ctc_conv_bat_bf16(const ctc_bf16x2 *wt, int64_t wq, const ctc
                                      int64_t M, int64_t H, int64_t W, int64_t OW, int64_t st, int64_t KH, int64_t KW,
                                      int64_t ph, int64_t pw, float *yb, int64_t r0, int64_t r1) {
   const int64_t nb = (N + 31) / 32;
+#ifdef CTC_GEMM_AMX_BF16
+  if (Cq % 16 == 0 && ctc_amx_granted()) {
+    ctc_conv_bat_amx_bf16(wt, wq, xb, nb, Cq, M, H, W, OW, st, KH, KW, ph, pw, yb, r0, r1);
+    return;
+  }
+#endif
   for (int64_t pos = r0; pos < r1; pos++) {
     const int64_t oh = pos / OW, ow = pos % OW;
     for (int64_t b = 0; b < nb; b++) {
@@ -1741,6 +1800,60 @@ static inline void ctc_bat_cols_bf16(const ctc_bf16x2 *ga, int64_t O, int64_t HW
         ctc_transpose16_f32((const float *)t, 16, (float *)dst, 32);
       }
 }
+/* The channels of x a call of ctc_conv_bat_wgrad_bf16 takes in the generated loops: the rows of a
+ * block of AMX tiles (12, 12 and 8 rows of vdpbf16ps tiles where Linux refuses the tiles), else one
+ * 12-row tile. */
+#ifdef CTC_GEMM_AMX_BF16
+#define CTC_BAT_WGRAD_ROWS 32
+#else
+#define CTC_BAT_WGRAD_ROWS 12
+#endif
+#ifdef CTC_GEMM_AMX_BF16
+/* ctc_conv_bat_wgrad_bf16 on the AMX tiles: 32 channels of x by 32 of g for a tap are one block of
+ * four tiles, summed over all the output rows before C is stored once; a row's run of positions is
+ * (ow1 - ow0) nq pairs (nq a multiple of 16). */
+static void ctc_conv_bat_wgrad_amx_bf16(const ctc_bf16x2 *xa, const ctc_bf16x2 *gb, int64_t O, int64_t H, int64_t W,
+                                        int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t nq, float *dwt,
+                                        int64_t c0, int64_t c1) {
+  const int64_t HW = H * W, KK = KH * KW, ldc = KK * O;
+  ctc_amx_config();
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      const int64_t oh0 = ph - kh > 0 ? ph - kh : 0, oh1 = H + ph - kh < H ? H + ph - kh : H;
+      const int64_t ow0 = pw - kw > 0 ? pw - kw : 0, ow1 = W + pw - kw < W ? W + pw - kw : W;
+      for (int64_t ob = 0; ob < O; ob += 32) {
+        const int nr = O - ob < 32 ? (int)(O - ob) : 32;
+        for (int64_t c = c0; c < c1; c += 32) {
+          const int mr = c1 - c < 32 ? (int)(c1 - c) : 32;
+          float *cp = dwt + (c * KK + kh * KW + kw) * O + ob;
+          if (oh0 >= oh1 || ow0 >= ow1) {   /* the tap is outside at every position */
+            for (int i = 0; i < mr; i++) memset(cp + i * ldc, 0, sizeof(float) * (size_t)nr);
+            continue;
+          }
+          const int R2 = mr > 16, C2 = nr > 16;
+          if (R2 && C2) ctc_amx_zero(1, 1);
+          else if (R2) ctc_amx_zero(1, 0);
+          else if (C2) ctc_amx_zero(0, 1);
+          else ctc_amx_zero(0, 0);
+          for (int64_t oh = oh0; oh < oh1; oh++) {
+            const ctc_bf16x2 *a = xa + (c * HW + (oh + kh - ph) * W + ow0 + kw - pw) * nq;
+            const ctc_bf16x2 *bq = gb + ((ob / 32 * HW) + oh * W + ow0) * nq * 32;
+            const int64_t kq = (ow1 - ow0) * nq;
+            if (R2 && C2) ctc_amx_acc_bf16(1, 1, kq, a, HW * nq, bq);
+            else if (R2) ctc_amx_acc_bf16(1, 0, kq, a, HW * nq, bq);
+            else if (C2) ctc_amx_acc_bf16(0, 1, kq, a, HW * nq, bq);
+            else ctc_amx_acc_bf16(0, 0, kq, a, HW * nq, bq);
+          }
+          if (R2 && C2) ctc_amx_store(1, 1, cp, ldc, mr, nr, 0);
+          else if (R2) ctc_amx_store(1, 0, cp, ldc, mr, nr, 0);
+          else if (C2) ctc_amx_store(0, 1, cp, ldc, mr, nr, 0);
+          else ctc_amx_store(0, 0, cp, ldc, mr, nr, 0);
+        }
+      }
+    }
+  _tile_release();
+}
+#endif
 /* dwt[(c * KH * KW + t) * O + o] (the transposed weight gradient, as ctc_conv_wgrad_bf16's) for the
  * channels c in [c0, c1): for each tap t = (kh, kw), the sum over the output positions whose tap is
  * inside the image and the images of x (xa, ctc_bat_rows_bf16) at the tap's input position times the
@@ -1749,6 +1862,12 @@ static inline void ctc_bat_cols_bf16(const ctc_bf16x2 *ga, int64_t O, int64_t HW
 static inline void ctc_conv_bat_wgrad_bf16(const ctc_bf16x2 *xa, const ctc_bf16x2 *gb, int64_t O, int64_t H,
                                            int64_t W, int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t nq,
                                            float *dwt, int64_t c0, int64_t c1) {
+#ifdef CTC_GEMM_AMX_BF16
+  if (ctc_amx_granted()) {
+    ctc_conv_bat_wgrad_amx_bf16(xa, gb, O, H, W, KH, KW, ph, pw, nq, dwt, c0, c1);
+    return;
+  }
+#endif
   const int64_t HW = H * W, KK = KH * KW, ldc = KK * O;
   for (int64_t kh = 0; kh < KH; kh++)
     for (int64_t kw = 0; kw < KW; kw++) {

@@ -3,7 +3,10 @@ batch (codegen_c/conv_bat_c.c, ir_conv_bat_bytes: the taps that fall into the pa
 
 An autocast CNN of 8x8 and 4x4 images, batch 32: 3x3 convolutions with odd channel counts in and
 out (a pair of channels half empty, a 12-row tile part full), a 5x5 one on 4x4 images (at a corner
-9 of its 25 taps inside), a stride-2 one 8x8 -> 4x4, and the classifier. Checked:
+9 of its 25 taps inside), a stride-2 one 8x8 -> 4x4, and the classifier. On a CPU with AMX the
+convolutions with whole tiles of 16 channel pairs in (c's forward and input gradient, wide's
+forward: 32 channels) and every weight gradient by position run on its tiles (20 output channels:
+a part-full second row tile; 33: a part-full block), the others on vdpbf16ps. Checked:
 
 - test_calls: the generated C calls ctc_conv_bat_bf16 for the four same-size convolutions of the
   forward with 8 channels in or more and the stride-2 one, and in the training step also for the
@@ -35,9 +38,9 @@ class Net(nn.Module):
         self.stem = nn.Conv2d(5, 16, 3, padding=1)
         self.a = nn.Conv2d(16, 33, 3, padding=1, bias=False)
         self.b = nn.Conv2d(33, 24, 3, padding=1)
-        self.down = nn.Conv2d(24, 40, 3, stride=2, padding=1)
-        self.c = nn.Conv2d(40, 40, 3, padding=1)
-        self.wide = nn.Conv2d(40, 20, 5, padding=2)
+        self.down = nn.Conv2d(24, 32, 3, stride=2, padding=1)
+        self.c = nn.Conv2d(32, 32, 3, padding=1)
+        self.wide = nn.Conv2d(32, 20, 5, padding=2)
         self.head = nn.Linear(20 * 4 * 4, 10)
 
     def forward(self, x):
