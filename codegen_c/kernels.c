@@ -258,7 +258,7 @@ static const Part matmul_bf16_text[] = {
      "  (void)ctc_matmul_block_f32;   /* (this function's fallback without AVX-512 BF16) */\n"
      "  if (r1 <= r0 || c1 <= c0) return;\n"
      "#ifdef CTC_GEMM_AMX_BF16\n"
-     "  if (ctc_amx_granted()) {\n"
+     "  if (K > 0 && ctc_amx_granted()) {\n"
      "    ctc_gemm_amx_bf16(ta, tb, acc, r1 - r0, c1 - c0, K, a + (ta ? r0 : r0 * lda), lda, b + (tb ? c0 * ldb : c0), ldb,\n"
      "                      c + r0 * ldc + c0, ldc);\n"
      "    return;\n"

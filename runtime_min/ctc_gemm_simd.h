@@ -1513,17 +1513,18 @@ static inline void ctc_amx_out(const float *t, float *c, int64_t ldc, int mr, in
       ctc_amx_out(t, c, ldc, mr, nr, add);        \
     }                                             \
   } while (0)
-/* The 32 x 32 block's tiles (0-3: C's four 16x16 quarters, 0 and 1 its first 16 rows) set to zero. R2,
- * C2 (constants where these are called): whether the block has a second row tile, a second column tile. */
-static inline __attribute__((always_inline)) void ctc_amx_zero(const int R2, const int C2) {
+/* The 32 x 32 block's tiles (0-3: C's four 16x16 quarters, 0 and 1 its first 16 rows) set to zero. */
+static inline void ctc_amx_zero(void) {
   _tile_zero(0);
-  if (C2) _tile_zero(1);
-  if (R2) _tile_zero(2);
-  if (R2 && C2) _tile_zero(3);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
 }
 /* The block's tiles += A's rows of pairs (a, rows ars pairs apart; rows past the block's are read, their
  * sums not stored) times the panel bq (pair q of column j at bq[q * 32 + j]) over kq pairs (a multiple
- * of 16): per 16 pairs, A's two 16-row tiles (4, 5) and the panel's two 16-column halves (6, 7). */
+ * of 16): per 16 pairs, A's two 16-row tiles (4, 5) and the panel's two 16-column halves (6, 7). R2,
+ * C2 (constants where these are called): whether the block has a second row tile, a second column
+ * tile. */
 static inline __attribute__((always_inline)) void ctc_amx_acc_bf16(const int R2, const int C2, int64_t kq,
                                                                    const ctc_bf16x2 *a, int64_t ars,
                                                                    const ctc_bf16x2 *bq) {
@@ -1550,6 +1551,11 @@ static inline __attribute__((always_inline)) void ctc_amx_store(const int R2, co
   if (R2) CTC_AMX_STORE(2, c + 16 * ldc, ldc, mr - 16, n0, add, t);
   if (R2 && C2) CTC_AMX_STORE(3, c + 16 * ldc + 16, ldc, mr - 16, nr - 16, add, t);
 }
+/* f(R2, C2, ...) (a function of the tiles, R2 and C2 constants in each call) for a block of mr rows
+ * and nr columns (at most 32 each) */
+#define CTC_AMX_BY_SHAPE(mr, nr, f, ...)                                                  \
+  ((mr) > 16 ? ((nr) > 16 ? f(1, 1, __VA_ARGS__) : f(1, 0, __VA_ARGS__))                  \
+             : ((nr) > 16 ? f(0, 1, __VA_ARGS__) : f(0, 0, __VA_ARGS__)))
 /* The block C[mr <= 32 rows, nr <= 32 columns] (= or += if add) of A's rows of pairs (a, kpl pairs a
  * row) times the panel bq (zero from the block's pairs to kpl) over kpl pairs. Each quarter sums the
  * block's k from zero in the same order whatever its size, so the bits do not depend on how the
@@ -1557,7 +1563,7 @@ static inline __attribute__((always_inline)) void ctc_amx_store(const int R2, co
 static inline __attribute__((always_inline)) void ctc_amx_block_bf16(const int R2, const int C2, int64_t kpl,
                                                                      const ctc_bf16x2 *a, const ctc_bf16x2 *bq,
                                                                      float *c, int64_t ldc, int mr, int nr, int add) {
-  ctc_amx_zero(R2, C2);
+  ctc_amx_zero();
   ctc_amx_acc_bf16(R2, C2, kpl, a, kpl, bq);
   ctc_amx_store(R2, C2, c, ldc, mr, nr, add);
 }
@@ -1580,8 +1586,8 @@ static void ctc_pack_at_rows_bf16(const float *a, int64_t lda, int64_t i0, int64
     }
   }
 }
-/* C[M,N] = op(A) op(B), or C += if acc, as ctc_gemm_avx512bf16 (the same operands, packed the same
- * way) on the AMX tiles (ctc_amx_granted first): K in blocks of up to 512 (256 pairs, a panel), M of
+/* C[M,N] = op(A) op(B), or C += if acc, K > 0, as ctc_gemm_avx512bf16 (the same operands, packed the
+ * same way) on the AMX tiles (ctc_amx_granted first): K in blocks of up to 512 (256 pairs, a panel), M of
  * 384 rows (op(A)'s block packed once as rows of pairs), op(B)'s panels of 32 columns (zero from the
  * block's pairs to the tiles' 16), C in blocks of 32 x 32. Serial; 128 KiB of panels and 384 KiB of
  * op(A) on the stack. */
@@ -1589,10 +1595,6 @@ static void ctc_gemm_amx_bf16(int ta, int tb, int acc, int64_t M, int64_t N, int
                               const float *b, int64_t ldb, float *c, int64_t ldc) {
   _Alignas(64) ctc_bf16x2 bp[4 * 256 * 32];   /* 4 panels of 256 pairs */
   _Alignas(64) ctc_bf16x2 ap[384 * 256];
-  if (K <= 0) {
-    for (int64_t i = 0; i < M && !acc; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)N);
-    return;
-  }
   ctc_amx_config();
   const int64_t nkb = (K + 511) / 512, kb = ((K + nkb - 1) / nkb + 31) / 32 * 32;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
@@ -1618,10 +1620,7 @@ static void ctc_gemm_amx_bf16(int ta, int tb, int acc, int64_t M, int64_t N, int
           const int mr = mc - i < 32 ? (int)(mc - i) : 32;
           const ctc_bf16x2 *ai = ap + i * kpl;
           float *ci = c + (i0 + i) * ldc + j0;
-          if (mr > 16 && nr > 16) ctc_amx_block_bf16(1, 1, kpl, ai, bq, ci, ldc, mr, nr, add);
-          else if (mr > 16) ctc_amx_block_bf16(1, 0, kpl, ai, bq, ci, ldc, mr, nr, add);
-          else if (nr > 16) ctc_amx_block_bf16(0, 1, kpl, ai, bq, ci, ldc, mr, nr, add);
-          else ctc_amx_block_bf16(0, 0, kpl, ai, bq, ci, ldc, mr, nr, add);
+          CTC_AMX_BY_SHAPE(mr, nr, ctc_amx_block_bf16, kpl, ai, bq, ci, ldc, mr, nr, add);
         }
       }
     }
@@ -1694,15 +1693,12 @@ static void ctc_conv_bat_amx_bf16(const ctc_bf16x2 *wt, int64_t wq, const ctc_bf
       float *c = yb + (pos * nb + b) * M * 32;
       for (int64_t i = 0; i < M; i += 32) {
         const int mr = M - i < 32 ? (int)(M - i) : 32;
-        if (mr > 16) ctc_amx_zero(1, 1);
-        else ctc_amx_zero(0, 1);
+        ctc_amx_zero();
         for (int t = 0; t < nt; t++) {
           const ctc_bf16x2 *a = wt + (tap[t] * M + i) * wq, *bq = xb + (at[t] * nb + b) * Cq * 32;
-          if (mr > 16) ctc_amx_acc_bf16(1, 1, Cq, a, wq, bq);
-          else ctc_amx_acc_bf16(0, 1, Cq, a, wq, bq);
+          CTC_AMX_BY_SHAPE(mr, 32, ctc_amx_acc_bf16, Cq, a, wq, bq);
         }
-        if (mr > 16) ctc_amx_store(1, 1, c + i * 32, 32, mr, 32, 0);
-        else ctc_amx_store(0, 1, c + i * 32, 32, mr, 32, 0);
+        CTC_AMX_BY_SHAPE(mr, 32, ctc_amx_store, c + i * 32, 32, mr, 32, 0);
       }
     }
   }
@@ -1830,24 +1826,13 @@ static void ctc_conv_bat_wgrad_amx_bf16(const ctc_bf16x2 *xa, const ctc_bf16x2 *
             for (int i = 0; i < mr; i++) memset(cp + i * ldc, 0, sizeof(float) * (size_t)nr);
             continue;
           }
-          const int R2 = mr > 16, C2 = nr > 16;
-          if (R2 && C2) ctc_amx_zero(1, 1);
-          else if (R2) ctc_amx_zero(1, 0);
-          else if (C2) ctc_amx_zero(0, 1);
-          else ctc_amx_zero(0, 0);
+          ctc_amx_zero();
           for (int64_t oh = oh0; oh < oh1; oh++) {
             const ctc_bf16x2 *a = xa + (c * HW + (oh + kh - ph) * W + ow0 + kw - pw) * nq;
             const ctc_bf16x2 *bq = gb + ((ob / 32 * HW) + oh * W + ow0) * nq * 32;
-            const int64_t kq = (ow1 - ow0) * nq;
-            if (R2 && C2) ctc_amx_acc_bf16(1, 1, kq, a, HW * nq, bq);
-            else if (R2) ctc_amx_acc_bf16(1, 0, kq, a, HW * nq, bq);
-            else if (C2) ctc_amx_acc_bf16(0, 1, kq, a, HW * nq, bq);
-            else ctc_amx_acc_bf16(0, 0, kq, a, HW * nq, bq);
+            CTC_AMX_BY_SHAPE(mr, nr, ctc_amx_acc_bf16, (ow1 - ow0) * nq, a, HW * nq, bq);
           }
-          if (R2 && C2) ctc_amx_store(1, 1, cp, ldc, mr, nr, 0);
-          else if (R2) ctc_amx_store(1, 0, cp, ldc, mr, nr, 0);
-          else if (C2) ctc_amx_store(0, 1, cp, ldc, mr, nr, 0);
-          else ctc_amx_store(0, 0, cp, ldc, mr, nr, 0);
+          CTC_AMX_BY_SHAPE(mr, nr, ctc_amx_store, cp, ldc, mr, nr, 0);
         }
       }
     }
